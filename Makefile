@@ -1,0 +1,64 @@
+# accelnet - a plain Makefile. `make` builds build/accelnet; `make test` runs every test;
+# `make SAN=1` builds into build-san/ with AddressSanitizer and UBSan; `make fuzz` builds the
+# libFuzzer targets with clang.
+
+SAN ?= 0
+ifeq ($(SAN),1)
+BUILD ?= build-san
+SANFLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT = -O1
+else
+BUILD ?= build
+SANFLAGS =
+OPT = -O2
+endif
+
+CC ?= gcc
+PKGS = yaml-0.1 openssl
+WARN = -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes -Wpointer-arith \
+       -Wformat=2 -Wvla -Wundef -Werror
+CFLAGS ?= $(OPT) -g
+ALL_CFLAGS = -std=c17 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) -Isrc -MMD -MP \
+	     $(shell pkg-config --cflags $(PKGS))
+LDLIBS = $(shell pkg-config --libs $(PKGS)) -lpthread -lm
+
+LIB_SRC = $(wildcard src/core/*.c src/net/*.c src/http/*.c src/lb/*.c src/conf/*.c \
+	  src/proxy/*.c src/obs/*.c src/sim/*.c)
+CLI_SRC = $(wildcard src/cli/*.c)
+LIB_OBJ = $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+CLI_OBJ = $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+UNIT_SRC = $(wildcard tests/unit/test_*.c)
+UNIT_BIN = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+
+all: $(BUILD)/accelnet
+
+$(BUILD)/accelnet: $(LIB_OBJ) $(CLI_OBJ)
+	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(BUILD)/tests/%: tests/unit/%.c $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS) $(shell pkg-config --libs cmocka)
+
+unit: $(UNIT_BIN)
+
+test: all unit
+	tests/run.sh
+
+FUZZ_SRC = $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BIN = $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
+FUZZ_LIB = $(filter-out src/sim/% src/proxy/% src/obs/%,$(LIB_SRC))
+fuzz: $(FUZZ_BIN)
+build-fuzz/%: tests/fuzz/%.c $(FUZZ_LIB)
+	@mkdir -p build-fuzz
+	clang -std=c17 -D_GNU_SOURCE -g -O1 -Isrc -fsanitize=fuzzer,address,undefined \
+		-o $@ $^ $(LDLIBS)
+
+clean:
+	rm -rf build build-san build-fuzz
+
+.PHONY: all unit test fuzz clean
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

@@ -1,0 +1,82 @@
+/*
+ * conf-t.h - the parsed configuration: plain structs, no runtime state.
+ *
+ * A struct conf is built whole from YAML by conf_load_*(), checked, and then only read. The
+ * proxy builds its runtime state (backend health, counters, sockets) beside it, never in it,
+ * so a reload can build a new conf and swap it in without touching live counters.
+ */
+#ifndef ACCELNET_CONF_CONF_T_H
+#define ACCELNET_CONF_CONF_T_H
+
+#include "lb/lb.h"
+#include "net/addr.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct conf_listen {
+	char *address;
+	struct net_addr addr;
+};
+
+struct conf_backend {
+	struct conf_listen ep;	  /* where the backend listens */
+	unsigned weight;	  /* 1..1000, default 1 */
+	unsigned max_concurrency; /* 0: no cap */
+};
+
+struct conf_health {
+	int enabled; /* a health: block was given */
+	char *path;
+	unsigned interval_ms, timeout_ms, fall, rise;
+};
+
+struct conf_pool {
+	char *name;
+	const struct lb_ops *balance;
+	struct lb_state lb;
+	struct conf_backend *backends;
+	size_t nbackends;
+	struct conf_health health;
+	unsigned fail_timeout_ms; /* passive: how long a backend that refused stays out */
+};
+
+struct conf_route {
+	char *path_prefix; /* "/" when not given */
+	char *host;	   /* exact, case-insensitive, port ignored; NULL: any */
+	char *method;	   /* exact; NULL: any */
+	char *header_name, *header_value; /* value NULL: presence is enough */
+	size_t pool;			  /* index into conf.pools */
+};
+
+struct conf_timeouts {
+	unsigned connect_ms, header_ms, idle_ms, first_byte_ms, between_bytes_ms, shutdown_ms;
+};
+
+struct conf_limits {
+	unsigned max_connections;
+	unsigned max_header_bytes;
+	uint64_t max_body_bytes;
+};
+
+struct conf {
+	char *file;	  /* for messages */
+	unsigned workers; /* >= 1 */
+	struct conf_listen *listens;
+	size_t nlistens;
+	int has_admin;
+	struct conf_listen admin;
+	struct conf_timeouts timeouts;
+	struct conf_limits limits;
+	struct conf_pool *pools;
+	size_t npools;
+	struct conf_route *routes;
+	size_t nroutes;
+};
+
+/* "FILE:LINE:COL: message", ready to print. */
+struct conf_error {
+	char msg[1024];
+};
+
+#endif

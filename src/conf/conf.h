@@ -1,0 +1,24 @@
+/*
+ * conf.h - loading and checking the YAML configuration (see docs/config.md).
+ *
+ * Loading is all or nothing: on any error the partial result is freed, <err> says
+ * "FILE:LINE:COL: what was wrong and what was expected", and the caller keeps whatever it ran
+ * before. Unknown keys are errors, so a typo never silently falls back to a default.
+ */
+#ifndef ACCELNET_CONF_CONF_H
+#define ACCELNET_CONF_CONF_H
+
+#include "conf/conf-t.h"
+
+#include <stdio.h>
+
+/* Load <path>. 0 and *out set (free with conf_free), or -EINVAL/-ENOENT/... with <err>. */
+int conf_load_file(const char *path, struct conf **out, struct conf_error *err);
+/* Load from memory; <name> stands for the file name in messages. */
+int conf_load_string(const char *name, const char *text, size_t len, struct conf **out,
+		     struct conf_error *err);
+void conf_free(struct conf *conf);
+/* Print every key path this build accepts ("pools.backends.weight"), one per line. */
+void conf_print_keys(FILE *out);
+
+#endif

@@ -1,0 +1,67 @@
+/*
+ * buf.h - fixed-size byte buffers recycled through per-thread free lists.
+ *
+ * A buffer holds bytes in data[start..end); readers consume from start, writers append at
+ * end. Connections take a buffer when bytes arrive and give it back when it drains, so an
+ * idle keep-alive connection holds no buffer at all. A pool is owned by one thread.
+ */
+#ifndef ACCELNET_CORE_BUF_H
+#define ACCELNET_CORE_BUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+struct buf {
+	struct buf *next; /* free-list link */
+	uint32_t start, end, cap;
+	char data[];
+};
+
+struct buf_pool {
+	struct buf *free;
+	uint32_t size;	   /* capacity of every buffer of this pool */
+	uint32_t nfree;	   /* buffers on the free list */
+	uint32_t max_free; /* beyond this, returned buffers are freed */
+	uint64_t live;	   /* buffers handed out and not yet returned */
+};
+
+void buf_pool_init(struct buf_pool *pool, uint32_t size, uint32_t max_free);
+void buf_pool_drain(struct buf_pool *pool);
+/* An empty buffer, or NULL when memory is exhausted. */
+struct buf *buf_get(struct buf_pool *pool);
+void buf_put(struct buf_pool *pool, struct buf *b);
+
+static inline size_t buf_len(const struct buf *b)
+{
+	return b->end - b->start;
+}
+
+static inline char *buf_head(struct buf *b)
+{
+	return b->data + b->start;
+}
+
+static inline size_t buf_room(const struct buf *b)
+{
+	return b->cap - b->end;
+}
+
+static inline void buf_consume(struct buf *b, size_t n)
+{
+	b->start += (uint32_t)n;
+	if (b->start == b->end)
+		b->start = b->end = 0;
+}
+
+/* Move the unread bytes to the front so that buf_room() is as large as it can be. */
+static inline void buf_compact(struct buf *b)
+{
+	if (b->start == 0)
+		return;
+	memmove(b->data, b->data + b->start, buf_len(b));
+	b->end -= b->start;
+	b->start = 0;
+}
+
+#endif

@@ -1,0 +1,261 @@
+/*
+ * loop.c - the epoll back end of loop.h, with a binary heap of timers.
+ *
+ * The heap holds pointers to caller-owned timers; each timer remembers its slot so that
+ * stopping or re-arming is O(log n) without a search. Slot 0 is unused so that "slot == 0"
+ * means "not armed". The wake-up descriptor is an eventfd.
+ */
+#include "core/loop.h"
+#include "core/check.h"
+#include "core/clock.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#define LOOP_BATCH 256
+
+struct loop {
+	int epfd;
+	int stopping;
+	uint64_t now_ms;
+	struct loop_timer **heap; /* heap[1..nheap] */
+	uint32_t nheap, capheap;
+	struct epoll_event events[LOOP_BATCH];
+	int nevents, cursor;
+	struct loop_io wake_io;
+	loop_hook_fn wake_fn, after_fn;
+	void *wake_arg, *after_arg;
+};
+
+static void loop_on_wake(struct loop_io *io, unsigned events);
+
+int loop_create(struct loop **out)
+{
+	struct loop *loop = calloc(1, sizeof(*loop));
+	int err;
+	if (!loop)
+		return -ENOMEM;
+	loop->wake_io.fd = -1;
+	loop->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (loop->epfd < 0)
+		goto fail_errno;
+	loop->wake_io.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (loop->wake_io.fd < 0)
+		goto fail_errno;
+	loop->wake_io.fn = loop_on_wake;
+	loop->capheap = 64;
+	loop->heap = calloc(loop->capheap + 1, sizeof(*loop->heap));
+	if (!loop->heap) {
+		err = -ENOMEM;
+		goto fail;
+	}
+	err = loop_io_add(loop, &loop->wake_io);
+	if (err)
+		goto fail;
+	loop->now_ms = clock_now_ms();
+	*out = loop;
+	return 0;
+fail_errno:
+	err = -errno;
+fail:
+	loop_destroy(loop);
+	return err;
+}
+
+void loop_destroy(struct loop *loop)
+{
+	if (!loop)
+		return;
+	if (loop->epfd >= 0)
+		close(loop->epfd);
+	if (loop->wake_io.fd >= 0)
+		close(loop->wake_io.fd);
+	free(loop->heap);
+	free(loop);
+}
+
+int loop_io_add(struct loop *loop, struct loop_io *io)
+{
+	struct epoll_event ev = {
+		.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+		.data.ptr = io,
+	};
+	if (epoll_ctl(loop->epfd, EPOLL_CTL_ADD, io->fd, &ev) < 0)
+		return -errno;
+	return 0;
+}
+
+void loop_io_del(struct loop *loop, struct loop_io *io)
+{
+	epoll_ctl(loop->epfd, EPOLL_CTL_DEL, io->fd, NULL);
+	for (int i = loop->cursor; i < loop->nevents; i++)
+		if (loop->events[i].data.ptr == io)
+			loop->events[i].data.ptr = NULL;
+}
+
+uint64_t loop_now(const struct loop *loop)
+{
+	return loop->now_ms;
+}
+
+/* --- timer heap --- */
+
+static void heap_place(struct loop *loop, uint32_t slot, struct loop_timer *t)
+{
+	loop->heap[slot] = t;
+	t->slot = slot;
+}
+
+static void heap_up(struct loop *loop, uint32_t slot)
+{
+	struct loop_timer *t = loop->heap[slot];
+	while (slot > 1 && loop->heap[slot / 2]->deadline_ms > t->deadline_ms) {
+		heap_place(loop, slot, loop->heap[slot / 2]);
+		slot /= 2;
+	}
+	heap_place(loop, slot, t);
+}
+
+static void heap_down(struct loop *loop, uint32_t slot)
+{
+	struct loop_timer *t = loop->heap[slot];
+	for (;;) {
+		uint32_t child = slot * 2;
+		if (child > loop->nheap)
+			break;
+		if (child < loop->nheap &&
+		    loop->heap[child + 1]->deadline_ms < loop->heap[child]->deadline_ms)
+			child++;
+		if (loop->heap[child]->deadline_ms >= t->deadline_ms)
+			break;
+		heap_place(loop, slot, loop->heap[child]);
+		slot = child;
+	}
+	heap_place(loop, slot, t);
+}
+
+void loop_timer_stop(struct loop *loop, struct loop_timer *t)
+{
+	uint32_t slot = t->slot;
+	if (!slot)
+		return;
+	ASSERT(slot <= loop->nheap && loop->heap[slot] == t);
+	struct loop_timer *last = loop->heap[loop->nheap--];
+	t->slot = 0;
+	if (last == t)
+		return;
+	heap_place(loop, slot, last);
+	heap_up(loop, slot);
+	heap_down(loop, last->slot);
+}
+
+void loop_timer_set(struct loop *loop, struct loop_timer *t, uint64_t deadline_ms)
+{
+	if (t->slot) {
+		uint64_t old = t->deadline_ms;
+		t->deadline_ms = deadline_ms;
+		if (deadline_ms < old)
+			heap_up(loop, t->slot);
+		else
+			heap_down(loop, t->slot);
+		return;
+	}
+	if (loop->nheap == loop->capheap) {
+		uint32_t cap = loop->capheap * 2;
+		struct loop_timer **heap = realloc(loop->heap, (cap + 1) * sizeof(*heap));
+		ASSERT(heap != NULL); /* timers are embedded in objects already allocated */
+		loop->heap = heap;
+		loop->capheap = cap;
+	}
+	t->deadline_ms = deadline_ms;
+	loop->heap[++loop->nheap] = t;
+	t->slot = loop->nheap;
+	heap_up(loop, t->slot);
+}
+
+static void loop_fire_timers(struct loop *loop)
+{
+	while (loop->nheap && loop->heap[1]->deadline_ms <= loop->now_ms) {
+		struct loop_timer *t = loop->heap[1];
+		loop_timer_stop(loop, t);
+		t->fn(t);
+	}
+}
+
+/* --- wake-up and run --- */
+
+void loop_set_wake_hook(struct loop *loop, loop_hook_fn fn, void *arg)
+{
+	loop->wake_fn = fn;
+	loop->wake_arg = arg;
+}
+
+void loop_set_after_hook(struct loop *loop, loop_hook_fn fn, void *arg)
+{
+	loop->after_fn = fn;
+	loop->after_arg = arg;
+}
+
+void loop_wake(struct loop *loop)
+{
+	uint64_t one = 1;
+	ssize_t n = write(loop->wake_io.fd, &one, sizeof(one));
+	(void)n; /* EAGAIN means a wake-up is already pending */
+}
+
+static void loop_on_wake(struct loop_io *io, unsigned events)
+{
+	struct loop *loop = container_of(io, struct loop, wake_io);
+	uint64_t count;
+	(void)events;
+	while (read(io->fd, &count, sizeof(count)) > 0)
+		;
+	if (loop->wake_fn)
+		loop->wake_fn(loop->wake_arg);
+}
+
+void loop_stop(struct loop *loop)
+{
+	loop->stopping = 1;
+}
+
+void loop_run(struct loop *loop)
+{
+	loop->stopping = 0;
+	while (!loop->stopping) {
+		int timeout = -1;
+		loop->now_ms = clock_now_ms();
+		if (loop->nheap) {
+			uint64_t next = loop->heap[1]->deadline_ms;
+			timeout = next <= loop->now_ms ? 0 : (int)(next - loop->now_ms);
+		}
+		int n = epoll_wait(loop->epfd, loop->events, LOOP_BATCH, timeout);
+		if (n < 0) {
+			ASSERT(errno == EINTR);
+			n = 0;
+		}
+		loop->now_ms = clock_now_ms();
+		loop->nevents = n;
+		for (loop->cursor = 0; loop->cursor < loop->nevents;) {
+			struct epoll_event *ev = &loop->events[loop->cursor++];
+			struct loop_io *io = ev->data.ptr;
+			if (!io)
+				continue;
+			unsigned events = 0;
+			if (ev->events & EPOLLIN)
+				events |= LOOP_READ;
+			if (ev->events & EPOLLOUT)
+				events |= LOOP_WRITE;
+			if (ev->events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+				events |= LOOP_HUP;
+			io->fn(io, events);
+		}
+		loop->nevents = loop->cursor = 0;
+		loop_fire_timers(loop);
+		if (loop->after_fn)
+			loop->after_fn(loop->after_arg);
+	}
+}

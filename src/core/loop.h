@@ -1,0 +1,78 @@
+/*
+ * loop.h - the event loop: file readiness, timers, cross-thread wake-up.
+ *
+ * One loop per thread; nothing here is shared except loop_wake(). File descriptors are
+ * registered once, edge-triggered, for read, write and peer hang-up together, so a connection
+ * costs one epoll_ctl for its whole life; owners keep track of what they are waiting for.
+ * Callers embed struct loop_io and struct loop_timer in their own objects and recover the
+ * owner with container_of().
+ *
+ * One turn of loop_run(), in order:
+ *   1. wait for readiness, at most until the nearest timer;
+ *   2. dispatch every ready descriptor (an io deleted during the batch gets no further events,
+ *      so an owner may free itself from its own callback once it has called loop_io_del);
+ *   3. fire the timers that are due;
+ *   4. run the after-turn hook (owners use it to flush work gathered during the turn).
+ */
+#ifndef ACCELNET_CORE_LOOP_H
+#define ACCELNET_CORE_LOOP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+
+enum loop_event {
+	LOOP_READ = 1u << 0,
+	LOOP_WRITE = 1u << 1,
+	LOOP_HUP = 1u << 2, /* the peer closed its side or the socket is in error */
+};
+
+struct loop;
+struct loop_io;
+struct loop_timer;
+
+typedef void (*loop_io_fn)(struct loop_io *io, unsigned events);
+typedef void (*loop_timer_fn)(struct loop_timer *t);
+typedef void (*loop_hook_fn)(void *arg);
+
+struct loop_io {
+	int fd;
+	loop_io_fn fn;
+};
+
+struct loop_timer {
+	uint64_t deadline_ms;
+	uint32_t slot; /* index in the heap, 0 when not armed */
+	loop_timer_fn fn;
+};
+
+int loop_create(struct loop **out);
+void loop_destroy(struct loop *loop);
+
+/* Watch io->fd (non-blocking) for read, write and hang-up, edge-triggered. */
+int loop_io_add(struct loop *loop, struct loop_io *io);
+/* Stop watching; pending events of the current turn for <io> are dropped. Does not close. */
+void loop_io_del(struct loop *loop, struct loop_io *io);
+
+/* Arm (or re-arm) <t> to fire once at <deadline_ms> on the monotonic clock. */
+void loop_timer_set(struct loop *loop, struct loop_timer *t, uint64_t deadline_ms);
+void loop_timer_stop(struct loop *loop, struct loop_timer *t);
+static inline int loop_timer_armed(const struct loop_timer *t)
+{
+	return t->slot != 0;
+}
+
+/* The time at the start of this turn, in ms (cheap; good enough for timeouts). */
+uint64_t loop_now(const struct loop *loop);
+
+void loop_set_wake_hook(struct loop *loop, loop_hook_fn fn, void *arg);
+/* Make <loop> run its wake hook soon. Safe from any thread and from signal handlers. */
+void loop_wake(struct loop *loop);
+void loop_set_after_hook(struct loop *loop, loop_hook_fn fn, void *arg);
+
+/* Run turns until loop_stop() is called from a callback. */
+void loop_run(struct loop *loop);
+void loop_stop(struct loop *loop);
+
+#endif

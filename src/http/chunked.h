@@ -1,0 +1,42 @@
+/*
+ * chunked.h - an incremental scanner for the chunked transfer coding (RFC 9112 section 7.1).
+ *
+ * The proxy relays chunked bodies byte for byte; it only needs to know where the body ends
+ * and that its framing is sound. The scanner is fed whatever bytes arrived, in any split,
+ * and tells which of them are payload, so a peer that cannot take chunked (HTTP/1.0) can be
+ * given the payload alone. Rejected: sizes without hex digits or over 16 digits, bare CR or
+ * LF, control characters in extensions or trailers, extensions or trailers over 16 KiB.
+ */
+#ifndef ACCELNET_HTTP_CHUNKED_H
+#define ACCELNET_HTTP_CHUNKED_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct http_chunked {
+	int state;
+	unsigned digits;    /* hex digits of the current size */
+	uint32_t extra;	    /* bytes of extensions and trailers seen, bounded */
+	uint64_t remaining; /* payload bytes left in the current chunk */
+};
+
+static inline void http_chunked_init(struct http_chunked *c)
+{
+	c->state = 0;
+	c->digits = 0;
+	c->extra = 0;
+	c->remaining = 0;
+}
+
+/*
+ * Scan p[0..n). Returns how many bytes were consumed (stopping early only at the end of the
+ * body, or at the end of a payload run), or -1 when the coding is malformed. *is_data is set
+ * when the consumed bytes are payload (and nothing else).
+ */
+ssize_t http_chunked_scan(struct http_chunked *c, const char *p, size_t n, int *is_data);
+
+/* Has the final chunk and its trailer section been seen? */
+int http_chunked_done(const struct http_chunked *c);
+
+#endif

@@ -1,0 +1,386 @@
+/*
+ * parse.c - the strict HTTP/1.1 head parser.
+ *
+ * The parser walks the head once, line by line. A line ends only at CRLF; a CR not followed
+ * by LF, or an LF not preceded by CR, is an error. The start line is split by single spaces;
+ * each field line is checked byte by byte against the RFC 9110 grammar (token name, colon
+ * with nothing before it, value of VCHAR/obs-text/SP/HTAB). After the fields, the framing
+ * rules of RFC 9112 section 6 decide how the body is delimited, refusing every ambiguity.
+ */
+#include "http/parse.h"
+
+#include <string.h>
+#include <strings.h>
+
+/* tchar per RFC 9110 section 5.6.2 */
+static int is_tchar(unsigned char c)
+{
+	if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'))
+		return 1;
+	return c && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+/* Allowed in a field value: VCHAR, obs-text, SP, HTAB. */
+static int is_value_char(unsigned char c)
+{
+	return c == '\t' || (c >= 0x20 && c != 0x7f);
+}
+
+int http_str_eq(struct http_str s, const char *lit)
+{
+	size_t n = strlen(lit);
+	return s.len == n && strncasecmp(s.p, lit, n) == 0;
+}
+
+const struct http_header *http_find_header(const struct http_head *h, const char *name)
+{
+	for (unsigned i = 0; i < h->nheaders; i++)
+		if (http_str_eq(h->headers[i].name, name))
+			return &h->headers[i];
+	return NULL;
+}
+
+int http_list_has(struct http_str list, const char *token, size_t toklen)
+{
+	const char *p = list.p, *end = list.p + list.len;
+	while (p < end) {
+		while (p < end && (*p == ' ' || *p == '\t' || *p == ','))
+			p++;
+		const char *start = p;
+		while (p < end && *p != ',')
+			p++;
+		const char *stop = p;
+		while (stop > start && (stop[-1] == ' ' || stop[-1] == '\t'))
+			stop--;
+		if ((size_t)(stop - start) == toklen && strncasecmp(start, token, toklen) == 0)
+			return 1;
+	}
+	return 0;
+}
+
+int http_head_may_be_complete(const char *buf, size_t old_len, size_t len)
+{
+	size_t from = old_len > 3 ? old_len - 3 : 0;
+	for (size_t i = from; i + 1 < len; i++) {
+		if (buf[i] != '\n')
+			continue;
+		if (buf[i + 1] == '\n' || (buf[i + 1] == '\r' && (i + 2 >= len || buf[i + 2] == '\n')))
+			return 1;
+	}
+	return 0;
+}
+
+/*
+ * Find the end of the line starting at <p>. Returns the length of the line without CRLF and
+ * sets *next past the CRLF; returns -1 if the line is not complete yet, -2 on bare CR or LF.
+ */
+static long line_end(const char *p, const char *end, const char **next)
+{
+	for (const char *q = p; q < end; q++) {
+		if (*q == '\r') {
+			if (q + 1 == end)
+				return -1;
+			if (q[1] != '\n')
+				return -2;
+			*next = q + 2;
+			return q - p;
+		}
+		if (*q == '\n')
+			return -2;
+	}
+	return -1;
+}
+
+static enum http_method method_of(struct http_str m)
+{
+	static const struct {
+		const char *name;
+		enum http_method meth;
+	} table[] = {
+		{"GET", HTTP_GET},     {"HEAD", HTTP_HEAD},	  {"POST", HTTP_POST},
+		{"PUT", HTTP_PUT},     {"DELETE", HTTP_DELETE},	  {"OPTIONS", HTTP_OPTIONS},
+		{"TRACE", HTTP_TRACE}, {"PATCH", HTTP_PATCH},	  {"CONNECT", HTTP_CONNECT},
+	};
+	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+		if (m.len == strlen(table[i].name) && memcmp(m.p, table[i].name, m.len) == 0)
+			return table[i].meth;
+	return HTTP_OTHER;
+}
+
+/* "HTTP/1.x" -> minor (0 or 1); -505 for another HTTP version, -400 for anything else. */
+static int parse_version(const char *p, size_t len)
+{
+	if (len != 8 || memcmp(p, "HTTP/", 5) != 0 || p[6] != '.' || p[5] < '0' || p[5] > '9' ||
+	    p[7] < '0' || p[7] > '9')
+		return -400;
+	if (p[5] != '1')
+		return -505;
+	return p[7] == '0' ? 0 : 1;
+}
+
+/* Content-Length value: 1*DIGIT, possibly "N, N" lists of the same number. */
+static int parse_content_length(struct http_str v, uint64_t *out)
+{
+	const char *p = v.p, *end = v.p + v.len;
+	int seen = 0;
+	uint64_t first = 0;
+	while (p < end) {
+		uint64_t n = 0;
+		const char *start = p;
+		while (p < end && *p >= '0' && *p <= '9') {
+			if (n > (UINT64_MAX - 9) / 10)
+				return -1;
+			n = n * 10 + (uint64_t)(*p++ - '0');
+		}
+		if (p == start)
+			return -1;
+		if (seen && n != first)
+			return -1;
+		first = n;
+		seen = 1;
+		while (p < end && (*p == ' ' || *p == '\t'))
+			p++;
+		if (p < end) {
+			if (*p != ',')
+				return -1;
+			p++;
+			while (p < end && (*p == ' ' || *p == '\t'))
+				p++;
+			if (p == end)
+				return -1;
+		}
+	}
+	if (!seen)
+		return -1;
+	*out = first;
+	return 0;
+}
+
+/* Parse the field lines from <p>; fills h->headers. Returns head length, 0, or -status. */
+static int parse_fields(const char *buf, const char *p, const char *end, size_t max_head,
+			struct http_head *h, int bad)
+{
+	for (;;) {
+		const char *next;
+		long n = line_end(p, end, &next);
+		if (n == -1)
+			return (size_t)(end - buf) >= max_head ? -431 : 0;
+		if (n == -2)
+			return bad;
+		if ((size_t)(next - buf) > max_head)
+			return -431;
+		if (n == 0) {
+			h->head_len = (uint32_t)(next - buf);
+			return (int)h->head_len;
+		}
+		if (*p == ' ' || *p == '\t')
+			return bad; /* obs-fold */
+		const char *q = p, *eol = p + n;
+		while (q < eol && is_tchar((unsigned char)*q))
+			q++;
+		if (q == p || q == eol || *q != ':')
+			return bad; /* empty name, bad name char, or space before colon */
+		if (h->nheaders == HTTP_MAX_HEADERS)
+			return bad == -400 ? -431 : bad;
+		struct http_header *f = &h->headers[h->nheaders++];
+		f->name.p = p;
+		f->name.len = (uint32_t)(q - p);
+		q++;
+		while (q < eol && (*q == ' ' || *q == '\t'))
+			q++;
+		const char *v = q;
+		for (; q < eol; q++)
+			if (!is_value_char((unsigned char)*q))
+				return bad;
+		while (q > v && (q[-1] == ' ' || q[-1] == '\t'))
+			q--;
+		f->value.p = v;
+		f->value.len = (uint32_t)(q - v);
+		p = next;
+	}
+}
+
+/*
+ * Apply RFC 9112 section 6 framing and the connection options to a parsed head. <bad> is
+ * the status for a malformed message (-400 for requests, -502 for responses).
+ */
+static int apply_semantics(struct http_head *h, int is_request, int bad)
+{
+	int have_cl = 0, have_te = 0, hosts = 0;
+	uint64_t cl = 0;
+	struct http_str te = {0};
+
+	for (unsigned i = 0; i < h->nheaders; i++) {
+		const struct http_header *f = &h->headers[i];
+		if (http_str_eq(f->name, "content-length")) {
+			uint64_t v;
+			if (parse_content_length(f->value, &v) < 0)
+				return bad;
+			if (have_cl && v != cl)
+				return bad;
+			have_cl = 1;
+			cl = v;
+		} else if (http_str_eq(f->name, "transfer-encoding")) {
+			if (have_te)
+				return bad; /* several fields: "chunked" can appear only once */
+			have_te = 1;
+			te = f->value;
+		} else if (http_str_eq(f->name, "host")) {
+			hosts++;
+			if (!h->host.p || is_request)
+				h->host = f->value;
+		} else if (http_str_eq(f->name, "connection")) {
+			if (http_list_has(f->value, "close", 5))
+				h->flags |= HTTP_F_CLOSE;
+			if (http_list_has(f->value, "upgrade", 7))
+				h->flags |= HTTP_F_UPGRADE;
+			if (h->minor == 0 && http_list_has(f->value, "keep-alive", 10))
+				h->flags &= ~HTTP_F_CLOSE;
+		} else if (is_request && http_str_eq(f->name, "expect")) {
+			if (!http_str_eq(f->value, "100-continue"))
+				return -417;
+			h->flags |= HTTP_F_EXPECT_CONTINUE;
+		}
+	}
+	if (is_request && h->minor == 1 && hosts != 1)
+		return bad;
+	if (is_request && hosts > 1)
+		return bad;
+
+	if (have_te) {
+		if (have_cl || h->minor == 0)
+			return bad;
+		if (!http_str_eq(te, "chunked"))
+			return http_list_has(te, "chunked", 7) ? bad : (is_request ? -501 : bad);
+		h->framing = HTTP_BODY_CHUNKED;
+	} else if (have_cl) {
+		h->framing = cl ? HTTP_BODY_LENGTH : HTTP_BODY_NONE;
+		h->content_length = cl;
+	} else {
+		h->framing = is_request ? HTTP_BODY_NONE : HTTP_BODY_CLOSE;
+	}
+	return 0;
+}
+
+int http_parse_request(const char *buf, size_t len, size_t max_head, struct http_head *h)
+{
+	const char *p = buf, *end = buf + len, *next;
+	memset(h, 0, offsetof(struct http_head, headers));
+	h->nheaders = 0;
+	h->host.p = NULL;
+	h->host.len = 0;
+	h->flags = 0;
+	h->framing = HTTP_BODY_NONE;
+	h->content_length = 0;
+
+	/* skip empty lines before the request line */
+	while (end - p >= 2 && p[0] == '\r' && p[1] == '\n')
+		p += 2;
+	if (p < end && p[0] == '\n')
+		return -400;
+
+	long n = line_end(p, end, &next);
+	if (n == -1)
+		return len >= max_head ? -431 : 0;
+	if (n == -2)
+		return -400;
+	if ((size_t)(next - buf) > max_head)
+		return -431;
+
+	const char *eol = p + n, *sp1, *sp2;
+	sp1 = memchr(p, ' ', (size_t)n);
+	if (!sp1 || sp1 == p)
+		return -400;
+	for (const char *q = p; q < sp1; q++)
+		if (!is_tchar((unsigned char)*q))
+			return -400;
+	sp2 = memchr(sp1 + 1, ' ', (size_t)(eol - sp1 - 1));
+	if (!sp2 || sp2 == sp1 + 1)
+		return -400;
+	for (const char *q = sp1 + 1; q < sp2; q++)
+		if ((unsigned char)*q <= 0x20 || (unsigned char)*q >= 0x7f)
+			return -400;
+	int minor = parse_version(sp2 + 1, (size_t)(eol - sp2 - 1));
+	if (minor < 0)
+		return minor;
+
+	h->method = (struct http_str){p, (uint32_t)(sp1 - p)};
+	h->meth = method_of(h->method);
+	h->target = (struct http_str){sp1 + 1, (uint32_t)(sp2 - sp1 - 1)};
+	h->minor = minor;
+	h->flags = minor == 0 ? HTTP_F_CLOSE : 0;
+
+	if (h->meth == HTTP_CONNECT)
+		return -501;
+	if (h->target.p[0] == '/') {
+		h->path = h->target;
+	} else if (h->target.len == 1 && h->target.p[0] == '*') {
+		if (h->meth != HTTP_OPTIONS)
+			return -400;
+		h->path = h->target;
+	} else if (h->target.len > 7 && strncasecmp(h->target.p, "http://", 7) == 0) {
+		const char *auth = h->target.p + 7, *tend = h->target.p + h->target.len;
+		const char *slash = memchr(auth, '/', (size_t)(tend - auth));
+		if (slash == auth)
+			return -400;
+		h->path = slash ? (struct http_str){slash, (uint32_t)(tend - slash)}
+				: (struct http_str){"/", 1};
+	} else {
+		return -400;
+	}
+
+	int r = parse_fields(buf, next, end, max_head, h, -400);
+	if (r <= 0)
+		return r;
+	int s = apply_semantics(h, 1, -400);
+	return s < 0 ? s : r;
+}
+
+int http_parse_response(const char *buf, size_t len, size_t max_head, enum http_method req_meth,
+			struct http_head *h)
+{
+	const char *end = buf + len, *next;
+	memset(h, 0, offsetof(struct http_head, headers));
+	h->nheaders = 0;
+	h->host.p = NULL;
+	h->host.len = 0;
+	h->flags = 0;
+	h->content_length = 0;
+
+	long n = line_end(buf, end, &next);
+	if (n == -1)
+		return len >= max_head ? -502 : 0;
+	if (n < 12)
+		return -502; /* a bare CR or LF, or shorter than "HTTP/1.1 200" */
+	/* "HTTP/1.1 200 OK" or "HTTP/1.1 200" */
+	int minor = parse_version(buf, 8);
+	if (minor < 0 || buf[8] != ' ')
+		return -502;
+	const char *s = buf + 9;
+	if (s[0] < '1' || s[0] > '5' || s[1] < '0' || s[1] > '9' || s[2] < '0' || s[2] > '9')
+		return -502;
+	if (n > 12 && s[3] != ' ')
+		return -502;
+	h->status = (s[0] - '0') * 100 + (s[1] - '0') * 10 + (s[2] - '0');
+	h->minor = minor;
+	h->flags = minor == 0 ? HTTP_F_CLOSE : 0;
+	if (n > 12) {
+		h->reason.p = s + 4;
+		h->reason.len = (uint32_t)(n - 13);
+		for (uint32_t i = 0; i < h->reason.len; i++)
+			if (!is_value_char((unsigned char)h->reason.p[i]))
+				return -502;
+	}
+
+	int r = parse_fields(buf, next, end, max_head, h, -502);
+	if (r <= 0)
+		return r == -431 ? -502 : r;
+	int sem = apply_semantics(h, 0, -502);
+	if (sem < 0)
+		return sem;
+	if (h->status < 200 || h->status == 204 || h->status == 304 || req_meth == HTTP_HEAD) {
+		h->framing = HTTP_BODY_NONE;
+		h->content_length = h->status < 200 || h->status == 204 ? 0 : h->content_length;
+	}
+	return r;
+}

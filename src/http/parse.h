@@ -1,0 +1,110 @@
+/*
+ * parse.h - the strict HTTP/1.1 message-head parser (RFC 9112), in place.
+ *
+ * The parser never copies: every string in struct http_head points into the caller's buffer,
+ * which must stay put while the head is in use. It accepts only what is unambiguous and
+ * rejects the rest with the status the peer should see, because a proxy that reads a message
+ * differently from the server behind it is a request-smuggling hole. Rejected:
+ *   - Content-Length together with Transfer-Encoding; differing Content-Length values;
+ *     a Transfer-Encoding other than a single final "chunked"; Transfer-Encoding in HTTP/1.0;
+ *   - obs-fold (a line starting with SP/HTAB), whitespace between field name and colon,
+ *     a bare CR or bare LF, control characters, a missing or repeated Host in HTTP/1.1;
+ *   - heads longer than the configured limit or with too many fields (431).
+ * Leading empty lines before a request line are skipped, as RFC 9112 section 2.2 allows.
+ */
+#ifndef ACCELNET_HTTP_PARSE_H
+#define ACCELNET_HTTP_PARSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define HTTP_MAX_HEADERS 96
+
+struct http_str {
+	const char *p;
+	uint32_t len;
+};
+
+struct http_header {
+	struct http_str name, value;
+};
+
+enum http_method {
+	HTTP_OTHER,
+	HTTP_GET,
+	HTTP_HEAD,
+	HTTP_POST,
+	HTTP_PUT,
+	HTTP_DELETE,
+	HTTP_OPTIONS,
+	HTTP_TRACE,
+	HTTP_PATCH,
+	HTTP_CONNECT,
+};
+
+enum http_framing {
+	HTTP_BODY_NONE,	   /* no body follows the head */
+	HTTP_BODY_LENGTH,  /* exactly content_length bytes */
+	HTTP_BODY_CHUNKED, /* chunked transfer coding */
+	HTTP_BODY_CLOSE,   /* responses only: the body ends when the server closes */
+};
+
+enum http_flag {
+	HTTP_F_CLOSE = 1u << 0,		  /* the sender will not keep the connection */
+	HTTP_F_EXPECT_CONTINUE = 1u << 1, /* Expect: 100-continue */
+	HTTP_F_UPGRADE = 1u << 2,	  /* Connection: upgrade */
+};
+
+struct http_head {
+	/* request line */
+	struct http_str method, target, path; /* path: target without scheme and authority */
+	enum http_method meth;
+	/* status line */
+	int status;
+	struct http_str reason;
+
+	int minor; /* the 1 of HTTP/1.1 */
+	struct http_header headers[HTTP_MAX_HEADERS];
+	unsigned nheaders;
+	struct http_str host; /* Host field, or the authority of an absolute-form target */
+	uint32_t head_len;    /* bytes of the head, final CRLF included */
+	enum http_framing framing;
+	uint64_t content_length;
+	unsigned flags;
+};
+
+/*
+ * Parse a request head from buf[0..len). Returns the head length (> 0) once the whole head is
+ * there, 0 when more bytes are needed, or a negative HTTP status: -400 malformed, -431 too
+ * large, -501 unsupported (CONNECT, unknown transfer coding), -505 version, -417 expectation.
+ */
+int http_parse_request(const char *buf, size_t len, size_t max_head, struct http_head *h);
+
+/*
+ * Parse a response head. <req_meth> is the method of the request it answers (HEAD and
+ * CONNECT change framing). Returns as http_parse_request(), with -502 for anything malformed.
+ */
+int http_parse_response(const char *buf, size_t len, size_t max_head, enum http_method req_meth,
+			struct http_head *h);
+
+/*
+ * Cheap test run before parsing: can buf[0..len) contain a complete head, given that
+ * buf[0..old_len) did not? Looks only at the new bytes (and three before), so a head arriving
+ * byte by byte costs O(n), not O(n^2).
+ */
+int http_head_may_be_complete(const char *buf, size_t old_len, size_t len);
+
+/* Case-insensitive comparison of a parsed string with a C string. */
+int http_str_eq(struct http_str s, const char *lit);
+/* The first header named <name> (case-insensitive), or NULL. */
+const struct http_header *http_find_header(const struct http_head *h, const char *name);
+/* Is <token> one of the comma-separated tokens of <list> (case-insensitive)? */
+int http_list_has(struct http_str list, const char *token, size_t toklen);
+
+static inline int http_method_idempotent(enum http_method m)
+{
+	return m == HTTP_GET || m == HTTP_HEAD || m == HTTP_PUT || m == HTTP_DELETE ||
+	       m == HTTP_OPTIONS || m == HTTP_TRACE;
+}
+
+#endif

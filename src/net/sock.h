@@ -1,0 +1,21 @@
+/*
+ * sock.h - non-blocking TCP sockets: listen, accept, connect, and the options we always set.
+ * Every function returns a descriptor (>= 0) or -errno.
+ */
+#ifndef ACCELNET_NET_SOCK_H
+#define ACCELNET_NET_SOCK_H
+
+#include "net/addr.h"
+
+/* A listening socket with SO_REUSEADDR, and SO_REUSEPORT when <reuseport> (one per worker). */
+int sock_listen(const struct net_addr *addr, int reuseport);
+/* Accept one connection, non-blocking, TCP_NODELAY. -EAGAIN when none is pending. */
+int sock_accept(int lfd, struct sockaddr_storage *peer, socklen_t *peerlen);
+/* Start a non-blocking connect; completion shows as writability, then sock_error(). */
+int sock_connect(const struct net_addr *addr);
+/* The pending error of a socket (0 when connected), as -errno. */
+int sock_error(int fd);
+/* The local port a socket is bound to (for "port 0" listeners). */
+int sock_local_port(int fd);
+
+#endif
