@@ -1,0 +1,172 @@
+/*
+ * rewrite.c - writing heads. A small appender checks room once per piece, so no snprintf
+ * runs per header and a head that does not fit fails cleanly.
+ */
+#include "proxy/rewrite.h"
+#include "http/status.h"
+
+#include <stdio.h>
+#include <string.h>
+
+struct out {
+	char *p;
+	size_t len, cap;
+	int overflow;
+};
+
+static void put(struct out *o, const char *s, size_t n)
+{
+	if (o->overflow || o->cap - o->len < n) {
+		o->overflow = 1;
+		return;
+	}
+	memcpy(o->p + o->len, s, n);
+	o->len += n;
+}
+
+static void puts_(struct out *o, const char *s)
+{
+	put(o, s, strlen(s));
+}
+
+static void put_str(struct out *o, struct http_str s)
+{
+	put(o, s.p, s.len);
+}
+
+static void put_field(struct out *o, struct http_str name, struct http_str value)
+{
+	put_str(o, name);
+	put(o, ": ", 2);
+	put_str(o, value);
+	put(o, "\r\n", 2);
+}
+
+static int finish(struct out *o)
+{
+	return o->overflow ? -1 : (int)o->len;
+}
+
+int rewrite_is_hop_by_hop(struct http_str name, struct http_str connection)
+{
+	static const char *const fixed[] = {"connection", "keep-alive", "proxy-connection", "te",
+					    "upgrade"};
+	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+		if (http_str_eq(name, fixed[i]))
+			return 1;
+	return connection.len && http_list_has(connection, name.p, name.len);
+}
+
+static struct http_str connection_value(const struct http_head *h)
+{
+	const struct http_header *c = http_find_header(h, "connection");
+	return c ? c->value : (struct http_str){NULL, 0};
+}
+
+int rewrite_incoming_request_id(const struct http_head *req, char *out)
+{
+	const struct http_header *f = http_find_header(req, "x-request-id");
+	if (!f || !f->value.len || f->value.len > REQUEST_ID_MAX)
+		return 0;
+	for (uint32_t i = 0; i < f->value.len; i++) {
+		char c = f->value.p[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '_' || c == ':' || c == '-'))
+			return 0;
+	}
+	memcpy(out, f->value.p, f->value.len);
+	out[f->value.len] = '\0';
+	return 1;
+}
+
+int rewrite_request(char *buf, size_t cap, const struct http_head *req,
+		    const struct rewrite_request_info *info)
+{
+	struct out o = {buf, 0, cap, 0};
+	struct http_str conn = connection_value(req);
+	struct http_str xff = {NULL, 0};
+
+	put_str(&o, req->method);
+	put(&o, " ", 1);
+	put_str(&o, req->path);
+	puts_(&o, info->upstream_minor ? " HTTP/1.1\r\n" : " HTTP/1.0\r\n");
+	if (req->host.p)
+		put_field(&o, (struct http_str){"Host", 4}, req->host);
+	for (unsigned i = 0; i < req->nheaders; i++) {
+		const struct http_header *f = &req->headers[i];
+		if (rewrite_is_hop_by_hop(f->name, conn) || http_str_eq(f->name, "host") ||
+		    http_str_eq(f->name, "x-forwarded-proto") ||
+		    http_str_eq(f->name, "x-request-id"))
+			continue;
+		if (http_str_eq(f->name, "x-forwarded-for")) {
+			xff = f->value; /* several fields are joined into one below */
+			continue;
+		}
+		put_field(&o, f->name, f->value);
+	}
+	/* X-Forwarded-For: every earlier hop, then this client */
+	puts_(&o, "X-Forwarded-For: ");
+	for (unsigned i = 0; xff.p && i < req->nheaders; i++) {
+		const struct http_header *f = &req->headers[i];
+		if (http_str_eq(f->name, "x-forwarded-for") && f->value.len) {
+			put_str(&o, f->value);
+			put(&o, ", ", 2);
+		}
+	}
+	puts_(&o, info->client_ip);
+	puts_(&o, "\r\nX-Forwarded-Proto: http\r\nX-Request-Id: ");
+	puts_(&o, info->request_id);
+	puts_(&o, "\r\n\r\n");
+	return finish(&o);
+}
+
+int rewrite_response(char *buf, size_t cap, const struct http_head *resp, int keep_alive,
+		     const char *request_id)
+{
+	struct out o = {buf, 0, cap, 0};
+	struct http_str conn = connection_value(resp);
+	char status[16];
+	int has_id = 0;
+
+	snprintf(status, sizeof(status), "HTTP/1.1 %03d ", resp->status);
+	puts_(&o, status);
+	if (resp->reason.len)
+		put_str(&o, resp->reason);
+	else
+		puts_(&o, http_status_text(resp->status));
+	put(&o, "\r\n", 2);
+	for (unsigned i = 0; i < resp->nheaders; i++) {
+		const struct http_header *f = &resp->headers[i];
+		if (rewrite_is_hop_by_hop(f->name, conn))
+			continue;
+		if (http_str_eq(f->name, "x-request-id"))
+			has_id = 1;
+		put_field(&o, f->name, f->value);
+	}
+	if (!has_id && request_id) {
+		puts_(&o, "X-Request-Id: ");
+		puts_(&o, request_id);
+		put(&o, "\r\n", 2);
+	}
+	if (!keep_alive)
+		puts_(&o, "Connection: close\r\n");
+	put(&o, "\r\n", 2);
+	return finish(&o);
+}
+
+int rewrite_error(char *buf, size_t cap, int status, const char *detail, int keep_alive,
+		  const char *request_id)
+{
+	char body[256];
+	int blen = snprintf(body, sizeof(body), "%d %s: %s\n", status, http_status_text(status),
+			    detail);
+	if (blen < 0 || (size_t)blen >= sizeof(body))
+		blen = (int)sizeof(body) - 1;
+	int n = snprintf(buf, cap,
+			 "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n"
+			 "%s%s%sCache-Control: no-store\r\n%s\r\n%.*s",
+			 status, http_status_text(status), blen, request_id ? "X-Request-Id: " : "",
+			 request_id ? request_id : "", request_id ? "\r\n" : "",
+			 keep_alive ? "" : "Connection: close\r\n", blen, body);
+	return n < 0 || (size_t)n >= cap ? -1 : n;
+}

@@ -1,0 +1,53 @@
+/*
+ * rewrite.h - the heads the proxy writes: the request it sends upstream, the response head
+ * it sends the client, and its own short error responses.
+ *
+ * Pure functions from a parsed head to bytes in a caller's buffer, so the unit tests check
+ * exactly what goes on the wire. Hop-by-hop fields (RFC 9110 section 7.6.1: Connection and
+ * every field it names, Keep-Alive, Proxy-Connection, TE, Upgrade) never cross the proxy;
+ * Transfer-Encoding and Content-Length do, because bodies are relayed with their framing
+ * untouched.
+ */
+#ifndef ACCELNET_PROXY_REWRITE_H
+#define ACCELNET_PROXY_REWRITE_H
+
+#include "http/parse.h"
+
+#include <stddef.h>
+
+#define REQUEST_ID_MAX 64
+
+struct rewrite_request_info {
+	const char *client_ip;
+	const char *request_id; /* the id to send: kept from the client or generated */
+	int upstream_minor;	/* HTTP/1.<minor> upstream: 1, or 0 for HTTP/1.0 clients */
+};
+
+/*
+ * Write the upstream request head for <req>. Returns its length, or -1 if it does not fit in
+ * <cap> bytes.
+ */
+int rewrite_request(char *out, size_t cap, const struct http_head *req,
+		    const struct rewrite_request_info *info);
+
+/*
+ * Write the client response head for the upstream response <resp>. <keep_alive>: whether the
+ * client connection stays open after this response. Returns its length or -1.
+ */
+int rewrite_response(char *out, size_t cap, const struct http_head *resp, int keep_alive,
+		     const char *request_id);
+
+/* Write a complete short text/plain error response. Returns its length or -1. */
+int rewrite_error(char *out, size_t cap, int status, const char *detail, int keep_alive,
+		  const char *request_id);
+
+/*
+ * The X-Request-Id of <req> if it is 1..64 characters of [A-Za-z0-9._:-], copied to <out>
+ * (REQUEST_ID_MAX + 1 bytes); 0 if there is none usable.
+ */
+int rewrite_incoming_request_id(const struct http_head *req, char *out);
+
+/* Should field <name> be dropped, given the message's Connection field value <connection>? */
+int rewrite_is_hop_by_hop(struct http_str name, struct http_str connection);
+
+#endif

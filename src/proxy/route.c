@@ -1,0 +1,49 @@
+/*
+ * route.c - matching a request head against the routes of the config, in order; the first
+ * route whose every given condition holds wins.
+ */
+#include "proxy/runtime.h"
+
+#include <string.h>
+#include <strings.h>
+
+static int host_matches(const char *want, struct http_str host)
+{
+	/* compare without the port: "api.example.com:8080" matches "api.example.com" */
+	uint32_t len = host.len;
+	if (len && host.p[0] != '[') {
+		const char *colon = memchr(host.p, ':', len);
+		if (colon)
+			len = (uint32_t)(colon - host.p);
+	}
+	return strlen(want) == len && strncasecmp(want, host.p, len) == 0;
+}
+
+static int route_matches(const struct conf_route *r, const struct http_head *req)
+{
+	size_t plen = strlen(r->path_prefix);
+	if (req->path.len < plen || memcmp(req->path.p, r->path_prefix, plen) != 0)
+		return 0;
+	if (r->host && !host_matches(r->host, req->host))
+		return 0;
+	if (r->method &&
+	    (strlen(r->method) != req->method.len || memcmp(r->method, req->method.p, req->method.len)))
+		return 0;
+	if (r->header_name) {
+		const struct http_header *h = http_find_header(req, r->header_name);
+		if (!h)
+			return 0;
+		if (r->header_value && (strlen(r->header_value) != h->value.len ||
+					memcmp(r->header_value, h->value.p, h->value.len) != 0))
+			return 0;
+	}
+	return 1;
+}
+
+const struct conf_route *route_match(const struct conf *conf, const struct http_head *req)
+{
+	for (size_t i = 0; i < conf->nroutes; i++)
+		if (route_matches(&conf->routes[i], req))
+			return &conf->routes[i];
+	return NULL;
+}

@@ -1,0 +1,357 @@
+/*
+ * sim.c - the simulated accelerator.
+ *
+ * A job is one inference request. It is either waiting (on the FIFO queue) or active
+ * (holding a slot, driven by its timer): first the time to first token, then one tick per
+ * token. When a job ends -- done, failed, or abandoned by its client -- its slot goes to
+ * the head of the queue. Nothing here blocks; all waiting is timers on the loop.
+ */
+#include "sim/sim.h"
+#include "core/clock.h"
+#include "core/log.h"
+#include "core/rand.h"
+#include "http/server.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sim_job {
+	struct sim *sim;
+	struct hsrv_conn *conn;
+	struct loop_timer timer;
+	struct sim_job *next; /* queue link */
+	unsigned long id;
+	unsigned tokens, sent;
+	unsigned prompt_tokens;
+	int stream, chat, active, headers_sent;
+	uint64_t queued_at_ms, wait_ms;
+};
+
+struct sim {
+	struct sim_opts opts;
+	struct loop *loop;
+	struct hsrv *srv;
+	struct sim_job *queue_head, *queue_tail;
+	unsigned active, waiting, max_waiting;
+	unsigned long requests, completions, failures, aborted, next_id;
+	uint64_t rng;
+	char served_by[96];
+};
+
+void sim_opts_default(struct sim_opts *o)
+{
+	const char *why;
+	memset(o, 0, sizeof(*o));
+	net_addr_parse("127.0.0.1:9101", &o->addr, &why);
+	snprintf(o->name, sizeof(o->name), "sim");
+	o->slots = 4;
+	o->latency_ms = 100;
+	o->jitter = 0.1;
+	o->tokens = 16;
+	o->token_ms = 20;
+}
+
+static void job_free(struct sim_job *j)
+{
+	free(j);
+}
+
+static void sim_start_next(struct sim *s);
+
+static void job_release(struct sim_job *j)
+{
+	struct sim *s = j->sim;
+	loop_timer_stop(s->loop, &j->timer);
+	if (j->active) {
+		s->active--;
+		j->active = 0;
+	}
+	job_free(j);
+	sim_start_next(s);
+}
+
+static void job_on_abort(void *arg)
+{
+	struct sim_job *j = arg;
+	struct sim *s = j->sim;
+	s->aborted++;
+	if (!j->active) {
+		/* unlink from the queue */
+		struct sim_job **pp = &s->queue_head, *prev = NULL;
+		while (*pp && *pp != j) {
+			prev = *pp;
+			pp = &(*pp)->next;
+		}
+		if (*pp) {
+			*pp = j->next;
+			if (s->queue_tail == j)
+				s->queue_tail = prev;
+			s->waiting--;
+		}
+	}
+	job_release(j);
+}
+
+static void job_headers(struct sim_job *j, char *out, size_t len)
+{
+	snprintf(out, len, "%sX-Sim-Wait-Ms: %llu\r\n", j->sim->served_by,
+		 (unsigned long long)j->wait_ms);
+}
+
+static void job_fail(struct sim_job *j)
+{
+	char headers[256], body[160];
+	int n = snprintf(body, sizeof(body),
+			 "{\"error\":{\"message\":\"simulated failure on %s\",\"type\":\"server_error\"}}",
+			 j->sim->opts.name);
+	j->sim->failures++;
+	job_headers(j, headers, sizeof(headers));
+	hsrv_respond(j->conn, 500, "application/json", headers, body, (size_t)n);
+	job_release(j);
+}
+
+static int token_event(struct sim_job *j, char *out, size_t len)
+{
+	const char *name = j->sim->opts.name;
+	if (j->chat)
+		return snprintf(out, len,
+				"data: {\"id\":\"chatcmpl-%lu\",\"object\":\"chat.completion.chunk\","
+				"\"model\":\"%s\",\"choices\":[{\"index\":0,\"delta\":{\"content\":"
+				"\"tok%u \"},\"finish_reason\":null}]}\n\n",
+				j->id, name, j->sent);
+	return snprintf(out, len,
+			"data: {\"id\":\"cmpl-%lu\",\"object\":\"text_completion\",\"model\":\"%s\","
+			"\"choices\":[{\"index\":0,\"text\":\"tok%u \",\"finish_reason\":null}]}\n\n",
+			j->id, name, j->sent);
+}
+
+static void job_finish_whole(struct sim_job *j)
+{
+	struct sim *s = j->sim;
+	char headers[256];
+	size_t cap = 512 + (size_t)j->tokens * 12, used = 0;
+	char *body = malloc(cap);
+	if (!body) {
+		job_fail(j);
+		return;
+	}
+	if (j->chat)
+		used += (size_t)snprintf(body, cap,
+					 "{\"id\":\"chatcmpl-%lu\",\"object\":\"chat.completion\","
+					 "\"model\":\"%s\",\"choices\":[{\"index\":0,\"message\":"
+					 "{\"role\":\"assistant\",\"content\":\"",
+					 j->id, s->opts.name);
+	else
+		used += (size_t)snprintf(body, cap,
+					 "{\"id\":\"cmpl-%lu\",\"object\":\"text_completion\","
+					 "\"model\":\"%s\",\"choices\":[{\"index\":0,\"text\":\"",
+					 j->id, s->opts.name);
+	for (unsigned i = 0; i < j->tokens; i++)
+		used += (size_t)snprintf(body + used, cap - used, "tok%u ", i);
+	used += (size_t)snprintf(body + used, cap - used,
+				 "\"%s,\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":%u,"
+				 "\"completion_tokens\":%u,\"total_tokens\":%u}}\n",
+				 j->chat ? "}" : "", j->prompt_tokens, j->tokens,
+				 j->prompt_tokens + j->tokens);
+	s->completions++;
+	job_headers(j, headers, sizeof(headers));
+	hsrv_respond(j->conn, 200, "application/json", headers, body, used);
+	free(body);
+	job_release(j);
+}
+
+/* The job's timer: first token due, or the next token of a stream. */
+static void job_on_timer(struct loop_timer *t)
+{
+	struct sim_job *j = container_of(t, struct sim_job, timer);
+	struct sim *s = j->sim;
+	char ev[512], headers[256];
+
+	if (!j->stream) {
+		job_finish_whole(j);
+		return;
+	}
+	if (!j->headers_sent) {
+		job_headers(j, headers, sizeof(headers));
+		strcat(headers, "Cache-Control: no-cache\r\n");
+		j->headers_sent = 1;
+		if (hsrv_stream_begin(j->conn, 200, "text/event-stream", headers) < 0)
+			return; /* the client left; job_on_abort released the job */
+	}
+	if (j->sent < j->tokens) {
+		int n = token_event(j, ev, sizeof(ev));
+		j->sent++;
+		if (hsrv_stream_write(j->conn, ev, (size_t)n) < 0)
+			return; /* the client left; job_on_abort released the job */
+	}
+	if (j->sent < j->tokens) {
+		loop_timer_set(s->loop, &j->timer, loop_now(s->loop) + s->opts.token_ms);
+		return;
+	}
+	if (hsrv_stream_write(j->conn, "data: [DONE]\n\n", 14) < 0)
+		return;
+	s->completions++;
+	hsrv_on_abort(j->conn, NULL, NULL);
+	hsrv_stream_end(j->conn);
+	job_release(j);
+}
+
+static void job_begin(struct sim_job *j)
+{
+	struct sim *s = j->sim;
+	uint64_t now = loop_now(s->loop);
+	j->active = 1;
+	s->active++;
+	j->wait_ms = now - j->queued_at_ms;
+	double f = 1.0 + s->opts.jitter * (2.0 * rand_unit(&s->rng) - 1.0);
+	uint64_t delay = (uint64_t)((double)s->opts.latency_ms * (f < 0 ? 0 : f));
+	if (s->opts.fail_rate > 0 && rand_unit(&s->rng) < s->opts.fail_rate) {
+		job_fail(j);
+		return;
+	}
+	if (!j->stream)
+		delay += (uint64_t)j->tokens * s->opts.token_ms;
+	j->timer.fn = job_on_timer;
+	loop_timer_set(s->loop, &j->timer, now + delay);
+}
+
+static void sim_start_next(struct sim *s)
+{
+	while (s->active < s->opts.slots && s->queue_head) {
+		struct sim_job *j = s->queue_head;
+		s->queue_head = j->next;
+		if (!s->queue_head)
+			s->queue_tail = NULL;
+		s->waiting--;
+		j->next = NULL;
+		job_begin(j);
+	}
+}
+
+/* A JSON boolean field set to true, found without a full parser: "stream" : true */
+static int json_flag(const char *body, size_t len, const char *key)
+{
+	size_t klen = strlen(key);
+	for (size_t i = 0; i + klen + 2 <= len; i++) {
+		if (body[i] != '"' || memcmp(body + i + 1, key, klen) != 0 || body[i + 1 + klen] != '"')
+			continue;
+		size_t k = i + klen + 2;
+		while (k < len && (body[k] == ' ' || body[k] == ':' || body[k] == '\t'))
+			k++;
+		return len - k >= 4 && memcmp(body + k, "true", 4) == 0;
+	}
+	return 0;
+}
+
+static long json_number(const char *body, size_t len, const char *key)
+{
+	size_t klen = strlen(key);
+	for (size_t i = 0; i + klen + 2 <= len; i++) {
+		if (body[i] != '"' || memcmp(body + i + 1, key, klen) != 0 || body[i + 1 + klen] != '"')
+			continue;
+		size_t k = i + klen + 2;
+		while (k < len && (body[k] == ' ' || body[k] == ':' || body[k] == '\t'))
+			k++;
+		long v = 0;
+		int digits = 0;
+		while (k < len && body[k] >= '0' && body[k] <= '9' && v < 1000000) {
+			v = v * 10 + (body[k++] - '0');
+			digits++;
+		}
+		return digits ? v : -1;
+	}
+	return -1;
+}
+
+static void sim_on_request(void *arg, struct hsrv_conn *c, const struct http_head *req,
+			   const char *body, size_t body_len)
+{
+	struct sim *s = arg;
+	char text[512];
+	int n;
+	s->requests++;
+
+	int completions = http_str_eq(req->path, "/v1/completions");
+	int chat = http_str_eq(req->path, "/v1/chat/completions");
+	if ((completions || chat) && req->meth == HTTP_POST) {
+		struct sim_job *j = calloc(1, sizeof(*j));
+		if (!j) {
+			hsrv_respond(c, 503, "text/plain", s->served_by, "out of memory\n", 14);
+			return;
+		}
+		j->sim = s;
+		j->conn = c;
+		j->id = ++s->next_id;
+		j->chat = chat;
+		j->stream = json_flag(body, body_len, "stream");
+		long max_tokens = json_number(body, body_len, "max_tokens");
+		j->tokens = max_tokens > 0 ? (unsigned)(max_tokens < 4096 ? max_tokens : 4096)
+					   : s->opts.tokens;
+		j->prompt_tokens = (unsigned)(body_len / 4);
+		j->queued_at_ms = loop_now(s->loop);
+		hsrv_on_abort(c, job_on_abort, j);
+		if (s->queue_tail)
+			s->queue_tail->next = j;
+		else
+			s->queue_head = j;
+		s->queue_tail = j;
+		s->waiting++;
+		if (s->waiting > s->max_waiting)
+			s->max_waiting = s->waiting;
+		sim_start_next(s);
+		return;
+	}
+	if (http_str_eq(req->path, "/health")) {
+		hsrv_respond(c, 200, "text/plain", s->served_by, "ok\n", 3);
+		return;
+	}
+	if (http_str_eq(req->path, "/sim/stats")) {
+		n = snprintf(text, sizeof(text),
+			     "{\"name\":\"%s\",\"connections\":%lu,\"requests\":%lu,"
+			     "\"completions\":%lu,\"failures\":%lu,\"aborted\":%lu,\"active\":%u,"
+			     "\"waiting\":%u,\"max_waiting\":%u,\"slots\":%u}\n",
+			     s->opts.name, hsrv_connections(s->srv), s->requests, s->completions,
+			     s->failures, s->aborted, s->active, s->waiting, s->max_waiting,
+			     s->opts.slots);
+		hsrv_respond(c, 200, "application/json", s->served_by, text, (size_t)n);
+		return;
+	}
+	n = snprintf(text, sizeof(text), "%s: %.*s %.*s (%zu body bytes)\n", s->opts.name,
+		     (int)req->method.len, req->method.p, (int)req->path.len, req->path.p, body_len);
+	hsrv_respond(c, 200, "text/plain", s->served_by, text, (size_t)n);
+}
+
+int sim_start(struct loop *loop, const struct sim_opts *o, struct sim **out)
+{
+	struct sim *s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->opts = *o;
+	if (!s->opts.slots)
+		s->opts.slots = 1;
+	s->loop = loop;
+	s->rng = clock_now_ns() ^ (uint64_t)(uintptr_t)s;
+	snprintf(s->served_by, sizeof(s->served_by), "X-Served-By: %s\r\n", o->name);
+	int err = hsrv_start(loop, &o->addr, sim_on_request, s, &s->srv);
+	if (err) {
+		free(s);
+		return err;
+	}
+	*out = s;
+	return 0;
+}
+
+int sim_port(const struct sim *s)
+{
+	return hsrv_port(s->srv);
+}
+
+void sim_stop(struct sim *s)
+{
+	if (!s)
+		return;
+	hsrv_stop(s->srv); /* aborts every job still held by a connection */
+	free(s);
+}

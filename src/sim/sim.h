@@ -1,0 +1,37 @@
+/*
+ * sim.h - the simulated accelerator server (`accelnet sim`).
+ *
+ * It behaves like an inference server on one accelerator: at most <slots> requests are in
+ * service at once and the rest wait inside it in arrival order, so its latency grows with
+ * its own queue. A completion takes latency_ms (+- jitter) to the first token, then one
+ * token every token_ms; with "stream": true the tokens arrive as Server-Sent Events. A
+ * request can fail at random (fail_rate) with a 500. Every response carries
+ * X-Served-By: NAME. GET /health is 200 while it runs; GET /sim/stats reports its counters
+ * as JSON; every other path answers 200 with a one-line description.
+ */
+#ifndef ACCELNET_SIM_SIM_H
+#define ACCELNET_SIM_SIM_H
+
+#include "core/loop.h"
+#include "net/addr.h"
+
+struct sim_opts {
+	struct net_addr addr;
+	char name[64];
+	unsigned slots;
+	unsigned latency_ms;
+	double jitter; /* 0..1: latency varies by up to this fraction either way */
+	unsigned tokens;
+	unsigned token_ms;
+	double fail_rate; /* 0..1 */
+};
+
+struct sim;
+
+void sim_opts_default(struct sim_opts *o);
+/* Start serving on <loop>. 0 or -errno (e.g. -EADDRINUSE). */
+int sim_start(struct loop *loop, const struct sim_opts *o, struct sim **out);
+int sim_port(const struct sim *s);
+void sim_stop(struct sim *s);
+
+#endif
