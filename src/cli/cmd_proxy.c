@@ -1,0 +1,102 @@
+/*
+ * cmd_proxy.c - `accelnet proxy` and `accelnet check`: load a config, then run or just say
+ * whether it is valid.
+ */
+#include "cli/cli.h"
+#include "conf/conf.h"
+#include "core/log.h"
+#include "proxy/proxy.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+struct conf_args {
+	const char *file;
+	const char *log_level;
+	int keys;
+};
+
+static int parse_args(int argc, char **argv, struct conf_args *a, const char *cmd)
+{
+	static const struct option opts[] = {
+		{"config", required_argument, NULL, 'c'},
+		{"log-level", required_argument, NULL, 'l'},
+		{"keys", no_argument, NULL, 'k'},
+		{NULL, 0, NULL, 0},
+	};
+	int ch;
+	optind = 1;
+	while ((ch = getopt_long(argc, argv, "c:l:", opts, NULL)) != -1) {
+		switch (ch) {
+		case 'c':
+			a->file = optarg;
+			break;
+		case 'l':
+			a->log_level = optarg;
+			break;
+		case 'k':
+			a->keys = 1;
+			break;
+		default:
+			return -1;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "accelnet %s: unexpected argument '%s'\n", cmd, argv[optind]);
+		return -1;
+	}
+	if (a->log_level) {
+		enum log_level lvl;
+		if (log_parse_level(a->log_level, &lvl) < 0) {
+			fprintf(stderr, "accelnet %s: --log-level takes error, warn, info or debug\n",
+				cmd);
+			return -1;
+		}
+		log_threshold = lvl;
+	}
+	if (!a->file && !a->keys) {
+		fprintf(stderr, "accelnet %s: -c FILE is required\n", cmd);
+		return -1;
+	}
+	return 0;
+}
+
+int cmd_check(int argc, char **argv)
+{
+	struct conf_args a = {0};
+	struct conf_error err;
+	struct conf *conf;
+	if (parse_args(argc, argv, &a, "check") < 0)
+		return 2;
+	if (a.keys) {
+		conf_print_keys(stdout);
+		return 0;
+	}
+	if (conf_load_file(a.file, &conf, &err) < 0) {
+		fprintf(stderr, "%s\n", err.msg);
+		return 2;
+	}
+	printf("%s: ok (%zu listener%s, %zu pool%s, %zu route%s, %u workers)\n", a.file,
+	       conf->nlistens, conf->nlistens == 1 ? "" : "s", conf->npools,
+	       conf->npools == 1 ? "" : "s", conf->nroutes, conf->nroutes == 1 ? "" : "s",
+	       conf->workers);
+	conf_free(conf);
+	return 0;
+}
+
+int cmd_proxy(int argc, char **argv)
+{
+	struct conf_args a = {0};
+	struct conf_error err;
+	struct conf *conf;
+	if (parse_args(argc, argv, &a, "proxy") < 0 || a.keys)
+		return 2;
+	if (conf_load_file(a.file, &conf, &err) < 0) {
+		fprintf(stderr, "%s\n", err.msg);
+		return 2;
+	}
+	int status = proxy_run(conf, NULL);
+	conf_free(conf);
+	return status;
+}

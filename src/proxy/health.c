@@ -1,0 +1,189 @@
+/*
+ * health.c - the probes behind health.h. A probe is a tiny state machine: waiting for its
+ * next interval, connecting, or waiting for the status line; its one timer serves both as
+ * interval and as deadline.
+ */
+#include "proxy/health.h"
+#include "core/log.h"
+#include "net/sock.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+enum probe_phase { P_WAIT, P_CONNECT, P_READ };
+
+struct probe {
+	struct loop_io io;
+	struct loop_timer timer;
+	struct health *h;
+	struct backend *be;
+	enum probe_phase phase;
+	uint64_t started_ms;
+	size_t len;
+	char buf[64];
+};
+
+struct health {
+	struct loop *loop;
+	struct probe *probes;
+	size_t nprobes;
+};
+
+static void probe_schedule(struct probe *p)
+{
+	const struct conf_health *hc = &p->be->pool->health;
+	p->phase = P_WAIT;
+	uint64_t next = p->started_ms + hc->interval_ms;
+	uint64_t now = loop_now(p->h->loop);
+	loop_timer_set(p->h->loop, &p->timer, next > now ? next : now);
+}
+
+static void probe_finish(struct probe *p, int ok, const char *why)
+{
+	struct backend *be = p->be;
+	const struct conf_health *hc = &be->pool->health;
+	if (p->io.fd >= 0) {
+		loop_io_del(p->h->loop, &p->io);
+		close(p->io.fd);
+		p->io.fd = -1;
+	}
+	int up = atomic_load(&be->up);
+	if (ok) {
+		be->hc_fail = 0;
+		if (++be->hc_ok >= hc->rise && !up) {
+			atomic_store(&be->down_until_ms, 0);
+			atomic_store(&be->up, 1);
+			log_warn("backend %s (pool %s) is UP after %u good checks", be->name,
+				 be->pool->name, be->hc_ok);
+		}
+	} else {
+		be->hc_ok = 0;
+		if (++be->hc_fail >= hc->fall && up) {
+			atomic_store(&be->up, 0);
+			log_warn("backend %s (pool %s) is DOWN: %s (%u failed checks)", be->name,
+				 be->pool->name, why, be->hc_fail);
+		}
+	}
+	probe_schedule(p);
+}
+
+static void probe_on_io(struct loop_io *io, unsigned events)
+{
+	struct probe *p = container_of(io, struct probe, io);
+	if (p->phase == P_CONNECT && (events & (LOOP_WRITE | LOOP_HUP))) {
+		int err = sock_error(io->fd);
+		if (err) {
+			probe_finish(p, 0, strerror(-err));
+			return;
+		}
+		char req[512];
+		int n = snprintf(req, sizeof(req),
+				 "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: accelnet-health\r\n"
+				 "Connection: close\r\n\r\n",
+				 p->be->pool->health.path, p->be->name);
+		if (send(io->fd, req, (size_t)n, MSG_NOSIGNAL) != n) {
+			probe_finish(p, 0, "cannot send the check request");
+			return;
+		}
+		p->phase = P_READ;
+		p->len = 0;
+	}
+	if (p->phase != P_READ || !(events & (LOOP_READ | LOOP_HUP)))
+		return;
+	for (;;) {
+		ssize_t n = recv(io->fd, p->buf + p->len, sizeof(p->buf) - 1 - p->len, 0);
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			return;
+		if (n > 0)
+			p->len += (size_t)n;
+		if (p->len >= 12 || n <= 0)
+			break;
+	}
+	p->buf[p->len] = '\0';
+	int status = 0;
+	if (p->len >= 12 && memcmp(p->buf, "HTTP/1.", 7) == 0)
+		status = atoi(p->buf + 9);
+	if (status >= 200 && status < 400) {
+		probe_finish(p, 1, NULL);
+		return;
+	}
+	char why[64];
+	if (status)
+		snprintf(why, sizeof(why), "%s answered %d", p->be->pool->health.path, status);
+	else
+		snprintf(why, sizeof(why), "no HTTP status line");
+	probe_finish(p, 0, why);
+}
+
+static void probe_on_timer(struct loop_timer *t)
+{
+	struct probe *p = container_of(t, struct probe, timer);
+	if (p->phase != P_WAIT) {
+		probe_finish(p, 0, "check timed out");
+		return;
+	}
+	p->started_ms = loop_now(p->h->loop);
+	int fd = sock_connect(&p->be->conf->ep.addr);
+	if (fd < 0) {
+		probe_finish(p, 0, strerror(-fd));
+		return;
+	}
+	p->io.fd = fd;
+	if (loop_io_add(p->h->loop, &p->io) < 0) {
+		probe_finish(p, 0, "cannot watch the check socket");
+		return;
+	}
+	p->phase = P_CONNECT;
+	loop_timer_set(p->h->loop, &p->timer, p->started_ms + p->be->pool->health.timeout_ms);
+}
+
+int health_start(struct loop *loop, struct runtime *rt, struct health **out)
+{
+	struct health *h = calloc(1, sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	h->loop = loop;
+	h->probes = calloc(rt->nbackends ? rt->nbackends : 1, sizeof(*h->probes));
+	if (!h->probes) {
+		free(h);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < rt->npools; i++) {
+		struct pool_rt *pool = &rt->pools[i];
+		if (!pool->conf->health.enabled)
+			continue;
+		for (size_t j = 0; j < pool->nbackends; j++) {
+			struct probe *p = &h->probes[h->nprobes++];
+			p->h = h;
+			p->be = &pool->backends[j];
+			p->io.fd = -1;
+			p->io.fn = probe_on_io;
+			p->timer.fn = probe_on_timer;
+			p->phase = P_WAIT;
+			/* the first check runs at once */
+			loop_timer_set(loop, &p->timer, loop_now(loop));
+		}
+	}
+	*out = h;
+	return 0;
+}
+
+void health_stop(struct health *h)
+{
+	if (!h)
+		return;
+	for (size_t i = 0; i < h->nprobes; i++) {
+		struct probe *p = &h->probes[i];
+		loop_timer_stop(h->loop, &p->timer);
+		if (p->io.fd >= 0) {
+			loop_io_del(h->loop, &p->io);
+			close(p->io.fd);
+		}
+	}
+	free(h->probes);
+	free(h);
+}

@@ -1,0 +1,148 @@
+/*
+ * proxy-t.h - the types the proxy's own files share: workers, client sessions and upstream
+ * connections. Nothing outside proxy/ includes this; the public face is proxy.h.
+ *
+ * Ownership: a worker owns its sessions, its idle upstream connections and its buffers. A
+ * session owns the exchange in progress, which holds at most one upstream connection; when
+ * the exchange ends the connection goes back to the worker's idle list for its backend, or
+ * is closed.
+ */
+#ifndef ACCELNET_PROXY_PROXY_T_H
+#define ACCELNET_PROXY_PROXY_T_H
+
+#include "core/buf.h"
+#include "core/loop.h"
+#include "http/chunked.h"
+#include "http/parse.h"
+#include "proxy/rewrite.h"
+#include "proxy/runtime.h"
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+struct proxy;
+struct worker;
+struct session;
+
+struct upconn {
+	struct loop_io io;
+	struct loop_timer timer; /* idle expiry while on the idle list */
+	struct worker *w;
+	struct backend *be;
+	struct session *s;	    /* the session using it; NULL while idle */
+	struct upconn *prev, *next; /* idle list links */
+	struct buf *in;		    /* response bytes not yet relayed */
+	int failed;		    /* -errno of a failed connect */
+	int readable, writable;	    /* edge seen, not yet drained / not yet full */
+	unsigned connecting : 1, idle : 1;
+	unsigned served; /* exchanges completed on this connection */
+};
+
+struct idle_list {
+	struct upconn *head;
+	unsigned count;
+};
+
+struct listener {
+	struct loop_io io;
+	struct worker *w;
+};
+
+enum session_state {
+	S_HEAD,	    /* reading a request head (or idle between requests) */
+	S_EXCHANGE, /* relaying one request and its response */
+	S_REPLY,    /* writing a response the proxy made itself */
+	S_LINGER,   /* our side is shut; reading until the client closes */
+};
+
+/* One request and its response, client <-> backend. */
+struct exchange {
+	enum http_method meth;
+	int minor;
+	unsigned req_close : 1, retried : 1, up_reused : 1;
+	char reqid[REQUEST_ID_MAX + 1];
+	struct pool_rt *pool;
+	struct backend *be;
+	struct upconn *up;
+	uint64_t started_ms, connect_ms;
+	/* the rewritten request head; kept until a response starts, so a retry can resend it */
+	struct buf *uphead;
+	size_t uphead_off;
+	/* request body: client -> s->in -> backend */
+	enum http_framing req_framing;
+	uint64_t req_left;
+	struct http_chunked req_ch;
+	uint64_t req_payload; /* payload bytes seen, against limits.max_body_bytes */
+	size_t req_ready;     /* bytes at the front of s->in that belong to the body */
+	uint64_t req_sent;    /* body bytes written upstream */
+	unsigned req_read_done : 1;
+	/* response: backend -> up->in -> client */
+	unsigned resp_head : 1, resp_read_done : 1, up_reusable : 1, client_keep : 1;
+	int status;
+	enum http_framing resp_framing;
+	uint64_t resp_left;
+	struct http_chunked resp_ch;
+	size_t resp_ready; /* bytes at the front of up->in that belong to the body */
+};
+
+struct session {
+	struct loop_io io;
+	struct loop_timer timer;
+	struct worker *w;
+	struct session *prev, *next;
+	enum session_state state;
+	int readable, writable; /* edge seen, not yet drained / not yet full */
+	unsigned keep_alive : 1, in_exchange : 1;
+	struct buf *in;	 /* bytes from the client */
+	struct buf *out; /* heads and proxy-made responses for the client */
+	uint64_t phase_ms; /* when the current state or head began */
+	uint64_t last_ms;  /* last progress of the exchange */
+	size_t head_scanned;
+	unsigned served;
+	char client_ip[INET6_ADDRSTRLEN];
+	struct exchange x;
+};
+
+struct worker {
+	unsigned id;
+	char tag[16];
+	pthread_t thread;
+	struct proxy *px;
+	struct loop *loop;
+	struct listener *listeners;
+	size_t nlisteners;
+	struct buf_pool bufs;
+	struct idle_list *idle; /* one per backend, indexed by backend id */
+	struct session *sessions;
+	unsigned nsessions, max_sessions;
+	int accept_paused, draining;
+	atomic_int drain_requested;
+	uint64_t rng;
+	struct http_head head; /* parse scratch, for request and response heads alike */
+};
+
+struct proxy {
+	const struct conf *conf;
+	struct runtime *rt;
+	struct worker *workers;
+	unsigned nworkers;
+	struct loop *main_loop;
+	atomic_uint running; /* workers whose loop still runs */
+};
+
+/* session.c */
+void session_accept(struct worker *w, int fd, const struct sockaddr_storage *peer);
+void session_run(struct session *s);
+void session_close(struct session *s);
+
+/* upstream.c */
+struct upconn *upconn_get(struct worker *w, struct backend *be, int *err);
+void upconn_release(struct upconn *up);
+void upconn_close(struct upconn *up);
+void upconn_close_idle(struct worker *w);
+
+/* worker.c */
+void worker_session_gone(struct worker *w);
+
+#endif

@@ -1,0 +1,832 @@
+/*
+ * session.c - one client connection and the exchanges it carries.
+ *
+ * A session is a small state machine driven by session_run(), which every event of the
+ * client socket, of its upstream connection and of its timer ends in. run_*() functions
+ * move bytes until nothing more can move and say whether to stay (wait for an event), go
+ * again (the state changed) or stop (the session is gone).
+ *
+ *   S_HEAD ---head parsed---> S_EXCHANGE ---response relayed---> S_HEAD (keep-alive)
+ *     |                          |   \---no backend / failure---> S_REPLY
+ *     \---bad request---> S_REPLY ---> S_HEAD or S_LINGER ---> closed
+ *
+ * Bytes are never copied between the sockets: request bodies are written upstream straight
+ * from the client's input buffer, responses to the client straight from the upstream
+ * connection's input buffer, each time gathered with the head in front in one writev().
+ * Framing (Content-Length or chunked) is tracked only to know where a body ends; bytes that
+ * belong to the body are counted as "ready" and relayed as they are, so Server-Sent Events
+ * reach the client one event at a time.
+ *
+ * A request is retried once, on another backend, when its connection could not be
+ * established (nothing was sent, whatever the method), and when a reused keep-alive
+ * connection died before any response byte and the method is idempotent.
+ */
+#include "proxy/proxy-t.h"
+#include "core/check.h"
+#include "core/log.h"
+#include "core/rand.h"
+#include "net/addr.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+enum run { RUN_STAY, RUN_AGAIN, RUN_GONE };
+
+enum up_failure {
+	UP_CONNECT,	    /* the connection could not be established */
+	UP_CONNECT_TIMEOUT, /* ... within timeouts.connect_ms */
+	UP_RESET,	    /* it closed or failed before the response head */
+	UP_TIMEOUT,	    /* no response head within timeouts.first_byte_ms */
+	UP_BAD,		    /* the response head was malformed */
+};
+
+#define LINGER_MS 2000
+
+static const struct conf *conf_of(const struct session *s)
+{
+	return s->w->px->conf;
+}
+
+/* --- buffers and sockets --- */
+
+/*
+ * One read from <fd> into *b (taken from the pool if needed). Returns bytes read (> 0),
+ * 0 at end of stream, -ENOSPC when the buffer is full, -EAGAIN when nothing was there, or
+ * another -errno. Clears *readable when the socket is known to be drained.
+ */
+static ssize_t read_some(struct worker *w, int fd, struct buf **b, int *readable)
+{
+	if (!*b && !(*b = buf_get(&w->bufs)))
+		return -ENOMEM;
+	if (!buf_room(*b))
+		buf_compact(*b);
+	size_t room = buf_room(*b);
+	if (!room)
+		return -ENOSPC;
+	ssize_t n = recv(fd, (*b)->data + (*b)->end, room, 0);
+	if (n < 0) {
+		if (errno == EAGAIN || errno == EINTR) {
+			*readable = 0;
+			return -EAGAIN;
+		}
+		return -errno;
+	}
+	if ((size_t)n < room)
+		*readable = 0;
+	(*b)->end += (uint32_t)n;
+	return n;
+}
+
+static void release_buf(struct worker *w, struct buf **b)
+{
+	if (*b && !buf_len(*b)) {
+		buf_put(&w->bufs, *b);
+		*b = NULL;
+	}
+}
+
+static size_t out_pending(const struct session *s)
+{
+	return s->out ? buf_len(s->out) : 0;
+}
+
+/* --- ending exchanges --- */
+
+static void count_response(struct backend *be, int status)
+{
+	unsigned cls = status >= 100 && status < 600 ? (unsigned)status / 100 : 0;
+	if (be)
+		atomic_fetch_add_explicit(&be->responses[cls], 1, memory_order_relaxed);
+}
+
+/* Let go of the backend slot and the upstream connection (closed, never reused). */
+static void exchange_drop_upstream(struct session *s)
+{
+	struct exchange *x = &s->x;
+	if (x->up) {
+		upconn_close(x->up);
+		x->up = NULL;
+	}
+	if (x->be) {
+		atomic_fetch_sub_explicit(&x->be->inflight, 1, memory_order_relaxed);
+		x->be = NULL;
+	}
+}
+
+static void exchange_clear(struct session *s)
+{
+	struct exchange *x = &s->x;
+	exchange_drop_upstream(s);
+	buf_put(&s->w->bufs, x->uphead);
+	x->uphead = NULL;
+	s->in_exchange = 0;
+}
+
+/* Queue a response made by the proxy. Decides keep-alive; moves to S_REPLY. */
+static enum run reply_error(struct session *s, int status, const char *detail, int keep)
+{
+	struct worker *w = s->w;
+	const char *id = s->in_exchange ? s->x.reqid : NULL;
+	if (s->in_exchange && (!s->x.req_read_done || s->x.req_close || s->x.minor == 0))
+		keep = 0;
+	if (w->draining)
+		keep = 0;
+	if (!s->out && !(s->out = buf_get(&w->bufs))) {
+		session_close(s);
+		return RUN_GONE;
+	}
+	buf_compact(s->out);
+	int n = rewrite_error(s->out->data + s->out->end, buf_room(s->out), status, detail, keep,
+			      id);
+	ASSERT(n > 0);
+	s->out->end += (uint32_t)n;
+	log_debug("%s %d %s", s->client_ip, status, detail);
+	if (s->in_exchange) {
+		count_response(s->x.be, status);
+		if (s->x.req_ready)
+			buf_consume(s->in, s->x.req_ready);
+		exchange_clear(s);
+	}
+	s->keep_alive = keep != 0;
+	s->state = S_REPLY;
+	s->phase_ms = loop_now(w->loop);
+	return RUN_AGAIN;
+}
+
+/* The response can no longer be completed: close both sides. */
+static enum run exchange_abort(struct session *s, const char *why)
+{
+	log_debug("%s: exchange aborted: %s", s->client_ip, why);
+	if (s->x.be)
+		count_response(s->x.be, 0);
+	session_close(s);
+	return RUN_GONE;
+}
+
+static enum run exchange_finish(struct session *s)
+{
+	struct exchange *x = &s->x;
+	struct worker *w = s->w;
+	count_response(x->be, x->status);
+	if (x->be) {
+		atomic_fetch_sub_explicit(&x->be->inflight, 1, memory_order_relaxed);
+		x->be = NULL;
+	}
+	struct upconn *up = x->up;
+	x->up = NULL;
+	if (x->up_reusable && x->req_read_done && !x->req_ready && (!up->in || !buf_len(up->in)))
+		upconn_release(up);
+	else
+		upconn_close(up);
+	exchange_clear(s);
+	s->served++;
+	release_buf(w, &s->out);
+	if (!x->client_keep || w->draining || !x->req_read_done) {
+		shutdown(s->io.fd, SHUT_WR);
+		s->state = S_LINGER;
+		s->phase_ms = loop_now(w->loop);
+		return RUN_AGAIN;
+	}
+	s->state = S_HEAD;
+	s->phase_ms = loop_now(w->loop);
+	s->head_scanned = 0;
+	release_buf(w, &s->in);
+	return RUN_AGAIN;
+}
+
+/* --- starting exchanges --- */
+
+static enum run exchange_connect(struct session *s, const struct backend *exclude);
+
+static enum run upstream_failed(struct session *s, enum up_failure why)
+{
+	struct exchange *x = &s->x;
+	struct worker *w = s->w;
+	uint64_t now = loop_now(w->loop);
+	struct backend *be = x->be;
+	int connect_failed = why == UP_CONNECT || why == UP_CONNECT_TIMEOUT;
+
+	if (connect_failed && be) {
+		backend_mark_failed(be, now);
+		log_warn("backend %s: connect failed%s; out of rotation for %u ms", be->name,
+			 why == UP_CONNECT_TIMEOUT ? " (timeout)" : "", be->pool->fail_timeout_ms);
+	}
+	int retry = !x->retried && !x->resp_head && x->req_sent == 0 &&
+		    (connect_failed ||
+		     (why == UP_RESET && x->up_reused && http_method_idempotent(x->meth)));
+	if (retry) {
+		exchange_drop_upstream(s);
+		x->retried = 1;
+		x->uphead_off = 0;
+		if (be)
+			atomic_fetch_add_explicit(&be->retries, 1, memory_order_relaxed);
+		return exchange_connect(s, connect_failed ? be : NULL);
+	}
+	if (be && !connect_failed)
+		log_warn("backend %s: %s", be->name,
+			 why == UP_TIMEOUT ? "no response within first_byte_ms"
+			 : why == UP_BAD   ? "malformed response"
+					   : "connection closed before the response");
+	exchange_drop_upstream(s);
+	if (x->resp_head)
+		return exchange_abort(s, "upstream failed mid-response");
+	switch (why) {
+	case UP_CONNECT_TIMEOUT:
+		return reply_error(s, 504, "backend connect timeout", 1);
+	case UP_TIMEOUT:
+		return reply_error(s, 504, "backend did not answer in time", 1);
+	case UP_BAD:
+		return reply_error(s, 502, "backend sent a malformed response", 1);
+	case UP_CONNECT:
+		return reply_error(s, 502, "backend connection failed", 1);
+	default:
+		return reply_error(s, 502, "backend closed the connection", 1);
+	}
+}
+
+static enum run exchange_connect(struct session *s, const struct backend *exclude)
+{
+	struct exchange *x = &s->x;
+	struct worker *w = s->w;
+	uint64_t now = loop_now(w->loop);
+	struct backend *be = pool_pick(x->pool, now, rand_next(&w->rng), exclude);
+	if (!be)
+		return reply_error(s, 503, "no backend available", 1);
+	int err = 0;
+	x->be = be;
+	x->up = upconn_get(w, be, &err);
+	if (!x->up) {
+		/* the connect failed at once (refused on loopback, or out of descriptors) */
+		log_debug("backend %s: connect: %s", be->name, strerror(-err));
+		return upstream_failed(s, UP_CONNECT);
+	}
+	x->up->s = s;
+	x->up_reused = x->up->served > 0;
+	x->connect_ms = now;
+	s->last_ms = now;
+	return RUN_AGAIN;
+}
+
+static void make_request_id(struct worker *w, char *out)
+{
+	uint64_t a = rand_next(&w->rng), b = rand_next(&w->rng);
+	snprintf(out, REQUEST_ID_MAX + 1, "%016llx%016llx", (unsigned long long)a,
+		 (unsigned long long)b);
+}
+
+/* A complete request head of <head_len> bytes is at the front of s->in, parsed in w->head. */
+static enum run exchange_start(struct session *s, size_t head_len)
+{
+	struct worker *w = s->w;
+	const struct conf *c = conf_of(s);
+	const struct http_head *h = &w->head;
+	struct exchange *x = &s->x;
+
+	memset(x, 0, sizeof(*x));
+	s->in_exchange = 1;
+	x->meth = h->meth;
+	x->minor = h->minor;
+	x->req_close = (h->flags & HTTP_F_CLOSE) != 0;
+	x->started_ms = loop_now(w->loop);
+	x->req_framing = h->framing;
+	x->req_left = h->content_length;
+	http_chunked_init(&x->req_ch);
+	x->req_read_done = h->framing == HTTP_BODY_NONE;
+	if (!rewrite_incoming_request_id(h, x->reqid))
+		make_request_id(w, x->reqid);
+
+	if (h->framing == HTTP_BODY_LENGTH && c->limits.max_body_bytes &&
+	    h->content_length > c->limits.max_body_bytes)
+		return reply_error(s, 413, "request body larger than limits.max_body_bytes", 0);
+	const struct conf_route *route = route_match(c, h);
+	if (!route) {
+		buf_consume(s->in, head_len);
+		return reply_error(s, 404, "no route matches this request", 1);
+	}
+	x->pool = &w->px->rt->pools[route->pool];
+
+	struct rewrite_request_info info = {
+		.client_ip = s->client_ip,
+		.request_id = x->reqid,
+		.upstream_minor = h->minor,
+	};
+	if (!(x->uphead = buf_get(&w->bufs)))
+		return exchange_abort(s, "out of memory");
+	int n = rewrite_request(x->uphead->data, x->uphead->cap, h, &info);
+	if (n < 0)
+		return reply_error(s, 431, "request head too large once forwarded", 0);
+	x->uphead->end = (uint32_t)n;
+	buf_consume(s->in, head_len);
+	s->head_scanned = 0;
+	s->state = S_EXCHANGE;
+	return exchange_connect(s, NULL);
+}
+
+/* --- relaying bodies --- */
+
+/* Extend x->req_ready over the body bytes now in s->in. -1: malformed or too large. */
+static int request_scan(struct session *s)
+{
+	struct exchange *x = &s->x;
+	uint64_t limit = conf_of(s)->limits.max_body_bytes;
+	size_t avail = s->in ? buf_len(s->in) - x->req_ready : 0;
+	if (x->req_read_done || !avail)
+		return 0;
+	if (x->req_framing == HTTP_BODY_LENGTH) {
+		size_t take = avail < x->req_left ? avail : (size_t)x->req_left;
+		x->req_ready += take;
+		x->req_left -= take;
+		x->req_read_done = x->req_left == 0;
+		return 0;
+	}
+	const char *p = buf_head(s->in) + x->req_ready;
+	while (avail && !http_chunked_done(&x->req_ch)) {
+		int is_data;
+		ssize_t n = http_chunked_scan(&x->req_ch, p, avail, &is_data);
+		if (n < 0)
+			return -1;
+		if (is_data && limit && (x->req_payload += (uint64_t)n) > limit)
+			return -1;
+		x->req_ready += (size_t)n;
+		p += n;
+		avail -= (size_t)n;
+	}
+	x->req_read_done = http_chunked_done(&x->req_ch);
+	return 0;
+}
+
+/* Extend x->resp_ready over the body bytes now in up->in. -1: malformed. */
+static int response_scan(struct exchange *x, struct buf *in)
+{
+	size_t avail = in ? buf_len(in) - x->resp_ready : 0;
+	if (x->resp_read_done || !avail)
+		return 0;
+	switch (x->resp_framing) {
+	case HTTP_BODY_LENGTH: {
+		size_t take = avail < x->resp_left ? avail : (size_t)x->resp_left;
+		x->resp_ready += take;
+		x->resp_left -= take;
+		x->resp_read_done = x->resp_left == 0;
+		break;
+	}
+	case HTTP_BODY_CHUNKED: {
+		const char *p = buf_head(in) + x->resp_ready;
+		while (avail && !http_chunked_done(&x->resp_ch)) {
+			int is_data;
+			ssize_t n = http_chunked_scan(&x->resp_ch, p, avail, &is_data);
+			if (n < 0)
+				return -1;
+			x->resp_ready += (size_t)n;
+			p += n;
+			avail -= (size_t)n;
+		}
+		x->resp_read_done = http_chunked_done(&x->resp_ch);
+		break;
+	}
+	case HTTP_BODY_CLOSE:
+		x->resp_ready += avail;
+		break;
+	case HTTP_BODY_NONE:
+		x->resp_read_done = 1;
+		break;
+	}
+	return 0;
+}
+
+/* Parse what up->in holds of the response head. RUN_STAY: need more; RUN_AGAIN: progress. */
+static enum run response_head(struct session *s)
+{
+	struct exchange *x = &s->x;
+	struct worker *w = s->w;
+	struct upconn *up = x->up;
+	struct http_head *h = &w->head;
+	int r = http_parse_response(buf_head(up->in), buf_len(up->in), up->in->cap, x->meth, h);
+	if (r == 0)
+		return buf_len(up->in) == up->in->cap ? upstream_failed(s, UP_BAD) : RUN_STAY;
+	if (r < 0 || h->status == 101)
+		return upstream_failed(s, UP_BAD);
+	if (!s->out && !(s->out = buf_get(&w->bufs)))
+		return exchange_abort(s, "out of memory");
+	buf_compact(s->out);
+	if (h->status < 200) {
+		/* interim response (100 Continue, 103 Early Hints): pass it on to 1.1 clients */
+		if (x->minor == 1 && buf_room(s->out) >= (size_t)r) {
+			memcpy(s->out->data + s->out->end, buf_head(up->in), (size_t)r);
+			s->out->end += (uint32_t)r;
+		}
+		buf_consume(up->in, (size_t)r);
+		return RUN_AGAIN;
+	}
+	x->status = h->status;
+	x->resp_framing = h->framing;
+	x->resp_left = h->content_length;
+	http_chunked_init(&x->resp_ch);
+	x->resp_read_done = h->framing == HTTP_BODY_NONE;
+	x->client_keep = !x->req_close && x->minor == 1 && !w->draining &&
+			 h->framing != HTTP_BODY_CLOSE && x->req_read_done;
+	x->up_reusable = !(h->flags & HTTP_F_CLOSE) && h->minor == 1 && x->minor == 1 &&
+			 h->framing != HTTP_BODY_CLOSE;
+	int n = rewrite_response(s->out->data + s->out->end, buf_room(s->out), h, x->client_keep,
+				 x->reqid);
+	if (n < 0)
+		return upstream_failed(s, UP_BAD);
+	s->out->end += (uint32_t)n;
+	buf_consume(up->in, (size_t)r);
+	x->resp_head = 1;
+	buf_put(&w->bufs, x->uphead); /* no retry once a response has started */
+	x->uphead = NULL;
+	return RUN_AGAIN;
+}
+
+/* Write the request head and ready body bytes upstream. */
+static enum run send_upstream(struct session *s, int *progress)
+{
+	struct exchange *x = &s->x;
+	struct upconn *up = x->up;
+	struct iovec iov[2];
+	int n = 0;
+	size_t head_left = x->uphead ? x->uphead->end - x->uphead_off : 0;
+	if (head_left)
+		iov[n++] = (struct iovec){x->uphead->data + x->uphead_off, head_left};
+	if (x->req_ready)
+		iov[n++] = (struct iovec){buf_head(s->in), x->req_ready};
+	if (!n)
+		return RUN_STAY;
+	struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+	ssize_t sent = sendmsg(up->io.fd, &msg, MSG_NOSIGNAL);
+	if (sent < 0) {
+		if (errno == EAGAIN || errno == EINTR) {
+			up->writable = 0;
+			return RUN_STAY;
+		}
+		return upstream_failed(s, UP_RESET);
+	}
+	size_t k = (size_t)sent;
+	size_t from_head = k < head_left ? k : head_left;
+	x->uphead_off += from_head;
+	k -= from_head;
+	if (k) {
+		buf_consume(s->in, k);
+		x->req_ready -= k;
+		x->req_sent += k;
+	}
+	if (head_left > from_head || x->req_ready)
+		up->writable = 0; /* a short write: the socket buffer is full */
+	*progress = 1;
+	s->last_ms = loop_now(s->w->loop);
+	return RUN_STAY;
+}
+
+/* Write queued heads and ready response bytes to the client. */
+static enum run send_client(struct session *s, int *progress)
+{
+	struct exchange *x = &s->x;
+	struct upconn *up = x->up;
+	struct iovec iov[2];
+	int n = 0;
+	size_t head_left = out_pending(s);
+	if (head_left)
+		iov[n++] = (struct iovec){buf_head(s->out), head_left};
+	if (x->resp_ready)
+		iov[n++] = (struct iovec){buf_head(up->in), x->resp_ready};
+	if (!n)
+		return RUN_STAY;
+	struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+	ssize_t sent = sendmsg(s->io.fd, &msg, MSG_NOSIGNAL);
+	if (sent < 0) {
+		if (errno == EAGAIN || errno == EINTR) {
+			s->writable = 0;
+			return RUN_STAY;
+		}
+		return exchange_abort(s, "client went away");
+	}
+	size_t k = (size_t)sent;
+	size_t from_head = k < head_left ? k : head_left;
+	if (from_head)
+		buf_consume(s->out, from_head);
+	k -= from_head;
+	if (k) {
+		buf_consume(up->in, k);
+		x->resp_ready -= k;
+	}
+	if (out_pending(s) || x->resp_ready)
+		s->writable = 0;
+	release_buf(s->w, &s->out);
+	*progress = 1;
+	s->last_ms = loop_now(s->w->loop);
+	return RUN_STAY;
+}
+
+static enum run run_exchange(struct session *s)
+{
+	struct exchange *x = &s->x;
+	struct worker *w = s->w;
+	for (;;) {
+		struct upconn *up = x->up;
+		int progress = 0;
+		enum run r;
+		ssize_t n;
+
+		if (up->failed)
+			return upstream_failed(s, UP_CONNECT);
+		/* client -> backend */
+		if (!up->connecting && up->writable) {
+			r = send_upstream(s, &progress);
+			if (r != RUN_STAY)
+				return r;
+		}
+		if (!x->req_read_done && s->readable) {
+			n = read_some(w, s->io.fd, &s->in, &s->readable);
+			if (n == 0 || (n < 0 && n != -EAGAIN && n != -ENOSPC))
+				return exchange_abort(s, "client closed during the request body");
+			if (n > 0) {
+				progress = 1;
+				s->last_ms = loop_now(w->loop);
+			}
+		}
+		if (request_scan(s) < 0) {
+			if (x->resp_head)
+				return exchange_abort(s, "bad request body");
+			return reply_error(s, x->req_payload > conf_of(s)->limits.max_body_bytes &&
+						      conf_of(s)->limits.max_body_bytes
+						  ? 413
+						  : 400,
+					   "bad or oversized chunked request body", 0);
+		}
+		/* backend -> client */
+		if (!x->resp_read_done && up->readable && !up->connecting) {
+			n = read_some(w, up->io.fd, &up->in, &up->readable);
+			if (n == 0 || (n < 0 && n != -EAGAIN && n != -ENOSPC)) {
+				if (!x->resp_head)
+					return upstream_failed(s, UP_RESET);
+				if (x->resp_framing != HTTP_BODY_CLOSE) {
+					/* flush what arrived, then cut the client off */
+					(void)response_scan(x, up->in);
+					int dummy = 0;
+					if (s->writable)
+						send_client(s, &dummy);
+					return exchange_abort(s, "backend closed mid-response");
+				}
+				x->resp_read_done = 1;
+				x->up_reusable = 0;
+			}
+			if (n > 0) {
+				progress = 1;
+				s->last_ms = loop_now(w->loop);
+			}
+		}
+		if (!x->resp_head && up->in && buf_len(up->in)) {
+			r = response_head(s);
+			if (r == RUN_GONE || (r == RUN_AGAIN && s->state != S_EXCHANGE))
+				return r;
+			if (r == RUN_AGAIN)
+				progress = 1;
+		}
+		if (x->resp_head && response_scan(x, up->in) < 0)
+			return exchange_abort(s, "backend sent a malformed chunked body");
+		if (s->writable && (out_pending(s) || x->resp_ready)) {
+			r = send_client(s, &progress);
+			if (r != RUN_STAY)
+				return r;
+		}
+		if (x->resp_head && x->resp_read_done && !out_pending(s) && !x->resp_ready)
+			return exchange_finish(s);
+		if (!progress)
+			return RUN_STAY;
+	}
+}
+
+/* --- the other states --- */
+
+static enum run run_head(struct session *s)
+{
+	struct worker *w = s->w;
+	size_t max_head = conf_of(s)->limits.max_header_bytes;
+	for (;;) {
+		size_t len = s->in ? buf_len(s->in) : 0;
+		if (len) {
+			const char *p = buf_head(s->in);
+			if (len >= max_head || http_head_may_be_complete(p, s->head_scanned, len)) {
+				int r = http_parse_request(p, len, max_head, &w->head);
+				if (r > 0)
+					return exchange_start(s, (size_t)r);
+				if (r < 0)
+					return reply_error(s, -r, "malformed request", 0);
+			}
+			s->head_scanned = len;
+		} else if (w->draining) {
+			session_close(s);
+			return RUN_GONE;
+		}
+		if (!s->readable)
+			return RUN_STAY;
+		ssize_t n = read_some(w, s->io.fd, &s->in, &s->readable);
+		if (n == -EAGAIN)
+			return RUN_STAY;
+		if (n <= 0) {
+			session_close(s);
+			return RUN_GONE;
+		}
+		if (!len)
+			s->phase_ms = loop_now(w->loop); /* the header timeout starts now */
+	}
+}
+
+static enum run run_reply(struct session *s)
+{
+	while (out_pending(s)) {
+		if (!s->writable)
+			return RUN_STAY;
+		ssize_t n = send(s->io.fd, buf_head(s->out), out_pending(s), MSG_NOSIGNAL);
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EINTR) {
+				s->writable = 0;
+				return RUN_STAY;
+			}
+			session_close(s);
+			return RUN_GONE;
+		}
+		buf_consume(s->out, (size_t)n);
+	}
+	release_buf(s->w, &s->out);
+	s->phase_ms = loop_now(s->w->loop);
+	s->head_scanned = 0;
+	if (s->keep_alive) {
+		s->state = S_HEAD;
+		return RUN_AGAIN;
+	}
+	shutdown(s->io.fd, SHUT_WR);
+	s->state = S_LINGER;
+	return RUN_AGAIN;
+}
+
+/* Read and drop until the client closes, so that our last response is not lost to a RST. */
+static enum run run_linger(struct session *s)
+{
+	while (s->readable) {
+		if (s->in)
+			s->in->start = s->in->end = 0;
+		ssize_t n = read_some(s->w, s->io.fd, &s->in, &s->readable);
+		if (n == -EAGAIN)
+			return RUN_STAY;
+		if (n <= 0) {
+			session_close(s);
+			return RUN_GONE;
+		}
+	}
+	return RUN_STAY;
+}
+
+/* --- driver, timer, lifecycle --- */
+
+static void session_arm_timer(struct session *s)
+{
+	const struct conf_timeouts *t = &conf_of(s)->timeouts;
+	const struct exchange *x = &s->x;
+	uint64_t deadline;
+	switch (s->state) {
+	case S_HEAD:
+		if ((s->in && buf_len(s->in)) || !s->served)
+			deadline = s->phase_ms + t->header_ms;
+		else
+			deadline = s->phase_ms + t->idle_ms;
+		break;
+	case S_EXCHANGE:
+		if (x->up && x->up->connecting)
+			deadline = x->connect_ms + t->connect_ms;
+		else if (!x->resp_head && x->req_read_done && !x->req_ready &&
+			 (!x->uphead || x->uphead_off == x->uphead->end))
+			deadline = s->last_ms + t->first_byte_ms;
+		else
+			deadline = s->last_ms + t->between_bytes_ms;
+		break;
+	case S_REPLY:
+		deadline = s->phase_ms + t->between_bytes_ms;
+		break;
+	default:
+		deadline = s->phase_ms + LINGER_MS;
+		break;
+	}
+	loop_timer_set(s->w->loop, &s->timer, deadline);
+}
+
+void session_run(struct session *s)
+{
+	for (;;) {
+		enum run r;
+		switch (s->state) {
+		case S_HEAD:
+			r = run_head(s);
+			break;
+		case S_EXCHANGE:
+			r = run_exchange(s);
+			break;
+		case S_REPLY:
+			r = run_reply(s);
+			break;
+		default:
+			r = run_linger(s);
+			break;
+		}
+		if (r == RUN_GONE)
+			return;
+		if (r == RUN_STAY)
+			break;
+	}
+	session_arm_timer(s);
+}
+
+static void session_on_timer(struct loop_timer *t)
+{
+	struct session *s = container_of(t, struct session, timer);
+	enum run r = RUN_AGAIN;
+	switch (s->state) {
+	case S_HEAD:
+		if (s->in && buf_len(s->in))
+			r = reply_error(s, 408, "request head not received in time", 0);
+		else {
+			session_close(s);
+			r = RUN_GONE;
+		}
+		break;
+	case S_EXCHANGE:
+		if (s->x.up && s->x.up->connecting)
+			r = upstream_failed(s, UP_CONNECT_TIMEOUT);
+		else if (!s->x.resp_head && s->x.req_read_done)
+			r = upstream_failed(s, UP_TIMEOUT);
+		else if (!s->x.resp_head)
+			r = reply_error(s, 408, "request body not received in time", 0);
+		else
+			r = exchange_abort(s, "no bytes within between_bytes_ms");
+		break;
+	default:
+		session_close(s);
+		r = RUN_GONE;
+		break;
+	}
+	if (r != RUN_GONE)
+		session_run(s);
+}
+
+static void session_on_io(struct loop_io *io, unsigned events)
+{
+	struct session *s = container_of(io, struct session, io);
+	if (events & (LOOP_READ | LOOP_HUP))
+		s->readable = 1;
+	if (events & LOOP_WRITE)
+		s->writable = 1;
+	session_run(s);
+}
+
+void session_accept(struct worker *w, int fd, const struct sockaddr_storage *peer)
+{
+	struct session *s = calloc(1, sizeof(*s));
+	if (!s) {
+		close(fd);
+		return;
+	}
+	s->io.fd = fd;
+	s->io.fn = session_on_io;
+	s->timer.fn = session_on_timer;
+	s->w = w;
+	s->state = S_HEAD;
+	s->phase_ms = loop_now(w->loop);
+	net_addr_host((const struct sockaddr *)peer, s->client_ip, sizeof(s->client_ip));
+	if (loop_io_add(w->loop, &s->io) < 0) {
+		close(fd);
+		free(s);
+		return;
+	}
+	s->next = w->sessions;
+	if (w->sessions)
+		w->sessions->prev = s;
+	w->sessions = s;
+	w->nsessions++;
+	session_arm_timer(s);
+}
+
+void session_close(struct session *s)
+{
+	struct worker *w = s->w;
+	if (s->in_exchange)
+		exchange_clear(s);
+	loop_timer_stop(w->loop, &s->timer);
+	loop_io_del(w->loop, &s->io);
+	close(s->io.fd);
+	buf_put(&w->bufs, s->in);
+	buf_put(&w->bufs, s->out);
+	if (s->prev)
+		s->prev->next = s->next;
+	else
+		w->sessions = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	w->nsessions--;
+	free(s);
+	worker_session_gone(w);
+}
