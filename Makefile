@@ -33,7 +33,8 @@ UNIT_BIN = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 all: $(BUILD)/accelnet
 
 $(BUILD)/accelnet: $(LIB_OBJ) $(CLI_OBJ)
-	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS)
+	@echo "  LD  $@"
+	@$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -42,7 +43,8 @@ $(BUILD)/obj/%.o: %.c
 
 $(BUILD)/tests/%: tests/unit/%.c $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS) $(shell pkg-config --libs cmocka)
+	@echo "  TEST $@"
+	@$(CC) $(filter-out -MMD -MP,$(ALL_CFLAGS)) -o $@ $^ $(LDLIBS) $(shell pkg-config --libs cmocka)
 
 unit: $(UNIT_BIN)
 

@@ -64,7 +64,7 @@ int http_head_may_be_complete(const char *buf, size_t old_len, size_t len)
 	for (size_t i = from; i + 1 < len; i++) {
 		if (buf[i] != '\n')
 			continue;
-		if (buf[i + 1] == '\n' || (buf[i + 1] == '\r' && (i + 2 >= len || buf[i + 2] == '\n')))
+		if (buf[i + 1] == '\n' || (buf[i + 1] == '\r' && i + 2 < len && buf[i + 2] == '\n'))
 			return 1;
 	}
 	return 0;

@@ -45,6 +45,7 @@ struct hsrv_conn {
 	int keep_alive;	 /* for the current request */
 	int is_head;
 	int in_handler; /* the handler is running: closing is deferred */
+	int sent_continue; /* 100 Continue already sent for the request being read */
 	int dead;	/* closed while in the handler */
 	size_t req_len;	/* bytes of the request being answered, consumed when done */
 	hsrv_abort_fn abort_fn;
@@ -272,8 +273,15 @@ static void conn_process(struct hsrv_conn *c)
 		char *body;
 		size_t body_len;
 		long end = body_end(c, &h, (size_t)r, &body, &body_len);
-		if (end == 0)
+		if (end == 0) {
+			if ((h.flags & HTTP_F_EXPECT_CONTINUE) && !c->sent_continue) {
+				c->sent_continue = 1;
+				out_append(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+				conn_flush(c);
+			}
 			return;
+		}
+		c->sent_continue = 0;
 		if (end < 0) {
 			reply_error(c, (int)-end);
 			return;

@@ -96,7 +96,7 @@ int rewrite_request(char *buf, size_t cap, const struct http_head *req,
 		const struct http_header *f = &req->headers[i];
 		if (rewrite_is_hop_by_hop(f->name, conn) || http_str_eq(f->name, "host") ||
 		    http_str_eq(f->name, "x-forwarded-proto") ||
-		    http_str_eq(f->name, "x-request-id"))
+		    http_str_eq(f->name, "x-request-id") || http_str_eq(f->name, "expect"))
 			continue;
 		if (http_str_eq(f->name, "x-forwarded-for")) {
 			xff = f->value; /* several fields are joined into one below */

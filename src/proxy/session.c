@@ -321,6 +321,15 @@ static enum run exchange_start(struct session *s, size_t head_len)
 	if (n < 0)
 		return reply_error(s, 431, "request head too large once forwarded", 0);
 	x->uphead->end = (uint32_t)n;
+	if ((h->flags & HTTP_F_EXPECT_CONTINUE) && !x->req_read_done && h->minor == 1) {
+		/* answer for the backend (Expect is not forwarded): the client sends the body
+		 * now, and it flows to the backend once connected */
+		static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+		if (!s->out && !(s->out = buf_get(&w->bufs)))
+			return exchange_abort(s, "out of memory");
+		memcpy(s->out->data + s->out->end, cont, sizeof(cont) - 1);
+		s->out->end += sizeof(cont) - 1;
+	}
 	buf_consume(s->in, head_len);
 	s->head_scanned = 0;
 	s->state = S_EXCHANGE;
