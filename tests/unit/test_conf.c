@@ -1,0 +1,187 @@
+/*
+ * test_conf.c - configuration loading: defaults, every kind of value, and errors that name
+ * the file, line and column a user must fix.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "conf/conf.h"
+
+static struct conf_error err;
+
+static struct conf *load_ok(const char *yaml)
+{
+	struct conf *c = NULL;
+	int rc = conf_load_string("t.yaml", yaml, strlen(yaml), &c, &err);
+	if (rc)
+		fail_msg("unexpected error: %s", err.msg);
+	return c;
+}
+
+/* Load <yaml>, expect failure, and check the message starts with <where> and has <what>. */
+static void load_bad(const char *yaml, const char *where, const char *what)
+{
+	struct conf *c = NULL;
+	int rc = conf_load_string("t.yaml", yaml, strlen(yaml), &c, &err);
+	if (rc == 0) {
+		conf_free(c);
+		fail_msg("accepted a bad config, expected %s %s", where, what);
+	}
+	if (strncmp(err.msg, where, strlen(where)) != 0 || !strstr(err.msg, what))
+		fail_msg("got '%s', expected '%s ... %s'", err.msg, where, what);
+}
+
+static const char minimal[] = "listen:\n"
+			      "  - address: 127.0.0.1:8080\n"
+			      "pools:\n"
+			      "  - name: web\n"
+			      "    backends:\n"
+			      "      - address: 127.0.0.1:9001\n";
+
+static void defaults(void **state)
+{
+	(void)state;
+	struct conf *c = load_ok(minimal);
+	assert_true(c->workers >= 1);
+	assert_int_equal(c->timeouts.connect_ms, 2000);
+	assert_int_equal(c->timeouts.header_ms, 10000);
+	assert_int_equal(c->timeouts.idle_ms, 60000);
+	assert_int_equal(c->timeouts.first_byte_ms, 120000);
+	assert_int_equal(c->timeouts.between_bytes_ms, 30000);
+	assert_int_equal(c->limits.max_connections, 100000);
+	assert_int_equal(c->limits.max_header_bytes, 32768);
+	assert_int_equal(c->limits.max_body_bytes, 104857600);
+	assert_int_equal(c->npools, 1);
+	assert_ptr_equal(c->pools[0].balance, &lb_round_robin);
+	assert_int_equal(c->pools[0].backends[0].weight, 1);
+	assert_int_equal(c->pools[0].health.enabled, 0);
+	/* no routes: everything goes to the first pool */
+	assert_int_equal(c->nroutes, 1);
+	assert_string_equal(c->routes[0].path_prefix, "/");
+	assert_int_equal(c->routes[0].pool, 0);
+	assert_false(c->has_admin);
+	conf_free(c);
+}
+
+static void full_contract(void **state)
+{
+	(void)state;
+	struct conf *c = load_ok(
+		"workers: 3\n"
+		"listen:\n"
+		"  - address: 127.0.0.1:8080\n"
+		"  - \"[::1]:8081\"\n"
+		"admin:\n"
+		"  address: 127.0.0.1:9090\n"
+		"timeouts: {connect_ms: 100, header_ms: 200, idle_ms: 300, first_byte_ms: 400, "
+		"between_bytes_ms: 500, shutdown_ms: 0}\n"
+		"limits: {max_connections: 10, max_header_bytes: 4096, max_body_bytes: 1MiB}\n"
+		"pools:\n"
+		"  - name: gpu\n"
+		"    balance: weighted-round-robin\n"
+		"    backends:\n"
+		"      - {address: 127.0.0.1:9101, weight: 3, max_concurrency: 4}\n"
+		"      - 127.0.0.1:9102\n"
+		"    health: {path: /healthz, interval_ms: 500, fall: 2, rise: 1}\n"
+		"  - name: web\n"
+		"    balance: least-connections\n"
+		"    backends: [{address: localhost:9201}]\n"
+		"routes:\n"
+		"  - match: {path_prefix: /v1/, method: POST}\n"
+		"    pool: gpu\n"
+		"  - match: {host: static.example.com, header: {name: X-Tier, value: gold}}\n"
+		"    pool: web\n");
+	assert_int_equal(c->workers, 3);
+	assert_int_equal(c->nlistens, 2);
+	assert_int_equal(c->listens[1].addr.ss.ss_family, 10 /* AF_INET6 */);
+	assert_true(c->has_admin);
+	assert_int_equal(c->timeouts.between_bytes_ms, 500);
+	assert_int_equal(c->timeouts.shutdown_ms, 0);
+	assert_int_equal(c->limits.max_body_bytes, 1048576);
+	assert_int_equal(c->npools, 2);
+	assert_ptr_equal(c->pools[0].balance, &lb_weighted_round_robin);
+	assert_int_equal(c->pools[0].lb.nschedule, 4);
+	assert_int_equal(c->pools[0].backends[0].weight, 3);
+	assert_int_equal(c->pools[0].backends[0].max_concurrency, 4);
+	assert_string_equal(c->pools[0].backends[1].ep.address, "127.0.0.1:9102");
+	assert_true(c->pools[0].health.enabled);
+	assert_string_equal(c->pools[0].health.path, "/healthz");
+	assert_int_equal(c->pools[0].health.timeout_ms, 500);
+	assert_int_equal(c->nroutes, 2);
+	assert_string_equal(c->routes[0].method, "POST");
+	assert_int_equal(c->routes[1].pool, 1);
+	assert_string_equal(c->routes[1].path_prefix, "/");
+	assert_string_equal(c->routes[1].header_name, "X-Tier");
+	assert_string_equal(c->routes[1].header_value, "gold");
+	conf_free(c);
+}
+
+static void errors_point_at_the_problem(void **state)
+{
+	(void)state;
+	load_bad("listen:\n  - address: 127.0.0.1:8080\nwokers: 2\n", "t.yaml:3:1:",
+		 "unknown key 'wokers'");
+	load_bad("workers: two\n", "t.yaml:1:10:", "expected a number");
+	load_bad("workers: 0\n", "t.yaml:1:10:", "out of range");
+	load_bad("listen:\n  - address: 127.0.0.1:99999\n", "t.yaml:2:14:", "port");
+	load_bad("listen:\n  - address: nocolon\n", "t.yaml:2:14:", "HOST:PORT");
+	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    balance: fastest\n"
+		 "    backends: [127.0.0.1:1]\n",
+		 "t.yaml:4:14:", "unknown policy 'fastest'");
+	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    balance: peak-ewma\n"
+		 "    backends: [127.0.0.1:1]\n",
+		 "t.yaml:4:14:", "not built yet");
+	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    backends: [127.0.0.1:1]\n"
+		 "routes:\n  - pool: b\n",
+		 "t.yaml:6:11:", "no pool named 'b'");
+	load_bad("listen: [127.0.0.1:8080]\n", "t.yaml:1:1:", "'pools' is required");
+	load_bad("pools:\n  - name: a\n    backends: [127.0.0.1:1]\n", "t.yaml:1:1:",
+		 "'listen' is required");
+	load_bad("listen: [127.0.0.1:8080]\nlisten: [127.0.0.1:8081]\n", "t.yaml:2:1:",
+		 "given twice");
+	load_bad("listen: [127.0.0.1:8080\n", "t.yaml:", "YAML syntax");
+	load_bad("listen:\n  - address: 127.0.0.1:8080\n    tls: {cert: a.pem}\n", "t.yaml:3:5:",
+		 "not built yet");
+	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    backends: [127.0.0.1:1]\n"
+		 "  - name: a\n    backends: [127.0.0.1:2]\n",
+		 "t.yaml:5:5:", "defined twice");
+	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    backends: []\n",
+		 "t.yaml:4:15:", "empty");
+	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    backends:\n"
+		 "      - {address: 127.0.0.1:1, weight: 0}\n",
+		 "t.yaml:5:40:", "out of range");
+	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    backends: [127.0.0.1:1]\n"
+		 "    health: {path: health}\n",
+		 "t.yaml:5:13:", "must start with '/'");
+	load_bad("listen: [127.0.0.1:8080]\nlimits: {max_body_bytes: 10XB}\n", "t.yaml:2:26:",
+		 "KiB");
+	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    backends: [127.0.0.1:1]\n"
+		 "routes:\n  - match: {path_prefix: /v1/}\n",
+		 "t.yaml:6:5:", "'pool' is required");
+	load_bad("", "t.yaml:1:1:", "empty");
+	load_bad("- a\n- b\n", "t.yaml:1:1:", "expected a mapping");
+}
+
+static void missing_file(void **state)
+{
+	(void)state;
+	struct conf *c;
+	assert_int_not_equal(conf_load_file("/nonexistent/accelnet.yaml", &c, &err), 0);
+	assert_non_null(strstr(err.msg, "/nonexistent/accelnet.yaml: cannot open"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(defaults),
+		cmocka_unit_test(full_contract),
+		cmocka_unit_test(errors_point_at_the_problem),
+		cmocka_unit_test(missing_file),
+	};
+	return cmocka_run_group_tests_name("config", tests, NULL, NULL);
+}

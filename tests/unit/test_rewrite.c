@@ -1,0 +1,127 @@
+/*
+ * test_rewrite.c - the heads the proxy writes: hop-by-hop fields dropped, forwarding fields
+ * added, request ids kept or made, and the proxy's own error responses.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "proxy/rewrite.h"
+
+static struct http_head h;
+static char out[8192];
+
+static void parse_req(const char *t)
+{
+	assert_true(http_parse_request(t, strlen(t), 32768, &h) > 0);
+}
+
+static const char *rewrite(const char *t, int minor)
+{
+	struct rewrite_request_info info = {"10.1.2.3", "req-1", minor};
+	parse_req(t);
+	int n = rewrite_request(out, sizeof(out), &h, &info);
+	assert_true(n > 0);
+	out[n] = '\0';
+	return out;
+}
+
+static void request_is_rewritten(void **state)
+{
+	(void)state;
+	const char *r = rewrite("POST /v1/completions HTTP/1.1\r\nHost: api\r\n"
+				"Connection: keep-alive, X-Secret\r\nKeep-Alive: timeout=5\r\n"
+				"X-Secret: 1\r\nTE: trailers\r\nUpgrade: h2c\r\nProxy-Connection: x\r\n"
+				"Content-Length: 2\r\nX-Forwarded-Proto: https\r\n"
+				"Expect: 100-continue\r\nAccept: */*\r\n\r\n",
+				1);
+	assert_non_null(strstr(r, "POST /v1/completions HTTP/1.1\r\nHost: api\r\n"));
+	assert_non_null(strstr(r, "Content-Length: 2\r\n"));
+	assert_non_null(strstr(r, "Accept: */*\r\n"));
+	assert_non_null(strstr(r, "X-Forwarded-For: 10.1.2.3\r\n"));
+	assert_non_null(strstr(r, "X-Forwarded-Proto: http\r\n"));
+	assert_non_null(strstr(r, "X-Request-Id: req-1\r\n"));
+	assert_null(strstr(r, "Connection"));
+	assert_null(strstr(r, "Keep-Alive"));
+	assert_null(strstr(r, "X-Secret"));
+	assert_null(strstr(r, "TE:"));
+	assert_null(strstr(r, "Upgrade"));
+	assert_null(strstr(r, "https"));
+	assert_null(strstr(r, "Expect"));
+	assert_string_equal(r + strlen(r) - 4, "\r\n\r\n");
+}
+
+static void forwarded_for_appends(void **state)
+{
+	(void)state;
+	const char *r = rewrite("GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.1.1.1\r\n"
+				"X-Forwarded-For: 2.2.2.2\r\n\r\n",
+				1);
+	assert_non_null(strstr(r, "X-Forwarded-For: 1.1.1.1, 2.2.2.2, 10.1.2.3\r\n"));
+	/* absolute-form becomes origin-form; HTTP/1.0 clients are forwarded as 1.0 */
+	r = rewrite("GET http://a/x?y HTTP/1.0\r\n\r\n", 0);
+	assert_non_null(strstr(r, "GET /x?y HTTP/1.0\r\n"));
+}
+
+static void request_id_kept_if_sane(void **state)
+{
+	(void)state;
+	char id[REQUEST_ID_MAX + 1];
+	parse_req("GET / HTTP/1.1\r\nHost: a\r\nX-Request-Id: abc-123.x_y:z\r\n\r\n");
+	assert_true(rewrite_incoming_request_id(&h, id));
+	assert_string_equal(id, "abc-123.x_y:z");
+	parse_req("GET / HTTP/1.1\r\nHost: a\r\nX-Request-Id: bad id\r\n\r\n");
+	assert_false(rewrite_incoming_request_id(&h, id));
+	parse_req("GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+	assert_false(rewrite_incoming_request_id(&h, id));
+}
+
+static void response_head(void **state)
+{
+	(void)state;
+	const char *t = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+			"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\nKeep-Alive: 5\r\n\r\n";
+	assert_true(http_parse_response(t, strlen(t), 32768, HTTP_POST, &h) > 0);
+	int n = rewrite_response(out, sizeof(out), &h, 1, "rid");
+	assert_true(n > 0);
+	out[n] = '\0';
+	assert_string_equal(out, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+				 "Transfer-Encoding: chunked\r\nX-Request-Id: rid\r\n\r\n");
+	n = rewrite_response(out, sizeof(out), &h, 0, "rid");
+	out[n] = '\0';
+	assert_non_null(strstr(out, "Connection: close\r\n\r\n"));
+	/* too small a buffer fails cleanly */
+	assert_int_equal(rewrite_response(out, 10, &h, 1, "rid"), -1);
+}
+
+static void error_response(void **state)
+{
+	(void)state;
+	int n = rewrite_error(out, sizeof(out), 503, "no backend available", 0, "rid");
+	assert_true(n > 0);
+	out[n] = '\0';
+	assert_non_null(strstr(out, "HTTP/1.1 503 Service Unavailable\r\n"));
+	assert_non_null(strstr(out, "Connection: close\r\n"));
+	assert_non_null(strstr(out, "X-Request-Id: rid\r\n"));
+	const char *body = strstr(out, "\r\n\r\n") + 4;
+	assert_string_equal(body, "503 Service Unavailable: no backend available\n");
+	char cl[64];
+	snprintf(cl, sizeof(cl), "Content-Length: %zu\r\n", strlen(body));
+	assert_non_null(strstr(out, cl));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(request_is_rewritten),
+		cmocka_unit_test(forwarded_for_appends),
+		cmocka_unit_test(request_id_kept_if_sane),
+		cmocka_unit_test(response_head),
+		cmocka_unit_test(error_response),
+	};
+	return cmocka_run_group_tests_name("head rewriting", tests, NULL, NULL);
+}
