@@ -280,8 +280,16 @@ int http_parse_request(const char *buf, size_t len, size_t max_head, struct http
 		return -400;
 
 	long n = line_end(p, end, &next);
-	if (n == -1)
+	if (n == -1) {
+		/* refuse at once what cannot become a request line (TLS on a plain port, binary
+		 * junk) instead of waiting for a line end that may never come */
+		const char *q = p;
+		while (q < end && is_tchar((unsigned char)*q))
+			q++;
+		if (q < end && *q != ' ' && *q != '\r')
+			return -400;
 		return len >= max_head ? -431 : 0;
+	}
 	if (n == -2)
 		return -400;
 	if ((size_t)(next - buf) > max_head)

@@ -93,6 +93,7 @@ struct session {
 	struct session *prev, *next;
 	enum session_state state;
 	int readable, writable; /* edge seen, not yet drained / not yet full */
+	int hup;		/* the client shut its side (or the socket failed) */
 	unsigned keep_alive : 1, in_exchange : 1;
 	struct buf *in;	 /* bytes from the client */
 	struct buf *out; /* heads and proxy-made responses for the client */

@@ -95,6 +95,21 @@ static size_t out_pending(const struct session *s)
 	return s->out ? buf_len(s->out) : 0;
 }
 
+/*
+ * The client shut its side while its request is being served. Like nginx without
+ * proxy_ignore_client_abort, take that as the client giving up, so that the backend (an
+ * accelerator generating tokens nobody will read) is released at once: closing the upstream
+ * connection is the cancellation signal inference servers understand. Bytes still queued
+ * (a pipelined request) mean the client is still there.
+ */
+static int client_gone(struct session *s)
+{
+	char c;
+	s->hup = 0;
+	ssize_t n = recv(s->io.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+	return n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
+}
+
 /* --- ending exchanges --- */
 
 static void count_response(struct backend *be, int status)
@@ -558,6 +573,8 @@ static enum run run_exchange(struct session *s)
 				s->last_ms = loop_now(w->loop);
 			}
 		}
+		if (x->req_read_done && s->hup && client_gone(s))
+			return exchange_abort(s, "client closed the connection");
 		if (request_scan(s) < 0) {
 			if (x->resp_head)
 				return exchange_abort(s, "bad request body");
@@ -620,7 +637,10 @@ static enum run run_head(struct session *s)
 		size_t len = s->in ? buf_len(s->in) : 0;
 		if (len) {
 			const char *p = buf_head(s->in);
-			if (len >= max_head || http_head_may_be_complete(p, s->head_scanned, len)) {
+			/* parse when the head may be complete, and while the request line is short
+			 * enough that junk (a TLS hello on this plain port) is refused at once */
+			if (len >= max_head || s->head_scanned < 32 ||
+			    http_head_may_be_complete(p, s->head_scanned, len)) {
 				int r = http_parse_request(p, len, max_head, &w->head);
 				if (r > 0)
 					return exchange_start(s, (size_t)r);
@@ -789,6 +809,8 @@ static void session_on_io(struct loop_io *io, unsigned events)
 		s->readable = 1;
 	if (events & LOOP_WRITE)
 		s->writable = 1;
+	if (events & LOOP_HUP)
+		s->hup = 1;
 	session_run(s);
 }
 

@@ -1,0 +1,228 @@
+"""Helpers for the black-box tests: start accelnet, simulators and nginx on free loopback
+ports, wait until they answer (never a blind sleep), talk HTTP to them, and stop everything
+even when a test fails."""
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+BIN = os.environ.get("ACCELNET", "build/accelnet")
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(pred, what, timeout=15.0):
+    """Poll pred() until it is true; a readiness check with a generous deadline."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if pred():
+                return
+        except OSError:
+            pass
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def port_open(port):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+class Env:
+    """One test's processes and scratch directory."""
+
+    def __init__(self, name):
+        self.dir = tempfile.mkdtemp(prefix=f"accelnet-{name}-")
+        self.procs = []
+
+    def start(self, argv, name, wait_port=None):
+        log = open(os.path.join(self.dir, f"{name}.log"), "wb")
+        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, start_new_session=True)
+        p.log_path = log.name
+        p.name = name
+        self.procs.append(p)
+        if wait_port:
+            def up():
+                if p.poll() is not None:
+                    raise AssertionError(f"{name} exited with {p.returncode}:\n{self.log(p)}")
+                return port_open(wait_port)
+            wait_until(up, f"{name} on port {wait_port}")
+        return p
+
+    def log(self, p):
+        with open(p.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def sim(self, name, **opts):
+        port = free_port()
+        argv = [BIN, "sim", "--listen", f"127.0.0.1:{port}", "--name", name]
+        for k, v in opts.items():
+            argv += ["--" + k.replace("_", "-"), str(v)]
+        p = self.start(argv, f"sim-{name}", wait_port=port)
+        p.port = port
+        return p
+
+    def write(self, name, text):
+        path = os.path.join(self.dir, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def proxy(self, yaml_body, workers=2, admin=True, extra=""):
+        """Start accelnet proxy; yaml_body holds pools/routes. Returns the process with
+        .port and .admin set."""
+        port = free_port()
+        admin_port = free_port()
+        text = f"workers: {workers}\nlisten:\n  - address: 127.0.0.1:{port}\n"
+        if admin:
+            text += f"admin:\n  address: 127.0.0.1:{admin_port}\n"
+        text += extra + yaml_body
+        path = self.write("proxy.yaml", text)
+        p = self.start([BIN, "proxy", "-c", path], "proxy", wait_port=port)
+        p.port = port
+        p.admin = admin_port
+        if admin:
+            wait_until(lambda: port_open(admin_port), "admin port")
+        return p
+
+    def nginx(self, server_block):
+        port = free_port()
+        root = os.path.join(self.dir, "www")
+        os.makedirs(root, exist_ok=True)
+        conf = f"""
+daemon off;
+master_process off;
+worker_processes 1;
+error_log {self.dir}/nginx-error.log;
+pid {self.dir}/nginx.pid;
+events {{ worker_connections 1024; }}
+http {{
+    log_format combined_conn '$connection $request';
+    access_log {self.dir}/nginx-access.log combined_conn;
+    client_body_temp_path {self.dir}/body;
+    proxy_temp_path {self.dir}/proxy;
+    fastcgi_temp_path {self.dir}/fcgi;
+    uwsgi_temp_path {self.dir}/uwsgi;
+    scgi_temp_path {self.dir}/scgi;
+    keepalive_requests 100000;
+    server {{
+        listen 127.0.0.1:{port};
+        root {root};
+        {server_block}
+    }}
+}}
+"""
+        path = self.write("nginx.conf", conf)
+        p = self.start([NGINX, "-c", path, "-e", f"{self.dir}/nginx-error.log"], "nginx",
+                       wait_port=port)
+        p.port = port
+        p.root = root
+        return p
+
+    def stop(self, p, sig=signal.SIGTERM, timeout=10):
+        if p.poll() is None:
+            p.send_signal(sig)
+            try:
+                p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        return p.returncode
+
+    def cleanup(self):
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                p.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def request(port, method="GET", path="/", body=None, headers=None, timeout=15):
+    """One request on a fresh connection: (status, headers as a dict of lists, body)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        c.request(method, path, body=body, headers=headers or {})
+        r = c.getresponse()
+        data = r.read()
+        hdrs = {}
+        for k, v in r.getheaders():
+            hdrs.setdefault(k.lower(), []).append(v)
+        return r.status, hdrs, data
+    finally:
+        c.close()
+
+
+def complete(port, body=None, path="/v1/completions"):
+    return request(port, "POST", path, body=body or json.dumps({"prompt": "hi"}),
+                   headers={"Content-Type": "application/json"})
+
+
+def served_by(hdrs):
+    return hdrs.get("x-served-by", ["?"])[0]
+
+
+def raw(port, data, timeout=15):
+    """Send raw bytes, read until the server closes; returns all bytes read."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        chunks = []
+        while True:
+            try:
+                b = s.recv(65536)
+            except ConnectionResetError:
+                break
+            if not b:
+                break
+            chunks.append(b)
+        return b"".join(chunks)
+
+
+def sim_stats(port):
+    st, _, body = request(port, "GET", "/sim/stats")
+    assert st == 200
+    return json.loads(body)
+
+
+def status(admin_port):
+    st, _, body = request(admin_port, "GET", "/status")
+    assert st == 200
+    return json.loads(body)
+
+
+def backend_state(admin_port, address):
+    for pool in status(admin_port)["pools"]:
+        for b in pool["backends"]:
+            if b["address"] == address:
+                return b
+    raise AssertionError(f"no backend {address} in /status")
+
+
+def pool_yaml(name, ports, balance="round-robin", weights=None, health=None, extra=""):
+    lines = [f"  - name: {name}", f"    balance: {balance}", "    backends:"]
+    for i, port in enumerate(ports):
+        w = f", weight: {weights[i]}" if weights else ""
+        lines.append(f"      - {{address: 127.0.0.1:{port}{w}}}")
+    if health:
+        lines.append(f"    health: {health}")
+    if extra:
+        lines.append(extra)
+    return "\n".join(lines) + "\n"
