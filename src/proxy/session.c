@@ -270,6 +270,8 @@ static enum run exchange_connect(struct session *s, const struct backend *exclud
 	struct worker *w = s->w;
 	uint64_t now = loop_now(w->loop);
 	struct backend *be = pool_pick(x->pool, now, rand_next(&w->rng), exclude);
+	if (!be && x->retried)
+		return reply_error(s, 502, "backend connection failed, no other backend", 1);
 	if (!be)
 		return reply_error(s, 503, "no backend available", 1);
 	int err = 0;
