@@ -145,6 +145,25 @@ http {{
                 p.wait()
         return p.returncode
 
+    def finish(self):
+        """Stop what still runs as a user would (SIGTERM) and fail if any accelnet process
+        crashed, or reported a sanitizer error or a leak on its way out."""
+        problems = []
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                self.stop(p)
+            text = self.log(p)
+            for marker in ("AddressSanitizer", "LeakSanitizer", "runtime error:",
+                           "invariant failed"):
+                if marker in text:
+                    problems.append(f"{p.name}: {marker}\n{text[-4000:]}")
+                    break
+            if p.name != "nginx" and p.returncode is not None and p.returncode < 0 \
+                    and p.returncode not in (-signal.SIGKILL, -signal.SIGTERM):
+                problems.append(f"{p.name} died of signal {-p.returncode}")
+        if problems:
+            raise AssertionError("\n".join(problems))
+
     def cleanup(self):
         for p in reversed(self.procs):
             if p.poll() is None:

@@ -33,6 +33,7 @@ def main():
             t0 = time.monotonic()
             try:
                 getattr(mod, name)(env)
+                env.finish()
                 passed += 1
                 print(f"ok   {full} ({time.monotonic() - t0:.1f}s)", flush=True)
             except Exception as e:  # noqa: BLE001 - every failure is reported, none stops the run

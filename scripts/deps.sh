@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Install the Debian 12 packages accelnet needs to build, test and fuzz, if any is missing.
+# Run as root (or with sudo). Safe to run again: it installs nothing when all are present.
+set -eu
+
+PKGS="gcc make pkg-config libyaml-dev libssl-dev libcmocka-dev python3 curl wrk nginx-light
+clang libclang-rt-14-dev"
+
+missing=""
+for p in $PKGS; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+		missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+
+echo "installing:$missing" >&2
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+# packaged services (nginx) must not start on their own: the tests start their own
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+	printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+	$SUDO chmod +x /usr/sbin/policy-rc.d
+	trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+fi
+$SUDO apt-get update -qq
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null

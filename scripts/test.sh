@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Build everything and run every test: unit and black-box tests on the normal build, the same
+# again under AddressSanitizer + UBSan, and a short run of each libFuzzer target.
+# Ends with the line 'N passed, N failed'; exits non-zero if anything failed.
+set -u
+cd "$(dirname "$0")/.."
+
+scripts/deps.sh || { echo "0 passed, 1 failed"; exit 1; }
+jobs=$(nproc)
+if ! make -j"$jobs" all unit || ! make -j"$jobs" SAN=1 all unit || ! make -j"$jobs" fuzz; then
+	echo "build failed"
+	echo "0 passed, 1 failed"
+	exit 1
+fi
+
+passed=0
+failed=0
+tally() { # add the last 'N passed, N failed' line of a log to the totals
+	local line
+	line=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$1" | tail -n 1)
+	if [[ "$line" =~ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]]; then
+		passed=$((passed + BASH_REMATCH[1]))
+		failed=$((failed + BASH_REMATCH[2]))
+	else
+		failed=$((failed + 1))
+	fi
+}
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+echo "== normal build =="
+tests/run.sh build | tee "$log"
+tally "$log"
+
+echo "== AddressSanitizer + UBSan build =="
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	tests/run.sh build-san | tee "$log"
+tally "$log"
+
+echo "== fuzz targets (${FUZZ_SECONDS:-10} s each) =="
+tests/fuzz/run.sh "${FUZZ_SECONDS:-10}" | tee "$log"
+tally "$log"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

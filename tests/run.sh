@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Run the unit tests and the black-box tests of one build directory (default: build).
+# Ends with 'tests: N passed, N failed'.
+set -u
+cd "$(dirname "$0")/.."
+build=${1:-build}
+passed=0
+failed=0
+
+for t in "$build"/tests/test_*; do
+	out=$("$t" 2>&1)
+	rc=$?
+	echo "$out" | grep -E '^\[ +(PASSED|FAILED|ERROR|LINE) +\]|^\[==========\] tests' || true
+	p=$(echo "$out" | sed -n -E 's/^\[  PASSED  \] ([0-9]+) test\(s\)\./\1/p' | tail -n 1)
+	f=$(echo "$out" | sed -n -E 's/^\[  FAILED  \] ([0-9]+) test\(s\), listed below:/\1/p' | tail -n 1)
+	passed=$((passed + ${p:-0}))
+	failed=$((failed + ${f:-0}))
+	if [ "$rc" -ne 0 ] && [ -z "$f" ]; then
+		echo "$t exited $rc"
+		echo "$out" | tail -n 20
+		failed=$((failed + 1))
+	fi
+done
+
+out=$(mktemp)
+/usr/bin/python3 tests/integration/run.py --bin "$build/accelnet" | tee "$out"
+line=$(tail -n 1 "$out")
+rm -f "$out"
+if [[ "$line" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+	passed=$((passed + BASH_REMATCH[1]))
+	failed=$((failed + BASH_REMATCH[2]))
+else
+	echo "integration tests did not finish"
+	failed=$((failed + 1))
+fi
+echo "tests: $passed passed, $failed failed"
