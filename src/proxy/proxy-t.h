@@ -61,6 +61,7 @@ struct exchange {
 	enum http_method meth;
 	int minor;
 	unsigned req_close : 1, retried : 1, up_reused : 1;
+	int retry_status; /* what to answer if the retry finds no backend: 502 or 504 */
 	char reqid[REQUEST_ID_MAX + 1];
 	struct pool_rt *pool;
 	struct backend *be;

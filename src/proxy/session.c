@@ -237,6 +237,7 @@ static enum run upstream_failed(struct session *s, enum up_failure why)
 	if (retry) {
 		exchange_drop_upstream(s);
 		x->retried = 1;
+		x->retry_status = why == UP_CONNECT_TIMEOUT ? 504 : 502;
 		x->uphead_off = 0;
 		if (be)
 			atomic_fetch_add_explicit(&be->retries, 1, memory_order_relaxed);
@@ -271,7 +272,10 @@ static enum run exchange_connect(struct session *s, const struct backend *exclud
 	uint64_t now = loop_now(w->loop);
 	struct backend *be = pool_pick(x->pool, now, rand_next(&w->rng), exclude);
 	if (!be && x->retried)
-		return reply_error(s, 502, "backend connection failed, no other backend", 1);
+		return reply_error(s, x->retry_status, x->retry_status == 504
+							   ? "backend connect timeout, no other backend"
+							   : "backend connection failed, no other backend",
+				   1);
 	if (!be)
 		return reply_error(s, 503, "no backend available", 1);
 	int err = 0;

@@ -145,3 +145,65 @@ def test_wrk_load_has_no_errors(env):
     assert "Non-2xx" not in out.stdout and "Socket errors" not in out.stdout, out.stdout
     total = sum(sim_stats(s.port)["requests"] for s in sims)
     assert total > 1000, total
+
+
+def test_connect_timeout_504(env):
+    # a listener whose accept queue is full: the kernel drops further SYNs, so connecting
+    # to it hangs until timeouts.connect_ms
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(0)
+    port = lst.getsockname()[1]
+    fillers = []
+    for _ in range(4):
+        f = socket.socket()
+        f.setblocking(False)
+        f.connect_ex(("127.0.0.1", port))
+        fillers.append(f)
+    try:
+        px = env.proxy("pools:\n" + pool_yaml("gpu", [port]),
+                       extra="timeouts: {connect_ms: 300}\n")
+        st, _, body = complete(px.port)
+        assert st == 504 and b"connect timeout" in body, (st, body)
+    finally:
+        for f in fillers:
+            f.close()
+        lst.close()
+
+
+def test_stream_gap_longer_than_between_bytes_is_cut(env):
+    sim = env.sim("s", latency_ms=0, tokens=3, token_ms=5000)
+    px = env.proxy("pools:\n" + pool_yaml("gpu", [sim.port]),
+                   extra="timeouts: {between_bytes_ms: 300}\n")
+    out = raw(px.port, b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 16\r\n\r\n'
+              b'{"stream": true}')
+    # the head and the first token arrived, then the stream was cut without its last chunk
+    assert out.startswith(b"HTTP/1.1 200") and out.count(b"data: ") == 1, out
+    assert not out.endswith(b"0\r\n\r\n"), out
+    wait_until(lambda: sim_stats(sim.port)["aborted"] == 1, "the backend to see the cancel")
+
+
+def test_connection_cap_holds_new_clients_in_the_backlog(env):
+    import select
+    sim = env.sim("s", latency_ms=0)
+    px = env.proxy("pools:\n" + pool_yaml("gpu", [sim.port]), workers=1,
+                   extra="limits: {max_connections: 2}\n")
+    a = socket.create_connection(("127.0.0.1", px.port))
+    b = socket.create_connection(("127.0.0.1", px.port))
+    for s in (a, b):  # both are served
+        s.sendall(b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert s.recv(65536).startswith(b"HTTP/1.1 200")
+    c = socket.create_connection(("127.0.0.1", px.port), timeout=15)
+    c.sendall(b"GET /third HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    # at the cap, the third client is not accepted...
+    assert select.select([c], [], [], 0.3)[0] == []
+    a.close()  # ...until a slot frees
+    got = b""
+    while True:
+        d = c.recv(65536)
+        if not d:
+            break
+        got += d
+    assert got.startswith(b"HTTP/1.1 200") and b"GET /third" in got, got
+    b.close()
+    c.close()
