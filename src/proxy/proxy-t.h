@@ -35,6 +35,7 @@ struct upconn {
 	struct buf *in;		    /* response bytes not yet relayed */
 	int failed;		    /* -errno of a failed connect */
 	int readable, writable;	    /* edge seen, not yet drained / not yet full */
+	int hup;		    /* the backend shut its side */
 	unsigned connecting : 1, idle : 1;
 	unsigned served; /* exchanges completed on this connection */
 };
@@ -95,6 +96,7 @@ struct session {
 	enum session_state state;
 	int readable, writable; /* edge seen, not yet drained / not yet full */
 	int hup;		/* the client shut its side (or the socket failed) */
+	int hup_checked;	/* ... and client_gone() has looked at it */
 	unsigned keep_alive : 1, in_exchange : 1;
 	struct buf *in;	 /* bytes from the client */
 	struct buf *out; /* heads and proxy-made responses for the client */

@@ -57,9 +57,11 @@ static const struct conf *conf_of(const struct session *s)
 /*
  * One read from <fd> into *b (taken from the pool if needed). Returns bytes read (> 0),
  * 0 at end of stream, -ENOSPC when the buffer is full, -EAGAIN when nothing was there, or
- * another -errno. Clears *readable when the socket is known to be drained.
+ * another -errno. A short read means the socket is drained, so *readable is cleared and the
+ * next edge will say when more arrives -- unless the peer has shut its side (<hup>): then
+ * no edge will come, and the end of stream must still be read.
  */
-static ssize_t read_some(struct worker *w, int fd, struct buf **b, int *readable)
+static ssize_t read_some(struct worker *w, int fd, struct buf **b, int *readable, int hup)
 {
 	if (!*b && !(*b = buf_get(&w->bufs)))
 		return -ENOMEM;
@@ -76,7 +78,7 @@ static ssize_t read_some(struct worker *w, int fd, struct buf **b, int *readable
 		}
 		return -errno;
 	}
-	if ((size_t)n < room)
+	if ((size_t)n < room && !hup)
 		*readable = 0;
 	(*b)->end += (uint32_t)n;
 	return n;
@@ -105,7 +107,7 @@ static size_t out_pending(const struct session *s)
 static int client_gone(struct session *s)
 {
 	char c;
-	s->hup = 0;
+	s->hup_checked = 1;
 	ssize_t n = recv(s->io.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
 	return n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
 }
@@ -571,7 +573,7 @@ static enum run run_exchange(struct session *s)
 				return r;
 		}
 		if (!x->req_read_done && s->readable) {
-			n = read_some(w, s->io.fd, &s->in, &s->readable);
+			n = read_some(w, s->io.fd, &s->in, &s->readable, s->hup);
 			if (n == 0 || (n < 0 && n != -EAGAIN && n != -ENOSPC))
 				return exchange_abort(s, "client closed during the request body");
 			if (n > 0) {
@@ -579,7 +581,7 @@ static enum run run_exchange(struct session *s)
 				s->last_ms = loop_now(w->loop);
 			}
 		}
-		if (x->req_read_done && s->hup && client_gone(s))
+		if (x->req_read_done && s->hup && !s->hup_checked && client_gone(s))
 			return exchange_abort(s, "client closed the connection");
 		if (request_scan(s) < 0) {
 			if (x->resp_head)
@@ -592,7 +594,7 @@ static enum run run_exchange(struct session *s)
 		}
 		/* backend -> client */
 		if (!x->resp_read_done && up->readable && !up->connecting) {
-			n = read_some(w, up->io.fd, &up->in, &up->readable);
+			n = read_some(w, up->io.fd, &up->in, &up->readable, up->hup);
 			if (n == 0 || (n < 0 && n != -EAGAIN && n != -ENOSPC)) {
 				if (!x->resp_head)
 					return upstream_failed(s, UP_RESET);
@@ -604,6 +606,7 @@ static enum run run_exchange(struct session *s)
 						send_client(s, &dummy);
 					return exchange_abort(s, "backend closed mid-response");
 				}
+				(void)response_scan(x, up->in); /* the tail is body too */
 				x->resp_read_done = 1;
 				x->up_reusable = 0;
 			}
@@ -660,7 +663,7 @@ static enum run run_head(struct session *s)
 		}
 		if (!s->readable)
 			return RUN_STAY;
-		ssize_t n = read_some(w, s->io.fd, &s->in, &s->readable);
+		ssize_t n = read_some(w, s->io.fd, &s->in, &s->readable, s->hup);
 		if (n == -EAGAIN)
 			return RUN_STAY;
 		if (n <= 0) {
@@ -706,7 +709,7 @@ static enum run run_linger(struct session *s)
 	while (s->readable) {
 		if (s->in)
 			s->in->start = s->in->end = 0;
-		ssize_t n = read_some(s->w, s->io.fd, &s->in, &s->readable);
+		ssize_t n = read_some(s->w, s->io.fd, &s->in, &s->readable, s->hup);
 		if (n == -EAGAIN)
 			return RUN_STAY;
 		if (n <= 0) {

@@ -22,6 +22,8 @@ static void upconn_on_io(struct loop_io *io, unsigned events)
 		up->readable = 1;
 	if (events & LOOP_WRITE)
 		up->writable = 1;
+	if (events & LOOP_HUP)
+		up->hup = 1;
 	if (up->connecting && (events & (LOOP_WRITE | LOOP_HUP))) {
 		up->connecting = 0;
 		up->failed = sock_error(io->fd);

@@ -245,3 +245,61 @@ def pool_yaml(name, ports, balance="round-robin", weights=None, health=None, ext
     if extra:
         lines.append(extra)
     return "\n".join(lines) + "\n"
+
+
+class ScriptedBackend:
+    """A backend that answers the n-th request it reads (on any connection) with
+    script(n, request_bytes) -> (bytes to send, close afterwards?). Runs in a thread."""
+
+    def __init__(self, script):
+        import threading
+        self.script = script
+        self.count = 0
+        self.connections = 0
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        import threading
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._conn, args=(conn,), daemon=True).start()
+
+    def _conn(self, conn):
+        buf = b""
+        with conn:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    d = conn.recv(65536)
+                    if not d:
+                        return
+                    buf += d
+                head, buf = buf.split(b"\r\n\r\n", 1)
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    k, _, v = line.partition(b":")
+                    if k.strip().lower() == b"content-length":
+                        length = int(v)
+                while len(buf) < length:
+                    buf += conn.recv(65536)
+                body, buf = buf[:length], buf[length:]
+                self.count += 1
+                out, close = self.script(self.count, head + b"\r\n\r\n" + body)
+                try:
+                    conn.sendall(out)
+                except OSError:
+                    return
+                if close:
+                    return
+
+    def close(self):
+        self.sock.close()

@@ -1,0 +1,58 @@
+"""The simulated accelerator's contract (DESIGN.md), talked to directly."""
+
+import concurrent.futures
+import json
+
+from harness import complete, raw, request, sim_stats
+
+
+def test_sim_answers_every_path_with_served_by(env):
+    sim = env.sim("acc0", latency_ms=0, token_ms=0)
+    st, h, body = request(sim.port, "GET", "/health")
+    assert st == 200 and h["x-served-by"] == ["acc0"]
+    st, h, body = request(sim.port, "PUT", "/any/thing", body=b"12345")
+    assert st == 200 and h["x-served-by"] == ["acc0"] and b"(5 body bytes)" in body
+
+
+def test_sim_completions_and_chat(env):
+    sim = env.sim("acc0", latency_ms=0, token_ms=0, tokens=4)
+    st, h, body = complete(sim.port)
+    doc = json.loads(body)
+    assert st == 200 and doc["object"] == "text_completion"
+    assert doc["choices"][0]["text"] == "tok0 tok1 tok2 tok3 "
+    assert doc["usage"]["completion_tokens"] == 4
+    st, h, body = complete(sim.port, json.dumps({"messages": [], "max_tokens": 2}),
+                           path="/v1/chat/completions")
+    doc = json.loads(body)
+    assert doc["object"] == "chat.completion"
+    assert doc["choices"][0]["message"]["content"] == "tok0 tok1 "
+
+
+def test_sim_streams_sse(env):
+    sim = env.sim("acc0", latency_ms=0, token_ms=1, tokens=3)
+    out = raw(sim.port, b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n'
+              b'Content-Length: 16\r\n\r\n{"stream": true}')
+    assert b"Content-Type: text/event-stream" in out
+    events = [line for line in out.split(b"\n") if line.startswith(b"data: ")]
+    assert len(events) == 4 and events[-1] == b"data: [DONE]", events
+    assert json.loads(events[0][6:])["choices"][0]["text"] == "tok0 "
+
+
+def test_sim_queues_beyond_its_slots(env):
+    sim = env.sim("acc0", slots=1, latency_ms=200, jitter=0, token_ms=0, tokens=1)
+    with concurrent.futures.ThreadPoolExecutor(3) as ex:
+        results = list(ex.map(lambda _: complete(sim.port), range(3)))
+    assert all(r[0] == 200 for r in results)
+    waits = sorted(int(r[1]["x-sim-wait-ms"][0]) for r in results)
+    # one slot: the third request waited for the two before it (at least 2 x 200 ms)
+    assert waits[2] >= 400, waits
+    st = sim_stats(sim.port)
+    assert st["max_waiting"] >= 2 and st["completions"] == 3, st
+
+
+def test_sim_fail_rate(env):
+    sim = env.sim("acc0", fail_rate=1, latency_ms=0)
+    st, h, body = complete(sim.port)
+    assert st == 500 and json.loads(body)["error"]["type"] == "server_error"
+    sim = env.sim("acc1", fail_rate=0, latency_ms=0, token_ms=0)
+    assert all(complete(sim.port)[0] == 200 for _ in range(20))
