@@ -475,29 +475,36 @@ static enum run response_head(struct session *s)
 	return RUN_AGAIN;
 }
 
+/* Write a[0..alen) then b[0..blen) to <fd> in one call. Bytes written, or -errno. */
+static ssize_t send_gathered(int fd, const char *a, size_t alen, const char *b, size_t blen)
+{
+	struct iovec iov[2];
+	int n = 0;
+	if (alen)
+		iov[n++] = (struct iovec){(void *)a, alen};
+	if (blen)
+		iov[n++] = (struct iovec){(void *)b, blen};
+	struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+	ssize_t sent = sendmsg(fd, &msg, MSG_NOSIGNAL);
+	return sent < 0 ? -errno : sent;
+}
+
 /* Write the request head and ready body bytes upstream. */
 static enum run send_upstream(struct session *s, int *progress)
 {
 	struct exchange *x = &s->x;
 	struct upconn *up = x->up;
-	struct iovec iov[2];
-	int n = 0;
 	size_t head_left = x->uphead ? x->uphead->end - x->uphead_off : 0;
-	if (head_left)
-		iov[n++] = (struct iovec){x->uphead->data + x->uphead_off, head_left};
-	if (x->req_ready)
-		iov[n++] = (struct iovec){buf_head(s->in), x->req_ready};
-	if (!n)
+	if (!head_left && !x->req_ready)
 		return RUN_STAY;
-	struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-	ssize_t sent = sendmsg(up->io.fd, &msg, MSG_NOSIGNAL);
-	if (sent < 0) {
-		if (errno == EAGAIN || errno == EINTR) {
-			up->writable = 0;
-			return RUN_STAY;
-		}
-		return upstream_failed(s, UP_RESET);
+	ssize_t sent = send_gathered(up->io.fd, head_left ? x->uphead->data + x->uphead_off : NULL,
+				     head_left, x->req_ready ? buf_head(s->in) : NULL, x->req_ready);
+	if (sent == -EAGAIN || sent == -EINTR) {
+		up->writable = 0;
+		return RUN_STAY;
 	}
+	if (sent < 0)
+		return upstream_failed(s, UP_RESET);
 	size_t k = (size_t)sent;
 	size_t from_head = k < head_left ? k : head_left;
 	x->uphead_off += from_head;
@@ -519,24 +526,17 @@ static enum run send_client(struct session *s, int *progress)
 {
 	struct exchange *x = &s->x;
 	struct upconn *up = x->up;
-	struct iovec iov[2];
-	int n = 0;
 	size_t head_left = out_pending(s);
-	if (head_left)
-		iov[n++] = (struct iovec){buf_head(s->out), head_left};
-	if (x->resp_ready)
-		iov[n++] = (struct iovec){buf_head(up->in), x->resp_ready};
-	if (!n)
+	if (!head_left && !x->resp_ready)
 		return RUN_STAY;
-	struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-	ssize_t sent = sendmsg(s->io.fd, &msg, MSG_NOSIGNAL);
-	if (sent < 0) {
-		if (errno == EAGAIN || errno == EINTR) {
-			s->writable = 0;
-			return RUN_STAY;
-		}
-		return exchange_abort(s, "client went away");
+	ssize_t sent = send_gathered(s->io.fd, head_left ? buf_head(s->out) : NULL, head_left,
+				     x->resp_ready ? buf_head(up->in) : NULL, x->resp_ready);
+	if (sent == -EAGAIN || sent == -EINTR) {
+		s->writable = 0;
+		return RUN_STAY;
 	}
+	if (sent < 0)
+		return exchange_abort(s, "client went away");
 	size_t k = (size_t)sent;
 	size_t from_head = k < head_left ? k : head_left;
 	if (from_head)
@@ -547,7 +547,7 @@ static enum run send_client(struct session *s, int *progress)
 		x->resp_ready -= k;
 	}
 	if (out_pending(s) || x->resp_ready)
-		s->writable = 0;
+		s->writable = 0; /* a short write: the socket buffer is full */
 	release_buf(s->w, &s->out);
 	*progress = 1;
 	s->last_ms = loop_now(s->w->loop);

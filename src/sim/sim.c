@@ -230,8 +230,12 @@ static void sim_start_next(struct sim *s)
 	}
 }
 
-/* A JSON boolean field set to true, found without a full parser: "stream" : true */
-static int json_flag(const char *body, size_t len, const char *key)
+/*
+ * Where the value of "key" starts in a JSON object, found without a full parser (the
+ * simulator only needs "stream" and "max_tokens" from well-formed client bodies); NULL if
+ * the key is absent. *rest is set to the bytes left from there.
+ */
+static const char *json_value(const char *body, size_t len, const char *key, size_t *rest)
 {
 	size_t klen = strlen(key);
 	for (size_t i = 0; i + klen + 2 <= len; i++) {
@@ -240,29 +244,28 @@ static int json_flag(const char *body, size_t len, const char *key)
 		size_t k = i + klen + 2;
 		while (k < len && (body[k] == ' ' || body[k] == ':' || body[k] == '\t'))
 			k++;
-		return len - k >= 4 && memcmp(body + k, "true", 4) == 0;
+		*rest = len - k;
+		return body + k;
 	}
-	return 0;
+	return NULL;
+}
+
+static int json_flag(const char *body, size_t len, const char *key)
+{
+	size_t rest;
+	const char *v = json_value(body, len, key, &rest);
+	return v && rest >= 4 && memcmp(v, "true", 4) == 0;
 }
 
 static long json_number(const char *body, size_t len, const char *key)
 {
-	size_t klen = strlen(key);
-	for (size_t i = 0; i + klen + 2 <= len; i++) {
-		if (body[i] != '"' || memcmp(body + i + 1, key, klen) != 0 || body[i + 1 + klen] != '"')
-			continue;
-		size_t k = i + klen + 2;
-		while (k < len && (body[k] == ' ' || body[k] == ':' || body[k] == '\t'))
-			k++;
-		long v = 0;
-		int digits = 0;
-		while (k < len && body[k] >= '0' && body[k] <= '9' && v < 1000000) {
-			v = v * 10 + (body[k++] - '0');
-			digits++;
-		}
-		return digits ? v : -1;
-	}
-	return -1;
+	size_t rest;
+	const char *v = json_value(body, len, key, &rest);
+	long n = 0;
+	size_t k = 0;
+	while (v && k < rest && v[k] >= '0' && v[k] <= '9' && n < 1000000)
+		n = n * 10 + (v[k++] - '0');
+	return k ? n : -1;
 }
 
 static void sim_on_request(void *arg, struct hsrv_conn *c, const struct http_head *req,
