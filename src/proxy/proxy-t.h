@@ -67,7 +67,7 @@ struct exchange {
 	struct pool_rt *pool;
 	struct backend *be;
 	struct upconn *up;
-	uint64_t started_ms, connect_ms;
+	uint64_t connect_ms; /* when the current connect began */
 	/* the rewritten request head; kept until a response starts, so a retry can resend it */
 	struct buf *uphead;
 	size_t uphead_off;
@@ -121,6 +121,7 @@ struct worker {
 	struct session *sessions;
 	unsigned nsessions, max_sessions;
 	int accept_paused, draining;
+	uint64_t cap_logged_ms; /* last "connection limit reached" warning */
 	atomic_int drain_requested;
 	uint64_t rng;
 	struct http_head head; /* parse scratch, for request and response heads alike */

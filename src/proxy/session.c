@@ -315,7 +315,6 @@ static enum run exchange_start(struct session *s, size_t head_len)
 	x->meth = h->meth;
 	x->minor = h->minor;
 	x->req_close = (h->flags & HTTP_F_CLOSE) != 0;
-	x->started_ms = loop_now(w->loop);
 	x->req_framing = h->framing;
 	x->req_left = h->content_length;
 	http_chunked_init(&x->req_ch);
@@ -361,7 +360,7 @@ static enum run exchange_start(struct session *s, size_t head_len)
 
 /* --- relaying bodies --- */
 
-/* Extend x->req_ready over the body bytes now in s->in. -1: malformed or too large. */
+/* Extend x->req_ready over the body bytes now in s->in. 0, -400 malformed, -413 too large. */
 static int request_scan(struct session *s)
 {
 	struct exchange *x = &s->x;
@@ -381,9 +380,9 @@ static int request_scan(struct session *s)
 		int is_data;
 		ssize_t n = http_chunked_scan(&x->req_ch, p, avail, &is_data);
 		if (n < 0)
-			return -1;
+			return -400;
 		if (is_data && limit && (x->req_payload += (uint64_t)n) > limit)
-			return -1;
+			return -413;
 		x->req_ready += (size_t)n;
 		p += n;
 		avail -= (size_t)n;
@@ -583,15 +582,14 @@ static enum run run_exchange(struct session *s)
 		}
 		if (x->req_read_done && s->hup && !s->hup_checked && client_gone(s))
 			return exchange_abort(s, "client closed the connection");
-		if (request_scan(s) < 0) {
-			if (x->resp_head)
-				return exchange_abort(s, "bad request body");
-			return reply_error(s, x->req_payload > conf_of(s)->limits.max_body_bytes &&
-						      conf_of(s)->limits.max_body_bytes
-						  ? 413
-						  : 400,
-					   "bad or oversized chunked request body", 0);
-		}
+		int bad = request_scan(s);
+		if (bad && x->resp_head)
+			return exchange_abort(s, "bad request body");
+		if (bad)
+			return reply_error(s, -bad,
+					   bad == -413 ? "request body larger than limits.max_body_bytes"
+						       : "malformed chunked request body",
+					   0);
 		/* backend -> client */
 		if (!x->resp_read_done && up->readable && !up->connecting) {
 			n = read_some(w, up->io.fd, &up->in, &up->readable, up->hup);

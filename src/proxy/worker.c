@@ -20,9 +20,12 @@ static void worker_accept(struct worker *w, struct listener *l)
 {
 	while (!w->draining) {
 		if (w->nsessions >= w->max_sessions) {
-			if (!w->accept_paused)
+			uint64_t now = loop_now(w->loop);
+			if (now >= w->cap_logged_ms + 10000) {
 				log_warn("connection limit reached (%u on this worker); "
 					 "new clients wait in the backlog", w->max_sessions);
+				w->cap_logged_ms = now;
+			}
 			w->accept_paused = 1;
 			return;
 		}
