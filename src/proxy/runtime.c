@@ -79,14 +79,24 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 		cand[i].inflight = atomic_load_explicit(&b->inflight, memory_order_relaxed);
 		cand[i].eligible = b != exclude && backend_eligible(b, now_ms);
 	}
-	uint64_t ticket = atomic_fetch_add_explicit(&p->ticket, 1, memory_order_relaxed);
-	int idx = p->conf->balance->pick(&p->conf->lb, cand, n, ticket, rnd);
-	if (idx < 0) {
-		atomic_fetch_add_explicit(&p->unavailable, 1, memory_order_relaxed);
-		return NULL;
+	for (size_t attempt = 0; attempt < n; attempt++) {
+		uint64_t ticket = atomic_fetch_add_explicit(&p->ticket, 1, memory_order_relaxed);
+		int idx = p->conf->balance->pick(&p->conf->lb, cand, n, ticket, rnd);
+		if (idx < 0)
+			break;
+		struct backend *b = &p->backends[idx];
+		unsigned cap = b->conf->max_concurrency;
+		unsigned before = atomic_fetch_add_explicit(&b->inflight, 1, memory_order_relaxed);
+		if (cap && before >= cap) {
+			/* another worker took the last slot since we looked: pick again */
+			atomic_fetch_sub_explicit(&b->inflight, 1, memory_order_relaxed);
+			cand[idx].eligible = 0;
+			rnd = rnd * 6364136223846793005u + 1442695040888963407u;
+			continue;
+		}
+		atomic_fetch_add_explicit(&b->requests, 1, memory_order_relaxed);
+		return b;
 	}
-	struct backend *b = &p->backends[idx];
-	atomic_fetch_add_explicit(&b->inflight, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&b->requests, 1, memory_order_relaxed);
-	return b;
+	atomic_fetch_add_explicit(&p->unavailable, 1, memory_order_relaxed);
+	return NULL;
 }

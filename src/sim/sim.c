@@ -34,7 +34,7 @@ struct sim {
 	struct loop *loop;
 	struct hsrv *srv;
 	struct sim_job *queue_head, *queue_tail;
-	unsigned active, waiting, max_waiting;
+	unsigned active, waiting, max_waiting, max_active;
 	unsigned long requests, completions, failures, aborted, next_id;
 	uint64_t rng;
 	char served_by[96];
@@ -203,7 +203,8 @@ static void job_begin(struct sim_job *j)
 	struct sim *s = j->sim;
 	uint64_t now = loop_now(s->loop);
 	j->active = 1;
-	s->active++;
+	if (++s->active > s->max_active)
+		s->max_active = s->active;
 	j->wait_ms = now - j->queued_at_ms;
 	double f = 1.0 + s->opts.jitter * (2.0 * rand_unit(&s->rng) - 1.0);
 	uint64_t delay = (uint64_t)((double)s->opts.latency_ms * (f < 0 ? 0 : f));
@@ -314,10 +315,10 @@ static void sim_on_request(void *arg, struct hsrv_conn *c, const struct http_hea
 		n = snprintf(text, sizeof(text),
 			     "{\"name\":\"%s\",\"connections\":%lu,\"requests\":%lu,"
 			     "\"completions\":%lu,\"failures\":%lu,\"aborted\":%lu,\"active\":%u,"
-			     "\"waiting\":%u,\"max_waiting\":%u,\"slots\":%u}\n",
+			     "\"waiting\":%u,\"max_waiting\":%u,\"max_active\":%u,\"slots\":%u}\n",
 			     s->opts.name, hsrv_connections(s->srv), s->requests, s->completions,
 			     s->failures, s->aborted, s->active, s->waiting, s->max_waiting,
-			     s->opts.slots);
+			     s->max_active, s->opts.slots);
 		hsrv_respond(c, 200, "application/json", s->served_by, text, (size_t)n);
 		return;
 	}

@@ -76,3 +76,17 @@ def test_routes_by_path_host_method_and_header(env):
     assert st == 404 and b"no route" in body, (st, body)
     st, _, _ = request(px.port, "GET", "/nowhere")
     assert st == 404
+
+
+def test_max_concurrency_is_a_hard_cap(env):
+    sim = env.sim("capped", latency_ms=500, jitter=0, token_ms=0, slots=64)
+    px = env.proxy("pools:\n  - name: gpu\n    backends:\n"
+                   f"      - {{address: 127.0.0.1:{sim.port}, max_concurrency: 3}}\n")
+    with concurrent.futures.ThreadPoolExecutor(10) as ex:
+        results = list(ex.map(lambda _: complete(px.port), range(10)))
+    statuses = sorted(r[0] for r in results)
+    # never more than 3 at once on the backend (across both workers); the rest are refused
+    # until the admission queue exists
+    assert statuses.count(200) >= 3 and set(statuses) <= {200, 503}, statuses
+    from harness import sim_stats
+    assert sim_stats(sim.port)["max_active"] == 3
