@@ -42,6 +42,8 @@ int cmd_sim(int argc, char **argv)
 		{"tokens", required_argument, NULL, 't'},
 		{"token-ms", required_argument, NULL, 'T'},
 		{"fail-rate", required_argument, NULL, 'f'},
+		{"stall-ms", required_argument, NULL, 'S'},
+		{"stall-every-ms", required_argument, NULL, 'E'},
 		{NULL, 0, NULL, 0},
 	};
 	struct sim_opts o;
@@ -88,9 +90,23 @@ int cmd_sim(int argc, char **argv)
 				return 2;
 			o.fail_rate = v;
 			break;
+		case 'S':
+			if (parse_number("--stall-ms", optarg, 0, 3600000, &v) < 0)
+				return 2;
+			o.stall_ms = (unsigned)v;
+			break;
+		case 'E':
+			if (parse_number("--stall-every-ms", optarg, 0, 86400000, &v) < 0)
+				return 2;
+			o.stall_every_ms = (unsigned)v;
+			break;
 		default:
 			return 2;
 		}
+	}
+	if (o.stall_ms && o.stall_ms >= o.stall_every_ms) {
+		fprintf(stderr, "accelnet sim: --stall-ms must be shorter than --stall-every-ms\n");
+		return 2;
 	}
 	if (!listen) {
 		fprintf(stderr, "accelnet sim: --listen ADDR is required, e.g. 127.0.0.1:9101\n");
@@ -117,8 +133,9 @@ int cmd_sim(int argc, char **argv)
 	}
 	signals_watch(loop, sim_on_signal, loop);
 	log_info("simulated accelerator '%s' on %s: %u slots, %u ms to first token, "
-		 "%u tokens every %u ms, jitter %.2f, fail rate %.2f",
-		 o.name, listen, o.slots, o.latency_ms, o.tokens, o.token_ms, o.jitter, o.fail_rate);
+		 "%u tokens every %u ms, jitter %.2f, fail rate %.2f, stall %u ms every %u ms",
+		 o.name, listen, o.slots, o.latency_ms, o.tokens, o.token_ms, o.jitter, o.fail_rate,
+		 o.stall_ms, o.stall_every_ms);
 	loop_run(loop);
 	sim_stop(sim);
 	loop_destroy(loop);

@@ -15,7 +15,8 @@ static const struct {
 	{"check", cmd_check, "check -c FILE [--keys]              validate a config (exit 0, or 2 with FILE:LINE:COL)"},
 	{"demo", cmd_demo, "demo                                 3 simulated accelerators behind the proxy"},
 	{"sim", cmd_sim, "sim --listen ADDR [--name NAME] [--slots N] [--latency-ms MS] [--jitter F]\n"
-			 "      [--tokens N] [--token-ms MS] [--fail-rate F]   a simulated accelerator server"},
+			 "      [--tokens N] [--token-ms MS] [--fail-rate F] [--stall-ms MS --stall-every-ms MS]\n"
+			 "      a simulated accelerator server"},
 };
 
 static void usage(FILE *out)

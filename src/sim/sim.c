@@ -37,6 +37,7 @@ struct sim {
 	unsigned active, waiting, max_waiting, max_active;
 	unsigned long requests, completions, failures, aborted, next_id;
 	uint64_t rng;
+	uint64_t start_ms;
 	char served_by[96];
 };
 
@@ -115,16 +116,28 @@ static void job_fail(struct sim_job *j)
 static int token_event(struct sim_job *j, char *out, size_t len)
 {
 	const char *name = j->sim->opts.name;
+	unsigned long long sent = (unsigned long long)clock_now_ns();
 	if (j->chat)
 		return snprintf(out, len,
 				"data: {\"id\":\"chatcmpl-%lu\",\"object\":\"chat.completion.chunk\","
 				"\"model\":\"%s\",\"choices\":[{\"index\":0,\"delta\":{\"content\":"
-				"\"tok%u \"},\"finish_reason\":null}]}\n\n",
-				j->id, name, j->sent);
+				"\"tok%u \"},\"finish_reason\":null}],\"sent_ns\":%llu}\n\n",
+				j->id, name, j->sent, sent);
 	return snprintf(out, len,
 			"data: {\"id\":\"cmpl-%lu\",\"object\":\"text_completion\",\"model\":\"%s\","
-			"\"choices\":[{\"index\":0,\"text\":\"tok%u \",\"finish_reason\":null}]}\n\n",
-			j->id, name, j->sent);
+			"\"choices\":[{\"index\":0,\"text\":\"tok%u \",\"finish_reason\":null}],"
+			"\"sent_ns\":%llu}\n\n",
+			j->id, name, j->sent, sent);
+}
+
+/* When the accelerator is frozen at <now>, the time the freeze ends; else 0. */
+static uint64_t sim_stall_end(const struct sim *s, uint64_t now)
+{
+	uint64_t every = s->opts.stall_every_ms, stall = s->opts.stall_ms;
+	if (!every || !stall)
+		return 0;
+	uint64_t phase = (now - s->start_ms) % every;
+	return phase >= every - stall ? now + (every - phase) : 0;
 }
 
 static void job_finish_whole(struct sim_job *j)
@@ -168,6 +181,11 @@ static void job_on_timer(struct loop_timer *t)
 	struct sim_job *j = container_of(t, struct sim_job, timer);
 	struct sim *s = j->sim;
 	char ev[512], headers[256];
+	uint64_t frozen_until = sim_stall_end(s, loop_now(s->loop));
+	if (frozen_until) {
+		loop_timer_set(s->loop, &j->timer, frozen_until);
+		return;
+	}
 
 	if (!j->stream) {
 		job_finish_whole(j);
@@ -315,10 +333,12 @@ static void sim_on_request(void *arg, struct hsrv_conn *c, const struct http_hea
 		n = snprintf(text, sizeof(text),
 			     "{\"name\":\"%s\",\"connections\":%lu,\"requests\":%lu,"
 			     "\"completions\":%lu,\"failures\":%lu,\"aborted\":%lu,\"active\":%u,"
-			     "\"waiting\":%u,\"max_waiting\":%u,\"max_active\":%u,\"slots\":%u}\n",
+			     "\"waiting\":%u,\"max_waiting\":%u,\"max_active\":%u,\"slots\":%u,"
+			     "\"stalled\":%s}\n",
 			     s->opts.name, hsrv_connections(s->srv), s->requests, s->completions,
 			     s->failures, s->aborted, s->active, s->waiting, s->max_waiting,
-			     s->max_active, s->opts.slots);
+			     s->max_active, s->opts.slots,
+			     sim_stall_end(s, loop_now(s->loop)) ? "true" : "false");
 		hsrv_respond(c, 200, "application/json", s->served_by, text, (size_t)n);
 		return;
 	}
@@ -337,6 +357,7 @@ int sim_start(struct loop *loop, const struct sim_opts *o, struct sim **out)
 		s->opts.slots = 1;
 	s->loop = loop;
 	s->rng = clock_now_ns() ^ (uint64_t)(uintptr_t)s;
+	s->start_ms = loop_now(loop);
 	snprintf(s->served_by, sizeof(s->served_by), "X-Served-By: %s\r\n", o->name);
 	int err = hsrv_start(loop, &o->addr, sim_on_request, s, &s->srv);
 	if (err) {

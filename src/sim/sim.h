@@ -5,7 +5,11 @@
  * service at once and the rest wait inside it in arrival order, so its latency grows with
  * its own queue. A completion takes latency_ms (+- jitter) to the first token, then one
  * token every token_ms; with "stream": true the tokens arrive as Server-Sent Events. A
- * request can fail at random (fail_rate) with a 500. Every response carries
+ * request can fail at random (fail_rate) with a 500. With stall_every_ms, the accelerator
+ * freezes for stall_ms at the end of every such period (a GC pause, a thermal throttle, a
+ * neighbour's burst): nothing it serves progresses meanwhile. Each streamed event carries
+ * "sent_ns", the sender's CLOCK_MONOTONIC, so a client on the same machine can measure what
+ * a proxy adds per token. Every response carries
  * X-Served-By: NAME. GET /health is 200 while it runs; GET /sim/stats reports its counters
  * as JSON; every other path answers 200 with a one-line description.
  */
@@ -24,6 +28,7 @@ struct sim_opts {
 	unsigned tokens;
 	unsigned token_ms;
 	double fail_rate; /* 0..1 */
+	unsigned stall_ms, stall_every_ms; /* freeze for stall_ms at the end of every period */
 };
 
 struct sim;

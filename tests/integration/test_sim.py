@@ -57,3 +57,17 @@ def test_sim_fail_rate(env):
     assert st == 500 and json.loads(body)["error"]["type"] == "server_error"
     sim = env.sim("acc1", fail_rate=0, latency_ms=0, token_ms=0)
     assert all(complete(sim.port)[0] == 200 for _ in range(20))
+
+
+def test_sim_stalls_freeze_service(env):
+    import threading
+    from harness import wait_until
+    # frozen from 1 s to 60 s of every minute: a request made while frozen stays in service
+    sim = env.sim("staller", latency_ms=0, token_ms=0, tokens=1, stall_ms=59000,
+                  stall_every_ms=60000)
+    wait_until(lambda: sim_stats(sim.port)["stalled"], "the stall to begin")
+    t = threading.Thread(target=lambda: complete(sim.port), daemon=True)
+    t.start()
+    wait_until(lambda: sim_stats(sim.port)["active"] == 1, "the request to be in service")
+    st = sim_stats(sim.port)
+    assert st["completions"] == 0 and st["stalled"], st
