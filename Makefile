@@ -1,6 +1,6 @@
 # accelnet - a plain Makefile. `make` builds build/accelnet; `make test` runs every test;
 # `make SAN=1` builds into build-san/ with AddressSanitizer and UBSan; `make fuzz` builds the
-# libFuzzer targets with clang.
+# libFuzzer targets with clang; `make bench` the load generator of bench/run.
 
 SAN ?= 0
 ifeq ($(SAN),1)
@@ -60,8 +60,13 @@ build-fuzz/%: tests/fuzz/%.c $(FUZZ_LIB)
 	clang -std=c17 -D_GNU_SOURCE -g -O1 -Isrc -fsanitize=fuzzer,address,undefined \
 		-o $@ $^ $(LDLIBS)
 
+bench: $(BUILD)/loadgen
+$(BUILD)/loadgen: bench/loadgen.c $(LIB_OBJ)
+	@echo "  LD  $@"
+	@$(CC) $(filter-out -MMD -MP,$(ALL_CFLAGS)) -o $@ $^ $(LDLIBS)
+
 clean:
 	rm -rf build build-san build-fuzz
 
-.PHONY: all unit test fuzz clean
+.PHONY: all unit test fuzz bench clean
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

@@ -1,0 +1,510 @@
+/*
+ * loadgen.c - the load generators behind bench/run that wrk cannot be.
+ *
+ *   loadgen open --target H:P --path P --body JSON --rate R --duration S
+ *       Open loop: request i is due at start + i/R whatever happened to the others, on an
+ *       idle keep-alive connection or a new one, and its latency is measured from when it
+ *       was due, not from when it could be sent, so a stalled server cannot hide its queue
+ *       (no coordinated omission).
+ *   loadgen sse --target H:P --path P --body JSON --streams N
+ *       N concurrent token streams from `accelnet sim`; each event's "sent_ns" (the sender's
+ *       CLOCK_MONOTONIC) gives the delay from the accelerator to this client per token.
+ *   loadgen idle --target H:P --conns N
+ *       Open N keep-alive connections, make one request on each, print a line, and hold
+ *       them until standard input closes (memory per idle connection).
+ *
+ * Each prints one JSON object on standard output. Latencies are in milliseconds.
+ */
+#include "core/clock.h"
+#include "core/loop.h"
+#include "http/chunked.h"
+#include "http/parse.h"
+#include "net/addr.h"
+#include "net/sock.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+enum mode { M_OPEN, M_SSE, M_IDLE };
+
+struct conn {
+	struct loop_io io;
+	struct conn *next_idle;
+	char *in;
+	size_t in_len, in_cap, sent;
+	int connecting, busy, head_done;
+	uint64_t due_ns, start_ns;
+	struct http_head head;
+	size_t head_len;
+	struct http_chunked ch;
+	uint64_t body_left;
+	/* sse: payload text not yet split into events */
+	char *ev;
+	size_t ev_len, ev_cap;
+	int got_token;
+};
+
+static struct {
+	enum mode mode;
+	struct net_addr addr;
+	char *req;
+	size_t req_len;
+	double rate;
+	double duration;
+	unsigned streams, conns, max_conns;
+	uint64_t timeout_ns;
+	struct loop *loop;
+	struct loop_timer tick;
+	struct conn *idle;
+	uint64_t start_ns, next_i;
+	unsigned open_conns, outstanding, finished_streams;
+	uint64_t ok, errors, no_conn, status[6];
+	double *lat;	/* ms, per completed request (open) or per token (sse) */
+	size_t nlat, caplat;
+	double *ttft;	/* sse: time to first token */
+	size_t nttft;
+	int done_sending;
+} g;
+
+static void record(double **arr, size_t *n, size_t *cap, double v)
+{
+	if (*n == *cap) {
+		*cap = *cap ? *cap * 2 : 4096;
+		*arr = realloc(*arr, *cap * sizeof(**arr));
+		if (!*arr) {
+			perror("loadgen: out of memory");
+			exit(1);
+		}
+	}
+	(*arr)[(*n)++] = v;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double pct(double *v, size_t n, double p)
+{
+	if (!n)
+		return 0;
+	size_t i = (size_t)(p / 100.0 * (double)(n - 1) + 0.5);
+	return v[i < n ? i : n - 1];
+}
+
+static void print_dist(const char *name, double *v, size_t n)
+{
+	qsort(v, n, sizeof(*v), cmp_double);
+	printf("\"%s\":{\"n\":%zu,\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f,\"p999\":%.3f,\"max\":%.3f}",
+	       name, n, pct(v, n, 50), pct(v, n, 90), pct(v, n, 99), pct(v, n, 99.9),
+	       n ? v[n - 1] : 0.0);
+}
+
+static void conn_free(struct conn *c)
+{
+	loop_io_del(g.loop, &c->io);
+	close(c->io.fd);
+	free(c->in);
+	free(c->ev);
+	free(c);
+	g.open_conns--;
+}
+
+static void maybe_finish(void)
+{
+	if (g.mode == M_OPEN && g.done_sending && !g.outstanding)
+		loop_stop(g.loop);
+	if (g.mode == M_SSE && g.finished_streams == g.streams)
+		loop_stop(g.loop);
+	if (g.mode == M_IDLE && g.finished_streams == g.conns)
+		loop_stop(g.loop);
+}
+
+/* The request on <c> failed: count it and drop the connection. */
+static void conn_fail(struct conn *c)
+{
+	if (c->busy) {
+		g.errors++;
+		g.outstanding--;
+		g.finished_streams++;
+	}
+	conn_free(c);
+	maybe_finish();
+}
+
+static void conn_send(struct conn *c)
+{
+	while (c->sent < g.req_len) {
+		ssize_t n = send(c->io.fd, g.req + c->sent, g.req_len - c->sent, MSG_NOSIGNAL);
+		if (n < 0) {
+			if (errno != EAGAIN)
+				conn_fail(c);
+			return;
+		}
+		c->sent += (size_t)n;
+	}
+}
+
+static void sse_events(struct conn *c, uint64_t now)
+{
+	char *p = c->ev, *end = c->ev + c->ev_len;
+	for (;;) {
+		char *sep = memmem(p, (size_t)(end - p), "\n\n", 2);
+		if (!sep)
+			break;
+		char *t = memmem(p, (size_t)(sep - p), "\"sent_ns\":", 10);
+		if (t) {
+			unsigned long long sent = strtoull(t + 10, NULL, 10);
+			record(&g.lat, &g.nlat, &g.caplat, (double)(now - sent) / 1e6);
+			if (!c->got_token) {
+				static size_t capttft;
+				record(&g.ttft, &g.nttft, &capttft, (double)(now - c->start_ns) / 1e6);
+				c->got_token = 1;
+			}
+		}
+		p = sep + 2;
+	}
+	memmove(c->ev, p, (size_t)(end - p));
+	c->ev_len = (size_t)(end - p);
+}
+
+/* The response on <c> is complete. */
+static void conn_done(struct conn *c, uint64_t now)
+{
+	int status = c->head.status;
+	g.status[status / 100 < 6 ? status / 100 : 0]++;
+	if (status == 200)
+		g.ok++;
+	else
+		g.errors++;
+	if (g.mode == M_OPEN && status == 200)
+		record(&g.lat, &g.nlat, &g.caplat, (double)(now - c->due_ns) / 1e6);
+	g.outstanding--;
+	g.finished_streams++;
+	int keep = !(c->head.flags & HTTP_F_CLOSE) && c->head.framing != HTTP_BODY_CLOSE;
+	c->busy = c->head_done = 0;
+	c->in_len = 0;
+	if (g.mode == M_IDLE) {
+		maybe_finish();
+		return; /* held open */
+	}
+	if (!keep) {
+		conn_free(c);
+	} else {
+		c->next_idle = g.idle;
+		g.idle = c;
+	}
+	maybe_finish();
+}
+
+static void conn_read(struct conn *c)
+{
+	for (;;) {
+		if (c->in_cap - c->in_len < 16384) {
+			c->in_cap = c->in_cap ? c->in_cap * 2 : 65536;
+			c->in = realloc(c->in, c->in_cap);
+			if (!c->in) {
+				conn_fail(c);
+				return;
+			}
+		}
+		ssize_t n = recv(c->io.fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+		if (n < 0 && errno == EAGAIN)
+			return;
+		if (n <= 0) {
+			if (c->busy && c->head_done && c->head.framing == HTTP_BODY_CLOSE) {
+				conn_done(c, clock_now_ns());
+				if (g.mode != M_IDLE)
+					return;
+			}
+			conn_fail(c);
+			return;
+		}
+		uint64_t now = clock_now_ns();
+		if (!c->busy) {
+			conn_fail(c); /* bytes nobody asked for */
+			return;
+		}
+		c->in_len += (size_t)n;
+		if (!c->head_done) {
+			int r = http_parse_response(c->in, c->in_len, 65536, HTTP_POST, &c->head);
+			if (r == 0)
+				continue;
+			if (r < 0) {
+				conn_fail(c);
+				return;
+			}
+			c->head_done = 1;
+			c->head_len = (size_t)r;
+			c->body_left = c->head.content_length;
+			http_chunked_init(&c->ch);
+			memmove(c->in, c->in + r, c->in_len - (size_t)r);
+			c->in_len -= (size_t)r;
+			if (c->head.framing == HTTP_BODY_NONE) {
+				conn_done(c, now);
+				return;
+			}
+		}
+		/* consume body bytes */
+		size_t pos = 0;
+		int complete = 0;
+		if (c->head.framing == HTTP_BODY_LENGTH) {
+			size_t take = c->in_len < c->body_left ? c->in_len : (size_t)c->body_left;
+			c->body_left -= take;
+			pos = take;
+			complete = c->body_left == 0;
+		} else if (c->head.framing == HTTP_BODY_CHUNKED) {
+			while (pos < c->in_len && !http_chunked_done(&c->ch)) {
+				int is_data;
+				ssize_t k = http_chunked_scan(&c->ch, c->in + pos, c->in_len - pos,
+							      &is_data);
+				if (k < 0) {
+					conn_fail(c);
+					return;
+				}
+				if (is_data && g.mode == M_SSE) {
+					if (c->ev_cap - c->ev_len < (size_t)k) {
+						c->ev_cap = c->ev_len + (size_t)k + 4096;
+						c->ev = realloc(c->ev, c->ev_cap);
+					}
+					memcpy(c->ev + c->ev_len, c->in + pos, (size_t)k);
+					c->ev_len += (size_t)k;
+				}
+				pos += (size_t)k;
+			}
+			complete = http_chunked_done(&c->ch);
+			if (g.mode == M_SSE)
+				sse_events(c, now);
+		} else {
+			pos = c->in_len;
+		}
+		memmove(c->in, c->in + pos, c->in_len - pos);
+		c->in_len -= pos;
+		if (complete) {
+			conn_done(c, now);
+			return;
+		}
+	}
+}
+
+static void conn_on_io(struct loop_io *io, unsigned events)
+{
+	struct conn *c = container_of(io, struct conn, io);
+	if (c->connecting && (events & (LOOP_WRITE | LOOP_HUP))) {
+		c->connecting = 0;
+		if (sock_error(io->fd) < 0) {
+			conn_fail(c);
+			return;
+		}
+	}
+	if (c->connecting)
+		return;
+	if (events & LOOP_WRITE && c->sent < g.req_len && c->busy) {
+		conn_send(c);
+		return; /* conn_send may have freed c; the next edge brings the response */
+	}
+	if (events & (LOOP_READ | LOOP_HUP))
+		conn_read(c);
+}
+
+static struct conn *conn_new(void)
+{
+	int fd = sock_connect(&g.addr);
+	if (fd < 0)
+		return NULL;
+	struct conn *c = calloc(1, sizeof(*c));
+	if (!c) {
+		close(fd);
+		return NULL;
+	}
+	c->io.fd = fd;
+	c->io.fn = conn_on_io;
+	c->connecting = 1;
+	if (loop_io_add(g.loop, &c->io) < 0) {
+		close(fd);
+		free(c);
+		return NULL;
+	}
+	g.open_conns++;
+	return c;
+}
+
+/* Start one request, due at <due_ns>, on an idle connection or a new one. */
+static void start_request(uint64_t due_ns)
+{
+	struct conn *c = g.idle;
+	if (c) {
+		g.idle = c->next_idle;
+	} else if (g.open_conns >= g.max_conns || !(c = conn_new())) {
+		g.no_conn++;
+		g.errors++;
+		g.finished_streams++;
+		return;
+	}
+	c->busy = 1;
+	c->sent = 0;
+	c->due_ns = due_ns;
+	c->start_ns = clock_now_ns();
+	c->got_token = 0;
+	c->ev_len = 0;
+	g.outstanding++;
+	if (!c->connecting)
+		conn_send(c);
+}
+
+/*
+ * The open-loop clock: start every request that is due, then sleep until the next one.
+ * After the last, the same timer becomes the deadline for stragglers.
+ */
+static void on_tick(struct loop_timer *t)
+{
+	if (g.done_sending) {
+		loop_stop(g.loop); /* stragglers ran out of time; they count as errors */
+		return;
+	}
+	uint64_t now = clock_now_ns();
+	uint64_t end_ns = g.start_ns + (uint64_t)(g.duration * 1e9);
+	double interval = 1e9 / g.rate;
+	for (;;) {
+		uint64_t due = g.start_ns + (uint64_t)((double)g.next_i * interval);
+		if (due >= end_ns) {
+			g.done_sending = 1;
+			loop_timer_set(g.loop, t, loop_now(g.loop) + g.timeout_ns / 1000000);
+			maybe_finish();
+			return;
+		}
+		if (due > now) {
+			loop_timer_set(g.loop, t, due / 1000000 + 1);
+			return;
+		}
+		g.next_i++;
+		start_request(due);
+	}
+}
+
+static void on_deadline(struct loop_timer *t)
+{
+	(void)t;
+	loop_stop(g.loop);
+}
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: loadgen open|sse|idle --target HOST:PORT [--path P] [--body B]\n"
+			"  [--rate R --duration S] [--streams N] [--conns N] [--timeout-s S]\n");
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"target", required_argument, NULL, 't'}, {"path", required_argument, NULL, 'p'},
+		{"body", required_argument, NULL, 'b'},	  {"rate", required_argument, NULL, 'r'},
+		{"duration", required_argument, NULL, 'd'}, {"streams", required_argument, NULL, 's'},
+		{"conns", required_argument, NULL, 'c'},  {"timeout-s", required_argument, NULL, 'T'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *target = NULL, *path = "/v1/completions", *body = "{\"prompt\":\"hi\"}", *why;
+	double timeout_s = 30;
+	if (argc < 2)
+		usage();
+	if (!strcmp(argv[1], "open"))
+		g.mode = M_OPEN;
+	else if (!strcmp(argv[1], "sse"))
+		g.mode = M_SSE;
+	else if (!strcmp(argv[1], "idle"))
+		g.mode = M_IDLE;
+	else
+		usage();
+	g.max_conns = 20000;
+	int ch;
+	optind = 2;
+	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (ch) {
+		case 't': target = optarg; break;
+		case 'p': path = optarg; break;
+		case 'b': body = optarg; break;
+		case 'r': g.rate = atof(optarg); break;
+		case 'd': g.duration = atof(optarg); break;
+		case 's': g.streams = (unsigned)atoi(optarg); break;
+		case 'c': g.conns = (unsigned)atoi(optarg); break;
+		case 'T': timeout_s = atof(optarg); break;
+		default: usage();
+		}
+	}
+	if (!target || net_addr_parse(target, &g.addr, &why) < 0)
+		usage();
+	if ((g.mode == M_OPEN && (g.rate <= 0 || g.duration <= 0)) ||
+	    (g.mode == M_SSE && !g.streams) || (g.mode == M_IDLE && !g.conns))
+		usage();
+	signal(SIGPIPE, SIG_IGN);
+	struct rlimit rl = {1 << 20, 1 << 20};
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0) {
+		getrlimit(RLIMIT_NOFILE, &rl);
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	g.timeout_ns = (uint64_t)(timeout_s * 1e9);
+	size_t cap = strlen(path) + strlen(body) + 256;
+	g.req = malloc(cap);
+	if (g.mode == M_IDLE)
+		g.req_len = (size_t)snprintf(g.req, cap, "GET %s HTTP/1.1\r\nHost: bench\r\n\r\n", path);
+	else
+		g.req_len = (size_t)snprintf(g.req, cap,
+					     "POST %s HTTP/1.1\r\nHost: bench\r\nContent-Type: "
+					     "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+					     path, strlen(body), body);
+	if (loop_create(&g.loop) < 0)
+		return 1;
+	g.start_ns = clock_now_ns();
+	struct loop_timer deadline = {.fn = on_deadline};
+	if (g.mode == M_OPEN) {
+		g.tick.fn = on_tick;
+		loop_timer_set(g.loop, &g.tick, loop_now(g.loop));
+	} else {
+		unsigned n = g.mode == M_SSE ? g.streams : g.conns;
+		for (unsigned i = 0; i < n; i++)
+			start_request(clock_now_ns());
+		loop_timer_set(g.loop, &deadline, loop_now(g.loop) + (uint64_t)(timeout_s * 1000));
+		maybe_finish();
+	}
+	loop_run(g.loop);
+	double elapsed = (double)(clock_now_ns() - g.start_ns) / 1e9;
+	g.errors += g.outstanding; /* still unanswered at the deadline */
+
+	printf("{\"mode\":\"%s\",\"ok\":%llu,\"errors\":%llu,\"no_conn\":%llu,\"timeouts\":%u,",
+	       argv[1], (unsigned long long)g.ok, (unsigned long long)g.errors,
+	       (unsigned long long)g.no_conn, g.outstanding);
+	printf("\"status\":{\"2xx\":%llu,\"3xx\":%llu,\"4xx\":%llu,\"5xx\":%llu},",
+	       (unsigned long long)g.status[2], (unsigned long long)g.status[3],
+	       (unsigned long long)g.status[4], (unsigned long long)g.status[5]);
+	if (g.mode == M_OPEN)
+		printf("\"rate\":%.1f,\"duration_s\":%.3f,\"sent\":%llu,\"goodput\":%.2f,",
+		       g.rate, g.duration, (unsigned long long)g.next_i,
+		       (double)g.ok / g.duration);
+	printf("\"elapsed_s\":%.3f,", elapsed);
+	if (g.mode == M_SSE) {
+		print_dist("ttft_ms", g.ttft, g.nttft);
+		printf(",");
+		print_dist("token_delay_ms", g.lat, g.nlat);
+	} else {
+		print_dist("latency_ms", g.lat, g.nlat);
+	}
+	printf("}\n");
+	fflush(stdout);
+	if (g.mode == M_IDLE) {
+		/* hold the connections until told to let go */
+		char b[64];
+		while (read(STDIN_FILENO, b, sizeof(b)) > 0)
+			;
+	}
+	return 0;
+}
