@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Install the Debian 12 packages accelnet needs to build, test and fuzz, if any is missing.
+# Install the Debian 12 packages accelnet needs to build, test and fuzz, if any is missing,
+# plus any packages named as arguments (bench/run adds haproxy and gnuplot-nox).
 # Run as root (or with sudo). Safe to run again: it installs nothing when all are present.
 set -eu
 
 PKGS="gcc make pkg-config libyaml-dev libssl-dev libcmocka-dev python3 curl wrk nginx-light
-clang libclang-rt-14-dev"
+clang libclang-rt-14-dev $*"
 
 missing=""
 for p in $PKGS; do

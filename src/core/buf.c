@@ -1,9 +1,22 @@
 /*
  * buf.c - the free lists behind buf.h.
+ *
+ * Buffers are whole pages from mmap, not malloc: a buffer beyond the free list's bound goes
+ * back to the kernel at once, so memory taken by a burst of busy connections is returned
+ * when they go idle (malloc would keep the touched pages in its arena). The free list
+ * absorbs the steady state, so mmap and munmap run only when the load changes.
  */
 #include "core/buf.h"
 
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static size_t buf_bytes(const struct buf_pool *pool)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	return (sizeof(struct buf) + pool->size + page - 1) / page * page;
+}
 
 void buf_pool_init(struct buf_pool *pool, uint32_t size, uint32_t max_free)
 {
@@ -19,7 +32,7 @@ void buf_pool_drain(struct buf_pool *pool)
 	while (pool->free) {
 		struct buf *b = pool->free;
 		pool->free = b->next;
-		free(b);
+		munmap(b, buf_bytes(pool));
 	}
 	pool->nfree = 0;
 }
@@ -31,9 +44,11 @@ struct buf *buf_get(struct buf_pool *pool)
 		pool->free = b->next;
 		pool->nfree--;
 	} else {
-		b = malloc(sizeof(*b) + pool->size);
-		if (!b)
+		void *p = mmap(NULL, buf_bytes(pool), PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED)
 			return NULL;
+		b = p;
 		b->cap = pool->size;
 	}
 	b->next = NULL;
@@ -48,7 +63,7 @@ void buf_put(struct buf_pool *pool, struct buf *b)
 		return;
 	pool->live--;
 	if (pool->nfree >= pool->max_free) {
-		free(b);
+		munmap(b, buf_bytes(pool));
 		return;
 	}
 	b->next = pool->free;

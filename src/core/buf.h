@@ -3,7 +3,8 @@
  *
  * A buffer holds bytes in data[start..end); readers consume from start, writers append at
  * end. Connections take a buffer when bytes arrive and give it back when it drains, so an
- * idle keep-alive connection holds no buffer at all. A pool is owned by one thread.
+ * idle keep-alive connection holds no buffer at all. A pool is owned by one thread; buffers
+ * are page-backed and those beyond the pool's bound go back to the kernel.
  */
 #ifndef ACCELNET_CORE_BUF_H
 #define ACCELNET_CORE_BUF_H

@@ -110,7 +110,7 @@ int worker_init(struct worker *w, struct proxy *px, unsigned id, char *err, size
 	uint32_t bufsize = c->limits.max_header_bytes + 1024;
 	if (bufsize < 16384)
 		bufsize = 16384;
-	buf_pool_init(&w->bufs, bufsize, 1024);
+	buf_pool_init(&w->bufs, bufsize, 256);
 	w->max_sessions = (c->limits.max_connections + px->nworkers - 1) / px->nworkers;
 	if (getrandom(&w->rng, sizeof(w->rng), 0) != sizeof(w->rng))
 		w->rng = (uint64_t)id * 0x9e3779b97f4a7c15u + 1;

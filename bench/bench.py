@@ -1,0 +1,605 @@
+"""accelnet, nginx and HAProxy side by side, in one run, on one machine.
+
+Every contestant gets the equivalent configuration (one worker process or thread, upstream
+keep-alive reused across clients, no logging, streaming relay) in front of the same backend.
+Load generators run on CPU 0, servers (backends and the proxy under test) on CPU 1.
+Contestants are interleaved over rounds, alternating the order, and figures are reported as
+median [min-max] over rounds and as ratios to HAProxy in the same round. Nothing here asserts
+a timing: this measures, it does not test.
+
+Usage: bench/run [--quick] [--only 1,2,...] [--out DIR]
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ACCELNET = os.path.join(ROOT, "build", "accelnet")
+LOADGEN = os.path.join(ROOT, "build", "loadgen")
+WRK_LUA = os.path.join(ROOT, "bench", "wrk_report.lua")
+LOAD_CPU, SERVER_CPU = "0", "1"
+# Every process may hold at most this many descriptors (the hard limit here is 20,000 and
+# root cannot raise it). HAProxy reserves two per connection, so its maxconn is about half;
+# scenario 4 holds IDLE_CONNS connections, fewer than the 10,000 planned, for that reason.
+NOFILE = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+HAPROXY_MAXCONN = max(1000, NOFILE // 2 - 100)
+IDLE_CONNS = min(10000, HAPROXY_MAXCONN - 100)
+TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, proc, timeout=15):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[3:5]} exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.02)
+    raise RuntimeError(f"port {port} never opened")
+
+
+def raise_nofile():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+class Run:
+    """Processes and scratch files of the whole benchmark; everything dies with it."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="accelnet-bench-")
+        self.procs = []
+
+    def start(self, argv, port=None, cpu=SERVER_CPU, name="proc"):
+        log = open(os.path.join(self.dir, f"{name}-{len(self.procs)}.log"), "wb")
+        p = subprocess.Popen(["taskset", "-c", cpu, *argv], stdout=log, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, start_new_session=True,
+                             preexec_fn=raise_nofile)
+        self.procs.append(p)
+        if port:
+            wait_port(port, p)
+        return p
+
+    def stop(self, p):
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def write(self, name, text):
+        path = os.path.join(self.dir, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def cleanup(self):
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def proc_cpu_s(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TCK
+
+
+def proc_kb(pid, field):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+# --- contestants ------------------------------------------------------------------------
+
+def start_accelnet(run, backends, balance="round-robin", max_conc=None):
+    port = free_port()
+    lines = [f"      - {{address: 127.0.0.1:{b}" + (f", max_concurrency: {max_conc}" if max_conc else "")
+             + "}" for b in backends]
+    cfg = (f"workers: 1\nlisten: [127.0.0.1:{port}]\n"
+           "timeouts: {first_byte_ms: 300000, between_bytes_ms: 300000, idle_ms: 300000}\n"
+           "limits: {max_connections: 200000}\n"
+           f"pools:\n  - name: b\n    balance: {balance}\n    backends:\n" + "\n".join(lines) + "\n")
+    p = run.start([ACCELNET, "proxy", "-c", run.write(f"accelnet-{port}.yaml", cfg),
+                   "--log-level", "error"], port, name="accelnet")
+    return p, port
+
+
+def start_nginx(run, backends, balance=None, streaming=False):
+    """nginx as its operator would set it up: buffering on (16 KiB buffers, no temp files)
+    for ordinary responses; proxy_buffering off for token streams, which otherwise arrive
+    in bursts (see shared/research/anchors-measured.md, part D)."""
+    port = free_port()
+    d = os.path.join(run.dir, f"nginx-{port}")
+    os.makedirs(d)
+    servers = "\n".join(f"        server 127.0.0.1:{b};" for b in backends)
+    cfg = f"""daemon off; master_process off; worker_processes 1;
+worker_rlimit_nofile {NOFILE};
+error_log {d}/error.log crit; pid {d}/nginx.pid;
+events {{ worker_connections {NOFILE - 1000}; }}
+http {{
+    access_log off;
+    client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d};
+    uwsgi_temp_path {d}; scgi_temp_path {d};
+    keepalive_requests 10000000; keepalive_timeout 300s;
+    upstream b {{
+        {balance + ";" if balance else ""}
+{servers}
+        keepalive 256; keepalive_requests 10000000;
+    }}
+    server {{
+        listen 127.0.0.1:{port} backlog=65535;
+        location / {{
+            proxy_pass http://b;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            {"proxy_buffering off;" if streaming else
+             "proxy_buffering on; proxy_buffer_size 16k; proxy_buffers 8 16k; "
+             "proxy_busy_buffers_size 32k; proxy_max_temp_file_size 0;"}
+            proxy_read_timeout 300s;
+            client_max_body_size 0;
+        }}
+    }}
+}}
+"""
+    p = run.start(["nginx", "-c", run.write(f"nginx-{port}.conf", cfg), "-e", f"{d}/error.log"],
+                  port, name="nginx")
+    return p, port
+
+
+def start_haproxy(run, backends, balance="roundrobin", maxconn=None, streaming=False):
+    """HAProxy with its defaults, plus `option http-no-delay` for token streams: without it
+    every send carries MSG_MORE and events wait up to 200 ms (research part D)."""
+    port = free_port()
+    servers = "\n".join(f"    server s{i} 127.0.0.1:{b}" + (f" maxconn {maxconn}" if maxconn else "")
+                        for i, b in enumerate(backends))
+    cfg = f"""global
+    nbthread 1
+    maxconn {HAPROXY_MAXCONN}
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 300s
+    timeout server 300s
+    timeout queue 300s
+    timeout http-keep-alive 300s
+    option http-keep-alive
+    http-reuse always
+{"    option http-no-delay" if streaming else ""}
+frontend f
+    bind 127.0.0.1:{port}
+    default_backend b
+backend b
+    balance {balance}
+{servers}
+"""
+    p = run.start(["haproxy", "-db", "-f", run.write(f"haproxy-{port}.cfg", cfg)], port,
+                  name="haproxy")
+    return p, port
+
+
+PROXIES = {
+    "accelnet": start_accelnet,
+    "nginx": start_nginx,
+    "haproxy": start_haproxy,
+}
+
+
+# --- load -------------------------------------------------------------------------------
+
+def wrk(port, path, seconds, conns, extra=()):
+    out = subprocess.run(["taskset", "-c", LOAD_CPU, "wrk", "-t1", f"-c{conns}", f"-d{seconds}s",
+                          "-s", WRK_LUA, *extra, f"http://127.0.0.1:{port}{path}"],
+                         capture_output=True, text=True, timeout=seconds + 60)
+    for line in out.stdout.splitlines():
+        if line.startswith("WRKJSON "):
+            return json.loads(line[8:])
+    raise RuntimeError(f"wrk gave no result: {out.stdout} {out.stderr}")
+
+
+def loadgen(mode, port, *args, timeout=600):
+    out = subprocess.run(["taskset", "-c", LOAD_CPU, LOADGEN, mode, "--target",
+                          f"127.0.0.1:{port}", *args], capture_output=True, text=True,
+                         timeout=timeout, preexec_fn=raise_nofile)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def med(values):
+    return statistics.median(values) if values else 0.0
+
+
+def spread(values, fmt="{:.1f}"):
+    if not values:
+        return "-"
+    return f"{fmt.format(med(values))} [{fmt.format(min(values))}-{fmt.format(max(values))}]"
+
+
+# --- scenarios 1-3: closed loop with wrk against an nginx origin ---------------------------
+
+def scenario_wrk(run, res, key, title, path, conns, seconds, rounds, extra=()):
+    origin = res["origin"]
+    figures = {name: [] for name in PROXIES}
+    procs = {name: start(run, [origin]) for name, start in PROXIES.items()}
+    for name, (p, port) in procs.items():  # warm-up: connections, caches, page faults
+        wrk(port, path, 1, conns, extra)
+    for r in range(rounds):
+        order = list(PROXIES) if r % 2 == 0 else list(reversed(PROXIES))
+        for name in order:
+            p, port = procs[name]
+            c0 = proc_cpu_s(p.pid)
+            w = wrk(port, path, seconds, conns, extra)
+            c1 = proc_cpu_s(p.pid)
+            w["rps"] = w["requests"] / (w["duration_us"] / 1e6)
+            w["cpu_us_per_req"] = (c1 - c0) * 1e6 / max(w["requests"], 1)
+            w["round"] = r
+            figures[name].append(w)
+    for name, (p, port) in procs.items():
+        for w in figures[name]:
+            w["peak_rss_kb"] = proc_kb(p.pid, "VmHWM")
+        run.stop(p)
+    res["scenarios"][key] = {"title": title, "kind": "wrk", "conns": conns, "seconds": seconds,
+                             "rounds": figures}
+
+
+def summarize_wrk(sc):
+    rows = []
+    ha = sc["rounds"]["haproxy"]
+    for name, rounds in sc["rounds"].items():
+        ratio = [w["rps"] / h["rps"] for w, h in zip(rounds, ha) if h["rps"]]
+        cpu_ratio = [w["cpu_us_per_req"] / h["cpu_us_per_req"] for w, h in zip(rounds, ha)
+                     if h["cpu_us_per_req"]]
+        rows.append([name, spread([w["rps"] for w in rounds], "{:.0f}"), f"{med(ratio):.2f}",
+                     spread([w["p50_ms"] for w in rounds], "{:.2f}"),
+                     spread([w["p99_ms"] for w in rounds], "{:.2f}"),
+                     spread([w["p999_ms"] for w in rounds], "{:.2f}"),
+                     str(sum(w["errors"] + w["non2xx"] for w in rounds)),
+                     spread([w["cpu_us_per_req"] for w in rounds], "{:.1f}"), f"{med(cpu_ratio):.2f}",
+                     f"{rounds[-1]['peak_rss_kb'] / 1024:.1f}"])
+    return (["contestant", "req/s", "÷ HAProxy", "p50 ms", "p99 ms", "p99.9 ms", "errors",
+             "CPU µs/req", "÷ HAProxy", "peak RSS MiB"], rows)
+
+
+# --- scenario 4: idle keep-alive connections -----------------------------------------------
+
+def scenario_idle(run, res, conns):
+    out = {}
+    for name, start in PROXIES.items():
+        p, port = start(run, [res["origin"]])
+        base = proc_kb(p.pid, "VmRSS")
+        g = subprocess.Popen(["taskset", "-c", LOAD_CPU, LOADGEN, "idle", "--target",
+                              f"127.0.0.1:{port}", "--conns", str(conns), "--path", "/small",
+                              "--timeout-s", "120"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, preexec_fn=raise_nofile)
+        report = json.loads(g.stdout.readline())
+        held = proc_kb(p.pid, "VmRSS")
+        g.stdin.close()
+        g.wait(30)
+        out[name] = {"conns": conns, "ok": report["ok"], "errors": report["errors"],
+                     "rss_base_kb": base, "rss_held_kb": held,
+                     "bytes_per_conn": (held - base) * 1024 / max(report["ok"], 1)}
+        run.stop(p)
+    res["scenarios"]["4"] = {"title": f"{conns} idle keep-alive connections", "kind": "idle",
+                             "results": out}
+
+
+def summarize_idle(sc):
+    ha = sc["results"]["haproxy"]["bytes_per_conn"]
+    rows = [[n, str(r["ok"]), str(r["errors"]), f"{r['rss_base_kb'] / 1024:.1f}",
+             f"{r['rss_held_kb'] / 1024:.1f}", f"{r['bytes_per_conn']:.0f}",
+             f"{r['bytes_per_conn'] / ha:.2f}" if ha else "-"]
+            for n, r in sc["results"].items()]
+    return (["contestant", "held", "errors", "RSS before MiB", "RSS held MiB", "bytes/conn",
+             "÷ HAProxy"], rows)
+
+
+# --- scenario 5: SSE streams ---------------------------------------------------------------
+
+def scenario_sse(run, res, streams, tokens, token_ms, rounds):
+    sim_port = free_port()
+    sim = run.start([ACCELNET, "sim", "--listen", f"127.0.0.1:{sim_port}", "--name", "sse",
+                     "--slots", str(streams * 2), "--latency-ms", "0", "--jitter", "0",
+                     "--tokens", str(tokens), "--token-ms", str(token_ms)], sim_port, name="sim")
+    targets = {"direct": (sim, sim_port),
+               "accelnet": start_accelnet(run, [sim_port]),
+               "nginx": start_nginx(run, [sim_port], streaming=True),
+               "haproxy": start_haproxy(run, [sim_port], streaming=True)}
+    body = json.dumps({"stream": True, "prompt": "hi"})
+    figures = {name: [] for name in targets}
+    for r in range(rounds):
+        order = list(targets) if r % 2 == 0 else list(reversed(targets))
+        for name in order:
+            p, port = targets[name]
+            c0 = proc_cpu_s(p.pid)
+            g = loadgen("sse", port, "--streams", str(streams), "--body", body, "--timeout-s",
+                        str(tokens * token_ms / 1000 * 4 + 30))
+            g["cpu_s"] = proc_cpu_s(p.pid) - c0
+            figures[name].append(g)
+    for name, (p, port) in targets.items():
+        if name != "direct":
+            for g in figures[name]:
+                g["peak_rss_kb"] = proc_kb(p.pid, "VmHWM")
+            run.stop(p)
+    run.stop(sim)
+    res["scenarios"]["5"] = {"title": f"SSE: {streams} streams x {tokens} tokens, one every "
+                                      f"{token_ms} ms", "kind": "sse", "rounds": figures}
+
+
+def summarize_sse(sc):
+    rows = []
+    direct = sc["rounds"]["direct"]
+    ha = sc["rounds"]["haproxy"]
+    for name, rounds in sc["rounds"].items():
+        d = [g["token_delay_ms"] for g in rounds]
+        added50 = [g["token_delay_ms"]["p50"] - x["token_delay_ms"]["p50"]
+                   for g, x in zip(rounds, direct)]
+        added99 = [g["token_delay_ms"]["p99"] - x["token_delay_ms"]["p99"]
+                   for g, x in zip(rounds, direct)]
+        ratio = [g["token_delay_ms"]["p99"] / h["token_delay_ms"]["p99"] for g, h in zip(rounds, ha)
+                 if h["token_delay_ms"]["p99"]]
+        tokens = sum(x["n"] for x in d)
+        cpu = [g["cpu_s"] * 1e6 / max(g["token_delay_ms"]["n"], 1) for g in rounds]
+        rows.append([name, str(sum(g["ok"] for g in rounds)), str(sum(g["errors"] for g in rounds)),
+                     str(tokens), spread([x["p50"] for x in d], "{:.3f}"),
+                     spread([x["p99"] for x in d], "{:.3f}"), spread([x["p999"] for x in d], "{:.3f}"),
+                     "-" if name == "direct" else f"{med(added50):.3f} / {med(added99):.3f}",
+                     f"{med(ratio):.2f}",
+                     "-" if name == "direct" else spread(cpu, "{:.2f}")])
+    return (["contestant", "streams ok", "errors", "tokens", "delay p50 ms", "p99 ms", "p99.9 ms",
+             "added p50 / p99 ms", "p99 ÷ HAProxy", "CPU µs/token"], rows)
+
+
+# --- scenario 6: accelerator fleet, open loop -------------------------------------------
+
+FLEET = [  # name, slots, latency ms, tokens, token ms, stall
+    ("fast-1", 4, 40, 10, 6, None),
+    ("fast-2", 4, 40, 10, 6, None),
+    ("slow-3x", 4, 120, 10, 18, None),
+    ("staller", 4, 40, 10, 6, (2000, 20000)),
+]
+
+
+def fleet_capacity():
+    cap = 0.0
+    for _, slots, lat, tokens, tms, stall in FLEET:
+        per = slots / ((lat + tokens * tms) / 1000)
+        if stall:
+            per *= 1 - stall[0] / stall[1]
+        cap += per
+    return cap
+
+
+FLEET_CONTESTANTS = {
+    "accelnet round-robin": lambda run, b: start_accelnet(run, b, "round-robin"),
+    "accelnet least-connections": lambda run, b: start_accelnet(run, b, "least-connections"),
+    "accelnet p2c": lambda run, b: start_accelnet(run, b, "p2c"),
+    "nginx least_conn": lambda run, b: start_nginx(run, b, "least_conn"),
+    "haproxy leastconn maxconn 4": lambda run, b: start_haproxy(run, b, "leastconn", maxconn=4),
+}
+
+
+def start_fleet(run):
+    ports, procs = [], []
+    for name, slots, lat, tokens, tms, stall in FLEET:
+        port = free_port()
+        argv = [ACCELNET, "sim", "--listen", f"127.0.0.1:{port}", "--name", name, "--slots",
+                str(slots), "--latency-ms", str(lat), "--tokens", str(tokens), "--token-ms",
+                str(tms), "--jitter", "0.1"]
+        if stall:
+            argv += ["--stall-ms", str(stall[0]), "--stall-every-ms", str(stall[1])]
+        procs.append(run.start(argv, port, name=name))
+        ports.append(port)
+    return ports, procs
+
+
+def scenario_fleet(run, res, loads, seconds):
+    cap = fleet_capacity()
+    results = {}
+    for load in loads:
+        rate = cap * load
+        names = list(FLEET_CONTESTANTS)
+        for name in names:
+            ports, sims = start_fleet(run)  # fresh fleet: every contestant meets the same stalls
+            p, port = FLEET_CONTESTANTS[name](run, ports)
+            g = loadgen("open", port, "--rate", f"{rate:.2f}", "--duration", str(seconds),
+                        "--body", json.dumps({"prompt": "hi"}), "--timeout-s", "60")
+            results.setdefault(f"{int(load * 100)}%", {})[name] = g
+            run.stop(p)
+            for s in sims:
+                run.stop(s)
+    res["scenarios"]["6"] = {"title": f"accelerator fleet, open loop, capacity {cap:.0f} req/s",
+                             "kind": "fleet", "capacity": cap, "seconds": seconds,
+                             "results": results}
+
+
+def summarize_fleet(sc):
+    rows = []
+    for load, by in sc["results"].items():
+        ha = by["haproxy leastconn maxconn 4"]["latency_ms"]["p99"]
+        ng = by["nginx least_conn"]["latency_ms"]["p99"]
+        best_anchor = min(ha, ng) if ha and ng else max(ha, ng)
+        for name, g in by.items():
+            lat = g["latency_ms"]
+            rows.append([load, name, f"{g['goodput']:.1f}", str(g["errors"]),
+                         f"{lat['p50']:.0f}", f"{lat['p99']:.0f}", f"{lat['p999']:.0f}",
+                         f"{lat['p99'] / ha:.2f}" if ha else "-",
+                         f"{lat['p99'] / best_anchor:.2f}" if best_anchor else "-"])
+    return (["load", "contestant", "goodput req/s", "errors", "p50 ms", "p99 ms", "p99.9 ms",
+             "p99 ÷ HAProxy", "p99 ÷ best anchor"], rows)
+
+
+# --- output -------------------------------------------------------------------------------
+
+def table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+SUMMARIZERS = {"wrk": summarize_wrk, "idle": summarize_idle, "sse": summarize_sse,
+               "fleet": summarize_fleet}
+
+
+def chart(res, outdir):
+    """One PNG: latency percentiles per contestant, a panel per scenario (log scale)."""
+    if not shutil.which("gnuplot"):
+        return None
+    panels = []
+    for key, sc in sorted(res["scenarios"].items()):
+        if sc["kind"] == "wrk":
+            data = {n: (med([w["p50_ms"] for w in r]), med([w["p99_ms"] for w in r]),
+                        med([w["p999_ms"] for w in r])) for n, r in sc["rounds"].items()}
+            panels.append((f"{key}. {sc['title']}", data))
+        elif sc["kind"] == "sse":
+            data = {n: tuple(med([g["token_delay_ms"][k] for g in r]) for k in ("p50", "p99", "p999"))
+                    for n, r in sc["rounds"].items()}
+            panels.append((f"{key}. per-token delay", data))
+        elif sc["kind"] == "fleet":
+            for load, by in sc["results"].items():
+                data = {n.replace("accelnet ", "an ").replace(" maxconn 4", "+maxconn"):
+                        (g["latency_ms"]["p50"], g["latency_ms"]["p99"], g["latency_ms"]["p999"])
+                        for n, g in by.items()}
+                panels.append((f"{key}. fleet at {load} load", data))
+    if not panels:
+        return None
+    script = [f"set terminal pngcairo size 1400,{420 * ((len(panels) + 1) // 2)} font 'sans,9'",
+              f"set output '{outdir}/latency.png'",
+              f"set multiplot layout {(len(panels) + 1) // 2},2 title 'latency percentiles (ms, log "
+              f"scale): p50 / p99 / p99.9 — {res['date']}'",
+              "set style data histograms", "set style histogram clustered gap 1",
+              "set style fill solid 0.8 border -1", "set logscale y", "set grid ytics",
+              "set key top left", "set xtics rotate by -20 noenhanced", "set yrange [0.01:*]"]
+    for i, (title, data) in enumerate(panels):
+        dat = os.path.join(outdir, f"panel{i}.dat")
+        with open(dat, "w") as f:
+            for n, (a, b, c) in data.items():
+                f.write(f"\"{n}\" {max(a, 0.001)} {max(b, 0.001)} {max(c, 0.001)}\n")
+        script.append(f"set title \"{title}\" noenhanced")
+        script.append(f"plot '{dat}' using 2:xtic(1) title 'p50', '' using 3 title 'p99', "
+                      "'' using 4 title 'p99.9'")
+    script.append("unset multiplot")
+    path = os.path.join(outdir, "chart.gp")
+    with open(path, "w") as f:
+        f.write("\n".join(script) + "\n")
+    subprocess.run(["gnuplot", path], check=False, capture_output=True)
+    return os.path.join(outdir, "latency.png")
+
+
+def versions():
+    def first(cmd):
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+            return (r.stdout + r.stderr).strip().splitlines()[0]
+        except (OSError, IndexError):
+            return "?"
+    return {"accelnet": first([ACCELNET, "version"]), "nginx": first(["nginx", "-v"]),
+            "haproxy": first(["haproxy", "-v"]), "wrk": first(["wrk", "-v"]),
+            "kernel": platform.release(), "cpus": os.cpu_count(),
+            "cpu": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
+                         if l.startswith("model name")), "?")}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="a smoke check in under 3 minutes")
+    ap.add_argument("--only", default="1,2,3,4,5,6", help="scenarios to run, e.g. 1,5")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "out"))
+    a = ap.parse_args()
+    only = set(a.only.split(","))
+    q = a.quick
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ")
+    outdir = os.path.join(a.out, stamp + ("-quick" if q else ""))
+    os.makedirs(outdir, exist_ok=True)
+    raise_nofile()
+    res = {"date": stamp, "quick": q, "versions": versions(),
+           "placement": f"load generators on CPU {LOAD_CPU}, servers on CPU {SERVER_CPU}",
+           "scenarios": {}}
+    run = Run()
+    t0 = time.monotonic()
+    try:
+        www = os.path.join(run.dir, "www")
+        os.makedirs(www)
+        with open(os.path.join(www, "small"), "wb") as f:
+            f.write(os.urandom(2048))
+        with open(os.path.join(www, "1m"), "wb") as f:
+            f.write(os.urandom(1 << 20))
+        oport = free_port()
+        ocfg = run.write("origin.conf", f"""daemon off; master_process off; worker_processes 1;
+worker_rlimit_nofile {NOFILE}; error_log {run.dir}/origin.err crit; pid {run.dir}/origin.pid;
+events {{ worker_connections {NOFILE - 1000}; }}
+http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
+  server {{ listen 127.0.0.1:{oport} backlog=65535; root {www}; }} }}
+""")
+        run.start(["nginx", "-c", ocfg, "-e", f"{run.dir}/origin.err"], oport, name="origin")
+        res["origin"] = oport
+        rounds, secs = (1, 2) if q else (5, 5)
+        steps = [
+            ("1", lambda: scenario_wrk(run, res, "1", "2 KiB responses, keep-alive, 64 connections",
+                                       "/small", 64, secs, rounds)),
+            ("2", lambda: scenario_wrk(run, res, "2", "1 MiB responses, keep-alive, 16 connections",
+                                       "/1m", 16, secs, rounds)),
+            ("3", lambda: scenario_wrk(run, res, "3", "a new connection per request, 32 clients",
+                                       "/small", 32, secs, rounds, ("-H", "Connection: close"))),
+            ("4", lambda: scenario_idle(run, res, 1000 if q else IDLE_CONNS)),
+            ("5", lambda: scenario_sse(run, res, 50 if q else 500, 50 if q else 200, 20,
+                                       1 if q else 3)),
+            ("6", lambda: scenario_fleet(run, res, [0.5, 0.8, 0.95], 6 if q else 45)),
+        ]
+        for key, fn in steps:
+            if key in only:
+                t = time.monotonic()
+                print(f"scenario {key} ...", file=sys.stderr, flush=True)
+                fn()
+                print(f"scenario {key} done in {time.monotonic() - t:.0f} s", file=sys.stderr,
+                      flush=True)
+    finally:
+        run.cleanup()
+    res["elapsed_s"] = time.monotonic() - t0
+    res.pop("origin", None)
+    with open(os.path.join(outdir, "results.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    md = [f"# accelnet bench {stamp}{' (quick)' if q else ''}", "",
+          f"{res['versions']['cpu']}, {res['versions']['cpus']} CPUs, kernel "
+          f"{res['versions']['kernel']}; {res['versions']['accelnet']}, "
+          f"{res['versions']['nginx']}, {res['versions']['haproxy'].split(' - ')[0]}; "
+          f"{res['placement']}; {res['elapsed_s']:.0f} s.", ""]
+    for key, sc in sorted(res["scenarios"].items()):
+        md += [f"## {key}. {sc['title']}", "", table(*SUMMARIZERS[sc["kind"]](sc)), ""]
+    png = chart(res, outdir)
+    if png:
+        md += [f"Chart: {png}", ""]
+    md += [f"Raw figures: {os.path.join(outdir, 'results.json')}"]
+    text = "\n".join(md) + "\n"
+    with open(os.path.join(outdir, "summary.md"), "w") as f:
+        f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
