@@ -7,7 +7,7 @@ Contestants are interleaved over rounds, alternating the order, and figures are 
 median [min-max] over rounds and as ratios to HAProxy in the same round. Nothing here asserts
 a timing: this measures, it does not test.
 
-Usage: bench/run [--quick] [--only 1,2,...] [--out DIR]
+Usage: bench/run [--quick] [--only 1,2,...] [--out DIR] [--report results.json]
 """
 
 import argparse
@@ -119,10 +119,10 @@ def proc_kb(pid, field):
 
 # --- contestants ------------------------------------------------------------------------
 
-def start_accelnet(run, backends, balance="round-robin", max_conc=None):
+def start_accelnet(run, backends, balance="round-robin", weights=None):
     port = free_port()
-    lines = [f"      - {{address: 127.0.0.1:{b}" + (f", max_concurrency: {max_conc}" if max_conc else "")
-             + "}" for b in backends]
+    lines = [f"      - {{address: 127.0.0.1:{b}" + (f", weight: {weights[i]}" if weights else "")
+             + "}" for i, b in enumerate(backends)]
     cfg = (f"workers: 1\nlisten: [127.0.0.1:{port}]\n"
            "timeouts: {first_byte_ms: 300000, between_bytes_ms: 300000, idle_ms: 300000}\n"
            "limits: {max_connections: 200000}\n"
@@ -143,7 +143,7 @@ def start_nginx(run, backends, balance=None, streaming=False):
     cfg = f"""daemon off; master_process off; worker_processes 1;
 worker_rlimit_nofile {NOFILE};
 error_log {d}/error.log crit; pid {d}/nginx.pid;
-events {{ worker_connections {NOFILE - 1000}; }}
+events {{ worker_connections {NOFILE - 50}; }}
 http {{
     access_log off;
     client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d};
@@ -286,6 +286,23 @@ def summarize_wrk(sc):
              "CPU µs/req", "÷ HAProxy", "peak RSS MiB"], rows)
 
 
+def ratio_row(rounds, ha, getters):
+    """Median over rounds of (figure / HAProxy's figure in the same round), per getter."""
+    out = []
+    for get in getters:
+        r = [get(a) / get(b) for a, b in zip(rounds, ha) if get(b)]
+        out.append(f"{med(r):.2f}" if r else "-")
+    return out
+
+
+def ratios_wrk(sc):
+    ha = sc["rounds"]["haproxy"]
+    getters = [lambda w: w["rps"], lambda w: w["p50_ms"], lambda w: w["p99_ms"],
+               lambda w: w["p999_ms"], lambda w: w["cpu_us_per_req"], lambda w: w["peak_rss_kb"]]
+    rows = [[n] + ratio_row(r, ha, getters) for n, r in sc["rounds"].items()]
+    return (["÷ HAProxy", "req/s", "p50", "p99", "p99.9", "CPU/req", "peak RSS"], rows)
+
+
 # --- scenario 4: idle keep-alive connections -----------------------------------------------
 
 def scenario_idle(run, res, conns):
@@ -399,6 +416,9 @@ FLEET_CONTESTANTS = {
     "accelnet round-robin": lambda run, b: start_accelnet(run, b, "round-robin"),
     "accelnet least-connections": lambda run, b: start_accelnet(run, b, "least-connections"),
     "accelnet p2c": lambda run, b: start_accelnet(run, b, "p2c"),
+    # weights in proportion to each backend's capacity, as an operator who knows it would set
+    "accelnet weighted-round-robin 3:3:1:3":
+        lambda run, b: start_accelnet(run, b, "weighted-round-robin", [3, 3, 1, 3]),
     "nginx least_conn": lambda run, b: start_nginx(run, b, "least_conn"),
     "haproxy leastconn maxconn 4": lambda run, b: start_haproxy(run, b, "leastconn", maxconn=4),
 }
@@ -462,8 +482,30 @@ def table(header, rows):
     return "\n".join(out)
 
 
+def ratios_sse(sc):
+    ha = sc["rounds"]["haproxy"]
+    getters = [lambda g, k=k: g["token_delay_ms"][k] for k in ("p50", "p99", "p999")]
+    getters += [lambda g: g["ttft_ms"]["p99"], lambda g: g.get("cpu_s", 0),
+                lambda g: g.get("peak_rss_kb", 0)]
+    rows = [[n] + ratio_row(r, ha, getters) for n, r in sc["rounds"].items() if n != "direct"]
+    return (["÷ HAProxy", "delay p50", "delay p99", "delay p99.9", "first token p99", "CPU",
+             "peak RSS"], rows)
+
+
+def ratios_fleet(sc):
+    rows = []
+    for load, by in sc["results"].items():
+        ha = by["haproxy leastconn maxconn 4"]
+        for name, g in by.items():
+            rows.append([load, name] + ratio_row([g], [ha], [
+                lambda x: x["goodput"], lambda x: x["latency_ms"]["p50"],
+                lambda x: x["latency_ms"]["p99"], lambda x: x["latency_ms"]["p999"]]))
+    return (["load", "÷ HAProxy", "goodput", "p50", "p99", "p99.9"], rows)
+
+
 SUMMARIZERS = {"wrk": summarize_wrk, "idle": summarize_idle, "sse": summarize_sse,
                "fleet": summarize_fleet}
+RATIOS = {"wrk": ratios_wrk, "sse": ratios_sse, "fleet": ratios_fleet}
 
 
 def chart(res, outdir):
@@ -482,7 +524,8 @@ def chart(res, outdir):
             panels.append((f"{key}. per-token delay", data))
         elif sc["kind"] == "fleet":
             for load, by in sc["results"].items():
-                data = {n.replace("accelnet ", "an ").replace(" maxconn 4", "+maxconn"):
+                data = {n.replace("accelnet ", "an ").replace(" maxconn 4", "+maxconn")
+                        .replace("weighted-round-robin", "wrr"):
                         (g["latency_ms"]["p50"], g["latency_ms"]["p99"], g["latency_ms"]["p999"])
                         for n, g in by.items()}
                 panels.append((f"{key}. fleet at {load} load", data))
@@ -530,7 +573,13 @@ def main():
     ap.add_argument("--quick", action="store_true", help="a smoke check in under 3 minutes")
     ap.add_argument("--only", default="1,2,3,4,5,6", help="scenarios to run, e.g. 1,5")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "out"))
+    ap.add_argument("--report", metavar="RESULTS_JSON",
+                    help="only render summary.md and latency.png again from a results.json")
     a = ap.parse_args()
+    if a.report:
+        with open(a.report) as f:
+            print(render(json.load(f), os.path.dirname(os.path.abspath(a.report))))
+        return
     only = set(a.only.split(","))
     q = a.quick
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ")
@@ -552,7 +601,7 @@ def main():
         oport = free_port()
         ocfg = run.write("origin.conf", f"""daemon off; master_process off; worker_processes 1;
 worker_rlimit_nofile {NOFILE}; error_log {run.dir}/origin.err crit; pid {run.dir}/origin.pid;
-events {{ worker_connections {NOFILE - 1000}; }}
+events {{ worker_connections {NOFILE - 50}; }}
 http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
   server {{ listen 127.0.0.1:{oport} backlog=65535; root {www}; }} }}
 """)
@@ -569,7 +618,7 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
             ("4", lambda: scenario_idle(run, res, 1000 if q else IDLE_CONNS)),
             ("5", lambda: scenario_sse(run, res, 50 if q else 500, 50 if q else 200, 20,
                                        1 if q else 3)),
-            ("6", lambda: scenario_fleet(run, res, [0.5, 0.8, 0.95], 6 if q else 45)),
+            ("6", lambda: scenario_fleet(run, res, [0.5, 0.8, 0.95], 4 if q else 45)),
         ]
         for key, fn in steps:
             if key in only:
@@ -584,13 +633,20 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
     res.pop("origin", None)
     with open(os.path.join(outdir, "results.json"), "w") as f:
         json.dump(res, f, indent=1)
-    md = [f"# accelnet bench {stamp}{' (quick)' if q else ''}", "",
-          f"{res['versions']['cpu']}, {res['versions']['cpus']} CPUs, kernel "
-          f"{res['versions']['kernel']}; {res['versions']['accelnet']}, "
-          f"{res['versions']['nginx']}, {res['versions']['haproxy'].split(' - ')[0]}; "
-          f"{res['placement']}; {res['elapsed_s']:.0f} s.", ""]
+    print(render(res, outdir))
+
+
+def render(res, outdir):
+    """summary.md and latency.png from a results dict; returns the markdown."""
+    v = res["versions"]
+    md = [f"# accelnet bench {res['date']}{' (quick)' if res['quick'] else ''}", "",
+          f"{v['cpu']}, {v['cpus']} CPUs, kernel {v['kernel']}; {v['accelnet']}, {v['nginx']}, "
+          f"{v['haproxy'].split(' - ')[0]}; {res['placement']}; {res['elapsed_s']:.0f} s.", ""]
     for key, sc in sorted(res["scenarios"].items()):
         md += [f"## {key}. {sc['title']}", "", table(*SUMMARIZERS[sc["kind"]](sc)), ""]
+        if sc["kind"] in RATIOS:
+            md += ["Each figure as a ratio to HAProxy's (median of same-round ratios):", "",
+                   table(*RATIOS[sc["kind"]](sc)), ""]
     png = chart(res, outdir)
     if png:
         md += [f"Chart: {png}", ""]
@@ -598,7 +654,7 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
     text = "\n".join(md) + "\n"
     with open(os.path.join(outdir, "summary.md"), "w") as f:
         f.write(text)
-    print(text)
+    return text
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ static struct {
 	uint64_t timeout_ns;
 	struct loop *loop;
 	struct loop_timer tick;
-	struct conn *idle;
+	struct conn *idle, *held;
 	uint64_t start_ns, next_i;
 	unsigned open_conns, outstanding, finished_streams;
 	uint64_t ok, errors, no_conn, status[6];
@@ -102,7 +102,8 @@ static double pct(double *v, size_t n, double p)
 
 static void print_dist(const char *name, double *v, size_t n)
 {
-	qsort(v, n, sizeof(*v), cmp_double);
+	if (n)
+		qsort(v, n, sizeof(*v), cmp_double);
 	printf("\"%s\":{\"n\":%zu,\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f,\"p999\":%.3f,\"max\":%.3f}",
 	       name, n, pct(v, n, 50), pct(v, n, 90), pct(v, n, 99), pct(v, n, 99.9),
 	       n ? v[n - 1] : 0.0);
@@ -193,8 +194,14 @@ static void conn_done(struct conn *c, uint64_t now)
 	c->busy = c->head_done = 0;
 	c->in_len = 0;
 	if (g.mode == M_IDLE) {
+		/* held open until the end; its buffer is not needed any more */
+		free(c->in);
+		c->in = NULL;
+		c->in_cap = 0;
+		c->next_idle = g.held;
+		g.held = c;
 		maybe_finish();
-		return; /* held open */
+		return;
 	}
 	if (!keep) {
 		conn_free(c);
@@ -506,5 +513,19 @@ int main(int argc, char **argv)
 		while (read(STDIN_FILENO, b, sizeof(b)) > 0)
 			;
 	}
+	while (g.held) {
+		struct conn *c = g.held;
+		g.held = c->next_idle;
+		conn_free(c);
+	}
+	while (g.idle) {
+		struct conn *c = g.idle;
+		g.idle = c->next_idle;
+		conn_free(c);
+	}
+	loop_destroy(g.loop);
+	free(g.lat);
+	free(g.ttft);
+	free(g.req);
 	return 0;
 }

@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 scripts/deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 jobs=$(nproc)
-if ! make -j"$jobs" all unit || ! make -j"$jobs" SAN=1 all unit || ! make -j"$jobs" fuzz; then
+if ! make -j"$jobs" all unit bench || ! make -j"$jobs" SAN=1 all unit bench ||
+	! make -j"$jobs" fuzz; then
 	echo "build failed"
 	echo "0 passed, 1 failed"
 	exit 1
