@@ -156,6 +156,8 @@ static void conn_send(struct conn *c)
 
 static void sse_events(struct conn *c, uint64_t now)
 {
+	if (!c->ev_len)
+		return;
 	char *p = c->ev, *end = c->ev + c->ev_len;
 	for (;;) {
 		char *sep = memmem(p, (size_t)(end - p), "\n\n", 2);
