@@ -39,6 +39,8 @@ struct conf_pool {
 	size_t nbackends;
 	struct conf_health health;
 	unsigned fail_timeout_ms; /* passive: how long a backend that refused stays out */
+	unsigned queue_max;	  /* requests waiting for a slot, at most */
+	unsigned queue_timeout_ms;
 };
 
 struct conf_route {

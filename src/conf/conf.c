@@ -340,9 +340,14 @@ static int read_backend_item(struct ctx *x, yaml_node_t *item, void *obj, size_t
 	return err;
 }
 
+#define POOL_BACKENDS_MAX 256 /* the runtime's candidate array is sized for this */
+
 static int read_backends(struct ctx *x, yaml_node_t *v, void *obj)
 {
 	struct conf_pool *p = obj;
+	if (v->type == YAML_SEQUENCE_NODE &&
+	    v->data.sequence.items.top - v->data.sequence.items.start > POOL_BACKENDS_MAX)
+		return fail_at(x, v, "backends: at most %d per pool", POOL_BACKENDS_MAX);
 	return read_list(x, v, "backends", (void **)&p->backends, &p->nbackends,
 			 sizeof(struct conf_backend), read_backend_item);
 }
@@ -387,13 +392,24 @@ static int read_balance(struct ctx *x, yaml_node_t *v, void *field)
 	return 0;
 }
 
+static const struct key_rule queue_rules[] = {
+	{"max", K_UINT, offsetof(struct conf_pool, queue_max), 0, 10000000, NULL},
+	{"timeout_ms", K_UINT, offsetof(struct conf_pool, queue_timeout_ms), 1, MS_MAX, NULL},
+	RULES_END,
+};
+
+static int read_queue(struct ctx *x, yaml_node_t *v, void *obj)
+{
+	return read_section(x, v, "queue", queue_rules, obj);
+}
+
 static const struct key_rule pool_rules[] = {
 	{"name", K_STR, offsetof(struct conf_pool, name), 0, 0, NULL},
 	{"balance", K_SECTION, offsetof(struct conf_pool, balance), 0, 0, read_balance},
 	{"backends", K_SECTION, 0, 0, 0, read_backends},
 	{"health", K_SECTION, offsetof(struct conf_pool, health), 0, 0, read_health},
 	{"fail_timeout_ms", K_UINT, offsetof(struct conf_pool, fail_timeout_ms), 1, MS_MAX, NULL},
-	{"queue", K_UNSUPPORTED, 0, 0, 0, NULL},
+	{"queue", K_SECTION, 0, 0, 0, read_queue},
 	RULES_END,
 };
 
@@ -406,6 +422,8 @@ static int read_pool_item(struct ctx *x, yaml_node_t *item, void *obj, size_t i)
 	p->health.fall = 3;
 	p->health.rise = 2;
 	p->fail_timeout_ms = 10000;
+	p->queue_max = 1000;
+	p->queue_timeout_ms = 5000;
 	if (!p->health.path)
 		return fail_at(x, item, "out of memory");
 	int err = read_section(x, item, "pools", pool_rules, p);
@@ -704,6 +722,8 @@ static void dump_rules(FILE *out, const char *prefix, const struct key_rule *rul
 			dump_rules(out, sub, backend_rules);
 		else if (r->fn == read_health)
 			dump_rules(out, sub, health_rules);
+		else if (r->fn == read_queue)
+			dump_rules(out, sub, queue_rules);
 		else if (r->fn == read_routes)
 			dump_rules(out, sub, route_rules);
 		else if (r->fn == read_match)

@@ -24,8 +24,13 @@ static void write_status(FILE *f, struct runtime *rt)
 	fprintf(f, "{\"pools\":[");
 	for (size_t i = 0; i < rt->npools; i++) {
 		struct pool_rt *p = &rt->pools[i];
-		fprintf(f, "%s{\"name\":\"%s\",\"balance\":\"%s\",\"unavailable\":%llu,\"backends\":[",
-			i ? "," : "", p->conf->name, p->conf->balance->name, LOAD(p->unavailable));
+		fprintf(f,
+			"%s{\"name\":\"%s\",\"balance\":\"%s\",\"unavailable\":%llu,"
+			"\"queue\":{\"length\":%u,\"enqueued\":%llu,\"granted\":%llu,"
+			"\"timeouts\":%llu,\"overflows\":%llu},\"backends\":[",
+			i ? "," : "", p->conf->name, p->conf->balance->name, LOAD(p->unavailable),
+			pool_queue_len(&p->queue), LOAD(p->queue.enqueued), LOAD(p->queue.granted),
+			LOAD(p->queue.timeouts), LOAD(p->queue.overflows));
 		for (size_t j = 0; j < p->nbackends; j++) {
 			struct backend *b = &p->backends[j];
 			fprintf(f,
@@ -85,6 +90,24 @@ static void write_metrics(FILE *f, struct runtime *rt)
 	for (size_t i = 0; i < rt->npools; i++)
 		fprintf(f, "accelnet_pool_unavailable_total{pool=\"%s\"} %llu\n",
 			rt->pools[i].conf->name, LOAD(rt->pools[i].unavailable));
+	fprintf(f, "# HELP accelnet_pool_queue_length requests waiting for a backend slot\n"
+		   "# TYPE accelnet_pool_queue_length gauge\n");
+	for (size_t i = 0; i < rt->npools; i++)
+		fprintf(f, "accelnet_pool_queue_length{pool=\"%s\"} %u\n", rt->pools[i].conf->name,
+			pool_queue_len(&rt->pools[i].queue));
+	static const char *const qnames[] = {"enqueued", "granted", "timeouts", "overflows"};
+	for (int k = 0; k < 4; k++) {
+		fprintf(f, "# HELP accelnet_pool_queue_%s_total queue %s\n"
+			   "# TYPE accelnet_pool_queue_%s_total counter\n",
+			qnames[k], qnames[k], qnames[k]);
+		for (size_t i = 0; i < rt->npools; i++) {
+			struct pool_queue *q = &rt->pools[i].queue;
+			atomic_uint_fast64_t *v[] = {&q->enqueued, &q->granted, &q->timeouts,
+						     &q->overflows};
+			fprintf(f, "accelnet_pool_queue_%s_total{pool=\"%s\"} %llu\n", qnames[k],
+				rt->pools[i].conf->name, LOAD(*v[k]));
+		}
+	}
 }
 
 static void admin_on_request(void *arg, struct hsrv_conn *c, const struct http_head *req,

@@ -63,6 +63,7 @@ struct exchange {
 	int minor;
 	unsigned req_close : 1, retried : 1, up_reused : 1;
 	int retry_status; /* what to answer if the retry finds no backend: 502 or 504 */
+	struct waiter wt;  /* waiting in the pool's queue for a slot */
 	char reqid[REQUEST_ID_MAX + 1];
 	struct pool_rt *pool;
 	struct backend *be;
@@ -125,6 +126,7 @@ struct worker {
 	atomic_int drain_requested;
 	uint64_t rng;
 	struct http_head head; /* parse scratch, for request and response heads alike */
+	struct worker_inbox inbox; /* requests granted a slot by other workers */
 };
 
 struct proxy {
@@ -149,5 +151,8 @@ void upconn_close_idle(struct worker *w);
 
 /* worker.c */
 void worker_session_gone(struct worker *w);
+
+/* session.c: run the sessions whose queued requests were granted a slot */
+void session_take_grants(struct worker *w);
 
 #endif

@@ -155,18 +155,20 @@ int rewrite_response(char *buf, size_t cap, const struct http_head *resp, int ke
 }
 
 int rewrite_error(char *buf, size_t cap, int status, const char *detail, int keep_alive,
-		  const char *request_id)
+		  const char *request_id, unsigned retry_after_s)
 {
-	char body[256];
+	char body[256], retry[40] = "";
 	int blen = snprintf(body, sizeof(body), "%d %s: %s\n", status, http_status_text(status),
 			    detail);
 	if (blen < 0 || (size_t)blen >= sizeof(body))
 		blen = (int)sizeof(body) - 1;
+	if (retry_after_s)
+		snprintf(retry, sizeof(retry), "Retry-After: %u\r\n", retry_after_s);
 	int n = snprintf(buf, cap,
 			 "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n"
-			 "%s%s%sCache-Control: no-store\r\n%s\r\n%.*s",
+			 "%s%s%s%sCache-Control: no-store\r\n%s\r\n%.*s",
 			 status, http_status_text(status), blen, request_id ? "X-Request-Id: " : "",
-			 request_id ? request_id : "", request_id ? "\r\n" : "",
+			 request_id ? request_id : "", request_id ? "\r\n" : "", retry,
 			 keep_alive ? "" : "Connection: close\r\n", blen, body);
 	return n < 0 || (size_t)n >= cap ? -1 : n;
 }

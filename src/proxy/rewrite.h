@@ -37,9 +37,12 @@ int rewrite_request(char *out, size_t cap, const struct http_head *req,
 int rewrite_response(char *out, size_t cap, const struct http_head *resp, int keep_alive,
 		     const char *request_id);
 
-/* Write a complete short text/plain error response. Returns its length or -1. */
+/*
+ * Write a complete short text/plain error response, with Retry-After when <retry_after_s>
+ * is not 0. Returns its length or -1.
+ */
 int rewrite_error(char *out, size_t cap, int status, const char *detail, int keep_alive,
-		  const char *request_id);
+		  const char *request_id, unsigned retry_after_s);
 
 /*
  * The X-Request-Id of <req> if it is 1..64 characters of [A-Za-z0-9._:-], copied to <out>

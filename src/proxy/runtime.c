@@ -23,6 +23,7 @@ int runtime_create(const struct conf *conf, struct runtime **out)
 		const struct conf_pool *pc = &conf->pools[i];
 		p->conf = pc;
 		p->nbackends = pc->nbackends;
+		pool_queue_init(&p->queue);
 		p->backends = calloc(pc->nbackends, sizeof(*p->backends));
 		if (!p->backends)
 			goto fail;
@@ -46,8 +47,11 @@ void runtime_destroy(struct runtime *rt)
 {
 	if (!rt)
 		return;
-	for (size_t i = 0; rt->pools && i < rt->npools; i++)
+	for (size_t i = 0; rt->pools && i < rt->npools; i++) {
 		free(rt->pools[i].backends);
+		if (rt->pools[i].conf)
+			pool_queue_destroy(&rt->pools[i].queue);
+	}
 	free(rt->pools);
 	free(rt);
 }

@@ -13,6 +13,7 @@
 
 #include "conf/conf-t.h"
 #include "http/parse.h"
+#include "proxy/queue.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -39,6 +40,7 @@ struct pool_rt {
 	size_t nbackends;
 	atomic_uint_fast64_t ticket;	  /* one per pick, shared by all workers */
 	atomic_uint_fast64_t unavailable; /* picks that found no eligible backend */
+	struct pool_queue queue;	  /* requests waiting for a slot */
 };
 
 struct runtime {

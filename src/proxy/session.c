@@ -130,7 +130,7 @@ static void exchange_drop_upstream(struct session *s)
 		x->up = NULL;
 	}
 	if (x->be) {
-		atomic_fetch_sub_explicit(&x->be->inflight, 1, memory_order_relaxed);
+		pool_release(x->pool, x->be, loop_now(s->w->loop), rand_next(&s->w->rng));
 		x->be = NULL;
 	}
 }
@@ -138,6 +138,8 @@ static void exchange_drop_upstream(struct session *s)
 static void exchange_clear(struct session *s)
 {
 	struct exchange *x = &s->x;
+	if (x->wt.state != W_IDLE)
+		pool_withdraw(x->pool, &x->wt, loop_now(s->w->loop), rand_next(&s->w->rng));
 	exchange_drop_upstream(s);
 	buf_put(&s->w->bufs, x->uphead);
 	x->uphead = NULL;
@@ -159,7 +161,7 @@ static enum run reply_error(struct session *s, int status, const char *detail, i
 	}
 	buf_compact(s->out);
 	int n = rewrite_error(s->out->data + s->out->end, buf_room(s->out), status, detail, keep,
-			      id);
+			      id, status == 503 ? 1 : 0);
 	ASSERT(n > 0);
 	s->out->end += (uint32_t)n;
 	log_debug("%s %d %s", s->client_ip, status, detail);
@@ -191,7 +193,7 @@ static enum run exchange_finish(struct session *s)
 	struct worker *w = s->w;
 	count_response(x->be, x->status);
 	if (x->be) {
-		atomic_fetch_sub_explicit(&x->be->inflight, 1, memory_order_relaxed);
+		pool_release(x->pool, x->be, loop_now(w->loop), rand_next(&w->rng));
 		x->be = NULL;
 	}
 	struct upconn *up = x->up;
@@ -267,25 +269,17 @@ static enum run upstream_failed(struct session *s, enum up_failure why)
 	}
 }
 
-static enum run exchange_connect(struct session *s, const struct backend *exclude)
+/* x->be holds a claimed slot: take an idle connection to it, or start a new one. */
+static enum run exchange_attach(struct session *s)
 {
 	struct exchange *x = &s->x;
 	struct worker *w = s->w;
 	uint64_t now = loop_now(w->loop);
-	struct backend *be = pool_pick(x->pool, now, rand_next(&w->rng), exclude);
-	if (!be && x->retried)
-		return reply_error(s, x->retry_status, x->retry_status == 504
-							   ? "backend connect timeout, no other backend"
-							   : "backend connection failed, no other backend",
-				   1);
-	if (!be)
-		return reply_error(s, 503, "no backend available", 1);
 	int err = 0;
-	x->be = be;
-	x->up = upconn_get(w, be, &err);
+	x->up = upconn_get(w, x->be, &err);
 	if (!x->up) {
 		/* the connect failed at once (refused on loopback, or out of descriptors) */
-		log_debug("backend %s: connect: %s", be->name, strerror(-err));
+		log_debug("backend %s: connect: %s", x->be->name, strerror(-err));
 		return upstream_failed(s, UP_CONNECT);
 	}
 	x->up->s = s;
@@ -293,6 +287,55 @@ static enum run exchange_connect(struct session *s, const struct backend *exclud
 	x->connect_ms = now;
 	s->last_ms = now;
 	return RUN_AGAIN;
+}
+
+/*
+ * Find a backend for the exchange: the first time through admission (which may queue it),
+ * on a retry directly among the others, never <exclude>.
+ */
+static enum run exchange_connect(struct session *s, const struct backend *exclude)
+{
+	struct exchange *x = &s->x;
+	struct worker *w = s->w;
+	uint64_t now = loop_now(w->loop);
+	struct backend *be = NULL;
+	if (x->retried) {
+		be = pool_pick(x->pool, now, rand_next(&w->rng), exclude);
+		if (!be)
+			return reply_error(s, x->retry_status, x->retry_status == 504
+								   ? "backend connect timeout, no other backend"
+								   : "backend connection failed, no other backend",
+					   1);
+	} else {
+		switch (pool_admit(x->pool, &x->wt, now, rand_next(&w->rng), &be)) {
+		case Q_PICKED:
+			break;
+		case Q_QUEUED:
+			return RUN_STAY; /* session_take_grants() resumes it */
+		case Q_FULL:
+			return reply_error(s, 503, "every backend is busy and the queue is full", 1);
+		case Q_NONE:
+			return reply_error(s, 503, "no backend available", 1);
+		}
+	}
+	x->be = be;
+	return exchange_attach(s);
+}
+
+void session_take_grants(struct worker *w)
+{
+	struct waiter *wt = worker_inbox_take(&w->inbox), *next;
+	for (; wt; wt = next) {
+		next = wt->next;
+		struct session *s = container_of(wt, struct session, x.wt);
+		wt->next = NULL;
+		wt->state = W_IDLE;
+		s->x.be = wt->granted;
+		wt->granted = NULL;
+		s->last_ms = loop_now(w->loop);
+		if (exchange_attach(s) != RUN_GONE)
+			session_run(s);
+	}
 }
 
 static void make_request_id(struct worker *w, char *out)
@@ -311,6 +354,7 @@ static enum run exchange_start(struct session *s, size_t head_len)
 	struct exchange *x = &s->x;
 
 	memset(x, 0, sizeof(*x));
+	x->wt.owner = w;
 	s->in_exchange = 1;
 	x->meth = h->meth;
 	x->minor = h->minor;
@@ -557,6 +601,12 @@ static enum run run_exchange(struct session *s)
 {
 	struct exchange *x = &s->x;
 	struct worker *w = s->w;
+	if (x->wt.state != W_IDLE) {
+		/* waiting for a slot: only notice a client that gave up */
+		if (s->hup && !s->hup_checked && client_gone(s))
+			return exchange_abort(s, "client closed the connection while queued");
+		return RUN_STAY;
+	}
 	for (;;) {
 		struct upconn *up = x->up;
 		int progress = 0;
@@ -733,7 +783,9 @@ static void session_arm_timer(struct session *s)
 			deadline = s->phase_ms + t->idle_ms;
 		break;
 	case S_EXCHANGE:
-		if (x->up && x->up->connecting)
+		if (x->wt.state != W_IDLE)
+			deadline = x->wt.queued_ms + x->pool->conf->queue_timeout_ms;
+		else if (x->up && x->up->connecting)
 			deadline = x->connect_ms + t->connect_ms;
 		else if (!x->resp_head && x->req_read_done && !x->req_ready &&
 			 (!x->uphead || x->uphead_off == x->uphead->end))
@@ -791,7 +843,14 @@ static void session_on_timer(struct loop_timer *t)
 		}
 		break;
 	case S_EXCHANGE:
-		if (s->x.up && s->x.up->connecting)
+		if (s->x.wt.state != W_IDLE) {
+			/* a slot granted at this very moment is handed back by the withdrawal */
+			pool_withdraw(s->x.pool, &s->x.wt, loop_now(s->w->loop),
+				      rand_next(&s->w->rng));
+			atomic_fetch_add_explicit(&s->x.pool->queue.timeouts, 1,
+						  memory_order_relaxed);
+			r = reply_error(s, 503, "no backend slot freed within queue.timeout_ms", 1);
+		} else if (s->x.up && s->x.up->connecting)
 			r = upstream_failed(s, UP_CONNECT_TIMEOUT);
 		else if (!s->x.resp_head && s->x.req_read_done)
 			r = upstream_failed(s, UP_TIMEOUT);

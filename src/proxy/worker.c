@@ -95,6 +95,7 @@ static void worker_start_drain(struct worker *w)
 static void worker_on_wake(void *arg)
 {
 	struct worker *w = arg;
+	session_take_grants(w);
 	if (atomic_load(&w->drain_requested) && !w->draining)
 		worker_start_drain(w);
 }
@@ -112,6 +113,7 @@ int worker_init(struct worker *w, struct proxy *px, unsigned id, char *err, size
 		bufsize = 16384;
 	buf_pool_init(&w->bufs, bufsize, 256);
 	w->max_sessions = (c->limits.max_connections + px->nworkers - 1) / px->nworkers;
+	worker_inbox_init(&w->inbox);
 	if (getrandom(&w->rng, sizeof(w->rng), 0) != sizeof(w->rng))
 		w->rng = (uint64_t)id * 0x9e3779b97f4a7c15u + 1;
 	w->idle = calloc(px->rt->nbackends ? px->rt->nbackends : 1, sizeof(*w->idle));
@@ -184,6 +186,7 @@ void worker_destroy(struct worker *w)
 		upconn_close_idle(w);
 	worker_close_listeners(w);
 	loop_destroy(w->loop);
+	worker_inbox_destroy(&w->inbox);
 	buf_pool_drain(&w->bufs);
 	free(w->idle);
 	free(w->listeners);

@@ -101,12 +101,13 @@ static void response_head(void **state)
 static void error_response(void **state)
 {
 	(void)state;
-	int n = rewrite_error(out, sizeof(out), 503, "no backend available", 0, "rid");
+	int n = rewrite_error(out, sizeof(out), 503, "no backend available", 0, "rid", 2);
 	assert_true(n > 0);
 	out[n] = '\0';
 	assert_non_null(strstr(out, "HTTP/1.1 503 Service Unavailable\r\n"));
 	assert_non_null(strstr(out, "Connection: close\r\n"));
 	assert_non_null(strstr(out, "X-Request-Id: rid\r\n"));
+	assert_non_null(strstr(out, "Retry-After: 2\r\n"));
 	const char *body = strstr(out, "\r\n\r\n") + 4;
 	assert_string_equal(body, "503 Service Unavailable: no backend available\n");
 	char cl[64];

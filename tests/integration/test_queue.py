@@ -1,0 +1,84 @@
+"""Admission: backends with max_concurrency (an accelerator's slots) and the pool's queue,
+shared by all workers, bounded in size and in time."""
+
+import concurrent.futures
+import socket
+import threading
+
+from harness import complete, request, sim_stats, status, wait_until
+
+
+def _pool(port, cap, queue=""):
+    return ("pools:\n  - name: gpu\n    backends:\n"
+            f"      - {{address: 127.0.0.1:{port}, max_concurrency: {cap}}}\n" + queue)
+
+
+def test_requests_wait_for_a_slot_in_order(env):
+    sim = env.sim("acc", latency_ms=200, jitter=0, token_ms=0, slots=64)
+    px = env.proxy(_pool(sim.port, 2))  # two workers share the two slots
+    with concurrent.futures.ThreadPoolExecutor(8) as ex:
+        results = list(ex.map(lambda _: complete(px.port), range(8)))
+    assert [r[0] for r in results] == [200] * 8
+    st = sim_stats(sim.port)
+    assert st["max_active"] == 2 and st["completions"] == 8, st
+    q = status(px.admin)["pools"][0]["queue"]
+    assert q["enqueued"] >= 5 and q["granted"] == q["enqueued"] and q["length"] == 0, q
+
+
+def test_full_queue_answers_503_with_retry_after(env):
+    sim = env.sim("acc", latency_ms=1000, jitter=0, token_ms=0, slots=64)
+    px = env.proxy(_pool(sim.port, 1, "    queue: {max: 1}\n"))
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        first = ex.submit(complete, px.port)
+        wait_until(lambda: sim_stats(sim.port)["active"] == 1, "the first request in service")
+        second = ex.submit(complete, px.port)
+        wait_until(lambda: status(px.admin)["pools"][0]["queue"]["length"] == 1,
+                   "the second request to queue")
+        st, h, body = complete(px.port)  # no room left
+        assert st == 503 and h["retry-after"] == ["1"] and b"queue is full" in body, (st, body)
+        assert first.result()[0] == 200 and second.result()[0] == 200
+    assert status(px.admin)["pools"][0]["queue"]["overflows"] == 1
+
+
+def test_queue_timeout_503(env):
+    sim = env.sim("acc", latency_ms=3000, jitter=0, token_ms=0, slots=64)
+    px = env.proxy(_pool(sim.port, 1, "    queue: {timeout_ms: 200}\n"))
+    with concurrent.futures.ThreadPoolExecutor(2) as ex:
+        first = ex.submit(complete, px.port)
+        wait_until(lambda: sim_stats(sim.port)["active"] == 1, "the first request in service")
+        st, h, body = complete(px.port)
+        assert st == 503 and h["retry-after"] == ["1"] and b"queue.timeout_ms" in body, body
+        assert first.result()[0] == 200
+    q = status(px.admin)["pools"][0]["queue"]
+    assert q["timeouts"] == 1 and q["length"] == 0, q
+
+
+def test_client_leaving_the_queue_frees_its_place(env):
+    sim = env.sim("acc", latency_ms=3000, jitter=0, token_ms=0, slots=64)
+    px = env.proxy(_pool(sim.port, 1, "    queue: {max: 1}\n"))
+    first = threading.Thread(target=lambda: complete(px.port), daemon=True)
+    first.start()
+    wait_until(lambda: sim_stats(sim.port)["active"] == 1, "the first request in service")
+    s = socket.create_connection(("127.0.0.1", px.port))
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+    wait_until(lambda: status(px.admin)["pools"][0]["queue"]["length"] == 1, "it to queue")
+    s.close()  # gives up while waiting
+    wait_until(lambda: status(px.admin)["pools"][0]["queue"]["length"] == 0,
+               "the queue to let it go")
+    # ...at once, not when the slot freed: the first request is still in service
+    assert sim_stats(sim.port)["completions"] == 0
+    assert status(px.admin)["pools"][0]["queue"]["granted"] == 0
+    # its place is free again: a new request queues instead of overflowing, and is served
+    st, _, _ = complete(px.port)
+    assert st == 200
+    first.join(10)
+    assert sim_stats(sim.port)["completions"] == 2
+
+
+def test_queue_metrics(env):
+    sim = env.sim("acc", latency_ms=0, token_ms=0)
+    px = env.proxy(_pool(sim.port, 4))
+    assert complete(px.port)[0] == 200
+    st, _, body = request(px.admin, "GET", "/metrics")
+    assert b'accelnet_pool_queue_length{pool="gpu"} 0' in body
+    assert b'accelnet_pool_queue_timeouts_total{pool="gpu"} 0' in body
