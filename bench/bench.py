@@ -119,10 +119,11 @@ def proc_kb(pid, field):
 
 # --- contestants ------------------------------------------------------------------------
 
-def start_accelnet(run, backends, balance="round-robin", weights=None):
+def start_accelnet(run, backends, balance="round-robin", weights=None, cap=None):
     port = free_port()
     lines = [f"      - {{address: 127.0.0.1:{b}" + (f", weight: {weights[i]}" if weights else "")
-             + "}" for i, b in enumerate(backends)]
+             + (f", max_concurrency: {cap}" if cap else "") + "}"
+             for i, b in enumerate(backends)]
     cfg = (f"workers: 1\nlisten: [127.0.0.1:{port}]\n"
            "timeouts: {first_byte_ms: 300000, between_bytes_ms: 300000, idle_ms: 300000}\n"
            "limits: {max_connections: 200000}\n"
@@ -419,6 +420,10 @@ FLEET_CONTESTANTS = {
     # weights in proportion to each backend's capacity, as an operator who knows it would set
     "accelnet weighted-round-robin 3:3:1:3":
         lambda run, b: start_accelnet(run, b, "weighted-round-robin", [3, 3, 1, 3]),
+    # max_concurrency = the simulators' slots: the rest wait in accelnet's queue, as in HAProxy's
+    "accelnet least-connections max_concurrency 4":
+        lambda run, b: start_accelnet(run, b, "least-connections", cap=4),
+    "accelnet p2c max_concurrency 4": lambda run, b: start_accelnet(run, b, "p2c", cap=4),
     "nginx least_conn": lambda run, b: start_nginx(run, b, "least_conn"),
     "haproxy leastconn maxconn 4": lambda run, b: start_haproxy(run, b, "leastconn", maxconn=4),
 }
@@ -525,7 +530,8 @@ def chart(res, outdir):
         elif sc["kind"] == "fleet":
             for load, by in sc["results"].items():
                 data = {n.replace("accelnet ", "an ").replace(" maxconn 4", "+maxconn")
-                        .replace("weighted-round-robin", "wrr"):
+                        .replace("weighted-round-robin", "wrr")
+                        .replace(" max_concurrency 4", "+cap").replace("least-connections", "lc"):
                         (g["latency_ms"]["p50"], g["latency_ms"]["p99"], g["latency_ms"]["p999"])
                         for n, g in by.items()}
                 panels.append((f"{key}. fleet at {load} load", data))
