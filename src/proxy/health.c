@@ -20,6 +20,7 @@ struct probe {
 	struct loop_io io;
 	struct loop_timer timer;
 	struct health *h;
+	struct pool_rt *pool;
 	struct backend *be;
 	enum probe_phase phase;
 	uint64_t started_ms;
@@ -59,6 +60,8 @@ static void probe_finish(struct probe *p, int ok, const char *why)
 			atomic_store(&be->up, 1);
 			log_warn("backend %s (pool %s) is UP after %u good checks", be->name,
 				 be->pool->name, be->hc_ok);
+			/* requests queued while it was down may use its slots now */
+			pool_grant(p->pool, loop_now(p->h->loop), be->id + loop_now(p->h->loop));
 		}
 	} else {
 		be->hc_ok = 0;
@@ -159,6 +162,7 @@ int health_start(struct loop *loop, struct runtime *rt, struct health **out)
 		for (size_t j = 0; j < pool->nbackends; j++) {
 			struct probe *p = &h->probes[h->nprobes++];
 			p->h = h;
+			p->pool = pool;
 			p->be = &pool->backends[j];
 			p->io.fd = -1;
 			p->io.fn = probe_on_io;

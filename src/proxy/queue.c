@@ -125,10 +125,14 @@ enum queue_result pool_admit(struct pool_rt *pool, struct waiter *wt, uint64_t n
 
 void pool_release(struct pool_rt *pool, struct backend *be, uint64_t now_ms, uint64_t rnd)
 {
-	struct pool_queue *q = &pool->queue;
 	atomic_fetch_sub_explicit(&be->inflight, 1, memory_order_relaxed);
-	if (!be->conf->max_concurrency)
-		return; /* an uncapped backend is never the reason anyone waits */
+	if (be->conf->max_concurrency)
+		pool_grant(pool, now_ms, rnd); /* an uncapped backend never made anyone wait */
+}
+
+void pool_grant(struct pool_rt *pool, uint64_t now_ms, uint64_t rnd)
+{
+	struct pool_queue *q = &pool->queue;
 	pthread_mutex_lock(&q->lock);
 	while (q->head) {
 		struct backend *nb = pool_pick(pool, now_ms, rnd, NULL);

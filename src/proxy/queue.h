@@ -66,6 +66,8 @@ enum queue_result pool_admit(struct pool_rt *pool, struct waiter *wt, uint64_t n
  * to them in order (each goes to its owner's inbox, whose loop is woken).
  */
 void pool_release(struct pool_rt *pool, struct backend *be, uint64_t now_ms, uint64_t rnd);
+/* Grant free slots to waiting requests, in order (e.g. when a backend comes back up). */
+void pool_grant(struct pool_rt *pool, uint64_t now_ms, uint64_t rnd);
 
 /*
  * Called by the owner when it no longer wants <wt> (timeout, client gone): takes it out of

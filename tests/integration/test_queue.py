@@ -82,3 +82,32 @@ def test_queue_metrics(env):
     st, _, body = request(px.admin, "GET", "/metrics")
     assert b'accelnet_pool_queue_length{pool="gpu"} 0' in body
     assert b'accelnet_pool_queue_timeouts_total{pool="gpu"} 0' in body
+
+
+def test_queued_requests_go_to_a_backend_that_comes_back(env):
+    import signal
+    from harness import BIN, backend_state
+    busy = env.sim("busy", latency_ms=20000, jitter=0, token_ms=0, slots=64)
+    spare = env.sim("spare", latency_ms=0, token_ms=0)
+    spare_port = spare.port
+    px = env.proxy("pools:\n  - name: gpu\n    backends:\n"
+                   f"      - {{address: 127.0.0.1:{busy.port}, max_concurrency: 1}}\n"
+                   f"      - {{address: 127.0.0.1:{spare_port}, max_concurrency: 1}}\n"
+                   "    health: {path: /health, interval_ms: 100, fall: 1, rise: 1}\n"
+                   "    queue: {timeout_ms: 15000}\n",
+                   extra="timeouts: {shutdown_ms: 200}\n")  # the 20 s request is not waited for
+    env.stop(spare, signal.SIGKILL)
+    wait_until(lambda: not backend_state(px.admin, f"127.0.0.1:{spare_port}")["up"],
+               "the spare to be marked down")
+    # occupies the busy backend's only slot for 20 s (never waited for)
+    threading.Thread(target=lambda: complete(px.port), daemon=True).start()
+    wait_until(lambda: sim_stats(busy.port)["active"] == 1, "the busy slot taken")
+    result = []
+    queued = threading.Thread(target=lambda: result.append(complete(px.port)), daemon=True)
+    queued.start()
+    wait_until(lambda: status(px.admin)["pools"][0]["queue"]["length"] == 1, "it to queue")
+    env.start([BIN, "sim", "--listen", f"127.0.0.1:{spare_port}", "--name", "back",
+               "--latency-ms", "0"], "sim-back", wait_port=spare_port)
+    queued.join(14)
+    st, h, _ = result[0]  # served by the returning backend, long before the busy slot frees
+    assert st == 200 and h["x-served-by"] == ["back"], (st, h)
