@@ -48,61 +48,46 @@ int cmd_sim(int argc, char **argv)
 	};
 	struct sim_opts o;
 	const char *listen = NULL, *why;
-	double v;
 	int ch;
 	sim_opts_default(&o);
+	/* the numeric options: where each goes and what it may be */
+	const struct {
+		int ch;
+		const char *name;
+		double min, max;
+		unsigned *u; /* one of these two */
+		double *d;
+	} nums[] = {
+		{'s', "--slots", 1, 100000, &o.slots, NULL},
+		{'l', "--latency-ms", 0, 3600000, &o.latency_ms, NULL},
+		{'j', "--jitter", 0, 1, NULL, &o.jitter},
+		{'t', "--tokens", 1, 4096, &o.tokens, NULL},
+		{'T', "--token-ms", 0, 60000, &o.token_ms, NULL},
+		{'f', "--fail-rate", 0, 1, NULL, &o.fail_rate},
+		{'S', "--stall-ms", 0, 3600000, &o.stall_ms, NULL},
+		{'E', "--stall-every-ms", 0, 86400000, &o.stall_every_ms, NULL},
+	};
 	optind = 1;
 	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		switch (ch) {
-		case 'L':
+		if (ch == 'L') {
 			listen = optarg;
-			break;
-		case 'n':
-			snprintf(o.name, sizeof(o.name), "%s", optarg);
-			break;
-		case 's':
-			if (parse_number("--slots", optarg, 1, 100000, &v) < 0)
-				return 2;
-			o.slots = (unsigned)v;
-			break;
-		case 'l':
-			if (parse_number("--latency-ms", optarg, 0, 3600000, &v) < 0)
-				return 2;
-			o.latency_ms = (unsigned)v;
-			break;
-		case 'j':
-			if (parse_number("--jitter", optarg, 0, 1, &v) < 0)
-				return 2;
-			o.jitter = v;
-			break;
-		case 't':
-			if (parse_number("--tokens", optarg, 1, 4096, &v) < 0)
-				return 2;
-			o.tokens = (unsigned)v;
-			break;
-		case 'T':
-			if (parse_number("--token-ms", optarg, 0, 60000, &v) < 0)
-				return 2;
-			o.token_ms = (unsigned)v;
-			break;
-		case 'f':
-			if (parse_number("--fail-rate", optarg, 0, 1, &v) < 0)
-				return 2;
-			o.fail_rate = v;
-			break;
-		case 'S':
-			if (parse_number("--stall-ms", optarg, 0, 3600000, &v) < 0)
-				return 2;
-			o.stall_ms = (unsigned)v;
-			break;
-		case 'E':
-			if (parse_number("--stall-every-ms", optarg, 0, 86400000, &v) < 0)
-				return 2;
-			o.stall_every_ms = (unsigned)v;
-			break;
-		default:
-			return 2;
+			continue;
 		}
+		if (ch == 'n') {
+			snprintf(o.name, sizeof(o.name), "%s", optarg);
+			continue;
+		}
+		size_t k = 0;
+		while (k < sizeof(nums) / sizeof(nums[0]) && nums[k].ch != ch)
+			k++;
+		double v;
+		if (k == sizeof(nums) / sizeof(nums[0]) ||
+		    parse_number(nums[k].name, optarg, nums[k].min, nums[k].max, &v) < 0)
+			return 2;
+		if (nums[k].u)
+			*nums[k].u = (unsigned)v;
+		else
+			*nums[k].d = v;
 	}
 	if (o.stall_ms && o.stall_ms >= o.stall_every_ms) {
 		fprintf(stderr, "accelnet sim: --stall-ms must be shorter than --stall-every-ms\n");
