@@ -85,7 +85,7 @@ static void write_metrics(FILE *f, struct runtime *rt)
 			}
 		}
 	}
-	fprintf(f, "# HELP accelnet_pool_unavailable_total requests with no eligible backend\n"
+	fprintf(f, "# HELP accelnet_pool_unavailable_total requests turned away with no backend to serve them\n"
 		   "# TYPE accelnet_pool_unavailable_total counter\n");
 	for (size_t i = 0; i < rt->npools; i++)
 		fprintf(f, "accelnet_pool_unavailable_total{pool=\"%s\"} %llu\n",

@@ -101,6 +101,5 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 		atomic_fetch_add_explicit(&b->requests, 1, memory_order_relaxed);
 		return b;
 	}
-	atomic_fetch_add_explicit(&p->unavailable, 1, memory_order_relaxed);
 	return NULL;
 }

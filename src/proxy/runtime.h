@@ -39,7 +39,7 @@ struct pool_rt {
 	struct backend *backends;
 	size_t nbackends;
 	atomic_uint_fast64_t ticket;	  /* one per pick, shared by all workers */
-	atomic_uint_fast64_t unavailable; /* picks that found no eligible backend */
+	atomic_uint_fast64_t unavailable; /* requests turned away: no backend, or queue full */
 	struct pool_queue queue;	  /* requests waiting for a slot */
 };
 

@@ -269,6 +269,12 @@ static enum run upstream_failed(struct session *s, enum up_failure why)
 	}
 }
 
+/* Count a request of <pool> that no backend will serve. */
+static void pool_turned_away(struct pool_rt *pool)
+{
+	atomic_fetch_add_explicit(&pool->unavailable, 1, memory_order_relaxed);
+}
+
 /* x->be holds a claimed slot: take an idle connection to it, or start a new one. */
 static enum run exchange_attach(struct session *s)
 {
@@ -301,11 +307,14 @@ static enum run exchange_connect(struct session *s, const struct backend *exclud
 	struct backend *be = NULL;
 	if (x->retried) {
 		be = pool_pick(x->pool, now, rand_next(&w->rng), exclude);
-		if (!be)
-			return reply_error(s, x->retry_status, x->retry_status == 504
-								   ? "backend connect timeout, no other backend"
-								   : "backend connection failed, no other backend",
+		if (!be) {
+			pool_turned_away(x->pool);
+			return reply_error(s, x->retry_status,
+					   x->retry_status == 504
+					       ? "backend connect timeout, no other backend"
+					       : "backend connection failed, no other backend",
 					   1);
+		}
 	} else {
 		switch (pool_admit(x->pool, &x->wt, now, rand_next(&w->rng), &be)) {
 		case Q_PICKED:
@@ -313,8 +322,11 @@ static enum run exchange_connect(struct session *s, const struct backend *exclud
 		case Q_QUEUED:
 			return RUN_STAY; /* session_take_grants() resumes it */
 		case Q_FULL:
-			return reply_error(s, 503, "every backend is busy and the queue is full", 1);
+			pool_turned_away(x->pool);
+			return reply_error(s, 503, "every backend is busy and the queue is full",
+					   1);
 		case Q_NONE:
+			pool_turned_away(x->pool);
 			return reply_error(s, 503, "no backend available", 1);
 		}
 	}
@@ -377,9 +389,9 @@ static enum run exchange_start(struct session *s, size_t head_len)
 	x->pool = &w->px->rt->pools[route->pool];
 
 	struct rewrite_request_info info = {
-		.client_ip = s->client_ip,
-		.request_id = x->reqid,
-		.upstream_minor = h->minor,
+	    .client_ip = s->client_ip,
+	    .request_id = x->reqid,
+	    .upstream_minor = h->minor,
 	};
 	if (!(x->uphead = buf_get(&w->bufs)))
 		return exchange_abort(s, "out of memory");
@@ -540,8 +552,9 @@ static enum run send_upstream(struct session *s, int *progress)
 	size_t head_left = x->uphead ? x->uphead->end - x->uphead_off : 0;
 	if (!head_left && !x->req_ready)
 		return RUN_STAY;
-	ssize_t sent = send_gathered(up->io.fd, head_left ? x->uphead->data + x->uphead_off : NULL,
-				     head_left, x->req_ready ? buf_head(s->in) : NULL, x->req_ready);
+	ssize_t sent =
+	    send_gathered(up->io.fd, head_left ? x->uphead->data + x->uphead_off : NULL, head_left,
+			  x->req_ready ? buf_head(s->in) : NULL, x->req_ready);
 	if (sent == -EAGAIN || sent == -EINTR) {
 		up->writable = 0;
 		return RUN_STAY;
@@ -637,8 +650,9 @@ static enum run run_exchange(struct session *s)
 			return exchange_abort(s, "bad request body");
 		if (bad)
 			return reply_error(s, -bad,
-					   bad == -413 ? "request body larger than limits.max_body_bytes"
-						       : "malformed chunked request body",
+					   bad == -413
+					       ? "request body larger than limits.max_body_bytes"
+					       : "malformed chunked request body",
 					   0);
 		/* backend -> client */
 		if (!x->resp_read_done && up->readable && !up->connecting) {
