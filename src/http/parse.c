@@ -26,12 +26,6 @@ static int is_value_char(unsigned char c)
 	return c == '\t' || (c >= 0x20 && c != 0x7f);
 }
 
-int http_str_eq(struct http_str s, const char *lit)
-{
-	size_t n = strlen(lit);
-	return s.len == n && strncasecmp(s.p, lit, n) == 0;
-}
-
 const struct http_header *http_find_header(const struct http_head *h, const char *name)
 {
 	for (unsigned i = 0; i < h->nheaders; i++)

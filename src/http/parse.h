@@ -17,6 +17,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+#include <strings.h>
 
 #define HTTP_MAX_HEADERS 96
 
@@ -94,8 +96,16 @@ int http_parse_response(const char *buf, size_t len, size_t max_head, enum http_
  */
 int http_head_may_be_complete(const char *buf, size_t old_len, size_t len);
 
-/* Case-insensitive comparison of a parsed string with a C string. */
-int http_str_eq(struct http_str s, const char *lit);
+/*
+ * Case-insensitive comparison of a parsed string with a C string. Inline so that, with a
+ * literal, the length is known at compile time and most fields are rejected on length alone
+ * (it runs several times per header of every proxied request).
+ */
+static inline int http_str_eq(struct http_str s, const char *lit)
+{
+	size_t n = strlen(lit);
+	return s.len == n && strncasecmp(s.p, lit, n) == 0;
+}
 /* The first header named <name> (case-insensitive), or NULL. */
 const struct http_header *http_find_header(const struct http_head *h, const char *name);
 /* Is <token> one of the comma-separated tokens of <list> (case-insensitive)? */
