@@ -199,20 +199,32 @@ def served_by(hdrs):
     return hdrs.get("x-served-by", ["?"])[0]
 
 
+def read_all(s, got=b""):
+    """Read from socket <s> until the peer closes; returns <got> plus everything read."""
+    while True:
+        try:
+            b = s.recv(65536)
+        except ConnectionResetError:
+            return got
+        if not b:
+            return got
+        got += b
+
+
+def read_until(s, done, got=b""):
+    """Read from socket <s> until done(bytes so far) holds; failing if the peer closes first."""
+    while not done(got):
+        b = s.recv(65536)
+        assert b, got
+        got += b
+    return got
+
+
 def raw(port, data, timeout=15):
     """Send raw bytes, read until the server closes; returns all bytes read."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         s.sendall(data)
-        chunks = []
-        while True:
-            try:
-                b = s.recv(65536)
-            except ConnectionResetError:
-                break
-            if not b:
-                break
-            chunks.append(b)
-        return b"".join(chunks)
+        return read_all(s)
 
 
 def sim_stats(port):

@@ -7,7 +7,8 @@ import re
 import socket
 import subprocess
 
-from harness import (complete, pool_yaml, raw, request, served_by, sim_stats, wait_until)
+from harness import (complete, pool_yaml, raw, read_all, read_until, request, served_by,
+                     sim_stats, wait_until)
 
 
 def _one_sim_proxy(env, extra="", **sim_opts):
@@ -78,11 +79,7 @@ def test_sse_reaches_the_client_token_by_token(env):
     body = json.dumps({"stream": True, "prompt": "hi"}).encode()
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
               % (len(body), body))
-    got = b""
-    while b"data: " not in got:
-        chunk = s.recv(65536)
-        assert chunk, got
-        got += chunk
+    got = read_until(s, lambda b: b"data: " in b)
     assert b"Content-Type: text/event-stream" in got
     assert b"Transfer-Encoding: chunked" in got
     # the first token arrived while the simulator is still generating the rest
@@ -128,12 +125,7 @@ def test_expect_100_continue(env):
     first = s.recv(4096)
     assert first.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), first
     s.sendall(b"hello")
-    rest = first[25:]
-    while True:
-        b = s.recv(4096)
-        if not b:
-            break
-        rest += b
+    rest = read_all(s, first[25:])
     assert rest.startswith(b"HTTP/1.1 200") and b"(5 body bytes)" in rest, rest
 
 

@@ -8,8 +8,8 @@ import socket
 import subprocess
 import time
 
-from harness import (BIN, backend_state, complete, free_port, pool_yaml, port_open, raw, request,
-                     served_by, sim_stats, wait_until)
+from harness import (BIN, backend_state, complete, free_port, pool_yaml, port_open, raw, read_all,
+                     read_until, request, served_by, sim_stats, wait_until)
 
 
 def test_backend_killed_mid_run(env):
@@ -103,12 +103,7 @@ def test_idle_keepalive_connection_is_closed(env):
     px = env.proxy("pools:\n" + pool_yaml("gpu", [sim.port]), extra="timeouts: {idle_ms: 300}\n")
     s = socket.create_connection(("127.0.0.1", px.port), timeout=15)
     s.sendall(b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
-    got = b""
-    while True:  # the response, then the close after idle_ms
-        b = s.recv(65536)
-        if not b:
-            break
-        got += b
+    got = read_all(s)  # the response, then the close after idle_ms
     assert got.startswith(b"HTTP/1.1 200") and got.count(b"HTTP/1.1") == 1, got
     s.close()
 
@@ -120,17 +115,11 @@ def test_graceful_shutdown_finishes_streams(env):
     body = json.dumps({"stream": True}).encode()
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
               % (len(body), body))
-    got = b""
-    while b"data: " not in got:  # the head and the first event may come in separate reads
-        b = s.recv(65536)
-        assert b, got
-        got += b
+    # the head and the first event may come in separate reads
+    got = read_until(s, lambda b: b"data: " in b)
     px.send_signal(signal.SIGTERM)
     wait_until(lambda: not port_open(px.port), "the listener to close")
-    while not got.endswith(b"0\r\n\r\n"):
-        b = s.recv(65536)
-        assert b, got
-        got += b
+    got = read_until(s, lambda b: b.endswith(b"0\r\n\r\n"), got)
     assert b"[DONE]" in got and got.count(b"data: ") == 6, got
     # the stream was complete; then the draining proxy closes the kept-alive connection
     assert s.recv(65536) == b""
@@ -201,12 +190,7 @@ def test_connection_cap_holds_new_clients_in_the_backlog(env):
     # at the cap, the third client is not accepted...
     assert select.select([c], [], [], 0.3)[0] == []
     a.close()  # ...until a slot frees
-    got = b""
-    while True:
-        d = c.recv(65536)
-        if not d:
-            break
-        got += d
+    got = read_all(c)
     assert got.startswith(b"HTTP/1.1 200") and b"GET /third" in got, got
     b.close()
     c.close()
