@@ -9,6 +9,7 @@
 #define ACCELNET_CONF_CONF_T_H
 
 #include "lb/lb.h"
+#include "lb/qdisc.h"
 #include "net/addr.h"
 
 #include <stddef.h>
@@ -31,6 +32,28 @@ struct conf_health {
 	unsigned interval_ms, timeout_ms, fall, rise;
 };
 
+/* Outlier ejection: take a misbehaving backend out for a while. */
+struct conf_outlier {
+	unsigned consecutive_5xx;  /* this many 5xx in a row eject it; 0: never */
+	unsigned latency_factor;   /* latency above this many times its peers' median; 0: never */
+	unsigned ejection_ms;	   /* first ejection; each one soon after doubles it */
+	unsigned max_ejection_pct; /* never more than this share of the pool out at once */
+};
+
+enum hash_key {
+	HASH_KEY_CLIENT_IP,
+	HASH_KEY_PATH,
+	HASH_KEY_HEADER, /* hash.header */
+	HASH_KEY_PROMPT, /* prefix-affinity: the start of the JSON prompt */
+};
+
+struct conf_hash {
+	enum hash_key key;
+	char *header;		 /* HASH_KEY_HEADER: its name */
+	unsigned prefix_bytes;	 /* HASH_KEY_PROMPT: how much of the prompt names it */
+	unsigned body_max_bytes; /* HASH_KEY_PROMPT: the most of a body read for it */
+};
+
 struct conf_pool {
 	char *name;
 	const struct lb_ops *balance;
@@ -39,8 +62,15 @@ struct conf_pool {
 	size_t nbackends;
 	struct conf_health health;
 	unsigned fail_timeout_ms; /* passive: how long a backend that refused stays out */
+	const struct qdisc_ops *queue_discipline;
 	unsigned queue_max;	  /* requests waiting for a slot, at most */
 	unsigned queue_timeout_ms;
+	unsigned ewma_decay_ms;	   /* peak-EWMA: time for an old latency to fade to 1/e */
+	unsigned slow_start_ms;	   /* ramp after a backend comes back; 0: none */
+	unsigned retry_budget_pct; /* retries stay under this share of requests */
+	struct conf_outlier outlier;
+	struct conf_hash hash;
+	const void *hash_given; /* while loading: the hash: node, for messages */
 };
 
 struct conf_route {
@@ -49,6 +79,12 @@ struct conf_route {
 	char *method;	   /* exact; NULL: any */
 	char *header_name, *header_value; /* value NULL: presence is enough */
 	size_t pool;			  /* index into conf.pools */
+	unsigned priority;		  /* QD_LOW .. QD_HIGH */
+	char *priority_header;		  /* NULL: the route's priority only */
+	char *tenant_header;		  /* NULL: Authorization, then X-API-Key */
+	int has_spill;			  /* spillover: a second pool */
+	size_t spill_pool;		  /* ... used when the wait would exceed: */
+	unsigned spill_after_ms;
 };
 
 struct conf_timeouts {

@@ -26,7 +26,7 @@ struct ctx {
 	struct conf_error *err;
 	struct conf *conf;
 	/* route -> pool names, resolved once every pool is known */
-	yaml_node_t **route_pool_nodes;
+	yaml_node_t **route_pool_nodes, **route_spill_nodes;
 };
 
 enum key_kind {
@@ -340,14 +340,13 @@ static int read_backend_item(struct ctx *x, yaml_node_t *item, void *obj, size_t
 	return err;
 }
 
-#define POOL_BACKENDS_MAX 256 /* the runtime's candidate array is sized for this */
 
 static int read_backends(struct ctx *x, yaml_node_t *v, void *obj)
 {
 	struct conf_pool *p = obj;
 	if (v->type == YAML_SEQUENCE_NODE &&
-	    v->data.sequence.items.top - v->data.sequence.items.start > POOL_BACKENDS_MAX)
-		return fail_at(x, v, "backends: at most %d per pool", POOL_BACKENDS_MAX);
+	    v->data.sequence.items.top - v->data.sequence.items.start > LB_MAX_BACKENDS)
+		return fail_at(x, v, "backends: at most %d per pool", LB_MAX_BACKENDS);
 	return read_list(x, v, "backends", (void **)&p->backends, &p->nbackends,
 			 sizeof(struct conf_backend), read_backend_item);
 }
@@ -378,21 +377,27 @@ static int read_balance(struct ctx *x, yaml_node_t *v, void *field)
 	if (!name)
 		return fail_at(x, v, "balance: expected a name, found %s", kind_name(v));
 	*ops = lb_find(name);
-	if (!*ops) {
-		static const char *const later[] = {"peak-ewma", "consistent-hash",
-						    "prefix-affinity"};
-		for (size_t i = 0; i < sizeof(later) / sizeof(later[0]); i++)
-			if (strcmp(name, later[i]) == 0)
-				return fail_at(x, v,
-					       "balance: '%s' is not built yet; available: %s",
-					       name, lb_names());
+	if (!*ops)
 		return fail_at(x, v, "balance: unknown policy '%s'; expected one of: %s", name,
 			       lb_names());
-	}
+	return 0;
+}
+
+static int read_discipline(struct ctx *x, yaml_node_t *v, void *field)
+{
+	const struct qdisc_ops **ops = field;
+	const char *name = scalar(v);
+	if (!name)
+		return fail_at(x, v, "queue.discipline: expected a name, found %s", kind_name(v));
+	if (!(*ops = qdisc_find(name)))
+		return fail_at(x, v, "queue.discipline: unknown discipline '%s'; expected one of: %s",
+			       name, qdisc_names());
 	return 0;
 }
 
 static const struct key_rule queue_rules[] = {
+	{"discipline", K_SECTION, offsetof(struct conf_pool, queue_discipline), 0, 0,
+	 read_discipline},
 	{"max", K_UINT, offsetof(struct conf_pool, queue_max), 0, 10000000, NULL},
 	{"timeout_ms", K_UINT, offsetof(struct conf_pool, queue_timeout_ms), 1, MS_MAX, NULL},
 	RULES_END,
@@ -403,6 +408,59 @@ static int read_queue(struct ctx *x, yaml_node_t *v, void *obj)
 	return read_section(x, v, "queue", queue_rules, obj);
 }
 
+static const struct key_rule outlier_rules[] = {
+	{"consecutive_5xx", K_UINT, offsetof(struct conf_outlier, consecutive_5xx), 0, 1000, NULL},
+	{"latency_factor", K_UINT, offsetof(struct conf_outlier, latency_factor), 0, 1000, NULL},
+	{"ejection_ms", K_UINT, offsetof(struct conf_outlier, ejection_ms), 1, MS_MAX, NULL},
+	{"max_ejection_pct", K_UINT, offsetof(struct conf_outlier, max_ejection_pct), 0, 100,
+	 NULL},
+	RULES_END,
+};
+
+static int read_outlier(struct ctx *x, yaml_node_t *v, void *field)
+{
+	return read_section(x, v, "outlier", outlier_rules, field);
+}
+
+static int read_hash_key(struct ctx *x, yaml_node_t *v, void *field)
+{
+	struct conf_hash *h = field;
+	const char *k = scalar(v);
+	if (k && strcmp(k, "client_ip") == 0)
+		h->key = HASH_KEY_CLIENT_IP;
+	else if (k && strcmp(k, "path") == 0)
+		h->key = HASH_KEY_PATH;
+	else if (k && strncmp(k, "header:", 7) == 0 && k[7]) {
+		h->key = HASH_KEY_HEADER;
+		if (!(h->header = strdup(k + 7)))
+			return fail_at(x, v, "out of memory");
+	} else
+		return fail_at(x, v,
+			       "hash.key: expected client_ip, path or header:NAME (e.g. "
+			       "header:X-Session-Id)");
+	return 0;
+}
+
+static const struct key_rule hash_rules[] = {
+	{"key", K_SECTION, offsetof(struct conf_pool, hash), 0, 0, read_hash_key},
+	{"balance_factor", K_UINT, offsetof(struct conf_pool, lb.load_factor_pct), 100, 1000,
+	 NULL},
+	{"prefix_bytes", K_UINT, offsetof(struct conf_pool, hash.prefix_bytes), 1, 65536, NULL},
+	{"body_max_bytes", K_UINT, offsetof(struct conf_pool, hash.body_max_bytes), 64, 1048576,
+	 NULL},
+	RULES_END,
+};
+
+/* hash: reads into the pool itself (the balance factor lives in its lb state). */
+static int read_hash(struct ctx *x, yaml_node_t *v, void *obj)
+{
+	struct conf_pool *p = obj;
+	int err = read_section(x, v, "hash", hash_rules, p);
+	if (!err)
+		p->hash_given = v;
+	return err;
+}
+
 static const struct key_rule pool_rules[] = {
 	{"name", K_STR, offsetof(struct conf_pool, name), 0, 0, NULL},
 	{"balance", K_SECTION, offsetof(struct conf_pool, balance), 0, 0, read_balance},
@@ -410,6 +468,11 @@ static const struct key_rule pool_rules[] = {
 	{"health", K_SECTION, offsetof(struct conf_pool, health), 0, 0, read_health},
 	{"fail_timeout_ms", K_UINT, offsetof(struct conf_pool, fail_timeout_ms), 1, MS_MAX, NULL},
 	{"queue", K_SECTION, 0, 0, 0, read_queue},
+	{"ewma_decay_ms", K_UINT, offsetof(struct conf_pool, ewma_decay_ms), 1, MS_MAX, NULL},
+	{"slow_start_ms", K_UINT, offsetof(struct conf_pool, slow_start_ms), 0, MS_MAX, NULL},
+	{"retry_budget_pct", K_UINT, offsetof(struct conf_pool, retry_budget_pct), 0, 100, NULL},
+	{"outlier", K_SECTION, offsetof(struct conf_pool, outlier), 0, 0, read_outlier},
+	{"hash", K_SECTION, 0, 0, 0, read_hash},
 	RULES_END,
 };
 
@@ -424,6 +487,12 @@ static int read_pool_item(struct ctx *x, yaml_node_t *item, void *obj, size_t i)
 	p->fail_timeout_ms = 10000;
 	p->queue_max = 1000;
 	p->queue_timeout_ms = 5000;
+	p->queue_discipline = &qdisc_fair;
+	p->ewma_decay_ms = 10000;
+	p->retry_budget_pct = 20;
+	p->outlier = (struct conf_outlier){.ejection_ms = 30000, .max_ejection_pct = 50};
+	p->hash = (struct conf_hash){.key = HASH_KEY_CLIENT_IP, .prefix_bytes = 256,
+				     .body_max_bytes = 16384};
 	if (!p->health.path)
 		return fail_at(x, item, "out of memory");
 	int err = read_section(x, item, "pools", pool_rules, p);
@@ -438,14 +507,38 @@ static int read_pool_item(struct ctx *x, yaml_node_t *item, void *obj, size_t i)
 			return fail_at(x, item, "pool '%s' is defined twice", p->name);
 	if (!p->health.timeout_ms)
 		p->health.timeout_ms = p->health.interval_ms < 2000 ? p->health.interval_ms : 2000;
+	if (p->hash_given && !p->balance->keyed)
+		return fail_at(x, (const yaml_node_t *)p->hash_given,
+			       "pool '%s': 'hash' is for consistent-hash and prefix-affinity "
+			       "balancing, not %s",
+			       p->name, p->balance->name);
+	if (p->balance == &lb_prefix_affinity) {
+		if (p->hash.key != HASH_KEY_CLIENT_IP || p->hash.header)
+			return fail_at(x, (const yaml_node_t *)p->hash_given,
+				       "pool '%s': prefix-affinity hashes the prompt; hash.key is "
+				       "for consistent-hash",
+				       p->name);
+		p->hash.key = HASH_KEY_PROMPT;
+	}
+	if (p->hash.prefix_bytes > p->hash.body_max_bytes)
+		return fail_at(x, (const yaml_node_t *)p->hash_given,
+			       "pool '%s': hash.prefix_bytes (%u) exceeds hash.body_max_bytes (%u)",
+			       p->name, p->hash.prefix_bytes, p->hash.body_max_bytes);
 	if (p->balance->prepare) {
 		unsigned *weights = calloc(p->nbackends, sizeof(*weights));
-		if (!weights)
+		const char **names = calloc(p->nbackends, sizeof(*names));
+		if (!weights || !names) {
+			free(weights);
+			free(names);
 			return fail_at(x, item, "out of memory");
-		for (size_t j = 0; j < p->nbackends; j++)
+		}
+		for (size_t j = 0; j < p->nbackends; j++) {
 			weights[j] = p->backends[j].weight;
-		err = p->balance->prepare(&p->lb, weights, p->nbackends);
+			names[j] = p->backends[j].ep.address;
+		}
+		err = p->balance->prepare(&p->lb, weights, names, p->nbackends);
 		free(weights);
+		free(names);
 		if (err)
 			return fail_at(x, item, "pool '%s': cannot prepare '%s' balancing (%s)",
 				       p->name, p->balance->name, strerror(-err));
@@ -501,9 +594,50 @@ static int read_route_pool(struct ctx *x, yaml_node_t *v, void *obj)
 	return 0;
 }
 
+static int read_priority(struct ctx *x, yaml_node_t *v, void *obj)
+{
+	struct conf_route *r = obj;
+	const char *name = scalar(v);
+	int c = name ? qdisc_priority(name, strlen(name)) : -1;
+	if (c < 0)
+		return fail_at(x, v, "priority: expected low, normal or high");
+	r->priority = (unsigned)c;
+	return 0;
+}
+
+static int read_spill_pool(struct ctx *x, yaml_node_t *v, void *obj)
+{
+	struct conf_route *r = obj;
+	if (!scalar(v))
+		return fail_at(x, v, "spillover.pool: expected a pool name, found %s",
+			       kind_name(v));
+	x->route_spill_nodes[r - x->conf->routes] = v;
+	r->has_spill = 1;
+	return 0;
+}
+
+static const struct key_rule spill_rules[] = {
+	{"pool", K_SECTION, 0, 0, 0, read_spill_pool},
+	{"after_ms", K_UINT, offsetof(struct conf_route, spill_after_ms), 0, MS_MAX, NULL},
+	RULES_END,
+};
+
+static int read_spillover(struct ctx *x, yaml_node_t *v, void *obj)
+{
+	struct conf_route *r = obj;
+	int err = read_section(x, v, "spillover", spill_rules, r);
+	if (!err && !r->has_spill)
+		return fail_at(x, v, "spillover: 'pool' is required");
+	return err;
+}
+
 static const struct key_rule route_rules[] = {
 	{"match", K_SECTION, 0, 0, 0, read_match},
 	{"pool", K_SECTION, 0, 0, 0, read_route_pool},
+	{"priority", K_SECTION, 0, 0, 0, read_priority},
+	{"priority_header", K_STR, offsetof(struct conf_route, priority_header), 0, 0, NULL},
+	{"tenant_header", K_STR, offsetof(struct conf_route, tenant_header), 0, 0, NULL},
+	{"spillover", K_SECTION, 0, 0, 0, read_spillover},
 	{"auth", K_UNSUPPORTED, 0, 0, 0, NULL},
 	{"rate_limit", K_UNSUPPORTED, 0, 0, 0, NULL},
 	{"cache", K_UNSUPPORTED, 0, 0, 0, NULL},
@@ -513,7 +647,8 @@ static const struct key_rule route_rules[] = {
 static int read_route_item(struct ctx *x, yaml_node_t *item, void *obj, size_t i)
 {
 	struct conf_route *r = obj;
-	(void)i;
+	r->priority = QD_NORMAL;
+	r->spill_after_ms = 1000;
 	int err = read_section(x, item, "routes", route_rules, r);
 	if (err)
 		return err;
@@ -530,7 +665,8 @@ static int read_routes(struct ctx *x, yaml_node_t *v, void *field)
 	if (v->type == YAML_SEQUENCE_NODE) {
 		size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
 		x->route_pool_nodes = calloc(n ? n : 1, sizeof(*x->route_pool_nodes));
-		if (!x->route_pool_nodes)
+		x->route_spill_nodes = calloc(n ? n : 1, sizeof(*x->route_spill_nodes));
+		if (!x->route_pool_nodes || !x->route_spill_nodes)
 			return fail_at(x, v, "out of memory");
 	}
 	return read_list(x, v, "routes", (void **)&x->conf->routes, &x->conf->nroutes,
@@ -585,12 +721,23 @@ static int conf_check(struct ctx *x, yaml_node_t *root)
 		if (j == c->npools)
 			return fail_at(x, n, "routes: no pool named '%s'", name);
 		c->routes[i].pool = j;
+		if ((n = x->route_spill_nodes[i])) {
+			name = scalar(n);
+			for (j = 0; j < c->npools && strcmp(c->pools[j].name, name) != 0;)
+				j++;
+			if (j == c->npools)
+				return fail_at(x, n, "spillover: no pool named '%s'", name);
+			if (j == c->routes[i].pool)
+				return fail_at(x, n, "spillover: '%s' is the route's own pool", name);
+			c->routes[i].spill_pool = j;
+		}
 	}
 	if (!c->nroutes) {
 		/* no routes: everything goes to the first pool */
 		c->routes = calloc(1, sizeof(*c->routes));
 		if (!c->routes || !(c->routes[0].path_prefix = strdup("/")))
 			return fail_at(x, root, "out of memory");
+		c->routes[0].priority = QD_NORMAL;
 		c->nroutes = 1;
 	}
 	return 0;
@@ -628,6 +775,7 @@ static int conf_load(const char *name, yaml_parser_t *parser, struct conf **out,
 		rc = conf_check(&x, root);
 out:
 	free(x.route_pool_nodes);
+	free(x.route_spill_nodes);
 	yaml_document_delete(&doc);
 	if (rc) {
 		conf_free(c);
@@ -687,6 +835,7 @@ void conf_free(struct conf *c)
 		free(p->backends);
 		free(p->name);
 		free(p->health.path);
+		free(p->hash.header);
 		lb_state_free(&p->lb);
 	}
 	free(c->pools);
@@ -697,6 +846,8 @@ void conf_free(struct conf *c)
 		free(r->method);
 		free(r->header_name);
 		free(r->header_value);
+		free(r->priority_header);
+		free(r->tenant_header);
 	}
 	free(c->routes);
 	free(c->file);
@@ -724,6 +875,12 @@ static void dump_rules(FILE *out, const char *prefix, const struct key_rule *rul
 			dump_rules(out, sub, health_rules);
 		else if (r->fn == read_queue)
 			dump_rules(out, sub, queue_rules);
+		else if (r->fn == read_outlier)
+			dump_rules(out, sub, outlier_rules);
+		else if (r->fn == read_hash)
+			dump_rules(out, sub, hash_rules);
+		else if (r->fn == read_spillover)
+			dump_rules(out, sub, spill_rules);
 		else if (r->fn == read_routes)
 			dump_rules(out, sub, route_rules);
 		else if (r->fn == read_match)

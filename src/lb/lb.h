@@ -2,11 +2,14 @@
  * lb.h - load-balancing policies as const ops tables.
  *
  * A policy is a pure function: given a snapshot of the pool's backends (weight, requests in
- * flight, eligible or not) and two numbers supplied by the caller -- a ticket that increases
- * by one per pick across all threads, and a random number -- it returns the index of the
- * backend to use. Nothing here touches sockets, clocks or shared memory, so the unit tests
- * drive every policy with plain arrays. A policy that needs precomputed state (the smooth
- * weighted round-robin schedule) builds it once per configuration in prepare().
+ * flight, concurrency cap, measured latency, eligible or busy) and what the caller draws for
+ * this one pick -- a ticket that increases by one per pick across all threads, a random
+ * number, the request's affinity key, how many requests queue ahead of it -- it returns the
+ * index of the backend to use, LB_NONE when no backend can take it, or LB_WAIT when it is
+ * better to wait for a busy backend's slot than to take a free one now. Nothing here touches
+ * sockets, clocks or shared memory, so the unit tests drive every policy with plain arrays.
+ * A policy that needs precomputed state (the smooth weighted round-robin schedule, a hash
+ * ring) builds it once per configuration in prepare().
  *
  * Adding a policy: one new lb_NAME.c defining a const struct lb_ops, and one line in the
  * table in lb.c.
@@ -18,24 +21,54 @@
 #include <stdint.h>
 
 struct lb_candidate {
-	unsigned weight;   /* >= 1 */
-	unsigned inflight; /* requests in service now */
-	int eligible;	   /* up, under its concurrency cap, not already tried */
+	unsigned weight;     /* >= 1 */
+	unsigned inflight;   /* requests in service now */
+	unsigned slots;	     /* its concurrency cap; 0: none */
+	uint32_t latency_us; /* peak-EWMA time to first byte; 0: not measured (lb_ops.latency) */
+	uint8_t eligible;    /* up, under its concurrency cap, not already tried */
+	uint8_t busy;	     /* up but at its cap: it will free a slot */
 };
 
-/* Per-pool state built from the configured weights; owned by the pool's config. */
+/* What the caller supplies for one pick. */
+struct lb_draw {
+	uint64_t ticket;  /* one per pick, shared by all threads */
+	uint64_t rnd;	  /* fresh random bits */
+	uint64_t key;	  /* the request's affinity hash, when has_key */
+	unsigned waiting; /* requests that queue ahead of this one */
+	uint8_t has_key;
+};
+
+enum { LB_NONE = -1, LB_WAIT = -2 };
+
+#define LB_MAX_BACKENDS 256 /* per pool: candidate arrays are sized for this */
+
+/* A point on a consistent-hash ring. */
+struct lb_point {
+	uint64_t hash;
+	uint32_t backend;
+};
+
+/* Per-pool state built from the configuration; owned by the pool's config. */
 struct lb_state {
 	uint32_t *schedule; /* smooth-WRR order of backend indices, one period long */
 	uint32_t nschedule;
+	struct lb_point *ring; /* consistent hash: sorted by hash */
+	uint32_t nring;
+	unsigned load_factor_pct; /* bounded load: at most this % of the mean in flight */
 };
 
 struct lb_ops {
 	const char *name;
-	/* Build state for <n> backends with <weights>. 0 or -errno. May be NULL. */
-	int (*prepare)(struct lb_state *st, const unsigned *weights, size_t n);
-	/* Index of the chosen eligible candidate, or -1 when none is eligible. */
+	/* Build state for <n> backends with <weights> and stable <names>. 0 or -errno. May be
+	 * NULL. */
+	int (*prepare)(struct lb_state *st, const unsigned *weights, const char *const *names,
+		       size_t n);
+	/* Index of the chosen eligible candidate, LB_NONE, or LB_WAIT (never when no
+	 * candidate is busy). */
 	int (*pick)(const struct lb_state *st, const struct lb_candidate *c, size_t n,
-		    uint64_t ticket, uint64_t rnd);
+		    const struct lb_draw *d);
+	unsigned latency : 1; /* reads latency_us: the caller must fill it */
+	unsigned keyed : 1;   /* reads key: the caller should hash the request */
 };
 
 /* The policy called <name>, or NULL. */
@@ -50,9 +83,18 @@ static inline int lb_less_loaded(const struct lb_candidate *a, const struct lb_c
 	return (uint64_t)a->inflight * b->weight < (uint64_t)b->inflight * a->weight;
 }
 
+/*
+ * Draw two distinct eligible candidates at random from <rnd> into *a and *b (the same one
+ * when only one is eligible). Returns how many are eligible; *a and *b are unset at 0.
+ */
+size_t lb_draw_two(const struct lb_candidate *c, size_t n, uint64_t rnd, int *a, int *b);
+
 extern const struct lb_ops lb_round_robin;
 extern const struct lb_ops lb_weighted_round_robin;
 extern const struct lb_ops lb_least_connections;
 extern const struct lb_ops lb_p2c;
+extern const struct lb_ops lb_peak_ewma;
+extern const struct lb_ops lb_consistent_hash;
+extern const struct lb_ops lb_prefix_affinity;
 
 #endif

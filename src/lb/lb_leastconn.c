@@ -6,13 +6,12 @@
 #include "lb/lb.h"
 
 static int lc_pick(const struct lb_state *st, const struct lb_candidate *c, size_t n,
-		   uint64_t ticket, uint64_t rnd)
+		   const struct lb_draw *d)
 {
 	int best = -1;
 	(void)st;
-	(void)rnd;
 	for (size_t i = 0; i < n; i++) {
-		size_t idx = (size_t)((ticket + i) % n);
+		size_t idx = (size_t)((d->ticket + i) % n);
 		if (!c[idx].eligible)
 			continue;
 		if (best < 0 || lb_less_loaded(&c[idx], &c[best]))
@@ -22,6 +21,6 @@ static int lc_pick(const struct lb_state *st, const struct lb_candidate *c, size
 }
 
 const struct lb_ops lb_least_connections = {
-	.name = "least-connections",
-	.pick = lc_pick,
+    .name = "least-connections",
+    .pick = lc_pick,
 };

@@ -5,19 +5,18 @@
 #include "lb/lb.h"
 
 static int rr_pick(const struct lb_state *st, const struct lb_candidate *c, size_t n,
-		   uint64_t ticket, uint64_t rnd)
+		   const struct lb_draw *d)
 {
 	(void)st;
-	(void)rnd;
 	for (size_t i = 0; i < n; i++) {
-		size_t idx = (size_t)((ticket + i) % n);
+		size_t idx = (size_t)((d->ticket + i) % n);
 		if (c[idx].eligible)
 			return (int)idx;
 	}
-	return -1;
+	return LB_NONE;
 }
 
 const struct lb_ops lb_round_robin = {
-	.name = "round-robin",
-	.pick = rr_pick,
+    .name = "round-robin",
+    .pick = rr_pick,
 };

@@ -24,8 +24,10 @@ static unsigned gcd(unsigned a, unsigned b)
 	return a;
 }
 
-static int wrr_prepare(struct lb_state *st, const unsigned *weights, size_t n)
+static int wrr_prepare(struct lb_state *st, const unsigned *weights, const char *const *names,
+		       size_t n)
 {
+	(void)names;
 	unsigned g = 0;
 	uint64_t total = 0;
 	for (size_t i = 0; i < n; i++)
@@ -59,20 +61,19 @@ static int wrr_prepare(struct lb_state *st, const unsigned *weights, size_t n)
 }
 
 static int wrr_pick(const struct lb_state *st, const struct lb_candidate *c, size_t n,
-		    uint64_t ticket, uint64_t rnd)
+		    const struct lb_draw *d)
 {
-	(void)rnd;
 	(void)n;
 	for (uint32_t i = 0; i < st->nschedule; i++) {
-		uint32_t idx = st->schedule[(ticket + i) % st->nschedule];
+		uint32_t idx = st->schedule[(d->ticket + i) % st->nschedule];
 		if (c[idx].eligible)
 			return (int)idx;
 	}
-	return -1;
+	return LB_NONE;
 }
 
 const struct lb_ops lb_weighted_round_robin = {
-	.name = "weighted-round-robin",
-	.prepare = wrr_prepare,
-	.pick = wrr_pick,
+    .name = "weighted-round-robin",
+    .prepare = wrr_prepare,
+    .pick = wrr_pick,
 };

@@ -57,6 +57,7 @@ static void probe_finish(struct probe *p, int ok, const char *why)
 		be->hc_fail = 0;
 		if (++be->hc_ok >= hc->rise && !up) {
 			atomic_store(&be->down_until_ms, 0);
+			backend_came_back(be, loop_now(p->h->loop));
 			atomic_store(&be->up, 1);
 			log_warn("backend %s (pool %s) is UP after %u good checks", be->name,
 				 be->pool->name, be->hc_ok);

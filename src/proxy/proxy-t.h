@@ -62,11 +62,16 @@ struct exchange {
 	enum http_method meth;
 	int minor;
 	unsigned req_close : 1, retried : 1, up_reused : 1;
+	unsigned want_key : 1; /* reading the body for the prompt key before balancing */
+	unsigned spilled : 1;  /* moved to the route's spillover pool */
 	int retry_status; /* what to answer if the retry finds no backend: 502 or 504 */
 	struct waiter wt;  /* waiting in the pool's queue for a slot */
 	char reqid[REQUEST_ID_MAX + 1];
+	const struct conf_route *route;
 	struct pool_rt *pool;
 	struct backend *be;
+	uint64_t sent_ns;      /* when the request started upstream (connect included) */
+	uint64_t last_read_ns; /* the previous read of a streamed response body */
 	struct upconn *up;
 	uint64_t connect_ms; /* when the current connect began */
 	/* the rewritten request head; kept until a response starts, so a retry can resend it */

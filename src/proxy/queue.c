@@ -14,9 +14,9 @@
 static void inbox_push(struct worker_inbox *in, struct waiter *wt)
 {
 	pthread_mutex_lock(&in->lock);
-	wt->next = NULL;
+	wt->inext = NULL;
 	if (in->tail)
-		in->tail->next = wt;
+		in->tail->inext = wt;
 	else
 		in->head = wt;
 	in->tail = wt;
@@ -43,38 +43,63 @@ struct waiter *worker_inbox_take(struct worker_inbox *in)
 	return list;
 }
 
-void pool_queue_init(struct pool_queue *q)
+int pool_queue_init(struct pool_queue *q, const struct conf_pool *pc)
 {
 	pthread_mutex_init(&q->lock, NULL);
-	q->head = q->tail = NULL;
-	q->len = 0;
+	q->qd.ops = pc->queue_discipline;
+	return q->qd.ops->init(&q->qd);
 }
 
 void pool_queue_destroy(struct pool_queue *q)
 {
+	q->qd.ops->fini(&q->qd);
 	pthread_mutex_destroy(&q->lock);
 }
 
 unsigned pool_queue_len(struct pool_queue *q)
 {
 	pthread_mutex_lock(&q->lock);
-	unsigned n = q->len;
+	unsigned n = q->qd.len;
 	pthread_mutex_unlock(&q->lock);
 	return n;
 }
 
-static void queue_unlink(struct pool_queue *q, struct waiter *wt)
+static struct waiter *waiter_of(struct qd_item *it)
 {
-	if (wt->prev)
-		wt->prev->next = wt->next;
-	else
-		q->head = wt->next;
-	if (wt->next)
-		wt->next->prev = wt->prev;
-	else
-		q->tail = wt->prev;
-	wt->prev = wt->next = NULL;
-	q->len--;
+	return it ? container_of(it, struct waiter, item) : NULL;
+}
+
+/* Grant slots to waiting requests while the balancer finds backends for them. With <self>
+ * (a request just queued by this thread), a slot granted to it is returned instead of
+ * being sent through the inbox. Under the queue lock. */
+static struct backend *grant_locked(struct pool_rt *pool, uint64_t now_ms, uint64_t rnd,
+				    struct waiter *self)
+{
+	struct pool_queue *q = &pool->queue;
+	struct backend *mine = NULL;
+	struct waiter *wt;
+	while ((wt = waiter_of(q->qd.ops->peek(&q->qd)))) {
+		/* ask on behalf of the last in line: would anyone rather have this slot? */
+		struct pick_hint h = {
+		    .waiting = q->qd.len - 1, .key = wt->key, .has_key = wt->has_key};
+		struct backend *nb = pool_pick(pool, now_ms, rnd, &h);
+		if (!nb)
+			break;
+		q->qd.ops->pop(&q->qd);
+		atomic_fetch_add_explicit(&q->granted, 1, memory_order_relaxed);
+		hist_add(&pool->queue_wait, (now_ms - wt->queued_ms) * 1000);
+		rnd = rand_next(&rnd);
+		if (wt == self) {
+			wt->state = W_IDLE;
+			mine = nb;
+			continue;
+		}
+		wt->granted = nb;
+		wt->state = W_GRANTED;
+		inbox_push(&wt->owner->inbox, wt);
+		loop_wake(wt->owner->loop);
+	}
+	return mine;
 }
 
 /* Could a request of <pool> get a slot later: is some backend up but at its cap? */
@@ -82,45 +107,41 @@ static int pool_has_capped_backend(const struct pool_rt *pool, uint64_t now_ms)
 {
 	for (size_t i = 0; i < pool->nbackends; i++) {
 		const struct backend *b = &pool->backends[i];
-		if (b->conf->max_concurrency && atomic_load_explicit(&b->up, memory_order_relaxed) &&
-		    now_ms >= atomic_load_explicit(&b->down_until_ms, memory_order_relaxed))
+		if (b->conf->max_concurrency && backend_usable(b, now_ms))
 			return 1;
 	}
 	return 0;
 }
 
-enum queue_result pool_admit(struct pool_rt *pool, struct waiter *wt, uint64_t now_ms,
-			     uint64_t rnd, struct backend **out)
+enum queue_result pool_admit(struct pool_rt *pool, struct waiter *wt, uint64_t now_ms, uint64_t rnd,
+			     struct backend **out)
 {
 	struct pool_queue *q = &pool->queue;
 	ASSERT(wt->state == W_IDLE);
-	if ((*out = pool_pick(pool, now_ms, rnd, NULL)))
+	struct pick_hint h = {.key = wt->key, .has_key = wt->has_key};
+	if ((*out = pool_pick(pool, now_ms, rnd, &h)))
 		return Q_PICKED;
 	if (!pool_has_capped_backend(pool, now_ms))
 		return Q_NONE;
 	pthread_mutex_lock(&q->lock);
-	if (!q->head && (*out = pool_pick(pool, now_ms, rnd, NULL))) {
-		pthread_mutex_unlock(&q->lock);
-		return Q_PICKED;
-	}
-	if (q->len >= pool->conf->queue_max) {
+	if (q->qd.len >= pool->conf->queue_max) {
 		pthread_mutex_unlock(&q->lock);
 		atomic_fetch_add_explicit(&q->overflows, 1, memory_order_relaxed);
 		return Q_FULL;
 	}
-	wt->prev = q->tail;
-	wt->next = NULL;
-	if (q->tail)
-		q->tail->next = wt;
-	else
-		q->head = wt;
-	q->tail = wt;
-	q->len++;
-	wt->state = W_QUEUED;
 	wt->queued_ms = now_ms;
-	pthread_mutex_unlock(&q->lock);
+	if (q->qd.ops->push(&q->qd, &wt->item) < 0) {
+		pthread_mutex_unlock(&q->lock);
+		atomic_fetch_add_explicit(&q->overflows, 1, memory_order_relaxed);
+		return Q_FULL;
+	}
+	wt->state = W_QUEUED;
 	atomic_fetch_add_explicit(&q->enqueued, 1, memory_order_relaxed);
-	return Q_QUEUED;
+	/* a slot may have freed since the first look, or the longer queue may now make a
+	 * slower backend worth it: grant in queue order, which may be this request */
+	*out = grant_locked(pool, now_ms, rand_next(&rnd), wt);
+	pthread_mutex_unlock(&q->lock);
+	return *out ? Q_PICKED : Q_QUEUED;
 }
 
 void pool_release(struct pool_rt *pool, struct backend *be, uint64_t now_ms, uint64_t rnd)
@@ -134,19 +155,7 @@ void pool_grant(struct pool_rt *pool, uint64_t now_ms, uint64_t rnd)
 {
 	struct pool_queue *q = &pool->queue;
 	pthread_mutex_lock(&q->lock);
-	while (q->head) {
-		struct backend *nb = pool_pick(pool, now_ms, rnd, NULL);
-		if (!nb)
-			break;
-		struct waiter *wt = q->head;
-		queue_unlink(q, wt);
-		wt->granted = nb;
-		wt->state = W_GRANTED;
-		inbox_push(&wt->owner->inbox, wt);
-		loop_wake(wt->owner->loop);
-		atomic_fetch_add_explicit(&q->granted, 1, memory_order_relaxed);
-		rnd = rand_next(&rnd);
-	}
+	grant_locked(pool, now_ms, rnd, NULL);
 	pthread_mutex_unlock(&q->lock);
 }
 
@@ -156,7 +165,7 @@ void pool_withdraw(struct pool_rt *pool, struct waiter *wt, uint64_t now_ms, uin
 	pthread_mutex_lock(&q->lock);
 	enum waiter_state st = wt->state;
 	if (st == W_QUEUED) {
-		queue_unlink(q, wt);
+		q->qd.ops->remove(&q->qd, &wt->item);
 		wt->state = W_IDLE;
 	}
 	pthread_mutex_unlock(&q->lock);
@@ -168,10 +177,10 @@ void pool_withdraw(struct pool_rt *pool, struct waiter *wt, uint64_t now_ms, uin
 	struct waiter **pp = &in->head, *prev = NULL;
 	while (*pp && *pp != wt) {
 		prev = *pp;
-		pp = &(*pp)->next;
+		pp = &(*pp)->inext;
 	}
 	if (*pp) {
-		*pp = wt->next;
+		*pp = wt->inext;
 		if (in->tail == wt)
 			in->tail = prev;
 	}
@@ -179,6 +188,6 @@ void pool_withdraw(struct pool_rt *pool, struct waiter *wt, uint64_t now_ms, uin
 	struct backend *be = wt->granted;
 	wt->granted = NULL;
 	wt->state = W_IDLE;
-	wt->next = NULL;
+	wt->inext = NULL;
 	pool_release(pool, be, now_ms, rnd);
 }

@@ -13,6 +13,8 @@
 #ifndef ACCELNET_PROXY_QUEUE_H
 #define ACCELNET_PROXY_QUEUE_H
 
+#include "lb/qdisc.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -28,17 +30,19 @@ enum waiter_state {
 };
 
 struct waiter {
-	struct waiter *prev, *next; /* queue links, or inbox link (next) */
+	struct qd_item item;  /* in the queue; the owner sets item.tenant and item.prio */
+	struct waiter *inext; /* inbox link */
 	struct worker *owner;
 	struct backend *granted;
 	enum waiter_state state;
 	uint64_t queued_ms;
+	uint64_t key; /* affinity hash for the balancer, when has_key */
+	int has_key;
 };
 
 struct pool_queue {
 	pthread_mutex_t lock;
-	struct waiter *head, *tail;
-	unsigned len;
+	struct qdisc qd;
 	atomic_uint_fast64_t enqueued, granted, timeouts, overflows;
 };
 
@@ -49,7 +53,9 @@ struct worker_inbox {
 
 enum queue_result { Q_PICKED, Q_QUEUED, Q_FULL, Q_NONE };
 
-void pool_queue_init(struct pool_queue *q);
+struct conf_pool;
+/* 0, or -ENOMEM. */
+int pool_queue_init(struct pool_queue *q, const struct conf_pool *pc);
 void pool_queue_destroy(struct pool_queue *q);
 unsigned pool_queue_len(struct pool_queue *q);
 
@@ -58,8 +64,8 @@ unsigned pool_queue_len(struct pool_queue *q);
  * Q_PICKED: *out has a claimed slot. Q_QUEUED: wait for a grant. Q_FULL: the queue is at
  * queue.max. Q_NONE: no backend could ever take it now (none up).
  */
-enum queue_result pool_admit(struct pool_rt *pool, struct waiter *wt, uint64_t now_ms,
-			     uint64_t rnd, struct backend **out);
+enum queue_result pool_admit(struct pool_rt *pool, struct waiter *wt, uint64_t now_ms, uint64_t rnd,
+			     struct backend **out);
 
 /*
  * A request on <be> of <pool> ended: give its slot back and, if requests wait, grant slots

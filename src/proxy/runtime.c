@@ -1,12 +1,21 @@
 /*
- * runtime.c - building the shared runtime from a config, and choosing backends.
+ * runtime.c - building the shared runtime from a config, choosing backends, and keeping
+ * what each backend's answers say about it (latency, failures, ejection).
  */
 #include "proxy/runtime.h"
 #include "core/check.h"
+#include "core/log.h"
+#include "core/rand.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#define RETRY_TOKEN 1000	    /* one retry, in budget units */
+#define RETRY_BUDGET_MAX 10000	    /* at most ten retries saved up */
+#define SLOW_START_FLOOR 0.1	    /* a backend just back still sees this share of picks */
+#define LATENCY_OUTLIER_MIN_US 1000 /* below a millisecond, latency is never an outlier */
 
 int runtime_create(const struct conf *conf, struct runtime **out)
 {
@@ -23,7 +32,11 @@ int runtime_create(const struct conf *conf, struct runtime **out)
 		const struct conf_pool *pc = &conf->pools[i];
 		p->conf = pc;
 		p->nbackends = pc->nbackends;
-		pool_queue_init(&p->queue);
+		if (pool_queue_init(&p->queue, pc) < 0) {
+			p->conf = NULL; /* nothing to destroy */
+			goto fail;
+		}
+		atomic_init(&p->retry_tokens, RETRY_BUDGET_MAX);
 		p->backends = calloc(pc->nbackends, sizeof(*p->backends));
 		if (!p->backends)
 			goto fail;
@@ -56,11 +69,16 @@ void runtime_destroy(struct runtime *rt)
 	free(rt);
 }
 
+int backend_usable(const struct backend *b, uint64_t now_ms)
+{
+	return atomic_load_explicit(&b->up, memory_order_relaxed) &&
+	       now_ms >= atomic_load_explicit(&b->down_until_ms, memory_order_relaxed);
+}
+
 int backend_eligible(const struct backend *b, uint64_t now_ms)
 {
 	unsigned cap = b->conf->max_concurrency;
-	return atomic_load_explicit(&b->up, memory_order_relaxed) &&
-	       now_ms >= atomic_load_explicit(&b->down_until_ms, memory_order_relaxed) &&
+	return backend_usable(b, now_ms) &&
 	       (!cap || atomic_load_explicit(&b->inflight, memory_order_relaxed) < cap);
 }
 
@@ -71,21 +89,150 @@ void backend_mark_failed(struct backend *b, uint64_t now_ms)
 			      memory_order_relaxed);
 }
 
-struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
-			  const struct backend *exclude)
+void backend_came_back(struct backend *b, uint64_t now_ms)
 {
-	struct lb_candidate cand[POOL_MAX_BACKENDS];
+	atomic_store_explicit(&b->back_ms, now_ms, memory_order_relaxed);
+}
+
+uint32_t backend_latency_us(const struct backend *b, uint64_t now_ms)
+{
+	uint32_t v = (uint32_t)atomic_load_explicit(&b->ewma_us, memory_order_relaxed);
+	uint64_t at = atomic_load_explicit(&b->ewma_ms, memory_order_relaxed);
+	if (!v || now_ms <= at)
+		return v;
+	/* nothing measured since <at>: fade toward 0, so the backend is tried again */
+	double w = exp(-(double)(now_ms - at) / b->pool->ewma_decay_ms);
+	uint32_t d = (uint32_t)(v * w);
+	return d ? d : 1;
+}
+
+/* Share of picks that may see <b> now: 1, or less while it ramps up after coming back. */
+static double slow_start_share(const struct backend *b, uint64_t now_ms)
+{
+	unsigned ramp = b->pool->slow_start_ms;
+	if (!ramp)
+		return 1;
+	uint64_t back = atomic_load_explicit(&b->back_ms, memory_order_relaxed);
+	uint64_t down = atomic_load_explicit(&b->down_until_ms, memory_order_relaxed);
+	if (down > back)
+		back = down; /* a passive mark or an ejection ended then */
+	if (!back || now_ms >= back + ramp)
+		return 1;
+	double share = (double)(now_ms - back) / ramp;
+	return share < SLOW_START_FLOOR ? SLOW_START_FLOOR : share;
+}
+
+/* Take <b> out for a while, if the pool can spare it. */
+static void backend_eject(struct pool_rt *p, struct backend *b, uint64_t now_ms, const char *why)
+{
+	const struct conf_outlier *o = &p->conf->outlier;
+	size_t out = 0;
+	for (size_t i = 0; i < p->nbackends; i++)
+		out += now_ms <
+		       atomic_load_explicit(&p->backends[i].down_until_ms, memory_order_relaxed);
+	if ((out + 1) * 100 > (size_t)o->max_ejection_pct * p->nbackends)
+		return; /* keep serving: too much of the pool is out already */
+	uint64_t until = atomic_load_explicit(&b->down_until_ms, memory_order_relaxed);
+	unsigned times = atomic_load_explicit(&b->ejections_in_row, memory_order_relaxed);
+	if (until && now_ms > until + 10ull * o->ejection_ms)
+		times = 0; /* well behaved for a long while: forgive */
+	if (times > 6)
+		times = 6;
+	uint64_t ms = (uint64_t)o->ejection_ms << times;
+	atomic_store_explicit(&b->ejections_in_row, times + 1, memory_order_relaxed);
+	atomic_store_explicit(&b->down_until_ms, now_ms + ms, memory_order_relaxed);
+	atomic_store_explicit(&b->fails_in_row, 0, memory_order_relaxed);
+	atomic_fetch_add_explicit(&b->ejections, 1, memory_order_relaxed);
+	log_warn("backend %s of pool %s: ejected for %llu ms: %s", b->name, p->conf->name,
+		 (unsigned long long)ms, why);
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Is <lat> far above the median latency of the pool's other usable backends? */
+static int latency_outlier(struct pool_rt *p, const struct backend *b, uint64_t now_ms,
+			   uint32_t lat)
+{
+	unsigned factor = p->conf->outlier.latency_factor;
+	uint32_t peers[LB_MAX_BACKENDS];
+	size_t n = 0;
+	if (!factor || lat < LATENCY_OUTLIER_MIN_US)
+		return 0;
+	for (size_t i = 0; i < p->nbackends; i++) {
+		const struct backend *o = &p->backends[i];
+		uint32_t l;
+		if (o != b && backend_usable(o, now_ms) && (l = backend_latency_us(o, now_ms)))
+			peers[n++] = l;
+	}
+	if (n < 2)
+		return 0; /* with one peer, who is the outlier? */
+	qsort(peers, n, sizeof(peers[0]), cmp_u32);
+	return (uint64_t)lat > (uint64_t)factor * peers[n / 2];
+}
+
+void backend_observe(struct pool_rt *p, struct backend *b, uint64_t now_ms, uint64_t ttfb_us,
+		     int status)
+{
+	const struct conf_outlier *o = &p->conf->outlier;
+	uint32_t sample = ttfb_us > UINT32_MAX ? UINT32_MAX : ttfb_us ? (uint32_t)ttfb_us : 1;
+	uint32_t old = (uint32_t)atomic_load_explicit(&b->ewma_us, memory_order_relaxed);
+	uint64_t at = atomic_load_explicit(&b->ewma_ms, memory_order_relaxed);
+	uint32_t v = sample;
+	if (old && sample < old) {
+		/* below the peak: move toward the sample as time passes (racing updates from
+		 * other workers may be lost; each is one sample among many) */
+		double w = exp(-(double)(now_ms > at ? now_ms - at : 0) / p->conf->ewma_decay_ms);
+		v = (uint32_t)(old * w + sample * (1 - w));
+	}
+	atomic_store_explicit(&b->ewma_us, v, memory_order_relaxed);
+	atomic_store_explicit(&b->ewma_ms, now_ms, memory_order_relaxed);
+	hist_add(&b->ttfb, ttfb_us);
+
+	if (status >= 500 && status < 600) {
+		unsigned run = atomic_fetch_add_explicit(&b->fails_in_row, 1, memory_order_relaxed);
+		if (o->consecutive_5xx && run + 1 >= o->consecutive_5xx)
+			backend_eject(p, b, now_ms, "consecutive 5xx answers");
+		return;
+	}
+	atomic_store_explicit(&b->fails_in_row, 0, memory_order_relaxed);
+	if (latency_outlier(p, b, now_ms, v))
+		backend_eject(p, b, now_ms, "latency far above its peers");
+}
+
+struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
+			  const struct pick_hint *h)
+{
+	struct lb_candidate cand[LB_MAX_BACKENDS];
+	const struct lb_ops *lb = p->conf->balance;
 	size_t n = p->nbackends;
-	ASSERT(n <= POOL_MAX_BACKENDS);
+	ASSERT(n <= LB_MAX_BACKENDS);
+	uint64_t coin = rnd ^ 0x9e3779b97f4a7c15u;
 	for (size_t i = 0; i < n; i++) {
 		const struct backend *b = &p->backends[i];
-		cand[i].weight = b->conf->weight;
-		cand[i].inflight = atomic_load_explicit(&b->inflight, memory_order_relaxed);
-		cand[i].eligible = b != exclude && backend_eligible(b, now_ms);
+		unsigned cap = b->conf->max_concurrency;
+		unsigned inflight = atomic_load_explicit(&b->inflight, memory_order_relaxed);
+		int usable = b != h->exclude && backend_usable(b, now_ms);
+		double share = usable ? slow_start_share(b, now_ms) : 0;
+		if (share < 1 && rand_unit(&coin) >= share)
+			usable = 0; /* ramping up: not offered to this pick */
+		cand[i] = (struct lb_candidate){
+		    .weight = b->conf->weight,
+		    .inflight = inflight,
+		    .slots = cap,
+		    .latency_us = lb->latency ? backend_latency_us(b, now_ms) : 0,
+		    .eligible = usable && (!cap || inflight < cap),
+		    .busy = usable && cap && inflight >= cap,
+		};
 	}
+	struct lb_draw d = {
+	    .rnd = rnd, .key = h->key, .has_key = (uint8_t)h->has_key, .waiting = h->waiting};
 	for (size_t attempt = 0; attempt < n; attempt++) {
-		uint64_t ticket = atomic_fetch_add_explicit(&p->ticket, 1, memory_order_relaxed);
-		int idx = p->conf->balance->pick(&p->conf->lb, cand, n, ticket, rnd);
+		d.ticket = atomic_fetch_add_explicit(&p->ticket, 1, memory_order_relaxed);
+		int idx = lb->pick(&p->conf->lb, cand, n, &d);
 		if (idx < 0)
 			break;
 		struct backend *b = &p->backends[idx];
@@ -95,11 +242,30 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 			/* another worker took the last slot since we looked: pick again */
 			atomic_fetch_sub_explicit(&b->inflight, 1, memory_order_relaxed);
 			cand[idx].eligible = 0;
-			rnd = rnd * 6364136223846793005u + 1442695040888963407u;
+			cand[idx].busy = 1;
+			cand[idx].inflight = cap;
+			d.rnd = rand_next(&d.rnd);
 			continue;
 		}
 		atomic_fetch_add_explicit(&b->requests, 1, memory_order_relaxed);
 		return b;
 	}
 	return NULL;
+}
+
+int pool_retry_allowed(struct pool_rt *p)
+{
+	if (atomic_fetch_sub_explicit(&p->retry_tokens, RETRY_TOKEN, memory_order_relaxed) >=
+	    RETRY_TOKEN)
+		return 1;
+	atomic_fetch_add_explicit(&p->retry_tokens, RETRY_TOKEN, memory_order_relaxed);
+	atomic_fetch_add_explicit(&p->retries_denied, 1, memory_order_relaxed);
+	return 0;
+}
+
+void pool_retry_earn(struct pool_rt *p)
+{
+	int_fast64_t earn = (int_fast64_t)p->conf->retry_budget_pct * RETRY_TOKEN / 100;
+	if (atomic_load_explicit(&p->retry_tokens, memory_order_relaxed) < RETRY_BUDGET_MAX)
+		atomic_fetch_add_explicit(&p->retry_tokens, earn, memory_order_relaxed);
 }

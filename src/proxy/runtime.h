@@ -7,18 +7,23 @@
  * admin endpoint. Every field that threads share is an atomic; nothing here takes a lock.
  * pool_pick() turns that state into the candidates a balancer sees and asks the pool's
  * policy for one.
+ *
+ * Besides up and down, a backend has a measured latency (a peak-EWMA of its time to first
+ * byte, which latency-aware balancing reads), a ramp after it comes back (slow start: it
+ * sees a growing share of picks), and outlier ejection: a run of 5xx answers, or a latency
+ * far above its peers', takes it out for a while, never more than a bounded share of the
+ * pool at once.
  */
 #ifndef ACCELNET_PROXY_RUNTIME_H
 #define ACCELNET_PROXY_RUNTIME_H
 
 #include "conf/conf-t.h"
 #include "http/parse.h"
+#include "obs/hist.h"
 #include "proxy/queue.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
-
-#define POOL_MAX_BACKENDS 256
 
 struct backend {
 	const struct conf_backend *conf;
@@ -27,9 +32,16 @@ struct backend {
 	char name[72];
 	atomic_int up;			    /* active checks: 1 up, 0 down */
 	atomic_uint_fast64_t down_until_ms; /* passive: out of rotation until then */
+	atomic_uint_fast64_t back_ms;	    /* when it last came back up: slow start */
 	atomic_uint inflight;
-	atomic_uint_fast64_t requests, connect_failures, retries;
+	atomic_uint_fast32_t ewma_us; /* peak-EWMA time to first byte */
+	atomic_uint_fast64_t ewma_ms; /* ... as of this time */
+	atomic_uint fails_in_row;     /* consecutive 5xx answers */
+	atomic_uint ejections_in_row; /* ejected again soon after the last: longer */
+	atomic_uint_fast64_t requests, connect_failures, retries, ejections;
 	atomic_uint_fast64_t responses[6]; /* by status class: [2] is 2xx; [0] aborted */
+	struct hist ttfb;		   /* request sent -> response head */
+	struct hist gap;		   /* between response body reads, streams only */
 	/* health-check bookkeeping: the main thread only */
 	unsigned hc_ok, hc_fail;
 };
@@ -40,7 +52,11 @@ struct pool_rt {
 	size_t nbackends;
 	atomic_uint_fast64_t ticket;	  /* one per pick, shared by all workers */
 	atomic_uint_fast64_t unavailable; /* requests turned away: no backend, or queue full */
-	struct pool_queue queue;	  /* requests waiting for a slot */
+	atomic_int_fast64_t retry_tokens; /* retry budget, in thousandths of a retry */
+	atomic_uint_fast64_t retries_denied;
+	atomic_uint_fast64_t spilled_in; /* requests moved here from a full primary pool */
+	struct pool_queue queue;	 /* requests waiting for a slot */
+	struct hist queue_wait;
 };
 
 struct runtime {
@@ -53,18 +69,45 @@ struct runtime {
 int runtime_create(const struct conf *conf, struct runtime **out);
 void runtime_destroy(struct runtime *rt);
 
-/* Up, not passively marked out, and under its concurrency cap. */
+/* Up, not passively marked out or ejected, and under its concurrency cap. */
 int backend_eligible(const struct backend *b, uint64_t now_ms);
+/* Up and not marked out or ejected (at its cap or not). */
+int backend_usable(const struct backend *b, uint64_t now_ms);
 /* A connection to <b> failed: keep it out of rotation for the pool's fail_timeout_ms. */
 void backend_mark_failed(struct backend *b, uint64_t now_ms);
+/* <b> came back into rotation at <now_ms> (health checks): start its slow start. */
+void backend_came_back(struct backend *b, uint64_t now_ms);
+/* Its peak-EWMA time to first byte as of <now_ms>, in microseconds; 0 when unmeasured. */
+uint32_t backend_latency_us(const struct backend *b, uint64_t now_ms);
 
 /*
- * Choose a backend of <p> for one request, never <exclude> (may be NULL). On success the
- * backend's in-flight count is already raised; the caller lowers it when done. NULL when
- * no backend is eligible.
+ * A response head from <b> arrived <ttfb_us> after the request went out, with <status>.
+ * Feeds the latency estimate and histogram, and outlier ejection (a run of 5xx, or latency
+ * far above the pool's other backends). Called once per response, by any worker.
+ */
+void backend_observe(struct pool_rt *p, struct backend *b, uint64_t now_ms, uint64_t ttfb_us,
+		     int status);
+
+/* What one pick knows about its request. */
+struct pick_hint {
+	const struct backend *exclude; /* never this one (a retry); may be NULL */
+	unsigned waiting;	       /* requests queued ahead of this one */
+	uint64_t key;		       /* affinity hash, when has_key */
+	int has_key;
+};
+
+/*
+ * Choose a backend of <p> for one request. On success the backend's in-flight count is
+ * already raised; the caller lowers it when done. NULL when no backend is eligible, or when
+ * the policy judges it better to wait for a busy backend (then some backend is busy).
  */
 struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
-			  const struct backend *exclude);
+			  const struct pick_hint *h);
+
+/* May a request of <p> be retried now? Takes one retry from the budget when it may. */
+int pool_retry_allowed(struct pool_rt *p);
+/* Every request adds its share (retry_budget_pct) to the budget. */
+void pool_retry_earn(struct pool_rt *p);
 
 /* The first route of <conf> matching <req>, or NULL. */
 const struct conf_route *route_match(const struct conf *conf, const struct http_head *req);

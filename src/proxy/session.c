@@ -23,9 +23,12 @@
  */
 #include "proxy/proxy-t.h"
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/rand.h"
+#include "http/prompt.h"
 #include "net/addr.h"
+#include "proxy/classify.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -235,9 +238,11 @@ static enum run upstream_failed(struct session *s, enum up_failure why)
 		log_warn("backend %s: connect failed%s; out of rotation for %u ms", be->name,
 			 why == UP_CONNECT_TIMEOUT ? " (timeout)" : "", be->pool->fail_timeout_ms);
 	}
+	/* a kept-alive connection the backend had closed is not the backend failing: that
+	 * retry is free; one after a failed connect spends the pool's retry budget */
+	int stale = why == UP_RESET && x->up_reused && http_method_idempotent(x->meth);
 	int retry = !x->retried && !x->resp_head && x->req_sent == 0 &&
-		    (connect_failed ||
-		     (why == UP_RESET && x->up_reused && http_method_idempotent(x->meth)));
+		    (stale || (connect_failed && pool_retry_allowed(x->pool)));
 	if (retry) {
 		exchange_drop_upstream(s);
 		x->retried = 1;
@@ -291,8 +296,34 @@ static enum run exchange_attach(struct session *s)
 	x->up->s = s;
 	x->up_reused = x->up->served > 0;
 	x->connect_ms = now;
+	x->sent_ns = clock_now_ns();
+	x->last_read_ns = 0;
 	s->last_ms = now;
 	return RUN_AGAIN;
+}
+
+static int can_spill(const struct session *s)
+{
+	return s->x.route->has_spill && !s->x.spilled;
+}
+
+/*
+ * The primary pool cannot take the request soon enough (its queue is full, none of its
+ * backends is up, or the request has waited spillover.after_ms): move it, once, to the
+ * route's spillover pool. It keeps its tenant and class; an affinity key is not carried
+ * over (the other pool hashes its own way, and its request head is gone).
+ */
+static enum run exchange_spill(struct session *s)
+{
+	struct exchange *x = &s->x;
+	struct worker *w = s->w;
+	if (x->wt.state != W_IDLE)
+		pool_withdraw(x->pool, &x->wt, loop_now(w->loop), rand_next(&w->rng));
+	x->spilled = 1;
+	x->pool = &w->px->rt->pools[x->route->spill_pool];
+	x->wt.has_key = 0;
+	atomic_fetch_add_explicit(&x->pool->spilled_in, 1, memory_order_relaxed);
+	return exchange_connect(s, NULL);
 }
 
 /*
@@ -306,7 +337,9 @@ static enum run exchange_connect(struct session *s, const struct backend *exclud
 	uint64_t now = loop_now(w->loop);
 	struct backend *be = NULL;
 	if (x->retried) {
-		be = pool_pick(x->pool, now, rand_next(&w->rng), exclude);
+		struct pick_hint h = {.exclude = exclude, .key = x->wt.key,
+				      .has_key = x->wt.has_key};
+		be = pool_pick(x->pool, now, rand_next(&w->rng), &h);
 		if (!be) {
 			pool_turned_away(x->pool);
 			return reply_error(s, x->retry_status,
@@ -323,10 +356,14 @@ static enum run exchange_connect(struct session *s, const struct backend *exclud
 			return RUN_STAY; /* session_take_grants() resumes it */
 		case Q_FULL:
 			pool_turned_away(x->pool);
+			if (can_spill(s))
+				return exchange_spill(s);
 			return reply_error(s, 503, "every backend is busy and the queue is full",
 					   1);
 		case Q_NONE:
 			pool_turned_away(x->pool);
+			if (can_spill(s))
+				return exchange_spill(s);
 			return reply_error(s, 503, "no backend available", 1);
 		}
 	}
@@ -338,9 +375,9 @@ void session_take_grants(struct worker *w)
 {
 	struct waiter *wt = worker_inbox_take(&w->inbox), *next;
 	for (; wt; wt = next) {
-		next = wt->next;
+		next = wt->inext;
 		struct session *s = container_of(wt, struct session, x.wt);
-		wt->next = NULL;
+		wt->inext = NULL;
 		wt->state = W_IDLE;
 		s->x.be = wt->granted;
 		wt->granted = NULL;
@@ -386,7 +423,12 @@ static enum run exchange_start(struct session *s, size_t head_len)
 		buf_consume(s->in, head_len);
 		return reply_error(s, 404, "no route matches this request", 1);
 	}
+	x->route = route;
 	x->pool = &w->px->rt->pools[route->pool];
+	classify_request(route, x->pool->conf, h, s->client_ip, &x->wt);
+	pool_retry_earn(x->pool);
+	x->want_key = x->pool->conf->hash.key == HASH_KEY_PROMPT && x->pool->conf->balance->keyed &&
+		      h->framing == HTTP_BODY_LENGTH && h->content_length > 0;
 
 	struct rewrite_request_info info = {
 	    .client_ip = s->client_ip,
@@ -411,7 +453,44 @@ static enum run exchange_start(struct session *s, size_t head_len)
 	buf_consume(s->in, head_len);
 	s->head_scanned = 0;
 	s->state = S_EXCHANGE;
-	return exchange_connect(s, NULL);
+	s->last_ms = loop_now(w->loop);
+	return x->want_key ? RUN_AGAIN : exchange_connect(s, NULL);
+}
+
+/*
+ * prefix-affinity: read the request body until the prompt's key is known (or the body, or
+ * hash.body_max_bytes, or the buffer runs out: then it is balanced without a key).
+ */
+static enum run await_prompt_key(struct session *s)
+{
+	struct exchange *x = &s->x;
+	struct worker *w = s->w;
+	const struct conf_hash *hc = &x->pool->conf->hash;
+	for (;;) {
+		size_t have = s->in ? buf_len(s->in) : 0;
+		size_t limit = hc->body_max_bytes;
+		if (x->req_left < limit)
+			limit = (size_t)x->req_left;
+		if (s->in && s->in->cap - s->in->start < limit)
+			limit = s->in->cap - s->in->start;
+		if (have > limit)
+			have = limit;
+		int r = http_prompt_key(s->in ? buf_head(s->in) : "", have, have >= limit,
+					hc->prefix_bytes, &x->wt.key);
+		if (r != 0 || have >= limit) {
+			x->wt.has_key = r == 1;
+			x->want_key = 0;
+			return exchange_connect(s, NULL);
+		}
+		if (!s->readable)
+			return RUN_STAY;
+		ssize_t n = read_some(w, s->io.fd, &s->in, &s->readable, s->hup);
+		if (n == -EAGAIN || n == -ENOSPC)
+			return RUN_STAY;
+		if (n <= 0)
+			return exchange_abort(s, "client closed during the request body");
+		s->last_ms = loop_now(w->loop);
+	}
 }
 
 /* --- relaying bodies --- */
@@ -509,6 +588,10 @@ static enum run response_head(struct session *s)
 		buf_consume(up->in, (size_t)r);
 		return RUN_AGAIN;
 	}
+	uint64_t now_ns = clock_now_ns();
+	backend_observe(x->pool, x->be, loop_now(w->loop), (now_ns - x->sent_ns) / 1000,
+			h->status);
+	x->last_read_ns = now_ns;
 	x->status = h->status;
 	x->resp_framing = h->framing;
 	x->resp_left = h->content_length;
@@ -610,10 +693,21 @@ static enum run send_client(struct session *s, int *progress)
 	return RUN_STAY;
 }
 
+/* A streamed response's body bytes arrived: record the time since the previous ones. */
+static void note_gap(struct exchange *x)
+{
+	uint64_t now = clock_now_ns();
+	if (x->last_read_ns)
+		hist_add(&x->be->gap, (now - x->last_read_ns) / 1000);
+	x->last_read_ns = now;
+}
+
 static enum run run_exchange(struct session *s)
 {
 	struct exchange *x = &s->x;
 	struct worker *w = s->w;
+	if (x->want_key)
+		return await_prompt_key(s);
 	if (x->wt.state != W_IDLE) {
 		/* waiting for a slot: only notice a client that gave up */
 		if (s->hup && !s->hup_checked && client_gone(s))
@@ -675,6 +769,8 @@ static enum run run_exchange(struct session *s)
 			if (n > 0) {
 				progress = 1;
 				s->last_ms = loop_now(w->loop);
+				if (x->resp_head && x->resp_framing != HTTP_BODY_LENGTH)
+					note_gap(x);
 			}
 		}
 		if (!x->resp_head && up->in && buf_len(up->in)) {
@@ -797,8 +893,11 @@ static void session_arm_timer(struct session *s)
 			deadline = s->phase_ms + t->idle_ms;
 		break;
 	case S_EXCHANGE:
-		if (x->wt.state != W_IDLE)
+		if (x->wt.state != W_IDLE) {
 			deadline = x->wt.queued_ms + x->pool->conf->queue_timeout_ms;
+			if (can_spill(s) && x->wt.queued_ms + x->route->spill_after_ms < deadline)
+				deadline = x->wt.queued_ms + x->route->spill_after_ms;
+		}
 		else if (x->up && x->up->connecting)
 			deadline = x->connect_ms + t->connect_ms;
 		else if (!x->resp_head && x->req_read_done && !x->req_ready &&
@@ -857,7 +956,11 @@ static void session_on_timer(struct loop_timer *t)
 		}
 		break;
 	case S_EXCHANGE:
-		if (s->x.wt.state != W_IDLE) {
+		if (s->x.wt.state != W_IDLE && can_spill(s) &&
+		    loop_now(s->w->loop) <
+			s->x.wt.queued_ms + s->x.pool->conf->queue_timeout_ms) {
+			r = exchange_spill(s); /* waited spillover.after_ms */
+		} else if (s->x.wt.state != W_IDLE) {
 			/* a slot granted at this very moment is handed back by the withdrawal */
 			pool_withdraw(s->x.pool, &s->x.wt, loop_now(s->w->loop),
 				      rand_next(&s->w->rng));

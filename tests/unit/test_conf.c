@@ -65,6 +65,71 @@ static void defaults(void **state)
 	assert_string_equal(c->routes[0].path_prefix, "/");
 	assert_int_equal(c->routes[0].pool, 0);
 	assert_false(c->has_admin);
+	/* scheduling defaults */
+	const struct conf_pool *p = &c->pools[0];
+	assert_ptr_equal(p->queue_discipline, &qdisc_fair);
+	assert_int_equal(p->ewma_decay_ms, 10000);
+	assert_int_equal(p->slow_start_ms, 0);
+	assert_int_equal(p->retry_budget_pct, 20);
+	assert_int_equal(p->outlier.consecutive_5xx, 0);
+	assert_int_equal(p->outlier.latency_factor, 0);
+	assert_int_equal(p->outlier.ejection_ms, 30000);
+	assert_int_equal(p->outlier.max_ejection_pct, 50);
+	assert_int_equal(c->routes[0].priority, QD_NORMAL);
+	assert_null(c->routes[0].priority_header);
+	assert_null(c->routes[0].tenant_header);
+	assert_false(c->routes[0].has_spill);
+	conf_free(c);
+}
+
+static void scheduling_keys(void **state)
+{
+	(void)state;
+	struct conf *c = load_ok(
+		"listen: [127.0.0.1:8080]\n"
+		"pools:\n"
+		"  - name: gpu\n"
+		"    balance: prefix-affinity\n"
+		"    backends: [127.0.0.1:9101, 127.0.0.1:9102]\n"
+		"    hash: {balance_factor: 150, prefix_bytes: 128, body_max_bytes: 4096}\n"
+		"    queue: {discipline: fifo, max: 10, timeout_ms: 100}\n"
+		"    ewma_decay_ms: 2000\n"
+		"    slow_start_ms: 5000\n"
+		"    retry_budget_pct: 10\n"
+		"    outlier: {consecutive_5xx: 3, latency_factor: 4, ejection_ms: 1000, "
+		"max_ejection_pct: 34}\n"
+		"  - name: spare\n"
+		"    balance: consistent-hash\n"
+		"    backends: [127.0.0.1:9103]\n"
+		"    hash: {key: \"header:X-Session\"}\n"
+		"routes:\n"
+		"  - pool: gpu\n"
+		"    priority: high\n"
+		"    priority_header: X-Priority\n"
+		"    tenant_header: X-Tenant\n"
+		"    spillover: {pool: spare, after_ms: 250}\n");
+	const struct conf_pool *p = &c->pools[0];
+	assert_ptr_equal(p->balance, &lb_prefix_affinity);
+	assert_int_equal(p->hash.key, HASH_KEY_PROMPT);
+	assert_int_equal(p->lb.load_factor_pct, 150);
+	assert_int_equal(p->lb.nring, 2 * 64);
+	assert_int_equal(p->hash.prefix_bytes, 128);
+	assert_ptr_equal(p->queue_discipline, &qdisc_fifo);
+	assert_int_equal(p->ewma_decay_ms, 2000);
+	assert_int_equal(p->slow_start_ms, 5000);
+	assert_int_equal(p->retry_budget_pct, 10);
+	assert_int_equal(p->outlier.consecutive_5xx, 3);
+	assert_int_equal(p->outlier.max_ejection_pct, 34);
+	assert_int_equal(c->pools[1].hash.key, HASH_KEY_HEADER);
+	assert_string_equal(c->pools[1].hash.header, "X-Session");
+	assert_int_equal(c->pools[1].lb.load_factor_pct, 125);
+	const struct conf_route *r = &c->routes[0];
+	assert_int_equal(r->priority, QD_HIGH);
+	assert_string_equal(r->priority_header, "X-Priority");
+	assert_string_equal(r->tenant_header, "X-Tenant");
+	assert_true(r->has_spill);
+	assert_int_equal(r->spill_pool, 1);
+	assert_int_equal(r->spill_after_ms, 250);
 	conf_free(c);
 }
 
@@ -133,9 +198,36 @@ static void errors_point_at_the_problem(void **state)
 	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    balance: fastest\n"
 		 "    backends: [127.0.0.1:1]\n",
 		 "t.yaml:4:14:", "unknown policy 'fastest'");
-	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    balance: peak-ewma\n"
-		 "    backends: [127.0.0.1:1]\n",
-		 "t.yaml:4:14:", "not built yet");
+	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    balance: p2c\n"
+		 "    backends: [127.0.0.1:1]\n    hash: {key: path}\n",
+		 "t.yaml:6:11:", "'hash' is for consistent-hash and prefix-affinity");
+	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    balance: prefix-affinity\n"
+		 "    backends: [127.0.0.1:1]\n    hash: {key: path}\n",
+		 "t.yaml:6:11:", "prefix-affinity hashes the prompt");
+	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    balance: consistent-hash\n"
+		 "    backends: [127.0.0.1:1]\n    hash: {key: cookie}\n",
+		 "t.yaml:6:17:", "expected client_ip, path or header:NAME");
+	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    balance: consistent-hash\n"
+		 "    backends: [127.0.0.1:1]\n    hash: {balance_factor: 90}\n",
+		 "t.yaml:6:28:", "out of range");
+	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    backends: [127.0.0.1:1]\n"
+		 "    queue: {discipline: lifo}\n",
+		 "t.yaml:5:25:", "unknown discipline 'lifo'; expected one of: fair, fifo");
+	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    backends: [127.0.0.1:1]\n"
+		 "routes:\n  - pool: a\n    priority: urgent\n",
+		 "t.yaml:7:15:", "expected low, normal or high");
+	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    backends: [127.0.0.1:1]\n"
+		 "routes:\n  - pool: a\n    spillover: {pool: a}\n",
+		 "t.yaml:7:23:", "the route's own pool");
+	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    backends: [127.0.0.1:1]\n"
+		 "routes:\n  - pool: a\n    spillover: {pool: z}\n",
+		 "t.yaml:7:23:", "no pool named 'z'");
+	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    backends: [127.0.0.1:1]\n"
+		 "routes:\n  - pool: a\n    spillover: {after_ms: 5}\n",
+		 "t.yaml:7:16:", "'pool' is required");
+	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    backends: [127.0.0.1:1]\n"
+		 "    outlier: {max_ejection_pct: 101}\n",
+		 "t.yaml:5:33:", "out of range");
 	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    backends: [127.0.0.1:1]\n"
 		 "routes:\n  - pool: b\n",
 		 "t.yaml:6:11:", "no pool named 'b'");
@@ -180,6 +272,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(defaults),
 		cmocka_unit_test(full_contract),
+		cmocka_unit_test(scheduling_keys),
 		cmocka_unit_test(errors_point_at_the_problem),
 		cmocka_unit_test(missing_file),
 	};

@@ -12,6 +12,13 @@
 #include "core/rand.h"
 #include "lb/lb.h"
 
+static int pick(const struct lb_ops *ops, const struct lb_state *st, const struct lb_candidate *c,
+		size_t n, uint64_t ticket, uint64_t rnd)
+{
+	struct lb_draw d = {.ticket = ticket, .rnd = rnd};
+	return ops->pick(st, c, n, &d);
+}
+
 static void set(struct lb_candidate *c, size_t n, const unsigned *w)
 {
 	for (size_t i = 0; i < n; i++)
@@ -25,6 +32,9 @@ static void registry(void **state)
 	assert_ptr_equal(lb_find("weighted-round-robin"), &lb_weighted_round_robin);
 	assert_ptr_equal(lb_find("least-connections"), &lb_least_connections);
 	assert_ptr_equal(lb_find("p2c"), &lb_p2c);
+	assert_ptr_equal(lb_find("peak-ewma"), &lb_peak_ewma);
+	assert_ptr_equal(lb_find("consistent-hash"), &lb_consistent_hash);
+	assert_ptr_equal(lb_find("prefix-affinity"), &lb_prefix_affinity);
 	assert_null(lb_find("random"));
 	assert_non_null(strstr(lb_names(), "least-connections"));
 }
@@ -36,15 +46,15 @@ static void round_robin_cycles_and_skips(void **state)
 	struct lb_state st = {0};
 	set(c, 3, NULL);
 	for (uint64_t t = 0; t < 9; t++)
-		assert_int_equal(lb_round_robin.pick(&st, c, 3, t, 0), (int)(t % 3));
+		assert_int_equal(pick(&lb_round_robin, &st, c, 3, t, 0), (int)(t % 3));
 	c[1].eligible = 0;
 	int counts[3] = {0};
 	for (uint64_t t = 0; t < 300; t++)
-		counts[lb_round_robin.pick(&st, c, 3, t, 0)]++;
+		counts[pick(&lb_round_robin, &st, c, 3, t, 0)]++;
 	assert_int_equal(counts[1], 0);
 	assert_int_equal(counts[0] + counts[2], 300);
 	c[0].eligible = c[2].eligible = 0;
-	assert_int_equal(lb_round_robin.pick(&st, c, 3, 7, 0), -1);
+	assert_int_equal(pick(&lb_round_robin, &st, c, 3, 7, 0), -1);
 }
 
 static void weighted_exact_and_smooth(void **state)
@@ -54,12 +64,12 @@ static void weighted_exact_and_smooth(void **state)
 	struct lb_candidate c[3];
 	struct lb_state st = {0};
 	set(c, 3, w);
-	assert_int_equal(lb_weighted_round_robin.prepare(&st, w, 3), 0);
+	assert_int_equal(lb_weighted_round_robin.prepare(&st, w, NULL, 3), 0);
 	assert_int_equal(st.nschedule, 7);
 	int counts[3] = {0};
 	int run = 0, longest = 0, prev = -1;
 	for (uint64_t t = 0; t < 7000; t++) {
-		int i = lb_weighted_round_robin.pick(&st, c, 3, t, 0);
+		int i = pick(&lb_weighted_round_robin, &st, c, 3, t, 0);
 		counts[i]++;
 		run = i == prev ? run + 1 : 1;
 		prev = i;
@@ -76,7 +86,7 @@ static void weighted_exact_and_smooth(void **state)
 	c[0].eligible = 0;
 	memset(counts, 0, sizeof(counts));
 	for (uint64_t t = 0; t < 700; t++)
-		counts[lb_weighted_round_robin.pick(&st, c, 3, t, 0)]++;
+		counts[pick(&lb_weighted_round_robin, &st, c, 3, t, 0)]++;
 	assert_int_equal(counts[0], 0);
 	assert_int_equal(counts[1] + counts[2], 700);
 	lb_state_free(&st);
@@ -87,7 +97,7 @@ static void weighted_reduces_by_gcd(void **state)
 	(void)state;
 	unsigned w[2] = {300, 100};
 	struct lb_state st = {0};
-	assert_int_equal(lb_weighted_round_robin.prepare(&st, w, 2), 0);
+	assert_int_equal(lb_weighted_round_robin.prepare(&st, w, NULL, 2), 0);
 	assert_int_equal(st.nschedule, 4);
 	lb_state_free(&st);
 }
@@ -102,20 +112,20 @@ static void least_connections_prefers_idle(void **state)
 	c[1].inflight = 1;
 	c[2].inflight = 3;
 	for (uint64_t t = 0; t < 10; t++)
-		assert_int_equal(lb_least_connections.pick(&st, c, 3, t, 0), 1);
+		assert_int_equal(pick(&lb_least_connections, &st, c, 3, t, 0), 1);
 	/* per unit of weight: 4 in flight on weight 8 beats 1 on weight 1 */
 	c[0].weight = 8;
-	assert_int_equal(lb_least_connections.pick(&st, c, 3, 0, 0), 0);
+	assert_int_equal(pick(&lb_least_connections, &st, c, 3, 0, 0), 0);
 	/* ties rotate with the ticket */
 	set(c, 3, NULL);
 	int counts[3] = {0};
 	for (uint64_t t = 0; t < 300; t++)
-		counts[lb_least_connections.pick(&st, c, 3, t, 0)]++;
+		counts[pick(&lb_least_connections, &st, c, 3, t, 0)]++;
 	assert_int_equal(counts[0], 100);
 	assert_int_equal(counts[1], 100);
 	assert_int_equal(counts[2], 100);
 	c[0].eligible = c[1].eligible = c[2].eligible = 0;
-	assert_int_equal(lb_least_connections.pick(&st, c, 3, 0, 0), -1);
+	assert_int_equal(pick(&lb_least_connections, &st, c, 3, 0, 0), -1);
 }
 
 static void p2c_avoids_the_busiest(void **state)
@@ -128,7 +138,7 @@ static void p2c_avoids_the_busiest(void **state)
 	c[3].inflight = 100; /* the busiest can only win against itself, which never happens */
 	int counts[4] = {0};
 	for (int k = 0; k < 4000; k++)
-		counts[lb_p2c.pick(&st, c, 4, 0, rand_next(&rng))]++;
+		counts[pick(&lb_p2c, &st, c, 4, 0, rand_next(&rng))]++;
 	assert_int_equal(counts[3], 0);
 	/* the others share the load */
 	for (int i = 0; i < 3; i++)
@@ -136,9 +146,9 @@ static void p2c_avoids_the_busiest(void **state)
 	/* one eligible: always it */
 	c[0].eligible = c[1].eligible = c[2].eligible = 0;
 	for (int k = 0; k < 10; k++)
-		assert_int_equal(lb_p2c.pick(&st, c, 4, 0, rand_next(&rng)), 3);
+		assert_int_equal(pick(&lb_p2c, &st, c, 4, 0, rand_next(&rng)), 3);
 	c[3].eligible = 0;
-	assert_int_equal(lb_p2c.pick(&st, c, 4, 0, rand_next(&rng)), -1);
+	assert_int_equal(pick(&lb_p2c, &st, c, 4, 0, rand_next(&rng)), -1);
 }
 
 static void p2c_two_distinct_choices(void **state)
@@ -151,7 +161,171 @@ static void p2c_two_distinct_choices(void **state)
 	set(c, 2, NULL);
 	c[0].inflight = 1;
 	for (int k = 0; k < 1000; k++)
-		assert_int_equal(lb_p2c.pick(&st, c, 2, 0, rand_next(&rng)), 1);
+		assert_int_equal(pick(&lb_p2c, &st, c, 2, 0, rand_next(&rng)), 1);
+}
+
+/* --- peak-ewma --- */
+
+static struct lb_candidate cand(unsigned lat_ms, unsigned inflight, unsigned slots)
+{
+	struct lb_candidate c = {.weight = 1, .inflight = inflight, .slots = slots,
+				 .latency_us = lat_ms * 1000};
+	c.eligible = !slots || inflight < slots;
+	c.busy = !c.eligible;
+	return c;
+}
+
+static int ewma(const struct lb_candidate *c, size_t n, unsigned waiting, uint64_t rnd)
+{
+	struct lb_draw d = {.rnd = rnd, .waiting = waiting};
+	return lb_peak_ewma.pick(NULL, c, n, &d);
+}
+
+static void peak_ewma_prefers_fast_and_counts_load(void **state)
+{
+	(void)state;
+	uint64_t rng = 3;
+	/* two backends: p2c compares both, so the faster always wins while it has room */
+	struct lb_candidate c[2] = {cand(300, 0, 4), cand(100, 0, 4)};
+	for (int k = 0; k < 100; k++)
+		assert_int_equal(ewma(c, 2, 0, rand_next(&rng)), 1);
+	/* 3 of 4 slots taken: 100 ms * 7/4 still beats an idle 300 ms */
+	c[1] = cand(100, 3, 4);
+	assert_int_equal(ewma(c, 2, 0, rand_next(&rng)), 1);
+	/* no cap: the backend queues itself, so 3 waiting at 100 ms lose to an idle 300 ms */
+	c[0] = cand(300, 0, 0);
+	c[1] = cand(100, 3, 0);
+	assert_int_equal(ewma(c, 2, 0, rand_next(&rng)), 0);
+	/* an unmeasured backend looks cheapest, so it gets measured */
+	c[0] = cand(0, 0, 4);
+	c[1] = cand(100, 0, 4);
+	assert_int_equal(ewma(c, 2, 0, rand_next(&rng)), 0);
+	c[0].eligible = c[1].eligible = 0;
+	assert_int_equal(ewma(c, 2, 0, rand_next(&rng)), LB_NONE);
+}
+
+static void peak_ewma_waits_for_a_fast_slot(void **state)
+{
+	(void)state;
+	/* three fast backends full (4 slots, 100 ms: a slot frees every 100/12 ms), one
+	 * free slot on a backend three times slower */
+	struct lb_candidate c[4] = {cand(100, 4, 4), cand(100, 4, 4), cand(100, 4, 4),
+				    cand(300, 0, 4)};
+	/* waiting w: (w + 1) * 100/12 ms + 100 ms < 300 ms while w + 1 < 24 */
+	assert_int_equal(ewma(c, 4, 0, 1), LB_WAIT);
+	assert_int_equal(ewma(c, 4, 22, 1), LB_WAIT);
+	assert_int_equal(ewma(c, 4, 23, 1), 3);
+	/* no busy backend faster than the free one: take it */
+	c[3] = cand(90, 0, 4);
+	assert_int_equal(ewma(c, 4, 0, 1), 3);
+	/* an unmeasured free backend is never passed over */
+	c[3] = cand(0, 0, 4);
+	assert_int_equal(ewma(c, 4, 0, 1), 3);
+	/* a busy backend that is down (neither eligible nor busy) frees nothing */
+	c[3] = cand(300, 0, 4);
+	c[0].busy = c[1].busy = c[2].busy = 0;
+	assert_int_equal(ewma(c, 4, 0, 1), 3);
+}
+
+/* --- consistent hash and prefix affinity --- */
+
+static const char *const hnames[4] = {"10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80",
+				       "10.0.0.4:80"};
+
+static int hashed(const struct lb_state *st, const struct lb_candidate *c, size_t n, uint64_t key)
+{
+	struct lb_draw d = {.key = key, .has_key = 1, .rnd = key * 31};
+	return lb_consistent_hash.pick(st, c, n, &d);
+}
+
+static void hash_spreads_and_is_stable(void **state)
+{
+	(void)state;
+	unsigned w[4] = {1, 1, 1, 1};
+	struct lb_state st4 = {0}, st3 = {0};
+	struct lb_candidate c[4];
+	set(c, 4, w);
+	assert_int_equal(lb_consistent_hash.prepare(&st4, w, hnames, 4), 0);
+	assert_int_equal(lb_consistent_hash.prepare(&st3, w, hnames, 3), 0);
+	int counts[4] = {0};
+	uint64_t rng = 11;
+	for (int k = 0; k < 8000; k++) {
+		uint64_t key = rand_next(&rng);
+		int i = hashed(&st4, c, 4, key);
+		assert_int_equal(hashed(&st4, c, 4, key), i); /* the same key, the same backend */
+		counts[i]++;
+		/* removing the fourth backend moves only the keys it had */
+		if (i != 3)
+			assert_int_equal(hashed(&st3, c, 3, key), i);
+	}
+	for (int i = 0; i < 4; i++)
+		assert_true(counts[i] > 1200 && counts[i] < 2800);
+	lb_state_free(&st4);
+	lb_state_free(&st3);
+}
+
+static void hash_bounded_load_and_yielding(void **state)
+{
+	(void)state;
+	unsigned w[4] = {1, 1, 1, 1};
+	struct lb_state st = {0};
+	struct lb_candidate c[4];
+	set(c, 4, w);
+	assert_int_equal(lb_prefix_affinity.prepare(&st, w, hnames, 4), 0);
+	assert_int_equal(st.load_factor_pct, 125);
+	uint64_t key = 12345;
+	int home = hashed(&st, c, 4, key);
+	/* home carries 7 of 10 in flight: the bound is ceil(1.25 * 11 / 4) = 4, so it yields,
+	 * always to the same next backend */
+	c[home].inflight = 7;
+	c[(home + 1) % 4].inflight = 3;
+	int next = hashed(&st, c, 4, key);
+	assert_int_not_equal(next, home);
+	assert_int_equal(hashed(&st, c, 4, key), next);
+	/* below the bound again (1 < ceil(1.25 * 5 / 4) = 2): back home */
+	c[home].inflight = 1;
+	assert_int_equal(hashed(&st, c, 4, key), home);
+	/* saturated (at its cap): yields too */
+	c[home].eligible = 0;
+	c[home].busy = 1;
+	assert_int_not_equal(hashed(&st, c, 4, key), home);
+	/* every other backend over its bound: still served, by an eligible one */
+	set(c, 4, w);
+	for (int i = 0; i < 4; i++)
+		c[i].inflight = 50;
+	c[home].eligible = 0;
+	int any = hashed(&st, c, 4, key);
+	assert_true(any >= 0 && any != home);
+	for (int i = 0; i < 4; i++)
+		c[i].eligible = 0;
+	assert_int_equal(hashed(&st, c, 4, key), LB_NONE);
+	/* no key: the less loaded of two */
+	set(c, 4, w);
+	c[0].inflight = c[1].inflight = c[2].inflight = 9;
+	struct lb_draw d = {.rnd = 5};
+	int counts[4] = {0};
+	for (int k = 0; k < 400; k++) {
+		d.rnd = rand_next(&d.rnd);
+		counts[lb_prefix_affinity.pick(&st, c, 4, &d)]++;
+	}
+	assert_true(counts[3] > 150);
+	lb_state_free(&st);
+}
+
+static void hash_weights_take_more_keys(void **state)
+{
+	(void)state;
+	unsigned w[2] = {3, 1};
+	struct lb_state st = {0};
+	struct lb_candidate c[2];
+	set(c, 2, w);
+	assert_int_equal(lb_consistent_hash.prepare(&st, w, hnames, 2), 0);
+	int counts[2] = {0};
+	uint64_t rng = 5;
+	for (int k = 0; k < 8000; k++)
+		counts[hashed(&st, c, 2, rand_next(&rng))]++;
+	assert_true(counts[0] > 5000 && counts[0] < 7000);
+	lb_state_free(&st);
 }
 
 int main(void)
@@ -164,6 +338,11 @@ int main(void)
 		cmocka_unit_test(least_connections_prefers_idle),
 		cmocka_unit_test(p2c_avoids_the_busiest),
 		cmocka_unit_test(p2c_two_distinct_choices),
+		cmocka_unit_test(peak_ewma_prefers_fast_and_counts_load),
+		cmocka_unit_test(peak_ewma_waits_for_a_fast_slot),
+		cmocka_unit_test(hash_spreads_and_is_stable),
+		cmocka_unit_test(hash_bounded_load_and_yielding),
+		cmocka_unit_test(hash_weights_take_more_keys),
 	};
 	return cmocka_run_group_tests_name("balancers", tests, NULL, NULL);
 }

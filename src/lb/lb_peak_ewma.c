@@ -1,0 +1,69 @@
+/*
+ * lb_peak_ewma.c - latency-aware balancing: power of two choices over peak-EWMA latency
+ * times load, and waiting for a fast slot rather than taking a slow one.
+ *
+ * The caller keeps, per backend, a peak-EWMA of its time to first byte (a sample above the
+ * average replaces it at once; lower ones pull it down slowly; with no samples it decays
+ * toward zero, so a backend that was slow once is tried again later). The cost of one more
+ * request on a backend is that latency scaled by the load it would meet: with a cap of s
+ * slots requests run side by side, so lat * (inflight + s) / s; with no cap the backend
+ * queues them itself, so lat * (inflight + 1); both per unit of weight. Two eligible
+ * backends are drawn at random and the cheaper wins, which spreads load without herding on
+ * one "best" backend. An unmeasured backend costs nothing, so it gets measured.
+ *
+ * Waiting beats a slow free slot. When every fast backend is at its cap, the only free slot
+ * may be on one several times slower. The busy backends faster than the chosen one free
+ * slots at a rate mu = sum(slots / latency); a request with w others queued ahead of it
+ * gets one in about (w + 1) / mu, and then takes that backend's latency. When that is
+ * sooner than the chosen backend would finish, the answer is LB_WAIT and the request stays
+ * queued. The queue asks on behalf of its last waiter, so a slow backend is used exactly
+ * when the queue is long enough that it is the quicker way out for someone.
+ */
+#include "lb/lb.h"
+
+/* Expected time for <c> to serve one more request, in microseconds. */
+static double expected_us(const struct lb_candidate *c)
+{
+	double lat = c->latency_us;
+	return c->slots ? lat * (c->inflight + c->slots) / c->slots : lat * (c->inflight + 1);
+}
+
+static double cost(const struct lb_candidate *c)
+{
+	return expected_us(c) / c->weight;
+}
+
+/* Would a request with <waiting> ahead of it finish sooner on a busy backend than on <e>? */
+static int better_to_wait(const struct lb_candidate *c, size_t n, const struct lb_candidate *e,
+			  unsigned waiting)
+{
+	double mine = expected_us(e), mu = 0, fastest = 0;
+	if (!e->latency_us)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		const struct lb_candidate *b = &c[i];
+		if (!b->busy || !b->slots || !b->latency_us || b->latency_us >= mine)
+			continue;
+		mu += (double)b->slots / b->latency_us;
+		if (!fastest || b->latency_us < fastest)
+			fastest = b->latency_us;
+	}
+	return mu > 0 && (waiting + 1) / mu + fastest < mine;
+}
+
+static int ewma_pick(const struct lb_state *st, const struct lb_candidate *c, size_t n,
+		     const struct lb_draw *d)
+{
+	int a, b;
+	(void)st;
+	if (!lb_draw_two(c, n, d->rnd, &a, &b))
+		return LB_NONE;
+	int e = cost(&c[b]) < cost(&c[a]) ? b : a;
+	return better_to_wait(c, n, &c[e], d->waiting) ? LB_WAIT : e;
+}
+
+const struct lb_ops lb_peak_ewma = {
+    .name = "peak-ewma",
+    .pick = ewma_pick,
+    .latency = 1,
+};

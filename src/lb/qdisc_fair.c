@@ -1,0 +1,166 @@
+/*
+ * qdisc_fair.c - priority classes, and tenants taking turns within a class.
+ *
+ * Each class keeps a ring of tenant lines, one per tenant that has requests waiting, and a
+ * turn pointer into it. A grant goes to the head of the line whose turn it is in the
+ * highest class that has anyone waiting; then the turn passes to the next tenant. A line
+ * that empties leaves the ring and is kept for reuse, so a steady queue allocates nothing.
+ * Lines are found by tenant hash through a bucket array sized once.
+ */
+#include "lb/qdisc.h"
+#include "core/check.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#define FAIR_BUCKETS 1024
+#define FAIR_SPARE_MAX 256
+
+static int fair_init(struct qdisc *q)
+{
+	q->len = 0;
+	for (int c = 0; c < QD_PRIOS; c++)
+		q->turn[c] = NULL;
+	q->nbuckets = FAIR_BUCKETS;
+	q->buckets = calloc(q->nbuckets, sizeof(*q->buckets));
+	q->spare = NULL;
+	q->nspare = 0;
+	return q->buckets ? 0 : -ENOMEM;
+}
+
+static void fair_fini(struct qdisc *q)
+{
+	for (size_t i = 0; i < q->nbuckets; i++)
+		while (q->buckets[i]) { /* lines of requests nobody withdrew (shutdown) */
+			struct qd_tenant *t = q->buckets[i];
+			q->buckets[i] = t->hnext;
+			free(t);
+		}
+	while (q->spare) {
+		struct qd_tenant *t = q->spare;
+		q->spare = t->hnext;
+		free(t);
+	}
+	free(q->buckets);
+	q->buckets = NULL;
+}
+
+static struct qd_tenant **bucket(struct qdisc *q, uint64_t tenant, unsigned prio)
+{
+	uint64_t h = (tenant ^ (prio * 0x9e3779b97f4a7c15u)) * 0xff51afd7ed558ccdu;
+	return &q->buckets[(h >> 32) % q->nbuckets];
+}
+
+static int fair_push(struct qdisc *q, struct qd_item *it)
+{
+	ASSERT(it->prio < QD_PRIOS);
+	struct qd_tenant **b = bucket(q, it->tenant, it->prio), *t = *b;
+	while (t && (t->tenant != it->tenant || t->prio != it->prio))
+		t = t->hnext;
+	if (!t) {
+		if (q->spare) {
+			t = q->spare;
+			q->spare = t->hnext;
+			q->nspare--;
+		} else if (!(t = malloc(sizeof(*t)))) {
+			return -ENOMEM;
+		}
+		*t = (struct qd_tenant){.tenant = it->tenant, .prio = it->prio, .hnext = *b};
+		*b = t;
+		/* join the ring just before the one whose turn it is: last in this round */
+		struct qd_tenant *turn = q->turn[it->prio];
+		if (!turn) {
+			t->prev = t->next = t;
+			q->turn[it->prio] = t;
+		} else {
+			t->next = turn;
+			t->prev = turn->prev;
+			turn->prev->next = t;
+			turn->prev = t;
+		}
+	}
+	it->tq = t;
+	it->next = NULL;
+	it->prev = t->tail;
+	if (t->tail)
+		t->tail->next = it;
+	else
+		t->head = it;
+	t->tail = it;
+	t->len++;
+	q->len++;
+	return 0;
+}
+
+static struct qd_item *fair_peek(struct qdisc *q)
+{
+	for (int c = QD_PRIOS - 1; c >= 0; c--)
+		if (q->turn[c])
+			return q->turn[c]->head;
+	return NULL;
+}
+
+/* <t> has emptied: out of the ring and the buckets, onto the spare list. */
+static void line_retire(struct qdisc *q, struct qd_tenant *t)
+{
+	if (t->next == t)
+		q->turn[t->prio] = NULL;
+	else {
+		t->prev->next = t->next;
+		t->next->prev = t->prev;
+		if (q->turn[t->prio] == t)
+			q->turn[t->prio] = t->next;
+	}
+	struct qd_tenant **pp = bucket(q, t->tenant, t->prio);
+	while (*pp != t)
+		pp = &(*pp)->hnext;
+	*pp = t->hnext;
+	if (q->nspare < FAIR_SPARE_MAX) {
+		t->hnext = q->spare;
+		q->spare = t;
+		q->nspare++;
+	} else {
+		free(t);
+	}
+}
+
+static void fair_remove(struct qdisc *q, struct qd_item *it)
+{
+	struct qd_tenant *t = it->tq;
+	if (it->prev)
+		it->prev->next = it->next;
+	else
+		t->head = it->next;
+	if (it->next)
+		it->next->prev = it->prev;
+	else
+		t->tail = it->prev;
+	it->prev = it->next = NULL;
+	it->tq = NULL;
+	t->len--;
+	q->len--;
+	if (!t->len)
+		line_retire(q, t);
+}
+
+static struct qd_item *fair_pop(struct qdisc *q)
+{
+	struct qd_item *it = fair_peek(q);
+	if (!it)
+		return NULL;
+	struct qd_tenant *t = it->tq;
+	if (t->len > 1)
+		q->turn[t->prio] = t->next; /* served: the next tenant's turn */
+	fair_remove(q, it);		    /* (an emptied line passes the turn itself) */
+	return it;
+}
+
+const struct qdisc_ops qdisc_fair = {
+    .name = "fair",
+    .init = fair_init,
+    .fini = fair_fini,
+    .push = fair_push,
+    .peek = fair_peek,
+    .pop = fair_pop,
+    .remove = fair_remove,
+};

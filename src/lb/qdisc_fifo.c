@@ -1,0 +1,100 @@
+/*
+ * qdisc_fifo.c - first come, first served; and the registry of disciplines.
+ */
+#include "lb/qdisc.h"
+
+#include <string.h>
+#include <strings.h>
+
+static int fifo_init(struct qdisc *q)
+{
+	q->head = q->tail = NULL;
+	q->len = 0;
+	return 0;
+}
+
+static void fifo_fini(struct qdisc *q)
+{
+	(void)q;
+}
+
+static int fifo_push(struct qdisc *q, struct qd_item *it)
+{
+	it->prev = q->tail;
+	it->next = NULL;
+	if (q->tail)
+		q->tail->next = it;
+	else
+		q->head = it;
+	q->tail = it;
+	q->len++;
+	return 0;
+}
+
+static struct qd_item *fifo_peek(struct qdisc *q)
+{
+	return q->head;
+}
+
+static void fifo_remove(struct qdisc *q, struct qd_item *it)
+{
+	if (it->prev)
+		it->prev->next = it->next;
+	else
+		q->head = it->next;
+	if (it->next)
+		it->next->prev = it->prev;
+	else
+		q->tail = it->prev;
+	it->prev = it->next = NULL;
+	q->len--;
+}
+
+static struct qd_item *fifo_pop(struct qdisc *q)
+{
+	struct qd_item *it = q->head;
+	if (it)
+		fifo_remove(q, it);
+	return it;
+}
+
+const struct qdisc_ops qdisc_fifo = {
+    .name = "fifo",
+    .init = fifo_init,
+    .fini = fifo_fini,
+    .push = fifo_push,
+    .peek = fifo_peek,
+    .pop = fifo_pop,
+    .remove = fifo_remove,
+};
+
+static const struct qdisc_ops *const disciplines[] = {&qdisc_fair, &qdisc_fifo};
+
+const struct qdisc_ops *qdisc_find(const char *name)
+{
+	for (size_t i = 0; i < sizeof(disciplines) / sizeof(disciplines[0]); i++)
+		if (strcmp(disciplines[i]->name, name) == 0)
+			return disciplines[i];
+	return NULL;
+}
+
+const char *qdisc_names(void)
+{
+	static char names[64];
+	if (!names[0])
+		for (size_t i = 0; i < sizeof(disciplines) / sizeof(disciplines[0]); i++) {
+			if (i)
+				strcat(names, ", ");
+			strcat(names, disciplines[i]->name);
+		}
+	return names;
+}
+
+int qdisc_priority(const char *s, size_t len)
+{
+	static const char *const names[QD_PRIOS] = {"low", "normal", "high"};
+	for (int i = 0; i < QD_PRIOS; i++)
+		if (strlen(names[i]) == len && strncasecmp(names[i], s, len) == 0)
+			return i;
+	return -1;
+}

@@ -1,0 +1,27 @@
+/*
+ * classify.h - what the scheduler needs to know about a request before it waits or is
+ * balanced: its tenant and priority class (for the queue's fairness), and its affinity key
+ * (for consistent-hash and prefix-affinity balancing).
+ *
+ * The tenant is a hash of the route's tenant header (by default the API key a client
+ * presents: Authorization, then X-API-Key), or of the client address when there is none;
+ * only the hash is kept. The priority is the route's, unless the route names a priority
+ * header and the request carries a valid class in it. A prompt key comes from the body,
+ * later (http/prompt.h).
+ */
+#ifndef ACCELNET_PROXY_CLASSIFY_H
+#define ACCELNET_PROXY_CLASSIFY_H
+
+#include "conf/conf-t.h"
+#include "http/parse.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct waiter;
+
+/* Fill in <wt>'s tenant, class and (unless the key is the prompt) key for request <h>. */
+void classify_request(const struct conf_route *r, const struct conf_pool *pc,
+		      const struct http_head *h, const char *client_ip, struct waiter *wt);
+
+#endif

@@ -1,0 +1,26 @@
+/*
+ * fuzz_prompt.c - libFuzzer target: the prompt-key scanner on any bytes. It must never read
+ * past the input, must answer "need more" only for an incomplete body, and, once it finds
+ * a key in a prefix of the input, must find the same key in the whole input.
+ */
+#include "http/prompt.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	const char *p = (const char *)data;
+	uint64_t whole = 0, part = 0;
+	int r = http_prompt_key(p, size, 1, 32, &whole);
+	if (r == 0)
+		abort(); /* a complete body is decided */
+	for (size_t cut = 0; cut <= size; cut += 1 + cut / 4) {
+		int q = http_prompt_key(p, cut, 0, 32, &part);
+		if (q == 1 && (r != 1 || part != whole))
+			abort(); /* a key seen early must be the key */
+	}
+	return 0;
+}
