@@ -15,6 +15,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import resource
 import shutil
 import signal
@@ -424,6 +425,8 @@ FLEET_CONTESTANTS = {
     "accelnet least-connections max_concurrency 4":
         lambda run, b: start_accelnet(run, b, "least-connections", cap=4),
     "accelnet p2c max_concurrency 4": lambda run, b: start_accelnet(run, b, "p2c", cap=4),
+    "accelnet peak-ewma max_concurrency 4":
+        lambda run, b: start_accelnet(run, b, "peak-ewma", cap=4),
     "nginx least_conn": lambda run, b: start_nginx(run, b, "least_conn"),
     "haproxy leastconn maxconn 4": lambda run, b: start_haproxy(run, b, "leastconn", maxconn=4),
 }
@@ -443,12 +446,12 @@ def start_fleet(run):
     return ports, procs
 
 
-def scenario_fleet(run, res, loads, seconds):
+def scenario_fleet(run, res, loads, seconds, pick=None):
     cap = fleet_capacity()
     results = {}
     for load in loads:
         rate = cap * load
-        names = list(FLEET_CONTESTANTS)
+        names = [n for n in FLEET_CONTESTANTS if not pick or re.search(pick, n)]
         for name in names:
             ports, sims = start_fleet(run)  # fresh fleet: every contestant meets the same stalls
             p, port = FLEET_CONTESTANTS[name](run, ports)
@@ -466,8 +469,8 @@ def scenario_fleet(run, res, loads, seconds):
 def summarize_fleet(sc):
     rows = []
     for load, by in sc["results"].items():
-        ha = by["haproxy leastconn maxconn 4"]["latency_ms"]["p99"]
-        ng = by["nginx least_conn"]["latency_ms"]["p99"]
+        ha = by.get("haproxy leastconn maxconn 4", {}).get("latency_ms", {}).get("p99", 0)
+        ng = by.get("nginx least_conn", {}).get("latency_ms", {}).get("p99", 0)
         best_anchor = min(ha, ng) if ha and ng else max(ha, ng)
         for name, g in by.items():
             lat = g["latency_ms"]
@@ -500,7 +503,9 @@ def ratios_sse(sc):
 def ratios_fleet(sc):
     rows = []
     for load, by in sc["results"].items():
-        ha = by["haproxy leastconn maxconn 4"]
+        ha = by.get("haproxy leastconn maxconn 4")
+        if not ha:
+            continue
         for name, g in by.items():
             rows.append([load, name] + ratio_row([g], [ha], [
                 lambda x: x["goodput"], lambda x: x["latency_ms"]["p50"],
@@ -579,6 +584,12 @@ def main():
     ap.add_argument("--quick", action="store_true", help="a smoke check in under 3 minutes")
     ap.add_argument("--only", default="1,2,3,4,5,6", help="scenarios to run, e.g. 1,5")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "out"))
+    ap.add_argument("--fleet", metavar="REGEX",
+                    help="scenario 6: only the contestants whose names match (for tuning; "
+                    "the ratio columns need the anchors)")
+    ap.add_argument("--fleet-seconds", type=int, help="scenario 6: seconds per run")
+    ap.add_argument("--fleet-loads", type=lambda v: [float(x) for x in v.split(",")],
+                    default=[0.5, 0.8, 0.95], help="scenario 6: loads, e.g. 0.8,0.95")
     ap.add_argument("--report", metavar="RESULTS_JSON",
                     help="only render summary.md and latency.png again from a results.json")
     a = ap.parse_args()
@@ -624,7 +635,8 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
             ("4", lambda: scenario_idle(run, res, 1000 if q else IDLE_CONNS)),
             ("5", lambda: scenario_sse(run, res, 50 if q else 500, 50 if q else 200, 20,
                                        1 if q else 3)),
-            ("6", lambda: scenario_fleet(run, res, [0.5, 0.8, 0.95], 4 if q else 45)),
+            ("6", lambda: scenario_fleet(run, res, a.fleet_loads,
+                                         a.fleet_seconds or (4 if q else 45), a.fleet)),
         ]
         for key, fn in steps:
             if key in only:

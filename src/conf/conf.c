@@ -34,6 +34,7 @@ enum key_kind {
 	K_SIZE,	       /* uint64_t, digits with optional KiB/MiB/GiB (or K/M/G) suffix */
 	K_STR,	       /* char *, any scalar */
 	K_ADDR,	       /* struct conf_listen: address text and resolved address */
+	K_BOOL,	       /* unsigned 0 or 1, from true or false */
 	K_SECTION,     /* a nested mapping parsed by fn */
 	K_UNSUPPORTED, /* in the contract, not built yet: refused by name */
 };
@@ -46,10 +47,13 @@ struct key_rule {
 	int (*fn)(struct ctx *x, yaml_node_t *val, void *obj);
 };
 
-#define RULES_END {NULL, 0, 0, 0, 0, NULL}
+#define RULES_END                                                                                  \
+	{                                                                                          \
+		NULL, 0, 0, 0, 0, NULL                                                             \
+	}
 
 static int fail_at(struct ctx *x, const yaml_node_t *n, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 static int fail_at(struct ctx *x, const yaml_node_t *n, const char *fmt, ...)
 {
@@ -105,7 +109,8 @@ static int read_uint(struct ctx *x, yaml_node_t *n, uint64_t min, uint64_t max, 
 		static const struct {
 			const char *suffix;
 			unsigned shift;
-		} units[] = {{"K", 10}, {"KiB", 10}, {"M", 20}, {"MiB", 20}, {"G", 30}, {"GiB", 30}};
+		} units[] = {{"K", 10},	  {"KiB", 10}, {"M", 20},
+			     {"MiB", 20}, {"G", 30},   {"GiB", 30}};
 		unsigned shift = 0;
 		for (size_t i = 0; sizes && i < sizeof(units) / sizeof(units[0]); i++)
 			if (strcmp(p, units[i].suffix) == 0)
@@ -198,6 +203,14 @@ static int read_section(struct ctx *x, yaml_node_t *map, const char *section,
 			if (!err)
 				*(uint64_t *)(void *)field = u;
 			break;
+		case K_BOOL: {
+			const char *b = scalar(v);
+			if (b && (strcmp(b, "true") == 0 || strcmp(b, "false") == 0))
+				*(unsigned *)(void *)field = b[0] == 't';
+			else
+				err = fail_at(x, v, "%s: expected true or false", name);
+			break;
+		}
 		case K_STR:
 			err = read_string(x, v, (char **)(void *)field);
 			break;
@@ -221,8 +234,8 @@ static int read_section(struct ctx *x, yaml_node_t *map, const char *section,
 }
 
 /* Call <fn> on each item of the list <seq>, growing *items (of <size> bytes) to fit. */
-static int read_list(struct ctx *x, yaml_node_t *seq, const char *what, void **items,
-		     size_t *count, size_t size,
+static int read_list(struct ctx *x, yaml_node_t *seq, const char *what, void **items, size_t *count,
+		     size_t size,
 		     int (*fn)(struct ctx *x, yaml_node_t *item, void *obj, size_t index))
 {
 	if (seq->type != YAML_SEQUENCE_NODE)
@@ -251,9 +264,9 @@ static int read_list(struct ctx *x, yaml_node_t *seq, const char *what, void **i
 static int read_listen_item(struct ctx *x, yaml_node_t *item, void *obj, size_t i)
 {
 	static const struct key_rule rules[] = {
-		{"address", K_ADDR, 0, 0, 0, NULL},
-		{"tls", K_UNSUPPORTED, 0, 0, 0, NULL},
-		RULES_END,
+	    {"address", K_ADDR, 0, 0, 0, NULL},
+	    {"tls", K_UNSUPPORTED, 0, 0, 0, NULL},
+	    RULES_END,
 	};
 	struct conf_listen *l = obj;
 	(void)i;
@@ -275,8 +288,8 @@ static int read_listen(struct ctx *x, yaml_node_t *v, void *field)
 static int read_admin(struct ctx *x, yaml_node_t *v, void *field)
 {
 	static const struct key_rule rules[] = {
-		{"address", K_ADDR, 0, 0, 0, NULL},
-		RULES_END,
+	    {"address", K_ADDR, 0, 0, 0, NULL},
+	    RULES_END,
 	};
 	struct conf_listen *admin = field;
 	x->conf->has_admin = 1;
@@ -289,14 +302,13 @@ static int read_admin(struct ctx *x, yaml_node_t *v, void *field)
 #define MS_MAX 86400000u
 
 static const struct key_rule timeout_rules[] = {
-	{"connect_ms", K_UINT, offsetof(struct conf_timeouts, connect_ms), 1, MS_MAX, NULL},
-	{"header_ms", K_UINT, offsetof(struct conf_timeouts, header_ms), 1, MS_MAX, NULL},
-	{"idle_ms", K_UINT, offsetof(struct conf_timeouts, idle_ms), 1, MS_MAX, NULL},
-	{"first_byte_ms", K_UINT, offsetof(struct conf_timeouts, first_byte_ms), 1, MS_MAX, NULL},
-	{"between_bytes_ms", K_UINT, offsetof(struct conf_timeouts, between_bytes_ms), 1, MS_MAX,
-	 NULL},
-	{"shutdown_ms", K_UINT, offsetof(struct conf_timeouts, shutdown_ms), 0, MS_MAX, NULL},
-	RULES_END,
+    {"connect_ms", K_UINT, offsetof(struct conf_timeouts, connect_ms), 1, MS_MAX, NULL},
+    {"header_ms", K_UINT, offsetof(struct conf_timeouts, header_ms), 1, MS_MAX, NULL},
+    {"idle_ms", K_UINT, offsetof(struct conf_timeouts, idle_ms), 1, MS_MAX, NULL},
+    {"first_byte_ms", K_UINT, offsetof(struct conf_timeouts, first_byte_ms), 1, MS_MAX, NULL},
+    {"between_bytes_ms", K_UINT, offsetof(struct conf_timeouts, between_bytes_ms), 1, MS_MAX, NULL},
+    {"shutdown_ms", K_UINT, offsetof(struct conf_timeouts, shutdown_ms), 0, MS_MAX, NULL},
+    RULES_END,
 };
 
 static int read_timeouts(struct ctx *x, yaml_node_t *v, void *field)
@@ -305,13 +317,11 @@ static int read_timeouts(struct ctx *x, yaml_node_t *v, void *field)
 }
 
 static const struct key_rule limit_rules[] = {
-	{"max_connections", K_UINT, offsetof(struct conf_limits, max_connections), 1, 10000000,
-	 NULL},
-	{"max_header_bytes", K_UINT, offsetof(struct conf_limits, max_header_bytes), 1024,
-	 1048576, NULL},
-	{"max_body_bytes", K_SIZE, offsetof(struct conf_limits, max_body_bytes), 0, UINT64_MAX,
-	 NULL},
-	RULES_END,
+    {"max_connections", K_UINT, offsetof(struct conf_limits, max_connections), 1, 10000000, NULL},
+    {"max_header_bytes", K_UINT, offsetof(struct conf_limits, max_header_bytes), 1024, 1048576,
+     NULL},
+    {"max_body_bytes", K_SIZE, offsetof(struct conf_limits, max_body_bytes), 0, UINT64_MAX, NULL},
+    RULES_END,
 };
 
 static int read_limits(struct ctx *x, yaml_node_t *v, void *field)
@@ -320,11 +330,10 @@ static int read_limits(struct ctx *x, yaml_node_t *v, void *field)
 }
 
 static const struct key_rule backend_rules[] = {
-	{"address", K_ADDR, offsetof(struct conf_backend, ep), 0, 0, NULL},
-	{"weight", K_UINT, offsetof(struct conf_backend, weight), 1, 1000, NULL},
-	{"max_concurrency", K_UINT, offsetof(struct conf_backend, max_concurrency), 0, 1000000,
-	 NULL},
-	RULES_END,
+    {"address", K_ADDR, offsetof(struct conf_backend, ep), 0, 0, NULL},
+    {"weight", K_UINT, offsetof(struct conf_backend, weight), 1, 1000, NULL},
+    {"max_concurrency", K_UINT, offsetof(struct conf_backend, max_concurrency), 0, 1000000, NULL},
+    RULES_END,
 };
 
 static int read_backend_item(struct ctx *x, yaml_node_t *item, void *obj, size_t i)
@@ -340,7 +349,6 @@ static int read_backend_item(struct ctx *x, yaml_node_t *item, void *obj, size_t
 	return err;
 }
 
-
 static int read_backends(struct ctx *x, yaml_node_t *v, void *obj)
 {
 	struct conf_pool *p = obj;
@@ -352,12 +360,12 @@ static int read_backends(struct ctx *x, yaml_node_t *v, void *obj)
 }
 
 static const struct key_rule health_rules[] = {
-	{"path", K_STR, offsetof(struct conf_health, path), 0, 0, NULL},
-	{"interval_ms", K_UINT, offsetof(struct conf_health, interval_ms), 10, MS_MAX, NULL},
-	{"timeout_ms", K_UINT, offsetof(struct conf_health, timeout_ms), 1, MS_MAX, NULL},
-	{"fall", K_UINT, offsetof(struct conf_health, fall), 1, 1000, NULL},
-	{"rise", K_UINT, offsetof(struct conf_health, rise), 1, 1000, NULL},
-	RULES_END,
+    {"path", K_STR, offsetof(struct conf_health, path), 0, 0, NULL},
+    {"interval_ms", K_UINT, offsetof(struct conf_health, interval_ms), 10, MS_MAX, NULL},
+    {"timeout_ms", K_UINT, offsetof(struct conf_health, timeout_ms), 1, MS_MAX, NULL},
+    {"fall", K_UINT, offsetof(struct conf_health, fall), 1, 1000, NULL},
+    {"rise", K_UINT, offsetof(struct conf_health, rise), 1, 1000, NULL},
+    RULES_END,
 };
 
 static int read_health(struct ctx *x, yaml_node_t *v, void *field)
@@ -390,17 +398,17 @@ static int read_discipline(struct ctx *x, yaml_node_t *v, void *field)
 	if (!name)
 		return fail_at(x, v, "queue.discipline: expected a name, found %s", kind_name(v));
 	if (!(*ops = qdisc_find(name)))
-		return fail_at(x, v, "queue.discipline: unknown discipline '%s'; expected one of: %s",
+		return fail_at(x, v,
+			       "queue.discipline: unknown discipline '%s'; expected one of: %s",
 			       name, qdisc_names());
 	return 0;
 }
 
 static const struct key_rule queue_rules[] = {
-	{"discipline", K_SECTION, offsetof(struct conf_pool, queue_discipline), 0, 0,
-	 read_discipline},
-	{"max", K_UINT, offsetof(struct conf_pool, queue_max), 0, 10000000, NULL},
-	{"timeout_ms", K_UINT, offsetof(struct conf_pool, queue_timeout_ms), 1, MS_MAX, NULL},
-	RULES_END,
+    {"discipline", K_SECTION, offsetof(struct conf_pool, queue_discipline), 0, 0, read_discipline},
+    {"max", K_UINT, offsetof(struct conf_pool, queue_max), 0, 10000000, NULL},
+    {"timeout_ms", K_UINT, offsetof(struct conf_pool, queue_timeout_ms), 1, MS_MAX, NULL},
+    RULES_END,
 };
 
 static int read_queue(struct ctx *x, yaml_node_t *v, void *obj)
@@ -409,12 +417,11 @@ static int read_queue(struct ctx *x, yaml_node_t *v, void *obj)
 }
 
 static const struct key_rule outlier_rules[] = {
-	{"consecutive_5xx", K_UINT, offsetof(struct conf_outlier, consecutive_5xx), 0, 1000, NULL},
-	{"latency_factor", K_UINT, offsetof(struct conf_outlier, latency_factor), 0, 1000, NULL},
-	{"ejection_ms", K_UINT, offsetof(struct conf_outlier, ejection_ms), 1, MS_MAX, NULL},
-	{"max_ejection_pct", K_UINT, offsetof(struct conf_outlier, max_ejection_pct), 0, 100,
-	 NULL},
-	RULES_END,
+    {"consecutive_5xx", K_UINT, offsetof(struct conf_outlier, consecutive_5xx), 0, 1000, NULL},
+    {"latency_factor", K_UINT, offsetof(struct conf_outlier, latency_factor), 0, 1000, NULL},
+    {"ejection_ms", K_UINT, offsetof(struct conf_outlier, ejection_ms), 1, MS_MAX, NULL},
+    {"max_ejection_pct", K_UINT, offsetof(struct conf_outlier, max_ejection_pct), 0, 100, NULL},
+    RULES_END,
 };
 
 static int read_outlier(struct ctx *x, yaml_node_t *v, void *field)
@@ -442,13 +449,11 @@ static int read_hash_key(struct ctx *x, yaml_node_t *v, void *field)
 }
 
 static const struct key_rule hash_rules[] = {
-	{"key", K_SECTION, offsetof(struct conf_pool, hash), 0, 0, read_hash_key},
-	{"balance_factor", K_UINT, offsetof(struct conf_pool, lb.load_factor_pct), 100, 1000,
-	 NULL},
-	{"prefix_bytes", K_UINT, offsetof(struct conf_pool, hash.prefix_bytes), 1, 65536, NULL},
-	{"body_max_bytes", K_UINT, offsetof(struct conf_pool, hash.body_max_bytes), 64, 1048576,
-	 NULL},
-	RULES_END,
+    {"key", K_SECTION, offsetof(struct conf_pool, hash), 0, 0, read_hash_key},
+    {"balance_factor", K_UINT, offsetof(struct conf_pool, lb.load_factor_pct), 100, 1000, NULL},
+    {"prefix_bytes", K_UINT, offsetof(struct conf_pool, hash.prefix_bytes), 1, 65536, NULL},
+    {"body_max_bytes", K_UINT, offsetof(struct conf_pool, hash.body_max_bytes), 64, 1048576, NULL},
+    RULES_END,
 };
 
 /* hash: reads into the pool itself (the balance factor lives in its lb state). */
@@ -462,18 +467,19 @@ static int read_hash(struct ctx *x, yaml_node_t *v, void *obj)
 }
 
 static const struct key_rule pool_rules[] = {
-	{"name", K_STR, offsetof(struct conf_pool, name), 0, 0, NULL},
-	{"balance", K_SECTION, offsetof(struct conf_pool, balance), 0, 0, read_balance},
-	{"backends", K_SECTION, 0, 0, 0, read_backends},
-	{"health", K_SECTION, offsetof(struct conf_pool, health), 0, 0, read_health},
-	{"fail_timeout_ms", K_UINT, offsetof(struct conf_pool, fail_timeout_ms), 1, MS_MAX, NULL},
-	{"queue", K_SECTION, 0, 0, 0, read_queue},
-	{"ewma_decay_ms", K_UINT, offsetof(struct conf_pool, ewma_decay_ms), 1, MS_MAX, NULL},
-	{"slow_start_ms", K_UINT, offsetof(struct conf_pool, slow_start_ms), 0, MS_MAX, NULL},
-	{"retry_budget_pct", K_UINT, offsetof(struct conf_pool, retry_budget_pct), 0, 100, NULL},
-	{"outlier", K_SECTION, offsetof(struct conf_pool, outlier), 0, 0, read_outlier},
-	{"hash", K_SECTION, 0, 0, 0, read_hash},
-	RULES_END,
+    {"name", K_STR, offsetof(struct conf_pool, name), 0, 0, NULL},
+    {"balance", K_SECTION, offsetof(struct conf_pool, balance), 0, 0, read_balance},
+    {"backends", K_SECTION, 0, 0, 0, read_backends},
+    {"health", K_SECTION, offsetof(struct conf_pool, health), 0, 0, read_health},
+    {"fail_timeout_ms", K_UINT, offsetof(struct conf_pool, fail_timeout_ms), 1, MS_MAX, NULL},
+    {"queue", K_SECTION, 0, 0, 0, read_queue},
+    {"ewma_decay_ms", K_UINT, offsetof(struct conf_pool, ewma_decay_ms), 1, MS_MAX, NULL},
+    {"wait_for_faster", K_BOOL, offsetof(struct conf_pool, lb.wait_for_faster), 0, 1, NULL},
+    {"slow_start_ms", K_UINT, offsetof(struct conf_pool, slow_start_ms), 0, MS_MAX, NULL},
+    {"retry_budget_pct", K_UINT, offsetof(struct conf_pool, retry_budget_pct), 0, 100, NULL},
+    {"outlier", K_SECTION, offsetof(struct conf_pool, outlier), 0, 0, read_outlier},
+    {"hash", K_SECTION, 0, 0, 0, read_hash},
+    RULES_END,
 };
 
 static int read_pool_item(struct ctx *x, yaml_node_t *item, void *obj, size_t i)
@@ -488,11 +494,11 @@ static int read_pool_item(struct ctx *x, yaml_node_t *item, void *obj, size_t i)
 	p->queue_max = 1000;
 	p->queue_timeout_ms = 5000;
 	p->queue_discipline = &qdisc_fair;
-	p->ewma_decay_ms = 10000;
+	p->ewma_decay_ms = 1000;
 	p->retry_budget_pct = 20;
 	p->outlier = (struct conf_outlier){.ejection_ms = 30000, .max_ejection_pct = 50};
-	p->hash = (struct conf_hash){.key = HASH_KEY_CLIENT_IP, .prefix_bytes = 256,
-				     .body_max_bytes = 16384};
+	p->hash = (struct conf_hash){
+	    .key = HASH_KEY_CLIENT_IP, .prefix_bytes = 256, .body_max_bytes = 16384};
 	if (!p->health.path)
 		return fail_at(x, item, "out of memory");
 	int err = read_section(x, item, "pools", pool_rules, p);
@@ -512,6 +518,9 @@ static int read_pool_item(struct ctx *x, yaml_node_t *item, void *obj, size_t i)
 			       "pool '%s': 'hash' is for consistent-hash and prefix-affinity "
 			       "balancing, not %s",
 			       p->name, p->balance->name);
+	if (p->lb.wait_for_faster && p->balance != &lb_peak_ewma)
+		return fail_at(x, item, "pool '%s': wait_for_faster is for peak-ewma balancing",
+			       p->name);
 	if (p->balance == &lb_prefix_affinity) {
 		if (p->hash.key != HASH_KEY_CLIENT_IP || p->hash.header)
 			return fail_at(x, (const yaml_node_t *)p->hash_given,
@@ -554,9 +563,9 @@ static int read_pools(struct ctx *x, yaml_node_t *v, void *field)
 }
 
 static const struct key_rule header_match_rules[] = {
-	{"name", K_STR, offsetof(struct conf_route, header_name), 0, 0, NULL},
-	{"value", K_STR, offsetof(struct conf_route, header_value), 0, 0, NULL},
-	RULES_END,
+    {"name", K_STR, offsetof(struct conf_route, header_name), 0, 0, NULL},
+    {"value", K_STR, offsetof(struct conf_route, header_value), 0, 0, NULL},
+    RULES_END,
 };
 
 static int read_header_match(struct ctx *x, yaml_node_t *v, void *obj)
@@ -569,11 +578,11 @@ static int read_header_match(struct ctx *x, yaml_node_t *v, void *obj)
 }
 
 static const struct key_rule match_rules[] = {
-	{"path_prefix", K_STR, offsetof(struct conf_route, path_prefix), 0, 0, NULL},
-	{"host", K_STR, offsetof(struct conf_route, host), 0, 0, NULL},
-	{"method", K_STR, offsetof(struct conf_route, method), 0, 0, NULL},
-	{"header", K_SECTION, 0, 0, 0, read_header_match},
-	RULES_END,
+    {"path_prefix", K_STR, offsetof(struct conf_route, path_prefix), 0, 0, NULL},
+    {"host", K_STR, offsetof(struct conf_route, host), 0, 0, NULL},
+    {"method", K_STR, offsetof(struct conf_route, method), 0, 0, NULL},
+    {"header", K_SECTION, 0, 0, 0, read_header_match},
+    RULES_END,
 };
 
 static int read_match(struct ctx *x, yaml_node_t *v, void *obj)
@@ -617,9 +626,9 @@ static int read_spill_pool(struct ctx *x, yaml_node_t *v, void *obj)
 }
 
 static const struct key_rule spill_rules[] = {
-	{"pool", K_SECTION, 0, 0, 0, read_spill_pool},
-	{"after_ms", K_UINT, offsetof(struct conf_route, spill_after_ms), 0, MS_MAX, NULL},
-	RULES_END,
+    {"pool", K_SECTION, 0, 0, 0, read_spill_pool},
+    {"after_ms", K_UINT, offsetof(struct conf_route, spill_after_ms), 0, MS_MAX, NULL},
+    RULES_END,
 };
 
 static int read_spillover(struct ctx *x, yaml_node_t *v, void *obj)
@@ -632,16 +641,16 @@ static int read_spillover(struct ctx *x, yaml_node_t *v, void *obj)
 }
 
 static const struct key_rule route_rules[] = {
-	{"match", K_SECTION, 0, 0, 0, read_match},
-	{"pool", K_SECTION, 0, 0, 0, read_route_pool},
-	{"priority", K_SECTION, 0, 0, 0, read_priority},
-	{"priority_header", K_STR, offsetof(struct conf_route, priority_header), 0, 0, NULL},
-	{"tenant_header", K_STR, offsetof(struct conf_route, tenant_header), 0, 0, NULL},
-	{"spillover", K_SECTION, 0, 0, 0, read_spillover},
-	{"auth", K_UNSUPPORTED, 0, 0, 0, NULL},
-	{"rate_limit", K_UNSUPPORTED, 0, 0, 0, NULL},
-	{"cache", K_UNSUPPORTED, 0, 0, 0, NULL},
-	RULES_END,
+    {"match", K_SECTION, 0, 0, 0, read_match},
+    {"pool", K_SECTION, 0, 0, 0, read_route_pool},
+    {"priority", K_SECTION, 0, 0, 0, read_priority},
+    {"priority_header", K_STR, offsetof(struct conf_route, priority_header), 0, 0, NULL},
+    {"tenant_header", K_STR, offsetof(struct conf_route, tenant_header), 0, 0, NULL},
+    {"spillover", K_SECTION, 0, 0, 0, read_spillover},
+    {"auth", K_UNSUPPORTED, 0, 0, 0, NULL},
+    {"rate_limit", K_UNSUPPORTED, 0, 0, 0, NULL},
+    {"cache", K_UNSUPPORTED, 0, 0, 0, NULL},
+    RULES_END,
 };
 
 static int read_route_item(struct ctx *x, yaml_node_t *item, void *obj, size_t i)
@@ -674,15 +683,15 @@ static int read_routes(struct ctx *x, yaml_node_t *v, void *field)
 }
 
 static const struct key_rule top_rules[] = {
-	{"workers", K_UINT, offsetof(struct conf, workers), 1, 256, NULL},
-	{"listen", K_SECTION, 0, 0, 0, read_listen},
-	{"admin", K_SECTION, offsetof(struct conf, admin), 0, 0, read_admin},
-	{"timeouts", K_SECTION, offsetof(struct conf, timeouts), 0, 0, read_timeouts},
-	{"limits", K_SECTION, offsetof(struct conf, limits), 0, 0, read_limits},
-	{"pools", K_SECTION, 0, 0, 0, read_pools},
-	{"routes", K_SECTION, 0, 0, 0, read_routes},
-	{"cache", K_UNSUPPORTED, 0, 0, 0, NULL},
-	RULES_END,
+    {"workers", K_UINT, offsetof(struct conf, workers), 1, 256, NULL},
+    {"listen", K_SECTION, 0, 0, 0, read_listen},
+    {"admin", K_SECTION, offsetof(struct conf, admin), 0, 0, read_admin},
+    {"timeouts", K_SECTION, offsetof(struct conf, timeouts), 0, 0, read_timeouts},
+    {"limits", K_SECTION, offsetof(struct conf, limits), 0, 0, read_limits},
+    {"pools", K_SECTION, 0, 0, 0, read_pools},
+    {"routes", K_SECTION, 0, 0, 0, read_routes},
+    {"cache", K_UNSUPPORTED, 0, 0, 0, NULL},
+    RULES_END,
 };
 
 static void conf_set_defaults(struct conf *c)
@@ -690,17 +699,17 @@ static void conf_set_defaults(struct conf *c)
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	c->workers = cpus > 0 ? (unsigned)cpus : 1;
 	c->timeouts = (struct conf_timeouts){
-		.connect_ms = 2000,
-		.header_ms = 10000,
-		.idle_ms = 60000,
-		.first_byte_ms = 120000,
-		.between_bytes_ms = 30000,
-		.shutdown_ms = 10000,
+	    .connect_ms = 2000,
+	    .header_ms = 10000,
+	    .idle_ms = 60000,
+	    .first_byte_ms = 120000,
+	    .between_bytes_ms = 30000,
+	    .shutdown_ms = 10000,
 	};
 	c->limits = (struct conf_limits){
-		.max_connections = 100000,
-		.max_header_bytes = 32768,
-		.max_body_bytes = 104857600,
+	    .max_connections = 100000,
+	    .max_header_bytes = 32768,
+	    .max_body_bytes = 104857600,
 	};
 }
 
@@ -728,7 +737,8 @@ static int conf_check(struct ctx *x, yaml_node_t *root)
 			if (j == c->npools)
 				return fail_at(x, n, "spillover: no pool named '%s'", name);
 			if (j == c->routes[i].pool)
-				return fail_at(x, n, "spillover: '%s' is the route's own pool", name);
+				return fail_at(x, n, "spillover: '%s' is the route's own pool",
+					       name);
 			c->routes[i].spill_pool = j;
 		}
 	}

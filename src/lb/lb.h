@@ -55,6 +55,7 @@ struct lb_state {
 	struct lb_point *ring; /* consistent hash: sorted by hash */
 	uint32_t nring;
 	unsigned load_factor_pct; /* bounded load: at most this % of the mean in flight */
+	unsigned wait_for_faster; /* peak-ewma: may answer LB_WAIT */
 };
 
 struct lb_ops {

@@ -7,7 +7,8 @@
  * start of the LLM prompt, so prompts that share a prefix meet the backend whose KV cache
  * holds it) names a point; the request goes to the first backend clockwise from it that is
  * eligible and below its bound: load_factor x the mean requests in flight per unit of
- * weight, counting this one (Mirrokni et al., "Consistent Hashing with Bounded Loads").
+ * weight, counting this one, and never below 2 (Mirrokni et al., "Consistent Hashing with
+ * Bounded Loads").
  * So the affinity yields when its backend is saturated, and the overflow goes to the same
  * next backend for the same key, which keeps some locality even then. If every backend is
  * above its bound the first eligible one on the walk takes it; without a key the request
@@ -22,6 +23,9 @@
 
 #define RING_POINTS_MAX 65536u
 #define POINTS_PER_WEIGHT 64u
+/* A bound never below this: at low load one request still finishing would otherwise push the
+ * next one with the same key off its backend (at 1 in flight over 3 backends the mean is 2/3). */
+#define HASH_MIN_BOUND 2u
 
 static int point_cmp(const void *a, const void *b)
 {
@@ -107,6 +111,8 @@ static int hash_pick(const struct lb_state *st, const struct lb_candidate *c, si
 		/* inflight < ceil(lf * total * w / W), in integers */
 		uint64_t bound = (st->load_factor_pct * inflight * c[i].weight + 100 * weight - 1) /
 				 (100 * weight);
+		if (bound < HASH_MIN_BOUND)
+			bound = HASH_MIN_BOUND;
 		if (c[i].inflight < bound)
 			return (int)i;
 		if (fallback == LB_NONE)

@@ -11,13 +11,17 @@
  * backends are drawn at random and the cheaper wins, which spreads load without herding on
  * one "best" backend. An unmeasured backend costs nothing, so it gets measured.
  *
- * Waiting beats a slow free slot. When every fast backend is at its cap, the only free slot
+ * With wait_for_faster, waiting can beat a slow free slot. When every fast backend is at its
+ * cap, the only free slot
  * may be on one several times slower. The busy backends faster than the chosen one free
  * slots at a rate mu = sum(slots / latency); a request with w others queued ahead of it
  * gets one in about (w + 1) / mu, and then takes that backend's latency. When that is
  * sooner than the chosen backend would finish, the answer is LB_WAIT and the request stays
  * queued. The queue asks on behalf of its last waiter, so a slow backend is used exactly
- * when the queue is long enough that it is the quicker way out for someone.
+ * when the queue is long enough that it is the quicker way out for someone. It is off by
+ * default: it makes the queue stand at that length whenever the fast backends are short of
+ * capacity, which raises everyone's wait; it pays when the slow backend is far slower
+ * (a CPU fallback behind GPUs) and load is moderate. See docs/benchmarks.md.
  */
 #include "lb/lb.h"
 
@@ -55,11 +59,10 @@ static int ewma_pick(const struct lb_state *st, const struct lb_candidate *c, si
 		     const struct lb_draw *d)
 {
 	int a, b;
-	(void)st;
 	if (!lb_draw_two(c, n, d->rnd, &a, &b))
 		return LB_NONE;
 	int e = cost(&c[b]) < cost(&c[a]) ? b : a;
-	return better_to_wait(c, n, &c[e], d->waiting) ? LB_WAIT : e;
+	return st->wait_for_faster && better_to_wait(c, n, &c[e], d->waiting) ? LB_WAIT : e;
 }
 
 const struct lb_ops lb_peak_ewma = {

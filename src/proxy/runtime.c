@@ -16,6 +16,8 @@
 #define RETRY_BUDGET_MAX 10000	    /* at most ten retries saved up */
 #define SLOW_START_FLOOR 0.1	    /* a backend just back still sees this share of picks */
 #define LATENCY_OUTLIER_MIN_US 1000 /* below a millisecond, latency is never an outlier */
+#define SAMPLE_CLIP 3		    /* a sample counts as at most this many usual latencies */
+#define BASE_WEIGHT 16		    /* usual latency: each sample moves it 1/16 of the way */
 
 int runtime_create(const struct conf *conf, struct runtime **out)
 {
@@ -97,13 +99,13 @@ void backend_came_back(struct backend *b, uint64_t now_ms)
 uint32_t backend_latency_us(const struct backend *b, uint64_t now_ms)
 {
 	uint32_t v = (uint32_t)atomic_load_explicit(&b->ewma_us, memory_order_relaxed);
+	uint32_t base = (uint32_t)atomic_load_explicit(&b->base_us, memory_order_relaxed);
 	uint64_t at = atomic_load_explicit(&b->ewma_ms, memory_order_relaxed);
 	if (!v || now_ms <= at)
 		return v;
-	/* nothing measured since <at>: fade toward 0, so the backend is tried again */
+	/* nothing measured since <at>: a peak fades back to the backend's usual latency */
 	double w = exp(-(double)(now_ms - at) / b->pool->ewma_decay_ms);
-	uint32_t d = (uint32_t)(v * w);
-	return d ? d : 1;
+	return (uint32_t)(base + ((double)v - base) * w);
 }
 
 /* Share of picks that may see <b> now: 1, or less while it ramps up after coming back. */
@@ -179,16 +181,24 @@ void backend_observe(struct pool_rt *p, struct backend *b, uint64_t now_ms, uint
 {
 	const struct conf_outlier *o = &p->conf->outlier;
 	uint32_t sample = ttfb_us > UINT32_MAX ? UINT32_MAX : ttfb_us ? (uint32_t)ttfb_us : 1;
-	uint32_t old = (uint32_t)atomic_load_explicit(&b->ewma_us, memory_order_relaxed);
-	uint64_t at = atomic_load_explicit(&b->ewma_ms, memory_order_relaxed);
+	uint32_t base = (uint32_t)atomic_load_explicit(&b->base_us, memory_order_relaxed);
+	/* one sample may raise the estimate to a few times the usual latency, no further: a
+	 * request stuck through a stall says little about the next one (and a backend that
+	 * stays slow raises its usual latency sample by sample) */
+	if (base && sample > SAMPLE_CLIP * base)
+		sample = SAMPLE_CLIP * base;
+	base = base ? base + (uint32_t)(((int64_t)sample - base) / BASE_WEIGHT) : sample;
+	uint32_t cur = backend_latency_us(b, now_ms);
 	uint32_t v = sample;
-	if (old && sample < old) {
+	if (cur && sample < cur) {
 		/* below the peak: move toward the sample as time passes (racing updates from
 		 * other workers may be lost; each is one sample among many) */
+		uint64_t at = atomic_load_explicit(&b->ewma_ms, memory_order_relaxed);
 		double w = exp(-(double)(now_ms > at ? now_ms - at : 0) / p->conf->ewma_decay_ms);
-		v = (uint32_t)(old * w + sample * (1 - w));
+		v = (uint32_t)(cur * w + sample * (1 - w));
 	}
-	atomic_store_explicit(&b->ewma_us, v, memory_order_relaxed);
+	atomic_store_explicit(&b->base_us, base ? base : 1, memory_order_relaxed);
+	atomic_store_explicit(&b->ewma_us, v ? v : 1, memory_order_relaxed);
 	atomic_store_explicit(&b->ewma_ms, now_ms, memory_order_relaxed);
 	hist_add(&b->ttfb, ttfb_us);
 

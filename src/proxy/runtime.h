@@ -35,6 +35,7 @@ struct backend {
 	atomic_uint_fast64_t back_ms;	    /* when it last came back up: slow start */
 	atomic_uint inflight;
 	atomic_uint_fast32_t ewma_us; /* peak-EWMA time to first byte */
+	atomic_uint_fast32_t base_us; /* its usual latency: a slow plain EWMA */
 	atomic_uint_fast64_t ewma_ms; /* ... as of this time */
 	atomic_uint fails_in_row;     /* consecutive 5xx answers */
 	atomic_uint ejections_in_row; /* ejected again soon after the last: longer */

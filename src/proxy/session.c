@@ -309,7 +309,7 @@ static int can_spill(const struct session *s)
 
 /*
  * The primary pool cannot take the request soon enough (its queue is full, none of its
- * backends is up, or the request has waited spillover.after_ms): move it, once, to the
+ * backends is up or answers, or the request has waited spillover.after_ms): move it, once, to the
  * route's spillover pool. It keeps its tenant and class; an affinity key is not carried
  * over (the other pool hashes its own way, and its request head is gone).
  */
@@ -320,6 +320,7 @@ static enum run exchange_spill(struct session *s)
 	if (x->wt.state != W_IDLE)
 		pool_withdraw(x->pool, &x->wt, loop_now(w->loop), rand_next(&w->rng));
 	x->spilled = 1;
+	x->retried = 0; /* the other pool is admitted afresh */
 	x->pool = &w->px->rt->pools[x->route->spill_pool];
 	x->wt.has_key = 0;
 	atomic_fetch_add_explicit(&x->pool->spilled_in, 1, memory_order_relaxed);
@@ -337,9 +338,11 @@ static enum run exchange_connect(struct session *s, const struct backend *exclud
 	uint64_t now = loop_now(w->loop);
 	struct backend *be = NULL;
 	if (x->retried) {
-		struct pick_hint h = {.exclude = exclude, .key = x->wt.key,
-				      .has_key = x->wt.has_key};
+		struct pick_hint h = {
+		    .exclude = exclude, .key = x->wt.key, .has_key = x->wt.has_key};
 		be = pool_pick(x->pool, now, rand_next(&w->rng), &h);
+		if (!be && can_spill(s))
+			return exchange_spill(s);
 		if (!be) {
 			pool_turned_away(x->pool);
 			return reply_error(s, x->retry_status,
@@ -589,8 +592,7 @@ static enum run response_head(struct session *s)
 		return RUN_AGAIN;
 	}
 	uint64_t now_ns = clock_now_ns();
-	backend_observe(x->pool, x->be, loop_now(w->loop), (now_ns - x->sent_ns) / 1000,
-			h->status);
+	backend_observe(x->pool, x->be, loop_now(w->loop), (now_ns - x->sent_ns) / 1000, h->status);
 	x->last_read_ns = now_ns;
 	x->status = h->status;
 	x->resp_framing = h->framing;
@@ -897,8 +899,7 @@ static void session_arm_timer(struct session *s)
 			deadline = x->wt.queued_ms + x->pool->conf->queue_timeout_ms;
 			if (can_spill(s) && x->wt.queued_ms + x->route->spill_after_ms < deadline)
 				deadline = x->wt.queued_ms + x->route->spill_after_ms;
-		}
-		else if (x->up && x->up->connecting)
+		} else if (x->up && x->up->connecting)
 			deadline = x->connect_ms + t->connect_ms;
 		else if (!x->resp_head && x->req_read_done && !x->req_ready &&
 			 (!x->uphead || x->uphead_off == x->uphead->end))
@@ -957,8 +958,7 @@ static void session_on_timer(struct loop_timer *t)
 		break;
 	case S_EXCHANGE:
 		if (s->x.wt.state != W_IDLE && can_spill(s) &&
-		    loop_now(s->w->loop) <
-			s->x.wt.queued_ms + s->x.pool->conf->queue_timeout_ms) {
+		    loop_now(s->w->loop) < s->x.wt.queued_ms + s->x.pool->conf->queue_timeout_ms) {
 			r = exchange_spill(s); /* waited spillover.after_ms */
 		} else if (s->x.wt.state != W_IDLE) {
 			/* a slot granted at this very moment is handed back by the withdrawal */

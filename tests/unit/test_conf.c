@@ -68,7 +68,8 @@ static void defaults(void **state)
 	/* scheduling defaults */
 	const struct conf_pool *p = &c->pools[0];
 	assert_ptr_equal(p->queue_discipline, &qdisc_fair);
-	assert_int_equal(p->ewma_decay_ms, 10000);
+	assert_int_equal(p->ewma_decay_ms, 1000);
+	assert_int_equal(p->lb.wait_for_faster, 0);
 	assert_int_equal(p->slow_start_ms, 0);
 	assert_int_equal(p->retry_budget_pct, 20);
 	assert_int_equal(p->outlier.consecutive_5xx, 0);
@@ -85,29 +86,29 @@ static void defaults(void **state)
 static void scheduling_keys(void **state)
 {
 	(void)state;
-	struct conf *c = load_ok(
-		"listen: [127.0.0.1:8080]\n"
-		"pools:\n"
-		"  - name: gpu\n"
-		"    balance: prefix-affinity\n"
-		"    backends: [127.0.0.1:9101, 127.0.0.1:9102]\n"
-		"    hash: {balance_factor: 150, prefix_bytes: 128, body_max_bytes: 4096}\n"
-		"    queue: {discipline: fifo, max: 10, timeout_ms: 100}\n"
-		"    ewma_decay_ms: 2000\n"
-		"    slow_start_ms: 5000\n"
-		"    retry_budget_pct: 10\n"
-		"    outlier: {consecutive_5xx: 3, latency_factor: 4, ejection_ms: 1000, "
-		"max_ejection_pct: 34}\n"
-		"  - name: spare\n"
-		"    balance: consistent-hash\n"
-		"    backends: [127.0.0.1:9103]\n"
-		"    hash: {key: \"header:X-Session\"}\n"
-		"routes:\n"
-		"  - pool: gpu\n"
-		"    priority: high\n"
-		"    priority_header: X-Priority\n"
-		"    tenant_header: X-Tenant\n"
-		"    spillover: {pool: spare, after_ms: 250}\n");
+	struct conf *c =
+	    load_ok("listen: [127.0.0.1:8080]\n"
+		    "pools:\n"
+		    "  - name: gpu\n"
+		    "    balance: prefix-affinity\n"
+		    "    backends: [127.0.0.1:9101, 127.0.0.1:9102]\n"
+		    "    hash: {balance_factor: 150, prefix_bytes: 128, body_max_bytes: 4096}\n"
+		    "    queue: {discipline: fifo, max: 10, timeout_ms: 100}\n"
+		    "    ewma_decay_ms: 2000\n"
+		    "    slow_start_ms: 5000\n"
+		    "    retry_budget_pct: 10\n"
+		    "    outlier: {consecutive_5xx: 3, latency_factor: 4, ejection_ms: 1000, "
+		    "max_ejection_pct: 34}\n"
+		    "  - name: spare\n"
+		    "    balance: consistent-hash\n"
+		    "    backends: [127.0.0.1:9103]\n"
+		    "    hash: {key: \"header:X-Session\"}\n"
+		    "routes:\n"
+		    "  - pool: gpu\n"
+		    "    priority: high\n"
+		    "    priority_header: X-Priority\n"
+		    "    tenant_header: X-Tenant\n"
+		    "    spillover: {pool: spare, after_ms: 250}\n");
 	const struct conf_pool *p = &c->pools[0];
 	assert_ptr_equal(p->balance, &lb_prefix_affinity);
 	assert_int_equal(p->hash.key, HASH_KEY_PROMPT);
@@ -136,31 +137,31 @@ static void scheduling_keys(void **state)
 static void full_contract(void **state)
 {
 	(void)state;
-	struct conf *c = load_ok(
-		"workers: 3\n"
-		"listen:\n"
-		"  - address: 127.0.0.1:8080\n"
-		"  - \"[::1]:8081\"\n"
-		"admin:\n"
-		"  address: 127.0.0.1:9090\n"
-		"timeouts: {connect_ms: 100, header_ms: 200, idle_ms: 300, first_byte_ms: 400, "
-		"between_bytes_ms: 500, shutdown_ms: 0}\n"
-		"limits: {max_connections: 10, max_header_bytes: 4096, max_body_bytes: 1MiB}\n"
-		"pools:\n"
-		"  - name: gpu\n"
-		"    balance: weighted-round-robin\n"
-		"    backends:\n"
-		"      - {address: 127.0.0.1:9101, weight: 3, max_concurrency: 4}\n"
-		"      - 127.0.0.1:9102\n"
-		"    health: {path: /healthz, interval_ms: 500, fall: 2, rise: 1}\n"
-		"  - name: web\n"
-		"    balance: least-connections\n"
-		"    backends: [{address: localhost:9201}]\n"
-		"routes:\n"
-		"  - match: {path_prefix: /v1/, method: POST}\n"
-		"    pool: gpu\n"
-		"  - match: {host: static.example.com, header: {name: X-Tier, value: gold}}\n"
-		"    pool: web\n");
+	struct conf *c =
+	    load_ok("workers: 3\n"
+		    "listen:\n"
+		    "  - address: 127.0.0.1:8080\n"
+		    "  - \"[::1]:8081\"\n"
+		    "admin:\n"
+		    "  address: 127.0.0.1:9090\n"
+		    "timeouts: {connect_ms: 100, header_ms: 200, idle_ms: 300, first_byte_ms: 400, "
+		    "between_bytes_ms: 500, shutdown_ms: 0}\n"
+		    "limits: {max_connections: 10, max_header_bytes: 4096, max_body_bytes: 1MiB}\n"
+		    "pools:\n"
+		    "  - name: gpu\n"
+		    "    balance: weighted-round-robin\n"
+		    "    backends:\n"
+		    "      - {address: 127.0.0.1:9101, weight: 3, max_concurrency: 4}\n"
+		    "      - 127.0.0.1:9102\n"
+		    "    health: {path: /healthz, interval_ms: 500, fall: 2, rise: 1}\n"
+		    "  - name: web\n"
+		    "    balance: least-connections\n"
+		    "    backends: [{address: localhost:9201}]\n"
+		    "routes:\n"
+		    "  - match: {path_prefix: /v1/, method: POST}\n"
+		    "    pool: gpu\n"
+		    "  - match: {host: static.example.com, header: {name: X-Tier, value: gold}}\n"
+		    "    pool: web\n");
 	assert_int_equal(c->workers, 3);
 	assert_int_equal(c->nlistens, 2);
 	assert_int_equal(c->listens[1].addr.ss.ss_family, 10 /* AF_INET6 */);
@@ -189,8 +190,8 @@ static void full_contract(void **state)
 static void errors_point_at_the_problem(void **state)
 {
 	(void)state;
-	load_bad("listen:\n  - address: 127.0.0.1:8080\nwokers: 2\n", "t.yaml:3:1:",
-		 "unknown key 'wokers'");
+	load_bad("listen:\n  - address: 127.0.0.1:8080\nwokers: 2\n",
+		 "t.yaml:3:1:", "unknown key 'wokers'");
 	load_bad("workers: two\n", "t.yaml:1:10:", "expected a number");
 	load_bad("workers: 0\n", "t.yaml:1:10:", "out of range");
 	load_bad("listen:\n  - address: 127.0.0.1:99999\n", "t.yaml:2:14:", "port");
@@ -210,6 +211,12 @@ static void errors_point_at_the_problem(void **state)
 	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    balance: consistent-hash\n"
 		 "    backends: [127.0.0.1:1]\n    hash: {balance_factor: 90}\n",
 		 "t.yaml:6:28:", "out of range");
+	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    balance: peak-ewma\n"
+		 "    backends: [127.0.0.1:1]\n    wait_for_faster: yes\n",
+		 "t.yaml:6:22:", "wait_for_faster: expected true or false");
+	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n"
+		 "    backends: [127.0.0.1:1]\n    wait_for_faster: true\n",
+		 "t.yaml:3:5:", "wait_for_faster is for peak-ewma");
 	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    backends: [127.0.0.1:1]\n"
 		 "    queue: {discipline: lifo}\n",
 		 "t.yaml:5:25:", "unknown discipline 'lifo'; expected one of: fair, fifo");
@@ -232,13 +239,13 @@ static void errors_point_at_the_problem(void **state)
 		 "routes:\n  - pool: b\n",
 		 "t.yaml:6:11:", "no pool named 'b'");
 	load_bad("listen: [127.0.0.1:8080]\n", "t.yaml:1:1:", "'pools' is required");
-	load_bad("pools:\n  - name: a\n    backends: [127.0.0.1:1]\n", "t.yaml:1:1:",
-		 "'listen' is required");
-	load_bad("listen: [127.0.0.1:8080]\nlisten: [127.0.0.1:8081]\n", "t.yaml:2:1:",
-		 "given twice");
+	load_bad("pools:\n  - name: a\n    backends: [127.0.0.1:1]\n",
+		 "t.yaml:1:1:", "'listen' is required");
+	load_bad("listen: [127.0.0.1:8080]\nlisten: [127.0.0.1:8081]\n",
+		 "t.yaml:2:1:", "given twice");
 	load_bad("listen: [127.0.0.1:8080\n", "t.yaml:", "YAML syntax");
-	load_bad("listen:\n  - address: 127.0.0.1:8080\n    tls: {cert: a.pem}\n", "t.yaml:3:5:",
-		 "not built yet");
+	load_bad("listen:\n  - address: 127.0.0.1:8080\n    tls: {cert: a.pem}\n",
+		 "t.yaml:3:5:", "not built yet");
 	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    backends: [127.0.0.1:1]\n"
 		 "  - name: a\n    backends: [127.0.0.1:2]\n",
 		 "t.yaml:5:5:", "defined twice");
@@ -250,8 +257,8 @@ static void errors_point_at_the_problem(void **state)
 	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    backends: [127.0.0.1:1]\n"
 		 "    health: {path: health}\n",
 		 "t.yaml:5:13:", "must start with '/'");
-	load_bad("listen: [127.0.0.1:8080]\nlimits: {max_body_bytes: 10XB}\n", "t.yaml:2:26:",
-		 "KiB");
+	load_bad("listen: [127.0.0.1:8080]\nlimits: {max_body_bytes: 10XB}\n",
+		 "t.yaml:2:26:", "KiB");
 	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    backends: [127.0.0.1:1]\n"
 		 "routes:\n  - match: {path_prefix: /v1/}\n",
 		 "t.yaml:6:5:", "'pool' is required");
@@ -270,11 +277,9 @@ static void missing_file(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(defaults),
-		cmocka_unit_test(full_contract),
-		cmocka_unit_test(scheduling_keys),
-		cmocka_unit_test(errors_point_at_the_problem),
-		cmocka_unit_test(missing_file),
+	    cmocka_unit_test(defaults),	       cmocka_unit_test(full_contract),
+	    cmocka_unit_test(scheduling_keys), cmocka_unit_test(errors_point_at_the_problem),
+	    cmocka_unit_test(missing_file),
 	};
 	return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }

@@ -168,17 +168,19 @@ static void p2c_two_distinct_choices(void **state)
 
 static struct lb_candidate cand(unsigned lat_ms, unsigned inflight, unsigned slots)
 {
-	struct lb_candidate c = {.weight = 1, .inflight = inflight, .slots = slots,
-				 .latency_us = lat_ms * 1000};
+	struct lb_candidate c = {
+	    .weight = 1, .inflight = inflight, .slots = slots, .latency_us = lat_ms * 1000};
 	c.eligible = !slots || inflight < slots;
 	c.busy = !c.eligible;
 	return c;
 }
 
+static struct lb_state ewma_state;
+
 static int ewma(const struct lb_candidate *c, size_t n, unsigned waiting, uint64_t rnd)
 {
 	struct lb_draw d = {.rnd = rnd, .waiting = waiting};
-	return lb_peak_ewma.pick(NULL, c, n, &d);
+	return lb_peak_ewma.pick(&ewma_state, c, n, &d);
 }
 
 static void peak_ewma_prefers_fast_and_counts_load(void **state)
@@ -211,6 +213,10 @@ static void peak_ewma_waits_for_a_fast_slot(void **state)
 	 * free slot on a backend three times slower */
 	struct lb_candidate c[4] = {cand(100, 4, 4), cand(100, 4, 4), cand(100, 4, 4),
 				    cand(300, 0, 4)};
+	/* by default a free slot is always taken */
+	ewma_state.wait_for_faster = 0;
+	assert_int_equal(ewma(c, 4, 0, 1), 3);
+	ewma_state.wait_for_faster = 1;
 	/* waiting w: (w + 1) * 100/12 ms + 100 ms < 300 ms while w + 1 < 24 */
 	assert_int_equal(ewma(c, 4, 0, 1), LB_WAIT);
 	assert_int_equal(ewma(c, 4, 22, 1), LB_WAIT);
@@ -225,12 +231,12 @@ static void peak_ewma_waits_for_a_fast_slot(void **state)
 	c[3] = cand(300, 0, 4);
 	c[0].busy = c[1].busy = c[2].busy = 0;
 	assert_int_equal(ewma(c, 4, 0, 1), 3);
+	ewma_state.wait_for_faster = 0;
 }
 
 /* --- consistent hash and prefix affinity --- */
 
-static const char *const hnames[4] = {"10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80",
-				       "10.0.0.4:80"};
+static const char *const hnames[4] = {"10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80", "10.0.0.4:80"};
 
 static int hashed(const struct lb_state *st, const struct lb_candidate *c, size_t n, uint64_t key)
 {
@@ -331,18 +337,18 @@ static void hash_weights_take_more_keys(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(registry),
-		cmocka_unit_test(round_robin_cycles_and_skips),
-		cmocka_unit_test(weighted_exact_and_smooth),
-		cmocka_unit_test(weighted_reduces_by_gcd),
-		cmocka_unit_test(least_connections_prefers_idle),
-		cmocka_unit_test(p2c_avoids_the_busiest),
-		cmocka_unit_test(p2c_two_distinct_choices),
-		cmocka_unit_test(peak_ewma_prefers_fast_and_counts_load),
-		cmocka_unit_test(peak_ewma_waits_for_a_fast_slot),
-		cmocka_unit_test(hash_spreads_and_is_stable),
-		cmocka_unit_test(hash_bounded_load_and_yielding),
-		cmocka_unit_test(hash_weights_take_more_keys),
+	    cmocka_unit_test(registry),
+	    cmocka_unit_test(round_robin_cycles_and_skips),
+	    cmocka_unit_test(weighted_exact_and_smooth),
+	    cmocka_unit_test(weighted_reduces_by_gcd),
+	    cmocka_unit_test(least_connections_prefers_idle),
+	    cmocka_unit_test(p2c_avoids_the_busiest),
+	    cmocka_unit_test(p2c_two_distinct_choices),
+	    cmocka_unit_test(peak_ewma_prefers_fast_and_counts_load),
+	    cmocka_unit_test(peak_ewma_waits_for_a_fast_slot),
+	    cmocka_unit_test(hash_spreads_and_is_stable),
+	    cmocka_unit_test(hash_bounded_load_and_yielding),
+	    cmocka_unit_test(hash_weights_take_more_keys),
 	};
 	return cmocka_run_group_tests_name("balancers", tests, NULL, NULL);
 }

@@ -1,0 +1,249 @@
+"""Scheduling: latency-aware and affinity balancing, fair and prioritised queues, outlier
+ejection, slow start, the retry budget and spillover, seen from a client (and /status)."""
+
+import concurrent.futures
+import json
+import time
+
+from harness import (BIN, backend_state, complete, free_port, request, served_by, status,
+                     wait_until)
+
+
+def _capped(name, ports, cap, balance="round-robin", extra=""):
+    lines = [f"  - name: {name}", f"    balance: {balance}", "    backends:"]
+    lines += [f"      - {{address: 127.0.0.1:{p}, max_concurrency: {cap}}}" for p in ports]
+    return "\n".join(lines) + "\n" + extra
+
+
+def _inflight(px):
+    return sum(b["inflight"] for p in status(px.admin)["pools"] for b in p["backends"])
+
+
+def _queued(px, pool=0):
+    return status(px.admin)["pools"][pool]["queue"]["length"]
+
+
+# --- balancers ---------------------------------------------------------------------------
+
+def test_peak_ewma_sends_to_the_faster_backend(env):
+    fast = env.sim("fast", latency_ms=20, jitter=0, token_ms=0)
+    slow = env.sim("slow", latency_ms=200, jitter=0, token_ms=0)
+    px = env.proxy("pools:\n" + _capped("gpu", [fast.port, slow.port], 4, "peak-ewma"))
+    seen = [served_by(complete(px.port)[1]) for _ in range(30)]
+    # each is measured once (an unmeasured backend looks cheapest); then the fast one wins
+    assert seen.count("slow") == 1 and seen.count("fast") == 29, seen
+    lat = {b["address"]: b["latency_ms"] for b in status(px.admin)["pools"][0]["backends"]}
+    assert lat[f"127.0.0.1:{slow.port}"] > 5 * lat[f"127.0.0.1:{fast.port}"] > 0, lat
+
+
+def _prompt(text):
+    return json.dumps({"model": "m", "prompt": text, "max_tokens": 4})
+
+
+def test_prefix_affinity_keeps_a_prompt_prefix_on_one_backend(env):
+    sims = [env.sim(f"s{i}", latency_ms=5, jitter=0, token_ms=0) for i in range(3)]
+    px = env.proxy("pools:\n" + _capped("gpu", [s.port for s in sims], 4, "prefix-affinity",
+                                        "    hash: {prefix_bytes: 64}\n"))
+    homes = set()
+    for k in range(10):
+        system = f"System prompt number {k}: you are a careful assistant who answers briefly."
+        got = {served_by(complete(px.port, _prompt(f"{system} Question {q}?"))[1])
+               for q in range(4)}
+        assert len(got) == 1, (k, got)  # one prefix, one backend: its KV cache is reused
+        homes |= got
+    assert len(homes) >= 2, homes  # different prefixes spread over the pool
+    # chat bodies too, and a body without a prompt still gets served
+    chat = {served_by(complete(px.port, json.dumps(
+        {"messages": [{"role": "system", "content": "be brief " * 20},
+                      {"role": "user", "content": f"q{q}"}]}), "/v1/chat/completions")[1])
+        for q in range(4)}
+    assert len(chat) == 1, chat
+    assert complete(px.port, json.dumps({"model": "m"}))[0] == 200
+
+
+def test_prefix_affinity_yields_when_its_backend_is_saturated(env):
+    sims = [env.sim(f"s{i}", latency_ms=2000, jitter=0, token_ms=0) for i in range(3)]
+    px = env.proxy("pools:\n" + _capped("gpu", [s.port for s in sims], 1, "prefix-affinity"))
+    body = _prompt("the same long shared system prompt " * 10)
+    with concurrent.futures.ThreadPoolExecutor(3) as ex:
+        futs = []
+        for n in range(1, 4):
+            futs.append(ex.submit(complete, px.port, body))
+            wait_until(lambda n=n: _inflight(px) == n, f"{n} requests in service")
+        got = [f.result() for f in futs]
+    assert [g[0] for g in got] == [200] * 3
+    # the home backend has one slot: the others go on along the ring, none waits
+    assert len({served_by(g[1]) for g in got}) == 3
+    assert status(px.admin)["pools"][0]["queue"]["enqueued"] == 0
+
+
+def test_consistent_hash_by_header(env):
+    sims = [env.sim(f"s{i}", latency_ms=1, jitter=0, token_ms=0) for i in range(3)]
+    px = env.proxy("pools:\n" + _capped("gpu", [s.port for s in sims], 0, "consistent-hash",
+                                        "    hash: {key: \"header:X-Session\"}\n"))
+    homes = set()
+    for k in range(10):
+        got = {served_by(request(px.port, "GET", "/", headers={"X-Session": f"user-{k}"})[1])
+               for _ in range(3)}
+        assert len(got) == 1, (k, got)
+        homes |= got
+    assert len(homes) >= 2, homes
+
+
+# --- queue order -------------------------------------------------------------------------
+
+def _order_after(px, flood, late, wait_for):
+    """Send <flood> (list of header dicts) at once to a pool with one slot; once all but one
+    wait, send <late>; return where the late request finished among those after it."""
+    done = []
+    def one(h, tag):
+        st = complete_with(px.port, h)[0]
+        done.append((time.monotonic(), tag, st))
+    with concurrent.futures.ThreadPoolExecutor(len(flood) + 1) as ex:
+        futs = [ex.submit(one, h, "flood") for h in flood]
+        wait_until(lambda: _queued(px) == len(flood) - 1, "the flood to queue")
+        joined = time.monotonic()
+        futs.append(ex.submit(one, late, "late"))
+        wait_until(lambda: _queued(px) == wait_for, "the late request to queue")
+        for f in futs:
+            f.result()
+    after = [t for t in sorted(done) if t[0] >= joined]
+    assert all(t[2] == 200 for t in done), done
+    return [t[1] for t in after].index("late") + 1, len(after)
+
+
+def complete_with(port, headers):
+    h = {"Content-Type": "application/json"}
+    h.update(headers)
+    return request(port, "POST", "/v1/completions", body=_prompt("hi"), headers=h)
+
+
+def test_fair_queue_a_flooding_tenant_cannot_starve_another(env):
+    sim = env.sim("acc", latency_ms=100, jitter=0, token_ms=0, slots=64)
+    px = env.proxy("pools:\n" + _capped("gpu", [sim.port], 1))
+    rank, total = _order_after(px, [{"X-API-Key": "flood"}] * 12, {"X-API-Key": "other"}, 12)
+    # the one in service finishes, the flooder's next turn, then the other tenant's
+    assert rank <= 3 and total == 13, (rank, total)
+
+
+def test_fifo_queue_serves_in_arrival_order(env):
+    sim = env.sim("acc", latency_ms=100, jitter=0, token_ms=0, slots=64)
+    px = env.proxy("pools:\n" + _capped("gpu", [sim.port], 1, extra="    queue: {discipline: fifo}\n"))
+    rank, total = _order_after(px, [{"X-API-Key": "flood"}] * 12, {"X-API-Key": "other"}, 12)
+    assert rank == total == 13, (rank, total)
+
+
+def test_high_priority_goes_first(env):
+    sim = env.sim("acc", latency_ms=100, jitter=0, token_ms=0, slots=64)
+    px = env.proxy("pools:\n" + _capped("gpu", [sim.port], 1) +
+                   "routes:\n  - pool: gpu\n    priority: low\n    priority_header: X-Priority\n")
+    rank, _ = _order_after(px, [{"X-API-Key": "a"}] * 8, {"X-API-Key": "a", "X-Priority": "high"}, 8)
+    assert rank == 2, rank  # right after the one in service
+
+
+# --- resilience --------------------------------------------------------------------------
+
+def test_consecutive_5xx_eject_a_backend(env):
+    good = env.sim("good", latency_ms=1, jitter=0, token_ms=0)
+    bad = env.sim("bad", latency_ms=1, jitter=0, token_ms=0, fail_rate=1.0)
+    px = env.proxy("pools:\n" + _capped("gpu", [good.port, bad.port], 0, extra=
+                   "    outlier: {consecutive_5xx: 2, ejection_ms: 60000}\n"), workers=1)
+    statuses = [complete(px.port)[0] for _ in range(20)]
+    assert statuses.count(500) == 2 and statuses[-10:] == [200] * 10, statuses
+    b = backend_state(px.admin, f"127.0.0.1:{bad.port}")
+    assert b["ejections"] == 1 and b["ejected"] and not b["eligible"], b
+
+
+def test_ejection_never_takes_more_than_its_share(env):
+    bad = [env.sim(f"bad{i}", latency_ms=1, jitter=0, token_ms=0, fail_rate=1.0)
+           for i in range(2)]
+    px = env.proxy("pools:\n" + _capped("gpu", [b.port for b in bad], 0, extra=
+                   "    outlier: {consecutive_5xx: 2, ejection_ms: 60000, max_ejection_pct: 50}\n"),
+                   workers=1)
+    statuses = [complete(px.port)[0] for _ in range(12)]
+    assert statuses == [500] * 12, statuses  # the pool keeps serving, errors and all
+    ej = [b["ejections"] for b in status(px.admin)["pools"][0]["backends"]]
+    assert sorted(ej) == [0, 1], ej
+
+
+def test_latency_outlier_is_ejected(env):
+    sims = [env.sim(f"ok{i}", latency_ms=5, jitter=0, token_ms=0) for i in range(2)]
+    slow = env.sim("slow", latency_ms=300, jitter=0, token_ms=0)
+    px = env.proxy("pools:\n" + _capped("gpu", [s.port for s in sims] + [slow.port], 0, extra=
+                   "    outlier: {latency_factor: 5, ejection_ms: 60000}\n"), workers=1)
+    seen = [served_by(complete(px.port)[1]) for _ in range(12)]
+    assert "slow" not in seen[6:], seen
+    assert backend_state(px.admin, f"127.0.0.1:{slow.port}")["ejections"] == 1
+
+
+def test_slow_start_ramps_a_returning_backend(env):
+    steady = env.sim("steady", latency_ms=1, jitter=0, token_ms=0)
+    port = free_port()
+    px = env.proxy("pools:\n" + _capped("gpu", [steady.port, port], 0, extra=
+                   "    health: {interval_ms: 50, fall: 1, rise: 1}\n    slow_start_ms: 60000\n"),
+                   workers=1)
+    wait_until(lambda: not backend_state(px.admin, f"127.0.0.1:{port}")["up"], "it to be down")
+    env.start([BIN, "sim", "--listen", f"127.0.0.1:{port}", "--name", "back", "--latency-ms",
+               "1", "--token-ms", "0"], "sim-back", wait_port=port)
+    wait_until(lambda: backend_state(px.admin, f"127.0.0.1:{port}")["up"], "it to come back")
+    seen = [served_by(request(px.port, "GET", "/")[1]) for _ in range(200)]
+    # round robin would give it 100; ramping from 10% of picks it gets about a tenth of that
+    assert 1 <= seen.count("back") < 60, seen.count("back")
+
+
+def test_retry_budget_bounds_retries(env):
+    live = env.sim("live", latency_ms=1, jitter=0, token_ms=0)
+    dead = free_port()
+    px = env.proxy("pools:\n" + _capped("gpu", [dead, live.port], 0, extra=
+                   "    fail_timeout_ms: 1\n    retry_budget_pct: 0\n"), workers=1)
+    statuses = []
+    while statuses.count(502) < 3 and len(statuses) < 400:
+        statuses.append(request(px.port, "GET", "/")[0])
+    assert statuses.count(502) == 3, statuses
+    pool = status(px.admin)["pools"][0]
+    b = backend_state(px.admin, f"127.0.0.1:{dead}")
+    # ten retries saved up at the start, none earned at 0%: the rest are turned down
+    assert b["retries"] == 10 and pool["retries_denied"] == 3, (b, pool)
+
+
+def test_spillover_after_waiting(env):
+    main = env.sim("main", latency_ms=3000, jitter=0, token_ms=0, slots=64)
+    spare = env.sim("spare", latency_ms=1, jitter=0, token_ms=0)
+    px = env.proxy("pools:\n" + _capped("gpu", [main.port], 1) +
+                   _capped("spare", [spare.port], 0) +
+                   "routes:\n  - pool: gpu\n    spillover: {pool: spare, after_ms: 50}\n")
+    with concurrent.futures.ThreadPoolExecutor(2) as ex:
+        first = ex.submit(complete, px.port)
+        wait_until(lambda: _inflight(px) == 1, "the first request in service")
+        st, h, _ = complete(px.port)  # waits 50 ms for the one slot, then moves
+        assert st == 200 and served_by(h) == "spare", (st, h)
+        assert served_by(first.result()[1]) == "main"
+    pools = status(px.admin)["pools"]
+    assert pools[1]["spilled_in"] == 1 and pools[0]["queue"]["enqueued"] == 1, pools
+
+
+def test_spillover_when_the_pool_is_down(env):
+    spare = env.sim("spare", latency_ms=1, jitter=0, token_ms=0)
+    px = env.proxy("pools:\n" + _capped("gpu", [free_port()], 1) + _capped("spare", [spare.port], 0) +
+                   "routes:\n  - pool: gpu\n    spillover: {pool: spare}\n")
+    st, h, _ = complete(px.port)
+    assert st == 200 and served_by(h) == "spare", (st, h)
+
+
+# --- figures -----------------------------------------------------------------------------
+
+def test_latency_figures_in_status_and_metrics(env):
+    sim = env.sim("acc", latency_ms=30, jitter=0, token_ms=10, tokens=5)
+    px = env.proxy("pools:\n" + _capped("gpu", [sim.port], 1))
+    for _ in range(3):
+        complete(px.port, json.dumps({"prompt": "hi", "stream": True}))
+    b = status(px.admin)["pools"][0]["backends"][0]
+    assert b["ttfb_ms"]["count"] == 3 and 25 <= b["ttfb_ms"]["p50"] <= 50, b
+    assert b["gap_ms"]["count"] >= 3 and b["gap_ms"]["p50"] <= 25, b
+    _, _, text = request(px.admin, "GET", "/metrics")
+    text = text.decode()
+    for series in ('accelnet_backend_ttfb_seconds_count{pool="gpu",backend="127.0.0.1:%d"} 3'
+                   % sim.port, "accelnet_backend_gap_seconds_bucket",
+                   'accelnet_pool_queue_wait_seconds_bucket{pool="gpu",le="+Inf"}',
+                   "accelnet_backend_latency_seconds", "accelnet_pool_retries_denied_total"):
+        assert series in text, series
