@@ -120,7 +120,7 @@ def proc_kb(pid, field):
 
 # --- contestants ------------------------------------------------------------------------
 
-def start_accelnet(run, backends, balance="round-robin", weights=None, cap=None):
+def start_accelnet(run, backends, balance="round-robin", weights=None, cap=None, extra=""):
     port = free_port()
     lines = [f"      - {{address: 127.0.0.1:{b}" + (f", weight: {weights[i]}" if weights else "")
              + (f", max_concurrency: {cap}" if cap else "") + "}"
@@ -128,7 +128,8 @@ def start_accelnet(run, backends, balance="round-robin", weights=None, cap=None)
     cfg = (f"workers: 1\nlisten: [127.0.0.1:{port}]\n"
            "timeouts: {first_byte_ms: 300000, between_bytes_ms: 300000, idle_ms: 300000}\n"
            "limits: {max_connections: 200000}\n"
-           f"pools:\n  - name: b\n    balance: {balance}\n    backends:\n" + "\n".join(lines) + "\n")
+           f"pools:\n  - name: b\n    balance: {balance}\n    backends:\n" + "\n".join(lines) + "\n"
+           + extra)
     p = run.start([ACCELNET, "proxy", "-c", run.write(f"accelnet-{port}.yaml", cfg),
                    "--log-level", "error"], port, name="accelnet")
     return p, port
@@ -427,6 +428,9 @@ FLEET_CONTESTANTS = {
     "accelnet p2c max_concurrency 4": lambda run, b: start_accelnet(run, b, "p2c", cap=4),
     "accelnet peak-ewma max_concurrency 4":
         lambda run, b: start_accelnet(run, b, "peak-ewma", cap=4),
+    "accelnet peak-ewma max_concurrency 4 wait_for_faster":
+        lambda run, b: start_accelnet(run, b, "peak-ewma", cap=4,
+                                      extra="    wait_for_faster: true\n"),
     "nginx least_conn": lambda run, b: start_nginx(run, b, "least_conn"),
     "haproxy leastconn maxconn 4": lambda run, b: start_haproxy(run, b, "leastconn", maxconn=4),
 }

@@ -70,6 +70,8 @@ struct conf_pool {
 	unsigned retry_budget_pct; /* retries stay under this share of requests */
 	struct conf_outlier outlier;
 	struct conf_hash hash;
+	char *load_header;    /* a backend's own queue depth, read from its responses */
+	unsigned load_ttl_ms; /* ... and believed this long */
 	const void *hash_given; /* while loading: the hash: node, for messages */
 };
 

@@ -474,6 +474,8 @@ static const struct key_rule pool_rules[] = {
     {"fail_timeout_ms", K_UINT, offsetof(struct conf_pool, fail_timeout_ms), 1, MS_MAX, NULL},
     {"queue", K_SECTION, 0, 0, 0, read_queue},
     {"ewma_decay_ms", K_UINT, offsetof(struct conf_pool, ewma_decay_ms), 1, MS_MAX, NULL},
+    {"load_header", K_STR, offsetof(struct conf_pool, load_header), 0, 0, NULL},
+    {"load_ttl_ms", K_UINT, offsetof(struct conf_pool, load_ttl_ms), 1, MS_MAX, NULL},
     {"wait_for_faster", K_BOOL, offsetof(struct conf_pool, lb.wait_for_faster), 0, 1, NULL},
     {"slow_start_ms", K_UINT, offsetof(struct conf_pool, slow_start_ms), 0, MS_MAX, NULL},
     {"retry_budget_pct", K_UINT, offsetof(struct conf_pool, retry_budget_pct), 0, 100, NULL},
@@ -495,6 +497,7 @@ static int read_pool_item(struct ctx *x, yaml_node_t *item, void *obj, size_t i)
 	p->queue_timeout_ms = 5000;
 	p->queue_discipline = &qdisc_fair;
 	p->ewma_decay_ms = 1000;
+	p->load_ttl_ms = 1000;
 	p->retry_budget_pct = 20;
 	p->outlier = (struct conf_outlier){.ejection_ms = 30000, .max_ejection_pct = 50};
 	p->hash = (struct conf_hash){
@@ -502,6 +505,8 @@ static int read_pool_item(struct ctx *x, yaml_node_t *item, void *obj, size_t i)
 	if (!p->health.path)
 		return fail_at(x, item, "out of memory");
 	int err = read_section(x, item, "pools", pool_rules, p);
+	if (!err && !p->load_header && !(p->load_header = strdup("X-Queue-Depth")))
+		return fail_at(x, item, "out of memory");
 	if (err)
 		return err;
 	if (!p->name)
@@ -846,6 +851,7 @@ void conf_free(struct conf *c)
 		free(p->name);
 		free(p->health.path);
 		free(p->hash.header);
+		free(p->load_header);
 		lb_state_free(&p->lb);
 	}
 	free(c->pools);

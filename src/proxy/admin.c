@@ -51,14 +51,15 @@ static void write_status(FILE *f, struct runtime *rt)
 				"%s{\"address\":\"%s\",\"weight\":%u,\"up\":%s,\"eligible\":%s,"
 				"\"ejected\":%s,\"inflight\":%llu,\"max_concurrency\":%u,"
 				"\"latency_ms\":%.3f,\"requests\":%llu,\"connect_failures\":%llu,"
-				"\"retries\":%llu,\"ejections\":%llu,",
+				"\"retries\":%llu,\"ejections\":%llu,\"reported_load\":%llu,",
 				j ? "," : "", b->name, b->conf->weight,
 				atomic_load(&b->up) ? "true" : "false",
 				backend_eligible(b, now) ? "true" : "false",
 				atomic_load(&b->up) && !backend_usable(b, now) ? "true" : "false",
 				LOAD(b->inflight), b->conf->max_concurrency,
 				backend_latency_us(b, now) / 1000.0, LOAD(b->requests),
-				LOAD(b->connect_failures), LOAD(b->retries), LOAD(b->ejections));
+				LOAD(b->connect_failures), LOAD(b->retries), LOAD(b->ejections),
+				LOAD(b->reported_load));
 			write_summary(f, "ttfb_ms", &b->ttfb);
 			fputc(',', f);
 			write_summary(f, "gap_ms", &b->gap);

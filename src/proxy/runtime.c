@@ -213,6 +213,21 @@ void backend_observe(struct pool_rt *p, struct backend *b, uint64_t now_ms, uint
 		backend_eject(p, b, now_ms, "latency far above its peers");
 }
 
+void backend_report_load(struct backend *b, uint64_t now_ms, unsigned depth)
+{
+	atomic_store_explicit(&b->reported_load, depth, memory_order_relaxed);
+	atomic_store_explicit(&b->reported_ms, now_ms, memory_order_relaxed);
+}
+
+/* Requests queued inside <b> by its own word, while that word is fresh; else 0. */
+static unsigned reported_load(const struct backend *b, uint64_t now_ms)
+{
+	uint64_t at = atomic_load_explicit(&b->reported_ms, memory_order_relaxed);
+	if (!at || now_ms >= at + b->pool->load_ttl_ms)
+		return 0;
+	return atomic_load_explicit(&b->reported_load, memory_order_relaxed);
+}
+
 struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 			  const struct pick_hint *h)
 {
@@ -231,7 +246,7 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 			usable = 0; /* ramping up: not offered to this pick */
 		cand[i] = (struct lb_candidate){
 		    .weight = b->conf->weight,
-		    .inflight = inflight,
+		    .inflight = inflight + reported_load(b, now_ms), /* ours, and others' */
 		    .slots = cap,
 		    .latency_us = lb->latency ? backend_latency_us(b, now_ms) : 0,
 		    .eligible = usable && (!cap || inflight < cap),

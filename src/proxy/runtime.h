@@ -38,6 +38,8 @@ struct backend {
 	atomic_uint_fast32_t base_us; /* its usual latency: a slow plain EWMA */
 	atomic_uint_fast64_t ewma_ms; /* ... as of this time */
 	atomic_uint fails_in_row;     /* consecutive 5xx answers */
+	atomic_uint reported_load;	     /* its own queue depth, as it last said */
+	atomic_uint_fast64_t reported_ms; /* ... when it said so */
 	atomic_uint ejections_in_row; /* ejected again soon after the last: longer */
 	atomic_uint_fast64_t requests, connect_failures, retries, ejections;
 	atomic_uint_fast64_t responses[6]; /* by status class: [2] is 2xx; [0] aborted */
@@ -88,6 +90,9 @@ uint32_t backend_latency_us(const struct backend *b, uint64_t now_ms);
  */
 void backend_observe(struct pool_rt *p, struct backend *b, uint64_t now_ms, uint64_t ttfb_us,
 		     int status);
+
+/* <b> said (in pools.load_header) that <depth> requests wait inside it. */
+void backend_report_load(struct backend *b, uint64_t now_ms, unsigned depth);
 
 /* What one pick knows about its request. */
 struct pick_hint {

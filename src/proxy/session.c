@@ -567,6 +567,23 @@ static int response_scan(struct exchange *x, struct buf *in)
 	return 0;
 }
 
+/* The backend says how many requests wait inside it (pools.load_header): remember it. */
+static void note_reported_load(struct exchange *x, const struct http_head *h, uint64_t now_ms)
+{
+	const char *name = x->pool->conf->load_header;
+	const struct http_header *f = name[0] ? http_find_header(h, name) : NULL;
+	if (!f || !f->value.len || f->value.len > 9)
+		return;
+	unsigned depth = 0;
+	for (uint32_t i = 0; i < f->value.len; i++) {
+		char c = f->value.p[i];
+		if (c < '0' || c > '9')
+			return; /* not a count: ignore it */
+		depth = depth * 10 + (unsigned)(c - '0');
+	}
+	backend_report_load(x->be, now_ms, depth);
+}
+
 /* Parse what up->in holds of the response head. RUN_STAY: need more; RUN_AGAIN: progress. */
 static enum run response_head(struct session *s)
 {
@@ -593,6 +610,7 @@ static enum run response_head(struct session *s)
 	}
 	uint64_t now_ns = clock_now_ns();
 	backend_observe(x->pool, x->be, loop_now(w->loop), (now_ns - x->sent_ns) / 1000, h->status);
+	note_reported_load(x, h, loop_now(w->loop));
 	x->last_read_ns = now_ns;
 	x->status = h->status;
 	x->resp_framing = h->framing;

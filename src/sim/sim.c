@@ -97,8 +97,10 @@ static void job_on_abort(void *arg)
 
 static void job_headers(struct sim_job *j, char *out, size_t len)
 {
-	snprintf(out, len, "%sX-Sim-Wait-Ms: %llu\r\n", j->sim->served_by,
-		 (unsigned long long)j->wait_ms);
+	/* X-Queue-Depth: requests waiting inside this accelerator, for balancers that read
+	 * backend load signals (the proxy's pools.load_header) */
+	snprintf(out, len, "%sX-Sim-Wait-Ms: %llu\r\nX-Queue-Depth: %u\r\n", j->sim->served_by,
+		 (unsigned long long)j->wait_ms, j->sim->waiting);
 }
 
 static void job_fail(struct sim_job *j)

@@ -5,7 +5,8 @@ import concurrent.futures
 import json
 import time
 
-from harness import (BIN, backend_state, complete, free_port, request, served_by, status,
+from harness import (BIN, ScriptedBackend, backend_state, complete, free_port, request,
+                     served_by, status,
                      wait_until)
 
 
@@ -247,3 +248,24 @@ def test_latency_figures_in_status_and_metrics(env):
                    'accelnet_pool_queue_wait_seconds_bucket{pool="gpu",le="+Inf"}',
                    "accelnet_backend_latency_seconds", "accelnet_pool_retries_denied_total"):
         assert series in text, series
+
+
+def test_backend_load_signal_steers_requests(env):
+    # a backend that says 50 requests wait inside it (other clients' work, invisible to us)
+    busy = ScriptedBackend(lambda n, req: (
+        b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nX-Served-By: busy\r\nX-Queue-Depth: 50\r\n\r\nbusy",
+        False))
+    try:
+        idle = env.sim("idle", latency_ms=1, jitter=0, token_ms=0)
+        px = env.proxy("pools:\n" + _capped("gpu", [busy.port, idle.port], 0,
+                                            "least-connections", "    load_ttl_ms: 60000\n"),
+                       workers=1)
+        seen = [served_by(request(px.port, "GET", "/")[1]) for _ in range(20)]
+        # once it has said so, least-connections counts its queue as load and keeps away
+        assert seen.count("busy") == 1 and seen.count("idle") == 19, seen
+        assert backend_state(px.admin, f"127.0.0.1:{busy.port}")["reported_load"] == 50
+        # the simulator reports its own queue the same way
+        _, h, _ = complete(idle.port)
+        assert h["x-queue-depth"] == ["0"], h
+    finally:
+        busy.close()

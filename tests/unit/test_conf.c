@@ -70,6 +70,8 @@ static void defaults(void **state)
 	assert_ptr_equal(p->queue_discipline, &qdisc_fair);
 	assert_int_equal(p->ewma_decay_ms, 1000);
 	assert_int_equal(p->lb.wait_for_faster, 0);
+	assert_string_equal(p->load_header, "X-Queue-Depth");
+	assert_int_equal(p->load_ttl_ms, 1000);
 	assert_int_equal(p->slow_start_ms, 0);
 	assert_int_equal(p->retry_budget_pct, 20);
 	assert_int_equal(p->outlier.consecutive_5xx, 0);
