@@ -72,6 +72,7 @@ struct conf_pool {
 	struct conf_hash hash;
 	char *load_header;    /* a backend's own queue depth, read from its responses */
 	unsigned load_ttl_ms; /* ... and believed this long */
+	unsigned hedge_after_ms; /* send an idempotent request again after this; 0: never */
 	const void *hash_given; /* while loading: the hash: node, for messages */
 };
 

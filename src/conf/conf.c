@@ -474,6 +474,7 @@ static const struct key_rule pool_rules[] = {
     {"fail_timeout_ms", K_UINT, offsetof(struct conf_pool, fail_timeout_ms), 1, MS_MAX, NULL},
     {"queue", K_SECTION, 0, 0, 0, read_queue},
     {"ewma_decay_ms", K_UINT, offsetof(struct conf_pool, ewma_decay_ms), 1, MS_MAX, NULL},
+    {"hedge_after_ms", K_UINT, offsetof(struct conf_pool, hedge_after_ms), 0, MS_MAX, NULL},
     {"load_header", K_STR, offsetof(struct conf_pool, load_header), 0, 0, NULL},
     {"load_ttl_ms", K_UINT, offsetof(struct conf_pool, load_ttl_ms), 1, MS_MAX, NULL},
     {"wait_for_faster", K_BOOL, offsetof(struct conf_pool, lb.wait_for_faster), 0, 1, NULL},

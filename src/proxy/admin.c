@@ -51,7 +51,8 @@ static void write_status(FILE *f, struct runtime *rt)
 				"%s{\"address\":\"%s\",\"weight\":%u,\"up\":%s,\"eligible\":%s,"
 				"\"ejected\":%s,\"inflight\":%llu,\"max_concurrency\":%u,"
 				"\"latency_ms\":%.3f,\"requests\":%llu,\"connect_failures\":%llu,"
-				"\"retries\":%llu,\"ejections\":%llu,\"reported_load\":%llu,",
+				"\"retries\":%llu,\"ejections\":%llu,\"reported_load\":%llu,"
+				"\"hedged\":%llu,\"hedge_wins\":%llu,",
 				j ? "," : "", b->name, b->conf->weight,
 				atomic_load(&b->up) ? "true" : "false",
 				backend_eligible(b, now) ? "true" : "false",
@@ -59,7 +60,7 @@ static void write_status(FILE *f, struct runtime *rt)
 				LOAD(b->inflight), b->conf->max_concurrency,
 				backend_latency_us(b, now) / 1000.0, LOAD(b->requests),
 				LOAD(b->connect_failures), LOAD(b->retries), LOAD(b->ejections),
-				LOAD(b->reported_load));
+				LOAD(b->reported_load), LOAD(b->hedged), LOAD(b->hedge_wins));
 			write_summary(f, "ttfb_ms", &b->ttfb);
 			fputc(',', f);
 			write_summary(f, "gap_ms", &b->gap);
@@ -102,6 +103,8 @@ enum {
 	BM_CONNECT_FAILURES,
 	BM_RETRIES,
 	BM_EJECTIONS,
+	BM_HEDGED,
+	BM_HEDGE_WINS,
 	BM_LATENCY,
 	BM_COUNT
 };
@@ -117,6 +120,10 @@ static const struct {
     [BM_RETRIES] = {"accelnet_backend_retries_total", "counter", "requests retried elsewhere"},
     [BM_EJECTIONS] = {"accelnet_backend_ejections_total", "counter",
 		      "times outlier detection took the backend out"},
+    [BM_HEDGED] = {"accelnet_backend_hedged_total", "counter",
+		   "requests on this backend that were also sent to another (hedging)"},
+    [BM_HEDGE_WINS] = {"accelnet_backend_hedge_wins_total", "counter",
+		       "hedged copies on this backend that answered first"},
     [BM_LATENCY] = {"accelnet_backend_latency_seconds", "gauge",
 		    "peak-EWMA time to first byte, as balancing sees it"},
 };
@@ -136,6 +143,10 @@ static double backend_value(const struct backend *b, int k, uint64_t now)
 		return LOAD(b->retries);
 	case BM_EJECTIONS:
 		return LOAD(b->ejections);
+	case BM_HEDGED:
+		return LOAD(b->hedged);
+	case BM_HEDGE_WINS:
+		return LOAD(b->hedge_wins);
 	default:
 		return backend_latency_us(b, now) / 1e6;
 	}

@@ -64,6 +64,7 @@ struct exchange {
 	unsigned req_close : 1, retried : 1, up_reused : 1;
 	unsigned want_key : 1; /* reading the body for the prompt key before balancing */
 	unsigned spilled : 1;  /* moved to the route's spillover pool */
+	unsigned hedged : 1;   /* a copy went (or was tried) to a second backend */
 	int retry_status; /* what to answer if the retry finds no backend: 502 or 504 */
 	struct waiter wt;  /* waiting in the pool's queue for a slot */
 	char reqid[REQUEST_ID_MAX + 1];
@@ -72,6 +73,11 @@ struct exchange {
 	struct backend *be;
 	uint64_t sent_ns;      /* when the request started upstream (connect included) */
 	uint64_t last_read_ns; /* the previous read of a streamed response body */
+	/* hedging: a copy of the request on a second backend, until one answers */
+	struct upconn *hedge;
+	struct backend *hedge_be;
+	size_t hedge_off; /* bytes of uphead sent on it */
+	uint64_t hedge_sent_ns;
 	struct upconn *up;
 	uint64_t connect_ms; /* when the current connect began */
 	/* the rewritten request head; kept until a response starts, so a retry can resend it */

@@ -42,6 +42,7 @@ struct backend {
 	atomic_uint_fast64_t reported_ms; /* ... when it said so */
 	atomic_uint ejections_in_row; /* ejected again soon after the last: longer */
 	atomic_uint_fast64_t requests, connect_failures, retries, ejections;
+	atomic_uint_fast64_t hedged, hedge_wins; /* copies sent for its requests; copies that won */
 	atomic_uint_fast64_t responses[6]; /* by status class: [2] is 2xx; [0] aborted */
 	struct hist ttfb;		   /* request sent -> response head */
 	struct hist gap;		   /* between response body reads, streams only */

@@ -124,10 +124,23 @@ static void count_response(struct backend *be, int status)
 		atomic_fetch_add_explicit(&be->responses[cls], 1, memory_order_relaxed);
 }
 
+/* Close the hedged copy of the request, if any, and give its slot back. */
+static void hedge_drop(struct session *s)
+{
+	struct exchange *x = &s->x;
+	if (!x->hedge)
+		return;
+	upconn_close(x->hedge);
+	x->hedge = NULL;
+	pool_release(x->pool, x->hedge_be, loop_now(s->w->loop), rand_next(&s->w->rng));
+	x->hedge_be = NULL;
+}
+
 /* Let go of the backend slot and the upstream connection (closed, never reused). */
 static void exchange_drop_upstream(struct session *s)
 {
 	struct exchange *x = &s->x;
+	hedge_drop(s);
 	if (x->up) {
 		upconn_close(x->up);
 		x->up = NULL;
@@ -225,6 +238,96 @@ static enum run exchange_finish(struct session *s)
 
 static enum run exchange_connect(struct session *s, const struct backend *exclude);
 
+/*
+ * Hedging (pools.hedge_after_ms): an idempotent request without a body that has had no
+ * answer for that long is sent again to another backend with a free slot; the first
+ * response head wins and the other connection is closed, which cancels the work there.
+ */
+static int hedge_due(const struct session *s, uint64_t *when)
+{
+	const struct exchange *x = &s->x;
+	unsigned after = x->pool->conf->hedge_after_ms;
+	if (!after || x->hedged || x->resp_head || !x->up || x->req_framing != HTTP_BODY_NONE ||
+	    !http_method_idempotent(x->meth) || !x->uphead)
+		return 0;
+	*when = x->connect_ms + after;
+	return 1;
+}
+
+static void hedge_start(struct session *s)
+{
+	struct exchange *x = &s->x;
+	struct worker *w = s->w;
+	struct pick_hint h = {.exclude = x->be, .key = x->wt.key, .has_key = x->wt.has_key};
+	int err = 0;
+	x->hedged = 1;
+	struct backend *be = pool_pick(x->pool, loop_now(w->loop), rand_next(&w->rng), &h);
+	if (!be)
+		return; /* no other backend free: keep waiting for the first */
+	struct upconn *up = upconn_get(w, be, &err);
+	if (!up) {
+		pool_release(x->pool, be, loop_now(w->loop), rand_next(&w->rng));
+		return;
+	}
+	up->s = s;
+	x->hedge = up;
+	x->hedge_be = be;
+	x->hedge_off = 0;
+	x->hedge_sent_ns = clock_now_ns();
+	atomic_fetch_add_explicit(&x->be->hedged, 1, memory_order_relaxed);
+}
+
+/* The hedged copy takes over: the first connection is closed and its slot given back. */
+static enum run hedge_promote(struct session *s)
+{
+	struct exchange *x = &s->x;
+	if (x->up)
+		upconn_close(x->up);
+	pool_release(x->pool, x->be, loop_now(s->w->loop), rand_next(&s->w->rng));
+	x->up = x->hedge;
+	x->be = x->hedge_be;
+	x->sent_ns = x->hedge_sent_ns;
+	x->up_reused = x->up->served > 0;
+	x->uphead_off = x->hedge_off;
+	x->hedge = NULL;
+	x->hedge_be = NULL;
+	atomic_fetch_add_explicit(&x->be->hedge_wins, 1, memory_order_relaxed);
+	return RUN_AGAIN;
+}
+
+/* Drive the hedged copy: send its head, and promote it once it has an answer. */
+static enum run hedge_run(struct session *s)
+{
+	struct exchange *x = &s->x;
+	struct upconn *h = x->hedge;
+	if (h->failed) {
+		hedge_drop(s);
+		return RUN_STAY;
+	}
+	if (!h->connecting && h->writable && x->hedge_off < x->uphead->end) {
+		ssize_t n = send(h->io.fd, x->uphead->data + x->hedge_off,
+				 x->uphead->end - x->hedge_off, MSG_NOSIGNAL);
+		if (n > 0)
+			x->hedge_off += (size_t)n;
+		else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+			hedge_drop(s);
+			return RUN_STAY;
+		}
+		if (x->hedge_off < x->uphead->end)
+			h->writable = 0;
+	}
+	if (!h->connecting && h->readable) {
+		ssize_t n = read_some(s->w, h->io.fd, &h->in, &h->readable, h->hup);
+		if (n == 0 || (n < 0 && n != -EAGAIN && n != -ENOSPC)) {
+			hedge_drop(s);
+			return RUN_STAY;
+		}
+	}
+	if (h->in && buf_len(h->in))
+		return hedge_promote(s);
+	return RUN_STAY;
+}
+
 static enum run upstream_failed(struct session *s, enum up_failure why)
 {
 	struct exchange *x = &s->x;
@@ -238,6 +341,8 @@ static enum run upstream_failed(struct session *s, enum up_failure why)
 		log_warn("backend %s: connect failed%s; out of rotation for %u ms", be->name,
 			 why == UP_CONNECT_TIMEOUT ? " (timeout)" : "", be->pool->fail_timeout_ms);
 	}
+	if (x->hedge && !x->resp_head)
+		return hedge_promote(s); /* the copy on another backend carries on alone */
 	/* a kept-alive connection the backend had closed is not the backend failing: that
 	 * retry is free; one after a failed connect spends the pool's retry budget */
 	int stale = why == UP_RESET && x->up_reused && http_method_idempotent(x->meth);
@@ -628,6 +733,7 @@ static enum run response_head(struct session *s)
 	s->out->end += (uint32_t)n;
 	buf_consume(up->in, (size_t)r);
 	x->resp_head = 1;
+	hedge_drop(s); /* the first answer wins; the other backend stops working on it */
 	buf_put(&w->bufs, x->uphead); /* no retry once a response has started */
 	x->uphead = NULL;
 	return RUN_AGAIN;
@@ -740,6 +846,8 @@ static enum run run_exchange(struct session *s)
 		enum run r;
 		ssize_t n;
 
+		if (x->hedge && (r = hedge_run(s)) != RUN_STAY)
+			continue; /* the copy answered first: carry on with it */
 		if (up->failed)
 			return upstream_failed(s, UP_CONNECT);
 		/* client -> backend */
@@ -932,6 +1040,9 @@ static void session_arm_timer(struct session *s)
 		deadline = s->phase_ms + LINGER_MS;
 		break;
 	}
+	uint64_t hedge_at;
+	if (s->state == S_EXCHANGE && hedge_due(s, &hedge_at) && hedge_at < deadline)
+		deadline = hedge_at;
 	loop_timer_set(s->w->loop, &s->timer, deadline);
 }
 
@@ -965,6 +1076,7 @@ static void session_on_timer(struct loop_timer *t)
 {
 	struct session *s = container_of(t, struct session, timer);
 	enum run r = RUN_AGAIN;
+	uint64_t hedge_at;
 	switch (s->state) {
 	case S_HEAD:
 		if (s->in && buf_len(s->in))
@@ -975,8 +1087,11 @@ static void session_on_timer(struct loop_timer *t)
 		}
 		break;
 	case S_EXCHANGE:
-		if (s->x.wt.state != W_IDLE && can_spill(s) &&
-		    loop_now(s->w->loop) < s->x.wt.queued_ms + s->x.pool->conf->queue_timeout_ms) {
+		if (hedge_due(s, &hedge_at) && loop_now(s->w->loop) >= hedge_at) {
+			hedge_start(s); /* no answer yet: ask a second backend too */
+		} else if (s->x.wt.state != W_IDLE && can_spill(s) &&
+			   loop_now(s->w->loop) <
+			       s->x.wt.queued_ms + s->x.pool->conf->queue_timeout_ms) {
 			r = exchange_spill(s); /* waited spillover.after_ms */
 		} else if (s->x.wt.state != W_IDLE) {
 			/* a slot granted at this very moment is handed back by the withdrawal */

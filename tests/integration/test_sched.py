@@ -3,6 +3,7 @@ ejection, slow start, the retry budget and spillover, seen from a client (and /s
 
 import concurrent.futures
 import json
+import threading
 import time
 
 from harness import (BIN, ScriptedBackend, backend_state, complete, free_port, request,
@@ -269,3 +270,36 @@ def test_backend_load_signal_steers_requests(env):
         assert h["x-queue-depth"] == ["0"], h
     finally:
         busy.close()
+
+
+def test_hedging_a_slow_idempotent_request(env):
+    release = threading.Event()
+    def hang(n, req):  # a backend that answers nothing until the test ends
+        release.wait(20)
+        return b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Served-By: stuck\r\n\r\nok", False
+    stuck = ScriptedBackend(hang)
+    try:
+        quick = env.sim("quick", latency_ms=1, jitter=0, token_ms=0)
+        px = env.proxy("pools:\n" + _capped("gpu", [stuck.port, quick.port], 0, extra=
+                       "    hedge_after_ms: 100\n"), workers=1)
+        seen = []
+        for _ in range(2):  # round robin (the copy takes a turn): each starts on the stuck one
+            st, h, _ = request(px.port, "GET", "/v1/models")
+            assert st == 200, st
+            seen.append(served_by(h))
+        assert seen == ["quick", "quick"], seen
+        s = backend_state(px.admin, f"127.0.0.1:{stuck.port}")
+        q = backend_state(px.admin, f"127.0.0.1:{quick.port}")
+        # the copy won; the stuck backend's connection was closed and its slot given back
+        assert s["hedged"] == 2 and q["hedge_wins"] == 2 and s["inflight"] == 0, (s, q)
+        # a POST is not idempotent: never hedged, it waits for its backend
+        with concurrent.futures.ThreadPoolExecutor(2) as ex:
+            posts = [ex.submit(request, px.port, "POST", "/v1/x", b"{}") for _ in range(2)]
+            wait_until(lambda: stuck.count == 2, "a POST on the stuck backend")
+            release.set()
+            got = sorted(served_by(f.result()[1]) for f in posts)
+        assert got == ["quick", "stuck"], got
+        assert backend_state(px.admin, f"127.0.0.1:{stuck.port}")["hedged"] == 2
+    finally:
+        release.set()
+        stuck.close()

@@ -72,6 +72,7 @@ static void defaults(void **state)
 	assert_int_equal(p->lb.wait_for_faster, 0);
 	assert_string_equal(p->load_header, "X-Queue-Depth");
 	assert_int_equal(p->load_ttl_ms, 1000);
+	assert_int_equal(p->hedge_after_ms, 0);
 	assert_int_equal(p->slow_start_ms, 0);
 	assert_int_equal(p->retry_budget_pct, 20);
 	assert_int_equal(p->outlier.consecutive_5xx, 0);
