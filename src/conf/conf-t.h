@@ -88,6 +88,7 @@ struct conf_route {
 	int has_spill;			  /* spillover: a second pool */
 	size_t spill_pool;		  /* ... used when the wait would exceed: */
 	unsigned spill_after_ms;
+	unsigned sse_heartbeat_ms; /* 0: no heartbeats */
 };
 
 struct conf_timeouts {

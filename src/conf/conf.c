@@ -652,6 +652,7 @@ static const struct key_rule route_rules[] = {
     {"priority", K_SECTION, 0, 0, 0, read_priority},
     {"priority_header", K_STR, offsetof(struct conf_route, priority_header), 0, 0, NULL},
     {"tenant_header", K_STR, offsetof(struct conf_route, tenant_header), 0, 0, NULL},
+    {"sse_heartbeat_ms", K_UINT, offsetof(struct conf_route, sse_heartbeat_ms), 0, MS_MAX, NULL},
     {"spillover", K_SECTION, 0, 0, 0, read_spillover},
     {"auth", K_UNSUPPORTED, 0, 0, 0, NULL},
     {"rate_limit", K_UNSUPPORTED, 0, 0, 0, NULL},

@@ -71,7 +71,16 @@ static int key_is(const char *b, size_t start, size_t end, const char *name)
 	return end - start == n + 2 && memcmp(b + start + 1, name, n) == 0;
 }
 
-int http_prompt_key(const char *buf, size_t len, int complete, size_t prefix_bytes, uint64_t *key)
+/* Does the top-level key buf[ks..ke) (quotes included), with a value starting <first>, count? */
+typedef int field_pred(const char *buf, size_t ks, size_t ke, char first);
+
+/*
+ * Find the first top-level field of the JSON object in buf[0..len) that <want> accepts.
+ * 1: its value is buf[*vs..*ve) (*ve == len when it may go on); 0: more bytes needed;
+ * -1: not there, or not a JSON object.
+ */
+static int top_field(const char *buf, size_t len, int complete, field_pred *want, size_t *vs,
+		     size_t *ve)
 {
 	int result = complete ? BAD : MORE; /* what running out of bytes means */
 	size_t i = skip_ws(buf, 0, len);
@@ -85,7 +94,7 @@ int http_prompt_key(const char *buf, size_t len, int complete, size_t prefix_byt
 		if (i == len)
 			return result;
 		if (buf[i] == '}')
-			return BAD; /* the end of the object, and no prompt */
+			return BAD; /* the end of the object, and no such field */
 		if (buf[i] != '"')
 			return BAD;
 		size_t kstart = i, kend = string_end(buf, i, len);
@@ -103,14 +112,9 @@ int http_prompt_key(const char *buf, size_t len, int complete, size_t prefix_byt
 		size_t vend = value_end(buf, i, len, &bad);
 		if (bad)
 			return BAD;
-		int is_prompt =
-		    key_is(buf, kstart, kend, "prompt") && (buf[i] == '"' || buf[i] == '[');
-		int is_messages = key_is(buf, kstart, kend, "messages") && buf[i] == '[';
-		if (is_prompt || is_messages) {
-			size_t have = vend - i;
-			if (have < prefix_bytes && vend == len && !complete)
-				return MORE; /* the value goes on: wait for the prefix */
-			*key = XXH3_64bits(buf + i, have < prefix_bytes ? have : prefix_bytes);
+		if (want(buf, kstart, kend, buf[i])) {
+			*vs = i;
+			*ve = vend;
 			return 1;
 		}
 		if (vend == len)
@@ -123,4 +127,36 @@ int http_prompt_key(const char *buf, size_t len, int complete, size_t prefix_byt
 		else if (buf[i] != '}')
 			return BAD;
 	}
+}
+
+static int is_prompt(const char *buf, size_t ks, size_t ke, char first)
+{
+	return (key_is(buf, ks, ke, "prompt") && (first == '"' || first == '[')) ||
+	       (key_is(buf, ks, ke, "messages") && first == '[');
+}
+
+static int is_stream(const char *buf, size_t ks, size_t ke, char first)
+{
+	(void)first;
+	return key_is(buf, ks, ke, "stream");
+}
+
+int http_prompt_key(const char *buf, size_t len, int complete, size_t prefix_bytes, uint64_t *key)
+{
+	size_t vs, ve;
+	int r = top_field(buf, len, complete, is_prompt, &vs, &ve);
+	if (r != 1)
+		return r;
+	size_t have = ve - vs;
+	if (have < prefix_bytes && ve == len && !complete)
+		return MORE; /* the value goes on: wait for the prefix */
+	*key = XXH3_64bits(buf + vs, have < prefix_bytes ? have : prefix_bytes);
+	return 1;
+}
+
+int http_wants_stream(const char *buf, size_t len)
+{
+	size_t vs, ve;
+	return top_field(buf, len, 0, is_stream, &vs, &ve) == 1 && ve - vs >= 4 &&
+	       memcmp(buf + vs, "true", 4) == 0;
 }

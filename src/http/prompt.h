@@ -19,4 +19,7 @@
  */
 int http_prompt_key(const char *buf, size_t len, int complete, size_t prefix_bytes, uint64_t *key);
 
+/* Does the (start of the) JSON body in buf[0..len) have a top-level "stream": true? */
+int http_wants_stream(const char *buf, size_t len);
+
 #endif

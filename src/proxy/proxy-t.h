@@ -65,6 +65,10 @@ struct exchange {
 	unsigned want_key : 1; /* reading the body for the prompt key before balancing */
 	unsigned spilled : 1;  /* moved to the route's spillover pool */
 	unsigned hedged : 1;   /* a copy went (or was tried) to a second backend */
+	unsigned sse_hb : 1;	 /* a streaming request on a route with heartbeats */
+	unsigned early_head : 1; /* ... whose event-stream head the proxy has sent */
+	unsigned wrap_tail : 1;	 /* a Content-Length body relayed as one chunk: end it */
+	unsigned wrap_size : 1;	 /* ... whose chunk-size line went out */
 	int retry_status; /* what to answer if the retry finds no backend: 502 or 504 */
 	struct waiter wt;  /* waiting in the pool's queue for a slot */
 	char reqid[REQUEST_ID_MAX + 1];
@@ -78,6 +82,7 @@ struct exchange {
 	struct backend *hedge_be;
 	size_t hedge_off; /* bytes of uphead sent on it */
 	uint64_t hedge_sent_ns;
+	uint64_t hb_next_ms; /* the next heartbeat */
 	struct upconn *up;
 	uint64_t connect_ms; /* when the current connect began */
 	/* the rewritten request head; kept until a response starts, so a retry can resend it */

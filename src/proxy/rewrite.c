@@ -154,12 +154,51 @@ int rewrite_response(char *buf, size_t cap, const struct http_head *resp, int ke
 	return finish(&o);
 }
 
+int rewrite_sse_head(char *out, size_t cap, const char *request_id)
+{
+	int n = snprintf(out, cap,
+			 "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+			 "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n"
+			 "X-Request-Id: %s\r\n\r\n",
+			 request_id);
+	return n < 0 || (size_t)n >= cap ? -1 : n;
+}
+
+/* <payload> as one chunk of a chunked body, then the last chunk too when <last>. */
+static int chunk(char *out, size_t cap, const char *payload, int plen, int last)
+{
+	int n =
+	    snprintf(out, cap, "%x\r\n%.*s\r\n%s", plen, plen, payload, last ? "0\r\n\r\n" : "");
+	return n < 0 || (size_t)n >= cap ? -1 : n;
+}
+
+int rewrite_sse_comment(char *out, size_t cap, const char *text)
+{
+	char line[128];
+	int n = snprintf(line, sizeof(line), ": %s\n\n", text);
+	if (n < 0 || (size_t)n >= sizeof(line))
+		return -1;
+	return chunk(out, cap, line, n, 0);
+}
+
+int rewrite_sse_error(char *out, size_t cap, int status, const char *detail)
+{
+	char ev[384];
+	int n = snprintf(ev, sizeof(ev),
+			 "event: error\ndata: {\"error\":{\"status\":%d,\"message\":\"%s\","
+			 "\"type\":\"proxy_error\"}}\n\n",
+			 status, detail);
+	if (n < 0 || (size_t)n >= sizeof(ev))
+		return -1;
+	return chunk(out, cap, ev, n, 1);
+}
+
 int rewrite_error(char *buf, size_t cap, int status, const char *detail, int keep_alive,
 		  const char *request_id, unsigned retry_after_s)
 {
 	char body[256], retry[40] = "";
-	int blen = snprintf(body, sizeof(body), "%d %s: %s\n", status, http_status_text(status),
-			    detail);
+	int blen =
+	    snprintf(body, sizeof(body), "%d %s: %s\n", status, http_status_text(status), detail);
 	if (blen < 0 || (size_t)blen >= sizeof(body))
 		blen = (int)sizeof(body) - 1;
 	if (retry_after_s)

@@ -45,6 +45,18 @@ int rewrite_error(char *out, size_t cap, int status, const char *detail, int kee
 		  const char *request_id, unsigned retry_after_s);
 
 /*
+ * Early event streams (routes.sse_heartbeat_ms): the proxy answers a streaming request
+ * itself before the backend has, with a chunked text/event-stream head and SSE comments, so
+ * the client (and any idle timer between) sees life while the request waits for a slot or
+ * for the first token. Each returns the bytes written, or -1 if they do not fit.
+ */
+int rewrite_sse_head(char *out, size_t cap, const char *request_id);
+/* One chunk holding an SSE comment line. */
+int rewrite_sse_comment(char *out, size_t cap, const char *text);
+/* One chunk holding an SSE "error" event for <status>, then the last chunk. */
+int rewrite_sse_error(char *out, size_t cap, int status, const char *detail);
+
+/*
  * The X-Request-Id of <req> if it is 1..64 characters of [A-Za-z0-9._:-], copied to <out>
  * (REQUEST_ID_MAX + 1 bytes); 0 if there is none usable.
  */

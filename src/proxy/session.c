@@ -176,8 +176,11 @@ static enum run reply_error(struct session *s, int status, const char *detail, i
 		return RUN_GONE;
 	}
 	buf_compact(s->out);
-	int n = rewrite_error(s->out->data + s->out->end, buf_room(s->out), status, detail, keep,
-			      id, status == 503 ? 1 : 0);
+	int n =
+	    s->in_exchange && s->x.early_head
+		? rewrite_sse_error(s->out->data + s->out->end, buf_room(s->out), status, detail)
+		: rewrite_error(s->out->data + s->out->end, buf_room(s->out), status, detail, keep,
+				id, status == 503 ? 1 : 0);
 	ASSERT(n > 0);
 	s->out->end += (uint32_t)n;
 	log_debug("%s %d %s", s->client_ip, status, detail);
@@ -232,6 +235,58 @@ static enum run exchange_finish(struct session *s)
 	s->head_scanned = 0;
 	release_buf(w, &s->in);
 	return RUN_AGAIN;
+}
+
+/* Write what s->out holds to the client while it takes it. RUN_STAY, or RUN_GONE. */
+static enum run flush_out(struct session *s)
+{
+	while (out_pending(s) && s->writable) {
+		ssize_t n = send(s->io.fd, buf_head(s->out), out_pending(s), MSG_NOSIGNAL);
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EINTR) {
+				s->writable = 0;
+				return RUN_STAY;
+			}
+			session_close(s);
+			return RUN_GONE;
+		}
+		buf_consume(s->out, (size_t)n);
+	}
+	return RUN_STAY;
+}
+
+/*
+ * routes.sse_heartbeat_ms: a streaming request that has no answer yet gets the proxy's own
+ * event-stream head (once) and an SSE comment, so the client and any idle timer between
+ * see life while it waits in the queue or for the first token.
+ */
+static void sse_heartbeat(struct session *s)
+{
+	struct exchange *x = &s->x;
+	struct worker *w = s->w;
+	x->hb_next_ms = loop_now(w->loop) + x->route->sse_heartbeat_ms;
+	if (!s->out && !(s->out = buf_get(&w->bufs)))
+		return;
+	buf_compact(s->out);
+	if (!x->early_head) {
+		int n = rewrite_sse_head(s->out->data + s->out->end, buf_room(s->out), x->reqid);
+		if (n < 0)
+			return;
+		s->out->end += (uint32_t)n;
+		x->early_head = 1;
+	}
+	int n = rewrite_sse_comment(s->out->data + s->out->end, buf_room(s->out), "waiting");
+	if (n > 0)
+		s->out->end += (uint32_t)n;
+}
+
+/* Does request <h>, with the first body bytes body[0..len), ask for an event stream? */
+static int wants_event_stream(const struct http_head *h, const char *body, size_t len)
+{
+	const struct http_header *a = http_find_header(h, "Accept");
+	if (a && memmem(a->value.p, a->value.len, "text/event-stream", 17))
+		return 1;
+	return h->framing == HTTP_BODY_LENGTH && http_wants_stream(body, len);
 }
 
 /* --- starting exchanges --- */
@@ -533,6 +588,13 @@ static enum run exchange_start(struct session *s, size_t head_len)
 	}
 	x->route = route;
 	x->pool = &w->px->rt->pools[route->pool];
+	if (route->sse_heartbeat_ms && h->minor == 1) {
+		size_t blen = buf_len(s->in) - head_len;
+		if (h->framing == HTTP_BODY_LENGTH && blen > h->content_length)
+			blen = (size_t)h->content_length;
+		x->sse_hb = wants_event_stream(h, buf_head(s->in) + head_len, blen);
+		x->hb_next_ms = loop_now(w->loop) + route->sse_heartbeat_ms;
+	}
 	classify_request(route, x->pool->conf, h, s->client_ip, &x->wt);
 	pool_retry_earn(x->pool);
 	x->want_key = x->pool->conf->hash.key == HASH_KEY_PROMPT && x->pool->conf->balance->keyed &&
@@ -689,6 +751,50 @@ static void note_reported_load(struct exchange *x, const struct http_head *h, ui
 	backend_report_load(x->be, now_ms, depth);
 }
 
+/* The response has started: nothing to resend, no copy needed any more. */
+static void response_started(struct session *s)
+{
+	struct exchange *x = &s->x;
+	x->resp_head = 1;
+	hedge_drop(s); /* the first answer wins; the other backend stops working on it */
+	buf_put(&s->w->bufs, x->uphead); /* no retry once a response has started */
+	x->uphead = NULL;
+}
+
+/*
+ * The backend's head <h> (<len> bytes) arrived for a request whose event stream the proxy
+ * has already begun (heartbeats). A 200 text/event-stream continues it: a chunked body
+ * passes through as it is, a Content-Length body becomes one chunk. Anything else ends it
+ * with an SSE error event.
+ */
+static enum run early_stream_continue(struct session *s, const struct http_head *h, size_t len)
+{
+	struct exchange *x = &s->x;
+	const struct http_header *ct = http_find_header(h, "Content-Type");
+	int sse =
+	    ct && ct->value.len >= 17 && strncasecmp(ct->value.p, "text/event-stream", 17) == 0;
+	if (h->status != 200 || !sse || h->framing == HTTP_BODY_CLOSE ||
+	    h->framing == HTTP_BODY_NONE) {
+		char detail[80];
+		snprintf(detail, sizeof(detail), "the backend answered %d%s", h->status,
+			 h->status == 200 ? " without a chunked event stream" : "");
+		return reply_error(s, h->status == 200 ? 502 : h->status, detail, 1);
+	}
+	buf_consume(x->up->in, len);
+	if (h->framing == HTTP_BODY_LENGTH) {
+		x->wrap_tail = 1;
+		if (h->content_length) {
+			int n = snprintf(s->out->data + s->out->end, buf_room(s->out), "%llx\r\n",
+					 (unsigned long long)h->content_length);
+			ASSERT(n > 0 && (size_t)n < buf_room(s->out));
+			s->out->end += (uint32_t)n;
+			x->wrap_size = 1;
+		}
+	}
+	response_started(s);
+	return RUN_AGAIN;
+}
+
 /* Parse what up->in holds of the response head. RUN_STAY: need more; RUN_AGAIN: progress. */
 static enum run response_head(struct session *s)
 {
@@ -706,7 +812,7 @@ static enum run response_head(struct session *s)
 	buf_compact(s->out);
 	if (h->status < 200) {
 		/* interim response (100 Continue, 103 Early Hints): pass it on to 1.1 clients */
-		if (x->minor == 1 && buf_room(s->out) >= (size_t)r) {
+		if (x->minor == 1 && !x->early_head && buf_room(s->out) >= (size_t)r) {
 			memcpy(s->out->data + s->out->end, buf_head(up->in), (size_t)r);
 			s->out->end += (uint32_t)r;
 		}
@@ -726,16 +832,15 @@ static enum run response_head(struct session *s)
 			 h->framing != HTTP_BODY_CLOSE && x->req_read_done;
 	x->up_reusable = !(h->flags & HTTP_F_CLOSE) && h->minor == 1 && x->minor == 1 &&
 			 h->framing != HTTP_BODY_CLOSE;
+	if (x->early_head)
+		return early_stream_continue(s, h, (size_t)r);
 	int n = rewrite_response(s->out->data + s->out->end, buf_room(s->out), h, x->client_keep,
 				 x->reqid);
 	if (n < 0)
 		return upstream_failed(s, UP_BAD);
 	s->out->end += (uint32_t)n;
 	buf_consume(up->in, (size_t)r);
-	x->resp_head = 1;
-	hedge_drop(s); /* the first answer wins; the other backend stops working on it */
-	buf_put(&w->bufs, x->uphead); /* no retry once a response has started */
-	x->uphead = NULL;
+	response_started(s);
 	return RUN_AGAIN;
 }
 
@@ -815,7 +920,8 @@ static enum run send_client(struct session *s, int *progress)
 		s->writable = 0; /* a short write: the socket buffer is full */
 	release_buf(s->w, &s->out);
 	*progress = 1;
-	s->last_ms = loop_now(s->w->loop);
+	if (x->resp_head) /* heartbeats do not hold off first_byte_ms */
+		s->last_ms = loop_now(s->w->loop);
 	return RUN_STAY;
 }
 
@@ -838,7 +944,7 @@ static enum run run_exchange(struct session *s)
 		/* waiting for a slot: only notice a client that gave up */
 		if (s->hup && !s->hup_checked && client_gone(s))
 			return exchange_abort(s, "client closed the connection while queued");
-		return RUN_STAY;
+		return flush_out(s); /* heartbeats */
 	}
 	for (;;) {
 		struct upconn *up = x->up;
@@ -915,6 +1021,17 @@ static enum run run_exchange(struct session *s)
 			if (r != RUN_STAY)
 				return r;
 		}
+		if (x->wrap_tail && x->resp_read_done && !x->resp_ready) {
+			/* the one chunk of a Content-Length body ends; then the last chunk */
+			const char *tail = x->wrap_size ? "\r\n0\r\n\r\n" : "0\r\n\r\n";
+			if (!s->out && !(s->out = buf_get(&w->bufs)))
+				return exchange_abort(s, "out of memory");
+			buf_compact(s->out);
+			memcpy(s->out->data + s->out->end, tail, strlen(tail));
+			s->out->end += (uint32_t)strlen(tail);
+			x->wrap_tail = 0;
+			continue;
+		}
 		if (x->resp_head && x->resp_read_done && !out_pending(s) && !x->resp_ready)
 			return exchange_finish(s);
 		if (!progress)
@@ -963,20 +1080,10 @@ static enum run run_head(struct session *s)
 
 static enum run run_reply(struct session *s)
 {
-	while (out_pending(s)) {
-		if (!s->writable)
-			return RUN_STAY;
-		ssize_t n = send(s->io.fd, buf_head(s->out), out_pending(s), MSG_NOSIGNAL);
-		if (n < 0) {
-			if (errno == EAGAIN || errno == EINTR) {
-				s->writable = 0;
-				return RUN_STAY;
-			}
-			session_close(s);
-			return RUN_GONE;
-		}
-		buf_consume(s->out, (size_t)n);
-	}
+	if (flush_out(s) == RUN_GONE)
+		return RUN_GONE;
+	if (out_pending(s))
+		return RUN_STAY;
 	release_buf(s->w, &s->out);
 	s->phase_ms = loop_now(s->w->loop);
 	s->head_scanned = 0;
@@ -1043,6 +1150,8 @@ static void session_arm_timer(struct session *s)
 	uint64_t hedge_at;
 	if (s->state == S_EXCHANGE && hedge_due(s, &hedge_at) && hedge_at < deadline)
 		deadline = hedge_at;
+	if (s->state == S_EXCHANGE && x->sse_hb && !x->resp_head && x->hb_next_ms < deadline)
+		deadline = x->hb_next_ms;
 	loop_timer_set(s->w->loop, &s->timer, deadline);
 }
 
@@ -1087,7 +1196,9 @@ static void session_on_timer(struct loop_timer *t)
 		}
 		break;
 	case S_EXCHANGE:
-		if (hedge_due(s, &hedge_at) && loop_now(s->w->loop) >= hedge_at) {
+		if (s->x.sse_hb && !s->x.resp_head && loop_now(s->w->loop) >= s->x.hb_next_ms) {
+			sse_heartbeat(s);
+		} else if (hedge_due(s, &hedge_at) && loop_now(s->w->loop) >= hedge_at) {
 			hedge_start(s); /* no answer yet: ask a second backend too */
 		} else if (s->x.wt.state != W_IDLE && can_spill(s) &&
 			   loop_now(s->w->loop) <

@@ -22,5 +22,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (q == 1 && (r != 1 || part != whole))
 			abort(); /* a key seen early must be the key */
 	}
+	(void)http_wants_stream(p, size);
 	return 0;
 }

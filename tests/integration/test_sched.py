@@ -3,11 +3,12 @@ ejection, slow start, the retry budget and spillover, seen from a client (and /s
 
 import concurrent.futures
 import json
+import socket
 import threading
 import time
 
-from harness import (BIN, ScriptedBackend, backend_state, complete, free_port, request,
-                     served_by, status,
+from harness import (BIN, ScriptedBackend, backend_state, complete, free_port, read_until,
+                     request, served_by, status,
                      wait_until)
 
 
@@ -303,3 +304,106 @@ def test_hedging_a_slow_idempotent_request(env):
     finally:
         release.set()
         stuck.close()
+
+
+# --- streaming: heartbeats while waiting -------------------------------------------------
+
+def _dechunk(data):
+    """A chunked body as (payload, ended with the last chunk?); fails on bad framing."""
+    out, i = b"", 0
+    while True:
+        j = data.index(b"\r\n", i)
+        size = int(data[i:j], 16)
+        if size == 0:
+            assert data[j + 2:j + 4] == b"\r\n", data[j:]
+            return out, True
+        out += data[j + 2:j + 2 + size]
+        assert data[j + 2 + size:j + 4 + size] == b"\r\n", data[i:]
+        i = j + 4 + size
+
+
+def _stream_request(port, body):
+    s = socket.create_connection(("127.0.0.1", port), timeout=15)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    return s
+
+
+def _heartbeat_proxy(env, sim_port, extra=""):
+    return env.proxy("pools:\n" + _capped("gpu", [sim_port], 1, extra=extra) +
+                     "routes:\n  - pool: gpu\n    sse_heartbeat_ms: 50\n")
+
+
+def test_sse_heartbeats_while_queued_then_tokens(env):
+    sim = env.sim("acc", latency_ms=500, jitter=0, token_ms=5, tokens=3, slots=64)
+    px = _heartbeat_proxy(env, sim.port)
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        first = ex.submit(complete, px.port)  # holds the one slot for 500 ms
+        wait_until(lambda: _inflight(px) == 1, "the first request in service")
+        s = _stream_request(px.port, b'{"prompt": "hi", "stream": true}')
+        with s:
+            got = read_until(s, lambda b: b.endswith(b"\r\n0\r\n\r\n"))
+        assert first.result()[0] == 200
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK") and b"text/event-stream" in head, head
+    payload, ended = _dechunk(body)
+    assert ended
+    events = payload.split(b"\n\n")
+    # comments while it waited for the slot and the first token, then the backend's tokens
+    assert events[0] == b": waiting", events
+    first_data = next(i for i, e in enumerate(events) if e.startswith(b"data:"))
+    assert all(e == b": waiting" for e in events[:first_data]), events
+    assert events[-2] == b"data: [DONE]" and sum(e.startswith(b"data: {") for e in events) == 3
+
+
+def test_sse_heartbeat_then_queue_timeout_is_an_error_event(env):
+    sim = env.sim("acc", latency_ms=1000, jitter=0, token_ms=0, slots=64)
+    px = _heartbeat_proxy(env, sim.port, "    queue: {timeout_ms: 300}\n")
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        ex.submit(complete, px.port)
+        wait_until(lambda: _inflight(px) == 1, "the first request in service")
+        s = _stream_request(px.port, b'{"prompt": "hi", "stream": true}')
+        with s:
+            got = read_until(s, lambda b: b.endswith(b"\r\n0\r\n\r\n"))
+    payload, ended = _dechunk(got.partition(b"\r\n\r\n")[2])
+    assert ended and payload.startswith(b": waiting\n\n"), payload
+    assert b'event: error\ndata: {"error":{"status":503' in payload, payload
+
+
+def test_sse_heartbeat_only_for_streams_and_backend_errors_become_events(env):
+    answers = {"n": 0}
+    release = threading.Event()
+    def backend(n, req):
+        release.wait(20)
+        if b'"stream": true' not in req:
+            return b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", False
+        answers["n"] += 1
+        if answers["n"] == 1:  # an event stream with a Content-Length
+            ev = b"data: one\n\n"
+            return (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(ev), ev)), False
+        return (b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 2\r\n\r\n{}"), False
+    be = ScriptedBackend(backend)
+    try:
+        px = env.proxy("pools:\n" + _capped("gpu", [be.port], 0) +
+                       "routes:\n  - pool: gpu\n    sse_heartbeat_ms: 50\n")
+        with concurrent.futures.ThreadPoolExecutor(1) as ex:
+            plain = ex.submit(complete, px.port)  # not a stream: no early head
+            wait_until(lambda: be.count == 1, "the plain request at the backend")
+            release.set()
+            st, h, body = plain.result()
+        assert st == 200 and body == b"ok" and "text/event-stream" not in str(h)
+        release.clear()
+        for want in (b"data: one\n\n", b'event: error\ndata: {"error":{"status":429'):
+            s = _stream_request(px.port, b'{"prompt": "hi", "stream": true}')
+            with s:
+                got = read_until(s, lambda b: b.count(b": waiting") >= 1)
+                release.set()
+                got = read_until(s, lambda b: b.endswith(b"\r\n0\r\n\r\n"), got)
+            release.clear()
+            payload, ended = _dechunk(got.partition(b"\r\n\r\n")[2])
+            assert ended and want in payload, payload
+    finally:
+        release.set()
+        be.close()

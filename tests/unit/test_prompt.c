@@ -91,6 +91,18 @@ static void partial_bodies_ask_for_more(void **state)
 	assert_int_equal(http_prompt_key(full, 10, 1, 16, &a), -1);
 }
 
+static void stream_flag(void **state)
+{
+	(void)state;
+	const char *yes =
+	    "{\"model\":\"m\",\"meta\":{\"stream\":false},\"stream\": true,\"prompt\":\"hi\"}";
+	assert_true(http_wants_stream(yes, strlen(yes)));
+	assert_false(http_wants_stream(yes, 30)); /* not in yet: no */
+	assert_false(http_wants_stream("{\"stream\":false}", 16));
+	assert_false(http_wants_stream("{\"prompt\":\"stream: true\"}", 26));
+	assert_false(http_wants_stream("not json", 8));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -98,6 +110,7 @@ int main(void)
 	    cmocka_unit_test(messages_and_short_prompts),
 	    cmocka_unit_test(only_the_top_level_field),
 	    cmocka_unit_test(partial_bodies_ask_for_more),
+	    cmocka_unit_test(stream_flag),
 	};
 	return cmocka_run_group_tests_name("prompt key", tests, NULL, NULL);
 }

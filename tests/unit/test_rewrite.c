@@ -33,12 +33,13 @@ static const char *rewrite(const char *t, int minor)
 static void request_is_rewritten(void **state)
 {
 	(void)state;
-	const char *r = rewrite("POST /v1/completions HTTP/1.1\r\nHost: api\r\n"
-				"Connection: keep-alive, X-Secret\r\nKeep-Alive: timeout=5\r\n"
-				"X-Secret: 1\r\nTE: trailers\r\nUpgrade: h2c\r\nProxy-Connection: x\r\n"
-				"Content-Length: 2\r\nX-Forwarded-Proto: https\r\n"
-				"Expect: 100-continue\r\nAccept: */*\r\n\r\n",
-				1);
+	const char *r =
+	    rewrite("POST /v1/completions HTTP/1.1\r\nHost: api\r\n"
+		    "Connection: keep-alive, X-Secret\r\nKeep-Alive: timeout=5\r\n"
+		    "X-Secret: 1\r\nTE: trailers\r\nUpgrade: h2c\r\nProxy-Connection: x\r\n"
+		    "Content-Length: 2\r\nX-Forwarded-Proto: https\r\n"
+		    "Expect: 100-continue\r\nAccept: */*\r\n\r\n",
+		    1);
 	assert_non_null(strstr(r, "POST /v1/completions HTTP/1.1\r\nHost: api\r\n"));
 	assert_non_null(strstr(r, "Content-Length: 2\r\n"));
 	assert_non_null(strstr(r, "Accept: */*\r\n"));
@@ -83,8 +84,9 @@ static void request_id_kept_if_sane(void **state)
 static void response_head(void **state)
 {
 	(void)state;
-	const char *t = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-			"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\nKeep-Alive: 5\r\n\r\n";
+	const char *t =
+	    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+	    "Transfer-Encoding: chunked\r\nConnection: keep-alive\r\nKeep-Alive: 5\r\n\r\n";
 	assert_true(http_parse_response(t, strlen(t), 32768, HTTP_POST, &h) > 0);
 	int n = rewrite_response(out, sizeof(out), &h, 1, "rid");
 	assert_true(n > 0);
@@ -115,14 +117,36 @@ static void error_response(void **state)
 	assert_non_null(strstr(out, cl));
 }
 
+static void sse_early_stream(void **state)
+{
+	(void)state;
+	char buf[512];
+	int n = rewrite_sse_head(buf, sizeof(out), "abc");
+	assert_true(n > 0);
+	buf[n] = 0;
+	assert_string_equal(buf, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+				 "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n"
+				 "X-Request-Id: abc\r\n\r\n");
+	n = rewrite_sse_comment(buf, sizeof(out), "waiting");
+	buf[n] = 0;
+	assert_string_equal(buf, "b\r\n: waiting\n\n\r\n");
+	n = rewrite_sse_error(buf, sizeof(out), 503, "queue full");
+	buf[n] = 0;
+	const char *ev =
+	    "event: error\ndata: {\"error\":{\"status\":503,\"message\":\"queue full\","
+	    "\"type\":\"proxy_error\"}}\n\n";
+	char want[512];
+	snprintf(want, sizeof(want), "%zx\r\n%s\r\n0\r\n\r\n", strlen(ev), ev);
+	assert_string_equal(buf, want);
+	assert_int_equal(rewrite_sse_error(buf, 20, 503, "queue full"), -1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(request_is_rewritten),
-		cmocka_unit_test(forwarded_for_appends),
-		cmocka_unit_test(request_id_kept_if_sane),
-		cmocka_unit_test(response_head),
-		cmocka_unit_test(error_response),
+	    cmocka_unit_test(request_is_rewritten),    cmocka_unit_test(forwarded_for_appends),
+	    cmocka_unit_test(request_id_kept_if_sane), cmocka_unit_test(response_head),
+	    cmocka_unit_test(error_response),	       cmocka_unit_test(sse_early_stream),
 	};
 	return cmocka_run_group_tests_name("head rewriting", tests, NULL, NULL);
 }
