@@ -417,6 +417,8 @@ static enum run upstream_failed(struct session *s, enum up_failure why)
 			 why == UP_TIMEOUT ? "no response within first_byte_ms"
 			 : why == UP_BAD   ? "malformed response"
 					   : "connection closed before the response");
+	if (be && why == UP_TIMEOUT && !x->resp_head) /* a gateway timeout: latency and a failure */
+		backend_observe(x->pool, be, now, (clock_now_ns() - x->sent_ns) / 1000, 504);
 	exchange_drop_upstream(s);
 	if (x->resp_head)
 		return exchange_abort(s, "upstream failed mid-response");

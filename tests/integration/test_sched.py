@@ -8,7 +8,7 @@ import threading
 import time
 
 from harness import (BIN, ScriptedBackend, backend_state, complete, free_port, read_until,
-                     request, served_by, status,
+                     request, served_by, sim_stats, status,
                      wait_until)
 
 
@@ -407,3 +407,23 @@ def test_sse_heartbeat_only_for_streams_and_backend_errors_become_events(env):
     finally:
         release.set()
         be.close()
+
+
+def test_stalling_backend_times_out_then_is_ejected(env):
+    staller = env.sim("staller", latency_ms=1, jitter=0, token_ms=0, stall_ms=59000,
+                      stall_every_ms=60000)
+    healthy = env.sim("healthy", latency_ms=20, jitter=0, token_ms=0)
+    wait_until(lambda: sim_stats(staller.port)["stalled"], "the stall to begin")
+    px = env.proxy("timeouts: {first_byte_ms: 300}\npools:\n" +
+                   _capped("gpu", [staller.port, healthy.port], 2, "least-connections",
+                           "    outlier: {consecutive_5xx: 2, ejection_ms: 60000}\n"))
+    with concurrent.futures.ThreadPoolExecutor(12) as ex:
+        got = list(ex.map(lambda _: complete(px.port), range(12)))
+    codes = sorted(g[0] for g in got)
+    # the stalled backend holds its two slots until first_byte_ms, answers 504 for them (and
+    # maybe for one more granted between the two timeouts), and is ejected; the rest flow
+    # through the healthy one
+    assert 2 <= codes.count(504) <= 3 and codes.count(200) == 12 - codes.count(504), codes
+    assert all(served_by(g[1]) == "healthy" for g in got if g[0] == 200)
+    assert backend_state(px.admin, f"127.0.0.1:{staller.port}")["ejections"] == 1
+    assert [served_by(complete(px.port)[1]) for _ in range(4)] == ["healthy"] * 4
