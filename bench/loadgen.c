@@ -39,6 +39,8 @@ struct conn {
 	struct conn *next_idle;
 	char *in;
 	size_t in_len, in_cap, sent;
+	const char *req; /* the request being sent on it */
+	size_t req_len;
 	int connecting, busy, head_done;
 	uint64_t due_ns, start_ns;
 	struct http_head head;
@@ -54,8 +56,10 @@ struct conn {
 static struct {
 	enum mode mode;
 	struct net_addr addr;
-	char *req;
-	size_t req_len;
+	char **reqs; /* one request, or one per prompt prefix (--prefixes) */
+	size_t *req_lens;
+	unsigned nreqs;
+	uint64_t pick; /* chooses each request's prefix, the same sequence every run */
 	double rate;
 	double duration;
 	unsigned streams, conns, max_conns;
@@ -143,8 +147,8 @@ static void conn_fail(struct conn *c)
 
 static void conn_send(struct conn *c)
 {
-	while (c->sent < g.req_len) {
-		ssize_t n = send(c->io.fd, g.req + c->sent, g.req_len - c->sent, MSG_NOSIGNAL);
+	while (c->sent < c->req_len) {
+		ssize_t n = send(c->io.fd, c->req + c->sent, c->req_len - c->sent, MSG_NOSIGNAL);
 		if (n < 0) {
 			if (errno != EAGAIN)
 				conn_fail(c);
@@ -316,7 +320,7 @@ static void conn_on_io(struct loop_io *io, unsigned events)
 	}
 	if (c->connecting)
 		return;
-	if (events & LOOP_WRITE && c->sent < g.req_len && c->busy) {
+	if (events & LOOP_WRITE && c->sent < c->req_len && c->busy) {
 		conn_send(c);
 		return; /* conn_send may have freed c; the next edge brings the response */
 	}
@@ -360,6 +364,15 @@ static void start_request(uint64_t due_ns)
 	}
 	c->busy = 1;
 	c->sent = 0;
+	unsigned k = 0;
+	if (g.nreqs > 1) {
+		g.pick ^= g.pick << 13; /* xorshift64: uniform enough, and reproducible */
+		g.pick ^= g.pick >> 7;
+		g.pick ^= g.pick << 17;
+		k = (unsigned)(g.pick % g.nreqs);
+	}
+	c->req = g.reqs[k];
+	c->req_len = g.req_lens[k];
 	c->due_ns = due_ns;
 	c->start_ns = clock_now_ns();
 	c->got_token = 0;
@@ -408,7 +421,9 @@ static void on_deadline(struct loop_timer *t)
 static void usage(void)
 {
 	fprintf(stderr, "usage: loadgen open|sse|idle --target HOST:PORT [--path P] [--body B]\n"
-			"  [--rate R --duration S] [--streams N] [--conns N] [--timeout-s S]\n");
+			"  [--rate R --duration S] [--streams N] [--conns N] [--timeout-s S]\n"
+			"  [--prefixes N]  (open: each prompt is one of N long system prompts, then one\n"
+			"                  of four questions)\n");
 	exit(2);
 }
 
@@ -419,10 +434,12 @@ int main(int argc, char **argv)
 		{"body", required_argument, NULL, 'b'},	  {"rate", required_argument, NULL, 'r'},
 		{"duration", required_argument, NULL, 'd'}, {"streams", required_argument, NULL, 's'},
 		{"conns", required_argument, NULL, 'c'},  {"timeout-s", required_argument, NULL, 'T'},
+		{"prefixes", required_argument, NULL, 'P'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *target = NULL, *path = "/v1/completions", *body = "{\"prompt\":\"hi\"}", *why;
 	double timeout_s = 30;
+	unsigned prefixes = 0;
 	if (argc < 2)
 		usage();
 	if (!strcmp(argv[1], "open"))
@@ -446,6 +463,7 @@ int main(int argc, char **argv)
 		case 's': g.streams = (unsigned)atoi(optarg); break;
 		case 'c': g.conns = (unsigned)atoi(optarg); break;
 		case 'T': timeout_s = atof(optarg); break;
+		case 'P': prefixes = (unsigned)atoi(optarg); break;
 		default: usage();
 		}
 	}
@@ -462,15 +480,33 @@ int main(int argc, char **argv)
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
 	g.timeout_ns = (uint64_t)(timeout_s * 1e9);
-	size_t cap = strlen(path) + strlen(body) + 256;
-	g.req = malloc(cap);
-	if (g.mode == M_IDLE)
-		g.req_len = (size_t)snprintf(g.req, cap, "GET %s HTTP/1.1\r\nHost: bench\r\n\r\n", path);
-	else
-		g.req_len = (size_t)snprintf(g.req, cap,
-					     "POST %s HTTP/1.1\r\nHost: bench\r\nContent-Type: "
-					     "application/json\r\nContent-Length: %zu\r\n\r\n%s",
-					     path, strlen(body), body);
+	static const char *const questions[] = {"what now?", "why is that so?", "how?",
+						 "and what comes after that one?"};
+	g.nreqs = prefixes ? prefixes * 4 : 1;
+	g.pick = 0x9e3779b97f4a7c15u;
+	g.reqs = calloc(g.nreqs, sizeof(*g.reqs));
+	g.req_lens = calloc(g.nreqs, sizeof(*g.req_lens));
+	for (unsigned k = 0; k < g.nreqs; k++) {
+		char pbody[512];
+		if (prefixes) /* a long system prompt, different per k, then the same question */
+			snprintf(pbody, sizeof(pbody),
+				 "{\"prompt\":\"System prompt %u. You are a careful assistant for "
+				 "team %u; answer briefly, cite sources, never guess, and keep the "
+				 "house style of team %u in every reply you write for them, whatever "
+				 "the question and however it is phrased. Question: %s\"}",
+				 k / 4, k / 4, k / 4, questions[k % 4]);
+		const char *b = prefixes ? pbody : body;
+		size_t cap = strlen(path) + strlen(b) + 256;
+		g.reqs[k] = malloc(cap);
+		if (g.mode == M_IDLE)
+			g.req_lens[k] = (size_t)snprintf(g.reqs[k], cap,
+							 "GET %s HTTP/1.1\r\nHost: bench\r\n\r\n", path);
+		else
+			g.req_lens[k] = (size_t)snprintf(g.reqs[k], cap,
+							 "POST %s HTTP/1.1\r\nHost: bench\r\nContent-Type: "
+							 "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+							 path, strlen(b), b);
+	}
 	if (loop_create(&g.loop) < 0)
 		return 1;
 	g.start_ns = clock_now_ns();
@@ -528,6 +564,9 @@ int main(int argc, char **argv)
 	loop_destroy(g.loop);
 	free(g.lat);
 	free(g.ttft);
-	free(g.req);
+	for (unsigned k = 0; k < g.nreqs; k++)
+		free(g.reqs[k]);
+	free(g.reqs);
+	free(g.req_lens);
 	return 0;
 }

@@ -34,17 +34,19 @@ static void sim_on_signal(int signo, void *arg)
 int cmd_sim(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"listen", required_argument, NULL, 'L'},
-		{"name", required_argument, NULL, 'n'},
-		{"slots", required_argument, NULL, 's'},
-		{"latency-ms", required_argument, NULL, 'l'},
-		{"jitter", required_argument, NULL, 'j'},
-		{"tokens", required_argument, NULL, 't'},
-		{"token-ms", required_argument, NULL, 'T'},
-		{"fail-rate", required_argument, NULL, 'f'},
-		{"stall-ms", required_argument, NULL, 'S'},
-		{"stall-every-ms", required_argument, NULL, 'E'},
-		{NULL, 0, NULL, 0},
+	    {"listen", required_argument, NULL, 'L'},
+	    {"name", required_argument, NULL, 'n'},
+	    {"slots", required_argument, NULL, 's'},
+	    {"latency-ms", required_argument, NULL, 'l'},
+	    {"jitter", required_argument, NULL, 'j'},
+	    {"tokens", required_argument, NULL, 't'},
+	    {"token-ms", required_argument, NULL, 'T'},
+	    {"fail-rate", required_argument, NULL, 'f'},
+	    {"stall-ms", required_argument, NULL, 'S'},
+	    {"stall-every-ms", required_argument, NULL, 'E'},
+	    {"prefix-cache", required_argument, NULL, 'P'},
+	    {"cache-hit-ms", required_argument, NULL, 'H'},
+	    {NULL, 0, NULL, 0},
 	};
 	struct sim_opts o;
 	const char *listen = NULL, *why;
@@ -58,14 +60,16 @@ int cmd_sim(int argc, char **argv)
 		unsigned *u; /* one of these two */
 		double *d;
 	} nums[] = {
-		{'s', "--slots", 1, 100000, &o.slots, NULL},
-		{'l', "--latency-ms", 0, 3600000, &o.latency_ms, NULL},
-		{'j', "--jitter", 0, 1, NULL, &o.jitter},
-		{'t', "--tokens", 1, 4096, &o.tokens, NULL},
-		{'T', "--token-ms", 0, 60000, &o.token_ms, NULL},
-		{'f', "--fail-rate", 0, 1, NULL, &o.fail_rate},
-		{'S', "--stall-ms", 0, 3600000, &o.stall_ms, NULL},
-		{'E', "--stall-every-ms", 0, 86400000, &o.stall_every_ms, NULL},
+	    {'s', "--slots", 1, 100000, &o.slots, NULL},
+	    {'l', "--latency-ms", 0, 3600000, &o.latency_ms, NULL},
+	    {'j', "--jitter", 0, 1, NULL, &o.jitter},
+	    {'t', "--tokens", 1, 4096, &o.tokens, NULL},
+	    {'T', "--token-ms", 0, 60000, &o.token_ms, NULL},
+	    {'f', "--fail-rate", 0, 1, NULL, &o.fail_rate},
+	    {'S', "--stall-ms", 0, 3600000, &o.stall_ms, NULL},
+	    {'E', "--stall-every-ms", 0, 86400000, &o.stall_every_ms, NULL},
+	    {'P', "--prefix-cache", 0, 1000000, &o.prefix_cache, NULL},
+	    {'H', "--cache-hit-ms", 0, 3600000, &o.cache_hit_ms, NULL},
 	};
 	optind = 1;
 	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -118,9 +122,10 @@ int cmd_sim(int argc, char **argv)
 	}
 	signals_watch(loop, sim_on_signal, loop);
 	log_info("simulated accelerator '%s' on %s: %u slots, %u ms to first token, "
-		 "%u tokens every %u ms, jitter %.2f, fail rate %.2f, stall %u ms every %u ms",
+		 "%u tokens every %u ms, jitter %.2f, fail rate %.2f, stall %u ms every %u ms, "
+		 "prefix cache %u (%u ms on a hit)",
 		 o.name, listen, o.slots, o.latency_ms, o.tokens, o.token_ms, o.jitter, o.fail_rate,
-		 o.stall_ms, o.stall_every_ms);
+		 o.stall_ms, o.stall_every_ms, o.prefix_cache, o.cache_hit_ms);
 	loop_run(loop);
 	sim_stop(sim);
 	loop_destroy(loop);

@@ -16,6 +16,7 @@ static const struct {
 	{"demo", cmd_demo, "demo                                 3 simulated accelerators behind the proxy"},
 	{"sim", cmd_sim, "sim --listen ADDR [--name NAME] [--slots N] [--latency-ms MS] [--jitter F]\n"
 			 "      [--tokens N] [--token-ms MS] [--fail-rate F] [--stall-ms MS --stall-every-ms MS]\n"
+			 "      [--prefix-cache N --cache-hit-ms MS]\n"
 			 "      a simulated accelerator server"},
 };
 

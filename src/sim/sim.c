@@ -10,6 +10,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/rand.h"
+#include "http/prompt.h"
 #include "http/server.h"
 
 #include <errno.h>
@@ -25,6 +26,9 @@ struct sim_job {
 	unsigned long id;
 	unsigned tokens, sent;
 	unsigned prompt_tokens;
+	uint64_t prefix; /* prompt prefix hash */
+	int has_prefix;
+	int cache_hit; /* the prefix was cached: a short time to first token */
 	int stream, chat, active, headers_sent;
 	uint64_t queued_at_ms, wait_ms;
 };
@@ -36,6 +40,9 @@ struct sim {
 	struct sim_job *queue_head, *queue_tail;
 	unsigned active, waiting, max_waiting, max_active;
 	unsigned long requests, completions, failures, aborted, next_id;
+	unsigned long cache_hits, cache_misses;
+	uint64_t *cache; /* prompt prefixes, most recent first */
+	unsigned ncache;
 	uint64_t rng;
 	uint64_t start_ms;
 	char served_by[96];
@@ -99,16 +106,20 @@ static void job_headers(struct sim_job *j, char *out, size_t len)
 {
 	/* X-Queue-Depth: requests waiting inside this accelerator, for balancers that read
 	 * backend load signals (the proxy's pools.load_header) */
-	snprintf(out, len, "%sX-Sim-Wait-Ms: %llu\r\nX-Queue-Depth: %u\r\n", j->sim->served_by,
-		 (unsigned long long)j->wait_ms, j->sim->waiting);
+	snprintf(out, len, "%sX-Sim-Wait-Ms: %llu\r\nX-Queue-Depth: %u\r\n%s", j->sim->served_by,
+		 (unsigned long long)j->wait_ms, j->sim->waiting,
+		 !j->sim->opts.prefix_cache ? ""
+		 : j->cache_hit		    ? "X-Prefix-Cache: hit\r\n"
+					    : "X-Prefix-Cache: miss\r\n");
 }
 
 static void job_fail(struct sim_job *j)
 {
 	char headers[256], body[160];
-	int n = snprintf(body, sizeof(body),
-			 "{\"error\":{\"message\":\"simulated failure on %s\",\"type\":\"server_error\"}}",
-			 j->sim->opts.name);
+	int n = snprintf(
+	    body, sizeof(body),
+	    "{\"error\":{\"message\":\"simulated failure on %s\",\"type\":\"server_error\"}}",
+	    j->sim->opts.name);
 	j->sim->failures++;
 	job_headers(j, headers, sizeof(headers));
 	hsrv_respond(j->conn, 500, "application/json", headers, body, (size_t)n);
@@ -120,16 +131,18 @@ static int token_event(struct sim_job *j, char *out, size_t len)
 	const char *name = j->sim->opts.name;
 	unsigned long long sent = (unsigned long long)clock_now_ns();
 	if (j->chat)
-		return snprintf(out, len,
-				"data: {\"id\":\"chatcmpl-%lu\",\"object\":\"chat.completion.chunk\","
-				"\"model\":\"%s\",\"choices\":[{\"index\":0,\"delta\":{\"content\":"
-				"\"tok%u \"},\"finish_reason\":null}],\"sent_ns\":%llu}\n\n",
-				j->id, name, j->sent, sent);
-	return snprintf(out, len,
-			"data: {\"id\":\"cmpl-%lu\",\"object\":\"text_completion\",\"model\":\"%s\","
-			"\"choices\":[{\"index\":0,\"text\":\"tok%u \",\"finish_reason\":null}],"
-			"\"sent_ns\":%llu}\n\n",
-			j->id, name, j->sent, sent);
+		return snprintf(
+		    out, len,
+		    "data: {\"id\":\"chatcmpl-%lu\",\"object\":\"chat.completion.chunk\","
+		    "\"model\":\"%s\",\"choices\":[{\"index\":0,\"delta\":{\"content\":"
+		    "\"tok%u \"},\"finish_reason\":null}],\"sent_ns\":%llu}\n\n",
+		    j->id, name, j->sent, sent);
+	return snprintf(
+	    out, len,
+	    "data: {\"id\":\"cmpl-%lu\",\"object\":\"text_completion\",\"model\":\"%s\","
+	    "\"choices\":[{\"index\":0,\"text\":\"tok%u \",\"finish_reason\":null}],"
+	    "\"sent_ns\":%llu}\n\n",
+	    j->id, name, j->sent, sent);
 }
 
 /* When the accelerator is frozen at <now>, the time the freeze ends; else 0. */
@@ -165,11 +178,11 @@ static void job_finish_whole(struct sim_job *j)
 					 j->id, s->opts.name);
 	for (unsigned i = 0; i < j->tokens; i++)
 		used += (size_t)snprintf(body + used, cap - used, "tok%u ", i);
-	used += (size_t)snprintf(body + used, cap - used,
-				 "\"%s,\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":%u,"
-				 "\"completion_tokens\":%u,\"total_tokens\":%u}}\n",
-				 j->chat ? "}" : "", j->prompt_tokens, j->tokens,
-				 j->prompt_tokens + j->tokens);
+	used += (size_t)snprintf(
+	    body + used, cap - used,
+	    "\"%s,\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":%u,"
+	    "\"completion_tokens\":%u,\"total_tokens\":%u}}\n",
+	    j->chat ? "}" : "", j->prompt_tokens, j->tokens, j->prompt_tokens + j->tokens);
 	s->completions++;
 	job_headers(j, headers, sizeof(headers));
 	hsrv_respond(j->conn, 200, "application/json", headers, body, used);
@@ -218,6 +231,28 @@ static void job_on_timer(struct loop_timer *t)
 	job_release(j);
 }
 
+/* Is the job's prompt prefix in the cache? It is there afterwards, most recent first. */
+static int prefix_cached(struct sim *s, const struct sim_job *j)
+{
+	if (!s->opts.prefix_cache || !j->has_prefix)
+		return 0;
+	unsigned i = 0;
+	while (i < s->ncache && s->cache[i] != j->prefix)
+		i++;
+	int hit = i < s->ncache;
+	if (!hit && s->ncache < s->opts.prefix_cache)
+		s->ncache++;
+	if (i == s->ncache)
+		i--; /* a miss on a full cache: the least recent one goes */
+	memmove(s->cache + 1, s->cache, i * sizeof(*s->cache));
+	s->cache[0] = j->prefix;
+	if (hit)
+		s->cache_hits++;
+	else
+		s->cache_misses++;
+	return hit;
+}
+
 static void job_begin(struct sim_job *j)
 {
 	struct sim *s = j->sim;
@@ -227,7 +262,9 @@ static void job_begin(struct sim_job *j)
 		s->max_active = s->active;
 	j->wait_ms = now - j->queued_at_ms;
 	double f = 1.0 + s->opts.jitter * (2.0 * rand_unit(&s->rng) - 1.0);
-	uint64_t delay = (uint64_t)((double)s->opts.latency_ms * (f < 0 ? 0 : f));
+	j->cache_hit = prefix_cached(s, j);
+	unsigned first = j->cache_hit ? s->opts.cache_hit_ms : s->opts.latency_ms;
+	uint64_t delay = (uint64_t)((double)first * (f < 0 ? 0 : f));
 	if (s->opts.fail_rate > 0 && rand_unit(&s->rng) < s->opts.fail_rate) {
 		job_fail(j);
 		return;
@@ -260,7 +297,8 @@ static const char *json_value(const char *body, size_t len, const char *key, siz
 {
 	size_t klen = strlen(key);
 	for (size_t i = 0; i + klen + 2 <= len; i++) {
-		if (body[i] != '"' || memcmp(body + i + 1, key, klen) != 0 || body[i + 1 + klen] != '"')
+		if (body[i] != '"' || memcmp(body + i + 1, key, klen) != 0 ||
+		    body[i + 1 + klen] != '"')
 			continue;
 		size_t k = i + klen + 2;
 		while (k < len && (body[k] == ' ' || body[k] == ':' || body[k] == '\t'))
@@ -314,6 +352,7 @@ static void sim_on_request(void *arg, struct hsrv_conn *c, const struct http_hea
 		j->tokens = max_tokens > 0 ? (unsigned)(max_tokens < 4096 ? max_tokens : 4096)
 					   : s->opts.tokens;
 		j->prompt_tokens = (unsigned)(body_len / 4);
+		j->has_prefix = http_prompt_key(body, body_len, 1, 256, &j->prefix) == 1;
 		j->queued_at_ms = loop_now(s->loop);
 		hsrv_on_abort(c, job_on_abort, j);
 		if (s->queue_tail)
@@ -336,16 +375,18 @@ static void sim_on_request(void *arg, struct hsrv_conn *c, const struct http_hea
 			     "{\"name\":\"%s\",\"connections\":%lu,\"requests\":%lu,"
 			     "\"completions\":%lu,\"failures\":%lu,\"aborted\":%lu,\"active\":%u,"
 			     "\"waiting\":%u,\"max_waiting\":%u,\"max_active\":%u,\"slots\":%u,"
-			     "\"stalled\":%s}\n",
+			     "\"stalled\":%s,\"cache_hits\":%lu,\"cache_misses\":%lu}\n",
 			     s->opts.name, hsrv_connections(s->srv), s->requests, s->completions,
 			     s->failures, s->aborted, s->active, s->waiting, s->max_waiting,
 			     s->max_active, s->opts.slots,
-			     sim_stall_end(s, loop_now(s->loop)) ? "true" : "false");
+			     sim_stall_end(s, loop_now(s->loop)) ? "true" : "false", s->cache_hits,
+			     s->cache_misses);
 		hsrv_respond(c, 200, "application/json", s->served_by, text, (size_t)n);
 		return;
 	}
 	n = snprintf(text, sizeof(text), "%s: %.*s %.*s (%zu body bytes)\n", s->opts.name,
-		     (int)req->method.len, req->method.p, (int)req->path.len, req->path.p, body_len);
+		     (int)req->method.len, req->method.p, (int)req->path.len, req->path.p,
+		     body_len);
 	hsrv_respond(c, 200, "text/plain", s->served_by, text, (size_t)n);
 }
 
@@ -360,9 +401,14 @@ int sim_start(struct loop *loop, const struct sim_opts *o, struct sim **out)
 	s->loop = loop;
 	s->rng = clock_now_ns() ^ (uint64_t)(uintptr_t)s;
 	s->start_ms = loop_now(loop);
+	if (o->prefix_cache && !(s->cache = calloc(o->prefix_cache, sizeof(*s->cache)))) {
+		free(s);
+		return -ENOMEM;
+	}
 	snprintf(s->served_by, sizeof(s->served_by), "X-Served-By: %s\r\n", o->name);
 	int err = hsrv_start(loop, &o->addr, sim_on_request, s, &s->srv);
 	if (err) {
+		free(s->cache);
 		free(s);
 		return err;
 	}
@@ -380,5 +426,6 @@ void sim_stop(struct sim *s)
 	if (!s)
 		return;
 	hsrv_stop(s->srv); /* aborts every job still held by a connection */
+	free(s->cache);
 	free(s);
 }

@@ -9,7 +9,10 @@
  * freezes for stall_ms at the end of every such period (a GC pause, a thermal throttle, a
  * neighbour's burst): nothing it serves progresses meanwhile. Each streamed event carries
  * "sent_ns", the sender's CLOCK_MONOTONIC, so a client on the same machine can measure what
- * a proxy adds per token. Every response carries
+ * a proxy adds per token. With prefix_cache entries, it keeps the prompt prefixes (the first
+ * 256 bytes of "prompt" or "messages") it served last, like an inference server's KV prefix
+ * cache: a request whose prefix is there gets its first token after cache_hit_ms instead of
+ * latency_ms. Every response carries
  * X-Served-By: NAME. GET /health is 200 while it runs; GET /sim/stats reports its counters
  * as JSON; every other path answers 200 with a one-line description.
  */
@@ -29,6 +32,8 @@ struct sim_opts {
 	unsigned token_ms;
 	double fail_rate; /* 0..1 */
 	unsigned stall_ms, stall_every_ms; /* freeze for stall_ms at the end of every period */
+	unsigned prefix_cache;		   /* prompt prefixes remembered; 0: none */
+	unsigned cache_hit_ms;		   /* time to first token when the prefix is cached */
 };
 
 struct sim;

@@ -71,3 +71,19 @@ def test_sim_stalls_freeze_service(env):
     wait_until(lambda: sim_stats(sim.port)["active"] == 1, "the request to be in service")
     st = sim_stats(sim.port)
     assert st["completions"] == 0 and st["stalled"], st
+
+
+def test_sim_prefix_cache(env):
+    sim = env.sim("kv", latency_ms=50, cache_hit_ms=1, prefix_cache=2, jitter=0, token_ms=0,
+                  tokens=1)
+    def cache(prompt):
+        st, h, _ = complete(sim.port, json.dumps({"prompt": prompt}))
+        assert st == 200
+        return h["x-prefix-cache"][0]
+    a, b, c = "system A " * 40, "system B " * 40, "system C " * 40
+    # the same first 256 bytes of the prompt: a hit (first token after --cache-hit-ms)
+    assert [cache(a + "q1"), cache(a + "q2")] == ["miss", "hit"]
+    assert [cache(b + "q"), cache(c + "q")] == ["miss", "miss"]  # C pushes A out
+    assert cache(a + "q3") == "miss"
+    st = sim_stats(sim.port)
+    assert st["cache_hits"] == 1 and st["cache_misses"] == 4, st
