@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ACCELNET = os.path.join(ROOT, "build", "accelnet")
@@ -177,7 +178,7 @@ http {{
     return p, port
 
 
-def start_haproxy(run, backends, balance="roundrobin", maxconn=None, streaming=False):
+def start_haproxy(run, backends, balance="roundrobin", maxconn=None, streaming=False, extra=""):
     """HAProxy with its defaults, plus `option http-no-delay` for token streams: without it
     every send carries MSG_MORE and events wait up to 200 ms (research part D)."""
     port = free_port()
@@ -201,7 +202,7 @@ frontend f
     default_backend b
 backend b
     balance {balance}
-{servers}
+{extra}{servers}
 """
     p = run.start(["haproxy", "-db", "-f", run.write(f"haproxy-{port}.cfg", cfg)], port,
                   name="haproxy")
@@ -470,6 +471,79 @@ def scenario_fleet(run, res, loads, seconds, pick=None):
                              "results": results}
 
 
+# --- scenario 7: prompts that share prefixes, backends with a KV prefix cache ------------
+
+PREFIX_FLEET = dict(n=4, slots=4, miss_ms=200, hit_ms=20, tokens=10, token_ms=6, cache=8,
+                    prefixes=32)
+
+
+def prefix_capacity():
+    """Requests per second the fleet serves when every request misses the cache."""
+    f = PREFIX_FLEET
+    return f["n"] * f["slots"] / ((f["miss_ms"] + f["tokens"] * f["token_ms"]) / 1000)
+
+
+PREFIX_CONTESTANTS = {
+    "accelnet prefix-affinity max_concurrency 4":
+        lambda run, b: start_accelnet(run, b, "prefix-affinity", cap=4),
+    "accelnet least-connections max_concurrency 4":
+        lambda run, b: start_accelnet(run, b, "least-connections", cap=4),
+    "nginx least_conn": lambda run, b: start_nginx(run, b, "least_conn"),
+    "haproxy leastconn maxconn 4": lambda run, b: start_haproxy(run, b, "leastconn", maxconn=4),
+    # the best an HAProxy operator can do without parsing JSON: hash the body's first bytes
+    # (works here because every client writes the prompt at the same offset)
+    "haproxy hash body prefix maxconn 4": lambda run, b: start_haproxy(
+        run, b, "hash req.body,bytes(0,256)", maxconn=4,
+        extra="    option http-buffer-request\n    hash-type consistent\n"
+              "    hash-balance-factor 125\n"),
+}
+
+
+def scenario_prefix(run, res, loads, seconds):
+    f = PREFIX_FLEET
+    cap = prefix_capacity()
+    results = {}
+    for load in loads:
+        for name, start in PREFIX_CONTESTANTS.items():
+            ports, sims = [], []
+            for i in range(f["n"]):
+                port = free_port()
+                sims.append(run.start([ACCELNET, "sim", "--listen", f"127.0.0.1:{port}",
+                                       "--name", f"kv{i}", "--slots", str(f["slots"]),
+                                       "--latency-ms", str(f["miss_ms"]), "--cache-hit-ms",
+                                       str(f["hit_ms"]), "--prefix-cache", str(f["cache"]),
+                                       "--tokens", str(f["tokens"]), "--token-ms",
+                                       str(f["token_ms"]), "--jitter", "0.1"], port,
+                                      name=f"kv{i}"))
+                ports.append(port)
+            p, port = start(run, ports)
+            g = loadgen("open", port, "--rate", f"{cap * load:.2f}", "--duration", str(seconds),
+                        "--prefixes", str(f["prefixes"]), "--timeout-s", "60")
+            hits = misses = 0
+            for sp in ports:
+                st = json.loads(urllib.request.urlopen(
+                    f"http://127.0.0.1:{sp}/sim/stats", timeout=5).read())
+                hits += st["cache_hits"]
+                misses += st["cache_misses"]
+            g["cache_hit_rate"] = hits / (hits + misses) if hits + misses else 0
+            results.setdefault(f"{int(load * 100)}%", {})[name] = g
+            run.stop(p)
+            for s_ in sims:
+                run.stop(s_)
+    res["scenarios"]["7"] = {
+        "title": f"prompts sharing {f['prefixes']} prefixes, backends with a prefix cache "
+                 f"(all-miss capacity {cap:.0f} req/s)",
+        "kind": "prefix", "capacity": cap, "seconds": seconds, "results": results}
+
+
+def summarize_prefix(sc):
+    header, rows = summarize_fleet(sc)
+    for row in rows:
+        row.insert(4, f"{sc['results'][row[0]][row[1]]['cache_hit_rate'] * 100:.0f}%")
+    header.insert(4, "cache hits")
+    return header, rows
+
+
 def summarize_fleet(sc):
     rows = []
     for load, by in sc["results"].items():
@@ -518,8 +592,8 @@ def ratios_fleet(sc):
 
 
 SUMMARIZERS = {"wrk": summarize_wrk, "idle": summarize_idle, "sse": summarize_sse,
-               "fleet": summarize_fleet}
-RATIOS = {"wrk": ratios_wrk, "sse": ratios_sse, "fleet": ratios_fleet}
+               "fleet": summarize_fleet, "prefix": summarize_prefix}
+RATIOS = {"wrk": ratios_wrk, "sse": ratios_sse, "fleet": ratios_fleet, "prefix": ratios_fleet}
 
 
 def chart(res, outdir):
@@ -536,14 +610,14 @@ def chart(res, outdir):
             data = {n: tuple(med([g["token_delay_ms"][k] for g in r]) for k in ("p50", "p99", "p999"))
                     for n, r in sc["rounds"].items()}
             panels.append((f"{key}. per-token delay", data))
-        elif sc["kind"] == "fleet":
+        elif sc["kind"] in ("fleet", "prefix"):
             for load, by in sc["results"].items():
                 data = {n.replace("accelnet ", "an ").replace(" maxconn 4", "+maxconn")
                         .replace("weighted-round-robin", "wrr")
                         .replace(" max_concurrency 4", "+cap").replace("least-connections", "lc"):
                         (g["latency_ms"]["p50"], g["latency_ms"]["p99"], g["latency_ms"]["p999"])
                         for n, g in by.items()}
-                panels.append((f"{key}. fleet at {load} load", data))
+                panels.append((f"{key}. {sc['kind']} at {load} load", data))
     if not panels:
         return None
     script = [f"set terminal pngcairo size 1400,{420 * ((len(panels) + 1) // 2)} font 'sans,9'",
@@ -586,7 +660,7 @@ def versions():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="a smoke check in under 3 minutes")
-    ap.add_argument("--only", default="1,2,3,4,5,6", help="scenarios to run, e.g. 1,5")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7", help="scenarios to run, e.g. 1,5")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "out"))
     ap.add_argument("--fleet", metavar="REGEX",
                     help="scenario 6: only the contestants whose names match (for tuning; "
@@ -641,6 +715,7 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
                                        1 if q else 3)),
             ("6", lambda: scenario_fleet(run, res, a.fleet_loads,
                                          a.fleet_seconds or (4 if q else 45), a.fleet)),
+            ("7", lambda: scenario_prefix(run, res, [0.5, 0.8, 1.2], 4 if q else 30)),
         ]
         for key, fn in steps:
             if key in only:

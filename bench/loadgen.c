@@ -487,14 +487,16 @@ int main(int argc, char **argv)
 	g.reqs = calloc(g.nreqs, sizeof(*g.reqs));
 	g.req_lens = calloc(g.nreqs, sizeof(*g.req_lens));
 	for (unsigned k = 0; k < g.nreqs; k++) {
-		char pbody[512];
+		char pbody[1024];
 		if (prefixes) /* a long system prompt, different per k, then the same question */
 			snprintf(pbody, sizeof(pbody),
 				 "{\"prompt\":\"System prompt %u. You are a careful assistant for "
 				 "team %u; answer briefly, cite sources, never guess, and keep the "
 				 "house style of team %u in every reply you write for them, whatever "
-				 "the question and however it is phrased. Question: %s\"}",
-				 k / 4, k / 4, k / 4, questions[k % 4]);
+				 "the question and however it is phrased. Their documents follow, "
+				 "and they are long: the first 256 bytes of every prompt of team %u "
+				 "are the same. Question: %s\"}",
+				 k / 4, k / 4, k / 4, k / 4, questions[k % 4]);
 		const char *b = prefixes ? pbody : body;
 		size_t cap = strlen(path) + strlen(b) + 256;
 		g.reqs[k] = malloc(cap);
