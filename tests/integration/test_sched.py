@@ -296,7 +296,8 @@ def test_hedging_a_slow_idempotent_request(env):
         # a POST is not idempotent: never hedged, it waits for its backend
         with concurrent.futures.ThreadPoolExecutor(2) as ex:
             posts = [ex.submit(request, px.port, "POST", "/v1/x", b"{}") for _ in range(2)]
-            wait_until(lambda: stuck.count == 2, "a POST on the stuck backend")
+            # the stuck backend has read both GETs and one POST
+            wait_until(lambda: stuck.count == 3, "a POST on the stuck backend")
             release.set()
             got = sorted(served_by(f.result()[1]) for f in posts)
         assert got == ["quick", "stuck"], got
