@@ -125,6 +125,12 @@ enum queue_result pool_admit(struct pool_rt *pool, struct waiter *wt, uint64_t n
 		return Q_NONE;
 	pthread_mutex_lock(&q->lock);
 	if (q->qd.len >= pool->conf->queue_max) {
+		/* no room to wait (queue.max 0, say): a slot freed since the first look still
+		 * serves it, if nobody waits before it */
+		if (!q->qd.len && (*out = pool_pick(pool, now_ms, rnd, &h))) {
+			pthread_mutex_unlock(&q->lock);
+			return Q_PICKED;
+		}
 		pthread_mutex_unlock(&q->lock);
 		atomic_fetch_add_explicit(&q->overflows, 1, memory_order_relaxed);
 		return Q_FULL;

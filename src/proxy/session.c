@@ -638,6 +638,8 @@ static enum run await_prompt_key(struct session *s)
 	struct exchange *x = &s->x;
 	struct worker *w = s->w;
 	const struct conf_hash *hc = &x->pool->conf->hash;
+	if (flush_out(s) == RUN_GONE) /* a "100 Continue" the client waits for */
+		return RUN_GONE;
 	for (;;) {
 		size_t have = s->in ? buf_len(s->in) : 0;
 		size_t limit = hc->body_max_bytes;

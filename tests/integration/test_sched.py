@@ -428,3 +428,16 @@ def test_stalling_backend_times_out_then_is_ejected(env):
     assert all(served_by(g[1]) == "healthy" for g in got if g[0] == 200)
     assert backend_state(px.admin, f"127.0.0.1:{staller.port}")["ejections"] == 1
     assert [served_by(complete(px.port)[1]) for _ in range(4)] == ["healthy"] * 4
+
+
+def test_prefix_affinity_with_expect_100_continue(env):
+    sims = [env.sim(f"s{i}", latency_ms=1, jitter=0, token_ms=0) for i in range(2)]
+    px = env.proxy("pools:\n" + _capped("gpu", [s.port for s in sims], 4, "prefix-affinity"))
+    body = _prompt("a prompt sent only once the proxy says continue")
+    with socket.create_connection(("127.0.0.1", px.port), timeout=15) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
+        got = read_until(s, lambda b: b"\r\n\r\n" in b)
+        assert got.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), got
+        s.sendall(body.encode())
+        got = read_until(s, lambda b: b"HTTP/1.1 200 OK" in b and b"usage" in b, got)
