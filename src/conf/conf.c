@@ -534,6 +534,9 @@ static int read_pool_item(struct ctx *x, yaml_node_t *item, void *obj, size_t i)
 				       "for consistent-hash",
 				       p->name);
 		p->hash.key = HASH_KEY_PROMPT;
+		/* a miss costs a whole prefill, and max_concurrency already bounds a backend */
+		if (!p->lb.load_factor_pct)
+			p->lb.load_factor_pct = 300;
 	}
 	if (p->hash.prefix_bytes > p->hash.body_max_bytes)
 		return fail_at(x, (const yaml_node_t *)p->hash_given,

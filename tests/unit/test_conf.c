@@ -86,6 +86,18 @@ static void defaults(void **state)
 	conf_free(c);
 }
 
+static void prefix_affinity_defaults(void **state)
+{
+	(void)state;
+	/* a cache miss costs a whole prefill: affinity holds up to 3x the mean load by default */
+	struct conf *c = load_ok("listen: [127.0.0.1:8080]\npools:\n  - name: llm\n"
+				 "    balance: prefix-affinity\n    backends: [127.0.0.1:9101]\n");
+	assert_int_equal(c->pools[0].lb.load_factor_pct, 300);
+	assert_int_equal(c->pools[0].hash.key, HASH_KEY_PROMPT);
+	assert_int_equal(c->pools[0].hash.prefix_bytes, 256);
+	conf_free(c);
+}
+
 static void scheduling_keys(void **state)
 {
 	(void)state;
@@ -127,6 +139,7 @@ static void scheduling_keys(void **state)
 	assert_int_equal(c->pools[1].hash.key, HASH_KEY_HEADER);
 	assert_string_equal(c->pools[1].hash.header, "X-Session");
 	assert_int_equal(c->pools[1].lb.load_factor_pct, 125);
+
 	const struct conf_route *r = &c->routes[0];
 	assert_int_equal(r->priority, QD_HIGH);
 	assert_string_equal(r->priority_header, "X-Priority");
@@ -281,7 +294,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(defaults),	       cmocka_unit_test(full_contract),
-	    cmocka_unit_test(scheduling_keys), cmocka_unit_test(errors_point_at_the_problem),
+	    cmocka_unit_test(scheduling_keys),
+	    cmocka_unit_test(prefix_affinity_defaults), cmocka_unit_test(errors_point_at_the_problem),
 	    cmocka_unit_test(missing_file),
 	};
 	return cmocka_run_group_tests_name("config", tests, NULL, NULL);
