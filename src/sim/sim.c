@@ -290,8 +290,8 @@ static void sim_start_next(struct sim *s)
 
 /*
  * Where the value of "key" starts in a JSON object, found without a full parser (the
- * simulator only needs "stream" and "max_tokens" from well-formed client bodies); NULL if
- * the key is absent. *rest is set to the bytes left from there.
+ * simulator only needs "max_tokens" from well-formed client bodies); NULL if the key is
+ * absent. *rest is set to the bytes left from there.
  */
 static const char *json_value(const char *body, size_t len, const char *key, size_t *rest)
 {
@@ -307,13 +307,6 @@ static const char *json_value(const char *body, size_t len, const char *key, siz
 		return body + k;
 	}
 	return NULL;
-}
-
-static int json_flag(const char *body, size_t len, const char *key)
-{
-	size_t rest;
-	const char *v = json_value(body, len, key, &rest);
-	return v && rest >= 4 && memcmp(v, "true", 4) == 0;
 }
 
 static long json_number(const char *body, size_t len, const char *key)
@@ -347,7 +340,7 @@ static void sim_on_request(void *arg, struct hsrv_conn *c, const struct http_hea
 		j->conn = c;
 		j->id = ++s->next_id;
 		j->chat = chat;
-		j->stream = json_flag(body, body_len, "stream");
+		j->stream = http_wants_stream(body, body_len);
 		long max_tokens = json_number(body, body_len, "max_tokens");
 		j->tokens = max_tokens > 0 ? (unsigned)(max_tokens < 4096 ? max_tokens : 4096)
 					   : s->opts.tokens;
