@@ -73,6 +73,7 @@ struct conf_pool {
 	char *load_header;    /* a backend's own queue depth, read from its responses */
 	unsigned load_ttl_ms; /* ... and believed this long */
 	unsigned hedge_after_ms; /* send an idempotent request again after this; 0: never */
+	int can_queue;		/* some backend has max_concurrency: requests may wait */
 	const void *hash_given; /* while loading: the hash: node, for messages */
 };
 

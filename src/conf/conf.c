@@ -517,6 +517,8 @@ static int read_pool_item(struct ctx *x, yaml_node_t *item, void *obj, size_t i)
 	for (size_t j = 0; j < i; j++)
 		if (strcmp(x->conf->pools[j].name, p->name) == 0)
 			return fail_at(x, item, "pool '%s' is defined twice", p->name);
+	for (size_t j = 0; j < p->nbackends; j++)
+		p->can_queue |= p->backends[j].max_concurrency > 0;
 	if (!p->health.timeout_ms)
 		p->health.timeout_ms = p->health.interval_ms < 2000 ? p->health.interval_ms : 2000;
 	if (p->hash_given && !p->balance->keyed)

@@ -17,19 +17,22 @@ static uint64_t hash_str(struct http_str v)
 void classify_request(const struct conf_route *r, const struct conf_pool *pc,
 		      const struct http_head *h, const char *client_ip, struct waiter *wt)
 {
-	const struct http_header *t = NULL;
-	if (r->tenant_header)
-		t = http_find_header(h, r->tenant_header);
-	else if (!(t = http_find_header(h, "Authorization")))
-		t = http_find_header(h, "X-API-Key");
-	wt->item.tenant = t ? hash_str(t->value) : XXH3_64bits(client_ip, strlen(client_ip));
-
+	wt->item.tenant = 0;
 	wt->item.prio = r->priority;
-	const struct http_header *p =
-	    r->priority_header ? http_find_header(h, r->priority_header) : NULL;
-	int c = p ? qdisc_priority(p->value.p, p->value.len) : -1;
-	if (c >= 0)
-		wt->item.prio = (unsigned)c;
+	if (pc->can_queue || r->has_spill) { /* only a queue reads them */
+		const struct http_header *t = NULL;
+		if (r->tenant_header)
+			t = http_find_header(h, r->tenant_header);
+		else if (!(t = http_find_header(h, "Authorization")))
+			t = http_find_header(h, "X-API-Key");
+		wt->item.tenant =
+		    t ? hash_str(t->value) : XXH3_64bits(client_ip, strlen(client_ip));
+		const struct http_header *p =
+		    r->priority_header ? http_find_header(h, r->priority_header) : NULL;
+		int c = p ? qdisc_priority(p->value.p, p->value.len) : -1;
+		if (c >= 0)
+			wt->item.prio = (unsigned)c;
+	}
 
 	wt->has_key = 0;
 	if (!pc->balance->keyed)
