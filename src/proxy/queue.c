@@ -87,7 +87,9 @@ static struct backend *grant_locked(struct pool_rt *pool, uint64_t now_ms, uint6
 			break;
 		q->qd.ops->pop(&q->qd);
 		atomic_fetch_add_explicit(&q->granted, 1, memory_order_relaxed);
-		hist_add(&pool->queue_wait, (now_ms - wt->queued_ms) * 1000);
+		/* (another worker's clock may be a millisecond behind the one that queued it) */
+		hist_add(&pool->queue_wait,
+			 now_ms > wt->queued_ms ? (now_ms - wt->queued_ms) * 1000 : 0);
 		rnd = rand_next(&rnd);
 		if (wt == self) {
 			wt->state = W_IDLE;

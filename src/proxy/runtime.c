@@ -118,7 +118,7 @@ static double slow_start_share(const struct backend *b, uint64_t now_ms)
 	uint64_t down = atomic_load_explicit(&b->down_until_ms, memory_order_relaxed);
 	if (down > back)
 		back = down; /* a passive mark or an ejection ended then */
-	if (!back || now_ms >= back + ramp)
+	if (!back || now_ms >= back + ramp || now_ms < back)
 		return 1;
 	double share = (double)(now_ms - back) / ramp;
 	return share < SLOW_START_FLOOR ? SLOW_START_FLOOR : share;
