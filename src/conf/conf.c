@@ -725,6 +725,15 @@ static void conf_set_defaults(struct conf *c)
 	};
 }
 
+/* Index of the pool called <name>, or c->npools. */
+static size_t pool_named(const struct conf *c, const char *name)
+{
+	size_t j = 0;
+	while (j < c->npools && strcmp(c->pools[j].name, name) != 0)
+		j++;
+	return j;
+}
+
 /* Whole-config checks that no single key can make: required sections, pool references. */
 static int conf_check(struct ctx *x, yaml_node_t *root)
 {
@@ -736,16 +745,13 @@ static int conf_check(struct ctx *x, yaml_node_t *root)
 	for (size_t i = 0; i < c->nroutes; i++) {
 		yaml_node_t *n = x->route_pool_nodes[i];
 		const char *name = scalar(n);
-		size_t j = 0;
-		while (j < c->npools && strcmp(c->pools[j].name, name) != 0)
-			j++;
+		size_t j = pool_named(c, name);
 		if (j == c->npools)
 			return fail_at(x, n, "routes: no pool named '%s'", name);
 		c->routes[i].pool = j;
 		if ((n = x->route_spill_nodes[i])) {
 			name = scalar(n);
-			for (j = 0; j < c->npools && strcmp(c->pools[j].name, name) != 0;)
-				j++;
+			j = pool_named(c, name);
 			if (j == c->npools)
 				return fail_at(x, n, "spillover: no pool named '%s'", name);
 			if (j == c->routes[i].pool)

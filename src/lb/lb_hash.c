@@ -82,12 +82,8 @@ static uint32_t ring_find(const struct lb_state *st, uint64_t key)
 static int hash_pick(const struct lb_state *st, const struct lb_candidate *c, size_t n,
 		     const struct lb_draw *d)
 {
-	if (!d->has_key || !st->nring) {
-		int a, b;
-		if (!lb_draw_two(c, n, d->rnd, &a, &b))
-			return LB_NONE;
-		return lb_less_loaded(&c[b], &c[a]) ? b : a;
-	}
+	if (!d->has_key || !st->nring)
+		return lb_p2c.pick(st, c, n, d); /* nothing to be affine to */
 	/* the bound, per unit of weight, over the backends that are up */
 	uint64_t inflight = 1, weight = 0;
 	for (size_t i = 0; i < n; i++)

@@ -6,7 +6,8 @@
  * exactly what goes on the wire. Hop-by-hop fields (RFC 9110 section 7.6.1: Connection and
  * every field it names, Keep-Alive, Proxy-Connection, TE, Upgrade) never cross the proxy;
  * Transfer-Encoding and Content-Length do, because bodies are relayed with their framing
- * untouched.
+ * untouched -- except after an early event-stream head (heartbeats), where the proxy has
+ * already promised the client a chunked body.
  */
 #ifndef ACCELNET_PROXY_REWRITE_H
 #define ACCELNET_PROXY_REWRITE_H

@@ -162,6 +162,26 @@ static void exchange_clear(struct session *s)
 	s->in_exchange = 0;
 }
 
+/* s->out, taken if need be and compacted so its room is at the end; NULL without memory. */
+static struct buf *out_buf(struct session *s)
+{
+	if (!s->out && !(s->out = buf_get(&s->w->bufs)))
+		return NULL;
+	buf_compact(s->out);
+	return s->out;
+}
+
+/* Append p[0..n) to s->out. 0, or -ENOMEM (no buffer, or no room left in it). */
+static int out_put(struct session *s, const char *p, size_t n)
+{
+	struct buf *b = out_buf(s);
+	if (!b || buf_room(b) < n)
+		return -ENOMEM;
+	memcpy(b->data + b->end, p, n);
+	b->end += (uint32_t)n;
+	return 0;
+}
+
 /* Queue a response made by the proxy. Decides keep-alive; moves to S_REPLY. */
 static enum run reply_error(struct session *s, int status, const char *detail, int keep)
 {
@@ -171,11 +191,10 @@ static enum run reply_error(struct session *s, int status, const char *detail, i
 		keep = 0;
 	if (w->draining)
 		keep = 0;
-	if (!s->out && !(s->out = buf_get(&w->bufs))) {
+	if (!out_buf(s)) {
 		session_close(s);
 		return RUN_GONE;
 	}
-	buf_compact(s->out);
 	int n =
 	    s->in_exchange && s->x.early_head
 		? rewrite_sse_error(s->out->data + s->out->end, buf_room(s->out), status, detail)
@@ -265,9 +284,8 @@ static void sse_heartbeat(struct session *s)
 	struct exchange *x = &s->x;
 	struct worker *w = s->w;
 	x->hb_next_ms = loop_now(w->loop) + x->route->sse_heartbeat_ms;
-	if (!s->out && !(s->out = buf_get(&w->bufs)))
+	if (!out_buf(s))
 		return;
-	buf_compact(s->out);
 	if (!x->early_head) {
 		int n = rewrite_sse_head(s->out->data + s->out->end, buf_room(s->out), x->reqid);
 		if (n < 0)
@@ -617,10 +635,8 @@ static enum run exchange_start(struct session *s, size_t head_len)
 		/* answer for the backend (Expect is not forwarded): the client sends the body
 		 * now, and it flows to the backend once connected */
 		static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-		if (!s->out && !(s->out = buf_get(&w->bufs)))
+		if (out_put(s, cont, sizeof(cont) - 1) < 0)
 			return exchange_abort(s, "out of memory");
-		memcpy(s->out->data + s->out->end, cont, sizeof(cont) - 1);
-		s->out->end += sizeof(cont) - 1;
 	}
 	buf_consume(s->in, head_len);
 	s->head_scanned = 0;
@@ -811,9 +827,8 @@ static enum run response_head(struct session *s)
 		return buf_len(up->in) == up->in->cap ? upstream_failed(s, UP_BAD) : RUN_STAY;
 	if (r < 0 || h->status == 101)
 		return upstream_failed(s, UP_BAD);
-	if (!s->out && !(s->out = buf_get(&w->bufs)))
+	if (!out_buf(s))
 		return exchange_abort(s, "out of memory");
-	buf_compact(s->out);
 	if (h->status < 200) {
 		/* interim response (100 Continue, 103 Early Hints): pass it on to 1.1 clients */
 		if (x->minor == 1 && !x->early_head && buf_room(s->out) >= (size_t)r) {
@@ -1028,11 +1043,8 @@ static enum run run_exchange(struct session *s)
 		if (x->wrap_tail && x->resp_read_done && !x->resp_ready) {
 			/* the one chunk of a Content-Length body ends; then the last chunk */
 			const char *tail = x->wrap_size ? "\r\n0\r\n\r\n" : "0\r\n\r\n";
-			if (!s->out && !(s->out = buf_get(&w->bufs)))
+			if (out_put(s, tail, strlen(tail)) < 0)
 				return exchange_abort(s, "out of memory");
-			buf_compact(s->out);
-			memcpy(s->out->data + s->out->end, tail, strlen(tail));
-			s->out->end += (uint32_t)strlen(tail);
 			x->wrap_tail = 0;
 			continue;
 		}
