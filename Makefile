@@ -18,12 +18,12 @@ PKGS = yaml-0.1 openssl libxxhash
 WARN = -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes -Wpointer-arith \
        -Wformat=2 -Wvla -Wundef -Werror
 CFLAGS ?= $(OPT) -g
-ALL_CFLAGS = -std=c17 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) -Isrc -MMD -MP \
+ALL_CFLAGS = -std=c17 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) -Isrc -Iinclude -MMD -MP \
 	     $(shell pkg-config --cflags $(PKGS))
 LDLIBS = $(shell pkg-config --libs $(PKGS)) -lpthread -lm
 
 LIB_SRC = $(wildcard src/core/*.c src/net/*.c src/http/*.c src/lb/*.c src/conf/*.c \
-	  src/proxy/*.c src/obs/*.c src/sim/*.c)
+	  src/proxy/*.c src/obs/*.c src/sim/*.c src/xfer/*.c)
 CLI_SRC = $(wildcard src/cli/*.c)
 LIB_OBJ = $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ = $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
@@ -53,11 +53,11 @@ test: all unit
 
 FUZZ_SRC = $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN = $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
-FUZZ_LIB = $(filter-out src/sim/% src/proxy/% src/obs/%,$(LIB_SRC))
+FUZZ_LIB = $(filter-out src/sim/% src/proxy/% src/obs/% src/xfer/engine.c src/xfer/send.c src/xfer/serve.c,$(LIB_SRC))
 fuzz: $(FUZZ_BIN)
 build-fuzz/%: tests/fuzz/%.c $(FUZZ_LIB)
 	@mkdir -p build-fuzz
-	clang -std=c17 -D_GNU_SOURCE -g -O1 -Isrc -fsanitize=fuzzer,address,undefined \
+	clang -std=c17 -D_GNU_SOURCE -g -O1 -Isrc -Iinclude -fsanitize=fuzzer,address,undefined \
 		-o $@ $^ $(LDLIBS)
 
 bench: $(BUILD)/loadgen

@@ -1,0 +1,93 @@
+/*
+ * accelnet/xfer.h - bulk transfer between nodes over many TCP streams and several links.
+ *
+ * The public API of `accelnet xfer`; the CLI is built on it. A sender pushes files and memory
+ * buffers to a receiver (xfer_serve(), or `accelnet xfer serve`) over every link given, each
+ * link carrying several streams. Files are cut into chunks that streams take as they have
+ * room, so faster links carry more; every chunk is hashed (XXH3-64) and checked on arrival,
+ * every file as a whole before it is renamed into place; a transfer interrupted and started
+ * again sends only what the receiver does not have verified; a link that dies or stalls has
+ * its chunks sent on the others. Functions return 0 or -errno; a report says what happened.
+ *
+ * Thread-safety: each call runs its own threads and shares nothing with other calls.
+ */
+#ifndef ACCELNET_XFER_H
+#define ACCELNET_XFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define XFER_LINKS_MAX 16
+
+/* One thing to send: a file (<path>) or a memory buffer (<buf>, <len>), stored as <name>
+ * (a relative path) on the receiver. A buffer must stay untouched until xfer_send returns. */
+struct xfer_item {
+	const char *name;
+	const char *path;
+	const void *buf;
+	uint64_t len;
+};
+
+struct xfer_link_report {
+	char local[64], remote[64];
+	uint64_t bytes;	 /* acknowledged chunk bytes carried by this link */
+	double gbps;	 /* recent goodput (progress) or the average (final report) */
+	unsigned up;	 /* streams connected now */
+	unsigned failed; /* streams lost (stall, reset) */
+};
+
+struct xfer_report {
+	uint64_t bytes_total;	/* every item's size */
+	uint64_t bytes_skipped; /* already verified on the receiver (resume) */
+	uint64_t bytes_sent;	/* chunk bytes written to sockets, copies and resends included */
+	uint64_t bytes_acked;	/* chunk bytes the receiver verified in this run */
+	uint32_t files, chunks, chunks_resent, chunks_dup, chunks_bad;
+	uint64_t zc_bytes;	  /* sent without a user-space copy (sendfile, MSG_ZEROCOPY) */
+	uint64_t zc_copied_bytes; /* of those, MSG_ZEROCOPY bytes the kernel copied anyway */
+	double seconds;
+	unsigned nlinks;
+	struct xfer_link_report links[XFER_LINKS_MAX];
+	char error[256];
+};
+
+struct xfer_send_opts {
+	const char *remote;	       /* "HOST:PORT[,HOST:PORT...]": one link per address */
+	const char *local;	       /* NULL, or "ADDR[,ADDR...]": the source of each link */
+	unsigned streams;	       /* per link; 0: 4 */
+	unsigned chunk_kib;	       /* 0: 1024 */
+	unsigned stall_ms;	       /* no progress for this long = stream lost; 0: 5000 */
+	const char *token_file;	       /* NULL: no token */
+	const char *const *bcast;      /* further receivers after <remote>, in chain order */
+	unsigned nbcast;
+	unsigned progress_ms;	       /* 0: 250 */
+	void (*progress)(const struct xfer_report *r, void *arg);
+	void *arg;
+};
+
+/* Send <items> (files, directories expanded by xfer_items_from_paths, or buffers). Returns 0
+ * when every item is verified in place on the receiver (and every bcast hop); else -errno
+ * with rep->error saying why. <rep> is filled in either case. */
+int xfer_send(const struct xfer_send_opts *o, const struct xfer_item *items, unsigned n,
+	      struct xfer_report *rep);
+
+/* Expand paths (files and directory trees) into items named as on the receiver: a path's
+ * last component, or <to> in its place when one path is given, or <to>/... for several.
+ * *items is malloc'd (free with xfer_items_free). 0, or -errno with the path in <bad>. */
+int xfer_items_from_paths(const char *const *paths, unsigned n, const char *to, struct xfer_item **items,
+			  unsigned *nitems, char *bad, size_t badlen);
+void xfer_items_free(struct xfer_item *items, unsigned n);
+
+struct xfer_serve_opts {
+	const char *listen;	/* "ADDR[,ADDR...]": one listener per link */
+	const char *dir;	/* files land beneath it */
+	const char *token_file; /* NULL: anyone may send */
+	const char *metrics;	/* NULL, or ADDR for GET /metrics (Prometheus text) */
+	volatile int *stop;	/* set non-zero (e.g. from a signal handler) to return */
+	void (*ready)(const int *ports, unsigned n, void *arg); /* after binding (port 0 works) */
+	void *arg;
+};
+
+/* Receive until *stop. 0, or -errno when a listener cannot start (message on stderr). */
+int xfer_serve(const struct xfer_serve_opts *o);
+
+#endif

@@ -1,0 +1,270 @@
+/*
+ * conn.c - blocking frame I/O, dialing and the handshake of xfer connections (see conn.h).
+ */
+#include "xfer/conn.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+int xfer_token_load(const char *path, struct xfer_token *t, const char **why)
+{
+	memset(t, 0, sizeof(*t));
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		*why = "cannot open the token file";
+		return -errno;
+	}
+	uint8_t buf[sizeof(t->key) + 2];
+	ssize_t n = read(fd, buf, sizeof(buf));
+	int err = n < 0 ? -errno : 0;
+	close(fd);
+	if (err) {
+		*why = "cannot read the token file";
+		return err;
+	}
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+		n--;
+	if (n == 0 || (size_t)n > sizeof(t->key)) {
+		*why = "the token file must hold 1 to 256 bytes";
+		OPENSSL_cleanse(buf, sizeof(buf));
+		return -EINVAL;
+	}
+	memcpy(t->key, buf, (size_t)n);
+	t->len = (size_t)n;
+	OPENSSL_cleanse(buf, sizeof(buf));
+	return 0;
+}
+
+int xfer_write_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+	while (len) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return errno == EAGAIN ? -ETIMEDOUT : -errno;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int xfer_read_all(int fd, void *buf, size_t len)
+{
+	uint8_t *p = buf;
+	while (len) {
+		ssize_t n = recv(fd, p, len, MSG_WAITALL);
+		if (n == 0)
+			return -ECONNRESET;
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return errno == EAGAIN ? -ETIMEDOUT : -errno;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int xfer_discard(int fd, uint64_t len)
+{
+	uint8_t sink[16384];
+	while (len) {
+		size_t n = len < sizeof(sink) ? (size_t)len : sizeof(sink);
+		int rc = xfer_read_all(fd, sink, n);
+		if (rc)
+			return rc;
+		len -= n;
+	}
+	return 0;
+}
+
+int xfer_frame_send(int fd, uint8_t type, const void *meta, uint32_t meta_len)
+{
+	uint8_t small[XFER_HDR_LEN + 256];
+	if (meta_len <= 256) {
+		xfer_hdr_encode(small, type, meta_len, 0);
+		if (meta_len)
+			memcpy(small + XFER_HDR_LEN, meta, meta_len);
+		return xfer_write_all(fd, small, XFER_HDR_LEN + meta_len);
+	}
+	xfer_hdr_encode(small, type, meta_len, 0);
+	int rc = xfer_write_all(fd, small, XFER_HDR_LEN);
+	return rc ? rc : xfer_write_all(fd, meta, meta_len);
+}
+
+static int recv_hdr(int fd, struct xfer_hdr *h)
+{
+	uint8_t raw[XFER_HDR_LEN];
+	int rc = xfer_read_all(fd, raw, sizeof(raw));
+	if (rc)
+		return rc;
+	return xfer_hdr_decode(raw, h);
+}
+
+int xfer_frame_recv(int fd, struct xfer_hdr *h, uint8_t *meta, uint32_t max)
+{
+	int rc = recv_hdr(fd, h);
+	if (rc)
+		return rc;
+	if (h->meta_len > max)
+		return -EPROTO;
+	return h->meta_len ? xfer_read_all(fd, meta, h->meta_len) : 0;
+}
+
+int xfer_frame_recv_alloc(int fd, struct xfer_hdr *h, uint8_t **meta)
+{
+	*meta = NULL;
+	int rc = recv_hdr(fd, h);
+	if (rc)
+		return rc;
+	*meta = malloc(h->meta_len + 1);
+	if (!*meta)
+		return -ENOMEM;
+	rc = h->meta_len ? xfer_read_all(fd, *meta, h->meta_len) : 0;
+	if (rc) {
+		free(*meta);
+		*meta = NULL;
+	}
+	return rc;
+}
+
+void xfer_set_timeout(int fd, int timeout_ms)
+{
+	struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+int xfer_dial(const struct net_addr *remote, const struct net_addr *local, int timeout_ms)
+{
+	int fd = socket(remote->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	int one = 1, err = 0;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (local) {
+		/* the port is chosen at connect time, so many streams can share a source address */
+		setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+		if (bind(fd, (const struct sockaddr *)&local->ss, local->len) < 0) {
+			err = -errno;
+			goto fail;
+		}
+	}
+	if (connect(fd, (const struct sockaddr *)&remote->ss, remote->len) < 0) {
+		if (errno != EINPROGRESS) {
+			err = -errno;
+			goto fail;
+		}
+		struct pollfd p = {.fd = fd, .events = POLLOUT};
+		int n = poll(&p, 1, timeout_ms);
+		if (n == 0) {
+			err = -ETIMEDOUT;
+			goto fail;
+		}
+		socklen_t len = sizeof(err);
+		if (n < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0) {
+			err = -errno;
+			goto fail;
+		}
+		if (err) {
+			err = -err;
+			goto fail;
+		}
+	}
+	int flags = fcntl(fd, F_GETFL);
+	fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+	xfer_set_timeout(fd, timeout_ms);
+	return fd;
+fail:
+	close(fd);
+	return err;
+}
+
+static void mac_compute(const struct xfer_token *t, const uint8_t nonce[XFER_NONCE_LEN], uint8_t role,
+			const uint8_t session[XFER_SESSION_LEN], uint8_t out[XFER_MAC_LEN])
+{
+	uint8_t msg[XFER_NONCE_LEN + 1 + XFER_SESSION_LEN];
+	memcpy(msg, nonce, XFER_NONCE_LEN);
+	msg[XFER_NONCE_LEN] = role;
+	memcpy(msg + XFER_NONCE_LEN + 1, session, XFER_SESSION_LEN);
+	memset(out, 0, XFER_MAC_LEN);
+	if (!t || !t->len)
+		return;
+	unsigned len = XFER_MAC_LEN;
+	HMAC(EVP_sha256(), t->key, (int)t->len, msg, sizeof(msg), out, &len);
+}
+
+int xfer_handshake_client(int fd, const struct xfer_token *t, uint8_t role,
+			  const uint8_t session[XFER_SESSION_LEN], char *err, size_t errlen)
+{
+	struct xfer_hdr h;
+	uint8_t meta[512];
+	err[0] = 0;
+	int rc = xfer_frame_recv(fd, &h, meta, sizeof(meta) - 1);
+	if (rc)
+		return rc;
+	if (h.type != XFER_CHALLENGE || h.meta_len != XFER_NONCE_LEN)
+		return -EPROTO;
+	struct xfer_hello hello = {.version = XFER_VERSION, .role = role};
+	memcpy(hello.session, session, XFER_SESSION_LEN);
+	mac_compute(t, meta, role, session, hello.mac);
+	uint8_t out[XFER_HELLO_LEN];
+	xfer_hello_encode(out, &hello);
+	if ((rc = xfer_frame_send(fd, XFER_HELLO, out, sizeof(out))))
+		return rc;
+	if ((rc = xfer_frame_recv(fd, &h, meta, sizeof(meta) - 1)))
+		return rc;
+	if (h.type == XFER_ERR) {
+		meta[h.meta_len] = 0;
+		snprintf(err, errlen, "%s", (char *)meta);
+		return -EACCES;
+	}
+	return h.type == XFER_OK ? 0 : -EPROTO;
+}
+
+int xfer_handshake_server(int fd, const struct xfer_token *t, struct xfer_hello *out)
+{
+	uint8_t nonce[XFER_NONCE_LEN];
+	if (RAND_bytes(nonce, sizeof(nonce)) != 1)
+		return -EIO;
+	int rc = xfer_frame_send(fd, XFER_CHALLENGE, nonce, sizeof(nonce));
+	if (rc)
+		return rc;
+	struct xfer_hdr h;
+	uint8_t meta[XFER_HELLO_LEN];
+	if ((rc = xfer_frame_recv(fd, &h, meta, sizeof(meta))))
+		return rc;
+	if (h.type != XFER_HELLO || xfer_hello_decode(meta, h.meta_len, out))
+		return -EPROTO;
+	if (out->version != XFER_VERSION) {
+		static const char msg[] = "unsupported protocol version";
+		xfer_frame_send(fd, XFER_ERR, msg, sizeof(msg) - 1);
+		return -EPROTO;
+	}
+	if (t && t->len) {
+		uint8_t want[XFER_MAC_LEN];
+		mac_compute(t, nonce, out->role, out->session, want);
+		if (CRYPTO_memcmp(want, out->mac, XFER_MAC_LEN)) {
+			static const char msg[] = "authentication failed: wrong or missing token";
+			xfer_frame_send(fd, XFER_ERR, msg, sizeof(msg) - 1);
+			return -EACCES;
+		}
+	}
+	return xfer_frame_send(fd, XFER_OK, NULL, 0);
+}

@@ -1,0 +1,60 @@
+/*
+ * conn.h - one xfer connection: blocking frame I/O with a stall timeout, dialing from a chosen
+ * source address, and the token handshake.
+ *
+ * xfer runs each TCP stream on its own thread with a blocking socket: a stream does one thing
+ * at a time (send a chunk, read an acknowledgement), the kernel does the waiting, and a stall
+ * shows up as a send or receive timeout (SO_SNDTIMEO/SO_RCVTIMEO) rather than as a timer in
+ * an event loop. Every function returns 0 (or a count) or -errno; -ETIMEDOUT means no
+ * progress within the stall timeout, -ECONNRESET that the peer closed.
+ *
+ * Handshake: the server sends CHALLENGE(nonce); the client answers HELLO(version, role,
+ * session id, HMAC-SHA256(token, nonce | role | session)); the server answers OK or ERR(text).
+ * Without a token on the server any HELLO is accepted; the token itself never travels.
+ */
+#ifndef ACCELNET_XFER_CONN_H
+#define ACCELNET_XFER_CONN_H
+
+#include "net/addr.h"
+#include "xfer/wire.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A shared secret as read from a token file (trailing newline dropped). */
+struct xfer_token {
+	uint8_t key[256];
+	size_t len; /* 0: no token */
+};
+
+/* Read a token file: 0, or -errno / -EINVAL (empty, over 256 bytes) with *why. */
+int xfer_token_load(const char *path, struct xfer_token *t, const char **why);
+
+int xfer_write_all(int fd, const void *buf, size_t len);
+int xfer_read_all(int fd, void *buf, size_t len);
+/* Send a frame without data: header and meta in one write. */
+int xfer_frame_send(int fd, uint8_t type, const void *meta, uint32_t meta_len);
+/* Read a header and its meta into <meta> (at most <max> bytes, else -EPROTO). Data, if any,
+ * is left on the socket for the caller. */
+int xfer_frame_recv(int fd, struct xfer_hdr *h, uint8_t *meta, uint32_t max);
+/* The same, with the meta in a buffer malloc'd to its size (caller frees *meta). */
+int xfer_frame_recv_alloc(int fd, struct xfer_hdr *h, uint8_t **meta);
+/* Read and drop <len> bytes (the data of a frame that is refused). */
+int xfer_discard(int fd, uint64_t len);
+
+/*
+ * Connect to <remote> from <local> (NULL: the kernel's choice, then pinned by binding it) with
+ * a blocking socket; <timeout_ms> bounds the connect and, afterwards, every send and receive.
+ * Returns the descriptor or -errno.
+ */
+int xfer_dial(const struct net_addr *remote, const struct net_addr *local, int timeout_ms);
+/* Set the stall timeout of a connected socket. */
+void xfer_set_timeout(int fd, int timeout_ms);
+
+/* Client side of the handshake; on ERR the server's text goes to <err>. */
+int xfer_handshake_client(int fd, const struct xfer_token *t, uint8_t role,
+			  const uint8_t session[XFER_SESSION_LEN], char *err, size_t errlen);
+/* Server side: 0 with the client's HELLO, -EACCES (bad token; ERR sent), or -errno. */
+int xfer_handshake_server(int fd, const struct xfer_token *t, struct xfer_hello *out);
+
+#endif

@@ -1,0 +1,644 @@
+/*
+ * engine.c - links, streams and the end of a transfer (see engine.h).
+ *
+ * A stream thread dials its link (bound to the link's source address), says HELLO with the
+ * transfer's session id, then loops: take a chunk from the scheduler while it has fewer than
+ * XFER_WINDOW in flight, send it (header and meta with MSG_MORE, the bytes with sendfile or
+ * from memory), and read acknowledgements, which come back in order. A send or a wait for an
+ * acknowledgement that makes no progress within the stall timeout loses the stream: its
+ * chunks go back to the scheduler and the thread tries to dial again once; a link whose
+ * streams are all gone is down. The transfer fails only when no stream is left.
+ */
+#include "xfer/engine.h"
+
+#include "core/clock.h"
+#include "net/addr.h"
+#include "xfer/conn.h"
+#include "xfer/sched.h"
+#include "xfer/store.h"
+
+#include <errno.h>
+#include <openssl/rand.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define XFER_WINDOW 2
+#define XFER_FINISH_TIMEOUT_MS 600000
+
+enum stream_state { ST_RUNNING, ST_PARKED, ST_DEAD };
+
+struct link {
+	struct net_addr remote, local;
+	int has_local;
+	char rname[64], lname[64];
+	_Atomic uint64_t bytes;
+	_Atomic unsigned up, failed;
+	uint64_t last_bytes;
+	double gbps;
+};
+
+struct stream {
+	struct xfer_engine *e;
+	unsigned link;
+	int fd;
+	pthread_t th;
+	int started;
+	_Atomic int state;
+};
+
+struct xfer_engine {
+	struct xfer_manifest m;
+	struct xfer_source *src;
+	uint32_t nchunks;
+	uint32_t *first;   /* per file: its first chunk id */
+	uint32_t *file_of; /* per chunk id: its file */
+	uint64_t *hash;
+	_Atomic uint8_t *known;
+	uint8_t *need;
+	struct xfer_sched sched;
+	struct xfer_token token;
+	uint8_t session[XFER_SESSION_LEN];
+	unsigned nlinks, per_link, stall_ms, progress_ms;
+	struct link links[XFER_LINKS_MAX];
+	struct stream *streams;
+	unsigned nstreams;
+	_Atomic uint64_t bytes_sent, bytes_acked, zc_bytes;
+	_Atomic uint32_t chunks_bad;
+	uint64_t bytes_skipped, bytes_total;
+	uint64_t t0_ns;
+	pthread_mutex_t err_mu;
+	char error[256];
+	void (*progress)(const struct xfer_report *r, void *arg);
+	void *arg;
+};
+
+/* The first error wins: later ones are consequences of it. */
+__attribute__((format(printf, 2, 3))) static void set_error(struct xfer_engine *e, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	pthread_mutex_lock(&e->err_mu);
+	if (!e->error[0])
+		vsnprintf(e->error, sizeof(e->error), fmt, ap);
+	pthread_mutex_unlock(&e->err_mu);
+	va_end(ap);
+}
+
+static void chunk_span(const struct xfer_engine *e, uint32_t id, uint32_t *f, uint64_t *off, uint32_t *len)
+{
+	*f = e->file_of[id];
+	uint32_t k = id - e->first[*f];
+	*off = (uint64_t)k * e->m.chunk_size;
+	uint64_t left = e->m.files[*f].size - *off;
+	*len = (uint32_t)(left < e->m.chunk_size ? left : e->m.chunk_size);
+}
+
+static uint64_t chunk_hash(struct xfer_engine *e, uint32_t id)
+{
+	if (!atomic_load_explicit(&e->known[id], memory_order_acquire)) {
+		uint32_t f, len;
+		uint64_t off;
+		chunk_span(e, id, &f, &off, &len);
+		e->hash[id] = XXH3_64bits(e->src[f].buf + off, len);
+		atomic_store_explicit(&e->known[id], 1, memory_order_release);
+	}
+	return e->hash[id];
+}
+
+/* Send one chunk: frame header and meta, then the bytes. */
+static int send_chunk(struct stream *s, uint32_t id)
+{
+	struct xfer_engine *e = s->e;
+	uint32_t f, len;
+	uint64_t off;
+	chunk_span(e, id, &f, &off, &len);
+	struct xfer_chunk_meta cm = {.file = f, .chunk = id - e->first[f], .hash = chunk_hash(e, id)};
+	uint8_t head[XFER_HDR_LEN + XFER_CHUNK_LEN];
+	xfer_hdr_encode(head, XFER_CHUNK, XFER_CHUNK_LEN, len);
+	xfer_chunk_encode(head + XFER_HDR_LEN, &cm);
+	if (send(s->fd, head, sizeof(head), MSG_MORE | MSG_NOSIGNAL) != (ssize_t)sizeof(head))
+		return errno == EAGAIN ? -ETIMEDOUT : -errno;
+	const struct xfer_source *src = &e->src[f];
+	if (src->fd >= 0) {
+		off_t o = (off_t)off;
+		uint32_t left = len;
+		while (left) {
+			ssize_t n = sendfile(s->fd, src->fd, &o, left);
+			if (n <= 0) {
+				if (n < 0 && errno == EINTR)
+					continue;
+				return n == 0 ? -EIO : errno == EAGAIN ? -ETIMEDOUT : -errno;
+			}
+			left -= (uint32_t)n;
+		}
+		atomic_fetch_add(&e->zc_bytes, len);
+	} else {
+		int rc = xfer_write_all(s->fd, src->buf + off, len);
+		if (rc)
+			return rc;
+	}
+	atomic_fetch_add(&e->bytes_sent, len);
+	return 0;
+}
+
+/* Read one acknowledgement and settle its chunk. */
+static int read_ack(struct stream *s, uint32_t id)
+{
+	struct xfer_engine *e = s->e;
+	struct xfer_hdr h;
+	uint8_t meta[300];
+	int rc = xfer_frame_recv(s->fd, &h, meta, sizeof(meta) - 1);
+	if (rc)
+		return rc;
+	if (h.type == XFER_ERR) {
+		meta[h.meta_len] = 0;
+		set_error(e, "receiver: %s", (char *)meta);
+		xfer_sched_abort(&e->sched, -EIO);
+		return -EIO;
+	}
+	struct xfer_ack a;
+	if (h.type != XFER_ACK || xfer_ack_decode(meta, h.meta_len, &a))
+		return -EPROTO;
+	uint32_t f, len;
+	uint64_t off;
+	chunk_span(e, id, &f, &off, &len);
+	if (a.file != f || a.chunk != id - e->first[f])
+		return -EPROTO;
+	switch (a.status) {
+	case XFER_ACK_OK:
+	case XFER_ACK_DUP:
+		if (xfer_sched_ack(&e->sched, id)) {
+			atomic_fetch_add(&e->links[s->link].bytes, len);
+			atomic_fetch_add(&e->bytes_acked, len);
+		}
+		return 0;
+	case XFER_ACK_BAD:
+		atomic_fetch_add(&e->chunks_bad, 1);
+		xfer_sched_bad(&e->sched, id);
+		if (e->sched.error)
+			set_error(e, "%s", "a chunk arrived corrupt too many times");
+		return 0;
+	default:
+		set_error(e, "%s", "receiver could not write a chunk (disk full?)");
+		xfer_sched_abort(&e->sched, -EIO);
+		return -EIO;
+	}
+}
+
+static int stream_dial(struct stream *s)
+{
+	struct xfer_engine *e = s->e;
+	struct link *l = &e->links[s->link];
+	int fd = xfer_dial(&l->remote, l->has_local ? &l->local : NULL, (int)e->stall_ms);
+	if (fd < 0)
+		return fd;
+	char err[256];
+	int rc = xfer_handshake_client(fd, &e->token, XFER_ROLE_DATA, e->session, err, sizeof(err));
+	if (rc) {
+		if (rc == -EACCES) {
+			set_error(e, "receiver refused: %s", err);
+			xfer_sched_abort(&e->sched, -EACCES);
+		}
+		close(fd);
+		return rc;
+	}
+	s->fd = fd;
+	return 0;
+}
+
+/* One stream's life: see the essay above. */
+static int stream_loop(struct stream *s)
+{
+	struct xfer_engine *e = s->e;
+	uint32_t win[XFER_WINDOW];
+	unsigned nwin = 0;
+	int rc = 0;
+	for (;;) {
+		if (nwin < XFER_WINDOW) {
+			uint32_t id;
+			int dup;
+			rc = xfer_sched_take(&e->sched, (uint8_t)s->link, clock_now_ns(), &id, &dup);
+			if (rc == 0) {
+				win[nwin++] = id;
+				if ((rc = send_chunk(s, id)))
+					break;
+				continue;
+			}
+			if (rc == -ENODATA && nwin == 0)
+				return 0;
+			if (rc != -EAGAIN && rc != -ENODATA)
+				break;
+			if (nwin == 0) {
+				xfer_sched_wait(&e->sched, 50);
+				continue;
+			}
+		}
+		if ((rc = read_ack(s, win[0])))
+			break;
+		memmove(win, win + 1, --nwin * sizeof(win[0]));
+	}
+	for (unsigned i = 0; i < nwin; i++)
+		xfer_sched_lost(&e->sched, win[i]);
+	return rc;
+}
+
+static void *stream_main(void *arg)
+{
+	struct stream *s = arg;
+	struct xfer_engine *e = s->e;
+	struct link *l = &e->links[s->link];
+	for (int tries = 0; tries < 2; tries++) {
+		if (s->fd < 0 && stream_dial(s))
+			break;
+		atomic_fetch_add(&l->up, 1);
+		int rc = stream_loop(s);
+		if (rc == 0) {
+			atomic_store(&s->state, ST_PARKED);
+			xfer_sched_wake(&e->sched);
+			return NULL;
+		}
+		atomic_fetch_sub(&l->up, 1);
+		atomic_fetch_add(&l->failed, 1);
+		close(s->fd);
+		s->fd = -1;
+		if (e->sched.error)
+			break;
+	}
+	atomic_store(&s->state, ST_DEAD);
+	xfer_sched_wake(&e->sched);
+	return NULL;
+}
+
+static int parse_links(struct xfer_engine *e, const struct xfer_send_opts *o)
+{
+	char buf[2048];
+	const char *why;
+	snprintf(buf, sizeof(buf), "%s", o->remote ? o->remote : "");
+	char *save = NULL;
+	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		if (e->nlinks == XFER_LINKS_MAX) {
+			set_error(e, "%s", "too many links (at most 16)");
+			return -EINVAL;
+		}
+		struct link *l = &e->links[e->nlinks++];
+		if (net_addr_parse(t, &l->remote, &why)) {
+			set_error(e, "bad address '%s': %s", t, why);
+			return -EINVAL;
+		}
+		snprintf(l->rname, sizeof(l->rname), "%s", t);
+	}
+	if (!e->nlinks) {
+		set_error(e, "%s", "no receiver address");
+		return -EINVAL;
+	}
+	if (!o->local)
+		return 0;
+	snprintf(buf, sizeof(buf), "%s", o->local);
+	unsigned i = 0;
+	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save), i++) {
+		if (i == e->nlinks) {
+			set_error(e, "%s", "more source addresses than links");
+			return -EINVAL;
+		}
+		char full[128];
+		snprintf(full, sizeof(full), strchr(t, ':') && t[0] != '[' ? "[%s]:0" : "%s:0", t);
+		struct link *l = &e->links[i];
+		if (net_addr_parse(full, &l->local, &why)) {
+			set_error(e, "bad source address '%s'", t);
+			return -EINVAL;
+		}
+		l->has_local = 1;
+		snprintf(l->lname, sizeof(l->lname), "%s", t);
+	}
+	return 0;
+}
+
+static int exchange_manifest(struct xfer_engine *e, int fd)
+{
+	uint8_t *enc = NULL, *meta = NULL;
+	size_t len;
+	struct xfer_hdr h;
+	int rc = xfer_manifest_encode(&e->m, &enc, &len);
+	if (rc) {
+		set_error(e, "%s", "manifest too large");
+		return rc;
+	}
+	rc = xfer_frame_send(fd, XFER_MANIFEST, enc, (uint32_t)len);
+	free(enc);
+	if (rc)
+		return rc;
+	xfer_set_timeout(fd, XFER_FINISH_TIMEOUT_MS); /* the receiver re-hashes a resumed part */
+	rc = xfer_frame_recv_alloc(fd, &h, &meta);
+	xfer_set_timeout(fd, (int)e->stall_ms);
+	if (rc)
+		return rc;
+	if (h.type == XFER_ERR) {
+		meta[h.meta_len] = 0;
+		set_error(e, "receiver: %s", (char *)meta);
+		rc = -EIO;
+	} else if (h.type != XFER_NEED || h.meta_len != xfer_need_len(&e->m)) {
+		rc = -EPROTO;
+	} else {
+		const uint8_t *p = meta;
+		for (uint32_t f = 0; f < e->m.nfiles; f++) {
+			for (uint32_t k = 0; k < e->m.files[f].nchunks; k++)
+				e->need[e->first[f] + k] = (p[k / 8] >> (k % 8)) & 1;
+			p += (e->m.files[f].nchunks + 7) / 8;
+		}
+	}
+	free(meta);
+	return rc;
+}
+
+int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_manifest *m,
+		      const struct xfer_source *src, struct xfer_engine **out, struct xfer_report *rep)
+{
+	struct xfer_engine *e = calloc(1, sizeof(*e));
+	int rc = -ENOMEM;
+	memset(rep, 0, sizeof(*rep));
+	if (!e)
+		return -ENOMEM;
+	pthread_mutex_init(&e->err_mu, NULL);
+	e->m = *m;
+	e->t0_ns = clock_now_ns();
+	e->per_link = o->streams ? o->streams : 4;
+	e->stall_ms = o->stall_ms ? o->stall_ms : 5000;
+	e->progress_ms = o->progress_ms ? o->progress_ms : 250;
+	e->progress = o->progress;
+	e->arg = o->arg;
+	for (uint32_t f = 0; f < m->nfiles; f++) {
+		e->nchunks += m->files[f].nchunks;
+		e->bytes_total += m->files[f].size;
+	}
+	e->src = calloc(m->nfiles ? m->nfiles : 1, sizeof(*e->src));
+	e->first = calloc(m->nfiles ? m->nfiles : 1, sizeof(uint32_t));
+	e->file_of = calloc(e->nchunks ? e->nchunks : 1, sizeof(uint32_t));
+	e->hash = calloc(e->nchunks ? e->nchunks : 1, sizeof(uint64_t));
+	e->known = calloc(e->nchunks ? e->nchunks : 1, 1);
+	e->need = calloc(e->nchunks ? e->nchunks : 1, 1);
+	if (!e->src || !e->first || !e->file_of || !e->hash || !e->known || !e->need)
+		goto fail;
+	memcpy(e->src, src, m->nfiles * sizeof(*src));
+	for (uint32_t f = 0, id = 0; f < m->nfiles; f++) {
+		e->first[f] = id;
+		for (uint32_t k = 0; k < m->files[f].nchunks; k++)
+			e->file_of[id++] = f;
+	}
+	if ((rc = xfer_sched_init(&e->sched, e->nchunks)))
+		goto fail;
+	if (o->token_file) {
+		const char *why;
+		if ((rc = xfer_token_load(o->token_file, &e->token, &why))) {
+			set_error(e, "token: %s", why);
+			goto fail;
+		}
+	}
+	if ((rc = parse_links(e, o)))
+		goto fail;
+	if (RAND_bytes(e->session, sizeof(e->session)) != 1) {
+		rc = -EIO;
+		goto fail;
+	}
+	e->nstreams = e->nlinks * e->per_link;
+	e->streams = calloc(e->nstreams, sizeof(*e->streams));
+	if (!e->streams) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	for (unsigned i = 0; i < e->nstreams; i++) {
+		e->streams[i] = (struct stream){.e = e, .link = i % e->nlinks, .fd = -1};
+		atomic_init(&e->streams[i].state, ST_RUNNING);
+	}
+	/* the manifest goes on the first link that answers; that connection becomes a stream */
+	rc = -EHOSTUNREACH;
+	for (unsigned i = 0; i < e->nlinks && rc; i++) {
+		struct stream *s = &e->streams[i];
+		if ((rc = stream_dial(s))) {
+			if (rc == -EACCES)
+				goto fail;
+			continue;
+		}
+		if ((rc = exchange_manifest(e, s->fd))) {
+			close(s->fd);
+			s->fd = -1;
+			if (e->error[0])
+				goto fail;
+		}
+	}
+	if (rc) {
+		set_error(e, "cannot reach the receiver on any link: %s", strerror(-rc));
+		goto fail;
+	}
+	for (uint32_t id = 0; id < e->nchunks; id++)
+		if (!e->need[id]) {
+			uint32_t f, len;
+			uint64_t off;
+			chunk_span(e, id, &f, &off, &len);
+			e->bytes_skipped += len;
+		}
+	for (unsigned i = 0; i < e->nstreams; i++) {
+		struct stream *s = &e->streams[i];
+		if (pthread_create(&s->th, NULL, stream_main, s) == 0)
+			s->started = 1;
+		else
+			atomic_store(&s->state, ST_DEAD);
+	}
+	*out = e;
+	return 0;
+fail:
+	snprintf(rep->error, sizeof(rep->error), "%s", e->error[0] ? e->error : strerror(-rc));
+	xfer_engine_free(e);
+	return rc;
+}
+
+int xfer_engine_has(const struct xfer_engine *e, uint32_t f, uint32_t k)
+{
+	return !e->need[e->first[f] + k];
+}
+
+void xfer_engine_feed(struct xfer_engine *e, uint32_t f, uint32_t k, uint64_t hash, int known)
+{
+	uint32_t id = e->first[f] + k;
+	if (known) {
+		e->hash[id] = hash;
+		atomic_store_explicit(&e->known[id], 1, memory_order_release);
+	}
+	xfer_sched_add(&e->sched, id, !e->need[id]);
+}
+
+void xfer_engine_abort(struct xfer_engine *e, int err, const char *why)
+{
+	set_error(e, "%s", why);
+	xfer_sched_abort(&e->sched, err);
+}
+
+static void fill_report(struct xfer_engine *e, struct xfer_report *r, int final)
+{
+	uint64_t now = clock_now_ns();
+	double secs = (double)(now - e->t0_ns) / 1e9;
+	r->bytes_total = e->bytes_total;
+	r->bytes_skipped = e->bytes_skipped;
+	r->bytes_sent = atomic_load(&e->bytes_sent);
+	r->bytes_acked = atomic_load(&e->bytes_acked);
+	r->files = e->m.nfiles;
+	r->chunks = e->nchunks;
+	pthread_mutex_lock(&e->sched.mu);
+	r->chunks_resent = e->sched.resends;
+	r->chunks_dup = e->sched.dups;
+	pthread_mutex_unlock(&e->sched.mu);
+	r->chunks_bad = atomic_load(&e->chunks_bad);
+	r->zc_bytes = atomic_load(&e->zc_bytes);
+	r->seconds = secs;
+	r->nlinks = e->nlinks;
+	for (unsigned i = 0; i < e->nlinks; i++) {
+		struct link *l = &e->links[i];
+		struct xfer_link_report *lr = &r->links[i];
+		snprintf(lr->local, sizeof(lr->local), "%s", l->lname);
+		snprintf(lr->remote, sizeof(lr->remote), "%s", l->rname);
+		lr->bytes = atomic_load(&l->bytes);
+		lr->up = atomic_load(&l->up);
+		lr->failed = atomic_load(&l->failed);
+		if (final) {
+			lr->gbps = secs > 0 ? (double)lr->bytes * 8 / secs / 1e9 : 0;
+		} else {
+			double inst = (double)(lr->bytes - l->last_bytes) * 8 / (e->progress_ms / 1000.0) / 1e9;
+			l->gbps = l->last_bytes || l->gbps ? 0.5 * l->gbps + 0.5 * inst : inst;
+			l->last_bytes = lr->bytes;
+			lr->gbps = l->gbps;
+		}
+	}
+	snprintf(r->error, sizeof(r->error), "%s", e->error);
+}
+
+static unsigned streams_alive(struct xfer_engine *e)
+{
+	unsigned n = 0;
+	for (unsigned i = 0; i < e->nstreams; i++)
+		n += atomic_load(&e->streams[i].state) != ST_DEAD;
+	return n;
+}
+
+/* FINISH on a parked stream (or a fresh connection), then wait for DONE. */
+static int finish_on(struct xfer_engine *e, int fd)
+{
+	size_t len = (size_t)e->m.nfiles * 16;
+	uint8_t *meta = malloc(len ? len : 1);
+	if (!meta)
+		return -ENOMEM;
+	for (uint32_t f = 0; f < e->m.nfiles; f++) {
+		for (uint32_t k = 0; k < e->m.files[f].nchunks; k++)
+			chunk_hash(e, e->first[f] + k);
+		xfer_whole_hash(e->hash + e->first[f], e->m.files[f].nchunks, meta + 16 * (size_t)f);
+	}
+	int rc = xfer_frame_send(fd, XFER_FINISH, meta, (uint32_t)len);
+	free(meta);
+	if (rc)
+		return rc;
+	xfer_set_timeout(fd, XFER_FINISH_TIMEOUT_MS);
+	struct xfer_hdr h;
+	uint8_t text[300];
+	if ((rc = xfer_frame_recv(fd, &h, text, sizeof(text) - 1)))
+		return rc;
+	text[h.meta_len] = 0;
+	if (h.type == XFER_DONE)
+		return 0;
+	if (h.type == XFER_ERR) {
+		set_error(e, "receiver: %s", (char *)text);
+		return -EBADMSG;
+	}
+	return -EPROTO;
+}
+
+int xfer_engine_finish(struct xfer_engine *e, struct xfer_report *rep)
+{
+	uint64_t next = clock_now_ns() + (uint64_t)e->progress_ms * 1000000;
+	int rc = 0;
+	for (;;) {
+		pthread_mutex_lock(&e->sched.mu);
+		int done = e->sched.done == e->sched.n, err = e->sched.error;
+		pthread_mutex_unlock(&e->sched.mu);
+		if (done)
+			break;
+		if (err) {
+			rc = err;
+			break;
+		}
+		if (!streams_alive(e)) {
+			set_error(e, "%s", "lost every stream to the receiver (all links down or receiver gone)");
+			rc = -ECONNRESET;
+			xfer_sched_abort(&e->sched, rc);
+			break;
+		}
+		if (clock_now_ns() >= next) {
+			next += (uint64_t)e->progress_ms * 1000000;
+			if (e->progress) {
+				fill_report(e, rep, 0);
+				e->progress(rep, e->arg);
+			}
+		}
+		xfer_sched_wait(&e->sched, (int)e->progress_ms);
+	}
+	for (unsigned i = 0; i < e->nstreams; i++)
+		if (e->streams[i].started) {
+			if (rc && e->streams[i].fd >= 0)
+				shutdown(e->streams[i].fd, SHUT_RDWR);
+			pthread_join(e->streams[i].th, NULL);
+			e->streams[i].started = 0;
+		}
+	if (!rc) {
+		rc = -ECONNRESET;
+		for (unsigned i = 0; i < e->nstreams && rc; i++) {
+			struct stream *s = &e->streams[i];
+			if (atomic_load(&s->state) == ST_PARKED && s->fd >= 0)
+				rc = finish_on(e, s->fd);
+		}
+		for (unsigned i = 0; i < e->nstreams && rc && rc != -EBADMSG; i++) {
+			struct stream *s = &e->streams[i];
+			if (s->fd >= 0)
+				close(s->fd);
+			s->fd = -1;
+			if (stream_dial(s) == 0)
+				rc = finish_on(e, s->fd);
+		}
+		if (rc && !e->error[0])
+			set_error(e, "could not confirm the end of the transfer: %s", strerror(-rc));
+	}
+	fill_report(e, rep, 1);
+	return rc;
+}
+
+void xfer_engine_free(struct xfer_engine *e)
+{
+	if (!e)
+		return;
+	if (e->streams) {
+		xfer_sched_abort(&e->sched, -ECANCELED);
+		for (unsigned i = 0; i < e->nstreams; i++) {
+			if (e->streams[i].fd >= 0)
+				shutdown(e->streams[i].fd, SHUT_RDWR);
+			if (e->streams[i].started)
+				pthread_join(e->streams[i].th, NULL);
+			if (e->streams[i].fd >= 0)
+				close(e->streams[i].fd);
+		}
+	}
+	if (e->sched.slots)
+		xfer_sched_destroy(&e->sched);
+	free(e->streams);
+	free(e->src);
+	free(e->first);
+	free(e->file_of);
+	free(e->hash);
+	free((void *)e->known);
+	free(e->need);
+	memset(&e->token, 0, sizeof(e->token));
+	pthread_mutex_destroy(&e->err_mu);
+	free(e);
+}

@@ -1,0 +1,45 @@
+/*
+ * engine.h - the sending side of a transfer: links, streams and the chunk scheduler.
+ *
+ * xfer_send() (send.c) and a bcast relay (serve.c) both drive one: start it with a manifest
+ * and a source per file (a descriptor sent with sendfile, or memory), feed it the chunks that
+ * are ready (all at once for a sender; one by one as they arrive for a relay), then finish it:
+ * wait until the receiver acknowledged every chunk, send FINISH with the whole-file hashes and
+ * wait for DONE. Streams are threads (see conn.h for why).
+ */
+#ifndef ACCELNET_XFER_ENGINE_H
+#define ACCELNET_XFER_ENGINE_H
+
+#include "accelnet/xfer.h"
+#include "xfer/wire.h"
+
+#include <stdint.h>
+
+struct xfer_engine;
+
+struct xfer_source {
+	int fd;		   /* sendfile from here, or -1 */
+	const uint8_t *buf; /* memory (a buffer, or the file mapped for hashing), or NULL */
+	uint64_t size;
+};
+
+/*
+ * Connect to the first live link, send <m> (which the engine keeps; the caller must not free
+ * it before xfer_engine_free), read NEED, and start the streams. <src> has one entry per file
+ * (copied). 0, or -errno with rep->error set.
+ */
+int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_manifest *m,
+		      const struct xfer_source *src, struct xfer_engine **out, struct xfer_report *rep);
+/* The receiver already has chunk <k> of file <f>? (valid after start) */
+int xfer_engine_has(const struct xfer_engine *e, uint32_t f, uint32_t k);
+/* Chunk <k> of file <f> is ready to send; <hash> is its XXH3-64 when <known>, else computed
+ * from the source's memory when sent. */
+void xfer_engine_feed(struct xfer_engine *e, uint32_t f, uint32_t k, uint64_t hash, int known);
+/* Give up (a relay whose upstream went away): streams stop. */
+void xfer_engine_abort(struct xfer_engine *e, int err, const char *why);
+/* Wait for every chunk, then FINISH and DONE. 0, or -errno with rep->error set. The report is
+ * completed either way. */
+int xfer_engine_finish(struct xfer_engine *e, struct xfer_report *rep);
+void xfer_engine_free(struct xfer_engine *e);
+
+#endif

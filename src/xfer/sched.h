@@ -1,0 +1,77 @@
+/*
+ * sched.h - the chunk scheduler: which chunk a stream sends next.
+ *
+ * Chunks wait in one queue; a stream takes the next one when it has room in its window (work
+ * stealing), so a link that drains faster simply takes more, and a link that slows down takes
+ * less without anyone computing a split. When the queue is empty and chunks are still in
+ * flight (the end game), an idle stream may take a second copy of the oldest chunk in flight on
+ * another link, so the slowest link does not set the finish time; the first acknowledgement
+ * wins. A chunk whose stream died goes back to the front of the queue; a chunk the receiver
+ * found corrupt is sent again, at most XFER_SCHED_TRIES times.
+ *
+ * Chunks are numbered 0..n-1 by the caller. A chunk starts absent (a relay's chunk that has
+ * not arrived yet), pending, or done (the receiver already has it). Thread-safe: one mutex,
+ * and a condition variable that xfer_sched_wait() sleeps on.
+ */
+#ifndef ACCELNET_XFER_SCHED_H
+#define ACCELNET_XFER_SCHED_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#define XFER_SCHED_TRIES 5
+#define XFER_SCHED_NOLINK 0xff
+
+enum xfer_chunk_state { XS_ABSENT, XS_PENDING, XS_INFLIGHT, XS_DONE };
+
+struct xfer_slot {
+	uint8_t state;
+	uint8_t copies; /* streams carrying it now */
+	uint8_t link;	/* the link of the first copy */
+	uint8_t tries;	/* corrupt arrivals so far */
+	uint64_t sent_ns;
+};
+
+struct xfer_sched {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint32_t n;
+	struct xfer_slot *slots;
+	uint32_t *ring; /* pending chunk ids; capacity n + 1 */
+	uint32_t head, tail;
+	uint32_t done, absent;
+	uint32_t dups;	  /* end-game copies sent */
+	uint32_t resends; /* chunks sent again after a failure or a bad hash */
+	int endgame;	  /* 0 turns end-game copies off */
+	int error;	  /* first fatal error, -errno; takers see it */
+};
+
+/* All chunks start absent. 0 or -ENOMEM. */
+int xfer_sched_init(struct xfer_sched *s, uint32_t n);
+void xfer_sched_destroy(struct xfer_sched *s);
+
+/* Make chunk <id> pending (at the back), or done when <have> (the receiver has it). */
+void xfer_sched_add(struct xfer_sched *s, uint32_t id, int have);
+
+/*
+ * Take a chunk for a stream on <link>: 0 with *id (and *dup = 1 for an end-game copy),
+ * -EAGAIN when nothing can be taken now (wait and retry), -ENODATA when every chunk is done
+ * (even after an abort), or the error set by xfer_sched_abort().
+ */
+int xfer_sched_take(struct xfer_sched *s, uint8_t link, uint64_t now_ns, uint32_t *id, int *dup);
+/* The receiver verified chunk <id>. Returns 1 when this was the first acknowledgement. */
+int xfer_sched_ack(struct xfer_sched *s, uint32_t id);
+/* A copy of <id> was lost with its stream: requeue it unless another copy is still out. */
+void xfer_sched_lost(struct xfer_sched *s, uint32_t id);
+/* The receiver found <id> corrupt: send again, or fail the transfer after too many tries. */
+void xfer_sched_bad(struct xfer_sched *s, uint32_t id);
+/* Stop the transfer with <err> (-errno); every waiter wakes and sees it. */
+void xfer_sched_abort(struct xfer_sched *s, int err);
+/* Wake every waiter (a stream ended). */
+void xfer_sched_wake(struct xfer_sched *s);
+/* Sleep until something changes or <ms> pass. */
+void xfer_sched_wait(struct xfer_sched *s, int ms);
+/* Chunks acknowledged so far. */
+uint32_t xfer_sched_done(struct xfer_sched *s);
+
+#endif

@@ -1,0 +1,204 @@
+/*
+ * send.c - xfer_send(): items to a manifest and sources, then one engine run; and the
+ * expansion of paths (files and directory trees) into items.
+ */
+#include "accelnet/xfer.h"
+#include "xfer/engine.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct list {
+	struct xfer_item *v;
+	unsigned n, cap;
+};
+
+static int list_push(struct list *l, const char *name, const char *path)
+{
+	if (l->n == l->cap) {
+		unsigned cap = l->cap ? 2 * l->cap : 16;
+		struct xfer_item *v = realloc(l->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		l->v = v;
+		l->cap = cap;
+	}
+	struct xfer_item *it = &l->v[l->n];
+	memset(it, 0, sizeof(*it));
+	it->name = strdup(name);
+	it->path = strdup(path);
+	if (!it->name || !it->path) {
+		free((char *)it->name);
+		free((char *)it->path);
+		return -ENOMEM;
+	}
+	l->n++;
+	return 0;
+}
+
+/* Add <path> as <name>: a regular file, or every regular file beneath a directory. */
+static int walk(struct list *l, const char *path, const char *name, char *bad, size_t badlen)
+{
+	struct stat st;
+	if (stat(path, &st) < 0) {
+		snprintf(bad, badlen, "%s", path);
+		return -errno;
+	}
+	if (S_ISREG(st.st_mode))
+		return list_push(l, name, path);
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(bad, badlen, "%s", path);
+		return -EINVAL;
+	}
+	DIR *d = opendir(path);
+	if (!d) {
+		snprintf(bad, badlen, "%s", path);
+		return -errno;
+	}
+	int rc = 0;
+	struct dirent *de;
+	while (!rc && (de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		char *p = NULL, *n = NULL;
+		if (asprintf(&p, "%s/%s", path, de->d_name) < 0 || asprintf(&n, "%s/%s", name, de->d_name) < 0)
+			rc = -ENOMEM;
+		else
+			rc = walk(l, p, n, bad, badlen);
+		free(p);
+		free(n);
+	}
+	closedir(d);
+	return rc;
+}
+
+int xfer_items_from_paths(const char *const *paths, unsigned n, const char *to, struct xfer_item **items,
+			  unsigned *nitems, char *bad, size_t badlen)
+{
+	struct list l = {0};
+	int rc = 0;
+	for (unsigned i = 0; i < n && !rc; i++) {
+		char buf[4096];
+		snprintf(buf, sizeof(buf), "%s", paths[i]);
+		size_t len = strlen(buf);
+		while (len > 1 && buf[len - 1] == '/')
+			buf[--len] = 0;
+		const char *base = strrchr(buf, '/') ? strrchr(buf, '/') + 1 : buf;
+		char name[4096];
+		if (to && n == 1)
+			snprintf(name, sizeof(name), "%s", to);
+		else if (to)
+			snprintf(name, sizeof(name), "%s/%s", to, base);
+		else
+			snprintf(name, sizeof(name), "%s", base);
+		rc = walk(&l, buf, name, bad, badlen);
+	}
+	if (rc) {
+		xfer_items_free(l.v, l.n);
+		return rc;
+	}
+	*items = l.v;
+	*nitems = l.n;
+	return 0;
+}
+
+void xfer_items_free(struct xfer_item *items, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		free((char *)items[i].name);
+		free((char *)items[i].path);
+	}
+	free(items);
+}
+
+int xfer_send(const struct xfer_send_opts *o, const struct xfer_item *items, unsigned n,
+	      struct xfer_report *rep)
+{
+	struct xfer_manifest m = {.chunk_size = (o->chunk_kib ? o->chunk_kib : 1024) * 1024u, .nfiles = n};
+	struct xfer_source *src = calloc(n ? n : 1, sizeof(*src));
+	struct xfer_engine *e = NULL;
+	int rc = -ENOMEM;
+	memset(rep, 0, sizeof(*rep));
+	m.files = calloc(n ? n : 1, sizeof(*m.files));
+	if (!src || !m.files)
+		goto out;
+	for (unsigned i = 0; i < n; i++)
+		src[i].fd = -1;
+	if (m.chunk_size < 4096 || m.chunk_size > XFER_DATA_MAX) {
+		snprintf(rep->error, sizeof(rep->error), "chunk size must be 4 KiB to 64 MiB");
+		rc = -EINVAL;
+		goto out;
+	}
+	for (unsigned i = 0; i < o->nbcast; i++) {
+		if (i == XFER_FWD_MAX) {
+			snprintf(rep->error, sizeof(rep->error), "at most %d bcast hops", XFER_FWD_MAX + 1);
+			rc = -EINVAL;
+			goto out;
+		}
+		m.fwd[m.nfwd++] = (char *)o->bcast[i];
+	}
+	for (unsigned i = 0; i < n; i++) {
+		struct xfer_file *f = &m.files[i];
+		const char *why;
+		f->path = (char *)items[i].name;
+		if (xfer_path_check(f->path, strlen(f->path), &why)) {
+			snprintf(rep->error, sizeof(rep->error), "'%s': %s", f->path, why);
+			rc = -EINVAL;
+			goto out;
+		}
+		if (!items[i].path) {
+			src[i].buf = items[i].buf;
+			f->size = src[i].size = items[i].len;
+			f->mode = 0644;
+		} else {
+			struct stat st;
+			src[i].fd = open(items[i].path, O_RDONLY | O_CLOEXEC);
+			if (src[i].fd < 0 || fstat(src[i].fd, &st) < 0) {
+				rc = -errno;
+				snprintf(rep->error, sizeof(rep->error), "%s: %s", items[i].path, strerror(errno));
+				goto out;
+			}
+			f->size = src[i].size = (uint64_t)st.st_size;
+			f->mode = st.st_mode & 07777;
+			f->mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
+			if (f->size) {
+				void *map = mmap(NULL, f->size, PROT_READ, MAP_SHARED, src[i].fd, 0);
+				if (map == MAP_FAILED) {
+					rc = -errno;
+					snprintf(rep->error, sizeof(rep->error), "%s: %s", items[i].path, strerror(errno));
+					goto out;
+				}
+				madvise(map, f->size, MADV_SEQUENTIAL);
+				src[i].buf = map;
+			}
+		}
+		f->nchunks = xfer_chunks_of(f->size, m.chunk_size);
+	}
+	if ((rc = xfer_engine_start(o, &m, src, &e, rep)))
+		goto out;
+	for (uint32_t f = 0; f < m.nfiles; f++)
+		for (uint32_t k = 0; k < m.files[f].nchunks; k++)
+			xfer_engine_feed(e, f, k, 0, 0);
+	rc = xfer_engine_finish(e, rep);
+out:
+	xfer_engine_free(e);
+	for (unsigned i = 0; src && i < n; i++) {
+		if (src[i].fd >= 0) {
+			if (src[i].buf)
+				munmap((void *)src[i].buf, src[i].size);
+			close(src[i].fd);
+		}
+	}
+	free(src);
+	free(m.files);
+	if (rc && !rep->error[0])
+		snprintf(rep->error, sizeof(rep->error), "%s", strerror(-rc));
+	return rc;
+}

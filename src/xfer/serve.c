@@ -1,0 +1,594 @@
+/*
+ * serve.c - xfer_serve(): the receiving daemon.
+ *
+ * One thread accepts on every listen address (one per link); each connection gets a thread
+ * that says CHALLENGE, checks the HELLO's token, then serves frames: MANIFEST opens or joins
+ * the session named by the HELLO (the files' parts are opened and NEED answered); CHUNK is
+ * read whole, hashed, written to its part and acknowledged; FINISH completes every file and
+ * answers DONE. Sessions are shared by all the connections of one transfer, across links, and
+ * live as long as one of them does; what survives a session is on disk (see store.h).
+ *
+ * bcast: a manifest with further hops makes this receiver also a sender. Before answering
+ * NEED it starts an engine to the next hop (with the remaining hops), and feeds it each chunk
+ * once written, so chunks flow down the chain as they arrive; DONE goes upstream only when
+ * the next hop said DONE.
+ */
+#include "accelnet/xfer.h"
+#include "core/clock.h"
+#include "net/addr.h"
+#include "net/sock.h"
+#include "xfer/conn.h"
+#include "xfer/engine.h"
+#include "xfer/store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define SERVE_IDLE_MS 300000
+#define SERVE_MAX_LISTEN 16
+
+struct session {
+	struct session *next;
+	uint8_t id[XFER_SESSION_LEN];
+	unsigned refs;
+	pthread_mutex_t mu;
+	struct xfer_manifest m;
+	struct xfer_store_file *files;
+	uint32_t nopen;
+	struct xfer_engine *relay;
+	struct xfer_manifest relay_m;
+	int finished;
+};
+
+struct server {
+	const struct xfer_serve_opts *o;
+	int dirfd;
+	struct xfer_token token;
+	pthread_mutex_t mu;
+	struct session *sessions;
+	unsigned conns;
+	pthread_cond_t conns_cv;
+	int *live_fds;
+	unsigned nlive, cap_live;
+	unsigned corrupt_every; /* fault injection for tests: ACCELNET_XFER_CORRUPT_EVERY */
+	_Atomic uint64_t corrupt_seq;
+	/* metrics */
+	_Atomic uint64_t m_bytes, m_chunks, m_dup, m_bad, m_files, m_sessions, m_auth_fail, m_errors,
+		m_conns_total;
+};
+
+struct conn {
+	struct server *srv;
+	int fd;
+	struct session *sess;
+	uint8_t *buf;
+	uint32_t buflen;
+};
+
+static void live_add(struct server *s, int fd)
+{
+	pthread_mutex_lock(&s->mu);
+	if (s->nlive == s->cap_live) {
+		unsigned cap = s->cap_live ? 2 * s->cap_live : 64;
+		int *v = realloc(s->live_fds, cap * sizeof(int));
+		if (v) {
+			s->live_fds = v;
+			s->cap_live = cap;
+		}
+	}
+	if (s->nlive < s->cap_live)
+		s->live_fds[s->nlive++] = fd;
+	s->conns++;
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void live_del(struct server *s, int fd)
+{
+	pthread_mutex_lock(&s->mu);
+	for (unsigned i = 0; i < s->nlive; i++)
+		if (s->live_fds[i] == fd) {
+			s->live_fds[i] = s->live_fds[--s->nlive];
+			break;
+		}
+	s->conns--;
+	pthread_cond_broadcast(&s->conns_cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static int send_err(int fd, const char *msg)
+{
+	return xfer_frame_send(fd, XFER_ERR, msg, (uint32_t)strlen(msg));
+}
+
+static void session_free(struct session *ss)
+{
+	if (ss->relay) {
+		if (!ss->finished)
+			xfer_engine_abort(ss->relay, -ECONNRESET, "upstream went away");
+		xfer_engine_free(ss->relay);
+	}
+	for (uint32_t i = 0; i < ss->nopen; i++)
+		xfer_store_close(&ss->files[i]);
+	free(ss->files);
+	xfer_manifest_free(&ss->m);
+	pthread_mutex_destroy(&ss->mu);
+	free(ss);
+}
+
+static void session_put(struct server *s, struct session *ss)
+{
+	pthread_mutex_lock(&s->mu);
+	int last = --ss->refs == 0;
+	if (last)
+		for (struct session **p = &s->sessions; *p; p = &(*p)->next)
+			if (*p == ss) {
+				*p = ss->next;
+				break;
+			}
+	pthread_mutex_unlock(&s->mu);
+	if (last)
+		session_free(ss);
+}
+
+/* Open every file's part, and the relay when there are further hops. */
+static int session_open(struct server *s, struct session *ss, char *err, size_t errlen)
+{
+	const char *why = NULL;
+	ss->files = calloc(ss->m.nfiles ? ss->m.nfiles : 1, sizeof(*ss->files));
+	if (!ss->files) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < ss->m.nfiles; i++, ss->nopen++) {
+		for (uint32_t j = 0; j < i; j++)
+			if (!strcmp(ss->m.files[i].path, ss->m.files[j].path)) {
+				snprintf(err, errlen, "'%s' appears twice in the manifest", ss->m.files[i].path);
+				return -EINVAL;
+			}
+		int rc = xfer_store_open(s->dirfd, &ss->m, i, &ss->files[i], &why);
+		if (rc) {
+			snprintf(err, errlen, "'%s': %s: %s", ss->m.files[i].path, why, strerror(-rc));
+			return rc;
+		}
+	}
+	if (!ss->m.nfwd)
+		return 0;
+	ss->relay_m = ss->m;
+	ss->relay_m.nfwd = ss->m.nfwd - 1;
+	memmove(ss->relay_m.fwd, ss->m.fwd + 1, ss->relay_m.nfwd * sizeof(char *));
+	struct xfer_source *src = calloc(ss->m.nfiles ? ss->m.nfiles : 1, sizeof(*src));
+	if (!src)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < ss->m.nfiles; i++)
+		src[i] = (struct xfer_source){.fd = ss->files[i].part_fd, .size = ss->files[i].size};
+	struct xfer_send_opts o = {
+		.remote = ss->m.fwd[0],
+		.bcast = (const char *const *)ss->relay_m.fwd,
+		.nbcast = ss->relay_m.nfwd,
+		.token_file = s->o->token_file,
+	};
+	struct xfer_report rep;
+	int rc = xfer_engine_start(&o, &ss->relay_m, src, &ss->relay, &rep);
+	free(src);
+	if (rc) {
+		snprintf(err, errlen, "next bcast hop %s: %s", ss->m.fwd[0], rep.error);
+		return rc;
+	}
+	for (uint32_t f = 0; f < ss->m.nfiles; f++)
+		for (uint32_t k = 0; k < ss->files[f].nchunks; k++)
+			if (ss->files[f].done[k])
+				xfer_engine_feed(ss->relay, f, k, ss->files[f].hashes[k], 1);
+	return 0;
+}
+
+static int reply_need(struct conn *c)
+{
+	struct session *ss = c->sess;
+	size_t len = xfer_need_len(&ss->m);
+	uint8_t *need = calloc(len ? len : 1, 1), *p = need;
+	if (!need)
+		return -ENOMEM;
+	pthread_mutex_lock(&ss->mu);
+	for (uint32_t f = 0; f < ss->m.nfiles; f++) {
+		for (uint32_t k = 0; k < ss->files[f].nchunks; k++)
+			if (!ss->files[f].done[k])
+				p[k / 8] |= (uint8_t)(1u << (k % 8));
+		p += (ss->files[f].nchunks + 7) / 8;
+	}
+	pthread_mutex_unlock(&ss->mu);
+	int rc = xfer_frame_send(c->fd, XFER_NEED, need, (uint32_t)len);
+	free(need);
+	return rc;
+}
+
+/* The session a HELLO named, with a reference for the caller, or NULL. */
+static struct session *session_get(struct server *s, const uint8_t id[XFER_SESSION_LEN])
+{
+	pthread_mutex_lock(&s->mu);
+	struct session *ss = s->sessions;
+	while (ss && memcmp(ss->id, id, XFER_SESSION_LEN))
+		ss = ss->next;
+	if (ss)
+		ss->refs++;
+	pthread_mutex_unlock(&s->mu);
+	return ss;
+}
+
+static int on_manifest(struct conn *c, const struct xfer_hello *hello, uint8_t *meta, uint32_t len)
+{
+	struct server *s = c->srv;
+	if (c->sess)
+		return send_err(c->fd, "a connection sends one manifest") ?: -EPROTO;
+	struct session *ss = session_get(s, hello->session);
+	if (ss) {
+		c->sess = ss;
+		return reply_need(c);
+	}
+	ss = calloc(1, sizeof(*ss));
+	if (!ss)
+		return -ENOMEM;
+	pthread_mutex_init(&ss->mu, NULL);
+	memcpy(ss->id, hello->session, XFER_SESSION_LEN);
+	ss->refs = 1;
+	const char *why;
+	char err[512];
+	if (xfer_manifest_decode(meta, len, &ss->m, &why)) {
+		snprintf(err, sizeof(err), "bad manifest: %s", why);
+		goto refuse;
+	}
+	if (session_open(s, ss, err, sizeof(err)))
+		goto refuse;
+	pthread_mutex_lock(&s->mu);
+	ss->next = s->sessions;
+	s->sessions = ss;
+	pthread_mutex_unlock(&s->mu);
+	atomic_fetch_add(&s->m_sessions, 1);
+	c->sess = ss;
+	return reply_need(c);
+refuse:
+	atomic_fetch_add(&s->m_errors, 1);
+	send_err(c->fd, err);
+	session_free(ss);
+	return -EINVAL;
+}
+
+static int on_chunk(struct conn *c, const struct xfer_hello *hello, const uint8_t *meta,
+		    const struct xfer_hdr *h)
+{
+	struct server *s = c->srv;
+	if (!c->sess)
+		c->sess = session_get(s, hello->session);
+	struct session *ss = c->sess;
+	struct xfer_chunk_meta cm;
+	if (!ss || xfer_chunk_decode(meta, h->meta_len, &cm) || cm.file >= ss->m.nfiles ||
+	    cm.chunk >= ss->files[cm.file].nchunks) {
+		send_err(c->fd, ss ? "chunk outside the manifest" : "no such transfer (send the manifest first)");
+		return -EPROTO;
+	}
+	struct xfer_store_file *f = &ss->files[cm.file];
+	uint64_t off = (uint64_t)cm.chunk * f->chunk_size;
+	uint32_t want = (uint32_t)(f->size - off < f->chunk_size ? f->size - off : f->chunk_size);
+	if (h->data_len != want) {
+		send_err(c->fd, "chunk has the wrong length");
+		return -EPROTO;
+	}
+	if (c->buflen < want) {
+		free(c->buf);
+		c->buflen = 0;
+		if (!(c->buf = malloc(f->chunk_size)))
+			return -ENOMEM;
+		c->buflen = f->chunk_size;
+	}
+	int rc = xfer_read_all(c->fd, c->buf, want);
+	if (rc)
+		return rc;
+	atomic_fetch_add(&s->m_bytes, want);
+	struct xfer_ack a = {.file = cm.file, .chunk = cm.chunk, .status = XFER_ACK_OK};
+	if (s->corrupt_every && atomic_fetch_add(&s->corrupt_seq, 1) % s->corrupt_every == 0)
+		c->buf[want / 2] ^= 0x5a;
+	pthread_mutex_lock(&ss->mu);
+	int have = f->done[cm.chunk];
+	pthread_mutex_unlock(&ss->mu);
+	if (have) {
+		a.status = XFER_ACK_DUP;
+		atomic_fetch_add(&s->m_dup, 1);
+	} else if (XXH3_64bits(c->buf, want) != cm.hash) {
+		a.status = XFER_ACK_BAD;
+		atomic_fetch_add(&s->m_bad, 1);
+	} else if ((rc = xfer_store_write(f, cm.chunk, c->buf, want, cm.hash))) {
+		a.status = XFER_ACK_IO;
+		atomic_fetch_add(&s->m_errors, 1);
+	} else {
+		pthread_mutex_lock(&ss->mu);
+		xfer_store_mark(f, cm.chunk, cm.hash);
+		pthread_mutex_unlock(&ss->mu);
+		atomic_fetch_add(&s->m_chunks, 1);
+		if (ss->relay)
+			xfer_engine_feed(ss->relay, cm.file, cm.chunk, cm.hash, 1);
+	}
+	uint8_t out[XFER_ACK_LEN];
+	xfer_ack_encode(out, &a);
+	int wrc = xfer_frame_send(c->fd, XFER_ACK, out, sizeof(out));
+	if (a.status == XFER_ACK_IO) {
+		char msg[256];
+		snprintf(msg, sizeof(msg), "cannot write '%s': %s", f->path, strerror(-rc));
+		send_err(c->fd, msg);
+		return rc;
+	}
+	return wrc;
+}
+
+static int on_finish(struct conn *c, const struct xfer_hello *hello, const uint8_t *meta, uint32_t len)
+{
+	struct server *s = c->srv;
+	if (!c->sess)
+		c->sess = session_get(s, hello->session);
+	struct session *ss = c->sess;
+	char err[512] = "";
+	if (!ss || len != ss->m.nfiles * 16u) {
+		send_err(c->fd, "FINISH does not match the manifest");
+		return -EPROTO;
+	}
+	pthread_mutex_lock(&ss->mu);
+	for (uint32_t i = 0; i < ss->m.nfiles && !err[0]; i++) {
+		struct xfer_store_file *f = &ss->files[i];
+		const char *why;
+		if (f->finished)
+			continue;
+		int rc = xfer_store_finish(s->dirfd, f, meta + 16 * (size_t)i, &why);
+		if (rc)
+			snprintf(err, sizeof(err), "'%s': %s", f->path, why);
+		else
+			atomic_fetch_add(&s->m_files, 1);
+	}
+	if (!err[0] && ss->relay && !ss->finished) {
+		struct xfer_report rep;
+		if (xfer_engine_finish(ss->relay, &rep))
+			snprintf(err, sizeof(err), "next bcast hop %s: %s", ss->m.fwd[0], rep.error);
+	}
+	if (!err[0])
+		ss->finished = 1;
+	pthread_mutex_unlock(&ss->mu);
+	if (err[0]) {
+		atomic_fetch_add(&s->m_errors, 1);
+		send_err(c->fd, err);
+		return -EIO;
+	}
+	return xfer_frame_send(c->fd, XFER_DONE, NULL, 0);
+}
+
+static void *conn_main(void *arg)
+{
+	struct conn *c = arg;
+	struct server *s = c->srv;
+	struct xfer_hello hello;
+	xfer_set_timeout(c->fd, 10000);
+	int rc = xfer_handshake_server(c->fd, &s->token, &hello);
+	if (rc == -EACCES)
+		atomic_fetch_add(&s->m_auth_fail, 1);
+	xfer_set_timeout(c->fd, SERVE_IDLE_MS);
+	while (rc == 0) {
+		struct xfer_hdr h;
+		uint8_t small[64];
+		uint8_t *meta = NULL;
+		if ((rc = xfer_frame_recv_alloc(c->fd, &h, &meta)))
+			break;
+		switch (h.type) {
+		case XFER_MANIFEST:
+			rc = on_manifest(c, &hello, meta, h.meta_len);
+			break;
+		case XFER_CHUNK:
+			if (h.meta_len > sizeof(small)) {
+				rc = -EPROTO;
+				break;
+			}
+			rc = on_chunk(c, &hello, meta, &h);
+			break;
+		case XFER_FINISH:
+			rc = on_finish(c, &hello, meta, h.meta_len);
+			break;
+		default:
+			send_err(c->fd, "unexpected message");
+			rc = -EPROTO;
+		}
+		free(meta);
+	}
+	if (c->sess)
+		session_put(s, c->sess);
+	live_del(s, c->fd);
+	close(c->fd);
+	free(c->buf);
+	free(c);
+	return NULL;
+}
+
+static void metrics_reply(struct server *s, int fd)
+{
+	char req[1024];
+	xfer_set_timeout(fd, 2000);
+	ssize_t n = recv(fd, req, sizeof(req) - 1, 0);
+	if (n <= 0)
+		return;
+	req[n] = 0;
+	char body[2048];
+	int len;
+	if (strncmp(req, "GET /metrics ", 13)) {
+		len = snprintf(body, sizeof(body), "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+		xfer_write_all(fd, body, (size_t)len);
+		return;
+	}
+	pthread_mutex_lock(&s->mu);
+	unsigned conns = s->conns, sessions = 0;
+	for (struct session *ss = s->sessions; ss; ss = ss->next)
+		sessions++;
+	pthread_mutex_unlock(&s->mu);
+	int blen = snprintf(body, sizeof(body),
+			    "# TYPE accelnet_xfer_received_bytes_total counter\n"
+			    "accelnet_xfer_received_bytes_total %llu\n"
+			    "# TYPE accelnet_xfer_chunks_total counter\n"
+			    "accelnet_xfer_chunks_total{result=\"ok\"} %llu\n"
+			    "accelnet_xfer_chunks_total{result=\"duplicate\"} %llu\n"
+			    "accelnet_xfer_chunks_total{result=\"corrupt\"} %llu\n"
+			    "# TYPE accelnet_xfer_files_completed_total counter\n"
+			    "accelnet_xfer_files_completed_total %llu\n"
+			    "# TYPE accelnet_xfer_sessions_total counter\n"
+			    "accelnet_xfer_sessions_total %llu\n"
+			    "# TYPE accelnet_xfer_sessions gauge\n"
+			    "accelnet_xfer_sessions %u\n"
+			    "# TYPE accelnet_xfer_connections gauge\n"
+			    "accelnet_xfer_connections %u\n"
+			    "# TYPE accelnet_xfer_connections_total counter\n"
+			    "accelnet_xfer_connections_total %llu\n"
+			    "# TYPE accelnet_xfer_auth_failures_total counter\n"
+			    "accelnet_xfer_auth_failures_total %llu\n"
+			    "# TYPE accelnet_xfer_errors_total counter\n"
+			    "accelnet_xfer_errors_total %llu\n",
+			    (unsigned long long)s->m_bytes, (unsigned long long)s->m_chunks,
+			    (unsigned long long)s->m_dup, (unsigned long long)s->m_bad,
+			    (unsigned long long)s->m_files, (unsigned long long)s->m_sessions, sessions, conns,
+			    (unsigned long long)s->m_conns_total, (unsigned long long)s->m_auth_fail,
+			    (unsigned long long)s->m_errors);
+	char head[256];
+	len = snprintf(head, sizeof(head),
+		       "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n"
+		       "Connection: close\r\n\r\n",
+		       blen);
+	if (xfer_write_all(fd, head, (size_t)len) == 0)
+		xfer_write_all(fd, body, (size_t)blen);
+}
+
+static int listen_on(const char *text, int *fd, char *err, size_t errlen)
+{
+	struct net_addr a;
+	const char *why;
+	if (net_addr_parse(text, &a, &why)) {
+		snprintf(err, errlen, "bad listen address '%s': %s", text, why);
+		return -EINVAL;
+	}
+	*fd = sock_listen(&a, 0);
+	if (*fd < 0) {
+		snprintf(err, errlen, "cannot listen on %s: %s", text, strerror(-*fd));
+		return *fd;
+	}
+	return 0;
+}
+
+int xfer_serve(const struct xfer_serve_opts *o)
+{
+	struct server s = {.o = o, .dirfd = -1};
+	int lfd[SERVE_MAX_LISTEN + 1], ports[SERVE_MAX_LISTEN];
+	unsigned nl = 0;
+	int mfd = -1, rc = 0;
+	char err[256] = "";
+	pthread_mutex_init(&s.mu, NULL);
+	pthread_cond_init(&s.conns_cv, NULL);
+	const char *env = getenv("ACCELNET_XFER_CORRUPT_EVERY");
+	s.corrupt_every = env ? (unsigned)strtoul(env, NULL, 10) : 0;
+	if (o->token_file) {
+		const char *why;
+		if ((rc = xfer_token_load(o->token_file, &s.token, &why))) {
+			snprintf(err, sizeof(err), "%s: %s", o->token_file, why);
+			goto out;
+		}
+	}
+	s.dirfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (s.dirfd < 0) {
+		rc = -errno;
+		snprintf(err, sizeof(err), "%s: %s", o->dir, strerror(errno));
+		goto out;
+	}
+	char buf[2048];
+	snprintf(buf, sizeof(buf), "%s", o->listen ? o->listen : "");
+	char *save = NULL;
+	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		if (nl == SERVE_MAX_LISTEN) {
+			snprintf(err, sizeof(err), "at most %d listen addresses", SERVE_MAX_LISTEN);
+			rc = -EINVAL;
+			goto out;
+		}
+		if ((rc = listen_on(t, &lfd[nl], err, sizeof(err))))
+			goto out;
+		ports[nl] = sock_local_port(lfd[nl]);
+		nl++;
+	}
+	if (!nl) {
+		snprintf(err, sizeof(err), "no listen address");
+		rc = -EINVAL;
+		goto out;
+	}
+	if (o->metrics && (rc = listen_on(o->metrics, &mfd, err, sizeof(err))))
+		goto out;
+	if (o->ready)
+		o->ready(ports, nl, o->arg);
+	struct pollfd pfd[SERVE_MAX_LISTEN + 1];
+	unsigned np = nl;
+	for (unsigned i = 0; i < nl; i++)
+		pfd[i] = (struct pollfd){.fd = lfd[i], .events = POLLIN};
+	if (mfd >= 0)
+		pfd[np++] = (struct pollfd){.fd = mfd, .events = POLLIN};
+	while (!*o->stop) {
+		if (poll(pfd, np, 200) <= 0)
+			continue;
+		for (unsigned i = 0; i < np; i++) {
+			if (!(pfd[i].revents & POLLIN))
+				continue;
+			struct sockaddr_storage peer;
+			socklen_t plen;
+			int fd = sock_accept(pfd[i].fd, &peer, &plen);
+			if (fd < 0)
+				continue;
+			fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+			if (pfd[i].fd == mfd) {
+				metrics_reply(&s, fd);
+				close(fd);
+				continue;
+			}
+			struct conn *c = calloc(1, sizeof(*c));
+			pthread_t th;
+			pthread_attr_t attr;
+			pthread_attr_init(&attr);
+			pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+			if (c) {
+				c->srv = &s;
+				c->fd = fd;
+				live_add(&s, fd);
+				atomic_fetch_add(&s.m_conns_total, 1);
+			}
+			if (!c || pthread_create(&th, &attr, conn_main, c)) {
+				if (c)
+					live_del(&s, fd);
+				free(c);
+				close(fd);
+			}
+			pthread_attr_destroy(&attr);
+		}
+	}
+	/* stop: end every connection, then wait for their threads */
+	pthread_mutex_lock(&s.mu);
+	for (unsigned i = 0; i < s.nlive; i++)
+		shutdown(s.live_fds[i], SHUT_RDWR);
+	while (s.conns)
+		pthread_cond_wait(&s.conns_cv, &s.mu);
+	pthread_mutex_unlock(&s.mu);
+out:
+	if (err[0])
+		fprintf(stderr, "accelnet xfer serve: %s\n", err);
+	for (unsigned i = 0; i < nl; i++)
+		close(lfd[i]);
+	if (mfd >= 0)
+		close(mfd);
+	if (s.dirfd >= 0)
+		close(s.dirfd);
+	free(s.live_fds);
+	memset(&s.token, 0, sizeof(s.token));
+	return rc;
+}

@@ -1,0 +1,277 @@
+/*
+ * store.c - part files, their state, and the final rename (see store.h).
+ */
+#include "xfer/store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+static int open_beneath(int dirfd, const char *path, int flags, mode_t mode)
+{
+	struct open_how how = {
+		.flags = (uint64_t)(flags | O_CLOEXEC),
+		.mode = (flags & O_CREAT) ? mode : 0,
+		.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
+	};
+	long fd = syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+	return fd < 0 ? -errno : (int)fd;
+}
+
+void xfer_whole_hash(const uint64_t *hashes, uint32_t n, uint8_t out[16])
+{
+	XXH3_state_t *st = XXH3_createState();
+	XXH3_128bits_reset(st);
+	for (uint32_t i = 0; i < n; i++) {
+		uint8_t le[8];
+		wire_put64(le, hashes[i]);
+		XXH3_128bits_update(st, le, sizeof(le));
+	}
+	XXH128_canonical_t c;
+	XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
+	memcpy(out, c.digest, 16);
+	XXH3_freeState(st);
+}
+
+static void file_id(const struct xfer_manifest *m, const struct xfer_file *fi, char out[33])
+{
+	uint8_t tail[8 + 4 + 8 + 4];
+	wire_put64(tail, fi->size);
+	wire_put32(tail + 8, fi->mode);
+	wire_put64(tail + 12, fi->mtime_ns);
+	wire_put32(tail + 20, m->chunk_size);
+	XXH3_state_t *st = XXH3_createState();
+	XXH3_128bits_reset(st);
+	XXH3_128bits_update(st, fi->path, strlen(fi->path) + 1);
+	XXH3_128bits_update(st, tail, sizeof(tail));
+	XXH128_hash_t h = XXH3_128bits_digest(st);
+	XXH3_freeState(st);
+	snprintf(out, 33, "%016llx%016llx", (unsigned long long)h.high64, (unsigned long long)h.low64);
+}
+
+/* Re-hash the chunks the state says are done; keep those that still match. */
+static int state_load(struct xfer_store_file *f)
+{
+	size_t hb = (size_t)f->nchunks * 8;
+	uint8_t *raw = malloc(hb + f->nchunks + 1);
+	uint8_t *buf = malloc(f->chunk_size);
+	int rc = 0;
+	if (!raw || !buf) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	ssize_t n = pread(f->state_fd, raw, hb + f->nchunks, 0);
+	if (n != (ssize_t)(hb + f->nchunks))
+		goto out; /* new or short: nothing done */
+	for (uint32_t k = 0; k < f->nchunks; k++) {
+		if (raw[hb + k] != 1)
+			continue;
+		uint64_t want = wire_get64(raw + 8 * (size_t)k);
+		uint64_t off = (uint64_t)k * f->chunk_size;
+		uint32_t len = (uint32_t)(f->size - off < f->chunk_size ? f->size - off : f->chunk_size);
+		if (pread(f->part_fd, buf, len, (off_t)off) != (ssize_t)len || XXH3_64bits(buf, len) != want)
+			continue;
+		f->hashes[k] = want;
+		f->done[k] = 1;
+		f->ndone++;
+	}
+out:
+	free(raw);
+	free(buf);
+	return rc;
+}
+
+int xfer_store_open(int dirfd, const struct xfer_manifest *m, uint32_t idx, struct xfer_store_file *f,
+		    const char **why)
+{
+	const struct xfer_file *fi = &m->files[idx];
+	char name[64];
+	int rc;
+	memset(f, 0, sizeof(*f));
+	f->part_fd = f->state_fd = -1;
+	f->size = fi->size;
+	f->nchunks = fi->nchunks;
+	f->chunk_size = m->chunk_size;
+	f->mode = fi->mode;
+	f->path = fi->path;
+	file_id(m, fi, f->id);
+	f->hashes = calloc(f->nchunks ? f->nchunks : 1, sizeof(uint64_t));
+	f->done = calloc(f->nchunks ? f->nchunks : 1, 1);
+	if (!f->hashes || !f->done) {
+		*why = "out of memory";
+		rc = -ENOMEM;
+		goto fail;
+	}
+	if (mkdirat(dirfd, XFER_STORE_DIR, 0700) < 0 && errno != EEXIST) {
+		*why = "cannot create the directory for partial files";
+		rc = -errno;
+		goto fail;
+	}
+	snprintf(name, sizeof(name), XFER_STORE_DIR "/%s.state", f->id);
+	f->state_fd = open_beneath(dirfd, name, O_RDWR | O_CREAT | O_NOFOLLOW, 0600);
+	if (f->state_fd < 0) {
+		*why = "cannot open a state file";
+		rc = f->state_fd;
+		goto fail;
+	}
+	if (flock(f->state_fd, LOCK_EX | LOCK_NB) < 0) {
+		*why = "another transfer of this file is in progress";
+		rc = -EBUSY;
+		goto fail;
+	}
+	snprintf(name, sizeof(name), XFER_STORE_DIR "/%s.part", f->id);
+	f->part_fd = open_beneath(dirfd, name, O_RDWR | O_CREAT | O_NOFOLLOW, 0600);
+	if (f->part_fd < 0) {
+		*why = "cannot open a partial file";
+		rc = f->part_fd;
+		goto fail;
+	}
+	struct stat st;
+	if (fstat(f->part_fd, &st) < 0 || (uint64_t)st.st_size != f->size) {
+		/* reserve the space now, so a full disk is refused before anything is sent */
+		int fa = f->size ? posix_fallocate(f->part_fd, 0, (off_t)f->size) : 0;
+		if (fa == EOPNOTSUPP || fa == EINVAL)
+			fa = ftruncate(f->part_fd, (off_t)f->size) < 0 ? errno : 0;
+		if (fa) {
+			*why = fa == ENOSPC ? "not enough space for the file" : "cannot size a partial file";
+			rc = -fa;
+			goto fail;
+		}
+	}
+	if ((rc = state_load(f))) {
+		*why = "out of memory";
+		goto fail;
+	}
+	return 0;
+fail:
+	xfer_store_close(f);
+	return rc;
+}
+
+void xfer_store_close(struct xfer_store_file *f)
+{
+	if (f->part_fd >= 0)
+		close(f->part_fd);
+	if (f->state_fd >= 0)
+		close(f->state_fd); /* drops the lock */
+	free(f->hashes);
+	free(f->done);
+	f->part_fd = f->state_fd = -1;
+	f->hashes = NULL;
+	f->done = NULL;
+}
+
+int xfer_store_write(struct xfer_store_file *f, uint32_t k, const void *data, uint32_t len, uint64_t hash)
+{
+	uint64_t off = (uint64_t)k * f->chunk_size;
+	const uint8_t *p = data;
+	uint32_t left = len;
+	while (left) {
+		ssize_t n = pwrite(f->part_fd, p, left, (off_t)(off + (len - left)));
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += n;
+		left -= (uint32_t)n;
+	}
+	/* the hash, then the flag: a flag on disk always follows its data and hash */
+	uint8_t le[8], one = 1;
+	wire_put64(le, hash);
+	if (pwrite(f->state_fd, le, 8, (off_t)k * 8) != 8 ||
+	    pwrite(f->state_fd, &one, 1, (off_t)f->nchunks * 8 + k) != 1)
+		return errno ? -errno : -EIO;
+	return 0;
+}
+
+void xfer_store_mark(struct xfer_store_file *f, uint32_t k, uint64_t hash)
+{
+	f->hashes[k] = hash;
+	if (!f->done[k]) {
+		f->done[k] = 1;
+		f->ndone++;
+	}
+}
+
+/*
+ * Open the parent directory of <path> beneath <dirfd>, one component at a time, creating the
+ * missing ones: no component is ever resolved through a symlink.
+ */
+static int open_parent(int dirfd, const char *path, const char **base)
+{
+	char buf[XFER_PATH_MAX + 1];
+	snprintf(buf, sizeof(buf), "%s", path);
+	int cur = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+	if (cur < 0)
+		return -errno;
+	char *comp = buf, *slash;
+	while ((slash = strchr(comp, '/'))) {
+		*slash = 0;
+		if (mkdirat(cur, comp, 0755) < 0 && errno != EEXIST) {
+			int err = -errno;
+			close(cur);
+			return err;
+		}
+		int next = open_beneath(cur, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0);
+		close(cur);
+		if (next < 0)
+			return next;
+		cur = next;
+		comp = slash + 1;
+	}
+	*base = path + (comp - buf);
+	return cur;
+}
+
+int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[16], const char **why)
+{
+	char name[64];
+	uint8_t got[16];
+	if (f->ndone != f->nchunks) {
+		*why = "chunks are missing";
+		return -EAGAIN;
+	}
+	xfer_whole_hash(f->hashes, f->nchunks, got);
+	snprintf(name, sizeof(name), XFER_STORE_DIR "/%s.part", f->id);
+	if (memcmp(got, whole, 16)) {
+		*why = "whole-file hash differs (the source changed during the transfer?)";
+		unlinkat(dirfd, name, 0);
+		snprintf(name, sizeof(name), XFER_STORE_DIR "/%s.state", f->id);
+		unlinkat(dirfd, name, 0);
+		return -EBADMSG;
+	}
+	if (fchmod(f->part_fd, f->mode ? f->mode : 0644) < 0 || fsync(f->part_fd) < 0) {
+		*why = "cannot sync the file";
+		return -errno;
+	}
+	const char *base;
+	int pfd = open_parent(dirfd, f->path, &base);
+	if (pfd < 0) {
+		*why = "cannot create the file's directory (or it leads outside the directory)";
+		return pfd;
+	}
+	int sd = open_beneath(dirfd, XFER_STORE_DIR, O_RDONLY | O_DIRECTORY, 0);
+	int rc = 0;
+	if (sd < 0 || renameat(sd, name + sizeof(XFER_STORE_DIR), pfd, base) < 0) {
+		rc = -errno;
+		*why = "cannot move the file into place";
+	} else {
+		fsync(pfd);
+		snprintf(name, sizeof(name), "%s.state", f->id);
+		unlinkat(sd, name, 0);
+		f->finished = 1;
+	}
+	if (sd >= 0)
+		close(sd);
+	close(pfd);
+	return rc;
+}

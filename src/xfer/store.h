@@ -1,0 +1,62 @@
+/*
+ * store.h - the receiver's files: where arriving chunks are kept until a file is whole.
+ *
+ * Each file of a manifest lives, until it is complete, in DIR/.accelnet-xfer/ID.part, with
+ * DIR/.accelnet-xfer/ID.state beside it, where ID is a hash of the file's identity (path,
+ * size, mode, mtime and chunk size). The state file holds, per chunk, the XXH3-64 of the bytes
+ * written and a flag written after them; a transfer restarted with the same file finds its
+ * part again, re-hashes the chunks flagged done, and asks only for the others. Only when every
+ * chunk is there and the whole-file hash matches is the part fsync'd and renamed to its final
+ * path, so a file never appears half-written. Final paths are resolved beneath DIR
+ * (openat2 RESOLVE_BENEATH): a symlink inside DIR cannot lead a file out of it.
+ *
+ * One sender at a time per file: the state file is locked (flock) while a session holds it.
+ */
+#ifndef ACCELNET_XFER_STORE_H
+#define ACCELNET_XFER_STORE_H
+
+#include "xfer/wire.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+#define XFER_STORE_DIR XFER_STATE_DIR
+
+struct xfer_store_file {
+	int part_fd, state_fd;
+	uint64_t size;
+	uint32_t nchunks, chunk_size, mode;
+	uint32_t ndone;
+	uint64_t *hashes; /* as verified on arrival */
+	uint8_t *done;
+	char id[33];
+	char *path; /* borrowed from the manifest */
+	int finished;
+};
+
+/*
+ * Open (or create) the part and state of file <idx> of <m> under the directory <dirfd>:
+ * 0, or -errno with *why (-EBUSY: another transfer of the same file is running; -ENOSPC: the
+ * file does not fit). Chunks found done are re-verified before they count.
+ */
+int xfer_store_open(int dirfd, const struct xfer_manifest *m, uint32_t idx, struct xfer_store_file *f,
+		    const char **why);
+void xfer_store_close(struct xfer_store_file *f);
+
+/* Write chunk <k> (its bytes already verified against <hash>) and its state: 0 or -errno
+ * (-ENOSPC...). Safe from several threads for different chunks; then, under the caller's
+ * lock, xfer_store_mark() counts it. */
+int xfer_store_write(struct xfer_store_file *f, uint32_t k, const void *data, uint32_t len, uint64_t hash);
+void xfer_store_mark(struct xfer_store_file *f, uint32_t k, uint64_t hash);
+
+/* XXH3-128 over the chunk hashes of a file, in order, as the manifest's whole hash. */
+void xfer_whole_hash(const uint64_t *hashes, uint32_t n, uint8_t out[16]);
+
+/*
+ * Complete a file: every chunk there, the whole hash equal to <whole>, data fsync'd, renamed
+ * to its path under <dirfd> (parents created), the state removed. 0, or -errno with *why
+ * (-EBADMSG: the whole hash differs; the part is then discarded so the next try starts anew).
+ */
+int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[16], const char **why);
+
+#endif

@@ -1,0 +1,303 @@
+/*
+ * wire.c - encoding and checked decoding of xfer frames and metas (see wire.h for the layout).
+ * Decoders never trust a length: each read is preceded by a check of what is left.
+ */
+#include "xfer/wire.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+void xfer_hdr_encode(uint8_t out[XFER_HDR_LEN], uint8_t type, uint32_t meta_len, uint32_t data_len)
+{
+	wire_put32(out, XFER_MAGIC);
+	out[4] = type;
+	out[5] = 0;
+	out[6] = out[7] = 0;
+	wire_put32(out + 8, meta_len);
+	wire_put32(out + 12, data_len);
+}
+
+int xfer_hdr_decode(const uint8_t in[XFER_HDR_LEN], struct xfer_hdr *out)
+{
+	if (wire_get32(in) != XFER_MAGIC)
+		return -EPROTO;
+	out->type = in[4];
+	out->flags = in[5];
+	out->meta_len = wire_get32(in + 8);
+	out->data_len = wire_get32(in + 12);
+	if (out->type == 0 || out->type >= XFER_TYPE_MAX)
+		return -EPROTO;
+	if (out->meta_len > XFER_META_MAX || out->data_len > XFER_DATA_MAX)
+		return -EPROTO;
+	if (out->data_len && out->type != XFER_CHUNK)
+		return -EPROTO;
+	return 0;
+}
+
+size_t xfer_hello_encode(uint8_t *out, const struct xfer_hello *h)
+{
+	wire_put32(out, h->version);
+	out[4] = h->role;
+	memcpy(out + 5, h->session, XFER_SESSION_LEN);
+	memcpy(out + 5 + XFER_SESSION_LEN, h->mac, XFER_MAC_LEN);
+	return XFER_HELLO_LEN;
+}
+
+int xfer_hello_decode(const uint8_t *in, size_t len, struct xfer_hello *out)
+{
+	if (len != XFER_HELLO_LEN)
+		return -EPROTO;
+	out->version = wire_get32(in);
+	out->role = in[4];
+	memcpy(out->session, in + 5, XFER_SESSION_LEN);
+	memcpy(out->mac, in + 5 + XFER_SESSION_LEN, XFER_MAC_LEN);
+	if (out->role != XFER_ROLE_CONTROL && out->role != XFER_ROLE_DATA)
+		return -EPROTO;
+	return 0;
+}
+
+size_t xfer_chunk_encode(uint8_t *out, const struct xfer_chunk_meta *c)
+{
+	wire_put32(out, c->file);
+	wire_put32(out + 4, c->chunk);
+	wire_put64(out + 8, c->hash);
+	return XFER_CHUNK_LEN;
+}
+
+int xfer_chunk_decode(const uint8_t *in, size_t len, struct xfer_chunk_meta *out)
+{
+	if (len != XFER_CHUNK_LEN)
+		return -EPROTO;
+	out->file = wire_get32(in);
+	out->chunk = wire_get32(in + 4);
+	out->hash = wire_get64(in + 8);
+	return 0;
+}
+
+size_t xfer_ack_encode(uint8_t *out, const struct xfer_ack *a)
+{
+	wire_put32(out, a->file);
+	wire_put32(out + 4, a->chunk);
+	out[8] = a->status;
+	return XFER_ACK_LEN;
+}
+
+int xfer_ack_decode(const uint8_t *in, size_t len, struct xfer_ack *out)
+{
+	if (len != XFER_ACK_LEN)
+		return -EPROTO;
+	out->file = wire_get32(in);
+	out->chunk = wire_get32(in + 4);
+	out->status = in[8];
+	if (out->status > XFER_ACK_IO)
+		return -EPROTO;
+	return 0;
+}
+
+int xfer_path_check(const char *path, size_t len, const char **why)
+{
+	if (len == 0 || len > XFER_PATH_MAX) {
+		*why = "path is empty or too long";
+		return -EINVAL;
+	}
+	if (path[0] == '/') {
+		*why = "path is absolute";
+		return -EINVAL;
+	}
+	size_t start = 0;
+	for (size_t i = 0; i <= len; i++) {
+		if (i < len) {
+			unsigned char c = (unsigned char)path[i];
+			if (c < 0x20 || c == 0x7f || c == '\\') {
+				*why = "path has a control character or a backslash";
+				return -EINVAL;
+			}
+			if (c != '/')
+				continue;
+		}
+		size_t n = i - start;
+		if (n == 0 || (n == 1 && path[start] == '.') ||
+		    (n == 2 && path[start] == '.' && path[start + 1] == '.')) {
+			*why = "path has an empty, '.' or '..' component";
+			return -EINVAL;
+		}
+		if (start == 0 && n == sizeof(XFER_STATE_DIR) - 1 && !memcmp(path, XFER_STATE_DIR, n)) {
+			*why = "path is inside the receiver's directory of partial files";
+			return -EINVAL;
+		}
+		start = i + 1;
+	}
+	return 0;
+}
+
+/* A cursor over bytes being decoded; any short read marks it failed. */
+struct rd {
+	const uint8_t *p;
+	size_t left;
+	int bad;
+};
+
+static const uint8_t *rd_take(struct rd *r, size_t n)
+{
+	if (r->bad || r->left < n) {
+		r->bad = 1;
+		return NULL;
+	}
+	const uint8_t *p = r->p;
+	r->p += n;
+	r->left -= n;
+	return p;
+}
+
+static uint32_t rd_u32(struct rd *r)
+{
+	const uint8_t *p = rd_take(r, 4);
+	return p ? wire_get32(p) : 0;
+}
+
+static uint64_t rd_u64(struct rd *r)
+{
+	const uint8_t *p = rd_take(r, 8);
+	return p ? wire_get64(p) : 0;
+}
+
+static char *rd_str(struct rd *r, size_t max)
+{
+	const uint8_t *p = rd_take(r, 2);
+	if (!p)
+		return NULL;
+	size_t n = (size_t)p[0] | (size_t)p[1] << 8;
+	if (n > max || !(p = rd_take(r, n))) {
+		r->bad = 1;
+		return NULL;
+	}
+	char *s = malloc(n + 1);
+	if (!s) {
+		r->bad = 1;
+		return NULL;
+	}
+	memcpy(s, p, n);
+	s[n] = 0;
+	return s;
+}
+
+void xfer_manifest_free(struct xfer_manifest *m)
+{
+	for (uint32_t i = 0; m->files && i < m->nfiles; i++) {
+		free(m->files[i].path);
+	}
+	free(m->files);
+	for (uint32_t i = 0; i < m->nfwd; i++)
+		free(m->fwd[i]);
+	memset(m, 0, sizeof(*m));
+}
+
+int xfer_manifest_decode(const uint8_t *in, size_t len, struct xfer_manifest *out, const char **why)
+{
+	struct rd r = {in, len, 0};
+	memset(out, 0, sizeof(*out));
+	*why = "manifest is truncated";
+	out->chunk_size = rd_u32(&r);
+	uint32_t nfiles = rd_u32(&r);
+	uint32_t nfwd = rd_u32(&r);
+	if (r.bad)
+		goto fail;
+	if (out->chunk_size < 4096 || out->chunk_size > XFER_DATA_MAX) {
+		*why = "chunk size out of range";
+		goto fail;
+	}
+	if (nfwd > XFER_FWD_MAX) {
+		*why = "too many bcast hops";
+		goto fail;
+	}
+	/* every file needs at least 23 bytes: a bound that stops huge allocations early */
+	if (nfiles > r.left / 23) {
+		*why = "file count does not match the manifest's length";
+		goto fail;
+	}
+	for (; out->nfwd < nfwd; out->nfwd++)
+		if (!(out->fwd[out->nfwd] = rd_str(&r, 1024)))
+			goto fail;
+	out->files = calloc(nfiles ? nfiles : 1, sizeof(*out->files));
+	if (!out->files) {
+		*why = "out of memory";
+		goto fail;
+	}
+	for (; out->nfiles < nfiles; out->nfiles++) {
+		struct xfer_file *f = &out->files[out->nfiles];
+		if (!(f->path = rd_str(&r, XFER_PATH_MAX)))
+			goto fail;
+		if (xfer_path_check(f->path, strlen(f->path), why))
+			goto fail;
+		f->size = rd_u64(&r);
+		f->mode = rd_u32(&r) & 07777;
+		f->mtime_ns = rd_u64(&r);
+		uint64_t n = f->size ? (f->size - 1) / out->chunk_size + 1 : 0;
+		if (n > UINT32_MAX) {
+			*why = "file has too many chunks";
+			goto fail;
+		}
+		f->nchunks = (uint32_t)n;
+	}
+	if (r.bad)
+		goto fail;
+	if (r.left) {
+		*why = "trailing bytes after the manifest";
+		goto fail;
+	}
+	return 0;
+fail:
+	/* a file whose path was read counts, so free sees its allocations */
+	if (out->files && out->nfiles < nfiles && out->files[out->nfiles].path)
+		out->nfiles++;
+	xfer_manifest_free(out);
+	return -EPROTO;
+}
+
+static uint8_t *put_str(uint8_t *p, const char *s)
+{
+	size_t n = strlen(s);
+	p[0] = (uint8_t)n, p[1] = (uint8_t)(n >> 8);
+	memcpy(p + 2, s, n);
+	return p + 2 + n;
+}
+
+int xfer_manifest_encode(const struct xfer_manifest *m, uint8_t **out, size_t *len)
+{
+	size_t n = 12;
+	for (uint32_t i = 0; i < m->nfwd; i++)
+		n += 2 + strlen(m->fwd[i]);
+	for (uint32_t i = 0; i < m->nfiles; i++)
+		n += 2 + strlen(m->files[i].path) + 8 + 4 + 8;
+	if (n > XFER_META_MAX)
+		return -E2BIG;
+	uint8_t *b = malloc(n), *p = b;
+	if (!b)
+		return -ENOMEM;
+	wire_put32(p, m->chunk_size);
+	wire_put32(p + 4, m->nfiles);
+	wire_put32(p + 8, m->nfwd);
+	p += 12;
+	for (uint32_t i = 0; i < m->nfwd; i++)
+		p = put_str(p, m->fwd[i]);
+	for (uint32_t i = 0; i < m->nfiles; i++) {
+		const struct xfer_file *f = &m->files[i];
+		p = put_str(p, f->path);
+		wire_put64(p, f->size);
+		wire_put32(p + 8, f->mode);
+		wire_put64(p + 12, f->mtime_ns);
+		p += 20;
+	}
+	*out = b;
+	*len = n;
+	return 0;
+}
+
+size_t xfer_need_len(const struct xfer_manifest *m)
+{
+	size_t n = 0;
+	for (uint32_t i = 0; i < m->nfiles; i++)
+		n += (m->files[i].nchunks + 7) / 8;
+	return n;
+}

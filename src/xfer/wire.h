@@ -1,0 +1,158 @@
+/*
+ * wire.h - the xfer wire format: every message is a 16-byte frame header, a small "meta" part
+ * the receiver parses, and an optional raw data part (a chunk's bytes) it never parses.
+ *
+ *   offset 0  u32 magic "AXF1"      offset 8  u32 meta_len (<= XFER_META_MAX)
+ *          4  u8 type, u8 flags,           12 u32 data_len (<= XFER_DATA_MAX)
+ *             u16 reserved (0)
+ *
+ * All integers are little-endian. A connection begins with the server's CHALLENGE (a random
+ * nonce) and the client's HELLO (role, session id, HMAC-SHA256 of the nonce under the shared
+ * token); then a control connection carries MANIFEST -> NEED, FINISH -> DONE, and each data
+ * connection carries CHUNK -> ACK. The parsers here take bytes off the network and are fuzzed
+ * (tests/fuzz/fuzz_xfer_wire.c): they check every length before reading.
+ */
+#ifndef ACCELNET_XFER_WIRE_H
+#define ACCELNET_XFER_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define XFER_MAGIC 0x31465841u /* "AXF1" read as little-endian */
+#define XFER_HDR_LEN 16
+#define XFER_META_MAX (64u << 20)
+#define XFER_DATA_MAX (64u << 20)
+#define XFER_VERSION 1
+#define XFER_NONCE_LEN 32
+#define XFER_SESSION_LEN 16
+#define XFER_MAC_LEN 32
+#define XFER_PATH_MAX 4096
+#define XFER_FWD_MAX 16
+#define XFER_STATE_DIR ".accelnet-xfer" /* the receiver's partial files, under its DIR */
+
+enum xfer_type {
+	XFER_CHALLENGE = 1, /* server: nonce[32] */
+	XFER_HELLO,	    /* client: version, role, session id, mac */
+	XFER_OK,	    /* server: text (may be empty) */
+	XFER_ERR,	    /* either side: text, then the connection closes */
+	XFER_MANIFEST,	    /* sender: the files, chunk size, hashes, downstream hops */
+	XFER_NEED,	    /* receiver: per file, a bitmap of the chunks it still needs */
+	XFER_CHUNK,	    /* sender: file, chunk, hash; data = the chunk's bytes */
+	XFER_ACK,	    /* receiver: file, chunk, status */
+	XFER_FINISH,	    /* sender: every chunk acknowledged; per file its whole hash */
+	XFER_DONE,	    /* receiver: files verified and in place */
+	XFER_TYPE_MAX,
+};
+
+enum xfer_role { XFER_ROLE_CONTROL = 1, XFER_ROLE_DATA = 2 };
+
+enum xfer_ack_status {
+	XFER_ACK_OK = 0,  /* verified and written */
+	XFER_ACK_DUP = 1, /* already had it (a duplicate from the end game or a resend) */
+	XFER_ACK_BAD = 2, /* hash mismatch: send it again */
+	XFER_ACK_IO = 3,  /* could not write it (disk full...): the transfer fails */
+};
+
+struct xfer_hdr {
+	uint8_t type;
+	uint8_t flags;
+	uint32_t meta_len;
+	uint32_t data_len;
+};
+
+struct xfer_hello {
+	uint32_t version;
+	uint8_t role;
+	uint8_t session[XFER_SESSION_LEN];
+	uint8_t mac[XFER_MAC_LEN];
+};
+
+struct xfer_chunk_meta {
+	uint32_t file;
+	uint32_t chunk;
+	uint64_t hash;
+};
+
+struct xfer_ack {
+	uint32_t file;
+	uint32_t chunk;
+	uint8_t status;
+};
+
+/* One file of a manifest. */
+struct xfer_file {
+	char *path; /* relative, '/'-separated, checked by xfer_path_check() */
+	uint64_t size;
+	uint32_t mode;
+	uint64_t mtime_ns; /* with path, size and mode: the file's identity for resume */
+	uint32_t nchunks;  /* follows from size and the manifest's chunk size */
+};
+
+struct xfer_manifest {
+	uint32_t chunk_size;
+	uint32_t nfiles;
+	struct xfer_file *files;
+	uint32_t nfwd;		    /* bcast: the hops after the receiver, in order */
+	char *fwd[XFER_FWD_MAX];    /* each "HOST:PORT[,HOST:PORT...]" */
+};
+
+static inline void wire_put32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16), p[3] = (uint8_t)(v >> 24);
+}
+static inline void wire_put64(uint8_t *p, uint64_t v)
+{
+	wire_put32(p, (uint32_t)v), wire_put32(p + 4, (uint32_t)(v >> 32));
+}
+static inline uint32_t wire_get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline uint64_t wire_get64(const uint8_t *p)
+{
+	return (uint64_t)wire_get32(p) | (uint64_t)wire_get32(p + 4) << 32;
+}
+
+void xfer_hdr_encode(uint8_t out[XFER_HDR_LEN], uint8_t type, uint32_t meta_len, uint32_t data_len);
+/* Decode and check a header: 0, or -EPROTO (bad magic, unknown type, lengths over the limits). */
+int xfer_hdr_decode(const uint8_t in[XFER_HDR_LEN], struct xfer_hdr *out);
+
+/* Fixed-size metas: encode returns the length written; decode 0 or -EPROTO. */
+size_t xfer_hello_encode(uint8_t *out, const struct xfer_hello *h);
+int xfer_hello_decode(const uint8_t *in, size_t len, struct xfer_hello *out);
+#define XFER_HELLO_LEN (4 + 1 + XFER_SESSION_LEN + XFER_MAC_LEN)
+size_t xfer_chunk_encode(uint8_t *out, const struct xfer_chunk_meta *c);
+int xfer_chunk_decode(const uint8_t *in, size_t len, struct xfer_chunk_meta *out);
+#define XFER_CHUNK_LEN 16
+size_t xfer_ack_encode(uint8_t *out, const struct xfer_ack *a);
+int xfer_ack_decode(const uint8_t *in, size_t len, struct xfer_ack *out);
+#define XFER_ACK_LEN 9
+
+/*
+ * A manifest's encoding: u32 chunk_size, u32 nfiles, u32 nfwd, nfwd × (u16 len, bytes), then
+ * per file u16 path_len, path, u64 size, u32 mode, u64 mtime_ns. Chunk hashes are not in it:
+ * each CHUNK carries its own, and FINISH carries each file's whole hash (XXH3-128 over the
+ * file's chunk hashes in order), so sending starts without reading the files twice. encode
+ * mallocs *out (caller frees). decode builds a manifest that owns its memory (free with
+ * xfer_manifest_free); it refuses unsafe paths, chunk sizes outside [4 KiB, 64 MiB], and
+ * files of more than 2^32 chunks.
+ */
+int xfer_manifest_encode(const struct xfer_manifest *m, uint8_t **out, size_t *len);
+int xfer_manifest_decode(const uint8_t *in, size_t len, struct xfer_manifest *out, const char **why);
+void xfer_manifest_free(struct xfer_manifest *m);
+static inline uint32_t xfer_chunks_of(uint64_t size, uint32_t chunk_size)
+{
+	return size == 0 ? 0 : (uint32_t)((size + chunk_size - 1) / chunk_size);
+}
+
+/* NEED: per file, ceil(nchunks/8) bytes, bit i of byte i/8 set = chunk i needed. */
+size_t xfer_need_len(const struct xfer_manifest *m);
+
+/*
+ * A relative path a receiver may create under its directory: not empty, not absolute, no
+ * empty, "." or ".." component, no backslash or control character, at most XFER_PATH_MAX
+ * bytes, not in XFER_STATE_DIR. 0, or -EINVAL with the reason in *why.
+ */
+int xfer_path_check(const char *path, size_t len, const char **why);
+
+#endif
