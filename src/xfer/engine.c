@@ -18,6 +18,7 @@
 #include "xfer/store.h"
 
 #include <errno.h>
+#include <netinet/in.h>
 #include <openssl/rand.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -307,13 +308,18 @@ static int parse_links(struct xfer_engine *e, const struct xfer_send_opts *o)
 			set_error(e, "%s", "more source addresses than links");
 			return -EINVAL;
 		}
+		/* parsed with a placeholder port, then bound to port 0 (the kernel picks) */
 		char full[128];
-		snprintf(full, sizeof(full), strchr(t, ':') && t[0] != '[' ? "[%s]:0" : "%s:0", t);
+		snprintf(full, sizeof(full), strchr(t, ':') && t[0] != '[' ? "[%s]:1" : "%s:1", t);
 		struct link *l = &e->links[i];
 		if (net_addr_parse(full, &l->local, &why)) {
 			set_error(e, "bad source address '%s'", t);
 			return -EINVAL;
 		}
+		if (l->local.ss.ss_family == AF_INET)
+			((struct sockaddr_in *)&l->local.ss)->sin_port = 0;
+		else
+			((struct sockaddr_in6 *)&l->local.ss)->sin6_port = 0;
 		l->has_local = 1;
 		snprintf(l->lname, sizeof(l->lname), "%s", t);
 	}

@@ -23,6 +23,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -371,6 +373,12 @@ static void *conn_main(void *arg)
 	struct conn *c = arg;
 	struct server *s = c->srv;
 	struct xfer_hello hello;
+	/* a peer behind a dead link is noticed in about 30 s, not at the idle timeout */
+	int one = 1, idle = 15, intvl = 5, cnt = 3;
+	setsockopt(c->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+	setsockopt(c->fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	setsockopt(c->fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+	setsockopt(c->fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
 	xfer_set_timeout(c->fd, 10000);
 	int rc = xfer_handshake_server(c->fd, &s->token, &hello);
 	if (rc == -EACCES)

@@ -49,6 +49,7 @@ class Env:
     def __init__(self, name):
         self.dir = tempfile.mkdtemp(prefix=f"accelnet-{name}-")
         self.procs = []
+        self.on_cleanup = []  # callables run after the processes are gone (netns, mounts)
 
     def start(self, argv, name, wait_port=None):
         log = open(os.path.join(self.dir, f"{name}.log"), "wb")
@@ -172,6 +173,11 @@ http {{
                 except OSError:
                     pass
                 p.wait()
+        for fn in reversed(self.on_cleanup):
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001 - cleanup goes on whatever fails
+                print(f"cleanup: {e}")
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -1,0 +1,330 @@
+"""accelnet xfer: transfers as a user runs them. Links with rates are veth pairs between two
+network namespaces the test makes (netns.Links), shaped with tbf; the rest runs on loopback."""
+
+import hashlib
+import json
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import time
+
+from harness import BIN, free_port, wait_until
+from netns import Links
+
+
+def make_file(path, size, seed=1):
+    """Write <size> pseudo-random bytes (fast: a hash chain, not a Python loop per byte)."""
+    block = hashlib.sha512(str(seed).encode()).digest() * 16384  # 1 MiB
+    with open(path, "wb") as f:
+        left = size
+        i = 0
+        while left:
+            n = min(left, len(block))
+            f.write(block[:n] if i % 2 == 0 else block[n - 1::-1][:n])
+            left -= n
+            i += 1
+            block = block[7:] + block[:7]
+    return path
+
+
+def digest(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+def serve(env, listen, dest, name="serve", ns=None, token=None, metrics=None, envvars=None):
+    """Start `accelnet xfer serve` and wait for its 'listening' line."""
+    argv = [BIN, "xfer", "serve", "--listen", listen, "--dir", dest]
+    if token:
+        argv += ["--token", token]
+    if metrics:
+        argv += ["--metrics", metrics]
+    if ns:
+        argv = ns.cmd(ns.rcv, argv)
+    old = dict(os.environ)
+    os.environ.update(envvars or {})
+    try:
+        p = env.start(argv, name)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+
+    def up():
+        if p.poll() is not None:
+            raise AssertionError(f"{name} exited with {p.returncode}:\n{env.log(p)}")
+        return "listening" in env.log(p)
+    wait_until(up, f"{name} listening")
+    return p
+
+
+def send(args, ns=None, check=True, timeout=120, cmd="send"):
+    argv = [BIN, "xfer", cmd] + args + ["--json"]
+    if ns:
+        argv = ns.cmd(ns.snd, argv)
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    assert r.stdout.strip(), f"no JSON summary; stderr: {r.stderr}"
+    rep = json.loads(r.stdout)
+    if check:
+        assert r.returncode == 0 and rep["ok"], f"transfer failed: {r.stderr}"
+    rep["rc"], rep["stderr"] = r.returncode, r.stderr
+    return rep
+
+
+def metric(port, name, ns=None):
+    argv = ["curl", "-s", f"http://127.0.0.1:{port}/metrics"]
+    if ns:
+        argv = ns.cmd(ns.rcv, argv)
+    text = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
+    m = re.search(r"^" + re.escape(name) + r" (\d+)$", text, re.M)
+    return int(m.group(1)) if m else None
+
+
+def links(env, rates):
+    ln = Links(rates)
+    env.on_cleanup.append(ln.close)
+    return ln
+
+
+def test_loopback_files_and_tree(env):
+    """A file and a directory tree over two loopback addresses: all land intact, nothing
+    partial is left behind, and a second identical send succeeds too."""
+    src, dst = os.path.join(env.dir, "src"), os.path.join(env.dir, "dst")
+    os.makedirs(os.path.join(src, "tree", "sub"))
+    os.makedirs(dst)
+    make_file(os.path.join(src, "big.bin"), 9 * 1024 * 1024 + 77)
+    make_file(os.path.join(src, "tree", "sub", "small.txt"), 1000, seed=2)
+    open(os.path.join(src, "tree", "empty"), "wb").close()
+    port = free_port()
+    serve(env, f"127.0.0.1:{port},127.0.0.2:{port}", dst)
+    rep = send([os.path.join(src, "big.bin"), os.path.join(src, "tree"),
+                f"127.0.0.1:{port},127.0.0.2:{port}", "--chunk-kib", "256"])
+    assert rep["files"] == 3 and rep["bytes"] == 9 * 1024 * 1024 + 77 + 1000
+    for rel in ("big.bin", "tree/sub/small.txt", "tree/empty"):
+        assert digest(os.path.join(src, rel)) == digest(os.path.join(dst, rel)), rel
+    assert os.listdir(os.path.join(dst, ".accelnet-xfer")) == []
+    assert all(link["bytes"] > 0 for link in rep["links"]), rep["links"]
+    rep = send([os.path.join(src, "big.bin"), f"127.0.0.1:{port}", "--to", "copy/renamed.bin"])
+    assert digest(os.path.join(dst, "copy", "renamed.bin")) == digest(os.path.join(src, "big.bin"))
+
+
+def test_two_links_unequal_rates(env):
+    """Two links, 160 and 40 Mbit/s: both carry data, the faster one about four times more."""
+    ln = links(env, [160, 40])
+    src, dst = make_file(os.path.join(env.dir, "f.bin"), 16 << 20), os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    serve(env, f"{ln.receiver_addr(0)}:7000,{ln.receiver_addr(1)}:7000", dst, ns=ln)
+    rep = send([src, f"{ln.receiver_addr(0)}:7000,{ln.receiver_addr(1)}:7000", "--streams", "2",
+                "--from", f"{ln.sender_addr(0)},{ln.sender_addr(1)}", "--chunk-kib", "256"], ns=ln)
+    assert digest(src) == digest(os.path.join(dst, "f.bin"))
+    fast, slow = rep["links"][0]["bytes"], rep["links"][1]["bytes"]
+    assert slow > 0 and fast > 2 * slow, rep["links"]
+
+
+def test_three_links_share_by_rate(env):
+    """Three links, 120/60/30 Mbit/s: each carries data in the order of its rate."""
+    ln = links(env, [120, 60, 30])
+    src, dst = make_file(os.path.join(env.dir, "f.bin"), 16 << 20), os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    remote = ",".join(f"{ln.receiver_addr(i)}:7000" for i in range(3))
+    serve(env, remote, dst, ns=ln)
+    rep = send([src, remote, "--streams", "2", "--chunk-kib", "256"], ns=ln)
+    assert digest(src) == digest(os.path.join(dst, "f.bin"))
+    b = [link["bytes"] for link in rep["links"]]
+    assert b[0] > b[1] > b[2] > 0, b
+
+
+def test_link_down_mid_transfer(env):
+    """A link taken down halfway: its chunks move to the other link, the file is intact."""
+    ln = links(env, [80, 80])
+    src, dst = make_file(os.path.join(env.dir, "f.bin"), 16 << 20), os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    remote = f"{ln.receiver_addr(0)}:7000,{ln.receiver_addr(1)}:7000"
+    serve(env, remote, dst, ns=ln, metrics="127.0.0.1:7099")
+    argv = ln.cmd(ln.snd, [BIN, "xfer", "send", src, remote, "--streams", "2", "--stall-ms",
+                           "1000", "--chunk-kib", "256", "--json"])
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: (metric(7099, "accelnet_xfer_received_bytes_total", ns=ln) or 0) > 4 << 20,
+                   "a quarter of the file received")
+        ln.down(1)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    rep = json.loads(out)
+    assert p.returncode == 0 and rep["ok"], err
+    assert digest(src) == digest(os.path.join(dst, "f.bin"))
+    assert rep["links"][1]["streams_lost"] > 0 and rep["links"][1]["streams_up"] == 0, rep["links"]
+    assert rep["links"][0]["bytes"] > rep["links"][1]["bytes"], rep["links"]
+
+
+def proc_read_bytes(pid):
+    with open(f"/proc/{pid}/io") as f:
+        return int(re.search(r"^rchar: (\d+)$", f.read(), re.M).group(1))
+
+
+def test_receiver_killed_then_resumed(env):
+    """The receiver is killed mid-transfer; the sender fails with a clear error; the same
+    command after a restart sends only what had not arrived whole (every complete chunk that
+    reached the receiver is kept), and the file is intact."""
+    ln = links(env, [100])
+    src, dst = make_file(os.path.join(env.dir, "f.bin"), 24 << 20), os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    remote = f"{ln.receiver_addr(0)}:7000"
+    srv = serve(env, remote, dst, ns=ln, metrics="127.0.0.1:7099")
+    args = [src, remote, "--streams", "4", "--chunk-kib", "256", "--stall-ms", "2000"]
+    argv = ln.cmd(ln.snd, [BIN, "xfer", "send"] + args + ["--json"])
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: (metric(7099, "accelnet_xfer_received_bytes_total", ns=ln) or 0) > 10 << 20,
+                   "40% received")
+        srv.send_signal(signal.SIGSTOP)
+        arrived = proc_read_bytes(srv.pid)  # every byte the receiver read off its sockets
+        srv.send_signal(signal.SIGKILL)
+        srv.wait()
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    first = json.loads(out)
+    assert p.returncode != 0 and not first["ok"] and first["error"], out
+    assert not os.path.exists(os.path.join(dst, "f.bin"))
+    serve(env, remote, dst, ns=ln, name="serve2")
+    rep = send(args, ns=ln)
+    assert digest(src) == digest(os.path.join(dst, "f.bin"))
+    # what arrived but is sent again: at most the chunk each stream was in the middle of
+    assert rep["bytes_skipped"] >= arrived - 4 * 256 * 1024 - 64 * 1024, (arrived, rep)
+    assert rep["bytes_skipped"] + rep["bytes_acked"] == rep["bytes"], rep
+
+
+def test_corrupt_chunk_is_resent(env):
+    """Chunks corrupted on arrival (the receiver's fault injection) are detected by their hash
+    and sent again; the file is intact and the corruption is counted."""
+    src, dst = make_file(os.path.join(env.dir, "f.bin"), 6 << 20), os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    port, mport = free_port(), free_port()
+    serve(env, f"127.0.0.1:{port}", dst, metrics=f"127.0.0.1:{mport}",
+          envvars={"ACCELNET_XFER_CORRUPT_EVERY": "7"})
+    rep = send([src, f"127.0.0.1:{port}", "--chunk-kib", "256"])
+    assert digest(src) == digest(os.path.join(dst, "f.bin"))
+    assert rep["chunks_corrupt"] >= 3 and rep["chunks_resent"] >= 3, rep
+    assert metric(mport, 'accelnet_xfer_chunks_total{result="corrupt"}') == rep["chunks_corrupt"]
+
+
+def test_token_required(env):
+    """With --token on serve, a sender without it or with another one is refused; with the
+    same token it goes through. The token never appears on the wire."""
+    src, dst = make_file(os.path.join(env.dir, "f.bin"), 1 << 20), os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    tok, other = env.write("token", "s3cret-token\n"), env.write("other", "not-it\n")
+    port, mport = free_port(), free_port()
+    serve(env, f"127.0.0.1:{port}", dst, token=tok, metrics=f"127.0.0.1:{mport}")
+    rep = send([src, f"127.0.0.1:{port}"], check=False)
+    assert rep["rc"] != 0 and "authentication failed" in rep["error"], rep
+    rep = send([src, f"127.0.0.1:{port}", "--token", other], check=False)
+    assert rep["rc"] != 0 and "authentication failed" in rep["error"], rep
+    assert not os.path.exists(os.path.join(dst, "f.bin"))
+    send([src, f"127.0.0.1:{port}", "--token", tok])
+    assert digest(src) == digest(os.path.join(dst, "f.bin"))
+    assert metric(mport, "accelnet_xfer_auth_failures_total") >= 2
+
+
+def raw_manifest(port, path):
+    """Speak the protocol by hand: handshake without a token, then a manifest for <path>."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+
+    def frame(t, meta=b""):
+        return struct.pack("<IBBHII", 0x31465841, t, 0, 0, len(meta), 0) + meta
+
+    def recv_frame():
+        hdr = b""
+        while len(hdr) < 16:
+            hdr += s.recv(16 - len(hdr))
+        magic, t, _, _, mlen, dlen = struct.unpack("<IBBHII", hdr)
+        meta = b""
+        while len(meta) < mlen:
+            meta += s.recv(mlen - len(meta))
+        return t, meta
+
+    assert recv_frame()[0] == 1  # CHALLENGE
+    s.sendall(frame(2, struct.pack("<IB", 1, 2) + os.urandom(16) + bytes(32)))  # HELLO
+    assert recv_frame()[0] == 3  # OK
+    p = path.encode()
+    man = struct.pack("<III", 1 << 20, 1, 0) + struct.pack("<H", len(p)) + p + struct.pack("<QIQ", 5, 0o644, 0)
+    s.sendall(frame(5, man))
+    t, meta = recv_frame()
+    s.close()
+    return t, meta.decode(errors="replace")
+
+
+def test_path_escape_refused(env):
+    """Paths that would leave DIR are refused with a reason, whether by '..', an absolute path
+    or a symlink inside DIR; nothing is written outside."""
+    dst, outside = os.path.join(env.dir, "dst"), os.path.join(env.dir, "outside")
+    os.makedirs(dst)
+    os.makedirs(outside)
+    os.symlink(outside, os.path.join(dst, "link"))
+    port = free_port()
+    serve(env, f"127.0.0.1:{port}", dst)
+    for bad in ("../evil", "/etc/evil", "a/../../evil", ".accelnet-xfer/x"):
+        t, text = raw_manifest(port, bad)
+        assert t == 4 and "bad manifest" in text, (bad, t, text)
+    src = make_file(os.path.join(env.dir, "f.bin"), 100000)
+    rep = send([src, f"127.0.0.1:{port}", "--to", "link/evil.bin"], check=False)
+    assert rep["rc"] != 0 and "outside" in rep["error"], rep
+    assert os.listdir(outside) == []
+    rep = send([src, f"127.0.0.1:{port}", "--to", "../evil.bin"], check=False)
+    assert rep["rc"] != 0 and ".." in rep["error"], rep
+
+
+def test_disk_full_is_refused_up_front(env):
+    """A file that does not fit is refused before any byte is sent, with the reason; nothing
+    appears at the final path."""
+    dst = os.path.join(env.dir, "small")
+    os.makedirs(dst)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", dst], check=True)
+    env.on_cleanup.append(lambda: subprocess.run(["umount", "-l", dst]))
+    src = make_file(os.path.join(env.dir, "f.bin"), 8 << 20)
+    port = free_port()
+    serve(env, f"127.0.0.1:{port}", dst)
+    rep = send([src, f"127.0.0.1:{port}"], check=False)
+    assert rep["rc"] != 0 and "not enough space" in rep["error"], rep
+    assert rep["bytes_sent"] == 0 and not os.path.exists(os.path.join(dst, "f.bin"))
+
+
+def test_bcast_chain(env):
+    """One sender, three receivers as a chain: each has the file, intact."""
+    src = make_file(os.path.join(env.dir, "f.bin"), 5 << 20)
+    hops = []
+    for i in range(3):
+        d = os.path.join(env.dir, f"r{i}")
+        os.makedirs(d)
+        port = free_port()
+        serve(env, f"127.0.0.1:{port}", d, name=f"serve{i}")
+        hops.append((d, f"127.0.0.1:{port}"))
+    rep = send([src] + [h for _, h in hops] + ["--chunk-kib", "256"], cmd="bcast")
+    assert rep["ok"]
+    for d, _ in hops:
+        assert digest(src) == digest(os.path.join(d, "f.bin")), d
+
+
+def test_cli_errors(env):
+    """Bad arguments and unreachable receivers give one clear line and a non-zero exit."""
+    r = subprocess.run([BIN, "xfer", "send", "/nonexistent/file", "127.0.0.1:1"],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "/nonexistent/file" in r.stderr, r.stderr
+    src = make_file(os.path.join(env.dir, "f.bin"), 1000)
+    r = subprocess.run([BIN, "xfer", "send", src, "127.0.0.1:1"], capture_output=True, text=True)
+    assert r.returncode == 1 and "cannot reach the receiver" in r.stderr, r.stderr
+    r = subprocess.run([BIN, "xfer", "send", src, "nohost"], capture_output=True, text=True)
+    assert r.returncode == 1 and "bad address" in r.stderr, r.stderr
+    r = subprocess.run([BIN, "xfer", "serve", "--listen", "127.0.0.1:1"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--dir" in r.stderr, r.stderr
