@@ -91,14 +91,12 @@ int xfer_items_from_paths(const char *const *paths, unsigned n, const char *to, 
 		while (len > 1 && buf[len - 1] == '/')
 			buf[--len] = 0;
 		const char *base = strrchr(buf, '/') ? strrchr(buf, '/') + 1 : buf;
-		char name[4096];
-		if (to && n == 1)
-			snprintf(name, sizeof(name), "%s", to);
-		else if (to)
-			snprintf(name, sizeof(name), "%s/%s", to, base);
-		else
-			snprintf(name, sizeof(name), "%s", base);
+		char *name = NULL;
+		if (asprintf(&name, "%s%s%s", to ? to : "", to && n > 1 ? "/" : "",
+			     to && n == 1 ? "" : base) < 0)
+			return -ENOMEM;
 		rc = walk(&l, buf, name, bad, badlen);
+		free(name);
 	}
 	if (rc) {
 		xfer_items_free(l.v, l.n);

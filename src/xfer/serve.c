@@ -412,10 +412,11 @@ static void *conn_main(void *arg)
 	}
 	if (c->sess)
 		session_put(s, c->sess);
-	live_del(s, c->fd);
-	close(c->fd);
+	int fd = c->fd;
 	free(c->buf);
 	free(c);
+	live_del(s, fd); /* last: xfer_serve may return as soon as the count is zero */
+	close(fd);
 	return NULL;
 }
 
