@@ -187,7 +187,12 @@ static int read_ack(struct stream *s, uint32_t id)
 			set_error(e, "%s", "a chunk arrived corrupt too many times");
 		return 0;
 	default:
-		set_error(e, "%s", "receiver could not write a chunk (disk full?)");
+		/* the receiver says why in an ERR that follows */
+		if (xfer_frame_recv(s->fd, &h, meta, sizeof(meta) - 1) == 0 && h.type == XFER_ERR) {
+			meta[h.meta_len] = 0;
+			set_error(e, "receiver: %s", (char *)meta);
+		}
+		set_error(e, "%s", "receiver could not write a chunk");
 		xfer_sched_abort(&e->sched, -EIO);
 		return -EIO;
 	}

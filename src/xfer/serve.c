@@ -72,8 +72,6 @@ struct conn {
 	struct server *srv;
 	int fd;
 	struct session *sess;
-	uint8_t *buf;
-	uint32_t buflen;
 };
 
 static void live_add(struct server *s, int fd)
@@ -145,6 +143,7 @@ static void session_put(struct server *s, struct session *ss)
 static int session_open(struct server *s, struct session *ss, char *err, size_t errlen)
 {
 	const char *why = NULL;
+	uint64_t claimed = 0;
 	ss->files = calloc(ss->m.nfiles ? ss->m.nfiles : 1, sizeof(*ss->files));
 	if (!ss->files) {
 		snprintf(err, errlen, "out of memory");
@@ -156,7 +155,7 @@ static int session_open(struct server *s, struct session *ss, char *err, size_t 
 				snprintf(err, errlen, "'%s' appears twice in the manifest", ss->m.files[i].path);
 				return -EINVAL;
 			}
-		int rc = xfer_store_open(s->dirfd, &ss->m, i, &ss->files[i], &why);
+		int rc = xfer_store_open(s->dirfd, &ss->m, i, &ss->files[i], &claimed, &why);
 		if (rc) {
 			snprintf(err, errlen, "'%s': %s: %s", ss->m.files[i].path, why, strerror(-rc));
 			return rc;
@@ -283,39 +282,46 @@ static int on_chunk(struct conn *c, const struct xfer_hello *hello, const uint8_
 		send_err(c->fd, "chunk has the wrong length");
 		return -EPROTO;
 	}
-	if (c->buflen < want) {
-		free(c->buf);
-		c->buflen = 0;
-		if (!(c->buf = malloc(f->chunk_size)))
-			return -ENOMEM;
-		c->buflen = f->chunk_size;
-	}
-	int rc = xfer_read_all(c->fd, c->buf, want);
-	if (rc)
-		return rc;
-	atomic_fetch_add(&s->m_bytes, want);
 	struct xfer_ack a = {.file = cm.file, .chunk = cm.chunk, .status = XFER_ACK_OK};
-	if (s->corrupt_every && atomic_fetch_add(&s->corrupt_seq, 1) % s->corrupt_every == 0)
-		c->buf[want / 2] ^= 0x5a;
 	pthread_mutex_lock(&ss->mu);
 	int have = f->done[cm.chunk];
 	pthread_mutex_unlock(&ss->mu);
+	int rc;
 	if (have) {
+		/* a copy from the end game or a resend: read it off the wire, keep what we have */
+		if ((rc = xfer_discard(c->fd, want)))
+			return rc;
 		a.status = XFER_ACK_DUP;
 		atomic_fetch_add(&s->m_dup, 1);
-	} else if (XXH3_64bits(c->buf, want) != cm.hash) {
-		a.status = XFER_ACK_BAD;
-		atomic_fetch_add(&s->m_bad, 1);
-	} else if ((rc = xfer_store_write(f, cm.chunk, c->buf, want, cm.hash))) {
-		a.status = XFER_ACK_IO;
-		atomic_fetch_add(&s->m_errors, 1);
+		atomic_fetch_add(&s->m_bytes, want);
 	} else {
-		pthread_mutex_lock(&ss->mu);
-		xfer_store_mark(f, cm.chunk, cm.hash);
-		pthread_mutex_unlock(&ss->mu);
-		atomic_fetch_add(&s->m_chunks, 1);
-		if (ss->relay)
-			xfer_engine_feed(ss->relay, cm.file, cm.chunk, cm.hash, 1);
+		uint8_t *dst = xfer_store_chunk(f, cm.chunk);
+		rc = xfer_read_all(c->fd, dst, want);
+		if (rc == -EFAULT) {
+			a.status = XFER_ACK_IO; /* the page could not be had: disk full */
+			rc = -ENOSPC;
+		} else if (rc) {
+			return rc;
+		} else {
+			atomic_fetch_add(&s->m_bytes, want);
+			if (s->corrupt_every && atomic_fetch_add(&s->corrupt_seq, 1) % s->corrupt_every == 0)
+				dst[want / 2] ^= 0x5a;
+			if (XXH3_64bits(dst, want) != cm.hash) {
+				a.status = XFER_ACK_BAD;
+				atomic_fetch_add(&s->m_bad, 1);
+			} else if ((rc = xfer_store_record(f, cm.chunk, cm.hash))) {
+				a.status = XFER_ACK_IO;
+			} else {
+				pthread_mutex_lock(&ss->mu);
+				xfer_store_mark(f, cm.chunk, cm.hash);
+				pthread_mutex_unlock(&ss->mu);
+				atomic_fetch_add(&s->m_chunks, 1);
+				if (ss->relay)
+					xfer_engine_feed(ss->relay, cm.file, cm.chunk, cm.hash, 1);
+			}
+		}
+		if (a.status == XFER_ACK_IO)
+			atomic_fetch_add(&s->m_errors, 1);
 	}
 	uint8_t out[XFER_ACK_LEN];
 	xfer_ack_encode(out, &a);
@@ -413,7 +419,6 @@ static void *conn_main(void *arg)
 	if (c->sess)
 		session_put(s, c->sess);
 	int fd = c->fd;
-	free(c->buf);
 	free(c);
 	live_del(s, fd); /* last: xfer_serve may return as soon as the count is zero */
 	close(fd);

@@ -29,6 +29,7 @@ struct xfer_store_file {
 	uint32_t ndone;
 	uint64_t *hashes; /* as verified on arrival */
 	uint8_t *done;
+	uint8_t *map; /* the part, mapped shared: chunks are received straight into it */
 	char id[33];
 	char *path; /* borrowed from the manifest */
 	int finished;
@@ -37,16 +38,29 @@ struct xfer_store_file {
 /*
  * Open (or create) the part and state of file <idx> of <m> under the directory <dirfd>:
  * 0, or -errno with *why (-EBUSY: another transfer of the same file is running; -ENOSPC: the
- * file does not fit). Chunks found done are re-verified before they count.
+ * file does not fit in the free space less *claimed, the bytes earlier files of the same
+ * manifest still need, to which this file's are added). Chunks found done are re-verified
+ * before they count. Space is checked, not reserved: a disk filled meanwhile by someone else
+ * fails the receive of a chunk instead (see xfer_store_chunk).
  */
 int xfer_store_open(int dirfd, const struct xfer_manifest *m, uint32_t idx, struct xfer_store_file *f,
-		    const char **why);
+		    uint64_t *claimed, const char **why);
 void xfer_store_close(struct xfer_store_file *f);
 
-/* Write chunk <k> (its bytes already verified against <hash>) and its state: 0 or -errno
- * (-ENOSPC...). Safe from several threads for different chunks; then, under the caller's
- * lock, xfer_store_mark() counts it. */
-int xfer_store_write(struct xfer_store_file *f, uint32_t k, const void *data, uint32_t len, uint64_t hash);
+/*
+ * Where chunk <k> lives: callers receive its bytes straight into f->map + k * chunk_size
+ * (one copy, from the socket to the page cache; page faults there run in parallel, unlike
+ * writes, which the kernel serialises per file; and a fault that cannot be served, a full
+ * disk, fails the receive with EFAULT instead of raising SIGBUS, since only the kernel
+ * writes the map). Once the bytes match <hash>, xfer_store_record() writes the state (safe
+ * from several threads for different chunks: 0 or -errno), then xfer_store_mark(), under
+ * the caller's lock, counts the chunk.
+ */
+static inline uint8_t *xfer_store_chunk(const struct xfer_store_file *f, uint32_t k)
+{
+	return f->map + (uint64_t)k * f->chunk_size;
+}
+int xfer_store_record(struct xfer_store_file *f, uint32_t k, uint64_t hash);
 void xfer_store_mark(struct xfer_store_file *f, uint32_t k, uint64_t hash);
 
 /* XXH3-128 over the chunk hashes of a file, in order, as the manifest's whole hash. */

@@ -300,6 +300,31 @@ def test_disk_full_is_refused_up_front(env):
     assert rep["bytes_sent"] == 0 and not os.path.exists(os.path.join(dst, "f.bin"))
 
 
+def test_disk_filled_during_transfer(env):
+    """Two senders whose files each fit but not together: whoever runs out gets a clear error
+    (up front or when a chunk cannot be stored), the receiver stays up, and no file appears
+    half-written at its final path."""
+    dst = os.path.join(env.dir, "small")
+    os.makedirs(dst)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", dst], check=True)
+    env.on_cleanup.append(lambda: subprocess.run(["umount", "-l", dst]))
+    srcs = [make_file(os.path.join(env.dir, f"f{i}.bin"), 5 << 20, seed=i) for i in range(2)]
+    port = free_port()
+    srv = serve(env, f"127.0.0.1:{port}", dst)
+    procs = [subprocess.Popen([BIN, "xfer", "send", s, f"127.0.0.1:{port}", "--json", "--chunk-kib", "64"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for s in srcs]
+    reps = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
+    assert not all(r["ok"] for r in reps), reps
+    for r, s in zip(reps, srcs):
+        final = os.path.join(dst, os.path.basename(s))
+        if r["ok"]:
+            assert digest(final) == digest(s)
+        else:
+            assert "space" in r["error"], r["error"]
+            assert not os.path.exists(final)
+    assert srv.poll() is None
+
+
 def test_bcast_chain(env):
     """One sender, three receivers as a chain: each has the file, intact."""
     src = make_file(os.path.join(env.dir, "f.bin"), 5 << 20)

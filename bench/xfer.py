@@ -1,0 +1,319 @@
+"""bench/xfer: accelnet xfer against iperf3 (the reference: one instance per link at once)
+and rsync, on emulated links (veth pairs between network namespaces, tbf-shaped), plus the
+failure drills: a link taken down halfway, the receiver killed and the transfer resumed, and
+a 1-to-4 bcast against a 1-to-1 send. Files are received into a tmpfs so that, like iperf3,
+the figures are network and CPU, not this machine's disk. Prints a table and writes JSON.
+
+usage: bench/xfer.py [--size-mib N] [--rates 2000,1000,500] [--out FILE] [--only NAMES]"""
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+from netns import Links, sh  # noqa: E402
+
+BIN = os.path.join(ROOT, "build", "accelnet")
+
+
+def cpu_of(pid):
+    """user+system seconds of a running process (and its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_for(pred, what, timeout=60):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return
+        time.sleep(0.02)
+    raise RuntimeError(f"timed out waiting for {what}")
+
+
+def make_file(path, mib):
+    """Incompressible content, written fast: one random MiB, varied per MiB."""
+    block = bytearray(os.urandom(1 << 20))
+    with open(path, "wb") as f:
+        for i in range(mib):
+            block[:8] = i.to_bytes(8, "little")
+            f.write(block)
+    return path
+
+
+def xxh(path):
+    return subprocess.run(["xxhsum", "-H2", path], capture_output=True, text=True,
+                          check=True).stdout.split()[0]
+
+
+class Serve:
+    def __init__(self, ns, netns_name, listen, dest, log):
+        self.log = log
+        self.p = subprocess.Popen(ns.cmd(netns_name, [BIN, "xfer", "serve", "--listen", listen,
+                                                      "--dir", dest, "--metrics", "127.0.0.1:7099"]),
+                                  stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+        wait_for(lambda: "listening" in open(log).read(), "serve listening")
+        self.cpu0 = cpu_of(self.p.pid)
+
+    def cpu(self):
+        return cpu_of(self.p.pid) - self.cpu0
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.terminate()
+            self.p.wait(10)
+
+
+def run_send(ns, args, timeout=600):
+    """accelnet xfer send in the sender namespace: (report, wall seconds, cpu seconds)."""
+    t0 = time.monotonic()
+    p = subprocess.Popen(ns.cmd(ns.snd, [BIN, "xfer", "send"] + args + ["--json", "--quiet"]),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = p.communicate(timeout=timeout)
+    wall = time.monotonic() - t0
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    rep = json.loads(out) if out.strip() else {"ok": False, "error": err}
+    rep["stderr"] = err.strip()
+    return rep, wall, ru
+
+
+def iperf3(ns, seconds):
+    """One iperf3 per link at once; returns the per-link receiver rates in Mbit/s."""
+    servers, clients = [], []
+    for i in range(len(ns.rates)):
+        servers.append(subprocess.Popen(ns.cmd(ns.rcv, ["iperf3", "-s", "-1", "-B", ns.receiver_addr(i),
+                                                        "-p", str(5201 + i)]),
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    time.sleep(0.3)
+    for i in range(len(ns.rates)):
+        clients.append(subprocess.Popen(ns.cmd(ns.snd, ["iperf3", "-c", ns.receiver_addr(i), "-B",
+                                                        ns.sender_addr(i), "-p", str(5201 + i),
+                                                        "-t", str(seconds), "-J"]),
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+    rates = []
+    for c in clients:
+        out, _ = c.communicate(timeout=seconds + 30)
+        rates.append(json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e6)
+    for s in servers:
+        s.wait(10)
+    return rates
+
+
+def rsync(ns, src, dest_dir):
+    """rsync (daemon mode, no ssh cost) over the fastest link: Mbit/s."""
+    conf = os.path.join(dest_dir, "..", "rsyncd.conf")
+    with open(conf, "w") as f:
+        f.write(f"use chroot = no\n[dst]\npath = {dest_dir}\nread only = no\nuid = root\ngid = root\n")
+    d = subprocess.Popen(ns.cmd(ns.rcv, ["rsync", "--daemon", "--no-detach", f"--config={conf}",
+                                         f"--address={ns.receiver_addr(0)}", "--port=8730"]),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    subprocess.run(ns.cmd(ns.snd, ["rsync", "--whole-file", "--inplace", src,
+                                   f"rsync://{ns.receiver_addr(0)}:8730/dst/"]), check=True)
+    wall = time.monotonic() - t0
+    d.terminate()
+    d.wait(10)
+    return os.path.getsize(src) * 8 / wall / 1e6, wall
+
+
+def received(ns):
+    out = subprocess.run(ns.cmd(ns.rcv, ["curl", "-s", "http://127.0.0.1:7099/metrics"]),
+                         capture_output=True, text=True).stdout
+    m = re.search(r"^accelnet_xfer_received_bytes_total (\d+)$", out, re.M)
+    return int(m.group(1)) if m else 0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size-mib", type=int, default=4096)
+    ap.add_argument("--rates", default="2000,1000,500")
+    ap.add_argument("--streams", default="4")
+    ap.add_argument("--iperf-seconds", type=int, default=10)
+    ap.add_argument("--only", default="iperf,xfer,rsync,linkdown,resume,bcast")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    only = a.only.split(",")
+    rates = [int(r) for r in a.rates.split(",")]
+    work = tempfile.mkdtemp(prefix="xferbench-", dir="/dev/shm")
+    srcdir = tempfile.mkdtemp(prefix="xferbench-src-", dir="/var/tmp")
+    res = {"rates_mbit": rates, "size_mib": a.size_mib, "streams_per_link": int(a.streams)}
+    ns = Links(rates)
+    try:
+        src = make_file(os.path.join(srcdir, "model.bin"), a.size_mib)
+        want = xxh(src)
+        remote = ",".join(f"{ns.receiver_addr(i)}:7000" for i in range(len(rates)))
+        local = ",".join(ns.sender_addr(i) for i in range(len(rates)))
+        dest = os.path.join(work, "dst")
+
+        def fresh():
+            shutil.rmtree(dest, ignore_errors=True)
+            os.makedirs(dest)
+
+        if "iperf" in only:
+            r = iperf3(ns, a.iperf_seconds)
+            res["iperf3_mbit"] = r
+            res["iperf3_sum_mbit"] = sum(r)
+            print(f"iperf3, one per link at once: {' + '.join(f'{x:.0f}' for x in r)} = {sum(r):.0f} Mbit/s",
+                  flush=True)
+        if "xfer" in only:
+            fresh()
+            srv = Serve(ns, ns.rcv, remote, dest, os.path.join(work, "serve.log"))
+            c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            rep, wall, c1 = run_send(ns, [src, remote, "--from", local, "--streams", a.streams])
+            scpu = (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime)
+            rcpu = srv.cpu()
+            srv.stop()
+            ok = rep["ok"] and xxh(os.path.join(dest, "model.bin")) == want
+            gbit = a.size_mib * 1048576 * 8 / wall / 1e6
+            gb = a.size_mib * 1048576 / 1e9
+            res["xfer"] = {"ok": ok, "wall_s": wall, "mbit": gbit, "links": rep.get("links"),
+                           "sender_cpu_s_per_gb": scpu / gb, "receiver_cpu_s_per_gb": rcpu / gb,
+                           "chunks_dup": rep.get("chunks_dup"), "bytes_sent": rep.get("bytes_sent")}
+            if "iperf3_sum_mbit" in res:
+                res["xfer"]["pct_of_iperf3"] = 100 * gbit / res["iperf3_sum_mbit"]
+            print(f"accelnet xfer: {a.size_mib} MiB in {wall:.2f} s = {gbit:.0f} Mbit/s "
+                  f"({res['xfer'].get('pct_of_iperf3', 0):.1f}% of iperf3), hash {'ok' if ok else 'WRONG'}, "
+                  f"per link {[round(l['bytes'] / 1048576) for l in rep.get('links', [])]} MiB, "
+                  f"CPU s/GB sender {scpu / gb:.2f} receiver {rcpu / gb:.2f}", flush=True)
+        if "rsync" in only:
+            fresh()
+            mbit, wall = rsync(ns, src, dest)
+            res["rsync"] = {"mbit": mbit, "wall_s": wall, "link_mbit": rates[0]}
+            print(f"rsync (daemon, fastest link only): {mbit:.0f} Mbit/s, {wall:.2f} s", flush=True)
+        if "linkdown" in only:
+            fresh()
+            srv = Serve(ns, ns.rcv, remote, dest, os.path.join(work, "serve-ld.log"))
+            p = subprocess.Popen(ns.cmd(ns.snd, [BIN, "xfer", "send", src, remote, "--from", local,
+                                                 "--streams", a.streams, "--stall-ms", "2000",
+                                                 "--json", "--quiet"]),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            t0 = time.monotonic()
+            wait_for(lambda: received(ns) > a.size_mib * 1048576 // 2, "half received", 600)
+            ns.down(1)
+            t_down = time.monotonic() - t0
+            out, err = p.communicate(timeout=600)
+            wall = time.monotonic() - t0
+            srv.stop()
+            rep = json.loads(out)
+            ok = rep["ok"] and xxh(os.path.join(dest, "model.bin")) == want
+            res["linkdown"] = {"ok": ok, "wall_s": wall, "down_at_s": t_down, "links": rep["links"],
+                               "chunks_resent": rep["chunks_resent"]}
+            print(f"link 1 down at {t_down:.1f} s (half received): completed in {wall:.2f} s, hash "
+                  f"{'ok' if ok else 'WRONG'}, {rep['chunks_resent']} chunks re-issued", flush=True)
+            ns.close()
+            ns = Links(rates)
+        if "resume" in only:
+            fresh()
+            srv = Serve(ns, ns.rcv, remote, dest, os.path.join(work, "serve-r1.log"))
+            args = [src, remote, "--from", local, "--streams", a.streams, "--stall-ms", "2000"]
+            p = subprocess.Popen(ns.cmd(ns.snd, [BIN, "xfer", "send"] + args + ["--json", "--quiet"]),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            wait_for(lambda: received(ns) > a.size_mib * 1048576 // 2, "half received", 600)
+            srv.p.send_signal(signal.SIGSTOP)
+            with open(f"/proc/{srv.p.pid}/io") as f:
+                arrived = int(re.search(r"^rchar: (\d+)$", f.read(), re.M).group(1))
+            srv.p.kill()
+            srv.p.wait()
+            p.communicate(timeout=120)
+            srv = Serve(ns, ns.rcv, remote, dest, os.path.join(work, "serve-r2.log"))
+            rep, wall, _ = run_send(ns, args)
+            srv.stop()
+            ok = rep["ok"] and xxh(os.path.join(dest, "model.bin")) == want
+            resent = max(0, arrived - rep["bytes_skipped"])
+            res["resume"] = {"ok": ok, "arrived_before_kill": arrived, "skipped": rep["bytes_skipped"],
+                             "resent_of_arrived_pct": 100 * resent / arrived, "wall_s": wall}
+            print(f"resume: {arrived / 1048576:.0f} MiB had arrived, {rep['bytes_skipped'] / 1048576:.0f} MiB "
+                  f"kept; re-sent {100 * resent / arrived:.2f}% of what had arrived; hash "
+                  f"{'ok' if ok else 'WRONG'}", flush=True)
+        ns.close()
+        if "bcast" in only:
+            res["bcast"] = bcast(work, src, want, min(a.size_mib, 1024), 1000)
+    finally:
+        ns.close()
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(srcdir, ignore_errors=True)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=1)
+    return 0
+
+
+def bcast(work, src, want, mib, rate):
+    """Five namespaces on a bridge, each node's port shaped to <rate> both ways: a 1-to-1 send
+    against a 1-to-4 bcast chain of the first <mib> MiB of <src>."""
+    part = os.path.join(os.path.dirname(src), "part.bin")
+    with open(src, "rb") as f, open(part, "wb") as g:
+        for _ in range(mib):
+            g.write(f.read(1 << 20))
+    want = xxh(part)
+    tag = f"{os.getpid() % 10000}"
+    br = f"axbr{tag}"
+    nodes = [f"axn{tag}{i}" for i in range(5)]
+    procs = []
+    try:
+        sh("ip", "netns", "add", br)
+        sh("ip", "-n", br, "link", "add", "br0", "type", "bridge")
+        sh("ip", "-n", br, "link", "set", "br0", "up")
+        for i, n in enumerate(nodes):
+            sh("ip", "netns", "add", n)
+            sh("ip", "-n", n, "link", "set", "lo", "up")
+            a, b = f"xn{tag}{i}", f"xp{tag}{i}"
+            sh("ip", "link", "add", a, "netns", n, "type", "veth", "peer", "name", b, "netns", br)
+            sh("ip", "-n", n, "addr", "add", f"10.78.0.{i + 1}/24", "dev", a)
+            sh("ip", "-n", n, "link", "set", a, "up")
+            sh("ip", "-n", br, "link", "set", b, "master", "br0")
+            sh("ip", "-n", br, "link", "set", b, "up")
+            burst = rate * 1000 * 1000 // 8 // 250
+            for ns_, dev in ((n, a), (br, b)):
+                sh("ip", "netns", "exec", ns_, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate",
+                   f"{rate}mbit", "burst", str(burst), "latency", "20ms")
+        dests = []
+        for i in range(1, 5):
+            d = os.path.join(work, f"bc{i}")
+            os.makedirs(d)
+            dests.append(d)
+            log = os.path.join(work, f"bc{i}.log")
+            procs.append(subprocess.Popen(["ip", "netns", "exec", nodes[i], BIN, "xfer", "serve", "--listen",
+                                           f"10.78.0.{i + 1}:7000", "--dir", d],
+                                          stdout=subprocess.DEVNULL, stderr=open(log, "w")))
+            wait_for(lambda: "listening" in open(log).read(), "bcast receiver")
+
+        def timed(cmd, args):
+            t0 = time.monotonic()
+            r = subprocess.run(["ip", "netns", "exec", nodes[0], BIN, "xfer", cmd] + args + ["--json", "--quiet"],
+                               capture_output=True, text=True, timeout=600)
+            return json.loads(r.stdout), time.monotonic() - t0
+
+        one, t1 = timed("send", [part, "10.78.0.2:7000"])
+        for d in dests:
+            shutil.rmtree(d)
+            os.makedirs(d)
+        four, t4 = timed("bcast", [part] + [f"10.78.0.{i + 1}:7000" for i in range(1, 5)])
+        ok = one["ok"] and four["ok"] and all(xxh(os.path.join(d, "part.bin")) == want for d in dests)
+        print(f"bcast {mib} MiB, {rate} Mbit/s per node: 1-to-1 {t1:.2f} s, 1-to-4 chain {t4:.2f} s = "
+              f"{t4 / t1:.2f}x, every copy {'ok' if ok else 'WRONG'}", flush=True)
+        return {"mib": mib, "rate_mbit": rate, "one_s": t1, "four_s": t4, "ratio": t4 / t1, "ok": ok}
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(10)
+        for n in nodes + [br]:
+            subprocess.run(["ip", "netns", "del", n], stderr=subprocess.DEVNULL)
+        os.unlink(part)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
