@@ -1,0 +1,153 @@
+/*
+ * test_xfer_sched.c - the chunk scheduler: streams take chunks in order as they have room
+ * (so a stream that takes more carries more), the end game copies the oldest chunk of another
+ * link, a lost chunk goes back first, a corrupt one is retried then fails the transfer, a
+ * relay's chunks become takeable as they arrive, and chunks the receiver has are skipped.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "xfer/sched.h"
+
+static void take_ok(struct xfer_sched *s, uint8_t link, uint64_t now, uint32_t want, int want_dup)
+{
+	uint32_t id;
+	int dup;
+	assert_int_equal(xfer_sched_take(s, link, now, &id, &dup), 0);
+	assert_int_equal(id, want);
+	assert_int_equal(dup, want_dup);
+}
+
+static void fill(struct xfer_sched *s, uint32_t n)
+{
+	assert_int_equal(xfer_sched_init(s, n), 0);
+	for (uint32_t i = 0; i < n; i++)
+		xfer_sched_add(s, i, 0);
+}
+
+static void in_order_and_work_stealing(void **state)
+{
+	(void)state;
+	struct xfer_sched s;
+	fill(&s, 6);
+	/* link 0 is fast: it comes back for more; link 1 takes one */
+	take_ok(&s, 0, 1, 0, 0);
+	take_ok(&s, 1, 1, 1, 0);
+	assert_int_equal(xfer_sched_ack(&s, 0), 1);
+	take_ok(&s, 0, 2, 2, 0);
+	assert_int_equal(xfer_sched_ack(&s, 2), 1);
+	take_ok(&s, 0, 3, 3, 0);
+	assert_int_equal(xfer_sched_ack(&s, 3), 1);
+	take_ok(&s, 0, 4, 4, 0);
+	take_ok(&s, 0, 5, 5, 0);
+	assert_int_equal(xfer_sched_done(&s), 3);
+	xfer_sched_destroy(&s);
+}
+
+static void end_game_copies_oldest_of_other_link(void **state)
+{
+	(void)state;
+	struct xfer_sched s;
+	uint32_t id;
+	int dup;
+	fill(&s, 3);
+	take_ok(&s, 1, 10, 0, 0); /* slow link */
+	take_ok(&s, 1, 20, 1, 0);
+	take_ok(&s, 0, 30, 2, 0);
+	assert_int_equal(xfer_sched_ack(&s, 2), 1);
+	/* queue empty: link 0 copies the oldest of link 1, then the next, then nothing */
+	take_ok(&s, 0, 40, 0, 1);
+	take_ok(&s, 0, 41, 1, 1);
+	assert_int_equal(xfer_sched_take(&s, 0, 42, &id, &dup), -EAGAIN);
+	/* link 1 never copies its own chunks */
+	assert_int_equal(xfer_sched_take(&s, 1, 42, &id, &dup), -EAGAIN);
+	assert_int_equal(xfer_sched_ack(&s, 0), 1); /* the copy wins */
+	assert_int_equal(xfer_sched_ack(&s, 0), 0); /* the original's ack changes nothing */
+	assert_int_equal(xfer_sched_ack(&s, 1), 1);
+	assert_int_equal(xfer_sched_ack(&s, 1), 0);
+	assert_int_equal(xfer_sched_take(&s, 0, 50, &id, &dup), -ENODATA);
+	assert_int_equal(s.dups, 2);
+	xfer_sched_destroy(&s);
+}
+
+static void lost_chunk_goes_first(void **state)
+{
+	(void)state;
+	struct xfer_sched s;
+	uint32_t id;
+	int dup;
+	fill(&s, 4);
+	take_ok(&s, 0, 1, 0, 0);
+	take_ok(&s, 1, 1, 1, 0);
+	xfer_sched_lost(&s, 1); /* link 1 died */
+	take_ok(&s, 0, 2, 1, 0);
+	take_ok(&s, 0, 3, 2, 0);
+	/* a lost copy while another copy is out does not requeue */
+	xfer_sched_ack(&s, 0);
+	xfer_sched_ack(&s, 2);
+	take_ok(&s, 0, 4, 3, 0);
+	take_ok(&s, 1, 5, 1, 1);
+	xfer_sched_lost(&s, 1);
+	assert_int_equal(xfer_sched_take(&s, 2, 6, &id, &dup), 0); /* end game copy of 3 or 1 */
+	assert_int_equal(s.resends, 1);
+	xfer_sched_destroy(&s);
+}
+
+static void corrupt_retried_then_fatal(void **state)
+{
+	(void)state;
+	struct xfer_sched s;
+	uint32_t id;
+	int dup;
+	fill(&s, 2);
+	for (int i = 0; i < XFER_SCHED_TRIES - 1; i++) {
+		take_ok(&s, 0, 1, 0, 0);
+		xfer_sched_bad(&s, 0);
+	}
+	take_ok(&s, 0, 1, 0, 0);
+	xfer_sched_bad(&s, 0);
+	assert_int_equal(xfer_sched_take(&s, 0, 2, &id, &dup), -EIO);
+	xfer_sched_destroy(&s);
+}
+
+static void relay_chunks_arrive_and_skips(void **state)
+{
+	(void)state;
+	struct xfer_sched s;
+	uint32_t id;
+	int dup;
+	assert_int_equal(xfer_sched_init(&s, 3), 0);
+	assert_int_equal(xfer_sched_take(&s, 0, 1, &id, &dup), -EAGAIN);
+	xfer_sched_add(&s, 2, 0);
+	take_ok(&s, 0, 2, 2, 0);
+	/* no end game while chunks are still to arrive */
+	assert_int_equal(xfer_sched_take(&s, 1, 3, &id, &dup), -EAGAIN);
+	xfer_sched_add(&s, 0, 1); /* the receiver has it */
+	xfer_sched_add(&s, 0, 0); /* a second add changes nothing */
+	assert_int_equal(xfer_sched_done(&s), 1);
+	xfer_sched_add(&s, 1, 0);
+	take_ok(&s, 1, 4, 1, 0);
+	xfer_sched_ack(&s, 1);
+	xfer_sched_ack(&s, 2);
+	assert_int_equal(xfer_sched_take(&s, 0, 5, &id, &dup), -ENODATA);
+	xfer_sched_abort(&s, -ECANCELED);
+	assert_int_equal(xfer_sched_take(&s, 0, 5, &id, &dup), -ENODATA); /* done stays done */
+	xfer_sched_destroy(&s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(in_order_and_work_stealing),
+	    cmocka_unit_test(end_game_copies_oldest_of_other_link),
+	    cmocka_unit_test(lost_chunk_goes_first),
+	    cmocka_unit_test(corrupt_retried_then_fatal),
+	    cmocka_unit_test(relay_chunks_arrive_and_skips),
+	};
+	return cmocka_run_group_tests_name("xfer scheduler", tests, NULL, NULL);
+}

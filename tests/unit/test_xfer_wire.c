@@ -1,0 +1,123 @@
+/*
+ * test_xfer_wire.c - the xfer wire format: headers checked, fixed metas round-trip, a
+ * manifest round-trips and every truncation or lie about lengths is refused, and paths that
+ * would leave the receiver's directory are refused.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "xfer/wire.h"
+
+static void header_checks(void **state)
+{
+	(void)state;
+	uint8_t b[XFER_HDR_LEN];
+	struct xfer_hdr h;
+	xfer_hdr_encode(b, XFER_CHUNK, XFER_CHUNK_LEN, 1 << 20);
+	assert_int_equal(xfer_hdr_decode(b, &h), 0);
+	assert_int_equal(h.type, XFER_CHUNK);
+	assert_int_equal(h.meta_len, XFER_CHUNK_LEN);
+	assert_int_equal(h.data_len, 1 << 20);
+	b[0] ^= 1; /* magic */
+	assert_int_equal(xfer_hdr_decode(b, &h), -EPROTO);
+	xfer_hdr_encode(b, XFER_TYPE_MAX, 0, 0);
+	assert_int_equal(xfer_hdr_decode(b, &h), -EPROTO);
+	xfer_hdr_encode(b, XFER_MANIFEST, XFER_META_MAX + 1, 0);
+	assert_int_equal(xfer_hdr_decode(b, &h), -EPROTO);
+	xfer_hdr_encode(b, XFER_ACK, 9, 5); /* only chunks carry data */
+	assert_int_equal(xfer_hdr_decode(b, &h), -EPROTO);
+}
+
+static void metas_round_trip(void **state)
+{
+	(void)state;
+	uint8_t b[128];
+	struct xfer_chunk_meta c = {.file = 3, .chunk = 77, .hash = 0x0123456789abcdefull}, c2;
+	assert_int_equal(xfer_chunk_encode(b, &c), XFER_CHUNK_LEN);
+	assert_int_equal(xfer_chunk_decode(b, XFER_CHUNK_LEN, &c2), 0);
+	assert_memory_equal(&c, &c2, sizeof(c));
+	assert_int_equal(xfer_chunk_decode(b, XFER_CHUNK_LEN - 1, &c2), -EPROTO);
+	struct xfer_ack a = {.file = 1, .chunk = 2, .status = XFER_ACK_BAD}, a2;
+	assert_int_equal(xfer_ack_encode(b, &a), XFER_ACK_LEN);
+	assert_int_equal(xfer_ack_decode(b, XFER_ACK_LEN, &a2), 0);
+	assert_int_equal(a2.status, XFER_ACK_BAD);
+	b[8] = 9;
+	assert_int_equal(xfer_ack_decode(b, XFER_ACK_LEN, &a2), -EPROTO);
+	struct xfer_hello h = {.version = 1, .role = XFER_ROLE_DATA}, h2;
+	memset(h.session, 7, sizeof(h.session));
+	assert_int_equal(xfer_hello_encode(b, &h), XFER_HELLO_LEN);
+	assert_int_equal(xfer_hello_decode(b, XFER_HELLO_LEN, &h2), 0);
+	assert_memory_equal(h2.session, h.session, XFER_SESSION_LEN);
+	b[4] = 9; /* role */
+	assert_int_equal(xfer_hello_decode(b, XFER_HELLO_LEN, &h2), -EPROTO);
+}
+
+static void manifest_round_trip_and_truncation(void **state)
+{
+	(void)state;
+	struct xfer_file files[2] = {
+	    {.path = "model/weights.bin", .size = 5u << 20, .mode = 0640, .mtime_ns = 42},
+	    {.path = "empty", .size = 0, .mode = 0600},
+	};
+	files[0].nchunks = xfer_chunks_of(files[0].size, 1 << 20);
+	struct xfer_manifest m = {.chunk_size = 1 << 20, .nfiles = 2, .files = files, .nfwd = 1};
+	m.fwd[0] = "10.0.0.2:7000,10.0.1.2:7000";
+	uint8_t *enc;
+	size_t len;
+	assert_int_equal(xfer_manifest_encode(&m, &enc, &len), 0);
+	struct xfer_manifest d;
+	const char *why;
+	assert_int_equal(xfer_manifest_decode(enc, len, &d, &why), 0);
+	assert_int_equal(d.nfiles, 2);
+	assert_string_equal(d.files[0].path, "model/weights.bin");
+	assert_int_equal(d.files[0].nchunks, 5);
+	assert_int_equal(d.files[0].mode, 0640);
+	assert_int_equal(d.files[0].mtime_ns, 42);
+	assert_int_equal(d.files[1].nchunks, 0);
+	assert_string_equal(d.fwd[0], m.fwd[0]);
+	assert_int_equal(xfer_need_len(&d), 1);
+	xfer_manifest_free(&d);
+	for (size_t cut = 0; cut < len; cut++)
+		assert_int_equal(xfer_manifest_decode(enc, cut, &d, &why), -EPROTO);
+	uint8_t *longer = malloc(len + 1);
+	memcpy(longer, enc, len);
+	longer[len] = 0;
+	assert_int_equal(xfer_manifest_decode(longer, len + 1, &d, &why), -EPROTO);
+	wire_put32(longer, 100); /* chunk size below 4 KiB */
+	assert_int_equal(xfer_manifest_decode(longer, len, &d, &why), -EPROTO);
+	wire_put32(longer, 1 << 20);
+	wire_put32(longer + 4, 1000000); /* more files than bytes could hold */
+	assert_int_equal(xfer_manifest_decode(longer, len, &d, &why), -EPROTO);
+	free(longer);
+	free(enc);
+}
+
+static void unsafe_paths_refused(void **state)
+{
+	(void)state;
+	const char *bad[] = {"", "/etc/passwd", "../x", "a/../../x", "a//b", "a/./b", "a/", "a\\b",
+			     "a\nb", ".accelnet-xfer/x", ".accelnet-xfer", ".."};
+	const char *why;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		assert_int_equal(xfer_path_check(bad[i], strlen(bad[i]), &why), -EINVAL);
+	const char *good[] = {"a", "a/b/c.bin", "..a", "a..", ".hidden", "x/.accelnet-xfer"};
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+		assert_int_equal(xfer_path_check(good[i], strlen(good[i]), &why), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(header_checks),
+	    cmocka_unit_test(metas_round_trip),
+	    cmocka_unit_test(manifest_round_trip_and_truncation),
+	    cmocka_unit_test(unsafe_paths_refused),
+	};
+	return cmocka_run_group_tests_name("xfer wire", tests, NULL, NULL);
+}
