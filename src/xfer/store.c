@@ -69,9 +69,11 @@ static int state_load(struct xfer_store_file *f)
 		rc = -ENOMEM;
 		goto out;
 	}
+	/* flags are written one by one, so the file may end early: what is missing is not done */
+	memset(raw, 0, hb + f->nchunks);
 	ssize_t n = pread(f->state_fd, raw, hb + f->nchunks, 0);
-	if (n != (ssize_t)(hb + f->nchunks))
-		goto out; /* new or short: nothing done */
+	if (n < 0)
+		goto out;
 	for (uint32_t k = 0; k < f->nchunks; k++) {
 		if (raw[hb + k] != 1)
 			continue;

@@ -61,3 +61,23 @@ class Links:
         for ns in (self.snd, self.rcv):
             subprocess.run(["ip", "netns", "del", ns], stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
+
+
+def tcp_received(port, ns=None):
+    """Bytes received on the established TCP sockets of local <port> (in namespace <ns>):
+    (arrived at the host, read by the application = arrived less what waits in the socket).
+    Take it while the receiver is stopped (SIGSTOP) for a consistent picture."""
+    argv = ["ss", "-tinH", "state", "established", f"( sport = :{port} )"]
+    if ns:
+        argv = ["ip", "netns", "exec", ns] + argv
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    host = app = 0
+    recvq = 0
+    for line in out.splitlines():
+        if line and line[0].isdigit():
+            recvq = int(line.split()[0])
+        elif "bytes_received:" in line:
+            n = int(line.split("bytes_received:")[1].split()[0])
+            host += n
+            app += n - recvq
+    return host, app
