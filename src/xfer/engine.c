@@ -31,7 +31,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#define XFER_WINDOW 2
+#define XFER_WINDOW 3
 #define XFER_FINISH_TIMEOUT_MS 600000
 
 enum stream_state { ST_RUNNING, ST_PARKED, ST_DEAD };
