@@ -77,6 +77,12 @@ int xfer_items_from_paths(const char *const *paths, unsigned n, const char *to, 
 			  unsigned *nitems, char *bad, size_t badlen);
 void xfer_items_free(struct xfer_item *items, unsigned n);
 
+/* Pull <names> (files or trees under the server's directory) into the directory <dest>, over
+ * o->remote's links (o->local, streams, token, stall_ms apply; bcast does not). Same
+ * guarantees as xfer_send: chunks and files verified, resumable, nothing half-written. */
+int xfer_get(const struct xfer_send_opts *o, const char *const *names, unsigned n, const char *dest,
+	     struct xfer_report *rep);
+
 struct xfer_serve_opts {
 	const char *listen;	/* "ADDR[,ADDR...]": one listener per link */
 	const char *dir;	/* files land beneath it */

@@ -26,6 +26,7 @@ static const char usage_text[] =
 	"  accelnet xfer serve --listen ADDR[,ADDR...] --dir DIR [--token FILE] [--metrics ADDR]\n"
 	"  accelnet xfer send PATH... HOST:PORT[,HOST:PORT...] [--streams N] [--to NAME]\n"
 	"        [--from ADDR[,ADDR...]] [--token FILE] [--chunk-kib N] [--stall-ms MS] [--json] [--quiet]\n"
+	"  accelnet xfer get HOST:PORT[,HOST:PORT...] NAME... [--to DIR] [same options as send]\n"
 	"  accelnet xfer bcast PATH HOST:PORT[,...] HOST:PORT[,...] ... [same options as send]\n";
 
 __attribute__((format(printf, 1, 2))) static int bad_usage(const char *fmt, ...)
@@ -158,8 +159,13 @@ static void print_json(const struct xfer_report *r, int rc)
 	printf("}\n");
 }
 
-/* send and bcast: positionals are paths then destinations (send: the last one only). */
-static int cmd_push(int argc, char **argv, int bcast)
+enum push_kind { PUSH_SEND, PUSH_BCAST, PUSH_GET };
+
+static int report_result(const struct xfer_report *rp, int rc, int json, int quiet);
+
+/* send, bcast and get: positionals are paths then destinations (send: the last one only;
+ * bcast: the path first; get: the server first, then names). */
+static int cmd_push(int argc, char **argv, enum push_kind kind)
 {
 	struct xfer_send_opts o = {0};
 	const char *pos[256], *to = NULL;
@@ -199,6 +205,18 @@ static int cmd_push(int argc, char **argv, int bcast)
 		}
 	}
 	unsigned npaths;
+	int bcast = kind == PUSH_BCAST;
+	if (kind == PUSH_GET) {
+		if (npos < 2)
+			return bad_usage("get needs HOST:PORT and at least one NAME");
+		o.remote = pos[0];
+		if (!quiet && isatty(2))
+			fprintf(stderr, "accelnet xfer: getting from %s...\n", pos[0]);
+		signal(SIGPIPE, SIG_IGN);
+		struct xfer_report r;
+		int rc = xfer_get(&o, pos + 1, npos - 1, to ? to : ".", &r);
+		return report_result(&r, rc, json, quiet);
+	}
 	if (bcast) {
 		if (npos < 2)
 			return bad_usage("bcast needs PATH and at least one HOST:PORT");
@@ -228,6 +246,12 @@ static int cmd_push(int argc, char **argv, int bcast)
 	if (o.progress)
 		fprintf(stderr, "\r\033[K");
 	xfer_items_free(items, nitems);
+	return report_result(&r, rc, json, quiet);
+}
+
+static int report_result(const struct xfer_report *rp, int rc, int json, int quiet)
+{
+	const struct xfer_report r = *rp;
 	if (json)
 		print_json(&r, rc);
 	if (rc) {
@@ -254,9 +278,11 @@ int cmd_xfer(int argc, char **argv)
 	if (!strcmp(argv[1], "serve"))
 		return cmd_serve(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "send"))
-		return cmd_push(argc - 1, argv + 1, 0);
+		return cmd_push(argc - 1, argv + 1, PUSH_SEND);
 	if (!strcmp(argv[1], "bcast"))
-		return cmd_push(argc - 1, argv + 1, 1);
+		return cmd_push(argc - 1, argv + 1, PUSH_BCAST);
+	if (!strcmp(argv[1], "get"))
+		return cmd_push(argc - 1, argv + 1, PUSH_GET);
 	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
 		fputs(usage_text, stdout);
 		return 0;

@@ -144,6 +144,58 @@ int xfer_frame_recv_alloc(int fd, struct xfer_hdr *h, uint8_t **meta)
 	return rc;
 }
 
+int xfer_paths_parse(const char *remote, const char *local, struct xfer_path *out, int max, char *err,
+		     size_t errlen)
+{
+	char buf[2048];
+	const char *why;
+	char *save = NULL;
+	int n = 0;
+	memset(out, 0, sizeof(*out) * (size_t)max);
+	snprintf(buf, sizeof(buf), "%s", remote ? remote : "");
+	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		if (n == max) {
+			snprintf(err, errlen, "too many links (at most %d)", max);
+			return -EINVAL;
+		}
+		struct xfer_path *p = &out[n++];
+		if (net_addr_parse(t, &p->remote, &why)) {
+			snprintf(err, errlen, "bad address '%.64s': %s", t, why);
+			return -EINVAL;
+		}
+		snprintf(p->rname, sizeof(p->rname), "%.63s", t);
+	}
+	if (!n) {
+		snprintf(err, errlen, "no address");
+		return -EINVAL;
+	}
+	if (!local)
+		return n;
+	snprintf(buf, sizeof(buf), "%s", local);
+	int i = 0;
+	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save), i++) {
+		if (i == n) {
+			snprintf(err, errlen, "more source addresses than links");
+			return -EINVAL;
+		}
+		/* parsed with a placeholder port, then bound to port 0 (the kernel picks) */
+		char full[128];
+		snprintf(full, sizeof(full), strchr(t, ':') && t[0] != '[' ? "[%.64s]:1" : "%.64s:1", t);
+		struct xfer_path *p = &out[i];
+		if (net_addr_parse(full, &p->local, &why)) {
+			snprintf(err, errlen, "bad source address '%.64s'", t);
+			return -EINVAL;
+		}
+		if (p->local.ss.ss_family == AF_INET)
+			((struct sockaddr_in *)&p->local.ss)->sin_port = 0;
+		else
+			((struct sockaddr_in6 *)&p->local.ss)->sin6_port = 0;
+		p->has_local = 1;
+		snprintf(p->lname, sizeof(p->lname), "%.63s", t);
+	}
+	return n;
+}
+
 void xfer_set_timeout(int fd, int timeout_ms)
 {
 	struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};

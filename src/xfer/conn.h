@@ -48,6 +48,21 @@ int xfer_discard(int fd, uint64_t len);
  * Returns the descriptor or -errno.
  */
 int xfer_dial(const struct net_addr *remote, const struct net_addr *local, int timeout_ms);
+/* One link as the user named it: where to connect, and from which source address. */
+struct xfer_path {
+	struct net_addr remote, local;
+	int has_local;
+	char rname[64], lname[64];
+};
+
+/*
+ * Parse "HOST:PORT[,HOST:PORT...]" and the optional "ADDR[,ADDR...]" of source addresses
+ * (same order, at most as many) into <out> (at most <max>). Returns the number of links, or
+ * -EINVAL with a message in <err>.
+ */
+int xfer_paths_parse(const char *remote, const char *local, struct xfer_path *out, int max, char *err,
+		     size_t errlen);
+
 /* Set the stall timeout of a connected socket. */
 void xfer_set_timeout(int fd, int timeout_ms);
 

@@ -80,6 +80,7 @@ struct xfer_engine {
 	char error[256];
 	void (*progress)(const struct xfer_report *r, void *arg);
 	void *arg;
+	const struct xfer_adopt *adopt;
 };
 
 /* The first error wins: later ones are consequences of it. */
@@ -203,6 +204,17 @@ static int read_ack(struct stream *s, uint32_t id)
 static int stream_dial(struct stream *s)
 {
 	struct xfer_engine *e = s->e;
+	if (e->adopt) {
+		unsigned link = 0;
+		int fd = e->adopt->take(e->adopt->arg, &link);
+		if (fd < 0)
+			return -ENOTCONN;
+		s->link = link < e->nlinks ? link : 0;
+		s->fd = fd;
+		xfer_set_timeout(fd, (int)e->stall_ms);
+		xfer_zc_init(&s->zc, fd);
+		return 0;
+	}
 	struct link *l = &e->links[s->link];
 	int fd = xfer_dial(&l->remote, l->has_local ? &l->local : NULL, (int)e->stall_ms);
 	if (fd < 0)
@@ -263,10 +275,10 @@ static void *stream_main(void *arg)
 {
 	struct stream *s = arg;
 	struct xfer_engine *e = s->e;
-	struct link *l = &e->links[s->link];
 	for (int tries = 0; tries < 2; tries++) {
 		if (s->fd < 0 && stream_dial(s))
 			break;
+		struct link *l = &e->links[s->link];
 		atomic_fetch_add(&l->up, 1);
 		int rc = stream_loop(s);
 		/* the caller's buffers are pinned until the kernel reports every send */
@@ -293,50 +305,22 @@ static void *stream_main(void *arg)
 
 static int parse_links(struct xfer_engine *e, const struct xfer_send_opts *o)
 {
-	char buf[2048];
-	const char *why;
-	snprintf(buf, sizeof(buf), "%s", o->remote ? o->remote : "");
-	char *save = NULL;
-	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-		if (e->nlinks == XFER_LINKS_MAX) {
-			set_error(e, "%s", "too many links (at most 16)");
-			return -EINVAL;
-		}
-		struct link *l = &e->links[e->nlinks++];
-		if (net_addr_parse(t, &l->remote, &why)) {
-			set_error(e, "bad address '%s': %s", t, why);
-			return -EINVAL;
-		}
-		snprintf(l->rname, sizeof(l->rname), "%s", t);
+	struct xfer_path paths[XFER_LINKS_MAX];
+	char err[200];
+	int n = xfer_paths_parse(o->remote, o->local, paths, XFER_LINKS_MAX, err, sizeof(err));
+	if (n < 0) {
+		set_error(e, "%s", err);
+		return n;
 	}
-	if (!e->nlinks) {
-		set_error(e, "%s", "no receiver address");
-		return -EINVAL;
-	}
-	if (!o->local)
-		return 0;
-	snprintf(buf, sizeof(buf), "%s", o->local);
-	unsigned i = 0;
-	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save), i++) {
-		if (i == e->nlinks) {
-			set_error(e, "%s", "more source addresses than links");
-			return -EINVAL;
-		}
-		/* parsed with a placeholder port, then bound to port 0 (the kernel picks) */
-		char full[128];
-		snprintf(full, sizeof(full), strchr(t, ':') && t[0] != '[' ? "[%s]:1" : "%s:1", t);
+	for (int i = 0; i < n; i++) {
 		struct link *l = &e->links[i];
-		if (net_addr_parse(full, &l->local, &why)) {
-			set_error(e, "bad source address '%s'", t);
-			return -EINVAL;
-		}
-		if (l->local.ss.ss_family == AF_INET)
-			((struct sockaddr_in *)&l->local.ss)->sin_port = 0;
-		else
-			((struct sockaddr_in6 *)&l->local.ss)->sin6_port = 0;
-		l->has_local = 1;
-		snprintf(l->lname, sizeof(l->lname), "%s", t);
+		l->remote = paths[i].remote;
+		l->local = paths[i].local;
+		l->has_local = paths[i].has_local;
+		snprintf(l->rname, sizeof(l->rname), "%s", paths[i].rname);
+		snprintf(l->lname, sizeof(l->lname), "%s", paths[i].lname);
 	}
+	e->nlinks = (unsigned)n;
 	return 0;
 }
 
@@ -377,8 +361,9 @@ static int exchange_manifest(struct xfer_engine *e, int fd)
 	return rc;
 }
 
-int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_manifest *m,
-		      const struct xfer_source *src, struct xfer_engine **out, struct xfer_report *rep)
+int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *ad,
+		      const struct xfer_manifest *m, const struct xfer_source *src, struct xfer_engine **out,
+		      struct xfer_report *rep)
 {
 	struct xfer_engine *e = calloc(1, sizeof(*e));
 	int rc = -ENOMEM;
@@ -420,13 +405,19 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_manifest
 			goto fail;
 		}
 	}
-	if ((rc = parse_links(e, o)))
+	e->adopt = ad;
+	if (ad) {
+		e->nlinks = ad->nlinks;
+		for (unsigned i = 0; i < ad->nlinks; i++)
+			snprintf(e->links[i].rname, sizeof(e->links[i].rname), "%s", ad->names[i]);
+	} else if ((rc = parse_links(e, o))) {
 		goto fail;
+	}
 	if (RAND_bytes(e->session, sizeof(e->session)) != 1) {
 		rc = -EIO;
 		goto fail;
 	}
-	e->nstreams = e->nlinks * e->per_link;
+	e->nstreams = ad ? ad->max_streams : e->nlinks * e->per_link;
 	e->streams = calloc(e->nstreams, sizeof(*e->streams));
 	if (!e->streams) {
 		rc = -ENOMEM;
@@ -438,7 +429,7 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_manifest
 	}
 	/* the manifest goes on the first link that answers; that connection becomes a stream */
 	rc = -EHOSTUNREACH;
-	for (unsigned i = 0; i < e->nlinks && rc; i++) {
+	for (unsigned i = 0; i < (ad ? 1 : e->nlinks) && rc; i++) {
 		struct stream *s = &e->streams[i];
 		if ((rc = stream_dial(s))) {
 			if (rc == -EACCES)

@@ -24,12 +24,26 @@ struct xfer_source {
 };
 
 /*
- * Connect to the first live link, send <m> (which the engine keeps; the caller must not free
+ * A server sending on connections its client opened (`xfer get`): instead of dialing, each
+ * stream takes one with take(), which blocks until one comes (0 <= fd, with the link it came
+ * in on) or answers -1 when no more will. Handshakes are done by then.
+ */
+struct xfer_adopt {
+	int (*take)(void *arg, unsigned *link);
+	void *arg;
+	unsigned nlinks;
+	const char *names[XFER_LINKS_MAX];
+	unsigned max_streams;
+};
+
+/*
+ * Connect to the first live link (or adopt the first connection, with <ad>), send <m> (which the engine keeps; the caller must not free
  * it before xfer_engine_free), read NEED, and start the streams. <src> has one entry per file
  * (copied). 0, or -errno with rep->error set.
  */
-int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_manifest *m,
-		      const struct xfer_source *src, struct xfer_engine **out, struct xfer_report *rep);
+int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *ad,
+		      const struct xfer_manifest *m, const struct xfer_source *src, struct xfer_engine **out,
+		      struct xfer_report *rep);
 /* The receiver already has chunk <k> of file <f>? (valid after start) */
 int xfer_engine_has(const struct xfer_engine *e, uint32_t f, uint32_t k);
 /* Chunk <k> of file <f> is ready to send; <hash> is its XXH3-64 when <known>, else computed
@@ -41,5 +55,10 @@ void xfer_engine_abort(struct xfer_engine *e, int err, const char *why);
  * completed either way. */
 int xfer_engine_finish(struct xfer_engine *e, struct xfer_report *rep);
 void xfer_engine_free(struct xfer_engine *e);
+
+/* xfer_send() with the engine's options: adopted connections (<ad>, or NULL to dial), and
+ * file paths opened beneath <dirfd> when it is >= 0 (a server answering GET). */
+int xfer_send_items(const struct xfer_send_opts *o, const struct xfer_adopt *ad, int dirfd,
+		    const struct xfer_item *items, unsigned n, struct xfer_report *rep);
 
 #endif

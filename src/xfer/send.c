@@ -8,11 +8,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 struct list {
@@ -43,16 +45,22 @@ static int list_push(struct list *l, const char *name, const char *path)
 	return 0;
 }
 
-/* Add <path> as <name>: a regular file, or every regular file beneath a directory. */
-static int walk(struct list *l, const char *path, const char *name, char *bad, size_t badlen)
+/*
+ * Add <path> as <name>: a regular file, or every regular file beneath a directory. The paths
+ * given are followed when they are symlinks (as cp and rsync do); symlinks and special files
+ * inside a tree are skipped, so a link loop cannot send us round for ever.
+ */
+static int walk(struct list *l, const char *path, const char *name, int top, char *bad, size_t badlen)
 {
 	struct stat st;
-	if (stat(path, &st) < 0) {
+	if ((top ? stat(path, &st) : lstat(path, &st)) < 0) {
 		snprintf(bad, badlen, "%s", path);
 		return -errno;
 	}
 	if (S_ISREG(st.st_mode))
 		return list_push(l, name, path);
+	if (!top && !S_ISDIR(st.st_mode))
+		return 0;
 	if (!S_ISDIR(st.st_mode)) {
 		snprintf(bad, badlen, "%s", path);
 		return -EINVAL;
@@ -71,7 +79,7 @@ static int walk(struct list *l, const char *path, const char *name, char *bad, s
 		if (asprintf(&p, "%s/%s", path, de->d_name) < 0 || asprintf(&n, "%s/%s", name, de->d_name) < 0)
 			rc = -ENOMEM;
 		else
-			rc = walk(l, p, n, bad, badlen);
+			rc = walk(l, p, n, 0, bad, badlen);
 		free(p);
 		free(n);
 	}
@@ -95,7 +103,7 @@ int xfer_items_from_paths(const char *const *paths, unsigned n, const char *to, 
 		if (asprintf(&name, "%s%s%s", to ? to : "", to && n > 1 ? "/" : "",
 			     to && n == 1 ? "" : base) < 0)
 			return -ENOMEM;
-		rc = walk(&l, buf, name, bad, badlen);
+		rc = walk(&l, buf, name, 1, bad, badlen);
 		free(name);
 	}
 	if (rc) {
@@ -116,8 +124,23 @@ void xfer_items_free(struct xfer_item *items, unsigned n)
 	free(items);
 }
 
+/* Open <path>: as given, or beneath <dirfd> (no symlink may lead out) when dirfd >= 0. */
+static int open_source(int dirfd, const char *path)
+{
+	if (dirfd < 0)
+		return open(path, O_RDONLY | O_CLOEXEC);
+	struct open_how how = {.flags = O_RDONLY | O_CLOEXEC, .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+	return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+}
+
 int xfer_send(const struct xfer_send_opts *o, const struct xfer_item *items, unsigned n,
 	      struct xfer_report *rep)
+{
+	return xfer_send_items(o, NULL, -1, items, n, rep);
+}
+
+int xfer_send_items(const struct xfer_send_opts *o, const struct xfer_adopt *ad, int dirfd,
+		    const struct xfer_item *items, unsigned n, struct xfer_report *rep)
 {
 	struct xfer_manifest m = {.chunk_size = (o->chunk_kib ? o->chunk_kib : 1024) * 1024u, .nfiles = n};
 	struct xfer_source *src = calloc(n ? n : 1, sizeof(*src));
@@ -157,7 +180,7 @@ int xfer_send(const struct xfer_send_opts *o, const struct xfer_item *items, uns
 			f->mode = 0644;
 		} else {
 			struct stat st;
-			src[i].fd = open(items[i].path, O_RDONLY | O_CLOEXEC);
+			src[i].fd = open_source(dirfd, items[i].path);
 			if (src[i].fd < 0 || fstat(src[i].fd, &st) < 0) {
 				rc = -errno;
 				snprintf(rep->error, sizeof(rep->error), "%s: %s", items[i].path, strerror(errno));
@@ -179,7 +202,7 @@ int xfer_send(const struct xfer_send_opts *o, const struct xfer_item *items, uns
 		}
 		f->nchunks = xfer_chunks_of(f->size, m.chunk_size);
 	}
-	if ((rc = xfer_engine_start(o, &m, src, &e, rep)))
+	if ((rc = xfer_engine_start(o, ad, &m, src, &e, rep)))
 		goto out;
 	for (uint32_t f = 0; f < m.nfiles; f++)
 		for (uint32_t k = 0; k < m.files[f].nchunks; k++)

@@ -15,6 +15,7 @@
  */
 #include "accelnet/xfer.h"
 #include "core/clock.h"
+#include "core/log.h"
 #include "net/addr.h"
 #include "net/sock.h"
 #include "xfer/conn.h"
@@ -22,6 +23,7 @@
 #include "xfer/store.h"
 
 #include <errno.h>
+#include <openssl/rand.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -32,11 +34,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #define SERVE_IDLE_MS 300000
-#define SERVE_MAX_LISTEN 16
+#define SERVE_MAX_LISTEN XFER_LINKS_MAX
 
 struct session {
 	struct session *next;
@@ -51,9 +54,32 @@ struct session {
 	int finished;
 };
 
+#define PULL_MAX_STREAMS 64
+
+/* A GET being answered: the client's connections wait here until a stream adopts them. */
+struct pull {
+	struct pull *next;
+	uint8_t id[XFER_SESSION_LEN];
+	struct server *srv;
+	int fds[PULL_MAX_STREAMS];
+	unsigned links[PULL_MAX_STREAMS];
+	unsigned head, tail; /* fds[head..tail) wait */
+	unsigned expected;   /* connections the client said it opens */
+	int closed;
+	pthread_cond_t cv; /* under srv->mu */
+};
+
 struct server {
 	const struct xfer_serve_opts *o;
 	int dirfd;
+	int puller; /* this is `xfer get`'s receiving side, not a daemon */
+	struct pull *pulls;
+	unsigned nlisten;
+	char listen_names[XFER_LINKS_MAX][64];
+	_Atomic uint64_t link_bytes[XFER_LINKS_MAX];
+	int done_ok;	     /* puller: DONE was sent */
+	uint64_t total_bytes; /* puller: the manifest's size */
+	char peer_err[256]; /* puller: the server's ERR */
 	struct xfer_token token;
 	pthread_mutex_t mu;
 	struct session *sessions;
@@ -71,6 +97,7 @@ struct server {
 struct conn {
 	struct server *srv;
 	int fd;
+	unsigned link; /* the listener (or, pulling, the link) it came by */
 	struct session *sess;
 };
 
@@ -178,7 +205,7 @@ static int session_open(struct server *s, struct session *ss, char *err, size_t 
 		.token_file = s->o->token_file,
 	};
 	struct xfer_report rep;
-	int rc = xfer_engine_start(&o, &ss->relay_m, src, &ss->relay, &rep);
+	int rc = xfer_engine_start(&o, NULL, &ss->relay_m, src, &ss->relay, &rep);
 	free(src);
 	if (rc) {
 		snprintf(err, errlen, "next bcast hop %s: %s", ss->m.fwd[0], rep.error);
@@ -253,6 +280,8 @@ static int on_manifest(struct conn *c, const struct xfer_hello *hello, uint8_t *
 	s->sessions = ss;
 	pthread_mutex_unlock(&s->mu);
 	atomic_fetch_add(&s->m_sessions, 1);
+	for (uint32_t i = 0; i < ss->m.nfiles; i++)
+		s->total_bytes += ss->m.files[i].size;
 	c->sess = ss;
 	return reply_need(c);
 refuse:
@@ -313,11 +342,17 @@ static int on_chunk(struct conn *c, const struct xfer_hello *hello, const uint8_
 				a.status = XFER_ACK_IO;
 			} else {
 				pthread_mutex_lock(&ss->mu);
-				xfer_store_mark(f, cm.chunk, cm.hash);
+				int first = xfer_store_mark(f, cm.chunk, cm.hash);
 				pthread_mutex_unlock(&ss->mu);
-				atomic_fetch_add(&s->m_chunks, 1);
-				if (ss->relay)
-					xfer_engine_feed(ss->relay, cm.file, cm.chunk, cm.hash, 1);
+				if (first) {
+					atomic_fetch_add(&s->m_chunks, 1);
+					atomic_fetch_add(&s->link_bytes[c->link % XFER_LINKS_MAX], want);
+					if (ss->relay)
+						xfer_engine_feed(ss->relay, cm.file, cm.chunk, cm.hash, 1);
+				} else {
+					a.status = XFER_ACK_DUP;
+					atomic_fetch_add(&s->m_dup, 1);
+				}
 			}
 		}
 		if (a.status == XFER_ACK_IO)
@@ -363,8 +398,10 @@ static int on_finish(struct conn *c, const struct xfer_hello *hello, const uint8
 		if (xfer_engine_finish(ss->relay, &rep))
 			snprintf(err, sizeof(err), "next bcast hop %s: %s", ss->m.fwd[0], rep.error);
 	}
-	if (!err[0])
+	if (!err[0]) {
 		ss->finished = 1;
+		s->done_ok = 1;
+	}
 	pthread_mutex_unlock(&ss->mu);
 	if (err[0]) {
 		atomic_fetch_add(&s->m_errors, 1);
@@ -374,41 +411,37 @@ static int on_finish(struct conn *c, const struct xfer_hello *hello, const uint8
 	return xfer_frame_send(c->fd, XFER_DONE, NULL, 0);
 }
 
-static void *conn_main(void *arg)
+static int pull_serve(struct conn *c, const struct xfer_hello *hello);
+
+/* Frames from the peer until it goes or something fails. */
+static void conn_loop(struct conn *c, const struct xfer_hello *hello)
 {
-	struct conn *c = arg;
 	struct server *s = c->srv;
-	struct xfer_hello hello;
-	/* a peer behind a dead link is noticed in about 30 s, not at the idle timeout */
-	int one = 1, idle = 15, intvl = 5, cnt = 3;
-	setsockopt(c->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
-	setsockopt(c->fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
-	setsockopt(c->fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
-	setsockopt(c->fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
-	xfer_set_timeout(c->fd, 10000);
-	int rc = xfer_handshake_server(c->fd, &s->token, &hello);
-	if (rc == -EACCES)
-		atomic_fetch_add(&s->m_auth_fail, 1);
-	xfer_set_timeout(c->fd, SERVE_IDLE_MS);
+	int rc = 0;
 	while (rc == 0) {
 		struct xfer_hdr h;
-		uint8_t small[64];
 		uint8_t *meta = NULL;
 		if ((rc = xfer_frame_recv_alloc(c->fd, &h, &meta)))
 			break;
 		switch (h.type) {
 		case XFER_MANIFEST:
-			rc = on_manifest(c, &hello, meta, h.meta_len);
+			rc = on_manifest(c, hello, meta, h.meta_len);
 			break;
 		case XFER_CHUNK:
-			if (h.meta_len > sizeof(small)) {
-				rc = -EPROTO;
-				break;
-			}
-			rc = on_chunk(c, &hello, meta, &h);
+			rc = h.meta_len == XFER_CHUNK_LEN ? on_chunk(c, hello, meta, &h) : -EPROTO;
 			break;
 		case XFER_FINISH:
-			rc = on_finish(c, &hello, meta, h.meta_len);
+			rc = on_finish(c, hello, meta, h.meta_len);
+			break;
+		case XFER_ERR:
+			if (s->puller) {
+				meta[h.meta_len] = 0;
+				pthread_mutex_lock(&s->mu);
+				if (!s->peer_err[0])
+					snprintf(s->peer_err, sizeof(s->peer_err), "%s", (char *)meta);
+				pthread_mutex_unlock(&s->mu);
+			}
+			rc = -EPROTO;
 			break;
 		default:
 			send_err(c->fd, "unexpected message");
@@ -416,13 +449,191 @@ static void *conn_main(void *arg)
 		}
 		free(meta);
 	}
+}
+
+static void set_keepalive(int fd)
+{
+	/* a peer behind a dead link is noticed in about 30 s, not at the idle timeout */
+	int one = 1, idle = 15, intvl = 5, cnt = 3;
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+}
+
+static void *conn_main(void *arg)
+{
+	struct conn *c = arg;
+	struct server *s = c->srv;
+	struct xfer_hello hello;
+	int handed = 0;
+	set_keepalive(c->fd);
+	xfer_set_timeout(c->fd, 10000);
+	int rc = xfer_handshake_server(c->fd, &s->token, &hello);
+	if (rc == -EACCES)
+		atomic_fetch_add(&s->m_auth_fail, 1);
+	xfer_set_timeout(c->fd, SERVE_IDLE_MS);
+	if (rc == 0 && hello.role == XFER_ROLE_PULL)
+		handed = pull_serve(c, &hello);
+	else if (rc == 0)
+		conn_loop(c, &hello);
 	if (c->sess)
 		session_put(s, c->sess);
 	int fd = c->fd;
 	free(c);
 	live_del(s, fd); /* last: xfer_serve may return as soon as the count is zero */
-	close(fd);
+	if (!handed)
+		close(fd);
 	return NULL;
+}
+
+/* The engine's way to a client connection: the next one queued, waiting a little for more. */
+static int pull_take(void *arg, unsigned *link)
+{
+	struct pull *p = arg;
+	struct server *s = p->srv;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 2;
+	int fd = -1;
+	pthread_mutex_lock(&s->mu);
+	while (p->head == p->tail && !p->closed && p->head < p->expected)
+		if (pthread_cond_timedwait(&p->cv, &s->mu, &ts))
+			break;
+	if (p->head != p->tail) {
+		fd = p->fds[p->head];
+		*link = p->links[p->head];
+		p->head++;
+	}
+	pthread_mutex_unlock(&s->mu);
+	return fd;
+}
+
+/*
+ * A PULL connection: every one of the client's connections says GET with the same names. The
+ * first becomes the sending side (an engine over adopted connections, files opened beneath
+ * DIR); the others queue for it. Returns 1 when the descriptor was handed over.
+ */
+static int pull_serve(struct conn *c, const struct xfer_hello *hello)
+{
+	struct server *s = c->srv;
+	struct xfer_hdr h;
+	uint8_t *meta = NULL;
+	char **names = NULL;
+	unsigned nnames = 0;
+	const char *why;
+	/* GET: u32 connections the client opens, then the names */
+	if (xfer_frame_recv_alloc(c->fd, &h, &meta) || h.type != XFER_GET || h.meta_len < 4 ||
+	    xfer_names_decode(meta + 4, h.meta_len - 4, &names, &nnames, &why)) {
+		send_err(c->fd, "expected GET with the names to send");
+		free(meta);
+		return 0;
+	}
+	unsigned expected = wire_get32(meta);
+	free(meta);
+	if (expected == 0 || expected > PULL_MAX_STREAMS)
+		expected = PULL_MAX_STREAMS;
+	pthread_mutex_lock(&s->mu);
+	struct pull *p = s->pulls;
+	while (p && memcmp(p->id, hello->session, XFER_SESSION_LEN))
+		p = p->next;
+	if (p) {
+		int queued = !p->closed && p->tail < PULL_MAX_STREAMS;
+		if (queued) {
+			p->links[p->tail] = c->link;
+			p->fds[p->tail++] = c->fd;
+			pthread_cond_broadcast(&p->cv);
+		}
+		pthread_mutex_unlock(&s->mu);
+		free(names);
+		return queued;
+	}
+	p = calloc(1, sizeof(*p));
+	if (p) {
+		memcpy(p->id, hello->session, XFER_SESSION_LEN);
+		p->srv = s;
+		p->expected = expected;
+		pthread_cond_init(&p->cv, NULL);
+		p->links[0] = c->link;
+		p->fds[p->tail++] = c->fd;
+		p->next = s->pulls;
+		s->pulls = p;
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (!p) {
+		free(names);
+		return 0;
+	}
+
+	/* what to send: each name, a file or a tree beneath DIR */
+	struct xfer_item *items = NULL;
+	unsigned nitems = 0;
+	char err[300] = "";
+	for (unsigned i = 0; i < nnames && !err[0]; i++) {
+		char full[XFER_PATH_MAX + 512], bad[512];
+		struct xfer_item *more;
+		unsigned nmore;
+		snprintf(full, sizeof(full), "%s/%s", s->o->dir, names[i]);
+		int rc = xfer_items_from_paths((const char *const *)&(const char *){full}, 1, NULL, &more, &nmore,
+					       bad, sizeof(bad));
+		if (rc) {
+			snprintf(err, sizeof(err), "'%s': %s", names[i], strerror(-rc));
+			break;
+		}
+		struct xfer_item *grown = realloc(items, (nitems + nmore) * sizeof(*items));
+		if (!grown) {
+			xfer_items_free(more, nmore);
+			snprintf(err, sizeof(err), "out of memory");
+			break;
+		}
+		items = grown;
+		size_t skip = strlen(s->o->dir) + 1;
+		for (unsigned k = 0; k < nmore; k++) {
+			/* open beneath DIR by the name relative to it */
+			memmove((char *)more[k].path, more[k].path + skip, strlen(more[k].path + skip) + 1);
+			items[nitems++] = more[k];
+		}
+		free(more);
+	}
+	free(names);
+	int handed = 0;
+	if (err[0]) {
+		send_err(c->fd, err);
+	} else {
+		struct xfer_adopt ad = {.take = pull_take, .arg = p, .nlinks = s->nlisten,
+					.max_streams = expected};
+		for (unsigned i = 0; i < s->nlisten; i++)
+			ad.names[i] = s->listen_names[i];
+		struct xfer_send_opts o = {0};
+		struct xfer_report rep;
+		if (xfer_send_items(&o, &ad, s->dirfd, items, nitems, &rep)) {
+			log_warn("xfer get: %s", rep.error);
+			/* the first connection is still ours when the engine never started */
+			pthread_mutex_lock(&s->mu);
+			handed = p->head > 0;
+			pthread_mutex_unlock(&s->mu);
+			if (!handed && rep.error[0])
+				send_err(c->fd, rep.error);
+		} else {
+			handed = 1;
+		}
+	}
+	xfer_items_free(items, nitems);
+	pthread_mutex_lock(&s->mu);
+	p->closed = 1;
+	for (unsigned i = p->head; i < p->tail; i++)
+		close(p->fds[i]);
+	if (!handed && p->head == 0)
+		p->head = 1; /* ours: conn_main closes it */
+	for (struct pull **pp = &s->pulls; *pp; pp = &(*pp)->next)
+		if (*pp == p) {
+			*pp = p->next;
+			break;
+		}
+	pthread_mutex_unlock(&s->mu);
+	pthread_cond_destroy(&p->cv);
+	free(p);
+	return handed;
 }
 
 static void metrics_reply(struct server *s, int fd)
@@ -532,7 +743,9 @@ int xfer_serve(const struct xfer_serve_opts *o)
 		if ((rc = listen_on(t, &lfd[nl], err, sizeof(err))))
 			goto out;
 		ports[nl] = sock_local_port(lfd[nl]);
+		snprintf(s.listen_names[nl], sizeof(s.listen_names[nl]), "%.63s", t);
 		nl++;
+		s.nlisten = nl;
 	}
 	if (!nl) {
 		snprintf(err, sizeof(err), "no listen address");
@@ -574,6 +787,7 @@ int xfer_serve(const struct xfer_serve_opts *o)
 			if (c) {
 				c->srv = &s;
 				c->fd = fd;
+				c->link = i;
 				live_add(&s, fd);
 				atomic_fetch_add(&s.m_conns_total, 1);
 			}
@@ -604,5 +818,165 @@ out:
 		close(s.dirfd);
 	free(s.live_fds);
 	memset(&s.token, 0, sizeof(s.token));
+	return rc;
+}
+
+struct get_conn {
+	struct conn *c;
+	struct xfer_hello hello;
+	pthread_t th;
+};
+
+static void *get_main(void *arg)
+{
+	struct get_conn *g = arg;
+	struct conn *c = g->c;
+	struct server *s = c->srv;
+	conn_loop(c, &g->hello);
+	if (c->sess)
+		session_put(s, c->sess);
+	close(c->fd);
+	free(c);
+	return NULL;
+}
+
+int xfer_get(const struct xfer_send_opts *o, const char *const *names, unsigned n, const char *dest,
+	     struct xfer_report *rep)
+{
+	struct server s = {.dirfd = -1, .puller = 1};
+	struct xfer_serve_opts so = {.dir = dest};
+	struct xfer_path paths[XFER_LINKS_MAX];
+	struct xfer_token token;
+	struct get_conn *gc = NULL;
+	unsigned ngc = 0, per = o->streams ? o->streams : 4;
+	uint8_t *enc = NULL;
+	size_t enclen;
+	int rc;
+	uint64_t t0 = clock_now_ns();
+	memset(rep, 0, sizeof(*rep));
+	memset(&token, 0, sizeof(token));
+	s.o = &so;
+	pthread_mutex_init(&s.mu, NULL);
+	pthread_cond_init(&s.conns_cv, NULL);
+	int np = xfer_paths_parse(o->remote, o->local, paths, XFER_LINKS_MAX, rep->error, sizeof(rep->error));
+	if (np < 0)
+		return np;
+	const char *why;
+	if (o->token_file && (rc = xfer_token_load(o->token_file, &token, &why))) {
+		snprintf(rep->error, sizeof(rep->error), "token: %s", why);
+		return rc;
+	}
+	uint8_t *names_enc;
+	if ((rc = xfer_names_encode(names, n, &names_enc, &enclen))) {
+		snprintf(rep->error, sizeof(rep->error), "names too long");
+		goto out;
+	}
+	enc = malloc(enclen + 4);
+	if (!enc) {
+		free(names_enc);
+		rc = -ENOMEM;
+		goto out;
+	}
+	wire_put32(enc, (uint32_t)np * per);
+	memcpy(enc + 4, names_enc, enclen);
+	enclen += 4;
+	free(names_enc);
+	for (unsigned i = 0; i < n; i++)
+		if (xfer_path_check(names[i], strlen(names[i]), &why)) {
+			snprintf(rep->error, sizeof(rep->error), "'%s': %s", names[i], why);
+			rc = -EINVAL;
+			goto out;
+		}
+	s.dirfd = open(dest, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (s.dirfd < 0) {
+		rc = -errno;
+		snprintf(rep->error, sizeof(rep->error), "%s: %s", dest, strerror(errno));
+		goto out;
+	}
+	struct xfer_hello hello = {.version = XFER_VERSION, .role = XFER_ROLE_PULL};
+	if (RAND_bytes(hello.session, sizeof(hello.session)) != 1) {
+		rc = -EIO;
+		goto out;
+	}
+	gc = calloc((size_t)np * per, sizeof(*gc));
+	if (!gc) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	/* the first connection that answers goes first: the server makes it the sending side */
+	rc = -EHOSTUNREACH;
+	for (unsigned k = 0; k < per; k++)
+		for (int i = 0; i < np; i++) {
+			int stall = o->stall_ms ? (int)o->stall_ms : 5000;
+			int fd = xfer_dial(&paths[i].remote, paths[i].has_local ? &paths[i].local : NULL, stall);
+			char err[256];
+			if (fd < 0) {
+				if (rc == -EHOSTUNREACH)
+					snprintf(rep->error, sizeof(rep->error), "cannot reach %s: %s", paths[i].rname,
+						 strerror(-fd));
+				continue;
+			}
+			int hrc = xfer_handshake_client(fd, &token, XFER_ROLE_PULL, hello.session, err, sizeof(err));
+			if (hrc == 0)
+				hrc = xfer_frame_send(fd, XFER_GET, enc, (uint32_t)enclen);
+			if (hrc) {
+				if (hrc == -EACCES)
+					snprintf(rep->error, sizeof(rep->error), "server refused: %.200s", err);
+				close(fd);
+				if (hrc == -EACCES)
+					goto wait;
+				continue;
+			}
+			xfer_set_timeout(fd, SERVE_IDLE_MS);
+			set_keepalive(fd);
+			struct conn *c = calloc(1, sizeof(*c));
+			if (!c) {
+				close(fd);
+				continue;
+			}
+			*c = (struct conn){.srv = &s, .fd = fd, .link = (unsigned)i};
+			gc[ngc] = (struct get_conn){.c = c, .hello = hello};
+			if (pthread_create(&gc[ngc].th, NULL, get_main, &gc[ngc])) {
+				close(fd);
+				free(c);
+				continue;
+			}
+			ngc++;
+			rc = 0;
+		}
+wait:
+	for (unsigned i = 0; i < ngc; i++)
+		pthread_join(gc[i].th, NULL);
+	if (ngc && !s.done_ok) {
+		rc = -EIO;
+		snprintf(rep->error, sizeof(rep->error), "%s",
+			 s.peer_err[0] ? s.peer_err : "the server went away before the transfer ended");
+	} else if (!ngc && !rc) {
+		rc = -EHOSTUNREACH;
+	}
+	if (s.done_ok)
+		rc = 0;
+out:
+	rep->seconds = (double)(clock_now_ns() - t0) / 1e9;
+	rep->files = (uint32_t)atomic_load(&s.m_files);
+	rep->chunks_bad = (uint32_t)atomic_load(&s.m_bad);
+	rep->nlinks = np > 0 ? (unsigned)np : 0;
+	for (unsigned i = 0; i < rep->nlinks; i++) {
+		struct xfer_link_report *l = &rep->links[i];
+		snprintf(l->remote, sizeof(l->remote), "%s", paths[i].rname);
+		snprintf(l->local, sizeof(l->local), "%s", paths[i].lname);
+		l->bytes = atomic_load(&s.link_bytes[i]);
+		l->gbps = rep->seconds > 0 ? (double)l->bytes * 8 / rep->seconds / 1e9 : 0;
+		rep->bytes_acked += l->bytes;
+	}
+	rep->bytes_total = s.total_bytes;
+	rep->bytes_skipped = s.total_bytes > rep->bytes_acked ? s.total_bytes - rep->bytes_acked : 0;
+	if (rc && !rep->error[0])
+		snprintf(rep->error, sizeof(rep->error), "%s", strerror(-rc));
+	free(gc);
+	free(enc);
+	if (s.dirfd >= 0)
+		close(s.dirfd);
+	memset(&token, 0, sizeof(token));
 	return rc;
 }

@@ -10,6 +10,9 @@
  * path, so a file never appears half-written. Final paths are resolved beneath DIR
  * (openat2 RESOLVE_BENEATH): a symlink inside DIR cannot lead a file out of it.
  *
+ * A file found at its final path with the source's size and modification time (completed
+ * files get the source's time) is hashed in place instead of received again.
+ *
  * One sender at a time per file: the state file is locked (flock) while a session holds it.
  */
 #ifndef ACCELNET_XFER_STORE_H
@@ -27,6 +30,8 @@ struct xfer_store_file {
 	uint64_t size;
 	uint32_t nchunks, chunk_size, mode;
 	uint32_t ndone;
+	uint64_t mtime_ns;
+	int in_place; /* already complete at its final path: part_fd and map are that file */
 	uint64_t *hashes; /* as verified on arrival */
 	uint8_t *done;
 	uint8_t *map; /* the part, mapped shared: chunks are received straight into it */
@@ -61,7 +66,8 @@ static inline uint8_t *xfer_store_chunk(const struct xfer_store_file *f, uint32_
 	return f->map + (uint64_t)k * f->chunk_size;
 }
 int xfer_store_record(struct xfer_store_file *f, uint32_t k, uint64_t hash);
-void xfer_store_mark(struct xfer_store_file *f, uint32_t k, uint64_t hash);
+/* Returns 1 when the chunk was not counted yet (two copies may arrive at once). */
+int xfer_store_mark(struct xfer_store_file *f, uint32_t k, uint64_t hash);
 
 /* XXH3-128 over the chunk hashes of a file, in order, as the manifest's whole hash. */
 void xfer_whole_hash(const uint64_t *hashes, uint32_t n, uint8_t out[16]);

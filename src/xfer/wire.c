@@ -52,7 +52,7 @@ int xfer_hello_decode(const uint8_t *in, size_t len, struct xfer_hello *out)
 	out->role = in[4];
 	memcpy(out->session, in + 5, XFER_SESSION_LEN);
 	memcpy(out->mac, in + 5 + XFER_SESSION_LEN, XFER_MAC_LEN);
-	if (out->role != XFER_ROLE_CONTROL && out->role != XFER_ROLE_DATA)
+	if (out->role != XFER_ROLE_CONTROL && out->role != XFER_ROLE_DATA && out->role != XFER_ROLE_PULL)
 		return -EPROTO;
 	return 0;
 }
@@ -300,4 +300,69 @@ size_t xfer_need_len(const struct xfer_manifest *m)
 	for (uint32_t i = 0; i < m->nfiles; i++)
 		n += (m->files[i].nchunks + 7) / 8;
 	return n;
+}
+
+int xfer_names_encode(const char *const *names, unsigned n, uint8_t **out, size_t *len)
+{
+	size_t total = 4;
+	for (unsigned i = 0; i < n; i++) {
+		size_t l = strlen(names[i]);
+		if (l > XFER_PATH_MAX)
+			return -ENAMETOOLONG;
+		total += 2 + l;
+	}
+	if (total > XFER_META_MAX)
+		return -E2BIG;
+	uint8_t *b = malloc(total), *p = b + 4;
+	if (!b)
+		return -ENOMEM;
+	wire_put32(b, n);
+	for (unsigned i = 0; i < n; i++)
+		p = put_str(p, names[i]);
+	*out = b;
+	*len = total;
+	return 0;
+}
+
+int xfer_names_decode(const uint8_t *in, size_t len, char ***names, unsigned *n, const char **why)
+{
+	struct rd r = {in, len, 0};
+	uint32_t count = rd_u32(&r);
+	*why = "name list is truncated";
+	if (r.bad || count == 0 || count > r.left / 3) {
+		*why = "name list is empty or does not match its length";
+		return -EPROTO;
+	}
+	/* one block: the pointer array, then the strings */
+	char **v = malloc(count * sizeof(char *) + len);
+	if (!v) {
+		*why = "out of memory";
+		return -ENOMEM;
+	}
+	char *s = (char *)(v + count);
+	for (uint32_t i = 0; i < count; i++) {
+		const uint8_t *p = rd_take(&r, 2);
+		size_t l = p ? (size_t)p[0] | (size_t)p[1] << 8 : 0;
+		const uint8_t *str = p ? rd_take(&r, l) : NULL;
+		if (!str) {
+			free(v);
+			return -EPROTO;
+		}
+		memcpy(s, str, l);
+		s[l] = 0;
+		if (xfer_path_check(s, l, why)) {
+			free(v);
+			return -EPROTO;
+		}
+		v[i] = s;
+		s += l + 1;
+	}
+	if (r.left) {
+		*why = "trailing bytes after the name list";
+		free(v);
+		return -EPROTO;
+	}
+	*names = v;
+	*n = count;
+	return 0;
 }

@@ -41,10 +41,13 @@ enum xfer_type {
 	XFER_ACK,	    /* receiver: file, chunk, status */
 	XFER_FINISH,	    /* sender: every chunk acknowledged; per file its whole hash */
 	XFER_DONE,	    /* receiver: files verified and in place */
+	XFER_GET,	    /* puller: the names it wants (then the server sends as above) */
 	XFER_TYPE_MAX,
 };
 
-enum xfer_role { XFER_ROLE_CONTROL = 1, XFER_ROLE_DATA = 2 };
+/* DATA: the client sends; PULL: the client asks with GET and the server sends on the
+ * client's connections (`accelnet xfer get`), the roles of every later frame reversed. */
+enum xfer_role { XFER_ROLE_CONTROL = 1, XFER_ROLE_DATA = 2, XFER_ROLE_PULL = 3 };
 
 enum xfer_ack_status {
 	XFER_ACK_OK = 0,  /* verified and written */
@@ -144,6 +147,11 @@ static inline uint32_t xfer_chunks_of(uint64_t size, uint32_t chunk_size)
 {
 	return size == 0 ? 0 : (uint32_t)((size + chunk_size - 1) / chunk_size);
 }
+
+/* GET: u32 count, then count × (u16 len, bytes): paths under the server's directory, each
+ * checked by xfer_path_check. decode mallocs *names (an array of strings, one block). */
+int xfer_names_encode(const char *const *names, unsigned n, uint8_t **out, size_t *len);
+int xfer_names_decode(const uint8_t *in, size_t len, char ***names, unsigned *n, const char **why);
 
 /* NEED: per file, ceil(nchunks/8) bytes, bit i of byte i/8 set = chunk i needed. */
 size_t xfer_need_len(const struct xfer_manifest *m);

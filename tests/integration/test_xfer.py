@@ -97,6 +97,7 @@ def test_loopback_files_and_tree(env):
     src, dst = os.path.join(env.dir, "src"), os.path.join(env.dir, "dst")
     os.makedirs(os.path.join(src, "tree", "sub"))
     os.makedirs(dst)
+    os.symlink("..", os.path.join(src, "tree", "sub", "loop"))  # not followed inside a tree
     make_file(os.path.join(src, "big.bin"), 9 * 1024 * 1024 + 77)
     make_file(os.path.join(src, "tree", "sub", "small.txt"), 1000, seed=2)
     open(os.path.join(src, "tree", "empty"), "wb").close()
@@ -109,6 +110,8 @@ def test_loopback_files_and_tree(env):
         assert digest(os.path.join(src, rel)) == digest(os.path.join(dst, rel)), rel
     assert os.listdir(os.path.join(dst, ".accelnet-xfer")) == []
     assert all(link["bytes"] > 0 for link in rep["links"]), rep["links"]
+    rep = send([os.path.join(src, "big.bin"), f"127.0.0.1:{port}"])
+    assert rep["bytes_skipped"] == rep["bytes"] and rep["bytes_sent"] == 0, rep  # already there
     rep = send([os.path.join(src, "big.bin"), f"127.0.0.1:{port}", "--to", "copy/renamed.bin"])
     assert digest(os.path.join(dst, "copy", "renamed.bin")) == digest(os.path.join(src, "big.bin"))
 
@@ -335,6 +338,41 @@ def test_bcast_chain(env):
     assert rep["ok"]
     for d, _ in hops:
         assert digest(src) == digest(os.path.join(d, "f.bin")), d
+
+
+def test_get_pulls_files_and_trees(env):
+    """`xfer get` pulls a tree and a file from the server's directory over two links into a
+    local directory, intact; a second get finds everything there; names that do not exist or
+    would leave the directory are refused; a token is required when the server has one."""
+    served, dst = os.path.join(env.dir, "served"), os.path.join(env.dir, "dst")
+    os.makedirs(os.path.join(served, "models", "m1"))
+    os.makedirs(dst)
+    make_file(os.path.join(served, "models", "m1", "weights.bin"), 5 << 20)
+    make_file(os.path.join(served, "models", "m1", "config.json"), 300, seed=3)
+    make_file(os.path.join(served, "top.bin"), 700000, seed=4)
+    outside = make_file(os.path.join(env.dir, "secret.bin"), 1000, seed=5)
+    os.symlink(outside, os.path.join(served, "leak.bin"))
+    tok = env.write("token", "pull-token\n")
+    port = free_port()
+    serve(env, f"127.0.0.1:{port},127.0.0.2:{port}", served, token=tok)
+    remote = f"127.0.0.1:{port},127.0.0.2:{port}"
+    rep = send([remote, "models/m1", "top.bin", "--to", dst, "--token", tok, "--chunk-kib", "256"],
+               cmd="get")
+    assert rep["files"] == 3 and rep["bytes"] == (5 << 20) + 300 + 700000, rep
+    for rel, orig in (("m1/weights.bin", "models/m1/weights.bin"), ("m1/config.json", "models/m1/config.json"),
+                      ("top.bin", "top.bin")):
+        assert digest(os.path.join(dst, rel)) == digest(os.path.join(served, orig)), rel
+    assert all(link["bytes"] > 0 for link in rep["links"]), rep["links"]
+    rep = send([remote, "top.bin", "--to", dst, "--token", tok], cmd="get")
+    assert rep["bytes_skipped"] == 700000 and rep["bytes_acked"] == 0, rep
+    rep = send([remote, "nothere", "--to", dst, "--token", tok], cmd="get", check=False)
+    assert rep["rc"] != 0 and "nothere" in rep["error"], rep
+    rep = send([remote, "../secret.bin", "--to", dst, "--token", tok], cmd="get", check=False)
+    assert rep["rc"] != 0 and ".." in rep["error"], rep
+    rep = send([remote, "leak.bin", "--to", dst, "--token", tok], cmd="get", check=False)
+    assert rep["rc"] != 0 and not os.path.exists(os.path.join(dst, "leak.bin")), rep
+    rep = send([remote, "top.bin", "--to", dst], cmd="get", check=False)
+    assert rep["rc"] != 0 and "authentication failed" in rep["error"], rep
 
 
 def test_cli_errors(env):
