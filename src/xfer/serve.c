@@ -23,6 +23,7 @@
 #include "xfer/store.h"
 
 #include <errno.h>
+#include <openssl/crypto.h>
 #include <openssl/rand.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -481,6 +482,7 @@ static void *conn_main(void *arg)
 		session_put(s, c->sess);
 	int fd = c->fd;
 	free(c);
+	OPENSSL_thread_stop(); /* this thread's random state, before the process may end */
 	live_del(s, fd); /* last: xfer_serve may return as soon as the count is zero */
 	if (!handed)
 		close(fd);
