@@ -51,6 +51,14 @@ class Links:
     def cmd(self, ns, argv):
         return ["ip", "netns", "exec", ns] + list(argv)
 
+    def set_rate(self, i, rate):
+        """Change link i's rate (both directions), as a congested or degraded link would."""
+        a, b = self.devs[i]
+        for ns, dev in ((self.snd, a), (self.rcv, b)):
+            burst = max(64 * 1024, rate * 1000 * 1000 // 8 // 250)
+            sh("ip", "netns", "exec", ns, "tc", "qdisc", "change", "dev", dev, "root", "tbf",
+               "rate", f"{rate}mbit", "burst", str(burst), "latency", "20ms")
+
     def down(self, i):
         """Take link i down on both ends, as a pulled cable would."""
         a, b = self.devs[i]

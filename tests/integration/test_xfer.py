@@ -142,6 +142,33 @@ def test_three_links_share_by_rate(env):
     assert b[0] > b[1] > b[2] > 0, b
 
 
+def test_split_adapts_when_a_link_slows(env):
+    """Two equal links; a quarter of the way in, link 0 drops to a sixth of its rate: from
+    then on the other link takes most chunks, so it ends up carrying clearly more."""
+    ln = links(env, [60, 60])
+    src, dst = make_file(os.path.join(env.dir, "f.bin"), 12 << 20), os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    remote = f"{ln.receiver_addr(0)}:7000,{ln.receiver_addr(1)}:7000"
+    serve(env, remote, dst, ns=ln, metrics="127.0.0.1:7099")
+    argv = ln.cmd(ln.snd, [BIN, "xfer", "send", src, remote, "--streams", "2", "--chunk-kib", "128",
+                           "--json"])
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: (metric(7099, "accelnet_xfer_received_bytes_total", ns=ln) or 0) > 3 << 20,
+                   "a quarter received")
+        ln.set_rate(0, 10)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    rep = json.loads(out)
+    assert p.returncode == 0 and rep["ok"], err
+    assert digest(src) == digest(os.path.join(dst, "f.bin"))
+    slow, fast = rep["links"][0]["bytes"], rep["links"][1]["bytes"]
+    assert fast > 1.5 * slow, rep["links"]
+
+
 def test_link_down_mid_transfer(env):
     """A link taken down halfway: its chunks move to the other link, the file is intact."""
     ln = links(env, [80, 80])
