@@ -60,6 +60,10 @@ struct xfer_send_opts {
 	const char *const *bcast;      /* further receivers after <remote>, in chain order */
 	unsigned nbcast;
 	unsigned progress_ms;	       /* 0: 250 */
+	int tls;		       /* encrypt this transfer (the server needs --tls-cert) */
+	const char *tls_ca;	       /* verify the server against this CA (default: the system's) */
+	const char *tls_cert, *tls_key; /* a client certificate, for servers that require one */
+	int tls_insecure;	       /* encrypt without verifying the server (testing only) */
 	void (*progress)(const struct xfer_report *r, void *arg);
 	void *arg;
 };
@@ -88,6 +92,8 @@ struct xfer_serve_opts {
 	const char *dir;	/* files land beneath it */
 	const char *token_file; /* NULL: anyone may send */
 	const char *metrics;	/* NULL, or ADDR for GET /metrics (Prometheus text) */
+	const char *tls_cert, *tls_key; /* accept TLS transfers with this certificate */
+	const char *tls_ca;		 /* require TLS with client certificates signed by this CA */
 	volatile int *stop;	/* set non-zero (e.g. from a signal handler) to return */
 	void (*ready)(const int *ports, unsigned n, void *arg); /* after binding (port 0 works) */
 	void *arg;

@@ -24,8 +24,10 @@ static void on_signal(int sig)
 static const char usage_text[] =
 	"usage:\n"
 	"  accelnet xfer serve --listen ADDR[,ADDR...] --dir DIR [--token FILE] [--metrics ADDR]\n"
+	"        [--tls-cert FILE --tls-key FILE [--tls-ca FILE]]\n"
 	"  accelnet xfer send PATH... HOST:PORT[,HOST:PORT...] [--streams N] [--to NAME]\n"
 	"        [--from ADDR[,ADDR...]] [--token FILE] [--chunk-kib N] [--stall-ms MS] [--json] [--quiet]\n"
+	"        [--tls [--tls-ca FILE] [--tls-cert FILE --tls-key FILE] | --tls-insecure]\n"
 	"  accelnet xfer get HOST:PORT[,HOST:PORT...] NAME... [--to DIR] [same options as send]\n"
 	"  accelnet xfer bcast PATH HOST:PORT[,...] HOST:PORT[,...] ... [same options as send]\n";
 
@@ -73,6 +75,12 @@ static int cmd_serve(int argc, char **argv)
 			o.token_file = v, i++;
 		else if (!strcmp(a, "--metrics") && v)
 			o.metrics = v, i++;
+		else if (!strcmp(a, "--tls-cert") && v)
+			o.tls_cert = v, i++;
+		else if (!strcmp(a, "--tls-key") && v)
+			o.tls_key = v, i++;
+		else if (!strcmp(a, "--tls-ca") && v)
+			o.tls_ca = v, i++;
 		else
 			return bad_usage("serve: unknown or incomplete option '%s'", a);
 	}
@@ -190,6 +198,16 @@ static int cmd_push(int argc, char **argv, enum push_kind kind)
 			o.local = v, i++;
 		else if (!strcmp(a, "--token") && v)
 			o.token_file = v, i++;
+		else if (!strcmp(a, "--tls"))
+			o.tls = 1;
+		else if (!strcmp(a, "--tls-insecure"))
+			o.tls = o.tls_insecure = 1;
+		else if (!strcmp(a, "--tls-ca") && v)
+			o.tls = 1, o.tls_ca = v, i++;
+		else if (!strcmp(a, "--tls-cert") && v)
+			o.tls = 1, o.tls_cert = v, i++;
+		else if (!strcmp(a, "--tls-key") && v)
+			o.tls = 1, o.tls_key = v, i++;
 		else if (!strcmp(a, "--streams"))
 			num = &o.streams, max = 64;
 		else if (!strcmp(a, "--chunk-kib"))

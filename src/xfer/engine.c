@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <openssl/rand.h>
+#include <openssl/ssl.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -49,7 +50,7 @@ struct link {
 struct stream {
 	struct xfer_engine *e;
 	unsigned link;
-	int fd;
+	struct xfer_io io;
 	pthread_t th;
 	int started;
 	_Atomic int state;
@@ -81,6 +82,7 @@ struct xfer_engine {
 	void (*progress)(const struct xfer_report *r, void *arg);
 	void *arg;
 	const struct xfer_adopt *adopt;
+	struct ssl_ctx_st *tls; /* the transfer runs over TLS */
 };
 
 /* The first error wins: later ones are consequences of it. */
@@ -127,14 +129,19 @@ static int send_chunk(struct stream *s, uint32_t id)
 	uint8_t head[XFER_HDR_LEN + XFER_CHUNK_LEN];
 	xfer_hdr_encode(head, XFER_CHUNK, XFER_CHUNK_LEN, len);
 	xfer_chunk_encode(head + XFER_HDR_LEN, &cm);
-	if (send(s->fd, head, sizeof(head), MSG_MORE | MSG_NOSIGNAL) != (ssize_t)sizeof(head))
-		return errno == EAGAIN ? -ETIMEDOUT : -errno;
 	const struct xfer_source *src = &e->src[f];
-	if (src->fd >= 0) {
+	if (s->io.ssl) {
+		int rc = xfer_write_all(&s->io, head, sizeof(head));
+		if (rc)
+			return rc;
+	} else if (send(s->io.fd, head, sizeof(head), MSG_MORE | MSG_NOSIGNAL) != (ssize_t)sizeof(head)) {
+		return errno == EAGAIN ? -ETIMEDOUT : -errno;
+	}
+	if (src->fd >= 0 && !s->io.ssl) {
 		off_t o = (off_t)off;
 		uint32_t left = len;
 		while (left) {
-			ssize_t n = sendfile(s->fd, src->fd, &o, left);
+			ssize_t n = sendfile(s->io.fd, src->fd, &o, left);
 			if (n <= 0) {
 				if (n < 0 && errno == EINTR)
 					continue;
@@ -144,7 +151,8 @@ static int send_chunk(struct stream *s, uint32_t id)
 		}
 		atomic_fetch_add(&e->zc_bytes, len);
 	} else {
-		int rc = xfer_zc_send(&s->zc, s->fd, src->buf + off, len);
+		int rc = s->io.ssl ? xfer_write_all(&s->io, src->buf + off, len)
+				 : xfer_zc_send(&s->zc, s->io.fd, src->buf + off, len);
 		if (rc)
 			return rc;
 	}
@@ -158,7 +166,7 @@ static int read_ack(struct stream *s, uint32_t id)
 	struct xfer_engine *e = s->e;
 	struct xfer_hdr h;
 	uint8_t meta[300];
-	int rc = xfer_frame_recv(s->fd, &h, meta, sizeof(meta) - 1);
+	int rc = xfer_frame_recv(&s->io, &h, meta, sizeof(meta) - 1);
 	if (rc)
 		return rc;
 	if (h.type == XFER_ERR) {
@@ -191,7 +199,7 @@ static int read_ack(struct stream *s, uint32_t id)
 		return 0;
 	default:
 		/* the receiver says why in an ERR that follows */
-		if (xfer_frame_recv(s->fd, &h, meta, sizeof(meta) - 1) == 0 && h.type == XFER_ERR) {
+		if (xfer_frame_recv(&s->io, &h, meta, sizeof(meta) - 1) == 0 && h.type == XFER_ERR) {
 			meta[h.meta_len] = 0;
 			set_error(e, "receiver: %s", (char *)meta);
 		}
@@ -206,13 +214,11 @@ static int stream_dial(struct stream *s)
 	struct xfer_engine *e = s->e;
 	if (e->adopt) {
 		unsigned link = 0;
-		int fd = e->adopt->take(e->adopt->arg, &link);
-		if (fd < 0)
+		if (e->adopt->take(e->adopt->arg, &link, &s->io) < 0)
 			return -ENOTCONN;
 		s->link = link < e->nlinks ? link : 0;
-		s->fd = fd;
-		xfer_set_timeout(fd, (int)e->stall_ms);
-		xfer_zc_init(&s->zc, fd);
+		xfer_set_timeout(s->io.fd, (int)e->stall_ms);
+		xfer_zc_init(&s->zc, s->io.fd);
 		return 0;
 	}
 	struct link *l = &e->links[s->link];
@@ -220,16 +226,18 @@ static int stream_dial(struct stream *s)
 	if (fd < 0)
 		return fd;
 	char err[256];
-	int rc = xfer_handshake_client(fd, &e->token, XFER_ROLE_DATA, e->session, err, sizeof(err));
+	s->io = (struct xfer_io){.fd = fd};
+	int rc = xfer_io_start_client(&s->io, e->tls, l->rname, err, sizeof(err));
+	if (!rc)
+		rc = xfer_handshake_client(&s->io, &e->token, XFER_ROLE_DATA, e->session, err, sizeof(err));
 	if (rc) {
 		if (rc == -EACCES) {
 			set_error(e, "receiver refused: %s", err);
 			xfer_sched_abort(&e->sched, -EACCES);
 		}
-		close(fd);
+		xfer_io_close(&s->io);
 		return rc;
 	}
-	s->fd = fd;
 	xfer_zc_init(&s->zc, fd);
 	return 0;
 }
@@ -264,7 +272,7 @@ static int stream_loop(struct stream *s)
 		if ((rc = read_ack(s, win[0])))
 			break;
 		memmove(win, win + 1, --nwin * sizeof(win[0]));
-		xfer_zc_reap(&s->zc, s->fd, 0);
+		xfer_zc_reap(&s->zc, s->io.fd, 0);
 	}
 	for (unsigned i = 0; i < nwin; i++)
 		xfer_sched_lost(&e->sched, win[i]);
@@ -276,13 +284,13 @@ static void *stream_main(void *arg)
 	struct stream *s = arg;
 	struct xfer_engine *e = s->e;
 	for (int tries = 0; tries < 2; tries++) {
-		if (s->fd < 0 && stream_dial(s))
+		if (s->io.fd < 0 && stream_dial(s))
 			break;
 		struct link *l = &e->links[s->link];
 		atomic_fetch_add(&l->up, 1);
 		int rc = stream_loop(s);
 		/* the caller's buffers are pinned until the kernel reports every send */
-		xfer_zc_reap(&s->zc, s->fd, rc ? 100 : 2000);
+		xfer_zc_reap(&s->zc, s->io.fd, rc ? 100 : 2000);
 		atomic_fetch_add(&e->zc_bytes, s->zc.bytes);
 		atomic_fetch_add(&e->zc_copied, s->zc.copied);
 		s->zc.bytes = s->zc.copied = 0;
@@ -293,8 +301,7 @@ static void *stream_main(void *arg)
 		}
 		atomic_fetch_sub(&l->up, 1);
 		atomic_fetch_add(&l->failed, 1);
-		close(s->fd);
-		s->fd = -1;
+		xfer_io_close(&s->io);
 		if (e->sched.error)
 			break;
 	}
@@ -324,7 +331,7 @@ static int parse_links(struct xfer_engine *e, const struct xfer_send_opts *o)
 	return 0;
 }
 
-static int exchange_manifest(struct xfer_engine *e, int fd)
+static int exchange_manifest(struct xfer_engine *e, struct xfer_io *io)
 {
 	uint8_t *enc = NULL, *meta = NULL;
 	size_t len;
@@ -334,13 +341,13 @@ static int exchange_manifest(struct xfer_engine *e, int fd)
 		set_error(e, "%s", "manifest too large");
 		return rc;
 	}
-	rc = xfer_frame_send(fd, XFER_MANIFEST, enc, (uint32_t)len);
+	rc = xfer_frame_send(io, XFER_MANIFEST, enc, (uint32_t)len);
 	free(enc);
 	if (rc)
 		return rc;
-	xfer_set_timeout(fd, XFER_FINISH_TIMEOUT_MS); /* the receiver re-hashes a resumed part */
-	rc = xfer_frame_recv_alloc(fd, &h, &meta);
-	xfer_set_timeout(fd, (int)e->stall_ms);
+	xfer_set_timeout(io->fd, XFER_FINISH_TIMEOUT_MS); /* the receiver re-hashes a resumed part */
+	rc = xfer_frame_recv_alloc(io, &h, &meta);
+	xfer_set_timeout(io->fd, (int)e->stall_ms);
 	if (rc)
 		return rc;
 	if (h.type == XFER_ERR) {
@@ -405,6 +412,15 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 			goto fail;
 		}
 	}
+	if (o->tls && !ad) {
+		struct xfer_tls_opts t = {.ca = o->tls_ca, .cert = o->tls_cert, .key = o->tls_key,
+					  .insecure = o->tls_insecure};
+		char err[256];
+		if ((rc = xfer_tls_client_ctx(&t, &e->tls, err, sizeof(err)))) {
+			set_error(e, "%s", err);
+			goto fail;
+		}
+	}
 	e->adopt = ad;
 	if (ad) {
 		e->nlinks = ad->nlinks;
@@ -424,7 +440,7 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 		goto fail;
 	}
 	for (unsigned i = 0; i < e->nstreams; i++) {
-		e->streams[i] = (struct stream){.e = e, .link = i % e->nlinks, .fd = -1};
+		e->streams[i] = (struct stream){.e = e, .link = i % e->nlinks, .io = {.fd = -1}};
 		atomic_init(&e->streams[i].state, ST_RUNNING);
 	}
 	/* the manifest goes on the first link that answers; that connection becomes a stream */
@@ -436,9 +452,8 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 				goto fail;
 			continue;
 		}
-		if ((rc = exchange_manifest(e, s->fd))) {
-			close(s->fd);
-			s->fd = -1;
+		if ((rc = exchange_manifest(e, &s->io))) {
+			xfer_io_close(&s->io);
 			if (e->error[0])
 				goto fail;
 		}
@@ -538,7 +553,7 @@ static unsigned streams_alive(struct xfer_engine *e)
 }
 
 /* FINISH on a parked stream (or a fresh connection), then wait for DONE. */
-static int finish_on(struct xfer_engine *e, int fd)
+static int finish_on(struct xfer_engine *e, struct xfer_io *io)
 {
 	size_t len = (size_t)e->m.nfiles * 16;
 	uint8_t *meta = malloc(len ? len : 1);
@@ -549,14 +564,14 @@ static int finish_on(struct xfer_engine *e, int fd)
 			chunk_hash(e, e->first[f] + k);
 		xfer_whole_hash(e->hash + e->first[f], e->m.files[f].nchunks, meta + 16 * (size_t)f);
 	}
-	int rc = xfer_frame_send(fd, XFER_FINISH, meta, (uint32_t)len);
+	int rc = xfer_frame_send(io, XFER_FINISH, meta, (uint32_t)len);
 	free(meta);
 	if (rc)
 		return rc;
-	xfer_set_timeout(fd, XFER_FINISH_TIMEOUT_MS);
+	xfer_set_timeout(io->fd, XFER_FINISH_TIMEOUT_MS);
 	struct xfer_hdr h;
 	uint8_t text[300];
-	if ((rc = xfer_frame_recv(fd, &h, text, sizeof(text) - 1)))
+	if ((rc = xfer_frame_recv(io, &h, text, sizeof(text) - 1)))
 		return rc;
 	text[h.meta_len] = 0;
 	if (h.type == XFER_DONE)
@@ -599,8 +614,8 @@ int xfer_engine_finish(struct xfer_engine *e, struct xfer_report *rep)
 	}
 	for (unsigned i = 0; i < e->nstreams; i++)
 		if (e->streams[i].started) {
-			if (rc && e->streams[i].fd >= 0)
-				shutdown(e->streams[i].fd, SHUT_RDWR);
+			if (rc && e->streams[i].io.fd >= 0)
+				shutdown(e->streams[i].io.fd, SHUT_RDWR);
 			pthread_join(e->streams[i].th, NULL);
 			e->streams[i].started = 0;
 		}
@@ -608,16 +623,14 @@ int xfer_engine_finish(struct xfer_engine *e, struct xfer_report *rep)
 		rc = -ECONNRESET;
 		for (unsigned i = 0; i < e->nstreams && rc; i++) {
 			struct stream *s = &e->streams[i];
-			if (atomic_load(&s->state) == ST_PARKED && s->fd >= 0)
-				rc = finish_on(e, s->fd);
+			if (atomic_load(&s->state) == ST_PARKED && s->io.fd >= 0)
+				rc = finish_on(e, &s->io);
 		}
 		for (unsigned i = 0; i < e->nstreams && rc && rc != -EBADMSG; i++) {
 			struct stream *s = &e->streams[i];
-			if (s->fd >= 0)
-				close(s->fd);
-			s->fd = -1;
+			xfer_io_close(&s->io);
 			if (stream_dial(s) == 0)
-				rc = finish_on(e, s->fd);
+				rc = finish_on(e, &s->io);
 		}
 		if (rc && !e->error[0])
 			set_error(e, "could not confirm the end of the transfer: %s", strerror(-rc));
@@ -633,12 +646,11 @@ void xfer_engine_free(struct xfer_engine *e)
 	if (e->streams) {
 		xfer_sched_abort(&e->sched, -ECANCELED);
 		for (unsigned i = 0; i < e->nstreams; i++) {
-			if (e->streams[i].fd >= 0)
-				shutdown(e->streams[i].fd, SHUT_RDWR);
+			if (e->streams[i].io.fd >= 0)
+				shutdown(e->streams[i].io.fd, SHUT_RDWR);
 			if (e->streams[i].started)
 				pthread_join(e->streams[i].th, NULL);
-			if (e->streams[i].fd >= 0)
-				close(e->streams[i].fd);
+			xfer_io_close(&e->streams[i].io);
 		}
 	}
 	if (e->sched.slots)
@@ -651,6 +663,8 @@ void xfer_engine_free(struct xfer_engine *e)
 	free((void *)e->known);
 	free(e->need);
 	memset(&e->token, 0, sizeof(e->token));
+	if (e->tls)
+		SSL_CTX_free(e->tls);
 	pthread_mutex_destroy(&e->err_mu);
 	free(e);
 }

@@ -25,11 +25,12 @@ struct xfer_source {
 
 /*
  * A server sending on connections its client opened (`xfer get`): instead of dialing, each
- * stream takes one with take(), which blocks until one comes (0 <= fd, with the link it came
- * in on) or answers -1 when no more will. Handshakes are done by then.
+ * stream takes one with take(), which blocks until one comes (0, with the connection and the
+ * link it came in on) or answers -1 when no more will. Handshakes (TLS too) are done by then.
  */
+struct xfer_io;
 struct xfer_adopt {
-	int (*take)(void *arg, unsigned *link);
+	int (*take)(void *arg, unsigned *link, struct xfer_io *io);
 	void *arg;
 	unsigned nlinks;
 	const char *names[XFER_LINKS_MAX];

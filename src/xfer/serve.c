@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
+#include <openssl/ssl.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -62,7 +63,7 @@ struct pull {
 	struct pull *next;
 	uint8_t id[XFER_SESSION_LEN];
 	struct server *srv;
-	int fds[PULL_MAX_STREAMS];
+	struct xfer_io ios[PULL_MAX_STREAMS];
 	unsigned links[PULL_MAX_STREAMS];
 	unsigned head, tail; /* fds[head..tail) wait */
 	unsigned expected;   /* connections the client said it opens */
@@ -74,6 +75,8 @@ struct server {
 	const struct xfer_serve_opts *o;
 	int dirfd;
 	int puller; /* this is `xfer get`'s receiving side, not a daemon */
+	struct ssl_ctx_st *tls; /* accept TLS transfers */
+	int tls_required;	/* mutual TLS: plain connections are refused */
 	struct pull *pulls;
 	unsigned nlisten;
 	char listen_names[XFER_LINKS_MAX][64];
@@ -97,7 +100,7 @@ struct server {
 
 struct conn {
 	struct server *srv;
-	int fd;
+	struct xfer_io io;
 	unsigned link; /* the listener (or, pulling, the link) it came by */
 	struct session *sess;
 };
@@ -132,9 +135,9 @@ static void live_del(struct server *s, int fd)
 	pthread_mutex_unlock(&s->mu);
 }
 
-static int send_err(int fd, const char *msg)
+static int send_err(struct xfer_io *io, const char *msg)
 {
-	return xfer_frame_send(fd, XFER_ERR, msg, (uint32_t)strlen(msg));
+	return xfer_frame_send(io, XFER_ERR, msg, (uint32_t)strlen(msg));
 }
 
 static void session_free(struct session *ss)
@@ -168,7 +171,7 @@ static void session_put(struct server *s, struct session *ss)
 }
 
 /* Open every file's part, and the relay when there are further hops. */
-static int session_open(struct server *s, struct session *ss, char *err, size_t errlen)
+static int session_open(struct server *s, struct session *ss, int tls, char *err, size_t errlen)
 {
 	const char *why = NULL;
 	uint64_t claimed = 0;
@@ -198,12 +201,18 @@ static int session_open(struct server *s, struct session *ss, char *err, size_t 
 	if (!src)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < ss->m.nfiles; i++)
-		src[i] = (struct xfer_source){.fd = ss->files[i].part_fd, .size = ss->files[i].size};
+		src[i] = (struct xfer_source){.fd = ss->files[i].part_fd, .buf = ss->files[i].map,
+					      .size = ss->files[i].size};
 	struct xfer_send_opts o = {
 		.remote = ss->m.fwd[0],
 		.bcast = (const char *const *)ss->relay_m.fwd,
 		.nbcast = ss->relay_m.nfwd,
 		.token_file = s->o->token_file,
+		/* a chain that came in over TLS goes on over TLS, this node's certificate its own */
+		.tls = tls,
+		.tls_ca = s->o->tls_ca,
+		.tls_cert = s->o->tls_cert,
+		.tls_key = s->o->tls_key,
 	};
 	struct xfer_report rep;
 	int rc = xfer_engine_start(&o, NULL, &ss->relay_m, src, &ss->relay, &rep);
@@ -234,7 +243,7 @@ static int reply_need(struct conn *c)
 		p += (ss->files[f].nchunks + 7) / 8;
 	}
 	pthread_mutex_unlock(&ss->mu);
-	int rc = xfer_frame_send(c->fd, XFER_NEED, need, (uint32_t)len);
+	int rc = xfer_frame_send(&c->io, XFER_NEED, need, (uint32_t)len);
 	free(need);
 	return rc;
 }
@@ -256,7 +265,7 @@ static int on_manifest(struct conn *c, const struct xfer_hello *hello, uint8_t *
 {
 	struct server *s = c->srv;
 	if (c->sess)
-		return send_err(c->fd, "a connection sends one manifest") ?: -EPROTO;
+		return send_err(&c->io, "a connection sends one manifest") ?: -EPROTO;
 	struct session *ss = session_get(s, hello->session);
 	if (ss) {
 		c->sess = ss;
@@ -274,7 +283,7 @@ static int on_manifest(struct conn *c, const struct xfer_hello *hello, uint8_t *
 		snprintf(err, sizeof(err), "bad manifest: %s", why);
 		goto refuse;
 	}
-	if (session_open(s, ss, err, sizeof(err)))
+	if (session_open(s, ss, c->io.ssl != NULL, err, sizeof(err)))
 		goto refuse;
 	pthread_mutex_lock(&s->mu);
 	ss->next = s->sessions;
@@ -287,7 +296,7 @@ static int on_manifest(struct conn *c, const struct xfer_hello *hello, uint8_t *
 	return reply_need(c);
 refuse:
 	atomic_fetch_add(&s->m_errors, 1);
-	send_err(c->fd, err);
+	send_err(&c->io, err);
 	session_free(ss);
 	return -EINVAL;
 }
@@ -302,14 +311,14 @@ static int on_chunk(struct conn *c, const struct xfer_hello *hello, const uint8_
 	struct xfer_chunk_meta cm;
 	if (!ss || xfer_chunk_decode(meta, h->meta_len, &cm) || cm.file >= ss->m.nfiles ||
 	    cm.chunk >= ss->files[cm.file].nchunks) {
-		send_err(c->fd, ss ? "chunk outside the manifest" : "no such transfer (send the manifest first)");
+		send_err(&c->io, ss ? "chunk outside the manifest" : "no such transfer (send the manifest first)");
 		return -EPROTO;
 	}
 	struct xfer_store_file *f = &ss->files[cm.file];
 	uint64_t off = (uint64_t)cm.chunk * f->chunk_size;
 	uint32_t want = (uint32_t)(f->size - off < f->chunk_size ? f->size - off : f->chunk_size);
 	if (h->data_len != want) {
-		send_err(c->fd, "chunk has the wrong length");
+		send_err(&c->io, "chunk has the wrong length");
 		return -EPROTO;
 	}
 	struct xfer_ack a = {.file = cm.file, .chunk = cm.chunk, .status = XFER_ACK_OK};
@@ -319,14 +328,14 @@ static int on_chunk(struct conn *c, const struct xfer_hello *hello, const uint8_
 	int rc;
 	if (have) {
 		/* a copy from the end game or a resend: read it off the wire, keep what we have */
-		if ((rc = xfer_discard(c->fd, want)))
+		if ((rc = xfer_discard(&c->io, want)))
 			return rc;
 		a.status = XFER_ACK_DUP;
 		atomic_fetch_add(&s->m_dup, 1);
 		atomic_fetch_add(&s->m_bytes, want);
 	} else {
 		uint8_t *dst = xfer_store_chunk(f, cm.chunk);
-		rc = xfer_read_all(c->fd, dst, want);
+		rc = xfer_read_all(&c->io, dst, want);
 		if (rc == -EFAULT) {
 			a.status = XFER_ACK_IO; /* the page could not be had: disk full */
 			rc = -ENOSPC;
@@ -361,11 +370,11 @@ static int on_chunk(struct conn *c, const struct xfer_hello *hello, const uint8_
 	}
 	uint8_t out[XFER_ACK_LEN];
 	xfer_ack_encode(out, &a);
-	int wrc = xfer_frame_send(c->fd, XFER_ACK, out, sizeof(out));
+	int wrc = xfer_frame_send(&c->io, XFER_ACK, out, sizeof(out));
 	if (a.status == XFER_ACK_IO) {
 		char msg[256];
 		snprintf(msg, sizeof(msg), "cannot write '%s': %s", f->path, strerror(-rc));
-		send_err(c->fd, msg);
+		send_err(&c->io, msg);
 		return rc;
 	}
 	return wrc;
@@ -379,7 +388,7 @@ static int on_finish(struct conn *c, const struct xfer_hello *hello, const uint8
 	struct session *ss = c->sess;
 	char err[512] = "";
 	if (!ss || len != ss->m.nfiles * 16u) {
-		send_err(c->fd, "FINISH does not match the manifest");
+		send_err(&c->io, "FINISH does not match the manifest");
 		return -EPROTO;
 	}
 	pthread_mutex_lock(&ss->mu);
@@ -406,10 +415,10 @@ static int on_finish(struct conn *c, const struct xfer_hello *hello, const uint8
 	pthread_mutex_unlock(&ss->mu);
 	if (err[0]) {
 		atomic_fetch_add(&s->m_errors, 1);
-		send_err(c->fd, err);
+		send_err(&c->io, err);
 		return -EIO;
 	}
-	return xfer_frame_send(c->fd, XFER_DONE, NULL, 0);
+	return xfer_frame_send(&c->io, XFER_DONE, NULL, 0);
 }
 
 static int pull_serve(struct conn *c, const struct xfer_hello *hello);
@@ -422,7 +431,7 @@ static void conn_loop(struct conn *c, const struct xfer_hello *hello)
 	while (rc == 0) {
 		struct xfer_hdr h;
 		uint8_t *meta = NULL;
-		if ((rc = xfer_frame_recv_alloc(c->fd, &h, &meta)))
+		if ((rc = xfer_frame_recv_alloc(&c->io, &h, &meta)))
 			break;
 		switch (h.type) {
 		case XFER_MANIFEST:
@@ -445,7 +454,7 @@ static void conn_loop(struct conn *c, const struct xfer_hello *hello)
 			rc = -EPROTO;
 			break;
 		default:
-			send_err(c->fd, "unexpected message");
+			send_err(&c->io, "unexpected message");
 			rc = -EPROTO;
 		}
 		free(meta);
@@ -468,29 +477,33 @@ static void *conn_main(void *arg)
 	struct server *s = c->srv;
 	struct xfer_hello hello;
 	int handed = 0;
-	set_keepalive(c->fd);
-	xfer_set_timeout(c->fd, 10000);
-	int rc = xfer_handshake_server(c->fd, &s->token, &hello);
+	const char *why = NULL;
+	set_keepalive(c->io.fd);
+	xfer_set_timeout(c->io.fd, 10000);
+	int rc = xfer_io_start_server(&c->io, s->tls, s->tls_required, &why);
+	if (rc == 0)
+		rc = xfer_handshake_server(&c->io, &s->token, &hello);
 	if (rc == -EACCES)
 		atomic_fetch_add(&s->m_auth_fail, 1);
-	xfer_set_timeout(c->fd, SERVE_IDLE_MS);
+	xfer_set_timeout(c->io.fd, SERVE_IDLE_MS);
 	if (rc == 0 && hello.role == XFER_ROLE_PULL)
 		handed = pull_serve(c, &hello);
 	else if (rc == 0)
 		conn_loop(c, &hello);
 	if (c->sess)
 		session_put(s, c->sess);
-	int fd = c->fd;
+	struct xfer_io io = c->io;
+	int fd = io.fd;
 	free(c);
-	OPENSSL_thread_stop(); /* this thread's random state, before the process may end */
-	live_del(s, fd); /* last: xfer_serve may return as soon as the count is zero */
 	if (!handed)
-		close(fd);
+		xfer_io_close(&io);
+	OPENSSL_thread_stop(); /* this thread's random and TLS state, before the process may end */
+	live_del(s, fd); /* last: xfer_serve may return as soon as the count is zero */
 	return NULL;
 }
 
 /* The engine's way to a client connection: the next one queued, waiting a little for more. */
-static int pull_take(void *arg, unsigned *link)
+static int pull_take(void *arg, unsigned *link, struct xfer_io *io)
 {
 	struct pull *p = arg;
 	struct server *s = p->srv;
@@ -503,9 +516,10 @@ static int pull_take(void *arg, unsigned *link)
 		if (pthread_cond_timedwait(&p->cv, &s->mu, &ts))
 			break;
 	if (p->head != p->tail) {
-		fd = p->fds[p->head];
+		*io = p->ios[p->head];
 		*link = p->links[p->head];
 		p->head++;
+		fd = io->fd;
 	}
 	pthread_mutex_unlock(&s->mu);
 	return fd;
@@ -525,9 +539,9 @@ static int pull_serve(struct conn *c, const struct xfer_hello *hello)
 	unsigned nnames = 0;
 	const char *why;
 	/* GET: u32 connections the client opens, then the names */
-	if (xfer_frame_recv_alloc(c->fd, &h, &meta) || h.type != XFER_GET || h.meta_len < 4 ||
+	if (xfer_frame_recv_alloc(&c->io, &h, &meta) || h.type != XFER_GET || h.meta_len < 4 ||
 	    xfer_names_decode(meta + 4, h.meta_len - 4, &names, &nnames, &why)) {
-		send_err(c->fd, "expected GET with the names to send");
+		send_err(&c->io, "expected GET with the names to send");
 		free(meta);
 		return 0;
 	}
@@ -543,7 +557,7 @@ static int pull_serve(struct conn *c, const struct xfer_hello *hello)
 		int queued = !p->closed && p->tail < PULL_MAX_STREAMS;
 		if (queued) {
 			p->links[p->tail] = c->link;
-			p->fds[p->tail++] = c->fd;
+			p->ios[p->tail++] = c->io;
 			pthread_cond_broadcast(&p->cv);
 		}
 		pthread_mutex_unlock(&s->mu);
@@ -557,7 +571,7 @@ static int pull_serve(struct conn *c, const struct xfer_hello *hello)
 		p->expected = expected;
 		pthread_cond_init(&p->cv, NULL);
 		p->links[0] = c->link;
-		p->fds[p->tail++] = c->fd;
+		p->ios[p->tail++] = c->io;
 		p->next = s->pulls;
 		s->pulls = p;
 	}
@@ -600,7 +614,7 @@ static int pull_serve(struct conn *c, const struct xfer_hello *hello)
 	free(names);
 	int handed = 0;
 	if (err[0]) {
-		send_err(c->fd, err);
+		send_err(&c->io, err);
 	} else {
 		struct xfer_adopt ad = {.take = pull_take, .arg = p, .nlinks = s->nlisten,
 					.max_streams = expected};
@@ -615,7 +629,7 @@ static int pull_serve(struct conn *c, const struct xfer_hello *hello)
 			handed = p->head > 0;
 			pthread_mutex_unlock(&s->mu);
 			if (!handed && rep.error[0])
-				send_err(c->fd, rep.error);
+				send_err(&c->io, rep.error);
 		} else {
 			handed = 1;
 		}
@@ -624,7 +638,7 @@ static int pull_serve(struct conn *c, const struct xfer_hello *hello)
 	pthread_mutex_lock(&s->mu);
 	p->closed = 1;
 	for (unsigned i = p->head; i < p->tail; i++)
-		close(p->fds[i]);
+		xfer_io_close(&p->ios[i]);
 	if (!handed && p->head == 0)
 		p->head = 1; /* ours: conn_main closes it */
 	for (struct pull **pp = &s->pulls; *pp; pp = &(*pp)->next)
@@ -640,6 +654,7 @@ static int pull_serve(struct conn *c, const struct xfer_hello *hello)
 
 static void metrics_reply(struct server *s, int fd)
 {
+	struct xfer_io io = {.fd = fd};
 	char req[1024];
 	xfer_set_timeout(fd, 2000);
 	ssize_t n = recv(fd, req, sizeof(req) - 1, 0);
@@ -650,7 +665,7 @@ static void metrics_reply(struct server *s, int fd)
 	int len;
 	if (strncmp(req, "GET /metrics ", 13)) {
 		len = snprintf(body, sizeof(body), "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-		xfer_write_all(fd, body, (size_t)len);
+		xfer_write_all(&io, body, (size_t)len);
 		return;
 	}
 	pthread_mutex_lock(&s->mu);
@@ -689,8 +704,8 @@ static void metrics_reply(struct server *s, int fd)
 		       "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n"
 		       "Connection: close\r\n\r\n",
 		       blen);
-	if (xfer_write_all(fd, head, (size_t)len) == 0)
-		xfer_write_all(fd, body, (size_t)blen);
+	if (xfer_write_all(&io, head, (size_t)len) == 0)
+		xfer_write_all(&io, body, (size_t)blen);
 }
 
 static int listen_on(const char *text, int *fd, char *err, size_t errlen)
@@ -726,6 +741,12 @@ int xfer_serve(const struct xfer_serve_opts *o)
 			snprintf(err, sizeof(err), "%s: %s", o->token_file, why);
 			goto out;
 		}
+	}
+	if (o->tls_cert || o->tls_key || o->tls_ca) {
+		struct xfer_tls_opts t = {.ca = o->tls_ca, .cert = o->tls_cert, .key = o->tls_key};
+		if ((rc = xfer_tls_server_ctx(&t, &s.tls, err, sizeof(err))))
+			goto out;
+		s.tls_required = o->tls_ca != NULL;
 	}
 	s.dirfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (s.dirfd < 0) {
@@ -788,7 +809,7 @@ int xfer_serve(const struct xfer_serve_opts *o)
 			pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 			if (c) {
 				c->srv = &s;
-				c->fd = fd;
+				c->io = (struct xfer_io){.fd = fd};
 				c->link = i;
 				live_add(&s, fd);
 				atomic_fetch_add(&s.m_conns_total, 1);
@@ -819,6 +840,8 @@ out:
 	if (s.dirfd >= 0)
 		close(s.dirfd);
 	free(s.live_fds);
+	if (s.tls)
+		SSL_CTX_free(s.tls);
 	memset(&s.token, 0, sizeof(s.token));
 	return rc;
 }
@@ -837,8 +860,9 @@ static void *get_main(void *arg)
 	conn_loop(c, &g->hello);
 	if (c->sess)
 		session_put(s, c->sess);
-	close(c->fd);
+	xfer_io_close(&c->io);
 	free(c);
+	OPENSSL_thread_stop();
 	return NULL;
 }
 
@@ -850,6 +874,7 @@ int xfer_get(const struct xfer_send_opts *o, const char *const *names, unsigned 
 	struct xfer_path paths[XFER_LINKS_MAX];
 	struct xfer_token token;
 	struct get_conn *gc = NULL;
+	struct ssl_ctx_st *tls = NULL;
 	unsigned ngc = 0, per = o->streams ? o->streams : 4;
 	uint8_t *enc = NULL;
 	size_t enclen;
@@ -905,6 +930,12 @@ int xfer_get(const struct xfer_send_opts *o, const char *const *names, unsigned 
 		rc = -ENOMEM;
 		goto out;
 	}
+	if (o->tls) {
+		struct xfer_tls_opts t = {.ca = o->tls_ca, .cert = o->tls_cert, .key = o->tls_key,
+					  .insecure = o->tls_insecure};
+		if ((rc = xfer_tls_client_ctx(&t, &tls, rep->error, sizeof(rep->error))))
+			goto out;
+	}
 	/* the first connection that answers goes first: the server makes it the sending side */
 	rc = -EHOSTUNREACH;
 	for (unsigned k = 0; k < per; k++)
@@ -918,13 +949,16 @@ int xfer_get(const struct xfer_send_opts *o, const char *const *names, unsigned 
 						 strerror(-fd));
 				continue;
 			}
-			int hrc = xfer_handshake_client(fd, &token, XFER_ROLE_PULL, hello.session, err, sizeof(err));
+			struct xfer_io io = {.fd = fd};
+			int hrc = xfer_io_start_client(&io, tls, paths[i].rname, err, sizeof(err));
 			if (hrc == 0)
-				hrc = xfer_frame_send(fd, XFER_GET, enc, (uint32_t)enclen);
+				hrc = xfer_handshake_client(&io, &token, XFER_ROLE_PULL, hello.session, err, sizeof(err));
+			if (hrc == 0)
+				hrc = xfer_frame_send(&io, XFER_GET, enc, (uint32_t)enclen);
 			if (hrc) {
 				if (hrc == -EACCES)
 					snprintf(rep->error, sizeof(rep->error), "server refused: %.200s", err);
-				close(fd);
+				xfer_io_close(&io);
 				if (hrc == -EACCES)
 					goto wait;
 				continue;
@@ -933,13 +967,13 @@ int xfer_get(const struct xfer_send_opts *o, const char *const *names, unsigned 
 			set_keepalive(fd);
 			struct conn *c = calloc(1, sizeof(*c));
 			if (!c) {
-				close(fd);
+				xfer_io_close(&io);
 				continue;
 			}
-			*c = (struct conn){.srv = &s, .fd = fd, .link = (unsigned)i};
+			*c = (struct conn){.srv = &s, .io = io, .link = (unsigned)i};
 			gc[ngc] = (struct get_conn){.c = c, .hello = hello};
 			if (pthread_create(&gc[ngc].th, NULL, get_main, &gc[ngc])) {
-				close(fd);
+				xfer_io_close(&io);
 				free(c);
 				continue;
 			}
@@ -977,6 +1011,8 @@ out:
 		snprintf(rep->error, sizeof(rep->error), "%s", strerror(-rc));
 	free(gc);
 	free(enc);
+	if (tls)
+		SSL_CTX_free(tls);
 	if (s.dirfd >= 0)
 		close(s.dirfd);
 	memset(&token, 0, sizeof(token));

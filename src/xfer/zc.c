@@ -63,8 +63,9 @@ uint32_t xfer_zc_reap(struct xfer_zc *z, int fd, int wait_ms)
 
 int xfer_zc_send(struct xfer_zc *z, int fd, const void *buf, size_t len)
 {
+	struct xfer_io io = {.fd = fd};
 	if (!z->enabled || len < XFER_ZC_MIN)
-		return xfer_write_all(fd, buf, len);
+		return xfer_write_all(&io, buf, len);
 	const char *p = buf;
 	while (len) {
 		if (z->next - z->done >= XFER_ZC_RING - 1)
@@ -77,8 +78,7 @@ int xfer_zc_send(struct xfer_zc *z, int fd, const void *buf, size_t len)
 				continue;
 			if (errno == ENOBUFS) { /* too many pinned: wait for reports, or copy */
 				if (xfer_zc_reap(z, fd, 100) == z->next - z->done) {
-					int rc = xfer_write_all(fd, p, len);
-					return rc;
+					return xfer_write_all(&io, p, len);
 				}
 				continue;
 			}
