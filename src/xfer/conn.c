@@ -164,21 +164,28 @@ int xfer_frame_recv(struct xfer_io *io, struct xfer_hdr *h, uint8_t *meta, uint3
 	return h->meta_len ? xfer_read_all(io, meta, h->meta_len) : 0;
 }
 
-int xfer_frame_recv_alloc(struct xfer_io *io, struct xfer_hdr *h, uint8_t **meta)
+int xfer_frame_recv_into(struct xfer_io *io, struct xfer_hdr *h, uint8_t *small, uint32_t cap,
+			 uint8_t **meta)
 {
 	*meta = NULL;
 	int rc = recv_hdr(io, h);
 	if (rc)
 		return rc;
-	*meta = malloc(h->meta_len + 1);
+	*meta = h->meta_len < cap ? small : malloc(h->meta_len + 1);
 	if (!*meta)
 		return -ENOMEM;
 	rc = h->meta_len ? xfer_read_all(io, *meta, h->meta_len) : 0;
 	if (rc) {
-		free(*meta);
+		if (*meta != small)
+			free(*meta);
 		*meta = NULL;
 	}
 	return rc;
+}
+
+int xfer_frame_recv_alloc(struct xfer_io *io, struct xfer_hdr *h, uint8_t **meta)
+{
+	return xfer_frame_recv_into(io, h, NULL, 0, meta);
 }
 
 int xfer_paths_parse(const char *remote, const char *local, struct xfer_path *out, int max, char *err,

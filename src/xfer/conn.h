@@ -45,6 +45,10 @@ int xfer_frame_send(struct xfer_io *io, uint8_t type, const void *meta, uint32_t
 int xfer_frame_recv(struct xfer_io *io, struct xfer_hdr *h, uint8_t *meta, uint32_t max);
 /* The same, with the meta in a buffer malloc'd to its size (caller frees *meta). */
 int xfer_frame_recv_alloc(struct xfer_io *io, struct xfer_hdr *h, uint8_t **meta);
+/* The same, with the meta in <small> when it fits (shorter than <cap>): no allocation per
+ * chunk. The caller frees *meta only when it is not <small>. */
+int xfer_frame_recv_into(struct xfer_io *io, struct xfer_hdr *h, uint8_t *small, uint32_t cap,
+			 uint8_t **meta);
 /* Read and drop <len> bytes (the data of a frame that is refused). */
 int xfer_discard(struct xfer_io *io, uint64_t len);
 /* Close the connection (and free its TLS session); io->fd becomes -1. */

@@ -428,10 +428,11 @@ static void conn_loop(struct conn *c, const struct xfer_hello *hello)
 {
 	struct server *s = c->srv;
 	int rc = 0;
+	uint8_t small[64];
 	while (rc == 0) {
 		struct xfer_hdr h;
 		uint8_t *meta = NULL;
-		if ((rc = xfer_frame_recv_alloc(&c->io, &h, &meta)))
+		if ((rc = xfer_frame_recv_into(&c->io, &h, small, sizeof(small), &meta)))
 			break;
 		switch (h.type) {
 		case XFER_MANIFEST:
@@ -457,7 +458,8 @@ static void conn_loop(struct conn *c, const struct xfer_hello *hello)
 			send_err(&c->io, "unexpected message");
 			rc = -EPROTO;
 		}
-		free(meta);
+		if (meta != small)
+			free(meta);
 	}
 }
 

@@ -468,6 +468,38 @@ def test_mutual_tls(env):
     assert digest(src) == digest(os.path.join(dst, "f.bin"))
 
 
+def test_progress_bar_on_a_terminal(env):
+    """On a terminal, send draws a progress bar with the rate of each link and an ETA; with
+    output redirected it prints only the summary line."""
+    import pty
+    ln = links(env, [40])
+    src, dst = make_file(os.path.join(env.dir, "f.bin"), 4 << 20), os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    serve(env, f"{ln.receiver_addr(0)}:7000", dst, ns=ln)
+    master, slave = pty.openpty()
+    p = subprocess.Popen(ln.cmd(ln.snd, [BIN, "xfer", "send", src, f"{ln.receiver_addr(0)}:7000"]),
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    p.wait(60)
+    os.close(master)
+    text = out.decode(errors="replace")
+    assert p.returncode == 0, text
+    assert re.search(r"\[=*>? *\] +\d+% .*Gbit/s \| 10\.77\.0\.2:7000 [0-9.]+ \| ETA \d+s", text), text
+    assert "1 file(s)" in text, text
+    r = subprocess.run(ln.cmd(ln.snd, [BIN, "xfer", "send", src, f"{ln.receiver_addr(0)}:7000", "--to", "b"]),
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "ETA" not in r.stderr and "1 file(s)" in r.stderr, r.stderr
+
+
 def test_cli_errors(env):
     """Bad arguments and unreachable receivers give one clear line and a non-zero exit."""
     r = subprocess.run([BIN, "xfer", "send", "/nonexistent/file", "127.0.0.1:1"],
