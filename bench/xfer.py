@@ -142,7 +142,7 @@ def main():
     ap.add_argument("--rates", default="2000,1000,500")
     ap.add_argument("--streams", default="4")
     ap.add_argument("--iperf-seconds", type=int, default=10)
-    ap.add_argument("--only", default="iperf,xfer,rsync,linkdown,resume,bcast")
+    ap.add_argument("--only", default="iperf,xfer,tls,rsync,linkdown,resume,bcast")
     ap.add_argument("--repeat", type=int, default=3, help="xfer runs; the median is reported")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
@@ -205,6 +205,34 @@ def main():
             res["xfer"] = runs[len(runs) // 2]
             print(f"accelnet xfer median: {res['xfer']['mbit']:.0f} Mbit/s = "
                   f"{res['xfer'].get('pct_of_iperf3', 0):.1f}% of iperf3", flush=True)
+        if "tls" in only:
+            pki = os.path.join(work, "pki")
+            os.makedirs(pki)
+            ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"]
+            subprocess.run(["openssl", "req", "-x509", *ec, "-keyout", "k.pem", "-out", "c.pem", "-subj",
+                            "/CN=bench", "-addext", "subjectAltName=" + ",".join(
+                                f"IP:{ns.receiver_addr(i)}" for i in range(len(rates)))],
+                           cwd=pki, check=True, capture_output=True)
+            fresh()
+            log = os.path.join(work, "serve-tls.log")
+            p = subprocess.Popen(ns.cmd(ns.rcv, [BIN, "xfer", "serve", "--listen", remote, "--dir", dest,
+                                                 "--tls-cert", f"{pki}/c.pem", "--tls-key", f"{pki}/k.pem"]),
+                                 stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+            wait_for(lambda: "listening" in open(log).read(), "serve listening")
+            c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            rep, wall, c1 = run_send(ns, [src, remote, "--from", local, "--streams", a.streams,
+                                          "--tls-ca", f"{pki}/c.pem"])
+            scpu = (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime)
+            p.terminate()
+            p.wait(10)
+            ok = rep["ok"] and xxh(os.path.join(dest, "model.bin")) == want
+            mbit = a.size_mib * 1048576 * 8 / wall / 1e6
+            res["tls"] = {"ok": ok, "wall_s": wall, "mbit": mbit,
+                          "pct_of_iperf3": 100 * mbit / res.get("iperf3_sum_mbit", mbit),
+                          "sender_cpu_s_per_gb": scpu / (a.size_mib * 1048576 / 1e9)}
+            print(f"accelnet xfer --tls: {mbit:.0f} Mbit/s ({res['tls']['pct_of_iperf3']:.1f}% of iperf3), "
+                  f"hash {'ok' if ok else 'WRONG'}, sender CPU s/GB {res['tls']['sender_cpu_s_per_gb']:.2f}",
+                  flush=True)
         if "rsync" in only:
             fresh()
             mbit, wall = rsync(ns, src, dest)
