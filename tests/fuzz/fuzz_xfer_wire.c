@@ -1,6 +1,6 @@
 /*
  * fuzz_xfer_wire.c - libFuzzer target: the xfer wire parsers on any bytes (a frame header,
- * then the rest as every kind of meta). A manifest that decodes must encode back to the same
+ * then the rest as every kind of meta, a GET name list included). A manifest that decodes must encode back to the same
  * bytes, and every path in it must pass the path check.
  */
 #include "xfer/wire.h"
@@ -24,6 +24,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	(void)xfer_ack_decode(data, size, &ack);
 	const char *why;
 	(void)xfer_path_check((const char *)data, size, &why);
+	char **names;
+	unsigned nnames;
+	if (xfer_names_decode(data, size, &names, &nnames, &why) == 0) {
+		for (unsigned i = 0; i < nnames; i++)
+			if (xfer_path_check(names[i], strlen(names[i]), &why))
+				abort();
+		free(names);
+	}
 	struct xfer_manifest m;
 	if (xfer_manifest_decode(data, size, &m, &why) == 0) {
 		for (uint32_t i = 0; i < m.nfiles; i++)
