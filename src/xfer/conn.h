@@ -55,7 +55,7 @@ int xfer_discard(struct xfer_io *io, uint64_t len);
 void xfer_io_close(struct xfer_io *io);
 
 /*
- * Connect to <remote> from <local> (NULL: the kernel's choice, then pinned by binding it) with
+ * Connect to <remote> from <local> (NULL: the kernel picks by its routing table) with
  * a blocking socket; <timeout_ms> bounds the connect and, afterwards, every send and receive.
  * Returns the descriptor or -errno.
  */
