@@ -18,7 +18,7 @@ static const struct {
 			 "      [--tokens N] [--token-ms MS] [--fail-rate F] [--stall-ms MS --stall-every-ms MS]\n"
 			 "      [--prefix-cache N --cache-hit-ms MS]\n"
 			 "      a simulated accelerator server"},
-	{"xfer", cmd_xfer, "xfer serve|send|bcast ...             bulk transfer over many streams and links\n"
+	{"xfer", cmd_xfer, "xfer serve|send|get|bcast ...         bulk transfer over many streams and links\n"
 			   "      (accelnet xfer --help)"},
 };
 

@@ -484,11 +484,6 @@ fail:
 	return rc;
 }
 
-int xfer_engine_has(const struct xfer_engine *e, uint32_t f, uint32_t k)
-{
-	return !e->need[e->first[f] + k];
-}
-
 void xfer_engine_feed(struct xfer_engine *e, uint32_t f, uint32_t k, uint64_t hash, int known)
 {
 	uint32_t id = e->first[f] + k;

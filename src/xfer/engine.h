@@ -45,8 +45,6 @@ struct xfer_adopt {
 int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *ad,
 		      const struct xfer_manifest *m, const struct xfer_source *src, struct xfer_engine **out,
 		      struct xfer_report *rep);
-/* The receiver already has chunk <k> of file <f>? (valid after start) */
-int xfer_engine_has(const struct xfer_engine *e, uint32_t f, uint32_t k);
 /* Chunk <k> of file <f> is ready to send; <hash> is its XXH3-64 when <known>, else computed
  * from the source's memory when sent. */
 void xfer_engine_feed(struct xfer_engine *e, uint32_t f, uint32_t k, uint64_t hash, int known);

@@ -52,7 +52,7 @@ int xfer_hello_decode(const uint8_t *in, size_t len, struct xfer_hello *out)
 	out->role = in[4];
 	memcpy(out->session, in + 5, XFER_SESSION_LEN);
 	memcpy(out->mac, in + 5 + XFER_SESSION_LEN, XFER_MAC_LEN);
-	if (out->role != XFER_ROLE_CONTROL && out->role != XFER_ROLE_DATA && out->role != XFER_ROLE_PULL)
+	if (out->role != XFER_ROLE_DATA && out->role != XFER_ROLE_PULL)
 		return -EPROTO;
 	return 0;
 }

@@ -47,7 +47,7 @@ enum xfer_type {
 
 /* DATA: the client sends; PULL: the client asks with GET and the server sends on the
  * client's connections (`accelnet xfer get`), the roles of every later frame reversed. */
-enum xfer_role { XFER_ROLE_CONTROL = 1, XFER_ROLE_DATA = 2, XFER_ROLE_PULL = 3 };
+enum xfer_role { XFER_ROLE_DATA = 2, XFER_ROLE_PULL = 3 };
 
 enum xfer_ack_status {
 	XFER_ACK_OK = 0,  /* verified and written */
