@@ -280,8 +280,10 @@ static int report_result(const struct xfer_report *rp, int rc, int json, int qui
 		char total[32], sent[32];
 		human((double)r.bytes_total, total, sizeof(total));
 		human((double)r.bytes_sent, sent, sizeof(sent));
-		fprintf(stderr, "accelnet xfer: %u file(s), %s in %.2f s (%.2f Gbit/s), %s sent", r.files, total,
-			r.seconds, r.seconds > 0 ? (double)r.bytes_acked * 8 / r.seconds / 1e9 : 0, sent);
+		fprintf(stderr, "accelnet xfer: %u file(s), %s in %.2f s (%.2f Gbit/s)", r.files, total, r.seconds,
+			r.seconds > 0 ? (double)r.bytes_acked * 8 / r.seconds / 1e9 : 0);
+		if (r.bytes_sent) /* a sender's view; get reports what it received */
+			fprintf(stderr, ", %s sent", sent);
 		for (unsigned i = 0; i < r.nlinks; i++)
 			fprintf(stderr, "%s %s %.2f Gbit/s", i ? "," : ";", r.links[i].remote, r.links[i].gbps);
 		fprintf(stderr, "\n");
