@@ -66,18 +66,26 @@ static int tls_errno(SSL *ssl, int ret)
 	}
 }
 
-int xfer_write_all(struct xfer_io *io, const void *buf, size_t len)
+/* All of <len> bytes through TLS, one way or the other. */
+static int tls_all(struct xfer_io *io, uint8_t *p, size_t len, int writing)
 {
-	const uint8_t *p = buf;
-	while (len && io->ssl) {
+	while (len) {
 		size_t n;
 		ERR_clear_error();
-		int ret = SSL_write_ex(io->ssl, p, len, &n);
+		int ret = writing ? SSL_write_ex(io->ssl, p, len, &n) : SSL_read_ex(io->ssl, p, len, &n);
 		if (ret <= 0)
 			return tls_errno(io->ssl, ret);
 		p += n;
 		len -= n;
 	}
+	return 0;
+}
+
+int xfer_write_all(struct xfer_io *io, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+	if (io->ssl)
+		return tls_all(io, (uint8_t *)p, len, 1);
 	while (len) {
 		ssize_t n = send(io->fd, p, len, MSG_NOSIGNAL);
 		if (n < 0) {
@@ -94,15 +102,8 @@ int xfer_write_all(struct xfer_io *io, const void *buf, size_t len)
 int xfer_read_all(struct xfer_io *io, void *buf, size_t len)
 {
 	uint8_t *p = buf;
-	while (len && io->ssl) {
-		size_t n;
-		ERR_clear_error();
-		int ret = SSL_read_ex(io->ssl, p, len, &n);
-		if (ret <= 0)
-			return tls_errno(io->ssl, ret);
-		p += n;
-		len -= n;
-	}
+	if (io->ssl)
+		return tls_all(io, p, len, 0);
 	while (len) {
 		ssize_t n = recv(io->fd, p, len, MSG_WAITALL);
 		if (n == 0)

@@ -92,6 +92,17 @@ out:
 	return rc;
 }
 
+/* DIR/.accelnet-xfer/ID.EXT, created if need be: the descriptor, or -errno with *why. */
+static int open_store_file(int dirfd, const char *id, const char *ext, const char **why)
+{
+	char name[80];
+	snprintf(name, sizeof(name), XFER_STORE_DIR "/%s.%s", id, ext);
+	int fd = open_beneath(dirfd, name, O_RDWR | O_CREAT | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		*why = "cannot open a partial file or its state";
+	return fd;
+}
+
 /*
  * The file is already at its final path with the source's size and modification time (a
  * transfer run again): hash it instead of receiving it. FINISH still compares the whole hash,
@@ -134,7 +145,6 @@ int xfer_store_open(int dirfd, const struct xfer_manifest *m, uint32_t idx, stru
 		    uint64_t *claimed, const char **why)
 {
 	const struct xfer_file *fi = &m->files[idx];
-	char name[64];
 	int rc;
 	memset(f, 0, sizeof(*f));
 	f->part_fd = f->state_fd = -1;
@@ -159,25 +169,15 @@ int xfer_store_open(int dirfd, const struct xfer_manifest *m, uint32_t idx, stru
 		rc = -errno;
 		goto fail;
 	}
-	snprintf(name, sizeof(name), XFER_STORE_DIR "/%s.state", f->id);
-	f->state_fd = open_beneath(dirfd, name, O_RDWR | O_CREAT | O_NOFOLLOW, 0600);
-	if (f->state_fd < 0) {
-		*why = "cannot open a state file";
-		rc = f->state_fd;
+	if ((rc = f->state_fd = open_store_file(dirfd, f->id, "state", why)) < 0)
 		goto fail;
-	}
 	if (flock(f->state_fd, LOCK_EX | LOCK_NB) < 0) {
 		*why = "another transfer of this file is in progress";
 		rc = -EBUSY;
 		goto fail;
 	}
-	snprintf(name, sizeof(name), XFER_STORE_DIR "/%s.part", f->id);
-	f->part_fd = open_beneath(dirfd, name, O_RDWR | O_CREAT | O_NOFOLLOW, 0600);
-	if (f->part_fd < 0) {
-		*why = "cannot open a partial file";
-		rc = f->part_fd;
+	if ((rc = f->part_fd = open_store_file(dirfd, f->id, "part", why)) < 0)
 		goto fail;
-	}
 	struct stat st;
 	if (fstat(f->part_fd, &st) < 0 || (uint64_t)st.st_size != f->size) {
 		/*

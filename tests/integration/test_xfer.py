@@ -142,6 +142,23 @@ def test_three_links_share_by_rate(env):
     assert b[0] > b[1] > b[2] > 0, b
 
 
+def send_while(ln, args, at_bytes, action, port=7099):
+    """Start a send in the sender namespace, run action() once the receiver has read more
+    than <at_bytes> (its metrics on <port>), and wait for the send: (exit code, report, stderr)."""
+    argv = ln.cmd(ln.snd, [BIN, "xfer", "send"] + args + ["--json"])
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: (metric(port, "accelnet_xfer_received_bytes_total", ns=ln) or 0) > at_bytes,
+                   f"{at_bytes} bytes received")
+        action()
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return p.returncode, json.loads(out), err
+
+
 def test_split_adapts_when_a_link_slows(env):
     """Two equal links; a quarter of the way in, link 0 drops to a sixth of its rate: from
     then on the other link takes most chunks, so it ends up carrying clearly more."""
@@ -150,20 +167,9 @@ def test_split_adapts_when_a_link_slows(env):
     os.makedirs(dst)
     remote = f"{ln.receiver_addr(0)}:7000,{ln.receiver_addr(1)}:7000"
     serve(env, remote, dst, ns=ln, metrics="127.0.0.1:7099")
-    argv = ln.cmd(ln.snd, [BIN, "xfer", "send", src, remote, "--streams", "2", "--chunk-kib", "128",
-                           "--json"])
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_until(lambda: (metric(7099, "accelnet_xfer_received_bytes_total", ns=ln) or 0) > 3 << 20,
-                   "a quarter received")
-        ln.set_rate(0, 10)
-        out, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    rep = json.loads(out)
-    assert p.returncode == 0 and rep["ok"], err
+    rc, rep, err = send_while(ln, [src, remote, "--streams", "2", "--chunk-kib", "128"], 3 << 20,
+                              lambda: ln.set_rate(0, 10))
+    assert rc == 0 and rep["ok"], err
     assert digest(src) == digest(os.path.join(dst, "f.bin"))
     slow, fast = rep["links"][0]["bytes"], rep["links"][1]["bytes"]
     assert fast > 1.5 * slow, rep["links"]
@@ -176,20 +182,9 @@ def test_link_down_mid_transfer(env):
     os.makedirs(dst)
     remote = f"{ln.receiver_addr(0)}:7000,{ln.receiver_addr(1)}:7000"
     serve(env, remote, dst, ns=ln, metrics="127.0.0.1:7099")
-    argv = ln.cmd(ln.snd, [BIN, "xfer", "send", src, remote, "--streams", "2", "--stall-ms",
-                           "1000", "--chunk-kib", "256", "--json"])
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_until(lambda: (metric(7099, "accelnet_xfer_received_bytes_total", ns=ln) or 0) > 4 << 20,
-                   "a quarter of the file received")
-        ln.down(1)
-        out, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    rep = json.loads(out)
-    assert p.returncode == 0 and rep["ok"], err
+    rc, rep, err = send_while(ln, [src, remote, "--streams", "2", "--stall-ms", "1000", "--chunk-kib", "256"],
+                              4 << 20, lambda: ln.down(1))
+    assert rc == 0 and rep["ok"], err
     assert digest(src) == digest(os.path.join(dst, "f.bin"))
     assert rep["links"][1]["streams_lost"] > 0 and rep["links"][1]["streams_up"] == 0, rep["links"]
     assert rep["links"][0]["bytes"] > rep["links"][1]["bytes"], rep["links"]
@@ -205,22 +200,16 @@ def test_receiver_killed_then_resumed(env):
     remote = f"{ln.receiver_addr(0)}:7000"
     srv = serve(env, remote, dst, ns=ln, metrics="127.0.0.1:7099")
     args = [src, remote, "--streams", "4", "--chunk-kib", "256", "--stall-ms", "2000"]
-    argv = ln.cmd(ln.snd, [BIN, "xfer", "send"] + args + ["--json"])
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_until(lambda: (metric(7099, "accelnet_xfer_received_bytes_total", ns=ln) or 0) > 10 << 20,
-                   "40% received")
+    arrived = []
+
+    def kill_receiver():
         srv.send_signal(signal.SIGSTOP)
-        _, arrived = tcp_received(7000, ns=ln.rcv)  # every byte the receiver had read
+        arrived.append(tcp_received(7000, ns=ln.rcv)[1])  # every byte the receiver had read
         srv.send_signal(signal.SIGKILL)
         srv.wait()
-        out, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    first = json.loads(out)
-    assert p.returncode != 0 and not first["ok"] and first["error"], out
+    rc, first, err = send_while(ln, args, 10 << 20, kill_receiver)
+    arrived = arrived[0]
+    assert rc != 0 and not first["ok"] and first["error"], first
     assert not os.path.exists(os.path.join(dst, "f.bin"))
     serve(env, remote, dst, ns=ln, name="serve2")
     rep = send(args, ns=ln)
