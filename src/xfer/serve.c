@@ -81,6 +81,13 @@ struct server {
 	unsigned nlisten;
 	char listen_names[XFER_LINKS_MAX][64];
 	_Atomic uint64_t link_bytes[XFER_LINKS_MAX];
+	/* transfers that failed, and why: a stream arriving after its session is gone gets the
+	 * cause, not "no such transfer" (the last 8, oldest overwritten) */
+	struct {
+		uint8_t id[XFER_SESSION_LEN];
+		char why[200];
+	} tombs[8];
+	unsigned ntombs;
 	int done_ok;	     /* puller: DONE was sent */
 	uint64_t total_bytes; /* puller: the manifest's size */
 	char peer_err[256]; /* puller: the server's ERR */
@@ -309,9 +316,19 @@ static int on_chunk(struct conn *c, const struct xfer_hello *hello, const uint8_
 		c->sess = session_get(s, hello->session);
 	struct session *ss = c->sess;
 	struct xfer_chunk_meta cm;
-	if (!ss || xfer_chunk_decode(meta, h->meta_len, &cm) || cm.file >= ss->m.nfiles ||
+	if (!ss) {
+		char why[200] = "no such transfer (the receiver restarted?)";
+		pthread_mutex_lock(&s->mu);
+		for (unsigned i = 0; i < s->ntombs && i < 8; i++)
+			if (!memcmp(s->tombs[i].id, hello->session, XFER_SESSION_LEN))
+				snprintf(why, sizeof(why), "%s", s->tombs[i].why);
+		pthread_mutex_unlock(&s->mu);
+		send_err(&c->io, why);
+		return -EPROTO;
+	}
+	if (xfer_chunk_decode(meta, h->meta_len, &cm) || cm.file >= ss->m.nfiles ||
 	    cm.chunk >= ss->files[cm.file].nchunks) {
-		send_err(&c->io, ss ? "chunk outside the manifest" : "no such transfer (send the manifest first)");
+		send_err(&c->io, "chunk outside the manifest");
 		return -EPROTO;
 	}
 	struct xfer_store_file *f = &ss->files[cm.file];
@@ -372,8 +389,13 @@ static int on_chunk(struct conn *c, const struct xfer_hello *hello, const uint8_
 	xfer_ack_encode(out, &a);
 	int wrc = xfer_frame_send(&c->io, XFER_ACK, out, sizeof(out));
 	if (a.status == XFER_ACK_IO) {
-		char msg[256];
-		snprintf(msg, sizeof(msg), "cannot write '%s': %s", f->path, strerror(-rc));
+		char msg[200];
+		snprintf(msg, sizeof(msg), "cannot write '%.100s': %s", f->path, strerror(-rc));
+		pthread_mutex_lock(&s->mu);
+		unsigned t = s->ntombs++ % 8;
+		memcpy(s->tombs[t].id, ss->id, XFER_SESSION_LEN);
+		snprintf(s->tombs[t].why, sizeof(s->tombs[t].why), "%s", msg);
+		pthread_mutex_unlock(&s->mu);
 		send_err(&c->io, msg);
 		return rc;
 	}
