@@ -248,7 +248,7 @@ void xfer_set_timeout(int fd, int timeout_ms)
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 }
 
-int xfer_dial(const struct net_addr *remote, const struct net_addr *local, int timeout_ms)
+int xfer_dial(const struct net_addr *remote, const struct net_addr *local, int timeout_ms, int cancel_fd)
 {
 	int fd = socket(remote->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -268,10 +268,14 @@ int xfer_dial(const struct net_addr *remote, const struct net_addr *local, int t
 			err = -errno;
 			goto fail;
 		}
-		struct pollfd p = {.fd = fd, .events = POLLOUT};
-		int n = poll(&p, 1, timeout_ms);
+		struct pollfd p[2] = {{.fd = fd, .events = POLLOUT}, {.fd = cancel_fd, .events = POLLIN}};
+		int n = poll(p, cancel_fd >= 0 ? 2 : 1, timeout_ms);
 		if (n == 0) {
 			err = -ETIMEDOUT;
+			goto fail;
+		}
+		if (n > 0 && cancel_fd >= 0 && (p[1].revents & POLLIN)) {
+			err = -ECANCELED;
 			goto fail;
 		}
 		socklen_t len = sizeof(err);

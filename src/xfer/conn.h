@@ -57,9 +57,10 @@ void xfer_io_close(struct xfer_io *io);
 /*
  * Connect to <remote> from <local> (NULL: the kernel picks by its routing table) with
  * a blocking socket; <timeout_ms> bounds the connect and, afterwards, every send and receive.
- * Returns the descriptor or -errno.
+ * A readable <cancel_fd> (or -1 for none) ends the wait early with -ECANCELED. Returns the
+ * descriptor or -errno.
  */
-int xfer_dial(const struct net_addr *remote, const struct net_addr *local, int timeout_ms);
+int xfer_dial(const struct net_addr *remote, const struct net_addr *local, int timeout_ms, int cancel_fd);
 /* One link as the user named it: where to connect, and from which source address. */
 struct xfer_path {
 	struct net_addr remote, local;

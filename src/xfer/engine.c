@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -83,6 +84,7 @@ struct xfer_engine {
 	void *arg;
 	const struct xfer_adopt *adopt;
 	struct ssl_ctx_st *tls; /* the transfer runs over TLS */
+	int cancel_fd;		/* an eventfd, readable once the streams should stop dialing */
 };
 
 /* The first error wins: later ones are consequences of it. */
@@ -222,7 +224,7 @@ static int stream_dial(struct stream *s)
 		return 0;
 	}
 	struct link *l = &e->links[s->link];
-	int fd = xfer_dial(&l->remote, l->has_local ? &l->local : NULL, (int)e->stall_ms);
+	int fd = xfer_dial(&l->remote, l->has_local ? &l->local : NULL, (int)e->stall_ms, e->cancel_fd);
 	if (fd < 0)
 		return fd;
 	char err[256];
@@ -279,13 +281,39 @@ static int stream_loop(struct stream *s)
 	return rc;
 }
 
+/* Done, or given up: nothing more for a stream to do. */
+static int transfer_over(struct xfer_engine *e)
+{
+	pthread_mutex_lock(&e->sched.mu);
+	int over = e->sched.done == e->sched.n || e->sched.error;
+	pthread_mutex_unlock(&e->sched.mu);
+	return over;
+}
+
+/*
+ * A stream's life: dial, carry chunks until the transfer is over or the connection fails,
+ * and after a failure dial again, every second or so, for as long as the transfer lasts, so
+ * a link that comes back is used again. Adopted connections (get) are not redialed.
+ */
 static void *stream_main(void *arg)
 {
 	struct stream *s = arg;
 	struct xfer_engine *e = s->e;
-	for (int tries = 0; tries < 2; tries++) {
-		if (s->io.fd < 0 && stream_dial(s))
-			break;
+	unsigned retry_ms = e->stall_ms < 1000 ? e->stall_ms : 1000;
+	for (int attempt = 0;; attempt++) {
+		if (s->io.fd < 0) {
+			if (attempt && (e->adopt || transfer_over(e)))
+				break;
+			if (attempt)
+				xfer_sched_wait(&e->sched, (int)retry_ms);
+			if (transfer_over(e))
+				break;
+			int rc = stream_dial(s);
+			if (rc == -EACCES || (rc && e->adopt && !attempt))
+				break;
+			if (rc)
+				continue;
+		}
 		struct link *l = &e->links[s->link];
 		atomic_fetch_add(&l->up, 1);
 		int rc = stream_loop(s);
@@ -302,8 +330,7 @@ static void *stream_main(void *arg)
 		atomic_fetch_sub(&l->up, 1);
 		atomic_fetch_add(&l->failed, 1);
 		xfer_io_close(&s->io);
-		if (e->sched.error)
-			break;
+		xfer_sched_wake(&e->sched);
 	}
 	atomic_store(&s->state, ST_DEAD);
 	xfer_sched_wake(&e->sched);
@@ -378,6 +405,7 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 	if (!e)
 		return -ENOMEM;
 	pthread_mutex_init(&e->err_mu, NULL);
+	e->cancel_fd = eventfd(0, EFD_CLOEXEC);
 	e->m = *m;
 	e->t0_ns = clock_now_ns();
 	e->per_link = o->streams ? o->streams : 4;
@@ -539,11 +567,27 @@ static void fill_report(struct xfer_engine *e, struct xfer_report *r, int final)
 	snprintf(r->error, sizeof(r->error), "%s", e->error);
 }
 
+/* Streams waiting for a connect give up at once (the eventfd turns readable for good). */
+static void stop_dialing(struct xfer_engine *e)
+{
+	uint64_t one = 1;
+	ssize_t n = write(e->cancel_fd, &one, sizeof(one));
+	(void)n; /* an eventfd write cannot fail short of overflow; dials time out anyway */
+}
+
 static unsigned streams_alive(struct xfer_engine *e)
 {
 	unsigned n = 0;
 	for (unsigned i = 0; i < e->nstreams; i++)
 		n += atomic_load(&e->streams[i].state) != ST_DEAD;
+	return n;
+}
+
+static unsigned streams_up(struct xfer_engine *e)
+{
+	unsigned n = 0;
+	for (unsigned i = 0; i < e->nlinks; i++)
+		n += atomic_load(&e->links[i].up);
 	return n;
 }
 
@@ -580,7 +624,9 @@ static int finish_on(struct xfer_engine *e, struct xfer_io *io)
 
 int xfer_engine_finish(struct xfer_engine *e, struct xfer_report *rep)
 {
-	uint64_t next = clock_now_ns() + (uint64_t)e->progress_ms * 1000000;
+	uint64_t next = clock_now_ns() + (uint64_t)e->progress_ms * 1000000, none_since = 0;
+	/* with no stream connected for this long, the receiver is gone (or every link is) */
+	uint64_t give_up_ns = (uint64_t)(2 * e->stall_ms > 3000 ? 2 * e->stall_ms : 3000) * 1000000;
 	int rc = 0;
 	for (;;) {
 		pthread_mutex_lock(&e->sched.mu);
@@ -592,7 +638,12 @@ int xfer_engine_finish(struct xfer_engine *e, struct xfer_report *rep)
 			rc = err;
 			break;
 		}
-		if (!streams_alive(e)) {
+		uint64_t now = clock_now_ns();
+		if (streams_up(e))
+			none_since = 0;
+		else if (!none_since)
+			none_since = now;
+		if (!streams_alive(e) || (none_since && now - none_since > give_up_ns)) {
 			set_error(e, "%s", "lost every stream to the receiver (all links down or receiver gone)");
 			rc = -ECONNRESET;
 			xfer_sched_abort(&e->sched, rc);
@@ -607,6 +658,7 @@ int xfer_engine_finish(struct xfer_engine *e, struct xfer_report *rep)
 		}
 		xfer_sched_wait(&e->sched, (int)e->progress_ms);
 	}
+	stop_dialing(e);
 	for (unsigned i = 0; i < e->nstreams; i++)
 		if (e->streams[i].started) {
 			if (rc && e->streams[i].io.fd >= 0)
@@ -640,6 +692,7 @@ void xfer_engine_free(struct xfer_engine *e)
 		return;
 	if (e->streams) {
 		xfer_sched_abort(&e->sched, -ECANCELED);
+		stop_dialing(e);
 		for (unsigned i = 0; i < e->nstreams; i++) {
 			if (e->streams[i].io.fd >= 0)
 				shutdown(e->streams[i].io.fd, SHUT_RDWR);
@@ -660,6 +713,8 @@ void xfer_engine_free(struct xfer_engine *e)
 	memset(&e->token, 0, sizeof(e->token));
 	if (e->tls)
 		SSL_CTX_free(e->tls);
+	if (e->cancel_fd >= 0)
+		close(e->cancel_fd);
 	pthread_mutex_destroy(&e->err_mu);
 	free(e);
 }

@@ -81,8 +81,8 @@ struct server {
 	unsigned nlisten;
 	char listen_names[XFER_LINKS_MAX][64];
 	_Atomic uint64_t link_bytes[XFER_LINKS_MAX];
-	/* transfers that failed, and why: a stream arriving after its session is gone gets the
-	 * cause, not "no such transfer" (the last 8, oldest overwritten) */
+	/* transfers that ended, and why: a stream arriving after its session is gone gets the
+	 * cause, not "no such transfer", and a late GET does not start over (the last 8) */
 	struct {
 		uint8_t id[XFER_SESSION_LEN];
 		char why[200];
@@ -255,6 +255,25 @@ static int reply_need(struct conn *c)
 	return rc;
 }
 
+/* Remember why transfer <id> ended (under s->mu). */
+static void tomb_add_locked(struct server *s, const uint8_t id[XFER_SESSION_LEN], const char *why)
+{
+	unsigned t = s->ntombs++ % 8;
+	memcpy(s->tombs[t].id, id, XFER_SESSION_LEN);
+	snprintf(s->tombs[t].why, sizeof(s->tombs[t].why), "%s", why);
+}
+
+/* Why transfer <id> ended, if it did lately (under s->mu): copied to <why>, 1; else 0. */
+static int tomb_find_locked(struct server *s, const uint8_t id[XFER_SESSION_LEN], char *why, size_t len)
+{
+	for (unsigned i = 0; i < s->ntombs && i < 8; i++)
+		if (!memcmp(s->tombs[i].id, id, XFER_SESSION_LEN)) {
+			snprintf(why, len, "%s", s->tombs[i].why);
+			return 1;
+		}
+	return 0;
+}
+
 /* The session a HELLO named, with a reference for the caller, or NULL. */
 static struct session *session_get(struct server *s, const uint8_t id[XFER_SESSION_LEN])
 {
@@ -319,9 +338,7 @@ static int on_chunk(struct conn *c, const struct xfer_hello *hello, const uint8_
 	if (!ss) {
 		char why[200] = "no such transfer (the receiver restarted?)";
 		pthread_mutex_lock(&s->mu);
-		for (unsigned i = 0; i < s->ntombs && i < 8; i++)
-			if (!memcmp(s->tombs[i].id, hello->session, XFER_SESSION_LEN))
-				snprintf(why, sizeof(why), "%s", s->tombs[i].why);
+		tomb_find_locked(s, hello->session, why, sizeof(why));
 		pthread_mutex_unlock(&s->mu);
 		send_err(&c->io, why);
 		return -EPROTO;
@@ -392,9 +409,7 @@ static int on_chunk(struct conn *c, const struct xfer_hello *hello, const uint8_
 		char msg[200];
 		snprintf(msg, sizeof(msg), "cannot write '%.100s': %s", f->path, strerror(-rc));
 		pthread_mutex_lock(&s->mu);
-		unsigned t = s->ntombs++ % 8;
-		memcpy(s->tombs[t].id, ss->id, XFER_SESSION_LEN);
-		snprintf(s->tombs[t].why, sizeof(s->tombs[t].why), "%s", msg);
+		tomb_add_locked(s, ss->id, msg);
 		pthread_mutex_unlock(&s->mu);
 		send_err(&c->io, msg);
 		return rc;
@@ -574,6 +589,14 @@ static int pull_serve(struct conn *c, const struct xfer_hello *hello)
 	if (expected == 0 || expected > PULL_MAX_STREAMS)
 		expected = PULL_MAX_STREAMS;
 	pthread_mutex_lock(&s->mu);
+	char ended[200];
+	if (tomb_find_locked(s, hello->session, ended, sizeof(ended))) {
+		/* a connection that arrives after its GET was answered must not start it again */
+		pthread_mutex_unlock(&s->mu);
+		free(names);
+		send_err(&c->io, ended);
+		return 0;
+	}
 	struct pull *p = s->pulls;
 	while (p && memcmp(p->id, hello->session, XFER_SESSION_LEN))
 		p = p->next;
@@ -661,6 +684,7 @@ static int pull_serve(struct conn *c, const struct xfer_hello *hello)
 	xfer_items_free(items, nitems);
 	pthread_mutex_lock(&s->mu);
 	p->closed = 1;
+	tomb_add_locked(s, p->id, err[0] ? err : "this transfer has ended");
 	for (unsigned i = p->head; i < p->tail; i++)
 		xfer_io_close(&p->ios[i]);
 	if (!handed && p->head == 0)
@@ -685,7 +709,7 @@ static void metrics_reply(struct server *s, int fd)
 	if (n <= 0)
 		return;
 	req[n] = 0;
-	char body[2048];
+	char body[4096];
 	int len;
 	if (strncmp(req, "GET /metrics ", 13)) {
 		len = snprintf(body, sizeof(body), "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
@@ -723,6 +747,14 @@ static void metrics_reply(struct server *s, int fd)
 			    (unsigned long long)s->m_files, (unsigned long long)s->m_sessions, sessions, conns,
 			    (unsigned long long)s->m_conns_total, (unsigned long long)s->m_auth_fail,
 			    (unsigned long long)s->m_errors);
+	blen += snprintf(body + blen, sizeof(body) - (size_t)blen,
+			 "# TYPE accelnet_xfer_link_bytes_total counter\n");
+	for (unsigned i = 0; i < s->nlisten && blen < (int)sizeof(body); i++)
+		blen += snprintf(body + blen, sizeof(body) - (size_t)blen,
+				 "accelnet_xfer_link_bytes_total{listen=\"%s\"} %llu\n", s->listen_names[i],
+				 (unsigned long long)atomic_load(&s->link_bytes[i]));
+	if (blen >= (int)sizeof(body))
+		blen = (int)sizeof(body) - 1;
 	char head[256];
 	len = snprintf(head, sizeof(head),
 		       "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n"
@@ -965,7 +997,7 @@ int xfer_get(const struct xfer_send_opts *o, const char *const *names, unsigned 
 	for (unsigned k = 0; k < per; k++)
 		for (int i = 0; i < np; i++) {
 			int stall = o->stall_ms ? (int)o->stall_ms : 5000;
-			int fd = xfer_dial(&paths[i].remote, paths[i].has_local ? &paths[i].local : NULL, stall);
+			int fd = xfer_dial(&paths[i].remote, paths[i].has_local ? &paths[i].local : NULL, stall, -1);
 			char err[256];
 			if (fd < 0) {
 				if (rc == -EHOSTUNREACH)

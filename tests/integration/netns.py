@@ -65,6 +65,12 @@ class Links:
         sh("ip", "-n", self.snd, "link", "set", a, "down")
         sh("ip", "-n", self.rcv, "link", "set", b, "down")
 
+    def up(self, i):
+        """Bring link i back (its addresses and routes return with it)."""
+        a, b = self.devs[i]
+        sh("ip", "-n", self.snd, "link", "set", a, "up")
+        sh("ip", "-n", self.rcv, "link", "set", b, "up")
+
     def close(self):
         for ns in (self.snd, self.rcv):
             subprocess.run(["ip", "netns", "del", ns], stdout=subprocess.DEVNULL,

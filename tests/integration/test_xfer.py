@@ -190,6 +190,37 @@ def test_link_down_mid_transfer(env):
     assert rep["links"][0]["bytes"] > rep["links"][1]["bytes"], rep["links"]
 
 
+def test_link_back_is_used_again(env):
+    """A link that goes down and comes back during the transfer is dialed again and carries
+    chunks again; the file is intact."""
+    ln = links(env, [40, 40])
+    src, dst = make_file(os.path.join(env.dir, "f.bin"), 24 << 20), os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    remote = f"{ln.receiver_addr(0)}:7000,{ln.receiver_addr(1)}:7000"
+    serve(env, remote, dst, ns=ln, metrics="127.0.0.1:7099")
+    link1 = f'accelnet_xfer_link_bytes_total{{listen="{ln.receiver_addr(1)}:7000"}}'
+    at_return = []
+
+    def streams_on_link1():
+        out = subprocess.run(ln.cmd(ln.snd, ["ss", "-tnH", "state", "established",
+                                             f"( dport = :7000 and dst {ln.receiver_addr(1)} )"]),
+                             capture_output=True, text=True).stdout
+        return len(out.splitlines())
+
+    def down_then_up():
+        ln.down(1)
+        wait_until(lambda: streams_on_link1() == 0, "the sender gave up link 1's streams")
+        at_return.append(metric(7099, link1, ns=ln))
+        ln.up(1)
+    rc, rep, err = send_while(ln, [src, remote, "--streams", "2", "--stall-ms", "1000", "--chunk-kib", "128"],
+                              2 << 20, down_then_up)
+    assert rc == 0 and rep["ok"], err
+    assert digest(src) == digest(os.path.join(dst, "f.bin"))
+    back = rep["links"][1]
+    assert back["streams_lost"] > 0 and back["streams_up"] > 0, rep["links"]
+    assert metric(7099, link1, ns=ln) > at_return[0], at_return  # it carried chunks again
+
+
 def test_receiver_killed_then_resumed(env):
     """The receiver is killed mid-transfer; the sender fails with a clear error; the same
     command after a restart sends only what had not arrived whole (every complete chunk that
