@@ -94,6 +94,7 @@ struct xfer_serve_opts {
 	const char *metrics;	/* NULL, or ADDR for GET /metrics (Prometheus text) */
 	const char *tls_cert, *tls_key; /* accept TLS transfers with this certificate */
 	const char *tls_ca;		 /* require TLS with client certificates signed by this CA */
+	unsigned keep_parts_hours;	 /* partial files untouched this long are removed; 0: 72 */
 	volatile int *stop;	/* set non-zero (e.g. from a signal handler) to return */
 	void (*ready)(const int *ports, unsigned n, void *arg); /* after binding (port 0 works) */
 	void *arg;

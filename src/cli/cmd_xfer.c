@@ -24,7 +24,7 @@ static void on_signal(int sig)
 static const char usage_text[] =
 	"usage:\n"
 	"  accelnet xfer serve --listen ADDR[,ADDR...] --dir DIR [--token FILE] [--metrics ADDR]\n"
-	"        [--tls-cert FILE --tls-key FILE [--tls-ca FILE]]\n"
+	"        [--tls-cert FILE --tls-key FILE [--tls-ca FILE]] [--keep-parts-hours H]\n"
 	"  accelnet xfer send PATH... HOST:PORT[,HOST:PORT...] [--streams N] [--to NAME]\n"
 	"        [--from ADDR[,ADDR...]] [--token FILE] [--chunk-kib N] [--stall-ms MS] [--json] [--quiet]\n"
 	"        [--tls [--tls-ca FILE] [--tls-cert FILE --tls-key FILE] | --tls-insecure]\n"
@@ -75,6 +75,11 @@ static int cmd_serve(int argc, char **argv)
 			o.token_file = v, i++;
 		else if (!strcmp(a, "--metrics") && v)
 			o.metrics = v, i++;
+		else if (!strcmp(a, "--keep-parts-hours") && v) {
+			if (parse_uint(v, 100000, &o.keep_parts_hours))
+				return bad_usage("--keep-parts-hours needs a positive number of hours");
+			i++;
+		}
 		else if (!strcmp(a, "--tls-cert") && v)
 			o.tls_cert = v, i++;
 		else if (!strcmp(a, "--tls-key") && v)

@@ -841,7 +841,16 @@ int xfer_serve(const struct xfer_serve_opts *o)
 		pfd[i] = (struct pollfd){.fd = lfd[i], .events = POLLIN};
 	if (mfd >= 0)
 		pfd[np++] = (struct pollfd){.fd = mfd, .events = POLLIN};
+	uint64_t next_sweep = 0;
+	uint64_t keep_s = o->keep_parts_hours ? (uint64_t)o->keep_parts_hours * 3600 : 72 * 3600;
 	while (!*o->stop) {
+		if (clock_now_ms() >= next_sweep) { /* at start, then hourly */
+			unsigned removed;
+			if (xfer_store_sweep(s.dirfd, keep_s, &removed) == 0 && removed)
+				log_info("xfer serve: removed %u abandoned partial file(s) older than %llu h", removed,
+					 (unsigned long long)(keep_s / 3600));
+			next_sweep = clock_now_ms() + 3600 * 1000;
+		}
 		if (poll(pfd, np, 200) <= 0)
 			continue;
 		for (unsigned i = 0; i < np; i++) {

@@ -3,6 +3,7 @@
  */
 #include "xfer/store.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
@@ -343,4 +344,44 @@ int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[
 		close(sd);
 	close(pfd);
 	return rc;
+}
+
+int xfer_store_sweep(int dirfd, uint64_t max_age_s, unsigned *removed)
+{
+	*removed = 0;
+	int sd = open_beneath(dirfd, XFER_STORE_DIR, O_RDONLY | O_DIRECTORY, 0);
+	if (sd < 0)
+		return sd == -ENOENT ? 0 : sd;
+	DIR *d = fdopendir(sd);
+	if (!d) {
+		close(sd);
+		return -errno;
+	}
+	time_t now = time(NULL);
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		size_t n = strlen(de->d_name);
+		if (n != 32 + sizeof(".state") - 1 || strcmp(de->d_name + 32, ".state"))
+			continue;
+		struct stat st;
+		int fd = openat(sd, de->d_name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		/* a part in use is locked; an old one nobody holds is abandoned */
+		if (fstat(fd, &st) == 0 && (uint64_t)(now - st.st_mtime) > max_age_s &&
+		    flock(fd, LOCK_EX | LOCK_NB) == 0) {
+			char part[64];
+			snprintf(part, sizeof(part), "%.32s.part", de->d_name);
+			struct stat pst;
+			if (fstatat(sd, part, &pst, AT_SYMLINK_NOFOLLOW) < 0 ||
+			    (uint64_t)(now - pst.st_mtime) > max_age_s) {
+				unlinkat(sd, part, 0);
+				unlinkat(sd, de->d_name, 0);
+				(*removed)++;
+			}
+		}
+		close(fd);
+	}
+	closedir(d);
+	return 0;
 }

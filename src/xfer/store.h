@@ -79,4 +79,11 @@ void xfer_whole_hash(const uint64_t *hashes, uint32_t n, uint8_t out[16]);
  */
 int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[16], const char **why);
 
+/*
+ * Remove the parts (and states) under <dirfd> that nobody holds and that neither changed for
+ * <max_age_s> seconds: transfers abandoned rather than interrupted. 0 or -errno; the count
+ * in *removed.
+ */
+int xfer_store_sweep(int dirfd, uint64_t max_age_s, unsigned *removed);
+
 #endif

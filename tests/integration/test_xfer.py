@@ -520,6 +520,29 @@ def test_progress_bar_on_a_terminal(env):
     assert r.returncode == 0 and "ETA" not in r.stderr and "1 file(s)" in r.stderr, r.stderr
 
 
+def test_abandoned_parts_are_swept(env):
+    """Partial files nobody resumed for --keep-parts-hours are removed when serve starts (and
+    hourly); recent ones stay for a resume."""
+    dst = os.path.join(env.dir, "dst")
+    store = os.path.join(dst, ".accelnet-xfer")
+    os.makedirs(store)
+    old, recent = "0" * 31 + "a", "0" * 31 + "b"
+    for name in (old, recent):
+        for ext in ("part", "state"):
+            with open(os.path.join(store, f"{name}.{ext}"), "wb") as f:
+                f.write(b"x" * 100)
+    week_ago = time.time() - 7 * 24 * 3600
+    for ext in ("part", "state"):
+        os.utime(os.path.join(store, f"{old}.{ext}"), (week_ago, week_ago))
+    p = serve(env, f"127.0.0.1:{free_port()}", dst)
+    p.wait_log = lambda: "removed 1 abandoned" in env.log(p)
+    wait_until(p.wait_log, "the sweep's log line")
+    assert sorted(os.listdir(store)) == [f"{recent}.part", f"{recent}.state"], os.listdir(store)
+    r = subprocess.run([BIN, "xfer", "serve", "--listen", "127.0.0.1:1", "--dir", dst,
+                        "--keep-parts-hours", "0"], capture_output=True, text=True)
+    assert r.returncode == 2 and "keep-parts-hours" in r.stderr, r.stderr
+
+
 def test_cli_errors(env):
     """Bad arguments and unreachable receivers give one clear line and a non-zero exit."""
     r = subprocess.run([BIN, "xfer", "send", "/nonexistent/file", "127.0.0.1:1"],
