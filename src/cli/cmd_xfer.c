@@ -174,7 +174,7 @@ static void print_json(const struct xfer_report *r, int rc)
 
 enum push_kind { PUSH_SEND, PUSH_BCAST, PUSH_GET };
 
-static int report_result(const struct xfer_report *rp, int rc, int json, int quiet);
+static int report_result(const struct xfer_report *r, int rc, int json, int quiet);
 
 /* send, bcast and get: positionals are paths then destinations (send: the last one only;
  * bcast: the path first; get: the server first, then names). */
@@ -272,25 +272,24 @@ static int cmd_push(int argc, char **argv, enum push_kind kind)
 	return report_result(&r, rc, json, quiet);
 }
 
-static int report_result(const struct xfer_report *rp, int rc, int json, int quiet)
+static int report_result(const struct xfer_report *r, int rc, int json, int quiet)
 {
-	const struct xfer_report r = *rp;
 	if (json)
-		print_json(&r, rc);
+		print_json(r, rc);
 	if (rc) {
-		fprintf(stderr, "accelnet xfer: transfer failed: %s\n", r.error);
+		fprintf(stderr, "accelnet xfer: transfer failed: %s\n", r->error);
 		return 1;
 	}
 	if (!quiet && !json) {
 		char total[32], sent[32];
-		human((double)r.bytes_total, total, sizeof(total));
-		human((double)r.bytes_sent, sent, sizeof(sent));
-		fprintf(stderr, "accelnet xfer: %u file(s), %s in %.2f s (%.2f Gbit/s)", r.files, total, r.seconds,
-			r.seconds > 0 ? (double)r.bytes_acked * 8 / r.seconds / 1e9 : 0);
-		if (r.bytes_sent) /* a sender's view; get reports what it received */
+		human((double)r->bytes_total, total, sizeof(total));
+		human((double)r->bytes_sent, sent, sizeof(sent));
+		fprintf(stderr, "accelnet xfer: %u file(s), %s in %.2f s (%.2f Gbit/s)", r->files, total, r->seconds,
+			r->seconds > 0 ? (double)r->bytes_acked * 8 / r->seconds / 1e9 : 0);
+		if (r->bytes_sent) /* a sender's view; get reports what it received */
 			fprintf(stderr, ", %s sent", sent);
-		for (unsigned i = 0; i < r.nlinks; i++)
-			fprintf(stderr, "%s %s %.2f Gbit/s", i ? "," : ";", r.links[i].remote, r.links[i].gbps);
+		for (unsigned i = 0; i < r->nlinks; i++)
+			fprintf(stderr, "%s %s %.2f Gbit/s", i ? "," : ";", r->links[i].remote, r->links[i].gbps);
 		fprintf(stderr, "\n");
 	}
 	return 0;

@@ -195,8 +195,7 @@ static int read_ack(struct stream *s, uint32_t id)
 		return 0;
 	case XFER_ACK_BAD:
 		atomic_fetch_add(&e->chunks_bad, 1);
-		xfer_sched_bad(&e->sched, id);
-		if (e->sched.error)
+		if (xfer_sched_bad(&e->sched, id))
 			set_error(e, "%s", "a chunk arrived corrupt too many times");
 		return 0;
 	default:
@@ -224,10 +223,14 @@ static int stream_dial(struct stream *s)
 		return 0;
 	}
 	struct link *l = &e->links[s->link];
-	int fd = xfer_dial(&l->remote, l->has_local ? &l->local : NULL, (int)e->stall_ms, e->cancel_fd);
+	/* a connect gets at least 3 s, so a lost SYN can be sent again (its first retry is at 1 s);
+	 * the stall timeout then bounds every send and receive */
+	int connect_ms = e->stall_ms > 3000 ? (int)e->stall_ms : 3000;
+	int fd = xfer_dial(&l->remote, l->has_local ? &l->local : NULL, connect_ms, e->cancel_fd);
 	if (fd < 0)
 		return fd;
 	char err[256];
+	xfer_set_timeout(fd, (int)e->stall_ms);
 	s->io = (struct xfer_io){.fd = fd};
 	int rc = xfer_io_start_client(&s->io, e->tls, l->rname, err, sizeof(err));
 	if (!rc)

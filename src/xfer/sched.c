@@ -157,14 +157,16 @@ void xfer_sched_lost(struct xfer_sched *s, uint32_t id)
 	pthread_mutex_unlock(&s->mu);
 }
 
-void xfer_sched_bad(struct xfer_sched *s, uint32_t id)
+int xfer_sched_bad(struct xfer_sched *s, uint32_t id)
 {
+	int fatal = 0;
 	pthread_mutex_lock(&s->mu);
 	struct xfer_slot *c = &s->slots[id];
 	if (c->copies)
 		c->copies--;
 	if (c->state == XS_INFLIGHT) {
 		if (++c->tries >= XFER_SCHED_TRIES) {
+			fatal = 1;
 			if (!s->error)
 				s->error = -EIO;
 			pthread_cond_broadcast(&s->cv);
@@ -173,6 +175,7 @@ void xfer_sched_bad(struct xfer_sched *s, uint32_t id)
 		}
 	}
 	pthread_mutex_unlock(&s->mu);
+	return fatal;
 }
 
 void xfer_sched_abort(struct xfer_sched *s, int err)

@@ -63,8 +63,9 @@ int xfer_sched_take(struct xfer_sched *s, uint8_t link, uint64_t now_ns, uint32_
 int xfer_sched_ack(struct xfer_sched *s, uint32_t id);
 /* A copy of <id> was lost with its stream: requeue it unless another copy is still out. */
 void xfer_sched_lost(struct xfer_sched *s, uint32_t id);
-/* The receiver found <id> corrupt: send again, or fail the transfer after too many tries. */
-void xfer_sched_bad(struct xfer_sched *s, uint32_t id);
+/* The receiver found <id> corrupt: send again, or fail the transfer after too many tries
+ * (then returns 1). */
+int xfer_sched_bad(struct xfer_sched *s, uint32_t id);
 /* Stop the transfer with <err> (-errno); every waiter wakes and sees it. */
 void xfer_sched_abort(struct xfer_sched *s, int err);
 /* Wake every waiter (a stream ended). */

@@ -6,11 +6,12 @@
  *          4  u8 type, u8 flags,           12 u32 data_len (<= XFER_DATA_MAX)
  *             u16 reserved (0)
  *
- * All integers are little-endian. A connection begins with the server's CHALLENGE (a random
- * nonce) and the client's HELLO (role, session id, HMAC-SHA256 of the nonce under the shared
- * token); then a control connection carries MANIFEST -> NEED, FINISH -> DONE, and each data
- * connection carries CHUNK -> ACK. The parsers here take bytes off the network and are fuzzed
- * (tests/fuzz/fuzz_xfer_wire.c): they check every length before reading.
+ * All integers are little-endian. A client first sends the 4-byte magic (or starts TLS, see
+ * conn.h); then the server's CHALLENGE (a random nonce) and the client's HELLO (role,
+ * transfer id, HMAC-SHA256 of the nonce under the shared token). Every connection of a
+ * transfer is alike: the first carries MANIFEST -> NEED, each carries CHUNK -> ACK, and any
+ * live one FINISH -> DONE at the end. The parsers here take bytes off the network and are
+ * fuzzed (tests/fuzz/fuzz_xfer_wire.c): they check every length before reading.
  */
 #ifndef ACCELNET_XFER_WIRE_H
 #define ACCELNET_XFER_WIRE_H
@@ -35,7 +36,7 @@ enum xfer_type {
 	XFER_HELLO,	    /* client: version, role, session id, mac */
 	XFER_OK,	    /* server: text (may be empty) */
 	XFER_ERR,	    /* either side: text, then the connection closes */
-	XFER_MANIFEST,	    /* sender: the files, chunk size, hashes, downstream hops */
+	XFER_MANIFEST,	    /* sender: the files, chunk size, downstream hops */
 	XFER_NEED,	    /* receiver: per file, a bitmap of the chunks it still needs */
 	XFER_CHUNK,	    /* sender: file, chunk, hash; data = the chunk's bytes */
 	XFER_ACK,	    /* receiver: file, chunk, status */
