@@ -395,7 +395,7 @@ def test_get_pulls_files_and_trees(env):
     served, dst = os.path.join(env.dir, "served"), os.path.join(env.dir, "dst")
     os.makedirs(os.path.join(served, "models", "m1"))
     os.makedirs(dst)
-    make_file(os.path.join(served, "models", "m1", "weights.bin"), 5 << 20)
+    make_file(os.path.join(served, "models", "m1", "weights.bin"), 24 << 20)  # enough for both links
     make_file(os.path.join(served, "models", "m1", "config.json"), 300, seed=3)
     make_file(os.path.join(served, "top.bin"), 700000, seed=4)
     outside = make_file(os.path.join(env.dir, "secret.bin"), 1000, seed=5)
@@ -406,7 +406,7 @@ def test_get_pulls_files_and_trees(env):
     remote = f"127.0.0.1:{port},127.0.0.2:{port}"
     rep = send([remote, "models/m1", "top.bin", "--to", dst, "--token", tok, "--chunk-kib", "256"],
                cmd="get")
-    assert rep["files"] == 3 and rep["bytes"] == (5 << 20) + 300 + 700000, rep
+    assert rep["files"] == 3 and rep["bytes"] == (24 << 20) + 300 + 700000, rep
     for rel, orig in (("m1/weights.bin", "models/m1/weights.bin"), ("m1/config.json", "models/m1/config.json"),
                       ("top.bin", "top.bin")):
         assert digest(os.path.join(dst, rel)) == digest(os.path.join(served, orig)), rel
@@ -493,11 +493,12 @@ def test_progress_bar_on_a_terminal(env):
     output redirected it prints only the summary line."""
     import pty
     ln = links(env, [40])
-    src, dst = make_file(os.path.join(env.dir, "f.bin"), 4 << 20), os.path.join(env.dir, "dst")
+    src, dst = make_file(os.path.join(env.dir, "f.bin"), 8 << 20), os.path.join(env.dir, "dst")
     os.makedirs(dst)
     serve(env, f"{ln.receiver_addr(0)}:7000", dst, ns=ln)
     master, slave = pty.openpty()
-    p = subprocess.Popen(ln.cmd(ln.snd, [BIN, "xfer", "send", src, f"{ln.receiver_addr(0)}:7000"]),
+    p = subprocess.Popen(ln.cmd(ln.snd, [BIN, "xfer", "send", src, f"{ln.receiver_addr(0)}:7000",
+                                         "--chunk-kib", "256"]),  # acks arrive while the bar runs
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave)
     os.close(slave)
     out = b""
