@@ -2,10 +2,12 @@
  * log.c - leveled logging and the invariant-failure handler.
  *
  * Each line is formatted into a stack buffer and written with a single write(2), so lines
- * from several worker threads never interleave mid-line.
+ * from several worker threads never interleave mid-line. Rate-limited lines (log.h) keep
+ * their state in a static at each call site, so limiting one site never silences another.
  */
 #include "core/log.h"
 #include "core/check.h"
+#include "core/clock.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -63,6 +65,34 @@ void log_msg(enum log_level level, const char *fmt, ...)
 	va_start(ap, fmt);
 	log_vwrite(level, fmt, ap);
 	va_end(ap);
+}
+
+int log_rate_pass(struct log_rate *r, unsigned every_ms, uint64_t now_ms, unsigned *suppressed)
+{
+	uint_fast64_t next = atomic_load_explicit(&r->next_ms, memory_order_relaxed);
+	if (now_ms < next ||
+	    !atomic_compare_exchange_strong(&r->next_ms, &next, now_ms + every_ms)) {
+		atomic_fetch_add_explicit(&r->suppressed, 1, memory_order_relaxed);
+		return 0;
+	}
+	*suppressed = atomic_exchange_explicit(&r->suppressed, 0, memory_order_relaxed);
+	return 1;
+}
+
+void log_rated(struct log_rate *r, unsigned every_ms, enum log_level level, const char *fmt, ...)
+{
+	char text[1536];
+	unsigned dropped;
+	if (level > log_threshold || !log_rate_pass(r, every_ms, clock_now_ms(), &dropped))
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	if (dropped)
+		log_msg(level, "%s (%u similar suppressed)", text, dropped);
+	else
+		log_msg(level, "%s", text);
 }
 
 void fatal(const char *fmt, ...)
