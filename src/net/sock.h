@@ -7,6 +7,8 @@
 
 #include "net/addr.h"
 
+#include <errno.h>
+
 /* A listening socket with SO_REUSEADDR, and SO_REUSEPORT when <reuseport> (one per worker). */
 int sock_listen(const struct net_addr *addr, int reuseport);
 /* Accept one connection, non-blocking, TCP_NODELAY. -EAGAIN when none is pending. */
@@ -17,5 +19,15 @@ int sock_connect(const struct net_addr *addr);
 int sock_error(int fd);
 /* The local port a socket is bound to (for "port 0" listeners). */
 int sock_local_port(int fd);
+
+/*
+ * Whether -errno <err> of a socket call means this host is short of something (descriptors,
+ * socket buffers, memory) rather than that the peer failed: such an error must never count
+ * against a backend, and a listener that meets it waits for a descriptor to free.
+ */
+static inline int sock_error_is_local(int err)
+{
+	return err == -EMFILE || err == -ENFILE || err == -ENOBUFS || err == -ENOMEM;
+}
 
 #endif

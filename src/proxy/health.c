@@ -1,7 +1,9 @@
 /*
  * health.c - the probes behind health.h. A probe is a tiny state machine: waiting for its
  * next interval, connecting, or waiting for the status line; its one timer serves both as
- * interval and as deadline.
+ * interval and as deadline. A check that cannot even start because this process is out of
+ * descriptors, socket buffers or memory says nothing about the backend: it is skipped, not
+ * counted as failed, and the next one runs at the usual interval.
  */
 #include "proxy/health.h"
 #include "core/log.h"
@@ -75,11 +77,26 @@ static void probe_finish(struct probe *p, int ok, const char *why)
 	probe_schedule(p);
 }
 
+/* The check could not run for want of local resources (<err>): no verdict on the backend. */
+static void probe_skip(struct probe *p, int err)
+{
+	log_warn_every(10000, "health check of backend %s (pool %s) skipped: %s here, which is "
+			      "not the backend's fault", p->be->name, p->be->pool->name, strerror(-err));
+	probe_schedule(p);
+}
+
 static void probe_on_io(struct loop_io *io, unsigned events)
 {
 	struct probe *p = container_of(io, struct probe, io);
 	if (p->phase == P_CONNECT && (events & (LOOP_WRITE | LOOP_HUP))) {
 		int err = sock_error(io->fd);
+		if (err && sock_error_is_local(err)) {
+			loop_io_del(p->h->loop, &p->io);
+			close(p->io.fd);
+			p->io.fd = -1;
+			probe_skip(p, err);
+			return;
+		}
 		if (err) {
 			probe_finish(p, 0, strerror(-err));
 			return;
@@ -132,13 +149,20 @@ static void probe_on_timer(struct loop_timer *t)
 	}
 	p->started_ms = loop_now(p->h->loop);
 	int fd = sock_connect(&p->be->conf->ep.addr);
+	if (fd < 0 && sock_error_is_local(fd)) {
+		probe_skip(p, fd);
+		return;
+	}
 	if (fd < 0) {
 		probe_finish(p, 0, strerror(-fd));
 		return;
 	}
 	p->io.fd = fd;
-	if (loop_io_add(p->h->loop, &p->io) < 0) {
-		probe_finish(p, 0, "cannot watch the check socket");
+	int rc = loop_io_add(p->h->loop, &p->io);
+	if (rc < 0) {
+		close(fd);
+		p->io.fd = -1;
+		probe_skip(p, rc);
 		return;
 	}
 	p->phase = P_CONNECT;

@@ -138,7 +138,7 @@ struct worker {
 	struct session *sessions;
 	unsigned nsessions, max_sessions;
 	int accept_paused, draining;
-	uint64_t cap_logged_ms; /* last "connection limit reached" warning */
+	struct loop_timer accept_timer; /* accepting again after running out of descriptors */
 	atomic_int drain_requested;
 	uint64_t rng;
 	struct http_head head; /* parse scratch, for request and response heads alike */

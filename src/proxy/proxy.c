@@ -4,6 +4,11 @@
  * Order matters: the runtime is built and every listener (workers' and admin) is opened
  * before any thread starts, so that an error leaves nothing running. The main loop then
  * owns signals, health checks and the admin endpoint while the workers serve.
+ *
+ * Descriptors are the first thing a flood exhausts, so start-up raises the soft limit to
+ * the hard one and fits the connection cap under it, with a reserve for everything that is
+ * not a client connection; running out anyway is handled where it happens (worker.c pauses
+ * accepting; health checks and connects do not blame the backend).
  */
 #include "proxy/proxy.h"
 #include "core/log.h"
@@ -17,6 +22,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+
+/* Descriptors kept back from client connections: event loops, listeners, health checks,
+ * the admin endpoint, logs, and upstream connections beyond one per client (hedges, idle). */
+#define FD_RESERVE 64
 
 struct main_state {
 	struct proxy *px;
@@ -57,6 +67,35 @@ static void main_on_signal(int signo, void *arg)
 		       loop_now(px->main_loop) + px->conf->timeouts.shutdown_ms);
 }
 
+/*
+ * Raise the soft RLIMIT_NOFILE to the hard limit, and return the connection cap that fits
+ * under it: limits.max_connections, or less (with a warning) when each proxied connection's
+ * two descriptors (client and backend) plus the reserve would not fit.
+ */
+static unsigned proxy_fit_connections(const struct conf *c, size_t nbackends)
+{
+	unsigned want = c->limits.max_connections;
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return want;
+	if (rl.rlim_cur < rl.rlim_max) {
+		struct rlimit raised = {.rlim_cur = rl.rlim_max, .rlim_max = rl.rlim_max};
+		if (setrlimit(RLIMIT_NOFILE, &raised) == 0)
+			rl.rlim_cur = rl.rlim_max;
+	}
+	uint64_t reserve = FD_RESERVE + (uint64_t)c->workers * (c->nlistens + 2) + nbackends;
+	if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= reserve + 2 * (uint64_t)want)
+		return want;
+	uint64_t fit = rl.rlim_cur > reserve + 2 * c->workers ? (rl.rlim_cur - reserve) / 2
+							      : c->workers;
+	log_warn("limits.max_connections is %u, but the descriptor limit of %llu carries only "
+		 "%llu (two per connection, %llu kept back): using %llu; raise the hard limit "
+		 "(ulimit -Hn, LimitNOFILE=) to allow more",
+		 want, (unsigned long long)rl.rlim_cur, (unsigned long long)fit,
+		 (unsigned long long)reserve, (unsigned long long)fit);
+	return (unsigned)fit;
+}
+
 static void main_on_wake(void *arg)
 {
 	struct main_state *m = arg;
@@ -91,8 +130,11 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 	px.workers = calloc(px.nworkers, sizeof(*px.workers));
 	if (!px.workers)
 		goto out;
+	unsigned cap = proxy_fit_connections(conf, px.rt->nbackends);
+	unsigned per_worker = (cap + px.nworkers - 1) / px.nworkers;
 	for (; inited < px.nworkers; inited++) {
-		if (worker_init(&px.workers[inited], &px, inited, err, sizeof(err)) < 0) {
+		if (worker_init(&px.workers[inited], &px, inited, per_worker, err, sizeof(err)) <
+		    0) {
 			log_error("%s", err);
 			inited++;
 			goto out;

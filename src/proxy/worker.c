@@ -2,8 +2,12 @@
  * worker.c - worker threads: listeners, accepting, the connection cap, and draining.
  *
  * Each worker has its own listening sockets on the same addresses (SO_REUSEPORT), so the
- * kernel spreads connections and no lock is taken to accept. At the connection cap a worker
- * stops accepting and lets the kernel backlog hold new clients until a session ends.
+ * kernel spreads connections and no lock is taken to accept. Accepting pauses in two cases,
+ * and new clients wait in the kernel backlog meanwhile: at the connection cap, until a
+ * session ends; and when the process is out of descriptors (or socket buffers, or memory),
+ * until a session ends or ACCEPT_RETRY_MS passes, whichever comes first. Listeners are
+ * edge-triggered, so resuming always accepts until the backlog is empty: waiting for the
+ * next connection to arrive would leave the ones already queued unanswered.
  */
 #include "proxy/worker.h"
 #include "core/log.h"
@@ -16,16 +20,15 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#define ACCEPT_RETRY_MS 200
+
+/* Accept until the backlog is empty, the cap is reached, or descriptors run out. */
 static void worker_accept(struct worker *w, struct listener *l)
 {
-	while (!w->draining) {
+	while (!w->draining && !w->accept_paused) {
 		if (w->nsessions >= w->max_sessions) {
-			uint64_t now = loop_now(w->loop);
-			if (now >= w->cap_logged_ms + 10000) {
-				log_warn("connection limit reached (%u on this worker); "
-					 "new clients wait in the backlog", w->max_sessions);
-				w->cap_logged_ms = now;
-			}
+			log_warn_every(10000, "connection limit reached (%u on this worker); "
+					      "new clients wait in the backlog", w->max_sessions);
 			w->accept_paused = 1;
 			return;
 		}
@@ -34,13 +37,35 @@ static void worker_accept(struct worker *w, struct listener *l)
 		int fd = sock_accept(l->io.fd, &peer, &plen);
 		if (fd == -EAGAIN)
 			return;
+		if (fd == -ECONNABORTED || fd == -EINTR || fd == -EPROTO)
+			continue; /* that client is gone; the next one may be waiting */
 		if (fd < 0) {
-			if (fd == -EMFILE || fd == -ENFILE)
-				log_warn("accept: %s", strerror(-fd));
+			log_warn_every(10000, "accept: %s (%u clients on this worker); new clients "
+					      "wait in the backlog until a descriptor frees",
+				       strerror(-fd), w->nsessions);
+			w->accept_paused = 1;
+			loop_timer_set(w->loop, &w->accept_timer,
+				       loop_now(w->loop) + ACCEPT_RETRY_MS);
 			return;
 		}
 		session_accept(w, fd, &peer);
 	}
+}
+
+/* Accept again on every listener, emptying their backlogs. */
+static void worker_resume_accept(struct worker *w)
+{
+	w->accept_paused = 0;
+	loop_timer_stop(w->loop, &w->accept_timer);
+	for (size_t i = 0; i < w->nlisteners && !w->accept_paused; i++)
+		worker_accept(w, &w->listeners[i]);
+}
+
+static void worker_on_accept_timer(struct loop_timer *t)
+{
+	struct worker *w = container_of(t, struct worker, accept_timer);
+	if (!w->draining)
+		worker_resume_accept(w);
 }
 
 static void listener_on_io(struct loop_io *io, unsigned events)
@@ -69,16 +94,15 @@ void worker_session_gone(struct worker *w)
 			loop_stop(w->loop);
 		return;
 	}
-	if (w->accept_paused && w->nsessions < w->max_sessions) {
-		w->accept_paused = 0;
-		for (size_t i = 0; i < w->nlisteners; i++)
-			worker_accept(w, &w->listeners[i]);
-	}
+	/* the session's descriptors are free now, whichever way accepting was paused */
+	if (w->accept_paused && w->nsessions < w->max_sessions)
+		worker_resume_accept(w);
 }
 
 static void worker_start_drain(struct worker *w)
 {
 	w->draining = 1;
+	loop_timer_stop(w->loop, &w->accept_timer);
 	worker_close_listeners(w);
 	upconn_close_idle(w);
 	/* idle clients go now; the others finish their exchange first */
@@ -100,7 +124,8 @@ static void worker_on_wake(void *arg)
 		worker_start_drain(w);
 }
 
-int worker_init(struct worker *w, struct proxy *px, unsigned id, char *err, size_t errlen)
+int worker_init(struct worker *w, struct proxy *px, unsigned id, unsigned max_sessions,
+		char *err, size_t errlen)
 {
 	const struct conf *c = px->conf;
 	int rc;
@@ -112,7 +137,9 @@ int worker_init(struct worker *w, struct proxy *px, unsigned id, char *err, size
 	if (bufsize < 16384)
 		bufsize = 16384;
 	buf_pool_init(&w->bufs, bufsize, 256);
-	w->max_sessions = (c->limits.max_connections + px->nworkers - 1) / px->nworkers;
+	uint64_t bodysize = c->limits.body_buffer_bytes + bufsize;
+	buf_pool_init(&w->body_bufs, (uint32_t)bodysize, 4);
+	w->max_sessions = max_sessions;
 	worker_inbox_init(&w->inbox);
 	if (getrandom(&w->rng, sizeof(w->rng), 0) != sizeof(w->rng))
 		w->rng = (uint64_t)id * 0x9e3779b97f4a7c15u + 1;
@@ -130,6 +157,7 @@ int worker_init(struct worker *w, struct proxy *px, unsigned id, char *err, size
 		return rc;
 	}
 	loop_set_wake_hook(w->loop, worker_on_wake, w);
+	w->accept_timer.fn = worker_on_accept_timer;
 	for (size_t i = 0; i < c->nlistens; i++) {
 		struct listener *l = &w->listeners[i];
 		int fd = sock_listen(&c->listens[i].addr, 1);
@@ -188,6 +216,7 @@ void worker_destroy(struct worker *w)
 	loop_destroy(w->loop);
 	worker_inbox_destroy(&w->inbox);
 	buf_pool_drain(&w->bufs);
+	buf_pool_drain(&w->body_bufs);
 	free(w->idle);
 	free(w->listeners);
 }
