@@ -28,6 +28,7 @@
 #include "core/rand.h"
 #include "http/prompt.h"
 #include "net/addr.h"
+#include "net/sock.h"
 #include "proxy/classify.h"
 
 #include <errno.h>
@@ -471,6 +472,10 @@ static enum run exchange_attach(struct session *s)
 	if (!x->up) {
 		/* the connect failed at once (refused on loopback, or out of descriptors) */
 		log_debug("backend %s: connect: %s", x->be->name, strerror(-err));
+		if (sock_error_is_local(err)) { /* our shortage, not the backend's failure */
+			exchange_drop_upstream(s);
+			return reply_error(s, 503, "proxy out of descriptors", 1);
+		}
 		return upstream_failed(s, UP_CONNECT);
 	}
 	x->up->s = s;
