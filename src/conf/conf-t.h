@@ -26,6 +26,9 @@ struct conf_backend {
 	unsigned max_concurrency; /* 0: no cap */
 };
 
+#define CONF_HEALTH_PATH_MAX 256
+#define CONF_BODY_BUFFER_MAX (64u << 20)
+
 struct conf_health {
 	int enabled; /* a health: block was given */
 	char *path;
@@ -85,7 +88,7 @@ struct conf_route {
 	size_t pool;			  /* index into conf.pools */
 	unsigned priority;		  /* QD_LOW .. QD_HIGH */
 	char *priority_header;		  /* NULL: the route's priority only */
-	char *tenant_header;		  /* NULL: Authorization, then X-API-Key */
+	char *tenant_header;		  /* NULL: the client's address */
 	int has_spill;			  /* spillover: a second pool */
 	size_t spill_pool;		  /* ... used when the wait would exceed: */
 	unsigned spill_after_ms;
@@ -94,12 +97,15 @@ struct conf_route {
 
 struct conf_timeouts {
 	unsigned connect_ms, header_ms, idle_ms, first_byte_ms, between_bytes_ms, shutdown_ms;
+	unsigned body_ms; /* the whole request body, from the end of the head; 0: no limit */
 };
 
 struct conf_limits {
 	unsigned max_connections;
 	unsigned max_header_bytes;
 	uint64_t max_body_bytes;
+	uint64_t body_buffer_bytes; /* a body is read this far before it may take a slot */
+	unsigned min_body_rate;	    /* bytes/s a request body must average; 0: no minimum */
 };
 
 struct conf {
@@ -111,6 +117,8 @@ struct conf {
 	struct conf_listen admin;
 	struct conf_timeouts timeouts;
 	struct conf_limits limits;
+	struct net_cidr *trusted_proxies; /* whose forwarding headers are believed */
+	size_t ntrusted_proxies;
 	struct conf_pool *pools;
 	size_t npools;
 	struct conf_route *routes;

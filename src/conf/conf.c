@@ -308,6 +308,7 @@ static const struct key_rule timeout_rules[] = {
     {"first_byte_ms", K_UINT, offsetof(struct conf_timeouts, first_byte_ms), 1, MS_MAX, NULL},
     {"between_bytes_ms", K_UINT, offsetof(struct conf_timeouts, between_bytes_ms), 1, MS_MAX, NULL},
     {"shutdown_ms", K_UINT, offsetof(struct conf_timeouts, shutdown_ms), 0, MS_MAX, NULL},
+    {"body_ms", K_UINT, offsetof(struct conf_timeouts, body_ms), 0, MS_MAX, NULL},
     RULES_END,
 };
 
@@ -321,6 +322,9 @@ static const struct key_rule limit_rules[] = {
     {"max_header_bytes", K_UINT, offsetof(struct conf_limits, max_header_bytes), 1024, 1048576,
      NULL},
     {"max_body_bytes", K_SIZE, offsetof(struct conf_limits, max_body_bytes), 0, UINT64_MAX, NULL},
+    {"body_buffer_bytes", K_SIZE, offsetof(struct conf_limits, body_buffer_bytes), 0,
+     CONF_BODY_BUFFER_MAX, NULL},
+    {"min_body_rate", K_UINT, offsetof(struct conf_limits, min_body_rate), 0, 1u << 30, NULL},
     RULES_END,
 };
 
@@ -373,9 +377,19 @@ static int read_health(struct ctx *x, yaml_node_t *v, void *field)
 	struct conf_health *h = field;
 	h->enabled = 1;
 	int err = read_section(x, v, "health", health_rules, h);
-	if (!err && h->path[0] != '/')
+	if (err)
+		return err;
+	if (h->path[0] != '/')
 		return fail_at(x, v, "health: 'path' must start with '/'");
-	return err;
+	if (strlen(h->path) > CONF_HEALTH_PATH_MAX)
+		return fail_at(x, v, "health: 'path' is longer than %d characters",
+			       CONF_HEALTH_PATH_MAX);
+	for (const char *c = h->path; *c; c++)
+		if ((unsigned char)*c <= 0x20 || (unsigned char)*c >= 0x7f)
+			return fail_at(x, v,
+				       "health: 'path' may hold only visible ASCII characters "
+				       "(no spaces or line breaks: percent-encode them)");
+	return 0;
 }
 
 static int read_balance(struct ctx *x, yaml_node_t *v, void *field)
@@ -694,12 +708,33 @@ static int read_routes(struct ctx *x, yaml_node_t *v, void *field)
 			 sizeof(struct conf_route), read_route_item);
 }
 
+static int read_trusted_item(struct ctx *x, yaml_node_t *item, void *obj, size_t i)
+{
+	const char *text = scalar(item), *why = NULL;
+	(void)i;
+	if (!text)
+		return fail_at(x, item, "trusted_proxies: expected an address block such as "
+					"10.0.0.0/8, found %s",
+			       kind_name(item));
+	if (net_cidr_parse(text, obj, &why) < 0)
+		return fail_at(x, item, "trusted_proxies: '%s': %s", text, why);
+	return 0;
+}
+
+static int read_trusted_proxies(struct ctx *x, yaml_node_t *v, void *field)
+{
+	(void)field;
+	return read_list(x, v, "trusted_proxies", (void **)&x->conf->trusted_proxies,
+			 &x->conf->ntrusted_proxies, sizeof(struct net_cidr), read_trusted_item);
+}
+
 static const struct key_rule top_rules[] = {
     {"workers", K_UINT, offsetof(struct conf, workers), 1, 256, NULL},
     {"listen", K_SECTION, 0, 0, 0, read_listen},
     {"admin", K_SECTION, offsetof(struct conf, admin), 0, 0, read_admin},
     {"timeouts", K_SECTION, offsetof(struct conf, timeouts), 0, 0, read_timeouts},
     {"limits", K_SECTION, offsetof(struct conf, limits), 0, 0, read_limits},
+    {"trusted_proxies", K_SECTION, 0, 0, 0, read_trusted_proxies},
     {"pools", K_SECTION, 0, 0, 0, read_pools},
     {"routes", K_SECTION, 0, 0, 0, read_routes},
     {"cache", K_UNSUPPORTED, 0, 0, 0, NULL},
@@ -717,11 +752,14 @@ static void conf_set_defaults(struct conf *c)
 	    .first_byte_ms = 120000,
 	    .between_bytes_ms = 30000,
 	    .shutdown_ms = 10000,
+	    .body_ms = 60000,
 	};
 	c->limits = (struct conf_limits){
 	    .max_connections = 100000,
 	    .max_header_bytes = 32768,
 	    .max_body_bytes = 104857600,
+	    .body_buffer_bytes = 1048576,
+	    .min_body_rate = 1024,
 	};
 }
 
@@ -856,6 +894,7 @@ void conf_free(struct conf *c)
 		free(c->listens[i].address);
 	free(c->listens);
 	free(c->admin.address);
+	free(c->trusted_proxies);
 	for (size_t i = 0; i < c->npools; i++) {
 		struct conf_pool *p = &c->pools[i];
 		for (size_t j = 0; j < p->nbackends; j++)

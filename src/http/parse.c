@@ -107,46 +107,79 @@ static int parse_version(const char *p, size_t len)
 	if (len != 8 || memcmp(p, "HTTP/", 5) != 0 || p[6] != '.' || p[5] < '0' || p[5] > '9' ||
 	    p[7] < '0' || p[7] > '9')
 		return -400;
-	if (p[5] != '1')
+	if (p[5] != '1' || p[7] > '1')
 		return -505;
-	return p[7] == '0' ? 0 : 1;
+	return p[7] - '0';
 }
 
-/* Content-Length value: 1*DIGIT, possibly "N, N" lists of the same number. */
+/* Content-Length value: 1*DIGIT and nothing else (a list, even of one number, is refused). */
 static int parse_content_length(struct http_str v, uint64_t *out)
 {
-	const char *p = v.p, *end = v.p + v.len;
-	int seen = 0;
-	uint64_t first = 0;
-	while (p < end) {
-		uint64_t n = 0;
-		const char *start = p;
-		while (p < end && *p >= '0' && *p <= '9') {
-			if (n > (UINT64_MAX - 9) / 10)
-				return -1;
-			n = n * 10 + (uint64_t)(*p++ - '0');
-		}
-		if (p == start)
-			return -1;
-		if (seen && n != first)
-			return -1;
-		first = n;
-		seen = 1;
-		while (p < end && (*p == ' ' || *p == '\t'))
-			p++;
-		if (p < end) {
-			if (*p != ',')
-				return -1;
-			p++;
-			while (p < end && (*p == ' ' || *p == '\t'))
-				p++;
-			if (p == end)
-				return -1;
-		}
-	}
-	if (!seen)
+	uint64_t n = 0;
+	if (!v.len)
 		return -1;
-	*out = first;
+	for (uint32_t i = 0; i < v.len; i++) {
+		char c = v.p[i];
+		if (c < '0' || c > '9' || n > (UINT64_MAX - 9) / 10)
+			return -1;
+		n = n * 10 + (uint64_t)(c - '0');
+	}
+	*out = n;
+	return 0;
+}
+
+/* Fields that frame or route a message: a Connection option may never name one. */
+static int is_framing_field(struct http_str name)
+{
+	return http_str_eq(name, "content-length") || http_str_eq(name, "transfer-encoding") ||
+	       http_str_eq(name, "host");
+}
+
+/*
+ * Split one Connection field value into h->conn_tokens (once, so that deciding whether a
+ * field is hop-by-hop costs a few comparisons, not a scan of the value per field). Returns
+ * 0, or <bad> for too many options or, in a request, one naming a framing field.
+ */
+static int parse_connection(struct http_head *h, struct http_str v, int is_request, int bad,
+			    int *keep_alive)
+{
+	const char *p = v.p, *end = v.p + v.len;
+	while (p < end) {
+		while (p < end && (*p == ' ' || *p == '\t' || *p == ','))
+			p++;
+		const char *start = p;
+		while (p < end && *p != ',')
+			p++;
+		const char *stop = p;
+		while (stop > start && (stop[-1] == ' ' || stop[-1] == '\t'))
+			stop--;
+		if (stop == start)
+			continue;
+		struct http_str t = {start, (uint32_t)(stop - start)};
+		if (http_str_eq(t, "close"))
+			h->flags |= HTTP_F_CLOSE;
+		else if (http_str_eq(t, "keep-alive"))
+			*keep_alive = 1;
+		else if (http_str_eq(t, "upgrade"))
+			h->flags |= HTTP_F_UPGRADE;
+		if (is_framing_field(t)) {
+			if (is_request)
+				return bad;
+			continue; /* a response's framing is rewritten from what was parsed */
+		}
+		if (h->nconn_tokens == HTTP_MAX_CONN_TOKENS)
+			return bad;
+		h->conn_tokens[h->nconn_tokens++] = t;
+	}
+	return 0;
+}
+
+int http_conn_names(const struct http_head *h, struct http_str name)
+{
+	for (unsigned i = 0; i < h->nconn_tokens; i++)
+		if (h->conn_tokens[i].len == name.len &&
+		    strncasecmp(h->conn_tokens[i].p, name.p, name.len) == 0)
+			return 1;
 	return 0;
 }
 
@@ -200,20 +233,16 @@ static int parse_fields(const char *buf, const char *p, const char *end, size_t 
  */
 static int apply_semantics(struct http_head *h, int is_request, int bad)
 {
-	int have_cl = 0, have_te = 0, hosts = 0;
+	int have_cl = 0, have_te = 0, hosts = 0, keep_alive = 0;
 	uint64_t cl = 0;
 	struct http_str te = {0};
 
 	for (unsigned i = 0; i < h->nheaders; i++) {
 		const struct http_header *f = &h->headers[i];
 		if (http_str_eq(f->name, "content-length")) {
-			uint64_t v;
-			if (parse_content_length(f->value, &v) < 0)
-				return bad;
-			if (have_cl && v != cl)
-				return bad;
+			if (have_cl || parse_content_length(f->value, &cl) < 0)
+				return bad; /* one field with one value, nothing else */
 			have_cl = 1;
-			cl = v;
 		} else if (http_str_eq(f->name, "transfer-encoding")) {
 			if (have_te)
 				return bad; /* several fields: "chunked" can appear only once */
@@ -224,18 +253,16 @@ static int apply_semantics(struct http_head *h, int is_request, int bad)
 			if (!h->host.p || is_request)
 				h->host = f->value;
 		} else if (http_str_eq(f->name, "connection")) {
-			if (http_list_has(f->value, "close", 5))
-				h->flags |= HTTP_F_CLOSE;
-			if (http_list_has(f->value, "upgrade", 7))
-				h->flags |= HTTP_F_UPGRADE;
-			if (h->minor == 0 && http_list_has(f->value, "keep-alive", 10))
-				h->flags &= ~HTTP_F_CLOSE;
+			if (parse_connection(h, f->value, is_request, bad, &keep_alive) < 0)
+				return bad;
 		} else if (is_request && http_str_eq(f->name, "expect")) {
 			if (!http_str_eq(f->value, "100-continue"))
 				return -417;
 			h->flags |= HTTP_F_EXPECT_CONTINUE;
 		}
 	}
+	if (h->minor == 0 && keep_alive)
+		h->flags &= ~HTTP_F_CLOSE;
 	if (is_request && h->minor == 1 && hosts != 1)
 		return bad;
 	if (is_request && hosts > 1)
@@ -247,9 +274,11 @@ static int apply_semantics(struct http_head *h, int is_request, int bad)
 		if (!http_str_eq(te, "chunked"))
 			return http_list_has(te, "chunked", 7) ? bad : (is_request ? -501 : bad);
 		h->framing = HTTP_BODY_CHUNKED;
+		h->flags |= HTTP_F_HAS_TE;
 	} else if (have_cl) {
 		h->framing = cl ? HTTP_BODY_LENGTH : HTTP_BODY_NONE;
 		h->content_length = cl;
+		h->flags |= HTTP_F_HAS_CL;
 	} else {
 		h->framing = is_request ? HTTP_BODY_NONE : HTTP_BODY_CLOSE;
 	}
@@ -266,6 +295,7 @@ int http_parse_request(const char *buf, size_t len, size_t max_head, struct http
 	h->flags = 0;
 	h->framing = HTTP_BODY_NONE;
 	h->content_length = 0;
+	h->nconn_tokens = 0;
 
 	/* skip empty lines before the request line */
 	while (end - p >= 2 && p[0] == '\r' && p[1] == '\n')
@@ -348,6 +378,7 @@ int http_parse_response(const char *buf, size_t len, size_t max_head, enum http_
 	h->host.len = 0;
 	h->flags = 0;
 	h->content_length = 0;
+	h->nconn_tokens = 0;
 
 	long n = line_end(buf, end, &next);
 	if (n == -1)

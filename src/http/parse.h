@@ -5,8 +5,14 @@
  * which must stay put while the head is in use. It accepts only what is unambiguous and
  * rejects the rest with the status the peer should see, because a proxy that reads a message
  * differently from the server behind it is a request-smuggling hole. Rejected:
- *   - Content-Length together with Transfer-Encoding; differing Content-Length values;
+ *   - Content-Length together with Transfer-Encoding; more than one Content-Length field or
+ *     value ("5, 5" too: RFC 9112 lets a recipient take it, the strictest servers refuse it);
  *     a Transfer-Encoding other than a single final "chunked"; Transfer-Encoding in HTTP/1.0;
+ *   - a request whose Connection field names Content-Length, Transfer-Encoding or Host (a
+ *     proxy that dropped them as hop-by-hop would forward a body framed by nothing), or
+ *     more than HTTP_MAX_CONN_TOKENS options; a response's such tokens are ignored instead
+ *     (its framing is regenerated from what was parsed, so they can do no harm);
+ *   - HTTP versions other than 1.0 and 1.1 (505), HTTP/1.2-1.9 included;
  *   - obs-fold (a line starting with SP/HTAB), whitespace between field name and colon,
  *     a bare CR or bare LF, control characters, a missing or repeated Host in HTTP/1.1;
  *   - heads longer than the configured limit or with too many fields (431).
@@ -21,6 +27,7 @@
 #include <strings.h>
 
 #define HTTP_MAX_HEADERS 96
+#define HTTP_MAX_CONN_TOKENS 16 /* Connection options a message may name */
 
 struct http_str {
 	const char *p;
@@ -55,6 +62,8 @@ enum http_flag {
 	HTTP_F_CLOSE = 1u << 0,		  /* the sender will not keep the connection */
 	HTTP_F_EXPECT_CONTINUE = 1u << 1, /* Expect: 100-continue */
 	HTTP_F_UPGRADE = 1u << 2,	  /* Connection: upgrade */
+	HTTP_F_HAS_CL = 1u << 3,	  /* a Content-Length field was given */
+	HTTP_F_HAS_TE = 1u << 4,	  /* Transfer-Encoding: chunked was given */
 };
 
 struct http_head {
@@ -73,6 +82,9 @@ struct http_head {
 	enum http_framing framing;
 	uint64_t content_length;
 	unsigned flags;
+	/* the options of every Connection field, in order: the hop-by-hop fields it names */
+	struct http_str conn_tokens[HTTP_MAX_CONN_TOKENS];
+	unsigned nconn_tokens;
 };
 
 /*
@@ -110,6 +122,8 @@ static inline int http_str_eq(struct http_str s, const char *lit)
 const struct http_header *http_find_header(const struct http_head *h, const char *name);
 /* Is <token> one of the comma-separated tokens of <list> (case-insensitive)? */
 int http_list_has(struct http_str list, const char *token, size_t toklen);
+/* Does a Connection field of <h> name the field <name> (hop-by-hop)? */
+int http_conn_names(const struct http_head *h, struct http_str name);
 
 static inline int http_method_idempotent(enum http_method m)
 {

@@ -103,3 +103,71 @@ char *net_addr_format(const struct sockaddr *sa, char *out, size_t len)
 		snprintf(out, len, "%s", host);
 	return out;
 }
+
+int net_cidr_parse(const char *text, struct net_cidr *out, const char **why)
+{
+	char host[INET6_ADDRSTRLEN];
+	const char *slash = strchr(text, '/');
+	size_t hlen = slash ? (size_t)(slash - text) : strlen(text);
+	if (!hlen || hlen >= sizeof(host)) {
+		*why = "expected an address block such as 10.0.0.0/8 or fd00::/8";
+		return -EINVAL;
+	}
+	memcpy(host, text, hlen);
+	host[hlen] = '\0';
+	memset(out, 0, sizeof(*out));
+	if (inet_pton(AF_INET, host, out->addr) == 1) {
+		out->family = AF_INET;
+		out->bits = 32;
+	} else if (inet_pton(AF_INET6, host, out->addr) == 1) {
+		out->family = AF_INET6;
+		out->bits = 128;
+	} else {
+		*why = "expected an IPv4 or IPv6 address before the '/'";
+		return -EINVAL;
+	}
+	if (slash) {
+		char *end;
+		unsigned long bits = strtoul(slash + 1, &end, 10);
+		if (end == slash + 1 || *end || bits > out->bits) {
+			*why = out->family == AF_INET ? "the prefix length must be 0 to 32"
+						      : "the prefix length must be 0 to 128";
+			return -EINVAL;
+		}
+		out->bits = (unsigned)bits;
+	}
+	return 0;
+}
+
+/* Do the first <bits> bits of a and b agree? */
+static int prefix_eq(const unsigned char *a, const unsigned char *b, unsigned bits)
+{
+	unsigned whole = bits / 8, rest = bits % 8;
+	if (memcmp(a, b, whole) != 0)
+		return 0;
+	if (!rest)
+		return 1;
+	unsigned char mask = (unsigned char)(0xff << (8 - rest));
+	return (a[whole] & mask) == (b[whole] & mask);
+}
+
+int net_cidr_match(const struct net_cidr *cidrs, size_t n, const struct sockaddr *sa)
+{
+	const unsigned char *v4 = NULL, *v6 = NULL;
+	if (sa->sa_family == AF_INET) {
+		v4 = (const unsigned char *)&((const struct sockaddr_in *)sa)->sin_addr;
+	} else if (sa->sa_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+		v6 = a->s6_addr;
+		if (IN6_IS_ADDR_V4MAPPED(a))
+			v4 = a->s6_addr + 12;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const struct net_cidr *c = &cidrs[i];
+		if (c->family == AF_INET && v4 && prefix_eq(c->addr, v4, c->bits))
+			return 1;
+		if (c->family == AF_INET6 && v6 && prefix_eq(c->addr, v6, c->bits))
+			return 1;
+	}
+	return 0;
+}

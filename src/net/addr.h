@@ -13,6 +13,18 @@ struct net_addr {
 	socklen_t len;
 };
 
+/* An address block, "10.0.0.0/8" or "2001:db8::/32"; a bare address is a block of one. */
+struct net_cidr {
+	int family; /* AF_INET or AF_INET6 */
+	unsigned char addr[16];
+	unsigned bits;
+};
+
+/* Parse a CIDR block. Returns 0, or -EINVAL with a reason in <why> (static string). */
+int net_cidr_parse(const char *text, struct net_cidr *out, const char **why);
+/* Is <sa> inside one of cidrs[0..n)? IPv4-mapped IPv6 addresses match IPv4 blocks. */
+int net_cidr_match(const struct net_cidr *cidrs, size_t n, const struct sockaddr *sa);
+
 /* Parse "HOST:PORT". Returns 0, or -EINVAL with a reason in <why> (static string). */
 int net_addr_parse(const char *text, struct net_addr *out, const char **why);
 /* Write "HOST:PORT" (IPv6 in brackets) into <out>; returns <out>. */

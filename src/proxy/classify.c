@@ -20,11 +20,11 @@ void classify_request(const struct conf_route *r, const struct conf_pool *pc,
 	wt->item.tenant = 0;
 	wt->item.prio = r->priority;
 	if (pc->can_queue || r->has_spill) { /* only a queue reads them */
-		const struct http_header *t = NULL;
-		if (r->tenant_header)
-			t = http_find_header(h, r->tenant_header);
-		else if (!(t = http_find_header(h, "Authorization")))
-			t = http_find_header(h, "X-API-Key");
+		/* a header's value names the tenant only where the route says so: a value
+		 * nobody has authenticated is whatever the client invents, and rotating it
+		 * would buy one client a lane per value */
+		const struct http_header *t =
+		    r->tenant_header ? http_find_header(h, r->tenant_header) : NULL;
 		wt->item.tenant =
 		    t ? hash_str(t->value) : XXH3_64bits(client_ip, strlen(client_ip));
 		const struct http_header *p =

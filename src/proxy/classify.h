@@ -3,9 +3,9 @@
  * balanced: its tenant and priority class (for the queue's fairness), and its affinity key
  * (for consistent-hash and prefix-affinity balancing).
  *
- * The tenant is a hash of the route's tenant header (by default the API key a client
- * presents: Authorization, then X-API-Key), or of the client address when there is none;
- * only the hash is kept. The priority is the route's, unless the route names a priority
+ * The tenant is a hash of the client address, or of the route's tenant_header when the route
+ * names one and the request carries it (a header nobody authenticated is not believed by
+ * default: a client could invent a new tenant per request); only the hash is kept. The priority is the route's, unless the route names a priority
  * header and the request carries a valid class in it. A prompt key comes from the body,
  * later (http/prompt.h).
  */

@@ -106,6 +106,10 @@ static void probe_on_io(struct loop_io *io, unsigned events)
 				 "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: accelnet-health\r\n"
 				 "Connection: close\r\n\r\n",
 				 p->be->pool->health.path, p->be->name);
+		if (n < 0 || (size_t)n >= sizeof(req)) { /* conf bounds the path; never send past req */
+			probe_finish(p, 0, "the check request does not fit");
+			return;
+		}
 		if (send(io->fd, req, (size_t)n, MSG_NOSIGNAL) != n) {
 			probe_finish(p, 0, "cannot send the check request");
 			return;

@@ -62,7 +62,8 @@ struct exchange {
 	enum http_method meth;
 	int minor;
 	unsigned req_close : 1, retried : 1, up_reused : 1;
-	unsigned want_key : 1; /* reading the body for the prompt key before balancing */
+	unsigned want_key : 1;	/* the pool balances on the prompt key, read from the body */
+	unsigned buffering : 1; /* reading the body before admission (await_body) */
 	unsigned spilled : 1;  /* moved to the route's spillover pool */
 	unsigned hedged : 1;   /* a copy went (or was tried) to a second backend */
 	unsigned sse_hb : 1;	 /* a streaming request on a route with heartbeats */
@@ -70,6 +71,9 @@ struct exchange {
 	unsigned wrap_tail : 1;	 /* a Content-Length body relayed as one chunk: end it */
 	unsigned wrap_size : 1;	 /* ... whose chunk-size line went out */
 	int retry_status; /* what to answer if the retry finds no backend: 502 or 504 */
+	unsigned interims;	 /* interim (1xx) responses relayed ... */
+	uint32_t interim_bytes; /* ... and their bytes */
+	uint64_t body_start_ms; /* the request head was read: the body's clocks start */
 	struct waiter wt;  /* waiting in the pool's queue for a slot */
 	char reqid[REQUEST_ID_MAX + 1];
 	const struct conf_route *route;
@@ -115,6 +119,7 @@ struct session {
 	int hup;		/* the client shut its side (or the socket failed) */
 	int hup_checked;	/* ... and client_gone() has looked at it */
 	unsigned keep_alive : 1, in_exchange : 1;
+	unsigned trusted : 1; /* the client is in trusted_proxies */
 	struct buf *in;	 /* bytes from the client */
 	struct buf *out; /* heads and proxy-made responses for the client */
 	uint64_t phase_ms; /* when the current state or head began */
@@ -134,6 +139,7 @@ struct worker {
 	struct listener *listeners;
 	size_t nlisteners;
 	struct buf_pool bufs;
+	struct buf_pool body_bufs; /* limits.body_buffer_bytes each, for bodies read whole */
 	struct idle_list *idle; /* one per backend, indexed by backend id */
 	struct session *sessions;
 	unsigned nsessions, max_sessions;

@@ -47,20 +47,36 @@ static int finish(struct out *o)
 	return o->overflow ? -1 : (int)o->len;
 }
 
-int rewrite_is_hop_by_hop(struct http_str name, struct http_str connection)
+int rewrite_is_hop_by_hop(const struct http_head *h, struct http_str name)
 {
 	static const char *const fixed[] = {"connection", "keep-alive", "proxy-connection", "te",
 					    "upgrade"};
 	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
 		if (http_str_eq(name, fixed[i]))
 			return 1;
-	return connection.len && http_list_has(connection, name.p, name.len);
+	return http_conn_names(h, name);
 }
 
-static struct http_str connection_value(const struct http_head *h)
+/* Framing fields are never copied: they are written from what the parser decided. */
+static int is_framing(struct http_str name)
 {
-	const struct http_header *c = http_find_header(h, "connection");
-	return c ? c->value : (struct http_str){NULL, 0};
+	return http_str_eq(name, "content-length") || http_str_eq(name, "transfer-encoding");
+}
+
+static void put_content_length(struct out *o, uint64_t n)
+{
+	char num[24];
+	int len = snprintf(num, sizeof(num), "%llu", (unsigned long long)n);
+	puts_(o, "Content-Length: ");
+	put(o, num, (size_t)len);
+	put(o, "\r\n", 2);
+}
+
+/* Forwarding fields a client outside trusted_proxies may not set for the backend. */
+static int is_forwarding(struct http_str name)
+{
+	return http_str_eq(name, "x-forwarded-for") || http_str_eq(name, "x-real-ip") ||
+	       http_str_eq(name, "forwarded");
 }
 
 int rewrite_incoming_request_id(const struct http_head *req, char *out)
@@ -83,8 +99,6 @@ int rewrite_request(char *buf, size_t cap, const struct http_head *req,
 		    const struct rewrite_request_info *info)
 {
 	struct out o = {buf, 0, cap, 0};
-	struct http_str conn = connection_value(req);
-	struct http_str xff = {NULL, 0};
 
 	put_str(&o, req->method);
 	put(&o, " ", 1);
@@ -94,19 +108,21 @@ int rewrite_request(char *buf, size_t cap, const struct http_head *req,
 		put_field(&o, (struct http_str){"Host", 4}, req->host);
 	for (unsigned i = 0; i < req->nheaders; i++) {
 		const struct http_header *f = &req->headers[i];
-		if (rewrite_is_hop_by_hop(f->name, conn) || http_str_eq(f->name, "host") ||
-		    http_str_eq(f->name, "x-forwarded-proto") ||
-		    http_str_eq(f->name, "x-request-id") || http_str_eq(f->name, "expect"))
+		if (rewrite_is_hop_by_hop(req, f->name) || is_framing(f->name) ||
+		    http_str_eq(f->name, "host") || http_str_eq(f->name, "x-forwarded-proto") ||
+		    http_str_eq(f->name, "x-request-id") || http_str_eq(f->name, "expect") ||
+		    (is_forwarding(f->name) && (!info->trusted ||
+						http_str_eq(f->name, "x-forwarded-for"))))
 			continue;
-		if (http_str_eq(f->name, "x-forwarded-for")) {
-			xff = f->value; /* several fields are joined into one below */
-			continue;
-		}
 		put_field(&o, f->name, f->value);
 	}
-	/* X-Forwarded-For: every earlier hop, then this client */
+	if (req->flags & HTTP_F_HAS_TE)
+		puts_(&o, "Transfer-Encoding: chunked\r\n");
+	else if (req->flags & HTTP_F_HAS_CL)
+		put_content_length(&o, req->content_length);
+	/* X-Forwarded-For: the earlier hops a trusted proxy reports, then this client */
 	puts_(&o, "X-Forwarded-For: ");
-	for (unsigned i = 0; xff.p && i < req->nheaders; i++) {
+	for (unsigned i = 0; info->trusted && i < req->nheaders; i++) {
 		const struct http_header *f = &req->headers[i];
 		if (http_str_eq(f->name, "x-forwarded-for") && f->value.len) {
 			put_str(&o, f->value);
@@ -124,7 +140,6 @@ int rewrite_response(char *buf, size_t cap, const struct http_head *resp, int ke
 		     const char *request_id)
 {
 	struct out o = {buf, 0, cap, 0};
-	struct http_str conn = connection_value(resp);
 	char status[16];
 	int has_id = 0;
 
@@ -137,12 +152,18 @@ int rewrite_response(char *buf, size_t cap, const struct http_head *resp, int ke
 	put(&o, "\r\n", 2);
 	for (unsigned i = 0; i < resp->nheaders; i++) {
 		const struct http_header *f = &resp->headers[i];
-		if (rewrite_is_hop_by_hop(f->name, conn))
+		if (rewrite_is_hop_by_hop(resp, f->name) || is_framing(f->name))
 			continue;
 		if (http_str_eq(f->name, "x-request-id"))
 			has_id = 1;
 		put_field(&o, f->name, f->value);
 	}
+	/* a 1xx or 204 has no body and may not declare one; a HEAD or 304 answer declares
+	 * the length the body would have */
+	if (resp->flags & HTTP_F_HAS_TE)
+		puts_(&o, "Transfer-Encoding: chunked\r\n");
+	else if ((resp->flags & HTTP_F_HAS_CL) && resp->status >= 200 && resp->status != 204)
+		put_content_length(&o, resp->content_length);
 	if (!has_id && request_id) {
 		puts_(&o, "X-Request-Id: ");
 		puts_(&o, request_id);

@@ -4,10 +4,15 @@
  *
  * Pure functions from a parsed head to bytes in a caller's buffer, so the unit tests check
  * exactly what goes on the wire. Hop-by-hop fields (RFC 9110 section 7.6.1: Connection and
- * every field it names, Keep-Alive, Proxy-Connection, TE, Upgrade) never cross the proxy;
- * Transfer-Encoding and Content-Length do, because bodies are relayed with their framing
- * untouched -- except after an early event-stream head (heartbeats), where the proxy has
- * already promised the client a chunked body.
+ * every field it names, Keep-Alive, Proxy-Connection, TE, Upgrade) never cross the proxy.
+ * Framing is never copied from the message: one Transfer-Encoding: chunked or Content-Length
+ * field is written from what the parser decided, so no Connection option, duplicate or list
+ * can make the next hop frame the body differently from us (request smuggling). Bodies are
+ * relayed with that framing untouched -- except after an early event-stream head
+ * (heartbeats), where the proxy has already promised the client a chunked body.
+ *
+ * X-Forwarded-For, X-Real-IP and Forwarded are believed only from trusted_proxies: for any
+ * other client X-Forwarded-For is replaced by its address and the other two are dropped.
  */
 #ifndef ACCELNET_PROXY_REWRITE_H
 #define ACCELNET_PROXY_REWRITE_H
@@ -22,6 +27,7 @@ struct rewrite_request_info {
 	const char *client_ip;
 	const char *request_id; /* the id to send: kept from the client or generated */
 	int upstream_minor;	/* HTTP/1.<minor> upstream: 1, or 0 for HTTP/1.0 clients */
+	int trusted;		/* the client is in trusted_proxies */
 };
 
 /*
@@ -63,7 +69,7 @@ int rewrite_sse_error(char *out, size_t cap, int status, const char *detail);
  */
 int rewrite_incoming_request_id(const struct http_head *req, char *out);
 
-/* Should field <name> be dropped, given the message's Connection field value <connection>? */
-int rewrite_is_hop_by_hop(struct http_str name, struct http_str connection);
+/* Is field <name> of message <h> hop-by-hop (a fixed one, or named by its Connection)? */
+int rewrite_is_hop_by_hop(const struct http_head *h, struct http_str name);
 
 #endif

@@ -47,9 +47,18 @@ enum up_failure {
 	UP_RESET,	    /* it closed or failed before the response head */
 	UP_TIMEOUT,	    /* no response head within timeouts.first_byte_ms */
 	UP_BAD,		    /* the response head was malformed */
+	UP_INTERIM,	    /* too many interim (1xx) responses */
 };
 
 #define LINGER_MS 2000
+/* Interim responses (100, 103) relayed per exchange, at most; more is a hostile backend. */
+#define INTERIM_MAX 8
+#define INTERIM_BYTES_MAX 16384
+/* limits.min_body_rate is measured from the end of the head, with this much time free. */
+#define BODY_RATE_GRACE_MS 2000
+/* Body buffers one worker lends at once (limits.body_buffer_bytes each); past that, bodies
+ * longer than a plain buffer are admitted as they stream, under limits.min_body_rate. */
+#define BODY_BUFS_MAX 64
 
 static const struct conf *conf_of(const struct session *s)
 {
@@ -88,12 +97,39 @@ static ssize_t read_some(struct worker *w, int fd, struct buf **b, int *readable
 	return n;
 }
 
+/* Give <b> back to the pool it came from: the plain one, or the one for request bodies. */
+static void put_buf(struct worker *w, struct buf *b)
+{
+	if (b)
+		buf_put(b->cap == w->bufs.size ? &w->bufs : &w->body_bufs, b);
+}
+
 static void release_buf(struct worker *w, struct buf **b)
 {
 	if (*b && !buf_len(*b)) {
-		buf_put(&w->bufs, *b);
+		put_buf(w, *b);
 		*b = NULL;
 	}
+}
+
+/*
+ * s->in is full and holds a request body still being buffered: move it to a body buffer
+ * (limits.body_buffer_bytes). -ENOSPC when it is one already, or when the worker has lent
+ * BODY_BUFS_MAX of them; -ENOMEM without memory.
+ */
+static int grow_in(struct session *s)
+{
+	struct worker *w = s->w;
+	if (s->in->cap >= w->body_bufs.size || w->body_bufs.live >= BODY_BUFS_MAX)
+		return -ENOSPC;
+	struct buf *b = buf_get(&w->body_bufs);
+	if (!b)
+		return -ENOMEM;
+	memcpy(b->data, buf_head(s->in), buf_len(s->in));
+	b->end = (uint32_t)buf_len(s->in);
+	buf_put(&w->bufs, s->in);
+	s->in = b;
+	return 0;
 }
 
 static size_t out_pending(const struct session *s)
@@ -161,6 +197,7 @@ static void exchange_clear(struct session *s)
 	buf_put(&s->w->bufs, x->uphead);
 	x->uphead = NULL;
 	s->in_exchange = 0;
+	x->buffering = 0;
 }
 
 /* s->out, taken if need be and compacted so its room is at the end; NULL without memory. */
@@ -192,16 +229,23 @@ static enum run reply_error(struct session *s, int status, const char *detail, i
 		keep = 0;
 	if (w->draining)
 		keep = 0;
-	if (!out_buf(s)) {
+	int n = -1;
+	if (out_buf(s))
+		n = s->in_exchange && s->x.early_head
+			? rewrite_sse_error(s->out->data + s->out->end, buf_room(s->out), status,
+					    detail)
+			: rewrite_error(s->out->data + s->out->end, buf_room(s->out), status,
+					detail, keep, id, status == 503 ? 1 : 0);
+	if (n < 0) {
+		/* the client has not read what it was sent (interim responses, heartbeats):
+		 * it cannot get an answer, so it gets a closed connection */
+		log_debug("%s %d %s (no room left for the answer: closing)", s->client_ip, status,
+			  detail);
+		if (s->in_exchange)
+			count_response(s->x.be, status);
 		session_close(s);
 		return RUN_GONE;
 	}
-	int n =
-	    s->in_exchange && s->x.early_head
-		? rewrite_sse_error(s->out->data + s->out->end, buf_room(s->out), status, detail)
-		: rewrite_error(s->out->data + s->out->end, buf_room(s->out), status, detail, keep,
-				id, status == 503 ? 1 : 0);
-	ASSERT(n > 0);
 	s->out->end += (uint32_t)n;
 	log_debug("%s %d %s", s->client_ip, status, detail);
 	if (s->in_exchange) {
@@ -285,6 +329,8 @@ static void sse_heartbeat(struct session *s)
 	struct exchange *x = &s->x;
 	struct worker *w = s->w;
 	x->hb_next_ms = loop_now(w->loop) + x->route->sse_heartbeat_ms;
+	if (out_pending(s))
+		return; /* the last one is still unread: a client that does not read gets no more */
 	if (!out_buf(s))
 		return;
 	if (!x->early_head) {
@@ -433,9 +479,10 @@ static enum run upstream_failed(struct session *s, enum up_failure why)
 	}
 	if (be && !connect_failed)
 		log_warn("backend %s: %s", be->name,
-			 why == UP_TIMEOUT ? "no response within first_byte_ms"
-			 : why == UP_BAD   ? "malformed response"
-					   : "connection closed before the response");
+			 why == UP_TIMEOUT   ? "no response within first_byte_ms"
+			 : why == UP_BAD     ? "malformed response"
+			 : why == UP_INTERIM ? "too many interim (1xx) responses"
+					     : "connection closed before the response");
 	if (be && why == UP_TIMEOUT && !x->resp_head) /* a gateway timeout: latency and a failure */
 		backend_observe(x->pool, be, now, (clock_now_ns() - x->sent_ns) / 1000, 504);
 	exchange_drop_upstream(s);
@@ -448,6 +495,8 @@ static enum run upstream_failed(struct session *s, enum up_failure why)
 		return reply_error(s, 504, "backend did not answer in time", 1);
 	case UP_BAD:
 		return reply_error(s, 502, "backend sent a malformed response", 1);
+	case UP_INTERIM:
+		return reply_error(s, 502, "backend sent too many interim responses", 1);
 	case UP_CONNECT:
 		return reply_error(s, 502, "backend connection failed", 1);
 	default:
@@ -629,6 +678,7 @@ static enum run exchange_start(struct session *s, size_t head_len)
 	    .client_ip = s->client_ip,
 	    .request_id = x->reqid,
 	    .upstream_minor = h->minor,
+	    .trusted = s->trusted,
 	};
 	if (!(x->uphead = buf_get(&w->bufs)))
 		return exchange_abort(s, "out of memory");
@@ -646,46 +696,89 @@ static enum run exchange_start(struct session *s, size_t head_len)
 	buf_consume(s->in, head_len);
 	s->head_scanned = 0;
 	s->state = S_EXCHANGE;
-	s->last_ms = loop_now(w->loop);
-	return x->want_key ? RUN_AGAIN : exchange_connect(s, NULL);
+	s->last_ms = x->body_start_ms = loop_now(w->loop);
+	/* a body is read (up to limits.body_buffer_bytes) before the request may take a
+	 * slot, so a client that sends it slowly, or never, holds no accelerator */
+	x->buffering = !x->req_read_done && (c->limits.body_buffer_bytes || x->want_key);
+	return x->buffering ? RUN_AGAIN : exchange_connect(s, NULL);
 }
 
+static int request_scan(struct session *s);
+
 /*
- * prefix-affinity: read the request body until the prompt's key is known (or the body, or
- * hash.body_max_bytes, or the buffer runs out: then it is balanced without a key).
+ * Before admission: read the request body until it is complete, or limits.body_buffer_bytes
+ * of it (and, for prefix-affinity, hash.body_max_bytes) are here, or no buffer can hold more.
+ * Then the prompt key is taken from what arrived and the request goes to admission; the rest
+ * of a longer body streams, under limits.min_body_rate and timeouts.body_ms.
  */
-static enum run await_prompt_key(struct session *s)
+static enum run await_body(struct session *s)
 {
 	struct exchange *x = &s->x;
 	struct worker *w = s->w;
 	const struct conf_hash *hc = &x->pool->conf->hash;
+	uint64_t want = conf_of(s)->limits.body_buffer_bytes;
+	if (x->want_key && hc->body_max_bytes > want)
+		want = hc->body_max_bytes;
 	if (flush_out(s) == RUN_GONE) /* a "100 Continue" the client waits for */
 		return RUN_GONE;
 	for (;;) {
-		size_t have = s->in ? buf_len(s->in) : 0;
-		size_t limit = hc->body_max_bytes;
-		if (x->req_left < limit)
-			limit = (size_t)x->req_left;
-		if (s->in && s->in->cap - s->in->start < limit)
-			limit = s->in->cap - s->in->start;
-		if (have > limit)
-			have = limit;
-		int r = http_prompt_key(s->in ? buf_head(s->in) : "", have, have >= limit,
-					hc->prefix_bytes, &x->wt.key);
-		if (r != 0 || have >= limit) {
-			x->wt.has_key = r == 1;
-			x->want_key = 0;
-			return exchange_connect(s, NULL);
-		}
+		int bad = request_scan(s);
+		if (bad)
+			return reply_error(s, -bad,
+					   bad == -413
+					       ? "request body larger than limits.max_body_bytes"
+					       : "malformed chunked request body",
+					   0);
+		if (x->req_read_done || x->req_ready >= want)
+			break;
 		if (!s->readable)
 			return RUN_STAY;
 		ssize_t n = read_some(w, s->io.fd, &s->in, &s->readable, s->hup);
-		if (n == -EAGAIN || n == -ENOSPC)
+		if (n == -ENOSPC) {
+			int err = grow_in(s);
+			if (err == -ENOSPC)
+				break; /* as much as we hold: the rest streams */
+			if (err < 0)
+				return exchange_abort(s, "out of memory");
+			continue;
+		}
+		if (n == -EAGAIN)
 			return RUN_STAY;
 		if (n <= 0)
 			return exchange_abort(s, "client closed during the request body");
 		s->last_ms = loop_now(w->loop);
 	}
+	x->buffering = 0;
+	if (x->want_key) {
+		size_t have = x->req_ready < hc->body_max_bytes ? x->req_ready : hc->body_max_bytes;
+		x->wt.has_key = http_prompt_key(buf_head(s->in), have, 1, hc->prefix_bytes,
+						&x->wt.key) == 1;
+		x->want_key = 0;
+	}
+	return exchange_connect(s, NULL);
+}
+
+/*
+ * When the request body is due, whole (timeouts.body_ms) or in part (limits.min_body_rate
+ * bytes a second on average, after BODY_RATE_GRACE_MS): the earlier of the two, or 0.
+ */
+static uint64_t body_deadline(const struct session *s)
+{
+	const struct exchange *x = &s->x;
+	const struct conf *c = conf_of(s);
+	uint64_t due = 0;
+	if (x->req_read_done)
+		return 0;
+	if (c->timeouts.body_ms)
+		due = x->body_start_ms + c->timeouts.body_ms;
+	if (c->limits.min_body_rate) {
+		uint64_t got = x->req_sent + x->req_ready;
+		uint64_t rate_due =
+		    x->body_start_ms + BODY_RATE_GRACE_MS + got * 1000 / c->limits.min_body_rate;
+		if (!due || rate_due < due)
+			due = rate_due;
+	}
+	return due;
 }
 
 /* --- relaying bodies --- */
@@ -811,7 +904,8 @@ static enum run early_stream_continue(struct session *s, const struct http_head 
 		if (h->content_length) {
 			int n = snprintf(s->out->data + s->out->end, buf_room(s->out), "%llx\r\n",
 					 (unsigned long long)h->content_length);
-			ASSERT(n > 0 && (size_t)n < buf_room(s->out));
+			if (n < 0 || (size_t)n >= buf_room(s->out))
+				return exchange_abort(s, "client does not read its event stream");
 			s->out->end += (uint32_t)n;
 			x->wrap_size = 1;
 		}
@@ -835,7 +929,11 @@ static enum run response_head(struct session *s)
 	if (!out_buf(s))
 		return exchange_abort(s, "out of memory");
 	if (h->status < 200) {
-		/* interim response (100 Continue, 103 Early Hints): pass it on to 1.1 clients */
+		/* interim response (100 Continue, 103 Early Hints): pass it on to 1.1 clients,
+		 * a few of them: a backend sending them forever would hold the exchange */
+		x->interim_bytes += (uint32_t)r;
+		if (++x->interims > INTERIM_MAX || x->interim_bytes > INTERIM_BYTES_MAX)
+			return upstream_failed(s, UP_INTERIM);
 		if (x->minor == 1 && !x->early_head && buf_room(s->out) >= (size_t)r) {
 			memcpy(s->out->data + s->out->end, buf_head(up->in), (size_t)r);
 			s->out->end += (uint32_t)r;
@@ -962,8 +1060,8 @@ static enum run run_exchange(struct session *s)
 {
 	struct exchange *x = &s->x;
 	struct worker *w = s->w;
-	if (x->want_key)
-		return await_prompt_key(s);
+	if (x->buffering)
+		return await_body(s);
 	if (x->wt.state != W_IDLE) {
 		/* waiting for a slot: only notice a client that gave up */
 		if (s->hup && !s->hup_checked && client_gone(s))
@@ -1160,6 +1258,9 @@ static void session_arm_timer(struct session *s)
 			deadline = s->last_ms + t->first_byte_ms;
 		else
 			deadline = s->last_ms + t->between_bytes_ms;
+		uint64_t body_due = body_deadline(s);
+		if (body_due && body_due < deadline)
+			deadline = body_due;
 		break;
 	case S_REPLY:
 		deadline = s->phase_ms + t->between_bytes_ms;
@@ -1171,7 +1272,8 @@ static void session_arm_timer(struct session *s)
 	uint64_t hedge_at;
 	if (s->state == S_EXCHANGE && hedge_due(s, &hedge_at) && hedge_at < deadline)
 		deadline = hedge_at;
-	if (s->state == S_EXCHANGE && x->sse_hb && !x->resp_head && x->hb_next_ms < deadline)
+	if (s->state == S_EXCHANGE && x->sse_hb && !x->resp_head && !x->buffering &&
+	    x->hb_next_ms < deadline)
 		deadline = x->hb_next_ms;
 	loop_timer_set(s->w->loop, &s->timer, deadline);
 }
@@ -1216,8 +1318,16 @@ static void session_on_timer(struct loop_timer *t)
 			r = RUN_GONE;
 		}
 		break;
-	case S_EXCHANGE:
-		if (s->x.sse_hb && !s->x.resp_head && loop_now(s->w->loop) >= s->x.hb_next_ms) {
+	case S_EXCHANGE: {
+		uint64_t body_due = body_deadline(s);
+		if (body_due && loop_now(s->w->loop) >= body_due) {
+			/* a body too slow or too late: whatever slot it holds is freed */
+			if (s->x.resp_head)
+				r = exchange_abort(s, "request body not received in time");
+			else
+				r = reply_error(s, 408, "request body not received in time", 0);
+		} else if (s->x.sse_hb && !s->x.resp_head && !s->x.buffering &&
+			   loop_now(s->w->loop) >= s->x.hb_next_ms) {
 			sse_heartbeat(s);
 		} else if (hedge_due(s, &hedge_at) && loop_now(s->w->loop) >= hedge_at) {
 			hedge_start(s); /* no answer yet: ask a second backend too */
@@ -1241,6 +1351,7 @@ static void session_on_timer(struct loop_timer *t)
 		else
 			r = exchange_abort(s, "no bytes within between_bytes_ms");
 		break;
+	}
 	default:
 		session_close(s);
 		r = RUN_GONE;
@@ -1276,6 +1387,8 @@ void session_accept(struct worker *w, int fd, const struct sockaddr_storage *pee
 	s->state = S_HEAD;
 	s->phase_ms = loop_now(w->loop);
 	net_addr_host((const struct sockaddr *)peer, s->client_ip, sizeof(s->client_ip));
+	s->trusted = net_cidr_match(conf_of(s)->trusted_proxies, conf_of(s)->ntrusted_proxies,
+				    (const struct sockaddr *)peer);
 	if (loop_io_add(w->loop, &s->io) < 0) {
 		close(fd);
 		free(s);
@@ -1297,8 +1410,8 @@ void session_close(struct session *s)
 	loop_timer_stop(w->loop, &s->timer);
 	loop_io_del(w->loop, &s->io);
 	close(s->io.fd);
-	buf_put(&w->bufs, s->in);
-	buf_put(&w->bufs, s->out);
+	put_buf(w, s->in);
+	put_buf(w, s->out);
 	if (s->prev)
 		s->prev->next = s->next;
 	else

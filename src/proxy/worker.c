@@ -137,6 +137,8 @@ int worker_init(struct worker *w, struct proxy *px, unsigned id, unsigned max_se
 	if (bufsize < 16384)
 		bufsize = 16384;
 	buf_pool_init(&w->bufs, bufsize, 256);
+	uint64_t bodysize = c->limits.body_buffer_bytes + bufsize;
+	buf_pool_init(&w->body_bufs, (uint32_t)bodysize, 4);
 	w->max_sessions = max_sessions;
 	worker_inbox_init(&w->inbox);
 	if (getrandom(&w->rng, sizeof(w->rng), 0) != sizeof(w->rng))
@@ -214,6 +216,7 @@ void worker_destroy(struct worker *w)
 	loop_destroy(w->loop);
 	worker_inbox_destroy(&w->inbox);
 	buf_pool_drain(&w->bufs);
+	buf_pool_drain(&w->body_bufs);
 	free(w->idle);
 	free(w->listeners);
 }

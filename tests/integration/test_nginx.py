@@ -7,7 +7,7 @@ import subprocess
 from harness import pool_yaml, raw, request
 
 
-def _setup(env):
+def _setup(env, extra=""):
     ng = env.nginx("""
         location = /headers { return 200 "xff=$http_x_forwarded_for rid=$http_x_request_id conn=$http_connection proto=$http_x_forwarded_proto\\n"; }
         location = /nocontent { return 204; }
@@ -16,7 +16,7 @@ def _setup(env):
         f.write(os.urandom(3 * 1024 * 1024 + 17))
     with open(os.path.join(ng.root, "small.txt"), "w") as f:
         f.write("hello from nginx\n")
-    px = env.proxy("pools:\n" + pool_yaml("web", [ng.port]))
+    px = env.proxy("pools:\n" + pool_yaml("web", [ng.port]), extra=extra)
     return ng, px
 
 
@@ -50,7 +50,9 @@ def test_nginx_head_204_304(env):
 
 
 def test_nginx_sees_forwarding_headers(env):
-    ng, px = _setup(env)
+    # the client poses as a proxy in trusted_proxies, so its X-Forwarded-For is kept and
+    # extended (test_security checks that an untrusted client's is replaced)
+    ng, px = _setup(env, extra="trusted_proxies: [127.0.0.1]\n")
     st, h, body = request(px.port, "GET", "/headers",
                           headers={"X-Forwarded-For": "203.0.113.9", "X-Request-Id": "abc",
                                    "Connection": "keep-alive"})

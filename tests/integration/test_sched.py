@@ -123,7 +123,10 @@ def complete_with(port, headers):
 
 def test_fair_queue_a_flooding_tenant_cannot_starve_another(env):
     sim = env.sim("acc", latency_ms=100, jitter=0, token_ms=0, slots=64)
-    px = env.proxy("pools:\n" + _capped("gpu", [sim.port], 1))
+    # the route believes X-API-Key as the tenant (by default a client's address is its
+    # tenant: test_security.invented_tenant_values_do_not_buy_extra_lanes)
+    px = env.proxy("pools:\n" + _capped("gpu", [sim.port], 1) +
+                   "routes:\n  - {pool: gpu, tenant_header: X-API-Key}\n")
     rank, total = _order_after(px, [{"X-API-Key": "flood"}] * 12, {"X-API-Key": "other"}, 12)
     # the one in service finishes, the flooder's next turn, then the other tenant's
     assert rank <= 3 and total == 13, (rank, total)

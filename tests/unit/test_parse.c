@@ -58,10 +58,14 @@ static void body_framing(void **state)
 	assert_int_equal(h.framing, HTTP_BODY_CHUNKED);
 	assert_true(req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: Chunked\r\n\r\n") > 0);
 	assert_int_equal(h.framing, HTTP_BODY_CHUNKED);
-	/* identical duplicates are one value */
-	assert_true(req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n") > 0);
-	assert_true(req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n") > 0);
+	/* identical duplicates and lists are refused too: one field, one number */
+	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n"), -400);
+	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n"), -400);
+	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5,\r\n\r\n"), -400);
+	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n"), -400);
+	assert_true(req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n") > 0);
 	assert_int_equal(h.content_length, 5);
+	assert_true(h.flags & HTTP_F_HAS_CL);
 	assert_true(req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n") > 0);
 	assert_int_equal(h.framing, HTTP_BODY_NONE);
 }
@@ -207,6 +211,34 @@ static void responses(void **state)
 	assert_int_equal(resp("HTTP/1.1 200 OK\r\n", HTTP_GET), 0);
 }
 
+static void connection_options(void **state)
+{
+	(void)state;
+	/* a request may not name its framing or Host as hop-by-hop */
+	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nConnection: content-length\r\nContent-Length: 1\r\n\r\n"), -400);
+	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nConnection: close\r\nConnection: Transfer-Encoding\r\nTransfer-Encoding: chunked\r\n\r\n"), -400);
+	assert_int_equal(req("GET / HTTP/1.1\r\nHost: a\r\nConnection: x, HOST\r\n\r\n"), -400);
+	/* options of every Connection field count; at most HTTP_MAX_CONN_TOKENS */
+	assert_true(req("GET / HTTP/1.1\r\nHost: a\r\nConnection: a, ,b\r\nConnection: close\r\n\r\n") > 0);
+	assert_int_equal(h.nconn_tokens, 3);
+	assert_true(http_conn_names(&h, (struct http_str){"B", 1}));
+	assert_true(http_conn_names(&h, (struct http_str){"close", 5}));
+	assert_false(http_conn_names(&h, (struct http_str){"c", 1}));
+	assert_true(h.flags & HTTP_F_CLOSE);
+	char many[1024] = "GET / HTTP/1.1\r\nHost: a\r\nConnection: ";
+	for (int i = 0; i <= HTTP_MAX_CONN_TOKENS; i++)
+		strcat(many, "x,");
+	strcat(many, "\r\n\r\n");
+	assert_int_equal(req(many), -400);
+	/* a response's framing options are ignored: its framing is written anew */
+	assert_true(resp("HTTP/1.1 200 OK\r\nConnection: content-length\r\nContent-Length: 2\r\n\r\n", HTTP_GET) > 0);
+	assert_int_equal(h.framing, HTTP_BODY_LENGTH);
+	assert_int_equal(h.nconn_tokens, 0);
+	/* HTTP/1.2 to 1.9 are not 1.1 */
+	assert_int_equal(req("GET / HTTP/1.2\r\nHost: a\r\n\r\n"), -505);
+	assert_int_equal(req("GET / HTTP/1.9\r\nHost: a\r\n\r\n"), -505);
+}
+
 static void list_tokens(void **state)
 {
 	(void)state;
@@ -225,6 +257,7 @@ int main(void)
 		cmocka_unit_test(rejects_bad_syntax), cmocka_unit_test(rejects_oversize),
 		cmocka_unit_test(connection_semantics), cmocka_unit_test(head_end_detection),
 		cmocka_unit_test(responses),	     cmocka_unit_test(list_tokens),
+		cmocka_unit_test(connection_options),
 	};
 	return cmocka_run_group_tests_name("http parser", tests, NULL, NULL);
 }

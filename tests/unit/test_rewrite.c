@@ -20,14 +20,19 @@ static void parse_req(const char *t)
 	assert_true(http_parse_request(t, strlen(t), 32768, &h) > 0);
 }
 
-static const char *rewrite(const char *t, int minor)
+static const char *rewrite_as(const char *t, int minor, int trusted)
 {
-	struct rewrite_request_info info = {"10.1.2.3", "req-1", minor};
+	struct rewrite_request_info info = {"10.1.2.3", "req-1", minor, trusted};
 	parse_req(t);
 	int n = rewrite_request(out, sizeof(out), &h, &info);
 	assert_true(n > 0);
 	out[n] = '\0';
 	return out;
+}
+
+static const char *rewrite(const char *t, int minor)
+{
+	return rewrite_as(t, minor, 0);
 }
 
 static void request_is_rewritten(void **state)
@@ -59,13 +64,53 @@ static void request_is_rewritten(void **state)
 static void forwarded_for_appends(void **state)
 {
 	(void)state;
-	const char *r = rewrite("GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.1.1.1\r\n"
-				"X-Forwarded-For: 2.2.2.2\r\n\r\n",
-				1);
+	const char *fwd = "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.1.1.1\r\n"
+			  "X-Forwarded-For: 2.2.2.2\r\nX-Real-IP: 1.1.1.1\r\nForwarded: for=1.1.1.1\r\n\r\n";
+	/* from a trusted proxy: its hops, then it */
+	const char *r = rewrite_as(fwd, 1, 1);
 	assert_non_null(strstr(r, "X-Forwarded-For: 1.1.1.1, 2.2.2.2, 10.1.2.3\r\n"));
+	assert_non_null(strstr(r, "X-Real-IP: 1.1.1.1\r\n"));
+	assert_non_null(strstr(r, "Forwarded: for=1.1.1.1\r\n"));
+	/* from anyone else: the client alone */
+	r = rewrite(fwd, 1);
+	assert_non_null(strstr(r, "X-Forwarded-For: 10.1.2.3\r\n"));
+	assert_null(strstr(r, "1.1.1.1"));
 	/* absolute-form becomes origin-form; HTTP/1.0 clients are forwarded as 1.0 */
 	r = rewrite("GET http://a/x?y HTTP/1.0\r\n\r\n", 0);
 	assert_non_null(strstr(r, "GET /x?y HTTP/1.0\r\n"));
+}
+
+static void framing_is_written_anew(void **state)
+{
+	(void)state;
+	const char *r = rewrite("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 007\r\n\r\n", 1);
+	assert_non_null(strstr(r, "Content-Length: 7\r\n"));
+	assert_null(strstr(r, "007"));
+	r = rewrite("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", 1);
+	assert_non_null(strstr(r, "Transfer-Encoding: chunked\r\n"));
+	assert_null(strstr(r, "Content-Length"));
+	r = rewrite("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n", 1);
+	assert_non_null(strstr(r, "Content-Length: 0\r\n"));
+	/* a response whose Connection names its framing keeps it */
+	const char *t = "HTTP/1.1 200 OK\r\nConnection: content-length, x-a\r\nX-A: 1\r\n"
+			"Content-Length: 5\r\n\r\n";
+	assert_true(http_parse_response(t, strlen(t), 32768, HTTP_GET, &h) > 0);
+	int n = rewrite_response(out, sizeof(out), &h, 1, NULL);
+	assert_true(n > 0);
+	out[n] = '\0';
+	assert_non_null(strstr(out, "Content-Length: 5\r\n"));
+	assert_null(strstr(out, "X-A"));
+	/* 204 declares no body; HEAD's answer keeps the length it declares */
+	t = "HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n";
+	assert_true(http_parse_response(t, strlen(t), 32768, HTTP_GET, &h) > 0);
+	n = rewrite_response(out, sizeof(out), &h, 1, NULL);
+	out[n] = '\0';
+	assert_null(strstr(out, "Content-Length"));
+	t = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
+	assert_true(http_parse_response(t, strlen(t), 32768, HTTP_HEAD, &h) > 0);
+	n = rewrite_response(out, sizeof(out), &h, 1, NULL);
+	out[n] = '\0';
+	assert_non_null(strstr(out, "Content-Length: 5\r\n"));
 }
 
 static void request_id_kept_if_sane(void **state)
@@ -145,6 +190,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(request_is_rewritten),    cmocka_unit_test(forwarded_for_appends),
+	    cmocka_unit_test(framing_is_written_anew),
 	    cmocka_unit_test(request_id_kept_if_sane), cmocka_unit_test(response_head),
 	    cmocka_unit_test(error_response),	       cmocka_unit_test(sse_early_stream),
 	};
