@@ -115,6 +115,7 @@ struct conf {
 	size_t nlistens;
 	int has_admin;
 	struct conf_listen admin;
+	char *admin_token_file; /* admin.token_file: its requests need this bearer token */
 	struct conf_timeouts timeouts;
 	struct conf_limits limits;
 	struct net_cidr *trusted_proxies; /* whose forwarding headers are believed */

@@ -12,6 +12,7 @@
 #include "conf/conf.h"
 
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -285,18 +286,50 @@ static int read_listen(struct ctx *x, yaml_node_t *v, void *field)
 			 sizeof(struct conf_listen), read_listen_item);
 }
 
+static const struct key_rule admin_rules[] = {
+    {"address", K_ADDR, offsetof(struct conf, admin), 0, 0, NULL},
+    {"token_file", K_STR, offsetof(struct conf, admin_token_file), 0, 0, NULL},
+    RULES_END,
+};
+
+/* The value of <key> in the mapping <map> that read_section() accepted, or <map>. */
+static yaml_node_t *value_of(struct ctx *x, yaml_node_t *map, const char *key)
+{
+	for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
+	     p++)
+		if (strcmp(scalar(node_at(x, p->key)), key) == 0)
+			return node_at(x, p->value);
+	return map;
+}
+
+static int addr_is_loopback(const struct net_addr *a)
+{
+	if (a->ss.ss_family == AF_INET)
+		return ntohl(((const struct sockaddr_in *)&a->ss)->sin_addr.s_addr) >> 24 == 127;
+	const struct in6_addr *in6 = &((const struct sockaddr_in6 *)&a->ss)->sin6_addr;
+	return IN6_IS_ADDR_LOOPBACK(in6) || (IN6_IS_ADDR_V4MAPPED(in6) && in6->s6_addr[12] == 127);
+}
+
+/* admin: its rules are offsets into struct conf, which <field> is. */
 static int read_admin(struct ctx *x, yaml_node_t *v, void *field)
 {
-	static const struct key_rule rules[] = {
-	    {"address", K_ADDR, 0, 0, 0, NULL},
-	    RULES_END,
-	};
-	struct conf_listen *admin = field;
-	x->conf->has_admin = 1;
-	int err = read_section(x, v, "admin", rules, admin);
-	if (!err && !admin->address)
+	struct conf *c = field;
+	c->has_admin = 1;
+	int err = read_section(x, v, "admin", admin_rules, c);
+	if (err)
+		return err;
+	if (!c->admin.address)
 		return fail_at(x, v, "admin: 'address' is required, e.g. 127.0.0.1:9090");
-	return err;
+	if (c->admin_token_file && access(c->admin_token_file, R_OK) < 0)
+		return fail_at(x, value_of(x, v, "token_file"), "admin: token_file '%s': %s",
+			       c->admin_token_file, strerror(errno));
+	if (!c->admin_token_file && !addr_is_loopback(&c->admin.addr))
+		return fail_at(x, value_of(x, v, "address"),
+			       "admin: %s can be reached from other hosts: set 'token_file' (a file "
+			       "holding the token every admin request must then carry), or use a "
+			       "loopback address such as 127.0.0.1",
+			       c->admin.address);
+	return 0;
 }
 
 #define MS_MAX 86400000u
@@ -731,7 +764,7 @@ static int read_trusted_proxies(struct ctx *x, yaml_node_t *v, void *field)
 static const struct key_rule top_rules[] = {
     {"workers", K_UINT, offsetof(struct conf, workers), 1, 256, NULL},
     {"listen", K_SECTION, 0, 0, 0, read_listen},
-    {"admin", K_SECTION, offsetof(struct conf, admin), 0, 0, read_admin},
+    {"admin", K_SECTION, 0, 0, 0, read_admin},
     {"timeouts", K_SECTION, offsetof(struct conf, timeouts), 0, 0, read_timeouts},
     {"limits", K_SECTION, offsetof(struct conf, limits), 0, 0, read_limits},
     {"trusted_proxies", K_SECTION, 0, 0, 0, read_trusted_proxies},
@@ -894,6 +927,7 @@ void conf_free(struct conf *c)
 		free(c->listens[i].address);
 	free(c->listens);
 	free(c->admin.address);
+	free(c->admin_token_file);
 	free(c->trusted_proxies);
 	for (size_t i = 0; i < c->npools; i++) {
 		struct conf_pool *p = &c->pools[i];
@@ -955,7 +989,9 @@ static void dump_rules(FILE *out, const char *prefix, const struct key_rule *rul
 			dump_rules(out, sub, match_rules);
 		else if (r->fn == read_header_match)
 			dump_rules(out, sub, header_match_rules);
-		else if (r->fn == read_admin || r->fn == read_listen)
+		else if (r->fn == read_admin)
+			dump_rules(out, sub, admin_rules);
+		else if (r->fn == read_listen)
 			fprintf(out, "%saddress\n", sub);
 	}
 }

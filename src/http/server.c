@@ -6,9 +6,18 @@
  * connection is in one of three phases: reading a request, waiting for the handler's
  * answer (which may come from a timer much later), or streaming. Output is flushed
  * whenever the socket is writable.
+ *
+ * Bounds, so that a client cannot grow us: once more than OUT_PAUSE bytes of answers wait
+ * unsent, the connection stops reading and answering (the kernel's buffers then push back
+ * on the client) until the client has read them. The input is bounded by the largest
+ * request. Each connection has one timer, armed lazily: it fires no later than the nearest
+ * deadline (conn_deadline) and, when it fires early because progress was made, re-arms.
+ * The listener stops for ACCEPT_RETRY_MS when the process is out of descriptors; it is
+ * edge-triggered, so it always accepts until the backlog is empty.
  */
 #include "http/server.h"
 #include "core/check.h"
+#include "core/log.h"
 #include "http/chunked.h"
 #include "http/status.h"
 #include "net/sock.h"
@@ -21,14 +30,19 @@
 #include <unistd.h>
 
 #define HSRV_MAX_HEAD 32768
-#define HSRV_MAX_BODY (1u << 20)
+/* Unsent answer bytes past which a connection reads and answers nothing more. */
+#define OUT_PAUSE 65536
+#define ACCEPT_RETRY_MS 200
 
 struct hsrv {
 	struct loop *loop;
 	struct loop_io io;
+	struct loop_timer accept_retry; /* after running out of descriptors */
+	struct hsrv_limits lim;
 	hsrv_handler_fn fn;
 	void *arg;
 	struct hsrv_conn *conns;
+	unsigned nconns;
 	unsigned long accepted;
 };
 
@@ -36,6 +50,7 @@ enum phase { PH_READ, PH_WAIT, PH_STREAM };
 
 struct hsrv_conn {
 	struct loop_io io;
+	struct loop_timer timer; /* see conn_deadline */
 	struct hsrv *srv;
 	struct hsrv_conn *prev, *next;
 	enum phase phase;
@@ -47,6 +62,9 @@ struct hsrv_conn {
 	int in_handler; /* the handler is running: closing is deferred */
 	int sent_continue; /* 100 Continue already sent for the request being read */
 	int dead;	/* closed while in the handler */
+	int readable;	/* a read edge seen and not yet drained to EAGAIN */
+	uint64_t head_ms; /* when the request being read began (or the connection opened); 0: none */
+	uint64_t last_ms; /* the last byte read or written */
 	size_t req_len;	/* bytes of the request being answered, consumed when done */
 	hsrv_abort_fn abort_fn;
 	void *abort_arg;
@@ -76,6 +94,7 @@ static void conn_close(struct hsrv_conn *c)
 	}
 	if (c->phase != PH_READ && c->abort_fn)
 		c->abort_fn(c->abort_arg);
+	loop_timer_stop(srv->loop, &c->timer);
 	loop_io_del(srv->loop, &c->io);
 	close(c->io.fd);
 	if (c->prev)
@@ -84,6 +103,7 @@ static void conn_close(struct hsrv_conn *c)
 		srv->conns = c->next;
 	if (c->next)
 		c->next->prev = c->prev;
+	srv->nconns--;
 	free(c->in);
 	free(c->out);
 	free(c);
@@ -91,6 +111,14 @@ static void conn_close(struct hsrv_conn *c)
 
 static void out_append(struct hsrv_conn *c, const char *data, size_t len)
 {
+	if (c->out_off == c->out_len)
+		c->last_ms = loop_now(c->srv->loop); /* the client's time to read starts now */
+	if (c->out_off && c->out_len + len > c->out_cap) {
+		/* make room from what was sent before growing, so a slow reader does not grow it */
+		memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
+		c->out_len -= c->out_off;
+		c->out_off = 0;
+	}
 	if (grow(&c->out, &c->out_cap, c->out_len + len) < 0) {
 		c->close_after = 1;
 		return;
@@ -99,7 +127,57 @@ static void out_append(struct hsrv_conn *c, const char *data, size_t len)
 	c->out_len += len;
 }
 
-static void conn_process(struct hsrv_conn *c);
+static int conn_pump(struct hsrv_conn *c);
+
+/* Answers wait unsent past the bound: read and answer nothing more for now. */
+static int conn_backlogged(const struct hsrv_conn *c)
+{
+	return c->out_len - c->out_off > OUT_PAUSE;
+}
+
+/*
+ * When <c> must be closed unless something happens first, or 0 for no deadline: the client
+ * must read its pending answer, or finish the request it began, or send one before it has
+ * been idle too long. While the handler works on an answer, there is no deadline.
+ */
+static uint64_t conn_deadline(const struct hsrv_conn *c)
+{
+	const struct hsrv_limits *lim = &c->srv->lim;
+	if (c->out_off < c->out_len)
+		return lim->idle_ms ? c->last_ms + lim->idle_ms : 0;
+	if (c->phase != PH_READ)
+		return 0;
+	if (c->head_ms)
+		return lim->header_ms ? c->head_ms + lim->header_ms : 0;
+	return lim->idle_ms ? c->last_ms + lim->idle_ms : 0;
+}
+
+/* Make sure the timer fires no later than the deadline (it may fire earlier, see above). */
+static void conn_arm(struct hsrv_conn *c)
+{
+	uint64_t d = conn_deadline(c);
+	if (d && (!loop_timer_armed(&c->timer) || d < c->timer.deadline_ms))
+		loop_timer_set(c->srv->loop, &c->timer, d);
+}
+
+static void conn_on_timer(struct loop_timer *t)
+{
+	struct hsrv_conn *c = container_of(t, struct hsrv_conn, timer);
+	uint64_t d = conn_deadline(c);
+	if (!d)
+		return; /* the handler has it; conn_done arms again */
+	if (loop_now(c->srv->loop) < d) {
+		loop_timer_set(c->srv->loop, &c->timer, d);
+		return;
+	}
+	if (c->phase == PH_READ && c->head_ms && c->out_off == c->out_len) {
+		static const char msg[] = "HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n"
+					  "Connection: close\r\n\r\n";
+		ssize_t n = send(c->io.fd, msg, sizeof(msg) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+		(void)n; /* best effort: the connection closes either way */
+	}
+	conn_close(c);
+}
 
 /* Write what is pending. Returns -1 when the connection was closed. */
 static int conn_flush(struct hsrv_conn *c)
@@ -108,12 +186,15 @@ static int conn_flush(struct hsrv_conn *c)
 		ssize_t n = send(c->io.fd, c->out + c->out_off, c->out_len - c->out_off,
 				 MSG_NOSIGNAL);
 		if (n < 0) {
-			if (errno == EAGAIN || errno == EINTR)
+			if (errno == EAGAIN || errno == EINTR) {
+				conn_arm(c);
 				return 0;
+			}
 			conn_close(c);
 			return -1;
 		}
 		c->out_off += (size_t)n;
+		c->last_ms = loop_now(c->srv->loop);
 	}
 	c->out_off = c->out_len = 0;
 	if (c->close_after && c->phase == PH_READ) {
@@ -141,11 +222,12 @@ static void conn_done(struct hsrv_conn *c)
 	memmove(c->in, c->in + c->req_len, c->in_len - c->req_len);
 	c->in_len -= c->req_len;
 	c->req_len = 0;
+	c->last_ms = loop_now(c->srv->loop);
 	if (!c->keep_alive)
 		c->close_after = 1;
 	if (conn_flush(c) < 0 || c->in_handler)
 		return;
-	conn_process(c);
+	conn_pump(c);
 }
 
 void hsrv_respond(struct hsrv_conn *c, int status, const char *content_type,
@@ -215,7 +297,7 @@ static long body_end(struct hsrv_conn *c, const struct http_head *h, size_t off,
 		return (long)off;
 	}
 	if (h->framing == HTTP_BODY_LENGTH) {
-		if (h->content_length > HSRV_MAX_BODY)
+		if (h->content_length > c->srv->lim.max_body)
 			return -413;
 		if (c->in_len - off < h->content_length)
 			return 0;
@@ -233,7 +315,7 @@ static long body_end(struct hsrv_conn *c, const struct http_head *h, size_t off,
 		if (n < 0)
 			return -400;
 		payload += is_data ? (size_t)n : 0;
-		if (payload > HSRV_MAX_BODY)
+		if (payload > c->srv->lim.max_body)
 			return -413;
 		pos += (size_t)n;
 	}
@@ -258,34 +340,59 @@ static long body_end(struct hsrv_conn *c, const struct http_head *h, size_t off,
 	return (long)out;
 }
 
-/* Handle as many complete requests as the buffer holds, one at a time. */
-static void conn_process(struct hsrv_conn *c)
+/* A request has begun and is not whole yet: it has header_ms from now to arrive. */
+static void conn_request_begun(struct hsrv_conn *c)
+{
+	if (!c->head_ms) {
+		c->head_ms = loop_now(c->srv->loop);
+		conn_arm(c);
+	}
+}
+
+/* Answer a malformed request and close. Returns -1 when the connection was closed. */
+static int conn_refuse(struct hsrv_conn *c, int status)
+{
+	c->in_handler = 1; /* closing is deferred until the answer is queued */
+	reply_error(c, status);
+	c->in_handler = 0;
+	if (c->dead) {
+		conn_close(c);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Handle as many complete requests as the buffer holds, one at a time, while their answers
+ * are not piling up unread. Returns -1 when the connection was closed.
+ */
+static int conn_process(struct hsrv_conn *c)
 {
 	struct http_head h;
-	while (c->phase == PH_READ && c->in_len && !c->close_after) {
+	while (c->phase == PH_READ && c->in_len && !c->close_after && !conn_backlogged(c)) {
 		int r = http_parse_request(c->in, c->in_len, HSRV_MAX_HEAD, &h);
-		if (r == 0)
-			return;
-		if (r < 0) {
-			reply_error(c, -r);
-			return;
+		if (r == 0) {
+			conn_request_begun(c);
+			return 0;
 		}
+		if (r < 0)
+			return conn_refuse(c, -r);
 		char *body;
 		size_t body_len;
 		long end = body_end(c, &h, (size_t)r, &body, &body_len);
 		if (end == 0) {
+			conn_request_begun(c);
 			if ((h.flags & HTTP_F_EXPECT_CONTINUE) && !c->sent_continue) {
 				c->sent_continue = 1;
 				out_append(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
-				conn_flush(c);
+				return conn_flush(c);
 			}
-			return;
+			return 0;
 		}
 		c->sent_continue = 0;
-		if (end < 0) {
-			reply_error(c, (int)-end);
-			return;
-		}
+		if (end < 0)
+			return conn_refuse(c, (int)-end);
+		c->head_ms = 0;
 		c->phase = PH_WAIT;
 		c->req_len = (size_t)end;
 		c->keep_alive = !(h.flags & HTTP_F_CLOSE);
@@ -295,51 +402,97 @@ static void conn_process(struct hsrv_conn *c)
 		c->in_handler = 0;
 		if (c->dead) {
 			conn_close(c); /* runs the abort callback if the answer was unfinished */
-			return;
+			return -1;
 		}
 		/* answered already: go on with the next pipelined request, if any */
 	}
+	return 0;
+}
+
+/* Read once. 1: bytes came, 0: nothing more for now, -1: the connection was closed. */
+static int conn_read(struct hsrv_conn *c)
+{
+	if (grow(&c->in, &c->in_cap, c->in_len + 4096) < 0) {
+		conn_close(c);
+		return -1;
+	}
+	ssize_t n = recv(c->io.fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+		c->readable = errno == EINTR;
+		return 0;
+	}
+	if (n <= 0 || c->in_len + (size_t)n > HSRV_MAX_HEAD + c->srv->lim.max_body + 65536) {
+		conn_close(c);
+		return -1;
+	}
+	c->in_len += (size_t)n;
+	c->last_ms = loop_now(c->srv->loop);
+	return 1;
+}
+
+/*
+ * Answer what has arrived and read more, until the client has nothing more to say or its
+ * answers pile up unread. Returns -1 when the connection was closed.
+ */
+static int conn_pump(struct hsrv_conn *c)
+{
+	for (;;) {
+		if (c->phase == PH_READ && conn_process(c) < 0)
+			return -1;
+		if (!c->readable || c->close_after || conn_backlogged(c))
+			break;
+		if (conn_read(c) < 0)
+			return -1;
+	}
+	conn_arm(c);
+	return 0;
 }
 
 static void conn_on_io(struct loop_io *io, unsigned events)
 {
 	struct hsrv_conn *c = container_of(io, struct hsrv_conn, io);
-	if ((events & LOOP_WRITE) && conn_flush(c) < 0)
+	if (events & (LOOP_READ | LOOP_HUP))
+		c->readable = 1;
+	/* on a hang-up too: a client gone while its answers wait makes the send fail now */
+	if ((events & (LOOP_WRITE | LOOP_HUP)) && conn_flush(c) < 0)
 		return;
-	if (!(events & (LOOP_READ | LOOP_HUP)))
-		return;
-	for (;;) {
-		if (grow(&c->in, &c->in_cap, c->in_len + 4096) < 0) {
-			conn_close(c);
-			return;
-		}
-		ssize_t n = recv(io->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
-		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-			conn_close(c);
-			return;
-		}
-		if (n < 0)
-			break;
-		c->in_len += (size_t)n;
-		if (c->in_len > HSRV_MAX_HEAD + HSRV_MAX_BODY + 65536) {
-			conn_close(c);
-			return;
-		}
-	}
-	if (c->phase == PH_READ)
-		conn_process(c);
+	conn_pump(c);
 }
 
-static void srv_on_accept(struct loop_io *io, unsigned events)
+/* Over the cap: say so and close, rather than hold the client or leave it in the backlog. */
+static void srv_turn_away(int fd)
 {
-	struct hsrv *srv = container_of(io, struct hsrv, io);
-	(void)events;
+	static const char msg[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+				  "Connection: close\r\n\r\n";
+	ssize_t n = send(fd, msg, sizeof(msg) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+	(void)n; /* best effort */
+	close(fd);
+}
+
+/* Accept until the backlog is empty, or descriptors run out (then retry on a timer). */
+static void srv_accept(struct hsrv *srv)
+{
 	for (;;) {
 		struct sockaddr_storage peer;
 		socklen_t plen;
-		int fd = sock_accept(io->fd, &peer, &plen);
-		if (fd < 0)
+		int fd = sock_accept(srv->io.fd, &peer, &plen);
+		if (fd == -EAGAIN)
 			return;
+		if (fd == -ECONNABORTED || fd == -EINTR || fd == -EPROTO)
+			continue;
+		if (fd < 0) {
+			log_warn_every(10000, "accept: %s; new clients wait until a descriptor frees",
+				       strerror(-fd));
+			loop_timer_set(srv->loop, &srv->accept_retry,
+				       loop_now(srv->loop) + ACCEPT_RETRY_MS);
+			return;
+		}
+		if (srv->lim.max_conns && srv->nconns >= srv->lim.max_conns) {
+			log_warn_every(10000, "%u connections open: turning new clients away",
+				       srv->nconns);
+			srv_turn_away(fd);
+			continue;
+		}
 		struct hsrv_conn *c = calloc(1, sizeof(*c));
 		if (!c) {
 			close(fd);
@@ -347,19 +500,36 @@ static void srv_on_accept(struct loop_io *io, unsigned events)
 		}
 		c->io.fd = fd;
 		c->io.fn = conn_on_io;
+		c->timer.fn = conn_on_timer;
 		c->srv = srv;
+		c->head_ms = c->last_ms = loop_now(srv->loop);
 		c->next = srv->conns;
 		if (srv->conns)
 			srv->conns->prev = c;
 		srv->conns = c;
+		srv->nconns++;
 		srv->accepted++;
-		if (loop_io_add(srv->loop, &c->io) < 0)
+		if (loop_io_add(srv->loop, &c->io) < 0) {
 			conn_close(c);
+			continue;
+		}
+		conn_arm(c);
 	}
 }
 
-int hsrv_start(struct loop *loop, const struct net_addr *addr, hsrv_handler_fn fn, void *arg,
-	       struct hsrv **out)
+static void srv_on_accept(struct loop_io *io, unsigned events)
+{
+	(void)events;
+	srv_accept(container_of(io, struct hsrv, io));
+}
+
+static void srv_on_accept_retry(struct loop_timer *t)
+{
+	srv_accept(container_of(t, struct hsrv, accept_retry));
+}
+
+int hsrv_start(struct loop *loop, const struct net_addr *addr, const struct hsrv_limits *lim,
+	       hsrv_handler_fn fn, void *arg, struct hsrv **out)
 {
 	struct hsrv *srv = calloc(1, sizeof(*srv));
 	if (!srv)
@@ -372,6 +542,8 @@ int hsrv_start(struct loop *loop, const struct net_addr *addr, hsrv_handler_fn f
 	srv->loop = loop;
 	srv->io.fd = fd;
 	srv->io.fn = srv_on_accept;
+	srv->accept_retry.fn = srv_on_accept_retry;
+	srv->lim = *lim;
 	srv->fn = fn;
 	srv->arg = arg;
 	int err = loop_io_add(loop, &srv->io);
@@ -400,6 +572,7 @@ void hsrv_stop(struct hsrv *srv)
 		return;
 	while (srv->conns)
 		conn_close(srv->conns);
+	loop_timer_stop(srv->loop, &srv->accept_retry);
 	loop_io_del(srv->loop, &srv->io);
 	close(srv->io.fd);
 	free(srv);

@@ -2,13 +2,18 @@
  * server.h - a small HTTP/1.1 origin server on an event loop, for the simulator and the
  * admin endpoint (not for the proxy path, which relays exchanges without buffering them).
  *
- * It reads a whole request (head through the strict parser, body up to 1 MiB, chunked or
+ * It reads a whole request (head through the strict parser, body up to a limit, chunked or
  * not), hands it to the handler, and writes whatever the handler answers, now or later:
  * a whole response, or a chunked stream written piece by piece (Server-Sent Events). Keep-
  * alive and pipelining work; the next pipelined request is read only once the current
  * response is complete. If the client goes away before the response is complete, the
  * handler's abort callback runs so that it can release what it held for the request.
  * <req> and <body> given to the handler are valid until it answers or returns.
+ *
+ * A client cannot make it hold much: while more than a small bound of answers waits unread,
+ * nothing more is read or answered on that connection; struct hsrv_limits caps connections
+ * (more are answered 503 and closed) and bounds how long a request may take to arrive and
+ * how long a connection may sit idle or leave its answers unread.
  */
 #ifndef ACCELNET_HTTP_SERVER_H
 #define ACCELNET_HTTP_SERVER_H
@@ -27,9 +32,18 @@ typedef void (*hsrv_handler_fn)(void *arg, struct hsrv_conn *c, const struct htt
 				const char *body, size_t body_len);
 typedef void (*hsrv_abort_fn)(void *arg);
 
-/* Listen on <addr> (port 0 picks a free port, see hsrv_port). 0 or -errno. */
-int hsrv_start(struct loop *loop, const struct net_addr *addr, hsrv_handler_fn fn, void *arg,
-	       struct hsrv **out);
+struct hsrv_limits {
+	unsigned max_conns; /* connections held at once; more get 503 and are closed. 0: no cap */
+	unsigned header_ms; /* a request must be whole this long after it began (or after the
+			       connection opened), else 408 and close. 0: no limit */
+	unsigned idle_ms;   /* close a connection with no request for this long, or whose client
+			       has read nothing of its pending answer for this long. 0: never */
+	size_t max_body;    /* largest request body; a larger one gets 413 */
+};
+
+/* Listen on <addr> (port 0 picks a free port, see hsrv_port) with <lim>. 0 or -errno. */
+int hsrv_start(struct loop *loop, const struct net_addr *addr, const struct hsrv_limits *lim,
+	       hsrv_handler_fn fn, void *arg, struct hsrv **out);
 int hsrv_port(const struct hsrv *srv);
 /* Close the listener and every connection (abort callbacks run). */
 void hsrv_stop(struct hsrv *srv);

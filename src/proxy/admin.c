@@ -1,18 +1,39 @@
 /*
  * admin.c - /status and /metrics, written with open_memstream into one response body.
+ *
+ * The endpoint is bounded like any server facing clients (http/server.h): at most
+ * ADMIN_MAX_CONNS connections, timeouts.header_ms for a request to arrive, timeouts.idle_ms
+ * for an idle connection or an unread answer. With admin.token_file, every request must
+ * carry "Authorization: Bearer TOKEN". Only the token's SHA-256 is kept, compared in
+ * constant time (equal lengths, so the token's length does not leak either); the token
+ * itself is wiped as soon as it is hashed, and neither is ever logged.
  */
 #include "proxy/admin.h"
 #include "core/clock.h"
+#include "core/log.h"
 #include "http/server.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define ADMIN_MAX_CONNS 256
+#define ADMIN_MAX_BODY 16384 /* nothing here reads a body */
+#define TOKEN_MAX 4096
 
 struct admin {
 	struct hsrv *srv;
 	struct runtime *rt;
+	int has_token;
+	unsigned char token_sha[32]; /* SHA-256 of the token; wiped at stop */
 };
 
 static const char *const class_names[6] = {"aborted", "1xx", "2xx", "3xx", "4xx", "5xx"};
@@ -235,6 +256,27 @@ static void write_metrics(FILE *f, struct runtime *rt)
 	}
 }
 
+static int sha256(const void *data, size_t len, unsigned char out[32])
+{
+	unsigned int n = 0;
+	return EVP_Digest(data, len, out, &n, EVP_sha256(), NULL) == 1 && n == 32 ? 0 : -EIO;
+}
+
+/* Does <req> carry "Authorization: Bearer TOKEN" with the configured token? */
+static int admin_authorized(const struct admin *a, const struct http_head *req)
+{
+	if (!a->has_token)
+		return 1;
+	const struct http_header *h = http_find_header(req, "authorization");
+	if (!h || h->value.len < 7 || strncasecmp(h->value.p, "Bearer ", 7) != 0)
+		return 0;
+	unsigned char got[32];
+	int ok = sha256(h->value.p + 7, h->value.len - 7, got) == 0 &&
+		 CRYPTO_memcmp(got, a->token_sha, sizeof(got)) == 0;
+	OPENSSL_cleanse(got, sizeof(got));
+	return ok;
+}
+
 static void admin_on_request(void *arg, struct hsrv_conn *c, const struct http_head *req,
 			     const char *body, size_t body_len)
 {
@@ -243,6 +285,13 @@ static void admin_on_request(void *arg, struct hsrv_conn *c, const struct http_h
 	size_t len = 0;
 	(void)body;
 	(void)body_len;
+	if (!admin_authorized(a, req)) {
+		static const char msg[] = "unauthorized: send Authorization: Bearer TOKEN "
+					  "(the token in admin.token_file)\n";
+		hsrv_respond(c, 401, "text/plain", "WWW-Authenticate: Bearer\r\n", msg,
+			     sizeof(msg) - 1);
+		return;
+	}
 	int status = http_str_eq(req->path, "/status")	  ? 1
 		     : http_str_eq(req->path, "/metrics") ? 2
 							  : 0;
@@ -266,20 +315,85 @@ static void admin_on_request(void *arg, struct hsrv_conn *c, const struct http_h
 	free(text);
 }
 
-int admin_start(struct loop *loop, const struct net_addr *addr, struct runtime *rt,
-		struct admin **out)
+/*
+ * Read the token from <path> into a->token_sha: one line of printable characters without
+ * spaces (a final newline is allowed). 0, or -errno with <err> filled (never the token).
+ */
+static int admin_load_token(struct admin *a, const char *path, char *err, size_t errlen)
 {
+	char buf[TOKEN_MAX + 2];
+	ssize_t n = 0;
+	int rc = 0;
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "admin.token_file %s: %s", path, strerror(-rc));
+		return rc;
+	}
+	if (fstat(fd, &st) == 0 && (st.st_mode & 077))
+		log_warn("admin.token_file %s can be read by other users (chmod 600 it)", path);
+	for (ssize_t r = 1; r > 0 && (size_t)n < sizeof(buf); n += r)
+		if ((r = read(fd, buf + n, sizeof(buf) - (size_t)n)) < 0) {
+			rc = -errno;
+			snprintf(err, errlen, "admin.token_file %s: %s", path, strerror(-rc));
+			goto fail;
+		}
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+		n--;
+	rc = -EINVAL;
+	if (n == 0 || n > TOKEN_MAX) {
+		snprintf(err, errlen, "admin.token_file %s: expected a token of 1 to %d characters",
+			 path, TOKEN_MAX);
+		goto fail;
+	}
+	for (ssize_t i = 0; i < n; i++)
+		if (buf[i] <= ' ' || buf[i] > '~') {
+			snprintf(err, errlen, "admin.token_file %s: the token must be one line of "
+				 "printable characters without spaces", path);
+			goto fail;
+		}
+	if ((rc = sha256(buf, (size_t)n, a->token_sha)) < 0) {
+		snprintf(err, errlen, "admin.token_file %s: cannot hash the token", path);
+		goto fail;
+	}
+	a->has_token = 1;
+fail:
+	OPENSSL_cleanse(buf, sizeof(buf));
+	close(fd);
+	return rc;
+}
+
+int admin_start(struct loop *loop, const struct conf *conf, struct runtime *rt,
+		struct admin **out, char *err, size_t errlen)
+{
+	struct hsrv_limits lim = {
+	    .max_conns = ADMIN_MAX_CONNS,
+	    .header_ms = conf->timeouts.header_ms,
+	    .idle_ms = conf->timeouts.idle_ms,
+	    .max_body = ADMIN_MAX_BODY,
+	};
 	struct admin *a = calloc(1, sizeof(*a));
-	if (!a)
+	int rc;
+	if (!a) {
+		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
+	}
 	a->rt = rt;
-	int err = hsrv_start(loop, addr, admin_on_request, a, &a->srv);
-	if (err) {
-		free(a);
-		return err;
+	if (conf->admin_token_file &&
+	    (rc = admin_load_token(a, conf->admin_token_file, err, errlen)) < 0)
+		goto fail;
+	if ((rc = hsrv_start(loop, &conf->admin.addr, &lim, admin_on_request, a, &a->srv)) < 0) {
+		snprintf(err, errlen, "cannot serve admin on %s: %s", conf->admin.address,
+			 strerror(-rc));
+		goto fail;
 	}
 	*out = a;
 	return 0;
+fail:
+	OPENSSL_cleanse(a, sizeof(*a));
+	free(a);
+	return rc;
 }
 
 void admin_stop(struct admin *a)
@@ -287,5 +401,6 @@ void admin_stop(struct admin *a)
 	if (!a)
 		return;
 	hsrv_stop(a->srv);
+	OPENSSL_cleanse(a, sizeof(*a));
 	free(a);
 }

@@ -1,18 +1,24 @@
 /*
  * admin.h - the admin endpoint (admin.address): GET /status (JSON: pools, backends, their
  * health and load) and GET /metrics (Prometheus text format). Served on the main thread;
- * it reads the shared runtime's atomics and never blocks a worker.
+ * it reads the shared runtime's atomics and never blocks a worker. With admin.token_file,
+ * every request needs "Authorization: Bearer TOKEN" (else 401).
  */
 #ifndef ACCELNET_PROXY_ADMIN_H
 #define ACCELNET_PROXY_ADMIN_H
 
+#include "conf/conf-t.h"
 #include "core/loop.h"
 #include "proxy/runtime.h"
 
+#include <stddef.h>
+
 struct admin;
 
-int admin_start(struct loop *loop, const struct net_addr *addr, struct runtime *rt,
-		struct admin **out);
+/* Serve conf->admin (address, token, timeouts). 0, or -errno with <err> filled. */
+int admin_start(struct loop *loop, const struct conf *conf, struct runtime *rt,
+		struct admin **out, char *err, size_t errlen);
+/* Close every admin connection and wipe the token. */
 void admin_stop(struct admin *a);
 
 #endif

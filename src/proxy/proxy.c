@@ -140,8 +140,9 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 			goto out;
 		}
 	}
-	if (conf->has_admin && (rc = admin_start(px.main_loop, &conf->admin.addr, px.rt, &admin))) {
-		log_error("cannot serve admin on %s: %s", conf->admin.address, strerror(-rc));
+	if (conf->has_admin &&
+	    (rc = admin_start(px.main_loop, conf, px.rt, &admin, err, sizeof(err))) < 0) {
+		log_error("%s", err);
 		goto out;
 	}
 	if ((rc = health_start(px.main_loop, px.rt, &health)) < 0) {

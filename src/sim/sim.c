@@ -383,6 +383,17 @@ static void sim_on_request(void *arg, struct hsrv_conn *c, const struct http_hea
 	hsrv_respond(c, 200, "text/plain", s->served_by, text, (size_t)n);
 }
 
+/*
+ * Tests and benchmarks open many connections at once, and a proxy in front decides when its
+ * idle ones go: the sim never closes an idle connection under it.
+ */
+static const struct hsrv_limits sim_limits = {
+    .max_conns = 100000,
+    .header_ms = 60000,
+    .idle_ms = 0,
+    .max_body = 1u << 20,
+};
+
 int sim_start(struct loop *loop, const struct sim_opts *o, struct sim **out)
 {
 	struct sim *s = calloc(1, sizeof(*s));
@@ -399,7 +410,7 @@ int sim_start(struct loop *loop, const struct sim_opts *o, struct sim **out)
 		return -ENOMEM;
 	}
 	snprintf(s->served_by, sizeof(s->served_by), "X-Served-By: %s\r\n", o->name);
-	int err = hsrv_start(loop, &o->addr, sim_on_request, s, &s->srv);
+	int err = hsrv_start(loop, &o->addr, &sim_limits, sim_on_request, s, &s->srv);
 	if (err) {
 		free(s->cache);
 		free(s);
