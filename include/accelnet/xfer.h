@@ -83,24 +83,38 @@ void xfer_items_free(struct xfer_item *items, unsigned n);
 
 /* Pull <names> (files or trees under the server's directory) into the directory <dest>, over
  * o->remote's links (o->local, streams, token, stall_ms apply; bcast does not). Same
- * guarantees as xfer_send: chunks and files verified, resumable, nothing half-written. */
+ * guarantees as xfer_send: chunks and files verified, resumable, nothing half-written. The
+ * server is trusted only as far as the names: it may send a requested name's last component
+ * and what lies beneath it, nothing else, no bcast hop, at most XFER_SERVE_MAX_FILES files,
+ * created beneath <dest> with modes masked by 0777 and the umask. With a token the server
+ * must prove it holds it too; without TLS nothing else authenticates it. */
 int xfer_get(const struct xfer_send_opts *o, const char *const *names, unsigned n, const char *dest,
 	     struct xfer_report *rep);
+
+/* Defaults of the limits below (an option left 0 takes its default). */
+#define XFER_SERVE_MAX_CONNS 1024	   /* connections at once */
+#define XFER_SERVE_MAX_CONNS_PER_ADDR 128 /* connections at once from one address */
+#define XFER_SERVE_MAX_FILES 10000	   /* files in one transfer (also what `get` accepts) */
+#define XFER_SERVE_HANDSHAKE_MS 10000	   /* from accept to the end of the handshake, in all */
 
 struct xfer_serve_opts {
 	const char *listen;	/* "ADDR[,ADDR...]": one listener per link */
 	const char *dir;	/* files land beneath it */
-	const char *token_file; /* NULL: anyone may send */
+	const char *token_file; /* clients (and this server) prove they hold this secret */
+	int insecure;		/* with neither token_file nor tls_ca: serve anyway (else refused) */
 	const char *metrics;	/* NULL, or ADDR for GET /metrics (Prometheus text) */
 	const char *tls_cert, *tls_key; /* accept TLS transfers with this certificate */
 	const char *tls_ca;		 /* require TLS with client certificates signed by this CA */
+	const char *relay_to;		 /* "CIDR[,CIDR...]": where bcast hops may be; NULL: nowhere */
 	unsigned keep_parts_hours;	 /* partial files untouched this long are removed; 0: 72 */
+	unsigned max_conns, max_conns_per_addr, max_files, handshake_ms; /* 0: the defaults above */
 	volatile int *stop;	/* set non-zero (e.g. from a signal handler) to return */
 	void (*ready)(const int *ports, unsigned n, void *arg); /* after binding (port 0 works) */
 	void *arg;
 };
 
-/* Receive until *stop. 0, or -errno when a listener cannot start (message on stderr). */
+/* Receive until *stop. 0, or -errno when a listener cannot start (message on stderr);
+ * -EPERM when neither a token nor a client CA is given and <insecure> is not set. */
 int xfer_serve(const struct xfer_serve_opts *o);
 
 #endif

@@ -23,13 +23,21 @@ static void on_signal(int sig)
 
 static const char usage_text[] =
 	"usage:\n"
-	"  accelnet xfer serve --listen ADDR[,ADDR...] --dir DIR [--token FILE] [--metrics ADDR]\n"
-	"        [--tls-cert FILE --tls-key FILE [--tls-ca FILE]] [--keep-parts-hours H]\n"
+	"  accelnet xfer serve --listen ADDR[,ADDR...] --dir DIR (--token FILE | --tls-ca FILE | --insecure)\n"
+	"        [--metrics ADDR] [--tls-cert FILE --tls-key FILE] [--keep-parts-hours H]\n"
+	"        [--relay-to CIDR[,CIDR...]] [--max-conns N (1024)] [--max-conns-per-addr N (128)]\n"
+	"        [--max-files N (10000)] [--handshake-ms MS (10000)]\n"
 	"  accelnet xfer send PATH... HOST:PORT[,HOST:PORT...] [--streams N] [--to NAME]\n"
 	"        [--from ADDR[,ADDR...]] [--token FILE] [--chunk-kib N] [--stall-ms MS] [--json] [--quiet]\n"
 	"        [--tls [--tls-ca FILE] [--tls-cert FILE --tls-key FILE] | --tls-insecure]\n"
 	"  accelnet xfer get HOST:PORT[,HOST:PORT...] NAME... [--to DIR] [same options as send]\n"
-	"  accelnet xfer bcast PATH HOST:PORT[,...] HOST:PORT[,...] ... [same options as send]\n";
+	"  accelnet xfer bcast PATH HOST:PORT[,...] HOST:PORT[,...] ... [same options as send]\n"
+	"trust: serve refuses to start without --token, --tls-ca or an explicit --insecure. With\n"
+	"  --token both ends prove they hold it (HMAC over random challenges; it never travels).\n"
+	"  Without --tls the server is not authenticated by a certificate, and the data is neither\n"
+	"  encrypted nor protected from someone on the path; without --tls and --token nothing is\n"
+	"  authenticated. get accepts from a server only the names asked for (and what lies\n"
+	"  beneath them), beneath --to, with modes masked by 0777 and the umask.\n";
 
 __attribute__((format(printf, 1, 2))) static int bad_usage(const char *fmt, ...)
 {
@@ -73,7 +81,27 @@ static int cmd_serve(int argc, char **argv)
 			o.dir = v, i++;
 		else if (!strcmp(a, "--token") && v)
 			o.token_file = v, i++;
-		else if (!strcmp(a, "--metrics") && v)
+		else if (!strcmp(a, "--insecure"))
+			o.insecure = 1;
+		else if (!strcmp(a, "--relay-to") && v)
+			o.relay_to = v, i++;
+		else if (!strcmp(a, "--max-conns") && v) {
+			if (parse_uint(v, 1000000, &o.max_conns))
+				return bad_usage("--max-conns needs a positive number");
+			i++;
+		} else if (!strcmp(a, "--max-conns-per-addr") && v) {
+			if (parse_uint(v, 1000000, &o.max_conns_per_addr))
+				return bad_usage("--max-conns-per-addr needs a positive number");
+			i++;
+		} else if (!strcmp(a, "--max-files") && v) {
+			if (parse_uint(v, 100000000, &o.max_files))
+				return bad_usage("--max-files needs a positive number");
+			i++;
+		} else if (!strcmp(a, "--handshake-ms") && v) {
+			if (parse_uint(v, 3600000, &o.handshake_ms))
+				return bad_usage("--handshake-ms needs a positive number of milliseconds");
+			i++;
+		} else if (!strcmp(a, "--metrics") && v)
 			o.metrics = v, i++;
 		else if (!strcmp(a, "--keep-parts-hours") && v) {
 			if (parse_uint(v, 100000, &o.keep_parts_hours))

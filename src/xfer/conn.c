@@ -297,18 +297,31 @@ fail:
 	return err;
 }
 
-static void mac_compute(const struct xfer_token *t, const uint8_t nonce[XFER_NONCE_LEN], uint8_t role,
+/*
+ * The client's proof: HMAC-SHA256(token, nonce | role | session). The server's answers with
+ * a label in front, so it can never be the client's own proof sent back: HMAC-SHA256(token,
+ * "accelnet-xfer server" | nonce | role | session). The session id is the client's fresh
+ * random input, so an old answer cannot be replayed to a new transfer.
+ */
+static void mac_compute(const struct xfer_token *t, int server, const uint8_t nonce[XFER_NONCE_LEN], uint8_t role,
 			const uint8_t session[XFER_SESSION_LEN], uint8_t out[XFER_MAC_LEN])
 {
-	uint8_t msg[XFER_NONCE_LEN + 1 + XFER_SESSION_LEN];
-	memcpy(msg, nonce, XFER_NONCE_LEN);
-	msg[XFER_NONCE_LEN] = role;
-	memcpy(msg + XFER_NONCE_LEN + 1, session, XFER_SESSION_LEN);
+	static const char label[] = "accelnet-xfer server";
+	uint8_t msg[sizeof(label) - 1 + XFER_NONCE_LEN + 1 + XFER_SESSION_LEN], *p = msg;
+	if (server) {
+		memcpy(p, label, sizeof(label) - 1);
+		p += sizeof(label) - 1;
+	}
+	memcpy(p, nonce, XFER_NONCE_LEN);
+	p[XFER_NONCE_LEN] = role;
+	memcpy(p + XFER_NONCE_LEN + 1, session, XFER_SESSION_LEN);
+	p += XFER_NONCE_LEN + 1 + XFER_SESSION_LEN;
 	memset(out, 0, XFER_MAC_LEN);
 	if (!t || !t->len)
 		return;
 	unsigned len = XFER_MAC_LEN;
-	HMAC(EVP_sha256(), t->key, (int)t->len, msg, sizeof(msg), out, &len);
+	HMAC(EVP_sha256(), t->key, (int)t->len, msg, (size_t)(p - msg), out, &len);
+	OPENSSL_cleanse(msg, sizeof(msg));
 }
 
 int xfer_handshake_client(struct xfer_io *io, const struct xfer_token *t, uint8_t role,
@@ -328,8 +341,10 @@ int xfer_handshake_client(struct xfer_io *io, const struct xfer_token *t, uint8_
 	if (h.type != XFER_CHALLENGE || h.meta_len != XFER_NONCE_LEN)
 		return -EPROTO;
 	struct xfer_hello hello = {.version = XFER_VERSION, .role = role};
+	uint8_t nonce[XFER_NONCE_LEN];
+	memcpy(nonce, meta, XFER_NONCE_LEN);
 	memcpy(hello.session, session, XFER_SESSION_LEN);
-	mac_compute(t, meta, role, session, hello.mac);
+	mac_compute(t, 0, nonce, role, session, hello.mac);
 	uint8_t out[XFER_HELLO_LEN];
 	xfer_hello_encode(out, &hello);
 	if ((rc = xfer_frame_send(io, XFER_HELLO, out, sizeof(out))))
@@ -341,7 +356,20 @@ int xfer_handshake_client(struct xfer_io *io, const struct xfer_token *t, uint8_
 		snprintf(err, errlen, "%s", (char *)meta);
 		return -EACCES;
 	}
-	return h.type == XFER_OK ? 0 : -EPROTO;
+	uint8_t proof[XFER_MAC_LEN], want[XFER_MAC_LEN];
+	int has;
+	if (h.type != XFER_OK || xfer_ok_decode(meta, h.meta_len, proof, &has))
+		return -EPROTO;
+	if (t && t->len) {
+		/* mutual: the server shows it holds the token too, or it is not the one we meant */
+		mac_compute(t, 1, nonce, role, session, want);
+		if (!has || CRYPTO_memcmp(want, proof, XFER_MAC_LEN)) {
+			snprintf(err, errlen, "the server did not prove it holds the token (a server without "
+					      "--token, or not the server you meant)");
+			return -EACCES;
+		}
+	}
+	return 0;
 }
 
 int xfer_handshake_server(struct xfer_io *io, const struct xfer_token *t, struct xfer_hello *out)
@@ -363,16 +391,17 @@ int xfer_handshake_server(struct xfer_io *io, const struct xfer_token *t, struct
 		xfer_frame_send(io, XFER_ERR, msg, sizeof(msg) - 1);
 		return -EPROTO;
 	}
-	if (t && t->len) {
-		uint8_t want[XFER_MAC_LEN];
-		mac_compute(t, nonce, out->role, out->session, want);
-		if (CRYPTO_memcmp(want, out->mac, XFER_MAC_LEN)) {
-			static const char msg[] = "authentication failed: wrong or missing token";
-			xfer_frame_send(io, XFER_ERR, msg, sizeof(msg) - 1);
-			return -EACCES;
-		}
+	if (!t || !t->len)
+		return xfer_frame_send(io, XFER_OK, NULL, 0);
+	uint8_t want[XFER_MAC_LEN];
+	mac_compute(t, 0, nonce, out->role, out->session, want);
+	if (CRYPTO_memcmp(want, out->mac, XFER_MAC_LEN)) {
+		static const char msg[] = "authentication failed: wrong or missing token";
+		xfer_frame_send(io, XFER_ERR, msg, sizeof(msg) - 1);
+		return -EACCES;
 	}
-	return xfer_frame_send(io, XFER_OK, NULL, 0);
+	mac_compute(t, 1, nonce, out->role, out->session, want);
+	return xfer_frame_send(io, XFER_OK, want, XFER_MAC_LEN);
 }
 
 void xfer_io_close(struct xfer_io *io)

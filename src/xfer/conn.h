@@ -9,8 +9,12 @@
  * progress within the stall timeout, -ECONNRESET that the peer closed.
  *
  * Handshake: the server sends CHALLENGE(nonce); the client answers HELLO(version, role,
- * session id, HMAC-SHA256(token, nonce | role | session)); the server answers OK or ERR(text).
- * Without a token on the server any HELLO is accepted; the token itself never travels.
+ * session id, HMAC-SHA256(token, nonce | role | session)); the server answers ERR(text), or
+ * OK with its own proof, HMAC-SHA256(token, "accelnet-xfer server" | nonce | role | session),
+ * which a client holding a token requires: both ends show they hold the token, and the token
+ * itself never travels. Without a token on the server any HELLO is accepted (serve --insecure)
+ * and its OK is empty, which a client with a token refuses. Without TLS this authenticates the
+ * two ends at the handshake only: someone on the path can still read or change what follows.
  */
 #ifndef ACCELNET_XFER_CONN_H
 #define ACCELNET_XFER_CONN_H
@@ -100,7 +104,8 @@ int xfer_io_start_client(struct xfer_io *io, struct ssl_ctx_st *ctx, const char 
 /* After accepting: the client's choice, TLS needing <ctx>. -EACCES: refused (why in *why). */
 int xfer_io_start_server(struct xfer_io *io, struct ssl_ctx_st *ctx, int tls_required, const char **why);
 
-/* Client side of the handshake; on ERR the server's text goes to <err>. */
+/* Client side of the handshake; on ERR the server's text goes to <err>; -EACCES also when
+ * the client holds a token and the server's OK does not prove it holds it too. */
 int xfer_handshake_client(struct xfer_io *io, const struct xfer_token *t, uint8_t role,
 			  const uint8_t session[XFER_SESSION_LEN], char *err, size_t errlen);
 /* Server side: 0 with the client's HELLO, -EACCES (bad token; ERR sent), or -errno. */

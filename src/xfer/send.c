@@ -1,6 +1,7 @@
 /*
  * send.c - xfer_send(): items to a manifest and sources, then one engine run; and the
- * expansion of paths (files and directory trees) into items.
+ * expansion of paths (files and directory trees) into items: a sender's own paths as given,
+ * or, for a server answering GET, names resolved beneath its directory and never outside.
  */
 #include "accelnet/xfer.h"
 #include "xfer/engine.h"
@@ -122,6 +123,86 @@ void xfer_items_free(struct xfer_item *items, unsigned n)
 		free((char *)items[i].path);
 	}
 	free(items);
+}
+
+#define BENEATH_DEPTH_MAX 128
+
+/* Every regular file beneath the open directory <dfd> (closed here), as <name>/... and
+ * <path>/...; symlinks and special files are skipped. */
+static int walk_beneath(struct list *l, int dfd, const char *path, const char *name, unsigned depth)
+{
+	if (depth > BENEATH_DEPTH_MAX) {
+		close(dfd);
+		return -ELOOP;
+	}
+	DIR *d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return -errno;
+	}
+	int rc = 0;
+	struct dirent *de;
+	while (!rc && (de = readdir(d))) {
+		struct stat st;
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+		    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		char *p = NULL, *n = NULL;
+		if (asprintf(&p, "%s/%s", path, de->d_name) < 0 || asprintf(&n, "%s/%s", name, de->d_name) < 0) {
+			rc = -ENOMEM;
+		} else if (S_ISREG(st.st_mode)) {
+			rc = list_push(l, n, p);
+		} else if (S_ISDIR(st.st_mode)) {
+			int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub >= 0)
+				rc = walk_beneath(l, sub, p, n, depth + 1);
+		}
+		free(p);
+		free(n);
+	}
+	closedir(d);
+	return rc;
+}
+
+int xfer_items_beneath(int dirfd, const char *const *names, unsigned n, struct xfer_item **items,
+		       unsigned *nitems, char *err, size_t errlen)
+{
+	struct list l = {0};
+	int rc = 0;
+	for (unsigned i = 0; i < n && !rc; i++) {
+		const char *base = strrchr(names[i], '/') ? strrchr(names[i], '/') + 1 : names[i];
+		struct open_how how = {.flags = O_RDONLY | O_CLOEXEC,
+				       .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+		int fd = (int)syscall(SYS_openat2, dirfd, names[i], &how, sizeof(how));
+		struct stat st;
+		if (fd < 0 || fstat(fd, &st) < 0) {
+			rc = -errno;
+			snprintf(err, errlen, "'%s': %s", names[i],
+				 rc == -EXDEV ? "leads outside the served directory" : strerror(-rc));
+			if (fd >= 0)
+				close(fd);
+		} else if (S_ISREG(st.st_mode)) {
+			close(fd);
+			rc = list_push(&l, base, names[i]);
+		} else if (S_ISDIR(st.st_mode)) {
+			rc = walk_beneath(&l, fd, names[i], base, 0);
+			if (rc)
+				snprintf(err, errlen, "'%s': %s", names[i], strerror(-rc));
+		} else {
+			close(fd);
+			rc = -EINVAL;
+			snprintf(err, errlen, "'%s': neither a file nor a directory", names[i]);
+		}
+	}
+	if (rc) {
+		if (!err[0])
+			snprintf(err, errlen, "%s", strerror(-rc));
+		xfer_items_free(l.v, l.n);
+		return rc;
+	}
+	*items = l.v;
+	*nitems = l.n;
+	return 0;
 }
 
 /* Open <path>: as given, or beneath <dirfd> (no symlink may lead out) when dirfd >= 0. */

@@ -35,19 +35,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #define SERVE_IDLE_MS 300000
+#define SERVE_FINISH_WAIT_S 60 /* FINISH waits this long for a chunk's other writer */
 #define SERVE_MAX_LISTEN XFER_LINKS_MAX
+#define SERVE_ACCEPT_PAUSE_MS 1000 /* out of descriptors: accept again after this, or sooner */
 
 struct session {
 	struct session *next;
 	uint8_t id[XFER_SESSION_LEN];
 	unsigned refs;
 	pthread_mutex_t mu;
+	pthread_cond_t cv; /* under mu: a chunk's writer finished */
+	uint64_t reserved; /* bytes of free space counted as this transfer's (under srv->mu) */
 	struct xfer_manifest m;
 	struct xfer_store_file *files;
 	uint32_t nopen;
@@ -71,8 +78,33 @@ struct pull {
 	pthread_cond_t cv; /* under srv->mu */
 };
 
+/* A CIDR of --relay-to. */
+struct cidr {
+	sa_family_t family;
+	uint8_t addr[16];
+	unsigned bits;
+};
+
+/* An open connection: its descriptor, its peer's address (for the per-address cap), and the
+ * time its handshake must be over by (0: over). */
+struct live {
+	int fd;
+	sa_family_t family;
+	uint8_t addr[16];
+	uint64_t deadline_ms;
+};
+
 struct server {
 	const struct xfer_serve_opts *o;
+	unsigned max_conns, max_per_addr, max_files;
+	int handshake_ms;
+	struct cidr relay[64]; /* --relay-to */
+	unsigned nrelay;
+	const char *const *asked; /* puller: the names it asked for */
+	unsigned nasked;
+	uint64_t reserved; /* bytes reserved by live sessions (under mu) */
+	int wake_fd;	   /* an eventfd: a connection ended while accepting was paused */
+	_Atomic int accept_paused;
 	int dirfd;
 	int puller; /* this is `xfer get`'s receiving side, not a daemon */
 	struct ssl_ctx_st *tls; /* accept TLS transfers */
@@ -90,13 +122,13 @@ struct server {
 	unsigned ntombs;
 	int done_ok;	     /* puller: DONE was sent */
 	uint64_t total_bytes; /* puller: the manifest's size */
-	char peer_err[256]; /* puller: the server's ERR */
+	char peer_err[256]; /* puller: why the pull failed (the server's ERR, or our refusal) */
 	struct xfer_token token;
 	pthread_mutex_t mu;
 	struct session *sessions;
 	unsigned conns;
 	pthread_cond_t conns_cv;
-	int *live_fds;
+	struct live *live;
 	unsigned nlive, cap_live;
 	unsigned corrupt_every; /* fault injection for tests: ACCELNET_XFER_CORRUPT_EVERY */
 	_Atomic uint64_t corrupt_seq;
@@ -112,20 +144,72 @@ struct conn {
 	struct session *sess;
 };
 
-static void live_add(struct server *s, int fd)
+static void peer_key(const struct sockaddr_storage *ss, sa_family_t *family, uint8_t addr[16])
 {
+	memset(addr, 0, 16);
+	*family = ss->ss_family;
+	if (ss->ss_family == AF_INET)
+		memcpy(addr, &((const struct sockaddr_in *)ss)->sin_addr, 4);
+	else if (ss->ss_family == AF_INET6)
+		memcpy(addr, &((const struct sockaddr_in6 *)ss)->sin6_addr, 16);
+}
+
+/*
+ * Count a new connection from <peer> unless a cap says no: NULL, or why not (under the
+ * caps, the connection is counted and its handshake must end within handshake_ms).
+ */
+static const char *live_admit(struct server *s, int fd, const struct sockaddr_storage *peer)
+{
+	static const char *const full_all = "too many connections to this server (serve --max-conns)";
+	static const char *const full_addr = "too many connections from your address (serve --max-conns-per-addr)";
+	struct live l = {.fd = fd, .deadline_ms = clock_now_ms() + (uint64_t)s->handshake_ms};
+	const char *why = NULL;
+	peer_key(peer, &l.family, l.addr);
 	pthread_mutex_lock(&s->mu);
-	if (s->nlive == s->cap_live) {
+	unsigned same = 0;
+	for (unsigned i = 0; i < s->nlive; i++)
+		same += s->live[i].family == l.family && !memcmp(s->live[i].addr, l.addr, 16);
+	if (s->conns >= s->max_conns)
+		why = full_all;
+	else if (same >= s->max_per_addr)
+		why = full_addr;
+	if (!why && s->nlive == s->cap_live) {
 		unsigned cap = s->cap_live ? 2 * s->cap_live : 64;
-		int *v = realloc(s->live_fds, cap * sizeof(int));
+		struct live *v = realloc(s->live, cap * sizeof(*v));
 		if (v) {
-			s->live_fds = v;
+			s->live = v;
 			s->cap_live = cap;
+		} else {
+			why = "out of memory";
 		}
 	}
-	if (s->nlive < s->cap_live)
-		s->live_fds[s->nlive++] = fd;
-	s->conns++;
+	if (!why) {
+		s->live[s->nlive++] = l;
+		s->conns++;
+	}
+	pthread_mutex_unlock(&s->mu);
+	return why;
+}
+
+/* The handshake of <fd> is over (either way): the deadline no longer applies. */
+static void live_settle(struct server *s, int fd)
+{
+	pthread_mutex_lock(&s->mu);
+	for (unsigned i = 0; i < s->nlive; i++)
+		if (s->live[i].fd == fd)
+			s->live[i].deadline_ms = 0;
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* Cut off the connections whose handshake ran past its deadline (however they trickle). */
+static void live_expire(struct server *s, uint64_t now)
+{
+	pthread_mutex_lock(&s->mu);
+	for (unsigned i = 0; i < s->nlive; i++)
+		if (s->live[i].deadline_ms && now >= s->live[i].deadline_ms) {
+			shutdown(s->live[i].fd, SHUT_RDWR);
+			s->live[i].deadline_ms = 0;
+		}
 	pthread_mutex_unlock(&s->mu);
 }
 
@@ -133,13 +217,94 @@ static void live_del(struct server *s, int fd)
 {
 	pthread_mutex_lock(&s->mu);
 	for (unsigned i = 0; i < s->nlive; i++)
-		if (s->live_fds[i] == fd) {
-			s->live_fds[i] = s->live_fds[--s->nlive];
+		if (s->live[i].fd == fd) {
+			s->live[i] = s->live[--s->nlive];
 			break;
 		}
 	s->conns--;
+	if (atomic_load(&s->accept_paused)) { /* a descriptor is free: accept again */
+		uint64_t one = 1;
+		ssize_t n = write(s->wake_fd, &one, sizeof(one));
+		(void)n; /* the accept loop also resumes on its timer */
+	}
 	pthread_cond_broadcast(&s->conns_cv);
 	pthread_mutex_unlock(&s->mu);
+}
+
+/* Over a cap: say why (without blocking) and close. */
+static void refuse_conn(int fd, const char *why)
+{
+	uint8_t out[XFER_HDR_LEN + 128], sink[256];
+	size_t len = strlen(why) < 128 ? strlen(why) : 128;
+	xfer_hdr_encode(out, XFER_ERR, (uint32_t)len, 0);
+	memcpy(out + XFER_HDR_LEN, why, len);
+	ssize_t n = send(fd, out, XFER_HDR_LEN + len, MSG_DONTWAIT | MSG_NOSIGNAL);
+	(void)n; /* best effort: the close says the rest */
+	shutdown(fd, SHUT_WR);
+	while (recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0)
+		;
+	close(fd);
+}
+
+static int cidr_parse(const char *text, struct cidr *out)
+{
+	char buf[64], *end;
+	snprintf(buf, sizeof(buf), "%s", text);
+	char *slash = strchr(buf, '/');
+	if (slash)
+		*slash++ = 0;
+	unsigned max;
+	memset(out, 0, sizeof(*out));
+	if (inet_pton(AF_INET, buf, out->addr) == 1)
+		out->family = AF_INET, max = 32;
+	else if (inet_pton(AF_INET6, buf, out->addr) == 1)
+		out->family = AF_INET6, max = 128;
+	else
+		return -EINVAL;
+	out->bits = max;
+	if (slash) {
+		unsigned long v = strtoul(slash, &end, 10);
+		if (!*slash || *end || v > max)
+			return -EINVAL;
+		out->bits = (unsigned)v;
+	}
+	return 0;
+}
+
+static int cidr_match(const struct cidr *c, const struct sockaddr_storage *ss)
+{
+	sa_family_t family;
+	uint8_t a[16];
+	peer_key(ss, &family, a);
+	if (family != c->family)
+		return 0;
+	unsigned full = c->bits / 8, rest = c->bits % 8;
+	if (memcmp(a, c->addr, full))
+		return 0;
+	return !rest || !((a[full] ^ c->addr[full]) & (uint8_t)(0xff << (8 - rest)));
+}
+
+/* Every address of a bcast hop ("HOST:PORT[,...]") inside --relay-to: 0, or -EPERM. */
+static int relay_allowed(const struct server *s, const char *hop, char *err, size_t errlen)
+{
+	struct xfer_path paths[XFER_LINKS_MAX];
+	char why[200];
+	int n = xfer_paths_parse(hop, NULL, paths, XFER_LINKS_MAX, why, sizeof(why));
+	if (n < 0) {
+		snprintf(err, errlen, "bad bcast hop '%.100s': %s", hop, why);
+		return -EINVAL;
+	}
+	for (int i = 0; i < n; i++) {
+		int ok = 0;
+		for (unsigned k = 0; k < s->nrelay && !ok; k++)
+			ok = cidr_match(&s->relay[k], &paths[i].remote.ss);
+		if (!ok) {
+			snprintf(err, errlen, "this %s does not relay to %s (a server allows bcast hops with --relay-to)",
+				 s->puller ? "client" : "server", paths[i].rname);
+			return -EPERM;
+		}
+	}
+	return 0;
 }
 
 static int send_err(struct xfer_io *io, const char *msg)
@@ -147,17 +312,45 @@ static int send_err(struct xfer_io *io, const char *msg)
 	return xfer_frame_send(io, XFER_ERR, msg, (uint32_t)strlen(msg));
 }
 
-static void session_free(struct session *ss)
+/* The receiving side refuses something: tell the peer, and, pulling, remember it as the
+ * reason the pull failed. */
+static void refuse(struct server *s, struct xfer_io *io, const char *msg)
+{
+	if (s->puller) {
+		pthread_mutex_lock(&s->mu);
+		if (!s->peer_err[0])
+			snprintf(s->peer_err, sizeof(s->peer_err), "%s", msg);
+		pthread_mutex_unlock(&s->mu);
+	}
+	send_err(io, msg);
+}
+
+/* Give back up to <bytes> of a session's reservation (under s->mu). */
+static void unreserve_locked(struct server *s, struct session *ss, uint64_t bytes)
+{
+	uint64_t d = bytes < ss->reserved ? bytes : ss->reserved;
+	ss->reserved -= d;
+	s->reserved -= d;
+}
+
+static void session_free(struct server *s, struct session *ss, int refused)
 {
 	if (ss->relay) {
 		if (!ss->finished)
 			xfer_engine_abort(ss->relay, -ECONNRESET, "upstream went away");
 		xfer_engine_free(ss->relay);
 	}
-	for (uint32_t i = 0; i < ss->nopen; i++)
+	for (uint32_t i = 0; i < ss->nopen; i++) {
+		if (refused)
+			xfer_store_discard(s->dirfd, &ss->files[i]);
 		xfer_store_close(&ss->files[i]);
+	}
+	pthread_mutex_lock(&s->mu);
+	unreserve_locked(s, ss, ss->reserved);
+	pthread_mutex_unlock(&s->mu);
 	free(ss->files);
 	xfer_manifest_free(&ss->m);
+	pthread_cond_destroy(&ss->cv);
 	pthread_mutex_destroy(&ss->mu);
 	free(ss);
 }
@@ -174,33 +367,112 @@ static void session_put(struct server *s, struct session *ss)
 			}
 	pthread_mutex_unlock(&s->mu);
 	if (last)
-		session_free(ss);
+		session_free(s, ss, 0);
 }
 
-/* Open every file's part, and the relay when there are further hops. */
-static int session_open(struct server *s, struct session *ss, int tls, char *err, size_t errlen)
+static int path_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/*
+ * What a manifest may ask before anything is looked at: at most max_files files, no name
+ * twice, bcast hops only inside --relay-to, and for `get` only names that were asked for.
+ * 0, or -errno with the reason in <err>.
+ */
+static int manifest_admit(const struct server *s, const struct xfer_manifest *m, char *err, size_t errlen)
+{
+	if (m->nfiles > s->max_files) {
+		snprintf(err, errlen, "too many files in one transfer (%u, at most %u: serve --max-files)", m->nfiles,
+			 s->max_files);
+		return -E2BIG;
+	}
+	if (m->nfwd && relay_allowed(s, m->fwd[0], err, errlen))
+		return -EPERM;
+	for (uint32_t i = 0; s->puller && i < m->nfiles; i++)
+		if (!xfer_name_asked(m->files[i].path, s->asked, s->nasked)) {
+			snprintf(err, errlen, "the server offered '%.200s', which was not asked for", m->files[i].path);
+			return -EPERM;
+		}
+	char **sorted = malloc((m->nfiles ? m->nfiles : 1) * sizeof(char *));
+	if (!sorted) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < m->nfiles; i++)
+		sorted[i] = m->files[i].path;
+	qsort(sorted, m->nfiles, sizeof(char *), path_cmp);
+	int rc = 0;
+	for (uint32_t i = 1; i < m->nfiles && !rc; i++)
+		if (!strcmp(sorted[i], sorted[i - 1])) {
+			snprintf(err, errlen, "'%.200s' appears twice in the manifest", sorted[i]);
+			rc = -EINVAL;
+		}
+	free(sorted);
+	return rc;
+}
+
+/* Look at every file of the manifest (creating nothing). */
+static int session_open(struct server *s, struct session *ss, char *err, size_t errlen)
 {
 	const char *why = NULL;
-	uint64_t claimed = 0;
 	ss->files = calloc(ss->m.nfiles ? ss->m.nfiles : 1, sizeof(*ss->files));
 	if (!ss->files) {
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	for (uint32_t i = 0; i < ss->m.nfiles; i++, ss->nopen++) {
-		for (uint32_t j = 0; j < i; j++)
-			if (!strcmp(ss->m.files[i].path, ss->m.files[j].path)) {
-				snprintf(err, errlen, "'%s' appears twice in the manifest", ss->m.files[i].path);
-				return -EINVAL;
-			}
-		int rc = xfer_store_open(s->dirfd, &ss->m, i, &ss->files[i], &claimed, &why);
+		int rc = xfer_store_open(s->dirfd, &ss->m, i, &ss->files[i], &why);
 		if (rc) {
 			snprintf(err, errlen, "'%s': %s: %s", ss->m.files[i].path, why, strerror(-rc));
 			return rc;
 		}
 	}
-	if (!ss->m.nfwd)
-		return 0;
+	return 0;
+}
+
+/*
+ * Count the space the session's parts still need as reserved, if it fits in the free space
+ * less what other live sessions reserved (an account, not an allocation: fallocate would
+ * zero every page on tmpfs). 0, or -ENOSPC with the figures in <err>.
+ */
+static int session_reserve(struct server *s, struct session *ss, char *err, size_t errlen)
+{
+	uint64_t need = 0;
+	for (uint32_t i = 0; i < ss->m.nfiles; i++)
+		need += ss->files[i].reserve;
+	struct statvfs v;
+	if (fstatvfs(s->dirfd, &v) < 0)
+		return 0; /* no figures: the writes will tell */
+	uint64_t avail = (uint64_t)v.f_bavail * v.f_frsize;
+	int rc = 0;
+	pthread_mutex_lock(&s->mu);
+	if (avail < s->reserved + need) {
+		snprintf(err, errlen,
+			 "not enough space: the transfer needs %.1f MiB more, %.1f MiB are free and %.1f MiB "
+			 "of that are reserved by transfers in progress",
+			 (double)need / 1048576, (double)avail / 1048576, (double)s->reserved / 1048576);
+		rc = -ENOSPC;
+	} else {
+		s->reserved += need;
+		ss->reserved = need;
+	}
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+/* bcast: start the engine to the next hop, sending from this receiver's parts. */
+static int session_relay(struct server *s, struct session *ss, int tls, char *err, size_t errlen)
+{
+	const char *why = NULL;
+	for (uint32_t i = 0; i < ss->m.nfiles; i++) {
+		int rc = xfer_store_acquire(s->dirfd, &ss->files[i], &why);
+		if (rc) {
+			snprintf(err, errlen, "'%s': %s: %s", ss->m.files[i].path, why, strerror(-rc));
+			return rc;
+		}
+		ss->files[i].pinned = 1; /* the relay reads the map until the session ends */
+	}
 	ss->relay_m = ss->m;
 	ss->relay_m.nfwd = ss->m.nfwd - 1;
 	memmove(ss->relay_m.fwd, ss->m.fwd + 1, ss->relay_m.nfwd * sizeof(char *));
@@ -290,8 +562,10 @@ static struct session *session_get(struct server *s, const uint8_t id[XFER_SESSI
 static int on_manifest(struct conn *c, const struct xfer_hello *hello, uint8_t *meta, uint32_t len)
 {
 	struct server *s = c->srv;
-	if (c->sess)
-		return send_err(&c->io, "a connection sends one manifest") ?: -EPROTO;
+	if (c->sess) {
+		refuse(s, &c->io, "a connection sends one manifest");
+		return -EPROTO;
+	}
 	struct session *ss = session_get(s, hello->session);
 	if (ss) {
 		c->sess = ss;
@@ -301,6 +575,7 @@ static int on_manifest(struct conn *c, const struct xfer_hello *hello, uint8_t *
 	if (!ss)
 		return -ENOMEM;
 	pthread_mutex_init(&ss->mu, NULL);
+	pthread_cond_init(&ss->cv, NULL);
 	memcpy(ss->id, hello->session, XFER_SESSION_LEN);
 	ss->refs = 1;
 	const char *why;
@@ -309,7 +584,9 @@ static int on_manifest(struct conn *c, const struct xfer_hello *hello, uint8_t *
 		snprintf(err, sizeof(err), "bad manifest: %s", why);
 		goto refuse;
 	}
-	if (session_open(s, ss, c->io.ssl != NULL, err, sizeof(err)))
+	if (manifest_admit(s, &ss->m, err, sizeof(err)) || session_open(s, ss, err, sizeof(err)) ||
+	    session_reserve(s, ss, err, sizeof(err)) ||
+	    (ss->m.nfwd && session_relay(s, ss, c->io.ssl != NULL, err, sizeof(err))))
 		goto refuse;
 	pthread_mutex_lock(&s->mu);
 	ss->next = s->sessions;
@@ -322,8 +599,8 @@ static int on_manifest(struct conn *c, const struct xfer_hello *hello, uint8_t *
 	return reply_need(c);
 refuse:
 	atomic_fetch_add(&s->m_errors, 1);
-	send_err(&c->io, err);
-	session_free(ss);
+	refuse(s, &c->io, err);
+	session_free(s, ss, 1);
 	return -EINVAL;
 }
 
@@ -340,41 +617,61 @@ static int on_chunk(struct conn *c, const struct xfer_hello *hello, const uint8_
 		pthread_mutex_lock(&s->mu);
 		tomb_find_locked(s, hello->session, why, sizeof(why));
 		pthread_mutex_unlock(&s->mu);
-		send_err(&c->io, why);
+		refuse(s, &c->io, why);
 		return -EPROTO;
 	}
 	if (xfer_chunk_decode(meta, h->meta_len, &cm) || cm.file >= ss->m.nfiles ||
 	    cm.chunk >= ss->files[cm.file].nchunks) {
-		send_err(&c->io, "chunk outside the manifest");
+		refuse(s, &c->io, "chunk outside the manifest");
 		return -EPROTO;
 	}
 	struct xfer_store_file *f = &ss->files[cm.file];
 	uint64_t off = (uint64_t)cm.chunk * f->chunk_size;
 	uint32_t want = (uint32_t)(f->size - off < f->chunk_size ? f->size - off : f->chunk_size);
 	if (h->data_len != want) {
-		send_err(&c->io, "chunk has the wrong length");
+		refuse(s, &c->io, "chunk has the wrong length");
 		return -EPROTO;
 	}
 	struct xfer_ack a = {.file = cm.file, .chunk = cm.chunk, .status = XFER_ACK_OK};
+	const char *why = "";
+	int rc = 0, mine = 0, crowded = 0;
+	/* a chunk already verified is never written again; one being written gets a second
+	 * writer only as an end-game copy would, and is then re-hashed before the rename */
 	pthread_mutex_lock(&ss->mu);
-	int have = f->done[cm.chunk];
+	crowded = !f->done[cm.chunk] && f->writers[cm.chunk] == UINT8_MAX;
+	if (!f->done[cm.chunk] && !crowded && !(rc = xfer_store_acquire(s->dirfd, f, &why))) {
+		mine = 1;
+		if (++f->writers[cm.chunk] > 1)
+			f->multi[cm.chunk] = 1;
+		f->busy++;
+	}
 	pthread_mutex_unlock(&ss->mu);
-	int rc;
-	if (have) {
+	if (crowded) {
+		refuse(s, &c->io, "too many copies of one chunk at once");
+		return -EPROTO;
+	}
+	if (!mine) {
 		/* a copy from the end game or a resend: read it off the wire, keep what we have */
-		if ((rc = xfer_discard(&c->io, want)))
-			return rc;
-		a.status = XFER_ACK_DUP;
-		atomic_fetch_add(&s->m_dup, 1);
+		int drc = xfer_discard(&c->io, want);
+		if (drc)
+			return drc;
 		atomic_fetch_add(&s->m_bytes, want);
+		if (rc) {
+			a.status = XFER_ACK_IO;
+		} else {
+			a.status = XFER_ACK_DUP;
+			atomic_fetch_add(&s->m_dup, 1);
+		}
 	} else {
 		uint8_t *dst = xfer_store_chunk(f, cm.chunk);
+		int first = 0, lost = 0;
 		rc = xfer_read_all(&c->io, dst, want);
 		if (rc == -EFAULT) {
 			a.status = XFER_ACK_IO; /* the page could not be had: disk full */
 			rc = -ENOSPC;
+			why = "no space left";
 		} else if (rc) {
-			return rc;
+			lost = 1; /* the connection failed mid-chunk */
 		} else {
 			atomic_fetch_add(&s->m_bytes, want);
 			if (s->corrupt_every && atomic_fetch_add(&s->corrupt_seq, 1) % s->corrupt_every == 0)
@@ -384,34 +681,47 @@ static int on_chunk(struct conn *c, const struct xfer_hello *hello, const uint8_
 				atomic_fetch_add(&s->m_bad, 1);
 			} else if ((rc = xfer_store_record(f, cm.chunk, cm.hash))) {
 				a.status = XFER_ACK_IO;
-			} else {
-				pthread_mutex_lock(&ss->mu);
-				int first = xfer_store_mark(f, cm.chunk, cm.hash);
-				pthread_mutex_unlock(&ss->mu);
-				if (first) {
-					atomic_fetch_add(&s->m_chunks, 1);
-					atomic_fetch_add(&s->link_bytes[c->link % XFER_LINKS_MAX], want);
-					if (ss->relay)
-						xfer_engine_feed(ss->relay, cm.file, cm.chunk, cm.hash, 1);
-				} else {
-					a.status = XFER_ACK_DUP;
-					atomic_fetch_add(&s->m_dup, 1);
-				}
+				why = "cannot record it";
 			}
 		}
-		if (a.status == XFER_ACK_IO)
-			atomic_fetch_add(&s->m_errors, 1);
+		pthread_mutex_lock(&ss->mu);
+		f->writers[cm.chunk]--;
+		f->busy--;
+		if (!lost && a.status == XFER_ACK_OK) {
+			first = xfer_store_mark(f, cm.chunk, cm.hash);
+			if (!first)
+				a.status = XFER_ACK_DUP;
+		}
+		if (f->ndone == f->nchunks && !f->busy)
+			xfer_store_release(f); /* every chunk there: no descriptor until FINISH */
+		pthread_cond_broadcast(&ss->cv);
+		pthread_mutex_unlock(&ss->mu);
+		if (lost)
+			return rc;
+		if (first) {
+			atomic_fetch_add(&s->m_chunks, 1);
+			atomic_fetch_add(&s->link_bytes[c->link % XFER_LINKS_MAX], want);
+			pthread_mutex_lock(&s->mu);
+			unreserve_locked(s, ss, want);
+			pthread_mutex_unlock(&s->mu);
+			if (ss->relay)
+				xfer_engine_feed(ss->relay, cm.file, cm.chunk, cm.hash, 1);
+		} else if (a.status == XFER_ACK_DUP) {
+			atomic_fetch_add(&s->m_dup, 1);
+		}
 	}
+	if (a.status == XFER_ACK_IO)
+		atomic_fetch_add(&s->m_errors, 1);
 	uint8_t out[XFER_ACK_LEN];
 	xfer_ack_encode(out, &a);
 	int wrc = xfer_frame_send(&c->io, XFER_ACK, out, sizeof(out));
 	if (a.status == XFER_ACK_IO) {
 		char msg[200];
-		snprintf(msg, sizeof(msg), "cannot write '%.100s': %s", f->path, strerror(-rc));
+		snprintf(msg, sizeof(msg), "cannot write '%.100s': %s: %s", f->path, why, strerror(-rc));
 		pthread_mutex_lock(&s->mu);
 		tomb_add_locked(s, ss->id, msg);
 		pthread_mutex_unlock(&s->mu);
-		send_err(&c->io, msg);
+		refuse(s, &c->io, msg);
 		return rc;
 	}
 	return wrc;
@@ -425,17 +735,32 @@ static int on_finish(struct conn *c, const struct xfer_hello *hello, const uint8
 	struct session *ss = c->sess;
 	char err[512] = "";
 	if (!ss || len != ss->m.nfiles * 16u) {
-		send_err(&c->io, "FINISH does not match the manifest");
+		refuse(s, &c->io, "FINISH does not match the manifest");
 		return -EPROTO;
 	}
 	pthread_mutex_lock(&ss->mu);
+	/* an end-game copy still arriving on another connection: its writer finishes first */
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += SERVE_FINISH_WAIT_S;
+	for (uint32_t i = 0; i < ss->m.nfiles; i++)
+		while (ss->files[i].busy)
+			if (pthread_cond_timedwait(&ss->cv, &ss->mu, &until)) {
+				snprintf(err, sizeof(err), "'%s': a chunk is still being written by another connection",
+					 ss->files[i].path);
+				break;
+			}
 	for (uint32_t i = 0; i < ss->m.nfiles && !err[0]; i++) {
 		struct xfer_store_file *f = &ss->files[i];
 		const char *why;
+		uint32_t bad = UINT32_MAX;
 		if (f->finished)
 			continue;
-		int rc = xfer_store_finish(s->dirfd, f, meta + 16 * (size_t)i, &why);
-		if (rc)
+		int rc = xfer_store_finish(s->dirfd, f, meta + 16 * (size_t)i, &bad, &why);
+		if (rc && bad != UINT32_MAX)
+			snprintf(err, sizeof(err), "'%s': chunk %u was overwritten by a second writer after it was "
+						   "verified; send again to resume", f->path, bad);
+		else if (rc)
 			snprintf(err, sizeof(err), "'%s': %s", f->path, why);
 		else
 			atomic_fetch_add(&s->m_files, 1);
@@ -452,7 +777,7 @@ static int on_finish(struct conn *c, const struct xfer_hello *hello, const uint8
 	pthread_mutex_unlock(&ss->mu);
 	if (err[0]) {
 		atomic_fetch_add(&s->m_errors, 1);
-		send_err(&c->io, err);
+		refuse(s, &c->io, err);
 		return -EIO;
 	}
 	return xfer_frame_send(&c->io, XFER_DONE, NULL, 0);
@@ -492,7 +817,7 @@ static void conn_loop(struct conn *c, const struct xfer_hello *hello)
 			rc = -EPROTO;
 			break;
 		default:
-			send_err(&c->io, "unexpected message");
+			refuse(s, &c->io, "unexpected message");
 			rc = -EPROTO;
 		}
 		if (meta != small)
@@ -518,10 +843,13 @@ static void *conn_main(void *arg)
 	int handed = 0;
 	const char *why = NULL;
 	set_keepalive(c->io.fd);
-	xfer_set_timeout(c->io.fd, 10000);
+	/* each read waits at most the handshake's time, and the accept loop cuts the connection
+	 * at its deadline however it trickles (live_expire) */
+	xfer_set_timeout(c->io.fd, s->handshake_ms);
 	int rc = xfer_io_start_server(&c->io, s->tls, s->tls_required, &why);
 	if (rc == 0)
 		rc = xfer_handshake_server(&c->io, &s->token, &hello);
+	live_settle(s, c->io.fd);
 	if (rc == -EACCES)
 		atomic_fetch_add(&s->m_auth_fail, 1);
 	xfer_set_timeout(c->io.fd, SERVE_IDLE_MS);
@@ -628,36 +956,11 @@ static int pull_serve(struct conn *c, const struct xfer_hello *hello)
 		return 0;
 	}
 
-	/* what to send: each name, a file or a tree beneath DIR */
+	/* what to send: each name, a file or a tree, found beneath DIR without leaving it */
 	struct xfer_item *items = NULL;
 	unsigned nitems = 0;
 	char err[300] = "";
-	for (unsigned i = 0; i < nnames && !err[0]; i++) {
-		char full[XFER_PATH_MAX + 512], bad[512];
-		struct xfer_item *more;
-		unsigned nmore;
-		snprintf(full, sizeof(full), "%s/%s", s->o->dir, names[i]);
-		int rc = xfer_items_from_paths((const char *const *)&(const char *){full}, 1, NULL, &more, &nmore,
-					       bad, sizeof(bad));
-		if (rc) {
-			snprintf(err, sizeof(err), "'%s': %s", names[i], strerror(-rc));
-			break;
-		}
-		struct xfer_item *grown = realloc(items, (nitems + nmore) * sizeof(*items));
-		if (!grown) {
-			xfer_items_free(more, nmore);
-			snprintf(err, sizeof(err), "out of memory");
-			break;
-		}
-		items = grown;
-		size_t skip = strlen(s->o->dir) + 1;
-		for (unsigned k = 0; k < nmore; k++) {
-			/* open beneath DIR by the name relative to it */
-			memmove((char *)more[k].path, more[k].path + skip, strlen(more[k].path + skip) + 1);
-			items[nitems++] = more[k];
-		}
-		free(more);
-	}
+	xfer_items_beneath(s->dirfd, (const char *const *)names, nnames, &items, &nitems, err, sizeof(err));
 	free(names);
 	int handed = 0;
 	if (err[0]) {
@@ -780,17 +1083,116 @@ static int listen_on(const char *text, int *fd, char *err, size_t errlen)
 	return 0;
 }
 
+/* --metrics on its own thread: an idle scraper holds up only other scrapes, for at most 2 s. */
+struct metrics_thread {
+	struct server *s;
+	int fd;
+	volatile int *stop;
+};
+
+static void *metrics_main(void *arg)
+{
+	struct metrics_thread *mt = arg;
+	struct pollfd p = {.fd = mt->fd, .events = POLLIN};
+	while (!*mt->stop) {
+		if (poll(&p, 1, 200) <= 0)
+			continue;
+		struct sockaddr_storage peer;
+		socklen_t plen;
+		int fd = sock_accept(mt->fd, &peer, &plen);
+		if (fd < 0) {
+			if (fd != -EAGAIN)
+				poll(NULL, 0, 200); /* out of descriptors: try again later, not at once */
+			continue;
+		}
+		fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+		metrics_reply(mt->s, fd);
+		close(fd);
+	}
+	OPENSSL_thread_stop();
+	return NULL;
+}
+
+/* Limits from the options, defaults for those left 0 (a puller has no options of its own). */
+static void limits_set(struct server *s, const struct xfer_serve_opts *o)
+{
+	s->max_conns = o->max_conns ? o->max_conns : XFER_SERVE_MAX_CONNS;
+	s->max_per_addr = o->max_conns_per_addr ? o->max_conns_per_addr : XFER_SERVE_MAX_CONNS_PER_ADDR;
+	s->max_files = o->max_files ? o->max_files : XFER_SERVE_MAX_FILES;
+	s->handshake_ms = o->handshake_ms ? (int)o->handshake_ms : XFER_SERVE_HANDSHAKE_MS;
+}
+
+static int relay_parse(struct server *s, const char *list, char *err, size_t errlen)
+{
+	char buf[2048];
+	char *save = NULL;
+	snprintf(buf, sizeof(buf), "%s", list ? list : "");
+	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		if (s->nrelay == sizeof(s->relay) / sizeof(s->relay[0])) {
+			snprintf(err, errlen, "--relay-to: at most %zu networks", sizeof(s->relay) / sizeof(s->relay[0]));
+			return -EINVAL;
+		}
+		if (cidr_parse(t, &s->relay[s->nrelay])) {
+			snprintf(err, errlen, "--relay-to: '%s' is not an address or ADDRESS/BITS", t);
+			return -EINVAL;
+		}
+		s->nrelay++;
+	}
+	return 0;
+}
+
+/* Start a connection's thread, or refuse it when a cap is reached. */
+static void conn_start(struct server *s, int fd, const struct sockaddr_storage *peer, unsigned link)
+{
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+	const char *full = live_admit(s, fd, peer);
+	if (full) {
+		refuse_conn(fd, full);
+		return;
+	}
+	atomic_fetch_add(&s->m_conns_total, 1);
+	struct conn *c = calloc(1, sizeof(*c));
+	pthread_t th;
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	if (c) {
+		c->srv = s;
+		c->io = (struct xfer_io){.fd = fd};
+		c->link = link;
+	}
+	if (!c || pthread_create(&th, &attr, conn_main, c)) {
+		free(c);
+		live_del(s, fd);
+		close(fd);
+	}
+	pthread_attr_destroy(&attr);
+}
+
 int xfer_serve(const struct xfer_serve_opts *o)
 {
-	struct server s = {.o = o, .dirfd = -1};
-	int lfd[SERVE_MAX_LISTEN + 1], ports[SERVE_MAX_LISTEN];
+	struct server s = {.o = o, .dirfd = -1, .wake_fd = -1};
+	int lfd[SERVE_MAX_LISTEN], ports[SERVE_MAX_LISTEN];
 	unsigned nl = 0;
-	int mfd = -1, rc = 0;
+	int mfd = -1, rc = 0, metrics_started = 0;
 	char err[256] = "";
+	pthread_t mth;
+	struct metrics_thread mt = {.s = &s, .stop = o->stop};
 	pthread_mutex_init(&s.mu, NULL);
 	pthread_cond_init(&s.conns_cv, NULL);
+	limits_set(&s, o);
 	const char *env = getenv("ACCELNET_XFER_CORRUPT_EVERY");
 	s.corrupt_every = env ? (unsigned)strtoul(env, NULL, 10) : 0;
+	if (!o->token_file && !o->tls_ca && !o->insecure) {
+		snprintf(err, sizeof(err),
+			 "refusing to serve %s to anyone who can connect: give --token FILE (or --tls-ca FILE "
+			 "for mutual TLS), or --insecure to accept that",
+			 o->dir);
+		rc = -EPERM;
+		goto out;
+	}
+	if ((rc = relay_parse(&s, o->relay_to, err, sizeof(err))))
+		goto out;
 	if (o->token_file) {
 		const char *why;
 		if ((rc = xfer_token_load(o->token_file, &s.token, &why))) {
@@ -805,7 +1207,8 @@ int xfer_serve(const struct xfer_serve_opts *o)
 		s.tls_required = o->tls_ca != NULL;
 	}
 	s.dirfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (s.dirfd < 0) {
+	s.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (s.dirfd < 0 || s.wake_fd < 0) {
 		rc = -errno;
 		snprintf(err, sizeof(err), "%s: %s", o->dir, strerror(errno));
 		goto out;
@@ -831,71 +1234,83 @@ int xfer_serve(const struct xfer_serve_opts *o)
 		rc = -EINVAL;
 		goto out;
 	}
-	if (o->metrics && (rc = listen_on(o->metrics, &mfd, err, sizeof(err))))
-		goto out;
+	if (o->metrics) {
+		if ((rc = listen_on(o->metrics, &mfd, err, sizeof(err))))
+			goto out;
+		mt.fd = mfd;
+		if (pthread_create(&mth, NULL, metrics_main, &mt)) {
+			rc = -EAGAIN;
+			snprintf(err, sizeof(err), "cannot start the metrics thread");
+			goto out;
+		}
+		metrics_started = 1;
+	}
+	if (!o->token_file && !o->tls_ca)
+		log_warn("xfer serve: warning: --insecure: no token and no client certificates; anyone who can reach "
+			 "%s can read and overwrite every file under %s",
+			 o->listen, o->dir);
 	if (o->ready)
 		o->ready(ports, nl, o->arg);
 	struct pollfd pfd[SERVE_MAX_LISTEN + 1];
-	unsigned np = nl;
 	for (unsigned i = 0; i < nl; i++)
 		pfd[i] = (struct pollfd){.fd = lfd[i], .events = POLLIN};
-	if (mfd >= 0)
-		pfd[np++] = (struct pollfd){.fd = mfd, .events = POLLIN};
-	uint64_t next_sweep = 0;
+	pfd[nl] = (struct pollfd){.fd = s.wake_fd, .events = POLLIN};
+	uint64_t next_sweep = 0, resume_at = 0, last_warn = 0;
 	uint64_t keep_s = o->keep_parts_hours ? (uint64_t)o->keep_parts_hours * 3600 : 72 * 3600;
 	while (!*o->stop) {
-		if (clock_now_ms() >= next_sweep) { /* at start, then hourly */
+		uint64_t now = clock_now_ms();
+		if (now >= next_sweep) { /* at start, then hourly */
 			unsigned removed;
 			if (xfer_store_sweep(s.dirfd, keep_s, &removed) == 0 && removed)
 				log_info("xfer serve: removed %u abandoned partial file(s) older than %llu h", removed,
 					 (unsigned long long)(keep_s / 3600));
-			next_sweep = clock_now_ms() + 3600 * 1000;
+			next_sweep = now + 3600 * 1000;
 		}
-		if (poll(pfd, np, 200) <= 0)
+		live_expire(&s, now);
+		int paused = atomic_load(&s.accept_paused);
+		if (paused && now >= resume_at)
+			atomic_store(&s.accept_paused, paused = 0);
+		/* paused: only the wake-up (a connection ended) or the timer, not the listeners */
+		int n = paused ? poll(&pfd[nl], 1, 200) : poll(pfd, nl + 1, 200);
+		if (n <= 0)
 			continue;
-		for (unsigned i = 0; i < np; i++) {
+		if (pfd[nl].revents & POLLIN) {
+			uint64_t v;
+			ssize_t r = read(s.wake_fd, &v, sizeof(v));
+			(void)r; /* drained or not, the next poll says */
+			atomic_store(&s.accept_paused, 0);
+		}
+		for (unsigned i = 0; !paused && i < nl; i++) {
 			if (!(pfd[i].revents & POLLIN))
 				continue;
 			struct sockaddr_storage peer;
 			socklen_t plen;
 			int fd = sock_accept(pfd[i].fd, &peer, &plen);
-			if (fd < 0)
-				continue;
-			fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-			if (pfd[i].fd == mfd) {
-				metrics_reply(&s, fd);
-				close(fd);
-				continue;
+			if (fd == -EMFILE || fd == -ENFILE || fd == -ENOBUFS || fd == -ENOMEM) {
+				/* no descriptor (or memory) for it: wait for one to free rather than spin */
+				atomic_store(&s.accept_paused, 1);
+				resume_at = clock_now_ms() + SERVE_ACCEPT_PAUSE_MS;
+				if (!last_warn || clock_now_ms() - last_warn > 60000) {
+					last_warn = clock_now_ms();
+					log_warn("xfer serve: cannot accept: %s; waiting for a connection to end",
+						 strerror(-fd));
+				}
+				break;
 			}
-			struct conn *c = calloc(1, sizeof(*c));
-			pthread_t th;
-			pthread_attr_t attr;
-			pthread_attr_init(&attr);
-			pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-			if (c) {
-				c->srv = &s;
-				c->io = (struct xfer_io){.fd = fd};
-				c->link = i;
-				live_add(&s, fd);
-				atomic_fetch_add(&s.m_conns_total, 1);
-			}
-			if (!c || pthread_create(&th, &attr, conn_main, c)) {
-				if (c)
-					live_del(&s, fd);
-				free(c);
-				close(fd);
-			}
-			pthread_attr_destroy(&attr);
+			if (fd >= 0)
+				conn_start(&s, fd, &peer, i);
 		}
 	}
 	/* stop: end every connection, then wait for their threads */
 	pthread_mutex_lock(&s.mu);
 	for (unsigned i = 0; i < s.nlive; i++)
-		shutdown(s.live_fds[i], SHUT_RDWR);
+		shutdown(s.live[i].fd, SHUT_RDWR);
 	while (s.conns)
 		pthread_cond_wait(&s.conns_cv, &s.mu);
 	pthread_mutex_unlock(&s.mu);
 out:
+	if (metrics_started)
+		pthread_join(mth, NULL);
 	if (err[0])
 		fprintf(stderr, "accelnet xfer serve: %s\n", err);
 	for (unsigned i = 0; i < nl; i++)
@@ -904,10 +1319,12 @@ out:
 		close(mfd);
 	if (s.dirfd >= 0)
 		close(s.dirfd);
-	free(s.live_fds);
+	if (s.wake_fd >= 0)
+		close(s.wake_fd);
+	free(s.live);
 	if (s.tls)
 		SSL_CTX_free(s.tls);
-	memset(&s.token, 0, sizeof(s.token));
+	OPENSSL_cleanse(&s.token, sizeof(s.token));
 	return rc;
 }
 
@@ -934,7 +1351,7 @@ static void *get_main(void *arg)
 int xfer_get(const struct xfer_send_opts *o, const char *const *names, unsigned n, const char *dest,
 	     struct xfer_report *rep)
 {
-	struct server s = {.dirfd = -1, .puller = 1};
+	struct server s = {.dirfd = -1, .puller = 1, .wake_fd = -1, .asked = names, .nasked = n};
 	struct xfer_serve_opts so = {.dir = dest};
 	struct xfer_path paths[XFER_LINKS_MAX];
 	struct xfer_token token;
@@ -948,6 +1365,7 @@ int xfer_get(const struct xfer_send_opts *o, const char *const *names, unsigned 
 	memset(rep, 0, sizeof(*rep));
 	memset(&token, 0, sizeof(token));
 	s.o = &so;
+	limits_set(&s, &so);
 	pthread_mutex_init(&s.mu, NULL);
 	pthread_cond_init(&s.conns_cv, NULL);
 	int np = xfer_paths_parse(o->remote, o->local, paths, XFER_LINKS_MAX, rep->error, sizeof(rep->error));
@@ -1080,6 +1498,6 @@ out:
 		SSL_CTX_free(tls);
 	if (s.dirfd >= 0)
 		close(s.dirfd);
-	memset(&token, 0, sizeof(token));
+	OPENSSL_cleanse(&token, sizeof(token));
 	return rc;
 }

@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <stdio.h>
@@ -93,15 +94,42 @@ out:
 	return rc;
 }
 
-/* DIR/.accelnet-xfer/ID.EXT, created if need be: the descriptor, or -errno with *why. */
-static int open_store_file(int dirfd, const char *id, const char *ext, const char **why)
+/* DIR/.accelnet-xfer/ID.EXT, created when <create>: the descriptor, or -errno with *why. */
+static int open_store_file(int dirfd, const char *id, const char *ext, int create, const char **why)
 {
 	char name[80];
 	snprintf(name, sizeof(name), XFER_STORE_DIR "/%s.%s", id, ext);
-	int fd = open_beneath(dirfd, name, O_RDWR | O_CREAT | O_NOFOLLOW, 0600);
+	int fd = open_beneath(dirfd, name, O_RDWR | O_NOFOLLOW | (create ? O_CREAT : 0), 0600);
 	if (fd < 0)
 		*why = "cannot open a partial file or its state";
 	return fd;
+}
+
+/* This process's umask, read once without changing it (umask(2) would, for every thread). */
+static mode_t umask_value = 022;
+static void umask_read(void)
+{
+	FILE *st = fopen("/proc/self/status", "re");
+	char line[128];
+	unsigned v;
+	while (st && fgets(line, sizeof(line), st))
+		if (sscanf(line, "Umask: %o", &v) == 1)
+			umask_value = (mode_t)v;
+	if (st)
+		fclose(st);
+}
+
+static uint32_t mode_sanitise(uint32_t mode)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, umask_read);
+	return (mode ? mode : 0644) & 0777 & ~(uint32_t)umask_value;
+}
+
+static uint32_t chunk_len(const struct xfer_store_file *f, uint32_t k)
+{
+	uint64_t off = (uint64_t)k * f->chunk_size;
+	return (uint32_t)(f->size - off < f->chunk_size ? f->size - off : f->chunk_size);
 }
 
 /*
@@ -122,28 +150,59 @@ static int in_place(int dirfd, const struct xfer_file *fi, struct xfer_store_fil
 		close(fd);
 		return 0;
 	}
+	uint8_t *map = NULL;
 	if (f->size) {
-		f->map = mmap(NULL, f->size, PROT_READ, MAP_SHARED, fd, 0);
-		if (f->map == MAP_FAILED) {
-			f->map = NULL;
+		map = mmap(NULL, f->size, PROT_READ, MAP_SHARED, fd, 0);
+		if (map == MAP_FAILED) {
 			close(fd);
 			return 0;
 		}
 	}
 	for (uint32_t k = 0; k < f->nchunks; k++) {
-		uint64_t off = (uint64_t)k * f->chunk_size;
-		uint32_t len = (uint32_t)(f->size - off < f->chunk_size ? f->size - off : f->chunk_size);
-		f->hashes[k] = XXH3_64bits(f->map + off, len);
+		f->hashes[k] = XXH3_64bits(map + (uint64_t)k * f->chunk_size, chunk_len(f, k));
 		f->done[k] = 1;
 	}
+	if (map)
+		munmap(map, f->size);
+	close(fd);
 	f->ndone = f->nchunks;
-	f->part_fd = fd;
 	f->in_place = 1;
 	return 1;
 }
 
+/* A part left by an earlier run: the chunks its state says are done, re-verified. Nothing
+ * is created; -EBUSY when another process holds it. */
+static int resume_load(int dirfd, struct xfer_store_file *f, const char **why)
+{
+	int rc = 0;
+	f->state_fd = open_store_file(dirfd, f->id, "state", 0, why);
+	if (f->state_fd < 0)
+		return f->state_fd == -ENOENT ? 0 : f->state_fd;
+	if (flock(f->state_fd, LOCK_EX | LOCK_NB) < 0) {
+		*why = "another transfer of this file is in progress";
+		rc = -EBUSY;
+		goto out;
+	}
+	f->part_fd = open_store_file(dirfd, f->id, "part", 0, why);
+	struct stat st;
+	if (f->part_fd < 0 || fstat(f->part_fd, &st) < 0 || (uint64_t)st.st_size != f->size || !f->size)
+		goto out; /* nothing usable: received anew */
+	f->map = mmap(NULL, f->size, PROT_READ, MAP_SHARED, f->part_fd, 0);
+	if (f->map == MAP_FAILED) {
+		f->map = NULL;
+		goto out;
+	}
+	if ((rc = state_load(f)))
+		*why = "out of memory";
+	uint64_t have = (uint64_t)st.st_blocks * 512;
+	f->reserve = f->size > have ? f->size - have : 0;
+out:
+	xfer_store_release(f);
+	return rc;
+}
+
 int xfer_store_open(int dirfd, const struct xfer_manifest *m, uint32_t idx, struct xfer_store_file *f,
-		    uint64_t *claimed, const char **why)
+		    const char **why)
 {
 	const struct xfer_file *fi = &m->files[idx];
 	int rc;
@@ -152,55 +211,74 @@ int xfer_store_open(int dirfd, const struct xfer_manifest *m, uint32_t idx, stru
 	f->size = fi->size;
 	f->nchunks = fi->nchunks;
 	f->chunk_size = m->chunk_size;
-	f->mode = fi->mode;
+	f->mode = mode_sanitise(fi->mode);
 	f->mtime_ns = fi->mtime_ns;
 	f->path = fi->path;
+	f->reserve = fi->size;
 	file_id(m, fi, f->id);
-	f->hashes = calloc(f->nchunks ? f->nchunks : 1, sizeof(uint64_t));
-	f->done = calloc(f->nchunks ? f->nchunks : 1, 1);
-	if (!f->hashes || !f->done) {
+	size_t n = f->nchunks ? f->nchunks : 1;
+	f->hashes = calloc(n, sizeof(uint64_t));
+	f->done = calloc(n, 1);
+	f->writers = calloc(n, 1);
+	f->multi = calloc(n, 1);
+	if (!f->hashes || !f->done || !f->writers || !f->multi) {
 		*why = "out of memory";
 		rc = -ENOMEM;
 		goto fail;
 	}
-	if (in_place(dirfd, fi, f))
+	if (in_place(dirfd, fi, f)) {
+		f->reserve = 0;
 		return 0;
+	}
+	if ((rc = resume_load(dirfd, f, why)))
+		goto fail;
+	return 0;
+fail:
+	xfer_store_close(f);
+	return rc;
+}
+
+int xfer_store_acquire(int dirfd, struct xfer_store_file *f, const char **why)
+{
+	int rc;
+	if (f->part_fd >= 0)
+		return 0;
+	if (f->in_place) { /* a relay sends the file from where it is */
+		if ((rc = f->part_fd = open_beneath(dirfd, f->path, O_RDONLY | O_NOFOLLOW, 0)) < 0) {
+			*why = "cannot open the file in place";
+			goto fail;
+		}
+		f->map = f->size ? mmap(NULL, f->size, PROT_READ, MAP_SHARED, f->part_fd, 0) : NULL;
+		if (f->map == MAP_FAILED) {
+			f->map = NULL;
+			*why = "cannot map the file in place";
+			rc = -errno;
+			goto fail;
+		}
+		return 0;
+	}
 	if (mkdirat(dirfd, XFER_STORE_DIR, 0700) < 0 && errno != EEXIST) {
 		*why = "cannot create the directory for partial files";
 		rc = -errno;
 		goto fail;
 	}
-	if ((rc = f->state_fd = open_store_file(dirfd, f->id, "state", why)) < 0)
+	if ((rc = f->state_fd = open_store_file(dirfd, f->id, "state", 1, why)) < 0)
 		goto fail;
 	if (flock(f->state_fd, LOCK_EX | LOCK_NB) < 0) {
 		*why = "another transfer of this file is in progress";
 		rc = -EBUSY;
 		goto fail;
 	}
-	if ((rc = f->part_fd = open_store_file(dirfd, f->id, "part", why)) < 0)
+	if ((rc = f->part_fd = open_store_file(dirfd, f->id, "part", 1, why)) < 0)
 		goto fail;
 	struct stat st;
-	if (fstat(f->part_fd, &st) < 0 || (uint64_t)st.st_size != f->size) {
-		/*
-		 * A sparse part of the final size, after checking the space is there: refusing
-		 * up front beats failing at 90 %. (fallocate would reserve it, but on tmpfs it
-		 * zeroes every page first, which costs as much as the transfer's own writes.)
-		 */
-		struct statvfs vfs;
-		uint64_t have = (uint64_t)st.st_blocks * 512;
-		uint64_t more = f->size > have ? f->size - have : 0;
-		if (fstatvfs(f->part_fd, &vfs) == 0 &&
-		    (uint64_t)vfs.f_bavail * vfs.f_frsize < *claimed + more) {
-			*why = "not enough space for the file";
-			rc = -ENOSPC;
-			goto fail;
-		}
-		*claimed += more;
-		if (ftruncate(f->part_fd, (off_t)f->size) < 0) {
-			*why = "cannot size a partial file";
-			rc = -errno;
-			goto fail;
-		}
+	/* a sparse part of the final size: the space was checked (and reserved) by the caller;
+	 * fallocate would reserve it too, but on tmpfs it zeroes every page first */
+	if ((fstat(f->part_fd, &st) < 0 || (uint64_t)st.st_size != f->size) &&
+	    ftruncate(f->part_fd, (off_t)f->size) < 0) {
+		*why = "cannot size a partial file";
+		rc = -errno;
+		goto fail;
 	}
 	if (f->size) {
 		f->map = mmap(NULL, f->size, PROT_READ | PROT_WRITE, MAP_SHARED, f->part_fd, 0);
@@ -211,18 +289,16 @@ int xfer_store_open(int dirfd, const struct xfer_manifest *m, uint32_t idx, stru
 			goto fail;
 		}
 	}
-	if ((rc = state_load(f))) {
-		*why = "out of memory";
-		goto fail;
-	}
 	return 0;
 fail:
-	xfer_store_close(f);
+	xfer_store_release(f);
 	return rc;
 }
 
-void xfer_store_close(struct xfer_store_file *f)
+void xfer_store_release(struct xfer_store_file *f)
 {
+	if (f->pinned)
+		return;
 	if (f->map)
 		munmap(f->map, f->size);
 	f->map = NULL;
@@ -230,11 +306,32 @@ void xfer_store_close(struct xfer_store_file *f)
 		close(f->part_fd);
 	if (f->state_fd >= 0)
 		close(f->state_fd); /* drops the lock */
+	f->part_fd = f->state_fd = -1;
+}
+
+void xfer_store_discard(int dirfd, struct xfer_store_file *f)
+{
+	f->pinned = 0;
+	xfer_store_release(f);
+	if (f->in_place || f->ndone)
+		return;
+	char name[80];
+	snprintf(name, sizeof(name), XFER_STORE_DIR "/%s.part", f->id);
+	unlinkat(dirfd, name, 0);
+	snprintf(name, sizeof(name), XFER_STORE_DIR "/%s.state", f->id);
+	unlinkat(dirfd, name, 0);
+}
+
+void xfer_store_close(struct xfer_store_file *f)
+{
+	f->pinned = 0;
+	xfer_store_release(f);
 	free(f->hashes);
 	free(f->done);
-	f->part_fd = f->state_fd = -1;
+	free(f->writers);
+	free(f->multi);
 	f->hashes = NULL;
-	f->done = NULL;
+	f->done = f->writers = f->multi = NULL;
 }
 
 int xfer_store_record(struct xfer_store_file *f, uint32_t k, uint64_t hash)
@@ -289,10 +386,33 @@ static int open_parent(int dirfd, const char *path, const char **base)
 	return cur;
 }
 
-int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[16], const char **why)
+/* Re-hash the chunks that had two writers at once: 0, or -EAGAIN with the first one whose
+ * bytes no longer match what was verified (now marked missing, in memory and in the state). */
+static int multi_check(struct xfer_store_file *f, uint32_t *bad_chunk)
+{
+	for (uint32_t k = 0; k < f->nchunks; k++) {
+		if (!f->multi[k] || !f->done[k])
+			continue;
+		f->multi[k] = 0;
+		if (XXH3_64bits(xfer_store_chunk(f, k), chunk_len(f, k)) == f->hashes[k])
+			continue;
+		uint8_t zero = 0;
+		f->done[k] = 0;
+		f->ndone--;
+		ssize_t n = pwrite(f->state_fd, &zero, 1, (off_t)f->nchunks * 8 + k);
+		(void)n; /* if the flag stays, a resume re-hashes the chunk and finds it bad anyway */
+		*bad_chunk = k;
+		return -EAGAIN;
+	}
+	return 0;
+}
+
+int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[16], uint32_t *bad_chunk,
+		      const char **why)
 {
 	char name[64];
 	uint8_t got[16];
+	int rc = 0, pfd = -1, sd = -1;
 	if (f->ndone != f->nchunks) {
 		*why = "chunks are missing";
 		return -EAGAIN;
@@ -307,9 +427,17 @@ int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[
 		f->finished = 1;
 		return 0;
 	}
+	if ((rc = xfer_store_acquire(dirfd, f, why)))
+		return rc;
+	if ((rc = multi_check(f, bad_chunk))) {
+		*why = "a chunk was overwritten by a second writer after it was verified; send again to "
+		       "resume";
+		goto out;
+	}
 	snprintf(name, sizeof(name), XFER_STORE_DIR "/%s.part", f->id);
 	if (memcmp(got, whole, 16)) {
 		*why = "whole-file hash differs (the source changed during the transfer?)";
+		xfer_store_release(f);
 		unlinkat(dirfd, name, 0);
 		snprintf(name, sizeof(name), XFER_STORE_DIR "/%s.state", f->id);
 		unlinkat(dirfd, name, 0);
@@ -319,18 +447,19 @@ int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[
 				    {.tv_sec = (time_t)(f->mtime_ns / 1000000000u), .tv_nsec = (long)(f->mtime_ns % 1000000000u)}};
 	if (f->mtime_ns)
 		futimens(f->part_fd, times); /* the source's time: a later run finds it in place */
-	if (fchmod(f->part_fd, f->mode ? f->mode : 0644) < 0 || fsync(f->part_fd) < 0) {
+	if (fchmod(f->part_fd, f->mode) < 0 || fsync(f->part_fd) < 0) {
 		*why = "cannot sync the file";
-		return -errno;
+		rc = -errno;
+		goto out;
 	}
 	const char *base;
-	int pfd = open_parent(dirfd, f->path, &base);
+	pfd = open_parent(dirfd, f->path, &base);
 	if (pfd < 0) {
 		*why = "cannot create the file's directory (or it leads outside the directory)";
-		return pfd;
+		rc = pfd;
+		goto out;
 	}
-	int sd = open_beneath(dirfd, XFER_STORE_DIR, O_RDONLY | O_DIRECTORY, 0);
-	int rc = 0;
+	sd = open_beneath(dirfd, XFER_STORE_DIR, O_RDONLY | O_DIRECTORY, 0);
 	if (sd < 0 || renameat(sd, name + sizeof(XFER_STORE_DIR), pfd, base) < 0) {
 		rc = -errno;
 		*why = "cannot move the file into place";
@@ -340,9 +469,12 @@ int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[
 		unlinkat(sd, name, 0);
 		f->finished = 1;
 	}
+out:
 	if (sd >= 0)
 		close(sd);
-	close(pfd);
+	if (pfd >= 0)
+		close(pfd);
+	xfer_store_release(f);
 	return rc;
 }
 

@@ -13,7 +13,21 @@
  * A file found at its final path with the source's size and modification time (completed
  * files get the source's time) is hashed in place instead of received again.
  *
- * One sender at a time per file: the state file is locked (flock) while a session holds it.
+ * Descriptors are held only while a file is being received: opening a manifest's files
+ * (xfer_store_open) reads what is there and creates nothing, so a refused manifest leaves
+ * nothing behind and a manifest of many files costs no descriptor per file. The part and its
+ * state are created and locked (flock: one sender at a time per file, across processes) when
+ * the first chunk arrives (xfer_store_acquire), and closed once every chunk is there and no
+ * one writes (xfer_store_release); xfer_store_finish opens the part again to complete it.
+ *
+ * Modes: a file gets the sender's permission bits masked by 0777 and this process's umask:
+ * never setuid, setgid or sticky, never more open than the receiver would create.
+ *
+ * Chunk ownership: the caller counts the writers of each chunk (writers[], under its lock)
+ * and flags a chunk that ever had two at once (multi[]). Bytes are received into the shared
+ * map, so a second writer could change a chunk after the first one's bytes were verified;
+ * xfer_store_finish re-hashes every flagged chunk, and a chunk that no longer matches is
+ * marked missing and the file refused: what is renamed into place is what was verified.
  */
 #ifndef ACCELNET_XFER_STORE_H
 #define ACCELNET_XFER_STORE_H
@@ -26,30 +40,42 @@
 #define XFER_STORE_DIR XFER_STATE_DIR
 
 struct xfer_store_file {
-	int part_fd, state_fd;
+	int part_fd, state_fd; /* -1 unless acquired */
 	uint64_t size;
 	uint32_t nchunks, chunk_size, mode;
 	uint32_t ndone;
 	uint64_t mtime_ns;
-	int in_place; /* already complete at its final path: part_fd and map are that file */
+	uint64_t reserve; /* bytes the part still needs on disk, as found by xfer_store_open */
+	int in_place; /* already complete at its final path (acquired: part_fd and map are that file) */
 	uint64_t *hashes; /* as verified on arrival */
 	uint8_t *done;
-	uint8_t *map; /* the part, mapped shared: chunks are received straight into it */
+	uint8_t *writers; /* per chunk: connections receiving into it now (caller's lock) */
+	uint8_t *multi;	  /* per chunk: had two writers at once; re-hashed before the rename */
+	unsigned busy;	  /* writers of all chunks (caller's lock) */
+	int pinned;	  /* acquired for good (a bcast relay sends from the map): release is a no-op */
+	uint8_t *map; /* the part, mapped shared while acquired: chunks are received straight into it */
 	char id[33];
 	char *path; /* borrowed from the manifest */
 	int finished;
 };
 
 /*
- * Open (or create) the part and state of file <idx> of <m> under the directory <dirfd>:
- * 0, or -errno with *why (-EBUSY: another transfer of the same file is running; -ENOSPC: the
- * file does not fit in the free space less *claimed, the bytes earlier files of the same
- * manifest still need, to which this file's are added). Chunks found done are re-verified
- * before they count. Space is checked, not reserved: a disk filled meanwhile by someone else
- * fails the receive of a chunk instead (see xfer_store_chunk).
+ * Look at file <idx> of <m> under the directory <dirfd>: in place already, or a part to
+ * resume (chunks found done are re-verified before they count), or nothing yet. Creates
+ * nothing and keeps no descriptor. f->reserve is what the part still needs on disk: the
+ * caller checks it against the free space (and what other transfers reserved). 0, or -errno
+ * with *why (-EBUSY: another transfer of the same file is running).
  */
 int xfer_store_open(int dirfd, const struct xfer_manifest *m, uint32_t idx, struct xfer_store_file *f,
-		    uint64_t *claimed, const char **why);
+		    const char **why);
+/* Create (or open) the part and its state, lock and map them: before a chunk is received.
+ * Idempotent. 0, or -errno with *why (-EBUSY: another process holds the file). */
+int xfer_store_acquire(int dirfd, struct xfer_store_file *f, const char **why);
+/* Unmap and close what acquire opened (the state lock goes too). */
+void xfer_store_release(struct xfer_store_file *f);
+/* Release, and remove the part and state when no chunk of it is done (a refused transfer
+ * leaves nothing behind). */
+void xfer_store_discard(int dirfd, struct xfer_store_file *f);
 void xfer_store_close(struct xfer_store_file *f);
 
 /*
@@ -57,9 +83,9 @@ void xfer_store_close(struct xfer_store_file *f);
  * (one copy, from the socket to the page cache; page faults there run in parallel, unlike
  * writes, which the kernel serialises per file; and a fault that cannot be served, a full
  * disk, fails the receive with EFAULT instead of raising SIGBUS, since only the kernel
- * writes the map). Once the bytes match <hash>, xfer_store_record() writes the state (safe
- * from several threads for different chunks: 0 or -errno), then xfer_store_mark(), under
- * the caller's lock, counts the chunk.
+ * writes the map). The file must be acquired. Once the bytes match <hash>,
+ * xfer_store_record() writes the state (safe from several threads for different chunks: 0 or
+ * -errno), then xfer_store_mark(), under the caller's lock, counts the chunk.
  */
 static inline uint8_t *xfer_store_chunk(const struct xfer_store_file *f, uint32_t k)
 {
@@ -73,11 +99,14 @@ int xfer_store_mark(struct xfer_store_file *f, uint32_t k, uint64_t hash);
 void xfer_whole_hash(const uint64_t *hashes, uint32_t n, uint8_t out[16]);
 
 /*
- * Complete a file: every chunk there, the whole hash equal to <whole>, data fsync'd, renamed
- * to its path under <dirfd> (parents created), the state removed. 0, or -errno with *why
+ * Complete a file: every chunk there (chunks flagged multi are re-hashed first: -EAGAIN with
+ * *bad_chunk set when one was overwritten; it is then marked missing), the whole hash equal
+ * to <whole>, data fsync'd, renamed to its path under <dirfd> (parents created; no component
+ * followed through a symlink), the state removed. Call with no writers. 0, or -errno with *why
  * (-EBADMSG: the whole hash differs; the part is then discarded so the next try starts anew).
  */
-int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[16], const char **why);
+int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[16], uint32_t *bad_chunk,
+		      const char **why);
 
 /*
  * Remove the parts (and states) under <dirfd> that nobody holds and that neither changed for

@@ -366,3 +366,26 @@ int xfer_names_decode(const uint8_t *in, size_t len, char ***names, unsigned *n,
 	*n = count;
 	return 0;
 }
+
+int xfer_ok_decode(const uint8_t *in, size_t len, uint8_t proof[XFER_MAC_LEN], int *has)
+{
+	*has = 0;
+	if (len == 0)
+		return 0;
+	if (len != XFER_MAC_LEN)
+		return -EPROTO;
+	memcpy(proof, in, XFER_MAC_LEN);
+	*has = 1;
+	return 0;
+}
+
+int xfer_name_asked(const char *path, const char *const *names, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		const char *base = strrchr(names[i], '/') ? strrchr(names[i], '/') + 1 : names[i];
+		size_t len = strlen(base);
+		if (len && !strncmp(path, base, len) && (path[len] == 0 || path[len] == '/'))
+			return 1;
+	}
+	return 0;
+}

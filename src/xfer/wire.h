@@ -7,8 +7,9 @@
  *             u16 reserved (0)
  *
  * All integers are little-endian. A client first sends the 4-byte magic (or starts TLS, see
- * conn.h); then the server's CHALLENGE (a random nonce) and the client's HELLO (role,
- * transfer id, HMAC-SHA256 of the nonce under the shared token). Every connection of a
+ * conn.h); then the server's CHALLENGE (a random nonce), the client's HELLO (role, transfer
+ * id, HMAC-SHA256 of the nonce under the shared token) and the server's OK, which carries the
+ * server's own proof of the token when it has one (see conn.h). Every connection of a
  * transfer is alike: the first carries MANIFEST -> NEED, each carries CHUNK -> ACK, and any
  * live one FINISH -> DONE at the end. The parsers here take bytes off the network and are
  * fuzzed (tests/fuzz/fuzz_xfer_wire.c): they check every length before reading.
@@ -34,7 +35,7 @@
 enum xfer_type {
 	XFER_CHALLENGE = 1, /* server: nonce[32] */
 	XFER_HELLO,	    /* client: version, role, session id, mac */
-	XFER_OK,	    /* server: text (may be empty) */
+	XFER_OK,	    /* server: empty, or proof[32] when it holds a token */
 	XFER_ERR,	    /* either side: text, then the connection closes */
 	XFER_MANIFEST,	    /* sender: the files, chunk size, downstream hops */
 	XFER_NEED,	    /* receiver: per file, a bitmap of the chunks it still needs */
@@ -131,6 +132,8 @@ int xfer_chunk_decode(const uint8_t *in, size_t len, struct xfer_chunk_meta *out
 size_t xfer_ack_encode(uint8_t *out, const struct xfer_ack *a);
 int xfer_ack_decode(const uint8_t *in, size_t len, struct xfer_ack *out);
 #define XFER_ACK_LEN 9
+/* OK: empty (*has = 0), or the server's proof of the token (*has = 1); else -EPROTO. */
+int xfer_ok_decode(const uint8_t *in, size_t len, uint8_t proof[XFER_MAC_LEN], int *has);
 
 /*
  * A manifest's encoding: u32 chunk_size, u32 nfiles, u32 nfwd, nfwd × (u16 len, bytes), then
@@ -163,5 +166,12 @@ size_t xfer_need_len(const struct xfer_manifest *m);
  * bytes, not in XFER_STATE_DIR. 0, or -EINVAL with the reason in *why.
  */
 int xfer_path_check(const char *path, size_t len, const char **why);
+
+/*
+ * `get`: may a server's manifest name <path>? Only when it is what a requested name stands
+ * for on the client (its last component) or lies beneath it: asking for "models/m1" admits
+ * "m1" and "m1/...", nothing else. 1 when admitted, 0 when not.
+ */
+int xfer_name_asked(const char *path, const char *const *names, unsigned n);
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * fuzz_xfer_wire.c - libFuzzer target: the xfer wire parsers on any bytes (a frame header,
- * then the rest as every kind of meta, a GET name list included). A manifest that decodes must encode back to the same
+ * then the rest as every kind of meta, a GET name list and an OK's proof included). A manifest that decodes must encode back to the same
  * bytes, and every path in it must pass the path check.
  */
 #include "xfer/wire.h"
@@ -22,6 +22,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	(void)xfer_hello_decode(data, size, &hello);
 	(void)xfer_chunk_decode(data, size, &cm);
 	(void)xfer_ack_decode(data, size, &ack);
+	uint8_t proof[XFER_MAC_LEN];
+	int has;
+	if (xfer_ok_decode(data, size, proof, &has) == 0 && has != (size != 0))
+		abort();
 	const char *why;
 	(void)xfer_path_check((const char *)data, size, &why);
 	char **names;

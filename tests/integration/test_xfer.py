@@ -38,11 +38,11 @@ def digest(path):
     return h.hexdigest()
 
 
-def serve(env, listen, dest, name="serve", ns=None, token=None, metrics=None, envvars=None):
-    """Start `accelnet xfer serve` and wait for its 'listening' line."""
-    argv = [BIN, "xfer", "serve", "--listen", listen, "--dir", dest]
-    if token:
-        argv += ["--token", token]
+def serve(env, listen, dest, name="serve", ns=None, token=None, metrics=None, envvars=None, extra=()):
+    """Start `accelnet xfer serve` and wait for its 'listening' line (without a token, with
+    --insecure: these tests are about transfers, test_xfer_security about who may make them)."""
+    argv = [BIN, "xfer", "serve", "--listen", listen, "--dir", dest] + list(extra)
+    argv += ["--token", token] if token else ["--insecure"]
     if metrics:
         argv += ["--metrics", metrics]
     if ns:
@@ -380,7 +380,7 @@ def test_bcast_chain(env):
         d = os.path.join(env.dir, f"r{i}")
         os.makedirs(d)
         port = free_port()
-        serve(env, f"127.0.0.1:{port}", d, name=f"serve{i}")
+        serve(env, f"127.0.0.1:{port}", d, name=f"serve{i}", extra=["--relay-to", "127.0.0.0/8"])
         hops.append((d, f"127.0.0.1:{port}"))
     rep = send([src] + [h for _, h in hops] + ["--chunk-kib", "256"], cmd="bcast")
     assert rep["ok"]
@@ -448,7 +448,7 @@ def test_tls_per_transfer(env):
     os.makedirs(dst)
     port = free_port()
     argv = [BIN, "xfer", "serve", "--listen", f"127.0.0.1:{port}", "--dir", dst,
-            "--tls-cert", pki["srv.pem"], "--tls-key", pki["srv.key"]]
+            "--tls-cert", pki["srv.pem"], "--tls-key", pki["srv.key"], "--insecure"]
     p = env.start(argv, "serve-tls")
     wait_until(lambda: "listening" in env.log(p), "serve listening")
     rep = send([src, f"127.0.0.1:{port}", "--tls", "--tls-ca", pki["ca.pem"], "--to", "tls.bin"])
@@ -539,7 +539,7 @@ def test_abandoned_parts_are_swept(env):
     p.wait_log = lambda: "removed 1 abandoned" in env.log(p)
     wait_until(p.wait_log, "the sweep's log line")
     assert sorted(os.listdir(store)) == [f"{recent}.part", f"{recent}.state"], os.listdir(store)
-    r = subprocess.run([BIN, "xfer", "serve", "--listen", "127.0.0.1:1", "--dir", dst,
+    r = subprocess.run([BIN, "xfer", "serve", "--listen", "127.0.0.1:1", "--dir", dst, "--insecure",
                         "--keep-parts-hours", "0"], capture_output=True, text=True)
     assert r.returncode == 2 and "keep-parts-hours" in r.stderr, r.stderr
 

@@ -39,7 +39,7 @@ static char listen_addr[64];
 static void *serve_main(void *arg)
 {
 	(void)arg;
-	struct xfer_serve_opts o = {.listen = listen_addr, .dir = dir, .stop = &stop, .ready = ready};
+	struct xfer_serve_opts o = {.listen = listen_addr, .dir = dir, .insecure = 1, .stop = &stop, .ready = ready};
 	int rc = xfer_serve(&o);
 	__atomic_store_n(&port, -1, __ATOMIC_RELEASE); /* ended: never leave the test waiting */
 	return (void *)(intptr_t)rc;

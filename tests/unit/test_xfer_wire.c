@@ -111,6 +111,35 @@ static void unsafe_paths_refused(void **state)
 		assert_int_equal(xfer_path_check(good[i], strlen(good[i]), &why), 0);
 }
 
+/* `get`: a server may name what was asked for (its last component) and what lies beneath. */
+static void names_asked_admit_only_beneath(void **state)
+{
+	(void)state;
+	const char *asked[] = {"models/m1", "top.bin"};
+	const char *ok[] = {"m1", "m1/weights.bin", "m1/a/b", "top.bin", "top.bin/x" /* a tree by that name */};
+	const char *no[] = {".bashrc", ".ssh/authorized_keys", "m10", "m1x/y", "models/m1/w", "top.bin2"};
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+		assert_int_equal(xfer_name_asked(ok[i], asked, 2), 1);
+	for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+		assert_int_equal(xfer_name_asked(no[i], asked, 2), 0);
+	assert_int_equal(xfer_name_asked("m1", asked, 0), 0);
+}
+
+/* OK carries nothing or a 32-byte proof; anything else is refused. */
+static void ok_proof_lengths(void **state)
+{
+	(void)state;
+	uint8_t in[XFER_MAC_LEN + 1] = {7}, proof[XFER_MAC_LEN];
+	int has = -1;
+	assert_int_equal(xfer_ok_decode(in, 0, proof, &has), 0);
+	assert_int_equal(has, 0);
+	assert_int_equal(xfer_ok_decode(in, XFER_MAC_LEN, proof, &has), 0);
+	assert_int_equal(has, 1);
+	assert_int_equal(proof[0], 7);
+	assert_int_equal(xfer_ok_decode(in, XFER_MAC_LEN - 1, proof, &has), -EPROTO);
+	assert_int_equal(xfer_ok_decode(in, XFER_MAC_LEN + 1, proof, &has), -EPROTO);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -118,6 +147,8 @@ int main(void)
 	    cmocka_unit_test(metas_round_trip),
 	    cmocka_unit_test(manifest_round_trip_and_truncation),
 	    cmocka_unit_test(unsafe_paths_refused),
+	    cmocka_unit_test(names_asked_admit_only_beneath),
+	    cmocka_unit_test(ok_proof_lengths),
 	};
 	return cmocka_run_group_tests_name("xfer wire", tests, NULL, NULL);
 }

