@@ -62,7 +62,8 @@ class Serve:
     def __init__(self, ns, netns_name, listen, dest, log):
         self.log = log
         self.p = subprocess.Popen(ns.cmd(netns_name, [BIN, "xfer", "serve", "--listen", listen,
-                                                      "--dir", dest, "--metrics", "127.0.0.1:7099"]),
+                                                      "--dir", dest, "--metrics", "127.0.0.1:7099",
+                                                      "--insecure"]),
                                   stdout=subprocess.DEVNULL, stderr=open(log, "w"))
         wait_for(lambda: "listening" in open(log).read(), "serve listening")
         self.cpu0 = cpu_of(self.p.pid)
@@ -220,7 +221,8 @@ def main():
             fresh()
             log = os.path.join(work, "serve-tls.log")
             p = subprocess.Popen(ns.cmd(ns.rcv, [BIN, "xfer", "serve", "--listen", remote, "--dir", dest,
-                                                 "--tls-cert", f"{pki}/c.pem", "--tls-key", f"{pki}/k.pem"]),
+                                                 "--tls-cert", f"{pki}/c.pem", "--tls-key", f"{pki}/k.pem",
+                                                 "--insecure"]),
                                  stdout=subprocess.DEVNULL, stderr=open(log, "w"))
             wait_for(lambda: "listening" in open(log).read(), "serve listening")
             c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -340,7 +342,8 @@ def bcast(work, src, want, mib, rate, repeat=3):
             dests.append(d)
             log = os.path.join(work, f"bc{i}.log")
             procs.append(subprocess.Popen(["ip", "netns", "exec", nodes[i], BIN, "xfer", "serve", "--listen",
-                                           f"10.78.0.{i + 1}:7000", "--dir", d],
+                                           f"10.78.0.{i + 1}:7000", "--dir", d, "--insecure",
+                                           "--relay-to", "10.78.0.0/24"],
                                           stdout=subprocess.DEVNULL, stderr=open(log, "w")))
             wait_for(lambda: "listening" in open(log).read(), "bcast receiver")
 

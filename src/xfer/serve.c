@@ -44,12 +44,20 @@
 #include <xxhash.h>
 
 #define SERVE_IDLE_MS 300000
-#define SERVE_FINISH_WAIT_S 60 /* FINISH waits this long for a chunk's other writer */
+#define SERVE_FINISH_WAIT_S 60 /* FINISH waits this long for a chunk's last writer to let go */
 #define SERVE_MAX_LISTEN XFER_LINKS_MAX
 #define SERVE_ACCEPT_PAUSE_MS 1000 /* out of descriptors: accept again after this, or sooner */
 
+/* A connection receiving a chunk into a part (on its stack, listed under the session's mu). */
+struct writer {
+	struct writer *next;
+	int fd;
+	uint32_t file, chunk;
+};
+
 struct session {
 	struct session *next;
+	struct writer *writers; /* under mu */
 	uint8_t id[XFER_SESSION_LEN];
 	unsigned refs;
 	pthread_mutex_t mu;
@@ -635,6 +643,7 @@ static int on_chunk(struct conn *c, const struct xfer_hello *hello, const uint8_
 	struct xfer_ack a = {.file = cm.file, .chunk = cm.chunk, .status = XFER_ACK_OK};
 	const char *why = "";
 	int rc = 0, mine = 0, crowded = 0;
+	struct writer me;
 	/* a chunk already verified is never written again; one being written gets a second
 	 * writer only as an end-game copy would, and is then re-hashed before the rename */
 	pthread_mutex_lock(&ss->mu);
@@ -644,6 +653,8 @@ static int on_chunk(struct conn *c, const struct xfer_hello *hello, const uint8_
 		if (++f->writers[cm.chunk] > 1)
 			f->multi[cm.chunk] = 1;
 		f->busy++;
+		me = (struct writer){.next = ss->writers, .fd = c->io.fd, .file = cm.file, .chunk = cm.chunk};
+		ss->writers = &me;
 	}
 	pthread_mutex_unlock(&ss->mu);
 	if (crowded) {
@@ -685,6 +696,11 @@ static int on_chunk(struct conn *c, const struct xfer_hello *hello, const uint8_
 			}
 		}
 		pthread_mutex_lock(&ss->mu);
+		for (struct writer **w = &ss->writers; *w; w = &(*w)->next)
+			if (*w == &me) {
+				*w = me.next;
+				break;
+			}
 		f->writers[cm.chunk]--;
 		f->busy--;
 		if (!lost && a.status == XFER_ACK_OK) {
@@ -739,7 +755,14 @@ static int on_finish(struct conn *c, const struct xfer_hello *hello, const uint8
 		return -EPROTO;
 	}
 	pthread_mutex_lock(&ss->mu);
-	/* an end-game copy still arriving on another connection: its writer finishes first */
+	/*
+	 * The sender has every acknowledgement, so a connection still writing into a verified
+	 * chunk is one it gave up (a dead link) or not the sender's: end it rather than wait for
+	 * its timeout, then wait for its thread to let go of the chunk.
+	 */
+	for (struct writer *w = ss->writers; w; w = w->next)
+		if (ss->files[w->file].done[w->chunk])
+			shutdown(w->fd, SHUT_RDWR);
 	struct timespec until;
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += SERVE_FINISH_WAIT_S;
