@@ -1,12 +1,26 @@
 /*
- * serve.c - xfer_serve(): the receiving daemon.
+ * serve.c - xfer_serve(): the receiving daemon, and xfer_get()'s receiving side.
  *
  * One thread accepts on every listen address (one per link); each connection gets a thread
  * that says CHALLENGE, checks the HELLO's token, then serves frames: MANIFEST opens or joins
- * the session named by the HELLO (the files' parts are opened and NEED answered); CHUNK is
- * read whole, hashed, written to its part and acknowledged; FINISH completes every file and
- * answers DONE. Sessions are shared by all the connections of one transfer, across links, and
- * live as long as one of them does; what survives a session is on disk (see store.h).
+ * the session named by the HELLO (the files are looked at, space is reserved and NEED
+ * answered); CHUNK is read whole, hashed, written to its part and acknowledged; FINISH
+ * completes every file and answers DONE. Sessions are shared by all the connections of one
+ * transfer, across links, and live as long as one of them does; what survives a session is
+ * on disk (see store.h).
+ *
+ * Who may use it: serve needs a token or a client CA unless told --insecure. The accept loop
+ * holds the caps (connections in all and per address: over them a connection gets ERR and is
+ * closed), cuts a handshake at its total deadline however slowly it trickles, and, out of
+ * descriptors, stops polling the listeners until a connection ends (an eventfd) or a second
+ * passes, rather than spinning. A manifest is refused before anything is created when it has
+ * too many files, a name twice, a bcast hop outside --relay-to, more bytes than the free
+ * space less what live sessions reserved, or, pulling, a name the client did not ask for.
+ * --metrics is answered on its own thread.
+ *
+ * Chunks: a verified chunk is never written again; writers of one chunk are counted, and a
+ * chunk that had two at once is re-hashed at FINISH (store.h), after connections still
+ * writing into verified chunks are ended.
  *
  * bcast: a manifest with further hops makes this receiver also a sender. Before answering
  * NEED it starts an engine to the next hop (with the remaining hops), and feeds it each chunk
