@@ -48,6 +48,7 @@ enum up_failure {
 	UP_TIMEOUT,	    /* no response head within timeouts.first_byte_ms */
 	UP_BAD,		    /* the response head was malformed */
 	UP_INTERIM,	    /* too many interim (1xx) responses */
+	UP_LOCAL,	    /* our own shortage (descriptors, buffers): not the backend's */
 };
 
 #define LINGER_MS 2000
@@ -456,6 +457,13 @@ static enum run upstream_failed(struct session *s, enum up_failure why)
 	struct backend *be = x->be;
 	int connect_failed = why == UP_CONNECT || why == UP_CONNECT_TIMEOUT;
 
+	if (why == UP_LOCAL) { /* never marks the backend failed, never spends a retry */
+		exchange_drop_upstream(s);
+		if (x->resp_head)
+			return exchange_abort(s, "proxy out of descriptors");
+		return reply_error(s, 503, "proxy out of descriptors", 1);
+	}
+
 	if (connect_failed && be) {
 		backend_mark_failed(be, now);
 		log_warn("backend %s: connect failed%s; out of rotation for %u ms", be->name,
@@ -521,11 +529,7 @@ static enum run exchange_attach(struct session *s)
 	if (!x->up) {
 		/* the connect failed at once (refused on loopback, or out of descriptors) */
 		log_debug("backend %s: connect: %s", x->be->name, strerror(-err));
-		if (sock_error_is_local(err)) { /* our shortage, not the backend's failure */
-			exchange_drop_upstream(s);
-			return reply_error(s, 503, "proxy out of descriptors", 1);
-		}
-		return upstream_failed(s, UP_CONNECT);
+		return upstream_failed(s, sock_error_is_local(err) ? UP_LOCAL : UP_CONNECT);
 	}
 	x->up->s = s;
 	x->up_reused = x->up->served > 0;
@@ -1077,7 +1081,8 @@ static enum run run_exchange(struct session *s)
 		if (x->hedge && (r = hedge_run(s)) != RUN_STAY)
 			continue; /* the copy answered first: carry on with it */
 		if (up->failed)
-			return upstream_failed(s, UP_CONNECT);
+			return upstream_failed(s, sock_error_is_local(up->failed) ? UP_LOCAL
+										  : UP_CONNECT);
 		/* client -> backend */
 		if (!up->connecting && up->writable) {
 			r = send_upstream(s, &progress);
