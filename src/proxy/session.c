@@ -709,6 +709,15 @@ static enum run exchange_start(struct session *s, size_t head_len)
 
 static int request_scan(struct session *s);
 
+/* request_scan() found the body malformed (-400) or too large (-413): say so and close. */
+static enum run reply_bad_body(struct session *s, int bad)
+{
+	return reply_error(s, -bad,
+			   bad == -413 ? "request body larger than limits.max_body_bytes"
+				       : "malformed chunked request body",
+			   0);
+}
+
 /*
  * Before admission: read the request body until it is complete, or limits.body_buffer_bytes
  * of it (and, for prefix-affinity, hash.body_max_bytes) are here, or no buffer can hold more.
@@ -728,11 +737,7 @@ static enum run await_body(struct session *s)
 	for (;;) {
 		int bad = request_scan(s);
 		if (bad)
-			return reply_error(s, -bad,
-					   bad == -413
-					       ? "request body larger than limits.max_body_bytes"
-					       : "malformed chunked request body",
-					   0);
+			return reply_bad_body(s, bad);
 		if (x->req_read_done || x->req_ready >= want)
 			break;
 		if (!s->readable)
@@ -1104,11 +1109,7 @@ static enum run run_exchange(struct session *s)
 		if (bad && x->resp_head)
 			return exchange_abort(s, "bad request body");
 		if (bad)
-			return reply_error(s, -bad,
-					   bad == -413
-					       ? "request body larger than limits.max_body_bytes"
-					       : "malformed chunked request body",
-					   0);
+			return reply_bad_body(s, bad);
 		/* backend -> client */
 		if (!x->resp_read_done && up->readable && !up->connecting) {
 			n = read_some(w, up->io.fd, &up->in, &up->readable, up->hup);
