@@ -25,6 +25,13 @@ def _proxy_to(env, port, extra="", pool_extra="", routes=""):
     return env.proxy("pools:\n" + pool_yaml("p", [port], extra=pool_extra) + routes, extra=extra)
 
 
+def _echo_proxy(env, extra=""):
+    """A proxy in front of an echo backend: (backend, proxy)."""
+    be = _echo_backend()
+    env.on_cleanup.append(be.close)
+    return be, _proxy_to(env, be.port, extra=extra)
+
+
 def _status_line(data):
     return data.split(b"\r\n", 1)[0]
 
@@ -32,9 +39,7 @@ def _status_line(data):
 # --- 1. request smuggling through Connection ---------------------------------------------
 
 def test_connection_naming_content_length_is_refused(env):
-    be = _echo_backend()
-    env.on_cleanup.append(be.close)
-    px = _proxy_to(env, be.port)
+    be, px = _echo_proxy(env)
     smuggled = b"GET /SMUGGLED HTTP/1.1\r\nHost: x\r\n\r\n"
     smuggled += b"x" * (40 - len(smuggled))
     for token in (b"content-length", b"Content-Length", b"keep-alive, content-length"):
@@ -46,9 +51,7 @@ def test_connection_naming_content_length_is_refused(env):
 
 
 def test_connection_naming_transfer_encoding_or_host_is_refused(env):
-    be = _echo_backend()
-    env.on_cleanup.append(be.close)
-    px = _proxy_to(env, be.port)
+    be, px = _echo_proxy(env)
     inner = b"GET /SMUGGLED HTTP/1.1\r\nHost: x\r\n\r\n"
     out = raw(px.port, b"POST /front HTTP/1.1\r\nHost: x\r\nConnection: transfer-encoding\r\n"
               b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(inner), inner))
@@ -64,9 +67,7 @@ def test_connection_naming_transfer_encoding_or_host_is_refused(env):
 
 def test_forwarded_framing_is_regenerated(env):
     """What the backend reads is framed by what the proxy parsed, with one framing field."""
-    be = _echo_backend()
-    env.on_cleanup.append(be.close)
-    px = _proxy_to(env, be.port)
+    be, px = _echo_proxy(env)
     st, _, body = request(px.port, "POST", "/a", body=b"0123456789",
                           headers={"Connection": "x-drop-me", "X-Drop-Me": "1"})
     assert st == 200
@@ -267,9 +268,7 @@ def test_large_body_at_a_good_rate_still_streams(env):
 # --- 6. the smaller holes ------------------------------------------------------------------
 
 def test_repeated_content_length_is_refused(env):
-    be = _echo_backend()
-    env.on_cleanup.append(be.close)
-    px = _proxy_to(env, be.port)
+    be, px = _echo_proxy(env)
     for head in (b"Content-Length: 2, 2\r\n", b"Content-Length: 2\r\nContent-Length: 2\r\n"):
         out = raw(px.port, b"POST / HTTP/1.1\r\nHost: x\r\n" + head + b"\r\nab")
         assert _status_line(out) == b"HTTP/1.1 400 Bad Request", out
@@ -277,9 +276,7 @@ def test_repeated_content_length_is_refused(env):
 
 
 def test_unknown_http1_minor_versions_get_505(env):
-    be = _echo_backend()
-    env.on_cleanup.append(be.close)
-    px = _proxy_to(env, be.port)
+    be, px = _echo_proxy(env)
     for v in (b"1.2", b"1.9"):
         out = raw(px.port, b"GET / HTTP/" + v + b"\r\nHost: x\r\n\r\n")
         assert _status_line(out).startswith(b"HTTP/1.1 505 "), out
@@ -287,9 +284,7 @@ def test_unknown_http1_minor_versions_get_505(env):
 
 
 def test_many_connection_tokens_are_refused(env):
-    be = _echo_backend()
-    env.on_cleanup.append(be.close)
-    px = _proxy_to(env, be.port)
+    be, px = _echo_proxy(env)
     tokens = b",".join(b"x-%d" % i for i in range(4000))
     out = raw(px.port, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: " + tokens + b"\r\n\r\n")
     assert _status_line(out) == b"HTTP/1.1 400 Bad Request", out
@@ -316,9 +311,7 @@ def _headers_seen(body):
 
 
 def test_forwarding_headers_from_untrusted_clients_are_replaced(env):
-    be = _echo_backend()
-    env.on_cleanup.append(be.close)
-    px = _proxy_to(env, be.port)
+    be, px = _echo_proxy(env)
     st, _, body = request(px.port, "GET", "/", headers={
         "X-Forwarded-For": "203.0.113.9", "X-Real-IP": "203.0.113.9",
         "Forwarded": "for=203.0.113.9", "X-Forwarded-Proto": "https"})
@@ -329,9 +322,7 @@ def test_forwarding_headers_from_untrusted_clients_are_replaced(env):
 
 
 def test_forwarding_headers_from_trusted_proxies_are_kept(env):
-    be = _echo_backend()
-    env.on_cleanup.append(be.close)
-    px = _proxy_to(env, be.port, extra="trusted_proxies: [10.0.0.0/8, 127.0.0.0/8]\n")
+    be, px = _echo_proxy(env, extra="trusted_proxies: [10.0.0.0/8, 127.0.0.0/8]\n")
     st, _, body = request(px.port, "GET", "/", headers={
         "X-Forwarded-For": "203.0.113.9", "X-Real-IP": "203.0.113.9",
         "Forwarded": "for=203.0.113.9"})
