@@ -3,6 +3,7 @@
  * payload, which it skips in one step.
  */
 #include "http/chunked.h"
+#include "http/parse.h"
 
 enum {
 	CH_SIZE,       /* hex digits of chunk-size */
@@ -13,7 +14,8 @@ enum {
 	CH_DATA_CR,    /* CR after payload */
 	CH_DATA_LF,    /* LF after payload */
 	CH_TRAILER,    /* start of a trailer line (or of the final CRLF) */
-	CH_TRAILER_IN, /* inside a trailer line */
+	CH_TRAILER_IN, /* inside a trailer field's name */
+	CH_TRAILER_VAL, /* inside its value */
 	CH_TRAILER_LF, /* LF ending a trailer line */
 	CH_FINAL_LF,   /* LF of the final CRLF */
 	CH_DONE,
@@ -35,6 +37,11 @@ static int hexval(unsigned char ch)
 int http_chunked_done(const struct http_chunked *c)
 {
 	return c->state == CH_DONE;
+}
+
+uint64_t http_chunked_pending(const struct http_chunked *c)
+{
+	return c->state == CH_DATA ? c->remaining : 0;
 }
 
 ssize_t http_chunked_scan(struct http_chunked *c, const char *p, size_t n, int *is_data)
@@ -81,7 +88,7 @@ ssize_t http_chunked_scan(struct http_chunked *c, const char *p, size_t n, int *
 		case CH_EXT:
 			if (ch == '\r')
 				c->state = CH_SIZE_LF;
-			else if ((ch < 0x20 && ch != '\t') || ch == 0x7f || ++c->extra > CH_MAX_EXTRA)
+			else if ((ch < 0x20 && ch != '\t') || ch >= 0x7f || ++c->extra > CH_MAX_EXTRA)
 				return -1;
 			break;
 		case CH_SIZE_LF:
@@ -111,11 +118,19 @@ ssize_t http_chunked_scan(struct http_chunked *c, const char *p, size_t n, int *
 				c->state = CH_FINAL_LF;
 				break;
 			}
-			if (ch == ' ' || ch == '\t' || ch == '\n')
-				return -1;
+			if (!http_is_tchar(ch))
+				return -1; /* a trailer is a field line: token ":" value */
 			c->state = CH_TRAILER_IN;
 			/* fall through */
 		case CH_TRAILER_IN:
+			if (ch == ':')
+				c->state = CH_TRAILER_VAL;
+			else if (!http_is_tchar(ch))
+				return -1;
+			if (++c->extra > CH_MAX_EXTRA)
+				return -1;
+			break;
+		case CH_TRAILER_VAL:
 			if (ch == '\r')
 				c->state = CH_TRAILER_LF;
 			else if ((ch < 0x20 && ch != '\t') || ch == 0x7f || ++c->extra > CH_MAX_EXTRA)

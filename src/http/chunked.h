@@ -5,7 +5,9 @@
  * and that its framing is sound. The scanner is fed whatever bytes arrived, in any split,
  * and tells which of them are payload, so a peer that cannot take chunked (HTTP/1.0) can be
  * given the payload alone. Rejected: sizes without hex digits or over 16 digits, bare CR or
- * LF, control characters in extensions or trailers, extensions or trailers over 16 KiB.
+ * LF, control characters or non-ASCII bytes in extensions, trailer lines that are not
+ * `token ":" value` (a request line smuggled into the trailer section is not a field),
+ * extensions or trailers over 16 KiB.
  */
 #ifndef ACCELNET_HTTP_CHUNKED_H
 #define ACCELNET_HTTP_CHUNKED_H
@@ -38,5 +40,9 @@ ssize_t http_chunked_scan(struct http_chunked *c, const char *p, size_t n, int *
 
 /* Has the final chunk and its trailer section been seen? */
 int http_chunked_done(const struct http_chunked *c);
+
+/* Payload bytes the current chunk declared and that have not arrived yet (0 between chunks),
+ * so a size line can be refused before its payload is relayed. */
+uint64_t http_chunked_pending(const struct http_chunked *c);
 
 #endif

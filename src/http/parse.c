@@ -12,8 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
-/* tchar per RFC 9110 section 5.6.2 */
-static int is_tchar(unsigned char c)
+int http_is_tchar(unsigned char c)
 {
 	if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'))
 		return 1;
@@ -203,7 +202,7 @@ static int parse_fields(const char *buf, const char *p, const char *end, size_t 
 		if (*p == ' ' || *p == '\t')
 			return bad; /* obs-fold */
 		const char *q = p, *eol = p + n;
-		while (q < eol && is_tchar((unsigned char)*q))
+		while (q < eol && http_is_tchar((unsigned char)*q))
 			q++;
 		if (q == p || q == eol || *q != ':')
 			return bad; /* empty name, bad name char, or space before colon */
@@ -308,7 +307,7 @@ int http_parse_request(const char *buf, size_t len, size_t max_head, struct http
 		/* refuse at once what cannot become a request line (TLS on a plain port, binary
 		 * junk) instead of waiting for a line end that may never come */
 		const char *q = p;
-		while (q < end && is_tchar((unsigned char)*q))
+		while (q < end && http_is_tchar((unsigned char)*q))
 			q++;
 		if (q < end && *q != ' ' && *q != '\r')
 			return -400;
@@ -324,7 +323,7 @@ int http_parse_request(const char *buf, size_t len, size_t max_head, struct http
 	if (!sp1 || sp1 == p)
 		return -400;
 	for (const char *q = p; q < sp1; q++)
-		if (!is_tchar((unsigned char)*q))
+		if (!http_is_tchar((unsigned char)*q))
 			return -400;
 	sp2 = memchr(sp1 + 1, ' ', (size_t)(eol - sp1 - 1));
 	if (!sp2 || sp2 == sp1 + 1)

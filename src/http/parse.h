@@ -120,6 +120,8 @@ static inline int http_str_eq(struct http_str s, const char *lit)
 }
 /* The first header named <name> (case-insensitive), or NULL. */
 const struct http_header *http_find_header(const struct http_head *h, const char *name);
+/* Is <c> a tchar, a character of an RFC 9110 token (field names, methods)? */
+int http_is_tchar(unsigned char c);
 /* Is <token> one of the comma-separated tokens of <list> (case-insensitive)? */
 int http_list_has(struct http_str list, const char *token, size_t toklen);
 /* Does a Connection field of <h> name the field <name> (hop-by-hop)? */

@@ -230,6 +230,11 @@ static void conn_done(struct hsrv_conn *c)
 	conn_pump(c);
 }
 
+void hsrv_close_after(struct hsrv_conn *c)
+{
+	c->keep_alive = 0;
+}
+
 void hsrv_respond(struct hsrv_conn *c, int status, const char *content_type,
 		  const char *headers, const char *body, size_t len)
 {

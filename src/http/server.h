@@ -62,6 +62,8 @@ int hsrv_stream_begin(struct hsrv_conn *c, int status, const char *content_type,
 /* -1 when the client is gone: the abort callback has run, forget the request. */
 int hsrv_stream_write(struct hsrv_conn *c, const char *data, size_t len);
 void hsrv_stream_end(struct hsrv_conn *c);
+/* Close the connection once the answer to its current request is written. */
+void hsrv_close_after(struct hsrv_conn *c);
 /* Run <fn>(<arg>) if the client disconnects before the response is complete. */
 void hsrv_on_abort(struct hsrv_conn *c, hsrv_abort_fn fn, void *arg);
 

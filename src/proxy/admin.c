@@ -288,6 +288,9 @@ static void admin_on_request(void *arg, struct hsrv_conn *c, const struct http_h
 	if (!admin_authorized(a, req)) {
 		static const char msg[] = "unauthorized: send Authorization: Bearer TOKEN "
 					  "(the token in admin.token_file)\n";
+		/* and goodbye: a connection without the token neither holds one of the
+		 * endpoint's few connections nor guesses again on it */
+		hsrv_close_after(c);
 		hsrv_respond(c, 401, "text/plain", "WWW-Authenticate: Bearer\r\n", msg,
 			     sizeof(msg) - 1);
 		return;

@@ -64,6 +64,8 @@ struct exchange {
 	unsigned req_close : 1, retried : 1, up_reused : 1;
 	unsigned want_key : 1;	/* the pool balances on the prompt key, read from the body */
 	unsigned buffering : 1; /* reading the body before admission (await_body) */
+	unsigned buf_wait : 1;	/* ... and waiting for a body buffer to be free */
+	unsigned sse_body : 1;	/* heartbeats if the body asks for a stream: not looked yet */
 	unsigned spilled : 1;  /* moved to the route's spillover pool */
 	unsigned hedged : 1;   /* a copy went (or was tried) to a second backend */
 	unsigned sse_hb : 1;	 /* a streaming request on a route with heartbeats */
@@ -74,6 +76,7 @@ struct exchange {
 	unsigned interims;	 /* interim (1xx) responses relayed ... */
 	uint32_t interim_bytes; /* ... and their bytes */
 	uint64_t body_start_ms; /* the request head was read: the body's clocks start */
+	uint64_t rate_mark_ms, rate_mark_bytes; /* the current min_body_rate window began */
 	struct waiter wt;  /* waiting in the pool's queue for a slot */
 	char reqid[REQUEST_ID_MAX + 1];
 	const struct conf_route *route;

@@ -25,7 +25,9 @@
 #include <sys/resource.h>
 
 /* Descriptors kept back from client connections: event loops, listeners, health checks,
- * the admin endpoint, logs, and upstream connections beyond one per client (hedges, idle). */
+ * the admin endpoint, logs, hedged copies. Idle keep-alive upstream connections outlive
+ * their clients and are not counted: running out is still possible, and is handled as a
+ * local shortage (accept pauses, 503), never blamed on a backend. */
 #define FD_RESERVE 64
 
 struct main_state {

@@ -72,11 +72,23 @@ static void put_content_length(struct out *o, uint64_t n)
 	put(o, "\r\n", 2);
 }
 
-/* Forwarding fields a client outside trusted_proxies may not set for the backend. */
+/*
+ * Fields by which a proxy in front tells the backend who the client is or what it asked
+ * for; a client outside trusted_proxies may not set them (X-Forwarded-For is rewritten).
+ */
 static int is_forwarding(struct http_str name)
 {
-	return http_str_eq(name, "x-forwarded-for") || http_str_eq(name, "x-real-ip") ||
-	       http_str_eq(name, "forwarded");
+	static const char *const names[] = {
+	    "x-forwarded-for",	"x-real-ip",	   "forwarded",	  "x-forwarded-host",
+	    "x-forwarded-port", "x-forwarded-prefix", "x-client-ip", "true-client-ip",
+	    "cf-connecting-ip", "x-original-forwarded-for",
+	};
+	if (name.len < 9)
+		return 0;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (http_str_eq(name, names[i]))
+			return 1;
+	return 0;
 }
 
 int rewrite_incoming_request_id(const struct http_head *req, char *out)
@@ -160,10 +172,12 @@ int rewrite_response(char *buf, size_t cap, const struct http_head *resp, int ke
 	}
 	/* a 1xx or 204 has no body and may not declare one; a HEAD or 304 answer declares
 	 * the length the body would have */
-	if (resp->flags & HTTP_F_HAS_TE)
-		puts_(&o, "Transfer-Encoding: chunked\r\n");
-	else if ((resp->flags & HTTP_F_HAS_CL) && resp->status >= 200 && resp->status != 204)
-		put_content_length(&o, resp->content_length);
+	if (resp->status >= 200 && resp->status != 204) {
+		if (resp->flags & HTTP_F_HAS_TE)
+			puts_(&o, "Transfer-Encoding: chunked\r\n");
+		else if (resp->flags & HTTP_F_HAS_CL)
+			put_content_length(&o, resp->content_length);
+	}
 	if (!has_id && request_id) {
 		puts_(&o, "X-Request-Id: ");
 		puts_(&o, request_id);

@@ -10,9 +10,16 @@
  *     |                          |   \---no backend / failure---> S_REPLY
  *     \---bad request---> S_REPLY ---> S_HEAD or S_LINGER ---> closed
  *
- * Bytes are never copied between the sockets: request bodies are written upstream straight
+ * An exchange first reads its request body (up to limits.body_buffer_bytes: await_body),
+ * then is admitted to its pool (a backend slot, or the queue), then relays. Reading the
+ * body before admission is what keeps a slow client from holding an accelerator; the body's
+ * clocks (timeouts.body_ms, limits.min_body_rate over windows) run until it is all read.
+ *
+ * Bytes are not copied between the sockets: request bodies are written upstream straight
  * from the client's input buffer, responses to the client straight from the upstream
  * connection's input buffer, each time gathered with the head in front in one writev().
+ * The one copy is of a body outgrowing a plain buffer into a body buffer (grow_in), and of
+ * what follows it back (shrink_in), once per such request.
  * Framing (Content-Length or chunked) is tracked only to know where a body ends; bytes that
  * belong to the body are counted as "ready" and relayed as they are, so Server-Sent Events
  * reach the client one event at a time.
@@ -55,11 +62,13 @@ enum up_failure {
 /* Interim responses (100, 103) relayed per exchange, at most; more is a hostile backend. */
 #define INTERIM_MAX 8
 #define INTERIM_BYTES_MAX 16384
-/* limits.min_body_rate is measured from the end of the head, with this much time free. */
-#define BODY_RATE_GRACE_MS 2000
-/* Body buffers one worker lends at once (limits.body_buffer_bytes each); past that, bodies
- * longer than a plain buffer are admitted as they stream, under limits.min_body_rate. */
+/* limits.min_body_rate is judged over windows this long, from the end of the head. */
+#define BODY_RATE_WINDOW_MS 5000
+/* Body buffers one worker lends at once (limits.body_buffer_bytes each, lent while a body is
+ * read and given back once it has gone upstream); past that, a body longer than a plain
+ * buffer waits for one, unadmitted. */
 #define BODY_BUFS_MAX 64
+#define BODY_BUF_WAIT_MS 50 /* how often a body waiting for a body buffer looks again */
 
 static const struct conf *conf_of(const struct session *s)
 {
@@ -115,14 +124,16 @@ static void release_buf(struct worker *w, struct buf **b)
 
 /*
  * s->in is full and holds a request body still being buffered: move it to a body buffer
- * (limits.body_buffer_bytes). -ENOSPC when it is one already, or when the worker has lent
- * BODY_BUFS_MAX of them; -ENOMEM without memory.
+ * (limits.body_buffer_bytes). -ENOSPC when it is one already; -EBUSY when the worker has
+ * lent BODY_BUFS_MAX of them (the caller waits for one); -ENOMEM without memory.
  */
 static int grow_in(struct session *s)
 {
 	struct worker *w = s->w;
-	if (s->in->cap >= w->body_bufs.size || w->body_bufs.live >= BODY_BUFS_MAX)
+	if (s->in->cap >= w->body_bufs.size)
 		return -ENOSPC;
+	if (w->body_bufs.live >= BODY_BUFS_MAX)
+		return -EBUSY;
 	struct buf *b = buf_get(&w->body_bufs);
 	if (!b)
 		return -ENOMEM;
@@ -131,6 +142,30 @@ static int grow_in(struct session *s)
 	buf_put(&w->bufs, s->in);
 	s->in = b;
 	return 0;
+}
+
+/*
+ * The request body has gone upstream: a body buffer goes back to its pool at once (so it
+ * is lent only while a body is read), what follows in it (a pipelined request) moving to a
+ * plain buffer.
+ */
+static void shrink_in(struct session *s)
+{
+	struct worker *w = s->w;
+	struct buf *b;
+	if (!s->in || s->in->cap == w->bufs.size || buf_len(s->in) > w->bufs.size)
+		return;
+	if (!buf_len(s->in)) {
+		put_buf(w, s->in);
+		s->in = NULL;
+		return;
+	}
+	if (!(b = buf_get(&w->bufs)))
+		return;
+	memcpy(b->data, buf_head(s->in), buf_len(s->in));
+	b->end = (uint32_t)buf_len(s->in);
+	put_buf(w, s->in);
+	s->in = b;
 }
 
 static size_t out_pending(const struct session *s)
@@ -346,13 +381,19 @@ static void sse_heartbeat(struct session *s)
 		s->out->end += (uint32_t)n;
 }
 
-/* Does request <h>, with the first body bytes body[0..len), ask for an event stream? */
-static int wants_event_stream(const struct http_head *h, const char *body, size_t len)
+/*
+ * Heartbeats go to a streaming request: one that accepts text/event-stream, or whose JSON
+ * body asks for "stream": true. The body is looked at when the request goes to admission,
+ * over the <len> body bytes at the front of s->in (all of it, once buffered).
+ */
+static void sse_decide(struct session *s, size_t len)
 {
-	const struct http_header *a = http_find_header(h, "Accept");
-	if (a && memmem(a->value.p, a->value.len, "text/event-stream", 17))
-		return 1;
-	return h->framing == HTTP_BODY_LENGTH && http_wants_stream(body, len);
+	struct exchange *x = &s->x;
+	if (!x->sse_body)
+		return;
+	x->sse_body = 0;
+	x->sse_hb = x->sse_hb || (s->in && http_wants_stream(buf_head(s->in), len));
+	x->hb_next_ms = loop_now(s->w->loop) + x->route->sse_heartbeat_ms;
 }
 
 /* --- starting exchanges --- */
@@ -460,8 +501,8 @@ static enum run upstream_failed(struct session *s, enum up_failure why)
 	if (why == UP_LOCAL) { /* never marks the backend failed, never spends a retry */
 		exchange_drop_upstream(s);
 		if (x->resp_head)
-			return exchange_abort(s, "proxy out of descriptors");
-		return reply_error(s, 503, "proxy out of descriptors", 1);
+			return exchange_abort(s, "proxy out of descriptors or buffers");
+		return reply_error(s, 503, "proxy out of descriptors or buffers", 1);
 	}
 
 	if (connect_failed && be) {
@@ -666,11 +707,11 @@ static enum run exchange_start(struct session *s, size_t head_len)
 	}
 	x->route = route;
 	x->pool = &w->px->rt->pools[route->pool];
-	if (route->sse_heartbeat_ms && h->minor == 1) {
-		size_t blen = buf_len(s->in) - head_len;
-		if (h->framing == HTTP_BODY_LENGTH && blen > h->content_length)
-			blen = (size_t)h->content_length;
-		x->sse_hb = wants_event_stream(h, buf_head(s->in) + head_len, blen);
+	if (route->sse_heartbeat_ms && h->minor == 1 && h->meth != HTTP_HEAD) {
+		/* a HEAD answer has no body: an event stream there would desync the client */
+		const struct http_header *a = http_find_header(h, "Accept");
+		x->sse_hb = a && memmem(a->value.p, a->value.len, "text/event-stream", 17);
+		x->sse_body = h->framing == HTTP_BODY_LENGTH;
 		x->hb_next_ms = loop_now(w->loop) + route->sse_heartbeat_ms;
 	}
 	classify_request(route, x->pool->conf, h, s->client_ip, &x->wt);
@@ -704,7 +745,14 @@ static enum run exchange_start(struct session *s, size_t head_len)
 	/* a body is read (up to limits.body_buffer_bytes) before the request may take a
 	 * slot, so a client that sends it slowly, or never, holds no accelerator */
 	x->buffering = !x->req_read_done && (c->limits.body_buffer_bytes || x->want_key);
-	return x->buffering ? RUN_AGAIN : exchange_connect(s, NULL);
+	x->rate_mark_ms = x->body_start_ms;
+	if (x->buffering)
+		return RUN_AGAIN;
+	if (x->sse_body) {
+		size_t blen = s->in ? buf_len(s->in) : 0;
+		sse_decide(s, blen < x->req_left ? blen : (size_t)x->req_left);
+	}
+	return exchange_connect(s, NULL);
 }
 
 static int request_scan(struct session *s);
@@ -747,6 +795,12 @@ static enum run await_body(struct session *s)
 			int err = grow_in(s);
 			if (err == -ENOSPC)
 				break; /* as much as we hold: the rest streams */
+			if (err == -EBUSY) {
+				/* every body buffer is lent: wait for one (the timer looks
+				 * again), never admit a body that has not arrived */
+				x->buf_wait = 1;
+				return RUN_STAY;
+			}
 			if (err < 0)
 				return exchange_abort(s, "out of memory");
 			continue;
@@ -758,6 +812,7 @@ static enum run await_body(struct session *s)
 		s->last_ms = loop_now(w->loop);
 	}
 	x->buffering = 0;
+	sse_decide(s, x->req_ready);
 	if (x->want_key) {
 		size_t have = x->req_ready < hc->body_max_bytes ? x->req_ready : hc->body_max_bytes;
 		x->wt.has_key = http_prompt_key(buf_head(s->in), have, 1, hc->prefix_bytes,
@@ -768,8 +823,20 @@ static enum run await_body(struct session *s)
 }
 
 /*
- * When the request body is due, whole (timeouts.body_ms) or in part (limits.min_body_rate
- * bytes a second on average, after BODY_RATE_GRACE_MS): the earlier of the two, or 0.
+ * Is the proxy itself holding the request body back (queued for a slot, its buffer full,
+ * or the backend not taking bytes)? Then a slow body is not the client's doing.
+ */
+static int body_held_back(const struct session *s)
+{
+	const struct exchange *x = &s->x;
+	return x->wt.state != W_IDLE || x->buf_wait || (s->in && buf_len(s->in) >= s->in->cap) ||
+	       (x->req_ready && x->up && (x->up->connecting || !x->up->writable));
+}
+
+/*
+ * When the request body is next judged: timeouts.body_ms after the head for the whole of
+ * it, and the end of the current limits.min_body_rate window (BODY_RATE_WINDOW_MS), the
+ * earlier of the two; 0 when neither applies.
  */
 static uint64_t body_deadline(const struct session *s)
 {
@@ -781,13 +848,33 @@ static uint64_t body_deadline(const struct session *s)
 	if (c->timeouts.body_ms)
 		due = x->body_start_ms + c->timeouts.body_ms;
 	if (c->limits.min_body_rate) {
-		uint64_t got = x->req_sent + x->req_ready;
-		uint64_t rate_due =
-		    x->body_start_ms + BODY_RATE_GRACE_MS + got * 1000 / c->limits.min_body_rate;
-		if (!due || rate_due < due)
-			due = rate_due;
+		uint64_t window_end = x->rate_mark_ms + BODY_RATE_WINDOW_MS;
+		if (!due || window_end < due)
+			due = window_end;
 	}
 	return due;
+}
+
+/*
+ * The body deadline came (<now>). Returns 1 when the body is late: past timeouts.body_ms, or
+ * slower than limits.min_body_rate over the window that ended. A window in which the proxy
+ * held the body back is not counted; a good one starts the next.
+ */
+static int body_late(struct session *s, uint64_t now)
+{
+	struct exchange *x = &s->x;
+	const struct conf *c = conf_of(s);
+	uint64_t got = x->req_sent + x->req_ready;
+	if (c->timeouts.body_ms && now >= x->body_start_ms + c->timeouts.body_ms)
+		return 1;
+	if (!c->limits.min_body_rate || now < x->rate_mark_ms + BODY_RATE_WINDOW_MS)
+		return 0;
+	uint64_t need = (uint64_t)c->limits.min_body_rate * (now - x->rate_mark_ms) / 1000;
+	if (got - x->rate_mark_bytes < need && !body_held_back(s))
+		return 1;
+	x->rate_mark_ms = now;
+	x->rate_mark_bytes = got;
+	return 0;
 }
 
 /* --- relaying bodies --- */
@@ -814,6 +901,11 @@ static int request_scan(struct session *s)
 		if (n < 0)
 			return -400;
 		if (is_data && limit && (x->req_payload += (uint64_t)n) > limit)
+			return -413;
+		/* a chunk declared larger than what the limit leaves is refused at its size
+		 * line, before a byte of it goes upstream (a backend that cut sizes to 32
+		 * bits would read a short chunk and the rest as another request) */
+		if (limit && http_chunked_pending(&x->req_ch) > limit - x->req_payload)
 			return -413;
 		x->req_ready += (size_t)n;
 		p += n;
@@ -1014,6 +1106,8 @@ static enum run send_upstream(struct session *s, int *progress)
 		buf_consume(s->in, k);
 		x->req_ready -= k;
 		x->req_sent += k;
+		if (x->req_read_done && !x->req_ready)
+			shrink_in(s);
 	}
 	if (head_left > from_head || x->req_ready)
 		up->writable = 0; /* a short write: the socket buffer is full */
@@ -1267,6 +1361,8 @@ static void session_arm_timer(struct session *s)
 		uint64_t body_due = body_deadline(s);
 		if (body_due && body_due < deadline)
 			deadline = body_due;
+		if (x->buf_wait && loop_now(s->w->loop) + BODY_BUF_WAIT_MS < deadline)
+			deadline = loop_now(s->w->loop) + BODY_BUF_WAIT_MS;
 		break;
 	case S_REPLY:
 		deadline = s->phase_ms + t->between_bytes_ms;
@@ -1325,13 +1421,17 @@ static void session_on_timer(struct loop_timer *t)
 		}
 		break;
 	case S_EXCHANGE: {
-		uint64_t body_due = body_deadline(s);
-		if (body_due && loop_now(s->w->loop) >= body_due) {
+		uint64_t body_due = body_deadline(s), now = loop_now(s->w->loop);
+		if (body_due && now >= body_due && body_late(s, now)) {
 			/* a body too slow or too late: whatever slot it holds is freed */
 			if (s->x.resp_head)
 				r = exchange_abort(s, "request body not received in time");
 			else
 				r = reply_error(s, 408, "request body not received in time", 0);
+		} else if (s->x.buf_wait) {
+			s->x.buf_wait = 0; /* look for a free body buffer again */
+		} else if (body_due && now >= body_due) {
+			/* a good rate window ended: the next one is armed */
 		} else if (s->x.sse_hb && !s->x.resp_head && !s->x.buffering &&
 			   loop_now(s->w->loop) >= s->x.hb_next_ms) {
 			sse_heartbeat(s);

@@ -138,7 +138,7 @@ int worker_init(struct worker *w, struct proxy *px, unsigned id, unsigned max_se
 		bufsize = 16384;
 	buf_pool_init(&w->bufs, bufsize, 256);
 	uint64_t bodysize = c->limits.body_buffer_bytes + bufsize;
-	buf_pool_init(&w->body_bufs, (uint32_t)bodysize, 4);
+	buf_pool_init(&w->body_bufs, (uint32_t)bodysize, 16);
 	w->max_sessions = max_sessions;
 	worker_inbox_init(&w->inbox);
 	if (getrandom(&w->rng, sizeof(w->rng), 0) != sizeof(w->rng))

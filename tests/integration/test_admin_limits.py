@@ -5,7 +5,7 @@ address reachable from other hosts. Raw sockets where a polite client would not 
 import socket
 import subprocess
 
-from harness import (BIN, free_port, pool_yaml, port_open, read_all, read_until, request,
+from harness import (BIN, free_port, pool_yaml, port_open, raw, read_all, read_until, request,
                      status, wait_until)
 
 
@@ -141,6 +141,10 @@ def test_with_a_token_every_admin_request_needs_it(env):
         st, _, _ = request(px.admin, "GET", path,
                            headers={"Authorization": "Bearer " + secret + "x"})
         assert st == 401
+    # a 401 ends the connection: no second guess on it, no admin slot held
+    out = raw(px.admin, b"GET /status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer a\r\n\r\n"
+              b"GET /status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer b\r\n\r\n")
+    assert out.count(b"HTTP/1.1 401") == 1 and b"Connection: close" in out, out
     st, _, body = request(px.admin, "GET", "/status",
                           headers={"Authorization": "Bearer " + secret})
     assert st == 200 and b'"pools"' in body

@@ -92,6 +92,10 @@ static void rejects_malformed(void **state)
 		"0\r\nBad\001Trailer: 1\r\n\r\n",	 /* control char in trailer */
 		"0\r\n folded: 1\r\n\r\n",		 /* obs-fold trailer */
 		"0\r\n\n",				 /* bare LF at the end */
+		"5;\x80\x80=\"a\r\nhello\r\n0\r\n\r\n",	 /* non-ASCII in extension */
+		"5\r\nhello\r\n0\r\nGET /x HTTP/1.1\r\n\r\n", /* a request line as a trailer */
+		"0\r\nNoColon\r\n\r\n",		 /* a trailer that is not a field */
+		"0\r\nBad Name: 1\r\n\r\n",		 /* space in a trailer name */
 	};
 	char payload[64];
 	size_t plen;
@@ -100,6 +104,19 @@ static void rejects_malformed(void **state)
 		if (r != -1)
 			fail_msg("accepted malformed chunked body #%zu", i);
 	}
+}
+
+static void pending_is_the_declared_chunk(void **state)
+{
+	(void)state;
+	struct http_chunked c;
+	int is_data;
+	http_chunked_init(&c);
+	assert_int_equal(http_chunked_pending(&c), 0);
+	assert_int_equal(http_chunked_scan(&c, "100000005\r\nhe", 14, &is_data), 11);
+	assert_true(http_chunked_pending(&c) == 0x100000005ull);
+	assert_int_equal(http_chunked_scan(&c, "he", 2, &is_data), 2);
+	assert_true(is_data && http_chunked_pending(&c) == 0x100000003ull);
 }
 
 static void incomplete_is_not_done(void **state)
@@ -118,6 +135,7 @@ int main(void)
 		cmocka_unit_test(stops_at_end_of_body),
 		cmocka_unit_test(rejects_malformed),
 		cmocka_unit_test(incomplete_is_not_done),
+		cmocka_unit_test(pending_is_the_declared_chunk),
 	};
 	return cmocka_run_group_tests_name("chunked coding", tests, NULL, NULL);
 }
