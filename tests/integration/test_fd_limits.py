@@ -35,6 +35,18 @@ def _backends(admin_port):
     return [b for pool in status(admin_port)["pools"] for b in pool["backends"]]
 
 
+
+def _free_and_check(px, socks, late):
+    """Close <socks> (what held the descriptors); then <late>, a client that waited in the
+    backlog, is answered 200, and no backend was blamed."""
+    for s in socks:
+        s.close()
+    socks.clear()
+    got = read_until(late, lambda b: b"\r\n\r\n" in b)
+    assert got.startswith(b"HTTP/1.1 200"), got
+    for b in _backends(px.admin):
+        assert b["up"] is True and b["connect_failures"] == 0, b
+
 def test_flood_past_the_descriptor_limit_is_not_blamed_on_backends(env):
     sim = env.sim("a")
     closing = _closing_backend()
@@ -78,15 +90,8 @@ def test_flood_past_the_descriptor_limit_is_not_blamed_on_backends(env):
         r.read()
         assert r.status == 200, (path, r.status, env.log(px)[-2000:])
 
-    for s in flood:
-        s.close()
-    flood.clear()
     # the client that waited in the backlog is answered without anyone else connecting
-    got = read_until(late, lambda b: b"\r\n\r\n" in b)
-    assert got.startswith(b"HTTP/1.1 200"), got
-
-    for b in _backends(px.admin):
-        assert b["up"] is True and b["connect_failures"] == 0, b
+    _free_and_check(px, flood, late)
     st, _, _ = request(px.port, "GET", "/close/after")
     assert st == 200
     # the config asked for more connections than 256 descriptors carry: said once, at start
@@ -131,10 +136,4 @@ def test_clients_in_the_backlog_are_answered_after_descriptors_run_out(env):
     wait_until(lambda: "accept: Too many open files" in env.log(px), "accept to run out")
     wait_until(lambda: "skipped" in env.log(px) or "is DOWN" in env.log(px),
                "a health check while out of descriptors")
-    for s in hog:
-        s.close()
-    hog.clear()
-    got = read_until(late, lambda b: b"\r\n\r\n" in b)
-    assert got.startswith(b"HTTP/1.1 200"), got
-    for b in _backends(px.admin):
-        assert b["up"] is True and b["connect_failures"] == 0, b
+    _free_and_check(px, hog, late)
