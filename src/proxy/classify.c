@@ -5,6 +5,7 @@
 #include "lb/qdisc.h"
 #include "proxy/queue.h"
 
+#include <netinet/in.h>
 #include <string.h>
 #include <strings.h>
 #include <xxhash.h>
@@ -15,7 +16,7 @@ static uint64_t hash_str(struct http_str v)
 }
 
 void classify_request(const struct conf_route *r, const struct conf_pool *pc,
-		      const struct http_head *h, const char *client_ip, struct waiter *wt)
+		      const struct http_head *h, uint64_t client_key, struct waiter *wt)
 {
 	wt->item.tenant = 0;
 	wt->item.prio = r->priority;
@@ -25,8 +26,7 @@ void classify_request(const struct conf_route *r, const struct conf_pool *pc,
 		 * would buy one client a lane per value */
 		const struct http_header *t =
 		    r->tenant_header ? http_find_header(h, r->tenant_header) : NULL;
-		wt->item.tenant =
-		    t ? hash_str(t->value) : XXH3_64bits(client_ip, strlen(client_ip));
+		wt->item.tenant = t ? hash_str(t->value) : client_key;
 		const struct http_header *p =
 		    r->priority_header ? http_find_header(h, r->priority_header) : NULL;
 		int c = p ? qdisc_priority(p->value.p, p->value.len) : -1;
@@ -39,7 +39,7 @@ void classify_request(const struct conf_route *r, const struct conf_pool *pc,
 		return;
 	switch (pc->hash.key) {
 	case HASH_KEY_CLIENT_IP:
-		wt->key = XXH3_64bits(client_ip, strlen(client_ip));
+		wt->key = client_key;
 		wt->has_key = 1;
 		break;
 	case HASH_KEY_PATH:
@@ -57,4 +57,17 @@ void classify_request(const struct conf_route *r, const struct conf_pool *pc,
 	case HASH_KEY_PROMPT:
 		break; /* from the body, once it is read: classify_prompt() */
 	}
+}
+
+uint64_t classify_client_key(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+		if (IN6_IS_ADDR_V4MAPPED(a))
+			return XXH3_64bits(a->s6_addr + 12, 4);
+		return XXH3_64bits(a->s6_addr, 8); /* the /64: one host's block */
+	}
+	if (sa->sa_family == AF_INET)
+		return XXH3_64bits(&((const struct sockaddr_in *)sa)->sin_addr, 4);
+	return 0;
 }

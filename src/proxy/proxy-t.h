@@ -130,6 +130,7 @@ struct session {
 	size_t head_scanned;
 	unsigned served;
 	char client_ip[INET6_ADDRSTRLEN];
+	uint64_t client_key; /* the address as tenant and hash key: classify_client_key() */
 	struct exchange x;
 };
 

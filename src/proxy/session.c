@@ -714,7 +714,7 @@ static enum run exchange_start(struct session *s, size_t head_len)
 		x->sse_body = h->framing == HTTP_BODY_LENGTH;
 		x->hb_next_ms = loop_now(w->loop) + route->sse_heartbeat_ms;
 	}
-	classify_request(route, x->pool->conf, h, s->client_ip, &x->wt);
+	classify_request(route, x->pool->conf, h, s->client_key, &x->wt);
 	pool_retry_earn(x->pool);
 	x->want_key = x->pool->conf->hash.key == HASH_KEY_PROMPT && x->pool->conf->balance->keyed &&
 		      h->framing == HTTP_BODY_LENGTH && h->content_length > 0;
@@ -1493,6 +1493,7 @@ void session_accept(struct worker *w, int fd, const struct sockaddr_storage *pee
 	s->state = S_HEAD;
 	s->phase_ms = loop_now(w->loop);
 	net_addr_host((const struct sockaddr *)peer, s->client_ip, sizeof(s->client_ip));
+	s->client_key = classify_client_key((const struct sockaddr *)peer);
 	s->trusted = net_cidr_match(conf_of(s)->trusted_proxies, conf_of(s)->ntrusted_proxies,
 				    (const struct sockaddr *)peer);
 	if (loop_io_add(w->loop, &s->io) < 0) {
