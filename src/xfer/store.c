@@ -94,15 +94,39 @@ out:
 	return rc;
 }
 
-/* DIR/.accelnet-xfer/ID.EXT, created when <create>: the descriptor, or -errno with *why. */
-static int open_store_file(int dirfd, const char *id, const char *ext, int create, const char **why)
+static const char *const part_gone = "the partial file is gone (completed by another transfer of the same "
+				     "file, or removed as abandoned); send again";
+
+/* DIR/.accelnet-xfer/ID.EXT, opened with O_RDWR and <flags> (O_CREAT...): the descriptor, or
+ * -errno with *why. */
+static int open_store_file(int dirfd, const char *id, const char *ext, int flags, const char **why)
 {
 	char name[80];
 	snprintf(name, sizeof(name), XFER_STORE_DIR "/%s.%s", id, ext);
-	int fd = open_beneath(dirfd, name, O_RDWR | O_NOFOLLOW | (create ? O_CREAT : 0), 0600);
+	int fd = open_beneath(dirfd, name, O_RDWR | O_NOFOLLOW | flags, 0600);
 	if (fd < 0)
 		*why = "cannot open a partial file or its state";
 	return fd;
+}
+
+/* The part just opened: remember which file it is, or check it is the one remembered. 0, or
+ * -ESTALE with *why. */
+static int part_ident(struct xfer_store_file *f, const char **why)
+{
+	struct stat st;
+	if (fstat(f->part_fd, &st) < 0) {
+		*why = "cannot stat a partial file";
+		return -errno;
+	}
+	if (!f->known) {
+		f->part_dev = (uint64_t)st.st_dev;
+		f->part_ino = (uint64_t)st.st_ino;
+		f->known = 1;
+	} else if (f->part_dev != (uint64_t)st.st_dev || f->part_ino != (uint64_t)st.st_ino) {
+		*why = part_gone;
+		return -ESTALE;
+	}
+	return 0;
 }
 
 /* This process's umask, read once without changing it (umask(2) would, for every thread). */
@@ -187,6 +211,8 @@ static int resume_load(int dirfd, struct xfer_store_file *f, const char **why)
 	struct stat st;
 	if (f->part_fd < 0 || fstat(f->part_fd, &st) < 0 || (uint64_t)st.st_size != f->size || !f->size)
 		goto out; /* nothing usable: received anew */
+	if (part_ident(f, why))
+		goto out;
 	f->map = mmap(NULL, f->size, PROT_READ, MAP_SHARED, f->part_fd, 0);
 	if (f->map == MAP_FAILED) {
 		f->map = NULL;
@@ -257,20 +283,30 @@ int xfer_store_acquire(int dirfd, struct xfer_store_file *f, const char **why)
 		}
 		return 0;
 	}
-	if (mkdirat(dirfd, XFER_STORE_DIR, 0700) < 0 && errno != EEXIST) {
+	/* a part opened before is opened again, never created: see store.h */
+	int create = !f->known, made = 0;
+	if (create && mkdirat(dirfd, XFER_STORE_DIR, 0700) < 0 && errno != EEXIST) {
 		*why = "cannot create the directory for partial files";
 		rc = -errno;
 		goto fail;
 	}
-	if ((rc = f->state_fd = open_store_file(dirfd, f->id, "state", 1, why)) < 0)
-		goto fail;
+	f->state_fd = open_store_file(dirfd, f->id, "state", create ? O_CREAT | O_EXCL : 0, why);
+	made = f->state_fd >= 0 && create;
+	if (f->state_fd == -EEXIST)
+		f->state_fd = open_store_file(dirfd, f->id, "state", 0, why);
+	if ((rc = f->state_fd) < 0)
+		goto gone;
 	if (flock(f->state_fd, LOCK_EX | LOCK_NB) < 0) {
 		*why = "another transfer of this file is in progress";
 		rc = -EBUSY;
 		goto fail;
 	}
-	if ((rc = f->part_fd = open_store_file(dirfd, f->id, "part", 1, why)) < 0)
+	if ((rc = f->part_fd = open_store_file(dirfd, f->id, "part", create ? O_CREAT : 0, why)) < 0)
+		goto gone;
+	if ((rc = part_ident(f, why)))
 		goto fail;
+	if (made)
+		f->created = 1; /* the state is ours, and so is whatever the part holds */
 	struct stat st;
 	/* a sparse part of the final size: the space was checked (and reserved) by the caller;
 	 * fallocate would reserve it too, but on tmpfs it zeroes every page first */
@@ -290,6 +326,11 @@ int xfer_store_acquire(int dirfd, struct xfer_store_file *f, const char **why)
 		}
 	}
 	return 0;
+gone:
+	if (rc == -ENOENT && !create) {
+		*why = part_gone;
+		rc = -ESTALE;
+	}
 fail:
 	xfer_store_release(f);
 	return rc;
@@ -309,17 +350,29 @@ void xfer_store_release(struct xfer_store_file *f)
 	f->part_fd = f->state_fd = -1;
 }
 
-void xfer_store_discard(int dirfd, struct xfer_store_file *f)
+/* Remove the part and state by name: only while holding the lock, so the names are still the
+ * files this transfer opened (the part checked by its inode). */
+static void unlink_held(int dirfd, struct xfer_store_file *f)
 {
-	f->pinned = 0;
-	xfer_store_release(f);
-	if (f->in_place || f->ndone)
-		return;
 	char name[80];
+	struct stat st;
+	if (f->state_fd < 0 || f->part_fd < 0 || f->in_place)
+		return;
 	snprintf(name, sizeof(name), XFER_STORE_DIR "/%s.part", f->id);
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || (uint64_t)st.st_dev != f->part_dev ||
+	    (uint64_t)st.st_ino != f->part_ino)
+		return;
 	unlinkat(dirfd, name, 0);
 	snprintf(name, sizeof(name), XFER_STORE_DIR "/%s.state", f->id);
 	unlinkat(dirfd, name, 0);
+}
+
+void xfer_store_discard(int dirfd, struct xfer_store_file *f)
+{
+	f->pinned = 0;
+	if (f->created && !f->ndone)
+		unlink_held(dirfd, f);
+	xfer_store_release(f);
 }
 
 void xfer_store_close(struct xfer_store_file *f)
@@ -427,6 +480,10 @@ int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[
 		f->finished = 1;
 		return 0;
 	}
+	if (f->nchunks && !f->known) { /* every chunk done, yet no part was ever opened */
+		*why = part_gone;
+		return -ESTALE;
+	}
 	if ((rc = xfer_store_acquire(dirfd, f, why)))
 		return rc;
 	if ((rc = multi_check(f, bad_chunk))) {
@@ -437,10 +494,8 @@ int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[
 	snprintf(name, sizeof(name), XFER_STORE_DIR "/%s.part", f->id);
 	if (memcmp(got, whole, 16)) {
 		*why = "whole-file hash differs (the source changed during the transfer?)";
+		unlink_held(dirfd, f);
 		xfer_store_release(f);
-		unlinkat(dirfd, name, 0);
-		snprintf(name, sizeof(name), XFER_STORE_DIR "/%s.state", f->id);
-		unlinkat(dirfd, name, 0);
 		return -EBADMSG;
 	}
 	struct timespec times[2] = {{.tv_nsec = UTIME_OMIT},

@@ -16,9 +16,19 @@
  * Descriptors are held only while a file is being received: opening a manifest's files
  * (xfer_store_open) reads what is there and creates nothing, so a refused manifest leaves
  * nothing behind and a manifest of many files costs no descriptor per file. The part and its
- * state are created and locked (flock: one sender at a time per file, across processes) when
- * the first chunk arrives (xfer_store_acquire), and closed once every chunk is there and no
- * one writes (xfer_store_release); xfer_store_finish opens the part again to complete it.
+ * state are created and locked (flock on the state: one writer at a time per file, across
+ * processes) when the first chunk arrives (xfer_store_acquire), and closed, the lock let go,
+ * once every chunk is there and no one writes (xfer_store_release). Until FINISH, then, the
+ * complete part is nobody's: another transfer of the same file may resume it (finding every
+ * chunk done, it writes nothing) and complete it, or the sweep may remove it. So the part's
+ * device and inode are recorded when it is first opened, and every later acquire, the one in
+ * xfer_store_finish too, opens it without creating it and checks that it is the same file:
+ * one that vanished or was replaced is refused (-ESTALE: send again), never created afresh
+ * and renamed into place with chunks it does not hold.
+ *
+ * Only what a transfer created is removed by it (xfer_store_discard): a part it found, even
+ * one with no chunk done, may be another transfer's, being written; and it is removed by
+ * name only while the lock is held, so the name is still that file's.
  *
  * Modes: a file gets the sender's permission bits masked by 0777 and this process's umask:
  * never setuid, setgid or sticky, never more open than the receiver would create.
@@ -53,6 +63,9 @@ struct xfer_store_file {
 	uint8_t *multi;	  /* per chunk: had two writers at once; re-hashed before the rename */
 	unsigned busy;	  /* writers of all chunks (caller's lock) */
 	int pinned;	  /* acquired for good (a bcast relay sends from the map): release is a no-op */
+	int known;	  /* the part was opened once: part_dev and part_ino say which file it is */
+	int created;	  /* this transfer created the state (and the part): discard may remove them */
+	uint64_t part_dev, part_ino;
 	uint8_t *map; /* the part, mapped shared while acquired: chunks are received straight into it */
 	char id[33];
 	char *path; /* borrowed from the manifest */
@@ -69,12 +82,15 @@ struct xfer_store_file {
 int xfer_store_open(int dirfd, const struct xfer_manifest *m, uint32_t idx, struct xfer_store_file *f,
 		    const char **why);
 /* Create (or open) the part and its state, lock and map them: before a chunk is received.
- * Idempotent. 0, or -errno with *why (-EBUSY: another process holds the file). */
+ * Once the part is known (opened before), it is opened, never created, and must be the same
+ * file. Idempotent. 0, or -errno with *why (-EBUSY: another transfer holds the file; -ESTALE:
+ * the part vanished or was replaced). */
 int xfer_store_acquire(int dirfd, struct xfer_store_file *f, const char **why);
 /* Unmap and close what acquire opened (the state lock goes too). */
 void xfer_store_release(struct xfer_store_file *f);
-/* Release, and remove the part and state when no chunk of it is done (a refused transfer
- * leaves nothing behind). */
+/* Remove the part and state when this transfer created them and no chunk of them is done (a
+ * refused transfer leaves nothing behind), while still holding the lock; then release. A file
+ * this transfer did not create, or does not hold now, is left alone. */
 void xfer_store_discard(int dirfd, struct xfer_store_file *f);
 void xfer_store_close(struct xfer_store_file *f);
 
@@ -103,7 +119,8 @@ void xfer_whole_hash(const uint64_t *hashes, uint32_t n, uint8_t out[16]);
  * *bad_chunk set when one was overwritten; it is then marked missing), the whole hash equal
  * to <whole>, data fsync'd, renamed to its path under <dirfd> (parents created; no component
  * followed through a symlink), the state removed. Call with no writers. 0, or -errno with *why
- * (-EBADMSG: the whole hash differs; the part is then discarded so the next try starts anew).
+ * (-EBADMSG: the whole hash differs; the part is then discarded so the next try starts anew;
+ * -ESTALE: the part is gone or is another file, see above; -EBUSY: another transfer holds it).
  */
 int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[16], uint32_t *bad_chunk,
 		      const char **why);

@@ -48,13 +48,13 @@ def chunks_of(data, chunk):
 
 
 def manifest(files, chunk=64 * 1024, fwd=()):
-    """files: [(path, size, mode)] -> MANIFEST meta."""
+    """files: [(path, size, mode[, mtime_ns])] -> MANIFEST meta."""
     out = struct.pack("<III", chunk, len(files), len(fwd))
     for hop in fwd:
         out += struct.pack("<H", len(hop)) + hop.encode()
-    for path, size, mode in files:
+    for path, size, mode, *mtime in files:
         p = path.encode()
-        out += struct.pack("<H", len(p)) + p + struct.pack("<QIQ", size, mode, 0)
+        out += struct.pack("<H", len(p)) + p + struct.pack("<QIQ", size, mode, mtime[0] if mtime else 0)
     return out
 
 
@@ -567,3 +567,132 @@ def test_idle_metrics_client_does_not_stall_accepts(env):
         still_open = True
     assert still_open, "the CHALLENGE came only after serve gave up on the idle metrics client"
     w.close()
+
+
+# review of the fixes above (round 2)
+
+def send_chunks(w, data, chunk=64 * 1024, file=0):
+    """Every chunk of file <file> on <w>; the ACK statuses."""
+    got = []
+    for k, part in enumerate(chunks_of(data, chunk)):
+        w.send(CHUNK, struct.pack("<IIQ", file, k, xxh64(part)), part)
+        t, meta, _ = w.frame()
+        assert t == ACK, (t, meta)
+        got.append(meta[8])
+    return got
+
+
+def data_session(port, files):
+    w = Wire.dial(port)
+    assert w.hello(os.urandom(16))[0] == OK
+    w.send(MANIFEST, manifest(files))
+    t, meta, _ = w.frame()
+    assert t == NEED, (t, meta)
+    return w
+
+
+def test_finish_never_recreates_a_vanished_part(env):
+    """Session V sends every chunk of x; session H, with the same file, resumes the part, finds
+    it complete and finishes it; then V says FINISH. V must not get DONE for a fresh zero-filled
+    part renamed over the good file: x stays intact and V is told to send again."""
+    dst = os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    _, port = start_serve(env, dst)
+    data = os.urandom(2 * 64 * 1024)
+    fx = [("x", len(data), 0o644, 123456789)]
+    fin = whole_hash([xxh64(p) for p in chunks_of(data, 64 * 1024)])
+    v = data_session(port, fx)
+    assert send_chunks(v, data) == [0, 0]
+    h = data_session(port, fx)
+    h.send(FINISH, fin)
+    assert h.frame()[0] == DONE
+    with open(os.path.join(dst, "x"), "rb") as f:
+        assert f.read() == data
+    v.send(FINISH, fin)
+    t, meta, _ = v.frame()
+    with open(os.path.join(dst, "x"), "rb") as f:
+        got = f.read()
+    assert got == data, f"x damaged by a second FINISH (all zeros: {got == bytes(len(got))})"
+    assert t == ERR and b"send again" in meta, (t, meta)
+
+
+def test_finish_after_sweep_is_refused(env):
+    """The part of a finished-but-not-yet-FINISHed file is swept (its files look abandoned; a
+    second serve on the same directory sweeps at start): FINISH is refused, not answered DONE
+    with a zero-filled file."""
+    dst = os.path.join(env.dir, "dst")
+    state = os.path.join(dst, ".accelnet-xfer")
+    os.makedirs(dst)
+    _, port = start_serve(env, dst)
+    data = os.urandom(2 * 64 * 1024)
+    fx = [("x", len(data), 0o644, 123456789)]
+    v = data_session(port, fx)
+    assert send_chunks(v, data) == [0, 0]
+    old = time.time() - 100 * 3600
+    for n in os.listdir(state):
+        os.utime(os.path.join(state, n), (old, old))
+    q, _ = start_serve(env, dst, name="sweeper")
+    wait_until(lambda: "removed 1 abandoned" in env.log(q), "the second serve to sweep the part")
+    q.terminate()
+    q.wait()
+    v.send(FINISH, whole_hash([xxh64(p) for p in chunks_of(data, 64 * 1024)]))
+    t, meta, _ = v.frame()
+    final = os.path.join(dst, "x")
+    if os.path.exists(final):
+        with open(final, "rb") as f:
+            got = f.read()
+        assert got == data, f"FINISH answered {t} and left x damaged (all zeros: {got == bytes(len(got))})"
+    assert t == ERR and b"send again" in meta, (t, meta)
+
+
+def test_refused_manifest_keeps_others_parts(env):
+    """Session H's manifest names file x, which session V is about to receive, then a big file
+    found in place (hashed, which takes a while) and one too big for the disk. V's first chunk
+    lands while H hashes; H is then refused. The refusal must not delete V's part: V goes on
+    and finishes x intact."""
+    dst = os.path.join(env.dir, "dst")
+    state = os.path.join(dst, ".accelnet-xfer")
+    os.makedirs(dst)
+    big = os.path.join(dst, "big")
+    with open(big, "wb") as f:
+        f.truncate(1 << 30)  # sparse: slow to hash (seconds), no disk
+    st = os.stat(big)
+    p, port = start_serve(env, dst)
+    data = os.urandom(2 * 64 * 1024)
+    parts = chunks_of(data, 64 * 1024)
+    fx = ("x", len(data), 0o644, 42)
+    v = data_session(port, [fx])
+    answer = {}
+
+    def refused():
+        w, t, meta = hold_manifest(port, [fx, ("big", st.st_size, 0o644, st.st_mtime_ns), ("huge", 1 << 42, 0o644)])
+        w.close()
+        answer["h"] = (t, meta)
+    th = threading.Thread(target=refused)
+    th.start()
+
+    def hashing_big():
+        fds = os.path.join("/proc", str(p.pid), "fd")
+        for n in os.listdir(fds):
+            try:
+                if os.readlink(os.path.join(fds, n)) == big:
+                    return True
+            except OSError:
+                pass
+        return False
+    wait_until(hashing_big, "serve to hash the big file in place")
+    v.send(CHUNK, struct.pack("<IIQ", 0, 0, xxh64(parts[0])), parts[0])
+    assert v.frame()[1][8] == 0
+    before = sorted(os.listdir(state))
+    th.join(60)
+    t, meta = answer["h"]
+    assert t == ERR and b"space" in meta, (t, meta)
+    assert sorted(os.listdir(state)) == before, (before, os.listdir(state))
+    v.send(CHUNK, struct.pack("<IIQ", 0, 1, xxh64(parts[1])), parts[1])
+    assert v.frame()[1][8] == 0
+    v.send(FINISH, whole_hash([xxh64(p) for p in parts]))
+    t, meta, _ = v.frame()
+    assert t == DONE, (t, meta)
+    with open(os.path.join(dst, "x"), "rb") as f:
+        got = f.read()
+    assert got == data, f"x is not what was sent (all zeros: {got == bytes(len(got))})"
