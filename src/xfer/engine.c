@@ -247,6 +247,15 @@ static int stream_dial(struct stream *s)
 	return 0;
 }
 
+/* Close a stream's connection: an adopted one goes back to its lender, which closes it. */
+static void stream_close(struct xfer_engine *e, struct xfer_io *io)
+{
+	if (io->fd >= 0 && e->adopt && e->adopt->put)
+		e->adopt->put(e->adopt->arg, io);
+	else
+		xfer_io_close(io);
+}
+
 /* One stream's life: see the essay above. */
 static int stream_loop(struct stream *s)
 {
@@ -332,7 +341,7 @@ static void *stream_main(void *arg)
 		}
 		atomic_fetch_sub(&l->up, 1);
 		atomic_fetch_add(&l->failed, 1);
-		xfer_io_close(&s->io);
+		stream_close(e, &s->io);
 		xfer_sched_wake(&e->sched);
 	}
 	atomic_store(&s->state, ST_DEAD);
@@ -484,7 +493,7 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 			continue;
 		}
 		if ((rc = exchange_manifest(e, &s->io))) {
-			xfer_io_close(&s->io);
+			stream_close(e, &s->io);
 			if (e->error[0])
 				goto fail;
 		}
@@ -678,7 +687,7 @@ int xfer_engine_finish(struct xfer_engine *e, struct xfer_report *rep)
 		}
 		for (unsigned i = 0; i < e->nstreams && rc && rc != -EBADMSG; i++) {
 			struct stream *s = &e->streams[i];
-			xfer_io_close(&s->io);
+			stream_close(e, &s->io);
 			if (stream_dial(s) == 0)
 				rc = finish_on(e, &s->io);
 		}
@@ -701,7 +710,7 @@ void xfer_engine_free(struct xfer_engine *e)
 				shutdown(e->streams[i].io.fd, SHUT_RDWR);
 			if (e->streams[i].started)
 				pthread_join(e->streams[i].th, NULL);
-			xfer_io_close(&e->streams[i].io);
+			stream_close(e, &e->streams[i].io);
 		}
 	}
 	if (e->sched.slots)

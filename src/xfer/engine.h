@@ -27,10 +27,13 @@ struct xfer_source {
  * A server sending on connections its client opened (`xfer get`): instead of dialing, each
  * stream takes one with take(), which blocks until one comes (0, with the connection and the
  * link it came in on) or answers -1 when no more will. Handshakes (TLS too) are done by then.
+ * The engine gives every connection it took back through put(), which closes it (and sets
+ * io->fd to -1), so the lender counts it until it is closed.
  */
 struct xfer_io;
 struct xfer_adopt {
 	int (*take)(void *arg, unsigned *link, struct xfer_io *io);
+	void (*put)(void *arg, struct xfer_io *io);
 	void *arg;
 	unsigned nlinks;
 	const char *names[XFER_LINKS_MAX];

@@ -11,7 +11,7 @@
  *
  * Who may use it: serve needs a token or a client CA unless told --insecure. The accept loop
  * holds the caps (connections in all and per address: over them a connection gets ERR and is
- * closed), cuts a handshake at its total deadline however slowly it trickles, and, out of
+ * closed; a `get` connection handed to a pull counts until the pull closes it), cuts a handshake at its total deadline however slowly it trickles, and, out of
  * descriptors, stops polling the listeners until a connection ends (an eventfd) or a second
  * passes, rather than spinning. A manifest is refused before anything is created when it has
  * too many files, a name twice, a bcast hop outside --relay-to, more bytes than the free
@@ -94,6 +94,7 @@ struct pull {
 	struct server *srv;
 	struct xfer_io ios[PULL_MAX_STREAMS];
 	unsigned links[PULL_MAX_STREAMS];
+	uint64_t live_ids[PULL_MAX_STREAMS]; /* each still counted until pull_put() closes it */
 	unsigned head, tail; /* fds[head..tail) wait */
 	unsigned expected;   /* connections the client said it opens */
 	int closed;
@@ -108,8 +109,11 @@ struct cidr {
 };
 
 /* An open connection: its descriptor, its peer's address (for the per-address cap), and the
- * time its handshake must be over by (0: over). */
+ * time its handshake must be over by (0: over). Found by id, never by descriptor number (a
+ * number is reused as soon as it is closed); removed before the descriptor is closed, and the
+ * count it holds given back after. */
 struct live {
+	uint64_t id;
 	int fd;
 	sa_family_t family;
 	uint8_t addr[16];
@@ -148,10 +152,12 @@ struct server {
 	struct xfer_token token;
 	pthread_mutex_t mu;
 	struct session *sessions;
-	unsigned conns;
+	unsigned conns;	  /* open connections, handed over to a pull or not (under mu) */
+	unsigned threads; /* connection threads running (under mu) */
 	pthread_cond_t conns_cv;
 	struct live *live;
 	unsigned nlive, cap_live;
+	uint64_t live_seq;
 	unsigned corrupt_every; /* fault injection for tests: ACCELNET_XFER_CORRUPT_EVERY */
 	_Atomic uint64_t corrupt_seq;
 	/* metrics */
@@ -163,6 +169,7 @@ struct conn {
 	struct server *srv;
 	struct xfer_io io;
 	unsigned link; /* the listener (or, pulling, the link) it came by */
+	uint64_t live_id;
 	struct session *sess;
 };
 
@@ -178,9 +185,10 @@ static void peer_key(const struct sockaddr_storage *ss, sa_family_t *family, uin
 
 /*
  * Count a new connection from <peer> unless a cap says no: NULL, or why not (under the
- * caps, the connection is counted and its handshake must end within handshake_ms).
+ * caps, the connection is counted, listed as *id, and its handshake must end within
+ * handshake_ms). It stays counted until live_unlist() and live_release() (see struct live).
  */
-static const char *live_admit(struct server *s, int fd, const struct sockaddr_storage *peer)
+static const char *live_admit(struct server *s, int fd, const struct sockaddr_storage *peer, uint64_t *id)
 {
 	static const char *const full_all = "too many connections to this server (serve --max-conns)";
 	static const char *const full_addr = "too many connections from your address (serve --max-conns-per-addr)";
@@ -206,6 +214,7 @@ static const char *live_admit(struct server *s, int fd, const struct sockaddr_st
 		}
 	}
 	if (!why) {
+		l.id = *id = ++s->live_seq;
 		s->live[s->nlive++] = l;
 		s->conns++;
 	}
@@ -213,12 +222,12 @@ static const char *live_admit(struct server *s, int fd, const struct sockaddr_st
 	return why;
 }
 
-/* The handshake of <fd> is over (either way): the deadline no longer applies. */
-static void live_settle(struct server *s, int fd)
+/* The handshake of connection <id> is over (either way): the deadline no longer applies. */
+static void live_settle(struct server *s, uint64_t id)
 {
 	pthread_mutex_lock(&s->mu);
 	for (unsigned i = 0; i < s->nlive; i++)
-		if (s->live[i].fd == fd)
+		if (s->live[i].id == id)
 			s->live[i].deadline_ms = 0;
 	pthread_mutex_unlock(&s->mu);
 }
@@ -235,14 +244,27 @@ static void live_expire(struct server *s, uint64_t now)
 	pthread_mutex_unlock(&s->mu);
 }
 
-static void live_del(struct server *s, int fd)
+/* Before closing connection <id>: it leaves the list (nothing may touch its descriptor now). */
+static void live_unlist_locked(struct server *s, uint64_t id)
 {
-	pthread_mutex_lock(&s->mu);
 	for (unsigned i = 0; i < s->nlive; i++)
-		if (s->live[i].fd == fd) {
+		if (s->live[i].id == id) {
 			s->live[i] = s->live[--s->nlive];
 			break;
 		}
+}
+
+static void live_unlist(struct server *s, uint64_t id)
+{
+	pthread_mutex_lock(&s->mu);
+	live_unlist_locked(s, id);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* After closing a connection: its count goes back, and a paused accept loop may go on. */
+static void live_release(struct server *s)
+{
+	pthread_mutex_lock(&s->mu);
 	s->conns--;
 	if (atomic_load(&s->accept_paused)) { /* a descriptor is free: accept again */
 		uint64_t one = 1;
@@ -886,7 +908,7 @@ static void *conn_main(void *arg)
 	int rc = xfer_io_start_server(&c->io, s->tls, s->tls_required, &why);
 	if (rc == 0)
 		rc = xfer_handshake_server(&c->io, &s->token, &hello);
-	live_settle(s, c->io.fd);
+	live_settle(s, c->live_id);
 	if (rc == -EACCES)
 		atomic_fetch_add(&s->m_auth_fail, 1);
 	xfer_set_timeout(c->io.fd, SERVE_IDLE_MS);
@@ -897,12 +919,18 @@ static void *conn_main(void *arg)
 	if (c->sess)
 		session_put(s, c->sess);
 	struct xfer_io io = c->io;
-	int fd = io.fd;
+	uint64_t id = c->live_id;
 	free(c);
-	if (!handed)
+	if (!handed) { /* a connection handed to a pull is closed, and given back, by the pull */
+		live_unlist(s, id);
 		xfer_io_close(&io);
+		live_release(s);
+	}
 	OPENSSL_thread_stop(); /* this thread's random and TLS state, before the process may end */
-	live_del(s, fd); /* last: xfer_serve may return as soon as the count is zero */
+	pthread_mutex_lock(&s->mu); /* last: xfer_serve may return as soon as no thread is left */
+	s->threads--;
+	pthread_cond_broadcast(&s->conns_cv);
+	pthread_mutex_unlock(&s->mu);
 	return NULL;
 }
 
@@ -927,6 +955,26 @@ static int pull_take(void *arg, unsigned *link, struct xfer_io *io)
 	}
 	pthread_mutex_unlock(&s->mu);
 	return fd;
+}
+
+/* The engine is done with a connection pull_take() gave it: close it, and only then give its
+ * count back. */
+static void pull_put(void *arg, struct xfer_io *io)
+{
+	struct pull *p = arg;
+	struct server *s = p->srv;
+	int found = 0;
+	pthread_mutex_lock(&s->mu);
+	for (unsigned i = 0; i < p->head && !found; i++)
+		if (p->ios[i].fd == io->fd) {
+			p->ios[i].fd = -1;
+			live_unlist_locked(s, p->live_ids[i]);
+			found = 1;
+		}
+	pthread_mutex_unlock(&s->mu);
+	xfer_io_close(io);
+	if (found)
+		live_release(s);
 }
 
 /*
@@ -969,6 +1017,7 @@ static int pull_serve(struct conn *c, const struct xfer_hello *hello)
 		int queued = !p->closed && p->tail < PULL_MAX_STREAMS;
 		if (queued) {
 			p->links[p->tail] = c->link;
+			p->live_ids[p->tail] = c->live_id;
 			p->ios[p->tail++] = c->io;
 			pthread_cond_broadcast(&p->cv);
 		}
@@ -983,6 +1032,7 @@ static int pull_serve(struct conn *c, const struct xfer_hello *hello)
 		p->expected = expected;
 		pthread_cond_init(&p->cv, NULL);
 		p->links[0] = c->link;
+		p->live_ids[0] = c->live_id;
 		p->ios[p->tail++] = c->io;
 		p->next = s->pulls;
 		s->pulls = p;
@@ -1003,7 +1053,7 @@ static int pull_serve(struct conn *c, const struct xfer_hello *hello)
 	if (err[0]) {
 		send_err(&c->io, err);
 	} else {
-		struct xfer_adopt ad = {.take = pull_take, .arg = p, .nlinks = s->nlisten,
+		struct xfer_adopt ad = {.take = pull_take, .put = pull_put, .arg = p, .nlinks = s->nlisten,
 					.max_streams = expected};
 		for (unsigned i = 0; i < s->nlisten; i++)
 			ad.names[i] = s->listen_names[i];
@@ -1025,16 +1075,21 @@ static int pull_serve(struct conn *c, const struct xfer_hello *hello)
 	pthread_mutex_lock(&s->mu);
 	p->closed = 1;
 	tomb_add_locked(s, p->id, err[0] ? err : "this transfer has ended");
-	for (unsigned i = p->head; i < p->tail; i++)
-		xfer_io_close(&p->ios[i]);
 	if (!handed && p->head == 0)
 		p->head = 1; /* ours: conn_main closes it */
+	unsigned nleft = p->tail - p->head; /* queued, never taken: closed here */
+	for (unsigned i = p->head; i < p->tail; i++)
+		live_unlist_locked(s, p->live_ids[i]);
 	for (struct pull **pp = &s->pulls; *pp; pp = &(*pp)->next)
 		if (*pp == p) {
 			*pp = p->next;
 			break;
 		}
 	pthread_mutex_unlock(&s->mu);
+	for (unsigned i = p->tail - nleft; i < p->tail; i++) {
+		xfer_io_close(&p->ios[i]);
+		live_release(s);
+	}
 	pthread_cond_destroy(&p->cv);
 	free(p);
 	return handed;
@@ -1182,7 +1237,8 @@ static int relay_parse(struct server *s, const char *list, char *err, size_t err
 static void conn_start(struct server *s, int fd, const struct sockaddr_storage *peer, unsigned link)
 {
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-	const char *full = live_admit(s, fd, peer);
+	uint64_t id = 0;
+	const char *full = live_admit(s, fd, peer, &id);
 	if (full) {
 		refuse_conn(fd, full);
 		return;
@@ -1197,11 +1253,19 @@ static void conn_start(struct server *s, int fd, const struct sockaddr_storage *
 		c->srv = s;
 		c->io = (struct xfer_io){.fd = fd};
 		c->link = link;
+		c->live_id = id;
 	}
+	pthread_mutex_lock(&s->mu);
+	s->threads++;
+	pthread_mutex_unlock(&s->mu);
 	if (!c || pthread_create(&th, &attr, conn_main, c)) {
 		free(c);
-		live_del(s, fd);
+		live_unlist(s, id);
 		close(fd);
+		pthread_mutex_lock(&s->mu);
+		s->threads--;
+		pthread_mutex_unlock(&s->mu);
+		live_release(s);
 	}
 	pthread_attr_destroy(&attr);
 }
@@ -1342,7 +1406,7 @@ int xfer_serve(const struct xfer_serve_opts *o)
 	pthread_mutex_lock(&s.mu);
 	for (unsigned i = 0; i < s.nlive; i++)
 		shutdown(s.live[i].fd, SHUT_RDWR);
-	while (s.conns)
+	while (s.conns || s.threads)
 		pthread_cond_wait(&s.conns_cv, &s.mu);
 	pthread_mutex_unlock(&s.mu);
 out:

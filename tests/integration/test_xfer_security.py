@@ -696,3 +696,34 @@ def test_refused_manifest_keeps_others_parts(env):
     with open(os.path.join(dst, "x"), "rb") as f:
         got = f.read()
     assert got == data, f"x is not what was sent (all zeros: {got == bytes(len(got))})"
+
+
+def test_get_connections_count_against_caps(env):
+    """`get` connections that join a pull are still connections: with --max-conns 4, a client
+    cannot hold 40 of them by joining a pull it never answers."""
+    served = os.path.join(env.dir, "served")
+    os.makedirs(served)
+    make_file(os.path.join(served, "f"), 4 << 20)
+    p, port = start_serve(env, served, ["--max-conns", "4", "--max-conns-per-addr", "4"])
+    session = os.urandom(16)
+    getmeta = struct.pack("<I", 64) + struct.pack("<I", 1) + struct.pack("<H", 1) + b"f"
+    owner = Wire.dial(port)
+    assert owner.hello(session, role=3)[0] == OK
+    owner.send(GET, getmeta)
+    assert owner.frame()[0] == MANIFEST  # and never answered
+    held, refused = [], []
+    for _ in range(10):
+        w = Wire.dial(port)
+        t, meta = w.hello(session, role=3)
+        if t != OK:
+            refused.append((t, meta))
+            w.close()
+            continue
+        w.send(GET, getmeta)
+        held.append(w)
+    extra = Wire.dial(port)
+    t, _ = extra.hello(os.urandom(16))
+    assert len(held) <= 3, f"{len(held)} get connections held past --max-conns 4 (refused: {refused})"
+    assert t == ERR, f"a data connection was admitted past --max-conns 4 ({len(held)} get connections held)"
+    for w in held + [owner, extra]:
+        w.close()
