@@ -192,11 +192,15 @@ int xfer_frame_recv_alloc(struct xfer_io *io, struct xfer_hdr *h, uint8_t **meta
 int xfer_paths_parse(const char *remote, const char *local, struct xfer_path *out, int max, char *err,
 		     size_t errlen)
 {
-	char buf[2048];
+	char buf[XFER_ADDR_LIST_MAX + 1];
 	const char *why;
 	char *save = NULL;
 	int n = 0;
 	memset(out, 0, sizeof(*out) * (size_t)max);
+	if ((remote && strlen(remote) > XFER_ADDR_LIST_MAX) || (local && strlen(local) > XFER_ADDR_LIST_MAX)) {
+		snprintf(err, errlen, "address list too long (at most %d characters)", XFER_ADDR_LIST_MAX);
+		return -EINVAL;
+	}
 	snprintf(buf, sizeof(buf), "%s", remote ? remote : "");
 	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
 		if (n == max) {

@@ -66,6 +66,8 @@ void xfer_io_close(struct xfer_io *io);
  */
 int xfer_dial(const struct net_addr *remote, const struct net_addr *local, int timeout_ms, int cancel_fd);
 /* One link as the user named it: where to connect, and from which source address. */
+#define XFER_ADDR_LIST_MAX 2047 /* "HOST:PORT,..." lists: longer ones are refused, not cut */
+
 struct xfer_path {
 	struct net_addr remote, local;
 	int has_local;

@@ -349,14 +349,16 @@ static void *stream_main(void *arg)
 	return NULL;
 }
 
-static int parse_links(struct xfer_engine *e, const struct xfer_send_opts *o)
+static int parse_links(struct xfer_engine *e, const struct xfer_send_opts *o, const struct xfer_path *given,
+		       int ngiven)
 {
-	struct xfer_path paths[XFER_LINKS_MAX];
+	struct xfer_path parsed[XFER_LINKS_MAX];
+	const struct xfer_path *paths = given ? given : parsed;
 	char err[200];
-	int n = xfer_paths_parse(o->remote, o->local, paths, XFER_LINKS_MAX, err, sizeof(err));
-	if (n < 0) {
-		set_error(e, "%s", err);
-		return n;
+	int n = given ? ngiven : xfer_paths_parse(o->remote, o->local, parsed, XFER_LINKS_MAX, err, sizeof(err));
+	if (n < 0 || n > XFER_LINKS_MAX) {
+		set_error(e, "%s", n < 0 ? err : "too many links");
+		return -EINVAL;
 	}
 	for (int i = 0; i < n; i++) {
 		struct link *l = &e->links[i];
@@ -407,8 +409,8 @@ static int exchange_manifest(struct xfer_engine *e, struct xfer_io *io)
 	return rc;
 }
 
-int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *ad,
-		      const struct xfer_manifest *m, const struct xfer_source *src, struct xfer_engine **out,
+int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *ad, const struct xfer_path *links,
+		      int nlinks, const struct xfer_manifest *m, const struct xfer_source *src, struct xfer_engine **out,
 		      struct xfer_report *rep)
 {
 	struct xfer_engine *e = calloc(1, sizeof(*e));
@@ -466,7 +468,7 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 		e->nlinks = ad->nlinks;
 		for (unsigned i = 0; i < ad->nlinks; i++)
 			snprintf(e->links[i].rname, sizeof(e->links[i].rname), "%s", ad->names[i]);
-	} else if ((rc = parse_links(e, o))) {
+	} else if ((rc = parse_links(e, o, links, nlinks))) {
 		goto fail;
 	}
 	if (RAND_bytes(e->session, sizeof(e->session)) != 1) {

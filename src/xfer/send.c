@@ -283,7 +283,7 @@ int xfer_send_items(const struct xfer_send_opts *o, const struct xfer_adopt *ad,
 		}
 		f->nchunks = xfer_chunks_of(f->size, m.chunk_size);
 	}
-	if ((rc = xfer_engine_start(o, ad, &m, src, &e, rep)))
+	if ((rc = xfer_engine_start(o, ad, NULL, 0, &m, src, &e, rep)))
 		goto out;
 	for (uint32_t f = 0; f < m.nfiles; f++)
 		for (uint32_t k = 0; k < m.files[f].nchunks; k++)

@@ -14,8 +14,9 @@
  * closed; a `get` connection handed to a pull counts until the pull closes it), cuts a handshake at its total deadline however slowly it trickles, and, out of
  * descriptors, stops polling the listeners until a connection ends (an eventfd) or a second
  * passes, rather than spinning. A manifest is refused before anything is created when it has
- * too many files, a name twice, a bcast hop outside --relay-to, more bytes than the free
- * space less what live sessions reserved, or, pulling, a name the client did not ask for.
+ * too many files, a name twice, a bcast hop outside --relay-to (its names resolved once: the
+ * addresses checked are the ones dialed), more bytes than the free space less what live
+ * sessions reserved, or, pulling, a name the client did not ask for.
  * --metrics is answered on its own thread.
  *
  * Chunks: a verified chunk is never written again; writers of one chunk are counted, and a
@@ -82,6 +83,8 @@ struct session {
 	uint32_t nopen;
 	struct xfer_engine *relay;
 	struct xfer_manifest relay_m;
+	struct xfer_path hop[XFER_LINKS_MAX]; /* the next bcast hop, resolved and checked once */
+	int nhop;
 	int finished;
 };
 
@@ -328,10 +331,14 @@ static int cidr_match(const struct cidr *c, const struct sockaddr_storage *ss)
 	return !rest || !((a[full] ^ c->addr[full]) & (uint8_t)(0xff << (8 - rest)));
 }
 
-/* Every address of a bcast hop ("HOST:PORT[,...]") inside --relay-to: 0, or -EPERM. */
-static int relay_allowed(const struct server *s, const char *hop, char *err, size_t errlen)
+/*
+ * Every address of a bcast hop ("HOST:PORT[,...]") inside --relay-to: the number of addresses,
+ * resolved into <paths> (the engine dials those, never resolving the names again: a second
+ * answer need not be the first), or -EINVAL / -EPERM with the reason in <err>.
+ */
+static int relay_allowed(const struct server *s, const char *hop, struct xfer_path *paths, char *err,
+			 size_t errlen)
 {
-	struct xfer_path paths[XFER_LINKS_MAX];
 	char why[200];
 	int n = xfer_paths_parse(hop, NULL, paths, XFER_LINKS_MAX, why, sizeof(why));
 	if (n < 0) {
@@ -348,7 +355,7 @@ static int relay_allowed(const struct server *s, const char *hop, char *err, siz
 			return -EPERM;
 		}
 	}
-	return 0;
+	return n;
 }
 
 static int send_err(struct xfer_io *io, const char *msg)
@@ -424,15 +431,16 @@ static int path_cmp(const void *a, const void *b)
  * twice, bcast hops only inside --relay-to, and for `get` only names that were asked for.
  * 0, or -errno with the reason in <err>.
  */
-static int manifest_admit(const struct server *s, const struct xfer_manifest *m, char *err, size_t errlen)
+static int manifest_admit(const struct server *s, struct session *ss, char *err, size_t errlen)
 {
+	const struct xfer_manifest *m = &ss->m;
 	if (m->nfiles > s->max_files) {
 		snprintf(err, errlen, "too many files in one transfer (%u, at most %u: serve --max-files)", m->nfiles,
 			 s->max_files);
 		return -E2BIG;
 	}
-	if (m->nfwd && relay_allowed(s, m->fwd[0], err, errlen))
-		return -EPERM;
+	if (m->nfwd && (ss->nhop = relay_allowed(s, m->fwd[0], ss->hop, err, errlen)) < 0)
+		return ss->nhop;
 	for (uint32_t i = 0; s->puller && i < m->nfiles; i++)
 		if (!xfer_name_asked(m->files[i].path, s->asked, s->nasked)) {
 			snprintf(err, errlen, "the server offered '%.200s', which was not asked for", m->files[i].path);
@@ -538,7 +546,7 @@ static int session_relay(struct server *s, struct session *ss, int tls, char *er
 		.tls_key = s->o->tls_key,
 	};
 	struct xfer_report rep;
-	int rc = xfer_engine_start(&o, NULL, &ss->relay_m, src, &ss->relay, &rep);
+	int rc = xfer_engine_start(&o, NULL, ss->hop, ss->nhop, &ss->relay_m, src, &ss->relay, &rep);
 	free(src);
 	if (rc) {
 		snprintf(err, errlen, "next bcast hop %s: %s", ss->m.fwd[0], rep.error);
@@ -628,7 +636,7 @@ static int on_manifest(struct conn *c, const struct xfer_hello *hello, uint8_t *
 		snprintf(err, sizeof(err), "bad manifest: %s", why);
 		goto refuse;
 	}
-	if (manifest_admit(s, &ss->m, err, sizeof(err)) || session_open(s, ss, err, sizeof(err)) ||
+	if (manifest_admit(s, ss, err, sizeof(err)) || session_open(s, ss, err, sizeof(err)) ||
 	    session_reserve(s, ss, err, sizeof(err)) ||
 	    (ss->m.nfwd && session_relay(s, ss, c->io.ssl != NULL, err, sizeof(err))))
 		goto refuse;
@@ -1216,8 +1224,12 @@ static void limits_set(struct server *s, const struct xfer_serve_opts *o)
 
 static int relay_parse(struct server *s, const char *list, char *err, size_t errlen)
 {
-	char buf[2048];
+	char buf[XFER_ADDR_LIST_MAX + 1];
 	char *save = NULL;
+	if (list && strlen(list) > XFER_ADDR_LIST_MAX) {
+		snprintf(err, errlen, "--relay-to: too long (at most %d characters)", XFER_ADDR_LIST_MAX);
+		return -EINVAL;
+	}
 	snprintf(buf, sizeof(buf), "%s", list ? list : "");
 	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
 		if (s->nrelay == sizeof(s->relay) / sizeof(s->relay[0])) {
@@ -1314,7 +1326,12 @@ int xfer_serve(const struct xfer_serve_opts *o)
 		snprintf(err, sizeof(err), "%s: %s", o->dir, strerror(errno));
 		goto out;
 	}
-	char buf[2048];
+	char buf[XFER_ADDR_LIST_MAX + 1];
+	if (o->listen && strlen(o->listen) > XFER_ADDR_LIST_MAX) {
+		snprintf(err, sizeof(err), "--listen: too long (at most %d characters)", XFER_ADDR_LIST_MAX);
+		rc = -EINVAL;
+		goto out;
+	}
 	snprintf(buf, sizeof(buf), "%s", o->listen ? o->listen : "");
 	char *save = NULL;
 	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {

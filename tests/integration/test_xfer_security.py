@@ -727,3 +727,43 @@ def test_get_connections_count_against_caps(env):
     assert t == ERR, f"a data connection was admitted past --max-conns 4 ({len(held)} get connections held)"
     for w in held + [owner, extra]:
         w.close()
+
+
+def test_bcast_hop_resolved_once(env):
+    """A bcast hop given by name is resolved once: the addresses checked against --relay-to are
+    the ones dialed (resolving again to dial could give others: DNS rebinding). Counted as the
+    reads of /etc/hosts (glibc reads it at each lookup) while serve admits the manifest."""
+    dst = os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    victim = socket.socket()
+    victim.bind(("127.0.0.1", 0))
+    victim.listen(4)
+    env.on_cleanup.append(victim.close)
+    trace = os.path.join(env.dir, "trace")
+    port = free_port()
+    p = env.start(["strace", "-f", "-qq", "-e", "trace=openat", "-o", trace, BIN, "xfer", "serve", "--listen",
+                   f"127.0.0.1:{port}", "--dir", dst, "--insecure", "--relay-to", "127.0.0.0/8"], "serve")
+    wait_until(lambda: "listening" in env.log(p), "serve listening")
+    w = Wire.dial(port)
+    assert w.hello(os.urandom(16))[0] == OK
+    w.send(MANIFEST, manifest([("f.bin", 10, 0o644)], fwd=[f"localhost:{victim.getsockname()[1]}"]))
+    c, _ = victim.accept()  # the relay dials the hop: and hangs up at once
+    c.close()
+    t, meta, _ = w.frame()
+    w.close()
+    with open(trace) as f:
+        lookups = sum("/etc/hosts" in line for line in f)
+    assert lookups == 1, f"the hop's name was resolved {lookups} times (answer {t} {meta!r})"
+
+
+def test_long_address_lists_refused(env):
+    """--relay-to and --listen longer than serve's buffer are refused, not cut short: cut at
+    2047 characters, '127.0.0.1/000...032' became 127.0.0.1/0, which relays anywhere."""
+    dst = os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    for name, args in (("relay", ["--listen", f"127.0.0.1:{free_port()}", "--relay-to",
+                                  "127.0.0.1/" + "0" * 2100 + "32"]),
+                       ("listen", ["--listen", "127.0.0.1:" + "0" * 2100 + str(free_port())])):
+        p = env.start([BIN, "xfer", "serve", "--dir", dst, "--insecure"] + args, name)
+        wait_until(lambda: p.poll() is not None or "listening" in env.log(p), f"{name}: serve to exit or listen")
+        assert p.poll() is not None and p.returncode != 0 and "too long" in env.log(p), (name, env.log(p))
