@@ -427,10 +427,17 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 	e->progress_ms = o->progress_ms ? o->progress_ms : 250;
 	e->progress = o->progress;
 	e->arg = o->arg;
+	uint64_t total = 0;
 	for (uint32_t f = 0; f < m->nfiles; f++) {
-		e->nchunks += m->files[f].nchunks;
+		total += m->files[f].nchunks;
 		e->bytes_total += m->files[f].size;
 	}
+	if (total > XFER_CHUNKS_MAX) { /* chunk ids are 32-bit, and the scheduler's ring holds n + 1 */
+		set_error(e, "more than 2^31 chunks in one transfer: use a larger --chunk-kib");
+		rc = -E2BIG;
+		goto fail;
+	}
+	e->nchunks = (uint32_t)total;
 	e->src = calloc(m->nfiles ? m->nfiles : 1, sizeof(*e->src));
 	e->first = calloc(m->nfiles ? m->nfiles : 1, sizeof(uint32_t));
 	e->file_of = calloc(e->nchunks ? e->nchunks : 1, sizeof(uint32_t));

@@ -427,18 +427,13 @@ static int path_cmp(const void *a, const void *b)
 }
 
 /*
- * What a manifest may ask before anything is looked at: at most max_files files, no name
- * twice, bcast hops only inside --relay-to, and for `get` only names that were asked for.
+ * What a manifest may ask before anything is looked at (at most max_files files is checked
+ * by the decoder, as soon as it reads the count): no name twice, bcast hops only inside --relay-to, and for `get` only names that were asked for.
  * 0, or -errno with the reason in <err>.
  */
 static int manifest_admit(const struct server *s, struct session *ss, char *err, size_t errlen)
 {
 	const struct xfer_manifest *m = &ss->m;
-	if (m->nfiles > s->max_files) {
-		snprintf(err, errlen, "too many files in one transfer (%u, at most %u: serve --max-files)", m->nfiles,
-			 s->max_files);
-		return -E2BIG;
-	}
 	if (m->nfwd && (ss->nhop = relay_allowed(s, m->fwd[0], ss->hop, err, errlen)) < 0)
 		return ss->nhop;
 	for (uint32_t i = 0; s->puller && i < m->nfiles; i++)
@@ -491,15 +486,15 @@ static int session_open(struct server *s, struct session *ss, char *err, size_t 
 static int session_reserve(struct server *s, struct session *ss, char *err, size_t errlen)
 {
 	uint64_t need = 0;
-	for (uint32_t i = 0; i < ss->m.nfiles; i++)
-		need += ss->files[i].reserve;
+	for (uint32_t i = 0; i < ss->m.nfiles; i++) /* saturating: a peer picks the sizes */
+		need = ss->files[i].reserve > UINT64_MAX - need ? UINT64_MAX : need + ss->files[i].reserve;
 	struct statvfs v;
 	if (fstatvfs(s->dirfd, &v) < 0)
 		return 0; /* no figures: the writes will tell */
 	uint64_t avail = (uint64_t)v.f_bavail * v.f_frsize;
 	int rc = 0;
 	pthread_mutex_lock(&s->mu);
-	if (avail < s->reserved + need) {
+	if (need > avail || s->reserved > avail - need) {
 		snprintf(err, errlen,
 			 "not enough space: the transfer needs %.1f MiB more, %.1f MiB are free and %.1f MiB "
 			 "of that are reserved by transfers in progress",
@@ -632,7 +627,11 @@ static int on_manifest(struct conn *c, const struct xfer_hello *hello, uint8_t *
 	ss->refs = 1;
 	const char *why;
 	char err[512];
-	if (xfer_manifest_decode(meta, len, &ss->m, &why)) {
+	int drc = xfer_manifest_decode(meta, len, s->max_files, &ss->m, &why);
+	if (drc == -E2BIG) {
+		snprintf(err, sizeof(err), "too many files in one transfer (at most %u: serve --max-files)", s->max_files);
+		goto refuse;
+	} else if (drc) {
 		snprintf(err, sizeof(err), "bad manifest: %s", why);
 		goto refuse;
 	}

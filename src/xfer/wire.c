@@ -193,9 +193,11 @@ void xfer_manifest_free(struct xfer_manifest *m)
 	memset(m, 0, sizeof(*m));
 }
 
-int xfer_manifest_decode(const uint8_t *in, size_t len, struct xfer_manifest *out, const char **why)
+int xfer_manifest_decode(const uint8_t *in, size_t len, uint32_t max_files, struct xfer_manifest *out,
+			 const char **why)
 {
 	struct rd r = {in, len, 0};
+	uint64_t total = 0;
 	memset(out, 0, sizeof(*out));
 	*why = "manifest is truncated";
 	out->chunk_size = rd_u32(&r);
@@ -206,6 +208,11 @@ int xfer_manifest_decode(const uint8_t *in, size_t len, struct xfer_manifest *ou
 	if (out->chunk_size < 4096 || out->chunk_size > XFER_DATA_MAX) {
 		*why = "chunk size out of range";
 		goto fail;
+	}
+	if (nfiles > max_files) {
+		*why = "too many files in one transfer";
+		memset(out, 0, sizeof(*out));
+		return -E2BIG;
 	}
 	if (nfwd > XFER_FWD_MAX) {
 		*why = "too many bcast hops";
@@ -234,8 +241,9 @@ int xfer_manifest_decode(const uint8_t *in, size_t len, struct xfer_manifest *ou
 		f->mode = rd_u32(&r) & 07777;
 		f->mtime_ns = rd_u64(&r);
 		uint64_t n = f->size ? (f->size - 1) / out->chunk_size + 1 : 0;
-		if (n > UINT32_MAX) {
-			*why = "file has too many chunks";
+		total += n; /* n < 2^53 (size / 4096): no wrap */
+		if (total > XFER_CHUNKS_MAX) {
+			*why = "more than 2^31 chunks in one transfer (a larger chunk size needs fewer)";
 			goto fail;
 		}
 		f->nchunks = (uint32_t)n;

@@ -30,6 +30,7 @@
 #define XFER_MAC_LEN 32
 #define XFER_PATH_MAX 4096
 #define XFER_FWD_MAX 16
+#define XFER_CHUNKS_MAX (1u << 31) /* chunks in one transfer: 32-bit chunk ids never wrap */
 #define XFER_STATE_DIR ".accelnet-xfer" /* the receiver's partial files, under its DIR */
 
 enum xfer_type {
@@ -141,11 +142,13 @@ int xfer_ok_decode(const uint8_t *in, size_t len, uint8_t proof[XFER_MAC_LEN], i
  * each CHUNK carries its own, and FINISH carries each file's whole hash (XXH3-128 over the
  * file's chunk hashes in order), so sending starts without reading the files twice. encode
  * mallocs *out (caller frees). decode builds a manifest that owns its memory (free with
- * xfer_manifest_free); it refuses unsafe paths, chunk sizes outside [4 KiB, 64 MiB], and
- * files of more than 2^32 chunks.
+ * xfer_manifest_free); it refuses unsafe paths, chunk sizes outside [4 KiB, 64 MiB], more
+ * than XFER_CHUNKS_MAX chunks in all, and more than <max_files> files (-E2BIG, as soon as the
+ * count is read, before anything is allocated for them; else -EPROTO).
  */
 int xfer_manifest_encode(const struct xfer_manifest *m, uint8_t **out, size_t *len);
-int xfer_manifest_decode(const uint8_t *in, size_t len, struct xfer_manifest *out, const char **why);
+int xfer_manifest_decode(const uint8_t *in, size_t len, uint32_t max_files, struct xfer_manifest *out,
+			 const char **why);
 void xfer_manifest_free(struct xfer_manifest *m);
 static inline uint32_t xfer_chunks_of(uint64_t size, uint32_t chunk_size)
 {

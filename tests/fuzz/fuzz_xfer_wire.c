@@ -37,7 +37,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		free(names);
 	}
 	struct xfer_manifest m;
-	if (xfer_manifest_decode(data, size, &m, &why) == 0) {
+	if (xfer_manifest_decode(data, size, UINT32_MAX, &m, &why) == 0) {
 		for (uint32_t i = 0; i < m.nfiles; i++)
 			if (xfer_path_check(m.files[i].path, strlen(m.files[i].path), &why))
 				abort();
@@ -46,7 +46,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (xfer_manifest_encode(&m, &enc, &len) == 0) {
 			/* modes are masked to 07777 on decode, so compare after a second trip */
 			struct xfer_manifest m2;
-			if (xfer_manifest_decode(enc, len, &m2, &why))
+			if (xfer_manifest_decode(enc, len, UINT32_MAX, &m2, &why))
 				abort();
 			uint8_t *enc2;
 			size_t len2;

@@ -756,6 +756,25 @@ def test_bcast_hop_resolved_once(env):
     assert lookups == 1, f"the hop's name was resolved {lookups} times (answer {t} {meta!r})"
 
 
+def test_manifest_counts_refused_early(env):
+    """--max-files is checked as soon as the count is read (a manifest that claims 10001 files
+    is refused for that, not decoded first), and a manifest of more than 2^31 chunks in all is
+    refused before anything is looked at (32-bit chunk numbers in the scheduler would wrap)."""
+    dst = os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    _, port = start_serve(env, dst)
+    w = Wire.dial(port)
+    assert w.hello(os.urandom(16))[0] == OK
+    w.send(MANIFEST, struct.pack("<III", 64 * 1024, 10001, 0))  # the count, then nothing
+    t, meta, _ = w.frame()
+    w.close()
+    assert t == ERR and b"too many files" in meta, (t, meta)
+    each = ((1 << 30) + 1) * 4096
+    w, t, meta = hold_manifest(port, [("a", each, 0o644), ("b", each, 0o644)], chunk=4096)
+    w.close()
+    assert t == ERR and b"chunks" in meta, (t, meta)
+
+
 def test_long_address_lists_refused(env):
     """--relay-to and --listen longer than serve's buffer are refused, not cut short: cut at
     2047 characters, '127.0.0.1/000...032' became 127.0.0.1/0, which relays anywhere."""

@@ -73,7 +73,7 @@ static void manifest_round_trip_and_truncation(void **state)
 	assert_int_equal(xfer_manifest_encode(&m, &enc, &len), 0);
 	struct xfer_manifest d;
 	const char *why;
-	assert_int_equal(xfer_manifest_decode(enc, len, &d, &why), 0);
+	assert_int_equal(xfer_manifest_decode(enc, len, 100, &d, &why), 0);
 	assert_int_equal(d.nfiles, 2);
 	assert_string_equal(d.files[0].path, "model/weights.bin");
 	assert_int_equal(d.files[0].nchunks, 5);
@@ -84,16 +84,18 @@ static void manifest_round_trip_and_truncation(void **state)
 	assert_int_equal(xfer_need_len(&d), 1);
 	xfer_manifest_free(&d);
 	for (size_t cut = 0; cut < len; cut++)
-		assert_int_equal(xfer_manifest_decode(enc, cut, &d, &why), -EPROTO);
+		assert_int_equal(xfer_manifest_decode(enc, cut, 100, &d, &why), -EPROTO);
 	uint8_t *longer = malloc(len + 1);
 	memcpy(longer, enc, len);
 	longer[len] = 0;
-	assert_int_equal(xfer_manifest_decode(longer, len + 1, &d, &why), -EPROTO);
+	assert_int_equal(xfer_manifest_decode(longer, len + 1, 100, &d, &why), -EPROTO);
 	wire_put32(longer, 100); /* chunk size below 4 KiB */
-	assert_int_equal(xfer_manifest_decode(longer, len, &d, &why), -EPROTO);
+	assert_int_equal(xfer_manifest_decode(longer, len, 2000000, &d, &why), -EPROTO);
 	wire_put32(longer, 1 << 20);
 	wire_put32(longer + 4, 1000000); /* more files than bytes could hold */
-	assert_int_equal(xfer_manifest_decode(longer, len, &d, &why), -EPROTO);
+	assert_int_equal(xfer_manifest_decode(longer, len, 2000000, &d, &why), -EPROTO);
+	wire_put32(longer + 4, 3); /* over max_files: refused before the files are read */
+	assert_int_equal(xfer_manifest_decode(longer, len, 2, &d, &why), -E2BIG);
 	free(longer);
 	free(enc);
 }
