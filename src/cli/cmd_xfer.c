@@ -300,12 +300,22 @@ static int cmd_push(int argc, char **argv, enum push_kind kind)
 	return report_result(&r, rc, json, quiet);
 }
 
+/* <s> on stderr without control characters: an error may quote a peer's text, and a peer
+ * could otherwise write escapes and lines of its own to the user's terminal. */
+static void print_clean(const char *s)
+{
+	for (; *s; s++)
+		fputc((unsigned char)*s < 0x20 || (unsigned char)*s == 0x7f ? '?' : *s, stderr);
+}
+
 static int report_result(const struct xfer_report *r, int rc, int json, int quiet)
 {
 	if (json)
 		print_json(r, rc);
 	if (rc) {
-		fprintf(stderr, "accelnet xfer: transfer failed: %s\n", r->error);
+		fprintf(stderr, "accelnet xfer: transfer failed: ");
+		print_clean(r->error);
+		fputc('\n', stderr);
 		return 1;
 	}
 	if (!quiet && !json) {

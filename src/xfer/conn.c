@@ -302,7 +302,7 @@ fail:
 }
 
 /*
- * The client's proof: HMAC-SHA256(token, nonce | role | session). The server's answers with
+ * The client's proof: HMAC-SHA256(token, nonce | role | session). The server answers with
  * a label in front, so it can never be the client's own proof sent back: HMAC-SHA256(token,
  * "accelnet-xfer server" | nonce | role | session). The session id is the client's fresh
  * random input, so an old answer cannot be replayed to a new transfer.

@@ -6,8 +6,10 @@
  * XFER_WINDOW in flight, send it (header and meta with MSG_MORE, the bytes with sendfile or
  * from memory), and read acknowledgements, which come back in order. A send or a wait for an
  * acknowledgement that makes no progress within the stall timeout loses the stream: its
- * chunks go back to the scheduler and the thread tries to dial again once; a link whose
- * streams are all gone is down. The transfer fails only when no stream is left.
+ * chunks go back to the scheduler and the thread dials again, about every second, for as long
+ * as the transfer lasts (a link that comes back is used again; adopted connections are not
+ * redialed); a link whose streams are all gone is down. The transfer fails when no stream is
+ * up for twice the stall timeout (at least 3 s), or when no stream thread is left.
  */
 #include "xfer/engine.h"
 
@@ -20,6 +22,7 @@
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <openssl/crypto.h>
 #include <openssl/rand.h>
 #include <openssl/ssl.h>
 #include <stdarg.h>
@@ -731,7 +734,7 @@ void xfer_engine_free(struct xfer_engine *e)
 	free(e->hash);
 	free((void *)e->known);
 	free(e->need);
-	memset(&e->token, 0, sizeof(e->token));
+	OPENSSL_cleanse(&e->token, sizeof(e->token));
 	if (e->tls)
 		SSL_CTX_free(e->tls);
 	if (e->cancel_fd >= 0)

@@ -64,8 +64,9 @@ void xfer_engine_free(struct xfer_engine *e);
 /*
  * A server answering GET: expand <names> (relative to <dirfd>) into items as
  * xfer_items_from_paths would (a name's last component, and beneath it for a tree), but
- * every step beneath <dirfd>: a name that leads outside it (through a symlink or otherwise)
- * is refused without looking there, and symlinks inside a tree are skipped. Item paths are
+ * every step beneath <dirfd>, and no symlink followed: a name that is or goes through one is
+ * refused without looking where it leads (outside DIR, or to DIR itself and its partial
+ * files), and symlinks inside a tree are skipped. Item paths are
  * relative to <dirfd>. 0, or -errno with a message in <err> that names only what was asked.
  */
 int xfer_items_beneath(int dirfd, const char *const *names, unsigned n, struct xfer_item **items,

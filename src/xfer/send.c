@@ -171,14 +171,19 @@ int xfer_items_beneath(int dirfd, const char *const *names, unsigned n, struct x
 	int rc = 0;
 	for (unsigned i = 0; i < n && !rc; i++) {
 		const char *base = strrchr(names[i], '/') ? strrchr(names[i], '/') + 1 : names[i];
+		/* no symlink is followed, as none is inside a tree: one could lead outside DIR, or
+		 * to DIR itself or its partial files (XFER_STATE_DIR) */
 		struct open_how how = {.flags = O_RDONLY | O_CLOEXEC,
-				       .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+				       .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
 		int fd = (int)syscall(SYS_openat2, dirfd, names[i], &how, sizeof(how));
 		struct stat st;
 		if (fd < 0 || fstat(fd, &st) < 0) {
 			rc = -errno;
 			snprintf(err, errlen, "'%s': %s", names[i],
-				 rc == -EXDEV ? "leads outside the served directory" : strerror(-rc));
+				 rc == -EXDEV	? "leads outside the served directory"
+				 : rc == -ELOOP ? "is or goes through a symlink (get follows none: one could lead "
+						  "outside the served directory or into its partial files)"
+						: strerror(-rc));
 			if (fd >= 0)
 				close(fd);
 		} else if (S_ISREG(st.st_mode)) {
@@ -210,7 +215,8 @@ static int open_source(int dirfd, const char *path)
 {
 	if (dirfd < 0)
 		return open(path, O_RDONLY | O_CLOEXEC);
-	struct open_how how = {.flags = O_RDONLY | O_CLOEXEC, .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+	struct open_how how = {.flags = O_RDONLY | O_CLOEXEC,
+			       .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
 	return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
 }
 

@@ -1067,7 +1067,12 @@ static int pull_serve(struct conn *c, const struct xfer_hello *hello)
 		struct xfer_send_opts o = {0};
 		struct xfer_report rep;
 		if (xfer_send_items(&o, &ad, s->dirfd, items, nitems, &rep)) {
-			log_warn("xfer get: %s", rep.error);
+			char clean[sizeof(rep.error)]; /* it may quote the client's ERR: no control characters */
+			size_t k = 0;
+			for (; rep.error[k]; k++)
+				clean[k] = (unsigned char)rep.error[k] < 0x20 || rep.error[k] == 0x7f ? '?' : rep.error[k];
+			clean[k] = 0;
+			log_warn("xfer get: %s", clean);
 			/* the first connection is still ours when the engine never started */
 			pthread_mutex_lock(&s->mu);
 			handed = p->head > 0;

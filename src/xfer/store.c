@@ -147,7 +147,7 @@ static uint32_t mode_sanitise(uint32_t mode)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	pthread_once(&once, umask_read);
-	return (mode ? mode : 0644) & 0777 & ~(uint32_t)umask_value;
+	return mode & 0777 & ~(uint32_t)umask_value; /* 0 stays 0: the sender's file had no bits */
 }
 
 static uint32_t chunk_len(const struct xfer_store_file *f, uint32_t k)

@@ -786,3 +786,66 @@ def test_long_address_lists_refused(env):
         p = env.start([BIN, "xfer", "serve", "--dir", dst, "--insecure"] + args, name)
         wait_until(lambda: p.poll() is not None or "listening" in env.log(p), f"{name}: serve to exit or listen")
         assert p.poll() is not None and p.returncode != 0 and "too long" in env.log(p), (name, env.log(p))
+
+
+def test_mode_zero_stays_zero(env):
+    """A file sent with mode 0 lands with mode 0 (0 & ~umask), not 0644."""
+    dst = os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    _, port = start_serve(env, dst)
+    data = os.urandom(1000)
+    w = data_session(port, [("z", len(data), 0)])
+    assert send_chunks(w, data) == [0]
+    w.send(FINISH, whole_hash([xxh64(data)]))
+    assert w.frame()[0] == DONE
+    mode = os.stat(os.path.join(dst, "z")).st_mode & 0o7777
+    assert mode == 0, oct(mode)
+
+
+def test_peer_error_text_is_not_printed_raw(env):
+    """A hostile server's ERR text with terminal escapes and newlines reaches the user's
+    terminal without its control characters."""
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(4)
+    env.on_cleanup.append(ls.close)
+    evil = b"\x1b]0;owned\x07\x1b[2J\rfake: transfer complete\n"
+
+    def fake():
+        c, _ = ls.accept()
+        c.settimeout(20)
+        w = Wire(c)
+        w.exact(4)
+        w.send(CHALLENGE, os.urandom(32))
+        w.frame()
+        w.send(ERR, evil)
+        c.close()
+    th = threading.Thread(target=fake, daemon=True)
+    th.start()
+    src = make_file(os.path.join(env.dir, "f.bin"), 1000)
+    r = subprocess.run([BIN, "xfer", "send", src, f"127.0.0.1:{ls.getsockname()[1]}", "--quiet"],
+                       capture_output=True, timeout=60)
+    th.join(10)
+    assert r.returncode != 0, r.stderr
+    assert b"owned" in r.stderr, r.stderr
+    assert not any(c < 0x20 and c != 0x0a or c == 0x7f for c in r.stderr), r.stderr
+    assert r.stderr.count(b"\n") == 1, r.stderr
+
+
+def test_get_does_not_reach_partial_files(env):
+    """`get` of a symlink inside DIR that points at DIR itself or at its directory of partial
+    files is refused: the parts and their state are not served."""
+    served, to = os.path.join(env.dir, "served"), os.path.join(env.dir, "to")
+    os.makedirs(os.path.join(served, ".accelnet-xfer"))
+    os.makedirs(to)
+    make_file(os.path.join(served, ".accelnet-xfer", "0123.part"), 1000)
+    make_file(os.path.join(served, "ok.bin"), 1000)
+    os.symlink(".accelnet-xfer", os.path.join(served, "st"))
+    os.symlink(".", os.path.join(served, "self"))
+    _, port = start_serve(env, served)
+    for name in ("st", "self", "self/.accelnet-xfer/0123.part"):
+        rc, err = get(port, [name], to)
+        got = [os.path.join(d, f) for d, _, fs in os.walk(to) for f in fs]
+        assert rc != 0 and not any("0123" in g for g in got), (name, rc, err, got)
+    rc, err = get(port, ["ok.bin"], to)
+    assert rc == 0, err
