@@ -687,8 +687,9 @@ static int on_chunk(struct conn *c, const struct xfer_hello *hello, const uint8_
 	const char *why = "";
 	int rc = 0, mine = 0, crowded = 0;
 	struct writer me;
-	/* a chunk already verified is never written again; one being written gets a second
-	 * writer only as an end-game copy would, and is then re-hashed before the rename */
+	/* a chunk already verified is never written again, by this transfer (done[]) or any
+	 * other (the state on disk, asked once the lock is held: see store.h); one being written
+	 * gets a second writer only as an end-game copy would, and is re-hashed before the rename */
 	pthread_mutex_lock(&ss->mu);
 	crowded = !f->done[cm.chunk] && f->writers[cm.chunk] == UINT8_MAX;
 	if (!f->done[cm.chunk] && !crowded && !(rc = xfer_store_acquire(s->dirfd, f, &why))) {
@@ -718,9 +719,22 @@ static int on_chunk(struct conn *c, const struct xfer_hello *hello, const uint8_
 		}
 	} else {
 		uint8_t *dst = xfer_store_chunk(f, cm.chunk);
-		int first = 0, lost = 0;
-		rc = xfer_read_all(&c->io, dst, want);
-		if (rc == -EFAULT) {
+		uint64_t have = 0;
+		int first = 0, lost = 0, verified = xfer_store_verified(f, cm.chunk, &have);
+		if (verified) {
+			/* verified by another transfer of the file: keep its bytes, count its hash */
+			rc = xfer_discard(&c->io, want);
+			if (rc)
+				lost = 1;
+			else if (verified < 0) {
+				rc = verified;
+				a.status = XFER_ACK_IO;
+				why = "cannot read its state";
+			} else {
+				atomic_fetch_add(&s->m_bytes, want);
+				cm.hash = have;
+			}
+		} else if ((rc = xfer_read_all(&c->io, dst, want)) == -EFAULT) {
 			a.status = XFER_ACK_IO; /* the page could not be had: disk full */
 			rc = -ENOSPC;
 			why = "no space left";
@@ -746,7 +760,10 @@ static int on_chunk(struct conn *c, const struct xfer_hello *hello, const uint8_
 			}
 		f->writers[cm.chunk]--;
 		f->busy--;
-		if (!lost && a.status == XFER_ACK_OK) {
+		if (!lost && a.status == XFER_ACK_OK && verified > 0) {
+			first = !f->done[cm.chunk] && xfer_store_mark(f, cm.chunk, cm.hash);
+			a.status = XFER_ACK_DUP;
+		} else if (!lost && a.status == XFER_ACK_OK) {
 			first = xfer_store_mark(f, cm.chunk, cm.hash);
 			if (!first)
 				a.status = XFER_ACK_DUP;

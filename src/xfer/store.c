@@ -439,12 +439,40 @@ static int open_parent(int dirfd, const char *path, const char **base)
 	return cur;
 }
 
-/* Re-hash the chunks that had two writers at once: 0, or -EAGAIN with the first one whose
- * bytes no longer match what was verified (now marked missing, in memory and in the state). */
-static int multi_check(struct xfer_store_file *f, uint32_t *bad_chunk)
+int xfer_store_verified(const struct xfer_store_file *f, uint32_t k, uint64_t *hash)
 {
+	uint8_t flag = 0, le[8];
+	ssize_t n = pread(f->state_fd, &flag, 1, (off_t)f->nchunks * 8 + k);
+	if (n < 0)
+		return -errno;
+	if (n != 1 || flag != 1)
+		return 0;
+	if (pread(f->state_fd, le, 8, (off_t)k * 8) != 8)
+		return errno ? -errno : -EIO;
+	*hash = wire_get64(le);
+	return XXH3_64bits(xfer_store_chunk(f, k), chunk_len(f, k)) == *hash;
+}
+
+/*
+ * Before the rename, while holding the lock: re-hash the chunks that had two writers at once,
+ * and those whose flag or hash in the state is not what this transfer verified (someone else
+ * wrote the state since: nothing should, see store.h, but what is renamed is checked, not
+ * assumed). 0, or -EAGAIN with the first chunk whose bytes no longer match what was verified
+ * (each such chunk is marked missing, in memory and in the state).
+ */
+static int chunks_check(struct xfer_store_file *f, uint32_t *bad_chunk)
+{
+	size_t hb = (size_t)f->nchunks * 8;
+	uint8_t *raw = malloc(hb + f->nchunks + 1);
+	int rc = 0;
+	if (raw) {
+		memset(raw, 0, hb + f->nchunks);
+		if (pread(f->state_fd, raw, hb + f->nchunks, 0) < 0)
+			memset(raw, 0, hb + f->nchunks); /* unreadable: every chunk is re-hashed */
+	}
 	for (uint32_t k = 0; k < f->nchunks; k++) {
-		if (!f->multi[k] || !f->done[k])
+		int same = raw && raw[hb + k] == 1 && wire_get64(raw + 8 * (size_t)k) == f->hashes[k];
+		if (!f->done[k] || (same && !f->multi[k]))
 			continue;
 		f->multi[k] = 0;
 		if (XXH3_64bits(xfer_store_chunk(f, k), chunk_len(f, k)) == f->hashes[k])
@@ -454,10 +482,12 @@ static int multi_check(struct xfer_store_file *f, uint32_t *bad_chunk)
 		f->ndone--;
 		ssize_t n = pwrite(f->state_fd, &zero, 1, (off_t)f->nchunks * 8 + k);
 		(void)n; /* if the flag stays, a resume re-hashes the chunk and finds it bad anyway */
-		*bad_chunk = k;
-		return -EAGAIN;
+		if (!rc)
+			*bad_chunk = k;
+		rc = -EAGAIN;
 	}
-	return 0;
+	free(raw);
+	return rc;
 }
 
 int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[16], uint32_t *bad_chunk,
@@ -486,15 +516,19 @@ int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[
 	}
 	if ((rc = xfer_store_acquire(dirfd, f, why)))
 		return rc;
-	if ((rc = multi_check(f, bad_chunk))) {
-		*why = "a chunk was overwritten by a second writer after it was verified; send again to "
-		       "resume";
+	if ((rc = chunks_check(f, bad_chunk))) {
+		*why = "a chunk was overwritten after it was verified; send again to resume";
 		goto out;
 	}
 	snprintf(name, sizeof(name), XFER_STORE_DIR "/%s.part", f->id);
 	if (memcmp(got, whole, 16)) {
-		*why = "whole-file hash differs (the source changed during the transfer?)";
-		unlink_held(dirfd, f);
+		/* a part this transfer found may hold another transfer's verified chunks: left */
+		*why = f->created ? "whole-file hash differs (the source changed during the transfer?)"
+				  : "whole-file hash differs from that of the partial file found (the source "
+				    "changed, or another transfer of a different file of the same name, size "
+				    "and time is running?)";
+		if (f->created)
+			unlink_held(dirfd, f);
 		xfer_store_release(f);
 		return -EBADMSG;
 	}

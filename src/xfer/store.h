@@ -33,11 +33,24 @@
  * Modes: a file gets the sender's permission bits masked by 0777 and this process's umask:
  * never setuid, setgid or sticky, never more open than the receiver would create.
  *
- * Chunk ownership: the caller counts the writers of each chunk (writers[], under its lock)
- * and flags a chunk that ever had two at once (multi[]). Bytes are received into the shared
- * map, so a second writer could change a chunk after the first one's bytes were verified;
- * xfer_store_finish re-hashes every flagged chunk, and a chunk that no longer matches is
+ * Chunk ownership: the state on disk, not a transfer's memory, says which chunks are verified.
+ * A transfer's done[] is a snapshot (taken when its manifest arrived, and its own chunks since),
+ * and other transfers of the same file may lock the part in between, above all once it is
+ * complete and let go. So a writer, once it holds the lock and before a byte is received into
+ * the map, asks the state (xfer_store_verified): a chunk flagged done whose bytes match its
+ * recorded hash is never written again, whoever verified it; the copy is read off the wire
+ * and answered as a duplicate, and the chunk counted with the hash on disk (if that is not
+ * what this transfer's source holds, its whole hash differs at FINISH). A chunk is flagged
+ * (xfer_store_record) before its writer lets go of the lock.
+ *
+ * Within one transfer the caller counts the writers of each chunk (writers[], under its
+ * lock) and flags a chunk that ever had two at once (multi[]): bytes are received into the
+ * shared map, so a second writer could change a chunk after the first one's bytes were
+ * verified. xfer_store_finish re-hashes every flagged chunk, and every chunk whose flag or
+ * hash in the state is not what this transfer verified; a chunk that no longer matches is
  * marked missing and the file refused: what is renamed into place is what was verified.
+ * A whole hash that differs at FINISH discards the part only when this transfer created it:
+ * one it found may be another's, complete and waiting for its own FINISH.
  */
 #ifndef ACCELNET_XFER_STORE_H
 #define ACCELNET_XFER_STORE_H
@@ -108,6 +121,11 @@ static inline uint8_t *xfer_store_chunk(const struct xfer_store_file *f, uint32_
 	return f->map + (uint64_t)k * f->chunk_size;
 }
 int xfer_store_record(struct xfer_store_file *f, uint32_t k, uint64_t hash);
+/* Whether chunk <k> is verified in the part as it is now: flagged done in the state and its
+ * bytes matching the hash recorded there (then in *hash). Call while holding the file (as a
+ * writer of the chunk) and before receiving into it: a chunk some transfer verified is not
+ * written again. 1, 0, or -errno. */
+int xfer_store_verified(const struct xfer_store_file *f, uint32_t k, uint64_t *hash);
 /* Returns 1 when the chunk was not counted yet (two copies may arrive at once). */
 int xfer_store_mark(struct xfer_store_file *f, uint32_t k, uint64_t hash);
 
@@ -115,12 +133,14 @@ int xfer_store_mark(struct xfer_store_file *f, uint32_t k, uint64_t hash);
 void xfer_whole_hash(const uint64_t *hashes, uint32_t n, uint8_t out[16]);
 
 /*
- * Complete a file: every chunk there (chunks flagged multi are re-hashed first: -EAGAIN with
- * *bad_chunk set when one was overwritten; it is then marked missing), the whole hash equal
+ * Complete a file: every chunk there (chunks flagged multi, or whose state on disk is not
+ * what this transfer verified, are re-hashed first: -EAGAIN with *bad_chunk set to the first
+ * that was overwritten; each such is then marked missing), the whole hash equal
  * to <whole>, data fsync'd, renamed to its path under <dirfd> (parents created; no component
  * followed through a symlink), the state removed. Call with no writers. 0, or -errno with *why
- * (-EBADMSG: the whole hash differs; the part is then discarded so the next try starts anew;
- * -ESTALE: the part is gone or is another file, see above; -EBUSY: another transfer holds it).
+ * (-EBADMSG: the whole hash differs; the part is then discarded, when this transfer created
+ * it, so the next try starts anew; -ESTALE: the part is gone or is another file, see above;
+ * -EBUSY: another transfer holds it).
  */
 int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[16], uint32_t *bad_chunk,
 		      const char **why);

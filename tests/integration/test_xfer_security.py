@@ -849,3 +849,56 @@ def test_get_does_not_reach_partial_files(env):
         assert rc != 0 and not any("0123" in g for g in got), (name, rc, err, got)
     rc, err = get(port, ["ok.bin"], to)
     assert rc == 0, err
+
+
+def test_a_later_writer_cannot_change_a_completed_part(env):
+    """Session H sends its manifest for x before session V's first chunk (H's snapshot of the
+    part is empty); V sends every chunk, so its part is complete and let go until FINISH. Then
+    H sends chunk 0, once with a wrong hash and once with one that matches its bytes: neither
+    may land in V's verified chunk. V's FINISH then answers DONE and x is V's data."""
+    dst = os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    _, port = start_serve(env, dst)
+    chunk = 64 * 1024
+    data = os.urandom(2 * chunk)
+    fx = [("x", len(data), 0o644, 123456789)]
+    fin = whole_hash([xxh64(p) for p in chunks_of(data, chunk)])
+    h = data_session(port, fx)
+    v = data_session(port, fx)
+    assert send_chunks(v, data) == [0, 0]
+    junk = bytes(chunk)
+    acks = []
+    for claimed in (12345, xxh64(junk)):
+        h.send(CHUNK, struct.pack("<IIQ", 0, 0, claimed), junk)
+        t, meta, _ = h.frame()
+        acks.append((t, meta[8] if t == ACK else meta))
+    h.close()
+    v.send(FINISH, fin)
+    t, meta, _ = v.frame()
+    final = os.path.join(dst, "x")
+    got = open(final, "rb").read() if os.path.exists(final) else None
+    assert got == data, f"x is not V's data (FINISH: {t} {meta!r}; chunk 0 zeros: {got is not None and got[:chunk] == junk})"
+    assert t == DONE, (t, meta)
+    assert acks == [(ACK, 1), (ACK, 1)], f"H's chunk 0 not answered as a duplicate: {acks}"
+
+
+def test_a_wrong_finish_leaves_anothers_part(env):
+    """Session H resumes V's complete part and sends FINISH with a wrong whole hash: H is
+    refused, but the part it did not create stays, and V's FINISH completes x."""
+    dst = os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    _, port = start_serve(env, dst)
+    data = os.urandom(2 * 64 * 1024)
+    fx = [("x", len(data), 0o644, 123456789)]
+    v = data_session(port, fx)
+    assert send_chunks(v, data) == [0, 0]
+    h = data_session(port, fx)
+    h.send(FINISH, bytes(16))
+    t, meta, _ = h.frame()
+    assert t == ERR, (t, meta)
+    h.close()
+    v.send(FINISH, whole_hash([xxh64(p) for p in chunks_of(data, 64 * 1024)]))
+    t, meta, _ = v.frame()
+    assert t == DONE, (t, meta)
+    with open(os.path.join(dst, "x"), "rb") as f:
+        assert f.read() == data
