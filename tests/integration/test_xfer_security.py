@@ -616,18 +616,25 @@ def test_finish_never_recreates_a_vanished_part(env):
     assert t == ERR and b"send again" in meta, (t, meta)
 
 
-def test_finish_after_sweep_is_refused(env):
-    """The part of a finished-but-not-yet-FINISHed file is swept (its files look abandoned; a
-    second serve on the same directory sweeps at start): FINISH is refused, not answered DONE
-    with a zero-filled file."""
+def _one_file_sent(env):
+    """A serve, and a session V that has sent every chunk of file x but not FINISH:
+    (dst, port, data, manifest entries, V)."""
     dst = os.path.join(env.dir, "dst")
-    state = os.path.join(dst, ".accelnet-xfer")
     os.makedirs(dst)
     _, port = start_serve(env, dst)
     data = os.urandom(2 * 64 * 1024)
     fx = [("x", len(data), 0o644, 123456789)]
     v = data_session(port, fx)
     assert send_chunks(v, data) == [0, 0]
+    return dst, port, data, fx, v
+
+
+def test_finish_after_sweep_is_refused(env):
+    """The part of a finished-but-not-yet-FINISHed file is swept (its files look abandoned; a
+    second serve on the same directory sweeps at start): FINISH is refused, not answered DONE
+    with a zero-filled file."""
+    dst, port, data, fx, v = _one_file_sent(env)
+    state = os.path.join(dst, ".accelnet-xfer")
     old = time.time() - 100 * 3600
     for n in os.listdir(state):
         os.utime(os.path.join(state, n), (old, old))
@@ -885,13 +892,7 @@ def test_a_later_writer_cannot_change_a_completed_part(env):
 def test_a_wrong_finish_leaves_anothers_part(env):
     """Session H resumes V's complete part and sends FINISH with a wrong whole hash: H is
     refused, but the part it did not create stays, and V's FINISH completes x."""
-    dst = os.path.join(env.dir, "dst")
-    os.makedirs(dst)
-    _, port = start_serve(env, dst)
-    data = os.urandom(2 * 64 * 1024)
-    fx = [("x", len(data), 0o644, 123456789)]
-    v = data_session(port, fx)
-    assert send_chunks(v, data) == [0, 0]
+    dst, port, data, fx, v = _one_file_sent(env)
     h = data_session(port, fx)
     h.send(FINISH, bytes(16))
     t, meta, _ = h.frame()
