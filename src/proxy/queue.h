@@ -1,7 +1,8 @@
 /*
  * queue.h - admission: each backend serves at most max_concurrency requests at once; a
- * request that finds every up backend at its cap waits in its pool's queue, first come
- * first served, bounded by queue.max and queue.timeout_ms.
+ * request that finds every up backend at its cap waits in its pool's queue, in the order of
+ * the pool's queue discipline (lb/qdisc.h: fair between tenants and by priority class, or
+ * fifo), bounded by queue.max and queue.timeout_ms.
  *
  * The queue is shared by every worker (one mutex per pool). When a slot frees, the worker
  * that freed it picks a backend for the head of the queue right away, under the lock, and
