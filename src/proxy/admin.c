@@ -11,10 +11,10 @@
 #include "proxy/admin.h"
 #include "core/clock.h"
 #include "core/log.h"
+#include "core/secret.h"
 #include "http/server.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <stddef.h>
@@ -23,7 +23,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #define ADMIN_MAX_CONNS 256
 #define ADMIN_MAX_BODY 16384 /* nothing here reads a body */
@@ -324,46 +323,36 @@ static void admin_on_request(void *arg, struct hsrv_conn *c, const struct http_h
  */
 static int admin_load_token(struct admin *a, const char *path, char *err, size_t errlen)
 {
-	char buf[TOKEN_MAX + 2];
-	ssize_t n = 0;
-	int rc = 0;
+	uint8_t buf[TOKEN_MAX];
+	size_t n = 0;
+	const char *why = NULL;
 	struct stat st;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "admin.token_file %s: %s", path, strerror(-rc));
-		return rc;
-	}
-	if (fstat(fd, &st) == 0 && (st.st_mode & 077))
-		log_warn("admin.token_file %s can be read by other users (chmod 600 it)", path);
-	for (ssize_t r = 1; r > 0 && (size_t)n < sizeof(buf); n += r)
-		if ((r = read(fd, buf + n, sizeof(buf) - (size_t)n)) < 0) {
-			rc = -errno;
-			snprintf(err, errlen, "admin.token_file %s: %s", path, strerror(-rc));
-			goto fail;
-		}
-	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-		n--;
-	rc = -EINVAL;
-	if (n == 0 || n > TOKEN_MAX) {
+	int rc = secret_load(path, buf, sizeof(buf), &n, &why);
+	if (rc == -EINVAL) {
 		snprintf(err, errlen, "admin.token_file %s: expected a token of 1 to %d characters",
 			 path, TOKEN_MAX);
 		goto fail;
 	}
-	for (ssize_t i = 0; i < n; i++)
+	if (rc < 0) {
+		snprintf(err, errlen, "admin.token_file %s: %s", path, strerror(-rc));
+		goto fail;
+	}
+	if (stat(path, &st) == 0 && (st.st_mode & 077))
+		log_warn("admin.token_file %s can be read by other users (chmod 600 it)", path);
+	rc = -EINVAL;
+	for (size_t i = 0; i < n; i++)
 		if (buf[i] <= ' ' || buf[i] > '~') {
 			snprintf(err, errlen, "admin.token_file %s: the token must be one line of "
 				 "printable characters without spaces", path);
 			goto fail;
 		}
-	if ((rc = sha256(buf, (size_t)n, a->token_sha)) < 0) {
+	if ((rc = sha256(buf, n, a->token_sha)) < 0) {
 		snprintf(err, errlen, "admin.token_file %s: cannot hash the token", path);
 		goto fail;
 	}
 	a->has_token = 1;
 fail:
 	OPENSSL_cleanse(buf, sizeof(buf));
-	close(fd);
 	return rc;
 }
 

@@ -2,6 +2,7 @@
  * conn.c - blocking frame I/O, dialing and the handshake of xfer connections (see conn.h).
  */
 #include "xfer/conn.h"
+#include "core/secret.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,30 +25,10 @@
 int xfer_token_load(const char *path, struct xfer_token *t, const char **why)
 {
 	memset(t, 0, sizeof(*t));
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		*why = "cannot open the token file";
-		return -errno;
-	}
-	uint8_t buf[sizeof(t->key) + 2];
-	ssize_t n = read(fd, buf, sizeof(buf));
-	int err = n < 0 ? -errno : 0;
-	close(fd);
-	if (err) {
-		*why = "cannot read the token file";
-		return err;
-	}
-	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-		n--;
-	if (n == 0 || (size_t)n > sizeof(t->key)) {
+	int rc = secret_load(path, t->key, sizeof(t->key), &t->len, why);
+	if (rc == -EINVAL)
 		*why = "the token file must hold 1 to 256 bytes";
-		OPENSSL_cleanse(buf, sizeof(buf));
-		return -EINVAL;
-	}
-	memcpy(t->key, buf, (size_t)n);
-	t->len = (size_t)n;
-	OPENSSL_cleanse(buf, sizeof(buf));
-	return 0;
+	return rc;
 }
 
 /* A TLS error as -errno: a timeout stays a timeout, a closed peer a reset. */
