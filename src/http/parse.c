@@ -33,21 +33,37 @@ const struct http_header *http_find_header(const struct http_head *h, const char
 	return NULL;
 }
 
+/*
+ * The next token of a comma-separated list at *p (before <end>), without the whitespace
+ * around it; empty elements are skipped. 1 with *t set, 0 at the end of the list.
+ */
+static int list_next(const char **p, const char *end, struct http_str *t)
+{
+	for (;;) {
+		while (*p < end && (**p == ' ' || **p == '\t' || **p == ','))
+			(*p)++;
+		if (*p == end)
+			return 0;
+		const char *start = *p;
+		while (*p < end && **p != ',')
+			(*p)++;
+		const char *stop = *p;
+		while (stop > start && (stop[-1] == ' ' || stop[-1] == '\t'))
+			stop--;
+		if (stop > start) {
+			*t = (struct http_str){start, (uint32_t)(stop - start)};
+			return 1;
+		}
+	}
+}
+
 int http_list_has(struct http_str list, const char *token, size_t toklen)
 {
 	const char *p = list.p, *end = list.p + list.len;
-	while (p < end) {
-		while (p < end && (*p == ' ' || *p == '\t' || *p == ','))
-			p++;
-		const char *start = p;
-		while (p < end && *p != ',')
-			p++;
-		const char *stop = p;
-		while (stop > start && (stop[-1] == ' ' || stop[-1] == '\t'))
-			stop--;
-		if ((size_t)(stop - start) == toklen && strncasecmp(start, token, toklen) == 0)
+	struct http_str t;
+	while (list_next(&p, end, &t))
+		if (t.len == toklen && strncasecmp(t.p, token, toklen) == 0)
 			return 1;
-	}
 	return 0;
 }
 
@@ -143,18 +159,8 @@ static int parse_connection(struct http_head *h, struct http_str v, int is_reque
 			    int *keep_alive)
 {
 	const char *p = v.p, *end = v.p + v.len;
-	while (p < end) {
-		while (p < end && (*p == ' ' || *p == '\t' || *p == ','))
-			p++;
-		const char *start = p;
-		while (p < end && *p != ',')
-			p++;
-		const char *stop = p;
-		while (stop > start && (stop[-1] == ' ' || stop[-1] == '\t'))
-			stop--;
-		if (stop == start)
-			continue;
-		struct http_str t = {start, (uint32_t)(stop - start)};
+	struct http_str t;
+	while (list_next(&p, end, &t)) {
 		if (http_str_eq(t, "close"))
 			h->flags |= HTTP_F_CLOSE;
 		else if (http_str_eq(t, "keep-alive"))

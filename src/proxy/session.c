@@ -122,6 +122,19 @@ static void release_buf(struct worker *w, struct buf **b)
 	}
 }
 
+/* Move what s->in holds into a fresh buffer of <pool>, giving the old one back. */
+static int move_in(struct session *s, struct buf_pool *pool)
+{
+	struct buf *b = buf_get(pool);
+	if (!b)
+		return -ENOMEM;
+	memcpy(b->data, buf_head(s->in), buf_len(s->in));
+	b->end = (uint32_t)buf_len(s->in);
+	put_buf(s->w, s->in);
+	s->in = b;
+	return 0;
+}
+
 /*
  * s->in is full and holds a request body still being buffered: move it to a body buffer
  * (limits.body_buffer_bytes). -ENOSPC when it is one already; -EBUSY when the worker has
@@ -134,14 +147,7 @@ static int grow_in(struct session *s)
 		return -ENOSPC;
 	if (w->body_bufs.live >= BODY_BUFS_MAX)
 		return -EBUSY;
-	struct buf *b = buf_get(&w->body_bufs);
-	if (!b)
-		return -ENOMEM;
-	memcpy(b->data, buf_head(s->in), buf_len(s->in));
-	b->end = (uint32_t)buf_len(s->in);
-	buf_put(&w->bufs, s->in);
-	s->in = b;
-	return 0;
+	return move_in(s, &w->body_bufs);
 }
 
 /*
@@ -152,7 +158,6 @@ static int grow_in(struct session *s)
 static void shrink_in(struct session *s)
 {
 	struct worker *w = s->w;
-	struct buf *b;
 	if (!s->in || s->in->cap == w->bufs.size || buf_len(s->in) > w->bufs.size)
 		return;
 	if (!buf_len(s->in)) {
@@ -160,12 +165,7 @@ static void shrink_in(struct session *s)
 		s->in = NULL;
 		return;
 	}
-	if (!(b = buf_get(&w->bufs)))
-		return;
-	memcpy(b->data, buf_head(s->in), buf_len(s->in));
-	b->end = (uint32_t)buf_len(s->in);
-	put_buf(w, s->in);
-	s->in = b;
+	(void)move_in(s, &w->bufs); /* without memory the body buffer is kept a while longer */
 }
 
 static size_t out_pending(const struct session *s)
