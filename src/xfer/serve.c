@@ -104,13 +104,6 @@ struct pull {
 	pthread_cond_t cv; /* under srv->mu */
 };
 
-/* A CIDR of --relay-to. */
-struct cidr {
-	sa_family_t family;
-	uint8_t addr[16];
-	unsigned bits;
-};
-
 /* An open connection: its descriptor, its peer's address (for the per-address cap), and the
  * time its handshake must be over by (0: over). Found by id, never by descriptor number (a
  * number is reused as soon as it is closed); removed before the descriptor is closed, and the
@@ -127,7 +120,7 @@ struct server {
 	const struct xfer_serve_opts *o;
 	unsigned max_conns, max_per_addr, max_files;
 	int handshake_ms;
-	struct cidr relay[64]; /* --relay-to */
+	struct net_cidr relay[64]; /* --relay-to */
 	unsigned nrelay;
 	const char *const *asked; /* puller: the names it asked for */
 	unsigned nasked;
@@ -293,44 +286,6 @@ static void refuse_conn(int fd, const char *why)
 	close(fd);
 }
 
-static int cidr_parse(const char *text, struct cidr *out)
-{
-	char buf[64], *end;
-	snprintf(buf, sizeof(buf), "%s", text);
-	char *slash = strchr(buf, '/');
-	if (slash)
-		*slash++ = 0;
-	unsigned max;
-	memset(out, 0, sizeof(*out));
-	if (inet_pton(AF_INET, buf, out->addr) == 1)
-		out->family = AF_INET, max = 32;
-	else if (inet_pton(AF_INET6, buf, out->addr) == 1)
-		out->family = AF_INET6, max = 128;
-	else
-		return -EINVAL;
-	out->bits = max;
-	if (slash) {
-		unsigned long v = strtoul(slash, &end, 10);
-		if (!*slash || *end || v > max)
-			return -EINVAL;
-		out->bits = (unsigned)v;
-	}
-	return 0;
-}
-
-static int cidr_match(const struct cidr *c, const struct sockaddr_storage *ss)
-{
-	sa_family_t family;
-	uint8_t a[16];
-	peer_key(ss, &family, a);
-	if (family != c->family)
-		return 0;
-	unsigned full = c->bits / 8, rest = c->bits % 8;
-	if (memcmp(a, c->addr, full))
-		return 0;
-	return !rest || !((a[full] ^ c->addr[full]) & (uint8_t)(0xff << (8 - rest)));
-}
-
 /*
  * Every address of a bcast hop ("HOST:PORT[,...]") inside --relay-to: the number of addresses,
  * resolved into <paths> (the engine dials those, never resolving the names again: a second
@@ -346,10 +301,8 @@ static int relay_allowed(const struct server *s, const char *hop, struct xfer_pa
 		return -EINVAL;
 	}
 	for (int i = 0; i < n; i++) {
-		int ok = 0;
-		for (unsigned k = 0; k < s->nrelay && !ok; k++)
-			ok = cidr_match(&s->relay[k], &paths[i].remote.ss);
-		if (!ok) {
+		if (!net_cidr_match(s->relay, s->nrelay,
+				    (const struct sockaddr *)&paths[i].remote.ss)) {
 			snprintf(err, errlen, "this %s does not relay to %s (a server allows bcast hops with --relay-to)",
 				 s->puller ? "client" : "server", paths[i].rname);
 			return -EPERM;
@@ -677,8 +630,7 @@ static int on_chunk(struct conn *c, const struct xfer_hello *hello, const uint8_
 		return -EPROTO;
 	}
 	struct xfer_store_file *f = &ss->files[cm.file];
-	uint64_t off = (uint64_t)cm.chunk * f->chunk_size;
-	uint32_t want = (uint32_t)(f->size - off < f->chunk_size ? f->size - off : f->chunk_size);
+	uint32_t want = xfer_store_chunk_len(f, cm.chunk);
 	if (h->data_len != want) {
 		refuse(s, &c->io, "chunk has the wrong length");
 		return -EPROTO;
@@ -1257,8 +1209,10 @@ static int relay_parse(struct server *s, const char *list, char *err, size_t err
 			snprintf(err, errlen, "--relay-to: at most %zu networks", sizeof(s->relay) / sizeof(s->relay[0]));
 			return -EINVAL;
 		}
-		if (cidr_parse(t, &s->relay[s->nrelay])) {
-			snprintf(err, errlen, "--relay-to: '%s' is not an address or ADDRESS/BITS", t);
+		const char *why = NULL;
+		if (net_cidr_parse(t, &s->relay[s->nrelay], &why)) {
+			snprintf(err, errlen, "--relay-to: '%s' is not an address or ADDRESS/BITS: %s",
+				 t, why);
 			return -EINVAL;
 		}
 		s->nrelay++;
@@ -1394,7 +1348,7 @@ int xfer_serve(const struct xfer_serve_opts *o)
 	for (unsigned i = 0; i < nl; i++)
 		pfd[i] = (struct pollfd){.fd = lfd[i], .events = POLLIN};
 	pfd[nl] = (struct pollfd){.fd = s.wake_fd, .events = POLLIN};
-	uint64_t next_sweep = 0, resume_at = 0, last_warn = 0;
+	uint64_t next_sweep = 0, resume_at = 0;
 	uint64_t keep_s = o->keep_parts_hours ? (uint64_t)o->keep_parts_hours * 3600 : 72 * 3600;
 	while (!*o->stop) {
 		uint64_t now = clock_now_ms();
@@ -1425,15 +1379,12 @@ int xfer_serve(const struct xfer_serve_opts *o)
 			struct sockaddr_storage peer;
 			socklen_t plen;
 			int fd = sock_accept(pfd[i].fd, &peer, &plen);
-			if (fd == -EMFILE || fd == -ENFILE || fd == -ENOBUFS || fd == -ENOMEM) {
+			if (sock_error_is_local(fd)) {
 				/* no descriptor (or memory) for it: wait for one to free rather than spin */
 				atomic_store(&s.accept_paused, 1);
 				resume_at = clock_now_ms() + SERVE_ACCEPT_PAUSE_MS;
-				if (!last_warn || clock_now_ms() - last_warn > 60000) {
-					last_warn = clock_now_ms();
-					log_warn("xfer serve: cannot accept: %s; waiting for a connection to end",
-						 strerror(-fd));
-				}
+				log_warn_every(60000, "xfer serve: cannot accept: %s; waiting for a "
+						      "connection to end", strerror(-fd));
 				break;
 			}
 			if (fd >= 0)

@@ -81,9 +81,7 @@ static int state_load(struct xfer_store_file *f)
 		if (raw[hb + k] != 1)
 			continue;
 		uint64_t want = wire_get64(raw + 8 * (size_t)k);
-		uint64_t off = (uint64_t)k * f->chunk_size;
-		uint32_t len = (uint32_t)(f->size - off < f->chunk_size ? f->size - off : f->chunk_size);
-		if (XXH3_64bits(f->map + off, len) != want)
+		if (XXH3_64bits(xfer_store_chunk(f, k), xfer_store_chunk_len(f, k)) != want)
 			continue;
 		f->hashes[k] = want;
 		f->done[k] = 1;
@@ -150,12 +148,6 @@ static uint32_t mode_sanitise(uint32_t mode)
 	return mode & 0777 & ~(uint32_t)umask_value; /* 0 stays 0: the sender's file had no bits */
 }
 
-static uint32_t chunk_len(const struct xfer_store_file *f, uint32_t k)
-{
-	uint64_t off = (uint64_t)k * f->chunk_size;
-	return (uint32_t)(f->size - off < f->chunk_size ? f->size - off : f->chunk_size);
-}
-
 /*
  * The file is already at its final path with the source's size and modification time (a
  * transfer run again): hash it instead of receiving it. FINISH still compares the whole hash,
@@ -183,7 +175,7 @@ static int in_place(int dirfd, const struct xfer_file *fi, struct xfer_store_fil
 		}
 	}
 	for (uint32_t k = 0; k < f->nchunks; k++) {
-		f->hashes[k] = XXH3_64bits(map + (uint64_t)k * f->chunk_size, chunk_len(f, k));
+		f->hashes[k] = XXH3_64bits(map + (uint64_t)k * f->chunk_size, xfer_store_chunk_len(f, k));
 		f->done[k] = 1;
 	}
 	if (map)
@@ -450,7 +442,7 @@ int xfer_store_verified(const struct xfer_store_file *f, uint32_t k, uint64_t *h
 	if (pread(f->state_fd, le, 8, (off_t)k * 8) != 8)
 		return errno ? -errno : -EIO;
 	*hash = wire_get64(le);
-	return XXH3_64bits(xfer_store_chunk(f, k), chunk_len(f, k)) == *hash;
+	return XXH3_64bits(xfer_store_chunk(f, k), xfer_store_chunk_len(f, k)) == *hash;
 }
 
 /*
@@ -475,7 +467,7 @@ static int chunks_check(struct xfer_store_file *f, uint32_t *bad_chunk)
 		if (!f->done[k] || (same && !f->multi[k]))
 			continue;
 		f->multi[k] = 0;
-		if (XXH3_64bits(xfer_store_chunk(f, k), chunk_len(f, k)) == f->hashes[k])
+		if (XXH3_64bits(xfer_store_chunk(f, k), xfer_store_chunk_len(f, k)) == f->hashes[k])
 			continue;
 		uint8_t zero = 0;
 		f->done[k] = 0;

@@ -120,6 +120,12 @@ static inline uint8_t *xfer_store_chunk(const struct xfer_store_file *f, uint32_
 {
 	return f->map + (uint64_t)k * f->chunk_size;
 }
+/* The length of chunk <k>: chunk_size, less for the last one. */
+static inline uint32_t xfer_store_chunk_len(const struct xfer_store_file *f, uint32_t k)
+{
+	uint64_t off = (uint64_t)k * f->chunk_size;
+	return (uint32_t)(f->size - off < f->chunk_size ? f->size - off : f->chunk_size);
+}
 int xfer_store_record(struct xfer_store_file *f, uint32_t k, uint64_t hash);
 /* Whether chunk <k> is verified in the part as it is now: flagged done in the state and its
  * bytes matching the hash recorded there (then in *hash). Call while holding the file (as a
