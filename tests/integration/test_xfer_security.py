@@ -4,6 +4,7 @@ one, and checks that what it tries is refused. Hashes are computed with the syst
 libxxhash (through ctypes), the same library accelnet links."""
 
 import ctypes
+import fcntl
 import os
 import select
 import socket
@@ -858,6 +859,17 @@ def test_get_does_not_reach_partial_files(env):
     assert rc == 0, err
 
 
+def _lock_free(path):
+    """Could anyone take the lock the server holds on a state file while a transfer writes?"""
+    with open(path, "rb") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return True
+
+
 def test_a_later_writer_cannot_change_a_completed_part(env):
     """Session H sends its manifest for x before session V's first chunk (H's snapshot of the
     part is empty); V sends every chunk, so its part is complete and let go until FINISH. Then
@@ -880,6 +892,10 @@ def test_a_later_writer_cannot_change_a_completed_part(env):
         t, meta, _ = h.frame()
         acks.append((t, meta[8] if t == ACK else meta))
     h.close()
+    # the server lets go of H's hold on x (a lock on its state file) once it sees H gone
+    state = os.path.join(dst, ".accelnet-xfer")
+    wait_until(lambda: all(_lock_free(os.path.join(state, n)) for n in os.listdir(state)
+                           if n.endswith(".state")), "H's hold on x to be released")
     v.send(FINISH, fin)
     t, meta, _ = v.frame()
     final = os.path.join(dst, "x")
