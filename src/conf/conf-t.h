@@ -8,8 +8,8 @@
 #ifndef ACCELNET_CONF_CONF_T_H
 #define ACCELNET_CONF_CONF_T_H
 
-#include "lb/lb.h"
-#include "lb/qdisc.h"
+#include "policy/lb.h"
+#include "policy/qdisc.h"
 #include "net/addr.h"
 
 #include <stddef.h>

@@ -2,7 +2,7 @@
  * classify.c - tenant, priority class and affinity key of a request (see classify.h).
  */
 #include "proxy/classify.h"
-#include "lb/qdisc.h"
+#include "policy/qdisc.h"
 #include "proxy/queue.h"
 
 #include <netinet/in.h>

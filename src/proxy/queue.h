@@ -14,7 +14,7 @@
 #ifndef ACCELNET_PROXY_QUEUE_H
 #define ACCELNET_PROXY_QUEUE_H
 
-#include "lb/qdisc.h"
+#include "policy/qdisc.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -10,7 +10,7 @@
 #include <cmocka.h>
 
 #include "core/rand.h"
-#include "lb/lb.h"
+#include "policy/lb.h"
 
 static int pick(const struct lb_ops *ops, const struct lb_state *st, const struct lb_candidate *c,
 		size_t n, uint64_t ticket, uint64_t rnd)

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "lb/qdisc.h"
+#include "policy/qdisc.h"
 
 static struct qd_item items[1000];
 

@@ -7,7 +7,7 @@
  * runs it once and pick() only indexes the schedule with the shared ticket: lock-free, and
  * exact across worker threads. An ineligible backend passes its slot to the next entry.
  */
-#include "lb/lb.h"
+#include "policy/lb.h"
 
 #include <errno.h>
 #include <stdlib.h>

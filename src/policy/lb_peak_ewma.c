@@ -23,7 +23,7 @@
  * capacity, which raises everyone's wait; it pays when the slow backend is far slower
  * (a CPU fallback behind GPUs) and load is moderate. See docs/benchmarks.md.
  */
-#include "lb/lb.h"
+#include "policy/lb.h"
 
 /* Expected time for <c> to serve one more request, in microseconds. */
 static double expected_us(const struct lb_candidate *c)

@@ -1,7 +1,7 @@
 /*
  * lb.c - the registry of balancing policies, looked up by their config names.
  */
-#include "lb/lb.h"
+#include "policy/lb.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -7,7 +7,7 @@
  * that empties leaves the ring and is kept for reuse, so a steady queue allocates nothing.
  * Lines are found by tenant hash through a bucket array sized once.
  */
-#include "lb/qdisc.h"
+#include "policy/qdisc.h"
 #include "core/check.h"
 
 #include <errno.h>

@@ -2,7 +2,7 @@
  * lb_rr.c - round robin: the ticket names the backend; a backend that is not eligible
  * passes its turn to the next one.
  */
-#include "lb/lb.h"
+#include "policy/lb.h"
 
 static int rr_pick(const struct lb_state *st, const struct lb_candidate *c, size_t n,
 		   const struct lb_draw *d)

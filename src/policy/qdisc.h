@@ -14,8 +14,8 @@
  * With one tenant and one class, fair is fifo. Adding a discipline: one qdisc_NAME.c and
  * one line in qdisc_find().
  */
-#ifndef ACCELNET_LB_QDISC_H
-#define ACCELNET_LB_QDISC_H
+#ifndef ACCELNET_POLICY_QDISC_H
+#define ACCELNET_POLICY_QDISC_H
 
 #include <stddef.h>
 #include <stdint.h>

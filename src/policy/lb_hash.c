@@ -14,7 +14,7 @@
  * above its bound the first eligible one on the walk takes it; without a key the request
  * goes to the less loaded of two random backends.
  */
-#include "lb/lb.h"
+#include "policy/lb.h"
 
 #include <errno.h>
 #include <stdlib.h>

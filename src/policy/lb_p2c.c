@@ -3,7 +3,7 @@
  * loaded (per unit of weight) wins. It avoids both herding on one "least loaded" backend
  * from stale counts and scanning every backend, and is Envoy's LEAST_REQUEST default.
  */
-#include "lb/lb.h"
+#include "policy/lb.h"
 
 static int p2c_pick(const struct lb_state *st, const struct lb_candidate *c, size_t n,
 		    const struct lb_draw *d)

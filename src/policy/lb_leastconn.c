@@ -3,7 +3,7 @@
  * flight per unit of weight. Ties are broken by the ticket, so an idle pool is still used
  * in turn rather than always starting with the first backend.
  */
-#include "lb/lb.h"
+#include "policy/lb.h"
 
 static int lc_pick(const struct lb_state *st, const struct lb_candidate *c, size_t n,
 		   const struct lb_draw *d)

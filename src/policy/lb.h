@@ -14,8 +14,8 @@
  * Adding a policy: one new lb_NAME.c defining a const struct lb_ops, and one line in the
  * table in lb.c.
  */
-#ifndef ACCELNET_LB_LB_H
-#define ACCELNET_LB_LB_H
+#ifndef ACCELNET_POLICY_LB_H
+#define ACCELNET_POLICY_LB_H
 
 #include <stddef.h>
 #include <stdint.h>

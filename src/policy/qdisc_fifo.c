@@ -1,7 +1,7 @@
 /*
  * qdisc_fifo.c - first come, first served; and the registry of disciplines.
  */
-#include "lb/qdisc.h"
+#include "policy/qdisc.h"
 
 #include <string.h>
 #include <strings.h>
