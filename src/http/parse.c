@@ -37,7 +37,7 @@ const struct http_header *http_find_header(const struct http_head *h, const char
  * The next token of a comma-separated list at *p (before <end>), without the whitespace
  * around it; empty elements are skipped. 1 with *t set, 0 at the end of the list.
  */
-static int list_next(const char **p, const char *end, struct http_str *t)
+static int field_list_next(const char **p, const char *end, struct http_str *t)
 {
 	for (;;) {
 		while (*p < end && (**p == ' ' || **p == '\t' || **p == ','))
@@ -61,7 +61,7 @@ int http_list_has(struct http_str list, const char *token, size_t toklen)
 {
 	const char *p = list.p, *end = list.p + list.len;
 	struct http_str t;
-	while (list_next(&p, end, &t))
+	while (field_list_next(&p, end, &t))
 		if (t.len == toklen && strncasecmp(t.p, token, toklen) == 0)
 			return 1;
 	return 0;
@@ -160,7 +160,7 @@ static int parse_connection(struct http_head *h, struct http_str v, int is_reque
 {
 	const char *p = v.p, *end = v.p + v.len;
 	struct http_str t;
-	while (list_next(&p, end, &t)) {
+	while (field_list_next(&p, end, &t)) {
 		if (http_str_eq(t, "close"))
 			h->flags |= HTTP_F_CLOSE;
 		else if (http_str_eq(t, "keep-alive"))

@@ -1,0 +1,187 @@
+/*
+ * conn.c - reading and writing a connection, plain or TLS.
+ *
+ * The plain path is one recv()/sendmsg() per call. The TLS path maps OpenSSL's outcomes onto
+ * the same contract: SSL_ERROR_WANT_READ/WRITE become -EAGAIN with want_read/want_write set
+ * (on a blocking socket they mean its timeout ran out: -ETIMEDOUT for the *_all helpers),
+ * a close_notify becomes the end (0), and anything else -EPROTO or the socket's errno.
+ * A gathered TLS write copies the parts into one record-sized buffer when they are small,
+ * so a head and a short body still leave in one record.
+ */
+#include "net/conn.h"
+
+#include <errno.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* The outcome of an SSL call that returned <ret> <= 0, as -errno (0: the peer's clean end). */
+static ssize_t tls_outcome(struct net_conn *c, int ret)
+{
+	switch (SSL_get_error(c->ssl, ret)) {
+	case SSL_ERROR_WANT_READ:
+		c->want_read = 1;
+		return -EAGAIN;
+	case SSL_ERROR_WANT_WRITE:
+		c->want_write = 1;
+		return -EAGAIN;
+	case SSL_ERROR_ZERO_RETURN:
+		return 0;
+	case SSL_ERROR_SYSCALL:
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return -EAGAIN;
+		return errno ? -errno : -ECONNRESET;
+	default:
+		return -EPROTO;
+	}
+}
+
+ssize_t net_conn_read(struct net_conn *c, void *buf, size_t len)
+{
+	c->want_read = c->want_write = 0;
+	if (c->ssl) {
+		size_t n;
+		ERR_clear_error();
+		int ret = SSL_read_ex(c->ssl, buf, len, &n);
+		return ret > 0 ? (ssize_t)n : tls_outcome(c, ret);
+	}
+	for (;;) {
+		ssize_t n = recv(c->fd, buf, len, 0);
+		if (n >= 0)
+			return n;
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			c->want_read = 1;
+			return -EAGAIN;
+		}
+		return -errno;
+	}
+}
+
+static ssize_t tls_writev(struct net_conn *c, const struct iovec *iov, int n)
+{
+	char gather[16384];
+	size_t total = 0, n_written;
+	int i, ret;
+
+	for (i = 0; i < n; i++)
+		total += iov[i].iov_len;
+	ERR_clear_error();
+	if (n > 1 && total <= sizeof(gather)) {
+		size_t off = 0;
+		for (i = 0; i < n; i++) {
+			memcpy(gather + off, iov[i].iov_base, iov[i].iov_len);
+			off += iov[i].iov_len;
+		}
+		ret = SSL_write_ex(c->ssl, gather, total, &n_written);
+	} else {
+		/* one part at a time: SSL_write_ex may not take back a partial record, so a
+		 * part after a short write waits for the next call */
+		for (i = 0; i < n && iov[i].iov_len == 0; i++)
+			;
+		if (i == n)
+			return 0;
+		ret = SSL_write_ex(c->ssl, iov[i].iov_base, iov[i].iov_len, &n_written);
+	}
+	return ret > 0 ? (ssize_t)n_written : tls_outcome(c, ret);
+}
+
+ssize_t net_conn_writev(struct net_conn *c, const struct iovec *iov, int n)
+{
+	c->want_read = c->want_write = 0;
+	if (c->ssl)
+		return tls_writev(c, iov, n);
+	struct msghdr msg = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)n};
+	for (;;) {
+		ssize_t sent = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+		if (sent >= 0)
+			return sent;
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			c->want_write = 1;
+			return -EAGAIN;
+		}
+		return -errno;
+	}
+}
+
+ssize_t net_conn_write(struct net_conn *c, const void *buf, size_t len)
+{
+	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+	return net_conn_writev(c, &iov, 1);
+}
+
+int net_conn_peer_closed(struct net_conn *c)
+{
+	char b;
+	ssize_t n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+void net_conn_shutdown(struct net_conn *c)
+{
+	if (c->fd < 0)
+		return;
+	if (c->ssl) {
+		ERR_clear_error();
+		SSL_shutdown(c->ssl); /* our close_notify; the peer's is not waited for */
+	}
+	shutdown(c->fd, SHUT_WR);
+}
+
+void net_conn_close(struct net_conn *c)
+{
+	if (c->ssl) {
+		SSL_free(c->ssl);
+		c->ssl = NULL;
+	}
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = -1;
+	c->want_read = c->want_write = 0;
+}
+
+/* A blocking socket's -EAGAIN (or EWOULDBLOCK) is its timeout running out. */
+static int blocking_outcome(ssize_t rc)
+{
+	if (rc == -EAGAIN || rc == -EWOULDBLOCK)
+		return -ETIMEDOUT;
+	return rc == 0 ? -ECONNRESET : (int)rc;
+}
+
+int net_conn_read_all(struct net_conn *c, void *buf, size_t len)
+{
+	char *p = buf;
+	while (len) {
+		ssize_t n;
+		if (c->ssl) {
+			n = net_conn_read(c, p, len);
+		} else if ((n = recv(c->fd, p, len, MSG_WAITALL)) < 0) {
+			if (errno == EINTR)
+				continue;
+			n = -errno;
+		}
+		if (n <= 0)
+			return blocking_outcome(n);
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int net_conn_write_all(struct net_conn *c, const void *buf, size_t len)
+{
+	const char *p = buf;
+	while (len) {
+		ssize_t n = net_conn_write(c, p, len);
+		if (n < 0)
+			return blocking_outcome(n);
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
