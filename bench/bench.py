@@ -11,6 +11,7 @@ Usage: bench/run [--quick] [--only 1,2,...] [--out DIR] [--report results.json]
 """
 
 import argparse
+import functools
 import datetime
 import json
 import os
@@ -121,7 +122,8 @@ def proc_kb(pid, field):
 
 # --- contestants ------------------------------------------------------------------------
 
-def start_accelnet(run, backends, balance="round-robin", weights=None, cap=None, extra=""):
+def start_accelnet(run, backends, balance="round-robin", weights=None, cap=None, extra="",
+                   binary=None):
     port = free_port()
     lines = [f"      - {{address: 127.0.0.1:{b}" + (f", weight: {weights[i]}" if weights else "")
              + (f", max_concurrency: {cap}" if cap else "") + "}"
@@ -131,7 +133,7 @@ def start_accelnet(run, backends, balance="round-robin", weights=None, cap=None,
            "limits: {max_connections: 200000}\n"
            f"pools:\n  - name: b\n    balance: {balance}\n    backends:\n" + "\n".join(lines) + "\n"
            + extra)
-    p = run.start([ACCELNET, "proxy", "-c", run.write(f"accelnet-{port}.yaml", cfg),
+    p = run.start([binary or ACCELNET, "proxy", "-c", run.write(f"accelnet-{port}.yaml", cfg),
                    "--log-level", "error"], port, name="accelnet")
     return p, port
 
@@ -351,6 +353,8 @@ def scenario_sse(run, res, streams, tokens, token_ms, rounds):
                "accelnet": start_accelnet(run, [sim_port]),
                "nginx": start_nginx(run, [sim_port], streaming=True),
                "haproxy": start_haproxy(run, [sim_port], streaming=True)}
+    if "accelnet-base" in PROXIES:
+        targets["accelnet-base"] = PROXIES["accelnet-base"](run, [sim_port])
     body = json.dumps({"stream": True, "prompt": "hi"})
     figures = {name: [] for name in targets}
     for r in range(rounds):
@@ -668,6 +672,9 @@ def main():
     ap.add_argument("--fleet-seconds", type=int, help="scenario 6: seconds per run")
     ap.add_argument("--fleet-loads", type=lambda v: [float(x) for x in v.split(",")],
                     default=[0.5, 0.8, 0.95], help="scenario 6: loads, e.g. 0.8,0.95")
+    ap.add_argument("--baseline", metavar="ACCELNET_BIN",
+                    help="scenarios 1-5: also run this (older) accelnet binary as "
+                    "'accelnet-base' and report this build's figures as ratios to it")
     ap.add_argument("--report", metavar="RESULTS_JSON",
                     help="only render summary.md and latency.png again from a results.json")
     a = ap.parse_args()
@@ -677,13 +684,16 @@ def main():
         return
     only = set(a.only.split(","))
     q = a.quick
+    if a.baseline:
+        PROXIES["accelnet-base"] = functools.partial(start_accelnet,
+                                                     binary=os.path.abspath(a.baseline))
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ")
     outdir = os.path.join(a.out, stamp + ("-quick" if q else ""))
     os.makedirs(outdir, exist_ok=True)
     raise_nofile()
     res = {"date": stamp, "quick": q, "versions": versions(),
            "placement": f"load generators on CPU {LOAD_CPU}, servers on CPU {SERVER_CPU}",
-           "scenarios": {}}
+           "scenarios": {}, "baseline": a.baseline}
     run = Run()
     t0 = time.monotonic()
     try:
@@ -733,6 +743,22 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
     print(render(res, outdir))
 
 
+def baseline_rows(sc):
+    """accelnet's figures as ratios to the baseline build's, same round (--baseline)."""
+    rounds = sc["rounds"]
+    if "accelnet-base" not in rounds:
+        return None
+    if sc["kind"] == "wrk":
+        getters = [("req/s", lambda w: w["rps"]), ("p50", lambda w: w["p50_ms"]),
+                   ("p99", lambda w: w["p99_ms"]), ("CPU/req", lambda w: w["cpu_us_per_req"])]
+    else:
+        getters = [("token delay p50", lambda g: g["token_delay_ms"]["p50"]),
+                   ("token delay p99", lambda g: g["token_delay_ms"]["p99"]),
+                   ("CPU/token", lambda g: g["cpu_s"] / max(g["token_delay_ms"]["n"], 1))]
+    row = ratio_row(rounds["accelnet"], rounds["accelnet-base"], [g for _, g in getters])
+    return (["accelnet ÷ accelnet-base"] + [n for n, _ in getters], [["ratio"] + row])
+
+
 def render(res, outdir):
     """summary.md and latency.png from a results dict; returns the markdown."""
     v = res["versions"]
@@ -744,6 +770,9 @@ def render(res, outdir):
         if sc["kind"] in RATIOS:
             md += ["Each figure as a ratio to HAProxy's (median of same-round ratios):", "",
                    table(*RATIOS[sc["kind"]](sc)), ""]
+        if sc["kind"] in ("wrk", "sse") and baseline_rows(sc):
+            md += [f"This build against the baseline build ({res.get('baseline')}), median of "
+                   "same-round ratios:", "", table(*baseline_rows(sc)), ""]
     png = chart(res, outdir)
     if png:
         md += [f"Chart: {png}", ""]
