@@ -1,0 +1,260 @@
+#!/usr/bin/python3
+"""Check that the tree keeps its shape: the layer order and no include cycles.
+
+Reads every `#include "..."` line of the .c and .h files under src/ and include/ and reports,
+one line per finding (FILE:LINE: what is wrong):
+
+  - an include that runs against the layer order (LAYERS below, the one in DESIGN.md and
+    docs/layout.md): a file may include headers of its own folder and of strictly lower
+    layers; folders on the same layer never include each other; include/accelnet/ is the
+    public API of xfer, so it counts as part of xfer;
+  - an include cycle between modules: a module is one file stem in one folder (foo.c, foo.h
+    and foo-t.h are module foo), with an edge A -> B when any file of A includes a header of
+    B; every strongly connected component of more than one module is one finding;
+  - a quoted include that names no header of the tree, or a folder missing from LAYERS.
+
+Ends with `layers: N files, N includes, N cycles, N upward includes` and exits 1 if anything
+was found (`--edges` lists, under each cycle, every include between its modules).
+`--root DIR` checks another tree (the fixtures of tests/layers/ do); `--self-test`
+runs every fixture under tests/layers/ and compares the output with its `expected` file.
+Standard library only: Debian's /usr/bin/python3 runs it.
+"""
+
+import argparse
+import os
+import re
+import sys
+
+# Highest layer first. A folder may include its own headers and those of later rows only.
+LAYERS = [
+    ["cli"],
+    ["proxy", "xfer", "sim"],
+    ["cache", "guard", "obs"],
+    ["http", "conf"],
+    ["policy"],
+    ["net"],
+    ["core"],
+]
+# Folders of include/ that belong to a folder of src/ (its public API).
+PUBLIC = {"accelnet": "xfer"}
+SEARCH = ["src", "include"]  # the -I order of the Makefile
+
+INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+COMMENT_RE = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+
+
+def layer_of(folder):
+    """(rank, owner folder) of a folder, rank 0 lowest; None if it is not in LAYERS."""
+    owner = PUBLIC.get(folder, folder)
+    for i, row in enumerate(LAYERS):
+        if owner in row:
+            return len(LAYERS) - 1 - i, owner
+    return None
+
+
+def public_users(folder):
+    """The folders that may include a public folder of include/: its owner and those above."""
+    rank, owner = layer_of(folder)
+    return [f"{f}/" for row in LAYERS for f in row if layer_of(f)[0] > rank] + [f"{owner}/"]
+
+
+def strip_comments(text):
+    """The text with comments blanked out, newlines kept so line numbers stay right."""
+    return COMMENT_RE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+
+
+def module_of(rel):
+    """'src/proxy/queue-t.h' -> 'proxy/queue'; 'include/accelnet/xfer.h' -> 'accelnet/xfer'."""
+    folder = os.path.basename(os.path.dirname(rel))
+    stem = os.path.basename(rel).rsplit(".", 1)[0]
+    if stem.endswith("-t"):
+        stem = stem[:-2]
+    return folder + "/" + stem
+
+
+def scan(root):
+    """Every source file under src/ and include/ (relative paths) and its quoted includes."""
+    files = {}
+    for top in SEARCH:
+        for dirpath, dirnames, names in os.walk(os.path.join(root, top)):
+            dirnames.sort()
+            for name in sorted(names):
+                if not name.endswith((".c", ".h")):
+                    continue
+                path = os.path.join(dirpath, name)
+                rel = os.path.relpath(path, root)
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    text = strip_comments(f.read())
+                incs = []
+                for n, line in enumerate(text.split("\n"), 1):
+                    m = INCLUDE_RE.match(line)
+                    if m:
+                        incs.append((n, m.group(1)))
+                files[rel] = incs
+    return files
+
+
+def resolve(root, rel, name, files):
+    """The tree file a quoted include names, as the compiler finds it; None if none."""
+    for d in [os.path.dirname(rel)] + SEARCH:
+        cand = os.path.normpath(os.path.join(d, name))
+        if cand in files:
+            return cand
+    return None
+
+
+def sccs(graph):
+    """Strongly connected components of a {node: set(nodes)} graph (Tarjan, iterative)."""
+    index, low, on, stack, out = {}, {}, set(), [], []
+    counter = 0
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on.add(start)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                out.append(sorted(comp))
+    return out
+
+
+def shortest_cycle(start, members, graph):
+    """A shortest path start -> ... -> start inside one component, as a list of modules."""
+    prev, queue = {start: None}, [start]
+    for v in queue:
+        for w in sorted(graph[v]):
+            if w == start:
+                path = [v]
+                while prev[path[-1]] is not None:
+                    path.append(prev[path[-1]])
+                return path[::-1] + [start]
+            if w in members and w not in prev:
+                prev[w] = v
+                queue.append(w)
+    return None
+
+
+def check(root, edges=False):
+    """Print the findings and the summary line for one tree; return the number of findings."""
+    files = scan(root)
+    findings = []
+    graph = {module_of(f): set() for f in files}
+    where = {}  # (module A, module B) -> first 'file:line' of an include of B by A
+    nincs = nup = 0
+    for rel in sorted(files):
+        folder = os.path.basename(os.path.dirname(rel))
+        mine = layer_of(folder)
+        if mine is None:
+            findings.append(f"{rel}:1: folder {folder}/ is not in the layer order"
+                            " (scripts/check-layers.py LAYERS)")
+        for line, name in files[rel]:
+            nincs += 1
+            target = resolve(root, rel, name, files)
+            if target is None:
+                findings.append(f'{rel}:{line}: #include "{name}" names no header under'
+                                f" {' or '.join(s + '/' for s in SEARCH)}")
+                continue
+            a, b = module_of(rel), module_of(target)
+            if a != b:
+                graph[a].add(b)
+                where.setdefault((a, b), f"{rel}:{line}")
+            tfolder = os.path.basename(os.path.dirname(target))
+            theirs = layer_of(tfolder)
+            if mine is None or theirs is None or mine[1] == theirs[1]:
+                continue
+            if tfolder in PUBLIC and theirs[0] >= mine[0]:
+                nup += 1
+                findings.append(f'{rel}:{line}: include of "{name}": {tfolder}/ is the public API'
+                                f" of {theirs[1]}/, for {' and '.join(public_users(tfolder))} only")
+            elif theirs[0] > mine[0]:
+                nup += 1
+                findings.append(f'{rel}:{line}: upward include of "{name}":'
+                                f" {folder}/ is below {tfolder}/ in the layer order")
+            elif theirs[0] == mine[0]:
+                nup += 1
+                findings.append(f'{rel}:{line}: sideways include of "{name}":'
+                                f" {folder}/ and {tfolder}/ are on the same layer")
+    cycles = [c for c in sccs(graph) if len(c) > 1]
+    for comp in cycles:
+        path = shortest_cycle(comp[0], set(comp), graph)
+        steps = ", ".join(f"{where[(path[i], path[i + 1])]} -> {path[i + 1]}"
+                          for i in range(len(path) - 1))
+        loc = where[(path[0], path[1])]
+        findings.append(f"{loc}: include cycle between {len(comp)} modules"
+                        f" ({', '.join(comp)}): {steps}")
+        if edges:
+            findings += [f"  {where[(a, b)]}: {a} -> {b}" for a in comp for b in sorted(graph[a])
+                         if b in comp]
+    for f in findings:
+        print(f)
+    print(f"layers: {len(files)} files, {nincs} includes, {len(cycles)} cycles,"
+          f" {nup} upward includes")
+    return len(findings)
+
+
+def self_test(here):
+    """Run every fixture of tests/layers/ and compare with its `expected` file."""
+    import io
+    from contextlib import redirect_stdout
+
+    base = os.path.join(here, "tests", "layers")
+    bad = 0
+    cases = sorted(d for d in os.listdir(base) if os.path.isdir(os.path.join(base, d)))
+    for case in cases:
+        root = os.path.join(base, case)
+        buf = io.StringIO()
+        with redirect_stdout(buf):
+            rc = 1 if check(root) else 0
+        got = f"exit {rc}\n" + buf.getvalue()
+        with open(os.path.join(root, "expected"), encoding="utf-8") as f:
+            want = f.read()
+        if got != want:
+            bad += 1
+            print(f"tests/layers/{case}: output differs from tests/layers/{case}/expected:")
+            print("--- got\n" + got + "--- expected\n" + want, end="")
+        else:
+            print(f"tests/layers/{case}: ok ({got.splitlines()[0]})")
+    print(f"check-layers self-test: {len(cases) - bad} passed, {bad} failed")
+    return 1 if bad or not cases else 0
+
+
+def main():
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--root", default=here, help="the tree to check (default: this one)")
+    ap.add_argument("--edges", action="store_true",
+                    help="under each cycle, list every include between its modules")
+    ap.add_argument("--self-test", action="store_true", help="run the fixtures of tests/layers/")
+    args = ap.parse_args()
+    if args.self_test:
+        return self_test(here)
+    return 1 if check(args.root, args.edges) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

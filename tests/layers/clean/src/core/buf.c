@@ -1,0 +1,3 @@
+#include "core/buf.h"
+#include "buf.h"
+// #include "cli/cli.h"

@@ -1,0 +1,1 @@
+/* #include "net/sock.h" in a comment does not count */

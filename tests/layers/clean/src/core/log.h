@@ -1,0 +1,2 @@
+/* core/log: logging */
+#include <stdio.h>

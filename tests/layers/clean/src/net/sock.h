@@ -1,0 +1,2 @@
+#include "net/sock-t.h"
+#include "core/log.h"

@@ -1,0 +1,3 @@
+#include "accelnet/xfer.h"
+#include "http/parse.h"
+#include "conf/conf.h"

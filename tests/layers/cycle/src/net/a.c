@@ -1,0 +1,2 @@
+#include "net/b.h"
+#include "core/log.h"

@@ -1,0 +1,2 @@
+#include "core/nothere.h"
+#include <stdio.h>

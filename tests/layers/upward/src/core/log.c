@@ -1,0 +1,2 @@
+#include "core/log.h"
+#include "net/sock.h"

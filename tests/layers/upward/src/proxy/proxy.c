@@ -1,0 +1,3 @@
+#include "accelnet/xfer.h"
+#include "xfer/engine.h"
+#include "cli/cli.h"

@@ -1,0 +1,1 @@
+#include "accelnet/xfer.h"
