@@ -1,0 +1,71 @@
+/*
+ * tls.h - TLS on a struct net_conn: contexts from files, the handshake, the first-byte sniff.
+ *
+ * A context (SSL_CTX) is built once from {ca, cert, key, insecure} and shared by every
+ * connection of a listener or a transfer. A client verifies the server's certificate against
+ * <ca>, else the system's CAs, and against the host (address or name) it dialed, unless
+ * <insecure>; the name also goes out as SNI. A server needs a certificate and its key; with
+ * <ca> it requires a client certificate signed by it (mutual TLS).
+ *
+ * Once attached (net_tls_attach), the connection reads and writes through TLS (net/conn.h).
+ * The handshake comes in two shapes:
+ *   - non-blocking, for an event loop: net_tls_handshake() one step at a time, -EAGAIN with
+ *     want_read/want_write set until it returns 0 or fails;
+ *   - blocking, for a thread per connection (xfer): net_tls_connect() / net_tls_accept(),
+ *     bounded by the socket's timeouts.
+ * A failed handshake says why in a short text (net_tls_error_text()): an untrusted
+ * certificate with the verifier's reason, otherwise OpenSSL's first error.
+ *
+ * One listener can take plain and TLS clients: net_tls_sniff() peeks at the first byte
+ * without consuming it (0x16 opens a TLS handshake record).
+ *
+ * Every function returns 0 or -errno.
+ */
+#ifndef ACCELNET_NET_TLS_H
+#define ACCELNET_NET_TLS_H
+
+#include "net/conn.h"
+
+#include <stddef.h>
+
+struct ssl_ctx_st;
+
+struct net_tls_opts {
+	const char *ca, *cert, *key; /* PEM files, each may be NULL */
+	int insecure;		     /* client: do not verify the server */
+};
+
+/* A client or server context from <t>: 0 with *out (free with net_tls_ctx_free), or -errno
+ * with a message in <err>. */
+int net_tls_ctx_client(const struct net_tls_opts *t, struct ssl_ctx_st **out, char *err,
+		       size_t errlen);
+int net_tls_ctx_server(const struct net_tls_opts *t, struct ssl_ctx_st **out, char *err,
+		       size_t errlen);
+void net_tls_ctx_free(struct ssl_ctx_st *ctx);
+
+/* Put a TLS session from <ctx> on plain connection <c>, as a server or as a client of
+ * <hostport> ("HOST:PORT", "[V6]:PORT" or a bare host; NULL: no name checked, no SNI).
+ * 0, or -ENOMEM. */
+int net_tls_attach(struct net_conn *c, struct ssl_ctx_st *ctx, int server, const char *hostport);
+
+/* One step of the handshake of an attached connection: 0 done, -EAGAIN (wait for what
+ * want_read/want_write say), -EACCES (the peer's certificate was refused), -ECONNRESET (the
+ * peer left), or -EPROTO / -errno. */
+int net_tls_handshake(struct net_conn *c);
+
+/* Why the last handshake of <c> failed, in a short text written to <buf>. */
+void net_tls_error_text(struct net_conn *c, char *buf, size_t len);
+
+/* Blocking: attach and handshake as a client of <hostport> / as a server. 0 or -errno (as
+ * net_tls_handshake; -ETIMEDOUT when the socket's timeout runs out), with <err> set on
+ * failure. */
+int net_tls_connect(struct net_conn *c, struct ssl_ctx_st *ctx, const char *hostport, char *err,
+		    size_t errlen);
+int net_tls_accept(struct net_conn *c, struct ssl_ctx_st *ctx, char *err, size_t errlen);
+
+/* The first byte waiting on <c>, not consumed: 1 when it opens a TLS handshake, 0 when it
+ * does not, -ECONNRESET at the peer's end, -EAGAIN (nothing yet, or a blocking socket's
+ * timeout), -errno. */
+int net_tls_sniff(struct net_conn *c);
+
+#endif
