@@ -65,8 +65,27 @@ $(BUILD)/loadgen: bench/loadgen.c $(LIB_OBJ)
 	@echo "  LD  $@"
 	@$(CC) $(filter-out -MMD -MP,$(ALL_CFLAGS)) -o $@ $^ $(LDLIBS)
 
+# `make format-check` lists the C sources that differ from .clang-format (fails if any);
+# `make format` rewrites them in place. `make layers` runs the layering check.
+CLANG_FORMAT ?= clang-format-14
+FORMAT_SRC = $(sort $(shell find src include tests/unit tests/fuzz -name '*.[ch]' \
+	     -not -path 'tests/fuzz/corpus/*') bench/loadgen.c)
+format-check:
+	@command -v $(CLANG_FORMAT) >/dev/null || \
+		{ echo "format-check: no $(CLANG_FORMAT) (scripts/deps.sh installs it)"; exit 2; }
+	@n=0; for f in $(FORMAT_SRC); do \
+		$(CLANG_FORMAT) --dry-run -Werror "$$f" >/dev/null 2>&1 || { echo "$$f"; n=$$((n + 1)); }; \
+	done; \
+	echo "format-check: $$n of $(words $(FORMAT_SRC)) files differ from .clang-format"; \
+	[ $$n -eq 0 ] || { echo "format-check: 'make format' rewrites them"; exit 1; }
+format:
+	$(CLANG_FORMAT) -i $(FORMAT_SRC)
+layers:
+	@/usr/bin/python3 scripts/check-layers.py --self-test
+	@/usr/bin/python3 scripts/check-layers.py
+
 clean:
 	rm -rf build build-san build-fuzz
 
-.PHONY: all unit test fuzz bench clean
+.PHONY: all unit test fuzz bench clean format-check format layers
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
