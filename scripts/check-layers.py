@@ -212,8 +212,9 @@ def check(root, edges=False):
                          if b in comp]
     for f in findings:
         print(f)
+    other = len(findings) - len(cycles) - nup
     print(f"layers: {len(files)} files, {nincs} includes, {len(cycles)} cycles,"
-          f" {nup} upward includes")
+          f" {nup} upward includes" + (f", {other} other findings" if other else ""))
     return len(findings)
 
 
@@ -239,7 +240,7 @@ def self_test(here):
             print("--- got\n" + got + "--- expected\n" + want, end="")
         else:
             print(f"tests/layers/{case}: ok ({got.splitlines()[0]})")
-    print(f"check-layers self-test: {len(cases) - bad} passed, {bad} failed")
+    print(f"check-layers self-test: {len(cases) - bad} fixtures ok, {bad} wrong")
     return 1 if bad or not cases else 0
 
 

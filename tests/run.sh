@@ -7,6 +7,26 @@ build=${1:-build}
 passed=0
 failed=0
 
+# The tree's shape, one test each: the layering check, its self-test on tests/layers/, and
+# .clang-format (`make format-check`; ACCELNET_FORMAT_CHECK=0 skips it, counting nothing).
+shape() { # NAME COMMAND...
+	local name=$1
+	shift
+	if "$@"; then
+		passed=$((passed + 1))
+	else
+		echo "$name failed"
+		failed=$((failed + 1))
+	fi
+}
+shape "layering check" /usr/bin/python3 scripts/check-layers.py
+shape "layering check self-test" /usr/bin/python3 scripts/check-layers.py --self-test
+if [ "${ACCELNET_FORMAT_CHECK:-1}" = 0 ]; then
+	echo "format-check skipped (ACCELNET_FORMAT_CHECK=0)"
+else
+	shape "format-check" make -s --no-print-directory format-check
+fi
+
 for t in "$build"/tests/test_*; do
 	out=$("$t" 2>&1)
 	rc=$?
