@@ -4,7 +4,7 @@
 Reads every `#include "..."` line of the .c and .h files under src/ and include/ and reports,
 one line per finding (FILE:LINE: what is wrong):
 
-  - an include that runs against the layer order (LAYERS below, the one in DESIGN.md and
+  - an include that runs against the layer order (LAYERS below, written out in
     docs/layout.md): a file may include headers of its own folder and of strictly lower
     layers; folders on the same layer never include each other; include/accelnet/ is the
     public API of xfer, so it counts as part of xfer;
