@@ -10,7 +10,8 @@ one line per finding (FILE:LINE: what is wrong):
     public API of xfer, so it counts as part of xfer;
   - an include cycle between modules: a module is one file stem in one folder (foo.c, foo.h
     and foo-t.h are module foo), with an edge A -> B when any file of A includes a header of
-    B; every strongly connected component of more than one module is one finding;
+    B; every strongly connected component of more than one module is one finding, and so is
+    a cycle between the files of one module (foo.h <-> foo-t.h);
   - a quoted include that names no header of the tree, or a folder missing from LAYERS.
 
 Ends with `layers: N files, N includes, N cycles, N upward includes` and exits 1 if anything
@@ -165,6 +166,8 @@ def check(root, edges=False):
     findings = []
     graph = {module_of(f): set() for f in files}
     where = {}  # (module A, module B) -> first 'file:line' of an include of B by A
+    fgraph = {f: set() for f in files}  # the same between files, for cycles inside a module
+    fwhere = {}
     nincs = nup = 0
     for rel in sorted(files):
         folder = os.path.basename(os.path.dirname(rel))
@@ -179,6 +182,9 @@ def check(root, edges=False):
                 findings.append(f'{rel}:{line}: #include "{name}" names no header under'
                                 f" {' or '.join(s + '/' for s in SEARCH)}")
                 continue
+            if target != rel:
+                fgraph[rel].add(target)
+                fwhere.setdefault((rel, target), f"{rel}:{line}")
             a, b = module_of(rel), module_of(target)
             if a != b:
                 graph[a].add(b)
@@ -210,8 +216,18 @@ def check(root, edges=False):
         if edges:
             findings += [f"  {where[(a, b)]}: {a} -> {b}" for a in comp for b in sorted(graph[a])
                          if b in comp]
+    # files that include each other inside one module (foo.h <-> foo-t.h): no module edge shows it
+    for comp in sccs(fgraph):
+        if len(comp) > 1 and len({module_of(f) for f in comp}) == 1:
+            cycles.append(comp)
+            path = shortest_cycle(comp[0], set(comp), fgraph)
+            steps = ", ".join(f"{fwhere[(path[i], path[i + 1])]} -> {path[i + 1]}"
+                              for i in range(len(path) - 1))
+            findings.append(f"{fwhere[(path[0], path[1])]}: include cycle between {len(comp)}"
+                            f" files of module {module_of(comp[0])}: {steps}")
     for f in findings:
         print(f)
+    findings = [f for f in findings if not f.startswith("  ")]  # not the --edges lines
     other = len(findings) - len(cycles) - nup
     print(f"layers: {len(files)} files, {nincs} includes, {len(cycles)} cycles,"
           f" {nup} upward includes" + (f", {other} other findings" if other else ""))
