@@ -2,7 +2,7 @@
 # Run the unit tests and the black-box tests of one build directory (default: build).
 # Ends with 'tests: N passed, N failed'.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 build=${1:-build}
 passed=0
 failed=0
