@@ -64,13 +64,16 @@ def strip_comments(text):
     return COMMENT_RE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
 
 
+def folder_of(rel):
+    """'src/http/h1/codec.c' -> 'http': the folder under src/ or include/ that holds a file."""
+    parts = rel.split(os.sep)
+    return parts[1] if len(parts) > 2 else parts[0]
+
+
 def module_of(rel):
     """'src/proxy/queue-t.h' -> 'proxy/queue'; 'include/accelnet/xfer.h' -> 'accelnet/xfer'."""
-    folder = os.path.basename(os.path.dirname(rel))
-    stem = os.path.basename(rel).rsplit(".", 1)[0]
-    if stem.endswith("-t"):
-        stem = stem[:-2]
-    return folder + "/" + stem
+    path = rel.split(os.sep, 1)[1].rsplit(".", 1)[0]
+    return path[:-2] if path.endswith("-t") else path
 
 
 def scan(root):
@@ -170,7 +173,7 @@ def check(root, edges=False):
     fwhere = {}
     nincs = nup = 0
     for rel in sorted(files):
-        folder = os.path.basename(os.path.dirname(rel))
+        folder = folder_of(rel)
         mine = layer_of(folder)
         if mine is None:
             findings.append(f"{rel}:1: folder {folder}/ is not in the layer order"
@@ -189,7 +192,7 @@ def check(root, edges=False):
             if a != b:
                 graph[a].add(b)
                 where.setdefault((a, b), f"{rel}:{line}")
-            tfolder = os.path.basename(os.path.dirname(target))
+            tfolder = folder_of(target)
             theirs = layer_of(tfolder)
             if mine is None or theirs is None or mine[1] == theirs[1]:
                 continue

@@ -1,0 +1,2 @@
+#include "http/parse.h"
+#include "core/log.h"
