@@ -3,6 +3,7 @@
  */
 #include "xfer/conn.h"
 #include "core/secret.h"
+#include "net/tls.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,10 +12,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <openssl/err.h>
 #include <openssl/rand.h>
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,81 +29,12 @@ int xfer_token_load(const char *path, struct xfer_token *t, const char **why)
 	return rc;
 }
 
-/* A TLS error as -errno: a timeout stays a timeout, a closed peer a reset. */
-static int tls_errno(SSL *ssl, int ret)
-{
-	switch (SSL_get_error(ssl, ret)) {
-	case SSL_ERROR_WANT_READ:
-	case SSL_ERROR_WANT_WRITE:
-		return -ETIMEDOUT; /* SO_RCVTIMEO/SO_SNDTIMEO ran out */
-	case SSL_ERROR_ZERO_RETURN:
-		return -ECONNRESET;
-	case SSL_ERROR_SYSCALL:
-		return errno == EAGAIN ? -ETIMEDOUT : errno ? -errno : -ECONNRESET;
-	default:
-		return -EPROTO;
-	}
-}
-
-/* All of <len> bytes through TLS, one way or the other. */
-static int tls_all(struct xfer_io *io, uint8_t *p, size_t len, int writing)
-{
-	while (len) {
-		size_t n;
-		ERR_clear_error();
-		int ret = writing ? SSL_write_ex(io->ssl, p, len, &n) : SSL_read_ex(io->ssl, p, len, &n);
-		if (ret <= 0)
-			return tls_errno(io->ssl, ret);
-		p += n;
-		len -= n;
-	}
-	return 0;
-}
-
-int xfer_write_all(struct xfer_io *io, const void *buf, size_t len)
-{
-	const uint8_t *p = buf;
-	if (io->ssl)
-		return tls_all(io, (uint8_t *)p, len, 1);
-	while (len) {
-		ssize_t n = send(io->fd, p, len, MSG_NOSIGNAL);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return errno == EAGAIN ? -ETIMEDOUT : -errno;
-		}
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
-int xfer_read_all(struct xfer_io *io, void *buf, size_t len)
-{
-	uint8_t *p = buf;
-	if (io->ssl)
-		return tls_all(io, p, len, 0);
-	while (len) {
-		ssize_t n = recv(io->fd, p, len, MSG_WAITALL);
-		if (n == 0)
-			return -ECONNRESET;
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return errno == EAGAIN ? -ETIMEDOUT : -errno;
-		}
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
-int xfer_discard(struct xfer_io *io, uint64_t len)
+int xfer_discard(struct net_conn *c, uint64_t len)
 {
 	uint8_t sink[16384];
 	while (len) {
 		size_t n = len < sizeof(sink) ? (size_t)len : sizeof(sink);
-		int rc = xfer_read_all(io, sink, n);
+		int rc = net_conn_read_all(c, sink, n);
 		if (rc)
 			return rc;
 		len -= n;
@@ -113,50 +42,50 @@ int xfer_discard(struct xfer_io *io, uint64_t len)
 	return 0;
 }
 
-int xfer_frame_send(struct xfer_io *io, uint8_t type, const void *meta, uint32_t meta_len)
+int xfer_frame_send(struct net_conn *c, uint8_t type, const void *meta, uint32_t meta_len)
 {
 	uint8_t small[XFER_HDR_LEN + 256];
 	if (meta_len <= 256) {
 		xfer_hdr_encode(small, type, meta_len, 0);
 		if (meta_len)
 			memcpy(small + XFER_HDR_LEN, meta, meta_len);
-		return xfer_write_all(io, small, XFER_HDR_LEN + meta_len);
+		return net_conn_write_all(c, small, XFER_HDR_LEN + meta_len);
 	}
 	xfer_hdr_encode(small, type, meta_len, 0);
-	int rc = xfer_write_all(io, small, XFER_HDR_LEN);
-	return rc ? rc : xfer_write_all(io, meta, meta_len);
+	int rc = net_conn_write_all(c, small, XFER_HDR_LEN);
+	return rc ? rc : net_conn_write_all(c, meta, meta_len);
 }
 
-static int recv_hdr(struct xfer_io *io, struct xfer_hdr *h)
+static int recv_hdr(struct net_conn *c, struct xfer_hdr *h)
 {
 	uint8_t raw[XFER_HDR_LEN];
-	int rc = xfer_read_all(io, raw, sizeof(raw));
+	int rc = net_conn_read_all(c, raw, sizeof(raw));
 	if (rc)
 		return rc;
 	return xfer_hdr_decode(raw, h);
 }
 
-int xfer_frame_recv(struct xfer_io *io, struct xfer_hdr *h, uint8_t *meta, uint32_t max)
+int xfer_frame_recv(struct net_conn *c, struct xfer_hdr *h, uint8_t *meta, uint32_t max)
 {
-	int rc = recv_hdr(io, h);
+	int rc = recv_hdr(c, h);
 	if (rc)
 		return rc;
 	if (h->meta_len > max)
 		return -EPROTO;
-	return h->meta_len ? xfer_read_all(io, meta, h->meta_len) : 0;
+	return h->meta_len ? net_conn_read_all(c, meta, h->meta_len) : 0;
 }
 
-int xfer_frame_recv_into(struct xfer_io *io, struct xfer_hdr *h, uint8_t *small, uint32_t cap,
+int xfer_frame_recv_into(struct net_conn *c, struct xfer_hdr *h, uint8_t *small, uint32_t cap,
 			 uint8_t **meta)
 {
 	*meta = NULL;
-	int rc = recv_hdr(io, h);
+	int rc = recv_hdr(c, h);
 	if (rc)
 		return rc;
 	*meta = h->meta_len < cap ? small : malloc(h->meta_len + 1);
 	if (!*meta)
 		return -ENOMEM;
-	rc = h->meta_len ? xfer_read_all(io, *meta, h->meta_len) : 0;
+	rc = h->meta_len ? net_conn_read_all(c, *meta, h->meta_len) : 0;
 	if (rc) {
 		if (*meta != small)
 			free(*meta);
@@ -165,9 +94,9 @@ int xfer_frame_recv_into(struct xfer_io *io, struct xfer_hdr *h, uint8_t *small,
 	return rc;
 }
 
-int xfer_frame_recv_alloc(struct xfer_io *io, struct xfer_hdr *h, uint8_t **meta)
+int xfer_frame_recv_alloc(struct net_conn *c, struct xfer_hdr *h, uint8_t **meta)
 {
-	return xfer_frame_recv_into(io, h, NULL, 0, meta);
+	return xfer_frame_recv_into(c, h, NULL, 0, meta);
 }
 
 int xfer_paths_parse(const char *remote, const char *local, struct xfer_path *out, int max, char *err,
@@ -309,13 +238,13 @@ static void mac_compute(const struct xfer_token *t, int server, const uint8_t no
 	OPENSSL_cleanse(msg, sizeof(msg));
 }
 
-int xfer_handshake_client(struct xfer_io *io, const struct xfer_token *t, uint8_t role,
+int xfer_handshake_client(struct net_conn *c, const struct xfer_token *t, uint8_t role,
 			  const uint8_t session[XFER_SESSION_LEN], char *err, size_t errlen)
 {
 	struct xfer_hdr h;
 	uint8_t meta[512];
 	err[0] = 0;
-	int rc = xfer_frame_recv(io, &h, meta, sizeof(meta) - 1);
+	int rc = xfer_frame_recv(c, &h, meta, sizeof(meta) - 1);
 	if (rc)
 		return rc;
 	if (h.type == XFER_ERR) { /* refused before the challenge (TLS required...) */
@@ -332,9 +261,9 @@ int xfer_handshake_client(struct xfer_io *io, const struct xfer_token *t, uint8_
 	mac_compute(t, 0, nonce, role, session, hello.mac);
 	uint8_t out[XFER_HELLO_LEN];
 	xfer_hello_encode(out, &hello);
-	if ((rc = xfer_frame_send(io, XFER_HELLO, out, sizeof(out))))
+	if ((rc = xfer_frame_send(c, XFER_HELLO, out, sizeof(out))))
 		return rc;
-	if ((rc = xfer_frame_recv(io, &h, meta, sizeof(meta) - 1)))
+	if ((rc = xfer_frame_recv(c, &h, meta, sizeof(meta) - 1)))
 		return rc;
 	if (h.type == XFER_ERR) {
 		meta[h.meta_len] = 0;
@@ -357,176 +286,84 @@ int xfer_handshake_client(struct xfer_io *io, const struct xfer_token *t, uint8_
 	return 0;
 }
 
-int xfer_handshake_server(struct xfer_io *io, const struct xfer_token *t, struct xfer_hello *out)
+int xfer_handshake_server(struct net_conn *c, const struct xfer_token *t, struct xfer_hello *out)
 {
 	uint8_t nonce[XFER_NONCE_LEN];
 	if (RAND_bytes(nonce, sizeof(nonce)) != 1)
 		return -EIO;
-	int rc = xfer_frame_send(io, XFER_CHALLENGE, nonce, sizeof(nonce));
+	int rc = xfer_frame_send(c, XFER_CHALLENGE, nonce, sizeof(nonce));
 	if (rc)
 		return rc;
 	struct xfer_hdr h;
 	uint8_t meta[XFER_HELLO_LEN];
-	if ((rc = xfer_frame_recv(io, &h, meta, sizeof(meta))))
+	if ((rc = xfer_frame_recv(c, &h, meta, sizeof(meta))))
 		return rc;
 	if (h.type != XFER_HELLO || xfer_hello_decode(meta, h.meta_len, out))
 		return -EPROTO;
 	if (out->version != XFER_VERSION) {
 		static const char msg[] = "unsupported protocol version";
-		xfer_frame_send(io, XFER_ERR, msg, sizeof(msg) - 1);
+		xfer_frame_send(c, XFER_ERR, msg, sizeof(msg) - 1);
 		return -EPROTO;
 	}
 	if (!t || !t->len)
-		return xfer_frame_send(io, XFER_OK, NULL, 0);
+		return xfer_frame_send(c, XFER_OK, NULL, 0);
 	uint8_t want[XFER_MAC_LEN];
 	mac_compute(t, 0, nonce, out->role, out->session, want);
 	if (CRYPTO_memcmp(want, out->mac, XFER_MAC_LEN)) {
 		static const char msg[] = "authentication failed: wrong or missing token";
-		xfer_frame_send(io, XFER_ERR, msg, sizeof(msg) - 1);
+		xfer_frame_send(c, XFER_ERR, msg, sizeof(msg) - 1);
 		return -EACCES;
 	}
 	mac_compute(t, 1, nonce, out->role, out->session, want);
-	return xfer_frame_send(io, XFER_OK, want, XFER_MAC_LEN);
+	return xfer_frame_send(c, XFER_OK, want, XFER_MAC_LEN);
 }
 
-void xfer_io_close(struct xfer_io *io)
-{
-	if (io->ssl) {
-		SSL_free(io->ssl);
-		io->ssl = NULL;
-	}
-	if (io->fd >= 0)
-		close(io->fd);
-	io->fd = -1;
-}
-
-static void tls_reason(char *err, size_t errlen, const char *what)
-{
-	unsigned long e = ERR_get_error();
-	char buf[200] = "";
-	if (e)
-		ERR_error_string_n(e, buf, sizeof(buf));
-	snprintf(err, errlen, "%s%s%s", what, buf[0] ? ": " : "", buf);
-	ERR_clear_error();
-}
-
-static int tls_ctx(const struct xfer_tls_opts *t, int server, struct ssl_ctx_st **out, char *err, size_t errlen)
-{
-	SSL_CTX *ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
-	if (!ctx) {
-		tls_reason(err, errlen, "cannot create a TLS context");
-		return -ENOMEM;
-	}
-	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
-	if (t->cert || server) {
-		if (!t->cert || !t->key) {
-			snprintf(err, errlen, "TLS needs both a certificate and its key");
-			goto fail;
-		}
-		if (SSL_CTX_use_certificate_chain_file(ctx, t->cert) != 1) {
-			tls_reason(err, errlen, "cannot load the TLS certificate");
-			goto fail;
-		}
-		if (SSL_CTX_use_PrivateKey_file(ctx, t->key, SSL_FILETYPE_PEM) != 1 ||
-		    SSL_CTX_check_private_key(ctx) != 1) {
-			tls_reason(err, errlen, "cannot load the TLS key (or it does not match the certificate)");
-			goto fail;
-		}
-	}
-	if (t->ca) {
-		if (SSL_CTX_load_verify_locations(ctx, t->ca, NULL) != 1) {
-			tls_reason(err, errlen, "cannot load the TLS CA file");
-			goto fail;
-		}
-	} else if (!server && SSL_CTX_set_default_verify_paths(ctx) != 1) {
-		tls_reason(err, errlen, "cannot load the system's CA certificates");
-		goto fail;
-	}
-	if (server && t->ca)
-		SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
-	else if (!server && !t->insecure)
-		SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
-	*out = ctx;
-	return 0;
-fail:
-	SSL_CTX_free(ctx);
-	return -EINVAL;
-}
-
-int xfer_tls_client_ctx(const struct xfer_tls_opts *t, struct ssl_ctx_st **out, char *err, size_t errlen)
-{
-	return tls_ctx(t, 0, out, err, errlen);
-}
-
-int xfer_tls_server_ctx(const struct xfer_tls_opts *t, struct ssl_ctx_st **out, char *err, size_t errlen)
-{
-	return tls_ctx(t, 1, out, err, errlen);
-}
-
-int xfer_io_start_client(struct xfer_io *io, struct ssl_ctx_st *ctx, const char *hostport, char *err,
-			 size_t errlen)
+int xfer_conn_start_client(struct net_conn *c, struct ssl_ctx_st *ctx, const char *hostport, char *err,
+			   size_t errlen)
 {
 	if (!ctx) {
 		uint8_t magic[4];
 		wire_put32(magic, XFER_MAGIC);
-		return xfer_write_all(io, magic, sizeof(magic));
+		return net_conn_write_all(c, magic, sizeof(magic));
 	}
-	char host[256];
-	snprintf(host, sizeof(host), "%s", hostport[0] == '[' ? hostport + 1 : hostport);
-	char *end = hostport[0] == '[' ? strchr(host, ']') : strrchr(host, ':');
-	if (end)
-		*end = 0;
-	io->ssl = SSL_new(ctx);
-	if (!io->ssl || SSL_set_fd(io->ssl, io->fd) != 1) {
-		tls_reason(err, errlen, "cannot start TLS");
-		return -ENOMEM;
-	}
-	/* the certificate must name what we dialed: an address or a host name */
-	if (X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(io->ssl), host) != 1) {
-		SSL_set1_host(io->ssl, host);
-		SSL_set_tlsext_host_name(io->ssl, host);
-	}
-	ERR_clear_error();
-	if (SSL_connect(io->ssl) != 1) {
-		long v = SSL_get_verify_result(io->ssl);
-		if (v != X509_V_OK)
-			snprintf(err, errlen, "TLS: the server's certificate is not trusted: %s",
-				 X509_verify_cert_error_string(v));
-		else
-			tls_reason(err, errlen, "TLS handshake failed (does the server have --tls-cert?)");
-		return -EACCES;
-	}
-	return 0;
+	char why[200];
+	int rc = net_tls_connect(c, ctx, hostport, why, sizeof(why));
+	if (rc == -EACCES)
+		snprintf(err, errlen, "TLS: %s", why);
+	else if (rc == -ENOMEM)
+		snprintf(err, errlen, "%s", why);
+	else if (rc)
+		snprintf(err, errlen, "TLS handshake failed (does the server have --tls-cert?)%s%s",
+			 why[0] && rc == -EPROTO ? ": " : "", rc == -EPROTO ? why : "");
+	return rc == -ENOMEM ? rc : rc ? -EACCES : 0;
 }
 
-int xfer_io_start_server(struct xfer_io *io, struct ssl_ctx_st *ctx, int tls_required, const char **why)
+int xfer_conn_start_server(struct net_conn *c, struct ssl_ctx_st *ctx, int tls_required, const char **why)
 {
-	uint8_t first;
-	ssize_t n = recv(io->fd, &first, 1, MSG_PEEK);
-	if (n != 1) {
+	int tls = net_tls_sniff(c);
+	if (tls < 0) {
 		*why = "no preamble";
-		return n == 0 ? -ECONNRESET : errno == EAGAIN ? -ETIMEDOUT : -errno;
+		return tls == -EAGAIN ? -ETIMEDOUT : tls;
 	}
-	if (first == 0x16) { /* a TLS handshake record */
+	if (tls) {
+		char err[200];
 		if (!ctx) {
 			*why = "client asked for TLS, and this server has no certificate (--tls-cert)";
 			return -EPROTO;
 		}
-		io->ssl = SSL_new(ctx);
-		if (!io->ssl || SSL_set_fd(io->ssl, io->fd) != 1) {
+		int rc = net_tls_accept(c, ctx, err, sizeof(err));
+		if (rc == -ENOMEM) {
 			*why = "cannot start TLS";
-			return -ENOMEM;
+			return rc;
 		}
-		ERR_clear_error();
-		if (SSL_accept(io->ssl) != 1) {
+		if (rc) {
 			*why = "TLS handshake failed (or no valid client certificate)";
-			ERR_clear_error();
 			return -EACCES;
 		}
 		return 0;
 	}
 	uint8_t magic[4];
-	int rc = xfer_read_all(io, magic, sizeof(magic));
+	int rc = net_conn_read_all(c, magic, sizeof(magic));
 	if (rc)
 		return rc;
 	if (wire_get32(magic) != XFER_MAGIC) {
@@ -535,7 +372,7 @@ int xfer_io_start_server(struct xfer_io *io, struct ssl_ctx_st *ctx, int tls_req
 	}
 	if (tls_required) {
 		static const char msg[] = "this server requires TLS with a client certificate (--tls)";
-		xfer_frame_send(io, XFER_ERR, msg, sizeof(msg) - 1);
+		xfer_frame_send(c, XFER_ERR, msg, sizeof(msg) - 1);
 		*why = "plain connection refused: TLS required";
 		return -EACCES;
 	}

@@ -20,6 +20,7 @@
 #define ACCELNET_XFER_CONN_H
 
 #include "net/addr.h"
+#include "net/conn.h"
 #include "xfer/wire.h"
 
 #include <stddef.h>
@@ -34,29 +35,19 @@ struct xfer_token {
 /* Read a token file: 0, or -errno / -EINVAL (empty, over 256 bytes) with *why. */
 int xfer_token_load(const char *path, struct xfer_token *t, const char **why);
 
-/* A connection: its socket, and its TLS session when the transfer asked for TLS. */
-struct xfer_io {
-	int fd;
-	struct ssl_st *ssl; /* NULL: plain TCP */
-};
-
-int xfer_write_all(struct xfer_io *io, const void *buf, size_t len);
-int xfer_read_all(struct xfer_io *io, void *buf, size_t len);
 /* Send a frame without data: header and meta in one write. */
-int xfer_frame_send(struct xfer_io *io, uint8_t type, const void *meta, uint32_t meta_len);
+int xfer_frame_send(struct net_conn *c, uint8_t type, const void *meta, uint32_t meta_len);
 /* Read a header and its meta into <meta> (at most <max> bytes, else -EPROTO). Data, if any,
  * is left on the socket for the caller. */
-int xfer_frame_recv(struct xfer_io *io, struct xfer_hdr *h, uint8_t *meta, uint32_t max);
+int xfer_frame_recv(struct net_conn *c, struct xfer_hdr *h, uint8_t *meta, uint32_t max);
 /* The same, with the meta in a buffer malloc'd to its size (caller frees *meta). */
-int xfer_frame_recv_alloc(struct xfer_io *io, struct xfer_hdr *h, uint8_t **meta);
+int xfer_frame_recv_alloc(struct net_conn *c, struct xfer_hdr *h, uint8_t **meta);
 /* The same, with the meta in <small> when it fits (shorter than <cap>): no allocation per
  * chunk. The caller frees *meta only when it is not <small>. */
-int xfer_frame_recv_into(struct xfer_io *io, struct xfer_hdr *h, uint8_t *small, uint32_t cap,
+int xfer_frame_recv_into(struct net_conn *c, struct xfer_hdr *h, uint8_t *small, uint32_t cap,
 			 uint8_t **meta);
 /* Read and drop <len> bytes (the data of a frame that is refused). */
-int xfer_discard(struct xfer_io *io, uint64_t len);
-/* Close the connection (and free its TLS session); io->fd becomes -1. */
-void xfer_io_close(struct xfer_io *io);
+int xfer_discard(struct net_conn *c, uint64_t len);
 
 /*
  * Connect to <remote> from <local> (NULL: the kernel picks by its routing table) with
@@ -87,30 +78,25 @@ void xfer_set_timeout(int fd, int timeout_ms);
 
 /*
  * TLS, per transfer. A client that wants it starts TLS right after connecting; one that does
- * not sends the 4-byte magic instead, so a server tells them apart from the first byte (0x16
- * opens a TLS handshake) and one listener serves both. The token handshake below then runs
- * inside TLS. A client verifies the server's certificate (against <ca>, else the system's
- * CAs, and the address or name it dialed) unless <insecure>; a server with <ca> requires a
- * client certificate signed by it (mutual TLS) and refuses plain connections.
+ * not sends the 4-byte magic instead, so a server tells them apart from the first byte
+ * (net_tls_sniff) and one listener serves both. The token handshake below then runs inside
+ * TLS. Contexts come from net/tls.h: a client verifies the server's certificate unless told
+ * --tls-insecure; a server with a CA requires a client certificate (mutual TLS) and refuses
+ * plain connections.
  */
-struct xfer_tls_opts {
-	const char *ca, *cert, *key;
-	int insecure;
-};
 struct ssl_ctx_st;
-int xfer_tls_client_ctx(const struct xfer_tls_opts *t, struct ssl_ctx_st **out, char *err, size_t errlen);
-int xfer_tls_server_ctx(const struct xfer_tls_opts *t, struct ssl_ctx_st **out, char *err, size_t errlen);
-/* After connecting: TLS with <ctx> (verifying <hostport>'s host), or the plain magic. */
-int xfer_io_start_client(struct xfer_io *io, struct ssl_ctx_st *ctx, const char *hostport, char *err,
-			 size_t errlen);
+/* After connecting: TLS with <ctx> (verifying <hostport>'s host), or the plain magic when
+ * <ctx> is NULL. -EACCES when TLS fails, with why in <err>. */
+int xfer_conn_start_client(struct net_conn *c, struct ssl_ctx_st *ctx, const char *hostport, char *err,
+			   size_t errlen);
 /* After accepting: the client's choice, TLS needing <ctx>. -EACCES: refused (why in *why). */
-int xfer_io_start_server(struct xfer_io *io, struct ssl_ctx_st *ctx, int tls_required, const char **why);
+int xfer_conn_start_server(struct net_conn *c, struct ssl_ctx_st *ctx, int tls_required, const char **why);
 
 /* Client side of the handshake; on ERR the server's text goes to <err>; -EACCES also when
  * the client holds a token and the server's OK does not prove it holds it too. */
-int xfer_handshake_client(struct xfer_io *io, const struct xfer_token *t, uint8_t role,
+int xfer_handshake_client(struct net_conn *c, const struct xfer_token *t, uint8_t role,
 			  const uint8_t session[XFER_SESSION_LEN], char *err, size_t errlen);
 /* Server side: 0 with the client's HELLO, -EACCES (bad token; ERR sent), or -errno. */
-int xfer_handshake_server(struct xfer_io *io, const struct xfer_token *t, struct xfer_hello *out);
+int xfer_handshake_server(struct net_conn *c, const struct xfer_token *t, struct xfer_hello *out);
 
 #endif

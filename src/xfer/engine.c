@@ -18,20 +18,19 @@
 #include "xfer/conn.h"
 #include "xfer/sched.h"
 #include "xfer/store.h"
-#include "xfer/zc.h"
+#include "net/tls.h"
+#include "net/zc.h"
 
 #include <errno.h>
 #include <netinet/in.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
-#include <openssl/ssl.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -54,11 +53,11 @@ struct link {
 struct stream {
 	struct xfer_engine *e;
 	unsigned link;
-	struct xfer_io io;
+	struct net_conn io;
 	pthread_t th;
 	int started;
 	_Atomic int state;
-	struct xfer_zc zc;
+	struct net_zc zc;
 };
 
 struct xfer_engine {
@@ -135,32 +134,23 @@ static int send_chunk(struct stream *s, uint32_t id)
 	xfer_hdr_encode(head, XFER_CHUNK, XFER_CHUNK_LEN, len);
 	xfer_chunk_encode(head + XFER_HDR_LEN, &cm);
 	const struct xfer_source *src = &e->src[f];
-	if (s->io.ssl) {
-		int rc = xfer_write_all(&s->io, head, sizeof(head));
-		if (rc)
-			return rc;
-	} else if (send(s->io.fd, head, sizeof(head), MSG_MORE | MSG_NOSIGNAL) != (ssize_t)sizeof(head)) {
-		return errno == EAGAIN ? -ETIMEDOUT : -errno;
-	}
-	if (src->fd >= 0 && !s->io.ssl) {
-		off_t o = (off_t)off;
-		uint32_t left = len;
-		while (left) {
-			ssize_t n = sendfile(s->io.fd, src->fd, &o, left);
-			if (n <= 0) {
-				if (n < 0 && errno == EINTR)
-					continue;
-				return n == 0 ? -EIO : errno == EAGAIN ? -ETIMEDOUT : -errno;
-			}
-			left -= (uint32_t)n;
-		}
-		atomic_fetch_add(&e->zc_bytes, len);
+	int rc;
+	if (s->io.ssl) { /* TLS encrypts in user space: plain writes */
+		rc = net_conn_write_all(&s->io, head, sizeof(head));
+		if (!rc)
+			rc = net_conn_write_all(&s->io, src->buf + off, len);
 	} else {
-		int rc = s->io.ssl ? xfer_write_all(&s->io, src->buf + off, len)
-				 : xfer_zc_send(&s->zc, s->io.fd, src->buf + off, len);
-		if (rc)
-			return rc;
+		/* the head leaves with the first bytes; a file by sendfile, memory zero-copy */
+		rc = net_zc_send_head(&s->io, head, sizeof(head));
+		if (!rc && src->fd >= 0) {
+			if (!(rc = net_zc_sendfile(&s->io, src->fd, (off_t)off, len)))
+				atomic_fetch_add(&e->zc_bytes, len);
+		} else if (!rc) {
+			rc = net_zc_send(&s->zc, &s->io, src->buf + off, len);
+		}
 	}
+	if (rc)
+		return rc;
 	atomic_fetch_add(&e->bytes_sent, len);
 	return 0;
 }
@@ -222,7 +212,7 @@ static int stream_dial(struct stream *s)
 			return -ENOTCONN;
 		s->link = link < e->nlinks ? link : 0;
 		xfer_set_timeout(s->io.fd, (int)e->stall_ms);
-		xfer_zc_init(&s->zc, s->io.fd);
+		net_zc_init(&s->zc, &s->io);
 		return 0;
 	}
 	struct link *l = &e->links[s->link];
@@ -234,8 +224,8 @@ static int stream_dial(struct stream *s)
 		return fd;
 	char err[256];
 	xfer_set_timeout(fd, (int)e->stall_ms);
-	s->io = (struct xfer_io){.fd = fd};
-	int rc = xfer_io_start_client(&s->io, e->tls, l->rname, err, sizeof(err));
+	s->io = (struct net_conn){.fd = fd};
+	int rc = xfer_conn_start_client(&s->io, e->tls, l->rname, err, sizeof(err));
 	if (!rc)
 		rc = xfer_handshake_client(&s->io, &e->token, XFER_ROLE_DATA, e->session, err, sizeof(err));
 	if (rc) {
@@ -243,20 +233,20 @@ static int stream_dial(struct stream *s)
 			set_error(e, "receiver refused: %s", err);
 			xfer_sched_abort(&e->sched, -EACCES);
 		}
-		xfer_io_close(&s->io);
+		net_conn_close(&s->io);
 		return rc;
 	}
-	xfer_zc_init(&s->zc, fd);
+	net_zc_init(&s->zc, &s->io);
 	return 0;
 }
 
 /* Close a stream's connection: an adopted one goes back to its lender, which closes it. */
-static void stream_close(struct xfer_engine *e, struct xfer_io *io)
+static void stream_close(struct xfer_engine *e, struct net_conn *io)
 {
 	if (io->fd >= 0 && e->adopt && e->adopt->put)
 		e->adopt->put(e->adopt->arg, io);
 	else
-		xfer_io_close(io);
+		net_conn_close(io);
 }
 
 /* One stream's life: see the essay above. */
@@ -289,7 +279,7 @@ static int stream_loop(struct stream *s)
 		if ((rc = read_ack(s, win[0])))
 			break;
 		memmove(win, win + 1, --nwin * sizeof(win[0]));
-		xfer_zc_reap(&s->zc, s->io.fd, 0);
+		net_zc_reap(&s->zc, &s->io, 0);
 	}
 	for (unsigned i = 0; i < nwin; i++)
 		xfer_sched_lost(&e->sched, win[i]);
@@ -333,7 +323,7 @@ static void *stream_main(void *arg)
 		atomic_fetch_add(&l->up, 1);
 		int rc = stream_loop(s);
 		/* the caller's buffers are pinned until the kernel reports every send */
-		xfer_zc_reap(&s->zc, s->io.fd, rc ? 100 : 2000);
+		net_zc_reap(&s->zc, &s->io, rc ? 100 : 2000);
 		atomic_fetch_add(&e->zc_bytes, s->zc.bytes);
 		atomic_fetch_add(&e->zc_copied, s->zc.copied);
 		s->zc.bytes = s->zc.copied = 0;
@@ -375,7 +365,7 @@ static int parse_links(struct xfer_engine *e, const struct xfer_send_opts *o, co
 	return 0;
 }
 
-static int exchange_manifest(struct xfer_engine *e, struct xfer_io *io)
+static int exchange_manifest(struct xfer_engine *e, struct net_conn *io)
 {
 	uint8_t *enc = NULL, *meta = NULL;
 	size_t len;
@@ -465,10 +455,10 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 		}
 	}
 	if (o->tls && !ad) {
-		struct xfer_tls_opts t = {.ca = o->tls_ca, .cert = o->tls_cert, .key = o->tls_key,
+		struct net_tls_opts t = {.ca = o->tls_ca, .cert = o->tls_cert, .key = o->tls_key,
 					  .insecure = o->tls_insecure};
 		char err[256];
-		if ((rc = xfer_tls_client_ctx(&t, &e->tls, err, sizeof(err)))) {
+		if ((rc = net_tls_ctx_client(&t, &e->tls, err, sizeof(err)))) {
 			set_error(e, "%s", err);
 			goto fail;
 		}
@@ -616,7 +606,7 @@ static unsigned streams_up(struct xfer_engine *e)
 }
 
 /* FINISH on a parked stream (or a fresh connection), then wait for DONE. */
-static int finish_on(struct xfer_engine *e, struct xfer_io *io)
+static int finish_on(struct xfer_engine *e, struct net_conn *io)
 {
 	size_t len = (size_t)e->m.nfiles * 16;
 	uint8_t *meta = malloc(len ? len : 1);
@@ -736,7 +726,7 @@ void xfer_engine_free(struct xfer_engine *e)
 	free(e->need);
 	OPENSSL_cleanse(&e->token, sizeof(e->token));
 	if (e->tls)
-		SSL_CTX_free(e->tls);
+		net_tls_ctx_free(e->tls);
 	if (e->cancel_fd >= 0)
 		close(e->cancel_fd);
 	pthread_mutex_destroy(&e->err_mu);

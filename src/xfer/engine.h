@@ -30,10 +30,10 @@ struct xfer_source {
  * The engine gives every connection it took back through put(), which closes it (and sets
  * io->fd to -1), so the lender counts it until it is closed.
  */
-struct xfer_io;
+struct net_conn;
 struct xfer_adopt {
-	int (*take)(void *arg, unsigned *link, struct xfer_io *io);
-	void (*put)(void *arg, struct xfer_io *io);
+	int (*take)(void *arg, unsigned *link, struct net_conn *io);
+	void (*put)(void *arg, struct net_conn *io);
 	void *arg;
 	unsigned nlinks;
 	const char *names[XFER_LINKS_MAX];

@@ -33,6 +33,7 @@
 #include "core/log.h"
 #include "net/addr.h"
 #include "net/sock.h"
+#include "net/tls.h"
 #include "xfer/conn.h"
 #include "xfer/engine.h"
 #include "xfer/store.h"
@@ -95,7 +96,7 @@ struct pull {
 	struct pull *next;
 	uint8_t id[XFER_SESSION_LEN];
 	struct server *srv;
-	struct xfer_io ios[PULL_MAX_STREAMS];
+	struct net_conn ios[PULL_MAX_STREAMS];
 	unsigned links[PULL_MAX_STREAMS];
 	uint64_t live_ids[PULL_MAX_STREAMS]; /* each still counted until pull_put() closes it */
 	unsigned head, tail; /* fds[head..tail) wait */
@@ -163,7 +164,7 @@ struct server {
 
 struct conn {
 	struct server *srv;
-	struct xfer_io io;
+	struct net_conn io;
 	unsigned link; /* the listener (or, pulling, the link) it came by */
 	uint64_t live_id;
 	struct session *sess;
@@ -274,16 +275,19 @@ static void live_release(struct server *s)
 /* Over a cap: say why (without blocking) and close. */
 static void refuse_conn(int fd, const char *why)
 {
+	struct net_conn c;
 	uint8_t out[XFER_HDR_LEN + 128], sink[256];
 	size_t len = strlen(why) < 128 ? strlen(why) : 128;
 	xfer_hdr_encode(out, XFER_ERR, (uint32_t)len, 0);
 	memcpy(out + XFER_HDR_LEN, why, len);
-	ssize_t n = send(fd, out, XFER_HDR_LEN + len, MSG_DONTWAIT | MSG_NOSIGNAL);
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+	net_conn_init(&c, fd);
+	ssize_t n = net_conn_write(&c, out, XFER_HDR_LEN + len);
 	(void)n; /* best effort: the close says the rest */
-	shutdown(fd, SHUT_WR);
-	while (recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0)
+	net_conn_shutdown(&c);
+	while (net_conn_read(&c, sink, sizeof(sink)) > 0)
 		;
-	close(fd);
+	net_conn_close(&c);
 }
 
 /*
@@ -311,14 +315,14 @@ static int relay_allowed(const struct server *s, const char *hop, struct xfer_pa
 	return n;
 }
 
-static int send_err(struct xfer_io *io, const char *msg)
+static int send_err(struct net_conn *io, const char *msg)
 {
 	return xfer_frame_send(io, XFER_ERR, msg, (uint32_t)strlen(msg));
 }
 
 /* The receiving side refuses something: tell the peer, and, pulling, remember it as the
  * reason the pull failed. */
-static void refuse(struct server *s, struct xfer_io *io, const char *msg)
+static void refuse(struct server *s, struct net_conn *io, const char *msg)
 {
 	if (s->puller) {
 		pthread_mutex_lock(&s->mu);
@@ -686,7 +690,7 @@ static int on_chunk(struct conn *c, const struct xfer_hello *hello, const uint8_
 				atomic_fetch_add(&s->m_bytes, want);
 				cm.hash = have;
 			}
-		} else if ((rc = xfer_read_all(&c->io, dst, want)) == -EFAULT) {
+		} else if ((rc = net_conn_read_all(&c->io, dst, want)) == -EFAULT) {
 			a.status = XFER_ACK_IO; /* the page could not be had: disk full */
 			rc = -ENOSPC;
 			why = "no space left";
@@ -881,7 +885,7 @@ static void *conn_main(void *arg)
 	/* each read waits at most the handshake's time, and the accept loop cuts the connection
 	 * at its deadline however it trickles (live_expire) */
 	xfer_set_timeout(c->io.fd, s->handshake_ms);
-	int rc = xfer_io_start_server(&c->io, s->tls, s->tls_required, &why);
+	int rc = xfer_conn_start_server(&c->io, s->tls, s->tls_required, &why);
 	if (rc == 0)
 		rc = xfer_handshake_server(&c->io, &s->token, &hello);
 	live_settle(s, c->live_id);
@@ -894,12 +898,12 @@ static void *conn_main(void *arg)
 		conn_loop(c, &hello);
 	if (c->sess)
 		session_put(s, c->sess);
-	struct xfer_io io = c->io;
+	struct net_conn io = c->io;
 	uint64_t id = c->live_id;
 	free(c);
 	if (!handed) { /* a connection handed to a pull is closed, and given back, by the pull */
 		live_unlist(s, id);
-		xfer_io_close(&io);
+		net_conn_close(&io);
 		live_release(s);
 	}
 	OPENSSL_thread_stop(); /* this thread's random and TLS state, before the process may end */
@@ -911,7 +915,7 @@ static void *conn_main(void *arg)
 }
 
 /* The engine's way to a client connection: the next one queued, waiting a little for more. */
-static int pull_take(void *arg, unsigned *link, struct xfer_io *io)
+static int pull_take(void *arg, unsigned *link, struct net_conn *io)
 {
 	struct pull *p = arg;
 	struct server *s = p->srv;
@@ -935,7 +939,7 @@ static int pull_take(void *arg, unsigned *link, struct xfer_io *io)
 
 /* The engine is done with a connection pull_take() gave it: close it, and only then give its
  * count back. */
-static void pull_put(void *arg, struct xfer_io *io)
+static void pull_put(void *arg, struct net_conn *io)
 {
 	struct pull *p = arg;
 	struct server *s = p->srv;
@@ -948,7 +952,7 @@ static void pull_put(void *arg, struct xfer_io *io)
 			found = 1;
 		}
 	pthread_mutex_unlock(&s->mu);
-	xfer_io_close(io);
+	net_conn_close(io);
 	if (found)
 		live_release(s);
 }
@@ -1068,7 +1072,7 @@ static int pull_serve(struct conn *c, const struct xfer_hello *hello)
 		}
 	pthread_mutex_unlock(&s->mu);
 	for (unsigned i = p->tail - nleft; i < p->tail; i++) {
-		xfer_io_close(&p->ios[i]);
+		net_conn_close(&p->ios[i]);
 		live_release(s);
 	}
 	pthread_cond_destroy(&p->cv);
@@ -1078,10 +1082,11 @@ static int pull_serve(struct conn *c, const struct xfer_hello *hello)
 
 static void metrics_reply(struct server *s, int fd)
 {
-	struct xfer_io io = {.fd = fd};
+	struct net_conn io;
 	char req[1024];
+	net_conn_init(&io, fd);
 	xfer_set_timeout(fd, 2000);
-	ssize_t n = recv(fd, req, sizeof(req) - 1, 0);
+	ssize_t n = net_conn_read(&io, req, sizeof(req) - 1);
 	if (n <= 0)
 		return;
 	req[n] = 0;
@@ -1089,7 +1094,7 @@ static void metrics_reply(struct server *s, int fd)
 	int len;
 	if (strncmp(req, "GET /metrics ", 13)) {
 		len = snprintf(body, sizeof(body), "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-		xfer_write_all(&io, body, (size_t)len);
+		net_conn_write_all(&io, body, (size_t)len);
 		return;
 	}
 	pthread_mutex_lock(&s->mu);
@@ -1136,8 +1141,8 @@ static void metrics_reply(struct server *s, int fd)
 		       "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n"
 		       "Connection: close\r\n\r\n",
 		       blen);
-	if (xfer_write_all(&io, head, (size_t)len) == 0)
-		xfer_write_all(&io, body, (size_t)blen);
+	if (net_conn_write_all(&io, head, (size_t)len) == 0)
+		net_conn_write_all(&io, body, (size_t)blen);
 }
 
 static int listen_on(const char *text, int *fd, char *err, size_t errlen)
@@ -1238,7 +1243,7 @@ static void conn_start(struct server *s, int fd, const struct sockaddr_storage *
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	if (c) {
 		c->srv = s;
-		c->io = (struct xfer_io){.fd = fd};
+		c->io = (struct net_conn){.fd = fd};
 		c->link = link;
 		c->live_id = id;
 	}
@@ -1289,8 +1294,8 @@ int xfer_serve(const struct xfer_serve_opts *o)
 		}
 	}
 	if (o->tls_cert || o->tls_key || o->tls_ca) {
-		struct xfer_tls_opts t = {.ca = o->tls_ca, .cert = o->tls_cert, .key = o->tls_key};
-		if ((rc = xfer_tls_server_ctx(&t, &s.tls, err, sizeof(err))))
+		struct net_tls_opts t = {.ca = o->tls_ca, .cert = o->tls_cert, .key = o->tls_key};
+		if ((rc = net_tls_ctx_server(&t, &s.tls, err, sizeof(err))))
 			goto out;
 		s.tls_required = o->tls_ca != NULL;
 	}
@@ -1413,7 +1418,7 @@ out:
 		close(s.wake_fd);
 	free(s.live);
 	if (s.tls)
-		SSL_CTX_free(s.tls);
+		net_tls_ctx_free(s.tls);
 	OPENSSL_cleanse(&s.token, sizeof(s.token));
 	return rc;
 }
@@ -1432,7 +1437,7 @@ static void *get_main(void *arg)
 	conn_loop(c, &g->hello);
 	if (c->sess)
 		session_put(s, c->sess);
-	xfer_io_close(&c->io);
+	net_conn_close(&c->io);
 	free(c);
 	OPENSSL_thread_stop();
 	return NULL;
@@ -1504,9 +1509,9 @@ int xfer_get(const struct xfer_send_opts *o, const char *const *names, unsigned 
 		goto out;
 	}
 	if (o->tls) {
-		struct xfer_tls_opts t = {.ca = o->tls_ca, .cert = o->tls_cert, .key = o->tls_key,
+		struct net_tls_opts t = {.ca = o->tls_ca, .cert = o->tls_cert, .key = o->tls_key,
 					  .insecure = o->tls_insecure};
-		if ((rc = xfer_tls_client_ctx(&t, &tls, rep->error, sizeof(rep->error))))
+		if ((rc = net_tls_ctx_client(&t, &tls, rep->error, sizeof(rep->error))))
 			goto out;
 	}
 	/* the first connection that answers goes first: the server makes it the sending side */
@@ -1522,8 +1527,8 @@ int xfer_get(const struct xfer_send_opts *o, const char *const *names, unsigned 
 						 strerror(-fd));
 				continue;
 			}
-			struct xfer_io io = {.fd = fd};
-			int hrc = xfer_io_start_client(&io, tls, paths[i].rname, err, sizeof(err));
+			struct net_conn io = {.fd = fd};
+			int hrc = xfer_conn_start_client(&io, tls, paths[i].rname, err, sizeof(err));
 			if (hrc == 0)
 				hrc = xfer_handshake_client(&io, &token, XFER_ROLE_PULL, hello.session, err, sizeof(err));
 			if (hrc == 0)
@@ -1531,7 +1536,7 @@ int xfer_get(const struct xfer_send_opts *o, const char *const *names, unsigned 
 			if (hrc) {
 				if (hrc == -EACCES)
 					snprintf(rep->error, sizeof(rep->error), "server refused: %.200s", err);
-				xfer_io_close(&io);
+				net_conn_close(&io);
 				if (hrc == -EACCES)
 					goto wait;
 				continue;
@@ -1540,13 +1545,13 @@ int xfer_get(const struct xfer_send_opts *o, const char *const *names, unsigned 
 			set_keepalive(fd);
 			struct conn *c = calloc(1, sizeof(*c));
 			if (!c) {
-				xfer_io_close(&io);
+				net_conn_close(&io);
 				continue;
 			}
 			*c = (struct conn){.srv = &s, .io = io, .link = (unsigned)i};
 			gc[ngc] = (struct get_conn){.c = c, .hello = hello};
 			if (pthread_create(&gc[ngc].th, NULL, get_main, &gc[ngc])) {
-				xfer_io_close(&io);
+				net_conn_close(&io);
 				free(c);
 				continue;
 			}
@@ -1585,7 +1590,7 @@ out:
 	free(gc);
 	free(enc);
 	if (tls)
-		SSL_CTX_free(tls);
+		net_tls_ctx_free(tls);
 	if (s.dirfd >= 0)
 		close(s.dirfd);
 	OPENSSL_cleanse(&token, sizeof(token));
