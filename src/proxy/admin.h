@@ -1,7 +1,8 @@
 /*
  * admin.h - the admin endpoint (admin.address): GET /status (JSON: pools, backends, their
  * health and load) and GET /metrics (Prometheus text format). Served on the main thread;
- * it reads the shared runtime's atomics and never blocks a worker. With admin.token_file,
+ * it reads the runtime's metrics registry (summed per-worker counters and
+ * live atomics) and never blocks a worker. With admin.token_file,
  * every request needs "Authorization: Bearer TOKEN" (else 401).
  */
 #ifndef ACCELNET_PROXY_ADMIN_H

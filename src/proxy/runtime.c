@@ -1,11 +1,18 @@
 /*
  * runtime.c - building the shared runtime from a config, choosing backends, and keeping
  * what each backend's answers say about it (latency, failures, ejection).
+ *
+ * It also declares, once, every metric the admin endpoint shows (proxy_metric_defs below):
+ * the registry built from that table holds the counters per thread, and the table's read
+ * callbacks give the live state (up, in flight, latency, queue length) at scrape time. Both
+ * /metrics and /status are written from it.
  */
 #include "proxy/runtime.h"
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/rand.h"
+#include "policy/qdisc.h"
 
 #include <errno.h>
 #include <math.h>
@@ -19,8 +26,297 @@
 #define SAMPLE_CLIP 3		    /* a sample counts as at most this many usual latencies */
 #define BASE_WEIGHT 16		    /* usual latency: each sample moves it 1/16 of the way */
 
+#define SPARE_SHARDS 4 /* beyond two per worker: main thread, health checks, helpers */
+
+static const char *const class_names[PM_CLASSES] = {"aborted", "1xx", "2xx", "3xx", "4xx", "5xx"};
+
+enum { SPACE_BACKEND, SPACE_POOL, SPACE_COUNT };
+
+static const struct backend *be_at(const void *ctx, size_t i)
+{
+	return ((const struct runtime *)ctx)->backend_by_id[i];
+}
+
+static const struct pool_rt *pool_at(const void *ctx, size_t i)
+{
+	return &((const struct runtime *)ctx)->pools[i];
+}
+
+#define RELAXED(x) ((double)atomic_load_explicit(&(x), memory_order_relaxed))
+
+static const char *read_be_address(const void *ctx, size_t i)
+{
+	return be_at(ctx, i)->name;
+}
+
+static double read_be_weight(const void *ctx, size_t i)
+{
+	return be_at(ctx, i)->conf->weight;
+}
+
+static double read_be_up(const void *ctx, size_t i)
+{
+	return RELAXED(be_at(ctx, i)->up);
+}
+
+static double read_be_eligible(const void *ctx, size_t i)
+{
+	return backend_eligible(be_at(ctx, i), clock_now_ms());
+}
+
+static double read_be_ejected(const void *ctx, size_t i)
+{
+	const struct backend *b = be_at(ctx, i);
+	return atomic_load(&b->up) && !backend_usable(b, clock_now_ms());
+}
+
+static double read_be_inflight(const void *ctx, size_t i)
+{
+	return RELAXED(be_at(ctx, i)->inflight);
+}
+
+static double read_be_max_concurrency(const void *ctx, size_t i)
+{
+	return be_at(ctx, i)->conf->max_concurrency;
+}
+
+static double read_be_latency(const void *ctx, size_t i)
+{
+	return backend_latency_us(be_at(ctx, i), clock_now_ms()) / 1e6;
+}
+
+static double read_be_reported_load(const void *ctx, size_t i)
+{
+	return RELAXED(be_at(ctx, i)->reported_load);
+}
+
+/* Older counters, still bumped in place by their call sites: added to the registry's. */
+static double read_be_retries(const void *ctx, size_t i)
+{
+	return RELAXED(be_at(ctx, i)->retries);
+}
+
+static double read_be_hedged(const void *ctx, size_t i)
+{
+	return RELAXED(be_at(ctx, i)->hedged);
+}
+
+static double read_be_hedge_wins(const void *ctx, size_t i)
+{
+	return RELAXED(be_at(ctx, i)->hedge_wins);
+}
+
+static double read_be_responses(const void *ctx, size_t i)
+{
+	return RELAXED(be_at(ctx, i / PM_CLASSES)->responses[i % PM_CLASSES]);
+}
+
+static void read_be_gap(const void *ctx, size_t i, struct hist_snap *add)
+{
+	hist_read(&be_at(ctx, i)->gap, add);
+}
+
+static const char *read_pool_name(const void *ctx, size_t i)
+{
+	return pool_at(ctx, i)->conf->name;
+}
+
+static const char *read_pool_balance(const void *ctx, size_t i)
+{
+	return pool_at(ctx, i)->conf->balance->name;
+}
+
+static const char *read_pool_discipline(const void *ctx, size_t i)
+{
+	return pool_at(ctx, i)->conf->queue_discipline->name;
+}
+
+static double read_pool_queue_length(const void *ctx, size_t i)
+{
+	return pool_queue_len((struct pool_queue *)&pool_at(ctx, i)->queue);
+}
+
+static double read_pool_unavailable(const void *ctx, size_t i)
+{
+	return RELAXED(pool_at(ctx, i)->unavailable);
+}
+
+static double read_pool_spilled_in(const void *ctx, size_t i)
+{
+	return RELAXED(pool_at(ctx, i)->spilled_in);
+}
+
+static double read_pool_enqueued(const void *ctx, size_t i)
+{
+	return RELAXED(pool_at(ctx, i)->queue.enqueued);
+}
+
+static double read_pool_granted(const void *ctx, size_t i)
+{
+	return RELAXED(pool_at(ctx, i)->queue.granted);
+}
+
+static double read_pool_timeouts(const void *ctx, size_t i)
+{
+	return RELAXED(pool_at(ctx, i)->queue.timeouts);
+}
+
+static double read_pool_overflows(const void *ctx, size_t i)
+{
+	return RELAXED(pool_at(ctx, i)->queue.overflows);
+}
+
+static void read_pool_queue_wait(const void *ctx, size_t i, struct hist_snap *add)
+{
+	hist_read(&pool_at(ctx, i)->queue_wait, add);
+}
+
+#define BE .space = SPACE_BACKEND
+#define POOL .space = SPACE_POOL
+#define JSON_ONLY(key, as) .type = METRIC_GAUGE, .json = key, .json_as = as
+
+/* Every metric of the proxy, once: /metrics and /status both walk this table. */
+static const struct metric_def proxy_metric_defs[PM_COUNT] = {
+    [PM_BACKEND_ADDRESS] = {BE, JSON_ONLY("address", MJ_STRING), .read_str = read_be_address},
+    [PM_BACKEND_WEIGHT] = {BE, JSON_ONLY("weight", MJ_UINT), .read = read_be_weight},
+    [PM_BACKEND_UP] = {"accelnet_backend_up", METRIC_GAUGE,
+		       "1 if active health checks find the backend up", BE, .json = "up",
+		       .json_as = MJ_BOOL, .read = read_be_up},
+    [PM_BACKEND_ELIGIBLE] = {BE, JSON_ONLY("eligible", MJ_BOOL), .read = read_be_eligible},
+    [PM_BACKEND_EJECTED] = {BE, JSON_ONLY("ejected", MJ_BOOL), .read = read_be_ejected},
+    [PM_BACKEND_INFLIGHT] = {"accelnet_backend_inflight", METRIC_GAUGE,
+			     "requests in flight to the backend", NULL, BE, .json = "inflight",
+			     .json_as = MJ_UINT, .read = read_be_inflight},
+    [PM_BACKEND_MAX_CONCURRENCY] = {BE, JSON_ONLY("max_concurrency", MJ_UINT),
+				    .read = read_be_max_concurrency},
+    [PM_BACKEND_LATENCY] = {"accelnet_backend_latency_seconds", METRIC_GAUGE,
+			    "peak-EWMA time to first byte, as balancing sees it", "seconds", BE,
+			    .json = "latency_ms", .json_as = MJ_FIXED3, .json_scale = 1000,
+			    .read = read_be_latency},
+    [PM_BACKEND_REQUESTS] = {"accelnet_backend_requests_total", METRIC_COUNTER,
+			     "requests sent to the backend", NULL, BE, .json = "requests",
+			     .json_as = MJ_UINT},
+    [PM_BACKEND_CONNECT_FAILURES] = {"accelnet_backend_connect_failures_total", METRIC_COUNTER,
+				     "failed connects", NULL, BE, .json = "connect_failures",
+				     .json_as = MJ_UINT},
+    [PM_BACKEND_RETRIES] = {"accelnet_backend_retries_total", METRIC_COUNTER,
+			    "requests retried elsewhere", NULL, BE, .json = "retries",
+			    .json_as = MJ_UINT, .read = read_be_retries},
+    [PM_BACKEND_EJECTIONS] = {"accelnet_backend_ejections_total", METRIC_COUNTER,
+			      "times outlier detection took the backend out", NULL, BE,
+			      .json = "ejections", .json_as = MJ_UINT},
+    [PM_BACKEND_REPORTED_LOAD] = {BE, JSON_ONLY("reported_load", MJ_UINT),
+				  .read = read_be_reported_load},
+    [PM_BACKEND_HEDGED] = {"accelnet_backend_hedged_total", METRIC_COUNTER,
+			   "requests on this backend that were also sent to another (hedging)",
+			   "hedged", BE, .json = "hedged", .json_as = MJ_UINT,
+			   .read = read_be_hedged},
+    [PM_BACKEND_HEDGE_WINS] = {"accelnet_backend_hedge_wins_total", METRIC_COUNTER,
+			       "hedged copies on this backend that answered first", NULL, BE,
+			       .json = "hedge_wins", .json_as = MJ_UINT,
+			       .read = read_be_hedge_wins},
+    [PM_BACKEND_TTFB] = {"accelnet_backend_ttfb_seconds", METRIC_HISTOGRAM,
+			 "request sent to response head (time to first token)", "seconds", BE,
+			 .json = "ttfb_ms", .json_as = MJ_SUMMARY},
+    [PM_BACKEND_GAP] = {"accelnet_backend_gap_seconds", METRIC_HISTOGRAM,
+			"time between reads of a streamed response body", "seconds", BE,
+			.json = "gap_ms", .json_as = MJ_SUMMARY, .read_hist = read_be_gap},
+    [PM_BACKEND_RESPONSES] = {"accelnet_backend_responses_total", METRIC_COUNTER,
+			      "responses by status class", NULL, BE, .sub_label = "class",
+			      .sub_values = class_names, .nsub = PM_CLASSES, .json = "responses",
+			      .json_as = MJ_UINT, .read = read_be_responses},
+    [PM_POOL_NAME] = {POOL, JSON_ONLY("name", MJ_STRING), .read_str = read_pool_name},
+    [PM_POOL_BALANCE] = {POOL, JSON_ONLY("balance", MJ_STRING), .read_str = read_pool_balance},
+    [PM_POOL_UNAVAILABLE] = {"accelnet_pool_unavailable_total", METRIC_COUNTER,
+			     "requests turned away with no backend to serve them", NULL, POOL,
+			     .json = "unavailable", .json_as = MJ_UINT,
+			     .read = read_pool_unavailable},
+    [PM_POOL_RETRIES_DENIED] = {"accelnet_pool_retries_denied_total", METRIC_COUNTER,
+				"retries the retry budget turned down", NULL, POOL,
+				.json = "retries_denied", .json_as = MJ_UINT},
+    [PM_POOL_SPILLED_IN] = {"accelnet_pool_spilled_in_total", METRIC_COUNTER,
+			    "requests moved here by a route's spillover", NULL, POOL,
+			    .json = "spilled_in", .json_as = MJ_UINT, .read = read_pool_spilled_in},
+    [PM_POOL_QUEUE_DISCIPLINE] = {POOL, JSON_ONLY("queue.discipline", MJ_STRING),
+				  .read_str = read_pool_discipline},
+    [PM_POOL_QUEUE_LENGTH] = {"accelnet_pool_queue_length", METRIC_GAUGE,
+			      "requests waiting for a backend slot", NULL, POOL,
+			      .json = "queue.length", .json_as = MJ_UINT,
+			      .read = read_pool_queue_length},
+    [PM_POOL_QUEUE_ENQUEUED] = {"accelnet_pool_queue_enqueued_total", METRIC_COUNTER,
+				"queue enqueued", NULL, POOL, .json = "queue.enqueued",
+				.json_as = MJ_UINT, .read = read_pool_enqueued},
+    [PM_POOL_QUEUE_GRANTED] = {"accelnet_pool_queue_granted_total", METRIC_COUNTER, "queue granted",
+			       NULL, POOL, .json = "queue.granted", .json_as = MJ_UINT,
+			       .read = read_pool_granted},
+    [PM_POOL_QUEUE_TIMEOUTS] = {"accelnet_pool_queue_timeouts_total", METRIC_COUNTER,
+				"queue timeouts", NULL, POOL, .json = "queue.timeouts",
+				.json_as = MJ_UINT, .read = read_pool_timeouts},
+    [PM_POOL_QUEUE_OVERFLOWS] = {"accelnet_pool_queue_overflows_total", METRIC_COUNTER,
+				 "queue overflows", NULL, POOL, .json = "queue.overflows",
+				 .json_as = MJ_UINT, .read = read_pool_overflows},
+    [PM_POOL_QUEUE_WAIT] = {"accelnet_pool_queue_wait_seconds", METRIC_HISTOGRAM,
+			    "time from queueing to a granted backend slot", "seconds", POOL,
+			    .json = "queue.wait_ms", .json_as = MJ_SUMMARY,
+			    .read_hist = read_pool_queue_wait},
+};
+
+/* The label spaces of <rt>'s series, and its registry over proxy_metric_defs. */
+static int runtime_create_metrics(struct runtime *rt)
+{
+	struct metric_space *spaces = rt->metric_spaces;
+	const struct conf *conf = rt->conf;
+	rt->backend_by_id = calloc(rt->nbackends + 1, sizeof(*rt->backend_by_id));
+	rt->pool_labels = calloc(rt->npools + 1, sizeof(*rt->pool_labels));
+	rt->backend_labels = calloc(2 * rt->nbackends + 1, sizeof(*rt->backend_labels));
+	rt->backend_pool = calloc(rt->nbackends + 1, sizeof(*rt->backend_pool));
+	if (!rt->backend_by_id || !rt->pool_labels || !rt->backend_labels || !rt->backend_pool)
+		return -ENOMEM;
+	for (size_t i = 0; i < rt->npools; i++) {
+		struct pool_rt *p = &rt->pools[i];
+		rt->pool_labels[i] = p->conf->name;
+		for (size_t j = 0; j < p->nbackends; j++) {
+			struct backend *b = &p->backends[j];
+			rt->backend_by_id[b->id] = b;
+			rt->backend_labels[2 * b->id] = p->conf->name;
+			rt->backend_labels[2 * b->id + 1] = b->name;
+			rt->backend_pool[b->id] = i;
+		}
+	}
+	spaces[SPACE_BACKEND] = (struct metric_space){.json = "backends",
+						      .labels = {"pool", "backend"},
+						      .nlabels = 2,
+						      .n = rt->nbackends,
+						      .values = rt->backend_labels,
+						      .parent = SPACE_POOL,
+						      .parent_of = rt->backend_pool};
+	spaces[SPACE_POOL] = (struct metric_space){.json = "pools",
+						   .labels = {"pool"},
+						   .nlabels = 1,
+						   .n = rt->npools,
+						   .values = rt->pool_labels,
+						   .parent = -1};
+	struct metrics_config mc = {.defs = proxy_metric_defs,
+				    .ndefs = PM_COUNT,
+				    .spaces = spaces,
+				    .nspaces = SPACE_COUNT,
+				    .nshards = conf->workers,
+				    .nspare = 2 * (size_t)conf->workers + SPARE_SHARDS,
+				    .ctx = rt};
+	int rc = metrics_create(&mc, &rt->metrics);
+	if (rc < 0)
+		return rc;
+	for (size_t i = 0; i < rt->npools; i++) {
+		rt->pools[i].metrics = rt->metrics;
+		for (size_t j = 0; j < rt->pools[i].nbackends; j++)
+			rt->pools[i].backends[j].metrics = rt->metrics;
+	}
+	return 0;
+}
+
 int runtime_create(const struct conf *conf, struct runtime **out)
 {
+	int rc = -ENOMEM;
 	struct runtime *rt = calloc(1, sizeof(*rt));
 	if (!rt)
 		return -ENOMEM;
@@ -33,6 +329,7 @@ int runtime_create(const struct conf *conf, struct runtime **out)
 		struct pool_rt *p = &rt->pools[i];
 		const struct conf_pool *pc = &conf->pools[i];
 		p->conf = pc;
+		p->index = i;
 		p->nbackends = pc->nbackends;
 		if (pool_queue_init(&p->queue, pc) < 0) {
 			p->conf = NULL; /* nothing to destroy */
@@ -51,11 +348,13 @@ int runtime_create(const struct conf *conf, struct runtime **out)
 			atomic_init(&b->up, 1);
 		}
 	}
+	if ((rc = runtime_create_metrics(rt)) < 0)
+		goto fail;
 	*out = rt;
 	return 0;
 fail:
 	runtime_destroy(rt);
-	return -ENOMEM;
+	return rc;
 }
 
 void runtime_destroy(struct runtime *rt)
@@ -68,6 +367,11 @@ void runtime_destroy(struct runtime *rt)
 			pool_queue_destroy(&rt->pools[i].queue);
 	}
 	free(rt->pools);
+	metrics_destroy(rt->metrics);
+	free(rt->backend_by_id);
+	free(rt->pool_labels);
+	free(rt->backend_labels);
+	free(rt->backend_pool);
 	free(rt);
 }
 
@@ -86,7 +390,7 @@ int backend_eligible(const struct backend *b, uint64_t now_ms)
 
 void backend_mark_failed(struct backend *b, uint64_t now_ms)
 {
-	atomic_fetch_add_explicit(&b->connect_failures, 1, memory_order_relaxed);
+	metrics_add(metrics_shard_self(b->metrics), PM_BACKEND_CONNECT_FAILURES, b->id, 1);
 	atomic_store_explicit(&b->down_until_ms, now_ms + b->pool->fail_timeout_ms,
 			      memory_order_relaxed);
 }
@@ -144,7 +448,7 @@ static void backend_eject(struct pool_rt *p, struct backend *b, uint64_t now_ms,
 	atomic_store_explicit(&b->ejections_in_row, times + 1, memory_order_relaxed);
 	atomic_store_explicit(&b->down_until_ms, now_ms + ms, memory_order_relaxed);
 	atomic_store_explicit(&b->fails_in_row, 0, memory_order_relaxed);
-	atomic_fetch_add_explicit(&b->ejections, 1, memory_order_relaxed);
+	metrics_add(metrics_shard_self(b->metrics), PM_BACKEND_EJECTIONS, b->id, 1);
 	log_warn("backend %s of pool %s: ejected for %llu ms: %s", b->name, p->conf->name,
 		 (unsigned long long)ms, why);
 }
@@ -200,7 +504,7 @@ void backend_observe(struct pool_rt *p, struct backend *b, uint64_t now_ms, uint
 	atomic_store_explicit(&b->base_us, base ? base : 1, memory_order_relaxed);
 	atomic_store_explicit(&b->ewma_us, v ? v : 1, memory_order_relaxed);
 	atomic_store_explicit(&b->ewma_ms, now_ms, memory_order_relaxed);
-	hist_add(&b->ttfb, ttfb_us);
+	metrics_observe(metrics_shard_self(b->metrics), PM_BACKEND_TTFB, b->id, ttfb_us);
 
 	if (status >= 500 && status < 600) {
 		unsigned run = atomic_fetch_add_explicit(&b->fails_in_row, 1, memory_order_relaxed);
@@ -272,7 +576,7 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 			d.rnd = rand_next(&d.rnd);
 			continue;
 		}
-		atomic_fetch_add_explicit(&b->requests, 1, memory_order_relaxed);
+		metrics_add(metrics_shard_self(b->metrics), PM_BACKEND_REQUESTS, b->id, 1);
 		return b;
 	}
 	return NULL;
@@ -284,7 +588,7 @@ int pool_retry_allowed(struct pool_rt *p)
 	    RETRY_TOKEN)
 		return 1;
 	atomic_fetch_add_explicit(&p->retry_tokens, RETRY_TOKEN, memory_order_relaxed);
-	atomic_fetch_add_explicit(&p->retries_denied, 1, memory_order_relaxed);
+	metrics_add(metrics_shard_self(p->metrics), PM_POOL_RETRIES_DENIED, p->index, 1);
 	return 0;
 }
 

@@ -13,6 +13,13 @@
  * sees a growing share of picks), and outlier ejection: a run of 5xx answers, or a latency
  * far above its peers', takes it out for a while, never more than a bounded share of the
  * pool at once.
+ *
+ * What the admin endpoint shows is declared once, in runtime.c's table of enum proxy_metric
+ * (obs/metrics.h): counters live in the registry's per-thread shards (bump them with
+ * metrics_add(metrics_shard_self(rt->metrics), PM_..., series, n)), gauges are read from the
+ * atomics below at scrape time. A backend's series is its id; a pool's, its index; a
+ * response's, backend id * PM_CLASSES + status class. The few atomic counters left here are
+ * still bumped by older call sites; the registry adds them in until those sites move over.
  */
 #ifndef ACCELNET_PROXY_RUNTIME_H
 #define ACCELNET_PROXY_RUNTIME_H
@@ -20,10 +27,50 @@
 #include "conf/conf-t.h"
 #include "http/parse.h"
 #include "obs/hist.h"
+#include "obs/metrics.h"
 #include "proxy/queue.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
+
+/* The proxy's metrics, in the order /metrics and /status show them. */
+enum proxy_metric {
+	/* per backend */
+	PM_BACKEND_ADDRESS,
+	PM_BACKEND_WEIGHT,
+	PM_BACKEND_UP,
+	PM_BACKEND_ELIGIBLE,
+	PM_BACKEND_EJECTED,
+	PM_BACKEND_INFLIGHT,
+	PM_BACKEND_MAX_CONCURRENCY,
+	PM_BACKEND_LATENCY,
+	PM_BACKEND_REQUESTS,
+	PM_BACKEND_CONNECT_FAILURES,
+	PM_BACKEND_RETRIES,
+	PM_BACKEND_EJECTIONS,
+	PM_BACKEND_REPORTED_LOAD,
+	PM_BACKEND_HEDGED,
+	PM_BACKEND_HEDGE_WINS,
+	PM_BACKEND_TTFB,
+	PM_BACKEND_GAP,
+	PM_BACKEND_RESPONSES, /* series: backend id * PM_CLASSES + class */
+	/* per pool */
+	PM_POOL_NAME,
+	PM_POOL_BALANCE,
+	PM_POOL_UNAVAILABLE,
+	PM_POOL_RETRIES_DENIED,
+	PM_POOL_SPILLED_IN,
+	PM_POOL_QUEUE_DISCIPLINE,
+	PM_POOL_QUEUE_LENGTH,
+	PM_POOL_QUEUE_ENQUEUED,
+	PM_POOL_QUEUE_GRANTED,
+	PM_POOL_QUEUE_TIMEOUTS,
+	PM_POOL_QUEUE_OVERFLOWS,
+	PM_POOL_QUEUE_WAIT,
+	PM_COUNT
+};
+
+#define PM_CLASSES 6 /* response classes: [0] aborted, [1] 1xx ... [5] 5xx */
 
 struct backend {
 	const struct conf_backend *conf;
@@ -34,18 +81,19 @@ struct backend {
 	atomic_uint_fast64_t down_until_ms; /* passive: out of rotation until then */
 	atomic_uint_fast64_t back_ms;	    /* when it last came back up: slow start */
 	atomic_uint inflight;
-	atomic_uint_fast32_t ewma_us; /* peak-EWMA time to first byte */
-	atomic_uint_fast32_t base_us; /* its usual latency: a slow plain EWMA */
-	atomic_uint_fast64_t ewma_ms; /* ... as of this time */
-	atomic_uint fails_in_row;     /* consecutive 5xx answers */
-	atomic_uint reported_load;	     /* its own queue depth, as it last said */
+	atomic_uint_fast32_t ewma_us;	  /* peak-EWMA time to first byte */
+	atomic_uint_fast32_t base_us;	  /* its usual latency: a slow plain EWMA */
+	atomic_uint_fast64_t ewma_ms;	  /* ... as of this time */
+	atomic_uint fails_in_row;	  /* consecutive 5xx answers */
+	atomic_uint reported_load;	  /* its own queue depth, as it last said */
 	atomic_uint_fast64_t reported_ms; /* ... when it said so */
-	atomic_uint ejections_in_row; /* ejected again soon after the last: longer */
-	atomic_uint_fast64_t requests, connect_failures, retries, ejections;
+	atomic_uint ejections_in_row;	  /* ejected again soon after the last: longer */
+	struct metrics *metrics;	  /* the runtime's registry */
+	/* older counters, until their call sites bump the registry (PM_BACKEND_*) */
+	atomic_uint_fast64_t retries;
 	atomic_uint_fast64_t hedged, hedge_wins; /* copies sent for its requests; copies that won */
-	atomic_uint_fast64_t responses[6]; /* by status class: [2] is 2xx; [0] aborted */
-	struct hist ttfb;		   /* request sent -> response head */
-	struct hist gap;		   /* between response body reads, streams only */
+	atomic_uint_fast64_t responses[PM_CLASSES]; /* by status class: [2] is 2xx; [0] aborted */
+	struct hist gap;			    /* between response body reads, streams only */
 	/* health-check bookkeeping: the main thread only */
 	unsigned hc_ok, hc_fail;
 };
@@ -54,12 +102,14 @@ struct pool_rt {
 	const struct conf_pool *conf;
 	struct backend *backends;
 	size_t nbackends;
+	size_t index;			  /* its series in the registry */
+	struct metrics *metrics;	  /* the runtime's registry */
 	atomic_uint_fast64_t ticket;	  /* one per pick, shared by all workers */
-	atomic_uint_fast64_t unavailable; /* requests turned away: no backend, or queue full */
 	atomic_int_fast64_t retry_tokens; /* retry budget, in thousandths of a retry */
-	atomic_uint_fast64_t retries_denied;
-	atomic_uint_fast64_t spilled_in; /* requests moved here from a full primary pool */
-	struct pool_queue queue;	 /* requests waiting for a slot */
+	struct pool_queue queue;	  /* requests waiting for a slot */
+	/* older counters, until their call sites bump the registry (PM_POOL_*) */
+	atomic_uint_fast64_t unavailable; /* requests turned away: no backend, or queue full */
+	atomic_uint_fast64_t spilled_in;  /* requests moved here from a full primary pool */
 	struct hist queue_wait;
 };
 
@@ -68,6 +118,12 @@ struct runtime {
 	struct pool_rt *pools;
 	size_t npools;
 	size_t nbackends;
+	struct backend **backend_by_id;
+	struct metrics *metrics; /* every counter the admin endpoint shows (runtime.c's table) */
+	/* label values and parents of the registry's series: pool, and pool + backend */
+	const char **pool_labels, **backend_labels;
+	size_t *backend_pool;
+	struct metric_space metric_spaces[2];
 };
 
 int runtime_create(const struct conf *conf, struct runtime **out);
