@@ -1,9 +1,9 @@
 /*
  * admin.h - the admin endpoint (admin.address): GET /status (JSON: pools, backends, their
- * health and load) and GET /metrics (Prometheus text format). Served on the main thread;
- * it reads the runtime's metrics registry (summed per-worker counters and
- * live atomics) and never blocks a worker. With admin.token_file,
- * every request needs "Authorization: Bearer TOKEN" (else 401).
+ * health and load) and GET /metrics (Prometheus text format), both written from the
+ * runtime's metrics registry. Served on the main thread: it sums the per-worker counters
+ * and reads the live atomics, and never blocks a worker. With admin.token_file, every
+ * request needs "Authorization: Bearer TOKEN" (else 401).
  */
 #ifndef ACCELNET_PROXY_ADMIN_H
 #define ACCELNET_PROXY_ADMIN_H
@@ -17,8 +17,8 @@
 struct admin;
 
 /* Serve conf->admin (address, token, timeouts). 0, or -errno with <err> filled. */
-int admin_start(struct loop *loop, const struct conf *conf, struct runtime *rt,
-		struct admin **out, char *err, size_t errlen);
+int admin_start(struct loop *loop, const struct conf *conf, struct runtime *rt, struct admin **out,
+		char *err, size_t errlen);
 /* Close every admin connection and wipe the token. */
 void admin_stop(struct admin *a);
 
