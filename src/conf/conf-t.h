@@ -66,24 +66,23 @@ struct conf_pool {
 	struct conf_health health;
 	unsigned fail_timeout_ms; /* passive: how long a backend that refused stays out */
 	const struct qdisc_ops *queue_discipline;
-	unsigned queue_max;	  /* requests waiting for a slot, at most */
+	unsigned queue_max; /* requests waiting for a slot, at most */
 	unsigned queue_timeout_ms;
 	unsigned ewma_decay_ms;	   /* peak-EWMA: time for an old latency to fade to 1/e */
 	unsigned slow_start_ms;	   /* ramp after a backend comes back; 0: none */
 	unsigned retry_budget_pct; /* retries stay under this share of requests */
 	struct conf_outlier outlier;
 	struct conf_hash hash;
-	char *load_header;    /* a backend's own queue depth, read from its responses */
-	unsigned load_ttl_ms; /* ... and believed this long */
+	char *load_header;	 /* a backend's own queue depth, read from its responses */
+	unsigned load_ttl_ms;	 /* ... and believed this long */
 	unsigned hedge_after_ms; /* send an idempotent request again after this; 0: never */
-	int can_queue;		/* some backend has max_concurrency: requests may wait */
-	const void *hash_given; /* while loading: the hash: node, for messages */
+	int can_queue;		 /* some backend has max_concurrency: requests may wait */
 };
 
 struct conf_route {
-	char *path_prefix; /* "/" when not given */
-	char *host;	   /* exact, case-insensitive, port ignored; NULL: any */
-	char *method;	   /* exact; NULL: any */
+	char *path_prefix;		  /* "/" when not given */
+	char *host;			  /* exact, case-insensitive, port ignored; NULL: any */
+	char *method;			  /* exact; NULL: any */
 	char *header_name, *header_value; /* value NULL: presence is enough */
 	size_t pool;			  /* index into conf.pools */
 	unsigned priority;		  /* QD_LOW .. QD_HIGH */

@@ -1,5 +1,6 @@
 /*
- * lb.c - the registry of balancing policies, looked up by their config names.
+ * lb.c - the registry of balancing policies, looked up by their config names and walked
+ * (lb_at) by the config layer for the keys each one declares.
  */
 #include "policy/lb.h"
 
@@ -19,6 +20,11 @@ const struct lb_ops *lb_find(const char *name)
 		if (strcmp(policies[i]->name, name) == 0)
 			return policies[i];
 	return NULL;
+}
+
+const struct lb_ops *lb_at(size_t i)
+{
+	return i < NPOLICIES ? policies[i] : NULL;
 }
 
 const char *lb_names(void)

@@ -11,11 +11,17 @@
  * A policy that needs precomputed state (the smooth weighted round-robin schedule, a hash
  * ring) builds it once per configuration in prepare().
  *
- * Adding a policy: one new lb_NAME.c defining a const struct lb_ops, and one line in the
- * table in lb.c.
+ * A policy that reads config keys of its own (a bounded-load factor, wait_for_faster)
+ * declares them in its ops table as plain data (policy/opt.h), with lb_state as where their
+ * values go; conf/ reads and checks them from that declaration.
+ *
+ * Adding a policy: one new lb_NAME.c defining a const struct lb_ops (and its options), and
+ * one line in the table in lb.c.
  */
 #ifndef ACCELNET_POLICY_LB_H
 #define ACCELNET_POLICY_LB_H
+
+#include "policy/opt.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -54,6 +60,7 @@ struct lb_state {
 	uint32_t nschedule;
 	struct lb_point *ring; /* consistent hash: sorted by hash */
 	uint32_t nring;
+	/* options, read from the config by the policy's declaration (lb_ops.opts) */
 	unsigned load_factor_pct; /* bounded load: at most this % of the mean in flight */
 	unsigned wait_for_faster; /* peak-ewma: may answer LB_WAIT */
 };
@@ -68,12 +75,17 @@ struct lb_ops {
 	 * candidate is busy). */
 	int (*pick)(const struct lb_state *st, const struct lb_candidate *c, size_t n,
 		    const struct lb_draw *d);
+	/* Its own config keys, values in struct lb_state; ended by a NULL name. May be NULL. */
+	const struct policy_opt *opts;
 	unsigned latency : 1; /* reads latency_us: the caller must fill it */
-	unsigned keyed : 1;   /* reads key: the caller should hash the request */
+	unsigned keyed : 1;   /* reads key: the caller should hash the request (pool's hash:) */
+	unsigned prompt : 1;  /* keyed by the prompt's start, not by hash.key */
 };
 
 /* The policy called <name>, or NULL. */
 const struct lb_ops *lb_find(const char *name);
+/* The <i>th registered policy, or NULL past the last: for walking their declarations. */
+const struct lb_ops *lb_at(size_t i);
 /* "round-robin, weighted-round-robin, ..." for error messages. */
 const char *lb_names(void);
 void lb_state_free(struct lb_state *st);

@@ -117,10 +117,26 @@ static int hash_pick(const struct lb_state *st, const struct lb_candidate *c, si
 	return fallback;
 }
 
+/* hash.balance_factor: the bound, in percent of the mean load (see above). */
+static const struct policy_opt hash_opts[] = {
+    {"hash", "balance_factor", POLICY_OPT_UINT, offsetof(struct lb_state, load_factor_pct), 100,
+     1000, 125},
+    {NULL, NULL, 0, 0, 0, 0, 0},
+};
+
+/* A prefix-affinity miss costs a whole prefill, and max_concurrency already bounds a backend:
+ * it holds on harder. */
+static const struct policy_opt prefix_opts[] = {
+    {"hash", "balance_factor", POLICY_OPT_UINT, offsetof(struct lb_state, load_factor_pct), 100,
+     1000, 300},
+    {NULL, NULL, 0, 0, 0, 0, 0},
+};
+
 const struct lb_ops lb_consistent_hash = {
     .name = "consistent-hash",
     .prepare = hash_prepare,
     .pick = hash_pick,
+    .opts = hash_opts,
     .keyed = 1,
 };
 
@@ -128,5 +144,7 @@ const struct lb_ops lb_prefix_affinity = {
     .name = "prefix-affinity",
     .prepare = hash_prepare,
     .pick = hash_pick,
+    .opts = prefix_opts,
     .keyed = 1,
+    .prompt = 1,
 };

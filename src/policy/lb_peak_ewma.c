@@ -65,8 +65,14 @@ static int ewma_pick(const struct lb_state *st, const struct lb_candidate *c, si
 	return st->wait_for_faster && better_to_wait(c, n, &c[e], d->waiting) ? LB_WAIT : e;
 }
 
+static const struct policy_opt ewma_opts[] = {
+    {NULL, "wait_for_faster", POLICY_OPT_BOOL, offsetof(struct lb_state, wait_for_faster), 0, 1, 0},
+    {NULL, NULL, 0, 0, 0, 0, 0},
+};
+
 const struct lb_ops lb_peak_ewma = {
     .name = "peak-ewma",
     .pick = ewma_pick,
+    .opts = ewma_opts,
     .latency = 1,
 };

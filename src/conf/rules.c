@@ -1,0 +1,274 @@
+/*
+ * rules.c - the generic YAML rule engine: walking libyaml's nodes by tables of key rules.
+ *
+ * A section is read in one pass over its mapping: each key is looked up in the section's
+ * table, refused when unknown (the message lists the keys the table holds), given twice, or
+ * in the contract but not built yet; otherwise its value is read by the rule's kind and
+ * stored at the rule's offset into the object the caller passed. Nested sections recurse
+ * through the same function, so a position is reported the same way at every depth. The
+ * readers check type and bounds only: whatever needs two keys at once, or the whole file,
+ * is the schema's (conf/schema.c).
+ */
+#include "conf/rules.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+int rules_fail(struct rules_ctx *x, const yaml_node_t *n, const char *fmt, ...)
+{
+	va_list ap;
+	int len = snprintf(x->err->msg, sizeof(x->err->msg), "%s:%zu:%zu: ", x->file,
+			   n ? n->start_mark.line + 1 : 1, n ? n->start_mark.column + 1 : 1);
+	if (len < 0 || (size_t)len >= sizeof(x->err->msg))
+		return -EINVAL;
+	va_start(ap, fmt);
+	vsnprintf(x->err->msg + len, sizeof(x->err->msg) - (size_t)len, fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+yaml_node_t *rules_node(struct rules_ctx *x, int id)
+{
+	return yaml_document_get_node(x->doc, id);
+}
+
+const char *rules_scalar(const yaml_node_t *n)
+{
+	return n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
+}
+
+const char *rules_kind_name(const yaml_node_t *n)
+{
+	switch (n->type) {
+	case YAML_MAPPING_NODE:
+		return "a mapping";
+	case YAML_SEQUENCE_NODE:
+		return "a list";
+	case YAML_SCALAR_NODE:
+		return "a scalar";
+	default:
+		return "nothing";
+	}
+}
+
+yaml_node_t *rules_value_of(struct rules_ctx *x, yaml_node_t *map, const char *key)
+{
+	if (!map || map->type != YAML_MAPPING_NODE)
+		return NULL;
+	for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
+	     p++) {
+		const char *name = rules_scalar(rules_node(x, p->key));
+		if (name && strcmp(name, key) == 0)
+			return rules_node(x, p->value);
+	}
+	return NULL;
+}
+
+int rules_read_uint(struct rules_ctx *x, yaml_node_t *n, uint64_t min, uint64_t max, int sizes,
+		    uint64_t *out)
+{
+	static const struct {
+		const char *suffix;
+		unsigned shift;
+	} units[] = {{"K", 10}, {"KiB", 10}, {"M", 20}, {"MiB", 20}, {"G", 30}, {"GiB", 30}};
+	const char *s = rules_scalar(n);
+	if (!s || !*s)
+		return rules_fail(x, n, "expected a number, found %s", rules_kind_name(n));
+	uint64_t v = 0;
+	const char *p = s;
+	while (*p >= '0' && *p <= '9') {
+		if (v > (UINT64_MAX - 9) / 10)
+			return rules_fail(x, n, "'%s' is too large", s);
+		v = v * 10 + (uint64_t)(*p++ - '0');
+	}
+	if (p == s)
+		return rules_fail(x, n, "expected a number, found '%s'", s);
+	if (*p) {
+		unsigned shift = 0;
+		for (size_t i = 0; sizes && i < sizeof(units) / sizeof(units[0]); i++)
+			if (strcmp(p, units[i].suffix) == 0)
+				shift = units[i].shift;
+		if (!shift)
+			return rules_fail(x, n, "expected a number%s, found '%s'",
+					  sizes ? " with an optional KiB, MiB or GiB suffix" : "",
+					  s);
+		if (v > (UINT64_MAX >> shift))
+			return rules_fail(x, n, "'%s' is too large", s);
+		v <<= shift;
+	}
+	if (v < min || v > max)
+		return rules_fail(x, n, "%s is out of range: expected %llu to %llu", s,
+				  (unsigned long long)min, (unsigned long long)max);
+	*out = v;
+	return 0;
+}
+
+int rules_read_string(struct rules_ctx *x, yaml_node_t *n, char **out)
+{
+	const char *s = rules_scalar(n);
+	if (!s)
+		return rules_fail(x, n, "expected a string, found %s", rules_kind_name(n));
+	char *copy = strdup(s);
+	if (!copy)
+		return rules_fail(x, n, "out of memory");
+	free(*out);
+	*out = copy;
+	return 0;
+}
+
+int rules_read_addr(struct rules_ctx *x, yaml_node_t *n, struct conf_listen *l)
+{
+	const char *why;
+	int err = rules_read_string(x, n, &l->address);
+	if (err)
+		return err;
+	if (net_addr_parse(l->address, &l->addr, &why) < 0)
+		return rules_fail(x, n, "bad address '%s': %s", l->address, why);
+	return 0;
+}
+
+int rules_read_cidr(struct rules_ctx *x, yaml_node_t *n, const char *what, struct net_cidr *out)
+{
+	const char *text = rules_scalar(n), *why = NULL;
+	if (!text)
+		return rules_fail(x, n,
+				  "%s: expected an address block such as 10.0.0.0/8, found %s",
+				  what, rules_kind_name(n));
+	if (net_cidr_parse(text, out, &why) < 0)
+		return rules_fail(x, n, "%s: '%s': %s", what, text, why);
+	return 0;
+}
+
+void rules_names(char *out, size_t len, const struct rule *rules)
+{
+	size_t used = 0;
+	out[0] = '\0';
+	for (const struct rule *r = rules; r->name && used < len; r++)
+		used += (size_t)snprintf(out + used, len - used, "%s%s", r == rules ? "" : ", ",
+					 r->name);
+}
+
+/* Read one value <v> of key <k> by its rule into <obj>. */
+static int read_value(struct rules_ctx *x, const char *section, const struct rule *r,
+		      yaml_node_t *k, yaml_node_t *v, void *obj)
+{
+	char *field = (char *)obj + r->off;
+	const char *b;
+	uint64_t u;
+	int err = 0;
+
+	switch (r->kind) {
+	case RULE_UINT:
+		err = rules_read_uint(x, v, r->min, r->max, 0, &u);
+		if (!err)
+			*(unsigned *)(void *)field = (unsigned)u;
+		break;
+	case RULE_SIZE:
+		err = rules_read_uint(x, v, r->min, r->max, 1, &u);
+		if (!err)
+			*(uint64_t *)(void *)field = u;
+		break;
+	case RULE_BOOL:
+		b = rules_scalar(v);
+		if (b && (strcmp(b, "true") == 0 || strcmp(b, "false") == 0))
+			*(unsigned *)(void *)field = b[0] == 't';
+		else
+			err = rules_fail(x, v, "%s: expected true or false", r->name);
+		break;
+	case RULE_STR:
+		err = rules_read_string(x, v, (char **)(void *)field);
+		break;
+	case RULE_ADDR:
+		err = rules_read_addr(x, v, (struct conf_listen *)(void *)field);
+		break;
+	case RULE_SECTION:
+		if (r->fn)
+			err = r->fn(x, r, v, field);
+		else
+			err = rules_read_section(x, v, r->name, r->sub, field);
+		break;
+	case RULE_UNBUILT:
+		err = rules_fail(x, k,
+				 "%s: '%s' is part of the config contract but not built yet; "
+				 "remove it (see docs/config.md, \"Not yet built\")",
+				 section, r->name);
+		break;
+	}
+	return err;
+}
+
+int rules_read_section(struct rules_ctx *x, yaml_node_t *map, const char *section,
+		       const struct rule *rules, void *obj)
+{
+	if (map->type != YAML_MAPPING_NODE)
+		return rules_fail(x, map, "%s: expected a mapping of keys, found %s", section,
+				  rules_kind_name(map));
+	for (yaml_node_pair_t *pair = map->data.mapping.pairs.start;
+	     pair < map->data.mapping.pairs.top; pair++) {
+		yaml_node_t *k = rules_node(x, pair->key), *v = rules_node(x, pair->value);
+		const char *name = rules_scalar(k);
+		if (!name)
+			return rules_fail(x, k, "%s: keys must be plain strings", section);
+		for (yaml_node_pair_t *prev = map->data.mapping.pairs.start; prev < pair; prev++) {
+			const char *pname = rules_scalar(rules_node(x, prev->key));
+			if (pname && strcmp(pname, name) == 0)
+				return rules_fail(x, k, "%s: key '%s' is given twice", section,
+						  name);
+		}
+		const struct rule *r = rules;
+		while (r->name && strcmp(r->name, name) != 0)
+			r++;
+		if (!r->name) {
+			char keys[512];
+			rules_names(keys, sizeof(keys), rules);
+			return rules_fail(x, k, "%s: unknown key '%s'; expected one of: %s",
+					  section, name, keys);
+		}
+		int err = read_value(x, section, r, k, v, obj);
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+int rules_read_list(struct rules_ctx *x, yaml_node_t *seq, const char *what, void **items,
+		    size_t *count, size_t size,
+		    int (*fn)(struct rules_ctx *x, yaml_node_t *item, void *obj, size_t index))
+{
+	if (seq->type != YAML_SEQUENCE_NODE)
+		return rules_fail(x, seq,
+				  "%s: expected a list (items starting with '- '), found %s", what,
+				  rules_kind_name(seq));
+	size_t n = (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
+	if (n == 0)
+		return rules_fail(x, seq, "%s: the list is empty", what);
+	if (*items)
+		return rules_fail(x, seq, "%s: given twice", what);
+	*items = calloc(n, size);
+	if (!*items)
+		return rules_fail(x, seq, "out of memory");
+	*count = n;
+	for (size_t i = 0; i < n; i++) {
+		yaml_node_t *item = rules_node(x, seq->data.sequence.items.start[i]);
+		int err = fn(x, item, (char *)*items + i * size, i);
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+void rules_print(FILE *out, const char *prefix, const struct rule *rules)
+{
+	for (const struct rule *r = rules; r->name; r++) {
+		if (r->kind == RULE_UNBUILT)
+			continue;
+		fprintf(out, "%s%s\n", prefix, r->name);
+		if (r->kind == RULE_SECTION && r->sub) {
+			char sub[128];
+			snprintf(sub, sizeof(sub), "%s%s.", prefix, r->name);
+			rules_print(out, sub, r->sub);
+		}
+	}
+}

@@ -1,0 +1,636 @@
+/*
+ * schema.c - the proxy's config schema: which keys each section takes, their defaults, and
+ * the checks that need more than one key (see docs/config.md).
+ *
+ * Every section is a table of rules for the engine in conf/rules.c: a key, how its value is
+ * read, where it goes in struct conf. A value the engine cannot read alone (a balancer's
+ * name, a hash key, a pool named by a route) has a small reader here; a check that needs
+ * the whole section (an address is required, a path must start with '/') runs after the
+ * section is read; a check that needs the whole file (a route names a pool defined
+ * anywhere) runs last, in check_whole(). The pool's table also holds the keys each
+ * balancer declares for itself (conf/pool_policy.c adds them), so the schema names none
+ * of them. Keys of the config contract whose features are not built yet (tls, auth,
+ * rate_limit, cache) are refused by name, so nobody believes that TLS or auth is on when
+ * it is not.
+ */
+#include "conf/schema.h"
+#include "conf/pool_policy.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MS_MAX 86400000u
+
+/* What a load keeps beside struct conf until the whole file is read. */
+struct load {
+	struct conf *conf;
+	const struct pool_policy_tables *pool; /* the pool's keys, balancers' included */
+	/* route -> pool names, resolved once every pool is known */
+	yaml_node_t **route_pool_nodes, **route_spill_nodes;
+};
+
+static struct load *load_of(struct rules_ctx *x)
+{
+	return x->user;
+}
+
+/* --- listen, admin, timeouts, limits, trusted_proxies --- */
+
+static const struct rule listen_rules[] = {
+    {"address", RULE_ADDR, 0, 0, 0, NULL, NULL},
+    {"tls", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
+    RULES_END,
+};
+
+static int read_listen_item(struct rules_ctx *x, yaml_node_t *item, void *obj, size_t i)
+{
+	struct conf_listen *l = obj;
+	(void)i;
+	if (item->type == YAML_SCALAR_NODE)
+		return rules_read_addr(x, item, l);
+	int err = rules_read_section(x, item, "listen", listen_rules, l);
+	if (!err && !l->address)
+		return rules_fail(x, item, "listen: 'address' is required, e.g. 127.0.0.1:8080");
+	return err;
+}
+
+static int read_listen(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	struct conf *c = load_of(x)->conf;
+	(void)r, (void)field;
+	return rules_read_list(x, v, "listen", (void **)&c->listens, &c->nlistens,
+			       sizeof(struct conf_listen), read_listen_item);
+}
+
+static const struct rule admin_rules[] = {
+    {"address", RULE_ADDR, offsetof(struct conf, admin), 0, 0, NULL, NULL},
+    {"token_file", RULE_STR, offsetof(struct conf, admin_token_file), 0, 0, NULL, NULL},
+    RULES_END,
+};
+
+static int addr_is_loopback(const struct net_addr *a)
+{
+	if (a->ss.ss_family == AF_INET)
+		return ntohl(((const struct sockaddr_in *)&a->ss)->sin_addr.s_addr) >> 24 == 127;
+	const struct in6_addr *in6 = &((const struct sockaddr_in6 *)&a->ss)->sin6_addr;
+	return IN6_IS_ADDR_LOOPBACK(in6) || (IN6_IS_ADDR_V4MAPPED(in6) && in6->s6_addr[12] == 127);
+}
+
+/* admin: its rules are offsets into struct conf, which <field> is. */
+static int read_admin(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	struct conf *c = field;
+	c->has_admin = 1;
+	int err = rules_read_section(x, v, "admin", r->sub, c);
+	if (err)
+		return err;
+	if (!c->admin.address)
+		return rules_fail(x, v, "admin: 'address' is required, e.g. 127.0.0.1:9090");
+	if (c->admin_token_file && access(c->admin_token_file, R_OK) < 0)
+		return rules_fail(x, rules_value_of(x, v, "token_file"),
+				  "admin: token_file '%s': %s", c->admin_token_file,
+				  strerror(errno));
+	if (!c->admin_token_file && !addr_is_loopback(&c->admin.addr))
+		return rules_fail(x, rules_value_of(x, v, "address"),
+				  "admin: %s can be reached from other hosts: set 'token_file' (a "
+				  "file holding the token every admin request must then carry), or "
+				  "use a loopback address such as 127.0.0.1",
+				  c->admin.address);
+	return 0;
+}
+
+#define TIMEOUT(name, min)                                                                         \
+	{                                                                                          \
+#name, RULE_UINT, offsetof(struct conf_timeouts, name), min, MS_MAX, NULL, NULL    \
+	}
+
+static const struct rule timeout_rules[] = {
+    TIMEOUT(connect_ms, 1),	  TIMEOUT(header_ms, 1),
+    TIMEOUT(idle_ms, 1),	  TIMEOUT(first_byte_ms, 1),
+    TIMEOUT(between_bytes_ms, 1), TIMEOUT(shutdown_ms, 0),
+    TIMEOUT(body_ms, 0),	  RULES_END,
+};
+
+static const struct rule limit_rules[] = {
+    {"max_connections", RULE_UINT, offsetof(struct conf_limits, max_connections), 1, 10000000, NULL,
+     NULL},
+    {"max_header_bytes", RULE_UINT, offsetof(struct conf_limits, max_header_bytes), 1024, 1048576,
+     NULL, NULL},
+    {"max_body_bytes", RULE_SIZE, offsetof(struct conf_limits, max_body_bytes), 0, UINT64_MAX, NULL,
+     NULL},
+    {"body_buffer_bytes", RULE_SIZE, offsetof(struct conf_limits, body_buffer_bytes), 0,
+     CONF_BODY_BUFFER_MAX, NULL, NULL},
+    {"min_body_rate", RULE_UINT, offsetof(struct conf_limits, min_body_rate), 0, 1u << 30, NULL,
+     NULL},
+    RULES_END,
+};
+
+static int read_trusted_item(struct rules_ctx *x, yaml_node_t *item, void *obj, size_t i)
+{
+	(void)i;
+	return rules_read_cidr(x, item, "trusted_proxies", obj);
+}
+
+static int read_trusted_proxies(struct rules_ctx *x, const struct rule *r, yaml_node_t *v,
+				void *field)
+{
+	struct conf *c = load_of(x)->conf;
+	(void)r, (void)field;
+	return rules_read_list(x, v, "trusted_proxies", (void **)&c->trusted_proxies,
+			       &c->ntrusted_proxies, sizeof(struct net_cidr), read_trusted_item);
+}
+
+/* --- pools --- */
+
+static const struct rule backend_rules[] = {
+    {"address", RULE_ADDR, offsetof(struct conf_backend, ep), 0, 0, NULL, NULL},
+    {"weight", RULE_UINT, offsetof(struct conf_backend, weight), 1, 1000, NULL, NULL},
+    {"max_concurrency", RULE_UINT, offsetof(struct conf_backend, max_concurrency), 0, 1000000, NULL,
+     NULL},
+    RULES_END,
+};
+
+static int read_backend_item(struct rules_ctx *x, yaml_node_t *item, void *obj, size_t i)
+{
+	struct conf_backend *b = obj;
+	(void)i;
+	b->weight = 1;
+	if (item->type == YAML_SCALAR_NODE)
+		return rules_read_addr(x, item, &b->ep);
+	int err = rules_read_section(x, item, "backends", backend_rules, b);
+	if (!err && !b->ep.address)
+		return rules_fail(x, item, "backends: 'address' is required, e.g. 127.0.0.1:9101");
+	return err;
+}
+
+static int read_backends(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *obj)
+{
+	struct conf_pool *p = obj;
+	(void)r;
+	if (v->type == YAML_SEQUENCE_NODE &&
+	    v->data.sequence.items.top - v->data.sequence.items.start > LB_MAX_BACKENDS)
+		return rules_fail(x, v, "backends: at most %d per pool", LB_MAX_BACKENDS);
+	return rules_read_list(x, v, "backends", (void **)&p->backends, &p->nbackends,
+			       sizeof(struct conf_backend), read_backend_item);
+}
+
+static const struct rule health_rules[] = {
+    {"path", RULE_STR, offsetof(struct conf_health, path), 0, 0, NULL, NULL},
+    {"interval_ms", RULE_UINT, offsetof(struct conf_health, interval_ms), 10, MS_MAX, NULL, NULL},
+    {"timeout_ms", RULE_UINT, offsetof(struct conf_health, timeout_ms), 1, MS_MAX, NULL, NULL},
+    {"fall", RULE_UINT, offsetof(struct conf_health, fall), 1, 1000, NULL, NULL},
+    {"rise", RULE_UINT, offsetof(struct conf_health, rise), 1, 1000, NULL, NULL},
+    RULES_END,
+};
+
+static int read_health(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	struct conf_health *h = field;
+	h->enabled = 1;
+	int err = rules_read_section(x, v, "health", r->sub, h);
+	if (err)
+		return err;
+	if (h->path[0] != '/')
+		return rules_fail(x, v, "health: 'path' must start with '/'");
+	if (strlen(h->path) > CONF_HEALTH_PATH_MAX)
+		return rules_fail(x, v, "health: 'path' is longer than %d characters",
+				  CONF_HEALTH_PATH_MAX);
+	for (const char *c = h->path; *c; c++)
+		if ((unsigned char)*c <= 0x20 || (unsigned char)*c >= 0x7f)
+			return rules_fail(x, v,
+					  "health: 'path' may hold only visible ASCII characters "
+					  "(no spaces or line breaks: percent-encode them)");
+	return 0;
+}
+
+static int read_balance(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	const struct lb_ops **ops = field;
+	const char *name = rules_scalar(v);
+	(void)r;
+	if (!name)
+		return rules_fail(x, v, "balance: expected a name, found %s", rules_kind_name(v));
+	if (!(*ops = lb_find(name)))
+		return rules_fail(x, v, "balance: unknown policy '%s'; expected one of: %s", name,
+				  lb_names());
+	return 0;
+}
+
+static int read_discipline(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	const struct qdisc_ops **ops = field;
+	const char *name = rules_scalar(v);
+	(void)r;
+	if (!name)
+		return rules_fail(x, v, "queue.discipline: expected a name, found %s",
+				  rules_kind_name(v));
+	if (!(*ops = qdisc_find(name)))
+		return rules_fail(x, v,
+				  "queue.discipline: unknown discipline '%s'; expected one of: %s",
+				  name, qdisc_names());
+	return 0;
+}
+
+static const struct rule queue_rules[] = {
+    {"discipline", RULE_SECTION, offsetof(struct conf_pool, queue_discipline), 0, 0, NULL,
+     read_discipline},
+    {"max", RULE_UINT, offsetof(struct conf_pool, queue_max), 0, 10000000, NULL, NULL},
+    {"timeout_ms", RULE_UINT, offsetof(struct conf_pool, queue_timeout_ms), 1, MS_MAX, NULL, NULL},
+    RULES_END,
+};
+
+static const struct rule outlier_rules[] = {
+    {"consecutive_5xx", RULE_UINT, offsetof(struct conf_outlier, consecutive_5xx), 0, 1000, NULL,
+     NULL},
+    {"latency_factor", RULE_UINT, offsetof(struct conf_outlier, latency_factor), 0, 1000, NULL,
+     NULL},
+    {"ejection_ms", RULE_UINT, offsetof(struct conf_outlier, ejection_ms), 1, MS_MAX, NULL, NULL},
+    {"max_ejection_pct", RULE_UINT, offsetof(struct conf_outlier, max_ejection_pct), 0, 100, NULL,
+     NULL},
+    RULES_END,
+};
+
+static int read_hash_key(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	struct conf_hash *h = field;
+	const char *k = rules_scalar(v);
+	(void)r;
+	if (k && strcmp(k, "client_ip") == 0)
+		h->key = HASH_KEY_CLIENT_IP;
+	else if (k && strcmp(k, "path") == 0)
+		h->key = HASH_KEY_PATH;
+	else if (k && strncmp(k, "header:", 7) == 0 && k[7]) {
+		h->key = HASH_KEY_HEADER;
+		free(h->header);
+		if (!(h->header = strdup(k + 7)))
+			return rules_fail(x, v, "out of memory");
+	} else
+		return rules_fail(x, v,
+				  "hash.key: expected client_ip, path or header:NAME (e.g. "
+				  "header:X-Session-Id)");
+	return 0;
+}
+
+/* hash: how the proxy hashes a request for a keyed balancer; the balancers add their own
+ * keys (balance_factor) to this table. Offsets into the pool. */
+static const struct rule hash_rules[] = {
+    {"key", RULE_SECTION, offsetof(struct conf_pool, hash), 0, 0, NULL, read_hash_key},
+    {"prefix_bytes", RULE_UINT, offsetof(struct conf_pool, hash.prefix_bytes), 1, 65536, NULL,
+     NULL},
+    {"body_max_bytes", RULE_UINT, offsetof(struct conf_pool, hash.body_max_bytes), 64, 1048576,
+     NULL, NULL},
+    RULES_END,
+};
+
+#define POOL_UINT(key, field, min, max)                                                            \
+	{                                                                                          \
+		key, RULE_UINT, offsetof(struct conf_pool, field), min, max, NULL, NULL            \
+	}
+
+/* The pool's own keys; conf/pool_policy.c appends each balancer's. */
+static const struct rule pool_rules[] = {
+    {"name", RULE_STR, offsetof(struct conf_pool, name), 0, 0, NULL, NULL},
+    {"balance", RULE_SECTION, offsetof(struct conf_pool, balance), 0, 0, NULL, read_balance},
+    {"backends", RULE_SECTION, 0, 0, 0, backend_rules, read_backends},
+    {"health", RULE_SECTION, offsetof(struct conf_pool, health), 0, 0, health_rules, read_health},
+    POOL_UINT("fail_timeout_ms", fail_timeout_ms, 1, MS_MAX),
+    {"queue", RULE_SECTION, 0, 0, 0, queue_rules, NULL},
+    POOL_UINT("ewma_decay_ms", ewma_decay_ms, 1, MS_MAX),
+    POOL_UINT("hedge_after_ms", hedge_after_ms, 0, MS_MAX),
+    {"load_header", RULE_STR, offsetof(struct conf_pool, load_header), 0, 0, NULL, NULL},
+    POOL_UINT("load_ttl_ms", load_ttl_ms, 1, MS_MAX),
+    POOL_UINT("slow_start_ms", slow_start_ms, 0, MS_MAX),
+    POOL_UINT("retry_budget_pct", retry_budget_pct, 0, 100),
+    {"outlier", RULE_SECTION, offsetof(struct conf_pool, outlier), 0, 0, outlier_rules, NULL},
+    {"hash", RULE_SECTION, 0, 0, 0, hash_rules, NULL},
+    RULES_END,
+};
+
+static void pool_set_defaults(struct conf_pool *p)
+{
+	p->balance = &lb_round_robin;
+	p->health.interval_ms = 1000;
+	p->health.fall = 3;
+	p->health.rise = 2;
+	p->fail_timeout_ms = 10000;
+	p->queue_max = 1000;
+	p->queue_timeout_ms = 5000;
+	p->queue_discipline = &qdisc_fair;
+	p->ewma_decay_ms = 1000;
+	p->load_ttl_ms = 1000;
+	p->retry_budget_pct = 20;
+	p->outlier = (struct conf_outlier){.ejection_ms = 30000, .max_ejection_pct = 50};
+	p->hash = (struct conf_hash){
+	    .key = HASH_KEY_CLIENT_IP, .prefix_bytes = 256, .body_max_bytes = 16384};
+}
+
+/* The checks of one pool <p> (index <i>) once all its keys are read. */
+static int check_pool(struct rules_ctx *x, yaml_node_t *item, struct conf_pool *p, size_t i)
+{
+	struct conf *c = load_of(x)->conf;
+	if (!p->name)
+		return rules_fail(x, item, "pools: 'name' is required");
+	if (!p->backends)
+		return rules_fail(x, item, "pool '%s': 'backends' is required", p->name);
+	for (size_t j = 0; j < i; j++)
+		if (strcmp(c->pools[j].name, p->name) == 0)
+			return rules_fail(x, item, "pool '%s' is defined twice", p->name);
+	for (size_t j = 0; j < p->nbackends; j++)
+		p->can_queue |= p->backends[j].max_concurrency > 0;
+	if (!p->health.timeout_ms)
+		p->health.timeout_ms = p->health.interval_ms < 2000 ? p->health.interval_ms : 2000;
+	int err = pool_policy_check(x, item, p);
+	if (err)
+		return err;
+	if (p->hash.prefix_bytes > p->hash.body_max_bytes)
+		return rules_fail(x, rules_value_of(x, item, "hash"),
+				  "pool '%s': hash.prefix_bytes (%u) exceeds hash.body_max_bytes "
+				  "(%u)",
+				  p->name, p->hash.prefix_bytes, p->hash.body_max_bytes);
+	return pool_policy_prepare(x, item, p);
+}
+
+static int read_pool_item(struct rules_ctx *x, yaml_node_t *item, void *obj, size_t i)
+{
+	struct conf_pool *p = obj;
+	pool_set_defaults(p);
+	if (!(p->health.path = strdup("/health")))
+		return rules_fail(x, item, "out of memory");
+	int err = rules_read_section(x, item, "pools", load_of(x)->pool->pool, p);
+	if (!err && !p->load_header && !(p->load_header = strdup("X-Queue-Depth")))
+		return rules_fail(x, item, "out of memory");
+	return err ? err : check_pool(x, item, p, i);
+}
+
+static int read_pools(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	struct conf *c = load_of(x)->conf;
+	(void)r, (void)field;
+	return rules_read_list(x, v, "pools", (void **)&c->pools, &c->npools,
+			       sizeof(struct conf_pool), read_pool_item);
+}
+
+/* --- routes --- */
+
+static const struct rule header_match_rules[] = {
+    {"name", RULE_STR, offsetof(struct conf_route, header_name), 0, 0, NULL, NULL},
+    {"value", RULE_STR, offsetof(struct conf_route, header_value), 0, 0, NULL, NULL},
+    RULES_END,
+};
+
+static int read_header_match(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *obj)
+{
+	struct conf_route *rt = obj;
+	int err = rules_read_section(x, v, "match.header", r->sub, rt);
+	if (!err && !rt->header_name)
+		return rules_fail(x, v, "match.header: 'name' is required");
+	return err;
+}
+
+static const struct rule match_rules[] = {
+    {"path_prefix", RULE_STR, offsetof(struct conf_route, path_prefix), 0, 0, NULL, NULL},
+    {"host", RULE_STR, offsetof(struct conf_route, host), 0, 0, NULL, NULL},
+    {"method", RULE_STR, offsetof(struct conf_route, method), 0, 0, NULL, NULL},
+    {"header", RULE_SECTION, 0, 0, 0, header_match_rules, read_header_match},
+    RULES_END,
+};
+
+static int read_match(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *obj)
+{
+	struct conf_route *rt = obj;
+	int err = rules_read_section(x, v, "match", r->sub, rt);
+	if (!err && rt->path_prefix && rt->path_prefix[0] != '/')
+		return rules_fail(x, v, "match: 'path_prefix' must start with '/'");
+	return err;
+}
+
+static int read_route_pool(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *obj)
+{
+	struct load *l = load_of(x);
+	(void)r;
+	if (!rules_scalar(v))
+		return rules_fail(x, v, "pool: expected a pool name, found %s", rules_kind_name(v));
+	l->route_pool_nodes[(struct conf_route *)obj - l->conf->routes] = v;
+	return 0;
+}
+
+static int read_priority(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *obj)
+{
+	struct conf_route *rt = obj;
+	const char *name = rules_scalar(v);
+	int c = name ? qdisc_priority(name, strlen(name)) : -1;
+	(void)r;
+	if (c < 0)
+		return rules_fail(x, v, "priority: expected low, normal or high");
+	rt->priority = (unsigned)c;
+	return 0;
+}
+
+static int read_spill_pool(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *obj)
+{
+	struct load *l = load_of(x);
+	struct conf_route *rt = obj;
+	(void)r;
+	if (!rules_scalar(v))
+		return rules_fail(x, v, "spillover.pool: expected a pool name, found %s",
+				  rules_kind_name(v));
+	l->route_spill_nodes[rt - l->conf->routes] = v;
+	rt->has_spill = 1;
+	return 0;
+}
+
+static const struct rule spill_rules[] = {
+    {"pool", RULE_SECTION, 0, 0, 0, NULL, read_spill_pool},
+    {"after_ms", RULE_UINT, offsetof(struct conf_route, spill_after_ms), 0, MS_MAX, NULL, NULL},
+    RULES_END,
+};
+
+static int read_spillover(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *obj)
+{
+	struct conf_route *rt = obj;
+	int err = rules_read_section(x, v, "spillover", r->sub, rt);
+	if (!err && !rt->has_spill)
+		return rules_fail(x, v, "spillover: 'pool' is required");
+	return err;
+}
+
+static const struct rule route_rules[] = {
+    {"match", RULE_SECTION, 0, 0, 0, match_rules, read_match},
+    {"pool", RULE_SECTION, 0, 0, 0, NULL, read_route_pool},
+    {"priority", RULE_SECTION, 0, 0, 0, NULL, read_priority},
+    {"priority_header", RULE_STR, offsetof(struct conf_route, priority_header), 0, 0, NULL, NULL},
+    {"tenant_header", RULE_STR, offsetof(struct conf_route, tenant_header), 0, 0, NULL, NULL},
+    {"sse_heartbeat_ms", RULE_UINT, offsetof(struct conf_route, sse_heartbeat_ms), 0, MS_MAX, NULL,
+     NULL},
+    {"spillover", RULE_SECTION, 0, 0, 0, spill_rules, read_spillover},
+    {"auth", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
+    {"rate_limit", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
+    {"cache", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
+    RULES_END,
+};
+
+static int read_route_item(struct rules_ctx *x, yaml_node_t *item, void *obj, size_t i)
+{
+	struct conf_route *rt = obj;
+	rt->priority = QD_NORMAL;
+	rt->spill_after_ms = 1000;
+	int err = rules_read_section(x, item, "routes", route_rules, rt);
+	if (err)
+		return err;
+	if (!load_of(x)->route_pool_nodes[i])
+		return rules_fail(x, item, "routes: 'pool' is required");
+	if (!rt->path_prefix && !(rt->path_prefix = strdup("/")))
+		return rules_fail(x, item, "out of memory");
+	return 0;
+}
+
+static int read_routes(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	struct load *l = load_of(x);
+	(void)r, (void)field;
+	if (v->type == YAML_SEQUENCE_NODE && !l->route_pool_nodes) {
+		size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
+		l->route_pool_nodes = calloc(n ? n : 1, sizeof(*l->route_pool_nodes));
+		l->route_spill_nodes = calloc(n ? n : 1, sizeof(*l->route_spill_nodes));
+		if (!l->route_pool_nodes || !l->route_spill_nodes)
+			return rules_fail(x, v, "out of memory");
+	}
+	return rules_read_list(x, v, "routes", (void **)&l->conf->routes, &l->conf->nroutes,
+			       sizeof(struct conf_route), read_route_item);
+}
+
+/* --- the whole file --- */
+
+static const struct rule top_rules[] = {
+    {"workers", RULE_UINT, offsetof(struct conf, workers), 1, 256, NULL, NULL},
+    {"listen", RULE_SECTION, 0, 0, 0, listen_rules, read_listen},
+    {"admin", RULE_SECTION, 0, 0, 0, admin_rules, read_admin},
+    {"timeouts", RULE_SECTION, offsetof(struct conf, timeouts), 0, 0, timeout_rules, NULL},
+    {"limits", RULE_SECTION, offsetof(struct conf, limits), 0, 0, limit_rules, NULL},
+    {"trusted_proxies", RULE_SECTION, 0, 0, 0, NULL, read_trusted_proxies},
+    {"pools", RULE_SECTION, 0, 0, 0, pool_rules, read_pools},
+    {"routes", RULE_SECTION, 0, 0, 0, route_rules, read_routes},
+    {"cache", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
+    RULES_END,
+};
+
+#define TOP_RULES (sizeof(top_rules) / sizeof(top_rules[0]))
+
+/* The tables a load reads by: top_rules, with the pool's table grown by the balancers'. */
+struct tables {
+	struct rule top[TOP_RULES];
+	struct pool_policy_tables pool;
+};
+
+static void tables_build(struct tables *t)
+{
+	memcpy(t->top, top_rules, sizeof(top_rules));
+	pool_policy_build_rules(&t->pool, pool_rules);
+	for (size_t i = 0; i < TOP_RULES; i++)
+		if (t->top[i].fn == read_pools)
+			t->top[i].sub = t->pool.pool;
+}
+
+void schema_set_defaults(struct conf *c)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	c->workers = cpus > 0 ? (unsigned)cpus : 1;
+	c->timeouts = (struct conf_timeouts){
+	    .connect_ms = 2000,
+	    .header_ms = 10000,
+	    .idle_ms = 60000,
+	    .first_byte_ms = 120000,
+	    .between_bytes_ms = 30000,
+	    .shutdown_ms = 10000,
+	    .body_ms = 60000,
+	};
+	c->limits = (struct conf_limits){
+	    .max_connections = 100000,
+	    .max_header_bytes = 32768,
+	    .max_body_bytes = 104857600,
+	    .body_buffer_bytes = 1048576,
+	    .min_body_rate = 1024,
+	};
+}
+
+/* Index of the pool called <name>, or c->npools. */
+static size_t pool_named(const struct conf *c, const char *name)
+{
+	size_t j = 0;
+	while (j < c->npools && strcmp(c->pools[j].name, name) != 0)
+		j++;
+	return j;
+}
+
+/* Whole-config checks that no single key can make: required sections, pool references. */
+static int check_whole(struct rules_ctx *x, yaml_node_t *root)
+{
+	struct load *l = load_of(x);
+	struct conf *c = l->conf;
+	if (!c->nlistens)
+		return rules_fail(x, root,
+				  "'listen' is required: where the gateway accepts clients");
+	if (!c->npools)
+		return rules_fail(x, root, "'pools' is required: at least one pool of backends");
+	for (size_t i = 0; i < c->nroutes; i++) {
+		yaml_node_t *n = l->route_pool_nodes[i];
+		const char *name = rules_scalar(n);
+		size_t j = pool_named(c, name);
+		if (j == c->npools)
+			return rules_fail(x, n, "routes: no pool named '%s'", name);
+		c->routes[i].pool = j;
+		if ((n = l->route_spill_nodes[i])) {
+			name = rules_scalar(n);
+			j = pool_named(c, name);
+			if (j == c->npools)
+				return rules_fail(x, n, "spillover: no pool named '%s'", name);
+			if (j == c->routes[i].pool)
+				return rules_fail(x, n, "spillover: '%s' is the route's own pool",
+						  name);
+			c->routes[i].spill_pool = j;
+		}
+	}
+	if (!c->nroutes) {
+		/* no routes: everything goes to the first pool */
+		c->routes = calloc(1, sizeof(*c->routes));
+		if (!c->routes || !(c->routes[0].path_prefix = strdup("/")))
+			return rules_fail(x, root, "out of memory");
+		c->routes[0].priority = QD_NORMAL;
+		c->nroutes = 1;
+	}
+	return 0;
+}
+
+int schema_read(struct rules_ctx *x, yaml_node_t *root, struct conf *c)
+{
+	struct tables *t = malloc(sizeof(*t));
+	struct load l = {.conf = c};
+	int err;
+
+	if (!t)
+		return rules_fail(x, root, "out of memory");
+	tables_build(t);
+	l.pool = &t->pool;
+	x->user = &l;
+	err = rules_read_section(x, root, "config", t->top, c);
+	if (!err)
+		err = check_whole(x, root);
+	x->user = NULL;
+	free(l.route_pool_nodes);
+	free(l.route_spill_nodes);
+	free(t);
+	return err;
+}
+
+void schema_print_keys(FILE *out)
+{
+	struct tables *t = malloc(sizeof(*t));
+	if (!t)
+		return;
+	tables_build(t);
+	rules_print(out, "", t->top);
+	free(t);
+}
