@@ -5,7 +5,11 @@
  * speed, since this serves the simulator and the admin pages, not the proxy path. A
  * connection is in one of three phases: reading a request, waiting for the handler's
  * answer (which may come from a timer much later), or streaming. Output is flushed
- * whenever the socket is writable.
+ * whenever the socket is writable. Bytes move through the transport (net/conn.h), never
+ * recv()/send() here; the codec is the proxy's: the strict head parser (http/parse.h) and
+ * the body framing tracker (http/body.h), fed the buffer as it grows, so a request body is
+ * scanned once however it is split. A chunked body, once whole, is decoded in place (the
+ * payload moved together over its framing) before the handler sees it.
  *
  * Bounds, so that a client cannot grow us: once more than OUT_PAUSE bytes of answers wait
  * unsent, the connection stops reading and answering (the kernel's buffers then push back
@@ -18,15 +22,16 @@
 #include "http/server.h"
 #include "core/check.h"
 #include "core/log.h"
+#include "http/body.h"
 #include "http/chunked.h"
 #include "http/status.h"
+#include "net/conn.h"
 #include "net/sock.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #define HSRV_MAX_HEAD 32768
@@ -49,7 +54,8 @@ struct hsrv {
 enum phase { PH_READ, PH_WAIT, PH_STREAM };
 
 struct hsrv_conn {
-	struct loop_io io;
+	struct loop_io io; /* io.fd is nc.fd */
+	struct net_conn nc;
 	struct loop_timer timer; /* see conn_deadline */
 	struct hsrv *srv;
 	struct hsrv_conn *prev, *next;
@@ -59,13 +65,15 @@ struct hsrv_conn {
 	int close_after; /* close once the output is flushed */
 	int keep_alive;	 /* for the current request */
 	int is_head;
-	int in_handler; /* the handler is running: closing is deferred */
+	int in_handler;	   /* the handler is running: closing is deferred */
 	int sent_continue; /* 100 Continue already sent for the request being read */
-	int dead;	/* closed while in the handler */
-	int readable;	/* a read edge seen and not yet drained to EAGAIN */
-	uint64_t head_ms; /* when the request being read began (or the connection opened); 0: none */
-	uint64_t last_ms; /* the last byte read or written */
-	size_t req_len;	/* bytes of the request being answered, consumed when done */
+	int dead;	   /* closed while in the handler */
+	int readable;	   /* a read edge seen and not yet drained to EAGAIN */
+	uint64_t head_ms;  /* when the request being read (or the connection) began; 0: none */
+	uint64_t last_ms;  /* the last byte read or written */
+	size_t req_len;	   /* bytes of the request being answered, consumed when done */
+	size_t body_off;   /* where the body of the request being read starts; 0: head not seen */
+	struct http_body body; /* its framing, scanned as bytes arrive (valid with body_off) */
 	hsrv_abort_fn abort_fn;
 	void *abort_arg;
 };
@@ -96,7 +104,7 @@ static void conn_close(struct hsrv_conn *c)
 		c->abort_fn(c->abort_arg);
 	loop_timer_stop(srv->loop, &c->timer);
 	loop_io_del(srv->loop, &c->io);
-	close(c->io.fd);
+	net_conn_close(&c->nc);
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -173,7 +181,7 @@ static void conn_on_timer(struct loop_timer *t)
 	if (c->phase == PH_READ && c->head_ms && c->out_off == c->out_len) {
 		static const char msg[] = "HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n"
 					  "Connection: close\r\n\r\n";
-		ssize_t n = send(c->io.fd, msg, sizeof(msg) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+		ssize_t n = net_conn_write(&c->nc, msg, sizeof(msg) - 1);
 		(void)n; /* best effort: the connection closes either way */
 	}
 	conn_close(c);
@@ -183,13 +191,12 @@ static void conn_on_timer(struct loop_timer *t)
 static int conn_flush(struct hsrv_conn *c)
 {
 	while (c->out_off < c->out_len) {
-		ssize_t n = send(c->io.fd, c->out + c->out_off, c->out_len - c->out_off,
-				 MSG_NOSIGNAL);
+		ssize_t n = net_conn_write(&c->nc, c->out + c->out_off, c->out_len - c->out_off);
+		if (n == -EAGAIN) {
+			conn_arm(c);
+			return 0;
+		}
 		if (n < 0) {
-			if (errno == EAGAIN || errno == EINTR) {
-				conn_arm(c);
-				return 0;
-			}
 			conn_close(c);
 			return -1;
 		}
@@ -235,8 +242,8 @@ void hsrv_close_after(struct hsrv_conn *c)
 	c->keep_alive = 0;
 }
 
-void hsrv_respond(struct hsrv_conn *c, int status, const char *content_type,
-		  const char *headers, const char *body, size_t len)
+void hsrv_respond(struct hsrv_conn *c, int status, const char *content_type, const char *headers,
+		  const char *body, size_t len)
 {
 	char cl[64];
 	ASSERT(c->phase == PH_WAIT);
@@ -292,57 +299,60 @@ static void reply_error(struct hsrv_conn *c, int status)
 	hsrv_respond(c, status, "text/plain", "", body, (size_t)n);
 }
 
-/* Find the end of a body starting at in[off]; returns total message length, 0, or -status. */
-static long body_end(struct hsrv_conn *c, const struct http_head *h, size_t off,
-		     char **body, size_t *body_len)
+/*
+ * Decode the chunked body p[0..len) (whole, already checked by http_body_scan) in place: the
+ * payload ends up at p[0..returned).
+ */
+static size_t chunked_decode(char *p, size_t len)
 {
-	if (h->framing == HTTP_BODY_NONE) {
-		*body = c->in + off;
-		*body_len = 0;
-		return (long)off;
-	}
-	if (h->framing == HTTP_BODY_LENGTH) {
-		if (h->content_length > c->srv->lim.max_body)
-			return -413;
-		if (c->in_len - off < h->content_length)
-			return 0;
-		*body = c->in + off;
-		*body_len = (size_t)h->content_length;
-		return (long)(off + h->content_length);
-	}
-	/* chunked: first make sure the whole body is here, then decode it in place */
 	struct http_chunked ch;
-	http_chunked_init(&ch);
-	size_t pos = off, payload = 0;
+	size_t pos = 0, out = 0;
 	int is_data;
-	while (pos < c->in_len && !http_chunked_done(&ch)) {
-		ssize_t n = http_chunked_scan(&ch, c->in + pos, c->in_len - pos, &is_data);
-		if (n < 0)
-			return -400;
-		payload += is_data ? (size_t)n : 0;
-		if (payload > c->srv->lim.max_body)
-			return -413;
-		pos += (size_t)n;
-	}
-	if (!http_chunked_done(&ch))
-		return 0;
-	size_t end = pos, out = off;
 	http_chunked_init(&ch);
-	for (pos = off; pos < end;) {
-		ssize_t n = http_chunked_scan(&ch, c->in + pos, end - pos, &is_data);
+	while (pos < len) {
+		ssize_t n = http_chunked_scan(&ch, p + pos, len - pos, &is_data);
 		ASSERT(n > 0);
 		if (is_data) {
-			memmove(c->in + out, c->in + pos, (size_t)n);
+			memmove(p + out, p + pos, (size_t)n);
 			out += (size_t)n;
 		}
 		pos += (size_t)n;
 	}
-	/* the payload now sits at in[off..out); drop the framing bytes after it */
-	*body = c->in + off;
-	*body_len = out - off;
-	memmove(c->in + out, c->in + end, c->in_len - end);
-	c->in_len -= end - out;
-	return (long)out;
+	return out;
+}
+
+/*
+ * Track the body of the request whose head (<h>, <head_len> bytes) is at the front of the
+ * input. Returns the length of the whole request once its body is here (a chunked body then
+ * decoded in place, *body and *body_len its payload), 0 while more must arrive, or -status.
+ */
+static long body_end(struct hsrv_conn *c, const struct http_head *h, size_t head_len, char **body,
+		     size_t *body_len)
+{
+	uint64_t limit = c->srv->lim.max_body;
+	if (!c->body_off) {
+		if (h->framing == HTTP_BODY_LENGTH && h->content_length > limit)
+			return -413;
+		http_body_init(&c->body, h->framing, h->content_length);
+		c->body_off = head_len;
+	}
+	int rc = http_body_scan(&c->body, c->in + head_len, c->in_len - head_len, limit);
+	if (rc < 0)
+		return rc;
+	if (!c->body.done)
+		return 0;
+	size_t end = head_len + c->body.ready;
+	*body = c->in + head_len;
+	*body_len = c->body.ready;
+	if (h->framing == HTTP_BODY_CHUNKED) {
+		/* drop the framing bytes: what follows the payload moves down over them */
+		*body_len = chunked_decode(*body, c->body.ready);
+		memmove(*body + *body_len, c->in + end, c->in_len - end);
+		c->in_len -= c->body.ready - *body_len;
+		end = head_len + *body_len;
+	}
+	http_body_sent(&c->body, c->body.ready);
+	return (long)end;
 }
 
 /* A request has begun and is not whole yet: it has header_ms from now to arrive. */
@@ -395,6 +405,7 @@ static int conn_process(struct hsrv_conn *c)
 			return 0;
 		}
 		c->sent_continue = 0;
+		c->body_off = 0;
 		if (end < 0)
 			return conn_refuse(c, (int)-end);
 		c->head_ms = 0;
@@ -421,9 +432,9 @@ static int conn_read(struct hsrv_conn *c)
 		conn_close(c);
 		return -1;
 	}
-	ssize_t n = recv(c->io.fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
-	if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-		c->readable = errno == EINTR;
+	ssize_t n = net_conn_read(&c->nc, c->in + c->in_len, c->in_cap - c->in_len);
+	if (n == -EAGAIN) {
+		c->readable = 0;
 		return 0;
 	}
 	if (n <= 0 || c->in_len + (size_t)n > HSRV_MAX_HEAD + c->srv->lim.max_body + 65536) {
@@ -469,9 +480,11 @@ static void srv_turn_away(int fd)
 {
 	static const char msg[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
 				  "Connection: close\r\n\r\n";
-	ssize_t n = send(fd, msg, sizeof(msg) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+	struct net_conn nc;
+	net_conn_init(&nc, fd);
+	ssize_t n = net_conn_write(&nc, msg, sizeof(msg) - 1);
 	(void)n; /* best effort */
-	close(fd);
+	net_conn_close(&nc);
 }
 
 /* Accept until the backlog is empty, or descriptors run out (then retry on a timer). */
@@ -486,7 +499,8 @@ static void srv_accept(struct hsrv *srv)
 		if (fd == -ECONNABORTED || fd == -EINTR || fd == -EPROTO)
 			continue;
 		if (fd < 0) {
-			log_warn_every(10000, "accept: %s; new clients wait until a descriptor frees",
+			log_warn_every(10000,
+				       "accept: %s; new clients wait until a descriptor frees",
 				       strerror(-fd));
 			loop_timer_set(srv->loop, &srv->accept_retry,
 				       loop_now(srv->loop) + ACCEPT_RETRY_MS);
@@ -503,6 +517,7 @@ static void srv_accept(struct hsrv *srv)
 			close(fd);
 			continue;
 		}
+		net_conn_init(&c->nc, fd);
 		c->io.fd = fd;
 		c->io.fn = conn_on_io;
 		c->timer.fn = conn_on_timer;
@@ -536,6 +551,8 @@ static void srv_on_accept_retry(struct loop_timer *t)
 int hsrv_start(struct loop *loop, const struct net_addr *addr, const struct hsrv_limits *lim,
 	       hsrv_handler_fn fn, void *arg, struct hsrv **out)
 {
+	if (!lim->max_body)
+		return -EINVAL;
 	struct hsrv *srv = calloc(1, sizeof(*srv));
 	if (!srv)
 		return -ENOMEM;

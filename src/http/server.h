@@ -38,10 +38,17 @@ struct hsrv_limits {
 			       connection opened), else 408 and close. 0: no limit */
 	unsigned idle_ms;   /* close a connection with no request for this long, or whose client
 			       has read nothing of its pending answer for this long. 0: never */
-	size_t max_body;    /* largest request body; a larger one gets 413 */
+	size_t max_body;    /* largest request body (its Content-Length, or its chunked payload,
+			       refused at the chunk size line that would pass it): a larger one
+			       gets 413. At least 1 */
 };
 
-/* Listen on <addr> (port 0 picks a free port, see hsrv_port) with <lim>. 0 or -errno. */
+/*
+ * Listen on <addr> (port 0 picks a free port, see hsrv_port) with <lim>. 0 or -errno
+ * (-EINVAL: lim->max_body is 0). The server lives on <loop> alone: a thread that runs its
+ * own loop (loop_create, hsrv_start, loop_run) may serve with it; every call on <srv> and on
+ * its connections is made from that loop's thread.
+ */
 int hsrv_start(struct loop *loop, const struct net_addr *addr, const struct hsrv_limits *lim,
 	       hsrv_handler_fn fn, void *arg, struct hsrv **out);
 int hsrv_port(const struct hsrv *srv);
@@ -54,8 +61,8 @@ unsigned long hsrv_connections(const struct hsrv *srv);
  * Answer the current request of <c> with a whole response. <headers> is "" or lines each
  * ending in CRLF. The connection is kept alive unless the request asked otherwise.
  */
-void hsrv_respond(struct hsrv_conn *c, int status, const char *content_type,
-		  const char *headers, const char *body, size_t len);
+void hsrv_respond(struct hsrv_conn *c, int status, const char *content_type, const char *headers,
+		  const char *body, size_t len);
 /* Start a chunked response; then hsrv_stream_write() any number of times, hsrv_stream_end(). */
 int hsrv_stream_begin(struct hsrv_conn *c, int status, const char *content_type,
 		      const char *headers);
