@@ -3,23 +3,25 @@
  * next interval, connecting, or waiting for the status line; its one timer serves both as
  * interval and as deadline. A check that cannot even start because this process is out of
  * descriptors, socket buffers or memory says nothing about the backend: it is skipped, not
- * counted as failed, and the next one runs at the usual interval.
+ * counted as failed, and the next one runs at the usual interval. The probe's bytes move
+ * through the transport (net/conn.h), as every connection to a backend does.
  */
 #include "proxy/health.h"
 #include "core/log.h"
+#include "net/conn.h"
 #include "net/sock.h"
+#include "proxy/admission.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 enum probe_phase { P_WAIT, P_CONNECT, P_READ };
 
 struct probe {
-	struct loop_io io;
+	struct loop_io io; /* io.fd is nc.fd while connected, else -1 */
+	struct net_conn nc;
 	struct loop_timer timer;
 	struct health *h;
 	struct pool_rt *pool;
@@ -45,15 +47,21 @@ static void probe_schedule(struct probe *p)
 	loop_timer_set(p->h->loop, &p->timer, next > now ? next : now);
 }
 
+/* Close the probe's connection, if it has one. */
+static void probe_disconnect(struct probe *p)
+{
+	if (p->io.fd < 0)
+		return;
+	loop_io_del(p->h->loop, &p->io);
+	net_conn_close(&p->nc);
+	p->io.fd = -1;
+}
+
 static void probe_finish(struct probe *p, int ok, const char *why)
 {
 	struct backend *be = p->be;
 	const struct conf_health *hc = &be->pool->health;
-	if (p->io.fd >= 0) {
-		loop_io_del(p->h->loop, &p->io);
-		close(p->io.fd);
-		p->io.fd = -1;
-	}
+	probe_disconnect(p);
 	int up = atomic_load(&be->up);
 	if (ok) {
 		be->hc_fail = 0;
@@ -64,7 +72,8 @@ static void probe_finish(struct probe *p, int ok, const char *why)
 			log_warn("backend %s (pool %s) is UP after %u good checks", be->name,
 				 be->pool->name, be->hc_ok);
 			/* requests queued while it was down may use its slots now */
-			pool_grant(p->pool, loop_now(p->h->loop), be->id + loop_now(p->h->loop));
+			admission_grant(p->pool, loop_now(p->h->loop),
+					be->id + loop_now(p->h->loop));
 		}
 	} else {
 		be->hc_ok = 0;
@@ -80,8 +89,10 @@ static void probe_finish(struct probe *p, int ok, const char *why)
 /* The check could not run for want of local resources (<err>): no verdict on the backend. */
 static void probe_skip(struct probe *p, int err)
 {
-	log_warn_every(10000, "health check of backend %s (pool %s) skipped: %s here, which is "
-			      "not the backend's fault", p->be->name, p->be->pool->name, strerror(-err));
+	log_warn_every(10000,
+		       "health check of backend %s (pool %s) skipped: %s here, which is "
+		       "not the backend's fault",
+		       p->be->name, p->be->pool->name, strerror(-err));
 	probe_schedule(p);
 }
 
@@ -91,9 +102,7 @@ static void probe_on_io(struct loop_io *io, unsigned events)
 	if (p->phase == P_CONNECT && (events & (LOOP_WRITE | LOOP_HUP))) {
 		int err = sock_error(io->fd);
 		if (err && sock_error_is_local(err)) {
-			loop_io_del(p->h->loop, &p->io);
-			close(p->io.fd);
-			p->io.fd = -1;
+			probe_disconnect(p);
 			probe_skip(p, err);
 			return;
 		}
@@ -106,11 +115,12 @@ static void probe_on_io(struct loop_io *io, unsigned events)
 				 "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: accelnet-health\r\n"
 				 "Connection: close\r\n\r\n",
 				 p->be->pool->health.path, p->be->name);
-		if (n < 0 || (size_t)n >= sizeof(req)) { /* conf bounds the path; never send past req */
+		/* conf bounds the path; never send past req */
+		if (n < 0 || (size_t)n >= sizeof(req)) {
 			probe_finish(p, 0, "the check request does not fit");
 			return;
 		}
-		if (send(io->fd, req, (size_t)n, MSG_NOSIGNAL) != n) {
+		if (net_conn_write(&p->nc, req, (size_t)n) != n) {
 			probe_finish(p, 0, "cannot send the check request");
 			return;
 		}
@@ -120,8 +130,8 @@ static void probe_on_io(struct loop_io *io, unsigned events)
 	if (p->phase != P_READ || !(events & (LOOP_READ | LOOP_HUP)))
 		return;
 	for (;;) {
-		ssize_t n = recv(io->fd, p->buf + p->len, sizeof(p->buf) - 1 - p->len, 0);
-		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		ssize_t n = net_conn_read(&p->nc, p->buf + p->len, sizeof(p->buf) - 1 - p->len);
+		if (n == -EAGAIN)
 			return;
 		if (n > 0)
 			p->len += (size_t)n;
@@ -161,10 +171,11 @@ static void probe_on_timer(struct loop_timer *t)
 		probe_finish(p, 0, strerror(-fd));
 		return;
 	}
+	net_conn_init(&p->nc, fd);
 	p->io.fd = fd;
 	int rc = loop_io_add(p->h->loop, &p->io);
 	if (rc < 0) {
-		close(fd);
+		net_conn_close(&p->nc);
 		p->io.fd = -1;
 		probe_skip(p, rc);
 		return;
@@ -212,10 +223,7 @@ void health_stop(struct health *h)
 	for (size_t i = 0; i < h->nprobes; i++) {
 		struct probe *p = &h->probes[i];
 		loop_timer_stop(h->loop, &p->timer);
-		if (p->io.fd >= 0) {
-			loop_io_del(h->loop, &p->io);
-			close(p->io.fd);
-		}
+		probe_disconnect(p);
 	}
 	free(h->probes);
 	free(h);
