@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
@@ -282,6 +283,49 @@ static void errors_point_at_the_problem(void **state)
 	load_bad("- a\n- b\n", "t.yaml:1:1:", "expected a mapping");
 }
 
+/* A key a balancer declares is read, checked and dumped from that declaration alone. */
+static void balancer_keys_come_from_their_declarations(void **state)
+{
+	(void)state;
+	char *dump = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&dump, &len);
+	assert_non_null(f);
+	conf_print_keys(f);
+	fclose(f);
+	const struct lb_ops *ops;
+	for (size_t i = 0; (ops = lb_at(i)); i++)
+		for (const struct policy_opt *o = ops->opts; o && o->name; o++) {
+			char line[128];
+			snprintf(line, sizeof(line), "\npools.%s%s%s\n",
+				 o->section ? o->section : "", o->section ? "." : "", o->name);
+			if (!strstr(dump, line))
+				fail_msg("%s declares %s, --keys lacks it", ops->name, line + 1);
+		}
+	free(dump);
+	/* each balancer's own default, and another balancer's key left at its "off" value */
+	struct conf *c = load_ok("listen: [127.0.0.1:8080]\npools:\n"
+				 "  - name: a\n    balance: consistent-hash\n"
+				 "    backends: [127.0.0.1:1]\n"
+				 "  - name: b\n    balance: peak-ewma\n    wait_for_faster: true\n"
+				 "    backends: [127.0.0.1:2]\n"
+				 "  - name: c\n    wait_for_faster: false\n"
+				 "    backends: [127.0.0.1:3]\n");
+	assert_int_equal(c->pools[0].lb.load_factor_pct, 125);
+	assert_int_equal(c->pools[1].lb.wait_for_faster, 1);
+	assert_int_equal(c->pools[2].lb.wait_for_faster, 0);
+	conf_free(c);
+	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    backends: [127.0.0.1:1]\n"
+		 "    hash: {balance_factor: 150}\n",
+		 "t.yaml:5:11:",
+		 "'hash' is for consistent-hash and prefix-affinity balancing, not "
+		 "round-robin");
+	load_bad(
+	    "listen: [127.0.0.1:8080]\npools:\n  - name: a\n    backends: [127.0.0.1:1]\n"
+	    "    balance: consistent-hash\n    hash: {factor: 150}\n",
+	    "t.yaml:6:12:", "expected one of: key, prefix_bytes, body_max_bytes, balance_factor");
+}
+
 static void missing_file(void **state)
 {
 	(void)state;
@@ -296,6 +340,7 @@ int main(void)
 	    cmocka_unit_test(defaults),	       cmocka_unit_test(full_contract),
 	    cmocka_unit_test(scheduling_keys),
 	    cmocka_unit_test(prefix_affinity_defaults), cmocka_unit_test(errors_point_at_the_problem),
+	    cmocka_unit_test(balancer_keys_come_from_their_declarations),
 	    cmocka_unit_test(missing_file),
 	};
 	return cmocka_run_group_tests_name("config", tests, NULL, NULL);
