@@ -390,7 +390,7 @@ int backend_eligible(const struct backend *b, uint64_t now_ms)
 
 void backend_mark_failed(struct backend *b, uint64_t now_ms)
 {
-	metrics_add(metrics_shard_self(b->metrics), PM_BACKEND_CONNECT_FAILURES, b->id, 1);
+	backend_count(b, PM_BACKEND_CONNECT_FAILURES, 1);
 	atomic_store_explicit(&b->down_until_ms, now_ms + b->pool->fail_timeout_ms,
 			      memory_order_relaxed);
 }
@@ -448,7 +448,7 @@ static void backend_eject(struct pool_rt *p, struct backend *b, uint64_t now_ms,
 	atomic_store_explicit(&b->ejections_in_row, times + 1, memory_order_relaxed);
 	atomic_store_explicit(&b->down_until_ms, now_ms + ms, memory_order_relaxed);
 	atomic_store_explicit(&b->fails_in_row, 0, memory_order_relaxed);
-	metrics_add(metrics_shard_self(b->metrics), PM_BACKEND_EJECTIONS, b->id, 1);
+	backend_count(b, PM_BACKEND_EJECTIONS, 1);
 	log_warn("backend %s of pool %s: ejected for %llu ms: %s", b->name, p->conf->name,
 		 (unsigned long long)ms, why);
 }
@@ -504,7 +504,7 @@ void backend_observe(struct pool_rt *p, struct backend *b, uint64_t now_ms, uint
 	atomic_store_explicit(&b->base_us, base ? base : 1, memory_order_relaxed);
 	atomic_store_explicit(&b->ewma_us, v ? v : 1, memory_order_relaxed);
 	atomic_store_explicit(&b->ewma_ms, now_ms, memory_order_relaxed);
-	metrics_observe(metrics_shard_self(b->metrics), PM_BACKEND_TTFB, b->id, ttfb_us);
+	backend_observe_us(b, PM_BACKEND_TTFB, ttfb_us);
 
 	if (status >= 500 && status < 600) {
 		unsigned run = atomic_fetch_add_explicit(&b->fails_in_row, 1, memory_order_relaxed);
@@ -576,7 +576,7 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 			d.rnd = rand_next(&d.rnd);
 			continue;
 		}
-		metrics_add(metrics_shard_self(b->metrics), PM_BACKEND_REQUESTS, b->id, 1);
+		backend_count(b, PM_BACKEND_REQUESTS, 1);
 		return b;
 	}
 	return NULL;
@@ -588,7 +588,7 @@ int pool_retry_allowed(struct pool_rt *p)
 	    RETRY_TOKEN)
 		return 1;
 	atomic_fetch_add_explicit(&p->retry_tokens, RETRY_TOKEN, memory_order_relaxed);
-	metrics_add(metrics_shard_self(p->metrics), PM_POOL_RETRIES_DENIED, p->index, 1);
+	pool_count(p, PM_POOL_RETRIES_DENIED, 1);
 	return 0;
 }
 

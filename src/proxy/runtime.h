@@ -129,6 +129,39 @@ struct runtime {
 int runtime_create(const struct conf *conf, struct runtime **out);
 void runtime_destroy(struct runtime *rt);
 
+/*
+ * Count for the admin endpoint, from any thread: <n> more of counter <id> (a PM_BACKEND_*
+ * one) for <b>, or (a PM_POOL_* one) for <p>; a response of status class <cls>; a sample of
+ * histogram <id>. Each goes to the calling thread's shard (metrics_shard_self): a worker
+ * that bound its own shard writes it with plain stores, any other thread a spare or the
+ * shared one.
+ */
+static inline void backend_count(struct backend *b, enum proxy_metric id, uint64_t n)
+{
+	metrics_add(metrics_shard_self(b->metrics), id, b->id, n);
+}
+
+static inline void backend_count_response(struct backend *b, int cls)
+{
+	metrics_add(metrics_shard_self(b->metrics), PM_BACKEND_RESPONSES,
+		    b->id * PM_CLASSES + (size_t)cls, 1);
+}
+
+static inline void backend_observe_us(struct backend *b, enum proxy_metric id, uint64_t us)
+{
+	metrics_observe(metrics_shard_self(b->metrics), id, b->id, us);
+}
+
+static inline void pool_count(struct pool_rt *p, enum proxy_metric id, uint64_t n)
+{
+	metrics_add(metrics_shard_self(p->metrics), id, p->index, n);
+}
+
+static inline void pool_observe_us(struct pool_rt *p, enum proxy_metric id, uint64_t us)
+{
+	metrics_observe(metrics_shard_self(p->metrics), id, p->index, us);
+}
+
 /* Up, not passively marked out or ejected, and under its concurrency cap. */
 int backend_eligible(const struct backend *b, uint64_t now_ms);
 /* Up and not marked out or ejected (at its cap or not). */
