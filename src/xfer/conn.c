@@ -378,3 +378,28 @@ int xfer_conn_start_server(struct net_conn *c, struct ssl_ctx_st *ctx, int tls_r
 	}
 	return 0;
 }
+
+int xfer_conn_open(const struct xfer_path *p, const struct xfer_dial *d, struct net_conn *c, int *reached,
+		   char *err, size_t errlen)
+{
+	*reached = 0;
+	net_conn_init(c, -1);
+	int fd = xfer_dial(&p->remote, p->has_local ? &p->local : NULL, d->connect_ms, d->cancel_fd);
+	if (fd < 0) {
+		snprintf(err, errlen, "cannot reach %s: %s", p->rname, strerror(-fd));
+		return fd;
+	}
+	*reached = 1;
+	net_conn_init(c, fd);
+	xfer_set_timeout(fd, d->stall_ms);
+	err[0] = 0;
+	int rc = xfer_conn_start_client(c, d->tls, p->rname, err, errlen);
+	if (!rc)
+		rc = xfer_handshake_client(c, d->token, d->role, d->session, err, errlen);
+	if (rc) {
+		if (!err[0])
+			snprintf(err, errlen, "%s: %s", p->rname, strerror(-rc));
+		net_conn_close(c);
+	}
+	return rc;
+}

@@ -99,4 +99,23 @@ int xfer_handshake_client(struct net_conn *c, const struct xfer_token *t, uint8_
 /* Server side: 0 with the client's HELLO, -EACCES (bad token; ERR sent), or -errno. */
 int xfer_handshake_server(struct net_conn *c, const struct xfer_token *t, struct xfer_hello *out);
 
+/*
+ * The one way a client side opens a connection (a sender's stream, a `get` connection, a
+ * bcast relay's stream): dial <p> from its source address within <connect_ms> (a readable
+ * <cancel_fd> ends the wait early; -1: none), set the stall timeout <stall_ms>, start TLS
+ * with <tls> (checking p->rname's host) or send the plain magic, then the token handshake as
+ * <role> of transfer <session>. 0 with <c> open; or -errno with <c> closed, why in <err>,
+ * and *reached telling whether the TCP connect itself succeeded. -EACCES: the server (or its
+ * certificate) refused us, which trying again will not change.
+ */
+struct xfer_dial {
+	struct ssl_ctx_st *tls; /* NULL: plain */
+	const struct xfer_token *token;
+	uint8_t role;
+	const uint8_t *session; /* XFER_SESSION_LEN bytes */
+	int connect_ms, stall_ms, cancel_fd;
+};
+int xfer_conn_open(const struct xfer_path *p, const struct xfer_dial *d, struct net_conn *c, int *reached,
+		   char *err, size_t errlen);
+
 #endif

@@ -397,3 +397,32 @@ int xfer_name_asked(const char *path, const char *const *names, unsigned n)
 	}
 	return 0;
 }
+
+int xfer_get_encode(uint32_t nconns, const char *const *names, unsigned n, uint8_t **out, size_t *len)
+{
+	uint8_t *enc;
+	size_t enclen;
+	int rc = xfer_names_encode(names, n, &enc, &enclen);
+	if (rc)
+		return rc;
+	*out = malloc(enclen + 4);
+	if (!*out) {
+		free(enc);
+		return -ENOMEM;
+	}
+	wire_put32(*out, nconns);
+	memcpy(*out + 4, enc, enclen);
+	*len = enclen + 4;
+	free(enc);
+	return 0;
+}
+
+int xfer_get_decode(const uint8_t *in, size_t len, uint32_t *nconns, char ***names, unsigned *n, const char **why)
+{
+	if (len < 4) {
+		*why = "GET too short";
+		return -EPROTO;
+	}
+	*nconns = wire_get32(in);
+	return xfer_names_decode(in + 4, len - 4, names, n, why);
+}

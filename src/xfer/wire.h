@@ -160,6 +160,10 @@ static inline uint32_t xfer_chunks_of(uint64_t size, uint32_t chunk_size)
 int xfer_names_encode(const char *const *names, unsigned n, uint8_t **out, size_t *len);
 int xfer_names_decode(const uint8_t *in, size_t len, char ***names, unsigned *n, const char **why);
 
+/* GET: u32 connections the client opens, then the names as above. decode mallocs *names. */
+int xfer_get_encode(uint32_t nconns, const char *const *names, unsigned n, uint8_t **out, size_t *len);
+int xfer_get_decode(const uint8_t *in, size_t len, uint32_t *nconns, char ***names, unsigned *n, const char **why);
+
 /* NEED: per file, ceil(nchunks/8) bytes, bit i of byte i/8 set = chunk i needed. */
 size_t xfer_need_len(const struct xfer_manifest *m);
 

@@ -1,0 +1,646 @@
+/*
+ * receiver.c - the receiving protocol: MANIFEST, CHUNK and FINISH on a connection whose
+ * handshake is done, for the daemon (daemon.c) and for `xfer get`'s receiving half (get.c).
+ *
+ * MANIFEST opens or joins the transfer named by the HELLO's session id (a struct
+ * rx_transfer, shared by all the connections of one transfer, across links, and alive as
+ * long as one of them holds it): the manifest is refused before anything is created when it
+ * has too many files, a name twice, a bcast hop outside --relay-to (its names resolved once:
+ * the addresses checked are the ones dialed), more bytes than the free space less what live
+ * transfers reserved, or, pulling, a name the client did not ask for; otherwise the files
+ * are looked at, space is reserved and NEED answered. CHUNK is read whole, hashed, written
+ * to its part and acknowledged. FINISH completes every file and answers DONE. What survives
+ * a transfer is on disk (see store.h).
+ *
+ * Chunks: a verified chunk is never written again; writers of one chunk are counted, and a
+ * chunk that had two at once is re-hashed at FINISH (store.h), after connections still
+ * writing into verified chunks are ended.
+ *
+ * bcast: a manifest with further hops makes this receiver also a sender. Before answering
+ * NEED it starts an engine to the next hop (with the remaining hops), and feeds it each chunk
+ * once written, so chunks flow down the chain as they arrive; DONE goes upstream only when
+ * the next hop said DONE.
+ */
+#include "xfer/receiver.h"
+
+#include "core/loop.h"
+#include "xfer/engine.h"
+#include "xfer/server.h"
+#include "xfer/store.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <xxhash.h>
+
+#define RX_FINISH_WAIT_S 60 /* FINISH waits this long for a chunk's last writer to let go */
+
+/* A connection receiving a chunk into a part (on its stack, listed under the transfer's mu). */
+struct writer {
+	struct list_node node;
+	int fd;
+	uint32_t file, chunk;
+};
+
+struct rx_transfer {
+	struct list_node node;	  /* on srv->transfers */
+	struct list_head writers; /* struct writer, under mu */
+	uint8_t id[XFER_SESSION_LEN];
+	unsigned refs;
+	pthread_mutex_t mu;
+	pthread_cond_t cv; /* under mu: a chunk's writer finished */
+	uint64_t reserved; /* bytes of free space counted as this transfer's (under srv->mu) */
+	struct xfer_manifest m;
+	struct xfer_store_file *files;
+	uint32_t nopen;
+	struct xfer_engine *relay;
+	struct xfer_manifest relay_m;
+	struct xfer_path hop[XFER_LINKS_MAX]; /* the next bcast hop, resolved and checked once */
+	int nhop;
+	int finished;
+};
+
+/*
+ * Every address of a bcast hop ("HOST:PORT[,...]") inside --relay-to: the number of addresses,
+ * resolved into <paths> (the engine dials those, never resolving the names again: a second
+ * answer need not be the first), or -EINVAL / -EPERM with the reason in <err>.
+ */
+static int relay_allowed(const struct xfer_server *s, const char *hop, struct xfer_path *paths,
+			 char *err, size_t errlen)
+{
+	char why[200];
+	int n = xfer_paths_parse(hop, NULL, paths, XFER_LINKS_MAX, why, sizeof(why));
+	if (n < 0) {
+		snprintf(err, errlen, "bad bcast hop '%.100s': %s", hop, why);
+		return -EINVAL;
+	}
+	for (int i = 0; i < n; i++) {
+		if (!net_cidr_match(s->relay, s->nrelay,
+				    (const struct sockaddr *)&paths[i].remote.ss)) {
+			snprintf(err, errlen,
+				 "this %s does not relay to %s (a server allows bcast hops with "
+				 "--relay-to)",
+				 s->puller ? "client" : "server", paths[i].rname);
+			return -EPERM;
+		}
+	}
+	return n;
+}
+
+/* Give back up to <bytes> of a transfer's reservation (under s->mu). */
+static void unreserve_locked(struct xfer_server *s, struct rx_transfer *rx, uint64_t bytes)
+{
+	uint64_t d = bytes < rx->reserved ? bytes : rx->reserved;
+	rx->reserved -= d;
+	s->reserved -= d;
+}
+
+static void transfer_free(struct xfer_server *s, struct rx_transfer *rx, int refused)
+{
+	if (rx->relay) {
+		if (!rx->finished)
+			xfer_engine_abort(rx->relay, -ECONNRESET, "upstream went away");
+		xfer_engine_free(rx->relay);
+	}
+	for (uint32_t i = 0; i < rx->nopen; i++) {
+		if (refused)
+			xfer_store_discard(s->dirfd, &rx->files[i]);
+		xfer_store_close(&rx->files[i]);
+	}
+	pthread_mutex_lock(&s->mu);
+	unreserve_locked(s, rx, rx->reserved);
+	pthread_mutex_unlock(&s->mu);
+	free(rx->files);
+	xfer_manifest_free(&rx->m);
+	pthread_cond_destroy(&rx->cv);
+	pthread_mutex_destroy(&rx->mu);
+	free(rx);
+}
+
+void xfer_receiver_put(struct xfer_server *s, struct rx_transfer *rx)
+{
+	pthread_mutex_lock(&s->mu);
+	int last = --rx->refs == 0;
+	if (last)
+		list_del(&s->transfers, &rx->node);
+	pthread_mutex_unlock(&s->mu);
+	if (last)
+		transfer_free(s, rx, 0);
+}
+
+static int path_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/*
+ * What a manifest may ask before anything is looked at (at most max_files files is checked
+ * by the decoder, as soon as it reads the count): no name twice, bcast hops only inside --relay-to,
+ * and for `get` only names that were asked for. 0, or -errno with the reason in <err>.
+ */
+static int manifest_admit(const struct xfer_server *s, struct rx_transfer *rx, char *err,
+			  size_t errlen)
+{
+	const struct xfer_manifest *m = &rx->m;
+	if (m->nfwd && (rx->nhop = relay_allowed(s, m->fwd[0], rx->hop, err, errlen)) < 0)
+		return rx->nhop;
+	for (uint32_t i = 0; s->puller && i < m->nfiles; i++)
+		if (!xfer_name_asked(m->files[i].path, s->asked, s->nasked)) {
+			snprintf(err, errlen,
+				 "the server offered '%.200s', which was not asked for",
+				 m->files[i].path);
+			return -EPERM;
+		}
+	char **sorted = malloc((m->nfiles ? m->nfiles : 1) * sizeof(char *));
+	if (!sorted) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < m->nfiles; i++)
+		sorted[i] = m->files[i].path;
+	qsort(sorted, m->nfiles, sizeof(char *), path_cmp);
+	int rc = 0;
+	for (uint32_t i = 1; i < m->nfiles && !rc; i++)
+		if (!strcmp(sorted[i], sorted[i - 1])) {
+			snprintf(err, errlen, "'%.200s' appears twice in the manifest", sorted[i]);
+			rc = -EINVAL;
+		}
+	free(sorted);
+	return rc;
+}
+
+/* Look at every file of the manifest (creating nothing). */
+static int transfer_open(struct xfer_server *s, struct rx_transfer *rx, char *err, size_t errlen)
+{
+	const char *why = NULL;
+	rx->files = calloc(rx->m.nfiles ? rx->m.nfiles : 1, sizeof(*rx->files));
+	if (!rx->files) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < rx->m.nfiles; i++, rx->nopen++) {
+		int rc = xfer_store_open(s->dirfd, &rx->m, i, &rx->files[i], &why);
+		if (rc) {
+			snprintf(err, errlen, "'%s': %s: %s", rx->m.files[i].path, why,
+				 strerror(-rc));
+			return rc;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Count the space the transfer's parts still need as reserved, if it fits in the free space
+ * less what other live transfers reserved (an account, not an allocation: fallocate would
+ * zero every page on tmpfs). 0, or -ENOSPC with the figures in <err>.
+ */
+static int transfer_reserve(struct xfer_server *s, struct rx_transfer *rx, char *err, size_t errlen)
+{
+	uint64_t need = 0;
+	for (uint32_t i = 0; i < rx->m.nfiles; i++) /* saturating: a peer picks the sizes */
+		need = rx->files[i].reserve > UINT64_MAX - need ? UINT64_MAX
+								: need + rx->files[i].reserve;
+	struct statvfs v;
+	if (fstatvfs(s->dirfd, &v) < 0)
+		return 0; /* no figures: the writes will tell */
+	uint64_t avail = (uint64_t)v.f_bavail * v.f_frsize;
+	int rc = 0;
+	pthread_mutex_lock(&s->mu);
+	if (need > avail || s->reserved > avail - need) {
+		snprintf(err, errlen,
+			 "not enough space: the transfer needs %.1f MiB more, %.1f MiB are free "
+			 "and %.1f MiB "
+			 "of that are reserved by transfers in progress",
+			 (double)need / 1048576, (double)avail / 1048576,
+			 (double)s->reserved / 1048576);
+		rc = -ENOSPC;
+	} else {
+		s->reserved += need;
+		rx->reserved = need;
+	}
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+/* bcast: start the engine to the next hop, sending from this receiver's parts. */
+static int transfer_relay(struct xfer_server *s, struct rx_transfer *rx, int tls, char *err,
+			  size_t errlen)
+{
+	const char *why = NULL;
+	for (uint32_t i = 0; i < rx->m.nfiles; i++) {
+		int rc = xfer_store_acquire(s->dirfd, &rx->files[i], &why);
+		if (rc) {
+			snprintf(err, errlen, "'%s': %s: %s", rx->m.files[i].path, why,
+				 strerror(-rc));
+			return rc;
+		}
+		rx->files[i].pinned = 1; /* the relay reads the map until the transfer ends */
+	}
+	rx->relay_m = rx->m;
+	rx->relay_m.nfwd = rx->m.nfwd - 1;
+	memmove(rx->relay_m.fwd, rx->m.fwd + 1, rx->relay_m.nfwd * sizeof(char *));
+	struct xfer_source *src = calloc(rx->m.nfiles ? rx->m.nfiles : 1, sizeof(*src));
+	if (!src)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < rx->m.nfiles; i++)
+		src[i] = (struct xfer_source){
+		    .fd = rx->files[i].part_fd, .buf = rx->files[i].map, .size = rx->files[i].size};
+	struct xfer_send_opts o = {
+	    .remote = rx->m.fwd[0],
+	    .bcast = (const char *const *)rx->relay_m.fwd,
+	    .nbcast = rx->relay_m.nfwd,
+	    .token_file = s->o->token_file,
+	    /* a chain that came in over TLS goes on over TLS, this node's certificate its own */
+	    .tls = tls,
+	    .tls_ca = s->o->tls_ca,
+	    .tls_cert = s->o->tls_cert,
+	    .tls_key = s->o->tls_key,
+	};
+	struct xfer_report rep;
+	int rc =
+	    xfer_engine_start(&o, NULL, rx->hop, rx->nhop, &rx->relay_m, src, &rx->relay, &rep);
+	free(src);
+	if (rc) {
+		snprintf(err, errlen, "next bcast hop %s: %s", rx->m.fwd[0], rep.error);
+		return rc;
+	}
+	for (uint32_t f = 0; f < rx->m.nfiles; f++)
+		for (uint32_t k = 0; k < rx->files[f].nchunks; k++)
+			if (rx->files[f].done[k])
+				xfer_engine_feed(rx->relay, f, k, rx->files[f].hashes[k], 1);
+	return 0;
+}
+
+static int reply_need(struct xfer_server_conn *c)
+{
+	struct rx_transfer *rx = c->rx;
+	size_t len = xfer_need_len(&rx->m);
+	uint8_t *need = calloc(len ? len : 1, 1), *p = need;
+	if (!need)
+		return -ENOMEM;
+	pthread_mutex_lock(&rx->mu);
+	for (uint32_t f = 0; f < rx->m.nfiles; f++) {
+		for (uint32_t k = 0; k < rx->files[f].nchunks; k++)
+			if (!rx->files[f].done[k])
+				p[k / 8] |= (uint8_t)(1u << (k % 8));
+		p += (rx->files[f].nchunks + 7) / 8;
+	}
+	pthread_mutex_unlock(&rx->mu);
+	int rc = xfer_frame_send(&c->io, XFER_NEED, need, (uint32_t)len);
+	free(need);
+	return rc;
+}
+
+/* The transfer a HELLO named, with a reference for the caller, or NULL. */
+static struct rx_transfer *transfer_get(struct xfer_server *s, const uint8_t id[XFER_SESSION_LEN])
+{
+	pthread_mutex_lock(&s->mu);
+	struct rx_transfer *found = NULL;
+	for (struct list_node *n = list_first(&s->transfers); n && !found;
+	     n = list_next(&s->transfers, n)) {
+		struct rx_transfer *rx = container_of(n, struct rx_transfer, node);
+		if (!memcmp(rx->id, id, XFER_SESSION_LEN))
+			found = rx;
+	}
+	if (found)
+		found->refs++;
+	pthread_mutex_unlock(&s->mu);
+	return found;
+}
+
+static int on_manifest(struct xfer_server_conn *c, const struct xfer_hello *hello, uint8_t *meta,
+		       uint32_t len)
+{
+	struct xfer_server *s = c->srv;
+	if (c->rx) {
+		xfer_server_refuse(s, &c->io, "a connection sends one manifest");
+		return -EPROTO;
+	}
+	struct rx_transfer *rx = transfer_get(s, hello->session);
+	if (rx) {
+		c->rx = rx;
+		return reply_need(c);
+	}
+	rx = calloc(1, sizeof(*rx));
+	if (!rx)
+		return -ENOMEM;
+	pthread_mutex_init(&rx->mu, NULL);
+	pthread_cond_init(&rx->cv, NULL);
+	list_init(&rx->writers);
+	memcpy(rx->id, hello->session, XFER_SESSION_LEN);
+	rx->refs = 1;
+	const char *why;
+	char err[512];
+	int drc = xfer_manifest_decode(meta, len, s->max_files, &rx->m, &why);
+	if (drc == -E2BIG) {
+		snprintf(err, sizeof(err),
+			 "too many files in one transfer (at most %u: serve --max-files)",
+			 s->max_files);
+		goto refuse;
+	} else if (drc) {
+		snprintf(err, sizeof(err), "bad manifest: %s", why);
+		goto refuse;
+	}
+	if (manifest_admit(s, rx, err, sizeof(err)) || transfer_open(s, rx, err, sizeof(err)) ||
+	    transfer_reserve(s, rx, err, sizeof(err)) ||
+	    (rx->m.nfwd && transfer_relay(s, rx, c->io.ssl != NULL, err, sizeof(err))))
+		goto refuse;
+	pthread_mutex_lock(&s->mu);
+	list_push_front(&s->transfers, &rx->node);
+	pthread_mutex_unlock(&s->mu);
+	atomic_fetch_add(&s->m_sessions, 1);
+	for (uint32_t i = 0; i < rx->m.nfiles; i++)
+		s->total_bytes += rx->m.files[i].size;
+	c->rx = rx;
+	return reply_need(c);
+refuse:
+	atomic_fetch_add(&s->m_errors, 1);
+	xfer_server_refuse(s, &c->io, err);
+	transfer_free(s, rx, 1);
+	return -EINVAL;
+}
+
+/*
+ * A chunk this connection writes (it is listed as <me>): read it into its part, or off the
+ * wire when another transfer verified it already; check its hash and mark it. Sets a->status
+ * (and *why when it is XFER_ACK_IO). Returns the error behind XFER_ACK_IO, the connection's
+ * error with *lost set when it failed mid-chunk, or 0.
+ */
+static int chunk_write(struct xfer_server_conn *c, struct writer *me, struct xfer_store_file *f,
+		       struct xfer_chunk_meta *cm, uint32_t want, struct xfer_ack *a,
+		       const char **why, int *lost)
+{
+	struct xfer_server *s = c->srv;
+	struct rx_transfer *rx = c->rx;
+	int rc = 0;
+	uint8_t *dst = xfer_store_chunk(f, cm->chunk);
+	uint64_t have = 0;
+	int first = 0, verified = xfer_store_verified(f, cm->chunk, &have);
+	if (verified) {
+		/* verified by another transfer of the file: keep its bytes, count its hash */
+		rc = xfer_discard(&c->io, want);
+		if (rc)
+			*lost = 1;
+		else if (verified < 0) {
+			rc = verified;
+			a->status = XFER_ACK_IO;
+			*why = "cannot read its state";
+		} else {
+			atomic_fetch_add(&s->m_bytes, want);
+			cm->hash = have;
+		}
+	} else if ((rc = net_conn_read_all(&c->io, dst, want)) == -EFAULT) {
+		a->status = XFER_ACK_IO; /* the page could not be had: disk full */
+		rc = -ENOSPC;
+		*why = "no space left";
+	} else if (rc) {
+		*lost = 1; /* the connection failed mid-chunk */
+	} else {
+		atomic_fetch_add(&s->m_bytes, want);
+		if (s->corrupt_every &&
+		    atomic_fetch_add(&s->corrupt_seq, 1) % s->corrupt_every == 0)
+			dst[want / 2] ^= 0x5a;
+		if (XXH3_64bits(dst, want) != cm->hash) {
+			a->status = XFER_ACK_BAD;
+			atomic_fetch_add(&s->m_bad, 1);
+		} else if ((rc = xfer_store_record(f, cm->chunk, cm->hash))) {
+			a->status = XFER_ACK_IO;
+			*why = "cannot record it";
+		}
+	}
+	pthread_mutex_lock(&rx->mu);
+	list_del(&rx->writers, &me->node);
+	f->writers[cm->chunk]--;
+	f->busy--;
+	if (!*lost && a->status == XFER_ACK_OK && verified > 0) {
+		first = !f->done[cm->chunk] && xfer_store_mark(f, cm->chunk, cm->hash);
+		a->status = XFER_ACK_DUP;
+	} else if (!*lost && a->status == XFER_ACK_OK) {
+		first = xfer_store_mark(f, cm->chunk, cm->hash);
+		if (!first)
+			a->status = XFER_ACK_DUP;
+	}
+	if (f->ndone == f->nchunks && !f->busy)
+		xfer_store_release(f); /* every chunk there: no descriptor until FINISH */
+	pthread_cond_broadcast(&rx->cv);
+	pthread_mutex_unlock(&rx->mu);
+	if (*lost)
+		return rc;
+	if (first) {
+		atomic_fetch_add(&s->m_chunks, 1);
+		atomic_fetch_add(&s->link_bytes[c->link % XFER_LINKS_MAX], want);
+		pthread_mutex_lock(&s->mu);
+		unreserve_locked(s, rx, want);
+		pthread_mutex_unlock(&s->mu);
+		if (rx->relay)
+			xfer_engine_feed(rx->relay, cm->file, cm->chunk, cm->hash, 1);
+	} else if (a->status == XFER_ACK_DUP) {
+		atomic_fetch_add(&s->m_dup, 1);
+	}
+	return rc;
+}
+
+static int on_chunk(struct xfer_server_conn *c, const struct xfer_hello *hello, const uint8_t *meta,
+		    const struct xfer_hdr *h)
+{
+	struct xfer_server *s = c->srv;
+	if (!c->rx)
+		c->rx = transfer_get(s, hello->session);
+	struct rx_transfer *rx = c->rx;
+	struct xfer_chunk_meta cm;
+	if (!rx) {
+		char why[200] = "no such transfer (the receiver restarted?)";
+		pthread_mutex_lock(&s->mu);
+		xfer_server_tomb_find_locked(s, hello->session, why, sizeof(why));
+		pthread_mutex_unlock(&s->mu);
+		xfer_server_refuse(s, &c->io, why);
+		return -EPROTO;
+	}
+	if (xfer_chunk_decode(meta, h->meta_len, &cm) || cm.file >= rx->m.nfiles ||
+	    cm.chunk >= rx->files[cm.file].nchunks) {
+		xfer_server_refuse(s, &c->io, "chunk outside the manifest");
+		return -EPROTO;
+	}
+	struct xfer_store_file *f = &rx->files[cm.file];
+	uint32_t want = xfer_store_chunk_len(f, cm.chunk);
+	if (h->data_len != want) {
+		xfer_server_refuse(s, &c->io, "chunk has the wrong length");
+		return -EPROTO;
+	}
+	struct xfer_ack a = {.file = cm.file, .chunk = cm.chunk, .status = XFER_ACK_OK};
+	const char *why = "";
+	int rc = 0, mine = 0, crowded = 0;
+	struct writer me;
+	/* a chunk already verified is never written again, by this transfer (done[]) or any
+	 * other (the state on disk, asked once the lock is held: see store.h); one being written
+	 * gets a second writer only as an end-game copy would, and is re-hashed before the rename
+	 */
+	pthread_mutex_lock(&rx->mu);
+	crowded = !f->done[cm.chunk] && f->writers[cm.chunk] == UINT8_MAX;
+	if (!f->done[cm.chunk] && !crowded && !(rc = xfer_store_acquire(s->dirfd, f, &why))) {
+		mine = 1;
+		if (++f->writers[cm.chunk] > 1)
+			f->multi[cm.chunk] = 1;
+		f->busy++;
+		me = (struct writer){.fd = c->io.fd, .file = cm.file, .chunk = cm.chunk};
+		list_push_front(&rx->writers, &me.node);
+	}
+	pthread_mutex_unlock(&rx->mu);
+	if (crowded) {
+		xfer_server_refuse(s, &c->io, "too many copies of one chunk at once");
+		return -EPROTO;
+	}
+	if (!mine) {
+		/* a copy from the end game or a resend: read it off the wire, keep what we have */
+		int drc = xfer_discard(&c->io, want);
+		if (drc)
+			return drc;
+		atomic_fetch_add(&s->m_bytes, want);
+		if (rc) {
+			a.status = XFER_ACK_IO;
+		} else {
+			a.status = XFER_ACK_DUP;
+			atomic_fetch_add(&s->m_dup, 1);
+		}
+	} else {
+		int lost = 0;
+		rc = chunk_write(c, &me, f, &cm, want, &a, &why, &lost);
+		if (lost)
+			return rc;
+	}
+	if (a.status == XFER_ACK_IO)
+		atomic_fetch_add(&s->m_errors, 1);
+	uint8_t out[XFER_ACK_LEN];
+	xfer_ack_encode(out, &a);
+	int wrc = xfer_frame_send(&c->io, XFER_ACK, out, sizeof(out));
+	if (a.status == XFER_ACK_IO) {
+		char msg[200];
+		snprintf(msg, sizeof(msg), "cannot write '%.100s': %s: %s", f->path, why,
+			 strerror(-rc));
+		pthread_mutex_lock(&s->mu);
+		xfer_server_tomb_add_locked(s, rx->id, msg);
+		pthread_mutex_unlock(&s->mu);
+		xfer_server_refuse(s, &c->io, msg);
+		return rc;
+	}
+	return wrc;
+}
+
+static int on_finish(struct xfer_server_conn *c, const struct xfer_hello *hello,
+		     const uint8_t *meta, uint32_t len)
+{
+	struct xfer_server *s = c->srv;
+	if (!c->rx)
+		c->rx = transfer_get(s, hello->session);
+	struct rx_transfer *rx = c->rx;
+	char err[512] = "";
+	if (!rx || len != rx->m.nfiles * 16u) {
+		xfer_server_refuse(s, &c->io, "FINISH does not match the manifest");
+		return -EPROTO;
+	}
+	pthread_mutex_lock(&rx->mu);
+	/*
+	 * The sender has every acknowledgement, so a connection still writing into a verified
+	 * chunk is one it gave up (a dead link) or not the sender's: end it rather than wait for
+	 * its timeout, then wait for its thread to let go of the chunk.
+	 */
+	for (struct list_node *n = list_first(&rx->writers); n; n = list_next(&rx->writers, n)) {
+		struct writer *w = container_of(n, struct writer, node);
+		if (rx->files[w->file].done[w->chunk])
+			shutdown(w->fd, SHUT_RDWR);
+	}
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += RX_FINISH_WAIT_S;
+	for (uint32_t i = 0; i < rx->m.nfiles; i++)
+		while (rx->files[i].busy)
+			if (pthread_cond_timedwait(&rx->cv, &rx->mu, &until)) {
+				snprintf(
+				    err, sizeof(err),
+				    "'%s': a chunk is still being written by another connection",
+				    rx->files[i].path);
+				break;
+			}
+	for (uint32_t i = 0; i < rx->m.nfiles && !err[0]; i++) {
+		struct xfer_store_file *f = &rx->files[i];
+		const char *why;
+		uint32_t bad = UINT32_MAX;
+		if (f->finished)
+			continue;
+		int rc = xfer_store_finish(s->dirfd, f, meta + 16 * (size_t)i, &bad, &why);
+		if (rc && bad != UINT32_MAX)
+			snprintf(err, sizeof(err),
+				 "'%s': chunk %u was overwritten by a second writer after it was "
+				 "verified; send again to resume",
+				 f->path, bad);
+		else if (rc)
+			snprintf(err, sizeof(err), "'%s': %s", f->path, why);
+		else
+			atomic_fetch_add(&s->m_files, 1);
+	}
+	if (!err[0] && rx->relay && !rx->finished) {
+		struct xfer_report rep;
+		if (xfer_engine_finish(rx->relay, &rep))
+			snprintf(err, sizeof(err), "next bcast hop %s: %s", rx->m.fwd[0],
+				 rep.error);
+	}
+	if (!err[0]) {
+		rx->finished = 1;
+		s->done_ok = 1;
+	}
+	pthread_mutex_unlock(&rx->mu);
+	if (err[0]) {
+		atomic_fetch_add(&s->m_errors, 1);
+		xfer_server_refuse(s, &c->io, err);
+		return -EIO;
+	}
+	return xfer_frame_send(&c->io, XFER_DONE, NULL, 0);
+}
+
+void xfer_receiver_loop(struct xfer_server_conn *c, const struct xfer_hello *hello)
+{
+	struct xfer_server *s = c->srv;
+	int rc = 0;
+	uint8_t small[64];
+	while (rc == 0) {
+		struct xfer_hdr h;
+		uint8_t *meta = NULL;
+		if ((rc = xfer_frame_recv_into(&c->io, &h, small, sizeof(small), &meta)))
+			break;
+		switch (h.type) {
+		case XFER_MANIFEST:
+			rc = on_manifest(c, hello, meta, h.meta_len);
+			break;
+		case XFER_CHUNK:
+			rc = h.meta_len == XFER_CHUNK_LEN ? on_chunk(c, hello, meta, &h) : -EPROTO;
+			break;
+		case XFER_FINISH:
+			rc = on_finish(c, hello, meta, h.meta_len);
+			break;
+		case XFER_ERR:
+			if (s->puller) {
+				meta[h.meta_len] = 0;
+				xfer_server_fail(s, (char *)meta);
+			}
+			rc = -EPROTO;
+			break;
+		default:
+			xfer_server_refuse(s, &c->io, "unexpected message");
+			rc = -EPROTO;
+		}
+		if (meta != small)
+			free(meta);
+	}
+}
+
+unsigned xfer_receiver_count(struct xfer_server *s)
+{
+	pthread_mutex_lock(&s->mu);
+	unsigned n = (unsigned)s->transfers.count;
+	pthread_mutex_unlock(&s->mu);
+	return n;
+}
