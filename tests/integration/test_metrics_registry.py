@@ -1,0 +1,153 @@
+"""/metrics and /status as one registry writes them: the 21 families with their HELP and TYPE
+lines and labels as documented, /status with the same fields, both showing the same counts,
+counts from several workers summed without loss, and (when Debian's prometheus is installed)
+`promtool check metrics` clean."""
+
+import json
+import shutil
+import subprocess
+
+from harness import complete, pool_yaml, request, status, wait_until
+
+FAMILIES = {  # name: (type, help)
+    "accelnet_backend_up": ("gauge", "1 if active health checks find the backend up"),
+    "accelnet_backend_inflight": ("gauge", "requests in flight to the backend"),
+    "accelnet_backend_latency_seconds": ("gauge",
+                                         "peak-EWMA time to first byte, as balancing sees it"),
+    "accelnet_backend_requests_total": ("counter", "requests sent to the backend"),
+    "accelnet_backend_connect_failures_total": ("counter", "failed connects"),
+    "accelnet_backend_retries_total": ("counter", "requests retried elsewhere"),
+    "accelnet_backend_ejections_total": ("counter",
+                                         "times outlier detection took the backend out"),
+    "accelnet_backend_hedged_total": (
+        "counter", "requests on this backend that were also sent to another (hedging)"),
+    "accelnet_backend_hedge_wins_total": ("counter",
+                                          "hedged copies on this backend that answered first"),
+    "accelnet_backend_responses_total": ("counter", "responses by status class"),
+    "accelnet_backend_ttfb_seconds": ("histogram",
+                                      "request sent to response head (time to first token)"),
+    "accelnet_backend_gap_seconds": ("histogram",
+                                     "time between reads of a streamed response body"),
+    "accelnet_pool_queue_wait_seconds": ("histogram",
+                                         "time from queueing to a granted backend slot"),
+    "accelnet_pool_queue_length": ("gauge", "requests waiting for a backend slot"),
+    "accelnet_pool_unavailable_total": ("counter",
+                                        "requests turned away with no backend to serve them"),
+    "accelnet_pool_retries_denied_total": ("counter", "retries the retry budget turned down"),
+    "accelnet_pool_spilled_in_total": ("counter", "requests moved here by a route's spillover"),
+    "accelnet_pool_queue_enqueued_total": ("counter", "queue enqueued"),
+    "accelnet_pool_queue_granted_total": ("counter", "queue granted"),
+    "accelnet_pool_queue_timeouts_total": ("counter", "queue timeouts"),
+    "accelnet_pool_queue_overflows_total": ("counter", "queue overflows"),
+}
+
+POOL_KEYS = ["name", "balance", "unavailable", "retries_denied", "spilled_in", "queue",
+             "backends"]
+QUEUE_KEYS = ["discipline", "length", "enqueued", "granted", "timeouts", "overflows", "wait_ms"]
+BACKEND_KEYS = ["address", "weight", "up", "eligible", "ejected", "inflight", "max_concurrency",
+                "latency_ms", "requests", "connect_failures", "retries", "ejections",
+                "reported_load", "hedged", "hedge_wins", "ttfb_ms", "gap_ms", "responses"]
+CLASSES = ["aborted", "1xx", "2xx", "3xx", "4xx", "5xx"]
+
+
+def _samples(text):
+    """{(name, frozenset of label pairs): value} of the sample lines."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        series, value = line.rsplit(" ", 1)
+        name, _, labels = series.partition("{")
+        pairs = frozenset(tuple(p.split("=", 1)) for p in labels.rstrip("}").split(",") if p)
+        out[(name, pairs)] = float(value)
+    return out
+
+
+def _answered(admin, n):
+    """/status once the pool gpu has counted <n> answers (a response is counted as its
+    exchange ends, a moment after the client has it)."""
+    def done():
+        bes = status(admin)["pools"][0]["backends"]
+        return sum(be["responses"]["2xx"] for be in bes) == n
+    wait_until(done, f"{n} answers counted")
+    return status(admin)
+
+
+def _two_pools(env, workers=2):
+    a = env.sim("a", latency_ms=1, jitter=0, token_ms=0)
+    b = env.sim("b", latency_ms=1, jitter=0, token_ms=0)
+    px = env.proxy("pools:\n" + pool_yaml("gpu", [a.port, b.port]) + pool_yaml("web", [b.port])
+                   + "routes:\n  - match: {path_prefix: /}\n    pool: gpu\n", workers=workers)
+    return a, b, px
+
+
+def test_every_family_with_its_help_type_and_labels(env):
+    a, b, px = _two_pools(env)
+    assert complete(px.port)[0] == 200
+    st, hdrs, text = request(px.admin, "GET", "/metrics")
+    text = text.decode()
+    assert st == 200 and hdrs["content-type"] == ["text/plain; version=0.0.4"], hdrs
+    helps = {}
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            name, help_ = line[7:].split(" ", 1)
+            helps[name] = [None, help_]
+        elif line.startswith("# TYPE "):
+            name, type_ = line[7:].split(" ", 1)
+            helps[name][0] = type_
+    assert {k: tuple(v) for k, v in helps.items()} == FAMILIES
+    got = _samples(text)
+    backends = [("gpu", f"127.0.0.1:{a.port}"), ("gpu", f"127.0.0.1:{b.port}"),
+                ("web", f"127.0.0.1:{b.port}")]
+    for pool, be in backends:
+        labels = frozenset({("pool", f'"{pool}"'), ("backend", f'"{be}"')})
+        for name in ("accelnet_backend_up", "accelnet_backend_requests_total",
+                     "accelnet_backend_ttfb_seconds_count", "accelnet_backend_gap_seconds_sum"):
+            assert (name, labels) in got, (name, labels)
+        for cls in CLASSES:
+            assert ("accelnet_backend_responses_total",
+                    labels | {("class", f'"{cls}"')}) in got, cls
+    for pool in ("gpu", "web"):
+        labels = frozenset({("pool", f'"{pool}"')})
+        assert ("accelnet_pool_queue_length", labels) in got
+        assert ("accelnet_pool_queue_wait_seconds_bucket", labels | {("le", '"+Inf"')}) in got
+    if shutil.which("promtool"):
+        r = subprocess.run(["promtool", "check", "metrics"], input=text.encode(),
+                           capture_output=True, timeout=30, check=False)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_status_has_the_same_fields_and_counts(env):
+    a, b, px = _two_pools(env)
+    for _ in range(5):
+        assert complete(px.port)[0] == 200
+    st = _answered(px.admin, 5)
+    assert [p["name"] for p in st["pools"]] == ["gpu", "web"]
+    for p in st["pools"]:
+        assert list(p) == POOL_KEYS, list(p)
+        assert list(p["queue"]) == QUEUE_KEYS, list(p["queue"])
+        for be in p["backends"]:
+            assert list(be) == BACKEND_KEYS, list(be)
+            assert list(be["responses"]) == CLASSES
+            assert be["up"] is True and be["ejected"] is False
+    got = _samples(request(px.admin, "GET", "/metrics")[2].decode())
+    for be in st["pools"][0]["backends"]:
+        labels = frozenset({("pool", '"gpu"'), ("backend", f'"{be["address"]}"')})
+        assert got[("accelnet_backend_requests_total", labels)] == be["requests"]
+        assert got[("accelnet_backend_ttfb_seconds_count", labels)] == be["ttfb_ms"]["count"]
+        assert (got[("accelnet_backend_responses_total", labels | {("class", '"2xx"')})]
+                == be["responses"]["2xx"])
+    assert sum(be["requests"] for be in st["pools"][0]["backends"]) == 5
+
+
+def test_counts_from_several_workers_add_up(env):
+    _, _, px = _two_pools(env, workers=4)
+    n = 40
+    for _ in range(n):
+        assert complete(px.port)[0] == 200
+    st = _answered(px.admin, n)
+    bes = st["pools"][0]["backends"]
+    assert sum(be["requests"] for be in bes) == n, bes
+    assert sum(be["responses"]["2xx"] for be in bes) == n, bes
+    assert sum(be["ttfb_ms"]["count"] for be in bes) == n, bes
+    json.dumps(st)  # plain JSON all the way down
