@@ -48,8 +48,9 @@ static void rule_append(struct rule *a, struct rule r)
 static struct rule *section_table(struct pool_policy_tables *t, const char *section)
 {
 	struct rule *r = rule_named(t->pool, section);
-	if (r && r->sub >= t->sections[0] && r->sub < t->sections[POOL_POLICY_SECTIONS_MAX])
-		return (struct rule *)(uintptr_t)r->sub;
+	for (size_t i = 0; r && i < t->nsections; i++)
+		if (r->sub == t->sections[i])
+			return t->sections[i];
 	ASSERT(t->nsections < POOL_POLICY_SECTIONS_MAX);
 	struct rule *sub = t->sections[t->nsections++];
 	sub[0] = (struct rule)RULES_END;
