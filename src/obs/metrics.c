@@ -70,7 +70,7 @@ static int spaces_valid(const struct metrics_config *cfg)
 			return 0;
 		if (s->parent >= (int)cfg->nspaces || s->parent == (int)i)
 			return 0;
-		if (s->parent >= 0 && s->n && !s->parent_of)
+		if (s->parent >= 0 && ((s->n && !s->parent_of) || !s->json))
 			return 0;
 	}
 	return 1;

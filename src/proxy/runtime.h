@@ -123,7 +123,7 @@ struct runtime {
 	/* label values and parents of the registry's series: pool, and pool + backend */
 	const char **pool_labels, **backend_labels;
 	size_t *backend_pool;
-	struct metric_space metric_spaces[2];
+	struct metric_space metric_spaces[2]; /* the registry's: backends, pools */
 };
 
 int runtime_create(const struct conf *conf, struct runtime **out);
