@@ -4,6 +4,12 @@
  * Loading is all or nothing: on any error the partial result is freed, <err> says
  * "FILE:LINE:COL: what was wrong and what was expected", and the caller keeps whatever it ran
  * before. Unknown keys are errors, so a typo never silently falls back to a default.
+ *
+ * The folder: conf.c loads a file whole and owns the life of a struct conf (conf-t.h);
+ * rules.c is the generic YAML rule engine (key tables, typed readers, FILE:LINE:COL
+ * messages); schema.c holds the proxy's key tables, defaults and cross-checks; and
+ * pool_policy.c reads the keys each balancer declares for itself in its ops table
+ * (policy/opt.h), so the schema names none of them.
  */
 #ifndef ACCELNET_CONF_CONF_H
 #define ACCELNET_CONF_CONF_H

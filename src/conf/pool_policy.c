@@ -6,11 +6,11 @@
  * become ordinary rules of the pool's key table, so the rule engine reads them, reports
  * their errors and dumps them (`accelnet check --keys`) like any schema key. Because the
  * pool's balancer may be named after its keys, the checks wait until the whole pool is
- * read: a key of another balancer is refused when it asks for something (a true or a
- * number; false is the same as leaving it out), the chosen one's keys not given take their
- * declared defaults. The lb_ops flags say the rest: a keyed balancer takes the pool's
- * hash: section (how the proxy hashes a request, conf_hash), a prompt-keyed one hashes the
- * prompt and so refuses hash.key.
+ * read: a key of another balancer is refused when it asks for something (true, or a number
+ * other than 0; false or 0 is the same as leaving it out), and the chosen one's keys not
+ * given take their declared defaults. The lb_ops flags say the rest: a keyed balancer takes
+ * the pool's hash: section (how the proxy hashes a request, conf_hash), a prompt-keyed one
+ * hashes the prompt and so refuses hash.key.
  */
 #include "conf/pool_policy.h"
 #include "core/check.h"
