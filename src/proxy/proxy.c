@@ -14,7 +14,9 @@
 #include "core/log.h"
 #include "core/signals.h"
 #include "proxy/admin.h"
+#include "proxy/dispatch.h"
 #include "proxy/health.h"
+#include "proxy/session.h"
 #include "proxy/worker.h"
 
 #include <errno.h>
@@ -30,6 +32,20 @@
  * local shortage (accept pauses, 503), never blamed on a backend. */
 #define FD_RESERVE 64
 
+/* What runs on the workers: HTTP/1 client connections (session.h), and the exchanges they
+ * carry, granted slots through dispatch.h. */
+static const struct worker_ops proxy_worker_ops = {
+    .accept = session_accept,
+    .take_grants = dispatch_take_grants,
+    .close_idle = session_close_idle,
+};
+
+struct proxy {
+	struct worker_shared sh; /* conf, runtime, main loop, running count */
+	struct worker *workers;
+	unsigned nworkers;
+};
+
 struct main_state {
 	struct proxy *px;
 	struct loop_timer deadline;
@@ -42,7 +58,7 @@ static void main_on_deadline(struct loop_timer *t)
 	struct main_state *m = container_of(t, struct main_state, deadline);
 	log_warn("shutdown_ms passed with requests still in flight; exiting anyway");
 	m->forced = 1;
-	loop_stop(m->px->main_loop);
+	loop_stop(m->px->sh.main_loop);
 }
 
 static void main_on_signal(int signo, void *arg)
@@ -57,16 +73,16 @@ static void main_on_signal(int signo, void *arg)
 	if (m->stopping) {
 		log_warn("second signal: exiting now");
 		m->forced = 1;
-		loop_stop(px->main_loop);
+		loop_stop(px->sh.main_loop);
 		return;
 	}
 	m->stopping = 1;
 	log_info("%s: draining (up to %u ms)", signo == SIGTERM ? "SIGTERM" : "SIGINT",
-		 px->conf->timeouts.shutdown_ms);
+		 px->sh.conf->timeouts.shutdown_ms);
 	for (unsigned i = 0; i < px->nworkers; i++)
 		worker_request_drain(&px->workers[i]);
-	loop_timer_set(px->main_loop, &m->deadline,
-		       loop_now(px->main_loop) + px->conf->timeouts.shutdown_ms);
+	loop_timer_set(px->sh.main_loop, &m->deadline,
+		       loop_now(px->sh.main_loop) + px->sh.conf->timeouts.shutdown_ms);
 }
 
 /*
@@ -101,13 +117,13 @@ static unsigned proxy_fit_connections(const struct conf *c, size_t nbackends)
 static void main_on_wake(void *arg)
 {
 	struct main_state *m = arg;
-	if (m->stopping && atomic_load(&m->px->running) == 0)
-		loop_stop(m->px->main_loop);
+	if (m->stopping && atomic_load(&m->px->sh.running) == 0)
+		loop_stop(m->px->sh.main_loop);
 }
 
 int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 {
-	struct proxy px = {.conf = conf};
+	struct proxy px = {.sh = {.conf = conf, .ops = &proxy_worker_ops}};
 	struct main_state m = {.px = &px};
 	struct health *health = NULL;
 	struct admin *admin = NULL;
@@ -116,15 +132,15 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 	unsigned inited = 0, started = 0;
 
 	signals_block();
-	if ((rc = loop_create(&px.main_loop)) < 0) {
+	if ((rc = loop_create(&px.sh.main_loop)) < 0) {
 		log_error("cannot create the main loop: %s", strerror(-rc));
 		return 1;
 	}
 	m.deadline.fn = main_on_deadline;
-	loop_set_wake_hook(px.main_loop, main_on_wake, &m);
-	if (hooks && hooks->start && hooks->start(px.main_loop, hooks->arg) < 0)
+	loop_set_wake_hook(px.sh.main_loop, main_on_wake, &m);
+	if (hooks && hooks->start && hooks->start(px.sh.main_loop, hooks->arg) < 0)
 		goto out;
-	if ((rc = runtime_create(conf, &px.rt)) < 0) {
+	if ((rc = runtime_create(conf, &px.sh.rt)) < 0) {
 		log_error("cannot build the runtime: %s", strerror(-rc));
 		goto out;
 	}
@@ -132,10 +148,10 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 	px.workers = calloc(px.nworkers, sizeof(*px.workers));
 	if (!px.workers)
 		goto out;
-	unsigned cap = proxy_fit_connections(conf, px.rt->nbackends);
+	unsigned cap = proxy_fit_connections(conf, px.sh.rt->nbackends);
 	unsigned per_worker = (cap + px.nworkers - 1) / px.nworkers;
 	for (; inited < px.nworkers; inited++) {
-		if (worker_init(&px.workers[inited], &px, inited, per_worker, err, sizeof(err)) <
+		if (worker_init(&px.workers[inited], &px.sh, inited, per_worker, err, sizeof(err)) <
 		    0) {
 			log_error("%s", err);
 			inited++;
@@ -143,15 +159,15 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 		}
 	}
 	if (conf->has_admin &&
-	    (rc = admin_start(px.main_loop, conf, px.rt, &admin, err, sizeof(err))) < 0) {
+	    (rc = admin_start(px.sh.main_loop, conf, px.sh.rt, &admin, err, sizeof(err))) < 0) {
 		log_error("%s", err);
 		goto out;
 	}
-	if ((rc = health_start(px.main_loop, px.rt, &health)) < 0) {
+	if ((rc = health_start(px.sh.main_loop, px.sh.rt, &health)) < 0) {
 		log_error("cannot start health checks: %s", strerror(-rc));
 		goto out;
 	}
-	if ((rc = signals_watch(px.main_loop, main_on_signal, &m)) < 0) {
+	if ((rc = signals_watch(px.sh.main_loop, main_on_signal, &m)) < 0) {
 		log_error("cannot watch signals: %s", strerror(-rc));
 		goto out;
 	}
@@ -168,7 +184,7 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 	if (hooks && hooks->ready)
 		hooks->ready(hooks->arg);
 
-	loop_run(px.main_loop);
+	loop_run(px.sh.main_loop);
 	status = 0;
 	if (m.forced) {
 		/* workers may be blocked mid-exchange; the process exit ends them */
@@ -191,7 +207,7 @@ out:
 	admin_stop(admin);
 	if (hooks && hooks->stop)
 		hooks->stop(hooks->arg);
-	runtime_destroy(px.rt);
-	loop_destroy(px.main_loop);
+	runtime_destroy(px.sh.rt);
+	loop_destroy(px.sh.main_loop);
 	return status;
 }

@@ -1,11 +1,10 @@
 /*
- * upstream.c - connections to backends: opening them, and keeping idle ones per worker and
- * per backend for reuse (LIFO, so the warmest is reused and the coldest expire).
+ * upstream.c - opening, reusing and closing connections to backends (see upstream.h).
  *
  * An idle connection is still watched: if the backend closes it, or sends anything while no
  * request is outstanding, it is closed at once instead of being handed to the next request.
  */
-#include "proxy/proxy-t.h"
+#include "proxy/upstream.h"
 #include "core/log.h"
 #include "net/sock.h"
 
@@ -28,8 +27,8 @@ static void upconn_on_io(struct loop_io *io, unsigned events)
 		up->connecting = 0;
 		up->failed = sock_error(io->fd);
 	}
-	if (up->s)
-		session_run(up->s);
+	if (up->owner)
+		up->on_event(up->owner);
 	else if (events & (LOOP_READ | LOOP_HUP))
 		upconn_close(up);
 }
@@ -41,22 +40,14 @@ static void upconn_on_idle_timeout(struct loop_timer *t)
 
 static void idle_unlink(struct upconn *up)
 {
-	struct idle_list *l = &up->w->idle[up->be->id];
-	if (up->prev)
-		up->prev->next = up->next;
-	else
-		l->head = up->next;
-	if (up->next)
-		up->next->prev = up->prev;
-	up->prev = up->next = NULL;
+	list_del(&up->w->idle[up->be->id], &up->idle_link);
 	up->idle = 0;
-	l->count--;
 }
 
 struct upconn *upconn_get(struct worker *w, struct backend *be, int *err)
 {
-	struct idle_list *l = &w->idle[be->id];
-	struct upconn *up = l->head;
+	struct list_node *n = list_first(&w->idle[be->id]);
+	struct upconn *up = n ? container_of(n, struct upconn, idle_link) : NULL;
 	if (up) {
 		idle_unlink(up);
 		loop_timer_stop(w->loop, &up->timer);
@@ -74,6 +65,7 @@ struct upconn *upconn_get(struct worker *w, struct backend *be, int *err)
 		return NULL;
 	}
 	up->io.fd = fd;
+	net_conn_init(&up->conn, fd);
 	up->io.fn = upconn_on_io;
 	up->timer.fn = upconn_on_idle_timeout;
 	up->w = w;
@@ -89,11 +81,17 @@ struct upconn *upconn_get(struct worker *w, struct backend *be, int *err)
 	return up;
 }
 
+void upconn_own(struct upconn *up, void *owner, void (*on_event)(void *owner))
+{
+	up->owner = owner;
+	up->on_event = on_event;
+}
+
 void upconn_release(struct upconn *up)
 {
 	struct worker *w = up->w;
-	struct idle_list *l = &w->idle[up->be->id];
-	up->s = NULL;
+	struct list_head *l = &w->idle[up->be->id];
+	up->owner = NULL;
 	up->served++;
 	if (l->count >= IDLE_MAX_PER_BACKEND || w->draining) {
 		upconn_close(up);
@@ -102,12 +100,8 @@ void upconn_release(struct upconn *up)
 	buf_put(&w->bufs, up->in);
 	up->in = NULL;
 	up->idle = 1;
-	up->next = l->head;
-	if (l->head)
-		l->head->prev = up;
-	l->head = up;
-	l->count++;
-	loop_timer_set(w->loop, &up->timer, loop_now(w->loop) + w->px->conf->timeouts.idle_ms);
+	list_push_front(l, &up->idle_link);
+	loop_timer_set(w->loop, &up->timer, loop_now(w->loop) + w->conf->timeouts.idle_ms);
 }
 
 void upconn_close(struct upconn *up)
@@ -117,14 +111,16 @@ void upconn_close(struct upconn *up)
 		idle_unlink(up);
 	loop_timer_stop(w->loop, &up->timer);
 	loop_io_del(w->loop, &up->io);
-	close(up->io.fd);
+	net_conn_close(&up->conn);
 	buf_put(&w->bufs, up->in);
 	free(up);
 }
 
 void upconn_close_idle(struct worker *w)
 {
-	for (size_t i = 0; i < w->px->rt->nbackends; i++)
-		while (w->idle[i].head)
-			upconn_close(w->idle[i].head);
+	for (size_t i = 0; i < w->rt->nbackends; i++) {
+		struct list_node *n;
+		while ((n = list_first(&w->idle[i])))
+			upconn_close(container_of(n, struct upconn, idle_link));
+	}
 }

@@ -4,8 +4,8 @@
  * Each worker has its own listening sockets on the same addresses (SO_REUSEPORT), so the
  * kernel spreads connections and no lock is taken to accept. Accepting pauses in two cases,
  * and new clients wait in the kernel backlog meanwhile: at the connection cap, until a
- * session ends; and when the process is out of descriptors (or socket buffers, or memory),
- * until a session ends or ACCEPT_RETRY_MS passes, whichever comes first. Listeners are
+ * client connection ends; and when the process is out of descriptors (or socket buffers, or memory),
+ * until a connection ends or ACCEPT_RETRY_MS passes, whichever comes first. Listeners are
  * edge-triggered, so resuming always accepts until the backlog is empty: waiting for the
  * next connection to arrive would leave the ones already queued unanswered.
  */
@@ -26,9 +26,9 @@
 static void worker_accept(struct worker *w, struct listener *l)
 {
 	while (!w->draining && !w->accept_paused) {
-		if (w->nsessions >= w->max_sessions) {
+		if (w->nclients >= w->max_clients) {
 			log_warn_every(10000, "connection limit reached (%u on this worker); "
-					      "new clients wait in the backlog", w->max_sessions);
+					      "new clients wait in the backlog", w->max_clients);
 			w->accept_paused = 1;
 			return;
 		}
@@ -42,13 +42,13 @@ static void worker_accept(struct worker *w, struct listener *l)
 		if (fd < 0) {
 			log_warn_every(10000, "accept: %s (%u clients on this worker); new clients "
 					      "wait in the backlog until a descriptor frees",
-				       strerror(-fd), w->nsessions);
+				       strerror(-fd), w->nclients);
 			w->accept_paused = 1;
 			loop_timer_set(w->loop, &w->accept_timer,
 				       loop_now(w->loop) + ACCEPT_RETRY_MS);
 			return;
 		}
-		session_accept(w, fd, &peer);
+		w->sh->ops->accept(w, fd, &peer);
 	}
 }
 
@@ -87,15 +87,16 @@ static void worker_close_listeners(struct worker *w)
 	}
 }
 
-void worker_session_gone(struct worker *w)
+void worker_client_gone(struct worker *w)
 {
+	w->nclients--;
 	if (w->draining) {
-		if (!w->nsessions)
+		if (!w->nclients)
 			loop_stop(w->loop);
 		return;
 	}
-	/* the session's descriptors are free now, whichever way accepting was paused */
-	if (w->accept_paused && w->nsessions < w->max_sessions)
+	/* the client's descriptors are free now, whichever way accepting was paused */
+	if (w->accept_paused && w->nclients < w->max_clients)
 		worker_resume_accept(w);
 }
 
@@ -104,34 +105,32 @@ static void worker_start_drain(struct worker *w)
 	w->draining = 1;
 	loop_timer_stop(w->loop, &w->accept_timer);
 	worker_close_listeners(w);
-	upconn_close_idle(w);
 	/* idle clients go now; the others finish their exchange first */
-	struct session *s = w->sessions, *next;
-	for (; s; s = next) {
-		next = s->next;
-		if (s->state == S_HEAD && (!s->in || !buf_len(s->in)))
-			session_close(s);
-	}
-	if (!w->nsessions)
+	w->sh->ops->close_idle(w, 0);
+	if (!w->nclients)
 		loop_stop(w->loop);
 }
 
 static void worker_on_wake(void *arg)
 {
 	struct worker *w = arg;
-	session_take_grants(w);
+	w->sh->ops->take_grants(w);
 	if (atomic_load(&w->drain_requested) && !w->draining)
 		worker_start_drain(w);
 }
 
-int worker_init(struct worker *w, struct proxy *px, unsigned id, unsigned max_sessions,
+int worker_init(struct worker *w, struct worker_shared *sh, unsigned id, unsigned max_clients,
 		char *err, size_t errlen)
 {
-	const struct conf *c = px->conf;
+	const struct conf *c = sh->conf;
 	int rc;
 	memset(w, 0, sizeof(*w));
 	w->id = id;
-	w->px = px;
+	w->sh = sh;
+	w->conf = sh->conf;
+	w->rt = sh->rt;
+	list_init(&w->clients);
+	list_init(&w->free_exchanges);
 	snprintf(w->tag, sizeof(w->tag), "w%u", id);
 	uint32_t bufsize = c->limits.max_header_bytes + 1024;
 	if (bufsize < 16384)
@@ -139,16 +138,18 @@ int worker_init(struct worker *w, struct proxy *px, unsigned id, unsigned max_se
 	buf_pool_init(&w->bufs, bufsize, 256);
 	uint64_t bodysize = c->limits.body_buffer_bytes + bufsize;
 	buf_pool_init(&w->body_bufs, (uint32_t)bodysize, 16);
-	w->max_sessions = max_sessions;
-	worker_inbox_init(&w->inbox);
+	w->max_clients = max_clients;
 	if (getrandom(&w->rng, sizeof(w->rng), 0) != sizeof(w->rng))
 		w->rng = (uint64_t)id * 0x9e3779b97f4a7c15u + 1;
-	w->idle = calloc(px->rt->nbackends ? px->rt->nbackends : 1, sizeof(*w->idle));
+	size_t nidle = sh->rt->nbackends ? sh->rt->nbackends : 1;
+	w->idle = calloc(nidle, sizeof(*w->idle));
 	w->listeners = calloc(c->nlistens, sizeof(*w->listeners));
 	if (!w->idle || !w->listeners) {
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
+	for (size_t i = 0; i < nidle; i++)
+		list_init(&w->idle[i]);
 	for (size_t i = 0; i < c->nlistens; i++)
 		w->listeners[i].io.fd = -1;
 	w->nlisteners = c->nlistens;
@@ -156,6 +157,7 @@ int worker_init(struct worker *w, struct proxy *px, unsigned id, unsigned max_se
 		snprintf(err, errlen, "cannot create event loop: %s", strerror(-rc));
 		return rc;
 	}
+	admission_inbox_init(&w->inbox, w->loop);
 	loop_set_wake_hook(w->loop, worker_on_wake, w);
 	w->accept_timer.fn = worker_on_accept_timer;
 	for (size_t i = 0; i < c->nlistens; i++) {
@@ -183,17 +185,17 @@ static void *worker_main(void *arg)
 	struct worker *w = arg;
 	log_set_thread_tag(w->tag);
 	loop_run(w->loop);
-	atomic_fetch_sub(&w->px->running, 1);
-	loop_wake(w->px->main_loop);
+	atomic_fetch_sub(&w->sh->running, 1);
+	loop_wake(w->sh->main_loop);
 	return NULL;
 }
 
 int worker_start(struct worker *w)
 {
-	atomic_fetch_add(&w->px->running, 1);
+	atomic_fetch_add(&w->sh->running, 1);
 	int rc = pthread_create(&w->thread, NULL, worker_main, w);
 	if (rc) {
-		atomic_fetch_sub(&w->px->running, 1);
+		atomic_fetch_sub(&w->sh->running, 1);
 		return -rc;
 	}
 	return 0;
@@ -208,15 +210,50 @@ void worker_request_drain(struct worker *w)
 void worker_destroy(struct worker *w)
 {
 	w->draining = 1;
-	while (w->sessions)
-		session_close(w->sessions);
-	if (w->idle && w->px->rt)
-		upconn_close_idle(w);
+	if (w->idle && w->loop)
+		w->sh->ops->close_idle(w, 1);
 	worker_close_listeners(w);
 	loop_destroy(w->loop);
-	worker_inbox_destroy(&w->inbox);
+	if (w->loop)
+		admission_inbox_destroy(&w->inbox);
 	buf_pool_drain(&w->bufs);
 	buf_pool_drain(&w->body_bufs);
 	free(w->idle);
 	free(w->listeners);
+}
+
+ssize_t worker_read(struct worker *w, struct net_conn *c, struct buf **b, int *readable, int hup)
+{
+	if (!*b && !(*b = buf_get(&w->bufs)))
+		return -ENOMEM;
+	if (!buf_room(*b))
+		buf_compact(*b);
+	size_t room = buf_room(*b);
+	if (!room)
+		return -ENOSPC;
+	ssize_t n = net_conn_read(c, (*b)->data + (*b)->end, room);
+	if (n == -EAGAIN || n == -EINTR) {
+		*readable = 0;
+		return -EAGAIN;
+	}
+	if (n < 0)
+		return n;
+	if ((size_t)n < room && !hup)
+		*readable = 0;
+	(*b)->end += (uint32_t)n;
+	return n;
+}
+
+void worker_buf_put(struct worker *w, struct buf *b)
+{
+	if (b)
+		buf_put(b->cap == w->bufs.size ? &w->bufs : &w->body_bufs, b);
+}
+
+void worker_buf_release(struct worker *w, struct buf **b)
+{
+	if (*b && !buf_len(*b)) {
+		worker_buf_put(w, *b);
+		*b = NULL;
+	}
 }

@@ -1,23 +1,107 @@
 /*
- * worker.h - the life of a worker thread, as proxy.c drives it.
+ * worker.h - a worker thread and what it lends the connections it runs: its event loop, its
+ * buffer pools, its idle upstream connections (one list per backend), its random state, a
+ * parse scratch, and the inbox where queued requests are granted slots.
+ *
+ * Everything here belongs to one thread; nothing is locked except the inbox. The worker
+ * knows nothing of what runs on it: whoever starts it (proxy.c) gives it a table of owner
+ * callbacks (struct worker_ops) for accepting a connection, taking grants and closing what
+ * is idle, so the connection code sits above the worker and every arrow points down.
  */
 #ifndef ACCELNET_PROXY_WORKER_H
 #define ACCELNET_PROXY_WORKER_H
 
-#include "proxy/proxy-t.h"
+#include "conf/conf-t.h"
+#include "core/buf.h"
+#include "core/list.h"
+#include "core/loop.h"
+#include "http/parse.h"
+#include "net/conn.h"
+#include "proxy/admission.h"
+#include "proxy/runtime.h"
 
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
+#include <sys/types.h>
+
+struct worker;
+
+struct worker_ops {
+	/* a client connected: take <fd> (owned from now on) */
+	void (*accept)(struct worker *w, int fd, const struct sockaddr_storage *peer);
+	/* slots were granted to this worker's queued requests (w->inbox) */
+	void (*take_grants)(struct worker *w);
+	/* draining: close every idle client and idle upstream connection; <all>: every one */
+	void (*close_idle)(struct worker *w, int all);
+};
+
+struct listener {
+	struct loop_io io;
+	struct worker *w;
+};
+
+/* Shared by the workers, read-only for them: set up by proxy.c before they start. */
+struct worker_shared {
+	const struct conf *conf;
+	struct runtime *rt;
+	const struct worker_ops *ops;
+	struct loop *main_loop; /* woken when a worker's loop ends */
+	atomic_uint running;	/* workers whose loop still runs */
+};
+
+struct worker {
+	unsigned id;
+	char tag[16];
+	pthread_t thread;
+	struct worker_shared *sh;
+	const struct conf *conf; /* sh->conf, at hand */
+	struct runtime *rt;
+	struct loop *loop;
+	struct listener *listeners;
+	size_t nlisteners;
+	struct buf_pool bufs;
+	struct buf_pool body_bufs; /* limits.body_buffer_bytes each, for bodies read whole */
+	struct list_head *idle;	   /* idle upstream connections, one list per backend id */
+	struct list_head clients;  /* client connections (the owner's, by their own link) */
+	struct list_head free_exchanges; /* exchanges not in use, for reuse */
+	unsigned nclients, max_clients;
+	int accept_paused, draining;
+	struct loop_timer accept_timer; /* accepting again after running out of descriptors */
+	atomic_int drain_requested;
+	uint64_t rng;
+	struct http_head head;	      /* parse scratch, for request and response heads alike */
+	struct admission_inbox inbox; /* requests granted a slot by other workers */
+};
 
 /*
- * Set up <w>: loop, buffers, and its own listening sockets; it holds at most <max_sessions>
+ * Set up <w>: loop, buffers, and its own listening sockets; it holds at most <max_clients>
  * client connections at once. 0 or -errno with <err> filled.
  */
-int worker_init(struct worker *w, struct proxy *px, unsigned id, unsigned max_sessions,
+int worker_init(struct worker *w, struct worker_shared *sh, unsigned id, unsigned max_clients,
 		char *err, size_t errlen);
 int worker_start(struct worker *w);
 /* Ask <w> (from another thread) to stop accepting and finish what it has. */
 void worker_request_drain(struct worker *w);
 /* After the thread has ended (or never started): free everything. */
 void worker_destroy(struct worker *w);
+
+/* A client connection of <w> ended (its owner has unlinked it from w->clients). */
+void worker_client_gone(struct worker *w);
+
+/*
+ * One read from <c> into *b (taken from the plain pool if need be). Returns bytes read
+ * (> 0), 0 at end of stream, -ENOSPC when the buffer is full, -EAGAIN when nothing was
+ * there, or another -errno. A short read means the socket is drained, so *readable is
+ * cleared and the next edge says when more arrives -- unless the peer has shut its side
+ * (<hup>): then no edge will come, and the end of stream must still be read.
+ */
+ssize_t worker_read(struct worker *w, struct net_conn *c, struct buf **b, int *readable, int hup);
+
+/* Give <b> back to the pool it came from: the plain one, or the one for request bodies. */
+void worker_buf_put(struct worker *w, struct buf *b);
+/* ... and *b becomes NULL, when it is empty. */
+void worker_buf_release(struct worker *w, struct buf **b);
 
 #endif

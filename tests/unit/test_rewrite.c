@@ -10,7 +10,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "proxy/rewrite.h"
+#include "http/rewrite.h"
 
 static struct http_head h;
 static char out[8192];

@@ -2,7 +2,7 @@
  * rewrite.c - writing heads. A small appender checks room once per piece, so no snprintf
  * runs per header and a head that does not fit fails cleanly.
  */
-#include "proxy/rewrite.h"
+#include "http/rewrite.h"
 #include "http/status.h"
 
 #include <stdio.h>
@@ -245,4 +245,24 @@ int rewrite_error(char *buf, size_t cap, int status, const char *detail, int kee
 			 request_id ? request_id : "", request_id ? "\r\n" : "", retry,
 			 keep_alive ? "" : "Connection: close\r\n", blen, body);
 	return n < 0 || (size_t)n >= cap ? -1 : n;
+}
+
+int rewrite_continue(char *out, size_t cap)
+{
+	static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+	if (cap < sizeof(cont) - 1)
+		return -1;
+	memcpy(out, cont, sizeof(cont) - 1);
+	return (int)(sizeof(cont) - 1);
+}
+
+int rewrite_chunk_size(char *out, size_t cap, uint64_t n)
+{
+	int len = snprintf(out, cap, "%llx\r\n", (unsigned long long)n);
+	return len < 0 || (size_t)len >= cap ? -1 : len;
+}
+
+const char *rewrite_chunk_tail(int had_size)
+{
+	return had_size ? "\r\n0\r\n\r\n" : "0\r\n\r\n";
 }

@@ -1,5 +1,5 @@
 /*
- * rewrite.h - the heads the proxy writes: the request it sends upstream, the response head
+ * rewrite.h - the HTTP/1 heads the proxy writes: the request it sends upstream, the response head
  * it sends the client, and its own short error responses.
  *
  * Pure functions from a parsed head to bytes in a caller's buffer, so the unit tests check
@@ -14,8 +14,8 @@
  * X-Forwarded-For, X-Real-IP and Forwarded are believed only from trusted_proxies: for any
  * other client X-Forwarded-For is replaced by its address and the other two are dropped.
  */
-#ifndef ACCELNET_PROXY_REWRITE_H
-#define ACCELNET_PROXY_REWRITE_H
+#ifndef ACCELNET_HTTP_REWRITE_H
+#define ACCELNET_HTTP_REWRITE_H
 
 #include "http/parse.h"
 
@@ -62,6 +62,17 @@ int rewrite_sse_head(char *out, size_t cap, const char *request_id);
 int rewrite_sse_comment(char *out, size_t cap, const char *text);
 /* One chunk holding an SSE "error" event for <status>, then the last chunk. */
 int rewrite_sse_error(char *out, size_t cap, int status, const char *detail);
+
+/* "100 Continue", answered for the backend (Expect is not forwarded). Length or -1. */
+int rewrite_continue(char *out, size_t cap);
+
+/*
+ * A Content-Length body relayed as one chunk (after an early event-stream head): its size
+ * line, and what ends it -- the chunk's CRLF and the last chunk when <had_size> (a size
+ * line went out), or the last chunk alone for an empty body.
+ */
+int rewrite_chunk_size(char *out, size_t cap, uint64_t n);
+const char *rewrite_chunk_tail(int had_size);
 
 /*
  * The X-Request-Id of <req> if it is 1..64 characters of [A-Za-z0-9._:-], copied to <out>

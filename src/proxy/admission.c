@@ -1,0 +1,162 @@
+/*
+ * admission.c - admitting requests to backend slots, queueing them, granting freed slots
+ * (see admission.h).
+ */
+#include "proxy/admission.h"
+#include "core/check.h"
+#include "core/loop.h"
+#include "core/rand.h"
+
+static void inbox_push(struct admission_inbox *in, struct waiter *wt)
+{
+	pthread_mutex_lock(&in->lock);
+	list_push_back(&in->granted, &wt->ilink);
+	pthread_mutex_unlock(&in->lock);
+	loop_wake(in->loop);
+}
+
+void admission_inbox_init(struct admission_inbox *in, struct loop *loop)
+{
+	pthread_mutex_init(&in->lock, NULL);
+	list_init(&in->granted);
+	in->loop = loop;
+}
+
+void admission_inbox_destroy(struct admission_inbox *in)
+{
+	pthread_mutex_destroy(&in->lock);
+}
+
+struct waiter *admission_inbox_take(struct admission_inbox *in)
+{
+	pthread_mutex_lock(&in->lock);
+	struct list_node *n = list_pop_front(&in->granted);
+	pthread_mutex_unlock(&in->lock);
+	return n ? container_of(n, struct waiter, ilink) : NULL;
+}
+
+static struct waiter *waiter_of(struct qd_item *it)
+{
+	return it ? container_of(it, struct waiter, item) : NULL;
+}
+
+/* Grant slots to waiting requests while the balancer finds backends for them. With <self>
+ * (a request just queued by this thread), a slot granted to it is returned instead of
+ * being sent through the inbox. Under the queue lock. */
+static struct backend *grant_locked(struct pool_rt *pool, uint64_t now_ms, uint64_t rnd,
+				    struct waiter *self)
+{
+	struct pool_queue *q = &pool->queue;
+	struct backend *mine = NULL;
+	struct waiter *wt;
+	while ((wt = waiter_of(q->qd.ops->peek(&q->qd)))) {
+		/* ask on behalf of the last in line: would anyone rather have this slot? */
+		struct pick_hint h = {
+		    .waiting = q->qd.len - 1, .key = wt->key, .has_key = wt->has_key};
+		struct backend *nb = pool_pick(pool, now_ms, rnd, &h);
+		if (!nb)
+			break;
+		q->qd.ops->pop(&q->qd);
+		atomic_fetch_add_explicit(&q->granted, 1, memory_order_relaxed);
+		/* (another worker's clock may be a millisecond behind the one that queued it) */
+		hist_add(&pool->queue_wait,
+			 now_ms > wt->queued_ms ? (now_ms - wt->queued_ms) * 1000 : 0);
+		rnd = rand_next(&rnd);
+		if (wt == self) {
+			wt->state = W_IDLE;
+			mine = nb;
+			continue;
+		}
+		wt->granted = nb;
+		wt->state = W_GRANTED;
+		inbox_push(wt->owner, wt);
+	}
+	return mine;
+}
+
+/* Could a request of <pool> get a slot later: is some backend up but at its cap? */
+static int pool_has_capped_backend(const struct pool_rt *pool, uint64_t now_ms)
+{
+	for (size_t i = 0; i < pool->nbackends; i++) {
+		const struct backend *b = &pool->backends[i];
+		if (b->conf->max_concurrency && backend_usable(b, now_ms))
+			return 1;
+	}
+	return 0;
+}
+
+enum admit_result admission_admit(struct pool_rt *pool, struct waiter *wt, uint64_t now_ms,
+				  uint64_t rnd, struct backend **out)
+{
+	struct pool_queue *q = &pool->queue;
+	ASSERT(wt->state == W_IDLE);
+	struct pick_hint h = {.key = wt->key, .has_key = wt->has_key};
+	if ((*out = pool_pick(pool, now_ms, rnd, &h)))
+		return ADMIT_PICKED;
+	if (!pool_has_capped_backend(pool, now_ms))
+		return ADMIT_NONE;
+	pthread_mutex_lock(&q->lock);
+	if (q->qd.len >= pool->conf->queue_max) {
+		/* no room to wait (queue.max 0, say): a slot freed since the first look still
+		 * serves it, if nobody waits before it */
+		if (!q->qd.len && (*out = pool_pick(pool, now_ms, rnd, &h))) {
+			pthread_mutex_unlock(&q->lock);
+			return ADMIT_PICKED;
+		}
+		pthread_mutex_unlock(&q->lock);
+		atomic_fetch_add_explicit(&q->overflows, 1, memory_order_relaxed);
+		return ADMIT_FULL;
+	}
+	wt->queued_ms = now_ms;
+	if (q->qd.ops->push(&q->qd, &wt->item) < 0) {
+		pthread_mutex_unlock(&q->lock);
+		atomic_fetch_add_explicit(&q->overflows, 1, memory_order_relaxed);
+		return ADMIT_FULL;
+	}
+	wt->state = W_QUEUED;
+	atomic_fetch_add_explicit(&q->enqueued, 1, memory_order_relaxed);
+	/* a slot may have freed since the first look, or the longer queue may now make a
+	 * slower backend worth it: grant in queue order, which may be this request */
+	*out = grant_locked(pool, now_ms, rand_next(&rnd), wt);
+	pthread_mutex_unlock(&q->lock);
+	return *out ? ADMIT_PICKED : ADMIT_QUEUED;
+}
+
+void admission_release(struct pool_rt *pool, struct backend *be, uint64_t now_ms, uint64_t rnd)
+{
+	atomic_fetch_sub_explicit(&be->inflight, 1, memory_order_relaxed);
+	if (be->conf->max_concurrency)
+		admission_grant(pool, now_ms, rnd); /* an uncapped backend never made anyone wait */
+}
+
+void admission_grant(struct pool_rt *pool, uint64_t now_ms, uint64_t rnd)
+{
+	struct pool_queue *q = &pool->queue;
+	pthread_mutex_lock(&q->lock);
+	grant_locked(pool, now_ms, rnd, NULL);
+	pthread_mutex_unlock(&q->lock);
+}
+
+void admission_withdraw(struct pool_rt *pool, struct waiter *wt, uint64_t now_ms, uint64_t rnd)
+{
+	struct pool_queue *q = &pool->queue;
+	pthread_mutex_lock(&q->lock);
+	enum waiter_state st = wt->state;
+	if (st == W_QUEUED) {
+		q->qd.ops->remove(&q->qd, &wt->item);
+		wt->state = W_IDLE;
+	}
+	pthread_mutex_unlock(&q->lock);
+	if (st != W_GRANTED)
+		return;
+	/* granted meanwhile: take it out of our inbox and give the slot back */
+	struct admission_inbox *in = wt->owner;
+	pthread_mutex_lock(&in->lock);
+	if (list_linked(&wt->ilink))
+		list_del(&in->granted, &wt->ilink);
+	pthread_mutex_unlock(&in->lock);
+	struct backend *be = wt->granted;
+	wt->granted = NULL;
+	wt->state = W_IDLE;
+	admission_release(pool, be, now_ms, rnd);
+}

@@ -1,0 +1,106 @@
+/*
+ * client.c - a client connection's buffers, its writes and its end (see client.h).
+ */
+#include "proxy/client.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct buf *client_out_buf(struct client *cl)
+{
+	if (!cl->out && !(cl->out = buf_get(&cl->w->bufs)))
+		return NULL;
+	buf_compact(cl->out);
+	return cl->out;
+}
+
+int client_out_put(struct client *cl, const char *p, size_t n)
+{
+	struct buf *b = client_out_buf(cl);
+	if (!b || buf_room(b) < n)
+		return -ENOMEM;
+	memcpy(b->data + b->end, p, n);
+	b->end += (uint32_t)n;
+	return 0;
+}
+
+int client_flush(struct client *cl)
+{
+	while (client_out_pending(cl) && cl->writable) {
+		ssize_t n = net_conn_write(&cl->conn, buf_head(cl->out), client_out_pending(cl));
+		if (n == -EAGAIN || n == -EINTR) {
+			cl->writable = 0;
+			return 0;
+		}
+		if (n < 0)
+			return (int)n;
+		buf_consume(cl->out, (size_t)n);
+	}
+	return 0;
+}
+
+/* Move what cl->in holds into a fresh buffer of <pool>, giving the old one back. */
+static int move_in(struct client *cl, struct buf_pool *pool)
+{
+	struct buf *b = buf_get(pool);
+	if (!b)
+		return -ENOMEM;
+	memcpy(b->data, buf_head(cl->in), buf_len(cl->in));
+	b->end = (uint32_t)buf_len(cl->in);
+	worker_buf_put(cl->w, cl->in);
+	cl->in = b;
+	return 0;
+}
+
+int client_grow_in(struct client *cl)
+{
+	struct worker *w = cl->w;
+	if (cl->in->cap >= w->body_bufs.size)
+		return -ENOSPC;
+	if (w->body_bufs.live >= BODY_BUFS_MAX)
+		return -EBUSY;
+	return move_in(cl, &w->body_bufs);
+}
+
+void client_shrink_in(struct client *cl)
+{
+	struct worker *w = cl->w;
+	if (!cl->in || cl->in->cap == w->bufs.size || buf_len(cl->in) > w->bufs.size)
+		return;
+	if (!buf_len(cl->in)) {
+		worker_buf_put(w, cl->in);
+		cl->in = NULL;
+		return;
+	}
+	(void)move_in(cl, &w->bufs); /* without memory the body buffer is kept a while longer */
+}
+
+/*
+ * Like nginx without proxy_ignore_client_abort, a client that shut its side is taken as
+ * giving up, so that the backend (an accelerator generating tokens nobody will read) is
+ * released at once: closing the upstream connection is the cancellation signal inference
+ * servers understand.
+ */
+int client_gone(struct client *cl)
+{
+	cl->hup_checked = 1;
+	return net_conn_peer_closed(&cl->conn);
+}
+
+void client_close(struct client *cl)
+{
+	struct worker *w = cl->w;
+	if (cl->x) {
+		exchange_free(cl->x);
+		cl->x = NULL;
+	}
+	loop_timer_stop(w->loop, &cl->timer);
+	loop_io_del(w->loop, &cl->io);
+	net_conn_close(&cl->conn);
+	worker_buf_put(w, cl->in);
+	worker_buf_put(w, cl->out);
+	list_del(&w->clients, &cl->link);
+	free(cl);
+	worker_client_gone(w);
+}

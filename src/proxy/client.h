@@ -1,0 +1,87 @@
+/*
+ * client.h - one client connection: its transport, its buffers and where its HTTP/1 state
+ * machine stands (session.c drives it; relay.c moves its exchange's bytes).
+ *
+ * Buffers come from the worker's pools and go back when empty, so an idle connection holds
+ * none. A request body being read whole before admission may outgrow a plain buffer into a
+ * body buffer (limits.body_buffer_bytes), at most BODY_BUFS_MAX lent per worker at once.
+ */
+#ifndef ACCELNET_PROXY_CLIENT_H
+#define ACCELNET_PROXY_CLIENT_H
+
+#include "core/buf.h"
+#include "core/list.h"
+#include "core/loop.h"
+#include "net/conn.h"
+#include "proxy/exchange.h"
+#include "proxy/worker.h"
+
+#include <netinet/in.h>
+#include <stdint.h>
+
+/* Body buffers one worker lends at once; past that a body waits for one, unadmitted. */
+#define BODY_BUFS_MAX 64
+
+enum client_state {
+	C_HEAD,	    /* reading a request head (or idle between requests) */
+	C_EXCHANGE, /* an exchange is under way */
+	C_REPLY,    /* writing a response the proxy made itself */
+	C_LINGER,   /* our side is shut; reading until the client closes */
+};
+
+struct client {
+	struct loop_io io;
+	struct loop_timer timer;
+	struct net_conn conn;
+	struct worker *w;
+	struct list_node link; /* on w->clients */
+	enum client_state state;
+	int readable, writable; /* edge seen, not yet drained / not yet full */
+	int hup;		/* the client shut its side (or the socket failed) */
+	int hup_checked;	/* ... and client_gone() has looked at it */
+	unsigned keep_alive : 1;
+	unsigned trusted : 1; /* the client is in trusted_proxies */
+	struct buf *in;	 /* bytes from the client */
+	struct buf *out; /* heads and proxy-made responses for the client */
+	uint64_t phase_ms; /* when the current state or head began */
+	size_t head_scanned;
+	size_t head_len; /* the request head still at the front of in, during the head stages */
+	unsigned served;
+	char ip[INET6_ADDRSTRLEN];
+	uint64_t key;	    /* the address as tenant and hash key: classify_client_key() */
+	struct exchange *x; /* the exchange under way, or NULL */
+};
+
+/* cl->out, taken if need be and compacted so its room is at the end; NULL without memory. */
+struct buf *client_out_buf(struct client *cl);
+/* Append p[0..n) to cl->out. 0, or -ENOMEM (no buffer, or no room left in it). */
+int client_out_put(struct client *cl, const char *p, size_t n);
+
+static inline size_t client_out_pending(const struct client *cl)
+{
+	return cl->out ? buf_len(cl->out) : 0;
+}
+
+/* Write what cl->out holds while the client takes it. 0, or -errno (the client is gone). */
+int client_flush(struct client *cl);
+
+/*
+ * cl->in is full and holds a request body still being read: move it to a body buffer.
+ * -ENOSPC when it is one already; -EBUSY when the worker has lent BODY_BUFS_MAX of them
+ * (the caller waits for one); -ENOMEM without memory.
+ */
+int client_grow_in(struct client *cl);
+/* The request body has gone upstream: a body buffer goes back at once, what follows in it
+ * (a pipelined request) moving to a plain buffer. */
+void client_shrink_in(struct client *cl);
+
+/*
+ * The client shut its side while its request is served: has it gone (1), or are bytes
+ * still queued (a pipelined request: it is still there, 0)?
+ */
+int client_gone(struct client *cl);
+
+/* Close the connection and free it (its exchange, if any, too). */
+void client_close(struct client *cl);
+
+#endif

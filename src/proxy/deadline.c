@@ -1,0 +1,130 @@
+/*
+ * deadline.c - an exchange's clocks (see deadline.h).
+ */
+#include "proxy/deadline.h"
+#include "core/rand.h"
+#include "proxy/admission.h"
+#include "proxy/dispatch.h"
+#include "proxy/hedge.h"
+#include "proxy/spill.h"
+
+/* Is the proxy itself holding the request body back? Then a slow body is not the client's
+ * doing. */
+static int body_held_back(const struct exchange *x)
+{
+	return x->wt.state != W_IDLE || x->buf_wait || x->codec->body_held(x) ||
+	       (x->req.ready && x->up && (x->up->connecting || !x->up->writable));
+}
+
+/* When the request body is next judged: the end of timeouts.body_ms or of the current rate
+ * window, the earlier; 0 when neither applies. */
+static uint64_t body_deadline(const struct exchange *x)
+{
+	const struct conf *c = x->w->conf;
+	uint64_t due = 0;
+	if (x->req.done)
+		return 0;
+	if (c->timeouts.body_ms)
+		due = x->body_start_ms + c->timeouts.body_ms;
+	if (c->limits.min_body_rate) {
+		uint64_t window_end = x->rate_mark_ms + BODY_RATE_WINDOW_MS;
+		if (!due || window_end < due)
+			due = window_end;
+	}
+	return due;
+}
+
+/* The body deadline came: is the body late? A good window starts the next. */
+static int body_late(struct exchange *x, uint64_t now)
+{
+	const struct conf *c = x->w->conf;
+	uint64_t got = x->req.sent + x->req.ready;
+	if (c->timeouts.body_ms && now >= x->body_start_ms + c->timeouts.body_ms)
+		return 1;
+	if (!c->limits.min_body_rate || now < x->rate_mark_ms + BODY_RATE_WINDOW_MS)
+		return 0;
+	uint64_t need = (uint64_t)c->limits.min_body_rate * (now - x->rate_mark_ms) / 1000;
+	if (got - x->rate_mark_bytes < need && !body_held_back(x))
+		return 1;
+	x->rate_mark_ms = now;
+	x->rate_mark_bytes = got;
+	return 0;
+}
+
+static int heartbeat_due(const struct exchange *x)
+{
+	return x->sse_hb && !x->resp_head && !x->buffering;
+}
+
+uint64_t deadline_next(const struct exchange *x, uint64_t now)
+{
+	const struct conf_timeouts *t = &x->w->conf->timeouts;
+	uint64_t deadline;
+	if (x->wt.state != W_IDLE) {
+		deadline = x->wt.queued_ms + x->pool->conf->queue_timeout_ms;
+		if (spill_possible(x) && x->wt.queued_ms + x->route->spill_after_ms < deadline)
+			deadline = x->wt.queued_ms + x->route->spill_after_ms;
+	} else if (x->up && x->up->connecting) {
+		deadline = x->connect_ms + t->connect_ms;
+	} else if (!x->resp_head && x->req.done && !x->req.ready &&
+		   (!x->uphead || x->uphead_off == x->uphead->end)) {
+		deadline = x->last_ms + t->first_byte_ms;
+	} else {
+		deadline = x->last_ms + t->between_bytes_ms;
+	}
+	uint64_t body_due = body_deadline(x), hedge_at;
+	if (body_due && body_due < deadline)
+		deadline = body_due;
+	if (x->buf_wait && now + BODY_BUF_WAIT_MS < deadline)
+		deadline = now + BODY_BUF_WAIT_MS;
+	if (hedge_due(x, &hedge_at) && hedge_at < deadline)
+		deadline = hedge_at;
+	if (heartbeat_due(x) && x->hb_next_ms < deadline)
+		deadline = x->hb_next_ms;
+	return deadline;
+}
+
+/* The queue's deadline: spill over (after spillover.after_ms), or give up (queue.timeout_ms). */
+static enum run queue_deadline(struct exchange *x, uint64_t now)
+{
+	if (spill_possible(x) && now < x->wt.queued_ms + x->pool->conf->queue_timeout_ms)
+		return dispatch_spill(x);
+	/* a slot granted at this very moment is handed back by the withdrawal */
+	admission_withdraw(x->pool, &x->wt, now, rand_next(&x->w->rng));
+	atomic_fetch_add_explicit(&x->pool->queue.timeouts, 1, memory_order_relaxed);
+	return exchange_reply(x, 503, "no backend slot freed within queue.timeout_ms", 1);
+}
+
+enum run deadline_fire(struct exchange *x, uint64_t now)
+{
+	uint64_t body_due = body_deadline(x), hedge_at;
+	if (body_due && now >= body_due && body_late(x, now)) {
+		/* a body too slow or too late: whatever slot it holds is freed */
+		if (x->resp_head)
+			return exchange_abort(x, "request body not received in time");
+		return exchange_reply(x, 408, "request body not received in time", 0);
+	}
+	if (x->buf_wait) {
+		x->buf_wait = 0; /* look for a free body buffer again */
+		return RUN_AGAIN;
+	}
+	if (body_due && now >= body_due)
+		return RUN_AGAIN; /* a good rate window ended: the next one is armed */
+	if (heartbeat_due(x) && now >= x->hb_next_ms) {
+		x->codec->heartbeat(x);
+		return RUN_AGAIN;
+	}
+	if (hedge_due(x, &hedge_at) && now >= hedge_at) {
+		hedge_start(x); /* no answer yet: ask a second backend too */
+		return RUN_AGAIN;
+	}
+	if (x->wt.state != W_IDLE)
+		return queue_deadline(x, now);
+	if (x->up && x->up->connecting)
+		return dispatch_failed(x, UP_CONNECT_TIMEOUT);
+	if (!x->resp_head && x->req.done)
+		return dispatch_failed(x, UP_TIMEOUT);
+	if (!x->resp_head)
+		return exchange_reply(x, 408, "request body not received in time", 0);
+	return exchange_abort(x, "no bytes within between_bytes_ms");
+}

@@ -1,0 +1,138 @@
+/*
+ * dispatch.c - admission, spillover, attaching an upstream connection, failed attempts
+ * (see dispatch.h).
+ */
+#include "proxy/dispatch.h"
+#include "core/clock.h"
+#include "core/log.h"
+#include "core/rand.h"
+#include "net/sock.h"
+#include "proxy/admission.h"
+#include "proxy/hedge.h"
+#include "proxy/retry.h"
+#include "proxy/spill.h"
+
+#include <string.h>
+
+/* Count a request of <pool> that no backend will serve. */
+static void pool_turned_away(struct pool_rt *pool)
+{
+	atomic_fetch_add_explicit(&pool->unavailable, 1, memory_order_relaxed);
+}
+
+/* x->be holds a claimed slot: take an idle connection to it, or start a new one. */
+static enum run dispatch_attach(struct exchange *x)
+{
+	struct worker *w = x->w;
+	uint64_t now = loop_now(w->loop);
+	int err = 0;
+	x->up = upconn_get(w, x->be, &err);
+	if (!x->up) {
+		/* the connect failed at once (refused on loopback, or out of descriptors) */
+		log_debug("backend %s: connect: %s", x->be->name, strerror(-err));
+		return dispatch_failed(x, sock_error_is_local(err) ? UP_LOCAL : UP_CONNECT);
+	}
+	upconn_own(x->up, x, exchange_on_upstream);
+	x->up_reused = x->up->served > 0;
+	x->connect_ms = now;
+	x->sent_ns = clock_now_ns();
+	x->last_read_ns = 0;
+	x->last_ms = now;
+	return RUN_AGAIN;
+}
+
+enum run dispatch_spill(struct exchange *x)
+{
+	spill_move(x);
+	return dispatch_connect(x, NULL);
+}
+
+/* A retry: straight to the balancer, never back to <exclude>. */
+static enum run connect_retry(struct exchange *x, const struct backend *exclude)
+{
+	struct worker *w = x->w;
+	struct pick_hint h = {.exclude = exclude, .key = x->wt.key, .has_key = x->wt.has_key};
+	x->be = pool_pick(x->pool, loop_now(w->loop), rand_next(&w->rng), &h);
+	if (x->be)
+		return dispatch_attach(x);
+	if (spill_possible(x))
+		return dispatch_spill(x);
+	pool_turned_away(x->pool);
+	return exchange_reply(x, x->retry_status,
+			      x->retry_status == 504 ? "backend connect timeout, no other backend"
+						     : "backend connection failed, no other backend",
+			      1);
+}
+
+enum run dispatch_connect(struct exchange *x, const struct backend *exclude)
+{
+	struct worker *w = x->w;
+	struct backend *be = NULL;
+	if (x->retried)
+		return connect_retry(x, exclude);
+	switch (admission_admit(x->pool, &x->wt, loop_now(w->loop), rand_next(&w->rng), &be)) {
+	case ADMIT_PICKED:
+		break;
+	case ADMIT_QUEUED:
+		return RUN_STAY; /* dispatch_take_grants() resumes it */
+	case ADMIT_FULL:
+		pool_turned_away(x->pool);
+		if (spill_possible(x))
+			return dispatch_spill(x);
+		return exchange_reply(x, 503, "every backend is busy and the queue is full", 1);
+	case ADMIT_NONE:
+		pool_turned_away(x->pool);
+		if (spill_possible(x))
+			return dispatch_spill(x);
+		return exchange_reply(x, 503, "no backend available", 1);
+	}
+	x->be = be;
+	return dispatch_attach(x);
+}
+
+enum run dispatch_failed(struct exchange *x, enum up_failure why)
+{
+	if (why == UP_LOCAL) { /* never marks the backend failed, never spends a retry */
+		exchange_drop_upstream(x);
+		if (x->resp_head)
+			return exchange_abort(x, "proxy out of descriptors or buffers");
+		return exchange_reply(x, 503, "proxy out of descriptors or buffers", 1);
+	}
+	int status = 502;
+	const char *detail = "";
+	struct backend *be = x->be;
+	switch (retry_decide(x, why, &status, &detail)) {
+	case RETRY_TO_HEDGE:
+		hedge_promote(x); /* the copy on another backend carries on alone */
+		return RUN_AGAIN;
+	case RETRY_AGAIN:
+		exchange_drop_upstream(x);
+		x->retried = 1;
+		x->uphead_off = 0;
+		if (be)
+			atomic_fetch_add_explicit(&be->retries, 1, memory_order_relaxed);
+		return dispatch_connect(x, why == UP_CONNECT || why == UP_CONNECT_TIMEOUT ? be : NULL);
+	case RETRY_NO:
+		break;
+	}
+	exchange_drop_upstream(x);
+	if (x->resp_head)
+		return exchange_abort(x, "upstream failed mid-response");
+	return exchange_reply(x, status, detail, 1);
+}
+
+void dispatch_take_grants(struct worker *w)
+{
+	struct waiter *wt;
+	while ((wt = admission_inbox_take(&w->inbox))) {
+		struct exchange *x = container_of(wt, struct exchange, wt);
+		wt->state = W_IDLE;
+		x->be = wt->granted;
+		wt->granted = NULL;
+		x->last_ms = loop_now(w->loop);
+		void *conn = x->conn; /* the attempt may end the exchange, not the connection */
+		const struct exchange_codec_ops *codec = x->codec;
+		if (dispatch_attach(x) != RUN_GONE)
+			codec->wake(conn);
+	}
+}

@@ -1,0 +1,95 @@
+/*
+ * exchange.c - an exchange's life: made from a request head, reused from the worker's free
+ * list, and the letting go of everything it holds (see exchange.h).
+ */
+#include "proxy/exchange.h"
+#include "core/rand.h"
+#include "proxy/admission.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void make_request_id(struct worker *w, char *out)
+{
+	uint64_t a = rand_next(&w->rng), b = rand_next(&w->rng);
+	snprintf(out, REQUEST_ID_MAX + 1, "%016llx%016llx", (unsigned long long)a,
+		 (unsigned long long)b);
+}
+
+struct exchange *exchange_new(struct worker *w, void *conn, const struct exchange_codec_ops *codec,
+			      const struct http_head *h)
+{
+	struct list_node *n = list_pop_front(&w->free_exchanges);
+	struct exchange *x = n ? container_of(n, struct exchange, link) : malloc(sizeof(*x));
+	if (!x)
+		return NULL;
+	memset(x, 0, sizeof(*x));
+	x->w = w;
+	x->conn = conn;
+	x->codec = codec;
+	x->head = h;
+	x->wt.owner = &w->inbox;
+	x->meth = h->meth;
+	x->minor = h->minor;
+	x->req_close = (h->flags & HTTP_F_CLOSE) != 0;
+	http_body_init(&x->req, h->framing, h->content_length);
+	if (!rewrite_incoming_request_id(h, x->reqid))
+		make_request_id(w, x->reqid);
+	return x;
+}
+
+void exchange_drop_hedge(struct exchange *x)
+{
+	if (!x->hedge)
+		return;
+	upconn_close(x->hedge);
+	x->hedge = NULL;
+	admission_release(x->pool, x->hedge_be, loop_now(x->w->loop), rand_next(&x->w->rng));
+	x->hedge_be = NULL;
+}
+
+void exchange_drop_upstream(struct exchange *x)
+{
+	exchange_drop_hedge(x);
+	if (x->up) {
+		upconn_close(x->up);
+		x->up = NULL;
+	}
+	if (x->be) {
+		admission_release(x->pool, x->be, loop_now(x->w->loop), rand_next(&x->w->rng));
+		x->be = NULL;
+	}
+}
+
+void exchange_free(struct exchange *x)
+{
+	struct worker *w = x->w;
+	if (x->wt.state != W_IDLE)
+		admission_withdraw(x->pool, &x->wt, loop_now(w->loop), rand_next(&w->rng));
+	exchange_drop_upstream(x);
+	buf_put(&w->bufs, x->uphead);
+	x->uphead = NULL;
+	list_push_front(&w->free_exchanges, &x->link);
+}
+
+void exchange_response_started(struct exchange *x)
+{
+	x->resp_head = 1;
+	exchange_drop_hedge(x); /* the first answer wins; the other backend stops working on it */
+	buf_put(&x->w->bufs, x->uphead); /* no retry once a response has started */
+	x->uphead = NULL;
+}
+
+void exchange_count_response(const struct exchange *x, int status)
+{
+	unsigned cls = status >= 100 && status < 600 ? (unsigned)status / 100 : 0;
+	if (x->be)
+		atomic_fetch_add_explicit(&x->be->responses[cls], 1, memory_order_relaxed);
+}
+
+void exchange_on_upstream(void *arg)
+{
+	struct exchange *x = arg;
+	x->codec->wake(x->conn);
+}

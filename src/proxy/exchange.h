@@ -1,0 +1,170 @@
+/*
+ * exchange.h - one request and its response, as the proxy's policy sees it.
+ *
+ * A client connection's codec (today HTTP/1: session.c) parses a request head and hands the
+ * proxy an exchange. The exchange then passes the stages of stages.h in order -- route,
+ * classify, forward, body, admit, relay -- and ends in exactly one of: finished (the
+ * response relayed), replied (the proxy answered itself) or aborted (the connection cut).
+ * What needs the client's bytes (reading the body, relaying, answering) the exchange asks of
+ * its codec through struct exchange_codec_ops, so policy never touches HTTP/1 framing and an
+ * HTTP/2 stream can become an exchange with a codec of its own.
+ *
+ * The upstream side is always HTTP/1 over an upstream connection (upstream.h): the request
+ * head rewritten for the backend is kept in uphead until a response starts, so a retry or a
+ * hedge can resend it.
+ *
+ * Ownership: an exchange belongs to the connection that carries it (conn, opaque here); it
+ * holds at most one backend slot and upstream connection (and, while hedging, a second). A
+ * connection may carry several exchanges in the type model; HTTP/1 carries one at a time.
+ * Exchanges come from a per-worker free list, never malloc'd per request once warm.
+ */
+#ifndef ACCELNET_PROXY_EXCHANGE_H
+#define ACCELNET_PROXY_EXCHANGE_H
+
+#include "core/buf.h"
+#include "core/list.h"
+#include "http/body.h"
+#include "http/parse.h"
+#include "http/rewrite.h"
+#include "proxy/queue.h"
+#include "proxy/runtime.h"
+#include "proxy/upstream.h"
+#include "proxy/worker.h"
+
+#include <stdint.h>
+
+/* What the caller of a step does next. */
+enum run {
+	RUN_STAY,  /* wait for an event */
+	RUN_AGAIN, /* the state changed: run again */
+	RUN_GONE,  /* the connection is gone: touch nothing */
+};
+
+/* Why an upstream attempt failed. */
+enum up_failure {
+	UP_CONNECT,	    /* the connection could not be established */
+	UP_CONNECT_TIMEOUT, /* ... within timeouts.connect_ms */
+	UP_RESET,	    /* it closed or failed before the response head */
+	UP_TIMEOUT,	    /* no response head within timeouts.first_byte_ms */
+	UP_BAD,		    /* the response head was malformed */
+	UP_INTERIM,	    /* too many interim (1xx) responses */
+	UP_LOCAL,	    /* our own shortage (descriptors, buffers): not the backend's */
+};
+
+struct exchange;
+
+/* What an exchange asks of the codec of the connection that carries it. */
+struct exchange_codec_ops {
+	/* Answer the client with the proxy's own response and end the exchange; <keep>:
+	 * the connection may stay open (the codec may still close it). */
+	enum run (*reply)(struct exchange *x, int status, const char *detail, int keep);
+	/* The response can no longer be completed: cut the connection. */
+	enum run (*abort)(struct exchange *x, const char *why);
+	/* The head stages are done: the head leaves the input; the body may flow. */
+	enum run (*head_done)(struct exchange *x);
+	/* Read the request body before admission (x->buffering). */
+	enum run (*await_body)(struct exchange *x);
+	/* Move bytes between the client, the upstream connection and back. */
+	enum run (*relay)(struct exchange *x);
+	/* Something outside changed (a slot granted, the upstream ready): run connection
+	 * <conn> (x->conn: the exchange may have ended meanwhile). */
+	void (*wake)(void *conn);
+	/* routes.sse_heartbeat_ms came: show the waiting streaming client some life. */
+	void (*heartbeat)(struct exchange *x);
+	/* Is the proxy holding the request body back (its buffers full)? */
+	int (*body_held)(const struct exchange *x);
+};
+
+struct exchange {
+	struct list_node link; /* on its connection, or on the worker's free list */
+	struct worker *w;
+	void *conn; /* the connection that carries it, for its codec */
+	const struct exchange_codec_ops *codec;
+	unsigned stage; /* index into the stage list (stages.h) */
+	const struct http_head *head; /* the parsed request head: during the head stages only */
+
+	/* the client, as the codec knows it */
+	const char *client_ip;
+	uint64_t client_key; /* tenant and hash key: classify_client_key() */
+	unsigned client_trusted : 1;
+
+	enum http_method meth;
+	int minor; /* HTTP/1.<minor> of the request */
+	char reqid[REQUEST_ID_MAX + 1];
+	unsigned req_close : 1, retried : 1, up_reused : 1;
+	unsigned want_key : 1;	/* the pool balances on the prompt key, read from the body */
+	unsigned buffering : 1; /* reading the body before admission (await_body) */
+	unsigned buf_wait : 1;	/* ... and waiting for a body buffer to be free */
+	unsigned sse_body : 1;	/* heartbeats if the body asks for a stream: not looked yet */
+	unsigned spilled : 1;	/* moved to the route's spillover pool */
+	unsigned hedged : 1;	/* a copy went (or was tried) to a second backend */
+	unsigned sse_hb : 1;	/* a streaming request on a route with heartbeats */
+	unsigned early_head : 1; /* ... whose event-stream head the proxy has sent */
+	unsigned wrap_tail : 1;	 /* a Content-Length body relayed as one chunk: end it */
+	unsigned wrap_size : 1;	 /* ... whose chunk-size line went out */
+	int retry_status;	 /* what to answer if the retry finds no backend: 502 or 504 */
+	unsigned interims;	 /* interim (1xx) responses relayed ... */
+	uint32_t interim_bytes;	 /* ... and their bytes */
+	uint64_t body_start_ms;	 /* the request head was read: the body's clocks start */
+	uint64_t rate_mark_ms, rate_mark_bytes; /* the current min_body_rate window began */
+	uint64_t last_ms;	 /* last progress */
+	struct waiter wt;	 /* waiting in the pool's queue for a slot */
+	const struct conf_route *route;
+	struct pool_rt *pool;
+	struct backend *be;
+	uint64_t sent_ns;      /* when the request started upstream (connect included) */
+	uint64_t last_read_ns; /* the previous read of a streamed response body */
+	/* hedging: a copy of the request on a second backend, until one answers */
+	struct upconn *hedge;
+	struct backend *hedge_be;
+	size_t hedge_off; /* bytes of uphead sent on it */
+	uint64_t hedge_sent_ns;
+	uint64_t hb_next_ms; /* the next heartbeat */
+	struct upconn *up;
+	uint64_t connect_ms; /* when the current connect began */
+	/* the rewritten request head; kept until a response starts, so a retry can resend it */
+	struct buf *uphead;
+	size_t uphead_off;
+	struct http_body req; /* request body: client -> codec's input -> backend */
+	/* response: backend -> up->in -> client */
+	unsigned resp_head : 1, up_reusable : 1, client_keep : 1;
+	int status;
+	struct http_body resp;
+};
+
+/*
+ * A new exchange of <w> for the request head <h>, carried by <conn> whose codec is <codec>;
+ * NULL without memory. The request id is kept from the client or made here.
+ */
+struct exchange *exchange_new(struct worker *w, void *conn, const struct exchange_codec_ops *codec,
+			      const struct http_head *h);
+/* Back to the worker's free list: everything it holds (queue place, slots, upstream
+ * connections, head buffer) let go first. */
+void exchange_free(struct exchange *x);
+
+/* Let go of the backend slots and upstream connections (closed, never reused). */
+void exchange_drop_upstream(struct exchange *x);
+/* Close the hedged copy of the request, if any, and give its slot back. */
+void exchange_drop_hedge(struct exchange *x);
+
+/* The response has started: nothing to resend, no hedged copy needed any more. */
+void exchange_response_started(struct exchange *x);
+
+/* Count a response of <status> (0: aborted) against the backend that gave it, if any. */
+void exchange_count_response(const struct exchange *x, int status);
+
+/* The proxy's own answer, or a cut connection, through the codec. */
+static inline enum run exchange_reply(struct exchange *x, int status, const char *detail, int keep)
+{
+	return x->codec->reply(x, status, detail, keep);
+}
+
+static inline enum run exchange_abort(struct exchange *x, const char *why)
+{
+	return x->codec->abort(x, why);
+}
+
+/* The upstream connection of <x> had an event: run the connection that carries it. */
+void exchange_on_upstream(void *x);
+
+#endif

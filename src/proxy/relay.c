@@ -1,0 +1,414 @@
+/*
+ * relay.c - reading request bodies and relaying both ways over HTTP/1 (see relay.h).
+ */
+#include "proxy/relay.h"
+#include "core/clock.h"
+#include "http/prompt.h"
+#include "net/sock.h"
+#include "core/rand.h"
+#include "proxy/admission.h"
+#include "proxy/dispatch.h"
+#include "proxy/hedge.h"
+#include "proxy/sse.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* Interim responses (100, 103) relayed per exchange, at most; more is a hostile backend. */
+#define INTERIM_MAX 8
+#define INTERIM_BYTES_MAX 16384
+
+/* Extend x->req.ready over the body bytes now in cl->in. 0, -400 malformed, -413 too large. */
+static int request_scan(struct client *cl)
+{
+	struct exchange *x = cl->x;
+	if (!cl->in)
+		return 0;
+	return http_body_scan(&x->req, buf_head(cl->in), buf_len(cl->in),
+			      cl->w->conf->limits.max_body_bytes);
+}
+
+/* Extend x->resp.ready over the body bytes now in up->in. -1: malformed. */
+static int response_scan(struct exchange *x, struct buf *in)
+{
+	if (!in)
+		return 0;
+	return http_body_scan(&x->resp, buf_head(in), buf_len(in), 0) < 0 ? -1 : 0;
+}
+
+/* request_scan() found the body malformed (-400) or too large (-413): say so and close. */
+static enum run reply_bad_body(struct exchange *x, int bad)
+{
+	return exchange_reply(x, -bad,
+			      bad == -413 ? "request body larger than limits.max_body_bytes"
+					  : "malformed chunked request body",
+			      0);
+}
+
+enum run relay_await_body(struct client *cl)
+{
+	struct exchange *x = cl->x;
+	struct worker *w = cl->w;
+	const struct conf_hash *hc = &x->pool->conf->hash;
+	uint64_t want = w->conf->limits.body_buffer_bytes;
+	if (x->want_key && hc->body_max_bytes > want)
+		want = hc->body_max_bytes;
+	if (client_flush(cl) < 0) /* a "100 Continue" the client waits for */
+		return exchange_abort(x, "client went away");
+	for (;;) {
+		int bad = request_scan(cl);
+		if (bad)
+			return reply_bad_body(x, bad);
+		if (x->req.done || x->req.ready >= want)
+			break;
+		if (!cl->readable)
+			return RUN_STAY;
+		ssize_t n = worker_read(w, &cl->conn, &cl->in, &cl->readable, cl->hup);
+		if (n == -ENOSPC) {
+			int err = client_grow_in(cl);
+			if (err == -ENOSPC)
+				break; /* as much as we hold: the rest streams */
+			if (err == -EBUSY) {
+				/* every body buffer is lent: wait for one (the timer looks
+				 * again), never admit a body that has not arrived */
+				x->buf_wait = 1;
+				return RUN_STAY;
+			}
+			if (err < 0)
+				return exchange_abort(x, "out of memory");
+			continue;
+		}
+		if (n == -EAGAIN)
+			return RUN_STAY;
+		if (n <= 0)
+			return exchange_abort(x, "client closed during the request body");
+		x->last_ms = loop_now(w->loop);
+	}
+	x->buffering = 0;
+	sse_decide(x, cl->in ? buf_head(cl->in) : NULL, x->req.ready);
+	if (x->want_key) {
+		size_t have = x->req.ready < hc->body_max_bytes ? x->req.ready : hc->body_max_bytes;
+		x->wt.has_key = http_prompt_key(buf_head(cl->in), have, 1, hc->prefix_bytes,
+						&x->wt.key) == 1;
+		x->want_key = 0;
+	}
+	return RUN_AGAIN;
+}
+
+/* The backend says how many requests wait inside it (pools.load_header): remember it. */
+static void note_reported_load(struct exchange *x, const struct http_head *h, uint64_t now_ms)
+{
+	const char *name = x->pool->conf->load_header;
+	const struct http_header *f = name[0] ? http_find_header(h, name) : NULL;
+	if (!f || !f->value.len || f->value.len > 9)
+		return;
+	unsigned depth = 0;
+	for (uint32_t i = 0; i < f->value.len; i++) {
+		char ch = f->value.p[i];
+		if (ch < '0' || ch > '9')
+			return; /* not a count: ignore it */
+		depth = depth * 10 + (unsigned)(ch - '0');
+	}
+	backend_report_load(x->be, now_ms, depth);
+}
+
+/* An interim response (100 Continue, 103 Early Hints) of <len> bytes: pass it on to 1.1
+ * clients, a few of them: a backend sending them forever would hold the exchange. */
+static enum run response_interim(struct client *cl, size_t len)
+{
+	struct exchange *x = cl->x;
+	struct upconn *up = x->up;
+	x->interim_bytes += (uint32_t)len;
+	if (++x->interims > INTERIM_MAX || x->interim_bytes > INTERIM_BYTES_MAX)
+		return dispatch_failed(x, UP_INTERIM);
+	if (x->minor == 1 && !x->early_head && buf_room(cl->out) >= len) {
+		memcpy(cl->out->data + cl->out->end, buf_head(up->in), len);
+		cl->out->end += (uint32_t)len;
+	}
+	buf_consume(up->in, len);
+	return RUN_AGAIN;
+}
+
+/* Parse what up->in holds of the response head. RUN_STAY: need more; RUN_AGAIN: progress. */
+static enum run response_head(struct client *cl)
+{
+	struct exchange *x = cl->x;
+	struct worker *w = cl->w;
+	struct upconn *up = x->up;
+	struct http_head *h = &w->head;
+	int r = http_parse_response(buf_head(up->in), buf_len(up->in), up->in->cap, x->meth, h);
+	if (r == 0)
+		return buf_len(up->in) == up->in->cap ? dispatch_failed(x, UP_BAD) : RUN_STAY;
+	if (r < 0 || h->status == 101)
+		return dispatch_failed(x, UP_BAD);
+	if (!client_out_buf(cl))
+		return exchange_abort(x, "out of memory");
+	if (h->status < 200)
+		return response_interim(cl, (size_t)r);
+	uint64_t now_ns = clock_now_ns();
+	backend_observe(x->pool, x->be, loop_now(w->loop), (now_ns - x->sent_ns) / 1000, h->status);
+	note_reported_load(x, h, loop_now(w->loop));
+	x->last_read_ns = now_ns;
+	x->status = h->status;
+	http_body_init(&x->resp, h->framing, h->content_length);
+	x->client_keep = !x->req_close && x->minor == 1 && !w->draining &&
+			 h->framing != HTTP_BODY_CLOSE && x->req.done;
+	x->up_reusable = !(h->flags & HTTP_F_CLOSE) && h->minor == 1 && x->minor == 1 &&
+			 h->framing != HTTP_BODY_CLOSE;
+	if (x->early_head)
+		return sse_continue(cl, h, (size_t)r);
+	int n = rewrite_response(cl->out->data + cl->out->end, buf_room(cl->out), h, x->client_keep,
+				 x->reqid);
+	if (n < 0)
+		return dispatch_failed(x, UP_BAD);
+	cl->out->end += (uint32_t)n;
+	buf_consume(up->in, (size_t)r);
+	exchange_response_started(x);
+	return RUN_AGAIN;
+}
+
+/* Write a[0..alen) then b[0..blen) to <c> in one call. Bytes written, or -errno. */
+static ssize_t send_gathered(struct net_conn *c, const char *a, size_t alen, const char *b,
+			     size_t blen)
+{
+	struct iovec iov[2];
+	int n = 0;
+	if (alen)
+		iov[n++] = (struct iovec){(void *)a, alen};
+	if (blen)
+		iov[n++] = (struct iovec){(void *)b, blen};
+	return net_conn_writev(c, iov, n);
+}
+
+/* Write the request head and ready body bytes upstream. */
+static enum run send_upstream(struct client *cl, int *progress)
+{
+	struct exchange *x = cl->x;
+	struct upconn *up = x->up;
+	size_t head_left = x->uphead ? x->uphead->end - x->uphead_off : 0;
+	if (!head_left && !x->req.ready)
+		return RUN_STAY;
+	ssize_t sent = send_gathered(&up->conn, head_left ? x->uphead->data + x->uphead_off : NULL,
+				     head_left, x->req.ready ? buf_head(cl->in) : NULL,
+				     x->req.ready);
+	if (sent == -EAGAIN || sent == -EINTR) {
+		up->writable = 0;
+		return RUN_STAY;
+	}
+	if (sent < 0)
+		return dispatch_failed(x, UP_RESET);
+	size_t k = (size_t)sent;
+	size_t from_head = k < head_left ? k : head_left;
+	x->uphead_off += from_head;
+	k -= from_head;
+	if (k) {
+		buf_consume(cl->in, k);
+		http_body_sent(&x->req, k);
+		if (x->req.done && !x->req.ready)
+			client_shrink_in(cl);
+	}
+	if (head_left > from_head || x->req.ready)
+		up->writable = 0; /* a short write: the socket buffer is full */
+	*progress = 1;
+	x->last_ms = loop_now(cl->w->loop);
+	return RUN_STAY;
+}
+
+/* Write queued heads and ready response bytes to the client. */
+static enum run send_client(struct client *cl, int *progress)
+{
+	struct exchange *x = cl->x;
+	struct upconn *up = x->up;
+	size_t head_left = client_out_pending(cl);
+	if (!head_left && !x->resp.ready)
+		return RUN_STAY;
+	ssize_t sent = send_gathered(&cl->conn, head_left ? buf_head(cl->out) : NULL, head_left,
+				     x->resp.ready ? buf_head(up->in) : NULL, x->resp.ready);
+	if (sent == -EAGAIN || sent == -EINTR) {
+		cl->writable = 0;
+		return RUN_STAY;
+	}
+	if (sent < 0)
+		return exchange_abort(x, "client went away");
+	size_t k = (size_t)sent;
+	size_t from_head = k < head_left ? k : head_left;
+	if (from_head)
+		buf_consume(cl->out, from_head);
+	k -= from_head;
+	if (k) {
+		buf_consume(up->in, k);
+		http_body_sent(&x->resp, k);
+	}
+	if (client_out_pending(cl) || x->resp.ready)
+		cl->writable = 0; /* a short write: the socket buffer is full */
+	worker_buf_release(cl->w, &cl->out);
+	*progress = 1;
+	if (x->resp_head) /* heartbeats do not hold off first_byte_ms */
+		x->last_ms = loop_now(cl->w->loop);
+	return RUN_STAY;
+}
+
+/* A streamed response's body bytes arrived: record the time since the previous ones. */
+static void note_gap(struct exchange *x)
+{
+	uint64_t now = clock_now_ns();
+	if (x->last_read_ns)
+		hist_add(&x->be->gap, (now - x->last_read_ns) / 1000);
+	x->last_read_ns = now;
+}
+
+/* The response is relayed: the slot and the upstream connection go back, the client
+ * connection waits for its next request or lingers out. */
+static enum run relay_finish(struct client *cl)
+{
+	struct exchange *x = cl->x;
+	struct worker *w = cl->w;
+	exchange_count_response(x, x->status);
+	if (x->be) {
+		admission_release(x->pool, x->be, loop_now(w->loop), rand_next(&w->rng));
+		x->be = NULL;
+	}
+	struct upconn *up = x->up;
+	x->up = NULL;
+	if (x->up_reusable && x->req.done && !x->req.ready && (!up->in || !buf_len(up->in)))
+		upconn_release(up);
+	else
+		upconn_close(up);
+	int keep = x->client_keep && !w->draining && x->req.done;
+	exchange_free(x);
+	cl->x = NULL;
+	cl->served++;
+	worker_buf_release(w, &cl->out);
+	cl->phase_ms = loop_now(w->loop);
+	if (!keep) {
+		net_conn_shutdown(&cl->conn);
+		cl->state = C_LINGER;
+		return RUN_AGAIN;
+	}
+	cl->state = C_HEAD;
+	cl->head_scanned = 0;
+	worker_buf_release(w, &cl->in);
+	return RUN_AGAIN;
+}
+
+/* Backend -> proxy: one read of the response, and what its end means. */
+static enum run read_upstream(struct client *cl, int *progress)
+{
+	struct exchange *x = cl->x;
+	struct upconn *up = x->up;
+	ssize_t n = worker_read(cl->w, &up->conn, &up->in, &up->readable, up->hup);
+	if (n == 0 || (n < 0 && n != -EAGAIN && n != -ENOSPC)) {
+		if (!x->resp_head)
+			return dispatch_failed(x, UP_RESET);
+		if (x->resp.framing != HTTP_BODY_CLOSE) {
+			/* flush what arrived, then cut the client off */
+			(void)response_scan(x, up->in);
+			int dummy = 0;
+			if (cl->writable)
+				send_client(cl, &dummy);
+			return exchange_abort(x, "backend closed mid-response");
+		}
+		(void)response_scan(x, up->in); /* the tail is body too */
+		x->resp.done = 1;
+		x->up_reusable = 0;
+	}
+	if (n > 0) {
+		*progress = 1;
+		x->last_ms = loop_now(cl->w->loop);
+		if (x->resp_head && x->resp.framing != HTTP_BODY_LENGTH)
+			note_gap(x);
+	}
+	return RUN_STAY;
+}
+
+/* Client -> proxy: one read of the request body. */
+static enum run read_client(struct client *cl, int *progress)
+{
+	struct exchange *x = cl->x;
+	ssize_t n = worker_read(cl->w, &cl->conn, &cl->in, &cl->readable, cl->hup);
+	if (n == 0 || (n < 0 && n != -EAGAIN && n != -ENOSPC))
+		return exchange_abort(x, "client closed during the request body");
+	if (n > 0) {
+		*progress = 1;
+		x->last_ms = loop_now(cl->w->loop);
+	}
+	return RUN_STAY;
+}
+
+/* One pass over both directions. RUN_STAY with *progress when something moved. */
+static enum run relay_pass(struct client *cl, int *progress)
+{
+	struct exchange *x = cl->x;
+	struct upconn *up = x->up;
+	enum run r;
+	if (up->failed)
+		return dispatch_failed(x, sock_error_is_local(up->failed) ? UP_LOCAL : UP_CONNECT);
+	if (!up->connecting && up->writable && (r = send_upstream(cl, progress)) != RUN_STAY)
+		return r;
+	if (x->up != up)
+		return RUN_STAY; /* failed over (retried, spilled, promoted): look again */
+	if (!x->req.done && cl->readable && (r = read_client(cl, progress)) != RUN_STAY)
+		return r;
+	if (x->req.done && cl->hup && !cl->hup_checked && client_gone(cl))
+		return exchange_abort(x, "client closed the connection");
+	int bad = request_scan(cl);
+	if (bad && x->resp_head)
+		return exchange_abort(x, "bad request body");
+	if (bad)
+		return reply_bad_body(x, bad);
+	if (!x->resp.done && up->readable && !up->connecting &&
+	    (r = read_upstream(cl, progress)) != RUN_STAY)
+		return r;
+	if (x->up != up)
+		return RUN_STAY;
+	if (!x->resp_head && up->in && buf_len(up->in)) {
+		r = response_head(cl);
+		if (r == RUN_GONE || (r == RUN_AGAIN && cl->x != x))
+			return r; /* gone, or the exchange ended (answered, failed over) */
+		if (r == RUN_AGAIN)
+			*progress = 1;
+		if (x->up != up)
+			return RUN_STAY;
+	}
+	if (x->resp_head && response_scan(x, up->in) < 0)
+		return exchange_abort(x, "backend sent a malformed chunked body");
+	if (cl->writable && (client_out_pending(cl) || x->resp.ready) &&
+	    (r = send_client(cl, progress)) != RUN_STAY)
+		return r;
+	if (x->wrap_tail && x->resp.done && !x->resp.ready) {
+		/* the one chunk of a Content-Length body ends; then the last chunk */
+		const char *tail = rewrite_chunk_tail(x->wrap_size);
+		if (client_out_put(cl, tail, strlen(tail)) < 0)
+			return exchange_abort(x, "out of memory");
+		x->wrap_tail = 0;
+		*progress = 1;
+	}
+	return RUN_STAY;
+}
+
+enum run relay_run(struct client *cl)
+{
+	struct exchange *x = cl->x;
+	if (x->wt.state != W_IDLE) {
+		/* waiting for a slot: only notice a client that gave up */
+		if (cl->hup && !cl->hup_checked && client_gone(cl))
+			return exchange_abort(x, "client closed the connection while queued");
+		if (client_flush(cl) < 0) /* heartbeats */
+			return exchange_abort(x, "client went away");
+		return RUN_STAY;
+	}
+	for (;;) {
+		int progress = 0;
+		if (x->wt.state != W_IDLE || !x->up)
+			return RUN_STAY; /* failed over into a queue: a grant resumes it */
+		if (x->hedge && hedge_run(x))
+			continue; /* the copy answered first: carry on with it */
+		enum run r = relay_pass(cl, &progress);
+		if (r != RUN_STAY)
+			return r;
+		if (x->resp_head && x->resp.done && !client_out_pending(cl) && !x->resp.ready)
+			return relay_finish(cl);
+		if (!progress)
+			return RUN_STAY;
+	}
+}

@@ -1,0 +1,30 @@
+/*
+ * relay.h - the HTTP/1 side of an exchange's bytes: reading the request body before
+ * admission, and relaying request and response between the client and the backend.
+ *
+ * Bytes are not copied between the sockets: request bodies are written upstream straight
+ * from the client's input buffer, responses to the client straight from the upstream
+ * connection's input buffer, each time gathered with the head in front in one write. The
+ * one copy is of a body outgrowing a plain buffer into a body buffer (client_grow_in), and
+ * of what follows it back (client_shrink_in), once per such request. Framing (http/body.h)
+ * is tracked only to know where a body ends; the bytes that belong to it are relayed as
+ * they are, so Server-Sent Events reach the client one event at a time.
+ */
+#ifndef ACCELNET_PROXY_RELAY_H
+#define ACCELNET_PROXY_RELAY_H
+
+#include "proxy/client.h"
+#include "proxy/exchange.h"
+
+/*
+ * Before admission: read the request body until it is complete, or limits.body_buffer_bytes
+ * of it (and, for prefix-affinity, hash.body_max_bytes) are here, or no buffer can hold more.
+ * Then the prompt key is taken from what arrived and the request goes on to admission; the
+ * rest of a longer body streams, under limits.min_body_rate and timeouts.body_ms.
+ */
+enum run relay_await_body(struct client *cl);
+
+/* Move what can move, both ways, until nothing more can; finish the exchange at its end. */
+enum run relay_run(struct client *cl);
+
+#endif

@@ -1,0 +1,29 @@
+/*
+ * session.h - the HTTP/1 client codec: one client connection's state machine.
+ *
+ *   C_HEAD ---head parsed---> C_EXCHANGE ---response relayed---> C_HEAD (keep-alive)
+ *     |                          |   \---no backend / failure---> C_REPLY
+ *     \---bad request---> C_REPLY ---> C_HEAD or C_LINGER ---> closed
+ *
+ * Every event of the client socket, of its exchange's upstream connection and of its timer
+ * ends in session_run(), which moves bytes until nothing more can move. A parsed request
+ * head becomes an exchange (exchange.h) that runs the proxy's stages (stages.h); this file
+ * is what those stages ask of HTTP/1: answering, reading the body, relaying (relay.h).
+ */
+#ifndef ACCELNET_PROXY_SESSION_H
+#define ACCELNET_PROXY_SESSION_H
+
+#include "proxy/client.h"
+#include "proxy/worker.h"
+
+#include <sys/socket.h>
+
+/* A client connected to <w> on <fd> (owned from now on). */
+void session_accept(struct worker *w, int fd, const struct sockaddr_storage *peer);
+/* Run the state machine of <cl> until it waits or ends. */
+void session_run(struct client *cl);
+/* Draining: close the clients of <w> between requests (every one: <all>), and the idle
+ * upstream connections. */
+void session_close_idle(struct worker *w, int all);
+
+#endif

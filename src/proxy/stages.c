@@ -1,0 +1,93 @@
+/*
+ * stages.c - the stage list and its driver (see stages.h).
+ */
+#include "proxy/stages.h"
+#include "proxy/classify.h"
+#include "proxy/dispatch.h"
+#include "proxy/sse.h"
+
+struct stage {
+	const char *name;
+	enum run (*run)(struct exchange *x);
+};
+
+static enum run stage_route(struct exchange *x)
+{
+	const struct conf_route *route = route_match(x->w->conf, x->head);
+	if (!route)
+		return exchange_reply(x, 404, "no route matches this request", 1);
+	x->route = route;
+	x->pool = &x->w->rt->pools[route->pool];
+	return RUN_AGAIN;
+}
+
+static enum run stage_classify(struct exchange *x)
+{
+	const struct http_head *h = x->head;
+	const struct conf_pool *pc = x->pool->conf;
+	sse_setup(x, h);
+	classify_request(x->route, pc, h, x->client_key, &x->wt);
+	pool_retry_earn(x->pool);
+	x->want_key = pc->hash.key == HASH_KEY_PROMPT && pc->balance->keyed &&
+		      h->framing == HTTP_BODY_LENGTH && h->content_length > 0;
+	return RUN_AGAIN;
+}
+
+static enum run stage_forward(struct exchange *x)
+{
+	struct rewrite_request_info info = {
+	    .client_ip = x->client_ip,
+	    .request_id = x->reqid,
+	    .upstream_minor = x->head->minor,
+	    .trusted = x->client_trusted,
+	};
+	if (!(x->uphead = buf_get(&x->w->bufs)))
+		return exchange_abort(x, "out of memory");
+	int n = rewrite_request(x->uphead->data, x->uphead->cap, x->head, &info);
+	if (n < 0)
+		return exchange_reply(x, 431, "request head too large once forwarded", 0);
+	x->uphead->end = (uint32_t)n;
+	return RUN_AGAIN;
+}
+
+static enum run stage_head_done(struct exchange *x)
+{
+	return x->codec->head_done(x);
+}
+
+static enum run stage_body(struct exchange *x)
+{
+	return x->buffering ? x->codec->await_body(x) : RUN_AGAIN;
+}
+
+static enum run stage_admit(struct exchange *x)
+{
+	if (x->be || x->wt.state != W_IDLE || x->spilled || x->retried)
+		return RUN_AGAIN; /* dispatched already: granted, queued, or moved on */
+	return dispatch_connect(x, NULL);
+}
+
+static enum run stage_relay(struct exchange *x)
+{
+	return x->codec->relay(x);
+}
+
+static const struct stage stage_list[] = {
+    {"route", stage_route},	  {"classify", stage_classify}, {"forward", stage_forward},
+    {"head done", stage_head_done}, {"body", stage_body},	{"admit", stage_admit},
+    {"relay", stage_relay},
+};
+#define NSTAGES (sizeof(stage_list) / sizeof(stage_list[0]))
+
+enum run stages_run(struct exchange *x, int (*live)(void *conn, const struct exchange *x))
+{
+	void *conn = x->conn;
+	for (;;) {
+		enum run r = stage_list[x->stage].run(x);
+		if (r == RUN_GONE || !live(conn, x))
+			return r; /* the connection, or this exchange, has ended */
+		if (r == RUN_STAY || x->stage == NSTAGES - 1)
+			return r; /* waits, or relays again */
+		x->stage++;
+	}
+}

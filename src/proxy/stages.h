@@ -1,0 +1,32 @@
+/*
+ * stages.h - the path of one request through the proxy, as an ordered list of stages.
+ *
+ *   route -> classify -> forward -> head done -> body -> admit -> relay
+ *
+ * route picks the route and pool (404 when none matches); classify gives the request its
+ * tenant, priority class, affinity key and streaming (heartbeat) wishes; forward writes the
+ * request head the backend will get (431 when it does not fit); head done lets the codec
+ * take the head off its input (and answer "100 Continue"); body reads the request body
+ * before admission when the route needs it whole (relay.h); admit finds a backend slot or
+ * queues (dispatch.h); relay moves the bytes until the response is complete.
+ *
+ * A stage returns RUN_AGAIN when it is done (the next one runs), RUN_STAY to wait for an
+ * event (it runs again then: every stage may be entered more than once), or RUN_GONE. Any
+ * stage may end the exchange (an answer, a cut connection); the list stops there. Stages
+ * to come -- the guard (authentication, rate limits) after route, the cache before admit --
+ * are one function and one line in the list each. The stages see a parsed head (struct
+ * http_head) and the exchange, never HTTP/1 bytes: what needs the bytes is the codec's
+ * (struct exchange_codec_ops).
+ */
+#ifndef ACCELNET_PROXY_STAGES_H
+#define ACCELNET_PROXY_STAGES_H
+
+#include "proxy/exchange.h"
+
+/*
+ * Run <x> from the stage it is at until one waits or the exchange ends. <live> tells
+ * whether <x> is still the exchange of its connection (a stage may have ended it).
+ */
+enum run stages_run(struct exchange *x, int (*live)(void *conn, const struct exchange *x));
+
+#endif
