@@ -162,7 +162,13 @@ void xfer_set_timeout(int fd, int timeout_ms)
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 }
 
-int xfer_dial(const struct net_addr *remote, const struct net_addr *local, int timeout_ms, int cancel_fd)
+/*
+ * Connect to <remote> from <local> (NULL: the kernel picks by its routing table) with a
+ * blocking socket; <timeout_ms> bounds the connect and, afterwards, every send and receive.
+ * A readable <cancel_fd> (or -1 for none) ends the wait early with -ECANCELED. Returns the
+ * descriptor or -errno.
+ */
+static int tcp_dial(const struct net_addr *remote, const struct net_addr *local, int timeout_ms, int cancel_fd)
 {
 	int fd = socket(remote->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -238,7 +244,9 @@ static void mac_compute(const struct xfer_token *t, int server, const uint8_t no
 	OPENSSL_cleanse(msg, sizeof(msg));
 }
 
-int xfer_handshake_client(struct net_conn *c, const struct xfer_token *t, uint8_t role,
+/* Client side of the handshake; on ERR the server's text goes to <err>; -EACCES also when
+ * the client holds a token and the server's OK does not prove it holds it too. */
+static int xfer_handshake_client(struct net_conn *c, const struct xfer_token *t, uint8_t role,
 			  const uint8_t session[XFER_SESSION_LEN], char *err, size_t errlen)
 {
 	struct xfer_hdr h;
@@ -318,7 +326,9 @@ int xfer_handshake_server(struct net_conn *c, const struct xfer_token *t, struct
 	return xfer_frame_send(c, XFER_OK, want, XFER_MAC_LEN);
 }
 
-int xfer_conn_start_client(struct net_conn *c, struct ssl_ctx_st *ctx, const char *hostport, char *err,
+/* After connecting: TLS with <ctx> (verifying <hostport>'s host), or the plain magic when
+ * <ctx> is NULL. -EACCES when TLS fails, with why in <err>. */
+static int xfer_conn_start_client(struct net_conn *c, struct ssl_ctx_st *ctx, const char *hostport, char *err,
 			   size_t errlen)
 {
 	if (!ctx) {
@@ -384,7 +394,7 @@ int xfer_conn_open(const struct xfer_path *p, const struct xfer_dial *d, struct 
 {
 	*reached = 0;
 	net_conn_init(c, -1);
-	int fd = xfer_dial(&p->remote, p->has_local ? &p->local : NULL, d->connect_ms, d->cancel_fd);
+	int fd = tcp_dial(&p->remote, p->has_local ? &p->local : NULL, d->connect_ms, d->cancel_fd);
 	if (fd < 0) {
 		snprintf(err, errlen, "cannot reach %s: %s", p->rname, strerror(-fd));
 		return fd;

@@ -49,13 +49,6 @@ int xfer_frame_recv_into(struct net_conn *c, struct xfer_hdr *h, uint8_t *small,
 /* Read and drop <len> bytes (the data of a frame that is refused). */
 int xfer_discard(struct net_conn *c, uint64_t len);
 
-/*
- * Connect to <remote> from <local> (NULL: the kernel picks by its routing table) with
- * a blocking socket; <timeout_ms> bounds the connect and, afterwards, every send and receive.
- * A readable <cancel_fd> (or -1 for none) ends the wait early with -ECANCELED. Returns the
- * descriptor or -errno.
- */
-int xfer_dial(const struct net_addr *remote, const struct net_addr *local, int timeout_ms, int cancel_fd);
 /* One link as the user named it: where to connect, and from which source address. */
 #define XFER_ADDR_LIST_MAX 2047 /* "HOST:PORT,..." lists: longer ones are refused, not cut */
 
@@ -85,17 +78,9 @@ void xfer_set_timeout(int fd, int timeout_ms);
  * plain connections.
  */
 struct ssl_ctx_st;
-/* After connecting: TLS with <ctx> (verifying <hostport>'s host), or the plain magic when
- * <ctx> is NULL. -EACCES when TLS fails, with why in <err>. */
-int xfer_conn_start_client(struct net_conn *c, struct ssl_ctx_st *ctx, const char *hostport, char *err,
-			   size_t errlen);
 /* After accepting: the client's choice, TLS needing <ctx>. -EACCES: refused (why in *why). */
 int xfer_conn_start_server(struct net_conn *c, struct ssl_ctx_st *ctx, int tls_required, const char **why);
 
-/* Client side of the handshake; on ERR the server's text goes to <err>; -EACCES also when
- * the client holds a token and the server's OK does not prove it holds it too. */
-int xfer_handshake_client(struct net_conn *c, const struct xfer_token *t, uint8_t role,
-			  const uint8_t session[XFER_SESSION_LEN], char *err, size_t errlen);
 /* Server side: 0 with the client's HELLO, -EACCES (bad token; ERR sent), or -errno. */
 int xfer_handshake_server(struct net_conn *c, const struct xfer_token *t, struct xfer_hello *out);
 

@@ -41,9 +41,7 @@
 enum stream_state { ST_RUNNING, ST_PARKED, ST_DEAD };
 
 struct link {
-	struct net_addr remote, local;
-	int has_local;
-	char rname[64], lname[64];
+	struct xfer_path path; /* where to dial, from which source address */
 	_Atomic uint64_t bytes;
 	_Atomic unsigned up, failed;
 	uint64_t last_bytes;
@@ -215,27 +213,20 @@ static int stream_dial(struct stream *s)
 		net_zc_init(&s->zc, &s->io);
 		return 0;
 	}
-	struct link *l = &e->links[s->link];
 	/* a connect gets at least 3 s, so a lost SYN can be sent again (its first retry is at 1 s);
 	 * the stall timeout then bounds every send and receive */
-	int connect_ms = e->stall_ms > 3000 ? (int)e->stall_ms : 3000;
-	int fd = xfer_dial(&l->remote, l->has_local ? &l->local : NULL, connect_ms, e->cancel_fd);
-	if (fd < 0)
-		return fd;
+	struct xfer_dial d = {.tls = e->tls, .token = &e->token, .role = XFER_ROLE_DATA, .session = e->session,
+			      .connect_ms = e->stall_ms > 3000 ? (int)e->stall_ms : 3000,
+			      .stall_ms = (int)e->stall_ms, .cancel_fd = e->cancel_fd};
 	char err[256];
-	xfer_set_timeout(fd, (int)e->stall_ms);
-	s->io = (struct net_conn){.fd = fd};
-	int rc = xfer_conn_start_client(&s->io, e->tls, l->rname, err, sizeof(err));
-	if (!rc)
-		rc = xfer_handshake_client(&s->io, &e->token, XFER_ROLE_DATA, e->session, err, sizeof(err));
-	if (rc) {
-		if (rc == -EACCES) {
-			set_error(e, "receiver refused: %s", err);
-			xfer_sched_abort(&e->sched, -EACCES);
-		}
-		net_conn_close(&s->io);
-		return rc;
+	int reached;
+	int rc = xfer_conn_open(&e->links[s->link].path, &d, &s->io, &reached, err, sizeof(err));
+	if (rc == -EACCES) {
+		set_error(e, "receiver refused: %s", err);
+		xfer_sched_abort(&e->sched, -EACCES);
 	}
+	if (rc)
+		return rc;
 	net_zc_init(&s->zc, &s->io);
 	return 0;
 }
@@ -353,14 +344,8 @@ static int parse_links(struct xfer_engine *e, const struct xfer_send_opts *o, co
 		set_error(e, "%s", n < 0 ? err : "too many links");
 		return -EINVAL;
 	}
-	for (int i = 0; i < n; i++) {
-		struct link *l = &e->links[i];
-		l->remote = paths[i].remote;
-		l->local = paths[i].local;
-		l->has_local = paths[i].has_local;
-		snprintf(l->rname, sizeof(l->rname), "%s", paths[i].rname);
-		snprintf(l->lname, sizeof(l->lname), "%s", paths[i].lname);
-	}
+	for (int i = 0; i < n; i++)
+		e->links[i].path = paths[i];
 	e->nlinks = (unsigned)n;
 	return 0;
 }
@@ -402,6 +387,52 @@ static int exchange_manifest(struct xfer_engine *e, struct net_conn *io)
 	return rc;
 }
 
+/* The chunk index of manifest <m>: each file's first chunk id, each chunk's file, room for
+ * hashes and the NEED bits; <src> copied. 0 or -ENOMEM (freed by xfer_engine_free). */
+static int engine_index(struct xfer_engine *e, const struct xfer_manifest *m, const struct xfer_source *src)
+{
+	e->src = calloc(m->nfiles ? m->nfiles : 1, sizeof(*e->src));
+	e->first = calloc(m->nfiles ? m->nfiles : 1, sizeof(uint32_t));
+	e->file_of = calloc(e->nchunks ? e->nchunks : 1, sizeof(uint32_t));
+	e->hash = calloc(e->nchunks ? e->nchunks : 1, sizeof(uint64_t));
+	e->known = calloc(e->nchunks ? e->nchunks : 1, 1);
+	e->need = calloc(e->nchunks ? e->nchunks : 1, 1);
+	if (!e->src || !e->first || !e->file_of || !e->hash || !e->known || !e->need)
+		return -ENOMEM;
+	memcpy(e->src, src, m->nfiles * sizeof(*src));
+	for (uint32_t f = 0, id = 0; f < m->nfiles; f++) {
+		e->first[f] = id;
+		for (uint32_t k = 0; k < m->files[f].nchunks; k++)
+			e->file_of[id++] = f;
+	}
+	return 0;
+}
+
+/* The manifest goes on the first link that answers (or the first adopted connection), which
+ * then carries chunks as a stream. 0, or -errno with the error set. */
+static int engine_first_link(struct xfer_engine *e, const struct xfer_adopt *ad)
+{
+	int rc = -EHOSTUNREACH;
+	for (unsigned i = 0; i < (ad ? 1 : e->nlinks) && rc; i++) {
+		struct stream *s = &e->streams[i];
+		if ((rc = stream_dial(s))) {
+			if (rc == -EACCES)
+				return rc;
+			continue;
+		}
+		if ((rc = exchange_manifest(e, &s->io))) {
+			stream_close(e, &s->io);
+			if (e->error[0])
+				return rc;
+		}
+	}
+	if (rc) {
+		set_error(e, "cannot reach the receiver on any link: %s", strerror(-rc));
+		return rc;
+	}
+	return 0;
+}
+
 int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *ad, const struct xfer_path *links,
 		      int nlinks, const struct xfer_manifest *m, const struct xfer_source *src, struct xfer_engine **out,
 		      struct xfer_report *rep)
@@ -431,20 +462,8 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 		goto fail;
 	}
 	e->nchunks = (uint32_t)total;
-	e->src = calloc(m->nfiles ? m->nfiles : 1, sizeof(*e->src));
-	e->first = calloc(m->nfiles ? m->nfiles : 1, sizeof(uint32_t));
-	e->file_of = calloc(e->nchunks ? e->nchunks : 1, sizeof(uint32_t));
-	e->hash = calloc(e->nchunks ? e->nchunks : 1, sizeof(uint64_t));
-	e->known = calloc(e->nchunks ? e->nchunks : 1, 1);
-	e->need = calloc(e->nchunks ? e->nchunks : 1, 1);
-	if (!e->src || !e->first || !e->file_of || !e->hash || !e->known || !e->need)
+	if ((rc = engine_index(e, m, src)))
 		goto fail;
-	memcpy(e->src, src, m->nfiles * sizeof(*src));
-	for (uint32_t f = 0, id = 0; f < m->nfiles; f++) {
-		e->first[f] = id;
-		for (uint32_t k = 0; k < m->files[f].nchunks; k++)
-			e->file_of[id++] = f;
-	}
 	if ((rc = xfer_sched_init(&e->sched, e->nchunks)))
 		goto fail;
 	if (o->token_file) {
@@ -467,7 +486,7 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 	if (ad) {
 		e->nlinks = ad->nlinks;
 		for (unsigned i = 0; i < ad->nlinks; i++)
-			snprintf(e->links[i].rname, sizeof(e->links[i].rname), "%s", ad->names[i]);
+			snprintf(e->links[i].path.rname, sizeof(e->links[i].path.rname), "%s", ad->names[i]);
 	} else if ((rc = parse_links(e, o, links, nlinks))) {
 		goto fail;
 	}
@@ -485,25 +504,8 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 		e->streams[i] = (struct stream){.e = e, .link = i % e->nlinks, .io = {.fd = -1}};
 		atomic_init(&e->streams[i].state, ST_RUNNING);
 	}
-	/* the manifest goes on the first link that answers; that connection becomes a stream */
-	rc = -EHOSTUNREACH;
-	for (unsigned i = 0; i < (ad ? 1 : e->nlinks) && rc; i++) {
-		struct stream *s = &e->streams[i];
-		if ((rc = stream_dial(s))) {
-			if (rc == -EACCES)
-				goto fail;
-			continue;
-		}
-		if ((rc = exchange_manifest(e, &s->io))) {
-			stream_close(e, &s->io);
-			if (e->error[0])
-				goto fail;
-		}
-	}
-	if (rc) {
-		set_error(e, "cannot reach the receiver on any link: %s", strerror(-rc));
+	if ((rc = engine_first_link(e, ad)))
 		goto fail;
-	}
 	for (uint32_t id = 0; id < e->nchunks; id++)
 		if (!e->need[id]) {
 			uint32_t f, len;
@@ -564,8 +566,8 @@ static void fill_report(struct xfer_engine *e, struct xfer_report *r, int final)
 	for (unsigned i = 0; i < e->nlinks; i++) {
 		struct link *l = &e->links[i];
 		struct xfer_link_report *lr = &r->links[i];
-		snprintf(lr->local, sizeof(lr->local), "%s", l->lname);
-		snprintf(lr->remote, sizeof(lr->remote), "%s", l->rname);
+		snprintf(lr->local, sizeof(lr->local), "%s", l->path.lname);
+		snprintf(lr->remote, sizeof(lr->remote), "%s", l->path.rname);
 		lr->bytes = atomic_load(&l->bytes);
 		lr->up = atomic_load(&l->up);
 		lr->failed = atomic_load(&l->failed);

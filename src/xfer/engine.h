@@ -1,7 +1,7 @@
 /*
  * engine.h - the sending side of a transfer: links, streams and the chunk scheduler.
  *
- * xfer_send() (send.c) and a bcast relay (serve.c) both drive one: start it with a manifest
+ * xfer_send() (send.c) and a bcast relay (receiver.c) both drive one: start it with a manifest
  * and a source per file (a descriptor sent with sendfile, or memory), feed it the chunks that
  * are ready (all at once for a sender; one by one as they arrive for a relay), then finish it:
  * wait until the receiver acknowledged every chunk, send FINISH with the whole-file hashes and
