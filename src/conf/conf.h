@@ -14,7 +14,7 @@
 #ifndef ACCELNET_CONF_CONF_H
 #define ACCELNET_CONF_CONF_H
 
-#include "conf/conf-t.h"
+#include "conf/model.h"
 
 #include <stdio.h>
 

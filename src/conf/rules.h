@@ -15,7 +15,7 @@
 #ifndef ACCELNET_CONF_RULES_H
 #define ACCELNET_CONF_RULES_H
 
-#include "conf/conf-t.h"
+#include "conf/model.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -8,7 +8,7 @@
 #ifndef ACCELNET_PROXY_ADMIN_H
 #define ACCELNET_PROXY_ADMIN_H
 
-#include "conf/conf-t.h"
+#include "conf/model.h"
 #include "core/loop.h"
 #include "proxy/runtime.h"
 

@@ -13,7 +13,7 @@
 #ifndef ACCELNET_PROXY_CLASSIFY_H
 #define ACCELNET_PROXY_CLASSIFY_H
 
-#include "conf/conf-t.h"
+#include "conf/model.h"
 #include "http/parse.h"
 
 #include <stddef.h>

@@ -11,7 +11,7 @@
 #ifndef ACCELNET_PROXY_PROXY_H
 #define ACCELNET_PROXY_PROXY_H
 
-#include "conf/conf-t.h"
+#include "conf/model.h"
 #include "core/loop.h"
 
 struct proxy_hooks {

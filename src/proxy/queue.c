@@ -3,7 +3,7 @@
  * discipline (see queue.h). Admission (admission.c) decides who enters and leaves it.
  */
 #include "proxy/queue.h"
-#include "conf/conf-t.h"
+#include "conf/model.h"
 
 #include <errno.h>
 

@@ -24,7 +24,7 @@
 #ifndef ACCELNET_PROXY_RUNTIME_H
 #define ACCELNET_PROXY_RUNTIME_H
 
-#include "conf/conf-t.h"
+#include "conf/model.h"
 #include "http/parse.h"
 #include "obs/hist.h"
 #include "obs/metrics.h"

@@ -11,7 +11,7 @@
 #ifndef ACCELNET_PROXY_WORKER_H
 #define ACCELNET_PROXY_WORKER_H
 
-#include "conf/conf-t.h"
+#include "conf/model.h"
 #include "core/buf.h"
 #include "core/list.h"
 #include "core/loop.h"

@@ -1,12 +1,14 @@
 /*
- * conf-t.h - the parsed configuration: plain structs, no runtime state.
+ * model.h - the parsed configuration: plain structs, no runtime state (the model every part
+ * of the config layer fills in; its own module, so the rule engine and the schema both build
+ * on it without an include circle through conf.h).
  *
  * A struct conf is built whole from YAML by conf_load_*(), checked, and then only read. The
  * proxy builds its runtime state (backend health, counters, sockets) beside it, never in it,
  * so a reload can build a new conf and swap it in without touching live counters.
  */
-#ifndef ACCELNET_CONF_CONF_T_H
-#define ACCELNET_CONF_CONF_T_H
+#ifndef ACCELNET_CONF_MODEL_H
+#define ACCELNET_CONF_MODEL_H
 
 #include "policy/lb.h"
 #include "policy/qdisc.h"
