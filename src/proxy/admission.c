@@ -57,9 +57,9 @@ static struct backend *grant_locked(struct pool_rt *pool, uint64_t now_ms, uint6
 		if (!nb)
 			break;
 		q->qd.ops->pop(&q->qd);
-		atomic_fetch_add_explicit(&q->granted, 1, memory_order_relaxed);
+		pool_count(pool, PM_POOL_QUEUE_GRANTED, 1);
 		/* (another worker's clock may be a millisecond behind the one that queued it) */
-		hist_add(&pool->queue_wait,
+		pool_observe_us(pool, PM_POOL_QUEUE_WAIT,
 			 now_ms > wt->queued_ms ? (now_ms - wt->queued_ms) * 1000 : 0);
 		rnd = rand_next(&rnd);
 		if (wt == self) {
@@ -104,17 +104,17 @@ enum admit_result admission_admit(struct pool_rt *pool, struct waiter *wt, uint6
 			return ADMIT_PICKED;
 		}
 		pthread_mutex_unlock(&q->lock);
-		atomic_fetch_add_explicit(&q->overflows, 1, memory_order_relaxed);
+		pool_count(pool, PM_POOL_QUEUE_OVERFLOWS, 1);
 		return ADMIT_FULL;
 	}
 	wt->queued_ms = now_ms;
 	if (q->qd.ops->push(&q->qd, &wt->item) < 0) {
 		pthread_mutex_unlock(&q->lock);
-		atomic_fetch_add_explicit(&q->overflows, 1, memory_order_relaxed);
+		pool_count(pool, PM_POOL_QUEUE_OVERFLOWS, 1);
 		return ADMIT_FULL;
 	}
 	wt->state = W_QUEUED;
-	atomic_fetch_add_explicit(&q->enqueued, 1, memory_order_relaxed);
+	pool_count(pool, PM_POOL_QUEUE_ENQUEUED, 1);
 	/* a slot may have freed since the first look, or the longer queue may now make a
 	 * slower backend worth it: grant in queue order, which may be this request */
 	*out = grant_locked(pool, now_ms, rand_next(&rnd), wt);

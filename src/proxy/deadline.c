@@ -91,7 +91,7 @@ static enum run queue_deadline(struct exchange *x, uint64_t now)
 		return dispatch_spill(x);
 	/* a slot granted at this very moment is handed back by the withdrawal */
 	admission_withdraw(x->pool, &x->wt, now, rand_next(&x->w->rng));
-	atomic_fetch_add_explicit(&x->pool->queue.timeouts, 1, memory_order_relaxed);
+	pool_count(x->pool, PM_POOL_QUEUE_TIMEOUTS, 1);
 	return exchange_reply(x, 503, "no backend slot freed within queue.timeout_ms", 1);
 }
 

@@ -17,7 +17,7 @@
 /* Count a request of <pool> that no backend will serve. */
 static void pool_turned_away(struct pool_rt *pool)
 {
-	atomic_fetch_add_explicit(&pool->unavailable, 1, memory_order_relaxed);
+	pool_count(pool, PM_POOL_UNAVAILABLE, 1);
 }
 
 /* x->be holds a claimed slot: take an idle connection to it, or start a new one. */
@@ -110,7 +110,7 @@ enum run dispatch_failed(struct exchange *x, enum up_failure why)
 		x->retried = 1;
 		x->uphead_off = 0;
 		if (be)
-			atomic_fetch_add_explicit(&be->retries, 1, memory_order_relaxed);
+			backend_count(be, PM_BACKEND_RETRIES, 1);
 		return dispatch_connect(x, why == UP_CONNECT || why == UP_CONNECT_TIMEOUT ? be : NULL);
 	case RETRY_NO:
 		break;

@@ -85,7 +85,7 @@ void exchange_count_response(const struct exchange *x, int status)
 {
 	unsigned cls = status >= 100 && status < 600 ? (unsigned)status / 100 : 0;
 	if (x->be)
-		atomic_fetch_add_explicit(&x->be->responses[cls], 1, memory_order_relaxed);
+		backend_count_response(x->be, (int)cls);
 }
 
 void exchange_on_upstream(void *arg)

@@ -37,7 +37,7 @@ void hedge_start(struct exchange *x)
 	x->hedge_be = be;
 	x->hedge_off = 0;
 	x->hedge_sent_ns = clock_now_ns();
-	atomic_fetch_add_explicit(&x->be->hedged, 1, memory_order_relaxed);
+	backend_count(x->be, PM_BACKEND_HEDGED, 1);
 }
 
 void hedge_promote(struct exchange *x)
@@ -53,7 +53,7 @@ void hedge_promote(struct exchange *x)
 	x->uphead_off = x->hedge_off;
 	x->hedge = NULL;
 	x->hedge_be = NULL;
-	atomic_fetch_add_explicit(&x->be->hedge_wins, 1, memory_order_relaxed);
+	backend_count(x->be, PM_BACKEND_HEDGE_WINS, 1);
 }
 
 int hedge_run(struct exchange *x)

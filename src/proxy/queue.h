@@ -42,7 +42,6 @@ struct waiter {
 struct pool_queue {
 	pthread_mutex_t lock;
 	struct qdisc qd;
-	atomic_uint_fast64_t enqueued, granted, timeouts, overflows;
 };
 
 /* 0, or -ENOMEM. */

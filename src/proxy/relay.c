@@ -253,7 +253,7 @@ static void note_gap(struct exchange *x)
 {
 	uint64_t now = clock_now_ns();
 	if (x->last_read_ns)
-		hist_add(&x->be->gap, (now - x->last_read_ns) / 1000);
+		backend_observe_us(x->be, PM_BACKEND_GAP, (now - x->last_read_ns) / 1000);
 	x->last_read_ns = now;
 }
 

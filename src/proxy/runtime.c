@@ -90,32 +90,6 @@ static double read_be_reported_load(const void *ctx, size_t i)
 	return RELAXED(be_at(ctx, i)->reported_load);
 }
 
-/* Older counters, still bumped in place by their call sites: added to the registry's. */
-static double read_be_retries(const void *ctx, size_t i)
-{
-	return RELAXED(be_at(ctx, i)->retries);
-}
-
-static double read_be_hedged(const void *ctx, size_t i)
-{
-	return RELAXED(be_at(ctx, i)->hedged);
-}
-
-static double read_be_hedge_wins(const void *ctx, size_t i)
-{
-	return RELAXED(be_at(ctx, i)->hedge_wins);
-}
-
-static double read_be_responses(const void *ctx, size_t i)
-{
-	return RELAXED(be_at(ctx, i / PM_CLASSES)->responses[i % PM_CLASSES]);
-}
-
-static void read_be_gap(const void *ctx, size_t i, struct hist_snap *add)
-{
-	hist_read(&be_at(ctx, i)->gap, add);
-}
-
 static const char *read_pool_name(const void *ctx, size_t i)
 {
 	return pool_at(ctx, i)->conf->name;
@@ -134,41 +108,6 @@ static const char *read_pool_discipline(const void *ctx, size_t i)
 static double read_pool_queue_length(const void *ctx, size_t i)
 {
 	return pool_queue_len((struct pool_queue *)&pool_at(ctx, i)->queue);
-}
-
-static double read_pool_unavailable(const void *ctx, size_t i)
-{
-	return RELAXED(pool_at(ctx, i)->unavailable);
-}
-
-static double read_pool_spilled_in(const void *ctx, size_t i)
-{
-	return RELAXED(pool_at(ctx, i)->spilled_in);
-}
-
-static double read_pool_enqueued(const void *ctx, size_t i)
-{
-	return RELAXED(pool_at(ctx, i)->queue.enqueued);
-}
-
-static double read_pool_granted(const void *ctx, size_t i)
-{
-	return RELAXED(pool_at(ctx, i)->queue.granted);
-}
-
-static double read_pool_timeouts(const void *ctx, size_t i)
-{
-	return RELAXED(pool_at(ctx, i)->queue.timeouts);
-}
-
-static double read_pool_overflows(const void *ctx, size_t i)
-{
-	return RELAXED(pool_at(ctx, i)->queue.overflows);
-}
-
-static void read_pool_queue_wait(const void *ctx, size_t i, struct hist_snap *add)
-{
-	hist_read(&pool_at(ctx, i)->queue_wait, add);
 }
 
 #define BE .space = SPACE_BACKEND
@@ -201,7 +140,7 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 				     .json_as = MJ_UINT},
     [PM_BACKEND_RETRIES] = {"accelnet_backend_retries_total", METRIC_COUNTER,
 			    "requests retried elsewhere", NULL, BE, .json = "retries",
-			    .json_as = MJ_UINT, .read = read_be_retries},
+			    .json_as = MJ_UINT},
     [PM_BACKEND_EJECTIONS] = {"accelnet_backend_ejections_total", METRIC_COUNTER,
 			      "times outlier detection took the backend out", NULL, BE,
 			      .json = "ejections", .json_as = MJ_UINT},
@@ -209,34 +148,31 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 				  .read = read_be_reported_load},
     [PM_BACKEND_HEDGED] = {"accelnet_backend_hedged_total", METRIC_COUNTER,
 			   "requests on this backend that were also sent to another (hedging)",
-			   "hedged", BE, .json = "hedged", .json_as = MJ_UINT,
-			   .read = read_be_hedged},
+			   "hedged", BE, .json = "hedged", .json_as = MJ_UINT},
     [PM_BACKEND_HEDGE_WINS] = {"accelnet_backend_hedge_wins_total", METRIC_COUNTER,
 			       "hedged copies on this backend that answered first", NULL, BE,
-			       .json = "hedge_wins", .json_as = MJ_UINT,
-			       .read = read_be_hedge_wins},
+			       .json = "hedge_wins", .json_as = MJ_UINT},
     [PM_BACKEND_TTFB] = {"accelnet_backend_ttfb_seconds", METRIC_HISTOGRAM,
 			 "request sent to response head (time to first token)", "seconds", BE,
 			 .json = "ttfb_ms", .json_as = MJ_SUMMARY},
     [PM_BACKEND_GAP] = {"accelnet_backend_gap_seconds", METRIC_HISTOGRAM,
 			"time between reads of a streamed response body", "seconds", BE,
-			.json = "gap_ms", .json_as = MJ_SUMMARY, .read_hist = read_be_gap},
+			.json = "gap_ms", .json_as = MJ_SUMMARY},
     [PM_BACKEND_RESPONSES] = {"accelnet_backend_responses_total", METRIC_COUNTER,
 			      "responses by status class", NULL, BE, .sub_label = "class",
 			      .sub_values = class_names, .nsub = PM_CLASSES, .json = "responses",
-			      .json_as = MJ_UINT, .read = read_be_responses},
+			      .json_as = MJ_UINT},
     [PM_POOL_NAME] = {POOL, JSON_ONLY("name", MJ_STRING), .read_str = read_pool_name},
     [PM_POOL_BALANCE] = {POOL, JSON_ONLY("balance", MJ_STRING), .read_str = read_pool_balance},
     [PM_POOL_UNAVAILABLE] = {"accelnet_pool_unavailable_total", METRIC_COUNTER,
 			     "requests turned away with no backend to serve them", NULL, POOL,
-			     .json = "unavailable", .json_as = MJ_UINT,
-			     .read = read_pool_unavailable},
+			     .json = "unavailable", .json_as = MJ_UINT},
     [PM_POOL_RETRIES_DENIED] = {"accelnet_pool_retries_denied_total", METRIC_COUNTER,
 				"retries the retry budget turned down", NULL, POOL,
 				.json = "retries_denied", .json_as = MJ_UINT},
     [PM_POOL_SPILLED_IN] = {"accelnet_pool_spilled_in_total", METRIC_COUNTER,
 			    "requests moved here by a route's spillover", NULL, POOL,
-			    .json = "spilled_in", .json_as = MJ_UINT, .read = read_pool_spilled_in},
+			    .json = "spilled_in", .json_as = MJ_UINT},
     [PM_POOL_QUEUE_DISCIPLINE] = {POOL, JSON_ONLY("queue.discipline", MJ_STRING),
 				  .read_str = read_pool_discipline},
     [PM_POOL_QUEUE_LENGTH] = {"accelnet_pool_queue_length", METRIC_GAUGE,
@@ -245,20 +181,18 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 			      .read = read_pool_queue_length},
     [PM_POOL_QUEUE_ENQUEUED] = {"accelnet_pool_queue_enqueued_total", METRIC_COUNTER,
 				"queue enqueued", NULL, POOL, .json = "queue.enqueued",
-				.json_as = MJ_UINT, .read = read_pool_enqueued},
+				.json_as = MJ_UINT},
     [PM_POOL_QUEUE_GRANTED] = {"accelnet_pool_queue_granted_total", METRIC_COUNTER, "queue granted",
-			       NULL, POOL, .json = "queue.granted", .json_as = MJ_UINT,
-			       .read = read_pool_granted},
+			       NULL, POOL, .json = "queue.granted", .json_as = MJ_UINT},
     [PM_POOL_QUEUE_TIMEOUTS] = {"accelnet_pool_queue_timeouts_total", METRIC_COUNTER,
 				"queue timeouts", NULL, POOL, .json = "queue.timeouts",
-				.json_as = MJ_UINT, .read = read_pool_timeouts},
+				.json_as = MJ_UINT},
     [PM_POOL_QUEUE_OVERFLOWS] = {"accelnet_pool_queue_overflows_total", METRIC_COUNTER,
 				 "queue overflows", NULL, POOL, .json = "queue.overflows",
-				 .json_as = MJ_UINT, .read = read_pool_overflows},
+				 .json_as = MJ_UINT},
     [PM_POOL_QUEUE_WAIT] = {"accelnet_pool_queue_wait_seconds", METRIC_HISTOGRAM,
 			    "time from queueing to a granted backend slot", "seconds", POOL,
-			    .json = "queue.wait_ms", .json_as = MJ_SUMMARY,
-			    .read_hist = read_pool_queue_wait},
+			    .json = "queue.wait_ms", .json_as = MJ_SUMMARY},
 };
 
 /* The label spaces of <rt>'s series, and its registry over proxy_metric_defs. */

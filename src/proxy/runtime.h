@@ -18,8 +18,8 @@
  * (obs/metrics.h): counters live in the registry's per-thread shards (bump them with
  * metrics_add(metrics_shard_self(rt->metrics), PM_..., series, n)), gauges are read from the
  * atomics below at scrape time. A backend's series is its id; a pool's, its index; a
- * response's, backend id * PM_CLASSES + status class. The few atomic counters left here are
- * still bumped by older call sites; the registry adds them in until those sites move over.
+ * response's, backend id * PM_CLASSES + status class. No counter here is a shared atomic:
+ * each worker bumps its own shard, summed when scraped.
  */
 #ifndef ACCELNET_PROXY_RUNTIME_H
 #define ACCELNET_PROXY_RUNTIME_H
@@ -89,11 +89,6 @@ struct backend {
 	atomic_uint_fast64_t reported_ms; /* ... when it said so */
 	atomic_uint ejections_in_row;	  /* ejected again soon after the last: longer */
 	struct metrics *metrics;	  /* the runtime's registry */
-	/* older counters, until their call sites bump the registry (PM_BACKEND_*) */
-	atomic_uint_fast64_t retries;
-	atomic_uint_fast64_t hedged, hedge_wins; /* copies sent for its requests; copies that won */
-	atomic_uint_fast64_t responses[PM_CLASSES]; /* by status class: [2] is 2xx; [0] aborted */
-	struct hist gap;			    /* between response body reads, streams only */
 	/* health-check bookkeeping: the main thread only */
 	unsigned hc_ok, hc_fail;
 };
@@ -107,10 +102,6 @@ struct pool_rt {
 	atomic_uint_fast64_t ticket;	  /* one per pick, shared by all workers */
 	atomic_int_fast64_t retry_tokens; /* retry budget, in thousandths of a retry */
 	struct pool_queue queue;	  /* requests waiting for a slot */
-	/* older counters, until their call sites bump the registry (PM_POOL_*) */
-	atomic_uint_fast64_t unavailable; /* requests turned away: no backend, or queue full */
-	atomic_uint_fast64_t spilled_in;  /* requests moved here from a full primary pool */
-	struct hist queue_wait;
 };
 
 struct runtime {

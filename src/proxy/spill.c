@@ -14,5 +14,5 @@ void spill_move(struct exchange *x)
 	x->retried = 0; /* the other pool is admitted afresh */
 	x->pool = &w->rt->pools[x->route->spill_pool];
 	x->wt.has_key = 0;
-	atomic_fetch_add_explicit(&x->pool->spilled_in, 1, memory_order_relaxed);
+	pool_count(x->pool, PM_POOL_SPILLED_IN, 1);
 }

@@ -184,6 +184,8 @@ static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
 	log_set_thread_tag(w->tag);
+	/* this thread's counters: its own shard of the registry, no atomic shared per request */
+	metrics_thread_bind(w->rt->metrics, metrics_shard(w->rt->metrics, w->id));
 	loop_run(w->loop);
 	atomic_fetch_sub(&w->sh->running, 1);
 	loop_wake(w->sh->main_loop);
