@@ -30,7 +30,7 @@ struct sim_opts {
 	double jitter; /* 0..1: latency varies by up to this fraction either way */
 	unsigned tokens;
 	unsigned token_ms;
-	double fail_rate; /* 0..1 */
+	double fail_rate;		   /* 0..1 */
 	unsigned stall_ms, stall_every_ms; /* freeze for stall_ms at the end of every period */
 	unsigned prefix_cache;		   /* prompt prefixes remembered; 0: none */
 	unsigned cache_hit_ms;		   /* time to first token when the prefix is cached */
