@@ -256,15 +256,13 @@ static int xfer_handshake_client(struct net_conn *c, const struct xfer_token *t,
 	if (rc)
 		return rc;
 	if (h.type == XFER_ERR) { /* refused before the challenge (TLS required...) */
-		meta[h.meta_len] = 0;
-		snprintf(err, errlen, "%s", (char *)meta);
+		xfer_err_decode(meta, h.meta_len, err, errlen);
 		return -EACCES;
 	}
-	if (h.type != XFER_CHALLENGE || h.meta_len != XFER_NONCE_LEN)
+	uint8_t nonce[XFER_NONCE_LEN];
+	if (h.type != XFER_CHALLENGE || xfer_challenge_decode(meta, h.meta_len, nonce))
 		return -EPROTO;
 	struct xfer_hello hello = {.version = XFER_VERSION, .role = role};
-	uint8_t nonce[XFER_NONCE_LEN];
-	memcpy(nonce, meta, XFER_NONCE_LEN);
 	memcpy(hello.session, session, XFER_SESSION_LEN);
 	mac_compute(t, 0, nonce, role, session, hello.mac);
 	uint8_t out[XFER_HELLO_LEN];
@@ -274,8 +272,7 @@ static int xfer_handshake_client(struct net_conn *c, const struct xfer_token *t,
 	if ((rc = xfer_frame_recv(c, &h, meta, sizeof(meta) - 1)))
 		return rc;
 	if (h.type == XFER_ERR) {
-		meta[h.meta_len] = 0;
-		snprintf(err, errlen, "%s", (char *)meta);
+		xfer_err_decode(meta, h.meta_len, err, errlen);
 		return -EACCES;
 	}
 	uint8_t proof[XFER_MAC_LEN], want[XFER_MAC_LEN];
@@ -313,9 +310,9 @@ int xfer_handshake_server(struct net_conn *c, const struct xfer_token *t, struct
 		xfer_frame_send(c, XFER_ERR, msg, sizeof(msg) - 1);
 		return -EPROTO;
 	}
+	uint8_t want[XFER_MAC_LEN], ok[XFER_MAC_LEN];
 	if (!t || !t->len)
-		return xfer_frame_send(c, XFER_OK, NULL, 0);
-	uint8_t want[XFER_MAC_LEN];
+		return xfer_frame_send(c, XFER_OK, ok, (uint32_t)xfer_ok_encode(ok, NULL));
 	mac_compute(t, 0, nonce, out->role, out->session, want);
 	if (CRYPTO_memcmp(want, out->mac, XFER_MAC_LEN)) {
 		static const char msg[] = "authentication failed: wrong or missing token";
@@ -323,7 +320,7 @@ int xfer_handshake_server(struct net_conn *c, const struct xfer_token *t, struct
 		return -EACCES;
 	}
 	mac_compute(t, 1, nonce, out->role, out->session, want);
-	return xfer_frame_send(c, XFER_OK, want, XFER_MAC_LEN);
+	return xfer_frame_send(c, XFER_OK, ok, (uint32_t)xfer_ok_encode(ok, want));
 }
 
 /* After connecting: TLS with <ctx> (verifying <hostport>'s host), or the plain magic when
@@ -333,7 +330,7 @@ static int xfer_conn_start_client(struct net_conn *c, struct ssl_ctx_st *ctx, co
 {
 	if (!ctx) {
 		uint8_t magic[4];
-		wire_put32(magic, XFER_MAGIC);
+		xfer_magic_encode(magic);
 		return net_conn_write_all(c, magic, sizeof(magic));
 	}
 	char why[200];
@@ -376,7 +373,7 @@ int xfer_conn_start_server(struct net_conn *c, struct ssl_ctx_st *ctx, int tls_r
 	int rc = net_conn_read_all(c, magic, sizeof(magic));
 	if (rc)
 		return rc;
-	if (wire_get32(magic) != XFER_MAGIC) {
+	if (xfer_magic_decode(magic)) {
 		*why = "not an xfer client";
 		return -EPROTO;
 	}

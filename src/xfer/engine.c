@@ -162,9 +162,10 @@ static int read_ack(struct stream *s, uint32_t id)
 	int rc = xfer_frame_recv(&s->io, &h, meta, sizeof(meta) - 1);
 	if (rc)
 		return rc;
+	char text[sizeof(meta)];
 	if (h.type == XFER_ERR) {
-		meta[h.meta_len] = 0;
-		set_error(e, "receiver: %s", (char *)meta);
+		xfer_err_decode(meta, h.meta_len, text, sizeof(text));
+		set_error(e, "receiver: %s", text);
 		xfer_sched_abort(&e->sched, -EIO);
 		return -EIO;
 	}
@@ -192,8 +193,8 @@ static int read_ack(struct stream *s, uint32_t id)
 	default:
 		/* the receiver says why in an ERR that follows */
 		if (xfer_frame_recv(&s->io, &h, meta, sizeof(meta) - 1) == 0 && h.type == XFER_ERR) {
-			meta[h.meta_len] = 0;
-			set_error(e, "receiver: %s", (char *)meta);
+			xfer_err_decode(meta, h.meta_len, text, sizeof(text));
+			set_error(e, "receiver: %s", text);
 		}
 		set_error(e, "%s", "receiver could not write a chunk");
 		xfer_sched_abort(&e->sched, -EIO);
@@ -370,18 +371,12 @@ static int exchange_manifest(struct xfer_engine *e, struct net_conn *io)
 	if (rc)
 		return rc;
 	if (h.type == XFER_ERR) {
-		meta[h.meta_len] = 0;
-		set_error(e, "receiver: %s", (char *)meta);
+		char text[sizeof(e->error)];
+		xfer_err_decode(meta, h.meta_len, text, sizeof(text));
+		set_error(e, "receiver: %s", text);
 		rc = -EIO;
-	} else if (h.type != XFER_NEED || h.meta_len != xfer_need_len(&e->m)) {
-		rc = -EPROTO;
-	} else {
-		const uint8_t *p = meta;
-		for (uint32_t f = 0; f < e->m.nfiles; f++) {
-			for (uint32_t k = 0; k < e->m.files[f].nchunks; k++)
-				e->need[e->first[f] + k] = (p[k / 8] >> (k % 8)) & 1;
-			p += (e->m.files[f].nchunks + 7) / 8;
-		}
+	} else if (h.type != XFER_NEED || xfer_need_decode(meta, h.meta_len, &e->m, e->need)) {
+		rc = -EPROTO; /* e->need: chunk ids are numbered file after file, as NEED lists them */
 	}
 	free(meta);
 	return rc;
@@ -610,14 +605,14 @@ static unsigned streams_up(struct xfer_engine *e)
 /* FINISH on a parked stream (or a fresh connection), then wait for DONE. */
 static int finish_on(struct xfer_engine *e, struct net_conn *io)
 {
-	size_t len = (size_t)e->m.nfiles * 16;
+	size_t len = (size_t)e->m.nfiles * XFER_WHOLE_HASH_LEN;
 	uint8_t *meta = malloc(len ? len : 1);
 	if (!meta)
 		return -ENOMEM;
 	for (uint32_t f = 0; f < e->m.nfiles; f++) {
 		for (uint32_t k = 0; k < e->m.files[f].nchunks; k++)
 			chunk_hash(e, e->first[f] + k);
-		xfer_whole_hash(e->hash + e->first[f], e->m.files[f].nchunks, meta + 16 * (size_t)f);
+		xfer_whole_hash(e->hash + e->first[f], e->m.files[f].nchunks, meta + XFER_WHOLE_HASH_LEN * (size_t)f);
 	}
 	int rc = xfer_frame_send(io, XFER_FINISH, meta, (uint32_t)len);
 	free(meta);
@@ -625,14 +620,15 @@ static int finish_on(struct xfer_engine *e, struct net_conn *io)
 		return rc;
 	xfer_set_timeout(io->fd, XFER_FINISH_TIMEOUT_MS);
 	struct xfer_hdr h;
-	uint8_t text[300];
-	if ((rc = xfer_frame_recv(io, &h, text, sizeof(text) - 1)))
+	uint8_t raw[300];
+	char text[sizeof(raw)];
+	if ((rc = xfer_frame_recv(io, &h, raw, sizeof(raw) - 1)))
 		return rc;
-	text[h.meta_len] = 0;
 	if (h.type == XFER_DONE)
 		return 0;
 	if (h.type == XFER_ERR) {
-		set_error(e, "receiver: %s", (char *)text);
+		xfer_err_decode(raw, h.meta_len, text, sizeof(text));
+		set_error(e, "receiver: %s", text);
 		return -EBADMSG;
 	}
 	return -EPROTO;

@@ -278,19 +278,22 @@ static int transfer_relay(struct xfer_server *s, struct rx_transfer *rx, int tls
 static int reply_need(struct xfer_server_conn *c)
 {
 	struct rx_transfer *rx = c->rx;
-	size_t len = xfer_need_len(&rx->m);
-	uint8_t *need = calloc(len ? len : 1, 1), *p = need;
-	if (!need)
+	uint64_t total = 0;
+	for (uint32_t f = 0; f < rx->m.nfiles; f++)
+		total += rx->m.files[f].nchunks;
+	uint8_t *needed = malloc(total ? total : 1), *need = NULL, *p = needed;
+	size_t len;
+	if (!needed)
 		return -ENOMEM;
 	pthread_mutex_lock(&rx->mu);
-	for (uint32_t f = 0; f < rx->m.nfiles; f++) {
-		for (uint32_t k = 0; k < rx->files[f].nchunks; k++)
-			if (!rx->files[f].done[k])
-				p[k / 8] |= (uint8_t)(1u << (k % 8));
-		p += (rx->files[f].nchunks + 7) / 8;
-	}
+	for (uint32_t f = 0; f < rx->m.nfiles; f++)
+		for (uint32_t k = 0; k < rx->m.files[f].nchunks; k++)
+			*p++ = !rx->files[f].done[k];
 	pthread_mutex_unlock(&rx->mu);
-	int rc = xfer_frame_send(&c->io, XFER_NEED, need, (uint32_t)len);
+	int rc = xfer_need_encode(&rx->m, needed, &need, &len);
+	if (!rc)
+		rc = xfer_frame_send(&c->io, XFER_NEED, need, (uint32_t)len);
+	free(needed);
 	free(need);
 	return rc;
 }
@@ -538,7 +541,8 @@ static int on_finish(struct xfer_server_conn *c, const struct xfer_hello *hello,
 		c->rx = transfer_get(s, hello->session);
 	struct rx_transfer *rx = c->rx;
 	char err[512] = "";
-	if (!rx || len != rx->m.nfiles * 16u) {
+	const uint8_t *hashes;
+	if (!rx || xfer_finish_decode(meta, len, rx->m.nfiles, &hashes)) {
 		xfer_server_refuse(s, &c->io, "FINISH does not match the manifest");
 		return -EPROTO;
 	}
@@ -571,7 +575,7 @@ static int on_finish(struct xfer_server_conn *c, const struct xfer_hello *hello,
 		uint32_t bad = UINT32_MAX;
 		if (f->finished)
 			continue;
-		int rc = xfer_store_finish(s->dirfd, f, meta + 16 * (size_t)i, &bad, &why);
+		int rc = xfer_store_finish(s->dirfd, f, hashes + XFER_WHOLE_HASH_LEN * (size_t)i, &bad, &why);
 		if (rc && bad != UINT32_MAX)
 			snprintf(err, sizeof(err),
 				 "'%s': chunk %u was overwritten by a second writer after it was "
@@ -623,8 +627,9 @@ void xfer_receiver_loop(struct xfer_server_conn *c, const struct xfer_hello *hel
 			break;
 		case XFER_ERR:
 			if (s->puller) {
-				meta[h.meta_len] = 0;
-				xfer_server_fail(s, (char *)meta);
+				char text[sizeof(s->peer_err)];
+				xfer_err_decode(meta, h.meta_len, text, sizeof(text));
+				xfer_server_fail(s, text);
 			}
 			rc = -EPROTO;
 			break;

@@ -426,3 +426,76 @@ int xfer_get_decode(const uint8_t *in, size_t len, uint32_t *nconns, char ***nam
 	*nconns = wire_get32(in);
 	return xfer_names_decode(in + 4, len - 4, names, n, why);
 }
+
+void xfer_magic_encode(uint8_t out[4])
+{
+	wire_put32(out, XFER_MAGIC);
+}
+
+int xfer_magic_decode(const uint8_t in[4])
+{
+	return wire_get32(in) == XFER_MAGIC ? 0 : -EPROTO;
+}
+
+int xfer_challenge_decode(const uint8_t *in, size_t len, uint8_t nonce[XFER_NONCE_LEN])
+{
+	if (len != XFER_NONCE_LEN)
+		return -EPROTO;
+	memcpy(nonce, in, XFER_NONCE_LEN);
+	return 0;
+}
+
+size_t xfer_ok_encode(uint8_t *out, const uint8_t *proof)
+{
+	if (!proof)
+		return 0;
+	memcpy(out, proof, XFER_MAC_LEN);
+	return XFER_MAC_LEN;
+}
+
+size_t xfer_err_decode(const uint8_t *in, size_t len, char *text, size_t cap)
+{
+	size_t n = len < cap - 1 ? len : cap - 1;
+	memcpy(text, in, n);
+	text[n] = 0;
+	return n;
+}
+
+int xfer_need_encode(const struct xfer_manifest *m, const uint8_t *needed, uint8_t **out, size_t *len)
+{
+	*len = xfer_need_len(m);
+	uint8_t *p = *out = calloc(*len ? *len : 1, 1);
+	if (!p)
+		return -ENOMEM;
+	for (uint32_t f = 0; f < m->nfiles; f++) {
+		uint32_t n = m->files[f].nchunks;
+		for (uint32_t k = 0; k < n; k++)
+			if (needed[k])
+				p[k / 8] |= (uint8_t)(1u << (k % 8));
+		needed += n;
+		p += (n + 7) / 8;
+	}
+	return 0;
+}
+
+int xfer_need_decode(const uint8_t *in, size_t len, const struct xfer_manifest *m, uint8_t *needed)
+{
+	if (len != xfer_need_len(m))
+		return -EPROTO;
+	for (uint32_t f = 0; f < m->nfiles; f++) {
+		uint32_t n = m->files[f].nchunks;
+		for (uint32_t k = 0; k < n; k++)
+			needed[k] = (in[k / 8] >> (k % 8)) & 1;
+		needed += n;
+		in += (n + 7) / 8;
+	}
+	return 0;
+}
+
+int xfer_finish_decode(const uint8_t *in, size_t len, uint32_t nfiles, const uint8_t **hashes)
+{
+	if (len != (size_t)nfiles * XFER_WHOLE_HASH_LEN)
+		return -EPROTO;
+	*hashes = in;
+	return 0;
+}

@@ -164,8 +164,28 @@ int xfer_names_decode(const uint8_t *in, size_t len, char ***names, unsigned *n,
 int xfer_get_encode(uint32_t nconns, const char *const *names, unsigned n, uint8_t **out, size_t *len);
 int xfer_get_decode(const uint8_t *in, size_t len, uint32_t *nconns, char ***names, unsigned *n, const char **why);
 
-/* NEED: per file, ceil(nchunks/8) bytes, bit i of byte i/8 set = chunk i needed. */
+/* NEED: per file, ceil(nchunks/8) bytes, bit i of byte i/8 set = chunk i needed. <needed>
+ * holds one byte per chunk of the manifest, files in order (non-zero: needed). encode
+ * mallocs *out (caller frees); decode -EPROTO when the length does not fit <m>. */
 size_t xfer_need_len(const struct xfer_manifest *m);
+int xfer_need_encode(const struct xfer_manifest *m, const uint8_t *needed, uint8_t **out, size_t *len);
+int xfer_need_decode(const uint8_t *in, size_t len, const struct xfer_manifest *m, uint8_t *needed);
+
+/* FINISH: per file of the manifest, its whole hash (XFER_WHOLE_HASH_LEN bytes, see store.h),
+ * in order. decode checks the length against <nfiles>: *hashes points at file 0's. */
+#define XFER_WHOLE_HASH_LEN 16
+int xfer_finish_decode(const uint8_t *in, size_t len, uint32_t nfiles, const uint8_t **hashes);
+
+/* The 4-byte preamble of a plain connection: decode 0, or -EPROTO when it is not ours. */
+void xfer_magic_encode(uint8_t out[4]);
+int xfer_magic_decode(const uint8_t in[4]);
+/* CHALLENGE: the server's nonce, exactly XFER_NONCE_LEN bytes; else -EPROTO. */
+int xfer_challenge_decode(const uint8_t *in, size_t len, uint8_t nonce[XFER_NONCE_LEN]);
+/* OK's meta: the proof (XFER_MAC_LEN bytes), or nothing when <proof> is NULL: its length. */
+size_t xfer_ok_encode(uint8_t *out, const uint8_t *proof);
+/* ERR: text, not terminated on the wire. decode copies at most <cap> - 1 bytes to <text>,
+ * terminated; returns the length copied. Control characters are kept: print with care. */
+size_t xfer_err_decode(const uint8_t *in, size_t len, char *text, size_t cap);
 
 /*
  * A relative path a receiver may create under its directory: not empty, not absolute, no

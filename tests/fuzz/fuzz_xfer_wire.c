@@ -1,7 +1,9 @@
 /*
  * fuzz_xfer_wire.c - libFuzzer target: the xfer wire parsers on any bytes (a frame header,
- * then the rest as every kind of meta, a GET name list and an OK's proof included). A manifest that decodes must encode back to the same
- * bytes, and every path in it must pass the path check.
+ * then the rest as every kind of meta: HELLO, CHUNK, ACK, OK, CHALLENGE, ERR, GET and its name
+ * list, FINISH, the plain preamble, MANIFEST, and NEED against a manifest that decodes). A
+ * manifest that decodes must encode back to the same bytes, every path in it and every name
+ * of a GET must pass the path check, and a NEED that decodes must encode back to itself.
  */
 #include "xfer/wire.h"
 
@@ -10,6 +12,33 @@
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* NEED against manifest <m>: the same bytes (the manifest's own) decoded as a bitmap, and
+ * one that decodes must encode back to itself. */
+static void fuzz_need(const struct xfer_manifest *m, const uint8_t *data, size_t size)
+{
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < m->nfiles; i++)
+		total += m->files[i].nchunks;
+	size_t len = xfer_need_len(m);
+	if (total > (1u << 20) || len > size)
+		return;
+	uint8_t *needed = malloc(total ? total : 1), *enc;
+	size_t elen;
+	if (!needed)
+		return;
+	if (xfer_need_decode(data, len, m, needed) == 0 && xfer_need_encode(m, needed, &enc, &elen) == 0) {
+		/* bits past a file's last chunk are dropped: compare after a second trip */
+		uint8_t *enc2;
+		size_t elen2;
+		if (xfer_need_decode(enc, elen, m, needed) || xfer_need_encode(m, needed, &enc2, &elen2) ||
+		    elen2 != elen || memcmp(enc, enc2, elen))
+			abort();
+		free(enc2);
+		free(enc);
+	}
+	free(needed);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -26,8 +55,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int has;
 	if (xfer_ok_decode(data, size, proof, &has) == 0 && has != (size != 0))
 		abort();
+	uint8_t nonce[XFER_NONCE_LEN];
+	(void)xfer_challenge_decode(data, size, nonce);
+	char text[256];
+	if (xfer_err_decode(data, size, text, sizeof(text)) >= sizeof(text))
+		abort();
+	if (size >= 4)
+		(void)xfer_magic_decode(data);
+	const uint8_t *hashes;
+	if (xfer_finish_decode(data, size, (uint32_t)(size / XFER_WHOLE_HASH_LEN), &hashes) == 0 && hashes != data)
+		abort();
 	const char *why;
 	(void)xfer_path_check((const char *)data, size, &why);
+	uint32_t nconns;
+	char **gnames;
+	unsigned ngnames;
+	if (xfer_get_decode(data, size, &nconns, &gnames, &ngnames, &why) == 0) {
+		for (unsigned i = 0; i < ngnames; i++)
+			if (xfer_path_check(gnames[i], strlen(gnames[i]), &why))
+				abort();
+		free(gnames);
+	}
 	char **names;
 	unsigned nnames;
 	if (xfer_names_decode(data, size, &names, &nnames, &why) == 0) {
@@ -56,7 +104,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			xfer_manifest_free(&m2);
 			free(enc);
 		}
-		(void)xfer_need_len(&m);
+		fuzz_need(&m, data, size);
 		xfer_manifest_free(&m);
 	}
 	return 0;

@@ -1,7 +1,8 @@
 /*
  * test_xfer_wire.c - the xfer wire format: headers checked, fixed metas round-trip, a
  * manifest round-trips and every truncation or lie about lengths is refused, and paths that
- * would leave the receiver's directory are refused.
+ * would leave the receiver's directory are refused; GET, NEED, FINISH, CHALLENGE, OK, ERR
+ * and the plain preamble round-trip and refuse wrong lengths.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -142,6 +143,89 @@ static void ok_proof_lengths(void **state)
 	assert_int_equal(xfer_ok_decode(in, XFER_MAC_LEN + 1, proof, &has), -EPROTO);
 }
 
+static void get_round_trip(void **state)
+{
+	(void)state;
+	const char *names[] = {"models/m1", "data"};
+	uint8_t *enc;
+	size_t len;
+	assert_int_equal(xfer_get_encode(8, names, 2, &enc, &len), 0);
+	uint32_t nconns;
+	char **got;
+	unsigned n;
+	const char *why;
+	assert_int_equal(xfer_get_decode(enc, len, &nconns, &got, &n, &why), 0);
+	assert_int_equal(nconns, 8);
+	assert_int_equal(n, 2);
+	assert_string_equal(got[0], "models/m1");
+	assert_string_equal(got[1], "data");
+	free(got);
+	for (size_t cut = 0; cut < len; cut++)
+		assert_int_equal(xfer_get_decode(enc, cut, &nconns, &got, &n, &why), -EPROTO);
+	free(enc);
+	const char *bad[] = {"../etc"};
+	assert_int_equal(xfer_get_encode(1, bad, 1, &enc, &len), 0);
+	assert_int_equal(xfer_get_decode(enc, len, &nconns, &got, &n, &why), -EPROTO);
+	free(enc);
+}
+
+static void need_round_trip(void **state)
+{
+	(void)state;
+	struct xfer_file files[3] = {{.path = "a", .nchunks = 10}, {.path = "b", .nchunks = 0}, {.path = "c", .nchunks = 3}};
+	struct xfer_manifest m = {.chunk_size = 4096, .nfiles = 3, .files = files};
+	uint8_t needed[13] = {1, 0, 0, 1, 0, 0, 0, 0, 1, 1, /* c: */ 0, 1, 1}, back[13];
+	uint8_t *enc;
+	size_t len;
+	assert_int_equal(xfer_need_encode(&m, needed, &enc, &len), 0);
+	assert_int_equal(len, 3); /* 2 bytes for a, none for b, 1 for c */
+	assert_int_equal(enc[0], 0x09);
+	assert_int_equal(enc[1], 0x03);
+	assert_int_equal(enc[2], 0x06);
+	assert_int_equal(xfer_need_decode(enc, len, &m, back), 0);
+	assert_memory_equal(needed, back, sizeof(needed));
+	assert_int_equal(xfer_need_decode(enc, len - 1, &m, back), -EPROTO);
+	assert_int_equal(xfer_need_decode(enc, len + 1, &m, back), -EPROTO);
+	free(enc);
+}
+
+static void small_messages(void **state)
+{
+	(void)state;
+	uint8_t magic[4], nonce[XFER_NONCE_LEN], in[XFER_NONCE_LEN + 1] = {1, 2, 3};
+	xfer_magic_encode(magic);
+	assert_int_equal(xfer_magic_decode(magic), 0);
+	magic[3] ^= 1;
+	assert_int_equal(xfer_magic_decode(magic), -EPROTO);
+	assert_int_equal(xfer_challenge_decode(in, XFER_NONCE_LEN, nonce), 0);
+	assert_int_equal(nonce[2], 3);
+	assert_int_equal(xfer_challenge_decode(in, XFER_NONCE_LEN - 1, nonce), -EPROTO);
+	assert_int_equal(xfer_challenge_decode(in, XFER_NONCE_LEN + 1, nonce), -EPROTO);
+	uint8_t ok[XFER_MAC_LEN], proof[XFER_MAC_LEN], mac[XFER_MAC_LEN] = {9};
+	int has;
+	assert_int_equal(xfer_ok_encode(ok, NULL), 0);
+	assert_int_equal(xfer_ok_decode(ok, 0, proof, &has), 0);
+	assert_int_equal(has, 0);
+	assert_int_equal(xfer_ok_encode(ok, mac), XFER_MAC_LEN);
+	assert_int_equal(xfer_ok_decode(ok, XFER_MAC_LEN, proof, &has), 0);
+	assert_int_equal(has, 1);
+	assert_memory_equal(proof, mac, XFER_MAC_LEN);
+	char text[8];
+	assert_int_equal(xfer_err_decode((const uint8_t *)"refused", 7, text, sizeof(text)), 7);
+	assert_string_equal(text, "refused");
+	assert_int_equal(xfer_err_decode((const uint8_t *)"too long a reason", 17, text, sizeof(text)), 7);
+	assert_string_equal(text, "too lon");
+	assert_int_equal(xfer_err_decode((const uint8_t *)"", 0, text, sizeof(text)), 0);
+	assert_string_equal(text, "");
+	uint8_t fin[2 * XFER_WHOLE_HASH_LEN] = {5};
+	const uint8_t *hashes;
+	assert_int_equal(xfer_finish_decode(fin, sizeof(fin), 2, &hashes), 0);
+	assert_ptr_equal(hashes, fin);
+	assert_int_equal(xfer_finish_decode(fin, sizeof(fin) - 1, 2, &hashes), -EPROTO);
+	assert_int_equal(xfer_finish_decode(fin, sizeof(fin), 3, &hashes), -EPROTO);
+	assert_int_equal(xfer_finish_decode(fin, 0, 0, &hashes), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -151,6 +235,9 @@ int main(void)
 	    cmocka_unit_test(unsafe_paths_refused),
 	    cmocka_unit_test(names_asked_admit_only_beneath),
 	    cmocka_unit_test(ok_proof_lengths),
+	    cmocka_unit_test(get_round_trip),
+	    cmocka_unit_test(need_round_trip),
+	    cmocka_unit_test(small_messages),
 	};
 	return cmocka_run_group_tests_name("xfer wire", tests, NULL, NULL);
 }
