@@ -11,7 +11,7 @@
  * closed; a `get` connection handed to a pull counts until the pull closes it), cuts a
  * handshake at its total deadline however slowly it trickles, and, out of descriptors, stops
  * polling the listeners until a connection ends (an eventfd) or a second passes, rather than
- * spinning. --metrics is answered on its own thread.
+ * spinning. --metrics is answered on its own thread (metrics.c).
  */
 #include "accelnet/xfer.h"
 #include "core/clock.h"
@@ -20,6 +20,7 @@
 #include "net/sock.h"
 #include "net/tls.h"
 #include "xfer/conn.h"
+#include "xfer/metrics.h"
 #include "xfer/pull.h"
 #include "xfer/receiver.h"
 #include "xfer/server.h"
@@ -99,74 +100,6 @@ static void *conn_main(void *arg)
 	return NULL;
 }
 
-static void metrics_reply(struct xfer_server *s, int fd)
-{
-	struct net_conn io;
-	char req[1024];
-	net_conn_init(&io, fd);
-	xfer_set_timeout(fd, 2000);
-	ssize_t n = net_conn_read(&io, req, sizeof(req) - 1);
-	if (n <= 0)
-		return;
-	req[n] = 0;
-	char body[4096];
-	int len;
-	if (strncmp(req, "GET /metrics ", 13)) {
-		len = snprintf(
-		    body, sizeof(body),
-		    "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-		net_conn_write_all(&io, body, (size_t)len);
-		return;
-	}
-	pthread_mutex_lock(&s->mu);
-	unsigned conns = s->conns;
-	pthread_mutex_unlock(&s->mu);
-	unsigned sessions = xfer_receiver_count(s);
-	int blen = snprintf(body, sizeof(body),
-			    "# TYPE accelnet_xfer_received_bytes_total counter\n"
-			    "accelnet_xfer_received_bytes_total %llu\n"
-			    "# TYPE accelnet_xfer_chunks_total counter\n"
-			    "accelnet_xfer_chunks_total{result=\"ok\"} %llu\n"
-			    "accelnet_xfer_chunks_total{result=\"duplicate\"} %llu\n"
-			    "accelnet_xfer_chunks_total{result=\"corrupt\"} %llu\n"
-			    "# TYPE accelnet_xfer_files_completed_total counter\n"
-			    "accelnet_xfer_files_completed_total %llu\n"
-			    "# TYPE accelnet_xfer_sessions_total counter\n"
-			    "accelnet_xfer_sessions_total %llu\n"
-			    "# TYPE accelnet_xfer_sessions gauge\n"
-			    "accelnet_xfer_sessions %u\n"
-			    "# TYPE accelnet_xfer_connections gauge\n"
-			    "accelnet_xfer_connections %u\n"
-			    "# TYPE accelnet_xfer_connections_total counter\n"
-			    "accelnet_xfer_connections_total %llu\n"
-			    "# TYPE accelnet_xfer_auth_failures_total counter\n"
-			    "accelnet_xfer_auth_failures_total %llu\n"
-			    "# TYPE accelnet_xfer_errors_total counter\n"
-			    "accelnet_xfer_errors_total %llu\n",
-			    (unsigned long long)s->m_bytes, (unsigned long long)s->m_chunks,
-			    (unsigned long long)s->m_dup, (unsigned long long)s->m_bad,
-			    (unsigned long long)s->m_files, (unsigned long long)s->m_sessions,
-			    sessions, conns, (unsigned long long)s->m_conns_total,
-			    (unsigned long long)s->m_auth_fail, (unsigned long long)s->m_errors);
-	blen += snprintf(body + blen, sizeof(body) - (size_t)blen,
-			 "# TYPE accelnet_xfer_link_bytes_total counter\n");
-	for (unsigned i = 0; i < s->nlisten && blen < (int)sizeof(body); i++)
-		blen += snprintf(body + blen, sizeof(body) - (size_t)blen,
-				 "accelnet_xfer_link_bytes_total{listen=\"%s\"} %llu\n",
-				 s->listen_names[i],
-				 (unsigned long long)atomic_load(&s->link_bytes[i]));
-	if (blen >= (int)sizeof(body))
-		blen = (int)sizeof(body) - 1;
-	char head[256];
-	len = snprintf(
-	    head, sizeof(head),
-	    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n"
-	    "Connection: close\r\n\r\n",
-	    blen);
-	if (net_conn_write_all(&io, head, (size_t)len) == 0)
-		net_conn_write_all(&io, body, (size_t)blen);
-}
-
 static int listen_on(const char *text, int *fd, char *err, size_t errlen)
 {
 	struct net_addr a;
@@ -181,37 +114,6 @@ static int listen_on(const char *text, int *fd, char *err, size_t errlen)
 		return *fd;
 	}
 	return 0;
-}
-
-/* --metrics on its own thread: an idle scraper holds up only other scrapes, for at most 2 s. */
-struct metrics_thread {
-	struct xfer_server *s;
-	int fd;
-	volatile int *stop;
-};
-
-static void *metrics_main(void *arg)
-{
-	struct metrics_thread *mt = arg;
-	struct pollfd p = {.fd = mt->fd, .events = POLLIN};
-	while (!*mt->stop) {
-		if (poll(&p, 1, 200) <= 0)
-			continue;
-		struct sockaddr_storage peer;
-		socklen_t plen;
-		int fd = sock_accept(mt->fd, &peer, &plen);
-		if (fd < 0) {
-			if (fd != -EAGAIN)
-				poll(NULL, 0,
-				     200); /* out of descriptors: try again later, not at once */
-			continue;
-		}
-		fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-		metrics_reply(mt->s, fd);
-		close(fd);
-	}
-	OPENSSL_thread_stop();
-	return NULL;
 }
 
 static int relay_parse(struct xfer_server *s, const char *list, char *err, size_t errlen)
@@ -419,25 +321,14 @@ int xfer_serve(const struct xfer_serve_opts *o)
 {
 	struct xfer_server s = {0};
 	int lfd[SERVE_MAX_LISTEN], ports[SERVE_MAX_LISTEN];
-	int mfd = -1, rc, metrics_started = 0;
+	struct xfer_metrics *xm = NULL;
+	int rc;
 	char err[256] = "";
-	pthread_t mth;
-	struct metrics_thread mt = {.s = &s, .stop = o->stop};
 	xfer_server_init(&s, o);
 	if ((rc = serve_prepare(&s, o, err, sizeof(err))) ||
-	    (rc = serve_listen(&s, o->listen, lfd, ports, err, sizeof(err))))
+	    (rc = serve_listen(&s, o->listen, lfd, ports, err, sizeof(err))) ||
+	    (o->metrics && (rc = xfer_metrics_start(&s, o->metrics, o->stop, &xm, err, sizeof(err)))))
 		goto out;
-	if (o->metrics) {
-		if ((rc = listen_on(o->metrics, &mfd, err, sizeof(err))))
-			goto out;
-		mt.fd = mfd;
-		if (pthread_create(&mth, NULL, metrics_main, &mt)) {
-			rc = -EAGAIN;
-			snprintf(err, sizeof(err), "cannot start the metrics thread");
-			goto out;
-		}
-		metrics_started = 1;
-	}
 	if (!o->token_file && !o->tls_ca)
 		log_warn("xfer serve: warning: --insecure: no token and no client certificates; "
 			 "anyone who can reach "
@@ -453,14 +344,11 @@ int xfer_serve(const struct xfer_serve_opts *o)
 		pthread_cond_wait(&s.conns_cv, &s.mu);
 	pthread_mutex_unlock(&s.mu);
 out:
-	if (metrics_started)
-		pthread_join(mth, NULL);
+	xfer_metrics_stop(xm);
 	if (err[0])
 		fprintf(stderr, "accelnet xfer serve: %s\n", err);
 	for (unsigned i = 0; i < s.nlisten; i++)
 		close(lfd[i]);
-	if (mfd >= 0)
-		close(mfd);
 	xfer_server_destroy(&s);
 	return rc;
 }
