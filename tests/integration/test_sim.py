@@ -1,6 +1,5 @@
 """The simulated accelerator's contract (DESIGN.md), talked to directly."""
 
-import concurrent.futures
 import json
 
 from harness import complete, raw, request, sim_stats
@@ -40,10 +39,24 @@ def test_sim_streams_sse(env):
 
 def test_sim_queues_beyond_its_slots(env):
     sim = env.sim("acc0", slots=1, latency_ms=200, jitter=0, token_ms=0, tokens=1)
-    with concurrent.futures.ThreadPoolExecutor(3) as ex:
-        results = list(ex.map(lambda _: complete(sim.port), range(3)))
-    assert all(r[0] == 200 for r in results)
-    waits = sorted(int(r[1]["x-sim-wait-ms"][0]) for r in results)
+    import re
+    import socket
+    from harness import read_all
+    # connected first, then the three requests sent back to back from one thread, so that
+    # they arrive within a millisecond even on a loaded machine (threads could be ms apart)
+    req = (b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n'
+           b'Content-Length: 16\r\n\r\n{"prompt": "hi"}')
+    socks = [socket.create_connection(("127.0.0.1", sim.port), timeout=15) for _ in range(3)]
+    try:
+        for s in socks:
+            s.sendall(req)
+        outs = [read_all(s) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+    assert all(o.startswith(b"HTTP/1.1 200 ") for o in outs), outs
+    waits = sorted(int(re.search(rb"\r\nX-Sim-Wait-Ms: (\d+)\r\n", o, re.I).group(1))
+                   for o in outs)
     # one slot: each request waited for those before it; the third for two full services
     # of 200 ms (less a millisecond of clock truncation per service)
     assert waits[0] < waits[1] < waits[2] and waits[2] >= 398, waits
