@@ -81,6 +81,13 @@ void exchange_response_started(struct exchange *x)
 	x->uphead = NULL;
 }
 
+void exchange_drain_free(struct worker *w)
+{
+	struct list_node *n;
+	while ((n = list_pop_front(&w->free_exchanges)))
+		free(container_of(n, struct exchange, link));
+}
+
 void exchange_count_response(const struct exchange *x, int status)
 {
 	unsigned cls = status >= 100 && status < 600 ? (unsigned)status / 100 : 0;

@@ -142,6 +142,9 @@ struct exchange *exchange_new(struct worker *w, void *conn, const struct exchang
  * connections, head buffer) let go first. */
 void exchange_free(struct exchange *x);
 
+/* The worker ends: free the exchanges kept for reuse. */
+void exchange_drain_free(struct worker *w);
+
 /* Let go of the backend slots and upstream connections (closed, never reused). */
 void exchange_drop_upstream(struct exchange *x);
 /* Close the hedged copy of the request, if any, and give its slot back. */

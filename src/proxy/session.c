@@ -378,4 +378,6 @@ void session_close_idle(struct worker *w, int all)
 		if (all || (cl->state == C_HEAD && (!cl->in || !buf_len(cl->in))))
 			client_close(cl);
 	}
+	if (all)
+		exchange_drain_free(w); /* the worker ends */
 }

@@ -22,8 +22,8 @@
 void session_accept(struct worker *w, int fd, const struct sockaddr_storage *peer);
 /* Run the state machine of <cl> until it waits or ends. */
 void session_run(struct client *cl);
-/* Draining: close the clients of <w> between requests (every one: <all>), and the idle
- * upstream connections. */
+/* Draining: close the clients of <w> between requests, and the idle upstream connections.
+ * <all>: the worker ends; close every client and free what is kept for reuse. */
 void session_close_idle(struct worker *w, int all);
 
 #endif

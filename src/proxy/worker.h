@@ -33,7 +33,8 @@ struct worker_ops {
 	void (*accept)(struct worker *w, int fd, const struct sockaddr_storage *peer);
 	/* slots were granted to this worker's queued requests (w->inbox) */
 	void (*take_grants)(struct worker *w);
-	/* draining: close every idle client and idle upstream connection; <all>: every one */
+	/* draining: close every idle client and idle upstream connection; <all>: the worker
+	 * ends, close every one and free what was kept for reuse */
 	void (*close_idle)(struct worker *w, int all);
 };
 
