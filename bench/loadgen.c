@@ -70,9 +70,9 @@ static struct {
 	uint64_t start_ns, next_i;
 	unsigned open_conns, outstanding, finished_streams;
 	uint64_t ok, errors, no_conn, status[6];
-	double *lat;	/* ms, per completed request (open) or per token (sse) */
+	double *lat; /* ms, per completed request (open) or per token (sse) */
 	size_t nlat, caplat;
-	double *ttft;	/* sse: time to first token */
+	double *ttft; /* sse: time to first token */
 	size_t nttft;
 	int done_sending;
 } g;
@@ -108,9 +108,10 @@ static void print_dist(const char *name, double *v, size_t n)
 {
 	if (n)
 		qsort(v, n, sizeof(*v), cmp_double);
-	printf("\"%s\":{\"n\":%zu,\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f,\"p999\":%.3f,\"max\":%.3f}",
-	       name, n, pct(v, n, 50), pct(v, n, 90), pct(v, n, 99), pct(v, n, 99.9),
-	       n ? v[n - 1] : 0.0);
+	printf(
+	    "\"%s\":{\"n\":%zu,\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f,\"p999\":%.3f,\"max\":%.3f}",
+	    name, n, pct(v, n, 50), pct(v, n, 90), pct(v, n, 99), pct(v, n, 99.9),
+	    n ? v[n - 1] : 0.0);
 }
 
 static void conn_free(struct conn *c)
@@ -173,7 +174,8 @@ static void sse_events(struct conn *c, uint64_t now)
 			record(&g.lat, &g.nlat, &g.caplat, (double)(now - sent) / 1e6);
 			if (!c->got_token) {
 				static size_t capttft;
-				record(&g.ttft, &g.nttft, &capttft, (double)(now - c->start_ns) / 1e6);
+				record(&g.ttft, &g.nttft, &capttft,
+				       (double)(now - c->start_ns) / 1e6);
 				c->got_token = 1;
 			}
 		}
@@ -420,22 +422,22 @@ static void on_deadline(struct loop_timer *t)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: loadgen open|sse|idle --target HOST:PORT [--path P] [--body B]\n"
-			"  [--rate R --duration S] [--streams N] [--conns N] [--timeout-s S]\n"
-			"  [--prefixes N]  (open: each prompt is one of N long system prompts, then one\n"
-			"                  of four questions)\n");
+	fprintf(stderr,
+		"usage: loadgen open|sse|idle --target HOST:PORT [--path P] [--body B]\n"
+		"  [--rate R --duration S] [--streams N] [--conns N] [--timeout-s S]\n"
+		"  [--prefixes N]  (open: each prompt is one of N long system prompts, then one\n"
+		"                  of four questions)\n");
 	exit(2);
 }
 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"target", required_argument, NULL, 't'}, {"path", required_argument, NULL, 'p'},
-		{"body", required_argument, NULL, 'b'},	  {"rate", required_argument, NULL, 'r'},
-		{"duration", required_argument, NULL, 'd'}, {"streams", required_argument, NULL, 's'},
-		{"conns", required_argument, NULL, 'c'},  {"timeout-s", required_argument, NULL, 'T'},
-		{"prefixes", required_argument, NULL, 'P'},
-		{NULL, 0, NULL, 0},
+	    {"target", required_argument, NULL, 't'},	{"path", required_argument, NULL, 'p'},
+	    {"body", required_argument, NULL, 'b'},	{"rate", required_argument, NULL, 'r'},
+	    {"duration", required_argument, NULL, 'd'}, {"streams", required_argument, NULL, 's'},
+	    {"conns", required_argument, NULL, 'c'},	{"timeout-s", required_argument, NULL, 'T'},
+	    {"prefixes", required_argument, NULL, 'P'}, {NULL, 0, NULL, 0},
 	};
 	const char *target = NULL, *path = "/v1/completions", *body = "{\"prompt\":\"hi\"}", *why;
 	double timeout_s = 30;
@@ -455,16 +457,35 @@ int main(int argc, char **argv)
 	optind = 2;
 	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (ch) {
-		case 't': target = optarg; break;
-		case 'p': path = optarg; break;
-		case 'b': body = optarg; break;
-		case 'r': g.rate = atof(optarg); break;
-		case 'd': g.duration = atof(optarg); break;
-		case 's': g.streams = (unsigned)atoi(optarg); break;
-		case 'c': g.conns = (unsigned)atoi(optarg); break;
-		case 'T': timeout_s = atof(optarg); break;
-		case 'P': prefixes = (unsigned)atoi(optarg); break;
-		default: usage();
+		case 't':
+			target = optarg;
+			break;
+		case 'p':
+			path = optarg;
+			break;
+		case 'b':
+			body = optarg;
+			break;
+		case 'r':
+			g.rate = atof(optarg);
+			break;
+		case 'd':
+			g.duration = atof(optarg);
+			break;
+		case 's':
+			g.streams = (unsigned)atoi(optarg);
+			break;
+		case 'c':
+			g.conns = (unsigned)atoi(optarg);
+			break;
+		case 'T':
+			timeout_s = atof(optarg);
+			break;
+		case 'P':
+			prefixes = (unsigned)atoi(optarg);
+			break;
+		default:
+			usage();
 		}
 	}
 	if (!target || net_addr_parse(target, &g.addr, &why) < 0)
@@ -481,7 +502,7 @@ int main(int argc, char **argv)
 	}
 	g.timeout_ns = (uint64_t)(timeout_s * 1e9);
 	static const char *const questions[] = {"what now?", "why is that so?", "how?",
-						 "and what comes after that one?"};
+						"and what comes after that one?"};
 	g.nreqs = prefixes ? prefixes * 4 : 1;
 	g.pick = 0x9e3779b97f4a7c15u;
 	g.reqs = calloc(g.nreqs, sizeof(*g.reqs));
@@ -489,25 +510,27 @@ int main(int argc, char **argv)
 	for (unsigned k = 0; k < g.nreqs; k++) {
 		char pbody[1024];
 		if (prefixes) /* a long system prompt, different per k, then the same question */
-			snprintf(pbody, sizeof(pbody),
-				 "{\"prompt\":\"System prompt %u. You are a careful assistant for "
-				 "team %u; answer briefly, cite sources, never guess, and keep the "
-				 "house style of team %u in every reply you write for them, whatever "
-				 "the question and however it is phrased. Their documents follow, "
-				 "and they are long: the first 256 bytes of every prompt of team %u "
-				 "are the same. Question: %s\"}",
-				 k / 4, k / 4, k / 4, k / 4, questions[k % 4]);
+			snprintf(
+			    pbody, sizeof(pbody),
+			    "{\"prompt\":\"System prompt %u. You are a careful assistant for "
+			    "team %u; answer briefly, cite sources, never guess, and keep the "
+			    "house style of team %u in every reply you write for them, whatever "
+			    "the question and however it is phrased. Their documents follow, "
+			    "and they are long: the first 256 bytes of every prompt of team %u "
+			    "are the same. Question: %s\"}",
+			    k / 4, k / 4, k / 4, k / 4, questions[k % 4]);
 		const char *b = prefixes ? pbody : body;
 		size_t cap = strlen(path) + strlen(b) + 256;
 		g.reqs[k] = malloc(cap);
 		if (g.mode == M_IDLE)
-			g.req_lens[k] = (size_t)snprintf(g.reqs[k], cap,
-							 "GET %s HTTP/1.1\r\nHost: bench\r\n\r\n", path);
+			g.req_lens[k] = (size_t)snprintf(
+			    g.reqs[k], cap, "GET %s HTTP/1.1\r\nHost: bench\r\n\r\n", path);
 		else
-			g.req_lens[k] = (size_t)snprintf(g.reqs[k], cap,
-							 "POST %s HTTP/1.1\r\nHost: bench\r\nContent-Type: "
-							 "application/json\r\nContent-Length: %zu\r\n\r\n%s",
-							 path, strlen(b), b);
+			g.req_lens[k] =
+			    (size_t)snprintf(g.reqs[k], cap,
+					     "POST %s HTTP/1.1\r\nHost: bench\r\nContent-Type: "
+					     "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+					     path, strlen(b), b);
 	}
 	if (loop_create(&g.loop) < 0)
 		return 1;
@@ -534,9 +557,8 @@ int main(int argc, char **argv)
 	       (unsigned long long)g.status[2], (unsigned long long)g.status[3],
 	       (unsigned long long)g.status[4], (unsigned long long)g.status[5]);
 	if (g.mode == M_OPEN)
-		printf("\"rate\":%.1f,\"duration_s\":%.3f,\"sent\":%llu,\"goodput\":%.2f,",
-		       g.rate, g.duration, (unsigned long long)g.next_i,
-		       (double)g.ok / g.duration);
+		printf("\"rate\":%.1f,\"duration_s\":%.3f,\"sent\":%llu,\"goodput\":%.2f,", g.rate,
+		       g.duration, (unsigned long long)g.next_i, (double)g.ok / g.duration);
 	printf("\"elapsed_s\":%.3f,", elapsed);
 	if (g.mode == M_SSE) {
 		print_dist("ttft_ms", g.ttft, g.nttft);

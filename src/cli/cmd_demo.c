@@ -35,9 +35,9 @@ static const struct {
 	const char *name, *addr;
 	unsigned slots, latency_ms, token_ms;
 } demo_sims[] = {
-	{"accel-fast", "127.0.0.1:9101", 8, 40, 10},
-	{"accel-medium", "127.0.0.1:9102", 4, 120, 25},
-	{"accel-slow", "127.0.0.1:9103", 2, 300, 60},
+    {"accel-fast", "127.0.0.1:9101", 8, 40, 10},
+    {"accel-medium", "127.0.0.1:9102", 4, 120, 25},
+    {"accel-slow", "127.0.0.1:9103", 2, 300, 60},
 };
 
 #define NSIMS (sizeof(demo_sims) / sizeof(demo_sims[0]))
@@ -73,16 +73,17 @@ static int demo_start(struct loop *loop, void *arg)
 static void demo_ready(void *arg)
 {
 	(void)arg;
-	printf("\naccelnet demo is up: 3 simulated accelerators behind the proxy.\n\n"
-	       "Try:\n"
-	       "  curl -s localhost:8080/v1/completions -d '{\"prompt\":\"hi\"}'\n"
-	       "  curl -si localhost:8080/v1/completions -d '{\"prompt\":\"hi\"}' | grep X-Served-By"
-	       "   (repeat: it moves)\n"
-	       "  curl -sN localhost:8080/v1/chat/completions -d '{\"stream\":true,\"messages\":[]}'"
-	       "   (tokens stream)\n"
-	       "  curl -s localhost:9090/status        (backends, health, load)\n"
-	       "  curl -s localhost:9090/metrics       (Prometheus)\n"
-	       "\nCtrl-C stops everything.\n\n");
+	printf(
+	    "\naccelnet demo is up: 3 simulated accelerators behind the proxy.\n\n"
+	    "Try:\n"
+	    "  curl -s localhost:8080/v1/completions -d '{\"prompt\":\"hi\"}'\n"
+	    "  curl -si localhost:8080/v1/completions -d '{\"prompt\":\"hi\"}' | grep X-Served-By"
+	    "   (repeat: it moves)\n"
+	    "  curl -sN localhost:8080/v1/chat/completions -d '{\"stream\":true,\"messages\":[]}'"
+	    "   (tokens stream)\n"
+	    "  curl -s localhost:9090/status        (backends, health, load)\n"
+	    "  curl -s localhost:9090/metrics       (Prometheus)\n"
+	    "\nCtrl-C stops everything.\n\n");
 	fflush(stdout);
 }
 

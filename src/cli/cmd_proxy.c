@@ -20,10 +20,10 @@ struct conf_args {
 static int parse_args(int argc, char **argv, struct conf_args *a, const char *cmd)
 {
 	static const struct option opts[] = {
-		{"config", required_argument, NULL, 'c'},
-		{"log-level", required_argument, NULL, 'l'},
-		{"keys", no_argument, NULL, 'k'},
-		{NULL, 0, NULL, 0},
+	    {"config", required_argument, NULL, 'c'},
+	    {"log-level", required_argument, NULL, 'l'},
+	    {"keys", no_argument, NULL, 'k'},
+	    {NULL, 0, NULL, 0},
 	};
 	int ch;
 	optind = 1;
@@ -49,8 +49,8 @@ static int parse_args(int argc, char **argv, struct conf_args *a, const char *cm
 	if (a->log_level) {
 		enum log_level lvl;
 		if (log_parse_level(a->log_level, &lvl) < 0) {
-			fprintf(stderr, "accelnet %s: --log-level takes error, warn, info or debug\n",
-				cmd);
+			fprintf(stderr,
+				"accelnet %s: --log-level takes error, warn, info or debug\n", cmd);
 			return -1;
 		}
 		log_threshold = lvl;

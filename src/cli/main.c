@@ -11,15 +11,19 @@ static const struct {
 	int (*run)(int argc, char **argv);
 	const char *usage;
 } commands[] = {
-	{"proxy", cmd_proxy, "proxy -c FILE [--log-level LEVEL]   run the gateway in the foreground"},
-	{"check", cmd_check, "check -c FILE [--keys]              validate a config (exit 0, or 2 with FILE:LINE:COL)"},
-	{"demo", cmd_demo, "demo                                 3 simulated accelerators behind the proxy"},
-	{"sim", cmd_sim, "sim --listen ADDR [--name NAME] [--slots N] [--latency-ms MS] [--jitter F]\n"
-			 "      [--tokens N] [--token-ms MS] [--fail-rate F] [--stall-ms MS --stall-every-ms MS]\n"
-			 "      [--prefix-cache N --cache-hit-ms MS]\n"
-			 "      a simulated accelerator server"},
-	{"xfer", cmd_xfer, "xfer serve|send|get|bcast ...         bulk transfer over many streams and links\n"
-			   "      (accelnet xfer --help)"},
+    {"proxy", cmd_proxy, "proxy -c FILE [--log-level LEVEL]   run the gateway in the foreground"},
+    {"check", cmd_check,
+     "check -c FILE [--keys]              validate a config (exit 0, or 2 with FILE:LINE:COL)"},
+    {"demo", cmd_demo,
+     "demo                                 3 simulated accelerators behind the proxy"},
+    {"sim", cmd_sim,
+     "sim --listen ADDR [--name NAME] [--slots N] [--latency-ms MS] [--jitter F]\n"
+     "      [--tokens N] [--token-ms MS] [--fail-rate F] [--stall-ms MS --stall-every-ms MS]\n"
+     "      [--prefix-cache N --cache-hit-ms MS]\n"
+     "      a simulated accelerator server"},
+    {"xfer", cmd_xfer,
+     "xfer serve|send|get|bcast ...         bulk transfer over many streams and links\n"
+     "      (accelnet xfer --help)"},
 };
 
 static void usage(FILE *out)

@@ -5,7 +5,7 @@
  * "FILE:LINE:COL: what was wrong and what was expected", and the caller keeps whatever it ran
  * before. Unknown keys are errors, so a typo never silently falls back to a default.
  *
- * The folder: conf.c loads a file whole and owns the life of a struct conf (conf-t.h);
+ * The folder: conf.c loads a file whole and owns the life of a struct conf (model.h);
  * rules.c is the generic YAML rule engine (key tables, typed readers, FILE:LINE:COL
  * messages); schema.c holds the proxy's key tables, defaults and cross-checks; and
  * pool_policy.c reads the keys each balancer declares for itself in its ops table

@@ -44,8 +44,9 @@ static void log_vwrite(enum log_level level, const char *fmt, va_list ap)
 	struct tm tm;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	gmtime_r(&ts.tv_sec, &tm);
-	int n = snprintf(line, sizeof(line), "%02d:%02d:%02d.%03ld %-5s [%s] ", tm.tm_hour,
-			 tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, level_names[level], thread_tag);
+	int n =
+	    snprintf(line, sizeof(line), "%02d:%02d:%02d.%03ld %-5s [%s] ", tm.tm_hour, tm.tm_min,
+		     tm.tm_sec, ts.tv_nsec / 1000000, level_names[level], thread_tag);
 	if (n < 0)
 		return;
 	int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);

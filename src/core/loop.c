@@ -80,8 +80,8 @@ void loop_destroy(struct loop *loop)
 int loop_io_add(struct loop *loop, struct loop_io *io)
 {
 	struct epoll_event ev = {
-		.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
-		.data.ptr = io,
+	    .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+	    .data.ptr = io,
 	};
 	if (epoll_ctl(loop->epfd, EPOLL_CTL_ADD, io->fd, &ev) < 0)
 		return -errno;

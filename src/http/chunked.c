@@ -6,18 +6,18 @@
 #include "http/parse.h"
 
 enum {
-	CH_SIZE,       /* hex digits of chunk-size */
-	CH_SIZE_BWS,   /* whitespace after the size, before ';' */
-	CH_EXT,	       /* chunk extensions, up to CR */
-	CH_SIZE_LF,    /* LF after the size line */
-	CH_DATA,       /* payload */
-	CH_DATA_CR,    /* CR after payload */
-	CH_DATA_LF,    /* LF after payload */
-	CH_TRAILER,    /* start of a trailer line (or of the final CRLF) */
-	CH_TRAILER_IN, /* inside a trailer field's name */
+	CH_SIZE,	/* hex digits of chunk-size */
+	CH_SIZE_BWS,	/* whitespace after the size, before ';' */
+	CH_EXT,		/* chunk extensions, up to CR */
+	CH_SIZE_LF,	/* LF after the size line */
+	CH_DATA,	/* payload */
+	CH_DATA_CR,	/* CR after payload */
+	CH_DATA_LF,	/* LF after payload */
+	CH_TRAILER,	/* start of a trailer line (or of the final CRLF) */
+	CH_TRAILER_IN,	/* inside a trailer field's name */
 	CH_TRAILER_VAL, /* inside its value */
-	CH_TRAILER_LF, /* LF ending a trailer line */
-	CH_FINAL_LF,   /* LF of the final CRLF */
+	CH_TRAILER_LF,	/* LF ending a trailer line */
+	CH_FINAL_LF,	/* LF of the final CRLF */
 	CH_DONE,
 };
 
@@ -88,7 +88,8 @@ ssize_t http_chunked_scan(struct http_chunked *c, const char *p, size_t n, int *
 		case CH_EXT:
 			if (ch == '\r')
 				c->state = CH_SIZE_LF;
-			else if ((ch < 0x20 && ch != '\t') || ch >= 0x7f || ++c->extra > CH_MAX_EXTRA)
+			else if ((ch < 0x20 && ch != '\t') || ch >= 0x7f ||
+				 ++c->extra > CH_MAX_EXTRA)
 				return -1;
 			break;
 		case CH_SIZE_LF:
@@ -133,7 +134,8 @@ ssize_t http_chunked_scan(struct http_chunked *c, const char *p, size_t n, int *
 		case CH_TRAILER_VAL:
 			if (ch == '\r')
 				c->state = CH_TRAILER_LF;
-			else if ((ch < 0x20 && ch != '\t') || ch == 0x7f || ++c->extra > CH_MAX_EXTRA)
+			else if ((ch < 0x20 && ch != '\t') || ch == 0x7f ||
+				 ++c->extra > CH_MAX_EXTRA)
 				return -1;
 			break;
 		case CH_TRAILER_LF:

@@ -106,9 +106,9 @@ static enum http_method method_of(struct http_str m)
 		const char *name;
 		enum http_method meth;
 	} table[] = {
-		{"GET", HTTP_GET},     {"HEAD", HTTP_HEAD},	  {"POST", HTTP_POST},
-		{"PUT", HTTP_PUT},     {"DELETE", HTTP_DELETE},	  {"OPTIONS", HTTP_OPTIONS},
-		{"TRACE", HTTP_TRACE}, {"PATCH", HTTP_PATCH},	  {"CONNECT", HTTP_CONNECT},
+	    {"GET", HTTP_GET},	   {"HEAD", HTTP_HEAD},	    {"POST", HTTP_POST},
+	    {"PUT", HTTP_PUT},	   {"DELETE", HTTP_DELETE}, {"OPTIONS", HTTP_OPTIONS},
+	    {"TRACE", HTTP_TRACE}, {"PATCH", HTTP_PATCH},   {"CONNECT", HTTP_CONNECT},
 	};
 	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
 		if (m.len == strlen(table[i].name) && memcmp(m.p, table[i].name, m.len) == 0)

@@ -79,8 +79,10 @@ static void put_content_length(struct out *o, uint64_t n)
 static int is_forwarding(struct http_str name)
 {
 	static const char *const names[] = {
-	    "x-forwarded-for",	"x-real-ip",	   "forwarded",	  "x-forwarded-host",
-	    "x-forwarded-port", "x-forwarded-prefix", "x-client-ip", "true-client-ip",
+	    "x-forwarded-for",	"x-real-ip",
+	    "forwarded",	"x-forwarded-host",
+	    "x-forwarded-port", "x-forwarded-prefix",
+	    "x-client-ip",	"true-client-ip",
 	    "cf-connecting-ip", "x-original-forwarded-for",
 	};
 	if (name.len < 9)
@@ -123,8 +125,8 @@ int rewrite_request(char *buf, size_t cap, const struct http_head *req,
 		if (rewrite_is_hop_by_hop(req, f->name) || is_framing(f->name) ||
 		    http_str_eq(f->name, "host") || http_str_eq(f->name, "x-forwarded-proto") ||
 		    http_str_eq(f->name, "x-request-id") || http_str_eq(f->name, "expect") ||
-		    (is_forwarding(f->name) && (!info->trusted ||
-						http_str_eq(f->name, "x-forwarded-for"))))
+		    (is_forwarding(f->name) &&
+		     (!info->trusted || http_str_eq(f->name, "x-forwarded-for"))))
 			continue;
 		put_field(&o, f->name, f->value);
 	}

@@ -64,8 +64,8 @@ int net_addr_parse(const char *text, struct net_addr *out, const char **why)
 		out->len = sizeof(*sin);
 		return 0;
 	}
-	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-				 .ai_flags = AI_NUMERICSERV};
+	struct addrinfo hints = {
+	    .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
 	struct addrinfo *res = NULL;
 	if (getaddrinfo(host, port, &hints, &res) != 0 || !res) {
 		*why = "cannot resolve host";
@@ -98,7 +98,8 @@ char *net_addr_format(const struct sockaddr *sa, char *out, size_t len)
 		snprintf(out, len, "[%s]:%u", host,
 			 ntohs(((const struct sockaddr_in6 *)sa)->sin6_port));
 	else if (sa->sa_family == AF_INET)
-		snprintf(out, len, "%s:%u", host, ntohs(((const struct sockaddr_in *)sa)->sin_port));
+		snprintf(out, len, "%s:%u", host,
+			 ntohs(((const struct sockaddr_in *)sa)->sin_port));
 	else
 		snprintf(out, len, "%s", host);
 	return out;

@@ -29,8 +29,8 @@
 struct ssl_st;
 
 struct net_conn {
-	int fd;		    /* -1 once closed */
-	struct ssl_st *ssl; /* NULL: plain TCP */
+	int fd;			 /* -1 once closed */
+	struct ssl_st *ssl;	 /* NULL: plain TCP */
 	unsigned want_read : 1;	 /* the last call waits for the socket to be readable */
 	unsigned want_write : 1; /* ... or writable (TLS may want either, whatever was asked) */
 };

@@ -60,7 +60,7 @@ static struct backend *grant_locked(struct pool_rt *pool, uint64_t now_ms, uint6
 		pool_count(pool, PM_POOL_QUEUE_GRANTED, 1);
 		/* (another worker's clock may be a millisecond behind the one that queued it) */
 		pool_observe_us(pool, PM_POOL_QUEUE_WAIT,
-			 now_ms > wt->queued_ms ? (now_ms - wt->queued_ms) * 1000 : 0);
+				now_ms > wt->queued_ms ? (now_ms - wt->queued_ms) * 1000 : 0);
 		rnd = rand_next(&rnd);
 		if (wt == self) {
 			wt->state = W_IDLE;

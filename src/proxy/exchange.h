@@ -80,7 +80,7 @@ struct exchange {
 	struct worker *w;
 	void *conn; /* the connection that carries it, for its codec */
 	const struct exchange_codec_ops *codec;
-	unsigned stage; /* index into the stage list (stages.h) */
+	unsigned stage;		      /* index into the stage list (stages.h) */
 	const struct http_head *head; /* the parsed request head: during the head stages only */
 
 	/* the client, as the codec knows it */
@@ -92,13 +92,13 @@ struct exchange {
 	int minor; /* HTTP/1.<minor> of the request */
 	char reqid[REQUEST_ID_MAX + 1];
 	unsigned req_close : 1, retried : 1, up_reused : 1;
-	unsigned want_key : 1;	/* the pool balances on the prompt key, read from the body */
-	unsigned buffering : 1; /* reading the body before admission (await_body) */
-	unsigned buf_wait : 1;	/* ... and waiting for a body buffer to be free */
-	unsigned sse_body : 1;	/* heartbeats if the body asks for a stream: not looked yet */
-	unsigned spilled : 1;	/* moved to the route's spillover pool */
-	unsigned hedged : 1;	/* a copy went (or was tried) to a second backend */
-	unsigned sse_hb : 1;	/* a streaming request on a route with heartbeats */
+	unsigned want_key : 1;	 /* the pool balances on the prompt key, read from the body */
+	unsigned buffering : 1;	 /* reading the body before admission (await_body) */
+	unsigned buf_wait : 1;	 /* ... and waiting for a body buffer to be free */
+	unsigned sse_body : 1;	 /* heartbeats if the body asks for a stream: not looked yet */
+	unsigned spilled : 1;	 /* moved to the route's spillover pool */
+	unsigned hedged : 1;	 /* a copy went (or was tried) to a second backend */
+	unsigned sse_hb : 1;	 /* a streaming request on a route with heartbeats */
 	unsigned early_head : 1; /* ... whose event-stream head the proxy has sent */
 	unsigned wrap_tail : 1;	 /* a Content-Length body relayed as one chunk: end it */
 	unsigned wrap_size : 1;	 /* ... whose chunk-size line went out */
@@ -107,8 +107,8 @@ struct exchange {
 	uint32_t interim_bytes;	 /* ... and their bytes */
 	uint64_t body_start_ms;	 /* the request head was read: the body's clocks start */
 	uint64_t rate_mark_ms, rate_mark_bytes; /* the current min_body_rate window began */
-	uint64_t last_ms;	 /* last progress */
-	struct waiter wt;	 /* waiting in the pool's queue for a slot */
+	uint64_t last_ms;			/* last progress */
+	struct waiter wt;			/* waiting in the pool's queue for a slot */
 	const struct conf_route *route;
 	struct pool_rt *pool;
 	struct backend *be;

@@ -104,8 +104,8 @@ static unsigned proxy_fit_connections(const struct conf *c, size_t nbackends)
 	uint64_t reserve = FD_RESERVE + (uint64_t)c->workers * (c->nlistens + 2) + nbackends;
 	if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= reserve + 2 * (uint64_t)want)
 		return want;
-	uint64_t fit = rl.rlim_cur > reserve + 2 * c->workers ? (rl.rlim_cur - reserve) / 2
-							      : c->workers;
+	uint64_t fit =
+	    rl.rlim_cur > reserve + 2 * c->workers ? (rl.rlim_cur - reserve) / 2 : c->workers;
 	log_warn("limits.max_connections is %u, but the descriptor limit of %llu carries only "
 		 "%llu (two per connection, %llu kept back): using %llu; raise the hard limit "
 		 "(ulimit -Hn, LimitNOFILE=) to allow more",

@@ -29,8 +29,8 @@ enum waiter_state {
 };
 
 struct waiter {
-	struct qd_item item;	 /* in the queue; the owner sets item.tenant and item.prio */
-	struct list_node ilink;	 /* in the owner's inbox once granted */
+	struct qd_item item;	       /* in the queue; the owner sets item.tenant and item.prio */
+	struct list_node ilink;	       /* in the owner's inbox once granted */
 	struct admission_inbox *owner; /* where a grant is delivered */
 	struct backend *granted;
 	enum waiter_state state;

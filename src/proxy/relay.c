@@ -88,8 +88,8 @@ enum run relay_await_body(struct client *cl)
 	sse_decide(x, cl->in ? buf_head(cl->in) : NULL, x->req.ready);
 	if (x->want_key) {
 		size_t have = x->req.ready < hc->body_max_bytes ? x->req.ready : hc->body_max_bytes;
-		x->wt.has_key = http_prompt_key(buf_head(cl->in), have, 1, hc->prefix_bytes,
-						&x->wt.key) == 1;
+		x->wt.has_key =
+		    http_prompt_key(buf_head(cl->in), have, 1, hc->prefix_bytes, &x->wt.key) == 1;
 		x->want_key = 0;
 	}
 	return RUN_AGAIN;
@@ -188,9 +188,9 @@ static enum run send_upstream(struct client *cl, int *progress)
 	size_t head_left = x->uphead ? x->uphead->end - x->uphead_off : 0;
 	if (!head_left && !x->req.ready)
 		return RUN_STAY;
-	ssize_t sent = send_gathered(&up->conn, head_left ? x->uphead->data + x->uphead_off : NULL,
-				     head_left, x->req.ready ? buf_head(cl->in) : NULL,
-				     x->req.ready);
+	ssize_t sent =
+	    send_gathered(&up->conn, head_left ? x->uphead->data + x->uphead_off : NULL, head_left,
+			  x->req.ready ? buf_head(cl->in) : NULL, x->req.ready);
 	if (sent == -EAGAIN || sent == -EINTR) {
 		up->writable = 0;
 		return RUN_STAY;

@@ -26,8 +26,8 @@ static int route_matches(const struct conf_route *r, const struct http_head *req
 		return 0;
 	if (r->host && !host_matches(r->host, req->host))
 		return 0;
-	if (r->method &&
-	    (strlen(r->method) != req->method.len || memcmp(r->method, req->method.p, req->method.len)))
+	if (r->method && (strlen(r->method) != req->method.len ||
+			  memcmp(r->method, req->method.p, req->method.len)))
 		return 0;
 	if (r->header_name) {
 		const struct http_header *h = http_find_header(req, r->header_name);

@@ -40,7 +40,8 @@ static enum run session_reply(struct client *cl, int status, const char *detail,
 	if (n < 0) {
 		/* the client has not read what it was sent (interim responses, heartbeats):
 		 * it cannot get an answer, so it gets a closed connection */
-		log_debug("%s %d %s (no room left for the answer: closing)", cl->ip, status, detail);
+		log_debug("%s %d %s (no room left for the answer: closing)", cl->ip, status,
+			  detail);
 		if (x)
 			exchange_count_response(x, status);
 		client_close(cl);

@@ -12,7 +12,8 @@
 void sse_setup(struct exchange *x, const struct http_head *h)
 {
 	if (!x->route->sse_heartbeat_ms || h->minor != 1 || h->meth == HTTP_HEAD)
-		return; /* a HEAD answer has no body: an event stream there would desync the client */
+		return; /* a HEAD answer has no body: an event stream there would desync the client
+			 */
 	const struct http_header *a = http_find_header(h, "Accept");
 	x->sse_hb = a && memmem(a->value.p, a->value.len, "text/event-stream", 17);
 	x->sse_body = h->framing == HTTP_BODY_LENGTH;

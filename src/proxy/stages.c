@@ -73,8 +73,8 @@ static enum run stage_relay(struct exchange *x)
 }
 
 static const struct stage stage_list[] = {
-    {"route", stage_route},	  {"classify", stage_classify}, {"forward", stage_forward},
-    {"head done", stage_head_done}, {"body", stage_body},	{"admit", stage_admit},
+    {"route", stage_route},	    {"classify", stage_classify}, {"forward", stage_forward},
+    {"head done", stage_head_done}, {"body", stage_body},	  {"admit", stage_admit},
     {"relay", stage_relay},
 };
 #define NSTAGES (sizeof(stage_list) / sizeof(stage_list[0]))

@@ -22,13 +22,13 @@ struct upconn {
 	struct net_conn conn;
 	struct worker *w;
 	struct backend *be;
-	void *owner;			 /* who uses it; NULL while idle */
-	void (*on_event)(void *owner);	 /* called on each readiness event while owned */
-	struct list_node idle_link;	 /* on w->idle[be->id] while idle */
-	struct buf *in;			 /* response bytes not yet relayed */
-	int failed;			 /* -errno of a failed connect */
-	int readable, writable;		 /* edge seen, not yet drained / not yet full */
-	int hup;			 /* the backend shut its side */
+	void *owner;		       /* who uses it; NULL while idle */
+	void (*on_event)(void *owner); /* called on each readiness event while owned */
+	struct list_node idle_link;    /* on w->idle[be->id] while idle */
+	struct buf *in;		       /* response bytes not yet relayed */
+	int failed;		       /* -errno of a failed connect */
+	int readable, writable;	       /* edge seen, not yet drained / not yet full */
+	int hup;		       /* the backend shut its side */
 	unsigned connecting : 1, idle : 1;
 	unsigned served; /* exchanges completed on this connection */
 };

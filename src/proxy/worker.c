@@ -4,8 +4,8 @@
  * Each worker has its own listening sockets on the same addresses (SO_REUSEPORT), so the
  * kernel spreads connections and no lock is taken to accept. Accepting pauses in two cases,
  * and new clients wait in the kernel backlog meanwhile: at the connection cap, until a
- * client connection ends; and when the process is out of descriptors (or socket buffers, or memory),
- * until a connection ends or ACCEPT_RETRY_MS passes, whichever comes first. Listeners are
+ * client connection ends; and when the process is out of descriptors (or socket buffers, or
+ * memory), until a connection ends or ACCEPT_RETRY_MS passes, whichever comes first. Listeners are
  * edge-triggered, so resuming always accepts until the backlog is empty: waiting for the
  * next connection to arrive would leave the ones already queued unanswered.
  */
@@ -27,8 +27,10 @@ static void worker_accept(struct worker *w, struct listener *l)
 {
 	while (!w->draining && !w->accept_paused) {
 		if (w->nclients >= w->max_clients) {
-			log_warn_every(10000, "connection limit reached (%u on this worker); "
-					      "new clients wait in the backlog", w->max_clients);
+			log_warn_every(10000,
+				       "connection limit reached (%u on this worker); "
+				       "new clients wait in the backlog",
+				       w->max_clients);
 			w->accept_paused = 1;
 			return;
 		}
@@ -40,8 +42,9 @@ static void worker_accept(struct worker *w, struct listener *l)
 		if (fd == -ECONNABORTED || fd == -EINTR || fd == -EPROTO)
 			continue; /* that client is gone; the next one may be waiting */
 		if (fd < 0) {
-			log_warn_every(10000, "accept: %s (%u clients on this worker); new clients "
-					      "wait in the backlog until a descriptor frees",
+			log_warn_every(10000,
+				       "accept: %s (%u clients on this worker); new clients "
+				       "wait in the backlog until a descriptor frees",
 				       strerror(-fd), w->nclients);
 			w->accept_paused = 1;
 			loop_timer_set(w->loop, &w->accept_timer,

@@ -63,9 +63,9 @@ struct worker {
 	struct listener *listeners;
 	size_t nlisteners;
 	struct buf_pool bufs;
-	struct buf_pool body_bufs; /* limits.body_buffer_bytes each, for bodies read whole */
-	struct list_head *idle;	   /* idle upstream connections, one list per backend id */
-	struct list_head clients;  /* client connections (the owner's, by their own link) */
+	struct buf_pool body_bufs;	 /* limits.body_buffer_bytes each, for bodies read whole */
+	struct list_head *idle;		 /* idle upstream connections, one list per backend id */
+	struct list_head clients;	 /* client connections (the owner's, by their own link) */
 	struct list_head free_exchanges; /* exchanges not in use, for reuse */
 	unsigned nclients, max_clients;
 	int accept_paused, draining;

@@ -21,7 +21,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if ((size_t)r > size || h.nheaders > HTTP_MAX_HEADERS)
 		abort();
 	for (unsigned i = 0; i < h.nheaders; i++)
-		if (h.headers[i].name.p < p || h.headers[i].value.p + h.headers[i].value.len > p + r)
+		if (h.headers[i].name.p < p ||
+		    h.headers[i].value.p + h.headers[i].value.len > p + r)
 			abort();
 	if (h.framing == HTTP_BODY_CHUNKED) {
 		struct http_chunked c;

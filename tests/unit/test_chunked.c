@@ -45,14 +45,14 @@ static void valid_bodies_any_split(void **state)
 	static const struct {
 		const char *wire, *payload;
 	} cases[] = {
-		{"5\r\nhello\r\n0\r\n\r\n", "hello"},
-		{"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n", "hello world"},
-		{"A\r\n0123456789\r\n0\r\n\r\n", "0123456789"},
-		{"5;ext=1;q=\"x\"\r\nhello\r\n0\r\n\r\n", "hello"},
-		{"5 ;ext\r\nhello\r\n0\r\n\r\n", "hello"},
-		{"5\r\nhello\r\n0\r\nTrailer-A: 1\r\nB: 2\r\n\r\n", "hello"},
-		{"0\r\n\r\n", ""},
-		{"0000000000000005\r\nhello\r\n0\r\n\r\n", "hello"},
+	    {"5\r\nhello\r\n0\r\n\r\n", "hello"},
+	    {"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n", "hello world"},
+	    {"A\r\n0123456789\r\n0\r\n\r\n", "0123456789"},
+	    {"5;ext=1;q=\"x\"\r\nhello\r\n0\r\n\r\n", "hello"},
+	    {"5 ;ext\r\nhello\r\n0\r\n\r\n", "hello"},
+	    {"5\r\nhello\r\n0\r\nTrailer-A: 1\r\nB: 2\r\n\r\n", "hello"},
+	    {"0\r\n\r\n", ""},
+	    {"0000000000000005\r\nhello\r\n0\r\n\r\n", "hello"},
 	};
 	char payload[64];
 	size_t plen;
@@ -79,23 +79,23 @@ static void rejects_malformed(void **state)
 {
 	(void)state;
 	static const char *const bad[] = {
-		"\r\nhello\r\n0\r\n\r\n",		 /* no size */
-		"x\r\nhello\r\n0\r\n\r\n",		 /* not hex */
-		"0x5\r\nhello\r\n0\r\n\r\n",		 /* 0x prefix */
-		"-5\r\nhello\r\n0\r\n\r\n",		 /* sign */
-		"10000000000000000\r\n",		 /* 17 digits: overflow */
-		"5\nhello\r\n0\r\n\r\n",		 /* bare LF after size */
-		"5\r\nhelloX\r\n0\r\n\r\n",		 /* data longer than size */
-		"5\r\nhello\n0\r\n\r\n",		 /* bare LF after data */
-		"5;a\001b\r\nhello\r\n0\r\n\r\n",	 /* control char in extension */
-		"5 x\r\nhello\r\n0\r\n\r\n",		 /* junk after size */
-		"0\r\nBad\001Trailer: 1\r\n\r\n",	 /* control char in trailer */
-		"0\r\n folded: 1\r\n\r\n",		 /* obs-fold trailer */
-		"0\r\n\n",				 /* bare LF at the end */
-		"5;\x80\x80=\"a\r\nhello\r\n0\r\n\r\n",	 /* non-ASCII in extension */
-		"5\r\nhello\r\n0\r\nGET /x HTTP/1.1\r\n\r\n", /* a request line as a trailer */
-		"0\r\nNoColon\r\n\r\n",		 /* a trailer that is not a field */
-		"0\r\nBad Name: 1\r\n\r\n",		 /* space in a trailer name */
+	    "\r\nhello\r\n0\r\n\r\n",			  /* no size */
+	    "x\r\nhello\r\n0\r\n\r\n",			  /* not hex */
+	    "0x5\r\nhello\r\n0\r\n\r\n",		  /* 0x prefix */
+	    "-5\r\nhello\r\n0\r\n\r\n",			  /* sign */
+	    "10000000000000000\r\n",			  /* 17 digits: overflow */
+	    "5\nhello\r\n0\r\n\r\n",			  /* bare LF after size */
+	    "5\r\nhelloX\r\n0\r\n\r\n",			  /* data longer than size */
+	    "5\r\nhello\n0\r\n\r\n",			  /* bare LF after data */
+	    "5;a\001b\r\nhello\r\n0\r\n\r\n",		  /* control char in extension */
+	    "5 x\r\nhello\r\n0\r\n\r\n",		  /* junk after size */
+	    "0\r\nBad\001Trailer: 1\r\n\r\n",		  /* control char in trailer */
+	    "0\r\n folded: 1\r\n\r\n",			  /* obs-fold trailer */
+	    "0\r\n\n",					  /* bare LF at the end */
+	    "5;\x80\x80=\"a\r\nhello\r\n0\r\n\r\n",	  /* non-ASCII in extension */
+	    "5\r\nhello\r\n0\r\nGET /x HTTP/1.1\r\n\r\n", /* a request line as a trailer */
+	    "0\r\nNoColon\r\n\r\n",			  /* a trailer that is not a field */
+	    "0\r\nBad Name: 1\r\n\r\n",			  /* space in a trailer name */
 	};
 	char payload[64];
 	size_t plen;
@@ -131,11 +131,11 @@ static void incomplete_is_not_done(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(valid_bodies_any_split),
-		cmocka_unit_test(stops_at_end_of_body),
-		cmocka_unit_test(rejects_malformed),
-		cmocka_unit_test(incomplete_is_not_done),
-		cmocka_unit_test(pending_is_the_declared_chunk),
+	    cmocka_unit_test(valid_bodies_any_split),
+	    cmocka_unit_test(stops_at_end_of_body),
+	    cmocka_unit_test(rejects_malformed),
+	    cmocka_unit_test(incomplete_is_not_done),
+	    cmocka_unit_test(pending_is_the_declared_chunk),
 	};
 	return cmocka_run_group_tests_name("chunked coding", tests, NULL, NULL);
 }

@@ -41,7 +41,7 @@ static void ipv6_clients_are_their_64(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(ipv6_clients_are_their_64),
+	    cmocka_unit_test(ipv6_clients_are_their_64),
 	};
 	return cmocka_run_group_tests_name("classify", tests, NULL, NULL);
 }

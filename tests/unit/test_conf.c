@@ -337,9 +337,11 @@ static void missing_file(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(defaults),	       cmocka_unit_test(full_contract),
+	    cmocka_unit_test(defaults),
+	    cmocka_unit_test(full_contract),
 	    cmocka_unit_test(scheduling_keys),
-	    cmocka_unit_test(prefix_affinity_defaults), cmocka_unit_test(errors_point_at_the_problem),
+	    cmocka_unit_test(prefix_affinity_defaults),
+	    cmocka_unit_test(errors_point_at_the_problem),
 	    cmocka_unit_test(balancer_keys_come_from_their_declarations),
 	    cmocka_unit_test(missing_file),
 	};

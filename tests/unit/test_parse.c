@@ -59,7 +59,9 @@ static void body_framing(void **state)
 	assert_true(req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: Chunked\r\n\r\n") > 0);
 	assert_int_equal(h.framing, HTTP_BODY_CHUNKED);
 	/* identical duplicates and lists are refused too: one field, one number */
-	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n"), -400);
+	assert_int_equal(
+	    req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n"),
+	    -400);
 	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n"), -400);
 	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5,\r\n\r\n"), -400);
 	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n"), -400);
@@ -74,23 +76,38 @@ static void rejects_smuggling(void **state)
 {
 	(void)state;
 	/* both framings */
-	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"), -400);
-	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"), -400);
+	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: "
+			     "5\r\nTransfer-Encoding: chunked\r\n\r\n"),
+			 -400);
+	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: "
+			     "chunked\r\nContent-Length: 5\r\n\r\n"),
+			 -400);
 	/* differing lengths */
-	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"), -400);
+	assert_int_equal(
+	    req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"),
+	    -400);
 	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 6\r\n\r\n"), -400);
 	/* bad length syntax */
 	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n"), -400);
 	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5a\r\n\r\n"), -400);
 	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: \r\n\r\n"), -400);
-	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999999\r\n\r\n"), -400);
+	assert_int_equal(
+	    req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999999\r\n\r\n"),
+	    -400);
 	/* transfer codings other than a single final chunked */
-	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n"), -400);
-	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"), -400);
-	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n"), -400);
-	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n"), -400);
-	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: xchunked\r\n\r\n"), -501);
-	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n"), -501);
+	assert_int_equal(
+	    req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n"), -400);
+	assert_int_equal(
+	    req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"), -400);
+	assert_int_equal(
+	    req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n"), -400);
+	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: "
+			     "chunked\r\nTransfer-Encoding: chunked\r\n\r\n"),
+			 -400);
+	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: xchunked\r\n\r\n"),
+			 -501);
+	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n"),
+			 -501);
 	/* Transfer-Encoding in HTTP/1.0 */
 	assert_int_equal(req("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"), -400);
 }
@@ -155,7 +172,9 @@ static void connection_semantics(void **state)
 	assert_true(h.flags & HTTP_F_CLOSE);
 	assert_true(req("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n") > 0);
 	assert_false(h.flags & HTTP_F_CLOSE);
-	assert_true(req("POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n") > 0);
+	assert_true(
+	    req("POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n") >
+	    0);
 	assert_true(h.flags & HTTP_F_EXPECT_CONTINUE);
 	/* leading empty lines are skipped */
 	assert_true(req("\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n") > 0);
@@ -204,8 +223,13 @@ static void responses(void **state)
 	assert_int_equal(h.reason.len, 0);
 	/* malformed responses are the backend's fault: 502 */
 	assert_int_equal(resp("HTTP/1.1 2000 OK\r\n\r\n", HTTP_GET), -502);
-	assert_int_equal(resp("HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", HTTP_GET), -502);
-	assert_int_equal(resp("HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", HTTP_GET), -502);
+	assert_int_equal(
+	    resp("HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+		 HTTP_GET),
+	    -502);
+	assert_int_equal(
+	    resp("HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", HTTP_GET),
+	    -502);
 	assert_int_equal(resp("ICY 200 OK\r\n\r\n", HTTP_GET), -502);
 	assert_int_equal(resp("HTTP/1.1 200 OK\nContent-Length: 1\n\n", HTTP_GET), -502);
 	assert_int_equal(resp("HTTP/1.1 200 OK\r\n", HTTP_GET), 0);
@@ -215,11 +239,16 @@ static void connection_options(void **state)
 {
 	(void)state;
 	/* a request may not name its framing or Host as hop-by-hop */
-	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nConnection: content-length\r\nContent-Length: 1\r\n\r\n"), -400);
-	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nConnection: close\r\nConnection: Transfer-Encoding\r\nTransfer-Encoding: chunked\r\n\r\n"), -400);
+	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nConnection: "
+			     "content-length\r\nContent-Length: 1\r\n\r\n"),
+			 -400);
+	assert_int_equal(req("POST / HTTP/1.1\r\nHost: a\r\nConnection: close\r\nConnection: "
+			     "Transfer-Encoding\r\nTransfer-Encoding: chunked\r\n\r\n"),
+			 -400);
 	assert_int_equal(req("GET / HTTP/1.1\r\nHost: a\r\nConnection: x, HOST\r\n\r\n"), -400);
 	/* options of every Connection field count; at most HTTP_MAX_CONN_TOKENS */
-	assert_true(req("GET / HTTP/1.1\r\nHost: a\r\nConnection: a, ,b\r\nConnection: close\r\n\r\n") > 0);
+	assert_true(
+	    req("GET / HTTP/1.1\r\nHost: a\r\nConnection: a, ,b\r\nConnection: close\r\n\r\n") > 0);
 	assert_int_equal(h.nconn_tokens, 3);
 	assert_true(http_conn_names(&h, (struct http_str){"B", 1}));
 	assert_true(http_conn_names(&h, (struct http_str){"close", 5}));
@@ -231,7 +260,9 @@ static void connection_options(void **state)
 	strcat(many, "\r\n\r\n");
 	assert_int_equal(req(many), -400);
 	/* a response's framing options are ignored: its framing is written anew */
-	assert_true(resp("HTTP/1.1 200 OK\r\nConnection: content-length\r\nContent-Length: 2\r\n\r\n", HTTP_GET) > 0);
+	assert_true(
+	    resp("HTTP/1.1 200 OK\r\nConnection: content-length\r\nContent-Length: 2\r\n\r\n",
+		 HTTP_GET) > 0);
 	assert_int_equal(h.framing, HTTP_BODY_LENGTH);
 	assert_int_equal(h.nconn_tokens, 0);
 	/* HTTP/1.2 to 1.9 are not 1.1 */
@@ -252,12 +283,17 @@ static void list_tokens(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(simple_get),	     cmocka_unit_test(incomplete_needs_more),
-		cmocka_unit_test(body_framing),	     cmocka_unit_test(rejects_smuggling),
-		cmocka_unit_test(rejects_bad_syntax), cmocka_unit_test(rejects_oversize),
-		cmocka_unit_test(connection_semantics), cmocka_unit_test(head_end_detection),
-		cmocka_unit_test(responses),	     cmocka_unit_test(list_tokens),
-		cmocka_unit_test(connection_options),
+	    cmocka_unit_test(simple_get),
+	    cmocka_unit_test(incomplete_needs_more),
+	    cmocka_unit_test(body_framing),
+	    cmocka_unit_test(rejects_smuggling),
+	    cmocka_unit_test(rejects_bad_syntax),
+	    cmocka_unit_test(rejects_oversize),
+	    cmocka_unit_test(connection_semantics),
+	    cmocka_unit_test(head_end_detection),
+	    cmocka_unit_test(responses),
+	    cmocka_unit_test(list_tokens),
+	    cmocka_unit_test(connection_options),
 	};
 	return cmocka_run_group_tests_name("http parser", tests, NULL, NULL);
 }

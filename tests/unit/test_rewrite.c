@@ -64,8 +64,9 @@ static void request_is_rewritten(void **state)
 static void forwarded_for_appends(void **state)
 {
 	(void)state;
-	const char *fwd = "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.1.1.1\r\n"
-			  "X-Forwarded-For: 2.2.2.2\r\nX-Real-IP: 1.1.1.1\r\nForwarded: for=1.1.1.1\r\n\r\n";
+	const char *fwd =
+	    "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.1.1.1\r\n"
+	    "X-Forwarded-For: 2.2.2.2\r\nX-Real-IP: 1.1.1.1\r\nForwarded: for=1.1.1.1\r\n\r\n";
 	/* from a trusted proxy: its hops, then it */
 	const char *r = rewrite_as(fwd, 1, 1);
 	assert_non_null(strstr(r, "X-Forwarded-For: 1.1.1.1, 2.2.2.2, 10.1.2.3\r\n"));
@@ -190,9 +191,9 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(request_is_rewritten),    cmocka_unit_test(forwarded_for_appends),
-	    cmocka_unit_test(framing_is_written_anew),
-	    cmocka_unit_test(request_id_kept_if_sane), cmocka_unit_test(response_head),
-	    cmocka_unit_test(error_response),	       cmocka_unit_test(sse_early_stream),
+	    cmocka_unit_test(framing_is_written_anew), cmocka_unit_test(request_id_kept_if_sane),
+	    cmocka_unit_test(response_head),	       cmocka_unit_test(error_response),
+	    cmocka_unit_test(sse_early_stream),
 	};
 	return cmocka_run_group_tests_name("head rewriting", tests, NULL, NULL);
 }
