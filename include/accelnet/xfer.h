@@ -18,6 +18,9 @@
 #include <stdint.h>
 
 #define XFER_LINKS_MAX 16
+#define XFER_SEND_STREAMS 4	   /* streams per link */
+#define XFER_SEND_CHUNK_KIB 1024   /* chunk size */
+#define XFER_SEND_STALL_MS 5000	   /* no progress for this long: the stream is lost */
 
 /* One thing to send: a file (<path>) or a memory buffer (<buf>, <len>), stored as <name>
  * (a relative path) on the receiver. A buffer must stay untouched until xfer_send returns. */
@@ -53,9 +56,9 @@ struct xfer_report {
 struct xfer_send_opts {
 	const char *remote;	       /* "HOST:PORT[,HOST:PORT...]": one link per address */
 	const char *local;	       /* NULL, or "ADDR[,ADDR...]": the source of each link */
-	unsigned streams;	       /* per link; 0: 4 */
-	unsigned chunk_kib;	       /* 0: 1024 */
-	unsigned stall_ms;	       /* no progress for this long = stream lost; 0: 5000 */
+	unsigned streams;	       /* per link; 0: XFER_SEND_STREAMS */
+	unsigned chunk_kib;	       /* 0: XFER_SEND_CHUNK_KIB */
+	unsigned stall_ms;	       /* no progress for this long = stream lost; 0: XFER_SEND_STALL_MS */
 	const char *token_file;	       /* NULL: no token */
 	const char *const *bcast;      /* further receivers after <remote>, in chain order */
 	unsigned nbcast;
@@ -96,6 +99,7 @@ int xfer_get(const struct xfer_send_opts *o, const char *const *names, unsigned 
 #define XFER_SERVE_MAX_CONNS_PER_ADDR 128 /* connections at once from one address */
 #define XFER_SERVE_MAX_FILES 10000	   /* files in one transfer (also what `get` accepts) */
 #define XFER_SERVE_HANDSHAKE_MS 10000	   /* from accept to the end of the handshake, in all */
+#define XFER_SERVE_KEEP_PARTS_HOURS 72	   /* an untouched partial file is removed after this */
 
 struct xfer_serve_opts {
 	const char *listen;	/* "ADDR[,ADDR...]": one listener per link */
@@ -106,7 +110,7 @@ struct xfer_serve_opts {
 	const char *tls_cert, *tls_key; /* accept TLS transfers with this certificate */
 	const char *tls_ca;		 /* require TLS with client certificates signed by this CA */
 	const char *relay_to;		 /* "CIDR[,CIDR...]": where bcast hops may be; NULL: nowhere */
-	unsigned keep_parts_hours;	 /* partial files untouched this long are removed; 0: 72 */
+	unsigned keep_parts_hours;	 /* partial files untouched this long are removed; 0: XFER_SERVE_KEEP_PARTS_HOURS */
 	unsigned max_conns, max_conns_per_addr, max_files, handshake_ms; /* 0: the defaults above */
 	volatile int *stop;	/* set non-zero (e.g. from a signal handler) to return */
 	void (*ready)(const int *ports, unsigned n, void *arg); /* after binding (port 0 works) */

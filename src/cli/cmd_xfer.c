@@ -1,11 +1,16 @@
 /*
- * cmd_xfer.c - `accelnet xfer serve|send|bcast`: arguments, the progress bar and the JSON
- * summary, over the library API of include/accelnet/xfer.h.
+ * cmd_xfer.c - `accelnet xfer serve|send|get|bcast`: arguments (one flag table per
+ * subcommand), the progress bar and the JSON summary, over the library API of
+ * include/accelnet/xfer.h.
  */
 #include "accelnet/xfer.h"
 #include "cli/cli.h"
 
+#include "core/check.h"
+
 #include <errno.h>
+#include <getopt.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,17 +26,71 @@ static void on_signal(int sig)
 	stop_flag = 1;
 }
 
-static const char usage_text[] =
-	"usage:\n"
-	"  accelnet xfer serve --listen ADDR[,ADDR...] --dir DIR (--token FILE | --tls-ca FILE | --insecure)\n"
-	"        [--metrics ADDR] [--tls-cert FILE --tls-key FILE] [--keep-parts-hours H]\n"
-	"        [--relay-to CIDR[,CIDR...]] [--max-conns N (1024)] [--max-conns-per-addr N (128)]\n"
-	"        [--max-files N (10000)] [--handshake-ms MS (10000)]\n"
-	"  accelnet xfer send PATH... HOST:PORT[,HOST:PORT...] [--streams N] [--to NAME]\n"
-	"        [--from ADDR[,ADDR...]] [--token FILE] [--chunk-kib N] [--stall-ms MS] [--json] [--quiet]\n"
-	"        [--tls [--tls-ca FILE] [--tls-cert FILE --tls-key FILE] | --tls-insecure]\n"
-	"  accelnet xfer get HOST:PORT[,HOST:PORT...] NAME... [--to DIR] [same options as send]\n"
-	"  accelnet xfer bcast PATH HOST:PORT[,...] HOST:PORT[,...] ... [same options as send]\n"
+/*
+ * The flags of each subcommand, from one table each: the parser (getopt_long, long options
+ * only), the bounds of numbers, their defaults (the library's own constants) and the usage
+ * text are all read from it, so a flag is added in one line.
+ */
+enum flag_kind { FLAG_STR, FLAG_UINT, FLAG_ON };
+enum { USAGE_REQUIRED = 1 }; /* shown without brackets */
+
+struct flag {
+	const char *name;
+	enum flag_kind kind;
+	size_t off;	    /* where the value lands in the subcommand's arguments */
+	unsigned max, def;  /* FLAG_UINT: accepted 1..max; the default when not given (shown) */
+	const char *arg;    /* the value's name in the usage text */
+	unsigned style;	    /* USAGE_* */
+	int implies_tls;    /* send: the flag also turns TLS on */
+};
+
+struct push_args {
+	struct xfer_send_opts o;
+	const char *to;
+	int json, quiet;
+};
+
+#define SERVE(field) offsetof(struct xfer_serve_opts, field)
+#define PUSH(field) offsetof(struct push_args, field)
+
+static const struct flag serve_flags[] = {
+    {"listen", FLAG_STR, SERVE(listen), 0, 0, "ADDR[,ADDR...]", USAGE_REQUIRED, 0},
+    {"dir", FLAG_STR, SERVE(dir), 0, 0, "DIR", USAGE_REQUIRED, 0},
+    {"token", FLAG_STR, SERVE(token_file), 0, 0, "FILE", 0, 0},
+    {"tls-ca", FLAG_STR, SERVE(tls_ca), 0, 0, "FILE", 0, 0},
+    {"insecure", FLAG_ON, SERVE(insecure), 0, 0, NULL, 0, 0},
+    {"metrics", FLAG_STR, SERVE(metrics), 0, 0, "ADDR", 0, 0},
+    {"tls-cert", FLAG_STR, SERVE(tls_cert), 0, 0, "FILE", 0, 0},
+    {"tls-key", FLAG_STR, SERVE(tls_key), 0, 0, "FILE", 0, 0},
+    {"keep-parts-hours", FLAG_UINT, SERVE(keep_parts_hours), 100000, XFER_SERVE_KEEP_PARTS_HOURS, "H", 0, 0},
+    {"relay-to", FLAG_STR, SERVE(relay_to), 0, 0, "CIDR[,CIDR...]", 0, 0},
+    {"max-conns", FLAG_UINT, SERVE(max_conns), 1000000, XFER_SERVE_MAX_CONNS, "N", 0, 0},
+    {"max-conns-per-addr", FLAG_UINT, SERVE(max_conns_per_addr), 1000000, XFER_SERVE_MAX_CONNS_PER_ADDR, "N", 0,
+     0},
+    {"max-files", FLAG_UINT, SERVE(max_files), 100000000, XFER_SERVE_MAX_FILES, "N", 0, 0},
+    {"handshake-ms", FLAG_UINT, SERVE(handshake_ms), 3600000, XFER_SERVE_HANDSHAKE_MS, "MS", 0, 0},
+};
+
+static const struct flag push_flags[] = {
+    {"streams", FLAG_UINT, PUSH(o.streams), 64, XFER_SEND_STREAMS, "N", 0, 0},
+    {"to", FLAG_STR, PUSH(to), 0, 0, "NAME", 0, 0},
+    {"from", FLAG_STR, PUSH(o.local), 0, 0, "ADDR[,ADDR...]", 0, 0},
+    {"token", FLAG_STR, PUSH(o.token_file), 0, 0, "FILE", 0, 0},
+    {"chunk-kib", FLAG_UINT, PUSH(o.chunk_kib), 65536, XFER_SEND_CHUNK_KIB, "N", 0, 0},
+    {"stall-ms", FLAG_UINT, PUSH(o.stall_ms), 3600000, XFER_SEND_STALL_MS, "MS", 0, 0},
+    {"json", FLAG_ON, PUSH(json), 0, 0, NULL, 0, 0},
+    {"quiet", FLAG_ON, PUSH(quiet), 0, 0, NULL, 0, 0},
+    {"tls", FLAG_ON, PUSH(o.tls), 0, 0, NULL, 0, 0},
+    {"tls-ca", FLAG_STR, PUSH(o.tls_ca), 0, 0, "FILE", 0, 1},
+    {"tls-cert", FLAG_STR, PUSH(o.tls_cert), 0, 0, "FILE", 0, 1},
+    {"tls-key", FLAG_STR, PUSH(o.tls_key), 0, 0, "FILE", 0, 1},
+    {"tls-insecure", FLAG_ON, PUSH(o.tls_insecure), 0, 0, NULL, 0, 1},
+};
+
+#define NFLAGS(t) (sizeof(t) / sizeof((t)[0]))
+#define FLAG_CODE_BASE 256 /* getopt_long's value for flag i: long options only */
+
+static const char trust_text[] =
 	"trust: serve refuses to start without --token, --tls-ca or an explicit --insecure. With\n"
 	"  --token both ends prove they hold it (HMAC over random challenges; it never travels).\n"
 	"  Without --tls the server is not authenticated by a certificate, and the data is neither\n"
@@ -39,13 +98,46 @@ static const char usage_text[] =
 	"  authenticated. get accepts from a server only the names asked for (and what lies\n"
 	"  beneath them), beneath --to, with modes masked by 0777 and the umask.\n";
 
+/* "  accelnet xfer CMD HEAD" and each flag of <t>, wrapped before 100 columns. */
+static void usage_line(FILE *f, const char *head, const struct flag *t, size_t n)
+{
+	int col = fprintf(f, "  accelnet xfer %s", head);
+	for (size_t i = 0; i < n; i++) {
+		char one[96];
+		const struct flag *fl = &t[i];
+		int req = fl->style & USAGE_REQUIRED;
+		int len = snprintf(one, sizeof(one), "%s--%s%s%s", req ? "" : "[", fl->name, fl->arg ? " " : "",
+				   fl->arg ? fl->arg : "");
+		if (fl->kind == FLAG_UINT && fl->def)
+			len += snprintf(one + len, sizeof(one) - (size_t)len, " (%u)", fl->def);
+		if (!req)
+			len += snprintf(one + len, sizeof(one) - (size_t)len, "]");
+		if (col + 1 + len > 99)
+			col = fprintf(f, "\n       ");
+		col += fprintf(f, " %s", one);
+	}
+	fputc('\n', f);
+}
+
+static void print_usage(FILE *f)
+{
+	fprintf(f, "usage:\n");
+	usage_line(f, "serve", serve_flags, NFLAGS(serve_flags));
+	usage_line(f, "send PATH... HOST:PORT[,HOST:PORT...]", push_flags, NFLAGS(push_flags));
+	fprintf(f, "  accelnet xfer get HOST:PORT[,HOST:PORT...] NAME... [--to DIR] [same options as send]\n"
+		   "  accelnet xfer bcast PATH HOST:PORT[,...] HOST:PORT[,...] ... [same options as send]\n"
+		   "%s",
+		trust_text);
+}
+
 __attribute__((format(printf, 1, 2))) static int bad_usage(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
 	fprintf(stderr, "accelnet xfer: ");
 	vfprintf(stderr, fmt, ap);
-	fprintf(stderr, "\n%s", usage_text);
+	fprintf(stderr, "\n");
+	print_usage(stderr);
 	va_end(ap);
 	return 2;
 }
@@ -61,6 +153,49 @@ static int parse_uint(const char *s, unsigned max, unsigned *out)
 	return 0;
 }
 
+/*
+ * Parse the flags of <t> from argv[1..] into <args>; the positionals, in order, into <pos>
+ * (at most <maxpos>, their count in *npos). <tls>, when not NULL, is set by a flag that
+ * implies TLS. 0, or the exit status of a usage error (already printed).
+ */
+static int parse_flags(int argc, char **argv, const char *cmd, const struct flag *t, size_t n, void *args,
+		       int *tls, const char **pos, unsigned maxpos, unsigned *npos)
+{
+	struct option opts[24];
+	ASSERT(n < sizeof(opts) / sizeof(opts[0]));
+	for (size_t i = 0; i < n; i++)
+		opts[i] = (struct option){t[i].name, t[i].kind == FLAG_ON ? no_argument : required_argument, NULL,
+					  FLAG_CODE_BASE + (int)i};
+	opts[n] = (struct option){0};
+	*npos = 0;
+	optind = 1;
+	opterr = 0;
+	for (;;) {
+		int code = getopt_long(argc, argv, "-", opts, NULL);
+		if (code == -1)
+			break;
+		if (code == 1) { /* a positional, in its place ("-" included) */
+			if (*npos == maxpos)
+				return bad_usage("too many arguments");
+			pos[(*npos)++] = optarg;
+			continue;
+		}
+		if (code < FLAG_CODE_BASE || code >= FLAG_CODE_BASE + (int)n)
+			return bad_usage("%s: unknown or incomplete option '%s'", cmd, argv[optind - 1]);
+		const struct flag *fl = &t[code - FLAG_CODE_BASE];
+		char *field = (char *)args + fl->off;
+		if (fl->kind == FLAG_STR)
+			*(const char **)(void *)field = optarg;
+		else if (fl->kind == FLAG_ON)
+			*(int *)(void *)field = 1;
+		else if (parse_uint(optarg, fl->max, (unsigned *)(void *)field))
+			return bad_usage("--%s needs a number from 1 to %u", fl->name, fl->max);
+		if (fl->implies_tls && tls)
+			*tls = 1;
+	}
+	return 0;
+}
+
 static void serve_ready(const int *ports, unsigned n, void *arg)
 {
 	(void)arg;
@@ -73,50 +208,11 @@ static void serve_ready(const int *ports, unsigned n, void *arg)
 static int cmd_serve(int argc, char **argv)
 {
 	struct xfer_serve_opts o = {.stop = &stop_flag, .ready = serve_ready};
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		if (!strcmp(a, "--listen") && v)
-			o.listen = v, i++;
-		else if (!strcmp(a, "--dir") && v)
-			o.dir = v, i++;
-		else if (!strcmp(a, "--token") && v)
-			o.token_file = v, i++;
-		else if (!strcmp(a, "--insecure"))
-			o.insecure = 1;
-		else if (!strcmp(a, "--relay-to") && v)
-			o.relay_to = v, i++;
-		else if (!strcmp(a, "--max-conns") && v) {
-			if (parse_uint(v, 1000000, &o.max_conns))
-				return bad_usage("--max-conns needs a positive number");
-			i++;
-		} else if (!strcmp(a, "--max-conns-per-addr") && v) {
-			if (parse_uint(v, 1000000, &o.max_conns_per_addr))
-				return bad_usage("--max-conns-per-addr needs a positive number");
-			i++;
-		} else if (!strcmp(a, "--max-files") && v) {
-			if (parse_uint(v, 100000000, &o.max_files))
-				return bad_usage("--max-files needs a positive number");
-			i++;
-		} else if (!strcmp(a, "--handshake-ms") && v) {
-			if (parse_uint(v, 3600000, &o.handshake_ms))
-				return bad_usage("--handshake-ms needs a positive number of milliseconds");
-			i++;
-		} else if (!strcmp(a, "--metrics") && v)
-			o.metrics = v, i++;
-		else if (!strcmp(a, "--keep-parts-hours") && v) {
-			if (parse_uint(v, 100000, &o.keep_parts_hours))
-				return bad_usage("--keep-parts-hours needs a positive number of hours");
-			i++;
-		}
-		else if (!strcmp(a, "--tls-cert") && v)
-			o.tls_cert = v, i++;
-		else if (!strcmp(a, "--tls-key") && v)
-			o.tls_key = v, i++;
-		else if (!strcmp(a, "--tls-ca") && v)
-			o.tls_ca = v, i++;
-		else
-			return bad_usage("serve: unknown or incomplete option '%s'", a);
-	}
+	const char *pos[1];
+	unsigned npos;
+	int rc = parse_flags(argc, argv, "serve", serve_flags, NFLAGS(serve_flags), &o, NULL, pos, 0, &npos);
+	if (rc)
+		return rc;
 	if (!o.listen || !o.dir)
 		return bad_usage("serve needs --listen and --dir");
 	struct sigaction sa = {.sa_handler = on_signal};
@@ -208,93 +304,55 @@ static int report_result(const struct xfer_report *r, int rc, int json, int quie
  * bcast: the path first; get: the server first, then names). */
 static int cmd_push(int argc, char **argv, enum push_kind kind)
 {
-	struct xfer_send_opts o = {0};
-	const char *pos[256], *to = NULL;
-	unsigned npos = 0;
-	int json = 0, quiet = 0;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		unsigned *num = NULL, max = 0;
-		if (a[0] != '-' || !a[1]) {
-			if (npos == 256)
-				return bad_usage("too many arguments");
-			pos[npos++] = a;
-			continue;
-		}
-		if (!strcmp(a, "--json"))
-			json = 1;
-		else if (!strcmp(a, "--quiet"))
-			quiet = 1;
-		else if (!strcmp(a, "--to") && v)
-			to = v, i++;
-		else if (!strcmp(a, "--from") && v)
-			o.local = v, i++;
-		else if (!strcmp(a, "--token") && v)
-			o.token_file = v, i++;
-		else if (!strcmp(a, "--tls"))
-			o.tls = 1;
-		else if (!strcmp(a, "--tls-insecure"))
-			o.tls = o.tls_insecure = 1;
-		else if (!strcmp(a, "--tls-ca") && v)
-			o.tls = 1, o.tls_ca = v, i++;
-		else if (!strcmp(a, "--tls-cert") && v)
-			o.tls = 1, o.tls_cert = v, i++;
-		else if (!strcmp(a, "--tls-key") && v)
-			o.tls = 1, o.tls_key = v, i++;
-		else if (!strcmp(a, "--streams"))
-			num = &o.streams, max = 64;
-		else if (!strcmp(a, "--chunk-kib"))
-			num = &o.chunk_kib, max = 65536;
-		else if (!strcmp(a, "--stall-ms"))
-			num = &o.stall_ms, max = 3600000;
-		else
-			return bad_usage("unknown option '%s'", a);
-		if (num) {
-			if (!v || parse_uint(v, max, num))
-				return bad_usage("%s needs a positive number", a);
-			i++;
-		}
-	}
+	struct push_args args = {0};
+	struct xfer_send_opts *o = &args.o;
+	const char *pos[256];
+	unsigned npos;
+	int rc = parse_flags(argc, argv, argv[0], push_flags, NFLAGS(push_flags), &args, &o->tls, pos, 256, &npos);
+	if (rc)
+		return rc;
+	const char *to = args.to;
+	int json = args.json, quiet = args.quiet;
 	unsigned npaths;
 	int bcast = kind == PUSH_BCAST;
 	if (kind == PUSH_GET) {
 		if (npos < 2)
 			return bad_usage("get needs HOST:PORT and at least one NAME");
-		o.remote = pos[0];
+		o->remote = pos[0];
 		if (!quiet && isatty(2))
 			fprintf(stderr, "accelnet xfer: getting from %s...\n", pos[0]);
 		signal(SIGPIPE, SIG_IGN);
 		struct xfer_report r;
-		int rc = xfer_get(&o, pos + 1, npos - 1, to ? to : ".", &r);
+		rc = xfer_get(o, pos + 1, npos - 1, to ? to : ".", &r);
 		return report_result(&r, rc, json, quiet);
 	}
 	if (bcast) {
 		if (npos < 2)
 			return bad_usage("bcast needs PATH and at least one HOST:PORT");
 		npaths = 1;
-		o.remote = pos[1];
-		o.bcast = pos + 2;
-		o.nbcast = npos - 2;
+		o->remote = pos[1];
+		o->bcast = pos + 2;
+		o->nbcast = npos - 2;
 	} else {
 		if (npos < 2)
 			return bad_usage("send needs PATH... and HOST:PORT");
 		npaths = npos - 1;
-		o.remote = pos[npos - 1];
+		o->remote = pos[npos - 1];
 	}
 	struct xfer_item *items;
 	unsigned nitems;
 	char bad[4096];
-	int rc = xfer_items_from_paths(pos, npaths, to, &items, &nitems, bad, sizeof(bad));
+	rc = xfer_items_from_paths(pos, npaths, to, &items, &nitems, bad, sizeof(bad));
 	if (rc) {
 		fprintf(stderr, "accelnet xfer: %s: %s\n", bad, strerror(-rc));
 		return 1;
 	}
 	if (!quiet && isatty(2))
-		o.progress = progress_bar;
+		o->progress = progress_bar;
 	signal(SIGPIPE, SIG_IGN);
 	struct xfer_report r;
-	rc = xfer_send(&o, items, nitems, &r);
-	if (o.progress)
+	rc = xfer_send(o, items, nitems, &r);
+	if (o->progress)
 		fprintf(stderr, "\r\033[K");
 	xfer_items_free(items, nitems);
 	return report_result(&r, rc, json, quiet);
@@ -346,7 +404,7 @@ int cmd_xfer(int argc, char **argv)
 	if (!strcmp(argv[1], "get"))
 		return cmd_push(argc - 1, argv + 1, PUSH_GET);
 	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-		fputs(usage_text, stdout);
+		print_usage(stdout);
 		return 0;
 	}
 	return bad_usage("unknown subcommand '%s'", argv[1]);

@@ -269,7 +269,8 @@ static void serve_accept_loop(struct xfer_server *s, const struct xfer_serve_opt
 		pfd[i] = (struct pollfd){.fd = lfd[i], .events = POLLIN};
 	pfd[nl] = (struct pollfd){.fd = s->wake_fd, .events = POLLIN};
 	uint64_t next_sweep = 0, resume_at = 0;
-	uint64_t keep_s = o->keep_parts_hours ? (uint64_t)o->keep_parts_hours * 3600 : 72 * 3600;
+	uint64_t keep_s = o->keep_parts_hours ? (uint64_t)o->keep_parts_hours * 3600
+					 : (uint64_t)XFER_SERVE_KEEP_PARTS_HOURS * 3600;
 	while (!*o->stop) {
 		uint64_t now = clock_now_ms();
 		if (now >= next_sweep) { /* at start, then hourly */

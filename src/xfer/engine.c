@@ -441,8 +441,8 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 	e->cancel_fd = eventfd(0, EFD_CLOEXEC);
 	e->m = *m;
 	e->t0_ns = clock_now_ns();
-	e->per_link = o->streams ? o->streams : 4;
-	e->stall_ms = o->stall_ms ? o->stall_ms : 5000;
+	e->per_link = o->streams ? o->streams : XFER_SEND_STREAMS;
+	e->stall_ms = o->stall_ms ? o->stall_ms : XFER_SEND_STALL_MS;
 	e->progress_ms = o->progress_ms ? o->progress_ms : 250;
 	e->progress = o->progress;
 	e->arg = o->arg;

@@ -147,7 +147,7 @@ int xfer_get(const struct xfer_send_opts *o, const char *const *names, unsigned 
 	struct xfer_path paths[XFER_LINKS_MAX];
 	struct xfer_hello hello;
 	struct get_stream *gs = NULL;
-	unsigned ngs = 0, per = o->streams ? o->streams : 4;
+	unsigned ngs = 0, per = o->streams ? o->streams : XFER_SEND_STREAMS;
 	uint8_t *enc = NULL;
 	size_t enclen;
 	int rc;
@@ -179,7 +179,7 @@ int xfer_get(const struct xfer_send_opts *o, const char *const *names, unsigned 
 		rc = -ENOMEM;
 		goto out;
 	}
-	int stall = o->stall_ms ? (int)o->stall_ms : 5000;
+	int stall = o->stall_ms ? (int)o->stall_ms : XFER_SEND_STALL_MS;
 	struct xfer_dial d = {.tls = s.tls,
 			      .token = &s.token,
 			      .role = XFER_ROLE_PULL,

@@ -229,7 +229,7 @@ int xfer_send(const struct xfer_send_opts *o, const struct xfer_item *items, uns
 int xfer_send_items(const struct xfer_send_opts *o, const struct xfer_adopt *ad, int dirfd,
 		    const struct xfer_item *items, unsigned n, struct xfer_report *rep)
 {
-	struct xfer_manifest m = {.chunk_size = (o->chunk_kib ? o->chunk_kib : 1024) * 1024u, .nfiles = n};
+	struct xfer_manifest m = {.chunk_size = (o->chunk_kib ? o->chunk_kib : XFER_SEND_CHUNK_KIB) * 1024u, .nfiles = n};
 	struct xfer_source *src = calloc(n ? n : 1, sizeof(*src));
 	struct xfer_engine *e = NULL;
 	int rc = -ENOMEM;
