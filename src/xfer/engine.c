@@ -1,15 +1,18 @@
 /*
  * engine.c - links, streams and the end of a transfer (see engine.h).
  *
- * A stream thread dials its link (bound to the link's source address), says HELLO with the
- * transfer's session id, then loops: take a chunk from the scheduler while it has fewer than
- * XFER_WINDOW in flight, send it (header and meta with MSG_MORE, the bytes with sendfile or
- * from memory), and read acknowledgements, which come back in order. A send or a wait for an
- * acknowledgement that makes no progress within the stall timeout loses the stream: its
- * chunks go back to the scheduler and the thread dials again, about every second, for as long
- * as the transfer lasts (a link that comes back is used again; adopted connections are not
- * redialed); a link whose streams are all gone is down. The transfer fails when no stream is
- * up for twice the stall timeout (at least 3 s), or when no stream thread is left.
+ * A stream thread opens its link through xfer_conn_open (dialed from the link's source
+ * address, TLS or the plain magic, HELLO with the transfer's session id), then loops: take a
+ * chunk from the scheduler while it has fewer than XFER_WINDOW in flight, send it (plain:
+ * header and meta with MSG_MORE, the bytes with sendfile or zero-copy from memory; TLS:
+ * written through the connection), and read acknowledgements, which come back in order. A
+ * send or a wait for an acknowledgement that makes no progress within the stall timeout
+ * loses the stream: its chunks go back to the scheduler and the thread dials again, every
+ * second (or every stall timeout, when that is shorter), for as long as the transfer lasts,
+ * not once: a link that comes back is used again. A refusal (-EACCES: token, certificate)
+ * ends the transfer instead; adopted connections (get) are not redialed. A link whose
+ * streams are all gone is down. The transfer fails when no stream is up for twice the stall
+ * timeout (at least 3 s), or when no stream thread is left.
  */
 #include "xfer/engine.h"
 
