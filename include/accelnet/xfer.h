@@ -18,9 +18,9 @@
 #include <stdint.h>
 
 #define XFER_LINKS_MAX 16
-#define XFER_SEND_STREAMS 4	   /* streams per link */
-#define XFER_SEND_CHUNK_KIB 1024   /* chunk size */
-#define XFER_SEND_STALL_MS 5000	   /* no progress for this long: the stream is lost */
+#define XFER_SEND_STREAMS 4	 /* streams per link */
+#define XFER_SEND_CHUNK_KIB 1024 /* chunk size */
+#define XFER_SEND_STALL_MS 5000	 /* no progress for this long: the stream is lost */
 
 /* One thing to send: a file (<path>) or a memory buffer (<buf>, <len>), stored as <name>
  * (a relative path) on the receiver. A buffer must stay untouched until xfer_send returns. */
@@ -54,19 +54,19 @@ struct xfer_report {
 };
 
 struct xfer_send_opts {
-	const char *remote;	       /* "HOST:PORT[,HOST:PORT...]": one link per address */
-	const char *local;	       /* NULL, or "ADDR[,ADDR...]": the source of each link */
-	unsigned streams;	       /* per link; 0: XFER_SEND_STREAMS */
-	unsigned chunk_kib;	       /* 0: XFER_SEND_CHUNK_KIB */
-	unsigned stall_ms;	       /* no progress for this long = stream lost; 0: XFER_SEND_STALL_MS */
-	const char *token_file;	       /* NULL: no token */
-	const char *const *bcast;      /* further receivers after <remote>, in chain order */
+	const char *remote;	/* "HOST:PORT[,HOST:PORT...]": one link per address */
+	const char *local;	/* NULL, or "ADDR[,ADDR...]": the source of each link */
+	unsigned streams;	/* per link; 0: XFER_SEND_STREAMS */
+	unsigned chunk_kib;	/* 0: XFER_SEND_CHUNK_KIB */
+	unsigned stall_ms;	/* no progress for this long = stream lost; 0: XFER_SEND_STALL_MS */
+	const char *token_file; /* NULL: no token */
+	const char *const *bcast; /* further receivers after <remote>, in chain order */
 	unsigned nbcast;
-	unsigned progress_ms;	       /* 0: 250 */
-	int tls;		       /* encrypt this transfer (the server needs --tls-cert) */
-	const char *tls_ca;	       /* verify the server against this CA (default: the system's) */
+	unsigned progress_ms; /* 0: 250 */
+	int tls;	      /* encrypt this transfer (the server needs --tls-cert) */
+	const char *tls_ca;   /* verify the server against this CA (default: the system's) */
 	const char *tls_cert, *tls_key; /* a client certificate, for servers that require one */
-	int tls_insecure;	       /* encrypt without verifying the server (testing only) */
+	int tls_insecure;		/* encrypt without verifying the server (testing only) */
 	void (*progress)(const struct xfer_report *r, void *arg);
 	void *arg;
 };
@@ -80,8 +80,8 @@ int xfer_send(const struct xfer_send_opts *o, const struct xfer_item *items, uns
 /* Expand paths (files and directory trees) into items named as on the receiver: a path's
  * last component, or <to> in its place when one path is given, or <to>/... for several.
  * *items is malloc'd (free with xfer_items_free). 0, or -errno with the path in <bad>. */
-int xfer_items_from_paths(const char *const *paths, unsigned n, const char *to, struct xfer_item **items,
-			  unsigned *nitems, char *bad, size_t badlen);
+int xfer_items_from_paths(const char *const *paths, unsigned n, const char *to,
+			  struct xfer_item **items, unsigned *nitems, char *bad, size_t badlen);
 void xfer_items_free(struct xfer_item *items, unsigned n);
 
 /* Pull <names> (files or trees under the server's directory) into the directory <dest>, over
@@ -95,24 +95,25 @@ int xfer_get(const struct xfer_send_opts *o, const char *const *names, unsigned 
 	     struct xfer_report *rep);
 
 /* Defaults of the limits below (an option left 0 takes its default). */
-#define XFER_SERVE_MAX_CONNS 1024	   /* connections at once */
+#define XFER_SERVE_MAX_CONNS 1024	  /* connections at once */
 #define XFER_SERVE_MAX_CONNS_PER_ADDR 128 /* connections at once from one address */
-#define XFER_SERVE_MAX_FILES 10000	   /* files in one transfer (also what `get` accepts) */
-#define XFER_SERVE_HANDSHAKE_MS 10000	   /* from accept to the end of the handshake, in all */
-#define XFER_SERVE_KEEP_PARTS_HOURS 72	   /* an untouched partial file is removed after this */
+#define XFER_SERVE_MAX_FILES 10000	  /* files in one transfer (also what `get` accepts) */
+#define XFER_SERVE_HANDSHAKE_MS 10000	  /* from accept to the end of the handshake, in all */
+#define XFER_SERVE_KEEP_PARTS_HOURS 72	  /* an untouched partial file is removed after this */
 
 struct xfer_serve_opts {
 	const char *listen;	/* "ADDR[,ADDR...]": one listener per link */
 	const char *dir;	/* files land beneath it */
 	const char *token_file; /* clients (and this server) prove they hold this secret */
-	int insecure;		/* with neither token_file nor tls_ca: serve anyway (else refused) */
-	const char *metrics;	/* NULL, or ADDR for GET /metrics (Prometheus text) */
+	int insecure;	     /* with neither token_file nor tls_ca: serve anyway (else refused) */
+	const char *metrics; /* NULL, or ADDR for GET /metrics (Prometheus text) */
 	const char *tls_cert, *tls_key; /* accept TLS transfers with this certificate */
-	const char *tls_ca;		 /* require TLS with client certificates signed by this CA */
-	const char *relay_to;		 /* "CIDR[,CIDR...]": where bcast hops may be; NULL: nowhere */
-	unsigned keep_parts_hours;	 /* partial files untouched this long are removed; 0: XFER_SERVE_KEEP_PARTS_HOURS */
+	const char *tls_ca;		/* require TLS with client certificates signed by this CA */
+	const char *relay_to;	   /* "CIDR[,CIDR...]": where bcast hops may be; NULL: nowhere */
+	unsigned keep_parts_hours; /* partial files untouched this long are removed; 0:
+				      XFER_SERVE_KEEP_PARTS_HOURS */
 	unsigned max_conns, max_conns_per_addr, max_files, handshake_ms; /* 0: the defaults above */
-	volatile int *stop;	/* set non-zero (e.g. from a signal handler) to return */
+	volatile int *stop; /* set non-zero (e.g. from a signal handler) to return */
 	void (*ready)(const int *ports, unsigned n, void *arg); /* after binding (port 0 works) */
 	void *arg;
 };

@@ -37,11 +37,11 @@ enum { USAGE_REQUIRED = 1 }; /* shown without brackets */
 struct flag {
 	const char *name;
 	enum flag_kind kind;
-	size_t off;	    /* where the value lands in the subcommand's arguments */
-	unsigned max, def;  /* FLAG_UINT: accepted 1..max; the default when not given (shown) */
-	const char *arg;    /* the value's name in the usage text */
-	unsigned style;	    /* USAGE_* */
-	int implies_tls;    /* send: the flag also turns TLS on */
+	size_t off;	   /* where the value lands in the subcommand's arguments */
+	unsigned max, def; /* FLAG_UINT: accepted 1..max; the default when not given (shown) */
+	const char *arg;   /* the value's name in the usage text */
+	unsigned style;	   /* USAGE_* */
+	int implies_tls;   /* send: the flag also turns TLS on */
 };
 
 struct push_args {
@@ -62,11 +62,12 @@ static const struct flag serve_flags[] = {
     {"metrics", FLAG_STR, SERVE(metrics), 0, 0, "ADDR", 0, 0},
     {"tls-cert", FLAG_STR, SERVE(tls_cert), 0, 0, "FILE", 0, 0},
     {"tls-key", FLAG_STR, SERVE(tls_key), 0, 0, "FILE", 0, 0},
-    {"keep-parts-hours", FLAG_UINT, SERVE(keep_parts_hours), 100000, XFER_SERVE_KEEP_PARTS_HOURS, "H", 0, 0},
+    {"keep-parts-hours", FLAG_UINT, SERVE(keep_parts_hours), 100000, XFER_SERVE_KEEP_PARTS_HOURS,
+     "H", 0, 0},
     {"relay-to", FLAG_STR, SERVE(relay_to), 0, 0, "CIDR[,CIDR...]", 0, 0},
     {"max-conns", FLAG_UINT, SERVE(max_conns), 1000000, XFER_SERVE_MAX_CONNS, "N", 0, 0},
-    {"max-conns-per-addr", FLAG_UINT, SERVE(max_conns_per_addr), 1000000, XFER_SERVE_MAX_CONNS_PER_ADDR, "N", 0,
-     0},
+    {"max-conns-per-addr", FLAG_UINT, SERVE(max_conns_per_addr), 1000000,
+     XFER_SERVE_MAX_CONNS_PER_ADDR, "N", 0, 0},
     {"max-files", FLAG_UINT, SERVE(max_files), 100000000, XFER_SERVE_MAX_FILES, "N", 0, 0},
     {"handshake-ms", FLAG_UINT, SERVE(handshake_ms), 3600000, XFER_SERVE_HANDSHAKE_MS, "MS", 0, 0},
 };
@@ -91,12 +92,12 @@ static const struct flag push_flags[] = {
 #define FLAG_CODE_BASE 256 /* getopt_long's value for flag i: long options only */
 
 static const char trust_text[] =
-	"trust: serve refuses to start without --token, --tls-ca or an explicit --insecure. With\n"
-	"  --token both ends prove they hold it (HMAC over random challenges; it never travels).\n"
-	"  Without --tls the server is not authenticated by a certificate, and the data is neither\n"
-	"  encrypted nor protected from someone on the path; without --tls and --token nothing is\n"
-	"  authenticated. get accepts from a server only the names asked for (and what lies\n"
-	"  beneath them), beneath --to, with modes masked by 0777 and the umask.\n";
+    "trust: serve refuses to start without --token, --tls-ca or an explicit --insecure. With\n"
+    "  --token both ends prove they hold it (HMAC over random challenges; it never travels).\n"
+    "  Without --tls the server is not authenticated by a certificate, and the data is neither\n"
+    "  encrypted nor protected from someone on the path; without --tls and --token nothing is\n"
+    "  authenticated. get accepts from a server only the names asked for (and what lies\n"
+    "  beneath them), beneath --to, with modes masked by 0777 and the umask.\n";
 
 /* "  accelnet xfer CMD HEAD" and each flag of <t>, wrapped before 100 columns. */
 static void usage_line(FILE *f, const char *head, const struct flag *t, size_t n)
@@ -106,8 +107,8 @@ static void usage_line(FILE *f, const char *head, const struct flag *t, size_t n
 		char one[96];
 		const struct flag *fl = &t[i];
 		int req = fl->style & USAGE_REQUIRED;
-		int len = snprintf(one, sizeof(one), "%s--%s%s%s", req ? "" : "[", fl->name, fl->arg ? " " : "",
-				   fl->arg ? fl->arg : "");
+		int len = snprintf(one, sizeof(one), "%s--%s%s%s", req ? "" : "[", fl->name,
+				   fl->arg ? " " : "", fl->arg ? fl->arg : "");
 		if (fl->kind == FLAG_UINT && fl->def)
 			len += snprintf(one + len, sizeof(one) - (size_t)len, " (%u)", fl->def);
 		if (!req)
@@ -124,9 +125,12 @@ static void print_usage(FILE *f)
 	fprintf(f, "usage:\n");
 	usage_line(f, "serve", serve_flags, NFLAGS(serve_flags));
 	usage_line(f, "send PATH... HOST:PORT[,HOST:PORT...]", push_flags, NFLAGS(push_flags));
-	fprintf(f, "  accelnet xfer get HOST:PORT[,HOST:PORT...] NAME... [--to DIR] [same options as send]\n"
-		   "  accelnet xfer bcast PATH HOST:PORT[,...] HOST:PORT[,...] ... [same options as send]\n"
-		   "%s",
+	fprintf(f,
+		"  accelnet xfer get HOST:PORT[,HOST:PORT...] NAME... [--to DIR] [same options as "
+		"send]\n"
+		"  accelnet xfer bcast PATH HOST:PORT[,...] HOST:PORT[,...] ... [same options as "
+		"send]\n"
+		"%s",
 		trust_text);
 }
 
@@ -158,14 +162,15 @@ static int parse_uint(const char *s, unsigned max, unsigned *out)
  * (at most <maxpos>, their count in *npos). <tls>, when not NULL, is set by a flag that
  * implies TLS. 0, or the exit status of a usage error (already printed).
  */
-static int parse_flags(int argc, char **argv, const char *cmd, const struct flag *t, size_t n, void *args,
-		       int *tls, const char **pos, unsigned maxpos, unsigned *npos)
+static int parse_flags(int argc, char **argv, const char *cmd, const struct flag *t, size_t n,
+		       void *args, int *tls, const char **pos, unsigned maxpos, unsigned *npos)
 {
 	struct option opts[24];
 	ASSERT(n < sizeof(opts) / sizeof(opts[0]));
 	for (size_t i = 0; i < n; i++)
-		opts[i] = (struct option){t[i].name, t[i].kind == FLAG_ON ? no_argument : required_argument, NULL,
-					  FLAG_CODE_BASE + (int)i};
+		opts[i] = (struct option){t[i].name,
+					  t[i].kind == FLAG_ON ? no_argument : required_argument,
+					  NULL, FLAG_CODE_BASE + (int)i};
 	opts[n] = (struct option){0};
 	*npos = 0;
 	optind = 1;
@@ -181,7 +186,8 @@ static int parse_flags(int argc, char **argv, const char *cmd, const struct flag
 			continue;
 		}
 		if (code < FLAG_CODE_BASE || code >= FLAG_CODE_BASE + (int)n)
-			return bad_usage("%s: unknown or incomplete option '%s'", cmd, argv[optind - 1]);
+			return bad_usage("%s: unknown or incomplete option '%s'", cmd,
+					 argv[optind - 1]);
 		const struct flag *fl = &t[code - FLAG_CODE_BASE];
 		char *field = (char *)args + fl->off;
 		if (fl->kind == FLAG_STR)
@@ -210,7 +216,8 @@ static int cmd_serve(int argc, char **argv)
 	struct xfer_serve_opts o = {.stop = &stop_flag, .ready = serve_ready};
 	const char *pos[1];
 	unsigned npos;
-	int rc = parse_flags(argc, argv, "serve", serve_flags, NFLAGS(serve_flags), &o, NULL, pos, 0, &npos);
+	int rc = parse_flags(argc, argv, "serve", serve_flags, NFLAGS(serve_flags), &o, NULL, pos,
+			     0, &npos);
 	if (rc)
 		return rc;
 	if (!o.listen || !o.dir)
@@ -274,21 +281,25 @@ static void json_string(FILE *out, const char *s)
 static void print_json(const struct xfer_report *r, int rc)
 {
 	double gbps = r->seconds > 0 ? (double)r->bytes_acked * 8 / r->seconds / 1e9 : 0;
-	printf("{\"ok\": %s, \"files\": %u, \"bytes\": %llu, \"bytes_skipped\": %llu, \"bytes_sent\": %llu, "
+	printf("{\"ok\": %s, \"files\": %u, \"bytes\": %llu, \"bytes_skipped\": %llu, "
+	       "\"bytes_sent\": %llu, "
 	       "\"bytes_acked\": %llu, \"seconds\": %.3f, \"gbit_per_s\": %.3f, \"chunks\": %u, "
-	       "\"chunks_resent\": %u, \"chunks_dup\": %u, \"chunks_corrupt\": %u, \"zerocopy_bytes\": %llu, "
+	       "\"chunks_resent\": %u, \"chunks_dup\": %u, \"chunks_corrupt\": %u, "
+	       "\"zerocopy_bytes\": %llu, "
 	       "\"zerocopy_copied_bytes\": %llu, \"links\": [",
 	       rc ? "false" : "true", r->files, (unsigned long long)r->bytes_total,
 	       (unsigned long long)r->bytes_skipped, (unsigned long long)r->bytes_sent,
-	       (unsigned long long)r->bytes_acked, r->seconds, gbps, r->chunks, r->chunks_resent, r->chunks_dup,
-	       r->chunks_bad, (unsigned long long)r->zc_bytes, (unsigned long long)r->zc_copied_bytes);
+	       (unsigned long long)r->bytes_acked, r->seconds, gbps, r->chunks, r->chunks_resent,
+	       r->chunks_dup, r->chunks_bad, (unsigned long long)r->zc_bytes,
+	       (unsigned long long)r->zc_copied_bytes);
 	for (unsigned i = 0; i < r->nlinks; i++) {
 		const struct xfer_link_report *l = &r->links[i];
 		printf("%s{\"remote\": ", i ? ", " : "");
 		json_string(stdout, l->remote);
 		printf(", \"local\": ");
 		json_string(stdout, l->local);
-		printf(", \"bytes\": %llu, \"gbit_per_s\": %.3f, \"streams_up\": %u, \"streams_lost\": %u}",
+		printf(", \"bytes\": %llu, \"gbit_per_s\": %.3f, \"streams_up\": %u, "
+		       "\"streams_lost\": %u}",
 		       (unsigned long long)l->bytes, l->gbps, l->up, l->failed);
 	}
 	printf("], \"error\": ");
@@ -308,7 +319,8 @@ static int cmd_push(int argc, char **argv, enum push_kind kind)
 	struct xfer_send_opts *o = &args.o;
 	const char *pos[256];
 	unsigned npos;
-	int rc = parse_flags(argc, argv, argv[0], push_flags, NFLAGS(push_flags), &args, &o->tls, pos, 256, &npos);
+	int rc = parse_flags(argc, argv, argv[0], push_flags, NFLAGS(push_flags), &args, &o->tls,
+			     pos, 256, &npos);
 	if (rc)
 		return rc;
 	const char *to = args.to;
@@ -380,12 +392,14 @@ static int report_result(const struct xfer_report *r, int rc, int json, int quie
 		char total[32], sent[32];
 		human((double)r->bytes_total, total, sizeof(total));
 		human((double)r->bytes_sent, sent, sizeof(sent));
-		fprintf(stderr, "accelnet xfer: %u file(s), %s in %.2f s (%.2f Gbit/s)", r->files, total, r->seconds,
+		fprintf(stderr, "accelnet xfer: %u file(s), %s in %.2f s (%.2f Gbit/s)", r->files,
+			total, r->seconds,
 			r->seconds > 0 ? (double)r->bytes_acked * 8 / r->seconds / 1e9 : 0);
 		if (r->bytes_sent) /* a sender's view; get reports what it received */
 			fprintf(stderr, ", %s sent", sent);
 		for (unsigned i = 0; i < r->nlinks; i++)
-			fprintf(stderr, "%s %s %.2f Gbit/s", i ? "," : ";", r->links[i].remote, r->links[i].gbps);
+			fprintf(stderr, "%s %s %.2f Gbit/s", i ? "," : ";", r->links[i].remote,
+				r->links[i].gbps);
 		fprintf(stderr, "\n");
 	}
 	return 0;

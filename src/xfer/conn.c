@@ -99,16 +99,18 @@ int xfer_frame_recv_alloc(struct net_conn *c, struct xfer_hdr *h, uint8_t **meta
 	return xfer_frame_recv_into(c, h, NULL, 0, meta);
 }
 
-int xfer_paths_parse(const char *remote, const char *local, struct xfer_path *out, int max, char *err,
-		     size_t errlen)
+int xfer_paths_parse(const char *remote, const char *local, struct xfer_path *out, int max,
+		     char *err, size_t errlen)
 {
 	char buf[XFER_ADDR_LIST_MAX + 1];
 	const char *why;
 	char *save = NULL;
 	int n = 0;
 	memset(out, 0, sizeof(*out) * (size_t)max);
-	if ((remote && strlen(remote) > XFER_ADDR_LIST_MAX) || (local && strlen(local) > XFER_ADDR_LIST_MAX)) {
-		snprintf(err, errlen, "address list too long (at most %d characters)", XFER_ADDR_LIST_MAX);
+	if ((remote && strlen(remote) > XFER_ADDR_LIST_MAX) ||
+	    (local && strlen(local) > XFER_ADDR_LIST_MAX)) {
+		snprintf(err, errlen, "address list too long (at most %d characters)",
+			 XFER_ADDR_LIST_MAX);
 		return -EINVAL;
 	}
 	snprintf(buf, sizeof(buf), "%s", remote ? remote : "");
@@ -139,7 +141,8 @@ int xfer_paths_parse(const char *remote, const char *local, struct xfer_path *ou
 		}
 		/* parsed with a placeholder port, then bound to port 0 (the kernel picks) */
 		char full[128];
-		snprintf(full, sizeof(full), strchr(t, ':') && t[0] != '[' ? "[%.64s]:1" : "%.64s:1", t);
+		snprintf(full, sizeof(full),
+			 strchr(t, ':') && t[0] != '[' ? "[%.64s]:1" : "%.64s:1", t);
 		struct xfer_path *p = &out[i];
 		if (net_addr_parse(full, &p->local, &why)) {
 			snprintf(err, errlen, "bad source address '%.64s'", t);
@@ -168,7 +171,8 @@ void xfer_set_timeout(int fd, int timeout_ms)
  * A readable <cancel_fd> (or -1 for none) ends the wait early with -ECANCELED. Returns the
  * descriptor or -errno.
  */
-static int tcp_dial(const struct net_addr *remote, const struct net_addr *local, int timeout_ms, int cancel_fd)
+static int tcp_dial(const struct net_addr *remote, const struct net_addr *local, int timeout_ms,
+		    int cancel_fd)
 {
 	int fd = socket(remote->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -188,7 +192,8 @@ static int tcp_dial(const struct net_addr *remote, const struct net_addr *local,
 			err = -errno;
 			goto fail;
 		}
-		struct pollfd p[2] = {{.fd = fd, .events = POLLOUT}, {.fd = cancel_fd, .events = POLLIN}};
+		struct pollfd p[2] = {{.fd = fd, .events = POLLOUT},
+				      {.fd = cancel_fd, .events = POLLIN}};
 		int n = poll(p, cancel_fd >= 0 ? 2 : 1, timeout_ms);
 		if (n == 0) {
 			err = -ETIMEDOUT;
@@ -223,8 +228,9 @@ fail:
  * "accelnet-xfer server" | nonce | role | session). The session id is the client's fresh
  * random input, so an old answer cannot be replayed to a new transfer.
  */
-static void mac_compute(const struct xfer_token *t, int server, const uint8_t nonce[XFER_NONCE_LEN], uint8_t role,
-			const uint8_t session[XFER_SESSION_LEN], uint8_t out[XFER_MAC_LEN])
+static void mac_compute(const struct xfer_token *t, int server, const uint8_t nonce[XFER_NONCE_LEN],
+			uint8_t role, const uint8_t session[XFER_SESSION_LEN],
+			uint8_t out[XFER_MAC_LEN])
 {
 	static const char label[] = "accelnet-xfer server";
 	uint8_t msg[sizeof(label) - 1 + XFER_NONCE_LEN + 1 + XFER_SESSION_LEN], *p = msg;
@@ -247,7 +253,7 @@ static void mac_compute(const struct xfer_token *t, int server, const uint8_t no
 /* Client side of the handshake; on ERR the server's text goes to <err>; -EACCES also when
  * the client holds a token and the server's OK does not prove it holds it too. */
 static int xfer_handshake_client(struct net_conn *c, const struct xfer_token *t, uint8_t role,
-			  const uint8_t session[XFER_SESSION_LEN], char *err, size_t errlen)
+				 const uint8_t session[XFER_SESSION_LEN], char *err, size_t errlen)
 {
 	struct xfer_hdr h;
 	uint8_t meta[512];
@@ -283,8 +289,9 @@ static int xfer_handshake_client(struct net_conn *c, const struct xfer_token *t,
 		/* mutual: the server shows it holds the token too, or it is not the one we meant */
 		mac_compute(t, 1, nonce, role, session, want);
 		if (!has || CRYPTO_memcmp(want, proof, XFER_MAC_LEN)) {
-			snprintf(err, errlen, "the server did not prove it holds the token (a server without "
-					      "--token, or not the server you meant)");
+			snprintf(err, errlen,
+				 "the server did not prove it holds the token (a server without "
+				 "--token, or not the server you meant)");
 			return -EACCES;
 		}
 	}
@@ -325,8 +332,8 @@ int xfer_handshake_server(struct net_conn *c, const struct xfer_token *t, struct
 
 /* After connecting: TLS with <ctx> (verifying <hostport>'s host), or the plain magic when
  * <ctx> is NULL. -EACCES when TLS fails, with why in <err>. */
-static int xfer_conn_start_client(struct net_conn *c, struct ssl_ctx_st *ctx, const char *hostport, char *err,
-			   size_t errlen)
+static int xfer_conn_start_client(struct net_conn *c, struct ssl_ctx_st *ctx, const char *hostport,
+				  char *err, size_t errlen)
 {
 	if (!ctx) {
 		uint8_t magic[4];
@@ -345,7 +352,8 @@ static int xfer_conn_start_client(struct net_conn *c, struct ssl_ctx_st *ctx, co
 	return rc == -ENOMEM ? rc : rc ? -EACCES : 0;
 }
 
-int xfer_conn_start_server(struct net_conn *c, struct ssl_ctx_st *ctx, int tls_required, const char **why)
+int xfer_conn_start_server(struct net_conn *c, struct ssl_ctx_st *ctx, int tls_required,
+			   const char **why)
 {
 	int tls = net_tls_sniff(c);
 	if (tls < 0) {
@@ -355,7 +363,8 @@ int xfer_conn_start_server(struct net_conn *c, struct ssl_ctx_st *ctx, int tls_r
 	if (tls) {
 		char err[200];
 		if (!ctx) {
-			*why = "client asked for TLS, and this server has no certificate (--tls-cert)";
+			*why =
+			    "client asked for TLS, and this server has no certificate (--tls-cert)";
 			return -EPROTO;
 		}
 		int rc = net_tls_accept(c, ctx, err, sizeof(err));
@@ -378,7 +387,8 @@ int xfer_conn_start_server(struct net_conn *c, struct ssl_ctx_st *ctx, int tls_r
 		return -EPROTO;
 	}
 	if (tls_required) {
-		static const char msg[] = "this server requires TLS with a client certificate (--tls)";
+		static const char msg[] =
+		    "this server requires TLS with a client certificate (--tls)";
 		xfer_frame_send(c, XFER_ERR, msg, sizeof(msg) - 1);
 		*why = "plain connection refused: TLS required";
 		return -EACCES;
@@ -386,8 +396,8 @@ int xfer_conn_start_server(struct net_conn *c, struct ssl_ctx_st *ctx, int tls_r
 	return 0;
 }
 
-int xfer_conn_open(const struct xfer_path *p, const struct xfer_dial *d, struct net_conn *c, int *reached,
-		   char *err, size_t errlen)
+int xfer_conn_open(const struct xfer_path *p, const struct xfer_dial *d, struct net_conn *c,
+		   int *reached, char *err, size_t errlen)
 {
 	*reached = 0;
 	net_conn_init(c, -1);

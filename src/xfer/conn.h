@@ -63,8 +63,8 @@ struct xfer_path {
  * (same order, at most as many) into <out> (at most <max>). Returns the number of links, or
  * -EINVAL with a message in <err>.
  */
-int xfer_paths_parse(const char *remote, const char *local, struct xfer_path *out, int max, char *err,
-		     size_t errlen);
+int xfer_paths_parse(const char *remote, const char *local, struct xfer_path *out, int max,
+		     char *err, size_t errlen);
 
 /* Set the stall timeout of a connected socket. */
 void xfer_set_timeout(int fd, int timeout_ms);
@@ -79,7 +79,8 @@ void xfer_set_timeout(int fd, int timeout_ms);
  */
 struct ssl_ctx_st;
 /* After accepting: the client's choice, TLS needing <ctx>. -EACCES: refused (why in *why). */
-int xfer_conn_start_server(struct net_conn *c, struct ssl_ctx_st *ctx, int tls_required, const char **why);
+int xfer_conn_start_server(struct net_conn *c, struct ssl_ctx_st *ctx, int tls_required,
+			   const char **why);
 
 /* Server side: 0 with the client's HELLO, -EACCES (bad token; ERR sent), or -errno. */
 int xfer_handshake_server(struct net_conn *c, const struct xfer_token *t, struct xfer_hello *out);
@@ -100,7 +101,7 @@ struct xfer_dial {
 	const uint8_t *session; /* XFER_SESSION_LEN bytes */
 	int connect_ms, stall_ms, cancel_fd;
 };
-int xfer_conn_open(const struct xfer_path *p, const struct xfer_dial *d, struct net_conn *c, int *reached,
-		   char *err, size_t errlen);
+int xfer_conn_open(const struct xfer_path *p, const struct xfer_dial *d, struct net_conn *c,
+		   int *reached, char *err, size_t errlen);
 
 #endif

@@ -270,7 +270,7 @@ static void serve_accept_loop(struct xfer_server *s, const struct xfer_serve_opt
 	pfd[nl] = (struct pollfd){.fd = s->wake_fd, .events = POLLIN};
 	uint64_t next_sweep = 0, resume_at = 0;
 	uint64_t keep_s = o->keep_parts_hours ? (uint64_t)o->keep_parts_hours * 3600
-					 : (uint64_t)XFER_SERVE_KEEP_PARTS_HOURS * 3600;
+					      : (uint64_t)XFER_SERVE_KEEP_PARTS_HOURS * 3600;
 	while (!*o->stop) {
 		uint64_t now = clock_now_ms();
 		if (now >= next_sweep) { /* at start, then hourly */
@@ -328,7 +328,8 @@ int xfer_serve(const struct xfer_serve_opts *o)
 	xfer_server_init(&s, o);
 	if ((rc = serve_prepare(&s, o, err, sizeof(err))) ||
 	    (rc = serve_listen(&s, o->listen, lfd, ports, err, sizeof(err))) ||
-	    (o->metrics && (rc = xfer_metrics_start(&s, o->metrics, o->stop, &xm, err, sizeof(err)))))
+	    (o->metrics &&
+	     (rc = xfer_metrics_start(&s, o->metrics, o->stop, &xm, err, sizeof(err)))))
 		goto out;
 	if (!o->token_file && !o->tls_ca)
 		log_warn("xfer serve: warning: --insecure: no token and no client certificates; "

@@ -91,7 +91,8 @@ struct xfer_engine {
 };
 
 /* The first error wins: later ones are consequences of it. */
-__attribute__((format(printf, 2, 3))) static void set_error(struct xfer_engine *e, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static void set_error(struct xfer_engine *e, const char *fmt,
+							    ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -102,7 +103,8 @@ __attribute__((format(printf, 2, 3))) static void set_error(struct xfer_engine *
 	va_end(ap);
 }
 
-static void chunk_span(const struct xfer_engine *e, uint32_t id, uint32_t *f, uint64_t *off, uint32_t *len)
+static void chunk_span(const struct xfer_engine *e, uint32_t id, uint32_t *f, uint64_t *off,
+		       uint32_t *len)
 {
 	*f = e->file_of[id];
 	uint32_t k = id - e->first[*f];
@@ -130,7 +132,8 @@ static int send_chunk(struct stream *s, uint32_t id)
 	uint32_t f, len;
 	uint64_t off;
 	chunk_span(e, id, &f, &off, &len);
-	struct xfer_chunk_meta cm = {.file = f, .chunk = id - e->first[f], .hash = chunk_hash(e, id)};
+	struct xfer_chunk_meta cm = {
+	    .file = f, .chunk = id - e->first[f], .hash = chunk_hash(e, id)};
 	uint8_t head[XFER_HDR_LEN + XFER_CHUNK_LEN];
 	xfer_hdr_encode(head, XFER_CHUNK, XFER_CHUNK_LEN, len);
 	xfer_chunk_encode(head + XFER_HDR_LEN, &cm);
@@ -195,7 +198,8 @@ static int read_ack(struct stream *s, uint32_t id)
 		return 0;
 	default:
 		/* the receiver says why in an ERR that follows */
-		if (xfer_frame_recv(&s->io, &h, meta, sizeof(meta) - 1) == 0 && h.type == XFER_ERR) {
+		if (xfer_frame_recv(&s->io, &h, meta, sizeof(meta) - 1) == 0 &&
+		    h.type == XFER_ERR) {
 			xfer_err_decode(meta, h.meta_len, text, sizeof(text));
 			set_error(e, "receiver: %s", text);
 		}
@@ -219,9 +223,13 @@ static int stream_dial(struct stream *s)
 	}
 	/* a connect gets at least 3 s, so a lost SYN can be sent again (its first retry is at 1 s);
 	 * the stall timeout then bounds every send and receive */
-	struct xfer_dial d = {.tls = e->tls, .token = &e->token, .role = XFER_ROLE_DATA, .session = e->session,
+	struct xfer_dial d = {.tls = e->tls,
+			      .token = &e->token,
+			      .role = XFER_ROLE_DATA,
+			      .session = e->session,
 			      .connect_ms = e->stall_ms > 3000 ? (int)e->stall_ms : 3000,
-			      .stall_ms = (int)e->stall_ms, .cancel_fd = e->cancel_fd};
+			      .stall_ms = (int)e->stall_ms,
+			      .cancel_fd = e->cancel_fd};
 	char err[256];
 	int reached;
 	int rc = xfer_conn_open(&e->links[s->link].path, &d, &s->io, &reached, err, sizeof(err));
@@ -255,7 +263,8 @@ static int stream_loop(struct stream *s)
 		if (nwin < XFER_WINDOW) {
 			uint32_t id;
 			int dup;
-			rc = xfer_sched_take(&e->sched, (uint8_t)s->link, clock_now_ns(), &id, &dup);
+			rc =
+			    xfer_sched_take(&e->sched, (uint8_t)s->link, clock_now_ns(), &id, &dup);
 			if (rc == 0) {
 				win[nwin++] = id;
 				if ((rc = send_chunk(s, id)))
@@ -337,13 +346,15 @@ static void *stream_main(void *arg)
 	return NULL;
 }
 
-static int parse_links(struct xfer_engine *e, const struct xfer_send_opts *o, const struct xfer_path *given,
-		       int ngiven)
+static int parse_links(struct xfer_engine *e, const struct xfer_send_opts *o,
+		       const struct xfer_path *given, int ngiven)
 {
 	struct xfer_path parsed[XFER_LINKS_MAX];
 	const struct xfer_path *paths = given ? given : parsed;
 	char err[200];
-	int n = given ? ngiven : xfer_paths_parse(o->remote, o->local, parsed, XFER_LINKS_MAX, err, sizeof(err));
+	int n =
+	    given ? ngiven
+		  : xfer_paths_parse(o->remote, o->local, parsed, XFER_LINKS_MAX, err, sizeof(err));
 	if (n < 0 || n > XFER_LINKS_MAX) {
 		set_error(e, "%s", n < 0 ? err : "too many links");
 		return -EINVAL;
@@ -368,7 +379,8 @@ static int exchange_manifest(struct xfer_engine *e, struct net_conn *io)
 	free(enc);
 	if (rc)
 		return rc;
-	xfer_set_timeout(io->fd, XFER_FINISH_TIMEOUT_MS); /* the receiver re-hashes a resumed part */
+	xfer_set_timeout(io->fd,
+			 XFER_FINISH_TIMEOUT_MS); /* the receiver re-hashes a resumed part */
 	rc = xfer_frame_recv_alloc(io, &h, &meta);
 	xfer_set_timeout(io->fd, (int)e->stall_ms);
 	if (rc)
@@ -379,7 +391,8 @@ static int exchange_manifest(struct xfer_engine *e, struct net_conn *io)
 		set_error(e, "receiver: %s", text);
 		rc = -EIO;
 	} else if (h.type != XFER_NEED || xfer_need_decode(meta, h.meta_len, &e->m, e->need)) {
-		rc = -EPROTO; /* e->need: chunk ids are numbered file after file, as NEED lists them */
+		rc = -EPROTO; /* e->need: chunk ids are numbered file after file, as NEED lists them
+			       */
 	}
 	free(meta);
 	return rc;
@@ -387,7 +400,8 @@ static int exchange_manifest(struct xfer_engine *e, struct net_conn *io)
 
 /* The chunk index of manifest <m>: each file's first chunk id, each chunk's file, room for
  * hashes and the NEED bits; <src> copied. 0 or -ENOMEM (freed by xfer_engine_free). */
-static int engine_index(struct xfer_engine *e, const struct xfer_manifest *m, const struct xfer_source *src)
+static int engine_index(struct xfer_engine *e, const struct xfer_manifest *m,
+			const struct xfer_source *src)
 {
 	e->src = calloc(m->nfiles ? m->nfiles : 1, sizeof(*e->src));
 	e->first = calloc(m->nfiles ? m->nfiles : 1, sizeof(uint32_t));
@@ -431,8 +445,9 @@ static int engine_first_link(struct xfer_engine *e, const struct xfer_adopt *ad)
 	return 0;
 }
 
-int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *ad, const struct xfer_path *links,
-		      int nlinks, const struct xfer_manifest *m, const struct xfer_source *src, struct xfer_engine **out,
+int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *ad,
+		      const struct xfer_path *links, int nlinks, const struct xfer_manifest *m,
+		      const struct xfer_source *src, struct xfer_engine **out,
 		      struct xfer_report *rep)
 {
 	struct xfer_engine *e = calloc(1, sizeof(*e));
@@ -454,7 +469,8 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 		total += m->files[f].nchunks;
 		e->bytes_total += m->files[f].size;
 	}
-	if (total > XFER_CHUNKS_MAX) { /* chunk ids are 32-bit, and the scheduler's ring holds n + 1 */
+	if (total >
+	    XFER_CHUNKS_MAX) { /* chunk ids are 32-bit, and the scheduler's ring holds n + 1 */
 		set_error(e, "more than 2^31 chunks in one transfer: use a larger --chunk-kib");
 		rc = -E2BIG;
 		goto fail;
@@ -472,8 +488,10 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 		}
 	}
 	if (o->tls && !ad) {
-		struct net_tls_opts t = {.ca = o->tls_ca, .cert = o->tls_cert, .key = o->tls_key,
-					  .insecure = o->tls_insecure};
+		struct net_tls_opts t = {.ca = o->tls_ca,
+					 .cert = o->tls_cert,
+					 .key = o->tls_key,
+					 .insecure = o->tls_insecure};
 		char err[256];
 		if ((rc = net_tls_ctx_client(&t, &e->tls, err, sizeof(err)))) {
 			set_error(e, "%s", err);
@@ -484,7 +502,8 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 	if (ad) {
 		e->nlinks = ad->nlinks;
 		for (unsigned i = 0; i < ad->nlinks; i++)
-			snprintf(e->links[i].path.rname, sizeof(e->links[i].path.rname), "%s", ad->names[i]);
+			snprintf(e->links[i].path.rname, sizeof(e->links[i].path.rname), "%s",
+				 ad->names[i]);
 	} else if ((rc = parse_links(e, o, links, nlinks))) {
 		goto fail;
 	}
@@ -572,7 +591,8 @@ static void fill_report(struct xfer_engine *e, struct xfer_report *r, int final)
 		if (final) {
 			lr->gbps = secs > 0 ? (double)lr->bytes * 8 / secs / 1e9 : 0;
 		} else {
-			double inst = (double)(lr->bytes - l->last_bytes) * 8 / (e->progress_ms / 1000.0) / 1e9;
+			double inst = (double)(lr->bytes - l->last_bytes) * 8 /
+				      (e->progress_ms / 1000.0) / 1e9;
 			l->gbps = l->last_bytes || l->gbps ? 0.5 * l->gbps + 0.5 * inst : inst;
 			l->last_bytes = lr->bytes;
 			lr->gbps = l->gbps;
@@ -615,7 +635,8 @@ static int finish_on(struct xfer_engine *e, struct net_conn *io)
 	for (uint32_t f = 0; f < e->m.nfiles; f++) {
 		for (uint32_t k = 0; k < e->m.files[f].nchunks; k++)
 			chunk_hash(e, e->first[f] + k);
-		xfer_whole_hash(e->hash + e->first[f], e->m.files[f].nchunks, meta + XFER_WHOLE_HASH_LEN * (size_t)f);
+		xfer_whole_hash(e->hash + e->first[f], e->m.files[f].nchunks,
+				meta + XFER_WHOLE_HASH_LEN * (size_t)f);
 	}
 	int rc = xfer_frame_send(io, XFER_FINISH, meta, (uint32_t)len);
 	free(meta);
@@ -659,7 +680,9 @@ int xfer_engine_finish(struct xfer_engine *e, struct xfer_report *rep)
 		else if (!none_since)
 			none_since = now;
 		if (!streams_alive(e) || (none_since && now - none_since > give_up_ns)) {
-			set_error(e, "%s", "lost every stream to the receiver (all links down or receiver gone)");
+			set_error(
+			    e, "%s",
+			    "lost every stream to the receiver (all links down or receiver gone)");
 			rc = -ECONNRESET;
 			xfer_sched_abort(&e->sched, rc);
 			break;
@@ -695,7 +718,8 @@ int xfer_engine_finish(struct xfer_engine *e, struct xfer_report *rep)
 				rc = finish_on(e, &s->io);
 		}
 		if (rc && !e->error[0])
-			set_error(e, "could not confirm the end of the transfer: %s", strerror(-rc));
+			set_error(e, "could not confirm the end of the transfer: %s",
+				  strerror(-rc));
 	}
 	fill_report(e, rep, 1);
 	return rc;

@@ -18,7 +18,7 @@
 struct xfer_engine;
 
 struct xfer_source {
-	int fd;		   /* sendfile from here, or -1 */
+	int fd;		    /* sendfile from here, or -1 */
 	const uint8_t *buf; /* memory (a buffer, or the file mapped for hashing), or NULL */
 	uint64_t size;
 };
@@ -41,15 +41,17 @@ struct xfer_adopt {
 };
 
 /*
- * Connect to the first live link (or adopt the first connection, with <ad>), send <m> (which the engine keeps; the caller must not free
- * it before xfer_engine_free), read NEED, and start the streams. <src> has one entry per file
- * (copied). <links> (<nlinks> of them), when not NULL, are o->remote already parsed and
- * resolved: the engine dials those very addresses (a bcast relay checked them against
+ * Connect to the first live link (or adopt the first connection, with <ad>), send <m> (which the
+ * engine keeps; the caller must not free it before xfer_engine_free), read NEED, and start the
+ * streams. <src> has one entry per file (copied). <links> (<nlinks> of them), when not NULL, are
+ * o->remote already parsed and resolved: the engine dials those very addresses (a bcast relay
+ * checked them against
  * --relay-to; resolving the names again could give others). 0, or -errno with rep->error set.
  */
 struct xfer_path;
-int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *ad, const struct xfer_path *links,
-		      int nlinks, const struct xfer_manifest *m, const struct xfer_source *src, struct xfer_engine **out,
+int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *ad,
+		      const struct xfer_path *links, int nlinks, const struct xfer_manifest *m,
+		      const struct xfer_source *src, struct xfer_engine **out,
 		      struct xfer_report *rep);
 /* Chunk <k> of file <f> is ready to send; <hash> is its XXH3-64 when <known>, else computed
  * from the source's memory when sent. */

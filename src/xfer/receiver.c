@@ -575,7 +575,8 @@ static int on_finish(struct xfer_server_conn *c, const struct xfer_hello *hello,
 		uint32_t bad = UINT32_MAX;
 		if (f->finished)
 			continue;
-		int rc = xfer_store_finish(s->dirfd, f, hashes + XFER_WHOLE_HASH_LEN * (size_t)i, &bad, &why);
+		int rc = xfer_store_finish(s->dirfd, f, hashes + XFER_WHOLE_HASH_LEN * (size_t)i,
+					   &bad, &why);
 		if (rc && bad != UINT32_MAX)
 			snprintf(err, sizeof(err),
 				 "'%s': chunk %u was overwritten by a second writer after it was "

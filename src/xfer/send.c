@@ -51,7 +51,8 @@ static int list_push(struct list *l, const char *name, const char *path)
  * given are followed when they are symlinks (as cp and rsync do); symlinks and special files
  * inside a tree are skipped, so a link loop cannot send us round for ever.
  */
-static int walk(struct list *l, const char *path, const char *name, int top, char *bad, size_t badlen)
+static int walk(struct list *l, const char *path, const char *name, int top, char *bad,
+		size_t badlen)
 {
 	struct stat st;
 	if ((top ? stat(path, &st) : lstat(path, &st)) < 0) {
@@ -77,7 +78,8 @@ static int walk(struct list *l, const char *path, const char *name, int top, cha
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
 		char *p = NULL, *n = NULL;
-		if (asprintf(&p, "%s/%s", path, de->d_name) < 0 || asprintf(&n, "%s/%s", name, de->d_name) < 0)
+		if (asprintf(&p, "%s/%s", path, de->d_name) < 0 ||
+		    asprintf(&n, "%s/%s", name, de->d_name) < 0)
 			rc = -ENOMEM;
 		else
 			rc = walk(l, p, n, 0, bad, badlen);
@@ -88,8 +90,8 @@ static int walk(struct list *l, const char *path, const char *name, int top, cha
 	return rc;
 }
 
-int xfer_items_from_paths(const char *const *paths, unsigned n, const char *to, struct xfer_item **items,
-			  unsigned *nitems, char *bad, size_t badlen)
+int xfer_items_from_paths(const char *const *paths, unsigned n, const char *to,
+			  struct xfer_item **items, unsigned *nitems, char *bad, size_t badlen)
 {
 	struct list l = {0};
 	int rc = 0;
@@ -148,12 +150,14 @@ static int walk_beneath(struct list *l, int dfd, const char *path, const char *n
 		    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
 		char *p = NULL, *n = NULL;
-		if (asprintf(&p, "%s/%s", path, de->d_name) < 0 || asprintf(&n, "%s/%s", name, de->d_name) < 0) {
+		if (asprintf(&p, "%s/%s", path, de->d_name) < 0 ||
+		    asprintf(&n, "%s/%s", name, de->d_name) < 0) {
 			rc = -ENOMEM;
 		} else if (S_ISREG(st.st_mode)) {
 			rc = list_push(l, n, p);
 		} else if (S_ISDIR(st.st_mode)) {
-			int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			int sub = openat(dirfd(d), de->d_name,
+					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 			if (sub >= 0)
 				rc = walk_beneath(l, sub, p, n, depth + 1);
 		}
@@ -174,16 +178,19 @@ int xfer_items_beneath(int dirfd, const char *const *names, unsigned n, struct x
 		/* no symlink is followed, as none is inside a tree: one could lead outside DIR, or
 		 * to DIR itself or its partial files (XFER_STATE_DIR) */
 		struct open_how how = {.flags = O_RDONLY | O_CLOEXEC,
-				       .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+				       .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+						  RESOLVE_NO_MAGICLINKS};
 		int fd = (int)syscall(SYS_openat2, dirfd, names[i], &how, sizeof(how));
 		struct stat st;
 		if (fd < 0 || fstat(fd, &st) < 0) {
 			rc = -errno;
-			snprintf(err, errlen, "'%s': %s", names[i],
-				 rc == -EXDEV	? "leads outside the served directory"
-				 : rc == -ELOOP ? "is or goes through a symlink (get follows none: one could lead "
-						  "outside the served directory or into its partial files)"
-						: strerror(-rc));
+			snprintf(
+			    err, errlen, "'%s': %s", names[i],
+			    rc == -EXDEV ? "leads outside the served directory"
+			    : rc == -ELOOP
+				? "is or goes through a symlink (get follows none: one could lead "
+				  "outside the served directory or into its partial files)"
+				: strerror(-rc));
 			if (fd >= 0)
 				close(fd);
 		} else if (S_ISREG(st.st_mode)) {
@@ -216,7 +223,8 @@ static int open_source(int dirfd, const char *path)
 	if (dirfd < 0)
 		return open(path, O_RDONLY | O_CLOEXEC);
 	struct open_how how = {.flags = O_RDONLY | O_CLOEXEC,
-			       .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+			       .resolve =
+				   RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
 	return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
 }
 
@@ -229,7 +237,8 @@ int xfer_send(const struct xfer_send_opts *o, const struct xfer_item *items, uns
 int xfer_send_items(const struct xfer_send_opts *o, const struct xfer_adopt *ad, int dirfd,
 		    const struct xfer_item *items, unsigned n, struct xfer_report *rep)
 {
-	struct xfer_manifest m = {.chunk_size = (o->chunk_kib ? o->chunk_kib : XFER_SEND_CHUNK_KIB) * 1024u, .nfiles = n};
+	struct xfer_manifest m = {
+	    .chunk_size = (o->chunk_kib ? o->chunk_kib : XFER_SEND_CHUNK_KIB) * 1024u, .nfiles = n};
 	struct xfer_source *src = calloc(n ? n : 1, sizeof(*src));
 	struct xfer_engine *e = NULL;
 	int rc = -ENOMEM;
@@ -246,7 +255,8 @@ int xfer_send_items(const struct xfer_send_opts *o, const struct xfer_adopt *ad,
 	}
 	for (unsigned i = 0; i < o->nbcast; i++) {
 		if (i == XFER_FWD_MAX) {
-			snprintf(rep->error, sizeof(rep->error), "at most %d bcast hops", XFER_FWD_MAX + 1);
+			snprintf(rep->error, sizeof(rep->error), "at most %d bcast hops",
+				 XFER_FWD_MAX + 1);
 			rc = -EINVAL;
 			goto out;
 		}
@@ -270,17 +280,21 @@ int xfer_send_items(const struct xfer_send_opts *o, const struct xfer_adopt *ad,
 			src[i].fd = open_source(dirfd, items[i].path);
 			if (src[i].fd < 0 || fstat(src[i].fd, &st) < 0) {
 				rc = -errno;
-				snprintf(rep->error, sizeof(rep->error), "%s: %s", items[i].path, strerror(errno));
+				snprintf(rep->error, sizeof(rep->error), "%s: %s", items[i].path,
+					 strerror(errno));
 				goto out;
 			}
 			f->size = src[i].size = (uint64_t)st.st_size;
 			f->mode = st.st_mode & 07777;
-			f->mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
+			f->mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000u +
+				      (uint64_t)st.st_mtim.tv_nsec;
 			if (f->size) {
-				void *map = mmap(NULL, f->size, PROT_READ, MAP_SHARED, src[i].fd, 0);
+				void *map =
+				    mmap(NULL, f->size, PROT_READ, MAP_SHARED, src[i].fd, 0);
 				if (map == MAP_FAILED) {
 					rc = -errno;
-					snprintf(rep->error, sizeof(rep->error), "%s: %s", items[i].path, strerror(errno));
+					snprintf(rep->error, sizeof(rep->error), "%s: %s",
+						 items[i].path, strerror(errno));
 					goto out;
 				}
 				madvise(map, f->size, MADV_SEQUENTIAL);

@@ -23,9 +23,9 @@
 static int open_beneath(int dirfd, const char *path, int flags, mode_t mode)
 {
 	struct open_how how = {
-		.flags = (uint64_t)(flags | O_CLOEXEC),
-		.mode = (flags & O_CREAT) ? mode : 0,
-		.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
+	    .flags = (uint64_t)(flags | O_CLOEXEC),
+	    .mode = (flags & O_CREAT) ? mode : 0,
+	    .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
 	};
 	long fd = syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
 	return fd < 0 ? -errno : (int)fd;
@@ -59,7 +59,8 @@ static void file_id(const struct xfer_manifest *m, const struct xfer_file *fi, c
 	XXH3_128bits_update(st, tail, sizeof(tail));
 	XXH128_hash_t h = XXH3_128bits_digest(st);
 	XXH3_freeState(st);
-	snprintf(out, 33, "%016llx%016llx", (unsigned long long)h.high64, (unsigned long long)h.low64);
+	snprintf(out, 33, "%016llx%016llx", (unsigned long long)h.high64,
+		 (unsigned long long)h.low64);
 }
 
 /* Re-hash the chunks the state says are done; keep those that still match. */
@@ -92,8 +93,9 @@ out:
 	return rc;
 }
 
-static const char *const part_gone = "the partial file is gone (completed by another transfer of the same "
-				     "file, or removed as abandoned); send again";
+static const char *const part_gone =
+    "the partial file is gone (completed by another transfer of the same "
+    "file, or removed as abandoned); send again";
 
 /* DIR/.accelnet-xfer/ID.EXT, opened with O_RDWR and <flags> (O_CREAT...): the descriptor, or
  * -errno with *why. */
@@ -162,7 +164,8 @@ static int in_place(int dirfd, const struct xfer_file *fi, struct xfer_store_fil
 	if (fd < 0)
 		return 0;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != fi->size ||
-	    (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec != fi->mtime_ns) {
+	    (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec !=
+		fi->mtime_ns) {
 		close(fd);
 		return 0;
 	}
@@ -175,7 +178,8 @@ static int in_place(int dirfd, const struct xfer_file *fi, struct xfer_store_fil
 		}
 	}
 	for (uint32_t k = 0; k < f->nchunks; k++) {
-		f->hashes[k] = XXH3_64bits(map + (uint64_t)k * f->chunk_size, xfer_store_chunk_len(f, k));
+		f->hashes[k] =
+		    XXH3_64bits(map + (uint64_t)k * f->chunk_size, xfer_store_chunk_len(f, k));
 		f->done[k] = 1;
 	}
 	if (map)
@@ -201,7 +205,8 @@ static int resume_load(int dirfd, struct xfer_store_file *f, const char **why)
 	}
 	f->part_fd = open_store_file(dirfd, f->id, "part", 0, why);
 	struct stat st;
-	if (f->part_fd < 0 || fstat(f->part_fd, &st) < 0 || (uint64_t)st.st_size != f->size || !f->size)
+	if (f->part_fd < 0 || fstat(f->part_fd, &st) < 0 || (uint64_t)st.st_size != f->size ||
+	    !f->size)
 		goto out; /* nothing usable: received anew */
 	if (part_ident(f, why))
 		goto out;
@@ -219,8 +224,8 @@ out:
 	return rc;
 }
 
-int xfer_store_open(int dirfd, const struct xfer_manifest *m, uint32_t idx, struct xfer_store_file *f,
-		    const char **why)
+int xfer_store_open(int dirfd, const struct xfer_manifest *m, uint32_t idx,
+		    struct xfer_store_file *f, const char **why)
 {
 	const struct xfer_file *fi = &m->files[idx];
 	int rc;
@@ -262,7 +267,8 @@ int xfer_store_acquire(int dirfd, struct xfer_store_file *f, const char **why)
 	if (f->part_fd >= 0)
 		return 0;
 	if (f->in_place) { /* a relay sends the file from where it is */
-		if ((rc = f->part_fd = open_beneath(dirfd, f->path, O_RDONLY | O_NOFOLLOW, 0)) < 0) {
+		if ((rc = f->part_fd = open_beneath(dirfd, f->path, O_RDONLY | O_NOFOLLOW, 0)) <
+		    0) {
 			*why = "cannot open the file in place";
 			goto fail;
 		}
@@ -293,7 +299,8 @@ int xfer_store_acquire(int dirfd, struct xfer_store_file *f, const char **why)
 		rc = -EBUSY;
 		goto fail;
 	}
-	if ((rc = f->part_fd = open_store_file(dirfd, f->id, "part", create ? O_CREAT : 0, why)) < 0)
+	if ((rc = f->part_fd = open_store_file(dirfd, f->id, "part", create ? O_CREAT : 0, why)) <
+	    0)
 		goto gone;
 	if ((rc = part_ident(f, why)))
 		goto fail;
@@ -351,8 +358,8 @@ static void unlink_held(int dirfd, struct xfer_store_file *f)
 	if (f->state_fd < 0 || f->part_fd < 0 || f->in_place)
 		return;
 	snprintf(name, sizeof(name), XFER_STORE_DIR "/%s.part", f->id);
-	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || (uint64_t)st.st_dev != f->part_dev ||
-	    (uint64_t)st.st_ino != f->part_ino)
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    (uint64_t)st.st_dev != f->part_dev || (uint64_t)st.st_ino != f->part_ino)
 		return;
 	unlinkat(dirfd, name, 0);
 	snprintf(name, sizeof(name), XFER_STORE_DIR "/%s.state", f->id);
@@ -463,7 +470,8 @@ static int chunks_check(struct xfer_store_file *f, uint32_t *bad_chunk)
 			memset(raw, 0, hb + f->nchunks); /* unreadable: every chunk is re-hashed */
 	}
 	for (uint32_t k = 0; k < f->nchunks; k++) {
-		int same = raw && raw[hb + k] == 1 && wire_get64(raw + 8 * (size_t)k) == f->hashes[k];
+		int same =
+		    raw && raw[hb + k] == 1 && wire_get64(raw + 8 * (size_t)k) == f->hashes[k];
 		if (!f->done[k] || (same && !f->multi[k]))
 			continue;
 		f->multi[k] = 0;
@@ -473,7 +481,8 @@ static int chunks_check(struct xfer_store_file *f, uint32_t *bad_chunk)
 		f->done[k] = 0;
 		f->ndone--;
 		ssize_t n = pwrite(f->state_fd, &zero, 1, (off_t)f->nchunks * 8 + k);
-		(void)n; /* if the flag stays, a resume re-hashes the chunk and finds it bad anyway */
+		(void)
+		    n; /* if the flag stays, a resume re-hashes the chunk and finds it bad anyway */
 		if (!rc)
 			*bad_chunk = k;
 		rc = -EAGAIN;
@@ -482,8 +491,8 @@ static int chunks_check(struct xfer_store_file *f, uint32_t *bad_chunk)
 	return rc;
 }
 
-int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[16], uint32_t *bad_chunk,
-		      const char **why)
+int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[16],
+		      uint32_t *bad_chunk, const char **why)
 {
 	char name[64];
 	uint8_t got[16];
@@ -495,8 +504,9 @@ int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[
 	xfer_whole_hash(f->hashes, f->nchunks, got);
 	if (f->in_place) {
 		if (memcmp(got, whole, 16)) {
-			*why = "the file at the destination has the source's size and time but other "
-			       "content; remove it to transfer it again";
+			*why =
+			    "the file at the destination has the source's size and time but other "
+			    "content; remove it to transfer it again";
 			return -EBADMSG;
 		}
 		f->finished = 1;
@@ -515,17 +525,20 @@ int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[
 	snprintf(name, sizeof(name), XFER_STORE_DIR "/%s.part", f->id);
 	if (memcmp(got, whole, 16)) {
 		/* a part this transfer found may hold another transfer's verified chunks: left */
-		*why = f->created ? "whole-file hash differs (the source changed during the transfer?)"
-				  : "whole-file hash differs from that of the partial file found (the source "
-				    "changed, or another transfer of a different file of the same name, size "
-				    "and time is running?)";
+		*why =
+		    f->created
+			? "whole-file hash differs (the source changed during the transfer?)"
+			: "whole-file hash differs from that of the partial file found (the source "
+			  "changed, or another transfer of a different file of the same name, size "
+			  "and time is running?)";
 		if (f->created)
 			unlink_held(dirfd, f);
 		xfer_store_release(f);
 		return -EBADMSG;
 	}
 	struct timespec times[2] = {{.tv_nsec = UTIME_OMIT},
-				    {.tv_sec = (time_t)(f->mtime_ns / 1000000000u), .tv_nsec = (long)(f->mtime_ns % 1000000000u)}};
+				    {.tv_sec = (time_t)(f->mtime_ns / 1000000000u),
+				     .tv_nsec = (long)(f->mtime_ns % 1000000000u)}};
 	if (f->mtime_ns)
 		futimens(f->part_fd, times); /* the source's time: a later run finds it in place */
 	if (fchmod(f->part_fd, f->mode) < 0 || fsync(f->part_fd) < 0) {

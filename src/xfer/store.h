@@ -69,17 +69,19 @@ struct xfer_store_file {
 	uint32_t ndone;
 	uint64_t mtime_ns;
 	uint64_t reserve; /* bytes the part still needs on disk, as found by xfer_store_open */
-	int in_place; /* already complete at its final path (acquired: part_fd and map are that file) */
+	int in_place;	  /* already complete at its final path (acquired: part_fd and map are that
+			     file) */
 	uint64_t *hashes; /* as verified on arrival */
 	uint8_t *done;
 	uint8_t *writers; /* per chunk: connections receiving into it now (caller's lock) */
 	uint8_t *multi;	  /* per chunk: had two writers at once; re-hashed before the rename */
 	unsigned busy;	  /* writers of all chunks (caller's lock) */
-	int pinned;	  /* acquired for good (a bcast relay sends from the map): release is a no-op */
-	int known;	  /* the part was opened once: part_dev and part_ino say which file it is */
-	int created;	  /* this transfer created the state (and the part): discard may remove them */
+	int pinned;  /* acquired for good (a bcast relay sends from the map): release is a no-op */
+	int known;   /* the part was opened once: part_dev and part_ino say which file it is */
+	int created; /* this transfer created the state (and the part): discard may remove them */
 	uint64_t part_dev, part_ino;
-	uint8_t *map; /* the part, mapped shared while acquired: chunks are received straight into it */
+	uint8_t
+	    *map; /* the part, mapped shared while acquired: chunks are received straight into it */
 	char id[33];
 	char *path; /* borrowed from the manifest */
 	int finished;
@@ -92,8 +94,8 @@ struct xfer_store_file {
  * caller checks it against the free space (and what other transfers reserved). 0, or -errno
  * with *why (-EBUSY: another transfer of the same file is running).
  */
-int xfer_store_open(int dirfd, const struct xfer_manifest *m, uint32_t idx, struct xfer_store_file *f,
-		    const char **why);
+int xfer_store_open(int dirfd, const struct xfer_manifest *m, uint32_t idx,
+		    struct xfer_store_file *f, const char **why);
 /* Create (or open) the part and its state, lock and map them: before a chunk is received.
  * Once the part is known (opened before), it is opened, never created, and must be the same
  * file. Idempotent. 0, or -errno with *why (-EBUSY: another transfer holds the file; -ESTALE:
@@ -148,8 +150,8 @@ void xfer_whole_hash(const uint64_t *hashes, uint32_t n, uint8_t out[16]);
  * it, so the next try starts anew; -ESTALE: the part is gone or is another file, see above;
  * -EBUSY: another transfer holds it).
  */
-int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[16], uint32_t *bad_chunk,
-		      const char **why);
+int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[16],
+		      uint32_t *bad_chunk, const char **why);
 
 /*
  * Remove the parts (and states) under <dirfd> that nobody holds and that neither changed for

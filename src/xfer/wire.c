@@ -122,7 +122,8 @@ int xfer_path_check(const char *path, size_t len, const char **why)
 			*why = "path has an empty, '.' or '..' component";
 			return -EINVAL;
 		}
-		if (start == 0 && n == sizeof(XFER_STATE_DIR) - 1 && !memcmp(path, XFER_STATE_DIR, n)) {
+		if (start == 0 && n == sizeof(XFER_STATE_DIR) - 1 &&
+		    !memcmp(path, XFER_STATE_DIR, n)) {
 			*why = "path is inside the receiver's directory of partial files";
 			return -EINVAL;
 		}
@@ -193,8 +194,8 @@ void xfer_manifest_free(struct xfer_manifest *m)
 	memset(m, 0, sizeof(*m));
 }
 
-int xfer_manifest_decode(const uint8_t *in, size_t len, uint32_t max_files, struct xfer_manifest *out,
-			 const char **why)
+int xfer_manifest_decode(const uint8_t *in, size_t len, uint32_t max_files,
+			 struct xfer_manifest *out, const char **why)
 {
 	struct rd r = {in, len, 0};
 	uint64_t total = 0;
@@ -243,7 +244,8 @@ int xfer_manifest_decode(const uint8_t *in, size_t len, uint32_t max_files, stru
 		uint64_t n = f->size ? (f->size - 1) / out->chunk_size + 1 : 0;
 		total += n; /* n < 2^53 (size / 4096): no wrap */
 		if (total > XFER_CHUNKS_MAX) {
-			*why = "more than 2^31 chunks in one transfer (a larger chunk size needs fewer)";
+			*why = "more than 2^31 chunks in one transfer (a larger chunk size needs "
+			       "fewer)";
 			goto fail;
 		}
 		f->nchunks = (uint32_t)n;
@@ -398,7 +400,8 @@ int xfer_name_asked(const char *path, const char *const *names, unsigned n)
 	return 0;
 }
 
-int xfer_get_encode(uint32_t nconns, const char *const *names, unsigned n, uint8_t **out, size_t *len)
+int xfer_get_encode(uint32_t nconns, const char *const *names, unsigned n, uint8_t **out,
+		    size_t *len)
 {
 	uint8_t *enc;
 	size_t enclen;
@@ -417,7 +420,8 @@ int xfer_get_encode(uint32_t nconns, const char *const *names, unsigned n, uint8
 	return 0;
 }
 
-int xfer_get_decode(const uint8_t *in, size_t len, uint32_t *nconns, char ***names, unsigned *n, const char **why)
+int xfer_get_decode(const uint8_t *in, size_t len, uint32_t *nconns, char ***names, unsigned *n,
+		    const char **why)
 {
 	if (len < 4) {
 		*why = "GET too short";
@@ -461,7 +465,8 @@ size_t xfer_err_decode(const uint8_t *in, size_t len, char *text, size_t cap)
 	return n;
 }
 
-int xfer_need_encode(const struct xfer_manifest *m, const uint8_t *needed, uint8_t **out, size_t *len)
+int xfer_need_encode(const struct xfer_manifest *m, const uint8_t *needed, uint8_t **out,
+		     size_t *len)
 {
 	*len = xfer_need_len(m);
 	uint8_t *p = *out = calloc(*len ? *len : 1, 1);

@@ -30,7 +30,7 @@
 #define XFER_MAC_LEN 32
 #define XFER_PATH_MAX 4096
 #define XFER_FWD_MAX 16
-#define XFER_CHUNKS_MAX (1u << 31) /* chunks in one transfer: 32-bit chunk ids never wrap */
+#define XFER_CHUNKS_MAX (1u << 31)	/* chunks in one transfer: 32-bit chunk ids never wrap */
 #define XFER_STATE_DIR ".accelnet-xfer" /* the receiver's partial files, under its DIR */
 
 enum xfer_type {
@@ -98,13 +98,14 @@ struct xfer_manifest {
 	uint32_t chunk_size;
 	uint32_t nfiles;
 	struct xfer_file *files;
-	uint32_t nfwd;		    /* bcast: the hops after the receiver, in order */
-	char *fwd[XFER_FWD_MAX];    /* each "HOST:PORT[,HOST:PORT...]" */
+	uint32_t nfwd;		 /* bcast: the hops after the receiver, in order */
+	char *fwd[XFER_FWD_MAX]; /* each "HOST:PORT[,HOST:PORT...]" */
 };
 
 static inline void wire_put32(uint8_t *p, uint32_t v)
 {
-	p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16), p[3] = (uint8_t)(v >> 24);
+	p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16),
+	p[3] = (uint8_t)(v >> 24);
 }
 static inline void wire_put64(uint8_t *p, uint64_t v)
 {
@@ -147,8 +148,8 @@ int xfer_ok_decode(const uint8_t *in, size_t len, uint8_t proof[XFER_MAC_LEN], i
  * count is read, before anything is allocated for them; else -EPROTO).
  */
 int xfer_manifest_encode(const struct xfer_manifest *m, uint8_t **out, size_t *len);
-int xfer_manifest_decode(const uint8_t *in, size_t len, uint32_t max_files, struct xfer_manifest *out,
-			 const char **why);
+int xfer_manifest_decode(const uint8_t *in, size_t len, uint32_t max_files,
+			 struct xfer_manifest *out, const char **why);
 void xfer_manifest_free(struct xfer_manifest *m);
 static inline uint32_t xfer_chunks_of(uint64_t size, uint32_t chunk_size)
 {
@@ -161,14 +162,17 @@ int xfer_names_encode(const char *const *names, unsigned n, uint8_t **out, size_
 int xfer_names_decode(const uint8_t *in, size_t len, char ***names, unsigned *n, const char **why);
 
 /* GET: u32 connections the client opens, then the names as above. decode mallocs *names. */
-int xfer_get_encode(uint32_t nconns, const char *const *names, unsigned n, uint8_t **out, size_t *len);
-int xfer_get_decode(const uint8_t *in, size_t len, uint32_t *nconns, char ***names, unsigned *n, const char **why);
+int xfer_get_encode(uint32_t nconns, const char *const *names, unsigned n, uint8_t **out,
+		    size_t *len);
+int xfer_get_decode(const uint8_t *in, size_t len, uint32_t *nconns, char ***names, unsigned *n,
+		    const char **why);
 
 /* NEED: per file, ceil(nchunks/8) bytes, bit i of byte i/8 set = chunk i needed. <needed>
  * holds one byte per chunk of the manifest, files in order (non-zero: needed). encode
  * mallocs *out (caller frees); decode -EPROTO when the length does not fit <m>. */
 size_t xfer_need_len(const struct xfer_manifest *m);
-int xfer_need_encode(const struct xfer_manifest *m, const uint8_t *needed, uint8_t **out, size_t *len);
+int xfer_need_encode(const struct xfer_manifest *m, const uint8_t *needed, uint8_t **out,
+		     size_t *len);
 int xfer_need_decode(const uint8_t *in, size_t len, const struct xfer_manifest *m, uint8_t *needed);
 
 /* FINISH: per file of the manifest, its whole hash (XFER_WHOLE_HASH_LEN bytes, see store.h),

@@ -27,12 +27,14 @@ static void fuzz_need(const struct xfer_manifest *m, const uint8_t *data, size_t
 	size_t elen;
 	if (!needed)
 		return;
-	if (xfer_need_decode(data, len, m, needed) == 0 && xfer_need_encode(m, needed, &enc, &elen) == 0) {
+	if (xfer_need_decode(data, len, m, needed) == 0 &&
+	    xfer_need_encode(m, needed, &enc, &elen) == 0) {
 		/* bits past a file's last chunk are dropped: compare after a second trip */
 		uint8_t *enc2;
 		size_t elen2;
-		if (xfer_need_decode(enc, elen, m, needed) || xfer_need_encode(m, needed, &enc2, &elen2) ||
-		    elen2 != elen || memcmp(enc, enc2, elen))
+		if (xfer_need_decode(enc, elen, m, needed) ||
+		    xfer_need_encode(m, needed, &enc2, &elen2) || elen2 != elen ||
+		    memcmp(enc, enc2, elen))
 			abort();
 		free(enc2);
 		free(enc);
@@ -63,7 +65,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size >= 4)
 		(void)xfer_magic_decode(data);
 	const uint8_t *hashes;
-	if (xfer_finish_decode(data, size, (uint32_t)(size / XFER_WHOLE_HASH_LEN), &hashes) == 0 && hashes != data)
+	if (xfer_finish_decode(data, size, (uint32_t)(size / XFER_WHOLE_HASH_LEN), &hashes) == 0 &&
+	    hashes != data)
 		abort();
 	const char *why;
 	(void)xfer_path_check((const char *)data, size, &why);
@@ -98,7 +101,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				abort();
 			uint8_t *enc2;
 			size_t len2;
-			if (xfer_manifest_encode(&m2, &enc2, &len2) || len2 != len || memcmp(enc, enc2, len))
+			if (xfer_manifest_encode(&m2, &enc2, &len2) || len2 != len ||
+			    memcmp(enc, enc2, len))
 				abort();
 			free(enc2);
 			xfer_manifest_free(&m2);

@@ -39,7 +39,8 @@ static char listen_addr[64];
 static void *serve_main(void *arg)
 {
 	(void)arg;
-	struct xfer_serve_opts o = {.listen = listen_addr, .dir = dir, .insecure = 1, .stop = &stop, .ready = ready};
+	struct xfer_serve_opts o = {
+	    .listen = listen_addr, .dir = dir, .insecure = 1, .stop = &stop, .ready = ready};
 	int rc = xfer_serve(&o);
 	__atomic_store_n(&port, -1, __ATOMIC_RELEASE); /* ended: never leave the test waiting */
 	return (void *)(intptr_t)rc;
@@ -112,8 +113,8 @@ static void buffer_and_file(void **state)
 	 * never claims more than was sent, and says how much the kernel copied */
 	assert_true(r.zc_copied_bytes <= r.zc_bytes);
 	assert_true(r.zc_bytes <= r.bytes_sent);
-	printf("zero-copy bytes %llu, copied by the kernel anyway %llu\n", (unsigned long long)r.zc_bytes,
-	       (unsigned long long)r.zc_copied_bytes);
+	printf("zero-copy bytes %llu, copied by the kernel anyway %llu\n",
+	       (unsigned long long)r.zc_bytes, (unsigned long long)r.zc_copied_bytes);
 
 	char path[160];
 	size_t got;

@@ -104,8 +104,9 @@ static void manifest_round_trip_and_truncation(void **state)
 static void unsafe_paths_refused(void **state)
 {
 	(void)state;
-	const char *bad[] = {"", "/etc/passwd", "../x", "a/../../x", "a//b", "a/./b", "a/", "a\\b",
-			     "a\nb", ".accelnet-xfer/x", ".accelnet-xfer", ".."};
+	const char *bad[] = {
+	    "",	  "/etc/passwd", "../x", "a/../../x",	     "a//b",	       "a/./b",
+	    "a/", "a\\b",	 "a\nb", ".accelnet-xfer/x", ".accelnet-xfer", ".."};
 	const char *why;
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		assert_int_equal(xfer_path_check(bad[i], strlen(bad[i]), &why), -EINVAL);
@@ -119,8 +120,10 @@ static void names_asked_admit_only_beneath(void **state)
 {
 	(void)state;
 	const char *asked[] = {"models/m1", "top.bin"};
-	const char *ok[] = {"m1", "m1/weights.bin", "m1/a/b", "top.bin", "top.bin/x" /* a tree by that name */};
-	const char *no[] = {".bashrc", ".ssh/authorized_keys", "m10", "m1x/y", "models/m1/w", "top.bin2"};
+	const char *ok[] = {"m1", "m1/weights.bin", "m1/a/b", "top.bin",
+			    "top.bin/x" /* a tree by that name */};
+	const char *no[] = {".bashrc", ".ssh/authorized_keys", "m10",
+			    "m1x/y",   "models/m1/w",	       "top.bin2"};
 	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
 		assert_int_equal(xfer_name_asked(ok[i], asked, 2), 1);
 	for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
@@ -172,7 +175,8 @@ static void get_round_trip(void **state)
 static void need_round_trip(void **state)
 {
 	(void)state;
-	struct xfer_file files[3] = {{.path = "a", .nchunks = 10}, {.path = "b", .nchunks = 0}, {.path = "c", .nchunks = 3}};
+	struct xfer_file files[3] = {
+	    {.path = "a", .nchunks = 10}, {.path = "b", .nchunks = 0}, {.path = "c", .nchunks = 3}};
 	struct xfer_manifest m = {.chunk_size = 4096, .nfiles = 3, .files = files};
 	uint8_t needed[13] = {1, 0, 0, 1, 0, 0, 0, 0, 1, 1, /* c: */ 0, 1, 1}, back[13];
 	uint8_t *enc;
@@ -213,7 +217,8 @@ static void small_messages(void **state)
 	char text[8];
 	assert_int_equal(xfer_err_decode((const uint8_t *)"refused", 7, text, sizeof(text)), 7);
 	assert_string_equal(text, "refused");
-	assert_int_equal(xfer_err_decode((const uint8_t *)"too long a reason", 17, text, sizeof(text)), 7);
+	assert_int_equal(
+	    xfer_err_decode((const uint8_t *)"too long a reason", 17, text, sizeof(text)), 7);
 	assert_string_equal(text, "too lon");
 	assert_int_equal(xfer_err_decode((const uint8_t *)"", 0, text, sizeof(text)), 0);
 	assert_string_equal(text, "");
