@@ -7,6 +7,7 @@
 #include "cli/cli.h"
 
 #include "core/check.h"
+#include "obs/json.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -263,21 +264,6 @@ static void progress_bar(const struct xfer_report *r, void *arg)
 	fprintf(stderr, "\033[K");
 }
 
-static void json_string(FILE *out, const char *s)
-{
-	fputc('"', out);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			fprintf(out, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(out, "\\u%04x", c);
-		else
-			fputc(c, out);
-	}
-	fputc('"', out);
-}
-
 static void print_json(const struct xfer_report *r, int rc)
 {
 	double gbps = r->seconds > 0 ? (double)r->bytes_acked * 8 / r->seconds / 1e9 : 0;
@@ -295,15 +281,15 @@ static void print_json(const struct xfer_report *r, int rc)
 	for (unsigned i = 0; i < r->nlinks; i++) {
 		const struct xfer_link_report *l = &r->links[i];
 		printf("%s{\"remote\": ", i ? ", " : "");
-		json_string(stdout, l->remote);
+		json_write_string(stdout, l->remote);
 		printf(", \"local\": ");
-		json_string(stdout, l->local);
+		json_write_string(stdout, l->local);
 		printf(", \"bytes\": %llu, \"gbit_per_s\": %.3f, \"streams_up\": %u, "
 		       "\"streams_lost\": %u}",
 		       (unsigned long long)l->bytes, l->gbps, l->up, l->failed);
 	}
 	printf("], \"error\": ");
-	json_string(stdout, r->error);
+	json_write_string(stdout, r->error);
 	printf("}\n");
 }
 
