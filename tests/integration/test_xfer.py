@@ -556,3 +556,34 @@ def test_cli_errors(env):
     assert r.returncode == 1 and "bad address" in r.stderr, r.stderr
     r = subprocess.run([BIN, "xfer", "serve", "--listen", "127.0.0.1:1"], capture_output=True, text=True)
     assert r.returncode == 2 and "--dir" in r.stderr, r.stderr
+
+
+def test_help_and_docs_agree(env):
+    """Every option docs/xfer.md documents is in `xfer --help` (made from the flag tables of
+    cmd_xfer.c), with the same default, and every option --help lists is documented: the
+    tables and the reference cannot drift apart."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "docs", "xfer.md")) as f:
+        doc = f.read()
+    usage = subprocess.run([BIN, "xfer", "--help"], capture_output=True, text=True, timeout=10).stdout
+    helped = {}  # flag -> default shown by --help, or None
+    for m in re.finditer(r"--([a-z][a-z-]*)(?: [A-Z][^\s\]]*)?(?: \((\d+)\))?", usage.split("trust:")[0]):
+        helped.setdefault(m.group(1), m.group(2))
+    documented = {}
+    for line in doc.splitlines():
+        if not line.startswith("| `--"):
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        flags = re.findall(r"--([a-z][a-z-]*)", cells[0])
+        default = None
+        if len(cells) == 3 and re.fullmatch(r"\d+", cells[1]):
+            default = cells[1]
+        m = re.search(r"\(default (\d+)", cells[-1])
+        if m:
+            default = m.group(1)
+        for i, flag in enumerate(flags):
+            documented.setdefault(flag, default if i == 0 else None)
+    assert set(documented) == set(helped), (set(documented) ^ set(helped))
+    for flag, default in documented.items():
+        if default is not None:
+            assert helped[flag] == default, (flag, default, helped[flag])
