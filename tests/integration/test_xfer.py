@@ -587,3 +587,24 @@ def test_help_and_docs_agree(env):
     for flag, default in documented.items():
         if default is not None:
             assert helped[flag] == default, (flag, default, helped[flag])
+
+
+def test_metrics_and_docs_agree(env):
+    """The families serve's /metrics writes (from xfer/metrics.c's one table) are the ones
+    docs/xfer.md lists, and a path other than /metrics is 404."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "docs", "xfer.md")) as f:
+        doc = f.read()
+    section = doc.split("### Metrics of `serve`")[1].split("\n## ")[0]
+    documented = set(re.findall(r"`(accelnet_xfer_[a-z_]+)", section))
+    dst = os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    port, mport = free_port(), free_port()
+    serve(env, f"127.0.0.1:{port}", dst, metrics=f"127.0.0.1:{mport}")
+    text = subprocess.run(["curl", "-s", f"http://127.0.0.1:{mport}/metrics"], capture_output=True,
+                          text=True, timeout=10).stdout
+    written = set(re.findall(r"^# TYPE (\S+) ", text, re.M))
+    assert written == documented, written ^ documented
+    code = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                           f"http://127.0.0.1:{mport}/other"], capture_output=True, text=True, timeout=10).stdout
+    assert code == "404", code
