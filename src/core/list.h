@@ -4,8 +4,8 @@
  * An object that sits on a list embeds a struct list_node and is recovered from it with
  * container_of() (core/loop.h). A list is a struct list_head: a sentinel node, so insertion
  * and removal never test for the empty case. A node that is on no list has both links NULL
- * (list_node_init); list_del() leaves it so, which makes "is it linked?" one test and a second
- * list_del() harmless.
+ * (list_node_init); list_del() leaves it so, which makes "is it linked?" one test
+ * (list_linked). list_del() takes a node that is linked: test first where it may not be.
  *
  * Nothing here allocates or locks: a list belongs to whoever holds its head.
  */

@@ -422,3 +422,15 @@ int http_parse_response(const char *buf, size_t len, size_t max_head, enum http_
 	}
 	return r;
 }
+
+int http_head_read(struct http_head_reader *r, const char *buf, size_t len, size_t max,
+		   struct http_head *h)
+{
+	if (len >= max || r->scanned < 32 || http_head_may_be_complete(buf, r->scanned, len)) {
+		int n = http_parse_request(buf, len, max, h);
+		if (n != 0)
+			return n;
+	}
+	r->scanned = len;
+	return 0;
+}

@@ -109,6 +109,26 @@ int http_parse_response(const char *buf, size_t len, size_t max_head, enum http_
 int http_head_may_be_complete(const char *buf, size_t old_len, size_t len);
 
 /*
+ * Reading a request head as its bytes arrive (the server side of every HTTP/1 connection:
+ * the proxy's clients, the admin endpoint, the simulator). http_head_read() parses buf[0..len)
+ * only when the head may be complete, and while the request line is short enough that junk
+ * (a TLS hello on a plain port) is refused at once. Returns the head's length (> 0, parsed
+ * into <h>), 0 when more is needed, or -status (400, 431, 501, 505 ...). Clear <r> (or call
+ * http_head_reader_reset) before each head.
+ */
+struct http_head_reader {
+	size_t scanned; /* bytes looked at by an earlier call */
+};
+
+static inline void http_head_reader_reset(struct http_head_reader *r)
+{
+	r->scanned = 0;
+}
+
+int http_head_read(struct http_head_reader *r, const char *buf, size_t len, size_t max,
+		   struct http_head *h);
+
+/*
  * Case-insensitive comparison of a parsed string with a C string. Inline so that, with a
  * literal, the length is known at compile time and most fields are rejected on length alone
  * (it runs several times per header of every proxied request).

@@ -24,6 +24,7 @@
 #include "core/log.h"
 #include "http/body.h"
 #include "http/chunked.h"
+#include "http/rewrite.h"
 #include "http/status.h"
 #include "net/conn.h"
 #include "net/sock.h"
@@ -65,14 +66,15 @@ struct hsrv_conn {
 	int close_after; /* close once the output is flushed */
 	int keep_alive;	 /* for the current request */
 	int is_head;
-	int in_handler;	   /* the handler is running: closing is deferred */
-	int sent_continue; /* 100 Continue already sent for the request being read */
-	int dead;	   /* closed while in the handler */
-	int readable;	   /* a read edge seen and not yet drained to EAGAIN */
-	uint64_t head_ms;  /* when the request being read (or the connection) began; 0: none */
-	uint64_t last_ms;  /* the last byte read or written */
-	size_t req_len;	   /* bytes of the request being answered, consumed when done */
-	size_t body_off;   /* where the body of the request being read starts; 0: head not seen */
+	int in_handler;		      /* the handler is running: closing is deferred */
+	int sent_continue;	      /* 100 Continue already sent for the request being read */
+	struct http_head_reader head; /* the request head being read */
+	int dead;		      /* closed while in the handler */
+	int readable;		      /* a read edge seen and not yet drained to EAGAIN */
+	uint64_t head_ms; /* when the request being read (or the connection) began; 0: none */
+	uint64_t last_ms; /* the last byte read or written */
+	size_t req_len;	  /* bytes of the request being answered, consumed when done */
+	size_t body_off;  /* where the body of the request being read starts; 0: head not seen */
 	struct http_body body; /* its framing, scanned as bytes arrive (valid with body_off) */
 	hsrv_abort_fn abort_fn;
 	void *abort_arg;
@@ -269,7 +271,7 @@ int hsrv_stream_write(struct hsrv_conn *c, const char *data, size_t len)
 	ASSERT(c->phase == PH_STREAM);
 	if (!len)
 		return 0;
-	int n = snprintf(size, sizeof(size), "%zx\r\n", len);
+	int n = rewrite_chunk_size(size, sizeof(size), len);
 	out_append(c, size, (size_t)n);
 	out_append(c, data, len);
 	out_append(c, "\r\n", 2);
@@ -385,7 +387,7 @@ static int conn_process(struct hsrv_conn *c)
 {
 	struct http_head h;
 	while (c->phase == PH_READ && c->in_len && !c->close_after && !conn_backlogged(c)) {
-		int r = http_parse_request(c->in, c->in_len, HSRV_MAX_HEAD, &h);
+		int r = http_head_read(&c->head, c->in, c->in_len, HSRV_MAX_HEAD, &h);
 		if (r == 0) {
 			conn_request_begun(c);
 			return 0;
@@ -398,14 +400,17 @@ static int conn_process(struct hsrv_conn *c)
 		if (end == 0) {
 			conn_request_begun(c);
 			if ((h.flags & HTTP_F_EXPECT_CONTINUE) && !c->sent_continue) {
+				char cont[32];
+				int n = rewrite_continue(cont, sizeof(cont));
 				c->sent_continue = 1;
-				out_append(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+				out_append(c, cont, (size_t)n);
 				return conn_flush(c);
 			}
 			return 0;
 		}
 		c->sent_continue = 0;
 		c->body_off = 0;
+		http_head_reader_reset(&c->head);
 		if (end < 0)
 			return conn_refuse(c, (int)-end);
 		c->head_ms = 0;

@@ -40,11 +40,11 @@ struct client {
 	int hup;		/* the client shut its side (or the socket failed) */
 	int hup_checked;	/* ... and client_gone() has looked at it */
 	unsigned keep_alive : 1;
-	unsigned trusted : 1; /* the client is in trusted_proxies */
-	struct buf *in;	      /* bytes from the client */
-	struct buf *out;      /* heads and proxy-made responses for the client */
-	uint64_t phase_ms;    /* when the current state or head began */
-	size_t head_scanned;
+	unsigned trusted : 1;	      /* the client is in trusted_proxies */
+	struct buf *in;		      /* bytes from the client */
+	struct buf *out;	      /* heads and proxy-made responses for the client */
+	uint64_t phase_ms;	      /* when the current state or head began */
+	struct http_head_reader head; /* the request head being read */
 	size_t head_len; /* the request head still at the front of in, during the head stages */
 	unsigned served;
 	char ip[INET6_ADDRSTRLEN];

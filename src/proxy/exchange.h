@@ -6,8 +6,10 @@
  * classify, forward, body, admit, relay -- and ends in exactly one of: finished (the
  * response relayed), replied (the proxy answered itself) or aborted (the connection cut).
  * What needs the client's bytes (reading the body, relaying, answering) the exchange asks of
- * its codec through struct exchange_codec_ops, so policy never touches HTTP/1 framing and an
- * HTTP/2 stream can become an exchange with a codec of its own.
+ * its codec through struct exchange_codec_ops: the stages, admission, dispatch, retries,
+ * spillover, hedging and deadlines work on the exchange alone, and an HTTP/2 stream can
+ * become an exchange with a codec of its own. The relay is the codec's: today relay.c moves
+ * HTTP/1 bytes between the client and an HTTP/1 upstream connection.
  *
  * The upstream side is always HTTP/1 over an upstream connection (upstream.h): the request
  * head rewritten for the backend is kept in uphead until a response starts, so a retry or a
@@ -76,7 +78,7 @@ struct exchange_codec_ops {
 };
 
 struct exchange {
-	struct list_node link; /* on its connection, or on the worker's free list */
+	struct list_node link; /* on the worker's free list while unused */
 	struct worker *w;
 	void *conn; /* the connection that carries it, for its codec */
 	const struct exchange_codec_ops *codec;

@@ -12,7 +12,9 @@
 #include "proxy/sse.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 /* Interim responses (100, 103) relayed per exchange, at most; more is a hostile backend. */
 #define INTERIM_MAX 8
@@ -129,6 +131,60 @@ static enum run response_interim(struct client *cl, size_t len)
 	return RUN_AGAIN;
 }
 
+void relay_heartbeat(struct client *cl)
+{
+	struct exchange *x = cl->x;
+	x->hb_next_ms = loop_now(cl->w->loop) + x->route->sse_heartbeat_ms;
+	if (client_out_pending(cl))
+		return; /* the last one is still unread: a client that does not read gets no more */
+	if (!client_out_buf(cl))
+		return;
+	if (!x->early_head) {
+		int n = rewrite_sse_head(cl->out->data + cl->out->end, buf_room(cl->out), x->reqid);
+		if (n < 0)
+			return;
+		cl->out->end += (uint32_t)n;
+		x->early_head = 1;
+	}
+	int n = rewrite_sse_comment(cl->out->data + cl->out->end, buf_room(cl->out), "waiting");
+	if (n > 0)
+		cl->out->end += (uint32_t)n;
+}
+
+/*
+ * The backend's head <h> (<len> bytes at the front of up->in) came after the proxy began the
+ * event stream (sse.h): a 200 text/event-stream continues it (a chunked body as it is, a
+ * Content-Length body as one chunk); anything else ends it with an SSE error event.
+ */
+static enum run early_stream_continue(struct client *cl, const struct http_head *h, size_t len)
+{
+	struct exchange *x = cl->x;
+	const struct http_header *ct = http_find_header(h, "Content-Type");
+	int sse =
+	    ct && ct->value.len >= 17 && strncasecmp(ct->value.p, "text/event-stream", 17) == 0;
+	if (h->status != 200 || !sse || h->framing == HTTP_BODY_CLOSE ||
+	    h->framing == HTTP_BODY_NONE) {
+		char detail[80];
+		snprintf(detail, sizeof(detail), "the backend answered %d%s", h->status,
+			 h->status == 200 ? " without a chunked event stream" : "");
+		return exchange_reply(x, h->status == 200 ? 502 : h->status, detail, 1);
+	}
+	buf_consume(x->up->in, len);
+	if (h->framing == HTTP_BODY_LENGTH) {
+		x->wrap_tail = 1;
+		if (h->content_length) {
+			int n = rewrite_chunk_size(cl->out->data + cl->out->end, buf_room(cl->out),
+						   h->content_length);
+			if (n < 0)
+				return exchange_abort(x, "client does not read its event stream");
+			cl->out->end += (uint32_t)n;
+			x->wrap_size = 1;
+		}
+	}
+	exchange_response_started(x);
+	return RUN_AGAIN;
+}
+
 /* Parse what up->in holds of the response head. RUN_STAY: need more; RUN_AGAIN: progress. */
 static enum run response_head(struct client *cl)
 {
@@ -156,7 +212,7 @@ static enum run response_head(struct client *cl)
 	x->up_reusable = !(h->flags & HTTP_F_CLOSE) && h->minor == 1 && x->minor == 1 &&
 			 h->framing != HTTP_BODY_CLOSE;
 	if (x->early_head)
-		return sse_continue(cl, h, (size_t)r);
+		return early_stream_continue(cl, h, (size_t)r);
 	int n = rewrite_response(cl->out->data + cl->out->end, buf_room(cl->out), h, x->client_keep,
 				 x->reqid);
 	if (n < 0)
@@ -286,7 +342,7 @@ static enum run relay_finish(struct client *cl)
 		return RUN_AGAIN;
 	}
 	cl->state = C_HEAD;
-	cl->head_scanned = 0;
+	http_head_reader_reset(&cl->head);
 	worker_buf_release(w, &cl->in);
 	return RUN_AGAIN;
 }
@@ -304,8 +360,8 @@ static enum run read_upstream(struct client *cl, int *progress)
 			/* flush what arrived, then cut the client off */
 			(void)response_scan(x, up->in);
 			int dummy = 0;
-			if (cl->writable)
-				send_client(cl, &dummy);
+			if (cl->writable && send_client(cl, &dummy) == RUN_GONE)
+				return RUN_GONE;
 			return exchange_abort(x, "backend closed mid-response");
 		}
 		(void)response_scan(x, up->in); /* the tail is body too */

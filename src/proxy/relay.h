@@ -24,6 +24,10 @@
  */
 enum run relay_await_body(struct client *cl);
 
+/* routes.sse_heartbeat_ms (sse.h): queue the proxy's event-stream head, the first time, and
+ * one SSE comment, unless the last one is still unread. */
+void relay_heartbeat(struct client *cl);
+
 /* Move what can move, both ways, until nothing more can; finish the exchange at its end. */
 enum run relay_run(struct client *cl);
 

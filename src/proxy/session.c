@@ -98,7 +98,7 @@ static enum run codec_head_done(struct exchange *x)
 	}
 	buf_consume(cl->in, cl->head_len);
 	cl->head_len = 0;
-	cl->head_scanned = 0;
+	http_head_reader_reset(&cl->head);
 	cl->state = C_EXCHANGE;
 	x->head = NULL; /* its bytes are gone */
 	x->last_ms = x->body_start_ms = loop_now(cl->w->loop);
@@ -131,7 +131,7 @@ static void codec_wake(void *conn)
 
 static void codec_heartbeat(struct exchange *x)
 {
-	sse_heartbeat(x->conn);
+	relay_heartbeat(x->conn);
 }
 
 static int codec_body_held(const struct exchange *x)
@@ -186,18 +186,12 @@ static enum run run_head(struct client *cl)
 	for (;;) {
 		size_t len = cl->in ? buf_len(cl->in) : 0;
 		if (len) {
-			const char *p = buf_head(cl->in);
-			/* parse when the head may be complete, and while the request line is short
-			 * enough that junk (a TLS hello on this plain port) is refused at once */
-			if (len >= max_head || cl->head_scanned < 32 ||
-			    http_head_may_be_complete(p, cl->head_scanned, len)) {
-				int r = http_parse_request(p, len, max_head, &w->head);
-				if (r > 0)
-					return exchange_start(cl, (size_t)r);
-				if (r < 0)
-					return session_reply(cl, -r, "malformed request", 0);
-			}
-			cl->head_scanned = len;
+			int r =
+			    http_head_read(&cl->head, buf_head(cl->in), len, max_head, &w->head);
+			if (r > 0)
+				return exchange_start(cl, (size_t)r);
+			if (r < 0)
+				return session_reply(cl, -r, "malformed request", 0);
 		} else if (w->draining) {
 			client_close(cl);
 			return RUN_GONE;
@@ -226,7 +220,7 @@ static enum run run_reply(struct client *cl)
 		return RUN_STAY;
 	worker_buf_release(cl->w, &cl->out);
 	cl->phase_ms = loop_now(cl->w->loop);
-	cl->head_scanned = 0;
+	http_head_reader_reset(&cl->head);
 	if (cl->keep_alive) {
 		cl->state = C_HEAD;
 		return RUN_AGAIN;

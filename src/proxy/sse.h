@@ -8,12 +8,14 @@
  * a 200 text/event-stream continues the stream the proxy began (a chunked body passes as it
  * is, a Content-Length body becomes one chunk); anything else ends it with an SSE error
  * event. HTTP/1.1 clients only, never for HEAD (an answer without a body).
+ *
+ * This file decides who gets heartbeats; writing them, and handing the stream over, is the
+ * codec's (relay.c for HTTP/1: relay_heartbeat, and the early head in response_head).
  */
 #ifndef ACCELNET_PROXY_SSE_H
 #define ACCELNET_PROXY_SSE_H
 
 #include "http/parse.h"
-#include "proxy/client.h"
 #include "proxy/exchange.h"
 
 #include <stddef.h>
@@ -23,10 +25,5 @@ void sse_setup(struct exchange *x, const struct http_head *h);
 /* The request body (<len> bytes at <body>, all of it once buffered) is here: does it ask for
  * a stream? */
 void sse_decide(struct exchange *x, const char *body, size_t len);
-/* Queue the event-stream head (the first time) and one comment for client <cl>. */
-void sse_heartbeat(struct client *cl);
-/* The backend's head <h> (<len> bytes at the front of up->in) came after the proxy began
- * the stream: continue it, or end it with an error event. */
-enum run sse_continue(struct client *cl, const struct http_head *h, size_t len);
 
 #endif

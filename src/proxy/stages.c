@@ -2,6 +2,7 @@
  * stages.c - the stage list and its driver (see stages.h).
  */
 #include "proxy/stages.h"
+#include "core/check.h"
 #include "proxy/classify.h"
 #include "proxy/dispatch.h"
 #include "proxy/sse.h"
@@ -72,10 +73,24 @@ static enum run stage_relay(struct exchange *x)
 	return x->codec->relay(x);
 }
 
+enum stage_id {
+	STAGE_ROUTE,
+	STAGE_CLASSIFY,
+	STAGE_FORWARD,
+	STAGE_HEAD_DONE, /* the stages up to this one see x->head, and never wait */
+	STAGE_BODY,
+	STAGE_ADMIT,
+	STAGE_RELAY,
+};
+
 static const struct stage stage_list[] = {
-    {"route", stage_route},	    {"classify", stage_classify}, {"forward", stage_forward},
-    {"head done", stage_head_done}, {"body", stage_body},	  {"admit", stage_admit},
-    {"relay", stage_relay},
+    [STAGE_ROUTE] = {"route", stage_route},
+    [STAGE_CLASSIFY] = {"classify", stage_classify},
+    [STAGE_FORWARD] = {"forward", stage_forward},
+    [STAGE_HEAD_DONE] = {"head done", stage_head_done},
+    [STAGE_BODY] = {"body", stage_body},
+    [STAGE_ADMIT] = {"admit", stage_admit},
+    [STAGE_RELAY] = {"relay", stage_relay},
 };
 #define NSTAGES (sizeof(stage_list) / sizeof(stage_list[0]))
 
@@ -84,6 +99,7 @@ enum run stages_run(struct exchange *x, int (*live)(void *conn, const struct exc
 	void *conn = x->conn;
 	for (;;) {
 		enum run r = stage_list[x->stage].run(x);
+		ASSERT(r != RUN_STAY || x->stage > STAGE_HEAD_DONE); /* head stages never wait */
 		if (r == RUN_GONE || !live(conn, x))
 			return r; /* the connection, or this exchange, has ended */
 		if (r == RUN_STAY || x->stage == NSTAGES - 1)

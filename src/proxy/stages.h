@@ -11,12 +11,15 @@
  * queues (dispatch.h); relay moves the bytes until the response is complete.
  *
  * A stage returns RUN_AGAIN when it is done (the next one runs), RUN_STAY to wait for an
- * event (it runs again then: every stage may be entered more than once), or RUN_GONE. Any
- * stage may end the exchange (an answer, a cut connection); the list stops there. Stages
+ * event (it runs again then), or RUN_GONE. Any stage may end the exchange (an answer, a cut
+ * connection); the list stops there. The head stages (those before "head done") run at once,
+ * while x->head still points into the worker's parse scratch and the connection is still
+ * reading heads: they must not wait (an asynchronous guard would copy what it needs from the
+ * head and wait after "head done"). The later stages may be entered more than once. Stages
  * to come -- the guard (authentication, rate limits) after route, the cache before admit --
  * are one function and one line in the list each. The stages see a parsed head (struct
- * http_head) and the exchange, never HTTP/1 bytes: what needs the bytes is the codec's
- * (struct exchange_codec_ops).
+ * http_head) and the exchange; what needs the connection's bytes is the codec's (struct
+ * exchange_codec_ops).
  */
 #ifndef ACCELNET_PROXY_STAGES_H
 #define ACCELNET_PROXY_STAGES_H

@@ -280,6 +280,31 @@ static void list_tokens(void **state)
 	assert_false(http_list_has(v, "keep", 4));
 }
 
+/* A head fed byte by byte is parsed once it is whole; junk is refused within 32 bytes. */
+static void head_reader(void **state)
+{
+	(void)state;
+	const char req[] = "GET /a HTTP/1.1\r\nHost: x\r\nX-Long: 0123456789abcdef\r\n\r\n";
+	struct http_head_reader r = {0};
+	size_t len = sizeof(req) - 1;
+	for (size_t i = 1; i < len; i++)
+		assert_int_equal(http_head_read(&r, req, i, 32768, &h), 0);
+	assert_int_equal(http_head_read(&r, req, len, 32768, &h), (int)len);
+	assert_int_equal(h.meth, HTTP_GET);
+
+	const char junk[] = "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03";
+	http_head_reader_reset(&r);
+	assert_int_equal(http_head_read(&r, junk, sizeof(junk) - 1, 32768, &h), -400);
+
+	/* a head that never ends is refused once it reaches the limit */
+	char big[64];
+	memset(big, 'a', sizeof(big));
+	memcpy(big, "GET /", 5);
+	http_head_reader_reset(&r);
+	assert_int_equal(http_head_read(&r, big, 40, 64, &h), 0);
+	assert_true(http_head_read(&r, big, 64, 64, &h) < 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -294,6 +319,7 @@ int main(void)
 	    cmocka_unit_test(responses),
 	    cmocka_unit_test(list_tokens),
 	    cmocka_unit_test(connection_options),
+	    cmocka_unit_test(head_reader),
 	};
 	return cmocka_run_group_tests_name("http parser", tests, NULL, NULL);
 }
