@@ -2,7 +2,7 @@
  * list.h - intrusive doubly linked lists.
  *
  * An object that sits on a list embeds a struct list_node and is recovered from it with
- * container_of() (core/loop.h). A list is a struct list_head: a sentinel node, so insertion
+ * container_of() (core/container.h). A list is a struct list_head: a sentinel node, so insertion
  * and removal never test for the empty case. A node that is on no list has both links NULL
  * (list_node_init); list_del() leaves it so, which makes "is it linked?" one test
  * (list_linked). list_del() takes a node that is linked: test first where it may not be.
@@ -11,6 +11,8 @@
  */
 #ifndef ACCELNET_CORE_LIST_H
 #define ACCELNET_CORE_LIST_H
+
+#include "core/container.h"
 
 #include <stddef.h>
 

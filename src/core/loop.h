@@ -17,10 +17,10 @@
 #ifndef ACCELNET_CORE_LOOP_H
 #define ACCELNET_CORE_LOOP_H
 
+#include "core/container.h"
+
 #include <stddef.h>
 #include <stdint.h>
-
-#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 enum loop_event {
 	LOOP_READ = 1u << 0,

@@ -21,6 +21,7 @@
  */
 #include "http/server.h"
 #include "core/check.h"
+#include "core/list.h"
 #include "core/log.h"
 #include "http/body.h"
 #include "http/chunked.h"
@@ -47,8 +48,7 @@ struct hsrv {
 	struct hsrv_limits lim;
 	hsrv_handler_fn fn;
 	void *arg;
-	struct hsrv_conn *conns;
-	unsigned nconns;
+	struct list_head conns; /* of struct hsrv_conn, by link */
 	unsigned long accepted;
 };
 
@@ -59,7 +59,7 @@ struct hsrv_conn {
 	struct net_conn nc;
 	struct loop_timer timer; /* see conn_deadline */
 	struct hsrv *srv;
-	struct hsrv_conn *prev, *next;
+	struct list_node link; /* on srv->conns */
 	enum phase phase;
 	char *in, *out;
 	size_t in_len, in_cap, out_off, out_len, out_cap;
@@ -107,13 +107,7 @@ static void conn_close(struct hsrv_conn *c)
 	loop_timer_stop(srv->loop, &c->timer);
 	loop_io_del(srv->loop, &c->io);
 	net_conn_close(&c->nc);
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		srv->conns = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
-	srv->nconns--;
+	list_del(&srv->conns, &c->link);
 	free(c->in);
 	free(c->out);
 	free(c);
@@ -511,9 +505,9 @@ static void srv_accept(struct hsrv *srv)
 				       loop_now(srv->loop) + ACCEPT_RETRY_MS);
 			return;
 		}
-		if (srv->lim.max_conns && srv->nconns >= srv->lim.max_conns) {
+		if (srv->lim.max_conns && srv->conns.count >= srv->lim.max_conns) {
 			log_warn_every(10000, "%u connections open: turning new clients away",
-				       srv->nconns);
+				       (unsigned)srv->conns.count);
 			srv_turn_away(fd);
 			continue;
 		}
@@ -528,11 +522,7 @@ static void srv_accept(struct hsrv *srv)
 		c->timer.fn = conn_on_timer;
 		c->srv = srv;
 		c->head_ms = c->last_ms = loop_now(srv->loop);
-		c->next = srv->conns;
-		if (srv->conns)
-			srv->conns->prev = c;
-		srv->conns = c;
-		srv->nconns++;
+		list_push_front(&srv->conns, &c->link);
 		srv->accepted++;
 		if (loop_io_add(srv->loop, &c->io) < 0) {
 			conn_close(c);
@@ -561,6 +551,7 @@ int hsrv_start(struct loop *loop, const struct net_addr *addr, const struct hsrv
 	struct hsrv *srv = calloc(1, sizeof(*srv));
 	if (!srv)
 		return -ENOMEM;
+	list_init(&srv->conns);
 	int fd = sock_listen(addr, 0);
 	if (fd < 0) {
 		free(srv);
@@ -597,8 +588,9 @@ void hsrv_stop(struct hsrv *srv)
 {
 	if (!srv)
 		return;
-	while (srv->conns)
-		conn_close(srv->conns);
+	struct list_node *n;
+	while ((n = list_first(&srv->conns)))
+		conn_close(container_of(n, struct hsrv_conn, link));
 	loop_timer_stop(srv->loop, &srv->accept_retry);
 	loop_io_del(srv->loop, &srv->io);
 	close(srv->io.fd);

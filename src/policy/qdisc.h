@@ -17,6 +17,8 @@
 #ifndef ACCELNET_POLICY_QDISC_H
 #define ACCELNET_POLICY_QDISC_H
 
+#include "core/list.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,25 +28,26 @@ struct qd_tenant;
 
 /* One waiting request, as a discipline sees it. The caller sets tenant and prio. */
 struct qd_item {
-	struct qd_item *prev, *next;
-	struct qd_tenant *tq; /* fair: its tenant's line */
-	uint64_t tenant;      /* who it is for (a hash of the key or header) */
-	unsigned prio;	      /* QD_LOW .. QD_HIGH */
+	struct list_node link; /* in its line */
+	struct qd_tenant *tq;  /* fair: its tenant's line */
+	uint64_t tenant;       /* who it is for (a hash of the key or header) */
+	unsigned prio;	       /* QD_LOW .. QD_HIGH */
 };
 
 /* A tenant's line in a class (fair). */
 struct qd_tenant {
-	struct qd_item *head, *tail;
-	struct qd_tenant *prev, *next; /* the class's ring of tenants that wait */
+	struct list_head items;	       /* its requests, in arrival order */
+	struct qd_tenant *prev, *next; /* the class's ring of tenants that wait (a ring with a
+					* moving turn, not a list: no sentinel) */
 	struct qd_tenant *hnext;       /* hash chain, or free list */
 	uint64_t tenant;
-	unsigned prio, len;
+	unsigned prio;
 };
 
 struct qdisc {
 	const struct qdisc_ops *ops;
 	unsigned len;
-	struct qd_item *head, *tail;	  /* fifo */
+	struct list_head fifo;		  /* fifo: the line */
 	struct qd_tenant *turn[QD_PRIOS]; /* fair: whose turn it is, per class */
 	struct qd_tenant **buckets;	  /* fair: tenant lines by tenant hash */
 	size_t nbuckets;

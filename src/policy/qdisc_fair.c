@@ -66,6 +66,7 @@ static int fair_push(struct qdisc *q, struct qd_item *it)
 			return -ENOMEM;
 		}
 		*t = (struct qd_tenant){.tenant = it->tenant, .prio = it->prio, .hnext = *b};
+		list_init(&t->items);
 		*b = t;
 		/* join the ring just before the one whose turn it is: last in this round */
 		struct qd_tenant *turn = q->turn[it->prio];
@@ -80,14 +81,7 @@ static int fair_push(struct qdisc *q, struct qd_item *it)
 		}
 	}
 	it->tq = t;
-	it->next = NULL;
-	it->prev = t->tail;
-	if (t->tail)
-		t->tail->next = it;
-	else
-		t->head = it;
-	t->tail = it;
-	t->len++;
+	list_push_back(&t->items, &it->link);
 	q->len++;
 	return 0;
 }
@@ -96,7 +90,7 @@ static struct qd_item *fair_peek(struct qdisc *q)
 {
 	for (int c = QD_PRIOS - 1; c >= 0; c--)
 		if (q->turn[c])
-			return q->turn[c]->head;
+			return container_of(list_first(&q->turn[c]->items), struct qd_item, link);
 	return NULL;
 }
 
@@ -127,19 +121,10 @@ static void line_retire(struct qdisc *q, struct qd_tenant *t)
 static void fair_remove(struct qdisc *q, struct qd_item *it)
 {
 	struct qd_tenant *t = it->tq;
-	if (it->prev)
-		it->prev->next = it->next;
-	else
-		t->head = it->next;
-	if (it->next)
-		it->next->prev = it->prev;
-	else
-		t->tail = it->prev;
-	it->prev = it->next = NULL;
+	list_del(&t->items, &it->link);
 	it->tq = NULL;
-	t->len--;
 	q->len--;
-	if (!t->len)
+	if (list_empty(&t->items))
 		line_retire(q, t);
 }
 
@@ -149,7 +134,7 @@ static struct qd_item *fair_pop(struct qdisc *q)
 	if (!it)
 		return NULL;
 	struct qd_tenant *t = it->tq;
-	if (t->len > 1)
+	if (t->items.count > 1)
 		q->turn[t->prio] = t->next; /* served: the next tenant's turn */
 	fair_remove(q, it);		    /* (an emptied line passes the turn itself) */
 	return it;

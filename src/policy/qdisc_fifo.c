@@ -8,7 +8,7 @@
 
 static int fifo_init(struct qdisc *q)
 {
-	q->head = q->tail = NULL;
+	list_init(&q->fifo);
 	q->len = 0;
 	return 0;
 }
@@ -20,39 +20,30 @@ static void fifo_fini(struct qdisc *q)
 
 static int fifo_push(struct qdisc *q, struct qd_item *it)
 {
-	it->prev = q->tail;
-	it->next = NULL;
-	if (q->tail)
-		q->tail->next = it;
-	else
-		q->head = it;
-	q->tail = it;
+	list_push_back(&q->fifo, &it->link);
 	q->len++;
 	return 0;
 }
 
+static struct qd_item *item_of(struct list_node *n)
+{
+	return n ? container_of(n, struct qd_item, link) : NULL;
+}
+
 static struct qd_item *fifo_peek(struct qdisc *q)
 {
-	return q->head;
+	return item_of(list_first(&q->fifo));
 }
 
 static void fifo_remove(struct qdisc *q, struct qd_item *it)
 {
-	if (it->prev)
-		it->prev->next = it->next;
-	else
-		q->head = it->next;
-	if (it->next)
-		it->next->prev = it->prev;
-	else
-		q->tail = it->prev;
-	it->prev = it->next = NULL;
+	list_del(&q->fifo, &it->link);
 	q->len--;
 }
 
 static struct qd_item *fifo_pop(struct qdisc *q)
 {
-	struct qd_item *it = q->head;
+	struct qd_item *it = fifo_peek(q);
 	if (it)
 		fifo_remove(q, it);
 	return it;

@@ -8,6 +8,7 @@
  */
 #include "sim/sim.h"
 #include "core/clock.h"
+#include "core/list.h"
 #include "core/log.h"
 #include "core/rand.h"
 #include "http/prompt.h"
@@ -22,7 +23,7 @@ struct sim_job {
 	struct sim *sim;
 	struct hsrv_conn *conn;
 	struct loop_timer timer;
-	struct sim_job *next; /* queue link */
+	struct list_node link; /* on the queue while waiting */
 	unsigned long id;
 	unsigned tokens, sent;
 	unsigned prompt_tokens;
@@ -37,7 +38,7 @@ struct sim {
 	struct sim_opts opts;
 	struct loop *loop;
 	struct hsrv *srv;
-	struct sim_job *queue_head, *queue_tail;
+	struct list_head queue; /* waiting jobs, in arrival order */
 	unsigned active, waiting, max_waiting, max_active;
 	unsigned long requests, completions, failures, aborted, next_id;
 	unsigned long cache_hits, cache_misses;
@@ -86,16 +87,8 @@ static void job_on_abort(void *arg)
 	struct sim *s = j->sim;
 	s->aborted++;
 	if (!j->active) {
-		/* unlink from the queue */
-		struct sim_job **pp = &s->queue_head, *prev = NULL;
-		while (*pp && *pp != j) {
-			prev = *pp;
-			pp = &(*pp)->next;
-		}
-		if (*pp) {
-			*pp = j->next;
-			if (s->queue_tail == j)
-				s->queue_tail = prev;
+		if (list_linked(&j->link)) {
+			list_del(&s->queue, &j->link);
 			s->waiting--;
 		}
 	}
@@ -277,14 +270,10 @@ static void job_begin(struct sim_job *j)
 
 static void sim_start_next(struct sim *s)
 {
-	while (s->active < s->opts.slots && s->queue_head) {
-		struct sim_job *j = s->queue_head;
-		s->queue_head = j->next;
-		if (!s->queue_head)
-			s->queue_tail = NULL;
+	struct list_node *n;
+	while (s->active < s->opts.slots && (n = list_pop_front(&s->queue))) {
 		s->waiting--;
-		j->next = NULL;
-		job_begin(j);
+		job_begin(container_of(n, struct sim_job, link));
 	}
 }
 
@@ -348,11 +337,7 @@ static void sim_on_request(void *arg, struct hsrv_conn *c, const struct http_hea
 		j->has_prefix = http_prompt_key(body, body_len, 1, 256, &j->prefix) == 1;
 		j->queued_at_ms = loop_now(s->loop);
 		hsrv_on_abort(c, job_on_abort, j);
-		if (s->queue_tail)
-			s->queue_tail->next = j;
-		else
-			s->queue_head = j;
-		s->queue_tail = j;
+		list_push_back(&s->queue, &j->link);
 		s->waiting++;
 		if (s->waiting > s->max_waiting)
 			s->max_waiting = s->waiting;
@@ -399,6 +384,7 @@ int sim_start(struct loop *loop, const struct sim_opts *o, struct sim **out)
 	struct sim *s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
+	list_init(&s->queue);
 	s->opts = *o;
 	if (!s->opts.slots)
 		s->opts.slots = 1;
