@@ -81,3 +81,8 @@ int sock_local_port(int fd)
 		return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
 	return ntohs(((struct sockaddr_in *)&ss)->sin_port);
 }
+
+void sock_abort(int fd)
+{
+	shutdown(fd, SHUT_RDWR);
+}

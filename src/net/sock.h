@@ -17,6 +17,9 @@ int sock_accept(int lfd, struct sockaddr_storage *peer, socklen_t *peerlen);
 int sock_connect(const struct net_addr *addr);
 /* The pending error of a socket (0 when connected), as -errno. */
 int sock_error(int fd);
+/* End both directions of a connected socket now, from any thread: a thread blocked reading
+ * or writing it wakes with an error (how xfer stops a stream another thread runs). */
+void sock_abort(int fd);
 /* The local port a socket is bound to (for "port 0" listeners). */
 int sock_local_port(int fd);
 

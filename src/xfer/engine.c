@@ -18,6 +18,7 @@
 
 #include "core/clock.h"
 #include "net/addr.h"
+#include "net/sock.h"
 #include "xfer/conn.h"
 #include "xfer/sched.h"
 #include "xfer/store.h"
@@ -700,7 +701,7 @@ int xfer_engine_finish(struct xfer_engine *e, struct xfer_report *rep)
 	for (unsigned i = 0; i < e->nstreams; i++)
 		if (e->streams[i].started) {
 			if (rc && e->streams[i].io.fd >= 0)
-				shutdown(e->streams[i].io.fd, SHUT_RDWR);
+				sock_abort(e->streams[i].io.fd);
 			pthread_join(e->streams[i].th, NULL);
 			e->streams[i].started = 0;
 		}
@@ -734,7 +735,7 @@ void xfer_engine_free(struct xfer_engine *e)
 		stop_dialing(e);
 		for (unsigned i = 0; i < e->nstreams; i++) {
 			if (e->streams[i].io.fd >= 0)
-				shutdown(e->streams[i].io.fd, SHUT_RDWR);
+				sock_abort(e->streams[i].io.fd);
 			if (e->streams[i].started)
 				pthread_join(e->streams[i].th, NULL);
 			stream_close(e, &e->streams[i].io);

@@ -24,6 +24,7 @@
 #include "xfer/receiver.h"
 
 #include "core/loop.h"
+#include "net/sock.h"
 #include "xfer/engine.h"
 #include "xfer/server.h"
 #include "xfer/store.h"
@@ -555,7 +556,7 @@ static int on_finish(struct xfer_server_conn *c, const struct xfer_hello *hello,
 	for (struct list_node *n = list_first(&rx->writers); n; n = list_next(&rx->writers, n)) {
 		struct writer *w = container_of(n, struct writer, node);
 		if (rx->files[w->file].done[w->chunk])
-			shutdown(w->fd, SHUT_RDWR);
+			sock_abort(w->fd);
 	}
 	struct timespec until;
 	clock_gettime(CLOCK_REALTIME, &until);

@@ -5,6 +5,7 @@
 
 #include "core/clock.h"
 #include "net/tls.h"
+#include "net/sock.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -96,7 +97,7 @@ void xfer_server_expire(struct xfer_server *s, uint64_t now)
 	pthread_mutex_lock(&s->mu);
 	for (unsigned i = 0; i < s->nlive; i++)
 		if (s->live[i].deadline_ms && now >= s->live[i].deadline_ms) {
-			shutdown(s->live[i].fd, SHUT_RDWR);
+			sock_abort(s->live[i].fd);
 			s->live[i].deadline_ms = 0;
 		}
 	pthread_mutex_unlock(&s->mu);
@@ -210,6 +211,6 @@ void xfer_server_shutdown_all(struct xfer_server *s)
 {
 	pthread_mutex_lock(&s->mu);
 	for (unsigned i = 0; i < s->nlive; i++)
-		shutdown(s->live[i].fd, SHUT_RDWR);
+		sock_abort(s->live[i].fd);
 	pthread_mutex_unlock(&s->mu);
 }
