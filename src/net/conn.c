@@ -17,8 +17,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* The outcome of an SSL call that returned <ret> <= 0, as -errno (0: the peer's clean end). */
-static ssize_t tls_outcome(struct net_conn *c, int ret)
+ssize_t net_conn_tls_outcome(struct net_conn *c, int ret)
 {
 	switch (SSL_get_error(c->ssl, ret)) {
 	case SSL_ERROR_WANT_READ:
@@ -30,8 +29,12 @@ static ssize_t tls_outcome(struct net_conn *c, int ret)
 	case SSL_ERROR_ZERO_RETURN:
 		return 0;
 	case SSL_ERROR_SYSCALL:
-		if (errno == EAGAIN || errno == EWOULDBLOCK)
+		if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			c->want_read = 1;
 			return -EAGAIN;
+		}
+		if (ERR_peek_error())
+			return -EPROTO;
 		return errno ? -errno : -ECONNRESET;
 	default:
 		return -EPROTO;
@@ -45,7 +48,7 @@ ssize_t net_conn_read(struct net_conn *c, void *buf, size_t len)
 		size_t n;
 		ERR_clear_error();
 		int ret = SSL_read_ex(c->ssl, buf, len, &n);
-		return ret > 0 ? (ssize_t)n : tls_outcome(c, ret);
+		return ret > 0 ? (ssize_t)n : net_conn_tls_outcome(c, ret);
 	}
 	for (;;) {
 		ssize_t n = recv(c->fd, buf, len, 0);
@@ -86,7 +89,7 @@ static ssize_t tls_writev(struct net_conn *c, const struct iovec *iov, int n)
 			return 0;
 		ret = SSL_write_ex(c->ssl, iov[i].iov_base, iov[i].iov_len, &n_written);
 	}
-	return ret > 0 ? (ssize_t)n_written : tls_outcome(c, ret);
+	return ret > 0 ? (ssize_t)n_written : net_conn_tls_outcome(c, ret);
 }
 
 ssize_t net_conn_writev(struct net_conn *c, const struct iovec *iov, int n)

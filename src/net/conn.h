@@ -12,6 +12,9 @@
  * TLS can need the other direction than the one asked for (a write waiting for a handshake
  * message to arrive, a read that must send one): then the call returns -EAGAIN and sets
  * want_read or want_write, and the owner waits for that readiness before calling again.
+ * A TLS write that returned -EAGAIN must be repeated with at least the bytes it was given
+ * (OpenSSL holds a partly sent record); the proxy's buffers only grow at the end, so
+ * repeating the write of what is pending does that.
  *
  * Blocking use (xfer, one thread per stream): net_conn_read_all() / net_conn_write_all() loop
  * until the whole buffer moved; a socket timeout (SO_RCVTIMEO/SO_SNDTIMEO) shows as
@@ -62,6 +65,10 @@ void net_conn_shutdown(struct net_conn *c);
 
 /* Free the TLS session if any and close the descriptor; fd becomes -1. Safe twice. */
 void net_conn_close(struct net_conn *c);
+
+/* For net/ only (net/tls.c): the outcome of an SSL call on <c> that returned <ret> <= 0, as
+ * -errno with want_read/want_write set for -EAGAIN, or 0 for the peer's close_notify. */
+ssize_t net_conn_tls_outcome(struct net_conn *c, int ret);
 
 /* Blocking helpers for a blocking socket: the whole buffer, or -errno (-ETIMEDOUT: no
  * progress within the socket's timeout; -ECONNRESET: the peer ended first). */

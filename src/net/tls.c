@@ -38,6 +38,9 @@ static int ctx_new(const struct net_tls_opts *t, int server, struct ssl_ctx_st *
 		return -ENOMEM;
 	}
 	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+	/* net_conn_writev() gathers small parts into a buffer on its stack and may pass more
+	 * when it repeats a write: a write may complete in part, from a buffer that moved */
+	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
 	if (t->cert || server) {
 		if (!t->cert || !t->key) {
 			snprintf(err, errlen, "TLS needs both a certificate and its key");
@@ -128,26 +131,12 @@ int net_tls_handshake(struct net_conn *c)
 	int ret = SSL_do_handshake(c->ssl);
 	if (ret == 1)
 		return 0;
-	switch (SSL_get_error(c->ssl, ret)) {
-	case SSL_ERROR_WANT_READ:
-		c->want_read = 1;
-		return -EAGAIN;
-	case SSL_ERROR_WANT_WRITE:
-		c->want_write = 1;
-		return -EAGAIN;
-	case SSL_ERROR_SYSCALL:
-		if (errno == EAGAIN || errno == EWOULDBLOCK) {
-			c->want_read = 1;
-			return -EAGAIN;
-		}
-		if (ERR_peek_error())
-			return -EPROTO;
-		return errno ? -errno : -ECONNRESET;
-	case SSL_ERROR_ZERO_RETURN:
-		return -ECONNRESET;
-	default:
-		return SSL_get_verify_result(c->ssl) != X509_V_OK ? -EACCES : -EPROTO;
-	}
+	ssize_t rc = net_conn_tls_outcome(c, ret);
+	if (rc == 0)
+		return -ECONNRESET; /* closed during the handshake */
+	if (rc == -EPROTO && SSL_get_verify_result(c->ssl) != X509_V_OK)
+		return -EACCES;
+	return (int)rc;
 }
 
 void net_tls_error_text(struct net_conn *c, char *buf, size_t len)
