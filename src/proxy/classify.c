@@ -55,7 +55,7 @@ void classify_request(const struct conf_route *r, const struct conf_pool *pc,
 		break;
 	}
 	case HASH_KEY_PROMPT:
-		break; /* from the body, once it is read: classify_prompt() */
+		break; /* from the body, once it is read (relay_await_body, http_prompt_key) */
 	}
 }
 
