@@ -93,12 +93,35 @@ int conf_load_file(const char *path, struct conf **out, struct conf_error *err)
 	return rc;
 }
 
+static void tls_cert_free(struct conf_tls_cert *c)
+{
+	free(c->cert);
+	free(c->key);
+}
+
+static void conf_tls_free(struct conf_tls *t)
+{
+	if (!t)
+		return;
+	tls_cert_free(&t->first);
+	for (size_t i = 0; i < t->nmore; i++)
+		tls_cert_free(&t->more[i]);
+	free(t->more);
+	free(t->ciphers);
+	free(t->ciphersuites);
+	free(t->groups);
+	free(t->min_version);
+	free(t);
+}
+
 void conf_free(struct conf *c)
 {
 	if (!c)
 		return;
-	for (size_t i = 0; i < c->nlistens; i++)
+	for (size_t i = 0; i < c->nlistens; i++) {
 		free(c->listens[i].address);
+		conf_tls_free(c->listens[i].tls);
+	}
 	free(c->listens);
 	free(c->admin.address);
 	free(c->admin_token_file);

@@ -17,9 +17,26 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* A certificate and its key (PEM files). */
+struct conf_tls_cert {
+	char *cert, *key;
+};
+
+/* listen[].tls: what the listener serves over TLS (net/tls_listen.h has the defaults). */
+struct conf_tls {
+	struct conf_tls_cert first; /* cert, key */
+	struct conf_tls_cert *more; /* certificates: more, chosen by SNI and key type */
+	size_t nmore;
+	char *ciphers;	    /* TLS 1.2 cipher list; NULL: the default */
+	char *ciphersuites; /* TLS 1.3; NULL: OpenSSL's */
+	char *groups;	    /* NULL: X25519:P-256:P-384 */
+	char *min_version;  /* "1.2" (default) or "1.3" */
+};
+
 struct conf_listen {
 	char *address;
 	struct net_addr addr;
+	struct conf_tls *tls; /* listen[].tls; NULL: plain TCP */
 };
 
 struct conf_backend {

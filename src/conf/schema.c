@@ -15,6 +15,7 @@
  */
 #include "conf/schema.h"
 #include "conf/pool_policy.h"
+#include "conf/tls.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -39,9 +40,78 @@ static struct load *load_of(struct rules_ctx *x)
 
 /* --- listen, admin, timeouts, limits, trusted_proxies --- */
 
+static const struct rule tls_cert_rules[] = {
+    {"cert", RULE_STR, offsetof(struct conf_tls_cert, cert), 0, 0, NULL, NULL},
+    {"key", RULE_STR, offsetof(struct conf_tls_cert, key), 0, 0, NULL, NULL},
+    RULES_END,
+};
+
+static int read_tls_cert_item(struct rules_ctx *x, yaml_node_t *item, void *obj, size_t i)
+{
+	struct conf_tls_cert *c = obj;
+	(void)i;
+	int err = rules_read_section(x, item, "certificates", tls_cert_rules, c);
+	if (!err && (!c->cert || !c->key))
+		return rules_fail(x, item, "certificates: each needs 'cert' and 'key'");
+	return err;
+}
+
+static int read_tls_certs(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *obj)
+{
+	struct conf_tls *t = obj;
+	(void)r;
+	return rules_read_list(x, v, "certificates", (void **)&t->more, &t->nmore,
+			       sizeof(struct conf_tls_cert), read_tls_cert_item);
+}
+
+static const struct rule tls_rules[] = {
+    {"cert", RULE_STR, offsetof(struct conf_tls, first.cert), 0, 0, NULL, NULL},
+    {"key", RULE_STR, offsetof(struct conf_tls, first.key), 0, 0, NULL, NULL},
+    {"certificates", RULE_SECTION, 0, 0, 0, tls_cert_rules, read_tls_certs},
+    {"ciphers", RULE_STR, offsetof(struct conf_tls, ciphers), 0, 0, NULL, NULL},
+    {"ciphersuites", RULE_STR, offsetof(struct conf_tls, ciphersuites), 0, 0, NULL, NULL},
+    {"groups", RULE_STR, offsetof(struct conf_tls, groups), 0, 0, NULL, NULL},
+    {"min_version", RULE_STR, offsetof(struct conf_tls, min_version), 0, 0, NULL, NULL},
+    {"client_ca", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
+    {"ocsp", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
+    RULES_END,
+};
+
+/* listen[].tls: read, then built once with the listener's own code (net/tls_listen.c), so a
+ * certificate that does not load, a key that does not match or an unknown cipher is refused
+ * here, with its place, and never at start-up. */
+static int read_tls(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	struct conf_listen *l = field;
+	char err[300];
+	(void)r;
+	if (!(l->tls = calloc(1, sizeof(*l->tls))))
+		return rules_fail(x, v, "out of memory");
+	struct conf_tls *t = l->tls;
+	int rc = rules_read_section(x, v, "tls", tls_rules, t);
+	if (rc)
+		return rc;
+	if (!t->first.cert != !t->first.key)
+		return rules_fail(x, v, "tls: 'cert' and 'key' go together");
+	if (!t->first.cert && !t->nmore)
+		return rules_fail(x, v,
+				  "tls: a certificate is required: 'cert' and 'key' (PEM files)");
+	if (t->min_version && strcmp(t->min_version, "1.2") != 0 &&
+	    strcmp(t->min_version, "1.3") != 0)
+		return rules_fail(x, rules_value_of(x, v, "min_version"),
+				  "tls: min_version is \"1.2\" or \"1.3\" (older versions are not "
+				  "offered)");
+	struct net_tls_listener *built = NULL;
+	rc = conf_tls_build(t, &built, err, sizeof(err));
+	net_tls_listener_free(built);
+	if (rc)
+		return rules_fail(x, v, "tls: %s", err);
+	return 0;
+}
+
 static const struct rule listen_rules[] = {
     {"address", RULE_ADDR, 0, 0, 0, NULL, NULL},
-    {"tls", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
+    {"tls", RULE_SECTION, 0, 0, 0, tls_rules, read_tls},
     RULES_END,
 };
 

@@ -144,7 +144,8 @@ int rewrite_request(char *buf, size_t cap, const struct http_head *req,
 		}
 	}
 	puts_(&o, info->client_ip);
-	puts_(&o, "\r\nX-Forwarded-Proto: http\r\nX-Request-Id: ");
+	puts_(&o, info->tls ? "\r\nX-Forwarded-Proto: https\r\nX-Request-Id: "
+			    : "\r\nX-Forwarded-Proto: http\r\nX-Request-Id: ");
 	puts_(&o, info->request_id);
 	puts_(&o, "\r\n\r\n");
 	return finish(&o);

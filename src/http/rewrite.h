@@ -28,6 +28,7 @@ struct rewrite_request_info {
 	const char *request_id; /* the id to send: kept from the client or generated */
 	int upstream_minor;	/* HTTP/1.<minor> upstream: 1, or 0 for HTTP/1.0 clients */
 	int trusted;		/* the client is in trusted_proxies */
+	int tls;		/* the client came over TLS: X-Forwarded-Proto: https */
 };
 
 /*

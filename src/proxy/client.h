@@ -23,10 +23,11 @@
 #define BODY_BUFS_MAX 64
 
 enum client_state {
-	C_HEAD,	    /* reading a request head (or idle between requests) */
-	C_EXCHANGE, /* an exchange is under way */
-	C_REPLY,    /* writing a response the proxy made itself */
-	C_LINGER,   /* our side is shut; reading until the client closes */
+	C_HANDSHAKE, /* a TLS handshake (listen[].tls) */
+	C_HEAD,	     /* reading a request head (or idle between requests) */
+	C_EXCHANGE,  /* an exchange is under way */
+	C_REPLY,     /* writing a response the proxy made itself */
+	C_LINGER,    /* our side is shut; reading until the client closes */
 };
 
 struct client {
@@ -41,6 +42,7 @@ struct client {
 	int hup_checked;	/* ... and client_gone() has looked at it */
 	unsigned keep_alive : 1;
 	unsigned trusted : 1;	      /* the client is in trusted_proxies */
+	unsigned tls : 1;	      /* it came through a TLS listener */
 	struct buf *in;		      /* bytes from the client */
 	struct buf *out;	      /* heads and proxy-made responses for the client */
 	uint64_t phase_ms;	      /* when the current state or head began */

@@ -89,6 +89,7 @@ struct exchange {
 	const char *client_ip;
 	uint64_t client_key; /* tenant and hash key: classify_client_key() */
 	unsigned client_trusted : 1;
+	unsigned client_tls : 1; /* the client's connection is TLS */
 
 	enum http_method meth;
 	int minor; /* HTTP/1.<minor> of the request */

@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "core/signals.h"
 #include "proxy/admin.h"
+#include "conf/tls.h"
 #include "proxy/dispatch.h"
 #include "proxy/health.h"
 #include "proxy/session.h"
@@ -52,6 +53,34 @@ struct main_state {
 	int stopping;
 	int forced;
 };
+
+/* The TLS contexts of the listeners that have a tls: section, shared by every worker. */
+static int proxy_tls_build(struct worker_shared *sh, char *err, size_t errlen)
+{
+	const struct conf *c = sh->conf;
+	if (!(sh->tls = calloc(c->nlistens, sizeof(*sh->tls)))) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < c->nlistens; i++) {
+		char why[300];
+		int rc;
+		if (c->listens[i].tls &&
+		    (rc = conf_tls_build(c->listens[i].tls, &sh->tls[i], why, sizeof(why))) < 0) {
+			snprintf(err, errlen, "listen %.60s: tls: %.180s", c->listens[i].address,
+				 why);
+			return rc;
+		}
+	}
+	return 0;
+}
+
+static void proxy_tls_free(struct worker_shared *sh)
+{
+	for (size_t i = 0; sh->tls && i < sh->conf->nlistens; i++)
+		net_tls_listener_free(sh->tls[i]);
+	free(sh->tls);
+}
 
 static void main_on_deadline(struct loop_timer *t)
 {
@@ -144,6 +173,10 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 		log_error("cannot build the runtime: %s", strerror(-rc));
 		goto out;
 	}
+	if ((rc = proxy_tls_build(&px.sh, err, sizeof(err))) < 0) {
+		log_error("%s", err);
+		goto out;
+	}
 	px.nworkers = conf->workers;
 	px.workers = calloc(px.nworkers, sizeof(*px.workers));
 	if (!px.workers)
@@ -178,7 +211,8 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 		}
 	}
 	for (size_t i = 0; i < conf->nlistens; i++)
-		log_info("listening on %s with %u workers", conf->listens[i].address, px.nworkers);
+		log_info("listening on %s%s with %u workers", conf->listens[i].address,
+			 conf->listens[i].tls ? " (TLS)" : "", px.nworkers);
 	if (admin)
 		log_info("admin on %s (/status, /metrics)", conf->admin.address);
 	if (hooks && hooks->ready)
@@ -207,6 +241,7 @@ out:
 	admin_stop(admin);
 	if (hooks && hooks->stop)
 		hooks->stop(hooks->arg);
+	proxy_tls_free(&px.sh);
 	runtime_destroy(px.sh.rt);
 	loop_destroy(px.sh.main_loop);
 	return status;

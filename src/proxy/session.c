@@ -9,6 +9,7 @@
 #include "proxy/session.h"
 #include "core/log.h"
 #include "net/addr.h"
+#include "net/tls.h"
 #include "proxy/classify.h"
 #include "proxy/deadline.h"
 #include "proxy/relay.h"
@@ -173,10 +174,34 @@ static enum run exchange_start(struct client *cl, size_t head_len)
 	x->client_ip = cl->ip;
 	x->client_key = cl->key;
 	x->client_trusted = cl->trusted;
+	x->client_tls = cl->tls;
 	if (h->framing == HTTP_BODY_LENGTH && w->conf->limits.max_body_bytes &&
 	    h->content_length > w->conf->limits.max_body_bytes)
 		return session_reply(cl, 413, "request body larger than limits.max_body_bytes", 0);
 	return stages_run(x, codec_live);
+}
+
+/* One step of the TLS handshake; the head timeout runs from the accept. */
+static enum run run_handshake(struct client *cl)
+{
+	int rc = net_tls_handshake(&cl->conn);
+	if (rc == -EAGAIN) {
+		if (cl->conn.want_read)
+			cl->readable = 0;
+		if (cl->conn.want_write)
+			cl->writable = 0;
+		return RUN_STAY;
+	}
+	if (rc < 0) {
+		char why[160];
+		net_tls_error_text(&cl->conn, why, sizeof(why));
+		log_debug("%s: TLS handshake failed: %s", cl->ip, why);
+		client_close(cl);
+		return RUN_GONE;
+	}
+	cl->state = C_HEAD;
+	cl->readable = 1; /* the request may have come with the client's last flight */
+	return RUN_AGAIN;
 }
 
 static enum run run_head(struct client *cl)
@@ -254,6 +279,9 @@ static void session_arm_timer(struct client *cl)
 	const struct conf_timeouts *t = &cl->w->conf->timeouts;
 	uint64_t deadline;
 	switch (cl->state) {
+	case C_HANDSHAKE:
+		deadline = cl->phase_ms + t->header_ms;
+		break;
 	case C_HEAD:
 		if ((cl->in && buf_len(cl->in)) || !cl->served)
 			deadline = cl->phase_ms + t->header_ms;
@@ -278,6 +306,9 @@ void session_run(struct client *cl)
 	for (;;) {
 		enum run r;
 		switch (cl->state) {
+		case C_HANDSHAKE:
+			r = run_handshake(cl);
+			break;
 		case C_HEAD:
 			r = run_head(cl);
 			break;
@@ -334,7 +365,8 @@ static void session_on_io(struct loop_io *io, unsigned events)
 	session_run(cl);
 }
 
-void session_accept(struct worker *w, int fd, const struct sockaddr_storage *peer)
+void session_accept(struct worker *w, const struct listener *l, int fd,
+		    const struct sockaddr_storage *peer)
 {
 	const struct conf *conf = w->conf;
 	struct client *cl = calloc(1, sizeof(*cl));
@@ -353,8 +385,14 @@ void session_accept(struct worker *w, int fd, const struct sockaddr_storage *pee
 	cl->key = classify_client_key((const struct sockaddr *)peer);
 	cl->trusted = net_cidr_match(conf->trusted_proxies, conf->ntrusted_proxies,
 				     (const struct sockaddr *)peer);
-	if (loop_io_add(w->loop, &cl->io) < 0) {
-		close(fd);
+	struct net_tls_listener *tls = w->sh->tls ? w->sh->tls[l->index] : NULL;
+	if (tls) {
+		cl->tls = 1;
+		cl->state = C_HANDSHAKE;
+	}
+	if ((tls && net_tls_listener_attach(tls, &cl->conn) < 0) ||
+	    loop_io_add(w->loop, &cl->io) < 0) {
+		net_conn_close(&cl->conn);
 		free(cl);
 		return;
 	}

@@ -1,6 +1,7 @@
 /*
  * session.h - the HTTP/1 client codec: one client connection's state machine.
  *
+ *   (C_HANDSHAKE on a TLS listener) -->
  *   C_HEAD ---head parsed---> C_EXCHANGE ---response relayed---> C_HEAD (keep-alive)
  *     |                          |   \---no backend / failure---> C_REPLY
  *     \---bad request---> C_REPLY ---> C_HEAD or C_LINGER ---> closed
@@ -18,8 +19,10 @@
 
 #include <sys/socket.h>
 
-/* A client connected to <w> on <fd> (owned from now on). */
-void session_accept(struct worker *w, int fd, const struct sockaddr_storage *peer);
+/* A client connected to <w> through listener <l> on <fd> (owned from now on); a TLS
+ * listener's client starts with the handshake. */
+void session_accept(struct worker *w, const struct listener *l, int fd,
+		    const struct sockaddr_storage *peer);
 /* Run the state machine of <cl> until it waits or ends. */
 void session_run(struct client *cl);
 /* Draining: close the clients of <w> between requests, and the idle upstream connections.

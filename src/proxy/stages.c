@@ -41,6 +41,7 @@ static enum run stage_forward(struct exchange *x)
 	    .request_id = x->reqid,
 	    .upstream_minor = x->head->minor,
 	    .trusted = x->client_trusted,
+	    .tls = x->client_tls,
 	};
 	if (!(x->uphead = buf_get(&x->w->bufs)))
 		return exchange_abort(x, "out of memory");

@@ -51,7 +51,7 @@ static void worker_accept(struct worker *w, struct listener *l)
 				       loop_now(w->loop) + ACCEPT_RETRY_MS);
 			return;
 		}
-		w->sh->ops->accept(w, fd, &peer);
+		w->sh->ops->accept(w, l, fd, &peer);
 	}
 }
 
@@ -173,6 +173,7 @@ int worker_init(struct worker *w, struct worker_shared *sh, unsigned id, unsigne
 		}
 		l->io.fd = fd;
 		l->io.fn = listener_on_io;
+		l->index = (unsigned)i;
 		l->w = w;
 		if ((rc = loop_io_add(w->loop, &l->io)) < 0) {
 			snprintf(err, errlen, "cannot watch %s: %s", c->listens[i].address,
@@ -243,7 +244,9 @@ ssize_t worker_read(struct worker *w, struct net_conn *c, struct buf **b, int *r
 	}
 	if (n < 0)
 		return n;
-	if ((size_t)n < room && !hup)
+	/* a short plain read drained the socket; TLS hands out a record at a time, and more may
+	 * wait in the socket or in OpenSSL: only -EAGAIN says it is drained */
+	if ((size_t)n < room && !hup && !c->ssl)
 		*readable = 0;
 	(*b)->end += (uint32_t)n;
 	return n;

@@ -17,6 +17,7 @@
 #include "core/loop.h"
 #include "http/parse.h"
 #include "net/conn.h"
+#include "net/tls_listen.h"
 #include "proxy/admission.h"
 #include "proxy/runtime.h"
 
@@ -27,10 +28,12 @@
 #include <sys/types.h>
 
 struct worker;
+struct listener;
 
 struct worker_ops {
-	/* a client connected: take <fd> (owned from now on) */
-	void (*accept)(struct worker *w, int fd, const struct sockaddr_storage *peer);
+	/* a client connected to listener <l>: take <fd> (owned from now on) */
+	void (*accept)(struct worker *w, const struct listener *l, int fd,
+		       const struct sockaddr_storage *peer);
 	/* slots were granted to this worker's queued requests (w->inbox) */
 	void (*take_grants)(struct worker *w);
 	/* draining: close every idle client and idle upstream connection; <all>: the worker
@@ -41,6 +44,7 @@ struct worker_ops {
 struct listener {
 	struct loop_io io;
 	struct worker *w;
+	unsigned index; /* in conf->listens (and sh->tls) */
 };
 
 /* Shared by the workers, read-only for them: set up by proxy.c before they start. */
@@ -48,8 +52,9 @@ struct worker_shared {
 	const struct conf *conf;
 	struct runtime *rt;
 	const struct worker_ops *ops;
-	struct loop *main_loop; /* woken when a worker's loop ends */
-	atomic_uint running;	/* workers whose loop still runs */
+	struct net_tls_listener **tls; /* per listener (conf->listens order); NULL: plain */
+	struct loop *main_loop;	       /* woken when a worker's loop ends */
+	atomic_uint running;	       /* workers whose loop still runs */
 };
 
 struct worker {

@@ -262,7 +262,13 @@ static void errors_point_at_the_problem(void **state)
 		 "t.yaml:2:1:", "given twice");
 	load_bad("listen: [127.0.0.1:8080\n", "t.yaml:", "YAML syntax");
 	load_bad("listen:\n  - address: 127.0.0.1:8080\n    tls: {cert: a.pem}\n",
-		 "t.yaml:3:5:", "not built yet");
+		 "t.yaml:3:10:", "'cert' and 'key' go together");
+	load_bad("listen:\n  - address: 127.0.0.1:8080\n    tls: {cert: a.pem, key: a.key, "
+		 "client_ca: c.pem}\n",
+		 "t.yaml:3:36:", "not built yet");
+	load_bad("listen:\n  - address: 127.0.0.1:8080\n    tls: {cert: /nonexistent.pem, "
+		 "key: a.key}\n",
+		 "t.yaml:3:10:", "cannot read the TLS certificate /nonexistent.pem");
 	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    backends: [127.0.0.1:1]\n"
 		 "  - name: a\n    backends: [127.0.0.1:2]\n",
 		 "t.yaml:5:5:", "defined twice");

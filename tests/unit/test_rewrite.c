@@ -20,9 +20,9 @@ static void parse_req(const char *t)
 	assert_true(http_parse_request(t, strlen(t), 32768, &h) > 0);
 }
 
-static const char *rewrite_as(const char *t, int minor, int trusted)
+static const char *rewrite_tls(const char *t, int minor, int trusted, int tls)
 {
-	struct rewrite_request_info info = {"10.1.2.3", "req-1", minor, trusted};
+	struct rewrite_request_info info = {"10.1.2.3", "req-1", minor, trusted, tls};
 	parse_req(t);
 	int n = rewrite_request(out, sizeof(out), &h, &info);
 	assert_true(n > 0);
@@ -30,9 +30,24 @@ static const char *rewrite_as(const char *t, int minor, int trusted)
 	return out;
 }
 
+static const char *rewrite_as(const char *t, int minor, int trusted)
+{
+	return rewrite_tls(t, minor, trusted, 0);
+}
+
 static const char *rewrite(const char *t, int minor)
 {
 	return rewrite_as(t, minor, 0);
+}
+
+/* A client on a TLS listener: the backend hears https, whatever the client claimed. */
+static void forwarded_proto_says_tls(void **state)
+{
+	(void)state;
+	const char *r =
+	    rewrite_tls("GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-Proto: http\r\n\r\n", 1, 0, 1);
+	assert_non_null(strstr(r, "X-Forwarded-Proto: https\r\n"));
+	assert_null(strstr(r, "X-Forwarded-Proto: http\r\n"));
 }
 
 static void request_is_rewritten(void **state)
@@ -190,10 +205,10 @@ static void sse_early_stream(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(request_is_rewritten),    cmocka_unit_test(forwarded_for_appends),
-	    cmocka_unit_test(framing_is_written_anew), cmocka_unit_test(request_id_kept_if_sane),
-	    cmocka_unit_test(response_head),	       cmocka_unit_test(error_response),
-	    cmocka_unit_test(sse_early_stream),
+	    cmocka_unit_test(request_is_rewritten),    cmocka_unit_test(forwarded_proto_says_tls),
+	    cmocka_unit_test(forwarded_for_appends),   cmocka_unit_test(framing_is_written_anew),
+	    cmocka_unit_test(request_id_kept_if_sane), cmocka_unit_test(response_head),
+	    cmocka_unit_test(error_response),	       cmocka_unit_test(sse_early_stream),
 	};
 	return cmocka_run_group_tests_name("head rewriting", tests, NULL, NULL);
 }

@@ -1,0 +1,35 @@
+/*
+ * tls.c - building a listener's TLS contexts from its config (see tls.h).
+ */
+#include "conf/tls.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int conf_tls_build(const struct conf_tls *t, struct net_tls_listener **out, char *err,
+		   size_t errlen)
+{
+	size_t n = (t->first.cert ? 1 : 0) + t->nmore, k = 0;
+	struct net_tls_cert *certs = calloc(n ? n : 1, sizeof(*certs));
+	if (!certs) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	if (t->first.cert)
+		certs[k++] = (struct net_tls_cert){t->first.cert, t->first.key};
+	for (size_t i = 0; i < t->nmore; i++)
+		certs[k++] = (struct net_tls_cert){t->more[i].cert, t->more[i].key};
+	struct net_tls_listen_opts o = {
+	    .certs = certs,
+	    .ncerts = n,
+	    .ciphers = t->ciphers,
+	    .ciphersuites = t->ciphersuites,
+	    .groups = t->groups,
+	    .min_version = t->min_version && strcmp(t->min_version, "1.3") == 0 ? 13 : 12,
+	};
+	int rc = net_tls_listener_new(&o, out, err, errlen);
+	free(certs);
+	return rc;
+}

@@ -1,0 +1,373 @@
+/*
+ * tls_listen.c - a TLS listener's contexts: certificates grouped by the names they carry,
+ * SNI, ALPN, the shared session cache and rotating ticket keys (see tls_listen.h).
+ */
+#include "net/tls_listen.h"
+#include "net/tls.h"
+
+#include <errno.h>
+#include <openssl/core_names.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/rand.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#define SITE_NAMES_MAX 64
+#define DEFAULT_CIPHERS                                                                            \
+	"ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"                               \
+	"ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"                               \
+	"ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305"
+#define DEFAULT_GROUPS "X25519:P-256:P-384"
+
+/* One context: the certificates that name the same hosts. */
+struct tls_site {
+	SSL_CTX *ctx;
+	char *names[SITE_NAMES_MAX]; /* lower case; "*.example.com" for a wildcard */
+	size_t nnames;
+};
+
+struct ticket_key {
+	unsigned char name[16], aes[32], hmac[32];
+};
+
+struct net_tls_listener {
+	struct tls_site *sites; /* [0] answers by default and holds the session cache */
+	size_t nsites;
+	pthread_mutex_t lock; /* the ticket keys */
+	long period;	      /* the period cur belongs to */
+	struct ticket_key cur, prev;
+};
+
+/* <what>, then OpenSSL's first queued error, into <err>. */
+static void fail_reason(char *err, size_t errlen, const char *what, const char *file)
+{
+	unsigned long e = ERR_get_error();
+	char buf[200] = "";
+	if (e)
+		ERR_error_string_n(e, buf, sizeof(buf));
+	snprintf(err, errlen, "%s %s%s%s", what, file, buf[0] ? ": " : "", buf);
+	ERR_clear_error();
+}
+
+static void name_add(char **names, size_t *n, const char *s, size_t len)
+{
+	if (*n >= SITE_NAMES_MAX || !len || len > 253)
+		return;
+	char *copy = strndup(s, len);
+	if (!copy)
+		return;
+	for (char *p = copy; *p; p++)
+		*p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
+	names[(*n)++] = copy;
+}
+
+/* The DNS names of the first certificate in <path> (SAN, else the subject's CN). */
+static int cert_names(const char *path, char **names, size_t *n, char *err, size_t errlen)
+{
+	BIO *b = BIO_new_file(path, "r");
+	X509 *x = b ? PEM_read_bio_X509(b, NULL, NULL, NULL) : NULL;
+	BIO_free(b);
+	if (!x) {
+		fail_reason(err, errlen, "cannot read the TLS certificate", path);
+		return -EINVAL;
+	}
+	GENERAL_NAMES *gens = X509_get_ext_d2i(x, NID_subject_alt_name, NULL, NULL);
+	for (int i = 0; gens && i < sk_GENERAL_NAME_num(gens); i++) {
+		const GENERAL_NAME *g = sk_GENERAL_NAME_value(gens, i);
+		if (g->type == GEN_DNS)
+			name_add(names, n, (const char *)ASN1_STRING_get0_data(g->d.dNSName),
+				 (size_t)ASN1_STRING_length(g->d.dNSName));
+	}
+	GENERAL_NAMES_free(gens);
+	if (!*n) {
+		char cn[256];
+		int len = X509_NAME_get_text_by_NID(X509_get_subject_name(x), NID_commonName, cn,
+						    sizeof(cn));
+		if (len > 0)
+			name_add(names, n, cn, (size_t)len);
+	}
+	X509_free(x);
+	return 0;
+}
+
+static int same_names(char **a, size_t na, char **b, size_t nb)
+{
+	if (na != nb)
+		return 0;
+	for (size_t i = 0; i < na; i++) {
+		size_t j = 0;
+		while (j < nb && strcmp(a[i], b[j]) != 0)
+			j++;
+		if (j == nb)
+			return 0;
+	}
+	return 1;
+}
+
+static int name_matches(const char *pattern, const char *host)
+{
+	if (strcasecmp(pattern, host) == 0)
+		return 1;
+	if (pattern[0] != '*' || pattern[1] != '.')
+		return 0;
+	const char *dot = strchr(host, '.'); /* the wildcard stands for one label */
+	return dot && dot != host && strcasecmp(pattern + 1, dot) == 0;
+}
+
+static struct tls_site *site_for(struct net_tls_listener *l, const char *host)
+{
+	for (int wild = 0; wild < 2; wild++)
+		for (size_t i = 0; i < l->nsites; i++)
+			for (size_t j = 0; j < l->sites[i].nnames; j++) {
+				const char *p = l->sites[i].names[j];
+				if ((p[0] == '*') == wild && name_matches(p, host))
+					return &l->sites[i];
+			}
+	return NULL;
+}
+
+static int on_servername(SSL *s, int *alert, void *arg)
+{
+	struct net_tls_listener *l = arg;
+	const char *name = SSL_get_servername(s, TLSEXT_NAMETYPE_host_name);
+	(void)alert;
+	struct tls_site *site = name ? site_for(l, name) : NULL;
+	if (site && site->ctx != SSL_get_SSL_CTX(s))
+		SSL_set_SSL_CTX(s, site->ctx);
+	return SSL_TLSEXT_ERR_OK; /* an unknown name gets the default certificate */
+}
+
+static int on_alpn(SSL *s, const unsigned char **out, unsigned char *outlen,
+		   const unsigned char *in, unsigned int inlen, void *arg)
+{
+	static const unsigned char ours[] = "\x08http/1.1";
+	(void)s, (void)arg;
+	if (SSL_select_next_proto((unsigned char **)out, outlen, ours, sizeof(ours) - 1, in,
+				  inlen) == OPENSSL_NPN_NEGOTIATED)
+		return SSL_TLSEXT_ERR_OK;
+	return SSL_TLSEXT_ERR_NOACK; /* no common protocol: go on without ALPN (HTTP/1.1) */
+}
+
+static void ticket_key_new(struct ticket_key *k)
+{
+	if (RAND_bytes((unsigned char *)k, sizeof(*k)) != 1)
+		memset(k, 0, sizeof(*k)); /* no randomness: a key no ticket can match */
+}
+
+/* The keys as of now, rotated first when a period has passed. Under the lock. */
+static void ticket_keys_now(struct net_tls_listener *l, struct ticket_key *cur,
+			    struct ticket_key *prev)
+{
+	long now = (long)(time(NULL) / NET_TLS_TICKET_PERIOD_S);
+	pthread_mutex_lock(&l->lock);
+	if (now != l->period) {
+		l->prev = l->cur;
+		if (now != l->period + 1)
+			ticket_key_new(&l->prev); /* more than a period passed: both are stale */
+		ticket_key_new(&l->cur);
+		l->period = now;
+	}
+	*cur = l->cur;
+	*prev = l->prev;
+	pthread_mutex_unlock(&l->lock);
+}
+
+static int ticket_mac_key(EVP_MAC_CTX *hctx, unsigned char *key)
+{
+	OSSL_PARAM params[] = {
+	    OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_KEY, key, 32),
+	    OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"sha256", 0),
+	    OSSL_PARAM_construct_end(),
+	};
+	return EVP_MAC_CTX_set_params(hctx, params);
+}
+
+/* Session tickets: issue under the current key; accept under the current (1) or the
+ * previous one (2: accepted, and a new ticket goes out); anything else means a full
+ * handshake (0). */
+static int on_ticket_key(SSL *s, unsigned char name[16], unsigned char *iv, EVP_CIPHER_CTX *ectx,
+			 EVP_MAC_CTX *hctx, int enc)
+{
+	struct net_tls_listener *l = SSL_CTX_get_app_data(SSL_get_SSL_CTX(s));
+	struct ticket_key cur, prev, *k = NULL;
+	int rc = 0;
+	ticket_keys_now(l, &cur, &prev);
+	if (enc) {
+		memcpy(name, cur.name, sizeof(cur.name));
+		if (RAND_bytes(iv, 16) != 1 ||
+		    EVP_EncryptInit_ex(ectx, EVP_aes_256_cbc(), NULL, cur.aes, iv) != 1 ||
+		    ticket_mac_key(hctx, cur.hmac) != 1)
+			rc = -1;
+		else
+			rc = 1;
+		goto out;
+	}
+	if (memcmp(name, cur.name, sizeof(cur.name)) == 0)
+		k = &cur, rc = 1;
+	else if (memcmp(name, prev.name, sizeof(prev.name)) == 0)
+		k = &prev, rc = 2;
+	if (k && (ticket_mac_key(hctx, k->hmac) != 1 ||
+		  EVP_DecryptInit_ex(ectx, EVP_aes_256_cbc(), NULL, k->aes, iv) != 1))
+		rc = -1;
+out:
+	OPENSSL_cleanse(&cur, sizeof(cur));
+	OPENSSL_cleanse(&prev, sizeof(prev));
+	return rc;
+}
+
+/* A context with the listener's protocol settings and no certificate yet. */
+static SSL_CTX *site_ctx_new(struct net_tls_listener *l, const struct net_tls_listen_opts *o,
+			     char *err, size_t errlen)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+	if (!ctx) {
+		fail_reason(err, errlen, "cannot create a TLS context", "");
+		return NULL;
+	}
+	uint64_t opts =
+	    SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_NO_COMPRESSION;
+#ifdef SSL_OP_ENABLE_KTLS
+	opts |= SSL_OP_ENABLE_KTLS;
+#endif
+	SSL_CTX_set_options(ctx, opts);
+	SSL_CTX_set_min_proto_version(ctx, o->min_version == 13 ? TLS1_3_VERSION : TLS1_2_VERSION);
+	SSL_CTX_set_max_proto_version(ctx, TLS1_3_VERSION);
+	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
+				  SSL_MODE_RELEASE_BUFFERS);
+	if (SSL_CTX_set_cipher_list(ctx, o->ciphers ? o->ciphers : DEFAULT_CIPHERS) != 1) {
+		fail_reason(err, errlen, "tls: ciphers: no usable cipher in", o->ciphers);
+		goto fail;
+	}
+	if (o->ciphersuites && SSL_CTX_set_ciphersuites(ctx, o->ciphersuites) != 1) {
+		fail_reason(err, errlen, "tls: ciphersuites: no usable suite in", o->ciphersuites);
+		goto fail;
+	}
+	if (SSL_CTX_set1_groups_list(ctx, o->groups ? o->groups : DEFAULT_GROUPS) != 1) {
+		fail_reason(err, errlen, "tls: groups: unknown group in",
+			    o->groups ? o->groups : DEFAULT_GROUPS);
+		goto fail;
+	}
+	SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
+	SSL_CTX_set_session_id_context(ctx, (const unsigned char *)"accelnet", 8);
+	SSL_CTX_set_tlsext_servername_callback(ctx, on_servername);
+	SSL_CTX_set_tlsext_servername_arg(ctx, l);
+	SSL_CTX_set_alpn_select_cb(ctx, on_alpn, NULL);
+	SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, on_ticket_key);
+	SSL_CTX_set_app_data(ctx, l);
+	return ctx;
+fail:
+	SSL_CTX_free(ctx);
+	return NULL;
+}
+
+static int site_add_cert(SSL_CTX *ctx, const struct net_tls_cert *c, char *err, size_t errlen)
+{
+	if (SSL_CTX_use_certificate_chain_file(ctx, c->cert) != 1) {
+		fail_reason(err, errlen, "cannot load the TLS certificate", c->cert);
+		return -EINVAL;
+	}
+	if (SSL_CTX_use_PrivateKey_file(ctx, c->key, SSL_FILETYPE_PEM) != 1 ||
+	    SSL_CTX_check_private_key(ctx) != 1) {
+		fail_reason(err, errlen,
+			    "cannot load the TLS key (or it does not match its certificate)",
+			    c->key);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Put certificate <c> into the site naming the same hosts, or a new one. */
+static int listener_add_cert(struct net_tls_listener *l, const struct net_tls_listen_opts *o,
+			     const struct net_tls_cert *c, char *err, size_t errlen)
+{
+	char *names[SITE_NAMES_MAX];
+	size_t n = 0;
+	int rc = cert_names(c->cert, names, &n, err, errlen);
+	if (rc)
+		return rc;
+	struct tls_site *site = NULL;
+	for (size_t i = 0; i < l->nsites && !site; i++)
+		if (same_names(names, n, l->sites[i].names, l->sites[i].nnames))
+			site = &l->sites[i];
+	if (site) {
+		for (size_t i = 0; i < n; i++)
+			free(names[i]);
+		return site_add_cert(site->ctx, c, err, errlen);
+	}
+	site = &l->sites[l->nsites];
+	memcpy(site->names, names, n * sizeof(names[0]));
+	site->nnames = n;
+	l->nsites++; /* from here on the site's names are freed with the listener */
+	if (!(site->ctx = site_ctx_new(l, o, err, errlen)))
+		return -EINVAL;
+	return site_add_cert(site->ctx, c, err, errlen);
+}
+
+int net_tls_listener_new(const struct net_tls_listen_opts *o, struct net_tls_listener **out,
+			 char *err, size_t errlen)
+{
+	int rc = -ENOMEM;
+	struct net_tls_listener *l = calloc(1, sizeof(*l));
+	if (!l || !(l->sites = calloc(o->ncerts ? o->ncerts : 1, sizeof(*l->sites)))) {
+		snprintf(err, errlen, "out of memory");
+		free(l);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&l->lock, NULL);
+	l->period = -2; /* the first ticket makes both keys */
+	if (!o->ncerts) {
+		snprintf(err, errlen, "tls: a certificate and its key are required");
+		rc = -EINVAL;
+		goto fail;
+	}
+	for (size_t i = 0; i < o->ncerts; i++)
+		if ((rc = listener_add_cert(l, o, &o->certs[i], err, errlen)))
+			goto fail;
+	*out = l;
+	return 0;
+fail:
+	net_tls_listener_free(l);
+	return rc;
+}
+
+void net_tls_listener_free(struct net_tls_listener *l)
+{
+	if (!l)
+		return;
+	for (size_t i = 0; i < l->nsites; i++) {
+		SSL_CTX_free(l->sites[i].ctx);
+		for (size_t j = 0; j < l->sites[i].nnames; j++)
+			free(l->sites[i].names[j]);
+	}
+	free(l->sites);
+	pthread_mutex_destroy(&l->lock);
+	OPENSSL_cleanse(&l->cur, sizeof(l->cur));
+	OPENSSL_cleanse(&l->prev, sizeof(l->prev));
+	free(l);
+}
+
+int net_tls_listener_attach(struct net_tls_listener *l, struct net_conn *c)
+{
+	return net_tls_attach(c, l->sites[0].ctx, 1, NULL);
+}
+
+void net_tls_facts_get(struct net_conn *c, struct net_tls_facts *f)
+{
+	memset(f, 0, sizeof(*f));
+	f->version = f->cipher = f->sni = "";
+	if (!c->ssl)
+		return;
+	const char *sni = SSL_get_servername(c->ssl, TLSEXT_NAMETYPE_host_name);
+	f->version = SSL_get_version(c->ssl);
+	f->cipher = SSL_get_cipher_name(c->ssl);
+	f->sni = sni ? sni : "";
+	f->resumed = SSL_session_reused(c->ssl);
+	f->ktls_send = BIO_get_ktls_send(SSL_get_wbio(c->ssl)) > 0;
+}

@@ -1,0 +1,222 @@
+"""TLS on listeners (issue 12): real clients (Python's ssl, curl, openssl s_client) against a
+listener with an ECDSA and an RSA certificate for one name and a second name chosen by SNI.
+Certificates are made per test with the openssl command."""
+
+import http.client
+import os
+import socket
+import ssl
+import subprocess
+import time
+
+from harness import BIN, ScriptedBackend, free_port, pool_yaml, port_open, read_all, wait_until
+
+
+def _cert(env, name, cn, kind="ec"):
+    key, pem = os.path.join(env.dir, name + ".key"), os.path.join(env.dir, name + ".pem")
+    alg = (["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"] if kind == "ec"
+           else ["-newkey", "rsa:2048"])
+    subprocess.run(["openssl", "req", "-x509", *alg, "-nodes", "-keyout", key, "-out", pem,
+                    "-days", "2", "-subj", "/CN=" + cn,
+                    "-addext", f"subjectAltName=DNS:{cn},IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    return pem, key
+
+
+def _echo_backend(env):
+    """Answers every request with the bytes of the request it read."""
+    def script(n, req):
+        return (b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(req), req), False)
+    be = ScriptedBackend(script)
+    env.on_cleanup.append(be.close)
+    return be
+
+
+def _tls_proxy(env, backend_port, tls_extra="", extra=""):
+    """A proxy with a TLS listener (ECDSA + RSA for 'localhost', and 'other.test') and a
+    plain one. Returns (proxy, tls_port, certs)."""
+    ec, rsa, other = (_cert(env, "ec", "localhost"), _cert(env, "rsa", "localhost", "rsa"),
+                      _cert(env, "other", "other.test"))
+    tls_port, port = free_port(), free_port()
+    text = (f"workers: 2\nlisten:\n"
+            f"  - address: 127.0.0.1:{tls_port}\n"
+            f"    tls:\n      cert: {ec[0]}\n      key: {ec[1]}\n"
+            f"      certificates:\n"
+            f"        - {{cert: {rsa[0]}, key: {rsa[1]}}}\n"
+            f"        - {{cert: {other[0]}, key: {other[1]}}}\n" + tls_extra +
+            f"  - address: 127.0.0.1:{port}\n" + extra +
+            "pools:\n" + pool_yaml("p", [backend_port]))
+    path = env.write("proxy.yaml", text)
+    p = env.start([BIN, "proxy", "-c", path], "proxy", wait_port=tls_port)
+    wait_until(lambda: port_open(port), "plain port")
+    p.port = port
+    return p, tls_port, {"ec": ec, "rsa": rsa, "other": other}
+
+
+def _ctx(cafile, maxv=None, minv=None, ciphers=None):
+    c = ssl.create_default_context(cafile=cafile)
+    if maxv:
+        c.maximum_version = maxv
+    if minv:
+        c.minimum_version = minv
+    if ciphers:
+        c.set_ciphers(ciphers)
+    return c
+
+
+def _get(port, ctx, host="localhost", path="/", headers=None):
+    c = http.client.HTTPSConnection(host, port, context=ctx, timeout=10)
+    if host != "localhost":
+        # connect to 127.0.0.1 while naming <host> in SNI and Host
+        c._create_connection = lambda addr, *a, **k: socket.create_connection(
+            ("127.0.0.1", port), *a, **k)
+    c.request("GET", path, headers=headers or {})
+    r = c.getresponse()
+    body = r.read()
+    return c, r.status, body
+
+
+def test_https_request_reaches_the_backend_as_https(env):
+    be = _echo_backend(env)
+    p, tport, certs = _tls_proxy(env, be.port)
+    c, st, body = _get(tport, _ctx(certs["ec"][0]), headers={"X-Forwarded-Proto": "http"})
+    assert st == 200
+    assert b"X-Forwarded-Proto: https\r\n" in body and b"Proto: http\r\n" not in body, body
+    info = c.sock.version(), c.sock.selected_alpn_protocol()
+    assert info[0] == "TLSv1.3", info
+    # keep-alive over TLS: a second request on the same connection
+    c.request("GET", "/again")
+    r = c.getresponse()
+    assert r.status == 200 and b"GET /again" in r.read()
+    # the plain listener says http
+    import http.client as hc
+    pc = hc.HTTPConnection("127.0.0.1", p.port, timeout=10)
+    pc.request("GET", "/")
+    assert b"X-Forwarded-Proto: http\r\n" in pc.getresponse().read()
+
+
+def test_certificate_by_key_type_and_sni(env):
+    be = _echo_backend(env)
+    p, tport, certs = _tls_proxy(env, be.port)
+    # TLS 1.2 with an RSA-only suite: the RSA certificate answers
+    ctx = _ctx(certs["rsa"][0], maxv=ssl.TLSVersion.TLSv1_2, ciphers="ECDHE-RSA-AES128-GCM-SHA256")
+    c, st, _ = _get(tport, ctx)
+    assert st == 200 and c.sock.version() == "TLSv1.2"
+    # an ECDSA-only suite: the ECDSA certificate
+    ctx = _ctx(certs["ec"][0], maxv=ssl.TLSVersion.TLSv1_2,
+               ciphers="ECDHE-ECDSA-AES128-GCM-SHA256")
+    assert _get(tport, ctx)[1] == 200
+    # SNI other.test: its own certificate (verification against its CA proves which)
+    assert _get(tport, _ctx(certs["other"][0]), host="other.test")[1] == 200
+    # an unknown name gets the default certificate (ECDSA for localhost)
+    ctx = _ctx(certs["ec"][0])
+    ctx.check_hostname = False
+    assert _get(tport, ctx, host="unknown.test")[1] == 200
+
+
+def test_old_protocols_and_weak_ciphers_are_refused(env):
+    be = _echo_backend(env)
+    p, tport, certs = _tls_proxy(env, be.port)
+    for flag in ("-tls1", "-tls1_1"):
+        r = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{tport}", flag],
+                           input=b"", capture_output=True, timeout=15)
+        assert b"Cipher is (NONE)" in r.stdout or r.returncode != 0, (flag, r.stdout[-400:])
+    # TLS 1.2 without forward secrecy (RSA key exchange) or with CBC: no shared cipher
+    for weak in ("AES128-GCM-SHA256", "ECDHE-RSA-AES128-SHA"):
+        r = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{tport}", "-tls1_2",
+                            "-cipher", weak], input=b"", capture_output=True, timeout=15)
+        assert b"Cipher is (NONE)" in r.stdout or r.returncode != 0, (weak, r.stdout[-400:])
+    # the proxy is still there
+    assert _get(tport, _ctx(certs["ec"][0]))[1] == 200
+
+
+def test_session_resumption(env):
+    be = _echo_backend(env)
+    p, tport, certs = _tls_proxy(env, be.port)
+    for maxv in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
+        ctx = _ctx(certs["ec"][0], maxv=maxv)
+        c, st, _ = _get(tport, ctx)
+        assert st == 200
+        session = c.sock.session
+        c.close()
+        # another connection, maybe on the other worker: the ticket works there too
+        for _ in range(4):
+            s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", tport), timeout=10),
+                                server_hostname="localhost", session=session)
+            s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            data = read_all(s)
+            assert data.startswith(b"HTTP/1.1 200"), data[:80]
+            assert s.session_reused, maxv
+            s.close()
+
+
+def test_garbage_and_plain_http_on_the_tls_port(env):
+    be = _echo_backend(env)
+    p, tport, certs = _tls_proxy(env, be.port)
+    hostile = [
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",                     # plain HTTP
+        b"\x16\x03\x01\x00\x05\x01\x00\x00\x01\x00",              # a truncated ClientHello
+        b"\x16\x03\x01\xff\xff" + b"\x01" * 200,                  # a length past the data
+        b"\x16\x03\x03\x00\x30" + os.urandom(48),                 # random handshake bytes
+        b"\x80\x80\x01\x03\x01" + os.urandom(64),                 # an SSLv2 hello
+    ]
+    for data in hostile:
+        s = socket.create_connection(("127.0.0.1", tport), timeout=10)
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        got = read_all(s)
+        assert not got.startswith(b"HTTP/"), got[:40]  # TLS alerts at most, never HTTP
+        s.close()
+    assert _get(tport, _ctx(certs["ec"][0]))[1] == 200
+    assert p.poll() is None
+
+
+def test_stalled_handshakes_time_out_and_block_nobody(env):
+    be = _echo_backend(env)
+    p, tport, certs = _tls_proxy(env, be.port, extra="timeouts: {header_ms: 1000}\n")
+    idle = [socket.create_connection(("127.0.0.1", tport), timeout=10) for _ in range(20)]
+    half = socket.create_connection(("127.0.0.1", tport), timeout=10)
+    half.sendall(b"\x16\x03\x01\x00\xc8\x01")  # the start of a ClientHello, then nothing
+    # meanwhile full handshakes go through at once
+    for _ in range(5):
+        assert _get(tport, _ctx(certs["ec"][0]))[1] == 200
+    # and the stalled ones are closed once header_ms has passed
+    for s in idle + [half]:
+        s.settimeout(10)
+        assert read_all(s) == b""  # closed by the proxy, well inside the 10 s timeout
+        s.close()
+    assert p.poll() is None
+
+
+def test_sse_stream_over_tls(env):
+    sim = env.sim("s", latency_ms=0, token_ms=5, tokens=20, jitter=0)
+    p, tport, certs = _tls_proxy(env, sim.port)
+    c = http.client.HTTPSConnection("localhost", tport, context=_ctx(certs["ec"][0]), timeout=10)
+    c.request("POST", "/v1/completions", body=b'{"prompt":"hi","stream":true}',
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200 and r.getheader("Content-Type").startswith("text/event-stream")
+    events = [ln for ln in r.read().split(b"\n") if ln.startswith(b"data: ")]
+    assert len(events) == 21 and events[-1] == b"data: [DONE]", events[-2:]
+
+
+def test_bad_tls_config_is_refused_with_its_place(env):
+    be_port = free_port()
+    pem, key = _cert(env, "a", "localhost")
+    other_pem, _ = _cert(env, "b", "localhost")
+    cases = [
+        ([f"cert: {pem}", f"key: {env.dir}/missing.key"], "cannot load the TLS key"),
+        ([f"cert: {pem}", f"key: {key}", "min_version: \"1.1\""], "min_version"),
+        ([f"cert: {other_pem}", f"key: {key}"], "does not match"),
+        ([f"cert: {pem}", f"key: {key}", "ciphers: NOPE"], "ciphers"),
+        ([f"cert: {pem}"], "go together"),
+        ([f"cert: {pem}", f"key: {key}", f"client_ca: {pem}"], "not built yet"),
+    ]
+    for lines, want in cases:
+        tls = "\n".join("      " + ln for ln in lines)
+        path = env.write("bad.yaml", f"listen:\n  - address: 127.0.0.1:1\n    tls:\n{tls}\n"
+                         "pools:\n" + pool_yaml("p", [be_port]))
+        r = subprocess.run([BIN, "check", "-c", path], capture_output=True, text=True)
+        assert r.returncode == 2, (lines, r.stdout, r.stderr)
+        msg = r.stdout + r.stderr
+        assert want in msg and f"{path}:" in msg, (want, msg)
