@@ -77,6 +77,11 @@ int cmd_check(int argc, char **argv)
 		fprintf(stderr, "%s\n", err.msg);
 		return 2;
 	}
+	if (proxy_check(conf, err.msg, sizeof(err.msg)) < 0) {
+		fprintf(stderr, "%s\n", err.msg);
+		conf_free(conf);
+		return 2;
+	}
 	printf("%s: ok (%zu listener%s, %zu pool%s, %zu route%s, %u workers)\n", a.file,
 	       conf->nlistens, conf->nlistens == 1 ? "" : "s", conf->npools,
 	       conf->npools == 1 ? "" : "s", conf->nroutes, conf->nroutes == 1 ? "" : "s",

@@ -114,6 +114,18 @@ static void conf_tls_free(struct conf_tls *t)
 	free(t);
 }
 
+static void conf_auth_free(struct conf_auth *a)
+{
+	if (!a)
+		return;
+	free(a->api_keys_file);
+	free(a->identity_header);
+	for (size_t i = 0; i < a->ntenants; i++)
+		free(a->tenants[i]);
+	free(a->tenants);
+	free(a);
+}
+
 void conf_free(struct conf *c)
 {
 	if (!c)
@@ -147,6 +159,7 @@ void conf_free(struct conf *c)
 		free(r->header_value);
 		free(r->priority_header);
 		free(r->tenant_header);
+		conf_auth_free(r->auth);
 	}
 	free(c->routes);
 	free(c->file);

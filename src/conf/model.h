@@ -98,6 +98,15 @@ struct conf_pool {
 	int can_queue;		 /* some backend has max_concurrency: requests may wait */
 };
 
+/* routes[].auth: who may use the route (guard/auth.h). */
+struct conf_auth {
+	char *api_keys_file;   /* "TENANT KEY" lines (guard/apikeys.h) */
+	char *identity_header; /* the authenticated tenant, to the backend; default X-Tenant */
+	char **tenants;	       /* admitted tenants; none: every tenant with a key */
+	size_t ntenants;
+	unsigned pass_credentials; /* forward Authorization / X-API-Key (default: dropped) */
+};
+
 struct conf_route {
 	char *path_prefix;		  /* "/" when not given */
 	char *host;			  /* exact, case-insensitive, port ignored; NULL: any */
@@ -111,6 +120,7 @@ struct conf_route {
 	size_t spill_pool;		  /* ... used when the wait would exceed: */
 	unsigned spill_after_ms;
 	unsigned sse_heartbeat_ms; /* 0: no heartbeats */
+	struct conf_auth *auth;	   /* NULL: anyone may use it */
 };
 
 struct conf_timeouts {

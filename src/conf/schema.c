@@ -527,6 +527,68 @@ static int read_spillover(struct rules_ctx *x, const struct rule *r, yaml_node_t
 	return err;
 }
 
+static int read_auth_tenant(struct rules_ctx *x, yaml_node_t *item, void *obj, size_t i)
+{
+	(void)i;
+	return rules_read_string(x, item, (char **)obj);
+}
+
+static int read_auth_tenants(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *obj)
+{
+	struct conf_auth *a = obj;
+	(void)r;
+	return rules_read_list(x, v, "tenants", (void **)&a->tenants, &a->ntenants, sizeof(char *),
+			       read_auth_tenant);
+}
+
+static const struct rule auth_rules[] = {
+    {"api_keys_file", RULE_STR, offsetof(struct conf_auth, api_keys_file), 0, 0, NULL, NULL},
+    {"identity_header", RULE_STR, offsetof(struct conf_auth, identity_header), 0, 0, NULL, NULL},
+    {"tenants", RULE_SECTION, 0, 0, 0, NULL, read_auth_tenants},
+    {"pass_credentials", RULE_BOOL, offsetof(struct conf_auth, pass_credentials), 0, 0, NULL, NULL},
+    {"jwt", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
+    {"basic", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
+    RULES_END,
+};
+
+static int header_name_ok(const char *s)
+{
+	if (!*s || strlen(s) > 64)
+		return 0;
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+		      (*s >= '0' && *s <= '9') || *s == '-' || *s == '_'))
+			return 0;
+	return 1;
+}
+
+/* routes[].auth: the keys file must be readable here (the proxy reads it whole at start;
+ * `accelnet check` reads it too); the identity goes to the backend in a header of its own. */
+static int read_auth(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	struct conf_route *rt = field;
+	(void)r;
+	if (!(rt->auth = calloc(1, sizeof(*rt->auth))))
+		return rules_fail(x, v, "out of memory");
+	struct conf_auth *a = rt->auth;
+	int rc = rules_read_section(x, v, "auth", auth_rules, a);
+	if (rc)
+		return rc;
+	if (!a->api_keys_file)
+		return rules_fail(x, v, "auth: 'api_keys_file' is required (TENANT KEY lines)");
+	if (access(a->api_keys_file, R_OK) < 0)
+		return rules_fail(x, rules_value_of(x, v, "api_keys_file"),
+				  "auth: api_keys_file '%s': %s", a->api_keys_file,
+				  strerror(errno));
+	if (!a->identity_header && !(a->identity_header = strdup("X-Tenant")))
+		return rules_fail(x, v, "out of memory");
+	if (!header_name_ok(a->identity_header))
+		return rules_fail(x, rules_value_of(x, v, "identity_header"),
+				  "auth: identity_header must be a header name (letters, digits, "
+				  "'-' ...)");
+	return 0;
+}
+
 static const struct rule route_rules[] = {
     {"match", RULE_SECTION, 0, 0, 0, match_rules, read_match},
     {"pool", RULE_SECTION, 0, 0, 0, NULL, read_route_pool},
@@ -536,7 +598,7 @@ static const struct rule route_rules[] = {
     {"sse_heartbeat_ms", RULE_UINT, offsetof(struct conf_route, sse_heartbeat_ms), 0, MS_MAX, NULL,
      NULL},
     {"spillover", RULE_SECTION, 0, 0, 0, spill_rules, read_spillover},
-    {"auth", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
+    {"auth", RULE_SECTION, 0, 0, 0, auth_rules, read_auth},
     {"rate_limit", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
     {"cache", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
     RULES_END,

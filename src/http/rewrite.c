@@ -126,7 +126,10 @@ int rewrite_request(char *buf, size_t cap, const struct http_head *req,
 		    http_str_eq(f->name, "host") || http_str_eq(f->name, "x-forwarded-proto") ||
 		    http_str_eq(f->name, "x-request-id") || http_str_eq(f->name, "expect") ||
 		    (is_forwarding(f->name) &&
-		     (!info->trusted || http_str_eq(f->name, "x-forwarded-for"))))
+		     (!info->trusted || http_str_eq(f->name, "x-forwarded-for"))) ||
+		    (info->identity_header && http_str_eq(f->name, info->identity_header)) ||
+		    (info->strip_credentials &&
+		     (http_str_eq(f->name, "authorization") || http_str_eq(f->name, "x-api-key"))))
 			continue;
 		put_field(&o, f->name, f->value);
 	}
@@ -147,7 +150,14 @@ int rewrite_request(char *buf, size_t cap, const struct http_head *req,
 	puts_(&o, info->tls ? "\r\nX-Forwarded-Proto: https\r\nX-Request-Id: "
 			    : "\r\nX-Forwarded-Proto: http\r\nX-Request-Id: ");
 	puts_(&o, info->request_id);
-	puts_(&o, "\r\n\r\n");
+	puts_(&o, "\r\n");
+	if (info->identity_header && info->identity) { /* who the proxy authenticated */
+		puts_(&o, info->identity_header);
+		puts_(&o, ": ");
+		puts_(&o, info->identity);
+		puts_(&o, "\r\n");
+	}
+	puts_(&o, "\r\n");
 	return finish(&o);
 }
 
@@ -234,13 +244,15 @@ int rewrite_sse_error(char *out, size_t cap, int status, const char *detail)
 int rewrite_error(char *buf, size_t cap, int status, const char *detail, int keep_alive,
 		  const char *request_id, unsigned retry_after_s)
 {
-	char body[256], retry[40] = "";
+	char body[256], retry[64] = "";
 	int blen =
 	    snprintf(body, sizeof(body), "%d %s: %s\n", status, http_status_text(status), detail);
 	if (blen < 0 || (size_t)blen >= sizeof(body))
 		blen = (int)sizeof(body) - 1;
 	if (retry_after_s)
 		snprintf(retry, sizeof(retry), "Retry-After: %u\r\n", retry_after_s);
+	else if (status == 401) /* the proxy answers 401 only for its own authentication */
+		snprintf(retry, sizeof(retry), "WWW-Authenticate: Bearer realm=\"accelnet\"\r\n");
 	int n = snprintf(buf, cap,
 			 "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n"
 			 "%s%s%s%sCache-Control: no-store\r\n%s\r\n%.*s",

@@ -29,6 +29,10 @@ struct rewrite_request_info {
 	int upstream_minor;	/* HTTP/1.<minor> upstream: 1, or 0 for HTTP/1.0 clients */
 	int trusted;		/* the client is in trusted_proxies */
 	int tls;		/* the client came over TLS: X-Forwarded-Proto: https */
+	/* an authenticated identity (routes.auth): sent as "<identity_header>: <identity>", and
+	 * any field of that name from the client dropped; NULL: none */
+	const char *identity_header, *identity;
+	int strip_credentials; /* drop Authorization and X-API-Key */
 };
 
 /*
@@ -47,7 +51,7 @@ int rewrite_response(char *out, size_t cap, const struct http_head *resp, int ke
 
 /*
  * Write a complete short text/plain error response, with Retry-After when <retry_after_s>
- * is not 0. Returns its length or -1.
+ * is not 0, and a Bearer challenge (WWW-Authenticate) on a 401. Returns its length or -1.
  */
 int rewrite_error(char *out, size_t cap, int status, const char *detail, int keep_alive,
 		  const char *request_id, unsigned retry_after_s);

@@ -71,3 +71,8 @@ uint64_t classify_client_key(const struct sockaddr *sa)
 		return XXH3_64bits(&((const struct sockaddr_in *)sa)->sin_addr, 4);
 	return 0;
 }
+
+void classify_tenant(struct waiter *wt, const char *tenant)
+{
+	wt->item.tenant = XXH3_64bits(tenant, strlen(tenant));
+}

@@ -29,6 +29,9 @@ struct waiter;
 void classify_request(const struct conf_route *r, const struct conf_pool *pc,
 		      const struct http_head *h, uint64_t client_key, struct waiter *wt);
 
+/* <wt>'s tenant is the authenticated identity <tenant> (routes.auth). */
+void classify_tenant(struct waiter *wt, const char *tenant);
+
 /*
  * The client address as the tenant and hash key see it: an IPv4 address, or an IPv6 /64
  * (one host is commonly given a /64 and could rotate addresses within it at will).

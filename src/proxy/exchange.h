@@ -90,6 +90,7 @@ struct exchange {
 	uint64_t client_key; /* tenant and hash key: classify_client_key() */
 	unsigned client_trusted : 1;
 	unsigned client_tls : 1; /* the client's connection is TLS */
+	const char *identity; /* the tenant routes.auth authenticated (its keys table's); or NULL */
 
 	enum http_method meth;
 	int minor; /* HTTP/1.<minor> of the request */

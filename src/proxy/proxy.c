@@ -75,6 +75,38 @@ static int proxy_tls_build(struct worker_shared *sh, char *err, size_t errlen)
 	return 0;
 }
 
+/* The API keys of the routes with an auth: section, read whole before anything serves. */
+static int proxy_auth_build(struct worker_shared *sh, char *err, size_t errlen)
+{
+	const struct conf *c = sh->conf;
+	if (!(sh->keys = calloc(c->nroutes ? c->nroutes : 1, sizeof(*sh->keys)))) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < c->nroutes; i++) {
+		int rc;
+		const struct conf_auth *a = c->routes[i].auth;
+		if (a && (rc = apikeys_load(a->api_keys_file, &sh->keys[i], err, errlen)) < 0)
+			return rc;
+	}
+	return 0;
+}
+
+static void proxy_auth_free(struct worker_shared *sh)
+{
+	for (size_t i = 0; sh->keys && i < sh->conf->nroutes; i++)
+		apikeys_free(sh->keys[i]);
+	free(sh->keys);
+}
+
+int proxy_check(const struct conf *conf, char *err, size_t errlen)
+{
+	struct worker_shared sh = {.conf = conf};
+	int rc = proxy_auth_build(&sh, err, errlen);
+	proxy_auth_free(&sh);
+	return rc;
+}
+
 static void proxy_tls_free(struct worker_shared *sh)
 {
 	for (size_t i = 0; sh->tls && i < sh->conf->nlistens; i++)
@@ -173,7 +205,8 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 		log_error("cannot build the runtime: %s", strerror(-rc));
 		goto out;
 	}
-	if ((rc = proxy_tls_build(&px.sh, err, sizeof(err))) < 0) {
+	if ((rc = proxy_tls_build(&px.sh, err, sizeof(err))) < 0 ||
+	    (rc = proxy_auth_build(&px.sh, err, sizeof(err))) < 0) {
 		log_error("%s", err);
 		goto out;
 	}
@@ -242,6 +275,7 @@ out:
 	if (hooks && hooks->stop)
 		hooks->stop(hooks->arg);
 	proxy_tls_free(&px.sh);
+	proxy_auth_free(&px.sh);
 	runtime_destroy(px.sh.rt);
 	loop_destroy(px.sh.main_loop);
 	return status;

@@ -24,6 +24,10 @@ struct proxy_hooks {
 	void *arg;
 };
 
+/* What loading the config cannot see: the files routes read at start (API keys). 0, or
+ * -errno with "FILE:LINE: what" in <err>. `accelnet check` runs it. */
+int proxy_check(const struct conf *conf, char *err, size_t errlen);
+
 /* Run until a signal stops it. Returns the process exit status (0, or 1 on start-up error). */
 int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks);
 

@@ -3,6 +3,7 @@
  */
 #include "proxy/stages.h"
 #include "core/check.h"
+#include "guard/auth.h"
 #include "proxy/classify.h"
 #include "proxy/dispatch.h"
 #include "proxy/sse.h"
@@ -22,12 +23,39 @@ static enum run stage_route(struct exchange *x)
 	return RUN_AGAIN;
 }
 
+/* routes.auth: only a request with a known API key passes; its tenant is who it is from now
+ * on (fair queueing, the backend's identity header). */
+static enum run stage_guard(struct exchange *x)
+{
+	const struct conf_auth *a = x->route->auth;
+	if (!a)
+		return RUN_AGAIN;
+	const struct apikeys *keys = x->w->sh->keys[x->route - x->w->conf->routes];
+	const char *tenant;
+	switch (auth_check(keys, a->tenants, a->ntenants, x->head, &tenant)) {
+	case AUTH_OK:
+		x->identity = tenant;
+		return RUN_AGAIN;
+	case AUTH_FORBIDDEN:
+		return exchange_reply(x, 403, "this route does not admit your tenant", 1);
+	case AUTH_MISSING:
+		return exchange_reply(
+		    x, 401, "an API key is required (Authorization: Bearer KEY, or X-API-Key: KEY)",
+		    1);
+	case AUTH_INVALID:
+		break;
+	}
+	return exchange_reply(x, 401, "the API key is not valid", 1);
+}
+
 static enum run stage_classify(struct exchange *x)
 {
 	const struct http_head *h = x->head;
 	const struct conf_pool *pc = x->pool->conf;
 	sse_setup(x, h);
 	classify_request(x->route, pc, h, x->client_key, &x->wt);
+	if (x->identity) /* an authenticated tenant beats any header or address */
+		classify_tenant(&x->wt, x->identity);
 	pool_retry_earn(x->pool);
 	x->want_key = pc->hash.key == HASH_KEY_PROMPT && pc->balance->keyed &&
 		      h->framing == HTTP_BODY_LENGTH && h->content_length > 0;
@@ -42,6 +70,9 @@ static enum run stage_forward(struct exchange *x)
 	    .upstream_minor = x->head->minor,
 	    .trusted = x->client_trusted,
 	    .tls = x->client_tls,
+	    .identity_header = x->route->auth ? x->route->auth->identity_header : NULL,
+	    .identity = x->identity,
+	    .strip_credentials = x->route->auth && !x->route->auth->pass_credentials,
 	};
 	if (!(x->uphead = buf_get(&x->w->bufs)))
 		return exchange_abort(x, "out of memory");
@@ -76,6 +107,7 @@ static enum run stage_relay(struct exchange *x)
 
 enum stage_id {
 	STAGE_ROUTE,
+	STAGE_GUARD,
 	STAGE_CLASSIFY,
 	STAGE_FORWARD,
 	STAGE_HEAD_DONE, /* the stages up to this one see x->head, and never wait */
@@ -86,6 +118,7 @@ enum stage_id {
 
 static const struct stage stage_list[] = {
     [STAGE_ROUTE] = {"route", stage_route},
+    [STAGE_GUARD] = {"guard", stage_guard},
     [STAGE_CLASSIFY] = {"classify", stage_classify},
     [STAGE_FORWARD] = {"forward", stage_forward},
     [STAGE_HEAD_DONE] = {"head done", stage_head_done},

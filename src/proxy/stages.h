@@ -1,9 +1,10 @@
 /*
  * stages.h - the path of one request through the proxy, as an ordered list of stages.
  *
- *   route -> classify -> forward -> head done -> body -> admit -> relay
+ *   route -> guard -> classify -> forward -> head done -> body -> admit -> relay
  *
- * route picks the route and pool (404 when none matches); classify gives the request its
+ * route picks the route and pool (404 when none matches); guard lets in only who the route
+ * admits (routes.auth: 401, 403); classify gives the request its
  * tenant, priority class, affinity key and streaming (heartbeat) wishes; forward writes the
  * request head the backend will get (431 when it does not fit); head done lets the codec
  * take the head off its input (and answer "100 Continue"); body reads the request body
@@ -17,9 +18,9 @@
  * reading heads: they must not wait (an asynchronous guard would copy what it needs from the
  * head and wait after "head done"). The later stages may be entered more than once. Stages
  * to come -- the guard (authentication, rate limits) after route, the cache before admit --
- * are one function and one line in the list each. The stages see a parsed head (struct
- * http_head) and the exchange; what needs the connection's bytes is the codec's (struct
- * exchange_codec_ops).
+ * are one function and one line in the list each (the guard's rate limits join its stage). The
+ * stages see a parsed head (struct http_head) and the exchange; what needs the connection's bytes
+ * is the codec's (struct exchange_codec_ops).
  */
 #ifndef ACCELNET_PROXY_STAGES_H
 #define ACCELNET_PROXY_STAGES_H

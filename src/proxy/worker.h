@@ -17,6 +17,7 @@
 #include "core/loop.h"
 #include "http/parse.h"
 #include "net/conn.h"
+#include "guard/apikeys.h"
 #include "net/tls_listen.h"
 #include "proxy/admission.h"
 #include "proxy/runtime.h"
@@ -53,6 +54,7 @@ struct worker_shared {
 	struct runtime *rt;
 	const struct worker_ops *ops;
 	struct net_tls_listener **tls; /* per listener (conf->listens order); NULL: plain */
+	struct apikeys **keys;	       /* per route (conf->routes order); NULL: no auth */
 	struct loop *main_loop;	       /* woken when a worker's loop ends */
 	atomic_uint running;	       /* workers whose loop still runs */
 };

@@ -22,7 +22,11 @@ static void parse_req(const char *t)
 
 static const char *rewrite_tls(const char *t, int minor, int trusted, int tls)
 {
-	struct rewrite_request_info info = {"10.1.2.3", "req-1", minor, trusted, tls};
+	struct rewrite_request_info info = {.client_ip = "10.1.2.3",
+					    .request_id = "req-1",
+					    .upstream_minor = minor,
+					    .trusted = trusted,
+					    .tls = tls};
 	parse_req(t);
 	int n = rewrite_request(out, sizeof(out), &h, &info);
 	assert_true(n > 0);
@@ -41,6 +45,32 @@ static const char *rewrite(const char *t, int minor)
 }
 
 /* A client on a TLS listener: the backend hears https, whatever the client claimed. */
+/* An authenticated request: the identity goes on in its header (a client's own copy
+ * dropped), and the credentials do not. */
+static void identity_replaces_credentials(void **state)
+{
+	(void)state;
+	struct rewrite_request_info info = {.client_ip = "10.1.2.3",
+					    .request_id = "req-1",
+					    .upstream_minor = 1,
+					    .identity_header = "X-Tenant",
+					    .identity = "acme",
+					    .strip_credentials = 1};
+	parse_req("GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer sk-secret-0123456789\r\n"
+		  "X-API-Key: sk-other-0123456789\r\nx-tenant: evil\r\nAccept: */*\r\n\r\n");
+	int n = rewrite_request(out, sizeof(out), &h, &info);
+	assert_true(n > 0);
+	out[n] = '\0';
+	assert_non_null(strstr(out, "X-Tenant: acme\r\n"));
+	assert_non_null(strstr(out, "Accept: */*\r\n"));
+	assert_null(strstr(out, "evil"));
+	assert_null(strstr(out, "sk-"));
+	info.strip_credentials = 0; /* routes.auth.pass_credentials */
+	n = rewrite_request(out, sizeof(out), &h, &info);
+	out[n] = '\0';
+	assert_non_null(strstr(out, "Authorization: Bearer sk-secret-0123456789\r\n"));
+}
+
 static void forwarded_proto_says_tls(void **state)
 {
 	(void)state;
@@ -205,10 +235,15 @@ static void sse_early_stream(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(request_is_rewritten),    cmocka_unit_test(forwarded_proto_says_tls),
-	    cmocka_unit_test(forwarded_for_appends),   cmocka_unit_test(framing_is_written_anew),
-	    cmocka_unit_test(request_id_kept_if_sane), cmocka_unit_test(response_head),
-	    cmocka_unit_test(error_response),	       cmocka_unit_test(sse_early_stream),
+	    cmocka_unit_test(request_is_rewritten),
+	    cmocka_unit_test(forwarded_proto_says_tls),
+	    cmocka_unit_test(identity_replaces_credentials),
+	    cmocka_unit_test(forwarded_for_appends),
+	    cmocka_unit_test(framing_is_written_anew),
+	    cmocka_unit_test(request_id_kept_if_sane),
+	    cmocka_unit_test(response_head),
+	    cmocka_unit_test(error_response),
+	    cmocka_unit_test(sse_early_stream),
 	};
 	return cmocka_run_group_tests_name("head rewriting", tests, NULL, NULL);
 }
