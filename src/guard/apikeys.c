@@ -81,6 +81,9 @@ static const char *parse_line(const char *p, size_t len, struct apikey *e)
 	e->tenant[t1 - t0] = '\0';
 	if (k1 - k0 > APIKEYS_KEY_MAX)
 		return "the key is longer than 512 bytes";
+	for (size_t j = k0; j < k1; j++)
+		if ((unsigned char)p[j] < 0x21 || p[j] == 0x7f)
+			return "the key has a control character: no client could send it";
 	if (k1 - k0 >= 7 && memcmp(p + k0, "sha256:", 7) == 0) {
 		if (k1 - k0 != 7 + 64)
 			return "a sha256: key needs exactly 64 hex digits";

@@ -73,6 +73,7 @@ static void malformed_lines_are_refused(void **state)
 	refused("acme sha256:zz9dd1a3ec4e8bf3cde1e08ee0e6c00f4f6f5b0ef1bab5ce73cc24ea2c4b0be5\n",
 		"64 hex digits");
 	refused("# nobody\n\n", "no keys");
+	refused("acme sk-acme-0123\r456789abcdef\n", "control character");
 	refused("a sk-acme-0123456789abcdef\nb sk-acme-0123456789abcdef\n", "given twice");
 }
 
