@@ -160,6 +160,7 @@ void conf_free(struct conf *c)
 		free(r->priority_header);
 		free(r->tenant_header);
 		conf_auth_free(r->auth);
+		free(r->rate_limit);
 	}
 	free(c->routes);
 	free(c->file);

@@ -107,6 +107,18 @@ struct conf_auth {
 	unsigned pass_credentials; /* forward Authorization / X-API-Key (default: dropped) */
 };
 
+/* A rate: <n> requests per <per_s> seconds ("100/s", "600/m"); n 0: none. */
+struct conf_rate {
+	unsigned n, per_s;
+};
+
+/* routes[].rate_limit (guard/ratelimit.h). */
+struct conf_rate_limit {
+	struct conf_rate per_ip;     /* per client address (an IPv6 client's /64) */
+	struct conf_rate per_tenant; /* per tenant: the authenticated one, else as queues see it */
+	unsigned burst;		     /* requests at once; 0: one second's worth */
+};
+
 struct conf_route {
 	char *path_prefix;		  /* "/" when not given */
 	char *host;			  /* exact, case-insensitive, port ignored; NULL: any */
@@ -119,8 +131,9 @@ struct conf_route {
 	int has_spill;			  /* spillover: a second pool */
 	size_t spill_pool;		  /* ... used when the wait would exceed: */
 	unsigned spill_after_ms;
-	unsigned sse_heartbeat_ms; /* 0: no heartbeats */
-	struct conf_auth *auth;	   /* NULL: anyone may use it */
+	unsigned sse_heartbeat_ms;	    /* 0: no heartbeats */
+	struct conf_auth *auth;		    /* NULL: anyone may use it */
+	struct conf_rate_limit *rate_limit; /* NULL: no limit */
 };
 
 struct conf_timeouts {

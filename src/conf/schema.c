@@ -589,6 +589,44 @@ static int read_auth(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, 
 	return 0;
 }
 
+/* "N/s", "N/m" or "N/h": N (1..1000000) requests per second, minute or hour. */
+static int read_rate(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	struct conf_rate *rate = field;
+	const char *s = rules_scalar(v);
+	char *end = NULL;
+	unsigned long n = s ? strtoul(s, &end, 10) : 0;
+	if (!s || end == s || n < 1 || n > 1000000 || end[0] != '/' || end[2] != '\0' ||
+	    (end[1] != 's' && end[1] != 'm' && end[1] != 'h'))
+		return rules_fail(x, v, "rate_limit: %s is a rate such as 100/s, 600/m or 1000/h",
+				  r->name);
+	rate->n = (unsigned)n;
+	rate->per_s = end[1] == 's' ? 1 : end[1] == 'm' ? 60 : 3600;
+	return 0;
+}
+
+static const struct rule rate_limit_rules[] = {
+    {"per_ip", RULE_SECTION, offsetof(struct conf_rate_limit, per_ip), 0, 0, NULL, read_rate},
+    {"per_tenant", RULE_SECTION, offsetof(struct conf_rate_limit, per_tenant), 0, 0, NULL,
+     read_rate},
+    {"burst", RULE_UINT, offsetof(struct conf_rate_limit, burst), 1, 1000000, NULL, NULL},
+    {"tokens_per_minute", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
+    RULES_END,
+};
+
+static int read_rate_limit(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	struct conf_route *rt = field;
+	(void)r;
+	if (!(rt->rate_limit = calloc(1, sizeof(*rt->rate_limit))))
+		return rules_fail(x, v, "out of memory");
+	int rc = rules_read_section(x, v, "rate_limit", rate_limit_rules, rt->rate_limit);
+	if (!rc && !rt->rate_limit->per_ip.n && !rt->rate_limit->per_tenant.n)
+		return rules_fail(x, v,
+				  "rate_limit: give per_ip or per_tenant, e.g. {per_ip: 100/s}");
+	return rc;
+}
+
 static const struct rule route_rules[] = {
     {"match", RULE_SECTION, 0, 0, 0, match_rules, read_match},
     {"pool", RULE_SECTION, 0, 0, 0, NULL, read_route_pool},
@@ -599,7 +637,7 @@ static const struct rule route_rules[] = {
      NULL},
     {"spillover", RULE_SECTION, 0, 0, 0, spill_rules, read_spillover},
     {"auth", RULE_SECTION, 0, 0, 0, auth_rules, read_auth},
-    {"rate_limit", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
+    {"rate_limit", RULE_SECTION, 0, 0, 0, rate_limit_rules, read_rate_limit},
     {"cache", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
     RULES_END,
 };

@@ -15,18 +15,26 @@ static uint64_t hash_str(struct http_str v)
 	return XXH3_64bits(v.p, v.len);
 }
 
+uint64_t classify_tenant_of(const struct conf_route *r, const struct http_head *h,
+			    uint64_t client_key, const char *identity)
+{
+	if (identity)
+		return XXH3_64bits(identity, strlen(identity));
+	/* a header's value names the tenant only where the route says so: a value nobody has
+	 * authenticated is whatever the client invents, and rotating it would buy one client a
+	 * lane per value */
+	const struct http_header *t =
+	    r->tenant_header ? http_find_header(h, r->tenant_header) : NULL;
+	return t ? hash_str(t->value) : client_key;
+}
+
 void classify_request(const struct conf_route *r, const struct conf_pool *pc,
 		      const struct http_head *h, uint64_t client_key, struct waiter *wt)
 {
 	wt->item.tenant = 0;
 	wt->item.prio = r->priority;
 	if (pc->can_queue || r->has_spill) { /* only a queue reads them */
-		/* a header's value names the tenant only where the route says so: a value
-		 * nobody has authenticated is whatever the client invents, and rotating it
-		 * would buy one client a lane per value */
-		const struct http_header *t =
-		    r->tenant_header ? http_find_header(h, r->tenant_header) : NULL;
-		wt->item.tenant = t ? hash_str(t->value) : client_key;
+		wt->item.tenant = classify_tenant_of(r, h, client_key, NULL);
 		const struct http_header *p =
 		    r->priority_header ? http_find_header(h, r->priority_header) : NULL;
 		int c = p ? qdisc_priority(p->value.p, p->value.len) : -1;

@@ -29,6 +29,11 @@ struct waiter;
 void classify_request(const struct conf_route *r, const struct conf_pool *pc,
 		      const struct http_head *h, uint64_t client_key, struct waiter *wt);
 
+/* The tenant of request <h> on route <r>: the authenticated <identity> (routes.auth) when
+ * there is one, else the route's tenant_header, else the client's address. */
+uint64_t classify_tenant_of(const struct conf_route *r, const struct http_head *h,
+			    uint64_t client_key, const char *identity);
+
 /* <wt>'s tenant is the authenticated identity <tenant> (routes.auth). */
 void classify_tenant(struct waiter *wt, const char *tenant);
 

@@ -91,6 +91,7 @@ struct exchange {
 	unsigned client_trusted : 1;
 	unsigned client_tls : 1; /* the client's connection is TLS */
 	const char *identity; /* the tenant routes.auth authenticated (its keys table's); or NULL */
+	unsigned retry_after_s; /* a 429's Retry-After */
 
 	enum http_method meth;
 	int minor; /* HTTP/1.<minor> of the request */

@@ -92,6 +92,44 @@ static int proxy_auth_build(struct worker_shared *sh, char *err, size_t errlen)
 	return 0;
 }
 
+/* The routes' rate limits: fixed tables, made before anything serves. */
+static int proxy_limits_build(struct worker_shared *sh, char *err, size_t errlen)
+{
+	const struct conf *c = sh->conf;
+	if (!(sh->limits = calloc(c->nroutes ? c->nroutes : 1, sizeof(*sh->limits))))
+		goto nomem;
+	for (size_t i = 0; i < c->nroutes; i++) {
+		const struct conf_rate_limit *rl = c->routes[i].rate_limit;
+		struct route_limits *l = &sh->limits[i];
+		if (!rl)
+			continue;
+		if (rl->per_ip.n) {
+			if (ratelimit_init(&l->ip, rl->per_ip.n, rl->per_ip.per_s, rl->burst) < 0)
+				goto nomem;
+			l->has_ip = 1;
+		}
+		if (rl->per_tenant.n) {
+			if (ratelimit_init(&l->tenant, rl->per_tenant.n, rl->per_tenant.per_s,
+					   rl->burst) < 0)
+				goto nomem;
+			l->has_tenant = 1;
+		}
+	}
+	return 0;
+nomem:
+	snprintf(err, errlen, "out of memory for rate limits");
+	return -ENOMEM;
+}
+
+static void proxy_limits_free(struct worker_shared *sh)
+{
+	for (size_t i = 0; sh->limits && i < sh->conf->nroutes; i++) {
+		ratelimit_fini(&sh->limits[i].ip);
+		ratelimit_fini(&sh->limits[i].tenant);
+	}
+	free(sh->limits);
+}
+
 static void proxy_auth_free(struct worker_shared *sh)
 {
 	for (size_t i = 0; sh->keys && i < sh->conf->nroutes; i++)
@@ -206,7 +244,8 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 		goto out;
 	}
 	if ((rc = proxy_tls_build(&px.sh, err, sizeof(err))) < 0 ||
-	    (rc = proxy_auth_build(&px.sh, err, sizeof(err))) < 0) {
+	    (rc = proxy_auth_build(&px.sh, err, sizeof(err))) < 0 ||
+	    (rc = proxy_limits_build(&px.sh, err, sizeof(err))) < 0) {
 		log_error("%s", err);
 		goto out;
 	}
@@ -276,6 +315,7 @@ out:
 		hooks->stop(hooks->arg);
 	proxy_tls_free(&px.sh);
 	proxy_auth_free(&px.sh);
+	proxy_limits_free(&px.sh);
 	runtime_destroy(px.sh.rt);
 	loop_destroy(px.sh.main_loop);
 	return status;

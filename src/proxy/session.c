@@ -37,7 +37,10 @@ static enum run session_reply(struct client *cl, int status, const char *detail,
 			? rewrite_sse_error(cl->out->data + cl->out->end, buf_room(cl->out), status,
 					    detail)
 			: rewrite_error(cl->out->data + cl->out->end, buf_room(cl->out), status,
-					detail, keep, x ? x->reqid : NULL, status == 503 ? 1 : 0);
+					detail, keep, x ? x->reqid : NULL,
+					status == 503	     ? 1
+					: status == 429 && x ? x->retry_after_s
+							     : 0);
 	if (n < 0) {
 		/* the client has not read what it was sent (interim responses, heartbeats):
 		 * it cannot get an answer, so it gets a closed connection */

@@ -3,6 +3,7 @@
  */
 #include "proxy/stages.h"
 #include "core/check.h"
+#include "core/clock.h"
 #include "guard/auth.h"
 #include "proxy/classify.h"
 #include "proxy/dispatch.h"
@@ -23,19 +24,40 @@ static enum run stage_route(struct exchange *x)
 	return RUN_AGAIN;
 }
 
+/* routes.rate_limit: per client address, then per tenant (the authenticated one, else the
+ * one its queue would see). 429 with Retry-After when either is spent. A request refused by
+ * the tenant's limit has still used the address's. */
+static enum run guard_rate(struct exchange *x)
+{
+	struct route_limits *l = &x->w->sh->limits[x->route - x->w->conf->routes];
+	if (!l->has_ip && !l->has_tenant)
+		return RUN_AGAIN;
+	uint64_t now_us = clock_now_ns() / 1000, wait = 0;
+	if (l->has_ip)
+		wait = ratelimit_take(&l->ip, x->client_key, now_us);
+	if (!wait && l->has_tenant)
+		wait = ratelimit_take(
+		    &l->tenant, classify_tenant_of(x->route, x->head, x->client_key, x->identity),
+		    now_us);
+	if (!wait)
+		return RUN_AGAIN;
+	x->retry_after_s = (unsigned)((wait + 999999) / 1000000);
+	return exchange_reply(x, 429, "request rate limit reached (routes.rate_limit)", 1);
+}
+
 /* routes.auth: only a request with a known API key passes; its tenant is who it is from now
- * on (fair queueing, the backend's identity header). */
+ * on (fair queueing, the backend's identity header). Then the route's rate limits. */
 static enum run stage_guard(struct exchange *x)
 {
 	const struct conf_auth *a = x->route->auth;
 	if (!a)
-		return RUN_AGAIN;
+		return guard_rate(x);
 	const struct apikeys *keys = x->w->sh->keys[x->route - x->w->conf->routes];
 	const char *tenant;
 	switch (auth_check(keys, a->tenants, a->ntenants, x->head, &tenant)) {
 	case AUTH_OK:
 		x->identity = tenant;
-		return RUN_AGAIN;
+		return guard_rate(x);
 	case AUTH_FORBIDDEN:
 		return exchange_reply(x, 403, "this route does not admit your tenant", 1);
 	case AUTH_MISSING:

@@ -18,6 +18,7 @@
 #include "http/parse.h"
 #include "net/conn.h"
 #include "guard/apikeys.h"
+#include "guard/ratelimit.h"
 #include "net/tls_listen.h"
 #include "proxy/admission.h"
 #include "proxy/runtime.h"
@@ -48,6 +49,12 @@ struct listener {
 	unsigned index; /* in conf->listens (and sh->tls) */
 };
 
+/* A route's request rate limits (routes.rate_limit). */
+struct route_limits {
+	struct ratelimit ip, tenant;
+	unsigned has_ip : 1, has_tenant : 1;
+};
+
 /* Shared by the workers, read-only for them: set up by proxy.c before they start. */
 struct worker_shared {
 	const struct conf *conf;
@@ -55,6 +62,7 @@ struct worker_shared {
 	const struct worker_ops *ops;
 	struct net_tls_listener **tls; /* per listener (conf->listens order); NULL: plain */
 	struct apikeys **keys;	       /* per route (conf->routes order); NULL: no auth */
+	struct route_limits *limits;   /* per route; has_ip/has_tenant 0: no limit */
 	struct loop *main_loop;	       /* woken when a worker's loop ends */
 	atomic_uint running;	       /* workers whose loop still runs */
 };

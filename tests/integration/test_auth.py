@@ -102,3 +102,42 @@ def test_bad_keys_files_are_refused_with_their_place(env):
                      "routes:\n  - pool: p\n    auth: {api_keys_file: /etc/hostname, jwt: {}}\n")
     r = subprocess.run([BIN, "check", "-c", conf], capture_output=True, text=True)
     assert r.returncode == 2 and "not built yet" in r.stderr, r.stderr
+
+
+def test_rate_limits_per_address_and_per_tenant(env):
+    from harness import wait_until
+    be = _echo(env)
+    keys = env.write("keys.txt", KEYS)
+    p = env.proxy("pools:\n" + pool_yaml("p", [be.port]) +
+                  "routes:\n"
+                  "  - match: {path_prefix: /ip/}\n    pool: p\n"
+                  "    rate_limit: {per_ip: 2/s, burst: 3}\n"
+                  "  - match: {path_prefix: /t/}\n    pool: p\n"
+                  f"    auth: {{api_keys_file: {keys}}}\n"
+                  "    rate_limit: {per_tenant: 60/m, burst: 2}\n"
+                  "  - match: {path_prefix: /}\n    pool: p\n")
+    # per address: a burst of 3, then 429 with Retry-After; other routes are not limited
+    got = [request(p.port, "GET", "/ip/x") for _ in range(4)]
+    assert [g[0] for g in got] == [200, 200, 200, 429], [g[0] for g in got]
+    assert got[3][1]["retry-after"] == ["1"], got[3][1]
+    assert request(p.port, "GET", "/open")[0] == 200
+    # the bucket refills at the rate: a request goes through again once its turn comes
+    wait_until(lambda: request(p.port, "GET", "/ip/x")[0] == 200, "the per-address refill")
+    # per tenant: acme spends its burst; beta, from the same address, still gets in
+    acme = {"Authorization": "Bearer sk-acme-0123456789abcdef"}
+    beta = {"X-API-Key": "sk-beta-0123456789abcdef"}
+    assert [request(p.port, "GET", "/t/x", headers=acme)[0] for _ in range(3)] == [200, 200, 429]
+    assert request(p.port, "GET", "/t/x", headers=beta)[0] == 200
+    # a refused key is refused before the limits: 401, not 429
+    assert request(p.port, "GET", "/t/x", headers={"X-API-Key": "sk-no-0123456789abcdef"})[0] == 401
+
+
+def test_bad_rate_limits_are_refused(env):
+    be_port = free_port()
+    for rl, want in (("{per_ip: 100}", "a rate such as 100/s"), ("{per_ip: 0/s}", "a rate"),
+                     ("{burst: 5}", "give per_ip or per_tenant"),
+                     ("{per_ip: 1/s, tokens_per_minute: 100}", "not built yet")):
+        conf = env.write("p.yaml", "listen: [127.0.0.1:1]\npools:\n" + pool_yaml("p", [be_port])
+                         + f"routes:\n  - pool: p\n    rate_limit: {rl}\n")
+        r = subprocess.run([BIN, "check", "-c", conf], capture_output=True, text=True)
+        assert r.returncode == 2 and want in r.stderr and f"{conf}:" in r.stderr, (rl, r.stderr)

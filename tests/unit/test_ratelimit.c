@@ -1,0 +1,73 @@
+/*
+ * test_ratelimit.c - GCRA by the clock it is given: a burst, then one request per interval;
+ * keys apart; the wait it reports; a full table shares slots rather than failing.
+ */
+#include "guard/ratelimit.h"
+
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+static void burst_then_rate(void **state)
+{
+	(void)state;
+	struct ratelimit rl;
+	assert_int_equal(ratelimit_init(&rl, 10, 1, 3), 0); /* 10/s: one per 100 ms; burst 3 */
+	uint64_t t = 1000000000;
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(ratelimit_take(&rl, 42, t), 0);
+	uint64_t wait = ratelimit_take(&rl, 42, t);
+	assert_int_equal(wait, 100000); /* the next one in 100 ms */
+	assert_true(ratelimit_take(&rl, 42, t + 99999) > 0);
+	assert_int_equal(ratelimit_take(&rl, 42, t + 100000), 0);
+	assert_true(ratelimit_take(&rl, 42, t + 100000) > 0);
+	/* another key has its own bucket */
+	assert_int_equal(ratelimit_take(&rl, 43, t), 0);
+	/* after a long pause the burst is back, no more */
+	uint64_t later = t + 10000000;
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(ratelimit_take(&rl, 42, later), 0);
+	assert_true(ratelimit_take(&rl, 42, later) > 0);
+	ratelimit_fini(&rl);
+}
+
+static void per_minute_and_default_burst(void **state)
+{
+	(void)state;
+	struct ratelimit rl;
+	assert_int_equal(ratelimit_init(&rl, 120, 60, 0), 0); /* 2/s: burst 2 */
+	assert_int_equal(ratelimit_take(&rl, 7, 5000000), 0);
+	assert_int_equal(ratelimit_take(&rl, 7, 5000000), 0);
+	assert_int_equal(ratelimit_take(&rl, 7, 5000000), 500000);
+	ratelimit_fini(&rl);
+	assert_int_equal(ratelimit_init(&rl, 0, 1, 0), -EINVAL);
+}
+
+static void many_keys_never_fail(void **state)
+{
+	(void)state;
+	struct ratelimit rl;
+	assert_int_equal(ratelimit_init(&rl, 1, 3600, 1),
+			 0); /* one an hour: every slot stays busy */
+	unsigned allowed = 0;
+	for (uint64_t k = 1; k <= 3 * RL_SLOTS; k++)
+		allowed += ratelimit_take(&rl, k * 0x9e3779b97f4a7c15u, 1000000) == 0;
+	/* every key got a slot or shared one: at least a table's worth went through, and the
+	 * sharing was counted */
+	assert_true(allowed >= RL_SLOTS / 2);
+	assert_true(atomic_load(&rl.shared) > 0);
+	ratelimit_fini(&rl);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(burst_then_rate),
+	    cmocka_unit_test(per_minute_and_default_burst),
+	    cmocka_unit_test(many_keys_never_fail),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
