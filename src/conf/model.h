@@ -147,6 +147,9 @@ struct conf_limits {
 	uint64_t max_body_bytes;
 	uint64_t body_buffer_bytes; /* a body is read this far before it may take a slot */
 	unsigned min_body_rate;	    /* bytes/s a request body must average; 0: no minimum */
+	unsigned max_uri_bytes;	    /* a longer request target gets 414; 0: only max_header_bytes */
+	unsigned max_requests_per_connection; /* then the connection closes; 0: no cap */
+	unsigned max_connections_per_ip;      /* more from one address are refused; 0: no cap */
 };
 
 struct conf {

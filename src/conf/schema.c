@@ -195,6 +195,12 @@ static const struct rule limit_rules[] = {
      CONF_BODY_BUFFER_MAX, NULL, NULL},
     {"min_body_rate", RULE_UINT, offsetof(struct conf_limits, min_body_rate), 0, 1u << 30, NULL,
      NULL},
+    {"max_uri_bytes", RULE_UINT, offsetof(struct conf_limits, max_uri_bytes), 0, 1048576, NULL,
+     NULL},
+    {"max_requests_per_connection", RULE_UINT,
+     offsetof(struct conf_limits, max_requests_per_connection), 0, 100000000, NULL, NULL},
+    {"max_connections_per_ip", RULE_UINT, offsetof(struct conf_limits, max_connections_per_ip), 0,
+     10000000, NULL, NULL},
     RULES_END,
 };
 
@@ -723,6 +729,7 @@ void schema_set_defaults(struct conf *c)
 	    .max_body_bytes = 104857600,
 	    .body_buffer_bytes = 1048576,
 	    .min_body_rate = 1024,
+	    .max_uri_bytes = 8192,
 	};
 }
 

@@ -101,6 +101,8 @@ void client_close(struct client *cl)
 	worker_buf_put(w, cl->in);
 	worker_buf_put(w, cl->out);
 	list_del(&w->clients, &cl->link);
+	if (cl->ip_slot)
+		atomic_fetch_sub_explicit(cl->ip_slot, 1, memory_order_relaxed);
 	free(cl);
 	worker_client_gone(w);
 }

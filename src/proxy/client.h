@@ -49,6 +49,8 @@ struct client {
 	struct http_head_reader head; /* the request head being read */
 	size_t head_len; /* the request head still at the front of in, during the head stages */
 	unsigned served;
+	unsigned requests;	   /* request heads read (limits.max_requests_per_connection) */
+	_Atomic uint32_t *ip_slot; /* its address's connection count, or NULL */
 	char ip[INET6_ADDRSTRLEN];
 	uint64_t key;	    /* the address as tenant and hash key: classify_client_key() */
 	struct exchange *x; /* the exchange under way, or NULL */

@@ -249,6 +249,12 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 		log_error("%s", err);
 		goto out;
 	}
+	if (conf->limits.max_connections_per_ip &&
+	    !(px.sh.ip_conns = calloc(IP_CONN_SLOTS, sizeof(*px.sh.ip_conns)))) {
+		snprintf(err, sizeof(err), "out of memory");
+		log_error("%s", err);
+		goto out;
+	}
 	px.nworkers = conf->workers;
 	px.workers = calloc(px.nworkers, sizeof(*px.workers));
 	if (!px.workers)
@@ -316,6 +322,7 @@ out:
 	proxy_tls_free(&px.sh);
 	proxy_auth_free(&px.sh);
 	proxy_limits_free(&px.sh);
+	free(px.sh.ip_conns);
 	runtime_destroy(px.sh.rt);
 	loop_destroy(px.sh.main_loop);
 	return status;

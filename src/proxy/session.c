@@ -22,6 +22,13 @@
 
 #define LINGER_MS 2000
 
+/* limits.max_requests_per_connection: is the request under way the connection's last? */
+static int session_last_request(const struct client *cl)
+{
+	unsigned cap = cl->w->conf->limits.max_requests_per_connection;
+	return cap && cl->requests >= cap;
+}
+
 /* Queue a response made by the proxy; ends the exchange, if any. Moves to C_REPLY. */
 static enum run session_reply(struct client *cl, int status, const char *detail, int keep)
 {
@@ -29,7 +36,7 @@ static enum run session_reply(struct client *cl, int status, const char *detail,
 	struct exchange *x = cl->x;
 	if (x && (!x->req.done || x->req_close || x->minor == 0))
 		keep = 0;
-	if (w->draining)
+	if (w->draining || session_last_request(cl))
 		keep = 0;
 	int n = -1;
 	if (client_out_buf(cl))
@@ -174,10 +181,15 @@ static enum run exchange_start(struct client *cl, size_t head_len)
 	}
 	cl->x = x;
 	cl->head_len = head_len;
+	cl->requests++;
 	x->client_ip = cl->ip;
 	x->client_key = cl->key;
 	x->client_trusted = cl->trusted;
 	x->client_tls = cl->tls;
+	if (w->conf->limits.max_uri_bytes && h->path.len > w->conf->limits.max_uri_bytes)
+		return session_reply(cl, 414, "request target longer than limits.max_uri_bytes", 0);
+	if (session_last_request(cl))
+		x->req_close = 1; /* its answer says Connection: close, and the connection ends */
 	if (h->framing == HTTP_BODY_LENGTH && w->conf->limits.max_body_bytes &&
 	    h->content_length > w->conf->limits.max_body_bytes)
 		return session_reply(cl, 413, "request body larger than limits.max_body_bytes", 0);
@@ -388,6 +400,19 @@ void session_accept(struct worker *w, const struct listener *l, int fd,
 	cl->key = classify_client_key((const struct sockaddr *)peer);
 	cl->trusted = net_cidr_match(conf->trusted_proxies, conf->ntrusted_proxies,
 				     (const struct sockaddr *)peer);
+	unsigned per_ip = conf->limits.max_connections_per_ip;
+	if (per_ip && w->sh->ip_conns) {
+		cl->ip_slot = &w->sh->ip_conns[cl->key % IP_CONN_SLOTS];
+		if (atomic_fetch_add_explicit(cl->ip_slot, 1, memory_order_relaxed) >= per_ip) {
+			atomic_fetch_sub_explicit(cl->ip_slot, 1, memory_order_relaxed);
+			log_warn_every(10000,
+				       "%s: more than limits.max_connections_per_ip (%u): refused",
+				       cl->ip, per_ip);
+			close(fd);
+			free(cl);
+			return;
+		}
+	}
 	struct net_tls_listener *tls = w->sh->tls ? w->sh->tls[l->index] : NULL;
 	if (tls) {
 		cl->tls = 1;
@@ -395,6 +420,8 @@ void session_accept(struct worker *w, const struct listener *l, int fd,
 	}
 	if ((tls && net_tls_listener_attach(tls, &cl->conn) < 0) ||
 	    loop_io_add(w->loop, &cl->io) < 0) {
+		if (cl->ip_slot)
+			atomic_fetch_sub_explicit(cl->ip_slot, 1, memory_order_relaxed);
 		net_conn_close(&cl->conn);
 		free(cl);
 		return;

@@ -49,6 +49,9 @@ struct listener {
 	unsigned index; /* in conf->listens (and sh->tls) */
 };
 
+#define IP_CONN_SLOTS                                                                              \
+	65536 /* addresses sharing a slot share its count: refused early, never late */
+
 /* A route's request rate limits (routes.rate_limit). */
 struct route_limits {
 	struct ratelimit ip, tenant;
@@ -63,6 +66,7 @@ struct worker_shared {
 	struct net_tls_listener **tls; /* per listener (conf->listens order); NULL: plain */
 	struct apikeys **keys;	       /* per route (conf->routes order); NULL: no auth */
 	struct route_limits *limits;   /* per route; has_ip/has_tenant 0: no limit */
+	_Atomic uint32_t *ip_conns;    /* connections per address hash (max_connections_per_ip) */
 	struct loop *main_loop;	       /* woken when a worker's loop ends */
 	atomic_uint running;	       /* workers whose loop still runs */
 };
