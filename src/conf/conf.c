@@ -137,6 +137,8 @@ void conf_free(struct conf *c)
 	free(c->listens);
 	free(c->admin.address);
 	free(c->admin_token_file);
+	free(c->user);
+	free(c->group);
 	free(c->trusted_proxies);
 	for (size_t i = 0; i < c->npools; i++) {
 		struct conf_pool *p = &c->pools[i];

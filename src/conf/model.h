@@ -153,8 +153,9 @@ struct conf_limits {
 };
 
 struct conf {
-	char *file;	  /* for messages */
-	unsigned workers; /* >= 1 */
+	char *file;	    /* for messages */
+	unsigned workers;   /* >= 1 */
+	char *user, *group; /* after binding, run as this user (and group); NULL: stay as started */
 	struct conf_listen *listens;
 	size_t nlistens;
 	int has_admin;

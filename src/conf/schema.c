@@ -21,6 +21,8 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <pwd.h>
 #include <unistd.h>
 
 #define MS_MAX 86400000u
@@ -680,8 +682,30 @@ static int read_routes(struct rules_ctx *x, const struct rule *r, yaml_node_t *v
 
 /* --- the whole file --- */
 
+/* user: / group: must name an account of this host: checked now, so a typo stops the check
+ * and not the start after the listeners are open. */
+static int read_user(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	(void)r;
+	int rc = rules_read_string(x, v, (char **)field);
+	if (!rc && !getpwnam(*(char **)field))
+		return rules_fail(x, v, "user: no account '%s' on this host", *(char **)field);
+	return rc;
+}
+
+static int read_group(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	(void)r;
+	int rc = rules_read_string(x, v, (char **)field);
+	if (!rc && !getgrnam(*(char **)field))
+		return rules_fail(x, v, "group: no group '%s' on this host", *(char **)field);
+	return rc;
+}
+
 static const struct rule top_rules[] = {
     {"workers", RULE_UINT, offsetof(struct conf, workers), 1, 256, NULL, NULL},
+    {"user", RULE_SECTION, offsetof(struct conf, user), 0, 0, NULL, read_user},
+    {"group", RULE_SECTION, offsetof(struct conf, group), 0, 0, NULL, read_group},
     {"listen", RULE_SECTION, 0, 0, 0, listen_rules, read_listen},
     {"admin", RULE_SECTION, 0, 0, 0, admin_rules, read_admin},
     {"timeouts", RULE_SECTION, offsetof(struct conf, timeouts), 0, 0, timeout_rules, NULL},
@@ -750,6 +774,9 @@ static int check_whole(struct rules_ctx *x, yaml_node_t *root)
 	if (!c->nlistens)
 		return rules_fail(x, root,
 				  "'listen' is required: where the gateway accepts clients");
+	if (c->group && !c->user)
+		return rules_fail(x, rules_value_of(x, root, "group"),
+				  "group: give 'user' too (the account the gateway runs as)");
 	if (!c->npools)
 		return rules_fail(x, root, "'pools' is required: at least one pool of backends");
 	for (size_t i = 0; i < c->nroutes; i++) {

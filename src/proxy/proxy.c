@@ -25,7 +25,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <pwd.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 /* Descriptors kept back from client connections: event loops, listeners, health checks,
  * the admin endpoint, logs, hedged copies. Idle keep-alive upstream connections outlive
@@ -137,6 +141,51 @@ static void proxy_auth_free(struct worker_shared *sh)
 	free(sh->keys);
 }
 
+/*
+ * Key material (TLS keys, API keys, the admin token) stays out of core dumps: no core file,
+ * and the process is not dumpable (nor attachable by its own user).
+ */
+static void proxy_protect_keys(const struct conf *c)
+{
+	int keys = c->admin_token_file != NULL;
+	for (size_t i = 0; i < c->nlistens; i++)
+		keys |= c->listens[i].tls != NULL;
+	for (size_t i = 0; i < c->nroutes; i++)
+		keys |= c->routes[i].auth != NULL;
+	if (!keys)
+		return;
+	struct rlimit none = {0, 0};
+	setrlimit(RLIMIT_CORE, &none);
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+}
+
+/* user: / group: once every listener is open, run as them; -errno when that fails (the
+ * start fails: a gateway meant to run unprivileged never serves as root). */
+static int proxy_drop_privileges(const struct conf *c, char *err, size_t errlen)
+{
+	if (!c->user)
+		return 0;
+	struct passwd *pw = getpwnam(c->user);
+	struct group *gr = c->group ? getgrnam(c->group) : NULL;
+	if (!pw || (c->group && !gr)) {
+		snprintf(err, errlen, "user %s / group %s: no such account", c->user,
+			 c->group ? c->group : "-");
+		return -ENOENT;
+	}
+	gid_t gid = gr ? gr->gr_gid : pw->pw_gid;
+	if (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(pw->pw_uid) < 0) {
+		int e = errno;
+		snprintf(err, errlen, "cannot run as %s: %s", c->user, strerror(e));
+		return -e;
+	}
+	if (pw->pw_uid != 0 && setuid(0) == 0) { /* it must not be possible to go back */
+		snprintf(err, errlen, "running as %s, but root could be regained", c->user);
+		return -EPERM;
+	}
+	log_info("running as %s (uid %u, gid %u)", c->user, (unsigned)pw->pw_uid, (unsigned)gid);
+	return 0;
+}
+
 int proxy_check(const struct conf *conf, char *err, size_t errlen)
 {
 	struct worker_shared sh = {.conf = conf};
@@ -231,6 +280,7 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 	unsigned inited = 0, started = 0;
 
 	signals_block();
+	proxy_protect_keys(conf);
 	if ((rc = loop_create(&px.sh.main_loop)) < 0) {
 		log_error("cannot create the main loop: %s", strerror(-rc));
 		return 1;
@@ -271,6 +321,10 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 	}
 	if (conf->has_admin &&
 	    (rc = admin_start(px.sh.main_loop, conf, px.sh.rt, &admin, err, sizeof(err))) < 0) {
+		log_error("%s", err);
+		goto out;
+	}
+	if ((rc = proxy_drop_privileges(conf, err, sizeof(err))) < 0) {
 		log_error("%s", err);
 		goto out;
 	}
