@@ -90,7 +90,8 @@ struct exchange {
 	uint64_t client_key; /* tenant and hash key: classify_client_key() */
 	unsigned client_trusted : 1;
 	unsigned client_tls : 1; /* the client's connection is TLS */
-	const char *identity; /* the tenant routes.auth authenticated (its keys table's); or NULL */
+	const char *identity;	 /* the tenant routes.auth authenticated (identity_buf), or NULL */
+	char identity_buf[APIKEYS_TENANT_MAX + 1];
 	unsigned retry_after_s; /* a 429's Retry-After */
 
 	enum http_method meth;

@@ -14,7 +14,7 @@
 #include "core/log.h"
 #include "core/signals.h"
 #include "proxy/admin.h"
-#include "conf/tls.h"
+#include "proxy/creds.h"
 #include "proxy/dispatch.h"
 #include "proxy/health.h"
 #include "proxy/session.h"
@@ -58,42 +58,9 @@ struct main_state {
 	int forced;
 };
 
-/* The TLS contexts of the listeners that have a tls: section, shared by every worker. */
-static int proxy_tls_build(struct worker_shared *sh, char *err, size_t errlen)
+int proxy_check(const struct conf *conf, char *err, size_t errlen)
 {
-	const struct conf *c = sh->conf;
-	if (!(sh->tls = calloc(c->nlistens, sizeof(*sh->tls)))) {
-		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < c->nlistens; i++) {
-		char why[300];
-		int rc;
-		if (c->listens[i].tls &&
-		    (rc = conf_tls_build(c->listens[i].tls, &sh->tls[i], why, sizeof(why))) < 0) {
-			snprintf(err, errlen, "listen %.60s: tls: %.180s", c->listens[i].address,
-				 why);
-			return rc;
-		}
-	}
-	return 0;
-}
-
-/* The API keys of the routes with an auth: section, read whole before anything serves. */
-static int proxy_auth_build(struct worker_shared *sh, char *err, size_t errlen)
-{
-	const struct conf *c = sh->conf;
-	if (!(sh->keys = calloc(c->nroutes ? c->nroutes : 1, sizeof(*sh->keys)))) {
-		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < c->nroutes; i++) {
-		int rc;
-		const struct conf_auth *a = c->routes[i].auth;
-		if (a && (rc = apikeys_load(a->api_keys_file, &sh->keys[i], err, errlen)) < 0)
-			return rc;
-	}
-	return 0;
+	return creds_check(conf, err, errlen);
 }
 
 /* The routes' rate limits: fixed tables, made before anything serves. */
@@ -132,13 +99,6 @@ static void proxy_limits_free(struct worker_shared *sh)
 		ratelimit_fini(&sh->limits[i].tenant);
 	}
 	free(sh->limits);
-}
-
-static void proxy_auth_free(struct worker_shared *sh)
-{
-	for (size_t i = 0; sh->keys && i < sh->conf->nroutes; i++)
-		apikeys_free(sh->keys[i]);
-	free(sh->keys);
 }
 
 /*
@@ -186,21 +146,6 @@ static int proxy_drop_privileges(const struct conf *c, char *err, size_t errlen)
 	return 0;
 }
 
-int proxy_check(const struct conf *conf, char *err, size_t errlen)
-{
-	struct worker_shared sh = {.conf = conf};
-	int rc = proxy_auth_build(&sh, err, errlen);
-	proxy_auth_free(&sh);
-	return rc;
-}
-
-static void proxy_tls_free(struct worker_shared *sh)
-{
-	for (size_t i = 0; sh->tls && i < sh->conf->nlistens; i++)
-		net_tls_listener_free(sh->tls[i]);
-	free(sh->tls);
-}
-
 static void main_on_deadline(struct loop_timer *t)
 {
 	struct main_state *m = container_of(t, struct main_state, deadline);
@@ -214,8 +159,9 @@ static void main_on_signal(int signo, void *arg)
 	struct main_state *m = arg;
 	struct proxy *px = m->px;
 	if (signo == SIGHUP) {
-		log_warn("SIGHUP: configuration reload is not built yet; "
-			 "the running configuration stays");
+		/* certificates, keys and API keys files are read again; the rest of the
+		 * configuration stays until reload is built */
+		creds_reload(&px->sh, px->workers, px->nworkers);
 		return;
 	}
 	if (m->stopping) {
@@ -293,8 +239,7 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 		log_error("cannot build the runtime: %s", strerror(-rc));
 		goto out;
 	}
-	if ((rc = proxy_tls_build(&px.sh, err, sizeof(err))) < 0 ||
-	    (rc = proxy_auth_build(&px.sh, err, sizeof(err))) < 0 ||
+	if ((rc = creds_build(&px.sh, err, sizeof(err))) < 0 ||
 	    (rc = proxy_limits_build(&px.sh, err, sizeof(err))) < 0) {
 		log_error("%s", err);
 		goto out;
@@ -373,8 +318,7 @@ out:
 	admin_stop(admin);
 	if (hooks && hooks->stop)
 		hooks->stop(hooks->arg);
-	proxy_tls_free(&px.sh);
-	proxy_auth_free(&px.sh);
+	creds_free(&px.sh);
 	proxy_limits_free(&px.sh);
 	free(px.sh.ip_conns);
 	runtime_destroy(px.sh.rt);

@@ -413,7 +413,8 @@ void session_accept(struct worker *w, const struct listener *l, int fd,
 			return;
 		}
 	}
-	struct net_tls_listener *tls = w->sh->tls ? w->sh->tls[l->index] : NULL;
+	struct net_tls_listener *tls =
+	    w->sh->tls ? atomic_load_explicit(&w->sh->tls[l->index], memory_order_acquire) : NULL;
 	if (tls) {
 		cl->tls = 1;
 		cl->state = C_HANDSHAKE;

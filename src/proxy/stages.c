@@ -9,6 +9,8 @@
 #include "proxy/dispatch.h"
 #include "proxy/sse.h"
 
+#include <stdio.h>
+
 struct stage {
 	const char *name;
 	enum run (*run)(struct exchange *x);
@@ -52,11 +54,14 @@ static enum run stage_guard(struct exchange *x)
 	const struct conf_auth *a = x->route->auth;
 	if (!a)
 		return guard_rate(x);
-	const struct apikeys *keys = x->w->sh->keys[x->route - x->w->conf->routes];
+	const struct apikeys *keys = atomic_load_explicit(
+	    &x->w->sh->keys[x->route - x->w->conf->routes], memory_order_acquire);
 	const char *tenant;
 	switch (auth_check(keys, a->tenants, a->ntenants, x->head, &tenant)) {
 	case AUTH_OK:
-		x->identity = tenant;
+		/* copied: the table may be swapped (SIGHUP) while the exchange lives on */
+		snprintf(x->identity_buf, sizeof(x->identity_buf), "%s", tenant);
+		x->identity = x->identity_buf;
 		return guard_rate(x);
 	case AUTH_FORBIDDEN:
 		return exchange_reply(x, 403, "this route does not admit your tenant", 1);

@@ -122,6 +122,14 @@ static void worker_on_wake(void *arg)
 		worker_start_drain(w);
 }
 
+/* A turn has ended: nothing of this worker still points into a table retired before it. */
+static void worker_after_turn(void *arg)
+{
+	struct worker *w = arg;
+	atomic_store_explicit(&w->turns, atomic_load_explicit(&w->turns, memory_order_relaxed) + 1,
+			      memory_order_release);
+}
+
 int worker_init(struct worker *w, struct worker_shared *sh, unsigned id, unsigned max_clients,
 		char *err, size_t errlen)
 {
@@ -162,6 +170,7 @@ int worker_init(struct worker *w, struct worker_shared *sh, unsigned id, unsigne
 	}
 	admission_inbox_init(&w->inbox, w->loop);
 	loop_set_wake_hook(w->loop, worker_on_wake, w);
+	loop_set_after_hook(w->loop, worker_after_turn, w);
 	w->accept_timer.fn = worker_on_accept_timer;
 	for (size_t i = 0; i < c->nlistens; i++) {
 		struct listener *l = &w->listeners[i];

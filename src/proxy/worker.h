@@ -63,12 +63,15 @@ struct worker_shared {
 	const struct conf *conf;
 	struct runtime *rt;
 	const struct worker_ops *ops;
-	struct net_tls_listener **tls; /* per listener (conf->listens order); NULL: plain */
-	struct apikeys **keys;	       /* per route (conf->routes order); NULL: no auth */
-	struct route_limits *limits;   /* per route; has_ip/has_tenant 0: no limit */
-	_Atomic uint32_t *ip_conns;    /* connections per address hash (max_connections_per_ip) */
-	struct loop *main_loop;	       /* woken when a worker's loop ends */
-	atomic_uint running;	       /* workers whose loop still runs */
+	/* per listener (conf->listens order), NULL: plain; and per route, NULL: no auth. Read
+	 * with one acquire load per use: SIGHUP swaps in new ones (proxy.c), and frees a key
+	 * table once every worker has finished a loop turn since (turns below) */
+	_Atomic(struct net_tls_listener *) *tls;
+	_Atomic(struct apikeys *) *keys;
+	struct route_limits *limits; /* per route; has_ip/has_tenant 0: no limit */
+	_Atomic uint32_t *ip_conns;  /* connections per address hash (max_connections_per_ip) */
+	struct loop *main_loop;	     /* woken when a worker's loop ends */
+	atomic_uint running;	     /* workers whose loop still runs */
 };
 
 struct worker {
@@ -91,6 +94,7 @@ struct worker {
 	struct loop_timer accept_timer; /* accepting again after running out of descriptors */
 	atomic_int drain_requested;
 	uint64_t rng;
+	atomic_uint_fast64_t turns;   /* loop turns done: written by this worker only */
 	struct http_head head;	      /* parse scratch, for request and response heads alike */
 	struct admission_inbox inbox; /* requests granted a slot by other workers */
 };

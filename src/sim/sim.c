@@ -113,6 +113,8 @@ static void job_fail(struct sim_job *j)
 	    body, sizeof(body),
 	    "{\"error\":{\"message\":\"simulated failure on %s\",\"type\":\"server_error\"}}",
 	    j->sim->opts.name);
+	if (n < 0 || (size_t)n >= sizeof(body))
+		n = n < 0 ? 0 : (int)sizeof(body) - 1;
 	j->sim->failures++;
 	job_headers(j, headers, sizeof(headers));
 	hsrv_respond(j->conn, 500, "application/json", headers, body, (size_t)n);
@@ -359,12 +361,16 @@ static void sim_on_request(void *arg, struct hsrv_conn *c, const struct http_hea
 			     s->max_active, s->opts.slots,
 			     sim_stall_end(s, loop_now(s->loop)) ? "true" : "false", s->cache_hits,
 			     s->cache_misses);
+		if (n < 0 || (size_t)n >= sizeof(text))
+			n = n < 0 ? 0 : (int)sizeof(text) - 1;
 		hsrv_respond(c, 200, "application/json", s->served_by, text, (size_t)n);
 		return;
 	}
 	n = snprintf(text, sizeof(text), "%s: %.*s %.*s (%zu body bytes)\n", s->opts.name,
 		     (int)req->method.len, req->method.p, (int)req->path.len, req->path.p,
 		     body_len);
+	if (n < 0 || (size_t)n >= sizeof(text)) /* a long path is cut, never read past */
+		n = n < 0 ? 0 : (int)sizeof(text) - 1;
 	hsrv_respond(c, 200, "text/plain", s->served_by, text, (size_t)n);
 }
 

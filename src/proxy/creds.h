@@ -1,0 +1,32 @@
+/*
+ * creds.h - the key material workers read: each TLS listener's contexts and each route's API
+ * keys table. Built before anything serves; built again on SIGHUP, from the same files, and
+ * swapped in whole, so a renewed certificate or a changed keys file takes effect without a
+ * restart and without dropping a connection.
+ *
+ * A reload is all or nothing: if any file fails to load, everything stays as it was and the
+ * log says which file and why. Workers read each table with one acquire load per use:
+ *   - a TLS connection holds its contexts (OpenSSL counts the references) for its life, and
+ *     a handshake under way may still call back into the listener it began on, so replaced
+ *     listeners are kept until the process ends (a few tens of KiB per reload);
+ *   - a keys table is only read inside one stage call (the identity is copied out), so a
+ *     replaced table is freed once every worker has finished a loop turn since the swap.
+ * Main thread only, except for the workers' loads.
+ */
+#ifndef ACCELNET_PROXY_CREDS_H
+#define ACCELNET_PROXY_CREDS_H
+
+#include "proxy/worker.h"
+
+#include <stddef.h>
+
+/* Build sh->tls and sh->keys from sh->conf. 0, or -errno with the file and reason in <err>. */
+int creds_build(struct worker_shared *sh, char *err, size_t errlen);
+/* Free them, and every replaced table kept since (the workers have stopped). */
+void creds_free(struct worker_shared *sh);
+/* SIGHUP: read the files again and swap (see above). Logs what happened. */
+void creds_reload(struct worker_shared *sh, struct worker *workers, unsigned nworkers);
+/* Load everything once and free it: `accelnet check`. 0 or -errno with <err>. */
+int creds_check(const struct conf *conf, char *err, size_t errlen);
+
+#endif
