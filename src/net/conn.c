@@ -64,32 +64,49 @@ ssize_t net_conn_read(struct net_conn *c, void *buf, size_t len)
 	}
 }
 
+/* Copy up to <cap> bytes of <iov> from byte <skip> on into <out>; how many. */
+static size_t gather(const struct iovec *iov, int n, size_t skip, char *out, size_t cap)
+{
+	size_t len = 0;
+	for (int i = 0; i < n && len < cap; i++) {
+		size_t part = iov[i].iov_len;
+		if (skip >= part) {
+			skip -= part;
+			continue;
+		}
+		size_t take = part - skip < cap - len ? part - skip : cap - len;
+		memcpy(out + len, (const char *)iov[i].iov_base + skip, take);
+		len += take;
+		skip = 0;
+	}
+	return len;
+}
+
+/*
+ * Records of up to 16 KiB, each gathered from the parts, until everything is written or
+ * the socket is full: so a short count means the socket is full, as for a plain socket
+ * (an edge-triggered caller waits for writability only then). A record OpenSSL could not
+ * send whole stays pending inside it; the caller's next write starts with the same bytes
+ * and at least as many (its buffers only grow at the end), as OpenSSL requires.
+ */
 static ssize_t tls_writev(struct net_conn *c, const struct iovec *iov, int n)
 {
-	char gather[16384];
-	size_t total = 0, n_written;
-	int i, ret;
-
-	for (i = 0; i < n; i++)
-		total += iov[i].iov_len;
-	ERR_clear_error();
-	if (n > 1 && total <= sizeof(gather)) {
-		size_t off = 0;
-		for (i = 0; i < n; i++) {
-			memcpy(gather + off, iov[i].iov_base, iov[i].iov_len);
-			off += iov[i].iov_len;
+	char rec[16384];
+	size_t done = 0;
+	for (;;) {
+		size_t len = gather(iov, n, done, rec, sizeof(rec)), w = 0;
+		if (!len)
+			return (ssize_t)done;
+		ERR_clear_error();
+		int ret = SSL_write_ex(c->ssl, rec, len, &w);
+		if (ret <= 0) {
+			ssize_t rc = net_conn_tls_outcome(c, ret);
+			if (done)
+				return (ssize_t)done; /* what went; the rest waits for the socket */
+			return rc == 0 ? -EPIPE : rc; /* the peer has closed: nothing more goes */
 		}
-		ret = SSL_write_ex(c->ssl, gather, total, &n_written);
-	} else {
-		/* one part at a time: SSL_write_ex may not take back a partial record, so a
-		 * part after a short write waits for the next call */
-		for (i = 0; i < n && iov[i].iov_len == 0; i++)
-			;
-		if (i == n)
-			return 0;
-		ret = SSL_write_ex(c->ssl, iov[i].iov_base, iov[i].iov_len, &n_written);
+		done += w;
 	}
-	return ret > 0 ? (ssize_t)n_written : net_conn_tls_outcome(c, ret);
 }
 
 ssize_t net_conn_writev(struct net_conn *c, const struct iovec *iov, int n)

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #define SITE_NAMES_MAX 64
@@ -370,4 +371,18 @@ void net_tls_facts_get(struct net_conn *c, struct net_tls_facts *f)
 	f->sni = sni ? sni : "";
 	f->resumed = SSL_session_reused(c->ssl);
 	f->ktls_send = BIO_get_ktls_send(SSL_get_wbio(c->ssl)) > 0;
+}
+
+int net_tls_hello_oversized(struct net_conn *c, size_t max)
+{
+	unsigned char h[9];
+	ssize_t n = recv(c->fd, h, sizeof(h), MSG_PEEK | MSG_DONTWAIT);
+	if (n < 0)
+		return errno == EAGAIN || errno == EWOULDBLOCK ? -EAGAIN : 0;
+	if (n == 0 || h[0] != 0x16)
+		return 0; /* closed, or not a TLS handshake record: the handshake says no */
+	if (n < (ssize_t)sizeof(h))
+		return -EAGAIN;
+	size_t len = (size_t)h[6] << 16 | (size_t)h[7] << 8 | h[8];
+	return h[5] == 0x01 && len > max;
 }

@@ -58,6 +58,14 @@ void net_tls_listener_free(struct net_tls_listener *l);
  * net_tls_handshake() (net/tls.h). 0 or -ENOMEM. */
 int net_tls_listener_attach(struct net_tls_listener *l, struct net_conn *c);
 
+/*
+ * Before the handshake reads anything: does the ClientHello waiting on <c> declare itself
+ * longer than <max> bytes (1; refuse it before OpenSSL buffers it: a legitimate hello is a
+ * few hundred bytes), or not (0; also for what is no handshake at all, which the handshake
+ * then refuses)? -EAGAIN: its first 9 bytes have not all arrived.
+ */
+int net_tls_hello_oversized(struct net_conn *c, size_t max);
+
 /* What a finished handshake agreed, for routes and logs: static strings, or "" when unknown. */
 struct net_tls_facts {
 	const char *version; /* "TLSv1.3" */

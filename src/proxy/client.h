@@ -43,6 +43,7 @@ struct client {
 	unsigned keep_alive : 1;
 	unsigned trusted : 1;	      /* the client is in trusted_proxies */
 	unsigned tls : 1;	      /* it came through a TLS listener */
+	unsigned hello_checked : 1;   /* ... and its ClientHello's declared size was looked at */
 	struct buf *in;		      /* bytes from the client */
 	struct buf *out;	      /* heads and proxy-made responses for the client */
 	uint64_t phase_ms;	      /* when the current state or head began */

@@ -21,6 +21,9 @@
 #include <unistd.h>
 
 #define LINGER_MS 2000
+/* A ClientHello is a few hundred bytes; one declaring more than this is refused before
+ * OpenSSL buffers it (post-quantum key shares stay well under it). */
+#define TLS_HELLO_MAX 16384
 
 /* limits.max_requests_per_connection: is the request under way the connection's last? */
 static int session_last_request(const struct client *cl)
@@ -199,6 +202,20 @@ static enum run exchange_start(struct client *cl, size_t head_len)
 /* One step of the TLS handshake; the head timeout runs from the accept. */
 static enum run run_handshake(struct client *cl)
 {
+	if (!cl->hello_checked) {
+		int big = net_tls_hello_oversized(&cl->conn, TLS_HELLO_MAX);
+		if (big == -EAGAIN) {
+			cl->readable = 0;
+			return RUN_STAY;
+		}
+		if (big) {
+			log_debug("%s: ClientHello declared over %d bytes: refused", cl->ip,
+				  TLS_HELLO_MAX);
+			client_close(cl);
+			return RUN_GONE;
+		}
+		cl->hello_checked = 1;
+	}
 	int rc = net_tls_handshake(&cl->conn);
 	if (rc == -EAGAIN) {
 		if (cl->conn.want_read)

@@ -169,6 +169,11 @@ def test_garbage_and_plain_http_on_the_tls_port(env):
         s.close()
     assert _get(tport, _ctx(certs["ec"][0]))[1] == 200
     assert p.poll() is None
+    # a ClientHello that declares 1 MiB is refused before anything of it is buffered
+    s = socket.create_connection(("127.0.0.1", tport), timeout=10)
+    s.sendall(b"\x16\x03\x01\x40\x00\x01\x10\x00\x00" + b"\x00" * 4000)
+    assert read_all(s) == b""  # closed without a word (no alert, no HTTP)
+    assert _get(tport, _ctx(certs["ec"][0]))[1] == 200
 
 
 def test_stalled_handshakes_time_out_and_block_nobody(env):
@@ -220,3 +225,28 @@ def test_bad_tls_config_is_refused_with_its_place(env):
         assert r.returncode == 2, (lines, r.stdout, r.stderr)
         msg = r.stdout + r.stderr
         assert want in msg and f"{path}:" in msg, (want, msg)
+
+
+def test_large_bodies_over_tls_arrive_whole(env):
+    """A response much larger than one TLS record streams at once (a short TLS write must mean
+    a full socket, or an edge-triggered loop waits forever), and so does a large upload."""
+    body = os.urandom(3 << 20)
+
+    def script(n, req):
+        return (b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body, False)
+    be = ScriptedBackend(script)
+    env.on_cleanup.append(be.close)
+    p, tport, certs = _tls_proxy(env, be.port, extra="timeouts: {between_bytes_ms: 60000}\n")
+    c = http.client.HTTPSConnection("localhost", tport, context=_ctx(certs["ec"][0]), timeout=20)
+    c.request("GET", "/big")  # a stall would outlast the client's 20 s timeout
+    r = c.getresponse()
+    got = r.read()
+    assert r.status == 200 and got == body, (r.status, len(got))
+    # an upload larger than a record, echoed in size by a sim
+    sim = env.sim("s", latency_ms=0, token_ms=0, tokens=1)
+    p2, tport2, certs2 = _tls_proxy(env, sim.port)
+    c2 = http.client.HTTPSConnection("localhost", tport2, context=_ctx(certs2["ec"][0]),
+                                     timeout=20)
+    c2.request("POST", "/up", body=os.urandom(1 << 20))
+    r2 = c2.getresponse()
+    assert r2.status == 200 and b"(1048576 body bytes)" in r2.read()
