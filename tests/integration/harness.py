@@ -321,3 +321,13 @@ class ScriptedBackend:
 
     def close(self):
         self.sock.close()
+
+
+def echo_backend(env):
+    """A backend answering every request with the bytes of the request it read (so a test sees
+    exactly what the proxy forwarded); closed when the test ends."""
+    def script(n, req):
+        return (b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(req), req), False)
+    be = ScriptedBackend(script)
+    env.on_cleanup.append(be.close)
+    return be

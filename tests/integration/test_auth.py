@@ -3,20 +3,12 @@ written down."""
 
 import subprocess
 
-from harness import BIN, ScriptedBackend, free_port, pool_yaml, request
+from harness import BIN, echo_backend, free_port, pool_yaml, request
 
 KEYS = ("# tenants and their keys\n"
         "acme sk-acme-0123456789abcdef\n"
         # sha256("sk-beta-0123456789abcdef"), stored hashed
         "beta sha256:fa61dcfef54660e1d703ff4408b68c3bd558da267cab3e43b819de66a28487b7\n")
-
-
-def _echo(env):
-    def script(n, req):
-        return (b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(req), req), False)
-    be = ScriptedBackend(script)
-    env.on_cleanup.append(be.close)
-    return be
 
 
 def _auth_proxy(env, be):
@@ -32,7 +24,7 @@ def _auth_proxy(env, be):
 
 
 def test_api_keys_let_in_only_who_belongs(env):
-    be = _echo(env)
+    be = echo_backend(env)
     p = _auth_proxy(env, be)
     # no key, a wrong key, a malformed header: 401 with a Bearer challenge
     for headers in ({}, {"Authorization": "Bearer sk-nobody-0123456789ab"},
@@ -63,7 +55,7 @@ def test_api_keys_let_in_only_who_belongs(env):
 
 
 def test_credentials_never_reach_the_log(env):
-    be = _echo(env)
+    be = echo_backend(env)
     keys = env.write("keys.txt", KEYS)
     port = free_port()
     conf = env.write("p.yaml", f"workers: 1\nlisten: [127.0.0.1:{port}]\npools:\n" +
@@ -106,7 +98,7 @@ def test_bad_keys_files_are_refused_with_their_place(env):
 
 def test_rate_limits_per_address_and_per_tenant(env):
     from harness import wait_until
-    be = _echo(env)
+    be = echo_backend(env)
     keys = env.write("keys.txt", KEYS)
     p = env.proxy("pools:\n" + pool_yaml("p", [be.port]) +
                   "routes:\n"

@@ -10,15 +10,8 @@ import subprocess
 import threading
 import time
 
-from harness import (BIN, ScriptedBackend, complete, pool_yaml, raw, read_all, read_until,
-                     request, status, wait_until)
-
-
-def _echo_backend():
-    """A backend that answers every request with the bytes of the request it read."""
-    def script(n, req):
-        return (b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(req), req), False)
-    return ScriptedBackend(script)
+from harness import (BIN, ScriptedBackend, complete, echo_backend, pool_yaml, raw, read_all,
+                     read_until, request, status, wait_until)
 
 
 def _proxy_to(env, port, extra="", pool_extra="", routes=""):
@@ -27,8 +20,7 @@ def _proxy_to(env, port, extra="", pool_extra="", routes=""):
 
 def _echo_proxy(env, extra=""):
     """A proxy in front of an echo backend: (backend, proxy)."""
-    be = _echo_backend()
-    env.on_cleanup.append(be.close)
+    be = echo_backend(env)
     return be, _proxy_to(env, be.port, extra=extra)
 
 
