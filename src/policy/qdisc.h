@@ -68,6 +68,9 @@ struct qdisc_ops {
 	struct qd_item *(*pop)(struct qdisc *q);
 	/* Take out <it> wherever it is (it gave up); the turn stays. */
 	void (*remove)(struct qdisc *q, struct qd_item *it);
+	/* The queue is full and <arriving> wants in: take out and return an item whose place
+	 * it should get instead, or NULL (it is turned away). NULL op: never. */
+	struct qd_item *(*push_out)(struct qdisc *q, const struct qd_item *arriving);
 };
 
 /* The discipline called <name>, or NULL. */

@@ -140,6 +140,31 @@ static struct qd_item *fair_pop(struct qdisc *q)
 	return it;
 }
 
+/*
+ * A full queue: the newest request of the longest line gives its place to <arriving> when
+ * that line is longer than <arriving>'s own would then be, so one tenant filling queue.max
+ * cannot turn every other tenant away; lines of equal length keep their places.
+ */
+static struct qd_item *fair_push_out(struct qdisc *q, const struct qd_item *arriving)
+{
+	struct qd_tenant *longest = NULL, **b = bucket(q, arriving->tenant, arriving->prio), *own;
+	for (own = *b; own && (own->tenant != arriving->tenant || own->prio != arriving->prio);
+	     own = own->hnext)
+		;
+	size_t own_len = own ? own->items.count : 0;
+	for (int c = 0; c < QD_PRIOS; c++) {
+		struct qd_tenant *t = q->turn[c];
+		for (int first = 1; t && (first || t != q->turn[c]); first = 0, t = t->next)
+			if (!longest || t->items.count > longest->items.count)
+				longest = t;
+	}
+	if (!longest || longest->items.count <= own_len + 1)
+		return NULL;
+	struct qd_item *it = container_of(list_last(&longest->items), struct qd_item, link);
+	fair_remove(q, it);
+	return it;
+}
+
 const struct qdisc_ops qdisc_fair = {
     .name = "fair",
     .init = fair_init,
@@ -148,4 +173,5 @@ const struct qdisc_ops qdisc_fair = {
     .peek = fair_peek,
     .pop = fair_pop,
     .remove = fair_remove,
+    .push_out = fair_push_out,
 };

@@ -103,9 +103,20 @@ enum admit_result admission_admit(struct pool_rt *pool, struct waiter *wt, uint6
 			pthread_mutex_unlock(&q->lock);
 			return ADMIT_PICKED;
 		}
-		pthread_mutex_unlock(&q->lock);
+		/* a discipline may give it the place of a request from a longer line: that
+		 * one is told through its owner's inbox, with no slot (admission_withdrawn) */
+		struct qd_item *out_it = q->qd.ops->push_out && q->qd.len
+					     ? q->qd.ops->push_out(&q->qd, &wt->item)
+					     : NULL;
 		pool_count(pool, PM_POOL_QUEUE_OVERFLOWS, 1);
-		return ADMIT_FULL;
+		if (!out_it) {
+			pthread_mutex_unlock(&q->lock);
+			return ADMIT_FULL;
+		}
+		struct waiter *victim = waiter_of(out_it);
+		victim->granted = NULL;
+		victim->state = W_GRANTED;
+		inbox_push(victim->owner, victim);
 	}
 	wt->queued_ms = now_ms;
 	if (q->qd.ops->push(&q->qd, &wt->item) < 0) {
@@ -158,5 +169,6 @@ void admission_withdraw(struct pool_rt *pool, struct waiter *wt, uint64_t now_ms
 	struct backend *be = wt->granted;
 	wt->granted = NULL;
 	wt->state = W_IDLE;
-	admission_release(pool, be, now_ms, rnd);
+	if (be) /* NULL: pushed out of the queue, with no slot to give back */
+		admission_release(pool, be, now_ms, rnd);
 }

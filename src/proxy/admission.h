@@ -59,7 +59,9 @@ void admission_withdraw(struct pool_rt *pool, struct waiter *wt, uint64_t now_ms
 
 void admission_inbox_init(struct admission_inbox *in, struct loop *loop);
 void admission_inbox_destroy(struct admission_inbox *in);
-/* Take the first granted waiter out of the inbox, or NULL (the owner's thread only). */
+/* Take the first granted waiter out of the inbox, or NULL (the owner's thread only). A waiter
+ * with no backend (granted NULL) was pushed out of a full queue to make room for a request
+ * of a tenant with fewer waiting (policy/qdisc.h push_out): it is turned away. */
 struct waiter *admission_inbox_take(struct admission_inbox *in);
 
 #endif

@@ -134,7 +134,19 @@ void dispatch_take_grants(struct worker *w)
 		x->last_ms = loop_now(w->loop);
 		void *conn = x->conn; /* the attempt may end the exchange, not the connection */
 		const struct exchange_codec_ops *codec = x->codec;
-		if (dispatch_attach(x) != RUN_GONE)
+		enum run r;
+		if (x->be) {
+			r = dispatch_attach(x);
+		} else { /* pushed out of the full queue by a lighter tenant */
+			pool_turned_away(x->pool);
+			r = spill_possible(x)
+				? dispatch_spill(x)
+				: exchange_reply(x, 503,
+						 "the queue is full and this place went "
+						 "to a tenant with fewer requests waiting",
+						 1);
+		}
+		if (r != RUN_GONE)
 			codec->wake(conn);
 	}
 }

@@ -111,3 +111,31 @@ def test_queued_requests_go_to_a_backend_that_comes_back(env):
     queued.join(14)
     st, h, _ = result[0]  # served by the returning backend, long before the busy slot frees
     assert st == 200 and h["x-served-by"] == ["back"], (st, h)
+
+
+def test_a_flooding_tenant_cannot_fill_the_queue_for_everyone(env):
+    """Issue 12: one tenant filling queue.max used to make every other tenant's request 503.
+    Now a newcomer from a shorter line takes the place of the flooder's newest request."""
+    sim = env.sim("acc", latency_ms=600, jitter=0, token_ms=0, slots=64)
+    px = env.proxy(_pool(sim.port, 1, "    queue: {max: 3}\n") +
+                   "routes:\n  - pool: gpu\n    tenant_header: X-Tenant\n")
+
+    def as_tenant(t):
+        return request(px.port, "POST", "/v1/completions", body=b'{"prompt":"hi"}',
+                       headers={"X-Tenant": t, "Content-Type": "application/json"}, timeout=30)
+    with concurrent.futures.ThreadPoolExecutor(8) as ex:
+        flood = [ex.submit(as_tenant, "flood")]
+        wait_until(lambda: sim_stats(sim.port)["active"] == 1, "the first request in service")
+        for i in range(3):
+            flood.append(ex.submit(as_tenant, "flood"))
+            wait_until(lambda: status(px.admin)["pools"][0]["queue"]["length"] == i + 1,
+                       "the flood to queue")
+        light = as_tenant("light")  # the queue is full of the flooder's requests
+        assert light[0] == 200, light
+        codes = sorted(f.result()[0] for f in flood)
+        assert codes == [200, 200, 200, 503], codes
+        pushed = [f.result() for f in flood if f.result()[0] == 503][0]
+        assert b"went to a tenant with fewer requests waiting" in pushed[2], pushed[2]
+    # the pushed-out request counts as an overflow; the queue ends empty
+    q = status(px.admin)["pools"][0]["queue"]
+    assert q["length"] == 0 and q["overflows"] == 1, q

@@ -137,6 +137,31 @@ static void fair_reuses_tenant_lines(void **state)
 	q.ops->fini(&q);
 }
 
+/* A full queue: a newcomer from a shorter line takes the place of the longest line's newest
+ * request; one from the longest line, or with lines even, gets nothing. */
+static void fair_push_out_takes_from_the_longest_line(void **state)
+{
+	(void)state;
+	struct qdisc q = {.ops = &qdisc_fair};
+	assert_int_equal(q.ops->init(&q), 0);
+	for (size_t i = 0; i < 4; i++) /* tenant 7 fills the queue */
+		assert_int_equal(q.ops->push(&q, item(i, 7, QD_NORMAL)), 0);
+	assert_null(q.ops->push_out(&q, item(10, 7, QD_NORMAL))); /* not against itself */
+	struct qd_item *out = q.ops->push_out(&q, item(11, 9, QD_LOW));
+	assert_ptr_equal(out, &items[3]); /* the flooder's newest */
+	assert_int_equal(q.len, 3);
+	assert_int_equal(q.ops->push(&q, &items[11]), 0);
+	/* tenant 9 now has 1 waiting, tenant 7 has 3: still a place for tenant 9 ... */
+	assert_ptr_equal(q.ops->push_out(&q, item(12, 9, QD_LOW)), &items[2]);
+	assert_int_equal(q.ops->push(&q, &items[12]), 0);
+	/* ... but not once the lines are within one of each other (2 and 2) */
+	assert_null(q.ops->push_out(&q, item(13, 9, QD_LOW)));
+	assert_null(qdisc_fifo.push_out);
+	while (q.ops->peek(&q))
+		q.ops->pop(&q);
+	q.ops->fini(&q);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -146,6 +171,7 @@ int main(void)
 	    cmocka_unit_test(fair_priority_classes_first),
 	    cmocka_unit_test(fair_remove_anywhere),
 	    cmocka_unit_test(fair_reuses_tenant_lines),
+	    cmocka_unit_test(fair_push_out_takes_from_the_longest_line),
 	};
 	return cmocka_run_group_tests_name("queue disciplines", tests, NULL, NULL);
 }
