@@ -167,11 +167,13 @@ http {{
 
     def cleanup(self):
         for p in reversed(self.procs):
+            # the whole process group: a wrapper (strace, timeout) may have exited and left
+            # the accelnet it ran behind
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                pass
             if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except OSError:
-                    pass
                 p.wait()
         for fn in reversed(self.on_cleanup):
             try:
