@@ -244,20 +244,20 @@ int rewrite_sse_error(char *out, size_t cap, int status, const char *detail)
 int rewrite_error(char *buf, size_t cap, int status, const char *detail, int keep_alive,
 		  const char *request_id, unsigned retry_after_s)
 {
-	char body[256], retry[64] = "";
+	char body[256], extra[64] = ""; /* Retry-After, or a 401's challenge */
 	int blen =
 	    snprintf(body, sizeof(body), "%d %s: %s\n", status, http_status_text(status), detail);
 	if (blen < 0 || (size_t)blen >= sizeof(body))
 		blen = (int)sizeof(body) - 1;
 	if (retry_after_s)
-		snprintf(retry, sizeof(retry), "Retry-After: %u\r\n", retry_after_s);
+		snprintf(extra, sizeof(extra), "Retry-After: %u\r\n", retry_after_s);
 	else if (status == 401) /* the proxy answers 401 only for its own authentication */
-		snprintf(retry, sizeof(retry), "WWW-Authenticate: Bearer realm=\"accelnet\"\r\n");
+		snprintf(extra, sizeof(extra), "WWW-Authenticate: Bearer realm=\"accelnet\"\r\n");
 	int n = snprintf(buf, cap,
 			 "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n"
 			 "%s%s%s%sCache-Control: no-store\r\n%s\r\n%.*s",
 			 status, http_status_text(status), blen, request_id ? "X-Request-Id: " : "",
-			 request_id ? request_id : "", request_id ? "\r\n" : "", retry,
+			 request_id ? request_id : "", request_id ? "\r\n" : "", extra,
 			 keep_alive ? "" : "Connection: close\r\n", blen, body);
 	return n < 0 || (size_t)n >= cap ? -1 : n;
 }

@@ -135,6 +135,22 @@ ssize_t net_conn_write(struct net_conn *c, const void *buf, size_t len)
 	return net_conn_writev(c, &iov, 1);
 }
 
+ssize_t net_conn_peek(struct net_conn *c, void *buf, size_t len)
+{
+	for (;;) {
+		ssize_t n = recv(c->fd, buf, len, MSG_PEEK);
+		if (n >= 0)
+			return n;
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			c->want_read = 1;
+			return -EAGAIN;
+		}
+		return -errno;
+	}
+}
+
 int net_conn_peer_closed(struct net_conn *c)
 {
 	char b;

@@ -56,6 +56,10 @@ ssize_t net_conn_writev(struct net_conn *c, const struct iovec *iov, int n);
 /* One buffer: net_conn_writev() with one part. */
 ssize_t net_conn_write(struct net_conn *c, const void *buf, size_t len);
 
+/* Look at up to <len> bytes waiting on the socket without consuming them (below TLS): a
+ * count, 0 at the peer's end, -EAGAIN (want_read set), or -errno. */
+ssize_t net_conn_peek(struct net_conn *c, void *buf, size_t len);
+
 /* Without consuming anything, has the peer closed (1), or is the connection open or its
  * state unknown (0)? A pending byte counts as open. */
 int net_conn_peer_closed(struct net_conn *c);

@@ -189,18 +189,8 @@ int net_tls_accept(struct net_conn *c, struct ssl_ctx_st *ctx, char *err, size_t
 int net_tls_sniff(struct net_conn *c)
 {
 	unsigned char first;
-	for (;;) {
-		ssize_t n = recv(c->fd, &first, 1, MSG_PEEK);
-		if (n == 1)
-			return first == 0x16; /* a TLS handshake record */
-		if (n == 0)
-			return -ECONNRESET;
-		if (errno == EINTR)
-			continue;
-		if (errno == EAGAIN || errno == EWOULDBLOCK) {
-			c->want_read = 1;
-			return -EAGAIN;
-		}
-		return -errno;
-	}
+	ssize_t n = net_conn_peek(c, &first, 1);
+	if (n == 1)
+		return first == 0x16; /* a TLS handshake record */
+	return n == 0 ? -ECONNRESET : (int)n;
 }

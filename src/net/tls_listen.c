@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/socket.h>
 #include <time.h>
 
 #define SITE_NAMES_MAX 64
@@ -376,9 +375,9 @@ void net_tls_facts_get(struct net_conn *c, struct net_tls_facts *f)
 int net_tls_hello_oversized(struct net_conn *c, size_t max)
 {
 	unsigned char h[9];
-	ssize_t n = recv(c->fd, h, sizeof(h), MSG_PEEK | MSG_DONTWAIT);
+	ssize_t n = net_conn_peek(c, h, sizeof(h));
 	if (n < 0)
-		return errno == EAGAIN || errno == EWOULDBLOCK ? -EAGAIN : 0;
+		return n == -EAGAIN ? -EAGAIN : 0;
 	if (n == 0 || h[0] != 0x16)
 		return 0; /* closed, or not a TLS handshake record: the handshake says no */
 	if (n < (ssize_t)sizeof(h))

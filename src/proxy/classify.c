@@ -29,12 +29,13 @@ uint64_t classify_tenant_of(const struct conf_route *r, const struct http_head *
 }
 
 void classify_request(const struct conf_route *r, const struct conf_pool *pc,
-		      const struct http_head *h, uint64_t client_key, struct waiter *wt)
+		      const struct http_head *h, uint64_t client_key, const char *identity,
+		      struct waiter *wt)
 {
 	wt->item.tenant = 0;
 	wt->item.prio = r->priority;
 	if (pc->can_queue || r->has_spill) { /* only a queue reads them */
-		wt->item.tenant = classify_tenant_of(r, h, client_key, NULL);
+		wt->item.tenant = classify_tenant_of(r, h, client_key, identity);
 		const struct http_header *p =
 		    r->priority_header ? http_find_header(h, r->priority_header) : NULL;
 		int c = p ? qdisc_priority(p->value.p, p->value.len) : -1;
@@ -78,9 +79,4 @@ uint64_t classify_client_key(const struct sockaddr *sa)
 	if (sa->sa_family == AF_INET)
 		return XXH3_64bits(&((const struct sockaddr_in *)sa)->sin_addr, 4);
 	return 0;
-}
-
-void classify_tenant(struct waiter *wt, const char *tenant)
-{
-	wt->item.tenant = XXH3_64bits(tenant, strlen(tenant));
 }

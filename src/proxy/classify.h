@@ -23,19 +23,18 @@
 struct waiter;
 
 /*
- * Fill in <wt>'s tenant, class and (unless the key is the prompt) key for request <h>, from
- * a client whose address hashes to <client_key> (classify_client_key).
+ * Fill in <wt>'s tenant (classify_tenant_of), class and (unless the key is the prompt) key
+ * for request <h>, from a client whose address hashes to <client_key> (classify_client_key)
+ * and who authenticated as <identity> (NULL: nobody).
  */
 void classify_request(const struct conf_route *r, const struct conf_pool *pc,
-		      const struct http_head *h, uint64_t client_key, struct waiter *wt);
+		      const struct http_head *h, uint64_t client_key, const char *identity,
+		      struct waiter *wt);
 
 /* The tenant of request <h> on route <r>: the authenticated <identity> (routes.auth) when
  * there is one, else the route's tenant_header, else the client's address. */
 uint64_t classify_tenant_of(const struct conf_route *r, const struct http_head *h,
 			    uint64_t client_key, const char *identity);
-
-/* <wt>'s tenant is the authenticated identity <tenant> (routes.auth). */
-void classify_tenant(struct waiter *wt, const char *tenant);
 
 /*
  * The client address as the tenant and hash key see it: an IPv4 address, or an IPv6 /64

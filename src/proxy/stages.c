@@ -80,9 +80,7 @@ static enum run stage_classify(struct exchange *x)
 	const struct http_head *h = x->head;
 	const struct conf_pool *pc = x->pool->conf;
 	sse_setup(x, h);
-	classify_request(x->route, pc, h, x->client_key, &x->wt);
-	if (x->identity) /* an authenticated tenant beats any header or address */
-		classify_tenant(&x->wt, x->identity);
+	classify_request(x->route, pc, h, x->client_key, x->identity, &x->wt);
 	pool_retry_earn(x->pool);
 	x->want_key = pc->hash.key == HASH_KEY_PROMPT && pc->balance->keyed &&
 		      h->framing == HTTP_BODY_LENGTH && h->content_length > 0;
