@@ -191,7 +191,8 @@ static int ticket_mac_key(EVP_MAC_CTX *hctx, unsigned char *key)
 
 /* Session tickets: issue under the current key; accept under the current (1) or the
  * previous one (2: accepted, and a new ticket goes out); anything else means a full
- * handshake (0). */
+ * handshake (0). A TLS 1.3 resumption always gets a new ticket (2): clients use a TLS 1.3
+ * ticket once, and without a fresh one the next connection would need a full handshake. */
 static int on_ticket_key(SSL *s, unsigned char name[16], unsigned char *iv, EVP_CIPHER_CTX *ectx,
 			 EVP_MAC_CTX *hctx, int enc)
 {
@@ -210,7 +211,7 @@ static int on_ticket_key(SSL *s, unsigned char name[16], unsigned char *iv, EVP_
 		goto out;
 	}
 	if (memcmp(name, cur.name, sizeof(cur.name)) == 0)
-		k = &cur, rc = 1;
+		k = &cur, rc = SSL_version(s) >= TLS1_3_VERSION ? 2 : 1;
 	else if (memcmp(name, prev.name, sizeof(prev.name)) == 0)
 		k = &prev, rc = 2;
 	if (k && (ticket_mac_key(hctx, k->hmac) != 1 ||

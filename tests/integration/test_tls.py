@@ -142,6 +142,29 @@ def test_session_resumption(env):
             s.close()
 
 
+def test_resumed_connections_get_a_fresh_ticket(env):
+    """TLS 1.3 clients use a ticket once (RFC 8446 C.4; OpenSSL's client marks a used session
+    not resumable): each resumed connection must hand out a new ticket, or a client that
+    always offers its latest session resumes only every other connection."""
+    be = echo_backend(env)
+    p, tport, certs = _tls_proxy(env, be.port)
+    ctx = _ctx(certs["ec"][0], minv=ssl.TLSVersion.TLSv1_3)
+    c, st, _ = _get(tport, ctx)
+    assert st == 200
+    session = c.sock.session
+    c.close()
+    for i in range(4):
+        s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", tport), timeout=10),
+                            server_hostname="localhost", session=session)
+        s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        data = read_all(s)
+        assert data.startswith(b"HTTP/1.1 200"), data[:80]
+        assert s.session_reused, i
+        assert s.session.id != session.id, f"connection {i} resumed but got no new ticket"
+        session = s.session
+        s.close()
+
+
 def test_garbage_and_plain_http_on_the_tls_port(env):
     be = echo_backend(env)
     p, tport, certs = _tls_proxy(env, be.port)
