@@ -60,7 +60,11 @@ build-fuzz/%: tests/fuzz/%.c $(FUZZ_LIB)
 	clang -std=c17 -D_GNU_SOURCE -g -O1 -Isrc -Iinclude -fsanitize=fuzzer,address,undefined \
 		-o $@ $^ $(LDLIBS)
 
-bench: $(BUILD)/loadgen
+bench: $(BUILD)/loadgen $(BUILD)/tlsload
+$(BUILD)/tlsload: bench/tlsload.c
+	@echo "  LD  $@"
+	@mkdir -p $(BUILD)
+	@$(CC) $(filter-out -MMD -MP,$(ALL_CFLAGS)) -o $@ $^ $(LDLIBS)
 $(BUILD)/loadgen: bench/loadgen.c $(LIB_OBJ)
 	@echo "  LD  $@"
 	@$(CC) $(filter-out -MMD -MP,$(ALL_CFLAGS)) -o $@ $^ $(LDLIBS)
@@ -69,7 +73,7 @@ $(BUILD)/loadgen: bench/loadgen.c $(LIB_OBJ)
 # `make format` rewrites them in place. `make layers` runs the layering check.
 CLANG_FORMAT ?= clang-format-14
 FORMAT_SRC = $(sort $(shell find src include tests/unit tests/fuzz -name '*.[ch]' \
-	     -not -path 'tests/fuzz/corpus/*') bench/loadgen.c)
+	     -not -path 'tests/fuzz/corpus/*') bench/loadgen.c bench/tlsload.c)
 format-check:
 	@command -v $(CLANG_FORMAT) >/dev/null || \
 		{ echo "format-check: no $(CLANG_FORMAT) (scripts/deps.sh installs it)"; exit 2; }
