@@ -97,6 +97,7 @@ static void tls_cert_free(struct conf_tls_cert *c)
 {
 	free(c->cert);
 	free(c->key);
+	free(c->ocsp_file);
 }
 
 static void conf_tls_free(struct conf_tls *t)
@@ -111,6 +112,11 @@ static void conf_tls_free(struct conf_tls *t)
 	free(t->ciphersuites);
 	free(t->groups);
 	free(t->min_version);
+	free(t->client_ca);
+	free(t->client_crl);
+	free(t->client_auth);
+	free(t->client_subject_header);
+	free(t->client_san_header);
 	free(t);
 }
 
@@ -156,6 +162,7 @@ void conf_free(struct conf *c)
 		struct conf_route *r = &c->routes[i];
 		free(r->path_prefix);
 		free(r->host);
+		free(r->sni);
 		free(r->method);
 		free(r->header_name);
 		free(r->header_value);

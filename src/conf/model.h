@@ -17,9 +17,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A certificate and its key (PEM files). */
+/* A certificate and its key (PEM files), and an OCSP response to staple (DER; NULL: none). */
 struct conf_tls_cert {
-	char *cert, *key;
+	char *cert, *key, *ocsp_file;
 };
 
 /* listen[].tls: what the listener serves over TLS (net/tls_listen.h has the defaults). */
@@ -27,10 +27,18 @@ struct conf_tls {
 	struct conf_tls_cert first; /* cert, key */
 	struct conf_tls_cert *more; /* certificates: more, chosen by SNI and key type */
 	size_t nmore;
-	char *ciphers;	    /* TLS 1.2 cipher list; NULL: the default */
-	char *ciphersuites; /* TLS 1.3; NULL: OpenSSL's */
-	char *groups;	    /* NULL: X25519:P-256:P-384 */
-	char *min_version;  /* "1.2" (default) or "1.3" */
+	char *ciphers;	       /* TLS 1.2 cipher list; NULL: the default */
+	char *ciphersuites;    /* TLS 1.3; NULL: OpenSSL's */
+	char *groups;	       /* NULL: X25519:P-256:P-384 */
+	char *min_version;     /* "1.2" (default) or "1.3" */
+	char *client_ca;       /* mutual TLS: CAs a client certificate must chain to; NULL: off */
+	char *client_crl;      /* CRLs checked against client certificates; NULL: none */
+	char *client_auth;     /* "required" (default) or "optional" */
+	unsigned verify_depth; /* intermediates allowed in a client's chain (default 3) */
+	char *client_subject_header; /* the verified subject, to the backend; X-Client-Subject */
+	char *client_san_header;     /* its first SAN; X-Client-SAN */
+	unsigned facts_headers;	     /* send X-TLS-Version, X-TLS-Cipher, X-TLS-SNI */
+	unsigned reload_s;	     /* look at the files this often, reload if changed; 0: never */
 };
 
 struct conf_listen {
@@ -98,9 +106,18 @@ struct conf_pool {
 	int can_queue;		 /* some backend has max_concurrency: requests may wait */
 };
 
+/* routes[].auth.client_cert.tenant_from: which part of a verified client certificate names
+ * the tenant. */
+enum conf_cert_tenant {
+	CERT_TENANT_NONE,	/* no client_cert: certificates are not looked at */
+	CERT_TENANT_SUBJECT_CN, /* the subject's CN */
+	CERT_TENANT_SAN,	/* the first URI, DNS or email subjectAltName */
+};
+
 /* routes[].auth: who may use the route (guard/auth.h). */
 struct conf_auth {
-	char *api_keys_file;   /* "TENANT KEY" lines (guard/apikeys.h) */
+	char *api_keys_file;		   /* "TENANT KEY" lines (guard/apikeys.h); NULL: none */
+	enum conf_cert_tenant client_cert; /* a verified client certificate names the tenant */
 	char *identity_header; /* the authenticated tenant, to the backend; default X-Tenant */
 	char **tenants;	       /* admitted tenants; none: every tenant with a key */
 	size_t ntenants;
@@ -122,6 +139,7 @@ struct conf_rate_limit {
 struct conf_route {
 	char *path_prefix;		  /* "/" when not given */
 	char *host;			  /* exact, case-insensitive, port ignored; NULL: any */
+	char *sni;			  /* TLS server name: exact or "*.domain"; NULL: any */
 	char *method;			  /* exact; NULL: any */
 	char *header_name, *header_value; /* value NULL: presence is enough */
 	size_t pool;			  /* index into conf.pools */

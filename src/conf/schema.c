@@ -45,6 +45,7 @@ static struct load *load_of(struct rules_ctx *x)
 static const struct rule tls_cert_rules[] = {
     {"cert", RULE_STR, offsetof(struct conf_tls_cert, cert), 0, 0, NULL, NULL},
     {"key", RULE_STR, offsetof(struct conf_tls_cert, key), 0, 0, NULL, NULL},
+    {"ocsp_file", RULE_STR, offsetof(struct conf_tls_cert, ocsp_file), 0, 0, NULL, NULL},
     RULES_END,
 };
 
@@ -74,10 +75,62 @@ static const struct rule tls_rules[] = {
     {"ciphersuites", RULE_STR, offsetof(struct conf_tls, ciphersuites), 0, 0, NULL, NULL},
     {"groups", RULE_STR, offsetof(struct conf_tls, groups), 0, 0, NULL, NULL},
     {"min_version", RULE_STR, offsetof(struct conf_tls, min_version), 0, 0, NULL, NULL},
-    {"client_ca", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
-    {"ocsp", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
+    {"ocsp_file", RULE_STR, offsetof(struct conf_tls, first.ocsp_file), 0, 0, NULL, NULL},
+    {"client_ca", RULE_STR, offsetof(struct conf_tls, client_ca), 0, 0, NULL, NULL},
+    {"client_auth", RULE_STR, offsetof(struct conf_tls, client_auth), 0, 0, NULL, NULL},
+    {"client_crl", RULE_STR, offsetof(struct conf_tls, client_crl), 0, 0, NULL, NULL},
+    {"verify_depth", RULE_UINT, offsetof(struct conf_tls, verify_depth), 0, 10, NULL, NULL},
+    {"client_subject_header", RULE_STR, offsetof(struct conf_tls, client_subject_header), 0, 0,
+     NULL, NULL},
+    {"client_san_header", RULE_STR, offsetof(struct conf_tls, client_san_header), 0, 0, NULL, NULL},
+    {"facts_headers", RULE_BOOL, offsetof(struct conf_tls, facts_headers), 0, 0, NULL, NULL},
+    {"reload_s", RULE_UINT, offsetof(struct conf_tls, reload_s), 0, 86400, NULL, NULL},
     RULES_END,
 };
+
+static int header_name_ok(const char *s)
+{
+	if (!*s || strlen(s) > 64)
+		return 0;
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+		      (*s >= '0' && *s <= '9') || *s == '-' || *s == '_'))
+			return 0;
+	return 1;
+}
+
+/* A header name of listen[].tls, <def> when not given. */
+static int tls_header(struct rules_ctx *x, yaml_node_t *v, const char *key, char **name,
+		      const char *def)
+{
+	if (!*name && !(*name = strdup(def)))
+		return rules_fail(x, v, "out of memory");
+	if (!header_name_ok(*name))
+		return rules_fail(x, rules_value_of(x, v, key),
+				  "tls: %s must be a header name (letters, digits, '-' ...)", key);
+	return 0;
+}
+
+/* listen[].tls's mutual TLS keys: only with client_ca, and consistent. */
+static int read_tls_client(struct rules_ctx *x, yaml_node_t *v, struct conf_tls *t)
+{
+	if (!t->client_ca && (t->client_auth || t->client_crl))
+		return rules_fail(
+		    x, rules_value_of(x, v, t->client_auth ? "client_auth" : "client_crl"),
+		    "tls: client_auth and client_crl need client_ca (the CAs client "
+		    "certificates must chain to)");
+	if (t->client_auth && strcmp(t->client_auth, "required") != 0 &&
+	    strcmp(t->client_auth, "optional") != 0)
+		return rules_fail(x, rules_value_of(x, v, "client_auth"),
+				  "tls: client_auth is \"required\" or \"optional\"");
+	if (!rules_value_of(x, v, "verify_depth"))
+		t->verify_depth = 3;
+	if (tls_header(x, v, "client_subject_header", &t->client_subject_header,
+		       "X-Client-Subject") ||
+	    tls_header(x, v, "client_san_header", &t->client_san_header, "X-Client-SAN"))
+		return -EINVAL;
+	return 0;
+}
 
 /* listen[].tls: read, then built once with the listener's own code (net/tls_listen.c), so a
  * certificate that does not load, a key that does not match or an unknown cipher is refused
@@ -103,6 +156,8 @@ static int read_tls(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, v
 		return rules_fail(x, rules_value_of(x, v, "min_version"),
 				  "tls: min_version is \"1.2\" or \"1.3\" (older versions are not "
 				  "offered)");
+	if ((rc = read_tls_client(x, v, t)))
+		return rc;
 	struct net_tls_listener *built = NULL;
 	rc = conf_tls_build(t, &built, err, sizeof(err));
 	net_tls_listener_free(built);
@@ -472,6 +527,7 @@ static const struct rule match_rules[] = {
     {"path_prefix", RULE_STR, offsetof(struct conf_route, path_prefix), 0, 0, NULL, NULL},
     {"host", RULE_STR, offsetof(struct conf_route, host), 0, 0, NULL, NULL},
     {"method", RULE_STR, offsetof(struct conf_route, method), 0, 0, NULL, NULL},
+    {"sni", RULE_STR, offsetof(struct conf_route, sni), 0, 0, NULL, NULL},
     {"header", RULE_SECTION, 0, 0, 0, header_match_rules, read_header_match},
     RULES_END,
 };
@@ -482,6 +538,11 @@ static int read_match(struct rules_ctx *x, const struct rule *r, yaml_node_t *v,
 	int err = rules_read_section(x, v, "match", r->sub, rt);
 	if (!err && rt->path_prefix && rt->path_prefix[0] != '/')
 		return rules_fail(x, v, "match: 'path_prefix' must start with '/'");
+	if (!err && rt->sni &&
+	    (!rt->sni[0] || strchr(rt->sni + (rt->sni[0] == '*'), '*') ||
+	     (rt->sni[0] == '*' && rt->sni[1] != '.')))
+		return rules_fail(x, rules_value_of(x, v, "sni"),
+				  "match: 'sni' is a host name, or *.domain for one label");
 	return err;
 }
 
@@ -549,26 +610,45 @@ static int read_auth_tenants(struct rules_ctx *x, const struct rule *r, yaml_nod
 			       read_auth_tenant);
 }
 
+static int read_tenant_from(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	struct conf_auth *a = field;
+	const char *s = rules_scalar(v);
+	(void)r;
+	if (s && strcmp(s, "subject_cn") == 0)
+		a->client_cert = CERT_TENANT_SUBJECT_CN;
+	else if (s && strcmp(s, "san") == 0)
+		a->client_cert = CERT_TENANT_SAN;
+	else
+		return rules_fail(x, v, "auth: client_cert: tenant_from is subject_cn or san");
+	return 0;
+}
+
+static const struct rule client_cert_rules[] = {
+    {"tenant_from", RULE_SECTION, 0, 0, 0, NULL, read_tenant_from},
+    RULES_END,
+};
+
+/* routes[].auth.client_cert: the tenant is named by the verified client certificate. */
+static int read_client_cert(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *obj)
+{
+	struct conf_auth *a = obj;
+	int rc = rules_read_section(x, v, "client_cert", r->sub, a);
+	if (!rc && a->client_cert == CERT_TENANT_NONE)
+		a->client_cert = CERT_TENANT_SUBJECT_CN;
+	return rc;
+}
+
 static const struct rule auth_rules[] = {
     {"api_keys_file", RULE_STR, offsetof(struct conf_auth, api_keys_file), 0, 0, NULL, NULL},
     {"identity_header", RULE_STR, offsetof(struct conf_auth, identity_header), 0, 0, NULL, NULL},
     {"tenants", RULE_SECTION, 0, 0, 0, NULL, read_auth_tenants},
     {"pass_credentials", RULE_BOOL, offsetof(struct conf_auth, pass_credentials), 0, 0, NULL, NULL},
+    {"client_cert", RULE_SECTION, 0, 0, 0, client_cert_rules, read_client_cert},
     {"jwt", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
     {"basic", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
     RULES_END,
 };
-
-static int header_name_ok(const char *s)
-{
-	if (!*s || strlen(s) > 64)
-		return 0;
-	for (; *s; s++)
-		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
-		      (*s >= '0' && *s <= '9') || *s == '-' || *s == '_'))
-			return 0;
-	return 1;
-}
 
 /* routes[].auth: the keys file must be readable here (the proxy reads it whole at start;
  * `accelnet check` reads it too); the identity goes to the backend in a header of its own. */
@@ -582,9 +662,11 @@ static int read_auth(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, 
 	int rc = rules_read_section(x, v, "auth", auth_rules, a);
 	if (rc)
 		return rc;
-	if (!a->api_keys_file)
-		return rules_fail(x, v, "auth: 'api_keys_file' is required (TENANT KEY lines)");
-	if (access(a->api_keys_file, R_OK) < 0)
+	if (!a->api_keys_file && a->client_cert == CERT_TENANT_NONE)
+		return rules_fail(x, v,
+				  "auth: 'api_keys_file' (TENANT KEY lines) or 'client_cert' is "
+				  "required");
+	if (a->api_keys_file && access(a->api_keys_file, R_OK) < 0)
 		return rules_fail(x, rules_value_of(x, v, "api_keys_file"),
 				  "auth: api_keys_file '%s': %s", a->api_keys_file,
 				  strerror(errno));

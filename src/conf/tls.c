@@ -18,9 +18,10 @@ int conf_tls_build(const struct conf_tls *t, struct net_tls_listener **out, char
 		return -ENOMEM;
 	}
 	if (t->first.cert)
-		certs[k++] = (struct net_tls_cert){t->first.cert, t->first.key};
+		certs[k++] = (struct net_tls_cert){t->first.cert, t->first.key, t->first.ocsp_file};
 	for (size_t i = 0; i < t->nmore; i++)
-		certs[k++] = (struct net_tls_cert){t->more[i].cert, t->more[i].key};
+		certs[k++] =
+		    (struct net_tls_cert){t->more[i].cert, t->more[i].key, t->more[i].ocsp_file};
 	struct net_tls_listen_opts o = {
 	    .certs = certs,
 	    .ncerts = n,
@@ -28,6 +29,10 @@ int conf_tls_build(const struct conf_tls *t, struct net_tls_listener **out, char
 	    .ciphersuites = t->ciphersuites,
 	    .groups = t->groups,
 	    .min_version = t->min_version && strcmp(t->min_version, "1.3") == 0 ? 13 : 12,
+	    .client_ca = t->client_ca,
+	    .client_crl = t->client_crl,
+	    .client_optional = t->client_auth && strcmp(t->client_auth, "optional") == 0,
+	    .verify_depth = (int)t->verify_depth,
 	};
 	int rc = net_tls_listener_new(&o, out, err, errlen);
 	free(certs);

@@ -37,10 +37,15 @@ enum auth_result auth_check(const struct apikeys *keys, char *const *admit, size
 		return AUTH_MISSING;
 	if (!(*tenant = apikeys_lookup(keys, key.p, key.len)))
 		return AUTH_INVALID;
+	return auth_admits(admit, nadmit, *tenant) ? AUTH_OK : AUTH_FORBIDDEN;
+}
+
+int auth_admits(char *const *admit, size_t nadmit, const char *tenant)
+{
 	if (!nadmit)
-		return AUTH_OK;
+		return 1;
 	for (size_t i = 0; i < nadmit; i++)
-		if (strcmp(admit[i], *tenant) == 0)
-			return AUTH_OK;
-	return AUTH_FORBIDDEN;
+		if (strcmp(admit[i], tenant) == 0)
+			return 1;
+	return 0;
 }

@@ -6,6 +6,8 @@
  * KEY". A request that presents none, or one that no entry has, is not let in (401, with a
  * Bearer challenge); one whose key is known but whose tenant the route does not admit gets
  * 403. The credential is never logged and, unless the route says otherwise, never forwarded.
+ * A route may also take the tenant from a verified client certificate (mutual TLS; the
+ * proxy's guard stage reads it from the connection's TLS facts).
  */
 #ifndef ACCELNET_GUARD_AUTH_H
 #define ACCELNET_GUARD_AUTH_H
@@ -30,5 +32,9 @@ int auth_presented_key(const struct http_head *h, struct http_str *key);
  */
 enum auth_result auth_check(const struct apikeys *keys, char *const *admit, size_t nadmit,
 			    const struct http_head *h, const char **tenant);
+
+/* Does a route admitting <admit> (<nadmit> names; none: every tenant) let <tenant> in? A
+ * tenant named by a client certificate (routes.auth.client_cert) passes the same list. */
+int auth_admits(char *const *admit, size_t nadmit, const char *tenant);
 
 #endif

@@ -93,6 +93,31 @@ static int is_forwarding(struct http_str name)
 	return 0;
 }
 
+static int is_set_by_proxy(const struct rewrite_request_info *info, struct http_str name)
+{
+	for (unsigned i = 0; i < info->nset; i++)
+		if (http_str_eq(name, info->set[i].name))
+			return 1;
+	return 0;
+}
+
+/* "<name>: <value>\r\n" with every byte of <value> outside printable ASCII as '?'. */
+static void put_safe_field(struct out *o, const char *name, const char *value)
+{
+	puts_(o, name);
+	put(o, ": ", 2);
+	size_t n = strlen(value);
+	if (o->overflow || o->cap - o->len < n + 2) {
+		o->overflow = 1;
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)value[i];
+		o->p[o->len++] = c >= 0x20 && c < 0x7f ? (char)c : '?';
+	}
+	put(o, "\r\n", 2);
+}
+
 int rewrite_incoming_request_id(const struct http_head *req, char *out)
 {
 	const struct http_header *f = http_find_header(req, "x-request-id");
@@ -128,6 +153,7 @@ int rewrite_request(char *buf, size_t cap, const struct http_head *req,
 		    (is_forwarding(f->name) &&
 		     (!info->trusted || http_str_eq(f->name, "x-forwarded-for"))) ||
 		    (info->identity_header && http_str_eq(f->name, info->identity_header)) ||
+		    is_set_by_proxy(info, f->name) ||
 		    (info->strip_credentials &&
 		     (http_str_eq(f->name, "authorization") || http_str_eq(f->name, "x-api-key"))))
 			continue;
@@ -157,6 +183,9 @@ int rewrite_request(char *buf, size_t cap, const struct http_head *req,
 		puts_(&o, info->identity);
 		puts_(&o, "\r\n");
 	}
+	for (unsigned i = 0; i < info->nset; i++)
+		if (info->set[i].value)
+			put_safe_field(&o, info->set[i].name, info->set[i].value);
 	puts_(&o, "\r\n");
 	return finish(&o);
 }

@@ -23,6 +23,12 @@
 
 #define REQUEST_ID_MAX 64
 
+/* A field the proxy sets itself (TLS facts, the client certificate): see rewrite_request. */
+struct rewrite_field {
+	const char *name;  /* a header name */
+	const char *value; /* NULL: the field is only dropped from the client's request */
+};
+
 struct rewrite_request_info {
 	const char *client_ip;
 	const char *request_id; /* the id to send: kept from the client or generated */
@@ -33,6 +39,11 @@ struct rewrite_request_info {
 	 * any field of that name from the client dropped; NULL: none */
 	const char *identity_header, *identity;
 	int strip_credentials; /* drop Authorization and X-API-Key */
+	/* fields only the proxy may set: every client field of such a name dropped, then each
+	 * with a value sent, its bytes outside printable ASCII sent as '?' (no CR, LF or other
+	 * control byte reaches the backend) */
+	const struct rewrite_field *set;
+	unsigned nset;
 };
 
 /*

@@ -1,6 +1,7 @@
 /*
  * tls_listen.c - a TLS listener's contexts: certificates grouped by the names they carry,
- * SNI, ALPN, the shared session cache and rotating ticket keys (see tls_listen.h).
+ * SNI, ALPN, the shared session cache and rotating ticket keys, client certificates and
+ * OCSP staples (see tls_listen.h).
  */
 #include "net/tls_listen.h"
 #include "net/tls.h"
@@ -8,6 +9,7 @@
 #include <errno.h>
 #include <openssl/core_names.h>
 #include <openssl/err.h>
+#include <openssl/ocsp.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
 #include <openssl/ssl.h>
@@ -17,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define SITE_NAMES_MAX 64
@@ -25,6 +28,7 @@
 	"ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"                               \
 	"ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305"
 #define DEFAULT_GROUPS "X25519:P-256:P-384"
+#define OCSP_FILE_MAX (64 * 1024)
 
 /* One context: the certificates that name the same hosts. */
 struct tls_site {
@@ -37,9 +41,19 @@ struct ticket_key {
 	unsigned char name[16], aes[32], hmac[32];
 };
 
+/* An OCSP response to staple for one certificate, until <next_update> (0: no end given). */
+struct ocsp_staple {
+	X509 *cert;
+	unsigned char *der;
+	long len;
+	time_t next_update;
+};
+
 struct net_tls_listener {
 	struct tls_site *sites; /* [0] answers by default and holds the session cache */
 	size_t nsites;
+	struct ocsp_staple *staples;
+	size_t nstaples;
 	pthread_mutex_t lock; /* the ticket keys */
 	long period;	      /* the period cur belongs to */
 	struct ticket_key cur, prev;
@@ -223,6 +237,76 @@ out:
 	return rc;
 }
 
+/* OCSP stapling: the client asked (status_request); the certificate chosen has a response
+ * still current: it goes out (OpenSSL frees the copy). */
+static int on_status(SSL *s, void *arg)
+{
+	struct net_tls_listener *l = SSL_CTX_get_app_data(SSL_get_SSL_CTX(s));
+	X509 *cert = SSL_get_certificate(s);
+	(void)arg;
+	for (size_t i = 0; cert && i < l->nstaples; i++) {
+		const struct ocsp_staple *st = &l->staples[i];
+		if (X509_cmp(st->cert, cert) != 0)
+			continue;
+		if (st->next_update && time(NULL) >= st->next_update)
+			return SSL_TLSEXT_ERR_NOACK; /* stale: clients would refuse it */
+		unsigned char *copy = OPENSSL_memdup(st->der, (size_t)st->len);
+		if (!copy || SSL_set_tlsext_status_ocsp_resp(s, copy, st->len) != 1) {
+			OPENSSL_free(copy);
+			return SSL_TLSEXT_ERR_NOACK;
+		}
+		return SSL_TLSEXT_ERR_OK;
+	}
+	return SSL_TLSEXT_ERR_NOACK;
+}
+
+/* The CRLs in PEM file <path> into <store>, checked against each client's certificate. */
+static int store_add_crls(X509_STORE *store, const char *path, char *err, size_t errlen)
+{
+	BIO *b = BIO_new_file(path, "r");
+	int n = 0;
+	X509_CRL *crl;
+	while (b && (crl = PEM_read_bio_X509_CRL(b, NULL, NULL, NULL))) {
+		int ok = X509_STORE_add_crl(store, crl);
+		X509_CRL_free(crl);
+		if (ok != 1)
+			break;
+		n++;
+	}
+	BIO_free(b);
+	if (!n) {
+		fail_reason(err, errlen, "client_crl: no CRL could be read from", path);
+		return -EINVAL;
+	}
+	ERR_clear_error(); /* the end of the file */
+	X509_STORE_set_flags(store, X509_V_FLAG_CRL_CHECK);
+	return 0;
+}
+
+/* Mutual TLS on <ctx>: ask for a client certificate signed by one of client_ca's. */
+static int ctx_client_auth(SSL_CTX *ctx, const struct net_tls_listen_opts *o, char *err,
+			   size_t errlen)
+{
+	if (SSL_CTX_load_verify_locations(ctx, o->client_ca, NULL) != 1) {
+		fail_reason(err, errlen, "cannot load client_ca", o->client_ca);
+		return -EINVAL;
+	}
+	STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(o->client_ca);
+	if (!names) {
+		fail_reason(err, errlen, "client_ca: no certificate in", o->client_ca);
+		return -EINVAL;
+	}
+	SSL_CTX_set_client_CA_list(ctx, names);
+	if (o->client_crl &&
+	    store_add_crls(SSL_CTX_get_cert_store(ctx), o->client_crl, err, errlen) < 0)
+		return -EINVAL;
+	SSL_CTX_set_verify(
+	    ctx, SSL_VERIFY_PEER | (o->client_optional ? 0 : SSL_VERIFY_FAIL_IF_NO_PEER_CERT),
+	    NULL);
+	SSL_CTX_set_verify_depth(ctx, o->verify_depth);
+	return 0;
+}
+
 /* A context with the listener's protocol settings and no certificate yet. */
 static SSL_CTX *site_ctx_new(struct net_tls_listener *l, const struct net_tls_listen_opts *o,
 			     char *err, size_t errlen)
@@ -261,11 +345,117 @@ static SSL_CTX *site_ctx_new(struct net_tls_listener *l, const struct net_tls_li
 	SSL_CTX_set_tlsext_servername_arg(ctx, l);
 	SSL_CTX_set_alpn_select_cb(ctx, on_alpn, NULL);
 	SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, on_ticket_key);
+	SSL_CTX_set_tlsext_status_cb(ctx, on_status);
 	SSL_CTX_set_app_data(ctx, l);
+	if (o->client_ca && ctx_client_auth(ctx, o, err, errlen) < 0)
+		goto fail;
 	return ctx;
 fail:
 	SSL_CTX_free(ctx);
 	return NULL;
+}
+
+/* The DER file <path>, whole, into *der (OPENSSL_free). */
+static int read_der(const char *path, unsigned char **der, long *len, char *err, size_t errlen)
+{
+	BIO *b = BIO_new_file(path, "rb");
+	struct stat st;
+	if (!b || stat(path, &st) < 0 || st.st_size <= 0 || st.st_size > OCSP_FILE_MAX) {
+		BIO_free(b);
+		snprintf(err, errlen, "ocsp_file %s: %s", path,
+			 b ? "empty, or larger than 64 KiB" : "cannot be read");
+		ERR_clear_error();
+		return -EINVAL;
+	}
+	*der = OPENSSL_malloc((size_t)st.st_size);
+	int n = *der ? BIO_read(b, *der, (int)st.st_size) : -1;
+	BIO_free(b);
+	if (n != (int)st.st_size) {
+		OPENSSL_free(*der);
+		snprintf(err, errlen, "ocsp_file %s: cannot be read", path);
+		return -EINVAL;
+	}
+	*len = n;
+	return 0;
+}
+
+/*
+ * Is the OCSP response <der> fit to staple for <leaf>, issued by one of <chain>? It must be
+ * successful, hold a "good" status for exactly this certificate, and be current. 0 with
+ * *next (0 when it gives none), or -EINVAL with the reason.
+ */
+static int ocsp_check(const unsigned char *der, long len, X509 *leaf, STACK_OF(X509) * chain,
+		      time_t *next, char *err, size_t errlen)
+{
+	const unsigned char *p = der;
+	OCSP_RESPONSE *resp = d2i_OCSP_RESPONSE(NULL, &p, len);
+	OCSP_BASICRESP *basic = NULL;
+	OCSP_CERTID *id = NULL;
+	X509 *issuer = NULL;
+	const char *why = NULL;
+	int status, reason;
+	ASN1_GENERALIZEDTIME *rev, *this_upd, *next_upd;
+	for (int i = 0; i < sk_X509_num(chain) && !issuer; i++)
+		if (X509_check_issued(sk_X509_value(chain, i), leaf) == X509_V_OK)
+			issuer = sk_X509_value(chain, i);
+	if (!resp)
+		why = "not a DER OCSP response";
+	else if (OCSP_response_status(resp) != OCSP_RESPONSE_STATUS_SUCCESSFUL)
+		why = "the response is not \"successful\"";
+	else if (!(basic = OCSP_response_get1_basic(resp)))
+		why = "the response holds no basic response";
+	else if (!issuer)
+		why = "the certificate's issuer is not in its chain file, so the response cannot "
+		      "be matched to it";
+	else if (!(id = OCSP_cert_to_id(NULL, leaf, issuer)))
+		why = "out of memory";
+	else if (OCSP_resp_find_status(basic, id, &status, &reason, &rev, &this_upd, &next_upd) !=
+		 1)
+		why = "the response is for another certificate";
+	else if (status != V_OCSP_CERTSTATUS_GOOD)
+		why = status == V_OCSP_CERTSTATUS_REVOKED ? "the certificate is revoked"
+							  : "the certificate's status is unknown";
+	else if (OCSP_check_validity(this_upd, next_upd, 300, -1) != 1)
+		why = "the response has expired (or is not valid yet)";
+	*next = 0;
+	if (!why && next_upd) {
+		struct tm tm;
+		if (ASN1_TIME_to_tm(next_upd, &tm) == 1)
+			*next = timegm(&tm);
+	}
+	OCSP_CERTID_free(id);
+	OCSP_BASICRESP_free(basic);
+	OCSP_RESPONSE_free(resp);
+	ERR_clear_error();
+	if (why) {
+		snprintf(err, errlen, "%s", why);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* The OCSP response of certificate <c>, just loaded into <ctx>, checked and kept. */
+static int listener_add_staple(struct net_tls_listener *l, SSL_CTX *ctx,
+			       const struct net_tls_cert *c, char *err, size_t errlen)
+{
+	X509 *leaf = SSL_CTX_get0_certificate(ctx);
+	STACK_OF(X509) *chain = NULL;
+	unsigned char *der;
+	long len;
+	time_t next;
+	char why[200];
+	SSL_CTX_get0_chain_certs(ctx, &chain);
+	if (read_der(c->ocsp, &der, &len, err, errlen) < 0)
+		return -EINVAL;
+	if (!leaf || ocsp_check(der, len, leaf, chain, &next, why, sizeof(why)) < 0) {
+		snprintf(err, errlen, "ocsp_file %s (for %s): %s", c->ocsp, c->cert,
+			 leaf ? why : "no certificate");
+		OPENSSL_free(der);
+		return -EINVAL;
+	}
+	X509_up_ref(leaf);
+	l->staples[l->nstaples++] = (struct ocsp_staple){leaf, der, len, next};
+	return 0;
 }
 
 static int site_add_cert(SSL_CTX *ctx, const struct net_tls_cert *c, char *err, size_t errlen)
@@ -300,15 +490,17 @@ static int listener_add_cert(struct net_tls_listener *l, const struct net_tls_li
 	if (site) {
 		for (size_t i = 0; i < n; i++)
 			free(names[i]);
-		return site_add_cert(site->ctx, c, err, errlen);
+	} else {
+		site = &l->sites[l->nsites];
+		memcpy(site->names, names, n * sizeof(names[0]));
+		site->nnames = n;
+		l->nsites++; /* from here on the site's names are freed with the listener */
+		if (!(site->ctx = site_ctx_new(l, o, err, errlen)))
+			return -EINVAL;
 	}
-	site = &l->sites[l->nsites];
-	memcpy(site->names, names, n * sizeof(names[0]));
-	site->nnames = n;
-	l->nsites++; /* from here on the site's names are freed with the listener */
-	if (!(site->ctx = site_ctx_new(l, o, err, errlen)))
-		return -EINVAL;
-	return site_add_cert(site->ctx, c, err, errlen);
+	if ((rc = site_add_cert(site->ctx, c, err, errlen)) < 0)
+		return rc;
+	return c->ocsp ? listener_add_staple(l, site->ctx, c, err, errlen) : 0;
 }
 
 int net_tls_listener_new(const struct net_tls_listen_opts *o, struct net_tls_listener **out,
@@ -316,8 +508,11 @@ int net_tls_listener_new(const struct net_tls_listen_opts *o, struct net_tls_lis
 {
 	int rc = -ENOMEM;
 	struct net_tls_listener *l = calloc(1, sizeof(*l));
-	if (!l || !(l->sites = calloc(o->ncerts ? o->ncerts : 1, sizeof(*l->sites)))) {
+	if (!l || !(l->sites = calloc(o->ncerts ? o->ncerts : 1, sizeof(*l->sites))) ||
+	    !(l->staples = calloc(o->ncerts ? o->ncerts : 1, sizeof(*l->staples)))) {
 		snprintf(err, errlen, "out of memory");
+		if (l)
+			free(l->sites);
 		free(l);
 		return -ENOMEM;
 	}
@@ -348,6 +543,11 @@ void net_tls_listener_free(struct net_tls_listener *l)
 			free(l->sites[i].names[j]);
 	}
 	free(l->sites);
+	for (size_t i = 0; i < l->nstaples; i++) {
+		X509_free(l->staples[i].cert);
+		OPENSSL_free(l->staples[i].der);
+	}
+	free(l->staples);
 	pthread_mutex_destroy(&l->lock);
 	OPENSSL_cleanse(&l->cur, sizeof(l->cur));
 	OPENSSL_cleanse(&l->prev, sizeof(l->prev));
@@ -359,18 +559,95 @@ int net_tls_listener_attach(struct net_tls_listener *l, struct net_conn *c)
 	return net_tls_attach(c, l->sites[0].ctx, 1, NULL);
 }
 
-void net_tls_facts_get(struct net_conn *c, struct net_tls_facts *f)
+/* <s>[0..len) into <out> (room for <cap> bytes and the NUL), every byte outside printable
+ * ASCII and every backslash written as \XX. 0, or -E2BIG when it does not fit. */
+static int copy_escaped(char *out, size_t cap, const unsigned char *s, size_t len)
 {
-	memset(f, 0, sizeof(*f));
+	static const char hex[] = "0123456789ABCDEF";
+	size_t k = 0;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char ch = s[i];
+		int plain = ch >= 0x20 && ch < 0x7f && ch != '\\';
+		if (k + (plain ? 1 : 3) > cap) {
+			out[0] = 0;
+			return -E2BIG;
+		}
+		if (plain) {
+			out[k++] = (char)ch;
+		} else {
+			out[k++] = '\\';
+			out[k++] = hex[ch >> 4];
+			out[k++] = hex[ch & 15];
+		}
+	}
+	out[k] = 0;
+	return 0;
+}
+
+/* The first URI, DNS or email subjectAltName of <x>, escaped into <out>. */
+static int first_san(X509 *x, char *out, size_t cap)
+{
+	GENERAL_NAMES *gens = X509_get_ext_d2i(x, NID_subject_alt_name, NULL, NULL);
+	int rc = 0;
+	for (int i = 0; gens && i < sk_GENERAL_NAME_num(gens); i++) {
+		const GENERAL_NAME *g = sk_GENERAL_NAME_value(gens, i);
+		if (g->type != GEN_URI && g->type != GEN_DNS && g->type != GEN_EMAIL)
+			continue;
+		const ASN1_IA5STRING *v = g->d.ia5;
+		rc =
+		    copy_escaped(out, cap, ASN1_STRING_get0_data(v), (size_t)ASN1_STRING_length(v));
+		break;
+	}
+	GENERAL_NAMES_free(gens);
+	return rc;
+}
+
+/* The verified client certificate's subject, SAN and CN into <f>. */
+static int peer_facts(SSL *ssl, struct net_tls_facts *f)
+{
+	X509 *x = SSL_get0_peer_certificate(ssl);
+	if (!x || SSL_get_verify_result(ssl) != X509_V_OK)
+		return 0;
+	X509_NAME *name = X509_get_subject_name(x);
+	BIO *b = BIO_new(BIO_s_mem());
+	char *text = NULL;
+	long len = -1;
+	if (b && X509_NAME_print_ex(b, name, 0, XN_FLAG_RFC2253) >= 0)
+		len = BIO_get_mem_data(b, &text);
+	int rc = len < 0 ? -ENOMEM
+			 : copy_escaped(f->subject, NET_TLS_SUBJECT_MAX, (unsigned char *)text,
+					(size_t)len);
+	BIO_free(b);
+	if (!rc)
+		rc = first_san(x, f->san, NET_TLS_NAME_MAX);
+	int last = -1, i;
+	while ((i = X509_NAME_get_index_by_NID(name, NID_commonName, last)) >= 0)
+		last = i;
+	const ASN1_STRING *cn =
+	    last >= 0 ? X509_NAME_ENTRY_get_data(X509_NAME_get_entry(name, last)) : NULL;
+	if (!rc && cn)
+		rc = copy_escaped(f->cn, NET_TLS_NAME_MAX, ASN1_STRING_get0_data(cn),
+				  (size_t)ASN1_STRING_length(cn));
+	ERR_clear_error();
+	if (!rc)
+		f->client_cert = 1;
+	return rc;
+}
+
+int net_tls_facts_get(struct net_conn *c, struct net_tls_facts *f)
+{
 	f->version = f->cipher = f->sni = "";
+	f->resumed = f->ktls_send = f->client_cert = 0;
+	f->subject[0] = f->san[0] = f->cn[0] = 0;
 	if (!c->ssl)
-		return;
+		return 0;
 	const char *sni = SSL_get_servername(c->ssl, TLSEXT_NAMETYPE_host_name);
 	f->version = SSL_get_version(c->ssl);
 	f->cipher = SSL_get_cipher_name(c->ssl);
 	f->sni = sni ? sni : "";
 	f->resumed = SSL_session_reused(c->ssl);
 	f->ktls_send = BIO_get_ktls_send(SSL_get_wbio(c->ssl)) > 0;
+	return peer_facts(c->ssl, f);
 }
 
 int net_tls_hello_oversized(struct net_conn *c, size_t max)

@@ -14,6 +14,17 @@
  * wildcards for one label); without SNI, or for an unknown name, the first certificate's
  * context answers.
  *
+ * Mutual TLS (client_ca): the client is asked for a certificate, which must chain to one of
+ * client_ca's certificates within verify_depth intermediates (and, with a CRL file, not be
+ * revoked by its issuer's CRL). Required: a client without one fails the handshake.
+ * Optional: it may present none, but a certificate it presents must verify. The verified
+ * certificate's subject and first SAN reach the exchange through net_tls_facts_get().
+ *
+ * OCSP stapling: a certificate may come with a DER OCSP response file, checked when loaded
+ * (it must be "successful", name this certificate as issued by the issuer in its chain file,
+ * say "good", and be current, or the listener is refused); it is stapled to a handshake whose
+ * client asks (status_request) until its nextUpdate passes, after which nothing is stapled.
+ *
  * Resumption: one session cache for the whole process (the first context's, which OpenSSL
  * keeps as the session context whatever SNI chose; OpenSSL locks it, so every worker shares
  * it), and session tickets whose keys rotate every NET_TLS_TICKET_PERIOD_S: a ticket is
@@ -36,8 +47,9 @@ struct ssl_ctx_st;
 struct net_tls_listener;
 
 struct net_tls_cert {
-	const char *cert; /* PEM: the certificate, then its chain */
+	const char *cert; /* PEM: the certificate, then its chain (with its issuer for OCSP) */
 	const char *key;  /* PEM: its private key */
+	const char *ocsp; /* DER: an OCSP response for it to staple; NULL: none */
 };
 
 struct net_tls_listen_opts {
@@ -47,6 +59,10 @@ struct net_tls_listen_opts {
 	const char *ciphersuites; /* TLS 1.3 suites; NULL: OpenSSL's (all AEAD) */
 	const char *groups;	  /* key exchange groups; NULL: X25519:P-256:P-384 */
 	int min_version;	  /* 12 (default) or 13 */
+	const char *client_ca;	/* PEM: CAs a client certificate must chain to; NULL: none asked */
+	const char *client_crl; /* PEM: CRLs checked against a client's certificate; NULL: none */
+	int client_optional;	/* a client may present no certificate */
+	int verify_depth;	/* intermediates allowed in a client's chain */
 };
 
 /* Build a listener's contexts: 0 with *out, or -errno with a message naming the file. */
@@ -66,14 +82,30 @@ int net_tls_listener_attach(struct net_tls_listener *l, struct net_conn *c);
  */
 int net_tls_hello_oversized(struct net_conn *c, size_t max);
 
-/* What a finished handshake agreed, for routes and logs: static strings, or "" when unknown. */
+#define NET_TLS_SUBJECT_MAX 512 /* bytes of a client certificate's subject, as written */
+#define NET_TLS_NAME_MAX 256	/* ... of its first SAN, of its CN */
+
+/*
+ * What a finished handshake agreed, for routes and logs. version and cipher are static
+ * strings, sni lives as long as the connection's session ("" when unknown). The client
+ * certificate's texts are copied, with every byte outside printable ASCII written as \XX,
+ * so they are safe in a header and in a log line.
+ */
 struct net_tls_facts {
-	const char *version; /* "TLSv1.3" */
-	const char *cipher;  /* "TLS_AES_128_GCM_SHA256" */
-	const char *sni;     /* the name the client asked for, or "" */
-	int resumed;	     /* the session was resumed */
-	int ktls_send;	     /* the kernel encrypts what is sent */
+	const char *version;		       /* "TLSv1.3" */
+	const char *cipher;		       /* "TLS_AES_128_GCM_SHA256" */
+	const char *sni;		       /* the name the client asked for, or "" */
+	int resumed;			       /* the session was resumed */
+	int ktls_send;			       /* the kernel encrypts what is sent */
+	int client_cert;		       /* a client certificate was presented and verified */
+	char subject[NET_TLS_SUBJECT_MAX + 1]; /* its subject, RFC 2253 ("CN=a,O=b"), or "" */
+	char san[NET_TLS_NAME_MAX + 1];	       /* its first URI, DNS or email SAN, or "" */
+	char cn[NET_TLS_NAME_MAX + 1];	       /* its subject's (last) CN, or "" */
 };
-void net_tls_facts_get(struct net_conn *c, struct net_tls_facts *f);
+
+/* The facts of <c>'s finished handshake into <f>: 0, or -E2BIG when a verified client
+ * certificate's subject or SAN is longer than the room for it (refuse the connection rather
+ * than pass a cut identity). */
+int net_tls_facts_get(struct net_conn *c, struct net_tls_facts *f);
 
 #endif

@@ -103,6 +103,7 @@ void client_close(struct client *cl)
 	list_del(&w->clients, &cl->link);
 	if (cl->ip_slot)
 		atomic_fetch_sub_explicit(cl->ip_slot, 1, memory_order_relaxed);
+	free(cl->tls_facts);
 	free(cl);
 	worker_client_gone(w);
 }

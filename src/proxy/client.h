@@ -55,6 +55,8 @@ struct client {
 	char ip[INET6_ADDRSTRLEN];
 	uint64_t key;	    /* the address as tenant and hash key: classify_client_key() */
 	struct exchange *x; /* the exchange under way, or NULL */
+	const struct conf_tls *tls_conf; /* its listener's tls: section, or NULL */
+	struct net_tls_facts *tls_facts; /* after the handshake (malloc'd), or NULL */
 };
 
 /* cl->out, taken if need be and compacted so its room is at the end; NULL without memory. */

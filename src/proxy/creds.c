@@ -1,5 +1,6 @@
 /*
- * creds.c - building, reloading and retiring the workers' key material (see creds.h).
+ * creds.c - building, reloading and retiring the workers' key material, and watching the
+ * files of listeners with reload_s (see creds.h).
  */
 #include "proxy/creds.h"
 #include "conf/tls.h"
@@ -8,6 +9,8 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 
 #define RETIRE_CHECK_MS 100
 
@@ -29,6 +32,16 @@ static struct {
 	struct loop_timer timer;
 	struct loop *loop;
 } retired;
+
+/* listen[].tls.reload_s: each watched listener's files as last seen. */
+static struct {
+	struct worker_shared *sh;
+	struct worker *workers;
+	unsigned nworkers;
+	uint64_t *stamps; /* per listener; 0 where not watched */
+	unsigned every_s; /* the shortest reload_s */
+	struct loop_timer timer;
+} watch;
 
 static void gen_free(const struct conf *c, struct creds_gen *g)
 {
@@ -62,7 +75,8 @@ static int gen_build(const struct conf *c, struct creds_gen *g, char *err, size_
 	}
 	for (size_t i = 0; i < c->nroutes; i++) {
 		const struct conf_auth *a = c->routes[i].auth;
-		if (a && (rc = apikeys_load(a->api_keys_file, &g->keys[i], err, errlen)) < 0)
+		if (a && a->api_keys_file &&
+		    (rc = apikeys_load(a->api_keys_file, &g->keys[i], err, errlen)) < 0)
 			goto fail;
 	}
 	return 0;
@@ -125,6 +139,11 @@ void creds_free(struct worker_shared *sh)
 	if (retired.loop)
 		loop_timer_stop(retired.loop, &retired.timer);
 	retired.loop = NULL;
+	if (watch.sh)
+		loop_timer_stop(watch.sh->main_loop, &watch.timer);
+	free(watch.stamps);
+	watch.stamps = NULL;
+	watch.sh = NULL;
 }
 
 /* Has every worker finished a loop turn since the last retirement? Then nothing reads them. */
@@ -152,17 +171,18 @@ static int keep(void ***list, size_t *n, void *p)
 	return 0;
 }
 
-void creds_reload(struct worker_shared *sh, struct worker *workers, unsigned nworkers)
+void creds_reload(struct worker_shared *sh, struct worker *workers, unsigned nworkers,
+		  const char *why)
 {
 	const struct conf *c = sh->conf;
 	struct creds_gen g;
 	char err[512];
 	if (gen_build(c, &g, err, sizeof(err)) < 0) {
-		log_error("SIGHUP: %s; the certificates and keys in use stay", err);
+		log_error("%s: %s; the certificates and keys in use stay", why, err);
 		return;
 	}
 	if (!retired.turns_at && !(retired.turns_at = calloc(nworkers, sizeof(uint64_t)))) {
-		log_error("SIGHUP: out of memory; the certificates and keys in use stay");
+		log_error("%s: out of memory; the certificates and keys in use stay", why);
 		gen_free(c, &g);
 		return;
 	}
@@ -170,13 +190,13 @@ void creds_reload(struct worker_shared *sh, struct worker *workers, unsigned nwo
 	for (size_t i = 0; i < c->nlistens; i++) {
 		struct net_tls_listener *old = atomic_exchange(&sh->tls[i], g.tls[i]);
 		if (keep((void ***)&retired.old_tls, &retired.nold_tls, old) < 0)
-			log_warn("SIGHUP: out of memory: a replaced TLS listener is leaked");
+			log_warn("%s: out of memory: a replaced TLS listener is leaked", why);
 		swapped += g.tls[i] != NULL;
 	}
 	for (size_t i = 0; i < c->nroutes; i++) {
 		struct apikeys *old = atomic_exchange(&sh->keys[i], g.keys[i]);
 		if (keep((void ***)&retired.old_keys, &retired.nold_keys, old) < 0)
-			log_warn("SIGHUP: out of memory: a replaced keys table is leaked");
+			log_warn("%s: out of memory: a replaced keys table is leaked", why);
 		swapped += g.keys[i] != NULL;
 	}
 	free(g.tls);
@@ -190,8 +210,93 @@ void creds_reload(struct worker_shared *sh, struct worker *workers, unsigned nwo
 		loop_wake(workers[i].loop);
 	}
 	loop_timer_set(retired.loop, &retired.timer, loop_now(retired.loop) + RETIRE_CHECK_MS);
-	log_info("SIGHUP: %zu certificate set%s and keys file%s read again and in use", swapped,
+	log_info("%s: %zu certificate set%s and keys file%s read again and in use", why, swapped,
 		 swapped == 1 ? "" : "s", swapped == 1 ? "" : "s");
+}
+
+/* FNV-1a over <n> bytes, continuing from <h>. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * 0x100000001b3ull;
+	return h;
+}
+
+static uint64_t stamp_file(uint64_t h, const char *path)
+{
+	struct stat st;
+	if (!path)
+		return h;
+	h = fnv(h, path, strlen(path));
+	if (stat(path, &st) < 0)
+		return fnv(h, "missing", 7);
+	h = fnv(h, &st.st_ino, sizeof(st.st_ino));
+	h = fnv(h, &st.st_size, sizeof(st.st_size));
+	h = fnv(h, &st.st_mtim, sizeof(st.st_mtim));
+	return fnv(h, &st.st_ctim, sizeof(st.st_ctim));
+}
+
+/* What the files of listener <t> look like now: identity, size and times of each. */
+static uint64_t stamp_listener(const struct conf_tls *t)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	h = stamp_file(h, t->first.cert);
+	h = stamp_file(h, t->first.key);
+	h = stamp_file(h, t->first.ocsp_file);
+	for (size_t i = 0; i < t->nmore; i++) {
+		h = stamp_file(h, t->more[i].cert);
+		h = stamp_file(h, t->more[i].key);
+		h = stamp_file(h, t->more[i].ocsp_file);
+	}
+	h = stamp_file(h, t->client_ca);
+	return stamp_file(h, t->client_crl);
+}
+
+/* Every reload_s: has a watched listener's file changed? Then reload, as SIGHUP does. A
+ * failed reload (a file caught half-written) is tried again when the files change again. */
+static void on_watch_timer(struct loop_timer *t)
+{
+	const struct conf *c = watch.sh->conf;
+	int changed = 0;
+	for (size_t i = 0; i < c->nlistens; i++) {
+		const struct conf_tls *tls = c->listens[i].tls;
+		if (!tls || !tls->reload_s)
+			continue;
+		uint64_t now = stamp_listener(tls);
+		changed |= now != watch.stamps[i];
+		watch.stamps[i] = now;
+	}
+	if (changed)
+		creds_reload(watch.sh, watch.workers, watch.nworkers, "reload_s (a file changed)");
+	loop_timer_set(watch.sh->main_loop, t,
+		       loop_now(watch.sh->main_loop) + (uint64_t)watch.every_s * 1000);
+}
+
+int creds_watch(struct worker_shared *sh, struct worker *workers, unsigned nworkers)
+{
+	const struct conf *c = sh->conf;
+	unsigned every = 0;
+	for (size_t i = 0; i < c->nlistens; i++) {
+		const struct conf_tls *t = c->listens[i].tls;
+		if (t && t->reload_s && (!every || t->reload_s < every))
+			every = t->reload_s;
+	}
+	if (!every)
+		return 0;
+	if (!(watch.stamps = calloc(c->nlistens, sizeof(*watch.stamps))))
+		return -ENOMEM;
+	for (size_t i = 0; i < c->nlistens; i++)
+		if (c->listens[i].tls && c->listens[i].tls->reload_s)
+			watch.stamps[i] = stamp_listener(c->listens[i].tls);
+	watch.sh = sh;
+	watch.workers = workers;
+	watch.nworkers = nworkers;
+	watch.every_s = every;
+	watch.timer.fn = on_watch_timer;
+	loop_timer_set(sh->main_loop, &watch.timer,
+		       loop_now(sh->main_loop) + (uint64_t)every * 1000);
+	return 0;
 }
 
 int creds_check(const struct conf *conf, char *err, size_t errlen)

@@ -1,6 +1,7 @@
 /*
  * creds.h - the key material workers read: each TLS listener's contexts and each route's API
- * keys table. Built before anything serves; built again on SIGHUP, from the same files, and
+ * keys table. Built before anything serves; built again on SIGHUP (or, for listeners with
+ * reload_s, when one of their files changed), from the same files, and
  * swapped in whole, so a renewed certificate or a changed keys file takes effect without a
  * restart and without dropping a connection.
  *
@@ -24,8 +25,14 @@
 int creds_build(struct worker_shared *sh, char *err, size_t errlen);
 /* Free them, and every replaced table kept since (the workers have stopped). */
 void creds_free(struct worker_shared *sh);
-/* SIGHUP: read the files again and swap (see above). Logs what happened. */
-void creds_reload(struct worker_shared *sh, struct worker *workers, unsigned nworkers);
+/* SIGHUP, or a watched file changed: read the files again and swap (see above). Logs what
+ * happened, <why> first. */
+void creds_reload(struct worker_shared *sh, struct worker *workers, unsigned nworkers,
+		  const char *why);
+/* listen[].tls.reload_s: every so often (the shortest reload_s), look at the watched
+ * listeners' files (identity, size, times); when one changed, creds_reload() on the main
+ * loop. 0, or -ENOMEM. Stopped by creds_free(). */
+int creds_watch(struct worker_shared *sh, struct worker *workers, unsigned nworkers);
 /* Load everything once and free it: `accelnet check`. 0 or -errno with <err>. */
 int creds_check(const struct conf *conf, char *err, size_t errlen);
 

@@ -89,8 +89,10 @@ struct exchange {
 	const char *client_ip;
 	uint64_t client_key; /* tenant and hash key: classify_client_key() */
 	unsigned client_trusted : 1;
-	unsigned client_tls : 1; /* the client's connection is TLS */
-	const char *identity;	 /* the tenant routes.auth authenticated (identity_buf), or NULL */
+	unsigned client_tls : 1;	 /* the client's connection is TLS */
+	const struct net_tls_facts *tls; /* its handshake's facts (exchange_tls()), or NULL */
+	const struct conf_tls *tls_conf; /* its listener's tls: section, or NULL */
+	const char *identity; /* the tenant routes.auth authenticated (identity_buf), or NULL */
 	char identity_buf[APIKEYS_TENANT_MAX + 1];
 	unsigned retry_after_s; /* a 429's Retry-After */
 
@@ -137,6 +139,14 @@ struct exchange {
 	int status;
 	struct http_body resp;
 };
+
+/* What the client's TLS handshake agreed -- version, cipher, SNI, the verified client
+ * certificate's subject, SAN and CN (net/tls_listen.h) -- for routes, headers and logs; NULL
+ * when the client came in plain. Lives as long as the exchange. */
+static inline const struct net_tls_facts *exchange_tls(const struct exchange *x)
+{
+	return x->tls;
+}
 
 /*
  * A new exchange of <w> for the request head <h>, carried by <conn> whose codec is <codec>;

@@ -161,7 +161,7 @@ static void main_on_signal(int signo, void *arg)
 	if (signo == SIGHUP) {
 		/* certificates, keys and API keys files are read again; the rest of the
 		 * configuration stays until reload is built */
-		creds_reload(&px->sh, px->workers, px->nworkers);
+		creds_reload(&px->sh, px->workers, px->nworkers, "SIGHUP");
 		return;
 	}
 	if (m->stopping) {
@@ -279,6 +279,10 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 	}
 	if ((rc = signals_watch(px.sh.main_loop, main_on_signal, &m)) < 0) {
 		log_error("cannot watch signals: %s", strerror(-rc));
+		goto out;
+	}
+	if ((rc = creds_watch(&px.sh, px.workers, px.nworkers)) < 0) {
+		log_error("cannot watch the TLS files (reload_s): %s", strerror(-rc));
 		goto out;
 	}
 	for (; started < px.nworkers; started++) {

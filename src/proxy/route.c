@@ -1,6 +1,7 @@
 /*
- * route.c - matching a request head against the routes of the config, in order; the first
- * route whose every given condition holds wins.
+ * route.c - matching a request head (and the TLS server name its connection asked for)
+ * against the routes of the config, in order; the first route whose every given condition
+ * holds wins.
  */
 #include "proxy/runtime.h"
 
@@ -19,12 +20,25 @@ static int host_matches(const char *want, struct http_str host)
 	return strlen(want) == len && strncasecmp(want, host.p, len) == 0;
 }
 
-static int route_matches(const struct conf_route *r, const struct http_head *req)
+/* match.sni: the exact name, or "*.domain" for one label more; no name matches neither. */
+static int sni_matches(const char *want, const char *sni)
+{
+	if (!sni || !*sni)
+		return 0;
+	if (want[0] != '*')
+		return strcasecmp(want, sni) == 0;
+	const char *dot = strchr(sni, '.');
+	return dot && dot != sni && strcasecmp(want + 1, dot) == 0;
+}
+
+static int route_matches(const struct conf_route *r, const struct http_head *req, const char *sni)
 {
 	size_t plen = strlen(r->path_prefix);
 	if (req->path.len < plen || memcmp(req->path.p, r->path_prefix, plen) != 0)
 		return 0;
 	if (r->host && !host_matches(r->host, req->host))
+		return 0;
+	if (r->sni && !sni_matches(r->sni, sni))
 		return 0;
 	if (r->method && (strlen(r->method) != req->method.len ||
 			  memcmp(r->method, req->method.p, req->method.len)))
@@ -40,10 +54,11 @@ static int route_matches(const struct conf_route *r, const struct http_head *req
 	return 1;
 }
 
-const struct conf_route *route_match(const struct conf *conf, const struct http_head *req)
+const struct conf_route *route_match(const struct conf *conf, const struct http_head *req,
+				     const char *sni)
 {
 	for (size_t i = 0; i < conf->nroutes; i++)
-		if (route_matches(&conf->routes[i], req))
+		if (route_matches(&conf->routes[i], req, sni))
 			return &conf->routes[i];
 	return NULL;
 }

@@ -196,7 +196,9 @@ int pool_retry_allowed(struct pool_rt *p);
 /* Every request adds its share (retry_budget_pct) to the budget. */
 void pool_retry_earn(struct pool_rt *p);
 
-/* The first route of <conf> matching <req>, or NULL. */
-const struct conf_route *route_match(const struct conf *conf, const struct http_head *req);
+/* The first route of <conf> matching <req> on a connection that asked for TLS server name
+ * <sni> (NULL or "": none), or NULL. */
+const struct conf_route *route_match(const struct conf *conf, const struct http_head *req,
+				     const char *sni);
 
 #endif

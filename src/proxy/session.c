@@ -189,6 +189,8 @@ static enum run exchange_start(struct client *cl, size_t head_len)
 	x->client_key = cl->key;
 	x->client_trusted = cl->trusted;
 	x->client_tls = cl->tls;
+	x->tls = cl->tls_facts;
+	x->tls_conf = cl->tls_conf;
 	if (w->conf->limits.max_uri_bytes && h->path.len > w->conf->limits.max_uri_bytes)
 		return session_reply(cl, 414, "request target longer than limits.max_uri_bytes", 0);
 	if (session_last_request(cl))
@@ -228,6 +230,14 @@ static enum run run_handshake(struct client *cl)
 		char why[160];
 		net_tls_error_text(&cl->conn, why, sizeof(why));
 		log_debug("%s: TLS handshake failed: %s", cl->ip, why);
+		client_close(cl);
+		return RUN_GONE;
+	}
+	if (!(cl->tls_facts = malloc(sizeof(*cl->tls_facts))) ||
+	    net_tls_facts_get(&cl->conn, cl->tls_facts) < 0) {
+		log_debug("%s: %s: closed", cl->ip,
+			  cl->tls_facts ? "client certificate's subject or SAN too long"
+					: "out of memory");
 		client_close(cl);
 		return RUN_GONE;
 	}
@@ -434,6 +444,7 @@ void session_accept(struct worker *w, const struct listener *l, int fd,
 	    w->sh->tls ? atomic_load_explicit(&w->sh->tls[l->index], memory_order_acquire) : NULL;
 	if (tls) {
 		cl->tls = 1;
+		cl->tls_conf = conf->listens[l->index].tls;
 		cl->state = C_HANDSHAKE;
 	}
 	if ((tls && net_tls_listener_attach(tls, &cl->conn) < 0) ||

@@ -10,6 +10,7 @@
 #include "proxy/sse.h"
 
 #include <stdio.h>
+#include <string.h>
 
 struct stage {
 	const char *name;
@@ -18,7 +19,8 @@ struct stage {
 
 static enum run stage_route(struct exchange *x)
 {
-	const struct conf_route *route = route_match(x->w->conf, x->head);
+	const struct conf_route *route =
+	    route_match(x->w->conf, x->head, x->tls ? x->tls->sni : NULL);
 	if (!route)
 		return exchange_reply(x, 404, "no route matches this request", 1);
 	x->route = route;
@@ -47,13 +49,35 @@ static enum run guard_rate(struct exchange *x)
 	return exchange_reply(x, 429, "request rate limit reached (routes.rate_limit)", 1);
 }
 
-/* routes.auth: only a request with a known API key passes; its tenant is who it is from now
- * on (fair queueing, the backend's identity header). Then the route's rate limits. */
+/* routes.auth.client_cert: the tenant a verified client certificate names, or NULL. */
+static const char *guard_cert_tenant(const struct exchange *x, const struct conf_auth *a)
+{
+	const struct net_tls_facts *f = exchange_tls(x);
+	if (a->client_cert == CERT_TENANT_NONE || !f || !f->client_cert)
+		return NULL;
+	const char *t = a->client_cert == CERT_TENANT_SAN ? f->san : f->cn;
+	return *t && strlen(t) <= APIKEYS_TENANT_MAX ? t : NULL;
+}
+
+/* routes.auth: only a request with a known API key, or a verified client certificate naming
+ * its tenant, passes; its tenant is who it is from now on (fair queueing, the backend's
+ * identity header). Then the route's rate limits. */
 static enum run stage_guard(struct exchange *x)
 {
 	const struct conf_auth *a = x->route->auth;
 	if (!a)
 		return guard_rate(x);
+	const char *cert_tenant = guard_cert_tenant(x, a);
+	if (cert_tenant) {
+		if (!auth_admits(a->tenants, a->ntenants, cert_tenant))
+			return exchange_reply(x, 403, "this route does not admit your tenant", 1);
+		snprintf(x->identity_buf, sizeof(x->identity_buf), "%s", cert_tenant);
+		x->identity = x->identity_buf;
+		return guard_rate(x);
+	}
+	if (!a->api_keys_file)
+		return exchange_reply(
+		    x, 403, "this route needs a verified client certificate naming your tenant", 1);
 	const struct apikeys *keys = atomic_load_explicit(
 	    &x->w->sh->keys[x->route - x->w->conf->routes], memory_order_acquire);
 	const char *tenant;
@@ -87,8 +111,28 @@ static enum run stage_classify(struct exchange *x)
 	return RUN_AGAIN;
 }
 
+/* The fields only the proxy sets from the client's TLS connection (listen[].tls): the
+ * verified certificate's subject and SAN, and with facts_headers the version, cipher and
+ * SNI. Any of them the client sent is dropped, on every listener. Returns how many. */
+static unsigned forward_tls_fields(const struct exchange *x, struct rewrite_field *f)
+{
+	const struct conf_tls *t = x->tls_conf;
+	const struct net_tls_facts *tf = exchange_tls(x);
+	int cert = tf && tf->client_cert, facts = tf && t && t->facts_headers;
+	unsigned n = 0;
+	f[n++] = (struct rewrite_field){t ? t->client_subject_header : "X-Client-Subject",
+					cert ? tf->subject : NULL};
+	f[n++] = (struct rewrite_field){t ? t->client_san_header : "X-Client-SAN",
+					cert && tf->san[0] ? tf->san : NULL};
+	f[n++] = (struct rewrite_field){"X-TLS-Version", facts ? tf->version : NULL};
+	f[n++] = (struct rewrite_field){"X-TLS-Cipher", facts ? tf->cipher : NULL};
+	f[n++] = (struct rewrite_field){"X-TLS-SNI", facts && tf->sni[0] ? tf->sni : NULL};
+	return n;
+}
+
 static enum run stage_forward(struct exchange *x)
 {
+	struct rewrite_field set[5];
 	struct rewrite_request_info info = {
 	    .client_ip = x->client_ip,
 	    .request_id = x->reqid,
@@ -98,6 +142,8 @@ static enum run stage_forward(struct exchange *x)
 	    .identity_header = x->route->auth ? x->route->auth->identity_header : NULL,
 	    .identity = x->identity,
 	    .strip_credentials = x->route->auth && !x->route->auth->pass_credentials,
+	    .set = set,
+	    .nset = forward_tls_fields(x, set),
 	};
 	if (!(x->uphead = buf_get(&x->w->bufs)))
 		return exchange_abort(x, "out of memory");

@@ -233,7 +233,12 @@ def test_bad_tls_config_is_refused_with_its_place(env):
         ([f"cert: {other_pem}", f"key: {key}"], "does not match"),
         ([f"cert: {pem}", f"key: {key}", "ciphers: NOPE"], "ciphers"),
         ([f"cert: {pem}"], "go together"),
-        ([f"cert: {pem}", f"key: {key}", f"client_ca: {pem}"], "not built yet"),
+        ([f"cert: {pem}", f"key: {key}", f"client_ca: {key}"], "cannot load client_ca"),
+        ([f"cert: {pem}", f"key: {key}", "client_auth: optional"], "need client_ca"),
+        ([f"cert: {pem}", f"key: {key}", f"client_ca: {pem}", f"client_crl: {pem}"],
+         "client_crl: no CRL"),
+        ([f"cert: {pem}", f"key: {key}", f"client_ca: {pem}", "verify_depth: 11"],
+         ":7:21: 11 is out of range"),
     ]
     for lines, want in cases:
         tls = "\n".join("      " + ln for ln in lines)

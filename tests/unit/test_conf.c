@@ -264,8 +264,11 @@ static void errors_point_at_the_problem(void **state)
 	load_bad("listen:\n  - address: 127.0.0.1:8080\n    tls: {cert: a.pem}\n",
 		 "t.yaml:3:10:", "'cert' and 'key' go together");
 	load_bad("listen:\n  - address: 127.0.0.1:8080\n    tls: {cert: a.pem, key: a.key, "
-		 "client_ca: c.pem}\n",
-		 "t.yaml:3:36:", "not built yet");
+		 "client_auth: optional}\n",
+		 "t.yaml:3:49:", "need client_ca");
+	load_bad("listen:\n  - address: 127.0.0.1:8080\n    tls: {cert: a.pem, key: a.key, "
+		 "client_ca: c.pem, client_auth: maybe}\n",
+		 "t.yaml:3:67:", "\"required\" or \"optional\"");
 	load_bad("listen:\n  - address: 127.0.0.1:8080\n    tls: {cert: /nonexistent.pem, "
 		 "key: a.key}\n",
 		 "t.yaml:3:10:", "cannot read the TLS certificate /nonexistent.pem");

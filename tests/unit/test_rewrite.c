@@ -71,6 +71,33 @@ static void identity_replaces_credentials(void **state)
 	assert_non_null(strstr(out, "Authorization: Bearer sk-secret-0123456789\r\n"));
 }
 
+/* Fields only the proxy sets (the client certificate, TLS facts): the client's copies are
+ * dropped whatever their case, values go out with no control byte, a NULL value only drops. */
+static void proxy_set_fields_cannot_be_forged_or_split(void **state)
+{
+	(void)state;
+	const struct rewrite_field set[] = {
+	    {"X-Client-Subject", "CN=a\r\nX-Admin: 1,O=\x7f\x01"
+				 "b"},
+	    {"X-Client-SAN", NULL},
+	};
+	struct rewrite_request_info info = {.client_ip = "10.1.2.3",
+					    .request_id = "req-1",
+					    .upstream_minor = 1,
+					    .set = set,
+					    .nset = 2};
+	parse_req("GET / HTTP/1.1\r\nHost: a\r\nx-client-subject: CN=root\r\n"
+		  "X-CLIENT-SAN: spiffe://evil\r\nAccept: */*\r\n\r\n");
+	int n = rewrite_request(out, sizeof(out), &h, &info);
+	assert_true(n > 0);
+	out[n] = '\0';
+	assert_non_null(strstr(out, "X-Client-Subject: CN=a??X-Admin: 1,O=??b\r\n"));
+	assert_null(strstr(out, "CN=root"));
+	assert_null(strstr(out, "evil"));
+	assert_null(strstr(out, "X-Client-SAN"));
+	assert_non_null(strstr(out, "Accept: */*\r\n"));
+}
+
 static void forwarded_proto_says_tls(void **state)
 {
 	(void)state;
@@ -238,6 +265,7 @@ int main(void)
 	    cmocka_unit_test(request_is_rewritten),
 	    cmocka_unit_test(forwarded_proto_says_tls),
 	    cmocka_unit_test(identity_replaces_credentials),
+	    cmocka_unit_test(proxy_set_fields_cannot_be_forged_or_split),
 	    cmocka_unit_test(forwarded_for_appends),
 	    cmocka_unit_test(framing_is_written_anew),
 	    cmocka_unit_test(request_id_kept_if_sane),
