@@ -71,7 +71,9 @@ static enum run stage_guard(struct exchange *x)
 	if (cert_tenant) {
 		if (!auth_admits(a->tenants, a->ntenants, cert_tenant))
 			return exchange_reply(x, 403, "this route does not admit your tenant", 1);
-		snprintf(x->identity_buf, sizeof(x->identity_buf), "%s", cert_tenant);
+		size_t n = strnlen(cert_tenant, APIKEYS_TENANT_MAX); /* at most that: checked */
+		memcpy(x->identity_buf, cert_tenant, n);
+		x->identity_buf[n] = '\0';
 		x->identity = x->identity_buf;
 		return guard_rate(x);
 	}

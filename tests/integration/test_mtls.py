@@ -52,6 +52,28 @@ class Pki:
                     out.write(f.read())
         return pem, key, full
 
+    def serial_of(self, pem):
+        out = subprocess.run(["openssl", "x509", "-in", pem, "-noout", "-serial"],
+                             check=True, capture_output=True, text=True).stdout
+        return out.strip().split("=")[1]
+
+    def crl(self, name, ca, revoked):
+        """A PEM CRL from <ca> (pem, key) revoking the certificates <revoked>."""
+        index, number, cnf, out = (self.path(name + ".index"), self.path(name + ".number"),
+                                   self.path(name + ".cnf"), self.path(name + ".pem"))
+        with open(index, "w") as f:
+            for pem in revoked:
+                f.write(f"R\t300101000000Z\t260101000000Z\t{self.serial_of(pem)}\tunknown"
+                        "\t/CN=x\n")
+        with open(number, "w") as f:
+            f.write("01\n")
+        with open(cnf, "w") as f:
+            f.write(f"[ca]\ndefault_ca = c\n[c]\ndatabase = {index}\ncrlnumber = {number}\n"
+                    "default_md = sha256\ndefault_crl_days = 1\n")
+        self._run("ca", "-gencrl", "-keyfile", ca[1], "-cert", ca[0], "-out", out, "-config",
+                  cnf)
+        return out
+
     def intermediate(self, name, issuer):
         return self.issue(name, "/CN=" + name, issuer,
                           ext="basicConstraints=critical,CA:TRUE\n"
@@ -61,9 +83,7 @@ class Pki:
         """A DER OCSP response for <cert> from <issuer> (which signs it)."""
         req, resp, index = (self.path(name + ".req"), self.path(name + ".der"),
                             self.path(name + ".index"))
-        serial = subprocess.run(["openssl", "x509", "-in", cert, "-noout", "-serial"],
-                                check=True, capture_output=True, text=True).stdout
-        serial = serial.strip().split("=")[1]
+        serial = self.serial_of(cert)
         with open(index, "w") as f:
             f.write(f"{status}\t300101000000Z\t{'260101000000Z' if status == 'R' else ''}"
                     f"\t{serial}\tunknown\t/CN=x\n")
@@ -162,6 +182,20 @@ def test_mtls_required(env):
     assert b"X-Client-SAN: spiffe://example.org/tenant/acme\r\n" in data, data
     assert b"CN=admin" not in data and b"spiffe://evil" not in data and b"SSLv2" not in data
     assert data.lower().count(b"x-client-subject") == 1
+
+
+def test_revoked_client_certificate_is_refused(env):
+    be = echo_backend(env)
+    pki = Pki(env)
+    ca, good, _ = _clients(pki)
+    revoked = pki.issue("bob", "/CN=bob", ca, ext=SAN_EXT)
+    crl = pki.crl("crl", ca, [revoked[0]])
+    p, port, sca = _proxy(env, pki, be.port, f"      client_ca: {ca[0]}\n"
+                          f"      client_crl: {crl}\n")
+    assert _request(port, _ctx(sca, good[:2]))[0] == b"HTTP/1.1 200 OK"
+    for maxv in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
+        assert _refused(port, _ctx(sca, revoked[:2], maxv=maxv))
+    assert be.count == 1
 
 
 def test_mtls_optional_and_tenant_from_certificate(env):
