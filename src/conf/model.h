@@ -133,7 +133,12 @@ struct conf_rate {
 struct conf_rate_limit {
 	struct conf_rate per_ip;     /* per client address (an IPv6 client's /64) */
 	struct conf_rate per_tenant; /* per tenant: the authenticated one, else as queues see it */
+	struct conf_rate per_route;  /* every client of the route together */
 	unsigned burst;		     /* requests at once; 0: one second's worth */
+	unsigned tokens_per_minute;  /* LLM tokens per tenant; 0: no token limit */
+	unsigned token_burst;	     /* tokens at once; 0: tokens_per_minute / 6 (10 s worth) */
+	unsigned default_max_tokens; /* reserved when a request names no max_tokens */
+	unsigned concurrency;	     /* requests in flight per tenant; 0: no cap */
 };
 
 struct conf_route {

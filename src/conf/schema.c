@@ -699,8 +699,16 @@ static const struct rule rate_limit_rules[] = {
     {"per_ip", RULE_SECTION, offsetof(struct conf_rate_limit, per_ip), 0, 0, NULL, read_rate},
     {"per_tenant", RULE_SECTION, offsetof(struct conf_rate_limit, per_tenant), 0, 0, NULL,
      read_rate},
+    {"per_route", RULE_SECTION, offsetof(struct conf_rate_limit, per_route), 0, 0, NULL, read_rate},
     {"burst", RULE_UINT, offsetof(struct conf_rate_limit, burst), 1, 1000000, NULL, NULL},
-    {"tokens_per_minute", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
+    {"tokens_per_minute", RULE_UINT, offsetof(struct conf_rate_limit, tokens_per_minute), 1,
+     100000000, NULL, NULL},
+    {"token_burst", RULE_UINT, offsetof(struct conf_rate_limit, token_burst), 1, 100000000, NULL,
+     NULL},
+    {"default_max_tokens", RULE_UINT, offsetof(struct conf_rate_limit, default_max_tokens), 1,
+     10000000, NULL, NULL},
+    {"concurrency", RULE_UINT, offsetof(struct conf_rate_limit, concurrency), 1, 1000000, NULL,
+     NULL},
     RULES_END,
 };
 
@@ -710,10 +718,20 @@ static int read_rate_limit(struct rules_ctx *x, const struct rule *r, yaml_node_
 	(void)r;
 	if (!(rt->rate_limit = calloc(1, sizeof(*rt->rate_limit))))
 		return rules_fail(x, v, "out of memory");
-	int rc = rules_read_section(x, v, "rate_limit", rate_limit_rules, rt->rate_limit);
-	if (!rc && !rt->rate_limit->per_ip.n && !rt->rate_limit->per_tenant.n)
-		return rules_fail(x, v,
-				  "rate_limit: give per_ip or per_tenant, e.g. {per_ip: 100/s}");
+	struct conf_rate_limit *l = rt->rate_limit;
+	l->default_max_tokens = 256;
+	int rc = rules_read_section(x, v, "rate_limit", rate_limit_rules, l);
+	if (!rc && !l->per_ip.n && !l->per_tenant.n && !l->per_route.n && !l->tokens_per_minute &&
+	    !l->concurrency)
+		return rules_fail(
+		    x, v,
+		    "rate_limit: give per_ip or per_tenant (or per_route, tokens_per_minute, "
+		    "concurrency), e.g. {per_ip: 100/s}");
+	if (!rc && l->token_burst && !l->tokens_per_minute)
+		return rules_fail(x, rules_value_of(x, v, "token_burst"),
+				  "rate_limit: token_burst needs tokens_per_minute");
+	if (!rc && l->tokens_per_minute && !l->token_burst)
+		l->token_burst = l->tokens_per_minute / 6 ? l->tokens_per_minute / 6 : 1;
 	return rc;
 }
 

@@ -10,13 +10,15 @@ int ratelimit_init(struct ratelimit *rl, unsigned per, unsigned per_s, unsigned 
 {
 	if (!per || !per_s)
 		return -EINVAL;
-	rl->interval_us = (uint64_t)per_s * 1000000u / per;
+	rl->per = per;
+	rl->period_us = (uint64_t)per_s * 1000000u;
+	rl->interval_us = rl->period_us / per;
 	if (!rl->interval_us)
 		rl->interval_us = 1;
 	if (!burst)
 		burst = per / per_s ? per / per_s : 1;
-	rl->tolerance_us = (uint64_t)(burst - 1) * rl->interval_us;
-	rl->rate_per_s = per / per_s;
+	rl->burst = burst;
+	rl->capacity_us = (uint64_t)burst * rl->period_us / per;
 	atomic_init(&rl->shared, 0);
 	rl->slots = calloc(RL_SLOTS, sizeof(*rl->slots));
 	return rl->slots ? 0 : -ENOMEM;
@@ -28,12 +30,25 @@ void ratelimit_fini(struct ratelimit *rl)
 	rl->slots = NULL;
 }
 
+/* The time the rate needs to earn <n> units. */
+static uint64_t cost_of(const struct ratelimit *rl, uint64_t n)
+{
+	if (n == 1)
+		return rl->interval_us;
+	if (n > UINT64_MAX / rl->period_us)
+		return UINT64_MAX / 4; /* (no such request: a bound, never an overflow) */
+	return n * rl->period_us / rl->per;
+}
+
+static size_t slot_hash(uint64_t key)
+{
+	return (size_t)(key ^ (key >> 29)) * 0x9e3779b97f4a7c15u >> 16;
+}
+
 /* The slot of <key>: its own, a free one it claims, or (all busy) the least loaded. */
 static struct rl_slot *slot_for(struct ratelimit *rl, uint64_t key, uint64_t now_us)
 {
-	if (!key)
-		key = 1; /* 0 marks a slot never used */
-	size_t h = (size_t)(key ^ (key >> 29)) * 0x9e3779b97f4a7c15u >> 16;
+	size_t h = slot_hash(key);
 	struct rl_slot *least = NULL;
 	uint64_t least_tat = UINT64_MAX;
 	for (unsigned i = 0; i < RL_PROBE; i++) {
@@ -54,17 +69,72 @@ static struct rl_slot *slot_for(struct ratelimit *rl, uint64_t key, uint64_t now
 	return least;
 }
 
-uint64_t ratelimit_take(struct ratelimit *rl, uint64_t key, uint64_t now_us)
+static void state_of(const struct ratelimit *rl, uint64_t tat, uint64_t now_us, struct rl_state *st)
 {
+	uint64_t busy = tat > now_us ? tat - now_us : 0; /* the part of the bucket spent */
+	st->limit = rl->burst;
+	st->remaining =
+	    busy >= rl->capacity_us ? 0 : (rl->capacity_us - busy) * rl->per / rl->period_us;
+	if (st->remaining > rl->burst)
+		st->remaining = rl->burst;
+	st->reset_us = busy;
+}
+
+uint64_t ratelimit_take_n(struct ratelimit *rl, uint64_t key, uint64_t n, uint64_t now_us,
+			  struct rl_state *st)
+{
+	if (!key)
+		key = 1; /* 0 marks a slot never used */
 	struct rl_slot *s = slot_for(rl, key, now_us);
+	uint64_t cost = cost_of(rl, n);
+	/* a take larger than the bucket needs it full; then it leaves it in debt */
+	uint64_t need = cost < rl->capacity_us ? cost : rl->capacity_us;
 	uint64_t tat = atomic_load_explicit(&s->tat, memory_order_relaxed);
 	for (;;) {
-		uint64_t allow_at = tat > rl->tolerance_us ? tat - rl->tolerance_us : 0;
-		if (now_us < allow_at)
+		uint64_t allow_at = tat + need > rl->capacity_us ? tat + need - rl->capacity_us : 0;
+		if (now_us < allow_at) {
+			if (st)
+				state_of(rl, tat, now_us, st);
 			return allow_at - now_us;
-		uint64_t next = (tat > now_us ? tat : now_us) + rl->interval_us;
+		}
+		uint64_t next = (tat > now_us ? tat : now_us) + cost;
 		if (atomic_compare_exchange_weak_explicit(&s->tat, &tat, next, memory_order_relaxed,
-							  memory_order_relaxed))
+							  memory_order_relaxed)) {
+			if (st)
+				state_of(rl, next, now_us, st);
 			return 0;
+		}
 	}
+}
+
+uint64_t ratelimit_take(struct ratelimit *rl, uint64_t key, uint64_t now_us)
+{
+	return ratelimit_take_n(rl, key, 1, now_us, NULL);
+}
+
+void ratelimit_adjust(struct ratelimit *rl, uint64_t key, int64_t delta, uint64_t now_us)
+{
+	if (!key)
+		key = 1;
+	if (!delta)
+		return;
+	size_t h = slot_hash(key);
+	struct rl_slot *s = NULL;
+	for (unsigned i = 0; i < RL_PROBE && !s; i++) {
+		struct rl_slot *c = &rl->slots[(h + i) % RL_SLOTS];
+		if (atomic_load_explicit(&c->key, memory_order_acquire) == key)
+			s = c;
+	}
+	if (!s)
+		return;
+	uint64_t cost = cost_of(rl, (uint64_t)(delta < 0 ? -delta : delta));
+	uint64_t tat = atomic_load_explicit(&s->tat, memory_order_relaxed), next;
+	do {
+		uint64_t base = tat > now_us ? tat : now_us;
+		if (delta > 0)
+			next = base + cost;
+		else
+			next = tat > now_us + cost ? tat - cost : now_us;
+	} while (!atomic_compare_exchange_weak_explicit(&s->tat, &tat, next, memory_order_relaxed,
+							memory_order_relaxed));
 }

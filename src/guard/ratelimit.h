@@ -1,13 +1,18 @@
 /*
- * ratelimit.h - request rate limits per key (a client address, a tenant, a route), shared
- * by every worker without a lock.
+ * ratelimit.h - rate limits per key (a client address, a tenant, a route), shared by every
+ * worker without a lock; a request costs one unit, or n (tokens of an LLM request).
  *
  * Each limit is a rate and a burst, enforced with the generic cell rate algorithm: a key's
- * state is one number, its theoretical arrival time (TAT); a request at <now> conforms when
- * TAT - (burst - 1) * interval <= now, and then moves TAT to max(TAT, now) + interval. That
- * is a token bucket of <burst> tokens refilled at <rate>, kept in one 64-bit word changed
- * with compare-and-swap: workers never wait for each other, and only requests of the same
- * key touch the same word.
+ * state is one number, its theoretical arrival time (TAT); a take of n units at <now>
+ * conforms when TAT + cost(n) - capacity <= now, and then moves TAT to max(TAT, now) +
+ * cost(n), where cost(n) is the time the rate needs to earn n units and capacity the time
+ * it needs to earn a burst. That is a bucket of <burst> units refilled at <rate>, kept in
+ * one 64-bit word changed with compare-and-swap: workers never wait for each other, and
+ * only requests of the same key touch the same word. A take larger than the whole bucket
+ * conforms only on a full bucket, and leaves it in debt (TAT beyond now + capacity): later
+ * takes wait until the rate has paid it back. Units can be given back (a refund: TAT moves
+ * back, never before now, so a bucket never holds more than its burst) or charged after
+ * the fact (TAT moves on, whatever the bucket holds).
  *
  * The keys live in a fixed table per limit (open addressing, a short probe). A slot whose
  * TAT lies in the past has a full bucket and may be taken by another key, so the table
@@ -30,15 +35,23 @@ struct rl_slot {
 };
 
 struct ratelimit {
-	uint64_t interval_us;	 /* 1 s / rate */
-	uint64_t tolerance_us;	 /* (burst - 1) * interval */
-	unsigned rate_per_s;	 /* for messages: requests per second (rounded) */
+	uint64_t per, period_us; /* <per> units per <period_us> */
+	uint64_t interval_us;	 /* the cost of one unit: period / per (at least 1) */
+	uint64_t capacity_us;	 /* the cost of a full bucket: burst units */
+	unsigned burst;
 	_Atomic uint64_t shared; /* times a key had to share a slot */
 	struct rl_slot *slots;	 /* RL_SLOTS */
 };
 
-/* A limit of <per>/<per_s> seconds (e.g. 100 per 1 s, 600 per 60 s) with <burst> requests
- * at once (0: one second's worth, at least 1). 0 or -ENOMEM. */
+/* What a bucket holds after a take: for X-RateLimit-* headers. */
+struct rl_state {
+	uint64_t limit;	    /* the burst: units at once */
+	uint64_t remaining; /* units that could be taken now */
+	uint64_t reset_us;  /* until the bucket is full again */
+};
+
+/* A limit of <per>/<per_s> seconds (e.g. 100 per 1 s, 600 per 60 s) with <burst> units
+ * at once (0: one second's worth, at least 1). 0 or -ENOMEM (-EINVAL: no rate). */
 int ratelimit_init(struct ratelimit *rl, unsigned per, unsigned per_s, unsigned burst);
 void ratelimit_fini(struct ratelimit *rl);
 
@@ -47,5 +60,17 @@ void ratelimit_fini(struct ratelimit *rl);
  * until it would, in microseconds (> 0).
  */
 uint64_t ratelimit_take(struct ratelimit *rl, uint64_t key, uint64_t now_us);
+
+/* <n> units for <key> at <now_us>, as ratelimit_take(); <st>, when given, is filled with
+ * what the bucket holds afterwards (taken or not). */
+uint64_t ratelimit_take_n(struct ratelimit *rl, uint64_t key, uint64_t n, uint64_t now_us,
+			  struct rl_state *st);
+
+/*
+ * After the fact: charge <key> <delta> more units (> 0; whatever its bucket holds), or give
+ * -<delta> back (< 0; the bucket fills, up to its burst). A key no longer in the table (its
+ * slot reused since: its bucket was full) is left alone.
+ */
+void ratelimit_adjust(struct ratelimit *rl, uint64_t key, int64_t delta, uint64_t now_us);
 
 #endif

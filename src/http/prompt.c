@@ -160,3 +160,24 @@ int http_wants_stream(const char *buf, size_t len)
 	return top_field(buf, len, 0, is_stream, &vs, &ve) == 1 && ve - vs >= 4 &&
 	       memcmp(buf + vs, "true", 4) == 0;
 }
+
+static int is_max_tokens(const char *buf, size_t ks, size_t ke, char first)
+{
+	return (key_is(buf, ks, ke, "max_tokens") ||
+		key_is(buf, ks, ke, "max_completion_tokens")) &&
+	       first >= '0' && first <= '9';
+}
+
+long http_max_tokens(const char *buf, size_t len)
+{
+	size_t vs, ve;
+	if (top_field(buf, len, 1, is_max_tokens, &vs, &ve) != 1 || ve == len || ve - vs > 10)
+		return -1;
+	long n = 0;
+	for (size_t i = vs; i < ve; i++) {
+		if (buf[i] < '0' || buf[i] > '9')
+			return -1; /* 1.5, 1e3: not a count */
+		n = n * 10 + (buf[i] - '0');
+	}
+	return n < 0x7fffffffL ? n : -1;
+}

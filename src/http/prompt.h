@@ -22,4 +22,11 @@ int http_prompt_key(const char *buf, size_t len, int complete, size_t prefix_byt
 /* Does the (start of the) JSON body in buf[0..len) have a top-level "stream": true? */
 int http_wants_stream(const char *buf, size_t len);
 
+/*
+ * The top-level "max_tokens" (or "max_completion_tokens", whichever comes first) of the JSON
+ * body in buf[0..len), when it is a whole number below 2^31 followed by the rest of the
+ * body; else -1 (absent, not a number, cut off).
+ */
+long http_max_tokens(const char *buf, size_t len);
+
 #endif

@@ -271,7 +271,7 @@ int rewrite_sse_error(char *out, size_t cap, int status, const char *detail)
 }
 
 int rewrite_error(char *buf, size_t cap, int status, const char *detail, int keep_alive,
-		  const char *request_id, unsigned retry_after_s)
+		  const char *request_id, unsigned retry_after_s, const char *more_headers)
 {
 	char body[256], extra[64] = ""; /* Retry-After, or a 401's challenge */
 	int blen =
@@ -284,9 +284,10 @@ int rewrite_error(char *buf, size_t cap, int status, const char *detail, int kee
 		snprintf(extra, sizeof(extra), "WWW-Authenticate: Bearer realm=\"accelnet\"\r\n");
 	int n = snprintf(buf, cap,
 			 "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n"
-			 "%s%s%s%sCache-Control: no-store\r\n%s\r\n%.*s",
+			 "%s%s%s%s%sCache-Control: no-store\r\n%s\r\n%.*s",
 			 status, http_status_text(status), blen, request_id ? "X-Request-Id: " : "",
 			 request_id ? request_id : "", request_id ? "\r\n" : "", extra,
+			 more_headers ? more_headers : "",
 			 keep_alive ? "" : "Connection: close\r\n", blen, body);
 	return n < 0 || (size_t)n >= cap ? -1 : n;
 }

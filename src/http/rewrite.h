@@ -62,10 +62,11 @@ int rewrite_response(char *out, size_t cap, const struct http_head *resp, int ke
 
 /*
  * Write a complete short text/plain error response, with Retry-After when <retry_after_s>
- * is not 0, and a Bearer challenge (WWW-Authenticate) on a 401. Returns its length or -1.
+ * is not 0, and a Bearer challenge (WWW-Authenticate) on a 401, then <more_headers> (whole
+ * CRLF-ended header lines, or NULL). Returns its length or -1.
  */
 int rewrite_error(char *out, size_t cap, int status, const char *detail, int keep_alive,
-		  const char *request_id, unsigned retry_after_s);
+		  const char *request_id, unsigned retry_after_s, const char *more_headers);
 
 /*
  * Early event streams (routes.sse_heartbeat_ms): the proxy answers a streaming request

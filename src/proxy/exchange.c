@@ -3,6 +3,7 @@
  * list, and the letting go of everything it holds (see exchange.h).
  */
 #include "proxy/exchange.h"
+#include "core/clock.h"
 #include "core/rand.h"
 #include "proxy/admission.h"
 
@@ -68,6 +69,9 @@ void exchange_free(struct exchange *x)
 	if (x->wt.state != W_IDLE)
 		admission_withdraw(x->pool, &x->wt, loop_now(w->loop), rand_next(&w->rng));
 	exchange_drop_upstream(x);
+	if (x->route && x->route->rate_limit)
+		limits_end(&w->sh->limits[x->route - w->conf->routes], &x->hold, &x->usage,
+			   x->resp_head && x->status < 400, clock_now_ns() / 1000);
 	buf_put(&w->bufs, x->uphead);
 	x->uphead = NULL;
 	list_push_front(&w->free_exchanges, &x->link);

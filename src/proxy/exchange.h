@@ -25,6 +25,7 @@
 
 #include "core/buf.h"
 #include "core/list.h"
+#include "guard/limits.h"
 #include "http/body.h"
 #include "http/parse.h"
 #include "http/rewrite.h"
@@ -94,7 +95,10 @@ struct exchange {
 	const struct conf_tls *tls_conf; /* its listener's tls: section, or NULL */
 	const char *identity; /* the tenant routes.auth authenticated (identity_buf), or NULL */
 	char identity_buf[APIKEYS_TENANT_MAX + 1];
-	unsigned retry_after_s; /* a 429's Retry-After */
+	unsigned retry_after_s;	 /* a 429's Retry-After */
+	char limit_headers[160]; /* ... and its X-RateLimit-* lines (quota.c), or "" */
+	struct limit_hold hold;	 /* what it holds of the route's limits (guard/limits.h) */
+	struct usage_scan usage; /* the response's token usage, while hold.reserved */
 
 	enum http_method meth;
 	int minor; /* HTTP/1.<minor> of the request */

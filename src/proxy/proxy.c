@@ -63,29 +63,15 @@ int proxy_check(const struct conf *conf, char *err, size_t errlen)
 	return creds_check(conf, err, errlen);
 }
 
-/* The routes' rate limits: fixed tables, made before anything serves. */
+/* The routes' limits: fixed tables, made before anything serves. */
 static int proxy_limits_build(struct worker_shared *sh, char *err, size_t errlen)
 {
 	const struct conf *c = sh->conf;
 	if (!(sh->limits = calloc(c->nroutes ? c->nroutes : 1, sizeof(*sh->limits))))
 		goto nomem;
-	for (size_t i = 0; i < c->nroutes; i++) {
-		const struct conf_rate_limit *rl = c->routes[i].rate_limit;
-		struct route_limits *l = &sh->limits[i];
-		if (!rl)
-			continue;
-		if (rl->per_ip.n) {
-			if (ratelimit_init(&l->ip, rl->per_ip.n, rl->per_ip.per_s, rl->burst) < 0)
-				goto nomem;
-			l->has_ip = 1;
-		}
-		if (rl->per_tenant.n) {
-			if (ratelimit_init(&l->tenant, rl->per_tenant.n, rl->per_tenant.per_s,
-					   rl->burst) < 0)
-				goto nomem;
-			l->has_tenant = 1;
-		}
-	}
+	for (size_t i = 0; i < c->nroutes; i++)
+		if (limits_init(&sh->limits[i], c->routes[i].rate_limit) < 0)
+			goto nomem;
 	return 0;
 nomem:
 	snprintf(err, errlen, "out of memory for rate limits");
@@ -94,10 +80,8 @@ nomem:
 
 static void proxy_limits_free(struct worker_shared *sh)
 {
-	for (size_t i = 0; sh->limits && i < sh->conf->nroutes; i++) {
-		ratelimit_fini(&sh->limits[i].ip);
-		ratelimit_fini(&sh->limits[i].tenant);
-	}
+	for (size_t i = 0; sh->limits && i < sh->conf->nroutes; i++)
+		limits_fini(&sh->limits[i]);
 	free(sh->limits);
 }
 

@@ -9,6 +9,7 @@
 #include "proxy/admission.h"
 #include "proxy/dispatch.h"
 #include "proxy/hedge.h"
+#include "proxy/quota.h"
 #include "proxy/sse.h"
 
 #include <errno.h>
@@ -88,6 +89,7 @@ enum run relay_await_body(struct client *cl)
 	}
 	x->buffering = 0;
 	sse_decide(x, cl->in ? buf_head(cl->in) : NULL, x->req.ready);
+	quota_note_body(x, cl->in ? buf_head(cl->in) : NULL, x->req.ready);
 	if (x->want_key) {
 		size_t have = x->req.ready < hc->body_max_bytes ? x->req.ready : hc->body_max_bytes;
 		x->wt.has_key =
@@ -292,6 +294,7 @@ static enum run send_client(struct client *cl, int *progress)
 		buf_consume(cl->out, from_head);
 	k -= from_head;
 	if (k) {
+		quota_count(x, buf_head(up->in), k);
 		buf_consume(up->in, k);
 		http_body_sent(&x->resp, k);
 	}

@@ -50,7 +50,8 @@ static enum run session_reply(struct client *cl, int status, const char *detail,
 					detail, keep, x ? x->reqid : NULL,
 					status == 503	     ? 1
 					: status == 429 && x ? x->retry_after_s
-							     : 0);
+							     : 0,
+					status == 429 && x ? x->limit_headers : NULL);
 	if (n < 0) {
 		/* the client has not read what it was sent (interim responses, heartbeats):
 		 * it cannot get an answer, so it gets a closed connection */

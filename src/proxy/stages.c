@@ -3,10 +3,10 @@
  */
 #include "proxy/stages.h"
 #include "core/check.h"
-#include "core/clock.h"
 #include "guard/auth.h"
 #include "proxy/classify.h"
 #include "proxy/dispatch.h"
+#include "proxy/quota.h"
 #include "proxy/sse.h"
 
 #include <stdio.h>
@@ -28,27 +28,6 @@ static enum run stage_route(struct exchange *x)
 	return RUN_AGAIN;
 }
 
-/* routes.rate_limit: per client address, then per tenant (the authenticated one, else the
- * one its queue would see). 429 with Retry-After when either is spent. A request refused by
- * the tenant's limit has still used the address's. */
-static enum run guard_rate(struct exchange *x)
-{
-	struct route_limits *l = &x->w->sh->limits[x->route - x->w->conf->routes];
-	if (!l->has_ip && !l->has_tenant)
-		return RUN_AGAIN;
-	uint64_t now_us = clock_now_ns() / 1000, wait = 0;
-	if (l->has_ip)
-		wait = ratelimit_take(&l->ip, x->client_key, now_us);
-	if (!wait && l->has_tenant)
-		wait = ratelimit_take(
-		    &l->tenant, classify_tenant_of(x->route, x->head, x->client_key, x->identity),
-		    now_us);
-	if (!wait)
-		return RUN_AGAIN;
-	x->retry_after_s = (unsigned)((wait + 999999) / 1000000);
-	return exchange_reply(x, 429, "request rate limit reached (routes.rate_limit)", 1);
-}
-
 /* routes.auth.client_cert: the tenant a verified client certificate names, or NULL. */
 static const char *guard_cert_tenant(const struct exchange *x, const struct conf_auth *a)
 {
@@ -66,7 +45,7 @@ static enum run stage_guard(struct exchange *x)
 {
 	const struct conf_auth *a = x->route->auth;
 	if (!a)
-		return guard_rate(x);
+		return quota_guard(x);
 	const char *cert_tenant = guard_cert_tenant(x, a);
 	if (cert_tenant) {
 		if (!auth_admits(a->tenants, a->ntenants, cert_tenant))
@@ -75,7 +54,7 @@ static enum run stage_guard(struct exchange *x)
 		memcpy(x->identity_buf, cert_tenant, n);
 		x->identity_buf[n] = '\0';
 		x->identity = x->identity_buf;
-		return guard_rate(x);
+		return quota_guard(x);
 	}
 	if (!a->api_keys_file)
 		return exchange_reply(
@@ -88,7 +67,7 @@ static enum run stage_guard(struct exchange *x)
 		/* copied: the table may be swapped (SIGHUP) while the exchange lives on */
 		snprintf(x->identity_buf, sizeof(x->identity_buf), "%s", tenant);
 		x->identity = x->identity_buf;
-		return guard_rate(x);
+		return quota_guard(x);
 	case AUTH_FORBIDDEN:
 		return exchange_reply(x, 403, "this route does not admit your tenant", 1);
 	case AUTH_MISSING:
@@ -166,6 +145,13 @@ static enum run stage_body(struct exchange *x)
 	return x->buffering ? x->codec->await_body(x) : RUN_AGAIN;
 }
 
+/* routes.rate_limit.tokens_per_minute: the request's tokens are reserved before it may wait
+ * for a slot, or it is refused */
+static enum run stage_tokens(struct exchange *x)
+{
+	return quota_reserve(x);
+}
+
 static enum run stage_admit(struct exchange *x)
 {
 	if (x->be || x->wt.state != W_IDLE || x->spilled || x->retried)
@@ -185,6 +171,7 @@ enum stage_id {
 	STAGE_FORWARD,
 	STAGE_HEAD_DONE, /* the stages up to this one see x->head, and never wait */
 	STAGE_BODY,
+	STAGE_TOKENS,
 	STAGE_ADMIT,
 	STAGE_RELAY,
 };
@@ -196,6 +183,7 @@ static const struct stage stage_list[] = {
     [STAGE_FORWARD] = {"forward", stage_forward},
     [STAGE_HEAD_DONE] = {"head done", stage_head_done},
     [STAGE_BODY] = {"body", stage_body},
+    [STAGE_TOKENS] = {"tokens", stage_tokens},
     [STAGE_ADMIT] = {"admit", stage_admit},
     [STAGE_RELAY] = {"relay", stage_relay},
 };

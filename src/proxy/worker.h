@@ -18,7 +18,7 @@
 #include "http/parse.h"
 #include "net/conn.h"
 #include "guard/apikeys.h"
-#include "guard/ratelimit.h"
+#include "guard/limits.h"
 #include "net/tls_listen.h"
 #include "proxy/admission.h"
 #include "proxy/runtime.h"
@@ -52,12 +52,6 @@ struct listener {
 #define IP_CONN_SLOTS                                                                              \
 	65536 /* addresses sharing a slot share its count: refused early, never late */
 
-/* A route's request rate limits (routes.rate_limit). */
-struct route_limits {
-	struct ratelimit ip, tenant;
-	unsigned has_ip : 1, has_tenant : 1;
-};
-
 /* Shared by the workers, read-only for them: set up by proxy.c before they start. */
 struct worker_shared {
 	const struct conf *conf;
@@ -68,7 +62,7 @@ struct worker_shared {
 	 * table once every worker has finished a loop turn since (turns below) */
 	_Atomic(struct net_tls_listener *) *tls;
 	_Atomic(struct apikeys *) *keys;
-	struct route_limits *limits; /* per route; has_ip/has_tenant 0: no limit */
+	struct route_limits *limits; /* per route (guard/limits.h) */
 	_Atomic uint32_t *ip_conns;  /* connections per address hash (max_connections_per_ip) */
 	struct loop *main_loop;	     /* woken when a worker's loop ends */
 	atomic_uint running;	     /* workers whose loop still runs */

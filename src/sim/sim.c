@@ -31,6 +31,7 @@ struct sim_job {
 	int has_prefix;
 	int cache_hit; /* the prefix was cached: a short time to first token */
 	int stream, chat, active, headers_sent;
+	int stream_usage; /* stream_options.include_usage: a last chunk with the usage */
 	uint64_t queued_at_ms, wait_ms;
 };
 
@@ -218,6 +219,18 @@ static void job_on_timer(struct loop_timer *t)
 		loop_timer_set(s->loop, &j->timer, loop_now(s->loop) + s->opts.token_ms);
 		return;
 	}
+	if (j->stream_usage) {
+		int n =
+		    snprintf(ev, sizeof(ev),
+			     "data: {\"id\":\"%s-%lu\",\"object\":\"%s\",\"model\":\"%s\","
+			     "\"choices\":[],\"usage\":{\"prompt_tokens\":%u,"
+			     "\"completion_tokens\":%u,\"total_tokens\":%u}}\n\n",
+			     j->chat ? "chatcmpl" : "cmpl", j->id,
+			     j->chat ? "chat.completion.chunk" : "text_completion", s->opts.name,
+			     j->prompt_tokens, j->tokens, j->prompt_tokens + j->tokens);
+		if (hsrv_stream_write(j->conn, ev, (size_t)n) < 0)
+			return;
+	}
 	if (hsrv_stream_write(j->conn, "data: [DONE]\n\n", 14) < 0)
 		return;
 	s->completions++;
@@ -333,6 +346,11 @@ static void sim_on_request(void *arg, struct hsrv_conn *c, const struct http_hea
 		j->chat = chat;
 		j->stream = http_wants_stream(body, body_len);
 		long max_tokens = json_number(body, body_len, "max_tokens");
+		if (max_tokens < 0)
+			max_tokens = json_number(body, body_len, "max_completion_tokens");
+		size_t rest;
+		const char *u = json_value(body, body_len, "include_usage", &rest);
+		j->stream_usage = j->stream && u && rest >= 4 && memcmp(u, "true", 4) == 0;
 		j->tokens = max_tokens > 0 ? (unsigned)(max_tokens < 4096 ? max_tokens : 4096)
 					   : s->opts.tokens;
 		j->prompt_tokens = (unsigned)(body_len / 4);

@@ -23,5 +23,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort(); /* a key seen early must be the key */
 	}
 	(void)http_wants_stream(p, size);
+	long mt = http_max_tokens(p, size);
+	if (mt < -1)
+		abort();
 	return 0;
 }

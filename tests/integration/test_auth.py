@@ -128,7 +128,8 @@ def test_bad_rate_limits_are_refused(env):
     be_port = free_port()
     for rl, want in (("{per_ip: 100}", "a rate such as 100/s"), ("{per_ip: 0/s}", "a rate"),
                      ("{burst: 5}", "give per_ip or per_tenant"),
-                     ("{per_ip: 1/s, tokens_per_minute: 100}", "not built yet")):
+                     ("{per_ip: 1/s, token_burst: 100}", "token_burst needs tokens_per_minute"),
+                     ("{per_route: 5/x}", "a rate such as"), ("{concurrency: 0}", "expected 1 to 1000000")):
         conf = env.write("p.yaml", "listen: [127.0.0.1:1]\npools:\n" + pool_yaml("p", [be_port])
                          + f"routes:\n  - pool: p\n    rate_limit: {rl}\n")
         r = subprocess.run([BIN, "check", "-c", conf], capture_output=True, text=True)

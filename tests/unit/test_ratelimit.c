@@ -62,12 +62,57 @@ static void many_keys_never_fail(void **state)
 	ratelimit_fini(&rl);
 }
 
+/* tokens: 6000 a minute (100/s), a bucket of 1000; a take of n costs n units */
+static void weighted_take_refund_and_debt(void **state)
+{
+	(void)state;
+	struct ratelimit rl;
+	struct rl_state st;
+	assert_int_equal(ratelimit_init(&rl, 6000, 60, 1000), 0);
+	uint64_t t = 50000000;
+	assert_int_equal(ratelimit_take_n(&rl, 9, 600, t, &st), 0);
+	assert_int_equal(st.limit, 1000);
+	assert_int_equal(st.remaining, 400);
+	assert_int_equal(st.reset_us, 6000000); /* 600 tokens at 100/s */
+	/* 500 more do not fit: 100 tokens short, one second */
+	assert_int_equal(ratelimit_take_n(&rl, 9, 500, t, &st), 1000000);
+	assert_int_equal(st.remaining, 400);
+	/* the request used 100 of its 600: 500 come back, and now 500 fit */
+	ratelimit_adjust(&rl, 9, -500, t);
+	assert_int_equal(ratelimit_take_n(&rl, 9, 500, t, &st), 0);
+	assert_int_equal(st.remaining, 400);
+	/* a refund never fills the bucket past its burst */
+	ratelimit_adjust(&rl, 9, -100000, t);
+	assert_int_equal(ratelimit_take_n(&rl, 9, 1000, t, NULL), 0);
+	assert_true(ratelimit_take_n(&rl, 9, 1, t, NULL) > 0);
+	/* charged after the fact: a debt of 200 beyond the empty bucket is paid back first */
+	ratelimit_adjust(&rl, 9, 200, t);
+	assert_int_equal(ratelimit_take_n(&rl, 9, 1, t, NULL), 2010000);
+	/* a take larger than the bucket waits for a full one, then leaves the debt */
+	uint64_t full = t + 100000000;
+	assert_int_equal(ratelimit_take_n(&rl, 9, 3000, full, &st), 0);
+	assert_int_equal(st.remaining, 0);
+	assert_int_equal(st.reset_us, 30000000);
+	assert_int_equal(ratelimit_take_n(&rl, 9, 1, full, NULL), 20010000);
+	/* over a minute of saturation the bucket lets through its burst and the rate, no more */
+	struct ratelimit m;
+	assert_int_equal(ratelimit_init(&m, 6000, 60, 1000), 0);
+	uint64_t got = 0;
+	for (uint64_t now = 0; now < 60000000; now += 1000)
+		while (ratelimit_take_n(&m, 5, 7, now + 1, NULL) == 0)
+			got += 7;
+	assert_true(got <= 7000 && got > 6990);
+	ratelimit_fini(&m);
+	ratelimit_fini(&rl);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(burst_then_rate),
 	    cmocka_unit_test(per_minute_and_default_burst),
 	    cmocka_unit_test(many_keys_never_fail),
+	    cmocka_unit_test(weighted_take_refund_and_debt),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

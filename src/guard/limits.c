@@ -1,0 +1,166 @@
+/*
+ * limits.c - a route's rates, tokens and concurrency caps (see limits.h).
+ */
+#include "guard/limits.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+int limits_init(struct route_limits *l, const struct conf_rate_limit *c)
+{
+	memset(l, 0, sizeof(*l));
+	if (!c)
+		return 0;
+	if (c->per_ip.n) {
+		if (ratelimit_init(&l->ip, c->per_ip.n, c->per_ip.per_s, c->burst) < 0)
+			goto nomem;
+		l->has_ip = 1;
+	}
+	if (c->per_tenant.n) {
+		if (ratelimit_init(&l->tenant, c->per_tenant.n, c->per_tenant.per_s, c->burst) < 0)
+			goto nomem;
+		l->has_tenant = 1;
+	}
+	if (c->per_route.n) {
+		if (ratelimit_init(&l->route, c->per_route.n, c->per_route.per_s, c->burst) < 0)
+			goto nomem;
+		l->has_route = 1;
+	}
+	if (c->tokens_per_minute) {
+		if (ratelimit_init(&l->tokens, c->tokens_per_minute, 60, c->token_burst) < 0)
+			goto nomem;
+		l->has_tokens = 1;
+		l->default_max_tokens = c->default_max_tokens;
+	}
+	if (c->concurrency) {
+		if (!(l->conc = calloc(LIMITS_CONC_SLOTS, sizeof(*l->conc))))
+			goto nomem;
+		l->concurrency = c->concurrency;
+	}
+	return 0;
+nomem:
+	limits_fini(l);
+	return -ENOMEM;
+}
+
+void limits_fini(struct route_limits *l)
+{
+	ratelimit_fini(&l->ip);
+	ratelimit_fini(&l->tenant);
+	ratelimit_fini(&l->route);
+	ratelimit_fini(&l->tokens);
+	free(l->conc);
+	l->conc = NULL;
+}
+
+static int take(struct ratelimit *rl, const char *what, uint64_t key, uint64_t n, uint64_t now_us,
+		struct limit_refusal *why)
+{
+	why->wait_us = ratelimit_take_n(rl, key, n, now_us, &why->st);
+	why->what = what;
+	return why->wait_us ? -EAGAIN : 0;
+}
+
+int limits_take_rate(struct route_limits *l, uint64_t ip_key, uint64_t tenant, uint64_t now_us,
+		     struct limit_refusal *why)
+{
+	if (l->has_ip && take(&l->ip, "per_ip", ip_key, 1, now_us, why) < 0)
+		return -EAGAIN;
+	if (l->has_tenant && take(&l->tenant, "per_tenant", tenant, 1, now_us, why) < 0)
+		return -EAGAIN;
+	if (l->has_route && take(&l->route, "per_route", 1, 1, now_us, why) < 0)
+		return -EAGAIN;
+	return 0;
+}
+
+int limits_reserve_tokens(struct route_limits *l, uint64_t tenant, uint64_t n, uint64_t now_us,
+			  struct limit_refusal *why)
+{
+	if (!l->has_tokens)
+		return 0;
+	return take(&l->tokens, "tokens_per_minute", tenant, n, now_us, why);
+}
+
+void limits_settle_tokens(struct route_limits *l, uint64_t tenant, int64_t delta, uint64_t now_us)
+{
+	if (l->has_tokens)
+		ratelimit_adjust(&l->tokens, tenant ? tenant : 1, delta, now_us);
+}
+
+/* The count of <key>: its own slot, a free one (count 0) it claims, or a shared one. */
+static struct conc_slot *conc_slot_for(struct route_limits *l, uint64_t key)
+{
+	size_t h = (size_t)((key ^ (key >> 31)) * 0xbf58476d1ce4e5b9u >> 20);
+	struct conc_slot *least = NULL;
+	uint32_t least_count = UINT32_MAX;
+	for (unsigned i = 0; i < RL_PROBE; i++) {
+		struct conc_slot *s = &l->conc[(h + i) % LIMITS_CONC_SLOTS];
+		uint64_t k = atomic_load_explicit(&s->key, memory_order_acquire);
+		if (k == key)
+			return s;
+		uint32_t n = atomic_load_explicit(&s->count, memory_order_relaxed);
+		if ((k == 0 || n == 0) && atomic_compare_exchange_strong(&s->key, &k, key))
+			return s;
+		if (n < least_count)
+			least_count = n, least = s;
+	}
+	atomic_fetch_add_explicit(&l->conc_shared, 1, memory_order_relaxed);
+	return least;
+}
+
+int limits_take_hold(struct route_limits *l, uint64_t tenant, struct conc_slot **hold,
+		     struct limit_refusal *why)
+{
+	*hold = NULL;
+	if (!l->concurrency)
+		return 0;
+	if (!tenant)
+		tenant = 1; /* 0 marks a slot never used */
+	struct conc_slot *s = conc_slot_for(l, tenant);
+	uint32_t n = atomic_fetch_add_explicit(&s->count, 1, memory_order_acq_rel);
+	if (n >= l->concurrency) {
+		atomic_fetch_sub_explicit(&s->count, 1, memory_order_release);
+		why->what = "concurrency";
+		why->wait_us = 0;
+		why->st = (struct rl_state){.limit = l->concurrency, .remaining = 0, .reset_us = 0};
+		return -EBUSY;
+	}
+	*hold = s;
+	return 0;
+}
+
+void limits_release_hold(struct conc_slot *hold)
+{
+	if (hold)
+		atomic_fetch_sub_explicit(&hold->count, 1, memory_order_release);
+}
+
+void limits_count_response(struct route_limits *l, struct limit_hold *h, struct usage_scan *u,
+			   const char *p, size_t len, uint64_t now_us)
+{
+	usage_scan_feed(u, p, len);
+	uint64_t live = h->prompt_est + u->events;
+	if (!h->reserved || u->has_total || live <= h->charged)
+		return;
+	/* a stream past its reservation: charged as it goes, never overdrawn unseen */
+	limits_settle_tokens(l, h->tenant, (int64_t)(live - h->charged), now_us);
+	h->charged = live;
+}
+
+void limits_end(struct route_limits *l, struct limit_hold *h, const struct usage_scan *u,
+		int answered, uint64_t now_us)
+{
+	limits_release_hold(h->conc);
+	h->conc = NULL;
+	if (!h->reserved)
+		return;
+	h->reserved = 0;
+	uint64_t cost = u->has_total ? u->total
+			: u->events  ? h->prompt_est + u->events
+			: answered   ? h->charged
+				     : 0;
+	if (cost != h->charged)
+		limits_settle_tokens(l, h->tenant, (int64_t)cost - (int64_t)h->charged, now_us);
+	h->charged = cost;
+}

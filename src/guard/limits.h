@@ -1,0 +1,105 @@
+/*
+ * limits.h - a route's limits (routes.rate_limit), shared by every worker without a lock:
+ * request rates per client address, per tenant and for the whole route; LLM tokens per
+ * tenant per minute; requests in flight per tenant.
+ *
+ * Rates and tokens are GCRA buckets (ratelimit.h). A token limit is spent in two steps: an
+ * admission reserves what the request may cost (its max_tokens and an estimate of its
+ * prompt), and the end of the response settles it with what it did cost (the backend's
+ * usage, or the streamed tokens counted), giving back the unused part or charging more.
+ * The concurrency cap is a count per tenant in a fixed table like the buckets' (a key and
+ * a count per slot, claimed when its count is 0): taken when a request passes the guard,
+ * given back when its exchange ends, so a tenant at its cap is refused before it can queue
+ * or take a slot.
+ *
+ * Each check says what refused it and how the bucket stands, for the X-RateLimit-Limit,
+ * -Remaining and -Reset headers of the 429.
+ */
+#ifndef ACCELNET_GUARD_LIMITS_H
+#define ACCELNET_GUARD_LIMITS_H
+
+#include "conf/model.h"
+#include "guard/ratelimit.h"
+#include "http/usage.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define LIMITS_CONC_SLOTS 16384
+
+struct conc_slot {
+	_Atomic uint64_t key;
+	_Atomic uint32_t count;
+};
+
+struct route_limits {
+	struct ratelimit ip, tenant, route, tokens;
+	unsigned has_ip : 1, has_tenant : 1, has_route : 1, has_tokens : 1;
+	unsigned concurrency;	      /* per tenant; 0: no cap */
+	unsigned default_max_tokens;  /* a request's reservation when it names none */
+	struct conc_slot *conc;	      /* LIMITS_CONC_SLOTS, when concurrency */
+	_Atomic uint64_t conc_shared; /* times a tenant had to share a count */
+};
+
+/* Why a request was refused, and the numbers its 429 shows. */
+struct limit_refusal {
+	const char *what;   /* "per_ip", "per_tenant", "per_route", "tokens_per_minute",
+			       "concurrency" */
+	uint64_t wait_us;   /* until it would pass: Retry-After (0: when a request ends) */
+	struct rl_state st; /* the bucket (or the count) that refused */
+};
+
+/* What one request holds of its route's limits, until its exchange ends. */
+struct limit_hold {
+	struct conc_slot *conc; /* one of the tenant's requests in flight, or NULL */
+	uint64_t tenant;
+	uint64_t prompt_est;   /* tokens: the prompt's estimate (body bytes / 4) ... */
+	uint64_t max_tokens;   /* ... and what it may generate (or default_max_tokens) */
+	uint64_t charged;      /* tokens charged so far: the reservation, then the overdraft */
+	unsigned reserved : 1; /* a token reservation is held (settle it) */
+};
+
+/* Set up the limits <c> names (NULL: none). 0 or -ENOMEM. */
+int limits_init(struct route_limits *l, const struct conf_rate_limit *c);
+void limits_fini(struct route_limits *l);
+
+/*
+ * A request from the address <ip_key> of <tenant> at <now_us>: the request rates (address
+ * first, then tenant, then route; a request refused by a later one has used the earlier
+ * ones). 0 when it passes, else -EAGAIN with <why> filled.
+ */
+int limits_take_rate(struct route_limits *l, uint64_t ip_key, uint64_t tenant, uint64_t now_us,
+		     struct limit_refusal *why);
+
+/*
+ * One more request in flight for <tenant>: 0 with *hold set (give it back with
+ * limits_release_hold()), or -EBUSY with <why> filled when it holds its cap already. No cap:
+ * 0, *hold NULL.
+ */
+int limits_take_hold(struct route_limits *l, uint64_t tenant, struct conc_slot **hold,
+		     struct limit_refusal *why);
+void limits_release_hold(struct conc_slot *hold);
+
+/* Reserve <n> tokens of <tenant>'s budget: 0, or -EAGAIN with <why> filled. */
+int limits_reserve_tokens(struct route_limits *l, uint64_t tenant, uint64_t n, uint64_t now_us,
+			  struct limit_refusal *why);
+/* <delta> tokens more (> 0) or fewer (< 0) than charged so far (ratelimit_adjust). */
+void limits_settle_tokens(struct route_limits *l, uint64_t tenant, int64_t delta, uint64_t now_us);
+
+/*
+ * Response body bytes p[0..len) of a request holding a reservation went to the client:
+ * scan them (<u>) and charge at once whatever the tokens counted so far exceed.
+ */
+void limits_count_response(struct route_limits *l, struct limit_hold *h, struct usage_scan *u,
+			   const char *p, size_t len, uint64_t now_us);
+
+/*
+ * The request ends: settle its reservation with what it cost (the usage total seen, else
+ * the prompt estimate and the events counted, else -- a response began but told nothing --
+ * the reservation; no response or an error status: nothing), and give back its count in
+ * flight. <answered>: a response with a status below 400 began. Safe on any hold, once.
+ */
+void limits_end(struct route_limits *l, struct limit_hold *h, const struct usage_scan *u,
+		int answered, uint64_t now_us);
+
+#endif

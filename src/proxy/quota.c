@@ -1,0 +1,90 @@
+/*
+ * quota.c - routes.rate_limit on the request path (see quota.h).
+ */
+#include "proxy/quota.h"
+#include "core/clock.h"
+#include "http/prompt.h"
+#include "proxy/classify.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+static struct route_limits *limits_of(const struct exchange *x)
+{
+	return &x->w->sh->limits[x->route - x->w->conf->routes];
+}
+
+static unsigned secs_up(uint64_t us)
+{
+	uint64_t s = (us + 999999) / 1000000;
+	return s > 86400 * 365 ? 86400 * 365 : (unsigned)s;
+}
+
+/* 429 for <why>: Retry-After when waiting helps, and the X-RateLimit-* lines. */
+static enum run refuse(struct exchange *x, const struct limit_refusal *why, const char *detail)
+{
+	x->retry_after_s = why->wait_us ? secs_up(why->wait_us) : 0;
+	snprintf(x->limit_headers, sizeof(x->limit_headers),
+		 "X-RateLimit-Limit: %llu\r\nX-RateLimit-Remaining: %llu\r\n"
+		 "X-RateLimit-Reset: %u\r\n",
+		 (unsigned long long)why->st.limit, (unsigned long long)why->st.remaining,
+		 secs_up(why->st.reset_us));
+	return exchange_reply(x, 429, detail, 1);
+}
+
+enum run quota_guard(struct exchange *x)
+{
+	if (!x->route->rate_limit)
+		return RUN_AGAIN;
+	struct route_limits *l = limits_of(x);
+	struct limit_refusal why;
+	x->hold.tenant = classify_tenant_of(x->route, x->head, x->client_key, x->identity);
+	if (limits_take_rate(l, x->client_key, x->hold.tenant, clock_now_ns() / 1000, &why) < 0) {
+		char detail[80];
+		snprintf(detail, sizeof(detail),
+			 "request rate limit reached (routes.rate_limit.%s)", why.what);
+		return refuse(x, &why, detail);
+	}
+	if (limits_take_hold(l, x->hold.tenant, &x->hold.conc, &why) < 0)
+		return refuse(x, &why,
+			      "this tenant has routes.rate_limit.concurrency requests in flight");
+	/* until the body says otherwise: the default reservation, the prompt from its size */
+	x->hold.max_tokens = l->default_max_tokens;
+	x->hold.prompt_est = x->req.framing == HTTP_BODY_LENGTH ? x->req.left / 4 : 0;
+	return RUN_AGAIN;
+}
+
+void quota_note_body(struct exchange *x, const char *body, size_t len)
+{
+	if (!x->route->rate_limit || !limits_of(x)->has_tokens || !body)
+		return;
+	long n = http_max_tokens(body, len);
+	if (n >= 0)
+		x->hold.max_tokens = (uint64_t)n;
+	if (x->req.framing != HTTP_BODY_LENGTH && len / 4 > x->hold.prompt_est)
+		x->hold.prompt_est = len / 4;
+}
+
+enum run quota_reserve(struct exchange *x)
+{
+	if (!x->route->rate_limit || x->hold.reserved)
+		return RUN_AGAIN;
+	struct route_limits *l = limits_of(x);
+	if (!l->has_tokens)
+		return RUN_AGAIN;
+	struct limit_refusal why;
+	uint64_t n = x->hold.prompt_est + x->hold.max_tokens;
+	if (limits_reserve_tokens(l, x->hold.tenant, n, clock_now_ns() / 1000, &why) < 0)
+		return refuse(x, &why, "token limit reached (routes.rate_limit.tokens_per_minute)");
+	x->hold.charged = n;
+	x->hold.reserved = 1;
+	usage_scan_init(&x->usage);
+	return RUN_AGAIN;
+}
+
+void quota_count(struct exchange *x, const char *p, size_t len)
+{
+	if (x->hold.reserved)
+		limits_count_response(limits_of(x), &x->hold, &x->usage, p, len,
+				      clock_now_ns() / 1000);
+}

@@ -1,0 +1,32 @@
+/*
+ * quota.h - routes.rate_limit on the request path: the guard's rate and concurrency checks,
+ * and the token reservation an LLM request makes before it may take a slot (the limits
+ * themselves, and the settling at the end of the exchange, are guard/limits.h's).
+ *
+ * A refused request is answered 429 with Retry-After (when waiting helps) and
+ * X-RateLimit-Limit, -Remaining and -Reset for the limit that refused it. Responses that
+ * pass carry no X-RateLimit-* headers: the numbers are exact only at the check, and adding
+ * them would rewrite every response head of a limited route.
+ */
+#ifndef ACCELNET_PROXY_QUOTA_H
+#define ACCELNET_PROXY_QUOTA_H
+
+#include "proxy/exchange.h"
+
+#include <stddef.h>
+
+/* The route's request rates, then its concurrency cap (the guard stage, after auth). */
+enum run quota_guard(struct exchange *x);
+
+/* The request body (<len> bytes at <body>; NULL: not read) is in: note what its tokens may
+ * cost (max_tokens, the prompt's size). */
+void quota_note_body(struct exchange *x, const char *body, size_t len);
+
+/* Reserve the request's tokens (tokens_per_minute) before admission: 429 when its tenant's
+ * budget cannot cover them. */
+enum run quota_reserve(struct exchange *x);
+
+/* Response body bytes p[0..len) went to the client: count the tokens they carry. */
+void quota_count(struct exchange *x, const char *p, size_t len);
+
+#endif

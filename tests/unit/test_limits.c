@@ -1,0 +1,180 @@
+/*
+ * test_limits.c - a route's limits by a given clock: token reservations settled with the
+ * usage a response reports or the events it streams (refund, overdraft charged as it
+ * goes), the concurrency cap per tenant; the usage scanner on bodies cut anywhere; the
+ * max_tokens of a request body.
+ */
+#include "guard/limits.h"
+#include "http/prompt.h"
+#include "http/usage.h"
+
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+static const char stream[] =
+    "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"
+    "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n"
+    "data: {\"choices\":[{\"delta\":{\"content\": \"lo\"}}]}\r\n\r\n"
+    "data: {\"choices\":[{\"text\":\"!\",\"finish_reason\":null}]}\n\n"
+    "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3,"
+    "\"total_tokens\": 10}}\n\n"
+    "data: [DONE]\n\n";
+
+static void scan_whole_and_cut(void **state)
+{
+	(void)state;
+	for (size_t step = 1; step <= sizeof(stream); step++) {
+		struct usage_scan u;
+		usage_scan_init(&u);
+		for (size_t i = 0; i < sizeof(stream) - 1; i += step) {
+			size_t n = sizeof(stream) - 1 - i < step ? sizeof(stream) - 1 - i : step;
+			usage_scan_feed(&u, stream + i, n);
+		}
+		assert_int_equal(u.events, 3); /* the role-only chunk and usage carry no text */
+		assert_true(u.has_total);
+		assert_int_equal(u.total, 10);
+	}
+	/* a JSON response: its usage, no events */
+	static const char json[] = "{\"choices\":[{\"text\":\"data: x\"}],\"usage\":{"
+				   "\"total_tokens\":1234}}";
+	struct usage_scan u;
+	usage_scan_init(&u);
+	usage_scan_feed(&u, json, sizeof(json) - 1);
+	assert_int_equal(u.events, 0);
+	assert_int_equal(u.total, 1234);
+	/* chunked framing between events leaves them whole */
+	static const char chunked[] =
+	    "2a\r\ndata: {\"choices\":[{\"text\":\"a\"}]}\n\n\r\n"
+	    "2a\r\ndata: {\"choices\":[{\"text\":\"b\"}]}\n\n\r\n0\r\n\r\n";
+	usage_scan_init(&u);
+	usage_scan_feed(&u, chunked, sizeof(chunked) - 1);
+	assert_int_equal(u.events, 2);
+	assert_false(u.has_total);
+}
+
+static void max_tokens_of_body(void **state)
+{
+	(void)state;
+	const char *a = "{\"model\":\"m\",\"prompt\":\"max_tokens\",\"max_tokens\":128}";
+	assert_int_equal(http_max_tokens(a, strlen(a)), 128);
+	const char *b = "{\"messages\":[{\"max_tokens\":5}],\"max_completion_tokens\": 64 }";
+	assert_int_equal(http_max_tokens(b, strlen(b)), 64);
+	const char *c = "{\"max_tokens\":1.5}";
+	assert_int_equal(http_max_tokens(c, strlen(c)), -1);
+	const char *d = "{\"max_tokens\":12";
+	assert_int_equal(http_max_tokens(d, strlen(d)), -1); /* cut off: maybe 120 */
+	const char *e = "{\"max_tokens\":99999999999}";
+	assert_int_equal(http_max_tokens(e, strlen(e)), -1);
+	assert_int_equal(http_max_tokens("[]", 2), -1);
+}
+
+/* 60000 tokens a minute (1000/s), a bucket of 10000 */
+static void reserve_and_settle(void **state)
+{
+	(void)state;
+	struct conf_rate_limit c = {
+	    .tokens_per_minute = 60000, .token_burst = 10000, .default_max_tokens = 256};
+	struct route_limits l;
+	assert_int_equal(limits_init(&l, &c), 0);
+	struct limit_refusal why;
+	uint64_t t = 10000000;
+
+	/* a JSON response reports 1500 of the 6000 reserved: 4500 come back */
+	struct limit_hold h = {.tenant = 77, .prompt_est = 1000, .max_tokens = 5000};
+	struct usage_scan u;
+	assert_int_equal(limits_reserve_tokens(&l, 77, 6000, t, &why), 0);
+	h.charged = 6000, h.reserved = 1;
+	usage_scan_init(&u);
+	const char body[] = "{\"usage\":{\"total_tokens\":1500}}";
+	limits_count_response(&l, &h, &u, body, sizeof(body) - 1, t);
+	assert_int_equal(limits_reserve_tokens(&l, 77, 8500, t, &why), -EAGAIN);
+	assert_string_equal(why.what, "tokens_per_minute");
+	assert_int_equal(why.st.remaining, 4000);
+	assert_int_equal(why.wait_us, 4500000); /* 4500 tokens short at 1000/s */
+	limits_end(&l, &h, &u, 1, t);
+	assert_int_equal(limits_reserve_tokens(&l, 77, 8500, t, &why), 0);
+	assert_false(h.reserved);
+
+	/* a stream with no usage, reserved 10 (prompt 2 + 8): past its reservation each event
+	 * is charged at once, and the end charges nothing twice */
+	struct route_limits l2;
+	assert_int_equal(limits_init(&l2, &c), 0);
+	struct limit_hold s = {.tenant = 5, .prompt_est = 2, .max_tokens = 8};
+	assert_int_equal(limits_reserve_tokens(&l2, 5, 10, t, &why), 0);
+	s.charged = 10, s.reserved = 1;
+	usage_scan_init(&u);
+	const char ev[] = "data: {\"choices\":[{\"text\":\"x\"}]}\n\n";
+	for (int i = 0; i < 20; i++)
+		limits_count_response(&l2, &s, &u, ev, sizeof(ev) - 1, t);
+	assert_int_equal(u.events, 20);
+	assert_int_equal(s.charged, 22);
+	assert_int_equal(limits_reserve_tokens(&l2, 5, 10000 - 22, t, &why), 0);
+	assert_int_equal(limits_reserve_tokens(&l2, 5, 1, t, &why), -EAGAIN);
+	limits_end(&l2, &s, &u, 1, t);
+	assert_int_equal(s.charged, 22);
+	assert_int_equal(limits_reserve_tokens(&l2, 5, 1, t, &why), -EAGAIN);
+
+	/* refused before any response (no answer): the whole reservation comes back */
+	struct route_limits l3;
+	assert_int_equal(limits_init(&l3, &c), 0);
+	struct limit_hold r = {.tenant = 6, .prompt_est = 100, .max_tokens = 9900};
+	assert_int_equal(limits_reserve_tokens(&l3, 6, 10000, t, &why), 0);
+	r.charged = 10000, r.reserved = 1;
+	usage_scan_init(&u);
+	limits_end(&l3, &r, &u, 0, t);
+	assert_int_equal(limits_reserve_tokens(&l3, 6, 10000, t, &why), 0);
+	limits_fini(&l);
+	limits_fini(&l2);
+	limits_fini(&l3);
+}
+
+static void concurrency_cap(void **state)
+{
+	(void)state;
+	struct conf_rate_limit c = {.concurrency = 2};
+	struct route_limits l;
+	assert_int_equal(limits_init(&l, &c), 0);
+	struct limit_refusal why;
+	struct conc_slot *a, *b, *d, *o;
+	assert_int_equal(limits_take_hold(&l, 1, &a, &why), 0);
+	assert_int_equal(limits_take_hold(&l, 1, &b, &why), 0);
+	assert_int_equal(limits_take_hold(&l, 1, &d, &why), -EBUSY);
+	assert_string_equal(why.what, "concurrency");
+	assert_int_equal(why.st.limit, 2);
+	assert_int_equal(limits_take_hold(&l, 2, &o, &why), 0); /* another tenant */
+	limits_release_hold(a);
+	assert_int_equal(limits_take_hold(&l, 1, &d, &why), 0);
+	limits_release_hold(b);
+	limits_release_hold(d);
+	limits_release_hold(o);
+	/* no cap: nothing held */
+	struct route_limits n;
+	struct conf_rate_limit none = {.per_route = {5, 1}};
+	assert_int_equal(limits_init(&n, &none), 0);
+	assert_int_equal(limits_take_hold(&n, 1, &a, &why), 0);
+	assert_null(a);
+	/* per_route: every client together */
+	int passed = 0;
+	for (uint64_t ip = 1; ip <= 10; ip++)
+		passed += limits_take_rate(&n, ip, ip, 1000000, &why) == 0;
+	assert_int_equal(passed, 5);
+	assert_string_equal(why.what, "per_route");
+	limits_fini(&n);
+	limits_fini(&l);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(scan_whole_and_cut),
+	    cmocka_unit_test(max_tokens_of_body),
+	    cmocka_unit_test(reserve_and_settle),
+	    cmocka_unit_test(concurrency_cap),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
