@@ -120,6 +120,21 @@ static void conf_tls_free(struct conf_tls *t)
 	free(t);
 }
 
+static void conf_upstream_tls_free(struct conf_upstream_tls *t)
+{
+	if (!t)
+		return;
+	free(t->ca);
+	free(t->sni);
+	free(t->verify_name);
+	free(t->cert);
+	free(t->key);
+	free(t->ciphers);
+	free(t->ciphersuites);
+	free(t->min_version);
+	free(t);
+}
+
 static void conf_auth_free(struct conf_auth *a)
 {
 	if (!a)
@@ -148,13 +163,17 @@ void conf_free(struct conf *c)
 	free(c->trusted_proxies);
 	for (size_t i = 0; i < c->npools; i++) {
 		struct conf_pool *p = &c->pools[i];
-		for (size_t j = 0; j < p->nbackends; j++)
+		for (size_t j = 0; j < p->nbackends; j++) {
 			free(p->backends[j].ep.address);
+			free(p->backends[j].tls_sni);
+			free(p->backends[j].tls_verify_name);
+		}
 		free(p->backends);
 		free(p->name);
 		free(p->health.path);
 		free(p->hash.header);
 		free(p->load_header);
+		conf_upstream_tls_free(p->tls);
 		lb_state_free(&p->lb);
 	}
 	free(c->pools);

@@ -47,10 +47,25 @@ struct conf_listen {
 	struct conf_tls *tls; /* listen[].tls; NULL: plain TCP */
 };
 
+/* pools[].tls: TLS to the pool's backends (net/tls.h builds one client context of it). */
+struct conf_upstream_tls {
+	char *ca;	    /* PEM CA bundle; NULL: the system's store */
+	unsigned verify;    /* check the backend's certificate (default 1) */
+	char *sni;	    /* NULL: the backend's host when it is a name */
+	char *verify_name;  /* NULL: the SNI, else the backend's host or address */
+	char *cert, *key;   /* client certificate; NULL: none */
+	char *ciphers;	    /* TLS 1.2 list; NULL: OpenSSL's */
+	char *ciphersuites; /* TLS 1.3; NULL: OpenSSL's */
+	char *min_version;  /* "1.2" (default) or "1.3" */
+};
+
 struct conf_backend {
 	struct conf_listen ep;	  /* where the backend listens */
 	unsigned weight;	  /* 1..1000, default 1 */
 	unsigned max_concurrency; /* 0: no cap */
+	/* with pools[].tls, resolved once read: the name sent as SNI (NULL: none) and the one
+	 * its certificate must carry (NULL: not checked, verify off) */
+	char *tls_sni, *tls_verify_name;
 };
 
 #define CONF_HEALTH_PATH_MAX 256
@@ -100,10 +115,11 @@ struct conf_pool {
 	unsigned retry_budget_pct; /* retries stay under this share of requests */
 	struct conf_outlier outlier;
 	struct conf_hash hash;
-	char *load_header;	 /* a backend's own queue depth, read from its responses */
-	unsigned load_ttl_ms;	 /* ... and believed this long */
-	unsigned hedge_after_ms; /* send an idempotent request again after this; 0: never */
-	int can_queue;		 /* some backend has max_concurrency: requests may wait */
+	char *load_header;	       /* a backend's own queue depth, read from its responses */
+	unsigned load_ttl_ms;	       /* ... and believed this long */
+	unsigned hedge_after_ms;       /* send an idempotent request again after this; 0: never */
+	int can_queue;		       /* some backend has max_concurrency: requests may wait */
+	struct conf_upstream_tls *tls; /* NULL: plain TCP to the backends */
 };
 
 /* routes[].auth.client_cert.tenant_from: which part of a verified client certificate names

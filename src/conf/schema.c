@@ -9,8 +9,8 @@
  * section is read; a check that needs the whole file (a route names a pool defined
  * anywhere) runs last, in check_whole(). The pool's table also holds the keys each
  * balancer declares for itself (conf/pool_policy.c adds them), so the schema names none
- * of them. Keys of the config contract whose features are not built yet (tls, auth,
- * rate_limit, cache) are refused by name, so nobody believes that TLS or auth is on when
+ * of them. Keys of the config contract whose features are not built yet (see "Not yet
+ * built" in docs/config.md) are refused by name, so nobody believes a feature is on when
  * it is not.
  */
 #include "conf/schema.h"
@@ -18,7 +18,9 @@
 #include "conf/tls.h"
 
 #include <errno.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <grp.h>
@@ -418,6 +420,85 @@ static const struct rule hash_rules[] = {
     RULES_END,
 };
 
+static const struct rule upstream_tls_rules[] = {
+    {"ca", RULE_STR, offsetof(struct conf_upstream_tls, ca), 0, 0, NULL, NULL},
+    {"verify", RULE_BOOL, offsetof(struct conf_upstream_tls, verify), 0, 0, NULL, NULL},
+    {"sni", RULE_STR, offsetof(struct conf_upstream_tls, sni), 0, 0, NULL, NULL},
+    {"verify_name", RULE_STR, offsetof(struct conf_upstream_tls, verify_name), 0, 0, NULL, NULL},
+    {"cert", RULE_STR, offsetof(struct conf_upstream_tls, cert), 0, 0, NULL, NULL},
+    {"key", RULE_STR, offsetof(struct conf_upstream_tls, key), 0, 0, NULL, NULL},
+    {"ciphers", RULE_STR, offsetof(struct conf_upstream_tls, ciphers), 0, 0, NULL, NULL},
+    {"ciphersuites", RULE_STR, offsetof(struct conf_upstream_tls, ciphersuites), 0, 0, NULL, NULL},
+    {"min_version", RULE_STR, offsetof(struct conf_upstream_tls, min_version), 0, 0, NULL, NULL},
+    RULES_END,
+};
+
+static int is_ip_literal(const char *host)
+{
+	unsigned char a[sizeof(struct in6_addr)];
+	return inet_pton(AF_INET, host, a) == 1 || inet_pton(AF_INET6, host, a) == 1;
+}
+
+/* pools[].tls: read, then the client context built once, so a CA, certificate or key file
+ * that does not load, or a cipher list OpenSSL does not know, is refused here with its
+ * place. Each backend's names are resolved in check_pool(), once its address is known. */
+static int read_upstream_tls(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	struct conf_pool *p = field;
+	char err[300];
+	(void)r;
+	if (!(p->tls = calloc(1, sizeof(*p->tls))))
+		return rules_fail(x, v, "out of memory");
+	struct conf_upstream_tls *t = p->tls;
+	t->verify = 1;
+	int rc = rules_read_section(x, v, "tls", upstream_tls_rules, t);
+	if (rc)
+		return rc;
+	if (!t->cert != !t->key)
+		return rules_fail(x, v,
+				  "tls: 'cert' and 'key' (the client certificate) go together");
+	if (t->min_version && strcmp(t->min_version, "1.2") != 0 &&
+	    strcmp(t->min_version, "1.3") != 0)
+		return rules_fail(x, rules_value_of(x, v, "min_version"),
+				  "tls: min_version is \"1.2\" or \"1.3\" (older versions are not "
+				  "offered)");
+	if (t->sni && (!t->sni[0] || is_ip_literal(t->sni)))
+		return rules_fail(x, rules_value_of(x, v, "sni"),
+				  "tls: sni is a host name (SNI never carries an address; leave it "
+				  "out to send none)");
+	if (t->verify_name && !t->verify_name[0])
+		return rules_fail(x, rules_value_of(x, v, "verify_name"),
+				  "tls: verify_name is a host name or address");
+	if (!t->verify && (t->ca || t->verify_name))
+		return rules_fail(x, v,
+				  "tls: 'ca' and 'verify_name' mean nothing with verify: false");
+	struct ssl_ctx_st *built = NULL;
+	rc = conf_upstream_tls_build(t, &built, err, sizeof(err));
+	net_tls_ctx_free(built);
+	if (rc)
+		return rules_fail(x, v, "tls: %s", err);
+	return 0;
+}
+
+/* With pools[].tls: the name backend <b> gets as SNI, and the one its certificate must
+ * carry. 0 or -ENOMEM. */
+static int backend_tls_names(const struct conf_upstream_tls *t, struct conf_backend *b)
+{
+	char host[256];
+	const char *a = b->ep.address;
+	snprintf(host, sizeof(host), "%s", a[0] == '[' ? a + 1 : a);
+	char *end = a[0] == '[' ? strchr(host, ']') : strrchr(host, ':');
+	if (end)
+		*end = '\0';
+	const char *sni = t->sni ? t->sni : is_ip_literal(host) ? NULL : host;
+	const char *name = t->verify_name ? t->verify_name : sni ? sni : host;
+	if (sni && !(b->tls_sni = strdup(sni)))
+		return -ENOMEM;
+	if (t->verify && !(b->tls_verify_name = strdup(name)))
+		return -ENOMEM;
+	return 0;
+}
+
 #define POOL_UINT(key, field, min, max)                                                            \
 	{                                                                                          \
 		key, RULE_UINT, offsetof(struct conf_pool, field), min, max, NULL, NULL            \
@@ -439,6 +520,7 @@ static const struct rule pool_rules[] = {
     POOL_UINT("retry_budget_pct", retry_budget_pct, 0, 100),
     {"outlier", RULE_SECTION, offsetof(struct conf_pool, outlier), 0, 0, outlier_rules, NULL},
     {"hash", RULE_SECTION, 0, 0, 0, hash_rules, NULL},
+    {"tls", RULE_SECTION, 0, 0, 0, upstream_tls_rules, read_upstream_tls},
     RULES_END,
 };
 
@@ -471,8 +553,11 @@ static int check_pool(struct rules_ctx *x, yaml_node_t *item, struct conf_pool *
 	for (size_t j = 0; j < i; j++)
 		if (strcmp(c->pools[j].name, p->name) == 0)
 			return rules_fail(x, item, "pool '%s' is defined twice", p->name);
-	for (size_t j = 0; j < p->nbackends; j++)
+	for (size_t j = 0; j < p->nbackends; j++) {
 		p->can_queue |= p->backends[j].max_concurrency > 0;
+		if (p->tls && backend_tls_names(p->tls, &p->backends[j]) < 0)
+			return rules_fail(x, item, "out of memory");
+	}
 	if (!p->health.timeout_ms)
 		p->health.timeout_ms = p->health.interval_ms < 2000 ? p->health.interval_ms : 2000;
 	int err = pool_policy_check(x, item, p);

@@ -1,5 +1,5 @@
 /*
- * tls.c - building a listener's TLS contexts from its config (see tls.h).
+ * tls.c - building a listener's and a pool's TLS contexts from their config (see tls.h).
  */
 #include "conf/tls.h"
 
@@ -37,4 +37,20 @@ int conf_tls_build(const struct conf_tls *t, struct net_tls_listener **out, char
 	int rc = net_tls_listener_new(&o, out, err, errlen);
 	free(certs);
 	return rc;
+}
+
+int conf_upstream_tls_build(const struct conf_upstream_tls *t, struct ssl_ctx_st **out, char *err,
+			    size_t errlen)
+{
+	struct net_tls_opts o = {
+	    .ca = t->ca,
+	    .cert = t->cert,
+	    .key = t->key,
+	    .insecure = !t->verify,
+	    .ciphers = t->ciphers,
+	    .ciphersuites = t->ciphersuites,
+	    .min_version = t->min_version && strcmp(t->min_version, "1.3") == 0 ? 13 : 12,
+	    .keep_sessions = 1,
+	};
+	return net_tls_ctx_client(&o, out, err, errlen);
 }

@@ -7,6 +7,11 @@
  * helpers are the same step on a blocking socket, where -EAGAIN means the socket's timeout
  * ran out. OpenSSL's error queue is per thread: net_tls_error_text() reads it right after a
  * failed call on the same thread, and clears it.
+ *
+ * Client sessions are kept outside OpenSSL's cache: a connection's SSL carries a pointer to
+ * its owner's slot (ex_data), and the new-session callback swaps the session there, so the
+ * owner decides how many are kept and who shares them (the proxy: one per worker and
+ * backend), with no lock.
  */
 #include "net/tls.h"
 
@@ -17,6 +22,27 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+
+/* The ex_data index of a client SSL's session slot (struct ssl_session_st **). */
+static int slot_index = -1;
+static CRYPTO_ONCE slot_once = CRYPTO_ONCE_STATIC_INIT;
+
+static void slot_index_init(void)
+{
+	slot_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL);
+}
+
+/* OpenSSL has a new session for a client connection (TLS 1.2: the handshake ended; TLS 1.3:
+ * a ticket arrived): it replaces the one in the connection's slot. 1: we keep <sess>. */
+static int on_new_session(SSL *ssl, SSL_SESSION *sess)
+{
+	SSL_SESSION **slot = slot_index >= 0 ? SSL_get_ex_data(ssl, slot_index) : NULL;
+	if (!slot || !SSL_SESSION_is_resumable(sess))
+		return 0;
+	SSL_SESSION_free(*slot);
+	*slot = sess;
+	return 1;
+}
 
 /* <what>, then OpenSSL's first queued error if any, into <err>; the queue is cleared. */
 static void tls_reason(char *err, size_t errlen, const char *what)
@@ -37,7 +63,26 @@ static int ctx_new(const struct net_tls_opts *t, int server, struct ssl_ctx_st *
 		tls_reason(err, errlen, "cannot create a TLS context");
 		return -ENOMEM;
 	}
-	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+	SSL_CTX_set_min_proto_version(ctx, t->min_version == 13 ? TLS1_3_VERSION : TLS1_2_VERSION);
+	if (t->ciphers && SSL_CTX_set_cipher_list(ctx, t->ciphers) != 1) {
+		tls_reason(err, errlen, "no usable cipher in 'ciphers'");
+		goto fail;
+	}
+	if (t->ciphersuites && SSL_CTX_set_ciphersuites(ctx, t->ciphersuites) != 1) {
+		tls_reason(err, errlen, "no usable suite in 'ciphersuites'");
+		goto fail;
+	}
+	if (!server && t->keep_sessions) {
+		CRYPTO_THREAD_run_once(&slot_once, slot_index_init);
+		if (slot_index < 0) {
+			tls_reason(err, errlen, "cannot keep TLS sessions");
+			goto fail;
+		}
+		/* sessions live in each connection's slot, never in the context's cache */
+		SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT |
+							SSL_SESS_CACHE_NO_INTERNAL_STORE);
+		SSL_CTX_sess_set_new_cb(ctx, on_new_session);
+	}
 	/* net_conn_writev() gathers small parts into a buffer on its stack and may pass more
 	 * when it repeats a write: a write may complete in part, from a buffer that moved */
 	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
@@ -122,6 +167,42 @@ int net_tls_attach(struct net_conn *c, struct ssl_ctx_st *ctx, int server, const
 	}
 	c->ssl = ssl;
 	return 0;
+}
+
+int net_tls_attach_client(struct net_conn *c, struct ssl_ctx_st *ctx, const struct net_tls_peer *p)
+{
+	SSL *ssl = SSL_new(ctx);
+	if (!ssl || SSL_set_fd(ssl, c->fd) != 1)
+		goto fail;
+	SSL_set_connect_state(ssl);
+	if (p->sni && SSL_set_tlsext_host_name(ssl, p->sni) != 1)
+		goto fail;
+	if (p->verify_name &&
+	    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), p->verify_name) != 1 &&
+	    SSL_set1_host(ssl, p->verify_name) != 1)
+		goto fail;
+	if (p->session) {
+		if (slot_index >= 0 && SSL_set_ex_data(ssl, slot_index, p->session) != 1)
+			goto fail;
+		if (*p->session && SSL_SESSION_is_resumable(*p->session))
+			SSL_set_session(ssl, *p->session); /* a refused offer is a full handshake */
+	}
+	c->ssl = ssl;
+	return 0;
+fail:
+	SSL_free(ssl);
+	ERR_clear_error();
+	return -ENOMEM;
+}
+
+int net_tls_resumed(struct net_conn *c)
+{
+	return c->ssl && SSL_session_reused(c->ssl);
+}
+
+void net_tls_session_free(struct ssl_session_st *s)
+{
+	SSL_SESSION_free(s);
 }
 
 int net_tls_handshake(struct net_conn *c)

@@ -7,6 +7,10 @@
  * <insecure>; the name also goes out as SNI. A server needs a certificate and its key; with
  * <ca> it requires a client certificate signed by it (mutual TLS).
  *
+ * A client context may also carry cipher settings, a lowest version, and session keeping:
+ * with it, each connection attached by net_tls_attach_client() offers the last session kept
+ * in its slot and stores there the next one the server gives, so a reconnect resumes.
+ *
  * Once attached (net_tls_attach), the connection reads and writes through TLS (net/conn.h).
  * The handshake comes in two shapes:
  *   - non-blocking, for an event loop: net_tls_handshake() one step at a time, -EAGAIN with
@@ -29,10 +33,16 @@
 #include <stddef.h>
 
 struct ssl_ctx_st;
+struct ssl_session_st;
 
 struct net_tls_opts {
 	const char *ca, *cert, *key; /* PEM files, each may be NULL */
 	int insecure;		     /* client: do not verify the server */
+	/* client only, each may be NULL / 0 */
+	const char *ciphers;	  /* TLS 1.2 cipher list (OpenSSL syntax); NULL: OpenSSL's */
+	const char *ciphersuites; /* TLS 1.3 suites; NULL: OpenSSL's */
+	int min_version;	  /* 12 (the default when 0) or 13 */
+	int keep_sessions;	  /* hand each new session to the slot given at attach */
 };
 
 /* A client or server context from <t>: 0 with *out (free with net_tls_ctx_free), or -errno
@@ -47,6 +57,28 @@ void net_tls_ctx_free(struct ssl_ctx_st *ctx);
  * <hostport> ("HOST:PORT", "[V6]:PORT" or a bare host; NULL: no name checked, no SNI).
  * 0, or -ENOMEM. */
 int net_tls_attach(struct net_conn *c, struct ssl_ctx_st *ctx, int server, const char *hostport);
+
+/*
+ * The client side, for an event loop (the proxy to its backends): a session from <ctx> on
+ * plain connection <c>, then stepped with net_tls_handshake(). <sni>: the server name sent
+ * (NULL: none; never an address). <verify_name>: the host name or address the server's
+ * certificate must carry (NULL: not checked; the context's verify setting still applies).
+ * <session>: where the last session with this server is kept (NULL: none); a resumable one
+ * is offered, and with keep_sessions each new one the server hands out (TLS 1.2 at the end of
+ * the handshake, TLS 1.3 tickets later, on a read) replaces it, so *session must outlive the
+ * connection. 0, or -ENOMEM.
+ */
+struct net_tls_peer {
+	const char *sni, *verify_name;
+	struct ssl_session_st **session;
+};
+int net_tls_attach_client(struct net_conn *c, struct ssl_ctx_st *ctx, const struct net_tls_peer *p);
+
+/* Was the finished handshake on <c> a resumption (1) or a full one (0)? */
+int net_tls_resumed(struct net_conn *c);
+
+/* Let go of a kept session (NULL is fine). */
+void net_tls_session_free(struct ssl_session_st *s);
 
 /* One step of the handshake of an attached connection: 0 done, -EAGAIN (wait for what
  * want_read/want_write say), -EACCES (the peer's certificate was refused), -ECONNRESET (the

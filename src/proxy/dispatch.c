@@ -59,9 +59,9 @@ static enum run connect_retry(struct exchange *x, const struct backend *exclude)
 		return dispatch_spill(x);
 	pool_turned_away(x->pool);
 	return exchange_reply(x, x->retry_status,
-			      x->retry_status == 504
-				  ? "backend connect timeout, no other backend"
-				  : "backend connection failed, no other backend",
+			      x->retry_status == 504 ? "backend connect timeout, no other backend"
+			      : x->retry_tls ? "backend TLS handshake failed, no other backend"
+					     : "backend connection failed, no other backend",
 			      1);
 }
 
@@ -112,8 +112,7 @@ enum run dispatch_failed(struct exchange *x, enum up_failure why)
 		x->uphead_off = 0;
 		if (be)
 			backend_count(be, PM_BACKEND_RETRIES, 1);
-		return dispatch_connect(x,
-					why == UP_CONNECT || why == UP_CONNECT_TIMEOUT ? be : NULL);
+		return dispatch_connect(x, retry_connect_failed(why) ? be : NULL);
 	case RETRY_NO:
 		break;
 	}

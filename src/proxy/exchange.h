@@ -47,6 +47,7 @@ enum run {
 enum up_failure {
 	UP_CONNECT,	    /* the connection could not be established */
 	UP_CONNECT_TIMEOUT, /* ... within timeouts.connect_ms */
+	UP_TLS,		    /* ... its TLS handshake failed (pools.tls) */
 	UP_RESET,	    /* it closed or failed before the response head */
 	UP_TIMEOUT,	    /* no response head within timeouts.first_byte_ms */
 	UP_BAD,		    /* the response head was malformed */
@@ -114,6 +115,7 @@ struct exchange {
 	unsigned early_head : 1; /* ... whose event-stream head the proxy has sent */
 	unsigned wrap_tail : 1;	 /* a Content-Length body relayed as one chunk: end it */
 	unsigned wrap_size : 1;	 /* ... whose chunk-size line went out */
+	unsigned retry_tls : 1;	 /* the failed attempt was a TLS handshake: say so if none */
 	int retry_status;	 /* what to answer if the retry finds no backend: 502 or 504 */
 	unsigned interims;	 /* interim (1xx) responses relayed ... */
 	uint32_t interim_bytes;	 /* ... and their bytes */

@@ -4,12 +4,16 @@
  * interval and as deadline. A check that cannot even start because this process is out of
  * descriptors, socket buffers or memory says nothing about the backend: it is skipped, not
  * counted as failed, and the next one runs at the usual interval. The probe's bytes move
- * through the transport (net/conn.h), as every connection to a backend does.
+ * through the transport (net/conn.h), as every connection to a backend does: for a pool with
+ * pools.tls the probe does its TLS handshake (non-blocking, within the check's timeout, with
+ * the pool's verification, offering the probe's last session), and a failed handshake is a
+ * failed check whose reason (OpenSSL's) the DOWN line gives.
  */
 #include "proxy/health.h"
 #include "core/log.h"
 #include "net/conn.h"
 #include "net/sock.h"
+#include "net/tls.h"
 #include "proxy/admission.h"
 
 #include <errno.h>
@@ -17,11 +21,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum probe_phase { P_WAIT, P_CONNECT, P_READ };
+enum probe_phase { P_WAIT, P_CONNECT, P_HANDSHAKE, P_READ };
 
 struct probe {
 	struct loop_io io; /* io.fd is nc.fd while connected, else -1 */
 	struct net_conn nc;
+	struct ssl_session_st *session; /* pools.tls: the last session, offered next time */
 	struct loop_timer timer;
 	struct health *h;
 	struct pool_rt *pool;
@@ -53,6 +58,8 @@ static void probe_disconnect(struct probe *p)
 	if (p->io.fd < 0)
 		return;
 	loop_io_del(p->h->loop, &p->io);
+	if (p->nc.ssl && p->phase == P_READ)
+		net_conn_shutdown(&p->nc); /* close_notify: the session stays resumable */
 	net_conn_close(&p->nc);
 	p->io.fd = -1;
 }
@@ -96,6 +103,46 @@ static void probe_skip(struct probe *p, int err)
 	probe_schedule(p);
 }
 
+/* Send the check request. 0, or -1 with the probe finished. */
+static int probe_send(struct probe *p)
+{
+	char req[512];
+	int n = snprintf(req, sizeof(req),
+			 "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: accelnet-health\r\n"
+			 "Connection: close\r\n\r\n",
+			 p->be->pool->health.path, p->be->name);
+	/* conf bounds the path; never send past req */
+	if (n < 0 || (size_t)n >= sizeof(req)) {
+		probe_finish(p, 0, "the check request does not fit");
+		return -1;
+	}
+	if (net_conn_write(&p->nc, req, (size_t)n) != n) {
+		probe_finish(p, 0, "cannot send the check request");
+		return -1;
+	}
+	p->phase = P_READ;
+	p->len = 0;
+	return 0;
+}
+
+/* One step of the probe's TLS handshake. 1: done; 0: it waits, or failed (finished). */
+static int probe_handshake(struct probe *p)
+{
+	int rc = net_tls_handshake(&p->nc);
+	if (rc == 0)
+		return 1;
+	if (rc == -EAGAIN)
+		return 0;
+	char why[240], tls[200];
+	if (rc == -ECONNRESET)
+		snprintf(tls, sizeof(tls), "the backend closed the connection");
+	else
+		net_tls_error_text(&p->nc, tls, sizeof(tls));
+	snprintf(why, sizeof(why), "TLS handshake failed: %s", tls);
+	probe_finish(p, 0, why);
+	return 0;
+}
+
 static void probe_on_io(struct loop_io *io, unsigned events)
 {
 	struct probe *p = container_of(io, struct probe, io);
@@ -110,23 +157,13 @@ static void probe_on_io(struct loop_io *io, unsigned events)
 			probe_finish(p, 0, strerror(-err));
 			return;
 		}
-		char req[512];
-		int n = snprintf(req, sizeof(req),
-				 "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: accelnet-health\r\n"
-				 "Connection: close\r\n\r\n",
-				 p->be->pool->health.path, p->be->name);
-		/* conf bounds the path; never send past req */
-		if (n < 0 || (size_t)n >= sizeof(req)) {
-			probe_finish(p, 0, "the check request does not fit");
+		if (p->nc.ssl)
+			p->phase = P_HANDSHAKE;
+		else if (probe_send(p) < 0)
 			return;
-		}
-		if (net_conn_write(&p->nc, req, (size_t)n) != n) {
-			probe_finish(p, 0, "cannot send the check request");
-			return;
-		}
-		p->phase = P_READ;
-		p->len = 0;
 	}
+	if (p->phase == P_HANDSHAKE && (!probe_handshake(p) || probe_send(p) < 0))
+		return;
 	if (p->phase != P_READ || !(events & (LOOP_READ | LOOP_HUP)))
 		return;
 	for (;;) {
@@ -173,7 +210,15 @@ static void probe_on_timer(struct loop_timer *t)
 	}
 	net_conn_init(&p->nc, fd);
 	p->io.fd = fd;
-	int rc = loop_io_add(p->h->loop, &p->io);
+	int rc = 0;
+	if (p->be->tls) {
+		struct net_tls_peer peer = {.sni = p->be->conf->tls_sni,
+					    .verify_name = p->be->conf->tls_verify_name,
+					    .session = &p->session};
+		rc = net_tls_attach_client(&p->nc, p->be->tls, &peer);
+	}
+	if (rc == 0)
+		rc = loop_io_add(p->h->loop, &p->io);
 	if (rc < 0) {
 		net_conn_close(&p->nc);
 		p->io.fd = -1;
@@ -224,6 +269,7 @@ void health_stop(struct health *h)
 		struct probe *p = &h->probes[i];
 		loop_timer_stop(h->loop, &p->timer);
 		probe_disconnect(p);
+		net_tls_session_free(p->session);
 	}
 	free(h->probes);
 	free(h);

@@ -86,8 +86,8 @@ static void proxy_limits_free(struct worker_shared *sh)
 }
 
 /*
- * Key material (TLS keys, API keys, the admin token) stays out of core dumps: no core file,
- * and the process is not dumpable (nor attachable by its own user).
+ * Key material (TLS keys, a pool's client key, API keys, the admin token) stays out of core
+ * dumps: no core file, and the process is not dumpable (nor attachable by its own user).
  */
 static void proxy_protect_keys(const struct conf *c)
 {
@@ -96,6 +96,8 @@ static void proxy_protect_keys(const struct conf *c)
 		keys |= c->listens[i].tls != NULL;
 	for (size_t i = 0; i < c->nroutes; i++)
 		keys |= c->routes[i].auth != NULL;
+	for (size_t i = 0; i < c->npools; i++)
+		keys |= c->pools[i].tls && c->pools[i].tls->key;
 	if (!keys)
 		return;
 	struct rlimit none = {0, 0};

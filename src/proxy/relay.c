@@ -401,7 +401,9 @@ static enum run relay_pass(struct client *cl, int *progress)
 	struct upconn *up = x->up;
 	enum run r;
 	if (up->failed)
-		return dispatch_failed(x, sock_error_is_local(up->failed) ? UP_LOCAL : UP_CONNECT);
+		return dispatch_failed(x, up->tls_failed		    ? UP_TLS
+					  : sock_error_is_local(up->failed) ? UP_LOCAL
+									    : UP_CONNECT);
 	if (!up->connecting && up->writable && (r = send_upstream(cl, progress)) != RUN_STAY)
 		return r;
 	if (x->up != up)

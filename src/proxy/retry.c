@@ -41,6 +41,9 @@ static void failure_answer(enum up_failure why, int *status, const char **detail
 	case UP_CONNECT:
 		*detail = "backend connection failed";
 		break;
+	case UP_TLS:
+		*detail = "backend TLS handshake failed";
+		break;
 	default:
 		*detail = "backend closed the connection";
 		break;
@@ -52,12 +55,18 @@ enum retry_action retry_decide(struct exchange *x, enum up_failure why, int *sta
 {
 	uint64_t now = loop_now(x->w->loop);
 	struct backend *be = x->be;
-	int connect_failed = why == UP_CONNECT || why == UP_CONNECT_TIMEOUT;
+	int connect_failed = retry_connect_failed(why);
 
 	if (connect_failed && be) {
 		backend_mark_failed(be, now);
-		log_warn("backend %s: connect failed%s; out of rotation for %u ms", be->name,
-			 why == UP_CONNECT_TIMEOUT ? " (timeout)" : "", be->pool->fail_timeout_ms);
+		if (why == UP_TLS)
+			log_warn("backend %s: TLS handshake failed: %s; out of rotation for %u ms",
+				 be->name, x->up && x->up->tls_error ? x->up->tls_error : "?",
+				 be->pool->fail_timeout_ms);
+		else
+			log_warn("backend %s: connect failed%s; out of rotation for %u ms",
+				 be->name, why == UP_CONNECT_TIMEOUT ? " (timeout)" : "",
+				 be->pool->fail_timeout_ms);
 	}
 	if (x->hedge && !x->resp_head)
 		return RETRY_TO_HEDGE;
@@ -67,6 +76,7 @@ enum retry_action retry_decide(struct exchange *x, enum up_failure why, int *sta
 	if (!x->retried && !x->resp_head && x->req.sent == 0 &&
 	    (stale || (connect_failed && pool_retry_allowed(x->pool)))) {
 		x->retry_status = why == UP_CONNECT_TIMEOUT ? 504 : 502;
+		x->retry_tls = why == UP_TLS;
 		return RETRY_AGAIN;
 	}
 	if (be && !connect_failed)

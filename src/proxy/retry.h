@@ -5,9 +5,9 @@
  * established (nothing was sent, whatever the method: this spends the pool's retry budget),
  * and when a reused keep-alive connection died before any response byte and the method is
  * idempotent (the backend had closed it: not its failure, and free). A refused or timed-out
- * connect keeps the backend out of rotation for fail_timeout_ms; a first-byte timeout
- * counts as a 504 in its latency record. While a hedged copy runs on another backend, the
- * copy carries on alone instead.
+ * connect, or a failed TLS handshake (logged once, with OpenSSL's reason), keeps the backend out of
+ * rotation for fail_timeout_ms; a first-byte timeout counts as a 504 in its latency record. While a
+ * hedged copy runs on another backend, the copy carries on alone instead.
  */
 #ifndef ACCELNET_PROXY_RETRY_H
 #define ACCELNET_PROXY_RETRY_H
@@ -19,6 +19,12 @@ enum retry_action {
 	RETRY_AGAIN,	/* try another backend (x->retry_status says what to answer if none) */
 	RETRY_TO_HEDGE, /* the hedged copy takes over */
 };
+
+/* Did <why> happen before anything could be sent: TCP, its timeout, or TLS? */
+static inline int retry_connect_failed(enum up_failure why)
+{
+	return why == UP_CONNECT || why == UP_CONNECT_TIMEOUT || why == UP_TLS;
+}
 
 /* The attempt of <x> failed for <why> (not UP_LOCAL): note it against the backend and
  * decide. */

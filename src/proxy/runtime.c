@@ -12,6 +12,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/rand.h"
+#include "conf/tls.h"
 #include "policy/qdisc.h"
 
 #include <errno.h>
@@ -162,6 +163,15 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 			      "responses by status class", NULL, BE, .sub_label = "class",
 			      .sub_values = class_names, .nsub = PM_CLASSES, .json = "responses",
 			      .json_as = MJ_UINT},
+    [PM_BACKEND_TLS_FULL] = {"accelnet_backend_tls_handshakes_total", METRIC_COUNTER,
+			     "full TLS handshakes with the backend (pools.tls)", NULL, BE,
+			     .json = "tls_handshakes", .json_as = MJ_UINT},
+    [PM_BACKEND_TLS_RESUMED] = {"accelnet_backend_tls_resumed_total", METRIC_COUNTER,
+				"TLS handshakes with the backend that resumed a session", NULL, BE,
+				.json = "tls_resumed", .json_as = MJ_UINT},
+    [PM_BACKEND_TLS_FAILURES] = {"accelnet_backend_tls_failures_total", METRIC_COUNTER,
+				 "failed TLS handshakes with the backend", NULL, BE,
+				 .json = "tls_failures", .json_as = MJ_UINT},
     [PM_POOL_NAME] = {POOL, JSON_ONLY("name", MJ_STRING), .read_str = read_pool_name},
     [PM_POOL_BALANCE] = {POOL, JSON_ONLY("balance", MJ_STRING), .read_str = read_pool_balance},
     [PM_POOL_UNAVAILABLE] = {"accelnet_pool_unavailable_total", METRIC_COUNTER,
@@ -248,6 +258,24 @@ static int runtime_create_metrics(struct runtime *rt)
 	return 0;
 }
 
+/* pools[].tls: the context its backend connections share (checked when the config was). */
+static int runtime_pool_tls(struct pool_rt *p)
+{
+	char err[300];
+	int rc = conf_upstream_tls_build(p->conf->tls, &p->tls, err, sizeof(err));
+	if (rc < 0) {
+		log_error("pool %s: tls: %s", p->conf->name, err);
+		return rc;
+	}
+	if (!p->conf->tls->verify)
+		log_warn(
+		    "pool %s: tls.verify is false: the backends' certificates are NOT checked; "
+		    "anyone on the path to them can read and change this pool's traffic. Use "
+		    "it only to try things out.",
+		    p->conf->name);
+	return 0;
+}
+
 int runtime_create(const struct conf *conf, struct runtime **out)
 {
 	int rc = -ENOMEM;
@@ -270,6 +298,9 @@ int runtime_create(const struct conf *conf, struct runtime **out)
 			goto fail;
 		}
 		atomic_init(&p->retry_tokens, RETRY_BUDGET_MAX);
+		if (pc->tls && (rc = runtime_pool_tls(p)) < 0)
+			goto fail;
+		rc = -ENOMEM;
 		p->backends = calloc(pc->nbackends, sizeof(*p->backends));
 		if (!p->backends)
 			goto fail;
@@ -278,6 +309,7 @@ int runtime_create(const struct conf *conf, struct runtime **out)
 			b->conf = &pc->backends[j];
 			b->pool = pc;
 			b->id = rt->nbackends++;
+			b->tls = p->tls;
 			snprintf(b->name, sizeof(b->name), "%s", pc->backends[j].ep.address);
 			atomic_init(&b->up, 1);
 		}
@@ -297,6 +329,7 @@ void runtime_destroy(struct runtime *rt)
 		return;
 	for (size_t i = 0; rt->pools && i < rt->npools; i++) {
 		free(rt->pools[i].backends);
+		net_tls_ctx_free(rt->pools[i].tls);
 		if (rt->pools[i].conf)
 			pool_queue_destroy(&rt->pools[i].queue);
 	}

@@ -54,6 +54,9 @@ enum proxy_metric {
 	PM_BACKEND_TTFB,
 	PM_BACKEND_GAP,
 	PM_BACKEND_RESPONSES, /* series: backend id * PM_CLASSES + class */
+	PM_BACKEND_TLS_FULL,
+	PM_BACKEND_TLS_RESUMED,
+	PM_BACKEND_TLS_FAILURES,
 	/* per pool */
 	PM_POOL_NAME,
 	PM_POOL_BALANCE,
@@ -72,6 +75,8 @@ enum proxy_metric {
 
 #define PM_CLASSES 6 /* response classes: [0] aborted, [1] 1xx ... [5] 5xx */
 
+struct ssl_ctx_st;
+
 struct backend {
 	const struct conf_backend *conf;
 	const struct conf_pool *pool;
@@ -89,12 +94,14 @@ struct backend {
 	atomic_uint_fast64_t reported_ms; /* ... when it said so */
 	atomic_uint ejections_in_row;	  /* ejected again soon after the last: longer */
 	struct metrics *metrics;	  /* the runtime's registry */
+	struct ssl_ctx_st *tls;		  /* its pool's TLS context (pools.tls); NULL: plain */
 	/* health-check bookkeeping: the main thread only */
 	unsigned hc_ok, hc_fail;
 };
 
 struct pool_rt {
 	const struct conf_pool *conf;
+	struct ssl_ctx_st *tls; /* pools[].tls: the client context of its backend connections */
 	struct backend *backends;
 	size_t nbackends;
 	size_t index;			  /* its series in the registry */

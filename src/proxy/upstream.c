@@ -1,18 +1,65 @@
 /*
  * upstream.c - opening, reusing and closing connections to backends (see upstream.h).
  *
- * An idle connection is still watched: if the backend closes it, or sends anything while no
- * request is outstanding, it is closed at once instead of being handed to the next request.
+ * An idle connection is still watched: if the backend closes it (a FIN, a reset, TLS's
+ * close_notify), or sends anything while no request is outstanding, it is closed at once
+ * instead of being handed to the next request. A TLS session ticket that arrives while idle
+ * is taken in (it is no request's answer) and the connection stays. Before an idle
+ * connection is handed out it is looked at once more without waiting, for an end that
+ * arrived in this loop turn and was not yet dispatched.
+ *
+ * A TLS connection closed cleanly sends close_notify first: OpenSSL does not resume a TLS
+ * 1.2 session whose connection ended without one.
  */
 #include "proxy/upstream.h"
 #include "core/log.h"
 #include "net/sock.h"
+#include "net/tls.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #define IDLE_MAX_PER_BACKEND 512
+
+/* Is idle <up> still good to carry a request: open, and nothing unasked-for waiting? */
+static int idle_alive(struct upconn *up)
+{
+	char b;
+	if (up->conn.ssl) /* records: a ticket is consumed (-EAGAIN), a close_notify reads 0 */
+		return net_conn_read(&up->conn, &b, 1) == -EAGAIN;
+	return net_conn_peek(&up->conn, &b, 1) == -EAGAIN;
+}
+
+/* One step of the TLS handshake of <up>. 1: finished (done or failed); 0: it waits. */
+static int handshake_step(struct upconn *up)
+{
+	int rc = net_tls_handshake(&up->conn);
+	if (rc == -EAGAIN)
+		return 0;
+	up->handshaking = 0;
+	up->connecting = 0;
+	if (rc == 0) {
+		backend_count(
+		    up->be,
+		    net_tls_resumed(&up->conn) ? PM_BACKEND_TLS_RESUMED : PM_BACKEND_TLS_FULL, 1);
+		up->readable = up->writable = 1; /* whatever edges the handshake took */
+		return 1;
+	}
+	char why[256];
+	if (rc == -ECONNRESET)
+		snprintf(why, sizeof(why), "the backend closed the connection");
+	else
+		net_tls_error_text(&up->conn, why, sizeof(why));
+	up->failed = rc;
+	up->tls_failed = 1;
+	free(up->tls_error);
+	up->tls_error = strdup(why);
+	backend_count(up->be, PM_BACKEND_TLS_FAILURES, 1);
+	return 1;
+}
 
 static void upconn_on_io(struct loop_io *io, unsigned events)
 {
@@ -23,13 +70,18 @@ static void upconn_on_io(struct loop_io *io, unsigned events)
 		up->writable = 1;
 	if (events & LOOP_HUP)
 		up->hup = 1;
-	if (up->connecting && (events & (LOOP_WRITE | LOOP_HUP))) {
-		up->connecting = 0;
+	if (up->connecting && !up->handshaking && (events & (LOOP_WRITE | LOOP_HUP))) {
 		up->failed = sock_error(io->fd);
+		if (up->failed || !up->conn.ssl)
+			up->connecting = 0;
+		else
+			up->handshaking = 1;
 	}
+	if (up->handshaking && !handshake_step(up))
+		return; /* the owner hears of it once it is ready or has failed */
 	if (up->owner)
 		up->on_event(up->owner);
-	else if (events & (LOOP_READ | LOOP_HUP))
+	else if ((events & (LOOP_READ | LOOP_HUP)) && (up->hup || !idle_alive(up)))
 		upconn_close(up);
 }
 
@@ -44,21 +96,15 @@ static void idle_unlink(struct upconn *up)
 	up->idle = 0;
 }
 
-struct upconn *upconn_get(struct worker *w, struct backend *be, int *err)
+/* A new connection to <be>, connecting; NULL with *err. */
+static struct upconn *upconn_open(struct worker *w, struct backend *be, int *err)
 {
-	struct list_node *n = list_first(&w->idle[be->id]);
-	struct upconn *up = n ? container_of(n, struct upconn, idle_link) : NULL;
-	if (up) {
-		idle_unlink(up);
-		loop_timer_stop(w->loop, &up->timer);
-		return up;
-	}
 	int fd = sock_connect(&be->conf->ep.addr);
 	if (fd < 0) {
 		*err = fd;
 		return NULL;
 	}
-	up = calloc(1, sizeof(*up));
+	struct upconn *up = calloc(1, sizeof(*up));
 	if (!up) {
 		close(fd);
 		*err = -ENOMEM;
@@ -71,14 +117,36 @@ struct upconn *upconn_get(struct worker *w, struct backend *be, int *err)
 	up->w = w;
 	up->be = be;
 	up->connecting = 1;
-	int rc = loop_io_add(w->loop, &up->io);
+	int rc = 0;
+	if (be->tls) {
+		struct net_tls_peer peer = {.sni = be->conf->tls_sni,
+					    .verify_name = be->conf->tls_verify_name,
+					    .session = &w->tls_sessions[be->id]};
+		rc = net_tls_attach_client(&up->conn, be->tls, &peer);
+	}
+	if (rc == 0)
+		rc = loop_io_add(w->loop, &up->io);
 	if (rc < 0) {
-		close(fd);
+		net_conn_close(&up->conn);
 		free(up);
 		*err = rc;
 		return NULL;
 	}
 	return up;
+}
+
+struct upconn *upconn_get(struct worker *w, struct backend *be, int *err)
+{
+	struct list_node *n;
+	while ((n = list_first(&w->idle[be->id]))) {
+		struct upconn *up = container_of(n, struct upconn, idle_link);
+		idle_unlink(up);
+		loop_timer_stop(w->loop, &up->timer);
+		if (!up->hup && idle_alive(up))
+			return up;
+		upconn_close(up); /* the backend closed it: the next one, or a new one */
+	}
+	return upconn_open(w, be, err);
 }
 
 void upconn_own(struct upconn *up, void *owner, void (*on_event)(void *owner))
@@ -111,8 +179,11 @@ void upconn_close(struct upconn *up)
 		idle_unlink(up);
 	loop_timer_stop(w->loop, &up->timer);
 	loop_io_del(w->loop, &up->io);
+	if (up->conn.ssl && !up->connecting && !up->failed)
+		net_conn_shutdown(&up->conn); /* close_notify: the session stays resumable */
 	net_conn_close(&up->conn);
 	buf_put(&w->bufs, up->in);
+	free(up->tls_error);
 	free(up);
 }
 

@@ -1,10 +1,18 @@
 /*
- * upstream.h - connections to backends: opening them, and keeping idle ones per worker and
- * per backend for reuse (LIFO, so the warmest is reused and the coldest expire).
+ * upstream.h - connections to backends: opening them (TCP, then TLS for a pool with
+ * pools.tls), and keeping idle ones per worker and per backend for reuse (LIFO, so the
+ * warmest is reused and the coldest expire).
  *
  * A connection in use belongs to its owner (an exchange), which registered a callback for
  * its readiness events; the connection only records them (readable, writable, hup, a
  * failed connect) and calls the owner, which moves the bytes through up->conn.
+ *
+ * For a TLS pool the connection stays "connecting" until its handshake is done: the
+ * handshake runs here, one non-blocking step per readiness event, and the owner hears of
+ * the connection only when it is ready or has failed, so timeouts.connect_ms covers TCP and
+ * TLS together, and a refused certificate fails the connect as a refused connection does
+ * (tls_failed says which, tls_error says why). The worker keeps the last session each
+ * backend gave (w->tls_sessions) and offers it on the next connect, so a reconnect resumes.
  */
 #ifndef ACCELNET_PROXY_UPSTREAM_H
 #define ACCELNET_PROXY_UPSTREAM_H
@@ -30,10 +38,14 @@ struct upconn {
 	int readable, writable;	       /* edge seen, not yet drained / not yet full */
 	int hup;		       /* the backend shut its side */
 	unsigned connecting : 1, idle : 1;
-	unsigned served; /* exchanges completed on this connection */
+	unsigned handshaking : 1; /* TCP is up, the TLS handshake is not done (still connecting) */
+	unsigned tls_failed : 1;  /* <failed> is the TLS handshake's, not the TCP connect's */
+	unsigned served;	  /* exchanges completed on this connection */
+	char *tls_error;	  /* tls_failed: why, with OpenSSL's reason (freed with it) */
 };
 
-/* An idle connection to <be>, or a new one (connecting); NULL with *err = -errno. */
+/* An idle connection to <be> that the backend has not closed, or a new one (connecting);
+ * NULL with *err = -errno. */
 struct upconn *upconn_get(struct worker *w, struct backend *be, int *err);
 /* Owned from now on by <owner>: <on_event> is called on its readiness events. */
 void upconn_own(struct upconn *up, void *owner, void (*on_event)(void *owner));

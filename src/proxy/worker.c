@@ -12,6 +12,7 @@
 #include "proxy/worker.h"
 #include "core/log.h"
 #include "net/sock.h"
+#include "net/tls.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -154,8 +155,9 @@ int worker_init(struct worker *w, struct worker_shared *sh, unsigned id, unsigne
 		w->rng = (uint64_t)id * 0x9e3779b97f4a7c15u + 1;
 	size_t nidle = sh->rt->nbackends ? sh->rt->nbackends : 1;
 	w->idle = calloc(nidle, sizeof(*w->idle));
+	w->tls_sessions = calloc(nidle, sizeof(*w->tls_sessions));
 	w->listeners = calloc(c->nlistens, sizeof(*w->listeners));
-	if (!w->idle || !w->listeners) {
+	if (!w->idle || !w->tls_sessions || !w->listeners) {
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
@@ -234,6 +236,9 @@ void worker_destroy(struct worker *w)
 	buf_pool_drain(&w->bufs);
 	buf_pool_drain(&w->body_bufs);
 	free(w->idle);
+	for (size_t i = 0; w->tls_sessions && i < w->rt->nbackends; i++)
+		net_tls_session_free(w->tls_sessions[i]);
+	free(w->tls_sessions);
 	free(w->listeners);
 }
 

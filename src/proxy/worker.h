@@ -1,6 +1,7 @@
 /*
  * worker.h - a worker thread and what it lends the connections it runs: its event loop, its
- * buffer pools, its idle upstream connections (one list per backend), its random state, a
+ * buffer pools, its idle upstream connections (one list per backend) and the last TLS session
+ * with each backend (offered on the next connect, so it resumes), its random state, a
  * parse scratch, and the inbox where queued requests are granted slots.
  *
  * Everything here belongs to one thread; nothing is locked except the inbox. The worker
@@ -31,6 +32,7 @@
 
 struct worker;
 struct listener;
+struct ssl_session_st;
 
 struct worker_ops {
 	/* a client connected to listener <l>: take <fd> (owned from now on) */
@@ -79,8 +81,9 @@ struct worker {
 	struct listener *listeners;
 	size_t nlisteners;
 	struct buf_pool bufs;
-	struct buf_pool body_bufs;	 /* limits.body_buffer_bytes each, for bodies read whole */
-	struct list_head *idle;		 /* idle upstream connections, one list per backend id */
+	struct buf_pool body_bufs; /* limits.body_buffer_bytes each, for bodies read whole */
+	struct list_head *idle;	   /* idle upstream connections, one list per backend id */
+	struct ssl_session_st **tls_sessions; /* per backend id: the last TLS session (pools.tls) */
 	struct list_head clients;	 /* client connections (the owner's, by their own link) */
 	struct list_head free_exchanges; /* exchanges not in use, for reuse */
 	unsigned nclients, max_clients;

@@ -24,6 +24,11 @@ FAMILIES = {  # name: (type, help)
     "accelnet_backend_hedge_wins_total": ("counter",
                                           "hedged copies on this backend that answered first"),
     "accelnet_backend_responses_total": ("counter", "responses by status class"),
+    "accelnet_backend_tls_handshakes_total": (
+        "counter", "full TLS handshakes with the backend (pools.tls)"),
+    "accelnet_backend_tls_resumed_total": (
+        "counter", "TLS handshakes with the backend that resumed a session"),
+    "accelnet_backend_tls_failures_total": ("counter", "failed TLS handshakes with the backend"),
     "accelnet_backend_ttfb_seconds": ("histogram",
                                       "request sent to response head (time to first token)"),
     "accelnet_backend_gap_seconds": ("histogram",
@@ -46,7 +51,8 @@ POOL_KEYS = ["name", "balance", "unavailable", "retries_denied", "spilled_in", "
 QUEUE_KEYS = ["discipline", "length", "enqueued", "granted", "timeouts", "overflows", "wait_ms"]
 BACKEND_KEYS = ["address", "weight", "up", "eligible", "ejected", "inflight", "max_concurrency",
                 "latency_ms", "requests", "connect_failures", "retries", "ejections",
-                "reported_load", "hedged", "hedge_wins", "ttfb_ms", "gap_ms", "responses"]
+                "reported_load", "hedged", "hedge_wins", "ttfb_ms", "gap_ms", "responses",
+                "tls_handshakes", "tls_resumed", "tls_failures"]
 CLASSES = ["aborted", "1xx", "2xx", "3xx", "4xx", "5xx"]
 
 
