@@ -63,7 +63,7 @@ int cmd_sim(int argc, char **argv)
 	    {'s', "--slots", 1, 100000, &o.slots, NULL},
 	    {'l', "--latency-ms", 0, 3600000, &o.latency_ms, NULL},
 	    {'j', "--jitter", 0, 1, NULL, &o.jitter},
-	    {'t', "--tokens", 1, 4096, &o.tokens, NULL},
+	    {'t', "--tokens", 1, 1000000, &o.tokens, NULL},
 	    {'T', "--token-ms", 0, 60000, &o.token_ms, NULL},
 	    {'f', "--fail-rate", 0, 1, NULL, &o.fail_rate},
 	    {'S', "--stall-ms", 0, 3600000, &o.stall_ms, NULL},

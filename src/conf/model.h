@@ -70,6 +70,7 @@ struct conf_backend {
 
 #define CONF_HEALTH_PATH_MAX 256
 #define CONF_BODY_BUFFER_MAX (64u << 20)
+#define CONF_MAX_HEADERS 96 /* the parser's table (HTTP_MAX_HEADERS): limits.max_headers' top */
 
 struct conf_health {
 	int enabled; /* a health: block was given */
@@ -178,6 +179,7 @@ struct conf_route {
 struct conf_timeouts {
 	unsigned connect_ms, header_ms, idle_ms, first_byte_ms, between_bytes_ms, shutdown_ms;
 	unsigned body_ms; /* the whole request body, from the end of the head; 0: no limit */
+	unsigned send_ms; /* a client that takes no response bytes this long is cut; 0: never */
 };
 
 struct conf_limits {
@@ -189,6 +191,9 @@ struct conf_limits {
 	unsigned max_uri_bytes;	    /* a longer request target gets 414; 0: only max_header_bytes */
 	unsigned max_requests_per_connection; /* then the connection closes; 0: no cap */
 	unsigned max_connections_per_ip;      /* more from one address are refused; 0: no cap */
+	unsigned max_headers;		      /* more header fields get 431; <= CONF_MAX_HEADERS */
+	struct conf_rate accept_rate_per_ip;  /* new connections per address; n 0: no limit */
+	uint64_t max_buffer_memory; /* buffers lent, all workers; past it new clients are shed */
 };
 
 struct conf {

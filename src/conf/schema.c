@@ -237,11 +237,12 @@ static int read_admin(struct rules_ctx *x, const struct rule *r, yaml_node_t *v,
 	}
 
 static const struct rule timeout_rules[] = {
-    TIMEOUT(connect_ms, 1),	  TIMEOUT(header_ms, 1),
-    TIMEOUT(idle_ms, 1),	  TIMEOUT(first_byte_ms, 1),
-    TIMEOUT(between_bytes_ms, 1), TIMEOUT(shutdown_ms, 0),
-    TIMEOUT(body_ms, 0),	  RULES_END,
+    TIMEOUT(connect_ms, 1),    TIMEOUT(header_ms, 1),	     TIMEOUT(idle_ms, 1),
+    TIMEOUT(first_byte_ms, 1), TIMEOUT(between_bytes_ms, 1), TIMEOUT(shutdown_ms, 0),
+    TIMEOUT(body_ms, 0),       TIMEOUT(send_ms, 0),	     RULES_END,
 };
+
+static int read_rate(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field);
 
 static const struct rule limit_rules[] = {
     {"max_connections", RULE_UINT, offsetof(struct conf_limits, max_connections), 1, 10000000, NULL,
@@ -260,6 +261,12 @@ static const struct rule limit_rules[] = {
      offsetof(struct conf_limits, max_requests_per_connection), 0, 100000000, NULL, NULL},
     {"max_connections_per_ip", RULE_UINT, offsetof(struct conf_limits, max_connections_per_ip), 0,
      10000000, NULL, NULL},
+    {"max_headers", RULE_UINT, offsetof(struct conf_limits, max_headers), 1, CONF_MAX_HEADERS, NULL,
+     NULL},
+    {"accept_rate_per_ip", RULE_SECTION, offsetof(struct conf_limits, accept_rate_per_ip), 0, 0,
+     NULL, read_rate},
+    {"max_buffer_memory", RULE_SIZE, offsetof(struct conf_limits, max_buffer_memory), 0, UINT64_MAX,
+     NULL, NULL},
     RULES_END,
 };
 
@@ -764,7 +771,8 @@ static int read_auth(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, 
 	return 0;
 }
 
-/* "N/s", "N/m" or "N/h": N (1..1000000) requests per second, minute or hour. */
+/* "N/s", "N/m" or "N/h": N (1..1000000) requests (or connections) per second, minute or
+ * hour. */
 static int read_rate(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
 {
 	struct conf_rate *rate = field;
@@ -773,8 +781,9 @@ static int read_rate(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, 
 	unsigned long n = s ? strtoul(s, &end, 10) : 0;
 	if (!s || end == s || n < 1 || n > 1000000 || end[0] != '/' || end[2] != '\0' ||
 	    (end[1] != 's' && end[1] != 'm' && end[1] != 'h'))
-		return rules_fail(x, v, "rate_limit: %s is a rate such as 100/s, 600/m or 1000/h",
-				  r->name);
+		return rules_fail(
+		    x, v, "%s: %s is a rate such as 100/s, 600/m or 1000/h",
+		    strcmp(r->name, "accept_rate_per_ip") == 0 ? "limits" : "rate_limit", r->name);
 	rate->n = (unsigned)n;
 	rate->per_s = end[1] == 's' ? 1 : end[1] == 'm' ? 60 : 3600;
 	return 0;
@@ -931,6 +940,7 @@ void schema_set_defaults(struct conf *c)
 	    .between_bytes_ms = 30000,
 	    .shutdown_ms = 10000,
 	    .body_ms = 60000,
+	    .send_ms = 15000,
 	};
 	c->limits = (struct conf_limits){
 	    .max_connections = 100000,
@@ -939,6 +949,8 @@ void schema_set_defaults(struct conf *c)
 	    .body_buffer_bytes = 1048576,
 	    .min_body_rate = 1024,
 	    .max_uri_bytes = 8192,
+	    .max_headers = CONF_MAX_HEADERS,
+	    .max_buffer_memory = 512u << 20,
 	};
 }
 

@@ -14,17 +14,26 @@
 
 static size_t buf_bytes(const struct buf_pool *pool)
 {
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	return (sizeof(struct buf) + pool->size + page - 1) / page * page;
+	return pool->map_bytes;
 }
 
 void buf_pool_init(struct buf_pool *pool, uint32_t size, uint32_t max_free)
 {
 	pool->free = NULL;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	pool->size = size;
+	pool->map_bytes = (sizeof(struct buf) + size + page - 1) / page * page;
 	pool->nfree = 0;
 	pool->max_free = max_free;
 	pool->live = 0;
+	atomic_init(&pool->lent_bytes, 0);
+}
+
+/* The owner's own counter: a plain load and store, never a locked add. */
+static void lent_add(struct buf_pool *pool, int64_t delta)
+{
+	uint64_t v = atomic_load_explicit(&pool->lent_bytes, memory_order_relaxed);
+	atomic_store_explicit(&pool->lent_bytes, v + (uint64_t)delta, memory_order_relaxed);
 }
 
 void buf_pool_drain(struct buf_pool *pool)
@@ -54,6 +63,7 @@ struct buf *buf_get(struct buf_pool *pool)
 	b->next = NULL;
 	b->start = b->end = 0;
 	pool->live++;
+	lent_add(pool, (int64_t)buf_bytes(pool));
 	return b;
 }
 
@@ -62,6 +72,7 @@ void buf_put(struct buf_pool *pool, struct buf *b)
 	if (!b)
 		return;
 	pool->live--;
+	lent_add(pool, -(int64_t)buf_bytes(pool));
 	if (pool->nfree >= pool->max_free) {
 		munmap(b, buf_bytes(pool));
 		return;

@@ -5,10 +5,15 @@
  * end. Connections take a buffer when bytes arrive and give it back when it drains, so an
  * idle keep-alive connection holds no buffer at all. A pool is owned by one thread; buffers
  * are page-backed and those beyond the pool's bound go back to the kernel.
+ *
+ * A pool counts the bytes it has lent (pages, not just data) in lent_bytes: only its owner
+ * writes it (a relaxed load and store, no read-modify-write), and any thread may read it,
+ * so a memory budget over every pool costs the owners nothing but their own cache line.
  */
 #ifndef ACCELNET_CORE_BUF_H
 #define ACCELNET_CORE_BUF_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -22,9 +27,11 @@ struct buf {
 struct buf_pool {
 	struct buf *free;
 	uint32_t size;	   /* capacity of every buffer of this pool */
+	size_t map_bytes;  /* what one buffer takes: its header and data, in whole pages */
 	uint32_t nfree;	   /* buffers on the free list */
 	uint32_t max_free; /* beyond this, returned buffers are freed */
 	uint64_t live;	   /* buffers handed out and not yet returned */
+	_Atomic uint64_t lent_bytes; /* ... and the memory they take, pages included */
 };
 
 void buf_pool_init(struct buf_pool *pool, uint32_t size, uint32_t max_free);

@@ -51,6 +51,14 @@ static int body_late(struct exchange *x, uint64_t now)
 	return 0;
 }
 
+/* timeouts.send_ms: when a client whose socket is full (it takes none of the response bytes
+ * waiting for it) is cut; 0 when it is taking them, or there is no limit. */
+static uint64_t send_deadline(const struct exchange *x)
+{
+	unsigned send_ms = x->w->conf->timeouts.send_ms;
+	return x->client_full && send_ms ? x->client_took_ms + send_ms : 0;
+}
+
 static int heartbeat_due(const struct exchange *x)
 {
 	return x->sse_hb && !x->resp_head && !x->buffering;
@@ -72,9 +80,11 @@ uint64_t deadline_next(const struct exchange *x, uint64_t now)
 	} else {
 		deadline = x->last_ms + t->between_bytes_ms;
 	}
-	uint64_t body_due = body_deadline(x), hedge_at;
+	uint64_t body_due = body_deadline(x), send_due = send_deadline(x), hedge_at;
 	if (body_due && body_due < deadline)
 		deadline = body_due;
+	if (send_due && send_due < deadline)
+		deadline = send_due;
 	if (x->buf_wait && now + BODY_BUF_WAIT_MS < deadline)
 		deadline = now + BODY_BUF_WAIT_MS;
 	if (hedge_due(x, &hedge_at) && hedge_at < deadline)
@@ -104,6 +114,10 @@ enum run deadline_fire(struct exchange *x, uint64_t now)
 			return exchange_abort(x, "request body not received in time");
 		return exchange_reply(x, 408, "request body not received in time", 0);
 	}
+	uint64_t send_due = send_deadline(x);
+	if (send_due && now >= send_due)
+		return exchange_abort(x,
+				      "the client took no response bytes within timeouts.send_ms");
 	if (x->buf_wait) {
 		x->buf_wait = 0; /* look for a free body buffer again */
 		return RUN_AGAIN;

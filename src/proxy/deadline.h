@@ -5,9 +5,10 @@
  * timeout (or spillover.after_ms), timeouts.connect_ms for a connect, first_byte_ms for the
  * response head, between_bytes_ms for any other progress, the request body's own clocks
  * (timeouts.body_ms for the whole body, limits.min_body_rate judged over windows of
- * BODY_RATE_WINDOW_MS so an early burst buys no later stall), the next heartbeat and the
- * hedge. A window in which the proxy itself held the body back (queued, its buffer full,
- * the backend not taking bytes) is not counted against the client.
+ * BODY_RATE_WINDOW_MS so an early burst buys no later stall), timeouts.send_ms while the
+ * client's socket is full (it takes none of the response: a slow reader), the next
+ * heartbeat and the hedge. A window in which the proxy itself held the body back (queued, its
+ * buffer full, the backend not taking bytes) is not counted against the client.
  */
 #ifndef ACCELNET_PROXY_DEADLINE_H
 #define ACCELNET_PROXY_DEADLINE_H

@@ -57,10 +57,17 @@ void exchange_drop_upstream(struct exchange *x)
 		upconn_close(x->up);
 		x->up = NULL;
 	}
-	if (x->be) {
-		admission_release(x->pool, x->be, loop_now(x->w->loop), rand_next(&x->w->rng));
-		x->be = NULL;
-	}
+	exchange_free_slot(x);
+	x->be = NULL;
+	x->slot_freed = 0;
+}
+
+void exchange_free_slot(struct exchange *x)
+{
+	if (!x->be || x->slot_freed)
+		return;
+	admission_release(x->pool, x->be, loop_now(x->w->loop), rand_next(&x->w->rng));
+	x->slot_freed = 1;
 }
 
 void exchange_free(struct exchange *x)

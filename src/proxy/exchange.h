@@ -142,6 +142,9 @@ struct exchange {
 	struct http_body req; /* request body: client -> codec's input -> backend */
 	/* response: backend -> up->in -> client */
 	unsigned resp_head : 1, up_reusable : 1, client_keep : 1;
+	unsigned slot_freed : 1;  /* the whole response is in: be's slot went back early */
+	unsigned client_full : 1; /* the last write to the client left bytes unsent */
+	uint64_t client_took_ms;  /* the client last took response bytes (timeouts.send_ms) */
 	int status;
 	struct http_body resp;
 };
@@ -175,6 +178,12 @@ void exchange_drop_hedge(struct exchange *x);
 /* The response has started: nothing to resend, no hedged copy needed any more. */
 void exchange_response_started(struct exchange *x);
 
+/*
+ * The backend has given its whole response (it is in the proxy's buffers, on its way to the
+ * client): its slot goes back now, so a client that reads slowly holds no accelerator.
+ * x->be stays, for the counts; the upstream connection waits until the client has it all.
+ */
+void exchange_free_slot(struct exchange *x);
 /* Count a response of <status> (0: aborted) against the backend that gave it, if any. */
 void exchange_count_response(const struct exchange *x, int status);
 

@@ -18,6 +18,7 @@
 #include "proxy/dispatch.h"
 #include "proxy/health.h"
 #include "proxy/session.h"
+#include "proxy/shed.h"
 #include "proxy/worker.h"
 
 #include <errno.h>
@@ -63,10 +64,21 @@ int proxy_check(const struct conf *conf, char *err, size_t errlen)
 	return creds_check(conf, err, errlen);
 }
 
-/* The routes' limits: fixed tables, made before anything serves. */
+static uint64_t proxy_buffer_bytes(const void *sh)
+{
+	return shed_buffer_bytes(sh);
+}
+
+/* The routes' limits and the accept rate: fixed tables, made before anything serves. */
 static int proxy_limits_build(struct worker_shared *sh, char *err, size_t errlen)
 {
 	const struct conf *c = sh->conf;
+	const struct conf_rate *ar = &c->limits.accept_rate_per_ip;
+	if (ar->n) {
+		if (ratelimit_init(&sh->accept_rate, ar->n, ar->per_s, 0) < 0)
+			goto nomem;
+		sh->has_accept_rate = 1;
+	}
 	if (!(sh->limits = calloc(c->nroutes ? c->nroutes : 1, sizeof(*sh->limits))))
 		goto nomem;
 	for (size_t i = 0; i < c->nroutes; i++)
@@ -80,6 +92,8 @@ nomem:
 
 static void proxy_limits_free(struct worker_shared *sh)
 {
+	if (sh->has_accept_rate)
+		ratelimit_fini(&sh->accept_rate);
 	for (size_t i = 0; sh->limits && i < sh->conf->nroutes; i++)
 		limits_fini(&sh->limits[i]);
 	free(sh->limits);
@@ -240,6 +254,10 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 	px.workers = calloc(px.nworkers, sizeof(*px.workers));
 	if (!px.workers)
 		goto out;
+	px.sh.workers = px.workers;
+	px.sh.nworkers = px.nworkers;
+	px.sh.rt->buffer_arg = &px.sh;
+	px.sh.rt->buffer_bytes = proxy_buffer_bytes;
 	unsigned cap = proxy_fit_connections(conf, px.sh.rt->nbackends);
 	unsigned per_worker = (cap + px.nworkers - 1) / px.nworkers;
 	for (; inited < px.nworkers; inited++) {

@@ -5,8 +5,6 @@
 #include "core/clock.h"
 #include "http/prompt.h"
 #include "net/sock.h"
-#include "core/rand.h"
-#include "proxy/admission.h"
 #include "proxy/dispatch.h"
 #include "proxy/hedge.h"
 #include "proxy/quota.h"
@@ -284,6 +282,11 @@ static enum run send_client(struct client *cl, int *progress)
 				     x->resp.ready ? buf_head(up->in) : NULL, x->resp.ready);
 	if (sent == -EAGAIN || sent == -EINTR) {
 		cl->writable = 0;
+		if (!x->client_full) {
+			x->client_full = 1; /* timeouts.send_ms runs from the last bytes it took */
+			if (!x->client_took_ms)
+				x->client_took_ms = loop_now(cl->w->loop);
+		}
 		return RUN_STAY;
 	}
 	if (sent < 0)
@@ -298,8 +301,10 @@ static enum run send_client(struct client *cl, int *progress)
 		buf_consume(up->in, k);
 		http_body_sent(&x->resp, k);
 	}
-	if (client_out_pending(cl) || x->resp.ready)
+	x->client_full = client_out_pending(cl) || x->resp.ready;
+	if (x->client_full)
 		cl->writable = 0; /* a short write: the socket buffer is full */
+	x->client_took_ms = loop_now(cl->w->loop);
 	worker_buf_release(cl->w, &cl->out);
 	*progress = 1;
 	if (x->resp_head) /* heartbeats do not hold off first_byte_ms */
@@ -323,10 +328,9 @@ static enum run relay_finish(struct client *cl)
 	struct exchange *x = cl->x;
 	struct worker *w = cl->w;
 	exchange_count_response(x, x->status);
-	if (x->be) {
-		admission_release(x->pool, x->be, loop_now(w->loop), rand_next(&w->rng));
-		x->be = NULL;
-	}
+	exchange_free_slot(x);
+	x->be = NULL;
+	x->slot_freed = 0;
 	struct upconn *up = x->up;
 	x->up = NULL;
 	if (x->up_reusable && x->req.done && !x->req.ready && (!up->in || !buf_len(up->in)))
@@ -433,6 +437,8 @@ static enum run relay_pass(struct client *cl, int *progress)
 	}
 	if (x->resp_head && response_scan(x, up->in) < 0)
 		return exchange_abort(x, "backend sent a malformed chunked body");
+	if (x->resp_head && x->resp.done)
+		exchange_free_slot(x); /* all in our buffers: a slow reader holds no slot */
 	if (cl->writable && (client_out_pending(cl) || x->resp.ready) &&
 	    (r = send_client(cl, progress)) != RUN_STAY)
 		return r;

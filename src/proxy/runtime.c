@@ -31,7 +31,7 @@
 
 static const char *const class_names[PM_CLASSES] = {"aborted", "1xx", "2xx", "3xx", "4xx", "5xx"};
 
-enum { SPACE_BACKEND, SPACE_POOL, SPACE_COUNT };
+enum { SPACE_BACKEND, SPACE_POOL, SPACE_LISTENER, SPACE_PROCESS, SPACE_COUNT };
 
 static const struct backend *be_at(const void *ctx, size_t i)
 {
@@ -111,8 +111,28 @@ static double read_pool_queue_length(const void *ctx, size_t i)
 	return pool_queue_len((struct pool_queue *)&pool_at(ctx, i)->queue);
 }
 
+static const char *read_listen_address(const void *ctx, size_t i)
+{
+	const struct runtime *rt = ctx;
+	return rt->conf->listens[i].address;
+}
+
+static const char *const shed_names[SHED_REASONS] = {
+    [SHED_PER_IP] = "max_connections_per_ip",
+    [SHED_ACCEPT_RATE] = "accept_rate_per_ip",
+    [SHED_MEMORY] = "max_buffer_memory",
+};
+
+static double read_buffer_bytes(const void *ctx, size_t i)
+{
+	const struct runtime *rt = ctx;
+	(void)i;
+	return rt->buffer_bytes ? (double)rt->buffer_bytes(rt->buffer_arg) : 0;
+}
+
 #define BE .space = SPACE_BACKEND
 #define POOL .space = SPACE_POOL
+#define LISTENER .space = SPACE_LISTENER
 #define JSON_ONLY(key, as) .type = METRIC_GAUGE, .json = key, .json_as = as
 
 /* Every metric of the proxy, once: /metrics and /status both walk this table. */
@@ -203,6 +223,18 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
     [PM_POOL_QUEUE_WAIT] = {"accelnet_pool_queue_wait_seconds", METRIC_HISTOGRAM,
 			    "time from queueing to a granted backend slot", "seconds", POOL,
 			    .json = "queue.wait_ms", .json_as = MJ_SUMMARY},
+    [PM_LISTENER_ADDRESS] = {LISTENER, JSON_ONLY("address", MJ_STRING),
+			     .read_str = read_listen_address},
+    [PM_LISTENER_SHED] = {"accelnet_listener_shed_total", METRIC_COUNTER,
+			  "client connections closed as they were accepted, by the limit that "
+			  "turned them away",
+			  NULL, LISTENER, .sub_label = "limit", .sub_values = shed_names,
+			  .nsub = SHED_REASONS, .json = "shed", .json_as = MJ_UINT},
+    [PM_PROCESS_BUFFER_BYTES] = {"accelnet_buffer_bytes", METRIC_GAUGE,
+				 "bytes of connection buffers lent out now, all workers "
+				 "(limits.max_buffer_memory)",
+				 "bytes", .space = SPACE_PROCESS, .json = "buffer_bytes",
+				 .json_as = MJ_UINT, .read = read_buffer_bytes},
 };
 
 /* The label spaces of <rt>'s series, and its registry over proxy_metric_defs. */
@@ -214,8 +246,12 @@ static int runtime_create_metrics(struct runtime *rt)
 	rt->pool_labels = calloc(rt->npools + 1, sizeof(*rt->pool_labels));
 	rt->backend_labels = calloc(2 * rt->nbackends + 1, sizeof(*rt->backend_labels));
 	rt->backend_pool = calloc(rt->nbackends + 1, sizeof(*rt->backend_pool));
-	if (!rt->backend_by_id || !rt->pool_labels || !rt->backend_labels || !rt->backend_pool)
+	rt->listen_labels = calloc(conf->nlistens + 1, sizeof(*rt->listen_labels));
+	if (!rt->backend_by_id || !rt->pool_labels || !rt->backend_labels || !rt->backend_pool ||
+	    !rt->listen_labels)
 		return -ENOMEM;
+	for (size_t i = 0; i < conf->nlistens; i++)
+		rt->listen_labels[i] = conf->listens[i].address;
 	for (size_t i = 0; i < rt->npools; i++) {
 		struct pool_rt *p = &rt->pools[i];
 		rt->pool_labels[i] = p->conf->name;
@@ -240,6 +276,13 @@ static int runtime_create_metrics(struct runtime *rt)
 						   .n = rt->npools,
 						   .values = rt->pool_labels,
 						   .parent = -1};
+	spaces[SPACE_LISTENER] = (struct metric_space){.json = "listeners",
+						       .labels = {"listen"},
+						       .nlabels = 1,
+						       .n = conf->nlistens,
+						       .values = rt->listen_labels,
+						       .parent = -1};
+	spaces[SPACE_PROCESS] = (struct metric_space){.json = "process", .n = 1, .parent = -1};
 	struct metrics_config mc = {.defs = proxy_metric_defs,
 				    .ndefs = PM_COUNT,
 				    .spaces = spaces,
@@ -337,6 +380,7 @@ void runtime_destroy(struct runtime *rt)
 	metrics_destroy(rt->metrics);
 	free(rt->backend_by_id);
 	free(rt->pool_labels);
+	free(rt->listen_labels);
 	free(rt->backend_labels);
 	free(rt->backend_pool);
 	free(rt);

@@ -70,7 +70,20 @@ enum proxy_metric {
 	PM_POOL_QUEUE_TIMEOUTS,
 	PM_POOL_QUEUE_OVERFLOWS,
 	PM_POOL_QUEUE_WAIT,
+	/* per listener */
+	PM_LISTENER_ADDRESS,
+	PM_LISTENER_SHED, /* series: listener index * SHED_REASONS + enum shed_reason */
+	/* the process (one series) */
+	PM_PROCESS_BUFFER_BYTES,
 	PM_COUNT
+};
+
+/* Why a new client connection was closed as it was accepted (proxy/shed.h). */
+enum shed_reason {
+	SHED_PER_IP,	  /* limits.max_connections_per_ip */
+	SHED_ACCEPT_RATE, /* limits.accept_rate_per_ip */
+	SHED_MEMORY,	  /* limits.max_buffer_memory */
+	SHED_REASONS
 };
 
 #define PM_CLASSES 6 /* response classes: [0] aborted, [1] 1xx ... [5] 5xx */
@@ -119,9 +132,12 @@ struct runtime {
 	struct backend **backend_by_id;
 	struct metrics *metrics; /* every counter the admin endpoint shows (runtime.c's table) */
 	/* label values and parents of the registry's series: pool, and pool + backend */
-	const char **pool_labels, **backend_labels;
+	const char **pool_labels, **backend_labels, **listen_labels;
 	size_t *backend_pool;
-	struct metric_space metric_spaces[2]; /* the registry's: backends, pools */
+	struct metric_space metric_spaces[4]; /* backends, pools, listeners, the process */
+	/* the bytes of buffers the workers have lent (proxy/shed.h), set once they exist */
+	uint64_t (*buffer_bytes)(const void *arg);
+	const void *buffer_arg;
 };
 
 int runtime_create(const struct conf *conf, struct runtime **out);

@@ -13,6 +13,7 @@
 #include "proxy/classify.h"
 #include "proxy/deadline.h"
 #include "proxy/relay.h"
+#include "proxy/shed.h"
 #include "proxy/sse.h"
 #include "proxy/stages.h"
 
@@ -24,6 +25,8 @@
 /* A ClientHello is a few hundred bytes; one declaring more than this is refused before
  * OpenSSL buffers it (post-quantum key shares stay well under it). */
 #define TLS_HELLO_MAX 16384
+
+_Static_assert(CONF_MAX_HEADERS == HTTP_MAX_HEADERS, "limits.max_headers' bound is the parser's");
 
 /* limits.max_requests_per_connection: is the request under way the connection's last? */
 static int session_last_request(const struct client *cl)
@@ -194,6 +197,8 @@ static enum run exchange_start(struct client *cl, size_t head_len)
 	x->tls_conf = cl->tls_conf;
 	if (w->conf->limits.max_uri_bytes && h->path.len > w->conf->limits.max_uri_bytes)
 		return session_reply(cl, 414, "request target longer than limits.max_uri_bytes", 0);
+	if (h->nheaders > w->conf->limits.max_headers)
+		return session_reply(cl, 431, "more header fields than limits.max_headers", 0);
 	if (session_last_request(cl))
 		x->req_close = 1; /* its answer says Connection: close, and the connection ends */
 	if (h->framing == HTTP_BODY_LENGTH && w->conf->limits.max_body_bytes &&
@@ -334,8 +339,10 @@ static void session_arm_timer(struct client *cl)
 	case C_EXCHANGE:
 		deadline = deadline_next(cl->x, loop_now(cl->w->loop));
 		break;
-	case C_REPLY:
-		deadline = cl->phase_ms + t->between_bytes_ms;
+	case C_REPLY: /* the proxy's own answer: small, so a client not taking it is not reading */
+		deadline = cl->phase_ms + (t->send_ms && t->send_ms < t->between_bytes_ms
+					       ? t->send_ms
+					       : t->between_bytes_ms);
 		break;
 	default:
 		deadline = cl->phase_ms + LINGER_MS;
@@ -428,18 +435,10 @@ void session_accept(struct worker *w, const struct listener *l, int fd,
 	cl->key = classify_client_key((const struct sockaddr *)peer);
 	cl->trusted = net_cidr_match(conf->trusted_proxies, conf->ntrusted_proxies,
 				     (const struct sockaddr *)peer);
-	unsigned per_ip = conf->limits.max_connections_per_ip;
-	if (per_ip && w->sh->ip_conns) {
-		cl->ip_slot = &w->sh->ip_conns[cl->key % IP_CONN_SLOTS];
-		if (atomic_fetch_add_explicit(cl->ip_slot, 1, memory_order_relaxed) >= per_ip) {
-			atomic_fetch_sub_explicit(cl->ip_slot, 1, memory_order_relaxed);
-			log_warn_every(10000,
-				       "%s: more than limits.max_connections_per_ip (%u): refused",
-				       cl->ip, per_ip);
-			close(fd);
-			free(cl);
-			return;
-		}
+	if (shed_check(w, l, cl->key, cl->ip, &cl->ip_slot)) {
+		close(fd);
+		free(cl);
+		return;
 	}
 	struct net_tls_listener *tls =
 	    w->sh->tls ? atomic_load_explicit(&w->sh->tls[l->index], memory_order_acquire) : NULL;

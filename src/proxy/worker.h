@@ -64,10 +64,14 @@ struct worker_shared {
 	 * table once every worker has finished a loop turn since (turns below) */
 	_Atomic(struct net_tls_listener *) *tls;
 	_Atomic(struct apikeys *) *keys;
-	struct route_limits *limits; /* per route (guard/limits.h) */
-	_Atomic uint32_t *ip_conns;  /* connections per address hash (max_connections_per_ip) */
-	struct loop *main_loop;	     /* woken when a worker's loop ends */
-	atomic_uint running;	     /* workers whose loop still runs */
+	struct route_limits *limits;  /* per route (guard/limits.h) */
+	_Atomic uint32_t *ip_conns;   /* connections per address hash (max_connections_per_ip) */
+	struct ratelimit accept_rate; /* limits.accept_rate_per_ip, when has_accept_rate */
+	int has_accept_rate;
+	const struct worker *workers; /* all of them, for the buffer budget (proxy/shed.h) */
+	unsigned nworkers;
+	struct loop *main_loop; /* woken when a worker's loop ends */
+	atomic_uint running;	/* workers whose loop still runs */
 };
 
 struct worker {

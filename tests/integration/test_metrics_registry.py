@@ -44,6 +44,10 @@ FAMILIES = {  # name: (type, help)
     "accelnet_pool_queue_granted_total": ("counter", "queue granted"),
     "accelnet_pool_queue_timeouts_total": ("counter", "queue timeouts"),
     "accelnet_pool_queue_overflows_total": ("counter", "queue overflows"),
+    "accelnet_listener_shed_total": ("counter", "client connections closed as they were "
+                                     "accepted, by the limit that turned them away"),
+    "accelnet_buffer_bytes": ("gauge", "bytes of connection buffers lent out now, all workers "
+                              "(limits.max_buffer_memory)"),
 }
 
 POOL_KEYS = ["name", "balance", "unavailable", "retries_denied", "spilled_in", "queue",
