@@ -1,0 +1,235 @@
+#!/usr/bin/python3
+"""bench/slowhttp.py - slow-client attacks against accelnet, beside ordinary clients (issue 12).
+
+slowhttptest (Debian) plays slowloris (-H: heads trickled in), slow body (-B: R-U-Dead-Yet,
+bodies trickled in) and slow read (-X: responses read a few bytes at a time through a tiny
+TCP window), CONNS connections each, against accelnet (one worker, default limits) in front of
+`accelnet sim` with SLOTS slots, the pool's backend capped at max_concurrency SLOTS. Beside
+each attack, an ordinary open-loop client (build/loadgen) asks RATE completions a second for
+SECONDS; each attack run comes straight after a quiet run of the same client, and is reported
+as a ratio to it (the machine is shared and noisy).
+
+What "the attack never holds a slot" means here: once slowhttptest has its connections up,
+and before the ordinary client starts, the backend's in-flight count (admin /status) and the
+simulator's busy slots (/sim/stats) are sampled every 50 ms for HOLD_S seconds; both must stay
+0. The slow-read requests are complete requests, so each is served (taking a slot for its
+service time, like any request) while the attack ramps up; after that none may hold one.
+
+Nothing here gates CI: it prints figures (and a JSON line), it does not assert.
+Usage: bench/slowhttp.py [--conns N] [--seconds S] [--rate R] [--modes HBX]
+"""
+
+import argparse
+import json
+import os
+import re
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ACCELNET = os.path.join(ROOT, "build", "accelnet")
+LOADGEN = os.path.join(ROOT, "build", "loadgen")
+SLOTS = 4
+HOLD_S = 3.0
+BODY = json.dumps({"prompt": "hello"})
+
+MODES = {
+    # slowloris: a GET head, one more header line every 10 s
+    "H": ["-H", "-i", "10", "-t", "GET"],
+    # slow body: POST with Content-Length 8192, 32 more bytes every 10 s
+    "B": ["-B", "-i", "10", "-s", "8192"],
+    # slow read: two pipelined completions (32 KB each), window 1-512 bytes, 32 bytes a second
+    "X": ["-X", "-k", "2", "-n", "1", "-w", "1", "-y", "512", "-z", "32", "-t", "POST"],
+}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, timeout=10):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+def get_json(port, path):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+        return json.loads(r.read())
+
+
+def get_text(port, path):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+        return r.read().decode()
+
+
+def loadgen(port, rate, seconds):
+    out = subprocess.run([LOADGEN, "open", "--target", f"127.0.0.1:{port}", "--path",
+                          "/v1/completions", "--body", BODY, "--rate", str(rate), "--duration",
+                          str(seconds), "--timeout-s", "30"],
+                         capture_output=True, text=True, timeout=seconds + 120)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def errors_of(g):
+    st = g.get("status", {})
+    return g["errors"] + g["no_conn"] + g["timeouts"] + st.get("3xx", 0) + st.get("4xx", 0) + \
+        st.get("5xx", 0)
+
+
+class Sampler(threading.Thread):
+    """Polls the proxy's in-flight count and the simulator's busy slots."""
+
+    def __init__(self, admin, sim):
+        super().__init__(daemon=True)
+        self.admin, self.sim = admin, sim
+        self.max_inflight = self.max_active = 0
+        self.stop = threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            try:
+                b = get_json(self.admin, "/status")["pools"][0]["backends"][0]
+                self.max_inflight = max(self.max_inflight, b["inflight"])
+                self.max_active = max(self.max_active, get_json(self.sim, "/sim/stats")["active"])
+            except OSError:
+                pass
+            time.sleep(0.05)
+
+
+def shed_counts(admin):
+    text = get_text(admin, "/metrics")
+    return {m.group(1): int(float(m.group(2))) for m in re.finditer(
+        r'accelnet_listener_shed_total\{[^}]*limit="(\w+)"\} (\S+)', text)}
+
+
+def attack(mode, port, conns, length, log):
+    url = f"http://127.0.0.1:{port}/v1/completions"
+    argv = ["stdbuf", "-oL", "slowhttptest", *MODES[mode], "-c", str(conns), "-r", "500", "-l",
+            str(length), "-p", "5", "-u", url]
+    return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True), " ".join(argv[2:])
+
+
+def connected(logpath):
+    """slowhttptest's latest 'connected' count, from its status lines."""
+    with open(logpath, errors="replace") as f:
+        got = re.findall(r"connected:\s+(\d+)", f.read())
+    return int(got[-1]) if got else 0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--conns", type=int, default=2000)
+    ap.add_argument("--seconds", type=int, default=30)
+    ap.add_argument("--rate", type=float, default=50)
+    ap.add_argument("--modes", default="HBX")
+    args = ap.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # children inherit it
+    tmp = tempfile.mkdtemp(prefix="slowhttp.")
+    procs = []
+    try:
+        simport, port, admin = free_port(), free_port(), free_port()
+        sim_argv = [ACCELNET, "sim", "--listen", f"127.0.0.1:{simport}", "--slots", str(SLOTS),
+                    "--latency-ms", "50", "--tokens", "4096", "--token-ms", "0"]
+        procs.append(subprocess.Popen(sim_argv, stdout=subprocess.DEVNULL,
+                                      stderr=open(os.path.join(tmp, "sim.log"), "w")))
+        wait_port(simport)
+        conf = os.path.join(tmp, "proxy.yaml")
+        with open(conf, "w") as f:
+            f.write(f"workers: 1\nlisten:\n  - address: 127.0.0.1:{port}\n"
+                    f"admin:\n  address: 127.0.0.1:{admin}\n"
+                    "pools:\n  - name: gpu\n    backends:\n"
+                    f"      - {{address: 127.0.0.1:{simport}, max_concurrency: {SLOTS}}}\n"
+                    "    queue: {max: 1000, timeout_ms: 5000}\n")
+        procs.append(subprocess.Popen([ACCELNET, "proxy", "-c", conf],
+                                      stdout=subprocess.DEVNULL,
+                                      stderr=open(os.path.join(tmp, "proxy.log"), "w")))
+        wait_port(port)
+        print(f"sim: {' '.join(sim_argv[1:])}\nproxy: workers 1, default limits, backend "
+              f"max_concurrency {SLOTS}\nordinary client: loadgen open, {args.rate:g}/s for "
+              f"{args.seconds} s, POST /v1/completions\n", flush=True)
+        loadgen(port, args.rate, 3)  # warm-up
+        results = []
+        for mode in args.modes:
+            quiet = loadgen(port, args.rate, args.seconds)
+            logpath = os.path.join(tmp, f"slowhttptest-{mode}.log")
+            log = open(logpath, "w")
+            shed0 = shed_counts(admin)
+            p, cmd = attack(mode, port, args.conns, args.seconds + 40, log)
+            end = time.monotonic() + 30
+            while connected(logpath) < args.conns * 0.95 and time.monotonic() < end:
+                time.sleep(0.2)
+            up = connected(logpath)
+            hold = Sampler(admin, simport)
+            hold.start()
+            time.sleep(HOLD_S)
+            hold.stop.set()
+            hold.join()
+            during = Sampler(admin, simport)
+            during.start()
+            loud = loadgen(port, args.rate, args.seconds)
+            during.stop.set()
+            during.join()
+            held_at_end = connected(logpath)
+            os.killpg(p.pid, signal.SIGINT)
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+            log.close()
+            shed1 = shed_counts(admin)
+            r = {
+                "mode": mode, "slowhttptest": cmd,
+                "attack_connected_before": up, "attack_connected_after": held_at_end,
+                "quiet_p99_ms": quiet["latency_ms"]["p99"],
+                "attack_p99_ms": loud["latency_ms"]["p99"],
+                "p99_ratio": loud["latency_ms"]["p99"] / max(quiet["latency_ms"]["p99"], 1e-9),
+                "quiet_p50_ms": quiet["latency_ms"]["p50"],
+                "attack_p50_ms": loud["latency_ms"]["p50"],
+                "quiet_ok": quiet["ok"], "quiet_errors": errors_of(quiet),
+                "attack_ok": loud["ok"], "attack_errors": errors_of(loud),
+                "slots_held_by_attack_alone": max(hold.max_inflight, hold.max_active),
+                "inflight_max_quiet_vs_attack": during.max_inflight,
+                "shed": {k: shed1.get(k, 0) - shed0.get(k, 0) for k in shed1},
+            }
+            results.append(r)
+            print(f"{mode}: attack connections {up} (still {held_at_end} at the end); "
+                  f"ordinary {loud['ok']} ok, {r['attack_errors']} errors (quiet: "
+                  f"{quiet['ok']} ok, {r['quiet_errors']} errors); p99 {r['attack_p99_ms']:.1f} "
+                  f"ms vs quiet {r['quiet_p99_ms']:.1f} ms = {r['p99_ratio']:.2f}x; slots held "
+                  f"by the attack alone: {r['slots_held_by_attack_alone']}; shed {r['shed']}",
+                  flush=True)
+            # let the proxy close what the attack left before the next quiet run
+            time.sleep(2)
+        print("JSON " + json.dumps(results))
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        print(f"logs in {tmp}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
