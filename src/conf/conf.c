@@ -140,6 +140,18 @@ static void conf_auth_free(struct conf_auth *a)
 	if (!a)
 		return;
 	free(a->api_keys_file);
+	if (a->jwt) {
+		free(a->jwt->keys_file);
+		free(a->jwt->jwks_file);
+		free(a->jwt->audience);
+		free(a->jwt->issuer);
+		free(a->jwt->tenant_claim);
+		free(a->jwt);
+	}
+	if (a->basic) {
+		free(a->basic->users_file);
+		free(a->basic);
+	}
 	free(a->identity_header);
 	for (size_t i = 0; i < a->ntenants; i++)
 		free(a->tenants[i]);

@@ -131,9 +131,32 @@ enum conf_cert_tenant {
 	CERT_TENANT_SAN,	/* the first URI, DNS or email subjectAltName */
 };
 
-/* routes[].auth: who may use the route (guard/auth.h). */
+/* The JWT signature algorithms accelnet verifies, one X-macro list (names as in RFC 7518). */
+#define CONF_JWT_ALGS(X) X(HS256) X(RS256) X(ES256)
+#define CONF_JWT_ALG_ENUM(name) CONF_JWT_##name,
+enum conf_jwt_alg { CONF_JWT_ALGS(CONF_JWT_ALG_ENUM) CONF_JWT_NALGS };
+#undef CONF_JWT_ALG_ENUM
+
+/* routes[].auth.jwt: bearer tokens (guard/jwt.h). */
+struct conf_jwt {
+	char *keys_file;	 /* PEM public keys, or an HS256 secret; or: */
+	char *jwks_file;	 /* a JWKS document (keys chosen by kid) */
+	unsigned algorithms;	 /* bit (1 << conf_jwt_alg) each; 0: those the keys allow */
+	char *audience, *issuer; /* NULL: not checked */
+	char *tenant_claim;	 /* default "sub" */
+	unsigned leeway_s;	 /* clock skew allowed on exp and nbf; default 30 */
+};
+
+/* routes[].auth.basic: HTTP Basic against hashed passwords (guard/basic.h). */
+struct conf_basic {
+	char *users_file; /* htpasswd "user:hash" lines */
+};
+
+/* routes[].auth: who may use the route (guard/auth.h); at least one method. */
 struct conf_auth {
 	char *api_keys_file;		   /* "TENANT KEY" lines (guard/apikeys.h); NULL: none */
+	struct conf_jwt *jwt;		   /* NULL: no JWT */
+	struct conf_basic *basic;	   /* NULL: no Basic */
 	enum conf_cert_tenant client_cert; /* a verified client certificate names the tenant */
 	char *identity_header; /* the authenticated tenant, to the backend; default X-Tenant */
 	char **tenants;	       /* admitted tenants; none: every tenant with a key */
@@ -158,6 +181,11 @@ struct conf_rate_limit {
 	unsigned concurrency;	     /* requests in flight per tenant; 0: no cap */
 };
 
+enum conf_api {
+	CONF_API_NONE,	 /* text/plain error bodies */
+	CONF_API_OPENAI, /* {"error": {...}} JSON bodies, as the OpenAI API writes them */
+};
+
 struct conf_route {
 	char *path_prefix;		  /* "/" when not given */
 	char *host;			  /* exact, case-insensitive, port ignored; NULL: any */
@@ -174,6 +202,7 @@ struct conf_route {
 	unsigned sse_heartbeat_ms;	    /* 0: no heartbeats */
 	struct conf_auth *auth;		    /* NULL: anyone may use it */
 	struct conf_rate_limit *rate_limit; /* NULL: no limit */
+	unsigned api;			    /* CONF_API_*: the shape of the proxy's own errors */
 };
 
 struct conf_timeouts {

@@ -731,19 +731,113 @@ static int read_client_cert(struct rules_ctx *x, const struct rule *r, yaml_node
 	return rc;
 }
 
+/* A file named in auth must be readable now (the proxy reads it whole at start, and
+ * `accelnet check` reads it too). */
+static int auth_file_ok(struct rules_ctx *x, yaml_node_t *map, const char *key, const char *path)
+{
+	if (access(path, R_OK) < 0)
+		return rules_fail(x, rules_value_of(x, map, key), "auth: %s '%s': %s", key, path,
+				  strerror(errno));
+	return 0;
+}
+
+#define JWT_ALG_NAME(name) #name,
+static const char *const jwt_alg_names[] = {CONF_JWT_ALGS(JWT_ALG_NAME)};
+#undef JWT_ALG_NAME
+
+static int read_jwt_alg(struct rules_ctx *x, yaml_node_t *item, void *obj, size_t i)
+{
+	const char *s = rules_scalar(item);
+	(void)i;
+	for (unsigned a = 0; s && a < CONF_JWT_NALGS; a++)
+		if (strcmp(s, jwt_alg_names[a]) == 0) {
+			*(unsigned *)obj = a;
+			return 0;
+		}
+	return rules_fail(x, item, "jwt.algorithms: expected HS256, RS256 or ES256 (never none)");
+}
+
+static int read_jwt_algs(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *obj)
+{
+	struct conf_jwt *j = obj;
+	unsigned *list = NULL;
+	size_t n = 0;
+	(void)r;
+	int rc =
+	    rules_read_list(x, v, "algorithms", (void **)&list, &n, sizeof(unsigned), read_jwt_alg);
+	for (size_t i = 0; !rc && i < n; i++)
+		j->algorithms |= 1u << list[i];
+	free(list);
+	if (!rc && !j->algorithms)
+		return rules_fail(x, v, "jwt.algorithms: name at least one algorithm");
+	return rc;
+}
+
+static const struct rule jwt_rules[] = {
+    {"keys_file", RULE_STR, offsetof(struct conf_jwt, keys_file), 0, 0, NULL, NULL},
+    {"jwks_file", RULE_STR, offsetof(struct conf_jwt, jwks_file), 0, 0, NULL, NULL},
+    {"algorithms", RULE_SECTION, 0, 0, 0, NULL, read_jwt_algs},
+    {"audience", RULE_STR, offsetof(struct conf_jwt, audience), 0, 0, NULL, NULL},
+    {"issuer", RULE_STR, offsetof(struct conf_jwt, issuer), 0, 0, NULL, NULL},
+    {"tenant_claim", RULE_STR, offsetof(struct conf_jwt, tenant_claim), 0, 0, NULL, NULL},
+    {"leeway_s", RULE_UINT, offsetof(struct conf_jwt, leeway_s), 0, 3600, NULL, NULL},
+    RULES_END,
+};
+
+static int read_jwt(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	struct conf_auth *a = field;
+	(void)r;
+	if (!(a->jwt = calloc(1, sizeof(*a->jwt))))
+		return rules_fail(x, v, "out of memory");
+	struct conf_jwt *j = a->jwt;
+	j->leeway_s = 30;
+	int rc = rules_read_section(x, v, "jwt", jwt_rules, j);
+	if (rc)
+		return rc;
+	if (!j->keys_file == !j->jwks_file)
+		return rules_fail(x, v,
+				  "jwt: give one of keys_file (PEM public keys or an HS256 "
+				  "secret) or jwks_file");
+	if (!j->tenant_claim && !(j->tenant_claim = strdup("sub")))
+		return rules_fail(x, v, "out of memory");
+	return j->keys_file ? auth_file_ok(x, v, "keys_file", j->keys_file)
+			    : auth_file_ok(x, v, "jwks_file", j->jwks_file);
+}
+
+static const struct rule basic_rules[] = {
+    {"users_file", RULE_STR, offsetof(struct conf_basic, users_file), 0, 0, NULL, NULL},
+    RULES_END,
+};
+
+static int read_basic(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	struct conf_auth *a = field;
+	(void)r;
+	if (!(a->basic = calloc(1, sizeof(*a->basic))))
+		return rules_fail(x, v, "out of memory");
+	int rc = rules_read_section(x, v, "basic", basic_rules, a->basic);
+	if (rc)
+		return rc;
+	if (!a->basic->users_file)
+		return rules_fail(x, v,
+				  "basic: 'users_file' is required (htpasswd user:hash lines)");
+	return auth_file_ok(x, v, "users_file", a->basic->users_file);
+}
+
 static const struct rule auth_rules[] = {
     {"api_keys_file", RULE_STR, offsetof(struct conf_auth, api_keys_file), 0, 0, NULL, NULL},
+    {"jwt", RULE_SECTION, 0, 0, 0, jwt_rules, read_jwt},
+    {"basic", RULE_SECTION, 0, 0, 0, basic_rules, read_basic},
     {"identity_header", RULE_STR, offsetof(struct conf_auth, identity_header), 0, 0, NULL, NULL},
     {"tenants", RULE_SECTION, 0, 0, 0, NULL, read_auth_tenants},
     {"pass_credentials", RULE_BOOL, offsetof(struct conf_auth, pass_credentials), 0, 0, NULL, NULL},
     {"client_cert", RULE_SECTION, 0, 0, 0, client_cert_rules, read_client_cert},
-    {"jwt", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
-    {"basic", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
     RULES_END,
 };
 
-/* routes[].auth: the keys file must be readable here (the proxy reads it whole at start;
- * `accelnet check` reads it too); the identity goes to the backend in a header of its own. */
+/* routes[].auth: one or more methods, each with its file; the identity goes to the backend
+ * in a header of its own. */
 static int read_auth(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
 {
 	struct conf_route *rt = field;
@@ -754,14 +848,11 @@ static int read_auth(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, 
 	int rc = rules_read_section(x, v, "auth", auth_rules, a);
 	if (rc)
 		return rc;
-	if (!a->api_keys_file && a->client_cert == CERT_TENANT_NONE)
-		return rules_fail(x, v,
-				  "auth: 'api_keys_file' (TENANT KEY lines) or 'client_cert' is "
-				  "required");
-	if (a->api_keys_file && access(a->api_keys_file, R_OK) < 0)
-		return rules_fail(x, rules_value_of(x, v, "api_keys_file"),
-				  "auth: api_keys_file '%s': %s", a->api_keys_file,
-				  strerror(errno));
+	if (!a->api_keys_file && !a->jwt && !a->basic && a->client_cert == CERT_TENANT_NONE)
+		return rules_fail(
+		    x, v, "auth: give api_keys_file, jwt, basic or client_cert (or several)");
+	if (a->api_keys_file && (rc = auth_file_ok(x, v, "api_keys_file", a->api_keys_file)))
+		return rc;
 	if (!a->identity_header && !(a->identity_header = strdup("X-Tenant")))
 		return rules_fail(x, v, "out of memory");
 	if (!header_name_ok(a->identity_header))
@@ -829,6 +920,20 @@ static int read_rate_limit(struct rules_ctx *x, const struct rule *r, yaml_node_
 	return rc;
 }
 
+/* routes[].api: openai, or none (the default). */
+static int read_api(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	const char *s = rules_scalar(v);
+	(void)r;
+	if (s && strcmp(s, "openai") == 0)
+		*(unsigned *)field = CONF_API_OPENAI;
+	else if (s && strcmp(s, "none") == 0)
+		*(unsigned *)field = CONF_API_NONE;
+	else
+		return rules_fail(x, v, "api: expected openai or none");
+	return 0;
+}
+
 static const struct rule route_rules[] = {
     {"match", RULE_SECTION, 0, 0, 0, match_rules, read_match},
     {"pool", RULE_SECTION, 0, 0, 0, NULL, read_route_pool},
@@ -840,6 +945,7 @@ static const struct rule route_rules[] = {
     {"spillover", RULE_SECTION, 0, 0, 0, spill_rules, read_spillover},
     {"auth", RULE_SECTION, 0, 0, 0, auth_rules, read_auth},
     {"rate_limit", RULE_SECTION, 0, 0, 0, rate_limit_rules, read_rate_limit},
+    {"api", RULE_SECTION, offsetof(struct conf_route, api), 0, 0, NULL, read_api},
     {"cache", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
     RULES_END,
 };

@@ -44,7 +44,7 @@ static int hexval(char c)
 	return -1;
 }
 
-static int tenant_ok(const char *p, size_t len)
+int apikeys_tenant_ok(const char *p, size_t len)
 {
 	if (!len || len > APIKEYS_TENANT_MAX)
 		return 0;
@@ -75,7 +75,7 @@ static const char *parse_line(const char *p, size_t len, struct apikey *e)
 		i++;
 	if (k0 == k1 || i != len)
 		return "expected 'TENANT KEY' (two words)";
-	if (!tenant_ok(p + t0, t1 - t0))
+	if (!apikeys_tenant_ok(p + t0, t1 - t0))
 		return "the tenant must be 1-64 characters of A-Z a-z 0-9 . _ : @ -";
 	memcpy(e->tenant, p + t0, t1 - t0);
 	e->tenant[t1 - t0] = '\0';

@@ -30,6 +30,8 @@ int apikeys_load(const char *path, struct apikeys **out, char *err, size_t errle
 int apikeys_parse(const char *name, const char *text, size_t len, struct apikeys **out, char *err,
 		  size_t errlen);
 void apikeys_free(struct apikeys *k);
+/* Is <p>[0..len) a tenant name (1-64 of A-Z a-z 0-9 . _ : @ -)? Every method's identity is. */
+int apikeys_tenant_ok(const char *p, size_t len);
 size_t apikeys_count(const struct apikeys *k);
 
 /* The tenant of key <key>[0..len), or NULL when no entry has it. */

@@ -270,25 +270,84 @@ int rewrite_sse_error(char *out, size_t cap, int status, const char *detail)
 	return chunk(out, cap, ev, n, 1);
 }
 
-int rewrite_error(char *buf, size_t cap, int status, const char *detail, int keep_alive,
-		  const char *request_id, unsigned retry_after_s, const char *more_headers)
+/* <s> as the inside of a JSON string (the proxy's own texts; escaped all the same). */
+static int json_text(char *out, size_t cap, const char *s)
 {
-	char body[256], extra[64] = ""; /* Retry-After, or a 401's challenge */
-	int blen =
-	    snprintf(body, sizeof(body), "%d %s: %s\n", status, http_status_text(status), detail);
+	size_t o = 0;
+	for (; *s && o + 7 < cap; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\') {
+			out[o++] = '\\';
+			out[o++] = (char)c;
+		} else if (c < 0x20) {
+			o += (size_t)snprintf(out + o, cap - o, "\\u%04x", c);
+		} else {
+			out[o++] = (char)c;
+		}
+	}
+	out[o] = '\0';
+	return (int)o;
+}
+
+/* The "type" and "code" the OpenAI API gives an error of <status>. */
+static void openai_kind(int status, const char **type, const char **code)
+{
+	*code = NULL;
+	if (status == 401) {
+		*type = "invalid_request_error";
+		*code = "invalid_api_key";
+	} else if (status == 403) {
+		*type = "permission_error";
+	} else if (status == 429) {
+		*type = "requests";
+		*code = "rate_limit_exceeded";
+	} else if (status >= 500) {
+		*type = "server_error";
+		if (status == 503)
+			*code = "service_unavailable";
+	} else {
+		*type = "invalid_request_error";
+	}
+}
+
+int rewrite_error(char *buf, size_t cap, const struct rewrite_error_info *e)
+{
+	char body[512], msg[300], extra[160] = ""; /* Retry-After, or a 401's challenges */
+	int blen;
+	if (e->openai) {
+		const char *type, *code;
+		openai_kind(e->status, &type, &code);
+		json_text(msg, sizeof(msg), e->detail);
+		blen =
+		    snprintf(body, sizeof(body),
+			     "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,"
+			     "\"code\":%s%s%s}}\n",
+			     msg, type, code ? "\"" : "", code ? code : "null", code ? "\"" : "");
+	} else {
+		blen = snprintf(body, sizeof(body), "%d %s: %s\n", e->status,
+				http_status_text(e->status), e->detail);
+	}
 	if (blen < 0 || (size_t)blen >= sizeof(body))
 		blen = (int)sizeof(body) - 1;
-	if (retry_after_s)
-		snprintf(extra, sizeof(extra), "Retry-After: %u\r\n", retry_after_s);
-	else if (status == 401) /* the proxy answers 401 only for its own authentication */
-		snprintf(extra, sizeof(extra), "WWW-Authenticate: Bearer realm=\"accelnet\"\r\n");
+	if (e->retry_after_s)
+		snprintf(extra, sizeof(extra), "Retry-After: %u\r\n", e->retry_after_s);
+	else if (e->status == 401) /* the proxy answers 401 only for its own authentication */
+		snprintf(extra, sizeof(extra), "%s%s",
+			 e->challenges & REWRITE_CHALLENGE_BASIC
+			     ? "WWW-Authenticate: Basic realm=\"accelnet\", charset=\"UTF-8\"\r\n"
+			     : "",
+			 e->challenges & REWRITE_CHALLENGE_BASIC &&
+				 !(e->challenges & REWRITE_CHALLENGE_BEARER)
+			     ? ""
+			     : "WWW-Authenticate: Bearer realm=\"accelnet\"\r\n");
 	int n = snprintf(buf, cap,
-			 "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n"
+			 "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
 			 "%s%s%s%s%sCache-Control: no-store\r\n%s\r\n%.*s",
-			 status, http_status_text(status), blen, request_id ? "X-Request-Id: " : "",
-			 request_id ? request_id : "", request_id ? "\r\n" : "", extra,
-			 more_headers ? more_headers : "",
-			 keep_alive ? "" : "Connection: close\r\n", blen, body);
+			 e->status, http_status_text(e->status),
+			 e->openai ? "application/json" : "text/plain", blen,
+			 e->request_id ? "X-Request-Id: " : "", e->request_id ? e->request_id : "",
+			 e->request_id ? "\r\n" : "", extra, e->more_headers ? e->more_headers : "",
+			 e->keep_alive ? "" : "Connection: close\r\n", blen, body);
 	return n < 0 || (size_t)n >= cap ? -1 : n;
 }
 

@@ -60,13 +60,29 @@ int rewrite_request(char *out, size_t cap, const struct http_head *req,
 int rewrite_response(char *out, size_t cap, const struct http_head *resp, int keep_alive,
 		     const char *request_id);
 
+/* A response the proxy makes itself. */
+struct rewrite_error_info {
+	int status;
+	const char *detail; /* a short text of the proxy's own, never a client's bytes */
+	int keep_alive;
+	const char *request_id;	  /* NULL: none */
+	unsigned retry_after_s;	  /* not 0: Retry-After */
+	unsigned challenges;	  /* a 401's WWW-Authenticate: REWRITE_CHALLENGE_* (0: Bearer) */
+	int openai;		  /* routes.api openai: the OpenAI error JSON, not text/plain */
+	const char *more_headers; /* whole CRLF-ended header lines, or NULL */
+};
+#define REWRITE_CHALLENGE_BEARER 1u
+#define REWRITE_CHALLENGE_BASIC 2u
+
 /*
- * Write a complete short text/plain error response, with Retry-After when <retry_after_s>
- * is not 0, and a Bearer challenge (WWW-Authenticate) on a 401, then <more_headers> (whole
- * CRLF-ended header lines, or NULL). Returns its length or -1.
+ * Write a complete short error response: text/plain "STATUS REASON: detail", or on an
+ * OpenAI-shaped route {"error": {"message", "type", "param", "code"}} as application/json
+ * (401: invalid_request_error / invalid_api_key; 403: permission_error; 429: requests /
+ * rate_limit_exceeded; 5xx: server_error, 503 with code service_unavailable; other 4xx:
+ * invalid_request_error). Retry-After when retry_after_s is not 0, a 401's challenges,
+ * then more_headers. Returns its length or -1.
  */
-int rewrite_error(char *out, size_t cap, int status, const char *detail, int keep_alive,
-		  const char *request_id, unsigned retry_after_s, const char *more_headers);
+int rewrite_error(char *out, size_t cap, const struct rewrite_error_info *e);
 
 /*
  * Early event streams (routes.sse_heartbeat_ms): the proxy answers a streaming request

@@ -17,15 +17,15 @@
 /* A generation of tables: one per listener and one per route, NULL where none. */
 struct creds_gen {
 	struct net_tls_listener **tls;
-	struct apikeys **keys;
+	struct auth_tables **auth;
 };
 
 /* What reloads replaced: listeners until the end, key tables until the workers moved on. */
 static struct {
 	struct net_tls_listener **old_tls;
 	size_t nold_tls;
-	struct apikeys **old_keys; /* waiting for every worker to pass a turn */
-	size_t nold_keys;
+	struct auth_tables **old_auth; /* waiting for every worker to pass a turn */
+	size_t nold_auth;
 	uint64_t *turns_at; /* each worker's turns when the newest of them was retired */
 	struct worker *workers;
 	unsigned nworkers;
@@ -47,20 +47,20 @@ static void gen_free(const struct conf *c, struct creds_gen *g)
 {
 	for (size_t i = 0; g->tls && i < c->nlistens; i++)
 		net_tls_listener_free(g->tls[i]);
-	for (size_t i = 0; g->keys && i < c->nroutes; i++)
-		apikeys_free(g->keys[i]);
+	for (size_t i = 0; g->auth && i < c->nroutes; i++)
+		auth_tables_free(g->auth[i]);
 	free(g->tls);
-	free(g->keys);
+	free(g->auth);
 	g->tls = NULL;
-	g->keys = NULL;
+	g->auth = NULL;
 }
 
 static int gen_build(const struct conf *c, struct creds_gen *g, char *err, size_t errlen)
 {
 	int rc = -ENOMEM;
 	g->tls = calloc(c->nlistens ? c->nlistens : 1, sizeof(*g->tls));
-	g->keys = calloc(c->nroutes ? c->nroutes : 1, sizeof(*g->keys));
-	if (!g->tls || !g->keys) {
+	g->auth = calloc(c->nroutes ? c->nroutes : 1, sizeof(*g->auth));
+	if (!g->tls || !g->auth) {
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
@@ -75,8 +75,8 @@ static int gen_build(const struct conf *c, struct creds_gen *g, char *err, size_
 	}
 	for (size_t i = 0; i < c->nroutes; i++) {
 		const struct conf_auth *a = c->routes[i].auth;
-		if (a && a->api_keys_file &&
-		    (rc = apikeys_load(a->api_keys_file, &g->keys[i], err, errlen)) < 0)
+		if (a && (a->api_keys_file || a->jwt || a->basic) &&
+		    (rc = auth_tables_load(a, &g->auth[i], err, errlen)) < 0)
 			goto fail;
 	}
 	return 0;
@@ -93,8 +93,8 @@ int creds_build(struct worker_shared *sh, char *err, size_t errlen)
 	if (rc)
 		return rc;
 	sh->tls = calloc(c->nlistens ? c->nlistens : 1, sizeof(*sh->tls));
-	sh->keys = calloc(c->nroutes ? c->nroutes : 1, sizeof(*sh->keys));
-	if (!sh->tls || !sh->keys) {
+	sh->auth = calloc(c->nroutes ? c->nroutes : 1, sizeof(*sh->auth));
+	if (!sh->tls || !sh->auth) {
 		gen_free(c, &g);
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
@@ -102,19 +102,19 @@ int creds_build(struct worker_shared *sh, char *err, size_t errlen)
 	for (size_t i = 0; i < c->nlistens; i++)
 		atomic_init(&sh->tls[i], g.tls[i]);
 	for (size_t i = 0; i < c->nroutes; i++)
-		atomic_init(&sh->keys[i], g.keys[i]);
+		atomic_init(&sh->auth[i], g.auth[i]);
 	free(g.tls);
-	free(g.keys);
+	free(g.auth);
 	return 0;
 }
 
-static void retired_keys_free(void)
+static void retired_auth_free(void)
 {
-	for (size_t i = 0; i < retired.nold_keys; i++)
-		apikeys_free(retired.old_keys[i]);
-	free(retired.old_keys);
-	retired.old_keys = NULL;
-	retired.nold_keys = 0;
+	for (size_t i = 0; i < retired.nold_auth; i++)
+		auth_tables_free(retired.old_auth[i]);
+	free(retired.old_auth);
+	retired.old_auth = NULL;
+	retired.nold_auth = 0;
 }
 
 void creds_free(struct worker_shared *sh)
@@ -122,18 +122,18 @@ void creds_free(struct worker_shared *sh)
 	const struct conf *c = sh->conf;
 	for (size_t i = 0; sh->tls && i < c->nlistens; i++)
 		net_tls_listener_free(atomic_load(&sh->tls[i]));
-	for (size_t i = 0; sh->keys && i < c->nroutes; i++)
-		apikeys_free(atomic_load(&sh->keys[i]));
+	for (size_t i = 0; sh->auth && i < c->nroutes; i++)
+		auth_tables_free(atomic_load(&sh->auth[i]));
 	free(sh->tls);
-	free(sh->keys);
+	free(sh->auth);
 	sh->tls = NULL;
-	sh->keys = NULL;
+	sh->auth = NULL;
 	for (size_t i = 0; i < retired.nold_tls; i++)
 		net_tls_listener_free(retired.old_tls[i]);
 	free(retired.old_tls);
 	retired.old_tls = NULL;
 	retired.nold_tls = 0;
-	retired_keys_free();
+	retired_auth_free();
 	free(retired.turns_at);
 	retired.turns_at = NULL;
 	if (retired.loop)
@@ -156,7 +156,7 @@ static void on_retire_timer(struct loop_timer *t)
 			loop_timer_set(retired.loop, t, loop_now(retired.loop) + RETIRE_CHECK_MS);
 			return;
 		}
-	retired_keys_free();
+	retired_auth_free();
 }
 
 static int keep(void ***list, size_t *n, void *p)
@@ -194,13 +194,13 @@ void creds_reload(struct worker_shared *sh, struct worker *workers, unsigned nwo
 		swapped += g.tls[i] != NULL;
 	}
 	for (size_t i = 0; i < c->nroutes; i++) {
-		struct apikeys *old = atomic_exchange(&sh->keys[i], g.keys[i]);
-		if (keep((void ***)&retired.old_keys, &retired.nold_keys, old) < 0)
-			log_warn("%s: out of memory: a replaced keys table is leaked", why);
-		swapped += g.keys[i] != NULL;
+		struct auth_tables *old = atomic_exchange(&sh->auth[i], g.auth[i]);
+		if (keep((void ***)&retired.old_auth, &retired.nold_auth, old) < 0)
+			log_warn("%s: out of memory: a replaced auth table is leaked", why);
+		swapped += g.auth[i] != NULL;
 	}
 	free(g.tls);
-	free(g.keys);
+	free(g.auth);
 	retired.workers = workers;
 	retired.nworkers = nworkers;
 	retired.loop = sh->main_loop;
@@ -210,8 +210,8 @@ void creds_reload(struct worker_shared *sh, struct worker *workers, unsigned nwo
 		loop_wake(workers[i].loop);
 	}
 	loop_timer_set(retired.loop, &retired.timer, loop_now(retired.loop) + RETIRE_CHECK_MS);
-	log_info("%s: %zu certificate set%s and keys file%s read again and in use", why, swapped,
-		 swapped == 1 ? "" : "s", swapped == 1 ? "" : "s");
+	log_info("%s: %zu certificate set%s and auth file set%s read again and in use", why,
+		 swapped, swapped == 1 ? "" : "s", swapped == 1 ? "" : "s");
 }
 
 /* FNV-1a over <n> bytes, continuing from <h>. */

@@ -8,6 +8,7 @@
  */
 #include "proxy/session.h"
 #include "core/log.h"
+#include "guard/auth.h"
 #include "net/addr.h"
 #include "net/tls.h"
 #include "proxy/classify.h"
@@ -40,6 +41,13 @@ static enum run session_reply(struct client *cl, int status, const char *detail,
 {
 	struct worker *w = cl->w;
 	struct exchange *x = cl->x;
+	/* the route shapes the answer (routes.api, its challenges); one refused before the
+	 * route stage (413, 414) is matched here, from the head it still has */
+	const struct conf_route *route =
+	    !x	       ? NULL
+	    : x->route ? x->route
+	    : x->head  ? route_match(w->conf, x->head, x->tls ? x->tls->sni : NULL)
+		       : NULL;
 	if (x && (!x->req.done || x->req_close || x->minor == 0))
 		keep = 0;
 	if (w->draining || session_last_request(cl))
@@ -49,12 +57,20 @@ static enum run session_reply(struct client *cl, int status, const char *detail,
 		n = x && x->early_head
 			? rewrite_sse_error(cl->out->data + cl->out->end, buf_room(cl->out), status,
 					    detail)
-			: rewrite_error(cl->out->data + cl->out->end, buf_room(cl->out), status,
-					detail, keep, x ? x->reqid : NULL,
-					status == 503	     ? 1
-					: status == 429 && x ? x->retry_after_s
-							     : 0,
-					status == 429 && x ? x->limit_headers : NULL);
+			: rewrite_error(
+			      cl->out->data + cl->out->end, buf_room(cl->out),
+			      &(struct rewrite_error_info){
+				  .status = status,
+				  .detail = detail,
+				  .keep_alive = keep,
+				  .request_id = x ? x->reqid : NULL,
+				  .retry_after_s = status == 503	? 1
+						   : status == 429 && x ? x->retry_after_s
+									: 0,
+				  .challenges = route ? auth_challenges(route->auth) : 0,
+				  .openai = route && route->api == CONF_API_OPENAI,
+				  .more_headers = status == 429 && x ? x->limit_headers : NULL,
+			      });
 	if (n < 0) {
 		/* the client has not read what it was sent (interim responses, heartbeats):
 		 * it cannot get an answer, so it gets a closed connection */

@@ -11,6 +11,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 struct stage {
 	const char *name;
@@ -38,9 +39,10 @@ static const char *guard_cert_tenant(const struct exchange *x, const struct conf
 	return *t && strlen(t) <= APIKEYS_TENANT_MAX ? t : NULL;
 }
 
-/* routes.auth: only a request with a known API key, or a verified client certificate naming
- * its tenant, passes; its tenant is who it is from now on (fair queueing, the backend's
- * identity header). Then the route's rate limits. */
+/* routes.auth: only a request with a verified client certificate naming its tenant, or whose
+ * credential one of the route's methods verifies, passes; its identity is who it is from
+ * now on (fair queueing, rate and token limits, the backend's identity header). Then the
+ * route's limits. */
 static enum run stage_guard(struct exchange *x)
 {
 	const struct conf_auth *a = x->route->auth;
@@ -56,28 +58,25 @@ static enum run stage_guard(struct exchange *x)
 		x->identity = x->identity_buf;
 		return quota_guard(x);
 	}
-	if (!a->api_keys_file)
+	struct auth_tables *t = atomic_load_explicit(&x->w->sh->auth[x->route - x->w->conf->routes],
+						     memory_order_acquire);
+	if (!t) /* client_cert alone */
 		return exchange_reply(
 		    x, 403, "this route needs a verified client certificate naming your tenant", 1);
-	const struct apikeys *keys = atomic_load_explicit(
-	    &x->w->sh->keys[x->route - x->w->conf->routes], memory_order_acquire);
-	const char *tenant;
-	switch (auth_check(keys, a->tenants, a->ntenants, x->head, &tenant)) {
+	const char *why;
+	/* copied out: the tables may be swapped (SIGHUP) while the exchange lives on */
+	switch (auth_check(t, a->tenants, a->ntenants, x->head, (int64_t)time(NULL),
+			   x->identity_buf, sizeof(x->identity_buf), &why)) {
 	case AUTH_OK:
-		/* copied: the table may be swapped (SIGHUP) while the exchange lives on */
-		snprintf(x->identity_buf, sizeof(x->identity_buf), "%s", tenant);
 		x->identity = x->identity_buf;
 		return quota_guard(x);
 	case AUTH_FORBIDDEN:
-		return exchange_reply(x, 403, "this route does not admit your tenant", 1);
+		return exchange_reply(x, 403, why, 1);
 	case AUTH_MISSING:
-		return exchange_reply(
-		    x, 401, "an API key is required (Authorization: Bearer KEY, or X-API-Key: KEY)",
-		    1);
 	case AUTH_INVALID:
 		break;
 	}
-	return exchange_reply(x, 401, "the API key is not valid", 1);
+	return exchange_reply(x, 401, why, 1);
 }
 
 static enum run stage_classify(struct exchange *x)

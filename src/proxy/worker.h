@@ -18,7 +18,7 @@
 #include "core/loop.h"
 #include "http/parse.h"
 #include "net/conn.h"
-#include "guard/apikeys.h"
+#include "guard/auth.h"
 #include "guard/limits.h"
 #include "net/tls_listen.h"
 #include "proxy/admission.h"
@@ -63,8 +63,8 @@ struct worker_shared {
 	 * with one acquire load per use: SIGHUP swaps in new ones (proxy.c), and frees a key
 	 * table once every worker has finished a loop turn since (turns below) */
 	_Atomic(struct net_tls_listener *) *tls;
-	_Atomic(struct apikeys *) *keys;
-	struct route_limits *limits;  /* per route (guard/limits.h) */
+	_Atomic(struct auth_tables *) *auth; /* routes.auth: keys, JWT keys, users */
+	struct route_limits *limits;	     /* per route (guard/limits.h) */
 	_Atomic uint32_t *ip_conns;   /* connections per address hash (max_connections_per_ip) */
 	struct ratelimit accept_rate; /* limits.accept_rate_per_ip, when has_accept_rate */
 	int has_accept_rate;

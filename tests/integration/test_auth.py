@@ -93,7 +93,8 @@ def test_bad_keys_files_are_refused_with_their_place(env):
     conf = env.write("p.yaml", "listen: [127.0.0.1:1]\npools:\n" + pool_yaml("p", [be_port]) +
                      "routes:\n  - pool: p\n    auth: {api_keys_file: /etc/hostname, jwt: {}}\n")
     r = subprocess.run([BIN, "check", "-c", conf], capture_output=True, text=True)
-    assert r.returncode == 2 and "not built yet" in r.stderr, r.stderr
+    assert r.returncode == 2 and f"{conf}:9:" in r.stderr and "give one of keys_file" in r.stderr, \
+        r.stderr
 
 
 def test_rate_limits_per_address_and_per_tenant(env):

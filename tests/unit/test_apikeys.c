@@ -83,7 +83,9 @@ static void presented_credentials(void **state)
 	struct apikeys *k = parse("acme sk-acme-0123456789abcdef\nbeta sk-beta-0123456789abcdef\n");
 	char *admit[] = {"acme"};
 	struct http_head h;
-	const char *tenant;
+	struct auth_tables t = {.keys = k};
+	char tenant[APIKEYS_TENANT_MAX + 1];
+	const char *why;
 	const char *reqs[] = {
 	    "GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer sk-acme-0123456789abcdef\r\n\r\n",
 	    "GET / HTTP/1.1\r\nHost: a\r\nauthorization: bearer   sk-acme-0123456789abcdef\r\n\r\n",
@@ -91,22 +93,26 @@ static void presented_credentials(void **state)
 	};
 	for (size_t i = 0; i < 3; i++) {
 		assert_true(http_parse_request(reqs[i], strlen(reqs[i]), 32768, &h) > 0);
-		assert_int_equal(auth_check(k, admit, 1, &h, &tenant), AUTH_OK);
+		assert_int_equal(auth_check(&t, admit, 1, &h, 0, tenant, sizeof(tenant), &why),
+				 AUTH_OK);
 		assert_string_equal(tenant, "acme");
 	}
 	const char *missing = "GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Basic YTpi\r\n\r\n";
 	assert_true(http_parse_request(missing, strlen(missing), 32768, &h) > 0);
-	assert_int_equal(auth_check(k, NULL, 0, &h, &tenant), AUTH_MISSING);
+	assert_int_equal(auth_check(&t, NULL, 0, &h, 0, tenant, sizeof(tenant), &why),
+			 AUTH_MISSING);
 	const char *wrong =
 	    "GET / HTTP/1.1\r\nHost: a\r\nX-API-Key: sk-nobody-0123456789ab\r\n\r\n";
 	assert_true(http_parse_request(wrong, strlen(wrong), 32768, &h) > 0);
-	assert_int_equal(auth_check(k, NULL, 0, &h, &tenant), AUTH_INVALID);
+	assert_int_equal(auth_check(&t, NULL, 0, &h, 0, tenant, sizeof(tenant), &why),
+			 AUTH_INVALID);
 	const char *other =
 	    "GET / HTTP/1.1\r\nHost: a\r\nX-API-Key: sk-beta-0123456789abcdef\r\n\r\n";
 	assert_true(http_parse_request(other, strlen(other), 32768, &h) > 0);
-	assert_int_equal(auth_check(k, admit, 1, &h, &tenant), AUTH_FORBIDDEN);
+	assert_int_equal(auth_check(&t, admit, 1, &h, 0, tenant, sizeof(tenant), &why),
+			 AUTH_FORBIDDEN);
 	assert_string_equal(tenant, "beta");
-	assert_int_equal(auth_check(k, NULL, 0, &h, &tenant), AUTH_OK);
+	assert_int_equal(auth_check(&t, NULL, 0, &h, 0, tenant, sizeof(tenant), &why), AUTH_OK);
 	apikeys_free(k);
 }
 

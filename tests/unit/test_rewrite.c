@@ -221,7 +221,9 @@ static void response_head(void **state)
 static void error_response(void **state)
 {
 	(void)state;
-	int n = rewrite_error(out, sizeof(out), 503, "no backend available", 0, "rid", 2, NULL);
+	int n = rewrite_error(
+	    out, sizeof(out),
+	    &(struct rewrite_error_info){503, "no backend available", 0, "rid", 2, 0, 0, NULL});
 	assert_true(n > 0);
 	out[n] = '\0';
 	assert_non_null(strstr(out, "HTTP/1.1 503 Service Unavailable\r\n"));
