@@ -23,6 +23,7 @@ Usage: bench/tls [--quick] [--rounds N] [--seconds S] [--keys ecdsa,rsa] [--out 
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import subprocess
@@ -56,7 +57,7 @@ def make_cert(run, kind):
     return crt, key, pem
 
 
-def start_accelnet(run, origin, cert, binary=None):
+def start_accelnet(run, origin, cert, binary=None, wrap=()):
     crt, key, _ = cert
     port = free_port()
     cfg = (f"workers: 1\n"
@@ -66,12 +67,13 @@ def start_accelnet(run, origin, cert, binary=None):
            "timeouts: {first_byte_ms: 300000, between_bytes_ms: 300000, idle_ms: 300000}\n"
            "limits: {max_connections: 200000}\n"
            f"pools:\n  - name: b\n    backends:\n      - {{address: 127.0.0.1:{origin}}}\n")
-    p = run.start([binary or ACCELNET, "proxy", "-c", run.write(f"accelnet-{port}.yaml", cfg),
-                   "--log-level", "error"], port, name="accelnet")
+    p = run.start([*wrap, binary or ACCELNET, "proxy", "-c",
+                   run.write(f"accelnet-{port}.yaml", cfg), "--log-level", "error"], port,
+                  name="accelnet")
     return p, port
 
 
-def start_nginx(run, origin, cert):
+def start_nginx(run, origin, cert, wrap=()):
     crt, key, _ = cert
     port = free_port()
     d = os.path.join(run.dir, f"nginx-{port}")
@@ -103,12 +105,12 @@ http {{
     }}
 }}
 """
-    p = run.start(["nginx", "-c", run.write(f"nginx-{port}.conf", cfg), "-e", f"{d}/error.log"],
-                  port, name="nginx")
+    p = run.start([*wrap, "nginx", "-c", run.write(f"nginx-{port}.conf", cfg), "-e",
+                   f"{d}/error.log"], port, name="nginx")
     return p, port
 
 
-def start_haproxy(run, origin, cert):
+def start_haproxy(run, origin, cert, wrap=()):
     _, _, pem = cert
     port = free_port()
     cfg = f"""global
@@ -130,7 +132,7 @@ frontend f
 backend b
     server s0 127.0.0.1:{origin}
 """
-    p = run.start(["haproxy", "-db", "-f", run.write(f"haproxy-{port}.cfg", cfg)], port,
+    p = run.start([*wrap, "haproxy", "-db", "-f", run.write(f"haproxy-{port}.cfg", cfg)], port,
                   name="haproxy")
     return p, port
 
@@ -214,11 +216,91 @@ def render(res, outdir):
                f"load average before {sc['load_before']}, after {sc['load_after']}; "
                f"{len(sc['rounds']['haproxy'])} rounds of {sc['seconds']} s", "",
                table(*summarize(sc)), ""]
+    for kind, by in res.get("instructions", {}).items():
+        md += [f"## {kind.upper()}: instructions (callgrind, one connection at a time)", "",
+               table(*summarize_instructions(by)), ""]
     md += [f"Raw figures: {os.path.join(outdir, 'results.json')}"]
     text = "\n".join(md) + "\n"
     with open(os.path.join(outdir, "summary.md"), "w") as f:
         f.write(text)
     return text
+
+
+# --- instructions: valgrind's callgrind counts, deterministic on a shared machine ---------
+
+def callgrind_ir(run, pid, tag):
+    """Instructions the process ran since the last zeroing (callgrind_control -z)."""
+    subprocess.run(["callgrind_control", "-d", str(pid)], capture_output=True, timeout=120)
+    total = 0
+    for f in os.listdir(run.dir):
+        if f.startswith(f"cg.{tag}."):
+            path = os.path.join(run.dir, f)
+            with open(path) as fh:
+                for line in fh:
+                    if line.startswith(("summary:", "totals:")):
+                        total += int(line.split()[1])
+                        break
+            os.remove(path)
+    return total
+
+
+def instructions(run, res, origin, kind, cert, seconds):
+    """Per proxy under callgrind, one client connection at a time: instructions per
+    keep-alive request, per new connection with a full handshake (and its one request), and
+    per resumed one. The keep-alive figure has its one handshake taken out."""
+    bench.wait_port = functools.partial(wait_port_slow, timeout=180)
+    out = {}
+    for name, start in PROXIES.items():
+        tag = name.replace("-", "")
+        wrap = ("valgrind", "--tool=callgrind", f"--callgrind-out-file={run.dir}/cg.{tag}.%p")
+        p, port = start(run, origin, cert, wrap=wrap)
+        fig = {}
+        for mode in ("full", "resume", "keepalive"):
+            tlsload(port, mode, 1, 2)  # warm-up, and a session to resume
+            subprocess.run(["callgrind_control", "-z", str(p.pid)], capture_output=True,
+                           timeout=120)
+            w = tlsload(port, mode, 1, seconds)
+            fig[mode] = {"ir": callgrind_ir(run, p.pid, tag), "requests": w["requests"],
+                         "handshakes": w["handshakes"], "resumed": w["resumed"],
+                         "tickets": w["tickets"]}
+        per_conn = fig["full"]["ir"] / max(fig["full"]["requests"], 1)
+        ka = fig["keepalive"]
+        fig["per_request"] = (ka["ir"] - ka["handshakes"] * per_conn) / max(
+            ka["requests"] - ka["handshakes"], 1)
+        fig["per_full"] = per_conn
+        rs = fig["resume"]  # its first connection had no session to offer
+        fig["per_resumed"] = (rs["ir"] - (rs["handshakes"] - rs["resumed"]) * per_conn) / max(
+            rs["resumed"], 1)
+        out[name] = fig
+        run.stop(p)
+        print(f"{kind} instructions {name}: {fig['per_request']:.0f}/request, "
+              f"{fig['per_full']:.0f}/full, {fig['per_resumed']:.0f}/resumed", file=sys.stderr,
+              flush=True)
+    bench.wait_port = wait_port_slow
+    res["instructions"][kind] = out
+
+
+def wait_port_slow(port, proc, timeout=15):
+    return WAIT_PORT(port, proc, timeout)
+
+
+WAIT_PORT = bench.wait_port
+
+
+def summarize_instructions(by):
+    ha = by["haproxy"]
+    rows = []
+    for name, f in by.items():
+        row = [name]
+        for k in ("per_request", "per_full", "per_resumed"):
+            row += [f"{f[k] / 1000:.1f}", f"{f[k] / ha[k]:.2f}" if ha[k] else "-"]
+        hs = f["full"]["handshakes"]
+        row += [f"{f['full']['tickets'] / max(hs, 1):.1f}",
+                f"{100 * f['resume']['resumed'] / max(f['resume']['handshakes'], 1):.0f} %"]
+        rows.append(row)
+    return (["contestant", "k instr./keep-alive request", "÷ HAProxy", "k instr./full handshake",
+             "÷ HAProxy", "k instr./resumed", "÷ HAProxy", "tickets/handshake", "resumed"],
+            rows)
 
 
 def ktls_state():
@@ -235,6 +317,10 @@ def main():
     ap.add_argument("--keys", default="ecdsa,rsa")
     ap.add_argument("--modes", default="keepalive,full,resume")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "out"))
+    ap.add_argument("--instructions", action="store_true",
+                    help="also count instructions per request and handshake under callgrind")
+    ap.add_argument("--instructions-only", action="store_true",
+                    help="only the callgrind counts (no timed scenarios)")
     ap.add_argument("--baseline", metavar="ACCELNET_BIN",
                     help="also run this (older) accelnet binary as 'accelnet-base'")
     ap.add_argument("--report", metavar="RESULTS_JSON", help="only render summary.md again")
@@ -245,7 +331,9 @@ def main():
         return
     if a.baseline:
         base = os.path.abspath(a.baseline)
-        PROXIES["accelnet-base"] = lambda run, o, c: start_accelnet(run, o, c, binary=base)
+        PROXIES["accelnet-base"] = lambda run, o, c, wrap=(): start_accelnet(run, o, c,
+                                                                           binary=base,
+                                                                           wrap=wrap)
     rounds, secs = (1, 2) if a.quick else (a.rounds, a.seconds)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ")
     outdir = os.path.join(a.out, "tls-" + stamp + ("-quick" if a.quick else ""))
@@ -256,7 +344,7 @@ def main():
                                          text=True).stdout.strip()
     res = {"date": stamp, "quick": a.quick, "versions": versions, "ktls": ktls_state(),
            "placement": f"load generator on CPU {LOAD_CPU}, servers on CPU {bench.SERVER_CPU}",
-           "suite": SUITE, "group": GROUP, "scenarios": {}}
+           "suite": SUITE, "group": GROUP, "scenarios": {}, "instructions": {}}
     run = Run()
     t0 = time.monotonic()
     try:
@@ -276,8 +364,10 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
         for kind in a.keys.split(","):
             cert = make_cert(run, kind)
             for mode, title, conns in SCENARIOS:
-                if mode in modes:
+                if mode in modes and not a.instructions_only:
                     scenario(run, res, oport, kind, cert, mode, title, conns, secs, rounds)
+            if a.instructions or a.instructions_only:
+                instructions(run, res, oport, kind, cert, 3 if a.quick else 10)
     finally:
         run.cleanup()
     res["elapsed_s"] = time.monotonic() - t0

@@ -17,8 +17,8 @@
  * The client offers TLS 1.3 only, TLS_AES_128_GCM_SHA256 and X25519 (--suite, --groups
  * change that), and does not verify the certificate (the server's signature in the handshake
  * is still checked, as it always is). Prints one JSON object: requests, errors, seconds, the
- * handshakes done and resumed, and the suite, group and protocol the last handshake
- * negotiated.
+ * handshakes done and resumed, the session tickets (or sessions) received, and the suite,
+ * group and protocol the last handshake negotiated.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -56,7 +56,7 @@ static struct {
 	int ep;
 	char req[512];
 	size_t req_len;
-	unsigned long long requests, errors, handshakes, resumed;
+	unsigned long long requests, errors, handshakes, resumed, tickets;
 	char suite[64], group[32], proto[16];
 } g;
 
@@ -80,6 +80,7 @@ static void conn_arm(struct conn *c, unsigned events, int op)
 static int on_new_session(SSL *ssl, SSL_SESSION *sess)
 {
 	struct conn *c = SSL_get_app_data(ssl);
+	g.tickets++;
 	if (c->sess)
 		SSL_SESSION_free(c->sess);
 	c->sess = sess;
@@ -329,9 +330,10 @@ int main(int argc, char **argv)
 	}
 	t = now_s() - t0;
 	printf("{\"requests\":%llu,\"errors\":%llu,\"seconds\":%.3f,\"rps\":%.1f,"
-	       "\"handshakes\":%llu,\"resumed\":%llu,\"suite\":\"%s\",\"group\":\"%s\","
+	       "\"handshakes\":%llu,\"resumed\":%llu,\"tickets\":%llu,\"suite\":\"%s\",\"group\":"
+	       "\"%s\","
 	       "\"protocol\":\"%s\"}\n",
-	       g.requests, g.errors, t, (double)g.requests / t, g.handshakes, g.resumed, g.suite,
-	       g.group, g.proto);
+	       g.requests, g.errors, t, (double)g.requests / t, g.handshakes, g.resumed, g.tickets,
+	       g.suite, g.group, g.proto);
 	return 0;
 }

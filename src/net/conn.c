@@ -17,6 +17,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+/* OpenSSL's error queue must be empty before a call whose outcome SSL_get_error() reads.
+ * Peeking first is much cheaper than ERR_clear_error() on an empty queue (which wipes
+ * every slot), and the queue is almost always empty: a read or write per request. */
+static void tls_errors_clear(void)
+{
+	if (ERR_peek_error())
+		ERR_clear_error();
+}
+
 ssize_t net_conn_tls_outcome(struct net_conn *c, int ret)
 {
 	switch (SSL_get_error(c->ssl, ret)) {
@@ -46,7 +55,7 @@ ssize_t net_conn_read(struct net_conn *c, void *buf, size_t len)
 	c->want_read = c->want_write = 0;
 	if (c->ssl) {
 		size_t n;
-		ERR_clear_error();
+		tls_errors_clear();
 		int ret = SSL_read_ex(c->ssl, buf, len, &n);
 		return ret > 0 ? (ssize_t)n : net_conn_tls_outcome(c, ret);
 	}
@@ -97,7 +106,7 @@ static ssize_t tls_writev(struct net_conn *c, const struct iovec *iov, int n)
 		size_t len = gather(iov, n, done, rec, sizeof(rec)), w = 0;
 		if (!len)
 			return (ssize_t)done;
-		ERR_clear_error();
+		tls_errors_clear();
 		int ret = SSL_write_ex(c->ssl, rec, len, &w);
 		if (ret <= 0) {
 			ssize_t rc = net_conn_tls_outcome(c, ret);

@@ -326,6 +326,10 @@ static SSL_CTX *site_ctx_new(struct net_tls_listener *l, const struct net_tls_li
 	SSL_CTX_set_max_proto_version(ctx, TLS1_3_VERSION);
 	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
 				  SSL_MODE_RELEASE_BUFFERS);
+	/* one read() per record instead of two (its 5-byte header, then the rest). Safe because
+	 * a TLS connection counts as readable until a read says -EAGAIN (proxy/worker.c), so
+	 * what OpenSSL read ahead is always read out. */
+	SSL_CTX_set_read_ahead(ctx, 1);
 	if (SSL_CTX_set_cipher_list(ctx, o->ciphers ? o->ciphers : DEFAULT_CIPHERS) != 1) {
 		fail_reason(err, errlen, "tls: ciphers: no usable cipher in", o->ciphers);
 		goto fail;

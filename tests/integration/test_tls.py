@@ -165,6 +165,28 @@ def test_resumed_connections_get_a_fresh_ticket(env):
         s.close()
 
 
+def test_pipelined_requests_in_separate_records_are_all_answered(env):
+    """The listener reads ahead (one read for a record's header and body, and whatever
+    follows): requests whose records arrived together must all be answered, the later ones
+    from what OpenSSL already holds, with no new readiness event to come."""
+    be = echo_backend(env)
+    p, tport, certs = _tls_proxy(env, be.port)
+    ctx = _ctx(certs["ec"][0])
+    for n in (2, 3, 8):
+        s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", tport), timeout=10),
+                            server_hostname="localhost")
+        reqs = [f"GET /r{i} HTTP/1.1\r\nHost: localhost\r\n".encode() +
+                (b"Connection: close\r\n" if i == n - 1 else b"") + b"\r\n"
+                for i in range(n)]
+        s.sendall(b"".join(reqs[:-1]))  # one record with all but the last request
+        s.sendall(reqs[-1])               # and the last in a record of its own
+        data = read_all(s)
+        s.close()
+        assert data.count(b"HTTP/1.1 200") == n, (n, data[:300])
+        for i in range(n):
+            assert f"/r{i}".encode() in data, (i, data[:300])
+
+
 def test_garbage_and_plain_http_on_the_tls_port(env):
     be = echo_backend(env)
     p, tport, certs = _tls_proxy(env, be.port)
