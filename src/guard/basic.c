@@ -44,7 +44,7 @@ static const struct {
 	const char *prefix;
 	size_t tail;
 } strong[] = {
-    {"$2y$", 53}, {"$2b$", 53}, {"$y$", 43}, {"$gy$", 43}, {"$7$", 43}, {"$6$", 86}, {"$5$", 43},
+    {"$2y$", 53}, {"$2b$", 53}, {"$y$", 43}, {"$gy$", 43}, {"$7$", 43}, {"$6$", 86},
 };
 
 static int crypt_char(char c)
@@ -58,13 +58,18 @@ static const char *hash_refusal(const char *h)
 	for (size_t i = 0; i < sizeof(strong) / sizeof(strong[0]); i++)
 		if (strncmp(h, strong[i].prefix, strlen(strong[i].prefix)) == 0) {
 			const char *tail = strrchr(h, '$') + 1;
-			int ok =
-			    strlen(tail) == strong[i].tail && crypt_checksalt(h) == CRYPT_SALT_OK;
+			int salt = crypt_checksalt(h);
+			if (salt == CRYPT_SALT_METHOD_LEGACY || salt == CRYPT_SALT_METHOD_DISABLED)
+				return "this system's crypt(3) calls this hash method legacy or "
+				       "disabled: use htpasswd -B (bcrypt)";
+			int ok = strlen(tail) == strong[i].tail && salt == CRYPT_SALT_OK;
 			for (const char *c = tail; ok && *c; c++)
 				ok = crypt_char(*c);
 			return ok ? NULL
 				  : "the hash is cut short or mangled: make it again with htpasswd";
 		}
+	if (strncmp(h, "$5$", 3) == 0)
+		return "sha256crypt ($5$) is a legacy method here: use htpasswd -B (bcrypt)";
 	if (strncmp(h, "$1$", 3) == 0 || strncmp(h, "$apr1$", 6) == 0)
 		return "an MD5 hash ($1$, $apr1$) is too weak: use htpasswd -B (bcrypt)";
 	if (strncmp(h, "{SHA}", 5) == 0)
@@ -74,7 +79,7 @@ static const char *hash_refusal(const char *h)
 		       "-B";
 	if (h[0] != '$' && strlen(h) == 13)
 		return "a DES crypt hash is too weak: use htpasswd -B (bcrypt)";
-	return "expected a bcrypt, yescrypt, sha512crypt or sha256crypt hash (a plain password "
+	return "expected a bcrypt, yescrypt, scrypt or sha512crypt hash (a plain password "
 	       "is never accepted): use htpasswd -B";
 }
 

@@ -3,9 +3,10 @@
  *
  * The users file holds one "USER:HASH" line per user ('#' comments and blank lines allowed),
  * as `htpasswd -B` writes it. USER is the tenant (1-64 of A-Z a-z 0-9 . _ : @ -). HASH must be
- * a strong crypt(3) hash: bcrypt ($2y$, $2b$), yescrypt ($y$), sha512crypt ($6$),
- * sha256crypt ($5$) or scrypt ($7$); plain passwords, DES, MD5 ($1$, $apr1$) and SHA-1
- * ({SHA}) are refused when the file is read, with its place.
+ * a strong crypt(3) hash: bcrypt ($2y$, $2b$), yescrypt ($y$, $gy$), scrypt ($7$) or
+ * sha512crypt ($6$), and one libxcrypt does not call legacy; plain passwords, DES, MD5
+ * ($1$, $apr1$), SHA-1 ({SHA}), sha256crypt ($5$) and $2a$ are refused when the file is
+ * read, with its place.
  *
  * A slow hash is the point: each wrong password costs an attacker the full verification.
  * A right one need not cost every request that too, so each user keeps the SHA-256 of the

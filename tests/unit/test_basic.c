@@ -32,6 +32,8 @@ static void weak_and_malformed_refused(void **state)
 	refused("# c\nalice:$1$abc$abcdefghijklmnopqrstuv\n", "users:2: an MD5 hash");
 	refused("alice:$apr1$abc$abcdefghijklmnopqrstuv\n", "MD5");
 	refused("alice:{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g=\n", "SHA-1");
+	refused("alice:$5$rounds=1000$fuzzsalt$80DqW7bIsy.F/fIpohomC3RgErR4oUkxMhRAfKrTCi5\n",
+		"legacy");
 	refused("alice:abJnggxhB/yWI\n", "DES");
 	refused("alice\n", "expected 'USER:HASH'");
 	refused("al ice:$6$salt$x\n", "the user must be");
