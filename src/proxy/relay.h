@@ -8,7 +8,9 @@
  * one copy is of a body outgrowing a plain buffer into a body buffer (client_grow_in), and
  * of what follows it back (client_shrink_in), once per such request. Framing (http/body.h)
  * is tracked only to know where a body ends; the bytes that belong to it are relayed as
- * they are, so Server-Sent Events reach the client one event at a time.
+ * they are, so Server-Sent Events reach the client one event at a time. Every byte moves
+ * through the transport (net/conn.h), never by splice or sendfile, so a TLS client or a TLS
+ * backend (pools.tls) takes the same path as a plain one.
  */
 #ifndef ACCELNET_PROXY_RELAY_H
 #define ACCELNET_PROXY_RELAY_H

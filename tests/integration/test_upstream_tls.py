@@ -6,10 +6,10 @@ connection carried each request and whether its session was resumed."""
 import hashlib
 import json
 import os
+import socket
 import subprocess
 
-from harness import (BIN, NGINX, backend_state, free_port, pool_yaml, request, status,
-                     wait_until)
+from harness import BIN, NGINX, free_port, pool_yaml, request, status, wait_until
 
 
 def _openssl(*args):
@@ -313,3 +313,33 @@ def test_upstream_tls_bad_config_is_refused_with_its_place(env):
         r = subprocess.run([BIN, "check", "-c", path], capture_output=True, text=True)
         assert r.returncode == 2 and want in r.stderr + r.stdout, (tls, r.stderr, r.stdout)
         assert f"{path}:5:" in r.stderr + r.stdout, (tls, r.stderr)
+
+
+def test_upstream_tls_failed_handshake_fails_over_to_another_backend(env):
+    good, other = _CA(env, "good"), _CA(env, "other")
+    bad = _nginx_tls(env, other.issue("bad", "localhost", "DNS:localhost"))
+    ok = _nginx_tls(env, good.issue("ok", "localhost", "DNS:localhost"),
+                    extra='location = /who { return 200 "ok\\n"; }')
+    px = env.proxy("pools:\n  - name: p\n    backends:\n"
+                   f"      - localhost:{bad.port}\n      - localhost:{ok.port}\n"
+                   f"    tls: {{ca: {good.pem}}}\n", workers=1)
+    for _ in range(4):  # round-robin tries the untrusted one first once: retried, then skipped
+        st, _, body = request(px.port, "GET", "/who")
+        assert st == 200 and body == b"ok\n", (st, body)
+    states = {b["address"]: b for b in status(px.admin)["pools"][0]["backends"]}
+    assert not states[f"localhost:{bad.port}"]["eligible"], states
+    assert states[f"localhost:{bad.port}"]["tls_failures"] == 1, states
+
+
+def test_upstream_tls_silent_backend_is_a_connect_timeout_not_a_hang(env):
+    # TCP is accepted (the kernel's backlog) but no TLS ever comes back
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(8)
+    env.on_cleanup.append(lsock.close)
+    port = lsock.getsockname()[1]
+    px = env.proxy("pools:\n  - name: p\n    backends:\n"
+                   f"      - localhost:{port}\n    tls: {{verify: false}}\n",
+                   extra="timeouts: {connect_ms: 300}\n")
+    st, _, body = request(px.port, "GET", "/", timeout=10)
+    assert st == 504 and b"connect timeout" in body, (st, body)
