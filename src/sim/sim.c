@@ -33,6 +33,7 @@ struct sim_job {
 	int stream, chat, active, headers_sent;
 	int stream_usage; /* stream_options.include_usage: a last chunk with the usage */
 	uint64_t queued_at_ms, wait_ms;
+	uint64_t service_ms; /* planned: to the first token, and (not streamed) every token */
 };
 
 struct sim {
@@ -100,8 +101,10 @@ static void job_headers(struct sim_job *j, char *out, size_t len)
 {
 	/* X-Queue-Depth: requests waiting inside this accelerator, for balancers that read
 	 * backend load signals (the proxy's pools.load_header) */
-	snprintf(out, len, "%sX-Sim-Wait-Ms: %llu\r\nX-Queue-Depth: %u\r\n%s", j->sim->served_by,
-		 (unsigned long long)j->wait_ms, j->sim->waiting,
+	snprintf(out, len,
+		 "%sX-Sim-Wait-Ms: %llu\r\nX-Sim-Service-Ms: %llu\r\nX-Queue-Depth: %u\r\n%s",
+		 j->sim->served_by, (unsigned long long)j->wait_ms,
+		 (unsigned long long)j->service_ms, j->sim->waiting,
 		 !j->sim->opts.prefix_cache ? ""
 		 : j->cache_hit		    ? "X-Prefix-Cache: hit\r\n"
 					    : "X-Prefix-Cache: miss\r\n");
@@ -109,7 +112,7 @@ static void job_headers(struct sim_job *j, char *out, size_t len)
 
 static void job_fail(struct sim_job *j)
 {
-	char headers[256], body[160];
+	char headers[384], body[160];
 	int n = snprintf(
 	    body, sizeof(body),
 	    "{\"error\":{\"message\":\"simulated failure on %s\",\"type\":\"server_error\"}}",
@@ -154,7 +157,7 @@ static uint64_t sim_stall_end(const struct sim *s, uint64_t now)
 static void job_finish_whole(struct sim_job *j)
 {
 	struct sim *s = j->sim;
-	char headers[256];
+	char headers[384];
 	size_t cap = 512 + (size_t)j->tokens * 12, used = 0;
 	char *body = malloc(cap);
 	if (!body) {
@@ -191,7 +194,7 @@ static void job_on_timer(struct loop_timer *t)
 {
 	struct sim_job *j = container_of(t, struct sim_job, timer);
 	struct sim *s = j->sim;
-	char ev[512], headers[256];
+	char ev[512], headers[384];
 	uint64_t frozen_until = sim_stall_end(s, loop_now(s->loop));
 	if (frozen_until) {
 		loop_timer_set(s->loop, &j->timer, frozen_until);
@@ -279,6 +282,7 @@ static void job_begin(struct sim_job *j)
 	}
 	if (!j->stream)
 		delay += (uint64_t)j->tokens * s->opts.token_ms;
+	j->service_ms = delay;
 	j->timer.fn = job_on_timer;
 	loop_timer_set(s->loop, &j->timer, now + delay);
 }
