@@ -22,6 +22,10 @@ struct conf_tls_cert {
 	char *cert, *key, *ocsp_file;
 };
 
+/* Distinct client_subject_header / client_san_header names over all listeners: every
+ * listener drops all of them from its clients' requests (proxy/stages.c). */
+#define CONF_TLS_FIELD_NAMES_MAX 16
+
 /* listen[].tls: what the listener serves over TLS (net/tls_listen.h has the defaults). */
 struct conf_tls {
 	struct conf_tls_cert first; /* cert, key */

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <grp.h>
 #include <pwd.h>
 #include <unistd.h>
@@ -1069,6 +1070,26 @@ static size_t pool_named(const struct conf *c, const char *name)
 	return j;
 }
 
+/* How many distinct names the listeners give their certificate fields. */
+static size_t tls_field_names(const struct conf *c)
+{
+	const char *seen[2 * CONF_TLS_FIELD_NAMES_MAX + 2];
+	size_t n = 0;
+	for (size_t i = 0; i < c->nlistens && n <= CONF_TLS_FIELD_NAMES_MAX; i++) {
+		const struct conf_tls *t = c->listens[i].tls;
+		const char *names[2] = {t ? t->client_subject_header : NULL,
+					t ? t->client_san_header : NULL};
+		for (int k = 0; k < 2; k++) {
+			size_t j = 0;
+			while (names[k] && j < n && strcasecmp(seen[j], names[k]) != 0)
+				j++;
+			if (names[k] && j == n)
+				seen[n++] = names[k];
+		}
+	}
+	return n;
+}
+
 /* Whole-config checks that no single key can make: required sections, pool references. */
 static int check_whole(struct rules_ctx *x, yaml_node_t *root)
 {
@@ -1077,6 +1098,11 @@ static int check_whole(struct rules_ctx *x, yaml_node_t *root)
 	if (!c->nlistens)
 		return rules_fail(x, root,
 				  "'listen' is required: where the gateway accepts clients");
+	if (tls_field_names(c) > CONF_TLS_FIELD_NAMES_MAX)
+		return rules_fail(x, rules_value_of(x, root, "listen"),
+				  "listen: more than %d distinct client_subject_header and "
+				  "client_san_header names",
+				  CONF_TLS_FIELD_NAMES_MAX);
 	if (c->group && !c->user)
 		return rules_fail(x, rules_value_of(x, root, "group"),
 				  "group: give 'user' too (the account the gateway runs as)");
