@@ -363,7 +363,10 @@ static enum run read_upstream(struct client *cl, int *progress)
 	if (n == 0 || (n < 0 && n != -EAGAIN && n != -ENOSPC)) {
 		if (!x->resp_head)
 			return dispatch_failed(x, UP_RESET);
-		if (x->resp.framing != HTTP_BODY_CLOSE) {
+		/* a body that ends with the connection is whole only when it ends cleanly: over
+		 * TLS that is close_notify (0); a FIN or reset without one (< 0) is what anyone on
+		 * the path can forge, a truncation (RFC 9112 section 9.8) */
+		if (x->resp.framing != HTTP_BODY_CLOSE || (n < 0 && up->conn.ssl)) {
 			/* flush what arrived, then cut the client off */
 			(void)response_scan(x, up->in);
 			int dummy = 0;
