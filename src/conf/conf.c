@@ -179,6 +179,8 @@ void conf_free(struct conf *c)
 			free(p->backends[j].ep.address);
 			free(p->backends[j].tls_sni);
 			free(p->backends[j].tls_verify_name);
+			free(p->backends[j].tls.sni);
+			free(p->backends[j].tls.verify_name);
 		}
 		free(p->backends);
 		free(p->name);

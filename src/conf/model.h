@@ -67,6 +67,11 @@ struct conf_backend {
 	struct conf_listen ep;	  /* where the backend listens */
 	unsigned weight;	  /* 1..1000, default 1 */
 	unsigned max_concurrency; /* 0: no cap */
+	/* backends[].tls: this backend's own sni and verify_name (NULL: the pool's) */
+	struct {
+		char *sni, *verify_name;
+		int given;
+	} tls;
 	/* with pools[].tls, resolved once read: the name sent as SNI (NULL: none) and the one
 	 * its certificate must carry (NULL: not checked, verify off) */
 	char *tls_sni, *tls_verify_name;

@@ -288,11 +288,41 @@ static int read_trusted_proxies(struct rules_ctx *x, const struct rule *r, yaml_
 
 /* --- pools --- */
 
+static int is_ip_literal(const char *host)
+{
+	unsigned char a[sizeof(struct in6_addr)];
+	return inet_pton(AF_INET, host, a) == 1 || inet_pton(AF_INET6, host, a) == 1;
+}
+
+static const struct rule backend_tls_rules[] = {
+    {"sni", RULE_STR, offsetof(struct conf_backend, tls.sni), 0, 0, NULL, NULL},
+    {"verify_name", RULE_STR, offsetof(struct conf_backend, tls.verify_name), 0, 0, NULL, NULL},
+    RULES_END,
+};
+
+/* backends[].tls: names of one backend of a TLS pool (the pool's tls says the rest). */
+static int read_backend_tls(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	struct conf_backend *b = field;
+	int rc = rules_read_section(x, v, "tls", r->sub, b);
+	if (rc)
+		return rc;
+	b->tls.given = 1;
+	if (b->tls.sni && (!b->tls.sni[0] || is_ip_literal(b->tls.sni)))
+		return rules_fail(x, rules_value_of(x, v, "sni"),
+				  "tls: sni is a host name (SNI never carries an address)");
+	if (b->tls.verify_name && !b->tls.verify_name[0])
+		return rules_fail(x, rules_value_of(x, v, "verify_name"),
+				  "tls: verify_name is a host name or address");
+	return 0;
+}
+
 static const struct rule backend_rules[] = {
     {"address", RULE_ADDR, offsetof(struct conf_backend, ep), 0, 0, NULL, NULL},
     {"weight", RULE_UINT, offsetof(struct conf_backend, weight), 1, 1000, NULL, NULL},
     {"max_concurrency", RULE_UINT, offsetof(struct conf_backend, max_concurrency), 0, 1000000, NULL,
      NULL},
+    {"tls", RULE_SECTION, 0, 0, 0, backend_tls_rules, read_backend_tls},
     RULES_END,
 };
 
@@ -441,12 +471,6 @@ static const struct rule upstream_tls_rules[] = {
     RULES_END,
 };
 
-static int is_ip_literal(const char *host)
-{
-	unsigned char a[sizeof(struct in6_addr)];
-	return inet_pton(AF_INET, host, a) == 1 || inet_pton(AF_INET6, host, a) == 1;
-}
-
 /* pools[].tls: read, then the client context built once, so a CA, certificate or key file
  * that does not load, or a cipher list OpenSSL does not know, is refused here with its
  * place. Each backend's names are resolved in check_pool(), once its address is known. */
@@ -489,7 +513,8 @@ static int read_upstream_tls(struct rules_ctx *x, const struct rule *r, yaml_nod
 }
 
 /* With pools[].tls: the name backend <b> gets as SNI, and the one its certificate must
- * carry. 0 or -ENOMEM. */
+ * carry: its own (backends[].tls), else the pool's, else its host (an address: no SNI).
+ * 0 or -ENOMEM. */
 static int backend_tls_names(const struct conf_upstream_tls *t, struct conf_backend *b)
 {
 	char host[256];
@@ -498,8 +523,15 @@ static int backend_tls_names(const struct conf_upstream_tls *t, struct conf_back
 	char *end = a[0] == '[' ? strchr(host, ']') : strrchr(host, ':');
 	if (end)
 		*end = '\0';
-	const char *sni = t->sni ? t->sni : is_ip_literal(host) ? NULL : host;
-	const char *name = t->verify_name ? t->verify_name : sni ? sni : host;
+	const char *sni = b->tls.sni		? b->tls.sni
+			  : t->sni		? t->sni
+			  : is_ip_literal(host) ? NULL
+						: host;
+	const char *name = b->tls.verify_name ? b->tls.verify_name
+			   : b->tls.sni	      ? b->tls.sni
+			   : t->verify_name   ? t->verify_name
+			   : sni	      ? sni
+					      : host;
 	if (sni && !(b->tls_sni = strdup(sni)))
 		return -ENOMEM;
 	if (t->verify && !(b->tls_verify_name = strdup(name)))
@@ -563,6 +595,11 @@ static int check_pool(struct rules_ctx *x, yaml_node_t *item, struct conf_pool *
 			return rules_fail(x, item, "pool '%s' is defined twice", p->name);
 	for (size_t j = 0; j < p->nbackends; j++) {
 		p->can_queue |= p->backends[j].max_concurrency > 0;
+		if (p->backends[j].tls.given && !p->tls)
+			return rules_fail(x, rules_value_of(x, item, "backends"),
+					  "pool '%s': backend %s has 'tls' but the pool has none "
+					  "(pools[].tls turns TLS on)",
+					  p->name, p->backends[j].ep.address);
 		if (p->tls && backend_tls_names(p->tls, &p->backends[j]) < 0)
 			return rules_fail(x, item, "out of memory");
 	}

@@ -180,6 +180,13 @@ def test_upstream_tls_sni_and_verify_name_for_an_address(env):
     px = _proxy(env, ng, f"{{ca: {ca.pem}, sni: api.internal.test}}", host="127.0.0.1")
     st, _, body = request(px.port, "GET", "/sni")
     assert st == 200 and body == b"sni=api.internal.test\n", (st, body)
+    # ... or by the backend's own tls (backends[].tls), before the pool's
+    env.stop(px)
+    px2 = env.proxy("pools:\n  - name: p\n    backends:\n"
+                    f"      - {{address: 127.0.0.1:{ng.port}, tls: {{sni: api.internal.test}}}}\n"
+                    f"    tls: {{ca: {ca.pem}, sni: wrong.test}}\n")
+    st, _, body = request(px2.port, "GET", "/sni")
+    assert st == 200 and body == b"sni=api.internal.test\n", (st, body)
 
 
 def test_upstream_tls_client_certificate(env):

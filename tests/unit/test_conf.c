@@ -335,6 +335,59 @@ static void balancer_keys_come_from_their_declarations(void **state)
 	    "t.yaml:6:12:", "expected one of: key, prefix_bytes, body_max_bytes, balance_factor");
 }
 
+/* pools.tls: what each backend sends as SNI and checks its certificate against. */
+static void upstream_tls_names(void **state)
+{
+	(void)state;
+	struct conf *c = load_ok("listen: [127.0.0.1:8080]\npools:\n"
+				 "  - name: byname\n    backends: [localhost:443, 127.0.0.1:443]\n"
+				 "    tls: {}\n"
+				 "  - name: named\n    backends: ['[::1]:443']\n"
+				 "    tls: {sni: api.test}\n"
+				 "  - name: pinned\n    backends: [127.0.0.1:443]\n"
+				 "    tls: {sni: api.test, verify_name: other.test}\n"
+				 "  - name: open\n    backends: [localhost:443]\n"
+				 "    tls: {verify: false}\n"
+				 "  - name: plain\n    backends: [localhost:80]\n"
+				 "  - name: own\n    tls: {sni: pool.test}\n    backends:\n"
+				 "      - {address: 127.0.0.1:443, tls: {sni: one.test}}\n"
+				 "      - {address: 127.0.0.1:444, tls: {verify_name: 127.0.0.1}}\n"
+				 "      - 127.0.0.1:445\n");
+	const struct conf_pool *p = c->pools;
+	assert_non_null(p[0].tls);
+	assert_int_equal(p[0].tls->verify, 1);
+	assert_string_equal(p[0].backends[0].tls_sni, "localhost"); /* a name: sent and checked */
+	assert_string_equal(p[0].backends[0].tls_verify_name, "localhost");
+	assert_null(p[0].backends[1].tls_sni); /* an address: no SNI, the address is checked */
+	assert_string_equal(p[0].backends[1].tls_verify_name, "127.0.0.1");
+	assert_string_equal(p[1].backends[0].tls_sni, "api.test");
+	assert_string_equal(p[1].backends[0].tls_verify_name, "api.test");
+	assert_string_equal(p[2].backends[0].tls_sni, "api.test");
+	assert_string_equal(p[2].backends[0].tls_verify_name, "other.test");
+	assert_int_equal(p[3].tls->verify, 0);
+	assert_string_equal(p[3].backends[0].tls_sni, "localhost");
+	assert_null(p[3].backends[0].tls_verify_name); /* nothing is checked */
+	assert_null(p[4].tls);
+	assert_null(p[4].backends[0].tls_sni);
+	/* a backend's own names come first, then the pool's */
+	assert_string_equal(p[5].backends[0].tls_sni, "one.test");
+	assert_string_equal(p[5].backends[0].tls_verify_name, "one.test");
+	assert_string_equal(p[5].backends[1].tls_sni, "pool.test");
+	assert_string_equal(p[5].backends[1].tls_verify_name, "127.0.0.1");
+	assert_string_equal(p[5].backends[2].tls_sni, "pool.test");
+	assert_string_equal(p[5].backends[2].tls_verify_name, "pool.test");
+	conf_free(c);
+	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    backends:\n"
+		 "      - {address: localhost:1, tls: {sni: x.test}}\n",
+		 "t.yaml:5:7:", "has 'tls' but the pool has none");
+	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    backends: [localhost:1]\n"
+		 "    tls: {sni: '::1'}\n",
+		 "t.yaml:5:16:", "sni is a host name");
+	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    backends: [localhost:1]\n"
+		 "    tls: {cert: /nonexistent.pem, key: /nonexistent.key}\n",
+		 "t.yaml:5:10:", "cannot load the TLS certificate");
+}
+
 static void missing_file(void **state)
 {
 	(void)state;
@@ -352,6 +405,7 @@ int main(void)
 	    cmocka_unit_test(prefix_affinity_defaults),
 	    cmocka_unit_test(errors_point_at_the_problem),
 	    cmocka_unit_test(balancer_keys_come_from_their_declarations),
+	    cmocka_unit_test(upstream_tls_names),
 	    cmocka_unit_test(missing_file),
 	};
 	return cmocka_run_group_tests_name("config", tests, NULL, NULL);
