@@ -564,14 +564,16 @@ int net_tls_listener_attach(struct net_tls_listener *l, struct net_conn *c)
 }
 
 /* <s>[0..len) into <out> (room for <cap> bytes and the NUL), every byte outside printable
- * ASCII and every backslash written as \XX. 0, or -E2BIG when it does not fit. */
-static int copy_escaped(char *out, size_t cap, const unsigned char *s, size_t len)
+ * ASCII, and unless <keep_backslash> every backslash, written as \XX. 0, or -E2BIG when it
+ * does not fit. */
+static int copy_escaped(char *out, size_t cap, const unsigned char *s, size_t len,
+			int keep_backslash)
 {
 	static const char hex[] = "0123456789ABCDEF";
 	size_t k = 0;
 	for (size_t i = 0; i < len; i++) {
 		unsigned char ch = s[i];
-		int plain = ch >= 0x20 && ch < 0x7f && ch != '\\';
+		int plain = ch >= 0x20 && ch < 0x7f && (ch != '\\' || keep_backslash);
 		if (k + (plain ? 1 : 3) > cap) {
 			out[0] = 0;
 			return -E2BIG;
@@ -598,8 +600,8 @@ static int first_san(X509 *x, char *out, size_t cap)
 		if (g->type != GEN_URI && g->type != GEN_DNS && g->type != GEN_EMAIL)
 			continue;
 		const ASN1_IA5STRING *v = g->d.ia5;
-		rc =
-		    copy_escaped(out, cap, ASN1_STRING_get0_data(v), (size_t)ASN1_STRING_length(v));
+		rc = copy_escaped(out, cap, ASN1_STRING_get0_data(v), (size_t)ASN1_STRING_length(v),
+				  0);
 		break;
 	}
 	GENERAL_NAMES_free(gens);
@@ -618,9 +620,11 @@ static int peer_facts(SSL *ssl, struct net_tls_facts *f)
 	long len = -1;
 	if (b && X509_NAME_print_ex(b, name, 0, XN_FLAG_RFC2253) >= 0)
 		len = BIO_get_mem_data(b, &text);
+	/* RFC 4514 as OpenSSL writes it: its backslash escapes (\, \+ \\ and \XX for bytes outside
+	 * ASCII) stay as they are, or "CN=a\,O=b" (one CN) would read "CN=a\5C,O=b" (two RDNs) */
 	int rc = len < 0 ? -ENOMEM
 			 : copy_escaped(f->subject, NET_TLS_SUBJECT_MAX, (unsigned char *)text,
-					(size_t)len);
+					(size_t)len, 1);
 	BIO_free(b);
 	if (!rc)
 		rc = first_san(x, f->san, NET_TLS_NAME_MAX);
@@ -631,7 +635,7 @@ static int peer_facts(SSL *ssl, struct net_tls_facts *f)
 	    last >= 0 ? X509_NAME_ENTRY_get_data(X509_NAME_get_entry(name, last)) : NULL;
 	if (!rc && cn)
 		rc = copy_escaped(f->cn, NET_TLS_NAME_MAX, ASN1_STRING_get0_data(cn),
-				  (size_t)ASN1_STRING_length(cn));
+				  (size_t)ASN1_STRING_length(cn), 0);
 	ERR_clear_error();
 	if (!rc)
 		f->client_cert = 1;

@@ -130,3 +130,26 @@ def test_backend_tls_truncation_of_a_close_delimited_body_is_not_a_complete_resp
     data, end = _tls_read_to_end(port, ca[0])  # connection 2: close_notify
     assert data.startswith(b"HTTP/1.1 200") and data.endswith(body) and end == "notify", \
         (data, end)
+
+
+def test_client_subject_keeps_rfc4514_escapes_so_no_rdn_can_be_injected(env):
+    """A client certificate whose CN holds a comma, an equals sign, a backslash, a quote and
+    UTF-8 must reach the backend as one RFC 4514 string that parses back to the same single
+    CN: 'CN=evil\\,O=Admins' (the comma escaped), never 'CN=evil\\5C,O=Admins', which an RFC
+    4514 parser reads as CN='evil\\' plus an injected O=Admins."""
+    be = echo_backend(env)
+    pki = Pki(env)
+    cca = pki.ca("client-ca", "client root")
+    evil = pki.issue("evil", "/CN=evil,O=Admins", cca)
+    slash = pki.issue("slash", "/CN=a\\\\b", cca)  # the CN a\b
+    ca, full, key = _server(pki)
+    port = free_port()
+    path = env.write("proxy.yaml",
+                     f"workers: 1\nlisten:\n  - address: 127.0.0.1:{port}\n"
+                     f"    tls: {{cert: {full}, key: {key}, client_ca: {cca[0]}}}\n"
+                     "pools:\n" + pool_yaml("p", [be.port]))
+    env.start([BIN, "proxy", "-c", path], "proxy", wait_port=port)
+    _, data = _request(port, _ctx(ca[0], evil[:2]))
+    assert b"\r\nX-Client-Subject: CN=evil\\,O=Admins\r\n" in data, data
+    _, data = _request(port, _ctx(ca[0], slash[:2]))
+    assert b"\r\nX-Client-Subject: CN=a\\\\b\r\n" in data, data
