@@ -1,5 +1,6 @@
 """Attacks on the TLS edge found in review (issue 12): identity fields forged through another
-listener, ...; each test plays the attack and asserts what the client or backend sees."""
+listener, an RDN injected through a client certificate's CN, and a backend's TLS response cut
+short by a bare FIN; each test plays the attack and asserts what the client or backend sees."""
 
 import socket
 import ssl
