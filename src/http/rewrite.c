@@ -5,6 +5,7 @@
 #include "http/rewrite.h"
 #include "http/status.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -93,10 +94,23 @@ static int is_forwarding(struct http_str name)
 	return 0;
 }
 
+/* <name> is <lit> case-insensitively, with '_' taken for '-': CGI-style backends (WSGI,
+ * PHP, Rack) read X_Client_Subject and X-Client-Subject as the same HTTP_X_CLIENT_SUBJECT. */
+static int same_field_for_cgi(struct http_str name, const char *lit)
+{
+	size_t i = 0;
+	for (; i < name.len && lit[i]; i++) {
+		char a = name.p[i] == '_' ? '-' : name.p[i], b = lit[i] == '_' ? '-' : lit[i];
+		if (tolower((unsigned char)a) != tolower((unsigned char)b))
+			return 0;
+	}
+	return i == name.len && !lit[i];
+}
+
 static int is_set_by_proxy(const struct rewrite_request_info *info, struct http_str name)
 {
 	for (unsigned i = 0; i < info->nset; i++)
-		if (http_str_eq(name, info->set[i].name))
+		if (same_field_for_cgi(name, info->set[i].name))
 			return 1;
 	return 0;
 }

@@ -154,3 +154,19 @@ def test_client_subject_keeps_rfc4514_escapes_so_no_rdn_can_be_injected(env):
     assert b"\r\nX-Client-Subject: CN=evil\\,O=Admins\r\n" in data, data
     _, data = _request(port, _ctx(ca[0], slash[:2]))
     assert b"\r\nX-Client-Subject: CN=a\\\\b\r\n" in data, data
+
+
+def test_underscore_spellings_of_identity_fields_are_dropped(env):
+    """CGI-style backends (WSGI, PHP, Rack) read X_Client_Subject as HTTP_X_CLIENT_SUBJECT,
+    the same variable as X-Client-Subject: when the proxy sets none (no certificate, a plain
+    listener) the client's underscore spelling would stand in for it."""
+    be = echo_backend(env)
+    port = free_port()
+    path = env.write("proxy.yaml", f"workers: 1\nlisten:\n  - 127.0.0.1:{port}\n"
+                     "pools:\n" + pool_yaml("p", [be.port]))
+    env.start([BIN, "proxy", "-c", path], "proxy", wait_port=port)
+    for name in (b"X_Client_Subject", b"x_client-san", b"X-TLS_SNI"):
+        data = _plain_request(port, b"GET / HTTP/1.1\r\nHost: x\r\n" + name +
+                              b": CN=root\r\nX_Other: kept\r\nConnection: close\r\n\r\n")
+        assert data.startswith(b"HTTP/1.1 200") and b"CN=root" not in data, data
+        assert b"X_Other: kept\r\n" in data, data
