@@ -158,6 +158,7 @@ int auth_tables_load(const struct conf_auth *a, struct auth_tables **out, char *
 		goto fail;
 	if (a->jwt) {
 		const struct conf_jwt *j = a->jwt;
+		jwt_init();
 		int jwks = j->jwks_file != NULL;
 		const char *path = jwks ? j->jwks_file : j->keys_file;
 		if ((rc = jwks_load(path, jwks, &t->jwt, err, errlen)) < 0)

@@ -60,6 +60,11 @@ static void alloc_init(void)
 	json_object_seed(0); /* now, not inside a worker's first verification */
 }
 
+void jwt_init(void)
+{
+	pthread_once(&alloc_once, alloc_init);
+}
+
 /* Parse base64url part <s>[0..len) as a JSON object; NULL if it is not one. */
 static json_t *part_json(const char *s, size_t len)
 {
@@ -254,7 +259,7 @@ static enum jwt_result verify(const struct jwt_keys *keys, const struct jwt_poli
 enum jwt_result jwt_verify(const struct jwt_keys *keys, const struct jwt_policy *p, const char *tok,
 			   size_t len, int64_t now, char *tenant, size_t cap)
 {
-	pthread_once(&alloc_once, alloc_init);
+	jwt_init();
 	arena.on = 1;
 	enum jwt_result r = verify(keys, p, tok, len, now, tenant, cap);
 	arena.on = 0;

@@ -48,6 +48,10 @@ enum jwt_result {
 	JWT_BAD_TENANT, /* no usable tenant claim */
 };
 
+/* Set jansson's allocator up (once; jwt_verify does it too): call it before the workers
+ * start, so no thread parses JSON while it changes. */
+void jwt_init(void);
+
 /*
  * Check token <tok>[0..len) against <keys> and <p> at time <now> (seconds since the epoch).
  * On JWT_OK the tenant claim is copied to <tenant> (<cap> bytes, 65 is enough).

@@ -237,6 +237,53 @@ static void error_response(void **state)
 	assert_non_null(strstr(out, cl));
 }
 
+/* routes.api openai: the OpenAI error JSON, with its type and code per status, escaped;
+ * a 401's challenges as the route's methods ask. */
+static void openai_error_response(void **state)
+{
+	(void)state;
+	struct {
+		int status;
+		const char *body;
+	} cases[] = {
+	    {401, "{\"error\":{\"message\":\"the \\\"key\\\" is not valid\",\"type\":"
+		  "\"invalid_request_error\",\"param\":null,\"code\":\"invalid_api_key\"}}\n"},
+	    {403, "{\"error\":{\"message\":\"the \\\"key\\\" is not valid\",\"type\":"
+		  "\"permission_error\",\"param\":null,\"code\":null}}\n"},
+	    {429, "{\"error\":{\"message\":\"the \\\"key\\\" is not valid\",\"type\":"
+		  "\"requests\",\"param\":null,\"code\":\"rate_limit_exceeded\"}}\n"},
+	    {503, "{\"error\":{\"message\":\"the \\\"key\\\" is not valid\",\"type\":"
+		  "\"server_error\",\"param\":null,\"code\":\"service_unavailable\"}}\n"},
+	    {502, "{\"error\":{\"message\":\"the \\\"key\\\" is not valid\",\"type\":"
+		  "\"server_error\",\"param\":null,\"code\":null}}\n"},
+	    {413, "{\"error\":{\"message\":\"the \\\"key\\\" is not valid\",\"type\":"
+		  "\"invalid_request_error\",\"param\":null,\"code\":null}}\n"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct rewrite_error_info e = {.status = cases[i].status,
+					       .detail = "the \"key\" is not valid",
+					       .keep_alive = 1,
+					       .challenges = REWRITE_CHALLENGE_BEARER |
+							     REWRITE_CHALLENGE_BASIC,
+					       .openai = 1};
+		int n = rewrite_error(out, sizeof(out), &e);
+		assert_true(n > 0);
+		out[n] = '\0';
+		assert_non_null(strstr(out, "Content-Type: application/json\r\n"));
+		assert_string_equal(strstr(out, "\r\n\r\n") + 4, cases[i].body);
+		int challenged = strstr(out, "WWW-Authenticate: Bearer realm=\"accelnet\"\r\n") &&
+				 strstr(out, "WWW-Authenticate: Basic realm=\"accelnet\"");
+		assert_int_equal(challenged, cases[i].status == 401);
+	}
+	/* Basic alone challenges with Basic alone */
+	struct rewrite_error_info e = {
+	    .status = 401, .detail = "x", .challenges = REWRITE_CHALLENGE_BASIC};
+	int n = rewrite_error(out, sizeof(out), &e);
+	out[n] = '\0';
+	assert_null(strstr(out, "Bearer"));
+	assert_non_null(strstr(out, "Content-Type: text/plain\r\n"));
+}
+
 static void sse_early_stream(void **state)
 {
 	(void)state;
@@ -273,6 +320,7 @@ int main(void)
 	    cmocka_unit_test(request_id_kept_if_sane),
 	    cmocka_unit_test(response_head),
 	    cmocka_unit_test(error_response),
+	    cmocka_unit_test(openai_error_response),
 	    cmocka_unit_test(sse_early_stream),
 	};
 	return cmocka_run_group_tests_name("head rewriting", tests, NULL, NULL);
