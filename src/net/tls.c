@@ -64,6 +64,9 @@ static int ctx_new(const struct net_tls_opts *t, int server, struct ssl_ctx_st *
 		return -ENOMEM;
 	}
 	SSL_CTX_set_min_proto_version(ctx, t->min_version == 13 ? TLS1_3_VERSION : TLS1_2_VERSION);
+	/* a TLS 1.2 peer asking again and again would cost a full handshake each time: a
+	 * backend wanting a client certificate per location must ask for it up front */
+	SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
 	if (t->ciphers && SSL_CTX_set_cipher_list(ctx, t->ciphers) != 1) {
 		tls_reason(err, errlen, "no usable cipher in 'ciphers'");
 		goto fail;

@@ -4,7 +4,7 @@
  * made here with OpenSSL's APIs: both handshakes driven step by step on non-blocking
  * sockets until done, data both ways (gathered), a read that must wait, close_notify read as
  * the end; a certificate the client does not trust refused with a reason; the first-byte
- * sniff telling TLS from plain.
+ * sniff telling TLS from plain; a peer asking for TLS 1.2 renegotiation ignored.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -20,6 +20,7 @@
 #include <openssl/ec.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
+#include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -230,6 +231,46 @@ static void tls_untrusted_refused(void **state)
 	net_tls_ctx_free(sctx);
 }
 
+static int client_hellos;
+
+static int count_hellos(SSL *ssl, int *alert, void *arg)
+{
+	(void)ssl, (void)alert, (void)arg;
+	client_hellos++;
+	return SSL_CLIENT_HELLO_SUCCESS;
+}
+
+/* A TLS 1.2 peer (a hostile backend) asking for renegotiation again and again could make
+ * the proxy pay a full handshake each time: every context refuses it. */
+static void tls_renegotiation_refused(void **state)
+{
+	(void)state;
+	struct net_conn cl, sv;
+	struct ssl_ctx_st *cctx, *sctx;
+	tls_pair(&cl, &sv, cert_path, &cctx, &sctx);
+	SSL_set_max_proto_version(sv.ssl, TLS1_2_VERSION);
+	SSL_set_options(sv.ssl, SSL_OP_ALLOW_CLIENT_RENEGOTIATION);
+	SSL_clear_options(sv.ssl, SSL_OP_NO_RENEGOTIATION);
+	SSL_CTX_set_client_hello_cb(sctx, count_hellos, NULL);
+	client_hellos = 0;
+	int saw_want_read = 0;
+	assert_int_equal(handshake_both(&cl, &sv, &saw_want_read), 0);
+	assert_int_equal(client_hellos, 1);
+
+	assert_int_equal(SSL_renegotiate(sv.ssl), 1); /* the peer sends HelloRequest */
+	SSL_do_handshake(sv.ssl);
+	char buf[64];
+	for (int turn = 0; turn < 10; turn++) {
+		net_conn_read(&cl, buf, sizeof(buf));
+		net_conn_read(&sv, buf, sizeof(buf));
+	}
+	assert_int_equal(client_hellos, 1);
+	net_conn_close(&cl);
+	net_conn_close(&sv);
+	net_tls_ctx_free(cctx);
+	net_tls_ctx_free(sctx);
+}
+
 static void tls_sniff(void **state)
 {
 	(void)state;
@@ -280,6 +321,7 @@ int main(void)
 	    cmocka_unit_test(plain_blocking_helpers),
 	    cmocka_unit_test(tls_handshake_and_data),
 	    cmocka_unit_test(tls_untrusted_refused),
+	    cmocka_unit_test(tls_renegotiation_refused),
 	    cmocka_unit_test(tls_sniff),
 	    cmocka_unit_test(tls_ctx_errors),
 	};
