@@ -67,9 +67,12 @@ static int is_framing(struct http_str name)
 static void put_content_length(struct out *o, uint64_t n)
 {
 	char num[24];
-	int len = snprintf(num, sizeof(num), "%llu", (unsigned long long)n);
+	size_t i = sizeof(num);
+	do
+		num[--i] = (char)('0' + n % 10);
+	while ((n /= 10));
 	puts_(o, "Content-Length: ");
-	put(o, num, (size_t)len);
+	put(o, num + i, sizeof(num) - i);
 	put(o, "\r\n", 2);
 }
 
@@ -211,7 +214,14 @@ int rewrite_response(char *buf, size_t cap, const struct http_head *resp, int ke
 	char status[16];
 	int has_id = 0;
 
-	snprintf(status, sizeof(status), "HTTP/1.1 %03d ", resp->status);
+	if (resp->status >= 100 && resp->status <= 999) { /* always, from the parser */
+		memcpy(status, "HTTP/1.1 000 ", 14);
+		status[9] = (char)('0' + resp->status / 100);
+		status[10] = (char)('0' + resp->status / 10 % 10);
+		status[11] = (char)('0' + resp->status % 10);
+	} else {
+		snprintf(status, sizeof(status), "HTTP/1.1 %03d ", resp->status);
+	}
 	puts_(&o, status);
 	if (resp->reason.len)
 		put_str(&o, resp->reason);

@@ -11,11 +11,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* 32 lower-case hex digits (128 random bits); by hand, as snprintf cost a request 1.5k
+ * instructions */
 static void make_request_id(struct worker *w, char *out)
 {
-	uint64_t a = rand_next(&w->rng), b = rand_next(&w->rng);
-	snprintf(out, REQUEST_ID_MAX + 1, "%016llx%016llx", (unsigned long long)a,
-		 (unsigned long long)b);
+	static const char hex[] = "0123456789abcdef";
+	uint64_t v[2] = {rand_next(&w->rng), rand_next(&w->rng)};
+	for (int i = 0; i < 32; i++)
+		out[i] = hex[(v[i / 16] >> (60 - 4 * (i % 16))) & 15];
+	out[32] = 0;
 }
 
 struct exchange *exchange_new(struct worker *w, void *conn, const struct exchange_codec_ops *codec,
