@@ -142,7 +142,9 @@ struct upconn *upconn_get(struct worker *w, struct backend *be, int *err)
 		struct upconn *up = container_of(n, struct upconn, idle_link);
 		idle_unlink(up);
 		loop_timer_stop(w->loop, &up->timer);
-		if (!up->hup && idle_alive(up))
+		/* a plain one the backend closed was seen by the loop (a read event); TLS is
+		 * looked at once more: a ticket or close_notify may sit in OpenSSL's buffer */
+		if (!up->hup && (!up->conn.ssl || idle_alive(up)))
 			return up;
 		upconn_close(up); /* the backend closed it: the next one, or a new one */
 	}
