@@ -88,3 +88,10 @@ void quota_count(struct exchange *x, const char *p, size_t len)
 		limits_count_response(limits_of(x), &x->hold, &x->usage, p, len,
 				      clock_now_ns() / 1000);
 }
+
+void quota_response_done(struct exchange *x)
+{
+	if (x->route->rate_limit)
+		limits_end(limits_of(x), &x->hold, &x->usage, x->status < 400,
+			   clock_now_ns() / 1000);
+}

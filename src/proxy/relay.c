@@ -29,12 +29,21 @@ static int request_scan(struct client *cl)
 			      cl->w->conf->limits.max_body_bytes);
 }
 
-/* Extend x->resp.ready over the body bytes now in up->in. -1: malformed. */
+/* Extend x->resp.ready over the body bytes now in up->in. -1: malformed. The tokens the new
+ * bytes carry are counted before the client can see them, and a response read whole is
+ * settled at once (quota.h): the client's next request may come before this one ends. */
 static int response_scan(struct exchange *x, struct buf *in)
 {
 	if (!in)
 		return 0;
-	return http_body_scan(&x->resp, buf_head(in), buf_len(in), 0) < 0 ? -1 : 0;
+	uint64_t before = x->resp.ready;
+	if (http_body_scan(&x->resp, buf_head(in), buf_len(in), 0) < 0)
+		return -1;
+	if (x->resp.ready > before)
+		quota_count(x, buf_head(in) + before, x->resp.ready - before);
+	if (x->resp.done)
+		quota_response_done(x);
+	return 0;
 }
 
 /* request_scan() found the body malformed (-400) or too large (-413): say so and close. */
@@ -297,7 +306,6 @@ static enum run send_client(struct client *cl, int *progress)
 		buf_consume(cl->out, from_head);
 	k -= from_head;
 	if (k) {
-		quota_count(x, buf_head(up->in), k);
 		buf_consume(up->in, k);
 		http_body_sent(&x->resp, k);
 	}
