@@ -160,7 +160,15 @@ void limits_end(struct route_limits *l, struct limit_hold *h, const struct usage
 			: u->events  ? h->prompt_est + u->events
 			: answered   ? h->charged
 				     : 0;
-	if (cost != h->charged)
-		limits_settle_tokens(l, h->tenant, (int64_t)cost - (int64_t)h->charged, now_us);
+	/* a backend may report any 19 digits (2^63 and more): the difference is taken in
+	 * unsigned arithmetic and saturates, so it never flips into a refund */
+	if (cost > h->charged) {
+		uint64_t d = cost - h->charged;
+		limits_settle_tokens(l, h->tenant, d > INT64_MAX ? INT64_MAX : (int64_t)d, now_us);
+	} else if (cost < h->charged) {
+		uint64_t d = h->charged - cost;
+		limits_settle_tokens(l, h->tenant, d > INT64_MAX ? -INT64_MAX : -(int64_t)d,
+				     now_us);
+	}
 	h->charged = cost;
 }

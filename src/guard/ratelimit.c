@@ -30,6 +30,10 @@ void ratelimit_fini(struct ratelimit *rl)
 	rl->slots = NULL;
 }
 
+/* The latest a bucket's theoretical arrival time goes (debt upon debt saturates here, so
+ * tat + cost never wraps round to a full bucket). */
+#define TAT_MAX (UINT64_MAX / 2)
+
 /* The time the rate needs to earn <n> units. */
 static uint64_t cost_of(const struct ratelimit *rl, uint64_t n)
 {
@@ -97,7 +101,8 @@ uint64_t ratelimit_take_n(struct ratelimit *rl, uint64_t key, uint64_t n, uint64
 				state_of(rl, tat, now_us, st);
 			return allow_at - now_us;
 		}
-		uint64_t next = (tat > now_us ? tat : now_us) + cost;
+		uint64_t base = tat > now_us ? tat : now_us;
+		uint64_t next = base < TAT_MAX - cost ? base + cost : TAT_MAX;
 		if (atomic_compare_exchange_weak_explicit(&s->tat, &tat, next, memory_order_relaxed,
 							  memory_order_relaxed)) {
 			if (st)
@@ -127,12 +132,12 @@ void ratelimit_adjust(struct ratelimit *rl, uint64_t key, int64_t delta, uint64_
 	}
 	if (!s)
 		return;
-	uint64_t cost = cost_of(rl, (uint64_t)(delta < 0 ? -delta : delta));
+	uint64_t cost = cost_of(rl, delta < 0 ? 0 - (uint64_t)delta : (uint64_t)delta);
 	uint64_t tat = atomic_load_explicit(&s->tat, memory_order_relaxed), next;
 	do {
 		uint64_t base = tat > now_us ? tat : now_us;
 		if (delta > 0)
-			next = base + cost;
+			next = base < TAT_MAX - cost ? base + cost : TAT_MAX;
 		else
 			next = tat > now_us + cost ? tat - cost : now_us;
 	} while (!atomic_compare_exchange_weak_explicit(&s->tat, &tat, next, memory_order_relaxed,

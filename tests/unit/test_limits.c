@@ -12,6 +12,8 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -133,6 +135,46 @@ static void reserve_and_settle(void **state)
 	limits_fini(&l3);
 }
 
+/* A backend that reports an absurd usage.total_tokens (2^63, 10^19 - 1) leaves the tenant in
+ * debt for it: never a refund from a sign flip, never a bucket wrapped back to full. */
+static void absurd_usage_is_debt_not_refund(void **state)
+{
+	(void)state;
+	static const char *const totals[] = {"9223372036854775808", "9999999999999999999",
+					     "18446744073709551615", "9223372036854775807"};
+	struct conf_rate_limit c = {
+	    .tokens_per_minute = 60000, .token_burst = 10000, .default_max_tokens = 256};
+	for (size_t i = 0; i < sizeof(totals) / sizeof(totals[0]); i++) {
+		struct route_limits l;
+		assert_int_equal(limits_init(&l, &c), 0);
+		struct limit_refusal why;
+		uint64_t t = 10000000;
+		struct limit_hold h = {.tenant = 9, .prompt_est = 10, .max_tokens = 90};
+		assert_int_equal(limits_reserve_tokens(&l, 9, 100, t, &why), 0);
+		h.charged = 100, h.reserved = 1;
+		struct usage_scan u;
+		usage_scan_init(&u);
+		char body[96];
+		int n =
+		    snprintf(body, sizeof(body), "{\"usage\":{\"total_tokens\":%s}}", totals[i]);
+		limits_count_response(&l, &h, &u, body, (size_t)n, t);
+		limits_end(&l, &h, &u, 1, t);
+		/* the tenant owes more than the bucket holds: even one token waits */
+		assert_int_equal(limits_reserve_tokens(&l, 9, 1, t, &why), -EAGAIN);
+		assert_int_equal(limits_reserve_tokens(&l, 9, 1, t + 3600000000u, &why), -EAGAIN);
+		/* a second absurd charge does not wrap the bucket back to full */
+		limits_settle_tokens(&l, 9, INT64_MAX, t);
+		limits_settle_tokens(&l, 9, INT64_MAX, t);
+		limits_settle_tokens(&l, 9, INT64_MAX, t);
+		assert_int_equal(limits_reserve_tokens(&l, 9, 1, t, &why), -EAGAIN);
+		/* a refund of everything brings it back */
+		limits_settle_tokens(&l, 9, INT64_MIN, t);
+		limits_settle_tokens(&l, 9, -INT64_MAX, t);
+		assert_int_equal(limits_reserve_tokens(&l, 9, 10000, t, &why), 0);
+		limits_fini(&l);
+	}
+}
+
 static void concurrency_cap(void **state)
 {
 	(void)state;
@@ -171,9 +213,8 @@ static void concurrency_cap(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(scan_whole_and_cut),
-	    cmocka_unit_test(max_tokens_of_body),
-	    cmocka_unit_test(reserve_and_settle),
+	    cmocka_unit_test(scan_whole_and_cut), cmocka_unit_test(max_tokens_of_body),
+	    cmocka_unit_test(reserve_and_settle), cmocka_unit_test(absurd_usage_is_debt_not_refund),
 	    cmocka_unit_test(concurrency_cap),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
