@@ -5,9 +5,12 @@ tenant's requests in flight."""
 
 import http.client
 import json
+import socket
 import threading
+import time
 
-from harness import ScriptedBackend, pool_yaml, request, sim_stats
+from harness import (ScriptedBackend, pool_yaml, read_until, request, sim_stats, status,
+                     wait_until)
 
 
 def _post(port, body, tenant="a", path="/v1/completions"):
@@ -165,3 +168,158 @@ def test_concurrency_cap_per_tenant(env):
     for t in threads:
         t.join()
     assert sim_stats(sim.port)["max_active"] <= 4
+
+
+class _Backend:
+    """A backend for the concurrency leak test, by path: /ok answers, /fail closes without
+    an answer, /hold answers once release is set, /stream sends chunks until the client is
+    gone, /big sends 64 MiB (and notes when the proxy stops taking it), /gate answers once
+    `gate` requests are open at once (or after 10 s, saying so)."""
+
+    def __init__(self, gate):
+        self.gate, self.open_gate, self.holding = gate, 0, 0
+        self.lock = threading.Condition()
+        self.release = threading.Event()
+        self.big_cut = threading.Event()
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._conn, args=(c,), daemon=True).start()
+
+    def _conn(self, c):
+        buf = b""
+        with c:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    d = c.recv(65536)
+                    if not d:
+                        return
+                    buf += d
+                head, buf = buf.split(b"\r\n\r\n", 1)
+                n = 0
+                for ln in head.split(b"\r\n")[1:]:
+                    k, _, v = ln.partition(b":")
+                    if k.strip().lower() == b"content-length":
+                        n = int(v)
+                while len(buf) < n:
+                    buf += c.recv(65536)
+                buf = buf[n:]
+                path = head.split(b" ")[1].decode()
+                try:
+                    if not self._answer(c, path):
+                        return
+                except OSError:
+                    if path == "/big":
+                        self.big_cut.set()
+                    return
+
+    def _answer(self, c, path):
+        body = b"ok"
+        if path == "/fail":
+            return False
+        if path == "/hold":
+            with self.lock:
+                self.holding += 1
+                self.lock.notify_all()
+            self.release.wait(30)
+        if path == "/stream":
+            c.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            for _ in range(600):
+                c.sendall(b"8\r\ndata: x\n\r\n")
+                time.sleep(0.05)
+            return False
+        if path == "/big":
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (64 << 20))
+            chunk = b"x" * (1 << 20)
+            for _ in range(64):
+                c.sendall(chunk)
+            return True
+        if path == "/gate":
+            with self.lock:
+                self.open_gate += 1
+                self.lock.notify_all()
+                together = self.lock.wait_for(lambda: self.open_gate >= self.gate, 10)
+            body = b"together" if together else b"alone"
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        return True
+
+
+def test_no_exit_path_leaks_a_tenants_concurrency(env):
+    """Every way an exchange can end (answered on a kept-alive connection, a backend that
+    fails, a client gone mid-stream, a slow reader cut by send_ms, a client leaving the
+    queue, a queue timeout, a full queue) gives its count back: afterwards the tenant still
+    has all of its 3 requests in flight at once."""
+    be = _Backend(3)
+    p = env.proxy("pools:\n  - name: p\n    backends:\n"
+                  f"      - {{address: 127.0.0.1:{be.port}, max_concurrency: 3}}\n"
+                  "    queue: {max: 1, timeout_ms: 400}\n"
+                  "routes:\n  - pool: p\n    tenant_header: X-Tenant\n"
+                  "    rate_limit: {concurrency: 3, tokens_per_minute: 6000000, "
+                  "default_max_tokens: 10}\n",
+                  extra="timeouts: {send_ms: 500}\n")
+    hdr = {"X-Tenant": "a"}
+    c = http.client.HTTPConnection("127.0.0.1", p.port, timeout=15)  # kept alive
+    for _ in range(4):
+        c.request("GET", "/ok", headers=hdr)
+        r = c.getresponse()
+        assert (r.status, r.read()) == (200, b"ok")
+    c.close()
+    assert request(p.port, "GET", "/fail", headers=hdr)[0] == 502
+    # gone mid-stream
+    s = socket.create_connection(("127.0.0.1", p.port))
+    s.sendall(b"GET /stream HTTP/1.1\r\nHost: x\r\nX-Tenant: a\r\n\r\n")
+    assert b"data: x" in read_until(s, lambda g: b"data: x" in g)
+    s.close()
+    # a reader that never reads is cut by send_ms
+    s = socket.create_connection(("127.0.0.1", p.port))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.sendall(b"GET /big HTTP/1.1\r\nHost: x\r\nX-Tenant: a\r\n\r\n")
+    assert be.big_cut.wait(20), "the slow reader was not cut"
+    s.close()
+    # another tenant takes every slot: tenant a's requests queue
+    holders = [threading.Thread(target=request, args=(p.port, "GET", "/hold"),
+                                kwargs={"headers": {"X-Tenant": "z"}, "timeout": 30})
+               for _ in range(3)]
+    for t in holders:
+        t.start()
+    with be.lock:
+        assert be.lock.wait_for(lambda: be.holding == 3, 15)
+
+    def qlen():
+        return status(p.admin)["pools"][0]["queue"]["length"]
+
+    s = socket.create_connection(("127.0.0.1", p.port))
+    s.sendall(b"GET /ok HTTP/1.1\r\nHost: x\r\nX-Tenant: a\r\n\r\n")
+    wait_until(lambda: qlen() == 1, "a request to queue")
+    s.close()  # leaves the queue
+    wait_until(lambda: qlen() == 0, "the queue to let it go")
+    assert request(p.port, "GET", "/ok", headers=hdr)[0] == 503  # queue.timeout_ms
+    queued = []
+    t = threading.Thread(target=lambda: queued.append(
+        request(p.port, "GET", "/ok", headers=hdr)[0]))
+    t.start()
+    wait_until(lambda: qlen() == 1, "a request to queue")
+    full = request(p.port, "GET", "/ok", headers=hdr)[0]  # the queue is full
+    be.release.set()
+    t.join(15)
+    for h in holders:
+        h.join(15)
+    assert sorted(queued + [full]) in ([200, 503], [503, 503]), (queued, full)
+    # all three of the tenant's requests in flight at once
+    got = []
+    gate = [threading.Thread(target=lambda: got.append(
+        request(p.port, "GET", "/gate", headers=hdr)[::2])) for _ in range(3)]
+    for t in gate:
+        t.start()
+    for t in gate:
+        t.join(20)
+    assert got == [(200, b"together")] * 3, got
