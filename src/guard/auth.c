@@ -12,7 +12,7 @@
 
 /* What a request presents. */
 struct auth_cred {
-	enum { CRED_NONE, CRED_BEARER, CRED_API_KEY, CRED_BASIC } kind;
+	enum { CRED_NONE, CRED_BEARER, CRED_API_KEY, CRED_BASIC, CRED_MANY } kind;
 	struct http_str v; /* the token, key or base64 after the scheme */
 };
 
@@ -30,18 +30,46 @@ static int scheme_value(struct http_str v, const char *scheme, struct http_str *
 	return out->len > 0;
 }
 
+/* The one Authorization and the one X-API-Key field of <h> (NULL where none); -1 when a
+ * name is given twice. */
+static int fields_of(const struct http_head *h, const struct http_header **a,
+		     const struct http_header **x)
+{
+	*a = *x = NULL;
+	for (unsigned i = 0; i < h->nheaders; i++) {
+		const struct http_header *f = &h->headers[i];
+		const struct http_header **slot = http_str_eq(f->name, "authorization") ? a
+						  : http_str_eq(f->name, "x-api-key")	? x
+											: NULL;
+		if (slot && *slot)
+			return -1;
+		if (slot)
+			*slot = f;
+	}
+	return 0;
+}
+
+/* The guard verifies one credential, and a backend given the fields (pass_credentials) may
+ * read another: two Authorization fields, two X-API-Key fields, or an X-API-Key beside an
+ * Authorization that is not "Bearer" of the same key, are CRED_MANY, refused. */
 static struct auth_cred presented(const struct http_head *h)
 {
 	struct auth_cred c = {CRED_NONE, {NULL, 0}};
-	const struct http_header *a = http_find_header(h, "authorization");
+	const struct http_header *a, *x;
+	if (fields_of(h, &a, &x) < 0) {
+		c.kind = CRED_MANY;
+		return c;
+	}
 	if (a) {
 		if (scheme_value(a->value, "bearer", &c.v))
 			c.kind = CRED_BEARER;
 		else if (scheme_value(a->value, "basic", &c.v))
 			c.kind = CRED_BASIC;
+		if (x && (c.kind != CRED_BEARER || c.v.len != x->value.len ||
+			  memcmp(c.v.p, x->value.p, c.v.len) != 0))
+			c.kind = CRED_MANY;
 		return c;
 	}
-	const struct http_header *x = http_find_header(h, "x-api-key");
 	if (x && x->value.len) {
 		c.kind = CRED_API_KEY;
 		c.v = x->value;
@@ -203,6 +231,10 @@ enum auth_result auth_check(struct auth_tables *t, char *const *admit, size_t na
 				       "X-API-Key: KEY)"
 	       : !t->keys && !t->jwt ? "a user name and password are required (Basic)"
 				     : "credentials are required (Authorization: Bearer or Basic)";
+	if (c.kind == CRED_MANY) {
+		*why = "more than one credential (Authorization, X-API-Key): send one";
+		return AUTH_INVALID;
+	}
 	for (size_t i = 0; !m && c.kind != CRED_NONE && i < sizeof(methods) / sizeof(*methods); i++)
 		if (methods[i].configured(t) && methods[i].takes(&c))
 			m = &methods[i];

@@ -9,7 +9,9 @@
  * The credential goes to the first configured method that takes its form, and only to it:
  * a request passes if that method verifies it. One that presents nothing a configured
  * method takes gets 401 (AUTH_MISSING), one whose credential fails gets 401 (AUTH_INVALID);
- * both carry the route's challenges (Bearer, and Basic when basic is configured). A request
+ * both carry the route's challenges (Bearer, and Basic when basic is configured). So does
+ * one presenting two credentials (two Authorization fields, two X-API-Key fields, or an
+ * X-API-Key beside an Authorization other than "Bearer" of the same key). A request
  * whose identity is known but not among the route's tenants gets 403. The identity (the
  * tenant) is the key's tenant, the token's tenant claim, or the Basic user name. The
  * credential is never logged and, unless the route says otherwise, never forwarded.

@@ -11,9 +11,11 @@
 #include <openssl/bn.h>
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
+#include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/param_build.h>
 #include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +114,45 @@ static size_t count_of(const char *text, size_t len, const char *s)
 	return n;
 }
 
+/* Whether a would-be HS256 secret is in fact a public key in another spelling: a JWKS or
+ * JWK document, an OpenSSH public key, or a DER public key (raw, or base64 without the PEM
+ * lines). The issuer publishes those, so as an HMAC secret anyone could sign tokens with it
+ * (the HS256/RS256 confusion, made by the configuration). A reason, or NULL. */
+static const char *public_key_text(const char *text, size_t len)
+{
+	size_t i = 0;
+	while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n'))
+		i++;
+	if (i < len && (text[i] == '{' || text[i] == '['))
+		return "holds a JSON document, not a secret: give a JWKS document as jwks_file";
+	if ((len - i >= 4 && memcmp(text + i, "ssh-", 4) == 0) ||
+	    (len - i >= 6 && memcmp(text + i, "ecdsa-", 6) == 0))
+		return "holds an OpenSSH public key, not a secret: give a PEM public key";
+	unsigned char der[JWKS_SECRET_MAX];
+	const unsigned char *p = (const unsigned char *)text;
+	ERR_set_mark(); /* a secret that is no DER leaves OpenSSL's reasons: not ours to keep */
+	EVP_PKEY *pk = d2i_PUBKEY(NULL, &p, (long)len);
+	if (!pk) { /* the base64 body of a PEM block, its lines joined */
+		char flat[JWKS_SECRET_MAX];
+		size_t n = 0;
+		for (size_t j = i; j < len && n < sizeof(flat); j++)
+			if (text[j] != '\n' && text[j] != '\r' && text[j] != ' ')
+				flat[n++] = text[j];
+		long dl = n < sizeof(flat) ? b64_decode(B64_STD, flat, n, der, sizeof(der)) : -1;
+		p = der;
+		if (dl > 0)
+			pk = d2i_PUBKEY(NULL, &p, dl);
+		OPENSSL_cleanse(flat, sizeof(flat));
+		OPENSSL_cleanse(der, sizeof(der));
+	}
+	ERR_pop_to_mark();
+	int is_key = pk != NULL;
+	EVP_PKEY_free(pk);
+	return is_key ? "holds a public key (DER or base64), not a secret: give it as a PEM "
+			"public key"
+		      : NULL;
+}
+
 int jwks_parse_keys_file(const char *name, const char *text, size_t len, struct jwt_keys **out,
 			 char *err, size_t errlen)
 {
@@ -122,6 +163,9 @@ int jwks_parse_keys_file(const char *name, const char *text, size_t len, struct 
 	if (!blocks) { /* an HS256 secret */
 		while (len && (text[len - 1] == '\n' || text[len - 1] == '\r'))
 			len--;
+		const char *pub = public_key_text(text, len);
+		if (pub)
+			return fail(k, -EINVAL, err, errlen, name, 0, pub);
 		if (len < JWKS_SECRET_MIN || len > JWKS_SECRET_MAX)
 			return fail(k, -EINVAL, err, errlen, name, 0,
 				    "holds no PEM public key, and as an HS256 secret it must be "

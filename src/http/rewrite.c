@@ -118,6 +118,18 @@ static int is_set_by_proxy(const struct rewrite_request_info *info, struct http_
 	return 0;
 }
 
+/* On a route with auth: a credential field the guard did not read (X_API_Key, which a CGI
+ * backend reads as HTTP_X_API_KEY like the X-API-Key the guard checked), and unless the route
+ * passes them on (pass_credentials), the credential fields themselves. */
+static int is_unchecked_credential(const struct rewrite_request_info *info, struct http_str name)
+{
+	if (!info->identity_header)
+		return 0;
+	if (http_str_eq(name, "authorization") || http_str_eq(name, "x-api-key"))
+		return info->strip_credentials;
+	return same_field_for_cgi(name, "x-api-key");
+}
+
 /* "<name>: <value>\r\n" with every byte of <value> outside printable ASCII as '?'. */
 static void put_safe_field(struct out *o, const char *name, const char *value)
 {
@@ -169,10 +181,8 @@ int rewrite_request(char *buf, size_t cap, const struct http_head *req,
 		    http_str_eq(f->name, "x-request-id") || http_str_eq(f->name, "expect") ||
 		    (is_forwarding(f->name) &&
 		     (!info->trusted || http_str_eq(f->name, "x-forwarded-for"))) ||
-		    (info->identity_header && http_str_eq(f->name, info->identity_header)) ||
-		    is_set_by_proxy(info, f->name) ||
-		    (info->strip_credentials &&
-		     (http_str_eq(f->name, "authorization") || http_str_eq(f->name, "x-api-key"))))
+		    (info->identity_header && same_field_for_cgi(f->name, info->identity_header)) ||
+		    is_set_by_proxy(info, f->name) || is_unchecked_credential(info, f->name))
 			continue;
 		put_field(&o, f->name, f->value);
 	}

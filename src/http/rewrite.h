@@ -36,9 +36,10 @@ struct rewrite_request_info {
 	int trusted;		/* the client is in trusted_proxies */
 	int tls;		/* the client came over TLS: X-Forwarded-Proto: https */
 	/* an authenticated identity (routes.auth): sent as "<identity_header>: <identity>", and
-	 * any field of that name from the client dropped; NULL: none */
+	 * any field of that name from the client dropped, '_' taken for '-' (CGI backends read
+	 * both alike), and X_API_Key too (the guard never read it); NULL: none (no auth) */
 	const char *identity_header, *identity;
-	int strip_credentials; /* drop Authorization and X-API-Key */
+	int strip_credentials; /* drop Authorization and X-API-Key (with identity_header) */
 	/* fields only the proxy may set: every client field of such a name dropped, then each
 	 * with a value sent, its bytes outside printable ASCII sent as '?' (no CR, LF or other
 	 * control byte reaches the backend) */

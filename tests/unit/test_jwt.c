@@ -2,8 +2,8 @@
  * test_jwt.c - JWT verification against keys made here with OpenSSL: HS256, RS256 and ES256
  * tokens that pass; expired, early, wrong audience or issuer; alg none and algorithm
  * confusion (an HS256 token "signed" with the RSA public key); bad signatures; keys chosen
- * by kid from a JWKS document; every truncation of a good token; odd JSON; and key files
- * refused with their reason.
+ * by kid from a JWKS document; every truncation of a good token; odd JSON; key files
+ * refused with their reason; and a public key in a keys_file never taken as an HS256 secret.
  */
 #include "guard/jwks.h"
 #include "guard/jwt.h"
@@ -15,6 +15,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -358,6 +359,42 @@ static void bad_key_files_refused(void **state)
 	EVP_PKEY_free(small);
 }
 
+/* A keys_file holding a public key in a spelling other than PEM would be an HS256 secret
+ * the whole world knows: refused, each with what to do. */
+static void public_keys_are_never_hs256_secrets(void **state)
+{
+	(void)state;
+	char doc[8192], pem[2048], body[2048];
+	refused_key(0, jwks_of(doc, ""), "give a JWKS document as jwks_file");
+	refused_key(0, "  {\"kty\":\"EC\",\"crv\":\"P-256\",\"x\":\"AAAAAAAAAAAAAAAAAAAAAAAAAA\"}",
+		    "JSON document");
+	refused_key(0,
+		    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMhXKvmSm3c5dNj/MuIJ1xTaSRm6ceJV op@host",
+		    "OpenSSH public key");
+	for (int i = 0; i < 2; i++) { /* the body of the PEM block, with and without its lines */
+		pem_of(ec, pem, sizeof(pem));
+		size_t n = 0;
+		for (const char *c = strchr(pem, '\n') + 1; *c != '-'; c++)
+			if (i || *c != '\n')
+				body[n++] = *c;
+		body[n] = '\0';
+		refused_key(0, body, "holds a public key (DER or base64)");
+	}
+	pem_of(rsa_a, pem, sizeof(pem));
+	*strstr(pem, "-----END") = '\0';
+	refused_key(0, strchr(pem, '\n') + 1, "holds a public key (DER or base64)");
+	unsigned char *der = NULL;
+	int dl = i2d_PUBKEY(ec, &der);
+	assert_true(dl > 0);
+	struct jwt_keys *k = NULL;
+	char err[300];
+	assert_true(jwks_parse_keys_file("f", (char *)der, (size_t)dl, &k, err, sizeof(err)) < 0);
+	assert_null(k);
+	assert_non_null(strstr(err, "holds a public key"));
+	OPENSSL_free(der);
+	jwks_free(keys_file(SECRET "\n")); /* a secret is still one */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -367,6 +404,7 @@ int main(void)
 	    cmocka_unit_test(truncations_and_odd_forms),
 	    cmocka_unit_test(jwks_kid_selection),
 	    cmocka_unit_test(bad_key_files_refused),
+	    cmocka_unit_test(public_keys_are_never_hs256_secrets),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
