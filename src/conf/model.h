@@ -22,9 +22,10 @@ struct conf_tls_cert {
 	char *cert, *key, *ocsp_file;
 };
 
-/* Distinct client_subject_header / client_san_header names over all listeners: every
- * listener drops all of them from its clients' requests (proxy/stages.c). */
-#define CONF_TLS_FIELD_NAMES_MAX 16
+/* Distinct names of the fields only the proxy sets, over the whole config (the listeners'
+ * client_subject_header / client_san_header, the auth routes' identity_header): every
+ * request drops all of them that the client sent (proxy/stages.c). */
+#define CONF_GUARDED_FIELDS_MAX 16
 
 /* listen[].tls: what the listener serves over TLS (net/tls_listen.h has the defaults). */
 struct conf_tls {
@@ -251,6 +252,9 @@ struct conf {
 	size_t npools;
 	struct conf_route *routes;
 	size_t nroutes;
+	/* names of fields only the proxy sets, each once (CONF_GUARDED_FIELDS_MAX) */
+	const char *guarded_fields[CONF_GUARDED_FIELDS_MAX];
+	size_t nguarded_fields;
 };
 
 /* "FILE:LINE:COL: message", ready to print. */

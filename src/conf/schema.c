@@ -1107,24 +1107,37 @@ static size_t pool_named(const struct conf *c, const char *name)
 	return j;
 }
 
-/* How many distinct names the listeners give their certificate fields. */
-static size_t tls_field_names(const struct conf *c)
+/* Add <name> to the config's guarded fields unless there already; -1 when it is full. */
+static int guard_field(struct conf *c, const char *name)
 {
-	const char *seen[2 * CONF_TLS_FIELD_NAMES_MAX + 2];
-	size_t n = 0;
-	for (size_t i = 0; i < c->nlistens && n <= CONF_TLS_FIELD_NAMES_MAX; i++) {
+	size_t j = 0;
+	while (name && j < c->nguarded_fields && strcasecmp(c->guarded_fields[j], name) != 0)
+		j++;
+	if (!name || j < c->nguarded_fields)
+		return 0;
+	if (c->nguarded_fields == CONF_GUARDED_FIELDS_MAX)
+		return -1;
+	c->guarded_fields[c->nguarded_fields++] = name;
+	return 0;
+}
+
+/* The names of the fields only the proxy sets: the listeners' certificate fields and the
+ * auth routes' identity fields. A backend behind several listeners and routes believes
+ * X-Tenant or X-Cert-DN from any of them, so every request drops them all. -1: too many. */
+static int guarded_fields(struct conf *c)
+{
+	for (size_t i = 0; i < c->nlistens; i++) {
 		const struct conf_tls *t = c->listens[i].tls;
-		const char *names[2] = {t ? t->client_subject_header : NULL,
-					t ? t->client_san_header : NULL};
-		for (int k = 0; k < 2; k++) {
-			size_t j = 0;
-			while (names[k] && j < n && strcasecmp(seen[j], names[k]) != 0)
-				j++;
-			if (names[k] && j == n)
-				seen[n++] = names[k];
-		}
+		if (t && (guard_field(c, t->client_subject_header) < 0 ||
+			  guard_field(c, t->client_san_header) < 0))
+			return -1;
 	}
-	return n;
+	for (size_t i = 0; i < c->nroutes; i++) {
+		const struct conf_auth *a = c->routes[i].auth;
+		if (a && guard_field(c, a->identity_header) < 0)
+			return -1;
+	}
+	return 0;
 }
 
 /* Whole-config checks that no single key can make: required sections, pool references. */
@@ -1135,11 +1148,11 @@ static int check_whole(struct rules_ctx *x, yaml_node_t *root)
 	if (!c->nlistens)
 		return rules_fail(x, root,
 				  "'listen' is required: where the gateway accepts clients");
-	if (tls_field_names(c) > CONF_TLS_FIELD_NAMES_MAX)
-		return rules_fail(x, rules_value_of(x, root, "listen"),
-				  "listen: more than %d distinct client_subject_header and "
-				  "client_san_header names",
-				  CONF_TLS_FIELD_NAMES_MAX);
+	if (guarded_fields(c) < 0)
+		return rules_fail(x, root,
+				  "more than %d distinct client_subject_header, client_san_header "
+				  "and identity_header names",
+				  CONF_GUARDED_FIELDS_MAX);
 	if (c->group && !c->user)
 		return rules_fail(x, rules_value_of(x, root, "group"),
 				  "group: give 'user' too (the account the gateway runs as)");

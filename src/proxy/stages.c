@@ -92,24 +92,22 @@ static enum run stage_classify(struct exchange *x)
 	return RUN_AGAIN;
 }
 
-/* The names other listeners give the certificate fields (client_subject_header,
- * client_san_header), after the <n> fields in <f>, each once: a backend behind several
- * listeners believes X-Cert-DN from any of them, so no client may send it through a listener
- * that does not set it (a plain one, or one whose names differ). At most
- * CONF_TLS_FIELD_NAMES_MAX names, so they fit (conf/schema.c refuses more). */
-static unsigned drop_other_names(const struct conf *c, struct rewrite_field *f, unsigned n)
+/* The names of the fields only the proxy sets anywhere in the config (other listeners'
+ * certificate fields, the auth routes' identity fields), after the <n> fields in <f>, each
+ * once, to be dropped: a backend behind several listeners and routes believes X-Cert-DN or
+ * X-Tenant from any of them, so no client may send one through a listener or route that
+ * does not set it (a plain listener, a route without auth). At most CONF_GUARDED_FIELDS_MAX
+ * names, so they fit (conf/schema.c refuses more). */
+static unsigned drop_other_names(const struct conf *c, const char *own, struct rewrite_field *f,
+				 unsigned n)
 {
-	for (size_t i = 0; i < c->nlistens; i++) {
-		const struct conf_tls *t = c->listens[i].tls;
-		const char *names[2] = {t ? t->client_subject_header : NULL,
-					t ? t->client_san_header : NULL};
-		for (int k = 0; k < 2; k++) {
-			unsigned j = 0;
-			while (names[k] && j < n && strcasecmp(f[j].name, names[k]) != 0)
-				j++;
-			if (names[k] && j == n)
-				f[n++] = (struct rewrite_field){names[k], NULL};
-		}
+	for (size_t i = 0; i < c->nguarded_fields; i++) {
+		const char *name = c->guarded_fields[i];
+		unsigned j = 0;
+		while (j < n && strcasecmp(f[j].name, name) != 0)
+			j++;
+		if (j == n && !(own && strcasecmp(own, name) == 0))
+			f[n++] = (struct rewrite_field){name, NULL};
 	}
 	return n;
 }
@@ -117,7 +115,7 @@ static unsigned drop_other_names(const struct conf *c, struct rewrite_field *f, 
 /* The fields only the proxy sets from the client's TLS connection (listen[].tls): the
  * verified certificate's subject and SAN, and with facts_headers the version, cipher and
  * SNI. Any of them the client sent is dropped, on every listener, and so are the names other
- * listeners use for the first two. Returns how many. */
+ * listeners and routes give fields only they set. Returns how many. */
 static unsigned forward_tls_fields(const struct exchange *x, struct rewrite_field *f)
 {
 	const struct conf_tls *t = x->tls_conf;
@@ -131,12 +129,13 @@ static unsigned forward_tls_fields(const struct exchange *x, struct rewrite_fiel
 	f[n++] = (struct rewrite_field){"X-TLS-Version", facts ? tf->version : NULL};
 	f[n++] = (struct rewrite_field){"X-TLS-Cipher", facts ? tf->cipher : NULL};
 	f[n++] = (struct rewrite_field){"X-TLS-SNI", facts && tf->sni[0] ? tf->sni : NULL};
-	return drop_other_names(x->w->conf, f, n);
+	const struct conf_auth *a = x->route->auth;
+	return drop_other_names(x->w->conf, a ? a->identity_header : NULL, f, n);
 }
 
 static enum run stage_forward(struct exchange *x)
 {
-	struct rewrite_field set[5 + CONF_TLS_FIELD_NAMES_MAX];
+	struct rewrite_field set[5 + CONF_GUARDED_FIELDS_MAX];
 	struct rewrite_request_info info = {
 	    .client_ip = x->client_ip,
 	    .request_id = x->reqid,

@@ -69,3 +69,30 @@ def test_a_public_key_document_is_never_an_hs256_secret(env):
                      f"routes:\n  - pool: p\n    auth: {{jwt: {{keys_file: {jwks}}}}}\n")
     r = subprocess.run([BIN, "check", "-c", conf], capture_output=True, text=True)
     assert r.returncode == 2 and "jwks_file" in r.stderr, r.stderr
+
+
+def test_identity_field_cannot_be_forged_through_a_route_without_auth(env):
+    """A backend behind an auth route believes X-Tenant. A route without auth in front of
+    the same backend must not let a client's X-Tenant (or X_Tenant, or another auth route's
+    name) through; the auth route still sets its own."""
+    be = echo_backend(env)
+    keys = env.write("keys.txt", f"acme {KEY}\n")
+    p = env.proxy("pools:\n" + pool_yaml("p", [be.port]) + "routes:\n"
+                  "  - match: {path_prefix: /a}\n    pool: p\n"
+                  f"    auth: {{api_keys_file: {keys}}}\n"
+                  "  - match: {path_prefix: /b}\n    pool: p\n"
+                  f"    auth: {{api_keys_file: {keys}, identity_header: X-Org}}\n"
+                  "  - match: {path_prefix: /}\n    pool: p\n    tenant_header: X-Tenant\n")
+    forged = [(b"X-Tenant", b"admin"), (b"X_Tenant", b"admin"), (b"x-org", b"admin")]
+    data = raw(p.port, b"GET /open HTTP/1.1\r\nHost: x\r\n" + b"".join(
+        n + b": " + v + b"\r\n" for n, v in forged) + b"Connection: close\r\n\r\n")
+    assert data.startswith(b"HTTP/1.1 200"), data
+    assert b"admin" not in data, data
+    data = raw(p.port, b"GET /a HTTP/1.1\r\nHost: x\r\nX-API-Key: " + KEY.encode() +
+               b"\r\nX-Org: admin\r\nConnection: close\r\n\r\n")
+    assert data.startswith(b"HTTP/1.1 200") and b"X-Tenant: acme\r\n" in data, data
+    assert b"admin" not in data, data
+    data = raw(p.port, b"GET /b HTTP/1.1\r\nHost: x\r\nX-API-Key: " + KEY.encode() +
+               b"\r\nX-Tenant: admin\r\nConnection: close\r\n\r\n")
+    assert data.startswith(b"HTTP/1.1 200") and b"X-Org: acme\r\n" in data, data
+    assert b"admin" not in data, data
