@@ -22,7 +22,8 @@
 
 #define JWKS_FILE_MAX (1u << 20)
 #define JWKS_RSA_MIN_BITS 2048
-#define JWKS_RSA_MAX_BYTES 2048 /* 16384-bit moduli */
+#define JWKS_RSA_MAX_BITS 4096 /* guard/jwt.c reads signatures of up to 512 bytes */
+#define JWKS_RSA_MAX_BYTES 2048 /* a JWK's modulus as read: 16384 bits, refused after */
 #define JWKS_SECRET_MIN 32	/* RFC 7518 3.2: at least the hash's size */
 
 struct jwt_keys {
@@ -76,6 +77,8 @@ static const char *pkey_alg(EVP_PKEY *pk, enum conf_jwt_alg *alg)
 	case EVP_PKEY_RSA:
 		if (EVP_PKEY_get_bits(pk) < JWKS_RSA_MIN_BITS)
 			return "an RSA key shorter than 2048 bits";
+		if (EVP_PKEY_get_bits(pk) > JWKS_RSA_MAX_BITS)
+			return "an RSA key longer than 4096 bits";
 		*alg = CONF_JWT_RS256;
 		return NULL;
 	case EVP_PKEY_EC:

@@ -357,6 +357,13 @@ static void bad_key_files_refused(void **state)
 	pem_of(small, pem, sizeof(pem));
 	refused_key(0, pem, "shorter than 2048 bits");
 	EVP_PKEY_free(small);
+	/* a modulus of 4112 bits (2^4111 + 3, no small factor): its signatures would not fit
+	 * the verifier's buffer */
+	char big[1024] = "{\"keys\":[{\"kty\":\"RSA\",\"e\":\"AQAB\",\"n\":\"g";
+	size_t at = strlen(big);
+	memset(big + at, 'A', 684);
+	snprintf(big + at + 684, sizeof(big) - at - 684, "w\"}]}");
+	refused_key(1, big, "longer than 4096 bits");
 }
 
 /* A keys_file holding a public key in a spelling other than PEM would be an HS256 secret
