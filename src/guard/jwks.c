@@ -22,7 +22,7 @@
 
 #define JWKS_FILE_MAX (1u << 20)
 #define JWKS_RSA_MIN_BITS 2048
-#define JWKS_RSA_MAX_BITS 4096 /* guard/jwt.c reads signatures of up to 512 bytes */
+#define JWKS_RSA_MAX_BITS 4096	/* guard/jwt.c reads signatures of up to 512 bytes */
 #define JWKS_RSA_MAX_BYTES 2048 /* a JWK's modulus as read: 16384 bits, refused after */
 #define JWKS_SECRET_MIN 32	/* RFC 7518 3.2: at least the hash's size */
 
