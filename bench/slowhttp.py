@@ -9,11 +9,14 @@ each attack, an ordinary open-loop client (build/loadgen) asks RATE completions 
 SECONDS; each attack run comes straight after a quiet run of the same client, and is reported
 as a ratio to it (the machine is shared and noisy).
 
-What "the attack never holds a slot" means here: once slowhttptest has its connections up,
-and before the ordinary client starts, the backend's in-flight count (admin /status) and the
-simulator's busy slots (/sim/stats) are sampled every 50 ms for HOLD_S seconds; both must stay
-0. The slow-read requests are complete requests, so each is served (taking a slot for its
-service time, like any request) while the attack ramps up; after that none may hold one.
+What "the attack never holds a slot" means here: once slowhttptest has its connections up
+and the attack's own complete requests have been served (slow read sends real requests, each
+served like any other, taking a slot for its service time), the backend's in-flight count
+(admin /status) and the simulator's busy slots (/sim/stats) are sampled every 50 ms for
+HOLD_S seconds before the ordinary client starts, and again while it runs. A slot is *held*
+when the proxy counts it in flight while the simulator works on nothing for it; the figure
+is the most held at any sample (slowhttptest's own probe requests are real work and show as
+in flight, not held).
 
 Nothing here gates CI: it prints figures (and a JSON line), it does not assert.
 Usage: bench/slowhttp.py [--conns N] [--seconds S] [--rate R] [--modes HBX]
@@ -45,8 +48,9 @@ MODES = {
     "H": ["-H", "-i", "10", "-t", "GET"],
     # slow body: POST with Content-Length 8192, 32 more bytes every 10 s
     "B": ["-B", "-i", "10", "-s", "8192"],
-    # slow read: two pipelined completions (32 KB each), window 1-512 bytes, 32 bytes a second
-    "X": ["-X", "-k", "2", "-n", "1", "-w", "1", "-y", "512", "-z", "32", "-t", "POST"],
+    # slow read: two pipelined GET completions (32 KB each: the sim answers a GET on its
+    # completion paths), window 1-512 bytes, 32 bytes read a second
+    "X": ["-X", "-k", "2", "-n", "1", "-w", "1", "-y", "512", "-z", "32"],
 }
 
 
@@ -91,24 +95,46 @@ def errors_of(g):
         st.get("5xx", 0)
 
 
+def inflight(admin):
+    return get_json(admin, "/status")["pools"][0]["backends"][0]["inflight"]
+
+
 class Sampler(threading.Thread):
-    """Polls the proxy's in-flight count and the simulator's busy slots."""
+    """Polls the proxy's in-flight count and the simulator's busy slots. A slot is held (not
+    used) when the proxy counts it in flight while the accelerator works on nothing for it:
+    held = in flight (the lower of two looks around the simulator's) - busy slots."""
 
     def __init__(self, admin, sim):
         super().__init__(daemon=True)
         self.admin, self.sim = admin, sim
-        self.max_inflight = self.max_active = 0
+        self.max_inflight = self.max_held = self.samples = 0
         self.stop = threading.Event()
 
     def run(self):
         while not self.stop.is_set():
             try:
-                b = get_json(self.admin, "/status")["pools"][0]["backends"][0]
-                self.max_inflight = max(self.max_inflight, b["inflight"])
-                self.max_active = max(self.max_active, get_json(self.sim, "/sim/stats")["active"])
+                a = inflight(self.admin)
+                active = get_json(self.sim, "/sim/stats")["active"]
+                b = inflight(self.admin)
+                self.max_inflight = max(self.max_inflight, a, b)
+                self.max_held = max(self.max_held, min(a, b) - active)
+                self.samples += 1
             except OSError:
                 pass
             time.sleep(0.05)
+
+
+def settle(admin, sim, timeout=180):
+    """Wait until the attack's own complete requests (slow read sends real ones) are served:
+    nothing queued in the proxy, nothing busy or waiting in the simulator. Seconds taken."""
+    t0 = time.monotonic()
+    while time.monotonic() < t0 + timeout:
+        q = get_json(admin, "/status")["pools"][0]["queue"]["length"]
+        st = get_json(sim, "/sim/stats")
+        if q == 0 and st["active"] == 0 and st["waiting"] == 0:
+            break
+        time.sleep(0.2)
+    return time.monotonic() - t0
 
 
 def shed_counts(admin):
@@ -128,7 +154,8 @@ def attack(mode, port, conns, length, log):
 def connected(logpath):
     """slowhttptest's latest 'connected' count, from its status lines."""
     with open(logpath, errors="replace") as f:
-        got = re.findall(r"connected:\s+(\d+)", f.read())
+        text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", f.read())
+    got = re.findall(r"connected:\s+(\d+)", text)
     return int(got[-1]) if got else 0
 
 
@@ -176,6 +203,7 @@ def main():
             while connected(logpath) < args.conns * 0.95 and time.monotonic() < end:
                 time.sleep(0.2)
             up = connected(logpath)
+            settle_s = settle(admin, simport)
             hold = Sampler(admin, simport)
             hold.start()
             time.sleep(HOLD_S)
@@ -205,16 +233,22 @@ def main():
                 "attack_p50_ms": loud["latency_ms"]["p50"],
                 "quiet_ok": quiet["ok"], "quiet_errors": errors_of(quiet),
                 "attack_ok": loud["ok"], "attack_errors": errors_of(loud),
-                "slots_held_by_attack_alone": max(hold.max_inflight, hold.max_active),
-                "inflight_max_quiet_vs_attack": during.max_inflight,
+                "settle_s": round(settle_s, 1),
+                "attack_alone_max_inflight": hold.max_inflight,
+                "attack_alone_max_held": hold.max_held,
+                "attack_alone_samples": hold.samples,
+                "with_load_max_held": during.max_held,
+                "with_load_max_inflight": during.max_inflight,
                 "shed": {k: shed1.get(k, 0) - shed0.get(k, 0) for k in shed1},
             }
             results.append(r)
             print(f"{mode}: attack connections {up} (still {held_at_end} at the end); "
                   f"ordinary {loud['ok']} ok, {r['attack_errors']} errors (quiet: "
                   f"{quiet['ok']} ok, {r['quiet_errors']} errors); p99 {r['attack_p99_ms']:.1f} "
-                  f"ms vs quiet {r['quiet_p99_ms']:.1f} ms = {r['p99_ratio']:.2f}x; slots held "
-                  f"by the attack alone: {r['slots_held_by_attack_alone']}; shed {r['shed']}",
+                  f"ms vs quiet {r['quiet_p99_ms']:.1f} ms = {r['p99_ratio']:.2f}x; attack alone "
+                  f"(after {r['settle_s']} s for its own requests): in flight max "
+                  f"{hold.max_inflight}, held idle max {hold.max_held} over {hold.samples} "
+                  f"samples; with the load: held idle max {during.max_held}; shed {r['shed']}",
                   flush=True)
             # let the proxy close what the attack left before the next quiet run
             time.sleep(2)

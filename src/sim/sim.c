@@ -338,7 +338,9 @@ static void sim_on_request(void *arg, struct hsrv_conn *c, const struct http_hea
 
 	int completions = http_str_eq(req->path, "/v1/completions");
 	int chat = http_str_eq(req->path, "/v1/chat/completions");
-	if ((completions || chat) && req->meth == HTTP_POST) {
+	/* a GET gets a completion too (of --tokens): for tools that send only GET, such as
+	 * slowhttptest's slow-read mode */
+	if ((completions || chat) && (req->meth == HTTP_POST || req->meth == HTTP_GET)) {
 		struct sim_job *j = calloc(1, sizeof(*j));
 		if (!j) {
 			hsrv_respond(c, 503, "text/plain", s->served_by, "out of memory\n", 14);
