@@ -19,7 +19,7 @@ is the most held at any sample (slowhttptest's own probe requests are real work 
 in flight, not held).
 
 Nothing here gates CI: it prints figures (and a JSON line), it does not assert.
-Usage: bench/slowhttp.py [--conns N] [--seconds S] [--rate R] [--modes HBX]
+Usage: bench/slowhttp.py [--conns N] [--seconds S] [--rate R] [--modes HBX] [--proxy-bin PATH]
 """
 
 import argparse
@@ -151,12 +151,14 @@ def attack(mode, port, conns, length, log):
                             start_new_session=True), " ".join(argv[2:])
 
 
-def connected(logpath):
-    """slowhttptest's latest 'connected' count, from its status lines."""
+def connected(logpath, peak=False):
+    """slowhttptest's latest (or highest) 'connected' count, from its status lines."""
     with open(logpath, errors="replace") as f:
         text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", f.read())
-    got = re.findall(r"connected:\s+(\d+)", text)
-    return int(got[-1]) if got else 0
+    got = [int(n) for n in re.findall(r"connected:\s+(\d+)", text)]
+    if not got:
+        return 0
+    return max(got) if peak else got[-1]
 
 
 def main():
@@ -165,6 +167,8 @@ def main():
     ap.add_argument("--seconds", type=int, default=30)
     ap.add_argument("--rate", type=float, default=50)
     ap.add_argument("--modes", default="HBX")
+    ap.add_argument("--proxy-bin", default=ACCELNET,
+                    help="the accelnet that runs the proxy (another build, to compare)")
     args = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # children inherit it
@@ -184,7 +188,7 @@ def main():
                     "pools:\n  - name: gpu\n    backends:\n"
                     f"      - {{address: 127.0.0.1:{simport}, max_concurrency: {SLOTS}}}\n"
                     "    queue: {max: 1000, timeout_ms: 5000}\n")
-        procs.append(subprocess.Popen([ACCELNET, "proxy", "-c", conf],
+        procs.append(subprocess.Popen([args.proxy_bin, "proxy", "-c", conf],
                                       stdout=subprocess.DEVNULL,
                                       stderr=open(os.path.join(tmp, "proxy.log"), "w")))
         wait_port(port)
@@ -215,6 +219,7 @@ def main():
             during.stop.set()
             during.join()
             held_at_end = connected(logpath)
+            peak = connected(logpath, peak=True)
             os.killpg(p.pid, signal.SIGINT)
             try:
                 p.wait(30)
@@ -226,6 +231,7 @@ def main():
             r = {
                 "mode": mode, "slowhttptest": cmd,
                 "attack_connected_before": up, "attack_connected_after": held_at_end,
+                "attack_connected_peak": peak,
                 "quiet_p99_ms": quiet["latency_ms"]["p99"],
                 "attack_p99_ms": loud["latency_ms"]["p99"],
                 "p99_ratio": loud["latency_ms"]["p99"] / max(quiet["latency_ms"]["p99"], 1e-9),
@@ -242,7 +248,8 @@ def main():
                 "shed": {k: shed1.get(k, 0) - shed0.get(k, 0) for k in shed1},
             }
             results.append(r)
-            print(f"{mode}: attack connections {up} (still {held_at_end} at the end); "
+            print(f"{mode}: attack connections {up} when the load began (peak {peak}, "
+                  f"{held_at_end} at the end); "
                   f"ordinary {loud['ok']} ok, {r['attack_errors']} errors (quiet: "
                   f"{quiet['ok']} ok, {r['quiet_errors']} errors); p99 {r['attack_p99_ms']:.1f} "
                   f"ms vs quiet {r['quiet_p99_ms']:.1f} ms = {r['p99_ratio']:.2f}x; attack alone "
