@@ -16,7 +16,8 @@ served like any other, taking a slot for its service time), the backend's in-fli
 HOLD_S seconds before the ordinary client starts, and again while it runs. A slot is *held*
 when the proxy counts it in flight while the simulator works on nothing for it; the figure
 is the most held at any sample (slowhttptest's own probe requests are real work and show as
-in flight, not held).
+in flight, not held). While ordinary requests flow, a request that ends between the two
+looks shows as held for one sample; the quiet run is sampled the same way, for comparison.
 
 Nothing here gates CI: it prints figures (and a JSON line), it does not assert.
 Usage: bench/slowhttp.py [--conns N] [--seconds S] [--rate R] [--modes HBX] [--proxy-bin PATH]
@@ -198,13 +199,22 @@ def main():
         loadgen(port, args.rate, 3)  # warm-up
         results = []
         for mode in args.modes:
+            calm = Sampler(admin, simport)
+            calm.start()
             quiet = loadgen(port, args.rate, args.seconds)
+            calm.stop.set()
+            calm.join()
             logpath = os.path.join(tmp, f"slowhttptest-{mode}.log")
             log = open(logpath, "w")
             shed0 = shed_counts(admin)
             p, cmd = attack(mode, port, args.conns, args.seconds + 40, log)
             end = time.monotonic() + 30
-            while connected(logpath) < args.conns * 0.95 and time.monotonic() < end:
+            # until (nearly) all are up, or the proxy has begun closing them (the count
+            # falls from its peak: slowhttptest does not reconnect)
+            while time.monotonic() < end:
+                now, peak = connected(logpath), connected(logpath, peak=True)
+                if now >= args.conns * 0.95 or (peak and now < peak):
+                    break
                 time.sleep(0.2)
             up = connected(logpath)
             settle_s = settle(admin, simport)
@@ -244,6 +254,7 @@ def main():
                 "attack_alone_max_held": hold.max_held,
                 "attack_alone_samples": hold.samples,
                 "with_load_max_held": during.max_held,
+                "quiet_max_held": calm.max_held,
                 "with_load_max_inflight": during.max_inflight,
                 "shed": {k: shed1.get(k, 0) - shed0.get(k, 0) for k in shed1},
             }
@@ -255,7 +266,8 @@ def main():
                   f"ms vs quiet {r['quiet_p99_ms']:.1f} ms = {r['p99_ratio']:.2f}x; attack alone "
                   f"(after {r['settle_s']} s for its own requests): in flight max "
                   f"{hold.max_inflight}, held idle max {hold.max_held} over {hold.samples} "
-                  f"samples; with the load: held idle max {during.max_held}; shed {r['shed']}",
+                  f"samples; with the load: held idle max {during.max_held} (the same sampling in the "
+                  f"quiet run: {calm.max_held}); shed {r['shed']}",
                   flush=True)
             # let the proxy close what the attack left before the next quiet run
             time.sleep(2)
