@@ -144,18 +144,51 @@ def shed_counts(admin):
         r'accelnet_listener_shed_total\{[^}]*limit="(\w+)"\} (\S+)', text)}
 
 
-def attack(mode, port, conns, length, log):
+def attack(mode, port, conns, length, logpath):
     url = f"http://127.0.0.1:{port}/v1/completions"
     argv = ["stdbuf", "-oL", "slowhttptest", *MODES[mode], "-c", str(conns), "-r", "500", "-l",
             str(length), "-p", "5", "-u", url]
-    return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True), " ".join(argv[2:])
+    with open(logpath, "w") as log:
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True), " ".join(argv[2:])
+
+
+def status_text(logpath):
+    with open(logpath, errors="replace") as f:
+        return re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", f.read())
+
+
+def ended_line(logpath):
+    """'ended on the Nth second: <why>' once slowhttptest has stopped by itself."""
+    text = status_text(logpath)
+    m = re.search(r"Test ended on (\d+)\w* second\s+Exit status: ([^\n]*)", text)
+    return f"ended on second {m.group(1)}: {m.group(2).strip()}" if m else ""
+
+
+def wait_peak(logpath, conns, p, timeout=30):
+    """Until (nearly) all connections are up, the count falls from its peak (the proxy has
+    begun closing them; slowhttptest does not reconnect), or slowhttptest has ended."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and p.poll() is None:
+        now, peak = connected(logpath), connected(logpath, peak=True)
+        if now >= conns * 0.95 or (peak and now < peak):
+            return
+        time.sleep(0.2)
+
+
+def stop_attack(p):
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGINT)
+    try:
+        p.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
 
 
 def connected(logpath, peak=False):
     """slowhttptest's latest (or highest) 'connected' count, from its status lines."""
-    with open(logpath, errors="replace") as f:
-        text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", f.read())
+    text = status_text(logpath)
     got = [int(n) for n in re.findall(r"connected:\s+(\d+)", text)]
     if not got:
         return 0
@@ -199,49 +232,53 @@ def main():
         loadgen(port, args.rate, 3)  # warm-up
         results = []
         for mode in args.modes:
+            # 1. quiet: the ordinary client alone
             calm = Sampler(admin, simport)
             calm.start()
             quiet = loadgen(port, args.rate, args.seconds)
             calm.stop.set()
             calm.join()
-            logpath = os.path.join(tmp, f"slowhttptest-{mode}.log")
-            log = open(logpath, "w")
-            shed0 = shed_counts(admin)
-            p, cmd = attack(mode, port, args.conns, args.seconds + 40, log)
-            end = time.monotonic() + 30
-            # until (nearly) all are up, or the proxy has begun closing them (the count
-            # falls from its peak: slowhttptest does not reconnect)
-            while time.monotonic() < end:
-                now, peak = connected(logpath), connected(logpath, peak=True)
-                if now >= args.conns * 0.95 or (peak and now < peak):
-                    break
-                time.sleep(0.2)
-            up = connected(logpath)
+            # 2. the attack alone: at its peak, once its own requests are served, no slot
+            # may be held
+            alone_log = os.path.join(tmp, f"slowhttptest-{mode}-alone.log")
+            p, cmd = attack(mode, port, args.conns, args.seconds + 40, alone_log)
+            wait_peak(alone_log, args.conns, p)
+            alone_up = connected(alone_log)
             settle_s = settle(admin, simport)
             hold = Sampler(admin, simport)
             hold.start()
             time.sleep(HOLD_S)
             hold.stop.set()
             hold.join()
+            stop_attack(p)
+            time.sleep(3)  # the proxy closes what the attack left
+            # 3. the attack with the ordinary client beside it. Slowloris and slow body send
+            # no complete request: the load starts with the attack and runs through its whole
+            # life. Slow read sends complete requests (real work, a request flood of its own):
+            # the load starts once they are served, while the slow reads go on.
+            shed0 = shed_counts(admin)
+            log = os.path.join(tmp, f"slowhttptest-{mode}.log")
+            p, _ = attack(mode, port, args.conns, args.seconds + 40, log)
+            if mode == "X":
+                wait_peak(log, args.conns, p)
+                settle(admin, simport)
+            else:
+                time.sleep(1)
+            up = connected(log)
             during = Sampler(admin, simport)
             during.start()
             loud = loadgen(port, args.rate, args.seconds)
             during.stop.set()
             during.join()
-            held_at_end = connected(logpath)
-            peak = connected(logpath, peak=True)
-            os.killpg(p.pid, signal.SIGINT)
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-            log.close()
+            stop_attack(p)
+            peak, ended = connected(log, peak=True), ended_line(log)
             shed1 = shed_counts(admin)
             r = {
                 "mode": mode, "slowhttptest": cmd,
-                "attack_connected_before": up, "attack_connected_after": held_at_end,
-                "attack_connected_peak": peak,
+                "alone_connected": alone_up, "settle_s": round(settle_s, 1),
+                "alone_max_inflight": hold.max_inflight, "alone_max_held": hold.max_held,
+                "alone_samples": hold.samples,
+                "connected_when_load_began": up, "connected_peak": peak, "attack_end": ended,
                 "quiet_p99_ms": quiet["latency_ms"]["p99"],
                 "attack_p99_ms": loud["latency_ms"]["p99"],
                 "p99_ratio": loud["latency_ms"]["p99"] / max(quiet["latency_ms"]["p99"], 1e-9),
@@ -249,28 +286,21 @@ def main():
                 "attack_p50_ms": loud["latency_ms"]["p50"],
                 "quiet_ok": quiet["ok"], "quiet_errors": errors_of(quiet),
                 "attack_ok": loud["ok"], "attack_errors": errors_of(loud),
-                "settle_s": round(settle_s, 1),
-                "attack_alone_max_inflight": hold.max_inflight,
-                "attack_alone_max_held": hold.max_held,
-                "attack_alone_samples": hold.samples,
-                "with_load_max_held": during.max_held,
-                "quiet_max_held": calm.max_held,
+                "with_load_max_held": during.max_held, "quiet_max_held": calm.max_held,
                 "with_load_max_inflight": during.max_inflight,
                 "shed": {k: shed1.get(k, 0) - shed0.get(k, 0) for k in shed1},
             }
             results.append(r)
-            print(f"{mode}: attack connections {up} when the load began (peak {peak}, "
-                  f"{held_at_end} at the end); "
-                  f"ordinary {loud['ok']} ok, {r['attack_errors']} errors (quiet: "
-                  f"{quiet['ok']} ok, {r['quiet_errors']} errors); p99 {r['attack_p99_ms']:.1f} "
-                  f"ms vs quiet {r['quiet_p99_ms']:.1f} ms = {r['p99_ratio']:.2f}x; attack alone "
-                  f"(after {r['settle_s']} s for its own requests): in flight max "
+            print(f"{mode}: attack alone: {alone_up} connections, in flight max "
                   f"{hold.max_inflight}, held idle max {hold.max_held} over {hold.samples} "
-                  f"samples; with the load: held idle max {during.max_held} (the same sampling in the "
-                  f"quiet run: {calm.max_held}); shed {r['shed']}",
-                  flush=True)
-            # let the proxy close what the attack left before the next quiet run
-            time.sleep(2)
+                  f"samples (after {r['settle_s']} s for its own requests). With the load: "
+                  f"{up} attack connections when it began, peak {peak}, {ended or 'ran on'}; "
+                  f"ordinary {loud['ok']} ok, {r['attack_errors']} errors (quiet: {quiet['ok']} "
+                  f"ok, {r['quiet_errors']} errors); p99 {r['attack_p99_ms']:.1f} ms vs quiet "
+                  f"{r['quiet_p99_ms']:.1f} ms = {r['p99_ratio']:.2f}x; held idle max "
+                  f"{during.max_held} (quiet run, same sampling: {calm.max_held}); shed "
+                  f"{r['shed']}", flush=True)
+            time.sleep(3)
         print("JSON " + json.dumps(results))
     finally:
         for p in procs:
