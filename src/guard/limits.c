@@ -62,11 +62,17 @@ static int take(struct ratelimit *rl, const char *what, uint64_t key, uint64_t n
 	return why->wait_us ? -EAGAIN : 0;
 }
 
-int limits_take_rate(struct route_limits *l, uint64_t ip_key, uint64_t tenant, uint64_t now_us,
-		     struct limit_refusal *why)
+int limits_take_address(struct route_limits *l, uint64_t ip_key, uint64_t now_us,
+			struct limit_refusal *why)
 {
 	if (l->has_ip && take(&l->ip, "per_ip", ip_key, 1, now_us, why) < 0)
 		return -EAGAIN;
+	return 0;
+}
+
+int limits_take_rate(struct route_limits *l, uint64_t tenant, uint64_t now_us,
+		     struct limit_refusal *why)
+{
 	if (l->has_tenant && take(&l->tenant, "per_tenant", tenant, 1, now_us, why) < 0)
 		return -EAGAIN;
 	if (l->has_route && take(&l->route, "per_route", 1, 1, now_us, why) < 0)

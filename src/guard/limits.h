@@ -64,11 +64,19 @@ int limits_init(struct route_limits *l, const struct conf_rate_limit *c);
 void limits_fini(struct route_limits *l);
 
 /*
- * A request from the address <ip_key> of <tenant> at <now_us>: the request rates (address
- * first, then tenant, then route; a request refused by a later one has used the earlier
- * ones). 0 when it passes, else -EAGAIN with <why> filled.
+ * A request from the address <ip_key> at <now_us>: its per_ip rate, taken before the
+ * credentials are checked (a client guessing passwords pays a slow hash per try). 0 when it
+ * passes, else -EAGAIN with <why> filled.
  */
-int limits_take_rate(struct route_limits *l, uint64_t ip_key, uint64_t tenant, uint64_t now_us,
+int limits_take_address(struct route_limits *l, uint64_t ip_key, uint64_t now_us,
+			struct limit_refusal *why);
+
+/*
+ * A request of <tenant> at <now_us>, its address passed: the tenant's rate, then the
+ * route's (a request refused by the route's has used the tenant's). 0 when it passes, else
+ * -EAGAIN with <why> filled.
+ */
+int limits_take_rate(struct route_limits *l, uint64_t tenant, uint64_t now_us,
 		     struct limit_refusal *why);
 
 /*

@@ -32,6 +32,23 @@ static enum run refuse(struct exchange *x, const struct limit_refusal *why, cons
 	return exchange_reply(x, 429, detail, 1);
 }
 
+static enum run refuse_rate(struct exchange *x, const struct limit_refusal *why)
+{
+	char detail[80];
+	snprintf(detail, sizeof(detail), "request rate limit reached (routes.rate_limit.%s)",
+		 why->what);
+	return refuse(x, why, detail);
+}
+
+enum run quota_guard_address(struct exchange *x)
+{
+	struct limit_refusal why;
+	if (x->route->rate_limit &&
+	    limits_take_address(limits_of(x), x->client_key, clock_now_ns() / 1000, &why) < 0)
+		return refuse_rate(x, &why);
+	return RUN_AGAIN;
+}
+
 enum run quota_guard(struct exchange *x)
 {
 	if (!x->route->rate_limit)
@@ -39,12 +56,8 @@ enum run quota_guard(struct exchange *x)
 	struct route_limits *l = limits_of(x);
 	struct limit_refusal why;
 	x->hold.tenant = classify_tenant_of(x->route, x->head, x->client_key, x->identity);
-	if (limits_take_rate(l, x->client_key, x->hold.tenant, clock_now_ns() / 1000, &why) < 0) {
-		char detail[80];
-		snprintf(detail, sizeof(detail),
-			 "request rate limit reached (routes.rate_limit.%s)", why.what);
-		return refuse(x, &why, detail);
-	}
+	if (limits_take_rate(l, x->hold.tenant, clock_now_ns() / 1000, &why) < 0)
+		return refuse_rate(x, &why);
 	if (limits_take_hold(l, x->hold.tenant, &x->hold.conc, &why) < 0)
 		return refuse(x, &why,
 			      "this tenant has routes.rate_limit.concurrency requests in flight");

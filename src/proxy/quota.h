@@ -15,7 +15,12 @@
 
 #include <stddef.h>
 
-/* The route's request rates, then its concurrency cap (the guard stage, after auth). */
+/* The route's per_ip rate (the guard stage, before auth: a client guessing credentials
+ * is limited before each guess costs a hash). */
+enum run quota_guard_address(struct exchange *x);
+
+/* The route's tenant and route rates, then its concurrency cap (the guard stage, after
+ * auth). */
 enum run quota_guard(struct exchange *x);
 
 /* The request body (<len> bytes at <body>; NULL: not read) is in: note what its tokens may

@@ -40,10 +40,17 @@ static const char *guard_cert_tenant(const struct exchange *x, const struct conf
 	return *t && strlen(t) <= APIKEYS_TENANT_MAX ? t : NULL;
 }
 
+/* routes.rate_limit.per_ip, before the credentials are checked: a client guessing
+ * passwords is limited before each guess costs a hash. */
+static enum run stage_address(struct exchange *x)
+{
+	return quota_guard_address(x);
+}
+
 /* routes.auth: only a request with a verified client certificate naming its tenant, or whose
  * credential one of the route's methods verifies, passes; its identity is who it is from
  * now on (fair queueing, rate and token limits, the backend's identity header). Then the
- * route's limits. */
+ * route's other limits. */
 static enum run stage_guard(struct exchange *x)
 {
 	const struct conf_auth *a = x->route->auth;
@@ -188,6 +195,7 @@ static enum run stage_relay(struct exchange *x)
 
 enum stage_id {
 	STAGE_ROUTE,
+	STAGE_ADDRESS,
 	STAGE_GUARD,
 	STAGE_CLASSIFY,
 	STAGE_FORWARD,
@@ -200,6 +208,7 @@ enum stage_id {
 
 static const struct stage stage_list[] = {
     [STAGE_ROUTE] = {"route", stage_route},
+    [STAGE_ADDRESS] = {"address", stage_address},
     [STAGE_GUARD] = {"guard", stage_guard},
     [STAGE_CLASSIFY] = {"classify", stage_classify},
     [STAGE_FORWARD] = {"forward", stage_forward},

@@ -1,25 +1,29 @@
 /*
  * stages.h - the path of one request through the proxy, as an ordered list of stages.
  *
- *   route -> guard -> classify -> forward -> head done -> body -> admit -> relay
+ *   route -> address -> guard -> classify -> forward -> head done -> body -> tokens -> admit
+ *   -> relay
  *
- * route picks the route and pool (404 when none matches); guard lets in only who the route
- * admits (routes.auth: 401, 403); classify gives the request its
- * tenant, priority class, affinity key and streaming (heartbeat) wishes; forward writes the
- * request head the backend will get (431 when it does not fit); head done lets the codec
- * take the head off its input (and answer "100 Continue"); body reads the request body
- * before admission when the route needs it whole (relay.h); admit finds a backend slot or
- * queues (dispatch.h); relay moves the bytes until the response is complete.
+ * route picks the route and pool (404 when none matches); address spends the client
+ * address's request rate (routes.rate_limit.per_ip: 429), before any credential costs a
+ * check; guard lets in only who the route admits (routes.auth: 401, 403) and spends the
+ * tenant's and route's rates and concurrency (429); classify gives the request its tenant,
+ * priority class, affinity key and streaming (heartbeat) wishes; forward writes the request
+ * head the backend will get (431 when it does not fit); head done lets the codec take the
+ * head off its input (and answer "100 Continue"); body reads the request body before
+ * admission when the route needs it whole (relay.h); tokens reserves what the request may
+ * cost of its tenant's tokens_per_minute (429 before it can take a slot); admit finds a
+ * backend slot or queues (dispatch.h); relay moves the bytes until the response is
+ * complete.
  *
  * A stage returns RUN_AGAIN when it is done (the next one runs), RUN_STAY to wait for an
  * event (it runs again then), or RUN_GONE. Any stage may end the exchange (an answer, a cut
  * connection); the list stops there. The head stages (those before "head done") run at once,
  * while x->head still points into the worker's parse scratch and the connection is still
  * reading heads: they must not wait (an asynchronous guard would copy what it needs from the
- * head and wait after "head done"). The later stages may be entered more than once. Stages
- * to come -- the guard (authentication, rate limits) after route, the cache before admit --
- * are one function and one line in the list each (the guard's rate limits join its stage). The
- * stages see a parsed head (struct http_head) and the exchange; what needs the connection's bytes
+ * head and wait after "head done"). The later stages may be entered more than once. A stage
+ * to come (the cache, before admit) is one function and one line in the list. The stages
+ * see a parsed head (struct http_head) and the exchange; what needs the connection's bytes
  * is the codec's (struct exchange_codec_ops).
  */
 #ifndef ACCELNET_PROXY_STAGES_H

@@ -2,13 +2,14 @@
 spelling, two credentials in one request, and a public JWKS document taken as an HS256
 secret; each test plays the attack and asserts what the client or the backend sees."""
 
+import base64
 import json
 import subprocess
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from harness import BIN, echo_backend, free_port, pool_yaml, raw
-from test_auth_jwt import jwk
+from test_auth_jwt import htpasswd, jwk
 
 KEY = "sk-acme-0123456789abcdef"
 
@@ -96,3 +97,17 @@ def test_identity_field_cannot_be_forged_through_a_route_without_auth(env):
                b"\r\nX-Tenant: admin\r\nConnection: close\r\n\r\n")
     assert data.startswith(b"HTTP/1.1 200") and b"X-Org: acme\r\n" in data, data
     assert b"admin" not in data, data
+
+
+def test_password_guessing_is_rate_limited_before_the_hash(env):
+    """A wrong Basic password costs a full bcrypt; a guesser must meet the route's per_ip
+    limit before the guard pays for its guesses: 429 once the address's allowance is
+    spent, not 401 after 401."""
+    be = echo_backend(env)
+    users = htpasswd(env, "users", [("alice", "wonder land")])
+    p = env.proxy("pools:\n" + pool_yaml("p", [be.port]) + "routes:\n  - pool: p\n"
+                  f"    auth: {{basic: {{users_file: {users}}}}}\n"
+                  "    rate_limit: {per_ip: 3/m, burst: 3}\n")
+    guess = b"Basic " + base64.b64encode(b"alice:guess")
+    codes = [_head(p.port, [(b"Authorization", guess)])[9:12] for _ in range(6)]
+    assert codes == [b"401"] * 3 + [b"429"] * 3, codes

@@ -203,7 +203,8 @@ static void concurrency_cap(void **state)
 	/* per_route: every client together */
 	int passed = 0;
 	for (uint64_t ip = 1; ip <= 10; ip++)
-		passed += limits_take_rate(&n, ip, ip, 1000000, &why) == 0;
+		passed += limits_take_address(&n, ip, 1000000, &why) == 0 &&
+			  limits_take_rate(&n, ip, 1000000, &why) == 0;
 	assert_int_equal(passed, 5);
 	assert_string_equal(why.what, "per_route");
 	limits_fini(&n);
