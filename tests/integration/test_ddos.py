@@ -132,7 +132,8 @@ def test_buffer_budget_sheds_new_connections_and_old_ones_complete(env):
     # buffers of max_header_bytes + 1 KiB (33 KiB, 36 KiB in pages): three pass 100 KiB
     px = env.proxy("pools:\n  - name: p\n    backends:\n"
                    f"      - {{address: 127.0.0.1:{sim.port}}}\n",
-                   workers=1, extra="limits: {max_buffer_memory: 100KiB}\n")
+                   workers=1, extra="limits: {max_buffer_memory: 100KiB}\n"
+                   "timeouts: {header_ms: 120000}\n")  # held heads outlive a slow run
     held, shed = [], None
     for i in range(20):
         lent = _metric(px.admin, "accelnet_buffer_bytes")
