@@ -7,8 +7,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/crypto.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int secret_load(const char *path, uint8_t *out, size_t cap, size_t *len, const char **why)
@@ -45,4 +47,53 @@ fail:
 	if (fd >= 0)
 		close(fd);
 	return rc;
+}
+
+int secret_file_read(const char *path, size_t max, char **buf, size_t *len, char *err,
+		     size_t errlen)
+{
+	struct stat st;
+	size_t n = 0, room = 0;
+	int rc = 0, fd = open(path, O_RDONLY | O_CLOEXEC);
+	*buf = NULL;
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		goto out;
+	}
+	/* one byte more than the file should hold, so one that grew or lied is seen */
+	room = (st.st_size > 0 && (uint64_t)st.st_size < max ? (size_t)st.st_size : max) + 1;
+	if (!(*buf = malloc(room))) {
+		rc = -ENOMEM;
+		snprintf(err, errlen, "%s: out of memory", path);
+		goto out;
+	}
+	for (ssize_t r = 1; r > 0 && n < room; n += (size_t)r)
+		if ((r = read(fd, *buf + n, room - n)) < 0) {
+			rc = -errno;
+			snprintf(err, errlen, "%s: %s", path, strerror(errno));
+			goto out;
+		}
+	if (n > max) {
+		rc = -EFBIG;
+		snprintf(err, errlen, "%s: larger than %zu %s", path,
+			 max >= 1u << 20 ? max >> 20 : max >> 10, max >= 1u << 20 ? "MiB" : "KiB");
+	}
+out:
+	if (rc < 0 && *buf) {
+		secret_file_free(*buf, room);
+		*buf = NULL;
+	}
+	if (fd >= 0)
+		close(fd);
+	*len = rc < 0 ? 0 : n;
+	return rc;
+}
+
+void secret_file_free(char *buf, size_t len)
+{
+	if (!buf)
+		return;
+	OPENSSL_cleanse(buf, len);
+	free(buf);
 }

@@ -1,6 +1,7 @@
 /*
  * basic.c - the htpasswd users file and checking Basic credentials (see basic.h).
  */
+#include "core/secret.h"
 #include "guard/basic.h"
 #include "guard/apikeys.h"
 #include "guard/b64.h"
@@ -161,28 +162,13 @@ nomem:
 
 int basic_load(const char *path, struct basic_users **out, char *err, size_t errlen)
 {
-	FILE *f = fopen(path, "rb");
-	if (!f) {
-		int e = errno;
-		snprintf(err, errlen, "%s: %s", path, strerror(e));
-		return -e;
-	}
-	char *buf = malloc(BASIC_FILE_MAX);
-	size_t len = buf ? fread(buf, 1, BASIC_FILE_MAX, f) : 0;
-	int rc, big = buf && len == BASIC_FILE_MAX, bad = ferror(f);
-	fclose(f);
-	if (!buf) {
-		snprintf(err, errlen, "%s: out of memory", path);
-		return -ENOMEM;
-	}
-	if (big || bad) {
-		snprintf(err, errlen, "%s: %s", path, big ? "larger than 16 MiB" : "read error");
-		rc = big ? -EFBIG : -EIO;
-	} else {
-		rc = basic_parse(path, buf, len, out, err, errlen);
-	}
-	OPENSSL_cleanse(buf, len);
-	free(buf);
+	char *buf;
+	size_t len;
+	int rc = secret_file_read(path, BASIC_FILE_MAX, &buf, &len, err, errlen);
+	if (rc < 0)
+		return rc;
+	rc = basic_parse(path, buf, len, out, err, errlen);
+	secret_file_free(buf, len);
 	return rc;
 }
 

@@ -2,6 +2,7 @@
  * jwks.c - loading JWT verification keys: PEM public keys, an HS256 secret, or a JWKS
  * document (see jwks.h). Runs on the main thread at start and on SIGHUP, never per request.
  */
+#include "core/secret.h"
 #include "guard/jwks.h"
 #include "guard/b64.h"
 
@@ -398,28 +399,13 @@ int jwks_parse(const char *name, const char *text, size_t len, struct jwt_keys *
 
 int jwks_load(const char *path, int jwks, struct jwt_keys **out, char *err, size_t errlen)
 {
-	FILE *f = fopen(path, "rb");
-	if (!f) {
-		int e = errno;
-		snprintf(err, errlen, "%s: %s", path, strerror(e));
-		return -e;
-	}
-	char *buf = malloc(JWKS_FILE_MAX);
-	size_t len = buf ? fread(buf, 1, JWKS_FILE_MAX, f) : 0;
-	int rc, big = buf && len == JWKS_FILE_MAX, bad = ferror(f);
-	fclose(f);
-	if (!buf) {
-		snprintf(err, errlen, "%s: out of memory", path);
-		return -ENOMEM;
-	}
-	if (big || bad) {
-		snprintf(err, errlen, "%s: %s", path, big ? "larger than 1 MiB" : "read error");
-		rc = big ? -EFBIG : -EIO;
-	} else {
-		rc = jwks ? jwks_parse(path, buf, len, out, err, errlen)
-			  : jwks_parse_keys_file(path, buf, len, out, err, errlen);
-	}
-	OPENSSL_cleanse(buf, len);
-	free(buf);
+	char *buf;
+	size_t len;
+	int rc = secret_file_read(path, JWKS_FILE_MAX, &buf, &len, err, errlen);
+	if (rc < 0)
+		return rc;
+	rc = jwks ? jwks_parse(path, buf, len, out, err, errlen)
+		  : jwks_parse_keys_file(path, buf, len, out, err, errlen);
+	secret_file_free(buf, len);
 	return rc;
 }
