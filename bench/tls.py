@@ -17,7 +17,13 @@ figures are median [min-max] over rounds, ratios the median of same-round ratios
 The load average (`uptime`) is recorded before and after every scenario: the machine is
 shared. Nothing here asserts a timing.
 
+On two cores the client limits the connection rates (a client handshake costs about as much
+as a server one). --server-cpu F holds every contestant to F of one CPU with a cgroup CPU
+quota (the same for all three), so that with the load generator's whole core to spare the
+server's own capacity sets the rate: new connections per second at an equal CPU budget.
+
 Usage: bench/tls [--quick] [--rounds N] [--seconds S] [--keys ecdsa,rsa] [--out DIR]
+                 [--server-cpu F]
        bench/tls --report results.json
 """
 
@@ -152,6 +158,44 @@ def tlsload(port, mode, conns, seconds):
         raise RuntimeError(f"tlsload gave no result: {out.stdout} {out.stderr}")
 
 
+class CpuCap:
+    """A cgroup (v1 cpu, or v2 with the cpu controller) holding the processes put in it to
+    <fraction> of one CPU; removed on close."""
+
+    def __init__(self, fraction):
+        period = 100000
+        quota = max(1000, int(fraction * period))
+        name = f"accelnet-bench-{os.getpid()}"
+        if os.path.isdir("/sys/fs/cgroup/cpu") and os.path.exists("/sys/fs/cgroup/cpu/tasks"):
+            self.dir = os.path.join("/sys/fs/cgroup/cpu", name)
+            os.mkdir(self.dir)
+            self._write("cpu.cfs_period_us", str(period))
+            self._write("cpu.cfs_quota_us", str(quota))
+        else:
+            self.dir = os.path.join("/sys/fs/cgroup", name)
+            os.mkdir(self.dir)
+            self._write("cpu.max", f"{quota} {period}")
+        self.parent = os.path.dirname(self.dir)
+
+    def _write(self, name, text):
+        with open(os.path.join(self.dir, name), "w") as f:
+            f.write(text)
+
+    def add(self, pid):
+        self._write("cgroup.procs", str(pid))  # the whole process, every thread
+
+    def close(self):
+        with open(os.path.join(self.dir, "cgroup.procs")) as f:
+            pids = f.read().split()
+        for pid in pids:  # anything left goes back to the parent group
+            with open(os.path.join(self.parent, "cgroup.procs"), "w") as f:
+                f.write(pid)
+        os.rmdir(self.dir)
+
+
+CAP = None  # a CpuCap when --server-cpu is given
+
+
 def load_avg():
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
@@ -162,6 +206,9 @@ def scenario(run, res, origin, kind, cert, mode, title, conns, seconds, rounds):
     figures = {name: [] for name in PROXIES}
     load_before = load_avg()
     procs = {name: start(run, origin, cert) for name, start in PROXIES.items()}
+    if CAP:
+        for p, _ in procs.values():
+            CAP.add(p.pid)
     for name, (p, port) in procs.items():  # warm-up: connections, caches, page faults
         tlsload(port, mode, conns, 1)
     for r in range(rounds):
@@ -324,6 +371,9 @@ def main():
     ap.add_argument("--baseline", metavar="ACCELNET_BIN",
                     help="also run this (older) accelnet binary as 'accelnet-base'")
     ap.add_argument("--report", metavar="RESULTS_JSON", help="only render summary.md again")
+    ap.add_argument("--server-cpu", type=float, metavar="F",
+                    help="hold each contestant to F (0-1] of one CPU (cgroup CPU quota), so "
+                         "the servers, not the client, limit connection rates")
     a = ap.parse_args()
     if a.report:
         with open(a.report) as f:
@@ -345,6 +395,14 @@ def main():
     res = {"date": stamp, "quick": a.quick, "versions": versions, "ktls": ktls_state(),
            "placement": f"load generator on CPU {LOAD_CPU}, servers on CPU {bench.SERVER_CPU}",
            "suite": SUITE, "group": GROUP, "scenarios": {}, "instructions": {}}
+    global CAP
+    if a.server_cpu:
+        if not 0 < a.server_cpu <= 1:
+            sys.exit("--server-cpu: a fraction of one CPU, 0 < F <= 1")
+        CAP = CpuCap(a.server_cpu)
+        res["placement"] += (f", each server held to {a.server_cpu:g} of a CPU by a cgroup CPU "
+                             "quota")
+        res["server_cpu"] = a.server_cpu
     run = Run()
     t0 = time.monotonic()
     try:
@@ -370,6 +428,8 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
                 instructions(run, res, oport, kind, cert, 3 if a.quick else 10)
     finally:
         run.cleanup()
+        if CAP:
+            CAP.close()
     res["elapsed_s"] = time.monotonic() - t0
     with open(os.path.join(outdir, "results.json"), "w") as f:
         json.dump(res, f, indent=1)
