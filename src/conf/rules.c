@@ -272,3 +272,14 @@ void rules_print(FILE *out, const char *prefix, const struct rule *rules)
 		}
 	}
 }
+
+int rules_header_name_ok(const char *s)
+{
+	if (!*s || strlen(s) > 64)
+		return 0;
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+		      (*s >= '0' && *s <= '9') || *s == '-' || *s == '_'))
+			return 0;
+	return 1;
+}

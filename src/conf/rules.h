@@ -71,6 +71,8 @@ int rules_read_uint(struct rules_ctx *x, yaml_node_t *n, uint64_t min, uint64_t 
 		    uint64_t *out);
 /* A scalar copied into *out (the old value freed). */
 int rules_read_string(struct rules_ctx *x, yaml_node_t *n, char **out);
+/* Is <s> a header name a config may give (letters, digits, '-', '_'; 1-64 bytes)? */
+int rules_header_name_ok(const char *s);
 int rules_read_addr(struct rules_ctx *x, yaml_node_t *n, struct conf_listen *l);
 /* An address block such as 10.0.0.0/8; <what> names the list in messages. */
 int rules_read_cidr(struct rules_ctx *x, yaml_node_t *n, const char *what, struct net_cidr *out);

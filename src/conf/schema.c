@@ -15,7 +15,8 @@
  */
 #include "conf/schema.h"
 #include "conf/pool_policy.h"
-#include "conf/tls.h"
+#include "conf/schema_guard.h"
+#include "conf/schema_tls.h"
 
 #include <errno.h>
 #include <arpa/inet.h>
@@ -45,133 +46,9 @@ static struct load *load_of(struct rules_ctx *x)
 
 /* --- listen, admin, timeouts, limits, trusted_proxies --- */
 
-static const struct rule tls_cert_rules[] = {
-    {"cert", RULE_STR, offsetof(struct conf_tls_cert, cert), 0, 0, NULL, NULL},
-    {"key", RULE_STR, offsetof(struct conf_tls_cert, key), 0, 0, NULL, NULL},
-    {"ocsp_file", RULE_STR, offsetof(struct conf_tls_cert, ocsp_file), 0, 0, NULL, NULL},
-    RULES_END,
-};
-
-static int read_tls_cert_item(struct rules_ctx *x, yaml_node_t *item, void *obj, size_t i)
-{
-	struct conf_tls_cert *c = obj;
-	(void)i;
-	int err = rules_read_section(x, item, "certificates", tls_cert_rules, c);
-	if (!err && (!c->cert || !c->key))
-		return rules_fail(x, item, "certificates: each needs 'cert' and 'key'");
-	return err;
-}
-
-static int read_tls_certs(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *obj)
-{
-	struct conf_tls *t = obj;
-	(void)r;
-	return rules_read_list(x, v, "certificates", (void **)&t->more, &t->nmore,
-			       sizeof(struct conf_tls_cert), read_tls_cert_item);
-}
-
-static const struct rule tls_rules[] = {
-    {"cert", RULE_STR, offsetof(struct conf_tls, first.cert), 0, 0, NULL, NULL},
-    {"key", RULE_STR, offsetof(struct conf_tls, first.key), 0, 0, NULL, NULL},
-    {"certificates", RULE_SECTION, 0, 0, 0, tls_cert_rules, read_tls_certs},
-    {"ciphers", RULE_STR, offsetof(struct conf_tls, ciphers), 0, 0, NULL, NULL},
-    {"ciphersuites", RULE_STR, offsetof(struct conf_tls, ciphersuites), 0, 0, NULL, NULL},
-    {"groups", RULE_STR, offsetof(struct conf_tls, groups), 0, 0, NULL, NULL},
-    {"min_version", RULE_STR, offsetof(struct conf_tls, min_version), 0, 0, NULL, NULL},
-    {"ocsp_file", RULE_STR, offsetof(struct conf_tls, first.ocsp_file), 0, 0, NULL, NULL},
-    {"client_ca", RULE_STR, offsetof(struct conf_tls, client_ca), 0, 0, NULL, NULL},
-    {"client_auth", RULE_STR, offsetof(struct conf_tls, client_auth), 0, 0, NULL, NULL},
-    {"client_crl", RULE_STR, offsetof(struct conf_tls, client_crl), 0, 0, NULL, NULL},
-    {"verify_depth", RULE_UINT, offsetof(struct conf_tls, verify_depth), 0, 10, NULL, NULL},
-    {"client_subject_header", RULE_STR, offsetof(struct conf_tls, client_subject_header), 0, 0,
-     NULL, NULL},
-    {"client_san_header", RULE_STR, offsetof(struct conf_tls, client_san_header), 0, 0, NULL, NULL},
-    {"facts_headers", RULE_BOOL, offsetof(struct conf_tls, facts_headers), 0, 0, NULL, NULL},
-    {"reload_s", RULE_UINT, offsetof(struct conf_tls, reload_s), 0, 86400, NULL, NULL},
-    RULES_END,
-};
-
-static int header_name_ok(const char *s)
-{
-	if (!*s || strlen(s) > 64)
-		return 0;
-	for (; *s; s++)
-		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
-		      (*s >= '0' && *s <= '9') || *s == '-' || *s == '_'))
-			return 0;
-	return 1;
-}
-
-/* A header name of listen[].tls, <def> when not given. */
-static int tls_header(struct rules_ctx *x, yaml_node_t *v, const char *key, char **name,
-		      const char *def)
-{
-	if (!*name && !(*name = strdup(def)))
-		return rules_fail(x, v, "out of memory");
-	if (!header_name_ok(*name))
-		return rules_fail(x, rules_value_of(x, v, key),
-				  "tls: %s must be a header name (letters, digits, '-' ...)", key);
-	return 0;
-}
-
-/* listen[].tls's mutual TLS keys: only with client_ca, and consistent. */
-static int read_tls_client(struct rules_ctx *x, yaml_node_t *v, struct conf_tls *t)
-{
-	if (!t->client_ca && (t->client_auth || t->client_crl))
-		return rules_fail(
-		    x, rules_value_of(x, v, t->client_auth ? "client_auth" : "client_crl"),
-		    "tls: client_auth and client_crl need client_ca (the CAs client "
-		    "certificates must chain to)");
-	if (t->client_auth && strcmp(t->client_auth, "required") != 0 &&
-	    strcmp(t->client_auth, "optional") != 0)
-		return rules_fail(x, rules_value_of(x, v, "client_auth"),
-				  "tls: client_auth is \"required\" or \"optional\"");
-	if (!rules_value_of(x, v, "verify_depth"))
-		t->verify_depth = 3;
-	if (tls_header(x, v, "client_subject_header", &t->client_subject_header,
-		       "X-Client-Subject") ||
-	    tls_header(x, v, "client_san_header", &t->client_san_header, "X-Client-SAN"))
-		return -EINVAL;
-	return 0;
-}
-
-/* listen[].tls: read, then built once with the listener's own code (net/tls_listen.c), so a
- * certificate that does not load, a key that does not match or an unknown cipher is refused
- * here, with its place, and never at start-up. */
-static int read_tls(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
-{
-	struct conf_listen *l = field;
-	char err[300];
-	(void)r;
-	if (!(l->tls = calloc(1, sizeof(*l->tls))))
-		return rules_fail(x, v, "out of memory");
-	struct conf_tls *t = l->tls;
-	int rc = rules_read_section(x, v, "tls", tls_rules, t);
-	if (rc)
-		return rc;
-	if (!t->first.cert != !t->first.key)
-		return rules_fail(x, v, "tls: 'cert' and 'key' go together");
-	if (!t->first.cert && !t->nmore)
-		return rules_fail(x, v,
-				  "tls: a certificate is required: 'cert' and 'key' (PEM files)");
-	if (t->min_version && strcmp(t->min_version, "1.2") != 0 &&
-	    strcmp(t->min_version, "1.3") != 0)
-		return rules_fail(x, rules_value_of(x, v, "min_version"),
-				  "tls: min_version is \"1.2\" or \"1.3\" (older versions are not "
-				  "offered)");
-	if ((rc = read_tls_client(x, v, t)))
-		return rc;
-	struct net_tls_listener *built = NULL;
-	rc = conf_tls_build(t, &built, err, sizeof(err));
-	net_tls_listener_free(built);
-	if (rc)
-		return rules_fail(x, v, "tls: %s", err);
-	return 0;
-}
-
 static const struct rule listen_rules[] = {
     {"address", RULE_ADDR, 0, 0, 0, NULL, NULL},
-    {"tls", RULE_SECTION, 0, 0, 0, tls_rules, read_tls},
+    {"tls", RULE_SECTION, 0, 0, 0, schema_tls_rules, schema_read_tls},
     RULES_END,
 };
 
@@ -243,8 +120,6 @@ static const struct rule timeout_rules[] = {
     TIMEOUT(body_ms, 0),       TIMEOUT(send_ms, 0),	     RULES_END,
 };
 
-static int read_rate(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field);
-
 static const struct rule limit_rules[] = {
     {"max_connections", RULE_UINT, offsetof(struct conf_limits, max_connections), 1, 10000000, NULL,
      NULL},
@@ -265,7 +140,7 @@ static const struct rule limit_rules[] = {
     {"max_headers", RULE_UINT, offsetof(struct conf_limits, max_headers), 1, CONF_MAX_HEADERS, NULL,
      NULL},
     {"accept_rate_per_ip", RULE_SECTION, offsetof(struct conf_limits, accept_rate_per_ip), 0, 0,
-     NULL, read_rate},
+     NULL, schema_read_rate},
     {"max_buffer_memory", RULE_SIZE, offsetof(struct conf_limits, max_buffer_memory), 0, UINT64_MAX,
      NULL, NULL},
     RULES_END,
@@ -288,41 +163,12 @@ static int read_trusted_proxies(struct rules_ctx *x, const struct rule *r, yaml_
 
 /* --- pools --- */
 
-static int is_ip_literal(const char *host)
-{
-	unsigned char a[sizeof(struct in6_addr)];
-	return inet_pton(AF_INET, host, a) == 1 || inet_pton(AF_INET6, host, a) == 1;
-}
-
-static const struct rule backend_tls_rules[] = {
-    {"sni", RULE_STR, offsetof(struct conf_backend, tls.sni), 0, 0, NULL, NULL},
-    {"verify_name", RULE_STR, offsetof(struct conf_backend, tls.verify_name), 0, 0, NULL, NULL},
-    RULES_END,
-};
-
-/* backends[].tls: names of one backend of a TLS pool (the pool's tls says the rest). */
-static int read_backend_tls(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
-{
-	struct conf_backend *b = field;
-	int rc = rules_read_section(x, v, "tls", r->sub, b);
-	if (rc)
-		return rc;
-	b->tls.given = 1;
-	if (b->tls.sni && (!b->tls.sni[0] || is_ip_literal(b->tls.sni)))
-		return rules_fail(x, rules_value_of(x, v, "sni"),
-				  "tls: sni is a host name (SNI never carries an address)");
-	if (b->tls.verify_name && !b->tls.verify_name[0])
-		return rules_fail(x, rules_value_of(x, v, "verify_name"),
-				  "tls: verify_name is a host name or address");
-	return 0;
-}
-
 static const struct rule backend_rules[] = {
     {"address", RULE_ADDR, offsetof(struct conf_backend, ep), 0, 0, NULL, NULL},
     {"weight", RULE_UINT, offsetof(struct conf_backend, weight), 1, 1000, NULL, NULL},
     {"max_concurrency", RULE_UINT, offsetof(struct conf_backend, max_concurrency), 0, 1000000, NULL,
      NULL},
-    {"tls", RULE_SECTION, 0, 0, 0, backend_tls_rules, read_backend_tls},
+    {"tls", RULE_SECTION, 0, 0, 0, schema_backend_tls_rules, schema_read_backend_tls},
     RULES_END,
 };
 
@@ -458,87 +304,6 @@ static const struct rule hash_rules[] = {
     RULES_END,
 };
 
-static const struct rule upstream_tls_rules[] = {
-    {"ca", RULE_STR, offsetof(struct conf_upstream_tls, ca), 0, 0, NULL, NULL},
-    {"verify", RULE_BOOL, offsetof(struct conf_upstream_tls, verify), 0, 0, NULL, NULL},
-    {"sni", RULE_STR, offsetof(struct conf_upstream_tls, sni), 0, 0, NULL, NULL},
-    {"verify_name", RULE_STR, offsetof(struct conf_upstream_tls, verify_name), 0, 0, NULL, NULL},
-    {"cert", RULE_STR, offsetof(struct conf_upstream_tls, cert), 0, 0, NULL, NULL},
-    {"key", RULE_STR, offsetof(struct conf_upstream_tls, key), 0, 0, NULL, NULL},
-    {"ciphers", RULE_STR, offsetof(struct conf_upstream_tls, ciphers), 0, 0, NULL, NULL},
-    {"ciphersuites", RULE_STR, offsetof(struct conf_upstream_tls, ciphersuites), 0, 0, NULL, NULL},
-    {"min_version", RULE_STR, offsetof(struct conf_upstream_tls, min_version), 0, 0, NULL, NULL},
-    RULES_END,
-};
-
-/* pools[].tls: read, then the client context built once, so a CA, certificate or key file
- * that does not load, or a cipher list OpenSSL does not know, is refused here with its
- * place. Each backend's names are resolved in check_pool(), once its address is known. */
-static int read_upstream_tls(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
-{
-	struct conf_pool *p = field;
-	char err[300];
-	(void)r;
-	if (!(p->tls = calloc(1, sizeof(*p->tls))))
-		return rules_fail(x, v, "out of memory");
-	struct conf_upstream_tls *t = p->tls;
-	t->verify = 1;
-	int rc = rules_read_section(x, v, "tls", upstream_tls_rules, t);
-	if (rc)
-		return rc;
-	if (!t->cert != !t->key)
-		return rules_fail(x, v,
-				  "tls: 'cert' and 'key' (the client certificate) go together");
-	if (t->min_version && strcmp(t->min_version, "1.2") != 0 &&
-	    strcmp(t->min_version, "1.3") != 0)
-		return rules_fail(x, rules_value_of(x, v, "min_version"),
-				  "tls: min_version is \"1.2\" or \"1.3\" (older versions are not "
-				  "offered)");
-	if (t->sni && (!t->sni[0] || is_ip_literal(t->sni)))
-		return rules_fail(x, rules_value_of(x, v, "sni"),
-				  "tls: sni is a host name (SNI never carries an address; leave it "
-				  "out to send none)");
-	if (t->verify_name && !t->verify_name[0])
-		return rules_fail(x, rules_value_of(x, v, "verify_name"),
-				  "tls: verify_name is a host name or address");
-	if (!t->verify && (t->ca || t->verify_name))
-		return rules_fail(x, v,
-				  "tls: 'ca' and 'verify_name' mean nothing with verify: false");
-	struct ssl_ctx_st *built = NULL;
-	rc = conf_upstream_tls_build(t, &built, err, sizeof(err));
-	net_tls_ctx_free(built);
-	if (rc)
-		return rules_fail(x, v, "tls: %s", err);
-	return 0;
-}
-
-/* With pools[].tls: the name backend <b> gets as SNI, and the one its certificate must
- * carry: its own (backends[].tls), else the pool's, else its host (an address: no SNI).
- * 0 or -ENOMEM. */
-static int backend_tls_names(const struct conf_upstream_tls *t, struct conf_backend *b)
-{
-	char host[256];
-	const char *a = b->ep.address;
-	snprintf(host, sizeof(host), "%s", a[0] == '[' ? a + 1 : a);
-	char *end = a[0] == '[' ? strchr(host, ']') : strrchr(host, ':');
-	if (end)
-		*end = '\0';
-	const char *sni = b->tls.sni		? b->tls.sni
-			  : t->sni		? t->sni
-			  : is_ip_literal(host) ? NULL
-						: host;
-	const char *name = b->tls.verify_name ? b->tls.verify_name
-			   : b->tls.sni	      ? b->tls.sni
-			   : t->verify_name   ? t->verify_name
-			   : sni	      ? sni
-					      : host;
-	if (sni && !(b->tls_sni = strdup(sni)))
-		return -ENOMEM;
-	if (t->verify && !(b->tls_verify_name = strdup(name)))
-		return -ENOMEM;
-	return 0;
-}
-
 #define POOL_UINT(key, field, min, max)                                                            \
 	{                                                                                          \
 		key, RULE_UINT, offsetof(struct conf_pool, field), min, max, NULL, NULL            \
@@ -560,7 +325,7 @@ static const struct rule pool_rules[] = {
     POOL_UINT("retry_budget_pct", retry_budget_pct, 0, 100),
     {"outlier", RULE_SECTION, offsetof(struct conf_pool, outlier), 0, 0, outlier_rules, NULL},
     {"hash", RULE_SECTION, 0, 0, 0, hash_rules, NULL},
-    {"tls", RULE_SECTION, 0, 0, 0, upstream_tls_rules, read_upstream_tls},
+    {"tls", RULE_SECTION, 0, 0, 0, schema_upstream_tls_rules, schema_read_upstream_tls},
     RULES_END,
 };
 
@@ -600,7 +365,7 @@ static int check_pool(struct rules_ctx *x, yaml_node_t *item, struct conf_pool *
 					  "pool '%s': backend %s has 'tls' but the pool has none "
 					  "(pools[].tls turns TLS on)",
 					  p->name, p->backends[j].ep.address);
-		if (p->tls && backend_tls_names(p->tls, &p->backends[j]) < 0)
+		if (p->tls && schema_backend_tls_names(p->tls, &p->backends[j]) < 0)
 			return rules_fail(x, item, "out of memory");
 	}
 	if (!p->health.timeout_ms)
@@ -726,252 +491,6 @@ static int read_spillover(struct rules_ctx *x, const struct rule *r, yaml_node_t
 	return err;
 }
 
-static int read_auth_tenant(struct rules_ctx *x, yaml_node_t *item, void *obj, size_t i)
-{
-	(void)i;
-	return rules_read_string(x, item, (char **)obj);
-}
-
-static int read_auth_tenants(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *obj)
-{
-	struct conf_auth *a = obj;
-	(void)r;
-	return rules_read_list(x, v, "tenants", (void **)&a->tenants, &a->ntenants, sizeof(char *),
-			       read_auth_tenant);
-}
-
-static int read_tenant_from(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
-{
-	struct conf_auth *a = field;
-	const char *s = rules_scalar(v);
-	(void)r;
-	if (s && strcmp(s, "subject_cn") == 0)
-		a->client_cert = CERT_TENANT_SUBJECT_CN;
-	else if (s && strcmp(s, "san") == 0)
-		a->client_cert = CERT_TENANT_SAN;
-	else
-		return rules_fail(x, v, "auth: client_cert: tenant_from is subject_cn or san");
-	return 0;
-}
-
-static const struct rule client_cert_rules[] = {
-    {"tenant_from", RULE_SECTION, 0, 0, 0, NULL, read_tenant_from},
-    RULES_END,
-};
-
-/* routes[].auth.client_cert: the tenant is named by the verified client certificate. */
-static int read_client_cert(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *obj)
-{
-	struct conf_auth *a = obj;
-	int rc = rules_read_section(x, v, "client_cert", r->sub, a);
-	if (!rc && a->client_cert == CERT_TENANT_NONE)
-		a->client_cert = CERT_TENANT_SUBJECT_CN;
-	return rc;
-}
-
-/* A file named in auth must be readable now (the proxy reads it whole at start, and
- * `accelnet check` reads it too). */
-static int auth_file_ok(struct rules_ctx *x, yaml_node_t *map, const char *key, const char *path)
-{
-	if (access(path, R_OK) < 0)
-		return rules_fail(x, rules_value_of(x, map, key), "auth: %s '%s': %s", key, path,
-				  strerror(errno));
-	return 0;
-}
-
-#define JWT_ALG_NAME(name) #name,
-static const char *const jwt_alg_names[] = {CONF_JWT_ALGS(JWT_ALG_NAME)};
-#undef JWT_ALG_NAME
-
-static int read_jwt_alg(struct rules_ctx *x, yaml_node_t *item, void *obj, size_t i)
-{
-	const char *s = rules_scalar(item);
-	(void)i;
-	for (unsigned a = 0; s && a < CONF_JWT_NALGS; a++)
-		if (strcmp(s, jwt_alg_names[a]) == 0) {
-			*(unsigned *)obj = a;
-			return 0;
-		}
-	return rules_fail(x, item, "jwt.algorithms: expected HS256, RS256 or ES256 (never none)");
-}
-
-static int read_jwt_algs(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *obj)
-{
-	struct conf_jwt *j = obj;
-	unsigned *list = NULL;
-	size_t n = 0;
-	(void)r;
-	int rc =
-	    rules_read_list(x, v, "algorithms", (void **)&list, &n, sizeof(unsigned), read_jwt_alg);
-	for (size_t i = 0; !rc && i < n; i++)
-		j->algorithms |= 1u << list[i];
-	free(list);
-	if (!rc && !j->algorithms)
-		return rules_fail(x, v, "jwt.algorithms: name at least one algorithm");
-	return rc;
-}
-
-static const struct rule jwt_rules[] = {
-    {"keys_file", RULE_STR, offsetof(struct conf_jwt, keys_file), 0, 0, NULL, NULL},
-    {"jwks_file", RULE_STR, offsetof(struct conf_jwt, jwks_file), 0, 0, NULL, NULL},
-    {"algorithms", RULE_SECTION, 0, 0, 0, NULL, read_jwt_algs},
-    {"audience", RULE_STR, offsetof(struct conf_jwt, audience), 0, 0, NULL, NULL},
-    {"issuer", RULE_STR, offsetof(struct conf_jwt, issuer), 0, 0, NULL, NULL},
-    {"tenant_claim", RULE_STR, offsetof(struct conf_jwt, tenant_claim), 0, 0, NULL, NULL},
-    {"leeway_s", RULE_UINT, offsetof(struct conf_jwt, leeway_s), 0, 3600, NULL, NULL},
-    RULES_END,
-};
-
-static int read_jwt(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
-{
-	struct conf_auth *a = field;
-	(void)r;
-	if (!(a->jwt = calloc(1, sizeof(*a->jwt))))
-		return rules_fail(x, v, "out of memory");
-	struct conf_jwt *j = a->jwt;
-	j->leeway_s = 30;
-	int rc = rules_read_section(x, v, "jwt", jwt_rules, j);
-	if (rc)
-		return rc;
-	if (!j->keys_file == !j->jwks_file)
-		return rules_fail(x, v,
-				  "jwt: give one of keys_file (PEM public keys or an HS256 "
-				  "secret) or jwks_file");
-	if (!j->tenant_claim && !(j->tenant_claim = strdup("sub")))
-		return rules_fail(x, v, "out of memory");
-	return j->keys_file ? auth_file_ok(x, v, "keys_file", j->keys_file)
-			    : auth_file_ok(x, v, "jwks_file", j->jwks_file);
-}
-
-static const struct rule basic_rules[] = {
-    {"users_file", RULE_STR, offsetof(struct conf_basic, users_file), 0, 0, NULL, NULL},
-    RULES_END,
-};
-
-static int read_basic(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
-{
-	struct conf_auth *a = field;
-	(void)r;
-	if (!(a->basic = calloc(1, sizeof(*a->basic))))
-		return rules_fail(x, v, "out of memory");
-	int rc = rules_read_section(x, v, "basic", basic_rules, a->basic);
-	if (rc)
-		return rc;
-	if (!a->basic->users_file)
-		return rules_fail(x, v,
-				  "basic: 'users_file' is required (htpasswd user:hash lines)");
-	return auth_file_ok(x, v, "users_file", a->basic->users_file);
-}
-
-static const struct rule auth_rules[] = {
-    {"api_keys_file", RULE_STR, offsetof(struct conf_auth, api_keys_file), 0, 0, NULL, NULL},
-    {"jwt", RULE_SECTION, 0, 0, 0, jwt_rules, read_jwt},
-    {"basic", RULE_SECTION, 0, 0, 0, basic_rules, read_basic},
-    {"identity_header", RULE_STR, offsetof(struct conf_auth, identity_header), 0, 0, NULL, NULL},
-    {"tenants", RULE_SECTION, 0, 0, 0, NULL, read_auth_tenants},
-    {"pass_credentials", RULE_BOOL, offsetof(struct conf_auth, pass_credentials), 0, 0, NULL, NULL},
-    {"client_cert", RULE_SECTION, 0, 0, 0, client_cert_rules, read_client_cert},
-    RULES_END,
-};
-
-/* routes[].auth: one or more methods, each with its file; the identity goes to the backend
- * in a header of its own. */
-static int read_auth(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
-{
-	struct conf_route *rt = field;
-	(void)r;
-	if (!(rt->auth = calloc(1, sizeof(*rt->auth))))
-		return rules_fail(x, v, "out of memory");
-	struct conf_auth *a = rt->auth;
-	int rc = rules_read_section(x, v, "auth", auth_rules, a);
-	if (rc)
-		return rc;
-	if (!a->api_keys_file && !a->jwt && !a->basic && a->client_cert == CERT_TENANT_NONE)
-		return rules_fail(
-		    x, v, "auth: give api_keys_file, jwt, basic or client_cert (or several)");
-	if (a->api_keys_file && (rc = auth_file_ok(x, v, "api_keys_file", a->api_keys_file)))
-		return rc;
-	if (!a->identity_header && !(a->identity_header = strdup("X-Tenant")))
-		return rules_fail(x, v, "out of memory");
-	if (!header_name_ok(a->identity_header))
-		return rules_fail(x, rules_value_of(x, v, "identity_header"),
-				  "auth: identity_header must be a header name (letters, digits, "
-				  "'-' ...)");
-	return 0;
-}
-
-/* "N/s", "N/m" or "N/h": N (1..1000000) requests (or connections) per second, minute or
- * hour. */
-static int read_rate(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
-{
-	struct conf_rate *rate = field;
-	const char *s = rules_scalar(v);
-	char *end = NULL;
-	unsigned long n = s ? strtoul(s, &end, 10) : 0;
-	if (!s || end == s || n < 1 || n > 1000000 || end[0] != '/' || end[2] != '\0' ||
-	    (end[1] != 's' && end[1] != 'm' && end[1] != 'h'))
-		return rules_fail(
-		    x, v, "%s: %s is a rate such as 100/s, 600/m or 1000/h",
-		    strcmp(r->name, "accept_rate_per_ip") == 0 ? "limits" : "rate_limit", r->name);
-	rate->n = (unsigned)n;
-	rate->per_s = end[1] == 's' ? 1 : end[1] == 'm' ? 60 : 3600;
-	return 0;
-}
-
-static const struct rule rate_limit_rules[] = {
-    {"per_ip", RULE_SECTION, offsetof(struct conf_rate_limit, per_ip), 0, 0, NULL, read_rate},
-    {"per_tenant", RULE_SECTION, offsetof(struct conf_rate_limit, per_tenant), 0, 0, NULL,
-     read_rate},
-    {"per_route", RULE_SECTION, offsetof(struct conf_rate_limit, per_route), 0, 0, NULL, read_rate},
-    {"burst", RULE_UINT, offsetof(struct conf_rate_limit, burst), 1, 1000000, NULL, NULL},
-    {"tokens_per_minute", RULE_UINT, offsetof(struct conf_rate_limit, tokens_per_minute), 1,
-     100000000, NULL, NULL},
-    {"token_burst", RULE_UINT, offsetof(struct conf_rate_limit, token_burst), 1, 100000000, NULL,
-     NULL},
-    {"default_max_tokens", RULE_UINT, offsetof(struct conf_rate_limit, default_max_tokens), 1,
-     10000000, NULL, NULL},
-    {"concurrency", RULE_UINT, offsetof(struct conf_rate_limit, concurrency), 1, 1000000, NULL,
-     NULL},
-    RULES_END,
-};
-
-static int read_rate_limit(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
-{
-	struct conf_route *rt = field;
-	(void)r;
-	if (!(rt->rate_limit = calloc(1, sizeof(*rt->rate_limit))))
-		return rules_fail(x, v, "out of memory");
-	struct conf_rate_limit *l = rt->rate_limit;
-	l->default_max_tokens = 256;
-	int rc = rules_read_section(x, v, "rate_limit", rate_limit_rules, l);
-	if (!rc && !l->per_ip.n && !l->per_tenant.n && !l->per_route.n && !l->tokens_per_minute &&
-	    !l->concurrency)
-		return rules_fail(
-		    x, v,
-		    "rate_limit: give per_ip or per_tenant (or per_route, tokens_per_minute, "
-		    "concurrency), e.g. {per_ip: 100/s}");
-	if (!rc && l->token_burst && !l->tokens_per_minute)
-		return rules_fail(x, rules_value_of(x, v, "token_burst"),
-				  "rate_limit: token_burst needs tokens_per_minute");
-	if (!rc && l->tokens_per_minute && !l->token_burst)
-		l->token_burst = l->tokens_per_minute / 6 ? l->tokens_per_minute / 6 : 1;
-	return rc;
-}
-
-/* routes[].api: openai, or none (the default). */
-static int read_api(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
-{
-	const char *s = rules_scalar(v);
-	(void)r;
-	if (s && strcmp(s, "openai") == 0)
-		*(unsigned *)field = CONF_API_OPENAI;
-	else if (s && strcmp(s, "none") == 0)
-		*(unsigned *)field = CONF_API_NONE;
-	else
-		return rules_fail(x, v, "api: expected openai or none");
-	return 0;
-}
-
 static const struct rule route_rules[] = {
     {"match", RULE_SECTION, 0, 0, 0, match_rules, read_match},
     {"pool", RULE_SECTION, 0, 0, 0, NULL, read_route_pool},
@@ -981,9 +500,9 @@ static const struct rule route_rules[] = {
     {"sse_heartbeat_ms", RULE_UINT, offsetof(struct conf_route, sse_heartbeat_ms), 0, MS_MAX, NULL,
      NULL},
     {"spillover", RULE_SECTION, 0, 0, 0, spill_rules, read_spillover},
-    {"auth", RULE_SECTION, 0, 0, 0, auth_rules, read_auth},
-    {"rate_limit", RULE_SECTION, 0, 0, 0, rate_limit_rules, read_rate_limit},
-    {"api", RULE_SECTION, offsetof(struct conf_route, api), 0, 0, NULL, read_api},
+    {"auth", RULE_SECTION, 0, 0, 0, schema_auth_rules, schema_read_auth},
+    {"rate_limit", RULE_SECTION, 0, 0, 0, schema_rate_limit_rules, schema_read_rate_limit},
+    {"api", RULE_SECTION, offsetof(struct conf_route, api), 0, 0, NULL, schema_read_api},
     {"cache", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
     RULES_END,
 };
