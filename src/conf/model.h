@@ -213,6 +213,7 @@ struct conf_route {
 	struct conf_auth *auth;		    /* NULL: anyone may use it */
 	struct conf_rate_limit *rate_limit; /* NULL: no limit */
 	unsigned api;			    /* CONF_API_*: the shape of the proxy's own errors */
+	unsigned access_log;		    /* 0: this route's requests are not logged */
 };
 
 struct conf_timeouts {
@@ -235,6 +236,13 @@ struct conf_limits {
 	uint64_t max_buffer_memory; /* buffers lent, all workers; past it new clients are shed */
 };
 
+/* access_log: one line per request (obs/accesslog.h) */
+struct conf_access_log {
+	char *path;	 /* a file, "stderr" or "syslog"; NULL: no access log */
+	unsigned format; /* enum alog_format: 0 JSON lines, 1 combined */
+	double sample;	 /* the share of requests logged, 0..1 */
+};
+
 struct conf {
 	char *file;	    /* for messages */
 	unsigned workers;   /* >= 1 */
@@ -252,6 +260,7 @@ struct conf {
 	size_t npools;
 	struct conf_route *routes;
 	size_t nroutes;
+	struct conf_access_log access_log;
 	/* names of fields only the proxy sets, each once (CONF_GUARDED_FIELDS_MAX) */
 	const char *guarded_fields[CONF_GUARDED_FIELDS_MAX];
 	size_t nguarded_fields;

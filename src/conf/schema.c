@@ -504,6 +504,7 @@ static const struct rule route_rules[] = {
     {"rate_limit", RULE_SECTION, 0, 0, 0, schema_rate_limit_rules, schema_read_rate_limit},
     {"api", RULE_SECTION, offsetof(struct conf_route, api), 0, 0, NULL, schema_read_api},
     {"cache", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
+    {"access_log", RULE_BOOL, offsetof(struct conf_route, access_log), 0, 0, NULL, NULL},
     RULES_END,
 };
 
@@ -512,6 +513,7 @@ static int read_route_item(struct rules_ctx *x, yaml_node_t *item, void *obj, si
 	struct conf_route *rt = obj;
 	rt->priority = QD_NORMAL;
 	rt->spill_after_ms = 1000;
+	rt->access_log = 1;
 	int err = rules_read_section(x, item, "routes", route_rules, rt);
 	if (err)
 		return err;
@@ -559,6 +561,69 @@ static int read_group(struct rules_ctx *x, const struct rule *r, yaml_node_t *v,
 	return rc;
 }
 
+/* access_log: {path, format, sample} */
+static int read_alog_format(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	(void)r;
+	char *s = NULL;
+	int err = rules_read_string(x, v, &s);
+	if (err)
+		return err;
+	unsigned *f = field;
+	if (!strcmp(s, "json"))
+		*f = 0;
+	else if (!strcmp(s, "combined"))
+		*f = 1;
+	else
+		err = rules_fail(x, v, "access_log: format '%s': expected json or combined", s);
+	free(s);
+	return err;
+}
+
+static int read_alog_sample(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	(void)r;
+	char *s = NULL, *end;
+	int err = rules_read_string(x, v, &s);
+	if (err)
+		return err;
+	double d = strtod(s, &end);
+	if (end == s || *end || !(d >= 0.0 && d <= 1.0))
+		err = rules_fail(x, v,
+				 "access_log: sample '%s': expected a number from 0 to 1 "
+				 "(the share of requests logged)",
+				 s);
+	else
+		*(double *)field = d;
+	free(s);
+	return err;
+}
+
+static const struct rule access_log_rules[] = {
+    {"path", RULE_STR, offsetof(struct conf_access_log, path), 0, 0, NULL, NULL},
+    {"format", RULE_SECTION, offsetof(struct conf_access_log, format), 0, 0, NULL,
+     read_alog_format},
+    {"sample", RULE_SECTION, offsetof(struct conf_access_log, sample), 0, 0, NULL,
+     read_alog_sample},
+    RULES_END,
+};
+
+static int read_access_log(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	struct conf_access_log *a = field;
+	int err = rules_read_section(x, v, "access_log", r->sub, a);
+	if (err)
+		return err;
+	if (!a->path || !*a->path)
+		return rules_fail(x, v, "access_log: 'path' is required: a file, stderr or syslog");
+	if (strcmp(a->path, "stderr") && strcmp(a->path, "syslog") && a->path[0] != '/')
+		return rules_fail(x, rules_value_of(x, v, "path"),
+				  "access_log: path '%s': expected an absolute file path, stderr "
+				  "or syslog",
+				  a->path);
+	return 0;
+}
+
 static const struct rule top_rules[] = {
     {"workers", RULE_UINT, offsetof(struct conf, workers), 1, 256, NULL, NULL},
     {"user", RULE_SECTION, offsetof(struct conf, user), 0, 0, NULL, read_user},
@@ -570,6 +635,8 @@ static const struct rule top_rules[] = {
     {"trusted_proxies", RULE_SECTION, 0, 0, 0, NULL, read_trusted_proxies},
     {"pools", RULE_SECTION, 0, 0, 0, pool_rules, read_pools},
     {"routes", RULE_SECTION, 0, 0, 0, route_rules, read_routes},
+    {"access_log", RULE_SECTION, offsetof(struct conf, access_log), 0, 0, access_log_rules,
+     read_access_log},
     {"cache", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
     RULES_END,
 };
@@ -595,6 +662,7 @@ void schema_set_defaults(struct conf *c)
 {
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	c->workers = cpus > 0 ? (unsigned)cpus : 1;
+	c->access_log.sample = 1.0;
 	c->timeouts = (struct conf_timeouts){
 	    .connect_ms = 2000,
 	    .header_ms = 10000,

@@ -22,6 +22,7 @@ static sigset_t watched_set(void)
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGHUP);
+	sigaddset(&set, SIGUSR1);
 	return set;
 }
 

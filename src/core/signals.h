@@ -1,6 +1,6 @@
 /*
- * signals.h - process signals delivered as loop events (signalfd), so that SIGTERM, SIGINT
- * and SIGHUP are handled in ordinary code instead of async-signal handlers.
+ * signals.h - process signals delivered as loop events (signalfd), so that SIGTERM, SIGINT,
+ * SIGHUP and SIGUSR1 are handled in ordinary code instead of async-signal handlers.
  */
 #ifndef ACCELNET_CORE_SIGNALS_H
 #define ACCELNET_CORE_SIGNALS_H
@@ -10,8 +10,8 @@
 typedef void (*signals_fn)(int signo, void *arg);
 
 /*
- * Block SIGTERM, SIGINT and SIGHUP in the calling thread (threads created afterwards inherit
- * the mask) and ignore SIGPIPE. Call before starting any thread.
+ * Block SIGTERM, SIGINT, SIGHUP and SIGUSR1 in the calling thread (threads created
+ * afterwards inherit the mask) and ignore SIGPIPE. Call before starting any thread.
  */
 void signals_block(void);
 /* Deliver the blocked signals to <fn> on <loop>. 0 or -errno. */

@@ -41,6 +41,7 @@ struct exchange *exchange_new(struct worker *w, void *conn, const struct exchang
 	http_body_init(&x->req, h->framing, h->content_length);
 	if (!rewrite_incoming_request_id(h, x->reqid))
 		make_request_id(w, x->reqid);
+	access_note_head(x, h);
 	return x;
 }
 
@@ -77,6 +78,7 @@ void exchange_free_slot(struct exchange *x)
 void exchange_free(struct exchange *x)
 {
 	struct worker *w = x->w;
+	access_log_exchange(x);
 	if (x->wt.state != W_IDLE)
 		admission_withdraw(x->pool, &x->wt, loop_now(w->loop), rand_next(&w->rng));
 	exchange_drop_upstream(x);

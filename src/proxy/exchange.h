@@ -29,6 +29,7 @@
 #include "http/body.h"
 #include "http/parse.h"
 #include "http/rewrite.h"
+#include "obs/accesslog.h"
 #include "proxy/queue.h"
 #include "proxy/runtime.h"
 #include "proxy/upstream.h"
@@ -147,6 +148,14 @@ struct exchange {
 	uint64_t client_took_ms;  /* the client last took response bytes (timeouts.send_ms) */
 	int status;
 	struct http_body resp;
+
+	/* the access log's (proxy/access.h); set only while it is on */
+	uint64_t log_start_ns, log_dispatch_ns, log_conn_ns, log_ttfb_ns, log_bytes_out;
+	uint32_t log_queue_us, log_head_len;
+	int log_status; /* the proxy's own answer, if it gave one */
+	uint8_t log_path_cut;
+	const struct backend *log_backend;
+	char log_method[16], log_path[ALOG_PATH_MAX + 1], log_ua[ALOG_UA_MAX + 1];
 };
 
 /* What the client's TLS handshake agreed -- version, cipher, SNI, the verified client
@@ -200,5 +209,14 @@ static inline enum run exchange_abort(struct exchange *x, const char *why)
 
 /* The upstream connection of <x> had an event: run the connection that carries it. */
 void exchange_on_upstream(void *x);
+
+/*
+ * The access log's hook (access.c): exchange_new() keeps the method, path and User-Agent of
+ * the head and starts the clock; exchange_free() pushes one record into the worker's ring,
+ * unless the route is not logged, sampling leaves it out or the ring is full (counted).
+ * Nothing when the access log is off.
+ */
+void access_note_head(struct exchange *x, const struct http_head *h);
+void access_log_exchange(struct exchange *x);
 
 #endif

@@ -13,6 +13,7 @@
 #include "proxy/proxy.h"
 #include "core/log.h"
 #include "core/signals.h"
+#include "obs/accesslog.h"
 #include "proxy/admin.h"
 #include "proxy/creds.h"
 #include "proxy/dispatch.h"
@@ -158,6 +159,10 @@ static void main_on_signal(int signo, void *arg)
 {
 	struct main_state *m = arg;
 	struct proxy *px = m->px;
+	if (signo == SIGUSR1) { /* rotation: the access log file is opened again */
+		accesslog_reopen(px->sh.alog);
+		return;
+	}
 	if (signo == SIGHUP) {
 		/* certificates, keys and API keys files are read again; the rest of the
 		 * configuration stays until reload is built */
@@ -268,6 +273,20 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 			goto out;
 		}
 	}
+	if (conf->access_log.path) {
+		if ((rc = accesslog_open(&px.sh.alog, conf->access_log.path,
+					 conf->access_log.format, px.nworkers, err, sizeof(err))) <
+		    0) {
+			log_error("%s", err);
+			goto out;
+		}
+		double s = conf->access_log.sample;
+		uint64_t cut = s >= 1.0 ? UINT64_MAX : (uint64_t)(s * 18446744073709551616.0);
+		for (unsigned i = 0; i < px.nworkers; i++) {
+			px.workers[i].alog_ring = accesslog_ring(px.sh.alog, i);
+			px.workers[i].alog_sample_cut = cut;
+		}
+	}
 	if (conf->has_admin &&
 	    (rc = admin_start(px.sh.main_loop, conf, px.sh.rt, &admin, err, sizeof(err))) < 0) {
 		log_error("%s", err);
@@ -322,6 +341,7 @@ out:
 	for (unsigned i = 0; i < inited; i++)
 		worker_destroy(&px.workers[i]);
 	free(px.workers);
+	accesslog_close(px.sh.alog); /* after the workers: every line they pushed is written */
 	health_stop(health);
 	admin_stop(admin);
 	if (hooks && hooks->stop)

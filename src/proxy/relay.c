@@ -214,6 +214,7 @@ static enum run response_head(struct client *cl)
 	backend_observe(x->pool, x->be, loop_now(w->loop), (now_ns - x->sent_ns) / 1000, h->status);
 	note_reported_load(x, h, loop_now(w->loop));
 	x->last_read_ns = now_ns;
+	x->log_ttfb_ns = now_ns;
 	x->status = h->status;
 	http_body_init(&x->resp, h->framing, h->content_length);
 	x->client_keep = !x->req_close && x->minor == 1 && !w->draining &&
@@ -419,6 +420,8 @@ static enum run relay_pass(struct client *cl, int *progress)
 		return dispatch_failed(x, up->tls_failed		    ? UP_TLS
 					  : sock_error_is_local(up->failed) ? UP_LOCAL
 									    : UP_CONNECT);
+	if (!up->connecting && !x->log_conn_ns && x->log_dispatch_ns)
+		x->log_conn_ns = clock_now_ns(); /* the access log's connect time */
 	if (!up->connecting && up->writable && (r = send_upstream(cl, progress)) != RUN_STAY)
 		return r;
 	if (x->up != up)

@@ -89,6 +89,8 @@ static enum run session_reply(struct client *cl, int status, const char *detail,
 	}
 	if (x) {
 		exchange_count_response(x, status);
+		x->log_status = status;
+		x->log_bytes_out = (uint64_t)n;
 		if (x->req.ready)
 			buf_consume(cl->in, x->req.ready);
 		exchange_free(x);

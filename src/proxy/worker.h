@@ -71,6 +71,7 @@ struct worker_shared {
 	const struct worker *workers; /* all of them, for the buffer budget (proxy/shed.h) */
 	unsigned nworkers;
 	struct loop *main_loop; /* woken when a worker's loop ends */
+	struct accesslog *alog; /* access_log:, or NULL */
 	atomic_uint running;	/* workers whose loop still runs */
 };
 
@@ -98,6 +99,8 @@ struct worker {
 	atomic_uint_fast64_t turns;   /* loop turns done: written by this worker only */
 	struct http_head head;	      /* parse scratch, for request and response heads alike */
 	struct admission_inbox inbox; /* requests granted a slot by other workers */
+	struct alog_ring *alog_ring;  /* its access log ring (proxy/access.h), NULL: off */
+	uint64_t alog_sample_cut;     /* a request is logged when rand < this (UINT64_MAX: all) */
 };
 
 /*

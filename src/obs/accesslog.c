@@ -1,0 +1,402 @@
+/*
+ * accesslog.c - the rings, the writer thread and the two line formats of accesslog.h.
+ *
+ * The ring: head is written by its worker only, tail by the writer only; the worker
+ * publishes a filled slot with a release store of head, the writer frees one with a release
+ * store of tail. Full means head - tail == ALOG_RING_SLOTS.
+ *
+ * The writer takes up to a ring's worth of records from each ring in turn, formats them into
+ * a 256 KiB buffer and writes it whole (a short write is continued; an error is logged once
+ * a minute and the batch dropped). SIGUSR1 (accesslog_reopen) sets a flag the writer reads
+ * before each batch: it opens the path again, so `mv access.log access.log.1; kill -USR1`
+ * rotates. Closing drains every ring first.
+ *
+ * JSON strings escape ", \ and every byte below 0x20 or of 0x7f and above (as \u00XX: the
+ * log stays ASCII whatever the client sent); the combined format escapes the same bytes as
+ * \xXX and " as \" (nginx's escape=default).
+ */
+#include "obs/accesslog.h"
+#include "core/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ALOG_BUF (256 * 1024)
+#define ALOG_LINE_MAX 4096
+
+enum alog_dest { DEST_FILE, DEST_STDERR, DEST_SYSLOG };
+
+struct accesslog {
+	pthread_t thread;
+	char *path;
+	enum alog_dest dest;
+	enum alog_format format;
+	int fd;
+	atomic_int reopen, stop;
+	unsigned nrings;
+	struct alog_ring *rings;
+	char *buf;
+};
+
+struct alog_rec *alog_ring_claim(struct alog_ring *r)
+{
+	uint_fast32_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
+	uint_fast32_t t = atomic_load_explicit(&r->tail, memory_order_acquire);
+	if (h - t >= ALOG_RING_SLOTS) {
+		r->dropped_local++;
+		atomic_store_explicit(&r->dropped, r->dropped_local, memory_order_relaxed);
+		return NULL;
+	}
+	return &r->slot[h & (ALOG_RING_SLOTS - 1)];
+}
+
+void alog_ring_commit(struct alog_ring *r)
+{
+	uint_fast32_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
+	atomic_store_explicit(&r->head, h + 1, memory_order_release);
+}
+
+int alog_ring_take(struct alog_ring *r, struct alog_rec *out)
+{
+	uint_fast32_t t = atomic_load_explicit(&r->tail, memory_order_relaxed);
+	uint_fast32_t h = atomic_load_explicit(&r->head, memory_order_acquire);
+	if (h == t)
+		return 0;
+	*out = r->slot[t & (ALOG_RING_SLOTS - 1)];
+	atomic_store_explicit(&r->tail, t + 1, memory_order_release);
+	return 1;
+}
+
+/* --- formats --- */
+
+struct out {
+	char *p;
+	size_t len, cap;
+	int full;
+};
+
+static void put(struct out *o, const char *s, size_t n)
+{
+	if (o->full || o->len + n > o->cap) {
+		o->full = 1;
+		return;
+	}
+	memcpy(o->p + o->len, s, n);
+	o->len += n;
+}
+
+static void puts_(struct out *o, const char *s)
+{
+	put(o, s, strlen(s));
+}
+
+static void putf(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void putf(struct out *o, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	size_t room = o->full ? 0 : o->cap - o->len;
+	int n = vsnprintf(o->p + o->len, room, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= room)
+		o->full = 1;
+	else
+		o->len += (size_t)n;
+}
+
+/* <s> escaped: JSON (\u00XX) or combined (\xXX); no quotes around it. */
+static void put_escaped(struct out *o, const char *s, int json)
+{
+	static const char hex[] = "0123456789abcdef";
+	for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+		if (*c == '"' || *c == '\\') {
+			char e[2] = {'\\', (char)*c};
+			put(o, e, 2);
+		} else if (*c < 0x20 || *c >= 0x7f) {
+			char e[6] = {'\\', 'u', '0', '0', hex[*c >> 4], hex[*c & 15]};
+			if (json)
+				put(o, e, 6);
+			else {
+				char x[4] = {'\\', 'x', hex[*c >> 4], hex[*c & 15]};
+				put(o, x, 4);
+			}
+		} else {
+			put(o, (const char *)c, 1);
+		}
+	}
+}
+
+static void json_str(struct out *o, const char *key, const char *v)
+{
+	putf(o, ",\"%s\":", key);
+	if (!*v) {
+		puts_(o, "null");
+		return;
+	}
+	puts_(o, "\"");
+	put_escaped(o, v, 1);
+	puts_(o, "\"");
+}
+
+static void json_us(struct out *o, const char *key, uint32_t us)
+{
+	if (us == UINT32_MAX)
+		putf(o, ",\"%s\":null", key);
+	else
+		putf(o, ",\"%s\":%.3f", key, us / 1000.0);
+}
+
+static void format_json(struct out *o, const struct alog_rec *r)
+{
+	time_t s = (time_t)(r->time_us / 1000000);
+	struct tm tm;
+	gmtime_r(&s, &tm);
+	char ts[32];
+	strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
+	putf(o, "{\"time\":\"%s.%03uZ\"", ts, (unsigned)(r->time_us / 1000 % 1000));
+	json_str(o, "request_id", r->reqid);
+	json_str(o, "client", r->client);
+	json_str(o, "tenant", r->tenant);
+	json_str(o, "method", r->method);
+	puts_(o, ",\"path\":\"");
+	put_escaped(o, r->path, 1);
+	puts_(o, r->path_cut ? "...\"" : "\"");
+	if (r->route < 0)
+		puts_(o, ",\"route\":null");
+	else
+		putf(o, ",\"route\":%d", r->route);
+	json_str(o, "pool", r->pool);
+	json_str(o, "backend", r->backend);
+	putf(o, ",\"status\":%d,\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64, r->status,
+	     r->bytes_in, r->bytes_out);
+	json_us(o, "queue_ms", r->queue_us);
+	json_us(o, "connect_ms", r->connect_us);
+	json_us(o, "ttfb_ms", r->ttfb_us);
+	json_us(o, "total_ms", r->total_us);
+	if (r->tokens) {
+		putf(o, ",\"tokens\":%" PRIu32, r->tokens);
+		json_us(o, "token_gap_ms", r->gap_us);
+	}
+	json_str(o, "user_agent", r->ua);
+	puts_(o, "}\n");
+}
+
+static void combined_str(struct out *o, const char *v)
+{
+	if (!*v) {
+		puts_(o, "-");
+		return;
+	}
+	put_escaped(o, v, 0);
+}
+
+/* host - user [time] "request" status bytes "referer" "user-agent", then what the combined
+ * format has no field for, as nginx users add it: rt= (seconds), the request id, pool and
+ * backend. */
+static void format_combined(struct out *o, const struct alog_rec *r)
+{
+	static const char *const mon[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+					  "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+	time_t s = (time_t)(r->time_us / 1000000);
+	struct tm tm;
+	gmtime_r(&s, &tm);
+	combined_str(o, r->client);
+	puts_(o, " - ");
+	combined_str(o, r->tenant);
+	putf(o, " [%02d/%s/%04d:%02d:%02d:%02d +0000] \"", tm.tm_mday, mon[tm.tm_mon],
+	     tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+	put_escaped(o, r->method, 0);
+	puts_(o, " ");
+	put_escaped(o, r->path, 0);
+	putf(o, "%s HTTP/1.1\" %d %" PRIu64 " \"-\" \"", r->path_cut ? "..." : "", r->status,
+	     r->bytes_out);
+	put_escaped(o, r->ua, 0);
+	putf(o, "\" rt=%.3f rid=", r->total_us / 1e6);
+	combined_str(o, r->reqid);
+	puts_(o, " pool=");
+	combined_str(o, r->pool);
+	puts_(o, " backend=");
+	combined_str(o, r->backend);
+	puts_(o, "\n");
+}
+
+size_t alog_format_line(const struct alog_rec *r, enum alog_format f, char *out, size_t cap)
+{
+	struct out o = {.p = out, .cap = cap};
+	if (f == ALOG_JSON)
+		format_json(&o, r);
+	else
+		format_combined(&o, r);
+	return o.full ? 0 : o.len;
+}
+
+/* --- the writer --- */
+
+static int open_dest(struct accesslog *l)
+{
+	if (l->dest != DEST_FILE)
+		return 0;
+	int fd = open(l->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+	if (fd < 0)
+		return -errno;
+	if (l->fd >= 0)
+		close(l->fd);
+	l->fd = fd;
+	return 0;
+}
+
+static void write_all(struct accesslog *l, const char *p, size_t n)
+{
+	int fd = l->dest == DEST_STDERR ? 2 : l->fd;
+	while (n) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			log_warn_every(60000, "access log %s: %s (lines dropped)", l->path,
+				       w < 0 ? strerror(errno) : "short write");
+			return;
+		}
+		p += w;
+		n -= (size_t)w;
+	}
+}
+
+/* One pass over the rings: 1 if anything was written. */
+static int drain_once(struct accesslog *l)
+{
+	struct alog_rec rec;
+	size_t len = 0;
+	int any = 0;
+	for (unsigned i = 0; i < l->nrings; i++) {
+		for (unsigned k = 0; k < ALOG_RING_SLOTS && alog_ring_take(&l->rings[i], &rec);
+		     k++) {
+			any = 1;
+			if (ALOG_BUF - len < ALOG_LINE_MAX) {
+				write_all(l, l->buf, len);
+				len = 0;
+			}
+			size_t n = alog_format_line(&rec, l->format, l->buf + len, ALOG_LINE_MAX);
+			if (!n)
+				continue;
+			if (l->dest == DEST_SYSLOG) {
+				syslog(LOG_INFO, "%.*s", (int)(n - 1), l->buf + len);
+				continue;
+			}
+			len += n;
+		}
+	}
+	if (len)
+		write_all(l, l->buf, len);
+	return any;
+}
+
+static void *writer_main(void *arg)
+{
+	struct accesslog *l = arg;
+	for (;;) {
+		if (atomic_exchange(&l->reopen, 0)) {
+			int rc = open_dest(l);
+			if (rc < 0)
+				log_error("access log %s: cannot open it again: %s (still writing "
+					  "to the old file)",
+					  l->path, strerror(-rc));
+		}
+		int stop = atomic_load(&l->stop);
+		if (drain_once(l))
+			continue;
+		if (stop)
+			break;
+		struct timespec ts = {0, 5 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+	return NULL;
+}
+
+int accesslog_open(struct accesslog **out, const char *path, enum alog_format f, unsigned nrings,
+		   char *err, size_t errlen)
+{
+	struct accesslog *l = calloc(1, sizeof(*l));
+	int rc = -ENOMEM;
+	if (!l)
+		goto fail;
+	l->fd = -1;
+	l->format = f;
+	l->nrings = nrings;
+	l->dest = !strcmp(path, "stderr")   ? DEST_STDERR
+		  : !strcmp(path, "syslog") ? DEST_SYSLOG
+					    : DEST_FILE;
+	l->path = strdup(path);
+	l->buf = malloc(ALOG_BUF);
+	l->rings = aligned_alloc(64, (size_t)nrings * sizeof(*l->rings));
+	if (!l->path || !l->buf || !l->rings)
+		goto fail;
+	memset(l->rings, 0, (size_t)nrings * sizeof(*l->rings));
+	if ((rc = open_dest(l)) < 0)
+		goto fail;
+	if (l->dest == DEST_SYSLOG)
+		openlog("accelnet", LOG_PID, LOG_DAEMON);
+	if ((rc = -pthread_create(&l->thread, NULL, writer_main, l)) < 0)
+		goto fail;
+	*out = l;
+	return 0;
+fail:
+	snprintf(err, errlen, "access log %s: %s", path, strerror(-rc));
+	if (l) {
+		if (l->fd >= 0)
+			close(l->fd);
+		free(l->rings);
+		free(l->buf);
+		free(l->path);
+		free(l);
+	}
+	return rc;
+}
+
+struct alog_ring *accesslog_ring(struct accesslog *l, unsigned i)
+{
+	return i < l->nrings ? &l->rings[i] : NULL;
+}
+
+void accesslog_reopen(struct accesslog *l)
+{
+	if (l)
+		atomic_store(&l->reopen, 1);
+}
+
+uint64_t accesslog_dropped(const struct accesslog *l)
+{
+	uint64_t n = 0;
+	for (unsigned i = 0; l && i < l->nrings; i++)
+		n += atomic_load_explicit(&l->rings[i].dropped, memory_order_relaxed);
+	return n;
+}
+
+void accesslog_close(struct accesslog *l)
+{
+	if (!l)
+		return;
+	atomic_store(&l->stop, 1);
+	pthread_join(l->thread, NULL);
+	uint64_t dropped = accesslog_dropped(l);
+	if (dropped)
+		log_warn("access log %s: %" PRIu64 " lines dropped (the writer fell behind)",
+			 l->path, dropped);
+	if (l->fd >= 0)
+		close(l->fd);
+	if (l->dest == DEST_SYSLOG)
+		closelog();
+	free(l->rings);
+	free(l->buf);
+	free(l->path);
+	free(l);
+}

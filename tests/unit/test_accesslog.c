@@ -1,0 +1,198 @@
+/*
+ * test_accesslog.c - the access log's ring (order kept, a full ring drops and counts, a
+ * producer and a consumer on two threads lose nothing), its two line formats (escaping,
+ * cut paths, a line that does not fit) and the writer (every pushed record reaches the
+ * file by close).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "obs/accesslog.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct alog_ring *ring_new(void)
+{
+	struct alog_ring *r = aligned_alloc(64, sizeof(*r));
+	assert_non_null(r);
+	memset(r, 0, sizeof(*r));
+	return r;
+}
+
+static void push(struct alog_ring *r, int status)
+{
+	struct alog_rec *s = alog_ring_claim(r);
+	assert_non_null(s);
+	memset(s, 0, sizeof(*s));
+	s->status = status;
+	alog_ring_commit(r);
+}
+
+static void full_ring_drops_and_counts_order_kept(void **state)
+{
+	(void)state;
+	struct alog_ring *r = ring_new();
+	struct alog_rec out;
+	assert_int_equal(alog_ring_take(r, &out), 0);
+	for (int i = 0; i < ALOG_RING_SLOTS; i++)
+		push(r, i);
+	assert_null(alog_ring_claim(r));
+	assert_null(alog_ring_claim(r));
+	assert_int_equal(atomic_load(&r->dropped), 2);
+	for (int i = 0; i < 10; i++) {
+		assert_int_equal(alog_ring_take(r, &out), 1);
+		assert_int_equal(out.status, i);
+	}
+	for (int i = 0; i < 10; i++) /* room again, and the order goes on across the wrap */
+		push(r, ALOG_RING_SLOTS + i);
+	assert_null(alog_ring_claim(r));
+	for (int i = 10; i < ALOG_RING_SLOTS + 10; i++) {
+		assert_int_equal(alog_ring_take(r, &out), 1);
+		assert_int_equal(out.status, i);
+	}
+	assert_int_equal(alog_ring_take(r, &out), 0);
+	assert_int_equal(atomic_load(&r->dropped), 3);
+	free(r);
+}
+
+#define N_THREADED 200000
+
+static void *producer(void *arg)
+{
+	struct alog_ring *r = arg;
+	for (int i = 0; i < N_THREADED;) {
+		struct alog_rec *s = alog_ring_claim(r);
+		if (!s)
+			continue; /* counted as dropped: the test subtracts them */
+		s->status = i++;
+		alog_ring_commit(r);
+	}
+	return NULL;
+}
+
+static void two_threads_keep_order(void **state)
+{
+	(void)state;
+	struct alog_ring *r = ring_new();
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, producer, r), 0);
+	struct alog_rec out;
+	int next = 0;
+	while (next < N_THREADED)
+		if (alog_ring_take(r, &out))
+			assert_int_equal(out.status, next++);
+	pthread_join(t, NULL);
+	assert_int_equal(alog_ring_take(r, &out), 0);
+	free(r);
+}
+
+static struct alog_rec sample(void)
+{
+	struct alog_rec r = {.time_us = 1700000000123456ull,
+			     .bytes_in = 80,
+			     .bytes_out = 12,
+			     .queue_us = 0,
+			     .connect_us = UINT32_MAX,
+			     .ttfb_us = 1500,
+			     .total_us = 2500,
+			     .status = 200,
+			     .route = 1};
+	strcpy(r.reqid, "abc");
+	strcpy(r.client, "10.0.0.1");
+	strcpy(r.method, "GET");
+	strcpy(r.pool, "p");
+	strcpy(r.path, "/a\"b\\c\x01\xc3\xa9");
+	strcpy(r.ua, "u\"a");
+	return r;
+}
+
+static void json_line_escapes_everything(void **state)
+{
+	(void)state;
+	struct alog_rec r = sample();
+	char out[4096];
+	size_t n = alog_format_line(&r, ALOG_JSON, out, sizeof(out));
+	assert_true(n > 0);
+	out[n] = 0;
+	assert_string_equal(
+	    out,
+	    "{\"time\":\"2023-11-14T22:13:20.123Z\",\"request_id\":\"abc\",\"client\":\"10.0.0.1\","
+	    "\"tenant\":null,\"method\":\"GET\",\"path\":\"/a\\\"b\\\\c\\u0001\\u00c3\\u00a9\","
+	    "\"route\":1,\"pool\":\"p\",\"backend\":null,\"status\":200,\"bytes_in\":80,"
+	    "\"bytes_out\":12,\"queue_ms\":0.000,\"connect_ms\":null,\"ttfb_ms\":1.500,"
+	    "\"total_ms\":2.500,\"user_agent\":\"u\\\"a\"}\n");
+	/* a line that does not fit is not cut: it is left out */
+	assert_int_equal(alog_format_line(&r, ALOG_JSON, out, 40), 0);
+}
+
+static void combined_line(void **state)
+{
+	(void)state;
+	struct alog_rec r = sample();
+	r.path_cut = 1;
+	char out[4096];
+	size_t n = alog_format_line(&r, ALOG_COMBINED, out, sizeof(out));
+	assert_true(n > 0);
+	out[n] = 0;
+	assert_string_equal(out,
+			    "10.0.0.1 - - [14/Nov/2023:22:13:20 +0000] \"GET "
+			    "/a\\\"b\\\\c\\x01\\xc3\\xa9... HTTP/1.1\" 200 12 \"-\" \"u\\\"a\" "
+			    "rt=0.003 rid=abc pool=p backend=-\n");
+}
+
+static void writer_writes_everything_by_close(void **state)
+{
+	(void)state;
+	char path[] = "/tmp/accelnet-alog-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	close(fd);
+	struct accesslog *l;
+	char err[256];
+	assert_int_equal(accesslog_open(&l, path, ALOG_JSON, 2, err, sizeof(err)), 0);
+	for (int i = 0; i < 100; i++) {
+		struct alog_ring *r = accesslog_ring(l, (unsigned)i % 2);
+		struct alog_rec *s = alog_ring_claim(r);
+		if (!s) { /* the writer is behind: wait for it, as no worker would */
+			i--;
+			usleep(1000);
+			continue;
+		}
+		*s = sample();
+		alog_ring_commit(r);
+	}
+	assert_int_equal(accesslog_dropped(l), 0);
+	accesslog_close(l);
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	char line[4096];
+	int n = 0;
+	while (fgets(line, sizeof(line), f))
+		n += line[strlen(line) - 1] == '\n';
+	fclose(f);
+	unlink(path);
+	assert_int_equal(n, 100);
+	assert_int_equal(
+	    accesslog_open(&l, "/nonexistent/dir/x.log", ALOG_JSON, 1, err, sizeof(err)), -ENOENT);
+	assert_non_null(strstr(err, "/nonexistent/dir/x.log"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(full_ring_drops_and_counts_order_kept),
+	    cmocka_unit_test(two_threads_keep_order),
+	    cmocka_unit_test(json_line_escapes_everything),
+	    cmocka_unit_test(combined_line),
+	    cmocka_unit_test(writer_writes_everything_by_close),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
