@@ -57,6 +57,8 @@ static int def_valid(const struct metrics_config *cfg, const struct metric_def *
 		return 0;
 	if (d->json_as == MJ_STRING && !d->read_str)
 		return 0;
+	if (d->real && (d->type != METRIC_COUNTER || !d->read))
+		return 0;
 	if ((d->json_as == MJ_SUMMARY) != (d->json && d->type == METRIC_HISTOGRAM))
 		return d->json_as == MJ_NONE && !d->json;
 	return !d->json == (d->json_as == MJ_NONE);
@@ -215,6 +217,8 @@ uint64_t metrics_count(const struct metrics *m, unsigned id, size_t series)
 double metrics_value(const struct metrics *m, unsigned id, size_t series)
 {
 	const struct metric_def *d = &m->cfg.defs[id];
+	if (d->type == METRIC_COUNTER && d->real)
+		return d->read(m->cfg.ctx, series) + (double)sum_word(m, id, series);
 	if (d->type == METRIC_COUNTER)
 		return (double)metrics_count(m, id, series);
 	return d->read ? d->read(m->cfg.ctx, series) : 0;

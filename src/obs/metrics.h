@@ -91,6 +91,7 @@ struct metric_def {
 	metric_read_fn read;	       /* gauges: the value; counters: added to the shards' sum */
 	metric_read_hist_fn read_hist; /* histograms: added to the shards' counts */
 	metric_read_str_fn read_str;   /* MJ_STRING */
+	int real; /* a counter in seconds or the like: read's value, written as a real number */
 };
 
 struct metrics_config {

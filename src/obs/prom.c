@@ -4,8 +4,8 @@
  * Each named metric becomes one family: "# HELP" and "# TYPE" lines, then one sample per
  * series with its labels from the metric's space (and its sub label). Counters are written
  * as integers, gauges with nine significant digits, histograms as cumulative buckets in
- * seconds with _sum and _count. Label values are escaped (backslash, quote, newline) as the
- * format asks.
+ * seconds with _sum and _count; a counter marked real (CPU seconds) is written like a gauge.
+ * Label values are escaped (backslash, quote, newline) as the format asks.
  */
 #include "obs/prom.h"
 
@@ -99,7 +99,7 @@ static void put_family(FILE *f, const struct metrics *m, unsigned id)
 				put_labels(f, m, d, i, sub);
 				fputc('}', f);
 			}
-			if (d->type == METRIC_COUNTER)
+			if (d->type == METRIC_COUNTER && !d->real)
 				fprintf(f, " %llu\n",
 					(unsigned long long)metrics_count(m, id, i * nsub + sub));
 			else

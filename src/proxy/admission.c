@@ -113,6 +113,7 @@ enum admit_result admission_admit(struct pool_rt *pool, struct waiter *wt, uint6
 			pthread_mutex_unlock(&q->lock);
 			return ADMIT_FULL;
 		}
+		pool_count(pool, PM_POOL_QUEUE_DISPLACED, 1);
 		struct waiter *victim = waiter_of(out_it);
 		victim->granted = NULL;
 		victim->state = W_GRANTED;
@@ -148,7 +149,14 @@ void admission_grant(struct pool_rt *pool, uint64_t now_ms, uint64_t rnd)
 	pthread_mutex_unlock(&q->lock);
 }
 
-void admission_withdraw(struct pool_rt *pool, struct waiter *wt, uint64_t now_ms, uint64_t rnd)
+static const unsigned withdraw_counter[] = {
+    [WITHDRAW_GONE] = PM_POOL_QUEUE_WITHDRAWN,
+    [WITHDRAW_TIMEOUT] = PM_POOL_QUEUE_TIMEOUTS,
+    [WITHDRAW_SPILL] = PM_POOL_QUEUE_SPILLED,
+};
+
+void admission_withdraw(struct pool_rt *pool, struct waiter *wt, uint64_t now_ms, uint64_t rnd,
+			enum withdraw_why why)
 {
 	struct pool_queue *q = &pool->queue;
 	pthread_mutex_lock(&q->lock);
@@ -158,6 +166,8 @@ void admission_withdraw(struct pool_rt *pool, struct waiter *wt, uint64_t now_ms
 		wt->state = W_IDLE;
 	}
 	pthread_mutex_unlock(&q->lock);
+	if (st == W_QUEUED)
+		pool_count(pool, withdraw_counter[why], 1);
 	if (st != W_GRANTED)
 		return;
 	/* granted meanwhile: take it out of our inbox and give the slot back */

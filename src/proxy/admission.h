@@ -51,11 +51,18 @@ void admission_release(struct pool_rt *pool, struct backend *be, uint64_t now_ms
 /* Grant free slots to waiting requests, in order (e.g. when a backend comes back up). */
 void admission_grant(struct pool_rt *pool, uint64_t now_ms, uint64_t rnd);
 
+/* Why a waiter leaves: counted (queue.timeouts, .spilled, .withdrawn) if it was still queued. */
+enum withdraw_why { WITHDRAW_GONE, WITHDRAW_TIMEOUT, WITHDRAW_SPILL };
+
 /*
- * The owner no longer wants <wt> (timeout, client gone): take it out of the queue or out of
- * the inbox. A slot granted meanwhile is released. Safe in any state.
+ * The owner no longer wants <wt> (<why>: client gone, timeout, spillover): take it out of the
+ * queue or out of the inbox. A slot granted meanwhile is released (it was counted granted).
+ * Safe in any state. Every enqueued request is counted once as it leaves the queue: granted,
+ * pushed out (displaced), or by <why> here; so enqueued = granted + displaced + timeouts +
+ * spilled + withdrawn + length.
  */
-void admission_withdraw(struct pool_rt *pool, struct waiter *wt, uint64_t now_ms, uint64_t rnd);
+void admission_withdraw(struct pool_rt *pool, struct waiter *wt, uint64_t now_ms, uint64_t rnd,
+			enum withdraw_why why);
 
 void admission_inbox_init(struct admission_inbox *in, struct loop *loop);
 void admission_inbox_destroy(struct admission_inbox *in);

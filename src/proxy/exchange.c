@@ -80,7 +80,8 @@ void exchange_free(struct exchange *x)
 	struct worker *w = x->w;
 	access_log_exchange(x);
 	if (x->wt.state != W_IDLE)
-		admission_withdraw(x->pool, &x->wt, loop_now(w->loop), rand_next(&w->rng));
+		admission_withdraw(x->pool, &x->wt, loop_now(w->loop), rand_next(&w->rng),
+				   WITHDRAW_GONE);
 	exchange_drop_upstream(x);
 	if (x->route && x->route->rate_limit)
 		limits_end(&w->sh->limits[x->route - w->conf->routes], &x->hold, &x->usage,

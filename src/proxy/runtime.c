@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "core/rand.h"
 #include "conf/tls.h"
+#include "obs/process.h"
 #include "policy/qdisc.h"
 
 #include <errno.h>
@@ -55,9 +56,16 @@ static double read_be_weight(const void *ctx, size_t i)
 	return be_at(ctx, i)->conf->weight;
 }
 
+/*
+ * Up: with a health: block, what the active checks last found; without one, what the traffic
+ * found (passive): down from a failed connect until the backend answers again.
+ */
 static double read_be_up(const void *ctx, size_t i)
 {
-	return RELAXED(be_at(ctx, i)->up);
+	const struct backend *b = be_at(ctx, i);
+	if (b->pool->health.enabled)
+		return RELAXED(b->up);
+	return !atomic_load_explicit(&b->connect_failed, memory_order_relaxed);
 }
 
 static double read_be_eligible(const void *ctx, size_t i)
@@ -89,6 +97,36 @@ static double read_be_latency(const void *ctx, size_t i)
 static double read_be_reported_load(const void *ctx, size_t i)
 {
 	return RELAXED(be_at(ctx, i)->reported_load);
+}
+
+static double read_cpu(const void *ctx, size_t i)
+{
+	(void)ctx, (void)i;
+	return process_cpu_seconds();
+}
+
+static double read_resident(const void *ctx, size_t i)
+{
+	(void)ctx, (void)i;
+	return process_resident_bytes();
+}
+
+static double read_virtual(const void *ctx, size_t i)
+{
+	(void)ctx, (void)i;
+	return process_virtual_bytes();
+}
+
+static double read_open_fds(const void *ctx, size_t i)
+{
+	(void)ctx, (void)i;
+	return process_open_fds();
+}
+
+static double read_max_fds(const void *ctx, size_t i)
+{
+	(void)ctx, (void)i;
+	return process_max_fds();
 }
 
 static const char *read_pool_name(const void *ctx, size_t i)
@@ -140,14 +178,26 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
     [PM_BACKEND_ADDRESS] = {BE, JSON_ONLY("address", MJ_STRING), .read_str = read_be_address},
     [PM_BACKEND_WEIGHT] = {BE, JSON_ONLY("weight", MJ_UINT), .read = read_be_weight},
     [PM_BACKEND_UP] = {"accelnet_backend_up", METRIC_GAUGE,
-		       "1 if active health checks find the backend up", BE, .json = "up",
-		       .json_as = MJ_BOOL, .read = read_be_up},
-    [PM_BACKEND_ELIGIBLE] = {BE, JSON_ONLY("eligible", MJ_BOOL), .read = read_be_eligible},
-    [PM_BACKEND_EJECTED] = {BE, JSON_ONLY("ejected", MJ_BOOL), .read = read_be_ejected},
+		       "1 if the backend is up: as active health checks find it when the pool "
+		       "has health:, else 0 from a failed connect until it answers again",
+		       NULL, BE, .json = "up", .json_as = MJ_BOOL, .read = read_be_up},
+    [PM_BACKEND_ELIGIBLE] = {"accelnet_backend_eligible", METRIC_GAUGE,
+			     "1 if the backend could take a request now: up, not ejected or "
+			     "marked failed, and a slot free",
+			     NULL, BE, .json = "eligible", .json_as = MJ_BOOL,
+			     .read = read_be_eligible},
+    [PM_BACKEND_EJECTED] = {"accelnet_backend_ejected", METRIC_GAUGE,
+			    "1 while the backend is out of rotation though up (outlier "
+			    "ejection or a failed connect's fail_timeout_ms)",
+			    NULL, BE, .json = "ejected", .json_as = MJ_BOOL,
+			    .read = read_be_ejected},
     [PM_BACKEND_INFLIGHT] = {"accelnet_backend_inflight", METRIC_GAUGE,
 			     "requests in flight to the backend", NULL, BE, .json = "inflight",
 			     .json_as = MJ_UINT, .read = read_be_inflight},
-    [PM_BACKEND_MAX_CONCURRENCY] = {BE, JSON_ONLY("max_concurrency", MJ_UINT),
+    [PM_BACKEND_MAX_CONCURRENCY] = {"accelnet_backend_slots", METRIC_GAUGE,
+				    "request slots the backend has (max_concurrency; 0: no "
+				    "limit); accelnet_backend_inflight are in use",
+				    NULL, BE, .json = "max_concurrency", .json_as = MJ_UINT,
 				    .read = read_be_max_concurrency},
     [PM_BACKEND_LATENCY] = {"accelnet_backend_latency_seconds", METRIC_GAUGE,
 			    "peak-EWMA time to first byte, as balancing sees it", "seconds", BE,
@@ -165,7 +215,9 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
     [PM_BACKEND_EJECTIONS] = {"accelnet_backend_ejections_total", METRIC_COUNTER,
 			      "times outlier detection took the backend out", NULL, BE,
 			      .json = "ejections", .json_as = MJ_UINT},
-    [PM_BACKEND_REPORTED_LOAD] = {BE, JSON_ONLY("reported_load", MJ_UINT),
+    [PM_BACKEND_REPORTED_LOAD] = {"accelnet_backend_reported_load", METRIC_GAUGE,
+				  "requests queued inside the backend, as it last reported", NULL,
+				  BE, .json = "reported_load", .json_as = MJ_UINT,
 				  .read = read_be_reported_load},
     [PM_BACKEND_HEDGED] = {"accelnet_backend_hedged_total", METRIC_COUNTER,
 			   "requests on this backend that were also sent to another (hedging)",
@@ -210,16 +262,29 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 			      .json = "queue.length", .json_as = MJ_UINT,
 			      .read = read_pool_queue_length},
     [PM_POOL_QUEUE_ENQUEUED] = {"accelnet_pool_queue_enqueued_total", METRIC_COUNTER,
-				"queue enqueued", NULL, POOL, .json = "queue.enqueued",
-				.json_as = MJ_UINT},
-    [PM_POOL_QUEUE_GRANTED] = {"accelnet_pool_queue_granted_total", METRIC_COUNTER, "queue granted",
-			       NULL, POOL, .json = "queue.granted", .json_as = MJ_UINT},
+				"requests that waited in the queue (each leaves it as granted, "
+				"displaced, timed out, spilled or withdrawn)",
+				NULL, POOL, .json = "queue.enqueued", .json_as = MJ_UINT},
+    [PM_POOL_QUEUE_GRANTED] = {"accelnet_pool_queue_granted_total", METRIC_COUNTER,
+			       "queued requests granted a backend slot", NULL, POOL,
+			       .json = "queue.granted", .json_as = MJ_UINT},
     [PM_POOL_QUEUE_TIMEOUTS] = {"accelnet_pool_queue_timeouts_total", METRIC_COUNTER,
-				"queue timeouts", NULL, POOL, .json = "queue.timeouts",
-				.json_as = MJ_UINT},
+				"queued requests turned away after queue.timeout_ms", NULL, POOL,
+				.json = "queue.timeouts", .json_as = MJ_UINT},
     [PM_POOL_QUEUE_OVERFLOWS] = {"accelnet_pool_queue_overflows_total", METRIC_COUNTER,
-				 "queue overflows", NULL, POOL, .json = "queue.overflows",
-				 .json_as = MJ_UINT},
+				 "requests that found the queue full (never enqueued, or taking "
+				 "a displaced request's place)",
+				 NULL, POOL, .json = "queue.overflows", .json_as = MJ_UINT},
+    [PM_POOL_QUEUE_DISPLACED] = {"accelnet_pool_queue_displaced_total", METRIC_COUNTER,
+				 "queued requests pushed out of a full queue for a request of a "
+				 "tenant with fewer waiting",
+				 NULL, POOL, .json = "queue.displaced", .json_as = MJ_UINT},
+    [PM_POOL_QUEUE_SPILLED] = {"accelnet_pool_queue_spilled_total", METRIC_COUNTER,
+			       "queued requests moved on to the route's spillover pool", NULL, POOL,
+			       .json = "queue.spilled", .json_as = MJ_UINT},
+    [PM_POOL_QUEUE_WITHDRAWN] = {"accelnet_pool_queue_withdrawn_total", METRIC_COUNTER,
+				 "queued requests whose client went away while they waited", NULL,
+				 POOL, .json = "queue.withdrawn", .json_as = MJ_UINT},
     [PM_POOL_QUEUE_WAIT] = {"accelnet_pool_queue_wait_seconds", METRIC_HISTOGRAM,
 			    "time from queueing to a granted backend slot", "seconds", POOL,
 			    .json = "queue.wait_ms", .json_as = MJ_SUMMARY},
@@ -235,6 +300,23 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 				 "(limits.max_buffer_memory)",
 				 "bytes", .space = SPACE_PROCESS, .json = "buffer_bytes",
 				 .json_as = MJ_UINT, .read = read_buffer_bytes},
+    [PM_PROCESS_CPU] = {"process_cpu_seconds_total", METRIC_COUNTER,
+			"user and system CPU time spent, all threads", "seconds",
+			.space = SPACE_PROCESS, .json = "cpu_seconds", .json_as = MJ_FIXED3,
+			.read = read_cpu, .real = 1},
+    [PM_PROCESS_RESIDENT] = {"process_resident_memory_bytes", METRIC_GAUGE, "resident memory size",
+			     "bytes", .space = SPACE_PROCESS, .json = "resident_bytes",
+			     .json_as = MJ_UINT, .read = read_resident},
+    [PM_PROCESS_VIRTUAL] = {"process_virtual_memory_bytes", METRIC_GAUGE, "virtual memory size",
+			    "bytes", .space = SPACE_PROCESS, .json = "virtual_bytes",
+			    .json_as = MJ_UINT, .read = read_virtual},
+    [PM_PROCESS_OPEN_FDS] = {"process_open_fds", METRIC_GAUGE, "open file descriptors", NULL,
+			     .space = SPACE_PROCESS, .json = "open_fds", .json_as = MJ_UINT,
+			     .read = read_open_fds},
+    [PM_PROCESS_MAX_FDS] = {"process_max_fds", METRIC_GAUGE,
+			    "most open file descriptors allowed (RLIMIT_NOFILE)", NULL,
+			    .space = SPACE_PROCESS, .json = "max_fds", .json_as = MJ_UINT,
+			    .read = read_max_fds},
 };
 
 /* The label spaces of <rt>'s series, and its registry over proxy_metric_defs. */
@@ -402,6 +484,7 @@ int backend_eligible(const struct backend *b, uint64_t now_ms)
 void backend_mark_failed(struct backend *b, uint64_t now_ms)
 {
 	backend_count(b, PM_BACKEND_CONNECT_FAILURES, 1);
+	atomic_store_explicit(&b->connect_failed, 1, memory_order_relaxed);
 	atomic_store_explicit(&b->down_until_ms, now_ms + b->pool->fail_timeout_ms,
 			      memory_order_relaxed);
 }
@@ -516,6 +599,8 @@ void backend_observe(struct pool_rt *p, struct backend *b, uint64_t now_ms, uint
 	atomic_store_explicit(&b->ewma_us, v ? v : 1, memory_order_relaxed);
 	atomic_store_explicit(&b->ewma_ms, now_ms, memory_order_relaxed);
 	backend_observe_us(b, PM_BACKEND_TTFB, ttfb_us);
+	if (atomic_load_explicit(&b->connect_failed, memory_order_relaxed))
+		atomic_store_explicit(&b->connect_failed, 0, memory_order_relaxed); /* it answers */
 
 	if (status >= 500 && status < 600) {
 		unsigned run = atomic_fetch_add_explicit(&b->fails_in_row, 1, memory_order_relaxed);

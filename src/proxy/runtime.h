@@ -69,12 +69,20 @@ enum proxy_metric {
 	PM_POOL_QUEUE_GRANTED,
 	PM_POOL_QUEUE_TIMEOUTS,
 	PM_POOL_QUEUE_OVERFLOWS,
+	PM_POOL_QUEUE_DISPLACED,
+	PM_POOL_QUEUE_SPILLED,
+	PM_POOL_QUEUE_WITHDRAWN,
 	PM_POOL_QUEUE_WAIT,
 	/* per listener */
 	PM_LISTENER_ADDRESS,
 	PM_LISTENER_SHED, /* series: listener index * SHED_REASONS + enum shed_reason */
 	/* the process (one series) */
 	PM_PROCESS_BUFFER_BYTES,
+	PM_PROCESS_CPU,
+	PM_PROCESS_RESIDENT,
+	PM_PROCESS_VIRTUAL,
+	PM_PROCESS_OPEN_FDS,
+	PM_PROCESS_MAX_FDS,
 	PM_COUNT
 };
 
@@ -97,6 +105,7 @@ struct backend {
 	char name[72];
 	atomic_int up;			    /* active checks: 1 up, 0 down */
 	atomic_uint_fast64_t down_until_ms; /* passive: out of rotation until then */
+	atomic_int connect_failed;	    /* passive: the last connect failed, no answer since */
 	atomic_uint_fast64_t back_ms;	    /* when it last came back up: slow start */
 	atomic_uint inflight;
 	atomic_uint_fast32_t ewma_us;	  /* peak-EWMA time to first byte */

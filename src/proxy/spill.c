@@ -9,7 +9,8 @@ void spill_move(struct exchange *x)
 {
 	struct worker *w = x->w;
 	if (x->wt.state != W_IDLE)
-		admission_withdraw(x->pool, &x->wt, loop_now(w->loop), rand_next(&w->rng));
+		admission_withdraw(x->pool, &x->wt, loop_now(w->loop), rand_next(&w->rng),
+				   WITHDRAW_SPILL);
 	x->spilled = 1;
 	x->retried = 0; /* the other pool is admitted afresh */
 	x->pool = &w->rt->pools[x->route->spill_pool];

@@ -1,4 +1,4 @@
-"""/metrics and /status as one registry writes them: the 21 families with their HELP and TYPE
+"""/metrics and /status as one registry writes them: the families with their HELP and TYPE
 lines and labels as documented, /status with the same fields, both showing the same counts,
 counts from several workers summed without loss, and (when Debian's prometheus is installed)
 `promtool check metrics` clean."""
@@ -10,7 +10,17 @@ import subprocess
 from harness import complete, pool_yaml, request, status, wait_until
 
 FAMILIES = {  # name: (type, help)
-    "accelnet_backend_up": ("gauge", "1 if active health checks find the backend up"),
+    "accelnet_backend_up": ("gauge", "1 if the backend is up: as active health checks find it "
+                            "when the pool has health:, else 0 from a failed connect until it "
+                            "answers again"),
+    "accelnet_backend_eligible": ("gauge", "1 if the backend could take a request now: up, not "
+                                  "ejected or marked failed, and a slot free"),
+    "accelnet_backend_ejected": ("gauge", "1 while the backend is out of rotation though up "
+                                 "(outlier ejection or a failed connect's fail_timeout_ms)"),
+    "accelnet_backend_slots": ("gauge", "request slots the backend has (max_concurrency; 0: no "
+                               "limit); accelnet_backend_inflight are in use"),
+    "accelnet_backend_reported_load": ("gauge",
+                                       "requests queued inside the backend, as it last reported"),
     "accelnet_backend_inflight": ("gauge", "requests in flight to the backend"),
     "accelnet_backend_latency_seconds": ("gauge",
                                          "peak-EWMA time to first byte, as balancing sees it"),
@@ -40,19 +50,37 @@ FAMILIES = {  # name: (type, help)
                                         "requests turned away with no backend to serve them"),
     "accelnet_pool_retries_denied_total": ("counter", "retries the retry budget turned down"),
     "accelnet_pool_spilled_in_total": ("counter", "requests moved here by a route's spillover"),
-    "accelnet_pool_queue_enqueued_total": ("counter", "queue enqueued"),
-    "accelnet_pool_queue_granted_total": ("counter", "queue granted"),
-    "accelnet_pool_queue_timeouts_total": ("counter", "queue timeouts"),
-    "accelnet_pool_queue_overflows_total": ("counter", "queue overflows"),
+    "accelnet_pool_queue_enqueued_total": ("counter", "requests that waited in the queue (each "
+                                           "leaves it as granted, displaced, timed out, spilled "
+                                           "or withdrawn)"),
+    "accelnet_pool_queue_granted_total": ("counter", "queued requests granted a backend slot"),
+    "accelnet_pool_queue_timeouts_total": ("counter",
+                                           "queued requests turned away after queue.timeout_ms"),
+    "accelnet_pool_queue_overflows_total": ("counter", "requests that found the queue full "
+                                            "(never enqueued, or taking a displaced request's "
+                                            "place)"),
+    "accelnet_pool_queue_displaced_total": ("counter", "queued requests pushed out of a full "
+                                            "queue for a request of a tenant with fewer waiting"),
+    "accelnet_pool_queue_spilled_total": ("counter",
+                                          "queued requests moved on to the route's spillover pool"),
+    "accelnet_pool_queue_withdrawn_total": ("counter",
+                                            "queued requests whose client went away while they "
+                                            "waited"),
     "accelnet_listener_shed_total": ("counter", "client connections closed as they were "
                                      "accepted, by the limit that turned them away"),
     "accelnet_buffer_bytes": ("gauge", "bytes of connection buffers lent out now, all workers "
                               "(limits.max_buffer_memory)"),
+    "process_cpu_seconds_total": ("counter", "user and system CPU time spent, all threads"),
+    "process_resident_memory_bytes": ("gauge", "resident memory size"),
+    "process_virtual_memory_bytes": ("gauge", "virtual memory size"),
+    "process_open_fds": ("gauge", "open file descriptors"),
+    "process_max_fds": ("gauge", "most open file descriptors allowed (RLIMIT_NOFILE)"),
 }
 
 POOL_KEYS = ["name", "balance", "unavailable", "retries_denied", "spilled_in", "queue",
              "backends"]
-QUEUE_KEYS = ["discipline", "length", "enqueued", "granted", "timeouts", "overflows", "wait_ms"]
+QUEUE_KEYS = ["discipline", "length", "enqueued", "granted", "timeouts", "overflows", "displaced",
+              "spilled", "withdrawn", "wait_ms"]
 BACKEND_KEYS = ["address", "weight", "up", "eligible", "ejected", "inflight", "max_concurrency",
                 "latency_ms", "requests", "connect_failures", "retries", "ejections",
                 "reported_load", "hedged", "hedge_wins", "ttfb_ms", "gap_ms", "responses",

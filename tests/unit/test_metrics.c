@@ -205,6 +205,17 @@ static void a_bound_shard_is_the_threads_own(void **state)
 	metrics_destroy(m);
 }
 
+static char *write_to_string(void (*fn)(FILE *, const struct metrics *), struct metrics *m)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	assert_non_null(f);
+	fn(f, m);
+	fclose(f);
+	return text;
+}
+
 static void contradicting_tables_are_refused(void **state)
 {
 	(void)state;
@@ -222,18 +233,36 @@ static void contradicting_tables_are_refused(void **state)
 	bad[0] = defs[M_REQS];
 	bad[0].space = 2;
 	assert_int_equal(metrics_create(&cfg, &m), -EINVAL);
+	bad[0] = defs[M_REQS];
+	bad[0].real = 1; /* a real-valued counter with nothing to read */
+	assert_int_equal(metrics_create(&cfg, &m), -EINVAL);
+	bad[0] = defs[M_UP];
+	bad[0].real = 1; /* only counters are real-valued */
+	assert_int_equal(metrics_create(&cfg, &m), -EINVAL);
 	assert_null(m);
 }
 
-static char *write_to_string(void (*fn)(FILE *, const struct metrics *), struct metrics *m)
+static double read_cpu(const void *ctx, size_t i)
 {
-	char *text = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&text, &len);
-	assert_non_null(f);
-	fn(f, m);
-	fclose(f);
-	return text;
+	(void)ctx, (void)i;
+	return 1.25;
+}
+
+static void real_counters_keep_their_fraction(void **state)
+{
+	(void)state;
+	const struct metric_space one = {.json = "process", .n = 1, .parent = -1};
+	const struct metric_def cpu = {"t_cpu_seconds_total", METRIC_COUNTER, "cpu", "seconds",
+				       .read = read_cpu,      .real = 1};
+	struct metrics_config cfg = {.defs = &cpu, .ndefs = 1, .spaces = &one, .nspaces = 1};
+	struct metrics *m = NULL;
+	assert_int_equal(metrics_create(&cfg, &m), 0);
+	assert_true(metrics_value(m, 0, 0) == 1.25);
+	char *text = write_to_string(prom_write, m);
+	assert_non_null(
+	    strstr(text, "# TYPE t_cpu_seconds_total counter\nt_cpu_seconds_total 1.25\n"));
+	free(text);
+	metrics_destroy(m);
 }
 
 static void prometheus_text(void **state)
@@ -303,6 +332,7 @@ int main(void)
 	    cmocka_unit_test(threads_lose_no_counts),
 	    cmocka_unit_test(a_bound_shard_is_the_threads_own),
 	    cmocka_unit_test(contradicting_tables_are_refused),
+	    cmocka_unit_test(real_counters_keep_their_fraction),
 	    cmocka_unit_test(prometheus_text),
 	    cmocka_unit_test(status_json),
 	};

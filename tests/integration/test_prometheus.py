@@ -1,0 +1,175 @@
+"""/metrics under real traffic, as Prometheus sees it (issue 13): `promtool check metrics`
+clean; queue figures that add up (enqueued = granted + displaced + timeouts + spilled +
+withdrawn + length) with each outcome driven; slots, ejected and eligible per backend;
+accelnet_backend_up right for a killed backend with passive checks only; the standard
+process_* figures."""
+
+import concurrent.futures
+import shutil
+import socket
+import subprocess
+
+from harness import complete, free_port, pool_yaml, request, sim_stats, wait_until
+
+OUTCOMES = ("granted", "displaced", "timeouts", "spilled", "withdrawn")
+
+
+def _metrics(admin):
+    st, _, body = request(admin, "GET", "/metrics")
+    assert st == 200
+    return body.decode()
+
+
+def _samples(text):
+    """{(name, ((label, value), ...)): value}, labels sorted, quotes dropped."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        series, value = line.rsplit(" ", 1)
+        name, _, labels = series.partition("{")
+        pairs = tuple(sorted(tuple(p.split("=", 1)) for p in labels.rstrip("}").split(",") if p))
+        out[(name, tuple((k, v.strip('"')) for k, v in pairs))] = float(value)
+    return out
+
+
+def _queue(got, pool):
+    lab = (("pool", pool),)
+    q = {k: got[(f"accelnet_pool_queue_{k}_total", lab)] for k in ("enqueued",) + OUTCOMES}
+    q["length"] = got[("accelnet_pool_queue_length", lab)]
+    return q
+
+
+def _adds_up(q):
+    return q["enqueued"] == sum(q[k] for k in OUTCOMES) + q["length"]
+
+
+def _promtool_clean(text):
+    assert shutil.which("promtool"), "no promtool: scripts/deps.sh installs Debian prometheus"
+    r = subprocess.run(["promtool", "check", "metrics"], input=text.encode(),
+                       capture_output=True, timeout=30, check=False)
+    assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), \
+        r.stdout + r.stderr
+
+
+def _capped(name, port, cap, extra=""):
+    return (f"  - name: {name}\n    backends:\n"
+            f"      - {{address: 127.0.0.1:{port}, max_concurrency: {cap}}}\n" + extra)
+
+
+def test_queue_figures_add_up_through_every_outcome(env):
+    gpu = env.sim("gpu", latency_ms=1500, jitter=0, token_ms=0, slots=64)
+    slow = env.sim("slow", latency_ms=2000, jitter=0, token_ms=0, slots=64)
+    main = env.sim("main", latency_ms=2000, jitter=0, token_ms=0, slots=64)
+    spare = env.sim("spare", latency_ms=1, jitter=0, token_ms=0)
+    px = env.proxy("pools:\n" + _capped("gpu", gpu.port, 1, "    queue: {max: 2}\n")
+                   + _capped("tout", slow.port, 1, "    queue: {timeout_ms: 300}\n")
+                   + _capped("main", main.port, 1) + _capped("spare", spare.port, 0)
+                   + "routes:\n"
+                   "  - match: {host: t}\n    pool: tout\n"
+                   "  - match: {host: s}\n    pool: main\n"
+                   "    spillover: {pool: spare, after_ms: 50}\n"
+                   "  - match: {path_prefix: /}\n    pool: gpu\n    tenant_header: X-Tenant\n")
+
+    def got():
+        return _samples(_metrics(px.admin))
+
+    def on(host):
+        return request(px.port, "POST", "/v1/completions", body=b'{"prompt":"hi"}',
+                       headers={"Host": host, "Content-Type": "application/json"}, timeout=30)
+
+    def as_tenant(t):
+        return request(px.port, "POST", "/v1/completions", body=b'{"prompt":"hi"}',
+                       headers={"X-Tenant": t, "Content-Type": "application/json"}, timeout=30)
+
+    gl = (("backend", f"127.0.0.1:{gpu.port}"), ("pool", "gpu"))
+    with concurrent.futures.ThreadPoolExecutor(8) as ex:
+        first = ex.submit(as_tenant, "flood")
+        wait_until(lambda: sim_stats(gpu.port)["active"] == 1, "the first request in service")
+        g = got()
+        assert g[("accelnet_backend_slots", gl)] == 1 and g[("accelnet_backend_inflight", gl)] == 1
+        assert g[("accelnet_backend_eligible", gl)] == 0, "its one slot is taken"
+        assert g[("accelnet_backend_ejected", gl)] == 0
+        # still waiting, then withdrawn: a client that queues and goes away
+        s = socket.create_connection(("127.0.0.1", px.port))
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+        wait_until(lambda: _queue(got(), "gpu")["length"] == 1, "it to queue")
+        q = _queue(got(), "gpu")
+        assert q["enqueued"] == 1 and _adds_up(q), q
+        s.close()
+        wait_until(lambda: _queue(got(), "gpu")["withdrawn"] == 1, "the queue to let it go")
+        # displaced: the flooder fills the queue, a lighter tenant takes its newest place
+        flood = [ex.submit(as_tenant, "flood") for _ in range(1)]
+        wait_until(lambda: _queue(got(), "gpu")["length"] == 1, "the flood to queue")
+        flood.append(ex.submit(as_tenant, "flood"))
+        wait_until(lambda: _queue(got(), "gpu")["length"] == 2, "the flood to fill the queue")
+        light = ex.submit(as_tenant, "light")
+        # timed out, on pool tout; spilled, on pool main
+        t1 = ex.submit(on, "t")
+        wait_until(lambda: sim_stats(slow.port)["active"] == 1, "tout's slot taken")
+        assert on("t")[0] == 503
+        s1 = ex.submit(on, "s")
+        wait_until(lambda: sim_stats(main.port)["active"] == 1, "main's slot taken")
+        assert on("s")[0] == 200  # by the spare pool
+        codes = sorted([first.result()[0], light.result()[0]] + [f.result()[0] for f in flood])
+        assert codes == [200, 200, 200, 503], codes
+        assert t1.result()[0] == 200 and s1.result()[0] == 200
+    g = got()
+    want = {"gpu": dict(enqueued=4, granted=2, displaced=1, timeouts=0, spilled=0,
+                        withdrawn=1, length=0),
+            "tout": dict(enqueued=1, granted=0, displaced=0, timeouts=1, spilled=0,
+                         withdrawn=0, length=0),
+            "main": dict(enqueued=1, granted=0, displaced=0, timeouts=0, spilled=1,
+                         withdrawn=0, length=0)}
+    for pool, w in want.items():
+        q = _queue(g, pool)
+        assert q == {k: float(v) for k, v in w.items()}, (pool, q)
+        assert _adds_up(q), (pool, q)
+    assert g[("accelnet_pool_spilled_in_total", (("pool", "spare"),))] == 1
+    _promtool_clean(_metrics(px.admin))
+
+
+def test_backend_up_with_passive_checks_only(env):
+    a = env.sim("a", latency_ms=1, jitter=0, token_ms=0)
+    b = env.sim("b", latency_ms=1, jitter=0, token_ms=0)
+    px = env.proxy("pools:\n" + pool_yaml("gpu", [a.port, b.port]))  # no health:
+    for _ in range(4):
+        assert complete(px.port)[0] == 200
+
+    def up(port):
+        return _samples(_metrics(px.admin))[
+            ("accelnet_backend_up", (("backend", f"127.0.0.1:{port}"), ("pool", "gpu")))]
+    assert up(a.port) == 1 and up(b.port) == 1
+    env.stop(b)  # killed: its port refuses connections now
+    fails = (("backend", f"127.0.0.1:{b.port}"), ("pool", "gpu"))
+    for _ in range(4):  # round robin tries b, fails over to a
+        assert complete(px.port)[0] == 200
+    g = _samples(_metrics(px.admin))
+    assert g[("accelnet_backend_connect_failures_total", fails)] >= 1
+    assert up(b.port) == 0 and up(a.port) == 1
+    assert g[("accelnet_backend_eligible", fails)] == 0
+    assert g[("accelnet_backend_ejected", fails)] == 1  # out for fail_timeout_ms
+    _promtool_clean(_metrics(px.admin))
+
+
+def test_process_figures(env):
+    sim = env.sim("a", latency_ms=1, jitter=0, token_ms=0)
+    px = env.proxy("pools:\n" + pool_yaml("gpu", [sim.port]))
+    for _ in range(20):
+        assert complete(px.port)[0] == 200
+    g1 = _samples(_metrics(px.admin))
+    with open(f"/proc/{px.pid}/limits") as f:
+        soft = [line.split()[3] for line in f if line.startswith("Max open files")][0]
+    with open(f"/proc/{px.pid}/status") as f:
+        vm = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f
+              if line.startswith(("VmRSS", "VmSize"))}
+    assert g1[("process_max_fds", ())] == int(soft)
+    assert 3 <= g1[("process_open_fds", ())] <= g1[("process_max_fds", ())]
+    assert 0 < g1[("process_resident_memory_bytes", ())] <= g1[("process_virtual_memory_bytes", ())]
+    assert g1[("process_virtual_memory_bytes", ())] <= 2 * vm["VmSize"]
+    assert g1[("process_cpu_seconds_total", ())] > 0
+    for _ in range(20):
+        assert complete(px.port)[0] == 200
+    g2 = _samples(_metrics(px.admin))
+    assert g2[("process_cpu_seconds_total", ())] >= g1[("process_cpu_seconds_total", ())]
+    _promtool_clean(_metrics(px.admin))
