@@ -9,7 +9,8 @@
  * a 256 KiB buffer and writes it whole (a short write is continued; an error is logged once
  * a minute and the batch dropped). SIGUSR1 (accesslog_reopen) sets a flag the writer reads
  * before each batch: it opens the path again, so `mv access.log access.log.1; kill -USR1`
- * rotates. Closing drains every ring first.
+ * rotates. Closing drains every ring first. Dropped lines are logged as they grow (at most
+ * once a minute) and at close.
  *
  * JSON strings escape ", \ and every byte below 0x20 or of 0x7f and above (as \u00XX: the
  * log stays ASCII whatever the client sent); the combined format escapes the same bytes as
@@ -303,7 +304,16 @@ static int drain_once(struct accesslog *l)
 static void *writer_main(void *arg)
 {
 	struct accesslog *l = arg;
+	uint64_t reported = 0;
 	for (;;) {
+		uint64_t dropped = accesslog_dropped(l);
+		if (dropped > reported) {
+			log_warn_every(60000,
+				       "access log %s: %" PRIu64 " lines dropped so far (the "
+				       "writer fell behind)",
+				       l->path, dropped);
+			reported = dropped;
+		}
 		if (atomic_exchange(&l->reopen, 0)) {
 			int rc = open_dest(l);
 			if (rc < 0)
