@@ -10,6 +10,7 @@ int cmd_check(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_xfer(int argc, char **argv);
+int cmd_top(int argc, char **argv);
 
 #define ACCELNET_VERSION "0.1.0"
 

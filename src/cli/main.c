@@ -21,6 +21,9 @@ static const struct {
      "      [--tokens N] [--token-ms MS] [--fail-rate F] [--stall-ms MS --stall-every-ms MS]\n"
      "      [--prefix-cache N --cache-hit-ms MS]\n"
      "      a simulated accelerator server"},
+    {"top", cmd_top,
+     "top --admin HOST:PORT [--token-file FILE] [--interval-ms N] [--once]\n"
+     "      live figures per pool and backend from the admin listener (q quits)"},
     {"xfer", cmd_xfer,
      "xfer serve|send|get|bcast ...         bulk transfer over many streams and links\n"
      "      (accelnet xfer --help)"},
