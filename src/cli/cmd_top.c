@@ -8,10 +8,11 @@
  * network, so nothing in it is trusted: the body is capped, jansson caps the nesting, a value
  * of the wrong type reads as absent ("-"), strings are drawn with control characters replaced
  * (no escape sequence from a peer reaches the terminal) and at most MAX_ROWS backends are
- * drawn. Live mode puts the terminal in non-canonical mode on the alternate screen and puts
- * it back on q, Ctrl-C or SIGTERM. `--once` reads twice, one interval apart, prints one
- * frame without escape sequences and exits. Exit 1 with one line when the endpoint cannot be
- * reached, refuses or answers something that is not a /status document.
+ * drawn. Live mode puts the terminal in non-canonical mode on the alternate screen, cuts each
+ * frame to the window's size, and puts the terminal back on q, Ctrl-C or SIGTERM. `--once` reads
+ * twice, one interval apart, prints one frame without escape sequences and exits. Exit 1 with one
+ * line when the endpoint cannot be reached, refuses or answers something that is not a /status
+ * document.
  */
 #include "cli/cli.h"
 
@@ -21,9 +22,11 @@
 #include <netdb.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <termios.h>
 #include <time.h>
@@ -455,6 +458,25 @@ static void top_keep(struct top *t, json_t *doc)
 	t->prev_t = now_s();
 }
 
+/* <frame> cut to the terminal's size (it is ASCII only: one byte, one column), so that a
+ * long line never wraps and a long list never scrolls the header away. */
+static void top_put_fitted(const char *frame, size_t flen)
+{
+	struct winsize ws = {0};
+	size_t cols = SIZE_MAX, rows = SIZE_MAX, row = 0;
+	if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col && ws.ws_row) {
+		cols = ws.ws_col;
+		rows = ws.ws_row;
+	}
+	for (const char *p = frame, *end = frame + flen; p < end && row + 1 < rows; row++) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		size_t n = (size_t)((nl ? nl : end) - p);
+		fwrite(p, 1, n < cols ? n : cols, stdout);
+		fputs(nl ? "\n" : "", stdout);
+		p = nl ? nl + 1 : end;
+	}
+}
+
 static int top_live(struct top *t, json_t *doc)
 {
 	struct termios saved, raw;
@@ -476,7 +498,7 @@ static int top_live(struct top *t, json_t *doc)
 			top_draw(t, f, doc, dt, 1);
 			fclose(f);
 			fputs("\033[H\033[2J", stdout);
-			fwrite(frame, 1, flen, stdout);
+			top_put_fitted(frame, flen);
 			fflush(stdout);
 			free(frame);
 		}

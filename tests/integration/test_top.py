@@ -9,7 +9,9 @@ import pty
 import select
 import signal
 import socket
+import struct
 import subprocess
+import fcntl
 import termios
 import threading
 
@@ -224,3 +226,25 @@ def test_hostile_status_is_a_clean_error_never_a_crash(env):
     assert "POOL p?[2J" in out, out
     row = _backend_row(out, "b")
     assert row[2] == "-" and row[4] == "4", row  # a counter that went back has no rate
+
+
+def test_live_view_fits_a_small_window(env):
+    sim = env.sim("a", latency_ms=1)
+    px = env.proxy("pools:\n" + pool_yaml("p", [sim.port]))
+    master, slave = pty.openpty()
+    env.on_cleanup.append(lambda: os.close(master))
+    env.on_cleanup.append(lambda: os.close(slave))
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 4, 30, 0, 0))
+    p = subprocess.Popen([BIN, "top", "--admin", f"127.0.0.1:{px.admin}", "--interval-ms",
+                          "200"], stdin=slave, stdout=slave, stderr=slave,
+                         start_new_session=True)
+    env.procs.append(p)
+    p.name, p.log_path = "top", os.devnull
+    clear = b"\033[H\033[2J"
+    got = _read_pty(master, lambda g: g.count(clear) >= 2)
+    os.write(master, b"q")
+    assert p.wait(timeout=10) == 0
+    frame = got.split(clear)[1]
+    lines = frame.replace(b"\r", b"").rstrip(b"\n").split(b"\n")
+    assert len(lines) <= 3 and all(len(ln) <= 30 for ln in lines), lines
+    assert lines[0].startswith(b"accelnet top - 127.0.0"), lines
