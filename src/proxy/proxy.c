@@ -280,6 +280,7 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 			log_error("%s", err);
 			goto out;
 		}
+		px.sh.rt->alog = px.sh.alog;
 		double s = conf->access_log.sample;
 		uint64_t cut = s >= 1.0 ? UINT64_MAX : (uint64_t)(s * 18446744073709551616.0);
 		for (unsigned i = 0; i < px.nworkers; i++) {
@@ -341,7 +342,9 @@ out:
 	for (unsigned i = 0; i < inited; i++)
 		worker_destroy(&px.workers[i]);
 	free(px.workers);
-	accesslog_close(px.sh.alog); /* after the workers: every line they pushed is written */
+	if (px.sh.rt)
+		px.sh.rt->alog = NULL; /* the admin endpoint has stopped reading it */
+	accesslog_close(px.sh.alog);   /* after the workers: every line they pushed is written */
 	health_stop(health);
 	admin_stop(admin);
 	if (hooks && hooks->stop)

@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "core/rand.h"
 #include "conf/tls.h"
+#include "obs/accesslog.h"
 #include "obs/process.h"
 #include "policy/qdisc.h"
 
@@ -127,6 +128,13 @@ static double read_max_fds(const void *ctx, size_t i)
 {
 	(void)ctx, (void)i;
 	return process_max_fds();
+}
+
+static double read_alog_dropped(const void *ctx, size_t i)
+{
+	const struct runtime *rt = ctx;
+	(void)i;
+	return (double)accesslog_dropped(rt->alog);
 }
 
 static const char *read_pool_name(const void *ctx, size_t i)
@@ -317,6 +325,10 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 			    "most open file descriptors allowed (RLIMIT_NOFILE)", NULL,
 			    .space = SPACE_PROCESS, .json = "max_fds", .json_as = MJ_UINT,
 			    .read = read_max_fds},
+    [PM_PROCESS_ALOG_DROPPED] = {"accelnet_access_log_dropped_total", METRIC_COUNTER,
+				 "access log lines dropped: a worker's ring was full (access_log)",
+				 NULL, .space = SPACE_PROCESS, .json = "access_log_dropped",
+				 .json_as = MJ_UINT, .read = read_alog_dropped},
 };
 
 /* The label spaces of <rt>'s series, and its registry over proxy_metric_defs. */

@@ -83,6 +83,7 @@ enum proxy_metric {
 	PM_PROCESS_VIRTUAL,
 	PM_PROCESS_OPEN_FDS,
 	PM_PROCESS_MAX_FDS,
+	PM_PROCESS_ALOG_DROPPED,
 	PM_COUNT
 };
 
@@ -147,6 +148,7 @@ struct runtime {
 	/* the bytes of buffers the workers have lent (proxy/shed.h), set once they exist */
 	uint64_t (*buffer_bytes)(const void *arg);
 	const void *buffer_arg;
+	const struct accesslog *alog; /* access_log: its dropped lines are a metric; NULL: off */
 };
 
 int runtime_create(const struct conf *conf, struct runtime **out);

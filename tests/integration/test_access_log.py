@@ -76,6 +76,9 @@ def test_json_lines_carry_the_fields_and_never_credentials(env):
     assert by_status[502]["pool"] == "dead" and by_status[502]["ttfb_ms"] is None
     text = open(log).read()
     assert "sk-" not in text and "Bearer" not in text, text
+    # nothing was dropped, and /metrics says so
+    _, _, metrics = request(p.admin, "GET", "/metrics")
+    assert b"\naccelnet_access_log_dropped_total 0\n" in metrics, metrics
 
 
 def test_combined_format(env):
