@@ -50,17 +50,11 @@ ssize_t net_conn_tls_outcome(struct net_conn *c, int ret)
 	}
 }
 
-ssize_t net_conn_read(struct net_conn *c, void *buf, size_t len)
+/* recv() on the descriptor, again after EINTR; -EAGAIN (want_read set) when nothing waits. */
+static ssize_t plain_recv(struct net_conn *c, void *buf, size_t len, int flags)
 {
-	c->want_read = c->want_write = 0;
-	if (c->ssl) {
-		size_t n;
-		tls_errors_clear();
-		int ret = SSL_read_ex(c->ssl, buf, len, &n);
-		return ret > 0 ? (ssize_t)n : net_conn_tls_outcome(c, ret);
-	}
 	for (;;) {
-		ssize_t n = recv(c->fd, buf, len, 0);
+		ssize_t n = recv(c->fd, buf, len, flags);
 		if (n >= 0)
 			return n;
 		if (errno == EINTR)
@@ -71,6 +65,18 @@ ssize_t net_conn_read(struct net_conn *c, void *buf, size_t len)
 		}
 		return -errno;
 	}
+}
+
+ssize_t net_conn_read(struct net_conn *c, void *buf, size_t len)
+{
+	c->want_read = c->want_write = 0;
+	if (c->ssl) {
+		size_t n;
+		tls_errors_clear();
+		int ret = SSL_read_ex(c->ssl, buf, len, &n);
+		return ret > 0 ? (ssize_t)n : net_conn_tls_outcome(c, ret);
+	}
+	return plain_recv(c, buf, len, 0);
 }
 
 /* Copy up to <cap> bytes of <iov> from byte <skip> on into <out>; how many. */
@@ -146,18 +152,7 @@ ssize_t net_conn_write(struct net_conn *c, const void *buf, size_t len)
 
 ssize_t net_conn_peek(struct net_conn *c, void *buf, size_t len)
 {
-	for (;;) {
-		ssize_t n = recv(c->fd, buf, len, MSG_PEEK);
-		if (n >= 0)
-			return n;
-		if (errno == EINTR)
-			continue;
-		if (errno == EAGAIN || errno == EWOULDBLOCK) {
-			c->want_read = 1;
-			return -EAGAIN;
-		}
-		return -errno;
-	}
+	return plain_recv(c, buf, len, MSG_PEEK);
 }
 
 int net_conn_peer_closed(struct net_conn *c)
