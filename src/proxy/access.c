@@ -42,7 +42,9 @@ static void copy_cut(char *dst, size_t cap, const char *p, size_t len, uint8_t *
 void access_note_head(struct exchange *x, const struct http_head *h)
 {
 	struct worker *w = x->w;
-	if (!w->alog_ring)
+	/* sampled here, once: a request left out costs no copies (log_start_ns stays 0) */
+	if (!w->alog_ring ||
+	    (w->alog_sample_cut != UINT64_MAX && rand_next(&w->rng) >= w->alog_sample_cut))
 		return;
 	x->log_start_ns = clock_now_ns();
 	x->log_path_cut = 0;
@@ -76,8 +78,6 @@ void access_log_exchange(struct exchange *x)
 {
 	struct worker *w = x->w;
 	if (!w->alog_ring || !x->log_start_ns || (x->route && !x->route->access_log))
-		return;
-	if (w->alog_sample_cut != UINT64_MAX && rand_next(&w->rng) >= w->alog_sample_cut)
 		return;
 	struct alog_rec *r = alog_ring_claim(w->alog_ring);
 	if (!r)
