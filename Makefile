@@ -25,7 +25,11 @@ LDLIBS = $(shell pkg-config --libs $(PKGS)) -lpthread -lm
 LIB_SRC = $(wildcard src/core/*.c src/net/*.c src/http/*.c src/policy/*.c src/conf/*.c \
 	  src/proxy/*.c src/obs/*.c src/guard/*.c src/sim/*.c src/xfer/*.c)
 CLI_SRC = $(wildcard src/cli/*.c)
-LIB_OBJ = $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+# The dashboard's files (src/obs/dashboard/), embedded by a generated C file (obs/dashboard.h)
+DASH_ASSETS = $(sort $(wildcard src/obs/dashboard/*.html src/obs/dashboard/*.js \
+	      src/obs/dashboard/*.css))
+DASH_OBJ = $(BUILD)/obj/gen/dashboard_assets.o
+LIB_OBJ = $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(DASH_OBJ)
 CLI_OBJ = $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_SRC = $(wildcard tests/unit/test_*.c)
 UNIT_BIN = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
@@ -40,6 +44,16 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC  $<"
 	@$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(BUILD)/gen/dashboard_assets.c: $(DASH_ASSETS) scripts/embed-assets.sh
+	@mkdir -p $(dir $@)
+	@echo "  GEN $@"
+	@scripts/embed-assets.sh $@ $(DASH_ASSETS)
+
+$(DASH_OBJ): $(BUILD)/gen/dashboard_assets.c
+	@mkdir -p $(dir $@)
+	@echo "  CC  $<"
+	@$(CC) $(filter-out -MMD -MP,$(ALL_CFLAGS)) -c -o $@ $<
 
 $(BUILD)/tests/%: tests/unit/%.c $(LIB_OBJ)
 	@mkdir -p $(dir $@)

@@ -6,7 +6,7 @@ set -eu
 
 PKGS="gcc make pkg-config libyaml-dev libssl-dev libcmocka-dev python3 curl wrk nginx-light
 clang clang-format-14 libclang-rt-14-dev libxxhash-dev libjansson-dev libcrypt-dev apache2-utils
-python3-cryptography prometheus
+python3-cryptography prometheus xxd chromium
 iproute2 strace util-linux testssl.sh $*"
 
 missing=""

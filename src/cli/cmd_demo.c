@@ -83,6 +83,7 @@ static void demo_ready(void *arg)
 	    "   (tokens stream)\n"
 	    "  curl -s localhost:9090/status        (backends, health, load)\n"
 	    "  curl -s localhost:9090/metrics       (Prometheus)\n"
+	    "  http://127.0.0.1:9090/dashboard      (live charts, in a browser)\n"
 	    "\nCtrl-C stops everything.\n\n");
 	fflush(stdout);
 }

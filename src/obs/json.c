@@ -8,6 +8,10 @@
  * metrics of one group share one object. A metric split by a sub label (responses by status
  * class) is an object keyed by the sub values; a histogram is a summary of count, median and
  * 99th percentile in milliseconds (bucket bounds; -1 beyond the last bound).
+ *
+ * The dashboard's feed (json_write_feed) is the same document with each histogram's bucket
+ * counts and sum added, so that the page can take percentiles over the last second from two
+ * readings, as Prometheus does with rate(): cumulative summaries flatten as time goes on.
  */
 #include "obs/json.h"
 
@@ -76,15 +80,27 @@ static void put_scalar(FILE *f, const struct metrics *m, unsigned id, size_t ser
 	}
 }
 
-static void put_value(FILE *f, const struct metrics *m, unsigned id, size_t series)
+/* A histogram's summary; with <buckets>, its counts per bucket (not cumulative) and sum. */
+static void put_summary(FILE *f, const struct hist_snap *h, int buckets)
+{
+	fprintf(f, "{\"count\":%llu,\"p50\":%g,\"p99\":%g", (unsigned long long)hist_total(h),
+		hist_quantile_ms(h, 0.5), hist_quantile_ms(h, 0.99));
+	if (buckets) {
+		fprintf(f, ",\"sum_ms\":%.3f,\"buckets\":[", (double)h->sum_us / 1000.0);
+		for (size_t i = 0; i < HIST_BUCKETS; i++)
+			fprintf(f, "%s%llu", i ? "," : "", (unsigned long long)h->count[i]);
+		fputc(']', f);
+	}
+	fputc('}', f);
+}
+
+static void put_value(FILE *f, const struct metrics *m, unsigned id, size_t series, int buckets)
 {
 	const struct metric_def *d = &metrics_config(m)->defs[id];
 	if (d->json_as == MJ_SUMMARY) {
 		struct hist_snap h;
 		metrics_hist(m, id, series, &h);
-		fprintf(f, "{\"count\":%llu,\"p50\":%g,\"p99\":%g}",
-			(unsigned long long)hist_total(&h), hist_quantile_ms(&h, 0.5),
-			hist_quantile_ms(&h, 0.99));
+		put_summary(f, &h, buckets);
 		return;
 	}
 	if (!d->nsub) {
@@ -101,10 +117,11 @@ static void put_value(FILE *f, const struct metrics *m, unsigned id, size_t seri
 	fputc('}', f);
 }
 
-static void put_array(FILE *f, const struct metrics *m, unsigned sp, int parent, size_t pseries);
+static void put_array(FILE *f, const struct metrics *m, unsigned sp, int parent, size_t pseries,
+		      int buckets);
 
 /* The object of series <i> of space <sp>: its metrics, then the spaces under it. */
-static void put_object(FILE *f, const struct metrics *m, unsigned sp, size_t i)
+static void put_object(FILE *f, const struct metrics *m, unsigned sp, size_t i, int buckets)
 {
 	const struct metrics_config *cfg = metrics_config(m);
 	struct obj o = {.first = 1};
@@ -117,21 +134,22 @@ static void put_object(FILE *f, const struct metrics *m, unsigned sp, size_t i)
 		fprintf(f, "%s", o.first ? "" : ",");
 		json_write_string(f, key);
 		fputc(':', f);
-		put_value(f, m, id, i);
+		put_value(f, m, id, i, buckets);
 		o.first = 0;
 	}
 	enter_group(f, &o, "");
 	for (unsigned c = 0; c < cfg->nspaces; c++)
 		if (cfg->spaces[c].parent == (int)sp) {
 			fprintf(f, "%s", o.first ? "" : ",");
-			put_array(f, m, c, (int)sp, i);
+			put_array(f, m, c, (int)sp, i, buckets);
 			o.first = 0;
 		}
 	fputc('}', f);
 }
 
 /* "name":[...] of the series of <sp> (those under series <pseries> of its parent). */
-static void put_array(FILE *f, const struct metrics *m, unsigned sp, int parent, size_t pseries)
+static void put_array(FILE *f, const struct metrics *m, unsigned sp, int parent, size_t pseries,
+		      int buckets)
 {
 	const struct metric_space *s = &metrics_config(m)->spaces[sp];
 	int first = 1;
@@ -141,22 +159,39 @@ static void put_array(FILE *f, const struct metrics *m, unsigned sp, int parent,
 		if (parent >= 0 && s->parent_of[i] != pseries)
 			continue;
 		fputs(first ? "" : ",", f);
-		put_object(f, m, sp, i);
+		put_object(f, m, sp, i, buckets);
 		first = 0;
 	}
 	fputc(']', f);
 }
 
-void json_write_status(FILE *f, const struct metrics *m)
+static void put_document(FILE *f, const struct metrics *m, int buckets)
 {
 	const struct metrics_config *cfg = metrics_config(m);
 	int first = 1;
 	fputc('{', f);
+	if (buckets) {
+		fputs("\"bounds_ms\":[", f);
+		for (size_t i = 0; i < HIST_BUCKETS - 1; i++)
+			fprintf(f, "%s%g", i ? "," : "", hist_bounds_ms[i]);
+		fputc(']', f);
+		first = 0;
+	}
 	for (unsigned sp = 0; sp < cfg->nspaces; sp++)
 		if (cfg->spaces[sp].parent < 0 && cfg->spaces[sp].json) {
 			fputs(first ? "" : ",", f);
-			put_array(f, m, sp, -1, 0);
+			put_array(f, m, sp, -1, 0, buckets);
 			first = 0;
 		}
 	fputs("}\n", f);
+}
+
+void json_write_status(FILE *f, const struct metrics *m)
+{
+	put_document(f, m, 0);
+}
+
+void json_write_feed(FILE *f, const struct metrics *m)
+{
+	put_document(f, m, 1);
 }

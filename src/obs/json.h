@@ -1,5 +1,5 @@
 /*
- * json.h - the /status JSON of a metrics registry.
+ * json.h - the /status JSON of a metrics registry, and the dashboard's feed.
  */
 #ifndef ACCELNET_OBS_JSON_H
 #define ACCELNET_OBS_JSON_H
@@ -14,6 +14,11 @@
  * the spaces under it.
  */
 void json_write_status(FILE *f, const struct metrics *m);
+/*
+ * The dashboard's feed: the /status document with "bounds_ms" (the finite bucket bounds) first
+ * and, in every histogram, "sum_ms" and "buckets" (counts per bucket, the last one +Inf).
+ */
+void json_write_feed(FILE *f, const struct metrics *m);
 /* <s> as a JSON string, quotes included. */
 void json_write_string(FILE *f, const char *s);
 

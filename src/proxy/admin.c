@@ -1,21 +1,26 @@
 /*
- * admin.c - /status and /metrics, written with open_memstream into one response body.
+ * admin.c - /status, /metrics and the dashboard, written with open_memstream into one
+ * response body.
  *
- * Both documents come from the runtime's metrics registry (runtime.c declares every metric
- * once; obs/json.c and obs/prom.c walk that one table): this file only serves them.
+ * The documents come from the runtime's metrics registry (runtime.c declares every metric
+ * once; obs/json.c and obs/prom.c walk that one table): this file only serves them. The
+ * dashboard's page, script and style sheet (obs/dashboard.h) are files embedded in the binary;
+ * the page draws what it reads from /dashboard.json once a second.
  *
  * The endpoint is bounded like any server facing clients (http/server.h): at most
  * ADMIN_MAX_CONNS connections, timeouts.header_ms for a request to arrive, timeouts.idle_ms
  * for an idle connection or an unread answer. With admin.token_file, every request must
- * carry "Authorization: Bearer TOKEN". Only the token's SHA-256 is kept, compared in
- * constant time (equal lengths, so the token's length does not leak either); the token
- * itself is wiped as soon as it is hashed, and neither is ever logged.
+ * carry "Authorization: Bearer TOKEN", except the dashboard's files, which hold no data (a
+ * browser opening a page cannot send the header; the page sends it to read the feed). Only the
+ * token's SHA-256 is kept, compared in constant time (equal lengths, so the token's length does not
+ * leak either); the token itself is wiped as soon as it is hashed, and neither is ever logged.
  */
 #include "proxy/admin.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/secret.h"
 #include "http/server.h"
+#include "obs/dashboard.h"
 #include "obs/json.h"
 #include "obs/prom.h"
 
@@ -61,6 +66,19 @@ static int admin_authorized(const struct admin *a, const struct http_head *req)
 	return ok;
 }
 
+/*
+ * Answer a GET or HEAD of one of the dashboard's files (/dashboard, /dashboard.js, ...): 1 if
+ * <req> was one, 0 to go on. Served without the token: they hold no data.
+ */
+static int admin_serve_asset(struct hsrv_conn *c, const struct http_head *req)
+{
+	const struct dashboard_asset *d = dashboard_find(req->path.p, req->path.len);
+	if (!d || (req->meth != HTTP_GET && req->meth != HTTP_HEAD))
+		return 0;
+	hsrv_respond(c, 200, d->type, dashboard_headers, (const char *)d->data, d->len);
+	return 1;
+}
+
 static void admin_on_request(void *arg, struct hsrv_conn *c, const struct http_head *req,
 			     const char *body, size_t body_len)
 {
@@ -69,6 +87,8 @@ static void admin_on_request(void *arg, struct hsrv_conn *c, const struct http_h
 	size_t len = 0;
 	(void)body;
 	(void)body_len;
+	if (admin_serve_asset(c, req))
+		return;
 	if (!admin_authorized(a, req)) {
 		static const char msg[] = "unauthorized: send Authorization: Bearer TOKEN "
 					  "(the token in admin.token_file)\n";
@@ -79,11 +99,12 @@ static void admin_on_request(void *arg, struct hsrv_conn *c, const struct http_h
 			     sizeof(msg) - 1);
 		return;
 	}
-	int status = http_str_eq(req->path, "/status")	  ? 1
-		     : http_str_eq(req->path, "/metrics") ? 2
-							  : 0;
+	int status = http_str_eq(req->path, "/status")		 ? 1
+		     : http_str_eq(req->path, "/metrics")	 ? 2
+		     : http_str_eq(req->path, "/dashboard.json") ? 3
+								 : 0;
 	if (!status || (req->meth != HTTP_GET && req->meth != HTTP_HEAD)) {
-		static const char msg[] = "not found: try /status or /metrics\n";
+		static const char msg[] = "not found: try /status, /metrics or /dashboard\n";
 		hsrv_respond(c, 404, "text/plain", "", msg, sizeof(msg) - 1);
 		return;
 	}
@@ -94,11 +115,13 @@ static void admin_on_request(void *arg, struct hsrv_conn *c, const struct http_h
 	}
 	if (status == 1)
 		json_write_status(f, a->rt->metrics);
-	else
+	else if (status == 2)
 		prom_write(f, a->rt->metrics);
+	else
+		json_write_feed(f, a->rt->metrics);
 	fclose(f);
-	hsrv_respond(c, 200, status == 1 ? "application/json" : "text/plain; version=0.0.4", "",
-		     text, len);
+	hsrv_respond(c, 200, status == 2 ? "text/plain; version=0.0.4" : "application/json",
+		     status == 3 ? "Cache-Control: no-store\r\n" : "", text, len);
 	free(text);
 }
 

@@ -322,6 +322,30 @@ static void status_json(void **state)
 	metrics_destroy(m);
 }
 
+/* The feed is /status with the bucket bounds first and buckets and sum in each histogram. */
+static void feed_json(void **state)
+{
+	(void)state;
+	struct metrics *m = make(1, 0);
+	metrics_observe(metrics_shard(m, 0), M_WAIT, 0, 3000);
+	metrics_observe(metrics_shard(m, 0), M_WAIT, 0, 40000000); /* past the last bound */
+	char *text = write_to_string(json_write_feed, m);
+	const char *want_head =
+	    "{\"bounds_ms\":[1,5,10,25,50,100,250,500,1000,2500,5000,10000,"
+	    "30000],\"pools\":[{\"queue\":{\"length\":4,\"wait_ms\":{\"count\":2,"
+	    "\"p50\":5,\"p99\":-1,\"sum_ms\":40003.000,"
+	    "\"buckets\":[0,1,0,0,0,0,0,0,0,0,0,0,0,1]}},";
+	if (strncmp(text, want_head, strlen(want_head)) != 0)
+		fail_msg("want:\n%s\ngot:\n%s", want_head, text);
+	assert_non_null(strstr(text, "\"wait_ms\":{\"count\":0,\"p50\":0,\"p99\":0,\"sum_ms\":0."
+				     "000,\"buckets\":[0,0,0,0,0,0,0,0,0,0,0,0,0,0]}"));
+	free(text);
+	text = write_to_string(json_write_status, m);
+	assert_null(strstr(text, "buckets"));
+	free(text);
+	metrics_destroy(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -335,6 +359,7 @@ int main(void)
 	    cmocka_unit_test(real_counters_keep_their_fraction),
 	    cmocka_unit_test(prometheus_text),
 	    cmocka_unit_test(status_json),
+	    cmocka_unit_test(feed_json),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

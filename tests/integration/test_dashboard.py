@@ -1,0 +1,172 @@
+"""GET /dashboard on the admin listener (issue 13): the page, its script and style sheet
+served with a Content-Security-Policy and without the token (they hold no data), the feed
+(/dashboard.json) behind the token with histogram buckets that add up; and the page itself in
+headless Chromium under real traffic: it asks for the token, takes it from #token= (then
+drops it from the address), draws points on every traffic chart and one table row per backend,
+with nothing on the console. The screenshot is kept: build/artifacts/dashboard.png (next to
+the binary under test), its path printed.
+
+Skipped, saying so, only when Debian's chromium is not installed (scripts/deps.sh installs it)."""
+
+import json
+import os
+import threading
+
+from browser import Browser, chromium
+from harness import BIN, complete, free_port, port_open, request, wait_until
+
+TOKEN = "dash-t0ken"
+
+# Per chart: [points of each polyline], and how many lie above the baseline (a value > 0).
+CHARTS_JS = """JSON.stringify(Array.from(document.querySelectorAll('figure.chart')).map(f => {
+  const lines = Array.from(f.querySelectorAll('polyline'));
+  const pts = lines.flatMap(l => l.getAttribute('points').trim().split(' '));
+  const svg = f.querySelector('svg');
+  const h = svg ? svg.viewBox.baseVal.height : 0;
+  return {id: f.id, points: pts.length,
+          above: pts.filter(p => parseFloat(p.split(',')[1]) < h - 4 - 0.5).length};
+}))"""
+ROWS_JS = """JSON.stringify(Array.from(document.querySelectorAll('#backends tbody tr')).map(
+  tr => Array.from(tr.cells).map(td => td.textContent)))"""
+
+
+def _proxy_with_token(env, ports):
+    token = env.write("admin.token", TOKEN + "\n")
+    os.chmod(token, 0o600)
+    admin, port = free_port(), free_port()
+    backends = "".join(f"      - {{address: 127.0.0.1:{p}, max_concurrency: 2}}\n"
+                       for p in ports)
+    path = env.write("proxy.yaml", f"workers: 2\nlisten:\n  - address: 127.0.0.1:{port}\n"
+                     f"admin:\n  address: 127.0.0.1:{admin}\n  token_file: {token}\n"
+                     "pools:\n  - name: gpus\n    backends:\n" + backends +
+                     "    health: {path: /health, interval_ms: 200, fall: 2, rise: 1}\n"
+                     "    queue: {max: 100, timeout_ms: 10000}\n")
+    px = env.start([BIN, "proxy", "-c", path], "proxy", wait_port=port)
+    wait_until(lambda: port_open(admin), "admin port")
+    px.port, px.admin = port, admin
+    return px
+
+
+class Traffic:
+    """Clients sending completions (plain and streamed) until stopped: more at once than the
+    backends have slots, so that the queue fills too."""
+
+    def __init__(self, port, clients=6):
+        self.stop = threading.Event()
+        self.sent = 0
+        self.threads = [threading.Thread(target=self._run, args=(port, i), daemon=True)
+                        for i in range(clients)]
+        for t in self.threads:
+            t.start()
+
+    def _run(self, port, i):
+        while not self.stop.is_set():
+            body = {"prompt": "hi", "max_tokens": 8}
+            if i % 2:
+                body["stream"] = True
+            try:
+                complete(port, json.dumps(body))
+                self.sent += 1
+            except OSError:
+                pass
+
+    def end(self):
+        self.stop.set()
+        for t in self.threads:
+            t.join(30)
+
+
+def test_assets_and_feed_over_http(env):
+    sim = env.sim("a", latency_ms=5)
+    px = _proxy_with_token(env, [sim.port])
+    for path, ctype in (("/dashboard", "text/html"), ("/dashboard.js", "text/javascript"),
+                        ("/dashboard.css", "text/css")):
+        st, hdrs, body = request(px.admin, "GET", path)  # no token: the files hold no data
+        assert st == 200 and hdrs["content-type"][0].startswith(ctype), (path, st, hdrs)
+        csp = hdrs["content-security-policy"][0]
+        assert "default-src 'none'" in csp and "script-src 'self'" in csp, csp
+        assert "'unsafe-inline'" not in csp, csp
+        assert hdrs["x-content-type-options"] == ["nosniff"], hdrs
+        assert "cache-control" in hdrs and body, hdrs
+        own = body.replace(b"http://www.w3.org/2000/svg", b"")  # a name, not a load
+        assert b"http://" not in own and b"https://" not in own, path  # nothing from elsewhere
+    st, hdrs, _ = request(px.admin, "HEAD", "/dashboard")
+    assert st == 200, st
+    st, _, body = request(px.admin, "POST", "/dashboard", body=b"")
+    assert st in (401, 404), st
+    st, _, _ = request(px.admin, "GET", "/dashboard.json")
+    assert st == 401, st
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    for _ in range(4):
+        assert complete(px.port)[0] == 200
+    st, hdrs, body = request(px.admin, "GET", "/dashboard.json", headers=auth)
+    assert st == 200 and hdrs["content-type"] == ["application/json"], (st, hdrs)
+    assert hdrs["cache-control"] == ["no-store"], hdrs
+    feed = json.loads(body)
+    st, _, body = request(px.admin, "GET", "/status", headers=auth)
+    plain = json.loads(body)
+    assert "bounds_ms" not in plain and "buckets" not in body.decode()
+    bounds = feed["bounds_ms"]
+    assert bounds == sorted(bounds) and len(bounds) >= 10, bounds
+    be = feed["pools"][0]["backends"][0]
+    ttfb = be["ttfb_ms"]
+    assert len(ttfb["buckets"]) == len(bounds) + 1, ttfb
+    assert sum(ttfb["buckets"]) == ttfb["count"] == be["requests"] == 4, be
+    assert ttfb["sum_ms"] >= 4 * 5 * 0.9, ttfb
+    assert set(plain["pools"][0]["backends"][0]) == set(be), "the feed is /status plus buckets"
+
+
+def test_page_draws_live_traffic_in_chromium(env):
+    if not chromium():
+        print("skip: no chromium (Debian package chromium; scripts/deps.sh installs it)")
+        return
+    fast = env.sim("fast", latency_ms=20, slots=2, tokens=6, token_ms=5)
+    slow = env.sim("slow", latency_ms=150, slots=2, tokens=6, token_ms=20)
+    px = _proxy_with_token(env, [fast.port, slow.port])
+    browser = Browser(env)
+    base = f"http://127.0.0.1:{px.admin}/dashboard"
+
+    # no token yet: the page asks for one
+    browser.open(base)
+    wait_until(lambda: browser.evaluate(
+        "!document.getElementById('token-form').hidden && "
+        "document.getElementById('feed-state').textContent"), "the token form", timeout=30)
+    assert browser.evaluate("document.getElementById('feed-state').textContent") == \
+        "token needed"
+    browser.clear_errors()  # the refused read of the feed is on the console, as it should be
+
+    traffic = Traffic(px.port)
+    try:
+        browser.go(base + "#token=" + TOKEN)  # same page: the token comes by hashchange
+
+        def drawn():
+            charts = {c["id"]: c for c in json.loads(browser.evaluate(CHARTS_JS))}
+            rows = json.loads(browser.evaluate(ROWS_JS))
+            busy = ("chart-requests", "chart-latency", "chart-ttft", "chart-inflight",
+                    "chart-queue", "chart-wait")
+            return (all(charts[c]["above"] >= 3 for c in busy) and len(rows) == 2 and
+                    all(int(r[-1]) > 0 for r in rows)), charts, rows
+        try:
+            wait_until(lambda: drawn()[0], "the charts to draw the traffic", timeout=60)
+        finally:
+            ok, charts, rows = drawn()
+            print(f"charts: {charts}\nrows: {rows}\nconsole: {browser.errors()}")
+    finally:
+        traffic.end()
+    assert traffic.sent > 0
+    assert browser.evaluate("location.hash") == "", "the token stays out of the address"
+    assert browser.evaluate("document.getElementById('token-form').hidden") is True
+    assert browser.evaluate("document.getElementById('feed-state').textContent") == "live"
+    addresses = sorted(r[1] for r in rows)
+    assert addresses == sorted(f"127.0.0.1:{s.port}" for s in (fast, slow)), rows
+    assert all(r[0] == "gpus" and r[2] in ("up", "full") for r in rows), rows
+    assert charts["chart-errors"]["points"] > 0, charts  # drawn, at zero
+
+    out_dir = os.path.join(os.path.dirname(os.path.abspath(BIN)), "artifacts")
+    os.makedirs(out_dir, exist_ok=True)
+    shot = browser.screenshot(os.path.join(out_dir, "dashboard.png"))
+    assert os.path.getsize(shot) > 10000, shot
+    print(f"screenshot: {shot}")
+    errors = browser.errors()
+    browser.close()
+    assert not errors, "console errors:\n" + "\n".join(errors)
