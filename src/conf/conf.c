@@ -171,6 +171,7 @@ void conf_free(struct conf *c)
 	free(c->admin.address);
 	free(c->admin_token_file);
 	free(c->access_log.path);
+	free(c->access_log.syslog_socket);
 	free(c->user);
 	free(c->group);
 	free(c->trusted_proxies);

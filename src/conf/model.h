@@ -238,9 +238,10 @@ struct conf_limits {
 
 /* access_log: one line per request (obs/accesslog.h) */
 struct conf_access_log {
-	char *path;	 /* a file, "stderr" or "syslog"; NULL: no access log */
-	unsigned format; /* enum alog_format: 0 JSON lines, 1 combined */
-	double sample;	 /* the share of requests logged, 0..1 */
+	char *path;	     /* a file, "stderr" or "syslog"; NULL: no access log */
+	char *syslog_socket; /* path: syslog: the daemon's unix socket; NULL: /dev/log */
+	unsigned format;     /* enum alog_format: 0 JSON lines, 1 combined */
+	double sample;	     /* the share of requests logged, 0..1 */
 };
 
 struct conf {

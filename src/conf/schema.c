@@ -561,7 +561,7 @@ static int read_group(struct rules_ctx *x, const struct rule *r, yaml_node_t *v,
 	return rc;
 }
 
-/* access_log: {path, format, sample} */
+/* access_log: {path, format, sample, syslog_socket} */
 static int read_alog_format(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
 {
 	(void)r;
@@ -605,6 +605,7 @@ static const struct rule access_log_rules[] = {
      read_alog_format},
     {"sample", RULE_SECTION, offsetof(struct conf_access_log, sample), 0, 0, NULL,
      read_alog_sample},
+    {"syslog_socket", RULE_STR, offsetof(struct conf_access_log, syslog_socket), 0, 0, NULL, NULL},
     RULES_END,
 };
 
@@ -621,6 +622,14 @@ static int read_access_log(struct rules_ctx *x, const struct rule *r, yaml_node_
 				  "access_log: path '%s': expected an absolute file path, stderr "
 				  "or syslog",
 				  a->path);
+	if (a->syslog_socket && strcmp(a->path, "syslog"))
+		return rules_fail(x, rules_value_of(x, v, "syslog_socket"),
+				  "access_log: syslog_socket is for path: syslog");
+	if (a->syslog_socket && a->syslog_socket[0] != '/')
+		return rules_fail(x, rules_value_of(x, v, "syslog_socket"),
+				  "access_log: syslog_socket '%s': expected an absolute path (a "
+				  "unix datagram socket)",
+				  a->syslog_socket);
 	return 0;
 }
 

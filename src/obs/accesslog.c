@@ -6,11 +6,20 @@
  * store of tail. Full means head - tail == ALOG_RING_SLOTS.
  *
  * The writer takes up to a ring's worth of records from each ring in turn, formats them into
- * a 256 KiB buffer and writes it whole (a short write is continued; an error is logged once
- * a minute and the batch dropped). SIGUSR1 (accesslog_reopen) sets a flag the writer reads
- * before each batch: it opens the path again, so `mv access.log access.log.1; kill -USR1`
- * rotates. Closing drains every ring first. Dropped lines are logged as they grow (at most
- * once a minute) and at close.
+ * a 256 KiB buffer and writes it whole (a short write is continued; an error, ENOSPC say, is
+ * logged once a minute and the rest of the batch dropped and counted). SIGUSR1
+ * (accesslog_reopen) sets a flag the writer reads before each batch: it opens the path again,
+ * so `mv access.log access.log.1; kill -USR1` rotates. Closing drains every ring first.
+ * Dropped lines (a full ring, or a failed write) are logged as they grow (at most once a
+ * minute) and at close.
+ *
+ * syslog is spoken here rather than through syslog(3), which drops lines silently when no
+ * daemon listens and can only use /dev/log: one datagram per line, "<30>Mmm dd hh:mm:ss
+ * accelnet[PID]: LINE" (RFC 3164 as glibc writes it: facility daemon, level info), on a
+ * connected unix datagram socket (syslog_socket, /dev/log by default). It is connected at
+ * open, so a missing daemon is an error at start; a send that fails (the daemon restarted)
+ * connects once more and sends again, else the line is dropped and counted. A send blocks at
+ * most ALOG_SEND_TIMEOUT_S: a stuck daemon fills the rings, it cannot hang the exit.
  *
  * JSON strings escape ", \ and every byte below 0x20 or of 0x7f and above (as \u00XX: the
  * log stays ASCII whatever the client sent); the combined format escapes the same bytes as
@@ -27,12 +36,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <syslog.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #define ALOG_BUF (256 * 1024)
 #define ALOG_LINE_MAX 4096
+#define ALOG_SYSLOG_PRI 30 /* LOG_DAEMON | LOG_INFO */
+#define ALOG_SYSLOG_HEAD 64
+#define ALOG_SEND_TIMEOUT_S 1
 
 enum alog_dest { DEST_FILE, DEST_STDERR, DEST_SYSLOG };
 
@@ -41,8 +55,10 @@ struct accesslog {
 	char *path;
 	enum alog_dest dest;
 	enum alog_format format;
-	int fd;
+	char *syslog_socket; /* DEST_SYSLOG: the daemon's socket */
+	int fd;		     /* DEST_FILE: the file; DEST_SYSLOG: the connected socket */
 	atomic_int reopen, stop;
+	atomic_uint_fast64_t lost; /* lines the writer could not write: its own, read by scrapes */
 	unsigned nrings;
 	struct alog_ring *rings;
 	char *buf;
@@ -242,19 +258,50 @@ size_t alog_format_line(const struct alog_rec *r, enum alog_format f, char *out,
 
 /* --- the writer --- */
 
-static int open_dest(struct accesslog *l)
+static int connect_syslog(struct accesslog *l)
 {
-	if (l->dest != DEST_FILE)
-		return 0;
-	int fd = open(l->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (strlen(l->syslog_socket) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path, l->syslog_socket, strlen(l->syslog_socket) + 1);
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
+	struct timeval tv = {ALOG_SEND_TIMEOUT_S, 0};
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0 ||
+	    connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int rc = -errno;
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
+/* (Re)open the file or (re)connect the syslog socket; the old one stays on failure. */
+static int open_dest(struct accesslog *l)
+{
+	int fd;
+	if (l->dest == DEST_STDERR)
+		return 0;
+	if (l->dest == DEST_SYSLOG)
+		fd = connect_syslog(l);
+	else if ((fd = open(l->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640)) < 0)
+		fd = -errno;
+	if (fd < 0)
+		return fd;
 	if (l->fd >= 0)
 		close(l->fd);
 	l->fd = fd;
 	return 0;
 }
 
+static void count_lost(struct accesslog *l, uint64_t n)
+{
+	atomic_store_explicit(&l->lost, atomic_load_explicit(&l->lost, memory_order_relaxed) + n,
+			      memory_order_relaxed);
+}
+
+/* Write p[0..n) whole; on an error the lines left are dropped and counted. */
 static void write_all(struct accesslog *l, const char *p, size_t n)
 {
 	int fd = l->dest == DEST_STDERR ? 2 : l->fd;
@@ -263,12 +310,46 @@ static void write_all(struct accesslog *l, const char *p, size_t n)
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0) {
-			log_warn_every(60000, "access log %s: %s (lines dropped)", l->path,
-				       w < 0 ? strerror(errno) : "short write");
+			int e = errno;
+			uint64_t lines = 0;
+			for (size_t i = 0; i < n; i++)
+				lines += p[i] == '\n';
+			count_lost(l, lines);
+			log_warn_every(60000, "access log %s: %s (%" PRIu64 " lines dropped)",
+				       l->path, w < 0 ? strerror(e) : "short write", lines);
 			return;
 		}
 		p += w;
 		n -= (size_t)w;
+	}
+}
+
+/* One datagram for the line at <line> (<n> bytes, its newline left out), taken at <time_us>. */
+static void send_syslog(struct accesslog *l, const char *line, size_t n, uint64_t time_us)
+{
+	char head[ALOG_SYSLOG_HEAD];
+	time_t s = (time_t)(time_us / 1000000);
+	struct tm tm;
+	localtime_r(&s, &tm);
+	int h = snprintf(head, sizeof(head), "<%d>", ALOG_SYSLOG_PRI);
+	h += (int)strftime(head + h, sizeof(head) - (size_t)h, "%b %e %H:%M:%S ", &tm);
+	h += snprintf(head + h, sizeof(head) - (size_t)h, "accelnet[%ld]: ", (long)getpid());
+	struct iovec iov[2] = {{head, (size_t)h}, {(void *)line, n}};
+	struct msghdr msg = {.msg_iov = iov, .msg_iovlen = 2};
+	for (int tries = 0; tries < 2; tries++) {
+		if (sendmsg(l->fd, &msg, MSG_NOSIGNAL) >= 0)
+			return;
+		int e = errno;
+		if (e == EINTR) {
+			tries--;
+			continue;
+		}
+		if (tries == 0 && e != EAGAIN && e != EWOULDBLOCK && open_dest(l) == 0)
+			continue; /* the daemon went away and came back: its new socket */
+		count_lost(l, 1);
+		log_warn_every(60000, "access log syslog %s: %s (lines dropped)", l->syslog_socket,
+			       strerror(e));
+		return;
 	}
 }
 
@@ -290,7 +371,7 @@ static int drain_once(struct accesslog *l)
 			if (!n)
 				continue;
 			if (l->dest == DEST_SYSLOG) {
-				syslog(LOG_INFO, "%.*s", (int)(n - 1), l->buf + len);
+				send_syslog(l, l->buf + len, n - 1, rec.time_us);
 				continue;
 			}
 			len += n;
@@ -310,7 +391,7 @@ static void *writer_main(void *arg)
 		if (dropped > reported) {
 			log_warn_every(60000,
 				       "access log %s: %" PRIu64 " lines dropped so far (the "
-				       "writer fell behind)",
+				       "writer fell behind or could not write)",
 				       l->path, dropped);
 			reported = dropped;
 		}
@@ -318,7 +399,7 @@ static void *writer_main(void *arg)
 			int rc = open_dest(l);
 			if (rc < 0)
 				log_error("access log %s: cannot open it again: %s (still writing "
-					  "to the old file)",
+					  "to the old one)",
 					  l->path, strerror(-rc));
 		}
 		int stop = atomic_load(&l->stop);
@@ -332,8 +413,8 @@ static void *writer_main(void *arg)
 	return NULL;
 }
 
-int accesslog_open(struct accesslog **out, const char *path, enum alog_format f, unsigned nrings,
-		   char *err, size_t errlen)
+int accesslog_open(struct accesslog **out, const char *path, const char *syslog_socket,
+		   enum alog_format f, unsigned nrings, char *err, size_t errlen)
 {
 	struct accesslog *l = calloc(1, sizeof(*l));
 	int rc = -ENOMEM;
@@ -346,26 +427,32 @@ int accesslog_open(struct accesslog **out, const char *path, enum alog_format f,
 		  : !strcmp(path, "syslog") ? DEST_SYSLOG
 					    : DEST_FILE;
 	l->path = strdup(path);
+	l->syslog_socket = strdup(syslog_socket ? syslog_socket : "/dev/log");
 	l->buf = malloc(ALOG_BUF);
 	l->rings = aligned_alloc(64, (size_t)nrings * sizeof(*l->rings));
-	if (!l->path || !l->buf || !l->rings)
+	if (!l->path || !l->syslog_socket || !l->buf || !l->rings)
 		goto fail;
 	memset(l->rings, 0, (size_t)nrings * sizeof(*l->rings));
 	if ((rc = open_dest(l)) < 0)
 		goto fail;
-	if (l->dest == DEST_SYSLOG)
-		openlog("accelnet", LOG_PID, LOG_DAEMON);
 	if ((rc = -pthread_create(&l->thread, NULL, writer_main, l)) < 0)
 		goto fail;
 	*out = l;
 	return 0;
 fail:
-	snprintf(err, errlen, "access log %s: %s", path, strerror(-rc));
+	if (l && l->dest == DEST_SYSLOG && l->syslog_socket)
+		snprintf(err, errlen,
+			 "access log syslog: cannot connect to %s: %s (is a syslog daemon "
+			 "running? access_log.syslog_socket names another socket)",
+			 l->syslog_socket, strerror(-rc));
+	else
+		snprintf(err, errlen, "access log %s: %s", path, strerror(-rc));
 	if (l) {
 		if (l->fd >= 0)
 			close(l->fd);
 		free(l->rings);
 		free(l->buf);
+		free(l->syslog_socket);
 		free(l->path);
 		free(l);
 	}
@@ -385,7 +472,7 @@ void accesslog_reopen(struct accesslog *l)
 
 uint64_t accesslog_dropped(const struct accesslog *l)
 {
-	uint64_t n = 0;
+	uint64_t n = l ? atomic_load_explicit(&l->lost, memory_order_relaxed) : 0;
 	for (unsigned i = 0; l && i < l->nrings; i++)
 		n += atomic_load_explicit(&l->rings[i].dropped, memory_order_relaxed);
 	return n;
@@ -399,14 +486,14 @@ void accesslog_close(struct accesslog *l)
 	pthread_join(l->thread, NULL);
 	uint64_t dropped = accesslog_dropped(l);
 	if (dropped)
-		log_warn("access log %s: %" PRIu64 " lines dropped (the writer fell behind)",
+		log_warn("access log %s: %" PRIu64 " lines dropped (the writer fell behind or "
+			 "could not write)",
 			 l->path, dropped);
 	if (l->fd >= 0)
 		close(l->fd);
-	if (l->dest == DEST_SYSLOG)
-		closelog();
 	free(l->rings);
 	free(l->buf);
+	free(l->syslog_socket);
 	free(l->path);
 	free(l);
 }

@@ -6,8 +6,8 @@
  * allocation, no lock) and commits it; when the ring is full the record is dropped and
  * counted on that ring (written by its worker only, so no atomic is shared by every
  * worker). One writer thread drains every ring, formats the records (JSON lines or the
- * combined format) into one buffer and writes it with one write(2) per batch, or syslog(3)
- * per line. A slow disk fills the rings, never stalls a request.
+ * combined format) into one buffer and writes it with one write(2) per batch, or one
+ * syslog datagram per line. A slow disk fills the rings, never stalls a request.
  *
  * The writer looks at the rings every few milliseconds when they were empty: the workers
  * never wake it, which would cost them a system call per request.
@@ -66,17 +66,18 @@ size_t alog_format_line(const struct alog_rec *r, enum alog_format f, char *out,
 struct accesslog;
 
 /*
- * Open the log at <path> (a file opened O_APPEND and created 0640, "stderr" or "syslog")
- * with one ring per producer (<nrings>) and start the writer thread. 0 or -errno, with
- * <err> filled.
+ * Open the log at <path> (a file opened O_APPEND and created 0640, "stderr" or "syslog":
+ * datagrams to the unix socket <syslog_socket>, NULL for /dev/log) with one ring per
+ * producer (<nrings>) and start the writer thread. 0 or -errno, with <err> filled.
  */
-int accesslog_open(struct accesslog **out, const char *path, enum alog_format f, unsigned nrings,
-		   char *err, size_t errlen);
+int accesslog_open(struct accesslog **out, const char *path, const char *syslog_socket,
+		   enum alog_format f, unsigned nrings, char *err, size_t errlen);
 /* Ring <i>, for producer <i> only. */
 struct alog_ring *accesslog_ring(struct accesslog *l, unsigned i);
-/* Rotation (SIGUSR1): the writer opens the file path again before its next batch. */
+/* Rotation (SIGUSR1): the writer opens the file path (or the syslog socket) again before its
+ * next batch. */
 void accesslog_reopen(struct accesslog *l);
-/* Records dropped so far, all rings. */
+/* Lines dropped so far: records no ring had room for, and lines a write failed to put out. */
 uint64_t accesslog_dropped(const struct accesslog *l);
 /* Write what the rings hold, stop the writer and free everything. NULL is fine. */
 void accesslog_close(struct accesslog *l);

@@ -275,8 +275,8 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 	}
 	if (conf->access_log.path) {
 		if ((rc = accesslog_open(&px.sh.alog, conf->access_log.path,
-					 conf->access_log.format, px.nworkers, err, sizeof(err))) <
-		    0) {
+					 conf->access_log.syslog_socket, conf->access_log.format,
+					 px.nworkers, err, sizeof(err))) < 0) {
 			log_error("%s", err);
 			goto out;
 		}

@@ -326,7 +326,8 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 			    .space = SPACE_PROCESS, .json = "max_fds", .json_as = MJ_UINT,
 			    .read = read_max_fds},
     [PM_PROCESS_ALOG_DROPPED] = {"accelnet_access_log_dropped_total", METRIC_COUNTER,
-				 "access log lines dropped: a worker's ring was full (access_log)",
+				 "access log lines dropped: a worker's ring was full or a write "
+				 "failed (access_log)",
 				 NULL, .space = SPACE_PROCESS, .json = "access_log_dropped",
 				 .json_as = MJ_UINT, .read = read_alog_dropped},
 };

@@ -7,8 +7,9 @@ import os
 import re
 import signal
 import socket
+import subprocess
 
-from harness import echo_backend, free_port, pool_yaml, raw, request, wait_until
+from harness import BIN, echo_backend, free_port, pool_yaml, raw, request, wait_until
 
 KEYS = "acme sk-acme-0123456789abcdef\n"
 ACME = {"Authorization": "Bearer sk-acme-0123456789abcdef"}
@@ -170,9 +171,126 @@ def test_bad_access_log_configs_are_refused(env):
                       ("{path: stderr, format: xml}", "expected json or combined"),
                       ("{path: stderr, sample: 1.5}", "expected a number from 0 to 1"),
                       ("{format: json}", "'path' is required"),
-                      ("{path: stderr, colour: red}", "colour")):
+                      ("{path: stderr, colour: red}", "colour"),
+                      ("{path: /a.log, syslog_socket: /dev/log}",
+                       "syslog_socket is for path: syslog"),
+                      ("{path: syslog, syslog_socket: dev/log}", "expected an absolute path")):
         conf = env.write("p.yaml", "listen: [127.0.0.1:1]\npools:\n" + pool_yaml("p", [1]) +
                          "routes:\n  - match: {path_prefix: /}\n    pool: p\n" +
                          f"access_log: {body}\n")
         r = subprocess.run([BIN, "check", "-c", conf], capture_output=True, text=True)
         assert r.returncode == 2 and msg in r.stderr and "p.yaml:" in r.stderr, (body, r.stderr)
+
+
+def _records(text):
+    """The JSON access log lines among a process's output (its own log lines are not JSON)."""
+    return [json.loads(x) for x in text.splitlines() if x.startswith('{"time":')]
+
+
+def test_stderr_sink(env):
+    be = echo_backend(env)
+    p = env.proxy("pools:\n" + pool_yaml("p", [be.port]) +
+                  "routes:\n  - match: {path_prefix: /}\n    pool: p\n",
+                  extra="access_log: {path: stderr}\n")
+    for path in ("/one", "/two"):
+        assert request(p.port, "GET", path)[0] == 200
+    wait_until(lambda: len(_records(env.log(p))) == 2, "two lines on the proxy's stderr")
+    assert sorted(r["path"] for r in _records(env.log(p))) == ["/one", "/two"]
+
+
+def _syslog_daemon(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(path)
+    s.settimeout(15)
+    return s
+
+
+SYSLOG_LINE = re.compile(r"<30>(\w{3} [ \d]\d \d\d:\d\d:\d\d) accelnet\[(\d+)\]: (.*)")
+
+
+def test_syslog_sink_datagrams_and_a_daemon_restart(env):
+    """path: syslog sends one RFC 3164 datagram per line (facility daemon, level info, ident
+    accelnet[PID]) to syslog_socket; a daemon that restarts (a new socket at the same path)
+    gets the lines after it."""
+    sock = os.path.join(env.dir, "log.sock")
+    daemon = _syslog_daemon(sock)
+    be = echo_backend(env)
+    p = env.proxy("pools:\n" + pool_yaml("p", [be.port]) +
+                  "routes:\n  - match: {path_prefix: /}\n    pool: p\n",
+                  extra=f"access_log: {{path: syslog, syslog_socket: {sock}, "
+                        "format: combined}\n")
+    st, h, _ = request(p.port, "GET", "/via/syslog")
+    assert st == 200
+    m = SYSLOG_LINE.fullmatch(daemon.recv(65536).decode())
+    assert m, m
+    assert int(m.group(2)) == p.pid
+    assert '"GET /via/syslog HTTP/1.1" 200' in m.group(3)
+    assert m.group(3).endswith(h["x-request-id"][0] + " pool=p backend=" +
+                               f"127.0.0.1:{be.port}"), m.group(3)
+    daemon.close()  # the daemon restarts: its socket is made anew
+    os.unlink(sock)
+    daemon = _syslog_daemon(sock)
+    assert request(p.port, "GET", "/after/restart")[0] == 200
+    m = SYSLOG_LINE.fullmatch(daemon.recv(65536).decode())
+    assert m and "/after/restart" in m.group(3), m
+    daemon.close()
+    _, _, metrics = request(p.admin, "GET", "/metrics")
+    assert b"\naccelnet_access_log_dropped_total 0\n" in metrics
+
+
+def test_syslog_with_no_daemon_lines_are_counted_dropped(env):
+    """No daemon at start: the proxy refuses to start, saying so; the daemon gone later: lines
+    are dropped, counted, and a warning names the socket."""
+    sock = os.path.join(env.dir, "log.sock")
+    conf = env.write("p.yaml", "listen: [127.0.0.1:1]\npools:\n" + pool_yaml("p", [1]) +
+                     "routes:\n  - match: {path_prefix: /}\n    pool: p\n"
+                     f"access_log: {{path: syslog, syslog_socket: {sock}}}\n")
+    r = subprocess.run([BIN, "proxy", "-c", conf], capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0, r
+    assert f"access log syslog: cannot connect to {sock}: No such file or directory" in r.stderr, \
+        r.stderr
+    daemon = _syslog_daemon(sock)
+    be = echo_backend(env)
+    p = env.proxy("pools:\n" + pool_yaml("p", [be.port]) +
+                  "routes:\n  - match: {path_prefix: /}\n    pool: p\n",
+                  extra=f"access_log: {{path: syslog, syslog_socket: {sock}}}\n")
+    assert request(p.port, "GET", "/a")[0] == 200
+    assert json.loads(SYSLOG_LINE.fullmatch(daemon.recv(65536).decode()).group(3))["path"] == "/a"
+    daemon.close()
+    os.unlink(sock)
+    for _ in range(3):
+        assert request(p.port, "GET", "/lost")[0] == 200
+    wait_until(lambda: b"\naccelnet_access_log_dropped_total 3\n" in
+               request(p.admin, "GET", "/metrics")[2], "3 lines counted as dropped")
+    assert f"access log syslog {sock}: " in env.log(p), env.log(p)
+    assert p.poll() is None
+
+
+def test_unwritable_path_is_refused_at_start(env):
+    os.makedirs(os.path.join(env.dir, "a-directory"))
+    for path, why in ((os.path.join(env.dir, "missing", "access.log"),
+                       "No such file or directory"),
+                      (os.path.join(env.dir, "a-directory"), "Is a directory")):
+        conf = env.write("p.yaml", "listen: [127.0.0.1:1]\npools:\n" + pool_yaml("p", [1]) +
+                         "routes:\n  - match: {path_prefix: /}\n    pool: p\n"
+                         f"access_log: {{path: {path}}}\n")
+        r = subprocess.run([BIN, "proxy", "-c", conf], capture_output=True, text=True,
+                           timeout=30)
+        assert r.returncode != 0 and f"access log {path}: {why}" in r.stderr, r.stderr
+
+
+def test_full_disk_drops_and_counts_lines(env):
+    """Every write fails with ENOSPC (/dev/full): requests are served, each line is counted
+    in accelnet_access_log_dropped_total, one warning says why, the exit is clean."""
+    be = echo_backend(env)
+    p = env.proxy("pools:\n" + pool_yaml("p", [be.port]) +
+                  "routes:\n  - match: {path_prefix: /}\n    pool: p\n",
+                  extra="access_log: {path: /dev/full}\n")
+    for _ in range(5):
+        assert request(p.port, "GET", "/x")[0] == 200
+    wait_until(lambda: b"\naccelnet_access_log_dropped_total 5\n" in
+               request(p.admin, "GET", "/metrics")[2], "5 lines counted as dropped")
+    assert "access log /dev/full: No space left on device" in env.log(p), env.log(p)
+    assert b'"access_log_dropped":5' in request(p.admin, "GET", "/status")[2].replace(b" ", b"")
+    assert env.stop(p) == 0
+    assert "access log /dev/full: 5 lines dropped" in env.log(p), env.log(p)

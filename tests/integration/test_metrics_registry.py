@@ -76,7 +76,7 @@ FAMILIES = {  # name: (type, help)
     "process_open_fds": ("gauge", "open file descriptors"),
     "process_max_fds": ("gauge", "most open file descriptors allowed (RLIMIT_NOFILE)"),
     "accelnet_access_log_dropped_total": ("counter", "access log lines dropped: a worker's ring "
-                                          "was full (access_log)"),
+                                          "was full or a write failed (access_log)"),
 }
 
 POOL_KEYS = ["name", "balance", "unavailable", "retries_denied", "spilled_in", "queue",
