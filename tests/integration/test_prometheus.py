@@ -5,6 +5,8 @@ accelnet_backend_up right for a killed backend with passive checks only; the sta
 process_* figures."""
 
 import concurrent.futures
+import os
+import re
 import shutil
 import socket
 import subprocess
@@ -173,3 +175,97 @@ def test_process_figures(env):
     g2 = _samples(_metrics(px.admin))
     assert g2[("process_cpu_seconds_total", ())] >= g1[("process_cpu_seconds_total", ())]
     _promtool_clean(_metrics(px.admin))
+
+
+# --- docs/observability.md lists every family, with its type and labels -------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _documented(section):
+    """{family: (type, labels)} of the table rows of one part of docs/observability.md."""
+    doc = open(os.path.join(ROOT, "docs", "observability.md")).read()
+    text = doc.split("## Metrics")[1].split("\n## ")[0].split(section)[1].split("\n### ")[0]
+    out = {}
+    for line in text.splitlines():
+        if not line.startswith("| `"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        labels = frozenset(re.findall(r"`(\w+)`", cells[2])) - {"le"}
+        out[cells[0].strip("`")] = (cells[1], labels)
+    return out
+
+
+def _written(text):
+    """{family: (type, labels)} as a scrape shows them (a histogram's le left out)."""
+    types = dict(line[7:].split(" ", 1) for line in text.splitlines() if line.startswith("# TYPE "))
+    labels = {name: set() for name in types}
+    for (name, pairs) in _samples(text):
+        fam = name
+        if fam not in types:
+            fam = re.sub(r"_(bucket|sum|count)$", "", name)
+            assert types.get(fam) == "histogram", f"{name}: a sample of no family"
+        labels[fam] |= {k for k, _ in pairs if k != "le"}
+    return {name: (types[name], frozenset(labels[name])) for name in types}
+
+
+def _same(written, documented, what):
+    missing = sorted(set(written) - set(documented))
+    stale = sorted(set(documented) - set(written))
+    assert not missing, f"{what}: families written but not in docs/observability.md: {missing}"
+    assert not stale, f"{what}: families in docs/observability.md never written: {stale}"
+    wrong = {n: (written[n], documented[n]) for n in written if written[n] != documented[n]}
+    assert not wrong, f"{what}: (written, documented) type and labels differ: {wrong}"
+
+
+def test_every_proxy_family_is_documented(env):
+    """A proxy with every feature that adds families or labels (health checks, caps and a
+    queue, spillover, hedging, authenticated tenants with token budgets, a streamed answer,
+    the access log) under a little traffic: each family it writes is in the docs' table with
+    its type and labels, and the table lists nothing it does not write."""
+    a = env.sim("a", latency_ms=1, jitter=0, token_ms=1, tokens=3)
+    b = env.sim("b", latency_ms=1, jitter=0, token_ms=1, tokens=3)
+    keys = env.write("keys.txt", "acme sk-acme-0123456789abcdef\n")
+    px = env.proxy(
+        "pools:\n"
+        + pool_yaml("gpu", [a.port], health={"path": "/health", "interval_ms": 200},
+                    extra="    queue: {max: 8, timeout_ms: 1000}\n    hedge_after_ms: 500\n")
+        + _capped("spare", b.port, 4)
+        + "routes:\n"
+        "  - match: {path_prefix: /v1/}\n    pool: gpu\n"
+        "    spillover: {pool: spare, after_ms: 50}\n"
+        f"    auth: {{api_keys_file: {keys}}}\n"
+        "    rate_limit: {tokens_per_minute: 100000}\n"
+        "  - match: {path_prefix: /}\n    pool: spare\n    tenant_header: X-Tenant\n",
+        extra=f"access_log: {{path: {os.path.join(env.dir, 'access.log')}}}\n")
+    auth = {"Authorization": "Bearer sk-acme-0123456789abcdef",
+            "Content-Type": "application/json"}
+    assert request(px.port, "POST", "/v1/completions", body=b'{"prompt":"hi","stream":true}',
+                   headers=auth)[0] == 200
+    assert request(px.port, "POST", "/v1/completions", body=b'{"prompt":"hi"}',
+                   headers=auth)[0] == 200
+    assert request(px.port, "POST", "/v1/completions", body=b'{}')[0] == 401
+    assert request(px.port, "POST", "/other", body=b'{"prompt":"hi"}',
+                   headers={"X-Tenant": "t1", "Content-Type": "application/json"})[0] == 200
+    text = _metrics(px.admin)
+    _same(_written(text), _documented("### The proxy"), "proxy")
+    _promtool_clean(text)
+
+
+def test_xfer_serve_metrics_documented_and_promtool_clean(env):
+    """xfer serve --metrics after a transfer: promtool check metrics passes, and each family
+    is in the docs' table with its type and labels."""
+    from test_xfer import make_file, send, serve
+    src, dst = os.path.join(env.dir, "f.bin"), os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    make_file(src, 3 * 1024 * 1024 + 5)
+    port, mport = free_port(), free_port()
+    serve(env, f"127.0.0.1:{port},127.0.0.2:{port}", dst, metrics=f"127.0.0.1:{mport}")
+    rep = send([src, f"127.0.0.1:{port},127.0.0.2:{port}", "--chunk-kib", "256"])
+    assert rep["ok"] and rep["files"] == 1
+    st, hdrs, body = request(mport, "GET", "/metrics")
+    assert st == 200 and hdrs["content-type"] == ["text/plain; version=0.0.4"], hdrs
+    text = body.decode()
+    assert "\naccelnet_xfer_files_completed_total 1\n" in text, text
+    _same(_written(text), _documented("### `accelnet xfer serve"), "xfer serve")
+    _promtool_clean(text)

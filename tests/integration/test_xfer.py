@@ -591,11 +591,12 @@ def test_help_and_docs_agree(env):
 
 def test_metrics_and_docs_agree(env):
     """The families serve's /metrics writes (from xfer/metrics.c's one table) are the ones
-    docs/xfer.md lists, and a path other than /metrics is 404."""
+    docs/observability.md lists for it, and a path other than /metrics is 404 (labels and
+    types: test_prometheus)."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    with open(os.path.join(root, "docs", "xfer.md")) as f:
+    with open(os.path.join(root, "docs", "observability.md")) as f:
         doc = f.read()
-    section = doc.split("### Metrics of `serve`")[1].split("\n## ")[0]
+    section = doc.split("### `accelnet xfer serve --metrics")[1].split("\n## ")[0]
     documented = set(re.findall(r"`(accelnet_xfer_[a-z_]+)", section))
     dst = os.path.join(env.dir, "dst")
     os.makedirs(dst)
@@ -608,3 +609,34 @@ def test_metrics_and_docs_agree(env):
     code = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
                            f"http://127.0.0.1:{mport}/other"], capture_output=True, text=True, timeout=10).stdout
     assert code == "404", code
+
+
+SEND_JSON_KEYS = ["ok", "files", "bytes", "bytes_skipped", "bytes_sent", "bytes_acked", "seconds",
+                  "gbit_per_s", "chunks", "chunks_resent", "chunks_dup", "chunks_corrupt",
+                  "zerocopy_bytes", "zerocopy_copied_bytes", "links", "error"]
+SEND_JSON_LINK_KEYS = ["remote", "local", "bytes", "gbit_per_s", "streams_up", "streams_lost"]
+
+
+def test_send_json_keeps_its_shape(env):
+    """`xfer send --json` is read by scripts: its keys, their order and their types are pinned
+    here (docs/xfer.md, "The JSON summary"), for a success and for a failure."""
+    src, dst = os.path.join(env.dir, "f.bin"), os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    make_file(src, 2 * 1024 * 1024 + 3)
+    port = free_port()
+    serve(env, f"127.0.0.1:{port},127.0.0.2:{port}", dst)
+    rep = send([src, f"127.0.0.1:{port},127.0.0.2:{port}", "--chunk-kib", "256"])
+    del rep["rc"], rep["stderr"]
+    assert list(rep) == SEND_JSON_KEYS, list(rep)
+    assert rep["ok"] is True and rep["error"] == "" and rep["bytes"] == 2 * 1024 * 1024 + 3
+    for k in SEND_JSON_KEYS[1:14]:
+        assert isinstance(rep[k], (int, float)) and not isinstance(rep[k], bool), (k, rep[k])
+    assert len(rep["links"]) == 2
+    for link in rep["links"]:
+        assert list(link) == SEND_JSON_LINK_KEYS, list(link)
+        assert isinstance(link["remote"], str) and isinstance(link["local"], str)
+    r = subprocess.run([BIN, "xfer", "send", src, "127.0.0.1:1", "--json"], capture_output=True,
+                       text=True, timeout=60)
+    bad = json.loads(r.stdout)
+    assert r.returncode == 1 and list(bad) == SEND_JSON_KEYS, (r.returncode, r.stdout)
+    assert bad["ok"] is False and "cannot reach the receiver" in bad["error"], bad
