@@ -5,13 +5,14 @@
  * publishes a filled slot with a release store of head, the writer frees one with a release
  * store of tail. Full means head - tail == ALOG_RING_SLOTS.
  *
- * The writer takes up to a ring's worth of records from each ring in turn, formats them into
- * a 256 KiB buffer and writes it whole (a short write is continued; an error, ENOSPC say, is
- * logged once a minute and the rest of the batch dropped and counted). SIGUSR1
+ * The writer takes up to a ring's worth of records from each ring in turn, formats each in its
+ * slot (no copy) into a 256 KiB buffer and writes it whole (a short write is continued; an error,
+ * ENOSPC say, is logged once a minute and the rest of the batch dropped and counted). SIGUSR1
  * (accesslog_reopen) sets a flag the writer reads before each batch: it opens the path again,
- * so `mv access.log access.log.1; kill -USR1` rotates. Closing drains every ring first.
- * Dropped lines (a full ring, or a failed write) are logged as they grow (at most once a
- * minute) and at close.
+ * so `mv access.log access.log.1; kill -USR1` rotates. After a pass the writer naps 5 ms unless a
+ * ring was half full or more (then it goes again at once), so a busy proxy's lines are written a
+ * few milliseconds' worth at a time. Closing drains every ring first. Dropped lines (a full ring,
+ * or a failed write) are logged as they grow (at most once a minute) and at close.
  *
  * syslog is spoken here rather than through syslog(3), which drops lines silently when no
  * daemon listens and can only use /dev/log: one datagram per line, "<30>Mmm dd hh:mm:ss
@@ -47,6 +48,7 @@
 #define ALOG_SYSLOG_PRI 30 /* LOG_DAEMON | LOG_INFO */
 #define ALOG_SYSLOG_HEAD 64
 #define ALOG_SEND_TIMEOUT_S 1
+#define ALOG_NAP_MS 5 /* the writer's sleep between passes that found a ring under half full */
 
 enum alog_dest { DEST_FILE, DEST_STDERR, DEST_SYSLOG };
 
@@ -82,14 +84,26 @@ void alog_ring_commit(struct alog_ring *r)
 	atomic_store_explicit(&r->head, h + 1, memory_order_release);
 }
 
-int alog_ring_take(struct alog_ring *r, struct alog_rec *out)
+const struct alog_rec *alog_ring_peek(struct alog_ring *r)
 {
 	uint_fast32_t t = atomic_load_explicit(&r->tail, memory_order_relaxed);
 	uint_fast32_t h = atomic_load_explicit(&r->head, memory_order_acquire);
-	if (h == t)
-		return 0;
-	*out = r->slot[t & (ALOG_RING_SLOTS - 1)];
+	return h == t ? NULL : &r->slot[t & (ALOG_RING_SLOTS - 1)];
+}
+
+void alog_ring_release(struct alog_ring *r)
+{
+	uint_fast32_t t = atomic_load_explicit(&r->tail, memory_order_relaxed);
 	atomic_store_explicit(&r->tail, t + 1, memory_order_release);
+}
+
+int alog_ring_take(struct alog_ring *r, struct alog_rec *out)
+{
+	const struct alog_rec *s = alog_ring_peek(r);
+	if (!s)
+		return 0;
+	*out = *s;
+	alog_ring_release(r);
 	return 1;
 }
 
@@ -116,6 +130,9 @@ static void puts_(struct out *o, const char *s)
 	put(o, s, strlen(s));
 }
 
+/* A string literal: its length known when compiled. */
+#define PUT_LIT(o, lit) put((o), "" lit, sizeof(lit) - 1)
+
 static void putf(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void putf(struct out *o, const char *fmt, ...)
 {
@@ -135,6 +152,13 @@ static void put_escaped(struct out *o, const char *s, int json)
 {
 	static const char hex[] = "0123456789abcdef";
 	for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+		const unsigned char *run = c; /* bytes that need no escape: one copy */
+		while (*c >= 0x20 && *c < 0x7f && *c != '"' && *c != '\\')
+			c++;
+		if (c > run)
+			put(o, (const char *)run, (size_t)(c - run));
+		if (!*c)
+			break;
 		if (*c == '"' || *c == '\\') {
 			char e[2] = {'\\', (char)*c};
 			put(o, e, 2);
@@ -146,71 +170,114 @@ static void put_escaped(struct out *o, const char *s, int json)
 				char x[4] = {'\\', 'x', hex[*c >> 4], hex[*c & 15]};
 				put(o, x, 4);
 			}
-		} else {
-			put(o, (const char *)c, 1);
 		}
 	}
 }
 
+/* The numbers by hand: printf was most of the writer's time per line. */
+static void put_u64(struct out *o, uint64_t v)
+{
+	char b[20];
+	size_t n = 0;
+	do {
+		b[sizeof(b) - ++n] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	put(o, b + sizeof(b) - n, n);
+}
+
+/* <us> as milliseconds with three decimals, as "%.3f" of us / 1000.0 writes them. */
+static void put_ms(struct out *o, uint32_t us)
+{
+	put_u64(o, us / 1000);
+	char f[4] = {'.', (char)('0' + us / 100 % 10), (char)('0' + us / 10 % 10),
+		     (char)('0' + us % 10)};
+	put(o, f, 4);
+}
+
+static void json_key(struct out *o, const char *key)
+{
+	PUT_LIT(o, ",\"");
+	puts_(o, key);
+	PUT_LIT(o, "\":");
+}
+
 static void json_str(struct out *o, const char *key, const char *v)
 {
-	putf(o, ",\"%s\":", key);
+	json_key(o, key);
 	if (!*v) {
-		puts_(o, "null");
+		PUT_LIT(o, "null");
 		return;
 	}
-	puts_(o, "\"");
+	PUT_LIT(o, "\"");
 	put_escaped(o, v, 1);
-	puts_(o, "\"");
+	PUT_LIT(o, "\"");
 }
 
 static void json_us(struct out *o, const char *key, uint32_t us)
 {
+	json_key(o, key);
 	if (us == UINT32_MAX)
-		putf(o, ",\"%s\":null", key);
+		PUT_LIT(o, "null");
 	else
-		putf(o, ",\"%s\":%.3f", key, us / 1000.0);
+		put_ms(o, us);
 }
 
 static void format_json(struct out *o, const struct alog_rec *r)
 {
+	/* the date and time to the second, made once a second (per thread: the writer's) */
+	static _Thread_local time_t ts_for = -1;
+	static _Thread_local char ts[32];
 	time_t s = (time_t)(r->time_us / 1000000);
-	struct tm tm;
-	gmtime_r(&s, &tm);
-	char ts[32];
-	strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
-	putf(o, "{\"time\":\"%s.%03uZ\"", ts, (unsigned)(r->time_us / 1000 % 1000));
+	if (s != ts_for) {
+		struct tm tm;
+		gmtime_r(&s, &tm);
+		strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S.", &tm);
+		ts_for = s;
+	}
+	unsigned ms = (unsigned)(r->time_us / 1000 % 1000);
+	char msz[5] = {(char)('0' + ms / 100), (char)('0' + ms / 10 % 10), (char)('0' + ms % 10),
+		       'Z', '"'};
+	PUT_LIT(o, "{\"time\":\"");
+	puts_(o, ts);
+	put(o, msz, sizeof(msz));
 	json_str(o, "request_id", r->reqid);
 	json_str(o, "client", r->client);
 	json_str(o, "tenant", r->tenant);
 	json_str(o, "method", r->method);
-	puts_(o, ",\"path\":\"");
+	PUT_LIT(o, ",\"path\":\"");
 	put_escaped(o, r->path, 1);
 	puts_(o, r->path_cut ? "...\"" : "\"");
+	PUT_LIT(o, ",\"route\":");
 	if (r->route < 0)
-		puts_(o, ",\"route\":null");
+		PUT_LIT(o, "null");
 	else
-		putf(o, ",\"route\":%d", r->route);
+		put_u64(o, (uint64_t)r->route);
 	json_str(o, "pool", r->pool);
 	json_str(o, "backend", r->backend);
-	putf(o, ",\"status\":%d,\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64, r->status,
-	     r->bytes_in, r->bytes_out);
+	PUT_LIT(o, ",\"status\":");
+	put_u64(o, (uint64_t)(r->status < 0 ? 0 : r->status));
+	PUT_LIT(o, ",\"bytes_in\":");
+	put_u64(o, r->bytes_in);
+	PUT_LIT(o, ",\"bytes_out\":");
+	put_u64(o, r->bytes_out);
 	json_us(o, "queue_ms", r->queue_us);
 	json_us(o, "connect_ms", r->connect_us);
 	json_us(o, "ttfb_ms", r->ttfb_us);
 	json_us(o, "total_ms", r->total_us);
 	if (r->tokens) {
-		putf(o, ",\"tokens\":%" PRIu32, r->tokens);
+		PUT_LIT(o, ",\"tokens\":");
+		put_u64(o, r->tokens);
 		json_us(o, "token_gap_ms", r->gap_us);
 	}
 	json_str(o, "user_agent", r->ua);
-	puts_(o, "}\n");
+	PUT_LIT(o, "}\n");
 }
 
 static void combined_str(struct out *o, const char *v)
 {
 	if (!*v) {
-		puts_(o, "-");
+		PUT_LIT(o, "-");
 		return;
 	}
 	put_escaped(o, v, 0);
@@ -227,23 +294,23 @@ static void format_combined(struct out *o, const struct alog_rec *r)
 	struct tm tm;
 	gmtime_r(&s, &tm);
 	combined_str(o, r->client);
-	puts_(o, " - ");
+	PUT_LIT(o, " - ");
 	combined_str(o, r->tenant);
 	putf(o, " [%02d/%s/%04d:%02d:%02d:%02d +0000] \"", tm.tm_mday, mon[tm.tm_mon],
 	     tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
 	put_escaped(o, r->method, 0);
-	puts_(o, " ");
+	PUT_LIT(o, " ");
 	put_escaped(o, r->path, 0);
 	putf(o, "%s HTTP/1.1\" %d %" PRIu64 " \"-\" \"", r->path_cut ? "..." : "", r->status,
 	     r->bytes_out);
 	put_escaped(o, r->ua, 0);
 	putf(o, "\" rt=%.3f rid=", r->total_us / 1e6);
 	combined_str(o, r->reqid);
-	puts_(o, " pool=");
+	PUT_LIT(o, " pool=");
 	combined_str(o, r->pool);
-	puts_(o, " backend=");
+	PUT_LIT(o, " backend=");
 	combined_str(o, r->backend);
-	puts_(o, "\n");
+	PUT_LIT(o, "\n");
 }
 
 size_t alog_format_line(const struct alog_rec *r, enum alog_format f, char *out, size_t cap)
@@ -353,33 +420,36 @@ static void send_syslog(struct accesslog *l, const char *line, size_t n, uint64_
 	}
 }
 
-/* One pass over the rings: 1 if anything was written. */
-static int drain_once(struct accesslog *l)
+/* One pass over the rings, each line formatted from its slot in place: the most records
+ * one ring gave. */
+static unsigned drain_once(struct accesslog *l)
 {
-	struct alog_rec rec;
 	size_t len = 0;
-	int any = 0;
+	unsigned most = 0;
 	for (unsigned i = 0; i < l->nrings; i++) {
-		for (unsigned k = 0; k < ALOG_RING_SLOTS && alog_ring_take(&l->rings[i], &rec);
-		     k++) {
-			any = 1;
+		const struct alog_rec *rec;
+		unsigned k = 0;
+		for (; k < ALOG_RING_SLOTS && (rec = alog_ring_peek(&l->rings[i])); k++) {
 			if (ALOG_BUF - len < ALOG_LINE_MAX) {
 				write_all(l, l->buf, len);
 				len = 0;
 			}
-			size_t n = alog_format_line(&rec, l->format, l->buf + len, ALOG_LINE_MAX);
+			size_t n = alog_format_line(rec, l->format, l->buf + len, ALOG_LINE_MAX);
+			uint64_t time_us = rec->time_us;
+			alog_ring_release(&l->rings[i]);
 			if (!n)
 				continue;
 			if (l->dest == DEST_SYSLOG) {
-				send_syslog(l, l->buf + len, n - 1, rec.time_us);
+				send_syslog(l, l->buf + len, n - 1, time_us);
 				continue;
 			}
 			len += n;
 		}
+		most = k > most ? k : most;
 	}
 	if (len)
 		write_all(l, l->buf, len);
-	return any;
+	return most;
 }
 
 static void *writer_main(void *arg)
@@ -403,11 +473,14 @@ static void *writer_main(void *arg)
 					  l->path, strerror(-rc));
 		}
 		int stop = atomic_load(&l->stop);
-		if (drain_once(l))
-			continue;
+		unsigned took = drain_once(l);
+		if (took >= ALOG_RING_SLOTS / 2 || (stop && took))
+			continue; /* falling behind (or closing): at once */
 		if (stop)
 			break;
-		struct timespec ts = {0, 5 * 1000 * 1000};
+		/* else a nap even when there were lines: batches of a few milliseconds' worth
+		 * cost one write and one wake-up, not one per handful of lines */
+		struct timespec ts = {0, ALOG_NAP_MS * 1000 * 1000};
 		nanosleep(&ts, NULL);
 	}
 	return NULL;

@@ -56,7 +56,11 @@ struct alog_ring {
 struct alog_rec *alog_ring_claim(struct alog_ring *r);
 /* ... and make the filled slot visible to the writer. */
 void alog_ring_commit(struct alog_ring *r);
-/* Consumer side: copy the oldest record into <out>; 1, or 0 when empty. */
+/* Consumer side: the oldest record, in its slot, or NULL when empty; ... */
+const struct alog_rec *alog_ring_peek(struct alog_ring *r);
+/* ... and its slot given back once read. */
+void alog_ring_release(struct alog_ring *r);
+/* Both: copy the oldest record into <out>; 1, or 0 when empty. */
 int alog_ring_take(struct alog_ring *r, struct alog_rec *out);
 
 /* One line for <r> (newline included) into out[0..cap); its length, or 0 when it does not

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static struct alog_ring *ring_new(void)
@@ -133,6 +134,55 @@ static void json_line_escapes_everything(void **state)
 	assert_int_equal(alog_format_line(&r, ALOG_JSON, out, 40), 0);
 }
 
+/* The numbers are written by hand: the same text as printf's, whatever the value, and the
+ * time (made once a second) right when the second changes and when it goes back. */
+static void json_numbers_as_printf_writes_them(void **state)
+{
+	(void)state;
+	static const uint32_t us[] = {0,    1,	  9,	  10,	  99,	   100,		  999,
+				      1000, 1001, 123456, 999999, 1000000, UINT32_MAX - 1};
+	static const uint64_t times[] = {1700000000999999ull, 1700000001000000ull,
+					 1700000000000001ull, 1700003600500000ull};
+	static const uint64_t bytes[] = {0, 7, 1234567890123ull, UINT64_MAX};
+	for (size_t i = 0; i < sizeof(us) / sizeof(us[0]); i++) {
+		struct alog_rec r = sample();
+		r.ttfb_us = us[i];
+		r.tokens = us[i];
+		r.gap_us = us[i];
+		r.time_us = times[i % 4];
+		r.bytes_in = bytes[i % 4];
+		r.route = (int)(i % 3) - 1;
+		r.status = (int)i * 50;
+		char out[4096], want[256], ts[32];
+		size_t n = alog_format_line(&r, ALOG_JSON, out, sizeof(out));
+		assert_true(n > 0);
+		out[n] = 0;
+		time_t s = (time_t)(r.time_us / 1000000);
+		struct tm tm;
+		gmtime_r(&s, &tm);
+		strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
+		snprintf(want, sizeof(want), "{\"time\":\"%s.%03uZ\"", ts,
+			 (unsigned)(r.time_us / 1000 % 1000));
+		assert_non_null(strstr(out, want));
+		snprintf(want, sizeof(want), "\"status\":%d,\"bytes_in\":%llu,", r.status,
+			 (unsigned long long)r.bytes_in);
+		assert_non_null(strstr(out, want));
+		snprintf(want, sizeof(want), "\"ttfb_ms\":%.3f,", us[i] / 1000.0);
+		assert_non_null(strstr(out, want));
+		if (us[i]) {
+			snprintf(want, sizeof(want), "\"tokens\":%u,\"token_gap_ms\":%.3f,", us[i],
+				 us[i] / 1000.0);
+			assert_non_null(strstr(out, want));
+		}
+		if (r.route < 0)
+			assert_non_null(strstr(out, "\"route\":null,"));
+		else {
+			snprintf(want, sizeof(want), "\"route\":%d,", r.route);
+			assert_non_null(strstr(out, want));
+		}
+	}
+}
+
 static void combined_line(void **state)
 {
 	(void)state;
@@ -157,7 +207,7 @@ static void writer_writes_everything_by_close(void **state)
 	close(fd);
 	struct accesslog *l;
 	char err[256];
-	assert_int_equal(accesslog_open(&l, path, ALOG_JSON, 2, err, sizeof(err)), 0);
+	assert_int_equal(accesslog_open(&l, path, NULL, ALOG_JSON, 2, err, sizeof(err)), 0);
 	for (int i = 0; i < 100; i++) {
 		struct alog_ring *r = accesslog_ring(l, (unsigned)i % 2);
 		struct alog_rec *s = alog_ring_claim(r);
@@ -181,7 +231,8 @@ static void writer_writes_everything_by_close(void **state)
 	unlink(path);
 	assert_int_equal(n, 100);
 	assert_int_equal(
-	    accesslog_open(&l, "/nonexistent/dir/x.log", ALOG_JSON, 1, err, sizeof(err)), -ENOENT);
+	    accesslog_open(&l, "/nonexistent/dir/x.log", NULL, ALOG_JSON, 1, err, sizeof(err)),
+	    -ENOENT);
 	assert_non_null(strstr(err, "/nonexistent/dir/x.log"));
 }
 
@@ -191,6 +242,7 @@ int main(void)
 	    cmocka_unit_test(full_ring_drops_and_counts_order_kept),
 	    cmocka_unit_test(two_threads_keep_order),
 	    cmocka_unit_test(json_line_escapes_everything),
+	    cmocka_unit_test(json_numbers_as_printf_writes_them),
 	    cmocka_unit_test(combined_line),
 	    cmocka_unit_test(writer_writes_everything_by_close),
 	};
