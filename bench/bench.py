@@ -7,7 +7,7 @@ Contestants are interleaved over rounds, alternating the order, and figures are 
 median [min-max] over rounds and as ratios to HAProxy in the same round. Nothing here asserts
 a timing: this measures, it does not test.
 
-Usage: bench/run [--quick] [--only 1,2,...] [--out DIR] [--report results.json]
+Usage: bench/run [--quick] [--only 1,2,...] [--obs-rounds N] [--out DIR] [--report results.json]
 """
 
 import argparse
@@ -78,6 +78,7 @@ class Run:
         p = subprocess.Popen(["taskset", "-c", cpu, *argv], stdout=log, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL, start_new_session=True,
                              preexec_fn=raise_nofile)
+        p.log_path = log.name
         self.procs.append(p)
         if port:
             wait_port(port, p)
@@ -180,7 +181,8 @@ http {{
     return p, port
 
 
-def start_haproxy(run, backends, balance="roundrobin", maxconn=None, streaming=False, extra=""):
+def start_haproxy(run, backends, balance="roundrobin", maxconn=None, streaming=False, extra="",
+                  glob="", defaults=""):
     """HAProxy with its defaults, plus `option http-no-delay` for token streams: without it
     every send carries MSG_MORE and events wait up to 200 ms (research part D)."""
     port = free_port()
@@ -189,9 +191,9 @@ def start_haproxy(run, backends, balance="roundrobin", maxconn=None, streaming=F
     cfg = f"""global
     nbthread 1
     maxconn {HAPROXY_MAXCONN}
-defaults
+{glob}defaults
     mode http
-    timeout connect 5s
+{defaults}    timeout connect 5s
     timeout client 300s
     timeout server 300s
     timeout queue 300s
@@ -400,6 +402,151 @@ def summarize_sse(sc):
              "added p50 / p99 ms", "p99 ÷ HAProxy", "CPU µs/token"], rows)
 
 
+# --- scenario 8: the cost of observability (issue 13) -----------------------------------
+
+OBS_KEY = "sk-bench-0123456789abcdef"
+
+
+def start_accelnet_obs(run, origin, on):
+    """accelnet as scenario 1 has it, behind an authenticated route (each request gets a
+    tenant, so per-tenant accounting runs), with an admin listener; <on> adds the access log,
+    JSON lines to a file. (Scraping /metrics is the caller's.)"""
+    keys = run.write("obs-keys.txt", f"bench {OBS_KEY}\n")
+    admin = free_port()
+    log = os.path.join(run.dir, f"obs-access-{admin}.log")
+    extra = (f"admin: {{address: 127.0.0.1:{admin}}}\n"
+             "routes:\n  - match: {path_prefix: /}\n    pool: b\n"
+             f"    auth: {{api_keys_file: {keys}}}\n")
+    if on:
+        extra += f"access_log: {{path: {log}, format: json}}\n"
+    p, port = start_accelnet(run, [origin], extra=extra)
+    p.admin, p.access_log = admin, log if on else None
+    return p, port
+
+
+def start_haproxy_obs(run, origin, on):
+    """HAProxy as scenario 1 has it; <on>: `option httplog` lines written to its stdout, which
+    the bench sends to a file (`log stdout`, as in a container: one write(2) per line, no
+    syslog daemon in between, the cheapest file-writing setup HAProxy has)."""
+    p, port = start_haproxy(run, [origin],
+                            glob="    log stdout format raw local0\n" if on else "",
+                            defaults="    log global\n    option httplog\n" if on else "")
+    p.access_log = p.log_path if on else None
+    return p, port
+
+
+class Scraper:
+    """GET /metrics every <every_s> seconds in a thread, as Prometheus would, while running."""
+
+    def __init__(self, port, every_s=1.0):
+        import threading
+        self.port, self.every_s, self.n, self.last = port, every_s, 0, ""
+        self.stop_ = threading.Event()
+        self.th = threading.Thread(target=self._run, daemon=True)
+        self.th.start()
+
+    def _run(self):
+        while not self.stop_.is_set():
+            self.last = urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics",
+                                               timeout=5).read().decode()
+            self.n += 1
+            self.stop_.wait(self.every_s)
+
+    def stop(self):
+        self.stop_.set()
+        self.th.join()
+        return self
+
+
+def count_lines(path):
+    if not path or not os.path.exists(path):
+        return 0
+    with open(path, "rb") as f:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+
+
+def scenario_obs(run, res, seconds, rounds, conns=64):
+    """accelnet with the access log off and /metrics not scraped, against the access log on
+    (JSON to a file) with /metrics scraped every second; HAProxy with its log off and on.
+    All four in front of the origin at once, interleaved over rounds (the order turned each
+    round), scenario 1's load: 2 KiB responses, keep-alive."""
+    origin = res["origin"]
+    targets = {"accelnet off": start_accelnet_obs(run, origin, False),
+               "accelnet on": start_accelnet_obs(run, origin, True),
+               "haproxy off": start_haproxy_obs(run, origin, False),
+               "haproxy on": start_haproxy_obs(run, origin, True)}
+    hdr = ("-H", f"Authorization: Bearer {OBS_KEY}")
+    for name, (p, port) in targets.items():  # warm-up
+        wrk(port, "/small", 1, conns, hdr)
+    time.sleep(1)  # the warm-up's lines written out before they are counted
+    base = {name: count_lines(p.access_log) for name, (p, _) in targets.items()}
+    figures = {name: [] for name in targets}
+    scrapes = 0
+    for r in range(rounds):
+        order = list(targets) if r % 2 == 0 else list(reversed(targets))
+        for name in order:
+            p, port = targets[name]
+            scraper = Scraper(p.admin) if name == "accelnet on" else None
+            c0 = proc_cpu_s(p.pid)
+            w = wrk(port, "/small", seconds, conns, hdr)
+            c1 = proc_cpu_s(p.pid)
+            if scraper:
+                scrapes += scraper.stop().n
+            w["rps"] = w["requests"] / (w["duration_us"] / 1e6)
+            w["cpu_us_per_req"] = (c1 - c0) * 1e6 / max(w["requests"], 1)
+            w["round"] = r
+            figures[name].append(w)
+    logged = {}
+    for name, (p, port) in targets.items():
+        dropped = None
+        if name == "accelnet on":
+            text = urllib.request.urlopen(f"http://127.0.0.1:{p.admin}/metrics",
+                                          timeout=5).read().decode()
+            m = re.search(r"^accelnet_access_log_dropped_total (\d+)$", text, re.M)
+            dropped = int(m.group(1)) if m else None
+        run.stop(p)  # accelnet writes what its rings hold before it exits
+        if p.access_log:
+            logged[name] = {"lines": count_lines(p.access_log) - base[name],
+                            "requests": sum(w["requests"] for w in figures[name]),
+                            "dropped": dropped}
+    res["scenarios"]["8"] = {
+        "title": "the cost of the access log and metrics: 2 KiB responses, keep-alive, "
+                 f"{conns} connections", "kind": "obs", "conns": conns, "seconds": seconds,
+        "rounds": figures, "logged": logged, "scrapes": scrapes}
+
+
+def summarize_obs(sc):
+    rows = []
+    for name, rounds in sc["rounds"].items():
+        lg = sc["logged"].get(name)
+        rows.append([name, spread([w["rps"] for w in rounds], "{:.0f}"),
+                     spread([w["p50_ms"] for w in rounds], "{:.2f}"),
+                     spread([w["p99_ms"] for w in rounds], "{:.2f}"),
+                     str(sum(w["errors"] + w["non2xx"] for w in rounds)),
+                     spread([w["cpu_us_per_req"] for w in rounds], "{:.1f}"),
+                     f"{lg['lines']} / {lg['requests']}" if lg else "-"])
+    return (["contestant", "req/s", "p50 ms", "p99 ms", "errors", "CPU µs/req",
+             "log lines / requests"], rows)
+
+
+def ratio3(rounds, base, get):
+    r = [get(a) / get(b) for a, b in zip(rounds, base) if get(b)]
+    return f"{med(r):.3f}" if r else "-"
+
+
+def ratios_obs(sc):
+    """On ÷ off for each server, median of same-round ratios."""
+    rows = []
+    for who in ("accelnet", "haproxy"):
+        on, off = sc["rounds"][f"{who} on"], sc["rounds"][f"{who} off"]
+        rps = ratio3(on, off, lambda w: w["rps"])
+        cpu = ratio3(on, off, lambda w: w["cpu_us_per_req"])
+        rows.append([f"{who} on ÷ off", rps, cpu,
+                     f"{(1 - float(rps)) * 100:.1f}%" if rps != "-" else "-",
+                     f"{(float(cpu) - 1) * 100:.1f}%" if cpu != "-" else "-"])
+    return (["", "req/s", "CPU/req", "throughput lost", "CPU/req added"], rows)
+
+
 # --- scenario 6: accelerator fleet, open loop -------------------------------------------
 
 FLEET = [  # name, slots, latency ms, tokens, token ms, stall
@@ -596,7 +743,7 @@ def ratios_fleet(sc):
 
 
 SUMMARIZERS = {"wrk": summarize_wrk, "idle": summarize_idle, "sse": summarize_sse,
-               "fleet": summarize_fleet, "prefix": summarize_prefix}
+               "fleet": summarize_fleet, "prefix": summarize_prefix, "obs": summarize_obs}
 RATIOS = {"wrk": ratios_wrk, "sse": ratios_sse, "fleet": ratios_fleet, "prefix": ratios_fleet}
 
 
@@ -664,7 +811,7 @@ def versions():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="a smoke check in under 3 minutes")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7", help="scenarios to run, e.g. 1,5")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8", help="scenarios to run, e.g. 1,5")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "out"))
     ap.add_argument("--fleet", metavar="REGEX",
                     help="scenario 6: only the contestants whose names match (for tuning; "
@@ -675,6 +822,8 @@ def main():
     ap.add_argument("--baseline", metavar="ACCELNET_BIN",
                     help="scenarios 1-5: also run this (older) accelnet binary as "
                     "'accelnet-base' and report this build's figures as ratios to it")
+    ap.add_argument("--obs-rounds", type=int,
+                    help="scenario 8: rounds (default 7; --quick: 2)")
     ap.add_argument("--report", metavar="RESULTS_JSON",
                     help="only render summary.md and latency.png again from a results.json")
     a = ap.parse_args()
@@ -726,6 +875,7 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
             ("6", lambda: scenario_fleet(run, res, a.fleet_loads,
                                          a.fleet_seconds or (4 if q else 45), a.fleet)),
             ("7", lambda: scenario_prefix(run, res, [0.5, 0.8, 1.2], 4 if q else 30)),
+            ("8", lambda: scenario_obs(run, res, secs, a.obs_rounds or (2 if q else 7))),
         ]
         for key, fn in steps:
             if key in only:
@@ -767,6 +917,10 @@ def render(res, outdir):
           f"{v['haproxy'].split(' - ')[0]}; {res['placement']}; {res['elapsed_s']:.0f} s.", ""]
     for key, sc in sorted(res["scenarios"].items()):
         md += [f"## {key}. {sc['title']}", "", table(*SUMMARIZERS[sc["kind"]](sc)), ""]
+        if sc["kind"] == "obs":
+            md += ["Each server with its access log on (and, for accelnet, /metrics scraped "
+                   f"every second: {sc['scrapes']} scrapes) against the same server with it off, "
+                   "median of same-round ratios:", "", table(*ratios_obs(sc)), ""]
         if sc["kind"] in RATIOS:
             md += ["Each figure as a ratio to HAProxy's (median of same-round ratios):", "",
                    table(*RATIOS[sc["kind"]](sc)), ""]

@@ -294,3 +294,26 @@ def test_full_disk_drops_and_counts_lines(env):
     assert b'"access_log_dropped":5' in request(p.admin, "GET", "/status")[2].replace(b" ", b"")
     assert env.stop(p) == 0
     assert "access log /dev/full: 5 lines dropped" in env.log(p), env.log(p)
+
+
+def test_sigusr1_when_the_path_cannot_be_opened_keeps_the_old_file(env):
+    """Rotation to a path that cannot be opened (its directory moved away): the proxy says so
+    and goes on writing to the file it has."""
+    d = os.path.join(env.dir, "logs")
+    os.makedirs(d)
+    log = os.path.join(d, "access.log")
+    be = echo_backend(env)
+    p = env.proxy("pools:\n" + pool_yaml("p", [be.port]) +
+                  "routes:\n  - match: {path_prefix: /}\n    pool: p\n",
+                  extra=f"access_log: {{path: {log}}}\n")
+    assert request(p.port, "GET", "/before")[0] == 200
+    _wait_lines(log, 1)
+    moved = os.path.join(env.dir, "logs.old")
+    os.rename(d, moved)
+    os.kill(p.pid, signal.SIGUSR1)
+    wait_until(lambda: f"access log {log}: cannot open it again: No such file or directory"
+               in env.log(p), "the error")
+    assert request(p.port, "GET", "/after")[0] == 200
+    lines = _wait_lines(os.path.join(moved, "access.log"), 2)
+    assert [json.loads(x)["path"] for x in lines] == ["/before", "/after"]
+    assert p.poll() is None
