@@ -130,6 +130,14 @@ static int is_unchecked_credential(const struct rewrite_request_info *info, stru
 	return same_field_for_cgi(name, "x-api-key");
 }
 
+/* Fields of the trace context and the timing request: the proxy writes traceparent itself,
+ * passes tracestate only along a traceparent it took, and answers X-Accelnet-Timing itself. */
+static int is_trace_field(const struct rewrite_request_info *info, struct http_str name)
+{
+	return http_str_eq(name, "traceparent") || http_str_eq(name, "x-accelnet-timing") ||
+	       (!info->pass_tracestate && http_str_eq(name, "tracestate"));
+}
+
 /* "<name>: <value>\r\n" with every byte of <value> outside printable ASCII as '?'. */
 static void put_safe_field(struct out *o, const char *name, const char *value)
 {
@@ -147,9 +155,22 @@ static void put_safe_field(struct out *o, const char *name, const char *value)
 	put(o, "\r\n", 2);
 }
 
+const struct http_header *rewrite_single_field(const struct http_head *h, const char *name)
+{
+	const struct http_header *found = NULL;
+	for (unsigned i = 0; i < h->nheaders; i++) {
+		if (!http_str_eq(h->headers[i].name, name))
+			continue;
+		if (found)
+			return NULL;
+		found = &h->headers[i];
+	}
+	return found;
+}
+
 int rewrite_incoming_request_id(const struct http_head *req, char *out)
 {
-	const struct http_header *f = http_find_header(req, "x-request-id");
+	const struct http_header *f = rewrite_single_field(req, "x-request-id");
 	if (!f || !f->value.len || f->value.len > REQUEST_ID_MAX)
 		return 0;
 	for (uint32_t i = 0; i < f->value.len; i++) {
@@ -179,6 +200,7 @@ int rewrite_request(char *buf, size_t cap, const struct http_head *req,
 		if (rewrite_is_hop_by_hop(req, f->name) || is_framing(f->name) ||
 		    http_str_eq(f->name, "host") || http_str_eq(f->name, "x-forwarded-proto") ||
 		    http_str_eq(f->name, "x-request-id") || http_str_eq(f->name, "expect") ||
+		    is_trace_field(info, f->name) ||
 		    (is_forwarding(f->name) &&
 		     (!info->trusted || http_str_eq(f->name, "x-forwarded-for"))) ||
 		    (info->identity_header && same_field_for_cgi(f->name, info->identity_header)) ||
@@ -204,6 +226,11 @@ int rewrite_request(char *buf, size_t cap, const struct http_head *req,
 			    : "\r\nX-Forwarded-Proto: http\r\nX-Request-Id: ");
 	puts_(&o, info->request_id);
 	puts_(&o, "\r\n");
+	if (info->traceparent) {
+		puts_(&o, "traceparent: ");
+		puts_(&o, info->traceparent);
+		puts_(&o, "\r\n");
+	}
 	if (info->identity_header && info->identity) { /* who the proxy authenticated */
 		puts_(&o, info->identity_header);
 		puts_(&o, ": ");
@@ -218,11 +245,10 @@ int rewrite_request(char *buf, size_t cap, const struct http_head *req,
 }
 
 int rewrite_response(char *buf, size_t cap, const struct http_head *resp, int keep_alive,
-		     const char *request_id)
+		     const char *request_id, const char *timing)
 {
 	struct out o = {buf, 0, cap, 0};
 	char status[16];
-	int has_id = 0;
 
 	if (resp->status >= 100 && resp->status <= 999) { /* always, from the parser */
 		memcpy(status, "HTTP/1.1 000 ", 14);
@@ -240,10 +266,9 @@ int rewrite_response(char *buf, size_t cap, const struct http_head *resp, int ke
 	put(&o, "\r\n", 2);
 	for (unsigned i = 0; i < resp->nheaders; i++) {
 		const struct http_header *f = &resp->headers[i];
-		if (rewrite_is_hop_by_hop(resp, f->name) || is_framing(f->name))
+		if (rewrite_is_hop_by_hop(resp, f->name) || is_framing(f->name) ||
+		    http_str_eq(f->name, "x-request-id") || http_str_eq(f->name, "x-accelnet-timing"))
 			continue;
-		if (http_str_eq(f->name, "x-request-id"))
-			has_id = 1;
 		put_field(&o, f->name, f->value);
 	}
 	/* a 1xx or 204 has no body and may not declare one; a HEAD or 304 answer declares
@@ -254,9 +279,14 @@ int rewrite_response(char *buf, size_t cap, const struct http_head *resp, int ke
 		else if (resp->flags & HTTP_F_HAS_CL)
 			put_content_length(&o, resp->content_length);
 	}
-	if (!has_id && request_id) {
+	if (request_id) {
 		puts_(&o, "X-Request-Id: ");
 		puts_(&o, request_id);
+		put(&o, "\r\n", 2);
+	}
+	if (timing) {
+		puts_(&o, "X-Accelnet-Timing: ");
+		puts_(&o, timing);
 		put(&o, "\r\n", 2);
 	}
 	if (!keep_alive)
@@ -292,13 +322,15 @@ int rewrite_sse_comment(char *out, size_t cap, const char *text)
 	return chunk(out, cap, line, n, 0);
 }
 
-int rewrite_sse_error(char *out, size_t cap, int status, const char *detail)
+int rewrite_sse_error(char *out, size_t cap, int status, const char *detail,
+		      const char *request_id)
 {
-	char ev[384];
+	char ev[512];
 	int n = snprintf(ev, sizeof(ev),
 			 "event: error\ndata: {\"error\":{\"status\":%d,\"message\":\"%s\","
-			 "\"type\":\"proxy_error\"}}\n\n",
-			 status, detail);
+			 "\"type\":\"proxy_error\"}%s%s%s}\n\n",
+			 status, detail, request_id ? ",\"request_id\":\"" : "",
+			 request_id ? request_id : "", request_id ? "\"" : "");
 	if (n < 0 || (size_t)n >= sizeof(ev))
 		return -1;
 	return chunk(out, cap, ev, n, 1);
@@ -346,7 +378,9 @@ static void openai_kind(int status, const char **type, const char **code)
 
 int rewrite_error(char *buf, size_t cap, const struct rewrite_error_info *e)
 {
-	char body[512], msg[300], extra[160] = ""; /* Retry-After, or a 401's challenges */
+	char body[768], msg[300], extra[160] = ""; /* Retry-After, or a 401's challenges */
+	char timing[160] = "";
+	const char *rid = e->request_id;
 	int blen;
 	if (e->openai) {
 		const char *type, *code;
@@ -355,12 +389,16 @@ int rewrite_error(char *buf, size_t cap, const struct rewrite_error_info *e)
 		blen =
 		    snprintf(body, sizeof(body),
 			     "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,"
-			     "\"code\":%s%s%s}}\n",
-			     msg, type, code ? "\"" : "", code ? code : "null", code ? "\"" : "");
+			     "\"code\":%s%s%s}%s%s%s}\n",
+			     msg, type, code ? "\"" : "", code ? code : "null", code ? "\"" : "",
+			     rid ? ",\"request_id\":\"" : "", rid ? rid : "", rid ? "\"" : "");
 	} else {
-		blen = snprintf(body, sizeof(body), "%d %s: %s\n", e->status,
-				http_status_text(e->status), e->detail);
+		blen = snprintf(body, sizeof(body), "%d %s: %s%s%s%s\n", e->status,
+				http_status_text(e->status), e->detail,
+				rid ? " (request id " : "", rid ? rid : "", rid ? ")" : "");
 	}
+	if (e->timing)
+		snprintf(timing, sizeof(timing), "X-Accelnet-Timing: %s\r\n", e->timing);
 	if (blen < 0 || (size_t)blen >= sizeof(body))
 		blen = (int)sizeof(body) - 1;
 	if (e->retry_after_s)
@@ -376,11 +414,11 @@ int rewrite_error(char *buf, size_t cap, const struct rewrite_error_info *e)
 			     : "WWW-Authenticate: Bearer realm=\"accelnet\"\r\n");
 	int n = snprintf(buf, cap,
 			 "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
-			 "%s%s%s%s%sCache-Control: no-store\r\n%s\r\n%.*s",
+			 "%s%s%s%s%s%sCache-Control: no-store\r\n%s\r\n%.*s",
 			 e->status, http_status_text(e->status),
-			 e->openai ? "application/json" : "text/plain", blen,
-			 e->request_id ? "X-Request-Id: " : "", e->request_id ? e->request_id : "",
-			 e->request_id ? "\r\n" : "", extra, e->more_headers ? e->more_headers : "",
+			 e->openai ? "application/json" : "text/plain", blen, rid ? "X-Request-Id: " : "",
+			 rid ? rid : "", rid ? "\r\n" : "", timing, extra,
+			 e->more_headers ? e->more_headers : "",
 			 e->keep_alive ? "" : "Connection: close\r\n", blen, body);
 	return n < 0 || (size_t)n >= cap ? -1 : n;
 }

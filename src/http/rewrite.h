@@ -13,6 +13,12 @@
  *
  * X-Forwarded-For, X-Real-IP and Forwarded are believed only from trusted_proxies: for any
  * other client X-Forwarded-For is replaced by its address and the other two are dropped.
+ *
+ * One request id per request, the one the proxy logs: the backend gets it as X-Request-Id
+ * (the client's field is never copied), and the client gets it on every response, relayed
+ * ones too (a backend's own X-Request-Id is replaced), and in the proxy's own error bodies.
+ * Likewise the trace context: the backend gets the proxy's traceparent, and the client's
+ * tracestate only along a traceparent the proxy took (traceparent.h).
  */
 #ifndef ACCELNET_HTTP_REWRITE_H
 #define ACCELNET_HTTP_REWRITE_H
@@ -32,6 +38,8 @@ struct rewrite_field {
 struct rewrite_request_info {
 	const char *client_ip;
 	const char *request_id; /* the id to send: kept from the client or generated */
+	const char *traceparent; /* the traceparent to send (the proxy's span), or NULL */
+	int pass_tracestate;	 /* the client's traceparent was taken: its tracestate goes on */
 	int upstream_minor;	/* HTTP/1.<minor> upstream: 1, or 0 for HTTP/1.0 clients */
 	int trusted;		/* the client is in trusted_proxies */
 	int tls;		/* the client came over TLS: X-Forwarded-Proto: https */
@@ -56,28 +64,32 @@ int rewrite_request(char *out, size_t cap, const struct http_head *req,
 
 /*
  * Write the client response head for the upstream response <resp>. <keep_alive>: whether the
- * client connection stays open after this response. Returns its length or -1.
+ * client connection stays open after this response. <request_id> (or NULL) replaces any
+ * X-Request-Id of the backend's; <timing> (or NULL) is the X-Accelnet-Timing value, and the
+ * backend's own field of that name never passes. Returns its length or -1.
  */
 int rewrite_response(char *out, size_t cap, const struct http_head *resp, int keep_alive,
-		     const char *request_id);
+		     const char *request_id, const char *timing);
 
 /* A response the proxy makes itself. */
 struct rewrite_error_info {
 	int status;
 	const char *detail; /* a short text of the proxy's own, never a client's bytes */
 	int keep_alive;
-	const char *request_id;	  /* NULL: none */
+	const char *request_id;	  /* NULL: none; else in a header and in the body */
 	unsigned retry_after_s;	  /* not 0: Retry-After */
 	unsigned challenges;	  /* a 401's WWW-Authenticate: REWRITE_CHALLENGE_* (0: Bearer) */
 	int openai;		  /* routes.api openai: the OpenAI error JSON, not text/plain */
 	const char *more_headers; /* whole CRLF-ended header lines, or NULL */
+	const char *timing;	  /* the X-Accelnet-Timing value, or NULL */
 };
 #define REWRITE_CHALLENGE_BEARER 1u
 #define REWRITE_CHALLENGE_BASIC 2u
 
 /*
- * Write a complete short error response: text/plain "STATUS REASON: detail", or on an
- * OpenAI-shaped route {"error": {"message", "type", "param", "code"}} as application/json
+ * Write a complete short error response: text/plain "STATUS REASON: detail (request id ID)",
+ * or on an OpenAI-shaped route {"error": {"message", "type", "param", "code"},
+ * "request_id": ID} as application/json
  * (401: invalid_request_error / invalid_api_key; 403: permission_error; 429: requests /
  * rate_limit_exceeded; 5xx: server_error, 503 with code service_unavailable; other 4xx:
  * invalid_request_error). Retry-After when retry_after_s is not 0, a 401's challenges,
@@ -94,8 +106,10 @@ int rewrite_error(char *out, size_t cap, const struct rewrite_error_info *e);
 int rewrite_sse_head(char *out, size_t cap, const char *request_id);
 /* One chunk holding an SSE comment line. */
 int rewrite_sse_comment(char *out, size_t cap, const char *text);
-/* One chunk holding an SSE "error" event for <status>, then the last chunk. */
-int rewrite_sse_error(char *out, size_t cap, int status, const char *detail);
+/* One chunk holding an SSE "error" event for <status> (with "request_id" unless NULL), then
+ * the last chunk. */
+int rewrite_sse_error(char *out, size_t cap, int status, const char *detail,
+		      const char *request_id);
 
 /* "100 Continue", answered for the backend (Expect is not forwarded). Length or -1. */
 int rewrite_continue(char *out, size_t cap);
@@ -109,10 +123,14 @@ int rewrite_chunk_size(char *out, size_t cap, uint64_t n);
 const char *rewrite_chunk_tail(int had_size);
 
 /*
- * The X-Request-Id of <req> if it is 1..64 characters of [A-Za-z0-9._:-], copied to <out>
- * (REQUEST_ID_MAX + 1 bytes); 0 if there is none usable.
+ * The X-Request-Id of <req> if there is exactly one and it is 1..64 characters of
+ * [A-Za-z0-9._:-], copied to <out> (REQUEST_ID_MAX + 1 bytes); 0 if there is none usable.
+ * Whether to believe it (trusted_proxies) is the caller's decision.
  */
 int rewrite_incoming_request_id(const struct http_head *req, char *out);
+
+/* The field named <name> if <h> has exactly one of them, else NULL (none, or several). */
+const struct http_header *rewrite_single_field(const struct http_head *h, const char *name);
 
 /* Is field <name> of message <h> hop-by-hop (a fixed one, or named by its Connection)? */
 int rewrite_is_hop_by_hop(const struct http_head *h, struct http_str name);

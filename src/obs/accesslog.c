@@ -242,6 +242,8 @@ static void format_json(struct out *o, const struct alog_rec *r)
 	puts_(o, ts);
 	put(o, msz, sizeof(msz));
 	json_str(o, "request_id", r->reqid);
+	json_str(o, "trace_id", r->trace_id);
+	json_str(o, "span_id", r->span_id);
 	json_str(o, "client", r->client);
 	json_str(o, "tenant", r->tenant);
 	json_str(o, "method", r->method);
@@ -284,8 +286,8 @@ static void combined_str(struct out *o, const char *v)
 }
 
 /* host - user [time] "request" status bytes "referer" "user-agent", then what the combined
- * format has no field for, as nginx users add it: rt= (seconds), the request id, pool and
- * backend. */
+ * format has no field for, as nginx users add it: rt= (seconds), the request id, pool,
+ * backend and trace id. */
 static void format_combined(struct out *o, const struct alog_rec *r)
 {
 	static const char *const mon[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
@@ -310,6 +312,8 @@ static void format_combined(struct out *o, const struct alog_rec *r)
 	combined_str(o, r->pool);
 	PUT_LIT(o, " backend=");
 	combined_str(o, r->backend);
+	PUT_LIT(o, " trace=");
+	combined_str(o, r->trace_id);
 	PUT_LIT(o, "\n");
 }
 

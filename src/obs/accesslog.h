@@ -35,6 +35,8 @@ struct alog_rec {
 	int route;					  /* index into routes, -1: none */
 	uint8_t path_cut;
 	char reqid[65];
+	char trace_id[33]; /* the W3C trace id, "" for a request refused before it was read */
+	char span_id[17];  /* the proxy's span: the parent-id the backend saw */
 	char client[48];
 	char tenant[65];
 	char method[16];

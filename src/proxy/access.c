@@ -14,6 +14,11 @@
  * for a response whose tokens are counted (routes.rate_limit with tokens) the number of
  * events and their mean gap. The tenant is the authenticated identity (never a key, token
  * or password), else the routes' tenant_header is not logged: only what auth proved.
+ *
+ * A request refused before it became an exchange (a malformed head: 400, 431, 505 ...; a
+ * head not received in time: 408) gets a line too, from access_log_refusal(): the client,
+ * the status, the request id it was answered with, the bytes read, and the method and target
+ * when its request line shows them. That path costs the normal one nothing.
  */
 #include "core/clock.h"
 #include "core/rand.h"
@@ -42,11 +47,11 @@ static void copy_cut(char *dst, size_t cap, const char *p, size_t len, uint8_t *
 void access_note_head(struct exchange *x, const struct http_head *h)
 {
 	struct worker *w = x->w;
-	/* sampled here, once: a request left out costs no copies (log_start_ns stays 0) */
+	/* sampled here, once: a request left out costs no copies (log_on stays 0) */
 	if (!w->alog_ring ||
 	    (w->alog_sample_cut != UINT64_MAX && rand_next(&w->rng) >= w->alog_sample_cut))
 		return;
-	x->log_start_ns = clock_now_ns();
+	x->log_on = 1;
 	x->log_path_cut = 0;
 	copy_cut(x->log_method, sizeof(x->log_method), h->method.p, h->method.len, NULL);
 	copy_cut(x->log_path, sizeof(x->log_path), h->target.p, h->target.len, &x->log_path_cut);
@@ -55,7 +60,6 @@ void access_note_head(struct exchange *x, const struct http_head *h)
 		copy_cut(x->log_ua, sizeof(x->log_ua), ua->value.p, ua->value.len, NULL);
 	else
 		x->log_ua[0] = 0;
-	x->log_head_len = h->head_len;
 }
 
 static uint32_t us_between(uint64_t from_ns, uint64_t to_ns)
@@ -77,7 +81,7 @@ static void put_str(char *dst, size_t cap, const char *s)
 void access_log_exchange(struct exchange *x)
 {
 	struct worker *w = x->w;
-	if (!w->alog_ring || !x->log_start_ns || (x->route && !x->route->access_log))
+	if (!w->alog_ring || !x->log_on || (x->route && !x->route->access_log))
 		return;
 	struct alog_rec *r = alog_ring_claim(w->alog_ring);
 	if (!r)
@@ -101,6 +105,10 @@ void access_log_exchange(struct exchange *x)
 	r->path_cut = x->log_path_cut;
 	memcpy(r->reqid, x->reqid, sizeof(r->reqid) - 1);
 	r->reqid[sizeof(r->reqid) - 1] = 0;
+	memcpy(r->trace_id, x->traceparent + 3, TRACE_ID_HEX);
+	r->trace_id[TRACE_ID_HEX] = 0;
+	memcpy(r->span_id, x->traceparent + 36, SPAN_ID_HEX);
+	r->span_id[SPAN_ID_HEX] = 0;
 	put_str(r->client, sizeof(r->client), x->client_ip);
 	put_str(r->tenant, sizeof(r->tenant), x->identity);
 	put_str(r->method, sizeof(r->method), x->log_method);
@@ -108,5 +116,48 @@ void access_log_exchange(struct exchange *x)
 	put_str(r->backend, sizeof(r->backend), x->log_backend ? x->log_backend->name : NULL);
 	put_str(r->path, sizeof(r->path), x->log_path);
 	put_str(r->ua, sizeof(r->ua), x->log_ua);
+	alog_ring_commit(w->alog_ring);
+}
+
+/* The method and target of the request line at head[0..len), when it shows them: a token,
+ * one space, a target without spaces or control bytes, one space (then the version). */
+static void refusal_request_line(struct alog_rec *r, const char *head, size_t len)
+{
+	size_t m = 0;
+	while (m < len && m < sizeof(r->method) - 1 && http_is_tchar((unsigned char)head[m]))
+		m++;
+	if (!m || m >= len || head[m] != ' ')
+		return;
+	size_t t = m + 1, end = t;
+	while (end < len && (unsigned char)head[end] > ' ' && head[end] != 0x7f)
+		end++;
+	if (end == t || end >= len || head[end] != ' ')
+		return;
+	memcpy(r->method, head, m);
+	r->method[m] = 0;
+	copy_cut(r->path, sizeof(r->path), head + t, end - t, &r->path_cut);
+}
+
+void access_log_refusal(struct worker *w, const char *client_ip, int status, const char *reqid,
+			const char *head, size_t len)
+{
+	if (!w->alog_ring ||
+	    (w->alog_sample_cut != UINT64_MAX && rand_next(&w->rng) >= w->alog_sample_cut))
+		return;
+	struct alog_rec *r = alog_ring_claim(w->alog_ring);
+	if (!r)
+		return;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	memset(r, 0, sizeof(*r));
+	r->time_us = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000;
+	r->status = status;
+	r->route = -1;
+	r->bytes_in = len;
+	r->queue_us = r->connect_us = r->ttfb_us = r->total_us = r->gap_us = UINT32_MAX;
+	put_str(r->reqid, sizeof(r->reqid), reqid);
+	put_str(r->client, sizeof(r->client), client_ip);
+	if (head)
+		refusal_request_line(r, head, len);
 	alog_ring_commit(w->alog_ring);
 }

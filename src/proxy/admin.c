@@ -14,6 +14,10 @@
  * browser opening a page cannot send the header; the page sends it to read the feed). Only the
  * token's SHA-256 is kept, compared in constant time (equal lengths, so the token's length does not
  * leak either); the token itself is wiped as soon as it is hashed, and neither is ever logged.
+ *
+ * GET /debug/requests (debugreq.h) asks every worker for a snapshot and answers once all
+ * have given theirs, or after DEBUG_WAIT_MS with the silent ones named: the main loop polls
+ * for the answers on a timer and never blocks.
  */
 #include "proxy/admin.h"
 #include "core/clock.h"
@@ -23,6 +27,7 @@
 #include "obs/dashboard.h"
 #include "obs/json.h"
 #include "obs/prom.h"
+#include "proxy/debugreq.h"
 
 #include <errno.h>
 #include <openssl/crypto.h>
@@ -37,10 +42,13 @@
 #define ADMIN_MAX_CONNS 256
 #define ADMIN_MAX_BODY 16384 /* nothing here reads a body */
 #define TOKEN_MAX 4096
+#define DEBUG_WAIT_MS 500 /* how long /debug/requests waits for the workers' snapshots */
 
 struct admin {
 	struct hsrv *srv;
+	struct loop *loop;
 	struct runtime *rt;
+	struct debugreq_board *debug; /* /debug/requests, or NULL */
 	int has_token;
 	unsigned char token_sha[32]; /* SHA-256 of the token; wiped at stop */
 };
@@ -79,6 +87,68 @@ static int admin_serve_asset(struct hsrv_conn *c, const struct http_head *req)
 	return 1;
 }
 
+/* --- GET /debug/requests --- */
+
+struct debug_wait {
+	struct admin *a;
+	struct hsrv_conn *c;
+	struct loop_timer timer;
+	uint64_t deadline_ms;
+};
+
+static void debug_wait_end(void *arg)
+{
+	struct debug_wait *dw = arg;
+	loop_timer_stop(dw->a->loop, &dw->timer);
+	free(dw);
+}
+
+static void debug_on_timer(struct loop_timer *t)
+{
+	struct debug_wait *dw = container_of(t, struct debug_wait, timer);
+	struct admin *a = dw->a;
+	if (!debugreq_answered(a->debug) && loop_now(a->loop) < dw->deadline_ms) {
+		loop_timer_set(a->loop, &dw->timer, loop_now(a->loop) + 1);
+		return;
+	}
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	int rc = f ? debugreq_write(a->debug, f) : -ENOMEM;
+	if (f)
+		fclose(f);
+	struct hsrv_conn *c = dw->c;
+	hsrv_on_abort(c, NULL, NULL);
+	free(dw);
+	if (rc < 0)
+		hsrv_respond(c, 500, "text/plain", "", "out of memory\n", 14);
+	else
+		hsrv_respond(c, 200, "application/json", "Cache-Control: no-store\r\n", text, len);
+	free(text);
+}
+
+/* Ask the workers, and answer from a timer once they have (the request stays open). */
+static void admin_debug_requests(struct admin *a, struct hsrv_conn *c)
+{
+	struct debug_wait *dw = calloc(1, sizeof(*dw));
+	if (!dw) {
+		hsrv_respond(c, 500, "text/plain", "", "out of memory\n", 14);
+		return;
+	}
+	dw->a = a;
+	dw->c = c;
+	dw->timer.fn = debug_on_timer;
+	dw->deadline_ms = loop_now(a->loop) + DEBUG_WAIT_MS;
+	hsrv_on_abort(c, debug_wait_end, dw);
+	debugreq_ask(a->debug);
+	loop_timer_set(a->loop, &dw->timer, loop_now(a->loop) + 1);
+}
+
+void admin_serve_debug(struct admin *a, struct debugreq_board *b)
+{
+	a->debug = b;
+}
+
 static void admin_on_request(void *arg, struct hsrv_conn *c, const struct http_head *req,
 			     const char *body, size_t body_len)
 {
@@ -97,6 +167,10 @@ static void admin_on_request(void *arg, struct hsrv_conn *c, const struct http_h
 		hsrv_close_after(c);
 		hsrv_respond(c, 401, "text/plain", "WWW-Authenticate: Bearer\r\n", msg,
 			     sizeof(msg) - 1);
+		return;
+	}
+	if (a->debug && http_str_eq(req->path, "/debug/requests") && req->meth == HTTP_GET) {
+		admin_debug_requests(a, c);
 		return;
 	}
 	int status = http_str_eq(req->path, "/status")		 ? 1
@@ -182,6 +256,7 @@ int admin_start(struct loop *loop, const struct conf *conf, struct runtime *rt, 
 		return -ENOMEM;
 	}
 	a->rt = rt;
+	a->loop = loop;
 	if (conf->admin_token_file &&
 	    (rc = admin_load_token(a, conf->admin_token_file, err, errlen)) < 0)
 		goto fail;

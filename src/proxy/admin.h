@@ -3,7 +3,8 @@
  * health and load) and GET /metrics (Prometheus text format), both written from the
  * runtime's metrics registry. Served on the main thread: it sums the per-worker counters
  * and reads the live atomics, and never blocks a worker. With admin.token_file, every
- * request needs "Authorization: Bearer TOKEN" (else 401).
+ * request needs "Authorization: Bearer TOKEN" (else 401). GET /debug/requests (JSON: the
+ * exchanges in flight and the slowest recent ones) asks the workers (debugreq.h).
  */
 #ifndef ACCELNET_PROXY_ADMIN_H
 #define ACCELNET_PROXY_ADMIN_H
@@ -19,6 +20,9 @@ struct admin;
 /* Serve conf->admin (address, token, timeouts). 0, or -errno with <err> filled. */
 int admin_start(struct loop *loop, const struct conf *conf, struct runtime *rt, struct admin **out,
 		char *err, size_t errlen);
+struct debugreq_board;
+/* Serve GET /debug/requests from <b> (which outlives the admin endpoint). */
+void admin_serve_debug(struct admin *a, struct debugreq_board *b);
 /* Close every admin connection and wipe the token. */
 void admin_stop(struct admin *a);
 

@@ -36,13 +36,12 @@ static enum run dispatch_attach(struct exchange *x)
 	x->up_reused = x->up->served > 0;
 	x->connect_ms = now;
 	x->sent_ns = clock_now_ns();
-	if (x->w->alog_ring) { /* the access log's figures (proxy/access.h) */
-		if (!x->log_dispatch_ns && x->wt.queued_ms && now > x->wt.queued_ms)
-			x->log_queue_us = (uint32_t)(now - x->wt.queued_ms) * 1000;
-		x->log_backend = x->be;
-		x->log_dispatch_ns = x->sent_ns;
-		x->log_conn_ns = 0;
-	}
+	/* the figures of the access log, X-Accelnet-Timing and /debug/requests */
+	if (!x->log_dispatch_ns && x->wt.queued_ms && now > x->wt.queued_ms)
+		x->log_queue_us = (uint32_t)(now - x->wt.queued_ms) * 1000;
+	x->log_backend = x->be;
+	x->log_dispatch_ns = x->sent_ns;
+	x->log_conn_ns = 0;
 	x->last_read_ns = 0;
 	x->last_ms = now;
 	return RUN_AGAIN;

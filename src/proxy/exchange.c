@@ -1,6 +1,7 @@
 /*
- * exchange.c - an exchange's life: made from a request head, reused from the worker's free
- * list, and the letting go of everything it holds (see exchange.h).
+ * exchange.c - an exchange's life: made from a request head (its request id and trace
+ * context with it), reused from the worker's free list, and the letting go of everything it
+ * holds (see exchange.h).
  */
 #include "proxy/exchange.h"
 #include "core/clock.h"
@@ -13,17 +14,45 @@
 
 /* 32 lower-case hex digits (128 random bits); by hand, as snprintf cost a request 1.5k
  * instructions */
-static void make_request_id(struct worker *w, char *out)
+void exchange_make_request_id(struct worker *w, char *out)
 {
-	static const char hex[] = "0123456789abcdef";
-	uint64_t v[2] = {rand_next(&w->rng), rand_next(&w->rng)};
-	for (int i = 0; i < 32; i++)
-		out[i] = hex[(v[i / 16] >> (60 - 4 * (i % 16))) & 15];
+	trace_hex(rand_next(&w->rng), out, 16);
+	trace_hex(rand_next(&w->rng), out + 16, 16);
 	out[32] = 0;
 }
 
+/* A random id of <digits> hex digits that is not all zeros (W3C forbids them). */
+static void random_trace_hex(struct worker *w, char *out, unsigned digits)
+{
+	for (unsigned i = 0; i < digits; i += 16) {
+		uint64_t v = rand_next(&w->rng);
+		trace_hex(v ? v : 1, out + i, 16);
+	}
+}
+
+/* The request id and trace context of <x> (see exchange.h): a trusted client's are taken
+ * when well-formed, anyone else's ignored. Only a trusted client may ask for the timing. */
+static void exchange_take_ids(struct exchange *x, const struct http_head *h, int trusted)
+{
+	struct traceparent tp;
+	const struct http_header *f;
+	if (!trusted || !rewrite_incoming_request_id(h, x->reqid))
+		exchange_make_request_id(x->w, x->reqid);
+	if (trusted && (f = rewrite_single_field(h, "traceparent")) &&
+	    traceparent_parse(f->value.p, f->value.len, &tp) == 0) {
+		tp.flags &= TRACE_FLAGS_KEPT;
+		x->pass_tracestate = 1;
+	} else {
+		random_trace_hex(x->w, tp.trace_id, TRACE_ID_HEX);
+		tp.flags = TRACE_FLAG_SAMPLED;
+	}
+	random_trace_hex(x->w, tp.parent_id, SPAN_ID_HEX); /* this hop's span */
+	traceparent_format(&tp, x->traceparent);
+	x->want_timing = trusted && http_find_header(h, "x-accelnet-timing") != NULL;
+}
+
 struct exchange *exchange_new(struct worker *w, void *conn, const struct exchange_codec_ops *codec,
-			      const struct http_head *h)
+			      const struct http_head *h, int trusted)
 {
 	struct list_node *n = list_pop_front(&w->free_exchanges);
 	struct exchange *x = n ? container_of(n, struct exchange, link) : malloc(sizeof(*x));
@@ -39,9 +68,12 @@ struct exchange *exchange_new(struct worker *w, void *conn, const struct exchang
 	x->minor = h->minor;
 	x->req_close = (h->flags & HTTP_F_CLOSE) != 0;
 	http_body_init(&x->req, h->framing, h->content_length);
-	if (!rewrite_incoming_request_id(h, x->reqid))
-		make_request_id(w, x->reqid);
+	x->log_start_ns = clock_now_ns();
+	x->start_ms = loop_now(w->loop);
+	x->log_head_len = h->head_len;
+	exchange_take_ids(x, h, trusted);
 	access_note_head(x, h);
+	list_push_back(&w->live_exchanges, &x->link);
 	return x;
 }
 
@@ -79,6 +111,7 @@ void exchange_free(struct exchange *x)
 {
 	struct worker *w = x->w;
 	access_log_exchange(x);
+	debugreq_note_end(x);
 	if (x->wt.state != W_IDLE)
 		admission_withdraw(x->pool, &x->wt, loop_now(w->loop), rand_next(&w->rng),
 				   WITHDRAW_GONE);
@@ -88,6 +121,7 @@ void exchange_free(struct exchange *x)
 			   x->resp_head && x->status < 400, clock_now_ns() / 1000);
 	buf_put(&w->bufs, x->uphead);
 	x->uphead = NULL;
+	list_del(&w->live_exchanges, &x->link);
 	list_push_front(&w->free_exchanges, &x->link);
 }
 

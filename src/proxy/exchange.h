@@ -18,7 +18,15 @@
  * Ownership: an exchange belongs to the connection that carries it (conn, opaque here); it
  * holds at most one backend slot and upstream connection (and, while hedging, a second). A
  * connection may carry several exchanges in the type model; HTTP/1 carries one at a time.
- * Exchanges come from a per-worker free list, never malloc'd per request once warm.
+ * Exchanges come from a per-worker free list, never malloc'd per request once warm; while in
+ * use each is on its worker's list of live exchanges, oldest first (what /debug/requests
+ * shows: debugreq.h).
+ *
+ * Names: every exchange has one request id and one trace context (a W3C traceparent whose
+ * parent-id is the proxy's own span for this hop), made in exchange_new(). A client in
+ * trusted_proxies is believed: its well-formed X-Request-Id is kept and its valid traceparent
+ * continued (same trace id, a new span id, its tracestate passed on). Any other client's are
+ * ignored, so no client chooses the id its request is logged and forwarded under.
  */
 #ifndef ACCELNET_PROXY_EXCHANGE_H
 #define ACCELNET_PROXY_EXCHANGE_H
@@ -29,6 +37,7 @@
 #include "http/body.h"
 #include "http/parse.h"
 #include "http/rewrite.h"
+#include "http/traceparent.h"
 #include "obs/accesslog.h"
 #include "proxy/queue.h"
 #include "proxy/runtime.h"
@@ -81,7 +90,7 @@ struct exchange_codec_ops {
 };
 
 struct exchange {
-	struct list_node link; /* on the worker's free list while unused */
+	struct list_node link; /* on w->live_exchanges while in use, w->free_exchanges after */
 	struct worker *w;
 	void *conn; /* the connection that carries it, for its codec */
 	const struct exchange_codec_ops *codec;
@@ -105,6 +114,9 @@ struct exchange {
 	enum http_method meth;
 	int minor; /* HTTP/1.<minor> of the request */
 	char reqid[REQUEST_ID_MAX + 1];
+	char traceparent[TRACEPARENT_LEN + 1]; /* sent upstream: the trace id, the proxy's span */
+	unsigned pass_tracestate : 1;	       /* the client's traceparent was taken */
+	unsigned want_timing : 1;	       /* a trusted client asked for X-Accelnet-Timing */
 	unsigned req_close : 1, retried : 1, up_reused : 1;
 	unsigned want_key : 1;	 /* the pool balances on the prompt key, read from the body */
 	unsigned buffering : 1;	 /* reading the body before admission (await_body) */
@@ -149,11 +161,16 @@ struct exchange {
 	int status;
 	struct http_body resp;
 
-	/* the access log's (proxy/access.h); set only while it is on */
+	/* its clocks, for the access log, X-Accelnet-Timing and /debug/requests: the request
+	 * head was read, the last attempt was dispatched, its connection was ready, the
+	 * response head came */
 	uint64_t log_start_ns, log_dispatch_ns, log_conn_ns, log_ttfb_ns, log_bytes_out;
+	uint64_t start_ms; /* log_start_ns on the loop's clock */
 	uint32_t log_queue_us, log_head_len;
 	int log_status; /* the proxy's own answer, if it gave one */
-	uint8_t log_path_cut;
+	/* the access log's: this exchange is logged (access_log on, sampled in) and its
+	 * method, path and User-Agent were copied */
+	uint8_t log_on, log_path_cut;
 	const struct backend *log_backend;
 	char log_method[16], log_path[ALOG_PATH_MAX + 1], log_ua[ALOG_UA_MAX + 1];
 };
@@ -168,10 +185,14 @@ static inline const struct net_tls_facts *exchange_tls(const struct exchange *x)
 
 /*
  * A new exchange of <w> for the request head <h>, carried by <conn> whose codec is <codec>;
- * NULL without memory. The request id is kept from the client or made here.
+ * NULL without memory. <trusted>: the client is in trusted_proxies, so its request id and
+ * trace context are believed (else new ones are made).
  */
 struct exchange *exchange_new(struct worker *w, void *conn, const struct exchange_codec_ops *codec,
-			      const struct http_head *h);
+			      const struct http_head *h, int trusted);
+/* A fresh request id (32 lower-case hex digits) into out[0..32], for an exchange or for a
+ * request refused before it became one. */
+void exchange_make_request_id(struct worker *w, char *out);
 /* Back to the worker's free list: everything it holds (queue place, slots, upstream
  * connections, head buffer) let go first. */
 void exchange_free(struct exchange *x);
@@ -218,5 +239,17 @@ void exchange_on_upstream(void *x);
  */
 void access_note_head(struct exchange *x, const struct http_head *h);
 void access_log_exchange(struct exchange *x);
+/*
+ * A request refused before it became an exchange (a malformed head, one too large, one not
+ * received in time): one line with what is known -- <status>, the client, the request id it
+ * was answered with, and from the <len> bytes of <head> read so far the method and target
+ * when the request line shows them. Called only on that path; sampled like the others.
+ */
+void access_log_refusal(struct worker *w, const char *client_ip, int status, const char *reqid,
+			const char *head, size_t len);
+
+/* /debug/requests' hook (debugreq.c): exchange_free() offers the ending exchange to the
+ * worker's slowest recent ones. */
+void debugreq_note_end(const struct exchange *x);
 
 #endif

@@ -16,6 +16,7 @@
 #include "obs/accesslog.h"
 #include "proxy/admin.h"
 #include "proxy/creds.h"
+#include "proxy/debugreq.h"
 #include "proxy/dispatch.h"
 #include "proxy/health.h"
 #include "proxy/session.h"
@@ -44,6 +45,7 @@
 static const struct worker_ops proxy_worker_ops = {
     .accept = session_accept,
     .take_grants = dispatch_take_grants,
+    .peek = debugreq_peek,
     .close_idle = session_close_idle,
 };
 
@@ -226,6 +228,7 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 	struct main_state m = {.px = &px};
 	struct health *health = NULL;
 	struct admin *admin = NULL;
+	struct debugreq_board *debug = NULL;
 	char err[256];
 	int rc, status = 1;
 	unsigned inited = 0, started = 0;
@@ -273,6 +276,14 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 			goto out;
 		}
 	}
+	if (!(debug = debugreq_board_new(px.nworkers))) {
+		log_error("out of memory");
+		goto out;
+	}
+	for (unsigned i = 0; i < px.nworkers; i++) {
+		debug->w[i].loop = px.workers[i].loop;
+		px.workers[i].dbg = &debug->w[i];
+	}
 	if (conf->access_log.path) {
 		if ((rc = accesslog_open(&px.sh.alog, conf->access_log.path,
 					 conf->access_log.syslog_socket, conf->access_log.format,
@@ -293,6 +304,8 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 		log_error("%s", err);
 		goto out;
 	}
+	if (admin)
+		admin_serve_debug(admin, debug);
 	if ((rc = proxy_drop_privileges(conf, err, sizeof(err))) < 0) {
 		log_error("%s", err);
 		goto out;
@@ -347,6 +360,7 @@ out:
 	accesslog_close(px.sh.alog);   /* after the workers: every line they pushed is written */
 	health_stop(health);
 	admin_stop(admin);
+	debugreq_board_free(debug); /* after the workers and the admin endpoint */
 	if (hooks && hooks->stop)
 		hooks->stop(hooks->arg);
 	creds_free(&px.sh);

@@ -13,6 +13,7 @@
 #include "net/tls.h"
 #include "proxy/classify.h"
 #include "proxy/deadline.h"
+#include "proxy/debugreq.h"
 #include "proxy/relay.h"
 #include "proxy/shed.h"
 #include "proxy/sse.h"
@@ -36,11 +37,20 @@ static int session_last_request(const struct client *cl)
 	return cap && cl->requests >= cap;
 }
 
-/* Queue a response made by the proxy; ends the exchange, if any. Moves to C_REPLY. */
+/* Queue a response made by the proxy; ends the exchange, if any. Moves to C_REPLY. A request
+ * refused before it became an exchange is answered under a request id of its own, which its
+ * access log line carries too. */
 static enum run session_reply(struct client *cl, int status, const char *detail, int keep)
 {
 	struct worker *w = cl->w;
 	struct exchange *x = cl->x;
+	char refused_id[REQUEST_ID_MAX + 1], timing[160];
+	const char *rid = x ? x->reqid : refused_id;
+	if (!x) {
+		exchange_make_request_id(w, refused_id);
+		access_log_refusal(w, cl->ip, status, refused_id, cl->in ? buf_head(cl->in) : NULL,
+				   cl->in ? buf_len(cl->in) : 0);
+	}
 	/* the route shapes the answer (routes.api, its challenges); one refused before the
 	 * route stage (413, 414) is matched here, from the head it still has */
 	const struct conf_route *route =
@@ -56,14 +66,18 @@ static enum run session_reply(struct client *cl, int status, const char *detail,
 	if (client_out_buf(cl))
 		n = x && x->early_head
 			? rewrite_sse_error(cl->out->data + cl->out->end, buf_room(cl->out), status,
-					    detail)
+					    detail, rid)
 			: rewrite_error(
 			      cl->out->data + cl->out->end, buf_room(cl->out),
 			      &(struct rewrite_error_info){
 				  .status = status,
 				  .detail = detail,
 				  .keep_alive = keep,
-				  .request_id = x ? x->reqid : NULL,
+				  .request_id = rid,
+				  .timing = x && x->want_timing &&
+						    debugreq_timing(x, 1, timing, sizeof(timing)) > 0
+						? timing
+						: NULL,
 				  .retry_after_s = status == 503	? 1
 						   : status == 429 && x ? x->retry_after_s
 									: 0,
@@ -199,7 +213,7 @@ static enum run exchange_start(struct client *cl, size_t head_len)
 {
 	struct worker *w = cl->w;
 	const struct http_head *h = &w->head;
-	struct exchange *x = exchange_new(w, cl, &h1_codec, h);
+	struct exchange *x = exchange_new(w, cl, &h1_codec, h, cl->trusted);
 	if (!x) {
 		client_close(cl);
 		return RUN_GONE;

@@ -146,6 +146,8 @@ static enum run stage_forward(struct exchange *x)
 	struct rewrite_request_info info = {
 	    .client_ip = x->client_ip,
 	    .request_id = x->reqid,
+	    .traceparent = x->traceparent,
+	    .pass_tracestate = x->pass_tracestate,
 	    .upstream_minor = x->head->minor,
 	    .trusted = x->client_trusted,
 	    .tls = x->client_tls,

@@ -119,6 +119,7 @@ static void worker_on_wake(void *arg)
 {
 	struct worker *w = arg;
 	w->sh->ops->take_grants(w);
+	w->sh->ops->peek(w);
 	if (atomic_load(&w->drain_requested) && !w->draining)
 		worker_start_drain(w);
 }
@@ -143,6 +144,7 @@ int worker_init(struct worker *w, struct worker_shared *sh, unsigned id, unsigne
 	w->rt = sh->rt;
 	list_init(&w->clients);
 	list_init(&w->free_exchanges);
+	list_init(&w->live_exchanges);
 	snprintf(w->tag, sizeof(w->tag), "w%u", id);
 	uint32_t bufsize = c->limits.max_header_bytes + 1024;
 	if (bufsize < 16384)

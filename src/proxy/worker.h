@@ -32,6 +32,7 @@
 
 struct worker;
 struct listener;
+struct debugreq_worker;
 struct ssl_session_st;
 
 struct worker_ops {
@@ -40,6 +41,8 @@ struct worker_ops {
 		       const struct sockaddr_storage *peer);
 	/* slots were granted to this worker's queued requests (w->inbox) */
 	void (*take_grants)(struct worker *w);
+	/* the admin endpoint may have asked for a look at its exchanges (w->dbg) */
+	void (*peek)(struct worker *w);
 	/* draining: close every idle client and idle upstream connection; <all>: the worker
 	 * ends, close every one and free what was kept for reuse */
 	void (*close_idle)(struct worker *w, int all);
@@ -91,6 +94,7 @@ struct worker {
 	struct ssl_session_st **tls_sessions; /* per backend id: the last TLS session (pools.tls) */
 	struct list_head clients;	 /* client connections (the owner's, by their own link) */
 	struct list_head free_exchanges; /* exchanges not in use, for reuse */
+	struct list_head live_exchanges; /* exchanges in use, oldest first */
 	unsigned nclients, max_clients;
 	int accept_paused, draining;
 	struct loop_timer accept_timer; /* accepting again after running out of descriptors */
@@ -101,6 +105,7 @@ struct worker {
 	struct admission_inbox inbox; /* requests granted a slot by other workers */
 	struct alog_ring *alog_ring;  /* its access log ring (proxy/access.h), NULL: off */
 	uint64_t alog_sample_cut;     /* a request is logged when rand < this (UINT64_MAX: all) */
+	struct debugreq_worker *dbg;  /* what /debug/requests sees of it (proxy/debugreq.h) */
 };
 
 /*

@@ -89,7 +89,7 @@ def test_combined_format(env):
     line, = _wait_lines(log, 1)
     m = re.fullmatch(r'127\.0\.0\.1 - - \[(\d\d/\w{3}/\d{4}:\d\d:\d\d:\d\d \+0000)\] '
                      r'"GET /x/y HTTP/1\.1" 200 (\d+) "-" "curl/8" rt=(\d+\.\d{3}) '
-                     r'rid=(\w+) pool=p backend=\S+', line)
+                     r'rid=(\w+) pool=p backend=\S+ trace=[0-9a-f]{32}', line)
     assert m, line
     assert int(m.group(2)) == len(body)
     assert m.group(4) == h["x-request-id"][0]

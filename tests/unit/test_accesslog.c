@@ -107,6 +107,8 @@ static struct alog_rec sample(void)
 			     .status = 200,
 			     .route = 1};
 	strcpy(r.reqid, "abc");
+	strcpy(r.trace_id, "0af7651916cd43dd8448eb211c80319c");
+	strcpy(r.span_id, "b7ad6b7169203331");
 	strcpy(r.client, "10.0.0.1");
 	strcpy(r.method, "GET");
 	strcpy(r.pool, "p");
@@ -125,7 +127,9 @@ static void json_line_escapes_everything(void **state)
 	out[n] = 0;
 	assert_string_equal(
 	    out,
-	    "{\"time\":\"2023-11-14T22:13:20.123Z\",\"request_id\":\"abc\",\"client\":\"10.0.0.1\","
+	    "{\"time\":\"2023-11-14T22:13:20.123Z\",\"request_id\":\"abc\","
+	    "\"trace_id\":\"0af7651916cd43dd8448eb211c80319c\",\"span_id\":\"b7ad6b7169203331\","
+	    "\"client\":\"10.0.0.1\","
 	    "\"tenant\":null,\"method\":\"GET\",\"path\":\"/a\\\"b\\\\c\\u0001\\u00c3\\u00a9\","
 	    "\"route\":1,\"pool\":\"p\",\"backend\":null,\"status\":200,\"bytes_in\":80,"
 	    "\"bytes_out\":12,\"queue_ms\":0.000,\"connect_ms\":null,\"ttfb_ms\":1.500,"
@@ -195,7 +199,7 @@ static void combined_line(void **state)
 	assert_string_equal(out,
 			    "10.0.0.1 - - [14/Nov/2023:22:13:20 +0000] \"GET "
 			    "/a\\\"b\\\\c\\x01\\xc3\\xa9... HTTP/1.1\" 200 12 \"-\" \"u\\\"a\" "
-			    "rt=0.003 rid=abc pool=p backend=-\n");
+			    "rt=0.003 rid=abc pool=p backend=- trace=0af7651916cd43dd8448eb211c80319c\n");
 }
 
 static void writer_writes_everything_by_close(void **state)

@@ -168,7 +168,7 @@ static void framing_is_written_anew(void **state)
 	const char *t = "HTTP/1.1 200 OK\r\nConnection: content-length, x-a\r\nX-A: 1\r\n"
 			"Content-Length: 5\r\n\r\n";
 	assert_true(http_parse_response(t, strlen(t), 32768, HTTP_GET, &h) > 0);
-	int n = rewrite_response(out, sizeof(out), &h, 1, NULL);
+	int n = rewrite_response(out, sizeof(out), &h, 1, NULL, NULL);
 	assert_true(n > 0);
 	out[n] = '\0';
 	assert_non_null(strstr(out, "Content-Length: 5\r\n"));
@@ -176,12 +176,12 @@ static void framing_is_written_anew(void **state)
 	/* 204 declares no body; HEAD's answer keeps the length it declares */
 	t = "HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n";
 	assert_true(http_parse_response(t, strlen(t), 32768, HTTP_GET, &h) > 0);
-	n = rewrite_response(out, sizeof(out), &h, 1, NULL);
+	n = rewrite_response(out, sizeof(out), &h, 1, NULL, NULL);
 	out[n] = '\0';
 	assert_null(strstr(out, "Content-Length"));
 	t = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
 	assert_true(http_parse_response(t, strlen(t), 32768, HTTP_HEAD, &h) > 0);
-	n = rewrite_response(out, sizeof(out), &h, 1, NULL);
+	n = rewrite_response(out, sizeof(out), &h, 1, NULL, NULL);
 	out[n] = '\0';
 	assert_non_null(strstr(out, "Content-Length: 5\r\n"));
 }
@@ -197,6 +197,58 @@ static void request_id_kept_if_sane(void **state)
 	assert_false(rewrite_incoming_request_id(&h, id));
 	parse_req("GET / HTTP/1.1\r\nHost: a\r\n\r\n");
 	assert_false(rewrite_incoming_request_id(&h, id));
+	/* two of them: neither is believed */
+	parse_req("GET / HTTP/1.1\r\nHost: a\r\nX-Request-Id: a1\r\nX-Request-Id: a2\r\n\r\n");
+	assert_false(rewrite_incoming_request_id(&h, id));
+	/* 64 characters at most; a quote, a slash, a comma or a non-ASCII byte is refused */
+	char t[256];
+	snprintf(t, sizeof(t), "GET / HTTP/1.1\r\nHost: a\r\nX-Request-Id: %064d\r\n\r\n", 7);
+	parse_req(t);
+	assert_true(rewrite_incoming_request_id(&h, id));
+	snprintf(t, sizeof(t), "GET / HTTP/1.1\r\nHost: a\r\nX-Request-Id: %065d\r\n\r\n", 7);
+	parse_req(t);
+	assert_false(rewrite_incoming_request_id(&h, id));
+	const char *bad[] = {"a\"b", "a/b", "a,b", "a\xc3\xa9", "a\tb", "<script>"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(t, sizeof(t), "GET / HTTP/1.1\r\nHost: a\r\nX-Request-Id: %s\r\n\r\n",
+			 bad[i]);
+		parse_req(t);
+		assert_false(rewrite_incoming_request_id(&h, id));
+	}
+}
+
+/* The trace context: the proxy's traceparent always, the client's never; its tracestate only
+ * along a traceparent that was taken; X-Accelnet-Timing never reaches the backend. */
+static void trace_fields(void **state)
+{
+	(void)state;
+	const char *tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+	struct rewrite_request_info info = {.client_ip = "10.1.2.3",
+					    .request_id = "req-1",
+					    .traceparent = tp,
+					    .upstream_minor = 1};
+	parse_req("GET / HTTP/1.1\r\nHost: a\r\ntraceparent: 00-ffffffffffffffffffffffffffffffff-"
+		  "ffffffffffffffff-01\r\ntracestate: a=1\r\nTraceState: b=2\r\n"
+		  "X-Accelnet-Timing: 1\r\n\r\n");
+	int n = rewrite_request(out, sizeof(out), &h, &info);
+	assert_true(n > 0);
+	out[n] = 0;
+	assert_null(strstr(out, "ffff"));
+	assert_null(strstr(out, "a=1"));
+	assert_null(strstr(out, "b=2"));
+	assert_null(strstr(out, "Timing"));
+	assert_non_null(strstr(out, "\r\ntraceparent: 00-0af7651916cd43dd8448eb211c80319c-"
+				    "b7ad6b7169203331-01\r\n"));
+	info.pass_tracestate = 1;
+	n = rewrite_request(out, sizeof(out), &h, &info);
+	out[n] = 0;
+	assert_non_null(strstr(out, "\r\ntracestate: a=1\r\nTraceState: b=2\r\n"));
+	assert_null(strstr(out, "ffff"));
+	/* no traceparent to send: none is sent */
+	info.traceparent = NULL;
+	n = rewrite_request(out, sizeof(out), &h, &info);
+	out[n] = 0;
+	assert_null(strstr(out, "traceparent"));
 }
 
 static void response_head(void **state)
@@ -206,16 +258,24 @@ static void response_head(void **state)
 	    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
 	    "Transfer-Encoding: chunked\r\nConnection: keep-alive\r\nKeep-Alive: 5\r\n\r\n";
 	assert_true(http_parse_response(t, strlen(t), 32768, HTTP_POST, &h) > 0);
-	int n = rewrite_response(out, sizeof(out), &h, 1, "rid");
+	int n = rewrite_response(out, sizeof(out), &h, 1, "rid", NULL);
 	assert_true(n > 0);
 	out[n] = '\0';
 	assert_string_equal(out, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
 				 "Transfer-Encoding: chunked\r\nX-Request-Id: rid\r\n\r\n");
-	n = rewrite_response(out, sizeof(out), &h, 0, "rid");
+	n = rewrite_response(out, sizeof(out), &h, 0, "rid", NULL);
 	out[n] = '\0';
 	assert_non_null(strstr(out, "Connection: close\r\n\r\n"));
 	/* too small a buffer fails cleanly */
-	assert_int_equal(rewrite_response(out, 10, &h, 1, "rid"), -1);
+	assert_int_equal(rewrite_response(out, 10, &h, 1, "rid", NULL), -1);
+	/* the backend's own request id and timing never pass: the proxy's replace them */
+	t = "HTTP/1.1 200 OK\r\nX-Request-Id: backend-made\r\nX-Accelnet-Timing: ttfb;dur=0\r\n"
+	    "Content-Length: 0\r\n\r\n";
+	assert_true(http_parse_response(t, strlen(t), 32768, HTTP_GET, &h) > 0);
+	n = rewrite_response(out, sizeof(out), &h, 1, "rid", "ttfb;dur=1.000");
+	out[n] = '\0';
+	assert_string_equal(out, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-Request-Id: rid\r\n"
+				 "X-Accelnet-Timing: ttfb;dur=1.000\r\n\r\n");
 }
 
 static void error_response(void **state)
@@ -223,7 +283,7 @@ static void error_response(void **state)
 	(void)state;
 	int n = rewrite_error(
 	    out, sizeof(out),
-	    &(struct rewrite_error_info){503, "no backend available", 0, "rid", 2, 0, 0, NULL});
+	    &(struct rewrite_error_info){503, "no backend available", 0, "rid", 2, 0, 0, NULL, NULL});
 	assert_true(n > 0);
 	out[n] = '\0';
 	assert_non_null(strstr(out, "HTTP/1.1 503 Service Unavailable\r\n"));
@@ -231,10 +291,22 @@ static void error_response(void **state)
 	assert_non_null(strstr(out, "X-Request-Id: rid\r\n"));
 	assert_non_null(strstr(out, "Retry-After: 2\r\n"));
 	const char *body = strstr(out, "\r\n\r\n") + 4;
-	assert_string_equal(body, "503 Service Unavailable: no backend available\n");
+	assert_string_equal(body, "503 Service Unavailable: no backend available (request id rid)\n");
 	char cl[64];
 	snprintf(cl, sizeof(cl), "Content-Length: %zu\r\n", strlen(body));
 	assert_non_null(strstr(out, cl));
+	/* the OpenAI shape keeps its error object and says the id beside it; the timing */
+	struct rewrite_error_info e = {.status = 502,
+				       .detail = "x",
+				       .request_id = "rid",
+				       .openai = 1,
+				       .timing = "total;dur=2.000"};
+	n = rewrite_error(out, sizeof(out), &e);
+	out[n] = '\0';
+	assert_string_equal(strstr(out, "\r\n\r\n") + 4,
+			    "{\"error\":{\"message\":\"x\",\"type\":\"server_error\",\"param\":null,"
+			    "\"code\":null},\"request_id\":\"rid\"}\n");
+	assert_non_null(strstr(out, "\r\nX-Accelnet-Timing: total;dur=2.000\r\n"));
 }
 
 /* routes.api openai: the OpenAI error JSON, with its type and code per status, escaped;
@@ -297,15 +369,15 @@ static void sse_early_stream(void **state)
 	n = rewrite_sse_comment(buf, sizeof(out), "waiting");
 	buf[n] = 0;
 	assert_string_equal(buf, "b\r\n: waiting\n\n\r\n");
-	n = rewrite_sse_error(buf, sizeof(out), 503, "queue full");
+	n = rewrite_sse_error(buf, sizeof(out), 503, "queue full", "abc");
 	buf[n] = 0;
 	const char *ev =
 	    "event: error\ndata: {\"error\":{\"status\":503,\"message\":\"queue full\","
-	    "\"type\":\"proxy_error\"}}\n\n";
+	    "\"type\":\"proxy_error\"},\"request_id\":\"abc\"}\n\n";
 	char want[512];
 	snprintf(want, sizeof(want), "%zx\r\n%s\r\n0\r\n\r\n", strlen(ev), ev);
 	assert_string_equal(buf, want);
-	assert_int_equal(rewrite_sse_error(buf, 20, 503, "queue full"), -1);
+	assert_int_equal(rewrite_sse_error(buf, 20, 503, "queue full", NULL), -1);
 }
 
 int main(void)
@@ -318,6 +390,7 @@ int main(void)
 	    cmocka_unit_test(forwarded_for_appends),
 	    cmocka_unit_test(framing_is_written_anew),
 	    cmocka_unit_test(request_id_kept_if_sane),
+	    cmocka_unit_test(trace_fields),
 	    cmocka_unit_test(response_head),
 	    cmocka_unit_test(error_response),
 	    cmocka_unit_test(openai_error_response),
