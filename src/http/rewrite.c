@@ -267,7 +267,8 @@ int rewrite_response(char *buf, size_t cap, const struct http_head *resp, int ke
 	for (unsigned i = 0; i < resp->nheaders; i++) {
 		const struct http_header *f = &resp->headers[i];
 		if (rewrite_is_hop_by_hop(resp, f->name) || is_framing(f->name) ||
-		    http_str_eq(f->name, "x-request-id") || http_str_eq(f->name, "x-accelnet-timing"))
+		    http_str_eq(f->name, "x-request-id") ||
+		    http_str_eq(f->name, "x-accelnet-timing"))
 			continue;
 		put_field(&o, f->name, f->value);
 	}
@@ -322,8 +323,7 @@ int rewrite_sse_comment(char *out, size_t cap, const char *text)
 	return chunk(out, cap, line, n, 0);
 }
 
-int rewrite_sse_error(char *out, size_t cap, int status, const char *detail,
-		      const char *request_id)
+int rewrite_sse_error(char *out, size_t cap, int status, const char *detail, const char *request_id)
 {
 	char ev[512];
 	int n = snprintf(ev, sizeof(ev),
@@ -386,16 +386,15 @@ int rewrite_error(char *buf, size_t cap, const struct rewrite_error_info *e)
 		const char *type, *code;
 		openai_kind(e->status, &type, &code);
 		json_text(msg, sizeof(msg), e->detail);
-		blen =
-		    snprintf(body, sizeof(body),
-			     "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,"
-			     "\"code\":%s%s%s}%s%s%s}\n",
-			     msg, type, code ? "\"" : "", code ? code : "null", code ? "\"" : "",
-			     rid ? ",\"request_id\":\"" : "", rid ? rid : "", rid ? "\"" : "");
+		blen = snprintf(body, sizeof(body),
+				"{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,"
+				"\"code\":%s%s%s}%s%s%s}\n",
+				msg, type, code ? "\"" : "", code ? code : "null", code ? "\"" : "",
+				rid ? ",\"request_id\":\"" : "", rid ? rid : "", rid ? "\"" : "");
 	} else {
 		blen = snprintf(body, sizeof(body), "%d %s: %s%s%s%s\n", e->status,
-				http_status_text(e->status), e->detail,
-				rid ? " (request id " : "", rid ? rid : "", rid ? ")" : "");
+				http_status_text(e->status), e->detail, rid ? " (request id " : "",
+				rid ? rid : "", rid ? ")" : "");
 	}
 	if (e->timing)
 		snprintf(timing, sizeof(timing), "X-Accelnet-Timing: %s\r\n", e->timing);
@@ -416,9 +415,9 @@ int rewrite_error(char *buf, size_t cap, const struct rewrite_error_info *e)
 			 "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
 			 "%s%s%s%s%s%sCache-Control: no-store\r\n%s\r\n%.*s",
 			 e->status, http_status_text(e->status),
-			 e->openai ? "application/json" : "text/plain", blen, rid ? "X-Request-Id: " : "",
-			 rid ? rid : "", rid ? "\r\n" : "", timing, extra,
-			 e->more_headers ? e->more_headers : "",
+			 e->openai ? "application/json" : "text/plain", blen,
+			 rid ? "X-Request-Id: " : "", rid ? rid : "", rid ? "\r\n" : "", timing,
+			 extra, e->more_headers ? e->more_headers : "",
 			 e->keep_alive ? "" : "Connection: close\r\n", blen, body);
 	return n < 0 || (size_t)n >= cap ? -1 : n;
 }

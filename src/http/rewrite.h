@@ -37,12 +37,12 @@ struct rewrite_field {
 
 struct rewrite_request_info {
 	const char *client_ip;
-	const char *request_id; /* the id to send: kept from the client or generated */
+	const char *request_id;	 /* the id to send: kept from the client or generated */
 	const char *traceparent; /* the traceparent to send (the proxy's span), or NULL */
 	int pass_tracestate;	 /* the client's traceparent was taken: its tracestate goes on */
-	int upstream_minor;	/* HTTP/1.<minor> upstream: 1, or 0 for HTTP/1.0 clients */
-	int trusted;		/* the client is in trusted_proxies */
-	int tls;		/* the client came over TLS: X-Forwarded-Proto: https */
+	int upstream_minor;	 /* HTTP/1.<minor> upstream: 1, or 0 for HTTP/1.0 clients */
+	int trusted;		 /* the client is in trusted_proxies */
+	int tls;		 /* the client came over TLS: X-Forwarded-Proto: https */
 	/* an authenticated identity (routes.auth): sent as "<identity_header>: <identity>", and
 	 * any field of that name from the client dropped, '_' taken for '-' (CGI backends read
 	 * both alike), and X_API_Key too (the guard never read it); NULL: none (no auth) */

@@ -50,9 +50,9 @@ static void copy_str(char *dst, size_t cap, const char *s)
 static const char *method_name(enum http_method m)
 {
 	static const char *const names[] = {
-	    [HTTP_OTHER] = "",	      [HTTP_GET] = "GET",	  [HTTP_HEAD] = "HEAD",
-	    [HTTP_POST] = "POST",     [HTTP_PUT] = "PUT",	  [HTTP_DELETE] = "DELETE",
-	    [HTTP_OPTIONS] = "OPTIONS", [HTTP_TRACE] = "TRACE",	  [HTTP_PATCH] = "PATCH",
+	    [HTTP_OTHER] = "",		[HTTP_GET] = "GET",	[HTTP_HEAD] = "HEAD",
+	    [HTTP_POST] = "POST",	[HTTP_PUT] = "PUT",	[HTTP_DELETE] = "DELETE",
+	    [HTTP_OPTIONS] = "OPTIONS", [HTTP_TRACE] = "TRACE", [HTTP_PATCH] = "PATCH",
 	    [HTTP_CONNECT] = "CONNECT",
 	};
 	return (unsigned)m < sizeof(names) / sizeof(names[0]) ? names[m] : "";
@@ -322,7 +322,8 @@ static int by_age(const void *a, const void *b)
 
 int debugreq_write(const struct debugreq_board *b, FILE *f)
 {
-	size_t cap = (size_t)b->nworkers * 2 * DEBUGREQ_SLOW + (size_t)b->nworkers * DEBUGREQ_INFLIGHT;
+	size_t cap =
+	    (size_t)b->nworkers * 2 * DEBUGREQ_SLOW + (size_t)b->nworkers * DEBUGREQ_INFLIGHT;
 	const struct debugreq_rec **list = malloc((cap ? cap : 1) * sizeof(*list));
 	unsigned char *answered = calloc(b->nworkers ? b->nworkers : 1, 1);
 	if (!list || !answered) {

@@ -32,8 +32,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define DEBUGREQ_INFLIGHT 32	/* per worker: its oldest exchanges in flight */
-#define DEBUGREQ_SLOW 8		/* per worker and minute: its slowest ended exchanges */
+#define DEBUGREQ_INFLIGHT 32 /* per worker: its oldest exchanges in flight */
+#define DEBUGREQ_SLOW 8	     /* per worker and minute: its slowest ended exchanges */
 #define DEBUGREQ_WINDOW_MS 60000
 #define DEBUGREQ_SHOW_INFLIGHT 64 /* in the answer, all workers together: the oldest */
 #define DEBUGREQ_SHOW_SLOW 16	  /* ... the slowest */

@@ -225,11 +225,9 @@ static enum run response_head(struct client *cl)
 	if (x->early_head)
 		return early_stream_continue(cl, h, (size_t)r);
 	char timing[160];
-	int n = rewrite_response(cl->out->data + cl->out->end, buf_room(cl->out), h, x->client_keep,
-				 x->reqid,
-				 x->want_timing && debugreq_timing(x, 0, timing, sizeof(timing)) > 0
-				     ? timing
-				     : NULL);
+	int n = rewrite_response(
+	    cl->out->data + cl->out->end, buf_room(cl->out), h, x->client_keep, x->reqid,
+	    x->want_timing && debugreq_timing(x, 0, timing, sizeof(timing)) > 0 ? timing : NULL);
 	if (n < 0)
 		return dispatch_failed(x, UP_BAD);
 	cl->out->end += (uint32_t)n;

@@ -74,10 +74,11 @@ static enum run session_reply(struct client *cl, int status, const char *detail,
 				  .detail = detail,
 				  .keep_alive = keep,
 				  .request_id = rid,
-				  .timing = x && x->want_timing &&
-						    debugreq_timing(x, 1, timing, sizeof(timing)) > 0
-						? timing
-						: NULL,
+				  .timing =
+				      x && x->want_timing &&
+					      debugreq_timing(x, 1, timing, sizeof(timing)) > 0
+					  ? timing
+					  : NULL,
 				  .retry_after_s = status == 503	? 1
 						   : status == 429 && x ? x->retry_after_s
 									: 0,

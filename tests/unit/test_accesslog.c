@@ -196,10 +196,10 @@ static void combined_line(void **state)
 	size_t n = alog_format_line(&r, ALOG_COMBINED, out, sizeof(out));
 	assert_true(n > 0);
 	out[n] = 0;
-	assert_string_equal(out,
-			    "10.0.0.1 - - [14/Nov/2023:22:13:20 +0000] \"GET "
-			    "/a\\\"b\\\\c\\x01\\xc3\\xa9... HTTP/1.1\" 200 12 \"-\" \"u\\\"a\" "
-			    "rt=0.003 rid=abc pool=p backend=- trace=0af7651916cd43dd8448eb211c80319c\n");
+	assert_string_equal(
+	    out, "10.0.0.1 - - [14/Nov/2023:22:13:20 +0000] \"GET "
+		 "/a\\\"b\\\\c\\x01\\xc3\\xa9... HTTP/1.1\" 200 12 \"-\" \"u\\\"a\" "
+		 "rt=0.003 rid=abc pool=p backend=- trace=0af7651916cd43dd8448eb211c80319c\n");
 }
 
 static void writer_writes_everything_by_close(void **state)

@@ -223,10 +223,8 @@ static void trace_fields(void **state)
 {
 	(void)state;
 	const char *tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
-	struct rewrite_request_info info = {.client_ip = "10.1.2.3",
-					    .request_id = "req-1",
-					    .traceparent = tp,
-					    .upstream_minor = 1};
+	struct rewrite_request_info info = {
+	    .client_ip = "10.1.2.3", .request_id = "req-1", .traceparent = tp, .upstream_minor = 1};
 	parse_req("GET / HTTP/1.1\r\nHost: a\r\ntraceparent: 00-ffffffffffffffffffffffffffffffff-"
 		  "ffffffffffffffff-01\r\ntracestate: a=1\r\nTraceState: b=2\r\n"
 		  "X-Accelnet-Timing: 1\r\n\r\n");
@@ -281,9 +279,9 @@ static void response_head(void **state)
 static void error_response(void **state)
 {
 	(void)state;
-	int n = rewrite_error(
-	    out, sizeof(out),
-	    &(struct rewrite_error_info){503, "no backend available", 0, "rid", 2, 0, 0, NULL, NULL});
+	int n = rewrite_error(out, sizeof(out),
+			      &(struct rewrite_error_info){503, "no backend available", 0, "rid", 2,
+							   0, 0, NULL, NULL});
 	assert_true(n > 0);
 	out[n] = '\0';
 	assert_non_null(strstr(out, "HTTP/1.1 503 Service Unavailable\r\n"));
@@ -291,7 +289,8 @@ static void error_response(void **state)
 	assert_non_null(strstr(out, "X-Request-Id: rid\r\n"));
 	assert_non_null(strstr(out, "Retry-After: 2\r\n"));
 	const char *body = strstr(out, "\r\n\r\n") + 4;
-	assert_string_equal(body, "503 Service Unavailable: no backend available (request id rid)\n");
+	assert_string_equal(body,
+			    "503 Service Unavailable: no backend available (request id rid)\n");
 	char cl[64];
 	snprintf(cl, sizeof(cl), "Content-Length: %zu\r\n", strlen(body));
 	assert_non_null(strstr(out, cl));
@@ -303,9 +302,10 @@ static void error_response(void **state)
 				       .timing = "total;dur=2.000"};
 	n = rewrite_error(out, sizeof(out), &e);
 	out[n] = '\0';
-	assert_string_equal(strstr(out, "\r\n\r\n") + 4,
-			    "{\"error\":{\"message\":\"x\",\"type\":\"server_error\",\"param\":null,"
-			    "\"code\":null},\"request_id\":\"rid\"}\n");
+	assert_string_equal(
+	    strstr(out, "\r\n\r\n") + 4,
+	    "{\"error\":{\"message\":\"x\",\"type\":\"server_error\",\"param\":null,"
+	    "\"code\":null},\"request_id\":\"rid\"}\n");
 	assert_non_null(strstr(out, "\r\nX-Accelnet-Timing: total;dur=2.000\r\n"));
 }
 
