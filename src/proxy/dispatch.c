@@ -41,7 +41,7 @@ static enum run dispatch_attach(struct exchange *x)
 		x->log_queue_us = (uint32_t)(now - x->wt.queued_ms) * 1000;
 	x->log_backend = x->be;
 	x->log_dispatch_ns = x->sent_ns;
-	x->log_conn_ns = 0;
+	x->log_conn_ns = x->up->connecting ? 0 : x->sent_ns; /* a kept-alive one is ready */
 	x->last_read_ns = 0;
 	x->last_ms = now;
 	return RUN_AGAIN;
