@@ -225,8 +225,9 @@ def test_syslog_sink_datagrams_and_a_daemon_restart(env):
     assert m, m
     assert int(m.group(2)) == p.pid
     assert '"GET /via/syslog HTTP/1.1" 200' in m.group(3)
-    assert m.group(3).endswith(h["x-request-id"][0] + " pool=p backend=" +
-                               f"127.0.0.1:{be.port}"), m.group(3)
+    assert re.search(re.escape(h["x-request-id"][0] + " pool=p backend=" +
+                               f"127.0.0.1:{be.port}") + " trace=[0-9a-f]{32}$",
+                     m.group(3)), m.group(3)
     daemon.close()  # the daemon restarts: its socket is made anew
     os.unlink(sock)
     daemon = _syslog_daemon(sock)
