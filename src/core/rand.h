@@ -1,8 +1,9 @@
 /*
  * rand.h - a small fast per-thread pseudo-random generator (xorshift64*).
  *
- * For load-balancing choices, jitter and fault injection; never for anything secret
- * (request ids mix it with the clock; keys come from OpenSSL when they arrive).
+ * For load-balancing choices, jitter, fault injection and the ids that only need to be unique
+ * (request ids, W3C trace and span ids: one output predicts the next, so they are no secret);
+ * never for anything secret (keys come from OpenSSL).
  */
 #ifndef ACCELNET_CORE_RAND_H
 #define ACCELNET_CORE_RAND_H
