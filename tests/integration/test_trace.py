@@ -298,7 +298,8 @@ def test_sse_error_event_carries_the_id(env):
 
 def test_refused_before_an_exchange_still_logged(env):
     be = echo_backend(env)
-    px, log = _proxy(env, be.port, extra="limits: {max_header_bytes: 1024}\n")
+    px, log = _proxy(env, be.port, extra="limits: {max_header_bytes: 1024}\n"
+                                          "timeouts: {header_ms: 300}\n")
     out = _raw(px.port, UNTRUSTED, b"GET /bad\x01path HTTP/1.1\r\nHost: x\r\n\r\n")
     assert out.startswith(b"HTTP/1.1 400"), out
     rid400 = re.search(rb"\r\nX-Request-Id: ([0-9a-f]{32})\r\n", out).group(1).decode()
@@ -307,8 +308,14 @@ def test_refused_before_an_exchange_still_logged(env):
                b"\r\n\r\n")
     assert out.startswith(b"HTTP/1.1 431"), out
     rid431 = re.search(rb"\r\nX-Request-Id: ([0-9a-f]{32})\r\n", out).group(1).decode()
-    recs = {r["request_id"]: r for r in _log(log, 2)}
-    r400, r431 = recs[rid400], recs[rid431]
+    # a head that never ends: 408 when timeouts.header_ms runs out (the server's answer is
+    # what the test waits for)
+    out = _raw(px.port, UNTRUSTED, b"POST /slowloris HTTP/1.1\r\nHost: x\r\n")
+    assert out.startswith(b"HTTP/1.1 408"), out
+    rid408 = re.search(rb"\r\nX-Request-Id: ([0-9a-f]{32})\r\n", out).group(1).decode()
+    recs = {r["request_id"]: r for r in _log(log, 3)}
+    r400, r431, r408 = recs[rid400], recs[rid431], recs[rid408]
+    assert r408["status"] == 408 and r408["path"] == "/slowloris", r408
     assert r400["status"] == 400 and r400["client"] == UNTRUSTED and r400["route"] is None
     assert r431["status"] == 431 and r431["method"] == "GET" and r431["path"] == "/big", r431
     assert r431["bytes_in"] > 1024 and r431["trace_id"] is None, r431
