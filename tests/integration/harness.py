@@ -183,9 +183,11 @@ http {{
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def request(port, method="GET", path="/", body=None, headers=None, timeout=15):
-    """One request on a fresh connection: (status, headers as a dict of lists, body)."""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+def request(port, method="GET", path="/", body=None, headers=None, timeout=15, source=None):
+    """One request on a fresh connection (from loopback address <source>, if given): (status,
+    headers as a dict of lists, body)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout,
+                                   source_address=(source, 0) if source else None)
     try:
         c.request(method, path, body=body, headers=headers or {})
         r = c.getresponse()
@@ -228,11 +230,24 @@ def read_until(s, done, got=b""):
     return got
 
 
-def raw(port, data, timeout=15):
-    """Send raw bytes, read until the server closes; returns all bytes read."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+def raw(port, data, timeout=15, source=None):
+    """Send raw bytes (from loopback address <source>, if given), read until the server
+    closes; returns all bytes read."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout,
+                                  source_address=(source, 0) if source else None) as s:
         s.sendall(data)
         return read_all(s)
+
+
+def headers_seen(echoed):
+    """The fields of the request an echo backend got (its answer's body <echoed>), as a dict
+    of lists with lower-case names."""
+    head = echoed.split(b"\r\n\r\n", 1)[0].decode("latin-1")
+    seen = {}
+    for line in head.split("\r\n")[1:]:
+        k, _, v = line.partition(":")
+        seen.setdefault(k.strip().lower(), []).append(v.strip())
+    return seen
 
 
 def sim_stats(port):

@@ -10,8 +10,8 @@ import subprocess
 import threading
 import time
 
-from harness import (BIN, ScriptedBackend, complete, echo_backend, pool_yaml, raw, read_all,
-                     read_until, request, status, wait_until)
+from harness import (BIN, ScriptedBackend, complete, echo_backend, headers_seen, pool_yaml, raw,
+                     read_all, read_until, request, status, wait_until)
 
 
 def _proxy_to(env, port, extra="", pool_extra="", routes=""):
@@ -293,15 +293,6 @@ def test_health_path_is_validated(env):
         assert out.returncode == 2 and "bad.yaml:7:" in out.stderr + out.stdout, (what, out)
 
 
-def _headers_seen(body):
-    head = body.split(b"\r\n\r\n", 1)[0].decode()
-    seen = {}
-    for line in head.split("\r\n")[1:]:
-        k, _, v = line.partition(":")
-        seen.setdefault(k.strip().lower(), []).append(v.strip())
-    return seen
-
-
 def test_forwarding_headers_from_untrusted_clients_are_replaced(env):
     be, px = _echo_proxy(env)
     posing = {"X-Real-IP": "203.0.113.9", "Forwarded": "for=203.0.113.9",
@@ -310,7 +301,7 @@ def test_forwarding_headers_from_untrusted_clients_are_replaced(env):
               "X-Client-IP": "203.0.113.9", "CF-Connecting-IP": "203.0.113.9"}
     st, _, body = request(px.port, "GET", "/", headers={
         "X-Forwarded-For": "203.0.113.9", "X-Forwarded-Proto": "https", **posing})
-    seen = _headers_seen(body)
+    seen = headers_seen(body)
     assert seen.get("x-forwarded-for") == ["127.0.0.1"], seen
     assert not any(k.lower() in seen for k in posing), seen
     assert seen.get("x-forwarded-proto") == ["http"], seen
@@ -321,7 +312,7 @@ def test_forwarding_headers_from_trusted_proxies_are_kept(env):
     st, _, body = request(px.port, "GET", "/", headers={
         "X-Forwarded-For": "203.0.113.9", "X-Real-IP": "203.0.113.9",
         "Forwarded": "for=203.0.113.9"})
-    seen = _headers_seen(body)
+    seen = headers_seen(body)
     assert seen.get("x-forwarded-for") == ["203.0.113.9, 127.0.0.1"], seen
     assert seen.get("x-real-ip") == ["203.0.113.9"], seen
     assert seen.get("forwarded") == ["for=203.0.113.9"], seen

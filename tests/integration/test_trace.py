@@ -6,14 +6,14 @@ saw; X-Accelnet-Timing answers trusted clients only; GET /debug/requests shows w
 flight and the slowest recent exchanges, behind the admin token; a request refused before it
 became an exchange still gets its log line."""
 
-import http.client
 import json
 import os
 import re
 import socket
 import threading
 
-from harness import ScriptedBackend, echo_backend, free_port, pool_yaml, read_all, wait_until
+from harness import (ScriptedBackend, echo_backend, free_port, headers_seen, pool_yaml, port_open,
+                     raw, read_all, request, wait_until)
 
 TRUSTED = "127.0.0.2"  # the only address in trusted_proxies
 UNTRUSTED = "127.0.0.1"
@@ -25,36 +25,11 @@ TP_RE = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 
 def _req(port, src, method="GET", path="/", headers=None, body=None):
     """One request from source address <src>: (status, headers as a dict of lists, body)."""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=(src, 0))
-    try:
-        c.request(method, path, body=body, headers=headers or {})
-        r = c.getresponse()
-        data = r.read()
-        hdrs = {}
-        for k, v in r.getheaders():
-            hdrs.setdefault(k.lower(), []).append(v)
-        return r.status, hdrs, data
-    finally:
-        c.close()
+    return request(port, method, path, body=body, headers=headers, timeout=30, source=src)
 
 
 def _raw(port, src, data):
-    with socket.socket() as s:
-        s.settimeout(30)
-        s.bind((src, 0))
-        s.connect(("127.0.0.1", port))
-        s.sendall(data)
-        return read_all(s)
-
-
-def _seen(body):
-    """The fields of the request the echo backend got, as a dict of lists (lower-case names)."""
-    head = body.split(b"\r\n\r\n", 1)[0].decode("latin-1")
-    seen = {}
-    for line in head.split("\r\n")[1:]:
-        k, _, v = line.partition(":")
-        seen.setdefault(k.strip().lower(), []).append(v.strip())
-    return seen
+    return raw(port, data, timeout=30, source=src)
 
 
 def _log(path, n):
@@ -94,16 +69,8 @@ def _token_proxy(env, be_port, routes="", extra=""):
                    extra=f"admin: {{address: 127.0.0.1:{admin_port}, token_file: {tok}}}\n"
                          f"trusted_proxies: [{TRUSTED}/32]\n"
                          f"access_log: {{path: {log}, format: json}}\n" + extra)
-    wait_until(lambda: _port_open(admin_port), "admin port")
+    wait_until(lambda: port_open(admin_port), "admin port")
     return px, admin_port, log
-
-
-def _port_open(port):
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
 
 
 def _debug(admin_port, token=TOKEN):
@@ -118,13 +85,13 @@ def test_trusted_client_keeps_its_id_untrusted_one_is_replaced(env):
     px, log = _proxy(env, be.port)
     st, h, body = _req(px.port, TRUSTED, headers={"X-Request-Id": "edge-42"})
     assert st == 200 and h["x-request-id"] == ["edge-42"], h
-    assert _seen(body)["x-request-id"] == ["edge-42"], body
+    assert headers_seen(body)["x-request-id"] == ["edge-42"], body
     # the attack: a client poses as the edge to poison the logs and the backend with an id
     # of its choosing (another request's, or one a log reader would trust)
     st, h, body = _req(px.port, UNTRUSTED, headers={"X-Request-Id": "edge-42"})
     rid = h["x-request-id"][0]
     assert st == 200 and rid != "edge-42" and HEX32.fullmatch(rid), h
-    assert _seen(body)["x-request-id"] == [rid], body  # the backend saw only the proxy's
+    assert headers_seen(body)["x-request-id"] == [rid], body  # the backend saw only the proxy's
     assert b"edge-42" not in body
     recs = _log(log, 2)
     by_client = {r["client"]: r for r in recs}
@@ -167,7 +134,7 @@ def test_traceparent_continued_for_trusted_started_for_others(env):
     # a trusted client's trace goes on: same trace id, the proxy's span as parent, flags kept
     st, h, body = _req(px.port, TRUSTED, headers={"traceparent": TP, "tracestate": "vendor=a1,x=2",
                                                   "X-Request-Id": "t-continued"})
-    seen = _seen(body)
+    seen = headers_seen(body)
     m = TP_RE.fullmatch(seen["traceparent"][0])
     assert m and m.group(1) == "0af7651916cd43dd8448eb211c80319c", seen
     assert m.group(2) != "b7ad6b7169203331" and m.group(3) == "01", seen
@@ -175,12 +142,12 @@ def test_traceparent_continued_for_trusted_started_for_others(env):
     span = m.group(2)
     # none sent: the proxy starts one (sampled)
     st, h, body = _req(px.port, TRUSTED, headers={"X-Request-Id": "t-started"})
-    seen = _seen(body)
+    seen = headers_seen(body)
     started = TP_RE.fullmatch(seen["traceparent"][0])
     assert started and started.group(1) != "0" * 32 and started.group(3) == "01", seen
     # an untrusted client's trace is not continued, and its tracestate does not pass
     st, h, body = _req(px.port, UNTRUSTED, headers={"traceparent": TP, "tracestate": "vendor=a1"})
-    seen = _seen(body)
+    seen = headers_seen(body)
     other = TP_RE.fullmatch(seen["traceparent"][0])
     assert other and other.group(1) != "0af7651916cd43dd8448eb211c80319c", seen
     assert "tracestate" not in seen and "vendor=a1" not in body.decode("latin-1"), seen
@@ -211,7 +178,7 @@ def test_malformed_traceparents_start_a_new_trace(env):
         out = _raw(px.port, TRUSTED, b"GET / HTTP/1.1\r\nHost: x\r\ntraceparent: " +
                    value.encode() + b"\r\ntracestate: evil=1\r\nConnection: close\r\n\r\n")
         assert out.startswith(b"HTTP/1.1 200"), (value, out[:200])
-        seen = _seen(out.split(b"\r\n\r\n", 1)[1])
+        seen = headers_seen(out.split(b"\r\n\r\n", 1)[1])
         m = TP_RE.fullmatch(seen["traceparent"][0])
         assert m and len(seen["traceparent"]) == 1, (value, seen)
         assert m.group(1) != "0af7651916cd43dd8448eb211c80319c", (value, seen)
@@ -219,12 +186,12 @@ def test_malformed_traceparents_start_a_new_trace(env):
     # two traceparents: neither is continued
     out = _raw(px.port, TRUSTED, b"GET / HTTP/1.1\r\nHost: x\r\ntraceparent: " + TP.encode() +
                b"\r\ntraceparent: " + TP.encode() + b"\r\nConnection: close\r\n\r\n")
-    seen = _seen(out.split(b"\r\n\r\n", 1)[1])
+    seen = headers_seen(out.split(b"\r\n\r\n", 1)[1])
     assert len(seen["traceparent"]) == 1 and "0af7651916" not in seen["traceparent"][0], seen
     # a header smuggled after a traceparent is a header of its own, never part of the value
     out = _raw(px.port, TRUSTED, b"GET / HTTP/1.1\r\nHost: x\r\ntraceparent: " + TP.encode() +
                b"\r\nX-Evil: 1\r\nConnection: close\r\n\r\n")
-    seen = _seen(out.split(b"\r\n\r\n", 1)[1])
+    seen = headers_seen(out.split(b"\r\n\r\n", 1)[1])
     assert TP_RE.fullmatch(seen["traceparent"][0]), seen
 
 
@@ -331,12 +298,12 @@ def test_timing_header_only_for_trusted_clients(env):
     timing = h["x-accelnet-timing"][0]
     assert st == 200 and re.fullmatch(r"queue;dur=\d+\.\d{3}, connect;dur=\d+\.\d{3}, "
                                       r"backend;dur=\d+\.\d{3}, ttfb;dur=\d+\.\d{3}", timing), h
-    assert "x-accelnet-timing" not in _seen(body), body  # the question is the proxy's
+    assert "x-accelnet-timing" not in headers_seen(body), body  # the question is the proxy's
     st, h, body = _req(px.port, TRUSTED)  # not asked: not given
     assert "x-accelnet-timing" not in h, h
     st, h, body = _req(px.port, UNTRUSTED, headers={"X-Accelnet-Timing": "1"})
     assert st == 200 and "x-accelnet-timing" not in h, h  # untrusted: never
-    assert "x-accelnet-timing" not in _seen(body), body
+    assert "x-accelnet-timing" not in headers_seen(body), body
     # the proxy's own answer is whole when its head goes: its total is known
     st, h, _ = _req(px.port, TRUSTED, path="/dead/x", headers={"X-Accelnet-Timing": "1"})
     assert st == 502 and re.search(r"total;dur=\d+\.\d{3}$", h["x-accelnet-timing"][0]), h
@@ -424,3 +391,4 @@ def test_debug_requests_is_bounded(env):
             s.close()
     doc = json.loads(_debug(admin)[2])
     assert len(doc["slowest"]) <= 16, len(doc["slowest"])
+
