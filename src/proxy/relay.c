@@ -124,18 +124,22 @@ static void note_reported_load(struct exchange *x, const struct http_head *h, ui
 	backend_report_load(x->be, now_ms, depth);
 }
 
-/* An interim response (100 Continue, 103 Early Hints) of <len> bytes: pass it on to 1.1
- * clients, a few of them: a backend sending them forever would hold the exchange. */
-static enum run response_interim(struct client *cl, size_t len)
+/* An interim response (100 Continue, 103 Early Hints), head <h> of <len> bytes: pass it on
+ * to 1.1 clients, a few of them (a backend sending them forever would hold the exchange),
+ * rewritten like a final head, so that its hop-by-hop fields and its own X-Request-Id and
+ * X-Accelnet-Timing stay behind; without room it is left out (it is only a hint). */
+static enum run response_interim(struct client *cl, const struct http_head *h, size_t len)
 {
 	struct exchange *x = cl->x;
 	struct upconn *up = x->up;
 	x->interim_bytes += (uint32_t)len;
 	if (++x->interims > INTERIM_MAX || x->interim_bytes > INTERIM_BYTES_MAX)
 		return dispatch_failed(x, UP_INTERIM);
-	if (x->minor == 1 && !x->early_head && buf_room(cl->out) >= len) {
-		memcpy(cl->out->data + cl->out->end, buf_head(up->in), len);
-		cl->out->end += (uint32_t)len;
+	if (x->minor == 1 && !x->early_head) {
+		int n = rewrite_response(cl->out->data + cl->out->end, buf_room(cl->out), h, 1,
+					 NULL, NULL);
+		if (n > 0)
+			cl->out->end += (uint32_t)n;
 	}
 	buf_consume(up->in, len);
 	return RUN_AGAIN;
@@ -210,7 +214,7 @@ static enum run response_head(struct client *cl)
 	if (!client_out_buf(cl))
 		return exchange_abort(x, "out of memory");
 	if (h->status < 200)
-		return response_interim(cl, (size_t)r);
+		return response_interim(cl, h, (size_t)r);
 	uint64_t now_ns = clock_now_ns();
 	backend_observe(x->pool, x->be, loop_now(w->loop), (now_ns - x->sent_ns) / 1000, h->status);
 	note_reported_load(x, h, loop_now(w->loop));

@@ -392,3 +392,57 @@ def test_debug_requests_is_bounded(env):
     doc = json.loads(_debug(admin)[2])
     assert len(doc["slowest"]) <= 16, len(doc["slowest"])
 
+
+# --- review: what a hostile client, backend or log reader tries ----------------------------
+
+def test_id_and_timing_fields_in_any_case_or_spacing(env):
+    be = echo_backend(env)
+    px, log = _proxy(env, be.port)
+    # a trusted client's id is found whatever the case of its name and the spaces around it
+    out = _raw(px.port, TRUSTED, b"GET / HTTP/1.1\r\nHost: x\r\nx-REQUEST-id: \t edge-9 \t\r\n"
+               b"x-accelnet-TIMING: 1\r\nConnection: close\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 200") and b"\r\nX-Request-Id: edge-9\r\n" in out, out
+    assert b"\r\nX-Accelnet-Timing: queue;dur=" in out, out
+    # two of them under different cases are two: neither is believed
+    out = _raw(px.port, TRUSTED, b"GET / HTTP/1.1\r\nHost: x\r\nX-REQUEST-ID: one\r\n"
+               b"x-request-id: two\r\nConnection: close\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 200") and b"one" not in out and b"two" not in out, out
+    # an untrusted client naming a trusted address in X-Forwarded-For is still untrusted
+    st, h, body = _req(px.port, UNTRUSTED, headers={"X-Forwarded-For": TRUSTED,
+                                                     "X-Real-IP": TRUSTED,
+                                                     "X-REQUEST-ID": "spoofed",
+                                                     "TraceParent": TP,
+                                                     "X-ACCELNET-TIMING": "1"})
+    seen = headers_seen(body)
+    assert st == 200 and h["x-request-id"] != ["spoofed"] and "x-accelnet-timing" not in h, h
+    assert seen["x-request-id"] == h["x-request-id"] and b"spoofed" not in body, seen
+    assert "0af7651916cd43dd8448eb211c80319c" not in seen["traceparent"][0], seen
+    assert "x-accelnet-timing" not in seen, seen
+    # obs-fold would glue a second line to the id: refused whole, under an id of the proxy's
+    out = _raw(px.port, TRUSTED, b"GET / HTTP/1.1\r\nHost: x\r\nX-Request-Id: edge-1\r\n"
+               b" X-Injected: 1\r\nConnection: close\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 400") and b"edge-1" not in out, out
+    assert re.search(rb"\r\nX-Request-Id: [0-9a-f]{32}\r\n", out), out
+    # a NUL in the id: refused, never cut short to a prefix of the client's choosing
+    out = _raw(px.port, TRUSTED, b"GET / HTTP/1.1\r\nHost: x\r\nX-Request-Id: edge-2\x00x\r\n"
+               b"Connection: close\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 400") and b"edge-2" not in out, out
+
+
+def test_backend_cannot_set_the_id_or_timing_in_interim_responses(env):
+    # a hostile backend answers first with 1xx heads carrying its own id and timing: the
+    # client must see neither, there any more than in the final head
+    def script(n, req):
+        return (b"HTTP/1.1 103 Early Hints\r\nX-Request-Id: backend-own\r\n"
+                b"Link: </style.css>; rel=preload\r\nx-accelnet-timing: forged;dur=0\r\n\r\n"
+                b"HTTP/1.1 200 OK\r\nX-Request-Id: backend-own\r\nContent-Length: 2\r\n\r\nok",
+                False)
+    be = ScriptedBackend(script)
+    env.on_cleanup.append(be.close)
+    px, log = _proxy(env, be.port)
+    out = _raw(px.port, TRUSTED, b"GET / HTTP/1.1\r\nHost: x\r\nX-Request-Id: edge-5\r\n"
+               b"X-Accelnet-Timing: 1\r\nConnection: close\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 103") and b"rel=preload" in out, out
+    assert b"backend-own" not in out and b"forged" not in out, out
+    assert out.count(b"X-Request-Id: edge-5\r\n") == 1, out  # the final head's only
+    assert b"HTTP/1.1 200 OK\r\n" in out and out.endswith(b"\r\n\r\nok"), out
