@@ -300,13 +300,20 @@ static void format_combined(struct out *o, const struct alog_rec *r)
 	combined_str(o, r->tenant);
 	putf(o, " [%02d/%s/%04d:%02d:%02d:%02d +0000] \"", tm.tm_mday, mon[tm.tm_mon],
 	     tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
-	put_escaped(o, r->method, 0);
-	PUT_LIT(o, " ");
-	put_escaped(o, r->path, 0);
-	putf(o, "%s HTTP/1.1\" %d %" PRIu64 " \"-\" \"", r->path_cut ? "..." : "", r->status,
-	     r->bytes_out);
+	if (r->method[0]) {
+		put_escaped(o, r->method, 0);
+		PUT_LIT(o, " ");
+		put_escaped(o, r->path, 0);
+		puts_(o, r->path_cut ? "... HTTP/1.1" : " HTTP/1.1");
+	} else { /* a refused request whose request line could not be read */
+		PUT_LIT(o, "-");
+	}
+	putf(o, "\" %d %" PRIu64 " \"-\" \"", r->status, r->bytes_out);
 	put_escaped(o, r->ua, 0);
-	putf(o, "\" rt=%.3f rid=", r->total_us / 1e6);
+	if (r->total_us == UINT32_MAX) /* a refused request: no exchange was timed */
+		PUT_LIT(o, "\" rt=- rid=");
+	else
+		putf(o, "\" rt=%.3f rid=", r->total_us / 1e6);
 	combined_str(o, r->reqid);
 	PUT_LIT(o, " pool=");
 	combined_str(o, r->pool);

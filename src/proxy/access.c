@@ -17,8 +17,8 @@
  *
  * A request refused before it became an exchange (a malformed head: 400, 431, 505 ...; a
  * head not received in time: 408) gets a line too, from access_log_refusal(): the client,
- * the status, the request id it was answered with, the bytes read, and the method and target
- * when its request line shows them. That path costs the normal one nothing.
+ * the status, the request id it was answered with, the bytes read and answered, and the method
+ * and target when its request line shows them. That path costs the normal one nothing.
  */
 #include "core/clock.h"
 #include "core/rand.h"
@@ -139,7 +139,7 @@ static void refusal_request_line(struct alog_rec *r, const char *head, size_t le
 }
 
 void access_log_refusal(struct worker *w, const char *client_ip, int status, const char *reqid,
-			const char *head, size_t len)
+			uint64_t bytes_out, const char *head, size_t len)
 {
 	if (!w->alog_ring ||
 	    (w->alog_sample_cut != UINT64_MAX && rand_next(&w->rng) >= w->alog_sample_cut))
@@ -154,6 +154,7 @@ void access_log_refusal(struct worker *w, const char *client_ip, int status, con
 	r->status = status;
 	r->route = -1;
 	r->bytes_in = len;
+	r->bytes_out = bytes_out;
 	r->queue_us = r->connect_us = r->ttfb_us = r->total_us = r->gap_us = UINT32_MAX;
 	put_str(r->reqid, sizeof(r->reqid), reqid);
 	put_str(r->client, sizeof(r->client), client_ip);

@@ -242,11 +242,12 @@ void access_log_exchange(struct exchange *x);
 /*
  * A request refused before it became an exchange (a malformed head, one too large, one not
  * received in time): one line with what is known -- <status>, the client, the request id it
- * was answered with, and from the <len> bytes of <head> read so far the method and target
- * when the request line shows them. Called only on that path; sampled like the others.
+ * was answered with, the <bytes_out> of that answer, and from the <len> bytes of <head> read
+ * so far the method and target when the request line shows them. Called only on that path;
+ * sampled like the others.
  */
 void access_log_refusal(struct worker *w, const char *client_ip, int status, const char *reqid,
-			const char *head, size_t len);
+			uint64_t bytes_out, const char *head, size_t len);
 
 /* /debug/requests' hook (debugreq.c): exchange_free() offers the ending exchange to the
  * worker's slowest recent ones. */

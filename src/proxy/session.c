@@ -46,11 +46,8 @@ static enum run session_reply(struct client *cl, int status, const char *detail,
 	struct exchange *x = cl->x;
 	char refused_id[REQUEST_ID_MAX + 1], timing[160];
 	const char *rid = x ? x->reqid : refused_id;
-	if (!x) {
+	if (!x)
 		exchange_make_request_id(w, refused_id);
-		access_log_refusal(w, cl->ip, status, refused_id, cl->in ? buf_head(cl->in) : NULL,
-				   cl->in ? buf_len(cl->in) : 0);
-	}
 	/* the route shapes the answer (routes.api, its challenges); one refused before the
 	 * route stage (413, 414) is matched here, from the head it still has */
 	const struct conf_route *route =
@@ -86,6 +83,10 @@ static enum run session_reply(struct client *cl, int status, const char *detail,
 				  .openai = route && route->api == CONF_API_OPENAI,
 				  .more_headers = status == 429 && x ? x->limit_headers : NULL,
 			      });
+	if (!x)
+		access_log_refusal(w, cl->ip, n < 0 ? 0 : status, refused_id,
+				   n > 0 ? (uint64_t)n : 0, cl->in ? buf_head(cl->in) : NULL,
+				   cl->in ? buf_len(cl->in) : 0);
 	if (n < 0) {
 		/* the client has not read what it was sent (interim responses, heartbeats):
 		 * it cannot get an answer, so it gets a closed connection */

@@ -284,6 +284,7 @@ def test_refused_before_an_exchange_still_logged(env):
     r400, r431, r408 = recs[rid400], recs[rid431], recs[rid408]
     assert r408["status"] == 408 and r408["path"] == "/slowloris", r408
     assert r400["status"] == 400 and r400["client"] == UNTRUSTED and r400["route"] is None
+    assert r400["bytes_out"] > 0 and r400["total_ms"] is None, r400  # its answer, untimed
     assert r431["status"] == 431 and r431["method"] == "GET" and r431["path"] == "/big", r431
     assert r431["bytes_in"] > 1024 and r431["trace_id"] is None, r431
     assert be.count == 0
@@ -446,3 +447,27 @@ def test_backend_cannot_set_the_id_or_timing_in_interim_responses(env):
     assert b"backend-own" not in out and b"forged" not in out, out
     assert out.count(b"X-Request-Id: edge-5\r\n") == 1, out  # the final head's only
     assert b"HTTP/1.1 200 OK\r\n" in out and out.endswith(b"\r\n\r\nok"), out
+
+
+def test_refusal_lines_in_the_combined_format(env):
+    be = echo_backend(env)
+    log = os.path.join(env.dir, "access.log")
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]),
+                   extra=f"access_log: {{path: {log}, format: combined}}\n")
+    # a request line a log reader could be fooled by: quotes, backslashes, bytes not UTF-8
+    out = _raw(px.port, UNTRUSTED, b'GET /a"b\\c\xff HTTP/1.1\r\nHost: x\r\n\r\n')
+    assert out.startswith(b"HTTP/1.1 400"), out
+    out = _raw(px.port, UNTRUSTED, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 junk\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 400"), out
+
+    def lines():
+        with open(log, "rb") as f:
+            return f.read().splitlines()
+    wait_until(lambda: os.path.exists(log) and len(lines()) >= 2, "2 lines in the access log")
+    first, second = sorted(lines(), key=lambda line: b"GET" not in line)  # workers' order
+    for line in (first, second):
+        assert all(0x20 <= c < 0x7f for c in line), line  # one line each, ASCII
+        assert re.fullmatch(rb'127\.0\.0\.1 - - \[[^\]]+\] "(\\.|[^"\\])*" 400 [1-9]\d* "-" "" '
+                            rb"rt=- rid=[0-9a-f]{32} pool=- backend=- trace=-", line), line
+    assert b'] "GET /a\\"b\\\\c\\xff HTTP/1.1" 400 ' in first, first
+    assert b'] "-" 400 ' in second, second  # no request line to show
