@@ -323,19 +323,6 @@ int rewrite_sse_comment(char *out, size_t cap, const char *text)
 	return chunk(out, cap, line, n, 0);
 }
 
-int rewrite_sse_error(char *out, size_t cap, int status, const char *detail, const char *request_id)
-{
-	char ev[512];
-	int n = snprintf(ev, sizeof(ev),
-			 "event: error\ndata: {\"error\":{\"status\":%d,\"message\":\"%s\","
-			 "\"type\":\"proxy_error\"}%s%s%s}\n\n",
-			 status, detail, request_id ? ",\"request_id\":\"" : "",
-			 request_id ? request_id : "", request_id ? "\"" : "");
-	if (n < 0 || (size_t)n >= sizeof(ev))
-		return -1;
-	return chunk(out, cap, ev, n, 1);
-}
-
 /* <s> as the inside of a JSON string (the proxy's own texts; escaped all the same). */
 static int json_text(char *out, size_t cap, const char *s)
 {
@@ -353,6 +340,20 @@ static int json_text(char *out, size_t cap, const char *s)
 	}
 	out[o] = '\0';
 	return (int)o;
+}
+
+int rewrite_sse_error(char *out, size_t cap, int status, const char *detail, const char *request_id)
+{
+	char ev[512], msg[300];
+	json_text(msg, sizeof(msg), detail); /* a line break in it would end the data line */
+	int n = snprintf(ev, sizeof(ev),
+			 "event: error\ndata: {\"error\":{\"status\":%d,\"message\":\"%s\","
+			 "\"type\":\"proxy_error\"}%s%s%s}\n\n",
+			 status, msg, request_id ? ",\"request_id\":\"" : "",
+			 request_id ? request_id : "", request_id ? "\"" : "");
+	if (n < 0 || (size_t)n >= sizeof(ev))
+		return -1;
+	return chunk(out, cap, ev, n, 1);
 }
 
 /* The "type" and "code" the OpenAI API gives an error of <status>. */
@@ -396,8 +397,10 @@ int rewrite_error(char *buf, size_t cap, const struct rewrite_error_info *e)
 				http_status_text(e->status), e->detail, rid ? " (request id " : "",
 				rid ? rid : "", rid ? ")" : "");
 	}
-	if (e->timing)
-		snprintf(timing, sizeof(timing), "X-Accelnet-Timing: %s\r\n", e->timing);
+	/* left out whole when it does not fit: cut before its CRLF, it would swallow the next */
+	if (e->timing && (size_t)snprintf(timing, sizeof(timing), "X-Accelnet-Timing: %s\r\n",
+					  e->timing) >= sizeof(timing))
+		timing[0] = '\0';
 	if (blen < 0 || (size_t)blen >= sizeof(body))
 		blen = (int)sizeof(body) - 1;
 	if (e->retry_after_s)

@@ -106,8 +106,8 @@ int rewrite_error(char *out, size_t cap, const struct rewrite_error_info *e);
 int rewrite_sse_head(char *out, size_t cap, const char *request_id);
 /* One chunk holding an SSE comment line. */
 int rewrite_sse_comment(char *out, size_t cap, const char *text);
-/* One chunk holding an SSE "error" event for <status> (with "request_id" unless NULL), then
- * the last chunk. */
+/* One chunk holding an SSE "error" event for <status> (<detail> escaped as a JSON string,
+ * so it stays on its data line; "request_id" unless NULL), then the last chunk. */
 int rewrite_sse_error(char *out, size_t cap, int status, const char *detail,
 		      const char *request_id);
 

@@ -360,16 +360,16 @@ static void sse_early_stream(void **state)
 {
 	(void)state;
 	char buf[512];
-	int n = rewrite_sse_head(buf, sizeof(out), "abc");
+	int n = rewrite_sse_head(buf, sizeof(buf), "abc");
 	assert_true(n > 0);
 	buf[n] = 0;
 	assert_string_equal(buf, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
 				 "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n"
 				 "X-Request-Id: abc\r\n\r\n");
-	n = rewrite_sse_comment(buf, sizeof(out), "waiting");
+	n = rewrite_sse_comment(buf, sizeof(buf), "waiting");
 	buf[n] = 0;
 	assert_string_equal(buf, "b\r\n: waiting\n\n\r\n");
-	n = rewrite_sse_error(buf, sizeof(out), 503, "queue full", "abc");
+	n = rewrite_sse_error(buf, sizeof(buf), 503, "queue full", "abc");
 	buf[n] = 0;
 	const char *ev =
 	    "event: error\ndata: {\"error\":{\"status\":503,\"message\":\"queue full\","
@@ -378,6 +378,44 @@ static void sse_early_stream(void **state)
 	snprintf(want, sizeof(want), "%zx\r\n%s\r\n0\r\n\r\n", strlen(ev), ev);
 	assert_string_equal(buf, want);
 	assert_int_equal(rewrite_sse_error(buf, 20, 503, "queue full", NULL), -1);
+}
+
+/* The event's message is JSON inside one "data:" line whatever the detail holds: a quote, a
+ * backslash or a line break in it can neither end the string nor start a forged event. */
+static void sse_error_message_escaped(void **state)
+{
+	(void)state;
+	char buf[512];
+	int n = rewrite_sse_error(buf, sizeof(buf), 502, "a \"b\" \\ c\nevent: forged\n\ndata: x",
+				  "rid");
+	assert_true(n > 0);
+	buf[n] = 0;
+	const char *ev = "event: error\ndata: {\"error\":{\"status\":502,\"message\":"
+			 "\"a \\\"b\\\" \\\\ c\\u000aevent: forged\\u000a\\u000adata: x\","
+			 "\"type\":\"proxy_error\"},\"request_id\":\"rid\"}\n\n";
+	char want[512];
+	snprintf(want, sizeof(want), "%zx\r\n%s\r\n0\r\n\r\n", strlen(ev), ev);
+	assert_string_equal(buf, want);
+}
+
+/* An X-Accelnet-Timing value too long for its line is left out whole, never cut before its
+ * CRLF (which would glue the next header line onto it). */
+static void error_timing_never_cut(void **state)
+{
+	(void)state;
+	char timing[300];
+	memset(timing, '9', sizeof(timing) - 1);
+	timing[sizeof(timing) - 1] = 0;
+	struct rewrite_error_info e = {.status = 503,
+				       .detail = "x",
+				       .request_id = "rid",
+				       .retry_after_s = 1,
+				       .timing = timing};
+	int n = rewrite_error(out, sizeof(out), &e);
+	assert_true(n > 0);
+	out[n] = '\0';
+	assert_null(strstr(out, "X-Accelnet-Timing"));
+	assert_non_null(strstr(out, "\r\nX-Request-Id: rid\r\nRetry-After: 1\r\nCache-Control:"));
 }
 
 int main(void)
@@ -395,6 +433,8 @@ int main(void)
 	    cmocka_unit_test(error_response),
 	    cmocka_unit_test(openai_error_response),
 	    cmocka_unit_test(sse_early_stream),
+	    cmocka_unit_test(sse_error_message_escaped),
+	    cmocka_unit_test(error_timing_never_cut),
 	};
 	return cmocka_run_group_tests_name("head rewriting", tests, NULL, NULL);
 }
