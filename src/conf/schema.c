@@ -508,12 +508,18 @@ static const struct rule route_rules[] = {
     RULES_END,
 };
 
-static int read_route_item(struct rules_ctx *x, yaml_node_t *item, void *obj, size_t i)
+/* What a route is before its keys are read: the defaults docs/config.md gives. */
+static void route_defaults(struct conf_route *rt)
 {
-	struct conf_route *rt = obj;
 	rt->priority = QD_NORMAL;
 	rt->spill_after_ms = 1000;
 	rt->access_log = 1;
+}
+
+static int read_route_item(struct rules_ctx *x, yaml_node_t *item, void *obj, size_t i)
+{
+	struct conf_route *rt = obj;
+	route_defaults(rt);
 	int err = rules_read_section(x, item, "routes", route_rules, rt);
 	if (err)
 		return err;
@@ -777,7 +783,7 @@ static int check_whole(struct rules_ctx *x, yaml_node_t *root)
 		c->routes = calloc(1, sizeof(*c->routes));
 		if (!c->routes || !(c->routes[0].path_prefix = strdup("/")))
 			return rules_fail(x, root, "out of memory");
-		c->routes[0].priority = QD_NORMAL;
+		route_defaults(&c->routes[0]); /* access_log on, as for any route */
 		c->nroutes = 1;
 	}
 	return 0;

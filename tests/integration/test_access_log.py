@@ -105,6 +105,17 @@ def test_route_off_and_sample_zero_write_nothing(env):
     assert len(lines) == 1 and json.loads(lines[0])["path"] == "/loud", lines
 
 
+def test_without_routes_every_request_is_logged(env):
+    # no routes: everything to the first pool, under a route that logs like any other
+    be = echo_backend(env)
+    log = os.path.join(env.dir, "access.log")
+    p = env.proxy("pools:\n" + pool_yaml("p", [be.port]),
+                  extra=f"access_log: {{path: {log}, format: json}}\n")
+    assert request(p.port, "GET", "/no/routes")[0] == 200
+    rec = json.loads(_wait_lines(log, 1)[0])
+    assert rec["path"] == "/no/routes" and rec["route"] == 0 and rec["pool"] == "p", rec
+
+
 def test_sample_zero(env):
     p, log = _proxy(env, sample="0")
     for _ in range(5):
