@@ -62,14 +62,6 @@ void access_note_head(struct exchange *x, const struct http_head *h)
 		x->log_ua[0] = 0;
 }
 
-static uint32_t us_between(uint64_t from_ns, uint64_t to_ns)
-{
-	if (!from_ns || !to_ns)
-		return UINT32_MAX;
-	uint64_t us = to_ns > from_ns ? (to_ns - from_ns) / 1000 : 0;
-	return us > UINT32_MAX - 1 ? UINT32_MAX - 1 : (uint32_t)us;
-}
-
 static void put_str(char *dst, size_t cap, const char *s)
 {
 	if (!s)
@@ -94,13 +86,14 @@ void access_log_exchange(struct exchange *x)
 	r->route = x->route ? (int)(x->route - w->conf->routes) : -1;
 	r->bytes_in = x->log_head_len + x->req.sent;
 	r->bytes_out = x->log_status ? x->log_bytes_out : x->resp.sent;
-	r->queue_us = x->log_queue_us;
-	r->connect_us = us_between(x->log_dispatch_ns, x->log_conn_ns);
-	r->ttfb_us = x->resp_head ? us_between(x->log_start_ns, x->log_ttfb_ns) : UINT32_MAX;
-	r->total_us = us_between(x->log_start_ns, now);
+	r->queue_us = exchange_queue_us(x, loop_now(w->loop));
+	r->connect_us = exchange_us_between(x->log_dispatch_ns, x->log_conn_ns);
+	r->ttfb_us =
+	    x->resp_head ? exchange_us_between(x->log_start_ns, x->log_ttfb_ns) : UINT32_MAX;
+	r->total_us = exchange_us_between(x->log_start_ns, now);
 	r->tokens = x->usage.events > UINT32_MAX ? UINT32_MAX : (uint32_t)x->usage.events;
 	r->gap_us = r->tokens > 1 && x->last_read_ns > x->log_ttfb_ns
-			? (uint32_t)((x->last_read_ns - x->log_ttfb_ns) / 1000 / (r->tokens - 1))
+			? exchange_us((x->last_read_ns - x->log_ttfb_ns) / 1000 / (r->tokens - 1))
 			: UINT32_MAX;
 	r->path_cut = x->log_path_cut;
 	memcpy(r->reqid, x->reqid, sizeof(r->reqid) - 1);

@@ -100,6 +100,7 @@ static enum run queue_deadline(struct exchange *x, uint64_t now)
 	if (spill_possible(x) && now < x->wt.queued_ms + x->pool->conf->queue_timeout_ms)
 		return dispatch_spill(x);
 	/* a slot granted at this very moment is handed back by the withdrawal */
+	exchange_note_queue_end(x, now);
 	admission_withdraw(x->pool, &x->wt, now, rand_next(&x->w->rng), WITHDRAW_TIMEOUT);
 	return exchange_reply(x, 503, "no backend slot freed within queue.timeout_ms", 1);
 }

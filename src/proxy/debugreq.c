@@ -58,27 +58,6 @@ static const char *method_name(enum http_method m)
 	return (unsigned)m < sizeof(names) / sizeof(names[0]) ? names[m] : "";
 }
 
-static uint32_t us_between(uint64_t from_ns, uint64_t to_ns)
-{
-	if (!from_ns || !to_ns)
-		return UINT32_MAX;
-	uint64_t us = to_ns > from_ns ? (to_ns - from_ns) / 1000 : 0;
-	return us > UINT32_MAX - 1 ? UINT32_MAX - 1 : (uint32_t)us;
-}
-
-/* The wait for a slot: as dispatched, or so far while queued. */
-static uint32_t queue_us(const struct exchange *x)
-{
-	if (x->log_dispatch_ns)
-		return x->log_queue_us;
-	if (x->wt.state != W_IDLE && x->wt.queued_ms) {
-		uint64_t now = loop_now(x->w->loop);
-		uint64_t us = now > x->wt.queued_ms ? (now - x->wt.queued_ms) * 1000 : 0;
-		return us > UINT32_MAX - 1 ? UINT32_MAX - 1 : (uint32_t)us;
-	}
-	return UINT32_MAX;
-}
-
 static const char *state_of(const struct exchange *x)
 {
 	if (x->buffering)
@@ -110,10 +89,10 @@ static void fill_rec(struct debugreq_rec *r, const struct exchange *x, uint64_t 
 	r->worker = w->id;
 	r->bytes_in = x->log_head_len + x->req.sent;
 	r->bytes_out = x->log_status ? x->log_bytes_out : x->resp.sent;
-	r->queue_us = queue_us(x);
-	r->connect_us = us_between(x->log_dispatch_ns, x->log_conn_ns);
-	r->ttfb_us = x->log_ttfb_ns ? us_between(x->log_start_ns, x->log_ttfb_ns) : UINT32_MAX;
-	r->total_us = us_between(x->log_start_ns, now_ns);
+	r->queue_us = exchange_queue_us(x, loop_now(x->w->loop));
+	r->connect_us = exchange_us_between(x->log_dispatch_ns, x->log_conn_ns);
+	r->ttfb_us = exchange_us_between(x->log_start_ns, x->log_ttfb_ns);
+	r->total_us = exchange_us_between(x->log_start_ns, now_ns);
 }
 
 /* A new window: the current one becomes the one before (or both go, when stale). */
@@ -199,11 +178,11 @@ int debugreq_timing(const struct exchange *x, int whole, char *out, size_t cap)
 		const char *name;
 		uint32_t us;
 	} part[] = {
-	    {"queue", queue_us(x)},
-	    {"connect", us_between(x->log_dispatch_ns, x->log_conn_ns)},
-	    {"backend", x->log_ttfb_ns ? us_between(x->log_conn_ns, x->log_ttfb_ns) : UINT32_MAX},
-	    {"ttfb", x->log_ttfb_ns ? us_between(x->log_start_ns, x->log_ttfb_ns) : UINT32_MAX},
-	    {"total", whole ? us_between(x->log_start_ns, clock_now_ns()) : UINT32_MAX},
+	    {"queue", exchange_queue_us(x, loop_now(x->w->loop))},
+	    {"connect", exchange_us_between(x->log_dispatch_ns, x->log_conn_ns)},
+	    {"backend", exchange_us_between(x->log_conn_ns, x->log_ttfb_ns)},
+	    {"ttfb", exchange_us_between(x->log_start_ns, x->log_ttfb_ns)},
+	    {"total", whole ? exchange_us_between(x->log_start_ns, clock_now_ns()) : UINT32_MAX},
 	};
 	size_t len = 0;
 	for (size_t i = 0; i < sizeof(part) / sizeof(part[0]); i++) {

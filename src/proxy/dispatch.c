@@ -37,8 +37,7 @@ static enum run dispatch_attach(struct exchange *x)
 	x->connect_ms = now;
 	x->sent_ns = clock_now_ns();
 	/* the figures of the access log, X-Accelnet-Timing and /debug/requests */
-	if (!x->log_dispatch_ns && x->wt.queued_ms && now > x->wt.queued_ms)
-		x->log_queue_us = (uint32_t)(now - x->wt.queued_ms) * 1000;
+	exchange_note_queue_end(x, now);
 	x->log_backend = x->be;
 	x->log_dispatch_ns = x->sent_ns;
 	x->log_conn_ns = x->up->connecting ? 0 : x->sent_ns; /* a kept-alive one is ready */

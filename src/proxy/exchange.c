@@ -77,6 +77,26 @@ struct exchange *exchange_new(struct worker *w, void *conn, const struct exchang
 	return x;
 }
 
+void exchange_note_queue_end(struct exchange *x, uint64_t now_ms)
+{
+	if (x->queue_noted)
+		return;
+	x->queue_noted = 1;
+	x->log_queue_us = x->wt.queued_ms && now_ms > x->wt.queued_ms
+			      ? exchange_us((now_ms - x->wt.queued_ms) * 1000)
+			      : 0;
+}
+
+uint32_t exchange_queue_us(const struct exchange *x, uint64_t now_ms)
+{
+	if (x->queue_noted)
+		return x->log_queue_us;
+	if (x->wt.state != W_IDLE && x->wt.queued_ms)
+		return exchange_us(now_ms > x->wt.queued_ms ? (now_ms - x->wt.queued_ms) * 1000
+							    : 0);
+	return UINT32_MAX;
+}
+
 void exchange_drop_hedge(struct exchange *x)
 {
 	if (!x->hedge)

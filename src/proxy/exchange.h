@@ -117,6 +117,7 @@ struct exchange {
 	char traceparent[TRACEPARENT_LEN + 1]; /* sent upstream: the trace id, the proxy's span */
 	unsigned pass_tracestate : 1;	       /* the client's traceparent was taken */
 	unsigned want_timing : 1;	       /* a trusted client asked for X-Accelnet-Timing */
+	unsigned queue_noted : 1; /* log_queue_us holds its wait for a slot, which has ended */
 	unsigned req_close : 1, retried : 1, up_reused : 1;
 	unsigned want_key : 1;	 /* the pool balances on the prompt key, read from the body */
 	unsigned buffering : 1;	 /* reading the body before admission (await_body) */
@@ -193,6 +194,26 @@ struct exchange *exchange_new(struct worker *w, void *conn, const struct exchang
 /* A fresh request id (32 lower-case hex digits) into out[0..32], for an exchange or for a
  * request refused before it became one. */
 void exchange_make_request_id(struct worker *w, char *out);
+/*
+ * Durations as the access log, X-Accelnet-Timing and /debug/requests keep them: microseconds
+ * in 32 bits, UINT32_MAX for "did not happen (yet)", so at most UINT32_MAX - 1 (71 minutes and
+ * a half): a longer one shows as that, never wrapped round to a short one.
+ */
+static inline uint32_t exchange_us(uint64_t us)
+{
+	return us > UINT32_MAX - 1 ? UINT32_MAX - 1 : (uint32_t)us;
+}
+static inline uint32_t exchange_us_between(uint64_t from_ns, uint64_t to_ns)
+{
+	if (!from_ns || !to_ns)
+		return UINT32_MAX;
+	return exchange_us(to_ns > from_ns ? (to_ns - from_ns) / 1000 : 0);
+}
+/* Its wait for a slot has ended at <now_ms>, granted (at dispatch: 0 when one was free) or
+ * given up (queue.timeout_ms): kept, the first time only. */
+void exchange_note_queue_end(struct exchange *x, uint64_t now_ms);
+/* That wait; so far while it still waits; UINT32_MAX while it has not reached a pool. */
+uint32_t exchange_queue_us(const struct exchange *x, uint64_t now_ms);
 /* Back to the worker's free list: everything it holds (queue place, slots, upstream
  * connections, head buffer) let go first. */
 void exchange_free(struct exchange *x);

@@ -471,3 +471,35 @@ def test_refusal_lines_in_the_combined_format(env):
                             rb"rt=- rid=[0-9a-f]{32} pool=- backend=- trace=-", line), line
     assert b'] "GET /a\\"b\\\\c\\xff HTTP/1.1" 400 ' in first, first
     assert b'] "-" 400 ' in second, second  # no request line to show
+
+
+def test_a_queue_timeout_says_how_long_it_queued(env):
+    # the one slot held, a trusted client's request waits out queue.timeout_ms: its 503 says
+    # it queued that long (not "no queue"), and so do its log line and /debug/requests
+    be = _held_backend(env)
+    log = os.path.join(env.dir, "access.log")
+    tok = env.write("admin.token", TOKEN + "\n")
+    os.chmod(tok, 0o600)
+    admin_port = free_port()
+    px = env.proxy("pools:\n  - name: p\n    backends:\n"
+                   f"      - {{address: 127.0.0.1:{be.port}, max_concurrency: 1}}\n"
+                   "    queue: {timeout_ms: 200}\n", admin=False,
+                   extra=f"admin: {{address: 127.0.0.1:{admin_port}, token_file: {tok}}}\n"
+                         f"trusted_proxies: [{TRUSTED}/32]\n"
+                         f"access_log: {{path: {log}, format: json}}\n")
+    wait_until(lambda: port_open(admin_port), "admin port")
+    holder = threading.Thread(target=lambda: _req(px.port, UNTRUSTED, path="/hold"))
+    holder.start()
+    wait_until(lambda: be.arrived() == 1, "the slot taken")
+    st, h, body = _req(px.port, TRUSTED, path="/queued",
+                       headers={"X-Request-Id": "queued-1", "X-Accelnet-Timing": "1"})
+    assert st == 503 and b"queue.timeout_ms" in body, (st, body)
+    m = re.match(r"queue;dur=(\d+\.\d{3}), total;dur=\d+\.\d{3}$", h["x-accelnet-timing"][0])
+    assert m and float(m.group(1)) >= 200, h
+    slow = next(r for r in json.loads(_debug(admin_port)[2])["slowest"]
+                if r["request_id"] == "queued-1")
+    assert slow["status"] == 503 and slow["queue_ms"] >= 200, slow
+    be.release.set()
+    holder.join(30)
+    rec = next(r for r in _log(log, 2) if r["request_id"] == "queued-1")
+    assert rec["status"] == 503 and rec["queue_ms"] >= 200, rec

@@ -164,6 +164,7 @@ static void timing_value(void **state)
 	assert_true(strncmp(out, "total;dur=", 10) == 0);
 	x.log_start_ns = 1000000000u;
 	x.log_queue_us = 1500;
+	x.queue_noted = 1;
 	x.log_dispatch_ns = x.log_start_ns + 2000000u;
 	x.log_conn_ns = x.log_dispatch_ns + 250000u;
 	x.log_ttfb_ns = x.log_start_ns + 42000000u;
@@ -174,12 +175,45 @@ static void timing_value(void **state)
 	assert_int_equal(debugreq_timing(&x, 0, out, 20), -1);
 }
 
+/* The wait for a slot, noted once when it ends: granted or given up (queue.timeout_ms), so
+ * far while waiting, none before a pool; past 71.6 minutes it stays at the most, where a
+ * 32-bit product in milliseconds * 1000 wrapped round to a few milliseconds. */
+static void queue_wait(void **state)
+{
+	(void)state;
+	struct exchange x;
+	make(&x, "q", 0);
+	assert_int_equal(exchange_queue_us(&x, 5000), UINT32_MAX); /* no pool yet */
+	x.wt.state = W_QUEUED;
+	x.wt.queued_ms = 1000;
+	assert_int_equal(exchange_queue_us(&x, 1250), 250000);
+	exchange_note_queue_end(&x, 1300); /* given up: the 503 says how long */
+	x.wt.state = W_IDLE;
+	assert_int_equal(exchange_queue_us(&x, 9000), 300000);
+	exchange_note_queue_end(&x, 9000); /* the first end is the one kept */
+	assert_int_equal(exchange_queue_us(&x, 9000), 300000);
+	char out[160];
+	assert_true(debugreq_timing(&x, 0, out, sizeof(out)) > 0);
+	assert_string_equal(out, "queue;dur=300.000");
+
+	make(&x, "long", 0);
+	x.wt.queued_ms = 1000;
+	exchange_note_queue_end(&x, 1000 + 4294968u); /* 71.6 minutes in the queue */
+	assert_int_equal(exchange_queue_us(&x, 0), UINT32_MAX - 1);
+	make(&x, "free", 0);
+	exchange_note_queue_end(&x, 1000); /* a slot was free at once */
+	assert_int_equal(exchange_queue_us(&x, 2000), 0);
+	assert_int_equal(exchange_us_between(1000, 1000 + 5000000000000ull), UINT32_MAX - 1);
+	assert_int_equal(exchange_us_between(0, 1000), UINT32_MAX);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(slowest_are_kept),
 	    cmocka_unit_test(snapshot_and_document),
 	    cmocka_unit_test(timing_value),
+	    cmocka_unit_test(queue_wait),
 	};
 	return cmocka_run_group_tests_name("debug requests", tests, setup, teardown);
 }
