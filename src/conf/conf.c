@@ -195,6 +195,7 @@ void conf_free(struct conf *c)
 	free(c->pools);
 	for (size_t i = 0; i < c->nroutes; i++) {
 		struct conf_route *r = &c->routes[i];
+		free(r->name);
 		free(r->path_prefix);
 		free(r->host);
 		free(r->sni);

@@ -197,6 +197,7 @@ enum conf_api {
 };
 
 struct conf_route {
+	char *name;			  /* routes[].name; NULL: its index names it in metrics */
 	char *path_prefix;		  /* "/" when not given */
 	char *host;			  /* exact, case-insensitive, port ignored; NULL: any */
 	char *sni;			  /* TLS server name: exact or "*.domain"; NULL: any */
@@ -244,6 +245,11 @@ struct conf_access_log {
 	double sample;	     /* the share of requests logged, 0..1 */
 };
 
+/* metrics: what the registry keeps (obs/metrics.h) */
+struct conf_metrics {
+	unsigned max_tenants; /* tenants with series of their own; the rest are "other" */
+};
+
 struct conf {
 	char *file;	    /* for messages */
 	unsigned workers;   /* >= 1 */
@@ -262,6 +268,7 @@ struct conf {
 	struct conf_route *routes;
 	size_t nroutes;
 	struct conf_access_log access_log;
+	struct conf_metrics metrics;
 	/* names of fields only the proxy sets, each once (CONF_GUARDED_FIELDS_MAX) */
 	const char *guarded_fields[CONF_GUARDED_FIELDS_MAX];
 	size_t nguarded_fields;

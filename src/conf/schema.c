@@ -18,6 +18,7 @@
 #include "conf/schema_guard.h"
 #include "conf/schema_tls.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -491,7 +492,32 @@ static int read_spillover(struct rules_ctx *x, const struct rule *r, yaml_node_t
 	return err;
 }
 
+/* routes[].name: the route's label in metrics and /status; a letter, then letters, digits,
+ * '_', '-' or '.', at most 64 bytes, so it never reads as another route's default (its
+ * index) and needs no escaping anywhere. Unique among the routes. */
+static int read_route_name(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *obj)
+{
+	struct load *l = load_of(x);
+	struct conf_route *rt = obj;
+	const char *s = rules_scalar(v);
+	size_t n = s ? strlen(s) : 0;
+	int ok = n >= 1 && n <= 64 && isalpha((unsigned char)s[0]);
+	(void)r;
+	for (size_t i = 1; ok && i < n; i++)
+		ok = isalnum((unsigned char)s[i]) || s[i] == '_' || s[i] == '-' || s[i] == '.';
+	if (!ok)
+		return rules_fail(x, v,
+				  "routes: name: expected a letter, then letters, digits, '_', '-' "
+				  "or '.' (at most 64 bytes)");
+	for (struct conf_route *o = l->conf->routes; o < rt; o++)
+		if (o->name && strcmp(o->name, s) == 0)
+			return rules_fail(x, v, "routes: name '%s' is already route %zu's", s,
+					  (size_t)(o - l->conf->routes));
+	return rules_read_string(x, v, &rt->name);
+}
+
 static const struct rule route_rules[] = {
+    {"name", RULE_SECTION, 0, 0, 0, NULL, read_route_name},
     {"match", RULE_SECTION, 0, 0, 0, match_rules, read_match},
     {"pool", RULE_SECTION, 0, 0, 0, NULL, read_route_pool},
     {"priority", RULE_SECTION, 0, 0, 0, NULL, read_priority},
@@ -639,6 +665,12 @@ static int read_access_log(struct rules_ctx *x, const struct rule *r, yaml_node_
 	return 0;
 }
 
+/* metrics: {max_tenants} */
+static const struct rule metrics_rules[] = {
+    {"max_tenants", RULE_UINT, offsetof(struct conf_metrics, max_tenants), 1, 10000, NULL, NULL},
+    RULES_END,
+};
+
 static const struct rule top_rules[] = {
     {"workers", RULE_UINT, offsetof(struct conf, workers), 1, 256, NULL, NULL},
     {"user", RULE_SECTION, offsetof(struct conf, user), 0, 0, NULL, read_user},
@@ -652,6 +684,7 @@ static const struct rule top_rules[] = {
     {"routes", RULE_SECTION, 0, 0, 0, route_rules, read_routes},
     {"access_log", RULE_SECTION, offsetof(struct conf, access_log), 0, 0, access_log_rules,
      read_access_log},
+    {"metrics", RULE_SECTION, offsetof(struct conf, metrics), 0, 0, metrics_rules, NULL},
     {"cache", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
     RULES_END,
 };
@@ -678,6 +711,7 @@ void schema_set_defaults(struct conf *c)
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	c->workers = cpus > 0 ? (unsigned)cpus : 1;
 	c->access_log.sample = 1.0;
+	c->metrics.max_tenants = 100;
 	c->timeouts = (struct conf_timeouts){
 	    .connect_ms = 2000,
 	    .header_ms = 10000,

@@ -142,10 +142,9 @@ void limits_release_hold(struct conc_slot *hold)
 		atomic_fetch_sub_explicit(&hold->count, 1, memory_order_release);
 }
 
-void limits_count_response(struct route_limits *l, struct limit_hold *h, struct usage_scan *u,
-			   const char *p, size_t len, uint64_t now_us)
+void limits_count_response(struct route_limits *l, struct limit_hold *h, const struct usage_scan *u,
+			   uint64_t now_us)
 {
-	usage_scan_feed(u, p, len);
 	uint64_t live = h->prompt_est + u->events;
 	if (!h->reserved || u->has_total || live <= h->charged)
 		return;

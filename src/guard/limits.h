@@ -95,11 +95,11 @@ int limits_reserve_tokens(struct route_limits *l, uint64_t tenant, uint64_t n, u
 void limits_settle_tokens(struct route_limits *l, uint64_t tenant, int64_t delta, uint64_t now_us);
 
 /*
- * Response body bytes p[0..len) of a request holding a reservation went to the client:
- * scan them (<u>) and charge at once whatever the tokens counted so far exceed.
+ * More response body of a request holding a reservation went through the scanner <u> (the
+ * caller feeds it): charge at once whatever the tokens counted so far exceed.
  */
-void limits_count_response(struct route_limits *l, struct limit_hold *h, struct usage_scan *u,
-			   const char *p, size_t len, uint64_t now_us);
+void limits_count_response(struct route_limits *l, struct limit_hold *h, const struct usage_scan *u,
+			   uint64_t now_us);
 
 /*
  * The request ends: settle its reservation with what it cost (the usage total seen, else

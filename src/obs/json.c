@@ -7,7 +7,8 @@
  * their pool). A metric's /status key may name a group ("queue.length"): consecutive
  * metrics of one group share one object. A metric split by a sub label (responses by status
  * class) is an object keyed by the sub values; a histogram is a summary of count, median and
- * 99th percentile in milliseconds (bucket bounds; -1 beyond the last bound).
+ * 99th percentile in milliseconds (bucket bounds; -1 beyond the last bound). A series of a
+ * space filled at run time (tenants) shows once it is in use.
  *
  * The dashboard's feed (json_write_feed) is the same document with each histogram's bucket
  * counts and sum added, so that the page can take percentiles over the last second from two
@@ -156,7 +157,7 @@ static void put_array(FILE *f, const struct metrics *m, unsigned sp, int parent,
 	json_write_string(f, s->json);
 	fputs(":[", f);
 	for (size_t i = 0; i < s->n; i++) {
-		if (parent >= 0 && s->parent_of[i] != pseries)
+		if ((parent >= 0 && s->parent_of[i] != pseries) || !metrics_series_live(m, sp, i))
 			continue;
 		fputs(first ? "" : ",", f);
 		put_object(f, m, sp, i, buckets);

@@ -68,7 +68,10 @@ static int spaces_valid(const struct metrics_config *cfg)
 {
 	for (size_t i = 0; i < cfg->nspaces; i++) {
 		const struct metric_space *s = &cfg->spaces[i];
-		if (s->nlabels > METRICS_MAX_LABELS || (s->n && s->nlabels && !s->values))
+		if (s->nlabels > METRICS_MAX_LABELS ||
+		    (s->n && s->nlabels && !s->values && !s->label))
+			return 0;
+		if (s->label && (s->parent >= 0 || !s->nlabels))
 			return 0;
 		if (s->parent >= (int)cfg->nspaces || s->parent == (int)i)
 			return 0;
@@ -189,6 +192,20 @@ void metrics_thread_bind(struct metrics *m, struct metrics_shard *sh)
 const struct metrics_config *metrics_config(const struct metrics *m)
 {
 	return &m->cfg;
+}
+
+const char *metrics_label(const struct metrics *m, unsigned sp, size_t series, size_t k)
+{
+	const struct metric_space *s = &m->cfg.spaces[sp];
+	if (s->label)
+		return s->label(m->cfg.ctx, series, k);
+	return s->values[series * s->nlabels + k];
+}
+
+int metrics_series_live(const struct metrics *m, unsigned sp, size_t series)
+{
+	const struct metric_space *s = &m->cfg.spaces[sp];
+	return !s->label || s->label(m->cfg.ctx, series, 0) != NULL;
 }
 
 size_t metrics_series(const struct metrics *m, unsigned id)

@@ -8,7 +8,9 @@
  * its key in /status, and for live state a read callback. The registry knows nothing of pools
  * or backends: a label space is a list of series with their label values (pool "gpu", backend
  * "10.0.0.1:9000"), and may hang under a parent space (backends under pools), which is how
- * the JSON writer nests them.
+ * the JSON writer nests them. A space whose label values are met only at run time (tenants)
+ * gives a label callback instead of values: it answers NULL for a series not in use yet, and
+ * the writers leave that series out (obs/names.h keeps such values, bounded).
  *
  * Counters and histograms live in shards, one per counting thread, each on its own cache
  * lines. The thread that owns a shard bumps it with a plain relaxed load and store (no
@@ -48,11 +50,15 @@ enum metric_json {
 	MJ_SUMMARY, /* histograms: {"count":N,"p50":MS,"p99":MS} */
 };
 
+/* Label <k> of series <series> of a space filled at run time, or NULL: not in use (yet). */
+typedef const char *(*metric_label_fn)(const void *ctx, size_t series, size_t k);
+
 /*
  * A label space: <n> series, each with <nlabels> label values (values[i * nlabels + k] is
- * label k of series i). A space with a parent hangs under it in /status: series i sits inside
- * the parent's series parent_of[i], in an array called <json>. A root space (parent -1) is a
- * top-level array called <json>. Strings are the caller's and must outlive the registry.
+ * label k of series i, or label(ctx, i, k) when label is given). A space with a parent hangs
+ * under it in /status: series i sits inside the parent's series parent_of[i], in an array
+ * called <json>. A root space (parent -1) is a top-level array called <json>. Strings are
+ * the caller's and must outlive the registry (a label callback's, the registry's readers).
  */
 struct metric_space {
 	const char *json;
@@ -62,6 +68,7 @@ struct metric_space {
 	const char *const *values;
 	int parent;
 	const size_t *parent_of;
+	metric_label_fn label; /* instead of values: labels filled in later (root spaces only) */
 };
 
 /* Live state, read at scrape time: <ctx> is metrics_config.ctx. */
@@ -160,8 +167,21 @@ static inline void metrics_observe(struct metrics_shard *sh, unsigned id, size_t
 	metrics_add(sh, id, base + HIST_BUCKETS, us);
 }
 
+/* <n> samples of <us> microseconds each (events that came together). */
+static inline void metrics_observe_n(struct metrics_shard *sh, unsigned id, size_t series,
+				     uint64_t us, uint64_t n)
+{
+	size_t base = series * (HIST_BUCKETS + 1);
+	metrics_add(sh, id, base + hist_bucket(us), n);
+	metrics_add(sh, id, base + HIST_BUCKETS, us * n);
+}
+
 /* What a reader sees: the registry's tables. */
 const struct metrics_config *metrics_config(const struct metrics *m);
+/* Label <k> of series <series> of space <sp>; NULL when the series is not in use yet. */
+const char *metrics_label(const struct metrics *m, unsigned sp, size_t series, size_t k);
+/* Is series <series> of space <sp> in use (a fixed space's always are)? */
+int metrics_series_live(const struct metrics *m, unsigned sp, size_t series);
 /* Series of metric <id> (its space's, times nsub). */
 size_t metrics_series(const struct metrics *m, unsigned id);
 /* A counter's total over the shards (plus its read callback). */

@@ -5,7 +5,9 @@
  * series with its labels from the metric's space (and its sub label). Counters are written
  * as integers, gauges with nine significant digits, histograms as cumulative buckets in
  * seconds with _sum and _count; a counter marked real (CPU seconds) is written like a gauge.
- * Label values are escaped (backslash, quote, newline) as the format asks.
+ * Label values are escaped (backslash, quote, newline) as the format asks. A series of a
+ * space filled at run time that is not in use yet is left out (the family's HELP and TYPE
+ * stay, with no samples, which Prometheus reads as nothing to scrape yet).
  */
 #include "obs/prom.h"
 
@@ -29,7 +31,8 @@ static void put_labels(FILE *f, const struct metrics *m, const struct metric_def
 	const struct metric_space *sp = &metrics_config(m)->spaces[d->space];
 	for (size_t k = 0; k < sp->nlabels; k++) {
 		fprintf(f, "%s%s=\"", k ? "," : "", sp->labels[k]);
-		put_escaped(f, sp->values[i * sp->nlabels + k]);
+		const char *v = metrics_label(m, d->space, i, k);
+		put_escaped(f, v ? v : "");
 		fputc('"', f);
 	}
 	if (d->nsub) {
@@ -88,6 +91,8 @@ static void put_family(FILE *f, const struct metrics *m, unsigned id)
 	size_t n = metrics_series(m, id) / nsub;
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", d->name, d->help, d->name, type_name(d->type));
 	for (size_t i = 0; i < n; i++) {
+		if (!metrics_series_live(m, d->space, i))
+			continue;
 		if (d->type == METRIC_HISTOGRAM) {
 			put_hist(f, m, id, i);
 			continue;

@@ -11,8 +11,8 @@
  * The figures: queue wait is from joining the pool's queue to the grant (0 when a slot was
  * free); connect from the first dispatch to the upstream connection being ready (TLS
  * included; 0 for a kept-alive one); time to first byte and total from the request head;
- * for a response whose tokens are counted (routes.rate_limit with tokens) the number of
- * events and their mean gap. The tenant is the authenticated identity (never a key, token
+ * for a response whose tokens are counted (tally.c) the number of events and their mean gap,
+ * from the same count as the metrics. The tenant is the authenticated identity (never a key, token
  * or password), else the routes' tenant_header is not logged: only what auth proved.
  *
  * A request refused before it became an exchange (a malformed head: 400, 431, 505 ...; a
@@ -92,8 +92,8 @@ void access_log_exchange(struct exchange *x)
 	    x->resp_head ? exchange_us_between(x->log_start_ns, x->log_ttfb_ns) : UINT32_MAX;
 	r->total_us = exchange_us_between(x->log_start_ns, now);
 	r->tokens = x->usage.events > UINT32_MAX ? UINT32_MAX : (uint32_t)x->usage.events;
-	r->gap_us = r->tokens > 1 && x->last_read_ns > x->log_ttfb_ns
-			? exchange_us((x->last_read_ns - x->log_ttfb_ns) / 1000 / (r->tokens - 1))
+	r->gap_us = r->tokens > 1 && x->tok_last_ns > x->tok_first_ns
+			? exchange_us((x->tok_last_ns - x->tok_first_ns) / 1000 / (r->tokens - 1))
 			: UINT32_MAX;
 	r->path_cut = x->log_path_cut;
 	memcpy(r->reqid, x->reqid, sizeof(r->reqid) - 1);

@@ -130,6 +130,7 @@ void exchange_free_slot(struct exchange *x)
 void exchange_free(struct exchange *x)
 {
 	struct worker *w = x->w;
+	tally_exchange(x);
 	access_log_exchange(x);
 	debugreq_note_end(x);
 	if (x->wt.state != W_IDLE)

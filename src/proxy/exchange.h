@@ -109,7 +109,7 @@ struct exchange {
 	unsigned retry_after_s;	 /* a 429's Retry-After */
 	char limit_headers[160]; /* ... and its X-RateLimit-* lines (quota.c), or "" */
 	struct limit_hold hold;	 /* what it holds of the route's limits (guard/limits.h) */
-	struct usage_scan usage; /* the response's token usage, while hold.reserved */
+	struct usage_scan usage; /* the response's token usage, while tok_on (tally.c) */
 
 	enum http_method meth;
 	int minor; /* HTTP/1.<minor> of the request */
@@ -161,6 +161,11 @@ struct exchange {
 	uint64_t client_took_ms;  /* the client last took response bytes (timeouts.send_ms) */
 	int status;
 	struct http_body resp;
+
+	/* the route's and tenant's figures (proxy/tally.c) */
+	uint64_t tok_first_ns, tok_last_ns; /* the first and the last token event; 0: none */
+	unsigned tok_on : 1;		    /* the response's tokens are counted (x->usage) */
+	unsigned relayed : 1;		    /* the response went out whole */
 
 	/* its clocks, for the access log, X-Accelnet-Timing and /debug/requests: the request
 	 * head was read, the last attempt was dispatched, its connection was ready, the
@@ -273,5 +278,14 @@ void access_log_refusal(struct worker *w, const char *client_ip, int status, con
 /* /debug/requests' hook (debugreq.c): exchange_free() offers the ending exchange to the
  * worker's slowest recent ones. */
 void debugreq_note_end(const struct exchange *x);
+
+/*
+ * The route's, tenant's and tokens' figures (tally.c): the codec calls tally_response_head()
+ * once the response head is in (x->resp framed) and tally_body() with the response body
+ * bytes (framing and all) as they go to the client; exchange_free() calls tally_exchange().
+ */
+void tally_response_head(struct exchange *x);
+void tally_body(struct exchange *x, const char *p, size_t len);
+void tally_exchange(struct exchange *x);
 
 #endif

@@ -91,15 +91,13 @@ enum run quota_reserve(struct exchange *x)
 		return refuse(x, &why, "token limit reached (routes.rate_limit.tokens_per_minute)");
 	x->hold.charged = n;
 	x->hold.reserved = 1;
-	usage_scan_init(&x->usage);
 	return RUN_AGAIN;
 }
 
-void quota_count(struct exchange *x, const char *p, size_t len)
+void quota_count(struct exchange *x)
 {
 	if (x->hold.reserved)
-		limits_count_response(limits_of(x), &x->hold, &x->usage, p, len,
-				      clock_now_ns() / 1000);
+		limits_count_response(limits_of(x), &x->hold, &x->usage, clock_now_ns() / 1000);
 }
 
 void quota_response_done(struct exchange *x)

@@ -31,8 +31,8 @@ void quota_note_body(struct exchange *x, const char *body, size_t len);
  * budget cannot cover them. */
 enum run quota_reserve(struct exchange *x);
 
-/* Response body bytes p[0..len) are on their way to the client: count the tokens they carry. */
-void quota_count(struct exchange *x, const char *p, size_t len);
+/* More response body went through x->usage (tally.c): charge what its tokens now exceed. */
+void quota_count(struct exchange *x);
 /* The response has come whole from the backend: settle its tokens and give back its count
  * in flight now, not when the last byte has gone (exchange_free does it otherwise). */
 void quota_response_done(struct exchange *x);

@@ -31,7 +31,7 @@ static int request_scan(struct client *cl)
 }
 
 /* Extend x->resp.ready over the body bytes now in up->in. -1: malformed. The tokens the new
- * bytes carry are counted before the client can see them, and a response read whole is
+ * bytes carry are counted (tally.c) before the client can see them, and a response read whole is
  * settled at once (quota.h): the client's next request may come before this one ends. */
 static int response_scan(struct exchange *x, struct buf *in)
 {
@@ -41,7 +41,7 @@ static int response_scan(struct exchange *x, struct buf *in)
 	if (http_body_scan(&x->resp, buf_head(in), buf_len(in), 0) < 0)
 		return -1;
 	if (x->resp.ready > before)
-		quota_count(x, buf_head(in) + before, x->resp.ready - before);
+		tally_body(x, buf_head(in) + before, x->resp.ready - before);
 	if (x->resp.done)
 		quota_response_done(x);
 	return 0;
@@ -222,6 +222,7 @@ static enum run response_head(struct client *cl)
 	x->log_ttfb_ns = now_ns;
 	x->status = h->status;
 	http_body_init(&x->resp, h->framing, h->content_length);
+	tally_response_head(x);
 	x->client_keep = !x->req_close && x->minor == 1 && !w->draining &&
 			 h->framing != HTTP_BODY_CLOSE && x->req.done;
 	x->up_reusable = !(h->flags & HTTP_F_CLOSE) && h->minor == 1 && x->minor == 1 &&
@@ -344,6 +345,7 @@ static enum run relay_finish(struct client *cl)
 	struct exchange *x = cl->x;
 	struct worker *w = cl->w;
 	exchange_count_response(x, x->status);
+	x->relayed = 1;
 	exchange_free_slot(x);
 	x->be = NULL;
 	x->slot_freed = 0;

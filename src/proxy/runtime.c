@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "core/rand.h"
 #include "conf/tls.h"
+#include "guard/apikeys.h"
 #include "obs/accesslog.h"
 #include "obs/process.h"
 #include "policy/qdisc.h"
@@ -33,7 +34,19 @@
 
 static const char *const class_names[PM_CLASSES] = {"aborted", "1xx", "2xx", "3xx", "4xx", "5xx"};
 
-enum { SPACE_BACKEND, SPACE_POOL, SPACE_LISTENER, SPACE_PROCESS, SPACE_COUNT };
+static const char *const kind_names[PM_KINDS] = {"prompt", "completion"};
+
+#define TENANT_FOLD "other" /* the tenant series past metrics.max_tenants */
+
+enum {
+	SPACE_BACKEND,
+	SPACE_POOL,
+	SPACE_LISTENER,
+	SPACE_PROCESS,
+	SPACE_ROUTE,
+	SPACE_TENANT,
+	SPACE_COUNT
+};
 
 static const struct backend *be_at(const void *ctx, size_t i)
 {
@@ -176,7 +189,26 @@ static double read_buffer_bytes(const void *ctx, size_t i)
 	return rt->buffer_bytes ? (double)rt->buffer_bytes(rt->buffer_arg) : 0;
 }
 
+static const char *read_route_name(const void *ctx, size_t i)
+{
+	return ((const struct runtime *)ctx)->route_labels[i];
+}
+
+static const char *tenant_label(const void *ctx, size_t i, size_t k)
+{
+	(void)k;
+	return names_at(((const struct runtime *)ctx)->tenants, i);
+}
+
+static const char *read_tenant_name(const void *ctx, size_t i)
+{
+	const char *name = tenant_label(ctx, i, 0);
+	return name ? name : "";
+}
+
 #define BE .space = SPACE_BACKEND
+#define ROUTE .space = SPACE_ROUTE
+#define TENANT .space = SPACE_TENANT
 #define POOL .space = SPACE_POOL
 #define LISTENER .space = SPACE_LISTENER
 #define JSON_ONLY(key, as) .type = METRIC_GAUGE, .json = key, .json_as = as
@@ -239,6 +271,13 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
     [PM_BACKEND_GAP] = {"accelnet_backend_gap_seconds", METRIC_HISTOGRAM,
 			"time between reads of a streamed response body", "seconds", BE,
 			.json = "gap_ms", .json_as = MJ_SUMMARY},
+    [PM_BACKEND_TTFT] = {"accelnet_backend_ttft_seconds", METRIC_HISTOGRAM,
+			 "request sent to the first streamed token event (SSE data with text), "
+			 "LLM routes",
+			 "seconds", BE, .json = "ttft_ms", .json_as = MJ_SUMMARY},
+    [PM_BACKEND_TOKEN_GAP] = {"accelnet_backend_token_gap_seconds", METRIC_HISTOGRAM,
+			      "time between successive streamed token events, LLM routes",
+			      "seconds", BE, .json = "token_gap_ms", .json_as = MJ_SUMMARY},
     [PM_BACKEND_RESPONSES] = {"accelnet_backend_responses_total", METRIC_COUNTER,
 			      "responses by status class", NULL, BE, .sub_label = "class",
 			      .sub_values = class_names, .nsub = PM_CLASSES, .json = "responses",
@@ -330,6 +369,36 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 				 "failed (access_log)",
 				 NULL, .space = SPACE_PROCESS, .json = "access_log_dropped",
 				 .json_as = MJ_UINT, .read = read_alog_dropped},
+    [PM_ROUTE_NAME] = {ROUTE, JSON_ONLY("name", MJ_STRING), .read_str = read_route_name},
+    [PM_ROUTE_REQUESTS] = {"accelnet_route_requests_total", METRIC_COUNTER,
+			   "requests by the status class the client got (aborted: cut before "
+			   "the whole response)",
+			   "requests", ROUTE, .sub_label = "class", .sub_values = class_names,
+			   .nsub = PM_CLASSES, .json = "requests", .json_as = MJ_UINT},
+    [PM_ROUTE_DURATION] = {"accelnet_route_request_duration_seconds", METRIC_HISTOGRAM,
+			   "request head read to the exchange's end (a stream's last byte)",
+			   "seconds", ROUTE, .json = "duration_ms", .json_as = MJ_SUMMARY},
+    [PM_ROUTE_TTFT] = {"accelnet_route_ttft_seconds", METRIC_HISTOGRAM,
+		       "request sent to the first streamed token event (SSE data with text)",
+		       "seconds", ROUTE, .json = "ttft_ms", .json_as = MJ_SUMMARY},
+    [PM_ROUTE_TOKEN_GAP] = {"accelnet_route_token_gap_seconds", METRIC_HISTOGRAM,
+			    "time between successive streamed token events", "seconds", ROUTE,
+			    .json = "token_gap_ms", .json_as = MJ_SUMMARY},
+    [PM_ROUTE_TOKENS] = {"accelnet_route_tokens_total", METRIC_COUNTER,
+			 "LLM tokens: prompt and completion from the response's usage, "
+			 "completion counted from streamed events without one",
+			 "tokens", ROUTE, .sub_label = "kind", .sub_values = kind_names,
+			 .nsub = PM_KINDS, .json = "tokens", .json_as = MJ_UINT},
+    [PM_TENANT_NAME] = {TENANT, JSON_ONLY("name", MJ_STRING), .read_str = read_tenant_name},
+    [PM_TENANT_REQUESTS] = {"accelnet_tenant_requests_total", METRIC_COUNTER,
+			    "requests of an authenticated tenant by the status class it got "
+			    "(past metrics.max_tenants: tenant other)",
+			    "requests", TENANT, .sub_label = "class", .sub_values = class_names,
+			    .nsub = PM_CLASSES, .json = "requests", .json_as = MJ_UINT},
+    [PM_TENANT_TOKENS] = {"accelnet_tenant_tokens_total", METRIC_COUNTER,
+			  "LLM tokens of an authenticated tenant, as accelnet_route_tokens_total",
+			  "tokens", TENANT, .sub_label = "kind", .sub_values = kind_names,
+			  .nsub = PM_KINDS, .json = "tokens", .json_as = MJ_UINT},
 };
 
 /* The label spaces of <rt>'s series, and its registry over proxy_metric_defs. */
@@ -342,9 +411,18 @@ static int runtime_create_metrics(struct runtime *rt)
 	rt->backend_labels = calloc(2 * rt->nbackends + 1, sizeof(*rt->backend_labels));
 	rt->backend_pool = calloc(rt->nbackends + 1, sizeof(*rt->backend_pool));
 	rt->listen_labels = calloc(conf->nlistens + 1, sizeof(*rt->listen_labels));
+	rt->route_labels = calloc(conf->nroutes + 1, sizeof(*rt->route_labels));
+	rt->route_index = calloc(conf->nroutes + 1, sizeof(*rt->route_index));
 	if (!rt->backend_by_id || !rt->pool_labels || !rt->backend_labels || !rt->backend_pool ||
-	    !rt->listen_labels)
+	    !rt->listen_labels || !rt->route_labels || !rt->route_index ||
+	    names_create(conf->metrics.max_tenants, APIKEYS_TENANT_MAX, TENANT_FOLD, &rt->tenants) <
+		0)
 		return -ENOMEM;
+	for (size_t i = 0; i < conf->nroutes; i++) {
+		snprintf(rt->route_index[i], sizeof(rt->route_index[i]), "%zu", i);
+		rt->route_labels[i] =
+		    conf->routes[i].name ? conf->routes[i].name : rt->route_index[i];
+	}
 	for (size_t i = 0; i < conf->nlistens; i++)
 		rt->listen_labels[i] = conf->listens[i].address;
 	for (size_t i = 0; i < rt->npools; i++) {
@@ -378,6 +456,18 @@ static int runtime_create_metrics(struct runtime *rt)
 						       .values = rt->listen_labels,
 						       .parent = -1};
 	spaces[SPACE_PROCESS] = (struct metric_space){.json = "process", .n = 1, .parent = -1};
+	spaces[SPACE_ROUTE] = (struct metric_space){.json = "routes",
+						    .labels = {"route"},
+						    .nlabels = 1,
+						    .n = conf->nroutes,
+						    .values = rt->route_labels,
+						    .parent = -1};
+	spaces[SPACE_TENANT] = (struct metric_space){.json = "tenants",
+						     .labels = {"tenant"},
+						     .nlabels = 1,
+						     .n = names_max(rt->tenants) + 1,
+						     .label = tenant_label,
+						     .parent = -1};
 	struct metrics_config mc = {.defs = proxy_metric_defs,
 				    .ndefs = PM_COUNT,
 				    .spaces = spaces,
@@ -476,6 +566,9 @@ void runtime_destroy(struct runtime *rt)
 	free(rt->backend_by_id);
 	free(rt->pool_labels);
 	free(rt->listen_labels);
+	free(rt->route_labels);
+	free(rt->route_index);
+	names_destroy(rt->tenants);
 	free(rt->backend_labels);
 	free(rt->backend_pool);
 	free(rt);

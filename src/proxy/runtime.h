@@ -18,8 +18,9 @@
  * (obs/metrics.h): counters live in the registry's per-thread shards (bump them with
  * metrics_add(metrics_shard_self(rt->metrics), PM_..., series, n)), gauges are read from the
  * atomics below at scrape time. A backend's series is its id; a pool's, its index; a
- * response's, backend id * PM_CLASSES + status class. No counter here is a shared atomic:
- * each worker bumps its own shard, summed when scraped.
+ * response's, backend id * PM_CLASSES + status class; a route's, its index in conf->routes;
+ * a tenant's, what names_intern(rt->tenants, ...) answers. No counter here is a shared
+ * atomic: each worker bumps its own shard, summed when scraped.
  */
 #ifndef ACCELNET_PROXY_RUNTIME_H
 #define ACCELNET_PROXY_RUNTIME_H
@@ -28,6 +29,7 @@
 #include "http/parse.h"
 #include "obs/hist.h"
 #include "obs/metrics.h"
+#include "obs/names.h"
 #include "proxy/queue.h"
 
 #include <stdatomic.h>
@@ -53,6 +55,8 @@ enum proxy_metric {
 	PM_BACKEND_HEDGE_WINS,
 	PM_BACKEND_TTFB,
 	PM_BACKEND_GAP,
+	PM_BACKEND_TTFT,
+	PM_BACKEND_TOKEN_GAP,
 	PM_BACKEND_RESPONSES, /* series: backend id * PM_CLASSES + class */
 	PM_BACKEND_TLS_FULL,
 	PM_BACKEND_TLS_RESUMED,
@@ -84,8 +88,22 @@ enum proxy_metric {
 	PM_PROCESS_OPEN_FDS,
 	PM_PROCESS_MAX_FDS,
 	PM_PROCESS_ALOG_DROPPED,
+	/* per route (proxy/tally.c) */
+	PM_ROUTE_NAME,
+	PM_ROUTE_REQUESTS, /* series: route index * PM_CLASSES + class */
+	PM_ROUTE_DURATION,
+	PM_ROUTE_TTFT,
+	PM_ROUTE_TOKEN_GAP,
+	PM_ROUTE_TOKENS, /* series: route index * PM_KINDS + enum token_kind */
+	/* per tenant: series from rt->tenants (obs/names.h), the last one "other" */
+	PM_TENANT_NAME,
+	PM_TENANT_REQUESTS, /* series: tenant * PM_CLASSES + class */
+	PM_TENANT_TOKENS,   /* series: tenant * PM_KINDS + enum token_kind */
 	PM_COUNT
 };
+
+/* The tokens of an LLM response, by kind. */
+enum token_kind { TOKENS_PROMPT, TOKENS_COMPLETION, PM_KINDS };
 
 /* Why a new client connection was closed as it was accepted (proxy/shed.h). */
 enum shed_reason {
@@ -142,9 +160,12 @@ struct runtime {
 	struct backend **backend_by_id;
 	struct metrics *metrics; /* every counter the admin endpoint shows (runtime.c's table) */
 	/* label values and parents of the registry's series: pool, and pool + backend */
-	const char **pool_labels, **backend_labels, **listen_labels;
+	const char **pool_labels, **backend_labels, **listen_labels, **route_labels;
+	char (*route_index)[24]; /* the labels of routes without a name: their index */
 	size_t *backend_pool;
-	struct metric_space metric_spaces[4]; /* backends, pools, listeners, the process */
+	struct name_table *tenants; /* tenants met so far, metrics.max_tenants, then "other" */
+	/* backends, pools, listeners, the process, routes, tenants */
+	struct metric_space metric_spaces[6];
 	/* the bytes of buffers the workers have lent (proxy/shed.h), set once they exist */
 	uint64_t (*buffer_bytes)(const void *arg);
 	const void *buffer_arg;

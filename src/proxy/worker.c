@@ -142,6 +142,9 @@ int worker_init(struct worker *w, struct worker_shared *sh, unsigned id, unsigne
 	w->sh = sh;
 	w->conf = sh->conf;
 	w->rt = sh->rt;
+	w->shard = metrics_shard(w->rt->metrics, id);
+	if (!w->shard) /* more workers than shards: never, but count right anyway */
+		w->shard = metrics_shard_shared(w->rt->metrics);
 	list_init(&w->clients);
 	list_init(&w->free_exchanges);
 	list_init(&w->live_exchanges);

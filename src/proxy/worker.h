@@ -85,6 +85,7 @@ struct worker {
 	struct worker_shared *sh;
 	const struct conf *conf; /* sh->conf, at hand */
 	struct runtime *rt;
+	struct metrics_shard *shard; /* its own shard of rt->metrics: counted with plain stores */
 	struct loop *loop;
 	struct listener *listeners;
 	size_t nlisteners;

@@ -43,6 +43,10 @@ FAMILIES = {  # name: (type, help)
                                       "request sent to response head (time to first token)"),
     "accelnet_backend_gap_seconds": ("histogram",
                                      "time between reads of a streamed response body"),
+    "accelnet_backend_ttft_seconds": ("histogram", "request sent to the first streamed token "
+                                      "event (SSE data with text), LLM routes"),
+    "accelnet_backend_token_gap_seconds": ("histogram", "time between successive streamed token "
+                                           "events, LLM routes"),
     "accelnet_pool_queue_wait_seconds": ("histogram",
                                          "time from queueing to a granted backend slot"),
     "accelnet_pool_queue_length": ("gauge", "requests waiting for a backend slot"),
@@ -77,6 +81,22 @@ FAMILIES = {  # name: (type, help)
     "process_max_fds": ("gauge", "most open file descriptors allowed (RLIMIT_NOFILE)"),
     "accelnet_access_log_dropped_total": ("counter", "access log lines dropped: a worker's ring "
                                           "was full or a write failed (access_log)"),
+    "accelnet_route_requests_total": ("counter", "requests by the status class the client got "
+                                      "(aborted: cut before the whole response)"),
+    "accelnet_route_request_duration_seconds": ("histogram", "request head read to the "
+                                                "exchange's end (a stream's last byte)"),
+    "accelnet_route_ttft_seconds": ("histogram", "request sent to the first streamed token event "
+                                    "(SSE data with text)"),
+    "accelnet_route_token_gap_seconds": ("histogram",
+                                         "time between successive streamed token events"),
+    "accelnet_route_tokens_total": ("counter", "LLM tokens: prompt and completion from the "
+                                    "response's usage, completion counted from streamed events "
+                                    "without one"),
+    "accelnet_tenant_requests_total": ("counter", "requests of an authenticated tenant by the "
+                                       "status class it got (past metrics.max_tenants: tenant "
+                                       "other)"),
+    "accelnet_tenant_tokens_total": ("counter", "LLM tokens of an authenticated tenant, as "
+                                     "accelnet_route_tokens_total"),
 }
 
 POOL_KEYS = ["name", "balance", "unavailable", "retries_denied", "spilled_in", "queue",
@@ -85,7 +105,8 @@ QUEUE_KEYS = ["discipline", "length", "enqueued", "granted", "timeouts", "overfl
               "spilled", "withdrawn", "wait_ms"]
 BACKEND_KEYS = ["address", "weight", "up", "eligible", "ejected", "inflight", "max_concurrency",
                 "latency_ms", "requests", "connect_failures", "retries", "ejections",
-                "reported_load", "hedged", "hedge_wins", "ttfb_ms", "gap_ms", "responses",
+                "reported_load", "hedged", "hedge_wins", "ttfb_ms", "gap_ms", "ttft_ms",
+                "token_gap_ms", "responses",
                 "tls_handshakes", "tls_resumed", "tls_failures"]
 CLASSES = ["aborted", "1xx", "2xx", "3xx", "4xx", "5xx"]
 
@@ -147,6 +168,15 @@ def test_every_family_with_its_help_type_and_labels(env):
         for cls in CLASSES:
             assert ("accelnet_backend_responses_total",
                     labels | {("class", f'"{cls}"')}) in got, cls
+    route = frozenset({("route", '"0"')})  # a route without a name: its index
+    for cls in CLASSES:
+        assert ("accelnet_route_requests_total", route | {("class", f'"{cls}"')}) in got, cls
+    for kind in ("prompt", "completion"):
+        assert ("accelnet_route_tokens_total", route | {("kind", f'"{kind}"')}) in got, kind
+    for name in ("duration", "ttft", "token_gap"):
+        assert ("accelnet_route_" + name.replace("duration", "request_duration") +
+                "_seconds_count", route) in got, name
+    assert not [k for k in got if k[0].startswith("accelnet_tenant_")]  # none authenticated
     for pool in ("gpu", "web"):
         labels = frozenset({("pool", f'"{pool}"')})
         assert ("accelnet_pool_queue_length", labels) in got

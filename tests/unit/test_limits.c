@@ -40,6 +40,8 @@ static void scan_whole_and_cut(void **state)
 		assert_int_equal(u.events, 3); /* the role-only chunk and usage carry no text */
 		assert_true(u.has_total);
 		assert_int_equal(u.total, 10);
+		assert_int_equal(u.prompt, 7);
+		assert_int_equal(u.completion, 3);
 	}
 	/* a JSON response: its usage, no events */
 	static const char json[] = "{\"choices\":[{\"text\":\"data: x\"}],\"usage\":{"
@@ -51,12 +53,42 @@ static void scan_whole_and_cut(void **state)
 	assert_int_equal(u.total, 1234);
 	/* chunked framing between events leaves them whole */
 	static const char chunked[] =
-	    "2a\r\ndata: {\"choices\":[{\"text\":\"a\"}]}\n\n\r\n"
-	    "2a\r\ndata: {\"choices\":[{\"text\":\"b\"}]}\n\n\r\n0\r\n\r\n";
+	    "22\r\ndata: {\"choices\":[{\"text\":\"a\"}]}\n\n\r\n"
+	    "22\r\ndata: {\"choices\":[{\"text\":\"b\"}]}\n\n\r\n0\r\n\r\n";
 	usage_scan_init(&u);
+	usage_scan_chunked(&u);
 	usage_scan_feed(&u, chunked, sizeof(chunked) - 1);
 	assert_int_equal(u.events, 2);
 	assert_false(u.has_total);
+	/* an event and a usage object split across chunks, at every cut: counted once, whole */
+	static const char split[] = "10\r\ndata: {\"choices\"\r\n"
+				    "1a\r\n:[{\"text\":\"a\"}]}\n\ndata: {\"\r\n"
+				    "45\r\nusage\":{\"prompt_tokens\":7,\"completion_tokens\":3,"
+				    "\"total_tokens\":10}}\n\n\r\n0\r\n\r\n";
+	for (size_t step = 1; step < sizeof(split); step++) {
+		usage_scan_init(&u);
+		usage_scan_chunked(&u);
+		for (size_t i = 0; i < sizeof(split) - 1; i += step)
+			usage_scan_feed(&u, split + i,
+					sizeof(split) - 1 - i < step ? sizeof(split) - 1 - i
+								     : step);
+		assert_int_equal(u.events, 1);
+		assert_true(u.has_total && u.has_prompt && u.has_completion);
+		assert_int_equal(u.total, 10);
+		assert_int_equal(u.prompt, 7);
+		assert_int_equal(u.completion, 3);
+		assert_false(u.bad_framing);
+	}
+	/* the same bytes scanned as if unframed: the chunk lines break the event */
+	usage_scan_init(&u);
+	usage_scan_feed(&u, split, sizeof(split) - 1);
+	assert_int_equal(u.events, 0);
+	/* malformed framing stops the count */
+	usage_scan_init(&u);
+	usage_scan_chunked(&u);
+	usage_scan_feed(&u, "zz\r\ndata: {\"text\":\"a\"}\n\n", 24);
+	assert_true(u.bad_framing);
+	assert_int_equal(u.events, 0);
 }
 
 static void max_tokens_of_body(void **state)
@@ -93,7 +125,8 @@ static void reserve_and_settle(void **state)
 	h.charged = 6000, h.reserved = 1;
 	usage_scan_init(&u);
 	const char body[] = "{\"usage\":{\"total_tokens\":1500}}";
-	limits_count_response(&l, &h, &u, body, sizeof(body) - 1, t);
+	usage_scan_feed(&u, body, sizeof(body) - 1);
+	limits_count_response(&l, &h, &u, t);
 	assert_int_equal(limits_reserve_tokens(&l, 77, 8500, t, &why), -EAGAIN);
 	assert_string_equal(why.what, "tokens_per_minute");
 	assert_int_equal(why.st.remaining, 4000);
@@ -111,8 +144,10 @@ static void reserve_and_settle(void **state)
 	s.charged = 10, s.reserved = 1;
 	usage_scan_init(&u);
 	const char ev[] = "data: {\"choices\":[{\"text\":\"x\"}]}\n\n";
-	for (int i = 0; i < 20; i++)
-		limits_count_response(&l2, &s, &u, ev, sizeof(ev) - 1, t);
+	for (int i = 0; i < 20; i++) {
+		usage_scan_feed(&u, ev, sizeof(ev) - 1);
+		limits_count_response(&l2, &s, &u, t);
+	}
 	assert_int_equal(u.events, 20);
 	assert_int_equal(s.charged, 22);
 	assert_int_equal(limits_reserve_tokens(&l2, 5, 10000 - 22, t, &why), 0);
@@ -157,7 +192,8 @@ static void absurd_usage_is_debt_not_refund(void **state)
 		char body[96];
 		int n =
 		    snprintf(body, sizeof(body), "{\"usage\":{\"total_tokens\":%s}}", totals[i]);
-		limits_count_response(&l, &h, &u, body, (size_t)n, t);
+		usage_scan_feed(&u, body, (size_t)n);
+		limits_count_response(&l, &h, &u, t);
 		limits_end(&l, &h, &u, 1, t);
 		/* the tenant owes more than the bucket holds: even one token waits */
 		assert_int_equal(limits_reserve_tokens(&l, 9, 1, t, &why), -EAGAIN);
