@@ -1,8 +1,9 @@
 /*
  * test_metrics.c - the metrics registry: counters summed over shards (private, claimed,
  * shared, from many threads at once), series with a sub label, histograms, shards on their
- * own cache lines, tables that contradict themselves refused, and the exact Prometheus and
- * /status text written from one table.
+ * own cache lines, tables that contradict themselves refused, the exact Prometheus and
+ * /status text written from one table, and a space whose labels come at run time (a bounded
+ * name table, obs/names.h) written only as far as it is in use.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +13,7 @@
 
 #include "obs/json.h"
 #include "obs/metrics.h"
+#include "obs/names.h"
 #include "obs/prom.h"
 
 #include <errno.h>
@@ -346,6 +348,75 @@ static void feed_json(void **state)
 	metrics_destroy(m);
 }
 
+static const char *tenant_label(const void *ctx, size_t i, size_t k)
+{
+	(void)k;
+	return names_at(ctx, i);
+}
+
+static const char *tenant_name(const void *ctx, size_t i)
+{
+	return names_at(ctx, i);
+}
+
+/* Tenants met at run time, two of them with series of their own, the rest in "other": only
+ * the series in use are written, in both writers, and a label callback is refused where it
+ * cannot work. */
+static void run_time_labels_show_once_in_use(void **state)
+{
+	(void)state;
+	struct name_table *t = NULL;
+	assert_int_equal(names_create(2, 16, "other", &t), 0);
+	const struct metric_space sp = {.json = "tenants",
+					.labels = {"tenant"},
+					.nlabels = 1,
+					.n = names_max(t) + 1,
+					.label = tenant_label,
+					.parent = -1};
+	const struct metric_def d[2] = {{.space = 0,
+					 .type = METRIC_GAUGE,
+					 .json = "name",
+					 .json_as = MJ_STRING,
+					 .read_str = tenant_name},
+					{"t_tenant_requests_total", METRIC_COUNTER, "requests",
+					 NULL, 0, .json = "requests", .json_as = MJ_UINT}};
+	struct metrics_config cfg = {
+	    .defs = d, .ndefs = 2, .spaces = &sp, .nspaces = 1, .nshards = 1, .ctx = t};
+	struct metrics *m = NULL;
+	assert_int_equal(metrics_create(&cfg, &m), 0);
+	char *text = write_to_string(prom_write, m);
+	assert_string_equal(text, "# HELP t_tenant_requests_total requests\n"
+				  "# TYPE t_tenant_requests_total counter\n");
+	free(text);
+	text = write_to_string(json_write_status, m);
+	assert_string_equal(text, "{\"tenants\":[]}\n");
+	free(text);
+	assert_false(metrics_series_live(m, 0, 0));
+	metrics_add(metrics_shard(m, 0), 1, names_intern(t, "acme", 4), 3);
+	text = write_to_string(prom_write, m);
+	assert_non_null(strstr(text, "\nt_tenant_requests_total{tenant=\"acme\"} 3\n"));
+	assert_null(strstr(text, "other"));
+	free(text);
+	for (const char *const *n = (const char *const[]){"beta", "gamma", "delta", NULL}; *n; n++)
+		metrics_add(metrics_shard(m, 0), 1, names_intern(t, *n, strlen(*n)), 1);
+	text = write_to_string(json_write_status, m);
+	assert_string_equal(text, "{\"tenants\":[{\"name\":\"acme\",\"requests\":3},"
+				  "{\"name\":\"beta\",\"requests\":1},"
+				  "{\"name\":\"other\",\"requests\":2}]}\n");
+	free(text);
+	assert_string_equal(metrics_label(m, 0, 2, 0), "other");
+	metrics_destroy(m);
+	/* a run-time space must be a root with labels */
+	struct metric_space bad = sp;
+	bad.parent = 0;
+	cfg.spaces = &bad;
+	assert_int_equal(metrics_create(&cfg, &m), -EINVAL);
+	bad = sp;
+	bad.nlabels = 0;
+	assert_int_equal(metrics_create(&cfg, &m), -EINVAL);
+	names_destroy(t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -360,6 +431,7 @@ int main(void)
 	    cmocka_unit_test(prometheus_text),
 	    cmocka_unit_test(status_json),
 	    cmocka_unit_test(feed_json),
+	    cmocka_unit_test(run_time_labels_show_once_in_use),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
