@@ -1,28 +1,62 @@
 /*
  * usage.c - token usage read from a response body in passing (see usage.h).
  *
- * Five keys are watched byte by byte: "total_tokens":, "prompt_tokens": and
- * "completion_tokens": (then a number), "content": and "text": (then a string whose first
- * byte is not its closing quote). Each key has its own match position; a mismatch restarts
- * it (at 1 when the byte is the key's first, a quote, which none of the keys holds again
- * before its end). Lines are the SSE lines: one that starts with "data:" and holds a
- * non-empty text counts as an event when it ends. A chunked body passes through
- * http_chunked_scan() first and only its payload bytes are looked at; framing the scanner
- * finds malformed stops the count where it is (the relay refuses such a body anyway).
+ * Five keys are watched: "total_tokens":, "prompt_tokens": and "completion_tokens": (then
+ * a number), "content": and "text": (then a string whose first byte is not its closing
+ * quote). Every quote may open a key: the bytes after it are gathered, up to the longest
+ * key's length, and the next quote closes them; when a colon follows that quote at once,
+ * the gathered name is looked up (by its length, then its bytes) and a key's value is read.
+ * Being no JSON parser, it treats every quote alike, so a closing quote opens the next
+ * name, as an opening one does. While nothing is gathered (past the longest key), no value
+ * read and no line begun, the bytes up to the next quote or line end are passed over in one
+ * tight loop, as they can change nothing. Lines are the SSE lines: one that starts with
+ * "data:" and holds a non-empty text counts as an event when it ends. A chunked body passes
+ * through http_chunked_scan() first and only its payload bytes are looked at; framing the
+ * scanner finds malformed stops the count where it is (the relay refuses such a body
+ * anyway).
  */
 #include "http/usage.h"
 
 #include <string.h>
 
-static const char *const keys[] = {"\"total_tokens\":", "\"prompt_tokens\":",
-				   "\"completion_tokens\":", "\"content\":", "\"text\":"};
+static const char *const keys[] = {"total_tokens", "prompt_tokens", "completion_tokens", "content",
+				   "text"};
 enum { K_TOTAL, K_PROMPT, K_COMPLETION, K_CONTENT, K_TEXT, NKEYS };
+enum { K_NONE = 0xff };
 enum { A_NONE, A_NUMBER, A_STRING_OPEN, A_STRING_FIRST };
+
+/* u->mode: its low two bits what follows a key (A_*), then these flags */
+enum {
+	M_AFTER = 3,
+	M_LINE_START = 4, /* at the start of a line: "data:" may come */
+	M_GATHERING = 8,  /* the bytes since the last quote are kept in u->name */
+	M_CLOSED = 16,	  /* the byte before was a quote that ended a name */
+};
+
+static inline unsigned after_of(const struct usage_scan *u)
+{
+	return u->mode & M_AFTER;
+}
+
+static inline void set_after(struct usage_scan *u, unsigned a)
+{
+	u->mode = (uint8_t)((u->mode & ~M_AFTER) | a);
+}
+
+static inline int has(const struct usage_scan *u, unsigned flag)
+{
+	return (u->mode & flag) != 0;
+}
+
+static inline void set(struct usage_scan *u, unsigned flag, int on)
+{
+	u->mode = (uint8_t)(on ? u->mode | flag : u->mode & ~flag);
+}
 
 void usage_scan_init(struct usage_scan *u)
 {
 	memset(u, 0, sizeof(*u));
-	u->line_start = 1;
+	set(u, M_LINE_START, 1);
 }
 
 void usage_scan_chunked(struct usage_scan *u)
@@ -54,7 +88,7 @@ static void line_end(struct usage_scan *u)
 	if (u->in_data && u->line_text)
 		u->events++;
 	u->in_data = u->line_text = 0;
-	u->line_start = 1;
+	set(u, M_LINE_START, 1);
 	u->data_pos = 0;
 }
 
@@ -62,7 +96,7 @@ static void line_end(struct usage_scan *u)
 static int after_key(struct usage_scan *u, char c)
 {
 	int ws = c == ' ' || c == '\t';
-	switch (u->after) {
+	switch (after_of(u)) {
 	case A_NUMBER:
 		if (c >= '0' && c <= '9' && u->digits < 19) {
 			u->number = u->number * 10 + (uint64_t)(c - '0');
@@ -78,7 +112,7 @@ static int after_key(struct usage_scan *u, char c)
 		if (ws)
 			return 1;
 		if (c == '"') {
-			u->after = A_STRING_FIRST;
+			set_after(u, A_STRING_FIRST);
 			return 1;
 		}
 		break;
@@ -87,53 +121,83 @@ static int after_key(struct usage_scan *u, char c)
 			u->line_text = 1;
 		break;
 	}
-	u->after = A_NONE;
+	set_after(u, A_NONE);
 	return 0;
 }
 
+/* The key named by the <n> gathered bytes, or K_NONE. */
+static uint8_t key_named(const char *name, size_t n)
+{
+	static const uint8_t len[NKEYS] = {12, 13, 17, 7, 4};
+	for (uint8_t k = 0; k < NKEYS; k++)
+		if (len[k] == n && memcmp(keys[k], name, n) == 0)
+			return k;
+	return K_NONE;
+}
+
+/* A byte of no line prefix and no value: a quote closes and opens names; a colon right
+ * after a closing quote makes the name a key; other bytes are gathered. */
 static void match_keys(struct usage_scan *u, char c)
 {
-	for (int k = 0; k < NKEYS; k++) {
-		const char *key = keys[k];
-		uint8_t pos = u->key_pos[k];
-		if (key[pos] == c)
-			pos++;
-		else
-			pos = c == '"';
-		if (!key[pos]) {
-			pos = 0;
-			u->after = k < K_CONTENT ? A_NUMBER : A_STRING_OPEN;
-			if (k < K_CONTENT)
-				u->key = (uint8_t)k;
-			u->number = 0;
-			u->digits = 0;
-		}
-		u->key_pos[k] = pos;
+	int closed = has(u, M_CLOSED);
+	set(u, M_CLOSED, 0);
+	if (c == '"') {
+		set(u, M_CLOSED, has(u, M_GATHERING));
+		u->name_prev = u->name_len;
+		u->name_len = 0; /* and the next name may start here */
+		set(u, M_GATHERING, 1);
+		return;
 	}
+	if (c == ':' && closed) {
+		uint8_t k = key_named(u->name, u->name_prev);
+		set(u, M_GATHERING, 0);
+		if (k == K_NONE)
+			return;
+		set_after(u, k < K_CONTENT ? A_NUMBER : A_STRING_OPEN);
+		u->key = k;
+		u->number = 0;
+		u->digits = 0;
+		return;
+	}
+	if (!has(u, M_GATHERING))
+		return;
+	if (u->name_len == USAGE_NAME_MAX) {
+		set(u, M_GATHERING,
+		    0); /* longer than any key: nothing to gather until the next quote */
+		return;
+	}
+	u->name[u->name_len++] = c;
 }
 
 static void scan_bytes(struct usage_scan *u, const char *p, size_t len)
 {
 	static const char data[] = "data:";
 	for (size_t i = 0; i < len; i++) {
+		if (!u->mode) {
+			/* between keys and lines only a quote or a line end can change anything */
+			while (i < len && p[i] != '"' && p[i] != '\n')
+				i++;
+			if (i == len)
+				break;
+		}
 		char c = p[i];
-		if (u->after && after_key(u, c))
+		if (after_of(u) && after_key(u, c))
 			continue;
 		if (c == '\n') {
 			line_end(u);
 			continue;
 		}
-		if (u->line_start) {
+		if (has(u, M_LINE_START)) {
 			if (c == '\r')
 				continue;
 			if (c == data[u->data_pos]) {
 				if (++u->data_pos == sizeof(data) - 1) {
 					u->in_data = 1;
-					u->line_start = 0;
+					set(u, M_LINE_START, 0);
 				}
 				continue;
 			}
-			u->line_start = 0;
+			set(u, M_LINE_START, 0);
 		}
 		match_keys(u, c);
 	}

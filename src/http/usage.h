@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define USAGE_NAME_MAX 17 /* the longest key: completion_tokens */
+
 struct usage_scan {
 	uint64_t events;     /* data lines with generated text */
 	uint64_t total;	     /* the last "total_tokens" seen, when has_total */
@@ -25,14 +27,18 @@ struct usage_scan {
 	uint64_t completion; /* the last "completion_tokens", when has_completion */
 	unsigned has_total : 1, has_prompt : 1, has_completion : 1;
 	/* where the scanner is */
-	unsigned line_start : 1, in_data : 1, line_text : 1;
+	unsigned in_data : 1, line_text : 1;
 	unsigned chunked : 1, bad_framing : 1; /* framing to take off; found malformed: stop */
+	/* what the next byte may be (usage.c), 0 while nothing is under way: read for every
+	 * byte, so one byte written whole (a read of several fields, some just written as
+	 * parts, would stall on each write before it) */
+	uint8_t mode;
 	struct http_chunked ch;
-	uint8_t data_pos;   /* bytes of "data:" matched at the start of a line */
-	uint8_t key;	    /* the number key matched last (see usage.c) */
-	uint8_t key_pos[5]; /* bytes matched of each key */
-	uint8_t after;	    /* after a key: what is expected next */
-	uint64_t number;    /* digits of the number so far */
+	uint8_t data_pos;	     /* bytes of "data:" matched at the start of a line */
+	uint8_t key;		     /* the key matched last (see usage.c) */
+	char name[USAGE_NAME_MAX];   /* the bytes since the last quote, ... */
+	uint8_t name_len, name_prev; /* ... how many, and how many the previous quote ended */
+	uint64_t number;	     /* digits of the number so far */
 	uint8_t digits;
 };
 

@@ -51,6 +51,26 @@ static void scan_whole_and_cut(void **state)
 	usage_scan_feed(&u, json, sizeof(json) - 1);
 	assert_int_equal(u.events, 0);
 	assert_int_equal(u.total, 1234);
+	/* only a key's whole name counts, right before its colon; escaped quotes, names
+	 * longer than any key and keys that are values count nothing */
+	static const char tricky[] =
+	    "data: {\"subtext\":\"a\",\"a_very_long_name_indeed_text\":\"b\"}\n"
+	    "data: {\"x\":\"\\\"text\\\":\\\"c\\\"\",\"text\" :\"d\",\"v\":\"text\"}\n"
+	    "data: {\"usage\":{\"prompt_tokens\":5,\"prompt_tokens_details\":{\"cached\":2},"
+	    "\"completion_tokens\":9,\"completion_tokens_details\":{\"reasoning_tokens\":4},"
+	    "\"total_tokens\":14}}\n"
+	    "data: {\"choices\":[{\"delta\":{\"content\":\"e\"}}]}\n";
+	for (size_t step = 1; step < sizeof(tricky); step++) {
+		usage_scan_init(&u);
+		for (size_t i = 0; i < sizeof(tricky) - 1; i += step)
+			usage_scan_feed(&u, tricky + i,
+					sizeof(tricky) - 1 - i < step ? sizeof(tricky) - 1 - i
+								      : step);
+		assert_int_equal(u.events, 1); /* the last line only */
+		assert_int_equal(u.prompt, 5);
+		assert_int_equal(u.completion, 9);
+		assert_int_equal(u.total, 14);
+	}
 	/* chunked framing between events leaves them whole */
 	static const char chunked[] =
 	    "22\r\ndata: {\"choices\":[{\"text\":\"a\"}]}\n\n\r\n"
