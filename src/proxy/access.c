@@ -11,8 +11,9 @@
  * The figures: queue wait is from joining the pool's queue to the grant (0 when a slot was
  * free); connect from the first dispatch to the upstream connection being ready (TLS
  * included; 0 for a kept-alive one); time to first byte and total from the request head;
- * for a response whose tokens are counted (tally.c) the number of events and their mean gap,
- * from the same count as the metrics. The tenant is the authenticated identity (never a key, token
+ * for a response whose tokens are counted (an event stream, or any response of a route with
+ * api: openai or token limits: tally.c) the number of events and their mean gap, from the
+ * same count as the metrics. The tenant is the authenticated identity (never a key, token
  * or password), else the routes' tenant_header is not logged: only what auth proved.
  *
  * A request refused before it became an exchange (a malformed head: 400, 431, 505 ...; a

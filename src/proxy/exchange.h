@@ -281,10 +281,10 @@ void debugreq_note_end(const struct exchange *x);
 
 /*
  * The route's, tenant's and tokens' figures (tally.c): the codec calls tally_response_head()
- * once the response head is in (x->resp framed) and tally_body() with the response body
+ * with the response head <h> once it is in (x->resp framed) and tally_body() with the response body
  * bytes (framing and all) as they go to the client; exchange_free() calls tally_exchange().
  */
-void tally_response_head(struct exchange *x);
+void tally_response_head(struct exchange *x, const struct http_head *h);
 void tally_body(struct exchange *x, const char *p, size_t len);
 void tally_exchange(struct exchange *x);
 

@@ -222,7 +222,7 @@ static enum run response_head(struct client *cl)
 	x->log_ttfb_ns = now_ns;
 	x->status = h->status;
 	http_body_init(&x->resp, h->framing, h->content_length);
-	tally_response_head(x);
+	tally_response_head(x, h);
 	x->client_keep = !x->req_close && x->minor == 1 && !w->draining &&
 			 h->framing != HTTP_BODY_CLOSE && x->req.done;
 	x->up_reusable = !(h->flags & HTTP_F_CLOSE) && h->minor == 1 && x->minor == 1 &&

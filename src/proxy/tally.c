@@ -3,8 +3,10 @@
  * an LLM response: time to first token, the gaps between tokens, prompt and completion
  * tokens (runtime.h's PM_ROUTE_*, PM_TENANT_*, PM_BACKEND_TTFT and PM_BACKEND_TOKEN_GAP).
  *
- * Tokens are counted on routes with api: openai and on routes whose tokens are limited
- * (rate_limit.tokens_per_minute): the response body passes through one usage scanner
+ * Tokens are counted in every event stream (a response of Content-Type text/event-stream,
+ * on any route), and in every response of routes with api: openai or whose tokens are
+ * limited (rate_limit.tokens_per_minute), JSON completions included: the response body
+ * passes through one usage scanner
  * (http/usage.h), the very count the token limits settle with and the access log writes.
  * A token is an SSE data event carrying text, timed when the read that completes it
  * arrives: the first one's time since the request was sent upstream is the time to first
@@ -28,13 +30,21 @@
 #include "proxy/quota.h"
 
 #include <string.h>
+#include <strings.h>
 
 /* A backend may report any 19 digits: one response counts at most this many tokens. */
 #define TOKENS_MAX_PER_RESPONSE (1ull << 40)
 
-void tally_response_head(struct exchange *x)
+/* Is the response an event stream (Content-Type text/event-stream, parameters aside)? */
+static int event_stream(const struct http_head *h)
 {
-	x->tok_on = x->route->api == CONF_API_OPENAI || x->hold.reserved;
+	const struct http_header *ct = http_find_header(h, "Content-Type");
+	return ct && ct->value.len >= 17 && strncasecmp(ct->value.p, "text/event-stream", 17) == 0;
+}
+
+void tally_response_head(struct exchange *x, const struct http_head *h)
+{
+	x->tok_on = x->route->api == CONF_API_OPENAI || x->hold.reserved || event_stream(h);
 	x->tok_first_ns = x->tok_last_ns = 0;
 	if (!x->tok_on)
 		return;

@@ -239,3 +239,22 @@ def test_route_names_are_checked_at_load(env):
         assert r.returncode == 2, r
         assert f"{path}:10:11: routes: name" in r.stderr.decode() + r.stdout.decode(), r
         assert why in r.stderr.decode() + r.stdout.decode(), r
+
+
+def test_event_streams_are_read_on_any_route_json_only_with_api_openai(env):
+    sim = env.sim("gpu", latency_ms=1, jitter=0, token_ms=2)
+    px = env.proxy("pools:\n" + pool_yaml("gpu", [sim.port]) +
+                   "routes:\n  - name: plain\n    pool: gpu\n")
+    assert _complete(px.port, None, "/v1/completions", True, 4)[0] == 200
+    assert _complete(px.port, None, "/v1/completions", False, 5)[0] == 200
+
+    def settled():
+        got = _samples(_metrics(px.admin))
+        return _count(got, "accelnet_route_requests_total", route="plain", **{"class": "2xx"}) == 2
+    wait_until(settled, "2 requests counted")
+    got = _samples(_metrics(px.admin))
+    assert _count(got, "accelnet_route_ttft_seconds_count", route="plain") == 1
+    assert _count(got, "accelnet_route_token_gap_seconds_count", route="plain") == 3
+    # the stream's 4 events; the JSON answer is not read without api: openai
+    assert _count(got, "accelnet_route_tokens_total", route="plain", kind="completion") == 4
+    assert _count(got, "accelnet_route_tokens_total", route="plain", kind="prompt") == 0
