@@ -408,14 +408,15 @@ OBS_KEY = "sk-bench-0123456789abcdef"
 
 
 def start_accelnet_obs(run, origin, on):
-    """accelnet as scenario 1 has it, behind an authenticated route (each request gets a
-    tenant, so per-tenant accounting runs), with an admin listener; <on> adds the access log,
-    JSON lines to a file. (Scraping /metrics is the caller's.)"""
+    """accelnet as scenario 1 has it, behind a named route that authenticates (each request
+    has a route and a tenant, so the accelnet_route_* and accelnet_tenant_* series count it),
+    with an admin listener; <on> adds the access log, JSON lines to a file. (Scraping /metrics
+    is the caller's.)"""
     keys = run.write("obs-keys.txt", f"bench {OBS_KEY}\n")
     admin = free_port()
     log = os.path.join(run.dir, f"obs-access-{admin}.log")
     extra = (f"admin: {{address: 127.0.0.1:{admin}}}\n"
-             "routes:\n  - match: {path_prefix: /}\n    pool: b\n"
+             "routes:\n  - name: bench\n    match: {path_prefix: /}\n    pool: b\n"
              f"    auth: {{api_keys_file: {keys}}}\n")
     if on:
         extra += f"access_log: {{path: {log}, format: json}}\n"

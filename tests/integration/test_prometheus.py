@@ -222,34 +222,39 @@ def _same(written, documented, what):
 
 def test_every_proxy_family_is_documented(env):
     """A proxy with every feature that adds families or labels (health checks, caps and a
-    queue, spillover, hedging, authenticated tenants with token budgets, a streamed answer,
-    the access log) under a little traffic: each family it writes is in the docs' table with
-    its type and labels, and the table lists nothing it does not write."""
+    queue, spillover, hedging, named routes, authenticated tenants with token budgets and
+    more than metrics.max_tenants of them, an OpenAI route read for tokens, a streamed answer,
+    the access log) under a little traffic: each family it writes is in the docs' tables with
+    its type and labels, and the tables list nothing it does not write."""
     a = env.sim("a", latency_ms=1, jitter=0, token_ms=1, tokens=3)
     b = env.sim("b", latency_ms=1, jitter=0, token_ms=1, tokens=3)
-    keys = env.write("keys.txt", "acme sk-acme-0123456789abcdef\n")
+    keys = env.write("keys.txt", "acme sk-acme-0123456789abcdef\nbeta sk-beta-0123456789abcdef\n")
     px = env.proxy(
         "pools:\n"
         + pool_yaml("gpu", [a.port], health={"path": "/health", "interval_ms": 200},
                     extra="    queue: {max: 8, timeout_ms: 1000}\n    hedge_after_ms: 500\n")
         + _capped("spare", b.port, 4)
         + "routes:\n"
-        "  - match: {path_prefix: /v1/}\n    pool: gpu\n"
+        "  - name: llm\n    match: {path_prefix: /v1/}\n    pool: gpu\n    api: openai\n"
         "    spillover: {pool: spare, after_ms: 50}\n"
         f"    auth: {{api_keys_file: {keys}}}\n"
         "    rate_limit: {tokens_per_minute: 100000}\n"
         "  - match: {path_prefix: /}\n    pool: spare\n    tenant_header: X-Tenant\n",
-        extra=f"access_log: {{path: {os.path.join(env.dir, 'access.log')}}}\n")
+        extra=f"access_log: {{path: {os.path.join(env.dir, 'access.log')}}}\n"
+              "metrics: {max_tenants: 1}\n")
     auth = {"Authorization": "Bearer sk-acme-0123456789abcdef",
             "Content-Type": "application/json"}
     assert request(px.port, "POST", "/v1/completions", body=b'{"prompt":"hi","stream":true}',
                    headers=auth)[0] == 200
     assert request(px.port, "POST", "/v1/completions", body=b'{"prompt":"hi"}',
                    headers=auth)[0] == 200
+    assert request(px.port, "POST", "/v1/completions", body=b'{"prompt":"hi"}',
+                   headers=dict(auth, Authorization="Bearer sk-beta-0123456789abcdef"))[0] == 200
     assert request(px.port, "POST", "/v1/completions", body=b'{}')[0] == 401
     assert request(px.port, "POST", "/other", body=b'{"prompt":"hi"}',
                    headers={"X-Tenant": "t1", "Content-Type": "application/json"})[0] == 200
     text = _metrics(px.admin)
+    assert 'route="llm"' in text and 'tenant="acme"' in text and 'tenant="other"' in text, text
     _same(_written(text), _documented("proxy"), "proxy")
     _promtool_clean(text)
 
