@@ -28,8 +28,10 @@ static const char demo_yaml[] = "workers: 2\n"
 				"      - {address: 127.0.0.1:9103}\n"
 				"    health: {path: /health, interval_ms: 1000, fall: 2, rise: 2}\n"
 				"routes:\n"
-				"  - match: {path_prefix: /}\n"
-				"    pool: accelerators\n";
+				"  - name: llm\n"
+				"    match: {path_prefix: /}\n"
+				"    pool: accelerators\n"
+				"    api: openai\n";
 
 static const struct {
 	const char *name, *addr;

@@ -11,8 +11,8 @@
  * space filled at run time (tenants) shows once it is in use.
  *
  * The dashboard's feed (json_write_feed) is the same document with each histogram's bucket
- * counts and sum added, so that the page can take percentiles over the last second from two
- * readings, as Prometheus does with rate(): cumulative summaries flatten as time goes on.
+ * counts and sum added, so that the page can take percentiles over the last few seconds from
+ * two readings, as Prometheus does with rate(): cumulative summaries flatten as time goes on.
  */
 #include "obs/json.h"
 

@@ -40,7 +40,8 @@ def _proxy_with_token(env, ports):
                      f"admin:\n  address: 127.0.0.1:{admin}\n  token_file: {token}\n"
                      "pools:\n  - name: gpus\n    backends:\n" + backends +
                      "    health: {path: /health, interval_ms: 200, fall: 2, rise: 1}\n"
-                     "    queue: {max: 100, timeout_ms: 10000}\n")
+                     "    queue: {max: 100, timeout_ms: 10000}\n"
+                     "routes:\n  - match: {path_prefix: /v1/}\n    pool: gpus\n    api: openai\n")
     px = env.start([BIN, "proxy", "-c", path], "proxy", wait_port=port)
     wait_until(lambda: port_open(admin), "admin port")
     px.port, px.admin = port, admin
@@ -142,8 +143,8 @@ def test_page_draws_live_traffic_in_chromium(env):
         def drawn():
             charts = {c["id"]: c for c in json.loads(browser.evaluate(CHARTS_JS))}
             rows = json.loads(browser.evaluate(ROWS_JS))
-            busy = ("chart-requests", "chart-latency", "chart-ttft", "chart-inflight",
-                    "chart-queue", "chart-wait")
+            busy = ("chart-requests", "chart-latency", "chart-ttft", "chart-tokens",
+                    "chart-inflight", "chart-queue", "chart-wait")
             return (all(charts[c]["above"] >= 3 for c in busy) and len(rows) == 2 and
                     all(int(r[-1]) > 0 for r in rows)), charts, rows
         try:

@@ -207,6 +207,15 @@
 		return (doc) => (doc.routes || []).map((r) => r[key]);
 	}
 
+	function routeRequests(r) {
+		return sum(Object.values(r.requests || {}), num);
+	}
+
+	function routeFailed(r) {
+		const q = r.requests || {};
+		return num(q["5xx"]) + num(q.aborted);
+	}
+
 	function routeTokens(kind) {
 		return (doc) => sum(doc.routes || [], (r) => num((r.tokens || {})[kind]));
 	}
@@ -328,6 +337,7 @@
 			fig.appendChild(n);
 		}
 		n.textContent = text;
+		n.hidden = !text;
 	}
 
 	/* ---- one frame ---- */
@@ -404,9 +414,14 @@
 	function draw() {
 		const doc = readings[readings.length - 1].doc;
 		const bes = backends(doc);
-		const hasRoutes = Array.isArray(doc.routes) && doc.routes.length > 0;
+		/* the routes' figures (what clients got) when the feed has them */
+		const routes = Array.isArray(doc.routes) ? doc.routes : [];
+		const hasRoutes = routes.length > 0;
+		const hasTtft = sum(routes, (r) => num((r.ttft_ms || {}).count)) > 0;
+		const hasTokens = routes.some((r) => r.tokens && typeof r.tokens === "object");
 
-		const reqRate = rate((d) => sum(backends(d), (x) => num(x.b.requests)));
+		const reqRate = hasRoutes ? rate((d) => sum(d.routes || [], routeRequests))
+					  : rate((d) => sum(backends(d), (x) => num(x.b.requests)));
 		const perBackend = bes.map(({pool, b}) => ({
 			name: b.address,
 			value: rate((d) => {
@@ -418,11 +433,16 @@
 
 		const errRate = rate((d) => sum(backends(d), (x) => beErrors(x.b)));
 		const awayRate = rate((d) => sum(d.pools || [], poolTurnedAway));
-		push("chart-errors", [
+		const failRate = rate((d) => sum(d.routes || [], routeFailed));
+		const errs = [
 			{name: "backend errors", value: errRate},
 			{name: "turned away", value: awayRate},
-		]);
-		tiles(doc, reqRate, errRate === null || awayRate === null ? null : errRate + awayRate);
+		];
+		if (hasRoutes)
+			errs.unshift({name: "clients' 5xx + aborted", value: failRate});
+		push("chart-errors", errs);
+		const sumRate = errRate === null || awayRate === null ? null : errRate + awayRate;
+		tiles(doc, reqRate, hasRoutes ? failRate : sumRate);
 
 		if (hasRoutes) {
 			const dur = routeHists("duration_ms");
@@ -437,24 +457,28 @@
 			]);
 		}
 
-		if (hasRoutes) {
+		if (hasTtft) {
 			const ttft = routeHists("ttft_ms");
 			push("chart-ttft", [
 				{name: "p50", value: quantile(ttft, 0.5)},
 				{name: "p99", value: quantile(ttft, 0.99)},
-			]);
-			push("chart-tokens", [
-				{name: "completion", value: rate(routeTokens("completion"))},
-				{name: "prompt", value: rate(routeTokens("prompt"))},
 			]);
 		} else {
 			push("chart-ttft", [
 				{name: "backend TTFB p50", value: quantile(ttfbHists, 0.5)},
 				{name: "backend TTFB p99", value: quantile(ttfbHists, 0.99)},
 			]);
-			note("chart-tokens", "no per-route token figures in the feed");
+		}
+		note("chart-ttft", hasTtft ? "" : "no streamed tokens counted yet: backend TTFB");
+		if (hasTokens) {
+			push("chart-tokens", [
+				{name: "completion", value: rate(routeTokens("completion"))},
+				{name: "prompt", value: rate(routeTokens("prompt"))},
+			]);
+		} else {
 			push("chart-tokens", []);
 		}
+		note("chart-tokens", hasTokens ? "" : "no per-route token figures in the feed");
 
 		push("chart-queue", (doc.pools || []).map((p) => ({
 			name: p.name,
