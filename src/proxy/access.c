@@ -45,12 +45,25 @@ static void copy_cut(char *dst, size_t cap, const char *p, size_t len, uint8_t *
 			dst[i] = ' ';
 }
 
+/* Is the access log on, and this request drawn into its sample (access_log.sample)? */
+static int access_sampled(struct worker *w)
+{
+	return w->alog_ring &&
+	       (w->alog_sample_cut == UINT64_MAX || rand_next(&w->rng) < w->alog_sample_cut);
+}
+
+/* Now, on the wall clock, in microseconds: a line's time. */
+static uint64_t wall_now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000;
+}
+
 void access_note_head(struct exchange *x, const struct http_head *h)
 {
-	struct worker *w = x->w;
 	/* sampled here, once: a request left out costs no copies (log_on stays 0) */
-	if (!w->alog_ring ||
-	    (w->alog_sample_cut != UINT64_MAX && rand_next(&w->rng) >= w->alog_sample_cut))
+	if (!access_sampled(x->w))
 		return;
 	x->log_on = 1;
 	x->log_path_cut = 0;
@@ -80,9 +93,7 @@ void access_log_exchange(struct exchange *x)
 	if (!r)
 		return;
 	uint64_t now = clock_now_ns();
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	r->time_us = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000;
+	r->time_us = wall_now_us();
 	r->status = x->log_status ? x->log_status : x->resp_head ? x->status : 0;
 	r->route = x->route ? (int)(x->route - w->conf->routes) : -1;
 	r->bytes_in = x->log_head_len + x->req.sent;
@@ -135,16 +146,13 @@ static void refusal_request_line(struct alog_rec *r, const char *head, size_t le
 void access_log_refusal(struct worker *w, const char *client_ip, int status, const char *reqid,
 			uint64_t bytes_out, const char *head, size_t len)
 {
-	if (!w->alog_ring ||
-	    (w->alog_sample_cut != UINT64_MAX && rand_next(&w->rng) >= w->alog_sample_cut))
+	if (!access_sampled(w))
 		return;
 	struct alog_rec *r = alog_ring_claim(w->alog_ring);
 	if (!r)
 		return;
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
 	memset(r, 0, sizeof(*r));
-	r->time_us = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000;
+	r->time_us = wall_now_us();
 	r->status = status;
 	r->route = -1;
 	r->bytes_in = len;

@@ -42,8 +42,8 @@ def _log(path, n):
     return [json.loads(x) for x in lines()]
 
 
-def _proxy(env, be_port, routes="", extra=""):
-    """A proxy trusting TRUSTED, logging JSON lines, with a dead pool on /dead/ and
+def _proxy(env, be_port, routes="", extra="", fmt="json"):
+    """A proxy trusting TRUSTED, logging JSON lines (or <fmt>), with a dead pool on /dead/ and
     /ai/dead/ (api: openai) and <routes> before the catch-all: (proxy, access log path)."""
     log = os.path.join(env.dir, "access.log")
     pools = "pools:\n" + pool_yaml("p", [be_port]) + pool_yaml("dead", [free_port()])
@@ -53,7 +53,7 @@ def _proxy(env, be_port, routes="", extra=""):
                    + routes +
                    "  - match: {path_prefix: /}\n    pool: p\n",
                    extra=f"trusted_proxies: [{TRUSTED}/32]\n"
-                         f"access_log: {{path: {log}, format: json}}\n" + extra)
+                         f"access_log: {{path: {log}, format: {fmt}}}\n" + extra)
     return px, log
 
 
@@ -451,9 +451,7 @@ def test_backend_cannot_set_the_id_or_timing_in_interim_responses(env):
 
 def test_refusal_lines_in_the_combined_format(env):
     be = echo_backend(env)
-    log = os.path.join(env.dir, "access.log")
-    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]),
-                   extra=f"access_log: {{path: {log}, format: combined}}\n")
+    px, log = _proxy(env, be.port, fmt="combined")
     # a request line a log reader could be fooled by: quotes, backslashes, bytes not UTF-8
     out = _raw(px.port, UNTRUSTED, b'GET /a"b\\c\xff HTTP/1.1\r\nHost: x\r\n\r\n')
     assert out.startswith(b"HTTP/1.1 400"), out
