@@ -33,6 +33,19 @@ const struct http_header *http_find_header(const struct http_head *h, const char
 	return NULL;
 }
 
+const struct http_header *http_find_only_header(const struct http_head *h, const char *name)
+{
+	const struct http_header *found = NULL;
+	for (unsigned i = 0; i < h->nheaders; i++) {
+		if (!http_str_eq(h->headers[i].name, name))
+			continue;
+		if (found)
+			return NULL;
+		found = &h->headers[i];
+	}
+	return found;
+}
+
 /*
  * The next token of a comma-separated list at *p (before <end>), without the whitespace
  * around it; empty elements are skipped. 1 with *t set, 0 at the end of the list.

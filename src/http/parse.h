@@ -140,6 +140,9 @@ static inline int http_str_eq(struct http_str s, const char *lit)
 }
 /* The first header named <name> (case-insensitive), or NULL. */
 const struct http_header *http_find_header(const struct http_head *h, const char *name);
+/* The header named <name> when <h> has exactly one, else NULL (none, or several: a field whose
+ * sender may not repeat it, repeated, is believed in neither copy). */
+const struct http_header *http_find_only_header(const struct http_head *h, const char *name);
 /* Is <c> a tchar, a character of an RFC 9110 token (field names, methods)? */
 int http_is_tchar(unsigned char c);
 /* Is <token> one of the comma-separated tokens of <list> (case-insensitive)? */

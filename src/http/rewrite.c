@@ -155,22 +155,9 @@ static void put_safe_field(struct out *o, const char *name, const char *value)
 	put(o, "\r\n", 2);
 }
 
-const struct http_header *rewrite_single_field(const struct http_head *h, const char *name)
-{
-	const struct http_header *found = NULL;
-	for (unsigned i = 0; i < h->nheaders; i++) {
-		if (!http_str_eq(h->headers[i].name, name))
-			continue;
-		if (found)
-			return NULL;
-		found = &h->headers[i];
-	}
-	return found;
-}
-
 int rewrite_incoming_request_id(const struct http_head *req, char *out)
 {
-	const struct http_header *f = rewrite_single_field(req, "x-request-id");
+	const struct http_header *f = http_find_only_header(req, "x-request-id");
 	if (!f || !f->value.len || f->value.len > REQUEST_ID_MAX)
 		return 0;
 	for (uint32_t i = 0; i < f->value.len; i++) {

@@ -129,9 +129,6 @@ const char *rewrite_chunk_tail(int had_size);
  */
 int rewrite_incoming_request_id(const struct http_head *req, char *out);
 
-/* The field named <name> if <h> has exactly one of them, else NULL (none, or several). */
-const struct http_header *rewrite_single_field(const struct http_head *h, const char *name);
-
 /* Is field <name> of message <h> hop-by-hop (a fixed one, or named by its Connection)? */
 int rewrite_is_hop_by_hop(const struct http_head *h, struct http_str name);
 

@@ -38,7 +38,7 @@ static void exchange_take_ids(struct exchange *x, const struct http_head *h, int
 	const struct http_header *f;
 	if (!trusted || !rewrite_incoming_request_id(h, x->reqid))
 		exchange_make_request_id(x->w, x->reqid);
-	if (trusted && (f = rewrite_single_field(h, "traceparent")) &&
+	if (trusted && (f = http_find_only_header(h, "traceparent")) &&
 	    traceparent_parse(f->value.p, f->value.len, &tp) == 0) {
 		tp.flags &= TRACE_FLAGS_KEPT;
 		x->pass_tracestate = 1;
