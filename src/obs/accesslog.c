@@ -247,9 +247,13 @@ static void format_json(struct out *o, const struct alog_rec *r)
 	json_str(o, "client", r->client);
 	json_str(o, "tenant", r->tenant);
 	json_str(o, "method", r->method);
-	PUT_LIT(o, ",\"path\":\"");
-	put_escaped(o, r->path, 1);
-	puts_(o, r->path_cut ? "...\"" : "\"");
+	if (r->path[0]) {
+		PUT_LIT(o, ",\"path\":\"");
+		put_escaped(o, r->path, 1);
+		puts_(o, r->path_cut ? "...\"" : "\"");
+	} else { /* a refused request whose request line could not be read */
+		PUT_LIT(o, ",\"path\":null");
+	}
 	PUT_LIT(o, ",\"route\":");
 	if (r->route < 0)
 		PUT_LIT(o, "null");

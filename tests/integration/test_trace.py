@@ -285,6 +285,7 @@ def test_refused_before_an_exchange_still_logged(env):
     assert r408["status"] == 408 and r408["path"] == "/slowloris", r408
     assert r400["status"] == 400 and r400["client"] == UNTRUSTED and r400["route"] is None
     assert r400["bytes_out"] > 0 and r400["total_ms"] is None, r400  # its answer, untimed
+    assert r400["method"] is None and r400["path"] is None, r400  # no request line to show
     assert r431["status"] == 431 and r431["method"] == "GET" and r431["path"] == "/big", r431
     assert r431["bytes_in"] > 1024 and r431["trace_id"] is None, r431
     assert be.count == 0
