@@ -3,7 +3,10 @@
 accelnet builds, counted by valgrind's callgrind (deterministic, unlike CPU time on a shared
 machine): 2 KiB and 1 MiB responses from nginx, and 200-token SSE streams from accelnet sim,
 over one keep-alive connection, after a warm-up. Needs nginx and valgrind
-(scripts/deps.sh nginx valgrind)."""
+(scripts/deps.sh nginx valgrind).
+
+bench/instructions.py --access-log ACCELNET: one build without ("old") and with ("new") the
+access log (JSON lines to a file), all of its threads counted: the log writer's too."""
 import glob
 import http.client
 import json
@@ -13,6 +16,9 @@ import subprocess
 import sys
 import tempfile
 import time
+ALOG = len(sys.argv) == 3 and sys.argv[1] == "--access-log"
+if ALOG:
+    sys.argv = [sys.argv[0], sys.argv[2], sys.argv[2]]
 D = tempfile.mkdtemp(prefix="accelnet-ir-")
 def free_port():
     s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
@@ -50,7 +56,7 @@ routes:
     pool: llm
   - match: {{path_prefix: /}}
     pool: web
-""")
+""" + (f"access_log: {{path: {D}/access-{tag}.log, format: json}}\n" if ALOG and tag == "new" else ""))
     for f in glob.glob(f"{D}/cg.{tag}.*"): os.remove(f)
     p = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={D}/cg.{tag}.%p",
                           binary, "proxy", "-c", cfg, "--log-level", "error"], stderr=subprocess.DEVNULL)

@@ -187,6 +187,43 @@ static void json_numbers_as_printf_writes_them(void **state)
 	}
 }
 
+/* Escapes looked for eight bytes at a time: every byte value at every place of a string
+ * longer than a word comes out as the byte-at-a-time rule says. */
+static void every_byte_escaped_at_every_place(void **state)
+{
+	(void)state;
+	static const char hex[] = "0123456789abcdef";
+	for (int json = 0; json < 2; json++)
+		for (unsigned v = 1; v < 256; v++)
+			for (size_t at = 0; at < 19; at++) {
+				struct alog_rec r = sample();
+				memset(r.path, 'a', 19);
+				r.path[19] = 0;
+				r.path[at] = (char)v;
+				char want[256], *p = want, out[4096];
+				for (size_t i = 0; i < 19; i++) {
+					unsigned char c = (unsigned char)r.path[i];
+					if (c == '"' || c == '\\')
+						p += sprintf(p, "\\%c", c);
+					else if (c < 0x20 || c >= 0x7f)
+						p += sprintf(p, json ? "\\u00%c%c" : "\\x%c%c",
+							     hex[c >> 4], hex[c & 15]);
+					else
+						*p++ = (char)c;
+				}
+				*p = 0;
+				size_t n = alog_format_line(&r, json ? ALOG_JSON : ALOG_COMBINED,
+							    out, sizeof(out));
+				assert_true(n > 0);
+				out[n] = 0;
+				char framed[300];
+				snprintf(framed, sizeof(framed),
+					 json ? "\"path\":\"%s\"" : "\"GET %s HTTP", want);
+				if (!strstr(out, framed))
+					fail_msg("byte %#x at %zu: %s", v, at, out);
+			}
+}
+
 static void combined_line(void **state)
 {
 	(void)state;
@@ -247,6 +284,7 @@ int main(void)
 	    cmocka_unit_test(two_threads_keep_order),
 	    cmocka_unit_test(json_line_escapes_everything),
 	    cmocka_unit_test(json_numbers_as_printf_writes_them),
+	    cmocka_unit_test(every_byte_escaped_at_every_place),
 	    cmocka_unit_test(combined_line),
 	    cmocka_unit_test(writer_writes_everything_by_close),
 	};
