@@ -1,15 +1,17 @@
 """deploy/ (issue 13): the Prometheus scrape config and alert rules pass promtool (check config,
 check rules, and the rules' own unit tests), the Grafana dashboard is well-formed and has the
-panels of /dashboard, and every metric that the rules and the dashboard name is one that a
-running accelnet exports in /metrics."""
+panels of /dashboard, every metric that the rules and the dashboard name is one that a
+running accelnet exports in /metrics, and Debian's prometheus runs the shipped config against a
+gateway with an admin token: scraped, every rule evaluated without error."""
 
 import json
 import os
 import re
 import shutil
 import subprocess
+import urllib.parse
 
-from harness import complete, pool_yaml, request
+from harness import BIN, complete, free_port, pool_yaml, port_open, request, wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROM = os.path.join(ROOT, "deploy", "prometheus")
@@ -114,3 +116,65 @@ def test_every_metric_named_is_exported(env):
         named.update(re.findall(r"[{,]\s*([a-z_]+)\s*=~?\"", t))
     unknown = sorted(named - labels - {"job", "instance"})
     assert not unknown, f"labels not in /metrics: {unknown}"
+
+
+def test_prometheus_scrapes_and_evaluates_every_rule(env):
+    """The shipped config run by Debian's prometheus against a gateway with a token (the
+    authorization block uncommented, the target and intervals changed, nothing else): the
+    target is up, token and route figures arrive, and every rule evaluates without error."""
+    prom = shutil.which("prometheus")
+    assert prom, "no prometheus: scripts/deps.sh installs Debian prometheus"
+    sim = env.sim("a", latency_ms=1, tokens=4, token_ms=1)
+    token = env.write("admin.token", "scrape-t0ken\n")
+    os.chmod(token, 0o600)
+    px = env.proxy("pools:\n" + pool_yaml("gpus", [sim.port]) +
+                   "routes:\n  - name: chat\n    match: {path_prefix: /}\n    pool: gpus\n"
+                   "    api: openai\n")
+    env.stop(px)  # again, with the token
+    admin, port = px.admin, px.port
+    text = open(os.path.join(env.dir, "proxy.yaml")).read().replace(
+        f"address: 127.0.0.1:{admin}\n", f"address: 127.0.0.1:{admin}\n  token_file: {token}\n")
+    cfg = env.write("proxy-token.yaml", text)
+    env.start([BIN, "proxy", "-c", cfg], "proxy-token", wait_port=port)
+    wait_until(lambda: port_open(admin), "admin port")
+    for _ in range(3):
+        assert complete(port)[0] == 200
+    with open(os.path.join(PROM, "prometheus.yml")) as f:
+        conf = f.read()
+    conf = re.sub(r"\n    # authorization:\n    #   type: Bearer\n    #   credentials_file: \S+",
+                  f"\n    authorization:\n      type: Bearer\n      credentials_file: {token}", conf)
+    conf = conf.replace('"127.0.0.1:9090"', f'"127.0.0.1:{admin}"')
+    conf = re.sub(r"(scrape|evaluation)_interval: 15s", r"\1_interval: 1s", conf)
+    assert f"127.0.0.1:{admin}" in conf and "credentials_file: " + token in conf
+    with open(os.path.join(env.dir, "prometheus.yml"), "w") as f:
+        f.write(conf)
+    shutil.copy(os.path.join(PROM, "alerts.yml"), env.dir)
+    web = free_port()
+    env.start([prom, f"--config.file={env.dir}/prometheus.yml",
+               f"--storage.tsdb.path={env.dir}/tsdb", f"--web.listen-address=127.0.0.1:{web}"],
+              "prometheus", wait_port=web)
+
+    wait_until(lambda: request(web, "GET", "/-/ready")[0] == 200, "prometheus ready", 60)
+
+    def api(path):
+        st, _, body = request(web, "GET", "/api/v1/" + path)
+        assert st == 200, (path, st, body[:500])
+        return json.loads(body)["data"]
+
+    def scraped():
+        r = api("query?query=" + urllib.parse.quote('up{job="accelnet"}'))["result"]
+        return r and r[0]["value"][1] == "1"
+    wait_until(scraped, "prometheus to scrape the gateway with its token", timeout=60)
+    q = urllib.parse.quote('accelnet_route_tokens_total{route="chat",kind="completion"}')
+    wait_until(lambda: api("query?query=" + q)["result"], "the route's token counter", 30)
+    assert float(api("query?query=" + q)["result"][0]["value"][1]) >= 3 * 4
+
+    def evaluated():
+        rules = [r for g in api("rules")["groups"] for r in g["rules"]]
+        return len(rules) == 6 and all(r["health"] == "ok" and r.get("lastEvaluation", "")
+                                       [:4] not in ("", "0001") for r in rules), rules
+    wait_until(lambda: evaluated()[0], "every rule evaluated", timeout=30)
+    rules = evaluated()[1]
+    assert all("lastError" not in r or not r["lastError"] for r in rules), rules
+    firing = [r["name"] for r in rules if r.get("state") == "firing"]
+    assert not firing, firing  # a healthy gateway raises no alert
