@@ -525,9 +525,10 @@ def summarize_obs(sc):
                      spread([w["p99_ms"] for w in rounds], "{:.2f}"),
                      str(sum(w["errors"] + w["non2xx"] for w in rounds)),
                      spread([w["cpu_us_per_req"] for w in rounds], "{:.1f}"),
-                     f"{lg['lines']} / {lg['requests']}" if lg else "-"])
+                     f"{lg['lines']} / {lg['requests']}" if lg else "-",
+                     "-" if not lg or lg["dropped"] is None else str(lg["dropped"])])
     return (["contestant", "req/s", "p50 ms", "p99 ms", "errors", "CPU µs/req",
-             "log lines / requests"], rows)
+             "log lines / requests", "dropped"], rows)
 
 
 def ratio3(rounds, base, get):
