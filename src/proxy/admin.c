@@ -178,7 +178,8 @@ static void admin_on_request(void *arg, struct hsrv_conn *c, const struct http_h
 		     : http_str_eq(req->path, "/dashboard.json") ? 3
 								 : 0;
 	if (!status || (req->meth != HTTP_GET && req->meth != HTTP_HEAD)) {
-		static const char msg[] = "not found: try /status, /metrics or /dashboard\n";
+		static const char msg[] = "not found: try /status, /metrics, /dashboard or "
+					  "/debug/requests\n";
 		hsrv_respond(c, 404, "text/plain", "", msg, sizeof(msg) - 1);
 		return;
 	}

@@ -332,7 +332,8 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 		log_info("listening on %s%s with %u workers", conf->listens[i].address,
 			 conf->listens[i].tls ? " (TLS)" : "", px.nworkers);
 	if (admin)
-		log_info("admin on %s (/status, /metrics, /dashboard)", conf->admin.address);
+		log_info("admin on %s (/status, /metrics, /dashboard, /debug/requests)",
+			 conf->admin.address);
 	if (hooks && hooks->ready)
 		hooks->ready(hooks->arg);
 
