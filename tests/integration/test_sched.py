@@ -36,7 +36,8 @@ def test_peak_ewma_sends_to_the_faster_backend(env):
     # each is measured once (an unmeasured backend looks cheapest); then the fast one wins
     assert seen.count("slow") == 1 and seen.count("fast") == 29, seen
     lat = {b["address"]: b["latency_ms"] for b in status(px.admin)["pools"][0]["backends"]}
-    assert lat[f"127.0.0.1:{slow.port}"] > 5 * lat[f"127.0.0.1:{fast.port}"] > 0, lat
+    # the order, not a ratio: on a loaded machine the fast one's 20 ms can read as 50
+    assert lat[f"127.0.0.1:{slow.port}"] > lat[f"127.0.0.1:{fast.port}"] > 0, lat
 
 
 def _prompt(text):
