@@ -2,8 +2,10 @@
 served with a Content-Security-Policy and without the token (they hold no data), the feed
 (/dashboard.json) behind the token with histogram buckets that add up; and the page itself in
 headless Chromium under real traffic: it asks for the token, takes it from #token= (then
-drops it from the address), draws points on every traffic chart and one table row per backend,
-with nothing on the console. The screenshot is kept: build/artifacts/dashboard.png (next to
+drops it from the address; a malformed one is refused like a wrong one), draws points on every
+traffic chart and one table row per backend, with nothing on the console. Names from the config
+are text (a pool named with markup shows as written, runs nothing), and a backend in two pools
+is two series on the charts, told apart by the pool. The screenshot is kept: build/artifacts/dashboard.png (next to
 the binary under test), its path printed.
 
 Skipped, saying so, only when Debian's chromium is not installed (scripts/deps.sh installs it)."""
@@ -26,22 +28,32 @@ CHARTS_JS = """JSON.stringify(Array.from(document.querySelectorAll('figure.chart
   return {id: f.id, points: pts.length,
           above: pts.filter(p => parseFloat(p.split(',')[1]) < h - 4 - 0.5).length};
 }))"""
+LEGEND_JS = """JSON.stringify(Array.from(
+  document.querySelectorAll('#chart-inflight .legend span')).map(s => s.textContent))"""
+# A pool name that is markup: the page must show it as text, never run it.
+MARKUP_POOL = "gpus <img src=x onerror=\"window.__xss=1\">"
 ROWS_JS = """JSON.stringify(Array.from(document.querySelectorAll('#backends tbody tr')).map(
   tr => Array.from(tr.cells).map(td => td.textContent)))"""
 
 
-def _proxy_with_token(env, ports):
+def _proxy_with_token(env, ports, pool="gpus", spare=()):
+    """A gateway with an admin token; pool <pool> of <ports> takes /v1/, pool spare (when
+    <spare> names ports) takes nothing."""
     token = env.write("admin.token", TOKEN + "\n")
     os.chmod(token, 0o600)
     admin, port = free_port(), free_port()
-    backends = "".join(f"      - {{address: 127.0.0.1:{p}, max_concurrency: 2}}\n"
-                       for p in ports)
+    pools = "pools:\n"
+    for name, members in ((pool, ports), ("spare", spare)):
+        if not members:
+            continue
+        pools += f"  - name: {json.dumps(name)}\n    backends:\n" + "".join(
+            f"      - {{address: 127.0.0.1:{p}, max_concurrency: 2}}\n" for p in members)
+        pools += ("    health: {path: /health, interval_ms: 200, fall: 2, rise: 1}\n"
+                  "    queue: {max: 100, timeout_ms: 10000}\n")
     path = env.write("proxy.yaml", f"workers: 2\nlisten:\n  - address: 127.0.0.1:{port}\n"
-                     f"admin:\n  address: 127.0.0.1:{admin}\n  token_file: {token}\n"
-                     "pools:\n  - name: gpus\n    backends:\n" + backends +
-                     "    health: {path: /health, interval_ms: 200, fall: 2, rise: 1}\n"
-                     "    queue: {max: 100, timeout_ms: 10000}\n"
-                     "routes:\n  - match: {path_prefix: /v1/}\n    pool: gpus\n    api: openai\n")
+                     f"admin:\n  address: 127.0.0.1:{admin}\n  token_file: {token}\n" +
+                     pools + "routes:\n  - match: {path_prefix: /v1/}\n"
+                     f"    pool: {json.dumps(pool)}\n    api: openai\n")
     px = env.start([BIN, "proxy", "-c", path], "proxy", wait_port=port)
     wait_until(lambda: port_open(admin), "admin port")
     px.port, px.admin = port, admin
@@ -123,12 +135,14 @@ def test_page_draws_live_traffic_in_chromium(env):
         return
     fast = env.sim("fast", latency_ms=20, slots=2, tokens=6, token_ms=5)
     slow = env.sim("slow", latency_ms=150, slots=2, tokens=6, token_ms=20)
-    px = _proxy_with_token(env, [fast.port, slow.port])
+    # the pool's name is markup; the fast backend is in a second pool too
+    px = _proxy_with_token(env, [fast.port, slow.port], pool=MARKUP_POOL, spare=[fast.port])
     browser = Browser(env)
     base = f"http://127.0.0.1:{px.admin}/dashboard"
 
-    # no token yet: the page asks for one
-    browser.open(base)
+    # a token that is not one (a % without two hex digits): the feed refuses it and the
+    # page asks for the token
+    browser.open(base + "#token=%zz")
     wait_until(lambda: browser.evaluate(
         "!document.getElementById('token-form').hidden && "
         "document.getElementById('feed-state').textContent"), "the token form", timeout=30)
@@ -145,8 +159,8 @@ def test_page_draws_live_traffic_in_chromium(env):
             rows = json.loads(browser.evaluate(ROWS_JS))
             busy = ("chart-requests", "chart-latency", "chart-ttft", "chart-tokens",
                     "chart-inflight", "chart-queue", "chart-wait")
-            return (all(charts[c]["above"] >= 3 for c in busy) and len(rows) == 2 and
-                    all(int(r[-1]) > 0 for r in rows)), charts, rows
+            return (all(charts[c]["above"] >= 3 for c in busy) and len(rows) == 3 and
+                    all(int(r[-1]) > 0 for r in rows if r[0] == MARKUP_POOL)), charts, rows
         try:
             wait_until(lambda: drawn()[0], "the charts to draw the traffic", timeout=60)
         finally:
@@ -158,10 +172,19 @@ def test_page_draws_live_traffic_in_chromium(env):
     assert browser.evaluate("location.hash") == "", "the token stays out of the address"
     assert browser.evaluate("document.getElementById('token-form').hidden") is True
     assert browser.evaluate("document.getElementById('feed-state').textContent") == "live"
-    addresses = sorted(r[1] for r in rows)
-    assert addresses == sorted(f"127.0.0.1:{s.port}" for s in (fast, slow)), rows
-    assert all(r[0] == "gpus" and r[2] in ("up", "full") for r in rows), rows
+    addresses = sorted((r[0], r[1]) for r in rows)
+    assert addresses == sorted([(MARKUP_POOL, f"127.0.0.1:{fast.port}"),
+                                (MARKUP_POOL, f"127.0.0.1:{slow.port}"),
+                                ("spare", f"127.0.0.1:{fast.port}")]), rows
+    assert all(r[2] in ("up", "full") for r in rows), rows
     assert charts["chart-errors"]["points"] > 0, charts  # drawn, at zero
+    # the markup is text: no element made of it, nothing run
+    assert browser.evaluate("document.querySelectorAll('img').length") == 0
+    assert browser.evaluate("typeof window.__xss") == "undefined"
+    # the fast backend of both pools: two series, told apart by the pool
+    legend = json.loads(browser.evaluate(LEGEND_JS))
+    assert len(legend) == 3, legend
+    assert sum(n.startswith(f"spare 127.0.0.1:{fast.port} ") for n in legend) == 1, legend
 
     out_dir = os.path.join(os.path.dirname(os.path.abspath(BIN)), "artifacts")
     os.makedirs(out_dir, exist_ok=True)

@@ -41,7 +41,14 @@
 		const m = /(?:^#|&)token=([^&]*)/.exec(location.hash);
 		if (!m)
 			return 0;
-		sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(m[1]));
+		let value = m[1];
+		try {
+			value = decodeURIComponent(value);
+		} catch (e) {
+			/* a % not followed by two hex digits: the token as written (a wrong one is
+			 * answered 401, and the form asks again) */
+		}
+		sessionStorage.setItem(TOKEN_KEY, value);
 		history.replaceState(null, "", location.pathname + location.search);
 		document.getElementById("token-form").hidden = true;
 		return 1;
@@ -128,6 +135,19 @@
 			for (const b of p.backends || [])
 				out.push({pool: p.name, b});
 		return out;
+	}
+
+	/* Backend <address> of pool <pool> in <doc>, or null. */
+	function findBackend(doc, pool, address) {
+		const m = backends(doc).find((x) => x.pool === pool && x.b.address === address);
+		return m ? m.b : null;
+	}
+
+	/* A backend's name on the charts: its address, with its pool's name where the same
+	 * address is in more than one pool (their series would be one otherwise). */
+	function backendLabel(bes, pool, address) {
+		const shared = bes.some((x) => x.pool !== pool && x.b.address === address);
+		return shared ? `${pool} ${address}` : address;
 	}
 
 	function beErrors(b) {
@@ -381,10 +401,7 @@
 		const body = document.querySelector("#backends tbody");
 		body.textContent = "";
 		for (const {pool, b} of backends(doc)) {
-			const key = (d) => {
-				const m = backends(d).find((x) => x.pool === pool && x.b.address === b.address);
-				return m ? m.b : null;
-			};
+			const key = (d) => findBackend(d, pool, b.address);
 			const one = (d) => {
 				const x = key(d);
 				return x ? [x.ttfb_ms] : [];
@@ -423,11 +440,8 @@
 		const reqRate = hasRoutes ? rate((d) => sum(d.routes || [], routeRequests))
 					  : rate((d) => sum(backends(d), (x) => num(x.b.requests)));
 		const perBackend = bes.map(({pool, b}) => ({
-			name: b.address,
-			value: rate((d) => {
-				const m = backends(d).find((x) => x.pool === pool && x.b.address === b.address);
-				return m ? num(m.b.requests) : 0;
-			}),
+			name: backendLabel(bes, pool, b.address),
+			value: rate((d) => num((findBackend(d, pool, b.address) || {}).requests)),
 		}));
 		push("chart-requests", [{name: "all", value: reqRate}].concat(perBackend));
 
@@ -488,7 +502,10 @@
 			{name: "p50", value: quantile(queueWaitHists, 0.5)},
 			{name: "p99", value: quantile(queueWaitHists, 0.99)},
 		]);
-		push("chart-inflight", bes.map(({b}) => ({name: b.address, value: num(b.inflight)})));
+		push("chart-inflight", bes.map(({pool, b}) => ({
+			name: backendLabel(bes, pool, b.address),
+			value: num(b.inflight),
+		})));
 		table(doc);
 	}
 
