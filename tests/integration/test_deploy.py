@@ -2,7 +2,8 @@
 check rules, and the rules' own unit tests), the Grafana dashboard is well-formed and has the
 panels of /dashboard, every metric that the rules and the dashboard name is one that a
 running accelnet exports in /metrics, and Debian's prometheus runs the shipped config against a
-gateway with an admin token: scraped, every rule evaluated without error."""
+gateway with an admin token: scraped, every rule evaluated without error, and the gateway's
+own alert on its way once it is gone."""
 
 import json
 import os
@@ -44,11 +45,11 @@ def _grafana_exprs(dash):
 def test_promtool_checks_config_and_rules(env):
     out = _promtool("check", "config", "prometheus.yml")
     assert "SUCCESS" in out and "rule files found" in out, out
-    assert "SUCCESS: 6 rules found" in _promtool("check", "rules", "alerts.yml")
+    assert "SUCCESS: 7 rules found" in _promtool("check", "rules", "alerts.yml")
     assert "SUCCESS" in _promtool("test", "rules", "alerts_test.yml")
     with open(os.path.join(PROM, "alerts.yml")) as f:
         rules = f.read()
-    for alert in ("AccelnetBackendDown", "AccelnetPoolDown", "AccelnetQueueFull",
+    for alert in ("AccelnetDown", "AccelnetBackendDown", "AccelnetPoolDown", "AccelnetQueueFull",
                   "AccelnetErrorRatio", "AccelnetBackendErrorRatio", "AccelnetTTFTRegression"):
         assert f"alert: {alert}" in rules, alert
     # the commented-out authorization block is valid once a token file is named
@@ -121,7 +122,8 @@ def test_every_metric_named_is_exported(env):
 def test_prometheus_scrapes_and_evaluates_every_rule(env):
     """The shipped config run by Debian's prometheus against a gateway with a token (the
     authorization block uncommented, the target and intervals changed, nothing else): the
-    target is up, token and route figures arrive, and every rule evaluates without error."""
+    target is up, token and route figures arrive, every rule evaluates without error, and
+    AccelnetDown is pending once the gateway stops."""
     prom = shutil.which("prometheus")
     assert prom, "no prometheus: scripts/deps.sh installs Debian prometheus"
     sim = env.sim("a", latency_ms=1, tokens=4, token_ms=1)
@@ -135,7 +137,7 @@ def test_prometheus_scrapes_and_evaluates_every_rule(env):
     text = open(os.path.join(env.dir, "proxy.yaml")).read().replace(
         f"address: 127.0.0.1:{admin}\n", f"address: 127.0.0.1:{admin}\n  token_file: {token}\n")
     cfg = env.write("proxy-token.yaml", text)
-    env.start([BIN, "proxy", "-c", cfg], "proxy-token", wait_port=port)
+    gw = env.start([BIN, "proxy", "-c", cfg], "proxy-token", wait_port=port)
     wait_until(lambda: port_open(admin), "admin port")
     for _ in range(3):
         assert complete(port)[0] == 200
@@ -171,10 +173,19 @@ def test_prometheus_scrapes_and_evaluates_every_rule(env):
 
     def evaluated():
         rules = [r for g in api("rules")["groups"] for r in g["rules"]]
-        return len(rules) == 6 and all(r["health"] == "ok" and r.get("lastEvaluation", "")
+        return len(rules) == 7 and all(r["health"] == "ok" and r.get("lastEvaluation", "")
                                        [:4] not in ("", "0001") for r in rules), rules
     wait_until(lambda: evaluated()[0], "every rule evaluated", timeout=30)
     rules = evaluated()[1]
     assert all("lastError" not in r or not r["lastError"] for r in rules), rules
     firing = [r["name"] for r in rules if r.get("state") == "firing"]
     assert not firing, firing  # a healthy gateway raises no alert
+
+    # the gateway gone: its own alert is on its way (pending for its `for:`), the job named
+    # as the shipped scrape config names it
+    env.stop(gw)
+
+    def down_pending():
+        rules = [r for g in api("rules")["groups"] for r in g["rules"]]
+        return [r["state"] for r in rules if r["name"] == "AccelnetDown"] == ["pending"]
+    wait_until(down_pending, "AccelnetDown pending once the gateway is gone", timeout=30)
