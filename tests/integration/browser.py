@@ -4,7 +4,12 @@ console would show as an error (uncaught exceptions, console.error, failed loads
 refusals), take a screenshot.
 
 The DevTools websocket is spoken by the small client below (RFC 6455, text frames only,
-standard library only), so the tests need nothing beyond Debian's python3 and chromium."""
+standard library only), so the tests need nothing beyond Debian's python3 and chromium.
+
+Chromium leaves a directory in TMPDIR for its single-instance socket (org.chromium.Chromium.*)
+unless it shuts down by itself, which a test's cleanup (SIGKILL to its process group) does not
+let it: it gets a TMPDIR of its own, removed with the test's. Chromium refuses to start when
+that socket's path is longer than a socket address holds (108 bytes), so TMPDIR must be short."""
 
 import base64
 import hashlib
@@ -13,6 +18,7 @@ import os
 import shutil
 import socket
 import struct
+import tempfile
 import urllib.parse
 import urllib.request
 
@@ -117,7 +123,9 @@ class Browser:
                 "--disable-sync", "--disable-dev-shm-usage", "--hide-scrollbars",
                 "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
                 f"--user-data-dir={profile}", f"--window-size={width},{height}", "about:blank"]
-        self.proc = env.start(argv, "chromium")
+        tmp = tempfile.mkdtemp(prefix="chromium-")
+        env.on_cleanup.append(lambda: shutil.rmtree(tmp, ignore_errors=True))
+        self.proc = env.start(argv, "chromium", environ={"TMPDIR": tmp})
         port_file = os.path.join(profile, "DevToolsActivePort")
 
         def ready():

@@ -51,10 +51,13 @@ class Env:
         self.procs = []
         self.on_cleanup = []  # callables run after the processes are gone (netns, mounts)
 
-    def start(self, argv, name, wait_port=None):
+    def start(self, argv, name, wait_port=None, environ=None):
+        """Start <argv> in a session of its own (killed as a group by cleanup()), with
+        <environ> added to this process's environment."""
         log = open(os.path.join(self.dir, f"{name}.log"), "wb")
         p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, start_new_session=True)
+                             stdin=subprocess.DEVNULL, start_new_session=True,
+                             env=dict(os.environ, **environ) if environ else None)
         p.log_path = log.name
         p.name = name
         self.procs.append(p)

@@ -1,9 +1,14 @@
 """Runs every test_* function of the tests/integration/test_*.py modules, each with a fresh
 Env that is cleaned up whatever happens, and ends with the line 'N passed, N failed'.
-Usage: run.py [--bin PATH] [NAME-FILTER...]"""
+Usage: run.py [--bin PATH] [NAME-FILTER...]
+
+Stopped by SIGTERM or SIGHUP (a CI job's time limit, a closed terminal) as by Ctrl-C: the
+running test's processes, each in a session of its own that no signal to this one reaches, are
+killed and its scratch directory removed before the runner exits (status 128 + the signal)."""
 
 import importlib
 import os
+import signal
 import sys
 import time
 import traceback
@@ -12,7 +17,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 
+def _stopped(signum, frame):
+    print(f"stopped by signal {signum}: cleaning up", flush=True)
+    raise SystemExit(128 + signum)  # through the running test's finally: env.cleanup()
+
+
 def main():
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stopped)
     args = sys.argv[1:]
     if len(args) >= 2 and args[0] == "--bin":
         os.environ["ACCELNET"] = os.path.abspath(args[1])
