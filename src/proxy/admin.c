@@ -76,13 +76,18 @@ static int admin_authorized(const struct admin *a, const struct http_head *req)
 
 /*
  * Answer a GET or HEAD of one of the dashboard's files (/dashboard, /dashboard.js, ...): 1 if
- * <req> was one, 0 to go on. Served without the token: they hold no data.
+ * <req> was one, 0 to go on. Served without the token: they hold no data. But a connection
+ * without it is closed after the file, as after a 401: it holds none of the endpoint's few
+ * connections for longer than one request.
  */
-static int admin_serve_asset(struct hsrv_conn *c, const struct http_head *req)
+static int admin_serve_asset(const struct admin *a, struct hsrv_conn *c,
+			     const struct http_head *req)
 {
 	const struct dashboard_asset *d = dashboard_find(req->path.p, req->path.len);
 	if (!d || (req->meth != HTTP_GET && req->meth != HTTP_HEAD))
 		return 0;
+	if (!admin_authorized(a, req))
+		hsrv_close_after(c);
 	hsrv_respond(c, 200, d->type, dashboard_headers, (const char *)d->data, d->len);
 	return 1;
 }
@@ -157,7 +162,7 @@ static void admin_on_request(void *arg, struct hsrv_conn *c, const struct http_h
 	size_t len = 0;
 	(void)body;
 	(void)body_len;
-	if (admin_serve_asset(c, req))
+	if (admin_serve_asset(a, c, req))
 		return;
 	if (!admin_authorized(a, req)) {
 		static const char msg[] = "unauthorized: send Authorization: Bearer TOKEN "

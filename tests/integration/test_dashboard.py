@@ -1,5 +1,6 @@
 """GET /dashboard on the admin listener (issue 13): the page, its script and style sheet
-served with a Content-Security-Policy and without the token (they hold no data), the feed
+served with a Content-Security-Policy and without the token (they hold no data; the connection
+closed after each, as after a 401), the feed
 (/dashboard.json) behind the token with histogram buckets that add up; and the page itself in
 headless Chromium under real traffic: it asks for the token, takes it from #token= (then
 drops it from the address; a malformed one is refused like a wrong one), draws points on every
@@ -15,7 +16,7 @@ import os
 import threading
 
 from browser import Browser, chromium
-from harness import BIN, complete, free_port, port_open, request, wait_until
+from harness import BIN, complete, free_port, port_open, raw, request, wait_until
 
 TOKEN = "dash-t0ken"
 
@@ -105,6 +106,14 @@ def test_assets_and_feed_over_http(env):
         assert b"http://" not in own and b"https://" not in own, path  # nothing from elsewhere
     st, hdrs, _ = request(px.admin, "HEAD", "/dashboard")
     assert st == 200, st
+    # without the token, one file a connection (as one 401): no one holds the endpoint's
+    # few connections with them; with it, the connection stays
+    two = (b"GET /dashboard.css HTTP/1.1\r\nHost: a\r\n%s\r\n"
+           b"GET /dashboard.js HTTP/1.1\r\nHost: a\r\nConnection: close\r\n%s\r\n")
+    got = raw(px.admin, two % (b"", b""))
+    assert got.count(b"HTTP/1.1 200") == 1 and b"Connection: close" in got, got[:300]
+    bearer = f"Authorization: Bearer {TOKEN}\r\n".encode()
+    assert raw(px.admin, two % (bearer, bearer)).count(b"HTTP/1.1 200") == 2
     st, _, body = request(px.admin, "POST", "/dashboard", body=b"")
     assert st in (401, 404), st
     st, _, _ = request(px.admin, "GET", "/dashboard.json")
