@@ -360,6 +360,14 @@
 		n.hidden = !text;
 	}
 
+	/* Add p50 and p99 (named <prefix>p50, ...) of the histograms <fn> returns to chart <id>. */
+	function percentiles(id, fn, prefix) {
+		push(id, [
+			{name: prefix + "p50", value: quantile(fn, 0.5)},
+			{name: prefix + "p99", value: quantile(fn, 0.99)},
+		]);
+	}
+
 	/* ---- one frame ---- */
 
 	function tiles(doc, reqRate, errRate) {
@@ -458,31 +466,14 @@
 		const sumRate = errRate === null || awayRate === null ? null : errRate + awayRate;
 		tiles(doc, reqRate, hasRoutes ? failRate : sumRate);
 
-		if (hasRoutes) {
-			const dur = routeHists("duration_ms");
-			push("chart-latency", [
-				{name: "p50", value: quantile(dur, 0.5)},
-				{name: "p99", value: quantile(dur, 0.99)},
-			]);
-		} else {
-			push("chart-latency", [
-				{name: "TTFB p50", value: quantile(ttfbHists, 0.5)},
-				{name: "TTFB p99", value: quantile(ttfbHists, 0.99)},
-			]);
-		}
-
-		if (hasTtft) {
-			const ttft = routeHists("ttft_ms");
-			push("chart-ttft", [
-				{name: "p50", value: quantile(ttft, 0.5)},
-				{name: "p99", value: quantile(ttft, 0.99)},
-			]);
-		} else {
-			push("chart-ttft", [
-				{name: "backend TTFB p50", value: quantile(ttfbHists, 0.5)},
-				{name: "backend TTFB p99", value: quantile(ttfbHists, 0.99)},
-			]);
-		}
+		if (hasRoutes)
+			percentiles("chart-latency", routeHists("duration_ms"), "");
+		else
+			percentiles("chart-latency", ttfbHists, "TTFB ");
+		if (hasTtft)
+			percentiles("chart-ttft", routeHists("ttft_ms"), "");
+		else
+			percentiles("chart-ttft", ttfbHists, "backend TTFB ");
 		note("chart-ttft", hasTtft ? "" : "no streamed tokens counted yet: backend TTFB");
 		if (hasTokens) {
 			push("chart-tokens", [
@@ -498,10 +489,7 @@
 			name: p.name,
 			value: num((p.queue || {}).length),
 		})));
-		push("chart-wait", [
-			{name: "p50", value: quantile(queueWaitHists, 0.5)},
-			{name: "p99", value: quantile(queueWaitHists, 0.99)},
-		]);
+		percentiles("chart-wait", queueWaitHists, "");
 		push("chart-inflight", bes.map(({pool, b}) => ({
 			name: backendLabel(bes, pool, b.address),
 			value: num(b.inflight),
