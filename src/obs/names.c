@@ -5,8 +5,11 @@
  * is a power-of-two array of 32-bit words, twice the table's size or more, each 0 (empty) or
  * a slot's number plus one, probed linearly from the name's hash. A writer fills the slot
  * first and publishes the index word after it (release), then raises the count (release):
- * a reader that sees either sees the name whole. The fold's use is a flag raised once, read
- * before written so that folded requests write no shared line after the first.
+ * a reader that sees either sees the name whole. A lookup reads the count before it probes:
+ * a count at the cap then means every name was published before it, so a miss folds; a count
+ * read after the probe could be the last name's, added between the two, and fold a name the
+ * table holds. The fold's use is a flag raised once, read before written so that folded
+ * requests write no shared line after the first.
  */
 #include "obs/names.h"
 
@@ -116,11 +119,13 @@ size_t names_intern(struct name_table *t, const char *s, size_t len)
 	size_t at;
 	if (!len || len > t->maxlen || memchr(s, '\0', len) || same(t->fold, s, len))
 		return fold(t);
+	/* read before the probe, not after (see above) */
+	int full = atomic_load_explicit(&t->count, memory_order_acquire) >= t->max;
 	size_t i = probe(t, s, len, &at);
 	if (i < t->max)
 		return i;
-	if (atomic_load_explicit(&t->count, memory_order_acquire) >= t->max)
-		return fold(t); /* full: nothing more is ever added, the miss stands */
+	if (full)
+		return fold(t); /* nothing more is ever added */
 	pthread_mutex_lock(&t->lock);
 	i = probe(t, s, len, &at); /* another thread may have added it since */
 	size_t n = atomic_load_explicit(&t->count, memory_order_relaxed);
