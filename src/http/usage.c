@@ -9,8 +9,10 @@
  * Being no JSON parser, it treats every quote alike, so a closing quote opens the next
  * name, as an opening one does. While nothing is gathered (past the longest key), no value
  * read and no line begun, the bytes up to the next quote or line end are passed over in one
- * tight loop, as they can change nothing. Lines are the SSE lines: one that starts with
- * "data:" and holds a non-empty text counts as an event when it ends. A chunked body passes
+ * tight loop, as they can change nothing. Lines are the SSE lines, ended by CR, LF or CRLF
+ * as the event-stream format allows (CRLF reads as a line and an empty one, which counts
+ * nothing); no name runs on past a line's end. One that starts with "data:" and holds a
+ * non-empty text counts as an event when it ends. A chunked body passes
  * through http_chunked_scan() first and only its payload bytes are looked at; framing the
  * scanner finds malformed stops the count where it is (the relay refuses such a body
  * anyway).
@@ -83,12 +85,13 @@ static void number_end(struct usage_scan *u)
 	}
 }
 
+/* A line ends (CR, LF, or both: an SSE stream may use any): no name spans it. */
 static void line_end(struct usage_scan *u)
 {
 	if (u->in_data && u->line_text)
 		u->events++;
 	u->in_data = u->line_text = 0;
-	set(u, M_LINE_START, 1);
+	u->mode = M_LINE_START; /* no value under way: after_key() saw the line's end first */
 	u->data_pos = 0;
 }
 
@@ -172,10 +175,11 @@ static void match_keys(struct usage_scan *u, char c)
 static void scan_bytes(struct usage_scan *u, const char *p, size_t len)
 {
 	static const char data[] = "data:";
+	static const uint8_t stops[256] = {['"'] = 1, ['\n'] = 1, ['\r'] = 1};
 	for (size_t i = 0; i < len; i++) {
 		if (!u->mode) {
 			/* between keys and lines only a quote or a line end can change anything */
-			while (i < len && p[i] != '"' && p[i] != '\n')
+			while (i < len && !stops[(unsigned char)p[i]])
 				i++;
 			if (i == len)
 				break;
@@ -183,13 +187,11 @@ static void scan_bytes(struct usage_scan *u, const char *p, size_t len)
 		char c = p[i];
 		if (after_of(u) && after_key(u, c))
 			continue;
-		if (c == '\n') {
+		if (c == '\n' || c == '\r') {
 			line_end(u);
 			continue;
 		}
 		if (has(u, M_LINE_START)) {
-			if (c == '\r')
-				continue;
 			if (c == data[u->data_pos]) {
 				if (++u->data_pos == sizeof(data) - 1) {
 					u->in_data = 1;

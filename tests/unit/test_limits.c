@@ -1,8 +1,8 @@
 /*
  * test_limits.c - a route's limits by a given clock: token reservations settled with the
  * usage a response reports or the events it streams (refund, overdraft charged as it
- * goes), the concurrency cap per tenant; the usage scanner on bodies cut anywhere; the
- * max_tokens of a request body.
+ * goes), the concurrency cap per tenant; the usage scanner on bodies cut anywhere, and on
+ * lines ended by CR, LF or CRLF; the max_tokens of a request body.
  */
 #include "guard/limits.h"
 #include "http/prompt.h"
@@ -109,6 +109,62 @@ static void scan_whole_and_cut(void **state)
 	usage_scan_feed(&u, "zz\r\ndata: {\"text\":\"a\"}\n\n", 24);
 	assert_true(u.bad_framing);
 	assert_int_equal(u.events, 0);
+}
+
+/* <s> scanned whole and cut into pieces of every size: the events of each, alike. */
+static uint64_t events_cut_anywhere(const char *s)
+{
+	size_t len = strlen(s);
+	struct usage_scan whole;
+	usage_scan_init(&whole);
+	usage_scan_feed(&whole, s, len);
+	for (size_t step = 1; step <= len; step++) {
+		struct usage_scan u;
+		usage_scan_init(&u);
+		for (size_t i = 0; i < len; i += step)
+			usage_scan_feed(&u, s + i, len - i < step ? len - i : step);
+		assert_int_equal(u.events, whole.events);
+	}
+	return whole.events;
+}
+
+/* An event stream's lines end with CR, LF or CRLF (the format allows each); a CR-only stream
+ * counted no event at all, so no tokens and no time to first token. A name does not run on
+ * past a line's end. */
+static void scan_line_ends(void **state)
+{
+	(void)state;
+	assert_int_equal(events_cut_anywhere("data: {\"text\":\"a\"}\n\n"
+					     "data:{\"content\":\"b\"}\n\n: ping\n\n"
+					     "data: {\"content\":\"\"}\n\ndata: [DONE]\n\n"),
+			 2);
+	assert_int_equal(events_cut_anywhere("data: {\"text\":\"a\"}\r\r"
+					     "data:{\"content\":\"b\"}\r\r: ping\r\r"
+					     "data: {\"content\":\"\"}\r\rdata: [DONE]\r\r"),
+			 2);
+	assert_int_equal(
+	    events_cut_anywhere("data: {\"text\":\"a\"}\r\n\r\n"
+				"data:{\"content\":\"b\"}\r\n\r\n: ping\r\n\r\n"
+				"data: {\"content\":\"\"}\r\n\r\ndata: [DONE]\r\n\r\n"),
+	    2);
+	/* mixed, and a CR-only stream that ends without a blank line */
+	assert_int_equal(events_cut_anywhere("data: {\"text\":\"a\"}\r\ndata: {\"text\":\"b\"}\n"
+					     "data: {\"text\":\"c\"}\r"),
+			 3);
+	struct usage_scan u;
+	usage_scan_init(&u);
+	usage_scan_chunked(&u);
+	static const char chunked[] = "14\r\ndata: {\"text\":\"a\"}\r\r\r\n"
+				      "14\r\ndata: {\"text\":\"b\"}\r\r\r\n0\r\n\r\n";
+	usage_scan_feed(&u, chunked, sizeof(chunked) - 1);
+	assert_int_equal(u.events, 2);
+	assert_false(u.bad_framing);
+	/* a name and its colon on two lines are no key */
+	static const char split_key[] = "x \"prompt_tokens\"\n:5\n\"total_tokens\"\r:6\r";
+	usage_scan_init(&u);
+	usage_scan_feed(&u, split_key, sizeof(split_key) - 1);
+	assert_false(u.has_prompt);
+	assert_false(u.has_total);
 }
 
 static void max_tokens_of_body(void **state)
@@ -270,8 +326,11 @@ static void concurrency_cap(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(scan_whole_and_cut), cmocka_unit_test(max_tokens_of_body),
-	    cmocka_unit_test(reserve_and_settle), cmocka_unit_test(absurd_usage_is_debt_not_refund),
+	    cmocka_unit_test(scan_whole_and_cut),
+	    cmocka_unit_test(scan_line_ends),
+	    cmocka_unit_test(max_tokens_of_body),
+	    cmocka_unit_test(reserve_and_settle),
+	    cmocka_unit_test(absurd_usage_is_debt_not_refund),
 	    cmocka_unit_test(concurrency_cap),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
