@@ -2,7 +2,8 @@
 class, prompt and completion tokens equal to what the backend reported in its usage (or the
 events it streamed, without one), time to first token once per stream and one token gap per
 event after the first, the tenant cap folding the rest into `other`, /status's routes and
-tenants, and `promtool check metrics` clean."""
+tenants, `promtool check metrics` clean, and a stream of CR-ended lines in one-byte chunks
+read as any other."""
 
 import http.client
 import json
@@ -10,7 +11,8 @@ import shutil
 import socket
 import subprocess
 
-from harness import free_port, pool_yaml, read_until, request, status, wait_until
+from harness import (ScriptedBackend, free_port, pool_yaml, read_until, request, status,
+                     wait_until)
 
 TENANTS = {"acme": "sk-acme-0123456789abcdef", "beta": "sk-beta-0123456789abcdef",
            "gamma": "sk-gamma-0123456789abcdef", "delta": "sk-delta-0123456789abcdef"}
@@ -258,3 +260,36 @@ def test_event_streams_are_read_on_any_route_json_only_with_api_openai(env):
     # the stream's 4 events; the JSON answer is not read without api: openai
     assert _count(got, "accelnet_route_tokens_total", route="plain", kind="completion") == 4
     assert _count(got, "accelnet_route_tokens_total", route="plain", kind="prompt") == 0
+
+
+def test_a_stream_of_cr_lines_in_one_byte_chunks_counts_its_tokens(env):
+    """An event stream whose lines end with a CR alone (the format allows CR, LF or CRLF),
+    framed into chunks of one byte with extensions: its 3 text events are 3 tokens, one time to
+    first token and 2 gaps. A comment, an empty text, [DONE] and a usage key quoted inside a
+    text count nothing."""
+    events = (b": hello\r\r"
+              b"data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\r\r"
+              b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\r\r"
+              b"data:{\"choices\":[{\"delta\":{\"content\":\"{\\\"prompt_tokens\\\":9}\"}}]}\r\r"
+              b"data: {\"choices\":[{\"text\":\"c\"}]}\r\rdata: [DONE]\r\r")
+    body = b"".join(b"1;ext=1\r\n%c\r\n" % c for c in events) + b"0\r\n\r\n"
+
+    def script(n, req):
+        return (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n" + body, False)
+    be = ScriptedBackend(script)
+    env.on_cleanup.append(be.close)
+    px = env.proxy("pools:\n" + pool_yaml("gpu", [be.port]) +
+                   "routes:\n  - name: llm\n    pool: gpu\n    api: openai\n")
+    st, _, got_body = request(px.port, "POST", "/v1/chat/completions", body=b"{}")
+    assert st == 200 and got_body == events
+
+    def settled():
+        got = _samples(_metrics(px.admin))
+        return _count(got, "accelnet_route_requests_total", route="llm", **{"class": "2xx"}) == 1
+    wait_until(settled, "the stream counted")
+    got = _samples(_metrics(px.admin))
+    assert _count(got, "accelnet_route_tokens_total", route="llm", kind="completion") == 3
+    assert _count(got, "accelnet_route_tokens_total", route="llm", kind="prompt") == 0
+    assert _count(got, "accelnet_route_ttft_seconds_count", route="llm") == 1
+    assert _count(got, "accelnet_route_token_gap_seconds_count", route="llm") == 2
