@@ -5,6 +5,7 @@ even when a test fails."""
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -257,6 +258,37 @@ def sim_stats(port):
     st, _, body = request(port, "GET", "/sim/stats")
     assert st == 200
     return json.loads(body)
+
+
+def metrics_text(admin_port):
+    """The proxy's /metrics, as text."""
+    st, _, body = request(admin_port, "GET", "/metrics")
+    assert st == 200
+    return body.decode()
+
+
+def prom_samples(text):
+    """{(name, ((label, value), ...)): value} of the sample lines of Prometheus <text>, labels
+    sorted, values unescaped (a quote, comma or backslash in a value read right)."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        series, value = line.rsplit(" ", 1)
+        name, _, labels = series.partition("{")
+        pairs = re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', labels)
+        out[(name, tuple(sorted((k, re.sub(r"\\(.)", lambda m: "\n" if m[1] == "n" else m[1], v))
+                                for k, v in pairs)))] = float(value)
+    return out
+
+
+def promtool_clean(text):
+    """`promtool check metrics` says nothing of <text>."""
+    assert shutil.which("promtool"), "no promtool: scripts/deps.sh installs Debian prometheus"
+    r = subprocess.run(["promtool", "check", "metrics"], input=text.encode(),
+                       capture_output=True, timeout=30, check=False)
+    assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), \
+        r.stdout + r.stderr
 
 
 def status(admin_port):

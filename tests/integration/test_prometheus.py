@@ -7,32 +7,12 @@ process_* figures."""
 import concurrent.futures
 import os
 import re
-import shutil
 import socket
-import subprocess
 
-from harness import complete, free_port, pool_yaml, request, sim_stats, wait_until
+from harness import (complete, free_port, metrics_text, pool_yaml, prom_samples, promtool_clean,
+                     request, sim_stats, wait_until)
 
 OUTCOMES = ("granted", "displaced", "timeouts", "spilled", "withdrawn")
-
-
-def _metrics(admin):
-    st, _, body = request(admin, "GET", "/metrics")
-    assert st == 200
-    return body.decode()
-
-
-def _samples(text):
-    """{(name, ((label, value), ...)): value}, labels sorted, quotes dropped."""
-    out = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        series, value = line.rsplit(" ", 1)
-        name, _, labels = series.partition("{")
-        pairs = tuple(sorted(tuple(p.split("=", 1)) for p in labels.rstrip("}").split(",") if p))
-        out[(name, tuple((k, v.strip('"')) for k, v in pairs))] = float(value)
-    return out
 
 
 def _queue(got, pool):
@@ -44,14 +24,6 @@ def _queue(got, pool):
 
 def _adds_up(q):
     return q["enqueued"] == sum(q[k] for k in OUTCOMES) + q["length"]
-
-
-def _promtool_clean(text):
-    assert shutil.which("promtool"), "no promtool: scripts/deps.sh installs Debian prometheus"
-    r = subprocess.run(["promtool", "check", "metrics"], input=text.encode(),
-                       capture_output=True, timeout=30, check=False)
-    assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), \
-        r.stdout + r.stderr
 
 
 def _capped(name, port, cap, extra=""):
@@ -74,7 +46,7 @@ def test_queue_figures_add_up_through_every_outcome(env):
                    "  - match: {path_prefix: /}\n    pool: gpu\n    tenant_header: X-Tenant\n")
 
     def got():
-        return _samples(_metrics(px.admin))
+        return prom_samples(metrics_text(px.admin))
 
     def on(host):
         return request(px.port, "POST", "/v1/completions", body=b'{"prompt":"hi"}',
@@ -128,7 +100,7 @@ def test_queue_figures_add_up_through_every_outcome(env):
         assert q == {k: float(v) for k, v in w.items()}, (pool, q)
         assert _adds_up(q), (pool, q)
     assert g[("accelnet_pool_spilled_in_total", (("pool", "spare"),))] == 1
-    _promtool_clean(_metrics(px.admin))
+    promtool_clean(metrics_text(px.admin))
 
 
 def test_backend_up_with_passive_checks_only(env):
@@ -139,19 +111,19 @@ def test_backend_up_with_passive_checks_only(env):
         assert complete(px.port)[0] == 200
 
     def up(port):
-        return _samples(_metrics(px.admin))[
+        return prom_samples(metrics_text(px.admin))[
             ("accelnet_backend_up", (("backend", f"127.0.0.1:{port}"), ("pool", "gpu")))]
     assert up(a.port) == 1 and up(b.port) == 1
     env.stop(b)  # killed: its port refuses connections now
     fails = (("backend", f"127.0.0.1:{b.port}"), ("pool", "gpu"))
     for _ in range(4):  # round robin tries b, fails over to a
         assert complete(px.port)[0] == 200
-    g = _samples(_metrics(px.admin))
+    g = prom_samples(metrics_text(px.admin))
     assert g[("accelnet_backend_connect_failures_total", fails)] >= 1
     assert up(b.port) == 0 and up(a.port) == 1
     assert g[("accelnet_backend_eligible", fails)] == 0
     assert g[("accelnet_backend_ejected", fails)] == 1  # out for fail_timeout_ms
-    _promtool_clean(_metrics(px.admin))
+    promtool_clean(metrics_text(px.admin))
 
 
 def test_process_figures(env):
@@ -159,7 +131,7 @@ def test_process_figures(env):
     px = env.proxy("pools:\n" + pool_yaml("gpu", [sim.port]))
     for _ in range(20):
         assert complete(px.port)[0] == 200
-    g1 = _samples(_metrics(px.admin))
+    g1 = prom_samples(metrics_text(px.admin))
     with open(f"/proc/{px.pid}/limits") as f:
         soft = [line.split()[3] for line in f if line.startswith("Max open files")][0]
     with open(f"/proc/{px.pid}/status") as f:
@@ -172,9 +144,9 @@ def test_process_figures(env):
     assert g1[("process_cpu_seconds_total", ())] > 0
     for _ in range(20):
         assert complete(px.port)[0] == 200
-    g2 = _samples(_metrics(px.admin))
+    g2 = prom_samples(metrics_text(px.admin))
     assert g2[("process_cpu_seconds_total", ())] >= g1[("process_cpu_seconds_total", ())]
-    _promtool_clean(_metrics(px.admin))
+    promtool_clean(metrics_text(px.admin))
 
 
 # --- docs/observability.md lists every family, with its type and labels -------------------
@@ -202,7 +174,7 @@ def _written(text):
     """{family: (type, labels)} as a scrape shows them (a histogram's le left out)."""
     types = dict(line[7:].split(" ", 1) for line in text.splitlines() if line.startswith("# TYPE "))
     labels = {name: set() for name in types}
-    for (name, pairs) in _samples(text):
+    for (name, pairs) in prom_samples(text):
         fam = name
         if fam not in types:
             fam = re.sub(r"_(bucket|sum|count)$", "", name)
@@ -253,10 +225,10 @@ def test_every_proxy_family_is_documented(env):
     assert request(px.port, "POST", "/v1/completions", body=b'{}')[0] == 401
     assert request(px.port, "POST", "/other", body=b'{"prompt":"hi"}',
                    headers={"X-Tenant": "t1", "Content-Type": "application/json"})[0] == 200
-    text = _metrics(px.admin)
+    text = metrics_text(px.admin)
     assert 'route="llm"' in text and 'tenant="acme"' in text and 'tenant="other"' in text, text
     _same(_written(text), _documented("proxy"), "proxy")
-    _promtool_clean(text)
+    promtool_clean(text)
 
 
 def test_xfer_serve_metrics_documented_and_promtool_clean(env):
@@ -275,4 +247,4 @@ def test_xfer_serve_metrics_documented_and_promtool_clean(env):
     text = body.decode()
     assert "\naccelnet_xfer_files_completed_total 1\n" in text, text
     _same(_written(text), _documented("xfer"), "xfer serve")
-    _promtool_clean(text)
+    promtool_clean(text)

@@ -7,43 +7,15 @@ read as any other."""
 
 import http.client
 import json
-import shutil
 import socket
 import subprocess
 
-from harness import (ScriptedBackend, free_port, pool_yaml, read_until, request, status,
-                     wait_until)
+from harness import (ScriptedBackend, free_port, metrics_text, pool_yaml, prom_samples,
+                     promtool_clean, read_until, request, status, wait_until)
 
 TENANTS = {"acme": "sk-acme-0123456789abcdef", "beta": "sk-beta-0123456789abcdef",
            "gamma": "sk-gamma-0123456789abcdef", "delta": "sk-delta-0123456789abcdef"}
 CLASSES = ["aborted", "1xx", "2xx", "3xx", "4xx", "5xx"]
-
-
-def _samples(text):
-    """{(name, ((label, value), ...)): value}, labels sorted, quotes dropped."""
-    out = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        series, value = line.rsplit(" ", 1)
-        name, _, labels = series.partition("{")
-        pairs = tuple(sorted(tuple(p.split("=", 1)) for p in labels.rstrip("}").split(",") if p))
-        out[(name, tuple((k, v.strip('"')) for k, v in pairs))] = float(value)
-    return out
-
-
-def _metrics(admin):
-    st, _, body = request(admin, "GET", "/metrics")
-    assert st == 200
-    return body.decode()
-
-
-def _promtool_clean(text):
-    assert shutil.which("promtool"), "no promtool: scripts/deps.sh installs Debian prometheus"
-    r = subprocess.run(["promtool", "check", "metrics"], input=text.encode(),
-                       capture_output=True, timeout=30, check=False)
-    assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), \
-        r.stdout + r.stderr
 
 
 def _proxy(env, sim, max_tenants=None):
@@ -126,13 +98,13 @@ def test_route_and_tenant_figures_match_what_the_backend_reported(env):
     assert _complete(px.port, None, "/v1/chat/completions", False, 1)[0] == 401
 
     def settled():
-        got = _samples(_metrics(px.admin))
+        got = prom_samples(metrics_text(px.admin))
         return sum(_count(got, "accelnet_route_requests_total", route=r, **{"class": c})
                    for r in ("chat", "1") for c in CLASSES) == 7
     wait_until(settled, "7 requests counted")
-    text = _metrics(px.admin)
-    _promtool_clean(text)
-    got = _samples(text)
+    text = metrics_text(px.admin)
+    promtool_clean(text)
+    got = prom_samples(text)
     routes = {r for r, _ in want}
     for r in routes:
         rows = [w for (rr, _), w in want.items() if rr == r]
@@ -197,11 +169,11 @@ def test_a_stream_cut_by_its_client_counts_as_aborted(env):
         read_until(s, lambda b: b.count(b"data: ") >= 2)
 
     def cut():
-        got = _samples(_metrics(px.admin))
+        got = prom_samples(metrics_text(px.admin))
         return _count(got, "accelnet_route_requests_total", route="1",
                       **{"class": "aborted"}) == 1
     wait_until(cut, "the cut stream counted")
-    got = _samples(_metrics(px.admin))
+    got = prom_samples(metrics_text(px.admin))
     assert _count(got, "accelnet_tenant_requests_total", tenant="acme", **{"class": "aborted"}) == 1
     assert _count(got, "accelnet_route_ttft_seconds_count", route="1") == 1
     assert _count(got, "accelnet_route_tokens_total", route="1", kind="completion") >= 2
@@ -214,12 +186,12 @@ def test_tenants_past_the_cap_fold_into_other(env):
         assert _complete(px.port, t, "/v1/completions", False, 3)[0] == 200
 
     def settled():
-        got = _samples(_metrics(px.admin))
+        got = prom_samples(metrics_text(px.admin))
         return _count(got, "accelnet_route_requests_total", route="1", **{"class": "2xx"}) == 5
     wait_until(settled, "5 requests counted")
-    text = _metrics(px.admin)
-    _promtool_clean(text)
-    got = _samples(text)
+    text = metrics_text(px.admin)
+    promtool_clean(text)
+    got = prom_samples(text)
     per = {dict(k[1])["tenant"]: v for k, v in got.items()
            if k[0] == "accelnet_tenant_requests_total" and dict(k[1])["class"] == "2xx"}
     assert per == {"acme": 1, "beta": 1, "other": 3}, per
@@ -251,10 +223,10 @@ def test_event_streams_are_read_on_any_route_json_only_with_api_openai(env):
     assert _complete(px.port, None, "/v1/completions", False, 5)[0] == 200
 
     def settled():
-        got = _samples(_metrics(px.admin))
+        got = prom_samples(metrics_text(px.admin))
         return _count(got, "accelnet_route_requests_total", route="plain", **{"class": "2xx"}) == 2
     wait_until(settled, "2 requests counted")
-    got = _samples(_metrics(px.admin))
+    got = prom_samples(metrics_text(px.admin))
     assert _count(got, "accelnet_route_ttft_seconds_count", route="plain") == 1
     assert _count(got, "accelnet_route_token_gap_seconds_count", route="plain") == 3
     # the stream's 4 events; the JSON answer is not read without api: openai
@@ -285,10 +257,10 @@ def test_a_stream_of_cr_lines_in_one_byte_chunks_counts_its_tokens(env):
     assert st == 200 and got_body == events
 
     def settled():
-        got = _samples(_metrics(px.admin))
+        got = prom_samples(metrics_text(px.admin))
         return _count(got, "accelnet_route_requests_total", route="llm", **{"class": "2xx"}) == 1
     wait_until(settled, "the stream counted")
-    got = _samples(_metrics(px.admin))
+    got = prom_samples(metrics_text(px.admin))
     assert _count(got, "accelnet_route_tokens_total", route="llm", kind="completion") == 3
     assert _count(got, "accelnet_route_tokens_total", route="llm", kind="prompt") == 0
     assert _count(got, "accelnet_route_ttft_seconds_count", route="llm") == 1
