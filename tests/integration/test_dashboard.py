@@ -3,7 +3,8 @@ served with a Content-Security-Policy and without the token (they hold no data; 
 closed after each, as after a 401), the feed
 (/dashboard.json) behind the token with histogram buckets that add up; and the page itself in
 headless Chromium under real traffic: it asks for the token, takes it from #token= (then
-drops it from the address; a malformed one is refused like a wrong one), draws points on every
+drops it from the address; a malformed one is refused like a wrong one, one with characters
+no header carries is called not a token), draws points on every
 traffic chart and one table row per backend, with nothing on the console. Names from the config
 are text (a pool named with markup shows as written, runs nothing), and a backend in two pools
 is two series on the charts, told apart by the pool. The screenshot is kept: build/artifacts/dashboard.png (next to
@@ -157,6 +158,11 @@ def test_page_draws_live_traffic_in_chromium(env):
         "document.getElementById('feed-state').textContent"), "the token form", timeout=30)
     assert browser.evaluate("document.getElementById('feed-state').textContent") == \
         "token needed"
+    # one that no header can carry (a euro sign): said so, not taken for an unreachable listener
+    browser.go(base + "#token=%E2%82%AC")
+    wait_until(lambda: browser.evaluate(
+        "document.getElementById('feed-state').textContent").startswith("not a token"),
+        "the page to refuse a token that is not one", timeout=30)
     browser.clear_errors()  # the refused read of the feed is on the console, as it should be
 
     traffic = Traffic(px.port)

@@ -85,6 +85,13 @@
 
 	async function poll() {
 		const headers = {};
+		if (token() && !/^[\x21-\x7e]+$/.test(token())) {
+			/* admin.token_file holds printable ASCII without spaces; anything else cannot be
+			 * sent in a header at all (fetch would fail as if the listener were down) */
+			setState("not a token: printable ASCII, no spaces", "bad");
+			askToken();
+			return;
+		}
 		if (token())
 			headers.Authorization = "Bearer " + token();
 		let res;
