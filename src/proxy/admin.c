@@ -29,6 +29,7 @@
 #include "obs/prom.h"
 #include "proxy/debugreq.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -72,6 +73,40 @@ static int admin_authorized(const struct admin *a, const struct http_head *req)
 		 CRYPTO_memcmp(got, a->token_sha, sizeof(got)) == 0;
 	OPENSSL_cleanse(got, sizeof(got));
 	return ok;
+}
+
+/*
+ * Does <req> name this listener as no other web site can make a browser name it: by an IP
+ * address (any port) or localhost, or not at all (HTTP/1.0)? A page elsewhere can point a
+ * name it owns at 127.0.0.1 (DNS rebinding) and then read this listener as its own origin;
+ * without a token, that name in Host is all that tells such a request from the operator's.
+ */
+static int admin_host_is_address(const struct http_head *req)
+{
+	char host[INET6_ADDRSTRLEN];
+	unsigned char addr[16];
+	const char *p = req->host.p;
+	size_t n = req->host.len, hlen;
+	if (!n)
+		return 1;
+	if (p[0] == '[') { /* [v6]:port */
+		const char *end = memchr(p, ']', n);
+		hlen = end ? (size_t)(end - p) - 1 : sizeof(host);
+		if (hlen >= sizeof(host))
+			return 0;
+		memcpy(host, p + 1, hlen);
+		host[hlen] = '\0';
+		return inet_pton(AF_INET6, host, addr) == 1;
+	}
+	const char *colon = memchr(p, ':', n);
+	hlen = colon ? (size_t)(colon - p) : n;
+	if (hlen == 9 && strncasecmp(p, "localhost", 9) == 0)
+		return 1;
+	if (hlen >= sizeof(host))
+		return 0;
+	memcpy(host, p, hlen);
+	host[hlen] = '\0';
+	return inet_pton(AF_INET, host, addr) == 1;
 }
 
 /*
@@ -162,6 +197,14 @@ static void admin_on_request(void *arg, struct hsrv_conn *c, const struct http_h
 	size_t len = 0;
 	(void)body;
 	(void)body_len;
+	if (!a->has_token && !admin_host_is_address(req)) {
+		static const char msg[] = "forbidden: without admin.token_file, name this listener "
+					  "by its address or localhost in Host (a name could be a "
+					  "web page's, pointed here)\n";
+		hsrv_close_after(c);
+		hsrv_respond(c, 403, "text/plain", "", msg, sizeof(msg) - 1);
+		return;
+	}
 	if (admin_serve_asset(a, c, req))
 		return;
 	if (!admin_authorized(a, req)) {

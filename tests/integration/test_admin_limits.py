@@ -42,7 +42,7 @@ def test_pipelined_requests_never_read_keep_memory_bounded(env):
     s.connect(("127.0.0.1", px.admin))
     s.settimeout(5)
     try:
-        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 20000)
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" * 20000)
     except socket.timeout:
         pass  # the proxy stopped reading: that is the point
     # the admin loop has gone round since (it serves one thread), and still answers others
@@ -54,8 +54,8 @@ def test_pipelined_requests_never_read_keep_memory_bounded(env):
     assert got.startswith(b"HTTP/1.1 200 OK"), got[:200]
     # a pipeline whose answers exceed what is queued at once is answered whole when read
     with socket.create_connection(("127.0.0.1", px.admin), timeout=15) as p:
-        p.sendall(b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n" * 499 +
-                  b"GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        p.sendall(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" * 499 +
+                  b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
         got = read_all(p)
     assert got.count(b"HTTP/1.1 200 OK\r\n") == 500 and got.endswith(b"]}\n"), got[-200:]
 
@@ -78,7 +78,7 @@ def test_an_idle_keep_alive_connection_is_closed(env):
     px = _proxy(env, LOOPBACK_ADMIN, extra="timeouts: {header_ms: 10000, idle_ms: 500}\n")
     s = socket.create_connection(("127.0.0.1", px.admin), timeout=15)
     env.on_cleanup.append(s.close)
-    s.sendall(b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n")
+    s.sendall(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     got = read_all(s)  # the answer, then the close once idle_ms has passed
     assert got.startswith(b"HTTP/1.1 200 OK") and got.endswith(b"}\n"), got[-200:]
 
@@ -92,7 +92,7 @@ def test_connections_past_the_cap_are_turned_away(env):
     answers = []
     for s in socks:
         try:
-            s.sendall(b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.sendall(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             answers.append(read_until(s, lambda b: b"\r\n\r\n" in b).split(b"\r\n", 1)[0])
         except (OSError, AssertionError):
             answers.append(b"closed")
@@ -142,8 +142,8 @@ def test_with_a_token_every_admin_request_needs_it(env):
                            headers={"Authorization": "Bearer " + secret + "x"})
         assert st == 401
     # a 401 ends the connection: no second guess on it, no admin slot held
-    out = raw(px.admin, b"GET /status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer a\r\n\r\n"
-              b"GET /status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer b\r\n\r\n")
+    out = raw(px.admin, b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer a\r\n\r\n"
+              b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer b\r\n\r\n")
     assert out.count(b"HTTP/1.1 401") == 1 and b"Connection: close" in out, out
     st, _, body = request(px.admin, "GET", "/status",
                           headers={"Authorization": "Bearer " + secret})

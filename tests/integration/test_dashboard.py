@@ -122,7 +122,9 @@ def test_assets_and_feed_over_http(env):
     auth = {"Authorization": f"Bearer {TOKEN}"}
     for _ in range(4):
         assert complete(px.port)[0] == 200
-    st, hdrs, body = request(px.admin, "GET", "/dashboard.json", headers=auth)
+    # with the token, any name in Host (a rebinding page has no token)
+    st, hdrs, body = request(px.admin, "GET", "/dashboard.json",
+                             headers=dict(auth, Host="gateway.example"))
     assert st == 200 and hdrs["content-type"] == ["application/json"], (st, hdrs)
     assert hdrs["cache-control"] == ["no-store"], hdrs
     feed = json.loads(body)
@@ -137,6 +139,26 @@ def test_assets_and_feed_over_http(env):
     assert sum(ttfb["buckets"]) == ttfb["count"] == be["requests"] == 4, be
     assert ttfb["sum_ms"] >= 4 * 5 * 0.9, ttfb
     assert set(plain["pools"][0]["backends"][0]) == set(be), "the feed is /status plus buckets"
+
+
+def test_without_a_token_only_an_address_names_the_listener(env):
+    """No admin.token_file (loopback): a page of some other site could point a name it owns at
+    127.0.0.1 (DNS rebinding) and read the feed as its own. Only requests that name the
+    listener by an IP address or localhost are answered; with a token, any name is."""
+    sim = env.sim("a", latency_ms=1)
+    px = env.proxy("pools:\n  - name: gpus\n    backends:\n"
+                   f"      - {{address: 127.0.0.1:{sim.port}}}\n"
+                   "routes:\n  - match: {path_prefix: /}\n    pool: gpus\n")
+    port = px.admin
+    for host in ("rebind.example", f"rebind.example:{port}", f"127.0.0.1.nip.io:{port}",
+                 f"localhost.example:{port}", "[::1", f"0x7f.1:{port}"):
+        for path in ("/dashboard.json", "/status", "/metrics", "/dashboard"):
+            st, hdrs, body = request(port, "GET", path, headers={"Host": host})
+            assert st == 403 and b"Host" in body, (host, path, st, body)
+            assert hdrs.get("connection") == ["close"], hdrs
+    for host in (f"127.0.0.1:{port}", "127.0.0.1", f"localhost:{port}", "LOCALHOST",
+                 f"[::1]:{port}", f"10.1.2.3:{port}"):
+        assert request(port, "GET", "/dashboard.json", headers={"Host": host})[0] == 200, host
 
 
 def test_page_draws_live_traffic_in_chromium(env):
