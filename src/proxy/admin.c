@@ -14,6 +14,8 @@
  * browser opening a page cannot send the header; the page sends it to read the feed). Only the
  * token's SHA-256 is kept, compared in constant time (equal lengths, so the token's length does not
  * leak either); the token itself is wiped as soon as it is hashed, and neither is ever logged.
+ * Without a token, only requests naming the listener by an IP address or localhost in Host are
+ * answered: a name could be a web page's, pointed at 127.0.0.1 (DNS rebinding).
  *
  * GET /debug/requests (debugreq.h) asks every worker for a snapshot and answers once all
  * have given theirs, or after DEBUG_WAIT_MS with the silent ones named: the main loop polls
