@@ -19,12 +19,14 @@ import shutil
 import socket
 import struct
 import tempfile
+import time
 import urllib.parse
 import urllib.request
 
 from harness import wait_until
 
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+WAIT_S = 60  # for an answer or the load event, however many other events arrive meanwhile
 
 
 def chromium():
@@ -151,8 +153,9 @@ class Browser:
         are kept in self.events."""
         self.next_id += 1
         self.ws.send(json.dumps({"id": self.next_id, "method": method, "params": params or {}}))
+        deadline = time.monotonic() + WAIT_S
         while True:
-            msg = json.loads(self.ws.recv())
+            msg = self._next(deadline, method)
             if msg.get("id") == self.next_id:
                 if "error" in msg:
                     raise AssertionError(f"{method}: {msg['error']}")
@@ -165,10 +168,18 @@ class Browser:
         self.events = [e for e in self.events if e["method"] != "Page.loadEventFired"]
         r = self.call("Page.navigate", {"url": url})
         assert "errorText" not in r, f"{url}: {r['errorText']}"
+        deadline = time.monotonic() + WAIT_S
         while not any(e["method"] == "Page.loadEventFired" for e in self.events):
-            msg = json.loads(self.ws.recv())
+            msg = self._next(deadline, f"the load event of {url}")
             if "method" in msg:
                 self.events.append(msg)
+
+    def _next(self, deadline, what):
+        """The next message; failing past <deadline> (a page logging every second would
+        otherwise keep a wait for something that never comes alive for ever)."""
+        if time.monotonic() > deadline:
+            raise AssertionError(f"chromium: no {what} within {WAIT_S} s")
+        return json.loads(self.ws.recv())
 
     def go(self, url):
         """Go to <url> as a user typing it would, without waiting (as for a new #hash)."""
