@@ -102,6 +102,7 @@ def test_assets_and_feed_over_http(env):
         assert "default-src 'none'" in csp and "script-src 'self'" in csp, csp
         assert "'unsafe-inline'" not in csp, csp
         assert hdrs["x-content-type-options"] == ["nosniff"], hdrs
+        assert hdrs["referrer-policy"] == ["no-referrer"], hdrs  # the address goes nowhere
         assert "cache-control" in hdrs and body, hdrs
         own = body.replace(b"http://www.w3.org/2000/svg", b"")  # a name, not a load
         assert b"http://" not in own and b"https://" not in own, path  # nothing from elsewhere
@@ -207,6 +208,7 @@ def test_page_draws_live_traffic_in_chromium(env):
         traffic.end()
     assert traffic.sent > 0
     assert browser.evaluate("location.hash") == "", "the token stays out of the address"
+    assert TOKEN not in env.log(px), "the part after # never reaches the gateway, nor its log"
     assert browser.evaluate("document.getElementById('token-form').hidden") is True
     assert browser.evaluate("document.getElementById('feed-state').textContent") == "live"
     addresses = sorted((r[0], r[1]) for r in rows)
