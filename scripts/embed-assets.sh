@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Write the C file that embeds the dashboard's files (obs/dashboard.h):
 #   scripts/embed-assets.sh OUT.c FILE...
-# FILE dashboard.html is served at /dashboard, any other FILE at /NAME; the Content-Type
+# NAME.html is served at /NAME (dashboard.html at /dashboard), any other FILE at /FILE; the Content-Type
 # comes from the extension (.html, .js, .css, .svg). Uses xxd (Debian package xxd).
 set -eu
 out=$1

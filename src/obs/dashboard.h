@@ -25,7 +25,7 @@ extern const struct dashboard_asset dashboard_assets[];
 /*
  * Response header lines (each ending in CRLF) to send with every asset: a Content-Security-
  * Policy that lets the page load only its own script, style and feed, no sniffing, no framing,
- * and a short cache lifetime.
+ * no Referer, and no use of a cached copy without asking again (Cache-Control: no-cache).
  */
 extern const char dashboard_headers[];
 
