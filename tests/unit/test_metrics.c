@@ -406,6 +406,23 @@ static void run_time_labels_show_once_in_use(void **state)
 	free(text);
 	assert_string_equal(metrics_label(m, 0, 2, 0), "other");
 	metrics_destroy(m);
+	/* a name met at run time is escaped as any label value: quote, line break, backslash
+	 * (a client certificate's CN may hold a quote) */
+	struct name_table *odd = NULL;
+	assert_int_equal(names_create(1, 16, "other", &odd), 0);
+	cfg.ctx = odd;
+	assert_int_equal(metrics_create(&cfg, &m), 0);
+	metrics_add(metrics_shard(m, 0), 1, names_intern(odd, "a\"b\nc\\", 6), 1);
+	text = write_to_string(prom_write, m);
+	assert_non_null(strstr(text, "\nt_tenant_requests_total{tenant=\"a\\\"b\\nc\\\\\"} 1\n"));
+	free(text);
+	text = write_to_string(json_write_status, m);
+	assert_string_equal(text,
+			    "{\"tenants\":[{\"name\":\"a\\\"b\\u000ac\\\\\",\"requests\":1}]}\n");
+	free(text);
+	metrics_destroy(m);
+	names_destroy(odd);
+	cfg.ctx = t;
 	/* a run-time space must be a root with labels */
 	struct metric_space bad = sp;
 	bad.parent = 0;
