@@ -2,15 +2,16 @@
  * usage.c - token usage read from a response body in passing (see usage.h).
  *
  * Five keys are watched: "total_tokens":, "prompt_tokens": and "completion_tokens": (then
- * a number), "content": and "text": (then a string whose first byte is not its closing
- * quote). Every quote may open a key: the bytes after it are gathered, up to the longest
- * key's length, and the next quote closes them; when a colon follows that quote at once,
- * the gathered name is looked up (by its length, then its bytes) and a key's value is read.
- * Being no JSON parser, it treats every quote alike, so a closing quote opens the next
- * name, as an opening one does. While nothing is gathered (past the longest key), no value
- * read and no line begun, the bytes up to the next quote or line end are passed over in one
- * tight loop, as they can change nothing. Lines are the SSE lines, ended by CR, LF or CRLF
- * as the event-stream format allows (CRLF reads as a line and an empty one, which counts
+ * a whole number: digits and then the end of the value; a fraction, an exponent or a sign
+ * is no count, and more digits than 64 bits hold count as the most they hold), "content":
+ * and "text": (then a string whose first byte is not its closing quote). Every quote may open a
+ * key: the bytes after it are gathered, up to the longest key's length, and the next quote closes
+ * them; when a colon follows that quote at once, the gathered name is looked up (by its length,
+ * then its bytes) and a key's value is read. Being no JSON parser, it treats every quote alike, so
+ * a closing quote opens the next name, as an opening one does. While nothing is gathered (past the
+ * longest key), no value read and no line begun, the bytes up to the next quote or line end are
+ * passed over in one tight loop, as they can change nothing. Lines are the SSE lines, ended by CR,
+ * LF or CRLF as the event-stream format allows (CRLF reads as a line and an empty one, which counts
  * nothing); no name runs on past a line's end. One that starts with "data:" and holds a
  * non-empty text counts as an event when it ends. A chunked body passes
  * through http_chunked_scan() first and only its payload bytes are looked at; framing the
@@ -101,14 +102,19 @@ static int after_key(struct usage_scan *u, char c)
 	int ws = c == ' ' || c == '\t';
 	switch (after_of(u)) {
 	case A_NUMBER:
-		if (c >= '0' && c <= '9' && u->digits < 19) {
-			u->number = u->number * 10 + (uint64_t)(c - '0');
-			u->digits++;
+		if (c >= '0' && c <= '9') {
+			if (u->digits < 19) { /* 19 digits always fit in 64 bits */
+				u->number = u->number * 10 + (uint64_t)(c - '0');
+				u->digits++;
+			} else { /* more: as many as there can be, never the first 19 of them */
+				u->number = UINT64_MAX;
+			}
 			return 1;
 		}
 		if (ws && !u->digits)
 			return 1;
-		if (u->digits)
+		/* a whole number only: 1e300 is not 1, 12.5 not 12, -5 nothing */
+		if (u->digits && (ws || c == ',' || c == '}' || c == ']' || c == '\r' || c == '\n'))
 			number_end(u);
 		break;
 	case A_STRING_OPEN:

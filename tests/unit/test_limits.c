@@ -2,7 +2,8 @@
  * test_limits.c - a route's limits by a given clock: token reservations settled with the
  * usage a response reports or the events it streams (refund, overdraft charged as it
  * goes), the concurrency cap per tenant; the usage scanner on bodies cut anywhere, and on
- * lines ended by CR, LF or CRLF; the max_tokens of a request body.
+ * lines ended by CR, LF or CRLF, reading whole numbers only; the max_tokens of a request
+ * body.
  */
 #include "guard/limits.h"
 #include "http/prompt.h"
@@ -167,6 +168,48 @@ static void scan_line_ends(void **state)
 	assert_false(u.has_total);
 }
 
+/* A count is a whole number: a fraction, an exponent or a sign makes none (1e300 read as 1,
+ * 1e+21 as JSON.stringify writes it read as 1 and refunded); more digits than 64 bits hold
+ * are the most they hold (were their first 19); the last count a key has wins. */
+static void scan_whole_numbers_only(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *body;
+		int has;
+		uint64_t prompt;
+	} cases[] = {
+	    {"{\"prompt_tokens\":1e300,\"x\":1}", 0, 0},
+	    {"{\"prompt_tokens\":1e+21}", 0, 0},
+	    {"{\"prompt_tokens\":12.9}", 0, 0},
+	    {"{\"prompt_tokens\":-5}", 0, 0},
+	    {"{\"prompt_tokens\":+5}", 0, 0},
+	    {"{\"prompt_tokens\":5x}", 0, 0},
+	    {"{\"prompt_tokens\":\"5\"}", 0, 0},
+	    {"{\"prompt_tokens\":5", 0, 0}, /* cut off: maybe 50 */
+	    {"{\"prompt_tokens\": 5 }", 1, 5},
+	    {"{\"prompt_tokens\":5,\"prompt_tokens\":7}", 1, 7},
+	    {"{\"prompt_tokens\":5,\"prompt_tokens\":7.5}", 1, 5},
+	    {"[{\"prompt_tokens\":0]", 1, 0},
+	    {"data: {\"prompt_tokens\":9999999999999999999}\n", 1, 9999999999999999999u},
+	    {"data: {\"prompt_tokens\":18446744073709551616}\r", 1, UINT64_MAX},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		size_t len = strlen(cases[i].body);
+		for (size_t step = 1; step <= len; step++) {
+			struct usage_scan u;
+			usage_scan_init(&u);
+			for (size_t k = 0; k < len; k += step)
+				usage_scan_feed(&u, cases[i].body + k,
+						len - k < step ? len - k : step);
+			if (u.has_prompt != cases[i].has ||
+			    (u.has_prompt && u.prompt != cases[i].prompt))
+				fail_msg("%s (in pieces of %zu): has %d, %llu", cases[i].body, step,
+					 u.has_prompt, (unsigned long long)u.prompt);
+		}
+	}
+}
+
 static void max_tokens_of_body(void **state)
 {
 	(void)state;
@@ -328,6 +371,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(scan_whole_and_cut),
 	    cmocka_unit_test(scan_line_ends),
+	    cmocka_unit_test(scan_whole_numbers_only),
 	    cmocka_unit_test(max_tokens_of_body),
 	    cmocka_unit_test(reserve_and_settle),
 	    cmocka_unit_test(absurd_usage_is_debt_not_refund),
