@@ -231,5 +231,10 @@ def test_page_draws_live_traffic_in_chromium(env):
     assert os.path.getsize(shot) > 10000, shot
     print(f"screenshot: {shot}")
     errors = browser.errors()
-    browser.close()
     assert not errors, "console errors:\n" + "\n".join(errors)
+    # and the check above would see a CSP refusal: an inline style, as a style= attribute
+    browser.evaluate("document.body.setAttribute('style', 'color: red'), 0")
+    wait_until(lambda: browser.evaluate("0") == 0 and  # takes in the events come meanwhile
+               any("Content Security Policy" in e for e in browser.errors()),
+               "the CSP refusal of an inline style on the console", timeout=10)
+    browser.close()
