@@ -215,6 +215,23 @@ def test_route_names_are_checked_at_load(env):
         assert why in r.stderr.decode() + r.stdout.decode(), r
 
 
+def test_max_tenants_is_checked_at_load(env):
+    from harness import BIN
+    port = free_port()
+    for value, where, why in (("0", "8:16", "0 is out of range: expected 1 to 10000"),
+                              ("10001", "8:16", "10001 is out of range: expected 1 to 10000"),
+                              ("many", "8:16", "expected a number, found 'many'"),
+                              (None, "8:3", "metrics: unknown key 'max_tenant'")):
+        key = f"max_tenants: {value}" if value else "max_tenant: 5"
+        path = env.write("bad.yaml", f"listen:\n  - address: 127.0.0.1:{port}\n"
+                         "pools:\n  - name: p\n    backends:\n      - {address: 127.0.0.1:1}\n"
+                         f"metrics:\n  {key}\n")
+        r = subprocess.run([BIN, "check", "-c", path], capture_output=True, timeout=30,
+                           check=False)
+        out = r.stderr.decode() + r.stdout.decode()
+        assert r.returncode == 2 and f"{path}:{where}: {why}" in out, out
+
+
 def test_event_streams_are_read_on_any_route_json_only_with_api_openai(env):
     sim = env.sim("gpu", latency_ms=1, jitter=0, token_ms=2)
     px = env.proxy("pools:\n" + pool_yaml("gpu", [sim.port]) +
