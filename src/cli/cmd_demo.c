@@ -102,9 +102,13 @@ int cmd_demo(int argc, char **argv)
 	struct conf *conf;
 	struct conf_error err;
 	struct demo d = {0};
-	(void)argv;
+	if (argc == 2 && cli_is_help(argv[1])) {
+		cli_usage(stdout, "demo");
+		return 0;
+	}
 	if (argc > 1) {
-		fprintf(stderr, "accelnet demo: takes no arguments\n");
+		fprintf(stderr, "accelnet demo: takes no arguments, not '%s'\n", argv[1]);
+		cli_usage(stderr, "demo");
 		return 2;
 	}
 	if (conf_load_string("<demo>", demo_yaml, sizeof(demo_yaml) - 1, &conf, &err) < 0) {

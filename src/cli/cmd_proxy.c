@@ -17,17 +17,19 @@ struct conf_args {
 	int keys;
 };
 
+/* 0 to go on, 1 when --help printed the usage (exit 0), -1 on a usage error (printed). */
 static int parse_args(int argc, char **argv, struct conf_args *a, const char *cmd)
 {
 	static const struct option opts[] = {
 	    {"config", required_argument, NULL, 'c'},
 	    {"log-level", required_argument, NULL, 'l'},
 	    {"keys", no_argument, NULL, 'k'},
+	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
 	int ch;
 	optind = 1;
-	while ((ch = getopt_long(argc, argv, "c:l:", opts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "c:l:h", opts, NULL)) != -1) {
 		switch (ch) {
 		case 'c':
 			a->file = optarg;
@@ -38,7 +40,11 @@ static int parse_args(int argc, char **argv, struct conf_args *a, const char *cm
 		case 'k':
 			a->keys = 1;
 			break;
-		default:
+		case 'h':
+			cli_usage(stdout, cmd);
+			return 1;
+		default: /* getopt_long said what */
+			cli_usage(stderr, cmd);
 			return -1;
 		}
 	}
@@ -67,8 +73,9 @@ int cmd_check(int argc, char **argv)
 	struct conf_args a = {0};
 	struct conf_error err;
 	struct conf *conf;
-	if (parse_args(argc, argv, &a, "check") < 0)
-		return 2;
+	int rc = parse_args(argc, argv, &a, "check");
+	if (rc)
+		return rc > 0 ? 0 : 2;
 	if (a.keys) {
 		conf_print_keys(stdout);
 		return 0;
@@ -95,8 +102,13 @@ int cmd_proxy(int argc, char **argv)
 	struct conf_args a = {0};
 	struct conf_error err;
 	struct conf *conf;
-	if (parse_args(argc, argv, &a, "proxy") < 0 || a.keys)
+	int rc = parse_args(argc, argv, &a, "proxy");
+	if (rc)
+		return rc > 0 ? 0 : 2;
+	if (a.keys) {
+		fprintf(stderr, "accelnet proxy: --keys is for accelnet check\n");
 		return 2;
+	}
 	if (conf_load_file(a.file, &conf, &err) < 0) {
 		fprintf(stderr, "%s\n", err.msg);
 		return 2;

@@ -46,6 +46,7 @@ int cmd_sim(int argc, char **argv)
 	    {"stall-every-ms", required_argument, NULL, 'E'},
 	    {"prefix-cache", required_argument, NULL, 'P'},
 	    {"cache-hit-ms", required_argument, NULL, 'H'},
+	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
 	struct sim_opts o;
@@ -72,7 +73,11 @@ int cmd_sim(int argc, char **argv)
 	    {'H', "--cache-hit-ms", 0, 3600000, &o.cache_hit_ms, NULL},
 	};
 	optind = 1;
-	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if (ch == 'h') {
+			cli_usage(stdout, "sim");
+			return 0;
+		}
 		if (ch == 'L') {
 			listen = optarg;
 			continue;
@@ -85,8 +90,11 @@ int cmd_sim(int argc, char **argv)
 		while (k < sizeof(nums) / sizeof(nums[0]) && nums[k].ch != ch)
 			k++;
 		double v;
-		if (k == sizeof(nums) / sizeof(nums[0]) ||
-		    parse_number(nums[k].name, optarg, nums[k].min, nums[k].max, &v) < 0)
+		if (k == sizeof(nums) / sizeof(nums[0])) { /* getopt_long said what */
+			cli_usage(stderr, "sim");
+			return 2;
+		}
+		if (parse_number(nums[k].name, optarg, nums[k].min, nums[k].max, &v) < 0)
 			return 2;
 		if (nums[k].u)
 			*nums[k].u = (unsigned)v;

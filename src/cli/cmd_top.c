@@ -516,16 +516,6 @@ static int top_live(struct top *t, json_t *doc)
 	return 0;
 }
 
-static void top_usage(FILE *out)
-{
-	fprintf(out,
-		"usage: accelnet top --admin HOST:PORT [--token-file FILE] "
-		"[--interval-ms N] [--once]\n"
-		"  the admin listener's figures per pool and backend, redrawn every interval;\n"
-		"  q or Ctrl-C quits. --once: read twice, one interval apart, print one frame "
-		"and exit.\n");
-}
-
 int cmd_top(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -542,7 +532,8 @@ int cmd_top(int argc, char **argv)
 	json_t *doc = NULL;
 	char *end;
 	long v;
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'a':
 			admin = optarg;
@@ -565,15 +556,15 @@ int cmd_top(int argc, char **argv)
 			once = 1;
 			break;
 		case 'h':
-			top_usage(stdout);
+			cli_usage(stdout, "top");
 			return 0;
 		default:
-			top_usage(stderr);
+			cli_usage(stderr, "top");
 			return 2;
 		}
 	}
 	if (!admin || optind != argc) {
-		top_usage(stderr);
+		cli_usage(stderr, "top");
 		return 2;
 	}
 	if (top_parse_addr(&t, admin) < 0) {

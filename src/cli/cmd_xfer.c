@@ -158,28 +158,35 @@ static int parse_uint(const char *s, unsigned max, unsigned *out)
 	return 0;
 }
 
+enum { HELP_SHOWN = -1 }; /* parse_flags: --help or -h printed the usage; exit 0 */
+
 /*
  * Parse the flags of <t> from argv[1..] into <args>; the positionals, in order, into <pos>
  * (at most <maxpos>, their count in *npos). <tls>, when not NULL, is set by a flag that
- * implies TLS. 0, or the exit status of a usage error (already printed).
+ * implies TLS. 0, the exit status of a usage error (already printed), or HELP_SHOWN.
  */
 static int parse_flags(int argc, char **argv, const char *cmd, const struct flag *t, size_t n,
 		       void *args, int *tls, const char **pos, unsigned maxpos, unsigned *npos)
 {
 	struct option opts[24];
-	ASSERT(n < sizeof(opts) / sizeof(opts[0]));
+	ASSERT(n + 1 < sizeof(opts) / sizeof(opts[0]));
 	for (size_t i = 0; i < n; i++)
 		opts[i] = (struct option){t[i].name,
 					  t[i].kind == FLAG_ON ? no_argument : required_argument,
 					  NULL, FLAG_CODE_BASE + (int)i};
-	opts[n] = (struct option){0};
+	opts[n] = (struct option){"help", no_argument, NULL, 'h'};
+	opts[n + 1] = (struct option){0};
 	*npos = 0;
 	optind = 1;
 	opterr = 0;
 	for (;;) {
-		int code = getopt_long(argc, argv, "-", opts, NULL);
+		int code = getopt_long(argc, argv, "-h", opts, NULL);
 		if (code == -1)
 			break;
+		if (code == 'h') {
+			print_usage(stdout);
+			return HELP_SHOWN;
+		}
 		if (code == 1) { /* a positional, in its place ("-" included) */
 			if (*npos == maxpos)
 				return bad_usage("too many arguments");
@@ -220,7 +227,7 @@ static int cmd_serve(int argc, char **argv)
 	int rc = parse_flags(argc, argv, "serve", serve_flags, NFLAGS(serve_flags), &o, NULL, pos,
 			     0, &npos);
 	if (rc)
-		return rc;
+		return rc == HELP_SHOWN ? 0 : rc;
 	if (!o.listen || !o.dir)
 		return bad_usage("serve needs --listen and --dir");
 	struct sigaction sa = {.sa_handler = on_signal};
@@ -308,7 +315,7 @@ static int cmd_push(int argc, char **argv, enum push_kind kind)
 	int rc = parse_flags(argc, argv, argv[0], push_flags, NFLAGS(push_flags), &args, &o->tls,
 			     pos, 256, &npos);
 	if (rc)
-		return rc;
+		return rc == HELP_SHOWN ? 0 : rc;
 	const char *to = args.to;
 	int json = args.json, quiet = args.quiet;
 	unsigned npaths;
@@ -403,7 +410,7 @@ int cmd_xfer(int argc, char **argv)
 		return cmd_push(argc - 1, argv + 1, PUSH_BCAST);
 	if (!strcmp(argv[1], "get"))
 		return cmd_push(argc - 1, argv + 1, PUSH_GET);
-	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+	if (cli_is_help(argv[1])) {
 		print_usage(stdout);
 		return 0;
 	}

@@ -1,5 +1,8 @@
 /*
- * main.c - `accelnet SUBCOMMAND ...`: dispatch, version and help.
+ * main.c - `accelnet SUBCOMMAND ...`: dispatch, version and help. The usage text of every
+ * subcommand but xfer lives in the table below, once: `accelnet help` lists them all and each
+ * subcommand's --help prints its own entry through cli_usage(). xfer builds its longer usage
+ * from its flag tables (cmd_xfer.c); its entry here only points there.
  */
 #include "cli/cli.h"
 
@@ -11,9 +14,12 @@ static const struct {
 	int (*run)(int argc, char **argv);
 	const char *usage;
 } commands[] = {
-    {"proxy", cmd_proxy, "proxy -c FILE [--log-level LEVEL]   run the gateway in the foreground"},
+    {"proxy", cmd_proxy,
+     "proxy -c FILE [--log-level LEVEL]   run the gateway in the foreground\n"
+     "      (-c is --config, -l is --log-level; LEVEL: error, warn, info or debug)"},
     {"check", cmd_check,
-     "check -c FILE [--keys]              validate a config (exit 0, or 2 with FILE:LINE:COL)"},
+     "check -c FILE [--log-level LEVEL] | --keys\n"
+     "      validate a config (exit 0, or 2 with FILE:LINE:COL), or list every key"},
     {"demo", cmd_demo,
      "demo                                 3 simulated accelerators behind the proxy"},
     {"sim", cmd_sim,
@@ -23,19 +29,37 @@ static const struct {
      "      a simulated accelerator server"},
     {"top", cmd_top,
      "top --admin HOST:PORT [--token-file FILE] [--interval-ms N] [--once]\n"
-     "      live figures per pool and backend from the admin listener (q quits)"},
+     "      live figures per pool and backend from the admin listener, redrawn every N ms\n"
+     "      (1000); q or Ctrl-C quits; --once reads twice, one interval apart, prints one\n"
+     "      frame and exits"},
     {"xfer", cmd_xfer,
      "xfer serve|send|get|bcast ...         bulk transfer over many streams and links\n"
      "      (accelnet xfer --help)"},
 };
 
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+int cli_is_help(const char *arg)
+{
+	return !strcmp(arg, "--help") || !strcmp(arg, "-h");
+}
+
+void cli_usage(FILE *out, const char *cmd)
+{
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		if (!strcmp(cmd, commands[i].name))
+			fprintf(out, "usage: accelnet %s\n", commands[i].usage);
+}
+
 static void usage(FILE *out)
 {
 	fprintf(out, "accelnet %s - the network layer for accelerator clusters\n\nusage:\n",
 		ACCELNET_VERSION);
-	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+	for (size_t i = 0; i < NCOMMANDS; i++)
 		fprintf(out, "  accelnet %s\n", commands[i].usage);
-	fprintf(out, "  accelnet version | help\n\nSee README.md and docs/config.md.\n");
+	fprintf(
+	    out,
+	    "  accelnet version | help | COMMAND --help\n\nSee README.md and docs/config.md.\n");
 }
 
 int main(int argc, char **argv)
@@ -49,11 +73,11 @@ int main(int argc, char **argv)
 		printf("accelnet %s\n", ACCELNET_VERSION);
 		return 0;
 	}
-	if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+	if (!strcmp(cmd, "help") || cli_is_help(cmd)) {
 		usage(stdout);
 		return 0;
 	}
-	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+	for (size_t i = 0; i < NCOMMANDS; i++)
 		if (!strcmp(cmd, commands[i].name))
 			return commands[i].run(argc - 1, argv + 1);
 	fprintf(stderr, "accelnet: unknown command '%s'\n\n", cmd);
