@@ -16,6 +16,7 @@
 #include "guard/apikeys.h"
 #include "obs/accesslog.h"
 #include "obs/process.h"
+#include "policy/outlier.h"
 #include "policy/qdisc.h"
 
 #include <errno.h>
@@ -628,17 +629,25 @@ static double slow_start_share(const struct backend *b, uint64_t now_ms)
 	return share < SLOW_START_FLOOR ? SLOW_START_FLOOR : share;
 }
 
-/* Take <b> out for a while, if the pool can spare it. */
-static void backend_eject(struct pool_rt *p, struct backend *b, uint64_t now_ms, const char *why)
+/*
+ * Take <b> out for a while, if the pool can spare it, on an answer to a request sent at
+ * <sent_ms>: once per episode (policy/outlier.h), not again for each answer that was in
+ * flight when it was taken out.
+ */
+static void backend_eject(struct pool_rt *p, struct backend *b, uint64_t now_ms, uint64_t sent_ms,
+			  const char *why)
 {
 	const struct conf_outlier *o = &p->conf->outlier;
+	uint64_t until = atomic_load_explicit(&b->down_until_ms, memory_order_relaxed);
+	uint64_t last = atomic_load_explicit(&b->ejected_ms, memory_order_relaxed);
+	if (!outlier_may_eject(now_ms, sent_ms, last, until))
+		return;
 	size_t out = 0;
 	for (size_t i = 0; i < p->nbackends; i++)
 		out += now_ms <
 		       atomic_load_explicit(&p->backends[i].down_until_ms, memory_order_relaxed);
 	if ((out + 1) * 100 > (size_t)o->max_ejection_pct * p->nbackends)
 		return; /* keep serving: too much of the pool is out already */
-	uint64_t until = atomic_load_explicit(&b->down_until_ms, memory_order_relaxed);
 	unsigned times = atomic_load_explicit(&b->ejections_in_row, memory_order_relaxed);
 	if (until && now_ms > until + 10ull * o->ejection_ms)
 		times = 0; /* well behaved for a long while: forgive */
@@ -646,6 +655,7 @@ static void backend_eject(struct pool_rt *p, struct backend *b, uint64_t now_ms,
 		times = 6;
 	uint64_t ms = (uint64_t)o->ejection_ms << times;
 	atomic_store_explicit(&b->ejections_in_row, times + 1, memory_order_relaxed);
+	atomic_store_explicit(&b->ejected_ms, now_ms, memory_order_relaxed);
 	atomic_store_explicit(&b->down_until_ms, now_ms + ms, memory_order_relaxed);
 	atomic_store_explicit(&b->fails_in_row, 0, memory_order_relaxed);
 	backend_count(b, PM_BACKEND_EJECTIONS, 1);
@@ -708,15 +718,22 @@ void backend_observe(struct pool_rt *p, struct backend *b, uint64_t now_ms, uint
 	if (atomic_load_explicit(&b->connect_failed, memory_order_relaxed))
 		atomic_store_explicit(&b->connect_failed, 0, memory_order_relaxed); /* it answers */
 
+	/* when the request went out: an answer to one sent before the backend's last ejection
+	 * was in flight through it, and says nothing new (policy/outlier.h) */
+	uint64_t took_ms = ttfb_us / 1000;
+	uint64_t sent_ms = now_ms > took_ms ? now_ms - took_ms : 0;
 	if (status >= 500 && status < 600) {
+		uint64_t last = atomic_load_explicit(&b->ejected_ms, memory_order_relaxed);
+		if (!outlier_answer_is_news(sent_ms, last))
+			return; /* not part of a new run */
 		unsigned run = atomic_fetch_add_explicit(&b->fails_in_row, 1, memory_order_relaxed);
 		if (o->consecutive_5xx && run + 1 >= o->consecutive_5xx)
-			backend_eject(p, b, now_ms, "consecutive 5xx answers");
+			backend_eject(p, b, now_ms, sent_ms, "consecutive 5xx answers");
 		return;
 	}
 	atomic_store_explicit(&b->fails_in_row, 0, memory_order_relaxed);
 	if (latency_outlier(p, b, now_ms, v))
-		backend_eject(p, b, now_ms, "latency far above its peers");
+		backend_eject(p, b, now_ms, sent_ms, "latency far above its peers");
 }
 
 void backend_report_load(struct backend *b, uint64_t now_ms, unsigned depth)

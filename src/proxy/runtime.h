@@ -12,7 +12,8 @@
  * byte, which latency-aware balancing reads), a ramp after it comes back (slow start: it
  * sees a growing share of picks), and outlier ejection: a run of 5xx answers, or a latency
  * far above its peers', takes it out for a while, never more than a bounded share of the
- * pool at once.
+ * pool at once, and once per episode: answers to requests that were in flight when it was
+ * taken out neither take it out again nor lengthen its time out (policy/outlier.h).
  *
  * What the admin endpoint shows is declared once, in runtime.c's table of enum proxy_metric
  * (obs/metrics.h): counters live in the registry's per-thread shards (bump them with
@@ -134,6 +135,7 @@ struct backend {
 	atomic_uint reported_load;	  /* its own queue depth, as it last said */
 	atomic_uint_fast64_t reported_ms; /* ... when it said so */
 	atomic_uint ejections_in_row;	  /* ejected again soon after the last: longer */
+	atomic_uint_fast64_t ejected_ms;  /* when it was last ejected (0: never) */
 	struct metrics *metrics;	  /* the runtime's registry */
 	struct ssl_ctx_st *tls;		  /* its pool's TLS context (pools.tls); NULL: plain */
 	/* health-check bookkeeping: the main thread only */

@@ -183,6 +183,34 @@ def test_latency_outlier_is_ejected(env):
     assert backend_state(px.admin, f"127.0.0.1:{slow.port}")["ejections"] == 1
 
 
+def test_answers_in_flight_do_not_eject_a_backend_again(env):
+    # several slow requests are in flight on one backend when its first answer ejects it:
+    # the others arrive just as slow, and must neither eject it again nor double its
+    # ejection time (once per answer, 3 s became 24 s); it comes back after one ejection_ms
+    # (a pool of five: with three, the share rule happened to refuse the repeats)
+    sims = [env.sim(f"ok{i}", latency_ms=5, jitter=0, token_ms=0) for i in range(4)]
+    slow = env.sim("slow", latency_ms=500, jitter=0, token_ms=0, slots=16)
+    addr = f"127.0.0.1:{slow.port}"
+    px = env.proxy("pools:\n" + _capped("gpu", [s.port for s in sims] + [slow.port], 0, extra=
+                   "    outlier: {latency_factor: 5, ejection_ms: 3000}\n"), workers=1)
+    with concurrent.futures.ThreadPoolExecutor(15) as ex:
+        got = list(ex.map(lambda _: complete(px.port), range(15)))
+    assert [st for st, _, _ in got] == [200] * 15, got
+    on_slow = [served_by(h) for _, h, _ in got].count("slow")
+    assert on_slow >= 3, on_slow  # round robin: a third of them, all in flight at once
+    b = backend_state(px.admin, addr)
+    assert b["ejections"] == 1, b
+    # it comes back after the base 3 s (were it doubled per answer: 12 s or more)
+    wait_until(lambda: backend_state(px.admin, addr)["eligible"], "it to come back", timeout=10)
+    b = backend_state(px.admin, addr)
+    assert b["ejections"] == 1 and not b["ejected"], b
+    # a new episode, a slow answer to a request sent since it came back, ejects it again
+    seen = [served_by(complete(px.port)[1]) for _ in range(10)]
+    assert "slow" in seen, seen
+    b = backend_state(px.admin, addr)
+    assert b["ejections"] == 2 and b["ejected"], b
+
+
 def test_slow_start_ramps_a_returning_backend(env):
     steady = env.sim("steady", latency_ms=1, jitter=0, token_ms=0)
     port = free_port()
