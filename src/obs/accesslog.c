@@ -518,6 +518,20 @@ static void *writer_main(void *arg)
 	return NULL;
 }
 
+/* What accesslog_open() made, the writer stopped or never started. */
+static void accesslog_free(struct accesslog *l)
+{
+	if (!l)
+		return;
+	if (l->fd >= 0)
+		close(l->fd);
+	free(l->rings);
+	free(l->buf);
+	free(l->syslog_socket);
+	free(l->path);
+	free(l);
+}
+
 int accesslog_open(struct accesslog **out, const char *path, const char *syslog_socket,
 		   enum alog_format f, unsigned nrings, char *err, size_t errlen)
 {
@@ -552,15 +566,7 @@ fail:
 			 l->syslog_socket, strerror(-rc));
 	else
 		snprintf(err, errlen, "access log %s: %s", path, strerror(-rc));
-	if (l) {
-		if (l->fd >= 0)
-			close(l->fd);
-		free(l->rings);
-		free(l->buf);
-		free(l->syslog_socket);
-		free(l->path);
-		free(l);
-	}
+	accesslog_free(l);
 	return rc;
 }
 
@@ -594,11 +600,5 @@ void accesslog_close(struct accesslog *l)
 		log_warn("access log %s: %" PRIu64 " lines dropped (the writer fell behind or "
 			 "could not write)",
 			 l->path, dropped);
-	if (l->fd >= 0)
-		close(l->fd);
-	free(l->rings);
-	free(l->buf);
-	free(l->syslog_socket);
-	free(l->path);
-	free(l);
+	accesslog_free(l);
 }

@@ -118,15 +118,21 @@ def _read_pty(fd, until, timeout=15):
     return got
 
 
-def _live(env, px, quit):
-    master, slave = pty.openpty()
-    env.on_cleanup.append(lambda: os.close(master))
-    before = termios.tcgetattr(slave)
+def _top_on_pty(env, px, slave):
+    """accelnet top refreshing every 200 ms with <slave> as its terminal."""
     p = subprocess.Popen([BIN, "top", "--admin", f"127.0.0.1:{px.admin}", "--interval-ms",
                           "200"], stdin=slave, stdout=slave, stderr=slave,
                          start_new_session=True)
     env.procs.append(p)
     p.name, p.log_path = "top", os.devnull
+    return p
+
+
+def _live(env, px, quit):
+    master, slave = pty.openpty()
+    env.on_cleanup.append(lambda: os.close(master))
+    before = termios.tcgetattr(slave)
+    p = _top_on_pty(env, px, slave)
     clear = b"\033[H\033[2J"
     got = _read_pty(master, lambda g: g.count(clear) >= 3)
     assert got.startswith(b"\033[?1049h\033[?25l"), got[:100]
@@ -235,11 +241,7 @@ def test_live_view_fits_a_small_window(env):
     env.on_cleanup.append(lambda: os.close(master))
     env.on_cleanup.append(lambda: os.close(slave))
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 4, 30, 0, 0))
-    p = subprocess.Popen([BIN, "top", "--admin", f"127.0.0.1:{px.admin}", "--interval-ms",
-                          "200"], stdin=slave, stdout=slave, stderr=slave,
-                         start_new_session=True)
-    env.procs.append(p)
-    p.name, p.log_path = "top", os.devnull
+    p = _top_on_pty(env, px, slave)
     clear = b"\033[H\033[2J"
     got = _read_pty(master, lambda g: g.count(clear) >= 2)
     os.write(master, b"q")
