@@ -84,7 +84,7 @@ static void put_str(char *dst, size_t cap, const char *s)
 	copy_cut(dst, cap, s, n, NULL);
 }
 
-void access_log_exchange(struct exchange *x)
+void access_log_exchange(struct exchange *x, uint64_t now)
 {
 	struct worker *w = x->w;
 	if (!w->alog_ring || !x->log_on || (x->route && !x->route->access_log))
@@ -92,7 +92,6 @@ void access_log_exchange(struct exchange *x)
 	struct alog_rec *r = alog_ring_claim(w->alog_ring);
 	if (!r)
 		return;
-	uint64_t now = clock_now_ns();
 	r->time_us = wall_now_us();
 	r->status = x->log_status ? x->log_status : x->resp_head ? x->status : 0;
 	r->route = x->route ? (int)(x->route - w->conf->routes) : -1;

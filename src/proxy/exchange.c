@@ -130,8 +130,9 @@ void exchange_free_slot(struct exchange *x)
 void exchange_free(struct exchange *x)
 {
 	struct worker *w = x->w;
-	tally_exchange(x);
-	access_log_exchange(x);
+	uint64_t end_ns = clock_now_ns(); /* one clock read for the figures, log and limits */
+	tally_exchange(x, end_ns);
+	access_log_exchange(x, end_ns);
 	debugreq_note_end(x);
 	if (x->wt.state != W_IDLE)
 		admission_withdraw(x->pool, &x->wt, loop_now(w->loop), rand_next(&w->rng),
@@ -139,7 +140,7 @@ void exchange_free(struct exchange *x)
 	exchange_drop_upstream(x);
 	if (x->route && x->route->rate_limit)
 		limits_end(&w->sh->limits[x->route - w->conf->routes], &x->hold, &x->usage,
-			   x->resp_head && x->status < 400, clock_now_ns() / 1000);
+			   x->resp_head && x->status < 400, end_ns / 1000);
 	buf_put(&w->bufs, x->uphead);
 	x->uphead = NULL;
 	list_del(&w->live_exchanges, &x->link);

@@ -264,7 +264,7 @@ void exchange_on_upstream(void *x);
  * Nothing when the access log is off.
  */
 void access_note_head(struct exchange *x, const struct http_head *h);
-void access_log_exchange(struct exchange *x);
+void access_log_exchange(struct exchange *x, uint64_t now_ns);
 /*
  * A request refused before it became an exchange (a malformed head, one too large, one not
  * received in time): one line with what is known -- <status>, the client, the request id it
@@ -283,9 +283,10 @@ void debugreq_note_end(const struct exchange *x);
  * The route's, tenant's and tokens' figures (tally.c): the codec calls tally_response_head()
  * with the response head <h> once it is in (x->resp framed) and tally_body() with the response body
  * bytes (framing and all) as they go to the client; exchange_free() calls tally_exchange().
+ * exchange_free() reads the clock once for its hooks: <now_ns> is clock_now_ns() then.
  */
 void tally_response_head(struct exchange *x, const struct http_head *h);
 void tally_body(struct exchange *x, const char *p, size_t len);
-void tally_exchange(struct exchange *x);
+void tally_exchange(struct exchange *x, uint64_t now_ns);
 
 #endif

@@ -109,7 +109,7 @@ static void tokens_of(const struct usage_scan *u, uint64_t *prompt, uint64_t *co
 	*completion = clip(*completion);
 }
 
-void tally_exchange(struct exchange *x)
+void tally_exchange(struct exchange *x, uint64_t now)
 {
 	struct worker *w = x->w;
 	struct metrics_shard *sh = w->shard;
@@ -118,7 +118,6 @@ void tally_exchange(struct exchange *x)
 	size_t r = (size_t)(x->route - w->conf->routes);
 	int status = x->log_status ? x->log_status : x->relayed ? x->status : 0;
 	size_t cls = status >= 100 && status < 600 ? (size_t)status / 100 : 0;
-	uint64_t now = clock_now_ns();
 	uint64_t prompt = 0, completion = 0;
 	metrics_add(sh, PM_ROUTE_REQUESTS, r * PM_CLASSES + cls, 1);
 	metrics_observe(sh, PM_ROUTE_DURATION, r,
