@@ -20,14 +20,24 @@ static size_t skip_ws(const char *b, size_t i, size_t len)
 	return i;
 }
 
-/* b[i] is '"': the index just past the closing quote, or len when it is not in yet. */
+/*
+ * b[i] is '"': the index just past the closing quote, or len when it is not in yet. The
+ * quotes are found with memchr (prompts run to tens of KiB); a quote after an odd run of
+ * backslashes is escaped.
+ */
 static size_t string_end(const char *b, size_t i, size_t len)
 {
-	for (i++; i < len; i++) {
-		if (b[i] == '\\')
-			i++;
-		else if (b[i] == '"')
-			return i + 1;
+	size_t start = i + 1;
+	for (i = start; i < len;) {
+		const char *q = memchr(b + i, '"', len - i);
+		if (!q)
+			return len;
+		size_t at = (size_t)(q - b), bs = 0;
+		while (at - bs > start && b[at - bs - 1] == '\\')
+			bs++;
+		if (!(bs & 1))
+			return at + 1;
+		i = at + 1;
 	}
 	return len;
 }
@@ -180,4 +190,166 @@ long http_max_tokens(const char *buf, size_t len)
 		n = n * 10 + (buf[i] - '0');
 	}
 	return n < 0x7fffffffL ? n : -1;
+}
+
+/* --- the prompt text as a chain of block hashes ----------------------------------------- */
+
+struct blocker {
+	uint64_t *hash;
+	size_t max, n, block;
+	size_t fill; /* bytes waiting in stage for a whole block */
+	size_t text; /* bytes of prompt text seen */
+	char stage[HTTP_PROMPT_BLOCK_MAX];
+};
+
+/* Close a whole block: its hash chains the one before, so it names the whole prefix. */
+static void blocker_close(struct blocker *k, const char *p)
+{
+	uint64_t seed = k->n ? k->hash[k->n - 1] : HTTP_PROMPT_CHAIN_SEED;
+	k->hash[k->n++] = XXH3_64bits_withSeed(p, k->block, seed);
+}
+
+/* Add text; 1 once <max> blocks are made (nothing more is needed), else 0. */
+static int blocker_feed(struct blocker *k, const char *p, size_t len)
+{
+	k->text += len;
+	while (len && k->n < k->max) {
+		if (!k->fill && len >= k->block) { /* a whole block in place: no copy */
+			blocker_close(k, p);
+			p += k->block;
+			len -= k->block;
+			continue;
+		}
+		size_t take = k->block - k->fill < len ? k->block - k->fill : len;
+		memcpy(k->stage + k->fill, p, take);
+		k->fill += take;
+		p += take;
+		len -= take;
+		if (k->fill == k->block) {
+			blocker_close(k, k->stage);
+			k->fill = 0;
+		}
+	}
+	return k->n == k->max;
+}
+
+/* The raw bytes of the string at b[vs..ve) without its quotes (cut short at the end). */
+static int blocker_string(struct blocker *k, const char *b, size_t vs, size_t ve, size_t len)
+{
+	size_t end = ve == len && (ve - vs < 2 || b[ve - 1] != '"') ? len : ve - 1;
+	return blocker_feed(k, b + vs + 1, end > vs + 1 ? end - (vs + 1) : 0);
+}
+
+/* Feed a value: a string's bytes, anything else's raw JSON; then <sep>. */
+static int blocker_value(struct blocker *k, const char *b, size_t vs, size_t ve, size_t len,
+			 char sep)
+{
+	int full =
+	    b[vs] == '"' ? blocker_string(k, b, vs, ve, len) : blocker_feed(k, b + vs, ve - vs);
+	return full || blocker_feed(k, &sep, 1);
+}
+
+/*
+ * Call <each> on every element of the JSON array at b[vs..ve) until it answers nonzero.
+ * 0 when every element was seen (or the array ends early), else <each>'s answer.
+ */
+typedef int element_fn(struct blocker *k, const char *b, size_t es, size_t ee, size_t len);
+
+static int array_each(struct blocker *k, const char *b, size_t vs, size_t ve, element_fn *each)
+{
+	size_t i = vs + 1;
+	for (;;) {
+		i = skip_ws(b, i, ve);
+		if (i >= ve || b[i] == ']')
+			return 0;
+		int bad = 0;
+		size_t ee = value_end(b, i, ve, &bad);
+		if (bad)
+			return 0;
+		int r = each(k, b, i, ee, ve);
+		if (r)
+			return r;
+		i = skip_ws(b, ee, ve);
+		if (i >= ve || b[i] != ',')
+			return 0;
+		i++;
+	}
+}
+
+static int is_role(const char *buf, size_t ks, size_t ke, char first)
+{
+	return key_is(buf, ks, ke, "role") && first == '"';
+}
+
+static int is_content(const char *buf, size_t ks, size_t ke, char first)
+{
+	return key_is(buf, ks, ke, "content") && (first == '"' || first == '[');
+}
+
+static int is_text(const char *buf, size_t ks, size_t ke, char first)
+{
+	return key_is(buf, ks, ke, "text") && first == '"';
+}
+
+/* A content part: its text, or (an image, audio) the whole part, so two images differ. */
+static int part_feed(struct blocker *k, const char *b, size_t es, size_t ee, size_t len)
+{
+	size_t vs, ve;
+	if (b[es] == '{' && top_field(b + es, ee - es, 1, is_text, &vs, &ve) == 1)
+		return blocker_value(k, b + es, vs, ve, ee - es, '\x1f');
+	return blocker_value(k, b, es, ee, len, '\x1f');
+}
+
+/* One message: its role, then its content (a string or a list of parts), in that order
+ * whatever order the object gives them. */
+static int message_feed(struct blocker *k, const char *b, size_t es, size_t ee, size_t len)
+{
+	size_t vs, ve;
+	const char *m = b + es;
+	size_t mlen = ee - es;
+	(void)len;
+	if (*m != '{')
+		return blocker_value(k, b, es, ee, len, '\x1d');
+	if (top_field(m, mlen, 1, is_role, &vs, &ve) == 1 &&
+	    blocker_value(k, m, vs, ve, mlen, '\x1e'))
+		return 1;
+	if (top_field(m, mlen, 1, is_content, &vs, &ve) == 1) {
+		int full = m[vs] == '"' ? blocker_string(k, m, vs, ve, mlen)
+					: array_each(k, m, vs, ve, part_feed);
+		if (full)
+			return 1;
+	}
+	return blocker_feed(k, "\x1d", 1);
+}
+
+/* An element of a "prompt" list: a string's bytes, a token id's digits. */
+static int prompt_element_feed(struct blocker *k, const char *b, size_t es, size_t ee, size_t len)
+{
+	return blocker_value(k, b, es, ee, len, '\x1f');
+}
+
+long http_prompt_blocks(const char *buf, size_t len, size_t block_bytes, uint64_t *hash, size_t max,
+			size_t *text_bytes)
+{
+	size_t vs, ve;
+	if (block_bytes < HTTP_PROMPT_BLOCK_MIN || block_bytes > HTTP_PROMPT_BLOCK_MAX)
+		return -1;
+	if (top_field(buf, len, 1, is_prompt, &vs, &ve) != 1)
+		return -1;
+	struct blocker k;
+	k.hash = hash;
+	k.max = max;
+	k.n = k.fill = k.text = 0;
+	k.block = block_bytes;
+	if (buf[vs] == '"')
+		blocker_string(&k, buf, vs, ve, len);
+	else {
+		/* "prompt": [...] or "messages": [...]: told apart by what the elements are */
+		size_t i = skip_ws(buf, vs + 1, ve);
+		int messages = i < ve && buf[i] == '{';
+		array_each(&k, buf, vs, ve, messages ? message_feed : prompt_element_feed);
+	}
+	if (text_bytes)
+		*text_bytes = k.text;
+	return (long)k.n;
 }

@@ -29,4 +29,26 @@ int http_wants_stream(const char *buf, size_t len);
  */
 long http_max_tokens(const char *buf, size_t len);
 
+/*
+ * The prompt as a chain of block hashes, the way an inference engine's prefix cache sees it.
+ * The prompt text is, for "prompt", the string (or the list's elements, each followed by
+ * 0x1f); for "messages", each message's role, 0x1e, its content (a string, or each content
+ * part's "text" -- a part without one, an image, as its raw JSON -- followed by 0x1f), then
+ * 0x1d; whatever order a message's fields come in. Strings are taken as their raw JSON bytes,
+ * escapes and all (read in place, never decoded). The text is cut into blocks of
+ * <block_bytes>; hash[i] is XXH3 of block i seeded with hash[i-1] (HTTP_PROMPT_CHAIN_SEED for
+ * block 0), so it names the whole prefix up to the end of block i, and two prompts share
+ * hash[i] exactly when they share their first i+1 blocks. A last partial block has no hash.
+ *
+ * Returns the number of whole blocks (at most <max>: the scan stops there), or -1 when the
+ * body has no prompt or block_bytes is outside [HTTP_PROMPT_BLOCK_MIN, HTTP_PROMPT_BLOCK_MAX].
+ * *text_bytes (may be NULL) gets the bytes of prompt text seen. A body cut short is read as
+ * far as it goes.
+ */
+#define HTTP_PROMPT_BLOCK_MIN 16
+#define HTTP_PROMPT_BLOCK_MAX 4096
+#define HTTP_PROMPT_CHAIN_SEED 0x61636365u /* "acce" */
+long http_prompt_blocks(const char *buf, size_t len, size_t block_bytes, uint64_t *hash, size_t max,
+			size_t *text_bytes);
+
 #endif

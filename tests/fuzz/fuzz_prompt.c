@@ -1,7 +1,8 @@
 /*
  * fuzz_prompt.c - libFuzzer target: the prompt-key scanner on any bytes. It must never read
  * past the input, must answer "need more" only for an incomplete body, and, once it finds
- * a key in a prefix of the input, must find the same key in the whole input.
+ * a key in a prefix of the input, must find the same key in the whole input. The block
+ * hashes: the same answer twice, within the cap.
  */
 #include "http/prompt.h"
 
@@ -26,5 +27,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	long mt = http_max_tokens(p, size);
 	if (mt < -1)
 		abort();
+	uint64_t h1[8], h2[8];
+	size_t text = 0;
+	long n1 = http_prompt_blocks(p, size, 16, h1, 8, &text);
+	long n2 = http_prompt_blocks(p, size, 16, h2, 8, NULL);
+	if (n1 != n2 || n1 > 8 || (n1 >= 0 && (size_t)n1 * 16 > text))
+		abort(); /* the same answer twice, within the cap, blocks made of text seen */
+	for (long i = 0; i < n1; i++)
+		if (h1[i] != h2[i])
+			abort();
 	return 0;
 }

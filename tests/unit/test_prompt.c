@@ -103,6 +103,72 @@ static void stream_flag(void **state)
 	assert_false(http_wants_stream("not json", 8));
 }
 
+static long blocks_of(const char *body, size_t block, uint64_t *h, size_t max)
+{
+	size_t text = 0;
+	return http_prompt_blocks(body, strlen(body), block, h, max, &text);
+}
+
+/* A system prompt of 100 bytes: "SYS...". */
+#define SYS "You are a careful assistant; answer in short sentences and cite sources. ok?"
+
+static void blocks_shared_system_prompt_any_field_order(void **state)
+{
+	(void)state;
+	uint64_t a[16], b[16], c[16];
+	long na =
+	    blocks_of("{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"" SYS
+		      "\"},{\"role\":\"user\",\"content\":\"what is a cat? tell me now please\"}]}",
+		      16, a, 16);
+	long nb = blocks_of("{\"stream\":true, \"messages\": [ {\"content\": \"" SYS
+			    "\", \"role\": \"system\"} , {\"content\":\"why\",\"role\":\"user\"}],"
+			    "\"model\":\"m\"}",
+			    16, b, 16);
+	assert_true(na > 5 && nb >= 5);
+	/* "system" 0x1e, then the 76-byte prompt: the first four blocks are the same */
+	for (int i = 0; i < 4; i++)
+		assert_true(a[i] == b[i]);
+	assert_true(a[5] != b[5]);
+	/* another system prompt: nothing shared from the first block that differs */
+	long nc = blocks_of("{\"messages\":[{\"role\":\"system\",\"content\":\"You are a careless "
+			    "assistant; answer in long sentences and cite nothing at all.\"}]}",
+			    16, c, 16);
+	assert_true(nc >= 4);
+	assert_true(c[0] == a[0]); /* "system\x1eYou are a c" */
+	assert_true(c[1] != a[1]);
+	assert_true(c[3] != a[3]); /* chained: once apart, apart for good */
+}
+
+static void blocks_parts_escapes_and_limits(void **state)
+{
+	(void)state;
+	uint64_t a[64], b[64];
+	/* content parts read as their text; an escaped quote is inside the string */
+	long na = blocks_of("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\","
+			    "\"text\":\"0123456789abcdef\\\"0123456789abcdef\"}]}]}",
+			    16, a, 64);
+	long nb = blocks_of("{\"messages\":[{\"content\":[{\"text\":\"0123456789abcdef\\\""
+			    "0123456789abcdef\",\"type\":\"text\"}],\"role\":\"user\"}]}",
+			    16, b, 64);
+	assert_int_equal(na, nb);
+	assert_true(na == 2); /* user 0x1e + 34 bytes + 0x1f + 0x1d = 42 bytes */
+	assert_true(a[0] == b[0] && a[1] == b[1]);
+	/* the cap stops the scan */
+	assert_int_equal(blocks_of("{\"prompt\":\"" SYS SYS "\"}", 16, a, 3), 3);
+	/* a prompt string, a list of strings, token ids */
+	assert_int_equal(blocks_of("{\"prompt\":\"" SYS "\"}", 16, a, 64), 4);
+	assert_int_equal(blocks_of("{\"prompt\":[1,2,3,4,5,6,7,8,9,10,11,12]}", 16, a, 64), 1);
+	assert_int_equal(blocks_of("{\"prompt\":\"short\"}", 16, a, 64), 0);
+	/* no prompt, bad block sizes */
+	assert_int_equal(blocks_of("{\"model\":\"m\"}", 16, a, 64), -1);
+	assert_int_equal(blocks_of("[1,2]", 16, a, 64), -1);
+	assert_int_equal(blocks_of("{\"prompt\":\"" SYS "\"}", 8, a, 64), -1);
+	assert_int_equal(blocks_of("{\"prompt\":\"" SYS "\"}", 8192, a, 64), -1);
+	/* cut short: read as far as it goes, never past */
+	const char *cut = "{\"prompt\":\"" SYS;
+	assert_int_equal(http_prompt_blocks(cut, strlen(cut), 16, a, 64, NULL), 4);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -111,6 +177,8 @@ int main(void)
 	    cmocka_unit_test(only_the_top_level_field),
 	    cmocka_unit_test(partial_bodies_ask_for_more),
 	    cmocka_unit_test(stream_flag),
+	    cmocka_unit_test(blocks_shared_system_prompt_any_field_order),
+	    cmocka_unit_test(blocks_parts_escapes_and_limits),
 	};
 	return cmocka_run_group_tests_name("prompt key", tests, NULL, NULL);
 }
