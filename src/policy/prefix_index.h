@@ -1,0 +1,50 @@
+/*
+ * prefix_index.h - which prompt blocks one backend holds in its KV cache, as far as we know.
+ *
+ * An inference engine keeps the KV state of the prompts it served in fixed-size blocks and
+ * reuses it for a new prompt that starts the same way, evicting the least recently used
+ * blocks when full. This index mirrors that for one backend, keyed by the chain hashes of
+ * http_prompt_blocks() (hash[i] names the whole prefix through block i). It learns in one of
+ * two ways: approximately, from the prompts we route there (prefix_index_insert after each
+ * pick), or exactly, from the engine's own KV-cache events (insert on BlockStored, remove on
+ * BlockRemoved, clear on AllBlocksCleared).
+ *
+ * Memory is fixed at creation: a set-associative table of 4-way sets (one cache line each),
+ * twice the capacity rounded to a power of two. Each entry carries a stamp: how many blocks
+ * this backend had taken in when it was last used. The engine evicts in LRU order, so once
+ * <capacity> newer blocks have come in since a block's stamp the engine has surely dropped
+ * it, and the index treats it as gone too; within a full set the oldest way makes room.
+ *
+ * Lookups and updates come from every worker at once, without a lock: each key and stamp is
+ * a relaxed atomic, so a race costs at worst a wrong guess about one block (the index is an
+ * estimate), never a torn value.
+ */
+#ifndef ACCELNET_POLICY_PREFIX_INDEX_H
+#define ACCELNET_POLICY_PREFIX_INDEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct prefix_index;
+
+/* An index for a cache of <capacity> blocks (>= 1). 0 or -ENOMEM. */
+int prefix_index_new(size_t capacity, struct prefix_index **out);
+void prefix_index_free(struct prefix_index *ix);
+
+/* How many of the first <n> blocks of <hash> the backend holds: the longest cached prefix. */
+size_t prefix_index_match(const struct prefix_index *ix, const uint64_t *hash, size_t n);
+
+/* The blocks are in the cache now (a prompt served there, or BlockStored): refresh the ones
+ * known, add the rest. */
+void prefix_index_insert(struct prefix_index *ix, const uint64_t *hash, size_t n);
+
+/* The engine dropped these blocks (BlockRemoved). */
+void prefix_index_remove(struct prefix_index *ix, const uint64_t *hash, size_t n);
+
+/* The engine dropped everything (AllBlocksCleared, or it restarted). */
+void prefix_index_clear(struct prefix_index *ix);
+
+/* Blocks it believes held, for /status and tests (a scan: not for the request path). */
+size_t prefix_index_count(const struct prefix_index *ix);
+
+#endif
