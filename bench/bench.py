@@ -52,7 +52,12 @@ def wait_port(port, proc, timeout=15):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[3:5]} exited with {proc.returncode}")
+            why = ""
+            if getattr(proc, "log_path", None):
+                with open(proc.log_path, errors="replace") as f:
+                    lines = f.read().strip().splitlines()
+                why = f": {lines[-1]}" if lines else ""
+            raise RuntimeError(f"{proc.args[3:5]} exited with {proc.returncode}{why}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1):
                 return
@@ -139,10 +144,12 @@ def start_accelnet(run, backends, balance="round-robin", weights=None, cap=None,
     return p, port
 
 
-def start_nginx(run, backends, balance=None, streaming=False):
+def start_nginx(run, backends, balance=None, streaming=False, body_buffer=None):
     """nginx as its operator would set it up: buffering on (16 KiB buffers, no temp files)
     for ordinary responses; proxy_buffering off for token streams, which otherwise arrive
-    in bursts (see shared/research/anchors-measured.md, part D)."""
+    in bursts (see shared/research/anchors-measured.md, part D). <body_buffer>: its
+    client_body_buffer_size, for request bodies larger than the default 16 KiB that would
+    otherwise go through a temporary file."""
     port = free_port()
     d = os.path.join(run.dir, f"nginx-{port}")
     os.makedirs(d)
@@ -172,6 +179,7 @@ http {{
              "proxy_busy_buffers_size 32k; proxy_max_temp_file_size 0;"}
             proxy_read_timeout 300s;
             client_max_body_size 0;
+            {f"client_body_buffer_size {body_buffer};" if body_buffer else ""}
         }}
     }}
 }}
@@ -713,6 +721,258 @@ def summarize_fleet(sc):
              "p99 ÷ HAProxy", "p99 ÷ best anchor"], rows)
 
 
+# --- scenario 9: chat traffic on shared system prompts, block-level prefix caches ---------
+#
+# The arithmetic (bench/chattrace.py has the trace's; docs/benchmarks.md, scenario 9):
+# 8 simulators x 4 slots, each with a prefix cache of 544 blocks of 64 bytes (LRU). The 16
+# system prompts hold 3,072 blocks: 70.6 % of the fleet's 4,352 and 5.6x one backend's 544.
+# A request holds a slot for 20 ms + 1 ms per prompt block not cached + max_tokens (16 on
+# average) x 5 ms. The mean prompt is 198 blocks, so a request that misses everything holds a
+# slot 298 ms and the fleet serves 32 / 0.298 = 107 req/s when nothing is cached (the
+# all-miss capacity, computed from the trace by chattrace.all_miss_ms); one that finds its
+# system prompt and history cached holds it about 108 ms (2.8x fewer), and gets its first
+# token after about 28 ms instead of 218 ms.
+
+CHAT_FLEET = dict(n=8, slots=4, cache_blocks=544, block_bytes=64, latency_ms=20,
+                  us_per_block=1000, token_ms=5, jitter=0.1)
+CHAT_SLO_MS = 1000
+
+
+def chat_capacity():
+    import chattrace
+    f = CHAT_FLEET
+    ms, blocks = chattrace.all_miss_ms(f["latency_ms"], f["us_per_block"], f["token_ms"])
+    return f["n"] * f["slots"] * 1000 / ms, ms, blocks
+
+
+CHAT_CONTESTANTS = {
+    "nginx least_conn": lambda run, b: start_nginx(run, b, "least_conn", streaming=True,
+                                                   body_buffer="1m"),
+    "haproxy leastconn maxconn 4": lambda run, b: start_haproxy(run, b, "leastconn", maxconn=4,
+                                                                streaming=True),
+    # as in scenario 7, bounded load (125 %): here the body's first 256 bytes start with
+    # whichever top-level field the client wrote first
+    "haproxy hash body prefix maxconn 4": lambda run, b: start_haproxy(
+        run, b, "hash req.body,bytes(0,256)", maxconn=4, streaming=True,
+        extra="    option http-buffer-request\n    hash-type consistent\n"
+              "    hash-balance-factor 125\n"),
+    "accelnet least-connections max_concurrency 4":
+        lambda run, b: start_accelnet(run, b, "least-connections", cap=4),
+    "accelnet prefix-affinity max_concurrency 4":
+        lambda run, b: start_accelnet(run, b, "prefix-affinity", cap=4),
+    "accelnet llm max_concurrency 4":
+        lambda run, b: start_accelnet(run, b, "llm", cap=4,
+                                      extra=f"    llm: {{block_bytes: "
+                                            f"{CHAT_FLEET['block_bytes']}}}\n"),
+}
+CHAT_LLM = "accelnet llm max_concurrency 4"
+CHAT_ANCHORS = ("nginx least_conn", "haproxy leastconn maxconn 4")
+CHAT_HASH = "haproxy hash body prefix maxconn 4"
+CHAT_HA = "haproxy leastconn maxconn 4"
+
+
+def start_chat_fleet(run):
+    f = CHAT_FLEET
+    ports, procs = [], []
+    for i in range(f["n"]):
+        port = free_port()
+        procs.append(run.start([ACCELNET, "sim", "--listen", f"127.0.0.1:{port}", "--name",
+                                f"chat{i}", "--slots", str(f["slots"]), "--cache-blocks",
+                                str(f["cache_blocks"]), "--block-bytes", str(f["block_bytes"]),
+                                "--latency-ms", str(f["latency_ms"]), "--prefill-us-per-block",
+                                str(f["us_per_block"]), "--tokens", "16", "--token-ms",
+                                str(f["token_ms"]), "--jitter", str(f["jitter"])], port,
+                               name=f"chat{i}"))
+        ports.append(port)
+    return ports, procs
+
+
+def chat_run(run, name, rate, seconds, trace, timeout_s):
+    """One contestant at one rate on a fresh, cold fleet: the loadgen's figures, plus the
+    simulators' block counts; {"failed": why} when the contestant does not start."""
+    ports, sims = start_chat_fleet(run)
+    p = None
+    try:
+        try:
+            p, port = CHAT_CONTESTANTS[name](run, ports)
+        except RuntimeError as e:
+            return {"failed": str(e)}
+        g = loadgen("open", port, "--rate", f"{rate:.2f}", "--duration", str(seconds),
+                    "--path", "/v1/chat/completions", "--bodies", trace, "--slo-ms",
+                    str(CHAT_SLO_MS), "--timeout-s", str(timeout_s),
+                    timeout=seconds + timeout_s + 120)
+        hit = missed = 0
+        served = []
+        for sp in ports:
+            st = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{sp}/sim/stats",
+                                                   timeout=5).read())
+            hit += st.get("blocks_hit", 0)
+            missed += st.get("blocks_missed", 0)
+            served.append(st["requests"])
+        g["blocks_hit"], g["blocks_missed"], g["served"] = hit, missed, served
+        g["hit_share"] = hit / (hit + missed) if hit + missed else 0.0
+        return g
+    finally:
+        if p:
+            run.stop(p)
+        for s_ in sims:
+            run.stop(s_)
+
+
+def scenario_chat(run, res, loads, seconds, control_loads, pick=None, timeout_s=10,
+                  control_all=True):
+    import chattrace
+    cap, miss_ms, blocks = chat_capacity()
+    names = [n for n in CHAT_CONTESTANTS if not pick or re.search(pick, n)]
+    results = {"shared": {}, "control": {}}
+    plan = [("shared", load, names) for load in loads]
+    # the control: every contestant at 1.6x (unless <control_all> is off), the anchor and
+    # the new balancer at the other loads
+    plan += [("control", load, [n for n in names if (control_all and load == 1.6)
+                                or n in (CHAT_HA, CHAT_LLM)]) for load in control_loads]
+    for variant, load, who in plan:
+        rate = cap * load
+        trace = os.path.join(run.dir, f"chat-{variant}-{load}.jsonl")
+        n = chattrace.write_trace(trace, rate, seconds, shared=variant == "shared")
+        for name in who:
+            t = time.monotonic()
+            g = chat_run(run, name, rate, seconds, trace, timeout_s)
+            g["requests_in_trace"] = n
+            results[variant].setdefault(f"{load:.1f}x", {})[name] = g
+            print(f"  9 {variant} {load:.1f}x {name}: "
+                  + (f"failed ({g['failed'][-160:]})" if "failed" in g else
+                     f"goodput@SLO {g['goodput_slo']:.1f}/s, TTFT p90 "
+                     f"{fmt_ttft(g['ttft_ms']['p90'])} ms, hits {g['hit_share'] * 100:.0f}%")
+                  + f" ({time.monotonic() - t:.0f} s)", file=sys.stderr, flush=True)
+        os.unlink(trace)
+    f = CHAT_FLEET
+    res["scenarios"]["9"] = {
+        "title": f"chat traffic on shared system prompts: {f['n']} backends with block prefix "
+                 f"caches (all-miss capacity {cap:.0f} req/s)",
+        "kind": "chat", "capacity": cap, "all_miss_ms": miss_ms, "mean_prompt_blocks": blocks,
+        "fleet": f, "slo_ms": CHAT_SLO_MS, "seconds": seconds, "results": results}
+
+
+NEVER_MS = 1e8  # the loadgen counts a request that never got its first token as 1e9 ms
+
+
+def fmt_ttft(v):
+    return "never" if v >= NEVER_MS else f"{v:.0f}"
+
+
+def chat_rows(by_load):
+    rows = []
+    for load, by in by_load.items():
+        for name, g in by.items():
+            if "failed" in g:
+                rows.append([load, name] + ["-"] * 8 + ["did not start"])
+                continue
+            t = g["ttft_ms"]
+            served = g["served"]
+            rows.append([load, name, f"{g['rate']:.0f}", f"{g['goodput_slo']:.1f}",
+                         f"{g['goodput']:.1f}", str(g["errors"]),
+                         fmt_ttft(t["p50"]), fmt_ttft(t["p90"]), fmt_ttft(t["p99"]),
+                         f"{g['hit_share'] * 100:.0f}%",
+                         f"{max(served) / (sum(served) / len(served)):.2f}"
+                         if sum(served) else "-"])
+    return (["load", "contestant", "offered req/s", "goodput ≤ SLO req/s", "answered req/s",
+             "errors", "TTFT p50 ms", "p90 ms", "p99 ms", "cache hit share",
+             "busiest ÷ mean backend"], rows)
+
+
+def summarize_chat(sc):
+    return chat_rows(sc["results"]["shared"])
+
+
+def summarize_chat_control(sc):
+    return chat_rows(sc["results"]["control"])
+
+
+def _fig(g, key):
+    if not g or "failed" in g:
+        return None
+    if key == "goodput":
+        return g["goodput_slo"]
+    v = g["ttft_ms"][key]
+    return float("inf") if v >= NEVER_MS else v
+
+
+def _ratio(a, b):
+    if a is None or b is None:
+        return None
+    if b == 0 or b == float("inf"):
+        return 1.0 if a == b else (0.0 if b == float("inf") else float("inf"))
+    return a / b
+
+
+def chat_checks(sc, who=CHAT_LLM):
+    """Issue 14's must-show for <who> at 1.6x the all-miss load, each a ratio, pass or miss."""
+    rows = []
+    shared = sc["results"]["shared"].get("1.6x", {})
+    control = sc["results"]["control"].get("1.6x", {})
+    me, ctl = shared.get(who), control.get(who)
+    anchors = [shared.get(n) for n in CHAT_ANCHORS]
+    anchors = [a for a in anchors if a and "failed" not in a]
+
+    def best(key, better):
+        vals = [_fig(a, key) for a in anchors]
+        return better(vals) if vals else None
+
+    def line(what, target, r, ok):
+        if r is None:
+            rows.append([what, target, "-", "not run"])
+        else:
+            rows.append([what, target, "∞" if r == float("inf") else f"{r:.2f}",
+                         "pass" if ok(r) else "MISS"])
+
+    line("goodput ≤ SLO ÷ the better of nginx least_conn, HAProxy leastconn", "≥ 1.6",
+         _ratio(_fig(me, "goodput"), best("goodput", max)), lambda r: r >= 1.6)
+    line("TTFT p90 ÷ the better of nginx least_conn, HAProxy leastconn", "≤ 0.25",
+         _ratio(_fig(me, "p90"), best("p90", min)), lambda r: r <= 0.25)
+    line("goodput ≤ SLO ÷ HAProxy body hash", "≥ 1.2",
+         _ratio(_fig(me, "goodput"), _fig(shared.get(CHAT_HASH), "goodput")),
+         lambda r: r >= 1.2)
+    line("TTFT p90 ÷ HAProxy body hash", "≤ 0.5",
+         _ratio(_fig(me, "p90"), _fig(shared.get(CHAT_HASH), "p90")), lambda r: r <= 0.5)
+    ha = control.get(CHAT_HA)
+    line("control: goodput ≤ SLO ÷ HAProxy leastconn", "≥ 0.95",
+         _ratio(_fig(ctl, "goodput"), _fig(ha, "goodput")), lambda r: r >= 0.95)
+    for k in ("p50", "p90", "p99"):
+        line(f"control: TTFT {k} ÷ HAProxy leastconn", "≤ 1.05",
+             _ratio(_fig(ctl, k), _fig(ha, k)), lambda r: r <= 1.05)
+    return rows
+
+
+def chat_check_table(sc):
+    """The must-show for the new balancer, and the same lines for prefix-affinity (for
+    reference: what the balancer before it does)."""
+    mine = chat_checks(sc, CHAT_LLM)
+    ref = chat_checks(sc, "accelnet prefix-affinity max_concurrency 4")
+    rows = [m[:2] + m[2:] + r[2:] for m, r in zip(mine, ref)]
+    return (["at 1.6x all-miss load", "target", "llm", "llm verdict", "prefix-affinity",
+             "prefix-affinity verdict"], rows)
+
+
+def ratios_chat(sc):
+    rows = []
+    for variant in ("shared", "control"):
+        for load, by in sc["results"][variant].items():
+            ha = by.get(CHAT_HA)
+            if not ha or "failed" in ha:
+                continue
+            for name, g in by.items():
+                if "failed" in g:
+                    continue
+                cells = []
+                for key in ("goodput", "p50", "p90", "p99"):
+                    r = _ratio(_fig(g, key), _fig(ha, key))
+                    cells.append("-" if r is None else "∞" if r == float("inf")
+                                 else f"{r:.2f}")
+                rows.append([variant, load, name] + cells)
+    return (["trace", "load", "÷ HAProxy leastconn maxconn 4", "goodput ≤ SLO", "TTFT p50",
+             "p90", "p99"], rows)
+
+
 # --- output -------------------------------------------------------------------------------
 
 def table(header, rows):
@@ -745,8 +1005,10 @@ def ratios_fleet(sc):
 
 
 SUMMARIZERS = {"wrk": summarize_wrk, "idle": summarize_idle, "sse": summarize_sse,
-               "fleet": summarize_fleet, "prefix": summarize_prefix, "obs": summarize_obs}
-RATIOS = {"wrk": ratios_wrk, "sse": ratios_sse, "fleet": ratios_fleet, "prefix": ratios_fleet}
+               "fleet": summarize_fleet, "prefix": summarize_prefix, "obs": summarize_obs,
+               "chat": summarize_chat}
+RATIOS = {"wrk": ratios_wrk, "sse": ratios_sse, "fleet": ratios_fleet, "prefix": ratios_fleet,
+          "chat": ratios_chat}
 
 
 def chart(res, outdir):
@@ -813,7 +1075,7 @@ def versions():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="a smoke check in under 3 minutes")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,8", help="scenarios to run, e.g. 1,5")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9", help="scenarios to run, e.g. 1,5")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "out"))
     ap.add_argument("--fleet", metavar="REGEX",
                     help="scenario 6: only the contestants whose names match (for tuning; "
@@ -824,6 +1086,17 @@ def main():
     ap.add_argument("--baseline", metavar="ACCELNET_BIN",
                     help="scenarios 1-5: also run this (older) accelnet binary as "
                     "'accelnet-base' and report this build's figures as ratios to it")
+    ap.add_argument("--chat", metavar="REGEX",
+                    help="scenario 9: only the contestants whose names match")
+    ap.add_argument("--chat-seconds", type=int, help="scenario 9: seconds per run (default 30; "
+                    "--quick: 6)")
+    ap.add_argument("--chat-loads", type=lambda v: [float(x) for x in v.split(",")],
+                    help="scenario 9: loads as multiples of the all-miss capacity (default "
+                    "0.5,1.0,1.6,2.0; --quick: 1.6)")
+    ap.add_argument("--chat-control-loads", type=lambda v: [float(x) for x in v.split(",") if x],
+                    help="scenario 9: loads of the no-sharing control (default as "
+                    "--chat-loads; every contestant at 1.6, HAProxy leastconn and accelnet llm "
+                    "at the others; empty: none)")
     ap.add_argument("--obs-rounds", type=int,
                     help="scenario 8: rounds (default 7; --quick: 2)")
     ap.add_argument("--report", metavar="RESULTS_JSON",
@@ -878,6 +1151,12 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
                                          a.fleet_seconds or (4 if q else 45), a.fleet)),
             ("7", lambda: scenario_prefix(run, res, [0.5, 0.8, 1.2], 4 if q else 30)),
             ("8", lambda: scenario_obs(run, res, secs, a.obs_rounds or (2 if q else 7))),
+            ("9", lambda: scenario_chat(
+                run, res, a.chat_loads or ([1.6] if q else [0.5, 1.0, 1.6, 2.0]),
+                a.chat_seconds or (6 if q else 30),
+                a.chat_control_loads if a.chat_control_loads is not None
+                else ([1.6] if q else (a.chat_loads or [0.5, 1.0, 1.6, 2.0])),
+                a.chat, 4 if q else 10, control_all=not q)),
         ]
         for key, fn in steps:
             if key in only:
@@ -923,8 +1202,17 @@ def render(res, outdir):
             md += ["Each server with its access log on (and, for accelnet, /metrics scraped "
                    f"every second: {sc['scrapes']} scrapes) against the same server with it off, "
                    "median of same-round ratios:", "", table(*ratios_obs(sc)), ""]
+        if sc["kind"] == "chat":
+            md += ["The control: the same generator, every conversation with a system prompt "
+                   "of its own (nothing shared between conversations):", "",
+                   table(*summarize_chat_control(sc)), "",
+                   f"Issue 14's must-show at 1.6x the all-miss load (goodput: requests answered "
+                   f"with their first token within {sc['slo_ms']} ms, per second):", "",
+                   table(*chat_check_table(sc)), ""]
         if sc["kind"] in RATIOS:
-            md += ["Each figure as a ratio to HAProxy's (median of same-round ratios):", "",
+            md += ["Each figure as a ratio to HAProxy's (" + (
+                   "same trace, same load):" if sc["kind"] == "chat" else
+                   "median of same-round ratios):"), "",
                    table(*RATIOS[sc["kind"]](sc)), ""]
         if sc["kind"] in ("wrk", "sse") and baseline_rows(sc):
             md += [f"This build against the baseline build ({res.get('baseline')}), median of "

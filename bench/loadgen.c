@@ -6,6 +6,14 @@
  *       idle keep-alive connection or a new one, and its latency is measured from when it
  *       was due, not from when it could be sent, so a stalled server cannot hide its queue
  *       (no coordinated omission).
+ *   loadgen open --target H:P --path P --bodies FILE --rate R --duration S [--slo-ms MS]
+ *       The same open loop, but request i carries line i of FILE as its JSON body (a trace:
+ *       one body per line, in send order; sending stops at the last line or at S seconds).
+ *       In open mode the time to first token (TTFT: from when the request was due to the
+ *       first bytes of its response body, the first SSE event of a stream) is recorded for
+ *       every request; one that never got there (an error, or unanswered at the deadline)
+ *       counts as 1e9 ms. "goodput_slo" is the requests answered 200 in full whose TTFT was
+ *       at most --slo-ms (default 1000), per second of sending.
  *   loadgen sse --target H:P --path P --body JSON --streams N
  *       N concurrent token streams from `accelnet sim`; each event's "sent_ns" (the sender's
  *       CLOCK_MONOTONIC) gives the delay from the accelerator to this client per token.
@@ -30,6 +38,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 enum mode { M_OPEN, M_SSE, M_IDLE };
@@ -41,6 +50,9 @@ struct conn {
 	size_t in_len, in_cap, sent;
 	const char *req; /* the request being sent on it */
 	size_t req_len;
+	const char *body; /* --bodies: sent after req (the head, formatted into reqhead[]) */
+	size_t body_len;
+	char reqhead[256];
 	int connecting, busy, head_done;
 	uint64_t due_ns, start_ns;
 	struct http_head head;
@@ -51,6 +63,7 @@ struct conn {
 	char *ev;
 	size_t ev_len, ev_cap;
 	int got_token;
+	double ttft_ms;
 };
 
 static struct {
@@ -60,6 +73,12 @@ static struct {
 	size_t *req_lens;
 	unsigned nreqs;
 	uint64_t pick; /* chooses each request's prefix, the same sequence every run */
+	const char *path;
+	char *bodies; /* --bodies: the file's text, NUL at each line's end */
+	const char **body;
+	size_t *body_len, nbodies;
+	double slo_ms;
+	uint64_t good_slo;
 	double rate;
 	double duration;
 	unsigned streams, conns, max_conns;
@@ -72,8 +91,8 @@ static struct {
 	uint64_t ok, errors, no_conn, status[6];
 	double *lat; /* ms, per completed request (open) or per token (sse) */
 	size_t nlat, caplat;
-	double *ttft; /* sse: time to first token */
-	size_t nttft;
+	double *ttft; /* time to first token (sse; open: per request) */
+	size_t nttft, capttft;
 	int done_sending;
 } g;
 
@@ -148,8 +167,19 @@ static void conn_fail(struct conn *c)
 
 static void conn_send(struct conn *c)
 {
-	while (c->sent < c->req_len) {
-		ssize_t n = send(c->io.fd, c->req + c->sent, c->req_len - c->sent, MSG_NOSIGNAL);
+	while (c->sent < c->req_len + c->body_len) {
+		struct iovec iov[2];
+		struct msghdr m = {.msg_iov = iov};
+		if (c->sent < c->req_len) {
+			iov[0] = (struct iovec){(char *)c->req + c->sent, c->req_len - c->sent};
+			iov[1] = (struct iovec){(char *)c->body, c->body_len};
+			m.msg_iovlen = c->body_len ? 2 : 1;
+		} else {
+			size_t off = c->sent - c->req_len;
+			iov[0] = (struct iovec){(char *)c->body + off, c->body_len - off};
+			m.msg_iovlen = 1;
+		}
+		ssize_t n = sendmsg(c->io.fd, &m, MSG_NOSIGNAL);
 		if (n < 0) {
 			if (errno != EAGAIN)
 				conn_fail(c);
@@ -157,6 +187,16 @@ static void conn_send(struct conn *c)
 		}
 		c->sent += (size_t)n;
 	}
+}
+
+/* Open mode: the first bytes of the response body arrived, its time to first token. */
+static void first_token(struct conn *c, uint64_t now)
+{
+	if (c->got_token)
+		return;
+	c->got_token = 1;
+	c->ttft_ms = (double)(now - c->due_ns) / 1e6;
+	record(&g.ttft, &g.nttft, &g.capttft, c->ttft_ms);
 }
 
 static void sse_events(struct conn *c, uint64_t now)
@@ -173,8 +213,7 @@ static void sse_events(struct conn *c, uint64_t now)
 			unsigned long long sent = strtoull(t + 10, NULL, 10);
 			record(&g.lat, &g.nlat, &g.caplat, (double)(now - sent) / 1e6);
 			if (!c->got_token) {
-				static size_t capttft;
-				record(&g.ttft, &g.nttft, &capttft,
+				record(&g.ttft, &g.nttft, &g.capttft,
 				       (double)(now - c->start_ns) / 1e6);
 				c->got_token = 1;
 			}
@@ -194,8 +233,11 @@ static void conn_done(struct conn *c, uint64_t now)
 		g.ok++;
 	else
 		g.errors++;
-	if (g.mode == M_OPEN && status == 200)
+	if (g.mode == M_OPEN && status == 200) {
 		record(&g.lat, &g.nlat, &g.caplat, (double)(now - c->due_ns) / 1e6);
+		if (c->got_token && c->ttft_ms <= g.slo_ms)
+			g.good_slo++;
+	}
 	g.outstanding--;
 	g.finished_streams++;
 	int keep = !(c->head.flags & HTTP_F_CLOSE) && c->head.framing != HTTP_BODY_CLOSE;
@@ -273,6 +315,8 @@ static void conn_read(struct conn *c)
 		int complete = 0;
 		if (c->head.framing == HTTP_BODY_LENGTH) {
 			size_t take = c->in_len < c->body_left ? c->in_len : (size_t)c->body_left;
+			if (take && g.mode == M_OPEN)
+				first_token(c, now);
 			c->body_left -= take;
 			pos = take;
 			complete = c->body_left == 0;
@@ -285,6 +329,8 @@ static void conn_read(struct conn *c)
 					conn_fail(c);
 					return;
 				}
+				if (is_data && k > 0 && g.mode == M_OPEN)
+					first_token(c, now);
 				if (is_data && g.mode == M_SSE) {
 					if (c->ev_cap - c->ev_len < (size_t)k) {
 						c->ev_cap = c->ev_len + (size_t)k + 4096;
@@ -300,6 +346,8 @@ static void conn_read(struct conn *c)
 				sse_events(c, now);
 		} else {
 			pos = c->in_len;
+			if (pos && g.mode == M_OPEN)
+				first_token(c, now);
 		}
 		memmove(c->in, c->in + pos, c->in_len - pos);
 		c->in_len -= pos;
@@ -373,8 +421,20 @@ static void start_request(uint64_t due_ns)
 		g.pick ^= g.pick << 17;
 		k = (unsigned)(g.pick % g.nreqs);
 	}
-	c->req = g.reqs[k];
-	c->req_len = g.req_lens[k];
+	if (g.nbodies) { /* --bodies: request i carries line i */
+		size_t i = (size_t)(g.next_i - 1);
+		c->body = g.body[i];
+		c->body_len = g.body_len[i];
+		int n = snprintf(c->reqhead, sizeof(c->reqhead),
+				 "POST %s HTTP/1.1\r\nHost: bench\r\nContent-Type: "
+				 "application/json\r\nContent-Length: %zu\r\n\r\n",
+				 g.path, c->body_len);
+		c->req = c->reqhead;
+		c->req_len = (size_t)n;
+	} else {
+		c->req = g.reqs[k];
+		c->req_len = g.req_lens[k];
+	}
 	c->due_ns = due_ns;
 	c->start_ns = clock_now_ns();
 	c->got_token = 0;
@@ -399,7 +459,7 @@ static void on_tick(struct loop_timer *t)
 	double interval = 1e9 / g.rate;
 	for (;;) {
 		uint64_t due = g.start_ns + (uint64_t)((double)g.next_i * interval);
-		if (due >= end_ns) {
+		if (due >= end_ns || (g.nbodies && g.next_i >= g.nbodies)) {
 			g.done_sending = 1;
 			loop_timer_set(g.loop, t, loop_now(g.loop) + g.timeout_ns / 1000000);
 			maybe_finish();
@@ -420,13 +480,67 @@ static void on_deadline(struct loop_timer *t)
 	loop_stop(g.loop);
 }
 
+/*
+ * --bodies: read FILE whole, one JSON body per line (empty lines skipped); the lines stay
+ * where they are, each ended by a NUL instead of its newline. The measurement arrays get
+ * room for every request up front, so nothing grows while sending.
+ */
+static int load_bodies(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	long size;
+	if (!f || fseek(f, 0, SEEK_END) < 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) < 0) {
+		perror(path);
+		if (f)
+			fclose(f);
+		return -1;
+	}
+	g.bodies = malloc((size_t)size + 1);
+	size_t lines = 1;
+	if (!g.bodies || fread(g.bodies, 1, (size_t)size, f) != (size_t)size) {
+		perror(path);
+		fclose(f);
+		return -1;
+	}
+	fclose(f);
+	g.bodies[size] = '\n';
+	for (long i = 0; i < size; i++)
+		lines += g.bodies[i] == '\n';
+	g.body = calloc(lines, sizeof(*g.body));
+	g.body_len = calloc(lines, sizeof(*g.body_len));
+	g.lat = malloc(lines * sizeof(*g.lat));
+	g.ttft = malloc(lines * sizeof(*g.ttft));
+	if (!g.body || !g.body_len || !g.lat || !g.ttft) {
+		perror("loadgen: out of memory");
+		return -1;
+	}
+	g.caplat = g.capttft = lines;
+	char *p = g.bodies, *end = g.bodies + size;
+	while (p < end) {
+		char *nl = memchr(p, '\n', (size_t)(end - p) + 1);
+		*nl = '\0';
+		if (nl > p) {
+			g.body[g.nbodies] = p;
+			g.body_len[g.nbodies++] = (size_t)(nl - p);
+		}
+		p = nl + 1;
+	}
+	if (!g.nbodies) {
+		fprintf(stderr, "%s: no bodies\n", path);
+		return -1;
+	}
+	return 0;
+}
+
 static void usage(void)
 {
 	fprintf(stderr,
 		"usage: loadgen open|sse|idle --target HOST:PORT [--path P] [--body B]\n"
 		"  [--rate R --duration S] [--streams N] [--conns N] [--timeout-s S]\n"
 		"  [--prefixes N]  (open: each prompt is one of N long system prompts, then one\n"
-		"                  of four questions)\n");
+		"                  of four questions)\n"
+		"  [--bodies FILE] (open: request i carries line i of FILE as its body)\n"
+		"  [--slo-ms MS]   (open: goodput_slo counts TTFT <= MS; default 1000)\n");
 	exit(2);
 }
 
@@ -437,11 +551,14 @@ int main(int argc, char **argv)
 	    {"body", required_argument, NULL, 'b'},	{"rate", required_argument, NULL, 'r'},
 	    {"duration", required_argument, NULL, 'd'}, {"streams", required_argument, NULL, 's'},
 	    {"conns", required_argument, NULL, 'c'},	{"timeout-s", required_argument, NULL, 'T'},
-	    {"prefixes", required_argument, NULL, 'P'}, {NULL, 0, NULL, 0},
+	    {"prefixes", required_argument, NULL, 'P'}, {"bodies", required_argument, NULL, 'B'},
+	    {"slo-ms", required_argument, NULL, 'L'},	{NULL, 0, NULL, 0},
 	};
 	const char *target = NULL, *path = "/v1/completions", *body = "{\"prompt\":\"hi\"}", *why;
+	const char *bodies = NULL;
 	double timeout_s = 30;
 	unsigned prefixes = 0;
+	g.slo_ms = 1000;
 	if (argc < 2)
 		usage();
 	if (!strcmp(argv[1], "open"))
@@ -484,6 +601,12 @@ int main(int argc, char **argv)
 		case 'P':
 			prefixes = (unsigned)atoi(optarg);
 			break;
+		case 'B':
+			bodies = optarg;
+			break;
+		case 'L':
+			g.slo_ms = atof(optarg);
+			break;
 		default:
 			usage();
 		}
@@ -501,6 +624,9 @@ int main(int argc, char **argv)
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
 	g.timeout_ns = (uint64_t)(timeout_s * 1e9);
+	g.path = path;
+	if (bodies && (g.mode != M_OPEN || strlen(path) > 128 || load_bodies(bodies) < 0))
+		usage();
 	static const char *const questions[] = {"what now?", "why is that so?", "how?",
 						"and what comes after that one?"};
 	g.nreqs = prefixes ? prefixes * 4 : 1;
@@ -556,9 +682,12 @@ int main(int argc, char **argv)
 	printf("\"status\":{\"2xx\":%llu,\"3xx\":%llu,\"4xx\":%llu,\"5xx\":%llu},",
 	       (unsigned long long)g.status[2], (unsigned long long)g.status[3],
 	       (unsigned long long)g.status[4], (unsigned long long)g.status[5]);
+	double span = g.duration; /* of sending */
+	if (g.nbodies && (double)g.nbodies / g.rate < span)
+		span = (double)g.nbodies / g.rate;
 	if (g.mode == M_OPEN)
 		printf("\"rate\":%.1f,\"duration_s\":%.3f,\"sent\":%llu,\"goodput\":%.2f,", g.rate,
-		       g.duration, (unsigned long long)g.next_i, (double)g.ok / g.duration);
+		       span, (unsigned long long)g.next_i, (double)g.ok / span);
 	printf("\"elapsed_s\":%.3f,", elapsed);
 	if (g.mode == M_SSE) {
 		print_dist("ttft_ms", g.ttft, g.nttft);
@@ -566,6 +695,16 @@ int main(int argc, char **argv)
 		print_dist("token_delay_ms", g.lat, g.nlat);
 	} else {
 		print_dist("latency_ms", g.lat, g.nlat);
+	}
+	if (g.mode == M_OPEN) {
+		/* every request sent has a TTFT; one that never got a first byte counts as 1e9 */
+		size_t never = g.next_i > g.nttft ? (size_t)g.next_i - g.nttft : 0;
+		for (size_t i = 0; i < never; i++)
+			record(&g.ttft, &g.nttft, &g.capttft, 1e9);
+		printf(",\"no_first_token\":%zu,\"slo_ms\":%.0f,\"good_slo\":%llu,"
+		       "\"goodput_slo\":%.2f,",
+		       never, g.slo_ms, (unsigned long long)g.good_slo, (double)g.good_slo / span);
+		print_dist("ttft_ms", g.ttft, g.nttft);
 	}
 	printf("}\n");
 	fflush(stdout);
@@ -592,5 +731,8 @@ int main(int argc, char **argv)
 		free(g.reqs[k]);
 	free(g.reqs);
 	free(g.req_lens);
+	free(g.bodies);
+	free(g.body);
+	free(g.body_len);
 	return 0;
 }
