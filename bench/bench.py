@@ -834,10 +834,11 @@ def scenario_chat(run, res, loads, seconds, control_loads, pick=None, timeout_s=
         rate = cap * load
         trace = os.path.join(run.dir, f"chat-{variant}-{load}.jsonl")
         n = chattrace.write_trace(trace, rate, seconds, shared=variant == "shared")
+        blocks = chattrace.trace_blocks(rate, seconds)
         for name in who:
             t = time.monotonic()
             g = chat_run(run, name, rate, seconds, trace, timeout_s)
-            g["requests_in_trace"] = n
+            g["requests_in_trace"], g["blocks_in_trace"] = n, blocks
             results[variant].setdefault(f"{load:.1f}x", {})[name] = g
             print(f"  9 {variant} {load:.1f}x {name}: "
                   + (f"failed ({g['failed'][-160:]})" if "failed" in g else

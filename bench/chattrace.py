@@ -137,6 +137,15 @@ def all_miss_ms(latency_ms, us_per_block, token_ms, rate=100.0, seconds=300.0):
     return total / len(events), blocks / len(events)
 
 
+def trace_blocks(rate, seconds):
+    """The whole prompt blocks of every request of the trace (shared or control: the same),
+    for checking the simulators' blocks_hit + blocks_missed against."""
+    sizes = system_sizes()
+    convs, events = conversations(rate, seconds)
+    return sum(prompt_bytes(convs[cid], k, sizes[convs[cid]["system"]]) // BLOCK_BYTES
+               for _, cid, k in events)
+
+
 def write_trace(path, rate, seconds, shared=True):
     """Write the bodies, one per line; returns how many."""
     systems = system_prompts()
