@@ -56,7 +56,7 @@ def wait_port(port, proc, timeout=15):
             if getattr(proc, "log_path", None):
                 with open(proc.log_path, errors="replace") as f:
                     lines = f.read().strip().splitlines()
-                why = f": {lines[-1]}" if lines else ""
+                why = f": {lines[0]}" if lines else ""
             raise RuntimeError(f"{proc.args[3:5]} exited with {proc.returncode}{why}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1):
@@ -776,21 +776,29 @@ def start_chat_fleet(run):
     ports, procs = [], []
     for i in range(f["n"]):
         port = free_port()
-        procs.append(run.start([ACCELNET, "sim", "--listen", f"127.0.0.1:{port}", "--name",
-                                f"chat{i}", "--slots", str(f["slots"]), "--cache-blocks",
-                                str(f["cache_blocks"]), "--block-bytes", str(f["block_bytes"]),
-                                "--latency-ms", str(f["latency_ms"]), "--prefill-us-per-block",
-                                str(f["us_per_block"]), "--tokens", "16", "--token-ms",
-                                str(f["token_ms"]), "--jitter", str(f["jitter"])], port,
-                               name=f"chat{i}"))
+        argv = [ACCELNET, "sim", "--listen", f"127.0.0.1:{port}", "--name", f"chat{i}",
+                "--slots", str(f["slots"]), "--cache-blocks", str(f["cache_blocks"]),
+                "--block-bytes", str(f["block_bytes"]), "--latency-ms", str(f["latency_ms"]),
+                "--prefill-us-per-block", str(f["us_per_block"]), "--tokens", "16",
+                "--token-ms", str(f["token_ms"]), "--jitter", str(f["jitter"])]
+        try:
+            procs.append(run.start(argv, port, name=f"chat{i}"))
+        except RuntimeError:
+            for p in procs:
+                run.stop(p)
+            raise
         ports.append(port)
     return ports, procs
 
 
 def chat_run(run, name, rate, seconds, trace, timeout_s):
     """One contestant at one rate on a fresh, cold fleet: the loadgen's figures, plus the
-    simulators' block counts; {"failed": why} when the contestant does not start."""
-    ports, sims = start_chat_fleet(run)
+    simulators' block counts; {"failed": why} when the contestant (or a simulator: one
+    without --cache-blocks) does not start."""
+    try:
+        ports, sims = start_chat_fleet(run)
+    except RuntimeError as e:
+        return {"failed": f"simulator: {e}"}
     p = None
     try:
         try:
