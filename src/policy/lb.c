@@ -9,7 +9,7 @@
 
 static const struct lb_ops *const policies[] = {
     &lb_round_robin, &lb_weighted_round_robin, &lb_least_connections, &lb_p2c,
-    &lb_peak_ewma,   &lb_consistent_hash,      &lb_prefix_affinity,
+    &lb_peak_ewma,   &lb_consistent_hash,      &lb_prefix_affinity,   &lb_llm,
 };
 
 #define NPOLICIES (sizeof(policies) / sizeof(policies[0]))

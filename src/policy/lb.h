@@ -33,6 +33,11 @@ struct lb_candidate {
 	uint32_t latency_us; /* peak-EWMA time to first byte; 0: not measured (lb_ops.latency) */
 	uint8_t eligible;    /* up, under its concurrency cap, not already tried */
 	uint8_t busy;	     /* up but at its cap: it will free a slot */
+	/* lb_ops.blocks: what the caller knows of the prompt on this backend */
+	uint32_t hit_blocks; /* blocks of this prompt its prefix cache holds */
+	uint32_t base_us;    /* its fitted time to first token with everything cached */
+	uint32_t block_us;   /* ... plus this per block it must compute */
+	uint32_t service_us; /* its mean time to serve a whole request */
 };
 
 /* What the caller supplies for one pick. */
@@ -42,6 +47,9 @@ struct lb_draw {
 	uint64_t key;	  /* the request's affinity hash, when has_key */
 	unsigned waiting; /* requests that queue ahead of this one */
 	uint8_t has_key;
+	uint32_t blocks;    /* lb_ops.blocks: the prompt's whole blocks (0: no prompt) */
+	uint32_t waited_ms; /* how long it has queued already */
+	uint8_t home_only;  /* llm: take a slot only on a backend that holds part of the prompt */
 };
 
 enum { LB_NONE = -1, LB_WAIT = -2 };
@@ -63,6 +71,9 @@ struct lb_state {
 	/* options, read from the config by the policy's declaration (lb_ops.opts) */
 	unsigned load_factor_pct; /* bounded load: at most this % of the mean in flight */
 	unsigned wait_for_faster; /* peak-ewma: may answer LB_WAIT */
+	unsigned block_bytes;	  /* llm: prompt block size (http_prompt_blocks) */
+	unsigned cache_blocks;	  /* llm: what one backend's prefix cache holds, in blocks */
+	unsigned max_wait_ms;	  /* llm: waiting for the home backend stops after this */
 };
 
 struct lb_ops {
@@ -80,6 +91,8 @@ struct lb_ops {
 	unsigned latency : 1; /* reads latency_us: the caller must fill it */
 	unsigned keyed : 1;   /* reads key: the caller should hash the request (pool's hash:) */
 	unsigned prompt : 1;  /* keyed by the prompt's start, not by hash.key */
+	unsigned blocks : 1;  /* reads the prompt's blocks (hit_blocks...): the caller keeps a
+			       * prefix index per backend and fills them */
 };
 
 /* The policy called <name>, or NULL. */
@@ -109,5 +122,6 @@ extern const struct lb_ops lb_p2c;
 extern const struct lb_ops lb_peak_ewma;
 extern const struct lb_ops lb_consistent_hash;
 extern const struct lb_ops lb_prefix_affinity;
+extern const struct lb_ops lb_llm;
 
 #endif

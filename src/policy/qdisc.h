@@ -66,7 +66,11 @@ struct qdisc_ops {
 	struct qd_item *(*peek)(struct qdisc *q);
 	/* Take out the item peek() gives, as a grant: the turn moves on. */
 	struct qd_item *(*pop)(struct qdisc *q);
-	/* Take out <it> wherever it is (it gave up); the turn stays. */
+	/* The item after <it> in about the order grants would take them, or NULL: for looking
+	 * past the head (a slot that suits a later request better). NULL op: not offered. */
+	struct qd_item *(*next)(struct qdisc *q, struct qd_item *it);
+	/* Take out <it> wherever it is (it gave up, or took a slot out of turn); the turn
+	 * stays. */
 	void (*remove)(struct qdisc *q, struct qd_item *it);
 	/* The queue is full and <arriving> wants in: take out and return an item whose place
 	 * it should get instead, or NULL (it is turned away). NULL op: never. */

@@ -118,6 +118,28 @@ static void line_retire(struct qdisc *q, struct qd_tenant *t)
 	}
 }
 
+/* The first item of <t>'s line. */
+static struct qd_item *line_head(struct qd_tenant *t)
+{
+	return container_of(list_first(&t->items), struct qd_item, link);
+}
+
+/* After <it>: the rest of its tenant's line, then the next tenants' heads round the ring
+ * (each once), then the lower classes' turns: near enough the order of grants. */
+static struct qd_item *fair_next(struct qdisc *q, struct qd_item *it)
+{
+	struct qd_tenant *t = it->tq;
+	struct list_node *n = list_next(&t->items, &it->link);
+	if (n)
+		return container_of(n, struct qd_item, link);
+	if (t->next != q->turn[t->prio])
+		return line_head(t->next);
+	for (unsigned c = t->prio; c-- > 0;)
+		if (q->turn[c])
+			return line_head(q->turn[c]);
+	return NULL;
+}
+
 static void fair_remove(struct qdisc *q, struct qd_item *it)
 {
 	struct qd_tenant *t = it->tq;
@@ -172,6 +194,7 @@ const struct qdisc_ops qdisc_fair = {
     .push = fair_push,
     .peek = fair_peek,
     .pop = fair_pop,
+    .next = fair_next,
     .remove = fair_remove,
     .push_out = fair_push_out,
 };

@@ -35,6 +35,11 @@ static struct qd_item *fifo_peek(struct qdisc *q)
 	return item_of(list_first(&q->fifo));
 }
 
+static struct qd_item *fifo_next(struct qdisc *q, struct qd_item *it)
+{
+	return item_of(list_next(&q->fifo, &it->link));
+}
+
 static void fifo_remove(struct qdisc *q, struct qd_item *it)
 {
 	list_del(&q->fifo, &it->link);
@@ -56,6 +61,7 @@ const struct qdisc_ops qdisc_fifo = {
     .push = fifo_push,
     .peek = fifo_peek,
     .pop = fifo_pop,
+    .next = fifo_next,
     .remove = fifo_remove,
 };
 

@@ -40,6 +40,54 @@ static struct waiter *waiter_of(struct qd_item *it)
 	return it ? container_of(it, struct waiter, item) : NULL;
 }
 
+/* What a pick for <wt> knows. */
+static struct pick_hint hint_of(struct waiter *wt, uint64_t now_ms)
+{
+	return (struct pick_hint){
+	    .key = wt->key,
+	    .has_key = wt->has_key,
+	    .blocks = wt->blocks,
+	    .nblocks = wt->nblocks,
+	    .waited_ms = wt->state == W_QUEUED && now_ms > wt->queued_ms
+			     ? (uint32_t)(now_ms - wt->queued_ms)
+			     : 0,
+	    .missed = &wt->missed,
+	};
+}
+
+/* How far behind the head a freed slot looks for the request that gains most from it. */
+#define GRANT_LOOK_BEHIND 32
+
+/*
+ * balance: llm: a slot is free but the head of the line would rather wait for its own
+ * backend (or the pick said so for it). Look behind it: first for a waiter whose cached
+ * prefix is on a backend with a free slot, then for any waiter that takes a free slot.
+ * The item found, with its backend in *nb, or NULL.
+ */
+static struct qd_item *grant_look_behind(struct pool_rt *pool, uint64_t now_ms, uint64_t rnd,
+					 struct qd_item *head, struct backend **nb)
+{
+	struct pool_queue *q = &pool->queue;
+	if (!q->qd.ops->next)
+		return NULL;
+	for (int home_only = 1; home_only >= 0; home_only--) {
+		struct qd_item *it = home_only ? head : q->qd.ops->next(&q->qd, head);
+		for (unsigned k = 0; it && k < GRANT_LOOK_BEHIND;
+		     k++, it = q->qd.ops->next(&q->qd, it)) {
+			struct waiter *wt = waiter_of(it);
+			struct pick_hint h = hint_of(wt, now_ms);
+			int would_wait = 0;
+			h.home_only = home_only;
+			h.would_wait = &would_wait;
+			if ((*nb = pool_pick(pool, now_ms, rnd, &h)))
+				return it;
+			if (!would_wait)
+				return NULL; /* no backend has a free slot at all */
+		}
+	}
+	return NULL;
+}
+
 /* Grant slots to waiting requests while the balancer finds backends for them. With <self>
  * (a request just queued by this thread), a slot granted to it is returned instead of
  * being sent through the inbox. Under the queue lock. */
@@ -48,15 +96,25 @@ static struct backend *grant_locked(struct pool_rt *pool, uint64_t now_ms, uint6
 {
 	struct pool_queue *q = &pool->queue;
 	struct backend *mine = NULL;
-	struct waiter *wt;
-	while ((wt = waiter_of(q->qd.ops->peek(&q->qd)))) {
+	struct qd_item *head;
+	while ((head = q->qd.ops->peek(&q->qd))) {
+		struct waiter *wt = waiter_of(head);
 		/* ask on behalf of the last in line: would anyone rather have this slot? */
-		struct pick_hint h = {
-		    .waiting = q->qd.len - 1, .key = wt->key, .has_key = wt->has_key};
+		struct pick_hint h = hint_of(wt, now_ms);
+		int would_wait = 0;
+		h.waiting = q->qd.len - 1;
+		h.would_wait = &would_wait;
 		struct backend *nb = pool_pick(pool, now_ms, rnd, &h);
-		if (!nb)
-			break;
-		q->qd.ops->pop(&q->qd);
+		if (nb) {
+			q->qd.ops->pop(&q->qd);
+		} else {
+			struct qd_item *it;
+			if (!would_wait || !pool->conf->balance->blocks ||
+			    !(it = grant_look_behind(pool, now_ms, rnd, head, &nb)))
+				break;
+			q->qd.ops->remove(&q->qd, it);
+			wt = waiter_of(it);
+		}
 		pool_count(pool, PM_POOL_QUEUE_GRANTED, 1);
 		/* (another worker's clock may be a millisecond behind the one that queued it) */
 		pool_observe_us(pool, PM_POOL_QUEUE_WAIT,
@@ -90,7 +148,7 @@ enum admit_result admission_admit(struct pool_rt *pool, struct waiter *wt, uint6
 {
 	struct pool_queue *q = &pool->queue;
 	ASSERT(wt->state == W_IDLE);
-	struct pick_hint h = {.key = wt->key, .has_key = wt->has_key};
+	struct pick_hint h = hint_of(wt, now_ms);
 	if ((*out = pool_pick(pool, now_ms, rnd, &h)))
 		return ADMIT_PICKED;
 	if (!pool_has_capped_backend(pool, now_ms))

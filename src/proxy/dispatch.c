@@ -56,7 +56,12 @@ enum run dispatch_spill(struct exchange *x)
 static enum run connect_retry(struct exchange *x, const struct backend *exclude)
 {
 	struct worker *w = x->w;
-	struct pick_hint h = {.exclude = exclude, .key = x->wt.key, .has_key = x->wt.has_key};
+	struct pick_hint h = {.exclude = exclude,
+			      .key = x->wt.key,
+			      .has_key = x->wt.has_key,
+			      .blocks = x->wt.blocks,
+			      .nblocks = x->wt.nblocks,
+			      .missed = &x->wt.missed};
 	x->be = pool_pick(x->pool, loop_now(w->loop), rand_next(&w->rng), &h);
 	if (x->be)
 		return dispatch_attach(x);

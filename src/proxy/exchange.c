@@ -4,6 +4,7 @@
  * holds (see exchange.h).
  */
 #include "proxy/exchange.h"
+#include "proxy/llm.h"
 #include "core/clock.h"
 #include "core/rand.h"
 #include "proxy/admission.h"
@@ -123,6 +124,8 @@ void exchange_free_slot(struct exchange *x)
 {
 	if (!x->be || x->slot_freed)
 		return;
+	if (x->be->llm && x->connect_ms) /* its whole time there: a slot's turn, for llm */
+		llm_observe_service(x->be, (loop_now(x->w->loop) - x->connect_ms) * 1000);
 	admission_release(x->pool, x->be, loop_now(x->w->loop), rand_next(&x->w->rng));
 	x->slot_freed = 1;
 }
@@ -143,6 +146,8 @@ void exchange_free(struct exchange *x)
 			   x->resp_head && x->status < 400, end_ns / 1000);
 	buf_put(&w->bufs, x->uphead);
 	x->uphead = NULL;
+	llm_blocks_put(&w->llm_spares, x->llm_blocks);
+	x->llm_blocks = NULL;
 	list_del(&w->live_exchanges, &x->link);
 	list_push_front(&w->free_exchanges, &x->link);
 }
@@ -160,6 +165,7 @@ void exchange_drain_free(struct worker *w)
 	struct list_node *n;
 	while ((n = list_pop_front(&w->free_exchanges)))
 		free(container_of(n, struct exchange, link));
+	llm_spares_free(&w->llm_spares);
 }
 
 void exchange_count_response(const struct exchange *x, int status)

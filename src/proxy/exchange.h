@@ -137,6 +137,7 @@ struct exchange {
 	uint64_t rate_mark_ms, rate_mark_bytes; /* the current min_body_rate window began */
 	uint64_t last_ms;			/* last progress */
 	struct waiter wt;			/* waiting in the pool's queue for a slot */
+	uint64_t *llm_blocks; /* balance: llm: the prompt's blocks, lent by the worker (llm.h) */
 	const struct conf_route *route;
 	struct pool_rt *pool;
 	struct backend *be;

@@ -37,6 +37,9 @@ struct waiter {
 	uint64_t queued_ms;
 	uint64_t key; /* affinity hash for the balancer, when has_key */
 	int has_key;
+	const uint64_t *blocks; /* balance: llm: the prompt's block hashes, owned by the owner */
+	uint32_t nblocks;
+	uint32_t missed; /* ... set with a grant: the blocks the granted backend must compute */
 };
 
 struct pool_queue {

@@ -2,6 +2,7 @@
  * relay.c - reading request bodies and relaying both ways over HTTP/1 (see relay.h).
  */
 #include "proxy/relay.h"
+#include "proxy/llm.h"
 #include "core/clock.h"
 #include "http/prompt.h"
 #include "net/sock.h"
@@ -56,6 +57,17 @@ static enum run reply_bad_body(struct exchange *x, int bad)
 			      0);
 }
 
+/* balance: llm: the prompt's block hashes, in an array the worker lends (none: no prompt). */
+static void read_prompt_blocks(struct exchange *x, const char *body, size_t len)
+{
+	if (!x->llm_blocks && !(x->llm_blocks = llm_blocks_get(&x->w->llm_spares)))
+		return; /* out of memory: balanced as a request without a prompt */
+	long n = http_prompt_blocks(body, len, x->pool->conf->lb.block_bytes, x->llm_blocks,
+				    LLM_MAX_BLOCKS, NULL);
+	x->wt.blocks = x->llm_blocks;
+	x->wt.nblocks = n > 0 ? (uint32_t)n : 0;
+}
+
 enum run relay_await_body(struct client *cl)
 {
 	struct exchange *x = cl->x;
@@ -103,6 +115,8 @@ enum run relay_await_body(struct client *cl)
 		x->wt.has_key =
 		    http_prompt_key(buf_head(cl->in), have, 1, hc->prefix_bytes, &x->wt.key) == 1;
 		x->want_key = 0;
+		if (x->pool->conf->balance->blocks)
+			read_prompt_blocks(x, buf_head(cl->in), have);
 	}
 	return RUN_AGAIN;
 }
@@ -217,6 +231,8 @@ static enum run response_head(struct client *cl)
 		return response_interim(cl, h, (size_t)r);
 	uint64_t now_ns = clock_now_ns();
 	backend_observe(x->pool, x->be, loop_now(w->loop), (now_ns - x->sent_ns) / 1000, h->status);
+	if (x->be->llm && h->status < 400)
+		llm_observe_ttft(x->be, x->wt.missed, (now_ns - x->sent_ns) / 1000);
 	note_reported_load(x, h, loop_now(w->loop));
 	x->last_read_ns = now_ns;
 	x->log_ttfb_ns = now_ns;

@@ -8,6 +8,7 @@
  * /metrics and /status are written from it.
  */
 #include "proxy/runtime.h"
+#include "proxy/llm.h"
 #include "core/check.h"
 #include "core/clock.h"
 #include "core/log.h"
@@ -531,7 +532,7 @@ int runtime_create(const struct conf *conf, struct runtime **out)
 			goto fail;
 		rc = -ENOMEM;
 		p->backends = calloc(pc->nbackends, sizeof(*p->backends));
-		if (!p->backends)
+		if (!p->backends || (pc->balance->blocks && llm_fit_new(&p->llm) < 0))
 			goto fail;
 		for (size_t j = 0; j < pc->nbackends; j++) {
 			struct backend *b = &p->backends[j];
@@ -541,6 +542,8 @@ int runtime_create(const struct conf *conf, struct runtime **out)
 			b->tls = p->tls;
 			snprintf(b->name, sizeof(b->name), "%s", pc->backends[j].ep.address);
 			atomic_init(&b->up, 1);
+			if (pc->balance->blocks && llm_backend_init(b, &pc->lb, p->llm) < 0)
+				goto fail;
 		}
 	}
 	if ((rc = runtime_create_metrics(rt)) < 0)
@@ -557,7 +560,10 @@ void runtime_destroy(struct runtime *rt)
 	if (!rt)
 		return;
 	for (size_t i = 0; rt->pools && i < rt->npools; i++) {
+		for (size_t j = 0; rt->pools[i].backends && j < rt->pools[i].nbackends; j++)
+			llm_backend_free(&rt->pools[i].backends[j]);
 		free(rt->pools[i].backends);
+		free(rt->pools[i].llm);
 		net_tls_ctx_free(rt->pools[i].tls);
 		if (rt->pools[i].conf)
 			pool_queue_destroy(&rt->pools[i].queue);
@@ -775,14 +781,24 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 		    .eligible = usable && (!cap || inflight < cap),
 		    .busy = usable && cap && inflight >= cap,
 		};
+		if (lb->blocks && (cand[i].eligible || cand[i].busy))
+			llm_candidate(b, h->blocks, h->nblocks, &cand[i]);
 	}
-	struct lb_draw d = {
-	    .rnd = rnd, .key = h->key, .has_key = (uint8_t)h->has_key, .waiting = h->waiting};
+	struct lb_draw d = {.rnd = rnd,
+			    .key = h->key,
+			    .has_key = (uint8_t)h->has_key,
+			    .waiting = h->waiting,
+			    .blocks = h->nblocks,
+			    .waited_ms = h->waited_ms,
+			    .home_only = (uint8_t)h->home_only};
 	for (size_t attempt = 0; attempt < n; attempt++) {
 		d.ticket = atomic_fetch_add_explicit(&p->ticket, 1, memory_order_relaxed);
 		int idx = lb->pick(&p->conf->lb, cand, n, &d);
-		if (idx < 0)
+		if (idx < 0) {
+			if (idx == LB_WAIT && h->would_wait)
+				*h->would_wait = 1;
 			break;
+		}
 		struct backend *b = &p->backends[idx];
 		unsigned cap = b->conf->max_concurrency;
 		unsigned before = atomic_fetch_add_explicit(&b->inflight, 1, memory_order_relaxed);
@@ -796,6 +812,11 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 			continue;
 		}
 		backend_count(b, PM_BACKEND_REQUESTS, 1);
+		if (lb->blocks) {
+			llm_picked(b, h->blocks, h->nblocks, cand[idx].hit_blocks);
+			if (h->missed)
+				*h->missed = h->nblocks - cand[idx].hit_blocks;
+		}
 		return b;
 	}
 	return NULL;

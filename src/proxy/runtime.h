@@ -138,6 +138,7 @@ struct backend {
 	atomic_uint_fast64_t ejected_ms;  /* when it was last ejected (0: never) */
 	struct metrics *metrics;	  /* the runtime's registry */
 	struct ssl_ctx_st *tls;		  /* its pool's TLS context (pools.tls); NULL: plain */
+	struct llm_backend *llm;	  /* balance: llm: its prefix index and fit (proxy/llm.h) */
 	/* health-check bookkeeping: the main thread only */
 	unsigned hc_ok, hc_fail;
 };
@@ -152,6 +153,7 @@ struct pool_rt {
 	atomic_uint_fast64_t ticket;	  /* one per pick, shared by all workers */
 	atomic_int_fast64_t retry_tokens; /* retry budget, in thousandths of a retry */
 	struct pool_queue queue;	  /* requests waiting for a slot */
+	struct llm_fit *llm;		  /* balance: llm: its backends' TTFT fit (proxy/llm.h) */
 };
 
 struct runtime {
@@ -238,6 +240,13 @@ struct pick_hint {
 	unsigned waiting;	       /* requests queued ahead of this one */
 	uint64_t key;		       /* affinity hash, when has_key */
 	int has_key;
+	/* balance: llm */
+	const uint64_t *blocks; /* the prompt's block hashes (http_prompt_blocks) */
+	uint32_t nblocks;
+	uint32_t waited_ms; /* how long it has queued */
+	int home_only;	    /* a freed slot looking for the waiter whose prefix it holds */
+	uint32_t *missed;   /* out, may be NULL: the blocks the chosen backend must compute */
+	int *would_wait;    /* out, may be NULL: set when NULL means "wait", not "nothing" */
 };
 
 /*

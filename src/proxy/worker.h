@@ -22,6 +22,7 @@
 #include "guard/limits.h"
 #include "net/tls_listen.h"
 #include "proxy/admission.h"
+#include "proxy/llm.h"
 #include "proxy/runtime.h"
 
 #include <netinet/in.h>
@@ -101,6 +102,7 @@ struct worker {
 	struct loop_timer accept_timer; /* accepting again after running out of descriptors */
 	atomic_int drain_requested;
 	uint64_t rng;
+	struct llm_spares llm_spares; /* prompt block arrays to lend (balance: llm) */
 	atomic_uint_fast64_t turns;   /* loop turns done: written by this worker only */
 	struct http_head head;	      /* parse scratch, for request and response heads alike */
 	struct admission_inbox inbox; /* requests granted a slot by other workers */

@@ -218,7 +218,7 @@ static void errors_point_at_the_problem(void **state)
 		 "t.yaml:4:14:", "unknown policy 'fastest'");
 	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    balance: p2c\n"
 		 "    backends: [127.0.0.1:1]\n    hash: {key: path}\n",
-		 "t.yaml:6:11:", "'hash' is for consistent-hash and prefix-affinity");
+		 "t.yaml:6:11:", "'hash' is for consistent-hash, prefix-affinity and llm");
 	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    balance: prefix-affinity\n"
 		 "    backends: [127.0.0.1:1]\n    hash: {key: path}\n",
 		 "t.yaml:6:11:", "prefix-affinity hashes the prompt");
@@ -327,7 +327,7 @@ static void balancer_keys_come_from_their_declarations(void **state)
 	load_bad("listen: [127.0.0.1:8080]\npools:\n  - name: a\n    backends: [127.0.0.1:1]\n"
 		 "    hash: {balance_factor: 150}\n",
 		 "t.yaml:5:11:",
-		 "'hash' is for consistent-hash and prefix-affinity balancing, not "
+		 "'hash' is for consistent-hash, prefix-affinity and llm balancing, not "
 		 "round-robin");
 	load_bad(
 	    "listen: [127.0.0.1:8080]\npools:\n  - name: a\n    backends: [127.0.0.1:1]\n"

@@ -1,0 +1,104 @@
+/*
+ * lb_llm.c - routing LLM requests on the expected time to their first token.
+ *
+ * For each backend that is up, the expected time until this request's first token there is
+ *
+ *     wait + base + per_block x (prompt blocks - blocks of it already in its prefix cache)
+ *
+ * wait: nothing while it has a free slot; at its cap, one slot's turn (its mean service
+ * time / slots) for each request beyond the free ones, counting the requests others sent it
+ * (reported load). A backend without max_concurrency is taken to run LLM_UNCAPPED_SLOTS
+ * requests side by side. base and per_block are fitted online per backend from measured
+ * time to first byte against the blocks it had to compute (policy/ttft_fit.h); the blocks
+ * held come from the caller's per-backend prefix index (policy/prefix_index.h). The request
+ * goes to the backend with the least expected time; ties go to the least loaded, then by
+ * the draw.
+ *
+ * Affinity under overload: when the best backend is at its cap but still beats every free
+ * one (recomputing the prefix elsewhere costs more than waiting for a slot here), the answer
+ * is LB_WAIT and the request queues for it, until it has waited max_wait_ms: then it takes
+ * the best free slot, so nobody starves. The queue, when a slot frees, first looks (among
+ * the first waiters) for one whose cached prefix is on a backend with a free slot
+ * (home_only), so the slot goes to the request that gains most from it, then serves the
+ * line in order.
+ *
+ * Without a prompt (blocks 0) every backend misses alike, and this is least expected wait:
+ * work-conserving, like least-connections with the backends' measured speeds.
+ */
+#include "policy/lb.h"
+
+#define LLM_UNCAPPED_SLOTS 8
+
+/* Requests side by side on <c>. */
+static unsigned slots_of(const struct lb_candidate *c)
+{
+	return c->slots ? c->slots : LLM_UNCAPPED_SLOTS;
+}
+
+/* Expected microseconds until the first token of this request on <c>. */
+static double first_token_us(const struct lb_candidate *c, const struct lb_draw *d)
+{
+	unsigned slots = slots_of(c);
+	double wait = 0;
+	if (c->inflight >= slots) /* every slot taken: one turn per request beyond them */
+		wait = (double)(c->inflight - slots + 1) * c->service_us / slots;
+	uint32_t miss = d->blocks > c->hit_blocks ? d->blocks - c->hit_blocks : 0;
+	return wait + c->base_us + (double)c->block_us * miss;
+}
+
+/* Is a better than b, costs equal or not: the cheaper, then the less loaded. */
+static int better(const struct lb_candidate *a, double ca, const struct lb_candidate *b, double cb)
+{
+	if (ca != cb)
+		return ca < cb;
+	return lb_less_loaded(a, b);
+}
+
+static int llm_pick(const struct lb_state *st, const struct lb_candidate *c, size_t n,
+		    const struct lb_draw *d)
+{
+	int best = LB_NONE, free_best = LB_NONE;
+	double best_us = 0, free_us = 0;
+	size_t start = n ? (size_t)(d->rnd % n) : 0; /* ties: whoever the draw meets first */
+	for (size_t k = 0; k < n; k++) {
+		size_t i = (start + k) % n;
+		if (!c[i].eligible && !c[i].busy)
+			continue;
+		double us = first_token_us(&c[i], d);
+		if (best == LB_NONE || better(&c[i], us, &c[best], best_us)) {
+			best = (int)i;
+			best_us = us;
+		}
+		if (c[i].eligible &&
+		    (free_best == LB_NONE || better(&c[i], us, &c[free_best], free_us))) {
+			free_best = (int)i;
+			free_us = us;
+		}
+	}
+	if (d->home_only) /* a freed slot looks for the request whose prefix it holds */
+		return best >= 0 && best == free_best && c[best].hit_blocks ? best : LB_WAIT;
+	if (free_best == LB_NONE)
+		return LB_NONE;
+	if (best != free_best && d->waited_ms < st->max_wait_ms)
+		return LB_WAIT; /* a busy backend holds it and will be quicker: wait for it */
+	return free_best;
+}
+
+/* llm.block_bytes, llm.cache_blocks, llm.max_wait_ms: see docs/config.md. */
+static const struct policy_opt llm_opts[] = {
+    {"llm", "block_bytes", POLICY_OPT_UINT, offsetof(struct lb_state, block_bytes), 16, 4096, 256},
+    {"llm", "cache_blocks", POLICY_OPT_UINT, offsetof(struct lb_state, cache_blocks), 16, 16777216,
+     65536},
+    {"llm", "max_wait_ms", POLICY_OPT_UINT, offsetof(struct lb_state, max_wait_ms), 0, 600000,
+     2000},
+    {NULL, NULL, 0, 0, 0, 0, 0},
+};
+
+const struct lb_ops lb_llm = {
+    .name = "llm",
+    .pick = llm_pick,
+    .opts = llm_opts,
+    .keyed = 1,
+    .prompt = 1,
+    .blocks = 1,
+};

@@ -1,0 +1,143 @@
+/*
+ * llm.c - per-backend prefix index and TTFT fit, per-request block arrays (see llm.h).
+ */
+#include "proxy/llm.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+/* A whole request's time: each sample moves the mean by this share. */
+#define SERVICE_WEIGHT 16
+
+static void fit_init(struct llm_fit *f)
+{
+	atomic_flag_clear(&f->busy);
+	ttft_fit_init(&f->fit);
+	f->ready = 0;
+	uint32_t base, block;
+	ttft_fit_solve(&f->fit, &base, &block);
+	atomic_init(&f->base_us, base);
+	atomic_init(&f->block_us, block);
+}
+
+int llm_fit_new(struct llm_fit **out)
+{
+	if (!(*out = malloc(sizeof(**out))))
+		return -ENOMEM;
+	fit_init(*out);
+	return 0;
+}
+
+int llm_backend_init(struct backend *b, const struct lb_state *st, struct llm_fit *pool)
+{
+	struct llm_backend *l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	if (prefix_index_new(st->cache_blocks, &l->prefix) < 0) {
+		free(l);
+		return -ENOMEM;
+	}
+	fit_init(&l->fit);
+	l->pool = pool;
+	atomic_init(&l->service_us, TTFT_FIT_BASE_US);
+	b->llm = l;
+	return 0;
+}
+
+void llm_backend_free(struct backend *b)
+{
+	if (!b->llm)
+		return;
+	prefix_index_free(b->llm->prefix);
+	free(b->llm);
+	b->llm = NULL;
+}
+
+void llm_candidate(const struct backend *b, const uint64_t *blocks, uint32_t n,
+		   struct lb_candidate *c)
+{
+	const struct llm_backend *l = b->llm;
+	/* its own line once it has one (ready is only ever set), else the pool's */
+	const struct llm_fit *f =
+	    atomic_load_explicit(&l->own_ready, memory_order_relaxed) ? &l->fit : l->pool;
+	c->hit_blocks = n ? (uint32_t)prefix_index_match(l->prefix, blocks, n) : 0;
+	c->base_us = atomic_load_explicit(&f->base_us, memory_order_relaxed);
+	c->block_us = atomic_load_explicit(&f->block_us, memory_order_relaxed);
+	c->service_us = atomic_load_explicit(&l->service_us, memory_order_relaxed);
+}
+
+void llm_picked(struct backend *b, const uint64_t *blocks, uint32_t n, uint32_t hit)
+{
+	struct llm_backend *l = b->llm;
+	if (n && !l->exact)
+		prefix_index_insert(l->prefix, blocks, n); /* its prefill will leave them there */
+	atomic_fetch_add_explicit(&l->picked, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&l->prompt_blocks, n, memory_order_relaxed);
+	atomic_fetch_add_explicit(&l->missed_blocks, n - hit, memory_order_relaxed);
+}
+
+/* Add a sample to <f>; 1 when its line is ready. */
+static int fit_add(struct llm_fit *f, uint32_t missed, uint64_t us)
+{
+	if (atomic_flag_test_and_set_explicit(&f->busy, memory_order_acquire))
+		return 0; /* another worker is adding one: this sample is one among many */
+	ttft_fit_add(&f->fit, missed, (double)us);
+	uint32_t base, block;
+	ttft_fit_solve(&f->fit, &base, &block);
+	f->ready = f->ready || ttft_fit_ready(&f->fit);
+	int ready = f->ready;
+	atomic_flag_clear_explicit(&f->busy, memory_order_release);
+	atomic_store_explicit(&f->base_us, base, memory_order_relaxed);
+	atomic_store_explicit(&f->block_us, block, memory_order_relaxed);
+	return ready;
+}
+
+void llm_observe_ttft(struct backend *b, uint32_t missed, uint64_t us)
+{
+	struct llm_backend *l = b->llm;
+	if (!l)
+		return;
+	fit_add(l->pool, missed, us);
+	if (fit_add(&l->fit, missed, us))
+		atomic_store_explicit(&l->own_ready, 1, memory_order_relaxed);
+}
+
+void llm_observe_service(struct backend *b, uint64_t total_us)
+{
+	struct llm_backend *l = b->llm;
+	if (!l)
+		return;
+	uint32_t sample = total_us > UINT32_MAX ? UINT32_MAX : (uint32_t)total_us;
+	uint32_t cur = atomic_load_explicit(&l->service_us, memory_order_relaxed);
+	/* racing updates may lose one: each is one sample among many */
+	cur = cur + (uint32_t)(((int64_t)sample - cur) / SERVICE_WEIGHT);
+	atomic_store_explicit(&l->service_us, cur, memory_order_relaxed);
+}
+
+/* A spare array starts with the link to the next. */
+uint64_t *llm_blocks_get(struct llm_spares *s)
+{
+	uint64_t *a = s->head;
+	if (a) {
+		s->head = (void *)(uintptr_t)a[0];
+		return a;
+	}
+	return malloc(LLM_MAX_BLOCKS * sizeof(uint64_t));
+}
+
+void llm_blocks_put(struct llm_spares *s, uint64_t *blocks)
+{
+	if (!blocks)
+		return;
+	blocks[0] = (uint64_t)(uintptr_t)s->head;
+	s->head = blocks;
+}
+
+void llm_spares_free(struct llm_spares *s)
+{
+	uint64_t *a;
+	while ((a = s->head)) {
+		s->head = (void *)(uintptr_t)a[0];
+		free(a);
+	}
+}

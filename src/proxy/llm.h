@@ -1,0 +1,73 @@
+/*
+ * llm.h - what balance: llm keeps per backend and per request (policy/lb_llm.c decides).
+ *
+ * Per backend: a prefix index (policy/prefix_index.h) of the prompt blocks its KV cache
+ * holds, fed by the prompts routed to it (or, with backends[].kv_events, by the engine's own
+ * events: then routing adds no guesses), and a fit of its time to first token against the
+ * blocks it had to compute (policy/ttft_fit.h) plus its mean service time, which the pick
+ * reads as plain atomics. Until a backend's own samples suffice for a line, the pool's fit
+ * over all its backends stands in (backends of a pool are mostly alike), and before that
+ * the prior. Per request: the prompt's block hashes, read from the buffered
+ * body once, in an array lent by the worker (kept for reuse: no allocation per request once
+ * warm), held until the exchange ends because a queued request is picked for again.
+ */
+#ifndef ACCELNET_PROXY_LLM_H
+#define ACCELNET_PROXY_LLM_H
+
+#include "policy/lb.h"
+#include "policy/prefix_index.h"
+#include "policy/ttft_fit.h"
+#include "proxy/runtime.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define LLM_MAX_BLOCKS 1024 /* blocks read from one prompt: 256 KiB at 256-byte blocks */
+
+/* A fit of time to first token, shared by the workers. */
+struct llm_fit {
+	atomic_flag busy;     /* one sample at a time; a sample meeting another is dropped */
+	struct ttft_fit fit;  /* under busy */
+	int ready;	      /* under busy: ttft_fit_ready() */
+	atomic_uint base_us;  /* the solved line, for the pick */
+	atomic_uint block_us; /* ... */
+};
+
+struct llm_backend {
+	struct prefix_index *prefix;
+	int exact; /* kept by the engine's KV events: routing adds no guesses */
+	struct llm_fit
+	    *pool;	    /* the pool's fit over all its backends: used until its own is ready */
+	struct llm_fit fit; /* its own */
+	atomic_int own_ready;	/* its own fit has a line: the pick reads it, not the pool's */
+	atomic_uint service_us; /* EWMA of a whole request's time on it */
+	atomic_uint_fast64_t picked, missed_blocks, prompt_blocks; /* for /status */
+};
+
+/* A pool's shared fit. 0 or -ENOMEM. */
+int llm_fit_new(struct llm_fit **out);
+/* Set up b->llm for a pool balanced by llm (lb_state gives cache_blocks), sharing the pool's
+ * fit <pool>. 0 or -ENOMEM. */
+int llm_backend_init(struct backend *b, const struct lb_state *st, struct llm_fit *pool);
+void llm_backend_free(struct backend *b);
+
+/* Fill the llm fields of <c> for backend <b> and the request's blocks. */
+void llm_candidate(const struct backend *b, const uint64_t *blocks, uint32_t n,
+		   struct lb_candidate *c);
+/* The request with <n> blocks went to <b>, which holds <hit> of them. */
+void llm_picked(struct backend *b, const uint64_t *blocks, uint32_t n, uint32_t hit);
+/* <b> answered after <us> with <missed> blocks to compute; a whole request took <total_us>
+ * (0: not known yet). */
+void llm_observe_ttft(struct backend *b, uint32_t missed, uint64_t us);
+void llm_observe_service(struct backend *b, uint64_t total_us);
+
+/* A worker's spare block arrays. */
+struct llm_spares {
+	void *head;
+};
+/* An array of LLM_MAX_BLOCKS hashes, or NULL (out of memory). */
+uint64_t *llm_blocks_get(struct llm_spares *s);
+void llm_blocks_put(struct llm_spares *s, uint64_t *blocks);
+void llm_spares_free(struct llm_spares *s);
+
+#endif
