@@ -28,7 +28,7 @@ int llm_fit_new(struct llm_fit **out)
 	return 0;
 }
 
-int llm_backend_init(struct backend *b, const struct lb_state *st, struct llm_fit *pool)
+int llm_backend_new(const struct lb_state *st, struct llm_fit *pool, struct llm_backend **out)
 {
 	struct llm_backend *l = calloc(1, sizeof(*l));
 	if (!l)
@@ -40,23 +40,21 @@ int llm_backend_init(struct backend *b, const struct lb_state *st, struct llm_fi
 	fit_init(&l->fit);
 	l->pool = pool;
 	atomic_init(&l->service_us, TTFT_FIT_BASE_US);
-	b->llm = l;
+	*out = l;
 	return 0;
 }
 
-void llm_backend_free(struct backend *b)
+void llm_backend_free(struct llm_backend *l)
 {
-	if (!b->llm)
+	if (!l)
 		return;
-	prefix_index_free(b->llm->prefix);
-	free(b->llm);
-	b->llm = NULL;
+	prefix_index_free(l->prefix);
+	free(l);
 }
 
-void llm_candidate(const struct backend *b, const uint64_t *blocks, uint32_t n,
+void llm_candidate(const struct llm_backend *l, const uint64_t *blocks, uint32_t n,
 		   struct lb_candidate *c)
 {
-	const struct llm_backend *l = b->llm;
 	/* its own line once it has one (ready is only ever set), else the pool's */
 	const struct llm_fit *f =
 	    atomic_load_explicit(&l->own_ready, memory_order_relaxed) ? &l->fit : l->pool;
@@ -66,9 +64,8 @@ void llm_candidate(const struct backend *b, const uint64_t *blocks, uint32_t n,
 	c->service_us = atomic_load_explicit(&l->service_us, memory_order_relaxed);
 }
 
-void llm_picked(struct backend *b, const uint64_t *blocks, uint32_t n, uint32_t hit)
+void llm_picked(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t hit)
 {
-	struct llm_backend *l = b->llm;
 	if (n && !l->exact)
 		prefix_index_insert(l->prefix, blocks, n); /* its prefill will leave them there */
 	atomic_fetch_add_explicit(&l->picked, 1, memory_order_relaxed);
@@ -92,21 +89,15 @@ static int fit_add(struct llm_fit *f, uint32_t missed, uint64_t us)
 	return ready;
 }
 
-void llm_observe_ttft(struct backend *b, uint32_t missed, uint64_t us)
+void llm_observe_ttft(struct llm_backend *l, uint32_t missed, uint64_t us)
 {
-	struct llm_backend *l = b->llm;
-	if (!l)
-		return;
 	fit_add(l->pool, missed, us);
 	if (fit_add(&l->fit, missed, us))
 		atomic_store_explicit(&l->own_ready, 1, memory_order_relaxed);
 }
 
-void llm_observe_service(struct backend *b, uint64_t total_us)
+void llm_observe_service(struct llm_backend *l, uint64_t total_us)
 {
-	struct llm_backend *l = b->llm;
-	if (!l)
-		return;
 	uint32_t sample = total_us > UINT32_MAX ? UINT32_MAX : (uint32_t)total_us;
 	uint32_t cur = atomic_load_explicit(&l->service_us, memory_order_relaxed);
 	/* racing updates may lose one: each is one sample among many */

@@ -17,7 +17,6 @@
 #include "policy/lb.h"
 #include "policy/prefix_index.h"
 #include "policy/ttft_fit.h"
-#include "proxy/runtime.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -46,20 +45,20 @@ struct llm_backend {
 
 /* A pool's shared fit. 0 or -ENOMEM. */
 int llm_fit_new(struct llm_fit **out);
-/* Set up b->llm for a pool balanced by llm (lb_state gives cache_blocks), sharing the pool's
- * fit <pool>. 0 or -ENOMEM. */
-int llm_backend_init(struct backend *b, const struct lb_state *st, struct llm_fit *pool);
-void llm_backend_free(struct backend *b);
+/* A backend's state in a pool balanced by llm (lb_state gives cache_blocks), sharing the
+ * pool's fit <pool>. 0 or -ENOMEM. */
+int llm_backend_new(const struct lb_state *st, struct llm_fit *pool, struct llm_backend **out);
+void llm_backend_free(struct llm_backend *l);
 
-/* Fill the llm fields of <c> for backend <b> and the request's blocks. */
-void llm_candidate(const struct backend *b, const uint64_t *blocks, uint32_t n,
+/* Fill the llm fields of <c> for the backend of <l> and the request's blocks. */
+void llm_candidate(const struct llm_backend *l, const uint64_t *blocks, uint32_t n,
 		   struct lb_candidate *c);
-/* The request with <n> blocks went to <b>, which holds <hit> of them. */
-void llm_picked(struct backend *b, const uint64_t *blocks, uint32_t n, uint32_t hit);
-/* <b> answered after <us> with <missed> blocks to compute; a whole request took <total_us>
- * (0: not known yet). */
-void llm_observe_ttft(struct backend *b, uint32_t missed, uint64_t us);
-void llm_observe_service(struct backend *b, uint64_t total_us);
+/* The request with <n> blocks went to the backend of <l>, which holds <hit> of them. */
+void llm_picked(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t hit);
+/* Its backend answered after <us> with <missed> blocks to compute. */
+void llm_observe_ttft(struct llm_backend *l, uint32_t missed, uint64_t us);
+/* A whole request took <total_us> there. */
+void llm_observe_service(struct llm_backend *l, uint64_t total_us);
 
 /* A worker's spare block arrays. */
 struct llm_spares {

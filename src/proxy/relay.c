@@ -232,7 +232,7 @@ static enum run response_head(struct client *cl)
 	uint64_t now_ns = clock_now_ns();
 	backend_observe(x->pool, x->be, loop_now(w->loop), (now_ns - x->sent_ns) / 1000, h->status);
 	if (x->be->llm && h->status < 400)
-		llm_observe_ttft(x->be, x->wt.missed, (now_ns - x->sent_ns) / 1000);
+		llm_observe_ttft(x->be->llm, x->wt.missed, (now_ns - x->sent_ns) / 1000);
 	note_reported_load(x, h, loop_now(w->loop));
 	x->last_read_ns = now_ns;
 	x->log_ttfb_ns = now_ns;

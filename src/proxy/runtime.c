@@ -542,7 +542,7 @@ int runtime_create(const struct conf *conf, struct runtime **out)
 			b->tls = p->tls;
 			snprintf(b->name, sizeof(b->name), "%s", pc->backends[j].ep.address);
 			atomic_init(&b->up, 1);
-			if (pc->balance->blocks && llm_backend_init(b, &pc->lb, p->llm) < 0)
+			if (pc->balance->blocks && llm_backend_new(&pc->lb, p->llm, &b->llm) < 0)
 				goto fail;
 		}
 	}
@@ -561,7 +561,7 @@ void runtime_destroy(struct runtime *rt)
 		return;
 	for (size_t i = 0; rt->pools && i < rt->npools; i++) {
 		for (size_t j = 0; rt->pools[i].backends && j < rt->pools[i].nbackends; j++)
-			llm_backend_free(&rt->pools[i].backends[j]);
+			llm_backend_free(rt->pools[i].backends[j].llm);
 		free(rt->pools[i].backends);
 		free(rt->pools[i].llm);
 		net_tls_ctx_free(rt->pools[i].tls);
@@ -782,7 +782,7 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 		    .busy = usable && cap && inflight >= cap,
 		};
 		if (lb->blocks && (cand[i].eligible || cand[i].busy))
-			llm_candidate(b, h->blocks, h->nblocks, &cand[i]);
+			llm_candidate(b->llm, h->blocks, h->nblocks, &cand[i]);
 	}
 	struct lb_draw d = {.rnd = rnd,
 			    .key = h->key,
@@ -813,7 +813,7 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 		}
 		backend_count(b, PM_BACKEND_REQUESTS, 1);
 		if (lb->blocks) {
-			llm_picked(b, h->blocks, h->nblocks, cand[idx].hit_blocks);
+			llm_picked(b->llm, h->blocks, h->nblocks, cand[idx].hit_blocks);
 			if (h->missed)
 				*h->missed = h->nblocks - cand[idx].hit_blocks;
 		}
