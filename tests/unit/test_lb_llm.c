@@ -1,0 +1,158 @@
+/*
+ * test_lb_llm.c - balance: llm over plain arrays: the backend holding the prompt wins while
+ * it has a slot; a long queue there sends it elsewhere; a busy home is waited for only while
+ * waiting is cheaper and for at most max_wait_ms; a freed slot's home_only question; without a
+ * prompt, the least loaded. And the TTFT fit: the prior, then a line through the samples.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "policy/lb.h"
+#include "policy/ttft_fit.h"
+
+static const struct lb_state st = {.block_bytes = 64, .cache_blocks = 1024, .max_wait_ms = 500};
+
+/* n backends, 4 slots each, none in flight, 20 ms + 1 ms a block, 300 ms a request. */
+static void fleet(struct lb_candidate *c, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		c[i] = (struct lb_candidate){.weight = 1,
+					     .slots = 4,
+					     .eligible = 1,
+					     .base_us = 20000,
+					     .block_us = 1000,
+					     .service_us = 300000};
+}
+
+static void busy(struct lb_candidate *c)
+{
+	c->inflight = c->slots;
+	c->eligible = 0;
+	c->busy = 1;
+}
+
+static void home_wins_while_it_has_a_slot(void **state)
+{
+	(void)state;
+	struct lb_candidate c[4];
+	fleet(c, 4);
+	struct lb_draw d = {.blocks = 200};
+	c[2].hit_blocks = 150;
+	c[2].inflight = 3; /* loaded, but a slot is free */
+	for (uint64_t r = 0; r < 8; r++) {
+		d.rnd = r;
+		assert_int_equal(lb_llm.pick(&st, c, 4, &d), 2);
+	}
+	/* a short hit is not worth a queue of two turns: 150 ms to wait, 10 ms saved */
+	c[2].hit_blocks = 10;
+	busy(&c[2]);
+	c[2].inflight = 6;
+	d.rnd = 1;
+	int p = lb_llm.pick(&st, c, 4, &d);
+	assert_true(p >= 0 && p != 2);
+}
+
+static void busy_home_waited_for_then_not(void **state)
+{
+	(void)state;
+	struct lb_candidate c[4];
+	fleet(c, 4);
+	/* 200 blocks, 190 held by a busy backend: 75 ms for its slot + 30 ms beats 220 ms */
+	c[1].hit_blocks = 190;
+	busy(&c[1]);
+	struct lb_draw d = {.blocks = 200, .rnd = 3};
+	assert_int_equal(lb_llm.pick(&st, c, 4, &d), LB_WAIT);
+	/* the freed slot asks: is your prefix on a backend with a free slot? not yet */
+	d.home_only = 1;
+	assert_int_equal(lb_llm.pick(&st, c, 4, &d), LB_WAIT);
+	c[1].inflight = 3;
+	c[1].eligible = 1;
+	c[1].busy = 0;
+	assert_int_equal(lb_llm.pick(&st, c, 4, &d), 1);
+	/* a request that holds nothing anywhere is not anyone's to take out of turn */
+	c[1].hit_blocks = 0;
+	assert_int_equal(lb_llm.pick(&st, c, 4, &d), LB_WAIT);
+	/* waited max_wait_ms: the best free slot, no longer the home */
+	busy(&c[1]);
+	c[1].hit_blocks = 190;
+	d.home_only = 0;
+	d.waited_ms = 500;
+	int p = lb_llm.pick(&st, c, 4, &d);
+	assert_true(p >= 0 && p != 1);
+	/* nothing free at all: none (the caller queues), not wait */
+	for (int i = 0; i < 4; i++)
+		busy(&c[i]);
+	d.waited_ms = 0;
+	assert_int_equal(lb_llm.pick(&st, c, 4, &d), LB_NONE);
+}
+
+static void no_prompt_is_least_loaded(void **state)
+{
+	(void)state;
+	struct lb_candidate c[3];
+	fleet(c, 3);
+	c[0].inflight = 3;
+	c[1].inflight = 1;
+	c[2].inflight = 2;
+	/* the slots are free on all three: equal expected times, the least loaded wins */
+	struct lb_draw d = {.blocks = 0};
+	for (uint64_t r = 0; r < 6; r++) {
+		d.rnd = r;
+		assert_int_equal(lb_llm.pick(&st, c, 3, &d), 1);
+	}
+	/* a faster backend (by its fit) wins over a less loaded one */
+	c[2].base_us = 5000;
+	assert_int_equal(lb_llm.pick(&st, c, 3, &d), 2);
+	/* down backends are never chosen */
+	c[2].eligible = 0;
+	assert_int_equal(lb_llm.pick(&st, c, 3, &d), 1);
+}
+
+static void fit_learns_a_line(void **state)
+{
+	(void)state;
+	struct ttft_fit f;
+	uint32_t base, block;
+	ttft_fit_init(&f);
+	ttft_fit_solve(&f, &base, &block);
+	assert_int_equal(base, TTFT_FIT_BASE_US);
+	assert_int_equal(block, TTFT_FIT_BLOCK_US);
+	/* one size of miss only: the prior's slope through the samples' mean */
+	for (int i = 0; i < 10; i++)
+		ttft_fit_add(&f, 100, 250000);
+	assert_false(ttft_fit_ready(&f));
+	ttft_fit_solve(&f, &base, &block);
+	assert_int_equal(block, TTFT_FIT_BLOCK_US);
+	assert_int_equal(base, 250000 - 100 * TTFT_FIT_BLOCK_US);
+	/* misses of several sizes on a 30 ms + 1.5 ms a block engine */
+	for (int i = 0; i < 200; i++) {
+		double m = (i * 37) % 250;
+		ttft_fit_add(&f, m, 30000 + 1500 * m);
+	}
+	assert_true(ttft_fit_ready(&f));
+	ttft_fit_solve(&f, &base, &block);
+	assert_in_range(base, 29000, 31000);
+	assert_in_range(block, 1450, 1550);
+	/* noise that slopes down never makes a miss look cheap */
+	ttft_fit_init(&f);
+	for (int i = 0; i < 50; i++)
+		ttft_fit_add(&f, i % 10, 100000 - 1000 * (i % 10));
+	ttft_fit_solve(&f, &base, &block);
+	assert_int_equal(block, 0);
+	ttft_fit_add(&f, -1, 5); /* ignored */
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(home_wins_while_it_has_a_slot),
+	    cmocka_unit_test(busy_home_waited_for_then_not),
+	    cmocka_unit_test(no_prompt_is_least_loaded),
+	    cmocka_unit_test(fit_learns_a_line),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
