@@ -4,12 +4,18 @@
  *
  * The caller keeps, per backend, a peak-EWMA of its time to first byte (a sample above the
  * average replaces it at once; lower ones pull it down slowly; with no samples it decays
- * toward zero, so a backend that was slow once is tried again later). The cost of one more
+ * toward the backend's usual latency, a slow plain average, so a backend that was slow once
+ * is tried again later; once measured it never reads 0 again). The cost of one more
  * request on a backend is that latency scaled by the load it would meet: with a cap of s
  * slots requests run side by side, so lat * (inflight + s) / s; with no cap the backend
  * queues them itself, so lat * (inflight + 1); both per unit of weight. Two eligible
  * backends are drawn at random and the cheaper wins, which spreads load without herding on
- * one "best" backend. An unmeasured backend costs nothing, so it gets measured.
+ * one "best" backend.
+ *
+ * An unmeasured backend (a new one, or every one at start) is probed with one request: idle,
+ * it costs nothing, so it gets measured; while that probe is in flight it is costed as if it
+ * were as slow as the slowest measured backend (or, with none measured, by load alone), so
+ * an opening burst spreads instead of all landing on the one backend nobody has timed yet.
  *
  * With wait_for_faster, waiting can beat a slow free slot. When every fast backend is at its
  * cap, the only free slot
@@ -25,16 +31,34 @@
  */
 #include "policy/lb.h"
 
-/* Expected time for <c> to serve one more request, in microseconds. */
-static double expected_us(const struct lb_candidate *c)
+/* Expected time for <c> to serve one more request, in microseconds, were its latency <lat>. */
+static double expected_at(const struct lb_candidate *c, double lat)
 {
-	double lat = c->latency_us;
 	return c->slots ? lat * (c->inflight + c->slots) / c->slots : lat * (c->inflight + 1);
 }
 
-static double cost(const struct lb_candidate *c)
+static double expected_us(const struct lb_candidate *c)
 {
-	return expected_us(c) / c->weight;
+	return expected_at(c, c->latency_us);
+}
+
+/* The latency an unmeasured backend with a probe in flight is taken to have: the slowest
+ * measured one's among those up, or 1 (load alone decides) when none is measured. */
+static uint32_t unmeasured_us(const struct lb_candidate *c, size_t n)
+{
+	uint32_t slowest = 0;
+	for (size_t i = 0; i < n; i++)
+		if ((c[i].eligible || c[i].busy) && c[i].latency_us > slowest)
+			slowest = c[i].latency_us;
+	return slowest ? slowest : 1;
+}
+
+static double cost(const struct lb_candidate *c, uint32_t unmeasured)
+{
+	if (c->latency_us)
+		return expected_us(c) / c->weight;
+	/* idle: free, so it gets measured; probed: assumed no faster than the slowest */
+	return c->inflight ? expected_at(c, unmeasured) / c->weight : 0;
 }
 
 /* Would a request with <waiting> ahead of it finish sooner on a busy backend than on <e>? */
@@ -61,7 +85,8 @@ static int ewma_pick(const struct lb_state *st, const struct lb_candidate *c, si
 	int a, b;
 	if (!lb_draw_two(c, n, d->rnd, &a, &b))
 		return LB_NONE;
-	int e = cost(&c[b]) < cost(&c[a]) ? b : a;
+	uint32_t unmeasured = !c[a].latency_us || !c[b].latency_us ? unmeasured_us(c, n) : 0;
+	int e = cost(&c[b], unmeasured) < cost(&c[a], unmeasured) ? b : a;
 	return st->wait_for_faster && better_to_wait(c, n, &c[e], d->waiting) ? LB_WAIT : e;
 }
 

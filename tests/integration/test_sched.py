@@ -40,6 +40,24 @@ def test_peak_ewma_sends_to_the_faster_backend(env):
     assert lat[f"127.0.0.1:{slow.port}"] > lat[f"127.0.0.1:{fast.port}"] > 0, lat
 
 
+def test_peak_ewma_probes_a_fresh_backend_with_one_request(env):
+    sims = {n: env.sim(n, latency_ms=600, jitter=0, token_ms=0) for n in ("a", "b")}
+    px = env.proxy("pools:\n" + _capped("gpu", [s.port for s in sims.values()], 0,
+                                        "peak-ewma"))
+    # one answer measures one backend; the other is still untimed
+    st, h, _ = complete(px.port)
+    measured = served_by(h)
+    fresh = "b" if measured == "a" else "a"
+    n = 8
+    with concurrent.futures.ThreadPoolExecutor(n) as ex:
+        got = list(ex.map(lambda _: complete(px.port), range(n)))
+    assert [g[0] for g in got] == [200] * n, got
+    seen = [served_by(g[1]) for g in got]
+    # it gets its probe and its share, not the whole burst (it read as free until its
+    # first answer came back, 600 ms later)
+    assert 1 <= seen.count(fresh) < n and seen.count(measured) >= 2, seen
+
+
 def _prompt(text):
     return json.dumps({"model": "m", "prompt": text, "max_tokens": 4})
 

@@ -198,12 +198,69 @@ static void peak_ewma_prefers_fast_and_counts_load(void **state)
 	c[0] = cand(300, 0, 0);
 	c[1] = cand(100, 3, 0);
 	assert_int_equal(ewma(c, 2, 0, rand_next(&rng)), 0);
-	/* an unmeasured backend looks cheapest, so it gets measured */
+	/* an idle unmeasured backend looks cheapest, so it gets measured */
 	c[0] = cand(0, 0, 4);
 	c[1] = cand(100, 0, 4);
 	assert_int_equal(ewma(c, 2, 0, rand_next(&rng)), 0);
+	/* with its probe in flight it is no longer preferred */
+	c[0] = cand(0, 1, 4);
+	assert_int_equal(ewma(c, 2, 0, rand_next(&rng)), 1);
 	c[0].eligible = c[1].eligible = 0;
 	assert_int_equal(ewma(c, 2, 0, rand_next(&rng)), LB_NONE);
+}
+
+/* Play a burst of <n> picks, each staying in flight; count where they went. */
+static void burst(struct lb_candidate *c, size_t nc, int n, int *counts)
+{
+	uint64_t rng = 17;
+	for (int k = 0; k < n; k++) {
+		int i = ewma(c, nc, 0, rand_next(&rng));
+		assert_true(i >= 0);
+		counts[i]++;
+		c[i].inflight++;
+		c[i].eligible = !c[i].slots || c[i].inflight < c[i].slots;
+		c[i].busy = !c[i].eligible;
+	}
+}
+
+/* An opening burst at a pool with one backend nobody has timed yet: one request probes it,
+ * the rest do not all land on it (they did, while it read as free until its first answer). */
+static void peak_ewma_probes_an_unmeasured_backend_once(void **state)
+{
+	(void)state;
+	/* no cap, as fast as the measured one: after the probe it is costed as the slowest
+	 * measured (the same here), so the burst splits */
+	struct lb_candidate c[2] = {cand(100, 0, 0), cand(0, 0, 0)};
+	int counts[2] = {0};
+	burst(c, 2, 8, counts);
+	assert_true(counts[1] >= 1 && counts[1] <= 5);
+	assert_true(counts[0] >= 3);
+	/* with caps: the fresh one gets its probe, then the measured ones' free slots come
+	 * first while they are cheaper than the slowest with one more */
+	struct lb_candidate d[3] = {cand(100, 0, 8), cand(300, 0, 8), cand(0, 0, 8)};
+	int dc[3] = {0};
+	burst(d, 3, 6, dc);
+	assert_int_equal(dc[2], 1);
+	/* the fresh one is costed as the slowest (300 ms), not better */
+	d[0] = cand(100, 0, 4), d[1] = cand(300, 0, 4), d[2] = cand(0, 1, 4);
+	uint64_t rng = 9;
+	for (int k = 0; k < 50; k++)
+		assert_int_not_equal(ewma(d, 3, 0, rand_next(&rng)), 2);
+	/* once measured, costed as measured */
+	d[2] = cand(50, 1, 4);
+	int fast = 0;
+	for (int k = 0; k < 300; k++)
+		fast += ewma(d, 3, 0, rand_next(&rng)) == 2;
+	assert_true(fast > 100);
+	/* none measured: load alone decides, one probe each before any gets a second */
+	struct lb_candidate e[4] = {cand(0, 0, 0), cand(0, 0, 0), cand(0, 0, 0), cand(0, 0, 0)};
+	int ec[4] = {0};
+	burst(e, 4, 8, ec);
+	for (int i = 0; i < 4; i++)
+		assert_true(ec[i] >= 1 && ec[i] <= 3);
+	/* the only eligible backend is taken, measured or not */
+	struct lb_candidate f[2] = {cand(0, 3, 0), cand(100, 4, 4)};
+	assert_int_equal(ewma(f, 2, 0, 1), 0);
 }
 
 static void peak_ewma_waits_for_a_fast_slot(void **state)
@@ -345,6 +402,7 @@ int main(void)
 	    cmocka_unit_test(p2c_avoids_the_busiest),
 	    cmocka_unit_test(p2c_two_distinct_choices),
 	    cmocka_unit_test(peak_ewma_prefers_fast_and_counts_load),
+	    cmocka_unit_test(peak_ewma_probes_an_unmeasured_backend_once),
 	    cmocka_unit_test(peak_ewma_waits_for_a_fast_slot),
 	    cmocka_unit_test(hash_spreads_and_is_stable),
 	    cmocka_unit_test(hash_bounded_load_and_yielding),
