@@ -13,6 +13,18 @@
  * next backend for the same key, which keeps some locality even then. If every backend is
  * above its bound the first eligible one on the walk takes it; without a key the request
  * goes to the less loaded of two random backends.
+ *
+ * prefix-affinity measures its bound against the OTHER backends: a backend takes the request
+ * while it has fewer than load_factor x the mean in flight per unit of weight over the other
+ * backends up (counting this request among theirs; never below 2). A miss costs a whole
+ * prefill, so it holds on harder (300 %) -- and a factor that large over the mean of all
+ * backends never binds on a small pool: that mean includes the home backend's own load, so
+ * with 2 backends 300 % of it is 1.5 x everything in flight, with 3 it is all of it plus one,
+ * and a hot prefix stayed on one backend however many waited there while the others idled
+ * (unless max_concurrency stopped it). Against the others' mean the bound means the same on
+ * any pool: a home carries at most about 3 x what its peers do before a prefix spills (2
+ * backends, the other idle: the 4th request at once spills). With one backend up there is
+ * nothing to spill to.
  */
 #include "policy/lb.h"
 
@@ -79,8 +91,26 @@ static uint32_t ring_find(const struct lb_state *st, uint64_t key)
 	return lo == st->nring ? 0 : lo;
 }
 
-static int hash_pick(const struct lb_state *st, const struct lb_candidate *c, size_t n,
-		     const struct lb_draw *d)
+/* <i>'s bound: requests in flight below which it takes this one. <inflight> and <weight> are
+ * the pool's (the backends up), <inflight> counting this request; <others>: measured against
+ * the other backends' mean (prefix-affinity), else against the whole pool's (Mirrokni). */
+static uint64_t hash_bound(const struct lb_state *st, const struct lb_candidate *ci,
+			   uint64_t inflight, uint64_t weight, int others)
+{
+	if (others) {
+		inflight -= ci->inflight;
+		weight -= ci->weight;
+		if (!weight)
+			return UINT64_MAX; /* alone: nowhere to spill */
+	}
+	/* inflight < ceil(lf * total * w / W), in integers */
+	uint64_t bound =
+	    (st->load_factor_pct * inflight * ci->weight + 100 * weight - 1) / (100 * weight);
+	return bound < HASH_MIN_BOUND ? HASH_MIN_BOUND : bound;
+}
+
+static int hash_walk(const struct lb_state *st, const struct lb_candidate *c, size_t n,
+		     const struct lb_draw *d, int others)
 {
 	if (!d->has_key || !st->nring)
 		return lb_p2c.pick(st, c, n, d); /* nothing to be affine to */
@@ -104,17 +134,24 @@ static int hash_pick(const struct lb_state *st, const struct lb_candidate *c, si
 		distinct++;
 		if (!c[i].eligible)
 			continue;
-		/* inflight < ceil(lf * total * w / W), in integers */
-		uint64_t bound = (st->load_factor_pct * inflight * c[i].weight + 100 * weight - 1) /
-				 (100 * weight);
-		if (bound < HASH_MIN_BOUND)
-			bound = HASH_MIN_BOUND;
-		if (c[i].inflight < bound)
+		if (c[i].inflight < hash_bound(st, &c[i], inflight, weight, others))
 			return (int)i;
 		if (fallback == LB_NONE)
 			fallback = (int)i;
 	}
 	return fallback;
+}
+
+static int hash_pick(const struct lb_state *st, const struct lb_candidate *c, size_t n,
+		     const struct lb_draw *d)
+{
+	return hash_walk(st, c, n, d, 0);
+}
+
+static int prefix_pick(const struct lb_state *st, const struct lb_candidate *c, size_t n,
+		       const struct lb_draw *d)
+{
+	return hash_walk(st, c, n, d, 1);
 }
 
 /* hash.balance_factor: the bound, in percent of the mean load (see above). */
@@ -124,8 +161,8 @@ static const struct policy_opt hash_opts[] = {
     {NULL, NULL, 0, 0, 0, 0, 0},
 };
 
-/* A prefix-affinity miss costs a whole prefill, and max_concurrency already bounds a backend:
- * it holds on harder. */
+/* A prefix-affinity miss costs a whole prefill: it holds on harder, against the others' mean
+ * (see above). */
 static const struct policy_opt prefix_opts[] = {
     {"hash", "balance_factor", POLICY_OPT_UINT, offsetof(struct lb_state, load_factor_pct), 100,
      1000, 300},
@@ -143,7 +180,7 @@ const struct lb_ops lb_consistent_hash = {
 const struct lb_ops lb_prefix_affinity = {
     .name = "prefix-affinity",
     .prepare = hash_prepare,
-    .pick = hash_pick,
+    .pick = prefix_pick,
     .opts = prefix_opts,
     .keyed = 1,
     .prompt = 1,

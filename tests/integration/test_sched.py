@@ -99,6 +99,26 @@ def test_prefix_affinity_yields_when_its_backend_is_saturated(env):
     assert status(px.admin)["pools"][0]["queue"]["enqueued"] == 0
 
 
+def test_prefix_affinity_spills_a_hot_prefix_on_two_backends(env):
+    # no max_concurrency: before, 300 % of the mean over both backends was more than all
+    # in flight, so every request of one prefix waited on one backend while the other idled
+    sims = [env.sim(f"s{i}", latency_ms=2000, jitter=0, token_ms=0, slots=16)
+            for i in range(2)]
+    px = env.proxy("pools:\n" + _capped("gpu", [s.port for s in sims], 0, "prefix-affinity"))
+    body = _prompt("the same long shared system prompt " * 10)
+    n = 8
+    with concurrent.futures.ThreadPoolExecutor(n) as ex:
+        futs = []
+        for k in range(1, n + 1):
+            futs.append(ex.submit(complete, px.port, body))
+            wait_until(lambda k=k: _inflight(px) == k, f"{k} requests in service")
+        got = [f.result() for f in futs]
+    assert [g[0] for g in got] == [200] * n
+    seen = [served_by(g[1]) for g in got]
+    # home takes up to 3 x the other's load (counting the new one): 6 there, 2 spilled
+    assert sorted(seen.count(s) for s in ("s0", "s1")) == [2, 6], seen
+
+
 def test_consistent_hash_by_header(env):
     sims = [env.sim(f"s{i}", latency_ms=1, jitter=0, token_ms=0) for i in range(3)]
     px = env.proxy("pools:\n" + _capped("gpu", [s.port for s in sims], 0, "consistent-hash",

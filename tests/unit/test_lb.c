@@ -375,6 +375,89 @@ static void hash_bounded_load_and_yielding(void **state)
 	lb_state_free(&st);
 }
 
+/* One hot prefix, every request in flight at once: where each went. */
+static void prefix_burst(const struct lb_state *st, struct lb_candidate *c, size_t n, int k,
+			 int *counts)
+{
+	for (int r = 0; r < k; r++) {
+		struct lb_draw d = {.key = 777, .has_key = 1, .rnd = (uint64_t)r};
+		int i = lb_prefix_affinity.pick(st, c, n, &d);
+		assert_true(i >= 0);
+		counts[i]++;
+		c[i].inflight++;
+	}
+}
+
+/* prefix-affinity's bound is against the other backends' mean: on 2 or 3 backends without
+ * max_concurrency a hot prefix spills once its home carries 3 x its peers (it never did: 300 %
+ * of the mean over all backends is more than everything in flight there). */
+static void prefix_affinity_spills_on_small_pools(void **state)
+{
+	(void)state;
+	unsigned w[4] = {1, 1, 1, 1};
+	struct lb_state st = {0};
+	struct lb_candidate c[4];
+	assert_int_equal(lb_prefix_affinity.prepare(&st, w, hnames, 2), 0);
+	st.load_factor_pct = 300; /* the default conf/ reads in */
+	set(c, 2, w);
+	int counts[4] = {0};
+	struct lb_draw d = {.key = 777, .has_key = 1};
+	int home = lb_prefix_affinity.pick(&st, c, 2, &d);
+	/* the other idle: three at home (bound ceil(3 x 1) = 3), the 4th spills */
+	prefix_burst(&st, c, 2, 3, counts);
+	assert_int_equal(counts[home], 3);
+	prefix_burst(&st, c, 2, 1, counts);
+	assert_int_equal(counts[!home], 1);
+	/* then home takes up to 3 x (1 + 1) = 6 before the next spill: 8 at once -> 6 and 2 */
+	prefix_burst(&st, c, 2, 4, counts);
+	assert_int_equal(counts[home], 6);
+	assert_int_equal(counts[!home], 2);
+	/* a deep burst settles near 3 : 1 */
+	prefix_burst(&st, c, 2, 92, counts);
+	assert_true(counts[home] >= 70 && counts[home] <= 78);
+	/* low load stays home (never a bound below 2) */
+	set(c, 2, w);
+	c[home].inflight = 1;
+	assert_int_equal(lb_prefix_affinity.pick(&st, c, 2, &d), home);
+	/* one backend up: nowhere to spill */
+	c[!home].eligible = 0;
+	c[home].inflight = 50;
+	assert_int_equal(lb_prefix_affinity.pick(&st, c, 2, &d), home);
+	lb_state_free(&st);
+
+	/* three backends: the hot prefix reaches past its home too */
+	assert_int_equal(lb_prefix_affinity.prepare(&st, w, hnames, 3), 0);
+	st.load_factor_pct = 300;
+	set(c, 3, w);
+	memset(counts, 0, sizeof(counts));
+	prefix_burst(&st, c, 3, 12, counts);
+	/* home takes while under 3 x the mean of the other two (plus this one): 8, and the
+	 * overflow always to the same next backend: 4; the third is left alone */
+	home = lb_prefix_affinity.pick(&st,
+				       (struct lb_candidate[3]){{.weight = 1, .eligible = 1},
+								{.weight = 1, .eligible = 1},
+								{.weight = 1, .eligible = 1}},
+				       3, &d);
+	int used = 0;
+	for (int i = 0; i < 3; i++)
+		used += counts[i] > 0;
+	assert_int_equal(used, 2);
+	assert_int_equal(counts[home], 8);
+	lb_state_free(&st);
+
+	/* consistent-hash keeps Mirrokni's bound over the whole pool's mean: at 125 % on 2
+	 * backends, the other idle, home yields at 2 (ceil(1.25 x 3 / 2) = 2) */
+	st = (struct lb_state){0};
+	assert_int_equal(lb_consistent_hash.prepare(&st, w, hnames, 2), 0);
+	set(c, 2, w);
+	home = hashed(&st, c, 2, 777);
+	c[home].inflight = 2;
+	assert_int_equal(hashed(&st, c, 2, 777), !home);
+	c[home].inflight = 1;
+	assert_int_equal(hashed(&st, c, 2, 777), home);
+	lb_state_free(&st);
+}
+
 static void hash_weights_take_more_keys(void **state)
 {
 	(void)state;
@@ -406,6 +489,7 @@ int main(void)
 	    cmocka_unit_test(peak_ewma_waits_for_a_fast_slot),
 	    cmocka_unit_test(hash_spreads_and_is_stable),
 	    cmocka_unit_test(hash_bounded_load_and_yielding),
+	    cmocka_unit_test(prefix_affinity_spills_on_small_pools),
 	    cmocka_unit_test(hash_weights_take_more_keys),
 	};
 	return cmocka_run_group_tests_name("balancers", tests, NULL, NULL);
