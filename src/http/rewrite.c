@@ -329,20 +329,6 @@ static int json_text(char *out, size_t cap, const char *s)
 	return (int)o;
 }
 
-int rewrite_sse_error(char *out, size_t cap, int status, const char *detail, const char *request_id)
-{
-	char ev[512], msg[300];
-	json_text(msg, sizeof(msg), detail); /* a line break in it would end the data line */
-	int n = snprintf(ev, sizeof(ev),
-			 "event: error\ndata: {\"error\":{\"status\":%d,\"message\":\"%s\","
-			 "\"type\":\"proxy_error\"}%s%s%s}\n\n",
-			 status, msg, request_id ? ",\"request_id\":\"" : "",
-			 request_id ? request_id : "", request_id ? "\"" : "");
-	if (n < 0 || (size_t)n >= sizeof(ev))
-		return -1;
-	return chunk(out, cap, ev, n, 1);
-}
-
 /* The "type" and "code" the OpenAI API gives an error of <status>. */
 static void openai_kind(int status, const char **type, const char **code)
 {
@@ -364,20 +350,52 @@ static void openai_kind(int status, const char **type, const char **code)
 	}
 }
 
+/* The error object (the part inside {"error": ...}) for <e>: the OpenAI API's on an OpenAI
+ * route, else the proxy's own. Its length, or -1. */
+static int error_object(char *out, size_t cap, const struct rewrite_error_info *e)
+{
+	char msg[300];
+	json_text(msg, sizeof(msg), e->detail); /* a line break in it would end an SSE data line */
+	int n;
+	if (e->openai) {
+		const char *type, *code;
+		openai_kind(e->status, &type, &code);
+		if (e->openai_type)
+			type = e->openai_type;
+		n = snprintf(out, cap,
+			     "{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,\"code\":%s%s%s}",
+			     msg, type, code ? "\"" : "", code ? code : "null", code ? "\"" : "");
+	} else {
+		n = snprintf(out, cap,
+			     "{\"status\":%d,\"message\":\"%s\",\"type\":\"proxy_error\"}",
+			     e->status, msg);
+	}
+	return n < 0 || (size_t)n >= cap ? -1 : n;
+}
+
+int rewrite_sse_error(char *out, size_t cap, const struct rewrite_error_info *e)
+{
+	char ev[512], obj[400];
+	const char *rid = e->request_id;
+	if (error_object(obj, sizeof(obj), e) < 0)
+		return -1;
+	int n = snprintf(ev, sizeof(ev), "event: error\ndata: {\"error\":%s%s%s%s}\n\n", obj,
+			 rid ? ",\"request_id\":\"" : "", rid ? rid : "", rid ? "\"" : "");
+	if (n < 0 || (size_t)n >= sizeof(ev))
+		return -1;
+	return chunk(out, cap, ev, n, 1);
+}
+
 int rewrite_error(char *buf, size_t cap, const struct rewrite_error_info *e)
 {
-	char body[768], msg[300], extra[160] = ""; /* Retry-After, or a 401's challenges */
+	char body[768], obj[400], extra[160] = ""; /* Retry-After, or a 401's challenges */
 	char timing[160] = "";
 	const char *rid = e->request_id;
 	int blen;
 	if (e->openai) {
-		const char *type, *code;
-		openai_kind(e->status, &type, &code);
-		json_text(msg, sizeof(msg), e->detail);
-		blen = snprintf(body, sizeof(body),
-				"{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,"
-				"\"code\":%s%s%s}%s%s%s}\n",
-				msg, type, code ? "\"" : "", code ? code : "null", code ? "\"" : "",
+		if (error_object(obj, sizeof(obj), e) < 0)
+			obj[0] = '\0';
+		blen = snprintf(body, sizeof(body), "{\"error\":%s%s%s%s}\n", obj,
 				rid ? ",\"request_id\":\"" : "", rid ? rid : "", rid ? "\"" : "");
 	} else {
 		blen = snprintf(body, sizeof(body), "%d %s: %s%s%s%s\n", e->status,

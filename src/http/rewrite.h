@@ -80,6 +80,8 @@ struct rewrite_error_info {
 	unsigned retry_after_s;	  /* not 0: Retry-After */
 	unsigned challenges;	  /* a 401's WWW-Authenticate: REWRITE_CHALLENGE_* (0: Bearer) */
 	int openai;		  /* routes.api openai: the OpenAI error JSON, not text/plain */
+	const char *openai_type;  /* ... its "type" in place of the status's (a token limit's
+				     429: "tokens"), or NULL */
 	const char *more_headers; /* whole CRLF-ended header lines, or NULL */
 	const char *timing;	  /* the X-Accelnet-Timing value, or NULL */
 };
@@ -106,10 +108,12 @@ int rewrite_error(char *out, size_t cap, const struct rewrite_error_info *e);
 int rewrite_sse_head(char *out, size_t cap, const char *request_id);
 /* One chunk holding an SSE comment line. */
 int rewrite_sse_comment(char *out, size_t cap, const char *text);
-/* One chunk holding an SSE "error" event for <status> (<detail> escaped as a JSON string,
- * so it stays on its data line; "request_id" unless NULL), then the last chunk. */
-int rewrite_sse_error(char *out, size_t cap, int status, const char *detail,
-		      const char *request_id);
+/* One chunk holding an SSE "error" event for <e> (its detail escaped as a JSON string, so it
+ * stays on its data line), then the last chunk: data {"error": OBJECT, "request_id": ID}
+ * (no request_id when NULL), OBJECT being the OpenAI error object as rewrite_error() writes
+ * it on an OpenAI route, else {"status", "message", "type": "proxy_error"}. Only status,
+ * detail, request_id, openai and openai_type are read. */
+int rewrite_sse_error(char *out, size_t cap, const struct rewrite_error_info *e);
 
 /* "100 Continue", answered for the backend (Expect is not forwarded). Length or -1. */
 int rewrite_continue(char *out, size_t cap);

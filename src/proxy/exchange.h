@@ -107,6 +107,7 @@ struct exchange {
 	const char *identity; /* the tenant routes.auth authenticated (identity_buf), or NULL */
 	char identity_buf[APIKEYS_TENANT_MAX + 1];
 	unsigned retry_after_s;	 /* a 429's Retry-After */
+	const char *limit_type;	 /* ... its OpenAI error type: "requests" or "tokens" (quota.c) */
 	char limit_headers[160]; /* ... and its X-RateLimit-* lines (quota.c), or "" */
 	struct limit_hold hold;	 /* what it holds of the route's limits (guard/limits.h) */
 	struct usage_scan usage; /* the response's token usage, while tok_on (tally.c) */

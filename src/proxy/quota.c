@@ -20,10 +20,17 @@ static unsigned secs_up(uint64_t us)
 	return s > 86400 * 365 ? 86400 * 365 : (unsigned)s;
 }
 
-/* 429 for <why>: Retry-After when waiting helps, and the X-RateLimit-* lines. */
-static enum run refuse(struct exchange *x, const struct limit_refusal *why, const char *detail)
+/* A concurrency cap passes again when one of the tenant's requests ends, which cannot be
+ * known: the client is told to come back in this many seconds. */
+#define QUOTA_CONCURRENCY_RETRY_S 1
+
+/* 429 for <why>: Retry-After (until a rate or token bucket would let it pass; a second for a
+ * concurrency cap), the X-RateLimit-* lines, and the OpenAI error type (<type>). */
+static enum run refuse(struct exchange *x, const struct limit_refusal *why, const char *detail,
+		       const char *type)
 {
-	x->retry_after_s = why->wait_us ? secs_up(why->wait_us) : 0;
+	x->retry_after_s = why->wait_us ? secs_up(why->wait_us) : QUOTA_CONCURRENCY_RETRY_S;
+	x->limit_type = type;
 	snprintf(x->limit_headers, sizeof(x->limit_headers),
 		 "X-RateLimit-Limit: %llu\r\nX-RateLimit-Remaining: %llu\r\n"
 		 "X-RateLimit-Reset: %u\r\n",
@@ -37,7 +44,7 @@ static enum run refuse_rate(struct exchange *x, const struct limit_refusal *why)
 	char detail[80];
 	snprintf(detail, sizeof(detail), "request rate limit reached (routes.rate_limit.%s)",
 		 why->what);
-	return refuse(x, why, detail);
+	return refuse(x, why, detail, "requests");
 }
 
 enum run quota_guard_address(struct exchange *x)
@@ -60,7 +67,8 @@ enum run quota_guard(struct exchange *x)
 		return refuse_rate(x, &why);
 	if (limits_take_hold(l, x->hold.tenant, &x->hold.conc, &why) < 0)
 		return refuse(x, &why,
-			      "this tenant has routes.rate_limit.concurrency requests in flight");
+			      "this tenant has routes.rate_limit.concurrency requests in flight",
+			      "requests");
 	/* until the body says otherwise: the default reservation, the prompt from its size */
 	x->hold.max_tokens = l->default_max_tokens;
 	x->hold.prompt_est = x->req.framing == HTTP_BODY_LENGTH ? x->req.left / 4 : 0;
@@ -88,7 +96,8 @@ enum run quota_reserve(struct exchange *x)
 	struct limit_refusal why;
 	uint64_t n = x->hold.prompt_est + x->hold.max_tokens;
 	if (limits_reserve_tokens(l, x->hold.tenant, n, clock_now_ns() / 1000, &why) < 0)
-		return refuse(x, &why, "token limit reached (routes.rate_limit.tokens_per_minute)");
+		return refuse(x, &why, "token limit reached (routes.rate_limit.tokens_per_minute)",
+			      "tokens");
 	x->hold.charged = n;
 	x->hold.reserved = 1;
 	return RUN_AGAIN;

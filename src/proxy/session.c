@@ -24,6 +24,10 @@
 #include <unistd.h>
 
 #define LINGER_MS 2000
+/* Retry-After on the proxy's 503s (a full queue, no backend up, a queue wait that timed out):
+ * when a slot frees cannot be known, and a second is long enough not to hammer a pool that is
+ * short of capacity, short enough that a client backing off is back when a slot is. */
+#define SESSION_RETRY_AFTER_S 1
 /* A ClientHello is a few hundred bytes; one declaring more than this is refused before
  * OpenSSL buffers it (post-quantum key shares stay well under it). */
 #define TLS_HELLO_MAX 16384
@@ -59,30 +63,29 @@ static enum run session_reply(struct client *cl, int status, const char *detail,
 		keep = 0;
 	if (w->draining || session_last_request(cl))
 		keep = 0;
+	struct rewrite_error_info e = {
+	    .status = status,
+	    .detail = detail,
+	    .keep_alive = keep,
+	    .request_id = rid,
+	    /* every 429 and 503 of the proxy's says when to come back: a limit, when it would
+	     * pass (quota.c); a full queue or no backend, in a second */
+	    .retry_after_s = status == 503	  ? SESSION_RETRY_AFTER_S
+			     : status == 429 && x ? x->retry_after_s
+						  : 0,
+	    .challenges = route ? auth_challenges(route->auth) : 0,
+	    .openai = route && route->api == CONF_API_OPENAI,
+	    .openai_type = status == 429 && x ? x->limit_type : NULL,
+	    .more_headers = status == 429 && x ? x->limit_headers : NULL,
+	};
 	int n = -1;
-	if (client_out_buf(cl))
+	if (client_out_buf(cl)) {
+		if (x && x->want_timing && debugreq_timing(x, 1, timing, sizeof(timing)) > 0)
+			e.timing = timing;
 		n = x && x->early_head
-			? rewrite_sse_error(cl->out->data + cl->out->end, buf_room(cl->out), status,
-					    detail, rid)
-			: rewrite_error(
-			      cl->out->data + cl->out->end, buf_room(cl->out),
-			      &(struct rewrite_error_info){
-				  .status = status,
-				  .detail = detail,
-				  .keep_alive = keep,
-				  .request_id = rid,
-				  .timing =
-				      x && x->want_timing &&
-					      debugreq_timing(x, 1, timing, sizeof(timing)) > 0
-					  ? timing
-					  : NULL,
-				  .retry_after_s = status == 503	? 1
-						   : status == 429 && x ? x->retry_after_s
-									: 0,
-				  .challenges = route ? auth_challenges(route->auth) : 0,
-				  .openai = route && route->api == CONF_API_OPENAI,
-				  .more_headers = status == 429 && x ? x->limit_headers : NULL,
-			      });
+			? rewrite_sse_error(cl->out->data + cl->out->end, buf_room(cl->out), &e)
+			: rewrite_error(cl->out->data + cl->out->end, buf_room(cl->out), &e);
+	}
 	if (!x)
 		access_log_refusal(w, cl->ip, n < 0 ? 0 : status, refused_id,
 				   n > 0 ? (uint64_t)n : 0, cl->in ? buf_head(cl->in) : NULL,

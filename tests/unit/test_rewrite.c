@@ -280,8 +280,10 @@ static void error_response(void **state)
 {
 	(void)state;
 	int n = rewrite_error(out, sizeof(out),
-			      &(struct rewrite_error_info){503, "no backend available", 0, "rid", 2,
-							   0, 0, NULL, NULL});
+			      &(struct rewrite_error_info){.status = 503,
+							   .detail = "no backend available",
+							   .request_id = "rid",
+							   .retry_after_s = 2});
 	assert_true(n > 0);
 	out[n] = '\0';
 	assert_non_null(strstr(out, "HTTP/1.1 503 Service Unavailable\r\n"));
@@ -347,6 +349,15 @@ static void openai_error_response(void **state)
 				 strstr(out, "WWW-Authenticate: Basic realm=\"accelnet\"");
 		assert_int_equal(challenged, cases[i].status == 401);
 	}
+	/* a token limit's 429 says so in its type, as the OpenAI API does */
+	struct rewrite_error_info t = {
+	    .status = 429, .detail = "x", .retry_after_s = 7, .openai = 1, .openai_type = "tokens"};
+	int tn = rewrite_error(out, sizeof(out), &t);
+	out[tn] = '\0';
+	assert_string_equal(strstr(out, "\r\n\r\n") + 4,
+			    "{\"error\":{\"message\":\"x\",\"type\":\"tokens\",\"param\":null,"
+			    "\"code\":\"rate_limit_exceeded\"}}\n");
+	assert_non_null(strstr(out, "Retry-After: 7\r\n"));
 	/* Basic alone challenges with Basic alone */
 	struct rewrite_error_info e = {
 	    .status = 401, .detail = "x", .challenges = REWRITE_CHALLENGE_BASIC};
@@ -369,7 +380,8 @@ static void sse_early_stream(void **state)
 	n = rewrite_sse_comment(buf, sizeof(buf), "waiting");
 	buf[n] = 0;
 	assert_string_equal(buf, "b\r\n: waiting\n\n\r\n");
-	n = rewrite_sse_error(buf, sizeof(buf), 503, "queue full", "abc");
+	struct rewrite_error_info e = {.status = 503, .detail = "queue full", .request_id = "abc"};
+	n = rewrite_sse_error(buf, sizeof(buf), &e);
 	buf[n] = 0;
 	const char *ev =
 	    "event: error\ndata: {\"error\":{\"status\":503,\"message\":\"queue full\","
@@ -377,7 +389,24 @@ static void sse_early_stream(void **state)
 	char want[512];
 	snprintf(want, sizeof(want), "%zx\r\n%s\r\n0\r\n\r\n", strlen(ev), ev);
 	assert_string_equal(buf, want);
-	assert_int_equal(rewrite_sse_error(buf, 20, 503, "queue full", NULL), -1);
+	e.request_id = NULL;
+	assert_int_equal(rewrite_sse_error(buf, 20, &e), -1);
+	/* on an OpenAI route the event carries the OpenAI error object, as the body would */
+	e = (struct rewrite_error_info){
+	    .status = 503, .detail = "queue full", .request_id = "abc", .openai = 1};
+	n = rewrite_sse_error(buf, sizeof(buf), &e);
+	buf[n] = 0;
+	ev = "event: error\ndata: {\"error\":{\"message\":\"queue full\",\"type\":"
+	     "\"server_error\",\"param\":null,\"code\":\"service_unavailable\"},"
+	     "\"request_id\":\"abc\"}\n\n";
+	snprintf(want, sizeof(want), "%zx\r\n%s\r\n0\r\n\r\n", strlen(ev), ev);
+	assert_string_equal(buf, want);
+	e = (struct rewrite_error_info){
+	    .status = 429, .detail = "t", .openai = 1, .openai_type = "tokens"};
+	n = rewrite_sse_error(buf, sizeof(buf), &e);
+	buf[n] = 0;
+	assert_non_null(strstr(buf, "data: {\"error\":{\"message\":\"t\",\"type\":\"tokens\","
+				    "\"param\":null,\"code\":\"rate_limit_exceeded\"}}\n\n"));
 }
 
 /* The event's message is JSON inside one "data:" line whatever the detail holds: a quote, a
@@ -386,8 +415,9 @@ static void sse_error_message_escaped(void **state)
 {
 	(void)state;
 	char buf[512];
-	int n = rewrite_sse_error(buf, sizeof(buf), 502, "a \"b\" \\ c\nevent: forged\n\ndata: x",
-				  "rid");
+	struct rewrite_error_info e = {
+	    .status = 502, .detail = "a \"b\" \\ c\nevent: forged\n\ndata: x", .request_id = "rid"};
+	int n = rewrite_sse_error(buf, sizeof(buf), &e);
 	assert_true(n > 0);
 	buf[n] = 0;
 	const char *ev = "event: error\ndata: {\"error\":{\"status\":502,\"message\":"
