@@ -5,6 +5,7 @@
 #include "cli/cli.h"
 #include "core/log.h"
 #include "core/signals.h"
+#include "http/prompt.h"
 #include "sim/sim.h"
 
 #include <getopt.h>
@@ -22,6 +23,61 @@ static int parse_number(const char *opt, const char *text, double min, double ma
 		return -1;
 	}
 	*out = v;
+	return 0;
+}
+
+/* --models a,b,c: names of printable ASCII, none of '"', '\\', ',' or a space. */
+static int parse_models(const char *text, struct sim_opts *o)
+{
+	o->nmodels = 0;
+	for (const char *p = text;; p++) {
+		size_t n = strcspn(p, ",");
+		int ok = n > 0 && n < SIM_MODEL_NAME && o->nmodels < SIM_MODELS;
+		for (size_t i = 0; ok && i < n; i++)
+			ok = p[i] > ' ' && p[i] < 0x7f && p[i] != '"' && p[i] != '\\';
+		if (!ok) {
+			fprintf(
+			    stderr,
+			    "accelnet sim: --models takes up to %d names separated by commas, each "
+			    "of 1 to %d printable characters without '\"', '\\' or spaces, not "
+			    "'%s'\n",
+			    SIM_MODELS, SIM_MODEL_NAME - 1, text);
+			return -1;
+		}
+		memcpy(o->models[o->nmodels], p, n);
+		o->models[o->nmodels++][n] = 0;
+		p += n;
+		if (!*p)
+			return 0;
+	}
+}
+
+/* The options that take words: --kv-events, --kv-events-topic, --kv-events-format, --models. */
+static int parse_text(int ch, const char *text, struct sim_opts *o)
+{
+	if (ch == 'M')
+		return parse_models(text, o);
+	if (ch == 'F') {
+		if (strcmp(text, "map") && strcmp(text, "array")) {
+			fprintf(stderr,
+				"accelnet sim: --kv-events-format is map or array, not '%s'\n",
+				text);
+			return -1;
+		}
+		o->kv_events_array = !strcmp(text, "array");
+		return 0;
+	}
+	char *to = ch == 'K' ? o->kv_events : o->kv_events_topic;
+	size_t cap = ch == 'K' ? sizeof(o->kv_events) : sizeof(o->kv_events_topic);
+	if (strlen(text) >= cap ||
+	    (ch == 'K' && strncmp(text, "tcp://", 6) && strncmp(text, "ipc://", 6))) {
+		fprintf(stderr, "accelnet sim: %s takes %s of less than %zu bytes, not '%s'\n",
+			ch == 'K' ? "--kv-events" : "--kv-events-topic",
+			ch == 'K' ? "a ZeroMQ endpoint (tcp://127.0.0.1:5557)" : "a topic", cap,
+			text);
+		return -1;
+	}
+	memcpy(to, text, strlen(text) + 1);
 	return 0;
 }
 
@@ -46,6 +102,14 @@ int cmd_sim(int argc, char **argv)
 	    {"stall-every-ms", required_argument, NULL, 'E'},
 	    {"prefix-cache", required_argument, NULL, 'P'},
 	    {"cache-hit-ms", required_argument, NULL, 'H'},
+	    {"cache-blocks", required_argument, NULL, 'C'},
+	    {"block-bytes", required_argument, NULL, 'B'},
+	    {"prefill-us-per-block", required_argument, NULL, 'U'},
+	    {"kv-events", required_argument, NULL, 'K'},
+	    {"kv-events-topic", required_argument, NULL, 'O'},
+	    {"kv-events-format", required_argument, NULL, 'F'},
+	    {"models", required_argument, NULL, 'M'},
+	    {"extra-load", required_argument, NULL, 'X'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -71,6 +135,11 @@ int cmd_sim(int argc, char **argv)
 	    {'E', "--stall-every-ms", 0, 86400000, &o.stall_every_ms, NULL},
 	    {'P', "--prefix-cache", 0, 1000000, &o.prefix_cache, NULL},
 	    {'H', "--cache-hit-ms", 0, 3600000, &o.cache_hit_ms, NULL},
+	    {'C', "--cache-blocks", 0, 4194304, &o.cache_blocks, NULL},
+	    {'B', "--block-bytes", HTTP_PROMPT_BLOCK_MIN, HTTP_PROMPT_BLOCK_MAX, &o.block_bytes,
+	     NULL},
+	    {'U', "--prefill-us-per-block", 0, 60000000, &o.prefill_us_per_block, NULL},
+	    {'X', "--extra-load", 0, SIM_EXTRA_LOAD_MAX, &o.extra_load, NULL},
 	};
 	optind = 1;
 	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -84,6 +153,11 @@ int cmd_sim(int argc, char **argv)
 		}
 		if (ch == 'n') {
 			snprintf(o.name, sizeof(o.name), "%s", optarg);
+			continue;
+		}
+		if (ch == 'K' || ch == 'O' || ch == 'F' || ch == 'M') {
+			if (parse_text(ch, optarg, &o) < 0)
+				return 2;
 			continue;
 		}
 		size_t k = 0;
@@ -105,6 +179,16 @@ int cmd_sim(int argc, char **argv)
 		fprintf(stderr, "accelnet sim: --stall-ms must be shorter than --stall-every-ms\n");
 		return 2;
 	}
+	if (o.prefix_cache && o.cache_blocks) {
+		fprintf(stderr, "accelnet sim: --prefix-cache and --cache-blocks are two models of "
+				"the prefix cache: pick one\n");
+		return 2;
+	}
+	if (o.kv_events[0] && !o.cache_blocks) {
+		fprintf(stderr, "accelnet sim: --kv-events publishes the block cache's changes: it "
+				"needs --cache-blocks N\n");
+		return 2;
+	}
 	if (!listen) {
 		fprintf(stderr, "accelnet sim: --listen ADDR is required, e.g. 127.0.0.1:9101\n");
 		return 2;
@@ -124,16 +208,21 @@ int cmd_sim(int argc, char **argv)
 		return 1;
 	}
 	if ((rc = sim_start(loop, &o, &sim)) < 0) {
-		log_error("cannot listen on %s: %s", listen, strerror(-rc));
+		log_error("cannot start on %s: %s", listen, strerror(-rc));
 		loop_destroy(loop);
 		return 1;
 	}
 	signals_watch(loop, sim_on_signal, loop);
 	log_info("simulated accelerator '%s' on %s: %u slots, %u ms to first token, "
 		 "%u tokens every %u ms, jitter %.2f, fail rate %.2f, stall %u ms every %u ms, "
-		 "prefix cache %u (%u ms on a hit)",
+		 "prefix cache %u (%u ms on a hit), block cache %u blocks of %u bytes (%u us per "
+		 "uncached block), extra load %u",
 		 o.name, listen, o.slots, o.latency_ms, o.tokens, o.token_ms, o.jitter, o.fail_rate,
-		 o.stall_ms, o.stall_every_ms, o.prefix_cache, o.cache_hit_ms);
+		 o.stall_ms, o.stall_every_ms, o.prefix_cache, o.cache_hit_ms, o.cache_blocks,
+		 o.block_bytes, o.prefill_us_per_block, o.extra_load);
+	if (sim_kv_events_endpoint(sim)[0])
+		log_info("KV events on %s (topic '%s', events as %ss)", sim_kv_events_endpoint(sim),
+			 o.kv_events_topic, o.kv_events_array ? "array" : "map");
 	loop_run(loop);
 	sim_stop(sim);
 	loop_destroy(loop);

@@ -25,8 +25,15 @@ static const struct {
     {"sim", cmd_sim,
      "sim --listen ADDR [--name NAME] [--slots N] [--latency-ms MS] [--jitter F]\n"
      "      [--tokens N] [--token-ms MS] [--fail-rate F] [--stall-ms MS --stall-every-ms MS]\n"
-     "      [--prefix-cache N --cache-hit-ms MS]\n"
-     "      a simulated accelerator server"},
+     "      [--prefix-cache N --cache-hit-ms MS | --cache-blocks N [--block-bytes B]\n"
+     "      [--prefill-us-per-block US] [--kv-events tcp://HOST:PORT [--kv-events-topic T]\n"
+     "      [--kv-events-format map|array]]] [--models A,B,...] [--extra-load N]\n"
+     "      a simulated accelerator server. --cache-blocks: a block-level prefix cache\n"
+     "      (LRU) of N blocks of B bytes of prompt text (64); the first token comes after\n"
+     "      --latency-ms + US (1000) per uncached block; at most 8192 blocks of a prompt\n"
+     "      count. --kv-events publishes its changes as vLLM does (ZeroMQ, msgpack).\n"
+     "      --models: the models served (others: 404). --extra-load: N phantom requests\n"
+     "      from other clients keep coming back to its queue"},
     {"top", cmd_top,
      "top --admin HOST:PORT [--token-file FILE] [--interval-ms N] [--once]\n"
      "      live figures per pool and backend from the admin listener, redrawn every N ms\n"

@@ -4,7 +4,13 @@
  * A job is one inference request. It is either waiting (on the FIFO queue) or active
  * (holding a slot, driven by its timer): first the time to first token, then one tick per
  * token. When a job ends -- done, failed, or abandoned by its client -- its slot goes to
- * the head of the queue. Nothing here blocks; all waiting is timers on the loop.
+ * the head of the queue. Nothing here blocks; all waiting is timers on the loop. A phantom
+ * job (extra_load) has no client: when it ends it goes back to the end of the queue.
+ *
+ * In the block model, a job's prompt blocks are hashed on arrival (into one scratch array,
+ * then copied into the job's own allocation: one allocation per request, as before) and
+ * matched against the cache when the job gets its slot. The cache's changes are gathered as
+ * KV events and published by a timer due at once, so that one loop turn makes one batch.
  */
 #include "sim/sim.h"
 #include "core/clock.h"
@@ -13,11 +19,15 @@
 #include "core/rand.h"
 #include "http/prompt.h"
 #include "http/server.h"
+#include "sim/kvcache.h"
+#include "sim/kvevents.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct sim_job {
 	struct sim *sim;
@@ -31,7 +41,13 @@ struct sim_job {
 	int has_prefix;
 	int cache_hit; /* the prefix was cached: a short time to first token */
 	int stream, chat, active, headers_sent;
-	int stream_usage; /* stream_options.include_usage: a last chunk with the usage */
+	int phantom;		    /* extra load from no client: queued again when it ends */
+	char model[SIM_MODEL_NAME]; /* the request's "model", "" when it named none */
+	uint64_t *hash;		    /* block model: the prompt's chain hashes, nhash of them */
+	size_t nhash;
+	int partial_block; /* the prompt text ends inside a block */
+	size_t cached;	   /* whole blocks found cached at admission */
+	int stream_usage;  /* stream_options.include_usage: a last chunk with the usage */
 	uint64_t queued_at_ms, wait_ms;
 	uint64_t service_ms; /* planned: to the first token, and (not streamed) every token */
 };
@@ -43,9 +59,17 @@ struct sim {
 	struct list_head queue; /* waiting jobs, in arrival order */
 	unsigned active, waiting, max_waiting, max_active;
 	unsigned long requests, completions, failures, aborted, next_id;
-	unsigned long cache_hits, cache_misses;
+	unsigned long cache_hits, cache_misses, cache_partials;
 	uint64_t *cache; /* prompt prefixes, most recent first */
 	unsigned ncache;
+	struct kvcache *blocks; /* the block model's cache, or NULL */
+	uint64_t *scratch;	/* SIM_PROMPT_BLOCKS hashes: the prompt being read */
+	unsigned long blocks_hit, blocks_missed;
+	struct kvevents *events;  /* or NULL */
+	struct loop_timer flush;  /* due at once while events wait */
+	struct sim_job *phantoms; /* extra_load of them */
+	unsigned long phantom_runs, unknown_model;
+	time_t created; /* for /v1/models */
 	uint64_t rng;
 	uint64_t start_ms;
 	char served_by[96];
@@ -62,14 +86,32 @@ void sim_opts_default(struct sim_opts *o)
 	o->jitter = 0.1;
 	o->tokens = 16;
 	o->token_ms = 20;
+	o->block_bytes = 64;
+	o->prefill_us_per_block = 1000;
+}
+
+/* The model a job's answer names: the one it asked for, else the first served, else ours. */
+static const char *job_model(const struct sim_job *j)
+{
+	const struct sim_opts *o = &j->sim->opts;
+	return j->model[0] ? j->model : o->nmodels ? o->models[0] : o->name;
 }
 
 static void job_free(struct sim_job *j)
 {
-	free(j);
+	if (!j->phantom)
+		free(j);
 }
 
 static void sim_start_next(struct sim *s);
+
+static void sim_enqueue(struct sim *s, struct sim_job *j)
+{
+	j->queued_at_ms = loop_now(s->loop);
+	list_push_back(&s->queue, &j->link);
+	if (++s->waiting > s->max_waiting)
+		s->max_waiting = s->waiting;
+}
 
 static void job_release(struct sim_job *j)
 {
@@ -78,6 +120,10 @@ static void job_release(struct sim_job *j)
 	if (j->active) {
 		s->active--;
 		j->active = 0;
+	}
+	if (j->phantom) {
+		s->phantom_runs++;
+		sim_enqueue(s, j);
 	}
 	job_free(j);
 	sim_start_next(s);
@@ -97,22 +143,49 @@ static void job_on_abort(void *arg)
 	job_release(j);
 }
 
+#define HEADERS_MAX 768
+
+/* The model's header line, or "" when the request named none. */
+static void model_header(const char *model, char *out, size_t len)
+{
+	if (model[0])
+		snprintf(out, len, "X-Sim-Model: %s\r\n", model);
+	else
+		out[0] = 0;
+}
+
+static const char *cache_word(const struct sim_job *j)
+{
+	const struct sim *s = j->sim;
+	if (s->opts.prefix_cache)
+		return j->cache_hit ? "hit" : "miss";
+	if (!j->cached)
+		return "miss";
+	return j->cached == j->nhash ? "hit" : "partial";
+}
+
 static void job_headers(struct sim_job *j, char *out, size_t len)
 {
+	struct sim *s = j->sim;
+	char model[SIM_MODEL_NAME + 16], blocks[96] = "", cache[40] = "";
+	model_header(j->model, model, sizeof(model));
+	if (s->opts.prefix_cache || s->blocks)
+		snprintf(cache, sizeof(cache), "X-Prefix-Cache: %s\r\n", cache_word(j));
+	if (s->blocks)
+		snprintf(blocks, sizeof(blocks),
+			 "X-Sim-Cached-Blocks: %zu\r\nX-Sim-Prompt-Blocks: %zu\r\n", j->cached,
+			 j->nhash);
 	/* X-Queue-Depth: requests waiting inside this accelerator, for balancers that read
 	 * backend load signals (the proxy's pools.load_header) */
 	snprintf(out, len,
-		 "%sX-Sim-Wait-Ms: %llu\r\nX-Sim-Service-Ms: %llu\r\nX-Queue-Depth: %u\r\n%s",
-		 j->sim->served_by, (unsigned long long)j->wait_ms,
-		 (unsigned long long)j->service_ms, j->sim->waiting,
-		 !j->sim->opts.prefix_cache ? ""
-		 : j->cache_hit		    ? "X-Prefix-Cache: hit\r\n"
-					    : "X-Prefix-Cache: miss\r\n");
+		 "%sX-Sim-Wait-Ms: %llu\r\nX-Sim-Service-Ms: %llu\r\nX-Queue-Depth: %u\r\n%s%s%s",
+		 s->served_by, (unsigned long long)j->wait_ms, (unsigned long long)j->service_ms,
+		 s->waiting, cache, blocks, model);
 }
 
 static void job_fail(struct sim_job *j)
 {
-	char headers[384], body[160];
+	char headers[HEADERS_MAX], body[160];
 	int n = snprintf(
 	    body, sizeof(body),
 	    "{\"error\":{\"message\":\"simulated failure on %s\",\"type\":\"server_error\"}}",
@@ -127,7 +200,6 @@ static void job_fail(struct sim_job *j)
 
 static int token_event(struct sim_job *j, char *out, size_t len)
 {
-	const char *name = j->sim->opts.name;
 	unsigned long long sent = (unsigned long long)clock_now_ns();
 	if (j->chat)
 		return snprintf(
@@ -135,13 +207,13 @@ static int token_event(struct sim_job *j, char *out, size_t len)
 		    "data: {\"id\":\"chatcmpl-%lu\",\"object\":\"chat.completion.chunk\","
 		    "\"model\":\"%s\",\"choices\":[{\"index\":0,\"delta\":{\"content\":"
 		    "\"tok%u \"},\"finish_reason\":null}],\"sent_ns\":%llu}\n\n",
-		    j->id, name, j->sent, sent);
+		    j->id, job_model(j), j->sent, sent);
 	return snprintf(
 	    out, len,
 	    "data: {\"id\":\"cmpl-%lu\",\"object\":\"text_completion\",\"model\":\"%s\","
 	    "\"choices\":[{\"index\":0,\"text\":\"tok%u \",\"finish_reason\":null}],"
 	    "\"sent_ns\":%llu}\n\n",
-	    j->id, name, j->sent, sent);
+	    j->id, job_model(j), j->sent, sent);
 }
 
 /* When the accelerator is frozen at <now>, the time the freeze ends; else 0. */
@@ -157,8 +229,8 @@ static uint64_t sim_stall_end(const struct sim *s, uint64_t now)
 static void job_finish_whole(struct sim_job *j)
 {
 	struct sim *s = j->sim;
-	char headers[384];
-	size_t cap = 512 + (size_t)j->tokens * 12, used = 0;
+	char headers[HEADERS_MAX];
+	size_t cap = 512 + SIM_MODEL_NAME + (size_t)j->tokens * 12, used = 0;
 	char *body = malloc(cap);
 	if (!body) {
 		job_fail(j);
@@ -169,12 +241,12 @@ static void job_finish_whole(struct sim_job *j)
 					 "{\"id\":\"chatcmpl-%lu\",\"object\":\"chat.completion\","
 					 "\"model\":\"%s\",\"choices\":[{\"index\":0,\"message\":"
 					 "{\"role\":\"assistant\",\"content\":\"",
-					 j->id, s->opts.name);
+					 j->id, job_model(j));
 	else
 		used += (size_t)snprintf(body, cap,
 					 "{\"id\":\"cmpl-%lu\",\"object\":\"text_completion\","
 					 "\"model\":\"%s\",\"choices\":[{\"index\":0,\"text\":\"",
-					 j->id, s->opts.name);
+					 j->id, job_model(j));
 	for (unsigned i = 0; i < j->tokens; i++)
 		used += (size_t)snprintf(body + used, cap - used, "tok%u ", i);
 	used += (size_t)snprintf(
@@ -194,10 +266,14 @@ static void job_on_timer(struct loop_timer *t)
 {
 	struct sim_job *j = container_of(t, struct sim_job, timer);
 	struct sim *s = j->sim;
-	char ev[512], headers[384];
+	char ev[512 + SIM_MODEL_NAME], headers[HEADERS_MAX];
 	uint64_t frozen_until = sim_stall_end(s, loop_now(s->loop));
 	if (frozen_until) {
 		loop_timer_set(s->loop, &j->timer, frozen_until);
+		return;
+	}
+	if (j->phantom) {
+		job_release(j);
 		return;
 	}
 
@@ -229,7 +305,7 @@ static void job_on_timer(struct loop_timer *t)
 			     "\"choices\":[],\"usage\":{\"prompt_tokens\":%u,"
 			     "\"completion_tokens\":%u,\"total_tokens\":%u}}\n\n",
 			     j->chat ? "chatcmpl" : "cmpl", j->id,
-			     j->chat ? "chat.completion.chunk" : "text_completion", s->opts.name,
+			     j->chat ? "chat.completion.chunk" : "text_completion", job_model(j),
 			     j->prompt_tokens, j->tokens, j->prompt_tokens + j->tokens);
 		if (hsrv_stream_write(j->conn, ev, (size_t)n) < 0)
 			return;
@@ -264,6 +340,54 @@ static int prefix_cached(struct sim *s, const struct sim_job *j)
 	return hit;
 }
 
+static void on_flush(struct loop_timer *t)
+{
+	struct sim *s = container_of(t, struct sim, flush);
+	kvevents_flush(s->events);
+}
+
+/* Events wait for the end of the turn: a timer due now fires after this turn's I/O. */
+static void events_gathered(struct sim *s)
+{
+	if (!loop_timer_armed(&s->flush))
+		loop_timer_set(s->loop, &s->flush, loop_now(s->loop));
+}
+
+static void on_blocks_removed(void *arg, const uint64_t *hash, size_t n)
+{
+	struct sim *s = arg;
+	kvevents_removed(s->events, hash, n);
+	events_gathered(s);
+}
+
+static void on_blocks_stored(void *arg, const uint64_t *hash, size_t n, const uint64_t *parent)
+{
+	struct sim *s = arg;
+	kvevents_stored(s->events, hash, n, parent);
+	events_gathered(s);
+}
+
+/*
+ * The block model's prefill: match the job's blocks, admit them, and return the time to its
+ * first token before jitter, in ms.
+ */
+static double blocks_prefill_ms(struct sim *s, struct sim_job *j)
+{
+	struct kvcache_sink sink = {on_blocks_removed, on_blocks_stored, s};
+	j->cached = kvcache_match(s->blocks, j->hash, j->nhash);
+	kvcache_admit(s->blocks, j->hash, j->nhash, j->cached, s->events ? &sink : NULL);
+	size_t uncached = j->nhash - j->cached + (j->partial_block ? 1 : 0);
+	s->blocks_hit += j->cached;
+	s->blocks_missed += uncached;
+	if (!j->cached)
+		s->cache_misses++;
+	else if (j->cached == j->nhash)
+		s->cache_hits++;
+	else
+		s->cache_partials++;
+	return s->opts.latency_ms + (double)s->opts.prefill_us_per_block * (double)uncached / 1000;
+}
+
 static void job_begin(struct sim_job *j)
 {
 	struct sim *s = j->sim;
@@ -273,9 +397,20 @@ static void job_begin(struct sim_job *j)
 		s->max_active = s->active;
 	j->wait_ms = now - j->queued_at_ms;
 	double f = 1.0 + s->opts.jitter * (2.0 * rand_unit(&s->rng) - 1.0);
-	j->cache_hit = prefix_cached(s, j);
-	unsigned first = j->cache_hit ? s->opts.cache_hit_ms : s->opts.latency_ms;
-	uint64_t delay = (uint64_t)((double)first * (f < 0 ? 0 : f));
+	double first;
+	if (s->blocks && !j->phantom) {
+		first = blocks_prefill_ms(s, j);
+	} else {
+		j->cache_hit = prefix_cached(s, j);
+		first = j->cache_hit ? s->opts.cache_hit_ms : s->opts.latency_ms;
+	}
+	uint64_t delay = (uint64_t)(first * (f < 0 ? 0 : f));
+	j->timer.fn = job_on_timer;
+	if (j->phantom) { /* never fails; takes at least a millisecond, never spins */
+		delay += (uint64_t)j->tokens * s->opts.token_ms;
+		loop_timer_set(s->loop, &j->timer, now + (delay ? delay : 1));
+		return;
+	}
 	if (s->opts.fail_rate > 0 && rand_unit(&s->rng) < s->opts.fail_rate) {
 		job_fail(j);
 		return;
@@ -283,7 +418,6 @@ static void job_begin(struct sim_job *j)
 	if (!j->stream)
 		delay += (uint64_t)j->tokens * s->opts.token_ms;
 	j->service_ms = delay;
-	j->timer.fn = job_on_timer;
 	loop_timer_set(s->loop, &j->timer, now + delay);
 }
 
@@ -298,7 +432,7 @@ static void sim_start_next(struct sim *s)
 
 /*
  * Where the value of "key" starts in a JSON object, found without a full parser (the
- * simulator only needs "max_tokens" from well-formed client bodies); NULL if the key is
+ * simulator only needs a few fields of well-formed client bodies); NULL if the key is
  * absent. *rest is set to the bytes left from there.
  */
 static const char *json_value(const char *body, size_t len, const char *key, size_t *rest)
@@ -306,7 +440,7 @@ static const char *json_value(const char *body, size_t len, const char *key, siz
 	size_t klen = strlen(key);
 	for (size_t i = 0; i + klen + 2 <= len; i++) {
 		if (body[i] != '"' || memcmp(body + i + 1, key, klen) != 0 ||
-		    body[i + 1 + klen] != '"')
+		    body[i + 1 + klen] != '"' || (i > 0 && body[i - 1] == '\\'))
 			continue;
 		size_t k = i + klen + 2;
 		while (k < len && (body[k] == ' ' || body[k] == ':' || body[k] == '\t'))
@@ -328,6 +462,183 @@ static long json_number(const char *body, size_t len, const char *key)
 	return k ? n : -1;
 }
 
+/*
+ * The body's "model" string into out[0..cap) as its raw JSON bytes: escapes kept whole (so
+ * it can go back into JSON as it is), control bytes as '?' (so it can go into a header), cut
+ * before an escape that would not fit. 0 when the body names no model.
+ */
+static int json_model(const char *body, size_t len, char *out, size_t cap)
+{
+	size_t rest, k = 1, n = 0;
+	const char *v = json_value(body, len, "model", &rest);
+	out[0] = 0;
+	if (!v || !rest || v[0] != '"')
+		return 0;
+	while (k < rest && v[k] != '"') {
+		size_t w = v[k] != '\\' ? 1 : k + 1 < rest && v[k + 1] == 'u' ? 6 : 2;
+		if (k + w > rest || n + w >= cap)
+			break;
+		for (size_t i = 0; i < w; i++) {
+			unsigned char ch = (unsigned char)v[k + i];
+			out[n++] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
+		}
+		k += w;
+	}
+	out[n] = 0;
+	return n > 0;
+}
+
+static int model_served(const struct sim *s, const char *model)
+{
+	if (!s->opts.nmodels || !model[0])
+		return 1;
+	for (unsigned i = 0; i < s->opts.nmodels; i++)
+		if (!strcmp(s->opts.models[i], model))
+			return 1;
+	return 0;
+}
+
+/* vLLM's answer to a model it does not serve. */
+static void answer_no_model(struct sim *s, struct hsrv_conn *c, const char *model)
+{
+	char headers[HEADERS_MAX], line[SIM_MODEL_NAME + 16], body[SIM_MODEL_NAME + 160];
+	model_header(model, line, sizeof(line));
+	snprintf(headers, sizeof(headers), "%s%s", s->served_by, line);
+	int n = snprintf(body, sizeof(body),
+			 "{\"error\":{\"message\":\"The model `%s` does not exist.\","
+			 "\"type\":\"NotFoundError\",\"param\":null,\"code\":404}}",
+			 model);
+	if (n < 0 || (size_t)n >= sizeof(body))
+		n = n < 0 ? 0 : (int)sizeof(body) - 1;
+	hsrv_respond(c, 404, "application/json", headers, body, (size_t)n);
+}
+
+/* GET /v1/models: the models served (our name when any goes), in OpenAI's list format. */
+static void answer_models(struct sim *s, struct hsrv_conn *c)
+{
+	char body[SIM_MODELS * (2 * SIM_MODEL_NAME + 128) + 64];
+	size_t used = 0, nmodels = s->opts.nmodels ? s->opts.nmodels : 1;
+	used += (size_t)snprintf(body, sizeof(body), "{\"object\":\"list\",\"data\":[");
+	for (size_t i = 0; i < nmodels; i++) {
+		const char *m = s->opts.nmodels ? s->opts.models[i] : s->opts.name;
+		used +=
+		    (size_t)snprintf(body + used, sizeof(body) - used,
+				     "%s{\"id\":\"%s\",\"object\":\"model\",\"created\":%lld,"
+				     "\"owned_by\":\"accelnet\",\"root\":\"%s\",\"parent\":null}",
+				     i ? "," : "", m, (long long)s->created, m);
+	}
+	used += (size_t)snprintf(body + used, sizeof(body) - used, "]}\n");
+	hsrv_respond(c, 200, "application/json", s->served_by, body, used);
+}
+
+/* GET /metrics: vLLM's gauges that a balancer reads, in Prometheus text format. */
+static void answer_metrics(struct sim *s, struct hsrv_conn *c)
+{
+	double usage = s->blocks
+			   ? (double)kvcache_used(s->blocks) / (double)kvcache_capacity(s->blocks)
+		       : s->opts.prefix_cache ? (double)s->ncache / s->opts.prefix_cache
+					      : 0;
+	const struct {
+		const char *name, *help;
+		double value;
+	} gauges[] = {
+	    {"vllm:num_requests_running", "Number of requests in model execution batches.",
+	     s->active},
+	    {"vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+	     s->waiting},
+	    {"vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage},
+	    {"vllm:gpu_cache_usage_perc",
+	     "GPU KV-cache usage. 1 means 100 percent usage (the older name).", usage},
+	};
+	const char *model = s->opts.nmodels ? s->opts.models[0] : s->opts.name;
+	char text[2048];
+	size_t used = 0;
+	for (size_t i = 0; i < sizeof(gauges) / sizeof(gauges[0]) && used < sizeof(text); i++)
+		used += (size_t)snprintf(text + used, sizeof(text) - used,
+					 "# HELP %s %s\n# TYPE %s gauge\n"
+					 "%s{model_name=\"%s\",engine=\"0\"} %g\n",
+					 gauges[i].name, gauges[i].help, gauges[i].name,
+					 gauges[i].name, model, gauges[i].value);
+	if (used >= sizeof(text))
+		used = sizeof(text) - 1;
+	hsrv_respond(c, 200, "text/plain; version=0.0.4", s->served_by, text, used);
+}
+
+static void answer_stats(struct sim *s, struct hsrv_conn *c)
+{
+	char text[1536];
+	int n = snprintf(
+	    text, sizeof(text),
+	    "{\"name\":\"%s\",\"connections\":%lu,\"requests\":%lu,"
+	    "\"completions\":%lu,\"failures\":%lu,\"aborted\":%lu,\"active\":%u,"
+	    "\"waiting\":%u,\"max_waiting\":%u,\"max_active\":%u,\"slots\":%u,"
+	    "\"stalled\":%s,\"cache_hits\":%lu,\"cache_misses\":%lu,\"cache_partials\":%lu,"
+	    "\"blocks_hit\":%lu,\"blocks_missed\":%lu,\"cache_blocks\":%u,"
+	    "\"cache_blocks_used\":%zu,\"kv_events_endpoint\":\"%s\",\"kv_events_batches\":%lu,"
+	    "\"kv_events_dropped\":%lu,\"unknown_model\":%lu,\"extra_load\":%u,"
+	    "\"phantom_runs\":%lu}\n",
+	    s->opts.name, hsrv_connections(s->srv), s->requests, s->completions, s->failures,
+	    s->aborted, s->active, s->waiting, s->max_waiting, s->max_active, s->opts.slots,
+	    sim_stall_end(s, loop_now(s->loop)) ? "true" : "false", s->cache_hits, s->cache_misses,
+	    s->cache_partials, s->blocks_hit, s->blocks_missed, s->opts.cache_blocks,
+	    s->blocks ? kvcache_used(s->blocks) : 0, sim_kv_events_endpoint(s),
+	    s->events ? kvevents_batches(s->events) : 0,
+	    s->events ? kvevents_dropped(s->events) : 0, s->unknown_model, s->opts.extra_load,
+	    s->phantom_runs);
+	if (n < 0 || (size_t)n >= sizeof(text))
+		n = n < 0 ? 0 : (int)sizeof(text) - 1;
+	hsrv_respond(c, 200, "application/json", s->served_by, text, (size_t)n);
+}
+
+/* A completion request: a job on the queue, or a 404 for a model not served. */
+static void take_completion(struct sim *s, struct hsrv_conn *c, int chat, const char *body,
+			    size_t body_len)
+{
+	char model[SIM_MODEL_NAME];
+	json_model(body, body_len, model, sizeof(model));
+	if (!model_served(s, model)) {
+		s->unknown_model++;
+		answer_no_model(s, c, model);
+		return;
+	}
+	long nblocks = 0;
+	size_t text = 0;
+	if (s->blocks) {
+		nblocks = http_prompt_blocks(body, body_len, s->opts.block_bytes, s->scratch,
+					     SIM_PROMPT_BLOCKS, &text);
+		if (nblocks < 0)
+			nblocks = 0, text = 0;
+	}
+	struct sim_job *j = calloc(1, sizeof(*j) + (size_t)nblocks * sizeof(*j->hash));
+	if (!j) {
+		hsrv_respond(c, 503, "text/plain", s->served_by, "out of memory\n", 14);
+		return;
+	}
+	j->sim = s;
+	j->conn = c;
+	j->id = ++s->next_id;
+	j->chat = chat;
+	memcpy(j->model, model, sizeof(model));
+	j->hash = (uint64_t *)(j + 1);
+	j->nhash = (size_t)nblocks;
+	memcpy(j->hash, s->scratch, (size_t)nblocks * sizeof(*j->hash));
+	j->partial_block = text > (size_t)nblocks * s->opts.block_bytes;
+	j->stream = http_wants_stream(body, body_len);
+	long max_tokens = json_number(body, body_len, "max_tokens");
+	if (max_tokens < 0)
+		max_tokens = json_number(body, body_len, "max_completion_tokens");
+	size_t rest;
+	const char *u = json_value(body, body_len, "include_usage", &rest);
+	j->stream_usage = j->stream && u && rest >= 4 && memcmp(u, "true", 4) == 0;
+	j->tokens =
+	    max_tokens > 0 ? (unsigned)(max_tokens < 4096 ? max_tokens : 4096) : s->opts.tokens;
+	j->prompt_tokens = (unsigned)(body_len / 4);
+	j->has_prefix = http_prompt_key(body, body_len, 1, 256, &j->prefix) == 1;
+	hsrv_on_abort(c, job_on_abort, j);
+	sim_enqueue(s, j);
+	sim_start_next(s);
+}
+
 static void sim_on_request(void *arg, struct hsrv_conn *c, const struct http_head *req,
 			   const char *body, size_t body_len)
 {
@@ -341,33 +652,7 @@ static void sim_on_request(void *arg, struct hsrv_conn *c, const struct http_hea
 	/* a GET gets a completion too (of --tokens): for tools that send only GET, such as
 	 * slowhttptest's slow-read mode */
 	if ((completions || chat) && (req->meth == HTTP_POST || req->meth == HTTP_GET)) {
-		struct sim_job *j = calloc(1, sizeof(*j));
-		if (!j) {
-			hsrv_respond(c, 503, "text/plain", s->served_by, "out of memory\n", 14);
-			return;
-		}
-		j->sim = s;
-		j->conn = c;
-		j->id = ++s->next_id;
-		j->chat = chat;
-		j->stream = http_wants_stream(body, body_len);
-		long max_tokens = json_number(body, body_len, "max_tokens");
-		if (max_tokens < 0)
-			max_tokens = json_number(body, body_len, "max_completion_tokens");
-		size_t rest;
-		const char *u = json_value(body, body_len, "include_usage", &rest);
-		j->stream_usage = j->stream && u && rest >= 4 && memcmp(u, "true", 4) == 0;
-		j->tokens = max_tokens > 0 ? (unsigned)(max_tokens < 4096 ? max_tokens : 4096)
-					   : s->opts.tokens;
-		j->prompt_tokens = (unsigned)(body_len / 4);
-		j->has_prefix = http_prompt_key(body, body_len, 1, 256, &j->prefix) == 1;
-		j->queued_at_ms = loop_now(s->loop);
-		hsrv_on_abort(c, job_on_abort, j);
-		list_push_back(&s->queue, &j->link);
-		s->waiting++;
-		if (s->waiting > s->max_waiting)
-			s->max_waiting = s->waiting;
-		sim_start_next(s);
+		take_completion(s, c, chat, body, body_len);
 		return;
 	}
 	if (http_str_eq(req->path, "/health")) {
@@ -375,19 +660,15 @@ static void sim_on_request(void *arg, struct hsrv_conn *c, const struct http_hea
 		return;
 	}
 	if (http_str_eq(req->path, "/sim/stats")) {
-		n = snprintf(text, sizeof(text),
-			     "{\"name\":\"%s\",\"connections\":%lu,\"requests\":%lu,"
-			     "\"completions\":%lu,\"failures\":%lu,\"aborted\":%lu,\"active\":%u,"
-			     "\"waiting\":%u,\"max_waiting\":%u,\"max_active\":%u,\"slots\":%u,"
-			     "\"stalled\":%s,\"cache_hits\":%lu,\"cache_misses\":%lu}\n",
-			     s->opts.name, hsrv_connections(s->srv), s->requests, s->completions,
-			     s->failures, s->aborted, s->active, s->waiting, s->max_waiting,
-			     s->max_active, s->opts.slots,
-			     sim_stall_end(s, loop_now(s->loop)) ? "true" : "false", s->cache_hits,
-			     s->cache_misses);
-		if (n < 0 || (size_t)n >= sizeof(text))
-			n = n < 0 ? 0 : (int)sizeof(text) - 1;
-		hsrv_respond(c, 200, "application/json", s->served_by, text, (size_t)n);
+		answer_stats(s, c);
+		return;
+	}
+	if (http_str_eq(req->path, "/metrics")) {
+		answer_metrics(s, c);
+		return;
+	}
+	if (http_str_eq(req->path, "/v1/models") && req->meth == HTTP_GET) {
+		answer_models(s, c);
 		return;
 	}
 	n = snprintf(text, sizeof(text), "%s: %.*s %.*s (%zu body bytes)\n", s->opts.name,
@@ -409,8 +690,52 @@ static const struct hsrv_limits sim_limits = {
     .max_body = 1u << 20,
 };
 
+static void sim_free(struct sim *s)
+{
+	if (s->phantoms)
+		for (unsigned i = 0; i < s->opts.extra_load; i++)
+			loop_timer_stop(s->loop, &s->phantoms[i].timer);
+	loop_timer_stop(s->loop, &s->flush);
+	kvevents_close(s->events);
+	kvcache_destroy(s->blocks);
+	free(s->phantoms);
+	free(s->scratch);
+	free(s->cache);
+	free(s);
+}
+
+/* The block model's cache and KV events publisher. 0 or -errno. */
+static int sim_start_blocks(struct sim *s)
+{
+	const struct sim_opts *o = &s->opts;
+	const char *why;
+	int err;
+	if (o->block_bytes < HTTP_PROMPT_BLOCK_MIN || o->block_bytes > HTTP_PROMPT_BLOCK_MAX)
+		return -EINVAL;
+	if ((err = kvcache_create(o->cache_blocks, SIM_PROMPT_BLOCKS, &s->blocks)) < 0)
+		return err;
+	if (!(s->scratch = calloc(SIM_PROMPT_BLOCKS, sizeof(*s->scratch))))
+		return -ENOMEM;
+	if (!o->kv_events[0])
+		return 0;
+	err = kvevents_open(o->kv_events, o->kv_events_topic, o->block_bytes,
+			    o->kv_events_array ? KVEVENTS_ARRAY : KVEVENTS_MAP, &s->events, &why);
+	if (err < 0) {
+		log_error("cannot publish KV events on %s: %s", o->kv_events, why);
+		return err;
+	}
+	s->flush.fn = on_flush;
+	kvevents_cleared(s->events); /* the first batch: a fresh cache, as after a restart */
+	events_gathered(s);
+	return 0;
+}
+
 int sim_start(struct loop *loop, const struct sim_opts *o, struct sim **out)
 {
+	int err = -ENOMEM;
+	if ((o->prefix_cache && o->cache_blocks) || (o->kv_events[0] && !o->cache_blocks) ||
+	    o->extra_load > SIM_EXTRA_LOAD_MAX)
+		return -EINVAL;
 	struct sim *s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
@@ -421,19 +746,30 @@ int sim_start(struct loop *loop, const struct sim_opts *o, struct sim **out)
 	s->loop = loop;
 	s->rng = clock_now_ns() ^ (uint64_t)(uintptr_t)s;
 	s->start_ms = loop_now(loop);
-	if (o->prefix_cache && !(s->cache = calloc(o->prefix_cache, sizeof(*s->cache)))) {
-		free(s);
-		return -ENOMEM;
+	s->created = time(NULL);
+	if (o->prefix_cache && !(s->cache = calloc(o->prefix_cache, sizeof(*s->cache))))
+		goto fail;
+	if (o->cache_blocks && (err = sim_start_blocks(s)) < 0)
+		goto fail;
+	err = -ENOMEM;
+	if (o->extra_load && !(s->phantoms = calloc(o->extra_load, sizeof(*s->phantoms))))
+		goto fail;
+	for (unsigned i = 0; i < o->extra_load; i++) {
+		struct sim_job *j = &s->phantoms[i];
+		j->sim = s;
+		j->phantom = 1;
+		j->tokens = o->tokens;
+		sim_enqueue(s, j);
 	}
 	snprintf(s->served_by, sizeof(s->served_by), "X-Served-By: %s\r\n", o->name);
-	int err = hsrv_start(loop, &o->addr, &sim_limits, sim_on_request, s, &s->srv);
-	if (err) {
-		free(s->cache);
-		free(s);
-		return err;
-	}
+	if ((err = hsrv_start(loop, &o->addr, &sim_limits, sim_on_request, s, &s->srv)) < 0)
+		goto fail;
+	sim_start_next(s); /* the phantoms take their slots */
 	*out = s;
 	return 0;
+fail:
+	sim_free(s);
+	return err;
 }
 
 int sim_port(const struct sim *s)
@@ -441,11 +777,15 @@ int sim_port(const struct sim *s)
 	return hsrv_port(s->srv);
 }
 
+const char *sim_kv_events_endpoint(const struct sim *s)
+{
+	return s->events ? kvevents_endpoint(s->events) : "";
+}
+
 void sim_stop(struct sim *s)
 {
 	if (!s)
 		return;
 	hsrv_stop(s->srv); /* aborts every job still held by a connection */
-	free(s->cache);
-	free(s);
+	sim_free(s);
 }

@@ -9,18 +9,67 @@
  * freezes for stall_ms at the end of every such period (a GC pause, a thermal throttle, a
  * neighbour's burst): nothing it serves progresses meanwhile. Each streamed event carries
  * "sent_ns", the sender's CLOCK_MONOTONIC, so a client on the same machine can measure what
- * a proxy adds per token. With prefix_cache entries, it keeps the prompt prefixes (the first
- * 256 bytes of "prompt" or "messages") it served last, like an inference server's KV prefix
- * cache: a request whose prefix is there gets its first token after cache_hit_ms instead of
- * latency_ms. Every response carries
- * X-Served-By: NAME. GET /health is 200 while it runs; GET /sim/stats reports its counters
- * as JSON; every other path answers 200 with a one-line description.
+ * a proxy adds per token. With extra_load N, N phantom requests from "other clients" keep
+ * coming back to its queue (each served like a plain completion, then queued again at the
+ * back), so real requests wait behind work no proxy in front of it has seen.
+ *
+ * Prefix caches, one of two models (never both):
+ *  - prefix_cache N: it keeps the N prompt prefixes (the first 256 bytes of "prompt" or
+ *    "messages") it served last; a request whose prefix is there gets its first token after
+ *    cache_hit_ms instead of latency_ms.
+ *  - cache_blocks N: a block-level cache like vLLM's automatic prefix caching (kvcache.h).
+ *    The prompt is cut into blocks of block_bytes of prompt text named by chain hashes
+ *    (http_prompt_blocks); its cached prefix is its longest run of leading blocks in the
+ *    cache, and when it is admitted (gets its slot: its prefill runs then) those are touched
+ *    and the rest inserted, evicting the least recently used. Time to first token:
+ *    latency_ms + prefill_us_per_block x (uncached blocks, a last partial block always
+ *    uncached), then the jitter. At most SIM_PROMPT_BLOCKS blocks of a prompt count.
+ *    X-Prefix-Cache says hit (every whole block cached), partial or miss (none);
+ *    X-Sim-Cached-Blocks and X-Sim-Prompt-Blocks give the counts of whole blocks.
+ *
+ * KV events (kv_events, block model only), as vLLM publishes them: a ZeroMQ publisher bound
+ * on the endpoint sends one message per batch of cache changes (the changes of one loop turn)
+ * of three frames: the topic (kv_events_topic, "" by default as vLLM's), the batch's sequence
+ * number (8 bytes, big-endian, from 0), and the msgpack payload
+ *     [ts, [event, ...], data_parallel_rank]
+ * ts the wall clock in seconds (float64), data_parallel_rank 0; the batch is positional as
+ * vLLM's EventBatch(array_like=True) encodes it. Each event, by default as current vLLM
+ * encodes it (msgspec tag=True without array_like since vLLM PR #42892, seen from vLLM
+ * 0.26): a map whose "type" comes first --
+ *     {"type": "BlockStored", "block_hashes": [u64...], "parent_block_hash": u64 | nil,
+ *      "token_ids": [], "block_size": block_bytes, "lora_id": nil, "medium": "GPU",
+ *      "lora_name": nil}
+ *     {"type": "BlockRemoved", "block_hashes": [u64...], "medium": "GPU"}
+ *     {"type": "AllBlocksCleared"}
+ * -- or, with kv_events_array, as vLLM encoded it before (array_like=True, the tag first):
+ *     ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id,
+ *      medium, lora_name]; ["BlockRemoved", block_hashes, medium]; ["AllBlocksCleared"].
+ * Block hashes are our chain hashes (msgpack unsigned ints); a BlockStored carries one run of
+ * consecutive new blocks of a chain, its parent the block before it (nil for a chain's
+ * first); a BlockRemoved the blocks one admission evicted. The first batch is one
+ * AllBlocksCleared. Not done: vLLM's replay socket, token ids.
+ *
+ * Models: with models listed, a request naming another "model" gets vLLM's 404
+ * ({"error": {"message": "The model `x` does not exist.", "type": "NotFoundError",
+ * "param": null, "code": 404}}), GET /v1/models lists them in OpenAI's format, and every
+ * answer to a request that named a model carries X-Sim-Model: NAME.
+ *
+ * Every response carries X-Served-By: NAME. GET /health is 200 while it runs; GET /sim/stats
+ * reports its counters as JSON; GET /metrics vLLM's gauges in Prometheus text
+ * (vllm:num_requests_running, vllm:num_requests_waiting, vllm:kv_cache_usage_perc and its
+ * older name vllm:gpu_cache_usage_perc, labelled model_name and engine); every other path
+ * answers 200 with a one-line description.
  */
 #ifndef ACCELNET_SIM_SIM_H
 #define ACCELNET_SIM_SIM_H
 
 #include "core/loop.h"
 #include "net/addr.h"
+
+#define SIM_PROMPT_BLOCKS 8192 /* blocks of one prompt that count, at most */
+#define SIM_MODELS 16
+#define SIM_MODEL_NAME 128 /* bytes, with the NUL */
+#define SIM_EXTRA_LOAD_MAX 100000
 
 struct sim_opts {
 	struct net_addr addr;
@@ -34,6 +83,15 @@ struct sim_opts {
 	unsigned stall_ms, stall_every_ms; /* freeze for stall_ms at the end of every period */
 	unsigned prefix_cache;		   /* prompt prefixes remembered; 0: none */
 	unsigned cache_hit_ms;		   /* time to first token when the prefix is cached */
+	unsigned cache_blocks;		   /* block-level prefix cache, in blocks; 0: none */
+	unsigned block_bytes;		   /* prompt-text bytes per block */
+	unsigned prefill_us_per_block;	   /* prefill time of each uncached block */
+	char kv_events[256];		   /* ZeroMQ endpoint to publish KV events on; "": none */
+	char kv_events_topic[128];
+	int kv_events_array; /* events as tagged arrays (vLLM before PR #42892), not maps */
+	char models[SIM_MODELS][SIM_MODEL_NAME];
+	unsigned nmodels;    /* 0: any model */
+	unsigned extra_load; /* phantom requests from other clients */
 };
 
 struct sim;
@@ -42,6 +100,8 @@ void sim_opts_default(struct sim_opts *o);
 /* Start serving on <loop>. 0 or -errno (e.g. -EADDRINUSE). */
 int sim_start(struct loop *loop, const struct sim_opts *o, struct sim **out);
 int sim_port(const struct sim *s);
+/* The KV events endpoint bound ("" without one). */
+const char *sim_kv_events_endpoint(const struct sim *s);
 void sim_stop(struct sim *s);
 
 #endif

@@ -1,0 +1,50 @@
+/*
+ * kvevents.h - the simulated accelerator's KV-cache events, published the way vLLM publishes
+ * its own (vllm/distributed/kv_events.py, ZmqEventPublisher), so that whatever consumes
+ * vLLM's events -- a cache-aware router -- can be tested against the simulator. The wire
+ * format is written out in sim.h.
+ *
+ * Events are gathered as the cache changes and published together by kvevents_flush(), one
+ * ZeroMQ message per batch. Publishing never blocks: a batch that the socket will not take at
+ * once (a subscriber's queue is full) is dropped and counted, and its sequence number is
+ * skipped, so a subscriber sees the gap as vLLM's subscribers do.
+ */
+#ifndef ACCELNET_SIM_KVEVENTS_H
+#define ACCELNET_SIM_KVEVENTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum kvevents_format {
+	KVEVENTS_MAP,	/* each event a msgpack map tagged "type" (vLLM since PR #42892) */
+	KVEVENTS_ARRAY, /* each event a tagged msgpack array (vLLM before it) */
+};
+
+struct kvevents;
+
+/*
+ * Bind a publisher on <endpoint> (ZeroMQ syntax: tcp://127.0.0.1:5557, tcp://127.0.0.1:*
+ * for any free port), publishing on <topic> (may be ""), blocks of <block_size>. 0 or -errno;
+ * *why says what went wrong in words.
+ */
+int kvevents_open(const char *endpoint, const char *topic, unsigned block_size,
+		  enum kvevents_format format, struct kvevents **out, const char **why);
+void kvevents_close(struct kvevents *e);
+
+/* The endpoint actually bound (the port chosen for a '*'). */
+const char *kvevents_endpoint(const struct kvevents *e);
+
+/* Gather one event for the next batch. */
+void kvevents_stored(struct kvevents *e, const uint64_t *hash, size_t n, const uint64_t *parent);
+void kvevents_removed(struct kvevents *e, const uint64_t *hash, size_t n);
+void kvevents_cleared(struct kvevents *e);
+size_t kvevents_pending(const struct kvevents *e);
+
+/* Publish the gathered events as one batch (nothing when there are none). */
+void kvevents_flush(struct kvevents *e);
+
+/* Batches published, and events dropped because the socket would have blocked. */
+unsigned long kvevents_batches(const struct kvevents *e);
+unsigned long kvevents_dropped(const struct kvevents *e);
+
+#endif
