@@ -621,7 +621,8 @@ static void take_completion(struct sim *s, struct hsrv_conn *c, int chat, const 
 	memcpy(j->model, model, sizeof(model));
 	j->hash = (uint64_t *)(j + 1);
 	j->nhash = (size_t)nblocks;
-	memcpy(j->hash, s->scratch, (size_t)nblocks * sizeof(*j->hash));
+	if (nblocks)
+		memcpy(j->hash, s->scratch, (size_t)nblocks * sizeof(*j->hash));
 	j->partial_block = text > (size_t)nblocks * s->opts.block_bytes;
 	j->stream = http_wants_stream(body, body_len);
 	long max_tokens = json_number(body, body_len, "max_tokens");

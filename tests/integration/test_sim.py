@@ -142,3 +142,226 @@ def test_sim_request_bodies(env):
     out = raw(sim.port, b"PUT /bad HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
               b"3\r\nabcX\r\n0\r\n\r\n")
     assert out.startswith(b"HTTP/1.1 400 "), out
+
+
+# ---- the block-level prefix cache (--cache-blocks), its KV events, models, /metrics ----
+
+def _blocks(port, body, path="/v1/completions"):
+    """(X-Prefix-Cache, cached blocks, prompt blocks, planned service ms) of one completion."""
+    st, h, _ = complete(port, json.dumps(body), path=path)
+    assert st == 200, (st, h)
+    return (h["x-prefix-cache"][0], int(h["x-sim-cached-blocks"][0]),
+            int(h["x-sim-prompt-blocks"][0]), int(h["x-sim-service-ms"][0]))
+
+
+def test_sim_block_cache_shared_prefix(env):
+    # 16-byte blocks, 1 ms per uncached block, no fixed part: the planned time to the first
+    # token is the uncached blocks, a last partial block counted
+    sim = env.sim("kv", cache_blocks=256, block_bytes=16, prefill_us_per_block=1000,
+                  latency_ms=0, jitter=0, token_ms=0, tokens=1)
+    system = "S" * 100  # 6 whole blocks and 4 bytes of a 7th
+    word, cached, total, ms = _blocks(sim.port, {"prompt": system + "a" * 60})
+    assert (word, cached, total, ms) == ("miss", 0, 10, 10)  # 160 bytes: 10 whole blocks
+    # the same system prompt, another question: its 6 whole blocks hit, block 7 differs
+    word, cached, total, ms = _blocks(sim.port, {"prompt": system + "b" * 61})
+    assert (word, cached, total, ms) == ("partial", 6, 10, 5)  # 4 new + a partial 11th
+    # the same prompt again: every whole block hits, the partial one is computed again
+    word, cached, total, ms = _blocks(sim.port, {"prompt": system + "b" * 61})
+    assert (word, cached, total, ms) == ("hit", 10, 10, 1)
+    st = sim_stats(sim.port)
+    assert (st["blocks_hit"], st["blocks_missed"]) == (16, 16), st
+    assert (st["cache_hits"], st["cache_partials"], st["cache_misses"]) == (1, 1, 1), st
+    assert st["cache_blocks_used"] == 14 and st["cache_blocks"] == 256, st
+
+
+def test_sim_block_cache_conversation_grows(env):
+    sim = env.sim("kv", cache_blocks=4096, block_bytes=16, latency_ms=0, jitter=0,
+                  token_ms=0, tokens=1)
+    messages = [{"role": "system", "content": "You are a careful assistant. " * 8}]
+    seen = []
+    for turn in range(5):
+        messages.append({"role": "user", "content": f"question {turn}: " + "why? " * 12})
+        for path in ("/v1/chat/completions",):
+            seen.append(_blocks(sim.port, {"model": "m", "messages": messages}, path=path))
+        messages.append({"role": "assistant", "content": f"answer {turn} " * 10})
+    # each turn finds the whole blocks of the turn before it in the cache, and adds more
+    assert seen[0][0] == "miss" and seen[0][1] == 0, seen
+    for before, now in zip(seen, seen[1:]):
+        assert now[0] == "partial" and now[1] == before[2] and now[2] > before[2], seen
+
+
+def test_sim_block_cache_evicts_least_recent(env):
+    # 8 blocks of 16 bytes; prompts of exactly 4 blocks each
+    sim = env.sim("kv", cache_blocks=8, block_bytes=16, latency_ms=0, jitter=0, token_ms=0,
+                  tokens=1)
+    a, b, c = ({"prompt": ch * 64} for ch in "ABC")
+    assert _blocks(sim.port, a)[:2] == ("miss", 0)
+    assert _blocks(sim.port, b)[:2] == ("miss", 0)  # full now
+    assert _blocks(sim.port, a)[:2] == ("hit", 4)  # A most recent, B least
+    assert _blocks(sim.port, c)[:2] == ("miss", 0)  # B goes, not A
+    assert sim_stats(sim.port)["cache_blocks_used"] == 8
+    assert _blocks(sim.port, a)[:2] == ("hit", 4)
+    assert _blocks(sim.port, b)[:2] == ("miss", 0)  # it was evicted; now C went
+    assert _blocks(sim.port, c)[:2] == ("miss", 0)
+
+
+def test_sim_cache_flags_refused(env):
+    import subprocess
+    from harness import BIN
+    for extra, says in ((["--prefix-cache", "4", "--cache-blocks", "8"], "pick one"),
+                        (["--kv-events", "tcp://127.0.0.1:1"], "needs --cache-blocks"),
+                        (["--block-bytes", "8", "--cache-blocks", "8"], "--block-bytes"),
+                        (["--models", "a,,b"], "--models"),
+                        (["--kv-events-format", "json"], "map or array")):
+        r = subprocess.run([BIN, "sim", "--listen", "127.0.0.1:1"] + extra,
+                           capture_output=True, timeout=15, check=False)
+        assert r.returncode == 2 and says in r.stderr.decode(), (extra, r.stderr)
+
+
+def _kv_subscriber(sim, topic=b""):
+    """A ZeroMQ subscriber on the sim's KV events, past ZeroMQ's slow-joiner window: warm-up
+    requests until one batch arrives, then every batch published so far read (by sequence
+    number). Returns (socket, next expected sequence number)."""
+    import zmq
+    sub = zmq.Context.instance().socket(zmq.SUB)
+    sub.setsockopt(zmq.LINGER, 0)
+    sub.setsockopt(zmq.SUBSCRIBE, topic)
+    endpoint = sim_stats(sim.port)["kv_events_endpoint"]
+    assert endpoint.startswith("tcp://127.0.0.1:"), endpoint
+    sub.connect(endpoint)
+    for i in range(300):
+        complete(sim.port, json.dumps({"prompt": f"warm-up {i:04d} " * 3}))
+        if sub.poll(50):
+            break
+    else:
+        raise AssertionError("no KV event batch reached the subscriber")
+    last = sim_stats(sim.port)["kv_events_batches"] - 1
+    while True:
+        assert sub.poll(15000), "a batch announced in /sim/stats never came"
+        frames = sub.recv_multipart()
+        if int.from_bytes(frames[1], "big") == last:
+            return sub, last + 1
+
+
+def _kv_batch(sub, seq, topic=b""):
+    """The next batch: checked frames and envelope, returns its events."""
+    import msgpack
+    assert sub.poll(15000), f"no KV event batch {seq}"
+    frames = sub.recv_multipart()
+    assert len(frames) == 3 and frames[0] == topic and len(frames[1]) == 8, frames
+    assert int.from_bytes(frames[1], "big") == seq
+    batch = msgpack.unpackb(frames[2], raw=False)
+    assert isinstance(batch, list) and len(batch) == 3, batch
+    ts, events, rank = batch
+    assert isinstance(ts, float) and ts > 1.6e9 and rank == 0, batch
+    return events
+
+
+def test_sim_kv_events_follow_the_cache(env):
+    sim = env.sim("kv", cache_blocks=4, block_bytes=16, latency_ms=0, jitter=0, token_ms=0,
+                  tokens=1, kv_events="tcp://127.0.0.1:*", kv_events_topic="kv-events")
+    sub, seq = _kv_subscriber(sim, b"kv-events")
+    try:
+        # P1: 4 blocks; whatever the warm-ups left (2 blocks each) is evicted, then one
+        # store of the chain
+        left = sim_stats(sim.port)["cache_blocks_used"]
+        p1 = "0123456789abcdef" * 4
+        complete(sim.port, json.dumps({"prompt": p1}))
+        events = _kv_batch(sub, seq, b"kv-events")
+        assert left >= 2 and [e["type"] for e in events] == ["BlockRemoved", "BlockStored"]
+        removed, stored = events
+        assert removed == {"type": "BlockRemoved", "block_hashes": removed["block_hashes"],
+                           "medium": "GPU"} and len(removed["block_hashes"]) == left, removed
+        assert stored == {"type": "BlockStored", "block_hashes": stored["block_hashes"],
+                          "parent_block_hash": None, "token_ids": [], "block_size": 16,
+                          "lora_id": None, "medium": "GPU", "lora_name": None}, stored
+        h = stored["block_hashes"]
+        assert len(h) == 4 and len(set(h)) == 4 and all(0 <= x < 2**64 for x in h), h
+        # P2 shares P1's first 2 blocks: P1's two deepest go (deepest first), two new
+        # blocks are stored after P1's second
+        complete(sim.port, json.dumps({"prompt": p1[:32] + "X" * 32}))
+        events = _kv_batch(sub, seq + 1, b"kv-events")
+        assert [e["type"] for e in events] == ["BlockRemoved", "BlockStored"], events
+        assert events[0]["block_hashes"] == [h[3], h[2]], events
+        assert events[1]["parent_block_hash"] == h[1], events
+        q = events[1]["block_hashes"]
+        assert len(q) == 2 and not set(q) & set(h), events
+        # P1 again: its first 2 hit, P2's two go (deepest first), P1's come back as they were
+        complete(sim.port, json.dumps({"prompt": p1}))
+        events = _kv_batch(sub, seq + 2, b"kv-events")
+        assert [e["type"] for e in events] == ["BlockRemoved", "BlockStored"], events
+        assert events[0]["block_hashes"] == [q[1], q[0]], events
+        assert events[1]["block_hashes"] == h[2:] and events[1]["parent_block_hash"] == h[1]
+        st = sim_stats(sim.port)
+        assert st["kv_events_batches"] == seq + 3 and st["kv_events_dropped"] == 0, st
+    finally:
+        sub.close()
+
+
+def test_sim_kv_events_as_arrays(env):
+    sim = env.sim("kv", cache_blocks=64, block_bytes=32, latency_ms=0, jitter=0, token_ms=0,
+                  tokens=1, kv_events="tcp://127.0.0.1:*", kv_events_format="array")
+    sub, seq = _kv_subscriber(sim)
+    try:
+        complete(sim.port, json.dumps({"prompt": "z" * 64}))
+        events = _kv_batch(sub, seq)
+        assert len(events) == 1 and events[0][0] == "BlockStored", events
+        tag, hashes, parent, tokens, size, lora_id, medium, lora_name = events[0]
+        assert len(hashes) == 2 and parent is None and tokens == [] and size == 32
+        assert (lora_id, medium, lora_name) == (None, "GPU", None)
+    finally:
+        sub.close()
+
+
+def test_sim_models(env):
+    sim = env.sim("acc0", models="llama-3-8b,qwen-7b", latency_ms=0, token_ms=0, tokens=1)
+    st, h, body = complete(sim.port, json.dumps({"model": "gpt-x", "prompt": "hi"}))
+    assert st == 404 and h["x-sim-model"] == ["gpt-x"], (st, h)
+    assert json.loads(body) == {"error": {"message": "The model `gpt-x` does not exist.",
+                                          "type": "NotFoundError", "param": None,
+                                          "code": 404}}
+    st, h, body = complete(sim.port, json.dumps({"model": "qwen-7b", "messages": []}),
+                           path="/v1/chat/completions")
+    assert st == 200 and h["x-sim-model"] == ["qwen-7b"]
+    assert json.loads(body)["model"] == "qwen-7b"
+    st, h, body = complete(sim.port, json.dumps({"prompt": "no model named"}))
+    assert st == 200 and "x-sim-model" not in h and json.loads(body)["model"] == "llama-3-8b"
+    st, h, body = request(sim.port, "GET", "/v1/models")
+    doc = json.loads(body)
+    assert st == 200 and doc["object"] == "list", doc
+    assert [(m["id"], m["object"]) for m in doc["data"]] == [("llama-3-8b", "model"),
+                                                            ("qwen-7b", "model")]
+    assert sim_stats(sim.port)["unknown_model"] == 1
+
+
+def test_sim_metrics_and_extra_load(env):
+    import shutil
+    import subprocess
+    from harness import prom_samples
+    # one slot, one phantom request from another client always in the queue or the slot
+    sim = env.sim("acc0", models="m1", slots=1, extra_load=1, latency_ms=20, jitter=0,
+                  token_ms=0, tokens=1, cache_blocks=10, block_bytes=16)
+    st, h, _ = complete(sim.port, json.dumps({"prompt": "q" * 40}))
+    # while this one was served, the phantom waited
+    assert st == 200 and h["x-queue-depth"] == ["1"], h
+    st, h, body = request(sim.port, "GET", "/metrics")
+    text = body.decode()
+    assert st == 200 and h["content-type"][0].startswith("text/plain"), h
+    # promtool parses it; its only lint is vLLM's own: the colon of the vllm: names
+    assert shutil.which("promtool"), "no promtool: scripts/deps.sh installs Debian prometheus"
+    r = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True,
+                       timeout=30, check=False)
+    lint = (r.stdout + r.stderr).decode().splitlines()
+    assert lint and all(line.endswith("metric names should not contain ':'") for line in lint), lint
+    got = prom_samples(text)
+    labels = (("engine", "0"), ("model_name", "m1"))
+    # the phantom holds the slot or waits for it: 1 running, nothing waiting
+    assert got[("vllm:num_requests_running", labels)] == 1, got
+    assert got[("vllm:num_requests_waiting", labels)] == 0, got
+    assert got[("vllm:kv_cache_usage_perc", labels)] == 0.2, got  # 2 blocks of 10
+    assert got[("vllm:gpu_cache_usage_perc", labels)] == 0.2, got
+    for name in ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc",
+                 "gpu_cache_usage_perc"):
+        assert f"# TYPE vllm:{name} gauge\n" in text and f"# HELP vllm:{name} " in text
+    st = sim_stats(sim.port)
+    assert st["phantom_runs"] >= 1 and st["completions"] == 1 and st["extra_load"] == 1, st
