@@ -8,7 +8,7 @@
 #define FORGET 0.98
 /* Samples (by weight) before the line through them is believed: until then the prior's
  * slope through their mean. */
-#define MIN_WEIGHT 3.0
+#define MIN_WEIGHT 2.5
 /* The misses seen must spread over this many blocks (standard deviation) to fit a slope. */
 #define MIN_SPREAD 1.0
 

@@ -52,6 +52,7 @@ static struct pick_hint hint_of(struct waiter *wt, uint64_t now_ms)
 			     ? (uint32_t)(now_ms - wt->queued_ms)
 			     : 0,
 	    .missed = &wt->missed,
+	    .work = &wt->work,
 	};
 }
 

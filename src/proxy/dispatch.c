@@ -61,7 +61,8 @@ static enum run connect_retry(struct exchange *x, const struct backend *exclude)
 			      .has_key = x->wt.has_key,
 			      .blocks = x->wt.blocks,
 			      .nblocks = x->wt.nblocks,
-			      .missed = &x->wt.missed};
+			      .missed = &x->wt.missed,
+			      .work = &x->wt.work};
 	x->be = pool_pick(x->pool, loop_now(w->loop), rand_next(&w->rng), &h);
 	if (x->be)
 		return dispatch_attach(x);

@@ -124,8 +124,12 @@ void exchange_free_slot(struct exchange *x)
 {
 	if (!x->be || x->slot_freed)
 		return;
-	if (x->be->llm && x->connect_ms) /* its whole time there: a slot's turn, for llm */
-		llm_observe_service(x->be->llm, (loop_now(x->w->loop) - x->connect_ms) * 1000);
+	if (x->be->llm && x->wt.work) { /* its work there is done */
+		llm_done(x->be->llm, x->wt.work);
+		x->wt.work = 0;
+		if (x->log_ttfb_ns > x->sent_ns)
+			llm_observe_decode(x->be->llm, (clock_now_ns() - x->log_ttfb_ns) / 1000);
+	}
 	admission_release(x->pool, x->be, loop_now(x->w->loop), rand_next(&x->w->rng));
 	x->slot_freed = 1;
 }

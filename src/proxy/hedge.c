@@ -2,6 +2,7 @@
  * hedge.c - a second copy of a slow idempotent request (see hedge.h).
  */
 #include "proxy/hedge.h"
+#include "proxy/llm.h"
 #include "core/clock.h"
 #include "core/rand.h"
 #include "proxy/admission.h"
@@ -45,6 +46,10 @@ void hedge_promote(struct exchange *x)
 	struct worker *w = x->w;
 	if (x->up)
 		upconn_close(x->up);
+	if (x->be->llm && x->wt.work) { /* the work counted was the first backend's */
+		llm_done(x->be->llm, x->wt.work);
+		x->wt.work = 0;
+	}
 	admission_release(x->pool, x->be, loop_now(w->loop), rand_next(&w->rng));
 	x->up = x->hedge;
 	x->be = x->hedge_be;

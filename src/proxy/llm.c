@@ -6,8 +6,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
-/* A whole request's time: each sample moves the mean by this share. */
-#define SERVICE_WEIGHT 16
+/* A request's time after its first byte: each sample moves the mean by this share. */
+#define DECODE_WEIGHT 8
 
 static void fit_init(struct llm_fit *f)
 {
@@ -39,7 +39,6 @@ int llm_backend_new(const struct lb_state *st, struct llm_fit *pool, struct llm_
 	}
 	fit_init(&l->fit);
 	l->pool = pool;
-	atomic_init(&l->service_us, TTFT_FIT_BASE_US);
 	*out = l;
 	return 0;
 }
@@ -52,25 +51,50 @@ void llm_backend_free(struct llm_backend *l)
 	free(l);
 }
 
+/* The fit the pick uses: its own line once it has one (ready is only ever set), else the
+ * pool's. */
+static const struct llm_fit *fit_of(const struct llm_backend *l)
+{
+	return atomic_load_explicit(&l->own_ready, memory_order_relaxed) ? &l->fit : l->pool;
+}
+
 void llm_candidate(const struct llm_backend *l, const uint64_t *blocks, uint32_t n,
 		   struct lb_candidate *c)
 {
-	/* its own line once it has one (ready is only ever set), else the pool's */
-	const struct llm_fit *f =
-	    atomic_load_explicit(&l->own_ready, memory_order_relaxed) ? &l->fit : l->pool;
+	const struct llm_fit *f = fit_of(l);
 	c->hit_blocks = n ? (uint32_t)prefix_index_match(l->prefix, blocks, n) : 0;
 	c->base_us = atomic_load_explicit(&f->base_us, memory_order_relaxed);
 	c->block_us = atomic_load_explicit(&f->block_us, memory_order_relaxed);
-	c->service_us = atomic_load_explicit(&l->service_us, memory_order_relaxed);
+	/* a slot frees after about the mean of what holds them */
+	uint64_t work = atomic_load_explicit(&l->work_us, memory_order_relaxed);
+	unsigned working = atomic_load_explicit(&l->working, memory_order_relaxed);
+	c->service_us =
+	    working ? (uint32_t)(work / working)
+		    : c->base_us + atomic_load_explicit(&l->decode_us, memory_order_relaxed);
 }
 
-void llm_picked(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t hit)
+uint32_t llm_picked(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t hit)
 {
+	const struct llm_fit *f = fit_of(l);
 	if (n && !l->exact)
 		prefix_index_insert(l->prefix, blocks, n); /* its prefill will leave them there */
 	atomic_fetch_add_explicit(&l->picked, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&l->prompt_blocks, n, memory_order_relaxed);
 	atomic_fetch_add_explicit(&l->missed_blocks, n - hit, memory_order_relaxed);
+	uint64_t work =
+	    atomic_load_explicit(&f->base_us, memory_order_relaxed) +
+	    (uint64_t)atomic_load_explicit(&f->block_us, memory_order_relaxed) * (n - hit) +
+	    atomic_load_explicit(&l->decode_us, memory_order_relaxed);
+	uint32_t w = work > UINT32_MAX ? UINT32_MAX : work ? (uint32_t)work : 1;
+	atomic_fetch_add_explicit(&l->work_us, w, memory_order_relaxed);
+	atomic_fetch_add_explicit(&l->working, 1, memory_order_relaxed);
+	return w;
+}
+
+void llm_done(struct llm_backend *l, uint32_t work_us)
+{
+	atomic_fetch_sub_explicit(&l->work_us, work_us, memory_order_relaxed);
+	atomic_fetch_sub_explicit(&l->working, 1, memory_order_relaxed);
 }
 
 /* Add a sample to <f>; 1 when its line is ready. */
@@ -96,13 +120,13 @@ void llm_observe_ttft(struct llm_backend *l, uint32_t missed, uint64_t us)
 		atomic_store_explicit(&l->own_ready, 1, memory_order_relaxed);
 }
 
-void llm_observe_service(struct llm_backend *l, uint64_t total_us)
+void llm_observe_decode(struct llm_backend *l, uint64_t decode_us)
 {
-	uint32_t sample = total_us > UINT32_MAX ? UINT32_MAX : (uint32_t)total_us;
-	uint32_t cur = atomic_load_explicit(&l->service_us, memory_order_relaxed);
-	/* racing updates may lose one: each is one sample among many */
-	cur = cur + (uint32_t)(((int64_t)sample - cur) / SERVICE_WEIGHT);
-	atomic_store_explicit(&l->service_us, cur, memory_order_relaxed);
+	uint32_t sample = decode_us > UINT32_MAX ? UINT32_MAX : (uint32_t)decode_us;
+	uint32_t cur = atomic_load_explicit(&l->decode_us, memory_order_relaxed);
+	/* the first sample stands alone; racing updates may lose one: one among many */
+	cur = cur ? cur + (uint32_t)(((int64_t)sample - cur) / DECODE_WEIGHT) : sample ? sample : 1;
+	atomic_store_explicit(&l->decode_us, cur, memory_order_relaxed);
 }
 
 /* A spare array starts with the link to the next. */

@@ -4,10 +4,12 @@
  * Per backend: a prefix index (policy/prefix_index.h) of the prompt blocks its KV cache
  * holds, fed by the prompts routed to it (or, with backends[].kv_events, by the engine's own
  * events: then routing adds no guesses), and a fit of its time to first token against the
- * blocks it had to compute (policy/ttft_fit.h) plus its mean service time, which the pick
- * reads as plain atomics. Until a backend's own samples suffice for a line, the pool's fit
- * over all its backends stands in (backends of a pool are mostly alike), and before that
- * the prior. Per request: the prompt's block hashes, read from the buffered
+ * blocks it had to compute (policy/ttft_fit.h), its mean time from first byte to end, and
+ * the expected service times of the requests it serves for us now (each one's prefill as
+ * fitted for the blocks it missed, plus the mean decode), which the pick reads as plain
+ * atomics: how soon a slot frees depends on what holds the slots. Until a backend's own samples
+ * suffice for a line, the pool's fit over all its backends stands in (backends of a pool are mostly
+ * alike), and before that the prior. Per request: the prompt's block hashes, read from the buffered
  * body once, in an array lent by the worker (kept for reuse: no allocation per request once
  * warm), held until the exchange ends because a queued request is picked for again.
  */
@@ -38,8 +40,10 @@ struct llm_backend {
 	struct llm_fit
 	    *pool;	    /* the pool's fit over all its backends: used until its own is ready */
 	struct llm_fit fit; /* its own */
-	atomic_int own_ready;	/* its own fit has a line: the pick reads it, not the pool's */
-	atomic_uint service_us; /* EWMA of a whole request's time on it */
+	atomic_int own_ready;  /* its own fit has a line: the pick reads it, not the pool's */
+	atomic_uint decode_us; /* EWMA of a request's time after its first byte (0: none yet) */
+	atomic_uint_fast64_t work_us; /* the expected service times of what it serves for us */
+	atomic_uint working;	      /* ... and how many requests that is */
 	atomic_uint_fast64_t picked, missed_blocks, prompt_blocks; /* for /status */
 };
 
@@ -53,12 +57,15 @@ void llm_backend_free(struct llm_backend *l);
 /* Fill the llm fields of <c> for the backend of <l> and the request's blocks. */
 void llm_candidate(const struct llm_backend *l, const uint64_t *blocks, uint32_t n,
 		   struct lb_candidate *c);
-/* The request with <n> blocks went to the backend of <l>, which holds <hit> of them. */
-void llm_picked(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t hit);
+/* The request with <n> blocks went to the backend of <l>, which holds <hit> of them; the
+ * time it is expected to take there is added to the backend's work and returned, for
+ * llm_done() to take back. */
+uint32_t llm_picked(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t hit);
+void llm_done(struct llm_backend *l, uint32_t work_us);
 /* Its backend answered after <us> with <missed> blocks to compute. */
 void llm_observe_ttft(struct llm_backend *l, uint32_t missed, uint64_t us);
-/* A whole request took <total_us> there. */
-void llm_observe_service(struct llm_backend *l, uint64_t total_us);
+/* A request took <decode_us> from its first byte to its end there. */
+void llm_observe_decode(struct llm_backend *l, uint64_t decode_us);
 
 /* A worker's spare block arrays. */
 struct llm_spares {

@@ -40,6 +40,7 @@ struct waiter {
 	const uint64_t *blocks; /* balance: llm: the prompt's block hashes, owned by the owner */
 	uint32_t nblocks;
 	uint32_t missed; /* ... set with a grant: the blocks the granted backend must compute */
+	uint32_t work;	 /* ... and its expected time there (0: none counted) */
 };
 
 struct pool_queue {

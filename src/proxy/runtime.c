@@ -115,6 +115,50 @@ static double read_be_reported_load(const void *ctx, size_t i)
 	return RELAXED(be_at(ctx, i)->reported_load);
 }
 
+/* balance: llm: what the pick sees of a backend (0 for other balancers). */
+static struct lb_candidate llm_seen(const void *ctx, size_t i)
+{
+	struct lb_candidate c = {0};
+	const struct backend *b = be_at(ctx, i);
+	if (b->llm)
+		llm_candidate(b->llm, NULL, 0, &c);
+	return c;
+}
+
+static double read_be_llm_base(const void *ctx, size_t i)
+{
+	return llm_seen(ctx, i).base_us / 1e6;
+}
+
+static double read_be_llm_block(const void *ctx, size_t i)
+{
+	return llm_seen(ctx, i).block_us / 1e6;
+}
+
+static double read_be_llm_work(const void *ctx, size_t i)
+{
+	const struct llm_backend *l = be_at(ctx, i)->llm;
+	return l ? RELAXED(l->work_us) / 1e6 : 0;
+}
+
+static double read_be_llm_index(const void *ctx, size_t i)
+{
+	const struct llm_backend *l = be_at(ctx, i)->llm;
+	return l ? (double)prefix_index_count(l->prefix) : 0;
+}
+
+static double read_be_llm_prompt_blocks(const void *ctx, size_t i)
+{
+	const struct llm_backend *l = be_at(ctx, i)->llm;
+	return l ? RELAXED(l->prompt_blocks) : 0;
+}
+
+static double read_be_llm_missed_blocks(const void *ctx, size_t i)
+{
+	const struct llm_backend *l = be_at(ctx, i)->llm;
+	return l ? RELAXED(l->missed_blocks) : 0;
+}
+
 static double read_cpu(const void *ctx, size_t i)
 {
 	(void)ctx, (void)i;
@@ -267,6 +311,34 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
     [PM_BACKEND_HEDGE_WINS] = {"accelnet_backend_hedge_wins_total", METRIC_COUNTER,
 			       "hedged copies on this backend that answered first", NULL, BE,
 			       .json = "hedge_wins", .json_as = MJ_UINT},
+    [PM_BACKEND_LLM_BASE] = {"accelnet_backend_llm_ttft_base_seconds", METRIC_GAUGE,
+			     "balance: llm: fitted time to first token with the whole prompt "
+			     "cached",
+			     "seconds", BE, .json = "llm_base_ms", .json_as = MJ_FIXED3,
+			     .json_scale = 1000, .read = read_be_llm_base},
+    [PM_BACKEND_LLM_BLOCK] = {"accelnet_backend_llm_ttft_per_block_seconds", METRIC_GAUGE,
+			      "balance: llm: fitted time to first token added per prompt block "
+			      "not cached",
+			      "seconds", BE, .json = "llm_block_ms", .json_as = MJ_FIXED3,
+			      .json_scale = 1000, .read = read_be_llm_block},
+    [PM_BACKEND_LLM_WORK] = {"accelnet_backend_llm_work_seconds", METRIC_GAUGE,
+			     "balance: llm: expected service time of the requests it serves for "
+			     "us now",
+			     "seconds", BE, .json = "llm_work_ms", .json_as = MJ_FIXED3,
+			     .json_scale = 1000, .read = read_be_llm_work},
+    [PM_BACKEND_LLM_INDEX] = {"accelnet_backend_llm_index_blocks", METRIC_GAUGE,
+			      "balance: llm: prompt blocks its prefix cache is believed to hold",
+			      NULL, BE, .json = "llm_index_blocks", .json_as = MJ_UINT,
+			      .read = read_be_llm_index},
+    [PM_BACKEND_LLM_PROMPT_BLOCKS] = {"accelnet_backend_llm_prompt_blocks_total", METRIC_COUNTER,
+				      "balance: llm: prompt blocks of the requests sent to it",
+				      NULL, BE, .json = "llm_prompt_blocks", .json_as = MJ_UINT,
+				      .read = read_be_llm_prompt_blocks},
+    [PM_BACKEND_LLM_MISSED_BLOCKS] = {"accelnet_backend_llm_missed_blocks_total", METRIC_COUNTER,
+				      "balance: llm: ... of them not in its prefix cache as far as "
+				      "we knew (1 - missed/prompt: the expected hit share)",
+				      NULL, BE, .json = "llm_missed_blocks", .json_as = MJ_UINT,
+				      .read = read_be_llm_missed_blocks},
     [PM_BACKEND_TTFB] = {"accelnet_backend_ttfb_seconds", METRIC_HISTOGRAM,
 			 "request sent to response head (time to first token)", "seconds", BE,
 			 .json = "ttfb_ms", .json_as = MJ_SUMMARY},
@@ -812,10 +884,9 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 			continue;
 		}
 		backend_count(b, PM_BACKEND_REQUESTS, 1);
-		if (lb->blocks) {
-			llm_picked(b->llm, h->blocks, h->nblocks, cand[idx].hit_blocks);
-			if (h->missed)
-				*h->missed = h->nblocks - cand[idx].hit_blocks;
+		if (lb->blocks && h->work) { /* (a hedge's copy is not counted as work) */
+			*h->work = llm_picked(b->llm, h->blocks, h->nblocks, cand[idx].hit_blocks);
+			*h->missed = h->nblocks - cand[idx].hit_blocks;
 		}
 		return b;
 	}

@@ -58,6 +58,12 @@ enum proxy_metric {
 	PM_BACKEND_GAP,
 	PM_BACKEND_TTFT,
 	PM_BACKEND_TOKEN_GAP,
+	PM_BACKEND_LLM_BASE,
+	PM_BACKEND_LLM_BLOCK,
+	PM_BACKEND_LLM_WORK,
+	PM_BACKEND_LLM_INDEX,
+	PM_BACKEND_LLM_PROMPT_BLOCKS,
+	PM_BACKEND_LLM_MISSED_BLOCKS,
 	PM_BACKEND_RESPONSES, /* series: backend id * PM_CLASSES + class */
 	PM_BACKEND_TLS_FULL,
 	PM_BACKEND_TLS_RESUMED,
@@ -245,7 +251,9 @@ struct pick_hint {
 	uint32_t nblocks;
 	uint32_t waited_ms; /* how long it has queued */
 	int home_only;	    /* a freed slot looking for the waiter whose prefix it holds */
-	uint32_t *missed;   /* out, may be NULL: the blocks the chosen backend must compute */
+	uint32_t *missed;   /* out, with work: the blocks the chosen backend must compute */
+	uint32_t *work;	    /* out, may be NULL: its expected time there, added to the
+			     * backend's work until llm_done() */
 	int *would_wait;    /* out, may be NULL: set when NULL means "wait", not "nothing" */
 };
 

@@ -46,6 +46,20 @@ FAMILIES = {  # name: (type, help)
                                       "event (SSE data with text), LLM routes"),
     "accelnet_backend_token_gap_seconds": ("histogram", "time between successive streamed token "
                                            "events, LLM routes"),
+    "accelnet_backend_llm_ttft_base_seconds": ("gauge", "balance: llm: fitted time to first "
+                                               "token with the whole prompt cached"),
+    "accelnet_backend_llm_ttft_per_block_seconds": ("gauge", "balance: llm: fitted time to "
+                                                    "first token added per prompt block not "
+                                                    "cached"),
+    "accelnet_backend_llm_work_seconds": ("gauge", "balance: llm: expected service time of the "
+                                          "requests it serves for us now"),
+    "accelnet_backend_llm_index_blocks": ("gauge", "balance: llm: prompt blocks its prefix "
+                                          "cache is believed to hold"),
+    "accelnet_backend_llm_prompt_blocks_total": ("counter", "balance: llm: prompt blocks of the "
+                                                 "requests sent to it"),
+    "accelnet_backend_llm_missed_blocks_total": ("counter", "balance: llm: ... of them not in "
+                                                 "its prefix cache as far as we knew (1 - "
+                                                 "missed/prompt: the expected hit share)"),
     "accelnet_pool_queue_wait_seconds": ("histogram",
                                          "time from queueing to a granted backend slot"),
     "accelnet_pool_queue_length": ("gauge", "requests waiting for a backend slot"),
@@ -105,7 +119,8 @@ QUEUE_KEYS = ["discipline", "length", "enqueued", "granted", "timeouts", "overfl
 BACKEND_KEYS = ["address", "weight", "up", "eligible", "ejected", "inflight", "max_concurrency",
                 "latency_ms", "requests", "connect_failures", "retries", "ejections",
                 "reported_load", "hedged", "hedge_wins", "ttfb_ms", "gap_ms", "ttft_ms",
-                "token_gap_ms", "responses",
+                "token_gap_ms", "llm_base_ms", "llm_block_ms", "llm_work_ms",
+                "llm_index_blocks", "llm_prompt_blocks", "llm_missed_blocks", "responses",
                 "tls_handshakes", "tls_resumed", "tls_failures"]
 CLASSES = ["aborted", "1xx", "2xx", "3xx", "4xx", "5xx"]
 

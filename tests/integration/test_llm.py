@@ -1,0 +1,122 @@
+"""balance: llm seen from a client: a prompt stays on the backend whose prefix cache holds
+it, a busy home is waited for while that is quicker (and no longer than llm.max_wait_ms),
+requests without a prompt spread, and the llm keys are checked with FILE:LINE:COL."""
+
+import concurrent.futures
+import json
+import subprocess
+
+from harness import BIN, complete, served_by, sim_stats, status, wait_until
+
+
+def _pool(ports, cap, extra=""):
+    lines = ["  - name: gpu", "    balance: llm", "    llm: {block_bytes: 64" + extra + "}",
+             "    backends:"]
+    lines += [f"      - {{address: 127.0.0.1:{p}, max_concurrency: {cap}}}" for p in ports]
+    return "pools:\n" + "\n".join(lines) + "\n"
+
+
+def _chat(system, question, order=0):
+    msgs = [{"role": "system", "content": system}, {"role": "user", "content": question}]
+    if order:  # the same conversation, written another way: fields of each message swapped
+        msgs = [{"content": m["content"], "role": m["role"]} for m in msgs]
+        return json.dumps({"stream": False, "messages": msgs, "model": "m"})
+    return json.dumps({"model": "m", "messages": msgs, "max_tokens": 4})
+
+
+def _system(k):
+    return f"System prompt {k}: " + f"you are assistant number {k}, answer with care. " * 12
+
+
+def _inflight(px):
+    return sum(b["inflight"] for b in status(px.admin)["pools"][0]["backends"])
+
+
+def _queue(px):
+    return status(px.admin)["pools"][0]["queue"]
+
+
+def test_llm_keeps_each_conversation_on_the_backend_that_holds_it(env):
+    sims = [env.sim(f"s{i}", latency_ms=200, cache_hit_ms=5, prefix_cache=16, jitter=0,
+                    tokens=1, token_ms=0) for i in range(3)]
+    px = env.proxy(_pool([s.port for s in sims], 4))
+    homes = {}
+    for k in range(6):
+        got = {served_by(complete(px.port, _chat(_system(k), f"question {q}", q % 2),
+                                  "/v1/chat/completions")[1]) for q in range(4)}
+        # one system prompt, one backend, whatever order each message's fields come in
+        assert len(got) == 1, (k, got)
+        homes[k] = got.pop()
+    assert len(set(homes.values())) >= 2, homes  # different prompts spread over the pool
+    hits = sum(sim_stats(s.port)["cache_hits"] for s in sims)
+    assert hits >= 6, hits  # the sims' own caches saw the repeats (same-order bodies)
+    # a body without a prompt is served too
+    assert complete(px.port, json.dumps({"model": "m"}))[0] == 200
+
+
+def _three_at_once(px, body, queued_expected):
+    """Three requests with one prompt, each sent once the one before is in service or
+    queued."""
+    with concurrent.futures.ThreadPoolExecutor(3) as ex:
+        futs = []
+        for n in range(1, 4):
+            futs.append(ex.submit(complete, px.port, body, "/v1/chat/completions"))
+            wait_until(lambda n=n: _inflight(px) + _queue(px)["length"] == n,
+                       f"{n} requests in service or queued")
+        got = [f.result() for f in futs]
+    assert [g[0] for g in got] == [200] * 3
+    return [served_by(g[1]) for g in got]
+
+
+def test_llm_waits_for_the_busy_backend_that_holds_the_prompt(env):
+    sims = [env.sim(f"s{i}", latency_ms=1500, cache_hit_ms=300, prefix_cache=16, jitter=0,
+                    tokens=1, token_ms=0) for i in range(2)]
+    px = env.proxy(_pool([s.port for s in sims], 1))
+    body = _chat("a long shared system prompt, " * 60, "the same question")
+    # the pool learns what a miss costs here: 1.5 s for 27 blocks, 0.3 s for none
+    home = served_by(complete(px.port, body, "/v1/chat/completions")[1])
+    assert served_by(complete(px.port, body, "/v1/chat/completions")[1]) == home
+    complete(px.port, _chat("another system prompt, " * 70, "q"), "/v1/chat/completions")
+    seen = _three_at_once(px, body, 2)
+    # one slot on the home, busy with a 0.3 s hit; recomputing the prompt on the idle
+    # backend (1.5 s) costs more than waiting for it: all three on the home, two of them
+    # through the queue
+    assert seen == [home] * 3, (home, seen)
+    q = _queue(px)
+    assert q["enqueued"] == 2 and q["granted"] == 2, q
+
+
+def test_llm_max_wait_zero_takes_the_free_slot(env):
+    sims = [env.sim(f"s{i}", latency_ms=1500, cache_hit_ms=300, prefix_cache=16, jitter=0,
+                    tokens=1, token_ms=0) for i in range(2)]
+    px = env.proxy(_pool([s.port for s in sims], 1, ", max_wait_ms: 0"))
+    body = _chat("a long shared system prompt, " * 60, "the same question")
+    seen = _three_at_once(px, body, 1)
+    assert len(set(seen)) == 2, seen  # never waits while a slot is free elsewhere
+
+
+def test_llm_without_a_prompt_spreads_by_load(env):
+    sims = [env.sim(f"s{i}", latency_ms=300, jitter=0, tokens=1, token_ms=0)
+            for i in range(2)]
+    px = env.proxy(_pool([s.port for s in sims], 4))
+    with concurrent.futures.ThreadPoolExecutor(8) as ex:
+        got = list(ex.map(lambda _: complete(px.port, json.dumps({"model": "m"})), range(8)))
+    assert [g[0] for g in got] == [200] * 8
+    seen = [served_by(g[1]) for g in got]
+    assert len(set(seen)) == 2, seen
+
+
+def test_llm_keys_are_checked(env):
+    bad = [
+        ("    balance: llm\n    llm: {block_bytes: 8}\n", "5:24", "16 to 4096"),
+        ("    balance: llm\n    llm: {cache_blocks: 0}\n", "5:25", "16 to 16777216"),
+        ("    balance: p2c\n    llm: {block_bytes: 64}\n", "3:5", "llm.block_bytes is for llm"),
+    ]
+    for pool, where, word in bad:
+        path = env.write("bad.yaml", "listen: [{address: 127.0.0.1:1}]\npools:\n"
+                         "  - name: gpu\n" + pool +
+                         "    backends: [{address: 127.0.0.1:2}]\n"
+                         "routes: [{match: {path_prefix: /}, pool: gpu}]\n")
+        r = subprocess.run([BIN, "check", "-c", path], capture_output=True, text=True)
+        assert r.returncode != 0, pool
+        assert f"bad.yaml:{where}" in r.stderr and word in r.stderr, (pool, r.stderr)
