@@ -365,3 +365,18 @@ def test_sim_metrics_and_extra_load(env):
         assert f"# TYPE vllm:{name} gauge\n" in text and f"# HELP vllm:{name} " in text
     st = sim_stats(sim.port)
     assert st["phantom_runs"] >= 1 and st["completions"] == 1 and st["extra_load"] == 1, st
+
+
+def test_sim_flags_documented(env):
+    """Every flag of `accelnet sim --help` has its row in docs/sim.md, and every row a flag."""
+    import os
+    import re
+    import subprocess
+    from harness import BIN
+    out = subprocess.run([BIN, "sim", "--help"], capture_output=True, timeout=15,
+                         check=True).stdout.decode()
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    with open(os.path.join(root, "docs", "sim.md")) as f:
+        rows = [line for line in f if line.startswith("| `--")]
+    documented = set(re.findall(r"--[a-z-]+", "".join(r.split("|")[1] for r in rows)))
+    assert set(re.findall(r"--[a-z][a-z-]+", out)) - {"--help"} == documented, (out, documented)
