@@ -74,7 +74,7 @@ build-fuzz/%: tests/fuzz/%.c $(FUZZ_LIB)
 	clang -std=c17 -D_GNU_SOURCE -g -O1 -Isrc -Iinclude -fsanitize=fuzzer,address,undefined \
 		-o $@ $^ $(LDLIBS)
 
-bench: $(BUILD)/loadgen $(BUILD)/tlsload
+bench: $(BUILD)/loadgen $(BUILD)/tlsload $(BUILD)/pickcost
 $(BUILD)/tlsload: bench/tlsload.c
 	@echo "  LD  $@"
 	@mkdir -p $(BUILD)
@@ -82,12 +82,15 @@ $(BUILD)/tlsload: bench/tlsload.c
 $(BUILD)/loadgen: bench/loadgen.c $(LIB_OBJ)
 	@echo "  LD  $@"
 	@$(CC) $(filter-out -MMD -MP,$(ALL_CFLAGS)) -o $@ $^ $(LDLIBS)
+$(BUILD)/pickcost: bench/pickcost.c $(LIB_OBJ)
+	@echo "  LD  $@"
+	@$(CC) $(filter-out -MMD -MP,$(ALL_CFLAGS)) -o $@ $^ $(LDLIBS)
 
 # `make format-check` lists the C sources that differ from .clang-format (fails if any);
 # `make format` rewrites them in place. `make layers` runs the layering check.
 CLANG_FORMAT ?= clang-format-14
 FORMAT_SRC = $(sort $(shell find src include tests/unit tests/fuzz -name '*.[ch]' \
-	     -not -path 'tests/fuzz/corpus/*') bench/loadgen.c bench/tlsload.c)
+	     -not -path 'tests/fuzz/corpus/*') bench/loadgen.c bench/tlsload.c bench/pickcost.c)
 format-check:
 	@command -v $(CLANG_FORMAT) >/dev/null || \
 		{ echo "format-check: no $(CLANG_FORMAT) (scripts/deps.sh installs it)"; exit 2; }

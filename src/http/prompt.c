@@ -86,7 +86,8 @@ typedef int field_pred(const char *buf, size_t ks, size_t ke, char first);
 
 /*
  * Find the first top-level field of the JSON object in buf[0..len) that <want> accepts.
- * 1: its value is buf[*vs..*ve) (*ve == len when it may go on); 0: more bytes needed;
+ * 1: its value is buf[*vs..*ve) (*ve == len when it may go on; with ve NULL, only its start
+ * is found and the value is not scanned); 0: more bytes needed;
  * -1: not there, or not a JSON object.
  */
 static int top_field(const char *buf, size_t len, int complete, field_pred *want, size_t *vs,
@@ -118,6 +119,10 @@ static int top_field(const char *buf, size_t len, int complete, field_pred *want
 		i = skip_ws(buf, i + 1, len);
 		if (i == len)
 			return result;
+		if (!ve && want(buf, kstart, kend, buf[i])) {
+			*vs = i; /* where it ends is not asked: not scanned for */
+			return 1;
+		}
 		int bad = 0;
 		size_t vend = value_end(buf, i, len, &bad);
 		if (bad)
@@ -202,11 +207,14 @@ struct blocker {
 	char stage[HTTP_PROMPT_BLOCK_MAX];
 };
 
-/* Close a whole block: its hash chains the one before, so it names the whole prefix. */
+/* Close a whole block: its hash chains the one before, so it names the whole prefix. (The
+ * block is hashed unseeded and the chain is a seeded hash of that: XXH3 with a seed derives
+ * a new secret for every input over 240 bytes, which would cost more than the block.) */
 static void blocker_close(struct blocker *k, const char *p)
 {
 	uint64_t seed = k->n ? k->hash[k->n - 1] : HTTP_PROMPT_CHAIN_SEED;
-	k->hash[k->n++] = XXH3_64bits_withSeed(p, k->block, seed);
+	uint64_t own = XXH3_64bits(p, k->block);
+	k->hash[k->n++] = XXH3_64bits_withSeed(&own, sizeof(own), seed);
 }
 
 /* Add text; 1 once <max> blocks are made (nothing more is needed), else 0. */
@@ -250,10 +258,11 @@ static int blocker_value(struct blocker *k, const char *b, size_t vs, size_t ve,
 }
 
 /*
- * Call <each> on every element of the JSON array at b[vs..ve) until it answers nonzero.
- * 0 when every element was seen (or the array ends early), else <each>'s answer.
+ * Call <each> on every element of the JSON array at b[vs..ve) until it answers nonzero;
+ * <each> sets where its element ends. 0 when every element was seen (or the array ends
+ * early), else <each>'s answer.
  */
-typedef int element_fn(struct blocker *k, const char *b, size_t es, size_t ee, size_t len);
+typedef int element_fn(struct blocker *k, const char *b, size_t es, size_t len, size_t *ee);
 
 static int array_each(struct blocker *k, const char *b, size_t vs, size_t ve, element_fn *each)
 {
@@ -262,12 +271,9 @@ static int array_each(struct blocker *k, const char *b, size_t vs, size_t ve, el
 		i = skip_ws(b, i, ve);
 		if (i >= ve || b[i] == ']')
 			return 0;
-		int bad = 0;
-		size_t ee = value_end(b, i, ve, &bad);
-		if (bad)
-			return 0;
-		int r = each(k, b, i, ee, ve);
-		if (r)
+		size_t ee = ve;
+		int r = each(k, b, i, ve, &ee);
+		if (r || ee >= ve)
 			return r;
 		i = skip_ws(b, ee, ve);
 		if (i >= ve || b[i] != ',')
@@ -276,46 +282,83 @@ static int array_each(struct blocker *k, const char *b, size_t vs, size_t ve, el
 	}
 }
 
-static int is_role(const char *buf, size_t ks, size_t ke, char first)
-{
-	return key_is(buf, ks, ke, "role") && first == '"';
-}
-
-static int is_content(const char *buf, size_t ks, size_t ke, char first)
-{
-	return key_is(buf, ks, ke, "content") && (first == '"' || first == '[');
-}
-
 static int is_text(const char *buf, size_t ks, size_t ke, char first)
 {
 	return key_is(buf, ks, ke, "text") && first == '"';
 }
 
 /* A content part: its text, or (an image, audio) the whole part, so two images differ. */
-static int part_feed(struct blocker *k, const char *b, size_t es, size_t ee, size_t len)
+static int part_feed(struct blocker *k, const char *b, size_t es, size_t len, size_t *ee)
 {
+	int bad = 0;
 	size_t vs, ve;
-	if (b[es] == '{' && top_field(b + es, ee - es, 1, is_text, &vs, &ve) == 1)
-		return blocker_value(k, b + es, vs, ve, ee - es, '\x1f');
-	return blocker_value(k, b, es, ee, len, '\x1f');
+	*ee = value_end(b, es, len, &bad);
+	if (bad)
+		return 0;
+	if (b[es] == '{' && top_field(b + es, *ee - es, 1, is_text, &vs, &ve) == 1)
+		return blocker_value(k, b + es, vs, ve, *ee - es, '\x1f');
+	return blocker_value(k, b, es, *ee, len, '\x1f');
+}
+
+/*
+ * Walk the JSON object at b[i] once, noting where its "role" (a string) and "content" (a
+ * string or a list) values lie ([0, 0): absent). The index just past the object, or len when
+ * it is cut short or malformed.
+ */
+static size_t message_scan(const char *b, size_t i, size_t len, size_t *rs, size_t *re, size_t *cs,
+			   size_t *ce)
+{
+	*rs = *re = *cs = *ce = 0;
+	for (i++;;) {
+		i = skip_ws(b, i, len);
+		if (i >= len)
+			return len;
+		if (b[i] == '}')
+			return i + 1;
+		if (b[i] == ',') {
+			i++;
+			continue;
+		}
+		if (b[i] != '"')
+			return len;
+		size_t ks = i, ke = string_end(b, i, len);
+		i = skip_ws(b, ke, len);
+		if (i >= len || b[i] != ':')
+			return len;
+		i = skip_ws(b, i + 1, len);
+		if (i >= len)
+			return len;
+		int bad = 0;
+		size_t ve = value_end(b, i, len, &bad);
+		if (bad)
+			return len;
+		if (key_is(b, ks, ke, "role") && b[i] == '"') {
+			*rs = i;
+			*re = ve;
+		} else if (key_is(b, ks, ke, "content") && (b[i] == '"' || b[i] == '[')) {
+			*cs = i;
+			*ce = ve;
+		}
+		i = ve;
+	}
 }
 
 /* One message: its role, then its content (a string or a list of parts), in that order
  * whatever order the object gives them. */
-static int message_feed(struct blocker *k, const char *b, size_t es, size_t ee, size_t len)
+static int message_feed(struct blocker *k, const char *b, size_t es, size_t len, size_t *ee)
 {
-	size_t vs, ve;
-	const char *m = b + es;
-	size_t mlen = ee - es;
-	(void)len;
-	if (*m != '{')
-		return blocker_value(k, b, es, ee, len, '\x1d');
-	if (top_field(m, mlen, 1, is_role, &vs, &ve) == 1 &&
-	    blocker_value(k, m, vs, ve, mlen, '\x1e'))
+	size_t rs, re, cs, ce;
+	if (b[es] != '{') {
+		int bad = 0;
+		*ee = value_end(b, es, len, &bad);
+		return bad ? 0 : blocker_value(k, b, es, *ee, len, '\x1d');
+	}
+	*ee = message_scan(b, es, len, &rs, &re, &cs, &ce);
+	if (re && blocker_value(k, b, rs, re, len, '\x1e'))
 		return 1;
-	if (top_field(m, mlen, 1, is_content, &vs, &ve) == 1) {
-		int full = m[vs] == '"' ? blocker_string(k, m, vs, ve, mlen)
-					: array_each(k, m, vs, ve, part_feed);
+	if (ce) {
+		int full = b[cs] == '"' ? blocker_string(k, b, cs, ce, len)
+					: array_each(k, b, cs, ce, part_feed);
 		if (full)
 			return 1;
 	}
@@ -323,9 +366,11 @@ static int message_feed(struct blocker *k, const char *b, size_t es, size_t ee, 
 }
 
 /* An element of a "prompt" list: a string's bytes, a token id's digits. */
-static int prompt_element_feed(struct blocker *k, const char *b, size_t es, size_t ee, size_t len)
+static int prompt_element_feed(struct blocker *k, const char *b, size_t es, size_t len, size_t *ee)
 {
-	return blocker_value(k, b, es, ee, len, '\x1f');
+	int bad = 0;
+	*ee = value_end(b, es, len, &bad);
+	return bad ? 0 : blocker_value(k, b, es, *ee, len, '\x1f');
 }
 
 long http_prompt_blocks(const char *buf, size_t len, size_t block_bytes, uint64_t *hash, size_t max,
@@ -334,15 +379,17 @@ long http_prompt_blocks(const char *buf, size_t len, size_t block_bytes, uint64_
 	size_t vs, ve;
 	if (block_bytes < HTTP_PROMPT_BLOCK_MIN || block_bytes > HTTP_PROMPT_BLOCK_MAX)
 		return -1;
-	if (top_field(buf, len, 1, is_prompt, &vs, &ve) != 1)
+	/* the value is read once, by the walk below, up to the end of the body at most */
+	if (top_field(buf, len, 1, is_prompt, &vs, NULL) != 1)
 		return -1;
+	ve = len;
 	struct blocker k;
 	k.hash = hash;
 	k.max = max;
 	k.n = k.fill = k.text = 0;
 	k.block = block_bytes;
 	if (buf[vs] == '"')
-		blocker_string(&k, buf, vs, ve, len);
+		blocker_string(&k, buf, vs, string_end(buf, vs, len), len);
 	else {
 		/* "prompt": [...] or "messages": [...]: told apart by what the elements are */
 		size_t i = skip_ws(buf, vs + 1, ve);

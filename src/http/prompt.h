@@ -36,8 +36,9 @@ long http_max_tokens(const char *buf, size_t len);
  * part's "text" -- a part without one, an image, as its raw JSON -- followed by 0x1f), then
  * 0x1d; whatever order a message's fields come in. Strings are taken as their raw JSON bytes,
  * escapes and all (read in place, never decoded). The text is cut into blocks of
- * <block_bytes>; hash[i] is XXH3 of block i seeded with hash[i-1] (HTTP_PROMPT_CHAIN_SEED for
- * block 0), so it names the whole prefix up to the end of block i, and two prompts share
+ * <block_bytes>; hash[i] is XXH3, seeded with hash[i-1] (HTTP_PROMPT_CHAIN_SEED for block 0),
+ * of the 8-byte XXH3 of block i, so it names the whole prefix up to the end of block i (an
+ * engine publishing the same hashes must compute them this way), and two prompts share
  * hash[i] exactly when they share their first i+1 blocks. A last partial block has no hash.
  *
  * Returns the number of whole blocks (at most <max>: the scan stops there), or -1 when the

@@ -1,0 +1,180 @@
+/*
+ * pickcost.c - what one scheduling decision of balance: llm costs, in the proxy's own code.
+ *
+ * A decision is everything the proxy does for one request between having its body and
+ * knowing its backend: the prompt read from the JSON body as block hashes
+ * (http_prompt_blocks), each backend's longest cached prefix from its prefix index and its
+ * fitted costs (llm_candidate), the policy's pick (lb_llm), and recording the prompt on the
+ * chosen backend's index (llm_picked). It runs them on a fleet of <backends> whose indexes
+ * hold what a busy fleet's would: 64 system prompts, each at home on one or two backends,
+ * plus the conversations built on them. Requests are OpenAI chat bodies of about <kib> KiB
+ * (a system prompt and a conversation), keys in varied orders, each copied into one read
+ * buffer before it is timed, as recv() leaves it in the proxy. For scale it also times
+ * prefix-affinity's key (http_prompt_key on 256 bytes) and a least-connections pick.
+ *
+ * usage: pickcost [--backends 16] [--kib 16] [--block-bytes 256] [--requests 200000]
+ * Prints ns per decision and per phase; one thread, so figures are per core.
+ */
+#include "http/prompt.h"
+#include "policy/lb.h"
+#include "proxy/llm.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define BODIES 256
+#define SYSTEMS 64
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* A body: system prompt <sys> of about <bytes>, then <turns> turns, fields in order <order>. */
+static char *make_body(unsigned sys, size_t bytes, unsigned turns, unsigned order)
+{
+	size_t cap = bytes + 4096;
+	char *b = malloc(cap), *sp = malloc(bytes + 1);
+	if (!b || !sp)
+		exit(1);
+	size_t n = 0;
+	while (n < bytes) {
+		int k = snprintf(sp + n, bytes + 1 - n, "System %u rule %zu: answer with care. ",
+				 sys, n);
+		if (k <= 0)
+			break;
+		n += (size_t)k;
+	}
+	sp[bytes] = 0;
+	size_t o = 0;
+	o += (size_t)snprintf(b + o, cap - o, "{%s\"messages\":[{%s\"content\":\"%s\"%s}",
+			      order & 1 ? "\"stream\":true,\"model\":\"m\"," : "",
+			      order & 2 ? "\"role\":\"system\"," : "", sp,
+			      order & 2 ? "" : ",\"role\":\"system\"");
+	for (unsigned t = 0; t < turns; t++)
+		o += (size_t)snprintf(b + o, cap - o,
+				      ",{\"role\":\"user\",\"content\":\"question %u of %u\"},"
+				      "{\"role\":\"assistant\",\"content\":\"answer %u\"}",
+				      t, order, t);
+	o += (size_t)snprintf(b + o, cap - o, "]%s}",
+			      order & 1 ? "" : ",\"model\":\"m\",\"max_tokens\":64");
+	free(sp);
+	return b;
+}
+
+int main(int argc, char **argv)
+{
+	unsigned nb = 16, kib = 16, block = 256, requests = 200000;
+	static const struct option opts[] = {{"backends", required_argument, NULL, 'b'},
+					     {"kib", required_argument, NULL, 'k'},
+					     {"block-bytes", required_argument, NULL, 's'},
+					     {"requests", required_argument, NULL, 'n'},
+					     {NULL, 0, NULL, 0}};
+	int ch;
+	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		unsigned v = (unsigned)strtoul(optarg, NULL, 10);
+		if (ch == 'b')
+			nb = v;
+		else if (ch == 'k')
+			kib = v;
+		else if (ch == 's')
+			block = v;
+		else if (ch == 'n')
+			requests = v;
+		else
+			return 2;
+	}
+	if (!nb || nb > LB_MAX_BACKENDS || !kib || !requests)
+		return 2;
+	struct lb_state st = {.block_bytes = block, .cache_blocks = 65536, .max_wait_ms = 2000};
+	struct llm_fit *pool;
+	struct llm_backend **be = calloc(nb, sizeof(*be));
+	if (!be || llm_fit_new(&pool) < 0)
+		return 1;
+	for (unsigned i = 0; i < nb; i++)
+		if (llm_backend_new(&st, pool, &be[i]) < 0)
+			return 1;
+	char *body[BODIES];
+	size_t len[BODIES];
+	for (unsigned i = 0; i < BODIES; i++) {
+		body[i] = make_body(i % SYSTEMS, (size_t)kib * 1024 - 1024, 1 + i % 5, i);
+		len[i] = strlen(body[i]);
+	}
+	uint64_t *h = malloc(LLM_MAX_BLOCKS * sizeof(*h));
+	struct lb_candidate cand[LB_MAX_BACKENDS];
+	/* warm: every body served once, on the backend its system prompt calls home */
+	for (unsigned i = 0; i < BODIES; i++) {
+		long n = http_prompt_blocks(body[i], len[i], block, h, LLM_MAX_BLOCKS, NULL);
+		llm_picked(be[(i % SYSTEMS) % nb], h, (uint32_t)n, 0);
+	}
+	uint64_t t_hash = 0, t_pick = 0, t_note = 0, sink = 0, blocks = 0;
+	char *in = malloc((size_t)kib * 1024 + 4096); /* the connection's read buffer */
+	if (!in)
+		return 1;
+	for (unsigned r = 0; r < requests; r++) {
+		unsigned i = r % BODIES;
+		/* the body as the proxy has it: just read from the socket into its buffer (recv's
+		 * copy, not timed: it happens for every proxy alike) */
+		memcpy(in, body[i], len[i]);
+		uint64_t t0 = now_ns();
+		long n = http_prompt_blocks(in, len[i], block, h, LLM_MAX_BLOCKS, NULL);
+		uint64_t t1 = now_ns();
+		for (unsigned b = 0; b < nb; b++) {
+			cand[b] = (struct lb_candidate){
+			    .weight = 1, .slots = 4, .inflight = (r + b) % 4, .eligible = 1};
+			llm_candidate(be[b], h, (uint32_t)n, &cand[b]);
+		}
+		struct lb_draw d = {.rnd = r * 0x9e3779b97f4a7c15u, .blocks = (uint32_t)n};
+		int idx = lb_llm.pick(&st, cand, nb, &d);
+		uint64_t t2 = now_ns();
+		if (idx >= 0)
+			llm_done(be[idx],
+				 llm_picked(be[idx], h, (uint32_t)n, cand[idx].hit_blocks));
+		uint64_t t3 = now_ns();
+		t_hash += t1 - t0;
+		t_pick += t2 - t1;
+		t_note += t3 - t2;
+		blocks += (uint64_t)n;
+		sink += (uint64_t)idx;
+	}
+	/* for scale: prefix-affinity's key, and a plain least-connections pick */
+	uint64_t t4 = now_ns(), key = 0;
+	uint64_t t_key = 0;
+	for (unsigned r = 0; r < requests; r++) {
+		memcpy(in, body[r % BODIES], len[r % BODIES]);
+		uint64_t t = now_ns();
+		http_prompt_key(in, len[r % BODIES], 1, 256, &key);
+		t_key += now_ns() - t;
+		sink += key;
+	}
+	uint64_t t5 = now_ns();
+	for (unsigned r = 0; r < requests; r++) {
+		struct lb_draw d = {.rnd = r};
+		sink += (uint64_t)lb_least_connections.pick(&st, cand, nb, &d);
+	}
+	uint64_t t6 = now_ns();
+	double per = requests;
+	printf(
+	    "{\"backends\": %u, \"body_bytes\": %zu, \"block_bytes\": %u, \"blocks\": %.1f,\n"
+	    " \"ns_per_decision\": %.0f, \"ns_prompt_blocks\": %.0f, \"ns_match_and_pick\": %.0f,"
+	    " \"ns_record\": %.0f,\n \"ns_prefix_affinity_key\": %.0f,"
+	    " \"ns_least_connections_pick\": %.0f, \"sink\": %llu}\n",
+	    nb, len[0], block, blocks / per, (t_hash + t_pick + t_note) / per, t_hash / per,
+	    t_pick / per, t_note / per, t_key / per, (t6 - t5) / per,
+	    (unsigned long long)(sink & 1));
+	for (unsigned i = 0; i < nb; i++)
+		llm_backend_free(be[i]);
+	for (unsigned i = 0; i < BODIES; i++)
+		free(body[i]);
+	free(be);
+	free(pool);
+	free(h);
+	free(in);
+	(void)t4;
+	return 0;
+}
