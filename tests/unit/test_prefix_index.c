@@ -79,6 +79,7 @@ static void bounded_memory_many_prompts(void **state)
 	}
 	assert_true(prefix_index_count(ix) <= 100);	   /* nothing re-used: exact */
 	assert_int_equal(prefix_index_match(ix, h, 8), 8); /* the last one is there */
+	prefix_index_free(ix);
 	assert_int_equal(prefix_index_new(0, &ix), -ENOMEM);
 	prefix_index_free(NULL);
 }
