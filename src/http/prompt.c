@@ -400,3 +400,136 @@ long http_prompt_blocks(const char *buf, size_t len, size_t block_bytes, uint64_
 		*text_bytes = k.text;
 	return (long)k.n;
 }
+
+/* --- the model name ---------------------------------------------------------------------- */
+
+static int is_model(const char *buf, size_t ks, size_t ke, char first)
+{
+	(void)first;
+	return key_is(buf, ks, ke, "model");
+}
+
+static int hex_digit(char ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if (ch >= 'a' && ch <= 'f')
+		return ch - 'a' + 10;
+	if (ch >= 'A' && ch <= 'F')
+		return ch - 'A' + 10;
+	return -1;
+}
+
+/* The four hex digits at b[i..i+4): their value, or -1. */
+static long hex4(const char *b, size_t i)
+{
+	long v = 0;
+	for (size_t k = 0; k < 4; k++) {
+		int d = hex_digit(b[i + k]);
+		if (d < 0)
+			return -1;
+		v = v * 16 + d;
+	}
+	return v;
+}
+
+/* Code point <cp> as UTF-8 at out[*n..cap); 0, or -1 when it does not fit. */
+static int put_utf8(char *out, size_t cap, size_t *n, unsigned long cp)
+{
+	unsigned char u[4];
+	size_t k;
+	if (cp < 0x80) {
+		u[0] = (unsigned char)cp;
+		k = 1;
+	} else if (cp < 0x800) {
+		u[0] = (unsigned char)(0xc0 | cp >> 6);
+		u[1] = (unsigned char)(0x80 | (cp & 0x3f));
+		k = 2;
+	} else if (cp < 0x10000) {
+		u[0] = (unsigned char)(0xe0 | cp >> 12);
+		u[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3f));
+		u[2] = (unsigned char)(0x80 | (cp & 0x3f));
+		k = 3;
+	} else {
+		u[0] = (unsigned char)(0xf0 | cp >> 18);
+		u[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3f));
+		u[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3f));
+		u[3] = (unsigned char)(0x80 | (cp & 0x3f));
+		k = 4;
+	}
+	if (*n + k >= cap)
+		return -1;
+	memcpy(out + *n, u, k);
+	*n += k;
+	return 0;
+}
+
+/*
+ * Decode the JSON string whose opening quote is b[i] into out[0..cap). 1: done, *n bytes;
+ * 0: it goes on past len; -1: a bad escape, a control byte or NUL, or too long.
+ */
+static int decode_string(const char *b, size_t i, size_t len, char *out, size_t cap, size_t *n)
+{
+	*n = 0;
+	for (i++; i < len; i++) {
+		unsigned char ch = (unsigned char)b[i];
+		if (ch == '"')
+			return 1;
+		if (ch < 0x20)
+			return BAD; /* JSON allows no raw control bytes in a string */
+		if (ch != '\\') {
+			if (*n + 1 >= cap)
+				return BAD;
+			out[(*n)++] = (char)ch;
+			continue;
+		}
+		if (++i == len)
+			return MORE;
+		static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+		const char *e = strchr(from, b[i]);
+		if (e && *e) {
+			if (*n + 1 >= cap)
+				return BAD;
+			out[(*n)++] = to[e - from];
+			continue;
+		}
+		if (b[i] != 'u')
+			return BAD;
+		if (len - i < 5)
+			return MORE;
+		long cp = hex4(b, i + 1);
+		i += 4;
+		if (cp >= 0xdc00 && cp <= 0xdfff)
+			return BAD;		    /* a low surrogate alone */
+		if (cp >= 0xd800 && cp <= 0xdbff) { /* a high one: its low half must follow */
+			if (len - i < 7)
+				return MORE;
+			long lo = b[i + 1] == '\\' && b[i + 2] == 'u' ? hex4(b, i + 3) : -1;
+			if (lo < 0xdc00 || lo > 0xdfff)
+				return BAD;
+			cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+			i += 6;
+		}
+		if (cp <= 0 || put_utf8(out, cap, n, (unsigned long)cp) < 0)
+			return BAD; /* a NUL (or a bad digit), or too long */
+	}
+	return MORE;
+}
+
+int http_model(const char *buf, size_t len, int complete, char *out, size_t cap, size_t *outlen)
+{
+	size_t vs, ve, n = 0;
+	int r = top_field(buf, len, complete, is_model, &vs, &ve);
+	if (r != 1)
+		return r;
+	if (buf[vs] != '"')
+		return BAD; /* "model": 5 */
+	r = decode_string(buf, vs, len, out, cap, &n);
+	if (r == MORE && complete)
+		r = BAD;
+	if (r != 1)
+		return r;
+	out[n] = '\0';
+	*outlen = n;
+	return 1;
+}

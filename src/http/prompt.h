@@ -52,4 +52,13 @@ long http_max_tokens(const char *buf, size_t len);
 long http_prompt_blocks(const char *buf, size_t len, size_t block_bytes, uint64_t *hash, size_t max,
 			size_t *text_bytes);
 
+/*
+ * The top-level "model" string of the JSON body in buf[0..len), <complete> when no more bytes
+ * will come, decoded (JSON escapes, \uXXXX as UTF-8) into out[0..cap) and NUL-terminated,
+ * its length in *outlen. Returns 1 when found, 0 when more bytes are needed to decide, -1
+ * when there is none: not a JSON object, no "model" field, a value that is not a string, a
+ * bad escape, a NUL, or a name of cap bytes or more.
+ */
+int http_model(const char *buf, size_t len, int complete, char *out, size_t cap, size_t *outlen);
+
 #endif
