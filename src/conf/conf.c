@@ -183,6 +183,9 @@ void conf_free(struct conf *c)
 			free(p->backends[j].tls_verify_name);
 			free(p->backends[j].tls.sni);
 			free(p->backends[j].tls.verify_name);
+			for (size_t k = 0; k < p->backends[j].nmodels; k++)
+				free(p->backends[j].models[k]);
+			free(p->backends[j].models);
 		}
 		free(p->backends);
 		free(p->name);
@@ -202,12 +205,16 @@ void conf_free(struct conf *c)
 		free(r->method);
 		free(r->header_name);
 		free(r->header_value);
+		free(r->model);
 		free(r->priority_header);
 		free(r->tenant_header);
 		conf_auth_free(r->auth);
 		free(r->rate_limit);
 	}
 	free(c->routes);
+	free(c->models.json);
+	free(c->models.names);
+	free(c->models.obj);
 	free(c->file);
 	free(c);
 }

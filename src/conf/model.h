@@ -76,7 +76,13 @@ struct conf_backend {
 	/* with pools[].tls, resolved once read: the name sent as SNI (NULL: none) and the one
 	 * its certificate must carry (NULL: not checked, verify off) */
 	char *tls_sni, *tls_verify_name;
+	/* backends[].models: the models (and LoRA adapters) it serves, each once; none given:
+	 * any model (see docs/config.md for how a pool chooses) */
+	char **models;
+	size_t nmodels;
 };
+
+#define CONF_MODEL_MAX 255 /* bytes of a model name, or of a match.model pattern */
 
 #define CONF_HEALTH_PATH_MAX 256
 #define CONF_BODY_BUFFER_MAX (64u << 20)
@@ -130,6 +136,7 @@ struct conf_pool {
 	unsigned load_ttl_ms;	       /* ... and believed this long */
 	unsigned hedge_after_ms;       /* send an idempotent request again after this; 0: never */
 	int can_queue;		       /* some backend has max_concurrency: requests may wait */
+	int has_models;		       /* some backend lists backends[].models */
 	struct conf_upstream_tls *tls; /* NULL: plain TCP to the backends */
 };
 
@@ -203,6 +210,7 @@ struct conf_route {
 	char *sni;			  /* TLS server name: exact or "*.domain"; NULL: any */
 	char *method;			  /* exact; NULL: any */
 	char *header_name, *header_value; /* value NULL: presence is enough */
+	char *model;			  /* '*' '?' pattern on the body's "model"; NULL: any */
 	size_t pool;			  /* index into conf.pools */
 	unsigned priority;		  /* QD_LOW .. QD_HIGH */
 	char *priority_header;		  /* NULL: the route's priority only */
@@ -272,7 +280,19 @@ struct conf {
 	/* names of fields only the proxy sets, each once (CONF_GUARDED_FIELDS_MAX) */
 	const char *guarded_fields[CONF_GUARDED_FIELDS_MAX];
 	size_t nguarded_fields;
+	int model_routes; /* some route has match.model: a body may be read before routing */
+	/* GET /v1/models on api: openai routes: the models of the backends of the pools those
+	 * routes reach (their pool and spillover pool), sorted, each once; n 0: none listed */
+	struct {
+		char *json;	    /* {"object":"list","data":[...]}, built once */
+		size_t len;	    /* ... its length */
+		const char **names; /* sorted; each points into a backend's models */
+		uint32_t (*obj)[2]; /* names[i]'s object inside json: offset, length */
+		size_t n;
+	} models;
 };
+
+#define CONF_MODELS_JSON_MAX 15360 /* the list fits one reply buffer (16 KiB at least) */
 
 /* "FILE:LINE:COL: message", ready to print. */
 struct conf_error {

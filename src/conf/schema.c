@@ -16,6 +16,7 @@
 #include "conf/schema.h"
 #include "conf/pool_policy.h"
 #include "conf/schema_guard.h"
+#include "conf/schema_model.h"
 #include "conf/schema_tls.h"
 
 #include <ctype.h>
@@ -170,6 +171,7 @@ static const struct rule backend_rules[] = {
     {"max_concurrency", RULE_UINT, offsetof(struct conf_backend, max_concurrency), 0, 1000000, NULL,
      NULL},
     {"tls", RULE_SECTION, 0, 0, 0, schema_backend_tls_rules, schema_read_backend_tls},
+    {"models", RULE_SECTION, 0, 0, 0, NULL, schema_read_backend_models},
     RULES_END,
 };
 
@@ -361,6 +363,7 @@ static int check_pool(struct rules_ctx *x, yaml_node_t *item, struct conf_pool *
 			return rules_fail(x, item, "pool '%s' is defined twice", p->name);
 	for (size_t j = 0; j < p->nbackends; j++) {
 		p->can_queue |= p->backends[j].max_concurrency > 0;
+		p->has_models |= p->backends[j].nmodels > 0;
 		if (p->backends[j].tls.given && !p->tls)
 			return rules_fail(x, rules_value_of(x, item, "backends"),
 					  "pool '%s': backend %s has 'tls' but the pool has none "
@@ -425,6 +428,7 @@ static const struct rule match_rules[] = {
     {"method", RULE_STR, offsetof(struct conf_route, method), 0, 0, NULL, NULL},
     {"sni", RULE_STR, offsetof(struct conf_route, sni), 0, 0, NULL, NULL},
     {"header", RULE_SECTION, 0, 0, 0, header_match_rules, read_header_match},
+    {"model", RULE_SECTION, 0, 0, 0, NULL, schema_read_match_model},
     RULES_END,
 };
 
@@ -551,6 +555,7 @@ static int read_route_item(struct rules_ctx *x, yaml_node_t *item, void *obj, si
 		return err;
 	if (!load_of(x)->route_pool_nodes[i])
 		return rules_fail(x, item, "routes: 'pool' is required");
+	load_of(x)->conf->model_routes |= rt->model != NULL;
 	if (!rt->path_prefix && !(rt->path_prefix = strdup("/")))
 		return rules_fail(x, item, "out of memory");
 	return 0;
@@ -820,7 +825,7 @@ static int check_whole(struct rules_ctx *x, yaml_node_t *root)
 		route_defaults(&c->routes[0]); /* access_log on, as for any route */
 		c->nroutes = 1;
 	}
-	return 0;
+	return schema_model_list(x, rules_value_of(x, root, "routes"), c);
 }
 
 int schema_read(struct rules_ctx *x, yaml_node_t *root, struct conf *c)
