@@ -4,7 +4,9 @@
  * The scanner walks only the top level of the JSON object: keys are read as strings
  * (escapes honoured), other values are skipped with string-aware bracket counting, so a
  * "prompt" inside another field's value is never taken for the prompt. It does not decode
- * the value: the raw bytes are hashed, and they are the same for the same prompt.
+ * the value: the raw bytes are hashed, and they are the same for the same prompt. The model
+ * name is the exception: it is decoded (escapes, \uXXXX to UTF-8), since it is compared with
+ * names from the config, and "llama\u002d3" is "llama-3".
  */
 #include "http/prompt.h"
 

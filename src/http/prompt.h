@@ -1,5 +1,6 @@
 /*
- * prompt.h - the affinity key of an LLM request: a hash of the start of its prompt.
+ * prompt.h - the affinity key of an LLM request: a hash of the start of its prompt (and the
+ * other top-level fields the proxy reads from an OpenAI-style body: stream, max_tokens, model).
  *
  * Requests whose prompts share a prefix should meet the backend whose KV cache holds that
  * prefix. The key is the hash of the first <prefix_bytes> of the raw JSON value of the

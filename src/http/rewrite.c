@@ -362,6 +362,8 @@ static int error_object(char *out, size_t cap, const struct rewrite_error_info *
 		openai_kind(e->status, &type, &code);
 		if (e->openai_type)
 			type = e->openai_type;
+		if (e->openai_code)
+			code = e->openai_code;
 		n = snprintf(out, cap,
 			     "{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,\"code\":%s%s%s}",
 			     msg, type, code ? "\"" : "", code ? code : "null", code ? "\"" : "");
@@ -448,4 +450,19 @@ int rewrite_chunk_size(char *out, size_t cap, uint64_t n)
 const char *rewrite_chunk_tail(int had_size)
 {
 	return had_size ? "\r\n0\r\n\r\n" : "0\r\n\r\n";
+}
+
+int rewrite_json(char *out, size_t cap, int status, const char *json, size_t len,
+		 const char *request_id, int keep_alive)
+{
+	int n = snprintf(out, cap,
+			 "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: "
+			 "%zu\r\n%s%s%sCache-Control: no-store\r\n%s\r\n",
+			 status, http_status_text(status), len, request_id ? "X-Request-Id: " : "",
+			 request_id ? request_id : "", request_id ? "\r\n" : "",
+			 keep_alive ? "" : "Connection: close\r\n");
+	if (n < 0 || (size_t)n >= cap || cap - (size_t)n < len)
+		return -1;
+	memcpy(out + n, json, len);
+	return n + (int)len;
 }

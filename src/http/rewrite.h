@@ -84,6 +84,7 @@ struct rewrite_error_info {
 				     429: "tokens"), or NULL */
 	const char *more_headers; /* whole CRLF-ended header lines, or NULL */
 	const char *timing;	  /* the X-Accelnet-Timing value, or NULL */
+	const char *openai_code;  /* the OpenAI "code", in place of the status's; NULL: its */
 };
 #define REWRITE_CHALLENGE_BEARER 1u
 #define REWRITE_CHALLENGE_BASIC 2u
@@ -112,8 +113,16 @@ int rewrite_sse_comment(char *out, size_t cap, const char *text);
  * stays on its data line), then the last chunk: data {"error": OBJECT, "request_id": ID}
  * (no request_id when NULL), OBJECT being the OpenAI error object as rewrite_error() writes
  * it on an OpenAI route, else {"status", "message", "type": "proxy_error"}. Only status,
- * detail, request_id, openai and openai_type are read. */
+ * detail, request_id, openai, openai_type and openai_code are read. */
 int rewrite_sse_error(char *out, size_t cap, const struct rewrite_error_info *e);
+
+/*
+ * A complete response of the proxy's own with <status> and the JSON body json[0..len)
+ * (GET /v1/models): Content-Type application/json, X-Request-Id unless NULL, no-store,
+ * Connection: close unless <keep_alive>. Returns its length or -1 when it does not fit.
+ */
+int rewrite_json(char *out, size_t cap, int status, const char *json, size_t len,
+		 const char *request_id, int keep_alive);
 
 /* "100 Continue", answered for the backend (Expect is not forwarded). Length or -1. */
 int rewrite_continue(char *out, size_t cap);

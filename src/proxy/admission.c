@@ -53,6 +53,8 @@ static struct pick_hint hint_of(struct waiter *wt, uint64_t now_ms)
 			     : 0,
 	    .missed = &wt->missed,
 	    .work = &wt->work,
+	    .model = wt->model,
+	    .has_model = wt->has_model,
 	};
 }
 
@@ -89,6 +91,30 @@ static struct qd_item *grant_look_behind(struct pool_rt *pool, uint64_t now_ms, 
 	return NULL;
 }
 
+/*
+ * pools.backends.models: a slot is free, but not on a backend that serves the model of the
+ * head of the line. Look behind it for a waiter the slot serves (another model, or none),
+ * so that the slot is not left idle while the head waits for its own backends. The item
+ * found, with its backend in *nb, or NULL.
+ */
+static struct qd_item *grant_other_model(struct pool_rt *pool, uint64_t now_ms, uint64_t rnd,
+					 struct qd_item *head, struct backend **nb)
+{
+	struct pool_queue *q = &pool->queue;
+	if (!q->qd.ops->next)
+		return NULL;
+	struct qd_item *it = q->qd.ops->next(&q->qd, head);
+	for (unsigned k = 0; it && k < GRANT_LOOK_BEHIND; k++, it = q->qd.ops->next(&q->qd, it)) {
+		struct waiter *wt = waiter_of(it);
+		struct pick_hint h = hint_of(wt, now_ms);
+		if ((*nb = pool_pick(pool, now_ms, rnd, &h)))
+			return it;
+		if (!wt->has_model)
+			return NULL; /* one that any backend serves found no slot: none is free */
+	}
+	return NULL;
+}
+
 /* Grant slots to waiting requests while the balancer finds backends for them. With <self>
  * (a request just queued by this thread), a slot granted to it is returned instead of
  * being sent through the inbox. Under the queue lock. */
@@ -109,9 +135,12 @@ static struct backend *grant_locked(struct pool_rt *pool, uint64_t now_ms, uint6
 		if (nb) {
 			q->qd.ops->pop(&q->qd);
 		} else {
-			struct qd_item *it;
-			if (!would_wait || !pool->conf->balance->blocks ||
-			    !(it = grant_look_behind(pool, now_ms, rnd, head, &nb)))
+			struct qd_item *it = NULL;
+			if (would_wait && pool->conf->balance->blocks)
+				it = grant_look_behind(pool, now_ms, rnd, head, &nb);
+			else if (wt->has_model && pool->models.e)
+				it = grant_other_model(pool, now_ms, rnd, head, &nb);
+			if (!it)
 				break;
 			q->qd.ops->remove(&q->qd, it);
 			wt = waiter_of(it);
@@ -133,12 +162,16 @@ static struct backend *grant_locked(struct pool_rt *pool, uint64_t now_ms, uint6
 	return mine;
 }
 
-/* Could a request of <pool> get a slot later: is some backend up but at its cap? */
-static int pool_has_capped_backend(const struct pool_rt *pool, uint64_t now_ms)
+/* Could a request of <pool> get a slot later: is some backend that serves its model up but
+ * at its cap? */
+static int pool_has_capped_backend(const struct pool_rt *pool, const struct waiter *wt,
+				   uint64_t now_ms)
 {
+	const uint64_t *serving = wt->has_model ? models_mask(&pool->models, wt->model) : NULL;
 	for (size_t i = 0; i < pool->nbackends; i++) {
 		const struct backend *b = &pool->backends[i];
-		if (b->conf->max_concurrency && backend_usable(b, now_ms))
+		if (b->conf->max_concurrency && (!serving || models_mask_has(serving, i)) &&
+		    backend_usable(b, now_ms))
 			return 1;
 	}
 	return 0;
@@ -152,7 +185,7 @@ enum admit_result admission_admit(struct pool_rt *pool, struct waiter *wt, uint6
 	struct pick_hint h = hint_of(wt, now_ms);
 	if ((*out = pool_pick(pool, now_ms, rnd, &h)))
 		return ADMIT_PICKED;
-	if (!pool_has_capped_backend(pool, now_ms))
+	if (!pool_has_capped_backend(pool, wt, now_ms))
 		return ADMIT_NONE;
 	pthread_mutex_lock(&q->lock);
 	if (q->qd.len >= pool->conf->queue_max) {

@@ -62,7 +62,9 @@ static enum run connect_retry(struct exchange *x, const struct backend *exclude)
 			      .blocks = x->wt.blocks,
 			      .nblocks = x->wt.nblocks,
 			      .missed = &x->wt.missed,
-			      .work = &x->wt.work};
+			      .work = &x->wt.work,
+			      .model = x->wt.model,
+			      .has_model = x->wt.has_model};
 	x->be = pool_pick(x->pool, loop_now(w->loop), rand_next(&w->rng), &h);
 	if (x->be)
 		return dispatch_attach(x);

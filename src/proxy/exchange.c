@@ -7,6 +7,7 @@
 #include "proxy/llm.h"
 #include "core/clock.h"
 #include "core/rand.h"
+#include "http/prompt.h"
 #include "proxy/admission.h"
 
 #include <stdio.h>
@@ -76,6 +77,21 @@ struct exchange *exchange_new(struct worker *w, void *conn, const struct exchang
 	access_note_head(x, h);
 	list_push_back(&w->live_exchanges, &x->link);
 	return x;
+}
+
+int exchange_note_model(struct exchange *x, const char *body, size_t len, int complete)
+{
+	size_t n = 0;
+	int r = body ? http_model(body, len, complete, x->model, sizeof(x->model), &n) : -1;
+	if (r == 0)
+		return 0;
+	x->model_read = 1;
+	x->wt.has_model = r == 1;
+	x->model_len = r == 1 ? (uint16_t)n : 0;
+	x->wt.model = r == 1 ? models_hash(x->model, n) : 0;
+	if (r != 1)
+		x->model[0] = '\0';
+	return r;
 }
 
 void exchange_note_queue_end(struct exchange *x, uint64_t now_ms)

@@ -78,6 +78,20 @@ struct exchange_codec_ops {
 	enum run (*head_done)(struct exchange *x);
 	/* Read the request body before admission (x->buffering). */
 	enum run (*await_body)(struct exchange *x);
+	/*
+	 * Before the route (the stage "model"): the start of the request body in hand, in
+	 * *body[0..*len), read without waiting from what has arrived behind the head ("100
+	 * Continue" answered first when the client waits for it); *all: no more will come
+	 * within <max> bytes (the body is complete, <max> bytes are in, or no more fits).
+	 * Returns RUN_AGAIN with x->head valid again (the codec reads it anew: its bytes may
+	 * have moved), or ends the exchange. A stage that wants more sets x->head to NULL and
+	 * returns RUN_STAY; the codec runs it again when more has come.
+	 */
+	enum run (*peek_body)(struct exchange *x, size_t max, const char **body, size_t *len,
+			      int *all);
+	/* Answer with the proxy's own <status> and JSON body json[0..len) (GET /v1/models)
+	 * and end the exchange, as reply does. */
+	enum run (*reply_json)(struct exchange *x, int status, const char *json, size_t len);
 	/* Move bytes between the client, the upstream connection and back. */
 	enum run (*relay)(struct exchange *x);
 	/* Something outside changed (a slot granted, the upstream ready): run connection
@@ -121,6 +135,9 @@ struct exchange {
 	unsigned queue_noted : 1; /* log_queue_us holds its wait for a slot, which has ended */
 	unsigned req_close : 1, retried : 1, up_reused : 1;
 	unsigned want_key : 1;	 /* the pool balances on the prompt key, read from the body */
+	unsigned want_model : 1; /* the pool's backends list models: read "model" from the body */
+	unsigned model_read : 1; /* the body's "model" was looked for (wt.has_model: found) */
+	unsigned peeked : 1;	 /* the body was read into before the route (stage "model") */
 	unsigned buffering : 1;	 /* reading the body before admission (await_body) */
 	unsigned buf_wait : 1;	 /* ... and waiting for a body buffer to be free */
 	unsigned sse_body : 1;	 /* heartbeats if the body asks for a stream: not looked yet */
@@ -132,9 +149,13 @@ struct exchange {
 	unsigned wrap_size : 1;	 /* ... whose chunk-size line went out */
 	unsigned retry_tls : 1;	 /* the failed attempt was a TLS handshake: say so if none */
 	int retry_status;	 /* what to answer if the retry finds no backend: 502 or 504 */
-	unsigned interims;	 /* interim (1xx) responses relayed ... */
-	uint32_t interim_bytes;	 /* ... and their bytes */
-	uint64_t body_start_ms;	 /* the request head was read: the body's clocks start */
+	const char *reply_code;	 /* the "code" of the proxy's next OpenAI error, or NULL */
+	/* the body's "model", decoded (when wt.has_model; wt.model is its models_hash()) */
+	char model[CONF_MODEL_MAX + 1];
+	uint16_t model_len;
+	unsigned interims;	/* interim (1xx) responses relayed ... */
+	uint32_t interim_bytes; /* ... and their bytes */
+	uint64_t body_start_ms; /* the request head was read: the body's clocks start */
 	uint64_t rate_mark_ms, rate_mark_bytes; /* the current min_body_rate window began */
 	uint64_t last_ms;			/* last progress */
 	struct waiter wt;			/* waiting in the pool's queue for a slot */
@@ -250,6 +271,14 @@ static inline enum run exchange_reply(struct exchange *x, int status, const char
 {
 	return x->codec->reply(x, status, detail, keep);
 }
+
+/*
+ * Look for the "model" of the body whose start is body[0..len) (http_model), <complete>
+ * when that is all there will be. Returns 0 when more bytes are needed (nothing noted);
+ * else notes that it was looked for (x->model_read) and, when found (1), the name in
+ * x->model and its hash in x->wt (-1: none).
+ */
+int exchange_note_model(struct exchange *x, const char *body, size_t len, int complete);
 
 static inline enum run exchange_abort(struct exchange *x, const char *why)
 {

@@ -11,7 +11,7 @@
 
 int hedge_due(const struct exchange *x, uint64_t *when)
 {
-	unsigned after = x->pool->conf->hedge_after_ms;
+	unsigned after = x->pool ? x->pool->conf->hedge_after_ms : 0; /* none before the route */
 	if (!after || x->hedged || x->resp_head || !x->up || x->req.framing != HTTP_BODY_NONE ||
 	    !http_method_idempotent(x->meth) || !x->uphead)
 		return 0;
@@ -22,7 +22,11 @@ int hedge_due(const struct exchange *x, uint64_t *when)
 void hedge_start(struct exchange *x)
 {
 	struct worker *w = x->w;
-	struct pick_hint h = {.exclude = x->be, .key = x->wt.key, .has_key = x->wt.has_key};
+	struct pick_hint h = {.exclude = x->be,
+			      .key = x->wt.key,
+			      .has_key = x->wt.has_key,
+			      .model = x->wt.model,
+			      .has_model = x->wt.has_model};
 	int err = 0;
 	x->hedged = 1;
 	struct backend *be = pool_pick(x->pool, loop_now(w->loop), rand_next(&w->rng), &h);

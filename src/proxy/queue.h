@@ -41,6 +41,8 @@ struct waiter {
 	uint32_t nblocks;
 	uint32_t missed; /* ... set with a grant: the blocks the granted backend must compute */
 	uint32_t work;	 /* ... and its expected time there (0: none counted) */
+	uint64_t model;	 /* models_hash() of the request's "model": only its backends serve it */
+	int has_model;
 };
 
 struct pool_queue {

@@ -76,7 +76,9 @@ enum run relay_await_body(struct client *cl)
 	uint64_t want = w->conf->limits.body_buffer_bytes;
 	if (x->want_key && hc->body_max_bytes > want)
 		want = hc->body_max_bytes;
-	if (client_flush(cl) < 0) /* a "100 Continue" the client waits for */
+	if (x->want_model && !want)
+		want = UINT64_MAX; /* no body buffers: what the input buffer holds */
+	if (client_flush(cl) < 0)  /* a "100 Continue" the client waits for */
 		return exchange_abort(x, "client went away");
 	for (;;) {
 		int bad = request_scan(cl);
@@ -117,6 +119,10 @@ enum run relay_await_body(struct client *cl)
 		x->want_key = 0;
 		if (x->pool->conf->balance->blocks)
 			read_prompt_blocks(x, buf_head(cl->in), have);
+	}
+	if (x->want_model) { /* within what was read, or it names no model here */
+		exchange_note_model(x, cl->in ? buf_head(cl->in) : NULL, x->req.ready, 1);
+		x->want_model = 0;
 	}
 	return RUN_AGAIN;
 }

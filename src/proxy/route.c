@@ -1,8 +1,11 @@
 /*
  * route.c - matching a request head (and the TLS server name its connection asked for)
  * against the routes of the config, in order; the first route whose every given condition
- * holds wins.
+ * holds wins. A route with match.model also needs the request body's "model" (read before
+ * routing by the stage "model", stages.h) to match its pattern; a request with no model
+ * (no body, not JSON, no such field, or not within the bytes read) never matches it.
  */
+#include "core/glob.h"
 #include "proxy/runtime.h"
 
 #include <string.h>
@@ -31,6 +34,7 @@ static int sni_matches(const char *want, const char *sni)
 	return dot && dot != sni && strcasecmp(want + 1, dot) == 0;
 }
 
+/* Does route <r> match <req> on everything but match.model? */
 static int route_matches(const struct conf_route *r, const struct http_head *req, const char *sni)
 {
 	size_t plen = strlen(r->path_prefix);
@@ -55,10 +59,22 @@ static int route_matches(const struct conf_route *r, const struct http_head *req
 }
 
 const struct conf_route *route_match(const struct conf *conf, const struct http_head *req,
-				     const char *sni)
+				     const char *sni, const char *model, size_t model_len)
 {
-	for (size_t i = 0; i < conf->nroutes; i++)
-		if (route_matches(&conf->routes[i], req, sni))
-			return &conf->routes[i];
+	for (size_t i = 0; i < conf->nroutes; i++) {
+		const struct conf_route *r = &conf->routes[i];
+		if (r->model && (!model || !glob_match(r->model, model, model_len)))
+			continue;
+		if (route_matches(r, req, sni))
+			return r;
+	}
 	return NULL;
+}
+
+int route_needs_model(const struct conf *conf, const struct http_head *req, const char *sni)
+{
+	for (size_t i = 0; conf->model_routes && i < conf->nroutes; i++)
+		if (route_matches(&conf->routes[i], req, sni))
+			return conf->routes[i].model != NULL;
+	return 0;
 }

@@ -578,6 +578,25 @@ static int runtime_pool_tls(struct pool_rt *p)
 	return 0;
 }
 
+/* p->models from its backends' models lists. 0 or -ENOMEM. */
+static int runtime_pool_models(struct pool_rt *p)
+{
+	const struct conf_pool *pc = p->conf;
+	char *const **names = calloc(pc->nbackends, sizeof(*names));
+	size_t *counts = calloc(pc->nbackends, sizeof(*counts));
+	int rc = -ENOMEM;
+	if (names && counts) {
+		for (size_t j = 0; j < pc->nbackends; j++) {
+			names[j] = pc->backends[j].models;
+			counts[j] = pc->backends[j].nmodels;
+		}
+		rc = models_build(&p->models, names, counts, pc->nbackends);
+	}
+	free(names);
+	free(counts);
+	return rc;
+}
+
 int runtime_create(const struct conf *conf, struct runtime **out)
 {
 	int rc = -ENOMEM;
@@ -617,6 +636,8 @@ int runtime_create(const struct conf *conf, struct runtime **out)
 			if (pc->balance->blocks && llm_backend_new(&pc->lb, p->llm, &b->llm) < 0)
 				goto fail;
 		}
+		if (pc->has_models && runtime_pool_models(p) < 0)
+			goto fail;
 	}
 	if ((rc = runtime_create_metrics(rt)) < 0)
 		goto fail;
@@ -636,6 +657,7 @@ void runtime_destroy(struct runtime *rt)
 			llm_backend_free(rt->pools[i].backends[j].llm);
 		free(rt->pools[i].backends);
 		free(rt->pools[i].llm);
+		models_free(&rt->pools[i].models);
 		net_tls_ctx_free(rt->pools[i].tls);
 		if (rt->pools[i].conf)
 			pool_queue_destroy(&rt->pools[i].queue);
@@ -837,11 +859,14 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 	size_t n = p->nbackends;
 	ASSERT(n <= LB_MAX_BACKENDS);
 	uint64_t coin = rnd ^ 0x9e3779b97f4a7c15u;
+	/* the backends that serve the request's model, when the pool's backends list models */
+	const uint64_t *serving = h->has_model ? models_mask(&p->models, h->model) : NULL;
 	for (size_t i = 0; i < n; i++) {
 		const struct backend *b = &p->backends[i];
 		unsigned cap = b->conf->max_concurrency;
 		unsigned inflight = atomic_load_explicit(&b->inflight, memory_order_relaxed);
-		int usable = b != h->exclude && backend_usable(b, now_ms);
+		int usable = b != h->exclude && (!serving || models_mask_has(serving, i)) &&
+			     backend_usable(b, now_ms);
 		double share = usable ? slow_start_share(b, now_ms) : 0;
 		if (share < 1 && rand_unit(&coin) >= share)
 			usable = 0; /* ramping up: not offered to this pick */

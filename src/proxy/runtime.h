@@ -31,6 +31,7 @@
 #include "obs/hist.h"
 #include "obs/metrics.h"
 #include "obs/names.h"
+#include "policy/models.h"
 #include "proxy/queue.h"
 
 #include <stdatomic.h>
@@ -160,6 +161,7 @@ struct pool_rt {
 	atomic_int_fast64_t retry_tokens; /* retry budget, in thousandths of a retry */
 	struct pool_queue queue;	  /* requests waiting for a slot */
 	struct llm_fit *llm;		  /* balance: llm: its backends' TTFT fit (proxy/llm.h) */
+	struct model_set models;	  /* which backends serve which model (models.h) */
 };
 
 struct runtime {
@@ -255,6 +257,8 @@ struct pick_hint {
 	uint32_t *work;	    /* out, may be NULL: its expected time there, added to the
 			     * backend's work until llm_done() */
 	int *would_wait;    /* out, may be NULL: set when NULL means "wait", not "nothing" */
+	uint64_t model;	    /* models_hash() of the request's "model", when has_model */
+	int has_model;
 };
 
 /*
@@ -271,8 +275,12 @@ int pool_retry_allowed(struct pool_rt *p);
 void pool_retry_earn(struct pool_rt *p);
 
 /* The first route of <conf> matching <req> on a connection that asked for TLS server name
- * <sni> (NULL or "": none), or NULL. */
+ * <sni> (NULL or "": none), whose body names model <model> (NULL: none; routes with
+ * match.model then do not match), or NULL. */
 const struct conf_route *route_match(const struct conf *conf, const struct http_head *req,
-				     const char *sni);
+				     const char *sni, const char *model, size_t model_len);
+/* Would the route of <req> depend on its body's "model": is the first route matching it on
+ * everything else one with match.model? */
+int route_needs_model(const struct conf *conf, const struct http_head *req, const char *sni);
 
 #endif

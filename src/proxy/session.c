@@ -4,7 +4,10 @@
  *
  * An exchange first reads its request body (up to limits.body_buffer_bytes), then is
  * admitted to its pool (a backend slot, or the queue), then relays. Reading the body before
- * admission is what keeps a slow client from holding an accelerator.
+ * admission is what keeps a slow client from holding an accelerator. When the route depends
+ * on the body's "model" (routes.match.model), the start of the body is read even before the
+ * route, behind the head still in the input (codec_peek_body), and the head is parsed anew
+ * from those same bytes before the head stages go on.
  */
 #include "proxy/session.h"
 #include "core/log.h"
@@ -44,7 +47,8 @@ static int session_last_request(const struct client *cl)
 /* Queue a response made by the proxy; ends the exchange, if any. Moves to C_REPLY. A request
  * refused before it became an exchange is answered under a request id of its own, which its
  * access log line carries too. */
-static enum run session_reply(struct client *cl, int status, const char *detail, int keep)
+static enum run session_answer(struct client *cl, int status, const char *detail, int keep,
+			       const char *json, size_t jlen)
 {
 	struct worker *w = cl->w;
 	struct exchange *x = cl->x;
@@ -57,7 +61,8 @@ static enum run session_reply(struct client *cl, int status, const char *detail,
 	const struct conf_route *route =
 	    !x	       ? NULL
 	    : x->route ? x->route
-	    : x->head  ? route_match(w->conf, x->head, x->tls ? x->tls->sni : NULL)
+	    : x->head  ? route_match(w->conf, x->head, x->tls ? x->tls->sni : NULL,
+				     x->wt.has_model ? x->model : NULL, x->model_len)
 		       : NULL;
 	if (x && (!x->req.done || x->req_close || x->minor == 0))
 		keep = 0;
@@ -77,9 +82,13 @@ static enum run session_reply(struct client *cl, int status, const char *detail,
 	    .openai = route && route->api == CONF_API_OPENAI,
 	    .openai_type = status == 429 && x ? x->limit_type : NULL,
 	    .more_headers = status == 429 && x ? x->limit_headers : NULL,
+	    .openai_code = x ? x->reply_code : NULL,
 	};
 	int n = -1;
-	if (client_out_buf(cl)) {
+	if (client_out_buf(cl) && json) {
+		n = rewrite_json(cl->out->data + cl->out->end, buf_room(cl->out), status, json,
+				 jlen, rid, keep);
+	} else if (client_out_buf(cl)) {
 		if (x && x->want_timing && debugreq_timing(x, 1, timing, sizeof(timing)) > 0)
 			e.timing = timing;
 		n = x && x->early_head
@@ -121,11 +130,21 @@ static enum run session_reply(struct client *cl, int status, const char *detail,
 	return RUN_AGAIN;
 }
 
+static enum run session_reply(struct client *cl, int status, const char *detail, int keep)
+{
+	return session_answer(cl, status, detail, keep, NULL, 0);
+}
+
 /* --- what an exchange asks of this codec --- */
 
 static enum run codec_reply(struct exchange *x, int status, const char *detail, int keep)
 {
 	return session_reply(x->conn, status, detail, keep);
+}
+
+static enum run codec_reply_json(struct exchange *x, int status, const char *json, size_t len)
+{
+	return session_answer(x->conn, status, "", 1, json, len);
 }
 
 static enum run codec_abort(struct exchange *x, const char *why)
@@ -138,33 +157,114 @@ static enum run codec_abort(struct exchange *x, const char *why)
 	return RUN_GONE;
 }
 
+/* Answer "100 Continue" for the backend if the client waits for it (Expect is not
+ * forwarded): the client sends the body now, and it flows to the backend once connected. */
+static int continue_body(struct exchange *x, const struct http_head *h)
+{
+	struct client *cl = x->conn;
+	if (!(h->flags & HTTP_F_EXPECT_CONTINUE) || x->req.done || h->minor != 1)
+		return 0;
+	struct buf *b = client_out_buf(cl);
+	int n = b ? rewrite_continue(b->data + b->end, buf_room(b)) : -1;
+	if (n < 0)
+		return -ENOMEM;
+	b->end += (uint32_t)n;
+	return 0;
+}
+
+/* The head at the front of cl->in, parsed again into the worker's scratch (the scratch
+ * served other connections, and the bytes may have moved, while the body was read). */
+static int reread_head(struct client *cl)
+{
+	struct worker *w = cl->w;
+	http_head_reader_reset(&cl->head);
+	int r = http_head_read(&cl->head, buf_head(cl->in), buf_len(cl->in),
+			       w->conf->limits.max_header_bytes, &w->head);
+	if (r != (int)cl->head_len)
+		return -EPROTO; /* the same bytes parse the same: never */
+	cl->x->head = &w->head;
+	return 0;
+}
+
+static enum run codec_peek_body(struct exchange *x, size_t max, const char **body, size_t *len,
+				int *all)
+{
+	struct client *cl = x->conn;
+	struct worker *w = cl->w;
+	size_t hl = cl->head_len;
+	int moved = !x->head, full = 0;
+	if (!x->peeked) { /* the first look */
+		if (continue_body(x, x->head) < 0)
+			return exchange_abort(x, "out of memory");
+		cl->state = C_EXCHANGE; /* the stages run on the client's events from now */
+		x->last_ms = x->body_start_ms = x->rate_mark_ms = loop_now(w->loop);
+	}
+	if (client_flush(cl) < 0) /* a "100 Continue" the client waits for */
+		return exchange_abort(x, "client went away");
+	for (;;) {
+		int bad = http_body_scan(&x->req, buf_head(cl->in) + hl, buf_len(cl->in) - hl,
+					 w->conf->limits.max_body_bytes);
+		if (bad)
+			return session_reply(cl, -bad,
+					     bad == -413
+						 ? "request body larger than limits.max_body_bytes"
+						 : "malformed request body",
+					     0);
+		if (x->req.done || x->req.ready >= max || !cl->readable)
+			break;
+		ssize_t n = worker_read(w, &cl->conn, &cl->in, &cl->readable, cl->hup);
+		if (n == -ENOSPC) {
+			int err = client_grow_in(cl);
+			if (err == -ENOSPC) {
+				full = 1; /* as much as we hold: the model is not within it */
+				break;
+			}
+			if (err == -EBUSY) {
+				x->buf_wait = 1; /* the timer looks again */
+				break;
+			}
+			if (err < 0)
+				return exchange_abort(x, "out of memory");
+			moved = 1;
+			continue;
+		}
+		if (n == -EAGAIN)
+			break;
+		if (n <= 0)
+			return exchange_abort(x, "client closed during the request body");
+		moved = 1;
+		x->last_ms = loop_now(w->loop);
+	}
+	if (moved && reread_head(cl) < 0)
+		return exchange_abort(x, "request head changed while its body was read");
+	*body = buf_head(cl->in) + hl;
+	*len = x->req.ready;
+	*all = x->req.done || x->req.ready >= max || full;
+	return RUN_AGAIN;
+}
+
 static enum run codec_head_done(struct exchange *x)
 {
 	struct client *cl = x->conn;
 	const struct http_head *h = x->head;
-	if ((h->flags & HTTP_F_EXPECT_CONTINUE) && !x->req.done && h->minor == 1) {
-		/* answer for the backend (Expect is not forwarded): the client sends the body
-		 * now, and it flows to the backend once connected */
-		struct buf *b = client_out_buf(cl);
-		int n = b ? rewrite_continue(b->data + b->end, buf_room(b)) : -1;
-		if (n < 0)
-			return exchange_abort(x, "out of memory");
-		b->end += (uint32_t)n;
-	}
+	if (!x->peeked && continue_body(x, h) < 0) /* a peek answered it already */
+		return exchange_abort(x, "out of memory");
 	buf_consume(cl->in, cl->head_len);
 	cl->head_len = 0;
 	http_head_reader_reset(&cl->head);
 	cl->state = C_EXCHANGE;
 	x->head = NULL; /* its bytes are gone */
-	x->last_ms = x->body_start_ms = loop_now(cl->w->loop);
+	x->last_ms = loop_now(cl->w->loop);
+	if (!x->peeked) /* else its clocks run from the peek */
+		x->body_start_ms = x->rate_mark_ms = x->last_ms;
 	/* a body is read (up to limits.body_buffer_bytes) before the request may take a
 	 * slot, so a client that sends it slowly, or never, holds no accelerator */
-	x->buffering = !x->req.done && (cl->w->conf->limits.body_buffer_bytes || x->want_key);
-	x->rate_mark_ms = x->body_start_ms;
+	x->buffering =
+	    !x->req.done && (cl->w->conf->limits.body_buffer_bytes || x->want_key || x->want_model);
 	if (!x->buffering && x->sse_body) {
 		size_t blen = cl->in ? buf_len(cl->in) : 0;
-		sse_decide(x, cl->in ? buf_head(cl->in) : NULL,
-			   blen < x->req.left ? blen : (size_t)x->req.left);
+		uint64_t body = x->req.ready + x->req.left; /* a peek scanned some already */
+		sse_decide(x, cl->in ? buf_head(cl->in) : NULL, blen < body ? blen : (size_t)body);
 	}
 	return RUN_AGAIN;
 }
@@ -205,6 +305,8 @@ static const struct exchange_codec_ops h1_codec = {
     .abort = codec_abort,
     .head_done = codec_head_done,
     .await_body = codec_await_body,
+    .peek_body = codec_peek_body,
+    .reply_json = codec_reply_json,
     .relay = codec_relay,
     .wake = codec_wake,
     .heartbeat = codec_heartbeat,

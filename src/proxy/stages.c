@@ -9,7 +9,9 @@
 #include "proxy/quota.h"
 #include "proxy/sse.h"
 
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
@@ -19,14 +21,117 @@ struct stage {
 	enum run (*run)(struct exchange *x);
 };
 
+/* routes.match.model: when the route depends on the body's "model", read the body's start
+ * (up to limits.body_buffer_bytes, or what the input buffer holds) before routing. A body
+ * without a Content-Length (chunked) is not read into: it names no model here. */
+static enum run stage_model(struct exchange *x)
+{
+	const struct http_head *h = x->head;
+	const struct conf *c = x->w->conf;
+	if (!x->head) { /* back from waiting: the codec reads the head anew */
+	} else if (h->framing != HTTP_BODY_LENGTH || !h->content_length ||
+		   !route_needs_model(c, h, x->tls ? x->tls->sni : NULL)) {
+		return RUN_AGAIN;
+	}
+	const char *body;
+	size_t len;
+	int all;
+	size_t max = c->limits.body_buffer_bytes ? (size_t)c->limits.body_buffer_bytes : SIZE_MAX;
+	enum run r = x->codec->peek_body(x, max, &body, &len, &all);
+	if (r != RUN_AGAIN)
+		return r;
+	x->peeked = 1;
+	if (exchange_note_model(x, body, len, all) == 0) {
+		x->head = NULL; /* its bytes may move while we wait */
+		return RUN_STAY;
+	}
+	return RUN_AGAIN;
+}
+
+/* GET /v1/models[/ID][?...] on an api: openai route, when the pools behind those routes
+ * list models: the proxy answers from the config (conf->models). 0: not such a request. */
+static int models_request(const struct exchange *x, const char **id, size_t *idlen)
+{
+	const struct http_head *h = x->head;
+	static const char base[] = "/v1/models";
+	size_t n = sizeof(base) - 1, plen = h->path.len;
+	const char *q = memchr(h->path.p, '?', plen);
+	if (q)
+		plen = (size_t)(q - h->path.p);
+	if (x->route->api != CONF_API_OPENAI || !x->w->conf->models.n || h->meth != HTTP_GET ||
+	    plen < n || memcmp(h->path.p, base, n) != 0)
+		return 0;
+	if (plen == n) {
+		*id = NULL;
+		return 1;
+	}
+	if (h->path.p[n] != '/' || plen == n + 1)
+		return 0;
+	*id = h->path.p + n + 1;
+	*idlen = plen - n - 1;
+	return 1;
+}
+
+static int hex_val(char ch)
+{
+	return ch >= '0' && ch <= '9'	? ch - '0'
+	       : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+	       : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+					: -1;
+}
+
+static int cmp_model_name(const void *key, const void *elem)
+{
+	return strcmp(key, *(const char *const *)elem);
+}
+
+/* Answer GET /v1/models (the list) or /v1/models/ID (one, or 404 as OpenAI does); the ID
+ * may be percent-encoded (a '/' in "org/model" may come as %2F). */
+static enum run answer_models(struct exchange *x, const char *id, size_t idlen)
+{
+	const struct conf *c = x->w->conf;
+	if (!id)
+		return x->codec->reply_json(x, 200, c->models.json, c->models.len);
+	char name[CONF_MODEL_MAX + 1];
+	size_t n = 0;
+	for (size_t i = 0; i < idlen && n < CONF_MODEL_MAX; i++) {
+		int hi, lo;
+		if (id[i] == '%' && i + 2 < idlen && (hi = hex_val(id[i + 1])) >= 0 &&
+		    (lo = hex_val(id[i + 2])) >= 0) {
+			name[n++] = (char)(hi * 16 + lo);
+			i += 2;
+		} else {
+			name[n++] = id[i];
+		}
+	}
+	name[n] = '\0';
+	const char *const *hit = strlen(name) == n && n < CONF_MODEL_MAX
+				     ? bsearch(name, c->models.names, c->models.n,
+					       sizeof(*c->models.names), cmp_model_name)
+				     : NULL;
+	if (hit) {
+		const uint32_t *o = c->models.obj[hit - c->models.names];
+		return x->codec->reply_json(x, 200, c->models.json + o[0], o[1]);
+	}
+	char why[CONF_MODEL_MAX + 64];
+	snprintf(why, sizeof(why), "model '%s' not found", name);
+	x->reply_code = "model_not_found";
+	return exchange_reply(x, 404, why, 1);
+}
+
 static enum run stage_route(struct exchange *x)
 {
 	const struct conf_route *route =
-	    route_match(x->w->conf, x->head, x->tls ? x->tls->sni : NULL);
+	    route_match(x->w->conf, x->head, x->tls ? x->tls->sni : NULL,
+			x->wt.has_model ? x->model : NULL, x->model_len);
 	if (!route)
 		return exchange_reply(x, 404, "no route matches this request", 1);
 	x->route = route;
 	x->pool = &x->w->rt->pools[route->pool];
+	const char *id;
+	size_t idlen = 0;
+	if (models_request(x, &id, &idlen))
+		return answer_models(x, id, idlen);
 	return RUN_AGAIN;
 }
 
@@ -96,6 +201,10 @@ static enum run stage_classify(struct exchange *x)
 	pool_retry_earn(x->pool);
 	x->want_key = pc->hash.key == HASH_KEY_PROMPT && pc->balance->keyed &&
 		      h->framing == HTTP_BODY_LENGTH && h->content_length > 0;
+	/* pools.backends.models: the body's "model" chooses among the backends (read with
+	 * the body, after the guard, unless routing read it already) */
+	x->want_model = pc->has_models && !x->model_read && h->framing == HTTP_BODY_LENGTH &&
+			h->content_length > 0;
 	return RUN_AGAIN;
 }
 
@@ -183,10 +292,18 @@ static enum run stage_tokens(struct exchange *x)
 	return quota_reserve(x);
 }
 
+/* A model no backend of the pool serves (pools.backends.models) is not found, as the OpenAI
+ * API answers an unknown model. */
 static enum run stage_admit(struct exchange *x)
 {
 	if (x->be || x->wt.state != W_IDLE || x->spilled || x->retried)
 		return RUN_AGAIN; /* dispatched already: granted, queued, or moved on */
+	if (x->wt.has_model && !models_served(&x->pool->models, x->wt.model)) {
+		char why[CONF_MODEL_MAX + 64];
+		snprintf(why, sizeof(why), "model '%s' not found", x->model);
+		x->reply_code = "model_not_found";
+		return exchange_reply(x, 404, why, 1);
+	}
 	return dispatch_connect(x, NULL);
 }
 
@@ -196,6 +313,7 @@ static enum run stage_relay(struct exchange *x)
 }
 
 enum stage_id {
+	STAGE_MODEL, /* may wait: it reads the head anew when it runs again */
 	STAGE_ROUTE,
 	STAGE_ADDRESS,
 	STAGE_GUARD,
@@ -209,6 +327,7 @@ enum stage_id {
 };
 
 static const struct stage stage_list[] = {
+    [STAGE_MODEL] = {"model", stage_model},
     [STAGE_ROUTE] = {"route", stage_route},
     [STAGE_ADDRESS] = {"address", stage_address},
     [STAGE_GUARD] = {"guard", stage_guard},
@@ -227,7 +346,9 @@ enum run stages_run(struct exchange *x, int (*live)(void *conn, const struct exc
 	void *conn = x->conn;
 	for (;;) {
 		enum run r = stage_list[x->stage].run(x);
-		ASSERT(r != RUN_STAY || x->stage > STAGE_HEAD_DONE); /* head stages never wait */
+		/* head stages never wait, but for the model's, which gives x->head up */
+		ASSERT(r != RUN_STAY || x->stage > STAGE_HEAD_DONE ||
+		       (x->stage == STAGE_MODEL && !x->head));
 		if (r == RUN_GONE || !live(conn, x))
 			return r; /* the connection, or this exchange, has ended */
 		if (r == RUN_STAY || x->stage == NSTAGES - 1)

@@ -1,10 +1,12 @@
 /*
  * stages.h - the path of one request through the proxy, as an ordered list of stages.
  *
- *   route -> address -> guard -> classify -> forward -> head done -> body -> tokens -> admit
- *   -> relay
+ *   model -> route -> address -> guard -> classify -> forward -> head done -> body -> tokens
+ *   -> admit -> relay
  *
- * route picks the route and pool (404 when none matches); address spends the client
+ * model reads the start of the body when the route depends on its "model" (routes.match.model;
+ * nothing otherwise); route picks the route and pool (404 when none matches), and answers
+ * GET /v1/models on an api: openai route from the config; address spends the client
  * address's request rate (routes.rate_limit.per_ip: 429), before any credential costs a
  * check; guard lets in only who the route admits (routes.auth: 401, 403) and spends the
  * tenant's and route's rates and concurrency (429); classify gives the request its tenant,
@@ -13,14 +15,17 @@
  * head off its input (and answer "100 Continue"); body reads the request body before
  * admission when the route needs it whole (relay.h); tokens reserves what the request may
  * cost of its tenant's tokens_per_minute (429 before it can take a slot); admit finds a
- * backend slot or queues (dispatch.h); relay moves the bytes until the response is
+ * backend slot or queues (dispatch.h), among the backends that serve the request's model
+ * (404 when none does: policy/models.h); relay moves the bytes until the response is
  * complete.
  *
  * A stage returns RUN_AGAIN when it is done (the next one runs), RUN_STAY to wait for an
  * event (it runs again then), or RUN_GONE. Any stage may end the exchange (an answer, a cut
  * connection); the list stops there. The head stages (those before "head done") run at once,
  * while x->head still points into the worker's parse scratch and the connection is still
- * reading heads: they must not wait (an asynchronous guard would copy what it needs from the
+ * reading heads: they must not wait, but for model, which gives x->head up (NULL) while it
+ * waits for body bytes and has the codec read the head anew when it runs again (peek_body);
+ * the others must not wait (an asynchronous guard would copy what it needs from the
  * head and wait after "head done"). The later stages may be entered more than once. A stage
  * to come (the cache, before admit) is one function and one line in the list. The stages
  * see a parsed head (struct http_head) and the exchange; what needs the connection's bytes

@@ -448,6 +448,31 @@ static void error_timing_never_cut(void **state)
 	assert_non_null(strstr(out, "\r\nX-Request-Id: rid\r\nRetry-After: 1\r\nCache-Control:"));
 }
 
+static void json_answer_and_openai_code(void **state)
+{
+	(void)state;
+	static const char list[] = "{\"object\":\"list\",\"data\":[]}\n";
+	int n = rewrite_json(out, sizeof(out), 200, list, sizeof(list) - 1, "rid", 1);
+	assert_true(n > 0);
+	out[n] = '\0';
+	assert_non_null(strstr(out, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"));
+	assert_non_null(strstr(out, "Content-Length: 28\r\nX-Request-Id: rid\r\n"));
+	assert_null(strstr(out, "Connection: close"));
+	assert_string_equal(out + n - (sizeof(list) - 1), list);
+	assert_int_equal(rewrite_json(out, 40, 200, list, sizeof(list) - 1, NULL, 0), -1);
+	n = rewrite_error(out, sizeof(out),
+			  &(struct rewrite_error_info){.status = 404,
+						       .detail = "model 'x' not found",
+						       .keep_alive = 1,
+						       .openai = 1,
+						       .openai_code = "model_not_found"});
+	assert_true(n > 0);
+	out[n] = '\0';
+	assert_non_null(strstr(out, "{\"error\":{\"message\":\"model 'x' not found\",\"type\":"
+				    "\"invalid_request_error\",\"param\":null,\"code\":"
+				    "\"model_not_found\"}}"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -465,6 +490,7 @@ int main(void)
 	    cmocka_unit_test(sse_early_stream),
 	    cmocka_unit_test(sse_error_message_escaped),
 	    cmocka_unit_test(error_timing_never_cut),
+	    cmocka_unit_test(json_answer_and_openai_code),
 	};
 	return cmocka_run_group_tests_name("head rewriting", tests, NULL, NULL);
 }
