@@ -64,6 +64,11 @@ def test_model_routes_match_patterns_in_order(env):
     for body, want in cases:
         st, h, data = _post(px.port, body)
         assert st == 200 and served_by(h) == want, (body, st, served_by(h), data)
+    # a streamed answer comes as an event stream from the model's pool
+    st, h, data = _post(px.port, '{"stream": true, "prompt": "x", "model": "llama-3-8b"}',
+                        path="/v1/completions")
+    assert st == 200 and served_by(h) == "llama", (st, h)
+    assert h["content-type"][0].startswith("text/event-stream") and b"data: [DONE]" in data
     st, h, _ = request(px.port, "GET", "/v1/chat/completions")
     assert st == 200 and served_by(h) == "rest"
     st, h, _ = request(px.port, "POST", "/v1/chat/completions", body=b"")
