@@ -10,7 +10,8 @@
  * In the block model, a job's prompt blocks are hashed on arrival (into one scratch array,
  * then copied into the job's own allocation: one allocation per request, as before) and
  * matched against the cache when the job gets its slot. The cache's changes are gathered as
- * KV events and published by a timer due at once, so that one loop turn makes one batch.
+ * KV events and published by a timer due at once, so that the changes made by one turn's I/O
+ * (and by the timers due before it) make one batch.
  */
 #include "sim/sim.h"
 #include "core/clock.h"

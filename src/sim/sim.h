@@ -28,13 +28,16 @@
  *    X-Sim-Cached-Blocks and X-Sim-Prompt-Blocks give the counts of whole blocks.
  *
  * KV events (kv_events, block model only), as vLLM publishes them: a ZeroMQ publisher bound
- * on the endpoint sends one message per batch of cache changes (the changes of one loop turn)
- * of three frames: the topic (kv_events_topic, "" by default as vLLM's), the batch's sequence
+ * on the endpoint sends one message per batch of cache changes (those gathered until a timer
+ * due at once fires: all of a loop turn's I/O, and of the timers that fire before it) of
+ * three frames: the topic (kv_events_topic, "" by default as vLLM's), the batch's sequence
  * number (8 bytes, big-endian, from 0), and the msgpack payload
  *     [ts, [event, ...], data_parallel_rank]
  * ts the wall clock in seconds (float64), data_parallel_rank 0; the batch is positional as
- * vLLM's EventBatch(array_like=True) encodes it. Each event, by default as current vLLM
- * encodes it (msgspec tag=True without array_like since vLLM PR #42892, seen from vLLM
+ * vLLM's EventBatch(array_like=True) encodes it (vLLM 0.26's events on the wire, and what
+ * Dynamo's, llm-d's and SGLang's routers read; one recent vLLM main declares EventBatch
+ * without array_like, which would make it a map: not followed here). Each event, by default as
+ * current vLLM encodes it (msgspec tag=True without array_like since vLLM PR #42892, seen from vLLM
  * 0.26): a map whose "type" comes first --
  *     {"type": "BlockStored", "block_hashes": [u64...], "parent_block_hash": u64 | nil,
  *      "token_ids": [], "block_size": block_bytes, "lora_id": nil, "medium": "GPU",
