@@ -464,29 +464,22 @@ static long json_number(const char *body, size_t len, const char *key)
 }
 
 /*
- * The body's "model" string into out[0..cap) as its raw JSON bytes: escapes kept whole (so
- * it can go back into JSON as it is), control bytes as '?' (so it can go into a header), cut
- * before an escape that would not fit. 0 when the body names no model.
+ * The body's top-level "model" (http_model(): as the proxy reads it) into out[0..cap), with
+ * control bytes, '"' and '\\' as '?' so that it can go into a header and into JSON as it is;
+ * "" when the body names none (or a name of cap bytes or more).
  */
-static int json_model(const char *body, size_t len, char *out, size_t cap)
+static void request_model(const char *body, size_t len, char *out, size_t cap)
 {
-	size_t rest, k = 1, n = 0;
-	const char *v = json_value(body, len, "model", &rest);
-	out[0] = 0;
-	if (!v || !rest || v[0] != '"')
-		return 0;
-	while (k < rest && v[k] != '"') {
-		size_t w = v[k] != '\\' ? 1 : k + 1 < rest && v[k + 1] == 'u' ? 6 : 2;
-		if (k + w > rest || n + w >= cap)
-			break;
-		for (size_t i = 0; i < w; i++) {
-			unsigned char ch = (unsigned char)v[k + i];
-			out[n++] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
-		}
-		k += w;
+	size_t n;
+	if (http_model(body, len, 1, out, cap, &n) != 1) {
+		out[0] = 0;
+		return;
 	}
-	out[n] = 0;
-	return n > 0;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)out[i];
+		if (ch < 0x20 || ch == 0x7f || ch == '"' || ch == '\\')
+			out[i] = '?';
+	}
 }
 
 static int model_served(const struct sim *s, const char *model)
@@ -596,7 +589,7 @@ static void take_completion(struct sim *s, struct hsrv_conn *c, int chat, const 
 			    size_t body_len)
 {
 	char model[SIM_MODEL_NAME];
-	json_model(body, body_len, model, sizeof(model));
+	request_model(body, body_len, model, sizeof(model));
 	if (!model_served(s, model)) {
 		s->unknown_model++;
 		answer_no_model(s, c, model);

@@ -326,6 +326,13 @@ def test_sim_models(env):
     assert json.loads(body)["model"] == "qwen-7b"
     st, h, body = complete(sim.port, json.dumps({"prompt": "no model named"}))
     assert st == 200 and "x-sim-model" not in h and json.loads(body)["model"] == "llama-3-8b"
+    # read as the proxy reads it: the top-level field, escapes decoded
+    st, h, body = complete(sim.port, '{"model": "qwen\\u002d7b", "prompt": "x"}')
+    assert st == 200 and h["x-sim-model"] == ["qwen-7b"], (st, h)
+    st, h, body = complete(sim.port, json.dumps(
+        {"messages": [{"role": "user", "content": "x", "model": "gpt-x"}]}),
+        path="/v1/chat/completions")
+    assert st == 200 and "x-sim-model" not in h, (st, h)
     st, h, body = request(sim.port, "GET", "/v1/models")
     doc = json.loads(body)
     assert st == 200 and doc["object"] == "list", doc
