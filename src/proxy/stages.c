@@ -48,8 +48,8 @@ static enum run stage_model(struct exchange *x)
 	return RUN_AGAIN;
 }
 
-/* GET /v1/models[/ID][?...] on an api: openai route, when the pools behind those routes
- * list models: the proxy answers from the config (conf->models). 0: not such a request. */
+/* Is this GET /v1/models[/ID][?...] on an api: openai route, while the pools behind those
+ * routes list models (conf->models)? Then *id is the ID (NULL: the list). */
 static int models_request(const struct exchange *x, const char **id, size_t *idlen)
 {
 	const struct http_head *h = x->head;
@@ -128,6 +128,13 @@ static enum run stage_route(struct exchange *x)
 		return exchange_reply(x, 404, "no route matches this request", 1);
 	x->route = route;
 	x->pool = &x->w->rt->pools[route->pool];
+	return RUN_AGAIN;
+}
+
+/* GET /v1/models on an api: openai route: the proxy's own answer, once the guard let the
+ * client in (the list is for those the route admits, as OpenAI's needs a key). */
+static enum run stage_models(struct exchange *x)
+{
 	const char *id;
 	size_t idlen = 0;
 	if (models_request(x, &id, &idlen))
@@ -317,6 +324,7 @@ enum stage_id {
 	STAGE_ROUTE,
 	STAGE_ADDRESS,
 	STAGE_GUARD,
+	STAGE_MODELS,
 	STAGE_CLASSIFY,
 	STAGE_FORWARD,
 	STAGE_HEAD_DONE, /* the stages up to this one see x->head, and never wait */
@@ -331,6 +339,7 @@ static const struct stage stage_list[] = {
     [STAGE_ROUTE] = {"route", stage_route},
     [STAGE_ADDRESS] = {"address", stage_address},
     [STAGE_GUARD] = {"guard", stage_guard},
+    [STAGE_MODELS] = {"models", stage_models},
     [STAGE_CLASSIFY] = {"classify", stage_classify},
     [STAGE_FORWARD] = {"forward", stage_forward},
     [STAGE_HEAD_DONE] = {"head done", stage_head_done},

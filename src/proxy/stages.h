@@ -1,16 +1,16 @@
 /*
  * stages.h - the path of one request through the proxy, as an ordered list of stages.
  *
- *   model -> route -> address -> guard -> classify -> forward -> head done -> body -> tokens
- *   -> admit -> relay
+ *   model -> route -> address -> guard -> models -> classify -> forward -> head done -> body
+ *   -> tokens -> admit -> relay
  *
  * model reads the start of the body when the route depends on its "model" (routes.match.model;
- * nothing otherwise); route picks the route and pool (404 when none matches), and answers
- * GET /v1/models on an api: openai route from the config; address spends the client
- * address's request rate (routes.rate_limit.per_ip: 429), before any credential costs a
- * check; guard lets in only who the route admits (routes.auth: 401, 403) and spends the
- * tenant's and route's rates and concurrency (429); classify gives the request its tenant,
- * priority class, affinity key and streaming (heartbeat) wishes; forward writes the request
+ * nothing otherwise); route picks the route and pool (404 when none matches); address spends
+ * the client address's request rate (routes.rate_limit.per_ip: 429), before any credential
+ * costs a check; guard lets in only who the route admits (routes.auth: 401, 403) and spends
+ * the tenant's and route's rates and concurrency (429); models answers GET /v1/models on an
+ * api: openai route from the config (when backends list models); classify gives the request its
+ * tenant, priority class, affinity key and streaming (heartbeat) wishes; forward writes the request
  * head the backend will get (431 when it does not fit); head done lets the codec take the
  * head off its input (and answer "100 Continue"); body reads the request body before
  * admission when the route needs it whole (relay.h); tokens reserves what the request may

@@ -283,6 +283,19 @@ def test_v1_models_answered_from_the_config(env):
     assert st == 200 and served_by(h) == "a"
 
 
+def test_v1_models_only_for_clients_the_route_admits(env):
+    a = env.sim("a", latency_ms=0, token_ms=0)
+    keys = env.write("keys.txt", "acme sk-acme-0123456789abcdef\n")
+    px = env.proxy("pools:\n" + _yaml_pool("gpu", [(a.port, ["m"], None)])
+                   + "routes:\n  - match: {path_prefix: /v1/}\n    pool: gpu\n    api: openai\n"
+                   f"    auth: {{api_keys_file: {keys}}}\n")
+    st, h, data = request(px.port, "GET", "/v1/models")
+    assert st == 401 and json.loads(data)["error"]["code"] == "invalid_api_key", (st, data)
+    st, h, data = request(px.port, "GET", "/v1/models",
+                          headers={"Authorization": "Bearer sk-acme-0123456789abcdef"})
+    assert st == 200 and [m["id"] for m in json.loads(data)["data"]] == ["m"], (st, data)
+
+
 def _check(env, text):
     path = env.write("m.yaml", "listen: [127.0.0.1:8080]\n" + text)
     r = subprocess.run([BIN, "check", "-c", path], capture_output=True, text=True, timeout=20)
