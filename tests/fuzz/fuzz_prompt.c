@@ -5,6 +5,7 @@
  * hashes: the same answer twice, within the cap. The model name (http_model): one seen in a
  * prefix is the whole input's, NUL-free and within its buffer.
  */
+#include "core/glob.h"
 #include "http/prompt.h"
 
 #include <stdint.h>
@@ -19,6 +20,12 @@ static void check_model(const char *p, size_t size)
 	int r = http_model(p, size, 1, whole, sizeof(whole), &wn);
 	if (r == 0 || (r == 1 && (wn >= sizeof(whole) || strlen(whole) != wn)))
 		abort();
+	/* the name meets the patterns of match.model: a star matches it, its own bytes too */
+	if (r == 1 && (!glob_match("*", whole, wn) ||
+		       (!strpbrk(whole, "*?") && !glob_match(whole, whole, wn))))
+		abort();
+	if (r == 1)
+		(void)glob_match("*a*?b*c*", whole, wn);
 	for (size_t cut = 0; cut <= size; cut += 1 + cut / 4) {
 		int q = http_model(p, cut, 0, part, sizeof(part), &pn);
 		if (q == 1 && (r != 1 || pn != wn || memcmp(part, whole, wn) != 0))
