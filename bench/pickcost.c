@@ -4,9 +4,10 @@
  * A decision is everything the proxy does for one request between having its body and
  * knowing its backend: the prompt read from the JSON body as block hashes
  * (http_prompt_blocks), each backend's longest cached prefix from its prefix index and its
- * fitted costs (llm_candidate), the policy's pick (lb_llm), and recording the prompt on the
- * chosen backend's index (llm_picked). It runs them on a fleet of <backends> whose indexes
- * hold what a busy fleet's would: 64 system prompts, each at home on one or two backends,
+ * fitted costs (llm_candidate), the policy's pick (lb_llm), and counting it on the chosen
+ * backend (llm_picked) -- plus what its answer costs later: the prompt recorded in that
+ * backend's index and the fit's sample (llm_answered). It runs them on a fleet of <backends> whose
+ * indexes hold what a busy fleet's would: 64 system prompts, each at home on one or two backends,
  * plus the conversations built on them. Requests are OpenAI chat bodies of about <kib> KiB
  * (a system prompt and a conversation), keys in varied orders, each copied into one read
  * buffer before it is timed, as recv() leaves it in the proxy. For scale it also times
@@ -110,7 +111,7 @@ int main(int argc, char **argv)
 	/* warm: every body served once, on the backend its system prompt calls home */
 	for (unsigned i = 0; i < BODIES; i++) {
 		long n = http_prompt_blocks(body[i], len[i], block, h, LLM_MAX_BLOCKS, NULL);
-		llm_picked(be[(i % SYSTEMS) % nb], h, (uint32_t)n, 0);
+		llm_answered(be[(i % SYSTEMS) % nb], h, (uint32_t)n, (uint32_t)n, 100000);
 	}
 	uint64_t t_hash = 0, t_pick = 0, t_note = 0, sink = 0, blocks = 0;
 	char *in = malloc((size_t)kib * 1024 + 4096); /* the connection's read buffer */
@@ -132,9 +133,12 @@ int main(int argc, char **argv)
 		struct lb_draw d = {.rnd = r * 0x9e3779b97f4a7c15u, .blocks = (uint32_t)n};
 		int idx = lb_llm.pick(&st, cand, nb, &d);
 		uint64_t t2 = now_ns();
-		if (idx >= 0)
-			llm_done(be[idx],
-				 llm_picked(be[idx], h, (uint32_t)n, cand[idx].hit_blocks));
+		if (idx >= 0) { /* counted, then (as at its answer) recorded in the index */
+			uint32_t hit = cand[idx].hit_blocks;
+			llm_done(be[idx], llm_picked(be[idx], (uint32_t)n, hit));
+			llm_answered(be[idx], h, (uint32_t)n, (uint32_t)n - hit,
+				     20000 + 1000 * (n - hit));
+		}
 		uint64_t t3 = now_ns();
 		t_hash += t1 - t0;
 		t_pick += t2 - t1;

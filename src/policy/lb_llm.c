@@ -5,14 +5,15 @@
  *
  *     wait + base + per_block x (prompt blocks - blocks of it already in its prefix cache)
  *
- * wait: nothing while it has a free slot; at its cap, one slot's turn (its mean service
- * time / slots) for each request beyond the free ones, counting the requests others sent it
- * (reported load). A backend without max_concurrency is taken to run LLM_UNCAPPED_SLOTS
- * requests side by side. base and per_block are fitted online per backend from measured
- * time to first byte against the blocks it had to compute (policy/ttft_fit.h); the blocks
- * held come from the caller's per-backend prefix index (policy/prefix_index.h). The request
- * goes to the backend with the least expected time; ties go to the least loaded, then by
- * the draw.
+ * wait: nothing while it has a free slot; at its cap, one slot's turn (the mean expected
+ * service of what holds its slots / slots) for each request beyond the free ones, counting
+ * the requests others sent it (reported load). A backend without max_concurrency shares
+ * itself among all it serves, as if LLM_UNCAPPED_SLOTS ran side by side: each request in
+ * flight adds its share of a turn, so load spreads even when no slot is ever full. base and
+ * per_block are fitted online per backend from measured time to first byte against the blocks it
+ * had to compute (policy/ttft_fit.h); the blocks held come from the caller's per-backend prefix
+ * index (policy/prefix_index.h). The request goes to the backend with the least expected time; ties
+ * go to the least loaded, then by the draw.
  *
  * Affinity under overload: when the best backend is at its cap but still beats every free
  * one (recomputing the prefix elsewhere costs more than waiting for a slot here), the answer
@@ -22,8 +23,10 @@
  * (home_only), so the slot goes to the request that gains most from it, then serves the
  * line in order.
  *
- * Without a prompt (blocks 0) every backend misses alike, and this is least expected wait:
- * work-conserving, like least-connections with the backends' measured speeds.
+ * Without a prompt (blocks 0: none, a chunked body, a body over hash.body_max_bytes before
+ * its prompt) every backend misses alike and nothing is worth waiting for: the least
+ * expected wait among the free slots, work-conserving, like least-connections with the
+ * backends' measured speeds. Weights are not read: the fitted costs say what a weight would.
  */
 #include "policy/lb.h"
 
@@ -40,7 +43,9 @@ static double first_token_us(const struct lb_candidate *c, const struct lb_draw 
 {
 	unsigned slots = slots_of(c);
 	double wait = 0;
-	if (c->inflight >= slots) /* every slot taken: one turn per request beyond them */
+	if (!c->slots) /* it shares itself among all it serves: each one slows the next */
+		wait = (double)c->inflight * c->service_us / slots;
+	else if (c->inflight >= slots) /* every slot taken: one turn per request beyond them */
 		wait = (double)(c->inflight - slots + 1) * c->service_us / slots;
 	uint32_t miss = d->blocks > c->hit_blocks ? d->blocks - c->hit_blocks : 0;
 	return wait + c->base_us + (double)c->block_us * miss;
@@ -79,7 +84,7 @@ static int llm_pick(const struct lb_state *st, const struct lb_candidate *c, siz
 		return best >= 0 && best == free_best && c[best].hit_blocks ? best : LB_WAIT;
 	if (free_best == LB_NONE)
 		return LB_NONE;
-	if (best != free_best && d->waited_ms < st->max_wait_ms)
+	if (best != free_best && d->blocks && d->waited_ms < st->max_wait_ms)
 		return LB_WAIT; /* a busy backend holds it and will be quicker: wait for it */
 	return free_best;
 }
@@ -88,7 +93,7 @@ static int llm_pick(const struct lb_state *st, const struct lb_candidate *c, siz
 static const struct policy_opt llm_opts[] = {
     {"llm", "block_bytes", POLICY_OPT_UINT, offsetof(struct lb_state, block_bytes), 16, 4096, 256},
     {"llm", "cache_blocks", POLICY_OPT_UINT, offsetof(struct lb_state, cache_blocks), 16, 16777216,
-     65536},
+     16384},
     {"llm", "max_wait_ms", POLICY_OPT_UINT, offsetof(struct lb_state, max_wait_ms), 0, 600000,
      2000},
     {NULL, NULL, 0, 0, 0, 0, 0},

@@ -118,25 +118,55 @@ static void line_retire(struct qdisc *q, struct qd_tenant *t)
 	}
 }
 
+/* The item at <depth> in <t>'s line (0: its head), or NULL. */
+static struct qd_item *line_at(struct qd_tenant *t, size_t depth)
+{
+	if (depth >= t->items.count)
+		return NULL;
+	struct list_node *n = list_first(&t->items);
+	while (depth--)
+		n = list_next(&t->items, n);
+	return container_of(n, struct qd_item, link);
+}
+
 /* The first item of <t>'s line. */
 static struct qd_item *line_head(struct qd_tenant *t)
 {
 	return container_of(list_first(&t->items), struct qd_item, link);
 }
 
-/* After <it>: the rest of its tenant's line, then the next tenants' heads round the ring
- * (each once), then the lower classes' turns: near enough the order of grants. */
+static size_t depth_of(struct qd_item *it)
+{
+	size_t d = 0;
+	for (struct list_node *n = list_prev(&it->tq->items, &it->link); n;
+	     n = list_prev(&it->tq->items, n))
+		d++;
+	return d;
+}
+
+/*
+ * After <it>, in the order grants take them: round the class's ring from the turn, each
+ * tenant's item at one depth (heads first, then the second items, ...), then the lower
+ * classes the same way. Walks lines to find depths: for looking a few places past the head,
+ * not for draining the queue.
+ */
 static struct qd_item *fair_next(struct qdisc *q, struct qd_item *it)
 {
-	struct qd_tenant *t = it->tq;
-	struct list_node *n = list_next(&t->items, &it->link);
-	if (n)
-		return container_of(n, struct qd_item, link);
-	if (t->next != q->turn[t->prio])
-		return line_head(t->next);
-	for (unsigned c = t->prio; c-- > 0;)
-		if (q->turn[c])
-			return line_head(q->turn[c]);
+	unsigned prio = it->tq->prio;
+	size_t depth = depth_of(it);
+	struct qd_tenant *turn = q->turn[prio], *t;
+	for (t = it->tq->next; t != turn; t = t->next) /* the rest of this round */
+		if ((it = line_at(t, depth)))
+			return it;
+	t = turn; /* the next round, one deeper */
+	do {
+		if ((it = line_at(t, depth + 1)))
+			return it;
+		t = t->next;
+	} while (t != turn);
+	while (prio-- > 0) /* this class is done: the lower classes, heads first */
+		if (q->turn[prio])
+			return line_head(q->turn[prio]);
 	return NULL;
 }
 

@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "core/loop.h"
 #include "core/rand.h"
+#include "proxy/llm.h"
 
 static void inbox_push(struct admission_inbox *in, struct waiter *wt)
 {
@@ -84,7 +85,7 @@ static struct qd_item *grant_look_behind(struct pool_rt *pool, uint64_t now_ms, 
 			h.would_wait = &would_wait;
 			if ((*nb = pool_pick(pool, now_ms, rnd, &h)))
 				return it;
-			if (!would_wait)
+			if (!would_wait && !wt->has_model)
 				return NULL; /* no backend has a free slot at all */
 		}
 	}
@@ -136,7 +137,9 @@ static struct backend *grant_locked(struct pool_rt *pool, uint64_t now_ms, uint6
 			q->qd.ops->pop(&q->qd);
 		} else {
 			struct qd_item *it = NULL;
-			if (would_wait && pool->conf->balance->blocks)
+			/* (only when a slot frees: a request joining the queue changes
+			 * nothing for those already in it) */
+			if (would_wait && pool->conf->balance->blocks && !self)
 				it = grant_look_behind(pool, now_ms, rnd, head, &nb);
 			else if (wt->has_model && pool->models.e)
 				it = grant_other_model(pool, now_ms, rnd, head, &nb);
@@ -271,6 +274,10 @@ void admission_withdraw(struct pool_rt *pool, struct waiter *wt, uint64_t now_ms
 	struct backend *be = wt->granted;
 	wt->granted = NULL;
 	wt->state = W_IDLE;
+	if (be && be->llm && wt->work) { /* REVIEW fix: the grant's pick counted work there */
+		llm_done(be->llm, wt->work);
+		wt->work = 0;
+	}
 	if (be) /* NULL: pushed out of the queue, with no slot to give back */
 		admission_release(pool, be, now_ms, rnd);
 }

@@ -64,6 +64,16 @@ static int heartbeat_due(const struct exchange *x)
 	return x->sse_hb && !x->resp_head && !x->buffering;
 }
 
+/* balance: llm: when a request queued for its busy home stops waiting for it (max_wait_ms)
+ * and must be offered a free slot elsewhere, even if nothing else happens in the pool; 0:
+ * not such a request, or already offered. */
+static uint64_t llm_wait_end(const struct exchange *x)
+{
+	if (x->wt.state != W_QUEUED || x->llm_wait_over || !x->pool->conf->balance->blocks)
+		return 0; /* (x->pool is set once it queues: not before its route is known) */
+	return x->wt.queued_ms + x->pool->conf->lb.max_wait_ms + 1;
+}
+
 uint64_t deadline_next(const struct exchange *x, uint64_t now)
 {
 	const struct conf_timeouts *t = &x->w->conf->timeouts;
@@ -91,6 +101,9 @@ uint64_t deadline_next(const struct exchange *x, uint64_t now)
 		deadline = hedge_at;
 	if (heartbeat_due(x) && x->hb_next_ms < deadline)
 		deadline = x->hb_next_ms;
+	uint64_t wait_end = llm_wait_end(x);
+	if (wait_end && wait_end < deadline)
+		deadline = wait_end;
 	return deadline;
 }
 
@@ -130,6 +143,13 @@ enum run deadline_fire(struct exchange *x, uint64_t now)
 	}
 	if (hedge_due(x, &hedge_at) && now >= hedge_at) {
 		hedge_start(x); /* no answer yet: ask a second backend too */
+		return RUN_AGAIN;
+	}
+	uint64_t wait_end = llm_wait_end(x);
+	if (wait_end && now >= wait_end) {
+		/* it has waited for its home long enough: a free slot anywhere will do now */
+		x->llm_wait_over = 1;
+		admission_grant(x->pool, now, rand_next(&x->w->rng));
 		return RUN_AGAIN;
 	}
 	if (x->wt.state != W_IDLE)

@@ -134,7 +134,8 @@ struct exchange {
 	unsigned want_timing : 1;	       /* a trusted client asked for X-Accelnet-Timing */
 	unsigned queue_noted : 1; /* log_queue_us holds its wait for a slot, which has ended */
 	unsigned req_close : 1, retried : 1, up_reused : 1;
-	unsigned want_key : 1;	 /* the pool balances on the prompt key, read from the body */
+	unsigned want_key : 1;	    /* the pool balances on the prompt key, read from the body */
+	unsigned llm_wait_over : 1; /* balance: llm: it waited max_wait_ms for its home */
 	unsigned want_model : 1; /* the pool's backends list models: read "model" from the body */
 	unsigned model_read : 1; /* the body's "model" was looked for (wt.has_model: found) */
 	unsigned peeked : 1;	 /* the body was read into before the route (stage "model") */

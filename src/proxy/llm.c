@@ -73,11 +73,9 @@ void llm_candidate(const struct llm_backend *l, const uint64_t *blocks, uint32_t
 		    : c->base_us + atomic_load_explicit(&l->decode_us, memory_order_relaxed);
 }
 
-uint32_t llm_picked(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t hit)
+uint32_t llm_picked(struct llm_backend *l, uint32_t n, uint32_t hit)
 {
 	const struct llm_fit *f = fit_of(l);
-	if (n && !l->exact)
-		prefix_index_insert(l->prefix, blocks, n); /* its prefill will leave them there */
 	atomic_fetch_add_explicit(&l->picked, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&l->prompt_blocks, n, memory_order_relaxed);
 	atomic_fetch_add_explicit(&l->missed_blocks, n - hit, memory_order_relaxed);
@@ -107,14 +105,19 @@ static int fit_add(struct llm_fit *f, uint32_t missed, uint64_t us)
 	ttft_fit_solve(&f->fit, &base, &block);
 	f->ready = f->ready || ttft_fit_ready(&f->fit);
 	int ready = f->ready;
-	atomic_flag_clear_explicit(&f->busy, memory_order_release);
 	atomic_store_explicit(&f->base_us, base, memory_order_relaxed);
 	atomic_store_explicit(&f->block_us, block, memory_order_relaxed);
+	atomic_flag_clear_explicit(&f->busy, memory_order_release); /* after both: one line */
 	return ready;
 }
 
-void llm_observe_ttft(struct llm_backend *l, uint32_t missed, uint64_t us)
+void llm_answered(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t missed,
+		  uint64_t us)
 {
+	if (!n)
+		return; /* no prompt: says nothing of prefill, and would flatten the fit's line */
+	if (!l->exact)
+		prefix_index_insert(l->prefix, blocks, n); /* its prefill left them there */
 	fit_add(l->pool, missed, us);
 	if (fit_add(&l->fit, missed, us))
 		atomic_store_explicit(&l->own_ready, 1, memory_order_relaxed);

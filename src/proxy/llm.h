@@ -2,8 +2,8 @@
  * llm.h - what balance: llm keeps per backend and per request (policy/lb_llm.c decides).
  *
  * Per backend: a prefix index (policy/prefix_index.h) of the prompt blocks its KV cache
- * holds, fed by the prompts routed to it (or, with backends[].kv_events, by the engine's own
- * events: then routing adds no guesses), and a fit of its time to first token against the
+ * holds, fed by the prompts it answered (or, when exact is set, by the engine's own events:
+ * then routing adds no guesses), and a fit of its time to first token against the
  * blocks it had to compute (policy/ttft_fit.h), its mean time from first byte to end, and
  * the expected service times of the requests it serves for us now (each one's prefill as
  * fitted for the blocks it missed, plus the mean decode), which the pick reads as plain
@@ -60,10 +60,14 @@ void llm_candidate(const struct llm_backend *l, const uint64_t *blocks, uint32_t
 /* The request with <n> blocks went to the backend of <l>, which holds <hit> of them; the
  * time it is expected to take there is added to the backend's work and returned, for
  * llm_done() to take back. */
-uint32_t llm_picked(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t hit);
+uint32_t llm_picked(struct llm_backend *l, uint32_t n, uint32_t hit);
 void llm_done(struct llm_backend *l, uint32_t work_us);
-/* Its backend answered after <us> with <missed> blocks to compute. */
-void llm_observe_ttft(struct llm_backend *l, uint32_t missed, uint64_t us);
+/* Its backend answered (status below 400) after <us>, with <missed> of the prompt's <n> blocks
+ * to compute: the prompt is in its cache now (unless the engine's own events keep the index),
+ * and a request with a prompt is a sample for the fit. Only answers count: a prompt the
+ * backend refused or never answered says nothing of its cache. */
+void llm_answered(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t missed,
+		  uint64_t us);
 /* A request took <decode_us> from its first byte to its end there. */
 void llm_observe_decode(struct llm_backend *l, uint64_t decode_us);
 

@@ -64,8 +64,13 @@ static void read_prompt_blocks(struct exchange *x, const char *body, size_t len)
 		return; /* out of memory: balanced as a request without a prompt */
 	long n = http_prompt_blocks(body, len, x->pool->conf->lb.block_bytes, x->llm_blocks,
 				    LLM_MAX_BLOCKS, NULL);
+	if (n <= 0) { /* no prompt (or not one whole block): nothing to hold */
+		llm_blocks_put(&x->w->llm_spares, x->llm_blocks);
+		x->llm_blocks = NULL;
+		return;
+	}
 	x->wt.blocks = x->llm_blocks;
-	x->wt.nblocks = n > 0 ? (uint32_t)n : 0;
+	x->wt.nblocks = (uint32_t)n;
 }
 
 enum run relay_await_body(struct client *cl)
@@ -238,7 +243,13 @@ static enum run response_head(struct client *cl)
 	uint64_t now_ns = clock_now_ns();
 	backend_observe(x->pool, x->be, loop_now(w->loop), (now_ns - x->sent_ns) / 1000, h->status);
 	if (x->be->llm && h->status < 400)
-		llm_observe_ttft(x->be->llm, x->wt.missed, (now_ns - x->sent_ns) / 1000);
+		llm_answered(x->be->llm, x->wt.blocks, x->wt.nblocks, x->wt.missed,
+			     (now_ns - x->sent_ns) / 1000);
+	/* no pick after a response has begun: the prompt's blocks go back to the worker */
+	llm_blocks_put(&w->llm_spares, x->llm_blocks);
+	x->llm_blocks = NULL;
+	x->wt.blocks = NULL;
+	x->wt.nblocks = 0;
 	note_reported_load(x, h, loop_now(w->loop));
 	x->last_read_ns = now_ns;
 	x->log_ttfb_ns = now_ns;

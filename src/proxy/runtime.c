@@ -910,7 +910,7 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 		}
 		backend_count(b, PM_BACKEND_REQUESTS, 1);
 		if (lb->blocks && h->work) { /* (a hedge's copy is not counted as work) */
-			*h->work = llm_picked(b->llm, h->blocks, h->nblocks, cand[idx].hit_blocks);
+			*h->work = llm_picked(b->llm, h->nblocks, cand[idx].hit_blocks);
 			*h->missed = h->nblocks - cand[idx].hit_blocks;
 		}
 		return b;

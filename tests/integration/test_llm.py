@@ -120,3 +120,56 @@ def test_llm_keys_are_checked(env):
         r = subprocess.run([BIN, "check", "-c", path], capture_output=True, text=True)
         assert r.returncode != 0, pool
         assert f"bad.yaml:{where}" in r.stderr and word in r.stderr, (pool, r.stderr)
+
+
+def test_llm_max_wait_is_kept_without_another_event(env):
+    """REVIEW: the home is held by a long request and nothing else happens: a queued
+    request that chose to wait for it must take the idle backend once max_wait_ms has
+    passed, not sit until queue.timeout_ms (nobody re-runs the pick at max_wait_ms)."""
+    import time
+    sims = [env.sim(f"s{i}", latency_ms=1500, cache_hit_ms=300, prefix_cache=16, jitter=0,
+                    tokens=1, token_ms=100) for i in range(2)]
+    px = env.proxy(_pool([s.port for s in sims], 1, ", max_wait_ms: 300")
+                   .replace("    backends:", "    queue: {max: 10, timeout_ms: 4000}\n    backends:"))
+    body = _chat("a long shared system prompt, " * 60, "the same question")
+    home = served_by(complete(px.port, body, "/v1/chat/completions")[1])
+    assert served_by(complete(px.port, body, "/v1/chat/completions")[1]) == home
+    complete(px.port, _chat("another system prompt, " * 70, "q"), "/v1/chat/completions")
+    long_body = json.loads(body)
+    long_body["max_tokens"] = 70  # 7 s on the home
+    with concurrent.futures.ThreadPoolExecutor(2) as ex:
+        f_long = ex.submit(complete, px.port, json.dumps(long_body), "/v1/chat/completions")
+        wait_until(lambda: _inflight(px) == 1, "the long request in service")
+        t0 = time.monotonic()
+        st, hdrs = complete(px.port, body, "/v1/chat/completions")[:2]
+        took = time.monotonic() - t0
+        f_long.result()
+    assert st == 200, (st, took, _queue(px))
+    assert served_by(hdrs) != home and took < 2.5, (took, served_by(hdrs), home)
+
+
+def test_llm_work_returns_to_zero(env):
+    """REVIEW guard: every llm_picked() is matched by one llm_done(): after queued, abandoned
+    and retried requests, no backend carries expected work."""
+    import socket
+    sims = [env.sim(f"s{i}", latency_ms=3, cache_hit_ms=1, prefix_cache=16, jitter=0,
+                    tokens=1, token_ms=0) for i in range(2)]
+    px = env.proxy(_pool([s.port for s in sims] + [1], 1))  # port 1: refused, retried
+    body = _chat("a long shared system prompt, " * 60, "q")
+    def abandon(k):
+        s = socket.create_connection(("127.0.0.1", px.port))
+        b = body.encode()
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                  b"application/json\r\nContent-Length: %d\r\n\r\n" % len(b) + b)
+        s.settimeout(0.001 * (k % 13))
+        try:
+            s.recv(10)
+        except OSError:
+            pass
+        s.close()
+    with concurrent.futures.ThreadPoolExecutor(12) as ex:
+        list(ex.map(abandon, range(1500)))
+        list(ex.map(lambda _: complete(px.port, body, "/v1/chat/completions"), range(12)))
+    wait_until(lambda: _inflight(px) == 0 and _queue(px)["length"] == 0, "all done")
+    works = [b["llm_work_ms"] for b in status(px.admin)["pools"][0]["backends"]]
+    assert all(w == 0 for w in works), works

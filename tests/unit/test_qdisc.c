@@ -162,11 +162,64 @@ static void fair_push_out_takes_from_the_longest_line(void **state)
 	q.ops->fini(&q);
 }
 
+/* next() is for looking past the head in about the order of grants (32 deep): with
+ * one tenant's long line first, another tenant's head (the 2nd grant) must be seen early. */
+static void fair_next_follows_the_turns(void **state)
+{
+	(void)state;
+	struct qdisc q = {.ops = &qdisc_fair};
+	assert_int_equal(q.ops->init(&q), 0);
+	for (size_t i = 0; i < 40; i++)
+		assert_int_equal(q.ops->push(&q, item(i, 1, QD_NORMAL)), 0);
+	assert_int_equal(q.ops->push(&q, item(40, 2, QD_NORMAL)), 0);
+	struct qd_item *it = q.ops->peek(&q);
+	assert_ptr_equal(it, &items[0]);
+	size_t seen_at = 0;
+	for (size_t k = 1; k < 32 && (it = q.ops->next(&q, it)); k++)
+		if (it == &items[40]) {
+			seen_at = k;
+			break;
+		}
+	assert_true(seen_at > 0 && seen_at <= 2); /* grants: 0, 40, 1, 2, ... */
+	q.ops->fini(&q);
+}
+
+/* next() walks the queue in the order grants would take it: fifo in arrival order; fair round
+ * the tenants one depth at a time, then the lower class. */
+static void next_walks_in_grant_order(void **state)
+{
+	(void)state;
+	struct qdisc f = {.ops = &qdisc_fifo};
+	assert_int_equal(f.ops->init(&f), 0);
+	for (size_t i = 0; i < 3; i++)
+		assert_int_equal(f.ops->push(&f, item(i, 1, QD_NORMAL)), 0);
+	assert_ptr_equal(f.ops->next(&f, &items[0]), &items[1]);
+	assert_ptr_equal(f.ops->next(&f, &items[1]), &items[2]);
+	assert_null(f.ops->next(&f, &items[2]));
+	f.ops->fini(&f);
+
+	struct qdisc q = {.ops = &qdisc_fair};
+	assert_int_equal(q.ops->init(&q), 0);
+	/* tenant 1: 0 1 2; tenant 2: 3 4; tenant 3: 5; a low-class request: 6 */
+	static const unsigned tenant[] = {1, 1, 1, 2, 2, 3};
+	for (size_t i = 0; i < 6; i++)
+		assert_int_equal(q.ops->push(&q, item(i, tenant[i], QD_NORMAL)), 0);
+	assert_int_equal(q.ops->push(&q, item(6, 9, QD_LOW)), 0);
+	static const size_t order[] = {0, 3, 5, 1, 4, 2, 6};
+	struct qd_item *it = q.ops->peek(&q);
+	for (size_t k = 0; k < 7; k++, it = q.ops->next(&q, it))
+		assert_ptr_equal(it, &items[order[k]]);
+	assert_null(it);
+	q.ops->fini(&q);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(registry),
 	    cmocka_unit_test(fifo_keeps_arrival_order),
+	    cmocka_unit_test(fair_next_follows_the_turns),
+	    cmocka_unit_test(next_walks_in_grant_order),
 	    cmocka_unit_test(fair_flooding_tenant_cannot_starve),
 	    cmocka_unit_test(fair_priority_classes_first),
 	    cmocka_unit_test(fair_remove_anywhere),
