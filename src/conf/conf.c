@@ -186,10 +186,12 @@ void conf_free(struct conf *c)
 			for (size_t k = 0; k < p->backends[j].nmodels; k++)
 				free(p->backends[j].models[k]);
 			free(p->backends[j].models);
+			free(p->backends[j].kv_events);
 		}
 		free(p->backends);
 		free(p->name);
 		free(p->health.path);
+		free(p->engine_metrics.path);
 		free(p->hash.header);
 		free(p->load_header);
 		conf_upstream_tls_free(p->tls);

@@ -80,6 +80,7 @@ struct conf_backend {
 	 * any model (see docs/config.md for how a pool chooses) */
 	char **models;
 	size_t nmodels;
+	char *kv_events; /* backends[].kv_events: "tcp://HOST:PORT" of its KV-cache events */
 };
 
 #define CONF_MODEL_MAX 255 /* bytes of a model name, or of a match.model pattern */
@@ -92,6 +93,14 @@ struct conf_health {
 	int enabled; /* a health: block was given */
 	char *path;
 	unsigned interval_ms, timeout_ms, fall, rise;
+};
+
+/* pools[].engine_metrics: the backends' own Prometheus metrics, scraped as a load signal. */
+struct conf_engine_metrics {
+	int enabled; /* an engine_metrics: block was given */
+	char *path;
+	unsigned interval_ms, timeout_ms;
+	uint64_t max_bytes; /* a longer answer is a failed scrape */
 };
 
 /* Outlier ejection: take a misbehaving backend out for a while. */
@@ -138,6 +147,8 @@ struct conf_pool {
 	int can_queue;		       /* some backend has max_concurrency: requests may wait */
 	int has_models;		       /* some backend lists backends[].models */
 	struct conf_upstream_tls *tls; /* NULL: plain TCP to the backends */
+	struct conf_engine_metrics engine_metrics;
+	int has_kv_events; /* some backend has kv_events */
 };
 
 /* routes[].auth.client_cert.tenant_from: which part of a verified client certificate names

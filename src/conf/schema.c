@@ -17,6 +17,7 @@
 #include "conf/pool_policy.h"
 #include "conf/schema_guard.h"
 #include "conf/schema_model.h"
+#include "conf/schema_engine.h"
 #include "conf/schema_tls.h"
 
 #include <ctype.h>
@@ -172,6 +173,8 @@ static const struct rule backend_rules[] = {
      NULL},
     {"tls", RULE_SECTION, 0, 0, 0, schema_backend_tls_rules, schema_read_backend_tls},
     {"models", RULE_SECTION, 0, 0, 0, NULL, schema_read_backend_models},
+    {"kv_events", RULE_SECTION, offsetof(struct conf_backend, kv_events), 0, 0, NULL,
+     schema_read_kv_events},
     RULES_END,
 };
 
@@ -329,6 +332,8 @@ static const struct rule pool_rules[] = {
     {"outlier", RULE_SECTION, offsetof(struct conf_pool, outlier), 0, 0, outlier_rules, NULL},
     {"hash", RULE_SECTION, 0, 0, 0, hash_rules, NULL},
     {"tls", RULE_SECTION, 0, 0, 0, schema_upstream_tls_rules, schema_read_upstream_tls},
+    {"engine_metrics", RULE_SECTION, offsetof(struct conf_pool, engine_metrics), 0, 0,
+     schema_engine_metrics_rules, schema_read_engine_metrics},
     RULES_END,
 };
 
@@ -348,6 +353,7 @@ static void pool_set_defaults(struct conf_pool *p)
 	p->outlier = (struct conf_outlier){.ejection_ms = 30000, .max_ejection_pct = 50};
 	p->hash = (struct conf_hash){
 	    .key = HASH_KEY_CLIENT_IP, .prefix_bytes = 256, .body_max_bytes = 16384};
+	schema_engine_metrics_defaults(&p->engine_metrics);
 }
 
 /* The checks of one pool <p> (index <i>) once all its keys are read. */
@@ -364,6 +370,7 @@ static int check_pool(struct rules_ctx *x, yaml_node_t *item, struct conf_pool *
 	for (size_t j = 0; j < p->nbackends; j++) {
 		p->can_queue |= p->backends[j].max_concurrency > 0;
 		p->has_models |= p->backends[j].nmodels > 0;
+		p->has_kv_events |= p->backends[j].kv_events != NULL;
 		if (p->backends[j].tls.given && !p->tls)
 			return rules_fail(x, rules_value_of(x, item, "backends"),
 					  "pool '%s': backend %s has 'tls' but the pool has none "

@@ -19,6 +19,8 @@
 #include "proxy/debugreq.h"
 #include "proxy/dispatch.h"
 #include "proxy/health.h"
+#include "proxy/kvsub.h"
+#include "proxy/scrape.h"
 #include "proxy/session.h"
 #include "proxy/shed.h"
 #include "proxy/worker.h"
@@ -227,6 +229,8 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 	struct proxy px = {.sh = {.conf = conf, .ops = &proxy_worker_ops}};
 	struct main_state m = {.px = &px};
 	struct health *health = NULL;
+	struct scrape *scrape = NULL;
+	struct kvsub *kvsub = NULL;
 	struct admin *admin = NULL;
 	struct debugreq_board *debug = NULL;
 	char err[256];
@@ -314,6 +318,12 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 		log_error("cannot start health checks: %s", strerror(-rc));
 		goto out;
 	}
+	if ((rc = scrape_start(px.sh.main_loop, px.sh.rt, &scrape)) < 0) {
+		log_error("cannot start scraping the engines' metrics: %s", strerror(-rc));
+		goto out;
+	}
+	if ((rc = kvsub_start(px.sh.main_loop, px.sh.rt, &kvsub)) < 0)
+		goto out; /* it said why */
 	if ((rc = signals_watch(px.sh.main_loop, main_on_signal, &m)) < 0) {
 		log_error("cannot watch signals: %s", strerror(-rc));
 		goto out;
@@ -360,6 +370,8 @@ out:
 		px.sh.rt->alog = NULL; /* the admin endpoint has stopped reading it */
 	accesslog_close(px.sh.alog);   /* after the workers: every line they pushed is written */
 	health_stop(health);
+	scrape_stop(scrape);
+	kvsub_stop(kvsub);
 	admin_stop(admin);
 	debugreq_board_free(debug); /* after the workers and the admin endpoint */
 	if (hooks && hooks->stop)

@@ -16,8 +16,10 @@
 #include "conf/tls.h"
 #include "guard/apikeys.h"
 #include "obs/accesslog.h"
+#include "obs/kvevent.h"
 #include "obs/process.h"
 #include "policy/outlier.h"
+#include "policy/prefix_index.h"
 #include "policy/qdisc.h"
 
 #include <errno.h>
@@ -37,6 +39,13 @@
 static const char *const class_names[PM_CLASSES] = {"aborted", "1xx", "2xx", "3xx", "4xx", "5xx"};
 
 static const char *const kind_names[PM_KINDS] = {"prompt", "completion"};
+
+static const char *const kvevent_names[KVEVENT_KINDS] = {
+    [KVEVENT_STORED] = "stored", [KVEVENT_REMOVED] = "removed", [KVEVENT_CLEARED] = "cleared"};
+
+/* A backend with kv_events whose pool keeps no index of its own (llm.cache_blocks) gets one
+ * of this many blocks. */
+#define KV_EVENTS_INDEX_BLOCKS 65536
 
 #define TENANT_FOLD "other" /* the tenant series past metrics.max_tenants */
 
@@ -157,6 +166,27 @@ static double read_be_llm_missed_blocks(const void *ctx, size_t i)
 {
 	const struct llm_backend *l = be_at(ctx, i)->llm;
 	return l ? RELAXED(l->missed_blocks) : 0;
+}
+
+static double read_be_engine_waiting(const void *ctx, size_t i)
+{
+	return RELAXED(be_at(ctx, i)->engine_waiting);
+}
+
+static double read_be_engine_running(const void *ctx, size_t i)
+{
+	return RELAXED(be_at(ctx, i)->engine_running);
+}
+
+static double read_be_engine_kv_usage(const void *ctx, size_t i)
+{
+	return RELAXED(be_at(ctx, i)->engine_kv_ppm) / 1e6;
+}
+
+static double read_be_kv_blocks(const void *ctx, size_t i)
+{
+	const struct backend *b = be_at(ctx, i);
+	return b->kv_prefix ? (double)prefix_index_count(b->kv_prefix) : 0;
 }
 
 static double read_cpu(const void *ctx, size_t i)
@@ -365,6 +395,49 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
     [PM_BACKEND_TLS_FAILURES] = {"accelnet_backend_tls_failures_total", METRIC_COUNTER,
 				 "failed TLS handshakes with the backend", NULL, BE,
 				 .json = "tls_failures", .json_as = MJ_UINT},
+    [PM_BACKEND_ENGINE_WAITING] = {"accelnet_backend_engine_waiting", METRIC_GAUGE,
+				   "requests waiting in the engine behind the backend, by its own "
+				   "metrics (pools.engine_metrics; all label sets summed)",
+				   NULL, BE, .json = "engine.waiting", .json_as = MJ_UINT,
+				   .read = read_be_engine_waiting},
+    [PM_BACKEND_ENGINE_RUNNING] = {"accelnet_backend_engine_running", METRIC_GAUGE,
+				   "requests running in the engine behind the backend, by its own "
+				   "metrics (pools.engine_metrics; all label sets summed)",
+				   NULL, BE, .json = "engine.running", .json_as = MJ_UINT,
+				   .read = read_be_engine_running},
+    [PM_BACKEND_ENGINE_KV_USAGE] = {"accelnet_backend_engine_kv_usage_ratio", METRIC_GAUGE,
+				    "how full the engine's KV cache is, 0 to 1, by its own metrics "
+				    "(pools.engine_metrics)",
+				    "ratio", BE, .json = "engine.kv_usage", .json_as = MJ_FIXED3,
+				    .read = read_be_engine_kv_usage},
+    [PM_BACKEND_ENGINE_SCRAPES] = {"accelnet_backend_engine_scrapes_total", METRIC_COUNTER,
+				   "scrapes of the engine's metrics that were read", NULL, BE,
+				   .json = "engine.scrapes", .json_as = MJ_UINT},
+    [PM_BACKEND_ENGINE_SCRAPE_FAILURES] = {"accelnet_backend_engine_scrape_failures_total",
+					   METRIC_COUNTER,
+					   "scrapes of the engine's metrics that failed (no "
+					   "answer, not 200, too large, not Prometheus text, none "
+					   "of the known gauges)",
+					   NULL, BE, .json = "engine.scrape_failures",
+					   .json_as = MJ_UINT},
+    [PM_BACKEND_KV_EVENTS] = {"accelnet_backend_kv_events_total", METRIC_COUNTER,
+			      "KV-cache events of the backend applied to its prefix index, by kind "
+			      "(backends.kv_events)",
+			      NULL, BE, .sub_label = "kind", .sub_values = kvevent_names,
+			      .nsub = KVEVENT_KINDS, .json = "kv_events.applied",
+			      .json_as = MJ_UINT},
+    [PM_BACKEND_KV_GAPS] = {"accelnet_backend_kv_event_gaps_total", METRIC_COUNTER,
+			    "times the backend's KV-cache events lost their thread (a sequence "
+			    "gap, a reconnect): its prefix index was cleared",
+			    NULL, BE, .json = "kv_events.gaps", .json_as = MJ_UINT},
+    [PM_BACKEND_KV_MALFORMED] = {"accelnet_backend_kv_events_malformed_total", METRIC_COUNTER,
+				 "KV-cache event messages of the backend dropped as malformed",
+				 NULL, BE, .json = "kv_events.malformed", .json_as = MJ_UINT},
+    [PM_BACKEND_KV_BLOCKS] = {"accelnet_backend_kv_events_blocks", METRIC_GAUGE,
+			      "prompt blocks in the backend's KV cache by its KV-cache events "
+			      "(backends.kv_events; 0 without)",
+			      NULL, BE, .json = "kv_events.blocks", .json_as = MJ_UINT,
+			      .read = read_be_kv_blocks},
     [PM_POOL_NAME] = {POOL, JSON_ONLY("name", MJ_STRING), .read_str = read_pool_name},
     [PM_POOL_BALANCE] = {POOL, JSON_ONLY("balance", MJ_STRING), .read_str = read_pool_balance},
     [PM_POOL_UNAVAILABLE] = {"accelnet_pool_unavailable_total", METRIC_COUNTER,
@@ -597,6 +670,23 @@ static int runtime_pool_models(struct pool_rt *p)
 	return rc;
 }
 
+/*
+ * A backend with kv_events keeps an exact prefix index, fed by its engine's events
+ * (proxy/kvsub.c): in a pool balanced by llm, the one balancing reads (marked exact: routing
+ * adds no guesses to it); elsewhere one of its own, of KV_EVENTS_INDEX_BLOCKS blocks.
+ */
+static int runtime_backend_engine(struct backend *b)
+{
+	if (!b->conf->kv_events)
+		return 0;
+	if (b->llm) {
+		b->llm->exact = 1;
+		b->kv_prefix = b->llm->prefix;
+		return 0;
+	}
+	return prefix_index_new(KV_EVENTS_INDEX_BLOCKS, &b->kv_prefix);
+}
+
 int runtime_create(const struct conf *conf, struct runtime **out)
 {
 	int rc = -ENOMEM;
@@ -635,6 +725,11 @@ int runtime_create(const struct conf *conf, struct runtime **out)
 			atomic_init(&b->up, 1);
 			if (pc->balance->blocks && llm_backend_new(&pc->lb, p->llm, &b->llm) < 0)
 				goto fail;
+			int erc = runtime_backend_engine(b);
+			if (erc < 0) {
+				rc = erc;
+				goto fail;
+			}
 		}
 		if (pc->has_models && runtime_pool_models(p) < 0)
 			goto fail;
@@ -653,8 +748,12 @@ void runtime_destroy(struct runtime *rt)
 	if (!rt)
 		return;
 	for (size_t i = 0; rt->pools && i < rt->npools; i++) {
-		for (size_t j = 0; rt->pools[i].backends && j < rt->pools[i].nbackends; j++)
-			llm_backend_free(rt->pools[i].backends[j].llm);
+		for (size_t j = 0; rt->pools[i].backends && j < rt->pools[i].nbackends; j++) {
+			struct backend *b = &rt->pools[i].backends[j];
+			if (b->kv_prefix && !b->llm)
+				prefix_index_free(b->kv_prefix); /* its own, not its llm's */
+			llm_backend_free(b->llm);
+		}
 		free(rt->pools[i].backends);
 		free(rt->pools[i].llm);
 		models_free(&rt->pools[i].models);
@@ -842,11 +941,44 @@ void backend_report_load(struct backend *b, uint64_t now_ms, unsigned depth)
 	atomic_store_explicit(&b->reported_ms, now_ms, memory_order_relaxed);
 }
 
+void backend_report_engine(struct backend *b, uint64_t now_ms, double running, double waiting,
+			   double kv_usage)
+{
+	double ours = atomic_load_explicit(&b->inflight, memory_order_relaxed);
+	double others = running + waiting - ours;
+	atomic_store_explicit(&b->engine_running,
+			      running < UINT32_MAX ? (unsigned)running : UINT32_MAX,
+			      memory_order_relaxed);
+	atomic_store_explicit(&b->engine_waiting,
+			      waiting < UINT32_MAX ? (unsigned)waiting : UINT32_MAX,
+			      memory_order_relaxed);
+	if (kv_usage >= 0)
+		atomic_store_explicit(&b->engine_kv_ppm,
+				      (unsigned)((kv_usage > 1 ? 1 : kv_usage) * 1e6 + 0.5),
+				      memory_order_relaxed);
+	backend_report_load(b, now_ms,
+			    others <= 0		  ? 0
+			    : others < UINT32_MAX ? (unsigned)others
+						  : UINT32_MAX);
+}
+
+/*
+ * How long a report of <b>'s load is believed: load_ttl_ms, and with engine_metrics at least
+ * until the next scrape has had its time (a scrape reports once an interval).
+ */
+static uint64_t report_ttl_ms(const struct backend *b)
+{
+	const struct conf_engine_metrics *e = &b->pool->engine_metrics;
+	uint64_t ttl = b->pool->load_ttl_ms;
+	uint64_t scrape = e->enabled ? 2ull * e->interval_ms + e->timeout_ms : 0;
+	return ttl > scrape ? ttl : scrape;
+}
+
 /* Requests queued inside <b> by its own word, while that word is fresh; else 0. */
 static unsigned reported_load(const struct backend *b, uint64_t now_ms)
 {
 	uint64_t at = atomic_load_explicit(&b->reported_ms, memory_order_relaxed);
-	if (!at || now_ms >= at + b->pool->load_ttl_ms)
+	if (!at || now_ms >= at + report_ttl_ms(b))
 		return 0;
 	return atomic_load_explicit(&b->reported_load, memory_order_relaxed);
 }

@@ -69,6 +69,16 @@ enum proxy_metric {
 	PM_BACKEND_TLS_FULL,
 	PM_BACKEND_TLS_RESUMED,
 	PM_BACKEND_TLS_FAILURES,
+	/* per backend: what the engine behind it says (proxy/scrape.c, proxy/kvsub.c) */
+	PM_BACKEND_ENGINE_WAITING,
+	PM_BACKEND_ENGINE_RUNNING,
+	PM_BACKEND_ENGINE_KV_USAGE,
+	PM_BACKEND_ENGINE_SCRAPES,
+	PM_BACKEND_ENGINE_SCRAPE_FAILURES,
+	PM_BACKEND_KV_EVENTS, /* series: backend id * KVEVENT_KINDS + enum kvevent_kind */
+	PM_BACKEND_KV_GAPS,
+	PM_BACKEND_KV_MALFORMED,
+	PM_BACKEND_KV_BLOCKS,
 	/* per pool */
 	PM_POOL_NAME,
 	PM_POOL_BALANCE,
@@ -124,6 +134,7 @@ enum shed_reason {
 #define PM_CLASSES 6 /* response classes: [0] aborted, [1] 1xx ... [5] 5xx */
 
 struct ssl_ctx_st;
+struct prefix_index;
 
 struct backend {
 	const struct conf_backend *conf;
@@ -148,6 +159,13 @@ struct backend {
 	struct llm_backend *llm;	  /* balance: llm: its prefix index and fit (proxy/llm.h) */
 	/* health-check bookkeeping: the main thread only */
 	unsigned hc_ok, hc_fail;
+	/* what its engine last said in its own metrics (pools.engine_metrics): the main thread
+	 * writes them, /metrics reads them */
+	atomic_uint engine_waiting, engine_running;
+	atomic_uint engine_kv_ppm; /* KV-cache usage, parts per million */
+	/* backends.kv_events: the prefix index its engine's KV events keep (proxy/kvsub.c):
+	 * its llm's (then llm->exact), or one of its own; NULL without kv_events */
+	struct prefix_index *kv_prefix;
 };
 
 struct pool_rt {
@@ -241,6 +259,15 @@ void backend_observe(struct pool_rt *p, struct backend *b, uint64_t now_ms, uint
 
 /* <b> said (in pools.load_header) that <depth> requests wait inside it. */
 void backend_report_load(struct backend *b, uint64_t now_ms, unsigned depth);
+
+/*
+ * <b>'s engine said in its metrics (pools.engine_metrics) that <running> requests run and
+ * <waiting> wait in it, and its KV cache is <kv_usage> full (0..1; negative: not said). What
+ * is beyond our own requests in flight to it now is others' load, reported as
+ * backend_report_load() does: the fresher of the two reports wins.
+ */
+void backend_report_engine(struct backend *b, uint64_t now_ms, double running, double waiting,
+			   double kv_usage);
 
 /* What one pick knows about its request. */
 struct pick_hint {

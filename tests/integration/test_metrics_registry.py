@@ -38,6 +38,30 @@ FAMILIES = {  # name: (type, help)
     "accelnet_backend_tls_resumed_total": (
         "counter", "TLS handshakes with the backend that resumed a session"),
     "accelnet_backend_tls_failures_total": ("counter", "failed TLS handshakes with the backend"),
+    "accelnet_backend_engine_waiting": ("gauge", "requests waiting in the engine behind the "
+                                        "backend, by its own metrics (pools.engine_metrics; "
+                                        "all label sets summed)"),
+    "accelnet_backend_engine_running": ("gauge", "requests running in the engine behind the "
+                                        "backend, by its own metrics (pools.engine_metrics; "
+                                        "all label sets summed)"),
+    "accelnet_backend_engine_kv_usage_ratio": ("gauge", "how full the engine's KV cache is, 0 "
+                                               "to 1, by its own metrics "
+                                               "(pools.engine_metrics)"),
+    "accelnet_backend_engine_scrapes_total": ("counter", "scrapes of the engine's metrics that "
+                                              "were read"),
+    "accelnet_backend_engine_scrape_failures_total": (
+        "counter", "scrapes of the engine's metrics that failed (no answer, not 200, too large, "
+        "not Prometheus text, none of the known gauges)"),
+    "accelnet_backend_kv_events_total": ("counter", "KV-cache events of the backend applied to "
+                                         "its prefix index, by kind (backends.kv_events)"),
+    "accelnet_backend_kv_event_gaps_total": ("counter", "times the backend's KV-cache events "
+                                             "lost their thread (a sequence gap, a reconnect): "
+                                             "its prefix index was cleared"),
+    "accelnet_backend_kv_events_malformed_total": ("counter", "KV-cache event messages of the "
+                                                   "backend dropped as malformed"),
+    "accelnet_backend_kv_events_blocks": ("gauge", "prompt blocks in the backend's KV cache by "
+                                          "its KV-cache events (backends.kv_events; 0 "
+                                          "without)"),
     "accelnet_backend_ttfb_seconds": ("histogram",
                                       "request sent to response head (time to first token)"),
     "accelnet_backend_gap_seconds": ("histogram",
@@ -121,7 +145,7 @@ BACKEND_KEYS = ["address", "weight", "up", "eligible", "ejected", "inflight", "m
                 "reported_load", "hedged", "hedge_wins", "ttfb_ms", "gap_ms", "ttft_ms",
                 "token_gap_ms", "llm_base_ms", "llm_block_ms", "llm_work_ms",
                 "llm_index_blocks", "llm_prompt_blocks", "llm_missed_blocks", "responses",
-                "tls_handshakes", "tls_resumed", "tls_failures"]
+                "tls_handshakes", "tls_resumed", "tls_failures", "engine", "kv_events"]
 CLASSES = ["aborted", "1xx", "2xx", "3xx", "4xx", "5xx"]
 
 
