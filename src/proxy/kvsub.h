@@ -9,6 +9,8 @@
  * queue, the engine restarted and counting from 0 again), the connection to the publisher
  * lost (ZeroMQ reconnects by itself; the socket monitor tells us), or a message dropped as
  * malformed (its events are missed). The first message after a connect starts the count.
+ * What the engine stored before we subscribed is not known until it stores it again (vLLM's
+ * replay socket, which could fill that in, is not used): the index errs toward misses.
  * A gap or lost connection counts in accelnet_backend_kv_event_gaps_total, a malformed
  * message in accelnet_backend_kv_events_malformed_total.
  */
