@@ -805,10 +805,17 @@ def chat_run(run, name, rate, seconds, trace, timeout_s):
             p, port = CHAT_CONTESTANTS[name](run, ports)
         except RuntimeError as e:
             return {"failed": str(e)}
+        load_avg = os.getloadavg()[0]
+        c0 = [proc_cpu_s(x.pid) for x in [p] + sims]
         g = loadgen("open", port, "--rate", f"{rate:.2f}", "--duration", str(seconds),
                     "--path", "/v1/chat/completions", "--bodies", trace, "--slo-ms",
                     str(CHAT_SLO_MS), "--timeout-s", str(timeout_s),
                     timeout=seconds + timeout_s + 120)
+        c1 = [proc_cpu_s(x.pid) for x in [p] + sims]
+        # CPU seconds the proxy and the simulators used (all on SERVER_CPU), and the load
+        # average before the run: a busy machine shows here
+        g["proxy_cpu_s"], g["sims_cpu_s"] = c1[0] - c0[0], sum(c1[1:]) - sum(c0[1:])
+        g["load_avg"] = load_avg
         hit = missed = 0
         served = []
         for sp in ports:
@@ -874,7 +881,7 @@ def chat_rows(by_load):
     for load, by in by_load.items():
         for name, g in by.items():
             if "failed" in g:
-                rows.append([load, name] + ["-"] * 8 + ["did not start"])
+                rows.append([load, name] + ["-"] * 9 + ["did not start"])
                 continue
             t = g["ttft_ms"]
             served = g["served"]
@@ -883,10 +890,12 @@ def chat_rows(by_load):
                          fmt_ttft(t["p50"]), fmt_ttft(t["p90"]), fmt_ttft(t["p99"]),
                          f"{g['hit_share'] * 100:.0f}%",
                          f"{max(served) / (sum(served) / len(served)):.2f}"
-                         if sum(served) else "-"])
+                         if sum(served) else "-",
+                         f"{(g['proxy_cpu_s'] + g['sims_cpu_s']) / g['elapsed_s'] * 100:.0f}%"
+                         if "proxy_cpu_s" in g else "-"])
     return (["load", "contestant", "offered req/s", "goodput ≤ SLO req/s", "answered req/s",
              "errors", "TTFT p50 ms", "p90 ms", "p99 ms", "cache hit share",
-             "busiest ÷ mean backend"], rows)
+             "busiest ÷ mean backend", "server CPU"], rows)
 
 
 def summarize_chat(sc):
@@ -1214,7 +1223,8 @@ def render(res, outdir):
         if sc["kind"] == "chat":
             md += ["The control: the same generator, every conversation with a system prompt "
                    "of its own (nothing shared between conversations):", "",
-                   table(*summarize_chat_control(sc)), "",
+                   table(*summarize_chat_control(sc)) if sc["results"]["control"]
+                   else "(not run)", "",
                    f"Issue 14's must-show at 1.6x the all-miss load (goodput: requests answered "
                    f"with their first token within {sc['slo_ms']} ms, per second):", "",
                    table(*chat_check_table(sc)), ""]

@@ -124,25 +124,25 @@ def prompt_bytes(c, k, sys_blocks):
 
 def all_miss_ms(latency_ms, us_per_block, token_ms, rate=100.0, seconds=300.0):
     """The mean time a request holds a slot when nothing is cached: the fixed part, a
-    prefill of every whole prompt block, then max_tokens tokens (mean over a long trace; the
-    simulator charges whole blocks only). Also the mean prompt in blocks."""
+    prefill of every prompt block (a last partial block is one more: the simulator charges
+    it), then max_tokens tokens (mean over a long trace). Also the mean prompt in blocks."""
     sizes = system_sizes()
     convs, events = conversations(rate, seconds)
     total = blocks = 0.0
     for i, (_, cid, k) in enumerate(events):
         c = convs[cid]
-        nb = prompt_bytes(c, k, sizes[c["system"]]) // BLOCK_BYTES
+        nb = -(-prompt_bytes(c, k, sizes[c["system"]]) // BLOCK_BYTES)
         blocks += nb
         total += latency_ms + nb * us_per_block / 1000 + MAX_TOKENS[(c["seed"] + k) % 3] * token_ms
     return total / len(events), blocks / len(events)
 
 
 def trace_blocks(rate, seconds):
-    """The whole prompt blocks of every request of the trace (shared or control: the same),
-    for checking the simulators' blocks_hit + blocks_missed against."""
+    """The prompt blocks of every request of the trace, a last partial block counted (shared
+    or control: the same), for checking the simulators' blocks_hit + blocks_missed against."""
     sizes = system_sizes()
     convs, events = conversations(rate, seconds)
-    return sum(prompt_bytes(convs[cid], k, sizes[convs[cid]["system"]]) // BLOCK_BYTES
+    return sum(-(-prompt_bytes(convs[cid], k, sizes[convs[cid]["system"]]) // BLOCK_BYTES)
                for _, cid, k in events)
 
 
