@@ -727,11 +727,11 @@ def summarize_fleet(sc):
 # 8 simulators x 4 slots, each with a prefix cache of 544 blocks of 64 bytes (LRU). The 16
 # system prompts hold 3,072 blocks: 70.6 % of the fleet's 4,352 and 5.6x one backend's 544.
 # A request holds a slot for 20 ms + 1 ms per prompt block not cached + max_tokens (16 on
-# average) x 5 ms. The mean prompt is 198 blocks, so a request that misses everything holds a
-# slot 298 ms and the fleet serves 32 / 0.298 = 107 req/s when nothing is cached (the
+# average) x 5 ms. The mean prompt is 199 blocks, so a request that misses everything holds a
+# slot 299 ms and the fleet serves 32 / 0.299 = 107 req/s when nothing is cached (the
 # all-miss capacity, computed from the trace by chattrace.all_miss_ms); one that finds its
 # system prompt and history cached holds it about 108 ms (2.8x fewer), and gets its first
-# token after about 28 ms instead of 218 ms.
+# token after about 28 ms instead of 219 ms.
 
 CHAT_FLEET = dict(n=8, slots=4, cache_blocks=544, block_bytes=64, latency_ms=20,
                   us_per_block=1000, token_ms=5, jitter=0.1)
