@@ -10,10 +10,10 @@
  *       The same open loop, but request i carries line i of FILE as its JSON body (a trace:
  *       one body per line, in send order; sending stops at the last line or at S seconds).
  *       In open mode the time to first token (TTFT: from when the request was due to the
- *       first bytes of its response body, the first SSE event of a stream) is recorded for
- *       every request; one that never got there (an error, or unanswered at the deadline)
- *       counts as 1e9 ms. "goodput_slo" is the requests answered 200 in full whose TTFT was
- *       at most --slo-ms (default 1000), per second of sending.
+ *       first bytes of its 200 response's body, the first SSE event of a stream) is recorded
+ *       for every request; one that never got there (an error status, a failure, or
+ *       unanswered at the deadline) counts as 1e9 ms. "goodput_slo" is the requests answered
+ *       200 in full whose TTFT was at most --slo-ms (default 1000), per second of sending.
  *   loadgen sse --target H:P --path P --body JSON --streams N
  *       N concurrent token streams from `accelnet sim`; each event's "sent_ns" (the sender's
  *       CLOCK_MONOTONIC) gives the delay from the accelerator to this client per token.
@@ -189,10 +189,13 @@ static void conn_send(struct conn *c)
 	}
 }
 
-/* Open mode: the first bytes of the response body arrived, its time to first token. */
+/*
+ * Open mode: the first bytes of the response body arrived, its time to first token; only a
+ * 200's (an error's body is no token: a request that got one never got its first token).
+ */
 static void first_token(struct conn *c, uint64_t now)
 {
-	if (c->got_token)
+	if (c->got_token || c->head.status != 200)
 		return;
 	c->got_token = 1;
 	c->ttft_ms = (double)(now - c->due_ns) / 1e6;
