@@ -760,10 +760,11 @@ CHAT_CONTESTANTS = {
         lambda run, b: start_accelnet(run, b, "least-connections", cap=4),
     "accelnet prefix-affinity max_concurrency 4":
         lambda run, b: start_accelnet(run, b, "prefix-affinity", cap=4),
+    # the simulators' block size and cache size, as an operator knows the engine's
     "accelnet llm max_concurrency 4":
         lambda run, b: start_accelnet(run, b, "llm", cap=4,
-                                      extra=f"    llm: {{block_bytes: "
-                                            f"{CHAT_FLEET['block_bytes']}}}\n"),
+                                      extra=f"    llm: {{block_bytes: {CHAT_FLEET['block_bytes']}, "
+                                            f"cache_blocks: {CHAT_FLEET['cache_blocks']}}}\n"),
 }
 CHAT_LLM = "accelnet llm max_concurrency 4"
 CHAT_ANCHORS = ("nginx least_conn", "haproxy leastconn maxconn 4")
