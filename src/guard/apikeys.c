@@ -1,6 +1,7 @@
 /*
  * apikeys.c - the keys file and lookups by digest (see apikeys.h).
  */
+#include "core/hex.h"
 #include "core/secret.h"
 #include "guard/apikeys.h"
 
@@ -32,17 +33,6 @@ static int sha256(const void *p, size_t len, unsigned char out[32])
 static int by_digest(const void *a, const void *b)
 {
 	return memcmp(((const struct apikey *)a)->digest, ((const struct apikey *)b)->digest, 32);
-}
-
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
 }
 
 int apikeys_tenant_ok(const char *p, size_t len)
@@ -89,7 +79,7 @@ static const char *parse_line(const char *p, size_t len, struct apikey *e)
 		if (k1 - k0 != 7 + 64)
 			return "a sha256: key needs exactly 64 hex digits";
 		for (size_t j = 0; j < 32; j++) {
-			int hi = hexval(p[k0 + 7 + 2 * j]), lo = hexval(p[k0 + 8 + 2 * j]);
+			int hi = hex_value(p[k0 + 7 + 2 * j]), lo = hex_value(p[k0 + 8 + 2 * j]);
 			if (hi < 0 || lo < 0)
 				return "a sha256: key needs exactly 64 hex digits";
 			e->digest[j] = (unsigned char)(hi << 4 | lo);

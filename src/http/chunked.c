@@ -3,6 +3,7 @@
  * payload, which it skips in one step.
  */
 #include "http/chunked.h"
+#include "core/hex.h"
 #include "http/parse.h"
 
 enum {
@@ -22,17 +23,6 @@ enum {
 };
 
 #define CH_MAX_EXTRA (16 * 1024)
-
-static int hexval(unsigned char ch)
-{
-	if (ch >= '0' && ch <= '9')
-		return ch - '0';
-	if (ch >= 'a' && ch <= 'f')
-		return ch - 'a' + 10;
-	if (ch >= 'A' && ch <= 'F')
-		return ch - 'A' + 10;
-	return -1;
-}
 
 int http_chunked_done(const struct http_chunked *c)
 {
@@ -60,7 +50,7 @@ ssize_t http_chunked_scan(struct http_chunked *c, const char *p, size_t n, int *
 		unsigned char ch = (unsigned char)p[i];
 		switch (c->state) {
 		case CH_SIZE: {
-			int v = hexval(ch);
+			int v = hex_value(ch);
 			if (v >= 0) {
 				if (++c->digits > 16)
 					return -1;

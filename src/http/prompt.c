@@ -9,6 +9,7 @@
  * names from the config, and "llama\u002d3" is "llama-3".
  */
 #include "http/prompt.h"
+#include "core/hex.h"
 
 #include <string.h>
 #include <xxhash.h>
@@ -411,23 +412,12 @@ static int is_model(const char *buf, size_t ks, size_t ke, char first)
 	return key_is(buf, ks, ke, "model");
 }
 
-static int hex_digit(char ch)
-{
-	if (ch >= '0' && ch <= '9')
-		return ch - '0';
-	if (ch >= 'a' && ch <= 'f')
-		return ch - 'a' + 10;
-	if (ch >= 'A' && ch <= 'F')
-		return ch - 'A' + 10;
-	return -1;
-}
-
 /* The four hex digits at b[i..i+4): their value, or -1. */
 static long hex4(const char *b, size_t i)
 {
 	long v = 0;
 	for (size_t k = 0; k < 4; k++) {
-		int d = hex_digit(b[i + k]);
+		int d = hex_value(b[i + k]);
 		if (d < 0)
 			return -1;
 		v = v * 16 + d;

@@ -3,6 +3,7 @@
  */
 #include "proxy/stages.h"
 #include "core/check.h"
+#include "core/hex.h"
 #include "guard/auth.h"
 #include "proxy/classify.h"
 #include "proxy/dispatch.h"
@@ -72,14 +73,6 @@ static int models_request(const struct exchange *x, const char **id, size_t *idl
 	return 1;
 }
 
-static int hex_val(char ch)
-{
-	return ch >= '0' && ch <= '9'	? ch - '0'
-	       : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
-	       : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
-					: -1;
-}
-
 static int cmp_model_name(const void *key, const void *elem)
 {
 	return strcmp(key, *(const char *const *)elem);
@@ -96,8 +89,8 @@ static enum run answer_models(struct exchange *x, const char *id, size_t idlen)
 	size_t n = 0;
 	for (size_t i = 0; i < idlen && n < CONF_MODEL_MAX; i++) {
 		int hi, lo;
-		if (id[i] == '%' && i + 2 < idlen && (hi = hex_val(id[i + 1])) >= 0 &&
-		    (lo = hex_val(id[i + 2])) >= 0) {
+		if (id[i] == '%' && i + 2 < idlen && (hi = hex_value(id[i + 1])) >= 0 &&
+		    (lo = hex_value(id[i + 2])) >= 0) {
 			name[n++] = (char)(hi * 16 + lo);
 			i += 2;
 		} else {
