@@ -42,20 +42,34 @@ static int take_byte(struct cur *c, uint8_t *b)
 	return 0;
 }
 
-/* An array header: its element count, each element at least one byte of what is left. */
-static int read_array(struct cur *c, uint64_t *count)
+/* A container's header, whose short forms are fix..fix+15 (the count in the low nibble) and
+ * long forms b16 and b16 + 1 (a 16- or 32-bit count): its count, each item at least <item>
+ * bytes of what is left. */
+static int read_count(struct cur *c, uint8_t fix, uint8_t b16, size_t item, uint64_t *count)
 {
 	uint8_t t;
 	if (take_byte(c, &t) < 0)
 		return -1;
-	if (t >= 0x90 && t <= 0x9f)
+	if (t >= fix && t <= fix + 0x0f)
 		*count = t & 0x0f;
-	else if (t == 0xdc || t == 0xdd) {
-		if (take_be(c, t == 0xdc ? 2 : 4, count) < 0)
+	else if (t == b16 || t == b16 + 1) {
+		if (take_be(c, t == b16 ? 2 : 4, count) < 0)
 			return -1;
 	} else
 		return -1;
-	return *count <= left(c) ? 0 : -1;
+	return *count <= left(c) / item ? 0 : -1;
+}
+
+/* An array header: its element count, each element at least one byte of what is left. */
+static int read_array(struct cur *c, uint64_t *count)
+{
+	return read_count(c, 0x90, 0xdc, 1, count);
+}
+
+/* A map header: its pair count, each pair at least two bytes of what is left. */
+static int read_map(struct cur *c, uint64_t *count)
+{
+	return read_count(c, 0x80, 0xde, 2, count);
 }
 
 /* An integer of any width, as its 64-bit pattern. */
@@ -222,22 +236,6 @@ static int read_float(struct cur *c, double *d)
 static int tag_is(const uint8_t *s, size_t len, const char *name)
 {
 	return strlen(name) == len && memcmp(s, name, len) == 0;
-}
-
-/* A map header: its pair count, each pair at least two bytes of what is left. */
-static int read_map(struct cur *c, uint64_t *count)
-{
-	uint8_t t;
-	if (take_byte(c, &t) < 0)
-		return -1;
-	if (t >= 0x80 && t <= 0x8f)
-		*count = t & 0x0f;
-	else if (t == 0xde || t == 0xdf) {
-		if (take_be(c, t == 0xde ? 2 : 4, count) < 0)
-			return -1;
-	} else
-		return -1;
-	return *count <= left(c) / 2 ? 0 : -1;
 }
 
 static int is_map(const struct cur *c)
