@@ -593,6 +593,9 @@ FLEET_CONTESTANTS = {
     "accelnet peak-ewma max_concurrency 4 wait_for_faster":
         lambda run, b: start_accelnet(run, b, "peak-ewma", cap=4,
                                       extra="    wait_for_faster: true\n"),
+    # issue 14's balancer: these requests carry no prompt worth a block, so it is its
+    # work-conserving side that runs here (must not be worse than HAProxy at any load)
+    "accelnet llm max_concurrency 4": lambda run, b: start_accelnet(run, b, "llm", cap=4),
     "nginx least_conn": lambda run, b: start_nginx(run, b, "least_conn"),
     "haproxy leastconn maxconn 4": lambda run, b: start_haproxy(run, b, "leastconn", maxconn=4),
 }
@@ -647,6 +650,10 @@ def prefix_capacity():
 PREFIX_CONTESTANTS = {
     "accelnet prefix-affinity max_concurrency 4":
         lambda run, b: start_accelnet(run, b, "prefix-affinity", cap=4),
+    # each simulator keeps 8 prompt prefixes; a prompt here is about 6 blocks of 64 bytes
+    "accelnet llm max_concurrency 4":
+        lambda run, b: start_accelnet(run, b, "llm", cap=4,
+                                      extra="    llm: {block_bytes: 64, cache_blocks: 48}\n"),
     "accelnet least-connections max_concurrency 4":
         lambda run, b: start_accelnet(run, b, "least-connections", cap=4),
     "nginx least_conn": lambda run, b: start_nginx(run, b, "least_conn"),
