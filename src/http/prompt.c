@@ -525,3 +525,40 @@ int http_model(const char *buf, size_t len, int complete, char *out, size_t cap,
 	*outlen = n;
 	return 1;
 }
+
+int http_model_ambiguous(const char *buf, size_t len)
+{
+	unsigned plain = 0;
+	size_t i = skip_ws(buf, 0, len);
+	if (i == len || buf[i] != '{')
+		return 0;
+	for (i++;;) {
+		i = skip_ws(buf, i, len);
+		if (i == len || buf[i] != '"')
+			return 0; /* the end of the object, of the bytes held, or not JSON */
+		size_t ks = i, ke = string_end(buf, i, len), n;
+		if (ke == len)
+			return 0;
+		char name[8];
+		if (key_is(buf, ks, ke, "model") && ++plain > 1)
+			return 1;
+		if (memchr(buf + ks, '\\', ke - ks) &&
+		    decode_string(buf, ks, ke, name, sizeof(name), &n) == 1 && n == 5 &&
+		    memcmp(name, "model", 5) == 0)
+			return 1; /* http_model() never reads such a key; a backend's parser does */
+		i = skip_ws(buf, ke, len);
+		if (i == len || buf[i] != ':')
+			return 0;
+		i = skip_ws(buf, i + 1, len);
+		if (i == len)
+			return 0;
+		int bad = 0;
+		size_t ve = value_end(buf, i, len, &bad);
+		if (bad || ve == len)
+			return 0;
+		i = skip_ws(buf, ve, len);
+		if (i == len || buf[i] != ',')
+			return 0;
+		i++;
+	}
+}

@@ -62,4 +62,12 @@ long http_prompt_blocks(const char *buf, size_t len, size_t block_bytes, uint64_
  */
 int http_model(const char *buf, size_t len, int complete, char *out, size_t cap, size_t *outlen);
 
+/*
+ * Is the model of the JSON object in buf[0..len) ambiguous: a second top-level "model" key, or
+ * one written with escapes ("mod\u0065l")? JSON parsers disagree on which of two keys wins
+ * (Python's json and vLLM take the last, http_model() the first), so a route or a backend
+ * chosen by one name would serve the other. Looks only at the bytes given. 1 or 0.
+ */
+int http_model_ambiguous(const char *buf, size_t len);
+
 #endif

@@ -28,6 +28,8 @@ const char *http_status_text(int status)
 		return "Method Not Allowed";
 	case 408:
 		return "Request Timeout";
+	case 411:
+		return "Length Required";
 	case 413:
 		return "Content Too Large";
 	case 417:

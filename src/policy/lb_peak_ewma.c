@@ -34,7 +34,8 @@
 /* Expected time for <c> to serve one more request, in microseconds, were its latency <lat>. */
 static double expected_at(const struct lb_candidate *c, double lat)
 {
-	return c->slots ? lat * (c->inflight + c->slots) / c->slots : lat * (c->inflight + 1);
+	double load = c->inflight; /* in double: inflight may be UINT32_MAX (a reported load) */
+	return c->slots ? lat * (load + c->slots) / c->slots : lat * (load + 1);
 }
 
 static double expected_us(const struct lb_candidate *c)

@@ -146,11 +146,20 @@ void prefix_index_remove(struct prefix_index *ix, const uint64_t *hash, size_t n
 	}
 }
 
+/* O(1): a clock <capacity> ahead makes every block taken in so far too old to be held (a
+ * peer drives how often this runs: an engine's AllBlocksCleared events, its malformed
+ * messages). The ways are swept only when the clock nears its end, and it starts again. */
 void prefix_index_clear(struct prefix_index *ix)
 {
+	uint64_t now = atomic_load_explicit(&ix->taken, memory_order_relaxed);
+	if (now < UINT64_MAX / 4) {
+		atomic_store_explicit(&ix->taken, now + ix->capacity, memory_order_relaxed);
+		return;
+	}
 	for (uint64_t i = 0; i <= ix->mask; i++)
 		for (int w = 0; w < WAYS; w++)
 			atomic_store_explicit(&ix->set[i].key[w], 0, memory_order_relaxed);
+	atomic_store_explicit(&ix->taken, 0, memory_order_relaxed);
 }
 
 size_t prefix_index_count(const struct prefix_index *ix)

@@ -85,6 +85,8 @@ int exchange_note_model(struct exchange *x, const char *body, size_t len, int co
 	int r = body ? http_model(body, len, complete, x->model, sizeof(x->model), &n) : -1;
 	if (r == 0)
 		return 0;
+	if (body && http_model_ambiguous(body, len))
+		r = -2;
 	x->model_read = 1;
 	x->wt.has_model = r == 1;
 	x->model_len = r == 1 ? (uint16_t)n : 0;

@@ -277,7 +277,8 @@ static inline enum run exchange_reply(struct exchange *x, int status, const char
  * Look for the "model" of the body whose start is body[0..len) (http_model), <complete>
  * when that is all there will be. Returns 0 when more bytes are needed (nothing noted);
  * else notes that it was looked for (x->model_read) and, when found (1), the name in
- * x->model and its hash in x->wt (-1: none).
+ * x->model and its hash in x->wt (-1: none; -2: none, as the body names it ambiguously:
+ * http_model_ambiguous(), to be refused).
  */
 int exchange_note_model(struct exchange *x, const char *body, size_t len, int complete);
 

@@ -23,6 +23,7 @@
 
 #define MSGS_PER_TURN 256     /* messages taken from one socket per wake-up */
 #define MAX_MSG (16ll << 20)  /* a bigger message makes ZeroMQ drop the connection */
+#define RCV_HWM 64	      /* messages ZeroMQ holds for us (1000 by default: 16 GiB) */
 #define BATCH_EVENTS 4096     /* events of one batch, at most */
 #define BATCH_HASHES 65536    /* block hashes of one batch, at most */
 #define LOOK_MS 1000	      /* the slow look at every socket */
@@ -236,11 +237,12 @@ static int zmq_err(void)
 static int subscribe(struct kvsub *k, struct kvsub_one *s, size_t i)
 {
 	char inproc[64];
-	int zero = 0, ivl = RECONNECT_MS, ivl_max = RECONNECT_MAX_MS;
+	int zero = 0, ivl = RECONNECT_MS, ivl_max = RECONNECT_MAX_MS, hwm = RCV_HWM;
 	int64_t max = MAX_MSG;
 	if (!(s->sock = zmq_socket(k->ctx, ZMQ_SUB)) ||
 	    zmq_setsockopt(s->sock, ZMQ_LINGER, &zero, sizeof(zero)) < 0 ||
 	    zmq_setsockopt(s->sock, ZMQ_MAXMSGSIZE, &max, sizeof(max)) < 0 ||
+	    zmq_setsockopt(s->sock, ZMQ_RCVHWM, &hwm, sizeof(hwm)) < 0 ||
 	    zmq_setsockopt(s->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl)) < 0 ||
 	    zmq_setsockopt(s->sock, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof(ivl_max)) < 0 ||
 	    zmq_setsockopt(s->sock, ZMQ_SUBSCRIBE, "", 0) < 0)

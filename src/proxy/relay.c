@@ -126,8 +126,10 @@ enum run relay_await_body(struct client *cl)
 			read_prompt_blocks(x, buf_head(cl->in), have);
 	}
 	if (x->want_model) { /* within what was read, or it names no model here */
-		exchange_note_model(x, cl->in ? buf_head(cl->in) : NULL, x->req.ready, 1);
 		x->want_model = 0;
+		if (exchange_note_model(x, cl->in ? buf_head(cl->in) : NULL, x->req.ready, 1) == -2)
+			return exchange_reply(x, 400, "the body names its \"model\" more than once",
+					      0);
 	}
 	return RUN_AGAIN;
 }

@@ -997,6 +997,7 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 		const struct backend *b = &p->backends[i];
 		unsigned cap = b->conf->max_concurrency;
 		unsigned inflight = atomic_load_explicit(&b->inflight, memory_order_relaxed);
+		unsigned others = reported_load(b, now_ms); /* a peer's figure: up to UINT32_MAX */
 		int usable = b != h->exclude && (!serving || models_mask_has(serving, i)) &&
 			     backend_usable(b, now_ms);
 		double share = usable ? slow_start_share(b, now_ms) : 0;
@@ -1004,7 +1005,8 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 			usable = 0; /* ramping up: not offered to this pick */
 		cand[i] = (struct lb_candidate){
 		    .weight = b->conf->weight,
-		    .inflight = inflight + reported_load(b, now_ms), /* ours, and others' */
+		    /* ours, and others' (saturated: a wrapped sum would look idle) */
+		    .inflight = others > UINT32_MAX - inflight ? UINT32_MAX : inflight + others,
 		    .slots = cap,
 		    .latency_us = lb->latency ? backend_latency_us(b, now_ms) : 0,
 		    .eligible = usable && (!cap || inflight < cap),

@@ -22,17 +22,25 @@ struct stage {
 	enum run (*run)(struct exchange *x);
 };
 
-/* routes.match.model: when the route depends on the body's "model", read the body's start
- * (up to limits.body_buffer_bytes, or what the input buffer holds) before routing. A body
- * without a Content-Length (chunked) is not read into: it names no model here. */
+/* routes.match.model: when the route depends on the body's "model", read the body (up to
+ * limits.body_buffer_bytes, or what the input buffer holds) before routing. A request that
+ * may name a model where it cannot be read -- a chunked body, or a body longer than what is
+ * read (a "model", or a second one, may follow) -- is refused (411, 413), never routed as if
+ * it named none or the first: a later
+ * route (one without the model route's auth, say) must not be reachable that way. A request
+ * without a body names none. */
 static enum run stage_model(struct exchange *x)
 {
 	const struct http_head *h = x->head;
 	const struct conf *c = x->w->conf;
 	if (!x->head) { /* back from waiting: the codec reads the head anew */
-	} else if (h->framing != HTTP_BODY_LENGTH || !h->content_length ||
+	} else if (h->framing == HTTP_BODY_NONE ||
+		   (h->framing == HTTP_BODY_LENGTH && !h->content_length) ||
 		   !route_needs_model(c, h, x->tls ? x->tls->sni : NULL)) {
 		return RUN_AGAIN;
+	} else if (h->framing != HTTP_BODY_LENGTH) {
+		return exchange_reply(
+		    x, 411, "a request routed by its \"model\" needs a Content-Length body", 0);
 	}
 	const char *body;
 	size_t len;
@@ -42,10 +50,19 @@ static enum run stage_model(struct exchange *x)
 	if (r != RUN_AGAIN)
 		return r;
 	x->peeked = 1;
-	if (exchange_note_model(x, body, len, all) == 0) {
+	/* the whole body held first (it is read before admission in any case): a look at each
+	 * read scanned from its first byte again, and a second "model" may come later */
+	int found = all ? exchange_note_model(x, body, len, all) : 0;
+	if (found == 0) {
 		x->head = NULL; /* its bytes may move while we wait */
 		return RUN_STAY;
 	}
+	if (found == -2)
+		return exchange_reply(x, 400, "the body names its \"model\" more than once", 0);
+	if (!x->req.done) /* cut short: a (second) "model" may come after what was read */
+		return exchange_reply(
+		    x, 413,
+		    "a request routed by its \"model\" must fit in limits.body_buffer_bytes", 0);
 	return RUN_AGAIN;
 }
 

@@ -32,6 +32,7 @@ struct kvevents {
 	msgpack_sbuffer body, msg;
 	msgpack_packer body_pk, msg_pk;
 	size_t pending; /* events in body */
+	size_t hashes;	/* block hashes in them */
 	int broken;	/* a pack failed (out of memory): the batch is dropped */
 	uint64_t seq;
 	unsigned long batches, dropped;
@@ -62,6 +63,18 @@ static void pack_field(struct kvevents *e, const char *key)
 		pack_key(e, key);
 }
 
+/* A batch carries at most this many block hashes (a subscriber bounds what it takes in one:
+ * accelnet's proxy 65536); more are sent as another batch. */
+#define BATCH_HASHES_MAX 16384
+
+/* Room for <n> more hashes in this batch: flush the batch first when it has too many. */
+static void room_for(struct kvevents *e, size_t n)
+{
+	if (e->pending && e->hashes + n > BATCH_HASHES_MAX)
+		kvevents_flush(e);
+	e->hashes += n;
+}
+
 static void pack_hashes(struct kvevents *e, const uint64_t *hash, size_t n)
 {
 	pack_field(e, "block_hashes");
@@ -78,6 +91,7 @@ static void pack_medium(struct kvevents *e)
 
 void kvevents_stored(struct kvevents *e, const uint64_t *hash, size_t n, const uint64_t *parent)
 {
+	room_for(e, n);
 	/* block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium, lora_name */
 	pack_head(e, "BlockStored", 7);
 	pack_hashes(e, hash, n);
@@ -97,6 +111,7 @@ void kvevents_stored(struct kvevents *e, const uint64_t *hash, size_t n, const u
 
 void kvevents_removed(struct kvevents *e, const uint64_t *hash, size_t n)
 {
+	room_for(e, n);
 	pack_head(e, "BlockRemoved", 2); /* block_hashes, medium */
 	pack_hashes(e, hash, n);
 	pack_medium(e);
@@ -148,6 +163,7 @@ void kvevents_flush(struct kvevents *e)
 		e->batches++;
 	msgpack_sbuffer_clear(&e->body);
 	e->pending = 0;
+	e->hashes = 0;
 	e->broken = 0;
 }
 

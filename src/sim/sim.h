@@ -29,7 +29,8 @@
  *
  * KV events (kv_events, block model only), as vLLM publishes them: a ZeroMQ publisher bound
  * on the endpoint sends one message per batch of cache changes (those gathered until a timer
- * due at once fires: all of a loop turn's I/O, and of the timers that fire before it) of
+ * due at once fires: all of a loop turn's I/O, and of the timers that fire before it; a batch
+ * that would pass 16384 block hashes is sent first, so a subscriber's bound is never met) of
  * three frames: the topic (kv_events_topic, "" by default as vLLM's), the batch's sequence
  * number (8 bytes, big-endian, from 0), and the msgpack payload
  *     [ts, [event, ...], data_parallel_rank]

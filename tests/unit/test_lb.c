@@ -207,6 +207,12 @@ static void peak_ewma_prefers_fast_and_counts_load(void **state)
 	assert_int_equal(ewma(c, 2, 0, rand_next(&rng)), 1);
 	c[0].eligible = c[1].eligible = 0;
 	assert_int_equal(ewma(c, 2, 0, rand_next(&rng)), LB_NONE);
+	/* a reported load saturated at UINT32_MAX (an engine's /metrics) is the most, not
+	 * none: inflight + 1 wrapped to 0 and made it the cheapest */
+	c[0] = cand(100, UINT32_MAX, 0);
+	c[1] = cand(100, 0, 0);
+	for (int k = 0; k < 20; k++)
+		assert_int_equal(ewma(c, 2, 0, rand_next(&rng)), 1);
 }
 
 /* Play a burst of <n> picks, each staying in flight; count where they went. */

@@ -40,6 +40,11 @@ static void longest_prefix(void **state)
 	prefix_index_clear(ix);
 	assert_int_equal(prefix_index_match(ix, a, 40), 0);
 	assert_int_equal(prefix_index_count(ix), 0);
+	prefix_index_clear(ix); /* twice: still nothing, and no sweep needed */
+	assert_int_equal(prefix_index_match(ix, b, 40), 0);
+	prefix_index_insert(ix, a, 10); /* stored again after the clear */
+	assert_int_equal(prefix_index_match(ix, a, 40), 10);
+	assert_int_equal(prefix_index_count(ix), 10);
 	prefix_index_free(ix);
 }
 

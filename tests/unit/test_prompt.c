@@ -244,6 +244,29 @@ static void model_partial_bodies(void **state)
 	assert_int_equal(n, 3);
 }
 
+/* Two keys that parsers read differently: refused, not routed by the first */
+static void model_ambiguous(void **state)
+{
+	(void)state;
+	static const char *const yes[] = {
+	    "{\"model\":\"a\",\"model\":\"b\"}",
+	    "{\"model\":\"a\",\"messages\":[{\"model\":\"x\"}], \"model\" : \"b\"}",
+	    "{\"mod\\u0065l\":\"b\"}",
+	    "{\"model\":\"a\",\"m\\u006fdel\":\"b\"}",
+	};
+	static const char *const no[] = {
+	    "{\"model\":\"a\",\"messages\":[{\"model\":\"b\"}]}",
+	    "{\"caf\\u00e9\":1,\"model\":\"a\"}",
+	    "{\"model\":\"a\",\"prompt\":\"\\\"model\\\":\\\"b\\\"\"}",
+	    "{\"models\":\"b\",\"model\":\"a\"}",
+	    "[\"model\",\"model\"]",
+	};
+	for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++)
+		assert_int_equal(http_model_ambiguous(yes[i], strlen(yes[i])), 1);
+	for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+		assert_int_equal(http_model_ambiguous(no[i], strlen(no[i])), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -257,6 +280,7 @@ int main(void)
 	    cmocka_unit_test(model_found_anywhere_at_the_top),
 	    cmocka_unit_test(model_absent_or_bad),
 	    cmocka_unit_test(model_partial_bodies),
+	    cmocka_unit_test(model_ambiguous),
 	};
 	return cmocka_run_group_tests_name("prompt key", tests, NULL, NULL);
 }
