@@ -45,19 +45,25 @@ class JsonEngine:
         self.server.server_close()
 
 
-def test_model_route_auth_bypassed_by_a_second_model_key(env):
-    """routes[].match.model takes the FIRST top-level "model"; json.loads (vLLM) the LAST,
-    and an escaped key ("mod\\u0065l") is not seen by the proxy at all."""
+def _premium_proxy(env, extra=""):
+    """A JSON-reading engine behind two routes to one pool: "premium-*" models need a key,
+    everything else under /v1/ does not."""
     eng = JsonEngine()
     env.on_cleanup.append(eng.close)
     keys = env.write("keys.txt", "acme sk-acme-0123456789abcdef\n")
-    px = env.proxy(
+    return env.proxy(
         "pools:\n  - name: gpu\n    backends:\n"
         f"      - {{address: 127.0.0.1:{eng.port}}}\n"
         "routes:\n"
         f"  - match: {{path_prefix: /v1/, model: \"premium-*\"}}\n    pool: gpu\n"
         f"    auth: {{api_keys_file: {keys}}}\n"
-        "  - {match: {path_prefix: /v1/}, pool: gpu}\n", workers=1)
+        "  - {match: {path_prefix: /v1/}, pool: gpu}\n", workers=1, extra=extra)
+
+
+def test_model_route_auth_bypassed_by_a_second_model_key(env):
+    """routes[].match.model takes the FIRST top-level "model"; json.loads (vLLM) the LAST,
+    and an escaped key ("mod\\u0065l") is not seen by the proxy at all."""
+    px = _premium_proxy(env)
     h = {"Content-Type": "application/json"}
     st, _, _ = request(px.port, "POST", "/v1/chat/completions",
                        body='{"model":"premium-70b","messages":[]}', headers=h)
@@ -176,17 +182,7 @@ def test_model_route_refuses_a_body_whose_model_it_cannot_read(env):
     """A model route's auth is not skipped by a body whose model the proxy cannot read: a
     chunked one (411), or one whose model comes after limits.body_buffer_bytes (413); such
     a request is refused, never served by the next route."""
-    eng = JsonEngine()
-    env.on_cleanup.append(eng.close)
-    keys = env.write("keys.txt", "acme sk-acme-0123456789abcdef\n")
-    px = env.proxy(
-        "pools:\n  - name: gpu\n    backends:\n"
-        f"      - {{address: 127.0.0.1:{eng.port}}}\n"
-        "routes:\n"
-        f"  - match: {{path_prefix: /v1/, model: \"premium-*\"}}\n    pool: gpu\n"
-        f"    auth: {{api_keys_file: {keys}}}\n"
-        "  - {match: {path_prefix: /v1/}, pool: gpu}\n", workers=1,
-        extra="limits: {body_buffer_bytes: 64KiB}\n")
+    px = _premium_proxy(env, extra="limits: {body_buffer_bytes: 64KiB}\n")
     body = b'{"model":"premium-70b","messages":[]}'
     s = socket.create_connection(("127.0.0.1", px.port), timeout=5)
     s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
