@@ -119,11 +119,12 @@ enum run relay_await_body(struct client *cl)
 	quota_note_body(x, cl->in ? buf_head(cl->in) : NULL, x->req.ready);
 	if (x->want_key) {
 		size_t have = x->req.ready < hc->body_max_bytes ? x->req.ready : hc->body_max_bytes;
-		x->wt.has_key =
-		    http_prompt_key(buf_head(cl->in), have, 1, hc->prefix_bytes, &x->wt.key) == 1;
 		x->want_key = 0;
-		if (x->pool->conf->balance->blocks)
+		if (x->pool->conf->balance->blocks) /* llm reads the blocks, never the key */
 			read_prompt_blocks(x, buf_head(cl->in), have);
+		else
+			x->wt.has_key = http_prompt_key(buf_head(cl->in), have, 1, hc->prefix_bytes,
+							&x->wt.key) == 1;
 	}
 	if (x->want_model) { /* within what was read, or it names no model here */
 		x->want_model = 0;
