@@ -3,14 +3,17 @@ ports, wait until they answer (never a blind sleep), talk HTTP to them, and stop
 even when a test fails."""
 
 import http.client
+import http.server
 import json
 import os
 import re
 import shutil
 import signal
 import socket
+import socketserver
 import subprocess
 import tempfile
+import threading
 import time
 
 BIN = os.environ.get("ACCELNET", "build/accelnet")
@@ -317,12 +320,29 @@ def pool_yaml(name, ports, balance="round-robin", weights=None, health=None, ext
     return "\n".join(lines) + "\n"
 
 
+class HttpBackend:
+    """A threaded HTTP/1.1 server on a free loopback port answering with <handler> (an
+    http.server.BaseHTTPRequestHandler subclass). close() stops it."""
+
+    def __init__(self, handler):
+        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+
+        self.server = Server(("127.0.0.1", 0), handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
 class ScriptedBackend:
     """A backend that answers the n-th request it reads (on any connection) with
     script(n, request_bytes) -> (bytes to send, close afterwards?). Runs in a thread."""
 
     def __init__(self, script):
-        import threading
         self.script = script
         self.count = 0
         self.connections = 0

@@ -4,13 +4,12 @@ their KV-cache events (backends.kv_events) as the exact content of their prefix 
 
 import http.server
 import os
-import socketserver
 import subprocess
 import threading
 import time
 
-from harness import (BIN, backend_state, metrics_text, prom_samples, request, served_by,
-                     wait_until)
+from harness import (BIN, HttpBackend, backend_state, metrics_text, prom_samples, request,
+                     served_by, wait_until)
 
 
 class Engine:
@@ -64,17 +63,9 @@ class Engine:
                 self.end_headers()
                 self.wfile.write(body)
 
-        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
-            daemon_threads = True
-            allow_reuse_address = True
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self.server = HttpBackend(Handler)
+        self.port = self.server.port
+        self.close = self.server.close
 
 
 def _engine(env, name, metrics):

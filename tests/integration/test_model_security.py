@@ -5,11 +5,9 @@ import http.server
 import json
 import os
 import socket
-import socketserver
-import threading
 import time
 
-from harness import backend_state, request, served_by, wait_until
+from harness import HttpBackend, backend_state, request, served_by, wait_until
 from test_engine import Engine, Publisher, vllm
 
 
@@ -33,16 +31,9 @@ class JsonEngine:
                 self.end_headers()
                 self.wfile.write(body)
 
-        class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
-            daemon_threads = True
-
-        self.server = S(("127.0.0.1", 0), H)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self.server = HttpBackend(H)
+        self.port = self.server.port
+        self.close = self.server.close
 
 
 def _premium_proxy(env, extra=""):
