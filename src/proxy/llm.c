@@ -76,7 +76,6 @@ void llm_candidate(const struct llm_backend *l, const uint64_t *blocks, uint32_t
 uint32_t llm_picked(struct llm_backend *l, uint32_t n, uint32_t hit)
 {
 	const struct llm_fit *f = fit_of(l);
-	atomic_fetch_add_explicit(&l->picked, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&l->prompt_blocks, n, memory_order_relaxed);
 	atomic_fetch_add_explicit(&l->missed_blocks, n - hit, memory_order_relaxed);
 	uint64_t work =

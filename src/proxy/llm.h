@@ -11,7 +11,8 @@
  * suffice for a line, the pool's fit over all its backends stands in (backends of a pool are mostly
  * alike), and before that the prior. Per request: the prompt's block hashes, read from the buffered
  * body once, in an array lent by the worker (kept for reuse: no allocation per request once
- * warm), held until the exchange ends because a queued request is picked for again.
+ * warm), held until the response head (a queued or retried request is picked for again),
+ * then given back.
  */
 #ifndef ACCELNET_PROXY_LLM_H
 #define ACCELNET_PROXY_LLM_H
@@ -44,7 +45,7 @@ struct llm_backend {
 	atomic_uint decode_us; /* EWMA of a request's time after its first byte (0: none yet) */
 	atomic_uint_fast64_t work_us; /* the expected service times of what it serves for us */
 	atomic_uint working;	      /* ... and how many requests that is */
-	atomic_uint_fast64_t picked, missed_blocks, prompt_blocks; /* for /status */
+	atomic_uint_fast64_t missed_blocks, prompt_blocks; /* for /metrics and /status */
 };
 
 /* A pool's shared fit. 0 or -ENOMEM. */

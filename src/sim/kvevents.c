@@ -122,11 +122,6 @@ void kvevents_cleared(struct kvevents *e)
 	pack_head(e, "AllBlocksCleared", 0);
 }
 
-size_t kvevents_pending(const struct kvevents *e)
-{
-	return e->pending;
-}
-
 static void drain_subscriptions(struct kvevents *e)
 {
 	char buf[256];

@@ -38,7 +38,6 @@ const char *kvevents_endpoint(const struct kvevents *e);
 void kvevents_stored(struct kvevents *e, const uint64_t *hash, size_t n, const uint64_t *parent);
 void kvevents_removed(struct kvevents *e, const uint64_t *hash, size_t n);
 void kvevents_cleared(struct kvevents *e);
-size_t kvevents_pending(const struct kvevents *e);
 
 /* Publish the gathered events as one batch (nothing when there are none). */
 void kvevents_flush(struct kvevents *e);
