@@ -23,7 +23,7 @@ ALL_CFLAGS = -std=c17 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) -Isrc -Iinclud
 LDLIBS = $(shell pkg-config --libs $(PKGS)) -lpthread -lm
 
 LIB_SRC = $(wildcard src/core/*.c src/net/*.c src/http/*.c src/policy/*.c src/conf/*.c \
-	  src/proxy/*.c src/obs/*.c src/guard/*.c src/sim/*.c src/xfer/*.c)
+	  src/proxy/*.c src/obs/*.c src/guard/*.c src/cache/*.c src/sim/*.c src/xfer/*.c)
 CLI_SRC = $(wildcard src/cli/*.c)
 # The dashboard's files (src/obs/dashboard/), embedded by a generated C file (obs/dashboard.h)
 DASH_ASSETS = $(sort $(wildcard src/obs/dashboard/*.html src/obs/dashboard/*.js \

@@ -1,0 +1,37 @@
+/*
+ * control.h - the Cache-Control field of a request or a response (RFC 9111 section 5.2),
+ * every line of it read together, as plain flags and numbers for the decisions of fresh.h.
+ *
+ * Directive names are case-insensitive; an unknown directive is ignored (RFC 9111 5.2.3);
+ * a delta-seconds directive with a malformed value (not digits, quoted where a token is
+ * expected) is treated as the RFC asks of a shared cache: a malformed max-age or s-maxage
+ * in a response makes it stale at once (0), a malformed request directive is ignored. A
+ * value over 2^31 is taken as 2^31 (RFC 9111 1.2.2). Duplicated directives: the first
+ * counts for numbers; flags add up. The qualified forms no-cache="F" and private="F" are
+ * taken as their unqualified forms (a shared cache may do that; it is the safe reading).
+ * A request without Cache-Control but with "Pragma: no-cache" gets no_cache (5.4).
+ */
+#ifndef ACCELNET_CACHE_CONTROL_H
+#define ACCELNET_CACHE_CONTROL_H
+
+#include "http/parse.h"
+
+#include <stdint.h>
+
+#define CACHE_UNSET (-1)	     /* a delta-seconds directive that was not given */
+#define CACHE_DELTA_MAX 2147483648LL /* 2^31: the largest delta-seconds kept */
+
+struct cache_control {
+	/* seconds, or CACHE_UNSET; max_stale given without a value: CACHE_DELTA_MAX */
+	int64_t max_age, s_maxage, max_stale, min_fresh;
+	int64_t stale_while_revalidate, stale_if_error; /* RFC 5861 */
+	unsigned no_store : 1, no_cache : 1, private_ : 1, public_ : 1;
+	unsigned must_revalidate : 1, proxy_revalidate : 1, must_understand : 1;
+	unsigned only_if_cached : 1, no_transform : 1, immutable : 1;
+	unsigned present : 1; /* some Cache-Control field was given */
+};
+
+/* Read every Cache-Control field of <h> (and Pragma, for a request: <is_request>). */
+void cache_control_parse(const struct http_head *h, int is_request, struct cache_control *cc);
+
+#endif
