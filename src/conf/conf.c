@@ -214,6 +214,8 @@ void conf_free(struct conf *c)
 		free(r->rate_limit);
 	}
 	free(c->routes);
+	free(c->cache.eviction);
+	free(c->cache.tag_header);
 	free(c->models.json);
 	free(c->models.names);
 	free(c->models.obj);

@@ -214,6 +214,22 @@ enum conf_api {
 	CONF_API_OPENAI, /* {"error": {...}} JSON bodies, as the OpenAI API writes them */
 };
 
+/* routes[].cache: the response cache on this route (cache/fresh.h, docs/cache.md) */
+struct conf_route_cache {
+	unsigned on;		    /* the route's answers are cached */
+	unsigned cookies;	    /* store responses with Set-Cookie */
+	unsigned authorized;	    /* store answers to requests with Authorization (RFC 9111 3.5) */
+	unsigned heuristic_pct;	    /* heuristic freshness: % of (Date - Last-Modified); 0: none */
+	unsigned heuristic_max_s;   /* ... at most */
+	int64_t stale_while_revalidate_s; /* default when a response gives none; -1: none */
+	int64_t stale_if_error_s;	  /* likewise */
+	unsigned wait_ms;	    /* a coalesced request waits this long for the fill's head */
+	unsigned pass_s;	    /* an unstorable answer sends the key's requests straight on */
+	unsigned inference;	    /* POST JSON bodies (canonicalised) are keys: embeddings,
+				       temperature 0 */
+	unsigned any_temperature;   /* ... and completions at any temperature too */
+};
+
 struct conf_route {
 	char *name;			  /* routes[].name; NULL: its index names it in metrics */
 	char *path_prefix;		  /* "/" when not given */
@@ -234,6 +250,18 @@ struct conf_route {
 	struct conf_rate_limit *rate_limit; /* NULL: no limit */
 	unsigned api;			    /* CONF_API_*: the shape of the proxy's own errors */
 	unsigned access_log;		    /* 0: this route's requests are not logged */
+	struct conf_route_cache cache;
+};
+
+/* cache: the response cache's store (cache/store.h) */
+struct conf_cache {
+	unsigned on;	     /* the section was given */
+	uint64_t memory;     /* bytes, all shards */
+	uint64_t max_object; /* the largest body stored */
+	unsigned shards;     /* a power of two */
+	char *eviction;	     /* a policy of policy/evict.h; NULL: sieve */
+	char *tag_header;    /* purge by tag reads this response field; NULL: Cache-Tag */
+	unsigned status_header; /* answers carry Cache-Status (RFC 9211) */
 };
 
 struct conf_timeouts {
@@ -288,6 +316,7 @@ struct conf {
 	size_t nroutes;
 	struct conf_access_log access_log;
 	struct conf_metrics metrics;
+	struct conf_cache cache;
 	/* names of fields only the proxy sets, each once (CONF_GUARDED_FIELDS_MAX) */
 	const char *guarded_fields[CONF_GUARDED_FIELDS_MAX];
 	size_t nguarded_fields;

@@ -17,6 +17,7 @@
 #include "conf/pool_policy.h"
 #include "conf/schema_guard.h"
 #include "conf/schema_model.h"
+#include "conf/schema_cache.h"
 #include "conf/schema_engine.h"
 #include "conf/schema_tls.h"
 
@@ -540,7 +541,8 @@ static const struct rule route_rules[] = {
     {"auth", RULE_SECTION, 0, 0, 0, schema_auth_rules, schema_read_auth},
     {"rate_limit", RULE_SECTION, 0, 0, 0, schema_rate_limit_rules, schema_read_rate_limit},
     {"api", RULE_SECTION, offsetof(struct conf_route, api), 0, 0, NULL, schema_read_api},
-    {"cache", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
+    {"cache", RULE_SECTION, offsetof(struct conf_route, cache), 0, 0, schema_route_cache_rules,
+     schema_read_route_cache},
     {"access_log", RULE_BOOL, offsetof(struct conf_route, access_log), 0, 0, NULL, NULL},
     RULES_END,
 };
@@ -697,7 +699,8 @@ static const struct rule top_rules[] = {
     {"access_log", RULE_SECTION, offsetof(struct conf, access_log), 0, 0, access_log_rules,
      read_access_log},
     {"metrics", RULE_SECTION, offsetof(struct conf, metrics), 0, 0, metrics_rules, NULL},
-    {"cache", RULE_UNBUILT, 0, 0, 0, NULL, NULL},
+    {"cache", RULE_SECTION, offsetof(struct conf, cache), 0, 0, schema_cache_rules,
+     schema_read_cache},
     RULES_END,
 };
 
@@ -832,6 +835,8 @@ static int check_whole(struct rules_ctx *x, yaml_node_t *root)
 		route_defaults(&c->routes[0]); /* access_log on, as for any route */
 		c->nroutes = 1;
 	}
+	if (schema_cache_check(x, root, rules_value_of(x, root, "routes"), c) < 0)
+		return -1;
 	return schema_model_list(x, rules_value_of(x, root, "routes"), c);
 }
 
