@@ -57,6 +57,7 @@ int cache_store_new(const struct cache_store_conf *c, struct cache_store **out)
 		pthread_mutex_init(&sh->lock, NULL);
 		sh->nbuckets = TABLE_FIRST;
 		sh->budget = c->memory / n;
+		sh->ev.ops = c->evict;
 		c->evict->init(&sh->ev);
 		if (!(sh->table = calloc(sh->nbuckets, sizeof(*sh->table)))) {
 			cache_store_free(s);
