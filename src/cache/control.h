@@ -2,13 +2,18 @@
  * control.h - the Cache-Control field of a request or a response (RFC 9111 section 5.2),
  * every line of it read together, as plain flags and numbers for the decisions of fresh.h.
  *
- * Directive names are case-insensitive; an unknown directive is ignored (RFC 9111 5.2.3);
- * a delta-seconds directive with a malformed value (not digits, quoted where a token is
- * expected) is treated as the RFC asks of a shared cache: a malformed max-age or s-maxage
- * in a response makes it stale at once (0), a malformed request directive is ignored. A
- * value over 2^31 is taken as 2^31 (RFC 9111 1.2.2). Duplicated directives: the first
- * counts for numbers; flags add up. The qualified forms no-cache="F" and private="F" are
- * taken as their unqualified forms (a shared cache may do that; it is the safe reading).
+ * Directive names are case-insensitive; an unknown directive is ignored (RFC 9111 5.2.3).
+ * An argument may be a token or a quoted-string (max-age="60" is 60: 5.2 asks recipients to
+ * take both). A delta-seconds directive with a malformed value (not digits, empty, missing,
+ * an escape inside quotes, junk after it) is treated as the RFC asks of a shared cache: a
+ * malformed max-age or s-maxage in a response makes it stale at once (0, 4.2.1), and so does
+ * a malformed stale-while-revalidate or stale-if-error (0: no stale serving); a malformed
+ * request directive is ignored. A value over 2^31 is taken as 2^31 (RFC 9111 1.2.2).
+ * Duplicated directives: the first counts for numbers; flags add up. The qualified forms
+ * no-cache="F" and private="F" are taken as their unqualified forms (a shared cache may do
+ * that; it is the safe reading); every directive that restricts caching counts whatever its
+ * argument, while public, must-understand and immutable count only bare. s-maxage is read
+ * from responses only, max-stale and min-fresh from requests only.
  * A request without Cache-Control but with "Pragma: no-cache" gets no_cache (5.4).
  */
 #ifndef ACCELNET_CACHE_CONTROL_H
