@@ -8,8 +8,13 @@
  * Range: one "bytes=" range of a stored full 200 response -- first-last, first-, or a
  * suffix -last -- answered 206; If-Range (a strong ETag compared strongly, or an HTTP-date
  * equal to Last-Modified) turns a mismatch into the full response. Several ranges, other
- * units or a malformed Range get the full response (a server may ignore Range: 14.2);
- * a syntactically valid range wholly past the end gets 416.
+ * units or a malformed Range (first > last, numbers past 64 bits, several Range fields) get
+ * the full response (a server may ignore Range: 14.2); only GET has ranges (HEAD: full).
+ * A range that starts at or past the end, or a suffix "-0", gets 416 (unsatisfiable,
+ * 14.1.1); a last past the end is clamped; a suffix of an empty body gets the full (empty)
+ * response, which no Content-Range can describe. If-Range with a date is compared to
+ * Last-Modified for equality without checking that it is a strong validator (13.1.5 wants
+ * it strong; the stored Date is not passed here).
  */
 #ifndef ACCELNET_CACHE_COND_H
 #define ACCELNET_CACHE_COND_H

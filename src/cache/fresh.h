@@ -22,7 +22,7 @@ struct cache_rules {
 	unsigned
 	    store_authorized : 1; /* answers to requests with Authorization, where 3.5 allows */
 	unsigned heuristic_pct;	  /* heuristic freshness: this % of (Date - Last-Modified); 0 off */
-	int64_t heuristic_max_s;  /* ... at most this long */
+	int64_t heuristic_max_s;  /* ... at most this long (<= 0: off too) */
 	int64_t stale_while_revalidate_s; /* used when the response gives none; CACHE_UNSET: none */
 	int64_t stale_if_error_s;	  /* likewise */
 };
@@ -31,11 +31,17 @@ struct cache_rules {
  * May the response <resp> (Cache-Control <rs>) to the request <req> (Cache-Control <rq>) be
  * stored? NULL: yes; else a few words saying why not (for logs and Cache-Status' detail).
  * Stored only: GET (and HEAD, whose stored response has no body: not stored here) answered
- * with a final status the cache understands (200, 203, 204, 206 excluded, 300, 301, 308,
- * 404, 405, 410, 414, 501 heuristically; any other with explicit freshness or public),
- * without no-store in either, not private, not Vary: *, with explicit freshness, a
- * validator, public or a heuristically cacheable status; must-understand with a status
- * understood ignores no-store; Set-Cookie and Authorization per <rules>.
+ * with a final status: 200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501 (heuristically
+ * cacheable) or 302, 303, 307 (understood) as section 3 allows; any other final status
+ * (500, 503 ...) only with explicit freshness (max-age, s-maxage, Expires); never 206 (we
+ * store whole responses only) nor 304; without no-store in the request, nor in the response
+ * unless must-understand is there with an understood status (5.2.2.3); not private; not
+ * Vary: * (nor a Vary that is no list of field names, or names past 1 KiB); with explicit
+ * freshness, public or a heuristically cacheable status (a validator alone is not enough:
+ * section 3 does not list it); must-understand with a status not understood: not stored;
+ * Set-Cookie and Authorization per <rules> (Authorization: only with public, s-maxage or
+ * must-revalidate, 3.5). Reasons: "not GET", "status NNN", "no-store", "private",
+ * "Vary: *", "Vary too long", "Authorization", "Set-Cookie", "no freshness".
  */
 const char *cache_storable(const struct http_head *req, const struct cache_control *rq,
 			   const struct http_head *resp, const struct cache_control *rs,
@@ -71,17 +77,25 @@ enum cache_use {
 };
 
 /* For a request with Cache-Control <rq> at <now>: fresh (min-fresh, max-age of the request
- * counted), acceptably stale, or to be revalidated (no-cache in request or response too). */
+ * counted), acceptably stale, or to be revalidated (no-cache in request or response too).
+ * Stale: never with must_revalidate; STALE within the request's max-stale; SWR within
+ * stale_while_revalidate unless the request gave max-age or min-fresh without max-stale
+ * (such a client does not want stale, RFC 9111 5.2.1.1). */
 enum cache_use cache_decide_use(const struct cache_times *t, const struct cache_control *rq,
 				int64_t now);
 
 /* The origin failed (5xx, refused, timed out): may the stale response be served (RFC 5861
- * stale-if-error of the response, of the request, or the route's default)? */
+ * stale-if-error of the response, of the request, or the route's default: the largest of
+ * the response's-or-default and the request's)? Never with must_revalidate or no_cache
+ * (RFC 9111 4.2.4: an explicit directive forbids serving it unvalidated). */
 int cache_stale_if_error_ok(const struct cache_times *t, const struct cache_control *rq,
 			    int64_t now);
 
 /* Parse an HTTP-date (IMF-fixdate, and the obsolete RFC 850 and asctime forms, RFC 9110
- * 5.6.7) into seconds since the epoch: 0, or -1 when it is not one. */
+ * 5.6.7) into seconds since the epoch: 0, or -1 when it is not one. Strict: exact layout,
+ * case-sensitive names, fields in range (day within its month), years 1970-9999; the day
+ * name is not checked against the date. RFC 850's two-digit year is put within 50 years of
+ * the clock (the one thing read from it). */
 int cache_parse_http_date(struct http_str s, int64_t *out);
 /* Write <t> as an IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT", 29 bytes) and a NUL. */
 void cache_format_http_date(int64_t t, char out[30]);

@@ -18,8 +18,9 @@
 
 /*
  * The field names the Vary fields of <resp> name, normalised, into out[0..cap) as
- * "name1\nname2\n" (*len bytes; "" when it has no Vary). Returns 0, 1 for "Vary: *" (a
- * response never to be stored), or -ENOSPC when they do not fit.
+ * "name1\nname2\n" (*len bytes; "" when it has no Vary). Returns 0, 1 for "Vary: *" or a
+ * Vary member that is not a field-name (a response never to be stored), or -ENOSPC when
+ * they do not fit.
  */
 int cache_vary_names(const struct http_head *resp, char *out, size_t cap, size_t *len);
 
