@@ -89,8 +89,14 @@ static pthread_once_t status_why_once = PTHREAD_ONCE_INIT;
 
 static void status_why_fill(void)
 {
-	for (int i = 0; i < 500; i++)
-		snprintf(status_why[i], sizeof(status_why[i]), "status %d", i + 100);
+	for (int i = 0; i < 500; i++) {
+		int s = i + 100;
+		memcpy(status_why[i], "status ", 7);
+		status_why[i][7] = (char)('0' + s / 100);
+		status_why[i][8] = (char)('0' + s / 10 % 10);
+		status_why[i][9] = (char)('0' + s % 10);
+		status_why[i][10] = 0;
+	}
 }
 
 static const char *status_reason(int s)
