@@ -75,10 +75,10 @@ long cache_head_merge(const char *old, size_t olen, const struct http_head *upd,
 		if (colon) {
 			struct http_str name = {p, (uint32_t)(colon - p)};
 			for (unsigned i = 0; i < upd->nheaders && !replaced; i++)
-				replaced = upd->headers[i].name.len == name.len &&
-					   strncasecmp(upd->headers[i].name.p, name.p, name.len) ==
-					       0 &&
-					   !left_out(upd, name);
+				replaced =
+				    upd->headers[i].name.len == name.len &&
+				    strncasecmp(upd->headers[i].name.p, name.p, name.len) == 0 &&
+				    !left_out(upd, name);
 		}
 		if (!replaced)
 			put(&o, p, n);

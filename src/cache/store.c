@@ -16,7 +16,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#define SEG_FIRST 16384u    /* the first segment of a body of unknown length */
+#define SEG_FIRST 16384u   /* the first segment of a body of unknown length */
 #define SEG_MAX (1u << 20) /* segments grow by doubling up to this */
 #define TABLE_FIRST 256u
 
@@ -245,8 +245,8 @@ static int charge(struct cache_store *s, struct cache_obj *o, uint64_t n)
 }
 
 struct cache_obj *cache_lookup(struct cache_store *s, const char *key, size_t len, uint64_t hash,
-			       long (*vary_of)(void *arg, const char *names, size_t nlen,
-					       char *out, size_t cap),
+			       long (*vary_of)(void *arg, const char *names, size_t nlen, char *out,
+					       size_t cap),
 			       void *arg)
 {
 	struct shard *sh = shard_of(s, hash);
@@ -274,8 +274,7 @@ struct cache_obj *cache_lookup(struct cache_store *s, const char *key, size_t le
 	return found;
 }
 
-static struct cache_obj *obj_new(struct cache_store *s, const char *key, size_t len,
-				 uint64_t hash)
+static struct cache_obj *obj_new(struct cache_store *s, const char *key, size_t len, uint64_t hash)
 {
 	struct cache_obj *o = calloc(1, sizeof(*o));
 	if (!o)
@@ -506,8 +505,8 @@ void cache_fill_pass(struct cache_store *s, struct cache_obj *o, int64_t until)
 	pthread_mutex_unlock(&o->lock);
 }
 
-struct cache_obj *cache_replace_head(struct cache_store *s, struct cache_obj *old,
-				     const char *head, size_t hlen, const struct cache_times *t)
+struct cache_obj *cache_replace_head(struct cache_store *s, struct cache_obj *old, const char *head,
+				     size_t hlen, const struct cache_times *t)
 {
 	struct cache_obj *o = obj_new(s, old->key, old->key_len, old->hash);
 	if (!o)

@@ -74,8 +74,8 @@ struct cache_obj {
 	/* the key, the Vary names the response gave and the request's values for them */
 	char *key;
 	uint32_t key_len;
-	char *vary;	    /* names, '\n' after each (cache/vary.h); NULL: no Vary */
-	char *vary_values;  /* the values of the request that filled it */
+	char *vary;	   /* names, '\n' after each (cache/vary.h); NULL: no Vary */
+	char *vary_values; /* the values of the request that filled it */
 	uint32_t vary_len, vary_values_len;
 	/* the response: set once by cache_fill_head() before has_head is published */
 	_Atomic int has_head;
@@ -87,7 +87,7 @@ struct cache_obj {
 	struct cache_times times;
 	int64_t pass_until; /* CACHE_PASS: until then (seconds) */
 	/* the body */
-	uint64_t total;	    /* its length when the response said (Content-Length); else ~0 */
+	uint64_t total;		   /* its length when the response said (Content-Length); else ~0 */
 	_Atomic uint64_t body_len; /* bytes readable */
 	struct cache_seg *first, *last;
 	uint64_t charged; /* bytes counted against the shard's budget */
@@ -129,8 +129,8 @@ uint64_t cache_key_hash(const char *key, size_t len);
  * yet: the caller looks again once it has). A hit counts as a use for eviction.
  */
 struct cache_obj *cache_lookup(struct cache_store *s, const char *key, size_t len, uint64_t hash,
-			       long (*vary_of)(void *arg, const char *names, size_t nlen,
-					       char *out, size_t cap),
+			       long (*vary_of)(void *arg, const char *names, size_t nlen, char *out,
+					       size_t cap),
 			       void *arg);
 
 /*
@@ -160,8 +160,8 @@ void cache_fill_pass(struct cache_store *s, struct cache_obj *o, int64_t until);
  * object with <head> whose body is <old>'s (shared, not copied), linked in its place,
  * referenced for the caller. NULL without memory.
  */
-struct cache_obj *cache_replace_head(struct cache_store *s, struct cache_obj *old,
-				     const char *head, size_t hlen, const struct cache_times *t);
+struct cache_obj *cache_replace_head(struct cache_store *s, struct cache_obj *old, const char *head,
+				     size_t hlen, const struct cache_times *t);
 
 /* Let go of a reference. */
 void cache_obj_put(struct cache_store *s, struct cache_obj *o);

@@ -216,18 +216,18 @@ enum conf_api {
 
 /* routes[].cache: the response cache on this route (cache/fresh.h, docs/cache.md) */
 struct conf_route_cache {
-	unsigned on;		    /* the route's answers are cached */
-	unsigned cookies;	    /* store responses with Set-Cookie */
-	unsigned authorized;	    /* store answers to requests with Authorization (RFC 9111 3.5) */
-	unsigned heuristic_pct;	    /* heuristic freshness: % of (Date - Last-Modified); 0: none */
-	unsigned heuristic_max_s;   /* ... at most */
+	unsigned on;		  /* the route's answers are cached */
+	unsigned cookies;	  /* store responses with Set-Cookie */
+	unsigned authorized;	  /* store answers to requests with Authorization (RFC 9111 3.5) */
+	unsigned heuristic_pct;	  /* heuristic freshness: % of (Date - Last-Modified); 0: none */
+	unsigned heuristic_max_s; /* ... at most */
 	int64_t stale_while_revalidate_s; /* default when a response gives none; -1: none */
 	int64_t stale_if_error_s;	  /* likewise */
-	unsigned wait_ms;	    /* a coalesced request waits this long for the fill's head */
-	unsigned pass_s;	    /* an unstorable answer sends the key's requests straight on */
-	unsigned inference;	    /* POST JSON bodies (canonicalised) are keys: embeddings,
-				       temperature 0 */
-	unsigned any_temperature;   /* ... and completions at any temperature too */
+	unsigned wait_ms;	  /* a coalesced request waits this long for the fill's head */
+	unsigned pass_s;	  /* an unstorable answer sends the key's requests straight on */
+	unsigned inference;	  /* POST JSON bodies (canonicalised) are keys: embeddings,
+				     temperature 0 */
+	unsigned any_temperature; /* ... and completions at any temperature too */
 };
 
 struct conf_route {
@@ -255,12 +255,12 @@ struct conf_route {
 
 /* cache: the response cache's store (cache/store.h) */
 struct conf_cache {
-	unsigned on;	     /* the section was given */
-	uint64_t memory;     /* bytes, all shards */
-	uint64_t max_object; /* the largest body stored */
-	unsigned shards;     /* a power of two */
-	char *eviction;	     /* a policy of policy/evict.h; NULL: sieve */
-	char *tag_header;    /* purge by tag reads this response field; NULL: Cache-Tag */
+	unsigned on;		/* the section was given */
+	uint64_t memory;	/* bytes, all shards */
+	uint64_t max_object;	/* the largest body stored */
+	unsigned shards;	/* a power of two */
+	char *eviction;		/* a policy of policy/evict.h; NULL: sieve */
+	char *tag_header;	/* purge by tag reads this response field; NULL: Cache-Tag */
 	unsigned status_header; /* answers carry Cache-Status (RFC 9211) */
 };
 

@@ -19,8 +19,7 @@ static int read_eviction(struct rules_ctx *x, const struct rule *r, yaml_node_t 
 	return rules_read_string(x, v, field);
 }
 
-static int read_header_name(struct rules_ctx *x, const struct rule *r, yaml_node_t *v,
-			    void *field)
+static int read_header_name(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
 {
 	const char *s = rules_scalar(v);
 	if (!s || !rules_header_name_ok(s))
@@ -100,8 +99,7 @@ static int read_seconds(struct rules_ctx *x, const struct rule *r, yaml_node_t *
 	return err;
 }
 
-int schema_read_route_cache(struct rules_ctx *x, const struct rule *r, yaml_node_t *v,
-			    void *field)
+int schema_read_route_cache(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
 {
 	struct conf_route_cache *rc = field;
 	struct rule rules[sizeof(schema_route_cache_rules) / sizeof(schema_route_cache_rules[0])];
@@ -130,8 +128,7 @@ int schema_read_route_cache(struct rules_ctx *x, const struct rule *r, yaml_node
 	return rules_read_section(x, v, "cache", rules, rc);
 }
 
-int schema_cache_check(struct rules_ctx *x, yaml_node_t *root, yaml_node_t *routes,
-		       struct conf *c)
+int schema_cache_check(struct rules_ctx *x, yaml_node_t *root, yaml_node_t *routes, struct conf *c)
 {
 	for (size_t i = 0; i < c->nroutes; i++) {
 		if (!c->routes[i].cache.on || c->cache.on)
@@ -139,8 +136,8 @@ int schema_cache_check(struct rules_ctx *x, yaml_node_t *root, yaml_node_t *rout
 		yaml_node_t *n = NULL;
 		if (routes && routes->type == YAML_SEQUENCE_NODE &&
 		    routes->data.sequence.items.start + i < routes->data.sequence.items.top)
-			n = rules_value_of(
-			    x, rules_node(x, routes->data.sequence.items.start[i]), "cache");
+			n = rules_value_of(x, rules_node(x, routes->data.sequence.items.start[i]),
+					   "cache");
 		return rules_fail(x, n ? n : root,
 				  "routes: cache: needs the top-level 'cache' section (its "
 				  "memory), e.g. cache: {memory: 256MiB}");

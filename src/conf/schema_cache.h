@@ -14,11 +14,9 @@ int schema_read_cache(struct rules_ctx *x, const struct rule *r, yaml_node_t *v,
 
 /* routes[].cache: true, false or a mapping (field: struct conf_route_cache) */
 extern const struct rule schema_route_cache_rules[];
-int schema_read_route_cache(struct rules_ctx *x, const struct rule *r, yaml_node_t *v,
-			    void *field);
+int schema_read_route_cache(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field);
 
 /* A route that caches needs the cache: section (<routes>: the routes list's node). */
-int schema_cache_check(struct rules_ctx *x, yaml_node_t *root, yaml_node_t *routes,
-		       struct conf *c);
+int schema_cache_check(struct rules_ctx *x, yaml_node_t *root, yaml_node_t *routes, struct conf *c);
 
 #endif

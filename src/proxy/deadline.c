@@ -78,7 +78,9 @@ uint64_t deadline_next(const struct exchange *x, uint64_t now)
 {
 	const struct conf_timeouts *t = &x->w->conf->timeouts;
 	uint64_t deadline;
-	if (x->wt.state != W_IDLE) {
+	if (x->cobj && !x->hit_started) {
+		deadline = x->hit_wait_until; /* a coalesced wait for a fill's head */
+	} else if (x->wt.state != W_IDLE) {
 		deadline = x->wt.queued_ms + x->pool->conf->queue_timeout_ms;
 		if (spill_possible(x) && x->wt.queued_ms + x->route->spill_after_ms < deadline)
 			deadline = x->wt.queued_ms + x->route->spill_after_ms;
@@ -135,6 +137,8 @@ enum run deadline_fire(struct exchange *x, uint64_t now)
 		x->buf_wait = 0; /* look for a free body buffer again */
 		return RUN_AGAIN;
 	}
+	if (x->cobj && !x->hit_started)
+		return RUN_AGAIN; /* the wait for the fill's head is over: hit.h gives it up */
 	if (body_due && now >= body_due)
 		return RUN_AGAIN; /* a good rate window ended: the next one is armed */
 	if (heartbeat_due(x) && now >= x->hb_next_ms) {

@@ -9,6 +9,7 @@
 #include "core/rand.h"
 #include "http/prompt.h"
 #include "proxy/admission.h"
+#include "proxy/caching.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,6 +164,7 @@ void exchange_free(struct exchange *x)
 		admission_withdraw(x->pool, &x->wt, loop_now(w->loop), rand_next(&w->rng),
 				   WITHDRAW_GONE);
 	exchange_drop_upstream(x);
+	caching_end(x);
 	if (x->route && x->route->rate_limit)
 		limits_end(&w->sh->limits[x->route - w->conf->routes], &x->hold, &x->usage,
 			   x->resp_head && x->status < 400, end_ns / 1000);

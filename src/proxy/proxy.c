@@ -17,6 +17,7 @@
 #include "proxy/admin.h"
 #include "proxy/creds.h"
 #include "proxy/debugreq.h"
+#include "proxy/caching.h"
 #include "proxy/dispatch.h"
 #include "proxy/health.h"
 #include "proxy/kvsub.h"
@@ -47,6 +48,7 @@
 static const struct worker_ops proxy_worker_ops = {
     .accept = session_accept,
     .take_grants = dispatch_take_grants,
+    .take_fills = caching_take_ready,
     .peek = debugreq_peek,
     .close_idle = session_close_idle,
 };

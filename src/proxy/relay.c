@@ -6,7 +6,9 @@
 #include "core/clock.h"
 #include "http/prompt.h"
 #include "net/sock.h"
+#include "proxy/caching.h"
 #include "proxy/debugreq.h"
+#include "proxy/hit.h"
 #include "proxy/dispatch.h"
 #include "proxy/hedge.h"
 #include "proxy/quota.h"
@@ -41,10 +43,14 @@ static int response_scan(struct exchange *x, struct buf *in)
 	uint64_t before = x->resp.ready;
 	if (http_body_scan(&x->resp, buf_head(in), buf_len(in), 0) < 0)
 		return -1;
-	if (x->resp.ready > before)
+	if (x->resp.ready > before) {
 		tally_body(x, buf_head(in) + before, x->resp.ready - before);
-	if (x->resp.done)
+		caching_response_body(x, buf_head(in) + before, x->resp.ready - before);
+	}
+	if (x->resp.done) {
 		quota_response_done(x);
+		caching_response_done(x);
+	}
 	return 0;
 }
 
@@ -117,6 +123,8 @@ enum run relay_await_body(struct client *cl)
 	x->buffering = 0;
 	sse_decide(x, cl->in ? buf_head(cl->in) : NULL, x->req.ready);
 	quota_note_body(x, cl->in ? buf_head(cl->in) : NULL, x->req.ready);
+	if (x->cache_body)
+		caching_note_body(x, cl->in ? buf_head(cl->in) : NULL, x->req.ready);
 	if (x->want_key) {
 		size_t have = x->req.ready < hc->body_max_bytes ? x->req.ready : hc->body_max_bytes;
 		x->want_key = 0;
@@ -227,6 +235,46 @@ static enum run early_stream_continue(struct client *cl, const struct http_head 
 	return RUN_AGAIN;
 }
 
+/* The cache answers instead of the backend (a 304 to its revalidation, stale-if-error): the
+ * upstream connection and slot go (a 304 has no body: the connection is reused). */
+static enum run answer_from_cache(struct client *cl)
+{
+	struct exchange *x = cl->x;
+	struct upconn *up = x->up;
+	exchange_count_response(x, x->status);
+	exchange_free_slot(x);
+	x->be = NULL;
+	x->slot_freed = 0;
+	x->up = NULL;
+	if (x->cstatus == CS_REVAL && up->in && buf_len(up->in) == x->w->head.head_len &&
+	    !(x->w->head.flags & HTTP_F_CLOSE) && x->req.done && !x->req.ready) {
+		buf_consume(up->in, x->w->head.head_len);
+		upconn_release(up);
+	} else {
+		upconn_close(up);
+	}
+	exchange_response_started(x);
+	x->resp_head = 0; /* the answer's head is the cache's */
+	return hit_run(cl);
+}
+
+/* Cache-Status for a relayed response: in before the head's final CRLF. -1: no room. */
+static int put_cache_status(struct client *cl)
+{
+	struct buf *b = cl->out;
+	char lines[256];
+	int n = caching_status_lines(cl->x, lines, sizeof(lines));
+	if (n <= 0)
+		return n;
+	if (buf_room(b) < (size_t)n)
+		return -1;
+	b->end -= 2;
+	memcpy(b->data + b->end, lines, (size_t)n);
+	memcpy(b->data + b->end + n, "\r\n", 2);
+	b->end += (uint32_t)n + 2;
+	return 0;
+}
+
 /* Parse what up->in holds of the response head. RUN_STAY: need more; RUN_AGAIN: progress. */
 static enum run response_head(struct client *cl)
 {
@@ -243,6 +291,8 @@ static enum run response_head(struct client *cl)
 		return exchange_abort(x, "out of memory");
 	if (h->status < 200)
 		return response_interim(cl, h, (size_t)r);
+	if (caching_response_head(x, h))
+		return answer_from_cache(cl);
 	uint64_t now_ns = clock_now_ns();
 	backend_observe(x->pool, x->be, loop_now(w->loop), (now_ns - x->sent_ns) / 1000, h->status);
 	if (x->be->llm && h->status < 400)
@@ -272,6 +322,8 @@ static enum run response_head(struct client *cl)
 	if (n < 0)
 		return dispatch_failed(x, UP_BAD);
 	cl->out->end += (uint32_t)n;
+	if (x->cstatus && put_cache_status(cl) < 0)
+		return dispatch_failed(x, UP_BAD);
 	buf_consume(up->in, (size_t)r);
 	exchange_response_started(x);
 	return RUN_AGAIN;
@@ -374,9 +426,7 @@ static void note_gap(struct exchange *x)
 	x->last_read_ns = now;
 }
 
-/* The response is relayed: the slot and the upstream connection go back, the client
- * connection waits for its next request or lingers out. */
-static enum run relay_finish(struct client *cl)
+enum run relay_finish(struct client *cl)
 {
 	struct exchange *x = cl->x;
 	struct worker *w = cl->w;
@@ -387,7 +437,9 @@ static enum run relay_finish(struct client *cl)
 	x->slot_freed = 0;
 	struct upconn *up = x->up;
 	x->up = NULL;
-	if (x->up_reusable && x->req.done && !x->req.ready && (!up->in || !buf_len(up->in)))
+	if (!up)
+		; /* answered from the cache */
+	else if (x->up_reusable && x->req.done && !x->req.ready && (!up->in || !buf_len(up->in)))
 		upconn_release(up);
 	else
 		upconn_close(up);
@@ -515,6 +567,8 @@ static enum run relay_pass(struct client *cl, int *progress)
 enum run relay_run(struct client *cl)
 {
 	struct exchange *x = cl->x;
+	if (x->cobj && !x->up)
+		return hit_run(cl); /* the cache answers (relay_finish ends it) */
 	if (x->wt.state != W_IDLE) {
 		/* waiting for a slot: only notice a client that gave up */
 		if (cl->hup && !cl->hup_checked && client_gone(cl))

@@ -13,6 +13,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/rand.h"
+#include "cache/store.h"
 #include "conf/tls.h"
 #include "guard/apikeys.h"
 #include "obs/accesslog.h"
@@ -734,6 +735,16 @@ int runtime_create(const struct conf *conf, struct runtime **out)
 		if (pc->has_models && runtime_pool_models(p) < 0)
 			goto fail;
 	}
+	if (conf->cache.on) {
+		struct cache_store_conf cc = {
+		    .memory = conf->cache.memory,
+		    .max_object = conf->cache.max_object,
+		    .shards = conf->cache.shards,
+		    .evict = evict_find(conf->cache.eviction ? conf->cache.eviction : "sieve"),
+		};
+		if ((rc = cache_store_new(&cc, &rt->cache)) < 0)
+			goto fail;
+	}
 	if ((rc = runtime_create_metrics(rt)) < 0)
 		goto fail;
 	*out = rt;
@@ -762,6 +773,7 @@ void runtime_destroy(struct runtime *rt)
 			pool_queue_destroy(&rt->pools[i].queue);
 	}
 	free(rt->pools);
+	cache_store_free(rt->cache);
 	metrics_destroy(rt->metrics);
 	free(rt->backend_by_id);
 	free(rt->pool_labels);

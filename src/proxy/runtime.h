@@ -34,6 +34,8 @@
 #include "policy/models.h"
 #include "proxy/queue.h"
 
+struct cache_store;
+
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -200,6 +202,7 @@ struct runtime {
 	uint64_t (*buffer_bytes)(const void *arg);
 	const void *buffer_arg;
 	const struct accesslog *alog; /* access_log: its dropped lines are a metric; NULL: off */
+	struct cache_store *cache;    /* the response cache (cache:), or NULL */
 };
 
 int runtime_create(const struct conf *conf, struct runtime **out);

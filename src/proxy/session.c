@@ -17,6 +17,8 @@
 #include "proxy/classify.h"
 #include "proxy/deadline.h"
 #include "proxy/debugreq.h"
+#include "proxy/caching.h"
+#include "proxy/hit.h"
 #include "proxy/relay.h"
 #include "proxy/shed.h"
 #include "proxy/sse.h"
@@ -139,6 +141,10 @@ static enum run session_reply(struct client *cl, int status, const char *detail,
 
 static enum run codec_reply(struct exchange *x, int status, const char *detail, int keep)
 {
+	if (caching_stale_on_error(x, status)) { /* stale-if-error answers in its place */
+		exchange_drop_upstream(x);
+		return hit_run(x->conn);
+	}
 	return session_reply(x->conn, status, detail, keep);
 }
 
@@ -259,8 +265,8 @@ static enum run codec_head_done(struct exchange *x)
 		x->body_start_ms = x->rate_mark_ms = x->last_ms;
 	/* a body is read (up to limits.body_buffer_bytes) before the request may take a
 	 * slot, so a client that sends it slowly, or never, holds no accelerator */
-	x->buffering =
-	    !x->req.done && (cl->w->conf->limits.body_buffer_bytes || x->want_key || x->want_model);
+	x->buffering = !x->req.done && (cl->w->conf->limits.body_buffer_bytes || x->want_key ||
+					x->want_model || x->cache_body);
 	if (!x->buffering && x->sse_body) {
 		size_t blen = cl->in ? buf_len(cl->in) : 0;
 		uint64_t body = x->req.ready + x->req.left; /* a peek scanned some already */
@@ -295,6 +301,11 @@ static int codec_body_held(const struct exchange *x)
 	return cl->in && buf_len(cl->in) >= cl->in->cap;
 }
 
+static enum run codec_serve(struct exchange *x)
+{
+	return hit_run(x->conn);
+}
+
 static int codec_live(void *conn, const struct exchange *x)
 {
 	return ((struct client *)conn)->x == x;
@@ -311,6 +322,7 @@ static const struct exchange_codec_ops h1_codec = {
     .wake = codec_wake,
     .heartbeat = codec_heartbeat,
     .body_held = codec_body_held,
+    .serve = codec_serve,
 };
 
 /* --- the states --- */

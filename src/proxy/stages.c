@@ -5,6 +5,7 @@
 #include "core/check.h"
 #include "core/hex.h"
 #include "guard/auth.h"
+#include "proxy/caching.h"
 #include "proxy/classify.h"
 #include "proxy/dispatch.h"
 #include "proxy/quota.h"
@@ -266,9 +267,45 @@ static unsigned forward_tls_fields(const struct exchange *x, struct rewrite_fiel
 	return drop_other_names(x->w->conf, a ? a->identity_header : NULL, f, n);
 }
 
+/* A cache fill asks the backend for the whole response: the client's conditionals and
+ * Range stay behind (the cache answers them), and a revalidation sends the stored
+ * response's validators instead. <etag> and <lm> hold them. Returns how many fields. */
+static unsigned forward_cache_fields(const struct exchange *x, struct rewrite_field *f, char *etag,
+				     char *lm, size_t cap)
+{
+	const struct cache_obj *o = x->cstale;
+	if (!x->cfill)
+		return 0;
+	etag[0] = lm[0] = '\0';
+	if (o && o->etag_len && o->etag_len < cap)
+		snprintf(etag, cap, "%.*s", (int)o->etag_len, o->head + o->etag_off);
+	if (o && o->lm_len && o->lm_len < cap)
+		snprintf(lm, cap, "%.*s", (int)o->lm_len, o->head + o->lm_off);
+	f[0] = (struct rewrite_field){"If-None-Match", etag[0] ? etag : NULL};
+	f[1] = (struct rewrite_field){"If-Modified-Since", lm[0] ? lm : NULL};
+	f[2] = (struct rewrite_field){"If-Match", NULL};
+	f[3] = (struct rewrite_field){"If-Unmodified-Since", NULL};
+	f[4] = (struct rewrite_field){"Range", NULL};
+	f[5] = (struct rewrite_field){"If-Range", NULL};
+	return 6;
+}
+
+static enum run stage_cache(struct exchange *x)
+{
+	return caching_stage_lookup(x);
+}
+
+static enum run stage_cache_serve(struct exchange *x)
+{
+	return caching_stage_serve(x);
+}
+
 static enum run stage_forward(struct exchange *x)
 {
-	struct rewrite_field set[5 + CONF_GUARDED_FIELDS_MAX];
+	struct rewrite_field set[5 + 6 + CONF_GUARDED_FIELDS_MAX];
+	char etag[256], lm[256];
+	if (x->cobj && cache_obj_state(x->cobj) == CACHE_COMPLETE)
+		return RUN_AGAIN; /* a hit: nothing goes upstream */
 	struct rewrite_request_info info = {
 	    .client_ip = x->client_ip,
 	    .request_id = x->reqid,
@@ -283,6 +320,7 @@ static enum run stage_forward(struct exchange *x)
 	    .set = set,
 	    .nset = forward_tls_fields(x, set),
 	};
+	info.nset += forward_cache_fields(x, set + info.nset, etag, lm, sizeof(lm));
 	if (!(x->uphead = buf_get(&x->w->bufs)))
 		return exchange_abort(x, "out of memory");
 	int n = rewrite_request(x->uphead->data, x->uphead->cap, x->head, &info);
@@ -336,9 +374,11 @@ enum stage_id {
 	STAGE_GUARD,
 	STAGE_MODELS,
 	STAGE_CLASSIFY,
+	STAGE_CACHE,
 	STAGE_FORWARD,
 	STAGE_HEAD_DONE, /* the stages up to this one see x->head, and never wait */
 	STAGE_BODY,
+	STAGE_CACHE_SERVE,
 	STAGE_TOKENS,
 	STAGE_ADMIT,
 	STAGE_RELAY,
@@ -351,9 +391,11 @@ static const struct stage stage_list[] = {
     [STAGE_GUARD] = {"guard", stage_guard},
     [STAGE_MODELS] = {"models", stage_models},
     [STAGE_CLASSIFY] = {"classify", stage_classify},
+    [STAGE_CACHE] = {"cache", stage_cache},
     [STAGE_FORWARD] = {"forward", stage_forward},
     [STAGE_HEAD_DONE] = {"head done", stage_head_done},
     [STAGE_BODY] = {"body", stage_body},
+    [STAGE_CACHE_SERVE] = {"cache serve", stage_cache_serve},
     [STAGE_TOKENS] = {"tokens", stage_tokens},
     [STAGE_ADMIT] = {"admit", stage_admit},
     [STAGE_RELAY] = {"relay", stage_relay},

@@ -119,6 +119,7 @@ static void worker_on_wake(void *arg)
 {
 	struct worker *w = arg;
 	w->sh->ops->take_grants(w);
+	w->sh->ops->take_fills(w);
 	w->sh->ops->peek(w);
 	if (atomic_load(&w->drain_requested) && !w->draining)
 		worker_start_drain(w);
@@ -176,6 +177,8 @@ int worker_init(struct worker *w, struct worker_shared *sh, unsigned id, unsigne
 		return rc;
 	}
 	admission_inbox_init(&w->inbox, w->loop);
+	pthread_mutex_init(&w->cache_inbox.lock, NULL);
+	list_init(&w->cache_inbox.ready);
 	loop_set_wake_hook(w->loop, worker_on_wake, w);
 	loop_set_after_hook(w->loop, worker_after_turn, w);
 	w->accept_timer.fn = worker_on_accept_timer;
@@ -236,8 +239,10 @@ void worker_destroy(struct worker *w)
 		w->sh->ops->close_idle(w, 1);
 	worker_close_listeners(w);
 	loop_destroy(w->loop);
-	if (w->loop)
+	if (w->loop) {
 		admission_inbox_destroy(&w->inbox);
+		pthread_mutex_destroy(&w->cache_inbox.lock);
+	}
 	buf_pool_drain(&w->bufs);
 	buf_pool_drain(&w->body_bufs);
 	free(w->idle);

@@ -42,6 +42,8 @@ struct worker_ops {
 		       const struct sockaddr_storage *peer);
 	/* slots were granted to this worker's queued requests (w->inbox) */
 	void (*take_grants)(struct worker *w);
+	/* cache fills moved for this worker's waiting requests (w->cache_inbox) */
+	void (*take_fills)(struct worker *w);
 	/* the admin endpoint may have asked for a look at its exchanges (w->dbg) */
 	void (*peek)(struct worker *w);
 	/* draining: close every idle client and idle upstream connection; <all>: the worker
@@ -79,6 +81,12 @@ struct worker_shared {
 	atomic_uint running;	/* workers whose loop still runs */
 };
 
+/* Exchanges whose cache fill moved, notified by the filling thread (proxy/caching.h). */
+struct cache_inbox {
+	pthread_mutex_t lock;
+	struct list_head ready; /* of struct exchange, by cwait.link */
+};
+
 struct worker {
 	unsigned id;
 	char tag[16];
@@ -106,9 +114,10 @@ struct worker {
 	atomic_uint_fast64_t turns;   /* loop turns done: written by this worker only */
 	struct http_head head;	      /* parse scratch, for request and response heads alike */
 	struct admission_inbox inbox; /* requests granted a slot by other workers */
-	struct alog_ring *alog_ring;  /* its access log ring (proxy/access.h), NULL: off */
-	uint64_t alog_sample_cut;     /* a request is logged when rand < this (UINT64_MAX: all) */
-	struct debugreq_worker *dbg;  /* what /debug/requests sees of it (proxy/debugreq.h) */
+	struct cache_inbox cache_inbox;
+	struct alog_ring *alog_ring; /* its access log ring (proxy/access.h), NULL: off */
+	uint64_t alog_sample_cut;    /* a request is logged when rand < this (UINT64_MAX: all) */
+	struct debugreq_worker *dbg; /* what /debug/requests sees of it (proxy/debugreq.h) */
 };
 
 /*

@@ -1,0 +1,683 @@
+/*
+ * caching.c - the response cache on the request path (see caching.h).
+ *
+ * Keys: "ROUTE s|p HOST TARGET" (the route's index, the client's scheme, the host lower-cased,
+ * the request target as sent), and for an inference POST " POST" and the 128-bit hash of its
+ * canonical JSON body. GET and HEAD share a key; HEAD never fills (its answer has no body).
+ * The request's Vary values are compared whole by the store.
+ *
+ * Requests the cache never answers: other methods than GET and HEAD (but an inference
+ * route's POST), a request with a body, one with Authorization unless routes.cache.authorized
+ * (then stored only as RFC 9111 3.5 allows), one the store has no room to key (a key over
+ * CACHE_KEY_MAX bytes).
+ */
+#include "proxy/caching.h"
+#include "cache/canon.h"
+#include "cache/cond.h"
+#include "cache/control.h"
+#include "cache/fresh.h"
+#include "cache/head.h"
+#include "cache/store.h"
+#include "cache/vary.h"
+#include "core/clock.h"
+#include "core/log.h"
+#include "proxy/runtime.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define CACHE_KEY_MAX 4096
+#define STORED_HEAD_MAX 16384
+
+static int64_t wall_now(void)
+{
+	return (int64_t)time(NULL);
+}
+
+static struct cache_store *store_of(const struct exchange *x)
+{
+	return x->w->rt->cache;
+}
+
+/* The primary key of a request to <route> for <host> and <target> into out[0..cap). Its
+ * length, or -1 when it does not fit. */
+static long key_build(char *out, size_t cap, const struct exchange *x, struct http_str host,
+		      struct http_str target)
+{
+	int n = snprintf(out, cap, "%zu %c ", (size_t)(x->route - x->w->conf->routes),
+			 x->client_tls ? 's' : 'p');
+	if (n < 0 || (size_t)n + host.len + 1 + target.len + 48 > cap)
+		return -1;
+	size_t len = (size_t)n;
+	for (uint32_t i = 0; i < host.len; i++)
+		out[len++] = (char)tolower((unsigned char)host.p[i]);
+	out[len++] = ' ';
+	memcpy(out + len, target.p, target.len);
+	return (long)(len + target.len);
+}
+
+/* The store's Vary callback: the values <arg> (a request head) has for <names>. */
+static long vary_of_head(void *arg, const char *names, size_t nlen, char *out, size_t cap)
+{
+	size_t len;
+	if (cache_vary_values(arg, names, nlen, out, cap, &len) < 0)
+		return -1;
+	return (long)len;
+}
+
+/* The request as it went upstream (x->uphead), parsed into <h>: for what the head stages no
+ * longer have (Vary values, Cache-Control) once the head has left. 0 or -1. */
+static int parse_uphead(const struct exchange *x, struct http_head *h)
+{
+	if (!x->uphead)
+		return -1;
+	return http_parse_request(buf_head(x->uphead), buf_len(x->uphead), buf_len(x->uphead), h) >
+		       0
+		   ? 0
+		   : -1;
+}
+
+static void rules_of(const struct conf_route_cache *rc, struct cache_rules *r)
+{
+	r->store_cookies = rc->cookies;
+	r->store_authorized = rc->authorized;
+	r->heuristic_pct = rc->heuristic_pct;
+	r->heuristic_max_s = rc->heuristic_max_s;
+	r->stale_while_revalidate_s = rc->stale_while_revalidate_s;
+	r->stale_if_error_s = rc->stale_if_error_s;
+}
+
+/* How a hit answers the request <h> (its conditionals and Range, against <o>). */
+static void decide_hit(struct exchange *x, const struct http_head *h, struct cache_obj *o)
+{
+	struct http_str etag = {o->etag_len ? o->head + o->etag_off : NULL, o->etag_len};
+	struct http_str lm = {o->lm_len ? o->head + o->lm_off : NULL, o->lm_len};
+	uint64_t len = cache_obj_body_len(o), first, last;
+	x->hit_pos = 0;
+	x->hit_end = len;
+	if (cache_cond_not_modified(h, etag, lm)) {
+		x->hit_kind = HIT_304;
+		return;
+	}
+	if (x->meth == HTTP_HEAD) {
+		x->hit_kind = HIT_HEAD;
+		return;
+	}
+	x->hit_kind = HIT_FULL;
+	if (o->status != 200)
+		return;
+	switch (cache_range_of(h, len, etag, lm, &first, &last)) {
+	case CACHE_RANGE_PART:
+		x->hit_kind = HIT_RANGE;
+		x->hit_pos = first;
+		x->hit_end = last + 1;
+		break;
+	case CACHE_RANGE_UNSATISFIABLE:
+		x->hit_kind = HIT_416;
+		break;
+	default:
+		break;
+	}
+}
+
+/*
+ * Look <key> up for the request <h> (Cache-Control <rq>) and decide: a hit (x->cobj), a wait
+ * on a fill (x->cobj, filling), a fill of our own (x->cfill, and x->cstale when revalidating),
+ * or none (bypass). <h> may be NULL past the head stages (conditionals then not looked at).
+ */
+static enum run look_up(struct exchange *x, const char *key, size_t klen, const struct http_head *h,
+			const struct cache_control *rq, int can_fill)
+{
+	struct cache_store *s = store_of(x);
+	const struct conf_route_cache *rc = &x->route->cache;
+	uint64_t hash = cache_key_hash(key, klen);
+	int64_t now = wall_now();
+	struct cache_obj *o = cache_lookup(s, key, klen, hash, vary_of_head, (void *)h);
+	if (o) {
+		enum cache_fill_state st = cache_obj_state(o);
+		if (st == CACHE_PASS && now < o->pass_until) {
+			cache_obj_put(s, o);
+			x->cstatus = CS_PASS;
+			return RUN_AGAIN;
+		}
+		if (st == CACHE_FILLING) {
+			/* coalesced: wait for the fill, whatever the request's Cache-Control
+			 * says (it is the origin's answer, now) */
+			x->cobj = o;
+			x->cstatus = CS_COLLAPSED;
+			x->hit_kind = x->meth == HTTP_HEAD ? HIT_HEAD : HIT_FULL;
+			x->hit_pos = 0;
+			x->hit_end = UINT64_MAX;
+			x->hit_wait_until = loop_now(x->w->loop) + rc->wait_ms;
+			return RUN_AGAIN;
+		}
+		if (st == CACHE_COMPLETE) {
+			enum cache_use use = cache_decide_use(&o->times, rq, now);
+			if (use != CACHE_USE_REVALIDATE) {
+				x->cobj = o;
+				x->cstatus = use == CACHE_USE_FRESH ? CS_HIT : CS_HIT_STALE;
+				if (h)
+					decide_hit(x, h, o);
+				else
+					x->hit_kind = HIT_FULL, x->hit_pos = 0,
+					x->hit_end = cache_obj_body_len(o);
+				return RUN_AGAIN;
+			}
+			x->cstale = o; /* revalidate it (or serve it if the origin fails) */
+		} else {
+			cache_obj_put(s, o); /* a failed fill, or an old pass marker */
+		}
+	}
+	if (rq->only_if_cached) /* RFC 9111 5.2.1.7 */
+		return exchange_reply(x, 504, "not in the cache (only-if-cached)", 1);
+	if (!can_fill) {
+		x->cstatus = CS_MISS;
+		return RUN_AGAIN;
+	}
+	if (!(x->cfill = cache_fill_begin(s, key, klen, hash))) {
+		x->cstatus = CS_BYPASS;
+		return RUN_AGAIN;
+	}
+	x->cstatus = x->cstale ? CS_REVAL : CS_MISS;
+	x->creq_time = now;
+	return RUN_AGAIN;
+}
+
+enum run caching_stage_lookup(struct exchange *x)
+{
+	const struct conf_route_cache *rc = &x->route->cache;
+	const struct http_head *h = x->head;
+	if (!rc->on || !store_of(x))
+		return RUN_AGAIN;
+	if (h->meth != HTTP_GET && h->meth != HTTP_HEAD) {
+		if (h->meth == HTTP_POST && rc->inference) {
+			x->cache_body = 1; /* looked up once the body is read */
+			return RUN_AGAIN;
+		}
+		if (!http_method_idempotent(h->meth) || h->meth == HTTP_PUT ||
+		    h->meth == HTTP_DELETE) {
+			x->cache_inval = 1; /* RFC 9111 4.4, once the answer is not an error */
+			x->cstatus = CS_METHOD;
+		} else {
+			x->cstatus = CS_BYPASS;
+		}
+		return RUN_AGAIN;
+	}
+	int has_body = h->framing != HTTP_BODY_NONE &&
+		       !(h->framing == HTTP_BODY_LENGTH && h->content_length == 0);
+	if (has_body || (!rc->authorized && http_find_header(h, "authorization"))) {
+		x->cstatus = CS_BYPASS;
+		return RUN_AGAIN;
+	}
+	struct cache_control rq;
+	cache_control_parse(h, 1, &rq);
+	char key[CACHE_KEY_MAX];
+	long klen = key_build(key, sizeof(key), x, h->host, h->path);
+	if (klen < 0) {
+		x->cstatus = CS_BYPASS;
+		return RUN_AGAIN;
+	}
+	enum run r = look_up(x, key, (size_t)klen, h, &rq, h->meth == HTTP_GET);
+	if (r == RUN_AGAIN && (rq.no_cache || rq.max_age == 0) && x->cstatus == CS_MISS &&
+	    x->cstale)
+		x->cstatus = CS_REQUEST;
+	return r;
+}
+
+void caching_note_body(struct exchange *x, const char *body, size_t len)
+{
+	struct canon_facts f;
+	if (!x->cache_body || !body || !x->req.done || canon_json(body, len, &f) < 0) {
+		x->cache_body = 0; /* not one JSON object (or not all here): not cached */
+		x->cstatus = CS_BYPASS;
+		return;
+	}
+	x->canon[0] = f.hash[0];
+	x->canon[1] = f.hash[1];
+	x->canon_temp = f.has_temperature ? (f.temperature == 0 ? 1 : 2) : 0;
+}
+
+/* Is the inference request to <path> deterministic enough to be answered from the cache?
+ * Temperature 0; or no temperature on an embeddings path (embeddings have none); or any,
+ * when the route says so (routes.cache.any_temperature). */
+static int deterministic(const struct exchange *x, struct http_str path)
+{
+	static const char emb[] = "/embeddings";
+	size_t n = sizeof(emb) - 1, plen = path.len;
+	const char *q = memchr(path.p, '?', plen);
+	if (q)
+		plen = (size_t)(q - path.p);
+	if (x->route->cache.any_temperature || x->canon_temp == 1)
+		return 1;
+	return x->canon_temp == 0 && plen >= n && memcmp(path.p + plen - n, emb, n) == 0;
+}
+
+enum run caching_stage_serve(struct exchange *x)
+{
+	if (x->cache_body) {
+		x->cache_body = 0;
+		struct http_head head, *h = &head;
+		struct cache_control rq;
+		char key[CACHE_KEY_MAX];
+		if (parse_uphead(x, h) < 0 || !deterministic(x, h->path)) {
+			x->cstatus = CS_BYPASS;
+			return RUN_AGAIN;
+		}
+		cache_control_parse(h, 1, &rq);
+		long klen = key_build(key, sizeof(key), x, h->host, h->path);
+		if (klen < 0) {
+			x->cstatus = CS_BYPASS;
+			return RUN_AGAIN;
+		}
+		klen += snprintf(key + klen, sizeof(key) - (size_t)klen,
+				 " POST %016" PRIx64 "%016" PRIx64, x->canon[0], x->canon[1]);
+		enum run r = look_up(x, key, (size_t)klen, h, &rq, 1);
+		if (r != RUN_AGAIN)
+			return r;
+		if (x->cobj && x->hit_kind != HIT_FULL) /* no conditionals on a POST */
+			x->hit_kind = HIT_FULL, x->hit_pos = 0, x->hit_end = UINT64_MAX;
+	}
+	if (!x->cobj)
+		return RUN_AGAIN;
+	return x->codec->serve(x);
+}
+
+/* --- the response from the backend ------------------------------------------------ */
+
+/* Drop the fill (it will not complete): waiters go on to the backend themselves. */
+static void fill_fail(struct exchange *x)
+{
+	if (!x->cfill)
+		return;
+	cache_fill_end(store_of(x), x->cfill, 0);
+	cache_obj_put(store_of(x), x->cfill);
+	x->cfill = NULL;
+}
+
+/* Unsafe method answered without error: what its target (and the Location and
+ * Content-Location of the same host) had stored goes (RFC 9111 4.4). */
+static void invalidate(struct exchange *x, const struct http_head *resp)
+{
+	char key[CACHE_KEY_MAX];
+	struct http_head rh;
+	if (parse_uphead(x, &rh) < 0)
+		return;
+	long n = key_build(key, sizeof(key), x, rh.host, rh.path);
+	if (n > 0)
+		cache_invalidate(store_of(x), key, (size_t)n);
+	static const char *const fields[] = {"location", "content-location"};
+	for (size_t i = 0; i < 2; i++) {
+		const struct http_header *f = http_find_header(resp, fields[i]);
+		if (!f || !f->value.len)
+			continue;
+		struct http_str target = f->value;
+		if (target.p[0] != '/') { /* absolute: only on the same host */
+			const char *p = memchr(target.p, ':', target.len);
+			if (!p || (size_t)(p - target.p) + 3 > target.len || p[1] != '/' ||
+			    p[2] != '/')
+				continue;
+			const char *auth = p + 3, *end = target.p + target.len;
+			const char *slash = memchr(auth, '/', (size_t)(end - auth));
+			size_t alen = slash ? (size_t)(slash - auth) : (size_t)(end - auth);
+			if (alen != rh.host.len || strncasecmp(auth, rh.host.p, alen) != 0)
+				continue;
+			target = slash ? (struct http_str){slash, (uint32_t)(end - slash)}
+				       : (struct http_str){"/", 1};
+		}
+		if ((n = key_build(key, sizeof(key), x, rh.host, target)) > 0)
+			cache_invalidate(store_of(x), key, (size_t)n);
+	}
+}
+
+/* Copy the body of <from> into the fill (a 304's refreshed copy). 0 or -errno. */
+static int copy_body(struct cache_store *s, struct cache_obj *to, const struct cache_obj *from)
+{
+	uint64_t left = cache_obj_body_len(from);
+	for (const struct cache_seg *g = cache_obj_body(from); g && left; g = g->next) {
+		size_t k = g->len < left ? g->len : (size_t)left;
+		int err = cache_fill_body(s, to, g->data, k);
+		if (err)
+			return err;
+		left -= k;
+	}
+	return 0;
+}
+
+/* Start the fill with the response <h> (to the request <req>): its stored head, freshness,
+ * Vary; or mark the key pass when it may not be stored. */
+static void fill_head(struct exchange *x, const struct http_head *h, const struct http_head *req,
+		      const struct cache_control *rq, const struct cache_control *rs)
+{
+	struct cache_store *s = store_of(x);
+	struct cache_rules rules;
+	rules_of(&x->route->cache, &rules);
+	int64_t now = wall_now();
+	const char *why = cache_storable(req, rq, h, rs, &rules);
+	if (why) {
+		x->cwhy = why;
+		cache_fill_pass(s, x->cfill, now + (int64_t)x->route->cache.pass_s);
+		cache_obj_put(s, x->cfill);
+		x->cfill = NULL;
+		return;
+	}
+	char head[STORED_HEAD_MAX], vary[1024], values[1024];
+	size_t vlen = 0, vvlen = 0;
+	long hlen = cache_head_build(h, head, sizeof(head));
+	int v = cache_vary_names(h, vary, sizeof(vary), &vlen);
+	if (hlen < 0 || v != 0 ||
+	    (vlen && cache_vary_values(req, vary, vlen, values, sizeof(values), &vvlen) < 0)) {
+		x->cwhy = "head too large";
+		fill_fail(x);
+		return;
+	}
+	struct cache_times t;
+	cache_times_compute(h, rs, x->creq_time, now, &rules, &t);
+	uint64_t total = h->framing == HTTP_BODY_LENGTH ? h->content_length
+			 : h->framing == HTTP_BODY_NONE ? 0
+							: UINT64_MAX;
+	int err = cache_fill_head(s, x->cfill, head, (size_t)hlen, h->status, &t, vary, vlen,
+				  values, vvlen, total);
+	if (err) {
+		x->cwhy = err == -EFBIG ? "too large" : "out of memory";
+		fill_fail(x);
+		return;
+	}
+	x->cstored = 1;
+	if (h->framing == HTTP_BODY_CHUNKED)
+		http_chunked_init(&x->cfill_ch);
+}
+
+/* A 304 answered the revalidation: the stored response, its head refreshed, answers. */
+static int revalidated(struct exchange *x, const struct http_head *h,
+		       const struct cache_control *rs)
+{
+	struct cache_store *s = store_of(x);
+	struct cache_obj *old = x->cstale;
+	struct cache_rules rules;
+	rules_of(&x->route->cache, &rules);
+	char head[STORED_HEAD_MAX];
+	long hlen = cache_head_merge(old->head, old->head_len, h, head, sizeof(head));
+	x->cstatus = CS_REVAL;
+	x->cstale = NULL;
+	x->cobj = old;
+	x->hit_kind = x->meth == HTTP_HEAD ? HIT_HEAD : HIT_FULL;
+	x->hit_pos = 0;
+	x->hit_end = cache_obj_body_len(old);
+	if (hlen < 0 || !x->cfill) {
+		fill_fail(x);
+		return 1; /* answered from the old copy, not refreshed */
+	}
+	/* the 304's freshness, with the stored response's head for what it lacks */
+	struct http_head merged;
+	char buf[STORED_HEAD_MAX + 2];
+	memcpy(buf, head, (size_t)hlen);
+	memcpy(buf + hlen, "\r\n", 2);
+	struct cache_times t;
+	if (http_parse_response(buf, (size_t)hlen + 2, sizeof(buf), HTTP_GET, &merged) <= 0) {
+		fill_fail(x);
+		return 1;
+	}
+	struct cache_control mcc;
+	cache_control_parse(&merged, 0, &mcc);
+	(void)rs;
+	cache_times_compute(&merged, &mcc, x->creq_time, wall_now(), &rules, &t);
+	uint64_t total = cache_obj_body_len(old);
+	if (cache_fill_head(s, x->cfill, head, (size_t)hlen, old->status, &t, old->vary,
+			    old->vary_len, old->vary_values, old->vary_values_len, total) < 0 ||
+	    copy_body(s, x->cfill, old) < 0) {
+		fill_fail(x);
+		return 1;
+	}
+	cache_fill_end(s, x->cfill, 1);
+	cache_obj_put(s, old);
+	x->cobj = x->cfill; /* the refreshed copy answers */
+	x->cfill = NULL;
+	x->cstored = 1;
+	return 1;
+}
+
+int caching_response_head(struct exchange *x, const struct http_head *h)
+{
+	if (!x->cache_inval && !x->cfill && !x->cstale)
+		return 0;
+	struct http_head req;
+	int have_req = parse_uphead(x, &req) == 0;
+	if (x->cache_inval && h->status < 400)
+		invalidate(x, h);
+	struct cache_control rs, rq;
+	cache_control_parse(h, 0, &rs);
+	if (x->cstale && h->status == 304)
+		return revalidated(x, h, &rs);
+	if (x->cstale && h->status >= 500 &&
+	    cache_stale_if_error_ok(&x->cstale->times, (cache_control_parse(&req, 1, &rq), &rq),
+				    wall_now())) {
+		fill_fail(x);
+		x->cobj = x->cstale;
+		x->cstale = NULL;
+		x->cstatus = CS_STALE_ERR;
+		x->hit_kind = x->meth == HTTP_HEAD ? HIT_HEAD : HIT_FULL;
+		x->hit_pos = 0;
+		x->hit_end = cache_obj_body_len(x->cobj);
+		return 1;
+	}
+	if (x->cfill && (!have_req || h->status == 304 || h->status == 206)) {
+		x->cwhy = h->status == 304 ? "304" : h->status == 206 ? "206" : "request head";
+		fill_fail(x);
+	}
+	if (x->cfill) {
+		cache_control_parse(&req, 1, &rq);
+		fill_head(x, h, &req, &rq, &rs);
+	}
+	return 0;
+}
+
+void caching_response_body(struct exchange *x, const char *p, size_t n)
+{
+	if (!x->cfill)
+		return;
+	struct cache_store *s = store_of(x);
+	int err = 0;
+	if (x->resp.framing != HTTP_BODY_CHUNKED) {
+		err = cache_fill_body(s, x->cfill, p, n);
+	} else {
+		while (n && !err) {
+			int data;
+			ssize_t k = http_chunked_scan(&x->cfill_ch, p, n, &data);
+			if (k <= 0) {
+				err = -EINVAL;
+				break;
+			}
+			if (data)
+				err = cache_fill_body(s, x->cfill, p, (size_t)k);
+			p += k;
+			n -= (size_t)k;
+		}
+	}
+	if (err) {
+		x->cwhy = err == -EFBIG ? "too large" : "body";
+		x->cstored = 0;
+		fill_fail(x);
+	}
+}
+
+void caching_response_done(struct exchange *x)
+{
+	if (!x->cfill)
+		return;
+	cache_fill_end(store_of(x), x->cfill, 1);
+	cache_obj_put(store_of(x), x->cfill);
+	x->cfill = NULL;
+}
+
+int caching_stale_on_error(struct exchange *x, int status)
+{
+	if (!x->cstale || status < 500 || x->head || x->resp_head)
+		return 0;
+	struct cache_control rq;
+	memset(&rq, 0, sizeof(rq));
+	rq.max_age = rq.s_maxage = rq.max_stale = rq.min_fresh = CACHE_UNSET;
+	rq.stale_while_revalidate = rq.stale_if_error = CACHE_UNSET;
+	if (!cache_stale_if_error_ok(&x->cstale->times, &rq, wall_now()))
+		return 0;
+	fill_fail(x);
+	x->cobj = x->cstale;
+	x->cstale = NULL;
+	x->cstatus = CS_STALE_ERR;
+	x->hit_kind = x->meth == HTTP_HEAD ? HIT_HEAD : HIT_FULL;
+	x->hit_pos = 0;
+	x->hit_end = cache_obj_body_len(x->cobj);
+	return 1;
+}
+
+/* --- what the answers say ------------------------------------------------------------ */
+
+static int put_status(const struct exchange *x, char *out, size_t cap, int64_t ttl, int has_ttl)
+{
+	static const char *const fwd[] = {
+	    [CS_COLLAPSED] = "miss", [CS_MISS] = "miss",     [CS_REVAL] = "stale",
+	    [CS_BYPASS] = "bypass",  [CS_METHOD] = "method", [CS_REQUEST] = "request",
+	    [CS_PASS] = "uri-miss",
+	};
+	int n;
+	switch (x->cstatus) {
+	case CS_NONE:
+		return 0;
+	case CS_HIT:
+	case CS_HIT_STALE:
+	case CS_STALE_ERR:
+		n = snprintf(out, cap, "Cache-Status: accelnet; hit; ttl=%" PRId64 "%s\r\n", ttl,
+			     x->cstatus == CS_STALE_ERR ? "; detail=stale-if-error" : "");
+		break;
+	default:
+		n = snprintf(
+		    out, cap, "Cache-Status: accelnet; fwd=%s%s%s%s%s%s\r\n", fwd[x->cstatus],
+		    x->cstatus == CS_REVAL && x->cobj ? "; fwd-status=304" : "",
+		    x->cstatus == CS_COLLAPSED ? "; collapsed" : "", x->cstored ? "; stored" : "",
+		    x->cwhy ? "; detail=" : "", x->cwhy ? "\"" : "");
+		if (n > 0 && x->cwhy && (size_t)n < cap) {
+			n -= 2; /* after the opening quote: the reason, quote, CRLF */
+			int m = snprintf(out + n, cap - (size_t)n, "%s\"\r\n", x->cwhy);
+			n = m < 0 ? -1 : n + m;
+		}
+		(void)has_ttl;
+		break;
+	}
+	return n < 0 || (size_t)n >= cap ? -1 : n;
+}
+
+int caching_status_lines(const struct exchange *x, char *out, size_t cap)
+{
+	if (!x->w->conf->cache.status_header || x->cstatus == CS_NONE)
+		return 0;
+	return put_status(x, out, cap, 0, 0);
+}
+
+int caching_hit_lines(const struct exchange *x, char *out, size_t cap)
+{
+	const struct cache_obj *o = x->cobj;
+	int64_t age = cache_current_age(&o->times, wall_now());
+	int n = snprintf(out, cap, "Age: %" PRId64 "\r\n", age < 0 ? 0 : age);
+	if (n < 0 || (size_t)n >= cap)
+		return -1;
+	if (!x->w->conf->cache.status_header)
+		return n;
+	int m = put_status(x, out + n, cap - (size_t)n, o->times.lifetime - age, 1);
+	return m < 0 ? -1 : n + m;
+}
+
+/* --- waiting on fills ---------------------------------------------------------------- */
+
+/* From the filling thread (the object's lock held): into the owner's inbox, its loop woken. */
+static void notify(struct cache_wait *cw)
+{
+	struct exchange *x = container_of(cw, struct exchange, cwait);
+	struct worker *w = x->w;
+	pthread_mutex_lock(&w->cache_inbox.lock);
+	int first = list_empty(&w->cache_inbox.ready);
+	list_push_back(&w->cache_inbox.ready, &cw->link);
+	x->cinboxed = 1;
+	pthread_mutex_unlock(&w->cache_inbox.lock);
+	if (first)
+		loop_wake(w->loop);
+}
+
+int caching_wait(struct exchange *x, uint64_t have)
+{
+	if (x->cwait.waiting || x->cinboxed)
+		return 0; /* woken already or soon */
+	x->cwait.notify = notify;
+	return cache_obj_wait(x->cobj, &x->cwait, have);
+}
+
+/* Take <x> off its wait, wherever it is. */
+static void unwait(struct exchange *x)
+{
+	struct worker *w = x->w;
+	if (x->cobj && x->cwait.waiting)
+		cache_obj_unwait(x->cobj, &x->cwait);
+	pthread_mutex_lock(&w->cache_inbox.lock);
+	if (x->cinboxed) {
+		list_del(&w->cache_inbox.ready, &x->cwait.link);
+		x->cinboxed = 0;
+	}
+	pthread_mutex_unlock(&w->cache_inbox.lock);
+}
+
+void caching_take_ready(struct worker *w)
+{
+	for (;;) {
+		pthread_mutex_lock(&w->cache_inbox.lock);
+		struct list_node *n = list_pop_front(&w->cache_inbox.ready);
+		struct exchange *x = NULL;
+		if (n) {
+			x = container_of(n, struct exchange, cwait.link);
+			x->cinboxed = 0;
+		}
+		pthread_mutex_unlock(&w->cache_inbox.lock);
+		if (!x)
+			return;
+		x->codec->wake(x->conn);
+	}
+}
+
+void caching_end(struct exchange *x)
+{
+	struct cache_store *s = store_of(x);
+	if (!s)
+		return;
+	if (x->cobj) {
+		unwait(x);
+		cache_obj_put(s, x->cobj);
+	}
+	if (x->cstale)
+		cache_obj_put(s, x->cstale);
+	x->cobj = x->cstale = NULL;
+	fill_fail(x);
+}
+
+void caching_give_up(struct exchange *x, const char *why)
+{
+	unwait(x);
+	cache_obj_put(store_of(x), x->cobj);
+	x->cobj = NULL;
+	x->cstatus = CS_MISS;
+	x->cwhy = why;
+}
+
+int caching_vary_ok(const struct exchange *x)
+{
+	const struct cache_obj *o = x->cobj;
+	struct http_head h;
+	char values[1024];
+	if (!o->vary)
+		return 1;
+	if (parse_uphead(x, &h) < 0)
+		return 0;
+	long n = vary_of_head(&h, o->vary, o->vary_len, values, sizeof(values));
+	return n >= 0 && (size_t)n == o->vary_values_len &&
+	       memcmp(values, o->vary_values, (size_t)n) == 0;
+}

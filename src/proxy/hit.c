@@ -1,0 +1,248 @@
+/*
+ * hit.c - answering an HTTP/1 client from a cache object (see hit.h).
+ */
+#include "proxy/hit.h"
+#include "proxy/caching.h"
+#include "proxy/relay.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#define HIT_IOV 16
+
+/* Append p[0..n) to the head being built at out[*len..cap). */
+static void put(char *out, size_t cap, size_t *len, const char *p, size_t n)
+{
+	if (*len + n <= cap)
+		memcpy(out + *len, p, n);
+	*len += n;
+}
+
+/* Is the stored field line p[0..n) one a 304 leaves out (representation metadata other
+ * than Content-Location, RFC 9110 15.4.5)? */
+static int not_in_304(const char *p, size_t n)
+{
+	return n > 8 && strncasecmp(p, "content-", 8) == 0 &&
+	       !(n > 16 && strncasecmp(p, "content-location", 16) == 0);
+}
+
+/* Queue the answer's head in cl->out. 0, or -1 when it does not fit. */
+static int queue_head(struct client *cl, int keep)
+{
+	struct exchange *x = cl->x;
+	const struct cache_obj *o = x->cobj;
+	struct buf *b = client_out_buf(cl);
+	if (!b)
+		return -1;
+	char *out = b->data + b->end;
+	size_t cap = buf_room(b), len = 0;
+	const char *fields = memchr(o->head, '\n', o->head_len);
+	size_t flen = fields ? o->head_len - (size_t)(fields + 1 - o->head) : 0;
+	fields = fields ? fields + 1 : o->head + o->head_len;
+	uint64_t full = cache_obj_state(o) == CACHE_COMPLETE ? cache_obj_body_len(o) : o->total;
+	char line[128];
+	int n = 0;
+	switch (x->hit_kind) {
+	case HIT_304:
+		put(out, cap, &len, "HTTP/1.1 304 Not Modified\r\n", 27);
+		for (const char *p = fields, *end = fields + flen; p < end;) {
+			const char *eol = memchr(p, '\n', (size_t)(end - p));
+			size_t k = eol ? (size_t)(eol + 1 - p) : (size_t)(end - p);
+			if (!not_in_304(p, k))
+				put(out, cap, &len, p, k);
+			p += k;
+		}
+		break;
+	case HIT_416:
+		n = snprintf(line, sizeof(line),
+			     "HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */%" PRIu64
+			     "\r\nContent-Length: 0\r\n",
+			     full);
+		put(out, cap, &len, line, (size_t)n);
+		break;
+	case HIT_RANGE:
+		n = snprintf(line, sizeof(line),
+			     "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes %" PRIu64
+			     "-%" PRIu64 "/%" PRIu64 "\r\nContent-Length: %" PRIu64 "\r\n",
+			     x->hit_pos, x->hit_end - 1, full, x->hit_end - x->hit_pos);
+		put(out, cap, &len, line, (size_t)n);
+		put(out, cap, &len, fields, flen);
+		break;
+	default:
+		put(out, cap, &len, o->head, o->head_len);
+		if (o->status == 204 || o->status == 304)
+			break;
+		if (full != UINT64_MAX) {
+			n = snprintf(line, sizeof(line), "Content-Length: %" PRIu64 "\r\n", full);
+			put(out, cap, &len, line, (size_t)n);
+		} else if (x->hit_kind == HIT_FULL && x->minor == 1) {
+			put(out, cap, &len, "Transfer-Encoding: chunked\r\n", 28);
+			x->hit_chunked = 1;
+		}
+		break;
+	}
+	if (len <= cap) {
+		n = caching_hit_lines(x, out + len, cap - len);
+		len = n < 0 ? cap + 1 : len + (size_t)n;
+	}
+	n = snprintf(line, sizeof(line), "X-Request-Id: %s\r\n%s\r\n", x->reqid,
+		     keep ? "" : "Connection: close\r\n");
+	put(out, cap, &len, line, (size_t)n);
+	if (len > cap)
+		return -1;
+	b->end += (uint32_t)len;
+	x->log_bytes_out += len;
+	return 0;
+}
+
+/* The body bytes of <o> in [from, to), as up to <max> iovecs from <iov>; how many. */
+static int body_iov(const struct cache_obj *o, uint64_t from, uint64_t to, struct iovec *iov,
+		    int max)
+{
+	int n = 0;
+	uint64_t at = 0;
+	for (const struct cache_seg *g = cache_obj_body(o); g && at < to && n < max; g = g->next) {
+		uint64_t end = at + g->len;
+		if (end > from) {
+			uint64_t a = from > at ? from - at : 0;
+			uint64_t b = (to < end ? to : end) - at;
+			iov[n++] = (struct iovec){(void *)(g->data + a), (size_t)(b - a)};
+		}
+		at = end;
+	}
+	return n;
+}
+
+/* The fill under a coalesced wait is of no use (failed, not storable, another variant, or
+ * its head late): the exchange goes on to the backend. */
+static enum run give_up(struct exchange *x, const char *why)
+{
+	caching_give_up(x, why);
+	return RUN_AGAIN;
+}
+
+/* Before the answer's head: the object's head must be here. RUN_AGAIN when it is (or the
+ * exchange went on without it: x->cobj NULL), RUN_STAY to wait for it. */
+static enum run await_head(struct client *cl)
+{
+	struct exchange *x = cl->x;
+	struct cache_obj *o = x->cobj;
+	for (;;) {
+		enum cache_fill_state st = cache_obj_state(o);
+		int head = atomic_load_explicit(&o->has_head, memory_order_acquire);
+		if (st == CACHE_FAILED || st == CACHE_PASS || (st == CACHE_COMPLETE && !head))
+			return give_up(x, st == CACHE_PASS ? "not storable" : "fill failed");
+		if (head)
+			break;
+		if (loop_now(cl->w->loop) >= x->hit_wait_until)
+			return give_up(x, "fill too slow (routes.cache.wait_ms)");
+		if (!caching_wait(x, UINT64_MAX))
+			return RUN_STAY;
+	}
+	if (x->cstatus == CS_COLLAPSED && !caching_vary_ok(x))
+		return give_up(x, "another variant");
+	if (x->hit_end == UINT64_MAX && o->total != UINT64_MAX)
+		x->hit_end = o->total;
+	return RUN_AGAIN;
+}
+
+enum run hit_run(struct client *cl)
+{
+	struct exchange *x = cl->x;
+	struct worker *w = cl->w;
+	if (!x->hit_started) {
+		enum run r = await_head(cl);
+		if (r != RUN_AGAIN || !x->cobj)
+			return r;
+		x->client_keep = !x->req_close && x->minor == 1 && !w->draining && x->req.done;
+		if (queue_head(cl, x->client_keep) < 0)
+			return exchange_abort(x, "cached head does not fit the output buffer");
+		x->hit_started = 1;
+		x->resp_head = 1;
+		x->status = x->hit_kind == HIT_304     ? 304
+			    : x->hit_kind == HIT_416   ? 416
+			    : x->hit_kind == HIT_RANGE ? 206
+						       : x->cobj->status;
+		x->log_status = x->status;
+		x->log_ttfb_ns = x->log_start_ns; /* nothing waited on a backend */
+	}
+	struct cache_obj *o = x->cobj;
+	int body = x->hit_kind == HIT_FULL || x->hit_kind == HIT_RANGE;
+	for (;;) {
+		uint64_t avail = cache_obj_body_len(o);
+		uint64_t to = body ? (x->hit_end < avail ? x->hit_end : avail) : x->hit_pos;
+		enum cache_fill_state st = cache_obj_state(o);
+		if (x->hit_chunked && !x->hit_chunk_left && x->hit_pos < to) {
+			char size[24];
+			int n = snprintf(size, sizeof(size), "%" PRIx64 "\r\n", to - x->hit_pos);
+			if (client_out_put(cl, size, (size_t)n) < 0)
+				return exchange_abort(x, "out of memory");
+			x->hit_chunk_left = to - x->hit_pos;
+		}
+		if (x->hit_chunked)
+			to = x->hit_pos + x->hit_chunk_left;
+		size_t pending = client_out_pending(cl);
+		if (!pending && x->hit_pos >= to) {
+			int whole = !body || x->hit_pos >= x->hit_end ||
+				    (st == CACHE_COMPLETE && x->hit_pos >= avail);
+			if (whole && x->hit_chunked) {
+				x->hit_chunked = 0; /* the last chunk, then the end */
+				if (client_out_put(cl, "0\r\n\r\n", 5) < 0)
+					return exchange_abort(x, "out of memory");
+				continue;
+			}
+			if (whole) {
+				x->relayed = 1;
+				return relay_finish(cl);
+			}
+			if (st != CACHE_FILLING)
+				return exchange_abort(x, "the cache fill it was reading failed");
+			if (!caching_wait(x, x->hit_pos))
+				return RUN_STAY;
+			continue;
+		}
+		if (!cl->writable)
+			return RUN_STAY;
+		struct iovec iov[HIT_IOV];
+		int n = 0;
+		if (pending)
+			iov[n++] = (struct iovec){buf_head(cl->out), pending};
+		n += body_iov(o, x->hit_pos, to, iov + n, HIT_IOV - n);
+		size_t offered = 0;
+		for (int i = 0; i < n; i++)
+			offered += iov[i].iov_len;
+		ssize_t sent = net_conn_writev(&cl->conn, iov, n);
+		if (sent == -EAGAIN || sent == -EINTR) {
+			cl->writable = 0;
+			if (!x->client_full) {
+				x->client_full = 1;
+				if (!x->client_took_ms)
+					x->client_took_ms = loop_now(w->loop);
+			}
+			return RUN_STAY;
+		}
+		if (sent < 0)
+			return exchange_abort(x, "client went away");
+		size_t k = (size_t)sent, from_out = k < pending ? k : pending;
+		if (from_out)
+			buf_consume(cl->out, from_out);
+		k -= from_out;
+		x->hit_pos += k;
+		x->log_bytes_out += k;
+		if (x->hit_chunked) {
+			x->hit_chunk_left -= k;
+			if (!x->hit_chunk_left && k && client_out_put(cl, "\r\n", 2) < 0)
+				return exchange_abort(x, "out of memory");
+		}
+		x->client_full = 0;
+		x->client_took_ms = x->last_ms = loop_now(w->loop);
+		if ((size_t)sent < offered) {
+			cl->writable = 0; /* a short write: the socket buffer is full */
+			x->client_full = 1;
+		}
+		worker_buf_release(w, &cl->out);
+	}
+}
