@@ -168,6 +168,13 @@ static enum run look_up(struct exchange *x, const char *key, size_t klen, const 
 				return RUN_AGAIN;
 			}
 			x->cstale = o; /* revalidate it (or serve it if the origin fails) */
+			if (h) {
+				struct http_str etag = {o->etag_len ? o->head + o->etag_off : NULL,
+							o->etag_len};
+				struct http_str lm = {o->lm_len ? o->head + o->lm_off : NULL,
+						      o->lm_len};
+				x->hit_cond = cache_cond_not_modified(h, etag, lm) == 1;
+			}
 		} else {
 			cache_obj_put(s, o); /* a failed fill, or an old pass marker */
 		}
@@ -404,7 +411,7 @@ static int revalidated(struct exchange *x, const struct http_head *h,
 	x->cstatus = CS_REVAL;
 	x->cstale = NULL;
 	x->cobj = old;
-	x->hit_kind = x->meth == HTTP_HEAD ? HIT_HEAD : HIT_FULL;
+	x->hit_kind = x->hit_cond ? HIT_304 : x->meth == HTTP_HEAD ? HIT_HEAD : HIT_FULL;
 	x->hit_pos = 0;
 	x->hit_end = cache_obj_body_len(old);
 	if (hlen < 0 || !x->cfill) {
@@ -644,11 +651,17 @@ void caching_take_ready(struct worker *w)
 	}
 }
 
+_Static_assert(CS_PASS == CACHE_RESULTS, "a series for every Cache-Status but none");
+
 void caching_end(struct exchange *x)
 {
 	struct cache_store *s = store_of(x);
 	if (!s)
 		return;
+	if (x->cstatus != CS_NONE && x->route)
+		metrics_add(
+		    x->w->shard, PM_ROUTE_CACHE,
+		    (size_t)(x->route - x->w->conf->routes) * CACHE_RESULTS + x->cstatus - 1, 1);
 	if (x->cobj) {
 		unwait(x);
 		cache_obj_put(s, x->cobj);

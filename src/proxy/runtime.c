@@ -227,6 +227,45 @@ static double read_alog_dropped(const void *ctx, size_t i)
 	return (double)accesslog_dropped(rt->alog);
 }
 
+static const char *const cache_result_names[CACHE_RESULTS] = {
+    "hit",	   "stale",  "stale_if_error", "collapsed", "miss",
+    "revalidated", "bypass", "method",	       "request",   "pass",
+};
+static const char *const cache_evict_names[CACHE_EVICT_REASONS] = {"space", "purge", "replaced"};
+
+static double read_cache(const struct runtime *rt, enum proxy_metric id, size_t i)
+{
+	struct cache_store_stats st;
+	if (!rt->cache)
+		return 0;
+	cache_store_stats(rt->cache, &st);
+	switch (id) {
+	case PM_PROCESS_CACHE_BYTES:
+		return (double)st.bytes;
+	case PM_PROCESS_CACHE_OBJECTS:
+		return (double)st.objects;
+	default:
+		return (double)(i == CACHE_EVICT_SPACE	 ? st.evicted_space
+				: i == CACHE_EVICT_PURGE ? st.evicted_purge
+							 : st.evicted_replaced);
+	}
+}
+
+static double read_cache_bytes(const void *ctx, size_t i)
+{
+	return read_cache(ctx, PM_PROCESS_CACHE_BYTES, i);
+}
+
+static double read_cache_objects(const void *ctx, size_t i)
+{
+	return read_cache(ctx, PM_PROCESS_CACHE_OBJECTS, i);
+}
+
+static double read_cache_evictions(const void *ctx, size_t i)
+{
+	return read_cache(ctx, PM_PROCESS_CACHE_EVICTIONS, i);
+}
+
 static const char *read_pool_name(const void *ctx, size_t i)
 {
 	return pool_at(ctx, i)->conf->name;
@@ -517,6 +556,21 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 				 "failed (access_log)",
 				 NULL, .space = SPACE_PROCESS, .json = "access_log_dropped",
 				 .json_as = MJ_UINT, .read = read_alog_dropped},
+    [PM_PROCESS_CACHE_BYTES] = {"accelnet_cache_bytes", METRIC_GAUGE,
+				"bytes the response cache holds (cache.memory)", "bytes",
+				.space = SPACE_PROCESS, .json = "cache_bytes", .json_as = MJ_UINT,
+				.read = read_cache_bytes},
+    [PM_PROCESS_CACHE_OBJECTS] = {"accelnet_cache_objects", METRIC_GAUGE,
+				  "responses the cache holds (and fills under way)", NULL,
+				  .space = SPACE_PROCESS, .json = "cache_objects",
+				  .json_as = MJ_UINT, .read = read_cache_objects},
+    [PM_PROCESS_CACHE_EVICTIONS] = {"accelnet_cache_evictions_total", METRIC_COUNTER,
+				    "stored responses let go: for room (the eviction policy), "
+				    "purged or invalidated, replaced by a newer copy",
+				    NULL, .space = SPACE_PROCESS, .sub_label = "reason",
+				    .sub_values = cache_evict_names, .nsub = CACHE_EVICT_REASONS,
+				    .json = "cache_evictions", .json_as = MJ_UINT,
+				    .read = read_cache_evictions},
     [PM_ROUTE_NAME] = {ROUTE, JSON_ONLY("name", MJ_STRING), .read_str = read_route_name},
     [PM_ROUTE_REQUESTS] = {"accelnet_route_requests_total", METRIC_COUNTER,
 			   "requests by the status class the client got (aborted: cut before "
@@ -537,6 +591,13 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 			 "completion counted from streamed events without one",
 			 "tokens", ROUTE, .sub_label = "kind", .sub_values = kind_names,
 			 .nsub = PM_KINDS, .json = "tokens", .json_as = MJ_UINT},
+    [PM_ROUTE_CACHE] = {"accelnet_route_cache_total", METRIC_COUNTER,
+			"requests by what the response cache did (Cache-Status): hit, stale, "
+			"stale_if_error, collapsed (served from another request's fill), miss, "
+			"revalidated, bypass, method (unsafe: invalidates), request (its "
+			"Cache-Control asked for the origin), pass (not storable lately)",
+			NULL, ROUTE, .sub_label = "result", .sub_values = cache_result_names,
+			.nsub = CACHE_RESULTS, .json = "cache", .json_as = MJ_UINT},
     [PM_TENANT_NAME] = {TENANT, JSON_ONLY("name", MJ_STRING), .read_str = read_tenant_name},
     [PM_TENANT_REQUESTS] = {"accelnet_tenant_requests_total", METRIC_COUNTER,
 			    "requests of an authenticated tenant by the status class it got "

@@ -108,6 +108,9 @@ enum proxy_metric {
 	PM_PROCESS_OPEN_FDS,
 	PM_PROCESS_MAX_FDS,
 	PM_PROCESS_ALOG_DROPPED,
+	PM_PROCESS_CACHE_BYTES,
+	PM_PROCESS_CACHE_OBJECTS,
+	PM_PROCESS_CACHE_EVICTIONS, /* series: enum cache_evict_reason */
 	/* per route (proxy/tally.c) */
 	PM_ROUTE_NAME,
 	PM_ROUTE_REQUESTS, /* series: route index * PM_CLASSES + class */
@@ -115,11 +118,22 @@ enum proxy_metric {
 	PM_ROUTE_TTFT,
 	PM_ROUTE_TOKEN_GAP,
 	PM_ROUTE_TOKENS, /* series: route index * PM_KINDS + enum token_kind */
+	PM_ROUTE_CACHE,	 /* series: route index * CACHE_RESULTS + what Cache-Status said - 1 */
 	/* per tenant: series from rt->tenants (obs/names.h), the last one "other" */
 	PM_TENANT_NAME,
 	PM_TENANT_REQUESTS, /* series: tenant * PM_CLASSES + class */
 	PM_TENANT_TOKENS,   /* series: tenant * PM_KINDS + enum token_kind */
 	PM_COUNT
+};
+
+/* What the cache did for a request (proxy/caching.h enum cache_said, less "none"), and why
+ * it let stored objects go. */
+#define CACHE_RESULTS 10
+enum cache_evict_reason {
+	CACHE_EVICT_SPACE,
+	CACHE_EVICT_PURGE,
+	CACHE_EVICT_REPLACED,
+	CACHE_EVICT_REASONS
 };
 
 /* The tokens of an LLM response, by kind. */
