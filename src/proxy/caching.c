@@ -16,7 +16,6 @@
 #include "cache/cond.h"
 #include "cache/control.h"
 #include "cache/fresh.h"
-#include "cache/head.h"
 #include "cache/store.h"
 #include "cache/vary.h"
 #include "core/clock.h"
@@ -31,7 +30,6 @@
 #include <time.h>
 
 #define CACHE_KEY_MAX 4096
-#define STORED_HEAD_MAX 16384
 
 static int64_t wall_now(void)
 {
@@ -89,6 +87,16 @@ static void rules_of(const struct conf_route_cache *rc, struct cache_rules *r)
 	r->heuristic_max_s = rc->heuristic_max_s;
 	r->stale_while_revalidate_s = rc->stale_while_revalidate_s;
 	r->stale_if_error_s = rc->stale_if_error_s;
+}
+
+/* The fill's context: the route's rules, when its request went out. */
+static void fill_ctx(struct exchange *x, int64_t now)
+{
+	struct cache_fill_ctx *c = &x->cfx;
+	c->store = store_of(x);
+	rules_of(&x->route->cache, &c->rules);
+	c->pass_s = x->route->cache.pass_s;
+	c->request_time = now;
 }
 
 /* How a hit answers the request <h> (its conditionals and Range, against <o>). */
@@ -190,7 +198,7 @@ static enum run look_up(struct exchange *x, const char *key, size_t klen, const 
 		return RUN_AGAIN;
 	}
 	x->cstatus = x->cstale ? CS_REVAL : CS_MISS;
-	x->creq_time = now;
+	fill_ctx(x, now);
 	return RUN_AGAIN;
 }
 
@@ -340,109 +348,26 @@ static void invalidate(struct exchange *x, const struct http_head *resp)
 	}
 }
 
-/* Copy the body of <from> into the fill (a 304's refreshed copy). 0 or -errno. */
-static int copy_body(struct cache_store *s, struct cache_obj *to, const struct cache_obj *from)
-{
-	uint64_t left = cache_obj_body_len(from);
-	for (const struct cache_seg *g = cache_obj_body(from); g && left; g = g->next) {
-		size_t k = g->len < left ? g->len : (size_t)left;
-		int err = cache_fill_body(s, to, g->data, k);
-		if (err)
-			return err;
-		left -= k;
-	}
-	return 0;
-}
-
-/* Start the fill with the response <h> (to the request <req>): its stored head, freshness,
- * Vary; or mark the key pass when it may not be stored. */
-static void fill_head(struct exchange *x, const struct http_head *h, const struct http_head *req,
-		      const struct cache_control *rq, const struct cache_control *rs)
-{
-	struct cache_store *s = store_of(x);
-	struct cache_rules rules;
-	rules_of(&x->route->cache, &rules);
-	int64_t now = wall_now();
-	const char *why = cache_storable(req, rq, h, rs, &rules);
-	if (why) {
-		x->cwhy = why;
-		cache_fill_pass(s, x->cfill, now + (int64_t)x->route->cache.pass_s);
-		cache_obj_put(s, x->cfill);
-		x->cfill = NULL;
-		return;
-	}
-	char head[STORED_HEAD_MAX], vary[1024], values[1024];
-	size_t vlen = 0, vvlen = 0;
-	long hlen = cache_head_build(h, head, sizeof(head));
-	int v = cache_vary_names(h, vary, sizeof(vary), &vlen);
-	if (hlen < 0 || v != 0 ||
-	    (vlen && cache_vary_values(req, vary, vlen, values, sizeof(values), &vvlen) < 0)) {
-		x->cwhy = "head too large";
-		fill_fail(x);
-		return;
-	}
-	struct cache_times t;
-	cache_times_compute(h, rs, x->creq_time, now, &rules, &t);
-	uint64_t total = h->framing == HTTP_BODY_LENGTH ? h->content_length
-			 : h->framing == HTTP_BODY_NONE ? 0
-							: UINT64_MAX;
-	int err = cache_fill_head(s, x->cfill, head, (size_t)hlen, h->status, &t, vary, vlen,
-				  values, vvlen, total);
-	if (err) {
-		x->cwhy = err == -EFBIG ? "too large" : "out of memory";
-		fill_fail(x);
-		return;
-	}
-	x->cstored = 1;
-	if (h->framing == HTTP_BODY_CHUNKED)
-		http_chunked_init(&x->cfill_ch);
-}
-
 /* A 304 answered the revalidation: the stored response, its head refreshed, answers. */
-static int revalidated(struct exchange *x, const struct http_head *h,
-		       const struct cache_control *rs)
+static int revalidated(struct exchange *x, const struct http_head *h)
 {
-	struct cache_store *s = store_of(x);
 	struct cache_obj *old = x->cstale;
-	struct cache_rules rules;
-	rules_of(&x->route->cache, &rules);
-	char head[STORED_HEAD_MAX];
-	long hlen = cache_head_merge(old->head, old->head_len, h, head, sizeof(head));
 	x->cstatus = CS_REVAL;
 	x->cstale = NULL;
 	x->cobj = old;
 	x->hit_kind = x->hit_cond ? HIT_304 : x->meth == HTTP_HEAD ? HIT_HEAD : HIT_FULL;
 	x->hit_pos = 0;
 	x->hit_end = cache_obj_body_len(old);
-	if (hlen < 0 || !x->cfill) {
-		fill_fail(x);
-		return 1; /* answered from the old copy, not refreshed */
-	}
-	/* the 304's freshness, with the stored response's head for what it lacks */
-	struct http_head merged;
-	char buf[STORED_HEAD_MAX + 2];
-	memcpy(buf, head, (size_t)hlen);
-	memcpy(buf + hlen, "\r\n", 2);
-	struct cache_times t;
-	if (http_parse_response(buf, (size_t)hlen + 2, sizeof(buf), HTTP_GET, &merged) <= 0) {
-		fill_fail(x);
+	if (!x->cfill)
 		return 1;
-	}
-	struct cache_control mcc;
-	cache_control_parse(&merged, 0, &mcc);
-	(void)rs;
-	cache_times_compute(&merged, &mcc, x->creq_time, wall_now(), &rules, &t);
-	uint64_t total = cache_obj_body_len(old);
-	if (cache_fill_head(s, x->cfill, head, (size_t)hlen, old->status, &t, old->vary,
-			    old->vary_len, old->vary_values, old->vary_values_len, total) < 0 ||
-	    copy_body(s, x->cfill, old) < 0) {
-		fill_fail(x);
-		return 1;
-	}
-	cache_fill_end(s, x->cfill, 1);
-	cache_obj_put(s, old);
-	x->cobj = x->cfill; /* the refreshed copy answers */
+	struct cache_obj *o = x->cfill;
 	x->cfill = NULL;
+	if (cache_fill_304(&x->cfx, o, old, h) < 0) {
+		cache_obj_put(store_of(x), o); /* answered from the old copy, not refreshed */
+		return 1;
+	}
+	cache_obj_put(store_of(x), old);
+	x->cobj = o; /* the refreshed copy answers */
 	x->cstored = 1;
 	return 1;
 }
@@ -455,10 +380,9 @@ int caching_response_head(struct exchange *x, const struct http_head *h)
 	int have_req = parse_uphead(x, &req) == 0;
 	if (x->cache_inval && h->status < 400)
 		invalidate(x, h);
-	struct cache_control rs, rq;
-	cache_control_parse(h, 0, &rs);
+	struct cache_control rq;
 	if (x->cstale && h->status == 304)
-		return revalidated(x, h, &rs);
+		return revalidated(x, h);
 	if (x->cstale && h->status >= 500 &&
 	    cache_stale_if_error_ok(&x->cstale->times, (cache_control_parse(&req, 1, &rq), &rq),
 				    wall_now())) {
@@ -475,9 +399,11 @@ int caching_response_head(struct exchange *x, const struct http_head *h)
 		x->cwhy = h->status == 304 ? "304" : h->status == 206 ? "206" : "request head";
 		fill_fail(x);
 	}
-	if (x->cfill) {
-		cache_control_parse(&req, 1, &rq);
-		fill_head(x, h, &req, &rq, &rs);
+	if (x->cfill && cache_fill_start(&x->cfx, x->cfill, h, &req, &x->cwhy))
+		x->cstored = 1;
+	else if (x->cfill) {
+		cache_obj_put(store_of(x), x->cfill);
+		x->cfill = NULL;
 	}
 	return 0;
 }
@@ -486,24 +412,7 @@ void caching_response_body(struct exchange *x, const char *p, size_t n)
 {
 	if (!x->cfill)
 		return;
-	struct cache_store *s = store_of(x);
-	int err = 0;
-	if (x->resp.framing != HTTP_BODY_CHUNKED) {
-		err = cache_fill_body(s, x->cfill, p, n);
-	} else {
-		while (n && !err) {
-			int data;
-			ssize_t k = http_chunked_scan(&x->cfill_ch, p, n, &data);
-			if (k <= 0) {
-				err = -EINVAL;
-				break;
-			}
-			if (data)
-				err = cache_fill_body(s, x->cfill, p, (size_t)k);
-			p += k;
-			n -= (size_t)k;
-		}
-	}
+	int err = cache_fill_bytes(&x->cfx, x->cfill, p, n);
 	if (err) {
 		x->cwhy = err == -EFBIG ? "too large" : "body";
 		x->cstored = 0;

@@ -38,7 +38,7 @@
 #include "http/parse.h"
 #include "http/rewrite.h"
 #include "http/traceparent.h"
-#include "cache/store.h"
+#include "cache/fill.h"
 #include "obs/accesslog.h"
 #include "proxy/queue.h"
 #include "proxy/runtime.h"
@@ -209,27 +209,26 @@ struct exchange {
 	char log_method[16], log_path[ALOG_PATH_MAX + 1], log_ua[ALOG_UA_MAX + 1];
 
 	/* the response cache (caching.h) */
-	struct cache_obj *cobj;	      /* answered from it: a hit, or a fill it waits on */
-	struct cache_obj *cfill;      /* the object its response fills */
-	struct cache_obj *cstale;     /* the stored response it revalidates (304, stale-if-error) */
-	struct cache_wait cwait;      /* waiting for cobj to fill further */
-	unsigned cinboxed : 1;	      /* ... notified: on w->cache_inbox (its lock) */
-	unsigned cache_inval : 1;     /* an unsafe method: its target goes once answered */
-	unsigned cache_body : 1;      /* an inference POST: looked up once its body is read */
-	unsigned cstored : 1;	      /* its response is being stored */
-	unsigned hit_started : 1;     /* the answer's head is queued */
-	unsigned hit_chunked : 1;     /* ... its body chunked (the fill's length not known) */
-	unsigned canon_temp : 2;      /* the body's temperature: 0 none, 1 zero, 2 other */
-	unsigned hit_cond : 1;	      /* the client's conditional matches cstale: 304 once valid */
-	uint8_t cstatus;	      /* what Cache-Status says (enum cache_said) */
-	uint8_t hit_kind;	      /* how the object answers (enum hit_kind) */
-	const char *cwhy;	      /* why its response was not stored, or NULL */
-	uint64_t hit_pos, hit_end;    /* body bytes of the object sent, and where the answer ends */
-	uint64_t hit_chunk_left;      /* of the chunk being sent (hit_chunked) */
-	uint64_t hit_wait_until;      /* a wait for a fill's head ends (loop ms) */
-	int64_t creq_time;	      /* the fill's request went out (wall seconds) */
-	uint64_t canon[2];	      /* an inference body's canonical hash */
-	struct http_chunked cfill_ch; /* a chunked response's payload, read out for the fill */
+	struct cache_obj *cobj;	   /* answered from it: a hit, or a fill it waits on */
+	struct cache_obj *cfill;   /* the object its response fills */
+	struct cache_obj *cstale;  /* the stored response it revalidates (304, stale-if-error) */
+	struct cache_wait cwait;   /* waiting for cobj to fill further */
+	unsigned cinboxed : 1;	   /* ... notified: on w->cache_inbox (its lock) */
+	unsigned cache_inval : 1;  /* an unsafe method: its target goes once answered */
+	unsigned cache_body : 1;   /* an inference POST: looked up once its body is read */
+	unsigned cstored : 1;	   /* its response is being stored */
+	unsigned hit_started : 1;  /* the answer's head is queued */
+	unsigned hit_chunked : 1;  /* ... its body chunked (the fill's length not known) */
+	unsigned canon_temp : 2;   /* the body's temperature: 0 none, 1 zero, 2 other */
+	unsigned hit_cond : 1;	   /* the client's conditional matches cstale: 304 once valid */
+	uint8_t cstatus;	   /* what Cache-Status says (enum cache_said) */
+	uint8_t hit_kind;	   /* how the object answers (enum hit_kind) */
+	const char *cwhy;	   /* why its response was not stored, or NULL */
+	uint64_t hit_pos, hit_end; /* body bytes of the object sent, and where the answer ends */
+	uint64_t hit_chunk_left;   /* of the chunk being sent (hit_chunked) */
+	uint64_t hit_wait_until;   /* a wait for a fill's head ends (loop ms) */
+	uint64_t canon[2];	   /* an inference body's canonical hash */
+	struct cache_fill_ctx cfx; /* its fill (cfill): rules, request time, chunked payload */
 };
 
 /* What the client's TLS handshake agreed -- version, cipher, SNI, the verified client

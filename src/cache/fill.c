@@ -1,0 +1,104 @@
+/*
+ * fill.c - a backend's response into a stored object (see fill.h).
+ */
+#include "cache/fill.h"
+#include "cache/control.h"
+#include "cache/head.h"
+#include "cache/vary.h"
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#define STORED_HEAD_MAX 16384
+#define VARY_MAX 1024
+
+int cache_fill_start(struct cache_fill_ctx *c, struct cache_obj *o, const struct http_head *h,
+		     const struct http_head *req, const char **why)
+{
+	struct cache_control rq, rs;
+	int64_t now = (int64_t)time(NULL);
+	cache_control_parse(req, 1, &rq);
+	cache_control_parse(h, 0, &rs);
+	if ((*why = cache_storable(req, &rq, h, &rs, &c->rules))) {
+		cache_fill_pass(c->store, o, now + (int64_t)c->pass_s);
+		return 0;
+	}
+	char head[STORED_HEAD_MAX], vary[VARY_MAX], values[VARY_MAX];
+	size_t vlen = 0, vvlen = 0;
+	long hlen = cache_head_build(h, head, sizeof(head));
+	if (hlen < 0 || cache_vary_names(h, vary, sizeof(vary), &vlen) != 0 ||
+	    (vlen && cache_vary_values(req, vary, vlen, values, sizeof(values), &vvlen) < 0)) {
+		*why = "head too large";
+		cache_fill_end(c->store, o, 0);
+		return 0;
+	}
+	struct cache_times t;
+	cache_times_compute(h, &rs, c->request_time, now, &c->rules, &t);
+	uint64_t total = h->framing == HTTP_BODY_LENGTH ? h->content_length
+			 : h->framing == HTTP_BODY_NONE ? 0
+							: UINT64_MAX;
+	int err = cache_fill_head(c->store, o, head, (size_t)hlen, h->status, &t, vary, vlen,
+				  values, vvlen, total);
+	if (err) {
+		*why = err == -EFBIG ? "too large" : "out of memory";
+		cache_fill_end(c->store, o, 0);
+		return 0;
+	}
+	c->framing = h->framing;
+	http_chunked_init(&c->ch);
+	return 1;
+}
+
+int cache_fill_304(struct cache_fill_ctx *c, struct cache_obj *o, struct cache_obj *stale,
+		   const struct http_head *h)
+{
+	char head[STORED_HEAD_MAX + 2];
+	long hlen = cache_head_merge(stale->head, stale->head_len, h, head, STORED_HEAD_MAX);
+	struct http_head merged;
+	if (hlen < 0)
+		goto fail;
+	/* its freshness from the merged head: the 304's fields, the stored ones for the rest */
+	memcpy(head + hlen, "\r\n", 2);
+	if (http_parse_response(head, (size_t)hlen + 2, sizeof(head), HTTP_GET, &merged) <= 0)
+		goto fail;
+	struct cache_control cc;
+	struct cache_times t;
+	cache_control_parse(&merged, 0, &cc);
+	cache_times_compute(&merged, &cc, c->request_time, (int64_t)time(NULL), &c->rules, &t);
+	uint64_t left = cache_obj_body_len(stale);
+	if (cache_fill_head(c->store, o, head, (size_t)hlen, stale->status, &t, stale->vary,
+			    stale->vary_len, stale->vary_values, stale->vary_values_len, left) < 0)
+		goto fail;
+	for (const struct cache_seg *g = cache_obj_body(stale); g && left; g = g->next) {
+		size_t k = g->len < left ? g->len : (size_t)left;
+		if (cache_fill_body(c->store, o, g->data, k) < 0)
+			goto fail;
+		left -= k;
+	}
+	cache_fill_end(c->store, o, 1);
+	return 0;
+fail:
+	cache_fill_end(c->store, o, 0);
+	return -1;
+}
+
+int cache_fill_bytes(struct cache_fill_ctx *c, struct cache_obj *o, const char *p, size_t n)
+{
+	if (c->framing != HTTP_BODY_CHUNKED)
+		return cache_fill_body(c->store, o, p, n);
+	while (n) {
+		int data;
+		ssize_t k = http_chunked_scan(&c->ch, p, n, &data);
+		if (k <= 0)
+			return http_chunked_done(&c->ch) ? 0 : -EINVAL;
+		if (data) {
+			int err = cache_fill_body(c->store, o, p, (size_t)k);
+			if (err)
+				return err;
+		}
+		p += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}

@@ -1,0 +1,54 @@
+/*
+ * fill.h - turning a backend's response into a stored object: what the exchange that fetched
+ * it (proxy/caching.c) and a background refresh (proxy/refresh.c) both do.
+ *
+ * A fill (cache_fill_begin) gets the response head: if RFC 9111 lets it be stored (fresh.h,
+ * under the route's rules), its stored head (head.h), freshness, Vary names and the
+ * request's values for them go in; if not, the key is marked pass for <pass_s> seconds
+ * (store.h CACHE_PASS) so that its requests stop waiting on fills that will not be kept.
+ * Then body bytes as they come -- a chunked body's payload only, so a stored object is
+ * always its plain bytes -- and the end. A 304 to a revalidation fills the object with the
+ * stored response's head updated by the 304's fields (RFC 9111 4.3.4) and its body copied.
+ */
+#ifndef ACCELNET_CACHE_FILL_H
+#define ACCELNET_CACHE_FILL_H
+
+#include "cache/fresh.h"
+#include "cache/store.h"
+#include "http/chunked.h"
+#include "http/parse.h"
+
+#include <stdint.h>
+
+/* What a fill needs beyond the response: the route's rules, how long a key not storable is
+ * passed, and when the request went out (wall seconds). */
+struct cache_fill_ctx {
+	struct cache_store *store;
+	struct cache_rules rules;
+	unsigned pass_s;
+	int64_t request_time;
+	struct http_chunked ch; /* a chunked body's scanner, for the payload */
+	enum http_framing framing;
+};
+
+/*
+ * The response head <h> to the request <req> (its head as sent upstream) for the fill <o>:
+ * 1 when it is being stored; 0 when it is not (marked pass, or failed) and *why says why.
+ * Either way the caller keeps its reference to <o>; after 0 it adds nothing more to it.
+ */
+int cache_fill_start(struct cache_fill_ctx *c, struct cache_obj *o, const struct http_head *h,
+		     const struct http_head *req, const char **why);
+
+/*
+ * The 304 <h> answered the revalidation of <stale>: <o> is filled with <stale>'s head
+ * merged with <h>'s fields, its freshness from that, and <stale>'s body, and ended. 0, or
+ * -1 when it could not be (<o> failed).
+ */
+int cache_fill_304(struct cache_fill_ctx *c, struct cache_obj *o, struct cache_obj *stale,
+		   const struct http_head *h);
+
+/* Body bytes p[0..n) of the response (framing and all). 0, or -errno (the fill is then to be
+ * ended, failed: -EFBIG too large, -EINVAL a malformed chunked body, -ENOMEM). */
+int cache_fill_bytes(struct cache_fill_ctx *c, struct cache_obj *o, const char *p, size_t n);
+
+#endif
