@@ -247,11 +247,11 @@ static int charge(struct cache_store *s, struct cache_obj *o, uint64_t n)
 struct cache_obj *cache_lookup(struct cache_store *s, const char *key, size_t len, uint64_t hash,
 			       long (*vary_of)(void *arg, const char *names, size_t nlen, char *out,
 					       size_t cap),
-			       void *arg)
+			       void *arg, struct cache_obj **filling)
 {
 	struct shard *sh = shard_of(s, hash);
 	char values[1024];
-	struct cache_obj *found = NULL;
+	struct cache_obj *found = NULL, *fill = NULL;
 	pthread_mutex_lock(&sh->lock);
 	for (struct cache_obj *o = sh->table[bucket_of(sh, hash)]; o; o = o->next) {
 		if (o->hash != hash || o->key_len != len || memcmp(o->key, key, len) != 0)
@@ -262,14 +262,26 @@ struct cache_obj *cache_lookup(struct cache_store *s, const char *key, size_t le
 			    memcmp(values, o->vary_values, (size_t)n) != 0)
 				continue;
 		}
-		found = o;
-		break;
+		if (cache_obj_state(o) != CACHE_FILLING) {
+			if (!found)
+				found = o;
+		} else if (!fill) {
+			fill = o;
+		}
+		if (found && fill)
+			break;
+	}
+	if (!filling && !found) {
+		found = fill; /* the caller takes either: a fill under way then */
+		fill = NULL;
 	}
 	if (found) {
 		cache_obj_get(found);
 		if (found->in_policy)
 			sh->ev.ops->touch(&sh->ev, &found->ev);
 	}
+	if (filling && (*filling = fill))
+		cache_obj_get(fill);
 	pthread_mutex_unlock(&sh->lock);
 	return found;
 }

@@ -71,6 +71,7 @@ struct cache_obj {
 	atomic_uint refs;
 	_Atomic int state; /* enum cache_fill_state */
 	unsigned linked : 1, in_policy : 1;
+	atomic_flag refreshing; /* a background refresh (stale-while-revalidate) is under way */
 	/* the key, the Vary names the response gave and the request's values for them */
 	char *key;
 	uint32_t key_len;
@@ -125,13 +126,15 @@ uint64_t cache_key_hash(const char *key, size_t len);
  * The object stored under <key> whose Vary values match what <vary_of> says the request
  * has (called with each candidate's names; it writes the request's values into out[0..cap)
  * and returns their length, or -1 when they cannot be had), referenced (cache_obj_put), or
- * NULL. A filling object whose head has not come matches any request (its Vary is not known
- * yet: the caller looks again once it has). A hit counts as a use for eviction.
+ * NULL: a complete one (or a pass marker), and in *filling (when not NULL) a fill under way
+ * for it, referenced too, or NULL. With <filling> NULL a fill is returned when nothing else
+ * is stored. A filling object whose head has not come matches any request (its Vary is not
+ * known yet: the caller looks again once it has). A hit counts as a use for eviction.
  */
 struct cache_obj *cache_lookup(struct cache_store *s, const char *key, size_t len, uint64_t hash,
 			       long (*vary_of)(void *arg, const char *names, size_t nlen, char *out,
 					       size_t cap),
-			       void *arg);
+			       void *arg, struct cache_obj **filling);
 
 /*
  * A new object for <key>, FILLING, linked in place of whatever was there, referenced for

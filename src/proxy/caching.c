@@ -20,6 +20,7 @@
 #include "cache/vary.h"
 #include "core/clock.h"
 #include "core/log.h"
+#include "proxy/refresh.h"
 #include "proxy/runtime.h"
 
 #include <ctype.h>
@@ -144,37 +145,36 @@ static enum run look_up(struct exchange *x, const char *key, size_t klen, const 
 	const struct conf_route_cache *rc = &x->route->cache;
 	uint64_t hash = cache_key_hash(key, klen);
 	int64_t now = wall_now();
-	struct cache_obj *o = cache_lookup(s, key, klen, hash, vary_of_head, (void *)h);
-	if (o) {
-		enum cache_fill_state st = cache_obj_state(o);
-		if (st == CACHE_PASS && now < o->pass_until) {
-			cache_obj_put(s, o);
-			x->cstatus = CS_PASS;
-			return RUN_AGAIN;
-		}
-		if (st == CACHE_FILLING) {
-			/* coalesced: wait for the fill, whatever the request's Cache-Control
-			 * says (it is the origin's answer, now) */
+	struct cache_obj *fill = NULL;
+	struct cache_obj *o = cache_lookup(s, key, klen, hash, vary_of_head, (void *)h, &fill);
+	enum cache_fill_state st = o ? cache_obj_state(o) : CACHE_FAILED;
+	if (o && st == CACHE_PASS && now < o->pass_until) {
+		cache_obj_put(s, o);
+		if (fill)
+			cache_obj_put(s, fill);
+		x->cstatus = CS_PASS;
+		return RUN_AGAIN;
+	}
+	if (o && st == CACHE_COMPLETE) {
+		enum cache_use use = cache_decide_use(&o->times, rq, now);
+		/* an inference POST is never refreshed behind a client: it revalidates */
+		if (use == CACHE_USE_SWR && x->meth == HTTP_POST)
+			use = CACHE_USE_REVALIDATE;
+		if (use != CACHE_USE_REVALIDATE) {
+			if (fill)
+				cache_obj_put(s, fill);
 			x->cobj = o;
-			x->cstatus = CS_COLLAPSED;
-			x->hit_kind = x->meth == HTTP_HEAD ? HIT_HEAD : HIT_FULL;
-			x->hit_pos = 0;
-			x->hit_end = UINT64_MAX;
-			x->hit_wait_until = loop_now(x->w->loop) + rc->wait_ms;
+			x->cstatus = use == CACHE_USE_FRESH ? CS_HIT : CS_HIT_STALE;
+			/* stale-while-revalidate: the first such hit refreshes it, once */
+			x->swr = use == CACHE_USE_SWR && !atomic_flag_test_and_set(&o->refreshing);
+			if (h)
+				decide_hit(x, h, o);
+			else
+				x->hit_kind = HIT_FULL, x->hit_pos = 0,
+				x->hit_end = cache_obj_body_len(o);
 			return RUN_AGAIN;
 		}
-		if (st == CACHE_COMPLETE) {
-			enum cache_use use = cache_decide_use(&o->times, rq, now);
-			if (use != CACHE_USE_REVALIDATE) {
-				x->cobj = o;
-				x->cstatus = use == CACHE_USE_FRESH ? CS_HIT : CS_HIT_STALE;
-				if (h)
-					decide_hit(x, h, o);
-				else
-					x->hit_kind = HIT_FULL, x->hit_pos = 0,
-					x->hit_end = cache_obj_body_len(o);
-				return RUN_AGAIN;
-			}
+		if (!fill) {
 			x->cstale = o; /* revalidate it (or serve it if the origin fails) */
 			if (h) {
 				struct http_str etag = {o->etag_len ? o->head + o->etag_off : NULL,
@@ -183,9 +183,21 @@ static enum run look_up(struct exchange *x, const char *key, size_t klen, const 
 						      o->lm_len};
 				x->hit_cond = cache_cond_not_modified(h, etag, lm) == 1;
 			}
-		} else {
-			cache_obj_put(s, o); /* a failed fill, or an old pass marker */
+			o = NULL;
 		}
+	}
+	if (o)
+		cache_obj_put(s, o); /* a failed fill, an old pass marker, or revalidated by fill */
+	if (fill) {
+		/* coalesced: wait for the fill, whatever the request's Cache-Control says (it
+		 * is the origin's answer, now) */
+		x->cobj = fill;
+		x->cstatus = CS_COLLAPSED;
+		x->hit_kind = x->meth == HTTP_HEAD ? HIT_HEAD : HIT_FULL;
+		x->hit_pos = 0;
+		x->hit_end = UINT64_MAX;
+		x->hit_wait_until = loop_now(x->w->loop) + rc->wait_ms;
+		return RUN_AGAIN;
 	}
 	if (rq->only_if_cached) /* RFC 9111 5.2.1.7 */
 		return exchange_reply(x, 504, "not in the cache (only-if-cached)", 1);
@@ -271,6 +283,33 @@ static int deterministic(const struct exchange *x, struct http_str path)
 	return x->canon_temp == 0 && plen >= n && memcmp(path.p + plen - n, emb, n) == 0;
 }
 
+/* A stale-while-revalidate hit: the request the forward stage wrote (with the stored
+ * response's validators) goes to the backend behind the client's back, to fill anew. */
+static void start_refresh(struct exchange *x)
+{
+	struct cache_store *s = store_of(x);
+	struct http_head h;
+	char key[CACHE_KEY_MAX];
+	long klen = -1;
+	x->swr = 0;
+	if (parse_uphead(x, &h) == 0)
+		klen = key_build(key, sizeof(key), x, h.host, h.path);
+	struct cache_obj *fill =
+	    klen > 0 ? cache_fill_begin(s, key, (size_t)klen, cache_key_hash(key, (size_t)klen))
+		     : NULL;
+	if (fill) {
+		fill_ctx(x, wall_now());
+		if (refresh_start(x->w, x->pool, x->uphead, fill, x->cobj, &x->cfx) == 0)
+			x->uphead = NULL; /* the refresh's now */
+		else
+			cache_fill_end(s, fill, 0);
+		cache_obj_put(s, fill);
+		if (!x->uphead)
+			return;
+	}
+	atomic_flag_clear(&x->cobj->refreshing); /* none started: a later hit tries */
+}
+
 enum run caching_stage_serve(struct exchange *x)
 {
 	if (x->cache_body) {
@@ -298,6 +337,8 @@ enum run caching_stage_serve(struct exchange *x)
 	}
 	if (!x->cobj)
 		return RUN_AGAIN;
+	if (x->swr)
+		start_refresh(x);
 	return x->codec->serve(x);
 }
 

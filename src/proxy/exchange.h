@@ -220,6 +220,7 @@ struct exchange {
 	unsigned hit_started : 1;  /* the answer's head is queued */
 	unsigned hit_chunked : 1;  /* ... its body chunked (the fill's length not known) */
 	unsigned canon_temp : 2;   /* the body's temperature: 0 none, 1 zero, 2 other */
+	unsigned swr : 1;	   /* a stale-while-revalidate hit that starts the refresh */
 	unsigned hit_cond : 1;	   /* the client's conditional matches cstale: 304 once valid */
 	uint8_t cstatus;	   /* what Cache-Status says (enum cache_said) */
 	uint8_t hit_kind;	   /* how the object answers (enum hit_kind) */

@@ -19,6 +19,7 @@
 #include "proxy/debugreq.h"
 #include "proxy/caching.h"
 #include "proxy/hit.h"
+#include "proxy/refresh.h"
 #include "proxy/relay.h"
 #include "proxy/shed.h"
 #include "proxy/sse.h"
@@ -621,6 +622,8 @@ void session_close_idle(struct worker *w, int all)
 		if (all || (cl->state == C_HEAD && (!cl->in || !buf_len(cl->in))))
 			client_close(cl);
 	}
-	if (all)
+	if (all) {
+		refresh_drop_all(w);
 		exchange_drain_free(w); /* the worker ends */
+	}
 }

@@ -273,8 +273,8 @@ static unsigned forward_tls_fields(const struct exchange *x, struct rewrite_fiel
 static unsigned forward_cache_fields(const struct exchange *x, struct rewrite_field *f, char *etag,
 				     char *lm, size_t cap)
 {
-	const struct cache_obj *o = x->cstale;
-	if (!x->cfill)
+	const struct cache_obj *o = x->cfill ? x->cstale : x->swr ? x->cobj : NULL;
+	if (!x->cfill && !x->swr)
 		return 0;
 	etag[0] = lm[0] = '\0';
 	if (o && o->etag_len && o->etag_len < cap)
@@ -304,8 +304,8 @@ static enum run stage_forward(struct exchange *x)
 {
 	struct rewrite_field set[5 + 6 + CONF_GUARDED_FIELDS_MAX];
 	char etag[256], lm[256];
-	if (x->cobj && cache_obj_state(x->cobj) == CACHE_COMPLETE)
-		return RUN_AGAIN; /* a hit: nothing goes upstream */
+	if (x->cobj && cache_obj_state(x->cobj) == CACHE_COMPLETE && !x->swr)
+		return RUN_AGAIN; /* a hit: nothing goes upstream (but a refresh) */
 	struct rewrite_request_info info = {
 	    .client_ip = x->client_ip,
 	    .request_id = x->reqid,

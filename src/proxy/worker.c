@@ -179,6 +179,7 @@ int worker_init(struct worker *w, struct worker_shared *sh, unsigned id, unsigne
 	admission_inbox_init(&w->inbox, w->loop);
 	pthread_mutex_init(&w->cache_inbox.lock, NULL);
 	list_init(&w->cache_inbox.ready);
+	list_init(&w->refreshes);
 	loop_set_wake_hook(w->loop, worker_on_wake, w);
 	loop_set_after_hook(w->loop, worker_after_turn, w);
 	w->accept_timer.fn = worker_on_accept_timer;

@@ -115,6 +115,7 @@ struct worker {
 	struct http_head head;	      /* parse scratch, for request and response heads alike */
 	struct admission_inbox inbox; /* requests granted a slot by other workers */
 	struct cache_inbox cache_inbox;
+	struct list_head refreshes;  /* background cache refreshes it runs (proxy/refresh.h) */
 	struct alog_ring *alog_ring; /* its access log ring (proxy/access.h), NULL: off */
 	uint64_t alog_sample_cut;    /* a request is logged when rand < this (UINT64_MAX: all) */
 	struct debugreq_worker *dbg; /* what /debug/requests sees of it (proxy/debugreq.h) */

@@ -1,0 +1,34 @@
+/*
+ * refresh.h - stale-while-revalidate's background refresh: a request to the backend that no
+ * client waits for, whose answer refills the cache (proxy/caching.h starts it).
+ *
+ * The first request that finds a stored response stale but within stale-while-revalidate is
+ * answered from it at once and starts one refresh: the request it would have sent upstream
+ * (its head, as the forward stage wrote it, with the stored response's validators), sent
+ * to a backend of the route's pool that has a free slot (none free: no refresh; a later
+ * request tries again), on an upstream connection of the worker's. The answer fills a new
+ * object (cache/fill.h): a 304 refreshes the stored one's head and freshness, a 200 replaces
+ * it, anything else leaves it as it was. One deadline covers it: timeouts.first_byte_ms
+ * from each sign of progress. A worker that ends drops its refreshes.
+ */
+#ifndef ACCELNET_PROXY_REFRESH_H
+#define ACCELNET_PROXY_REFRESH_H
+
+#include "cache/fill.h"
+#include "core/buf.h"
+#include "proxy/runtime.h"
+#include "proxy/worker.h"
+
+/*
+ * Send the request head <req> (taken: freed when done) to a backend of <pool>, to fill
+ * <fill> (a reference taken) and refresh <stale> (a reference taken; its refreshing flag is
+ * cleared when the refresh fails), under the fill context <cfx>. 0, or -errno when it could
+ * not start (no backend free, no memory): nothing is taken then.
+ */
+int refresh_start(struct worker *w, struct pool_rt *pool, struct buf *req, struct cache_obj *fill,
+		  struct cache_obj *stale, const struct cache_fill_ctx *cfx);
+
+/* The worker ends: every refresh it runs is dropped. */
+void refresh_drop_all(struct worker *w);
+
+#endif
