@@ -72,9 +72,6 @@ int caching_status_lines(const struct exchange *x, char *out, size_t cap);
 /* ... and for an answer from x->cobj (Age, Cache-Status). */
 int caching_hit_lines(const struct exchange *x, char *out, size_t cap);
 
-/* The exchange ends: what it holds of the cache goes (a fill not complete fails). */
-void caching_end(struct exchange *x);
-
 /* Wait for x->cobj to fill past <have> body bytes (UINT64_MAX: its head): 1 when it has,
  * 0 when the exchange will be woken. */
 int caching_wait(struct exchange *x, uint64_t have);

@@ -2,6 +2,7 @@
  * client.c - a client connection's buffers, its writes and its end (see client.h).
  */
 #include "proxy/client.h"
+#include "proxy/upstream.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -106,4 +107,38 @@ void client_close(struct client *cl)
 	free(cl->tls_facts);
 	free(cl);
 	worker_client_gone(w);
+}
+
+enum run client_finish(struct client *cl)
+{
+	struct exchange *x = cl->x;
+	struct worker *w = cl->w;
+	exchange_count_response(x, x->status);
+	x->relayed = 1;
+	exchange_free_slot(x);
+	x->be = NULL;
+	x->slot_freed = 0;
+	struct upconn *up = x->up;
+	x->up = NULL;
+	if (!up)
+		; /* answered from the cache */
+	else if (x->up_reusable && x->req.done && !x->req.ready && (!up->in || !buf_len(up->in)))
+		upconn_release(up);
+	else
+		upconn_close(up);
+	int keep = x->client_keep && !w->draining && x->req.done;
+	exchange_free(x);
+	cl->x = NULL;
+	cl->served++;
+	worker_buf_release(w, &cl->out);
+	cl->phase_ms = loop_now(w->loop);
+	if (!keep) {
+		net_conn_shutdown(&cl->conn);
+		cl->state = C_LINGER;
+		return RUN_AGAIN;
+	}
+	cl->state = C_HEAD;
+	http_head_reader_reset(&cl->head);
+	worker_buf_release(w, &cl->in);
+	return RUN_AGAIN;
 }

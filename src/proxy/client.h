@@ -88,6 +88,11 @@ void client_shrink_in(struct client *cl);
  */
 int client_gone(struct client *cl);
 
+/* The answer has gone whole (relayed, or from the cache): the slot and the upstream
+ * connection go back, the exchange ends, and the connection waits for its next request or
+ * lingers out. */
+enum run client_finish(struct client *cl);
+
 /* Close the connection and free it (its exchange, if any, too). */
 void client_close(struct client *cl);
 

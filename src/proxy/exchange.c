@@ -9,7 +9,6 @@
 #include "core/rand.h"
 #include "http/prompt.h"
 #include "proxy/admission.h"
-#include "proxy/caching.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -335,6 +335,10 @@ void access_log_exchange(struct exchange *x, uint64_t now_ns);
 void access_log_refusal(struct worker *w, const char *client_ip, int status, const char *reqid,
 			uint64_t bytes_out, const char *head, size_t len);
 
+/* The response cache's hook (caching.c): exchange_free() lets go of what the exchange holds
+ * of the cache (a fill not complete fails) and counts what the cache did for it. */
+void caching_end(struct exchange *x);
+
 /* /debug/requests' hook (debugreq.c): exchange_free() offers the ending exchange to the
  * worker's slowest recent ones. */
 void debugreq_note_end(const struct exchange *x);

@@ -3,7 +3,6 @@
  */
 #include "proxy/hit.h"
 #include "proxy/caching.h"
-#include "proxy/relay.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -196,7 +195,7 @@ enum run hit_run(struct client *cl)
 			}
 			if (whole) {
 				x->relayed = 1;
-				return relay_finish(cl);
+				return client_finish(cl);
 			}
 			if (st != CACHE_FILLING)
 				return exchange_abort(x, "the cache fill it was reading failed");

@@ -426,40 +426,6 @@ static void note_gap(struct exchange *x)
 	x->last_read_ns = now;
 }
 
-enum run relay_finish(struct client *cl)
-{
-	struct exchange *x = cl->x;
-	struct worker *w = cl->w;
-	exchange_count_response(x, x->status);
-	x->relayed = 1;
-	exchange_free_slot(x);
-	x->be = NULL;
-	x->slot_freed = 0;
-	struct upconn *up = x->up;
-	x->up = NULL;
-	if (!up)
-		; /* answered from the cache */
-	else if (x->up_reusable && x->req.done && !x->req.ready && (!up->in || !buf_len(up->in)))
-		upconn_release(up);
-	else
-		upconn_close(up);
-	int keep = x->client_keep && !w->draining && x->req.done;
-	exchange_free(x);
-	cl->x = NULL;
-	cl->served++;
-	worker_buf_release(w, &cl->out);
-	cl->phase_ms = loop_now(w->loop);
-	if (!keep) {
-		net_conn_shutdown(&cl->conn);
-		cl->state = C_LINGER;
-		return RUN_AGAIN;
-	}
-	cl->state = C_HEAD;
-	http_head_reader_reset(&cl->head);
-	worker_buf_release(w, &cl->in);
-	return RUN_AGAIN;
-}
-
 /* Backend -> proxy: one read of the response, and what its end means. */
 static enum run read_upstream(struct client *cl, int *progress)
 {
@@ -568,7 +534,7 @@ enum run relay_run(struct client *cl)
 {
 	struct exchange *x = cl->x;
 	if (x->cobj && !x->up)
-		return hit_run(cl); /* the cache answers (relay_finish ends it) */
+		return hit_run(cl); /* the cache answers (client_finish ends it) */
 	if (x->wt.state != W_IDLE) {
 		/* waiting for a slot: only notice a client that gave up */
 		if (cl->hup && !cl->hup_checked && client_gone(cl))
@@ -587,7 +553,7 @@ enum run relay_run(struct client *cl)
 		if (r != RUN_STAY)
 			return r;
 		if (x->resp_head && x->resp.done && !client_out_pending(cl) && !x->resp.ready)
-			return relay_finish(cl);
+			return client_finish(cl);
 		if (!progress)
 			return RUN_STAY;
 	}

@@ -30,10 +30,6 @@ enum run relay_await_body(struct client *cl);
  * one SSE comment, unless the last one is still unread. */
 void relay_heartbeat(struct client *cl);
 
-/* The answer has gone whole (relayed, or from the cache): the slot and the upstream
- * connection go back, the client connection waits for its next request or lingers out. */
-enum run relay_finish(struct client *cl);
-
 /* Move what can move, both ways, until nothing more can; finish the exchange at its end. */
 enum run relay_run(struct client *cl);
 
