@@ -26,7 +26,14 @@ int cache_fill_start(struct cache_fill_ctx *c, struct cache_obj *o, const struct
 	}
 	char head[STORED_HEAD_MAX], vary[VARY_MAX], values[VARY_MAX];
 	size_t vlen = 0, vvlen = 0;
-	long hlen = cache_head_build(h, head, sizeof(head));
+	long hlen = cache_head_build(h, head, sizeof(head) - 40);
+	if (hlen >= 0 && !http_find_header(h, "date")) {
+		/* RFC 9110 6.6.1: a response kept without a Date gets the time it came */
+		memcpy(head + hlen, "Date: ", 6);
+		cache_format_http_date(now, head + hlen + 6);
+		memcpy(head + hlen + 35, "\r\n", 2);
+		hlen += 37;
+	}
 	if (hlen < 0 || cache_vary_names(h, vary, sizeof(vary), &vlen) != 0 ||
 	    (vlen && cache_vary_values(req, vary, vlen, values, sizeof(values), &vvlen) < 0)) {
 		*why = "head too large";

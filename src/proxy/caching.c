@@ -8,8 +8,8 @@
  *
  * Requests the cache never answers: other methods than GET and HEAD (but an inference
  * route's POST), a request with a body, one with Authorization unless routes.cache.authorized
- * (then stored only as RFC 9111 3.5 allows), one the store has no room to key (a key over
- * CACHE_KEY_MAX bytes).
+ * (then stored only as RFC 9111 3.5 allows), one with If-Match or If-Unmodified-Since (the
+ * origin judges those), one the store has no room to key (a key over CACHE_KEY_MAX bytes).
  */
 #include "proxy/caching.h"
 #include "cache/canon.h"
@@ -236,7 +236,9 @@ enum run caching_stage_lookup(struct exchange *x)
 	}
 	int has_body = h->framing != HTTP_BODY_NONE &&
 		       !(h->framing == HTTP_BODY_LENGTH && h->content_length == 0);
-	if (has_body || (!rc->authorized && http_find_header(h, "authorization"))) {
+	/* If-Match and If-Unmodified-Since are the origin's to judge (cache/cond.h) */
+	if (has_body || (!rc->authorized && http_find_header(h, "authorization")) ||
+	    http_find_header(h, "if-match") || http_find_header(h, "if-unmodified-since")) {
 		x->cstatus = CS_BYPASS;
 		return RUN_AGAIN;
 	}

@@ -283,11 +283,9 @@ static unsigned forward_cache_fields(const struct exchange *x, struct rewrite_fi
 		snprintf(lm, cap, "%.*s", (int)o->lm_len, o->head + o->lm_off);
 	f[0] = (struct rewrite_field){"If-None-Match", etag[0] ? etag : NULL};
 	f[1] = (struct rewrite_field){"If-Modified-Since", lm[0] ? lm : NULL};
-	f[2] = (struct rewrite_field){"If-Match", NULL};
-	f[3] = (struct rewrite_field){"If-Unmodified-Since", NULL};
-	f[4] = (struct rewrite_field){"Range", NULL};
-	f[5] = (struct rewrite_field){"If-Range", NULL};
-	return 6;
+	f[2] = (struct rewrite_field){"Range", NULL};
+	f[3] = (struct rewrite_field){"If-Range", NULL};
+	return 4;
 }
 
 static enum run stage_cache(struct exchange *x)
@@ -302,7 +300,7 @@ static enum run stage_cache_serve(struct exchange *x)
 
 static enum run stage_forward(struct exchange *x)
 {
-	struct rewrite_field set[5 + 6 + CONF_GUARDED_FIELDS_MAX];
+	struct rewrite_field set[5 + 4 + CONF_GUARDED_FIELDS_MAX];
 	char etag[256], lm[256];
 	if (x->cobj && cache_obj_state(x->cobj) == CACHE_COMPLETE && !x->swr)
 		return RUN_AGAIN; /* a hit: nothing goes upstream (but a refresh) */

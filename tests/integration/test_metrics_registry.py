@@ -118,6 +118,11 @@ FAMILIES = {  # name: (type, help)
     "process_max_fds": ("gauge", "most open file descriptors allowed (RLIMIT_NOFILE)"),
     "accelnet_access_log_dropped_total": ("counter", "access log lines dropped: a worker's ring "
                                           "was full or a write failed (access_log)"),
+    "accelnet_cache_bytes": ("gauge", "bytes the response cache holds (cache.memory)"),
+    "accelnet_cache_objects": ("gauge", "responses the cache holds (and fills under way)"),
+    "accelnet_cache_evictions_total": ("counter", "stored responses let go: for room (the "
+                                       "eviction policy), purged or invalidated, replaced by a "
+                                       "newer copy"),
     "accelnet_route_requests_total": ("counter", "requests by the status class the client got "
                                       "(aborted: cut before the whole response)"),
     "accelnet_route_request_duration_seconds": ("histogram", "request head read to the "
@@ -129,6 +134,11 @@ FAMILIES = {  # name: (type, help)
     "accelnet_route_tokens_total": ("counter", "LLM tokens: prompt and completion from the "
                                     "response's usage, completion counted from streamed events "
                                     "without one"),
+    "accelnet_route_cache_total": ("counter", "requests by what the response cache did "
+                                   "(Cache-Status): hit, stale, stale_if_error, collapsed (served "
+                                   "from another request's fill), miss, revalidated, bypass, "
+                                   "method (unsafe: invalidates), request (its Cache-Control asked "
+                                   "for the origin), pass (not storable lately)"),
     "accelnet_tenant_requests_total": ("counter", "requests of an authenticated tenant by the "
                                        "status class it got (past metrics.max_tenants: tenant "
                                        "other)"),
