@@ -141,7 +141,7 @@ def test_route_and_tenant_figures_match_what_the_backend_reported(env):
     assert [r["name"] for r in st["routes"]] == ["chat", "1"]
     for r in st["routes"]:
         assert list(r) == ["name", "requests", "duration_ms", "ttft_ms", "token_gap_ms",
-                           "tokens"], list(r)
+                           "tokens", "cache"], list(r)
         lab = (("route", r["name"]),)
         for c in CLASSES:
             assert r["requests"][c] == got.get(("accelnet_route_requests_total",
