@@ -157,7 +157,7 @@ static void wake_waiters(struct cache_obj *o)
 	struct list_node *n;
 	while ((n = list_pop_front(&o->waiters))) {
 		struct cache_wait *cw = container_of(n, struct cache_wait, link);
-		cw->waiting = 0;
+		cw->waiting = CACHE_WAIT_NOTIFIED;
 		cw->notify(cw);
 	}
 }
@@ -579,9 +579,11 @@ int cache_obj_wait(struct cache_obj *o, struct cache_wait *cw, uint64_t have)
 	int head = atomic_load_explicit(&o->has_head, memory_order_acquire);
 	ready = cache_obj_state(o) != CACHE_FILLING ||
 		(head && (have == UINT64_MAX || cache_obj_body_len(o) > have));
-	if (!ready) {
+	if (cw->waiting) {
+		ready = 0; /* registered, or notified and not yet taken: a wake is coming */
+	} else if (!ready) {
 		list_push_back(&o->waiters, &cw->link);
-		cw->waiting = 1;
+		cw->waiting = CACHE_WAIT_LISTED;
 	}
 	pthread_mutex_unlock(&o->lock);
 	return ready;
@@ -591,11 +593,10 @@ int cache_obj_unwait(struct cache_obj *o, struct cache_wait *cw)
 {
 	int was;
 	pthread_mutex_lock(&o->lock);
-	was = cw->waiting;
-	if (was) {
+	was = cw->waiting == CACHE_WAIT_LISTED;
+	if (was)
 		list_del(&o->waiters, &cw->link);
-		cw->waiting = 0;
-	}
+	cw->waiting = CACHE_WAIT_IDLE;
 	pthread_mutex_unlock(&o->lock);
 	return was;
 }

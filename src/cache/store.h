@@ -54,10 +54,18 @@ struct cache_seg {
 	char data[];
 };
 
+enum cache_wait_state {
+	CACHE_WAIT_IDLE,
+	CACHE_WAIT_LISTED,   /* on obj->waiters */
+	CACHE_WAIT_NOTIFIED, /* taken off it and notified: its owner has yet to take the wake
+				(and then sets it IDLE, from its own thread) */
+};
+
 /* Someone waiting for an object to fill further. */
 struct cache_wait {
-	struct list_node link; /* on obj->waiters while waiting */
-	int waiting;	       /* on that list (the object's lock) */
+	struct list_node link; /* on obj->waiters while LISTED; the notify's after */
+	int waiting;	       /* enum cache_wait_state: changed under the object's lock, but
+				  NOTIFIED -> IDLE by the owner once it has its wake */
 	/* called with the object's lock held, from the filling thread, once: more bytes came,
 	 * the head came, or the fill ended. It must not call back into the store. */
 	void (*notify)(struct cache_wait *cw);
@@ -190,7 +198,8 @@ static inline enum cache_fill_state cache_obj_state(const struct cache_obj *o)
 
 /*
  * Wait for <o> to move past <have> body bytes (UINT64_MAX: for its head), or to end: 1 when it has
- * already (nothing registered), 0 when <cw> is registered and will be notified once.
+ * already (nothing registered), 0 when <cw> is registered and will be notified once (or was
+ * registered or notified already: a wake is coming).
  */
 int cache_obj_wait(struct cache_obj *o, struct cache_wait *cw, uint64_t have);
 /* Stop waiting; 1 when <cw> was still registered, 0 when it has been notified already. */

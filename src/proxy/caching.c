@@ -566,8 +566,6 @@ static void notify(struct cache_wait *cw)
 
 int caching_wait(struct exchange *x, uint64_t have)
 {
-	if (x->cwait.waiting || x->cinboxed)
-		return 0; /* woken already or soon */
 	x->cwait.notify = notify;
 	return cache_obj_wait(x->cobj, &x->cwait, have);
 }
@@ -576,8 +574,7 @@ int caching_wait(struct exchange *x, uint64_t have)
 static void unwait(struct exchange *x)
 {
 	struct worker *w = x->w;
-	if (x->cobj && x->cwait.waiting)
-		cache_obj_unwait(x->cobj, &x->cwait);
+	cache_obj_unwait(x->cobj, &x->cwait); /* listed: off the list; notified: in the inbox */
 	pthread_mutex_lock(&w->cache_inbox.lock);
 	if (x->cinboxed) {
 		list_del(&w->cache_inbox.ready, &x->cwait.link);
@@ -599,6 +596,7 @@ void caching_take_ready(struct worker *w)
 		pthread_mutex_unlock(&w->cache_inbox.lock);
 		if (!x)
 			return;
+		x->cwait.waiting = CACHE_WAIT_IDLE; /* its wake is taken: it may wait again */
 		x->codec->wake(x->conn);
 	}
 }

@@ -209,11 +209,12 @@ struct exchange {
 	char log_method[16], log_path[ALOG_PATH_MAX + 1], log_ua[ALOG_UA_MAX + 1];
 
 	/* the response cache (caching.h) */
-	struct cache_obj *cobj;	   /* answered from it: a hit, or a fill it waits on */
-	struct cache_obj *cfill;   /* the object its response fills */
-	struct cache_obj *cstale;  /* the stored response it revalidates (304, stale-if-error) */
-	struct cache_wait cwait;   /* waiting for cobj to fill further */
-	unsigned cinboxed : 1;	   /* ... notified: on w->cache_inbox (its lock) */
+	struct cache_obj *cobj;	  /* answered from it: a hit, or a fill it waits on */
+	struct cache_obj *cfill;  /* the object its response fills */
+	struct cache_obj *cstale; /* the stored response it revalidates (304, stale-if-error) */
+	struct cache_wait cwait;  /* waiting for cobj to fill further */
+	int cinboxed; /* ... notified: on w->cache_inbox (under its lock; a word of its own: the
+			 filling thread writes it) */
 	unsigned cache_inval : 1;  /* an unsafe method: its target goes once answered */
 	unsigned cache_body : 1;   /* an inference POST: looked up once its body is read */
 	unsigned cstored : 1;	   /* its response is being stored */
