@@ -17,7 +17,14 @@ int cache_fill_start(struct cache_fill_ctx *c, struct cache_obj *o, const struct
 		     const struct http_head *req, const char **why)
 {
 	struct cache_control rq, rs;
+	struct http_head as_get;
 	int64_t now = (int64_t)time(NULL);
+	if (c->inference && req->meth == HTTP_POST) {
+		/* its body is in its key: RFC 9111's rules for a GET apply to it */
+		memcpy(&as_get, req, sizeof(as_get));
+		as_get.meth = HTTP_GET;
+		req = &as_get;
+	}
 	cache_control_parse(req, 1, &rq);
 	cache_control_parse(h, 0, &rs);
 	if ((*why = cache_storable(req, &rq, h, &rs, &c->rules))) {

@@ -27,6 +27,8 @@ struct cache_fill_ctx {
 	struct cache_rules rules;
 	unsigned pass_s;
 	int64_t request_time;
+	unsigned inference : 1; /* the request is an inference POST keyed by its body: stored
+				   as a GET's answer would be */
 	struct http_chunked ch; /* a chunked body's scanner, for the payload */
 	enum http_framing framing;
 };

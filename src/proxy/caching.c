@@ -98,6 +98,7 @@ static void fill_ctx(struct exchange *x, int64_t now)
 	rules_of(&x->route->cache, &c->rules);
 	c->pass_s = x->route->cache.pass_s;
 	c->request_time = now;
+	c->inference = x->meth == HTTP_POST;
 }
 
 /* How a hit answers the request <h> (its conditionals and Range, against <o>). */
