@@ -2,6 +2,7 @@
  * hit.c - answering an HTTP/1 client from a cache object (see hit.h).
  */
 #include "proxy/hit.h"
+#include "core/dec.h"
 #include "proxy/caching.h"
 
 #include <errno.h>
@@ -75,8 +76,10 @@ static int queue_head(struct client *cl, int keep)
 		if (o->status == 204 || o->status == 304)
 			break;
 		if (full != UINT64_MAX) {
-			n = snprintf(line, sizeof(line), "Content-Length: %" PRIu64 "\r\n", full);
-			put(out, cap, &len, line, (size_t)n);
+			memcpy(line, "Content-Length: ", 16);
+			n = 16 + (int)dec_u64(line + 16, full);
+			memcpy(line + n, "\r\n", 2);
+			put(out, cap, &len, line, (size_t)n + 2);
 		} else if (x->hit_kind == HIT_FULL && x->minor == 1) {
 			put(out, cap, &len, "Transfer-Encoding: chunked\r\n", 28);
 			x->hit_chunked = 1;
@@ -87,9 +90,12 @@ static int queue_head(struct client *cl, int keep)
 		n = caching_hit_lines(x, out + len, cap - len);
 		len = n < 0 ? cap + 1 : len + (size_t)n;
 	}
-	n = snprintf(line, sizeof(line), "X-Request-Id: %s\r\n%s\r\n", x->reqid,
-		     keep ? "" : "Connection: close\r\n");
-	put(out, cap, &len, line, (size_t)n);
+	put(out, cap, &len, "X-Request-Id: ", 14);
+	put(out, cap, &len, x->reqid, strlen(x->reqid));
+	if (keep)
+		put(out, cap, &len, "\r\n\r\n", 4);
+	else
+		put(out, cap, &len, "\r\nConnection: close\r\n\r\n", 23);
 	if (len > cap)
 		return -1;
 	b->end += (uint32_t)len;
