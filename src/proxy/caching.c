@@ -80,6 +80,14 @@ static int parse_uphead(const struct exchange *x, struct http_head *h)
 		   : -1;
 }
 
+/* Cache-Control with no directive at all. */
+static void control_none(struct cache_control *cc)
+{
+	memset(cc, 0, sizeof(*cc));
+	cc->max_age = cc->s_maxage = cc->max_stale = cc->min_fresh = CACHE_UNSET;
+	cc->stale_while_revalidate = cc->stale_if_error = CACHE_UNSET;
+}
+
 static void rules_of(const struct conf_route_cache *rc, struct cache_rules *r)
 {
 	r->store_cookies = rc->cookies;
@@ -156,8 +164,14 @@ static enum run look_up(struct exchange *x, const char *key, size_t klen, const 
 		x->cstatus = CS_PASS;
 		return RUN_AGAIN;
 	}
+	int forced = 0; /* a fresh copy, refused by the request's own Cache-Control */
 	if (o && st == CACHE_COMPLETE) {
 		enum cache_use use = cache_decide_use(&o->times, rq, now);
+		if (use == CACHE_USE_REVALIDATE) {
+			struct cache_control none;
+			control_none(&none);
+			forced = cache_decide_use(&o->times, &none, now) == CACHE_USE_FRESH;
+		}
 		/* an inference POST is never refreshed behind a client: it revalidates */
 		if (use == CACHE_USE_SWR && x->meth == HTTP_POST)
 			use = CACHE_USE_REVALIDATE;
@@ -210,7 +224,7 @@ static enum run look_up(struct exchange *x, const char *key, size_t klen, const 
 		x->cstatus = CS_BYPASS;
 		return RUN_AGAIN;
 	}
-	x->cstatus = x->cstale ? CS_REVAL : CS_MISS;
+	x->cstatus = !x->cstale ? CS_MISS : forced ? CS_REQUEST : CS_REVAL;
 	fill_ctx(x, now);
 	return RUN_AGAIN;
 }
@@ -251,11 +265,7 @@ enum run caching_stage_lookup(struct exchange *x)
 		x->cstatus = CS_BYPASS;
 		return RUN_AGAIN;
 	}
-	enum run r = look_up(x, key, (size_t)klen, h, &rq, h->meth == HTTP_GET);
-	if (r == RUN_AGAIN && (rq.no_cache || rq.max_age == 0) && x->cstatus == CS_MISS &&
-	    x->cstale)
-		x->cstatus = CS_REQUEST;
-	return r;
+	return look_up(x, key, (size_t)klen, h, &rq, h->meth == HTTP_GET);
 }
 
 void caching_note_body(struct exchange *x, const char *body, size_t len)
@@ -396,7 +406,8 @@ static void invalidate(struct exchange *x, const struct http_head *resp)
 static int revalidated(struct exchange *x, const struct http_head *h)
 {
 	struct cache_obj *old = x->cstale;
-	x->cstatus = CS_REVAL;
+	if (x->cstatus != CS_REQUEST)
+		x->cstatus = CS_REVAL;
 	x->cstale = NULL;
 	x->cobj = old;
 	x->hit_kind = x->hit_cond ? HIT_304 : x->meth == HTTP_HEAD ? HIT_HEAD : HIT_FULL;
@@ -478,9 +489,7 @@ int caching_stale_on_error(struct exchange *x, int status)
 	if (!x->cstale || status < 500 || x->head || x->resp_head)
 		return 0;
 	struct cache_control rq;
-	memset(&rq, 0, sizeof(rq));
-	rq.max_age = rq.s_maxage = rq.max_stale = rq.min_fresh = CACHE_UNSET;
-	rq.stale_while_revalidate = rq.stale_if_error = CACHE_UNSET;
+	control_none(&rq);
 	if (!cache_stale_if_error_ok(&x->cstale->times, &rq, wall_now()))
 		return 0;
 	fill_fail(x);
@@ -515,7 +524,9 @@ static int put_status(const struct exchange *x, char *out, size_t cap, int64_t t
 	default:
 		n = snprintf(
 		    out, cap, "Cache-Status: accelnet; fwd=%s%s%s%s%s%s\r\n", fwd[x->cstatus],
-		    x->cstatus == CS_REVAL && x->cobj ? "; fwd-status=304" : "",
+		    (x->cstatus == CS_REVAL || x->cstatus == CS_REQUEST) && x->cobj
+			? "; fwd-status=304"
+			: "",
 		    x->cstatus == CS_COLLAPSED ? "; collapsed" : "", x->cstored ? "; stored" : "",
 		    x->cwhy ? "; detail=" : "", x->cwhy ? "\"" : "");
 		if (n > 0 && x->cwhy && (size_t)n < cap) {

@@ -246,8 +246,9 @@ static enum run answer_from_cache(struct client *cl)
 	x->be = NULL;
 	x->slot_freed = 0;
 	x->up = NULL;
-	if (x->cstatus == CS_REVAL && up->in && buf_len(up->in) == x->w->head.head_len &&
-	    !(x->w->head.flags & HTTP_F_CLOSE) && x->req.done && !x->req.ready) {
+	if ((x->cstatus == CS_REVAL || x->cstatus == CS_REQUEST) && up->in &&
+	    buf_len(up->in) == x->w->head.head_len && !(x->w->head.flags & HTTP_F_CLOSE) &&
+	    x->req.done && !x->req.ready) {
 		buf_consume(up->in, x->w->head.head_len);
 		upconn_release(up);
 	} else {
