@@ -12,6 +12,7 @@
 
 #define STORED_HEAD_MAX 16384
 #define VARY_MAX 1024
+#define AGE_LINES_MAX 256
 
 int cache_fill_start(struct cache_fill_ctx *c, struct cache_obj *o, const struct http_head *h,
 		     const struct http_head *req, const char **why)
@@ -67,14 +68,28 @@ int cache_fill_start(struct cache_fill_ctx *c, struct cache_obj *o, const struct
 int cache_fill_304(struct cache_fill_ctx *c, struct cache_obj *o, struct cache_obj *stale,
 		   const struct http_head *h)
 {
-	char head[STORED_HEAD_MAX + 2];
+	char head[STORED_HEAD_MAX + AGE_LINES_MAX + 2];
 	long hlen = cache_head_merge(stale->head, stale->head_len, h, head, STORED_HEAD_MAX);
 	struct http_head merged;
 	if (hlen < 0)
 		goto fail;
-	/* its freshness from the merged head: the 304's fields, the stored ones for the rest */
-	memcpy(head + hlen, "\r\n", 2);
-	if (http_parse_response(head, (size_t)hlen + 2, sizeof(head), HTTP_GET, &merged) <= 0)
+	/* its freshness from the merged head: the 304's fields, the stored ones for the rest;
+	 * and its age from the 304's Age (4.3.4, 4.2.3), which the stored head never keeps:
+	 * put after it for the parse alone (every copy: a repeated Age is believed in none) */
+	size_t plen = (size_t)hlen;
+	for (unsigned i = 0; i < h->nheaders; i++) {
+		const struct http_header *f = &h->headers[i];
+		if (!http_str_eq(f->name, "age"))
+			continue;
+		if (plen + 7 + f->value.len > (size_t)hlen + AGE_LINES_MAX)
+			goto fail;
+		memcpy(head + plen, "Age: ", 5);
+		memcpy(head + plen + 5, f->value.p, f->value.len);
+		memcpy(head + plen + 5 + f->value.len, "\r\n", 2);
+		plen += 7 + f->value.len;
+	}
+	memcpy(head + plen, "\r\n", 2);
+	if (http_parse_response(head, plen + 2, sizeof(head), HTTP_GET, &merged) <= 0)
 		goto fail;
 	struct cache_control cc;
 	struct cache_times t;
