@@ -1,0 +1,1150 @@
+"""The response cache (docs/cache.md) as a client sees it: what is stored and replayed, what
+is not, revalidation, stale serving, invalidation, inference keys, request coalescing (1,000
+concurrent requests for one cold key make one origin request), eviction and the metrics.
+
+Every test runs its own origin (Origin below: a threaded HTTP/1.1 server whose answer per path
+the test scripts, that counts the requests per path and keeps what they carried) behind a
+proxy with a cache. Objects are made stale without waiting by answering with an `Age` past
+their `max-age` (RFC 9111 4.2.3 counts it), so no test sleeps out a freshness lifetime."""
+
+import collections
+import http.server
+import json
+import resource
+import selectors
+import socket
+import socketserver
+import threading
+
+from harness import metrics_text, pool_yaml, prom_samples, raw, read_all, request, wait_until
+
+LM = "Tue, 01 Jan 2030 00:00:00 GMT"  # a Last-Modified (in the past of no test: fine for IMS)
+OLD = "Mon, 01 Jan 2024 00:00:00 GMT"
+
+
+class Reply:
+    """What the origin answers: <status>, <headers> (a list of pairs), <body>; or <chunks> as a
+    chunked body. <gate>: an Event the origin waits on before its head; <mid_gate>: one it waits
+    on after the head and the body's first <mid_at> bytes (the first chunk). <cut>: after the
+    first mid_at bytes (or none) the connection is closed, mid-body. <drop>: after the gate the
+    connection is closed without an answer."""
+
+    def __init__(self, status=200, headers=(), body=b"", chunks=None, gate=None, mid_gate=None,
+                 mid_at=0, cut=False, drop=False):
+        self.status, self.headers, self.body, self.chunks = status, list(headers), body, chunks
+        self.gate, self.mid_gate, self.mid_at, self.cut = gate, mid_gate, mid_at, cut
+        self.drop = drop
+
+
+class Req:
+    def __init__(self, method, path, headers, body):
+        self.method, self.path, self.headers, self.body = method, path, headers, body
+
+
+class Origin:
+    """The test's origin. paths[PATH] = fn(Req) -> Reply (PATH with its query, else without);
+    other paths get 200, `max-age=60` and their path as the body. count(PATH, METHOD) and
+    seen[(METHOD, PATH)] (the requests' headers, lower-case names) tell what arrived.
+    close() stops it and cuts every connection it has open (the origin gone entirely)."""
+
+    def __init__(self, env):
+        self.paths = {}
+        self.lock = threading.Lock()
+        self.counts = collections.Counter()
+        self.seen = collections.defaultdict(list)
+        self.conns = set()
+        origin = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # a head and a body in two writes, no 40 ms wait
+
+            def log_message(self, *args):
+                pass
+
+            def setup(self):
+                super().setup()
+                with origin.lock:
+                    origin.conns.add(self.connection)
+
+            def finish(self):
+                with origin.lock:
+                    origin.conns.discard(self.connection)
+                try:
+                    super().finish()
+                except OSError:
+                    pass
+
+            def _any(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else b""
+                req = Req(self.command, self.path,
+                          {k.lower(): v for k, v in self.headers.items()}, body)
+                with origin.lock:
+                    origin.counts[(self.command, self.path)] += 1
+                    origin.seen[(self.command, self.path)].append(req.headers)
+                fn = origin.paths.get(self.path) or origin.paths.get(self.path.split("?")[0])
+                r = fn(req) if fn else Reply(headers=[("Cache-Control", "max-age=60")],
+                                             body=self.path.encode())
+                if r.gate:
+                    r.gate.wait(120)
+                if r.drop:
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                head = f"HTTP/1.1 {r.status} X\r\n"
+                for k, v in r.headers:
+                    head += f"{k}: {v}\r\n"
+                if r.chunks is not None:
+                    head += "Transfer-Encoding: chunked\r\n"
+                elif r.status not in (204, 304):
+                    head += f"Content-Length: {len(r.body)}\r\n"
+                self.wfile.write(head.encode() + b"\r\n")
+                if self.command == "HEAD" or r.status in (204, 304):
+                    self.wfile.flush()
+                    return
+                if r.chunks is not None:
+                    for i, c in enumerate(r.chunks):
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(c), c))
+                        self.wfile.flush()
+                        if i == 0 and r.mid_gate:
+                            r.mid_gate.wait(120)
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                    return
+                self.wfile.write(r.body[:r.mid_at])
+                self.wfile.flush()
+                if r.mid_gate:
+                    r.mid_gate.wait(120)
+                if r.cut:
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                self.wfile.write(r.body[r.mid_at:])
+                self.wfile.flush()
+
+            do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = do_PATCH = _any
+
+        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+            request_queue_size = 1024
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.closed = False
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        env.on_cleanup.append(self.close)
+
+    def count(self, path, method="GET"):
+        with self.lock:
+            return self.counts[(method, path)]
+
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        self.server.shutdown()
+        self.server.server_close()
+        with self.lock:
+            conns = list(self.conns)
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def cached(body, *extra, cc="max-age=60"):
+    """A handler answering 200 with <body>, Cache-Control <cc> and the fields <extra>."""
+    return lambda req: Reply(headers=[("Cache-Control", cc), *extra], body=body)
+
+
+def start(env, origin, route_cache="true", cache="{memory: 64MiB}", workers=1, extra=""):
+    """A proxy with one pool (the origin) and one route, / with cache <route_cache>."""
+    return env.proxy(f"cache: {cache}\npools:\n" + pool_yaml("o", [origin.port])
+                     + f"routes:\n  - {{match: {{path_prefix: /}}, pool: o, cache: {route_cache}}}\n",
+                     workers=workers, extra=extra)
+
+
+def host(px):
+    """The Host http.client sends (part of the cache key): raw requests send the same."""
+    return b"127.0.0.1:%d" % px.port
+
+
+def get(px, path, method="GET", headers=None, body=None):
+    return request(px.port, method, path, body=body, headers=headers)
+
+
+def cs(h):
+    """The answer's Cache-Status, one string."""
+    v = h.get("cache-status", [])
+    assert len(v) == 1, h
+    return v[0]
+
+
+def is_hit(h):
+    return cs(h).startswith("accelnet; hit")
+
+
+def hit_ttl(h):
+    s = cs(h)
+    assert s.startswith("accelnet; hit; ttl="), s
+    return int(s.split("ttl=")[1].split(";")[0])
+
+
+def cache_results(px, route="0"):
+    """{result: count} of accelnet_route_cache_total for route <route>."""
+    out = collections.Counter()
+    for (name, labels), v in prom_samples(metrics_text(px.admin)).items():
+        d = dict(labels)
+        if name == "accelnet_route_cache_total" and d.get("route") == route:
+            out[d["result"]] = int(v)
+    return out
+
+
+def wait_results(px, want, route="0"):
+    """Wait until accelnet_route_cache_total of <route> is <want> (a request is counted as its
+    exchange ends, which may be just after its client has the answer)."""
+    def same():
+        got = cache_results(px, route)
+        return {k: v for k, v in got.items() if v} == want
+    try:
+        wait_until(same, "the cache counts", timeout=5)
+    except AssertionError:
+        raise AssertionError(f"accelnet_route_cache_total: {dict(cache_results(px, route))}, "
+                             f"want {want}") from None
+
+
+def metric(px, name, **labels):
+    total = 0
+    for (n, ls), v in prom_samples(metrics_text(px.admin)).items():
+        if n == name and all(dict(ls).get(k) == val for k, val in labels.items()):
+            total += v
+    return total
+
+
+def parse_response(data):
+    """(status, headers as a dict of lists, body) of one raw HTTP/1 response read to the close;
+    the body de-chunked. A body shorter than its framing says raises."""
+    head, _, rest = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    hdrs = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        hdrs.setdefault(k.strip().lower(), []).append(v.strip())
+    if "transfer-encoding" in hdrs:
+        body = b""
+        while True:
+            size, _, rest = rest.partition(b"\r\n")
+            n = int(size, 16)
+            if n == 0:
+                assert rest.startswith(b"\r\n"), data[-200:]
+                break
+            assert len(rest) >= n + 2, ("chunked body cut", len(body), n, len(rest))
+            body, rest = body + rest[:n], rest[n + 2:]
+    elif "content-length" in hdrs:
+        n = int(hdrs["content-length"][0])
+        assert len(rest) == n, ("body cut", len(rest), n)
+        body = rest
+    else:
+        body = rest
+    return status, hdrs, body
+
+
+# --- stored and replayed ----------------------------------------------------------------
+
+
+def test_miss_then_hit_replays_the_stored_body_with_age(env):
+    o = Origin(env)
+    body = b"hello cache " * 500
+    o.paths["/a"] = cached(body, ("ETag", '"a1"'), ("X-Origin", "yes"))
+    px = start(env, o)
+    st, h, b1 = get(px, "/a")
+    assert st == 200 and b1 == body, st
+    assert cs(h) == "accelnet; fwd=miss; stored", h
+    for _ in range(3):
+        st, h, b2 = get(px, "/a")
+        assert st == 200 and b2 == body
+        assert is_hit(h) and 0 < hit_ttl(h) <= 60, h
+        assert h["age"][0].isdigit() and int(h["age"][0]) <= 60, h
+        assert h["etag"] == ['"a1"'] and h["x-origin"] == ["yes"], h
+        assert h["content-length"] == [str(len(body))], h
+    assert o.count("/a") == 1
+
+
+def test_head_is_answered_from_a_cached_get(env):
+    o = Origin(env)
+    o.paths["/h"] = cached(b"x" * 1234, ("Content-Type", "text/plain"))
+    px = start(env, o)
+    assert get(px, "/h")[0] == 200
+    st, h, b = get(px, "/h", "HEAD")
+    assert st == 200 and b == b"" and is_hit(h), h
+    assert h["content-length"] == ["1234"] and h["content-type"] == ["text/plain"], h
+    assert o.count("/h") == 1 and o.count("/h", "HEAD") == 0
+    # and on a keep-alive connection the next answer follows the bodiless one intact
+    out = raw(px.port, b"HEAD /h HTTP/1.1\r\nHost: %s\r\n\r\n"
+              b"GET /h HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n"
+              % (host(px), host(px)))
+    assert out.count(b"Cache-Status: accelnet; hit") == 2, out
+    first, second = out.split(b"HTTP/1.1 200", 2)[1:]
+    assert second.endswith(b"\r\n\r\n" + b"x" * 1234), second[-60:]
+
+
+def test_conditional_get_is_answered_304_by_the_cache(env):
+    o = Origin(env)
+    o.paths["/c"] = cached(b"conditional body", ("ETag", '"v1"'), ("Last-Modified", OLD),
+                           ("Content-Type", "text/plain"))
+    px = start(env, o)
+    assert get(px, "/c")[0] == 200
+    for hdrs in ({"If-None-Match": '"v1"'}, {"If-None-Match": 'W/"v1"'},
+                 {"If-None-Match": '"x", "v1"'}, {"If-None-Match": "*"},
+                 {"If-Modified-Since": OLD}, {"If-Modified-Since": LM}):
+        st, h, b = get(px, "/c", headers=hdrs)
+        assert st == 304 and b == b"", (hdrs, st, b)
+        assert is_hit(h) and h["etag"] == ['"v1"'], h
+        assert "content-type" not in h and "content-length" not in h, h
+    for hdrs in ({"If-None-Match": '"v2"'}, {"If-Modified-Since": "Sun, 31 Dec 2023 00:00:00 GMT"},
+                 # If-None-Match wins over If-Modified-Since (RFC 9110 13.2.2)
+                 {"If-None-Match": '"v2"', "If-Modified-Since": LM}):
+        st, h, b = get(px, "/c", headers=hdrs)
+        assert st == 200 and b == b"conditional body" and is_hit(h), (hdrs, st)
+    assert o.count("/c") == 1
+
+
+def test_range_is_served_206_from_the_cached_body(env):
+    o = Origin(env)
+    body = bytes(range(256)) * 4
+    o.paths["/r"] = cached(body, ("ETag", '"r"'))
+    px = start(env, o)
+    assert get(px, "/r")[2] == body
+    for rng, first, last in (("bytes=10-19", 10, 19), ("bytes=1000-", 1000, 1023),
+                             ("bytes=-5", 1019, 1023), ("bytes=1020-5000", 1020, 1023)):
+        st, h, b = get(px, "/r", headers={"Range": rng})
+        assert st == 206, (rng, st)
+        assert h["content-range"] == [f"bytes {first}-{last}/1024"], (rng, h)
+        assert b == body[first:last + 1] and h["content-length"] == [str(last - first + 1)]
+        assert is_hit(h)
+    st, h, b = get(px, "/r", headers={"Range": "bytes=2000-"})
+    assert st == 416 and h["content-range"] == ["bytes */1024"] and b == b"", (st, h)
+    st, h, b = get(px, "/r", headers={"Range": "bytes=0-1,5-6"})
+    assert st == 200 and b == body and "content-range" not in h, (st, h)
+    # If-Range with the stored ETag: the part; with another one: the whole
+    st, h, b = get(px, "/r", headers={"Range": "bytes=0-3", "If-Range": '"r"'})
+    assert st == 206 and b == body[:4]
+    st, h, b = get(px, "/r", headers={"Range": "bytes=0-3", "If-Range": '"other"'})
+    assert st == 200 and b == body
+    assert o.count("/r") == 1
+
+
+def test_chunked_and_event_stream_responses_are_replayed_with_content_length(env):
+    o = Origin(env)
+    events = [b"data: %d\n\n" % i for i in range(50)]
+    o.paths["/sse"] = lambda req: Reply(headers=[("Cache-Control", "max-age=60"),
+                                                 ("Content-Type", "text/event-stream")],
+                                        chunks=events)
+    o.paths["/chunked"] = lambda req: Reply(headers=[("Cache-Control", "max-age=60")],
+                                            chunks=[b"a" * 100000, b"b" * 7, b"c" * 70000])
+    px = start(env, o)
+    for path, payload in (("/sse", b"".join(events)),
+                          ("/chunked", b"a" * 100000 + b"b" * 7 + b"c" * 70000)):
+        st, h, b = get(px, path)
+        assert st == 200 and b == payload and cs(h) == "accelnet; fwd=miss; stored", h
+        out = raw(px.port, b"GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n"
+                  % (path.encode(), host(px)))
+        st, h, b = parse_response(out)
+        assert st == 200 and b == payload and is_hit(h), h
+        assert h["content-length"] == [str(len(payload))] and "transfer-encoding" not in h, h
+        assert o.count(path) == 1
+
+
+def test_http10_client_gets_a_hit_with_content_length(env):
+    o = Origin(env)
+    o.paths["/x"] = cached(b"for an old client")
+    px = start(env, o)
+    assert get(px, "/x")[0] == 200
+    out = raw(px.port, b"GET /x HTTP/1.0\r\nHost: %s\r\n\r\n" % host(px))
+    st, h, b = parse_response(out)
+    assert st == 200 and b == b"for an old client" and is_hit(h), out
+    assert h["content-length"] == ["17"] and "transfer-encoding" not in h, h
+
+
+def test_http10_client_waiting_on_a_chunked_fill_gets_a_close_delimited_answer(env):
+    o = Origin(env)
+    gate = threading.Event()
+    chunks = [b"first part;", b"second part;", b"end"]
+    o.paths["/s"] = lambda req: Reply(headers=[("Cache-Control", "max-age=60")], chunks=chunks,
+                                      mid_gate=gate)
+    px = start(env, o)
+    try:
+        filler = socket.create_connection(("127.0.0.1", px.port), timeout=30)
+        filler.sendall(b"GET /s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % host(px))
+        wait_until(lambda: o.count("/s") == 1, "the fill at the origin")
+        waiter = socket.create_connection(("127.0.0.1", px.port), timeout=30)
+        waiter.sendall(b"GET /s HTTP/1.0\r\nHost: %s\r\n\r\n" % host(px))
+        # the waiter has its head (and the first part) while the fill is held: it waits on it
+        got = b""
+        while b"first part;" not in got:
+            d = waiter.recv(65536)
+            assert d, got
+            got += d
+    finally:
+        gate.set()
+
+    got = read_all(waiter, got)
+    waiter.close()
+    st, h, b = parse_response(got)
+    assert st == 200 and b == b"".join(chunks), got
+    assert "transfer-encoding" not in h and "content-length" not in h, h  # to the close
+    assert "collapsed" in cs(h), h
+    st, h, b = parse_response(read_all(filler))
+    filler.close()
+    assert st == 200 and b == b"".join(chunks)
+    assert o.count("/s") == 1
+
+
+# --- what is not stored --------------------------------------------------------------------
+
+
+def test_responses_that_may_not_be_stored_go_to_the_origin_every_time(env):
+    o = Origin(env)
+    o.paths["/no-store"] = cached(b"ns", cc="no-store")
+    o.paths["/private"] = cached(b"pv", cc="private, max-age=60")
+    o.paths["/cookie"] = cached(b"ck", ("Set-Cookie", "session=secret"))
+    o.paths["/vary-star"] = cached(b"vs", ("Vary", "*"))
+    px = start(env, o)
+    for path in o.paths:
+        for i in range(3):
+            st, h, b = get(px, path)
+            assert st == 200 and b == o.paths[path](None).body, (path, st)
+            assert not is_hit(h), (path, h)
+            assert "stored" not in cs(h), (path, h)
+        assert o.count(path) == 3, path
+    # a cookie never reaches another client from the cache
+    st, h, b = get(px, "/cookie")
+    assert h["set-cookie"] == ["session=secret"] and o.count("/cookie") == 4
+
+
+def test_authorization_requests_bypass_the_cache_by_default(env):
+    o = Origin(env)
+    o.paths["/auth"] = cached(b"for alice", cc="public, max-age=60")
+    px = start(env, o)
+    for _ in range(2):
+        st, h, b = get(px, "/auth", headers={"Authorization": "Bearer alice"})
+        assert st == 200 and b == b"for alice" and cs(h) == "accelnet; fwd=bypass", h
+    assert o.count("/auth") == 2
+    # nothing was stored by them: a plain request is a miss too
+    st, h, b = get(px, "/auth")
+    assert "fwd=miss" in cs(h) and o.count("/auth") == 3
+
+
+def test_cookies_true_stores_and_replays_set_cookie(env):
+    o = Origin(env)
+    o.paths["/cookie"] = cached(b"ck", ("Set-Cookie", "theme=dark"))
+    px = start(env, o, route_cache="{cookies: true}")
+    get(px, "/cookie")
+    st, h, b = get(px, "/cookie")
+    assert st == 200 and b == b"ck" and is_hit(h) and h["set-cookie"] == ["theme=dark"], h
+    assert o.count("/cookie") == 1
+
+
+def test_vary_accept_encoding_keeps_two_variants_never_crossed(env):
+    o = Origin(env)
+
+    def vary(req):
+        enc = req.headers.get("accept-encoding", "")
+        return Reply(headers=[("Cache-Control", "max-age=60"), ("Vary", "Accept-Encoding")],
+                     body=b"variant for [" + enc.encode() + b"]")
+    o.paths["/v"] = vary
+    px = start(env, o)
+    for i in range(6):
+        enc = ["gzip", "identity"][i % 2]
+        st, h, b = get(px, "/v", headers={"Accept-Encoding": enc})
+        assert st == 200 and b == b"variant for [" + enc.encode() + b"]", (i, b)
+        assert is_hit(h) == (i >= 2), (i, h)
+    assert o.count("/v") == 2
+
+
+# --- the request's Cache-Control -----------------------------------------------------------
+
+
+def test_request_no_cache_and_max_age_0_revalidate_with_the_origin(env):
+    o = Origin(env)
+
+    # Age 5: a request's max-age=0 refuses it (one of age 0 would be acceptable: 5.2.1.1)
+    def etagged(req):
+        hdrs = [("ETag", '"e1"'), ("Cache-Control", "max-age=60"), ("Age", "5")]
+        if req.headers.get("if-none-match") == '"e1"':
+            return Reply(304, hdrs)
+        return Reply(headers=hdrs, body=b"etagged")
+    o.paths["/nc"] = etagged
+    px = start(env, o)
+    assert get(px, "/nc")[2] == b"etagged"
+    for n, hdrs in enumerate(({"Cache-Control": "no-cache"}, {"Cache-Control": "max-age=0"},
+                              {"Pragma": "no-cache"}), 2):
+        st, h, b = get(px, "/nc", headers=hdrs)
+        assert st == 200 and b == b"etagged", (hdrs, st)
+        assert o.count("/nc") == n, (hdrs, o.count("/nc"))
+        assert o.seen[("GET", "/nc")][-1].get("if-none-match") == '"e1"', (hdrs, o.seen)
+        # RFC 9211: a fresh response was there but the request did not allow its use
+        assert cs(h).startswith("accelnet; fwd=request"), (hdrs, h)
+    st, h, b = get(px, "/nc")
+    assert is_hit(h) and b == b"etagged" and o.count("/nc") == 4
+    assert int(h["age"][0]) >= 5, h  # the age the 304 gave (RFC 9111 4.3.4, 4.2.3)
+
+
+def test_only_if_cached_with_nothing_stored_is_504(env):
+    o = Origin(env)
+    px = start(env, o)
+    st, h, b = get(px, "/oic", headers={"Cache-Control": "only-if-cached"})
+    assert st == 504 and o.count("/oic") == 0, st
+    get(px, "/oic")
+    st, h, b = get(px, "/oic", headers={"Cache-Control": "only-if-cached"})
+    assert st == 200 and b == b"/oic" and is_hit(h) and o.count("/oic") == 1
+
+
+def test_max_stale_serves_a_stale_copy(env):
+    o = Origin(env)
+    # stored stale at once: Age 100 past a max-age of 10
+    o.paths["/ms"] = cached(b"old but fine", ("Age", "100"), ("ETag", '"m"'), cc="max-age=10")
+    px = start(env, o)
+    get(px, "/ms")
+    st, h, b = get(px, "/ms", headers={"Cache-Control": "max-stale=600"})
+    assert st == 200 and b == b"old but fine" and hit_ttl(h) < 0 and o.count("/ms") == 1, h
+    st, h, b = get(px, "/ms", headers={"Cache-Control": "max-stale"})  # any staleness
+    assert is_hit(h) and o.count("/ms") == 1, h
+    st, h, b = get(px, "/ms", headers={"Cache-Control": "max-stale=5"})  # not that stale
+    assert not is_hit(h) and o.count("/ms") == 2, h
+    assert o.seen[("GET", "/ms")][-1].get("if-none-match") == '"m"'
+
+
+# --- revalidation and stale serving --------------------------------------------------------
+
+
+def test_revalidation_304_answers_200_with_the_304s_fields_merged(env):
+    o = Origin(env)
+    version = [0]
+
+    def reval(req):
+        version[0] += 1
+        hdrs = [("Cache-Control", "max-age=0"), ("ETag", '"r1"'), ("X-Version", str(version[0]))]
+        if req.headers.get("if-none-match") == '"r1"':
+            return Reply(304, hdrs + [("X-Only-In-304", "yes")])
+        return Reply(headers=hdrs + [("Content-Type", "text/plain")], body=b"the stored body")
+    o.paths["/rv"] = reval
+    px = start(env, o)
+    st, h, b = get(px, "/rv")
+    assert b == b"the stored body" and h["x-version"] == ["1"]
+    for n in (2, 3):
+        st, h, b = get(px, "/rv")
+        assert st == 200 and b == b"the stored body", st
+        assert o.seen[("GET", "/rv")][-1].get("if-none-match") == '"r1"'
+        assert h["x-version"] == [str(n)] and h["x-only-in-304"] == ["yes"], h
+        assert h["content-type"] == ["text/plain"] and h["content-length"] == ["15"], h
+        assert cs(h).startswith("accelnet; fwd=stale; fwd-status=304"), h
+    assert o.count("/rv") == 3
+    # the client's own conditional, revalidated: 304 to the client
+    st, h, b = get(px, "/rv", headers={"If-None-Match": '"r1"'})
+    assert st == 304 and o.count("/rv") == 4, st
+
+
+def _swr_test(env, route_cache, first_cc):
+    o = Origin(env)
+    gate = threading.Event()
+    n = [0]
+
+    def swr(req):
+        n[0] += 1
+        if n[0] == 1:
+            return Reply(headers=[("Cache-Control", first_cc), ("Age", "100"), ("ETag", '"s1"')],
+                         body=b"version 1")
+        return Reply(headers=[("Cache-Control", "max-age=600"), ("ETag", '"s2"')],
+                     body=b"version 2", gate=gate)
+    o.paths["/swr"] = swr
+    px = start(env, o, route_cache=route_cache)
+    try:
+        assert get(px, "/swr")[2] == b"version 1"
+        for _ in range(5):
+            st, h, b = get(px, "/swr")
+            assert st == 200 and b == b"version 1" and hit_ttl(h) < 0, h  # at once, stale
+        wait_until(lambda: o.count("/swr") == 2, "the background refresh at the origin")
+        assert o.seen[("GET", "/swr")][1].get("if-none-match") == '"s1"'
+        for _ in range(5):  # while it is held: still stale, no second refresh
+            st, h, b = get(px, "/swr")
+            assert b == b"version 1" and hit_ttl(h) < 0
+    finally:
+        gate.set()
+    wait_until(lambda: get(px, "/swr")[2] == b"version 2", "the refreshed copy")
+    st, h, b = get(px, "/swr")
+    assert b == b"version 2" and hit_ttl(h) > 0, h
+    assert o.count("/swr") == 2
+
+
+def test_stale_while_revalidate_serves_stale_and_refreshes_once_behind(env):
+    _swr_test(env, "true", "max-age=10, stale-while-revalidate=600")
+
+
+def test_route_stale_while_revalidate_s_serves_stale_and_refreshes_once_behind(env):
+    _swr_test(env, "{stale_while_revalidate_s: 600}", "max-age=10")
+
+
+def _sie_test(env, route_cache, first_cc, served):
+    o = Origin(env)
+    o.paths["/sie"] = cached(b"stale but there", ("Age", "100"), cc=first_cc)
+    px = start(env, o, route_cache=route_cache)
+    assert get(px, "/sie")[2] == b"stale but there"
+    o.paths["/sie"] = lambda req: Reply(503, [("Content-Type", "text/plain")], b"origin down")
+    st, h, b = get(px, "/sie")
+    if served:
+        assert st == 200 and b == b"stale but there", (st, b)
+        assert is_hit(h) and hit_ttl(h) < 0 and cs(h).endswith("; detail=stale-if-error"), h
+    else:
+        assert st == 503 and b == b"origin down" and not is_hit(h), (st, h)
+    assert o.count("/sie") == 2
+    o.close()  # the origin gone entirely: connections refused
+    st, h, b = get(px, "/sie")
+    if served:
+        assert st == 200 and b == b"stale but there", (st, b)
+        assert cs(h).endswith("; detail=stale-if-error"), h
+    else:
+        assert st in (502, 503) and b != b"stale but there", (st, b)
+
+
+def test_stale_if_error_serves_stale_when_the_origin_fails_or_is_gone(env):
+    _sie_test(env, "true", "max-age=10, stale-if-error=600", True)
+
+
+def test_route_stale_if_error_s_serves_stale_when_the_origin_fails_or_is_gone(env):
+    _sie_test(env, "{stale_if_error_s: 600}", "max-age=10", True)
+
+
+def test_must_revalidate_forbids_stale_if_error(env):
+    _sie_test(env, "{stale_if_error_s: 600}", "max-age=10, must-revalidate, stale-if-error=600",
+              False)
+
+
+# --- invalidation --------------------------------------------------------------------------
+
+
+def test_unsafe_methods_answered_2xx_invalidate_and_errors_do_not(env):
+    o = Origin(env)
+    verdict = {}
+
+    def unsafe(req):
+        return Reply(verdict.get(req.method, 200), [("Content-Type", "text/plain")], b"done")
+
+    px = start(env, o)
+    o.paths["/inv"] = lambda req: (unsafe(req) if req.method != "GET" else
+                                   Reply(headers=[("Cache-Control", "max-age=60")], body=b"inv"))
+    get(px, "/inv")
+    gets = 1
+    for method in ("POST", "PUT", "DELETE", "PATCH"):
+        assert is_hit(get(px, "/inv")[1]) and o.count("/inv") == gets
+        for err in (404, 500):  # an error answer: nothing invalidated
+            verdict[method] = err
+            st, h, b = get(px, "/inv", method, body=b"x")
+            assert st == err and cs(h) == "accelnet; fwd=method", (method, st, h)
+            assert is_hit(get(px, "/inv")[1]), (method, err)
+        verdict[method] = 201
+        st, h, b = get(px, "/inv", method, body=b"x")
+        assert st == 201, (method, st)
+        st, h, b = get(px, "/inv")
+        gets += 1
+        assert "fwd=miss" in cs(h) and o.count("/inv") == gets, (method, h)
+
+
+def test_location_and_content_location_of_a_post_are_invalidated(env):
+    o = Origin(env)
+    px = start(env, o)
+    here = f"http://127.0.0.1:{px.port}"  # http.client's Host
+    o.paths["/make"] = lambda req: Reply(201, [("Location", "/items/1"),
+                                               ("Content-Location", here + "/items/2")], b"made")
+    o.paths["/other-host"] = lambda req: Reply(201, [("Location", "http://elsewhere/items/3")],
+                                               b"")
+    for p in ("/items/1", "/items/2", "/items/3"):
+        get(px, p)
+        assert is_hit(get(px, p)[1])
+    assert get(px, "/make", "POST", body=b"{}")[0] == 201
+    assert get(px, "/other-host", "POST", body=b"{}")[0] == 201
+    for p, miss in (("/items/1", True), ("/items/2", True), ("/items/3", False)):
+        st, h, b = get(px, p)
+        assert ("fwd=miss" in cs(h)) == miss, (p, h)
+
+
+# --- inference -----------------------------------------------------------------------------
+
+
+def _inference_origin(env):
+    o = Origin(env)
+    n = collections.Counter()
+
+    def answer(req):
+        n[req.path] += 1
+        return Reply(headers=[("Cache-Control", "max-age=600"), ("Content-Type", "application/json")],
+                     body=json.dumps({"answer": n[req.path], "echo": req.body.decode()}).encode())
+    o.paths["/v1/embeddings"] = answer
+    o.paths["/v1/completions"] = answer
+    return o
+
+
+def post(px, path, body):
+    return request(px.port, "POST", path, body=body, headers={"Content-Type": "application/json"})
+
+
+def test_inference_embeddings_are_keyed_by_canonical_json(env):
+    o = _inference_origin(env)
+    px = start(env, o, route_cache="{inference: true}")
+    st, h, b1 = post(px, "/v1/embeddings", '{"model": "e", "input": ["a", "b"]}')
+    assert st == 200 and cs(h) == "accelnet; fwd=miss; stored", h
+    for body in ('{"input":["a","b"],"model":"e"}', '{ "model" :"e",\n "input":[ "a" , "b" ] }',
+                 '{"model": "\\u0065", "input": ["a", "b"]}'):
+        st, h, b = post(px, "/v1/embeddings", body)
+        assert st == 200 and b == b1 and is_hit(h), (body, h)
+    assert o.count("/v1/embeddings", "POST") == 1
+    st, h, b = post(px, "/v1/embeddings", '{"model": "e", "input": ["a", "c"]}')
+    assert b != b1 and o.count("/v1/embeddings", "POST") == 2
+
+
+def test_inference_completions_cached_only_at_temperature_0(env):
+    o = _inference_origin(env)
+    px = start(env, o, route_cache="{inference: true}")
+    c = "/v1/completions"
+    first = post(px, c, '{"prompt": "p", "temperature": 0}')[2]
+    st, h, b = post(px, c, '{"temperature": 0, "prompt": "p"}')
+    assert b == first and is_hit(h) and o.count(c, "POST") == 1, h
+    # numbers are kept as written (docs/cache.md): 0.0 is another key, cached as well
+    post(px, c, '{"prompt": "p", "temperature": 0.0}')
+    st, h, b = post(px, c, '{"temperature":0.0,"prompt":"p"}')
+    assert is_hit(h) and o.count(c, "POST") == 2, h
+    for i in range(2):
+        st, h, b = post(px, c, '{"prompt": "p", "temperature": 0.7}')
+        assert st == 200 and cs(h) == "accelnet; fwd=bypass", h
+    assert o.count(c, "POST") == 4
+    for bad in ('{"prompt": "p", "temperature": 0', "not json", '[1, 2]',
+                '{"prompt": "p", "prompt": "q", "temperature": 0}'):
+        for i in range(2):
+            st, h, b = post(px, c, bad)
+            assert st == 200 and not is_hit(h) and "stored" not in cs(h), (bad, h)
+    assert o.count(c, "POST") == 4 + 8
+
+
+def test_inference_any_temperature_caches_sampled_completions(env):
+    o = _inference_origin(env)
+    px = start(env, o, route_cache="{inference: true, any_temperature: true}")
+    c = "/v1/completions"
+    first = post(px, c, '{"prompt": "p", "temperature": 0.7}')[2]
+    st, h, b = post(px, c, '{"temperature": 0.7, "prompt": "p"}')
+    assert b == first and is_hit(h) and o.count(c, "POST") == 1
+
+
+# --- coalescing ----------------------------------------------------------------------------
+
+
+def _raise_nofile(n):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < n:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(n, hard), hard))
+
+
+def _herd(px, path, n, head_first, version=b"1.1"):
+    """Send <n> requests for <path> at once, each on its own connection. head_first: return
+    once every one has its response head (all are then on the one fill), with the sockets
+    and what each read so far; else just after sending."""
+    socks = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", px.port), timeout=60)
+        s.sendall(b"GET %s HTTP/%s\r\nHost: %s\r\nConnection: close\r\n\r\n"
+                  % (path.encode(), version, host(px)))
+        socks.append(s)
+    got = [b""] * n
+    if head_first:
+        sel = selectors.DefaultSelector()
+        for i, s in enumerate(socks):
+            s.setblocking(False)
+            sel.register(s, selectors.EVENT_READ, i)
+        waiting = n
+        while waiting:
+            events = sel.select(60)
+            assert events, f"{waiting} of {n} requests have no response head"
+            for key, _ in events:
+                i = key.data
+                d = key.fileobj.recv(65536)
+                assert d, got[i]
+                got[i] += d
+                if b"\r\n\r\n" in got[i]:
+                    sel.unregister(key.fileobj)
+                    waiting -= 1
+        sel.close()
+    return socks, got
+
+
+def _collect(socks, got, parse=True):
+    """Read every socket of a herd to its close: the parsed responses (or, parse False, what
+    each read, in <got>)."""
+    sel = selectors.DefaultSelector()
+    for i, s in enumerate(socks):
+        s.setblocking(False)
+        sel.register(s, selectors.EVENT_READ, i)
+    open_ = len(socks)
+    while open_:
+        events = sel.select(60)
+        assert events, f"{open_} responses unfinished"
+        for key, _ in events:
+            i = key.data
+            try:
+                d = key.fileobj.recv(262144)
+            except ConnectionResetError:
+                d = b""
+            if d:
+                got[i] += d
+            else:
+                sel.unregister(key.fileobj)
+                key.fileobj.close()
+                open_ -= 1
+    sel.close()
+    return [parse_response(g) for g in got] if parse else got
+
+
+def _thousand(env, workers):
+    _raise_nofile(4096)
+    o = Origin(env)
+    gate = threading.Event()
+    body = bytes(i % 251 for i in range(300000))
+    o.paths["/cold"] = lambda req: Reply(headers=[("Cache-Control", "max-age=600")], body=body,
+                                         mid_gate=gate, mid_at=1000)
+    px = start(env, o, workers=workers)
+    try:
+        # the origin holds the response after its first 1000 bytes: every request that has its
+        # head is then streaming the one fill, so when all 1,000 have theirs, all are on it
+        socks, got = _herd(px, "/cold", 1000, head_first=True)
+    finally:
+        gate.set()
+    answers = _collect(socks, got)
+    statuses = collections.Counter(st for st, _, _ in answers)
+    assert statuses == {200: 1000}, statuses
+    assert all(b == body for _, _, b in answers)
+    kinds = collections.Counter(cs(h).split(";")[1].strip() + ("; collapsed" if "collapsed" in cs(h) else "")
+                                for _, h, _ in answers)
+    print(f"  1000 concurrent on {workers} worker(s): origin requests {o.count('/cold')}, "
+          f"Cache-Status {dict(kinds)}")
+    assert o.count("/cold") == 1, o.count("/cold")
+    assert kinds == {"fwd=miss": 1, "fwd=miss; collapsed": 999}, kinds
+    # and afterwards, a hit
+    st, h, b = get(px, "/cold")
+    assert b == body and is_hit(h) and o.count("/cold") == 1
+    return px
+
+
+def test_thousand_concurrent_requests_for_a_cold_key_make_one_origin_request(env):
+    px = _thousand(env, 1)
+    wait_results(px, {"miss": 1, "collapsed": 999, "hit": 1})
+
+
+def test_thousand_concurrent_requests_across_four_workers_make_one_origin_request(env):
+    px = _thousand(env, 4)
+    wait_results(px, {"miss": 1, "collapsed": 999, "hit": 1})
+
+
+def test_herd_held_before_the_head_makes_one_origin_request(env):
+    _raise_nofile(4096)
+    o = Origin(env)
+    gate = threading.Event()
+    o.paths["/held"] = lambda req: Reply(headers=[("Cache-Control", "max-age=600")],
+                                         body=b"held" * 1000, gate=gate)
+    px = start(env, o, route_cache="{wait_ms: 120000}", workers=2)
+    try:
+        socks, got = _herd(px, "/held", 300, head_first=False)
+        wait_until(lambda: o.count("/held") == 1, "the fill at the origin")
+    finally:
+        gate.set()
+    answers = _collect(socks, got)
+    assert all(st == 200 and b == b"held" * 1000 for st, _, b in answers)
+    assert o.count("/held") == 1, o.count("/held")
+
+
+def test_waiters_on_a_fill_that_is_not_stored_go_to_the_origin_themselves(env):
+    o = Origin(env)
+    gate = threading.Event()
+    o.paths["/ns"] = lambda req: Reply(headers=[("Cache-Control", "no-store")],
+                                       body=b"fresh each time" * 100,
+                                       gate=gate if req.headers.get("x-first") else None)
+    px = start(env, o, route_cache="{wait_ms: 120000}", workers=2)
+    first = socket.create_connection(("127.0.0.1", px.port), timeout=60)
+    try:
+        first.sendall(b"GET /ns HTTP/1.1\r\nHost: %s\r\nX-First: 1\r\nConnection: close\r\n\r\n" % host(px))
+        wait_until(lambda: o.count("/ns") == 1, "the fill at the origin")
+        socks, got = _herd(px, "/ns", 50, head_first=False)
+    finally:
+        gate.set()
+    answers = _collect([first] + socks, [b""] + got)
+    for st, h, b in answers:
+        assert st == 200 and b == b"fresh each time" * 100, (st, h)
+    # each went once: the filler, and every waiter itself (none that came after the pass mark
+    # waited at all)
+    assert o.count("/ns") == 51
+
+
+def _failed_fill(env, path, first_reply):
+    """A fill whose origin answer (to the request with X-First) is <first_reply>, held until 50
+    more requests for the key have been sent; every other request gets the whole body. What
+    the first client read, and the 50 others' raw answers."""
+    o = Origin(env)
+    gate = threading.Event()
+    body = b"the real thing" * 100
+    o.paths[path] = lambda req: (first_reply(gate, body) if req.headers.get("x-first") else
+                                 Reply(headers=[("Cache-Control", "max-age=60")], body=body))
+    px = start(env, o, route_cache="{wait_ms: 120000}", workers=2)
+    first = socket.create_connection(("127.0.0.1", px.port), timeout=60)
+    try:
+        first.sendall(b"GET %s HTTP/1.1\r\nHost: %s\r\nX-First: 1\r\nConnection: close\r\n\r\n"
+                      % (path.encode(), host(px)))
+        wait_until(lambda: o.count(path) == 1, "the fill at the origin")
+        socks, got = _herd(px, path, 50, head_first=False)
+    finally:
+        gate.set()
+    mine = read_all(first)
+    first.close()
+    _collect(socks, got, parse=False)
+    return o, px, body, mine, got
+
+
+def test_waiters_on_a_fill_whose_origin_drops_it_go_to_the_origin_themselves(env):
+    o, px, body, mine, got = _failed_fill(
+        env, "/drop", lambda gate, body: Reply(gate=gate, drop=True))
+    # the filler's client: the origin closed without answering (502, or a retry's answer)
+    assert mine.startswith(b"HTTP/1.1 502") or parse_response(mine)[2] == body, mine[:300]
+    for g in got:  # every waiter had not started: each went to the origin and got it whole
+        st, h, b = parse_response(g)
+        assert st == 200 and b == body, (st, h)
+    assert o.count("/drop") >= 2
+    assert get(px, "/drop")[2] == body
+
+
+def test_waiters_on_a_fill_cut_mid_body_get_it_whole_or_visibly_cut(env):
+    def cut(gate, body):
+        return Reply(headers=[("Cache-Control", "max-age=60")], body=body, gate=gate,
+                     mid_at=100, cut=True)
+    o, px, body, mine, got = _failed_fill(env, "/cut", cut)
+    head, _, rest = mine.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and rest == body[:100], mine[:300]
+    # docs/cache.md: waiters that had sent part of their answer are cut as the filler's client
+    # is (their framing says so); those that had not went to the origin and got it whole
+    whole = 0
+    for g in got:
+        try:
+            st, h, b = parse_response(g)
+        except AssertionError:  # cut: what came is the start of the body, and less
+            h, _, part = g.partition(b"\r\n\r\n")
+            assert h.startswith(b"HTTP/1.1 200") and b"Content-Length: %d" % len(body) in h, g
+            assert len(part) < len(body) and body.startswith(part), g[:300]
+            continue
+        assert st == 200 and b == body, (st, h, b[:100])
+        whole += 1
+    print(f"  {whole} of 50 waiters got the whole body from the origin themselves")
+    assert get(px, "/cut")[2] == body
+
+
+# --- the store -----------------------------------------------------------------------------
+
+
+def test_eviction_keeps_the_store_within_its_budget_and_a_hot_object_survives_a_scan(env):
+    o = Origin(env)
+    budget = 256 * 1024
+    px = start(env, o, cache="{memory: 256KiB, shards: 1}")
+    for i in range(200):
+        o.paths[f"/scan/{i}"] = cached(b"s" * 8000)
+    o.paths["/hot"] = cached(b"h" * 8000)
+    get(px, "/hot")
+    for i in range(200):
+        assert get(px, f"/scan/{i}")[0] == 200
+        if i % 4 == 0:
+            st, h, b = get(px, "/hot")
+            assert b == b"h" * 8000 and is_hit(h), (i, h)
+        if i % 20 == 0:
+            assert 0 < metric(px, "accelnet_cache_bytes") <= budget
+    assert o.count("/hot") == 1
+    assert metric(px, "accelnet_cache_evictions_total", reason="space") > 100
+    assert 0 < metric(px, "accelnet_cache_bytes") <= budget
+    # the scan's oldest objects are gone
+    assert "fwd=miss" in cs(get(px, "/scan/0")[1])
+
+
+def test_object_over_max_object_is_relayed_but_not_stored(env):
+    o = Origin(env)
+    big = bytes(i % 253 for i in range(200000))
+    o.paths["/big"] = cached(big)
+    o.paths["/big-chunked"] = lambda req: Reply(headers=[("Cache-Control", "max-age=60")],
+                                                chunks=[big[:100000], big[100000:]])
+    o.paths["/small"] = cached(b"small")
+    px = start(env, o, cache="{memory: 4MiB, max_object: 64KiB}")
+    for path in ("/big", "/big-chunked"):
+        for n in (1, 2):
+            st, h, b = get(px, path)
+            assert st == 200 and b == big and not is_hit(h), (path, h)
+            # a chunked response's length is not known when its head (and Cache-Status) goes
+            # out: "stored" there means its storing began (docs/cache.md)
+            if path == "/big":
+                assert "stored" not in cs(h) and 'detail="too large"' in cs(h), h
+            assert o.count(path) == n
+    get(px, "/small")
+    assert is_hit(get(px, "/small")[1])
+
+
+def test_cache_metrics_count_what_happened(env):
+    o = Origin(env)
+    o.paths["/p"] = cached(b"private", cc="private")
+    o.paths["/e"] = lambda req: Reply(304 if req.headers.get("if-none-match") else 200,
+                                      [("Cache-Control", "max-age=60"), ("ETag", '"e"')], b"e")
+    px = start(env, o)
+    get(px, "/m")                                               # miss
+    get(px, "/m")                                               # hit
+    get(px, "/m", "HEAD")                                       # hit
+    get(px, "/m", headers={"Authorization": "x"})               # bypass
+    get(px, "/m", "DELETE")                                     # method
+    get(px, "/m")                                               # miss
+    get(px, "/p")                                               # miss (not stored)
+    get(px, "/p")                                               # pass
+    get(px, "/e")                                               # miss
+    get(px, "/e", headers={"Cache-Control": "no-cache"})       # request
+    get(px, "/nothing", headers={"Cache-Control": "only-if-cached"})  # nothing: a 504
+    want = {"miss": 4, "hit": 2, "bypass": 1, "method": 1, "pass": 1, "request": 1}
+    wait_results(px, want)
+
+
+# --- corners -------------------------------------------------------------------------------
+
+
+def test_pipelined_hits_on_one_connection_each_get_their_answer(env):
+    o = Origin(env)
+    for p in ("/p1", "/p2", "/p3"):
+        o.paths[p] = cached(p.encode() * 1000)
+        get(px := start(env, o) if p == "/p1" else px, p)
+    reqs = b"".join(b"GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (p, host(px))
+                    for p in (b"/p1", b"/p2", b"/p3", b"/p1", b"/p3", b"/p2"))
+    reqs += b"HEAD /p2 HTTP/1.1\r\nHost: %s\r\n\r\n" % host(px)
+    reqs += b"GET /p1 HTTP/1.1\r\nHost: %s\r\nRange: bytes=3-5\r\nConnection: close\r\n\r\n" % host(px)
+    out = raw(px.port, reqs)
+    want = [b"/p1", b"/p2", b"/p3", b"/p1", b"/p3", b"/p2"]
+    for w in want:
+        head, _, out = out.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200") and b"accelnet; hit" in head, head
+        assert out.startswith(w * 1000), (w, out[:40])
+        out = out[len(w) * 1000:]
+    head, _, out = out.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"Content-Length: 3000" in head, head
+    head, _, out = out.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 206") and out == b"/p1/p1"[3:6], (head, out)
+    assert all(o.count(p) == 1 for p in ("/p1", "/p2", "/p3"))
+
+
+def test_large_hit_to_a_slow_reader_arrives_whole(env):
+    o = Origin(env)
+    big = bytes((i * 7) % 256 for i in range(1536 * 1024))  # under max_object (2MiB here)
+    o.paths["/big"] = cached(big)
+    px = start(env, o)
+    assert get(px, "/big")[2] == big
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(30)
+    s.connect(("127.0.0.1", px.port))
+    s.sendall(b"GET /big HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % host(px))
+    got = b""
+    while True:
+        d = s.recv(3000)  # small reads: the proxy's writes hit a full socket buffer often
+        if not d:
+            break
+        got += d
+    s.close()
+    st, h, b = parse_response(got)
+    assert st == 200 and is_hit(h) and b == big
+    assert o.count("/big") == 1
+
+
+def test_stale_while_revalidate_refresh_answered_304_refreshes_the_copy(env):
+    o = Origin(env)
+    n = [0]
+
+    def swr(req):
+        n[0] += 1
+        if req.headers.get("if-none-match") == '"w"':
+            return Reply(304, [("Cache-Control", "max-age=600"), ("ETag", '"w"'),
+                               ("X-Refreshed", "yes")])
+        return Reply(headers=[("Cache-Control", "max-age=1, stale-while-revalidate=600"),
+                              ("Age", "100"), ("ETag", '"w"')], body=b"same body")
+    o.paths["/w"] = swr
+    px = start(env, o)
+    get(px, "/w")
+    st, h, b = get(px, "/w")
+    assert b == b"same body" and hit_ttl(h) < 0
+    wait_until(lambda: "x-refreshed" in get(px, "/w")[1], "the refreshed head")
+    st, h, b = get(px, "/w")
+    assert st == 200 and b == b"same body" and hit_ttl(h) > 0 and h["x-refreshed"] == ["yes"], h
+    assert o.count("/w") == 2
+
+
+def test_waiters_for_another_vary_variant_get_their_own_answer(env):
+    o = Origin(env)
+    gate = threading.Event()
+
+    def vary(req):
+        lang = req.headers.get("accept-language", "")
+        return Reply(headers=[("Cache-Control", "max-age=60"), ("Vary", "Accept-Language")],
+                     body=b"in " + lang.encode(), gate=gate if lang == "fr" else None)
+    o.paths["/lang"] = vary
+    px = start(env, o, workers=2)
+    socks = []
+    try:
+        for lang in (b"fr", b"de", b"fr", b"en", b"fr"):
+            s = socket.create_connection(("127.0.0.1", px.port), timeout=30)
+            s.sendall(b"GET /lang HTTP/1.1\r\nHost: %s\r\nAccept-Language: %s\r\n"
+                      b"Connection: close\r\n\r\n" % (host(px), lang))
+            socks.append((lang, s))
+            if lang == b"fr" and len(socks) == 1:
+                wait_until(lambda: o.count("/lang") == 1, "the fr fill at the origin")
+    finally:
+        gate.set()
+    for lang, s in socks:
+        st, h, b = parse_response(read_all(s))
+        s.close()
+        assert st == 200 and b == b"in " + lang, (lang, b)
+    for lang in ("fr", "de", "en"):
+        st, h, b = get(px, "/lang", headers={"Accept-Language": lang})
+        assert b == b"in " + lang.encode(), (lang, b)
+
+
+def test_head_and_range_requests_waiting_on_a_fill_get_correct_answers(env):
+    o = Origin(env)
+    gate = threading.Event()
+    body = bytes(range(256)) * 40
+    o.paths["/f"] = lambda req: Reply(headers=[("Cache-Control", "max-age=60")], body=body,
+                                      gate=gate)
+    px = start(env, o, route_cache="{wait_ms: 60000}")
+    first = socket.create_connection(("127.0.0.1", px.port), timeout=30)
+    try:
+        first.sendall(b"GET /f HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % host(px))
+        wait_until(lambda: o.count("/f") == 1, "the fill at the origin")
+        head = socket.create_connection(("127.0.0.1", px.port), timeout=30)
+        head.sendall(b"HEAD /f HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % host(px))
+        rng = socket.create_connection(("127.0.0.1", px.port), timeout=30)
+        rng.sendall(b"GET /f HTTP/1.1\r\nHost: %s\r\nRange: bytes=100-199\r\n"
+                    b"Connection: close\r\n\r\n" % host(px))
+        cond = socket.create_connection(("127.0.0.1", px.port), timeout=30)
+        cond.sendall(b"GET /f HTTP/1.1\r\nHost: %s\r\nIf-None-Match: \"nope\"\r\n"
+                     b"Connection: close\r\n\r\n" % host(px))
+    finally:
+        gate.set()
+    st, h, b = parse_response(read_all(first))
+    assert st == 200 and b == body
+    out = read_all(head)
+    h, _, rest = out.partition(b"\r\n\r\n")
+    assert h.startswith(b"HTTP/1.1 200") and rest == b"", out[:400]
+    assert b"Content-Length: %d" % len(body) in h and b"Transfer-Encoding" not in h, h
+    st, h, b = parse_response(read_all(rng))
+    # a waiter is served the whole answer (docs/cache.md) or, when the fill was done, the part
+    assert (st == 200 and b == body) or (st == 206 and b == body[100:200]), (st, h)
+    st, h, b = parse_response(read_all(cond))
+    assert st == 200 and b == body
+    for s in (first, head, rng, cond):
+        s.close()
+    assert o.count("/f") == 1
