@@ -16,7 +16,8 @@ import socket
 import socketserver
 import threading
 
-from harness import metrics_text, pool_yaml, prom_samples, raw, read_all, request, wait_until
+from harness import (metrics_text, pool_yaml, prom_samples, raw, read_all, read_until, request,
+                     wait_until)
 
 LM = "Tue, 01 Jan 2030 00:00:00 GMT"  # a Last-Modified (in the past of no test: fine for IMS)
 OLD = "Mon, 01 Jan 2024 00:00:00 GMT"
@@ -129,6 +130,9 @@ class Origin:
             daemon_threads = True
             allow_reuse_address = True
             request_queue_size = 1024
+
+            def handle_error(self, request, client_address):
+                pass  # the proxy closing a connection mid-answer is part of some tests
 
         self.server = Server(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
@@ -1148,3 +1152,107 @@ def test_head_and_range_requests_waiting_on_a_fill_get_correct_answers(env):
     for s in (first, head, rng, cond):
         s.close()
     assert o.count("/f") == 1
+
+
+def test_hit_age_counts_the_age_the_origin_gave(env):
+    o = Origin(env)
+    o.paths["/aged"] = cached(b"aged", ("Age", "100"), cc="max-age=600")
+    px = start(env, o)
+    get(px, "/aged")
+    st, h, b = get(px, "/aged")
+    assert is_hit(h) and 100 <= int(h["age"][0]) < 600 and 0 < hit_ttl(h) <= 500, h
+
+
+def test_statuses_other_than_200_are_replayed_as_they_came(env):
+    o = Origin(env)
+    o.paths["/404"] = lambda req: Reply(404, [("Cache-Control", "max-age=60")], b"not here")
+    o.paths["/204"] = lambda req: Reply(204, [("Cache-Control", "max-age=60"), ("X-A", "1")])
+    o.paths["/301"] = lambda req: Reply(301, [("Cache-Control", "max-age=60"),
+                                              ("Location", "/elsewhere")], b"moved")
+    o.paths["/500"] = lambda req: Reply(500, [], b"no freshness, no store")
+    px = start(env, o)
+    for path, status, body in (("/404", 404, b"not here"), ("/204", 204, b""),
+                               ("/301", 301, b"moved")):
+        get(px, path)
+        out = raw(px.port, b"GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n"
+                  % (path.encode(), host(px)))
+        st, h, b = parse_response(out)
+        assert st == status and b == body and is_hit(h), (path, out)
+        if status == 204:
+            assert "content-length" not in h and h["x-a"] == ["1"], h
+        if status == 301:
+            assert h["location"] == ["/elsewhere"], h
+        assert o.count(path) == 1
+    for n in (1, 2):
+        st, h, b = get(px, "/500")
+        assert st == 500 and not is_hit(h) and o.count("/500") == n
+
+
+def test_query_strings_are_distinct_keys(env):
+    o = Origin(env)
+    px = start(env, o)
+    for q in ("/q?a=1", "/q?a=2", "/q", "/q?a=1"):
+        st, h, b = get(px, q)
+        assert b == q.encode(), (q, b)
+    assert o.count("/q?a=1") == 1 and o.count("/q?a=2") == 1 and o.count("/q") == 1
+
+
+def test_status_header_false_leaves_cache_status_out(env):
+    o = Origin(env)
+    px = start(env, o, cache="{memory: 64MiB, status_header: false}")
+    st, h, b = get(px, "/s")
+    assert "cache-status" not in h
+    st, h, b = get(px, "/s")
+    assert "cache-status" not in h and "age" in h and o.count("/s") == 1
+
+
+def test_http11_waiter_follows_a_chunked_stream_as_it_is_generated(env):
+    o = Origin(env)
+    gate = threading.Event()
+    events = [b"data: %d\n\n" % i for i in range(20)]
+    o.paths["/gen"] = lambda req: Reply(headers=[("Cache-Control", "max-age=60"),
+                                                 ("Content-Type", "text/event-stream")],
+                                        chunks=events, mid_gate=gate)
+    px = start(env, o, workers=2)
+    socks = []
+    try:
+        for _ in range(5):
+            s = socket.create_connection(("127.0.0.1", px.port), timeout=30)
+            s.sendall(b"GET /gen HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % host(px))
+            socks.append(s)
+            if len(socks) == 1:
+                wait_until(lambda: o.count("/gen") == 1, "the stream at the origin")
+        # each has the head and the first event while the rest is held
+        early = [read_until(s, lambda got: b"data: 0\n\n" in got) for s in socks]
+    finally:
+        gate.set()
+    for st, h, b in _collect(socks, early):
+        assert st == 200 and b == b"".join(events), (h, b[-40:])
+        assert h["transfer-encoding"] == ["chunked"] and "content-length" not in h, h
+    st, h, b = get(px, "/gen")
+    assert b == b"".join(events) and is_hit(h) and o.count("/gen") == 1
+
+
+def test_hundred_identical_embedding_requests_at_once_make_one_origin_request(env):
+    _raise_nofile(4096)
+    o = Origin(env)
+    gate = threading.Event()
+    o.paths["/v1/embeddings"] = lambda req: Reply(
+        headers=[("Cache-Control", "max-age=600"), ("Content-Type", "application/json")],
+        body=b'{"data": [{"embedding": [0.1, 0.2]}]}', gate=gate)
+    px = start(env, o, route_cache="{inference: true, wait_ms: 60000}", workers=2)
+    socks = []
+    try:
+        for i in range(100):
+            body = b'{"model": "e", "input": "same"}' if i % 2 else b'{"input":"same","model":"e"}'
+            s = socket.create_connection(("127.0.0.1", px.port), timeout=60)
+            s.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json"
+                      b"\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                      % (host(px), len(body), body))
+            socks.append(s)
+        wait_until(lambda: o.count("/v1/embeddings", "POST") >= 1, "the fill at the origin")
+    finally:
+        gate.set()
+    answers = _collect(socks, [b""] * 100)
+    assert all(st == 200 and b == b'{"data": [{"embedding": [0.1, 0.2]}]}' for st, _, b in answers)
+    assert o.count("/v1/embeddings", "POST") == 1
