@@ -80,8 +80,12 @@ static int on_head(struct refresh *r)
 		return err < 0 ? -1 : 1;
 	}
 	if (h.status >= 500 || !cache_fill_start(&r->cfx, r->fill, &h, &req, &why)) {
-		/* not storable or an error: the stored response stays as it is */
+		/* not storable or an error: the stored response stays as it is; the fill ends
+		 * (cache_fill_start ends it when it says no), or it would stay linked, filling,
+		 * for every later revalidation of the key to wait on */
 		log_debug("refresh: status %d not kept (%s)", h.status, why ? why : "error");
+		if (h.status >= 500)
+			cache_fill_end(r->cfx.store, r->fill, 0);
 		cache_obj_put(r->cfx.store, r->fill);
 		r->fill = NULL;
 		return -1;
