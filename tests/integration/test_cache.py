@@ -1291,13 +1291,17 @@ def test_stale_while_revalidate_refresh_that_fails_is_tried_again(env):
             return Reply(503, [], b"busy")
         return Reply(headers=[("Cache-Control", "max-age=600")], body=b"v2")
     o.paths["/f"] = flaky
-    px = start(env, o)
+    px = start(env, o, route_cache="{wait_ms: 2000}")
     get(px, "/f")
     assert get(px, "/f")[2] == b"v1"
     wait_until(lambda: o.count("/f") == 2, "the first refresh (answered 503)")
     # the 503 left the stale copy; a later stale hit starts another refresh, which works
     wait_until(lambda: get(px, "/f")[2] == b"v2", "the second refresh")
     assert o.count("/f") == 3
+    # and the failed refresh left no fill behind for a revalidation to wait on
+    st, h, b = get(px, "/f", headers={"Cache-Control": "no-cache"})
+    assert st == 200 and cs(h).startswith("accelnet; fwd=request"), h
+    assert o.count("/f") == 4
 
 
 def test_head_miss_goes_to_the_origin_and_stores_nothing(env):
