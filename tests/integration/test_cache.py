@@ -1507,3 +1507,60 @@ def test_response_no_cache_is_stored_but_revalidated_every_time(env):
         assert st == 200 and b == b"checked each time" and o.count("/nc") == n
         assert o.seen[("GET", "/nc")][-1].get("if-none-match") == '"n"'
         assert "fwd-status=304" in cs(h), h
+
+
+def test_waiters_on_a_fill_slower_than_wait_ms_go_to_the_origin_themselves(env):
+    o = Origin(env)
+    gate = threading.Event()
+    o.paths["/slow"] = lambda req: Reply(headers=[("Cache-Control", "max-age=60")],
+                                         body=b"slow" if req.headers.get("x-first") else b"own",
+                                         gate=gate if req.headers.get("x-first") else None)
+    px = start(env, o, route_cache="{wait_ms: 200}", workers=2)
+    first = socket.create_connection(("127.0.0.1", px.port), timeout=60)
+    try:
+        first.sendall(b"GET /slow HTTP/1.1\r\nHost: %s\r\nX-First: 1\r\nConnection: close\r\n\r\n"
+                      % host(px))
+        wait_until(lambda: o.count("/slow") == 1, "the fill at the origin")
+        # while the fill is held (past wait_ms), the others give up on it, each once
+        for _ in range(5):
+            st, h, b = get(px, "/slow")
+            assert st == 200 and b == b"own", (st, b)
+            assert 'detail="fill too slow (routes.cache.wait_ms)"' in cs(h), h
+    finally:
+        gate.set()
+    st, h, b = parse_response(read_all(first))
+    first.close()
+    assert st == 200 and b == b"slow"
+    assert o.count("/slow") == 6
+
+
+def test_authorized_true_stores_only_what_rfc_9111_3_5_allows(env):
+    o = Origin(env)
+    o.paths["/pub"] = cached(b"public answer", cc="public, max-age=60")
+    o.paths["/smax"] = cached(b"s-maxage answer", cc="s-maxage=60")
+    o.paths["/plain"] = cached(b"for alice only", cc="max-age=60")
+    px = start(env, o, route_cache="{authorized: true}")
+    auth = {"Authorization": "Bearer alice"}
+    for path, stored in (("/pub", True), ("/smax", True), ("/plain", False)):
+        get(px, path, headers=auth)
+        st, h, b = get(px, path, headers=auth)
+        assert is_hit(h) == stored and o.count(path) == (1 if stored else 2), (path, h)
+    st, h, b = get(px, "/plain")
+    assert b == b"for alice only" and not is_hit(h) and o.count("/plain") == 3, h
+
+
+def test_http10_herd_on_one_fill_gets_content_length_answers(env):
+    _raise_nofile(4096)
+    o = Origin(env)
+    gate = threading.Event()
+    body = bytes(i % 101 for i in range(50000))
+    o.paths["/old"] = lambda req: Reply(headers=[("Cache-Control", "max-age=600")], body=body,
+                                        mid_gate=gate, mid_at=1000)
+    px = start(env, o, workers=2)
+    try:
+        socks, got = _herd(px, "/old", 200, head_first=True, version=b"1.0")
+    finally:
+        gate.set()
+    for st, h, b in _collect(socks, got):
+        assert st == 200 and b == body and h["content-length"] == ["50000"], h
+    assert o.count("/old") == 1
