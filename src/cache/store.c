@@ -608,11 +608,15 @@ size_t cache_purge_match(struct cache_store *s, int (*match)(void *arg, const st
 	for (unsigned i = 0; i < s->conf.shards; i++) {
 		struct shard *sh = &s->shards[i];
 		struct dropped d = {.n = 0};
-		int again;
+		/* the walk goes on from its bucket after each round of drops: the table only
+		 * grows, and growing moves an object of bucket b to b or b + the old size, so
+		 * nothing linked before the purge is passed over */
+		size_t b = 0;
+		int full;
 		do {
-			again = 0;
+			full = 0;
 			pthread_mutex_lock(&sh->lock);
-			for (size_t b = 0; b < sh->nbuckets && !again; b++) {
+			for (; b < sh->nbuckets && !full; b++) {
 				struct cache_obj *o = sh->table[b], *next;
 				for (; o; o = next) {
 					next = o->next;
@@ -623,14 +627,16 @@ size_t cache_purge_match(struct cache_store *s, int (*match)(void *arg, const st
 					d.o[d.n++] = o;
 					n++;
 					if (d.n == sizeof(d.o) / sizeof(d.o[0])) {
-						again = 1;
+						full = 1;
 						break;
 					}
 				}
 			}
+			if (full)
+				b--; /* the bucket it stopped in may hold more */
 			pthread_mutex_unlock(&sh->lock);
 			drop_all(s, &d);
-		} while (again);
+		} while (full);
 	}
 	return n;
 }

@@ -206,8 +206,9 @@ int cache_obj_wait(struct cache_obj *o, struct cache_wait *cw, uint64_t have);
 int cache_obj_unwait(struct cache_obj *o, struct cache_wait *cw);
 
 /*
- * Purge: unlink every object whose key is <key> (all its variants), or begins with
- * <prefix>, or for which <match>(<arg>, object) says 1. Returns how many went.
+ * Purge: unlink every object whose key is <key> (all its variants), or for which
+ * <match>(<arg>, object) says 1 (cache/purge.h has the admin's). Returns how many went.
+ * <match> runs under a shard's lock: it must be cheap and must not call into the store.
  */
 size_t cache_purge_key(struct cache_store *s, const char *key, size_t len);
 size_t cache_purge_match(struct cache_store *s, int (*match)(void *arg, const struct cache_obj *o),

@@ -20,8 +20,19 @@
  * GET /debug/requests (debugreq.h) asks every worker for a snapshot and answers once all
  * have given theirs, or after DEBUG_WAIT_MS with the silent ones named: the main loop polls
  * for the answers on a timer and never blocks.
+ *
+ * POST /cache/purge (uri=, prefix=, tag= or all=1, in the query or a form body: cache/purge.h
+ * reads them and judges each object) unlinks objects from the response cache, on this thread:
+ * the store's shards are locked one at a time, a round of at most a few dozen drops each, so
+ * workers' hits wait at most for one round. It is the one admin request that changes state,
+ * so it is POST only (405 otherwise), and without a token it is refused to browsers (a request
+ * with Origin or Sec-Fetch-Site: any web page can make a browser POST a form to 127.0.0.1,
+ * though it cannot read the answer); with the token, the Authorization header is what a page
+ * cannot send.
  */
 #include "proxy/admin.h"
+#include "cache/purge.h"
+#include "cache/store.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/secret.h"
@@ -43,7 +54,7 @@
 #include <sys/stat.h>
 
 #define ADMIN_MAX_CONNS 256
-#define ADMIN_MAX_BODY 16384 /* nothing here reads a body */
+#define ADMIN_MAX_BODY 16384 /* a purge's form body at most */
 #define TOKEN_MAX 4096
 #define DEBUG_WAIT_MS 500 /* how long /debug/requests waits for the workers' snapshots */
 
@@ -54,6 +65,8 @@ struct admin {
 	struct debugreq_board *debug; /* /debug/requests, or NULL */
 	int has_token;
 	unsigned char token_sha[32]; /* SHA-256 of the token; wiped at stop */
+	const char *tag_field;	     /* cache.tag_header */
+	struct cache_purge purge;    /* the purge being answered (too large for the stack) */
 };
 
 static int sha256(const void *data, size_t len, unsigned char out[32])
@@ -191,14 +204,118 @@ void admin_serve_debug(struct admin *a, struct debugreq_board *b)
 	a->debug = b;
 }
 
+/* --- POST /cache/purge --- */
+
+/* Answer {"error": MSG} with <status> (and extra header lines <headers>). */
+static void admin_json_error(struct hsrv_conn *c, int status, const char *headers, const char *msg)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	if (!f) {
+		hsrv_respond(c, 500, "text/plain", "", "out of memory\n", 14);
+		return;
+	}
+	fputs("{\"error\":", f);
+	json_write_string(f, msg);
+	fputs("}\n", f);
+	fclose(f);
+	hsrv_respond(c, status, "application/json", headers, text, len);
+	free(text);
+}
+
+/* Does <req> come from a web page, by what browsers add to what pages send? */
+static int admin_from_browser(const struct http_head *req)
+{
+	return http_find_header(req, "origin") || http_find_header(req, "sec-fetch-site");
+}
+
+/* Is <req>'s body a form (application/x-www-form-urlencoded, any parameters)? */
+static int admin_body_is_form(const struct http_head *req)
+{
+	static const char form[] = "application/x-www-form-urlencoded";
+	const struct http_header *h = http_find_header(req, "content-type");
+	size_t n = sizeof(form) - 1;
+	return h && h->value.len >= n && strncasecmp(h->value.p, form, n) == 0 &&
+	       (h->value.len == n || h->value.p[n] == ';' || h->value.p[n] == ' ');
+}
+
+static void admin_log_purge(const struct cache_purge *p, size_t n)
+{
+	switch (p->kind) {
+	case CACHE_PURGE_URI:
+	case CACHE_PURGE_PREFIX:
+		log_info("admin: purge by %s (host %.*s, target %.*s): %zu objects gone",
+			 p->kind == CACHE_PURGE_URI ? "uri" : "prefix", (int)p->host_len, p->host,
+			 (int)p->target_len, p->target, n);
+		break;
+	case CACHE_PURGE_TAG:
+		log_info("admin: purge by tag \"%.*s\" (field %s): %zu objects gone",
+			 (int)p->tag_len, p->tag, p->field, n);
+		break;
+	case CACHE_PURGE_ALL:
+		log_info("admin: purge of everything: %zu objects gone", n);
+		break;
+	}
+}
+
+/* POST /cache/purge?PARAMS (or PARAMS as a form body): unlink, answer {"purged": N}. */
+static void admin_purge(struct admin *a, struct hsrv_conn *c, const struct http_head *req,
+			const char *query, size_t qlen, const char *body, size_t body_len)
+{
+	struct cache_purge *p = &a->purge;
+	char err[256], json[64];
+	if (req->meth != HTTP_POST) {
+		admin_json_error(c, 405, "Allow: POST\r\n",
+				 "method not allowed: purge with POST /cache/purge?uri=URI "
+				 "(or prefix=URI, tag=TAG, all=1)");
+		return;
+	}
+	if (!a->has_token && admin_from_browser(req)) {
+		hsrv_close_after(c);
+		admin_json_error(c, 403, "",
+				 "forbidden: without admin.token_file, a purge is refused to "
+				 "browsers (this request has Origin or Sec-Fetch-Site); purge "
+				 "with a tool such as curl, or set a token");
+		return;
+	}
+	if (!a->rt->cache) {
+		admin_json_error(c, 404, "",
+				 "no response cache here: the configuration has no cache: section");
+		return;
+	}
+	if (qlen && body_len) {
+		admin_json_error(c, 400, "",
+				 "give the parameters in the query or in a form body, not both");
+		return;
+	}
+	if (body_len && !admin_body_is_form(req)) {
+		admin_json_error(c, 400, "",
+				 "a body must be a form (Content-Type: "
+				 "application/x-www-form-urlencoded), or give the parameters in "
+				 "the query");
+		return;
+	}
+	int rc = body_len ? cache_purge_parse(p, body, body_len, err, sizeof(err))
+			  : cache_purge_parse(p, query, qlen, err, sizeof(err));
+	if (rc < 0) {
+		admin_json_error(c, 400, "", err);
+		return;
+	}
+	p->field = a->tag_field;
+	p->field_len = strlen(a->tag_field);
+	size_t n = cache_purge_match(a->rt->cache, cache_purge_pred, p);
+	admin_log_purge(p, n);
+	int len = snprintf(json, sizeof(json), "{\"purged\":%zu}\n", n);
+	hsrv_respond(c, 200, "application/json", "Cache-Control: no-store\r\n", json, (size_t)len);
+}
+
 static void admin_on_request(void *arg, struct hsrv_conn *c, const struct http_head *req,
 			     const char *body, size_t body_len)
 {
 	struct admin *a = arg;
 	char *text = NULL;
 	size_t len = 0;
-	(void)body;
-	(void)body_len;
 	if (!a->has_token && !admin_host_is_address(req)) {
 		static const char msg[] = "forbidden: without admin.token_file, name this listener "
 					  "by its address or localhost in Host (a name could be a "
@@ -223,13 +340,20 @@ static void admin_on_request(void *arg, struct hsrv_conn *c, const struct http_h
 		admin_debug_requests(a, c);
 		return;
 	}
+	const char *q = memchr(req->path.p, '?', req->path.len);
+	size_t plen = q ? (size_t)(q - req->path.p) : req->path.len;
+	if (plen == 12 && memcmp(req->path.p, "/cache/purge", 12) == 0) {
+		admin_purge(a, c, req, q ? q + 1 : "", q ? req->path.len - plen - 1 : 0, body,
+			    body_len);
+		return;
+	}
 	int status = http_str_eq(req->path, "/status")		 ? 1
 		     : http_str_eq(req->path, "/metrics")	 ? 2
 		     : http_str_eq(req->path, "/dashboard.json") ? 3
 								 : 0;
 	if (!status || (req->meth != HTTP_GET && req->meth != HTTP_HEAD)) {
-		static const char msg[] = "not found: try /status, /metrics, /dashboard or "
-					  "/debug/requests\n";
+		static const char msg[] = "not found: try /status, /metrics, /dashboard, "
+					  "/debug/requests or POST /cache/purge\n";
 		hsrv_respond(c, 404, "text/plain", "", msg, sizeof(msg) - 1);
 		return;
 	}
@@ -308,6 +432,7 @@ int admin_start(struct loop *loop, const struct conf *conf, struct runtime *rt, 
 	}
 	a->rt = rt;
 	a->loop = loop;
+	a->tag_field = conf->cache.tag_header ? conf->cache.tag_header : "Cache-Tag";
 	if (conf->admin_token_file &&
 	    (rc = admin_load_token(a, conf->admin_token_file, err, errlen)) < 0)
 		goto fail;
