@@ -245,16 +245,16 @@ static void admin_log_purge(const struct cache_purge *p, size_t n)
 	switch (p->kind) {
 	case CACHE_PURGE_URI:
 	case CACHE_PURGE_PREFIX:
-		log_info("admin: purge by %s (host %.*s, target %.*s): %zu objects gone",
+		log_info("admin: purge by %s (host %.*s, target %.*s): purged %zu",
 			 p->kind == CACHE_PURGE_URI ? "uri" : "prefix", (int)p->host_len, p->host,
 			 (int)p->target_len, p->target, n);
 		break;
 	case CACHE_PURGE_TAG:
-		log_info("admin: purge by tag \"%.*s\" (field %s): %zu objects gone",
-			 (int)p->tag_len, p->tag, p->field, n);
+		log_info("admin: purge by tag \"%.*s\" (field %s): purged %zu", (int)p->tag_len,
+			 p->tag, p->field, n);
 		break;
 	case CACHE_PURGE_ALL:
-		log_info("admin: purge of everything: %zu objects gone", n);
+		log_info("admin: purge of everything (all=1): purged %zu", n);
 		break;
 	}
 }

@@ -5,6 +5,7 @@
  * and reads the live atomics, and never blocks a worker. With admin.token_file, every
  * request needs "Authorization: Bearer TOKEN" (else 401). GET /debug/requests (JSON: the
  * exchanges in flight and the slowest recent ones) asks the workers (debugreq.h).
+ * POST /cache/purge unlinks stored responses (cache/purge.h; docs/cache.md, "Purge").
  */
 #ifndef ACCELNET_PROXY_ADMIN_H
 #define ACCELNET_PROXY_ADMIN_H
