@@ -551,6 +551,7 @@ def test_revalidation_304_answers_200_with_the_304s_fields_merged(env):
     # the client's own conditional, revalidated: 304 to the client
     st, h, b = get(px, "/rv", headers={"If-None-Match": '"r1"'})
     assert st == 304 and o.count("/rv") == 4, st
+    wait_results(px, {"miss": 1, "revalidated": 3})
 
 
 def _swr_test(env, route_cache, first_cc):
@@ -583,6 +584,8 @@ def _swr_test(env, route_cache, first_cc):
     st, h, b = get(px, "/swr")
     assert b == b"version 2" and hit_ttl(h) > 0, h
     assert o.count("/swr") == 2
+    got = cache_results(px)
+    assert got["miss"] == 1 and got["stale"] >= 10 and got["hit"] >= 2, got
 
 
 def test_stale_while_revalidate_serves_stale_and_refreshes_once_behind(env):
@@ -611,6 +614,7 @@ def _sie_test(env, route_cache, first_cc, served):
     if served:
         assert st == 200 and b == b"stale but there", (st, b)
         assert cs(h).endswith("; detail=stale-if-error"), h
+        wait_results(px, {"miss": 1, "stale_if_error": 2})
     else:
         assert st in (502, 503) and b != b"stale but there", (st, b)
 
@@ -1564,3 +1568,68 @@ def test_http10_herd_on_one_fill_gets_content_length_answers(env):
     for st, h, b in _collect(socks, got):
         assert st == 200 and b == body and h["content-length"] == ["50000"], h
     assert o.count("/old") == 1
+
+
+def test_inference_post_with_expect_100_continue(env):
+    o = _inference_origin(env)
+    px = start(env, o, route_cache="{inference: true}")
+    body = b'{"model": "e", "input": "continue"}'
+    answers = []
+    for _ in range(2):
+        s = socket.create_connection(("127.0.0.1", px.port), timeout=30)
+        s.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
+                  % (host(px), len(body)))
+        got = read_until(s, lambda g: b"\r\n\r\n" in g)
+        assert got.startswith(b"HTTP/1.1 100"), got
+        s.sendall(body)
+        out = read_all(s, got.split(b"\r\n\r\n", 1)[1])
+        s.close()
+        answers.append(parse_response(out))
+    (st1, h1, b1), (st2, h2, b2) = answers
+    assert st1 == st2 == 200 and b1 == b2 and is_hit(h2), (h1, h2)
+    assert o.count("/v1/embeddings", "POST") == 1
+
+
+def test_streamed_completion_is_cached_and_replayed_whole(env):
+    o = Origin(env)
+    events = [b'data: {"choices": [{"text": "t%d"}]}\n\n' % i for i in range(30)] + [b"data: [DONE]\n\n"]
+    o.paths["/v1/completions"] = lambda req: Reply(
+        headers=[("Cache-Control", "max-age=600"), ("Content-Type", "text/event-stream")],
+        chunks=events)
+    px = start(env, o, route_cache="{inference: true}")
+    req = '{"model": "m", "prompt": "p", "temperature": 0, "stream": true}'
+    st, h, b = post(px, "/v1/completions", req)
+    assert st == 200 and b == b"".join(events) and cs(h) == "accelnet; fwd=miss; stored", h
+    st, h, b = post(px, "/v1/completions", '{"stream": true, "temperature": 0, "prompt": "p", "model": "m"}')
+    assert st == 200 and b == b"".join(events) and is_hit(h), h
+    assert h["content-length"] == [str(len(b))] and h["content-type"] == ["text/event-stream"], h
+    assert o.count("/v1/completions", "POST") == 1
+
+
+def test_filler_client_going_away_cuts_its_followers_visibly(env):
+    o = Origin(env)
+    gate = threading.Event()
+    body = bytes(i % 97 for i in range(400000))
+    o.paths["/gone"] = lambda req: Reply(headers=[("Cache-Control", "max-age=60")], body=body,
+                                         mid_gate=gate if req.headers.get("x-first") else None,
+                                         mid_at=1000)
+    px = start(env, o, workers=2)
+    first = socket.create_connection(("127.0.0.1", px.port), timeout=30)
+    try:
+        first.sendall(b"GET /gone HTTP/1.1\r\nHost: %s\r\nX-First: 1\r\nConnection: close\r\n\r\n"
+                      % host(px))
+        read_until(first, lambda g: b"\r\n\r\n" in g)
+        socks, got = _herd(px, "/gone", 20, head_first=True)
+        first.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        first.close()  # the filler's client goes away (a reset) while the origin holds the rest
+    finally:
+        gate.set()
+    for g in _collect(socks, got, parse=False):
+        h, _, part = g.partition(b"\r\n\r\n")
+        # every follower had started: its answer is cut short of its Content-Length
+        assert h.startswith(b"HTTP/1.1 200") and b"Content-Length: 400000" in h, h
+        assert len(part) < len(body) and body.startswith(part), len(part)
+    st, h, b = get(px, "/gone")  # a new fill, whole
+    assert st == 200 and b == body and not is_hit(h)
+    assert is_hit(get(px, "/gone")[1])
