@@ -218,6 +218,7 @@ static enum run look_up(struct exchange *x, const char *key, size_t klen, const 
 		return exchange_reply(x, 504, "not in the cache (only-if-cached)", 1);
 	if (!can_fill) {
 		x->cstatus = CS_MISS;
+		x->cwhy = rq->no_store ? "no-store" : NULL;
 		return RUN_AGAIN;
 	}
 	if (!(x->cfill = cache_fill_begin(s, key, klen, hash))) {
@@ -265,7 +266,10 @@ enum run caching_stage_lookup(struct exchange *x)
 		x->cstatus = CS_BYPASS;
 		return RUN_AGAIN;
 	}
-	return look_up(x, key, (size_t)klen, h, &rq, h->meth == HTTP_GET);
+	/* a request's no-store keeps its answer out of the store (RFC 9111 5.2.1.5), and out of
+	 * a fill: one would end as a pass marker, and one client could keep any key from being
+	 * cached, for everyone, by asking every pass_s */
+	return look_up(x, key, (size_t)klen, h, &rq, h->meth == HTTP_GET && !rq.no_store);
 }
 
 void caching_note_body(struct exchange *x, const char *body, size_t len)
@@ -342,7 +346,7 @@ enum run caching_stage_serve(struct exchange *x)
 		}
 		klen += snprintf(key + klen, sizeof(key) - (size_t)klen,
 				 " POST %016" PRIx64 "%016" PRIx64, x->canon[0], x->canon[1]);
-		enum run r = look_up(x, key, (size_t)klen, h, &rq, 1);
+		enum run r = look_up(x, key, (size_t)klen, h, &rq, !rq.no_store);
 		if (r != RUN_AGAIN)
 			return r;
 		if (x->cobj && x->hit_kind != HIT_FULL) /* no conditionals on a POST */
