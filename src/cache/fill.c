@@ -29,7 +29,13 @@ int cache_fill_start(struct cache_fill_ctx *c, struct cache_obj *o, const struct
 	cache_control_parse(req, 1, &rq);
 	cache_control_parse(h, 0, &rs);
 	if ((*why = cache_storable(req, &rq, h, &rs, &c->rules))) {
-		cache_fill_pass(c->store, o, now + (int64_t)c->pass_s);
+		/* a request with Authorization (or no-store) says nothing of the answers other
+		 * requests for the key get: no pass marker, which would send them all past the
+		 * cache for pass_s (and let one client keep any key from being cached) */
+		if (rq.no_store || http_find_header(req, "authorization"))
+			cache_fill_end(c->store, o, 0);
+		else
+			cache_fill_pass(c->store, o, now + (int64_t)c->pass_s);
 		return 0;
 	}
 	char head[STORED_HEAD_MAX], vary[VARY_MAX], values[VARY_MAX];

@@ -5,7 +5,9 @@
  * A fill (cache_fill_begin) gets the response head: if RFC 9111 lets it be stored (fresh.h,
  * under the route's rules), its stored head (head.h), freshness, Vary names and the
  * request's values for them go in; if not, the key is marked pass for <pass_s> seconds
- * (store.h CACHE_PASS) so that its requests stop waiting on fills that will not be kept.
+ * (store.h CACHE_PASS) so that its requests stop waiting on fills that will not be kept --
+ * unless the request itself was the reason (its Authorization or no-store): the fill then
+ * just fails, and the key's other requests go on as before.
  * Then body bytes as they come -- a chunked body's payload only, so a stored object is
  * always its plain bytes -- and the end. A 304 to a revalidation fills the object with the
  * stored response's head updated by the 304's fields (RFC 9111 4.3.4) and its body copied.
