@@ -1633,3 +1633,61 @@ def test_filler_client_going_away_cuts_its_followers_visibly(env):
     st, h, b = get(px, "/gone")  # a new fill, whole
     assert st == 200 and b == body and not is_hit(h)
     assert is_hit(get(px, "/gone")[1])
+
+
+def test_invalidation_drops_every_vary_variant(env):
+    o = Origin(env)
+    o.paths["/vi"] = lambda req: (
+        Reply(200, [], b"ok") if req.method != "GET" else
+        Reply(headers=[("Cache-Control", "max-age=60"), ("Vary", "Accept-Language")],
+              body=req.headers.get("accept-language", "").encode()))
+    px = start(env, o)
+    for lang in ("en", "fr", "de"):
+        get(px, "/vi", headers={"Accept-Language": lang})
+        assert is_hit(get(px, "/vi", headers={"Accept-Language": lang})[1])
+    assert get(px, "/vi", "PUT", body=b"new")[0] == 200
+    for lang in ("en", "fr", "de"):
+        st, h, b = get(px, "/vi", headers={"Accept-Language": lang})
+        assert b == lang.encode() and "fwd=miss" in cs(h), (lang, h)
+    assert o.count("/vi") == 6
+
+
+def test_max_object_is_the_largest_body_stored(env):
+    o = Origin(env)
+    o.paths["/at"] = cached(b"a" * 65536)
+    o.paths["/over"] = cached(b"o" * 65537)
+    o.paths["/at-chunked"] = lambda req: Reply(headers=[("Cache-Control", "max-age=60")],
+                                               chunks=[b"c" * 60000, b"c" * 5536])
+    o.paths["/over-chunked"] = lambda req: Reply(headers=[("Cache-Control", "max-age=60")],
+                                                 chunks=[b"c" * 60000, b"c" * 5537])
+    px = start(env, o, cache="{memory: 4MiB, max_object: 64KiB}")
+    for path, stored in (("/at", True), ("/over", False), ("/at-chunked", True),
+                         ("/over-chunked", False)):
+        b1 = get(px, path)[2]
+        st, h, b = get(px, path)
+        assert b == b1 and is_hit(h) == stored, (path, h)
+
+
+def test_a_no_store_request_never_keeps_a_key_from_being_cached_for_others(env):
+    o = Origin(env)
+    px = start(env, o)
+    # a request's no-store: its answer is not stored, and nothing marks the key for others
+    st, h, b = get(px, "/x", headers={"Cache-Control": "no-store"})
+    assert st == 200 and cs(h) == 'accelnet; fwd=miss; detail="no-store"', h
+    st, h, b = get(px, "/x")
+    assert cs(h) == "accelnet; fwd=miss; stored", h
+    assert is_hit(get(px, "/x")[1]) and o.count("/x") == 2
+    # a stored copy still answers a no-store request (5.2.1.5 forbids storing, not serving)
+    assert is_hit(get(px, "/x", headers={"Cache-Control": "no-store"})[1])
+
+
+def test_an_authorized_request_whose_answer_is_not_stored_leaves_the_key_to_others(env):
+    # authorized: true, and an answer that may not be stored for an Authorization request
+    # (not public): the key is not marked for the requests without one
+    o = Origin(env)
+    px2 = start(env, o, route_cache="{authorized: true}")
+    st, h, b = get(px2, "/y", headers={"Authorization": "Bearer x"})
+    assert cs(h) == 'accelnet; fwd=miss; detail="Authorization"', h
+    st, h, b = get(px2, "/y")
+    assert cs(h) == "accelnet; fwd=miss; stored", h
+    assert is_hit(get(px2, "/y")[1]) and o.count("/y") == 2
