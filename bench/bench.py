@@ -7,7 +7,11 @@ Contestants are interleaved over rounds, alternating the order, and figures are 
 median [min-max] over rounds and as ratios to HAProxy in the same round. Nothing here asserts
 a timing: this measures, it does not test.
 
-Usage: bench/run [--quick] [--only 1,2,...] [--obs-rounds N] [--out DIR] [--report results.json]
+Scenarios 10 and 11 (the response cache against nginx proxy_cache, HAProxy's cache and
+Varnish) live in bench/cache.py; `--only cache` runs both.
+
+Usage: bench/run [--quick] [--only 1,2,...|cache] [--obs-rounds N] [--out DIR]
+                 [--report results.json]
 """
 
 import argparse
@@ -1093,6 +1097,7 @@ def versions():
             return "?"
     return {"accelnet": first([ACCELNET, "version"]), "nginx": first(["nginx", "-v"]),
             "haproxy": first(["haproxy", "-v"]), "wrk": first(["wrk", "-v"]),
+            "varnish": first(["varnishd", "-V"]),
             "kernel": platform.release(), "cpus": os.cpu_count(),
             "cpu": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
                          if l.startswith("model name")), "?")}
@@ -1101,7 +1106,8 @@ def versions():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="a smoke check in under 3 minutes")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9", help="scenarios to run, e.g. 1,5")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11",
+                    help="scenarios to run, e.g. 1,5; cache: 10,11")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "out"))
     ap.add_argument("--fleet", metavar="REGEX",
                     help="scenario 6: only the contestants whose names match (for tuning; "
@@ -1123,6 +1129,11 @@ def main():
                     help="scenario 9: loads of the no-sharing control (default as "
                     "--chat-loads; every contestant at 1.6, HAProxy leastconn and accelnet llm "
                     "at the others; empty: none)")
+    ap.add_argument("--caches", default="accelnet,nginx,haproxy,varnish",
+                    help="scenarios 10-11: the caches to run (for tuning; the ratio rows "
+                    "need accelnet)")
+    ap.add_argument("--zipf-requests", type=int,
+                    help="scenario 11: requests replayed (default 200000; --quick: 50000)")
     ap.add_argument("--obs-rounds", type=int,
                     help="scenario 8: rounds (default 7; --quick: 2)")
     ap.add_argument("--report", metavar="RESULTS_JSON",
@@ -1133,6 +1144,8 @@ def main():
             print(render(json.load(f), os.path.dirname(os.path.abspath(a.report))))
         return
     only = set(a.only.split(","))
+    if "cache" in only:
+        only |= {"10", "11"}
     q = a.quick
     if a.baseline:
         PROXIES["accelnet-base"] = functools.partial(start_accelnet,
@@ -1146,6 +1159,7 @@ def main():
            "scenarios": {}, "baseline": a.baseline}
     run = Run()
     t0 = time.monotonic()
+    import cache  # noqa: E402  (scenarios 10-11; it imports this file's helpers)
     try:
         www = os.path.join(run.dir, "www")
         os.makedirs(www)
@@ -1183,6 +1197,10 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
                 a.chat_control_loads if a.chat_control_loads is not None
                 else ([1.6] if q else (a.chat_loads or [0.5, 1.0, 1.6, 2.0])),
                 a.chat, 4 if q else 10, control_all=not q)),
+            ("10", lambda: cache.scenario_hits(run, res, 1 if q else 3, 2 if q else 4,
+                                               a.caches.split(","))),
+            ("11", lambda: cache.scenario_zipf(run, res, a.zipf_requests or
+                                               (50000 if q else None), a.caches.split(","))),
         ]
         for key, fn in steps:
             if key in only:
@@ -1218,10 +1236,17 @@ def baseline_rows(sc):
 
 def render(res, outdir):
     """summary.md and latency.png from a results dict; returns the markdown."""
+    import cache  # noqa: E402
+    SUMMARIZERS.update(cache.SUMMARIZERS)
+    RATIOS.update(cache.RATIOS)
     v = res["versions"]
     md = [f"# accelnet bench {res['date']}{' (quick)' if res['quick'] else ''}", "",
           f"{v['cpu']}, {v['cpus']} CPUs, kernel {v['kernel']}; {v['accelnet']}, {v['nginx']}, "
-          f"{v['haproxy'].split(' - ')[0]}; {res['placement']}; {res['elapsed_s']:.0f} s.", ""]
+          f"{v['haproxy'].split(' - ')[0]}"
+          + (", Varnish " + re.sub(r".*varnish-([0-9.]+).*", r"\1", v.get("varnish", "?"))
+             if "10" in res["scenarios"]
+             or "11" in res["scenarios"] else "")
+          + f"; {res['placement']}; {res['elapsed_s']:.0f} s.", ""]
     for key, sc in sorted(res["scenarios"].items()):
         md += [f"## {key}. {sc['title']}", "", table(*SUMMARIZERS[sc["kind"]](sc)), ""]
         if sc["kind"] == "obs":
@@ -1236,7 +1261,15 @@ def render(res, outdir):
                    f"Issue 14's must-show at 1.6x the all-miss load (goodput: requests answered "
                    f"with their first token within {sc['slo_ms']} ms, per second):", "",
                    table(*chat_check_table(sc)), ""]
-        if sc["kind"] in RATIOS:
+        if sc["kind"] == "cachezipf":
+            md += [cache.notes_zipf(sc), ""]
+        if sc["kind"] in ("cachehit", "cachezipf"):
+            if sc.get("skipped"):
+                md += ["Not run: " + "; ".join(f"{n}: {w}" for n, w in sc["skipped"].items()), ""]
+            md += ["accelnet's figures as ratios to each other cache's" + (
+                   " (median of same-round ratios):" if sc["kind"] == "cachehit" else ":"), "",
+                   table(*RATIOS[sc["kind"]](sc)), ""]
+        elif sc["kind"] in RATIOS:
             md += ["Each figure as a ratio to HAProxy's (" + (
                    "same trace, same load):" if sc["kind"] == "chat" else
                    "median of same-round ratios):"), "",

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install the Debian 12 packages accelnet needs to build, test and fuzz, if any is missing,
-# plus any packages named as arguments (bench/run adds haproxy and gnuplot-nox).
+# plus any packages named as arguments (bench/run adds haproxy, gnuplot-nox and varnish).
 # Run as root (or with sudo). Safe to run again: it installs nothing when all are present.
 set -eu
 
