@@ -170,7 +170,8 @@ def start_nginx(run, origin, memory_mb, max_object_mb, keys_kb=16384):
     enough for every key of scenario 11 (its metadata is outside max_size, as nginx
     defines it), `proxy_cache_lock on` (concurrent misses make one origin request, as
     accelnet and Varnish do by default), freshness from the origin's headers, sendfile on
-    (Debian's default nginx.conf). A master process, because only its cache manager enforces
+    (Debian's default nginx.conf) and open_file_cache (a hit then skips open and fstat of the
+    cache file: 15-20 % less CPU per 2 KiB hit here). A master process, because only its cache manager enforces
     max_size; one worker. `X-Cache-Status` shows HIT or MISS.
 
     max_size is enforced after the fact: while the cache is under it, the cache manager
@@ -191,7 +192,7 @@ worker_rlimit_nofile {NOFILE};
 error_log {d}/error.log crit; pid {d}/nginx.pid;
 events {{ worker_connections {NOFILE - 50}; }}
 http {{
-    access_log off; sendfile on;
+    access_log off; sendfile on; open_file_cache max=10000 inactive=60s;
     client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d};
     uwsgi_temp_path {d}; scgi_temp_path {d};
     keepalive_requests 10000000; keepalive_timeout 300s;
