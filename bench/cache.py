@@ -174,8 +174,8 @@ def start_nginx(run, origin, memory_mb, max_object_mb, keys_kb=16384, open_files
     fstat of the cache file: 15-20 % less CPU per 2 KiB hit here). Not in scenario 11: the
     descriptors it holds keep evicted files' pages in memory, beyond the budget, and with it
     nginx at the budget (keys_zone below) went to the origin 19 % less often (77,156 times
-    against 94,739-94,782) than without. A master process, because only its cache manager enforces
-    max_size; one worker. `X-Cache-Status` shows HIT or MISS.
+    against 94,739-94,782) than without. A master process, because only its cache manager
+    enforces max_size; one worker. `X-Cache-Status` shows HIT or MISS.
 
     max_size is enforced after the fact: while the cache is under it, the cache manager
     sleeps until the least recently used entry's `inactive` time, at most 10 s
