@@ -152,13 +152,19 @@ def start_accelnet(run, origin, memory_mb, max_object_mb):
                    "--log-level", "error"], port, name="accelnet-cache")
 
     def stats():
+        """accelnet_route_cache_total by result: answered from the store (hit, stale,
+        collapsed: a waiter served from another request's fill, as Varnish counts its
+        waiters' hits) and sent on as a miss; accelnet_cache_* as they are."""
         text = urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics",
                                       timeout=5).read().decode()
-        out = {}
-        for m in re.finditer(r"^accelnet_cache_(\w+?)(?:_total)?(?:\{[^}]*\})? ([0-9.e+]+)$",
+        by = {}
+        for m in re.finditer(r'^accelnet_route_cache_total\{[^}]*result="(\w+)"[^}]*\} (\d+)$',
                              text, re.M):
-            out[m.group(1)] = out.get(m.group(1), 0) + float(m.group(2))
-        return {"hits": out.get("hits"), "misses": out.get("misses"), "all": out}
+            by[m.group(1)] = by.get(m.group(1), 0) + int(m.group(2))
+        store = {m.group(1): float(m.group(2)) for m in re.finditer(
+            r"^(accelnet_cache_\w+)(?:\{[^}]*\})? ([0-9.e+]+)$", text, re.M)}
+        return {"hits": sum(by.get(k, 0) for k in ("hit", "stale", "collapsed")),
+                "misses": by.get("miss", 0), "results": by, "store": store}
     p.stats = stats
     p.is_hit = lambda h: "hit" in [x.strip() for x in h.get("cache-status", "").split(";")[1:]]
     return p, port
