@@ -161,8 +161,9 @@ def start_accelnet(run, origin, memory_mb, max_object_mb):
         for m in re.finditer(r'^accelnet_route_cache_total\{[^}]*result="(\w+)"[^}]*\} (\d+)$',
                              text, re.M):
             by[m.group(1)] = by.get(m.group(1), 0) + int(m.group(2))
-        store = {m.group(1): float(m.group(2)) for m in re.finditer(
-            r"^(accelnet_cache_\w+)(?:\{[^}]*\})? ([0-9.e+]+)$", text, re.M)}
+        store = {}
+        for m in re.finditer(r"^(accelnet_cache_\w+)(?:\{[^}]*\})? ([0-9.e+]+)$", text, re.M):
+            store[m.group(1)] = store.get(m.group(1), 0) + float(m.group(2))
         return {"hits": sum(by.get(k, 0) for k in ("hit", "stale", "collapsed")),
                 "misses": by.get("miss", 0), "results": by, "store": store}
     p.stats = stats
