@@ -165,7 +165,9 @@ def start_accelnet(run, origin, memory_mb, max_object_mb):
         for m in re.finditer(r"^(accelnet_cache_\w+)(?:\{[^}]*\})? ([0-9.e+]+)$", text, re.M):
             store[m.group(1)] = store.get(m.group(1), 0) + float(m.group(2))
         return {"hits": sum(by.get(k, 0) for k in ("hit", "stale", "collapsed")),
-                "misses": by.get("miss", 0), "results": by, "store": store}
+                "misses": by.get("miss", 0), "results": by, "store": store,
+                "objects": store.get("accelnet_cache_objects"),
+                "bytes": store.get("accelnet_cache_bytes")}
     p.stats = stats
     p.is_hit = lambda h: "hit" in [x.strip() for x in h.get("cache-status", "").split(";")[1:]]
     return p, port
@@ -305,7 +307,8 @@ backend default {{ .host = "127.0.0.1"; .port = "{origin}"; }}
     def stats():
         out = subprocess.run(["varnishstat", "-n", d, "-1", "-j", "-f", "MAIN.cache_hit",
                               "-f", "MAIN.cache_miss", "-f", "MAIN.backend_req",
-                              "-f", "MAIN.n_lru_nuked"], capture_output=True, text=True,
+                              "-f", "MAIN.n_lru_nuked", "-f", "MAIN.n_object",
+                              "-f", "SMA.s0.g_bytes"], capture_output=True, text=True,
                              timeout=10)
         j = json.loads(out.stdout)
         c = j.get("counters", j)
@@ -313,7 +316,8 @@ backend default {{ .host = "127.0.0.1"; .port = "{origin}"; }}
         def v(k):
             return c.get(k, {}).get("value")
         return {"hits": v("MAIN.cache_hit"), "misses": v("MAIN.cache_miss"),
-                "evicted": v("MAIN.n_lru_nuked")}
+                "evicted": v("MAIN.n_lru_nuked"), "objects": v("MAIN.n_object"),
+                "bytes": v("SMA.s0.g_bytes")}
     p.stats = stats
     p.is_hit = lambda h: len(h.get("x-varnish", "").split()) == 2
     return p, port
@@ -531,6 +535,9 @@ def scenario_zipf(run, res, requests=None, names=CACHES):
         r["rss_kb"] = tree_rss_kb(p.pid)
         if sampler:
             r["store_peak_kb"], r["store_end_kb"], r["objects_end"] = sampler.stop()
+        elif r["stats"] and r["stats"].get("bytes") is not None:
+            r["store_end_kb"] = r["stats"]["bytes"] / 1024
+            r["objects_end"] = r["stats"]["objects"]
         results[name] = r
         stop_all(run, procs)
     run.stop(origin)
@@ -554,11 +561,13 @@ def summarize_zipf(sc):
                      f"{100 * own / n:.1f} %" if own is not None else "-",
                      f"{r['ok'] / r['wall_s']:.0f}", f"{r['cpu_s'] * 1e6 / n:.1f}",
                      f"{r['rss_kb'] / 1024:.0f}",
-                     f"{r['store_peak_kb'] / 1024:.0f} / {r['objects_end']:,}"
-                     if "store_peak_kb" in r else "-"])
+                     f"{r['store_end_kb'] / 1024:.0f} / {int(r['objects_end']):,}"
+                     if "store_end_kb" in r else "-",
+                     f"{r['store_peak_kb'] / 1024:.0f}" if "store_peak_kb" in r else "-"])
     return (["cache", "answered 200", "other", "origin requests",
              "answered without the origin", "own hit counter", "req/s", "CPU µs/req",
-             "RSS MiB", "cache files: peak MiB / objects at the end"], rows)
+             "RSS MiB", "store at the end: MiB / objects", "nginx: peak MiB of its files"],
+            rows)
 
 
 def ratios_zipf(sc):
@@ -578,7 +587,8 @@ def notes_zipf(sc):
             f"({100 * (1 - floor / z['requests']):.1f} % the most answered without the "
             "origin). nginx enforces max_size from its cache manager, which sleeps up to 10 s "
             "while the cache is under it: its store outgrows the budget (the last column: "
-            "tmpfs pages of its cache directory, sampled every 0.25 s). \"nginx keys_zone\" "
+            "tmpfs pages of its cache directory, sampled every 0.25 s; HAProxy's store is "
+            "its fixed total-max-size). \"nginx keys_zone\" "
             f"is nginx with a keys_zone of {sc['nginx_keys_kb']} KiB, about as many keys "
             f"({sc['nginx_fit']:,}) as {z['memory_mb']} MiB holds objects, which it enforces "
             "at once: nginx at the budget.")
