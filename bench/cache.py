@@ -329,6 +329,15 @@ NGINX_KEY_BYTES = 128  # a keys_zone entry: "one megabyte zone can store about 8
 NGINX_FILE_HEADER = 600  # bytes before the body in a cache file (header, key, response head)
 
 
+def alive(p, name):
+    """Raise, with the end of its log, if the cache under test has died."""
+    if p.poll() is None:
+        return
+    with open(p.log_path, errors="replace") as f:
+        tail = f.read()[-2000:]
+    raise RuntimeError(f"{name} exited with {p.returncode} during the run; its log ends:\n{tail}")
+
+
 def start_caches(run, origin, memory_mb, max_object_mb, names, starters=STARTERS):
     out, skipped = {}, {}
     for name in names:
@@ -386,6 +395,7 @@ def scenario_hits(run, res, rounds, seconds, names=CACHES):
                 c0 = tree_cpu_s(p.pid)
                 w = wrk(port, path, seconds, conns)
                 c1 = tree_cpu_s(p.pid)
+                alive(p, name)
                 s1 = p.stats()
                 w["origin_requests"] = origin_count(origin.access_log, needle) - o0
                 w["rps"] = w["requests"] / (w["duration_us"] / 1e6)
@@ -531,6 +541,7 @@ def scenario_zipf(run, res, requests=None, names=CACHES):
         r = replay(port, pfile, len(paths), z["conns"])
         r["cpu_s"] = tree_cpu_s(p.pid) - c0
         r["origin_requests"] = origin_count(origin.access_log, b" /z/") - o0
+        alive(p, name)
         r["stats"] = p.stats()
         r["rss_kb"] = tree_rss_kb(p.pid)
         if sampler:
