@@ -421,11 +421,12 @@ def summarize_hits(sc):
             w = s["warm"][name]
             rows.append([label, name, spread([x["rps"] for x in rounds], "{:.0f}"),
                          spread([x["cpu_us_per_req"] for x in rounds], "{:.1f}"),
+                         spread([x["cpu_us_per_req"] * x["rps"] / 1e4 for x in rounds], "{:.0f}"),
                          str(sum(x["errors"] + x["non2xx"] for x in rounds)),
                          str(sum(x["origin_requests"] for x in rounds)),
                          "yes" if w["second_is_hit"] else "NO",
                          f"{rounds[-1]['rss_kb'] / 1024:.0f}" if rounds else "-"])
-    return (["object", "cache", "hits/s", "CPU µs/hit", "errors",
+    return (["object", "cache", "hits/s", "CPU µs/hit", "its CPU busy %", "errors",
              "origin requests while measured", "hit marker after warm-up", "RSS MiB"], rows)
 
 
