@@ -114,6 +114,8 @@ class Run:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
+        for d in getattr(self, "shm_dirs", []):  # nginx's cache directories (bench/cache.py)
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def proc_cpu_s(pid):
