@@ -268,13 +268,15 @@ static unsigned forward_tls_fields(const struct exchange *x, struct rewrite_fiel
 }
 
 /* A cache fill asks the backend for the whole response: the client's conditionals and
- * Range stay behind (the cache answers them), and a revalidation sends the stored
- * response's validators instead. <etag> and <lm> hold them. Returns how many fields. */
+ * Range stay behind (the cache answers them), and a revalidation -- with a fill or without
+ * (a HEAD, a no-store request) -- sends the stored response's validators instead: a 304
+ * must be about the stored copy, which then answers. <etag> and <lm> hold them. Returns how
+ * many fields. */
 static unsigned forward_cache_fields(const struct exchange *x, struct rewrite_field *f, char *etag,
 				     char *lm, size_t cap)
 {
-	const struct cache_obj *o = x->cfill ? x->cstale : x->swr ? x->cobj : NULL;
-	if (!x->cfill && !x->swr)
+	const struct cache_obj *o = x->cstale ? x->cstale : x->swr ? x->cobj : NULL;
+	if (!x->cfill && !x->cstale && !x->swr)
 		return 0;
 	etag[0] = lm[0] = '\0';
 	if (o && o->etag_len && o->etag_len < cap)
