@@ -1691,3 +1691,29 @@ def test_an_authorized_request_whose_answer_is_not_stored_leaves_the_key_to_othe
     st, h, b = get(px2, "/y")
     assert cs(h) == "accelnet; fwd=miss; stored", h
     assert is_hit(get(px2, "/y")[1]) and o.count("/y") == 2
+
+
+def test_a_revalidation_without_a_fill_never_passes_off_the_old_copy(env):
+    o = Origin(env)
+    version = [b"old"]
+
+    def changing(req):
+        tag = b'"' + version[0] + b'"'
+        if req.headers.get("if-none-match", "").encode() == tag:
+            return Reply(304, [("ETag", tag.decode()), ("Cache-Control", "max-age=0")])
+        return Reply(headers=[("ETag", tag.decode()), ("Cache-Control", "max-age=0")],
+                     body=b"body " + version[0])
+    o.paths["/v"] = changing
+    px = start(env, o)
+    assert get(px, "/v")[2] == b"body old"  # stored, stale at once (max-age=0)
+    version[0] = b"new"
+    # requests that revalidate without filling (HEAD; a no-store GET), conditional on the
+    # version the client has, which is the origin's current one: the origin's 304 is about
+    # that, never about the stored old copy
+    for method, hdrs in (("GET", {"Cache-Control": "no-store", "If-None-Match": '"new"'}),
+                         ("HEAD", {"If-None-Match": '"new"'})):
+        st, h, b = get(px, "/v", method, headers=hdrs)
+        assert b != b"body old" and h.get("etag") == ['"new"'], (method, st, h, b)
+        assert st in (200, 304), st
+    st, h, b = get(px, "/v")
+    assert b == b"body new"
