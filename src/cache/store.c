@@ -221,27 +221,24 @@ static int charge(struct cache_store *s, struct cache_obj *o, uint64_t n)
 	struct shard *sh = &s->shards[o->shard];
 	struct dropped d = {.n = 0};
 	int err;
-	if (n > sh->budget)
-		return -EFBIG;
 	for (;;) {
 		pthread_mutex_lock(&sh->lock);
 		if (!o->linked) { /* evicted or replaced meanwhile: readers only, uncounted */
 			pthread_mutex_unlock(&sh->lock);
 			return 0;
 		}
-		err = make_room(sh, n, &d);
+		err = n > sh->budget ? -EFBIG : make_room(sh, n, &d);
 		if (!err) {
 			sh->bytes += n;
 			o->charged += n;
+		} else if (err == -EFBIG) {
+			sh->too_big++;
 		}
 		pthread_mutex_unlock(&sh->lock);
 		drop_all(s, &d);
 		if (err != -EAGAIN)
-			break;
+			return err;
 	}
-	if (err)
-		sh->too_big++; /* a racy count is fine: it is a statistic */
-	return err;
 }
 
 struct cache_obj *cache_lookup(struct cache_store *s, const char *key, size_t len, uint64_t hash,
