@@ -656,18 +656,26 @@ size_t cache_purge_key(struct cache_store *s, const char *key, size_t len)
 	struct dropped d = {.n = 0};
 	struct key_arg k = {key, len};
 	size_t n = 0;
-	pthread_mutex_lock(&sh->lock);
-	for (struct cache_obj *o = sh->table[bucket_of(sh, hash)], *next; o; o = next) {
-		next = o->next;
-		if (o->hash != hash || !match_key(&k, o) || d.n == sizeof(d.o) / sizeof(d.o[0]))
-			continue;
-		unlink_locked(sh, o);
-		sh->evicted_purge++;
-		d.o[d.n++] = o;
-		n++;
-	}
-	pthread_mutex_unlock(&sh->lock);
-	drop_all(s, &d);
+	int again;
+	do { /* as many rounds as it takes to drop them all, 32 at a time */
+		again = 0;
+		pthread_mutex_lock(&sh->lock);
+		for (struct cache_obj *o = sh->table[bucket_of(sh, hash)], *next; o; o = next) {
+			next = o->next;
+			if (o->hash != hash || !match_key(&k, o))
+				continue;
+			if (d.n == sizeof(d.o) / sizeof(d.o[0])) {
+				again = 1;
+				break;
+			}
+			unlink_locked(sh, o);
+			sh->evicted_purge++;
+			d.o[d.n++] = o;
+			n++;
+		}
+		pthread_mutex_unlock(&sh->lock);
+		drop_all(s, &d);
+	} while (again);
 	return n;
 }
 
