@@ -539,24 +539,39 @@ struct cache_obj *cache_replace_head(struct cache_store *s, struct cache_obj *ol
 	atomic_store_explicit(&o->state, CACHE_COMPLETE, memory_order_relaxed);
 	struct shard *sh = &s->shards[o->shard];
 	struct dropped d = {.n = 0};
-	uint64_t size = hlen + o->key_len + sizeof(*o) + cache_obj_body_len(body);
-	pthread_mutex_lock(&sh->lock);
-	if (old->linked) {
-		unlink_locked(sh, old);
-		sh->evicted_replaced++;
-		d.o[d.n++] = old;
+	uint64_t size = hlen + o->key_len + o->vary_len + o->vary_values_len + sizeof(*o) +
+			cache_obj_body_len(body);
+	int err, linked = 0;
+	for (;;) {
+		pthread_mutex_lock(&sh->lock);
+		if (!linked) { /* in the old one's place at once */
+			if (old->linked) {
+				unlink_locked(sh, old);
+				sh->evicted_replaced++;
+				d.o[d.n++] = old;
+			}
+			link_locked(sh, o);
+			linked = 1;
+		} else if (!o->linked) { /* purged or replaced while room was made */
+			err = 0;
+			break;
+		}
+		err = size > sh->budget ? -EFBIG : make_room(sh, size, &d);
+		if (err != -EAGAIN)
+			break;
+		pthread_mutex_unlock(&sh->lock);
+		drop_all(s, &d);
 	}
-	link_locked(sh, o);
-	if (size <= sh->budget && make_room(sh, size, &d) == 0) {
+	if (o->linked && !err) {
 		sh->bytes += size;
 		o->charged = size;
 		o->ev.size = size;
 		sh->ev.ops->insert(&sh->ev, &o->ev);
 		o->in_policy = 1;
-	} else { /* no room: served to this request, not kept */
+	} else if (o->linked) { /* no room: served to this request, not kept */
 		unlink_locked(sh, o);
-		d.o[d.n++] = o;
-		cache_obj_get(o);
+		sh->too_big++;
+		d.o[d.n++] = o; /* the store's reference; the caller keeps its own */
 	}
 	pthread_mutex_unlock(&sh->lock);
 	drop_all(s, &d);
