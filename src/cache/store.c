@@ -494,24 +494,60 @@ void cache_fill_end(struct cache_store *s, struct cache_obj *o, int ok)
 	drop_all(s, &d);
 }
 
+/* Unlink the pass markers of <o>'s key other than <o> (its shard's lock held). */
+static void drop_old_markers(struct shard *sh, struct cache_obj *o, struct dropped *d)
+{
+	for (struct cache_obj *p = sh->table[bucket_of(sh, o->hash)], *next; p; p = next) {
+		next = p->next;
+		if (p == o || p->hash != o->hash || p->key_len != o->key_len ||
+		    memcmp(p->key, o->key, o->key_len) != 0 || cache_obj_state(p) != CACHE_PASS ||
+		    d->n == sizeof(d->o) / sizeof(d->o[0]))
+			continue;
+		unlink_locked(sh, p);
+		sh->evicted_replaced++;
+		d->o[d->n++] = p;
+	}
+}
+
 void cache_fill_pass(struct cache_store *s, struct cache_obj *o, int64_t until)
 {
 	struct shard *sh = &s->shards[o->shard];
+	/* A marker is counted as any object is (what it holds, and at least itself and its
+	 * key), so that the markers of keys never asked again go when room is needed: uncounted,
+	 * a stream of responses that may not be stored would grow the store without end. */
+	uint64_t least = sizeof(*o) + o->key_len;
+	struct dropped d = {.n = 0};
 	o->pass_until = until;
-	pthread_mutex_lock(&sh->lock);
-	if (o->linked) {
-		/* what it holds of a body goes; the marker stays small */
-		sh->bytes -= o->charged;
-		o->charged = 0;
-		o->ev.size = 0;
+	for (;;) {
+		pthread_mutex_lock(&sh->lock);
+		if (!o->linked || o->in_policy)
+			break;
+		uint64_t need = o->charged < least ? least - o->charged : 0;
+		int err = make_room(sh, need, &d);
+		if (err == -EAGAIN) {
+			pthread_mutex_unlock(&sh->lock);
+			drop_all(s, &d);
+			continue;
+		}
+		if (err) { /* no room even for a marker: none is kept */
+			unlink_locked(sh, o);
+			d.o[d.n++] = o;
+			break;
+		}
+		sh->bytes += need;
+		o->charged += need;
+		drop_old_markers(sh, o, &d); /* this one says what they said */
+		o->ev.size = o->charged;
 		sh->ev.ops->insert(&sh->ev, &o->ev);
 		o->in_policy = 1;
+		break;
 	}
 	pthread_mutex_unlock(&sh->lock);
 	pthread_mutex_lock(&o->lock);
 	atomic_store_explicit(&o->state, CACHE_PASS, memory_order_release);
 	wake_waiters(o);
 	pthread_mutex_unlock(&o->lock);
+	drop_all(s, &d);
 }
 
 struct cache_obj *cache_replace_head(struct cache_store *s, struct cache_obj *old, const char *head,

@@ -20,8 +20,9 @@
  * it is unlinked at once and freed when the last reader lets go.
  *
  * Memory: a shard's budget is cache.memory / shards; it counts the bytes of its linked
- * objects, complete or filling. A fill that would pass the budget evicts complete objects
- * first; an object larger than cache.max_object (or than a shard's budget) is not stored.
+ * objects, complete, filling or pass markers. A fill that would pass the budget evicts
+ * complete objects and markers first; an object larger than cache.max_object (or than a
+ * shard's budget) is not stored.
  * What readers still hold of unlinked objects is outside the count for the moment it takes
  * them to finish.
  */
@@ -163,7 +164,8 @@ int cache_fill_head(struct cache_store *s, struct cache_obj *o, const char *head
 int cache_fill_body(struct cache_store *s, struct cache_obj *o, const char *p, size_t n);
 /* The fill ended: whole (<ok>) or not. Readers are notified; a failed object is unlinked. */
 void cache_fill_end(struct cache_store *s, struct cache_obj *o, int ok);
-/* The response may not be stored: mark the key so for <seconds> (requests skip waiting). */
+/* The response may not be stored: mark the key so until <until> (seconds; requests skip
+ * waiting). The marker is counted and evicted as objects are; it replaces the key's older. */
 void cache_fill_pass(struct cache_store *s, struct cache_obj *o, int64_t until);
 
 /*
