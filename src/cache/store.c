@@ -397,7 +397,7 @@ int cache_fill_head(struct cache_store *s, struct cache_obj *o, const char *head
 	int err = charge(s, o, hlen + o->key_len + vlen + vvlen + sizeof(*o));
 	if (err)
 		return err;
-	if (total != UINT64_MAX && total) { /* one segment holds it all */
+	if (total != UINT64_MAX && total && total <= UINT32_MAX) { /* one segment holds it all */
 		if ((err = charge(s, o, total)) < 0)
 			return err;
 		struct cache_seg *g = malloc(sizeof(*g) + total);
@@ -418,8 +418,8 @@ int cache_fill_head(struct cache_store *s, struct cache_obj *o, const char *head
 int cache_fill_body(struct cache_store *s, struct cache_obj *o, const char *p, size_t n)
 {
 	uint64_t have = atomic_load_explicit(&o->body_len, memory_order_relaxed);
-	if (have + n > s->conf.max_object || (o->total != UINT64_MAX && have + n > o->total))
-		return -EFBIG;
+	if (n > s->conf.max_object - have || (o->total != UINT64_MAX && n > o->total - have))
+		return -EFBIG; /* (have is at most both) */
 	size_t left = n;
 	while (left) {
 		struct cache_seg *g = o->last;
