@@ -403,10 +403,11 @@ int cache_fill_head(struct cache_store *s, struct cache_obj *o, const char *head
 		struct cache_seg *g = malloc(sizeof(*g) + total);
 		if (!g)
 			return -ENOMEM;
-		g->next = NULL;
-		g->len = 0;
+		atomic_init(&g->next, NULL);
+		atomic_init(&g->len, 0);
 		g->cap = (uint32_t)total;
-		o->first = o->last = g;
+		atomic_store_explicit(&o->first, g, memory_order_relaxed);
+		o->last = g;
 	}
 	pthread_mutex_lock(&o->lock);
 	atomic_store_explicit(&o->has_head, 1, memory_order_release);
@@ -433,18 +434,17 @@ int cache_fill_body(struct cache_store *s, struct cache_obj *o, const char *p, s
 			struct cache_seg *ng = malloc(sizeof(*ng) + cap);
 			if (!ng)
 				return -ENOMEM;
-			ng->next = NULL;
-			ng->len = 0;
+			atomic_init(&ng->next, NULL);
+			atomic_init(&ng->len, 0);
 			ng->cap = cap;
-			if (g)
-				g->next = ng; /* linked before its bytes are published */
-			else
-				o->first = ng;
+			/* linked before its bytes are published (body_len, release) */
+			atomic_store_explicit(g ? &g->next : &o->first, ng, memory_order_relaxed);
 			o->last = g = ng;
 		}
-		size_t k = g->cap - g->len < left ? g->cap - g->len : left;
-		memcpy(g->data + g->len, p, k);
-		g->len += (uint32_t)k;
+		uint32_t len = atomic_load_explicit(&g->len, memory_order_relaxed);
+		size_t k = g->cap - len < left ? g->cap - len : left;
+		memcpy(g->data + len, p, k);
+		atomic_store_explicit(&g->len, len + (uint32_t)k, memory_order_relaxed);
 		p += k;
 		left -= k;
 	}

@@ -47,10 +47,11 @@ enum cache_fill_state {
 			   for it go to the backend at once for a while, without waiting */
 };
 
-/* A run of body bytes. */
+/* A run of body bytes. len, next (and an object's first) are written by the filler while
+ * readers read them: atomics, though body_len is what says which bytes are there. */
 struct cache_seg {
-	struct cache_seg *next;
-	uint32_t len; /* bytes written */
+	struct cache_seg *_Atomic next;
+	_Atomic uint32_t len; /* bytes written */
 	uint32_t cap;
 	char data[];
 };
@@ -99,8 +100,9 @@ struct cache_obj {
 	/* the body */
 	uint64_t total;		   /* its length when the response said (Content-Length); else ~0 */
 	_Atomic uint64_t body_len; /* bytes readable */
-	struct cache_seg *first, *last;
-	uint64_t charged; /* bytes counted against the shard's budget */
+	struct cache_seg *_Atomic first;
+	struct cache_seg *last; /* the filler's */
+	uint64_t charged;	/* bytes counted against the shard's budget */
 	/* readers waiting for more */
 	pthread_mutex_t lock;
 	struct list_head waiters;
