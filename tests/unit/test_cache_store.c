@@ -19,6 +19,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1217,6 +1218,7 @@ static void *filler_run(void *arg)
 		if (cache_fill_body(f->s, f->o, buf, k) != 0)
 			return (void *)1;
 		at += k;
+		sched_yield(); /* let the readers catch up, and wait */
 	}
 	cache_fill_end(f->s, f->o, 1);
 	return NULL;
