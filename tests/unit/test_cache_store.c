@@ -999,7 +999,7 @@ struct counted_wait {
 static void count_notify(struct cache_wait *cw)
 {
 	struct counted_wait *c = container_of(cw, struct counted_wait, cw);
-	assert_int_equal(cw->waiting, 0);
+	assert_int_equal(cw->waiting, CACHE_WAIT_NOTIFIED);
 	c->notified++;
 }
 
@@ -1013,7 +1013,7 @@ static void waits_notified_once(void **state)
 	/* the head: a waits for it, b for body bytes past 0 */
 	assert_int_equal(cache_obj_wait(o, &a.cw, UINT64_MAX), 0);
 	assert_int_equal(cache_obj_wait(o, &b.cw, 0), 0);
-	assert_int_equal(a.cw.waiting, 1);
+	assert_int_equal(a.cw.waiting, CACHE_WAIT_LISTED);
 	assert_int_equal(cache_fill_head(s, o, HEAD, sizeof(HEAD) - 1, 200, &times0, NULL, 0, NULL,
 					 0, UINT64_MAX),
 			 0);
@@ -1028,10 +1028,17 @@ static void waits_notified_once(void **state)
 	assert_int_equal(a.notified, 2);
 	body_fill(s, o, 10, 1, 10); /* a second piece: no second notify */
 	assert_int_equal(a.notified, 2);
+	/* notified, its wake not yet taken: a wait says a wake is coming, and lists it no more */
+	assert_int_equal(a.cw.waiting, CACHE_WAIT_NOTIFIED);
+	assert_int_equal(cache_obj_wait(o, &a.cw, 0), 0);
+	assert_int_equal(cache_obj_wait(o, &a.cw, 100), 0);
+	body_fill(s, o, 10, 1, 10);
+	assert_int_equal(a.notified, 2);
+	a.cw.waiting = CACHE_WAIT_IDLE; /* the owner took its wake */
 	assert_int_equal(cache_obj_wait(o, &a.cw, 0), 1);
 	assert_int_equal(cache_obj_wait(o, &a.cw, 9), 1);
-	assert_int_equal(cache_obj_wait(o, &a.cw, 19), 1);
-	assert_int_equal(cache_obj_wait(o, &a.cw, 20), 0);
+	assert_int_equal(cache_obj_wait(o, &a.cw, 29), 1);
+	assert_int_equal(cache_obj_wait(o, &a.cw, 30), 0);
 	/* unwait while registered: 1, and nothing comes after */
 	assert_int_equal(cache_obj_unwait(o, &a.cw), 1);
 	assert_int_equal(cache_obj_unwait(o, &a.cw), 0);
@@ -1043,16 +1050,17 @@ static void waits_notified_once(void **state)
 	struct counted_wait w[5];
 	for (int i = 0; i < 5; i++) {
 		w[i] = (struct counted_wait){.cw.notify = count_notify};
-		assert_int_equal(cache_obj_wait(o, &w[i].cw, 21), 0);
+		assert_int_equal(cache_obj_wait(o, &w[i].cw, 31), 0);
 	}
 	assert_int_equal(cache_obj_unwait(o, &w[2].cw), 1);
 	cache_fill_end(s, o, 1);
 	for (int i = 0; i < 5; i++) {
 		assert_int_equal(w[i].notified, i == 2 ? 0 : 1);
 		assert_int_equal(cache_obj_unwait(o, &w[i].cw), 0);
+		assert_int_equal(w[i].cw.waiting, CACHE_WAIT_IDLE);
 	}
 	/* an ended fill: ready at once, whatever <have> */
-	assert_int_equal(cache_obj_wait(o, &a.cw, 21), 1);
+	assert_int_equal(cache_obj_wait(o, &a.cw, 31), 1);
 	assert_int_equal(cache_obj_wait(o, &a.cw, UINT64_MAX), 1);
 	assert_int_equal(cache_obj_wait(o, &a.cw, 1000), 1);
 	cache_obj_put(s, o);
@@ -1062,6 +1070,7 @@ static void waits_notified_once(void **state)
 	assert_int_equal(cache_obj_wait(o, &a.cw, UINT64_MAX), 0);
 	cache_fill_end(s, o, 0);
 	assert_int_equal(a.notified, 3);
+	a.cw.waiting = CACHE_WAIT_IDLE;
 	cache_obj_put(s, o);
 	o = cache_fill_begin(s, "/w3", 3, cache_key_hash("/w3", 3));
 	assert_int_equal(cache_obj_wait(o, &a.cw, UINT64_MAX), 0);
@@ -1148,7 +1157,7 @@ static void reader_notify(struct cache_wait *cw)
 {
 	struct reader *r = container_of(cw, struct reader, cw);
 	pthread_mutex_lock(&r->mu);
-	if (cw->waiting)
+	if (cw->waiting != CACHE_WAIT_NOTIFIED)
 		r->bad++;
 	r->notified++;
 	pthread_cond_signal(&r->cv);
@@ -1165,6 +1174,7 @@ static void reader_wait(struct reader *r, uint64_t have)
 	while (r->notified < r->waits)
 		pthread_cond_wait(&r->cv, &r->mu);
 	pthread_mutex_unlock(&r->mu);
+	r->cw.waiting = CACHE_WAIT_IDLE; /* the wake is taken: it may wait again */
 	r->wakes++;
 }
 
@@ -1254,7 +1264,7 @@ static void readers_follow_a_fill(void **state)
 			assert_int_equal(r[i].bad, 0);
 			assert_int_equal(r[i].read, STREAM_LEN);
 			assert_int_equal(r[i].notified, r[i].waits); /* each wait woken once */
-			assert_int_equal(r[i].cw.waiting, 0);
+			assert_int_equal(r[i].cw.waiting, CACHE_WAIT_IDLE);
 			assert_int_equal(cache_obj_state(r[i].o), CACHE_COMPLETE);
 			waits += r[i].waits;
 			cache_obj_put(s, r[i].o);
@@ -1360,6 +1370,7 @@ static void churn_follow(struct churn *c, struct cache_obj *o, unsigned k)
 		while (f.notified < f.waits)
 			pthread_cond_wait(&f.cv, &f.mu);
 		pthread_mutex_unlock(&f.mu);
+		f.cw.waiting = CACHE_WAIT_IDLE;
 	}
 	if (f.cw.waiting || f.notified != f.waits)
 		c->bad++;
