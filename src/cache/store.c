@@ -16,7 +16,9 @@
 #include <string.h>
 #include <xxhash.h>
 
-#define SEG_FIRST 16384u   /* the first segment of a body of unknown length */
+#define SEG_FIRST                                                                                  \
+	2048u		   /* the first segment of a body of unknown length (a short streamed      \
+			       answer is charged little more than its size) */
 #define SEG_MAX (1u << 20) /* segments grow by doubling up to this */
 #define TABLE_FIRST 256u
 
