@@ -19,6 +19,7 @@
 #include "cache/store.h"
 #include "cache/vary.h"
 #include "core/clock.h"
+#include "core/dec.h"
 #include "core/log.h"
 #include "proxy/refresh.h"
 #include "proxy/runtime.h"
@@ -47,11 +48,12 @@ static struct cache_store *store_of(const struct exchange *x)
 static long key_build(char *out, size_t cap, const struct exchange *x, struct http_str host,
 		      struct http_str target)
 {
-	int n = snprintf(out, cap, "%zu %c ", (size_t)(x->route - x->w->conf->routes),
-			 x->client_tls ? 's' : 'p');
-	if (n < 0 || (size_t)n + host.len + 1 + target.len + 48 > cap)
+	if ((size_t)DEC_U64_MAX + 3 + host.len + 1 + target.len + 48 > cap)
 		return -1;
-	size_t len = (size_t)n;
+	size_t len = dec_u64(out, (uint64_t)(x->route - x->w->conf->routes));
+	out[len++] = ' ';
+	out[len++] = x->client_tls ? 's' : 'p';
+	out[len++] = ' ';
 	for (uint32_t i = 0; i < host.len; i++)
 		out[len++] = (char)tolower((unsigned char)host.p[i]);
 	out[len++] = ' ';
@@ -521,10 +523,23 @@ static int put_status(const struct exchange *x, char *out, size_t cap, int64_t t
 		return 0;
 	case CS_HIT:
 	case CS_HIT_STALE:
-	case CS_STALE_ERR:
-		n = snprintf(out, cap, "Cache-Status: accelnet; hit; ttl=%" PRId64 "%s\r\n", ttl,
-			     x->cstatus == CS_STALE_ERR ? "; detail=stale-if-error" : "");
-		break;
+	case CS_STALE_ERR: { /* per hit: no snprintf */
+		static const char hit[] = "Cache-Status: accelnet; hit; ttl=";
+		static const char sie[] = "; detail=stale-if-error";
+		if (cap < sizeof(hit) + DEC_U64_MAX + sizeof(sie) + 3)
+			return -1;
+		memcpy(out, hit, sizeof(hit) - 1);
+		size_t k = sizeof(hit) - 1;
+		if (ttl < 0)
+			out[k++] = '-';
+		k += dec_u64(out + k, ttl < 0 ? (uint64_t)-ttl : (uint64_t)ttl);
+		if (x->cstatus == CS_STALE_ERR) {
+			memcpy(out + k, sie, sizeof(sie) - 1);
+			k += sizeof(sie) - 1;
+		}
+		memcpy(out + k, "\r\n", 2);
+		return (int)k + 2;
+	}
 	default:
 		n = snprintf(
 		    out, cap, "Cache-Status: accelnet; fwd=%s%s%s%s%s%s\r\n", fwd[x->cstatus],
@@ -555,9 +570,12 @@ int caching_hit_lines(const struct exchange *x, char *out, size_t cap)
 {
 	const struct cache_obj *o = x->cobj;
 	int64_t age = cache_current_age(&o->times, wall_now());
-	int n = snprintf(out, cap, "Age: %" PRId64 "\r\n", age < 0 ? 0 : age);
-	if (n < 0 || (size_t)n >= cap)
+	if (cap < 7 + DEC_U64_MAX)
 		return -1;
+	memcpy(out, "Age: ", 5);
+	int n = 5 + (int)dec_u64(out + 5, age < 0 ? 0 : (uint64_t)age);
+	memcpy(out + n, "\r\n", 2);
+	n += 2;
 	if (!x->w->conf->cache.status_header)
 		return n;
 	int m = put_status(x, out + n, cap - (size_t)n, o->times.lifetime - age, 1);
