@@ -13,6 +13,7 @@
  * letter and the target (a Host with a space inside would still split right).
  */
 #include "cache/purge.h"
+#include "cache/key.h"
 #include "cache/store.h"
 #include "core/hex.h"
 
@@ -20,8 +21,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-#define INFERENCE_SUFFIX 38 /* " POST " and 32 hex digits */
 
 __attribute__((format(printf, 3, 4))) static int refuse(char *err, size_t errlen, const char *fmt,
 							...)
@@ -295,50 +294,6 @@ int cache_purge_parse(struct cache_purge *p, const char *params, size_t len, cha
 	}
 }
 
-static int is_hex32(const char *s)
-{
-	for (int i = 0; i < 32; i++)
-		if (hex_value(s[i]) < 0)
-			return 0;
-	return 1;
-}
-
-/* The last space in s[from..to), or NULL. */
-static const char *last_space(const char *s, size_t from, size_t to)
-{
-	while (to > from)
-		if (s[--to] == ' ')
-			return s + to;
-	return NULL;
-}
-
-int cache_purge_key_split(const char *key, size_t len, const char **host, size_t *hlen,
-			  const char **target, size_t *tlen)
-{
-	size_t at = 0, end = len;
-	while (at < len && key[at] >= '0' && key[at] <= '9')
-		at++;
-	if (!at || len - at < 3 || key[at] != ' ' || (key[at + 1] != 's' && key[at + 1] != 'p') ||
-	    key[at + 2] != ' ')
-		return -1;
-	at += 3;
-	const char *sp = last_space(key, at, end);
-	size_t t = sp ? (size_t)(sp - key) + 1 : end; /* the last word */
-	if (t < end && key[t] != '/' && end - at >= INFERENCE_SUFFIX &&
-	    memcmp(key + end - INFERENCE_SUFFIX, " POST ", 6) == 0 && is_hex32(key + end - 32)) {
-		end -= INFERENCE_SUFFIX;
-		sp = last_space(key, at, end);
-		t = sp ? (size_t)(sp - key) + 1 : end;
-	}
-	if (t >= end || key[t] != '/')
-		return -1;
-	*host = key + at;
-	*hlen = t - 1 - at;
-	*target = key + t;
-	*tlen = end - t;
-	return 0;
-}
-
 /* Does the list value v[0..n) have the member <tag>? */
 static int list_has(const char *v, size_t n, const char *tag, size_t tlen)
 {
@@ -396,8 +351,8 @@ int cache_purge_test(const struct cache_purge *p, const char *key, size_t klen, 
 						p->tag_len);
 	case CACHE_PURGE_URI:
 	case CACHE_PURGE_PREFIX:
-		if (cache_purge_key_split(key, klen, &host, &hl, &target, &tl) < 0 ||
-		    hl != p->host_len || memcmp(host, p->host, hl) != 0)
+		if (cache_key_split(key, klen, &host, &hl, &target, &tl) < 0 || hl != p->host_len ||
+		    memcmp(host, p->host, hl) != 0)
 			return 0;
 		if (p->kind == CACHE_PURGE_URI)
 			return tl == p->target_len && memcmp(target, p->target, tl) == 0;

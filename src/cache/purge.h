@@ -7,8 +7,8 @@
  * request's query, or a form body), each value percent-decoded once ('+' is a plus, not a
  * space: request targets keep '+' as they are sent); cache_purge_parse() reads and checks
  * them. cache_purge_test() then judges one object from its key and stored head alone: it
- * reads the keys proxy/caching.c writes, "ROUTE s|p HOST TARGET", and " POST" plus 32 hex
- * digits after them for an inference POST. So a URI purge takes every route's and both
+ * splits the keys cache/key.h defines ("ROUTE s|p HOST TARGET", and " POST" plus 32 hex
+ * digits after them for an inference POST). So a URI purge takes every route's and both
  * schemes' copies, every Vary variant and every inference body posted to that target.
  *
  * Everything here is pure (bytes in, a verdict out; no locks, no allocation, no I/O), so
@@ -55,13 +55,6 @@ struct cache_purge {
  */
 int cache_purge_parse(struct cache_purge *p, const char *params, size_t len, char *err,
 		      size_t errlen);
-
-/*
- * Split a store key key[0..len) into its host and target (pointers into the key): 0, or -1
- * when it is not a key of the form caching.c writes.
- */
-int cache_purge_key_split(const char *key, size_t len, const char **host, size_t *hlen,
-			  const char **target, size_t *tlen);
 
 /*
  * Does the stored head head[0..hlen) (cache/head.h: the status line, then "Name: value"

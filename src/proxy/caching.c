@@ -1,9 +1,9 @@
 /*
  * caching.c - the response cache on the request path (see caching.h).
  *
- * Keys: "ROUTE s|p HOST TARGET" (the route's index, the client's scheme, the host lower-cased,
- * the request target as sent), and for an inference POST " POST" and the 128-bit hash of its
- * canonical JSON body. GET and HEAD share a key; HEAD never fills (its answer has no body).
+ * Keys (cache/key.h): the route, the client's scheme, the host lower-cased, the request
+ * target as sent, and for an inference POST the 128-bit hash of its canonical JSON body.
+ * GET and HEAD share a key; HEAD never fills (its answer has no body).
  * The request's Vary values are compared whole by the store.
  *
  * Requests the cache never answers: other methods than GET and HEAD (but an inference
@@ -16,6 +16,7 @@
 #include "cache/cond.h"
 #include "cache/control.h"
 #include "cache/fresh.h"
+#include "cache/key.h"
 #include "cache/store.h"
 #include "cache/vary.h"
 #include "core/clock.h"
@@ -43,22 +44,13 @@ static struct cache_store *store_of(const struct exchange *x)
 	return x->w->rt->cache;
 }
 
-/* The primary key of a request to <route> for <host> and <target> into out[0..cap). Its
- * length, or -1 when it does not fit. */
+/* The primary key of <x>'s request for <host> and <target> (cache/key.h) into out[0..cap):
+ * its length, or -1 when it does not fit. */
 static long key_build(char *out, size_t cap, const struct exchange *x, struct http_str host,
 		      struct http_str target)
 {
-	if ((size_t)DEC_U64_MAX + 3 + host.len + 1 + target.len + 48 > cap)
-		return -1;
-	size_t len = dec_u64(out, (uint64_t)(x->route - x->w->conf->routes));
-	out[len++] = ' ';
-	out[len++] = x->client_tls ? 's' : 'p';
-	out[len++] = ' ';
-	for (uint32_t i = 0; i < host.len; i++)
-		out[len++] = (char)tolower((unsigned char)host.p[i]);
-	out[len++] = ' ';
-	memcpy(out + len, target.p, target.len);
-	return (long)(len + target.len);
+	return cache_key_build(out, cap, (size_t)(x->route - x->w->conf->routes), x->client_tls,
+			       host, target);
 }
 
 /* The store's Vary callback: the values <arg> (a request head) has for <names>. */
@@ -346,8 +338,11 @@ enum run caching_stage_serve(struct exchange *x)
 			x->cstatus = CS_BYPASS;
 			return RUN_AGAIN;
 		}
-		klen += snprintf(key + klen, sizeof(key) - (size_t)klen,
-				 " POST %016" PRIx64 "%016" PRIx64, x->canon[0], x->canon[1]);
+		klen = cache_key_add_body(key, sizeof(key), (size_t)klen, x->canon);
+		if (klen < 0) {
+			x->cstatus = CS_BYPASS;
+			return RUN_AGAIN;
+		}
 		enum run r = look_up(x, key, (size_t)klen, h, &rq, !rq.no_store);
 		if (r != RUN_AGAIN)
 			return r;

@@ -8,6 +8,7 @@
  * the head is searched; and what was taken must match the key built from it the way
  * caching.c builds one, with and without an inference suffix, and a head listing its tag.
  */
+#include "cache/key.h"
 #include "cache/purge.h"
 
 #include <stdint.h>
@@ -81,7 +82,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	const char *h, *t;
 	size_t hl, tl;
-	if (cache_purge_key_split(k, klen, &h, &hl, &t, &tl) == 0 &&
+	if (cache_key_split(k, klen, &h, &hl, &t, &tl) == 0 &&
 	    (h < k || h + hl > k + klen || t <= h + hl || t + tl > k + klen || !tl || t[0] != '/'))
 		abort();
 	if (rc == 0) {

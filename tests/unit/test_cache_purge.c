@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <cmocka.h>
 
+#include "cache/key.h"
 #include "cache/purge.h"
 #include "cache/store.h"
 
@@ -148,7 +149,7 @@ static void split(const char *key, const char *host, const char *target)
 {
 	const char *h, *t;
 	size_t hl, tl;
-	if (cache_purge_key_split(key, strlen(key), &h, &hl, &t, &tl) != 0)
+	if (cache_key_split(key, strlen(key), &h, &hl, &t, &tl) != 0)
 		fail_msg("not split: %s", key);
 	if (hl != strlen(host) || memcmp(h, host, hl) != 0 || tl != strlen(target) ||
 	    memcmp(t, target, tl) != 0)
@@ -159,7 +160,7 @@ static void not_split(const char *key)
 {
 	const char *h, *t;
 	size_t hl, tl;
-	if (cache_purge_key_split(key, strlen(key), &h, &hl, &t, &tl) == 0)
+	if (cache_key_split(key, strlen(key), &h, &hl, &t, &tl) == 0)
 		fail_msg("split: %s", key);
 }
 
