@@ -428,6 +428,28 @@ static int revalidated(struct exchange *x, const struct http_head *h)
 	return 1;
 }
 
+/* The origin failed: the stale copy answers if stale-if-error (the response's, the
+ * request's or the route's) allows it. 1 when it does (x->cobj). */
+static int serve_stale(struct exchange *x)
+{
+	struct http_head req;
+	struct cache_control rq;
+	if (parse_uphead(x, &req) == 0)
+		cache_control_parse(&req, 1, &rq);
+	else
+		control_none(&rq);
+	if (!cache_stale_if_error_ok(&x->cstale->times, &rq, wall_now()))
+		return 0;
+	fill_fail(x);
+	x->cobj = x->cstale;
+	x->cstale = NULL;
+	x->cstatus = CS_STALE_ERR;
+	x->hit_kind = x->meth == HTTP_HEAD ? HIT_HEAD : HIT_FULL;
+	x->hit_pos = 0;
+	x->hit_end = cache_obj_body_len(x->cobj);
+	return 1;
+}
+
 int caching_response_head(struct exchange *x, const struct http_head *h)
 {
 	if (!x->cache_inval && !x->cfill && !x->cstale)
@@ -436,21 +458,10 @@ int caching_response_head(struct exchange *x, const struct http_head *h)
 	int have_req = parse_uphead(x, &req) == 0;
 	if (x->cache_inval && h->status < 400)
 		invalidate(x, h);
-	struct cache_control rq;
 	if (x->cstale && h->status == 304)
 		return revalidated(x, h);
-	if (x->cstale && h->status >= 500 &&
-	    cache_stale_if_error_ok(&x->cstale->times, (cache_control_parse(&req, 1, &rq), &rq),
-				    wall_now())) {
-		fill_fail(x);
-		x->cobj = x->cstale;
-		x->cstale = NULL;
-		x->cstatus = CS_STALE_ERR;
-		x->hit_kind = x->meth == HTTP_HEAD ? HIT_HEAD : HIT_FULL;
-		x->hit_pos = 0;
-		x->hit_end = cache_obj_body_len(x->cobj);
+	if (x->cstale && h->status >= 500 && serve_stale(x))
 		return 1;
-	}
 	if (x->cfill && (!have_req || h->status == 304 || h->status == 206)) {
 		x->cwhy = h->status == 304 ? "304" : h->status == 206 ? "206" : "request head";
 		fill_fail(x);
@@ -489,18 +500,7 @@ int caching_stale_on_error(struct exchange *x, int status)
 {
 	if (!x->cstale || status < 500 || x->head || x->resp_head)
 		return 0;
-	struct cache_control rq;
-	control_none(&rq);
-	if (!cache_stale_if_error_ok(&x->cstale->times, &rq, wall_now()))
-		return 0;
-	fill_fail(x);
-	x->cobj = x->cstale;
-	x->cstale = NULL;
-	x->cstatus = CS_STALE_ERR;
-	x->hit_kind = x->meth == HTTP_HEAD ? HIT_HEAD : HIT_FULL;
-	x->hit_pos = 0;
-	x->hit_end = cache_obj_body_len(x->cobj);
-	return 1;
+	return serve_stale(x);
 }
 
 /* --- what the answers say ------------------------------------------------------------ */
