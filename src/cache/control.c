@@ -68,21 +68,6 @@ static int is_ows(char c)
 	return c == ' ' || c == '\t';
 }
 
-/* Skip to the next comma outside a quoted-string (or the end). */
-static const char *skip_element(const char *p, const char *end)
-{
-	int in_quote = 0;
-	for (; p < end; p++) {
-		if (in_quote && *p == '\\' && p + 1 < end)
-			p++;
-		else if (*p == '"')
-			in_quote = !in_quote;
-		else if (*p == ',' && !in_quote)
-			break;
-	}
-	return p;
-}
-
 /* Read the element at *pp (after separators); 0 at the end of the value. */
 static int next_directive(const char **pp, const char *end, struct directive *d)
 {
@@ -136,7 +121,7 @@ static int next_directive(const char **pp, const char *end, struct directive *d)
 		p++;
 	if (p < end && *p != ',') {
 		d->malformed = 1;
-		p = skip_element(p, end);
+		p = http_list_member_end(p, end);
 	}
 	*pp = p;
 	return 1;

@@ -117,15 +117,7 @@ static int put_value(char *out, size_t cap, size_t *n, struct http_str v)
 		while (p < end && is_ows(*p))
 			p++;
 		const char *s = p;
-		int in_quote = 0;
-		for (; p < end; p++) {
-			if (in_quote && *p == '\\' && p + 1 < end)
-				p++;
-			else if (*p == '"')
-				in_quote = !in_quote;
-			else if (*p == ',' && !in_quote)
-				break;
-		}
+		p = http_list_member_end(p, end);
 		const char *e = p;
 		while (e > s && is_ows(e[-1]))
 			e--;

@@ -70,6 +70,20 @@ static int field_list_next(const char **p, const char *end, struct http_str *t)
 	}
 }
 
+const char *http_list_member_end(const char *p, const char *end)
+{
+	int in_quote = 0;
+	for (; p < end; p++) {
+		if (in_quote && *p == '\\' && p + 1 < end)
+			p++;
+		else if (*p == '"')
+			in_quote = !in_quote;
+		else if (*p == ',' && !in_quote)
+			break;
+	}
+	return p;
+}
+
 int http_list_has(struct http_str list, const char *token, size_t toklen)
 {
 	const char *p = list.p, *end = list.p + list.len;

@@ -145,6 +145,9 @@ const struct http_header *http_find_header(const struct http_head *h, const char
 const struct http_header *http_find_only_header(const struct http_head *h, const char *name);
 /* Is <c> a tchar, a character of an RFC 9110 token (field names, methods)? */
 int http_is_tchar(unsigned char c);
+/* The end of the list member that starts at <p>: the next comma outside a quoted-string
+ * (a backslash escapes the byte after it inside one), or <end>. */
+const char *http_list_member_end(const char *p, const char *end);
 /* Is <token> one of the comma-separated tokens of <list> (case-insensitive)? */
 int http_list_has(struct http_str list, const char *token, size_t toklen);
 /* Does a Connection field of <h> name the field <name> (hop-by-hop)? */
