@@ -1719,3 +1719,48 @@ def test_a_revalidation_without_a_fill_never_passes_off_the_old_copy(env):
         assert st in (200, 304), st
     st, h, b = get(px, "/v")
     assert b == b"body new"
+
+
+def test_only_if_cached_with_only_a_stale_copy_is_504(env):
+    o = Origin(env)
+    o.paths["/st"] = cached(b"stale", ("Age", "100"), cc="max-age=10")
+    px = start(env, o)
+    get(px, "/st")
+    st, h, b = get(px, "/st", headers={"Cache-Control": "only-if-cached"})
+    assert st == 504 and o.count("/st") == 1, st
+    st, h, b = get(px, "/st", headers={"Cache-Control": "only-if-cached, max-stale=600"})
+    assert st == 200 and b == b"stale" and hit_ttl(h) < 0 and o.count("/st") == 1
+
+
+def test_stale_while_revalidate_without_a_free_slot_serves_stale_and_refreshes_later(env):
+    o = Origin(env)
+    busy = threading.Event()
+    n = [0]
+
+    def swr(req):
+        n[0] += 1
+        if n[0] == 1:
+            return Reply(headers=[("Cache-Control", "max-age=1, stale-while-revalidate=600"),
+                                  ("Age", "100")], body=b"v1")
+        return Reply(headers=[("Cache-Control", "max-age=600")], body=b"v2")
+    o.paths["/swr"] = swr
+    o.paths["/busy"] = lambda req: Reply(headers=[("Cache-Control", "no-store")], body=b"b",
+                                         gate=busy)
+    px = env.proxy("cache: {}\npools:\n  - name: o\n    backends:\n"
+                   f"      - {{address: 127.0.0.1:{o.port}, max_concurrency: 1}}\n"
+                   "routes:\n  - {match: {path_prefix: /}, pool: o, cache: true}\n", workers=1)
+    get(px, "/swr")
+    hold = socket.create_connection(("127.0.0.1", px.port), timeout=30)
+    try:
+        hold.sendall(b"GET /busy HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % host(px))
+        wait_until(lambda: o.count("/busy") == 1, "the one slot taken")
+        for _ in range(3):  # stale at once; no slot for a refresh, none started
+            st, h, b = get(px, "/swr")
+            assert st == 200 and b == b"v1" and hit_ttl(h) < 0, h
+        assert o.count("/swr") == 1
+    finally:
+        busy.set()
+    read_all(hold)
+    hold.close()
+    wait_until(lambda: get(px, "/swr")[2] == b"v2", "a refresh once a slot is free")
+    assert o.count("/swr") == 2
