@@ -14,6 +14,12 @@
 #define VARY_MAX 1024
 #define AGE_LINES_MAX 256
 
+/* Room for a stored head: <cap>, or less where the context says so. */
+static size_t head_cap(const struct cache_fill_ctx *c, size_t cap)
+{
+	return c->head_max && c->head_max < cap ? c->head_max : cap;
+}
+
 int cache_fill_start(struct cache_fill_ctx *c, struct cache_obj *o, const struct http_head *h,
 		     const struct http_head *req, const char **why)
 {
@@ -40,7 +46,7 @@ int cache_fill_start(struct cache_fill_ctx *c, struct cache_obj *o, const struct
 	}
 	char head[STORED_HEAD_MAX], vary[VARY_MAX], values[VARY_MAX];
 	size_t vlen = 0, vvlen = 0;
-	long hlen = cache_head_build(h, head, sizeof(head) - 40);
+	long hlen = cache_head_build(h, head, head_cap(c, sizeof(head)) - 40); /* room for a Date */
 	if (hlen >= 0 && !http_find_header(h, "date")) {
 		/* RFC 9110 6.6.1: a response kept without a Date gets the time it came */
 		memcpy(head + hlen, "Date: ", 6);
@@ -75,7 +81,8 @@ int cache_fill_304(struct cache_fill_ctx *c, struct cache_obj *o, struct cache_o
 		   const struct http_head *h)
 {
 	char head[STORED_HEAD_MAX + AGE_LINES_MAX + 2];
-	long hlen = cache_head_merge(stale->head, stale->head_len, h, head, STORED_HEAD_MAX);
+	long hlen =
+	    cache_head_merge(stale->head, stale->head_len, h, head, head_cap(c, STORED_HEAD_MAX));
 	struct http_head merged;
 	if (hlen < 0)
 		goto fail;

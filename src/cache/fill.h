@@ -29,6 +29,8 @@ struct cache_fill_ctx {
 	struct cache_rules rules;
 	unsigned pass_s;
 	int64_t request_time;
+	uint32_t head_max;	/* the longest head kept (its fields as stored; 0: no limit but the
+				   fill's own): a hit must be able to write it out whole */
 	unsigned inference : 1; /* the request is an inference POST keyed by its body: stored
 				   as a GET's answer would be */
 	struct http_chunked ch; /* a chunked body's scanner, for the payload */

@@ -100,6 +100,7 @@ static void fill_ctx(struct exchange *x, int64_t now)
 	rules_of(&x->route->cache, &c->rules);
 	c->pass_s = x->route->cache.pass_s;
 	c->request_time = now;
+	c->head_max = x->w->bufs.size - HIT_HEAD_EXTRA; /* what a hit can write (hit.c) */
 	c->inference = x->meth == HTTP_POST;
 }
 

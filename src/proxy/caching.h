@@ -28,6 +28,11 @@
 
 #include "proxy/exchange.h"
 
+/* At most what a hit (proxy/hit.c) adds to a stored head: a 206's status line and
+ * Content-Range, Content-Length, Age, Cache-Status, X-Request-Id, Connection. A head longer
+ * than a client buffer less this is never stored: no hit could write it out. */
+#define HIT_HEAD_EXTRA 512
+
 /* What Cache-Status says of an answer (RFC 9211). */
 enum cache_said {
 	CS_NONE,      /* the route does not cache */
