@@ -1764,3 +1764,20 @@ def test_stale_while_revalidate_without_a_free_slot_serves_stale_and_refreshes_l
     hold.close()
     wait_until(lambda: get(px, "/swr")[2] == b"v2", "a refresh once a slot is free")
     assert o.count("/swr") == 2
+
+
+def test_responses_with_heads_near_the_buffer_size_are_always_answered(env):
+    o = Origin(env)
+    # limits.max_header_bytes 8192: 16 KiB buffers (docs/config.md); heads of 15.5 to 16.2 KB
+    sizes = (15500, 16000, 16150, 16250)
+    for n in sizes:
+        o.paths[f"/h{n}"] = cached(b"small body", ("X-Big", "v" * n))
+    px = start(env, o, extra="limits: {max_header_bytes: 8192}\n")
+    for n in sizes:
+        for i in range(3):
+            st, h, b = get(px, f"/h{n}")
+            assert st == 200 and b == b"small body" and len(h["x-big"][0]) == n, (n, i, st)
+            # stored only when a hit can write it out whole; else never stored
+            if i and "cache-status" in h:
+                assert is_hit(h) == (o.count(f"/h{n}") == 1), (n, h["cache-status"])
+    assert o.count("/h15500") == 1 and o.count("/h16250") == 3
