@@ -333,6 +333,37 @@ struct cache_obj *cache_fill_begin(struct cache_store *s, const char *key, size_
 	return o;
 }
 
+struct cache_obj *cache_fill_begin_once(struct cache_store *s, const char *key, size_t len,
+					uint64_t hash, struct cache_obj **filling)
+{
+	*filling = NULL;
+	if (len > UINT32_MAX)
+		return NULL;
+	struct cache_obj *o = obj_new(s, key, len, hash);
+	if (!o)
+		return NULL;
+	struct shard *sh = &s->shards[o->shard];
+	pthread_mutex_lock(&sh->lock);
+	for (struct cache_obj *p = sh->table[bucket_of(sh, hash)]; p; p = p->next) {
+		if (p->hash != hash || p->key_len != len || memcmp(p->key, key, len) != 0 ||
+		    cache_obj_state(p) != CACHE_FILLING)
+			continue;
+		/* one whose head (and Vary) came is another variant's, maybe: not joined */
+		if (atomic_load_explicit(&p->has_head, memory_order_acquire) && p->vary)
+			continue;
+		cache_obj_get(p);
+		*filling = p;
+		break;
+	}
+	if (!*filling)
+		link_locked(sh, o);
+	pthread_mutex_unlock(&sh->lock);
+	if (!*filling)
+		return o;
+	obj_free(s, o); /* never linked: no one else saw it */
+	return NULL;
+}
+
 static void find_field(const char *head, size_t hlen, const char *name, uint32_t *off,
 		       uint32_t *len)
 {

@@ -153,6 +153,16 @@ struct cache_obj *cache_lookup(struct cache_store *s, const char *key, size_t le
  */
 struct cache_obj *cache_fill_begin(struct cache_store *s, const char *key, size_t len,
 				   uint64_t hash);
+
+/*
+ * cache_fill_begin, unless a fill of <key> is under way already (begun by another request
+ * since the caller's lookup, on any worker): then NULL with *filling that fill, referenced,
+ * to wait on. Lookup and fill are two steps; this makes two requests that miss at once one
+ * fill, never two. (A fill whose head has come with a Vary is not joined: it may be another
+ * variant's.) NULL with *filling NULL: no memory.
+ */
+struct cache_obj *cache_fill_begin_once(struct cache_store *s, const char *key, size_t len,
+					uint64_t hash, struct cache_obj **filling);
 /*
  * The response head came: its stored form <head>[0..hlen) (cache/head.h), its status,
  * validators (offsets into head), freshness, Vary names and the request's values for them,

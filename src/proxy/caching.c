@@ -137,6 +137,19 @@ static void decide_hit(struct exchange *x, const struct http_head *h, struct cac
 	}
 }
 
+/* Coalesced: wait for another request's <fill> (referenced), whatever the request's
+ * Cache-Control says (it is the origin's answer, now). */
+static enum run wait_on(struct exchange *x, struct cache_obj *fill)
+{
+	x->cobj = fill;
+	x->cstatus = CS_COLLAPSED;
+	x->hit_kind = x->meth == HTTP_HEAD ? HIT_HEAD : HIT_FULL;
+	x->hit_pos = 0;
+	x->hit_end = UINT64_MAX;
+	x->hit_wait_until = loop_now(x->w->loop) + x->route->cache.wait_ms;
+	return RUN_AGAIN;
+}
+
 /*
  * Look <key> up for the request <h> (Cache-Control <rq>) and decide: a hit (x->cobj), a wait
  * on a fill (x->cobj, filling), a fill of our own (x->cfill, and x->cstale when revalidating),
@@ -146,7 +159,6 @@ static enum run look_up(struct exchange *x, const char *key, size_t klen, const 
 			const struct cache_control *rq, int can_fill)
 {
 	struct cache_store *s = store_of(x);
-	const struct conf_route_cache *rc = &x->route->cache;
 	uint64_t hash = cache_key_hash(key, klen);
 	int64_t now = wall_now();
 	struct cache_obj *fill = NULL;
@@ -198,17 +210,8 @@ static enum run look_up(struct exchange *x, const char *key, size_t klen, const 
 	}
 	if (o)
 		cache_obj_put(s, o); /* a failed fill, an old pass marker, or revalidated by fill */
-	if (fill) {
-		/* coalesced: wait for the fill, whatever the request's Cache-Control says (it
-		 * is the origin's answer, now) */
-		x->cobj = fill;
-		x->cstatus = CS_COLLAPSED;
-		x->hit_kind = x->meth == HTTP_HEAD ? HIT_HEAD : HIT_FULL;
-		x->hit_pos = 0;
-		x->hit_end = UINT64_MAX;
-		x->hit_wait_until = loop_now(x->w->loop) + rc->wait_ms;
-		return RUN_AGAIN;
-	}
+	if (fill)
+		return wait_on(x, fill);
 	if (rq->only_if_cached) /* RFC 9111 5.2.1.7 */
 		return exchange_reply(x, 504, "not in the cache (only-if-cached)", 1);
 	if (!can_fill) {
@@ -216,7 +219,13 @@ static enum run look_up(struct exchange *x, const char *key, size_t klen, const 
 		x->cwhy = rq->no_store ? "no-store" : NULL;
 		return RUN_AGAIN;
 	}
-	if (!(x->cfill = cache_fill_begin(s, key, klen, hash))) {
+	if (!(x->cfill = cache_fill_begin_once(s, key, klen, hash, &fill))) {
+		if (fill) { /* another request's, begun since the lookup: wait on it too */
+			if (x->cstale)
+				cache_obj_put(s, x->cstale);
+			x->cstale = NULL;
+			return wait_on(x, fill);
+		}
 		x->cstatus = CS_BYPASS;
 		return RUN_AGAIN;
 	}

@@ -436,6 +436,40 @@ static void filling_found_before_its_head(void **state)
 	cache_store_free(s);
 }
 
+/* Two misses at once make one fill: the second cache_fill_begin_once joins the first's;
+ * one whose head came with a Vary is not joined (another variant's, maybe); once it ends,
+ * a new fill begins. */
+static void fill_begun_once(void **state)
+{
+	(void)state;
+	struct cache_store *s = store_make(1 << 20, 64 << 10, 1, &evict_sieve);
+	uint64_t h = cache_key_hash("/o", 2);
+	struct cache_obj *f = NULL, *o = cache_fill_begin_once(s, "/o", 2, h, &f);
+	assert_non_null(o);
+	assert_null(f);
+	assert_null(cache_fill_begin_once(s, "/o", 2, h, &f));
+	assert_ptr_equal(f, o);
+	cache_obj_put(s, f);
+	assert_int_equal(stats_of(s).objects, 1);
+	assert_int_equal(cache_fill_head(s, o, HEAD, sizeof(HEAD) - 1, 200, &times0,
+					 "accept-encoding\n", 16, "gzip", 4, 4),
+			 0);
+	struct cache_obj *v = cache_fill_begin_once(s, "/o", 2, h, &f); /* Vary: not joined */
+	assert_non_null(v);
+	assert_null(f);
+	cache_fill_end(s, v, 0);
+	cache_obj_put(s, v);
+	body_fill(s, o, 4, 3, 4);
+	cache_fill_end(s, o, 1);
+	cache_obj_put(s, o);
+	struct cache_obj *n = cache_fill_begin_once(s, "/o", 2, h, &f); /* none under way */
+	assert_non_null(n);
+	assert_null(f);
+	cache_fill_end(s, n, 0);
+	cache_obj_put(s, n);
+	cache_store_free(s);
+}
+
 /* The stored copy and a fill under way, apart: each referenced, each of its own variant. */
 static void lookup_apart(void **state)
 {
@@ -1510,6 +1544,7 @@ int main(void)
 	    cmocka_unit_test(keys_compared_whole),
 	    cmocka_unit_test(vary_variants),
 	    cmocka_unit_test(filling_found_before_its_head),
+	    cmocka_unit_test(fill_begun_once),
 	    cmocka_unit_test(lookup_apart),
 	    cmocka_unit_test(budget_holds_after_every_fill),
 	    cmocka_unit_test(purge_gives_every_byte_back),
