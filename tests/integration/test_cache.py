@@ -838,7 +838,7 @@ def _thousand(env, workers):
                                 for _, h, _ in answers)
     print(f"  1000 concurrent on {workers} worker(s): origin requests {o.count('/cold')}, "
           f"Cache-Status {dict(kinds)}")
-    assert o.count("/cold") == 1, o.count("/cold")
+    assert o.count("/cold") == 1, (o.count("/cold"), kinds)
     assert kinds == {"fwd=miss": 1, "fwd=miss; collapsed": 999}, kinds
     # and afterwards, a hit
     st, h, b = get(px, "/cold")
@@ -1781,3 +1781,40 @@ def test_responses_with_heads_near_the_buffer_size_are_always_answered(env):
             if i and "cache-status" in h:
                 assert is_hit(h) == (o.count(f"/h{n}") == 1), (n, h["cache-status"])
     assert o.count("/h15500") == 1 and o.count("/h16250") == 3
+
+
+def test_misses_racing_on_many_workers_make_one_fill_per_key(env):
+    # two workers that miss a key at once must not both fill it: rounds of simultaneous
+    # requests for fresh cold keys, held at the origin until all are sent
+    _raise_nofile(4096)
+    o = Origin(env)
+    px = start(env, o, workers=4, route_cache="{wait_ms: 60000}")
+    gates = {}
+    for r in range(40):
+        path = f"/race/{r}"
+        gates[path] = threading.Event()
+        o.paths[path] = lambda req, g=gates[path], p=path: Reply(
+            headers=[("Cache-Control", "max-age=60")], body=p.encode() * 100, gate=g)
+        socks = []
+        for _ in range(64):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", px.port))
+            socks.append(s)
+        msg = b"GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % (path.encode(), host(px))
+        for s in socks:
+            select_w = selectors.DefaultSelector()
+            select_w.register(s, selectors.EVENT_WRITE)
+            select_w.select(30)
+            select_w.close()
+            s.setblocking(True)
+            s.settimeout(60)
+            s.sendall(msg)
+        try:
+            wait_until(lambda: o.count(path) >= 1, "the fill at the origin")
+        finally:
+            gates[path].set()
+        for st, h, b in _collect(socks, [b""] * len(socks)):
+            assert st == 200 and b == path.encode() * 100, (st, h)
+    counts = {p: o.count(p) for p in gates}
+    assert all(c == 1 for c in counts.values()), {p: c for p, c in counts.items() if c != 1}
