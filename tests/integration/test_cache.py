@@ -1818,3 +1818,31 @@ def test_misses_racing_on_many_workers_make_one_fill_per_key(env):
             assert st == 200 and b == path.encode() * 100, (st, h)
     counts = {p: o.count(p) for p in gates}
     assert all(c == 1 for c in counts.values()), {p: c for p, c in counts.items() if c != 1}
+
+
+def test_stale_while_revalidate_refreshes_each_vary_variant_as_itself(env):
+    o = Origin(env)
+    n = collections.Counter()
+
+    def vary(req):
+        enc = req.headers.get("accept-encoding", "")
+        n[enc] += 1
+        hdrs = [("Vary", "Accept-Encoding")]
+        if n[enc] == 1:
+            hdrs += [("Cache-Control", "max-age=1, stale-while-revalidate=600"), ("Age", "100")]
+        else:
+            hdrs += [("Cache-Control", "max-age=600")]
+        return Reply(headers=hdrs, body=b"%s v%d" % (enc.encode(), n[enc]))
+    o.paths["/vs"] = vary
+    px = start(env, o)
+    for enc in ("gzip", "br"):
+        get(px, "/vs", headers={"Accept-Encoding": enc})
+    assert get(px, "/vs", headers={"Accept-Encoding": "gzip"})[2] == b"gzip v1"  # refreshes
+    wait_until(lambda: get(px, "/vs", headers={"Accept-Encoding": "gzip"})[2] == b"gzip v2",
+               "the gzip variant refreshed")
+    st, h, b = get(px, "/vs", headers={"Accept-Encoding": "br"})
+    assert b == b"br v1" and hit_ttl(h) < 0, (b, h)  # the other variant untouched, stale
+    wait_until(lambda: get(px, "/vs", headers={"Accept-Encoding": "br"})[2] == b"br v2",
+               "the br variant refreshed")
+    assert get(px, "/vs", headers={"Accept-Encoding": "gzip"})[2] == b"gzip v2"
+    assert n == {"gzip": 2, "br": 2}, n
