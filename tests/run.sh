@@ -51,7 +51,7 @@ out=$(mktemp)
 /usr/bin/python3 tests/integration/run.py --bin "$build/accelnet" | tee "$out"
 line=$(tail -n 1 "$out")
 rm -f "$out"
-if [[ "$line" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+if [[ "$line" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed(,\ ([0-9]+)\ skipped)?$ ]]; then
 	passed=$((passed + BASH_REMATCH[1]))
 	failed=$((failed + BASH_REMATCH[2]))
 else

@@ -4,6 +4,7 @@
 #include "net/sock.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <unistd.h>
@@ -35,6 +36,12 @@ fail:
 	err = -errno;
 	close(fd);
 	return err;
+}
+
+int sock_dup(int fd)
+{
+	int d = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	return d < 0 ? -errno : d;
 }
 
 int sock_accept(int lfd, struct sockaddr_storage *peer, socklen_t *peerlen)

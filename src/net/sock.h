@@ -11,6 +11,9 @@
 
 /* A listening socket with SO_REUSEADDR, and SO_REUSEPORT when <reuseport> (one per worker). */
 int sock_listen(const struct net_addr *addr, int reuseport);
+/* A second descriptor of the listening socket <fd> (close-on-exec): one per worker when a
+ * listener is shared rather than opened per worker (socket activation). */
+int sock_dup(int fd);
 /* Accept one connection, non-blocking, TCP_NODELAY. -EAGAIN when none is pending. */
 int sock_accept(int lfd, struct sockaddr_storage *peer, socklen_t *peerlen);
 /* Start a non-blocking connect; completion shows as writability, then sock_error(). */

@@ -5,6 +5,12 @@
  * before any thread starts, so that an error leaves nothing running. The main loop then
  * owns signals, health checks and the admin endpoint while the workers serve.
  *
+ * Under a service manager (systemd) the proxy tells it when it is ready (every listener
+ * bound, every worker running) and when it starts draining (net/sdnotify.h), and takes the
+ * listening sockets the manager may pass (net/activation.h): a listener whose address
+ * matches a passed socket accepts on it, every worker on its own dup() of it, instead of
+ * opening its own; a passed socket that no listener names stops the start.
+ *
  * Descriptors are the first thing a flood exhausts, so start-up raises the soft limit to
  * the hard one and fits the connection cap under it, with a reserve for everything that is
  * not a client connection; running out anyway is handled where it happens (worker.c pauses
@@ -13,6 +19,8 @@
 #include "proxy/proxy.h"
 #include "core/log.h"
 #include "core/signals.h"
+#include "net/activation.h"
+#include "net/sdnotify.h"
 #include "obs/accesslog.h"
 #include "proxy/admin.h"
 #include "proxy/creds.h"
@@ -153,6 +161,47 @@ static int proxy_drop_privileges(const struct conf *c, char *err, size_t errlen)
 	return 0;
 }
 
+/* Tell the service manager, if there is one; a failure is logged, never fatal. */
+static void proxy_notify(const char *state)
+{
+	int rc = sdnotify_send(state);
+	if (rc < 0)
+		log_warn("cannot notify the service manager (NOTIFY_SOCKET=%s): %s",
+			 getenv("NOTIFY_SOCKET"), strerror(-rc));
+}
+
+/*
+ * The sockets the service manager passed, one per listener whose address they are bound to
+ * (into sh->inherited), and an error when one matches no listener. Returns 0 or -errno
+ * with <err> filled.
+ */
+static int proxy_take_sockets(struct worker_shared *sh, struct activation *act, int **fds,
+			      char *err, size_t errlen)
+{
+	const struct conf *c = sh->conf;
+	const struct activation_socket *left;
+	int rc = activation_take(act, err, errlen);
+	if (rc < 0 || !act->n)
+		return rc;
+	if (!(*fds = malloc((c->nlistens ? c->nlistens : 1) * sizeof(**fds)))) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < c->nlistens; i++)
+		(*fds)[i] = activation_find(act, &c->listens[i].addr);
+	if ((left = activation_untaken(act))) {
+		char a[64];
+		snprintf(err, errlen,
+			 "the service manager passed a socket (%s) on %s that no listen: address "
+			 "names; add the address to listen: or remove it from the .socket unit",
+			 left->name,
+			 net_addr_format((const struct sockaddr *)&left->addr.ss, a, sizeof(a)));
+		return -EINVAL;
+	}
+	sh->inherited = *fds;
+	return 0;
+}
+
 static void main_on_deadline(struct loop_timer *t)
 {
 	struct main_state *m = container_of(t, struct main_state, deadline);
@@ -182,6 +231,7 @@ static void main_on_signal(int signo, void *arg)
 		return;
 	}
 	m->stopping = 1;
+	proxy_notify("STOPPING=1\nSTATUS=draining");
 	log_info("%s: draining (up to %u ms)", signo == SIGTERM ? "SIGTERM" : "SIGINT",
 		 px->sh.conf->timeouts.shutdown_ms);
 	for (unsigned i = 0; i < px->nworkers; i++)
@@ -235,6 +285,8 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 	struct kvsub *kvsub = NULL;
 	struct admin *admin = NULL;
 	struct debugreq_board *debug = NULL;
+	struct activation act = {0};
+	int *inherited = NULL;
 	char err[256];
 	int rc, status = 1;
 	unsigned inited = 0, started = 0;
@@ -274,6 +326,10 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 	px.sh.rt->buffer_bytes = proxy_buffer_bytes;
 	unsigned cap = proxy_fit_connections(conf, px.sh.rt->nbackends);
 	unsigned per_worker = (cap + px.nworkers - 1) / px.nworkers;
+	if ((rc = proxy_take_sockets(&px.sh, &act, &inherited, err, sizeof(err))) < 0) {
+		log_error("%s", err);
+		goto out;
+	}
 	for (; inited < px.nworkers; inited++) {
 		if (worker_init(&px.workers[inited], &px.sh, inited, per_worker, err, sizeof(err)) <
 		    0) {
@@ -282,6 +338,7 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 			goto out;
 		}
 	}
+	activation_close(&act); /* each worker holds its own dup() of what it uses */
 	if (!(debug = debugreq_board_new(px.nworkers))) {
 		log_error("out of memory");
 		goto out;
@@ -341,13 +398,16 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 		}
 	}
 	for (size_t i = 0; i < conf->nlistens; i++)
-		log_info("listening on %s%s with %u workers", conf->listens[i].address,
-			 conf->listens[i].tls ? " (TLS)" : "", px.nworkers);
+		log_info("listening on %s%s with %u workers%s", conf->listens[i].address,
+			 conf->listens[i].tls ? " (TLS)" : "", px.nworkers,
+			 inherited && inherited[i] >= 0 ? " (socket from the service manager)"
+							: "");
 	if (admin)
 		log_info("admin on %s (/status, /metrics, /dashboard, /debug/requests)",
 			 conf->admin.address);
 	if (hooks && hooks->ready)
 		hooks->ready(hooks->arg);
+	proxy_notify("READY=1\nSTATUS=serving");
 
 	loop_run(px.sh.main_loop);
 	status = 0;
@@ -359,6 +419,9 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 	}
 	log_info("stopped: every connection finished");
 out:
+	activation_close(&act);
+	free(inherited);
+	px.sh.inherited = NULL;
 	if (status && started) {
 		for (unsigned i = 0; i < started; i++)
 			worker_request_drain(&px.workers[i]);

@@ -2,7 +2,11 @@
  * worker.c - worker threads: listeners, accepting, the connection cap, and draining.
  *
  * Each worker has its own listening sockets on the same addresses (SO_REUSEPORT), so the
- * kernel spreads connections and no lock is taken to accept. Accepting pauses in two cases,
+ * kernel spreads connections and no lock is taken to accept. A socket handed over by the
+ * service manager (socket activation, proxy.c) is the exception: there is one, each worker
+ * accepts on its own dup() of it, and whichever worker wakes first takes the connection;
+ * connections that arrive while no process runs wait in its backlog, which the manager
+ * keeps open across restarts. Accepting pauses in two cases,
  * and new clients wait in the kernel backlog meanwhile: at the connection cap, until a
  * client connection ends; and when the process is out of descriptors (or socket buffers, or
  * memory), until a connection ends or ACCEPT_RETRY_MS passes, whichever comes first. Listeners are
@@ -185,7 +189,8 @@ int worker_init(struct worker *w, struct worker_shared *sh, unsigned id, unsigne
 	w->accept_timer.fn = worker_on_accept_timer;
 	for (size_t i = 0; i < c->nlistens; i++) {
 		struct listener *l = &w->listeners[i];
-		int fd = sock_listen(&c->listens[i].addr, 1);
+		int inherited = sh->inherited ? sh->inherited[i] : -1;
+		int fd = inherited >= 0 ? sock_dup(inherited) : sock_listen(&c->listens[i].addr, 1);
 		if (fd < 0) {
 			snprintf(err, errlen, "cannot listen on %s: %s", c->listens[i].address,
 				 strerror(-fd));

@@ -78,7 +78,10 @@ struct worker_shared {
 	unsigned nworkers;
 	struct loop *main_loop; /* woken when a worker's loop ends */
 	struct accesslog *alog; /* access_log:, or NULL */
-	atomic_uint running;	/* workers whose loop still runs */
+	/* per listener (conf->listens order): a socket handed over by the service manager,
+	 * which every worker dup()s and accepts on instead of opening its own; -1: none */
+	const int *inherited;
+	atomic_uint running; /* workers whose loop still runs */
 };
 
 /* Exchanges whose cache fill moved, notified by the filling thread (proxy/caching.h). */

@@ -20,6 +20,11 @@ BIN = os.environ.get("ACCELNET", "build/accelnet")
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
 
+class Skip(Exception):
+    """Raised by a test that cannot run on this machine (a tool missing, an image that cannot
+    be fetched): run.py counts it as skipped and prints the reason, never as passed."""
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -55,12 +60,13 @@ class Env:
         self.procs = []
         self.on_cleanup = []  # callables run after the processes are gone (netns, mounts)
 
-    def start(self, argv, name, wait_port=None, environ=None):
+    def start(self, argv, name, wait_port=None, environ=None, pass_fds=()):
         """Start <argv> in a session of its own (killed as a group by cleanup()), with
-        <environ> added to this process's environment."""
+        <environ> added to this process's environment and <pass_fds> left open in it."""
         log = open(os.path.join(self.dir, f"{name}.log"), "wb")
         p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL, start_new_session=True,
+                             pass_fds=pass_fds,
                              env=dict(os.environ, **environ) if environ else None)
         p.log_path = log.name
         p.name = name

@@ -1,5 +1,6 @@
 """Runs every test_* function of the tests/integration/test_*.py modules, each with a fresh
-Env that is cleaned up whatever happens, and ends with the line 'N passed, N failed'.
+Env that is cleaned up whatever happens, and ends with the line 'N passed, N failed'
+(', N skipped' after it when a test raised harness.Skip: it cannot run on this machine).
 Usage: run.py [--bin PATH] [NAME-FILTER...]
 
 Stopped by SIGTERM or SIGHUP (a CI job's time limit, a closed terminal) as by Ctrl-C: the
@@ -31,7 +32,7 @@ def main():
         args = args[2:]
     import harness  # after ACCELNET is set
     harness.BIN = os.environ.get("ACCELNET", harness.BIN)
-    passed = failed = 0
+    passed = failed = skipped = 0
     failures = []
     for fname in sorted(os.listdir(HERE)):
         if not (fname.startswith("test_") and fname.endswith(".py")):
@@ -48,6 +49,9 @@ def main():
                 env.finish()
                 passed += 1
                 print(f"ok   {full} ({time.monotonic() - t0:.1f}s)", flush=True)
+            except harness.Skip as e:
+                skipped += 1
+                print(f"skip {full}: {e}", flush=True)
             except Exception as e:  # noqa: BLE001 - every failure is reported, none stops the run
                 failed += 1
                 failures.append(full)
@@ -59,7 +63,7 @@ def main():
                 env.cleanup()
     if failures:
         print("failed: " + ", ".join(failures))
-    print(f"{passed} passed, {failed} failed")
+    print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
     return 1 if failed else 0
 
 
