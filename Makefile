@@ -106,8 +106,52 @@ layers:
 	@/usr/bin/python3 scripts/check-layers.py --self-test
 	@/usr/bin/python3 scripts/check-layers.py
 
+# `make man` writes the man pages from docs/config.md and the binary's own usage
+# (scripts/gen-man.py); `make install` puts the binary, the man pages, the systemd units and a
+# sample config (never over an existing one) under $(DESTDIR)$(PREFIX) and $(DESTDIR)/etc;
+# `make uninstall` takes them away again (the config stays); `make deb` builds the .deb
+# (scripts/build-deb.sh).
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+MANDIR ?= $(PREFIX)/share/man
+DOCDIR ?= $(PREFIX)/share/doc/accelnet
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSCONFDIR ?= /etc
+MAN_PAGES = $(BUILD)/man/accelnet.1 $(BUILD)/man/accelnet.yaml.5
+UNITS = packaging/systemd/accelnet.service packaging/systemd/accelnet.socket
+
+man: $(MAN_PAGES)
+$(MAN_PAGES) &: $(BUILD)/accelnet docs/config.md scripts/gen-man.py
+	@echo "  MAN $(MAN_PAGES)"
+	@/usr/bin/python3 scripts/gen-man.py --bin $(BUILD)/accelnet --out $(BUILD)/man
+
+install: $(BUILD)/accelnet $(MAN_PAGES)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 \
+		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(SYSCONFDIR)/accelnet
+	install -m 0755 $(BUILD)/accelnet $(DESTDIR)$(BINDIR)/accelnet
+	install -m 0644 $(BUILD)/man/accelnet.1 $(DESTDIR)$(MANDIR)/man1/accelnet.1
+	install -m 0644 $(BUILD)/man/accelnet.yaml.5 $(DESTDIR)$(MANDIR)/man5/accelnet.yaml.5
+	for u in $(UNITS); do \
+		sed -e 's|/usr/bin/accelnet|$(BINDIR)/accelnet|g' \
+		    -e 's|/etc/accelnet/|$(SYSCONFDIR)/accelnet/|g' "$$u" \
+		    > $(DESTDIR)$(UNITDIR)/$$(basename "$$u") && \
+		chmod 0644 $(DESTDIR)$(UNITDIR)/$$(basename "$$u") || exit 1; \
+	done
+	install -m 0644 packaging/accelnet.yaml $(DESTDIR)$(DOCDIR)/examples/accelnet.yaml
+	[ -e $(DESTDIR)$(SYSCONFDIR)/accelnet/accelnet.yaml ] || \
+		install -m 0640 packaging/accelnet.yaml $(DESTDIR)$(SYSCONFDIR)/accelnet/accelnet.yaml
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/accelnet $(DESTDIR)$(MANDIR)/man1/accelnet.1 \
+		$(DESTDIR)$(MANDIR)/man5/accelnet.yaml.5 $(DESTDIR)$(UNITDIR)/accelnet.service \
+		$(DESTDIR)$(UNITDIR)/accelnet.socket $(DESTDIR)$(DOCDIR)/examples/accelnet.yaml
+	-rmdir $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) 2>/dev/null
+
+deb: $(BUILD)/accelnet $(MAN_PAGES)
+	scripts/build-deb.sh $(BUILD) $(BUILD)/deb
+
 clean:
 	rm -rf build build-san build-fuzz
 
-.PHONY: all unit test fuzz bench clean format-check format layers
+.PHONY: all unit test fuzz bench clean format-check format layers man install uninstall deb
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
