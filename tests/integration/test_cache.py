@@ -1846,3 +1846,25 @@ def test_stale_while_revalidate_refreshes_each_vary_variant_as_itself(env):
                "the br variant refreshed")
     assert get(px, "/vs", headers={"Accept-Encoding": "gzip"})[2] == b"gzip v2"
     assert n == {"gzip": 2, "br": 2}, n
+
+
+def test_close_delimited_response_is_stored_and_replayed_with_content_length(env):
+    from harness import ScriptedBackend
+    body = b"until the close " * 1000
+    n = [0]
+
+    def script(i, req):
+        n[0] += 1
+        return (b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\n\r\n" + body, True)
+    be = ScriptedBackend(script)
+    env.on_cleanup.append(be.close)
+    px = env.proxy("cache: {}\npools:\n" + pool_yaml("o", [be.port])
+                   + "routes:\n  - {match: {path_prefix: /}, pool: o, cache: true}\n", workers=1)
+    st, h, b = get(px, "/c")
+    assert st == 200 and b == body and "stored" in cs(h), h
+    out = raw(px.port, b"GET /c HTTP/1.1\r\nHost: %s\r\n\r\nGET /c HTTP/1.1\r\nHost: %s\r\n"
+              b"Connection: close\r\n\r\n" % (host(px), host(px)))
+    first, _, rest = out.partition(b"\r\n\r\n")
+    assert b"Content-Length: %d" % len(body) in first and b"accelnet; hit" in first, first
+    assert rest.startswith(body) and rest[len(body):].startswith(b"HTTP/1.1 200"), rest[-100:]
+    assert n[0] == 1
