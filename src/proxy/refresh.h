@@ -7,8 +7,9 @@
  * (its head, as the forward stage wrote it, with the stored response's validators), sent
  * to a backend of the route's pool that has a free slot (none free: no refresh; a later
  * request tries again), on an upstream connection of the worker's. The answer fills a new
- * object (cache/fill.h): a 304 refreshes the stored one's head and freshness, a 200 replaces
- * it, anything else leaves it as it was. One deadline covers it: timeouts.first_byte_ms
+ * object (cache/fill.h): a 304 refreshes the stored one's head and freshness, a storable 200
+ * replaces it, one not storable marks the key pass (as for any fill), a 5xx or a failure
+ * leaves it as it was. One deadline covers it: timeouts.first_byte_ms
  * from each sign of progress. A worker that ends drops its refreshes.
  */
 #ifndef ACCELNET_PROXY_REFRESH_H
