@@ -8,7 +8,7 @@ PKGS="gcc make pkg-config libyaml-dev libssl-dev libcmocka-dev python3 curl wrk 
 clang clang-format-14 libclang-rt-14-dev libxxhash-dev libjansson-dev libcrypt-dev apache2-utils
 libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack
 python3-cryptography prometheus xxd chromium
-iproute2 strace util-linux testssl.sh
+iproute2 strace util-linux testssl.sh libc-ares-dev dnsmasq-base
 systemd man-db binutils adduser podman $*"
 
 missing=""

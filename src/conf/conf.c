@@ -175,6 +175,7 @@ void conf_free(struct conf *c)
 	free(c->user);
 	free(c->group);
 	free(c->trusted_proxies);
+	free(c->discovery.resolvers);
 	for (size_t i = 0; i < c->npools; i++) {
 		struct conf_pool *p = &c->pools[i];
 		for (size_t j = 0; j < p->nbackends; j++) {
@@ -187,6 +188,7 @@ void conf_free(struct conf *c)
 				free(p->backends[j].models[k]);
 			free(p->backends[j].models);
 			free(p->backends[j].kv_events);
+			free(p->backends[j].discover_name);
 		}
 		free(p->backends);
 		free(p->name);

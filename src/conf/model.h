@@ -64,6 +64,13 @@ struct conf_upstream_tls {
 	char *min_version;  /* "1.2" (default) or "1.3" */
 };
 
+/* backends[].discover: how a backend given by name is found. */
+enum conf_discover {
+	DISCOVER_NONE, /* a fixed address, resolved once at load */
+	DISCOVER_A,    /* "NAME:PORT": every A and AAAA record, at that port */
+	DISCOVER_SRV,  /* "NAME": its SRV records' targets, ports and weights */
+};
+
 struct conf_backend {
 	struct conf_listen ep;	  /* where the backend listens */
 	unsigned weight;	  /* 1..1000, default 1 */
@@ -81,6 +88,12 @@ struct conf_backend {
 	char **models;
 	size_t nmodels;
 	char *kv_events; /* backends[].kv_events: "tcp://HOST:PORT" of its KV-cache events */
+	/* backends[].discover: the address is a DNS name, re-resolved while running
+	 * (proxy/discover.h) into up to discover_max backends of the pool */
+	enum conf_discover discover;
+	char *discover_name;	/* the name asked (A/AAAA) or the SRV name */
+	unsigned discover_port; /* discover: a: the port of every address found */
+	unsigned discover_max;	/* backends[].max_backends: slots kept for it (default 16) */
 };
 
 #define CONF_MODEL_MAX 255 /* bytes of a model name, or of a match.model pattern */
@@ -317,6 +330,12 @@ struct conf {
 	struct conf_access_log access_log;
 	struct conf_metrics metrics;
 	struct conf_cache cache;
+	/* discovery: how names of backends with discover are resolved (proxy/discover.h) */
+	struct {
+		char *resolvers; /* "IP:PORT,..." as c-ares takes it; NULL: the system's */
+		unsigned min_ttl_ms, max_ttl_ms; /* a record's TTL is held within these */
+		unsigned timeout_ms;		 /* one query's wait for an answer */
+	} discovery;
 	/* names of fields only the proxy sets, each once (CONF_GUARDED_FIELDS_MAX) */
 	const char *guarded_fields[CONF_GUARDED_FIELDS_MAX];
 	size_t nguarded_fields;

@@ -18,6 +18,7 @@
 #include "conf/schema_guard.h"
 #include "conf/schema_model.h"
 #include "conf/schema_cache.h"
+#include "conf/schema_discovery.h"
 #include "conf/schema_engine.h"
 #include "conf/schema_tls.h"
 
@@ -168,7 +169,12 @@ static int read_trusted_proxies(struct rules_ctx *x, const struct rule *r, yaml_
 /* --- pools --- */
 
 static const struct rule backend_rules[] = {
-    {"address", RULE_ADDR, offsetof(struct conf_backend, ep), 0, 0, NULL, NULL},
+    {"address", RULE_SECTION, offsetof(struct conf_backend, ep), 0, 0, NULL,
+     schema_read_backend_address},
+    {"discover", RULE_SECTION, offsetof(struct conf_backend, discover), 0, 0, NULL,
+     schema_read_backend_discover},
+    {"max_backends", RULE_UINT, offsetof(struct conf_backend, discover_max), 1, LB_MAX_BACKENDS,
+     NULL, NULL},
     {"weight", RULE_UINT, offsetof(struct conf_backend, weight), 1, 1000, NULL, NULL},
     {"max_concurrency", RULE_UINT, offsetof(struct conf_backend, max_concurrency), 0, 1000000, NULL,
      NULL},
@@ -186,6 +192,11 @@ static int read_backend_item(struct rules_ctx *x, yaml_node_t *item, void *obj, 
 	b->weight = 1;
 	if (item->type == YAML_SCALAR_NODE)
 		return rules_read_addr(x, item, &b->ep);
+	/* discover first: it says how the address reads */
+	yaml_node_t *d =
+	    item->type == YAML_MAPPING_NODE ? rules_value_of(x, item, "discover") : NULL;
+	if (d && schema_read_backend_discover(x, NULL, d, &b->discover) < 0)
+		return -EINVAL;
 	int err = rules_read_section(x, item, "backends", backend_rules, b);
 	if (!err && !b->ep.address)
 		return rules_fail(x, item, "backends: 'address' is required, e.g. 127.0.0.1:9101");
@@ -380,6 +391,9 @@ static int check_pool(struct rules_ctx *x, yaml_node_t *item, struct conf_pool *
 		if (p->tls && schema_backend_tls_names(p->tls, &p->backends[j]) < 0)
 			return rules_fail(x, item, "out of memory");
 	}
+	int derr = schema_discovery_check_pool(x, item, p);
+	if (derr)
+		return derr;
 	if (!p->health.timeout_ms)
 		p->health.timeout_ms = p->health.interval_ms < 2000 ? p->health.interval_ms : 2000;
 	int err = pool_policy_check(x, item, p);
@@ -701,6 +715,7 @@ static const struct rule top_rules[] = {
     {"metrics", RULE_SECTION, offsetof(struct conf, metrics), 0, 0, metrics_rules, NULL},
     {"cache", RULE_SECTION, offsetof(struct conf, cache), 0, 0, schema_cache_rules,
      schema_read_cache},
+    {"discovery", RULE_SECTION, 0, 0, 0, schema_discovery_rules, schema_read_discovery},
     RULES_END,
 };
 
@@ -727,6 +742,7 @@ void schema_set_defaults(struct conf *c)
 	c->workers = cpus > 0 ? (unsigned)cpus : 1;
 	c->access_log.sample = 1.0;
 	c->metrics.max_tenants = 100;
+	schema_discovery_defaults(c);
 	c->timeouts = (struct conf_timeouts){
 	    .connect_ms = 2000,
 	    .header_ms = 10000,

@@ -33,6 +33,8 @@ static void check_passed(struct check *c)
 	struct backend *be = c->probe.be;
 	struct loop *loop = c->probe.loop;
 	const struct conf_health *hc = &be->pool->health;
+	if (c->probe.gen != atomic_load(&be->gen))
+		return; /* an answer from the address the slot had before */
 	be->hc_fail = 0;
 	if (++be->hc_ok >= hc->rise && !atomic_load(&be->up)) {
 		atomic_store(&be->down_until_ms, 0);
@@ -48,6 +50,8 @@ static void check_passed(struct check *c)
 static void check_failed(struct probe *p, const char *why)
 {
 	struct backend *be = p->be;
+	if (p->gen != atomic_load(&be->gen))
+		return;
 	be->hc_ok = 0;
 	if (++be->hc_fail >= be->pool->health.fall && atomic_load(&be->up)) {
 		atomic_store(&be->up, 0);

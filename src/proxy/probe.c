@@ -52,8 +52,9 @@ void probe_skip(struct probe *p, int err)
 static int probe_send(struct probe *p)
 {
 	char req[512];
-	int n = snprintf(req, sizeof(req), "GET %s HTTP/%s\r\nHost: %s\r\n%s\r\n", p->path,
-			 p->version, p->be->name, p->headers);
+	int n =
+	    snprintf(req, sizeof(req), "GET %s HTTP/%s\r\nHost: %s\r\n%s\r\n", p->path, p->version,
+		     p->be->conf->discover ? p->be->conf->discover_name : p->be->name, p->headers);
 	/* conf bounds the path; never send past req */
 	if (n < 0 || (size_t)n >= sizeof(req)) {
 		probe_fail(p, "the request does not fit");
@@ -118,7 +119,12 @@ static void probe_on_timer(struct loop_timer *t)
 		return;
 	}
 	p->started_ms = loop_now(p->loop);
-	int fd = sock_connect(&p->be->conf->ep.addr);
+	p->gen = atomic_load(&p->be->gen);
+	if (!backend_present(p->be)) { /* an empty or draining discovery slot: nothing to ask */
+		probe_end(p);
+		return;
+	}
+	int fd = sock_connect(&p->be->addr);
 	if (fd < 0 && sock_error_is_local(fd)) {
 		probe_skip(p, fd);
 		return;

@@ -55,10 +55,13 @@ struct probe {
 	struct loop_timer timer;
 	enum probe_phase phase;
 	uint64_t started_ms;
-	size_t len; /* bytes of the answer the owner has read; 0 when the request goes out */
+	unsigned gen; /* be->gen when it started: an answer from an address since replaced
+		       * (proxy/discover.c) says nothing of the backend now */
+	size_t len;   /* bytes of the answer the owner has read; 0 when the request goes out */
 };
 
-/* Arm the probe whose owner fields are set: the first attempt runs at once. */
+/* Arm the probe whose owner fields are set: the first attempt runs at once. A backend that
+ * is not present (an unused discovery slot) is not probed; its turn passes. */
 void probe_start(struct probe *p);
 /* End the attempt (close the connection: under TLS with our close_notify once the request
  * is out, so the session stays resumable) and set the next one for started + interval. */

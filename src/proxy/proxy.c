@@ -27,6 +27,7 @@
 #include "proxy/debugreq.h"
 #include "proxy/caching.h"
 #include "proxy/dispatch.h"
+#include "proxy/discover.h"
 #include "proxy/health.h"
 #include "proxy/kvsub.h"
 #include "proxy/scrape.h"
@@ -281,6 +282,7 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 	struct proxy px = {.sh = {.conf = conf, .ops = &proxy_worker_ops}};
 	struct main_state m = {.px = &px};
 	struct health *health = NULL;
+	struct discover *discover = NULL;
 	struct scrape *scrape = NULL;
 	struct kvsub *kvsub = NULL;
 	struct admin *admin = NULL;
@@ -377,6 +379,8 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 		log_error("cannot start health checks: %s", strerror(-rc));
 		goto out;
 	}
+	if ((rc = discover_start(px.sh.main_loop, px.sh.rt, &discover)) < 0)
+		goto out; /* it said why */
 	if ((rc = scrape_start(px.sh.main_loop, px.sh.rt, &scrape)) < 0) {
 		log_error("cannot start scraping the engines' metrics: %s", strerror(-rc));
 		goto out;
@@ -435,6 +439,7 @@ out:
 		px.sh.rt->alog = NULL; /* the admin endpoint has stopped reading it */
 	accesslog_close(px.sh.alog);   /* after the workers: every line they pushed is written */
 	health_stop(health);
+	discover_stop(discover);
 	scrape_stop(scrape);
 	kvsub_stop(kvsub);
 	admin_stop(admin);

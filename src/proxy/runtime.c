@@ -8,6 +8,7 @@
  * /metrics and /status are written from it.
  */
 #include "proxy/runtime.h"
+#include "conf/schema_discovery.h"
 #include "proxy/llm.h"
 #include "core/check.h"
 #include "core/clock.h"
@@ -74,12 +75,20 @@ static const struct pool_rt *pool_at(const void *ctx, size_t i)
 
 static const char *read_be_address(const void *ctx, size_t i)
 {
-	return be_at(ctx, i)->name;
+	const struct backend *b = be_at(ctx, i);
+	if (!b->conf->discover)
+		return b->name;
+	return b->addr_text[atomic_load_explicit(&b->addr_at, memory_order_acquire) & 1];
 }
 
 static double read_be_weight(const void *ctx, size_t i)
 {
-	return be_at(ctx, i)->conf->weight;
+	return RELAXED(be_at(ctx, i)->weight);
+}
+
+static double read_be_present(const void *ctx, size_t i)
+{
+	return backend_present(be_at(ctx, i));
 }
 
 /*
@@ -333,6 +342,12 @@ static const char *read_tenant_name(const void *ctx, size_t i)
 static const struct metric_def proxy_metric_defs[PM_COUNT] = {
     [PM_BACKEND_ADDRESS] = {BE, JSON_ONLY("address", MJ_STRING), .read_str = read_be_address},
     [PM_BACKEND_WEIGHT] = {BE, JSON_ONLY("weight", MJ_UINT), .read = read_be_weight},
+    [PM_BACKEND_PRESENT] = {"accelnet_backend_present", METRIC_GAUGE,
+			    "1 if the backend takes new requests as far as discovery goes: a fixed "
+			    "address, or one its name's DNS answer holds (0: an unused or "
+			    "draining slot of backends.discover)",
+			    NULL, BE, .json = "present", .json_as = MJ_BOOL,
+			    .read = read_be_present},
     [PM_BACKEND_UP] = {"accelnet_backend_up", METRIC_GAUGE,
 		       "1 if the backend is up: as active health checks find it when the pool "
 		       "has health:, else 0 from a failed connect until it answers again",
@@ -489,6 +504,18 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
     [PM_POOL_SPILLED_IN] = {"accelnet_pool_spilled_in_total", METRIC_COUNTER,
 			    "requests moved here by a route's spillover", NULL, POOL,
 			    .json = "spilled_in", .json_as = MJ_UINT},
+    [PM_POOL_DISCOVERY_ANSWERS] = {"accelnet_pool_discovery_answers_total", METRIC_COUNTER,
+				   "DNS answers applied to the pool's discovered backends "
+				   "(backends.discover), empty ones included",
+				   NULL, POOL, .json = "discovery.answers", .json_as = MJ_UINT},
+    [PM_POOL_DISCOVERY_FAILURES] = {"accelnet_pool_discovery_failures_total", METRIC_COUNTER,
+				    "resolutions of a discovered name that failed (timeout, "
+				    "SERVFAIL, refused): the last answer was kept",
+				    NULL, POOL, .json = "discovery.failures", .json_as = MJ_UINT},
+    [PM_POOL_DISCOVERY_DROPPED] = {"accelnet_pool_discovery_dropped_total", METRIC_COUNTER,
+				   "addresses in a DNS answer left out for want of a free slot "
+				   "(backends.max_backends)",
+				   NULL, POOL, .json = "discovery.dropped", .json_as = MJ_UINT},
     [PM_POOL_QUEUE_DISCIPLINE] = {POOL, JSON_ONLY("queue.discipline", MJ_STRING),
 				  .read_str = read_pool_discipline},
     [PM_POOL_QUEUE_LENGTH] = {"accelnet_pool_queue_length", METRIC_GAUGE,
@@ -714,18 +741,34 @@ static int runtime_pool_tls(struct pool_rt *p)
 }
 
 /* p->models from its backends' models lists. 0 or -ENOMEM. */
+/* The slots of <b>: max_backends for a discovered name, else 1. */
+static size_t slot_count(const struct conf_backend *b)
+{
+	if (!b->discover)
+		return 1;
+	return b->discover_max ? b->discover_max : DISCOVER_MAX_DEFAULT;
+}
+
+/* The backends of <pc> at run time: its fixed ones, and every discovered name's slots. */
+static size_t runtime_pool_slots(const struct conf_pool *pc)
+{
+	size_t n = 0;
+	for (size_t j = 0; j < pc->nbackends; j++)
+		n += slot_count(&pc->backends[j]);
+	return n;
+}
+
 static int runtime_pool_models(struct pool_rt *p)
 {
-	const struct conf_pool *pc = p->conf;
-	char *const **names = calloc(pc->nbackends, sizeof(*names));
-	size_t *counts = calloc(pc->nbackends, sizeof(*counts));
+	char *const **names = calloc(p->nbackends, sizeof(*names));
+	size_t *counts = calloc(p->nbackends, sizeof(*counts));
 	int rc = -ENOMEM;
 	if (names && counts) {
-		for (size_t j = 0; j < pc->nbackends; j++) {
-			names[j] = pc->backends[j].models;
-			counts[j] = pc->backends[j].nmodels;
+		for (size_t j = 0; j < p->nbackends; j++) {
+			names[j] = p->backends[j].conf->models;
+			counts[j] = p->backends[j].conf->nmodels;
 		}
-		rc = models_build(&p->models, names, counts, pc->nbackends);
+		rc = models_build(&p->models, names, counts, p->nbackends);
 	}
 	free(names);
 	free(counts);
@@ -765,7 +808,7 @@ int runtime_create(const struct conf *conf, struct runtime **out)
 		const struct conf_pool *pc = &conf->pools[i];
 		p->conf = pc;
 		p->index = i;
-		p->nbackends = pc->nbackends;
+		p->nbackends = runtime_pool_slots(pc);
 		if (pool_queue_init(&p->queue, pc) < 0) {
 			p->conf = NULL; /* nothing to destroy */
 			goto fail;
@@ -774,17 +817,29 @@ int runtime_create(const struct conf *conf, struct runtime **out)
 		if (pc->tls && (rc = runtime_pool_tls(p)) < 0)
 			goto fail;
 		rc = -ENOMEM;
-		p->backends = calloc(pc->nbackends, sizeof(*p->backends));
+		p->backends = calloc(p->nbackends, sizeof(*p->backends));
 		if (!p->backends || (pc->balance->blocks && llm_fit_new(&p->llm) < 0))
 			goto fail;
-		for (size_t j = 0; j < pc->nbackends; j++) {
+		for (size_t j = 0, k = 0, slot = 0; j < p->nbackends; j++) {
 			struct backend *b = &p->backends[j];
-			b->conf = &pc->backends[j];
+			const struct conf_backend *cb = &pc->backends[k];
+			b->conf = cb;
 			b->pool = pc;
 			b->id = rt->nbackends++;
 			b->tls = p->tls;
-			snprintf(b->name, sizeof(b->name), "%s", pc->backends[j].ep.address);
 			atomic_init(&b->up, 1);
+			atomic_init(&b->weight, cb->weight);
+			if (cb->discover) { /* a slot, empty until the name resolves */
+				snprintf(b->name, sizeof(b->name), "%.60s#%zu", cb->ep.address,
+					 slot);
+				if (++slot == slot_count(cb))
+					k++, slot = 0;
+			} else {
+				snprintf(b->name, sizeof(b->name), "%s", cb->ep.address);
+				b->addr = cb->ep.addr;
+				atomic_init(&b->present, 1);
+				k++;
+			}
 			if (pc->balance->blocks && llm_backend_new(&pc->lb, p->llm, &b->llm) < 0)
 				goto fail;
 			int erc = runtime_backend_engine(b);
@@ -849,7 +904,7 @@ void runtime_destroy(struct runtime *rt)
 
 int backend_usable(const struct backend *b, uint64_t now_ms)
 {
-	return atomic_load_explicit(&b->up, memory_order_relaxed) &&
+	return backend_present(b) && atomic_load_explicit(&b->up, memory_order_relaxed) &&
 	       now_ms >= atomic_load_explicit(&b->down_until_ms, memory_order_relaxed);
 }
 
@@ -1077,7 +1132,7 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 		if (share < 1 && rand_unit(&coin) >= share)
 			usable = 0; /* ramping up: not offered to this pick */
 		cand[i] = (struct lb_candidate){
-		    .weight = b->conf->weight,
+		    .weight = atomic_load_explicit(&b->weight, memory_order_relaxed),
 		    /* ours, and others' (saturated: a wrapped sum would look idle) */
 		    .inflight = others > UINT32_MAX - inflight ? UINT32_MAX : inflight + others,
 		    .slots = cap,
@@ -1105,7 +1160,14 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 		}
 		struct backend *b = &p->backends[idx];
 		unsigned cap = b->conf->max_concurrency;
-		unsigned before = atomic_fetch_add_explicit(&b->inflight, 1, memory_order_relaxed);
+		/* seq_cst, then present: a slot discovery takes out either is seen gone here,
+		 * or is seen busy there and not rewritten (struct backend) */
+		unsigned before = atomic_fetch_add_explicit(&b->inflight, 1, memory_order_seq_cst);
+		if (!atomic_load_explicit(&b->present, memory_order_seq_cst)) {
+			atomic_fetch_sub_explicit(&b->inflight, 1, memory_order_relaxed);
+			cand[idx].eligible = cand[idx].busy = 0;
+			continue;
+		}
 		if (cap && before >= cap) {
 			/* another worker took the last slot since we looked: pick again */
 			atomic_fetch_sub_explicit(&b->inflight, 1, memory_order_relaxed);

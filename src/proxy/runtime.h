@@ -44,6 +44,7 @@ enum proxy_metric {
 	/* per backend */
 	PM_BACKEND_ADDRESS,
 	PM_BACKEND_WEIGHT,
+	PM_BACKEND_PRESENT,
 	PM_BACKEND_UP,
 	PM_BACKEND_ELIGIBLE,
 	PM_BACKEND_EJECTED,
@@ -87,6 +88,9 @@ enum proxy_metric {
 	PM_POOL_UNAVAILABLE,
 	PM_POOL_RETRIES_DENIED,
 	PM_POOL_SPILLED_IN,
+	PM_POOL_DISCOVERY_ANSWERS, /* backends[].discover (proxy/discover.c) */
+	PM_POOL_DISCOVERY_FAILURES,
+	PM_POOL_DISCOVERY_DROPPED,
 	PM_POOL_QUEUE_DISCIPLINE,
 	PM_POOL_QUEUE_LENGTH,
 	PM_POOL_QUEUE_ENQUEUED,
@@ -155,8 +159,25 @@ struct prefix_index;
 struct backend {
 	const struct conf_backend *conf;
 	const struct conf_pool *pool;
-	size_t id; /* index across all pools, for per-worker arrays */
-	char name[72];
+	size_t id;     /* index across all pools, for per-worker arrays */
+	char name[72]; /* its address; a discovered one's slot: "NAME#k", fixed */
+	/*
+	 * Where it listens: conf->ep's address, or for a slot of a name with discover what the
+	 * name last resolved to (proxy/discover.c). A slot is <present> while the name's
+	 * answer holds its address; it leaves (present 0: drained, no new picks) and is filled
+	 * again only by the main thread, and only once no request is in flight to it, so no
+	 * worker reads <addr> while it changes: pool_pick raises inflight, then checks present
+	 * (both seq_cst), and the main thread clears present, then checks inflight. <gen>
+	 * changes with the address: idle connections made before are closed, not reused.
+	 */
+	struct net_addr addr;
+	atomic_int present;
+	atomic_uint gen;
+	atomic_uint weight; /* conf's, or the SRV record's */
+	/* its address as text for /status; [addr_at] is current (two, so a reader is never
+	 * handed the one being rewritten) */
+	char addr_text[2][64];
+	atomic_int addr_at;
 	atomic_int up;			    /* active checks: 1 up, 0 down */
 	atomic_uint_fast64_t down_until_ms; /* passive: out of rotation until then */
 	atomic_int connect_failed;	    /* passive: the last connect failed, no answer since */
@@ -255,9 +276,16 @@ static inline void pool_observe_us(struct pool_rt *p, enum proxy_metric id, uint
 	metrics_observe(metrics_shard_self(p->metrics), id, p->index, us);
 }
 
-/* Up, not passively marked out or ejected, and under its concurrency cap. */
+/* Is <b> in rotation as far as discovery goes: a fixed backend, or a slot whose address the
+ * name's answer holds? */
+static inline int backend_present(const struct backend *b)
+{
+	return atomic_load_explicit(&b->present, memory_order_relaxed);
+}
+
+/* Present, up, not passively marked out or ejected, and under its concurrency cap. */
 int backend_eligible(const struct backend *b, uint64_t now_ms);
-/* Up and not marked out or ejected (at its cap or not). */
+/* Present, up and not marked out or ejected (at its cap or not). */
 int backend_usable(const struct backend *b, uint64_t now_ms);
 /* A connection to <b> failed: keep it out of rotation for the pool's fail_timeout_ms. */
 void backend_mark_failed(struct backend *b, uint64_t now_ms);

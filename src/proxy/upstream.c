@@ -8,6 +8,9 @@
  * connection is handed out it is looked at once more without waiting, for an end that
  * arrived in this loop turn and was not yet dispatched.
  *
+ * A backend slot whose address discovery changed (proxy/discover.c) bumps its generation: a
+ * connection made before is closed when it comes back or is next looked for, never reused.
+ *
  * A TLS connection closed cleanly sends close_notify first: OpenSSL does not resume a TLS
  * 1.2 session whose connection ended without one.
  */
@@ -99,7 +102,8 @@ static void idle_unlink(struct upconn *up)
 /* A new connection to <be>, connecting; NULL with *err. */
 static struct upconn *upconn_open(struct worker *w, struct backend *be, int *err)
 {
-	int fd = sock_connect(&be->conf->ep.addr);
+	unsigned gen = atomic_load_explicit(&be->gen, memory_order_relaxed);
+	int fd = sock_connect(&be->addr);
 	if (fd < 0) {
 		*err = fd;
 		return NULL;
@@ -116,6 +120,7 @@ static struct upconn *upconn_open(struct worker *w, struct backend *be, int *err
 	up->timer.fn = upconn_on_idle_timeout;
 	up->w = w;
 	up->be = be;
+	up->gen = gen;
 	up->connecting = 1;
 	int rc = 0;
 	if (be->tls) {
@@ -144,9 +149,10 @@ struct upconn *upconn_get(struct worker *w, struct backend *be, int *err)
 		loop_timer_stop(w->loop, &up->timer);
 		/* a plain one the backend closed was seen by the loop (a read event); TLS is
 		 * looked at once more: a ticket or close_notify may sit in OpenSSL's buffer */
-		if (!up->hup && (!up->conn.ssl || idle_alive(up)))
+		if (!up->hup && up->gen == atomic_load_explicit(&be->gen, memory_order_relaxed) &&
+		    (!up->conn.ssl || idle_alive(up)))
 			return up;
-		upconn_close(up); /* the backend closed it: the next one, or a new one */
+		upconn_close(up); /* closed, or to an address discovery has since replaced */
 	}
 	return upconn_open(w, be, err);
 }
@@ -163,7 +169,8 @@ void upconn_release(struct upconn *up)
 	struct list_head *l = &w->idle[up->be->id];
 	up->owner = NULL;
 	up->served++;
-	if (l->count >= IDLE_MAX_PER_BACKEND || w->draining) {
+	if (l->count >= IDLE_MAX_PER_BACKEND || w->draining ||
+	    up->gen != atomic_load_explicit(&up->be->gen, memory_order_relaxed)) {
 		upconn_close(up);
 		return;
 	}

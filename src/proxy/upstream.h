@@ -41,11 +41,12 @@ struct upconn {
 	unsigned handshaking : 1; /* TCP is up, the TLS handshake is not done (still connecting) */
 	unsigned tls_failed : 1;  /* <failed> is the TLS handshake's, not the TCP connect's */
 	unsigned served;	  /* exchanges completed on this connection */
+	unsigned gen;		  /* be->gen when opened: an older one's address is gone */
 	char *tls_error;	  /* tls_failed: why, with OpenSSL's reason (freed with it) */
 };
 
-/* An idle connection to <be> that the backend has not closed, or a new one (connecting);
- * NULL with *err = -errno. */
+/* An idle connection to <be> that the backend has not closed, made to its present address,
+ * or a new one (connecting); NULL with *err = -errno. */
 struct upconn *upconn_get(struct worker *w, struct backend *be, int *err);
 /* Owned from now on by <owner>: <on_event> is called on its readiness events. */
 void upconn_own(struct upconn *up, void *owner, void (*on_event)(void *owner));
