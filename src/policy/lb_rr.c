@@ -1,6 +1,8 @@
 /*
- * lb_rr.c - round robin: the ticket names the backend; a backend that is not eligible
- * passes its turn to the next one.
+ * lb_rr.c - round robin over the eligible backends: the ticket, modulo how many are eligible
+ * now, names which of them. A backend that is not eligible leaves its turns to all the others
+ * alike, not to the one after it (a pool with unused discovery slots, or one backend down,
+ * stays even).
  */
 #include "policy/lb.h"
 
@@ -8,11 +10,15 @@ static int rr_pick(const struct lb_state *st, const struct lb_candidate *c, size
 		   const struct lb_draw *d)
 {
 	(void)st;
-	for (size_t i = 0; i < n; i++) {
-		size_t idx = (size_t)((d->ticket + i) % n);
-		if (c[idx].eligible)
-			return (int)idx;
-	}
+	size_t eligible = 0;
+	for (size_t i = 0; i < n; i++)
+		eligible += c[i].eligible != 0;
+	if (!eligible)
+		return LB_NONE;
+	size_t k = (size_t)(d->ticket % eligible);
+	for (size_t i = 0; i < n; i++)
+		if (c[i].eligible && k-- == 0)
+			return (int)i;
 	return LB_NONE;
 }
 

@@ -9,6 +9,9 @@ from harness import (complete, metrics_text, pool_yaml, prom_samples, promtool_c
                      status, wait_until)
 
 FAMILIES = {  # name: (type, help)
+    "accelnet_backend_present": ("gauge", "1 if the backend takes new requests as far as "
+                                 "discovery goes: a fixed address, or one its name's DNS answer "
+                                 "holds (0: an unused or draining slot of backends.discover)"),
     "accelnet_backend_up": ("gauge", "1 if the backend is up: as active health checks find it "
                             "when the pool has health:, else 0 from a failed connect until it "
                             "answers again"),
@@ -91,6 +94,14 @@ FAMILIES = {  # name: (type, help)
                                         "requests turned away with no backend to serve them"),
     "accelnet_pool_retries_denied_total": ("counter", "retries the retry budget turned down"),
     "accelnet_pool_spilled_in_total": ("counter", "requests moved here by a route's spillover"),
+    "accelnet_pool_discovery_answers_total": ("counter", "DNS answers applied to the pool's "
+                                              "discovered backends (backends.discover), empty "
+                                              "ones included"),
+    "accelnet_pool_discovery_failures_total": ("counter", "resolutions of a discovered name that "
+                                               "failed (timeout, SERVFAIL, refused): the last "
+                                               "answer was kept"),
+    "accelnet_pool_discovery_dropped_total": ("counter", "addresses in a DNS answer left out for "
+                                              "want of a free slot (backends.max_backends)"),
     "accelnet_pool_queue_enqueued_total": ("counter", "requests that waited in the queue (each "
                                            "leaves it as granted, displaced, timed out, spilled "
                                            "or withdrawn)"),
@@ -146,11 +157,11 @@ FAMILIES = {  # name: (type, help)
                                      "accelnet_route_tokens_total"),
 }
 
-POOL_KEYS = ["name", "balance", "unavailable", "retries_denied", "spilled_in", "queue",
-             "backends"]
+POOL_KEYS = ["name", "balance", "unavailable", "retries_denied", "spilled_in", "discovery",
+             "queue", "backends"]
 QUEUE_KEYS = ["discipline", "length", "enqueued", "granted", "timeouts", "overflows", "displaced",
               "spilled", "withdrawn", "wait_ms"]
-BACKEND_KEYS = ["address", "weight", "up", "eligible", "ejected", "inflight", "max_concurrency",
+BACKEND_KEYS = ["address", "weight", "present", "up", "eligible", "ejected", "inflight", "max_concurrency",
                 "latency_ms", "requests", "connect_failures", "retries", "ejections",
                 "reported_load", "hedged", "hedge_wins", "ttfb_ms", "gap_ms", "ttft_ms",
                 "token_gap_ms", "llm_base_ms", "llm_block_ms", "llm_work_ms",

@@ -53,6 +53,9 @@ static void round_robin_cycles_and_skips(void **state)
 		counts[pick(&lb_round_robin, &st, c, 3, t, 0)]++;
 	assert_int_equal(counts[1], 0);
 	assert_int_equal(counts[0] + counts[2], 300);
+	/* the turns of the one out go to the others alike, not to the one after it */
+	assert_int_equal(counts[0], 150);
+	assert_int_equal(counts[2], 150);
 	c[0].eligible = c[2].eligible = 0;
 	assert_int_equal(pick(&lb_round_robin, &st, c, 3, 7, 0), -1);
 }
