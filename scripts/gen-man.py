@@ -29,16 +29,21 @@ def line(text):
 def inline(md):
     """Markdown inline markup (code, bold, emphasis, links) as roff font changes."""
     out = []
-    # code spans first: what is inside them is taken literally
+    bold = False  # ** pairs may hold code spans: the toggle is carried across them
+    # code spans first: what is inside them is taken literally (\fP: back to the font before)
     for i, part in enumerate(re.split(r"(`[^`]*`)", md)):
         if i % 2:
-            out.append("\\fB" + esc(part[1:-1]) + "\\fR")
+            out.append("\\fB" + esc(part[1:-1]) + "\\fP")
             continue
         part = re.sub(r"\[([^\]]+)\]\(([^)]+)\)", r"\1", part)  # [text](url) -> text
         part = esc(part)
-        part = re.sub(r"\*\*([^*]+)\*\*", r"\\fB\1\\fR", part)
+        pieces = part.split("**")
+        for k in range(1, len(pieces)):
+            bold = not bold
+            pieces[k] = ("\\fB" if bold else "\\fR") + pieces[k]
+        part = "".join(pieces)
         part = re.sub(r"(?<![\w*])\*([^*\s][^*]*)\*(?![\w*])", r"\\fI\1\\fR", part)
-        part = part.replace("--", "\\(em")
+        part = part.replace(" -- ", " \\(em ")
         out.append(part)
     return "".join(out)
 

@@ -98,7 +98,7 @@ def test_man_pages_name_every_key_and_every_command(env):
     with open(os.path.join(out, "accelnet.yaml.5")) as f:
         roff = f.read()
     assert roff.startswith(".TH ACCELNET.YAML 5 ")
-    plain = re.sub(r"\\f[BIR]|\\&", "", roff)
+    plain = re.sub(r"\\f[BIRP]|\\&", "", roff)
     keys = _keys()
     missing = [k for k in keys if k not in plain]
     assert not missing, f"accelnet.yaml.5 does not name: {missing}"
