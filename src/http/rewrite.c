@@ -421,14 +421,14 @@ int rewrite_error(char *buf, size_t cap, const struct rewrite_error_info *e)
 				 !(e->challenges & REWRITE_CHALLENGE_BEARER)
 			     ? ""
 			     : "WWW-Authenticate: Bearer realm=\"accelnet\"\r\n");
-	int n = snprintf(buf, cap,
-			 "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
-			 "%s%s%s%s%s%sCache-Control: no-store\r\n%s\r\n%.*s",
-			 e->status, http_status_text(e->status),
-			 e->openai ? "application/json" : "text/plain", blen,
-			 rid ? "X-Request-Id: " : "", rid ? rid : "", rid ? "\r\n" : "", timing,
-			 extra, e->more_headers ? e->more_headers : "",
-			 e->keep_alive ? "" : "Connection: close\r\n", blen, body);
+	int n = snprintf(
+	    buf, cap,
+	    "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
+	    "%s%s%s%s%s%sCache-Control: no-store\r\n%s\r\n%.*s",
+	    e->status, http_status_text(e->status), e->openai ? "application/json" : "text/plain",
+	    blen, rid ? "X-Request-Id: " : "", rid ? rid : "", rid ? "\r\n" : "", timing, extra,
+	    e->more_headers ? e->more_headers : "", e->keep_alive ? "" : "Connection: close\r\n",
+	    e->head_only ? 0 : blen, body);
 	return n < 0 || (size_t)n >= cap ? -1 : n;
 }
 

@@ -85,6 +85,7 @@ struct rewrite_error_info {
 	const char *more_headers; /* whole CRLF-ended header lines, or NULL */
 	const char *timing;	  /* the X-Accelnet-Timing value, or NULL */
 	const char *openai_code;  /* the OpenAI "code", in place of the status's; NULL: its */
+	int head_only;		  /* the answer to a HEAD: the head alone (RFC 9110 9.3.2) */
 };
 #define REWRITE_CHALLENGE_BEARER 1u
 #define REWRITE_CHALLENGE_BASIC 2u
@@ -96,7 +97,8 @@ struct rewrite_error_info {
  * (401: invalid_request_error / invalid_api_key; 403: permission_error; 429: requests /
  * rate_limit_exceeded; 5xx: server_error, 503 with code service_unavailable; other 4xx:
  * invalid_request_error). Retry-After when retry_after_s is not 0, a 401's challenges,
- * then more_headers. Returns its length or -1.
+ * then more_headers; to a HEAD (head_only) the head alone, its Content-Length that of the
+ * body a GET would get. Returns its length or -1.
  */
 int rewrite_error(char *out, size_t cap, const struct rewrite_error_info *e);
 

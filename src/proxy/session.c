@@ -86,6 +86,7 @@ static enum run session_answer(struct client *cl, int status, const char *detail
 	    .openai_type = status == 429 && x ? x->limit_type : NULL,
 	    .more_headers = status == 429 && x ? x->limit_headers : NULL,
 	    .openai_code = x ? x->reply_code : NULL,
+	    .head_only = x && x->meth == HTTP_HEAD,
 	};
 	int n = -1;
 	if (client_out_buf(cl) && json) {

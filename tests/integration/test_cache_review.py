@@ -35,3 +35,23 @@ def test_stale_if_error_answer_larger_than_one_write_is_sent_whole_once(env):
     st, h, b = parse_response(got)
     assert st == 200 and cs(h).endswith("; detail=stale-if-error"), (st, h)
     assert b == body, (len(b), len(body), got[-300:])
+
+
+def test_the_proxys_own_error_answer_to_a_head_has_no_body(env):
+    # Found by the soak: a 502/503 of the proxy's own (the origin gone) to a HEAD carried its
+    # text body, which a keep-alive client reads as the start of the next answer.
+    o = Origin(env)
+    px = start(env, o)
+    o.close()
+    for _ in range(2):  # a failed connect (502), then no backend in rotation (503)
+        s = socket.create_connection(("127.0.0.1", px.port), timeout=15)
+        s.sendall(b"HEAD /a HTTP/1.1\r\nHost: %s\r\n\r\n"
+                  b"GET /b HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n"
+                  % (host(px), host(px)))
+        got = read_all(s)
+        s.close()
+        first, sep, rest = got.partition(b"\r\n\r\n")
+        assert first.split(b" ")[1] in (b"502", b"503") and b"Content-Length: " in first, got
+        assert rest.startswith(b"HTTP/1.1 50"), got  # the GET's answer, right after the head
+        st, h, b = parse_response(rest)
+        assert st in (502, 503) and b.startswith(b"%d " % st), got
