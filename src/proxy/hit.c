@@ -177,9 +177,11 @@ enum run hit_run(struct client *cl)
 	struct cache_obj *o = x->cobj;
 	int body = x->hit_kind == HIT_FULL || x->hit_kind == HIT_RANGE;
 	for (;;) {
+		/* the state first: a fill that has ended has all its bytes, but bytes read
+		 * before its end may be fewer than it ended with */
+		enum cache_fill_state st = cache_obj_state(o);
 		uint64_t avail = cache_obj_body_len(o);
 		uint64_t to = body ? (x->hit_end < avail ? x->hit_end : avail) : x->hit_pos;
-		enum cache_fill_state st = cache_obj_state(o);
 		if (x->hit_chunked && !x->hit_chunk_left && x->hit_pos < to) {
 			char size[24];
 			int n = snprintf(size, sizeof(size), "%" PRIx64 "\r\n", to - x->hit_pos);

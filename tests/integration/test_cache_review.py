@@ -5,9 +5,10 @@ that reads slowly. Each test reproduces a bug that was found and fixed, as a cli
 The origin (test_cache.Origin) embeds the path in each body, so that a crossed answer shows."""
 
 import socket
+import threading
 import time
 
-from harness import read_all, wait_until
+from harness import pool_yaml, read_all
 from test_cache import Origin, Reply, cached, cs, get, host, parse_response, start
 
 
@@ -55,3 +56,86 @@ def test_the_proxys_own_error_answer_to_a_head_has_no_body(env):
         assert rest.startswith(b"HTTP/1.1 50"), got  # the GET's answer, right after the head
         st, h, b = parse_response(rest)
         assert st in (502, 503) and b.startswith(b"%d " % st), got
+
+
+class TrickleOrigin:
+    """An origin answering every GET with max-age=60 and a Content-Length body (the path, then
+    filler) written in <pieces> writes a moment apart, so that requests coalesced on its fill
+    (on every worker) catch up with it and wait, again and again, until its last byte."""
+
+    def __init__(self, env, size=60000, pieces=40):
+        self.size, self.pieces = size, pieces
+        self.count = 0
+        self.lock = threading.Lock()
+        self.ls = socket.socket()
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(512)
+        self.port = self.ls.getsockname()[1]
+        threading.Thread(target=self.accept, daemon=True).start()
+        env.on_cleanup.append(self.ls.close)
+
+    def body(self, path):
+        return (path.encode() + b" " + b"0123456789abcdef" * (self.size // 16 + 1))[:self.size]
+
+    def accept(self):
+        while True:
+            try:
+                c, _ = self.ls.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.serve, args=(c,), daemon=True).start()
+
+    def serve(self, c):
+        with c:
+            got = b""
+            while b"\r\n\r\n" not in got:
+                d = c.recv(4096)
+                if not d:
+                    return
+                got += d
+            path = got.split(b" ")[1].decode()
+            with self.lock:
+                self.count += 1
+            body = self.body(path)
+            c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            c.sendall(b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: %d\r\n"
+                      b"Connection: close\r\n\r\n" % len(body))
+            step = len(body) // self.pieces
+            for i in range(0, len(body), step):
+                c.sendall(body[i:i + step])
+                time.sleep(0.002)
+
+
+def test_waiters_on_another_workers_fill_get_every_byte(env):
+    # A waiter streaming a fill read how many bytes were there, then the fill's state: a
+    # fill on another worker that got its last bytes and ended in between was taken as
+    # ended with the bytes read before, and the answer ended short of its Content-Length
+    # (the client hung, or read the next answer as the rest of this one).
+    o = TrickleOrigin(env)
+    px = env.proxy("cache: {memory: 64MiB}\npools:\n" + pool_yaml("o", [o.port])
+                   + "routes:\n  - {match: {path_prefix: /}, pool: o, cache: true}\n",
+                   workers=4)
+    bad = []
+
+    def one(path):
+        try:
+            s = socket.create_connection(("127.0.0.1", px.port), timeout=30)
+            s.sendall(b"GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n"
+                      % (path.encode(), host(px)))
+            got = read_all(s)
+            s.close()
+            st, h, b = parse_response(got)
+            if st != 200 or b != o.body(path):
+                bad.append((path, st, len(b)))
+        except (AssertionError, OSError) as e:
+            bad.append((path, repr(e)[:200]))
+
+    for rnd in range(12):
+        threads = [threading.Thread(target=one, args=("/k%d/%d" % (rnd, k),))
+                   for k in range(4) for _ in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not bad, bad[:5]
+    assert o.count <= 12 * 4 * 2, o.count  # coalesced (a waiter may miss the fill's start)
