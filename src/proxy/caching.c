@@ -30,6 +30,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #define CACHE_KEY_MAX 4096
@@ -59,6 +60,80 @@ static long vary_of_head(void *arg, const char *names, size_t nlen, char *out, s
 	size_t len;
 	if (cache_vary_values(arg, names, nlen, out, cap, &len) < 0)
 		return -1;
+	return (long)len;
+}
+
+/* A client's request head, and the exchange that will forward it. */
+struct vary_client {
+	const struct exchange *x;
+	const struct http_head *h;
+};
+
+static int name_is(const char *name, size_t n, const char *lit)
+{
+	return strlen(lit) == n && strncasecmp(name, lit, n) == 0;
+}
+
+/* Is <name> (n bytes) a field the proxy itself sets in what the origin gets, whatever the
+ * client sent (rewrite.h)? 1: the route's identity header; 2: another (the client's address,
+ * scheme, request id, trace context, TLS facts, other routes' identities). */
+static int proxy_sets(const struct exchange *x, const char *name, size_t n)
+{
+	static const char *const fixed[] = {
+	    "x-forwarded-for",	"x-forwarded-proto", "x-request-id",	  "traceparent",
+	    "tracestate",	"x-tls-version",     "x-tls-cipher",	  "x-tls-sni",
+	    "x-client-subject", "x-client-san",	     "x-accelnet-timing",
+	};
+	const struct conf *c = x->w->conf;
+	const struct conf_auth *a = x->route->auth;
+	if (a && name_is(name, n, a->identity_header))
+		return 1;
+	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+		if (name_is(name, n, fixed[i]))
+			return 2;
+	for (size_t i = 0; i < c->nguarded_fields; i++)
+		if (name_is(name, n, c->guarded_fields[i]))
+			return 2;
+	return 0;
+}
+
+/*
+ * The store's Vary callback at the lookup, before the request is forwarded: the values the
+ * origin will see, which are those of the client's head but for the fields the proxy sets.
+ * Its identity header has the identity the guard proved (the stored variant was keyed by the
+ * value the origin got: a client naming another tenant there must not match it); a Vary on
+ * the other fields it sets never matches here (their values are per client or per request).
+ */
+static long vary_of_client(void *arg, const char *names, size_t nlen, char *out, size_t cap)
+{
+	const struct vary_client *vc = arg;
+	const char *p = names, *end = names + nlen;
+	size_t len = 0, k;
+	while (p < end) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		size_t n = (size_t)((nl ? nl : end) - p), one = n + (nl != NULL);
+		switch (proxy_sets(vc->x, p, n)) {
+		case 0:
+			if (cache_vary_values(vc->h, p, one, out + len, cap - len, &k) < 0)
+				return -1;
+			len += k;
+			break;
+		case 1: {
+			const char *id = vc->x->identity;
+			size_t idn = id ? strlen(id) : 0;
+			if (cap - len < idn + 2)
+				return -1;
+			out[len++] = id ? '\2' : '\1';
+			memcpy(out + len, id ? id : "", idn);
+			len += idn;
+			out[len++] = '\n';
+			break;
+		}
+		default:
+			return -1;
+		}
+		p += one;
+	}
 	return (long)len;
 }
 
@@ -162,7 +237,10 @@ static enum run look_up(struct exchange *x, const char *key, size_t klen, const 
 	uint64_t hash = cache_key_hash(key, klen);
 	int64_t now = wall_now();
 	struct cache_obj *fill = NULL;
-	struct cache_obj *o = cache_lookup(s, key, klen, hash, vary_of_head, (void *)h, &fill);
+	struct vary_client vc = {x, h};
+	struct cache_obj *o =
+	    h == x->head ? cache_lookup(s, key, klen, hash, vary_of_client, &vc, &fill)
+			 : cache_lookup(s, key, klen, hash, vary_of_head, (void *)h, &fill);
 	enum cache_fill_state st = o ? cache_obj_state(o) : CACHE_FAILED;
 	if (o && st == CACHE_PASS && now < o->pass_until) {
 		cache_obj_put(s, o);

@@ -139,3 +139,26 @@ def test_waiters_on_another_workers_fill_get_every_byte(env):
             t.join()
     assert not bad, bad[:5]
     assert o.count <= 12 * 4 * 2, o.count  # coalesced (a waiter may miss the fill's start)
+
+
+def test_vary_on_the_identity_header_never_gives_one_tenant_anothers_answer(env):
+    # An origin behind the proxy's auth answers per tenant, and says so as it should, with
+    # Vary: X-Tenant (the field the proxy sets). The stored variant was keyed by the value the
+    # origin saw (the proxy's), a later request's by the value the client sent: mallory, with
+    # her own key, sending X-Tenant: alice got alice's answer from the cache.
+    o = Origin(env)
+    o.paths["/me"] = lambda req: Reply(
+        headers=[("Cache-Control", "max-age=60"), ("Vary", "X-Tenant")],
+        body=b"private data of " + req.headers.get("x-tenant", "nobody").encode())
+    keys = env.write("keys", "alice alice-key-0123456789abcdef\n"
+                             "mallory mallory-key-0123456789abcd\n")
+    px = env.proxy("cache: {memory: 64MiB}\npools:\n" + pool_yaml("o", [o.port])
+                   + "routes:\n  - match: {path_prefix: /}\n    pool: o\n    cache: true\n"
+                   f"    auth: {{api_keys_file: {keys}}}\n", workers=1)
+    st, h, b = get(px, "/me", headers={"X-API-Key": "alice-key-0123456789abcdef"})
+    assert st == 200 and b == b"private data of alice", (st, b)
+    for extra in ({"X-Tenant": "alice"}, {"X_Tenant": "alice"}, {}):
+        st, h, b = get(px, "/me", headers={"X-API-Key": "mallory-key-0123456789abcd", **extra})
+        assert st == 200 and b == b"private data of mallory", (extra, st, b, h)
+    st, h, b = get(px, "/me", headers={"X-API-Key": "alice-key-0123456789abcdef"})
+    assert st == 200 and b == b"private data of alice", (st, b)
