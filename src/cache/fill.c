@@ -38,7 +38,7 @@ int cache_fill_start(struct cache_fill_ctx *c, struct cache_obj *o, const struct
 		/* a request with Authorization (or no-store) says nothing of the answers other
 		 * requests for the key get: no pass marker, which would send them all past the
 		 * cache for pass_s (and let one client keep any key from being cached) */
-		if (rq.no_store || http_find_header(req, "authorization"))
+		if (rq.no_store || c->rules.authorization || http_find_header(req, "authorization"))
 			cache_fill_end(c->store, o, 0);
 		else
 			cache_fill_pass(c->store, o, now + (int64_t)c->pass_s);

@@ -131,7 +131,7 @@ const char *cache_storable(const struct http_head *req, const struct cache_contr
 		return "Vary: *";
 	if (v < 0)
 		return "Vary too long";
-	if (http_find_header(req, "authorization") &&
+	if ((rules->authorization || http_find_header(req, "authorization")) &&
 	    !(rules->store_authorized &&
 	      (rs->public_ || rs->s_maxage != CACHE_UNSET || rs->must_revalidate)))
 		return "Authorization";

@@ -173,6 +173,7 @@ static void fill_ctx(struct exchange *x, int64_t now)
 	struct cache_fill_ctx *c = &x->cfx;
 	c->store = store_of(x);
 	rules_of(&x->route->cache, &c->rules);
+	c->rules.authorization = x->cauthorization;
 	c->pass_s = x->route->cache.pass_s;
 	c->request_time = now;
 	c->head_max = x->w->bufs.size - HIT_HEAD_EXTRA; /* what a hit can write (hit.c) */
@@ -342,6 +343,8 @@ enum run caching_stage_lookup(struct exchange *x)
 	}
 	struct cache_control rq;
 	cache_control_parse(h, 1, &rq);
+	/* kept for the fill and a refresh: the request the origin gets may not carry it */
+	x->cauthorization = http_find_header(h, "authorization") != NULL;
 	char key[CACHE_KEY_MAX];
 	long klen = key_build(key, sizeof(key), x, h->host, h->path);
 	if (klen < 0) {

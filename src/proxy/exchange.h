@@ -215,22 +215,23 @@ struct exchange {
 	struct cache_wait cwait;  /* waiting for cobj to fill further */
 	int cinboxed; /* ... notified: on w->cache_inbox (under its lock; a word of its own: the
 			 filling thread writes it) */
-	unsigned cache_inval : 1;  /* an unsafe method: its target goes once answered */
-	unsigned cache_body : 1;   /* an inference POST: looked up once its body is read */
-	unsigned cstored : 1;	   /* its response is being stored */
-	unsigned hit_started : 1;  /* the answer's head is queued */
-	unsigned hit_chunked : 1;  /* ... its body chunked (the fill's length not known) */
-	unsigned canon_temp : 2;   /* the body's temperature: 0 none, 1 zero, 2 other */
-	unsigned swr : 1;	   /* a stale-while-revalidate hit that starts the refresh */
-	unsigned hit_cond : 1;	   /* the client's conditional matches cstale: 304 once valid */
-	uint8_t cstatus;	   /* what Cache-Status says (enum cache_said) */
-	uint8_t hit_kind;	   /* how the object answers (enum hit_kind) */
-	const char *cwhy;	   /* why its response was not stored, or NULL */
-	uint64_t hit_pos, hit_end; /* body bytes of the object sent, and where the answer ends */
-	uint64_t hit_chunk_left;   /* of the chunk being sent (hit_chunked) */
-	uint64_t hit_wait_until;   /* a wait for a fill's head ends (loop ms) */
-	uint64_t canon[2];	   /* an inference body's canonical hash */
-	struct cache_fill_ctx cfx; /* its fill (cfill): rules, request time, chunked payload */
+	unsigned cache_inval : 1;    /* an unsafe method: its target goes once answered */
+	unsigned cache_body : 1;     /* an inference POST: looked up once its body is read */
+	unsigned cstored : 1;	     /* its response is being stored */
+	unsigned hit_started : 1;    /* the answer's head is queued */
+	unsigned hit_chunked : 1;    /* ... its body chunked (the fill's length not known) */
+	unsigned canon_temp : 2;     /* the body's temperature: 0 none, 1 zero, 2 other */
+	unsigned swr : 1;	     /* a stale-while-revalidate hit that starts the refresh */
+	unsigned hit_cond : 1;	     /* the client's conditional matches cstale: 304 once valid */
+	unsigned cauthorization : 1; /* the client sent Authorization (RFC 9111 3.5) */
+	uint8_t cstatus;	     /* what Cache-Status says (enum cache_said) */
+	uint8_t hit_kind;	     /* how the object answers (enum hit_kind) */
+	const char *cwhy;	     /* why its response was not stored, or NULL */
+	uint64_t hit_pos, hit_end;   /* body bytes of the object sent, and where the answer ends */
+	uint64_t hit_chunk_left;     /* of the chunk being sent (hit_chunked) */
+	uint64_t hit_wait_until;     /* a wait for a fill's head ends (loop ms) */
+	uint64_t canon[2];	     /* an inference body's canonical hash */
+	struct cache_fill_ctx cfx;   /* its fill (cfill): rules, request time, chunked payload */
 };
 
 /* What the client's TLS handshake agreed -- version, cipher, SNI, the verified client

@@ -162,3 +162,35 @@ def test_vary_on_the_identity_header_never_gives_one_tenant_anothers_answer(env)
         assert st == 200 and b == b"private data of mallory", (extra, st, b, h)
     st, h, b = get(px, "/me", headers={"X-API-Key": "alice-key-0123456789abcdef"})
     assert st == 200 and b == b"private data of alice", (st, b)
+
+
+def test_authorized_answers_are_stored_only_as_rfc_9111_3_5_allows_on_auth_routes(env):
+    # routes.cache.authorized lets requests with Authorization be answered from the cache,
+    # their answers stored only when public, s-maxage or must-revalidate (RFC 9111 3.5). The
+    # check read the request as forwarded: on an auth route the credential is not forwarded,
+    # so every answer was stored, and one user's was given to another.
+    o = Origin(env)
+    o.paths["/mine"] = lambda req: Reply(
+        headers=[("Cache-Control", "max-age=60")],
+        body=b"account of " + req.headers.get("x-tenant", "nobody").encode())
+    o.paths["/shared"] = lambda req: Reply(
+        headers=[("Cache-Control", "public, max-age=60")], body=b"for everyone")
+    keys = env.write("keys", "alice alice-key-0123456789abcdef\n"
+                             "bob bob-key-0123456789abcdefgh\n")
+    px = env.proxy("cache: {memory: 64MiB}\npools:\n" + pool_yaml("o", [o.port])
+                   + "routes:\n  - match: {path_prefix: /}\n    pool: o\n"
+                   "    cache: {authorized: true}\n"
+                   f"    auth: {{api_keys_file: {keys}}}\n", workers=1)
+    alice = {"Authorization": "Bearer alice-key-0123456789abcdef"}
+    bob = {"Authorization": "Bearer bob-key-0123456789abcdefgh"}
+    st, h, b = get(px, "/mine", headers=alice)
+    assert st == 200 and b == b"account of alice", (st, b)
+    assert "stored" not in cs(h) and "Authorization" in cs(h), h
+    st, h, b = get(px, "/mine", headers=bob)
+    assert st == 200 and b == b"account of bob", (st, b, h)
+    assert o.count("/mine") == 2
+    # public: stored, and answered to either
+    assert get(px, "/shared", headers=alice)[2] == b"for everyone"
+    st, h, b = get(px, "/shared", headers=bob)
+    assert b == b"for everyone" and cs(h).startswith("accelnet; hit"), h
+    assert o.count("/shared") == 1
