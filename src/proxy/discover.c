@@ -41,7 +41,7 @@ struct dname {
 	size_t nslots;
 	struct loop_timer timer; /* the next round */
 	unsigned pending;	 /* queries of this round still out */
-	int failed;		 /* one of them failed: keep the last answer */
+	int failed;		 /* one of them failed (c-ares' status): keep the last answer */
 	uint64_t ttl_ms;	 /* the smallest TTL seen this round */
 	struct found *found;	 /* this round's addresses, at most nslots */
 	size_t nfound, dropped;
@@ -231,9 +231,10 @@ static void round_apply(struct dname *dn)
 	if (dn->failed) {
 		pool_count(dn->pool, PM_POOL_DISCOVERY_FAILURES, 1);
 		log_warn_every(10000,
-			       "discovery: %s (pool %s) could not be resolved: the last "
+			       "discovery: %s (pool %s) could not be resolved (%s): the last "
 			       "answer is kept",
-			       dn->conf->discover_name, dn->pool->conf->name);
+			       dn->conf->discover_name, dn->pool->conf->name,
+			       ares_strerror(dn->failed));
 		next = c->discovery.min_ttl_ms;
 		goto out;
 	}
@@ -312,7 +313,7 @@ static void addrinfo_done(void *arg, int status, int timeouts, struct ares_addri
 			ttl_seen(dn, n->ai_ttl);
 		}
 	} else if (!status_empty(status)) {
-		dn->failed = 1;
+		dn->failed = status;
 	}
 	ares_freeaddrinfo(ai);
 	query_done(dn);
@@ -322,7 +323,7 @@ static void ask_addresses(struct dname *dn, const char *name, unsigned port, uns
 {
 	struct target *t = malloc(sizeof(*t));
 	if (!t) {
-		dn->failed = 1;
+		dn->failed = ARES_ENOMEM;
 		return;
 	}
 	*t = (struct target){.dn = dn, .weight = weight};
@@ -362,7 +363,7 @@ static void srv_done(void *arg, int status, int timeouts, unsigned char *abuf, i
 		}
 		ares_free_data(srv);
 	} else if (!status_empty(status)) {
-		dn->failed = 1;
+		dn->failed = status;
 	}
 	query_done(dn);
 }

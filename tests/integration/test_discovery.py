@@ -43,7 +43,10 @@ class Dns:
         self.start()
 
     def start(self):
-        argv = [DNSMASQ, "--no-daemon", f"--port={self.port}", "--listen-address=127.0.0.1",
+        # --keep-in-foreground, not --no-daemon: in debug mode dnsmasq serves a TCP
+        # connection (a long answer's) in its only process, and answers nothing else while
+        # the resolver keeps that connection open
+        argv = [DNSMASQ, "--keep-in-foreground", "--log-facility=-", f"--port={self.port}", "--listen-address=127.0.0.1",
                 "--bind-interfaces", "--no-resolv", "--no-hosts", "--conf-file=/dev/null",
                 "--pid-file=", f"--addn-hosts={self.hosts}", f"--local-ttl={TTL_S}",
                 "--local=/test/", "--user=" + ("root" if os.geteuid() == 0 else ""),
