@@ -188,7 +188,8 @@ static void decide_hit(struct exchange *x, const struct http_head *h, struct cac
 	uint64_t len = cache_obj_body_len(o), first, last;
 	x->hit_pos = 0;
 	x->hit_end = len;
-	if (cache_cond_not_modified(h, etag, lm)) {
+	/* preconditions only on what would be a 2xx (RFC 9110 13.2.1): a stored 404 is a 404 */
+	if (o->status / 100 == 2 && cache_cond_not_modified(h, etag, lm)) {
 		x->hit_kind = HIT_304;
 		return;
 	}
@@ -282,7 +283,8 @@ static enum run look_up(struct exchange *x, const char *key, size_t klen, const 
 							o->etag_len};
 				struct http_str lm = {o->lm_len ? o->head + o->lm_off : NULL,
 						      o->lm_len};
-				x->hit_cond = cache_cond_not_modified(h, etag, lm) == 1;
+				x->hit_cond = o->status / 100 == 2 &&
+					      cache_cond_not_modified(h, etag, lm) == 1;
 			}
 			o = NULL;
 		}

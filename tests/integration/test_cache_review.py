@@ -194,3 +194,18 @@ def test_authorized_answers_are_stored_only_as_rfc_9111_3_5_allows_on_auth_route
     st, h, b = get(px, "/shared", headers=bob)
     assert b == b"for everyone" and cs(h).startswith("accelnet; hit"), h
     assert o.count("/shared") == 1
+
+
+def test_a_stored_404_is_a_404_to_a_conditional_request(env):
+    # A server ignores preconditions when its answer would be other than 2xx (RFC 9110
+    # 13.2.1): a stored 404 with an ETag was answered 304 to a request whose If-None-Match
+    # named that ETag (a client with the 404 cached took it as "still not found", but a 304
+    # says the selected representation is unchanged: there is none).
+    o = Origin(env)
+    o.paths["/gone"] = lambda req: Reply(404, [("Cache-Control", "max-age=60"),
+                                              ("ETag", '"nf"')], b"not found: /gone")
+    px = start(env, o)
+    assert get(px, "/gone")[0] == 404
+    st, h, b = get(px, "/gone", headers={"If-None-Match": '"nf"'})
+    assert st == 404 and b == b"not found: /gone" and cs(h).startswith("accelnet; hit"), (st, h)
+    assert o.count("/gone") == 1
