@@ -12,6 +12,9 @@
 #include <errno.h>
 #include <stdlib.h>
 
+/* Interim responses a refresh skips, at most: more is a hostile backend (relay.c's bound). */
+#define REFRESH_INTERIM_MAX 8
+
 struct refresh {
 	struct list_node link; /* on w->refreshes */
 	struct worker *w;
@@ -24,6 +27,7 @@ struct refresh {
 	struct cache_fill_ctx cfx;
 	struct http_body body;
 	int head_done, storing;
+	unsigned interims; /* interim responses skipped */
 	struct loop_timer timer;
 };
 
@@ -57,14 +61,19 @@ static int on_head(struct refresh *r)
 {
 	struct upconn *up = r->up;
 	struct http_head h, req;
-	int n = http_parse_response(buf_head(up->in), buf_len(up->in), up->in->cap, HTTP_GET, &h);
-	if (n == 0)
-		return buf_len(up->in) == up->in->cap ? -1 : 0;
-	if (n < 0)
-		return -1;
-	if (h.status < 200) { /* interim: skip it */
+	int n;
+	for (;;) {
+		n = http_parse_response(buf_head(up->in), buf_len(up->in), up->in->cap, HTTP_GET,
+					&h);
+		if (n == 0)
+			return buf_len(up->in) == up->in->cap ? -1 : 0;
+		if (n < 0 || (h.status < 200 && ++r->interims > REFRESH_INTERIM_MAX))
+			return -1;
+		if (h.status >= 200)
+			break;
+		/* interim (100, 103): skipped, and the final head may be right behind it in
+		 * what was read (no more bytes may come to look at it again) */
 		buf_consume(up->in, (size_t)n);
-		return 0;
 	}
 	r->head_done = 1;
 	http_body_init(&r->body, h.framing, h.content_length);

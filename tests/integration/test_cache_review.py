@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 
-from harness import pool_yaml, read_all
+from harness import pool_yaml, read_all, wait_until
 from test_cache import Origin, Reply, cached, cs, get, host, parse_response, start
 
 
@@ -209,3 +209,65 @@ def test_a_stored_404_is_a_404_to_a_conditional_request(env):
     st, h, b = get(px, "/gone", headers={"If-None-Match": '"nf"'})
     assert st == 404 and b == b"not found: /gone" and cs(h).startswith("accelnet; hit"), (st, h)
     assert o.count("/gone") == 1
+
+
+class RawOrigin:
+    """An origin that answers its N-th request (from 1) with the bytes answer(n) and keeps the
+    connection open for the next."""
+
+    def __init__(self, env, answer):
+        self.answer, self.count = answer, 0
+        self.lock = threading.Lock()
+        self.ls = socket.socket()
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(64)
+        self.port = self.ls.getsockname()[1]
+        threading.Thread(target=self.accept, daemon=True).start()
+        env.on_cleanup.append(self.ls.close)
+
+    def accept(self):
+        while True:
+            try:
+                c, _ = self.ls.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.serve, args=(c,), daemon=True).start()
+
+    def serve(self, c):
+        with c:
+            got = b""
+            while True:
+                while b"\r\n\r\n" not in got:
+                    d = c.recv(4096)
+                    if not d:
+                        return
+                    got += d
+                got = got.partition(b"\r\n\r\n")[2]
+                with self.lock:
+                    self.count += 1
+                    n = self.count
+                c.sendall(self.answer(n))
+
+
+def test_a_background_refresh_reads_a_final_head_behind_an_interim_one(env):
+    # A stale-while-revalidate refresh skipped a 103 Early Hints and then waited for more
+    # bytes to parse the final head that had come with it: none came, and the refresh timed
+    # out; each later one the same (behind an origin that sends 103, never refreshed).
+    def answer(n):
+        if n == 1:
+            return (b"HTTP/1.1 200 OK\r\nCache-Control: max-age=10, stale-while-revalidate=600"
+                    b"\r\nAge: 100\r\nContent-Length: 9\r\n\r\nversion 1")
+        return (b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n"
+                b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: 9\r\n\r\n"
+                b"version 2")
+    o = RawOrigin(env, answer)
+    px = env.proxy("cache: {memory: 64MiB}\npools:\n" + pool_yaml("o", [o.port])
+                   + "routes:\n  - {match: {path_prefix: /}, pool: o, cache: true}\n",
+                   workers=1)
+    assert get(px, "/r")[2] == b"version 1"
+    st, h, b = get(px, "/r")
+    assert b == b"version 1" and cs(h).startswith("accelnet; hit; ttl=-"), h  # and refreshes
+    wait_until(lambda: get(px, "/r")[2] == b"version 2", "the refreshed copy", timeout=10)
+    st, h, b = get(px, "/r")
+    assert b == b"version 2" and cs(h).startswith("accelnet; hit"), h
+    assert o.count == 2
