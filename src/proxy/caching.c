@@ -315,6 +315,13 @@ static enum run look_up(struct exchange *x, const char *key, size_t klen, const 
 	return RUN_AGAIN;
 }
 
+/* Does the request carry a credential (Authorization, or an API key in X-API-Key)? Without
+ * routes.cache.authorized such a request is never answered from the cache, nor stored. */
+static int has_credential(const struct http_head *h)
+{
+	return http_find_header(h, "authorization") || http_find_header(h, "x-api-key");
+}
+
 enum run caching_stage_lookup(struct exchange *x)
 {
 	const struct conf_route_cache *rc = &x->route->cache;
@@ -323,7 +330,12 @@ enum run caching_stage_lookup(struct exchange *x)
 		return RUN_AGAIN;
 	if (h->meth != HTTP_GET && h->meth != HTTP_HEAD) {
 		if (h->meth == HTTP_POST && rc->inference) {
+			if (!rc->authorized && has_credential(h)) {
+				x->cstatus = CS_BYPASS;
+				return RUN_AGAIN;
+			}
 			x->cache_body = 1; /* looked up once the body is read */
+			x->cauthorization = http_find_header(h, "authorization") != NULL;
 			return RUN_AGAIN;
 		}
 		if (!http_method_idempotent(h->meth) || h->meth == HTTP_PUT ||
@@ -338,8 +350,8 @@ enum run caching_stage_lookup(struct exchange *x)
 	int has_body = h->framing != HTTP_BODY_NONE &&
 		       !(h->framing == HTTP_BODY_LENGTH && h->content_length == 0);
 	/* If-Match and If-Unmodified-Since are the origin's to judge (cache/cond.h) */
-	if (has_body || (!rc->authorized && http_find_header(h, "authorization")) ||
-	    http_find_header(h, "if-match") || http_find_header(h, "if-unmodified-since")) {
+	if (has_body || (!rc->authorized && has_credential(h)) || http_find_header(h, "if-match") ||
+	    http_find_header(h, "if-unmodified-since")) {
 		x->cstatus = CS_BYPASS;
 		return RUN_AGAIN;
 	}

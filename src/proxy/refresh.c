@@ -27,6 +27,7 @@ struct refresh {
 	struct cache_fill_ctx cfx;
 	struct http_body body;
 	int head_done, storing;
+	int reusable;	   /* the connection may carry another request after this answer */
 	unsigned interims; /* interim responses skipped */
 	struct loop_timer timer;
 };
@@ -37,7 +38,7 @@ static void refresh_free(struct refresh *r, int ok)
 	struct cache_store *s = r->cfx.store;
 	loop_timer_stop(w->loop, &r->timer);
 	if (r->up) {
-		if (ok && r->body.done && !buf_len(r->up->in))
+		if (ok && r->body.done && r->reusable && !buf_len(r->up->in))
 			upconn_release(r->up);
 		else
 			upconn_close(r->up);
@@ -76,6 +77,7 @@ static int on_head(struct refresh *r)
 		buf_consume(up->in, (size_t)n);
 	}
 	r->head_done = 1;
+	r->reusable = !(h.flags & HTTP_F_CLOSE) && h.minor == 1 && h.framing != HTTP_BODY_CLOSE;
 	http_body_init(&r->body, h.framing, h.content_length);
 	if (http_parse_request(buf_head(r->req), buf_len(r->req), buf_len(r->req), &req) <= 0)
 		return -1;

@@ -443,6 +443,33 @@ def test_authorization_requests_bypass_the_cache_by_default(env):
     assert "fwd=miss" in cs(h) and o.count("/auth") == 3
 
 
+def test_api_key_requests_bypass_the_cache_by_default(env):
+    # an X-API-Key is a credential as Authorization is: never answered from, nor stored in,
+    # the shared cache unless the route says authorized: true
+    o = Origin(env)
+    o.paths["/k"] = cached(b"for key holder", cc="public, max-age=60")
+    px = start(env, o)
+    for _ in range(2):
+        st, h, b = get(px, "/k", headers={"X-API-Key": "sk-alice-0123456789"})
+        assert st == 200 and b == b"for key holder" and cs(h) == "accelnet; fwd=bypass", h
+    assert o.count("/k") == 2
+
+
+def test_inference_posts_with_credentials_bypass_the_cache_by_default(env):
+    o = _inference_origin(env)
+    px = start(env, o, route_cache="{inference: true}")
+    body = '{"model": "e", "input": "secret"}'
+    for creds in ({"Authorization": "Bearer alice"}, {"X-API-Key": "sk-alice-0123456789"}):
+        for _ in range(2):
+            st, h, b = request(px.port, "POST", "/v1/embeddings", body=body,
+                               headers={"Content-Type": "application/json", **creds})
+            assert st == 200 and cs(h) == "accelnet; fwd=bypass", (creds, h)
+    assert o.count("/v1/embeddings", "POST") == 4
+    # and nothing was stored by them: the same body without credentials is a miss
+    st, h, b = post(px, "/v1/embeddings", body)
+    assert "fwd=miss" in cs(h) and o.count("/v1/embeddings", "POST") == 5, h
+
+
 def test_cookies_true_stores_and_replays_set_cookie(env):
     o = Origin(env)
     o.paths["/cookie"] = cached(b"ck", ("Set-Cookie", "theme=dark"))
