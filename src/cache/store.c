@@ -318,25 +318,10 @@ static void link_locked(struct shard *sh, struct cache_obj *o)
 	table_grow(sh);
 }
 
-struct cache_obj *cache_fill_begin(struct cache_store *s, const char *key, size_t len,
-				   uint64_t hash)
-{
-	if (len > UINT32_MAX)
-		return NULL;
-	struct cache_obj *o = obj_new(s, key, len, hash);
-	if (!o)
-		return NULL;
-	struct shard *sh = &s->shards[o->shard];
-	pthread_mutex_lock(&sh->lock);
-	link_locked(sh, o);
-	pthread_mutex_unlock(&sh->lock);
-	return o;
-}
-
 struct cache_obj *cache_fill_begin_once(struct cache_store *s, const char *key, size_t len,
 					uint64_t hash, struct cache_obj **filling)
 {
-	*filling = NULL;
+	struct cache_obj *joined = NULL;
 	if (len > UINT32_MAX)
 		return NULL;
 	struct cache_obj *o = obj_new(s, key, len, hash);
@@ -344,7 +329,8 @@ struct cache_obj *cache_fill_begin_once(struct cache_store *s, const char *key, 
 		return NULL;
 	struct shard *sh = &s->shards[o->shard];
 	pthread_mutex_lock(&sh->lock);
-	for (struct cache_obj *p = sh->table[bucket_of(sh, hash)]; p; p = p->next) {
+	for (struct cache_obj *p = filling ? sh->table[bucket_of(sh, hash)] : NULL; p;
+	     p = p->next) {
 		if (p->hash != hash || p->key_len != len || memcmp(p->key, key, len) != 0 ||
 		    cache_obj_state(p) != CACHE_FILLING)
 			continue;
@@ -352,13 +338,15 @@ struct cache_obj *cache_fill_begin_once(struct cache_store *s, const char *key, 
 		if (atomic_load_explicit(&p->has_head, memory_order_acquire) && p->vary)
 			continue;
 		cache_obj_get(p);
-		*filling = p;
+		joined = p;
 		break;
 	}
-	if (!*filling)
+	if (!joined)
 		link_locked(sh, o);
 	pthread_mutex_unlock(&sh->lock);
-	if (!*filling)
+	if (filling)
+		*filling = joined;
+	if (!joined)
 		return o;
 	obj_free(s, o); /* never linked: no one else saw it */
 	return NULL;
@@ -777,4 +765,10 @@ void cache_store_stats(struct cache_store *s, struct cache_store_stats *out)
 		out->too_big += sh->too_big;
 		pthread_mutex_unlock(&sh->lock);
 	}
+}
+
+struct cache_obj *cache_fill_begin(struct cache_store *s, const char *key, size_t len,
+				   uint64_t hash)
+{
+	return cache_fill_begin_once(s, key, len, hash, NULL);
 }

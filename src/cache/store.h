@@ -159,7 +159,8 @@ struct cache_obj *cache_fill_begin(struct cache_store *s, const char *key, size_
  * since the caller's lookup, on any worker): then NULL with *filling that fill, referenced,
  * to wait on. Lookup and fill are two steps; this makes two requests that miss at once one
  * fill, never two. (A fill whose head has come with a Vary is not joined: it may be another
- * variant's.) NULL with *filling NULL: no memory.
+ * variant's.) NULL with *filling NULL: no memory. <filling> NULL: never joins (the fill is
+ * made whatever is under way: cache_fill_begin).
  */
 struct cache_obj *cache_fill_begin_once(struct cache_store *s, const char *key, size_t len,
 					uint64_t hash, struct cache_obj **filling);
