@@ -58,24 +58,18 @@ def test_the_proxys_own_error_answer_to_a_head_has_no_body(env):
         assert st in (502, 503) and b.startswith(b"%d " % st), got
 
 
-class TrickleOrigin:
-    """An origin answering every GET with max-age=60 and a Content-Length body (the path, then
-    filler) written in <pieces> writes a moment apart, so that requests coalesced on its fill
-    (on every worker) catch up with it and wait, again and again, until its last byte."""
+class SocketOrigin:
+    """A listening socket on a free port, each connection served by self.serve(conn) on a
+    thread of its own; closed when the test ends."""
 
-    def __init__(self, env, size=60000, pieces=40):
-        self.size, self.pieces = size, pieces
-        self.count = 0
+    def __init__(self, env, backlog):
         self.lock = threading.Lock()
         self.ls = socket.socket()
         self.ls.bind(("127.0.0.1", 0))
-        self.ls.listen(512)
+        self.ls.listen(backlog)
         self.port = self.ls.getsockname()[1]
         threading.Thread(target=self.accept, daemon=True).start()
         env.on_cleanup.append(self.ls.close)
-
-    def body(self, path):
-        return (path.encode() + b" " + b"0123456789abcdef" * (self.size // 16 + 1))[:self.size]
 
     def accept(self):
         while True:
@@ -84,6 +78,20 @@ class TrickleOrigin:
             except OSError:
                 return
             threading.Thread(target=self.serve, args=(c,), daemon=True).start()
+
+
+class TrickleOrigin(SocketOrigin):
+    """An origin answering every GET with max-age=60 and a Content-Length body (the path, then
+    filler) written in <pieces> writes a moment apart, so that requests coalesced on its fill
+    (on every worker) catch up with it and wait, again and again, until its last byte."""
+
+    def __init__(self, env, size=60000, pieces=40):
+        self.size, self.pieces = size, pieces
+        self.count = 0
+        super().__init__(env, 512)
+
+    def body(self, path):
+        return (path.encode() + b" " + b"0123456789abcdef" * (self.size // 16 + 1))[:self.size]
 
     def serve(self, c):
         with c:
@@ -211,27 +219,13 @@ def test_a_stored_404_is_a_404_to_a_conditional_request(env):
     assert o.count("/gone") == 1
 
 
-class RawOrigin:
+class RawOrigin(SocketOrigin):
     """An origin that answers its N-th request (from 1) with the bytes answer(n) and keeps the
     connection open for the next."""
 
     def __init__(self, env, answer):
         self.answer, self.count = answer, 0
-        self.lock = threading.Lock()
-        self.ls = socket.socket()
-        self.ls.bind(("127.0.0.1", 0))
-        self.ls.listen(64)
-        self.port = self.ls.getsockname()[1]
-        threading.Thread(target=self.accept, daemon=True).start()
-        env.on_cleanup.append(self.ls.close)
-
-    def accept(self):
-        while True:
-            try:
-                c, _ = self.ls.accept()
-            except OSError:
-                return
-            threading.Thread(target=self.serve, args=(c,), daemon=True).start()
+        super().__init__(env, 64)
 
     def serve(self, c):
         with c:
