@@ -12,7 +12,7 @@
  * doing. */
 static int body_held_back(const struct exchange *x)
 {
-	return x->wt.state != W_IDLE || x->buf_wait || x->codec->body_held(x) ||
+	return x->wt.state != W_IDLE || x->buf_wait || x->local_wait || x->codec->body_held(x) ||
 	       (x->req.ready && x->up && (x->up->connecting || !x->up->writable));
 }
 
@@ -80,6 +80,8 @@ uint64_t deadline_next(const struct exchange *x, uint64_t now)
 	uint64_t deadline;
 	if (x->cobj && !x->hit_started) {
 		deadline = x->hit_wait_until; /* a coalesced wait for a fill's head */
+	} else if (x->local_wait) {
+		deadline = now + LOCAL_WAIT_MS; /* bounded in dispatch.c */
 	} else if (x->wt.state != W_IDLE) {
 		deadline = x->wt.queued_ms + x->pool->conf->queue_timeout_ms;
 		if (spill_possible(x) && x->wt.queued_ms + x->route->spill_after_ms < deadline)
@@ -137,6 +139,8 @@ enum run deadline_fire(struct exchange *x, uint64_t now)
 		x->buf_wait = 0; /* look for a free body buffer again */
 		return RUN_AGAIN;
 	}
+	if (x->local_wait)
+		return dispatch_attach_again(x); /* a descriptor may have freed */
 	if (x->cobj && !x->hit_started)
 		return RUN_AGAIN; /* the wait for the fill's head is over: hit.h gives it up */
 	if (body_due && now >= body_due)

@@ -7,8 +7,9 @@
  * (timeouts.body_ms for the whole body, limits.min_body_rate judged over windows of
  * BODY_RATE_WINDOW_MS so an early burst buys no later stall), timeouts.send_ms while the
  * client's socket is full (it takes none of the response: a slow reader), the next
- * heartbeat and the hedge. A window in which the proxy itself held the body back (queued, its
- * buffer full, the backend not taking bytes) is not counted against the client.
+ * heartbeat and the hedge, or LOCAL_WAIT_MS while a connect waits for a free descriptor. A window
+ * in which the proxy itself held the body back (queued, its buffer full, the backend not taking
+ * bytes) is not counted against the client.
  */
 #ifndef ACCELNET_PROXY_DEADLINE_H
 #define ACCELNET_PROXY_DEADLINE_H
@@ -19,6 +20,7 @@
 
 #define BODY_RATE_WINDOW_MS 5000
 #define BODY_BUF_WAIT_MS 50 /* how often a body waiting for a body buffer looks again */
+#define LOCAL_WAIT_MS 50    /* how often a connect that found no descriptor tries again */
 
 /* The next time <x> must be looked at (<now>: the loop's clock). */
 uint64_t deadline_next(const struct exchange *x, uint64_t now);

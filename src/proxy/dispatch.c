@@ -20,6 +20,27 @@ static void pool_turned_away(struct pool_rt *pool)
 	pool_count(pool, PM_POOL_UNAVAILABLE, 1);
 }
 
+/* The connect of <x> found this process out of descriptors (or buffers) before a byte went
+ * upstream: keep the slot and look again every LOCAL_WAIT_MS (deadline.c), for up to
+ * timeouts.connect_ms, so a client accepted with the last descriptor is served once one
+ * frees; then 503. The backend is never blamed. */
+static enum run attach_wait(struct exchange *x, uint64_t now, int err)
+{
+	if (!x->local_wait) {
+		x->local_wait = 1;
+		x->local_wait_since = now;
+		log_warn_every(10000,
+			       "connect to backend %s: %s here, which is not the backend's fault; "
+			       "the request waits for one to free (up to timeouts.connect_ms)",
+			       x->be->name, strerror(-err));
+	}
+	if (now >= x->local_wait_since + x->w->conf->timeouts.connect_ms) {
+		x->local_wait = 0;
+		return dispatch_failed(x, UP_LOCAL);
+	}
+	return RUN_STAY;
+}
+
 /* x->be holds a claimed slot: take an idle connection to it, or start a new one. */
 static enum run dispatch_attach(struct exchange *x)
 {
@@ -30,8 +51,11 @@ static enum run dispatch_attach(struct exchange *x)
 	if (!x->up) {
 		/* the connect failed at once (refused on loopback, or out of descriptors) */
 		log_debug("backend %s: connect: %s", x->be->name, strerror(-err));
-		return dispatch_failed(x, sock_error_is_local(err) ? UP_LOCAL : UP_CONNECT);
+		if (sock_error_is_local(err))
+			return attach_wait(x, now, err);
+		return dispatch_failed(x, UP_CONNECT);
 	}
+	x->local_wait = 0;
 	upconn_own(x->up, x, exchange_on_upstream);
 	x->up_reused = x->up->served > 0;
 	x->connect_ms = now;
@@ -44,6 +68,11 @@ static enum run dispatch_attach(struct exchange *x)
 	x->last_read_ns = 0;
 	x->last_ms = now;
 	return RUN_AGAIN;
+}
+
+enum run dispatch_attach_again(struct exchange *x)
+{
+	return dispatch_attach(x);
 }
 
 enum run dispatch_spill(struct exchange *x)

@@ -15,6 +15,9 @@
  */
 enum run dispatch_connect(struct exchange *x, const struct backend *exclude);
 
+/* x->local_wait: its connect found no free descriptor; try again (the slot is still held). */
+enum run dispatch_attach_again(struct exchange *x);
+
 /* The attempt on x->be failed for <why>. */
 enum run dispatch_failed(struct exchange *x, enum up_failure why);
 

@@ -145,6 +145,7 @@ struct exchange {
 	unsigned peeked : 1;	 /* the body was read into before the route (stage "model") */
 	unsigned buffering : 1;	 /* reading the body before admission (await_body) */
 	unsigned buf_wait : 1;	 /* ... and waiting for a body buffer to be free */
+	unsigned local_wait : 1; /* its connect found no free descriptor: looks again */
 	unsigned sse_body : 1;	 /* heartbeats if the body asks for a stream: not looked yet */
 	unsigned spilled : 1;	 /* moved to the route's spillover pool */
 	unsigned hedged : 1;	 /* a copy went (or was tried) to a second backend */
@@ -163,7 +164,8 @@ struct exchange {
 	uint64_t body_start_ms; /* the request head was read: the body's clocks start */
 	uint64_t rate_mark_ms, rate_mark_bytes; /* the current min_body_rate window began */
 	uint64_t last_ms;			/* last progress */
-	struct waiter wt;			/* waiting in the pool's queue for a slot */
+	uint64_t local_wait_since; /* local_wait began (it ends after timeouts.connect_ms) */
+	struct waiter wt;	   /* waiting in the pool's queue for a slot */
 	uint64_t *llm_blocks; /* balance: llm: the prompt's blocks, lent by the worker (llm.h) */
 	const struct conf_route *route;
 	struct pool_rt *pool;

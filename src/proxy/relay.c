@@ -538,8 +538,8 @@ enum run relay_run(struct client *cl)
 	struct exchange *x = cl->x;
 	if (x->cobj && !x->up)
 		return hit_run(cl); /* the cache answers (client_finish ends it) */
-	if (x->wt.state != W_IDLE) {
-		/* waiting for a slot: only notice a client that gave up */
+	if (x->wt.state != W_IDLE || x->local_wait) {
+		/* waiting for a slot or a descriptor: only notice a client that gave up */
 		if (cl->hup && !cl->hup_checked && client_gone(cl))
 			return exchange_abort(x, "client closed the connection while queued");
 		if (client_flush(cl) < 0) /* heartbeats */

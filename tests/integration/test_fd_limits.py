@@ -137,3 +137,39 @@ def test_clients_in_the_backlog_are_answered_after_descriptors_run_out(env):
     wait_until(lambda: "skipped" in env.log(px) or "is DOWN" in env.log(px),
                "a health check while out of descriptors")
     _free_and_check(px, hog, late)
+
+
+def test_a_request_that_finds_no_descriptor_waits_for_one(env):
+    """A client accepted with one of the last descriptors asks for something that needs a new
+    backend connection after the rest have run out (the race the backlog test above can
+    lose): its request waits for a descriptor, up to timeouts.connect_ms, and is served once
+    one frees; it is not answered 503, and the backend is not blamed."""
+    closing = _closing_backend()
+    env.on_cleanup.append(closing.close)
+    px = _proxy_limited(env, "timeouts: {connect_ms: 60000}\npools:\n" +
+                        pool_yaml("close", [closing.port]) + "routes:\n  - pool: close\n",
+                        nofile=256)
+    client = socket.create_connection(("127.0.0.1", px.port), timeout=60)
+    env.on_cleanup.append(client.close)
+    client.sendall(b"GET /before HTTP/1.1\r\nHost: x\r\n\r\n")
+    got = read_until(client, lambda b: b"\r\n\r\nok" in b)
+    assert got.startswith(b"HTTP/1.1 200"), got
+    seen = closing.connections  # the backend closed that connection: the next request connects anew
+
+    hog = []
+    env.on_cleanup.append(lambda: [s.close() for s in hog])
+    for _ in range(300):
+        hog.append(socket.create_connection(("127.0.0.1", px.admin), timeout=15))
+    wait_until(lambda: "accept: Too many open files" in env.log(px), "descriptors to run out")
+    client.sendall(b"GET /during HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    wait_until(lambda: "the request waits for one to free" in env.log(px),
+               "the request to wait for a descriptor")
+    assert closing.connections == seen
+    for s in hog:
+        s.close()
+    hog.clear()
+    got = read_until(client, lambda b: b"\r\n\r\nok" in b)
+    assert got.startswith(b"HTTP/1.1 200"), got
+    assert closing.connections == seen + 1
+    for b in _backends(px.admin):
+        assert b["up"] is True and b["connect_failures"] == 0, b

@@ -27,8 +27,10 @@ ACCEPTED = {
 
 # checks that testssl itself cannot always complete: it runs openssl s_client with stdin at
 # EOF, which closes before a TLS 1.3 NewSessionTicket arrives (about 2 in 3 on loopback), so
-# its resumption checks fail at random with "connect problem"; test_tls.py tests resumption
-ACCEPTED_WARN = {"sessionresumption_ticket", "sessionresumption_ID"}
+# its resumption checks fail at random with "connect problem"; test_tls.py tests resumption.
+# engine_problem says the scanner's own openssl has no GOST engine (Debian's 3.0.19 build):
+# a fact of the client, not of the listener; MUST_BE_OK still needs every check to have run
+ACCEPTED_WARN = {"sessionresumption_ticket", "sessionresumption_ID", "engine_problem"}
 
 # what must be there, as OK, for the run to count (a scan that could not connect says little)
 MUST_BE_OK = ["SSLv2", "SSLv3", "TLS1_2", "TLS1_3", "PFS", "cipherlist_NULL", "cipherlist_aNULL",
