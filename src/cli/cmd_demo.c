@@ -115,7 +115,7 @@ int cmd_demo(int argc, char **argv)
 		fprintf(stderr, "%s\n", err.msg);
 		return 1;
 	}
-	struct proxy_hooks hooks = {demo_start, demo_ready, demo_stop, &d};
+	struct proxy_hooks hooks = {demo_start, demo_ready, demo_stop, &d, NULL};
 	int status = proxy_run(conf, &hooks);
 	conf_free(conf);
 	return status;

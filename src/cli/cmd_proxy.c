@@ -113,7 +113,8 @@ int cmd_proxy(int argc, char **argv)
 		fprintf(stderr, "%s\n", err.msg);
 		return 2;
 	}
-	int status = proxy_run(conf, NULL);
+	struct proxy_hooks hooks = {.conf_path = a.file};
+	int status = proxy_run(conf, &hooks);
 	conf_free(conf);
 	return status;
 }

@@ -546,17 +546,21 @@ static void srv_on_accept_retry(struct loop_timer *t)
 int hsrv_start(struct loop *loop, const struct net_addr *addr, const struct hsrv_limits *lim,
 	       hsrv_handler_fn fn, void *arg, struct hsrv **out)
 {
-	if (!lim->max_body)
-		return -EINVAL;
-	struct hsrv *srv = calloc(1, sizeof(*srv));
-	if (!srv)
-		return -ENOMEM;
-	list_init(&srv->conns);
 	int fd = sock_listen(addr, 0);
-	if (fd < 0) {
-		free(srv);
+	if (fd < 0)
 		return fd;
+	return hsrv_start_fd(loop, fd, lim, fn, arg, out);
+}
+
+int hsrv_start_fd(struct loop *loop, int fd, const struct hsrv_limits *lim, hsrv_handler_fn fn,
+		  void *arg, struct hsrv **out)
+{
+	struct hsrv *srv = lim->max_body ? calloc(1, sizeof(*srv)) : NULL;
+	if (!srv) {
+		close(fd);
+		return lim->max_body ? -ENOMEM : -EINVAL;
 	}
+	list_init(&srv->conns);
 	srv->loop = loop;
 	srv->io.fd = fd;
 	srv->io.fn = srv_on_accept;
@@ -584,6 +588,21 @@ unsigned long hsrv_connections(const struct hsrv *srv)
 	return srv->accepted;
 }
 
+int hsrv_listen_fd(const struct hsrv *srv)
+{
+	return srv->io.fd;
+}
+
+void hsrv_stop_listening(struct hsrv *srv)
+{
+	if (!srv || srv->io.fd < 0)
+		return;
+	loop_timer_stop(srv->loop, &srv->accept_retry);
+	loop_io_del(srv->loop, &srv->io);
+	close(srv->io.fd);
+	srv->io.fd = -1;
+}
+
 void hsrv_stop(struct hsrv *srv)
 {
 	if (!srv)
@@ -591,8 +610,6 @@ void hsrv_stop(struct hsrv *srv)
 	struct list_node *n;
 	while ((n = list_first(&srv->conns)))
 		conn_close(container_of(n, struct hsrv_conn, link));
-	loop_timer_stop(srv->loop, &srv->accept_retry);
-	loop_io_del(srv->loop, &srv->io);
-	close(srv->io.fd);
+	hsrv_stop_listening(srv);
 	free(srv);
 }

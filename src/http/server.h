@@ -51,7 +51,14 @@ struct hsrv_limits {
  */
 int hsrv_start(struct loop *loop, const struct net_addr *addr, const struct hsrv_limits *lim,
 	       hsrv_handler_fn fn, void *arg, struct hsrv **out);
+/* The same on <fd>, a listening socket, which it owns from now on (closed on failure). */
+int hsrv_start_fd(struct loop *loop, int fd, const struct hsrv_limits *lim, hsrv_handler_fn fn,
+		  void *arg, struct hsrv **out);
 int hsrv_port(const struct hsrv *srv);
+/* Its listening socket (-1 once it stopped listening), e.g. for a successor to dup(). */
+int hsrv_listen_fd(const struct hsrv *srv);
+/* Close the listener only: the connections it has go on until hsrv_stop(). */
+void hsrv_stop_listening(struct hsrv *srv);
 /* Close the listener and every connection (abort callbacks run). */
 void hsrv_stop(struct hsrv *srv);
 /* Connections accepted since start. */

@@ -124,24 +124,10 @@ unset:
 	return rc;
 }
 
-static int same_addr(const struct net_addr *x, const struct net_addr *y)
-{
-	if (x->ss.ss_family != y->ss.ss_family)
-		return 0;
-	if (x->ss.ss_family == AF_INET) {
-		const struct sockaddr_in *a = (const void *)&x->ss, *b = (const void *)&y->ss;
-		return a->sin_port == b->sin_port && a->sin_addr.s_addr == b->sin_addr.s_addr;
-	}
-	const struct sockaddr_in6 *a = (const void *)&x->ss, *b = (const void *)&y->ss;
-	return a->sin6_port == b->sin6_port &&
-	       !memcmp(&a->sin6_addr, &b->sin6_addr, sizeof(a->sin6_addr)) &&
-	       a->sin6_scope_id == b->sin6_scope_id;
-}
-
 int activation_find(struct activation *a, const struct net_addr *addr)
 {
 	for (size_t i = 0; i < a->n; i++) {
-		if (a->socks[i].fd >= 0 && same_addr(&a->socks[i].addr, addr)) {
+		if (a->socks[i].fd >= 0 && net_addr_same(&a->socks[i].addr, addr)) {
 			a->socks[i].taken = 1;
 			return a->socks[i].fd;
 		}

@@ -172,3 +172,17 @@ int net_cidr_match(const struct net_cidr *cidrs, size_t n, const struct sockaddr
 	}
 	return 0;
 }
+
+int net_addr_same(const struct net_addr *x, const struct net_addr *y)
+{
+	if (x->ss.ss_family != y->ss.ss_family)
+		return 0;
+	if (x->ss.ss_family == AF_INET) {
+		const struct sockaddr_in *a = (const void *)&x->ss, *b = (const void *)&y->ss;
+		return a->sin_port == b->sin_port && a->sin_addr.s_addr == b->sin_addr.s_addr;
+	}
+	const struct sockaddr_in6 *a = (const void *)&x->ss, *b = (const void *)&y->ss;
+	return a->sin6_port == b->sin6_port &&
+	       !memcmp(&a->sin6_addr, &b->sin6_addr, sizeof(a->sin6_addr)) &&
+	       a->sin6_scope_id == b->sin6_scope_id;
+}

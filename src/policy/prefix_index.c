@@ -51,6 +51,26 @@ void prefix_index_free(struct prefix_index *ix)
 	free(ix);
 }
 
+int prefix_index_copy(struct prefix_index *to, const struct prefix_index *from)
+{
+	if (to->capacity != from->capacity || to->mask != from->mask)
+		return -EINVAL;
+	for (uint64_t i = 0; i <= from->mask; i++)
+		for (int w = 0; w < WAYS; w++) {
+			atomic_store_explicit(
+			    &to->set[i].key[w],
+			    atomic_load_explicit(&from->set[i].key[w], memory_order_relaxed),
+			    memory_order_relaxed);
+			atomic_store_explicit(
+			    &to->set[i].stamp[w],
+			    atomic_load_explicit(&from->set[i].stamp[w], memory_order_relaxed),
+			    memory_order_relaxed);
+		}
+	atomic_store_explicit(&to->taken, atomic_load_explicit(&from->taken, memory_order_relaxed),
+			      memory_order_relaxed);
+	return 0;
+}
+
 static uint64_t key_of(uint64_t h)
 {
 	return h ? h : 1;

@@ -30,6 +30,10 @@ struct prefix_index;
 /* An index for a cache of <capacity> blocks (>= 1). 0 or -ENOMEM. */
 int prefix_index_new(size_t capacity, struct prefix_index **out);
 void prefix_index_free(struct prefix_index *ix);
+/* Make <to> hold what <from> holds (a reload's new runtime learns the old one's), while
+ * <from> may still be used: each entry is copied whole. -EINVAL when their capacities
+ * differ (nothing is copied). */
+int prefix_index_copy(struct prefix_index *to, const struct prefix_index *from);
 
 /* How many of the first <n> blocks of <hash> the backend holds: the longest cached prefix. */
 size_t prefix_index_match(const struct prefix_index *ix, const uint64_t *hash, size_t n);

@@ -37,6 +37,7 @@
 #include "core/log.h"
 #include "core/secret.h"
 #include "http/server.h"
+#include "net/sock.h"
 #include "obs/dashboard.h"
 #include "obs/json.h"
 #include "obs/prom.h"
@@ -415,8 +416,8 @@ fail:
 	return rc;
 }
 
-int admin_start(struct loop *loop, const struct conf *conf, struct runtime *rt, struct admin **out,
-		char *err, size_t errlen)
+int admin_start(struct loop *loop, const struct conf *conf, struct runtime *rt, int given,
+		struct admin **out, char *err, size_t errlen)
 {
 	struct hsrv_limits lim = {
 	    .max_conns = ADMIN_MAX_CONNS,
@@ -436,7 +437,12 @@ int admin_start(struct loop *loop, const struct conf *conf, struct runtime *rt, 
 	if (conf->admin_token_file &&
 	    (rc = admin_load_token(a, conf->admin_token_file, err, errlen)) < 0)
 		goto fail;
-	if ((rc = hsrv_start(loop, &conf->admin.addr, &lim, admin_on_request, a, &a->srv)) < 0) {
+	rc = given >= 0 ? sock_dup(given) : 0;
+	if (rc >= 0)
+		rc = given >= 0
+			 ? hsrv_start_fd(loop, rc, &lim, admin_on_request, a, &a->srv)
+			 : hsrv_start(loop, &conf->admin.addr, &lim, admin_on_request, a, &a->srv);
+	if (rc < 0) {
 		snprintf(err, errlen, "cannot serve admin on %s: %s", conf->admin.address,
 			 strerror(-rc));
 		goto fail;
@@ -447,6 +453,17 @@ fail:
 	OPENSSL_cleanse(a, sizeof(*a));
 	free(a);
 	return rc;
+}
+
+int admin_listen_fd(const struct admin *a)
+{
+	return hsrv_listen_fd(a->srv);
+}
+
+void admin_stop_listening(struct admin *a)
+{
+	if (a)
+		hsrv_stop_listening(a->srv);
 }
 
 void admin_stop(struct admin *a)

@@ -18,9 +18,15 @@
 
 struct admin;
 
-/* Serve conf->admin (address, token, timeouts). 0, or -errno with <err> filled. */
-int admin_start(struct loop *loop, const struct conf *conf, struct runtime *rt, struct admin **out,
-		char *err, size_t errlen);
+/* Serve conf->admin (address, token, timeouts): on a dup() of <given>, the listening socket
+ * of the admin endpoint it replaces (a reload), or (-1) on a socket of its own. 0, or
+ * -errno with <err> filled. */
+int admin_start(struct loop *loop, const struct conf *conf, struct runtime *rt, int given,
+		struct admin **out, char *err, size_t errlen);
+/* Its listening socket, for a reload's admin endpoint to take over. */
+int admin_listen_fd(const struct admin *a);
+/* Stop taking connections (a reload's endpoint has taken over); the open ones go on. */
+void admin_stop_listening(struct admin *a);
 struct debugreq_board;
 /* Serve GET /debug/requests from <b> (which outlives the admin endpoint). */
 void admin_serve_debug(struct admin *a, struct debugreq_board *b);

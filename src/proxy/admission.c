@@ -231,9 +231,14 @@ enum admit_result admission_admit(struct pool_rt *pool, struct waiter *wt, uint6
 
 void admission_release(struct pool_rt *pool, struct backend *be, uint64_t now_ms, uint64_t rnd)
 {
-	atomic_fetch_sub_explicit(&be->inflight, 1, memory_order_relaxed);
-	if (be->conf->max_concurrency)
-		admission_grant(pool, now_ms, rnd); /* an uncapped backend never made anyone wait */
+	atomic_fetch_sub_explicit(&be->share->inflight, 1, memory_order_relaxed);
+	if (!be->conf->max_concurrency)
+		return; /* an uncapped backend never made anyone wait */
+	admission_grant(pool, now_ms, rnd);
+	/* a slot an older generation's request held: the newest one's queue may want it */
+	struct pool_rt *next = atomic_load_explicit(&be->share->notify, memory_order_acquire);
+	if (next && next != pool)
+		admission_grant(next, now_ms, rnd);
 }
 
 void admission_grant(struct pool_rt *pool, uint64_t now_ms, uint64_t rnd)

@@ -128,6 +128,16 @@ void creds_free(struct worker_shared *sh)
 	free(sh->auth);
 	sh->tls = NULL;
 	sh->auth = NULL;
+	if (watch.sh == sh) {
+		loop_timer_stop(sh->main_loop, &watch.timer);
+		free(watch.stamps);
+		watch.stamps = NULL;
+		watch.sh = NULL;
+	}
+	/* what reload_s replaced belongs to the generation it was replaced in (a full reload,
+	 * proxy.c, builds another sh beside this one) */
+	if (retired.workers && retired.workers != sh->workers)
+		return;
 	for (size_t i = 0; i < retired.nold_tls; i++)
 		net_tls_listener_free(retired.old_tls[i]);
 	free(retired.old_tls);
@@ -139,11 +149,7 @@ void creds_free(struct worker_shared *sh)
 	if (retired.loop)
 		loop_timer_stop(retired.loop, &retired.timer);
 	retired.loop = NULL;
-	if (watch.sh)
-		loop_timer_stop(watch.sh->main_loop, &watch.timer);
-	free(watch.stamps);
-	watch.stamps = NULL;
-	watch.sh = NULL;
+	retired.workers = NULL;
 }
 
 /* Has every worker finished a loop turn since the last retirement? Then nothing reads them. */
@@ -281,6 +287,12 @@ int creds_watch(struct worker_shared *sh, struct worker *workers, unsigned nwork
 		const struct conf_tls *t = c->listens[i].tls;
 		if (t && t->reload_s && (!every || t->reload_s < every))
 			every = t->reload_s;
+	}
+	if (watch.sh) { /* a reload's generation takes over the watch */
+		loop_timer_stop(watch.sh->main_loop, &watch.timer);
+		free(watch.stamps);
+		watch.stamps = NULL;
+		watch.sh = NULL;
 	}
 	if (!every)
 		return 0;

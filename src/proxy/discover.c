@@ -259,7 +259,7 @@ static void round_apply(struct dname *dn)
 			continue;
 		while (s < dn->nslots &&
 		       (backend_present(&dn->slots[s]) ||
-			atomic_load_explicit(&dn->slots[s].inflight, memory_order_seq_cst)))
+			atomic_load_explicit(&dn->slots[s].share->inflight, memory_order_seq_cst)))
 			s++; /* in use, or draining: not free yet */
 		if (s == dn->nslots) {
 			dn->dropped++;

@@ -21,11 +21,13 @@
 #include "core/signals.h"
 #include "net/activation.h"
 #include "net/sdnotify.h"
+#include "conf/conf.h"
 #include "obs/accesslog.h"
 #include "proxy/admin.h"
 #include "proxy/creds.h"
 #include "proxy/debugreq.h"
 #include "proxy/caching.h"
+#include "proxy/carry.h"
 #include "proxy/dispatch.h"
 #include "proxy/discover.h"
 #include "proxy/health.h"
@@ -62,15 +64,47 @@ static const struct worker_ops proxy_worker_ops = {
     .close_idle = session_close_idle,
 };
 
-struct proxy {
+/*
+ * One configuration's proxy: a generation. The first is built from the config the process
+ * started with; each reload builds the next beside it, and the one it replaces drains.
+ */
+struct gen {
 	struct worker_shared sh; /* conf, runtime, main loop, running count */
 	struct worker *workers;
-	unsigned nworkers;
+	unsigned nworkers, inited, started;
+	struct conf *own_conf;	   /* a reload's config, freed with it; NULL: the caller's */
+	struct listen_fds *handed; /* per listener: the sockets its workers take over */
+	int *handed_fd;		   /* ... their storage */
+	struct health *health;
+	struct discover *discover;
+	struct scrape *scrape;
+	struct kvsub *kvsub;
+	struct admin *admin;
+	struct debugreq_board *debug;
+	struct gen *older;	 /* the draining generations, newest first */
+	int ended;		 /* its workers have all stopped */
+	struct turn_mark *marks; /* then: the others' workers' turns, to wait out */
+	size_t nmarks;
+};
+
+/* A worker of another generation, and its turns when a generation's workers stopped: once
+ * it has finished a turn since, it holds no pointer into that generation (carry.h). */
+struct turn_mark {
+	const struct gen *g;
+	unsigned worker;
+	uint64_t turns;
 };
 
 struct main_state {
-	struct proxy *px;
-	struct loop_timer deadline;
+	struct loop *loop;
+	struct gen *cur;	    /* serving new connections */
+	struct gen *older;	    /* draining, newest first */
+	const char *conf_path;	    /* what a reload reads; NULL: no reloading (the demo) */
+	unsigned ngens;		    /* generations built so far */
+	_Atomic uint32_t *ip_conns; /* per address, across generations (max_connections_per_ip) */
+	int *inherited;		    /* per listener of the first config: the service manager's */
+	struct activation act;
+	struct loop_timer deadline, retire;
 	int stopping;
 	int forced;
 };
@@ -172,81 +206,12 @@ static void proxy_notify(const char *state)
 }
 
 /*
- * The sockets the service manager passed, one per listener whose address they are bound to
- * (into sh->inherited), and an error when one matches no listener. Returns 0 or -errno
- * with <err> filled.
- */
-static int proxy_take_sockets(struct worker_shared *sh, struct activation *act, int **fds,
-			      char *err, size_t errlen)
-{
-	const struct conf *c = sh->conf;
-	const struct activation_socket *left;
-	int rc = activation_take(act, err, errlen);
-	if (rc < 0 || !act->n)
-		return rc;
-	if (!(*fds = malloc((c->nlistens ? c->nlistens : 1) * sizeof(**fds)))) {
-		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < c->nlistens; i++)
-		(*fds)[i] = activation_find(act, &c->listens[i].addr);
-	if ((left = activation_untaken(act))) {
-		char a[64];
-		snprintf(err, errlen,
-			 "the service manager passed a socket (%s) on %s that no listen: address "
-			 "names; add the address to listen: or remove it from the .socket unit",
-			 left->name,
-			 net_addr_format((const struct sockaddr *)&left->addr.ss, a, sizeof(a)));
-		return -EINVAL;
-	}
-	sh->inherited = *fds;
-	return 0;
-}
-
-static void main_on_deadline(struct loop_timer *t)
-{
-	struct main_state *m = container_of(t, struct main_state, deadline);
-	log_warn("shutdown_ms passed with requests still in flight; exiting anyway");
-	m->forced = 1;
-	loop_stop(m->px->sh.main_loop);
-}
-
-static void main_on_signal(int signo, void *arg)
-{
-	struct main_state *m = arg;
-	struct proxy *px = m->px;
-	if (signo == SIGUSR1) { /* rotation: the access log file is opened again */
-		accesslog_reopen(px->sh.alog);
-		return;
-	}
-	if (signo == SIGHUP) {
-		/* certificates, keys and API keys files are read again; the rest of the
-		 * configuration stays until reload is built */
-		creds_reload(&px->sh, px->workers, px->nworkers, "SIGHUP");
-		return;
-	}
-	if (m->stopping) {
-		log_warn("second signal: exiting now");
-		m->forced = 1;
-		loop_stop(px->sh.main_loop);
-		return;
-	}
-	m->stopping = 1;
-	proxy_notify("STOPPING=1\nSTATUS=draining");
-	log_info("%s: draining (up to %u ms)", signo == SIGTERM ? "SIGTERM" : "SIGINT",
-		 px->sh.conf->timeouts.shutdown_ms);
-	for (unsigned i = 0; i < px->nworkers; i++)
-		worker_request_drain(&px->workers[i]);
-	loop_timer_set(px->sh.main_loop, &m->deadline,
-		       loop_now(px->sh.main_loop) + px->sh.conf->timeouts.shutdown_ms);
-}
-
-/*
  * Raise the soft RLIMIT_NOFILE to the hard limit, and return the connection cap that fits
  * under it: limits.max_connections, or less (with a warning) when each proxied connection's
- * two descriptors (client and backend) plus the reserve would not fit.
+ * two descriptors (client and backend) plus the reserve would not fit; said once, at start
+ * (<quiet>: a reload).
  */
-static unsigned proxy_fit_connections(const struct conf *c, size_t nbackends)
+static unsigned proxy_fit_connections(const struct conf *c, size_t nbackends, int quiet)
 {
 	unsigned want = c->limits.max_connections;
 	struct rlimit rl;
@@ -262,6 +227,8 @@ static unsigned proxy_fit_connections(const struct conf *c, size_t nbackends)
 		return want;
 	uint64_t fit =
 	    rl.rlim_cur > reserve + 2 * c->workers ? (rl.rlim_cur - reserve) / 2 : c->workers;
+	if (quiet)
+		return (unsigned)fit;
 	log_warn("limits.max_connections is %u, but the descriptor limit of %llu carries only "
 		 "%llu (two per connection, %llu kept back): using %llu; raise the hard limit "
 		 "(ulimit -Hn, LimitNOFILE=) to allow more",
@@ -270,150 +237,532 @@ static unsigned proxy_fit_connections(const struct conf *c, size_t nbackends)
 	return (unsigned)fit;
 }
 
+/*
+ * The listening sockets <g>'s workers take over, per listener: those of <from>'s workers on
+ * the same address (a reload: the sockets, and the clients waiting in their backlogs, never
+ * go away), or the one the service manager passed (<inherited>, the first generation).
+ */
+static int gen_hand_sockets(struct gen *g, const struct gen *from, const int *inherited)
+{
+	const struct conf *c = g->sh.conf;
+	size_t total = 0;
+	if (!from && !inherited)
+		return 0;
+	if (from)
+		for (unsigned w = 0; w < from->inited; w++)
+			total += from->workers[w].nlisteners;
+	else
+		total = c->nlistens;
+	g->handed = calloc(c->nlistens ? c->nlistens : 1, sizeof(*g->handed));
+	g->handed_fd = calloc(total ? total : 1, sizeof(*g->handed_fd));
+	if (!g->handed || !g->handed_fd)
+		return -ENOMEM;
+	size_t k = 0;
+	for (size_t i = 0; i < c->nlistens; i++) {
+		g->handed[i].fd = &g->handed_fd[k];
+		if (!from) {
+			if (inherited[i] >= 0)
+				g->handed_fd[k++] = inherited[i];
+		} else {
+			for (unsigned w = 0; w < from->inited; w++)
+				for (size_t j = 0; j < from->workers[w].nlisteners; j++) {
+					const struct listener *l = &from->workers[w].listeners[j];
+					const struct conf_listen *ol =
+					    &from->sh.conf->listens[l->index];
+					if (l->io.fd >= 0 &&
+					    net_addr_same(&ol->addr, &c->listens[i].addr))
+						g->handed_fd[k++] = l->io.fd;
+				}
+		}
+		g->handed[i].n = (size_t)(&g->handed_fd[k] - g->handed[i].fd);
+	}
+	g->sh.handed = g->handed;
+	return 0;
+}
+
+/* Stop what the main loop runs for <g> (checks, discovery, scrapes, KV events), and the
+ * admin endpoint's listener; its open admin connections go on until it is destroyed. */
+static void gen_quiet(struct gen *g)
+{
+	health_stop(g->health);
+	discover_stop(g->discover);
+	scrape_stop(g->scrape);
+	kvsub_stop(g->kvsub);
+	g->health = NULL;
+	g->discover = NULL;
+	g->scrape = NULL;
+	g->kvsub = NULL;
+	admin_stop_listening(g->admin);
+}
+
+/* Free what <g> holds; its workers have stopped (or never started). <live>: the runtimes of
+ * the generations that go on, which may hold shares of its backends (carry.h). */
+static void gen_destroy(struct gen *g, struct runtime *const *live, size_t nlive)
+{
+	if (!g)
+		return;
+	for (unsigned i = 0; i < g->started; i++)
+		pthread_join(g->workers[i].thread, NULL);
+	for (unsigned i = 0; i < g->inited; i++)
+		worker_destroy(&g->workers[i]);
+	free(g->workers);
+	if (g->sh.rt) {
+		carry_release(g->sh.rt, live, nlive);
+		g->sh.rt->alog = NULL; /* the admin endpoint has stopped reading it */
+	}
+	accesslog_close(g->sh.alog); /* after the workers: every line they pushed is written */
+	gen_quiet(g);
+	admin_stop(g->admin);
+	debugreq_board_free(g->debug); /* after the workers and the admin endpoint */
+	if (g->sh.conf)
+		creds_free(&g->sh);
+	proxy_limits_free(&g->sh);
+	runtime_destroy(g->sh.rt);
+	free(g->handed);
+	free(g->handed_fd);
+	free(g->marks);
+	conf_free(g->own_conf);
+	free(g);
+}
+
+/*
+ * Build a generation for <conf> (owned by it when <own>), beside <from> (the one serving, or
+ * NULL at start): its runtime with <from>'s backend state carried over, key material and
+ * limits read anew, its workers on the same listening sockets, its admin endpoint, checks
+ * and discovery. Nothing of it serves yet (gen_start). NULL with <err> filled on failure,
+ * leaving <from> as it was.
+ */
+static struct gen *gen_build(struct main_state *m, const struct conf *conf, int own,
+			     struct gen *from, char *err, size_t errlen)
+{
+	struct gen *g = calloc(1, sizeof(*g));
+	int rc;
+	if (!g) {
+		snprintf(err, errlen, "out of memory");
+		if (own)
+			conf_free((struct conf *)conf);
+		return NULL;
+	}
+	g->own_conf = own ? (struct conf *)conf : NULL;
+	g->sh.conf = conf;
+	g->sh.ops = &proxy_worker_ops;
+	g->sh.main_loop = m->loop;
+	g->sh.gen = m->ngens;
+	proxy_protect_keys(conf);
+	if ((rc = runtime_create(conf, &g->sh.rt)) < 0) {
+		snprintf(err, errlen, "cannot build the runtime: %s", strerror(-rc));
+		goto fail;
+	}
+	if ((rc = creds_build(&g->sh, err, errlen)) < 0 ||
+	    (rc = proxy_limits_build(&g->sh, err, errlen)) < 0)
+		goto fail;
+	if (conf->limits.max_connections_per_ip && !m->ip_conns &&
+	    !(m->ip_conns = calloc(IP_CONN_SLOTS, sizeof(*m->ip_conns)))) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	g->sh.ip_conns = conf->limits.max_connections_per_ip ? m->ip_conns : NULL;
+	g->nworkers = conf->workers;
+	if (!(g->workers = calloc(g->nworkers, sizeof(*g->workers))) ||
+	    !(g->debug = debugreq_board_new(g->nworkers))) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	g->sh.workers = g->workers;
+	g->sh.nworkers = g->nworkers;
+	g->sh.rt->buffer_arg = &g->sh;
+	g->sh.rt->buffer_bytes = proxy_buffer_bytes;
+	unsigned cap = proxy_fit_connections(conf, g->sh.rt->nbackends, from != NULL);
+	unsigned per_worker = (cap + g->nworkers - 1) / g->nworkers;
+	if (gen_hand_sockets(g, from, from ? NULL : m->inherited) < 0) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	for (; g->inited < g->nworkers; g->inited++) {
+		if (worker_init(&g->workers[g->inited], &g->sh, g->inited, per_worker, err,
+				errlen) < 0) {
+			g->inited++;
+			goto fail;
+		}
+		g->debug->w[g->inited].loop = g->workers[g->inited].loop;
+		g->workers[g->inited].dbg = &g->debug->w[g->inited];
+	}
+	if (conf->access_log.path) {
+		if (accesslog_open(&g->sh.alog, conf->access_log.path,
+				   conf->access_log.syslog_socket, conf->access_log.format,
+				   g->nworkers, err, errlen) < 0)
+			goto fail;
+		g->sh.rt->alog = g->sh.alog;
+		double s = conf->access_log.sample;
+		uint64_t cut = s >= 1.0 ? UINT64_MAX : (uint64_t)(s * 18446744073709551616.0);
+		for (unsigned i = 0; i < g->nworkers; i++) {
+			g->workers[i].alog_ring = accesslog_ring(g->sh.alog, i);
+			g->workers[i].alog_sample_cut = cut;
+		}
+	}
+	if (conf->has_admin) {
+		int given = from && from->admin && from->sh.conf->has_admin &&
+				    net_addr_same(&from->sh.conf->admin.addr, &conf->admin.addr)
+				? admin_listen_fd(from->admin)
+				: -1;
+		if (admin_start(m->loop, conf, g->sh.rt, given, &g->admin, err, errlen) < 0)
+			goto fail;
+		admin_serve_debug(g->admin, g->debug);
+	}
+	if (!from && (rc = proxy_drop_privileges(conf, err, errlen)) < 0)
+		goto fail;
+	if ((rc = health_start(m->loop, g->sh.rt, &g->health)) < 0) {
+		snprintf(err, errlen, "cannot start health checks: %s", strerror(-rc));
+		goto fail;
+	}
+	if ((rc = discover_start(m->loop, g->sh.rt, &g->discover)) < 0) {
+		snprintf(err, errlen, "cannot start DNS discovery (the log says why)");
+		goto fail;
+	}
+	if ((rc = scrape_start(m->loop, g->sh.rt, &g->scrape)) < 0) {
+		snprintf(err, errlen, "cannot start scraping the engines' metrics: %s",
+			 strerror(-rc));
+		goto fail;
+	}
+	if ((rc = kvsub_start(m->loop, g->sh.rt, &g->kvsub)) < 0) {
+		snprintf(err, errlen, "cannot subscribe to KV events (the log says why)");
+		goto fail;
+	}
+	if ((rc = creds_watch(&g->sh, g->workers, g->nworkers)) < 0) {
+		snprintf(err, errlen, "cannot watch the TLS files (reload_s): %s", strerror(-rc));
+		goto fail;
+	}
+	m->ngens++;
+	return g;
+fail:
+	gen_destroy(g, from ? &from->sh.rt : NULL, from ? 1 : 0);
+	return NULL;
+}
+
+/* Start <g>'s workers: from now on it accepts. */
+static int gen_start(struct gen *g)
+{
+	for (; g->started < g->nworkers; g->started++) {
+		int rc = worker_start(&g->workers[g->started]);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* <g> takes no new connection; what it has in flight finishes. */
+static void gen_drain(struct gen *g)
+{
+	for (unsigned i = 0; i < g->started; i++)
+		worker_request_drain(&g->workers[i]);
+	gen_quiet(g);
+}
+
+/* The runtimes of every generation but <skip>. */
+static size_t live_runtimes(const struct main_state *m, const struct gen *skip,
+			    struct runtime **out, size_t cap)
+{
+	size_t n = 0;
+	if (m->cur && m->cur != skip && n < cap)
+		out[n++] = m->cur->sh.rt;
+	for (const struct gen *o = m->older; o; o = o->older)
+		if (o != skip && n < cap)
+			out[n++] = o->sh.rt;
+	return n;
+}
+
+#define MAX_GENS 256 /* generations alive at once: reloads beyond it wait for one to end */
+#define RETIRE_CHECK_MS 50
+
+static int gen_alive(const struct main_state *m, const struct gen *g)
+{
+	if (m->cur == g)
+		return 1;
+	for (const struct gen *o = m->older; o; o = o->older)
+		if (o == g)
+			return 1;
+	return 0;
+}
+
+static size_t count_gens(const struct main_state *m)
+{
+	size_t n = m->cur != NULL;
+	for (const struct gen *o = m->older; o; o = o->older)
+		n++;
+	return n;
+}
+
+/* <g>'s workers have stopped: note every other worker's turns, to wait one turn of each. */
+static void gen_mark_turns(struct main_state *m, struct gen *g)
+{
+	size_t n = 0;
+	struct gen *all[MAX_GENS + 1];
+	size_t na = 0;
+	if (m->cur)
+		all[na++] = m->cur;
+	for (struct gen *o = m->older; o && na < MAX_GENS + 1; o = o->older)
+		all[na++] = o;
+	for (size_t i = 0; i < na; i++)
+		if (all[i] != g)
+			n += all[i]->started;
+	g->ended = 1;
+	g->marks = calloc(n ? n : 1, sizeof(*g->marks));
+	if (!g->marks) /* without marks it waits for the process to end */
+		return;
+	for (size_t i = 0; i < na; i++) {
+		if (all[i] == g)
+			continue;
+		for (unsigned w = 0; w < all[i]->started; w++) {
+			g->marks[g->nmarks++] = (struct turn_mark){
+			    .g = all[i],
+			    .worker = w,
+			    .turns = atomic_load_explicit(&all[i]->workers[w].turns,
+							  memory_order_acquire)};
+			loop_wake(all[i]->workers[w].loop);
+		}
+	}
+}
+
+/* Has every worker noted in <g->marks> (of a generation still alive) finished a turn? */
+static int gen_turns_passed(const struct main_state *m, const struct gen *g)
+{
+	if (!g->marks)
+		return 0;
+	for (size_t i = 0; i < g->nmarks; i++) {
+		const struct turn_mark *t = &g->marks[i];
+		if (!gen_alive(m, t->g) || t->g->ended || t->worker >= t->g->started)
+			continue;
+		const struct worker *w = &t->g->workers[t->worker];
+		if (atomic_load_explicit(&w->turns, memory_order_acquire) <= t->turns) {
+			loop_wake(w->loop);
+			return 0;
+		}
+	}
+	return 1;
+}
+
+/* Free the draining generations whose workers have stopped and been waited out. */
+static void main_on_retire(struct loop_timer *t)
+{
+	struct main_state *m = container_of(t, struct main_state, retire);
+	struct gen **link = &m->older;
+	int waiting = 0;
+	while (*link) {
+		struct gen *g = *link;
+		if (!g->ended && atomic_load(&g->sh.running) == 0)
+			gen_mark_turns(m, g);
+		if (!g->ended || !gen_turns_passed(m, g)) {
+			waiting |= 1;
+			link = &g->older;
+			continue;
+		}
+		*link = g->older;
+		struct runtime *live[MAX_GENS + 1];
+		size_t n = live_runtimes(m, g, live, MAX_GENS + 1);
+		log_info("configuration generation %u: its last request has ended; released",
+			 g->sh.gen);
+		gen_destroy(g, live, n);
+	}
+	if (waiting && !m->stopping)
+		loop_timer_set(m->loop, t, loop_now(m->loop) + RETIRE_CHECK_MS);
+}
+
+/*
+ * Reload: read the config file again and, if it is good, build a generation for it beside
+ * the running one, start it, and let the running one drain. A bad config (or any failure to
+ * build) changes nothing: 0, or -errno with the reason in <err> (FILE:LINE:COL for the
+ * config's own errors), also logged.
+ */
+static int proxy_reload(struct main_state *m, const char *why, char *err, size_t errlen)
+{
+	struct conf_error ce;
+	struct conf *conf;
+	int rc = -EINVAL;
+	if (m->stopping) {
+		snprintf(err, errlen, "draining to exit: no reload");
+		goto refused;
+	}
+	if (!m->conf_path) {
+		snprintf(err, errlen, "not started from a config file: nothing to reload");
+		goto refused;
+	}
+	if (count_gens(m) >= MAX_GENS) {
+		snprintf(err, errlen,
+			 "%zu configurations still finish requests; try again when one ends",
+			 count_gens(m));
+		rc = -EBUSY;
+		goto refused;
+	}
+	if (conf_load_file(m->conf_path, &conf, &ce) < 0) {
+		snprintf(err, errlen, "%.*s", (int)(errlen ? errlen - 1 : 0), ce.msg);
+		goto refused;
+	}
+	if (proxy_check(conf, err, errlen) < 0) {
+		conf_free(conf);
+		goto refused;
+	}
+	struct gen *from = m->cur;
+	struct gen *g = gen_build(m, conf, 1, from, err, errlen);
+	if (!g)
+		goto refused;
+	size_t carried = carry_runtime(g->sh.rt, from->sh.rt);
+	if ((rc = gen_start(g)) < 0) {
+		snprintf(err, errlen, "cannot start worker threads: %s", strerror(-rc));
+		/* the running generation's queues hear of freed slots again */
+		carry_notify(from->sh.rt);
+		gen_drain(g);
+		g->older = m->older;
+		m->older = g;
+		loop_timer_set(m->loop, &m->retire, loop_now(m->loop) + RETIRE_CHECK_MS);
+		goto refused;
+	}
+	m->cur = g;
+	gen_drain(from);
+	from->older = m->older;
+	m->older = from;
+	loop_timer_set(m->loop, &m->retire, loop_now(m->loop) + RETIRE_CHECK_MS);
+	log_info("%s: %s loaded (configuration generation %u): %zu listener%s, %zu pool%s, "
+		 "%zu route%s, %zu backend%s carried over; generation %u drains",
+		 why, m->conf_path, g->sh.gen, conf->nlistens, conf->nlistens == 1 ? "" : "s",
+		 conf->npools, conf->npools == 1 ? "" : "s", conf->nroutes,
+		 conf->nroutes == 1 ? "" : "s", carried, carried == 1 ? "" : "s", from->sh.gen);
+	char status[64];
+	snprintf(status, sizeof(status), "STATUS=serving (configuration generation %u)", g->sh.gen);
+	proxy_notify(status);
+	return 0;
+refused:
+	log_error("%s: %s; the running configuration stays", why, err);
+	return rc;
+}
+
+static void main_on_deadline(struct loop_timer *t)
+{
+	struct main_state *m = container_of(t, struct main_state, deadline);
+	log_warn("shutdown_ms passed with requests still in flight; exiting anyway");
+	m->forced = 1;
+	loop_stop(m->loop);
+}
+
+static void main_on_signal(int signo, void *arg)
+{
+	struct main_state *m = arg;
+	if (signo == SIGUSR1) { /* rotation: the access log file is opened again */
+		accesslog_reopen(m->cur->sh.alog);
+		for (struct gen *o = m->older; o; o = o->older)
+			accesslog_reopen(o->sh.alog);
+		return;
+	}
+	if (signo == SIGHUP) {
+		char err[512];
+		proxy_reload(m, "SIGHUP", err, sizeof(err));
+		return;
+	}
+	if (m->stopping) {
+		log_warn("second signal: exiting now");
+		m->forced = 1;
+		loop_stop(m->loop);
+		return;
+	}
+	m->stopping = 1;
+	proxy_notify("STOPPING=1\nSTATUS=draining");
+	log_info("%s: draining (up to %u ms)", signo == SIGTERM ? "SIGTERM" : "SIGINT",
+		 m->cur->sh.conf->timeouts.shutdown_ms);
+	gen_drain(m->cur);
+	loop_timer_stop(m->loop, &m->retire);
+	loop_timer_set(m->loop, &m->deadline,
+		       loop_now(m->loop) + m->cur->sh.conf->timeouts.shutdown_ms);
+}
+
+static unsigned running_workers(const struct main_state *m)
+{
+	unsigned n = m->cur ? atomic_load(&m->cur->sh.running) : 0;
+	for (const struct gen *o = m->older; o; o = o->older)
+		n += atomic_load(&o->sh.running);
+	return n;
+}
+
 static void main_on_wake(void *arg)
 {
 	struct main_state *m = arg;
-	if (m->stopping && atomic_load(&m->px->sh.running) == 0)
-		loop_stop(m->px->sh.main_loop);
+	if (m->stopping && running_workers(m) == 0)
+		loop_stop(m->loop);
+}
+
+/*
+ * The sockets the service manager passed, one per listener whose address they are bound to
+ * (into m->inherited), and an error when one matches no listener. Returns 0 or -errno
+ * with <err> filled.
+ */
+static int proxy_take_sockets(struct main_state *m, const struct conf *c, char *err, size_t errlen)
+{
+	const struct activation_socket *left;
+	int rc = activation_take(&m->act, err, errlen);
+	if (rc < 0 || !m->act.n)
+		return rc;
+	if (!(m->inherited = malloc((c->nlistens ? c->nlistens : 1) * sizeof(*m->inherited)))) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < c->nlistens; i++)
+		m->inherited[i] = activation_find(&m->act, &c->listens[i].addr);
+	if ((left = activation_untaken(&m->act))) {
+		char a[64];
+		snprintf(err, errlen,
+			 "the service manager passed a socket (%s) on %s that no listen: address "
+			 "names; add the address to listen: or remove it from the .socket unit",
+			 left->name,
+			 net_addr_format((const struct sockaddr *)&left->addr.ss, a, sizeof(a)));
+		return -EINVAL;
+	}
+	return 0;
 }
 
 int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 {
-	struct proxy px = {.sh = {.conf = conf, .ops = &proxy_worker_ops}};
-	struct main_state m = {.px = &px};
-	struct health *health = NULL;
-	struct discover *discover = NULL;
-	struct scrape *scrape = NULL;
-	struct kvsub *kvsub = NULL;
-	struct admin *admin = NULL;
-	struct debugreq_board *debug = NULL;
-	struct activation act = {0};
-	int *inherited = NULL;
-	char err[256];
+	struct main_state m = {.conf_path = hooks ? hooks->conf_path : NULL};
+	char err[512];
 	int rc, status = 1;
-	unsigned inited = 0, started = 0;
 
 	signals_block();
-	proxy_protect_keys(conf);
-	if ((rc = loop_create(&px.sh.main_loop)) < 0) {
+	if ((rc = loop_create(&m.loop)) < 0) {
 		log_error("cannot create the main loop: %s", strerror(-rc));
 		return 1;
 	}
 	m.deadline.fn = main_on_deadline;
-	loop_set_wake_hook(px.sh.main_loop, main_on_wake, &m);
-	if (hooks && hooks->start && hooks->start(px.sh.main_loop, hooks->arg) < 0)
+	m.retire.fn = main_on_retire;
+	loop_set_wake_hook(m.loop, main_on_wake, &m);
+	if (hooks && hooks->start && hooks->start(m.loop, hooks->arg) < 0)
 		goto out;
-	if ((rc = runtime_create(conf, &px.sh.rt)) < 0) {
-		log_error("cannot build the runtime: %s", strerror(-rc));
-		goto out;
-	}
-	if ((rc = creds_build(&px.sh, err, sizeof(err))) < 0 ||
-	    (rc = proxy_limits_build(&px.sh, err, sizeof(err))) < 0) {
+	if ((rc = proxy_take_sockets(&m, conf, err, sizeof(err))) < 0) {
 		log_error("%s", err);
 		goto out;
 	}
-	if (conf->limits.max_connections_per_ip &&
-	    !(px.sh.ip_conns = calloc(IP_CONN_SLOTS, sizeof(*px.sh.ip_conns)))) {
-		snprintf(err, sizeof(err), "out of memory");
+	if (!(m.cur = gen_build(&m, conf, 0, NULL, err, sizeof(err)))) {
 		log_error("%s", err);
 		goto out;
 	}
-	px.nworkers = conf->workers;
-	px.workers = calloc(px.nworkers, sizeof(*px.workers));
-	if (!px.workers)
-		goto out;
-	px.sh.workers = px.workers;
-	px.sh.nworkers = px.nworkers;
-	px.sh.rt->buffer_arg = &px.sh;
-	px.sh.rt->buffer_bytes = proxy_buffer_bytes;
-	unsigned cap = proxy_fit_connections(conf, px.sh.rt->nbackends);
-	unsigned per_worker = (cap + px.nworkers - 1) / px.nworkers;
-	if ((rc = proxy_take_sockets(&px.sh, &act, &inherited, err, sizeof(err))) < 0) {
-		log_error("%s", err);
-		goto out;
-	}
-	for (; inited < px.nworkers; inited++) {
-		if (worker_init(&px.workers[inited], &px.sh, inited, per_worker, err, sizeof(err)) <
-		    0) {
-			log_error("%s", err);
-			inited++;
-			goto out;
-		}
-	}
-	activation_close(&act); /* each worker holds its own dup() of what it uses */
-	if (!(debug = debugreq_board_new(px.nworkers))) {
-		log_error("out of memory");
-		goto out;
-	}
-	for (unsigned i = 0; i < px.nworkers; i++) {
-		debug->w[i].loop = px.workers[i].loop;
-		px.workers[i].dbg = &debug->w[i];
-	}
-	if (conf->access_log.path) {
-		if ((rc = accesslog_open(&px.sh.alog, conf->access_log.path,
-					 conf->access_log.syslog_socket, conf->access_log.format,
-					 px.nworkers, err, sizeof(err))) < 0) {
-			log_error("%s", err);
-			goto out;
-		}
-		px.sh.rt->alog = px.sh.alog;
-		double s = conf->access_log.sample;
-		uint64_t cut = s >= 1.0 ? UINT64_MAX : (uint64_t)(s * 18446744073709551616.0);
-		for (unsigned i = 0; i < px.nworkers; i++) {
-			px.workers[i].alog_ring = accesslog_ring(px.sh.alog, i);
-			px.workers[i].alog_sample_cut = cut;
-		}
-	}
-	if (conf->has_admin &&
-	    (rc = admin_start(px.sh.main_loop, conf, px.sh.rt, &admin, err, sizeof(err))) < 0) {
-		log_error("%s", err);
-		goto out;
-	}
-	if (admin)
-		admin_serve_debug(admin, debug);
-	if ((rc = proxy_drop_privileges(conf, err, sizeof(err))) < 0) {
-		log_error("%s", err);
-		goto out;
-	}
-	if ((rc = health_start(px.sh.main_loop, px.sh.rt, &health)) < 0) {
-		log_error("cannot start health checks: %s", strerror(-rc));
-		goto out;
-	}
-	if ((rc = discover_start(px.sh.main_loop, px.sh.rt, &discover)) < 0)
-		goto out; /* it said why */
-	if ((rc = scrape_start(px.sh.main_loop, px.sh.rt, &scrape)) < 0) {
-		log_error("cannot start scraping the engines' metrics: %s", strerror(-rc));
-		goto out;
-	}
-	if ((rc = kvsub_start(px.sh.main_loop, px.sh.rt, &kvsub)) < 0)
-		goto out; /* it said why */
-	if ((rc = signals_watch(px.sh.main_loop, main_on_signal, &m)) < 0) {
+	activation_close(&m.act); /* each worker holds its own dup() of what it uses */
+	if ((rc = signals_watch(m.loop, main_on_signal, &m)) < 0) {
 		log_error("cannot watch signals: %s", strerror(-rc));
 		goto out;
 	}
-	if ((rc = creds_watch(&px.sh, px.workers, px.nworkers)) < 0) {
-		log_error("cannot watch the TLS files (reload_s): %s", strerror(-rc));
+	if ((rc = gen_start(m.cur)) < 0) {
+		log_error("cannot start worker thread: %s", strerror(-rc));
 		goto out;
-	}
-	for (; started < px.nworkers; started++) {
-		if ((rc = worker_start(&px.workers[started])) < 0) {
-			log_error("cannot start worker thread: %s", strerror(-rc));
-			goto out;
-		}
 	}
 	for (size_t i = 0; i < conf->nlistens; i++)
 		log_info("listening on %s%s with %u workers%s", conf->listens[i].address,
-			 conf->listens[i].tls ? " (TLS)" : "", px.nworkers,
-			 inherited && inherited[i] >= 0 ? " (socket from the service manager)"
-							: "");
-	if (admin)
+			 conf->listens[i].tls ? " (TLS)" : "", m.cur->nworkers,
+			 m.inherited && m.inherited[i] >= 0 ? " (socket from the service manager)"
+							    : "");
+	if (m.cur->admin)
 		log_info("admin on %s (/status, /metrics, /dashboard, /debug/requests)",
 			 conf->admin.address);
 	if (hooks && hooks->ready)
 		hooks->ready(hooks->arg);
 	proxy_notify("READY=1\nSTATUS=serving");
 
-	loop_run(px.sh.main_loop);
+	loop_run(m.loop);
 	status = 0;
 	if (m.forced) {
 		/* workers may be blocked mid-exchange; the process exit ends them */
@@ -423,33 +772,23 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 	}
 	log_info("stopped: every connection finished");
 out:
-	activation_close(&act);
-	free(inherited);
-	px.sh.inherited = NULL;
-	if (status && started) {
-		for (unsigned i = 0; i < started; i++)
-			worker_request_drain(&px.workers[i]);
+	activation_close(&m.act);
+	free(m.inherited);
+	if (status && m.cur)
+		gen_drain(m.cur);
+	/* every worker has stopped (or is told to, and joined here): nothing is waited out */
+	while (m.older) {
+		struct gen *o = m.older;
+		struct runtime *live[MAX_GENS + 1];
+		m.older = o->older;
+		for (unsigned i = 0; i < o->started; i++)
+			worker_request_drain(&o->workers[i]);
+		gen_destroy(o, live, live_runtimes(&m, o, live, MAX_GENS + 1));
 	}
-	for (unsigned i = 0; i < started; i++)
-		pthread_join(px.workers[i].thread, NULL);
-	for (unsigned i = 0; i < inited; i++)
-		worker_destroy(&px.workers[i]);
-	free(px.workers);
-	if (px.sh.rt)
-		px.sh.rt->alog = NULL; /* the admin endpoint has stopped reading it */
-	accesslog_close(px.sh.alog);   /* after the workers: every line they pushed is written */
-	health_stop(health);
-	discover_stop(discover);
-	scrape_stop(scrape);
-	kvsub_stop(kvsub);
-	admin_stop(admin);
-	debugreq_board_free(debug); /* after the workers and the admin endpoint */
+	gen_destroy(m.cur, NULL, 0);
 	if (hooks && hooks->stop)
 		hooks->stop(hooks->arg);
-	creds_free(&px.sh);
-	proxy_limits_free(&px.sh);
-	free(px.sh.ip_conns);
-	runtime_destroy(px.sh.rt);
-	loop_destroy(px.sh.main_loop);
+	free(m.ip_conns);
+	loop_destroy(m.loop);
 	return status;
 }

@@ -22,6 +22,8 @@ struct proxy_hooks {
 	/* Runs after the workers have stopped. */
 	void (*stop)(void *arg);
 	void *arg;
+	/* The config file a reload (SIGHUP) reads again; NULL: reloads are refused. */
+	const char *conf_path;
 };
 
 /* What loading the config cannot see: the files routes read at start (API keys). 0, or

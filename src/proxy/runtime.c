@@ -116,7 +116,7 @@ static double read_be_ejected(const void *ctx, size_t i)
 
 static double read_be_inflight(const void *ctx, size_t i)
 {
-	return RELAXED(be_at(ctx, i)->inflight);
+	return RELAXED(be_at(ctx, i)->share->inflight);
 }
 
 static double read_be_max_concurrency(const void *ctx, size_t i)
@@ -827,6 +827,8 @@ int runtime_create(const struct conf *conf, struct runtime **out)
 			b->pool = pc;
 			b->id = rt->nbackends++;
 			b->tls = p->tls;
+			if (!(b->share = calloc(1, sizeof(*b->share))))
+				goto fail;
 			atomic_init(&b->up, 1);
 			atomic_init(&b->weight, cb->weight);
 			if (cb->discover) { /* a slot, empty until the name resolves */
@@ -880,6 +882,7 @@ void runtime_destroy(struct runtime *rt)
 			if (b->kv_prefix && !b->llm)
 				prefix_index_free(b->kv_prefix); /* its own, not its llm's */
 			llm_backend_free(b->llm);
+			free(b->share); /* NULL when a newer runtime holds it (proxy.c) */
 		}
 		free(rt->pools[i].backends);
 		free(rt->pools[i].llm);
@@ -912,7 +915,7 @@ int backend_eligible(const struct backend *b, uint64_t now_ms)
 {
 	unsigned cap = b->conf->max_concurrency;
 	return backend_usable(b, now_ms) &&
-	       (!cap || atomic_load_explicit(&b->inflight, memory_order_relaxed) < cap);
+	       (!cap || atomic_load_explicit(&b->share->inflight, memory_order_relaxed) < cap);
 }
 
 void backend_mark_failed(struct backend *b, uint64_t now_ms)
@@ -1072,7 +1075,7 @@ void backend_report_load(struct backend *b, uint64_t now_ms, unsigned depth)
 void backend_report_engine(struct backend *b, uint64_t now_ms, double running, double waiting,
 			   double kv_usage)
 {
-	double ours = atomic_load_explicit(&b->inflight, memory_order_relaxed);
+	double ours = atomic_load_explicit(&b->share->inflight, memory_order_relaxed);
 	double others = running + waiting - ours;
 	atomic_store_explicit(&b->engine_running,
 			      running < UINT32_MAX ? (unsigned)running : UINT32_MAX,
@@ -1124,7 +1127,7 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 	for (size_t i = 0; i < n; i++) {
 		const struct backend *b = &p->backends[i];
 		unsigned cap = b->conf->max_concurrency;
-		unsigned inflight = atomic_load_explicit(&b->inflight, memory_order_relaxed);
+		unsigned inflight = atomic_load_explicit(&b->share->inflight, memory_order_relaxed);
 		unsigned others = reported_load(b, now_ms); /* a peer's figure: up to UINT32_MAX */
 		int usable = b != h->exclude && (!serving || models_mask_has(serving, i)) &&
 			     backend_usable(b, now_ms);
@@ -1162,15 +1165,16 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 		unsigned cap = b->conf->max_concurrency;
 		/* seq_cst, then present: a slot discovery takes out either is seen gone here,
 		 * or is seen busy there and not rewritten (struct backend) */
-		unsigned before = atomic_fetch_add_explicit(&b->inflight, 1, memory_order_seq_cst);
+		unsigned before =
+		    atomic_fetch_add_explicit(&b->share->inflight, 1, memory_order_seq_cst);
 		if (!atomic_load_explicit(&b->present, memory_order_seq_cst)) {
-			atomic_fetch_sub_explicit(&b->inflight, 1, memory_order_relaxed);
+			atomic_fetch_sub_explicit(&b->share->inflight, 1, memory_order_relaxed);
 			cand[idx].eligible = cand[idx].busy = 0;
 			continue;
 		}
 		if (cap && before >= cap) {
 			/* another worker took the last slot since we looked: pick again */
-			atomic_fetch_sub_explicit(&b->inflight, 1, memory_order_relaxed);
+			atomic_fetch_sub_explicit(&b->share->inflight, 1, memory_order_relaxed);
 			cand[idx].eligible = 0;
 			cand[idx].busy = 1;
 			cand[idx].inflight = cap;

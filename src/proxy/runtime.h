@@ -155,6 +155,20 @@ enum shed_reason {
 
 struct ssl_ctx_st;
 struct prefix_index;
+struct pool_rt;
+
+/*
+ * What the generations of the config (a reload builds a new runtime beside the old one,
+ * proxy.c) share of one backend that stays in them: its requests in flight, so its
+ * max_concurrency (an accelerator's slots) holds across a reload while the old
+ * generation's streams finish; and the pool whose queue hears when one of them ends (the
+ * newest generation's: its requests may be waiting for that slot). Owned by the main
+ * thread, which frees it with the last runtime that holds it.
+ */
+struct backend_share {
+	atomic_uint inflight;
+	_Atomic(struct pool_rt *) notify; /* NULL: only the pool that holds the backend */
+};
 
 struct backend {
 	const struct conf_backend *conf;
@@ -182,18 +196,18 @@ struct backend {
 	atomic_uint_fast64_t down_until_ms; /* passive: out of rotation until then */
 	atomic_int connect_failed;	    /* passive: the last connect failed, no answer since */
 	atomic_uint_fast64_t back_ms;	    /* when it last came back up: slow start */
-	atomic_uint inflight;
-	atomic_uint_fast32_t ewma_us;	  /* peak-EWMA time to first byte */
-	atomic_uint_fast32_t base_us;	  /* its usual latency: a slow plain EWMA */
-	atomic_uint_fast64_t ewma_ms;	  /* ... as of this time */
-	atomic_uint fails_in_row;	  /* consecutive 5xx answers */
-	atomic_uint reported_load;	  /* its own queue depth, as it last said */
-	atomic_uint_fast64_t reported_ms; /* ... when it said so */
-	atomic_uint ejections_in_row;	  /* ejected again soon after the last: longer */
-	atomic_uint_fast64_t ejected_ms;  /* when it was last ejected (0: never) */
-	struct metrics *metrics;	  /* the runtime's registry */
-	struct ssl_ctx_st *tls;		  /* its pool's TLS context (pools.tls); NULL: plain */
-	struct llm_backend *llm;	  /* balance: llm: its prefix index and fit (proxy/llm.h) */
+	struct backend_share *share;	    /* its requests in flight, across reloads */
+	atomic_uint_fast32_t ewma_us;	    /* peak-EWMA time to first byte */
+	atomic_uint_fast32_t base_us;	    /* its usual latency: a slow plain EWMA */
+	atomic_uint_fast64_t ewma_ms;	    /* ... as of this time */
+	atomic_uint fails_in_row;	    /* consecutive 5xx answers */
+	atomic_uint reported_load;	    /* its own queue depth, as it last said */
+	atomic_uint_fast64_t reported_ms;   /* ... when it said so */
+	atomic_uint ejections_in_row;	    /* ejected again soon after the last: longer */
+	atomic_uint_fast64_t ejected_ms;    /* when it was last ejected (0: never) */
+	struct metrics *metrics;	    /* the runtime's registry */
+	struct ssl_ctx_st *tls;		    /* its pool's TLS context (pools.tls); NULL: plain */
+	struct llm_backend *llm; /* balance: llm: its prefix index and fit (proxy/llm.h) */
 	/* health-check bookkeeping: the main thread only */
 	unsigned hc_ok, hc_fail;
 	/* what its engine last said in its own metrics (pools.engine_metrics): the main thread

@@ -30,6 +30,10 @@
 #include <unistd.h>
 
 #define LINGER_MS 2000
+/* Draining (a reload, or SIGTERM): a kept-alive client that has sent nothing for this long is
+ * closed; one that sends a request sooner is answered, with Connection: close. Closing every
+ * idle connection at once would lose the requests already on their way in. */
+#define DRAIN_IDLE_MS 1000
 /* Retry-After on the proxy's 503s (a full queue, no backend up, a queue wait that timed out):
  * when a slot frees cannot be known, and a second is long enough not to hammer a pool that is
  * short of capacity, short enough that a client backing off is back when a slot is. */
@@ -418,9 +422,6 @@ static enum run run_head(struct client *cl)
 				return exchange_start(cl, (size_t)r);
 			if (r < 0)
 				return session_reply(cl, -r, "malformed request", 0);
-		} else if (w->draining) {
-			client_close(cl);
-			return RUN_GONE;
 		}
 		if (!cl->readable)
 			return RUN_STAY;
@@ -488,6 +489,9 @@ static void session_arm_timer(struct client *cl)
 			deadline = cl->phase_ms + t->header_ms;
 		else
 			deadline = cl->phase_ms + t->idle_ms;
+		if (cl->w->draining && (!cl->in || !buf_len(cl->in)) &&
+		    cl->phase_ms + DRAIN_IDLE_MS < deadline)
+			deadline = cl->phase_ms + DRAIN_IDLE_MS;
 		break;
 	case C_EXCHANGE:
 		deadline = deadline_next(cl->x, loop_now(cl->w->loop));
@@ -620,8 +624,14 @@ void session_close_idle(struct worker *w, int all)
 	for (; n; n = next) {
 		next = list_next(&w->clients, n);
 		struct client *cl = container_of(n, struct client, link);
-		if (all || (cl->state == C_HEAD && (!cl->in || !buf_len(cl->in))))
+		if (all) {
 			client_close(cl);
+		} else if (cl->state == C_HEAD && (!cl->in || !buf_len(cl->in))) {
+			if (loop_now(w->loop) >= cl->phase_ms + DRAIN_IDLE_MS)
+				client_close(cl);
+			else
+				session_arm_timer(cl); /* closed at DRAIN_IDLE_MS, or answered */
+		}
 	}
 	if (all) {
 		refresh_drop_all(w);

@@ -137,6 +137,40 @@ static void worker_after_turn(void *arg)
 			      memory_order_release);
 }
 
+/* How many listening sockets worker <id> accepts on: one per listener, more where it takes
+ * over several of a reload's (struct listen_fds). */
+static size_t worker_count_listeners(const struct worker_shared *sh, unsigned id)
+{
+	size_t count = 0;
+	for (size_t i = 0; i < sh->conf->nlistens; i++) {
+		size_t n = sh->handed ? sh->handed[i].n : 0, took = 0;
+		for (size_t j = id; j < n; j += sh->nworkers)
+			took++;
+		count += took ? took : 1;
+	}
+	return count;
+}
+
+/* Accept on listener <index> through <l>: a dup() of <given>, or (-1) a socket of its own. */
+static int worker_add_listener(struct worker *w, struct listener *l, size_t index, int given,
+			       char *err, size_t errlen)
+{
+	const struct conf_listen *cl = &w->conf->listens[index];
+	int fd = given >= 0 ? sock_dup(given) : sock_listen(&cl->addr, 1);
+	if (fd < 0) {
+		snprintf(err, errlen, "cannot listen on %s: %s", cl->address, strerror(-fd));
+		return fd;
+	}
+	l->io.fd = fd;
+	l->io.fn = listener_on_io;
+	l->index = (unsigned)index;
+	l->w = w;
+	int rc = loop_io_add(w->loop, &l->io);
+	if (rc < 0)
+		snprintf(err, errlen, "cannot watch %s: %s", cl->address, strerror(-rc));
+	return rc;
+}
+
 int worker_init(struct worker *w, struct worker_shared *sh, unsigned id, unsigned max_clients,
 		char *err, size_t errlen)
 {
@@ -153,7 +187,10 @@ int worker_init(struct worker *w, struct worker_shared *sh, unsigned id, unsigne
 	list_init(&w->clients);
 	list_init(&w->free_exchanges);
 	list_init(&w->live_exchanges);
-	snprintf(w->tag, sizeof(w->tag), "w%u", id);
+	if (sh->gen)
+		snprintf(w->tag, sizeof(w->tag), "w%u.%u", id, sh->gen);
+	else
+		snprintf(w->tag, sizeof(w->tag), "w%u", id);
 	uint32_t bufsize = c->limits.max_header_bytes + 1024;
 	if (bufsize < 16384)
 		bufsize = 16384;
@@ -166,16 +203,16 @@ int worker_init(struct worker *w, struct worker_shared *sh, unsigned id, unsigne
 	size_t nidle = sh->rt->nbackends ? sh->rt->nbackends : 1;
 	w->idle = calloc(nidle, sizeof(*w->idle));
 	w->tls_sessions = calloc(nidle, sizeof(*w->tls_sessions));
-	w->listeners = calloc(c->nlistens, sizeof(*w->listeners));
+	w->nlisteners = worker_count_listeners(sh, id);
+	w->listeners = calloc(w->nlisteners ? w->nlisteners : 1, sizeof(*w->listeners));
 	if (!w->idle || !w->tls_sessions || !w->listeners) {
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	for (size_t i = 0; i < nidle; i++)
 		list_init(&w->idle[i]);
-	for (size_t i = 0; i < c->nlistens; i++)
+	for (size_t i = 0; i < w->nlisteners; i++)
 		w->listeners[i].io.fd = -1;
-	w->nlisteners = c->nlistens;
 	if ((rc = loop_create(&w->loop)) < 0) {
 		snprintf(err, errlen, "cannot create event loop: %s", strerror(-rc));
 		return rc;
@@ -187,24 +224,19 @@ int worker_init(struct worker *w, struct worker_shared *sh, unsigned id, unsigne
 	loop_set_wake_hook(w->loop, worker_on_wake, w);
 	loop_set_after_hook(w->loop, worker_after_turn, w);
 	w->accept_timer.fn = worker_on_accept_timer;
+	size_t k = 0;
 	for (size_t i = 0; i < c->nlistens; i++) {
-		struct listener *l = &w->listeners[i];
-		int inherited = sh->inherited ? sh->inherited[i] : -1;
-		int fd = inherited >= 0 ? sock_dup(inherited) : sock_listen(&c->listens[i].addr, 1);
-		if (fd < 0) {
-			snprintf(err, errlen, "cannot listen on %s: %s", c->listens[i].address,
-				 strerror(-fd));
-			return fd;
-		}
-		l->io.fd = fd;
-		l->io.fn = listener_on_io;
-		l->index = (unsigned)i;
-		l->w = w;
-		if ((rc = loop_io_add(w->loop, &l->io)) < 0) {
-			snprintf(err, errlen, "cannot watch %s: %s", c->listens[i].address,
-				 strerror(-rc));
+		const struct listen_fds *h = sh->handed ? &sh->handed[i] : NULL;
+		size_t n = h ? h->n : 0, took = 0;
+		for (size_t j = id; j < n; j += sh->nworkers, took++)
+			if ((rc = worker_add_listener(w, &w->listeners[k++], i, h->fd[j], err,
+						      errlen)) < 0)
+				return rc;
+		if (took)
+			continue;
+		if ((rc = worker_add_listener(w, &w->listeners[k++], i, n ? h->fd[id % n] : -1, err,
+					      errlen)) < 0)
 			return rc;
-		}
 	}
 	return 0;
 }

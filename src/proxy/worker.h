@@ -60,6 +60,17 @@ struct listener {
 #define IP_CONN_SLOTS                                                                              \
 	65536 /* addresses sharing a slot share its count: refused early, never late */
 
+/*
+ * Listening sockets handed to a new set of workers: <n> of them for one address. Worker i
+ * takes over fd[j] for every j with j % workers == i (each is dup()ed: the giver keeps its
+ * own until it closes it), and a worker left without one shares fd[i % n]; so no socket
+ * that already has clients waiting in its backlog is left without a worker.
+ */
+struct listen_fds {
+	const int *fd;
+	size_t n;
+};
+
 /* Shared by the workers, read-only for them: set up by proxy.c before they start. */
 struct worker_shared {
 	const struct conf *conf;
@@ -78,9 +89,11 @@ struct worker_shared {
 	unsigned nworkers;
 	struct loop *main_loop; /* woken when a worker's loop ends */
 	struct accesslog *alog; /* access_log:, or NULL */
-	/* per listener (conf->listens order): a socket handed over by the service manager,
-	 * which every worker dup()s and accepts on instead of opening its own; -1: none */
-	const int *inherited;
+	/* per listener (conf->listens order): sockets to accept on instead of opening new
+	 * ones, or NULL: those of the running generation at the same address (a reload), or
+	 * the one the service manager passed */
+	const struct listen_fds *handed;
+	unsigned gen;	     /* 0 for the first configuration, then one more per reload */
 	atomic_uint running; /* workers whose loop still runs */
 };
 
