@@ -23,6 +23,7 @@ static sigset_t watched_set(void)
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGHUP);
 	sigaddset(&set, SIGUSR1);
+	sigaddset(&set, SIGUSR2);
 	return set;
 }
 

@@ -1,6 +1,6 @@
 /*
  * signals.h - process signals delivered as loop events (signalfd), so that SIGTERM, SIGINT,
- * SIGHUP and SIGUSR1 are handled in ordinary code instead of async-signal handlers.
+ * SIGHUP, SIGUSR1 and SIGUSR2 are handled in ordinary code instead of async-signal handlers.
  */
 #ifndef ACCELNET_CORE_SIGNALS_H
 #define ACCELNET_CORE_SIGNALS_H
@@ -10,7 +10,7 @@
 typedef void (*signals_fn)(int signo, void *arg);
 
 /*
- * Block SIGTERM, SIGINT, SIGHUP and SIGUSR1 in the calling thread (threads created
+ * Block SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 in the calling thread (threads created
  * afterwards inherit the mask) and ignore SIGPIPE. Call before starting any thread.
  */
 void signals_block(void);

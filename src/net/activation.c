@@ -135,6 +135,19 @@ int activation_find(struct activation *a, const struct net_addr *addr)
 	return -1;
 }
 
+size_t activation_find_all(struct activation *a, const struct net_addr *addr, int *out, size_t cap)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < a->n && n < cap; i++) {
+		if (a->socks[i].fd >= 0 && !a->socks[i].taken &&
+		    net_addr_same(&a->socks[i].addr, addr)) {
+			a->socks[i].taken = 1;
+			out[n++] = a->socks[i].fd;
+		}
+	}
+	return n;
+}
+
 const struct activation_socket *activation_untaken(const struct activation *a)
 {
 	for (size_t i = 0; i < a->n; i++)

@@ -35,6 +35,7 @@
 #include "proxy/scrape.h"
 #include "proxy/session.h"
 #include "proxy/shed.h"
+#include "proxy/upgrade.h"
 #include "proxy/worker.h"
 
 #include <errno.h>
@@ -102,8 +103,13 @@ struct main_state {
 	const char *conf_path;	    /* what a reload reads; NULL: no reloading (the demo) */
 	unsigned ngens;		    /* generations built so far */
 	_Atomic uint32_t *ip_conns; /* per address, across generations (max_connections_per_ip) */
-	int *inherited;		    /* per listener of the first config: the service manager's */
+	/* per listener of the first config: the sockets passed in (by the service manager,
+	 * or by the process this one upgrades), and the admin endpoint's (-1: none) */
+	struct listen_fds *inherited;
+	int *inherited_fd;
+	int inherited_admin;
 	struct activation act;
+	struct upgrade *upgrade; /* a new executable starting on our sockets (SIGUSR2) */
 	struct loop_timer deadline, retire;
 	int stopping;
 	int forced;
@@ -240,19 +246,14 @@ static unsigned proxy_fit_connections(const struct conf *c, size_t nbackends, in
 /*
  * The listening sockets <g>'s workers take over, per listener: those of <from>'s workers on
  * the same address (a reload: the sockets, and the clients waiting in their backlogs, never
- * go away), or the one the service manager passed (<inherited>, the first generation).
+ * go away).
  */
-static int gen_hand_sockets(struct gen *g, const struct gen *from, const int *inherited)
+static int gen_hand_sockets(struct gen *g, const struct gen *from)
 {
 	const struct conf *c = g->sh.conf;
 	size_t total = 0;
-	if (!from && !inherited)
-		return 0;
-	if (from)
-		for (unsigned w = 0; w < from->inited; w++)
-			total += from->workers[w].nlisteners;
-	else
-		total = c->nlistens;
+	for (unsigned w = 0; w < from->inited; w++)
+		total += from->workers[w].nlisteners;
 	g->handed = calloc(c->nlistens ? c->nlistens : 1, sizeof(*g->handed));
 	g->handed_fd = calloc(total ? total : 1, sizeof(*g->handed_fd));
 	if (!g->handed || !g->handed_fd)
@@ -260,20 +261,13 @@ static int gen_hand_sockets(struct gen *g, const struct gen *from, const int *in
 	size_t k = 0;
 	for (size_t i = 0; i < c->nlistens; i++) {
 		g->handed[i].fd = &g->handed_fd[k];
-		if (!from) {
-			if (inherited[i] >= 0)
-				g->handed_fd[k++] = inherited[i];
-		} else {
-			for (unsigned w = 0; w < from->inited; w++)
-				for (size_t j = 0; j < from->workers[w].nlisteners; j++) {
-					const struct listener *l = &from->workers[w].listeners[j];
-					const struct conf_listen *ol =
-					    &from->sh.conf->listens[l->index];
-					if (l->io.fd >= 0 &&
-					    net_addr_same(&ol->addr, &c->listens[i].addr))
-						g->handed_fd[k++] = l->io.fd;
-				}
-		}
+		for (unsigned w = 0; w < from->inited; w++)
+			for (size_t j = 0; j < from->workers[w].nlisteners; j++) {
+				const struct listener *l = &from->workers[w].listeners[j];
+				const struct conf_listen *ol = &from->sh.conf->listens[l->index];
+				if (l->io.fd >= 0 && net_addr_same(&ol->addr, &c->listens[i].addr))
+					g->handed_fd[k++] = l->io.fd;
+			}
 		g->handed[i].n = (size_t)(&g->handed_fd[k] - g->handed[i].fd);
 	}
 	g->sh.handed = g->handed;
@@ -374,7 +368,9 @@ static struct gen *gen_build(struct main_state *m, const struct conf *conf, int 
 	g->sh.rt->buffer_bytes = proxy_buffer_bytes;
 	unsigned cap = proxy_fit_connections(conf, g->sh.rt->nbackends, from != NULL);
 	unsigned per_worker = (cap + g->nworkers - 1) / g->nworkers;
-	if (gen_hand_sockets(g, from, from ? NULL : m->inherited) < 0) {
+	if (!from) {
+		g->sh.handed = m->inherited;
+	} else if (gen_hand_sockets(g, from) < 0) {
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
@@ -401,7 +397,8 @@ static struct gen *gen_build(struct main_state *m, const struct conf *conf, int 
 		}
 	}
 	if (conf->has_admin) {
-		int given = from && from->admin && from->sh.conf->has_admin &&
+		int given = !from ? m->inherited_admin
+			    : from->admin && from->sh.conf->has_admin &&
 				    net_addr_same(&from->sh.conf->admin.addr, &conf->admin.addr)
 				? admin_listen_fd(from->admin)
 				: -1;
@@ -643,6 +640,8 @@ static void main_on_deadline(struct loop_timer *t)
 	loop_stop(m->loop);
 }
 
+static void proxy_upgrade(struct main_state *m);
+
 static void main_on_signal(int signo, void *arg)
 {
 	struct main_state *m = arg;
@@ -655,6 +654,10 @@ static void main_on_signal(int signo, void *arg)
 	if (signo == SIGHUP) {
 		char err[512];
 		proxy_reload(m, "SIGHUP", err, sizeof(err));
+		return;
+	}
+	if (signo == SIGUSR2) {
+		proxy_upgrade(m);
 		return;
 	}
 	if (m->stopping) {
@@ -689,41 +692,129 @@ static void main_on_wake(void *arg)
 }
 
 /*
- * The sockets the service manager passed, one per listener whose address they are bound to
- * (into m->inherited), and an error when one matches no listener. Returns 0 or -errno
- * with <err> filled.
+ * The sockets passed in, by the service manager (one per listener whose address they are
+ * bound to) or by the accelnet this one upgrades (each of its workers' sockets, and its
+ * admin endpoint's), into m->inherited; a socket that matches no listener is an error from a
+ * service manager (a .socket unit that names an address the config does not) and is closed
+ * with a warning in an upgrade (the new config dropped that listener). 0 or -errno with
+ * <err> filled.
  */
 static int proxy_take_sockets(struct main_state *m, const struct conf *c, char *err, size_t errlen)
 {
 	const struct activation_socket *left;
+	int upgrading = getenv("ACCELNET_UPGRADE_FD") != NULL;
 	int rc = activation_take(&m->act, err, errlen);
 	if (rc < 0 || !m->act.n)
 		return rc;
-	if (!(m->inherited = malloc((c->nlistens ? c->nlistens : 1) * sizeof(*m->inherited)))) {
+	m->inherited = calloc(c->nlistens ? c->nlistens : 1, sizeof(*m->inherited));
+	m->inherited_fd = calloc(m->act.n, sizeof(*m->inherited_fd));
+	if (!m->inherited || !m->inherited_fd) {
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	for (size_t i = 0; i < c->nlistens; i++)
-		m->inherited[i] = activation_find(&m->act, &c->listens[i].addr);
+	size_t k = 0;
+	for (size_t i = 0; i < c->nlistens; i++) {
+		m->inherited[i].fd = &m->inherited_fd[k];
+		m->inherited[i].n = activation_find_all(&m->act, &c->listens[i].addr,
+							&m->inherited_fd[k], m->act.n - k);
+		k += m->inherited[i].n;
+	}
+	if (c->has_admin)
+		m->inherited_admin = activation_find(&m->act, &c->admin.addr);
 	if ((left = activation_untaken(&m->act))) {
 		char a[64];
+		net_addr_format((const struct sockaddr *)&left->addr.ss, a, sizeof(a));
+		if (upgrading) {
+			log_warn("upgrade: the running process listens on %s, which this config no "
+				 "longer names: closed",
+				 a);
+			return 0;
+		}
 		snprintf(err, errlen,
 			 "the service manager passed a socket (%s) on %s that no listen: address "
 			 "names; add the address to listen: or remove it from the .socket unit",
-			 left->name,
-			 net_addr_format((const struct sockaddr *)&left->addr.ss, a, sizeof(a)));
+			 left->name, a);
 		return -EINVAL;
 	}
 	return 0;
 }
 
+/* The new process is ready (it serves on our sockets), or failed. */
+static void main_on_upgrade(void *arg, int ready, pid_t pid, const char *why)
+{
+	struct main_state *m = arg;
+	upgrade_free(m->upgrade);
+	m->upgrade = NULL;
+	if (!ready) {
+		log_error("upgrade: the new process (pid %d) failed: %s; this one serves on",
+			  (int)pid, why);
+		return;
+	}
+	/* like SIGTERM, but the service goes on: the new process told the manager it is the
+	 * main one now, and no STOPPING=1 is sent */
+	log_info("upgrade: the new process (pid %d) serves; this one drains (up to %u ms) and "
+		 "exits",
+		 (int)pid, m->cur->sh.conf->timeouts.shutdown_ms);
+	m->stopping = 1;
+	gen_drain(m->cur);
+	loop_timer_stop(m->loop, &m->retire);
+	loop_timer_set(m->loop, &m->deadline,
+		       loop_now(m->loop) + m->cur->sh.conf->timeouts.shutdown_ms);
+	main_on_wake(m);
+}
+
+/* SIGUSR2: start the executable on our sockets (upgrade.h). */
+static void proxy_upgrade(struct main_state *m)
+{
+	struct gen *g = m->cur;
+	char err[256];
+	if (m->stopping || m->upgrade) {
+		log_warn("upgrade: %s; SIGUSR2 ignored",
+			 m->upgrade ? "one is under way" : "draining to exit");
+		return;
+	}
+	size_t n = g->admin ? 1 : 0;
+	for (unsigned w = 0; w < g->inited; w++)
+		n += g->workers[w].nlisteners;
+	int *fds = calloc(n ? n : 1, sizeof(*fds));
+	const char **names = calloc(n ? n : 1, sizeof(*names));
+	size_t k = 0;
+	if (!fds || !names) {
+		log_error("upgrade: out of memory; this process serves on");
+		goto out;
+	}
+	for (unsigned w = 0; w < g->inited; w++)
+		for (size_t j = 0; j < g->workers[w].nlisteners; j++)
+			if (g->workers[w].listeners[j].io.fd >= 0) {
+				names[k] = "listen";
+				fds[k++] = g->workers[w].listeners[j].io.fd;
+			}
+	if (g->admin && admin_listen_fd(g->admin) >= 0) {
+		names[k] = "admin";
+		fds[k++] = admin_listen_fd(g->admin);
+	}
+	const char *exe = upgrade_exe_path();
+	if (upgrade_start(m->loop, exe, fds, names, k, main_on_upgrade, m, &m->upgrade, err,
+			  sizeof(err)) < 0) {
+		log_error("upgrade: %s; this process serves on", err);
+		goto out;
+	}
+	log_info("upgrade: started %s on %zu listening socket%s; this process serves until it "
+		 "is ready",
+		 exe, k, k == 1 ? "" : "s");
+out:
+	free(fds);
+	free(names);
+}
+
 int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 {
-	struct main_state m = {.conf_path = hooks ? hooks->conf_path : NULL};
+	struct main_state m = {.conf_path = hooks ? hooks->conf_path : NULL, .inherited_admin = -1};
 	char err[512];
 	int rc, status = 1;
 
 	signals_block();
+	upgrade_exe_path(); /* before a package upgrade replaces the file */
 	if ((rc = loop_create(&m.loop)) < 0) {
 		log_error("cannot create the main loop: %s", strerror(-rc));
 		return 1;
@@ -750,17 +841,26 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 		log_error("cannot start worker thread: %s", strerror(-rc));
 		goto out;
 	}
+	int upgraded = upgrade_say_ready();
 	for (size_t i = 0; i < conf->nlistens; i++)
 		log_info("listening on %s%s with %u workers%s", conf->listens[i].address,
 			 conf->listens[i].tls ? " (TLS)" : "", m.cur->nworkers,
-			 m.inherited && m.inherited[i] >= 0 ? " (socket from the service manager)"
-							    : "");
+			 !m.inherited || !m.inherited[i].n ? ""
+			 : upgraded			   ? " (sockets of the process upgraded)"
+							   : " (socket from the service manager)");
 	if (m.cur->admin)
 		log_info("admin on %s (/status, /metrics, /dashboard, /debug/requests)",
 			 conf->admin.address);
 	if (hooks && hooks->ready)
 		hooks->ready(hooks->arg);
-	proxy_notify("READY=1\nSTATUS=serving");
+	if (upgraded) { /* the manager's main process is this one now */
+		char state[64];
+		snprintf(state, sizeof(state), "MAINPID=%d\nREADY=1\nSTATUS=serving",
+			 (int)getpid());
+		proxy_notify(state);
+	} else {
+		proxy_notify("READY=1\nSTATUS=serving");
+	}
 
 	loop_run(m.loop);
 	status = 0;
@@ -773,7 +873,9 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 	log_info("stopped: every connection finished");
 out:
 	activation_close(&m.act);
+	upgrade_free(m.upgrade);
 	free(m.inherited);
+	free(m.inherited_fd);
 	if (status && m.cur)
 		gen_drain(m.cur);
 	/* every worker has stopped (or is told to, and joined here): nothing is waited out */
