@@ -48,6 +48,33 @@ static void longest_prefix(void **state)
 	prefix_index_free(ix);
 }
 
+/* A reload's new index learns the old one's: the same prefixes held, the same aging clock
+ * (so what was about to age out still does); indexes of other sizes are refused whole. */
+static void copy_carries_blocks_and_age(void **state)
+{
+	(void)state;
+	struct prefix_index *from, *to, *other;
+	assert_int_equal(prefix_index_new(64, &from), 0);
+	assert_int_equal(prefix_index_new(64, &to), 0);
+	assert_int_equal(prefix_index_new(128, &other), 0);
+	uint64_t a[16], b[60];
+	chain(a, 16, 1);
+	chain(b, 60, 2);
+	prefix_index_insert(from, a, 16);
+	assert_int_equal(prefix_index_copy(to, from), 0);
+	assert_int_equal(prefix_index_match(to, a, 16), 16);
+	assert_int_equal(prefix_index_count(to), 16);
+	/* 60 newer blocks: <a> is beyond the capacity of 64 in both, its first 12 gone */
+	prefix_index_insert(from, b, 60);
+	prefix_index_insert(to, b, 60);
+	assert_int_equal(prefix_index_match(to, a, 16), prefix_index_match(from, a, 16));
+	assert_int_equal(prefix_index_copy(other, from), -EINVAL);
+	assert_int_equal(prefix_index_count(other), 0);
+	prefix_index_free(from);
+	prefix_index_free(to);
+	prefix_index_free(other);
+}
+
 static void ages_like_lru(void **state)
 {
 	(void)state;
@@ -93,6 +120,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(longest_prefix),
+	    cmocka_unit_test(copy_carries_blocks_and_age),
 	    cmocka_unit_test(ages_like_lru),
 	    cmocka_unit_test(bounded_memory_many_prompts),
 	};
