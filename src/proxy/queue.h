@@ -33,7 +33,8 @@ struct waiter {
 	struct list_node ilink;	       /* in the owner's inbox once granted */
 	struct admission_inbox *owner; /* where a grant is delivered */
 	struct backend *granted;
-	enum waiter_state state;
+	/* the owner reads it unlocked; a granting worker writes it under the queue's lock */
+	_Atomic enum waiter_state state;
 	uint64_t queued_ms;
 	uint64_t key; /* affinity hash for the balancer, when has_key */
 	int has_key;

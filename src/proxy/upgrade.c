@@ -23,6 +23,8 @@
 
 #define LISTEN_FDS_START 3
 #define ENV_PID_DIGITS 20
+#define EXIT_WAIT_TRIES 200 /* times EXIT_WAIT_US: how long a failed new process may take */
+#define EXIT_WAIT_US 5000   /* to be reaped once its pipe closed (the main loop waits) */
 
 extern char **environ;
 
@@ -159,7 +161,13 @@ static void upgrade_on_pipe(struct loop_io *io, unsigned events)
 	}
 	char why[96];
 	int st = 0;
-	pid_t r = waitpid(u->pid, &st, WNOHANG);
+	pid_t r = 0;
+	/* the pipe closes as the process exits, a moment before it can be reaped */
+	for (int tries = 0; tries < EXIT_WAIT_TRIES && r == 0; tries++) {
+		r = waitpid(u->pid, &st, WNOHANG);
+		if (r == 0)
+			usleep(EXIT_WAIT_US);
+	}
 	if (r == 0) { /* it closed the pipe yet runs on: not one we can hand over to */
 		kill(u->pid, SIGKILL);
 		waitpid(u->pid, &st, 0);

@@ -168,7 +168,7 @@ http {{
                 self.stop(p)
             text = self.log(p)
             for marker in ("AddressSanitizer", "LeakSanitizer", "runtime error:",
-                           "invariant failed"):
+                           "invariant failed", "WARNING: ThreadSanitizer"):
                 if marker in text:
                     problems.append(f"{p.name}: {marker}\n{text[-4000:]}")
                     break
