@@ -98,10 +98,11 @@ struct turn_mark {
 
 struct main_state {
 	struct loop *loop;
-	struct gen *cur;	    /* serving new connections */
-	struct gen *older;	    /* draining, newest first */
-	const char *conf_path;	    /* what a reload reads; NULL: no reloading (the demo) */
-	unsigned ngens;		    /* generations built so far */
+	struct gen *cur;       /* serving new connections */
+	struct gen *older;     /* draining, newest first */
+	const char *conf_path; /* what a reload reads; NULL: no reloading (the demo) */
+	unsigned ngens;	       /* generations built so far */
+	struct runtime_reloads reloads;
 	_Atomic uint32_t *ip_conns; /* per address, across generations (max_connections_per_ip) */
 	/* per listener of the first config: the sockets passed in (by the service manager,
 	 * or by the process this one upgrades), and the admin endpoint's (-1: none) */
@@ -347,6 +348,8 @@ static struct gen *gen_build(struct main_state *m, const struct conf *conf, int 
 		snprintf(err, errlen, "cannot build the runtime: %s", strerror(-rc));
 		goto fail;
 	}
+	g->sh.rt->generation = m->ngens;
+	g->sh.rt->reloads = m->conf_path ? &m->reloads : NULL;
 	if ((rc = creds_build(&g->sh, err, errlen)) < 0 ||
 	    (rc = proxy_limits_build(&g->sh, err, errlen)) < 0)
 		goto fail;
@@ -614,6 +617,7 @@ static int proxy_reload(struct main_state *m, const char *why, char *err, size_t
 		goto refused;
 	}
 	m->cur = g;
+	m->reloads.ok++;
 	gen_drain(from);
 	from->older = m->older;
 	m->older = from;
@@ -628,6 +632,7 @@ static int proxy_reload(struct main_state *m, const char *why, char *err, size_t
 	proxy_notify(status);
 	return 0;
 refused:
+	m->reloads.failed++;
 	log_error("%s: %s; the running configuration stays", why, err);
 	return rc;
 }

@@ -236,6 +236,26 @@ static double read_alog_dropped(const void *ctx, size_t i)
 	return (double)accesslog_dropped(rt->alog);
 }
 
+static double read_config_generation(const void *ctx, size_t i)
+{
+	(void)i;
+	return ((const struct runtime *)ctx)->generation;
+}
+
+static double read_config_reloads(const void *ctx, size_t i)
+{
+	const struct runtime *rt = ctx;
+	(void)i;
+	return rt->reloads ? (double)rt->reloads->ok : 0;
+}
+
+static double read_config_reload_failures(const void *ctx, size_t i)
+{
+	const struct runtime *rt = ctx;
+	(void)i;
+	return rt->reloads ? (double)rt->reloads->failed : 0;
+}
+
 static const char *const cache_result_names[CACHE_RESULTS] = {
     "hit",	   "stale",  "stale_if_error", "collapsed", "miss",
     "revalidated", "bypass", "method",	       "request",   "pass",
@@ -583,6 +603,21 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 				 "failed (access_log)",
 				 NULL, .space = SPACE_PROCESS, .json = "access_log_dropped",
 				 .json_as = MJ_UINT, .read = read_alog_dropped},
+    [PM_PROCESS_CONFIG_GENERATION] = {"accelnet_config_generation", METRIC_GAUGE,
+				      "the configuration serving new requests: 0 as started, one "
+				      "more per reload (SIGHUP)",
+				      NULL, .space = SPACE_PROCESS, .json = "config_generation",
+				      .json_as = MJ_UINT, .read = read_config_generation},
+    [PM_PROCESS_CONFIG_RELOADS] = {"accelnet_config_reloads_total", METRIC_COUNTER,
+				   "reloads that put a new configuration in use", NULL,
+				   .space = SPACE_PROCESS, .json = "config_reloads",
+				   .json_as = MJ_UINT, .read = read_config_reloads},
+    [PM_PROCESS_CONFIG_RELOAD_FAILURES] = {"accelnet_config_reload_failures_total", METRIC_COUNTER,
+					   "reloads refused (a bad file: the log says where); the "
+					   "running configuration stayed",
+					   NULL, .space = SPACE_PROCESS,
+					   .json = "config_reload_failures", .json_as = MJ_UINT,
+					   .read = read_config_reload_failures},
     [PM_PROCESS_CACHE_BYTES] = {"accelnet_cache_bytes", METRIC_GAUGE,
 				"bytes the response cache holds (cache.memory)", "bytes",
 				.space = SPACE_PROCESS, .json = "cache_bytes", .json_as = MJ_UINT,

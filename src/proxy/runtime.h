@@ -112,6 +112,9 @@ enum proxy_metric {
 	PM_PROCESS_OPEN_FDS,
 	PM_PROCESS_MAX_FDS,
 	PM_PROCESS_ALOG_DROPPED,
+	PM_PROCESS_CONFIG_GENERATION,
+	PM_PROCESS_CONFIG_RELOADS,
+	PM_PROCESS_CONFIG_RELOAD_FAILURES,
 	PM_PROCESS_CACHE_BYTES,
 	PM_PROCESS_CACHE_OBJECTS,
 	PM_PROCESS_CACHE_EVICTIONS, /* series: enum cache_evict_reason */
@@ -233,8 +236,15 @@ struct pool_rt {
 	struct model_set models;	  /* which backends serve which model (models.h) */
 };
 
+/* Reloads so far (proxy.c's, across generations; the main thread writes and reads them). */
+struct runtime_reloads {
+	uint64_t ok, failed;
+};
+
 struct runtime {
 	const struct conf *conf;
+	unsigned generation;		       /* of the configuration (0 at start, then reloads) */
+	const struct runtime_reloads *reloads; /* NULL: not counted (the demo) */
 	struct pool_rt *pools;
 	size_t npools;
 	size_t nbackends;

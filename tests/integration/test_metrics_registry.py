@@ -129,6 +129,11 @@ FAMILIES = {  # name: (type, help)
     "process_max_fds": ("gauge", "most open file descriptors allowed (RLIMIT_NOFILE)"),
     "accelnet_access_log_dropped_total": ("counter", "access log lines dropped: a worker's ring "
                                           "was full or a write failed (access_log)"),
+    "accelnet_config_generation": ("gauge", "the configuration serving new requests: 0 as "
+                                   "started, one more per reload (SIGHUP)"),
+    "accelnet_config_reloads_total": ("counter", "reloads that put a new configuration in use"),
+    "accelnet_config_reload_failures_total": ("counter", "reloads refused (a bad file: the log "
+                                              "says where); the running configuration stayed"),
     "accelnet_cache_bytes": ("gauge", "bytes the response cache holds (cache.memory)"),
     "accelnet_cache_objects": ("gauge", "responses the cache holds (and fills under way)"),
     "accelnet_cache_evictions_total": ("counter", "stored responses let go: for room (the "

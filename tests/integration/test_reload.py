@@ -9,7 +9,7 @@ import socket
 import subprocess
 import threading
 
-from harness import (BIN, free_port, pool_yaml, port_open, read_until, request, served_by,
+from harness import (BIN, free_port, metrics_text, pool_yaml, port_open, read_until, request, served_by,
                      sim_stats, status, wait_until)
 
 
@@ -50,20 +50,26 @@ class HeldStreams:
                 self.count += 1
                 self.open += 1
                 self.most = max(self.most, self.open)
+            done = False
             try:
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                             b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n")
+                             b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n"
+                             b"Connection: close\r\n\r\n")
                 conn.sendall(self._chunk(b"data: 0\n\n"))
                 self.go.wait()
                 for i in range(1, self.EVENTS):
                     conn.sendall(self._chunk(b"data: %d\n\n" % i))
+                # done before the last bytes go: the proxy may send the next request at once
+                done = self._done()
                 conn.sendall(self._chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
-                conn.recv(1)  # the proxy keeps it alive or closes it: either ends here
             except OSError:
-                pass
-            finally:
-                with self.lock:
-                    self.open -= 1
+                if not done:
+                    self._done()
+
+    def _done(self):
+        with self.lock:
+            self.open -= 1
+        return True
 
     @staticmethod
     def _chunk(data):
@@ -186,6 +192,9 @@ def test_twenty_reloads_under_load_lose_no_request_and_no_stream(env):
                "the 20 old configurations to be released")
     log = env.log(px)
     assert log.count(f"{px.path}:") == 1, log[-3000:]  # the bad config's FILE:LINE:COL
+    m = metrics_text(admin)
+    assert "accelnet_config_generation 20" in m and "accelnet_config_reloads_total 20" in m \
+        and "accelnet_config_reload_failures_total 1" in m, m
     print(f"20 reloads (and 1 bad config) under wrk: {total} requests, 0 errors; "
           "200 SSE streams held across them, 200 complete")
 
@@ -214,6 +223,9 @@ def test_bad_config_changes_nothing_and_says_where(env):
         assert st == 200 and served_by(hdrs) == "a"
         assert status(admin)["pools"][0]["name"] == "one"
     assert "configuration generation 1" not in env.log(px)
+    m = metrics_text(admin)
+    assert "accelnet_config_reload_failures_total 3" in m, m
+    assert "accelnet_config_reloads_total 0" in m and "accelnet_config_generation 0" in m
 
 
 def test_a_slot_held_by_the_old_configuration_still_counts(env):
