@@ -14,7 +14,7 @@ OPT = -O2
 endif
 
 CC ?= gcc
-PKGS = yaml-0.1 openssl libxxhash jansson libcrypt libzmq msgpack libcares
+PKGS = yaml-0.1 openssl libxxhash jansson libcrypt libzmq msgpack libcares hiredis
 WARN = -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes -Wpointer-arith \
        -Wformat=2 -Wvla -Wundef -Werror
 CFLAGS ?= $(OPT) -g

@@ -19,6 +19,8 @@ int ratelimit_init(struct ratelimit *rl, unsigned per, unsigned per_s, unsigned 
 		burst = per / per_s ? per / per_s : 1;
 	rl->burst = burst;
 	rl->capacity_us = (uint64_t)burst * rl->period_us / per;
+	rl->synced = 0;
+	atomic_init(&rl->share, 1);
 	atomic_init(&rl->shared, 0);
 	rl->slots = calloc(RL_SLOTS, sizeof(*rl->slots));
 	return rl->slots ? 0 : -ENOMEM;
@@ -34,14 +36,29 @@ void ratelimit_fini(struct ratelimit *rl)
  * tat + cost never wraps round to a full bucket). */
 #define TAT_MAX (UINT64_MAX / 2)
 
-/* The time the rate needs to earn <n> units. */
+/* The time the rate needs to earn <n> units (times the share, while a cluster is away). */
 static uint64_t cost_of(const struct ratelimit *rl, uint64_t n)
 {
+	unsigned share = atomic_load_explicit(&rl->share, memory_order_relaxed);
+	if (share > 1)
+		n = n > UINT64_MAX / share ? UINT64_MAX : n * share;
 	if (n == 1)
 		return rl->interval_us;
 	if (n > UINT64_MAX / rl->period_us)
 		return UINT64_MAX / 4; /* (no such request: a bound, never an overflow) */
 	return n * rl->period_us / rl->per;
+}
+
+/* May another key take over slot <s> (its key <k>, its bucket's <tat>) at <now_us>? Never
+ * used, or full again and (synced) with nothing left to carry to the next sync. */
+static int slot_free(const struct ratelimit *rl, struct rl_slot *s, uint64_t k, uint64_t tat,
+		     uint64_t now_us)
+{
+	if (k == 0)
+		return 1;
+	if (tat > now_us)
+		return 0;
+	return !rl->synced || atomic_load_explicit(&s->pending, memory_order_relaxed) == 0;
 }
 
 static size_t slot_hash(uint64_t key)
@@ -62,7 +79,8 @@ static struct rl_slot *slot_for(struct ratelimit *rl, uint64_t key, uint64_t now
 			return s;
 		uint64_t tat = atomic_load_explicit(&s->tat, memory_order_relaxed);
 		/* a never used slot, or one whose bucket is full again: take it over */
-		if ((k == 0 || tat <= now_us) && atomic_compare_exchange_strong(&s->key, &k, key)) {
+		if (slot_free(rl, s, k, tat, now_us) &&
+		    atomic_compare_exchange_strong(&s->key, &k, key)) {
 			atomic_store_explicit(&s->tat, now_us, memory_order_relaxed);
 			return s;
 		}
@@ -105,6 +123,10 @@ uint64_t ratelimit_take_n(struct ratelimit *rl, uint64_t key, uint64_t n, uint64
 		uint64_t next = base < TAT_MAX - cost ? base + cost : TAT_MAX;
 		if (atomic_compare_exchange_weak_explicit(&s->tat, &tat, next, memory_order_relaxed,
 							  memory_order_relaxed)) {
+			if (rl->synced)
+				atomic_fetch_add_explicit(&s->pending,
+							  (int64_t)(n > INT64_MAX ? INT64_MAX : n),
+							  memory_order_relaxed);
 			if (st)
 				state_of(rl, next, now_us, st);
 			return 0;
@@ -132,6 +154,8 @@ void ratelimit_adjust(struct ratelimit *rl, uint64_t key, int64_t delta, uint64_
 	}
 	if (!s)
 		return;
+	if (rl->synced)
+		atomic_fetch_add_explicit(&s->pending, delta, memory_order_relaxed);
 	uint64_t cost = cost_of(rl, delta < 0 ? 0 - (uint64_t)delta : (uint64_t)delta);
 	uint64_t tat = atomic_load_explicit(&s->tat, memory_order_relaxed), next;
 	do {

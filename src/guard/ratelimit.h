@@ -18,7 +18,13 @@
  * TAT lies in the past has a full bucket and may be taken by another key, so the table
  * holds the keys that are active now; when every probed slot is busy with other active
  * keys, the request shares the least-loaded one (limited a little early, never late), and
- * that is counted. Memory is fixed: RL_SLOTS slots of 16 bytes per limit.
+ * that is counted. Memory is fixed: RL_SLOTS slots of 24 bytes per limit.
+ *
+ * A limit shared by several instances (cluster:, guard/rlsync.h) is marked <synced>: each
+ * slot then also counts the units taken or given back since the last sync (<pending>), which
+ * the sync carries to Redis, and a slot is handed to another key only once that count is 0
+ * (synced). While the shared store is away each instance enforces a share of the limit:
+ * every unit costs <share> times its time, so N instances together keep about the rate.
  */
 #ifndef ACCELNET_GUARD_RATELIMIT_H
 #define ACCELNET_GUARD_RATELIMIT_H
@@ -30,8 +36,9 @@
 #define RL_PROBE 8
 
 struct rl_slot {
-	_Atomic uint64_t key; /* 0: never used */
-	_Atomic uint64_t tat; /* microseconds, on the monotonic clock */
+	_Atomic uint64_t key;	 /* 0: never used */
+	_Atomic uint64_t tat;	 /* microseconds, on the monotonic clock */
+	_Atomic int64_t pending; /* synced limits: units since the last sync (+ taken, - back) */
 };
 
 struct ratelimit {
@@ -39,6 +46,8 @@ struct ratelimit {
 	uint64_t interval_us;	 /* the cost of one unit: period / per (at least 1) */
 	uint64_t capacity_us;	 /* the cost of a full bucket: burst units */
 	unsigned burst;
+	unsigned synced;	 /* shared through cluster: (set before any take) */
+	_Atomic unsigned share;	 /* a unit costs this many units' time (1; N: cluster away) */
 	_Atomic uint64_t shared; /* times a key had to share a slot */
 	struct rl_slot *slots;	 /* RL_SLOTS */
 };

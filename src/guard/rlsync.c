@@ -1,0 +1,72 @@
+/*
+ * rlsync.c - collecting, charging and merging shared rate limits (see rlsync.h).
+ */
+#include "guard/rlsync.h"
+
+size_t rlsync_collect(struct ratelimit *rl, uint64_t now_us, size_t *cursor,
+		      struct rlsync_item *out, size_t max)
+{
+	size_t n = 0, i = *cursor % RL_SLOTS;
+	for (size_t seen = 0; seen < RL_SLOTS && n < max; seen++, i = (i + 1) % RL_SLOTS) {
+		struct rl_slot *s = &rl->slots[i];
+		uint64_t key = atomic_load_explicit(&s->key, memory_order_acquire);
+		if (!key)
+			continue;
+		int64_t units = atomic_load_explicit(&s->pending, memory_order_relaxed);
+		uint64_t tat = atomic_load_explicit(&s->tat, memory_order_relaxed);
+		if (!units && tat <= now_us)
+			continue; /* full, and nothing to tell */
+		out[n].slot = s;
+		out[n].key = key;
+		out[n].units = atomic_exchange_explicit(&s->pending, 0, memory_order_relaxed);
+		n++;
+	}
+	*cursor = i;
+	return n;
+}
+
+int64_t rlsync_cost_us(const struct ratelimit *rl, int64_t units)
+{
+	uint64_t u = units < 0 ? 0 - (uint64_t)units : (uint64_t)units;
+	uint64_t cost = u > UINT64_MAX / rl->period_us ? UINT64_MAX : u * rl->period_us / rl->per;
+	if (cost > (uint64_t)RLSYNC_COST_MAX)
+		cost = (uint64_t)RLSYNC_COST_MAX;
+	return units < 0 ? -(int64_t)cost : (int64_t)cost;
+}
+
+uint64_t rlsync_charge(uint64_t tat, uint64_t now_us, int64_t cost_us)
+{
+	uint64_t base = tat > now_us ? tat : now_us;
+	if (cost_us >= 0)
+		return base + (uint64_t)cost_us;
+	uint64_t back = 0 - (uint64_t)cost_us;
+	return base > now_us + back ? base - back : now_us;
+}
+
+void rlsync_apply(struct ratelimit *rl, const struct rlsync_item *it, uint64_t debt_us,
+		  uint64_t now_us)
+{
+	struct rl_slot *s = it->slot;
+	if (debt_us > (uint64_t)RLSYNC_COST_MAX)
+		debt_us = (uint64_t)RLSYNC_COST_MAX;
+	uint64_t tat = atomic_load_explicit(&s->tat, memory_order_relaxed), next;
+	do {
+		if (atomic_load_explicit(&s->key, memory_order_acquire) != it->key)
+			return;
+		int64_t since = atomic_load_explicit(&s->pending, memory_order_relaxed);
+		next = rlsync_charge(now_us + debt_us, now_us, rlsync_cost_us(rl, since));
+	} while (!atomic_compare_exchange_weak_explicit(&s->tat, &tat, next, memory_order_relaxed,
+							memory_order_relaxed));
+}
+
+void rlsync_discard(struct ratelimit *rl)
+{
+	for (size_t i = 0; i < RL_SLOTS; i++)
+		if (atomic_load_explicit(&rl->slots[i].pending, memory_order_relaxed))
+			atomic_store_explicit(&rl->slots[i].pending, 0, memory_order_relaxed);
+}
+
+void rlsync_set_share(struct ratelimit *rl, unsigned n)
+{
+	atomic_store_explicit(&rl->share, n ? n : 1, memory_order_relaxed);
+}
