@@ -176,6 +176,10 @@ void conf_free(struct conf *c)
 	free(c->group);
 	free(c->trusted_proxies);
 	free(c->discovery.resolvers);
+	free(c->cluster.redis);
+	free(c->cluster.host);
+	free(c->cluster.key_prefix);
+	free(c->cluster.password_file);
 	for (size_t i = 0; i < c->npools; i++) {
 		struct conf_pool *p = &c->pools[i];
 		for (size_t j = 0; j < p->nbackends; j++) {

@@ -310,6 +310,17 @@ struct conf_metrics {
 	unsigned max_tenants; /* tenants with series of their own; the rest are "other" */
 };
 
+/* cluster: limits shared with other instances through Redis (proxy/cluster.h) */
+struct conf_cluster {
+	char *redis;	     /* "HOST:PORT" as written; NULL: no cluster */
+	char *host;	     /* ... its host (a name or an IP literal, no brackets) */
+	unsigned port;	     /* ... and port */
+	unsigned sync_ms;    /* how often counts go to Redis and come back */
+	unsigned timeout_ms; /* a connect or a sync's replies waited for this long at most */
+	char *key_prefix;    /* every Redis key starts with it; NULL: "accelnet:" */
+	char *password_file; /* AUTH with the password it holds; NULL: none */
+};
+
 struct conf {
 	char *file;	    /* for messages */
 	unsigned workers;   /* >= 1 */
@@ -330,6 +341,7 @@ struct conf {
 	struct conf_access_log access_log;
 	struct conf_metrics metrics;
 	struct conf_cache cache;
+	struct conf_cluster cluster;
 	/* discovery: how names of backends with discover are resolved (proxy/discover.h) */
 	struct {
 		char *resolvers; /* "IP:PORT,..." as c-ares takes it; NULL: the system's */

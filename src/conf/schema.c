@@ -18,6 +18,7 @@
 #include "conf/schema_guard.h"
 #include "conf/schema_model.h"
 #include "conf/schema_cache.h"
+#include "conf/schema_cluster.h"
 #include "conf/schema_discovery.h"
 #include "conf/schema_engine.h"
 #include "conf/schema_tls.h"
@@ -716,6 +717,8 @@ static const struct rule top_rules[] = {
     {"cache", RULE_SECTION, offsetof(struct conf, cache), 0, 0, schema_cache_rules,
      schema_read_cache},
     {"discovery", RULE_SECTION, 0, 0, 0, schema_discovery_rules, schema_read_discovery},
+    {"cluster", RULE_SECTION, offsetof(struct conf, cluster), 0, 0, schema_cluster_rules,
+     schema_read_cluster},
     RULES_END,
 };
 
@@ -743,6 +746,7 @@ void schema_set_defaults(struct conf *c)
 	c->access_log.sample = 1.0;
 	c->metrics.max_tenants = 100;
 	schema_discovery_defaults(c);
+	schema_cluster_defaults(c);
 	c->timeouts = (struct conf_timeouts){
 	    .connect_ms = 2000,
 	    .header_ms = 10000,

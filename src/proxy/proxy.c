@@ -31,6 +31,7 @@
 #include "proxy/dispatch.h"
 #include "proxy/discover.h"
 #include "proxy/health.h"
+#include "proxy/cluster.h"
 #include "proxy/kvsub.h"
 #include "proxy/scrape.h"
 #include "proxy/session.h"
@@ -80,6 +81,7 @@ struct gen {
 	struct discover *discover;
 	struct scrape *scrape;
 	struct kvsub *kvsub;
+	struct cluster *cluster; /* cluster: its limits' sync with Redis */
 	struct admin *admin;
 	struct debugreq_board *debug;
 	struct gen *older;	 /* the draining generations, newest first */
@@ -275,18 +277,23 @@ static int gen_hand_sockets(struct gen *g, const struct gen *from)
 	return 0;
 }
 
-/* Stop what the main loop runs for <g> (checks, discovery, scrapes, KV events), and the
- * admin endpoint's listener; its open admin connections go on until it is destroyed. */
+/* Stop what the main loop runs for <g> (checks, discovery, scrapes, KV events), its limits'
+ * sync with Redis, and the admin endpoint's listener; its open admin connections go on
+ * until it is destroyed. */
 static void gen_quiet(struct gen *g)
 {
 	health_stop(g->health);
 	discover_stop(g->discover);
 	scrape_stop(g->scrape);
 	kvsub_stop(g->kvsub);
+	if (g->sh.rt)
+		g->sh.rt->cluster = NULL;
+	cluster_stop(g->cluster);
 	g->health = NULL;
 	g->discover = NULL;
 	g->scrape = NULL;
 	g->kvsub = NULL;
+	g->cluster = NULL;
 	admin_stop_listening(g->admin);
 }
 
@@ -428,6 +435,11 @@ static struct gen *gen_build(struct main_state *m, const struct conf *conf, int 
 		snprintf(err, errlen, "cannot subscribe to KV events (the log says why)");
 		goto fail;
 	}
+	if ((rc = cluster_start(conf, g->sh.limits, &g->cluster)) < 0) {
+		snprintf(err, errlen, "cannot share the limits through Redis (the log says why)");
+		goto fail;
+	}
+	g->sh.rt->cluster = g->cluster ? cluster_stats(g->cluster) : NULL;
 	if ((rc = creds_watch(&g->sh, g->workers, g->nworkers)) < 0) {
 		snprintf(err, errlen, "cannot watch the TLS files (reload_s): %s", strerror(-rc));
 		goto fail;

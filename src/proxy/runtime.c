@@ -8,6 +8,7 @@
  * /metrics and /status are written from it.
  */
 #include "proxy/runtime.h"
+#include "proxy/cluster.h"
 #include "conf/schema_discovery.h"
 #include "proxy/llm.h"
 #include "core/check.h"
@@ -293,6 +294,55 @@ static double read_cache_objects(const void *ctx, size_t i)
 static double read_cache_evictions(const void *ctx, size_t i)
 {
 	return read_cache(ctx, PM_PROCESS_CACHE_EVICTIONS, i);
+}
+
+static double read_cluster(const void *ctx, enum proxy_metric id)
+{
+	const struct cluster_stats *st = ((const struct runtime *)ctx)->cluster;
+	if (!st)
+		return 0;
+	switch (id) {
+	case PM_PROCESS_CLUSTER_UP:
+		return atomic_load(&st->up);
+	case PM_PROCESS_CLUSTER_INSTANCES:
+		return atomic_load(&st->instances);
+	case PM_PROCESS_CLUSTER_SYNCS:
+		return (double)atomic_load(&st->syncs);
+	case PM_PROCESS_CLUSTER_FAILED:
+		return (double)atomic_load(&st->failed);
+	default:
+		return (double)atomic_load(&st->keys);
+	}
+}
+
+static double read_cluster_up(const void *ctx, size_t i)
+{
+	(void)i;
+	return read_cluster(ctx, PM_PROCESS_CLUSTER_UP);
+}
+
+static double read_cluster_instances(const void *ctx, size_t i)
+{
+	(void)i;
+	return read_cluster(ctx, PM_PROCESS_CLUSTER_INSTANCES);
+}
+
+static double read_cluster_syncs(const void *ctx, size_t i)
+{
+	(void)i;
+	return read_cluster(ctx, PM_PROCESS_CLUSTER_SYNCS);
+}
+
+static double read_cluster_failed(const void *ctx, size_t i)
+{
+	(void)i;
+	return read_cluster(ctx, PM_PROCESS_CLUSTER_FAILED);
+}
+
+static double read_cluster_keys(const void *ctx, size_t i)
+{
+	(void)i;
+	return read_cluster(ctx, PM_PROCESS_CLUSTER_KEYS);
 }
 
 static const char *read_pool_name(const void *ctx, size_t i)
@@ -633,6 +683,28 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 				    .sub_values = cache_evict_names, .nsub = CACHE_EVICT_REASONS,
 				    .json = "cache_evictions", .json_as = MJ_UINT,
 				    .read = read_cache_evictions},
+    [PM_PROCESS_CLUSTER_UP] = {"accelnet_cluster_redis_up", METRIC_GAUGE,
+			       "1 while the limits are shared through Redis (cluster), 0 while "
+			       "this instance enforces them alone",
+			       NULL, .space = SPACE_PROCESS, .json = "cluster_redis_up",
+			       .json_as = MJ_UINT, .read = read_cluster_up},
+    [PM_PROCESS_CLUSTER_INSTANCES] = {"accelnet_cluster_instances", METRIC_GAUGE,
+				      "live instances sharing the limits, as Redis last "
+				      "counted them",
+				      NULL, .space = SPACE_PROCESS, .json = "cluster_instances",
+				      .json_as = MJ_UINT, .read = read_cluster_instances},
+    [PM_PROCESS_CLUSTER_SYNCS] = {"accelnet_cluster_syncs_total", METRIC_COUNTER,
+				  "syncs of the shared limits with Redis that went through", NULL,
+				  .space = SPACE_PROCESS, .json = "cluster_syncs",
+				  .json_as = MJ_UINT, .read = read_cluster_syncs},
+    [PM_PROCESS_CLUSTER_FAILED] = {"accelnet_cluster_sync_failures_total", METRIC_COUNTER,
+				   "syncs or connects to Redis that failed or timed out", NULL,
+				   .space = SPACE_PROCESS, .json = "cluster_sync_failures",
+				   .json_as = MJ_UINT, .read = read_cluster_failed},
+    [PM_PROCESS_CLUSTER_KEYS] = {"accelnet_cluster_keys_synced_total", METRIC_COUNTER,
+				 "limit keys (route, limit, tenant) carried by the syncs", NULL,
+				 .space = SPACE_PROCESS, .json = "cluster_keys_synced",
+				 .json_as = MJ_UINT, .read = read_cluster_keys},
     [PM_ROUTE_NAME] = {ROUTE, JSON_ONLY("name", MJ_STRING), .read_str = read_route_name},
     [PM_ROUTE_REQUESTS] = {"accelnet_route_requests_total", METRIC_COUNTER,
 			   "requests by the status class the client got (aborted: cut before "

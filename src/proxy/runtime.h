@@ -35,6 +35,7 @@
 #include "proxy/queue.h"
 
 struct cache_store;
+struct cluster_stats;
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -118,6 +119,11 @@ enum proxy_metric {
 	PM_PROCESS_CACHE_BYTES,
 	PM_PROCESS_CACHE_OBJECTS,
 	PM_PROCESS_CACHE_EVICTIONS, /* series: enum cache_evict_reason */
+	PM_PROCESS_CLUSTER_UP,	    /* cluster: (proxy/cluster.h) */
+	PM_PROCESS_CLUSTER_INSTANCES,
+	PM_PROCESS_CLUSTER_SYNCS,
+	PM_PROCESS_CLUSTER_FAILED,
+	PM_PROCESS_CLUSTER_KEYS,
 	/* per route (proxy/tally.c) */
 	PM_ROUTE_NAME,
 	PM_ROUTE_REQUESTS, /* series: route index * PM_CLASSES + class */
@@ -262,6 +268,7 @@ struct runtime {
 	const void *buffer_arg;
 	const struct accesslog *alog; /* access_log: its dropped lines are a metric; NULL: off */
 	struct cache_store *cache;    /* the response cache (cache:), or NULL */
+	const struct cluster_stats *cluster; /* cluster: its sync's state, or NULL */
 };
 
 int runtime_create(const struct conf *conf, struct runtime **out);

@@ -1,0 +1,409 @@
+/*
+ * cluster.c - the sync thread behind cluster.h, with hiredis's blocking API: the thread is
+ * the only one that talks to Redis, so it may wait (never longer than timeout_ms a call);
+ * replies are parsed by hiredis, never here.
+ *
+ * One sync is one pipeline: EVALSHA of the members script (this instance's id scored with
+ * an expiry in a sorted set, the expired taken out, the set's size answered), then EVALSHA
+ * of the charge script for every key collected from every shared limit (guard/rlsync.h:
+ * the key's shared TAT moved by the cost sent, its debt answered). Both scripts read Redis's
+ * own clock (TIME), so the instances' clocks never meet; what comes back is a duration.
+ * A key is PREFIX "rl:" ROUTE ":" LIMIT ":" 16 hex digits of the tenant's hash (the same hash
+ * on every instance: xxh3 of the identity, unseeded), ROUTE the route's name or its index;
+ * instances sharing a Redis are meant to share one config.
+ *
+ * A reply that is no integer, an error, a timeout or a lost connection ends the sync: the
+ * connection is dropped and the counts it carried are lost (as while Redis is away). A
+ * Redis that restarted empty has forgotten its buckets: every bucket is full again, once.
+ */
+#include "proxy/cluster.h"
+#include "core/clock.h"
+#include "core/log.h"
+#include "core/secret.h"
+#include "guard/rlsync.h"
+
+#include <errno.h>
+#include <hiredis/hiredis.h>
+#include <openssl/crypto.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SYNC_KEYS 4096	   /* keys one sync carries at most; the rest go next time */
+#define RECONNECT_MS 1000  /* the least time between two connects */
+#define PASSWORD_MAX 512   /* bytes of cluster.password_file */
+#define KEY_MAX 192	   /* a Redis key of ours */
+#define LIMITS_PER_ROUTE 3 /* per_tenant, per_route, tokens_per_minute */
+
+/* KEYS[1]: the bucket; ARGV[1]: the cost in microseconds (signed). The rule of
+ * rlsync_charge(); the TAT is kept while it lies ahead (and a second longer). */
+static const char CHARGE_LUA[] = "local t = redis.call('TIME')\n"
+				 "local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
+				 "local tat = tonumber(redis.call('GET', KEYS[1]) or 0) or 0\n"
+				 "if tat < now then tat = now end\n"
+				 "tat = tat + tonumber(ARGV[1])\n"
+				 "if tat < now then tat = now end\n"
+				 "redis.call('SET', KEYS[1], string.format('%.0f', tat), 'PX',\n"
+				 "           math.floor((tat - now) / 1000) + 1000)\n"
+				 "return tat - now\n";
+
+/* KEYS[1]: the live set; ARGV[1]: this instance; ARGV[2]: how long it counts, in ms. */
+static const char MEMBERS_LUA[] =
+    "local t = redis.call('TIME')\n"
+    "local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "redis.call('ZADD', KEYS[1], ms + tonumber(ARGV[2]), ARGV[1])\n"
+    "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ms)\n"
+    "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+    "return redis.call('ZCARD', KEYS[1])\n";
+
+/* One shared limit of one route. */
+struct shared_limit {
+	struct ratelimit *rl;
+	char prefix[KEY_MAX - 20]; /* its keys, less the 16 hex digits */
+	size_t cursor;		   /* where the next collect goes on */
+};
+
+struct cluster {
+	const struct conf_cluster *conf;
+	struct shared_limit *lim;
+	size_t nlim;
+	char id[96];	       /* this instance in the live set */
+	char members[KEY_MAX]; /* the live set's key */
+	unsigned member_ttl_ms;
+	redisContext *redis;
+	char charge_sha[48], members_sha[48];
+	uint64_t last_connect_ms;
+	int state;     /* -1: not known yet, 0: away, 1: there */
+	char why[192]; /* what went wrong last */
+	unsigned instances;
+	struct rlsync_item *items; /* SYNC_KEYS, and whose limit each is */
+	struct shared_limit **item_lim;
+	struct cluster_stats stats;
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int stopping;
+};
+
+const struct cluster_stats *cluster_stats(const struct cluster *c)
+{
+	return &c->stats;
+}
+
+/* Every shared limit: 1 unit costs <share> units' time. */
+static void share_all(struct cluster *c, unsigned share)
+{
+	for (size_t i = 0; i < c->nlim; i++)
+		rlsync_set_share(c->lim[i].rl, share);
+}
+
+/* Redis is there (<up>) or not (<why>): the shares, the metric, one line per change. */
+static void set_state(struct cluster *c, int up, const char *why)
+{
+	atomic_store(&c->stats.up, up);
+	if (up == c->state)
+		return;
+	unsigned n = c->instances ? c->instances : 1;
+	share_all(c, up ? 1 : n);
+	if (up)
+		log_info("cluster: limits are shared through Redis at %s (%u instance%s live)",
+			 c->conf->redis, n, n == 1 ? "" : "s");
+	else
+		log_warn("cluster: Redis at %s: %s; each shared limit is enforced here alone at "
+			 "1/%u of its rate until Redis answers again",
+			 c->conf->redis, why, n);
+	c->state = up;
+}
+
+static void failed(struct cluster *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void failed(struct cluster *c, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(c->why, sizeof(c->why), fmt, ap);
+	va_end(ap);
+}
+
+static void drop(struct cluster *c)
+{
+	if (c->redis)
+		redisFree(c->redis);
+	c->redis = NULL;
+}
+
+/* The reply of one command, or NULL with c->why set. */
+static redisReply *command(struct cluster *c, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	redisReply *r = redisvCommand(c->redis, fmt, ap);
+	va_end(ap);
+	if (!r) {
+		failed(c, "%s", c->redis->errstr[0] ? c->redis->errstr : "no reply");
+		return NULL;
+	}
+	if (r->type == REDIS_REPLY_ERROR) {
+		failed(c, "%s", r->str);
+		freeReplyObject(r);
+		return NULL;
+	}
+	return r;
+}
+
+/* SCRIPT LOAD <src> into sha[48]. */
+static int load_script(struct cluster *c, const char *src, char *sha)
+{
+	redisReply *r = command(c, "SCRIPT LOAD %s", src);
+	if (!r)
+		return -EIO;
+	int ok = r->type == REDIS_REPLY_STRING && r->len < 48;
+	if (ok)
+		snprintf(sha, 48, "%s", r->str);
+	else
+		failed(c, "SCRIPT LOAD did not answer a digest");
+	freeReplyObject(r);
+	return ok ? 0 : -EIO;
+}
+
+static int authenticate(struct cluster *c)
+{
+	uint8_t pw[PASSWORD_MAX];
+	size_t len = 0;
+	const char *why = NULL;
+	int rc = secret_load(c->conf->password_file, pw, sizeof(pw), &len, &why);
+	if (rc < 0) {
+		failed(c, "password_file %s: %s", c->conf->password_file,
+		       why ? why : strerror(-rc));
+		return rc;
+	}
+	redisReply *r = command(c, "AUTH %b", pw, len);
+	OPENSSL_cleanse(pw, sizeof(pw));
+	if (!r)
+		return -EACCES;
+	freeReplyObject(r);
+	return 0;
+}
+
+static int connect_redis(struct cluster *c)
+{
+	struct timeval tv = {.tv_sec = c->conf->timeout_ms / 1000,
+			     .tv_usec = (c->conf->timeout_ms % 1000) * 1000};
+	c->last_connect_ms = clock_now_ms();
+	c->redis = redisConnectWithTimeout(c->conf->host, (int)c->conf->port, tv);
+	if (!c->redis) {
+		failed(c, "out of memory");
+		return -ENOMEM;
+	}
+	if (c->redis->err) {
+		failed(c, "cannot connect: %s", c->redis->errstr);
+		goto fail;
+	}
+	if (redisSetTimeout(c->redis, tv) != REDIS_OK) {
+		failed(c, "cannot set the socket timeouts");
+		goto fail;
+	}
+	if (c->conf->password_file && authenticate(c) < 0)
+		goto fail;
+	if (load_script(c, CHARGE_LUA, c->charge_sha) < 0 ||
+	    load_script(c, MEMBERS_LUA, c->members_sha) < 0)
+		goto fail;
+	return 0;
+fail:
+	drop(c);
+	return -EIO;
+}
+
+/* One sync: the live set and every collected key in one pipeline. */
+static int sync_once(struct cluster *c)
+{
+	uint64_t now_us = clock_now_ns() / 1000;
+	size_t n = 0;
+	redisAppendCommand(c->redis, "EVALSHA %s 1 %s %s %u", c->members_sha, c->members, c->id,
+			   c->member_ttl_ms);
+	for (size_t i = 0; i < c->nlim && n < SYNC_KEYS; i++) {
+		struct shared_limit *l = &c->lim[i];
+		size_t got = rlsync_collect(l->rl, now_us, &l->cursor, c->items + n, SYNC_KEYS - n);
+		for (size_t k = n; k < n + got; k++) {
+			c->item_lim[k] = l;
+			redisAppendCommand(c->redis, "EVALSHA %s 1 %s%016llx %lld", c->charge_sha,
+					   l->prefix, (unsigned long long)c->items[k].key,
+					   (long long)rlsync_cost_us(l->rl, c->items[k].units));
+		}
+		n += got;
+	}
+	redisReply *r = NULL;
+	for (size_t k = 0; k <= n; k++) {
+		if (redisGetReply(c->redis, (void **)&r) != REDIS_OK || !r) {
+			failed(c, "%s", c->redis->errstr[0] ? c->redis->errstr : "no reply");
+			return -EIO;
+		}
+		if (r->type != REDIS_REPLY_INTEGER) {
+			failed(c, "a script answered %s",
+			       r->type == REDIS_REPLY_ERROR ? r->str : "no integer");
+			freeReplyObject(r);
+			return -EIO;
+		}
+		long long v = r->integer;
+		freeReplyObject(r);
+		if (k == 0) {
+			c->instances = v > 0 && v < 1000000 ? (unsigned)v : 1;
+			atomic_store(&c->stats.instances, c->instances);
+			continue;
+		}
+		struct rlsync_item *it = &c->items[k - 1];
+		rlsync_apply(c->item_lim[k - 1]->rl, it, v > 0 ? (uint64_t)v : 0,
+			     clock_now_ns() / 1000);
+	}
+	atomic_fetch_add(&c->stats.keys, n);
+	return 0;
+}
+
+/* One turn of the thread: sync if it can (connecting when due), else go on alone. */
+static void turn(struct cluster *c)
+{
+	if (!c->redis && (c->state < 0 || clock_now_ms() - c->last_connect_ms >= RECONNECT_MS) &&
+	    connect_redis(c) < 0) {
+		atomic_fetch_add(&c->stats.failed, 1);
+		set_state(c, 0, c->why);
+	}
+	if (c->redis) {
+		if (sync_once(c) == 0) {
+			atomic_fetch_add(&c->stats.syncs, 1);
+			set_state(c, 1, NULL);
+			return;
+		}
+		atomic_fetch_add(&c->stats.failed, 1);
+		drop(c);
+		set_state(c, 0, c->why);
+	}
+	for (size_t i = 0; i < c->nlim; i++)
+		rlsync_discard(c->lim[i].rl);
+}
+
+static void *cluster_main(void *arg)
+{
+	struct cluster *c = arg;
+	log_set_thread_tag("cluster");
+	struct timespec next;
+	clock_gettime(CLOCK_MONOTONIC, &next);
+	pthread_mutex_lock(&c->mu);
+	while (!c->stopping) {
+		pthread_mutex_unlock(&c->mu);
+		turn(c);
+		uint64_t ns = (uint64_t)next.tv_nsec + (uint64_t)c->conf->sync_ms * 1000000u;
+		next.tv_sec += (time_t)(ns / 1000000000u);
+		next.tv_nsec = (long)(ns % 1000000000u);
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec > next.tv_sec ||
+		    (now.tv_sec == next.tv_sec && now.tv_nsec > next.tv_nsec))
+			next =
+			    now; /* a slow sync: the next one at once, not a burst of catching up */
+		pthread_mutex_lock(&c->mu);
+		while (!c->stopping && pthread_cond_timedwait(&c->cv, &c->mu, &next) == 0)
+			;
+	}
+	pthread_mutex_unlock(&c->mu);
+	if (c->redis) {
+		redisReply *r = redisCommand(c->redis, "ZREM %s %s", c->members, c->id);
+		if (r)
+			freeReplyObject(r);
+	}
+	drop(c);
+	return NULL;
+}
+
+static void add_limit(struct cluster *c, struct ratelimit *rl, const struct conf *conf, size_t i,
+		      const char *what)
+{
+	struct shared_limit *l = &c->lim[c->nlim++];
+	const char *prefix = conf->cluster.key_prefix ? conf->cluster.key_prefix : "accelnet:";
+	l->rl = rl;
+	l->cursor = 0;
+	if (conf->routes[i].name)
+		snprintf(l->prefix, sizeof(l->prefix), "%srl:%.64s:%s:", prefix,
+			 conf->routes[i].name, what);
+	else
+		snprintf(l->prefix, sizeof(l->prefix), "%srl:%zu:%s:", prefix, i, what);
+	rl->synced = 1;
+}
+
+static void cluster_free(struct cluster *c)
+{
+	free(c->lim);
+	free(c->items);
+	free(c->item_lim);
+	free(c);
+}
+
+int cluster_start(const struct conf *conf, struct route_limits *limits, struct cluster **out)
+{
+	*out = NULL;
+	if (!conf->cluster.redis)
+		return 0;
+	struct cluster *c = calloc(1, sizeof(*c));
+	if (!c || !(c->lim = calloc(conf->nroutes * LIMITS_PER_ROUTE + 1, sizeof(*c->lim))) ||
+	    !(c->items = calloc(SYNC_KEYS, sizeof(*c->items))) ||
+	    !(c->item_lim = calloc(SYNC_KEYS, sizeof(*c->item_lim)))) {
+		log_error("cluster: out of memory");
+		if (c)
+			cluster_free(c);
+		return -ENOMEM;
+	}
+	c->conf = &conf->cluster;
+	c->state = -1;
+	for (size_t i = 0; i < conf->nroutes; i++) {
+		struct route_limits *l = &limits[i];
+		if (l->has_tenant)
+			add_limit(c, &l->tenant, conf, i, "per_tenant");
+		if (l->has_route)
+			add_limit(c, &l->route, conf, i, "per_route");
+		if (l->has_tokens)
+			add_limit(c, &l->tokens, conf, i, "tokens_per_minute");
+	}
+	const char *prefix = conf->cluster.key_prefix ? conf->cluster.key_prefix : "accelnet:";
+	snprintf(c->members, sizeof(c->members), "%sinstances", prefix);
+	char host[64] = "";
+	uint32_t rnd = 0;
+	if (gethostname(host, sizeof(host) - 1) < 0)
+		snprintf(host, sizeof(host), "host");
+	if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
+		rnd = (uint32_t)clock_now_ns();
+	snprintf(c->id, sizeof(c->id), "%.63s:%ld:%08x", host, (long)getpid(), rnd);
+	c->member_ttl_ms = 3 * conf->cluster.sync_ms + 2 * conf->cluster.timeout_ms + 1000;
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	int rc = pthread_create(&c->thread, NULL, cluster_main, c);
+	if (rc) {
+		log_error("cluster: cannot start its thread: %s", strerror(rc));
+		pthread_cond_destroy(&c->cv);
+		pthread_mutex_destroy(&c->mu);
+		cluster_free(c);
+		return -rc;
+	}
+	*out = c;
+	return 0;
+}
+
+void cluster_stop(struct cluster *c)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->mu);
+	c->stopping = 1;
+	pthread_cond_signal(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+	pthread_join(c->thread, NULL);
+	pthread_cond_destroy(&c->cv);
+	pthread_mutex_destroy(&c->mu);
+	cluster_free(c);
+}
