@@ -21,6 +21,7 @@ int ratelimit_init(struct ratelimit *rl, unsigned per, unsigned per_s, unsigned 
 	rl->capacity_us = (uint64_t)burst * rl->period_us / per;
 	rl->synced = 0;
 	atomic_init(&rl->share, 1);
+	atomic_init(&rl->cold_us, 0);
 	atomic_init(&rl->shared, 0);
 	rl->slots = calloc(RL_SLOTS, sizeof(*rl->slots));
 	return rl->slots ? 0 : -ENOMEM;
@@ -81,7 +82,10 @@ static struct rl_slot *slot_for(struct ratelimit *rl, uint64_t key, uint64_t now
 		/* a never used slot, or one whose bucket is full again: take it over */
 		if (slot_free(rl, s, k, tat, now_us) &&
 		    atomic_compare_exchange_strong(&s->key, &k, key)) {
-			atomic_store_explicit(&s->tat, now_us, memory_order_relaxed);
+			atomic_store_explicit(
+			    &s->tat,
+			    now_us + atomic_load_explicit(&rl->cold_us, memory_order_relaxed),
+			    memory_order_relaxed);
 			return s;
 		}
 		if (tat < least_tat)

@@ -23,8 +23,10 @@
  * A limit shared by several instances (cluster:, guard/rlsync.h) is marked <synced>: each
  * slot then also counts the units taken or given back since the last sync (<pending>), which
  * the sync carries to Redis, and a slot is handed to another key only once that count is 0
- * (synced). While the shared store is away each instance enforces a share of the limit:
- * every unit costs <share> times its time, so N instances together keep about the rate.
+ * (synced). A key new to the table starts with <cold_us> of its bucket spent (the others'
+ * part of it, until a sync says what the key holds), 0 for a limit not shared. While the
+ * shared store is away each instance enforces a share of the limit: every unit costs
+ * <share> times its time, so N instances together keep about the rate.
  */
 #ifndef ACCELNET_GUARD_RATELIMIT_H
 #define ACCELNET_GUARD_RATELIMIT_H
@@ -46,10 +48,11 @@ struct ratelimit {
 	uint64_t interval_us;	 /* the cost of one unit: period / per (at least 1) */
 	uint64_t capacity_us;	 /* the cost of a full bucket: burst units */
 	unsigned burst;
-	unsigned synced;	 /* shared through cluster: (set before any take) */
-	_Atomic unsigned share;	 /* a unit costs this many units' time (1; N: cluster away) */
-	_Atomic uint64_t shared; /* times a key had to share a slot */
-	struct rl_slot *slots;	 /* RL_SLOTS */
+	unsigned synced;	  /* shared through cluster: (set before any take) */
+	_Atomic unsigned share;	  /* a unit costs this many units' time (1; N: cluster away) */
+	_Atomic uint64_t cold_us; /* a key new to the table starts this far spent */
+	_Atomic uint64_t shared;  /* times a key had to share a slot */
+	struct rl_slot *slots;	  /* RL_SLOTS */
 };
 
 /* What a bucket holds after a take: for X-RateLimit-* headers. */

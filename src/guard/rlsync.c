@@ -66,7 +66,11 @@ void rlsync_discard(struct ratelimit *rl)
 			atomic_store_explicit(&rl->slots[i].pending, 0, memory_order_relaxed);
 }
 
-void rlsync_set_share(struct ratelimit *rl, unsigned n)
+void rlsync_set_instances(struct ratelimit *rl, int up, unsigned n)
 {
-	atomic_store_explicit(&rl->share, n ? n : 1, memory_order_relaxed);
+	if (!n)
+		n = 1;
+	atomic_store_explicit(&rl->share, up ? 1 : n, memory_order_relaxed);
+	atomic_store_explicit(&rl->cold_us, up ? rl->capacity_us / n * (n - 1) : 0,
+			      memory_order_relaxed);
 }

@@ -15,13 +15,18 @@
  * instance spent, as of the last sync, plus its own since.
  *
  * Between syncs an instance does not see the others' takes, so over one sync it may pass up
- * to what its own bucket holds; N instances together pass at most N times that. Whatever they
- * pass is charged to the shared bucket and paid back by refusing later, so over a window T the
- * keys' requests passed stay within rate x T + burst + (N - 1) x (rate x sync + what a full
- * bucket holds when a key wakes up on an instance): the second term is the overshoot bound,
- * and only its last sync's part is still unpaid at the end of the window. A charge that
- * reaches the store after the bucket has refilled is charged from then (never earlier), so
- * lag errs towards refusing, and only for a bucket that was full.
+ * to what its own bucket holds; N instances together pass at most N times that. A key new to
+ * an instance's table (never seen, or idle until its bucket was full) starts with 1/N of a
+ * burst, not a whole one, until its first sync says what the shared bucket holds. Whatever
+ * they pass is charged to the shared bucket and paid back by refusing later, so over a
+ * window T the keys' requests passed stay within
+ *
+ *     rate x T + burst + (N - 1) x rate x sync
+ *
+ * the last term being the overshoot bound (what the other instances may pass in one sync
+ * that is not yet paid back at the end of the window). A charge that reaches the store after
+ * the bucket has refilled is charged from then (never earlier), so lag errs towards refusing,
+ * and only for a bucket that was full.
  *
  * While the store is away no count is kept for it (rlsync_discard: the next sync starts
  * afresh, rather than charging an outage's worth at once), and each instance enforces 1/N of
@@ -73,7 +78,9 @@ void rlsync_apply(struct ratelimit *rl, const struct rlsync_item *it, uint64_t d
 /* The store is away: forget every count (nothing of this time is carried to it later). */
 void rlsync_discard(struct ratelimit *rl);
 
-/* Each unit costs <n> units' time (n >= 1; 1 while the store is there). */
-void rlsync_set_share(struct ratelimit *rl, unsigned n);
+/* The store is there (<up>) with <n> instances live (0 taken as 1), or away (the last <n> it
+ * counted): a unit costs 1 (there) or n (away) units' time; a key new to the table starts
+ * with 1/n of a burst (there; away, the share does that). */
+void rlsync_set_instances(struct ratelimit *rl, int up, unsigned n);
 
 #endif

@@ -95,11 +95,11 @@ const struct cluster_stats *cluster_stats(const struct cluster *c)
 	return &c->stats;
 }
 
-/* Every shared limit: 1 unit costs <share> units' time. */
-static void share_all(struct cluster *c, unsigned share)
+/* Tell every shared limit whether Redis is there (<up>) and how many instances it counts. */
+static void tell_limits(struct cluster *c, int up)
 {
 	for (size_t i = 0; i < c->nlim; i++)
-		rlsync_set_share(c->lim[i].rl, share);
+		rlsync_set_instances(c->lim[i].rl, up, c->instances);
 }
 
 /* Redis is there (<up>) or not (<why>): the shares, the metric, one line per change. */
@@ -109,7 +109,7 @@ static void set_state(struct cluster *c, int up, const char *why)
 	if (up == c->state)
 		return;
 	unsigned n = c->instances ? c->instances : 1;
-	share_all(c, up ? 1 : n);
+	tell_limits(c, up);
 	if (up)
 		log_info("cluster: limits are shared through Redis at %s (%u instance%s live)",
 			 c->conf->redis, n, n == 1 ? "" : "s");
@@ -251,8 +251,11 @@ static int sync_once(struct cluster *c)
 		long long v = r->integer;
 		freeReplyObject(r);
 		if (k == 0) {
+			unsigned was = c->instances;
 			c->instances = v > 0 && v < 1000000 ? (unsigned)v : 1;
 			atomic_store(&c->stats.instances, c->instances);
+			if (c->state == 1 && was != c->instances)
+				tell_limits(c, 1);
 			continue;
 		}
 		struct rlsync_item *it = &c->items[k - 1];

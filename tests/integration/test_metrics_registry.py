@@ -139,6 +139,16 @@ FAMILIES = {  # name: (type, help)
     "accelnet_cache_evictions_total": ("counter", "stored responses let go: for room (the "
                                        "eviction policy), purged or invalidated, replaced by a "
                                        "newer copy"),
+    "accelnet_cluster_redis_up": ("gauge", "1 while the limits are shared through Redis "
+                                  "(cluster), 0 while this instance enforces them alone"),
+    "accelnet_cluster_instances": ("gauge", "live instances sharing the limits, as Redis last "
+                                   "counted them"),
+    "accelnet_cluster_syncs_total": ("counter",
+                                     "syncs of the shared limits with Redis that went through"),
+    "accelnet_cluster_sync_failures_total": ("counter", "syncs or connects to Redis that failed "
+                                             "or timed out"),
+    "accelnet_cluster_keys_synced_total": ("counter", "limit keys (route, limit, tenant) "
+                                           "carried by the syncs"),
     "accelnet_route_requests_total": ("counter", "requests by the status class the client got "
                                       "(aborted: cut before the whole response)"),
     "accelnet_route_request_duration_seconds": ("histogram", "request head read to the "

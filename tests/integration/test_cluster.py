@@ -1,0 +1,252 @@
+"""Many instances, one policy (issue 16, cluster:): three proxies sharing one Redis enforce
+one per-tenant rate between them; with Redis stopped they keep serving, each at 1/3 of the
+limit, and say so in their metrics; with Redis back they share again; a token budget spent
+on one instance is spent on the others; balance: consistent-hash and prefix-affinity send one
+conversation to one backend through any instance; bad cluster: sections are refused with
+FILE:LINE:COL."""
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+
+from harness import BIN, Skip, free_port, pool_yaml, prom_samples, metrics_text, wait_until
+
+RATE = 20  # per second, per tenant, all instances together
+BURST = 20
+WINDOW = 15  # seconds of load in the rate test
+
+
+def _redis(env, port=None):
+    """redis-server on a free loopback port, nothing saved; killed by env.cleanup."""
+    exe = shutil.which("redis-server") or "/usr/bin/redis-server"
+    if not os.path.exists(exe):
+        raise Skip("no redis-server (scripts/deps.sh installs it)")
+    port = port or free_port()
+    p = env.start([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                   "--appendonly", "no", "--dir", env.dir], "redis", wait_port=port)
+    p.port = port
+    return p
+
+
+def _instances(env, redis_port, body, n=3, sync_ms=100):
+    """<n> proxies with the same pools and routes (<body>) and cluster: on <redis_port>."""
+    procs = []
+    for i in range(n):
+        port, admin = free_port(), free_port()
+        text = (f"workers: 2\nlisten:\n  - address: 127.0.0.1:{port}\n"
+                f"admin:\n  address: 127.0.0.1:{admin}\n"
+                f"cluster: {{redis: 127.0.0.1:{redis_port}, sync_ms: {sync_ms}, "
+                f"timeout_ms: 300}}\n" + body)
+        path = env.write(f"proxy{i}.yaml", text)
+        p = env.start([BIN, "proxy", "-c", path], f"proxy{i}", wait_port=port)
+        p.port, p.admin = port, admin
+        procs.append(p)
+    return procs
+
+
+def _cluster(p):
+    got = prom_samples(metrics_text(p.admin))
+    return {k[0]: v for k, v in got.items() if k[0].startswith("accelnet_cluster_")}
+
+
+def _all_see(procs, up, instances=None):
+    def ok():
+        for p in procs:
+            c = _cluster(p)
+            if c.get("accelnet_cluster_redis_up") != up:
+                return False
+            if instances and c.get("accelnet_cluster_instances") != instances:
+                return False
+        return True
+    wait_until(ok, f"every instance to show accelnet_cluster_redis_up {up}", timeout=20)
+
+
+def _route(extra=""):
+    return ("routes:\n  - pool: p\n    tenant_header: X-Tenant\n"
+            f"    rate_limit: {{per_tenant: {RATE}/s, burst: {BURST}{extra}}}\n")
+
+
+def _load(procs, seconds, tenant="t1"):
+    """One client per instance sending <tenant>'s requests one after another (far faster than
+    the rate) for <seconds>: (passed, statuses seen, the seconds it took)."""
+    passed = [0] * len(procs)
+    seen = set()
+    start = threading.Barrier(len(procs) + 1)
+
+    def run(i, port):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        start.wait()
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            c.request("GET", "/x", headers={"X-Tenant": tenant})
+            r = c.getresponse()
+            r.read()
+            seen.add(r.status)
+            if r.status == 200:
+                passed[i] += 1
+            time.sleep(0.003)
+        c.close()
+
+    ts = [threading.Thread(target=run, args=(i, p.port)) for i, p in enumerate(procs)]
+    for t in ts:
+        t.start()
+    start.wait()
+    t0 = time.monotonic()
+    for t in ts:
+        t.join()
+    return passed, seen, time.monotonic() - t0
+
+
+def _setup(env, body=None):
+    sim = env.sim("a", latency_ms=0, token_ms=0)
+    redis = _redis(env)
+    procs = _instances(env, redis.port, "pools:\n" + pool_yaml("p", [sim.port]) +
+                       (body or _route()))
+    _all_see(procs, 1, instances=3)
+    return sim, redis, procs
+
+
+def test_three_instances_enforce_one_rate(env):
+    sim, redis, procs = _setup(env)
+    passed, seen, took = _load(procs, WINDOW)
+    want = RATE * took + BURST
+    total = sum(passed)
+    assert abs(total - want) <= 0.05 * want, (total, want, passed)
+    assert seen == {200, 429}, seen
+    # each instance passed a part: one rate between them, not one each
+    assert all(n > 0 for n in passed), passed
+    for p in procs:
+        assert _cluster(p)["accelnet_cluster_sync_failures_total"] == 0
+
+
+def test_redis_stopped_local_limits_then_back(env):
+    sim, redis, procs = _setup(env)
+    passed, seen, took = _load(procs, 4)
+    env.stop(redis, signal.SIGKILL)
+    _all_see(procs, 0)
+    for p in procs:
+        assert _cluster(p)["accelnet_cluster_instances"] == 3  # as Redis last counted
+        assert "enforced here alone at 1/3" in env.log(p), env.log(p)
+    # they keep serving, each at a third of the rate: about one rate together, never three
+    passed, seen, took = _load(procs, 8)
+    total = sum(passed)
+    assert seen <= {200, 429} and 200 in seen, seen
+    assert total <= RATE * took + BURST + 3, (total, took, passed)
+    assert total >= 0.9 * RATE * took, (total, took, passed)
+    assert all(n > 0 for n in passed), passed
+    # Redis back (empty) on the same port: they share again, without charging the outage
+    _redis(env, port=redis.port)
+    _all_see(procs, 1, instances=3)
+    for p in procs:
+        assert "limits are shared through Redis" in env.log(p).split("enforced here alone")[-1]
+    passed, seen, took = _load(procs, 8)
+    total = sum(passed)
+    assert 0.95 * RATE * took <= total <= 1.05 * (RATE * took + BURST), (total, took, passed)
+
+
+def test_token_budget_spent_on_one_is_spent_on_all(env):
+    # one token a second: the test's own time hardly refills it
+    route = ("routes:\n  - pool: p\n    tenant_header: X-Tenant\n"
+             "    rate_limit: {tokens_per_minute: 60, token_burst: 600, "
+             "default_max_tokens: 100}\n")
+    sim, redis, procs = _setup(env, route)
+    body = json.dumps({"prompt": "hi", "max_tokens": 100})
+
+    def post(p):
+        c = http.client.HTTPConnection("127.0.0.1", p.port, timeout=10)
+        c.request("POST", "/v1/completions", body=body,
+                  headers={"Content-Type": "application/json", "X-Tenant": "big"})
+        r = c.getresponse()
+        r.read()
+        c.close()
+        return r.status
+
+    # ~110 tokens a request (the prompt's estimate and max_tokens): a burst of 600 is five
+    # or so; three instances each with its own budget would pass three times that
+    passed, t0 = [0, 0, 0], time.monotonic()
+    i = 0
+    while time.monotonic() - t0 < 3:
+        if post(procs[i % 3]) == 200:
+            passed[i % 3] += 1
+        i += 1
+        time.sleep(0.02)
+    assert 4 <= sum(passed) <= 7, passed
+    assert i > 60  # far more were asked
+
+
+def _served_by(p, body):
+    c = http.client.HTTPConnection("127.0.0.1", p.port, timeout=10)
+    c.request("POST", "/v1/chat/completions", body=json.dumps(body),
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    r.read()
+    c.close()
+    assert r.status == 200, r.status
+    return r.getheader("X-Served-By")
+
+
+def test_affinity_holds_across_instances(env):
+    """consistent-hash (by a header) and prefix-affinity (by the prompt's prefix) pick by
+    hashing over the pool's backends: the same backends give the same choice on every
+    instance, so a conversation sent through any of them lands on one backend."""
+    sims = [env.sim(n, latency_ms=0, token_ms=0) for n in "abcd"]
+    ports = [s.port for s in sims]
+    redis = _redis(env)
+    body = ("pools:\n" + pool_yaml("ch", ports, balance="consistent-hash",
+                                   extra="    hash: {key: 'header:X-Session'}") +
+            pool_yaml("pa", ports, balance="prefix-affinity") +
+            "routes:\n  - match: {path_prefix: /ch/}\n    pool: ch\n"
+            "  - match: {path_prefix: /v1/}\n    pool: pa\n")
+    procs = _instances(env, redis.port, body)
+    _all_see(procs, 1, instances=3)
+    for conv in range(8):
+        msgs = [{"role": "system", "content": f"conversation {conv} " + "x" * 300}]
+        where = set()
+        for turn in range(6):
+            msgs.append({"role": "user", "content": f"turn {turn}"})
+            where.add(_served_by(procs[turn % 3], {"model": "m", "messages": msgs}))
+        assert len(where) == 1, (conv, where)
+    for sess in range(8):
+        where = set()
+        for turn in range(6):
+            p = procs[turn % 3]
+            c = http.client.HTTPConnection("127.0.0.1", p.port, timeout=10)
+            c.request("GET", f"/ch/t{turn}", headers={"X-Session": f"s{sess}"})
+            r = c.getresponse()
+            r.read()
+            c.close()
+            where.add(r.getheader("X-Served-By"))
+        assert len(where) == 1, (sess, where)
+
+
+def _check(env, text):
+    path = env.write("bad.yaml", "listen: [127.0.0.1:1]\npools:\n  - name: p\n"
+                     "    backends: [{address: 127.0.0.1:2}]\n" + text)
+    r = subprocess.run([BIN, "check", "-c", path], capture_output=True, text=True)
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_bad_cluster_sections_are_refused(env):
+    cases = [
+        ("cluster: {redis: localhost}\n", "5:18: cluster: redis 'localhost': expected HOST:PORT"),
+        ("cluster: {redis: 'a b:1'}\n", "5:18: cluster: redis 'a b:1': the host is neither"),
+        ("cluster: {redis: '127.0.0.1:0'}\n", "5:18: cluster: redis '127.0.0.1:0'"),
+        ("cluster: {sync_ms: 100}\n", "5:10: cluster: 'redis' is required"),
+        ("cluster: {redis: 127.0.0.1:6379, sync_ms: 5}\n", "5:43: 5 is out of range: expected 10 to 10000"),
+        ("cluster: {redis: 127.0.0.1:6379, key_prefix: 'a b'}\n",
+         "5:46: cluster: key_prefix 'a b': printable characters only"),
+        ("cluster: {redis: 127.0.0.1:6379, password_file: /nonexistent/pw}\n",
+         "5:49: cluster: password_file '/nonexistent/pw': No such file"),
+        ("cluster: {redis: 127.0.0.1:6379, hosts: 3}\n", "5:34: cluster: unknown key 'hosts'"),
+    ]
+    for text, want in cases:
+        rc, out = _check(env, text)
+        assert rc == 2 and want in out, (text, rc, out)
+    rc, out = _check(env, "cluster: {redis: 'redis.internal:6379', sync_ms: 50, "
+                     "timeout_ms: 200, key_prefix: 'prod:'}\n")
+    assert rc == 0, out
