@@ -43,18 +43,21 @@ uint64_t rlsync_charge(uint64_t tat, uint64_t now_us, int64_t cost_us)
 	return base > now_us + back ? base - back : now_us;
 }
 
-void rlsync_apply(struct ratelimit *rl, const struct rlsync_item *it, uint64_t debt_us,
+void rlsync_apply(struct ratelimit *rl, const struct rlsync_item *it, uint64_t debt_us, unsigned n,
 		  uint64_t now_us)
 {
 	struct rl_slot *s = it->slot;
 	if (debt_us > (uint64_t)RLSYNC_COST_MAX)
 		debt_us = (uint64_t)RLSYNC_COST_MAX;
+	/* of what the shared bucket holds, this instance may spend its 1/n until the next sync */
+	uint64_t room = debt_us < rl->capacity_us ? rl->capacity_us - debt_us : 0;
+	uint64_t base = now_us + debt_us + (n > 1 ? room / n * (n - 1) : 0);
 	uint64_t tat = atomic_load_explicit(&s->tat, memory_order_relaxed), next;
 	do {
 		if (atomic_load_explicit(&s->key, memory_order_acquire) != it->key)
 			return;
 		int64_t since = atomic_load_explicit(&s->pending, memory_order_relaxed);
-		next = rlsync_charge(now_us + debt_us, now_us, rlsync_cost_us(rl, since));
+		next = rlsync_charge(base, now_us, rlsync_cost_us(rl, since));
 	} while (!atomic_compare_exchange_weak_explicit(&s->tat, &tat, next, memory_order_relaxed,
 							memory_order_relaxed));
 }

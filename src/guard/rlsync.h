@@ -14,18 +14,21 @@
  * the cost of what it took since it sent the count: every instance's bucket holds what every
  * instance spent, as of the last sync, plus its own since.
  *
- * Between syncs an instance does not see the others' takes, so over one sync it may pass up
- * to what its own bucket holds; N instances together pass at most N times that. A key new to
- * an instance's table (never seen, or idle until its bucket was full) starts with 1/N of a
- * burst, not a whole one, until its first sync says what the shared bucket holds. Whatever
- * they pass is charged to the shared bucket and paid back by refusing later, so over a
- * window T the keys' requests passed stay within
+ * Between syncs an instance does not see the others' takes. So that N instances together do
+ * not spend N times what the shared bucket holds, a sync leaves each instance 1/N of what it
+ * holds (N the instances the store counts as live), and a key new to an instance's table
+ * (never seen, or idle until its bucket was full) starts with 1/N of a burst until its first
+ * sync. What is left to overshoot is the refill: between two syncs each instance's bucket
+ * refills at the whole rate. Whatever they pass is charged to the shared bucket and paid back
+ * by refusing later, so over a window T the keys' requests passed stay within
  *
  *     rate x T + burst + (N - 1) x rate x sync
  *
- * the last term being the overshoot bound (what the other instances may pass in one sync
- * that is not yet paid back at the end of the window). A charge that reaches the store after
- * the bucket has refilled is charged from then (never earlier), so lag errs towards refusing,
+ * the last term being the overshoot bound (what the other instances may pass in one sync that
+ * is not yet paid back at the end of the window). The price: one instance that receives all
+ * of a key's requests gets a full burst over a few syncs, 1/N of what is left at each, not at
+ * once (with N = 3, two thirds of it after 3 syncs). A charge that reaches the store after the
+ * bucket has refilled is charged from then (never earlier), so lag errs towards refusing,
  * and only for a bucket that was full.
  *
  * While the store is away no count is kept for it (rlsync_discard: the next sync starts
@@ -68,11 +71,12 @@ int64_t rlsync_cost_us(const struct ratelimit *rl, int64_t units);
 uint64_t rlsync_charge(uint64_t tat, uint64_t now_us, int64_t cost_us);
 
 /*
- * The store answered <debt_us> (its TAT less its clock) for <it> at <now_us>: the bucket
- * becomes now + debt + the cost of what the slot counted since it was collected. A slot that
- * holds another key by now is left alone.
+ * The store answered <debt_us> (its TAT less its clock) for <it> at <now_us>, <n> instances
+ * live: the bucket becomes now + debt, less all but 1/n of what the shared bucket still holds
+ * (each instance may spend its share of that until the next sync), plus the cost of what the
+ * slot counted since it was collected. A slot that holds another key by now is left alone.
  */
-void rlsync_apply(struct ratelimit *rl, const struct rlsync_item *it, uint64_t debt_us,
+void rlsync_apply(struct ratelimit *rl, const struct rlsync_item *it, uint64_t debt_us, unsigned n,
 		  uint64_t now_us);
 
 /* The store is away: forget every count (nothing of this time is carried to it later). */

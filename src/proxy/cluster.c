@@ -259,7 +259,7 @@ static int sync_once(struct cluster *c)
 			continue;
 		}
 		struct rlsync_item *it = &c->items[k - 1];
-		rlsync_apply(c->item_lim[k - 1]->rl, it, v > 0 ? (uint64_t)v : 0,
+		rlsync_apply(c->item_lim[k - 1]->rl, it, v > 0 ? (uint64_t)v : 0, c->instances,
 			     clock_now_ns() / 1000);
 	}
 	atomic_fetch_add(&c->stats.keys, n);

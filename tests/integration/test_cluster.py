@@ -102,8 +102,8 @@ def _load(procs, seconds, tenant="t1"):
     return passed, seen, time.monotonic() - t0
 
 
-def _setup(env, body=None):
-    sim = env.sim("a", latency_ms=0, token_ms=0)
+def _setup(env, body=None, **sim_opts):
+    sim = env.sim("a", latency_ms=0, token_ms=0, **sim_opts)
     redis = _redis(env)
     procs = _instances(env, redis.port, "pools:\n" + pool_yaml("p", [sim.port]) +
                        (body or _route()))
@@ -154,7 +154,8 @@ def test_token_budget_spent_on_one_is_spent_on_all(env):
     route = ("routes:\n  - pool: p\n    tenant_header: X-Tenant\n"
              "    rate_limit: {tokens_per_minute: 60, token_burst: 600, "
              "default_max_tokens: 100}\n")
-    sim, redis, procs = _setup(env, route)
+    # the sim answers max_tokens tokens: a request costs what it reserved
+    sim, redis, procs = _setup(env, route, tokens=100)
     body = json.dumps({"prompt": "hi", "max_tokens": 100})
 
     def post(p):
@@ -166,8 +167,8 @@ def test_token_budget_spent_on_one_is_spent_on_all(env):
         c.close()
         return r.status
 
-    # ~110 tokens a request (the prompt's estimate and max_tokens): a burst of 600 is five
-    # or so; three instances each with its own budget would pass three times that
+    # 108 tokens a request (the prompt's estimate, 8, and max_tokens): a burst of 600 is five;
+    # three instances each with its own budget would pass three times that
     passed, t0 = [0, 0, 0], time.monotonic()
     i = 0
     while time.monotonic() - t0 < 3:
@@ -222,6 +223,64 @@ def test_affinity_holds_across_instances(env):
             c.close()
             where.add(r.getheader("X-Served-By"))
         assert len(where) == 1, (sess, where)
+
+
+def _chat(k, turns=1):
+    system = f"System prompt {k}: " + f"you are assistant number {k}, answer with care. " * 12
+    msgs = [{"role": "system", "content": system}]
+    for t in range(turns):
+        msgs.append({"role": "user", "content": f"question {t}"})
+    return {"model": "m", "messages": msgs}
+
+
+def test_llm_with_kv_events_holds_affinity_across_instances(env):
+    """balance: llm with kv_events: every instance subscribes to every engine's KV events,
+    so each holds the same index, and a conversation whose turns arrive at different
+    instances follows its cached prefix to one backend."""
+    ports = [free_port() for _ in range(3)]
+    sims = [env.sim(f"s{i}", latency_ms=1, jitter=0, tokens=1, token_ms=0, cache_blocks=4096,
+                    block_bytes=64, kv_events=f"tcp://127.0.0.1:{ports[i]}") for i in range(3)]
+    lines = ["pools:", "  - name: gpu", "    balance: llm",
+             "    llm: {block_bytes: 64, cache_blocks: 4096}", "    backends:"]
+    lines += [f"      - {{address: 127.0.0.1:{s.port}, max_concurrency: 4, "
+              f"kv_events: 'tcp://127.0.0.1:{p}'}}" for s, p in zip(sims, ports)]
+    redis = _redis(env)
+    procs = _instances(env, redis.port, "\n".join(lines) + "\n")
+
+    def blocks(p):
+        st = json.loads(_get(p.admin, "/status"))
+        return {b["address"]: b["kv_events"]["blocks"] for b in st["pools"][0]["backends"]}
+
+    # the subscriptions reach the sims some time after the start: warm-up prompts (through
+    # every instance) until each instance has heard stored blocks from every simulator
+    k = [0]
+
+    def all_heard():
+        k[0] += 1
+        _served_by(procs[k[0] % 3], _chat(1000 + k[0]))
+        return all(all(blocks(p).values()) for p in procs)
+    wait_until(all_heard, "every instance hearing every simulator's KV events", timeout=30)
+    homes = set()
+    for conv in range(6):
+        before = {p.port: blocks(p) for p in procs}
+        home = _served_by(procs[conv % 3], _chat(conv))
+        addr = next(f"127.0.0.1:{s.port}" for s in sims if s.name == f"sim-{home}")
+        # the engine's stored events reach every instance: then the next turns, elsewhere
+        wait_until(lambda: all(blocks(p)[addr] > before[p.port][addr] for p in procs),
+                   "the stored blocks in every instance's index")
+        for turn in range(1, 4):
+            got = _served_by(procs[(conv + turn) % 3], _chat(conv, turns=turn + 1))
+            assert got == home, (conv, turn, got, home)
+        homes.add(home)
+    assert len(homes) > 1, homes  # the conversations were spread: each followed its own
+
+
+def _get(port, path):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("GET", path)
+    body = c.getresponse().read()
+    c.close()
+    return body
 
 
 def _check(env, text):

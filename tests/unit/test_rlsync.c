@@ -85,13 +85,13 @@ static void apply_sets_the_shared_debt_plus_what_came_since(void **state)
 	assert_int_equal(rlsync_collect(&rl, t, &cursor, it, 2), 1);
 	assert_int_equal(ratelimit_take(&rl, 7, t), 0); /* one more after the collect */
 	/* the store says the others spent a lot: 450 ms of debt with ours */
-	rlsync_apply(&rl, &it[0], 450000, t);
+	rlsync_apply(&rl, &it[0], 450000, 1, t);
 	/* 450 + 100 ms spent of a 500 ms bucket: the next unit (100 ms) waits 150 ms */
 	assert_int_equal(ratelimit_take(&rl, 7, t), 150000);
 	/* a slot that holds another key by now is left alone */
 	struct rlsync_item other = it[0];
 	other.key = 8;
-	rlsync_apply(&rl, &other, 0, t);
+	rlsync_apply(&rl, &other, 0, 1, t);
 	assert_int_equal(ratelimit_take(&rl, 7, t), 150000);
 	ratelimit_fini(&rl);
 }
@@ -119,7 +119,7 @@ static void sim_sync(struct sim *s, unsigned i, uint64_t now)
 	for (size_t k = 0; k < got; k++) {
 		s->store_tat =
 		    rlsync_charge(s->store_tat, now, rlsync_cost_us(&s->rl[i], it[k].units));
-		rlsync_apply(&s->rl[i], &it[k], s->store_tat - now, now);
+		rlsync_apply(&s->rl[i], &it[k], s->store_tat - now, s->n, now);
 	}
 }
 
@@ -206,6 +206,41 @@ static void tokens_go_the_same_way(void **state)
 	sim_fini(s);
 }
 
+static void a_burst_is_not_spent_n_times(void **state)
+{
+	(void)state;
+	struct sim *s = calloc(1, sizeof(*s));
+	assert_non_null(s);
+	/* a token budget of 600 at one a second; requests of 108 tokens, each instance offered
+	 * one every 60 ms, for 3 s: five pass, not fifteen (each instance its own burst) */
+	sim_init(s, 3, 60, 60, 600);
+	uint64_t passed = sim_run(s, 1000000000, 3000000, 60000, 108, 100000, 0);
+	assert_true(passed <= 6 * 108);
+	assert_true(passed >= 4 * 108);
+	sim_fini(s);
+}
+
+static void one_busy_instance_of_three_gets_its_burst_over_a_few_syncs(void **state)
+{
+	(void)state;
+	struct sim *s = calloc(1, sizeof(*s));
+	assert_non_null(s);
+	/* three live, only the first offered requests (burst 30 at 1/s) */
+	sim_init(s, 3, 1, 1, 30);
+	uint64_t t = 1000000000, passed = 0;
+	for (unsigned i = 0; i < 3; i++)
+		sim_sync(s, i, t); /* every instance counted live */
+	for (uint64_t now = t; now < t + 1000000; now += 1000) {
+		if ((now - t) % 100000 == 0)
+			sim_sync(s, 0, now);
+		if (ratelimit_take(&s->rl[0], 42, now) == 0)
+			passed++;
+	}
+	/* 1/3 of what is left at each sync: 28 of 30 after ten, with the second's refill */
+	assert_true(passed >= 27 && passed <= 31);
+	sim_fini(s);
+}
+
 static void store_away_each_takes_its_share(void **state)
 {
 	(void)state;
@@ -236,6 +271,8 @@ int main(void)
 	    cmocka_unit_test(three_instances_keep_one_rate),
 	    cmocka_unit_test(one_instance_alone_gets_the_whole_rate),
 	    cmocka_unit_test(tokens_go_the_same_way),
+	    cmocka_unit_test(a_burst_is_not_spent_n_times),
+	    cmocka_unit_test(one_busy_instance_of_three_gets_its_burst_over_a_few_syncs),
 	    cmocka_unit_test(store_away_each_takes_its_share),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
