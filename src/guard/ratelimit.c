@@ -115,15 +115,18 @@ uint64_t ratelimit_take_n(struct ratelimit *rl, uint64_t key, uint64_t n, uint64
 	uint64_t cost = cost_of(rl, n);
 	/* a take larger than the bucket needs it full; then it leaves it in debt */
 	uint64_t need = cost < rl->capacity_us ? cost : rl->capacity_us;
+	/* a shared limit's bucket holds at most its part until a sync says more (cold_us) */
+	uint64_t floor = now_us + atomic_load_explicit(&rl->cold_us, memory_order_relaxed);
 	uint64_t tat = atomic_load_explicit(&s->tat, memory_order_relaxed);
 	for (;;) {
-		uint64_t allow_at = tat + need > rl->capacity_us ? tat + need - rl->capacity_us : 0;
+		uint64_t t = tat > floor ? tat : floor;
+		uint64_t allow_at = t + need > rl->capacity_us ? t + need - rl->capacity_us : 0;
 		if (now_us < allow_at) {
 			if (st)
-				state_of(rl, tat, now_us, st);
+				state_of(rl, t, now_us, st);
 			return allow_at - now_us;
 		}
-		uint64_t base = tat > now_us ? tat : now_us;
+		uint64_t base = t;
 		uint64_t next = base < TAT_MAX - cost ? base + cost : TAT_MAX;
 		if (atomic_compare_exchange_weak_explicit(&s->tat, &tat, next, memory_order_relaxed,
 							  memory_order_relaxed)) {

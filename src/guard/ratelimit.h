@@ -23,8 +23,10 @@
  * A limit shared by several instances (cluster:, guard/rlsync.h) is marked <synced>: each
  * slot then also counts the units taken or given back since the last sync (<pending>), which
  * the sync carries to Redis, and a slot is handed to another key only once that count is 0
- * (synced). A key new to the table starts with <cold_us> of its bucket spent (the others'
- * part of it, until a sync says what the key holds), 0 for a limit not shared. While the
+ * (synced). Its buckets never hold more than a bucket less <cold_us> (the others' part of
+ * it: a take counts the bucket spent at least that far), so a key that is new to the table,
+ * or was quiet since a sync found its shared bucket full, spends only its part until the
+ * next sync says what the key holds; 0 for a limit not shared. While the
  * shared store is away each instance enforces a share of the limit: every unit costs
  * <share> times its time, so N instances together keep about the rate.
  */
@@ -50,7 +52,7 @@ struct ratelimit {
 	unsigned burst;
 	unsigned synced;	  /* shared through cluster: (set before any take) */
 	_Atomic unsigned share;	  /* a unit costs this many units' time (1; N: cluster away) */
-	_Atomic uint64_t cold_us; /* a key new to the table starts this far spent */
+	_Atomic uint64_t cold_us; /* a bucket counts as spent at least this far */
 	_Atomic uint64_t shared;  /* times a key had to share a slot */
 	struct rl_slot *slots;	  /* RL_SLOTS */
 };

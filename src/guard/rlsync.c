@@ -7,6 +7,7 @@ size_t rlsync_collect(struct ratelimit *rl, uint64_t now_us, size_t *cursor,
 		      struct rlsync_item *out, size_t max)
 {
 	size_t n = 0, i = *cursor % RL_SLOTS;
+	uint64_t floor = now_us + atomic_load_explicit(&rl->cold_us, memory_order_relaxed);
 	for (size_t seen = 0; seen < RL_SLOTS && n < max; seen++, i = (i + 1) % RL_SLOTS) {
 		struct rl_slot *s = &rl->slots[i];
 		uint64_t key = atomic_load_explicit(&s->key, memory_order_acquire);
@@ -14,8 +15,8 @@ size_t rlsync_collect(struct ratelimit *rl, uint64_t now_us, size_t *cursor,
 			continue;
 		int64_t units = atomic_load_explicit(&s->pending, memory_order_relaxed);
 		uint64_t tat = atomic_load_explicit(&s->tat, memory_order_relaxed);
-		if (!units && tat <= now_us)
-			continue; /* full, and nothing to tell */
+		if (!units && tat <= floor)
+			continue; /* as full as it may be, and nothing to tell */
 		out[n].slot = s;
 		out[n].key = key;
 		out[n].units = atomic_exchange_explicit(&s->pending, 0, memory_order_relaxed);

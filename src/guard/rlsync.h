@@ -16,11 +16,12 @@
  *
  * Between syncs an instance does not see the others' takes. So that N instances together do
  * not spend N times what the shared bucket holds, a sync leaves each instance 1/N of what it
- * holds (N the instances the store counts as live), and a key new to an instance's table
- * (never seen, or idle until its bucket was full) starts with 1/N of a burst until its first
- * sync. What is left to overshoot is the refill: between two syncs each instance's bucket
- * refills at the whole rate. Whatever they pass is charged to the shared bucket and paid back
- * by refusing later, so over a window T the keys' requests passed stay within
+ * holds (N the instances the store counts as live), and no bucket ever holds more than 1/N
+ * of a burst: a key new to an instance's table, or quiet there since a sync found its shared
+ * bucket full (such a key is no longer carried), spends at most that before its next sync.
+ * What is left to overshoot is the refill: between two syncs each instance's bucket refills
+ * at the whole rate. Whatever they pass is charged to the shared bucket and paid back by
+ * refusing later, so over a window T the keys' requests passed stay within
  *
  *     rate x T + burst + (N - 1) x rate x sync
  *
@@ -33,7 +34,7 @@
  *
  * While the store is away no count is kept for it (rlsync_discard: the next sync starts
  * afresh, rather than charging an outage's worth at once), and each instance enforces 1/N of
- * each limit (rlsync_set_share), N the instances the store last counted.
+ * each limit (rlsync_set_instances), N the instances the store last counted.
  */
 #ifndef ACCELNET_GUARD_RLSYNC_H
 #define ACCELNET_GUARD_RLSYNC_H
@@ -55,10 +56,11 @@ struct rlsync_item {
 
 /*
  * The keys of <rl> a sync carries at <now_us>: those that counted units since the last sync
- * (their count is taken: set to 0) and those whose bucket is not full (they learn the
- * others' takes). At most <max> into <out>, scanning from *cursor onwards and leaving it where
- * the next sync goes on (a table with more keys than one sync carries is gone through in
- * turns). Returns how many.
+ * (their count is taken: set to 0) and those whose bucket holds less than an idle key's
+ * part (they learn the others' takes); a key whose last sync found its shared bucket full
+ * and that has been quiet since is left out. At most <max> into <out>, scanning from *cursor
+ * onwards and leaving it where the next sync goes on (a table with more keys than one sync carries
+ * is gone through in turns). Returns how many.
  */
 size_t rlsync_collect(struct ratelimit *rl, uint64_t now_us, size_t *cursor,
 		      struct rlsync_item *out, size_t max);

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -21,19 +22,19 @@ BURST = 20
 WINDOW = 15  # seconds of load in the rate test
 
 
-def _redis(env, port=None):
+def _redis(env, port=None, extra=()):
     """redis-server on a free loopback port, nothing saved; killed by env.cleanup."""
     exe = shutil.which("redis-server") or "/usr/bin/redis-server"
     if not os.path.exists(exe):
         raise Skip("no redis-server (scripts/deps.sh installs it)")
     port = port or free_port()
     p = env.start([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                   "--appendonly", "no", "--dir", env.dir], "redis", wait_port=port)
+                   "--appendonly", "no", "--dir", env.dir, *extra], "redis", wait_port=port)
     p.port = port
     return p
 
 
-def _instances(env, redis_port, body, n=3, sync_ms=100):
+def _instances(env, redis_port, body, n=3, sync_ms=100, extra=""):
     """<n> proxies with the same pools and routes (<body>) and cluster: on <redis_port>."""
     procs = []
     for i in range(n):
@@ -41,7 +42,7 @@ def _instances(env, redis_port, body, n=3, sync_ms=100):
         text = (f"workers: 2\nlisten:\n  - address: 127.0.0.1:{port}\n"
                 f"admin:\n  address: 127.0.0.1:{admin}\n"
                 f"cluster: {{redis: 127.0.0.1:{redis_port}, sync_ms: {sync_ms}, "
-                f"timeout_ms: 300}}\n" + body)
+                f"timeout_ms: 300{extra}}}\n" + body)
         path = env.write(f"proxy{i}.yaml", text)
         p = env.start([BIN, "proxy", "-c", path], f"proxy{i}", wait_port=port)
         p.port, p.admin = port, admin
@@ -178,6 +179,95 @@ def test_token_budget_spent_on_one_is_spent_on_all(env):
         time.sleep(0.02)
     assert 4 <= sum(passed) <= 7, passed
     assert i > 60  # far more were asked
+
+
+def test_password_and_a_wrong_one(env):
+    sim = env.sim("a", latency_ms=0, token_ms=0)
+    redis = _redis(env, extra=("--requirepass", "s3cret-pw"))
+    good = env.write("pw", "s3cret-pw\n")
+    bad = env.write("badpw", "guess\n")
+    body = "pools:\n" + pool_yaml("p", [sim.port]) + _route()
+    ok = _instances(env, redis.port, body, n=1, extra=f", password_file: {good}")
+    _all_see(ok, 1, instances=1)
+    no = _instances(env, redis.port, body, n=1, extra=f", password_file: {bad}")
+    wait_until(lambda: "enforced here alone" in env.log(no[0]), "the refusal in the log")
+    log = env.log(no[0])
+    assert "WRONGPASS" in log or "invalid password" in log, log
+    assert "guess" not in log and "s3cret" not in log  # the password is never logged
+    assert _cluster(no[0])["accelnet_cluster_redis_up"] == 0
+    # it serves all the same, with its limits its own
+    passed, seen, took = _load(no, 2)
+    assert seen == {200, 429}, seen
+
+
+def test_a_redis_that_never_answers_blocks_no_request(env):
+    """A peer that accepts and then says nothing (a hung Redis, a black hole): the sync times
+    out on its own thread; the requests never wait on it."""
+    sim = env.sim("a", latency_ms=0, token_ms=0)
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(16)
+    env.on_cleanup.append(hole.close)
+    procs = _instances(env, hole.getsockname()[1], "pools:\n" + pool_yaml("p", [sim.port]) +
+                       _route(), n=1)
+    wait_until(lambda: _cluster(procs[0])["accelnet_cluster_sync_failures_total"] >= 1,
+               "a timed-out connect")
+    assert _cluster(procs[0])["accelnet_cluster_redis_up"] == 0
+    passed, seen, took = _load(procs, 3)
+    assert seen == {200, 429}, seen
+    # alone (Redis never counted anyone): the whole limit
+    assert abs(passed[0] - (RATE * took + BURST)) <= 0.05 * (RATE * took + BURST), passed
+
+
+def _debt_ms(redis):
+    """The longest debt of a shared bucket in <redis> now: its key's PTTL, which is the debt
+    plus a second (cluster.c's charge script)."""
+    cli = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+    keys = subprocess.run([cli, "-p", str(redis.port), "--scan", "--pattern", "accelnet:rl:*"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    return max([int(subprocess.run([cli, "-p", str(redis.port), "PTTL", k],
+                                   capture_output=True, text=True, check=True).stdout) - 1000
+                for k in keys] or [0])
+
+
+def test_a_reload_keeps_the_shared_budget(env):
+    """SIGHUP builds the limits afresh, but the budget lives in Redis: a tenant that spent
+    its burst has still spent it after a reload, and the instance stays one of three."""
+    sim, redis, procs = _setup(env, _route().replace(f"{RATE}/s, burst: {BURST}",
+                                                     "1/m, burst: 3"))
+    p = procs[0]
+    # spend the whole burst (3 minutes' worth) through the three instances (each may spend a
+    # third of what the shared bucket holds)
+    k = [0]
+
+    def spent():
+        k[0] += 1
+        _get_status(procs[k[0] % 3], "t9")
+        return _debt_ms(redis) >= 170000
+    wait_until(spent, "the shared bucket spent")
+    path = os.path.join(env.dir, "proxy0.yaml")
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text.replace("sync_ms: 100", "sync_ms: 50"))
+    p.send_signal(signal.SIGHUP)
+    wait_until(lambda: "(configuration generation 1)" in env.log(p), "generation 1")
+    wait_until(lambda: _cluster(p).get("accelnet_cluster_redis_up") == 1, "the new sync")
+    # the new generation's buckets learn the shared one at their first sync: refused (a key
+    # new to it holds a third of the burst until then: one request may pass first)
+    got = [_get_status(p, "t9") for _ in range(5)]
+    assert got.count(200) <= 1 and got[-1] == 429, got
+    assert all(_get_status(o, "t9") == 429 for o in procs[1:])
+    _all_see(procs, 1, instances=3)
+
+
+def _get_status(p, tenant):
+    c = http.client.HTTPConnection("127.0.0.1", p.port, timeout=10)
+    c.request("GET", "/x", headers={"X-Tenant": tenant})
+    r = c.getresponse()
+    r.read()
+    c.close()
+    return r.status
 
 
 def _served_by(p, body):

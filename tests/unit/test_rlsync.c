@@ -96,6 +96,40 @@ static void apply_sets_the_shared_debt_plus_what_came_since(void **state)
 	ratelimit_fini(&rl);
 }
 
+static void a_quiet_key_leaves_the_sync_and_holds_a_third(void **state)
+{
+	(void)state;
+	struct ratelimit rl;
+	struct rlsync_item it[2];
+	size_t cursor = 0;
+	assert_int_equal(ratelimit_init(&rl, 10, 1, 9), 0); /* 100 ms a unit, burst 9 */
+	rl.synced = 1;
+	rlsync_set_instances(&rl, 1, 3);
+	uint64_t t = 1000000000;
+	/* new to the table: a third of the burst, then refused */
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(ratelimit_take(&rl, 7, t), 0);
+	assert_true(ratelimit_take(&rl, 7, t) > 0);
+	assert_int_equal(rlsync_collect(&rl, t, &cursor, it, 2), 1);
+	assert_int_equal(it[0].units, 3);
+	/* the store says the shared bucket is full again: the key goes quiet, no longer carried */
+	rlsync_apply(&rl, &it[0], 0, 3, t + 1000000);
+	assert_int_equal(rlsync_collect(&rl, t + 1000000, &cursor, it, 2), 0);
+	assert_int_equal(rlsync_collect(&rl, t + 60000000, &cursor, it, 2), 0);
+	/* however long it was quiet, it holds a third of the burst, not the whole */
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(ratelimit_take(&rl, 7, t + 60000000), 0);
+	assert_true(ratelimit_take(&rl, 7, t + 60000000) > 0);
+	assert_int_equal(rlsync_collect(&rl, t + 60000000, &cursor, it, 2), 1);
+	/* the store away: every unit costs three, whatever the key */
+	rlsync_set_instances(&rl, 0, 3);
+	assert_int_equal(ratelimit_take(&rl, 8, t), 0);
+	assert_int_equal(ratelimit_take(&rl, 8, t), 0);
+	assert_int_equal(ratelimit_take(&rl, 8, t), 0);
+	assert_true(ratelimit_take(&rl, 8, t) > 0); /* 9 units' time, 3 takes */
+	ratelimit_fini(&rl);
+}
+
 /* Simulated instances in front of one store, each deciding locally and syncing every
  * sync_us at its own phase; the store is one TAT per key, charged by rlsync_charge. */
 struct sim {
@@ -268,6 +302,7 @@ int main(void)
 	    cmocka_unit_test(cost_is_signed_and_clamped),
 	    cmocka_unit_test(collect_takes_counts_and_skips_idle_keys),
 	    cmocka_unit_test(apply_sets_the_shared_debt_plus_what_came_since),
+	    cmocka_unit_test(a_quiet_key_leaves_the_sync_and_holds_a_third),
 	    cmocka_unit_test(three_instances_keep_one_rate),
 	    cmocka_unit_test(one_instance_alone_gets_the_whole_rate),
 	    cmocka_unit_test(tokens_go_the_same_way),
