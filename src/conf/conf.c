@@ -170,6 +170,7 @@ void conf_free(struct conf *c)
 	free(c->listens);
 	free(c->admin.address);
 	free(c->admin_token_file);
+	free(c->admin_state_file);
 	free(c->access_log.path);
 	free(c->access_log.syslog_socket);
 	free(c->user);

@@ -162,7 +162,12 @@ struct conf_pool {
 	struct conf_upstream_tls *tls; /* NULL: plain TCP to the backends */
 	struct conf_engine_metrics engine_metrics;
 	int has_kv_events; /* some backend has kv_events */
+	/* pools[].spare_backends: slots kept for backends added at run time through the admin
+	 * API (proxy/manage.h); CONF_SPARE_DEFAULT until the pool is checked */
+	unsigned spare_backends;
 };
+
+#define CONF_SPARE_DEFAULT 4u /* spare_backends when not given (fewer if the pool is full) */
 
 /* routes[].auth.client_cert.tenant_from: which part of a verified client certificate names
  * the tenant. */
@@ -330,6 +335,7 @@ struct conf {
 	int has_admin;
 	struct conf_listen admin;
 	char *admin_token_file; /* admin.token_file: its requests need this bearer token */
+	char *admin_state_file; /* admin.state_file: runtime changes kept here; NULL: none */
 	struct conf_timeouts timeouts;
 	struct conf_limits limits;
 	struct net_cidr *trusted_proxies; /* whose forwarding headers are believed */

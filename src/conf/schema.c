@@ -81,6 +81,7 @@ static int read_listen(struct rules_ctx *x, const struct rule *r, yaml_node_t *v
 static const struct rule admin_rules[] = {
     {"address", RULE_ADDR, offsetof(struct conf, admin), 0, 0, NULL, NULL},
     {"token_file", RULE_STR, offsetof(struct conf, admin_token_file), 0, 0, NULL, NULL},
+    {"state_file", RULE_STR, offsetof(struct conf, admin_state_file), 0, 0, NULL, NULL},
     RULES_END,
 };
 
@@ -338,6 +339,7 @@ static const struct rule pool_rules[] = {
     {"queue", RULE_SECTION, 0, 0, 0, queue_rules, NULL},
     POOL_UINT("ewma_decay_ms", ewma_decay_ms, 1, MS_MAX),
     POOL_UINT("hedge_after_ms", hedge_after_ms, 0, MS_MAX),
+    POOL_UINT("spare_backends", spare_backends, 0, LB_MAX_BACKENDS),
     {"load_header", RULE_STR, offsetof(struct conf_pool, load_header), 0, 0, NULL, NULL},
     POOL_UINT("load_ttl_ms", load_ttl_ms, 1, MS_MAX),
     POOL_UINT("slow_start_ms", slow_start_ms, 0, MS_MAX),
@@ -363,10 +365,51 @@ static void pool_set_defaults(struct conf_pool *p)
 	p->ewma_decay_ms = 1000;
 	p->load_ttl_ms = 1000;
 	p->retry_budget_pct = 20;
+	p->spare_backends = UINT32_MAX; /* not given: check_spare() chooses */
 	p->outlier = (struct conf_outlier){.ejection_ms = 30000, .max_ejection_pct = 50};
 	p->hash = (struct conf_hash){
 	    .key = HASH_KEY_CLIENT_IP, .prefix_bytes = 256, .body_max_bytes = 16384};
 	schema_engine_metrics_defaults(&p->engine_metrics);
+}
+
+/*
+ * pools[].spare_backends: slots for backends the admin API adds. Not given: CONF_SPARE_DEFAULT,
+ * as many as fit under LB_MAX_BACKENDS, and none for a pool whose balancer fixes its backends
+ * at load (its schedule or ring would never name them) or that speaks TLS to its backends (an
+ * added backend's certificate name is not known); given there, refused.
+ */
+static int check_spare(struct rules_ctx *x, yaml_node_t *item, struct conf_pool *p)
+{
+	size_t slots = 0;
+	for (size_t j = 0; j < p->nbackends; j++)
+		slots += !p->backends[j].discover      ? 1
+			 : p->backends[j].discover_max ? p->backends[j].discover_max
+						       : DISCOVER_MAX_DEFAULT;
+	int cannot = p->balance->prepare || p->tls;
+	if (p->spare_backends == UINT32_MAX) {
+		size_t room = slots < LB_MAX_BACKENDS ? LB_MAX_BACKENDS - slots : 0;
+		p->spare_backends = cannot			? 0
+				    : room < CONF_SPARE_DEFAULT ? (unsigned)room
+								: CONF_SPARE_DEFAULT;
+		return 0;
+	}
+	yaml_node_t *v = rules_value_of(x, item, "spare_backends");
+	if (p->spare_backends && p->balance->prepare)
+		return rules_fail(x, v,
+				  "pool '%s': balance %s fixes its backends at load, so it cannot "
+				  "take added ones; use round-robin, least-connections, p2c, "
+				  "peak-ewma or llm, or spare_backends: 0",
+				  p->name, p->balance->name);
+	if (p->spare_backends && p->tls)
+		return rules_fail(x, v,
+				  "pool '%s': backends cannot be added at run time to a pool with "
+				  "tls (their certificate names are not known); spare_backends: 0",
+				  p->name);
+	if (slots + p->spare_backends > LB_MAX_BACKENDS)
+		return rules_fail(x, v,
+				  "pool '%s': %zu backends and %u spare ones; at most %d per pool",
+				  p->name, slots, p->spare_backends, LB_MAX_BACKENDS);
+	return 0;
 }
 
 /* The checks of one pool <p> (index <i>) once all its keys are read. */
@@ -398,7 +441,7 @@ static int check_pool(struct rules_ctx *x, yaml_node_t *item, struct conf_pool *
 	if (!p->health.timeout_ms)
 		p->health.timeout_ms = p->health.interval_ms < 2000 ? p->health.interval_ms : 2000;
 	int err = pool_policy_check(x, item, p);
-	if (err)
+	if (err || (err = check_spare(x, item, p)))
 		return err;
 	if (p->hash.prefix_bytes > p->hash.body_max_bytes)
 		return rules_fail(x, rules_value_of(x, item, "hash"),

@@ -613,3 +613,14 @@ void hsrv_stop(struct hsrv *srv)
 	hsrv_stop_listening(srv);
 	free(srv);
 }
+
+char *hsrv_peer(const struct hsrv_conn *c, char *out, size_t len)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	if (getpeername(c->nc.fd, (struct sockaddr *)&ss, &sl) < 0) {
+		snprintf(out, len, "?");
+		return out;
+	}
+	return net_addr_format((const struct sockaddr *)&ss, out, len);
+}

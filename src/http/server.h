@@ -78,6 +78,8 @@ int hsrv_stream_write(struct hsrv_conn *c, const char *data, size_t len);
 void hsrv_stream_end(struct hsrv_conn *c);
 /* Close the connection once the answer to its current request is written. */
 void hsrv_close_after(struct hsrv_conn *c);
+/* The client's address as "HOST:PORT" in <out> ("?" when unknown); returns <out>. */
+char *hsrv_peer(const struct hsrv_conn *c, char *out, size_t len);
 /* Run <fn>(<arg>) if the client disconnects before the response is complete. */
 void hsrv_on_abort(struct hsrv_conn *c, hsrv_abort_fn fn, void *arg);
 

@@ -205,6 +205,8 @@ const char *metrics_label(const struct metrics *m, unsigned sp, size_t series, s
 int metrics_series_live(const struct metrics *m, unsigned sp, size_t series)
 {
 	const struct metric_space *s = &m->cfg.spaces[sp];
+	if (s->live && !s->live(m->cfg.ctx, series))
+		return 0;
 	return !s->label || s->label(m->cfg.ctx, series, 0) != NULL;
 }
 

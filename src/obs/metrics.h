@@ -69,6 +69,9 @@ struct metric_space {
 	int parent;
 	const size_t *parent_of;
 	metric_label_fn label; /* instead of values: labels filled in later (root spaces only) */
+	/* may be NULL: is series i in use now? (a slot kept empty for later); the writers leave
+	 * the others out */
+	int (*live)(const void *ctx, size_t series);
 };
 
 /* Live state, read at scrape time: <ctx> is metrics_config.ctx. */

@@ -29,6 +29,10 @@
  * with Origin or Sec-Fetch-Site: any web page can make a browser POST a form to 127.0.0.1,
  * though it cannot read the answer); with the token, the Authorization header is what a page
  * cannot send.
+ *
+ * /api/ is the runtime admin API (adminapi.h): the same token, and without one the same
+ * refusal of browsers for every call that is not a GET. admin.state_file is applied over the
+ * config as the endpoint starts (statefile.h), before the workers take requests.
  */
 #include "proxy/admin.h"
 #include "cache/purge.h"
@@ -41,7 +45,9 @@
 #include "obs/dashboard.h"
 #include "obs/json.h"
 #include "obs/prom.h"
+#include "proxy/adminapi.h"
 #include "proxy/debugreq.h"
+#include "proxy/statefile.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -53,6 +59,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define ADMIN_MAX_CONNS 256
 #define ADMIN_MAX_BODY 16384 /* a purge's form body at most */
@@ -68,6 +75,7 @@ struct admin {
 	unsigned char token_sha[32]; /* SHA-256 of the token; wiped at stop */
 	const char *tag_field;	     /* cache.tag_header */
 	struct cache_purge purge;    /* the purge being answered (too large for the stack) */
+	struct adminapi api;	     /* /api/: the runtime admin API */
 };
 
 static int sha256(const void *data, size_t len, unsigned char out[32])
@@ -337,6 +345,19 @@ static void admin_on_request(void *arg, struct hsrv_conn *c, const struct http_h
 			     sizeof(msg) - 1);
 		return;
 	}
+	if (req->path.len >= 5 && memcmp(req->path.p, "/api/", 5) == 0) {
+		if (req->meth != HTTP_GET && req->meth != HTTP_HEAD && !a->has_token &&
+		    admin_from_browser(req)) {
+			hsrv_close_after(c);
+			admin_json_error(c, 403, "",
+					 "forbidden: without admin.token_file, a change is refused "
+					 "to browsers (this request has Origin or Sec-Fetch-Site); "
+					 "use accelnet ctl or curl, or set a token");
+			return;
+		}
+		adminapi_serve(&a->api, c, req, body, body_len);
+		return;
+	}
 	if (a->debug && http_str_eq(req->path, "/debug/requests") && req->meth == HTTP_GET) {
 		admin_debug_requests(a, c);
 		return;
@@ -354,7 +375,7 @@ static void admin_on_request(void *arg, struct hsrv_conn *c, const struct http_h
 								 : 0;
 	if (!status || (req->meth != HTTP_GET && req->meth != HTTP_HEAD)) {
 		static const char msg[] = "not found: try /status, /metrics, /dashboard, "
-					  "/debug/requests or POST /cache/purge\n";
+					  "/debug/requests, POST /cache/purge or /api/backends\n";
 		hsrv_respond(c, 404, "text/plain", "", msg, sizeof(msg) - 1);
 		return;
 	}
@@ -416,6 +437,41 @@ fail:
 	return rc;
 }
 
+/*
+ * admin.state_file at start: applied over the config. A file that is not a state file is
+ * not applied; it is renamed PATH.bad (so that the next change does not write over what it
+ * held) and the proxy starts from its config alone, saying so.
+ */
+static void admin_apply_state(struct runtime *rt, const char *path)
+{
+	char err[512], bad[4096];
+	int exists = access(path, F_OK) == 0;
+	if (statefile_apply(rt, path, err, sizeof(err)) == 0) {
+		if (exists)
+			log_info("admin: state file %s applied", path);
+		return;
+	}
+	snprintf(bad, sizeof(bad), "%s.bad", path);
+	if (rename(path, bad) == 0)
+		log_warn("%s: it is ignored and kept as %s; the proxy starts from its config", err,
+			 bad);
+	else
+		log_warn("%s: it is ignored (and cannot be renamed to %s: %s)", err, bad,
+			 strerror(errno));
+}
+
+void admin_set_runtime(struct admin *a, struct runtime *rt)
+{
+	a->rt = rt;
+	a->api.rt = rt;
+}
+
+void admin_set_reload(struct admin *a, adminapi_reload_fn fn, void *arg)
+{
+	a->api.reload = fn;
+	a->api.reload_arg = arg;
+}
+
 int admin_start(struct loop *loop, const struct conf *conf, struct runtime *rt, int given,
 		struct admin **out, char *err, size_t errlen)
 {
@@ -437,6 +493,10 @@ int admin_start(struct loop *loop, const struct conf *conf, struct runtime *rt, 
 	if (conf->admin_token_file &&
 	    (rc = admin_load_token(a, conf->admin_token_file, err, errlen)) < 0)
 		goto fail;
+	a->api = (struct adminapi){
+	    .rt = rt, .state_file = conf->admin_state_file, .tag_field = a->tag_field};
+	if (conf->admin_state_file)
+		admin_apply_state(rt, conf->admin_state_file);
 	rc = given >= 0 ? sock_dup(given) : 0;
 	if (rc >= 0)
 		rc = given >= 0

@@ -6,12 +6,14 @@
  * request needs "Authorization: Bearer TOKEN" (else 401). GET /debug/requests (JSON: the
  * exchanges in flight and the slowest recent ones) asks the workers (debugreq.h).
  * POST /cache/purge unlinks stored responses (cache/purge.h; docs/cache.md, "Purge").
+ * /api/ is the runtime admin API (adminapi.h; docs/operations.md, "Runtime admin API").
  */
 #ifndef ACCELNET_PROXY_ADMIN_H
 #define ACCELNET_PROXY_ADMIN_H
 
 #include "conf/model.h"
 #include "core/loop.h"
+#include "proxy/adminapi.h"
 #include "proxy/runtime.h"
 
 #include <stddef.h>
@@ -30,6 +32,17 @@ void admin_stop_listening(struct admin *a);
 struct debugreq_board;
 /* Serve GET /debug/requests from <b> (which outlives the admin endpoint). */
 void admin_serve_debug(struct admin *a, struct debugreq_board *b);
+/*
+ * POST /api/reload calls <fn>(<arg>, err, errlen): 0 answers 200 {"reloaded": true}, -EINVAL
+ * 400 and another -errno 500, with {"error": err}. Without a hook it answers 501. When a
+ * reload builds a new runtime, the hook also points the API at it (admin_set_runtime).
+ */
+void admin_set_reload(struct admin *a, adminapi_reload_fn fn, void *arg);
+/*
+ * Serve <rt> from now on (a reload built a new runtime; call statefile_apply(rt,
+ * conf->admin_state_file, ...) on it first so that the API's changes hold across it).
+ */
+void admin_set_runtime(struct admin *a, struct runtime *rt);
 /* Close every admin connection and wipe the token. */
 void admin_stop(struct admin *a);
 

@@ -173,7 +173,7 @@ static int pool_has_capped_backend(const struct pool_rt *pool, const struct wait
 	const uint64_t *serving = wt->has_model ? models_mask(&pool->models, wt->model) : NULL;
 	for (size_t i = 0; i < pool->nbackends; i++) {
 		const struct backend *b = &pool->backends[i];
-		if (b->conf->max_concurrency && (!serving || models_mask_has(serving, i)) &&
+		if (backend_cap(b) && (!serving || models_mask_has(serving, i)) &&
 		    backend_usable(b, now_ms))
 			return 1;
 	}
@@ -232,7 +232,7 @@ enum admit_result admission_admit(struct pool_rt *pool, struct waiter *wt, uint6
 void admission_release(struct pool_rt *pool, struct backend *be, uint64_t now_ms, uint64_t rnd)
 {
 	atomic_fetch_sub_explicit(&be->share->inflight, 1, memory_order_relaxed);
-	if (!be->conf->max_concurrency)
+	if (!backend_cap(be))
 		return; /* an uncapped backend never made anyone wait */
 	admission_grant(pool, now_ms, rnd);
 	/* a slot an older generation's request held: the newest one's queue may want it */

@@ -82,6 +82,51 @@ static const char *read_be_address(const void *ctx, size_t i)
 	return b->addr_text[atomic_load_explicit(&b->addr_at, memory_order_acquire) & 1];
 }
 
+static const char *const source_names[] = {
+    [BACKEND_FROM_CONFIG] = "config", [BACKEND_FROM_DNS] = "dns", [BACKEND_FROM_API] = "api"};
+
+static const char *read_be_source(const void *ctx, size_t i)
+{
+	return source_names[be_at(ctx, i)->source];
+}
+
+static const char *const admin_names[BACKEND_STATES] = {[BACKEND_ENABLED] = "enabled",
+							[BACKEND_DRAINING] = "draining",
+							[BACKEND_DISABLED] = "disabled"};
+
+const char *backend_state_name(const struct backend *b)
+{
+	if (b->source != BACKEND_FROM_DNS && !backend_present(b))
+		return atomic_load_explicit(&b->share->inflight, memory_order_relaxed) ? "removing"
+										: "removed";
+	return admin_names[atomic_load_explicit(&b->admin, memory_order_relaxed) % BACKEND_STATES];
+}
+
+static const char *read_be_state_name(const void *ctx, size_t i)
+{
+	return backend_state_name(be_at(ctx, i));
+}
+
+static double read_be_state(const void *ctx, size_t i)
+{
+	const struct backend *b = be_at(ctx, i);
+	if (b->source != BACKEND_FROM_DNS && !backend_present(b))
+		return BACKEND_STATES; /* removing */
+	return RELAXED(b->admin);
+}
+
+/* A spare slot holding nothing is left out of /status and /metrics. */
+static int be_live(const void *ctx, size_t i)
+{
+	return !backend_slot_free(be_at(ctx, i));
+}
+
+static double read_maintenance(const void *ctx, size_t i)
+{
+	(void)i;
+	return RELAXED(((const struct runtime *)ctx)->maintenance) > 0;
+}
+
 static double read_be_weight(const void *ctx, size_t i)
 {
 	return RELAXED(be_at(ctx, i)->weight);
@@ -112,7 +157,9 @@ static double read_be_eligible(const void *ctx, size_t i)
 static double read_be_ejected(const void *ctx, size_t i)
 {
 	const struct backend *b = be_at(ctx, i);
-	return atomic_load(&b->up) && !backend_usable(b, clock_now_ms());
+	/* (a backend the admin API took out, or an empty slot, is not ejected) */
+	return atomic_load(&b->up) && backend_present(b) && !atomic_load(&b->admin) &&
+	       !backend_usable(b, clock_now_ms());
 }
 
 static double read_be_inflight(const void *ctx, size_t i)
@@ -122,7 +169,7 @@ static double read_be_inflight(const void *ctx, size_t i)
 
 static double read_be_max_concurrency(const void *ctx, size_t i)
 {
-	return be_at(ctx, i)->conf->max_concurrency;
+	return backend_cap(be_at(ctx, i));
 }
 
 static double read_be_latency(const void *ctx, size_t i)
@@ -411,7 +458,16 @@ static const char *read_tenant_name(const void *ctx, size_t i)
 /* Every metric of the proxy, once: /metrics and /status both walk this table. */
 static const struct metric_def proxy_metric_defs[PM_COUNT] = {
     [PM_BACKEND_ADDRESS] = {BE, JSON_ONLY("address", MJ_STRING), .read_str = read_be_address},
-    [PM_BACKEND_WEIGHT] = {BE, JSON_ONLY("weight", MJ_UINT), .read = read_be_weight},
+    [PM_BACKEND_SOURCE] = {BE, JSON_ONLY("source", MJ_STRING), .read_str = read_be_source},
+    [PM_BACKEND_STATE_NAME] = {BE, JSON_ONLY("state", MJ_STRING), .read_str = read_be_state_name},
+    [PM_BACKEND_WEIGHT] = {"accelnet_backend_weight", METRIC_GAUGE,
+			   "the backend's weight: its config's, its SRV record's, or what the "
+			   "admin API set",
+			   NULL, BE, .json = "weight", .json_as = MJ_UINT, .read = read_be_weight},
+    [PM_BACKEND_STATE] = {"accelnet_backend_admin_state", METRIC_GAUGE,
+			  "what the admin API made of the backend: 0 enabled, 1 draining, 2 "
+			  "disabled, 3 removing (no new requests but at 0; those in flight finish)",
+			  NULL, BE, .read = read_be_state},
     [PM_BACKEND_PRESENT] = {"accelnet_backend_present", METRIC_GAUGE,
 			    "1 if the backend takes new requests as far as discovery goes: a fixed "
 			    "address, or one its name's DNS answer holds (0: an unused or "
@@ -626,6 +682,11 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 			  "turned them away",
 			  NULL, LISTENER, .sub_label = "limit", .sub_values = shed_names,
 			  .nsub = SHED_REASONS, .json = "shed", .json_as = MJ_UINT},
+    [PM_PROCESS_MAINTENANCE] = {"accelnet_maintenance", METRIC_GAUGE,
+				"1 while the proxy is in maintenance (admin API): new requests are "
+				"answered 503 with Retry-After, those in flight finish",
+				NULL, .space = SPACE_PROCESS, .json = "maintenance",
+				.json_as = MJ_BOOL, .read = read_maintenance},
     [PM_PROCESS_BUFFER_BYTES] = {"accelnet_buffer_bytes", METRIC_GAUGE,
 				 "bytes of connection buffers lent out now, all workers "
 				 "(limits.max_buffer_memory)",
@@ -785,7 +846,8 @@ static int runtime_create_metrics(struct runtime *rt)
 						      .n = rt->nbackends,
 						      .values = rt->backend_labels,
 						      .parent = SPACE_POOL,
-						      .parent_of = rt->backend_pool};
+						      .parent_of = rt->backend_pool,
+						      .live = be_live};
 	spaces[SPACE_POOL] = (struct metric_space){.json = "pools",
 						   .labels = {"pool"},
 						   .nlabels = 1,
@@ -915,7 +977,8 @@ int runtime_create(const struct conf *conf, struct runtime **out)
 		const struct conf_pool *pc = &conf->pools[i];
 		p->conf = pc;
 		p->index = i;
-		p->nbackends = runtime_pool_slots(pc);
+		p->nbackends = runtime_pool_slots(pc) + pc->spare_backends;
+		p->spare_conf = (struct conf_backend){.weight = 1};
 		if (pool_queue_init(&p->queue, pc) < 0) {
 			p->conf = NULL; /* nothing to destroy */
 			goto fail;
@@ -929,7 +992,8 @@ int runtime_create(const struct conf *conf, struct runtime **out)
 			goto fail;
 		for (size_t j = 0, k = 0, slot = 0; j < p->nbackends; j++) {
 			struct backend *b = &p->backends[j];
-			const struct conf_backend *cb = &pc->backends[k];
+			const struct conf_backend *cb =
+			    k < pc->nbackends ? &pc->backends[k] : &p->spare_conf;
 			b->conf = cb;
 			b->pool = pc;
 			b->id = rt->nbackends++;
@@ -938,7 +1002,14 @@ int runtime_create(const struct conf *conf, struct runtime **out)
 				goto fail;
 			atomic_init(&b->up, 1);
 			atomic_init(&b->weight, cb->weight);
-			if (cb->discover) { /* a slot, empty until the name resolves */
+			atomic_init(&b->max_conc, cb->max_concurrency);
+			if (k >= pc->nbackends) { /* a spare slot, empty until the API fills it */
+				b->source = BACKEND_FROM_API;
+				snprintf(b->name, sizeof(b->name), "%s#spare%zu", pc->name,
+					 j - runtime_pool_slots(pc));
+			} else if (cb->discover) {
+				b->source =
+				    BACKEND_FROM_DNS; /* a slot, empty until the name resolves */
 				snprintf(b->name, sizeof(b->name), "%.60s#%zu", cb->ep.address,
 					 slot);
 				if (++slot == slot_count(cb))
@@ -1014,13 +1085,14 @@ void runtime_destroy(struct runtime *rt)
 
 int backend_usable(const struct backend *b, uint64_t now_ms)
 {
-	return backend_present(b) && atomic_load_explicit(&b->up, memory_order_relaxed) &&
+	return backend_present(b) && !atomic_load_explicit(&b->admin, memory_order_relaxed) &&
+	       atomic_load_explicit(&b->up, memory_order_relaxed) &&
 	       now_ms >= atomic_load_explicit(&b->down_until_ms, memory_order_relaxed);
 }
 
 int backend_eligible(const struct backend *b, uint64_t now_ms)
 {
-	unsigned cap = b->conf->max_concurrency;
+	unsigned cap = backend_cap(b);
 	return backend_usable(b, now_ms) &&
 	       (!cap || atomic_load_explicit(&b->share->inflight, memory_order_relaxed) < cap);
 }
@@ -1079,11 +1151,13 @@ static void backend_eject(struct pool_rt *p, struct backend *b, uint64_t now_ms,
 	uint64_t last = atomic_load_explicit(&b->ejected_ms, memory_order_relaxed);
 	if (!outlier_may_eject(now_ms, sent_ms, last, until))
 		return;
-	size_t out = 0;
-	for (size_t i = 0; i < p->nbackends; i++)
+	size_t out = 0, in_pool = 0; /* (empty slots are no part of the pool) */
+	for (size_t i = 0; i < p->nbackends; i++) {
 		out += now_ms <
 		       atomic_load_explicit(&p->backends[i].down_until_ms, memory_order_relaxed);
-	if ((out + 1) * 100 > (size_t)o->max_ejection_pct * p->nbackends)
+		in_pool += backend_present(&p->backends[i]);
+	}
+	if ((out + 1) * 100 > (size_t)o->max_ejection_pct * in_pool)
 		return; /* keep serving: too much of the pool is out already */
 	unsigned times = atomic_load_explicit(&b->ejections_in_row, memory_order_relaxed);
 	if (until && now_ms > until + 10ull * o->ejection_ms)
@@ -1233,7 +1307,7 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 	const uint64_t *serving = h->has_model ? models_mask(&p->models, h->model) : NULL;
 	for (size_t i = 0; i < n; i++) {
 		const struct backend *b = &p->backends[i];
-		unsigned cap = b->conf->max_concurrency;
+		unsigned cap = backend_cap(b);
 		unsigned inflight = atomic_load_explicit(&b->share->inflight, memory_order_relaxed);
 		unsigned others = reported_load(b, now_ms); /* a peer's figure: up to UINT32_MAX */
 		int usable = b != h->exclude && (!serving || models_mask_has(serving, i)) &&
@@ -1269,7 +1343,7 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 			break;
 		}
 		struct backend *b = &p->backends[idx];
-		unsigned cap = b->conf->max_concurrency;
+		unsigned cap = backend_cap(b);
 		/* seq_cst, then present: a slot discovery takes out either is seen gone here,
 		 * or is seen busy there and not rewritten (struct backend) */
 		unsigned before =

@@ -44,7 +44,10 @@ struct cluster_stats;
 enum proxy_metric {
 	/* per backend */
 	PM_BACKEND_ADDRESS,
+	PM_BACKEND_SOURCE,
+	PM_BACKEND_STATE_NAME,
 	PM_BACKEND_WEIGHT,
+	PM_BACKEND_STATE,
 	PM_BACKEND_PRESENT,
 	PM_BACKEND_UP,
 	PM_BACKEND_ELIGIBLE,
@@ -106,6 +109,7 @@ enum proxy_metric {
 	PM_LISTENER_ADDRESS,
 	PM_LISTENER_SHED, /* series: listener index * SHED_REASONS + enum shed_reason */
 	/* the process (one series) */
+	PM_PROCESS_MAINTENANCE,
 	PM_PROCESS_BUFFER_BYTES,
 	PM_PROCESS_CPU,
 	PM_PROCESS_RESIDENT,
@@ -179,6 +183,19 @@ struct backend_share {
 	_Atomic(struct pool_rt *) notify; /* NULL: only the pool that holds the backend */
 };
 
+/* Where a backend slot comes from: the config's list, a discovered name's slots, or the
+ * pool's spare ones (pools[].spare_backends), which the admin API fills (proxy/manage.h). */
+enum backend_source { BACKEND_FROM_CONFIG, BACKEND_FROM_DNS, BACKEND_FROM_API };
+
+/* What the admin API made of a backend (proxy/manage.h); anything but ENABLED takes no new
+ * requests, while those in flight finish. */
+enum backend_admin {
+	BACKEND_ENABLED,
+	BACKEND_DRAINING, /* drain: taken out softly, meant to come back */
+	BACKEND_DISABLED, /* disable: out, its idle connections closed */
+	BACKEND_STATES
+};
+
 struct backend {
 	const struct conf_backend *conf;
 	const struct conf_pool *pool;
@@ -196,7 +213,11 @@ struct backend {
 	struct net_addr addr;
 	atomic_int present;
 	atomic_uint gen;
-	atomic_uint weight; /* conf's, or the SRV record's */
+	atomic_uint weight;	    /* conf's, the SRV record's, or the admin API's */
+	atomic_uint max_conc;	    /* its slots: conf's max_concurrency or the API's; 0: no cap */
+	atomic_int admin;	    /* enum backend_admin: the admin API's word */
+	enum backend_source source; /* fixed at start */
+	unsigned api_set;	    /* MANAGE_SET_* the API changed (manage.h): the main thread's */
 	/* its address as text for /status; [addr_at] is current (two, so a reader is never
 	 * handed the one being rewritten) */
 	char addr_text[2][64];
@@ -240,6 +261,7 @@ struct pool_rt {
 	struct pool_queue queue;	  /* requests waiting for a slot */
 	struct llm_fit *llm;		  /* balance: llm: its backends' TTFT fit (proxy/llm.h) */
 	struct model_set models;	  /* which backends serve which model (models.h) */
+	struct conf_backend spare_conf;	  /* what the spare slots' conf points to: defaults */
 };
 
 /* Reloads so far (proxy.c's, across generations; the main thread writes and reads them). */
@@ -269,6 +291,9 @@ struct runtime {
 	const struct accesslog *alog; /* access_log: its dropped lines are a metric; NULL: off */
 	struct cache_store *cache;    /* the response cache (cache:), or NULL */
 	const struct cluster_stats *cluster; /* cluster: its sync's state, or NULL */
+	/* the admin API's maintenance: 0 off, else new requests are answered 503 with this
+	 * Retry-After, in seconds (proxy/manage.h) */
+	atomic_uint maintenance;
 };
 
 int runtime_create(const struct conf *conf, struct runtime **out);
@@ -314,9 +339,28 @@ static inline int backend_present(const struct backend *b)
 	return atomic_load_explicit(&b->present, memory_order_relaxed);
 }
 
+/* Its concurrency cap now: max_concurrency, or what the admin API set; 0: none. */
+static inline unsigned backend_cap(const struct backend *b)
+{
+	return atomic_load_explicit(&b->max_conc, memory_order_relaxed);
+}
+
+/* Is <b> a spare slot holding nothing: no backend added, or one removed whose last request
+ * has ended (the main thread's view; the slot may then be filled again)? */
+static inline int backend_slot_free(const struct backend *b)
+{
+	return b->source == BACKEND_FROM_API && !backend_present(b) &&
+	       !atomic_load_explicit(&b->share->inflight, memory_order_seq_cst);
+}
+
 /* Present, up, not passively marked out or ejected, and under its concurrency cap. */
 int backend_eligible(const struct backend *b, uint64_t now_ms);
-/* Present, up and not marked out or ejected (at its cap or not). */
+/* <b>'s state as /status and the admin API say it: "enabled", "draining", "disabled", or
+ * "removing" / "removed" (taken out of its pool by the admin API, requests still in flight
+ * or none). */
+const char *backend_state_name(const struct backend *b);
+
+/* Present, enabled (admin), up and not marked out or ejected (at its cap or not). */
 int backend_usable(const struct backend *b, uint64_t now_ms);
 /* A connection to <b> failed: keep it out of rotation for the pool's fail_timeout_ms. */
 void backend_mark_failed(struct backend *b, uint64_t now_ms);

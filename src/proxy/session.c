@@ -81,10 +81,12 @@ static enum run session_answer(struct client *cl, int status, const char *detail
 	    .keep_alive = keep,
 	    .request_id = rid,
 	    /* every 429 and 503 of the proxy's says when to come back: a limit, when it would
-	     * pass (quota.c); a full queue or no backend, in a second */
-	    .retry_after_s = status == 503	  ? SESSION_RETRY_AFTER_S
-			     : status == 429 && x ? x->retry_after_s
-						  : 0,
+	     * pass (quota.c); maintenance, as the admin API set it (stages.c); a full queue or
+	     * no backend, in a second */
+	    .retry_after_s = status == 503 && x && x->retry_after_s ? x->retry_after_s
+			     : status == 503			    ? SESSION_RETRY_AFTER_S
+			     : status == 429 && x		    ? x->retry_after_s
+								    : 0,
 	    .challenges = route ? auth_challenges(route->auth) : 0,
 	    .openai = route && route->api == CONF_API_OPENAI,
 	    .openai_type = status == 429 && x ? x->limit_type : NULL,

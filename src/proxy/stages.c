@@ -139,6 +139,12 @@ static enum run stage_route(struct exchange *x)
 		return exchange_reply(x, 404, "no route matches this request", 1);
 	x->route = route;
 	x->pool = &x->w->rt->pools[route->pool];
+	/* the admin API's maintenance: new requests are turned away, those in flight finish */
+	unsigned retry_s = atomic_load_explicit(&x->w->rt->maintenance, memory_order_relaxed);
+	if (retry_s) {
+		x->retry_after_s = retry_s;
+		return exchange_reply(x, 503, "in maintenance: try again later", 1);
+	}
 	return RUN_AGAIN;
 }
 

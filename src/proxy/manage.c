@@ -1,0 +1,369 @@
+/*
+ * manage.c - the admin API's changes to backends and to the proxy (see manage.h).
+ *
+ * Publishing a new backend in a spare slot follows discovery's protocol (struct backend in
+ * runtime.h): the slot is rewritten only while not present and with nothing in flight, and
+ * made present last (seq_cst); a pick raises inflight before it reads present. A drain or a
+ * disable is one relaxed store: a pick racing with it may still take the backend once, as
+ * a request a moment earlier would have. Whatever frees capacity (a backend added or
+ * enabled, a larger cap) grants queued requests at once (admission_grant).
+ */
+#include "proxy/manage.h"
+#include "core/clock.h"
+#include "core/log.h"
+#include "proxy/admission.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int manage_parse_address(const char *text, struct net_addr *out, char *canon, size_t canon_len,
+			 const char **why)
+{
+	char host[INET6_ADDRSTRLEN];
+	const char *port;
+	size_t hlen;
+	int v6 = text[0] == '[';
+	memset(out, 0, sizeof(*out));
+	if (v6) {
+		const char *close = strchr(text, ']');
+		if (!close || close[1] != ':') {
+			*why = "expected [IPV6]:PORT";
+			return -EINVAL;
+		}
+		hlen = (size_t)(close - text - 1);
+		text++;
+		port = close + 2;
+	} else {
+		const char *colon = strrchr(text, ':');
+		if (!colon) {
+			*why = "expected IP:PORT, e.g. 10.0.0.7:8000";
+			return -EINVAL;
+		}
+		hlen = (size_t)(colon - text);
+		port = colon + 1;
+	}
+	if (!hlen || hlen >= sizeof(host)) {
+		*why = "expected a numeric IP address (a name is not resolved here)";
+		return -EINVAL;
+	}
+	memcpy(host, text, hlen);
+	host[hlen] = '\0';
+	unsigned long p = 0;
+	size_t digits = 0;
+	for (; port[digits] >= '0' && port[digits] <= '9' && digits < 6; digits++)
+		p = p * 10 + (unsigned long)(port[digits] - '0');
+	if (!digits || port[digits] || p < 1 || p > 65535) {
+		*why = "the port must be a number from 1 to 65535";
+		return -EINVAL;
+	}
+	if (v6) {
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&out->ss;
+		if (inet_pton(AF_INET6, host, &s6->sin6_addr) != 1) {
+			*why = "not an IPv6 address";
+			return -EINVAL;
+		}
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = htons((uint16_t)p);
+		out->len = sizeof(*s6);
+	} else {
+		struct sockaddr_in *s4 = (struct sockaddr_in *)&out->ss;
+		if (inet_pton(AF_INET, host, &s4->sin_addr) != 1) {
+			*why = "expected a numeric IP address (a name is not resolved here)";
+			return -EINVAL;
+		}
+		s4->sin_family = AF_INET;
+		s4->sin_port = htons((uint16_t)p);
+		out->len = sizeof(*s4);
+	}
+	net_addr_format((const struct sockaddr *)&out->ss, canon, canon_len);
+	return 0;
+}
+
+struct pool_rt *manage_pool(struct runtime *rt, const char *name)
+{
+	for (size_t i = 0; i < rt->npools; i++)
+		if (strcmp(rt->pools[i].conf->name, name) == 0)
+			return &rt->pools[i];
+	return NULL;
+}
+
+const char *manage_address(const struct backend *b)
+{
+	if (b->source != BACKEND_FROM_DNS)
+		return b->name;
+	return b->addr_text[atomic_load_explicit(&b->addr_at, memory_order_acquire) & 1];
+}
+
+static int addr_same(const struct net_addr *a, const struct net_addr *b)
+{
+	return a->len == b->len && memcmp(&a->ss, &b->ss, a->len) == 0;
+}
+
+struct backend *manage_find(struct pool_rt *p, const char *address)
+{
+	struct net_addr a;
+	char canon[64];
+	const char *why;
+	int numeric = manage_parse_address(address, &a, canon, sizeof(canon), &why) == 0;
+	for (size_t i = 0; i < p->nbackends; i++) {
+		struct backend *b = &p->backends[i];
+		if (backend_slot_free(b) || (b->source == BACKEND_FROM_DNS && !backend_present(b)))
+			continue;
+		if (strcmp(manage_address(b), address) == 0 ||
+		    (numeric && b->source != BACKEND_FROM_DNS && addr_same(&b->addr, &a)))
+			return b;
+	}
+	return NULL;
+}
+
+int manage_state_of(const char *name)
+{
+	static const char *const names[BACKEND_STATES] = {
+	    [BACKEND_ENABLED] = "enabled",
+	    [BACKEND_DRAINING] = "draining",
+	    [BACKEND_DISABLED] = "disabled",
+	};
+	for (int i = 0; i < BACKEND_STATES; i++)
+		if (strcmp(names[i], name) == 0)
+			return i;
+	return -1;
+}
+
+/* Refuse a change to a backend discovery manages. */
+static int refuse_dns(const struct pool_rt *p, const struct backend *b, char *err, size_t errlen)
+{
+	if (b->source != BACKEND_FROM_DNS)
+		return 0;
+	snprintf(err, errlen,
+		 "backend %s of pool %s is found by DNS (backends.discover): its name's answer "
+		 "manages it",
+		 manage_address(b), p->conf->name);
+	return -EPERM;
+}
+
+static void grant(struct pool_rt *p)
+{
+	uint64_t now = clock_now_ms();
+	admission_grant(p, now, now ^ (uint64_t)(uintptr_t)p);
+}
+
+/* Make free spare slot <b> the backend at <a> (canonical text <canon>), as new. */
+static void slot_fill(struct backend *b, const struct net_addr *a, const char *canon,
+		      unsigned weight, unsigned cap)
+{
+	b->addr = *a;
+	snprintf(b->name, sizeof(b->name), "%s", canon);
+	int at = (atomic_load(&b->addr_at) & 1) ^ 1;
+	snprintf(b->addr_text[at], sizeof(b->addr_text[at]), "%s", canon);
+	atomic_store_explicit(&b->addr_at, at, memory_order_release);
+	atomic_store(&b->weight, weight);
+	atomic_store(&b->max_conc, cap);
+	atomic_store(&b->admin, BACKEND_ENABLED);
+	/* nothing of the backend the slot held before holds for this one */
+	atomic_store(&b->down_until_ms, 0);
+	atomic_store(&b->connect_failed, 0);
+	atomic_store(&b->fails_in_row, 0);
+	atomic_store(&b->ejections_in_row, 0);
+	atomic_store(&b->ejected_ms, 0);
+	atomic_store(&b->ewma_us, 0);
+	atomic_store(&b->base_us, 0);
+	atomic_store(&b->ewma_ms, 0);
+	atomic_store(&b->reported_ms, 0);
+	b->hc_ok = b->hc_fail = 0;
+	b->api_set = 0;
+	atomic_store(&b->up, 1);
+	backend_came_back(b, clock_now_ms());
+	atomic_fetch_add(&b->gen, 1);
+	atomic_store_explicit(&b->present, 1, memory_order_seq_cst);
+}
+
+int manage_add(struct pool_rt *p, const char *address, unsigned weight, unsigned cap,
+	       const char *who, struct backend **out, char *err, size_t errlen)
+{
+	struct net_addr a;
+	char canon[64];
+	const char *why;
+	if (manage_parse_address(address, &a, canon, sizeof(canon), &why) < 0) {
+		snprintf(err, errlen, "address '%.100s': %s", address, why);
+		return -EINVAL;
+	}
+	struct backend *b = manage_find(p, canon);
+	if (!b)
+		b = manage_find(p, address);
+	if (b && (b->source == BACKEND_FROM_DNS || backend_present(b))) {
+		snprintf(err, errlen, "pool %s has backend %s already", p->conf->name,
+			 manage_address(b));
+		return -EEXIST;
+	}
+	if (!weight)
+		weight = b && b->source == BACKEND_FROM_CONFIG ? b->conf->weight : 1;
+	if (cap == MANAGE_CAP_DEFAULT)
+		cap = b && b->source == BACKEND_FROM_CONFIG ? b->conf->max_concurrency : 0;
+	if (weight > MANAGE_WEIGHT_MAX || cap > MANAGE_CAP_MAX) {
+		snprintf(err, errlen, "weight must be 1 to %d and max_concurrency 0 to %d",
+			 MANAGE_WEIGHT_MAX, MANAGE_CAP_MAX);
+		return -EINVAL;
+	}
+	if (b) { /* removed (or being removed): it comes back */
+		atomic_store(&b->weight, weight);
+		atomic_store(&b->max_conc, cap);
+		if (b->source == BACKEND_FROM_CONFIG) {
+			b->api_set &= ~(unsigned)MANAGE_SET_REMOVED;
+			b->api_set |= (weight != b->conf->weight ? MANAGE_SET_WEIGHT : 0) |
+				      (cap != b->conf->max_concurrency ? MANAGE_SET_CAP : 0);
+		}
+		atomic_fetch_add(&b->gen, 1);
+		atomic_store_explicit(&b->present, 1, memory_order_seq_cst);
+		log_info("admin: %s: pool %s: backend %s added back (weight %u, max_concurrency "
+			 "%u)",
+			 who, p->conf->name, manage_address(b), weight, cap);
+		goto done;
+	}
+	size_t spare = 0;
+	for (size_t i = 0; i < p->nbackends && !b; i++) {
+		spare += p->backends[i].source == BACKEND_FROM_API;
+		if (backend_slot_free(&p->backends[i]))
+			b = &p->backends[i];
+	}
+	if (!b) {
+		snprintf(err, errlen,
+			 "pool %s has no free slot for another backend (pools[].spare_backends: "
+			 "%zu, each in use or still draining); raise spare_backends in the config",
+			 p->conf->name, spare);
+		return -ENOSPC;
+	}
+	slot_fill(b, &a, canon, weight, cap);
+	log_info("admin: %s: pool %s: backend %s added (weight %u, max_concurrency %u)", who,
+		 p->conf->name, b->name, weight, cap);
+done:
+	grant(p);
+	*out = b;
+	return 0;
+}
+
+int manage_remove(struct pool_rt *p, struct backend *b, const char *who, char *err, size_t errlen)
+{
+	int rc = refuse_dns(p, b, err, errlen);
+	if (rc < 0)
+		return rc;
+	if (!backend_present(b)) {
+		snprintf(err, errlen, "backend %s of pool %s is removed already", b->name,
+			 p->conf->name);
+		return -EALREADY;
+	}
+	atomic_store_explicit(&b->present, 0, memory_order_seq_cst);
+	atomic_fetch_add(&b->gen, 1); /* its idle connections close */
+	if (b->source == BACKEND_FROM_CONFIG)
+		b->api_set |= MANAGE_SET_REMOVED;
+	log_info("admin: %s: pool %s: backend %s removed (%u requests in flight finish)", who,
+		 p->conf->name, b->name, atomic_load(&b->share->inflight));
+	return 0;
+}
+
+int manage_set_state(struct pool_rt *p, struct backend *b, int st, const char *who, char *err,
+		     size_t errlen)
+{
+	static const char *const names[BACKEND_STATES] = {"enabled", "draining", "disabled"};
+	int rc = refuse_dns(p, b, err, errlen);
+	if (rc < 0)
+		return rc;
+	if (st < 0 || st >= BACKEND_STATES) {
+		snprintf(err, errlen, "state must be enabled, draining or disabled");
+		return -EINVAL;
+	}
+	if (!backend_present(b)) {
+		snprintf(err, errlen, "backend %s of pool %s is removed: add it again first",
+			 b->name, p->conf->name);
+		return -EALREADY;
+	}
+	int old = atomic_exchange(&b->admin, st);
+	if (st == BACKEND_DISABLED)
+		atomic_fetch_add(&b->gen, 1); /* its idle connections close */
+	if (b->source == BACKEND_FROM_CONFIG) {
+		if (st == BACKEND_ENABLED)
+			b->api_set &= ~(unsigned)MANAGE_SET_STATE;
+		else
+			b->api_set |= MANAGE_SET_STATE;
+	}
+	log_info("admin: %s: pool %s: backend %s: %s -> %s (%u requests in flight)", who,
+		 p->conf->name, b->name, names[old % BACKEND_STATES], names[st],
+		 atomic_load(&b->share->inflight));
+	if (st == BACKEND_ENABLED && old != BACKEND_ENABLED) {
+		backend_came_back(b, clock_now_ms()); /* slow start, when the pool has one */
+		grant(p);
+	}
+	return 0;
+}
+
+int manage_set_weight(struct pool_rt *p, struct backend *b, unsigned weight, const char *who,
+		      char *err, size_t errlen)
+{
+	int rc = refuse_dns(p, b, err, errlen);
+	if (rc < 0)
+		return rc;
+	if (weight < 1 || weight > MANAGE_WEIGHT_MAX) {
+		snprintf(err, errlen, "weight must be 1 to %d", MANAGE_WEIGHT_MAX);
+		return -EINVAL;
+	}
+	if (p->conf->balance->prepare) {
+		snprintf(err, errlen,
+			 "pool %s: balance %s fixes its weights at load; change them in the "
+			 "config",
+			 p->conf->name, p->conf->balance->name);
+		return -EOPNOTSUPP;
+	}
+	unsigned old = atomic_exchange(&b->weight, weight);
+	if (b->source == BACKEND_FROM_CONFIG) {
+		if (weight == b->conf->weight)
+			b->api_set &= ~(unsigned)MANAGE_SET_WEIGHT;
+		else
+			b->api_set |= MANAGE_SET_WEIGHT;
+	}
+	log_info("admin: %s: pool %s: backend %s: weight %u -> %u", who, p->conf->name, b->name,
+		 old, weight);
+	return 0;
+}
+
+int manage_set_cap(struct pool_rt *p, struct backend *b, unsigned cap, const char *who, char *err,
+		   size_t errlen)
+{
+	int rc = refuse_dns(p, b, err, errlen);
+	if (rc < 0)
+		return rc;
+	if (cap > MANAGE_CAP_MAX) {
+		snprintf(err, errlen, "max_concurrency must be 0 (no cap) to %d", MANAGE_CAP_MAX);
+		return -EINVAL;
+	}
+	unsigned old = atomic_exchange(&b->max_conc, cap);
+	if (b->source == BACKEND_FROM_CONFIG) {
+		if (cap == b->conf->max_concurrency)
+			b->api_set &= ~(unsigned)MANAGE_SET_CAP;
+		else
+			b->api_set |= MANAGE_SET_CAP;
+	}
+	log_info("admin: %s: pool %s: backend %s: max_concurrency %u -> %u (%u in flight)", who,
+		 p->conf->name, b->name, old, cap, atomic_load(&b->share->inflight));
+	if (!cap || (old && cap > old))
+		grant(p); /* more slots: queued requests take them now */
+	return 0;
+}
+
+int manage_set_maintenance(struct runtime *rt, unsigned retry_s, const char *who, char *err,
+			   size_t errlen)
+{
+	if (retry_s > MANAGE_RETRY_MAX) {
+		snprintf(err, errlen, "retry_after_s must be 1 to %d", MANAGE_RETRY_MAX);
+		return -EINVAL;
+	}
+	unsigned old = atomic_exchange(&rt->maintenance, retry_s);
+	if (retry_s)
+		log_info("admin: %s: maintenance %s: new requests are answered 503 (Retry-After: "
+			 "%u)",
+			 who, old ? "still on" : "on", retry_s);
+	else
+		log_info("admin: %s: maintenance %s", who, old ? "off" : "off already");
+	return 0;
+}

@@ -1,0 +1,42 @@
+/*
+ * statefile.h - admin.state_file: what the admin API changed, kept across restarts.
+ *
+ * The file is one JSON document, rewritten whole after every change:
+ *
+ *   {"version": 1, "maintenance": 0,
+ *    "pools": {"gpu": [{"address": "10.0.0.9:8000", "source": "api", "weight": 2,
+ *                       "max_concurrency": 4, "state": "enabled"},
+ *                      {"address": "10.0.0.1:8000", "source": "config", "state": "draining"}]}}
+ *
+ * An added backend is kept whole; of a config backend only what the API changed (weight,
+ * max_concurrency, a state other than enabled, "removed": true), so the config's word holds
+ * for the rest; backends DNS discovery finds are never in it. It is written to PATH.tmp,
+ * fsync'd and renamed over PATH (then the directory fsync'd): a crash or a full disk leaves
+ * the old file whole.
+ */
+#ifndef ACCELNET_PROXY_STATEFILE_H
+#define ACCELNET_PROXY_STATEFILE_H
+
+#include "proxy/runtime.h"
+
+#include <stddef.h>
+
+#define STATEFILE_MAX_BYTES (4u << 20) /* a larger state file is refused as corrupt */
+
+/*
+ * Write <rt>'s changes to <path> atomically. 0, or -errno with <err> saying what failed (the
+ * old file is then untouched).
+ */
+int statefile_save(const struct runtime *rt, const char *path, char *err, size_t errlen);
+
+/*
+ * Apply the state file <path> over <rt> (after it is built, before or while it serves; on
+ * the main thread): added backends are added again, weights, caps, states and removals
+ * re-applied, maintenance set. An entry naming a pool or a config backend that no longer
+ * exists, or that cannot be applied (no free slot), is skipped with a warning. 0 (also when
+ * there is no file), or -EINVAL with <err> when the file is not a state file (unreadable,
+ * not JSON, wrong shape): then nothing of it was applied.
+ */
+int statefile_apply(struct runtime *rt, const char *path, char *err, size_t errlen);
+
+#endif
