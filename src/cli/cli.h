@@ -15,6 +15,7 @@ int cmd_sim(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_xfer(int argc, char **argv);
 int cmd_top(int argc, char **argv);
+int cmd_ctl(int argc, char **argv);
 
 /* "usage: accelnet CMD ..." from main.c's table of subcommands (all but xfer's). */
 void cli_usage(FILE *out, const char *cmd);

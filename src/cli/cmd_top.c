@@ -2,19 +2,19 @@
  * cmd_top.c - `accelnet top`: the admin listener's /status as a terminal view, per pool and
  * per backend, redrawn in place every interval (like top).
  *
- * Each turn reads /status over one short HTTP/1.1 connection (Bearer token when given),
- * parses it with jansson and draws one frame; rates are the counter deltas between this read
- * and the previous one divided by the time between them. The document comes from the
- * network, so nothing in it is trusted: the body is capped, jansson caps the nesting, a value
- * of the wrong type reads as absent ("-"), strings are drawn with control characters replaced
- * (no escape sequence from a peer reaches the terminal) and at most MAX_ROWS backends are
- * drawn. Live mode puts the terminal in non-canonical mode on the alternate screen, cuts each
- * frame to the window's size, and puts the terminal back on q, Ctrl-C or SIGTERM. `--once` reads
- * twice, one interval apart, prints one frame without escape sequences and exits. Exit 1 with one
- * line when the endpoint cannot be reached, refuses or answers something that is not a /status
- * document.
+ * Each turn reads /status over one short HTTP/1.1 connection (cli/adminc.h: Bearer token when
+ * given), parses it with jansson and draws one frame; rates are the counter deltas between this
+ * read and the previous one divided by the time between them. The document comes from the network,
+ * so nothing in it is trusted: the body is capped, jansson caps the nesting, a value of the wrong
+ * type reads as absent ("-"), strings are drawn with control characters replaced (no escape
+ * sequence from a peer reaches the terminal) and at most MAX_ROWS backends are drawn. Live mode
+ * puts the terminal in non-canonical mode on the alternate screen, cuts each frame to the window's
+ * size, and puts the terminal back on q, Ctrl-C or SIGTERM. `--once` reads twice, one interval
+ * apart, prints one frame without escape sequences and exits. Exit 1 with one line when the
+ * endpoint cannot be reached, refuses or answers something that is not a /status document.
  */
 #include "cli/cli.h"
+#include "cli/adminc.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -32,15 +32,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#define BODY_MAX (16u << 20) /* a /status document larger than this is refused */
-#define TOKEN_MAX 256
-#define IO_TIMEOUT_MS 3000
 #define MAX_ROWS 512 /* backends drawn per frame */
 
 struct top {
-	char host[128];
-	char port[16];
-	char token[TOKEN_MAX + 1];
+	struct adminc ac; /* the admin endpoint, its token */
 	int interval_ms;
 	json_t *prev; /* the previous document, for rates */
 	double prev_t;
@@ -62,195 +57,41 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* "HOST:PORT" or "[V6]:PORT" into t->host and t->port; -EINVAL when malformed. */
-static int top_parse_addr(struct top *t, const char *addr)
-{
-	const char *colon = strrchr(addr, ':');
-	const char *h = addr;
-	size_t hl;
-	if (!colon || !colon[1] || strlen(colon + 1) >= sizeof(t->port))
-		return -EINVAL;
-	hl = (size_t)(colon - addr);
-	if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
-		h++;
-		hl -= 2;
-	}
-	if (!hl || hl >= sizeof(t->host))
-		return -EINVAL;
-	memcpy(t->host, h, hl);
-	t->host[hl] = 0;
-	strcpy(t->port, colon + 1);
-	for (const char *p = t->port; *p; p++)
-		if (*p < '0' || *p > '9')
-			return -EINVAL;
-	return 0;
-}
-
-/* The token of <path>: one line of printable characters without spaces. 0, or -1 with
- * t->err filled (never the token). */
-static int top_load_token(struct top *t, const char *path)
-{
-	FILE *f = fopen(path, "r");
-	size_t n;
-	if (!f) {
-		snprintf(t->err, sizeof(t->err), "--token-file %s: %s", path, strerror(errno));
-		return -1;
-	}
-	n = fread(t->token, 1, sizeof(t->token) - 1, f);
-	t->token[n] = 0;
-	int more = fgetc(f) != EOF;
-	fclose(f);
-	if (n && t->token[n - 1] == '\n')
-		t->token[--n] = 0;
-	int bad = more || !n;
-	for (size_t i = 0; i < n; i++)
-		bad |= t->token[i] <= ' ' || t->token[i] > '~';
-	if (bad) {
-		explicit_bzero(t->token, sizeof(t->token));
-		snprintf(t->err, sizeof(t->err),
-			 "--token-file %s: expected one line of 1 to %d printable characters", path,
-			 TOKEN_MAX);
-		return -1;
-	}
-	return 0;
-}
-
-static int wait_fd(int fd, short ev)
-{
-	struct pollfd p = {.fd = fd, .events = ev};
-	int rc = poll(&p, 1, IO_TIMEOUT_MS);
-	return rc > 0 ? 0 : rc == 0 ? -ETIMEDOUT : -errno;
-}
-
-static int top_connect(struct top *t)
-{
-	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
-	int fd = -1, rc = getaddrinfo(t->host, t->port, &hints, &ai);
-	if (rc) {
-		snprintf(t->err, sizeof(t->err), "cannot resolve %s: %s", t->host,
-			 gai_strerror(rc));
-		return -1;
-	}
-	rc = -ECONNREFUSED;
-	for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
-		fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-		if (fd < 0) {
-			rc = -errno;
-			continue;
-		}
-		if (connect(fd, a->ai_addr, a->ai_addrlen) < 0 && errno != EINPROGRESS)
-			rc = -errno;
-		else if ((rc = wait_fd(fd, POLLOUT)) == 0) {
-			int e = 0;
-			socklen_t el = sizeof(e);
-			getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el);
-			rc = -e;
-		}
-		if (rc) {
-			close(fd);
-			fd = -1;
-		}
-	}
-	freeaddrinfo(ai);
-	if (fd < 0)
-		snprintf(t->err, sizeof(t->err), "cannot reach the admin endpoint %s:%s: %s",
-			 t->host, t->port, strerror(-rc));
-	return fd;
-}
-
 /*
  * GET /status; returns the parsed document (the caller frees it), or NULL with t->err
- * filled. The answer is read to the end of the connection (Connection: close).
+ * filled.
  */
 static json_t *top_fetch(struct top *t)
 {
-	char req[640];
-	char *buf = NULL;
-	size_t len = 0, cap = 0;
-	json_t *doc = NULL;
-	int fd = top_connect(t), n;
-	if (fd < 0)
-		return NULL;
-	n = snprintf(req, sizeof(req),
-		     "GET /status HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n%s%s%s\r\n", t->host,
-		     t->token[0] ? "Authorization: Bearer " : "", t->token,
-		     t->token[0] ? "\r\n" : "");
-	for (int off = 0; off < n;) {
-		ssize_t w = send(fd, req + off, (size_t)(n - off), MSG_NOSIGNAL);
-		if (w < 0 && errno == EAGAIN && wait_fd(fd, POLLOUT) == 0)
-			continue;
-		if (w <= 0) {
-			snprintf(t->err, sizeof(t->err), "admin endpoint %s:%s: send: %s", t->host,
-				 t->port, strerror(errno));
-			goto fail;
-		}
-		off += (int)w;
-	}
-	explicit_bzero(req, sizeof(req));
-	for (;;) {
-		if (len == cap) {
-			if (cap >= BODY_MAX) {
-				snprintf(t->err, sizeof(t->err),
-					 "admin endpoint %s:%s: answer larger than %u MiB", t->host,
-					 t->port, BODY_MAX >> 20);
-				goto fail;
-			}
-			cap = cap ? cap * 2 : 65536;
-			char *nb = realloc(buf, cap + 1);
-			if (!nb) {
-				snprintf(t->err, sizeof(t->err), "out of memory");
-				goto fail;
-			}
-			buf = nb;
-		}
-		ssize_t r = recv(fd, buf + len, cap - len, 0);
-		if (r > 0) {
-			len += (size_t)r;
-			continue;
-		}
-		if (r == 0)
-			break;
-		int rc = errno == EAGAIN ? wait_fd(fd, POLLIN) : -errno;
-		if (rc) {
-			snprintf(t->err, sizeof(t->err), "admin endpoint %s:%s: read: %s", t->host,
-				 t->port, strerror(-rc));
-			goto fail;
-		}
-	}
-	if (!buf) {
-		snprintf(t->err, sizeof(t->err), "admin endpoint %s:%s closed without an answer",
-			 t->host, t->port);
-		goto fail;
-	}
-	buf[len] = 0;
+	char *body = NULL;
+	size_t len = 0;
 	int code = 0;
-	char *body = strstr(buf, "\r\n\r\n");
-	if (sscanf(buf, "HTTP/1.%*1[01] %3d", &code) != 1 || !body) {
-		snprintf(t->err, sizeof(t->err), "admin endpoint %s:%s: not an HTTP answer",
-			 t->host, t->port);
-		goto fail;
+	json_t *doc = NULL;
+	if (adminc_call(&t->ac, "GET", "/status", NULL, 0, &code, &body, &len) < 0) {
+		snprintf(t->err, sizeof(t->err), "%s", t->ac.err);
+		return NULL;
 	}
 	if (code == 401) {
 		snprintf(t->err, sizeof(t->err),
-			 "admin endpoint %s:%s refused: 401 unauthorized (%s)", t->host, t->port,
-			 t->token[0] ? "wrong token" : "give --token-file");
+			 "admin endpoint %s:%s refused: 401 unauthorized (%s)", t->ac.host,
+			 t->ac.port, t->ac.token[0] ? "wrong token" : "give --token-file");
 		goto fail;
 	}
 	if (code != 200) {
-		snprintf(t->err, sizeof(t->err), "admin endpoint %s:%s answered HTTP %d", t->host,
-			 t->port, code);
+		snprintf(t->err, sizeof(t->err), "admin endpoint %s:%s answered HTTP %d",
+			 t->ac.host, t->ac.port, code);
 		goto fail;
 	}
-	body += 4;
 	json_error_t je;
-	doc = json_loadb(body, len - (size_t)(body - buf), JSON_REJECT_DUPLICATES, &je);
+	doc = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
 	if (!doc)
 		snprintf(t->err, sizeof(t->err),
 			 "admin endpoint %s:%s: /status is not valid JSON (line %d: %.80s)",
-			 t->host, t->port, je.line, je.text);
+			 t->ac.host, t->ac.port, je.line, je.text);
 	else if (!json_is_array(json_object_get(doc, "pools"))) {
 		snprintf(t->err, sizeof(t->err),
-			 "admin endpoint %s:%s: /status has no \"pools\" list", t->host, t->port);
+			 "admin endpoint %s:%s: /status has no \"pools\" list", t->ac.host,
+			 t->ac.port);
 		json_decref(doc);
 		doc = NULL;
 	}
@@ -258,8 +99,7 @@ fail:
 	for (char *e = t->err; *e; e++) /* jansson quotes the peer's bytes */
 		if (*e < ' ' || *e > '~')
 			*e = '?';
-	free(buf);
-	close(fd);
+	free(body);
 	return doc;
 }
 
@@ -344,7 +184,7 @@ static void top_draw(const struct top *t, FILE *f, const json_t *doc, double dt,
 	time_t wall = time(NULL);
 	struct tm tm;
 	strftime(when, sizeof(when), "%H:%M:%S", localtime_r(&wall, &tm));
-	fprintf(f, "accelnet top - %s:%s  %s  every %.1fs%s\n", t->host, t->port, when,
+	fprintf(f, "accelnet top - %s:%s  %s  every %.1fs%s\n", t->ac.host, t->ac.port, when,
 		t->interval_ms / 1000.0, live ? "  (q quits)" : "");
 	if (t->err[0])
 		fprintf(f, "last read failed: %s\n", t->err);
@@ -567,12 +407,12 @@ int cmd_top(int argc, char **argv)
 		cli_usage(stderr, "top");
 		return 2;
 	}
-	if (top_parse_addr(&t, admin) < 0) {
+	if (adminc_parse_addr(&t.ac, admin) < 0) {
 		fprintf(stderr, "accelnet top: --admin takes HOST:PORT, not '%s'\n", admin);
 		return 2;
 	}
-	if (token_file && top_load_token(&t, token_file) < 0) {
-		fprintf(stderr, "accelnet top: %s\n", t.err);
+	if (token_file && adminc_load_token(&t.ac, token_file) < 0) {
+		fprintf(stderr, "accelnet top: %s\n", t.ac.err);
 		return 2;
 	}
 	struct sigaction sa = {.sa_handler = top_on_signal};
@@ -601,6 +441,6 @@ fail:
 out:
 	json_decref(doc);
 	json_decref(t.prev);
-	explicit_bzero(t.token, sizeof(t.token));
+	adminc_wipe(&t.ac);
 	return rc;
 }

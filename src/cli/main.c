@@ -39,6 +39,19 @@ static const struct {
      "      live figures per pool and backend from the admin listener, redrawn every N ms\n"
      "      (1000); q or Ctrl-C quits; --once reads twice, one interval apart, prints one\n"
      "      frame and exits"},
+    {"ctl", cmd_ctl,
+     "ctl [--admin HOST:PORT] [--token-file FILE] [--json] COMMAND ...\n"
+     "      change a running proxy through its admin API; COMMAND is one of\n"
+     "        backends                       every pool's backends and their state\n"
+     "        add POOL ADDRESS [--weight N] [--max-concurrency N]\n"
+     "        remove|drain|enable|disable POOL ADDRESS\n"
+     "        weight POOL ADDRESS N          max-concurrency POOL ADDRESS N\n"
+     "        maintenance on [--retry-after S] | off | status\n"
+     "        purge uri URL | prefix URL | tag TAG | all\n"
+     "        reload\n"
+     "      --admin: else $ACCELNET_ADMIN, else 127.0.0.1:9090; --token-file: else\n"
+     "      $ACCELNET_ADMIN_TOKEN_FILE. Exit 0 done, 1 refused or unreachable (or done\n"
+     "      but not kept in admin.state_file), 2 usage"},
     {"xfer", cmd_xfer,
      "xfer serve|send|get|bcast ...         bulk transfer over many streams and links\n"
      "      (accelnet xfer --help)"},
