@@ -68,7 +68,7 @@ test: all unit
 FUZZ_SRC = $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN = $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
 FUZZ_LIB = $(filter-out src/sim/% src/proxy/% src/obs/% src/xfer/engine.c src/xfer/send.c src/xfer/daemon.c src/xfer/receiver.c src/xfer/pull.c src/xfer/get.c src/xfer/metrics.c,$(LIB_SRC)) \
-	   src/obs/promtext.c src/obs/kvevent.c
+	   src/obs/promtext.c src/obs/kvevent.c src/proxy/apipath.c
 fuzz: $(FUZZ_BIN)
 build-fuzz/%: tests/fuzz/%.c $(FUZZ_LIB)
 	@mkdir -p build-fuzz

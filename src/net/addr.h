@@ -27,6 +27,9 @@ int net_cidr_match(const struct net_cidr *cidrs, size_t n, const struct sockaddr
 
 /* Parse "HOST:PORT". Returns 0, or -EINVAL with a reason in <why> (static string). */
 int net_addr_parse(const char *text, struct net_addr *out, const char **why);
+/* Parse "IPv4:PORT" or "[IPv6]:PORT", numeric only: never a resolver. Returns 0, or -EINVAL
+ * with a reason in <why> (static string). */
+int net_addr_parse_numeric(const char *text, struct net_addr *out, const char **why);
 /* Write "HOST:PORT" (IPv6 in brackets) into <out>; returns <out>. */
 /* Do <x> and <y> name one address and port (IPv4 or IPv6, scope included)? */
 int net_addr_same(const struct net_addr *x, const struct net_addr *y);

@@ -10,7 +10,9 @@
  * "10.0.0.1:9000"), and may hang under a parent space (backends under pools), which is how
  * the JSON writer nests them. A space whose label values are met only at run time (tenants)
  * gives a label callback instead of values: it answers NULL for a series not in use yet, and
- * the writers leave that series out (obs/names.h keeps such values, bounded).
+ * the writers leave that series out (obs/names.h keeps such values, bounded). A space may
+ * also say, through its live callback, that a series is not in use now (a backend slot kept
+ * empty for later): the writers leave it out too.
  *
  * Counters and histograms live in shards, one per counting thread, each on its own cache
  * lines. The thread that owns a shard bumps it with a plain relaxed load and store (no

@@ -13,7 +13,6 @@
 #include "core/log.h"
 #include "proxy/admission.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,64 +21,10 @@
 int manage_parse_address(const char *text, struct net_addr *out, char *canon, size_t canon_len,
 			 const char **why)
 {
-	char host[INET6_ADDRSTRLEN];
-	const char *port;
-	size_t hlen;
-	int v6 = text[0] == '[';
-	memset(out, 0, sizeof(*out));
-	if (v6) {
-		const char *close = strchr(text, ']');
-		if (!close || close[1] != ':') {
-			*why = "expected [IPV6]:PORT";
-			return -EINVAL;
-		}
-		hlen = (size_t)(close - text - 1);
-		text++;
-		port = close + 2;
-	} else {
-		const char *colon = strrchr(text, ':');
-		if (!colon) {
-			*why = "expected IP:PORT, e.g. 10.0.0.7:8000";
-			return -EINVAL;
-		}
-		hlen = (size_t)(colon - text);
-		port = colon + 1;
-	}
-	if (!hlen || hlen >= sizeof(host)) {
-		*why = "expected a numeric IP address (a name is not resolved here)";
-		return -EINVAL;
-	}
-	memcpy(host, text, hlen);
-	host[hlen] = '\0';
-	unsigned long p = 0;
-	size_t digits = 0;
-	for (; port[digits] >= '0' && port[digits] <= '9' && digits < 6; digits++)
-		p = p * 10 + (unsigned long)(port[digits] - '0');
-	if (!digits || port[digits] || p < 1 || p > 65535) {
-		*why = "the port must be a number from 1 to 65535";
-		return -EINVAL;
-	}
-	if (v6) {
-		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&out->ss;
-		if (inet_pton(AF_INET6, host, &s6->sin6_addr) != 1) {
-			*why = "not an IPv6 address";
-			return -EINVAL;
-		}
-		s6->sin6_family = AF_INET6;
-		s6->sin6_port = htons((uint16_t)p);
-		out->len = sizeof(*s6);
-	} else {
-		struct sockaddr_in *s4 = (struct sockaddr_in *)&out->ss;
-		if (inet_pton(AF_INET, host, &s4->sin_addr) != 1) {
-			*why = "expected a numeric IP address (a name is not resolved here)";
-			return -EINVAL;
-		}
-		s4->sin_family = AF_INET;
-		s4->sin_port = htons((uint16_t)p);
-		out->len = sizeof(*s4);
-	}
-	net_addr_format((const struct sockaddr *)&out->ss, canon, canon_len);
-	return 0;
+	int rc = net_addr_parse_numeric(text, out, why);
+	if (rc == 0)
+		net_addr_format((const struct sockaddr *)&out->ss, canon, canon_len);
+	return rc;
 }
 
 struct pool_rt *manage_pool(struct runtime *rt, const char *name)
