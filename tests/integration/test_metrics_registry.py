@@ -21,6 +21,14 @@ FAMILIES = {  # name: (type, help)
                                  "(outlier ejection or a failed connect's fail_timeout_ms)"),
     "accelnet_backend_slots": ("gauge", "request slots the backend has (max_concurrency; 0: no "
                                "limit); accelnet_backend_inflight are in use"),
+    "accelnet_backend_weight": ("gauge", "the backend's weight: its config's, its SRV record's, "
+                                "or what the admin API set"),
+    "accelnet_backend_admin_state": ("gauge", "what the admin API made of the backend: 0 "
+                                     "enabled, 1 draining, 2 disabled, 3 removing (no new "
+                                     "requests but at 0; those in flight finish)"),
+    "accelnet_maintenance": ("gauge", "1 while the proxy is in maintenance (admin API): new "
+                             "requests are answered 503 with Retry-After, those in flight "
+                             "finish"),
     "accelnet_backend_reported_load": ("gauge",
                                        "requests queued inside the backend, as it last reported"),
     "accelnet_backend_inflight": ("gauge", "requests in flight to the backend"),
@@ -176,7 +184,7 @@ POOL_KEYS = ["name", "balance", "unavailable", "retries_denied", "spilled_in", "
              "queue", "backends"]
 QUEUE_KEYS = ["discipline", "length", "enqueued", "granted", "timeouts", "overflows", "displaced",
               "spilled", "withdrawn", "wait_ms"]
-BACKEND_KEYS = ["address", "weight", "present", "up", "eligible", "ejected", "inflight", "max_concurrency",
+BACKEND_KEYS = ["address", "source", "state", "weight", "present", "up", "eligible", "ejected", "inflight", "max_concurrency",
                 "latency_ms", "requests", "connect_failures", "retries", "ejections",
                 "reported_load", "hedged", "hedge_wins", "ttfb_ms", "gap_ms", "ttft_ms",
                 "token_gap_ms", "llm_base_ms", "llm_block_ms", "llm_work_ms",
