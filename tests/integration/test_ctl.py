@@ -42,6 +42,11 @@ def _start(env, pools, token=None, state_file=None, extra="", routes=None, name=
     return p
 
 
+def _fast(env, name):
+    """A simulated backend that answers at once (one token)."""
+    return env.sim(name, latency_ms=1, tokens=1, token_ms=1)
+
+
 def _pool(name, sims, extra="", balance="round-robin", caps=None):
     lines = [f"  - name: {name}", f"    balance: {balance}", "    backends:"]
     for i, s in enumerate(sims):
@@ -106,7 +111,7 @@ def addr(sim):
 
 
 def test_list_through_ctl_and_http(env):
-    a, b = env.sim("a"), env.sim("b")
+    a, b = _fast(env, "a"), _fast(env, "b")
     px = _start(env, _pool("gpu", [a, b], caps=[2, 3]))
     rc, out, _ = ctl(px, "backends", check=0)
     assert "POOL gpu (round-robin)  spare slots free: 4 of 4" in out, out
@@ -127,7 +132,7 @@ def test_list_through_ctl_and_http(env):
 
 
 def test_add_serves_and_shows_then_remove(env):
-    a, b, c = env.sim("a"), env.sim("b"), env.sim("c")
+    a, b, c = _fast(env, "a"), _fast(env, "b"), _fast(env, "c")
     px = _start(env, _pool("gpu", [a]))
     rc, out, _ = ctl(px, "add", "gpu", addr(b), "--weight", "2", "--max-concurrency", "5",
                      check=0)
@@ -159,7 +164,7 @@ def test_add_serves_and_shows_then_remove(env):
 
 
 def test_remove_drains_before_the_slot_frees(env):
-    a, slow, c = env.sim("a"), env.sim("slow", latency_ms=1500), env.sim("c")
+    a, slow, c = _fast(env, "a"), env.sim("slow", latency_ms=1500), _fast(env, "c")
     px = _start(env, _pool("gpu", [a], extra="    spare_backends: 1"))
     ctl(px, "add", "gpu", addr(slow), check=0)
     ctl(px, "drain", "gpu", addr(a), check=0)  # so the next request goes to <slow>
@@ -229,7 +234,7 @@ def test_drain_under_load(env):
 
 
 def test_disable_and_enable(env):
-    a, b = env.sim("a"), env.sim("b")
+    a, b = _fast(env, "a"), _fast(env, "b")
     px = _start(env, _pool("gpu", [a, b]))
     rc, out, _ = ctl(px, "disable", "gpu", addr(b), check=0)
     assert "state disabled" in out, out
@@ -383,7 +388,7 @@ def test_purge(env):
 
 
 def test_token_required_and_browsers_refused(env):
-    a, b = env.sim("a"), env.sim("b")
+    a, b = _fast(env, "a"), _fast(env, "b")
     px = _start(env, _pool("gpu", [a]), token="s3cret-token")
     tf = os.path.join(env.dir, "admin.token")
     st, hdrs, _ = api(px, "GET", "/api/backends")
@@ -397,17 +402,21 @@ def test_token_required_and_browsers_refused(env):
     assert "401" in err and "--token-file" in err, err
     rc, _, err = ctl(px, "add", "gpu", addr(b), token_file=tf, check=0)
     assert backends(px, token="s3cret-token")[addr(b)]["source"] == "api"
-    env.finish()
     # without a token, a change from a browser is refused (it could be any web page's)
-    env2_px = _start(env, _pool("gpu", [a]), name="proxy2")
-    st, _, doc = api(env2_px, "POST", f"/api/pools/gpu/backends/{addr(a)}/drain",
-                     headers={"Origin": "http://evil.example"})
-    assert st == 403 and "browsers" in doc["error"], doc
-    assert backends(env2_px)[addr(a)]["state"] == "enabled"
+    open_px = _start(env, _pool("gpu", [a]), name="proxy2")
+    for h in ({"Origin": "http://evil.example"}, {"Sec-Fetch-Site": "cross-site"}):
+        st, _, doc = api(open_px, "POST", f"/api/pools/gpu/backends/{addr(a)}/drain",
+                         headers=h)
+        assert st == 403 and "browsers" in doc["error"], doc
+    assert backends(open_px)[addr(a)]["state"] == "enabled"
+    # and a name in Host is refused (DNS rebinding), as for every admin request
+    st, _, _ = request(open_px.admin, "GET", "/api/backends", headers={"Host": "evil.example"})
+    assert st == 403
+    env.finish()
 
 
 def test_state_file_survives_restart(env):
-    a, b, c = env.sim("a"), env.sim("b"), env.sim("c")
+    a, b, c = _fast(env, "a"), _fast(env, "b"), _fast(env, "c")
     state = os.path.join(env.dir, "state.json")
     pools = _pool("gpu", [a, b])
     px = _start(env, pools, state_file=state)
@@ -443,7 +452,7 @@ def test_state_file_survives_restart(env):
 
 
 def test_stale_state_file_is_applied_where_it_can(env):
-    a, b = env.sim("a"), env.sim("b")
+    a, b = _fast(env, "a"), _fast(env, "b")
     state = env.write("state.json", json.dumps({
         "version": 1, "maintenance": 0,
         "pools": {
@@ -462,7 +471,7 @@ def test_stale_state_file_is_applied_where_it_can(env):
 
 
 def test_corrupt_state_file_is_set_aside(env):
-    a = env.sim("a")
+    a = _fast(env, "a")
     for i, text in enumerate(['{"version": 1, "pools": {"gpu": [{"address": 5}]}}',
                               "\x00garbage{{{", '{"version": 2}', "[]"]):
         state = env.write(f"state{i}.json", text)
@@ -479,7 +488,7 @@ def test_corrupt_state_file_is_set_aside(env):
 
 
 def test_unwritable_state_file_says_so(env):
-    a = env.sim("a")
+    a = _fast(env, "a")
     d = os.path.join(env.dir, "statedir")
     os.mkdir(d)
     px = _start(env, _pool("gpu", [a]), state_file=os.path.join(d, "state.json"))
@@ -495,7 +504,7 @@ def test_unwritable_state_file_says_so(env):
 
 
 def test_reload_without_a_hook_is_501(env):
-    a = env.sim("a")
+    a = _fast(env, "a")
     px = _start(env, _pool("gpu", [a]))
     st, _, doc = api(px, "POST", "/api/reload")
     if st == 200:
@@ -507,7 +516,7 @@ def test_reload_without_a_hook_is_501(env):
 
 
 def test_hostile_inputs(env):
-    a = env.sim("a")
+    a = _fast(env, "a")
     px = _start(env, _pool("gpu", [a]) + _pool("wrr", [a], balance="weighted-round-robin"))
     be = f"/api/pools/gpu/backends/{addr(a)}"
     cases = [
@@ -581,7 +590,7 @@ def test_hostile_inputs(env):
 
 
 def test_spare_backends_config(env):
-    a = env.sim("a")
+    a = _fast(env, "a")
     bad = ("workers: 1\nlisten:\n  - address: 127.0.0.1:1\npools:\n  - name: w\n"
            "    balance: weighted-round-robin\n    spare_backends: 2\n    backends:\n"
            f"      - {{address: 127.0.0.1:{a.port}}}\nroutes:\n  - match: {{path_prefix: /}}\n"
