@@ -31,8 +31,7 @@
  * cannot send.
  *
  * /api/ is the runtime admin API (adminapi.h): the same token, and without one the same
- * refusal of browsers for every call that is not a GET. admin.state_file is applied over the
- * config as the endpoint starts (statefile.h), before the workers take requests.
+ * refusal of browsers for every call that is not a GET.
  */
 #include "proxy/admin.h"
 #include "cache/purge.h"
@@ -47,7 +46,6 @@
 #include "obs/prom.h"
 #include "proxy/adminapi.h"
 #include "proxy/debugreq.h"
-#include "proxy/statefile.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -59,7 +57,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #define ADMIN_MAX_CONNS 256
 #define ADMIN_MAX_BODY 16384 /* a purge's form body at most */
@@ -437,35 +434,6 @@ fail:
 	return rc;
 }
 
-/*
- * admin.state_file at start: applied over the config. A file that is not a state file is
- * not applied; it is renamed PATH.bad (so that the next change does not write over what it
- * held) and the proxy starts from its config alone, saying so.
- */
-static void admin_apply_state(struct runtime *rt, const char *path)
-{
-	char err[512], bad[4096];
-	int exists = access(path, F_OK) == 0;
-	if (statefile_apply(rt, path, err, sizeof(err)) == 0) {
-		if (exists)
-			log_info("admin: state file %s applied", path);
-		return;
-	}
-	snprintf(bad, sizeof(bad), "%s.bad", path);
-	if (rename(path, bad) == 0)
-		log_warn("%s: it is ignored and kept as %s; the proxy starts from its config", err,
-			 bad);
-	else
-		log_warn("%s: it is ignored (and cannot be renamed to %s: %s)", err, bad,
-			 strerror(errno));
-}
-
-void admin_set_runtime(struct admin *a, struct runtime *rt)
-{
-	a->rt = rt;
-	a->api.rt = rt;
-}
-
 void admin_set_reload(struct admin *a, adminapi_reload_fn fn, void *arg)
 {
 	a->api.reload = fn;
@@ -495,8 +463,6 @@ int admin_start(struct loop *loop, const struct conf *conf, struct runtime *rt, 
 		goto fail;
 	a->api = (struct adminapi){
 	    .rt = rt, .state_file = conf->admin_state_file, .tag_field = a->tag_field};
-	if (conf->admin_state_file)
-		admin_apply_state(rt, conf->admin_state_file);
 	rc = given >= 0 ? sock_dup(given) : 0;
 	if (rc >= 0)
 		rc = given >= 0

@@ -34,15 +34,9 @@ struct debugreq_board;
 void admin_serve_debug(struct admin *a, struct debugreq_board *b);
 /*
  * POST /api/reload calls <fn>(<arg>, err, errlen): 0 answers 200 {"reloaded": true}, -EINVAL
- * 400 and another -errno 500, with {"error": err}. Without a hook it answers 501. When a
- * reload builds a new runtime, the hook also points the API at it (admin_set_runtime).
+ * 400 and another -errno 500, with {"error": err}. Without a hook it answers 501.
  */
 void admin_set_reload(struct admin *a, adminapi_reload_fn fn, void *arg);
-/*
- * Serve <rt> from now on (a reload built a new runtime; call statefile_apply(rt,
- * conf->admin_state_file, ...) on it first so that the API's changes hold across it).
- */
-void admin_set_runtime(struct admin *a, struct runtime *rt);
 /* Close every admin connection and wipe the token. */
 void admin_stop(struct admin *a);
 

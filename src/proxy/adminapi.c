@@ -71,7 +71,8 @@ static json_t *backend_json(const struct backend *b)
 					    : "config",
 	    "state", backend_state_name(b), "weight", (json_int_t)atomic_load(&b->weight),
 	    "max_concurrency", (json_int_t)backend_cap(b), "up", atomic_load(&b->up) != 0,
-	    "inflight", (json_int_t)atomic_load(&b->share->inflight), "present", backend_present(b));
+	    "inflight", (json_int_t)atomic_load(&b->share->inflight), "present",
+	    backend_present(b));
 }
 
 static json_t *maintenance_json(const struct runtime *rt)

@@ -42,11 +42,6 @@ const char *manage_address(const struct backend *b)
 	return b->addr_text[atomic_load_explicit(&b->addr_at, memory_order_acquire) & 1];
 }
 
-static int addr_same(const struct net_addr *a, const struct net_addr *b)
-{
-	return a->len == b->len && memcmp(&a->ss, &b->ss, a->len) == 0;
-}
-
 struct backend *manage_find(struct pool_rt *p, const char *address)
 {
 	struct net_addr a;
@@ -58,7 +53,7 @@ struct backend *manage_find(struct pool_rt *p, const char *address)
 		if (backend_slot_free(b) || (b->source == BACKEND_FROM_DNS && !backend_present(b)))
 			continue;
 		if (strcmp(manage_address(b), address) == 0 ||
-		    (numeric && b->source != BACKEND_FROM_DNS && addr_same(&b->addr, &a)))
+		    (numeric && b->source != BACKEND_FROM_DNS && net_addr_same(&b->addr, &a)))
 			return b;
 	}
 	return NULL;

@@ -36,6 +36,7 @@
 #include "proxy/scrape.h"
 #include "proxy/session.h"
 #include "proxy/shed.h"
+#include "proxy/statefile.h"
 #include "proxy/upgrade.h"
 #include "proxy/worker.h"
 
@@ -327,6 +328,8 @@ static void gen_destroy(struct gen *g, struct runtime *const *live, size_t nlive
 	free(g);
 }
 
+static int proxy_api_reload(void *arg, char *err, size_t errlen);
+
 /*
  * Build a generation for <conf> (owned by it when <own>), beside <from> (the one serving, or
  * NULL at start): its runtime with <from>'s backend state carried over, key material and
@@ -357,6 +360,12 @@ static struct gen *gen_build(struct main_state *m, const struct conf *conf, int 
 	}
 	g->sh.rt->generation = m->ngens;
 	g->sh.rt->reloads = m->conf_path ? &m->reloads : NULL;
+	/* the admin API's changes: the running generation's, else admin.state_file's */
+	if (from && statefile_carry(g->sh.rt, from->sh.rt) < 0)
+		log_warn("reload: the admin API's changes could not be carried over (out of "
+			 "memory)");
+	else if (!from && conf->has_admin && conf->admin_state_file)
+		statefile_start(g->sh.rt, conf->admin_state_file);
 	if ((rc = creds_build(&g->sh, err, errlen)) < 0 ||
 	    (rc = proxy_limits_build(&g->sh, err, errlen)) < 0)
 		goto fail;
@@ -415,6 +424,8 @@ static struct gen *gen_build(struct main_state *m, const struct conf *conf, int 
 		if (admin_start(m->loop, conf, g->sh.rt, given, &g->admin, err, errlen) < 0)
 			goto fail;
 		admin_serve_debug(g->admin, g->debug);
+		if (m->conf_path)
+			admin_set_reload(g->admin, proxy_api_reload, m);
 	}
 	if (!from && (rc = proxy_drop_privileges(conf, err, errlen)) < 0)
 		goto fail;
@@ -647,6 +658,12 @@ refused:
 	m->reloads.failed++;
 	log_error("%s: %s; the running configuration stays", why, err);
 	return rc;
+}
+
+/* POST /api/reload (admin.h): a reload as SIGHUP's, its outcome in the answer. */
+static int proxy_api_reload(void *arg, char *err, size_t errlen)
+{
+	return proxy_reload(arg, "admin API reload", err, errlen);
 }
 
 static void main_on_deadline(struct loop_timer *t)

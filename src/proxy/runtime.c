@@ -98,7 +98,7 @@ const char *backend_state_name(const struct backend *b)
 {
 	if (b->source != BACKEND_FROM_DNS && !backend_present(b))
 		return atomic_load_explicit(&b->share->inflight, memory_order_relaxed) ? "removing"
-										: "removed";
+										       : "removed";
 	return admin_names[atomic_load_explicit(&b->admin, memory_order_relaxed) % BACKEND_STATES];
 }
 

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #define STATEFILE_VERSION 1
-#define WHO "state file"
+#define WHO "admin state"
 
 static int set_new(json_t *o, const char *key, json_t *v)
 {
@@ -246,7 +246,7 @@ static void apply_entry(struct pool_rt *p, const json_t *e)
 	struct backend *b = manage_find(p, addr);
 	int rc = 0;
 	if (!b && !api) {
-		log_warn("state file: pool %s has no backend %s in the config any more: skipped",
+		log_warn("admin state: pool %s has no backend %s in the config any more: skipped",
 			 p->conf->name, addr);
 		return;
 	}
@@ -267,15 +267,39 @@ static void apply_entry(struct pool_rt *p, const json_t *e)
 	if (!rc && json_is_true(json_object_get(e, "removed")))
 		rc = manage_remove(p, b, WHO, err, sizeof(err));
 	if (rc < 0)
-		log_warn("state file: pool %s, backend %s: %s: skipped", p->conf->name, addr, err);
+		log_warn("admin state: pool %s, backend %s: %s: skipped", p->conf->name, addr, err);
+}
+
+/* Apply document <doc> (its shape checked) over <rt>; <path> for messages. */
+static void apply_document(struct runtime *rt, const json_t *doc, const char *path)
+{
+	const char *name;
+	json_t *list;
+	json_object_foreach(json_object_get(doc, "pools"), name, list)
+	{
+		struct pool_rt *p = manage_pool(rt, name);
+		size_t i;
+		json_t *e;
+		if (!p) {
+			log_warn("%s: pool %s is not in the config any more: its %zu entries are "
+				 "skipped",
+				 path, name, json_array_size(list));
+			continue;
+		}
+		json_array_foreach(list, i, e) apply_entry(p, e);
+	}
+	const json_t *m = json_object_get(doc, "maintenance");
+	char err[128];
+	if (m && json_integer_value(m))
+		manage_set_maintenance(rt, (unsigned)json_integer_value(m), WHO, err, sizeof(err));
 }
 
 int statefile_apply(struct runtime *rt, const char *path, char *err, size_t errlen)
 {
 	json_error_t je;
 	struct stat st;
-	const char *why, *name;
-	json_t *list;
+	const char *why;
+	char what[4200];
 	if (stat(path, &st) < 0) {
 		if (errno == ENOENT)
 			return 0; /* nothing changed yet */
@@ -298,22 +322,36 @@ int statefile_apply(struct runtime *rt, const char *path, char *err, size_t errl
 		json_decref(doc);
 		return -EINVAL;
 	}
-	json_object_foreach(json_object_get(doc, "pools"), name, list)
-	{
-		struct pool_rt *p = manage_pool(rt, name);
-		size_t i;
-		json_t *e;
-		if (!p) {
-			log_warn("state file %s: pool %s is not in the config any more: its %zu "
-				 "entries are skipped",
-				 path, name, json_array_size(list));
-			continue;
-		}
-		json_array_foreach(list, i, e) apply_entry(p, e);
+	snprintf(what, sizeof(what), "state file %s", path);
+	apply_document(rt, doc, what);
+	json_decref(doc);
+	return 0;
+}
+
+void statefile_start(struct runtime *rt, const char *path)
+{
+	char err[512], bad[4096];
+	int exists = access(path, F_OK) == 0;
+	if (statefile_apply(rt, path, err, sizeof(err)) == 0) {
+		if (exists)
+			log_info("admin: state file %s applied", path);
+		return;
 	}
-	const json_t *m = json_object_get(doc, "maintenance");
-	if (m && json_integer_value(m))
-		manage_set_maintenance(rt, (unsigned)json_integer_value(m), WHO, err, errlen);
+	snprintf(bad, sizeof(bad), "%s.bad", path);
+	if (rename(path, bad) == 0)
+		log_warn("%s: it is ignored and kept as %s; the proxy starts from its config", err,
+			 bad);
+	else
+		log_warn("%s: it is ignored (and cannot be renamed to %s: %s)", err, bad,
+			 strerror(errno));
+}
+
+int statefile_carry(struct runtime *to, const struct runtime *from)
+{
+	json_t *doc = document_of(from);
+	if (!doc)
+		return -ENOMEM;
+	apply_document(to, doc, "reload");
 	json_decref(doc);
 	return 0;
 }

@@ -12,7 +12,8 @@
  * max_concurrency, a state other than enabled, "removed": true), so the config's word holds
  * for the rest; backends DNS discovery finds are never in it. It is written to PATH.tmp,
  * fsync'd and renamed over PATH (then the directory fsync'd): a crash or a full disk leaves
- * the old file whole.
+ * the old file whole. The same document, built in memory, carries the changes into the
+ * runtime a reload builds (statefile_carry), so a reload keeps them with or without a file.
  */
 #ifndef ACCELNET_PROXY_STATEFILE_H
 #define ACCELNET_PROXY_STATEFILE_H
@@ -38,5 +39,20 @@ int statefile_save(const struct runtime *rt, const char *path, char *err, size_t
  * not JSON, wrong shape): then nothing of it was applied.
  */
 int statefile_apply(struct runtime *rt, const char *path, char *err, size_t errlen);
+
+/*
+ * At start: statefile_apply(), and a file that is not a state file renamed PATH.bad (so that
+ * the next change does not write over what it held), with a warning: the proxy starts from
+ * its config alone.
+ */
+void statefile_start(struct runtime *rt, const char *path);
+
+/*
+ * A reload built <to> beside the running <from> (both on the main thread, <to> not yet
+ * serving): what the admin API changed in <from> is made in <to> too, as if <from>'s state
+ * file were applied (its added backends in <to>'s spare slots, its overrides, maintenance).
+ * Call it before carry_runtime(), so that the added backends are carried too. 0 or -ENOMEM.
+ */
+int statefile_carry(struct runtime *to, const struct runtime *from);
 
 #endif

@@ -12,6 +12,7 @@ import http.server
 import json
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -503,15 +504,32 @@ def test_unwritable_state_file_says_so(env):
     env.finish()
 
 
-def test_reload_without_a_hook_is_501(env):
-    a = _fast(env, "a")
-    px = _start(env, _pool("gpu", [a]))
-    st, _, doc = api(px, "POST", "/api/reload")
-    if st == 200:
-        return  # the proxy registered its reload hook: tested with hot reload
-    assert st == 501 and "SIGHUP" in doc["error"], doc
+def test_reload_through_the_api_keeps_the_changes(env):
+    a, b = _fast(env, "a"), _fast(env, "b")
+    pools = _pool("gpu", [a])
+    px = _start(env, pools)
+    ctl(px, "add", "gpu", addr(b), "--weight", "3", check=0)
+    ctl(px, "drain", "gpu", addr(a), check=0)
+    rc, out, _ = ctl(px, "reload", check=0)
+    assert out.strip() == "reloaded", out
+    # the new configuration's runtime has the API's changes (no state file needed)
+    got = backends(px)
+    assert got[addr(b)]["source"] == "api" and got[addr(b)]["weight"] == 3, got
+    assert got[addr(a)]["state"] == "draining", got
+    assert {served_by(complete(px.port)[1]) for _ in range(6)} == {"b"}
+    # and over SIGHUP too
+    px.send_signal(signal.SIGHUP)
+    wait_until(lambda: "configuration generation 2" in env.log(px), "the second reload")
+    assert backends(px)[addr(b)]["weight"] == 3
+    # a config it refuses: 400 with FILE:LINE:COL, and the running one stays
+    path = os.path.join(env.dir, "proxy.yaml")
+    with open(path, "a") as f:
+        f.write("bogus_key: 1\n")
     rc, _, err = ctl(px, "reload", check=1)
-    assert "HTTP 501" in err, err
+    assert "HTTP 400" in err and "proxy.yaml:" in err, err
+    st, _, doc = api(px, "POST", "/api/reload")
+    assert st == 400 and "bogus_key" in doc["error"], doc
+    assert backends(px)[addr(b)]["weight"] == 3
     env.finish()
 
 

@@ -209,13 +209,13 @@ static void test_add_remove_change(void **state)
 			 -ENOSPC);
 
 	/* removed with a request in flight: not free until it ends */
-	atomic_fetch_add(&b->inflight, 1);
+	atomic_fetch_add(&b->share->inflight, 1);
 	assert_int_equal(manage_remove(p, b, "t", err, sizeof(err)), 0);
 	assert_string_equal(backend_state_name(b), "removing");
 	assert_int_equal(manage_remove(p, b, "t", err, sizeof(err)), -EALREADY);
 	assert_int_equal(manage_add(p, "127.0.0.1:9105", 1, 0, "t", &again, err, sizeof(err)),
 			 -ENOSPC);
-	atomic_fetch_sub(&b->inflight, 1);
+	atomic_fetch_sub(&b->share->inflight, 1);
 	assert_true(backend_slot_free(b));
 	assert_null(manage_find(p, "127.0.0.1:9103"));
 	assert_int_equal(manage_add(p, "127.0.0.1:9105", 1, 0, "t", &again, err, sizeof(err)), 0);
