@@ -229,11 +229,15 @@ static void top_draw(const struct top *t, FILE *f, const json_t *doc, double dt,
 			const char *a = json_string_value(json_object_get(b, "address"));
 			const json_t *pb = have_rate && a ? prev_backend(t, pname, a) : NULL;
 			double r = num(b, "requests"), e = backend_errors(b);
-			const char *state = num(b, "ejected") == 1    ? "ejected"
-					    : num(b, "up") == 0	      ? "down"
-					    : num(b, "eligible") == 0 ? "inelig"
-					    : num(b, "up") == 1	      ? "up"
-								      : "-";
+			char abuf[16];
+			/* what the admin API made of it first: it says why it takes nothing */
+			const char *adm = str(b, "state", abuf, sizeof(abuf));
+			const char *state = strcmp(adm, "-") && strcmp(adm, "enabled") ? adm
+					    : num(b, "ejected") == 1		       ? "ejected"
+					    : num(b, "up") == 0			       ? "down"
+					    : num(b, "eligible") == 0		       ? "inelig"
+					    : num(b, "up") == 1			       ? "up"
+										       : "-";
 			fprintf(f, "  %-24s %-8s", str(b, "address", sbuf, 25), state);
 			put_num(f, 8,
 				pb && r >= num(pb, "requests") ? (r - num(pb, "requests")) / dt

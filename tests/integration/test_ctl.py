@@ -242,6 +242,10 @@ def test_disable_and_enable(env):
     assert status_backend(px, addr(b))["state"] == "disabled"
     assert gauge(px, "accelnet_backend_admin_state", addr(b)) == 2
     assert {served_by(complete(px.port)[1]) for _ in range(6)} == {"a"}
+    r = subprocess.run([BIN, "top", "--admin", f"127.0.0.1:{px.admin}", "--once",
+                        "--interval-ms", "100"], capture_output=True, timeout=30)
+    rows = [ln.split() for ln in r.stdout.decode().splitlines() if addr(b) in ln]
+    assert r.returncode == 0 and rows and rows[0][1] == "disabled", r.stdout
     st, _, doc = api(px, "PATCH", f"/api/pools/gpu/backends/{addr(a)}", {"state": "disabled"})
     assert st == 200, doc
     st, hdrs, _ = complete(px.port)
