@@ -270,6 +270,13 @@ static void call_change(struct adminapi *api, struct hsrv_conn *c, const struct 
 		reply_error(c, 400, "", "give \"weight\", \"max_concurrency\" or \"state\"");
 		goto out;
 	}
+	if (st >= 0 && b->source != BACKEND_FROM_DNS && !backend_present(b)) {
+		/* (before the weight or cap changes: all of it is refused, or none) */
+		snprintf(err, sizeof(err), "backend %s of pool %s is removed: add it again first",
+			 b->name, p->conf->name);
+		reply_error(c, 409, "", err);
+		goto out;
+	}
 	if (has_w)
 		rc = manage_set_weight(p, b, weight, who, err, sizeof(err));
 	if (!rc && has_cap)

@@ -298,3 +298,23 @@ def _run_check(path):
     import subprocess
     return subprocess.run([BIN, "check", "-c", path], capture_output=True, text=True,
                           timeout=20)
+
+
+def test_admin_api_lists_discovered_backends_and_leaves_them_to_dns(env):
+    port = free_port()
+    _sim_at(env, "127.0.0.2", port, "two", latency_ms=0, token_ms=0)
+    dns = Dns(env, ["127.0.0.2 api.test"])
+    px = _proxy(env, dns, f"  - name: gpu\n    backends:\n"
+                          f"      - {{address: api.test:{port}, discover: a}}\n")
+    found = f"127.0.0.2:{port}"
+    wait_until(lambda: set(_present(px)) == {found}, "the answer", CHANGE_BOUND_S)
+    st, _, body = request(px.admin, "GET", "/api/backends")
+    listed = {b["address"]: b for b in json.loads(body)["pools"][0]["backends"]}
+    assert st == 200 and listed[found]["source"] == "dns", listed
+    assert len(listed) == 1, listed  # the name's empty slots are not listed
+    for method, path, body in (("POST", f"/api/pools/gpu/backends/{found}/drain", None),
+                               ("PATCH", f"/api/pools/gpu/backends/{found}", '{"weight": 3}'),
+                               ("DELETE", f"/api/pools/gpu/backends/{found}", None)):
+        st, _, data = request(px.admin, method, path, body=body)
+        assert st == 409 and b"backends.discover" in data, (method, st, data)
+    assert _present(px)[found]["weight"] == 1
