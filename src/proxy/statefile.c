@@ -4,8 +4,8 @@
  * The document is built and read with jansson (its parser caps nesting; the file is capped at
  * STATEFILE_MAX_BYTES before it is parsed). Applying checks the whole document's shape first
  * and only then changes anything, through manage.h like the API, so that a file that is not
- * a state file changes nothing, and each change is logged as an API call's is ("state file"
- * as who).
+ * a state file changes nothing, and each change is logged as an API call's is ("state file
+ * PATH", or "reload" for statefile_carry, as who).
  */
 #include "proxy/statefile.h"
 #include "core/log.h"
@@ -22,7 +22,6 @@
 #include <unistd.h>
 
 #define STATEFILE_VERSION 1
-#define WHO "admin state"
 
 static int set_new(json_t *o, const char *key, json_t *v)
 {
@@ -235,7 +234,7 @@ static const char *document_wrong(const json_t *doc)
 }
 
 /* Apply entry <e> to pool <p>. */
-static void apply_entry(struct pool_rt *p, const json_t *e)
+static void apply_entry(struct pool_rt *p, const json_t *e, const char *who)
 {
 	char err[300];
 	const char *addr = json_string_value(json_object_get(e, "address"));
@@ -246,32 +245,32 @@ static void apply_entry(struct pool_rt *p, const json_t *e)
 	struct backend *b = manage_find(p, addr);
 	int rc = 0;
 	if (!b && !api) {
-		log_warn("admin state: pool %s has no backend %s in the config any more: skipped",
+		log_warn("%s: pool %s has no backend %s in the config any more: skipped", who,
 			 p->conf->name, addr);
 		return;
 	}
 	if (!b || (api && !backend_present(b))) {
 		rc = manage_add(p, addr, w ? (unsigned)json_integer_value(w) : 0,
-				cap ? (unsigned)json_integer_value(cap) : MANAGE_CAP_DEFAULT, WHO,
+				cap ? (unsigned)json_integer_value(cap) : MANAGE_CAP_DEFAULT, who,
 				&b, err, sizeof(err));
 	} else {
 		if (w && (unsigned)json_integer_value(w) != atomic_load(&b->weight))
-			rc = manage_set_weight(p, b, (unsigned)json_integer_value(w), WHO, err,
+			rc = manage_set_weight(p, b, (unsigned)json_integer_value(w), who, err,
 					       sizeof(err));
 		if (!rc && cap && (unsigned)json_integer_value(cap) != atomic_load(&b->max_conc))
-			rc = manage_set_cap(p, b, (unsigned)json_integer_value(cap), WHO, err,
+			rc = manage_set_cap(p, b, (unsigned)json_integer_value(cap), who, err,
 					    sizeof(err));
 	}
 	if (!rc && state && manage_state_of(state) != BACKEND_ENABLED)
-		rc = manage_set_state(p, b, manage_state_of(state), WHO, err, sizeof(err));
+		rc = manage_set_state(p, b, manage_state_of(state), who, err, sizeof(err));
 	if (!rc && json_is_true(json_object_get(e, "removed")))
-		rc = manage_remove(p, b, WHO, err, sizeof(err));
+		rc = manage_remove(p, b, who, err, sizeof(err));
 	if (rc < 0)
-		log_warn("admin state: pool %s, backend %s: %s: skipped", p->conf->name, addr, err);
+		log_warn("%s: pool %s, backend %s: %s: skipped", who, p->conf->name, addr, err);
 }
 
-/* Apply document <doc> (its shape checked) over <rt>; <path> for messages. */
-static void apply_document(struct runtime *rt, const json_t *doc, const char *path)
+/* Apply document <doc> (its shape checked) over <rt>; <who> for the log. */
+static void apply_document(struct runtime *rt, const json_t *doc, const char *who)
 {
 	const char *name;
 	json_t *list;
@@ -283,15 +282,15 @@ static void apply_document(struct runtime *rt, const json_t *doc, const char *pa
 		if (!p) {
 			log_warn("%s: pool %s is not in the config any more: its %zu entries are "
 				 "skipped",
-				 path, name, json_array_size(list));
+				 who, name, json_array_size(list));
 			continue;
 		}
-		json_array_foreach(list, i, e) apply_entry(p, e);
+		json_array_foreach(list, i, e) apply_entry(p, e, who);
 	}
 	const json_t *m = json_object_get(doc, "maintenance");
 	char err[128];
 	if (m && json_integer_value(m))
-		manage_set_maintenance(rt, (unsigned)json_integer_value(m), WHO, err, sizeof(err));
+		manage_set_maintenance(rt, (unsigned)json_integer_value(m), who, err, sizeof(err));
 }
 
 int statefile_apply(struct runtime *rt, const char *path, char *err, size_t errlen)
