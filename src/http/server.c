@@ -50,6 +50,7 @@ struct hsrv {
 	void *arg;
 	struct list_head conns; /* of struct hsrv_conn, by link */
 	unsigned long accepted;
+	int draining; /* stopped listening: every connection closes after its answer */
 };
 
 enum phase { PH_READ, PH_WAIT, PH_STREAM };
@@ -410,7 +411,7 @@ static int conn_process(struct hsrv_conn *c)
 		c->head_ms = 0;
 		c->phase = PH_WAIT;
 		c->req_len = (size_t)end;
-		c->keep_alive = !(h.flags & HTTP_F_CLOSE);
+		c->keep_alive = !(h.flags & HTTP_F_CLOSE) && !c->srv->draining;
 		c->is_head = h.meth == HTTP_HEAD;
 		c->in_handler = 1;
 		c->srv->fn(c->srv->arg, c, &h, body, body_len);
@@ -601,6 +602,17 @@ void hsrv_stop_listening(struct hsrv *srv)
 	loop_io_del(srv->loop, &srv->io);
 	close(srv->io.fd);
 	srv->io.fd = -1;
+	srv->draining = 1;
+	struct list_node *n = list_first(&srv->conns), *next;
+	for (; n; n = next) {
+		next = list_next(&srv->conns, n);
+		struct hsrv_conn *c = container_of(n, struct hsrv_conn, link);
+		if (c->phase == PH_READ && !c->in_len && !c->in_handler &&
+		    !net_conn_pending(&c->nc))
+			conn_close(c); /* idle */
+		else
+			c->keep_alive = 0; /* its answer says Connection: close */
+	}
 }
 
 void hsrv_stop(struct hsrv *srv)

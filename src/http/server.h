@@ -57,7 +57,8 @@ int hsrv_start_fd(struct loop *loop, int fd, const struct hsrv_limits *lim, hsrv
 int hsrv_port(const struct hsrv *srv);
 /* Its listening socket (-1 once it stopped listening), e.g. for a successor to dup(). */
 int hsrv_listen_fd(const struct hsrv *srv);
-/* Close the listener only: the connections it has go on until hsrv_stop(). */
+/* Close the listener only: idle connections close now, the others after their answer (or
+ * at hsrv_stop()), each answer saying Connection: close. */
 void hsrv_stop_listening(struct hsrv *srv);
 /* Close the listener and every connection (abort callbacks run). */
 void hsrv_stop(struct hsrv *srv);

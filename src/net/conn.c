@@ -14,6 +14,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -160,6 +161,14 @@ int net_conn_peer_closed(struct net_conn *c)
 	char b;
 	ssize_t n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
 	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+int net_conn_pending(const struct net_conn *c)
+{
+	int n = 0;
+	if (c->ssl && SSL_pending(c->ssl) > 0)
+		return 1;
+	return ioctl(c->fd, FIONREAD, &n) == 0 && n > 0;
 }
 
 void net_conn_shutdown(struct net_conn *c)

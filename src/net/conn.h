@@ -64,6 +64,9 @@ ssize_t net_conn_peek(struct net_conn *c, void *buf, size_t len);
  * state unknown (0)? A pending byte counts as open. */
 int net_conn_peer_closed(struct net_conn *c);
 
+/* Has the peer sent bytes not read yet (in the socket, or decrypted in TLS's buffer)? */
+int net_conn_pending(const struct net_conn *c);
+
 /* End our sending side (TLS: close_notify, then the TCP write side). */
 void net_conn_shutdown(struct net_conn *c);
 

@@ -232,13 +232,16 @@ enum admit_result admission_admit(struct pool_rt *pool, struct waiter *wt, uint6
 void admission_release(struct pool_rt *pool, struct backend *be, uint64_t now_ms, uint64_t rnd)
 {
 	atomic_fetch_sub_explicit(&be->share->inflight, 1, memory_order_relaxed);
-	if (!backend_cap(be))
-		return; /* an uncapped backend never made anyone wait */
-	admission_grant(pool, now_ms, rnd);
-	/* a slot an older generation's request held: the newest one's queue may want it */
-	struct pool_rt *next = atomic_load_explicit(&be->share->notify, memory_order_acquire);
-	if (next && next != pool)
-		admission_grant(next, now_ms, rnd);
+	if (backend_cap(be)) /* an uncapped backend never made anyone wait here */
+		admission_grant(pool, now_ms, rnd);
+	/* the other configurations holding it (a reload), whatever this one's cap: a request
+	 * may wait for this slot in any of their queues */
+	for (size_t i = 0; i < SHARE_POOLS; i++) {
+		struct pool_rt *p =
+		    atomic_load_explicit(&be->share->pools[i], memory_order_acquire);
+		if (p && p != pool)
+			admission_grant(p, now_ms, rnd);
+	}
 }
 
 void admission_grant(struct pool_rt *pool, uint64_t now_ms, uint64_t rnd)

@@ -20,11 +20,18 @@ static struct pool_rt *pool_named(struct runtime *rt, const char *name)
 	return NULL;
 }
 
-static struct backend *backend_named(struct pool_rt *p, const char *name)
+/* <b>'s namesake in <p>: a fixed backend at the same address, or the same slot of the same
+ * discovered name ("NAME#k") */
+static struct backend *backend_namesake(struct pool_rt *p, const struct backend *b)
 {
-	for (size_t i = 0; i < p->nbackends; i++)
-		if (!p->backends[i].conf->discover && strcmp(p->backends[i].name, name) == 0)
+	for (size_t i = 0; i < p->nbackends; i++) {
+		const struct backend *o = &p->backends[i];
+		if (!o->conf->discover != !b->conf->discover || strcmp(o->name, b->name))
+			continue;
+		if (!b->conf->discover || (o->conf->discover == b->conf->discover &&
+					   !strcmp(o->conf->discover_name, b->conf->discover_name)))
 			return &p->backends[i];
+	}
 	return NULL;
 }
 
@@ -37,7 +44,7 @@ static void carry_prefix(struct backend *to, const struct backend *from)
 		prefix_index_copy(to->kv_prefix, from->kv_prefix);
 }
 
-static void carry_backend(struct pool_rt *to_pool, struct backend *to, struct backend *from)
+static void carry_backend(struct backend *to, struct backend *from)
 {
 	COPY(to, from, up);
 	COPY(to, from, down_until_ms);
@@ -60,41 +67,59 @@ static void carry_backend(struct pool_rt *to_pool, struct backend *to, struct ba
 	/* one count of requests in flight for both: <to>'s own is not in use yet */
 	free(to->share);
 	to->share = from->share;
-	atomic_store_explicit(&to->share->notify, to_pool, memory_order_release);
+}
+
+/* A discovery slot: also the address the name last gave it, so a reload while DNS cannot
+ * answer keeps the last answer, as discovery itself does. */
+static void carry_slot(struct backend *to, const struct backend *from)
+{
+	int at = atomic_load(&from->addr_at) & 1;
+	to->addr = from->addr;
+	memcpy(to->addr_text[at], from->addr_text[at], sizeof(to->addr_text[at]));
+	atomic_store(&to->addr_at, at);
+	COPY(to, from, weight);
+	COPY(to, from, present);
 }
 
 size_t carry_runtime(struct runtime *to, struct runtime *from)
 {
 	size_t carried = 0;
-	/* a share the new config no longer has a backend for: no queue to tell */
-	for (size_t i = 0; i < from->npools; i++)
-		for (size_t j = 0; j < from->pools[i].nbackends; j++)
-			atomic_store_explicit(&from->pools[i].backends[j].share->notify, NULL,
-					      memory_order_release);
 	for (size_t i = 0; i < to->npools; i++) {
 		struct pool_rt *tp = &to->pools[i];
 		struct pool_rt *fp = pool_named(from, tp->conf->name);
-		if (!fp)
-			continue;
-		for (size_t j = 0; j < tp->nbackends; j++) {
+		for (size_t j = 0; fp && j < tp->nbackends; j++) {
 			struct backend *tb = &tp->backends[j];
-			struct backend *fb =
-			    tb->conf->discover ? NULL : backend_named(fp, tb->name);
-			if (fb) {
-				carry_backend(tp, tb, fb);
-				carried++;
-			}
+			struct backend *fb = backend_namesake(fp, tb);
+			if (!fb || backend_slot_free(tb)) /* (an API spare slot left empty) */
+				continue;
+			carry_backend(tb, fb);
+			if (tb->conf->discover)
+				carry_slot(tb, fb);
+			carried++;
 		}
 	}
+	carry_join(to);
 	return carried;
 }
 
-void carry_notify(struct runtime *rt)
+void carry_join(struct runtime *rt)
 {
+	size_t at = rt->generation % SHARE_POOLS;
 	for (size_t i = 0; i < rt->npools; i++)
 		for (size_t j = 0; j < rt->pools[i].nbackends; j++)
-			atomic_store_explicit(&rt->pools[i].backends[j].share->notify,
+			atomic_store_explicit(&rt->pools[i].backends[j].share->pools[at],
 					      &rt->pools[i], memory_order_release);
+}
+
+void carry_leave(struct runtime *rt)
+{
+	size_t at = rt->generation % SHARE_POOLS;
+	for (size_t i = 0; i < rt->npools; i++)
+		for (size_t j = 0; j < rt->pools[i].nbackends; j++) {
+			struct pool_rt *mine = &rt->pools[i];
+			atomic_compare_exchange_strong(&rt->pools[i].backends[j].share->pools[at],
+						       &mine, NULL);
+		}
 }
 
 static int share_held(struct runtime *const *live, size_t n, const struct backend_share *s)

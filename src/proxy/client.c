@@ -89,6 +89,11 @@ int client_gone(struct client *cl)
 	return net_conn_peer_closed(&cl->conn);
 }
 
+int client_pending(const struct client *cl)
+{
+	return net_conn_pending(&cl->conn);
+}
+
 void client_close(struct client *cl)
 {
 	struct worker *w = cl->w;

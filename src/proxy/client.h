@@ -88,6 +88,9 @@ void client_shrink_in(struct client *cl);
  */
 int client_gone(struct client *cl);
 
+/* Has the client sent bytes the proxy has not read (in the socket, or in TLS's buffer)? */
+int client_pending(const struct client *cl);
+
 /* The answer has gone whole (relayed, or from the cache): the slot and the upstream
  * connection go back, the exchange ends, and the connection waits for its next request or
  * lingers out. */

@@ -20,8 +20,9 @@ struct creds_gen {
 	struct auth_tables **auth;
 };
 
-/* What reloads replaced: listeners until the end, key tables until the workers moved on. */
-static struct {
+/* What reload_s replaced in one generation (one sh): listeners until the end, key tables
+ * until its workers moved on. */
+struct creds_retired {
 	struct net_tls_listener **old_tls;
 	size_t nold_tls;
 	struct auth_tables **old_auth; /* waiting for every worker to pass a turn */
@@ -31,7 +32,7 @@ static struct {
 	unsigned nworkers;
 	struct loop_timer timer;
 	struct loop *loop;
-} retired;
+};
 
 /* listen[].tls.reload_s: each watched listener's files as last seen. */
 static struct {
@@ -108,13 +109,13 @@ int creds_build(struct worker_shared *sh, char *err, size_t errlen)
 	return 0;
 }
 
-static void retired_auth_free(void)
+static void retired_auth_free(struct creds_retired *r)
 {
-	for (size_t i = 0; i < retired.nold_auth; i++)
-		auth_tables_free(retired.old_auth[i]);
-	free(retired.old_auth);
-	retired.old_auth = NULL;
-	retired.nold_auth = 0;
+	for (size_t i = 0; i < r->nold_auth; i++)
+		auth_tables_free(r->old_auth[i]);
+	free(r->old_auth);
+	r->old_auth = NULL;
+	r->nold_auth = 0;
 }
 
 void creds_free(struct worker_shared *sh)
@@ -134,35 +135,32 @@ void creds_free(struct worker_shared *sh)
 		watch.stamps = NULL;
 		watch.sh = NULL;
 	}
-	/* what reload_s replaced belongs to the generation it was replaced in (a full reload,
-	 * proxy.c, builds another sh beside this one) */
-	if (retired.workers && retired.workers != sh->workers)
+	struct creds_retired *r = sh->retired;
+	sh->retired = NULL;
+	if (!r)
 		return;
-	for (size_t i = 0; i < retired.nold_tls; i++)
-		net_tls_listener_free(retired.old_tls[i]);
-	free(retired.old_tls);
-	retired.old_tls = NULL;
-	retired.nold_tls = 0;
-	retired_auth_free();
-	free(retired.turns_at);
-	retired.turns_at = NULL;
-	if (retired.loop)
-		loop_timer_stop(retired.loop, &retired.timer);
-	retired.loop = NULL;
-	retired.workers = NULL;
+	for (size_t i = 0; i < r->nold_tls; i++)
+		net_tls_listener_free(r->old_tls[i]);
+	free(r->old_tls);
+	retired_auth_free(r);
+	free(r->turns_at);
+	if (r->loop)
+		loop_timer_stop(r->loop, &r->timer);
+	free(r);
 }
 
 /* Has every worker finished a loop turn since the last retirement? Then nothing reads them. */
 static void on_retire_timer(struct loop_timer *t)
 {
-	for (unsigned i = 0; i < retired.nworkers; i++)
-		if (atomic_load_explicit(&retired.workers[i].turns, memory_order_acquire) <=
-		    retired.turns_at[i]) {
-			loop_wake(retired.workers[i].loop);
-			loop_timer_set(retired.loop, t, loop_now(retired.loop) + RETIRE_CHECK_MS);
+	struct creds_retired *r = container_of(t, struct creds_retired, timer);
+	for (unsigned i = 0; i < r->nworkers; i++)
+		if (atomic_load_explicit(&r->workers[i].turns, memory_order_acquire) <=
+		    r->turns_at[i]) {
+			loop_wake(r->workers[i].loop);
+			loop_timer_set(r->loop, t, loop_now(r->loop) + RETIRE_CHECK_MS);
 			return;
 		}
-	retired_auth_free();
+	retired_auth_free(r);
 }
 
 static int keep(void ***list, size_t *n, void *p)
@@ -187,7 +185,10 @@ void creds_reload(struct worker_shared *sh, struct worker *workers, unsigned nwo
 		log_error("%s: %s; the certificates and keys in use stay", why, err);
 		return;
 	}
-	if (!retired.turns_at && !(retired.turns_at = calloc(nworkers, sizeof(uint64_t)))) {
+	struct creds_retired *r = sh->retired ? sh->retired : (sh->retired = calloc(1, sizeof(*r)));
+	if (r && !r->turns_at)
+		r->turns_at = calloc(nworkers, sizeof(uint64_t));
+	if (!r || !r->turns_at) {
 		log_error("%s: out of memory; the certificates and keys in use stay", why);
 		gen_free(c, &g);
 		return;
@@ -195,27 +196,27 @@ void creds_reload(struct worker_shared *sh, struct worker *workers, unsigned nwo
 	size_t swapped = 0;
 	for (size_t i = 0; i < c->nlistens; i++) {
 		struct net_tls_listener *old = atomic_exchange(&sh->tls[i], g.tls[i]);
-		if (keep((void ***)&retired.old_tls, &retired.nold_tls, old) < 0)
+		if (keep((void ***)&r->old_tls, &r->nold_tls, old) < 0)
 			log_warn("%s: out of memory: a replaced TLS listener is leaked", why);
 		swapped += g.tls[i] != NULL;
 	}
 	for (size_t i = 0; i < c->nroutes; i++) {
 		struct auth_tables *old = atomic_exchange(&sh->auth[i], g.auth[i]);
-		if (keep((void ***)&retired.old_auth, &retired.nold_auth, old) < 0)
+		if (keep((void ***)&r->old_auth, &r->nold_auth, old) < 0)
 			log_warn("%s: out of memory: a replaced auth table is leaked", why);
 		swapped += g.auth[i] != NULL;
 	}
 	free(g.tls);
 	free(g.auth);
-	retired.workers = workers;
-	retired.nworkers = nworkers;
-	retired.loop = sh->main_loop;
-	retired.timer.fn = on_retire_timer;
+	r->workers = workers; /* sh's own: a generation's workers never change */
+	r->nworkers = nworkers;
+	r->loop = sh->main_loop;
+	r->timer.fn = on_retire_timer;
 	for (unsigned i = 0; i < nworkers; i++) {
-		retired.turns_at[i] = atomic_load_explicit(&workers[i].turns, memory_order_acquire);
+		r->turns_at[i] = atomic_load_explicit(&workers[i].turns, memory_order_acquire);
 		loop_wake(workers[i].loop);
 	}
-	loop_timer_set(retired.loop, &retired.timer, loop_now(retired.loop) + RETIRE_CHECK_MS);
+	loop_timer_set(r->loop, &r->timer, loop_now(r->loop) + RETIRE_CHECK_MS);
 	log_info("%s: %zu certificate set%s and auth file set%s read again and in use", why,
 		 swapped, swapped == 1 ? "" : "s", swapped == 1 ? "" : "s");
 }

@@ -21,6 +21,7 @@
 #include "core/signals.h"
 #include "net/activation.h"
 #include "net/sdnotify.h"
+#include "cache/store.h"
 #include "conf/conf.h"
 #include "obs/accesslog.h"
 #include "proxy/admin.h"
@@ -360,6 +361,8 @@ static struct gen *gen_build(struct main_state *m, const struct conf *conf, int 
 	}
 	g->sh.rt->generation = m->ngens;
 	g->sh.rt->reloads = m->conf_path ? &m->reloads : NULL;
+	if (!from) /* (a reload's joins as carry_runtime() takes the running one's state) */
+		carry_join(g->sh.rt);
 	/* the admin API's changes: the running generation's, else admin.state_file's */
 	if (from && statefile_carry(g->sh.rt, from->sh.rt) < 0)
 		log_warn("reload: the admin API's changes could not be carried over (out of "
@@ -451,10 +454,7 @@ static struct gen *gen_build(struct main_state *m, const struct conf *conf, int 
 		goto fail;
 	}
 	g->sh.rt->cluster = g->cluster ? cluster_stats(g->cluster) : NULL;
-	if ((rc = creds_watch(&g->sh, g->workers, g->nworkers)) < 0) {
-		snprintf(err, errlen, "cannot watch the TLS files (reload_s): %s", strerror(-rc));
-		goto fail;
-	}
+
 	m->ngens++;
 	return g;
 fail:
@@ -473,12 +473,23 @@ static int gen_start(struct gen *g)
 	return 0;
 }
 
-/* <g> takes no new connection; what it has in flight finishes. */
+static int cache_match_all(void *arg, const struct cache_obj *o)
+{
+	(void)arg;
+	(void)o;
+	return 1;
+}
+
+/* <g> takes no new connection; what it has in flight finishes. Its response cache is
+ * emptied (objects being read stay until their readers are done): what is left of a
+ * draining generation should not hold cache.memory for as long as a stream lasts. */
 static void gen_drain(struct gen *g)
 {
 	for (unsigned i = 0; i < g->started; i++)
 		worker_request_drain(&g->workers[i]);
 	gen_quiet(g);
+	if (g->sh.rt && g->sh.rt->cache)
+		cache_purge_match(g->sh.rt->cache, cache_match_all, NULL);
 }
 
 /* The runtimes of every generation but <skip>. */
@@ -572,8 +583,10 @@ static void main_on_retire(struct loop_timer *t)
 	int waiting = 0;
 	while (*link) {
 		struct gen *g = *link;
-		if (!g->ended && atomic_load(&g->sh.running) == 0)
+		if (!g->ended && atomic_load(&g->sh.running) == 0) {
+			carry_leave(g->sh.rt); /* no slot of its frees now: stop telling it */
 			gen_mark_turns(m, g);
+		}
 		if (!g->ended || !gen_turns_passed(m, g)) {
 			waiting |= 1;
 			link = &g->older;
@@ -631,8 +644,7 @@ static int proxy_reload(struct main_state *m, const char *why, char *err, size_t
 	size_t carried = carry_runtime(g->sh.rt, from->sh.rt);
 	if ((rc = gen_start(g)) < 0) {
 		snprintf(err, errlen, "cannot start worker threads: %s", strerror(-rc));
-		/* the running generation's queues hear of freed slots again */
-		carry_notify(from->sh.rt);
+		/* it is retired like any drained one: its pools leave the shares then */
 		gen_drain(g);
 		g->older = m->older;
 		m->older = g;
@@ -641,6 +653,8 @@ static int proxy_reload(struct main_state *m, const char *why, char *err, size_t
 	}
 	m->cur = g;
 	m->reloads.ok++;
+	if ((rc = creds_watch(&g->sh, g->workers, g->nworkers)) < 0)
+		log_error("%s: cannot watch the TLS files (reload_s): %s", why, strerror(-rc));
 	gen_drain(from);
 	from->older = m->older;
 	m->older = from;
@@ -701,6 +715,8 @@ static void main_on_signal(int signo, void *arg)
 		return;
 	}
 	m->stopping = 1;
+	upgrade_free(m->upgrade); /* one starting is told to stop too */
+	m->upgrade = NULL;
 	proxy_notify("STOPPING=1\nSTATUS=draining");
 	log_info("%s: draining (up to %u ms)", signo == SIGTERM ? "SIGTERM" : "SIGINT",
 		 m->cur->sh.conf->timeouts.shutdown_ms);
@@ -873,6 +889,10 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 	}
 	if ((rc = gen_start(m.cur)) < 0) {
 		log_error("cannot start worker thread: %s", strerror(-rc));
+		goto out;
+	}
+	if ((rc = creds_watch(&m.cur->sh, m.cur->workers, m.cur->nworkers)) < 0) {
+		log_error("cannot watch the TLS files (reload_s): %s", strerror(-rc));
 		goto out;
 	}
 	int upgraded = upgrade_say_ready();

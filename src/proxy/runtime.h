@@ -174,13 +174,15 @@ struct pool_rt;
  * What the generations of the config (a reload builds a new runtime beside the old one,
  * proxy.c) share of one backend that stays in them: its requests in flight, so its
  * max_concurrency (an accelerator's slots) holds across a reload while the old
- * generation's streams finish; and the pool whose queue hears when one of them ends (the
- * newest generation's: its requests may be waiting for that slot). Owned by the main
- * thread, which frees it with the last runtime that holds it.
+ * generation's streams finish; and the pools that hold it, one per live generation (at
+ * generation % SHARE_POOLS), whose queues all hear when one of its slots frees: a request
+ * may wait for it in any of them. Owned by the main thread, which frees it with the last
+ * runtime that holds it (proxy/carry.h).
  */
+#define SHARE_POOLS 8
 struct backend_share {
 	atomic_uint inflight;
-	_Atomic(struct pool_rt *) notify; /* NULL: only the pool that holds the backend */
+	_Atomic(struct pool_rt *) pools[SHARE_POOLS];
 };
 
 /* Where a backend slot comes from: the config's list, a discovered name's slots, or the

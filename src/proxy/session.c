@@ -491,9 +491,12 @@ static void session_arm_timer(struct client *cl)
 			deadline = cl->phase_ms + t->header_ms;
 		else
 			deadline = cl->phase_ms + t->idle_ms;
-		if (cl->w->draining && (!cl->in || !buf_len(cl->in)) &&
-		    cl->phase_ms + DRAIN_IDLE_MS < deadline)
-			deadline = cl->phase_ms + DRAIN_IDLE_MS;
+		if (cl->w->draining && (!cl->in || !buf_len(cl->in))) {
+			uint64_t from =
+			    cl->phase_ms > cl->w->drain_ms ? cl->phase_ms : cl->w->drain_ms;
+			if (from + DRAIN_IDLE_MS < deadline)
+				deadline = from + DRAIN_IDLE_MS;
+		}
 		break;
 	case C_EXCHANGE:
 		deadline = deadline_next(cl->x, loop_now(cl->w->loop));
@@ -548,6 +551,11 @@ static void session_on_timer(struct loop_timer *t)
 		if (cl->in && buf_len(cl->in)) {
 			r = session_reply(cl, 408, "request head not received in time", 0);
 			break;
+		}
+		if (cl->w->draining && client_pending(cl)) {
+			cl->readable = 1; /* a request arrived as it was to close: answer it */
+			session_run(cl);
+			return;
 		}
 		client_close(cl);
 		return;
@@ -629,10 +637,7 @@ void session_close_idle(struct worker *w, int all)
 		if (all) {
 			client_close(cl);
 		} else if (cl->state == C_HEAD && (!cl->in || !buf_len(cl->in))) {
-			if (loop_now(w->loop) >= cl->phase_ms + DRAIN_IDLE_MS)
-				client_close(cl);
-			else
-				session_arm_timer(cl); /* closed at DRAIN_IDLE_MS, or answered */
+			session_arm_timer(cl); /* closed DRAIN_IDLE_MS from now, or answered */
 		}
 	}
 	if (all) {

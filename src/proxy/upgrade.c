@@ -23,14 +23,16 @@
 
 #define LISTEN_FDS_START 3
 #define ENV_PID_DIGITS 20
-#define EXIT_WAIT_TRIES 200 /* times EXIT_WAIT_US: how long a failed new process may take */
-#define EXIT_WAIT_US 5000   /* to be reaped once its pipe closed (the main loop waits) */
+#define UPGRADE_READY_MS 60000 /* a new process not ready by then is killed */
+#define EXIT_WAIT_TRIES 200    /* times EXIT_WAIT_US: how long a failed new process may take */
+#define EXIT_WAIT_US 5000      /* to be reaped once its pipe closed (the main loop waits) */
 
 extern char **environ;
 
 struct upgrade {
 	struct loop *loop;
-	struct loop_io io; /* the pipe's read end */
+	struct loop_io io;	 /* the pipe's read end */
+	struct loop_timer limit; /* UPGRADE_READY_MS */
 	pid_t pid;
 	upgrade_done_fn done;
 	void *arg;
@@ -131,10 +133,19 @@ static void child_write_pid(char *entry)
 
 static void upgrade_finish(struct upgrade *u, int ready, const char *why)
 {
+	loop_timer_stop(u->loop, &u->limit);
 	loop_io_del(u->loop, &u->io);
 	close(u->io.fd);
 	u->io.fd = -1;
 	u->done(u->arg, ready, u->pid, why);
+}
+
+static void upgrade_on_limit(struct loop_timer *t)
+{
+	struct upgrade *u = container_of(t, struct upgrade, limit);
+	kill(u->pid, SIGKILL);
+	waitpid(u->pid, NULL, 0);
+	upgrade_finish(u, 0, "it was not ready within 60 s: killed");
 }
 
 static void upgrade_on_pipe(struct loop_io *io, unsigned events)
@@ -230,6 +241,9 @@ int upgrade_start(struct loop *loop, const char *exe, const int *fds, const char
 		for (size_t i = 0; i <= n; i++)
 			if (dup2(tmp[i], LISTEN_FDS_START + (int)i) < 0)
 				_exit(127);
+		/* nothing else goes through: a library's descriptor without close-on-exec (a
+		 * Redis connection) would live on in the new process */
+		close_range(LISTEN_FDS_START + (unsigned)n + 1, ~0U, 0);
 		child_write_pid(envp[pid_at]);
 		execve(exe, argv, envp);
 		_exit(127);
@@ -246,6 +260,7 @@ int upgrade_start(struct loop *loop, const char *exe, const int *fds, const char
 	u->arg = arg;
 	u->io.fd = pfd[0];
 	u->io.fn = upgrade_on_pipe;
+	u->limit.fn = upgrade_on_limit;
 	if ((rc = loop_io_add(loop, &u->io)) < 0) { /* it cannot tell us: it must not serve */
 		kill(pid, SIGKILL);
 		waitpid(pid, NULL, 0);
@@ -254,6 +269,7 @@ int upgrade_start(struct loop *loop, const char *exe, const int *fds, const char
 		snprintf(err, errlen, "cannot watch the new process: %s", strerror(-rc));
 		return rc;
 	}
+	loop_timer_set(loop, &u->limit, loop_now(loop) + UPGRADE_READY_MS);
 	*out = u;
 	return 0;
 fail:
@@ -274,9 +290,19 @@ void upgrade_free(struct upgrade *u)
 {
 	if (!u)
 		return;
-	if (u->io.fd >= 0) {
+	if (u->io.fd >= 0) { /* still starting: it must not serve on without us */
+		char got[8];
+		ssize_t n = read(u->io.fd, got, sizeof(got));
+		int ready = n >= 6 && !memcmp(got, "READY\n", 6);
+		loop_timer_stop(u->loop, &u->limit);
 		loop_io_del(u->loop, &u->io);
 		close(u->io.fd);
+		/* one that said it serves drains on SIGTERM (it watches signals by then); one that
+		 * did not may not watch them yet: SIGTERM would wait, blocked, as long as it does
+		 */
+		kill(u->pid, ready ? SIGTERM : SIGKILL);
+		log_info("upgrade: the new process (pid %d) was told to stop (%s)", (int)u->pid,
+			 ready ? "SIGTERM: it had said it was ready" : "SIGKILL: it was not ready");
 	}
 	free(u);
 }

@@ -34,7 +34,9 @@ typedef void (*upgrade_done_fn)(void *arg, int ready, pid_t pid, const char *why
 int upgrade_start(struct loop *loop, const char *exe, const int *fds, const char *const *names,
 		  size_t n, upgrade_done_fn done, void *arg, struct upgrade **out, char *err,
 		  size_t errlen);
-/* Forget it (after <done> ran, or at exit). */
+/* Forget it: after <done> ran; before, the new process is told to stop (SIGTERM: the
+ * process that started it is stopping). UPGRADE_READY_MS (60 s) after the start, a new
+ * process that has not said it is ready is killed and <done> says so. */
 void upgrade_free(struct upgrade *u);
 
 /* The new process's side: tell the process that started it (if one did) that it serves.

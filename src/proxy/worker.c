@@ -111,6 +111,7 @@ void worker_client_gone(struct worker *w)
 static void worker_start_drain(struct worker *w)
 {
 	w->draining = 1;
+	w->drain_ms = loop_now(w->loop);
 	loop_timer_stop(w->loop, &w->accept_timer);
 	worker_close_listeners(w);
 	/* idle clients go now; the others finish their exchange first */

@@ -34,6 +34,7 @@
 struct worker;
 struct listener;
 struct debugreq_worker;
+struct creds_retired;
 struct ssl_session_st;
 
 struct worker_ops {
@@ -81,6 +82,7 @@ struct worker_shared {
 	 * table once every worker has finished a loop turn since (turns below) */
 	_Atomic(struct net_tls_listener *) *tls;
 	_Atomic(struct auth_tables *) *auth; /* routes.auth: keys, JWT keys, users */
+	struct creds_retired *retired;	     /* what reload_s replaced (creds.c) */
 	struct route_limits *limits;	     /* per route (guard/limits.h) */
 	_Atomic uint32_t *ip_conns;   /* connections per address hash (max_connections_per_ip) */
 	struct ratelimit accept_rate; /* limits.accept_rate_per_ip, when has_accept_rate */
@@ -123,6 +125,7 @@ struct worker {
 	struct list_head live_exchanges; /* exchanges in use, oldest first */
 	unsigned nclients, max_clients;
 	int accept_paused, draining;
+	uint64_t drain_ms;		/* when it began draining */
 	struct loop_timer accept_timer; /* accepting again after running out of descriptors */
 	atomic_int drain_requested;
 	uint64_t rng;

@@ -288,3 +288,203 @@ def test_backend_state_is_carried_and_listeners_follow_the_config(env):
     st, _, _ = request(port, "GET", "/x")
     assert st == 200
     assert dead_up() is False
+
+
+def _sse_pool(port, cap="", timeout_ms=60000):
+    return (f"  - name: sse\n    queue: {{timeout_ms: {timeout_ms}}}\n"
+            f"    backends:\n      - {{address: 127.0.0.1:{port}{cap}}}\n")
+
+
+def _queued(admin, gen_pool="sse"):
+    return sum(p["queue"]["length"] for p in status(admin)["pools"] if p["name"] == gen_pool)
+
+
+def test_a_request_queued_by_the_old_configuration_gets_the_slot_the_new_one_frees(env):
+    """A kept-alive client of the old configuration sends a request during the drain; it
+    queues there for a slot the new configuration holds, and gets it when that ends (not a
+    503 at queue.timeout_ms)."""
+    held = HeldStreams()
+    env.on_cleanup.append(held.close)
+    a = env.sim("a", latency_ms=0)
+    port, admin = free_port(), free_port()
+    text = _config(port, admin, pool_yaml("one", [a.port]) + pool_yaml("two", [a.port]) +
+                   _sse_pool(held.port, ", max_concurrency: 1"))
+    px = _start(env, text)
+    old = socket.create_connection(("127.0.0.1", port), timeout=60)
+    env.on_cleanup.append(old.close)
+    old.sendall(b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+    read_until(old, lambda g: b"\r\n\r\n" in g)
+    _reload(env, px, text, 1)
+    new = _open_stream(port)  # the new configuration takes the only slot
+    env.on_cleanup.append(new.close)
+    got_new = read_until(new, lambda g: b"data: 0" in g)
+    body = b'{"stream": true}'
+    old.sendall(b"POST /sse/late HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(body), body))
+    # it waits in the old configuration's queue (the admin endpoint shows the new one's)
+    assert held.count == 1
+    held.release()
+    read_until(new, _stream_done, got_new)
+    got = read_until(old, _stream_done)
+    assert got.startswith(b"HTTP/1.1 200") and b"Connection: close" in got.split(b"\r\n\r\n")[0]
+    assert held.count == 2 and held.most == 1
+
+
+def test_a_cap_added_by_a_reload_counts_the_old_requests(env):
+    """The old configuration had no max_concurrency; the new one has 1: a request of the new
+    one waits while the old one's stream runs, and gets the slot when it ends."""
+    held = HeldStreams()
+    env.on_cleanup.append(held.close)
+    a = env.sim("a", latency_ms=0)
+    port, admin = free_port(), free_port()
+
+    def text(cap):
+        return _config(port, admin, pool_yaml("one", [a.port]) + pool_yaml("two", [a.port]) +
+                       _sse_pool(held.port, cap))
+    px = _start(env, text(""))
+    first = _open_stream(port)
+    env.on_cleanup.append(first.close)
+    got1 = read_until(first, lambda g: b"data: 0" in g)
+    _reload(env, px, text(", max_concurrency: 1"), 1)
+    second = _open_stream(port)
+    env.on_cleanup.append(second.close)
+    wait_until(lambda: _queued(admin) == 1, "the new request to queue")
+    assert held.count == 1
+    held.release()
+    read_until(first, _stream_done, got1)
+    assert read_until(second, _stream_done).startswith(b"HTTP/1.1 200")
+    assert held.count == 2 and held.most == 1
+
+
+def test_requests_sent_on_kept_alive_connections_as_the_reload_happens_are_answered(env):
+    """Clients idle on kept-alive connections (for longer than the drain's grace) send a
+    POST right after the reload: each is answered by the old configuration, with
+    Connection: close, none is cut."""
+    a = env.sim("a", latency_ms=0)
+    held = HeldStreams()
+    env.on_cleanup.append(held.close)
+    port, admin = free_port(), free_port()
+    text = _config(port, admin, pool_yaml("one", [a.port]) + pool_yaml("two", [a.port]) +
+                   pool_yaml("sse", [held.port]))
+    px = _start(env, text)
+    for gen in range(1, 4):
+        conns = []
+        for _ in range(20):
+            c = socket.create_connection(("127.0.0.1", port), timeout=30)
+            env.on_cleanup.append(c.close)
+            c.sendall(b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+            read_until(c, lambda g: b"\r\n\r\n" in g)
+            conns.append(c)
+        _reload(env, px, text, gen)  # the old configuration now drains
+        for c in conns:
+            c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                      b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+        for c in conns:
+            got = read_until(c, lambda g: b"\r\n\r\n" in g)
+            head = got.split(b"\r\n\r\n")[0]
+            assert head.startswith(b"HTTP/1.1 200") and b"Connection: close" in head, head
+
+
+def _whole_response(got):
+    """Has <got> one whole response with a Content-Length body?"""
+    if b"\r\n\r\n" not in got:
+        return False
+    head, body = got.split(b"\r\n\r\n", 1)
+    n = [ln for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length:")]
+    return bool(n) and len(body) >= int(n[0].split(b":")[1])
+
+
+def test_a_kept_alive_admin_connection_is_closed_after_its_answer(env):
+    """A scraper's kept-alive admin connection does not go on reading the old configuration
+    for as long as the old one drains: idle, it is closed at the reload (one busy with a
+    request is closed after its answer), and the next connection sees the new one."""
+    a = env.sim("a", latency_ms=0)
+    held = HeldStreams()
+    env.on_cleanup.append(held.close)
+    port, admin = free_port(), free_port()
+    text = _config(port, admin, pool_yaml("one", [a.port]) + pool_yaml("two", [a.port]) +
+                   pool_yaml("sse", [held.port]))
+    px = _start(env, text)
+    wait_until(lambda: port_open(admin), "admin port")
+    stream = _open_stream(port)  # keeps the old configuration alive
+    env.on_cleanup.append(stream.close)
+    read_until(stream, lambda g: b"data: 0" in g)
+    c = socket.create_connection(("127.0.0.1", admin), timeout=10)
+    env.on_cleanup.append(c.close)
+    ask = b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    c.sendall(ask)
+    read_until(c, _whole_response)
+    _reload(env, px, text, 1)
+    # idle, it is closed (with nothing of a request pending: that would be answered first)
+    assert c.recv(100) == b""
+    st, _, _ = request(admin, "GET", "/status")
+    assert st == 200 and status(admin)["process"][0]["config_generation"] == 1
+    held.release()
+
+
+def test_discovered_backends_survive_a_reload_while_dns_is_down(env):
+    """A reload while the DNS server cannot answer keeps the discovered backends (their last
+    answer), as discovery itself does when a resolution fails."""
+    from test_discovery import Dns
+    a = env.sim("a", latency_ms=0)
+    dns = Dns(env, ["127.0.0.1 gpu.test"])
+    port, admin = free_port(), free_port()
+    pools = ("  - name: one\n    backends:\n"
+             f"      - {{address: 'gpu.test:{a.port}', discover: a}}\n" +
+             pool_yaml("two", [a.port]) + pool_yaml("sse", [a.port]))
+    text = _config(port, admin, pools, extra=f"discovery:\n  resolvers: [127.0.0.1:{dns.port}]\n")
+    px = _start(env, text)
+    wait_until(lambda: request(port, "GET", "/x")[0] == 200, "the name to be resolved")
+    dns.proc.kill()
+    dns.proc.wait()
+    _reload(env, px, text, 1)
+    assert [request(port, "GET", "/x")[0] for _ in range(5)] == [200] * 5
+    # and once the new configuration has tried to resolve it (and failed), still
+    wait_until(lambda: "could not be resolved" in env.log(px), "a failed resolution")
+    assert [request(port, "GET", "/x")[0] for _ in range(5)] == [200] * 5
+
+
+def test_timed_certificate_reload_after_a_reload_to_more_workers(env):
+    """listen.tls.reload_s keeps working across reloads that change the worker count (each
+    configuration keeps its own list of replaced key material: no write past the first
+    one's worker count, which ASan would catch)."""
+    import shutil
+    held = HeldStreams()
+    env.on_cleanup.append(held.close)
+    port, admin, tport = free_port(), free_port(), free_port()
+    pem, key = os.path.join(env.dir, "live.pem"), os.path.join(env.dir, "live.key")
+    certs = []
+    for i in range(3):
+        k, c = os.path.join(env.dir, f"c{i}.key"), os.path.join(env.dir, f"c{i}.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:P-256", "-nodes", "-keyout", k, "-out", c, "-days",
+                        "2", "-subj", f"/CN=c{i}"], check=True, capture_output=True)
+        certs.append((c, k))
+
+    def swap(i):
+        for src, dst in ((certs[i][1], key), (certs[i][0], pem)):
+            shutil.copy(src, dst + ".tmp")
+            os.replace(dst + ".tmp", dst)
+
+    def text(workers):
+        return (f"workers: {workers}\nlisten:\n  - address: 127.0.0.1:{port}\n"
+                f"  - address: 127.0.0.1:{tport}\n"
+                f"    tls: {{cert: {pem}, key: {key}, reload_s: 1}}\n"
+                f"admin:\n  address: 127.0.0.1:{admin}\n"
+                "timeouts: {between_bytes_ms: 300000}\npools:\n" +
+                pool_yaml("sse", [held.port]) + "routes:\n  - pool: sse\n")
+    swap(0)
+    px = _start(env, text(2))
+    swap(1)
+    wait_until(lambda: "read again and in use" in env.log(px), "the first timed reload")
+    stream = _open_stream(port)  # keeps the first configuration alive
+    env.on_cleanup.append(stream.close)
+    read_until(stream, lambda g: b"data: 0" in g)
+    _reload(env, px, text(16), 1)
+    swap(2)
+    wait_until(lambda: env.log(px).count("read again and in use") >= 2 or
+               px.poll() is not None, "the second timed reload")
+    assert px.poll() is None, env.log(px)[-3000:]
+    held.release()
+    wait_until(lambda: "configuration generation 0: its last request has ended" in env.log(px),
+               "the first configuration to be released")

@@ -95,3 +95,66 @@ def test_an_upgrade_that_cannot_start_changes_nothing(env):
     st, hdrs, _ = request(port, "GET", "/x")
     assert st == 200 and served_by(hdrs) == "a"
     assert px.poll() is None
+
+
+def _socket_inodes(pid):
+    out = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:"):
+            out.add(link)
+    return out
+
+
+def test_the_new_process_gets_the_listening_sockets_and_nothing_else(env):
+    """Of the old process's sockets, the new one holds exactly the listening ones (2 workers'
+    and the admin endpoint's): not its Redis connection (hiredis opens it without
+    close-on-exec), nor a client's, a backend's or the access log's."""
+    from test_cluster import _redis
+    r = _redis(env)
+    a = env.sim("a", latency_ms=0)
+    held = HeldStreams()
+    env.on_cleanup.append(held.close)
+    port, admin = free_port(), free_port()
+    extra = (f"cluster: {{redis: 127.0.0.1:{r.port}}}\n"
+             f"access_log: {{path: {os.path.join(env.dir, 'access.log')}}}\n")
+    px = _start(env, _config(port, admin, pool_yaml("one", [a.port]) +
+                             pool_yaml("two", [a.port]) + pool_yaml("sse", [held.port]), extra))
+    wait_until(lambda: "redis" in env.log(px).lower() and port_open(admin), "the proxy")
+    stream = _open_stream(port)  # a client and a backend connection of the old process
+    env.on_cleanup.append(stream.close)
+    read_until(stream, lambda g: b"data: 0" in g)
+    old = _socket_inodes(px.pid)
+    px.send_signal(signal.SIGUSR2)
+    wait_until(lambda: "the new process (pid" in env.log(px), "the new process to serve")
+    new = _new_pid(env, px)
+    env.on_cleanup.append(lambda: _pid_alive(new) and os.kill(new, signal.SIGKILL))
+    shared = old & _socket_inodes(new)
+    assert len(shared) == 3, (len(shared), sorted(shared))
+    held.release()
+    assert px.wait(timeout=30) == 0
+    os.kill(new, signal.SIGTERM)
+    wait_until(lambda: not _pid_alive(new), "the new process to exit")
+
+
+def test_sigterm_while_an_upgrade_starts_stops_both(env):
+    """SIGTERM right after SIGUSR2: the service stops; the process that was starting is told
+    to stop too, and does not serve on alone."""
+    a = env.sim("a", latency_ms=0)
+    port, admin = free_port(), free_port()
+    px = _start(env, _config(port, admin, pool_yaml("one", [a.port]) +
+                             pool_yaml("two", [a.port]) + pool_yaml("sse", [a.port])))
+    wait_until(lambda: port_open(admin), "admin port")
+        # both at once: the new process (about 50 ms from ready) is still starting at SIGTERM
+    px.send_signal(signal.SIGUSR2)
+    px.send_signal(signal.SIGTERM)
+    assert px.wait(timeout=30) == 0
+    assert "upgrade: started" in env.log(px) and "told to stop" in env.log(px), env.log(px)
+    started = set(int(p) for p in os.listdir("/proc") if p.isdigit())
+    wait_until(lambda: not port_open(port), "nothing to accept on the port")
+    left = [p for p in started if _pid_alive(p) and os.path.exists(f"/proc/{p}/cmdline") and
+            px.path.encode() in open(f"/proc/{p}/cmdline", "rb").read()]
+    assert not left, left
