@@ -16,6 +16,8 @@ int cmd_demo(int argc, char **argv);
 int cmd_xfer(int argc, char **argv);
 int cmd_top(int argc, char **argv);
 int cmd_ctl(int argc, char **argv);
+/* `accelnet reload [OPTIONS]`: `accelnet ctl [OPTIONS] reload`. */
+int cmd_reload(int argc, char **argv);
 
 /* "usage: accelnet CMD ..." from main.c's table of subcommands (all but xfer's). */
 void cli_usage(FILE *out, const char *cmd);

@@ -356,3 +356,22 @@ int cmd_ctl(int argc, char **argv)
 	adminc_wipe(&c.ac);
 	return rc;
 }
+
+int cmd_reload(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++)
+		if (cli_is_help(argv[i])) {
+			cli_usage(stdout, "reload");
+			return 0;
+		}
+	char **v = calloc((size_t)argc + 2, sizeof(*v));
+	if (!v) {
+		fprintf(stderr, "accelnet reload: out of memory\n");
+		return 1;
+	}
+	memcpy(v, argv, (size_t)argc * sizeof(*v));
+	v[argc] = "reload";
+	int rc = cmd_ctl(argc + 1, v);
+	free(v);
+	return rc;
+}

@@ -52,6 +52,11 @@ static const struct {
      "      --admin: else $ACCELNET_ADMIN, else 127.0.0.1:9090; --token-file: else\n"
      "      $ACCELNET_ADMIN_TOKEN_FILE. Exit 0 done, 1 refused or unreachable (or done\n"
      "      but not kept in admin.state_file), 2 usage"},
+    {"reload", cmd_reload,
+     "reload [--admin HOST:PORT] [--token-file FILE] [--json]\n"
+     "      reload a running proxy's config file (as SIGHUP does) through its admin API;\n"
+     "      exit 0 when the new configuration is in use, 1 with FILE:LINE:COL when the file\n"
+     "      is refused (the running configuration stays), 2 usage"},
     {"xfer", cmd_xfer,
      "xfer serve|send|get|bcast ...         bulk transfer over many streams and links\n"
      "      (accelnet xfer --help)"},

@@ -488,3 +488,27 @@ def test_timed_certificate_reload_after_a_reload_to_more_workers(env):
     held.release()
     wait_until(lambda: "configuration generation 0: its last request has ended" in env.log(px),
                "the first configuration to be released")
+
+
+def test_accelnet_reload_says_what_happened(env):
+    """`accelnet reload` (the admin API's POST /api/reload) reloads as SIGHUP does: exit 0
+    when the new configuration is in use; exit 1 with FILE:LINE:COL when the file is
+    refused, and the running one stays."""
+    a = env.sim("a", latency_ms=0)
+    port, admin = free_port(), free_port()
+    text = _config(port, admin, pool_yaml("one", [a.port]) + pool_yaml("two", [a.port]) +
+                   pool_yaml("sse", [a.port]))
+    px = _start(env, text)
+    wait_until(lambda: port_open(admin), "admin port")
+    ok = subprocess.run([BIN, "reload", "--admin", f"127.0.0.1:{admin}"], capture_output=True,
+                        text=True, timeout=30)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "(configuration generation 1)" in env.log(px)
+    with open(px.path, "w") as f:
+        f.write(text + "pools: [\n")
+    bad = subprocess.run([BIN, "reload", "--admin", f"127.0.0.1:{admin}"], capture_output=True,
+                         text=True, timeout=30)
+    assert bad.returncode == 1 and f"{px.path}:" in bad.stderr, bad.stdout + bad.stderr
+    assert "(configuration generation 2)" not in env.log(px)
+    st, hdrs, _ = request(port, "GET", "/x")
+    assert st == 200 and served_by(hdrs) == "a"
