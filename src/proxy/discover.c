@@ -191,29 +191,11 @@ static void slot_leave(struct dname *dn, struct backend *b)
 /* Give free slot <b> (absent, nothing in flight) the address <f>, as new. */
 static void slot_fill(struct dname *dn, struct backend *b, const struct found *f, uint64_t now_ms)
 {
-	b->addr = f->a;
-	int at = (atomic_load(&b->addr_at) & 1) ^ 1;
-	net_addr_format((const struct sockaddr *)&f->a.ss, b->addr_text[at],
-			sizeof(b->addr_text[at]));
-	atomic_store_explicit(&b->addr_at, at, memory_order_release);
-	atomic_store(&b->weight, f->weight);
-	/* nothing of the address it had before holds for this one */
-	atomic_store(&b->down_until_ms, 0);
-	atomic_store(&b->connect_failed, 0);
-	atomic_store(&b->fails_in_row, 0);
-	atomic_store(&b->ejections_in_row, 0);
-	atomic_store(&b->ejected_ms, 0);
-	atomic_store(&b->ewma_us, 0);
-	atomic_store(&b->base_us, 0);
-	atomic_store(&b->ewma_ms, 0);
-	atomic_store(&b->reported_ms, 0);
-	b->hc_ok = b->hc_fail = 0;
-	atomic_store(&b->up, 1);
-	backend_came_back(b, now_ms); /* slow start, when the pool has one */
-	atomic_fetch_add(&b->gen, 1);
-	atomic_store_explicit(&b->present, 1, memory_order_seq_cst);
+	char text[64];
+	net_addr_format((const struct sockaddr *)&f->a.ss, text, sizeof(text));
+	backend_fill(b, &f->a, text, f->weight, now_ms);
 	log_info("discovery: backend %s (pool %s) is %s (weight %u), from %s", b->name,
-		 dn->pool->conf->name, b->addr_text[at], f->weight, dn->conf->discover_name);
+		 dn->pool->conf->name, text, f->weight, dn->conf->discover_name);
 }
 
 static uint64_t clamp_ttl(const struct conf *c, uint64_t ms)

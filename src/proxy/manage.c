@@ -94,30 +94,11 @@ static void grant(struct pool_rt *p)
 static void slot_fill(struct backend *b, const struct net_addr *a, const char *canon,
 		      unsigned weight, unsigned cap)
 {
-	b->addr = *a;
 	snprintf(b->name, sizeof(b->name), "%s", canon);
-	int at = (atomic_load(&b->addr_at) & 1) ^ 1;
-	snprintf(b->addr_text[at], sizeof(b->addr_text[at]), "%s", canon);
-	atomic_store_explicit(&b->addr_at, at, memory_order_release);
-	atomic_store(&b->weight, weight);
 	atomic_store(&b->max_conc, cap);
 	atomic_store(&b->admin, BACKEND_ENABLED);
-	/* nothing of the backend the slot held before holds for this one */
-	atomic_store(&b->down_until_ms, 0);
-	atomic_store(&b->connect_failed, 0);
-	atomic_store(&b->fails_in_row, 0);
-	atomic_store(&b->ejections_in_row, 0);
-	atomic_store(&b->ejected_ms, 0);
-	atomic_store(&b->ewma_us, 0);
-	atomic_store(&b->base_us, 0);
-	atomic_store(&b->ewma_ms, 0);
-	atomic_store(&b->reported_ms, 0);
-	b->hc_ok = b->hc_fail = 0;
 	b->api_set = 0;
-	atomic_store(&b->up, 1);
-	backend_came_back(b, clock_now_ms());
-	atomic_fetch_add(&b->gen, 1);
-	atomic_store_explicit(&b->present, 1, memory_order_seq_cst);
+	backend_fill(b, a, canon, weight, clock_now_ms());
 }
 
 int manage_add(struct pool_rt *p, const char *address, unsigned weight, unsigned cap,

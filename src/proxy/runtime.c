@@ -1388,3 +1388,28 @@ void pool_retry_earn(struct pool_rt *p)
 	if (atomic_load_explicit(&p->retry_tokens, memory_order_relaxed) < RETRY_BUDGET_MAX)
 		atomic_fetch_add_explicit(&p->retry_tokens, earn, memory_order_relaxed);
 }
+
+void backend_fill(struct backend *b, const struct net_addr *a, const char *text, unsigned weight,
+		  uint64_t now_ms)
+{
+	b->addr = *a;
+	int at = (atomic_load(&b->addr_at) & 1) ^ 1;
+	snprintf(b->addr_text[at], sizeof(b->addr_text[at]), "%s", text);
+	atomic_store_explicit(&b->addr_at, at, memory_order_release);
+	atomic_store(&b->weight, weight);
+	/* nothing of what the slot held before holds for this one */
+	atomic_store(&b->down_until_ms, 0);
+	atomic_store(&b->connect_failed, 0);
+	atomic_store(&b->fails_in_row, 0);
+	atomic_store(&b->ejections_in_row, 0);
+	atomic_store(&b->ejected_ms, 0);
+	atomic_store(&b->ewma_us, 0);
+	atomic_store(&b->base_us, 0);
+	atomic_store(&b->ewma_ms, 0);
+	atomic_store(&b->reported_ms, 0);
+	b->hc_ok = b->hc_fail = 0;
+	atomic_store(&b->up, 1);
+	backend_came_back(b, now_ms); /* slow start, when the pool has one */
+	atomic_fetch_add(&b->gen, 1);
+	atomic_store_explicit(&b->present, 1, memory_order_seq_cst); /* last: published */
+}

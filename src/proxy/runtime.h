@@ -366,6 +366,10 @@ const char *backend_state_name(const struct backend *b);
 int backend_usable(const struct backend *b, uint64_t now_ms);
 /* A connection to <b> failed: keep it out of rotation for the pool's fail_timeout_ms. */
 void backend_mark_failed(struct backend *b, uint64_t now_ms);
+/* Make slot <b> (not present, nothing in flight) the backend at <a>, shown as <text>, with
+ * <weight>, as new (health, marks, latency forgotten), and present it, last. Main thread. */
+void backend_fill(struct backend *b, const struct net_addr *a, const char *text, unsigned weight,
+		  uint64_t now_ms);
 /* <b> came back into rotation at <now_ms> (health checks): start its slow start. */
 void backend_came_back(struct backend *b, uint64_t now_ms);
 /* Its peak-EWMA time to first byte as of <now_ms>, in microseconds; 0 when unmeasured. */

@@ -91,6 +91,22 @@ def _config(port, admin, pools, extra=""):
             "  - match: {path_prefix: /two/}\n    pool: two\n  - pool: one\n")
 
 
+def _pools(port, sse_port):
+    """Pools one and two on <port>, sse on <sse_port> (for _config's routes)."""
+    return pool_yaml("one", [port]) + pool_yaml("two", [port]) + pool_yaml("sse", [sse_port])
+
+
+def _simple(env):
+    """A simulator, a held SSE backend and a proxy in front of them (_pools, _config):
+    (sim, held, port, admin port, config text, proxy)."""
+    a = env.sim("a", latency_ms=0)
+    held = HeldStreams()
+    env.on_cleanup.append(held.close)
+    port, admin = free_port(), free_port()
+    text = _config(port, admin, _pools(a.port, held.port))
+    return a, held, port, admin, text, _start(env, text)
+
+
 def _start(env, text):
     path = env.write("proxy.yaml", text)
     port = int(text.split("address: 127.0.0.1:")[1].split("\n")[0])
@@ -200,13 +216,7 @@ def test_twenty_reloads_under_load_lose_no_request_and_no_stream(env):
 
 
 def test_bad_config_changes_nothing_and_says_where(env):
-    a = env.sim("a", latency_ms=0)
-    held = HeldStreams()
-    env.on_cleanup.append(held.close)
-    port, admin = free_port(), free_port()
-    good = _config(port, admin, pool_yaml("one", [a.port]) + pool_yaml("two", [a.port]) +
-                   pool_yaml("sse", [held.port]))
-    px = _start(env, good)
+    a, held, port, admin, good, px = _simple(env)
     for bad, where in [(good + "pools: [\n", ":"),
                        (good.replace("pool: two", "pool: nowhere"), "nowhere"),
                        (good.replace("workers: 2", "workers: -1"), "1:10: expected a number")]:
@@ -360,13 +370,7 @@ def test_requests_sent_on_kept_alive_connections_as_the_reload_happens_are_answe
     """Clients idle on kept-alive connections (for longer than the drain's grace) send a
     POST right after the reload: each is answered by the old configuration, with
     Connection: close, none is cut."""
-    a = env.sim("a", latency_ms=0)
-    held = HeldStreams()
-    env.on_cleanup.append(held.close)
-    port, admin = free_port(), free_port()
-    text = _config(port, admin, pool_yaml("one", [a.port]) + pool_yaml("two", [a.port]) +
-                   pool_yaml("sse", [held.port]))
-    px = _start(env, text)
+    a, held, port, admin, text, px = _simple(env)
     for gen in range(1, 4):
         conns = []
         for _ in range(20):
@@ -398,13 +402,7 @@ def test_a_kept_alive_admin_connection_is_closed_after_its_answer(env):
     """A scraper's kept-alive admin connection does not go on reading the old configuration
     for as long as the old one drains: idle, it is closed at the reload (one busy with a
     request is closed after its answer), and the next connection sees the new one."""
-    a = env.sim("a", latency_ms=0)
-    held = HeldStreams()
-    env.on_cleanup.append(held.close)
-    port, admin = free_port(), free_port()
-    text = _config(port, admin, pool_yaml("one", [a.port]) + pool_yaml("two", [a.port]) +
-                   pool_yaml("sse", [held.port]))
-    px = _start(env, text)
+    a, held, port, admin, text, px = _simple(env)
     wait_until(lambda: port_open(admin), "admin port")
     stream = _open_stream(port)  # keeps the old configuration alive
     env.on_cleanup.append(stream.close)
@@ -496,8 +494,7 @@ def test_accelnet_reload_says_what_happened(env):
     refused, and the running one stays."""
     a = env.sim("a", latency_ms=0)
     port, admin = free_port(), free_port()
-    text = _config(port, admin, pool_yaml("one", [a.port]) + pool_yaml("two", [a.port]) +
-                   pool_yaml("sse", [a.port]))
+    text = _config(port, admin, _pools(a.port, a.port))
     px = _start(env, text)
     wait_until(lambda: port_open(admin), "admin port")
     ok = subprocess.run([BIN, "reload", "--admin", f"127.0.0.1:{admin}"], capture_output=True,

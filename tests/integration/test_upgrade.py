@@ -9,7 +9,8 @@ import subprocess
 
 from harness import free_port, pool_yaml, port_open, read_until, request, served_by, \
     sim_stats, wait_until
-from test_reload import HeldStreams, _config, _open_stream, _start, _stream_done
+from test_reload import (HeldStreams, _config, _open_stream, _pools, _simple, _start,
+                         _stream_done)
 
 
 def _pid_alive(pid):
@@ -78,13 +79,7 @@ def test_upgrade_under_load_loses_nothing(env):
 
 
 def test_an_upgrade_that_cannot_start_changes_nothing(env):
-    a = env.sim("a", latency_ms=0)
-    held = HeldStreams()
-    env.on_cleanup.append(held.close)
-    port, admin = free_port(), free_port()
-    text = _config(port, admin, pool_yaml("one", [a.port]) + pool_yaml("two", [a.port]) +
-                   pool_yaml("sse", [held.port]))
-    px = _start(env, text)
+    a, held, port, admin, text, px = _simple(env)
     with open(px.path, "w") as f:
         f.write(text + "pools: [\n")
     px.send_signal(signal.SIGUSR2)
@@ -121,8 +116,7 @@ def test_the_new_process_gets_the_listening_sockets_and_nothing_else(env):
     port, admin = free_port(), free_port()
     extra = (f"cluster: {{redis: 127.0.0.1:{r.port}}}\n"
              f"access_log: {{path: {os.path.join(env.dir, 'access.log')}}}\n")
-    px = _start(env, _config(port, admin, pool_yaml("one", [a.port]) +
-                             pool_yaml("two", [a.port]) + pool_yaml("sse", [held.port]), extra))
+    px = _start(env, _config(port, admin, _pools(a.port, held.port), extra))
     wait_until(lambda: "redis" in env.log(px).lower() and port_open(admin), "the proxy")
     stream = _open_stream(port)  # a client and a backend connection of the old process
     env.on_cleanup.append(stream.close)
@@ -145,8 +139,7 @@ def test_sigterm_while_an_upgrade_starts_stops_both(env):
     to stop too, and does not serve on alone."""
     a = env.sim("a", latency_ms=0)
     port, admin = free_port(), free_port()
-    px = _start(env, _config(port, admin, pool_yaml("one", [a.port]) +
-                             pool_yaml("two", [a.port]) + pool_yaml("sse", [a.port])))
+    px = _start(env, _config(port, admin, _pools(a.port, a.port)))
     wait_until(lambda: port_open(admin), "admin port")
         # both at once: the new process (about 50 ms from ready) is still starting at SIGTERM
     px.send_signal(signal.SIGUSR2)
