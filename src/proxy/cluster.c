@@ -21,6 +21,7 @@
 #include "core/log.h"
 #include "core/secret.h"
 #include "guard/rlsync.h"
+#include "proxy/llm.h"
 
 #include <errno.h>
 #include <hiredis/hiredis.h>
@@ -34,11 +35,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SYNC_KEYS 4096	   /* keys one sync carries at most; the rest go next time */
-#define RECONNECT_MS 1000  /* the least time between two connects */
-#define PASSWORD_MAX 512   /* bytes of cluster.password_file */
-#define KEY_MAX 192	   /* a Redis key of ours */
-#define LIMITS_PER_ROUTE 3 /* per_tenant, per_route, tokens_per_minute */
+#define SYNC_KEYS 4096	      /* keys one sync carries at most; the rest go next time */
+#define RECONNECT_MS 1000     /* the least time between two connects */
+#define PASSWORD_MAX 512      /* bytes of cluster.password_file */
+#define KEY_MAX 192	      /* a Redis key of ours */
+#define LIMITS_PER_ROUTE 3    /* per_tenant, per_route, tokens_per_minute */
+#define PREFIXES_PER_SYNC 512 /* prompts' prefixes one sync sends at most, all pools */
+#define STREAM_MAX 10000      /* a pool's stream keeps about this many (XADD MAXLEN ~) */
+#define STREAM_READ "512"     /* entries one sync reads of each stream, at most */
 
 /* KEYS[1]: the bucket; ARGV[1]: the cost in microseconds (signed). The rule of
  * rlsync_charge(); the TAT is kept while it lies ahead (and a second longer). */
@@ -68,8 +72,21 @@ struct shared_limit {
 	size_t cursor;		   /* where the next collect goes on */
 };
 
+/* A balance: llm pool whose backends learn from routing: its stream, read up to <last_id>. */
+struct shared_pool {
+	struct pool_rt *p;
+	char key[KEY_MAX];
+	char last_id[48];
+	size_t next_backend; /* whose feed the next sync drains first */
+	uint64_t *cursor;    /* per backend: its feed's reader count */
+};
+
 struct cluster {
 	const struct conf_cluster *conf;
+	struct shared_pool *pools;
+	size_t npools;
+	uint64_t hash[PREFIX_FEED_BLOCKS]; /* one entry, on its way out or in */
+	const char **argv;		   /* XREAD's: 4 + 2 per pool */
 	struct shared_limit *lim;
 	size_t nlim;
 	char id[96];	       /* this instance in the live set */
@@ -218,13 +235,10 @@ fail:
 	return -EIO;
 }
 
-/* One sync: the live set and every collected key in one pipeline. */
-static int sync_once(struct cluster *c)
+/* Append the keys of every shared limit to the pipeline: how many. */
+static size_t append_limits(struct cluster *c, uint64_t now_us)
 {
-	uint64_t now_us = clock_now_ns() / 1000;
 	size_t n = 0;
-	redisAppendCommand(c->redis, "EVALSHA %s 1 %s %s %u", c->members_sha, c->members, c->id,
-			   c->member_ttl_ms);
 	for (size_t i = 0; i < c->nlim && n < SYNC_KEYS; i++) {
 		struct shared_limit *l = &c->lim[i];
 		size_t got = rlsync_collect(l->rl, now_us, &l->cursor, c->items + n, SYNC_KEYS - n);
@@ -236,33 +250,173 @@ static int sync_once(struct cluster *c)
 		}
 		n += got;
 	}
-	redisReply *r = NULL;
-	for (size_t k = 0; k <= n; k++) {
-		if (redisGetReply(c->redis, (void **)&r) != REDIS_OK || !r) {
-			failed(c, "%s", c->redis->errstr[0] ? c->redis->errstr : "no reply");
-			return -EIO;
+	return n;
+}
+
+/* Append an XADD for each prompt the shared pools' backends answered since the last sync
+ * (their feeds, in turns), and one XREAD of every pool's stream: how many XADDs. */
+static size_t append_prefixes(struct cluster *c)
+{
+	size_t sent = 0;
+	for (size_t i = 0; i < c->npools; i++) {
+		struct shared_pool *sp = &c->pools[i];
+		size_t nb = sp->p->nbackends;
+		for (size_t k = 0; k < nb && sent < PREFIXES_PER_SYNC; k++) {
+			size_t j = (sp->next_backend + k) % nb;
+			struct backend *b = &sp->p->backends[j];
+			size_t n;
+			while (b->llm && b->llm->feed && sent < PREFIXES_PER_SYNC &&
+			       (n = prefix_feed_take(b->llm->feed, &sp->cursor[j], c->hash)) > 0) {
+				redisAppendCommand(c->redis, "XADD %s MAXLEN ~ %d * i %s b %s h %b",
+						   sp->key, STREAM_MAX, c->id, b->name, c->hash,
+						   n * sizeof(uint64_t));
+				sent++;
+			}
 		}
-		if (r->type != REDIS_REPLY_INTEGER) {
-			failed(c, "a script answered %s",
-			       r->type == REDIS_REPLY_ERROR ? r->str : "no integer");
+		sp->next_backend = nb ? (sp->next_backend + 1) % nb : 0;
+	}
+	if (c->npools) {
+		const char **argv = c->argv;
+		argv[0] = "XREAD";
+		argv[1] = "COUNT";
+		argv[2] = STREAM_READ;
+		argv[3] = "STREAMS";
+		for (size_t i = 0; i < c->npools; i++) {
+			argv[4 + i] = c->pools[i].key;
+			argv[4 + c->npools + i] = c->pools[i].last_id;
+		}
+		redisAppendCommandArgv(c->redis, (int)(4 + 2 * c->npools), argv, NULL);
+	}
+	return sent;
+}
+
+/* A bulk string's bytes, or NULL when <r> is none. */
+static const char *str_of(const redisReply *r, size_t *len)
+{
+	if (!r || r->type != REDIS_REPLY_STRING)
+		return NULL;
+	*len = r->len;
+	return r->str;
+}
+
+/* One stream entry [id, [field, value, ...]] of <sp>: another instance's prompt goes into
+ * the index of the backend it names. Malformed entries are passed over. */
+static void take_entry(struct cluster *c, struct shared_pool *sp, const redisReply *e)
+{
+	size_t len;
+	const char *id;
+	if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || !(id = str_of(e->element[0], &len)))
+		return;
+	if (len < sizeof(sp->last_id)) {
+		memcpy(sp->last_id, id, len);
+		sp->last_id[len] = '\0';
+	}
+	const redisReply *f = e->element[1];
+	const char *who = NULL, *name = NULL, *h = NULL;
+	size_t wlen = 0, nlen = 0, hlen = 0;
+	if (f->type != REDIS_REPLY_ARRAY || f->elements % 2)
+		return;
+	for (size_t k = 0; k + 1 < f->elements; k += 2) {
+		const char *fld = str_of(f->element[k], &len);
+		if (!fld || len != 1)
+			continue;
+		if (fld[0] == 'i')
+			who = str_of(f->element[k + 1], &wlen);
+		else if (fld[0] == 'b')
+			name = str_of(f->element[k + 1], &nlen);
+		else if (fld[0] == 'h')
+			h = str_of(f->element[k + 1], &hlen);
+	}
+	if (!who || !name || !h || !hlen || hlen % sizeof(uint64_t) || hlen > sizeof(c->hash) ||
+	    (wlen == strlen(c->id) && !memcmp(who, c->id, wlen)))
+		return; /* malformed, or our own */
+	for (size_t j = 0; j < sp->p->nbackends; j++) {
+		struct backend *b = &sp->p->backends[j];
+		if (strlen(b->name) != nlen || memcmp(b->name, name, nlen) || !b->llm ||
+		    b->llm->exact)
+			continue;
+		memcpy(c->hash, h, hlen);
+		prefix_index_insert(b->llm->prefix, c->hash, hlen / sizeof(uint64_t));
+		atomic_fetch_add(&c->stats.received, 1);
+		return;
+	}
+}
+
+/* XREAD's answer: nil (nothing new), or [[key, [entry, ...]], ...]. */
+static void take_streams(struct cluster *c, const redisReply *r)
+{
+	if (r->type != REDIS_REPLY_ARRAY)
+		return;
+	for (size_t i = 0; i < r->elements; i++) {
+		const redisReply *s = r->element[i];
+		size_t len;
+		const char *key;
+		if (s->type != REDIS_REPLY_ARRAY || s->elements != 2 ||
+		    !(key = str_of(s->element[0], &len)) ||
+		    s->element[1]->type != REDIS_REPLY_ARRAY)
+			continue;
+		for (size_t p = 0; p < c->npools; p++) {
+			if (strlen(c->pools[p].key) != len || memcmp(c->pools[p].key, key, len))
+				continue;
+			for (size_t k = 0; k < s->element[1]->elements; k++)
+				take_entry(c, &c->pools[p], s->element[1]->element[k]);
+		}
+	}
+}
+
+/* The next reply of the pipeline: 0, or -EIO with c->why said (an error reply too). */
+static int next_reply(struct cluster *c, redisReply **r)
+{
+	*r = NULL;
+	if (redisGetReply(c->redis, (void **)r) != REDIS_OK || !*r) {
+		failed(c, "%s", c->redis->errstr[0] ? c->redis->errstr : "no reply");
+		return -EIO;
+	}
+	if ((*r)->type == REDIS_REPLY_ERROR) {
+		failed(c, "Redis answered %s", (*r)->str);
+		freeReplyObject(*r);
+		return -EIO;
+	}
+	return 0;
+}
+
+/* One sync: the live set, every collected key, the prompts' prefixes sent and the others'
+ * read, in one pipeline. */
+static int sync_once(struct cluster *c)
+{
+	uint64_t now_us = clock_now_ns() / 1000;
+	redisAppendCommand(c->redis, "EVALSHA %s 1 %s %s %u", c->members_sha, c->members, c->id,
+			   c->member_ttl_ms);
+	size_t n = append_limits(c, now_us);
+	size_t sent = append_prefixes(c);
+	size_t total = 1 + n + sent + (c->npools ? 1 : 0);
+	redisReply *r = NULL;
+	for (size_t k = 0; k < total; k++) {
+		if (next_reply(c, &r) < 0)
+			return -EIO;
+		if (k <= n && r->type != REDIS_REPLY_INTEGER) {
+			failed(c, "a script answered no integer");
 			freeReplyObject(r);
 			return -EIO;
 		}
-		long long v = r->integer;
-		freeReplyObject(r);
 		if (k == 0) {
 			unsigned was = c->instances;
-			c->instances = v > 0 && v < 1000000 ? (unsigned)v : 1;
+			c->instances =
+			    r->integer > 0 && r->integer < 1000000 ? (unsigned)r->integer : 1;
 			atomic_store(&c->stats.instances, c->instances);
 			if (c->state == 1 && was != c->instances)
 				tell_limits(c, 1);
-			continue;
+		} else if (k <= n) {
+			long long v = r->integer;
+			rlsync_apply(c->item_lim[k - 1]->rl, &c->items[k - 1],
+				     v > 0 ? (uint64_t)v : 0, c->instances, clock_now_ns() / 1000);
+		} else if (k == total - 1 && c->npools) {
+			take_streams(c, r);
 		}
-		struct rlsync_item *it = &c->items[k - 1];
-		rlsync_apply(c->item_lim[k - 1]->rl, it, v > 0 ? (uint64_t)v : 0, c->instances,
-			     clock_now_ns() / 1000);
+		freeReplyObject(r);
 	}
 	atomic_fetch_add(&c->stats.keys, n);
+	atomic_fetch_add(&c->stats.sent, sent);
 	return 0;
 }
 
@@ -338,13 +492,48 @@ static void add_limit(struct cluster *c, struct ratelimit *rl, const struct conf
 
 static void cluster_free(struct cluster *c)
 {
+	for (size_t i = 0; c->pools && i < c->npools; i++)
+		free(c->pools[i].cursor);
+	free(c->pools);
+	free(c->argv);
 	free(c->lim);
 	free(c->items);
 	free(c->item_lim);
 	free(c);
 }
 
-int cluster_start(const struct conf *conf, struct route_limits *limits, struct cluster **out)
+/* The balance: llm pools of <rt> whose backends learn from routing: their feeds and streams.
+ * 0 or -ENOMEM. */
+static int share_pools(struct cluster *c, struct runtime *rt, const char *prefix)
+{
+	if (!(c->pools = calloc(rt->npools ? rt->npools : 1, sizeof(*c->pools))))
+		return -ENOMEM;
+	for (size_t i = 0; i < rt->npools; i++) {
+		struct pool_rt *p = &rt->pools[i];
+		size_t learning = 0;
+		for (size_t j = 0; j < p->nbackends; j++) {
+			struct backend *b = &p->backends[j];
+			if (!b->llm || b->llm->exact)
+				continue;
+			if (llm_share(b->llm) < 0)
+				return -ENOMEM;
+			learning++;
+		}
+		if (!learning)
+			continue;
+		struct shared_pool *sp = &c->pools[c->npools++];
+		sp->p = p;
+		snprintf(sp->key, sizeof(sp->key), "%saff:%.100s", prefix, p->conf->name);
+		snprintf(sp->last_id, sizeof(sp->last_id), "0-0");
+		if (!(sp->cursor = calloc(p->nbackends, sizeof(*sp->cursor))))
+			return -ENOMEM;
+	}
+	c->argv = calloc(4 + 2 * c->npools, sizeof(*c->argv));
+	return c->argv ? 0 : -ENOMEM;
+}
+
+int cluster_start(const struct conf *conf, struct runtime *rt, struct route_limits *limits,
+		  struct cluster **out)
 {
 	*out = NULL;
 	if (!conf->cluster.redis)
@@ -371,6 +560,11 @@ int cluster_start(const struct conf *conf, struct route_limits *limits, struct c
 	}
 	const char *prefix = conf->cluster.key_prefix ? conf->cluster.key_prefix : "accelnet:";
 	snprintf(c->members, sizeof(c->members), "%sinstances", prefix);
+	if (share_pools(c, rt, prefix) < 0) {
+		log_error("cluster: out of memory");
+		cluster_free(c);
+		return -ENOMEM;
+	}
 	char host[64] = "";
 	uint32_t rnd = 0;
 	if (gethostname(host, sizeof(host) - 1) < 0)

@@ -17,33 +17,35 @@
  *
  * per_ip limits stay local: one client address usually meets one instance, and sharing
  * every address would cost a Redis key per client.
+ *
+ * balance: llm pools whose backends learn their prefixes from routing (no kv_events) share
+ * what they learn: every sync sends the prompts answered since (their first blocks, from each
+ * backend's feed, policy/prefix_feed.h) to a Redis stream per pool, and reads the other
+ * instances' entries from it into its own indexes, so a conversation whose turns reach
+ * different instances still finds its prefix's backend. An instance that starts reads the
+ * stream's recent history (it holds about the last 10,000 prompts per pool).
  */
 #ifndef ACCELNET_PROXY_CLUSTER_H
 #define ACCELNET_PROXY_CLUSTER_H
 
 #include "conf/model.h"
 #include "guard/limits.h"
+#include "proxy/cluster_stats.h"
+#include "proxy/runtime.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
 
-/* What /metrics shows of the cluster (proxy/runtime.c). */
-struct cluster_stats {
-	atomic_int up;		     /* the last sync went through */
-	atomic_uint instances;	     /* live instances, as Redis last counted them */
-	atomic_uint_fast64_t syncs;  /* syncs that went through */
-	atomic_uint_fast64_t failed; /* syncs or connects that did not */
-	atomic_uint_fast64_t keys;   /* keys carried by the syncs that went through */
-};
-
 struct cluster;
 
 /*
- * Share the limits of <conf>'s routes (<limits>, one per route) through conf->cluster's
- * Redis: marks them synced (before any worker takes from them) and starts the thread, which
+ * Share the limits of <conf>'s routes (<limits>, one per route) and what <rt>'s llm pools
+ * learn of their backends' prefixes through conf->cluster's Redis: marks the limits synced
+ * and gives the backends their feeds (before any worker runs) and starts the thread, which
  * tries Redis at once. No cluster: section: *out NULL, nothing done. 0, or -errno (said why).
  */
-int cluster_start(const struct conf *conf, struct route_limits *limits, struct cluster **out);
+int cluster_start(const struct conf *conf, struct runtime *rt, struct route_limits *limits,
+		  struct cluster **out);
 /* Stop the thread (this instance leaves the live set when Redis is there). NULL: nothing. */
 void cluster_stop(struct cluster *c);
 const struct cluster_stats *cluster_stats(const struct cluster *c);

@@ -48,7 +48,15 @@ void llm_backend_free(struct llm_backend *l)
 	if (!l)
 		return;
 	prefix_index_free(l->prefix);
+	prefix_feed_free(l->feed);
 	free(l);
+}
+
+int llm_share(struct llm_backend *l)
+{
+	if (l->exact || l->feed)
+		return 0;
+	return prefix_feed_new(&l->feed);
 }
 
 /* The fit the pick uses: its own line once it has one (ready is only ever set), else the
@@ -115,8 +123,11 @@ void llm_answered(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uin
 {
 	if (!n)
 		return; /* no prompt: says nothing of prefill, and would flatten the fit's line */
-	if (!l->exact)
+	if (!l->exact) {
 		prefix_index_insert(l->prefix, blocks, n); /* its prefill left them there */
+		if (l->feed)
+			prefix_feed_push(l->feed, blocks, n); /* for the other instances */
+	}
 	fit_add(l->pool, missed, us);
 	if (fit_add(&l->fit, missed, us))
 		atomic_store_explicit(&l->own_ready, 1, memory_order_relaxed);

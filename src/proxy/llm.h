@@ -18,6 +18,7 @@
 #define ACCELNET_PROXY_LLM_H
 
 #include "policy/lb.h"
+#include "policy/prefix_feed.h"
 #include "policy/prefix_index.h"
 #include "policy/ttft_fit.h"
 
@@ -46,6 +47,7 @@ struct llm_backend {
 	atomic_uint_fast64_t work_us; /* the expected service times of what it serves for us */
 	atomic_uint working;	      /* ... and how many requests that is */
 	atomic_uint_fast64_t missed_blocks, prompt_blocks; /* for /metrics and /status */
+	struct prefix_feed *feed; /* cluster: what it learns, for the others; NULL: kept here */
 };
 
 /* A pool's shared fit. 0 or -ENOMEM. */
@@ -54,6 +56,10 @@ int llm_fit_new(struct llm_fit **out);
  * pool's fit <pool>. 0 or -ENOMEM. */
 int llm_backend_new(const struct lb_state *st, struct llm_fit *pool, struct llm_backend **out);
 void llm_backend_free(struct llm_backend *l);
+/* Share what <l> learns from routing with other instances (proxy/cluster.c): give it a feed,
+ * before any worker routes. 0 (also when its index is the engine's: nothing to share) or
+ * -ENOMEM. */
+int llm_share(struct llm_backend *l);
 
 /* Fill the llm fields of <c> for the backend of <l> and the request's blocks. */
 void llm_candidate(const struct llm_backend *l, const uint64_t *blocks, uint32_t n,

@@ -8,7 +8,7 @@
  * /metrics and /status are written from it.
  */
 #include "proxy/runtime.h"
-#include "proxy/cluster.h"
+#include "proxy/cluster_stats.h"
 #include "conf/schema_discovery.h"
 #include "proxy/llm.h"
 #include "core/check.h"
@@ -357,6 +357,10 @@ static double read_cluster(const void *ctx, enum proxy_metric id)
 		return (double)atomic_load(&st->syncs);
 	case PM_PROCESS_CLUSTER_FAILED:
 		return (double)atomic_load(&st->failed);
+	case PM_PROCESS_CLUSTER_PREFIXES_SENT:
+		return (double)atomic_load(&st->sent);
+	case PM_PROCESS_CLUSTER_PREFIXES_RECEIVED:
+		return (double)atomic_load(&st->received);
 	default:
 		return (double)atomic_load(&st->keys);
 	}
@@ -390,6 +394,18 @@ static double read_cluster_keys(const void *ctx, size_t i)
 {
 	(void)i;
 	return read_cluster(ctx, PM_PROCESS_CLUSTER_KEYS);
+}
+
+static double read_cluster_sent(const void *ctx, size_t i)
+{
+	(void)i;
+	return read_cluster(ctx, PM_PROCESS_CLUSTER_PREFIXES_SENT);
+}
+
+static double read_cluster_received(const void *ctx, size_t i)
+{
+	(void)i;
+	return read_cluster(ctx, PM_PROCESS_CLUSTER_PREFIXES_RECEIVED);
 }
 
 static const char *read_pool_name(const void *ctx, size_t i)
@@ -766,6 +782,19 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 				 "limit keys (route, limit, tenant) carried by the syncs", NULL,
 				 .space = SPACE_PROCESS, .json = "cluster_keys_synced",
 				 .json_as = MJ_UINT, .read = read_cluster_keys},
+    [PM_PROCESS_CLUSTER_PREFIXES_SENT] = {"accelnet_cluster_prefixes_sent_total", METRIC_COUNTER,
+					  "prompts' first blocks sent to the other instances "
+					  "(balance: llm without kv_events)",
+					  NULL, .space = SPACE_PROCESS,
+					  .json = "cluster_prefixes_sent", .json_as = MJ_UINT,
+					  .read = read_cluster_sent},
+    [PM_PROCESS_CLUSTER_PREFIXES_RECEIVED] = {"accelnet_cluster_prefixes_received_total",
+					      METRIC_COUNTER,
+					      "the other instances' prompts taken into this one's "
+					      "prefix indexes",
+					      NULL, .space = SPACE_PROCESS,
+					      .json = "cluster_prefixes_received",
+					      .json_as = MJ_UINT, .read = read_cluster_received},
     [PM_ROUTE_NAME] = {ROUTE, JSON_ONLY("name", MJ_STRING), .read_str = read_route_name},
     [PM_ROUTE_REQUESTS] = {"accelnet_route_requests_total", METRIC_COUNTER,
 			   "requests by the status class the client got (aborted: cut before "

@@ -1,9 +1,10 @@
 """Many instances, one policy (issue 16, cluster:): three proxies sharing one Redis enforce
 one per-tenant rate between them; with Redis stopped they keep serving, each at 1/3 of the
 limit, and say so in their metrics; with Redis back they share again; a token budget spent
-on one instance is spent on the others; balance: consistent-hash and prefix-affinity send one
-conversation to one backend through any instance; bad cluster: sections are refused with
-FILE:LINE:COL."""
+on one instance is spent on the others; balance: consistent-hash, prefix-affinity, llm with
+kv_events and llm learning from routing (shared through a Redis stream) send one
+conversation to one backend through any instance; a password, a Redis that never answers and
+a reload; bad cluster: sections are refused with FILE:LINE:COL."""
 
 import http.client
 import json
@@ -363,6 +364,47 @@ def test_llm_with_kv_events_holds_affinity_across_instances(env):
             assert got == home, (conv, turn, got, home)
         homes.add(home)
     assert len(homes) > 1, homes  # the conversations were spread: each followed its own
+
+
+def test_llm_learned_prefixes_are_shared_through_redis(env):
+    """balance: llm without kv_events learns from the prompts it routes; through Redis each
+    instance learns what the others routed, so a conversation whose turns arrive at different
+    instances goes to one backend."""
+    # simulators with a prefix cache: a prompt they hold answers in 5 ms, others in 200
+    sims = [env.sim(f"s{i}", latency_ms=200, cache_hit_ms=5, prefix_cache=16, jitter=0,
+                    tokens=1, token_ms=0) for i in range(3)]
+    lines = ["pools:", "  - name: gpu", "    balance: llm", "    llm: {block_bytes: 64}",
+             "    backends:"]
+    lines += [f"      - {{address: 127.0.0.1:{s.port}, max_concurrency: 4}}" for s in sims]
+    redis = _redis(env)
+    procs = _instances(env, redis.port, "\n".join(lines) + "\n")
+    _all_see(procs, 1, instances=3)
+    asked = [0]
+
+    def settled():
+        """Every prompt answered has been sent, and taken in by the two other instances."""
+        cs = [_cluster(p) for p in procs]
+        sent = sum(c["accelnet_cluster_prefixes_sent_total"] for c in cs)
+        got = sum(c["accelnet_cluster_prefixes_received_total"] for c in cs)
+        return sent == asked[0] and got == 2 * sent
+
+    def turn(p, body):
+        at = _served_by(p, body)
+        asked[0] += 1
+        wait_until(settled, "the prompt reaching the other instances")
+        return at
+    homes = set()
+    for conv in range(6):
+        home = turn(procs[conv % 3], _chat(conv))
+        # the other two have taken the prompt in: the next turns go through them
+        for t in range(1, 4):
+            at = turn(procs[(conv + t) % 3], _chat(conv, turns=t + 1))
+            assert at == home, (conv, t, at, home)
+        homes.add(home)
+    assert len(homes) > 1, homes
+    for p in procs:
+        c = _cluster(p)
+        assert c["accelnet_cluster_prefixes_sent_total"] >= 6, c
 
 
 def _get(port, path):

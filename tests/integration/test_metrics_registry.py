@@ -157,6 +157,10 @@ FAMILIES = {  # name: (type, help)
                                              "or timed out"),
     "accelnet_cluster_keys_synced_total": ("counter", "limit keys (route, limit, tenant) "
                                            "carried by the syncs"),
+    "accelnet_cluster_prefixes_sent_total": ("counter", "prompts' first blocks sent to the other "
+                                             "instances (balance: llm without kv_events)"),
+    "accelnet_cluster_prefixes_received_total": ("counter", "the other instances' prompts taken "
+                                                 "into this one's prefix indexes"),
     "accelnet_route_requests_total": ("counter", "requests by the status class the client got "
                                       "(aborted: cut before the whole response)"),
     "accelnet_route_request_duration_seconds": ("histogram", "request head read to the "
