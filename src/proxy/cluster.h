@@ -46,7 +46,9 @@ struct cluster;
  */
 int cluster_start(const struct conf *conf, struct runtime *rt, struct route_limits *limits,
 		  struct cluster **out);
-/* Stop the thread (this instance leaves the live set when Redis is there). NULL: nothing. */
+/* Stop the thread (this instance leaves the live set when Redis is there): waits for its turn
+ * under way, at most about twice cluster.timeout_ms against a Redis that does not answer.
+ * NULL: nothing. */
 void cluster_stop(struct cluster *c);
 const struct cluster_stats *cluster_stats(const struct cluster *c);
 
