@@ -385,7 +385,7 @@ static int check_spare(struct rules_ctx *x, yaml_node_t *item, struct conf_pool 
 		slots += !p->backends[j].discover      ? 1
 			 : p->backends[j].discover_max ? p->backends[j].discover_max
 						       : DISCOVER_MAX_DEFAULT;
-	int cannot = p->balance->prepare || p->tls;
+	int cannot = p->balance->prepare || p->tls || p->has_models;
 	if (p->spare_backends == UINT32_MAX) {
 		size_t room = slots < LB_MAX_BACKENDS ? LB_MAX_BACKENDS - slots : 0;
 		p->spare_backends = cannot			? 0
@@ -400,6 +400,12 @@ static int check_spare(struct rules_ctx *x, yaml_node_t *item, struct conf_pool 
 				  "take added ones; use round-robin, least-connections, p2c, "
 				  "peak-ewma or llm, or spare_backends: 0",
 				  p->name, p->balance->name);
+	if (p->spare_backends && p->has_models)
+		return rules_fail(x, v,
+				  "pool '%s': its backends list their models, and one added at run "
+				  "time could list none (it would take every model no other lists, "
+				  "and none would be 'not found'); spare_backends: 0",
+				  p->name);
 	if (p->spare_backends && p->tls)
 		return rules_fail(x, v,
 				  "pool '%s': backends cannot be added at run time to a pool with "

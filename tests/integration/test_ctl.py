@@ -620,6 +620,17 @@ def test_spare_backends_config(env):
     r = subprocess.run([BIN, "check", "-c", env.write("bad.yaml", bad)], capture_output=True,
                        timeout=30)
     assert r.returncode == 2 and b"spare_backends" in r.stderr and b":7:" in r.stderr, r.stderr
+    # backends listing models: an added one would list none and take every unlisted model
+    models = bad.replace("balance: weighted-round-robin", "balance: round-robin").replace(
+        f"{{address: 127.0.0.1:{a.port}}}", f"{{address: 127.0.0.1:{a.port}, models: [base]}}")
+    r = subprocess.run([BIN, "check", "-c", env.write("models.yaml", models)],
+                       capture_output=True, timeout=30)
+    assert r.returncode == 2 and b"list their models" in r.stderr and b":7:" in r.stderr, \
+        r.stderr
+    ok = models.replace("    spare_backends: 2\n", "")
+    r = subprocess.run([BIN, "check", "-c", env.write("ok.yaml", ok)], capture_output=True,
+                       timeout=30)
+    assert r.returncode == 0, r.stderr  # not given: none kept for such a pool
     px = _start(env, _pool("gpu", [a], extra="    spare_backends: 0"))
     rc, _, err = ctl(px, "add", "gpu", "127.0.0.1:9", check=1)
     assert "no free slot" in err and "spare_backends" in err, err
