@@ -51,15 +51,10 @@ static double first_token_us(const struct lb_candidate *c, const struct lb_draw 
 	return wait + c->base_us + (double)c->block_us * miss;
 }
 
-/* Is a better than b: the cheaper, then the less loaded. Estimates within LLM_TIE of each
- * other are equal: they come from fits of noisy samples (one backend's own line, another's
- * the pool's), and a difference inside that noise must not send every new prompt to one
- * backend of an idle pool. */
-#define LLM_TIE 0.05
+/* Is a better than b, costs equal or not: the cheaper, then the less loaded. */
 static int better(const struct lb_candidate *a, double ca, const struct lb_candidate *b, double cb)
 {
-	double hi = ca > cb ? ca : cb, lo = ca > cb ? cb : ca;
-	if (hi - lo > LLM_TIE * hi)
+	if (ca != cb)
 		return ca < cb;
 	return lb_less_loaded(a, b);
 }
