@@ -409,3 +409,68 @@ def echo_backend(env):
     be = ScriptedBackend(script)
     env.on_cleanup.append(be.close)
     return be
+
+
+class LenientBackend(ScriptedBackend):
+    """A backend that reads requests the way uvicorn/FastAPI (what vLLM and SGLang run on) and
+    other lenient servers do, so that a test can see where the proxy and such a backend
+    disagree: the path is percent-decoded before routing (and, with merge_slashes, runs of
+    '/' merged as nginx does; with dots, '.' and '..' segments resolved), and a JSON body is
+    read with Python's json.loads (the last of two equal keys wins; NaN and Infinity are
+    accepted). Each request is answered 200 with a JSON body saying what the backend saw:
+    {"path", "target", "model", "max_tokens", "temperature", "json_error", "headers"} and an
+    OpenAI-style "usage" that counts max_tokens as generated. self.seen lists those dicts."""
+
+    def __init__(self, merge_slashes=False, dots=False):
+        self.seen = []
+        self.merge_slashes = merge_slashes
+        self.dots = dots
+        super().__init__(self._answer)
+
+    def _path(self, target):
+        import posixpath
+        import urllib.parse
+        path = urllib.parse.unquote(target.split("?", 1)[0])
+        if self.merge_slashes:
+            path = re.sub("/+", "/", path)
+        if self.dots:
+            path = posixpath.normpath(path) if path != "/" else path
+        return path
+
+    def _answer(self, n, req):
+        head, _, body = req.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        target = lines[0].split(" ")[1]
+        headers = {}
+        for line in lines[1:]:
+            k, _, v = line.partition(":")
+            headers.setdefault(k.strip().lower(), []).append(v.strip())
+        seen = {"path": self._path(target), "target": target, "model": None,
+                "max_tokens": None, "temperature": None, "json_error": None,
+                "headers": headers}
+        if body:
+            try:
+                doc = json.loads(body)
+                if isinstance(doc, dict):
+                    seen["model"] = doc.get("model")
+                    mt = doc.get("max_tokens", doc.get("max_completion_tokens"))
+                    seen["max_tokens"] = mt
+                    t = doc.get("temperature")
+                    seen["temperature"] = t if t is None or t == t and abs(t) != float("inf") \
+                        else str(t)
+            except ValueError as e:
+                seen["json_error"] = str(e)
+        self.seen.append(seen)
+        gen = seen["max_tokens"] if isinstance(seen["max_tokens"], int) else 16
+        out = dict(seen, usage={"prompt_tokens": 1, "completion_tokens": gen,
+                                "total_tokens": gen + 1})
+        data = json.dumps(out).encode()
+        return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(data), data), False)
+
+
+def lenient_backend(env, **opts):
+    """A LenientBackend closed when the test ends."""
+    be = LenientBackend(**opts)
+    env.on_cleanup.append(be.close)
+    return be
