@@ -69,11 +69,22 @@ FUZZ_SRC = $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN = $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
 FUZZ_LIB = $(filter-out src/sim/% src/proxy/% src/obs/% src/xfer/engine.c src/xfer/send.c src/xfer/daemon.c src/xfer/receiver.c src/xfer/pull.c src/xfer/get.c src/xfer/metrics.c,$(LIB_SRC)) \
 	   src/obs/promtext.c src/obs/kvevent.c src/proxy/apipath.c
+# The library the fuzz targets share is compiled once (instrumented for coverage, ASan and UBSan)
+# into build-fuzz/libfuzz.a; each target is then one compile and a link.
+FUZZ_CFLAGS = -std=c17 -D_GNU_SOURCE -g -O1 -Isrc -Iinclude -MMD -MP $(shell pkg-config --cflags $(PKGS))
+FUZZ_OBJ = $(FUZZ_LIB:%.c=build-fuzz/obj/%.o)
 fuzz: $(FUZZ_BIN)
-build-fuzz/%: tests/fuzz/%.c $(FUZZ_LIB)
-	@mkdir -p build-fuzz
-	clang -std=c17 -D_GNU_SOURCE -g -O1 -Isrc -Iinclude -fsanitize=fuzzer,address,undefined \
-		-o $@ $^ $(LDLIBS)
+build-fuzz/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	@echo "  CC  $< (fuzz)"
+	@clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -c -o $@ $<
+build-fuzz/libfuzz.a: $(FUZZ_OBJ)
+	@rm -f $@
+	@ar rcs $@ $^
+build-fuzz/%: tests/fuzz/%.c build-fuzz/libfuzz.a
+	@echo "  FUZZ $@"
+	@clang $(filter-out -MMD -MP,$(FUZZ_CFLAGS)) -fsanitize=fuzzer,address,undefined \
+		-o $@ $< build-fuzz/libfuzz.a $(LDLIBS)
 
 bench: $(BUILD)/loadgen $(BUILD)/tlsload $(BUILD)/pickcost
 $(BUILD)/tlsload: bench/tlsload.c
@@ -154,4 +165,4 @@ clean:
 	rm -rf build build-san build-fuzz
 
 .PHONY: all unit test fuzz bench clean format-check format layers man install uninstall deb
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(FUZZ_OBJ:.o=.d)
