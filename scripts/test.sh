@@ -36,9 +36,11 @@ tally "$log"
 
 # The tree's shape (format-check, the layering check and its self-test) does not depend on the
 # build: it counts once, with the normal build. ACCELNET_FORMAT_CHECK=0 makes tests/run.sh skip
-# format-check; ACCELNET_LAYERS_CHECK=0 asks the same for the two layering tests.
+# format-check; ACCELNET_LAYERS_CHECK=0 asks the same for the two layering tests. The tests of the
+# machine's tools with accelnet (testssl, Chromium, promtool on deploy/, packaging: modules marked
+# ENVIRONMENT) run once too: ACCELNET_ENVIRONMENT_TESTS=0.
 echo "== AddressSanitizer + UBSan build =="
-ACCELNET_FORMAT_CHECK=0 ACCELNET_LAYERS_CHECK=0 \
+ACCELNET_FORMAT_CHECK=0 ACCELNET_LAYERS_CHECK=0 ACCELNET_ENVIRONMENT_TESTS=0 \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	tests/run.sh build-san | tee "$log"
 tally "$log"

@@ -25,10 +25,31 @@ class Skip(Exception):
     be fetched): run.py counts it as skipped and prints the reason, never as passed."""
 
 
+PORT_SLOT = os.environ.get("ACCELNET_PORT_SLOT")  # set by run.py -j for each runner process
+PORT_SPAN = 2500
+_port_next = [0]
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on. A runner process of a parallel run (run.py -j)
+    takes ports in turn from a range of its own, 10000 + slot x 2500 on (below the kernel's
+    ephemeral range, which starts at 32768), so that two runners never pick the same port
+    between the check and its use; alone, the kernel picks one."""
+    if PORT_SLOT is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    base = 10000 + int(PORT_SLOT) * PORT_SPAN
+    for _ in range(PORT_SPAN):
+        port = base + _port_next[0] % PORT_SPAN
+        _port_next[0] += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OSError("no free port in this runner's range")
 
 
 def wait_until(pred, what, timeout=15.0):

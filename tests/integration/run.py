@@ -1,70 +1,179 @@
 """Runs every test_* function of the tests/integration/test_*.py modules, each with a fresh
 Env that is cleaned up whatever happens, and ends with the line 'N passed, N failed'
 (', N skipped' after it when a test raised harness.Skip: it cannot run on this machine).
-Usage: run.py [--bin PATH] [NAME-FILTER...]
+Usage: run.py [--bin PATH] [-j N] [--no-environment] [NAME-FILTER...]
+
+With -j N (N > 1) modules run in N runner processes at once, each module whole in one of
+them, its lines printed together when it ends. A module that sets SERIAL = True (it loads the
+machine, measures under load, or needs fixed ports or machine-wide state) runs after the
+others, alone. Each runner process takes its ports from a range of its own (harness.free_port),
+so two never pick the same one. A module that sets ENVIRONMENT = True tests accelnet with the
+machine's tools (testssl, Chromium, Prometheus, packaging, systemd); --no-environment leaves
+those out (the sanitizer pass: they exercise nothing ASan would see that the other tests do not).
 
 Stopped by SIGTERM or SIGHUP (a CI job's time limit, a closed terminal) as by Ctrl-C: the
 running test's processes, each in a session of its own that no signal to this one reaches, are
-killed and its scratch directory removed before the runner exits (status 128 + the signal)."""
+killed and its scratch directory removed before the runner exits (status 128 + the signal);
+with -j the signal is passed to every runner process, which does the same."""
 
 import importlib
 import os
+import re
 import signal
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed(?:, (\d+) skipped)?$")
+children = []
 
 
 def _stopped(signum, frame):
     print(f"stopped by signal {signum}: cleaning up", flush=True)
+    for c in children:
+        if c.poll() is None:
+            c.send_signal(signum)
+    for c in children:
+        c.wait()
     raise SystemExit(128 + signum)  # through the running test's finally: env.cleanup()
+
+
+def modules(environment):
+    """The test modules to run, as (file name, module), in name order."""
+    out = []
+    for fname in sorted(os.listdir(HERE)):
+        if fname.startswith("test_") and fname.endswith(".py"):
+            mod = importlib.import_module(fname[:-3])
+            if environment or not getattr(mod, "ENVIRONMENT", False):
+                out.append((fname, mod))
+    return out
+
+
+def run_module(fname, mod, filters, harness, tally):
+    """Run the tests of one module in this process, printing a line for each."""
+    for name in sorted(n for n in dir(mod) if n.startswith("test_")):
+        full = f"{fname[5:-3]}.{name[5:]}"
+        if filters and not any(a in full for a in filters):
+            continue
+        env = harness.Env(name)
+        t0 = time.monotonic()
+        try:
+            getattr(mod, name)(env)
+            env.finish()
+            tally["passed"] += 1
+            print(f"ok   {full} ({time.monotonic() - t0:.1f}s)", flush=True)
+        except harness.Skip as e:
+            tally["skipped"] += 1
+            print(f"skip {full}: {e}", flush=True)
+        except Exception as e:  # noqa: BLE001 - every failure is reported, none stops the run
+            tally["failed"] += 1
+            tally["failures"].append(full)
+            print(f"FAIL {full}: {e}", flush=True)
+            traceback.print_exc(limit=4)
+            for p in env.procs:
+                print(f"--- {p.name} log ---\n{env.log(p)[-3000:]}", flush=True)
+        finally:
+            env.cleanup()
+
+
+def run_parallel(mods, filters, jobs, tally):
+    """Run each module in a runner process of its own, at most <jobs> at once (SERIAL ones
+    alone, after the rest), adding their summaries to <tally>."""
+    wanted = [(f, m) for f, m in mods if not filters or any(
+        a in f"{f[5:-3]}.{n[5:]}" for n in dir(m) if n.startswith("test_") for a in filters)]
+    queue = [f for f, m in wanted if not getattr(m, "SERIAL", False)]
+    serial = [f for f, m in wanted if getattr(m, "SERIAL", False)]
+    free = list(range(jobs))
+    running = {}  # pid -> (process, module, slot, output file)
+
+    def start(fname, slot):
+        out = tempfile.TemporaryFile(mode="w+")
+        env = dict(os.environ, ACCELNET_PORT_SLOT=str(slot))
+        p = subprocess.Popen([sys.executable, __file__, "--module", fname] + filters,
+                             stdout=out, stderr=subprocess.STDOUT, env=env)
+        children.append(p)
+        running[p.pid] = (p, fname, slot, out)
+
+    def reap():
+        pid, status = os.wait()
+        if pid not in running:
+            return
+        p, fname, slot, out = running.pop(pid)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        children.remove(p)
+        free.append(slot)
+        out.seek(0)
+        text = out.read()
+        out.close()
+        lines = text.rstrip("\n").split("\n")
+        m = SUMMARY.match(lines[-1])
+        # the module's own lines; its summary and list of failures go into the run's
+        for line in lines[:-1] if m else lines:
+            if line and not line.startswith("failed: "):
+                print(line)
+        if not m:
+            print(f"FAIL {fname[5:-3]}: its runner ended without a summary (exit {p.returncode})")
+            tally["failed"] += 1
+            tally["failures"].append(fname[5:-3])
+            return
+        tally["passed"] += int(m.group(1))
+        tally["failed"] += int(m.group(2))
+        tally["skipped"] += int(m.group(3) or 0)
+        for line in lines:
+            if line.startswith("FAIL "):
+                tally["failures"].append(line[5:].split(":", 1)[0])
+        sys.stdout.flush()
+
+    for fname in queue:
+        if not free:
+            reap()
+        start(fname, free.pop(0))
+    while running:
+        reap()
+    for fname in serial:
+        start(fname, free.pop(0))
+        reap()
 
 
 def main():
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _stopped)
     args = sys.argv[1:]
-    if len(args) >= 2 and args[0] == "--bin":
-        os.environ["ACCELNET"] = os.path.abspath(args[1])
+    jobs, only, environment = 1, None, True
+    while args and args[0] in ("--bin", "-j", "--module", "--no-environment"):
+        if args[0] == "--no-environment":
+            environment = False
+            args = args[1:]
+            continue
+        if len(args) < 2:
+            sys.exit(f"run.py: {args[0]} needs a value")
+        if args[0] == "--bin":
+            os.environ["ACCELNET"] = os.path.abspath(args[1])
+        elif args[0] == "-j":
+            jobs = int(args[1])
+        else:
+            only = args[1]
         args = args[2:]
     import harness  # after ACCELNET is set
     harness.BIN = os.environ.get("ACCELNET", harness.BIN)
-    passed = failed = skipped = 0
-    failures = []
-    for fname in sorted(os.listdir(HERE)):
-        if not (fname.startswith("test_") and fname.endswith(".py")):
-            continue
-        mod = importlib.import_module(fname[:-3])
-        for name in sorted(n for n in dir(mod) if n.startswith("test_")):
-            full = f"{fname[5:-3]}.{name[5:]}"
-            if args and not any(a in full for a in args):
-                continue
-            env = harness.Env(name)
-            t0 = time.monotonic()
-            try:
-                getattr(mod, name)(env)
-                env.finish()
-                passed += 1
-                print(f"ok   {full} ({time.monotonic() - t0:.1f}s)", flush=True)
-            except harness.Skip as e:
-                skipped += 1
-                print(f"skip {full}: {e}", flush=True)
-            except Exception as e:  # noqa: BLE001 - every failure is reported, none stops the run
-                failed += 1
-                failures.append(full)
-                print(f"FAIL {full}: {e}", flush=True)
-                traceback.print_exc(limit=4)
-                for p in env.procs:
-                    print(f"--- {p.name} log ---\n{env.log(p)[-3000:]}", flush=True)
-            finally:
-                env.cleanup()
-    if failures:
-        print("failed: " + ", ".join(failures))
-    print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
-    return 1 if failed else 0
+    tally = {"passed": 0, "failed": 0, "skipped": 0, "failures": []}
+    mods = modules(environment)
+    if only:
+        mods = [(f, m) for f, m in mods if f == only]
+    if jobs > 1 and not only:
+        run_parallel(mods, args, jobs, tally)
+    else:
+        for fname, mod in mods:
+            run_module(fname, mod, args, harness, tally)
+    if tally["failures"]:
+        print("failed: " + ", ".join(tally["failures"]))
+    print(f"{tally['passed']} passed, {tally['failed']} failed"
+          + (f", {tally['skipped']} skipped" if tally["skipped"] else ""))
+    return 1 if tally["failed"] else 0
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ kv_events and llm learning from routing (shared through a Redis stream) send one
 conversation to one backend through any instance; a password, a Redis that never answers and
 a reload; bad cluster: sections are refused with FILE:LINE:COL."""
 
+SERIAL = True  # load, timing or fixed ports: run alone under run.py -j
+
 import http.client
 import json
 import os

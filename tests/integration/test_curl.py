@@ -1,5 +1,7 @@
 """What a user types: curl against the gateway, and `accelnet demo` as the README tours it."""
 
+SERIAL = True  # load, timing or fixed ports: run alone under run.py -j
+
 import collections
 import os
 import signal

@@ -12,6 +12,8 @@ the binary under test), its path printed.
 
 Skipped, saying so, only when Debian's chromium is not installed (scripts/deps.sh installs it)."""
 
+ENVIRONMENT = True  # a test of the machine's tools with accelnet (run.py --no-environment)
+
 import json
 import os
 import threading

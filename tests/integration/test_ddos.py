@@ -2,6 +2,8 @@
 header fields, a connection flood from one address, a client that does not read its
 response, a flood of slow connections past the buffer budget."""
 
+SERIAL = True  # load, timing or fixed ports: run alone under run.py -j
+
 import re
 import socket
 import threading

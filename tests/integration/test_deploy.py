@@ -5,6 +5,8 @@ running accelnet exports in /metrics, and Debian's prometheus runs the shipped c
 gateway with an admin token: scraped, every rule evaluated without error, and the gateway's
 own alert on its way once it is gone."""
 
+ENVIRONMENT = True  # a test of the machine's tools with accelnet (run.py --no-environment)
+
 import json
 import os
 import re

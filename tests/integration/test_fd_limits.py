@@ -3,6 +3,8 @@ descriptor limit must not be blamed on the backends, and clients that waited in 
 backlog are answered once the flood goes away. The proxy runs under prlimit(1), so its limit
 is what a `ulimit -n` in its start script would give."""
 
+SERIAL = True  # load, timing or fixed ports: run alone under run.py -j
+
 import http.client
 import os
 import socket

@@ -1,6 +1,8 @@
 """bench/loadgen, the generator behind bench/run's open-loop and SSE figures: it must count
 what it sends and what comes back, and measure latency from when a request was due."""
 
+SERIAL = True  # load, timing or fixed ports: run alone under run.py -j
+
 import json
 import os
 import signal

@@ -3,6 +3,8 @@ docs/config.md and the binary's usage (so they name every key `accelnet check --
 the .deb that scripts/build-deb.sh makes, and the container image of packaging/Containerfile
 (built and run with podman only where podman works and can get the base image)."""
 
+ENVIRONMENT = True  # a test of the machine's tools with accelnet (run.py --no-environment)
+
 import os
 import re
 import shutil

@@ -3,6 +3,8 @@ configuration beside the running one on the same listening sockets; new requests
 once, what is in flight (long SSE streams included) finishes on the old one, and a bad file
 changes nothing."""
 
+SERIAL = True  # load, timing or fixed ports: run alone under run.py -j
+
 import os
 import signal
 import socket

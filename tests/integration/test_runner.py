@@ -9,6 +9,8 @@ with a marker in its environment that the processes it starts inherit (Chromium'
 and renderers are found by their process group), and a TMPDIR of its own that must be left
 empty. Skipped, saying so, when Debian's chromium is not installed."""
 
+ENVIRONMENT = True  # a test of the machine's tools with accelnet (run.py --no-environment)
+
 import os
 import shutil
 import signal

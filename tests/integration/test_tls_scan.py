@@ -5,6 +5,8 @@ cipher, forward secrecy everywhere. The scan's JSON findings are read, and any o
 or above fails the test, except the few listed in ACCEPTED with the reason. About 70 s on
 loopback."""
 
+ENVIRONMENT = True  # a test of the machine's tools with accelnet (run.py --no-environment)
+
 import json
 import os
 import shutil

@@ -3,6 +3,8 @@ started from on the running process's listening sockets (passed as a service man
 passes them); once the new process serves, the old one drains and exits. A new process that
 cannot start changes nothing."""
 
+SERIAL = True  # load, timing or fixed ports: run alone under run.py -j
+
 import os
 import signal
 import subprocess

@@ -1,6 +1,8 @@
 """accelnet xfer: transfers as a user runs them. Links with rates are veth pairs between two
 network namespaces the test makes (netns.Links), shaped with tbf; the rest runs on loopback."""
 
+SERIAL = True  # load, timing or fixed ports: run alone under run.py -j
+
 import hashlib
 import json
 import os
