@@ -1,11 +1,17 @@
 # accelnet - a plain Makefile. `make` builds build/accelnet; `make test` runs every test;
-# `make SAN=1` builds into build-san/ with AddressSanitizer and UBSan; `make fuzz` builds the
+# `make SAN=1` builds into build-san/ with AddressSanitizer and UBSan, `make TSAN=1` into
+# build-tsan/ with ThreadSanitizer; `make fuzz` builds the
 # libFuzzer targets with clang; `make bench` the load generator of bench/run.
 
 SAN ?= 0
+TSAN ?= 0
 ifeq ($(SAN),1)
 BUILD ?= build-san
 SANFLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT = -O1
+else ifeq ($(TSAN),1)
+BUILD ?= build-tsan
+SANFLAGS = -fsanitize=thread -fno-omit-frame-pointer
 OPT = -O1
 else
 BUILD ?= build
@@ -162,7 +168,7 @@ deb: $(BUILD)/accelnet $(MAN_PAGES)
 	scripts/build-deb.sh $(BUILD) $(BUILD)/deb
 
 clean:
-	rm -rf build build-san build-fuzz
+	rm -rf build build-san build-tsan build-fuzz
 
 .PHONY: all unit test fuzz bench clean format-check format layers man install uninstall deb
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(FUZZ_OBJ:.o=.d)

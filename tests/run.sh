@@ -52,9 +52,10 @@ out=$(mktemp)
 # sockets); ACCELNET_ENVIRONMENT_TESTS=0 leaves out the tests of the machine's tools.
 envflag=
 [ "${ACCELNET_ENVIRONMENT_TESTS:-1}" = 0 ] && envflag=--no-environment
+# ACCELNET_TEST_FILTER: only the integration tests whose names hold one of its words.
 # shellcheck disable=SC2086
 /usr/bin/python3 tests/integration/run.py --bin "$build/accelnet" -j "${ACCELNET_TEST_JOBS:-4}" \
-	$envflag | tee "$out"
+	$envflag ${ACCELNET_TEST_FILTER:-} | tee "$out"
 line=$(tail -n 1 "$out")
 rm -f "$out"
 if [[ "$line" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed(,\ ([0-9]+)\ skipped)?$ ]]; then

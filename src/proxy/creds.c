@@ -44,6 +44,28 @@ static struct {
 	struct loop_timer timer;
 } watch;
 
+/* The stamps of the last creds_build, taken before its files were read, for the watch of its
+ * generation to start from: a file replaced while the proxy starts is then seen as changed
+ * (stamped at creds_watch, after the read, the change was missed until the next one). */
+static struct {
+	const struct worker_shared *sh;
+	uint64_t *stamps;
+} built;
+
+static uint64_t stamp_listener(const struct conf_tls *t);
+
+static void stamp_built(const struct worker_shared *sh)
+{
+	const struct conf *c = sh->conf;
+	free(built.stamps);
+	built.sh = sh;
+	if (!(built.stamps = calloc(c->nlistens ? c->nlistens : 1, sizeof(*built.stamps))))
+		return; /* creds_watch stamps the files itself */
+	for (size_t i = 0; i < c->nlistens; i++)
+		if (c->listens[i].tls && c->listens[i].tls->reload_s)
+			built.stamps[i] = stamp_listener(c->listens[i].tls);
+}
+
 static void gen_free(const struct conf *c, struct creds_gen *g)
 {
 	for (size_t i = 0; g->tls && i < c->nlistens; i++)
@@ -90,6 +112,7 @@ int creds_build(struct worker_shared *sh, char *err, size_t errlen)
 {
 	const struct conf *c = sh->conf;
 	struct creds_gen g;
+	stamp_built(sh);
 	int rc = gen_build(c, &g, err, errlen);
 	if (rc)
 		return rc;
@@ -297,11 +320,16 @@ int creds_watch(struct worker_shared *sh, struct worker *workers, unsigned nwork
 	}
 	if (!every)
 		return 0;
-	if (!(watch.stamps = calloc(c->nlistens, sizeof(*watch.stamps))))
-		return -ENOMEM;
-	for (size_t i = 0; i < c->nlistens; i++)
-		if (c->listens[i].tls && c->listens[i].tls->reload_s)
-			watch.stamps[i] = stamp_listener(c->listens[i].tls);
+	if (built.sh == sh && built.stamps) { /* as the files were when they were read */
+		watch.stamps = built.stamps;
+		built.stamps = NULL;
+	} else {
+		if (!(watch.stamps = calloc(c->nlistens, sizeof(*watch.stamps))))
+			return -ENOMEM;
+		for (size_t i = 0; i < c->nlistens; i++)
+			if (c->listens[i].tls && c->listens[i].tls->reload_s)
+				watch.stamps[i] = stamp_listener(c->listens[i].tls);
+	}
 	watch.sh = sh;
 	watch.workers = workers;
 	watch.nworkers = nworkers;

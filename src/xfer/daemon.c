@@ -271,7 +271,7 @@ static void serve_accept_loop(struct xfer_server *s, const struct xfer_serve_opt
 	uint64_t next_sweep = 0, resume_at = 0;
 	uint64_t keep_s = o->keep_parts_hours ? (uint64_t)o->keep_parts_hours * 3600
 					      : (uint64_t)XFER_SERVE_KEEP_PARTS_HOURS * 3600;
-	while (!*o->stop) {
+	while (!__atomic_load_n(o->stop, __ATOMIC_RELAXED)) { /* set by a signal or a thread */
 		uint64_t now = clock_now_ms();
 		if (now >= next_sweep) { /* at start, then hourly */
 			unsigned removed;

@@ -204,7 +204,7 @@ static void on_request(void *arg, struct hsrv_conn *c, const struct http_head *r
 static void on_tick(struct loop_timer *t)
 {
 	struct xfer_metrics *xm = container_of(t, struct xfer_metrics, tick);
-	if (*xm->stop)
+	if (__atomic_load_n(xm->stop, __ATOMIC_RELAXED))
 		loop_stop(xm->loop);
 	else
 		loop_timer_set(xm->loop, &xm->tick, loop_now(xm->loop) + METRICS_POLL_MS);

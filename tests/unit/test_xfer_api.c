@@ -132,7 +132,7 @@ static void buffer_and_file(void **state)
 
 	/* the same buffer again: the receiver has it, nothing is sent */
 	assert_int_equal(xfer_send(&o, items, 1, &r), 0);
-	stop = 1;
+	__atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
 	void *ret;
 	pthread_join(th, &ret);
 	assert_int_equal((intptr_t)ret, 0);
