@@ -495,3 +495,27 @@ def lenient_backend(env, **opts):
     be = LenientBackend(**opts)
     env.on_cleanup.append(be.close)
     return be
+
+
+def gated_backend(env):
+    """A backend that holds every request until the test opens its gate (be.gate.set()),
+    then answers each at once with a small JSON completion: a slot is held exactly as long
+    as the test needs, whatever the machine's load (a test of order, not of time).
+    be.order lists the value of each request's X-Tag field (None without one) in the order
+    the requests arrived."""
+    gate = threading.Event()
+    order = []
+
+    def script(n, req):
+        m = re.search(rb"\r\nx-tag: *([^\r]*)", req, re.I)
+        order.append(m.group(1).decode() if m else None)
+        gate.wait(60)
+        body = b'{"choices":[{"text":"ok"}]}'
+        return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(body), body), False)
+    be = ScriptedBackend(script)
+    be.gate = gate
+    be.order = order
+    env.on_cleanup.append(gate.set)
+    env.on_cleanup.append(be.close)
+    return be

@@ -7,7 +7,8 @@ import socket
 import threading
 import time
 
-from harness import (BIN, ScriptedBackend, backend_state, complete, free_port, read_until,
+from harness import (BIN, ScriptedBackend, backend_state, complete, free_port, gated_backend,
+                     read_until,
                      request, served_by, sim_stats, status,
                      wait_until)
 
@@ -134,24 +135,20 @@ def test_consistent_hash_by_header(env):
 
 # --- queue order -------------------------------------------------------------------------
 
-def _order_after(px, flood, late, wait_for):
-    """Send <flood> (list of header dicts) at once to a pool with one slot; once all but one
-    wait, send <late>; return where the late request finished among those after it."""
-    done = []
-    def one(h, tag):
-        st = complete_with(px.port, h)[0]
-        done.append((time.monotonic(), tag, st))
+def _order_after(px, gated, flood, late, wait_for):
+    """Send <flood> (list of header dicts) at once to a pool with one slot on the gated
+    backend <gated>; once all but one wait, send <late>; once it waits too, open the gate.
+    Returns where the late request was served (1: first) and how many were served, in the
+    order the backend saw them."""
     with concurrent.futures.ThreadPoolExecutor(len(flood) + 1) as ex:
-        futs = [ex.submit(one, h, "flood") for h in flood]
+        futs = [ex.submit(complete_with, px.port, dict(h, **{"X-Tag": "flood"})) for h in flood]
         wait_until(lambda: _queued(px) == len(flood) - 1, "the flood to queue")
-        joined = time.monotonic()
-        futs.append(ex.submit(one, late, "late"))
+        futs.append(ex.submit(complete_with, px.port, dict(late, **{"X-Tag": "late"})))
         wait_until(lambda: _queued(px) == wait_for, "the late request to queue")
-        for f in futs:
-            f.result()
-    after = [t for t in sorted(done) if t[0] >= joined]
-    assert all(t[2] == 200 for t in done), done
-    return [t[1] for t in after].index("late") + 1, len(after)
+        gated.gate.set()
+        statuses = [f.result()[0] for f in futs]
+    assert statuses == [200] * len(futs), statuses
+    return gated.order.index("late") + 1, len(gated.order)
 
 
 def complete_with(port, headers):
@@ -161,28 +158,28 @@ def complete_with(port, headers):
 
 
 def test_fair_queue_a_flooding_tenant_cannot_starve_another(env):
-    sim = env.sim("acc", latency_ms=100, jitter=0, token_ms=0, slots=64)
+    acc = gated_backend(env)
     # the route believes X-API-Key as the tenant (by default a client's address is its
     # tenant: test_security.invented_tenant_values_do_not_buy_extra_lanes)
-    px = env.proxy("pools:\n" + _capped("gpu", [sim.port], 1) +
+    px = env.proxy("pools:\n" + _capped("gpu", [acc.port], 1) +
                    "routes:\n  - {pool: gpu, tenant_header: X-API-Key}\n")
-    rank, total = _order_after(px, [{"X-API-Key": "flood"}] * 12, {"X-API-Key": "other"}, 12)
+    rank, total = _order_after(px, acc, [{"X-API-Key": "flood"}] * 12, {"X-API-Key": "other"}, 12)
     # the one in service finishes, the flooder's next turn, then the other tenant's
     assert rank <= 3 and total == 13, (rank, total)
 
 
 def test_fifo_queue_serves_in_arrival_order(env):
-    sim = env.sim("acc", latency_ms=100, jitter=0, token_ms=0, slots=64)
-    px = env.proxy("pools:\n" + _capped("gpu", [sim.port], 1, extra="    queue: {discipline: fifo}\n"))
-    rank, total = _order_after(px, [{"X-API-Key": "flood"}] * 12, {"X-API-Key": "other"}, 12)
+    acc = gated_backend(env)
+    px = env.proxy("pools:\n" + _capped("gpu", [acc.port], 1, extra="    queue: {discipline: fifo}\n"))
+    rank, total = _order_after(px, acc, [{"X-API-Key": "flood"}] * 12, {"X-API-Key": "other"}, 12)
     assert rank == total == 13, (rank, total)
 
 
 def test_high_priority_goes_first(env):
-    sim = env.sim("acc", latency_ms=100, jitter=0, token_ms=0, slots=64)
-    px = env.proxy("pools:\n" + _capped("gpu", [sim.port], 1) +
+    acc = gated_backend(env)
+    px = env.proxy("pools:\n" + _capped("gpu", [acc.port], 1) +
                    "routes:\n  - pool: gpu\n    priority: low\n    priority_header: X-Priority\n")
-    rank, _ = _order_after(px, [{"X-API-Key": "a"}] * 8, {"X-API-Key": "a", "X-Priority": "high"}, 8)
+    rank, _ = _order_after(px, acc, [{"X-API-Key": "a"}] * 8, {"X-API-Key": "a", "X-Priority": "high"}, 8)
     assert rank == 2, rank  # right after the one in service
 
 
