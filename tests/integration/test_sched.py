@@ -5,7 +5,6 @@ import concurrent.futures
 import json
 import socket
 import threading
-import time
 
 from harness import (BIN, ScriptedBackend, backend_state, complete, free_port, gated_backend,
                      read_until,
