@@ -2,7 +2,8 @@
  * caching.c - the response cache on the request path (see caching.h).
  *
  * Keys (cache/key.h): the route, the client's scheme, the host lower-cased, the request
- * target as sent, and for an inference POST the 128-bit hash of its canonical JSON body.
+ * target in its normal form (http/target.h), and for an inference POST the 128-bit hash of
+ * its canonical JSON body.
  * GET and HEAD share a key; HEAD never fills (its answer has no body).
  * The request's Vary values are compared whole by the store.
  *

@@ -11,6 +11,7 @@
  */
 #include "proxy/session.h"
 #include "core/log.h"
+#include "http/target.h"
 #include "guard/auth.h"
 #include "net/addr.h"
 #include "net/tls.h"
@@ -366,6 +367,23 @@ static enum run exchange_start(struct client *cl, size_t head_len)
 	return stages_run(x, codec_live);
 }
 
+/* The head just parsed into w->head, its target brought to its normal form in the buffer
+ * (http/target.h, limits.path) before anything reads it: the bytes it no longer needs leave
+ * the front of cl->in, so the head parses again to the same (reread_head). */
+static enum run head_settle(struct client *cl)
+{
+	struct worker *w = cl->w;
+	const char *why = NULL;
+	int unused = http_target_normalize_head(
+	    buf_head(cl->in), &w->head,
+	    w->conf->limits.path == CONF_PATH_REFUSE ? HTTP_TARGET_REFUSE : HTTP_TARGET_NORMALIZE,
+	    &why);
+	if (unused < 0)
+		return session_reply(cl, 400, why, 0);
+	buf_consume(cl->in, (size_t)unused);
+	return exchange_start(cl, w->head.head_len);
+}
+
 /* One step of the TLS handshake; the head timeout runs from the accept. */
 static enum run run_handshake(struct client *cl)
 {
@@ -421,7 +439,7 @@ static enum run run_head(struct client *cl)
 			int r =
 			    http_head_read(&cl->head, buf_head(cl->in), len, max_head, &w->head);
 			if (r > 0)
-				return exchange_start(cl, (size_t)r);
+				return head_settle(cl);
 			if (r < 0)
 				return session_reply(cl, -r, "malformed request", 0);
 		}
