@@ -175,3 +175,23 @@ def _get_cs(px, target):
 def _purge_raw(px, query):
     st, hdrs, data = request(px.admin, "POST", "/cache/purge?" + query)
     return st, hdrs, json.loads(data)
+
+
+def test_an_escaped_reserved_character_meets_the_route_of_the_character(env):
+    """A reserved character stays encoded in the normal form, but uvicorn decodes "%3A" to
+    ":" all the same: a route for /v1/models/m:generate guards /v1/models/m%3agenerate too."""
+    be = lenient_backend(env)
+    keys = env.write("keys.txt", f"acme {KEY}\n")
+    p = env.proxy("pools:\n" + pool_yaml("p", [be.port]) + "routes:\n"
+                  "  - match: {path_prefix: \"/v1/models/m:generate\"}\n    pool: p\n"
+                  f"    auth: {{api_keys_file: {keys}}}\n"
+                  "  - match: {path_prefix: /}\n    pool: p\n")
+    for target in ("/v1/models/m:generate", "/v1/models/m%3agenerate",
+                   "/v1/models/m%3Agenerate?x=1", "/v1/%6dodels//m%3Agenerate"):
+        assert _answer(raw(p.port, _post(p.port, target)))[0] == 401, target
+    assert be.seen == [], be.seen
+    status, doc = _answer(raw(p.port, _post(p.port, "/v1/models/m%3agenerate", key=True)))
+    assert status == 200 and doc["target"] == "/v1/models/m%3Agenerate", (status, doc)
+    assert doc["path"] == "/v1/models/m:generate"
+    # not an escape of that character: the open route
+    assert _answer(raw(p.port, _post(p.port, "/v1/models/m%3Bgenerate")))[0] == 200
