@@ -40,9 +40,9 @@ def _guarded(env, mode=None):
     return p, be
 
 
-def _post(port, target, key=None, keep=False):
-    """The raw bytes of a POST of a small completion to <target>, exactly as written."""
-    body = b'{"model": "m", "prompt": "hi", "max_tokens": 3}'
+def _post(port, target, key=None, keep=False, prompt="hi"):
+    """The raw bytes of a POST of a completion to <target>, exactly as written."""
+    body = b'{"model": "m", "prompt": "%s", "max_tokens": 3}' % prompt.encode()
     return (b"POST " + target.encode() + b" HTTP/1.1\r\nHost: x\r\n"
             + (b"Authorization: Bearer " + KEY.encode() + b"\r\n" if key else b"")
             + b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
@@ -195,3 +195,23 @@ def test_an_escaped_reserved_character_meets_the_route_of_the_character(env):
     assert doc["path"] == "/v1/models/m:generate"
     # not an escape of that character: the open route
     assert _answer(raw(p.port, _post(p.port, "/v1/models/m%3Bgenerate")))[0] == 200
+
+
+def test_a_route_on_the_model_sees_the_normal_target(env):
+    """A route with match.model reads the body before routing, behind the head in the same
+    buffer: the head, normalised in place, is still the one routed and forwarded."""
+    be = lenient_backend(env, merge_slashes=True, dots=True)
+    keys = env.write("keys.txt", f"acme {KEY}\n")
+    p = env.proxy("pools:\n" + pool_yaml("p", [be.port]) + "routes:\n"
+                  "  - match: {path_prefix: /v1/completions, model: m}\n    pool: p\n"
+                  f"    auth: {{api_keys_file: {keys}}}\n"
+                  "  - match: {path_prefix: /}\n    pool: p\n")
+    for target in SPELLINGS:
+        assert _answer(raw(p.port, _post(p.port, target)))[0] == 401, target
+        status, doc = _answer(raw(p.port, _post(p.port, target, key=True)))
+        assert status == 200 and doc["target"] == "/v1/completions", (target, status, doc)
+        assert doc["model"] == "m" and doc["headers"].get("x-tenant") == ["acme"], doc
+    # a body past the first buffer: read into a larger one, the head parsed again there
+    status, doc = _answer(raw(p.port, _post(p.port, "/x/../v1/%63ompletions", key=True,
+                                            prompt="y" * 200000)))
+    assert status == 200 and doc["target"] == "/v1/completions", (status, doc)
