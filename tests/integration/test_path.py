@@ -215,3 +215,16 @@ def test_a_route_on_the_model_sees_the_normal_target(env):
     status, doc = _answer(raw(p.port, _post(p.port, "/x/../v1/%63ompletions", key=True,
                                             prompt="y" * 200000)))
     assert status == 200 and doc["target"] == "/v1/completions", (status, doc)
+
+
+def test_an_unsafe_request_invalidates_the_normal_target_of_its_location(env):
+    """RFC 9111 4.4: a POST answered with Location: /a%62c drops what is stored for /abc,
+    the key a GET of /a%62c would have."""
+    origin = Origin(tag_field="Location")
+    origin.tags["/new"] = ["/a%62c"]
+    px = cache_proxy(env, origin)
+    miss(px, origin, "/abc")
+    hit(px, origin, "/abc")
+    st, hdrs, _ = request(px.port, "POST", "/new", body=b"x", headers={"Host": "example.com"})
+    assert st == 200 and hdrs["location"] == ["/a%62c"], (st, hdrs)
+    miss(px, origin, "/abc")
