@@ -336,8 +336,9 @@ static const struct exchange_codec_ops h1_codec = {
 
 /* --- the states --- */
 
-/* A complete request head of <head_len> bytes is at the front of cl->in, parsed in w->head. */
-static enum run exchange_start(struct client *cl, size_t head_len)
+/* A complete request head of <head_len> bytes is at the front of cl->in, parsed in w->head;
+ * <dropped> more were read for it (head_settle). */
+static enum run exchange_start(struct client *cl, size_t head_len, size_t dropped)
 {
 	struct worker *w = cl->w;
 	const struct http_head *h = &w->head;
@@ -347,6 +348,7 @@ static enum run exchange_start(struct client *cl, size_t head_len)
 		return RUN_GONE;
 	}
 	cl->x = x;
+	x->log_head_len += (uint32_t)dropped; /* the bytes the client sent */
 	cl->head_len = head_len;
 	cl->requests++;
 	x->client_ip = cl->ip;
@@ -381,7 +383,7 @@ static enum run head_settle(struct client *cl)
 	if (unused < 0)
 		return session_reply(cl, 400, why, 0);
 	buf_consume(cl->in, (size_t)unused);
-	return exchange_start(cl, w->head.head_len);
+	return exchange_start(cl, w->head.head_len, (size_t)unused);
 }
 
 /* One step of the TLS handshake; the head timeout runs from the accept. */

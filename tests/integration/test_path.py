@@ -140,6 +140,13 @@ def test_access_log_shows_the_normal_target(env):
             return [json.loads(line) for line in f]
     wait_until(lambda: len(lines()) >= 2, "two access log lines")
     assert sorted(r["path"] for r in lines()) == ["/a", "/v1/completions?q=%63"], lines()
+    # bytes_in counts what the client sent, the spelling's bytes too
+    for target in ("/abc", "/a%62c"):
+        assert _answer(raw(p.port, b"GET " + target.encode() + b" HTTP/1.1\r\nHost: x\r\n"
+                                   b"Connection: close\r\n\r\n"))[0] == 200
+    wait_until(lambda: len(lines()) >= 4, "four access log lines")
+    sizes = [r["bytes_in"] for r in lines() if r["path"] == "/abc"]
+    assert len(sizes) == 2 and abs(sizes[0] - sizes[1]) == 2, lines()
 
 
 def test_cache_keeps_one_object_for_two_spellings(env):
