@@ -7,7 +7,9 @@
  * admission is what keeps a slow client from holding an accelerator. When the route depends
  * on the body's "model" (routes.match.model), the start of the body is read even before the
  * route, behind the head still in the input (codec_peek_body), and the head is parsed anew
- * from those same bytes before the head stages go on.
+ * from those same bytes before the head stages go on. That is why a head's target is brought
+ * to its normal form (http/target.h) in the buffer itself, as soon as the head is read: every
+ * later parse of those bytes sees the target that was routed.
  */
 #include "proxy/session.h"
 #include "core/log.h"
