@@ -6,8 +6,9 @@
  *   "ROUTE s|p HOST TARGET POST HEX32"  an inference POST: its canonical body's hash
  *
  * ROUTE is the route's index in decimal, s or p the client's scheme (TLS or plain), HOST the
- * Host field lower-cased, TARGET the request target as sent (query included; it begins with
- * '/' and holds no space, the parser sees to that). Keys are compared whole by the store.
+ * Host field lower-cased, TARGET the request target in its normal form (http/target.h: the
+ * one the route matched and the backend gets; query included, as sent; it begins with '/'
+ * and holds no space, the parser sees to that). Keys are compared whole by the store.
  */
 #ifndef ACCELNET_CACHE_KEY_H
 #define ACCELNET_CACHE_KEY_H

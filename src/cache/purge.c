@@ -5,7 +5,11 @@
  * taken only with bytes a request's Host or target can hold (visible ASCII, no '#' in a
  * target, no '/', '?', '#' or userinfo in a host), since anything else could never match a
  * stored key and a purge that quietly matches nothing is worse than a clear 400. Values are
- * percent-decoded once; a target's own %XX is therefore written %25XX in a parameter.
+ * percent-decoded once; a target's own %XX is therefore written %25XX in a parameter. The
+ * target is then brought to the normal form every request target is given before it is
+ * keyed (http/target.h), so "/a%62c", "//abc" and "/abc" purge the one object the proxy
+ * stored for all three, and a target it would refuse (%2F, "..") is refused here too; a
+ * prefix's last segment is left open ("/a/." is the start of "/a/.well-known").
  *
  * Keys are split from their end: the target never holds a space (the request line is split
  * on spaces), so the last space-separated word is the target, or " POST" and the hash of an
@@ -16,6 +20,7 @@
 #include "cache/key.h"
 #include "cache/store.h"
 #include "core/hex.h"
+#include "http/target.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -117,7 +122,7 @@ static int take_host(struct cache_purge *p, const char *h, size_t n, const char 
  * The value of uri= or prefix= (decoded, in p->target[0..n)) split into p->host and p->target;
  * <host> (decoded host=, or NULL) for a value that is a path. 0 or -EINVAL.
  */
-static int take_uri(struct cache_purge *p, size_t n, const char *host, size_t host_len,
+static int take_uri(struct cache_purge *p, size_t n, const char *host, size_t host_len, int prefix,
 		    const char *what, char *err, size_t errlen)
 {
 	char *t = p->target;
@@ -173,6 +178,10 @@ static int take_uri(struct cache_purge *p, size_t n, const char *host, size_t ho
 			    "as clients send it, with %%25 for each %%)",
 			    what);
 	}
+	const char *why = NULL;
+	unsigned flags = prefix && !memchr(t, '?', n) ? HTTP_TARGET_OPEN_END : 0;
+	if (http_target_normalize(t, &n, HTTP_TARGET_NORMALIZE, flags, &why) < 0)
+		return refuse(err, errlen, "%s: %s (a request with it is refused)", what, why);
 	p->target_len = n;
 	return 0;
 }
@@ -286,7 +295,8 @@ int cache_purge_parse(struct cache_purge *p, const char *params, size_t len, cha
 			if (rc < 0)
 				return refuse(err, errlen, "host: bad percent-encoding");
 		}
-		rc = take_uri(p, dlen, seen & 1u << P_HOST ? host : NULL, hlen, what, err, errlen);
+		rc = take_uri(p, dlen, seen & 1u << P_HOST ? host : NULL, hlen, kind == P_PREFIX,
+			      what, err, errlen);
 		if (rc < 0)
 			return rc;
 		p->kind = kind == P_URI ? CACHE_PURGE_URI : CACHE_PURGE_PREFIX;

@@ -300,6 +300,13 @@ struct conf_limits {
 	unsigned max_headers;		      /* more header fields get 431; <= CONF_MAX_HEADERS */
 	struct conf_rate accept_rate_per_ip;  /* new connections per address; n 0: no limit */
 	uint64_t max_buffer_memory; /* buffers lent, all workers; past it new clients are shed */
+	unsigned path;		    /* enum conf_path: a request path not in normal form */
+};
+
+/* limits.path: what a request path not in its normal form (http/target.h) gets */
+enum conf_path {
+	CONF_PATH_NORMALIZE, /* rewritten to it, then routed, cached, logged and forwarded */
+	CONF_PATH_REFUSE,    /* 400 */
 };
 
 /* access_log: one line per request (obs/accesslog.h) */

@@ -127,6 +127,25 @@ static const struct rule timeout_rules[] = {
     TIMEOUT(body_ms, 0),       TIMEOUT(send_ms, 0),	     RULES_END,
 };
 
+/* limits.path: normalize | refuse */
+static int read_limits_path(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	(void)r;
+	char *s = NULL;
+	int err = rules_read_string(x, v, &s);
+	if (err)
+		return err;
+	unsigned *f = field;
+	if (!strcmp(s, "normalize"))
+		*f = CONF_PATH_NORMALIZE;
+	else if (!strcmp(s, "refuse"))
+		*f = CONF_PATH_REFUSE;
+	else
+		err = rules_fail(x, v, "limits: path '%s': expected normalize or refuse", s);
+	free(s);
+	return err;
+}
+
 static const struct rule limit_rules[] = {
     {"max_connections", RULE_UINT, offsetof(struct conf_limits, max_connections), 1, 10000000, NULL,
      NULL},
@@ -150,6 +169,7 @@ static const struct rule limit_rules[] = {
      NULL, schema_read_rate},
     {"max_buffer_memory", RULE_SIZE, offsetof(struct conf_limits, max_buffer_memory), 0, UINT64_MAX,
      NULL, NULL},
+    {"path", RULE_SECTION, offsetof(struct conf_limits, path), 0, 0, NULL, read_limits_path},
     RULES_END,
 };
 

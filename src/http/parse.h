@@ -17,6 +17,8 @@
  *     a bare CR or bare LF, control characters, a missing or repeated Host in HTTP/1.1;
  *   - heads longer than the configured limit or with too many fields (431).
  * Leading empty lines before a request line are skipped, as RFC 9112 section 2.2 allows.
+ * The target is taken as sent (any byte from '!' to '~'); the proxy then brings its path to
+ * one normal form, in the same buffer (http/target.h).
  */
 #ifndef ACCELNET_HTTP_PARSE_H
 #define ACCELNET_HTTP_PARSE_H

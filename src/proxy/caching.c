@@ -2,7 +2,8 @@
  * caching.c - the response cache on the request path (see caching.h).
  *
  * Keys (cache/key.h): the route, the client's scheme, the host lower-cased, the request
- * target as sent, and for an inference POST the 128-bit hash of its canonical JSON body.
+ * target in its normal form (http/target.h), and for an inference POST the 128-bit hash of
+ * its canonical JSON body.
  * GET and HEAD share a key; HEAD never fills (its answer has no body).
  * The request's Vary values are compared whole by the store.
  *
@@ -22,6 +23,7 @@
 #include "core/clock.h"
 #include "core/dec.h"
 #include "core/log.h"
+#include "http/target.h"
 #include "proxy/refresh.h"
 #include "proxy/runtime.h"
 
@@ -503,6 +505,16 @@ static void invalidate(struct exchange *x, const struct http_head *resp)
 			target = slash ? (struct http_str){slash, (uint32_t)(end - slash)}
 				       : (struct http_str){"/", 1};
 		}
+		/* keyed as a request for it would be: in its normal form (http/target.h) */
+		char norm[CACHE_KEY_MAX];
+		size_t tlen = target.len;
+		const char *why;
+		if (tlen > sizeof(norm))
+			continue;
+		memcpy(norm, target.p, tlen);
+		if (http_target_normalize(norm, &tlen, HTTP_TARGET_NORMALIZE, 0, &why) < 0)
+			continue; /* a request for it would be refused: nothing is stored */
+		target = (struct http_str){norm, (uint32_t)tlen};
 		if ((n = key_build(key, sizeof(key), x, rh.host, target)) > 0)
 			cache_invalidate(store_of(x), key, (size_t)n);
 	}

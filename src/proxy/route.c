@@ -4,8 +4,15 @@
  * holds wins. A route with match.model also needs the request body's "model" (read before
  * routing by the stage "model", stages.h) to match its pattern; a request with no model
  * (no body, not JSON, no such field, or not within the bytes read) never matches it.
+ *
+ * The path matched is the request's normal form (http/target.h, brought to it as the head
+ * was read), so its spellings cannot dodge a prefix. A reserved character stays encoded in
+ * that form ("%3A"), yet a backend that decodes the path reads it as the character itself:
+ * so a byte of path_prefix matches that byte or an escape of it ("/v1/m:gen" matches
+ * "/v1/m%3Agen").
  */
 #include "core/glob.h"
+#include "core/hex.h"
 #include "proxy/runtime.h"
 
 #include <string.h>
@@ -34,11 +41,29 @@ static int sni_matches(const char *want, const char *sni)
 	return dot && dot != sni && strcasecmp(want + 1, dot) == 0;
 }
 
+/* Does <path> begin with <prefix>, a prefix byte matching itself or its escape in <path>? */
+static int prefix_matches(const char *prefix, struct http_str path)
+{
+	uint32_t i = 0;
+	for (const unsigned char *c = (const unsigned char *)prefix; *c; c++) {
+		if (i < path.len && (unsigned char)path.p[i] == *c) {
+			i++;
+			continue;
+		}
+		if (*c == '%' || path.len - i < 3 || path.p[i] != '%')
+			return 0;
+		int hi = hex_value(path.p[i + 1]), lo = hex_value(path.p[i + 2]);
+		if (hi < 0 || lo < 0 || (hi << 4 | lo) != *c)
+			return 0;
+		i += 3;
+	}
+	return 1;
+}
+
 /* Does route <r> match <req> on everything but match.model? */
 static int route_matches(const struct conf_route *r, const struct http_head *req, const char *sni)
 {
-	size_t plen = strlen(r->path_prefix);
-	if (req->path.len < plen || memcmp(req->path.p, r->path_prefix, plen) != 0)
+	if (!prefix_matches(r->path_prefix, req->path))
 		return 0;
 	if (r->host && !host_matches(r->host, req->host))
 		return 0;

@@ -7,10 +7,13 @@
  * admission is what keeps a slow client from holding an accelerator. When the route depends
  * on the body's "model" (routes.match.model), the start of the body is read even before the
  * route, behind the head still in the input (codec_peek_body), and the head is parsed anew
- * from those same bytes before the head stages go on.
+ * from those same bytes before the head stages go on. That is why a head's target is brought
+ * to its normal form (http/target.h) in the buffer itself, as soon as the head is read: every
+ * later parse of those bytes sees the target that was routed.
  */
 #include "proxy/session.h"
 #include "core/log.h"
+#include "http/target.h"
 #include "guard/auth.h"
 #include "net/addr.h"
 #include "net/tls.h"
@@ -335,8 +338,9 @@ static const struct exchange_codec_ops h1_codec = {
 
 /* --- the states --- */
 
-/* A complete request head of <head_len> bytes is at the front of cl->in, parsed in w->head. */
-static enum run exchange_start(struct client *cl, size_t head_len)
+/* A complete request head of <head_len> bytes is at the front of cl->in, parsed in w->head;
+ * <dropped> more were read for it (head_settle). */
+static enum run exchange_start(struct client *cl, size_t head_len, size_t dropped)
 {
 	struct worker *w = cl->w;
 	const struct http_head *h = &w->head;
@@ -346,6 +350,7 @@ static enum run exchange_start(struct client *cl, size_t head_len)
 		return RUN_GONE;
 	}
 	cl->x = x;
+	x->log_head_len += (uint32_t)dropped; /* the bytes the client sent */
 	cl->head_len = head_len;
 	cl->requests++;
 	x->client_ip = cl->ip;
@@ -364,6 +369,23 @@ static enum run exchange_start(struct client *cl, size_t head_len)
 	    h->content_length > w->conf->limits.max_body_bytes)
 		return session_reply(cl, 413, "request body larger than limits.max_body_bytes", 0);
 	return stages_run(x, codec_live);
+}
+
+/* The head just parsed into w->head, its target brought to its normal form in the buffer
+ * (http/target.h, limits.path) before anything reads it: the bytes it no longer needs leave
+ * the front of cl->in, so the head parses again to the same (reread_head). */
+static enum run head_settle(struct client *cl)
+{
+	struct worker *w = cl->w;
+	const char *why = NULL;
+	int unused = http_target_normalize_head(
+	    buf_head(cl->in), &w->head,
+	    w->conf->limits.path == CONF_PATH_REFUSE ? HTTP_TARGET_REFUSE : HTTP_TARGET_NORMALIZE,
+	    &why);
+	if (unused < 0)
+		return session_reply(cl, 400, why, 0);
+	buf_consume(cl->in, (size_t)unused);
+	return exchange_start(cl, w->head.head_len, (size_t)unused);
 }
 
 /* One step of the TLS handshake; the head timeout runs from the accept. */
@@ -421,7 +443,7 @@ static enum run run_head(struct client *cl)
 			int r =
 			    http_head_read(&cl->head, buf_head(cl->in), len, max_head, &w->head);
 			if (r > 0)
-				return exchange_start(cl, (size_t)r);
+				return head_settle(cl);
 			if (r < 0)
 				return session_reply(cl, -r, "malformed request", 0);
 		}

@@ -261,10 +261,12 @@ def test_v1_models_answered_from_the_config(env):
                for m in got["data"]), got
     st, h, data = request(px.port, "GET", "/v1/models?limit=5")
     assert st == 200 and json.loads(data) == got
-    for path in ("/v1/models/org/alpha", "/v1/models/org%2Falpha"):
+    for path in ("/v1/models/org/alpha", "/v1/models/org/%61lpha"):
         st, h, data = request(px.port, "GET", path)
         assert st == 200 and json.loads(data) == {"id": "org/alpha", "object": "model",
                                                   "created": 0, "owned_by": "accelnet"}, data
+    # an encoded / is refused before any route (limits.path, issue 24)
+    assert request(px.port, "GET", "/v1/models/org%2Falpha")[0] == 400
     st, h, data = request(px.port, "GET", "/v1/models/hidden")
     assert st == 404 and json.loads(data)["error"]["code"] == "model_not_found", data
     assert json.loads(data)["error"]["message"] == "model 'hidden' not found"

@@ -5,7 +5,8 @@
  * caching.c writes them (inference POST suffix, empty and odd hosts) and foreign keys
  * refused; exact vs prefix targets, host compared without case; tags in one or several
  * fields, trimmed, case-sensitive, not matched inside other tags or other fields; and the
- * predicate run by the store, on stored objects and on a fill whose head has not come.
+ * predicate run by the store, on stored objects and on a fill whose head has not come; and
+ * targets brought to the normal form requests are keyed in.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -117,6 +118,25 @@ static void bad_forms_refused(void **state)
 	assert_refused("tag=%20a", "spaces around it");
 	assert_refused("tag=a%09", "spaces around it");
 	assert_refused("tag=a%0ab", "only visible ASCII");
+}
+
+/* The target brought to the normal form every request target is keyed in (http/target.h);
+ * a prefix's last segment left as written; what a request could not have refused. */
+static void targets_normalised(void **state)
+{
+	(void)state;
+	assert_uri("uri=/a%2562c&host=h", CACHE_PURGE_URI, "h", "/abc");
+	assert_uri("uri=http://h//x/../a%253a%2525?q=%2563", CACHE_PURGE_URI, "h",
+		   "/a%3A%25?q=%63");
+	assert_uri("uri=http://h/a%25c3%25a9", CACHE_PURGE_URI, "h", "/a%C3%A9");
+	assert_uri("prefix=//v1/./x&host=h", CACHE_PURGE_PREFIX, "h", "/v1/x");
+	assert_uri("prefix=/a/.&host=h", CACHE_PURGE_PREFIX, "h", "/a/.");
+	assert_uri("prefix=/a/..?x&host=h", CACHE_PURGE_PREFIX, "h", "/?x");
+	assert_refused("uri=/a%252Fb&host=h", "encoded /");
+	assert_refused("uri=/a%255Cb&host=h", "encoded /");
+	assert_refused("uri=/a\\b&host=h", "backslash");
+	assert_refused("uri=/../a&host=h", "above the root");
+	assert_refused("prefix=/a%25&host=h", "two hex digits");
 }
 
 static void lengths_at_the_edge(void **state)
@@ -360,7 +380,7 @@ int main(void)
 	    cmocka_unit_test(forms_read),	    cmocka_unit_test(bad_forms_refused),
 	    cmocka_unit_test(lengths_at_the_edge),  cmocka_unit_test(keys_split),
 	    cmocka_unit_test(uri_and_prefix_match), cmocka_unit_test(tags_match),
-	    cmocka_unit_test(store_predicate),
+	    cmocka_unit_test(store_predicate),	    cmocka_unit_test(targets_normalised),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
