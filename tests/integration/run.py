@@ -85,7 +85,9 @@ def run_parallel(mods, filters, jobs, tally):
     alone, after the rest), adding their summaries to <tally>."""
     wanted = [(f, m) for f, m in mods if not filters or any(
         a in f"{f[5:-3]}.{n[5:]}" for n in dir(m) if n.startswith("test_") for a in filters)]
-    queue = [f for f, m in wanted if not getattr(m, "SERIAL", False)]
+    # the long ones (the tools' scans and builds) first, so that none of them ends the run
+    queue = [f for f, m in sorted(wanted, key=lambda fm: not getattr(fm[1], "ENVIRONMENT", False))
+             if not getattr(m, "SERIAL", False)]
     serial = [f for f, m in wanted if getattr(m, "SERIAL", False)]
     free = list(range(jobs))
     running = {}  # pid -> (process, module, slot, output file)
