@@ -258,8 +258,12 @@ static enum run look_up(struct exchange *x, const char *key, size_t klen, const 
 	struct cache_store *s = store_of(x);
 	uint64_t hash = cache_key_hash(key, klen);
 	int64_t now = wall_now();
-	struct cache_obj *fill = NULL;
+	struct cache_obj *fill;
 	struct vary_req vr = {x, h, h == x->head};
+	int again = 1; /* a copy stored between the lookup and the fill: looked up again, once */
+look:
+	fill = NULL;
+	x->hit_cond = 0;
 	struct cache_obj *o = cache_lookup(s, key, klen, hash, vary_of_request, &vr, &fill);
 	enum cache_fill_state st = o ? cache_obj_state(o) : CACHE_FAILED;
 	if (o && st == CACHE_PASS && now < o->pass_until) {
@@ -318,13 +322,19 @@ static enum run look_up(struct exchange *x, const char *key, size_t klen, const 
 		x->cwhy = rq->no_store ? "no-store" : NULL;
 		return RUN_AGAIN;
 	}
-	if (!(x->cfill = cache_fill_begin_once(s, key, klen, hash, &fill))) {
-		if (fill) { /* another request's, begun since the lookup: wait on it too */
-			if (x->cstale)
-				cache_obj_put(s, x->cstale);
-			x->cstale = NULL;
-			return wait_on(x, fill);
+	x->cfill = cache_fill_begin_unless(s, key, klen, hash, again ? vary_of_request : NULL, &vr,
+					   x->cstale, &fill);
+	if (!x->cfill) {
+		if (x->cstale)
+			cache_obj_put(s, x->cstale);
+		x->cstale = NULL;
+		if (fill && again && cache_obj_state(fill) == CACHE_COMPLETE) {
+			cache_obj_put(s, fill); /* stored since the lookup (another worker's) */
+			again = 0;
+			goto look;
 		}
+		if (fill) /* another request's, begun since the lookup: wait on it too */
+			return wait_on(x, fill);
 		x->cstatus = CS_BYPASS;
 		return RUN_AGAIN;
 	}
