@@ -8,8 +8,10 @@
  *
  * Requests the cache never answers: other methods than GET and HEAD (but an inference
  * route's POST), a request with a body, a credentialed one unless routes.cache.authorized,
- * one with If-Match or If-Unmodified-Since (the origin judges those), one the store has no
- * room to key (a key over CACHE_KEY_MAX bytes).
+ * one with If-Match or If-Unmodified-Since (the origin judges those), one that asks the
+ * origin for another method or target than its own (X-HTTP-Method-Override, X-Original-URL:
+ * frameworks obey them, and the answer would be stored under the GET's key), one the store
+ * has no room to key (a key over CACHE_KEY_MAX bytes).
  *
  * Credentialed: an identity the guard proved (routes.auth: an API key, a JWT, a Basic user, a
  * client certificate), a verified client certificate on the connection (the origin gets its
@@ -343,9 +345,40 @@ look:
 	return RUN_AGAIN;
 }
 
+/* Does the field name <name> say <lit> (lower case), '_' taken for '-' as CGI-style
+ * backends read it? */
+static int field_is(struct http_str name, const char *lit)
+{
+	size_t i = 0;
+	for (; i < name.len && lit[i]; i++) {
+		char c = (char)tolower((unsigned char)name.p[i]);
+		if ((c == '_' ? '-' : c) != lit[i])
+			return 0;
+	}
+	return i == name.len && !lit[i];
+}
+
+/* Does <h> ask the origin for another method or target than its request line's (a field
+ * that frameworks and servers obey: Symfony, Laravel, Express's method-override, IIS's URL
+ * rewrite)? Its answer is not the GET's: never stored under the GET's key, nor answered from
+ * it. */
+static int overrides_request(const struct http_head *h)
+{
+	static const char *const names[] = {
+	    "x-http-method-override", "x-http-method", "x-method-override",
+	    "x-original-url",	      "x-rewrite-url", "x-original-method",
+	};
+	for (unsigned i = 0; i < h->nheaders; i++)
+		for (size_t j = 0; j < sizeof(names) / sizeof(names[0]); j++)
+			if (field_is(h->headers[i].name, names[j]))
+				return 1;
+	return 0;
+}
+
+/* Authorization or X-API-Key, as a CGI-style backend reads them (X_API_Key too). */
 static int is_credential_field(struct http_str name)
 {
-	return http_str_eq(name, "authorization") || http_str_eq(name, "x-api-key");
+	return field_is(name, "authorization") || field_is(name, "x-api-key");
 }
 
 /* Is the request <h> of <x> credentialed (the essay above)? Without routes.cache.authorized
@@ -436,7 +469,7 @@ enum run caching_stage_lookup(struct exchange *x)
 		return RUN_AGAIN;
 	if (h->meth != HTTP_GET && h->meth != HTTP_HEAD) {
 		if (h->meth == HTTP_POST && rc->inference) {
-			if (note_credentials(x, h) < 0) {
+			if (note_credentials(x, h) < 0 || overrides_request(h)) {
 				x->cstatus = CS_BYPASS;
 				return RUN_AGAIN;
 			}
@@ -456,7 +489,7 @@ enum run caching_stage_lookup(struct exchange *x)
 		       !(h->framing == HTTP_BODY_LENGTH && h->content_length == 0);
 	/* If-Match and If-Unmodified-Since are the origin's to judge (cache/cond.h) */
 	if (has_body || note_credentials(x, h) < 0 || http_find_header(h, "if-match") ||
-	    http_find_header(h, "if-unmodified-since")) {
+	    http_find_header(h, "if-unmodified-since") || overrides_request(h)) {
 		x->cstatus = CS_BYPASS;
 		return RUN_AGAIN;
 	}
