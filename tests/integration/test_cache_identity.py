@@ -51,7 +51,8 @@ class Mtls:
     with <cache> and <auth> (none: the listener's certificate alone), and alice's and bob's
     certificates (CN alice, CN bob) from the client CA."""
 
-    def __init__(self, env, origin, cache, auth="{client_cert: {tenant_from: subject_cn}}"):
+    def __init__(self, env, origin, cache, auth="{client_cert: {tenant_from: subject_cn}}",
+                 extra=""):
         pki = Pki(env)
         ca = pki.ca("client-ca", "client root")
         self.certs = {name: pki.issue(name, f"/O=Example/CN={name}", ca)[:2]
@@ -62,6 +63,7 @@ class Mtls:
         route = f"  - match: {{path_prefix: /}}\n    pool: o\n    cache: {cache}\n"
         if auth:
             route += f"    auth: {auth}\n"
+        route += extra
         text = (f"workers: 1\nlisten:\n  - address: 127.0.0.1:{self.port}\n"
                 f"    tls: {{cert: {full}, key: {key}, client_ca: {ca[0]}}}\n"
                 "cache: {memory: 64MiB}\npools:\n" + pool_yaml("o", [origin.port])
@@ -161,6 +163,22 @@ def test_a_listener_certificate_without_route_auth_is_a_credential(env):
     o2 = _origin(env, cc="s-maxage=60")
     m2 = Mtls(env, o2, "{authorized: true}", auth=None)
     _tenants_never_share(m2, o2, _page, PAGE, own_hits=True)
+
+
+def test_a_certificates_tenant_has_its_own_limits_and_cached_answers(env):
+    # the other places that ask who a request is read the identity the guard proved, a
+    # certificate's included: each tenant has his own rate bucket, and a hit is still counted
+    # against it (the cache stage runs after the limits)
+    o = _origin(env, cc="s-maxage=60")
+    m = Mtls(env, o, "{authorized: true}",
+             extra="    rate_limit: {per_tenant: 2/h, burst: 2}\n")
+    assert m.request("alice")[2] == b"private page of alice"
+    st, h, b = m.request("alice")
+    assert b == b"private page of alice" and is_hit(h), h
+    assert m.request("alice")[0] == 429
+    st, h, b = m.request("bob")
+    assert st == 200 and b == b"private page of bob" and not is_hit(h), (st, b, h)
+    assert o.count(PAGE) == 2
 
 
 # --- the same for the other identities (a regression guard) -------------------------------
