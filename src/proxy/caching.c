@@ -39,15 +39,15 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <pthread.h>
-#include <sys/random.h>
-#include <unistd.h>
-#include <xxhash.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
 
 #define CACHE_KEY_MAX 4096
 
