@@ -303,3 +303,37 @@ def test_herd_of_a_thousand_close_requests_is_one_fetch_on_one_worker(env):
 
 def test_herd_of_a_thousand_close_requests_is_one_fetch_on_two_workers(env):
     _herd_of_a_thousand(env, 2)
+
+
+def test_a_tenant_waiting_on_anothers_fill_gets_his_own_answer(env):
+    # bob asks while alice's answer is being fetched: he waits on her fill (coalescing), and
+    # when its head says it is hers only, he goes to the origin for his own
+    o = Origin(env)
+    gate = threading.Event()
+    o.paths[PAGE] = lambda req: Reply(headers=[("Cache-Control", "s-maxage=60")],
+                                      body=b"private page of " + _who(req).encode(), gate=gate)
+    keys = env.write("keys", "alice alice-key-0123456789abcdef\nbob bob-key-0123456789abcdefgh\n")
+    px = _proxy(env, o, "{authorized: true}", f"{{api_keys_file: {keys}}}")
+    got = {}
+
+    def ask(who, key):
+        got[who] = get(px, PAGE, headers={"X-API-Key": key})
+
+    try:
+        alice = threading.Thread(target=ask, args=("alice", "alice-key-0123456789abcdef"))
+        alice.start()
+        wait_until(lambda: o.count(PAGE) == 1, "alice's fetch at the origin")
+        bob = threading.Thread(target=ask, args=("bob", "bob-key-0123456789abcdefgh"))
+        bob.start()
+        wait_until(lambda: _in_flight(px) == 2, "bob's request in flight")
+    finally:
+        gate.set()
+    alice.join()
+    bob.join()
+    assert got["alice"][2] == b"private page of alice", got["alice"]
+    st, h, b = got["bob"]
+    assert st == 200 and b == b"private page of bob", (st, b, h)
+    assert o.count(PAGE) == 2
+    for who, key in (("alice", "alice-key-0123456789abcdef"), ("bob", "bob-key-0123456789abcdefgh")):
+        st, h, b = get(px, PAGE, headers={"X-API-Key": key})
+        assert b == b"private page of " + who.encode(), (who, b, h)
