@@ -15,7 +15,8 @@
  *
  * Credentialed: an identity the guard proved (routes.auth: an API key, a JWT, a Basic user, a
  * client certificate), a verified client certificate on the connection (the origin gets its
- * subject), or a credential field (Authorization, X-API-Key) the origin may read itself. With
+ * subject), or a credential field (Authorization, Proxy-Authorization, X-API-Key) the origin
+ * may read itself. With
  * routes.cache.authorized such a request's answer is stored only as RFC 9111 3.5 allows, and
  * unless the origin marked it public, only for its scope: a seeded XXH3-128 of the identity
  * (or of the certificate and the credential fields where the guard proved none), kept as a
@@ -375,10 +376,12 @@ static int overrides_request(const struct http_head *h)
 	return 0;
 }
 
-/* Authorization or X-API-Key, as a CGI-style backend reads them (X_API_Key too). */
+/* Authorization, Proxy-Authorization (forwarded: the proxy takes none) or X-API-Key, as a
+ * CGI-style backend reads them (X_API_Key too). */
 static int is_credential_field(struct http_str name)
 {
-	return field_is(name, "authorization") || field_is(name, "x-api-key");
+	return field_is(name, "authorization") || field_is(name, "x-api-key") ||
+	       field_is(name, "proxy-authorization");
 }
 
 /* Is the request <h> of <x> credentialed (the essay above)? Without routes.cache.authorized

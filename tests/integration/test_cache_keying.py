@@ -6,7 +6,7 @@ canonical body); every other request field the origin gets is unkeyed: an origin
 by one of them must say so with Vary, or the first answer is replayed to everyone. Confirmed
 and documented for ordinary fields (Accept-Language below). Fields that ask the origin for
 another method or target (X-HTTP-Method-Override, X-Original-URL...) and credential fields in
-a CGI backend's spelling (X_API_Key) were unkeyed too, and let one client's answer be stored
+a CGI backend's spelling (X_API_Key) or for a proxy (Proxy-Authorization) were unkeyed too, and let one client's answer be stored
 for everyone: now such requests bypass the cache. Forwarding fields (X-Forwarded-Host...) from
 a client outside trusted_proxies never reach the origin (refuted).
 
@@ -49,20 +49,22 @@ def test_method_and_target_overrides_never_poison_the_key(env):
     assert b == b"item 1" and is_hit(h), h
 
 
-def test_a_cgi_spelled_api_key_is_a_credential(env):
-    # a WSGI/PHP backend reads X_API_Key as the X-API-Key it checks: on a route without auth
-    # that request was stored, and the next client got the key holder's answer
-    o = Origin(env)
-    o.paths["/me"] = lambda req: Reply(
-        headers=[("Cache-Control", "max-age=60")],
-        body=b"account of " + req.headers.get("x_api_key", "nobody").encode())
-    px = start(env, o)
-    st, h, b = get(px, "/me", headers={"X_API_Key": "alice"})
-    assert b == b"account of alice" and cs(h) == "accelnet; fwd=bypass", h
-    st, h, b = get(px, "/me", headers={"X_API_Key": "bob"})
-    assert b == b"account of bob", (b, h)
-    st, h, b = get(px, "/me")
-    assert b == b"account of nobody" and not is_hit(h), (b, h)
+def test_a_cgi_spelled_api_key_or_a_proxy_credential_is_a_credential(env):
+    # a WSGI/PHP backend reads X_API_Key as the X-API-Key it checks, and Proxy-Authorization
+    # is forwarded (the proxy takes none): on a route without auth such a request was stored,
+    # and the next client got the key holder's answer
+    for field in ("X_API_Key", "Proxy-Authorization"):
+        o = Origin(env)
+        o.paths["/me"] = lambda req, f=field.lower(): Reply(
+            headers=[("Cache-Control", "max-age=60")],
+            body=b"account of " + req.headers.get(f, "nobody").encode())
+        px = start(env, o)
+        st, h, b = get(px, "/me", headers={field: "alice"})
+        assert b == b"account of alice" and cs(h) == "accelnet; fwd=bypass", (field, h)
+        st, h, b = get(px, "/me", headers={field: "bob"})
+        assert b == b"account of bob", (field, b, h)
+        st, h, b = get(px, "/me")
+        assert b == b"account of nobody" and not is_hit(h), (field, b, h)
 
 
 def test_forwarding_fields_from_a_client_never_reach_the_origin(env):
