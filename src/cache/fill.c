@@ -20,6 +20,23 @@ static size_t head_cap(const struct cache_fill_ctx *c, size_t cap)
 	return c->head_max && c->head_max < cap ? c->head_max : cap;
 }
 
+/* A credentialed request's answer, not public: its scope goes into the variant's names and
+ * values, after the response's own Vary (the store compares them in the object's order). */
+static int add_scope(const struct cache_fill_ctx *c, char *names, size_t ncap, size_t *nlen,
+		     char *values, size_t vcap, size_t *vlen)
+{
+	static const char name[] = CACHE_SCOPE_FIELD "\n";
+	if (*nlen + sizeof(name) - 1 > ncap || *vlen + c->scope_len + 2 > vcap)
+		return -ENOSPC;
+	memcpy(names + *nlen, name, sizeof(name) - 1);
+	*nlen += sizeof(name) - 1;
+	values[(*vlen)++] = '\2';
+	memcpy(values + *vlen, c->scope, c->scope_len);
+	*vlen += c->scope_len;
+	values[(*vlen)++] = '\n';
+	return 0;
+}
+
 int cache_fill_start(struct cache_fill_ctx *c, struct cache_obj *o, const struct http_head *h,
 		     const struct http_head *req, const char **why)
 {
@@ -35,7 +52,7 @@ int cache_fill_start(struct cache_fill_ctx *c, struct cache_obj *o, const struct
 	cache_control_parse(req, 1, &rq);
 	cache_control_parse(h, 0, &rs);
 	if ((*why = cache_storable(req, &rq, h, &rs, &c->rules))) {
-		/* a request with Authorization (or no-store) says nothing of the answers other
+		/* a credentialed request (or one with no-store) says nothing of the answers other
 		 * requests for the key get: no pass marker, which would send them all past the
 		 * cache for pass_s (and let one client keep any key from being cached) */
 		if (rq.no_store || c->rules.authorization || http_find_header(req, "authorization"))
@@ -55,7 +72,9 @@ int cache_fill_start(struct cache_fill_ctx *c, struct cache_obj *o, const struct
 		hlen += 37;
 	}
 	if (hlen < 0 || cache_vary_names(h, vary, sizeof(vary), &vlen) != 0 ||
-	    (vlen && cache_vary_values(req, vary, vlen, values, sizeof(values), &vvlen) < 0)) {
+	    (vlen && cache_vary_values(req, vary, vlen, values, sizeof(values), &vvlen) < 0) ||
+	    (c->scope_len && !rs.public_ &&
+	     add_scope(c, vary, sizeof(vary), &vlen, values, sizeof(values), &vvlen) < 0)) {
 		*why = "head too large";
 		cache_fill_end(c->store, o, 0);
 		return 0;

@@ -6,8 +6,12 @@
  * under the route's rules), its stored head (head.h), freshness, Vary names and the
  * request's values for them go in; if not, the key is marked pass for <pass_s> seconds
  * (store.h CACHE_PASS) so that its requests stop waiting on fills that will not be kept --
- * unless the request itself was the reason (its Authorization or no-store): the fill then
- * just fails, and the key's other requests go on as before.
+ * unless the request itself was the reason (it was credentialed, or said no-store): the fill
+ * then just fails, and the key's other requests go on as before.
+ * A credentialed request's answer is stored for its scope (who asked: the caller says, as a
+ * few bytes) unless the origin marked it public: the scope is then a variant's value like a
+ * Vary field's, under the name CACHE_SCOPE_FIELD, which no response's Vary can name (it is
+ * no field-name), so a request of another scope -- or none -- never matches it.
  * Then body bytes as they come -- a chunked body's payload only, so a stored object is
  * always its plain bytes -- and the end. A 304 to a revalidation fills the object with the
  * stored response's head updated by the 304's fields (RFC 9111 4.3.4) and its body copied.
@@ -22,6 +26,10 @@
 
 #include <stdint.h>
 
+/* The pseudo field a scoped answer varies on, and the most bytes of a scope. */
+#define CACHE_SCOPE_FIELD "@scope"
+#define CACHE_SCOPE_MAX 32
+
 /* What a fill needs beyond the response: the route's rules, how long a key not storable is
  * passed, and when the request went out (wall seconds). */
 struct cache_fill_ctx {
@@ -33,6 +41,8 @@ struct cache_fill_ctx {
 				   fill's own): a hit must be able to write it out whole */
 	unsigned inference : 1; /* the request is an inference POST keyed by its body: stored
 				   as a GET's answer would be */
+	uint8_t scope_len;	/* a credentialed request's scope[0..scope_len); 0: none */
+	char scope[CACHE_SCOPE_MAX];
 	struct http_chunked ch; /* a chunked body's scanner, for the payload */
 	enum http_framing framing;
 };

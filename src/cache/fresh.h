@@ -21,8 +21,9 @@ struct cache_rules {
 	unsigned store_cookies : 1; /* a response with Set-Cookie may be stored (and replayed) */
 	unsigned
 	    store_authorized : 1;   /* answers to requests with Authorization, where 3.5 allows */
-	unsigned authorization : 1; /* the client's request had Authorization, though what the
-				       origin got may not (routes.auth keeps credentials back) */
+	unsigned authorization : 1; /* the client's request was credentialed (Authorization,
+				       X-API-Key, an identity routes.auth proved, a client
+				       certificate), though what the origin got may not say so */
 	unsigned heuristic_pct;	 /* heuristic freshness: this % of (Date - Last-Modified); 0 off */
 	int64_t heuristic_max_s; /* ... at most this long (<= 0: off too) */
 	int64_t stale_while_revalidate_s; /* used when the response gives none; CACHE_UNSET: none */

@@ -318,8 +318,25 @@ static void link_locked(struct shard *sh, struct cache_obj *o)
 	table_grow(sh);
 }
 
-struct cache_obj *cache_fill_begin_once(struct cache_store *s, const char *key, size_t len,
-					uint64_t hash, struct cache_obj **filling)
+/* Does <o> (linked, complete) answer the request whose values <vary_of> gives (its shard's
+ * lock held)? */
+static int vary_matches(const struct cache_obj *o,
+			long (*vary_of)(void *arg, const char *names, size_t nlen, char *out,
+					size_t cap),
+			void *arg)
+{
+	char values[1024];
+	if (!o->vary)
+		return 1;
+	long n = vary_of(arg, o->vary, o->vary_len, values, sizeof(values));
+	return n >= 0 && (size_t)n == o->vary_values_len &&
+	       memcmp(values, o->vary_values, (size_t)n) == 0;
+}
+
+struct cache_obj *cache_fill_begin_unless(
+    struct cache_store *s, const char *key, size_t len, uint64_t hash,
+    long (*vary_of)(void *arg, const char *names, size_t nlen, char *out, size_t cap), void *arg,
+    const struct cache_obj *seen, struct cache_obj **filling)
 {
 	struct cache_obj *joined = NULL;
 	if (len > UINT32_MAX)
@@ -331,17 +348,25 @@ struct cache_obj *cache_fill_begin_once(struct cache_store *s, const char *key, 
 	pthread_mutex_lock(&sh->lock);
 	for (struct cache_obj *p = filling ? sh->table[bucket_of(sh, hash)] : NULL; p;
 	     p = p->next) {
-		if (p->hash != hash || p->key_len != len || memcmp(p->key, key, len) != 0 ||
-		    cache_obj_state(p) != CACHE_FILLING)
+		if (p->hash != hash || p->key_len != len || memcmp(p->key, key, len) != 0)
 			continue;
+		enum cache_fill_state st = cache_obj_state(p);
+		int head = atomic_load_explicit(&p->has_head, memory_order_acquire);
 		/* one whose head (and Vary) came is another variant's, maybe: not joined */
-		if (atomic_load_explicit(&p->has_head, memory_order_acquire) && p->vary)
-			continue;
-		cache_obj_get(p);
-		joined = p;
-		break;
+		if (st == CACHE_FILLING && !(head && p->vary)) {
+			joined = p;
+			break;
+		}
+		/* stored since the caller looked: it answers (the caller looks again) */
+		if (vary_of && st == CACHE_COMPLETE && p != seen && head &&
+		    vary_matches(p, vary_of, arg)) {
+			joined = p;
+			break;
+		}
 	}
-	if (!joined)
+	if (joined)
+		cache_obj_get(joined);
+	else
 		link_locked(sh, o);
 	pthread_mutex_unlock(&sh->lock);
 	if (filling)
@@ -350,6 +375,12 @@ struct cache_obj *cache_fill_begin_once(struct cache_store *s, const char *key, 
 		return o;
 	obj_free(s, o); /* never linked: no one else saw it */
 	return NULL;
+}
+
+struct cache_obj *cache_fill_begin_once(struct cache_store *s, const char *key, size_t len,
+					uint64_t hash, struct cache_obj **filling)
+{
+	return cache_fill_begin_unless(s, key, len, hash, NULL, NULL, NULL, filling);
 }
 
 static void find_field(const char *head, size_t hlen, const char *name, uint32_t *off,

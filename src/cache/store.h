@@ -165,6 +165,17 @@ struct cache_obj *cache_fill_begin(struct cache_store *s, const char *key, size_
 struct cache_obj *cache_fill_begin_once(struct cache_store *s, const char *key, size_t len,
 					uint64_t hash, struct cache_obj **filling);
 /*
+ * cache_fill_begin_once, unless a complete object of <key> that the request matches (its
+ * Vary values from <vary_of>, as cache_lookup takes them), other than <seen> (what the
+ * caller's lookup found, or NULL), was stored since the caller's lookup: a fill that ended
+ * between the two steps (on another worker) answers the request, never a second fetch.
+ * Then NULL with *filling that object, referenced, complete: the caller looks up again.
+ */
+struct cache_obj *cache_fill_begin_unless(
+    struct cache_store *s, const char *key, size_t len, uint64_t hash,
+    long (*vary_of)(void *arg, const char *names, size_t nlen, char *out, size_t cap), void *arg,
+    const struct cache_obj *seen, struct cache_obj **filling);
+/*
  * The response head came: its stored form <head>[0..hlen) (cache/head.h), its status,
  * validators (offsets into head), freshness, Vary names and the request's values for them,
  * and the body's length if known (~0 if not). Readers are notified. -EFBIG when the body is

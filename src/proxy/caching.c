@@ -8,10 +8,23 @@
  * The request's Vary values are compared whole by the store.
  *
  * Requests the cache never answers: other methods than GET and HEAD (but an inference
- * route's POST), a request with a body, one with Authorization unless routes.cache.authorized
- * (then stored only as RFC 9111 3.5 allows), one with If-Match or If-Unmodified-Since (the
- * origin judges those), one the store has no room to key (a key over CACHE_KEY_MAX bytes).
+ * route's POST), a request with a body, a credentialed one unless routes.cache.authorized,
+ * one with If-Match or If-Unmodified-Since (the origin judges those), one that asks the
+ * origin for another method or target than its own (X-HTTP-Method-Override, X-Original-URL:
+ * frameworks obey them, and the answer would be stored under the GET's key), one the store
+ * has no room to key (a key over CACHE_KEY_MAX bytes).
+ *
+ * Credentialed: an identity the guard proved (routes.auth: an API key, a JWT, a Basic user, a
+ * client certificate), a verified client certificate on the connection (the origin gets its
+ * subject), or a credential field (Authorization, Proxy-Authorization, X-API-Key) the origin
+ * may read itself. With
+ * routes.cache.authorized such a request's answer is stored only as RFC 9111 3.5 allows, and
+ * unless the origin marked it public, only for its scope: a seeded XXH3-128 of the identity
+ * (or of the certificate and the credential fields where the guard proved none), kept as a
+ * variant's value (cache/fill.h, CACHE_SCOPE_FIELD) so that only the same scope matches it,
+ * while a purge of the URL still takes every variant.
  */
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack, not XXH3_createState's malloc */
 #include "proxy/caching.h"
 #include "cache/canon.h"
 #include "cache/cond.h"
@@ -30,10 +43,14 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
 
 #define CACHE_KEY_MAX 4096
 
@@ -56,19 +73,12 @@ static long key_build(char *out, size_t cap, const struct exchange *x, struct ht
 			       host, target);
 }
 
-/* The store's Vary callback: the values <arg> (a request head) has for <names>. */
-static long vary_of_head(void *arg, const char *names, size_t nlen, char *out, size_t cap)
-{
-	size_t len;
-	if (cache_vary_values(arg, names, nlen, out, cap, &len) < 0)
-		return -1;
-	return (long)len;
-}
-
-/* A client's request head, and the exchange that will forward it. */
-struct vary_client {
+/* A request head, and the exchange it is of. <client>: the head as the client sent it, before
+ * it is forwarded (not the one that went upstream). */
+struct vary_req {
 	const struct exchange *x;
 	const struct http_head *h;
+	int client;
 };
 
 static int name_is(const char *name, size_t n, const char *lit)
@@ -99,40 +109,53 @@ static int proxy_sets(const struct exchange *x, const char *name, size_t n)
 	return 0;
 }
 
-/*
- * The store's Vary callback at the lookup, before the request is forwarded: the values the
- * origin will see, which are those of the client's head but for the fields the proxy sets.
- * Its identity header has the identity the guard proved (the stored variant was keyed by the
- * value the origin got: a client naming another tenant there must not match it); a Vary on
- * the other fields it sets never matches here (their values are per client or per request).
- */
-static long vary_of_client(void *arg, const char *names, size_t nlen, char *out, size_t cap)
+/* A value as cache/vary.h writes one ("\1" absent, "\2" VALUE, "\n") of v[0..n) (v NULL:
+ * absent) at out[*len..cap). 0, or -1 when it does not fit. */
+static int put_value(const char *v, size_t n, char *out, size_t cap, size_t *len)
 {
-	const struct vary_client *vc = arg;
+	if (cap - *len < n + 2)
+		return -1;
+	out[(*len)++] = v ? '\2' : '\1';
+	if (v)
+		memcpy(out + *len, v, n);
+	*len += n;
+	out[(*len)++] = '\n';
+	return 0;
+}
+
+/*
+ * The store's Vary callback: the values the request has for a stored variant's <names>. The
+ * scope (CACHE_SCOPE_FIELD) is the request's own (x->cfx, set by the lookup stage). Before
+ * the request is forwarded (vr->client) the values are those the origin will see, which are
+ * those of the client's head but for the fields the proxy sets: its identity header has the
+ * identity the guard proved (the stored variant was keyed by the value the origin got: a
+ * client naming another tenant there must not match it); a Vary on the other fields it sets
+ * never matches there (their values are per client or per request).
+ */
+static long vary_of_request(void *arg, const char *names, size_t nlen, char *out, size_t cap)
+{
+	const struct vary_req *vr = arg;
+	const struct exchange *x = vr->x;
 	const char *p = names, *end = names + nlen;
 	size_t len = 0, k;
 	while (p < end) {
 		const char *nl = memchr(p, '\n', (size_t)(end - p));
 		size_t n = (size_t)((nl ? nl : end) - p), one = n + (nl != NULL);
-		switch (proxy_sets(vc->x, p, n)) {
-		case 0:
-			if (cache_vary_values(vc->h, p, one, out + len, cap - len, &k) < 0)
+		int set = vr->client ? proxy_sets(x, p, n) : 0;
+		if (name_is(p, n, CACHE_SCOPE_FIELD)) {
+			if (put_value(x->cfx.scope_len ? x->cfx.scope : NULL, x->cfx.scope_len, out,
+				      cap, &len) < 0)
+				return -1;
+		} else if (set == 1) {
+			const char *id = x->identity;
+			if (put_value(id, id ? strlen(id) : 0, out, cap, &len) < 0)
+				return -1;
+		} else if (set) {
+			return -1;
+		} else {
+			if (cache_vary_values(vr->h, p, one, out + len, cap - len, &k) < 0)
 				return -1;
 			len += k;
-			break;
-		case 1: {
-			const char *id = vc->x->identity;
-			size_t idn = id ? strlen(id) : 0;
-			if (cap - len < idn + 2)
-				return -1;
-			out[len++] = id ? '\2' : '\1';
-			memcpy(out + len, id ? id : "", idn);
-			len += idn;
-			out[len++] = '\n';
-			break;
-		}
-		default:
-			return -1;
 		}
 		p += one;
 	}
@@ -240,11 +263,13 @@ static enum run look_up(struct exchange *x, const char *key, size_t klen, const 
 	struct cache_store *s = store_of(x);
 	uint64_t hash = cache_key_hash(key, klen);
 	int64_t now = wall_now();
-	struct cache_obj *fill = NULL;
-	struct vary_client vc = {x, h};
-	struct cache_obj *o =
-	    h == x->head ? cache_lookup(s, key, klen, hash, vary_of_client, &vc, &fill)
-			 : cache_lookup(s, key, klen, hash, vary_of_head, (void *)h, &fill);
+	struct cache_obj *fill;
+	struct vary_req vr = {x, h, h == x->head};
+	int again = 1; /* a copy stored between the lookup and the fill: looked up again, once */
+look:
+	fill = NULL;
+	x->hit_cond = 0;
+	struct cache_obj *o = cache_lookup(s, key, klen, hash, vary_of_request, &vr, &fill);
 	enum cache_fill_state st = o ? cache_obj_state(o) : CACHE_FAILED;
 	if (o && st == CACHE_PASS && now < o->pass_until) {
 		cache_obj_put(s, o);
@@ -302,13 +327,19 @@ static enum run look_up(struct exchange *x, const char *key, size_t klen, const 
 		x->cwhy = rq->no_store ? "no-store" : NULL;
 		return RUN_AGAIN;
 	}
-	if (!(x->cfill = cache_fill_begin_once(s, key, klen, hash, &fill))) {
-		if (fill) { /* another request's, begun since the lookup: wait on it too */
-			if (x->cstale)
-				cache_obj_put(s, x->cstale);
-			x->cstale = NULL;
-			return wait_on(x, fill);
+	x->cfill = cache_fill_begin_unless(s, key, klen, hash, again ? vary_of_request : NULL, &vr,
+					   x->cstale, &fill);
+	if (!x->cfill) {
+		if (x->cstale)
+			cache_obj_put(s, x->cstale);
+		x->cstale = NULL;
+		if (fill && again && cache_obj_state(fill) == CACHE_COMPLETE) {
+			cache_obj_put(s, fill); /* stored since the lookup (another worker's) */
+			again = 0;
+			goto look;
 		}
+		if (fill) /* another request's, begun since the lookup: wait on it too */
+			return wait_on(x, fill);
 		x->cstatus = CS_BYPASS;
 		return RUN_AGAIN;
 	}
@@ -317,11 +348,122 @@ static enum run look_up(struct exchange *x, const char *key, size_t klen, const 
 	return RUN_AGAIN;
 }
 
-/* Does the request carry a credential (Authorization, or an API key in X-API-Key)? Without
- * routes.cache.authorized such a request is never answered from the cache, nor stored. */
-static int has_credential(const struct http_head *h)
+/* Does the field name <name> say <lit> (lower case), '_' taken for '-' as CGI-style
+ * backends read it? */
+static int field_is(struct http_str name, const char *lit)
 {
-	return http_find_header(h, "authorization") || http_find_header(h, "x-api-key");
+	size_t i = 0;
+	for (; i < name.len && lit[i]; i++) {
+		char c = (char)tolower((unsigned char)name.p[i]);
+		if ((c == '_' ? '-' : c) != lit[i])
+			return 0;
+	}
+	return i == name.len && !lit[i];
+}
+
+/* Does <h> ask the origin for another method or target than its request line's (a field
+ * that frameworks and servers obey: Symfony, Laravel, Express's method-override, IIS's URL
+ * rewrite)? Its answer is not the GET's: never stored under the GET's key, nor answered from
+ * it. */
+static int overrides_request(const struct http_head *h)
+{
+	static const char *const names[] = {
+	    "x-http-method-override", "x-http-method", "x-method-override",
+	    "x-original-url",	      "x-rewrite-url", "x-original-method",
+	};
+	for (unsigned i = 0; i < h->nheaders; i++)
+		for (size_t j = 0; j < sizeof(names) / sizeof(names[0]); j++)
+			if (field_is(h->headers[i].name, names[j]))
+				return 1;
+	return 0;
+}
+
+/* Authorization, Proxy-Authorization (forwarded: the proxy takes none) or X-API-Key, as a
+ * CGI-style backend reads them (X_API_Key too). */
+static int is_credential_field(struct http_str name)
+{
+	return field_is(name, "authorization") || field_is(name, "x-api-key") ||
+	       field_is(name, "proxy-authorization");
+}
+
+/* Is the request <h> of <x> credentialed (the essay above)? Without routes.cache.authorized
+ * such a request is never answered from the cache, nor stored. */
+static int credentialed(const struct exchange *x, const struct http_head *h)
+{
+	const struct net_tls_facts *f = exchange_tls(x);
+	if (x->identity || (f && f->client_cert))
+		return 1;
+	for (unsigned i = 0; i < h->nheaders; i++)
+		if (is_credential_field(h->headers[i].name))
+			return 1;
+	return 0;
+}
+
+static uint64_t scope_seed;
+
+static void scope_seed_init(void)
+{
+	if (getrandom(&scope_seed, sizeof(scope_seed), 0) != sizeof(scope_seed))
+		scope_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+}
+
+static void hash_part(XXH3_state_t *st, const char *p, size_t n)
+{
+	uint32_t len = (uint32_t)n; /* each part with its length: parts never run together */
+	XXH3_128bits_update(st, &len, sizeof(len));
+	XXH3_128bits_update(st, p, n);
+}
+
+/* The scope of the credentialed request <h> into x->cfx (the essay above): the identity the
+ * guard proved, or else the client certificate and the credential fields, hashed with a
+ * seed of this process (no one outside can aim at another's). */
+static void scope_set(struct exchange *x, const struct http_head *h)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	static const char digits[] = "0123456789abcdef";
+	const struct net_tls_facts *f = exchange_tls(x);
+	XXH3_state_t st;
+	pthread_once(&once, scope_seed_init);
+	XXH3_128bits_reset_withSeed(&st, scope_seed);
+	if (x->identity) {
+		hash_part(&st, "t", 1);
+		hash_part(&st, x->identity, strlen(x->identity));
+	} else {
+		if (f && f->client_cert) {
+			hash_part(&st, "c", 1);
+			hash_part(&st, f->subject, strlen(f->subject));
+			hash_part(&st, f->san, strlen(f->san));
+		}
+		for (unsigned i = 0; i < h->nheaders; i++) {
+			const struct http_header *hf = &h->headers[i];
+			if (!is_credential_field(hf->name))
+				continue;
+			hash_part(&st, hf->name.p, hf->name.len);
+			hash_part(&st, hf->value.p, hf->value.len);
+		}
+	}
+	XXH128_hash_t d = XXH3_128bits_digest(&st);
+	uint64_t w[2] = {d.high64, d.low64};
+	_Static_assert(CACHE_SCOPE_MAX == 32, "a scope is 32 hex digits");
+	for (int i = 0; i < 32; i++)
+		x->cfx.scope[i] = digits[(w[i / 16] >> (60 - 4 * (i % 16))) & 15];
+	x->cfx.scope_len = CACHE_SCOPE_MAX;
+}
+
+/* The cache's view of who asks: 0, or -1 when the request is credentialed and the route does
+ * not take those (a bypass). Sets x->cauthorization and the scope. */
+static int note_credentials(struct exchange *x, const struct http_head *h)
+{
+	x->cfx.scope_len = 0;
+	x->cauthorization = 0;
+	if (!credentialed(x, h))
+		return 0;
+	if (!x->route->cache.authorized)
+		return -1;
+	/* kept for the fill and a refresh: the request the origin gets may not say so */
+	x->cauthorization = 1;
+	scope_set(x, h);
+	return 0;
 }
 
 enum run caching_stage_lookup(struct exchange *x)
@@ -332,12 +474,11 @@ enum run caching_stage_lookup(struct exchange *x)
 		return RUN_AGAIN;
 	if (h->meth != HTTP_GET && h->meth != HTTP_HEAD) {
 		if (h->meth == HTTP_POST && rc->inference) {
-			if (!rc->authorized && has_credential(h)) {
+			if (note_credentials(x, h) < 0 || overrides_request(h)) {
 				x->cstatus = CS_BYPASS;
 				return RUN_AGAIN;
 			}
 			x->cache_body = 1; /* looked up once the body is read */
-			x->cauthorization = http_find_header(h, "authorization") != NULL;
 			return RUN_AGAIN;
 		}
 		if (!http_method_idempotent(h->meth) || h->meth == HTTP_PUT ||
@@ -352,15 +493,13 @@ enum run caching_stage_lookup(struct exchange *x)
 	int has_body = h->framing != HTTP_BODY_NONE &&
 		       !(h->framing == HTTP_BODY_LENGTH && h->content_length == 0);
 	/* If-Match and If-Unmodified-Since are the origin's to judge (cache/cond.h) */
-	if (has_body || (!rc->authorized && has_credential(h)) || http_find_header(h, "if-match") ||
-	    http_find_header(h, "if-unmodified-since")) {
+	if (has_body || note_credentials(x, h) < 0 || http_find_header(h, "if-match") ||
+	    http_find_header(h, "if-unmodified-since") || overrides_request(h)) {
 		x->cstatus = CS_BYPASS;
 		return RUN_AGAIN;
 	}
 	struct cache_control rq;
 	cache_control_parse(h, 1, &rq);
-	/* kept for the fill and a refresh: the request the origin gets may not carry it */
-	x->cauthorization = http_find_header(h, "authorization") != NULL;
 	char key[CACHE_KEY_MAX];
 	long klen = key_build(key, sizeof(key), x, h->host, h->path);
 	if (klen < 0) {
@@ -786,7 +925,8 @@ int caching_vary_ok(const struct exchange *x)
 		return 1;
 	if (parse_uphead(x, &h) < 0)
 		return 0;
-	long n = vary_of_head(&h, o->vary, o->vary_len, values, sizeof(values));
+	struct vary_req vr = {x, &h, 0};
+	long n = vary_of_request(&vr, o->vary, o->vary_len, values, sizeof(values));
 	return n >= 0 && (size_t)n == o->vary_values_len &&
 	       memcmp(values, o->vary_values, (size_t)n) == 0;
 }

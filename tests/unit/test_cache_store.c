@@ -470,6 +470,42 @@ static void fill_begun_once(void **state)
 	cache_store_free(s);
 }
 
+/* A fill that ended between a request's lookup and its own fill (on another worker): the
+ * request is given that copy to look up again, never a second fill; a copy of another
+ * variant, or the one its lookup saw (to be revalidated), does not stop its fill. */
+static void fill_begun_unless_stored_since(void **state)
+{
+	(void)state;
+	struct cache_store *s = store_make(1 << 20, 64 << 10, 1, &evict_sieve);
+	uint64_t h = cache_key_hash("/u", 2);
+	struct req gzip = {"gzip", 0}, br = {"br", 0};
+	struct cache_obj *f = NULL;
+	assert_null(look_both(s, "/u", "gzip", &f)); /* the request looks: nothing */
+	assert_null(f);
+	struct cache_obj *o = begin_hash(s, "/u", 2, h, "gzip", 4); /* another's fill, done */
+	body_fill(s, o, 4, 3, 4);
+	cache_fill_end(s, o, 1);
+	assert_null(cache_fill_begin_unless(s, "/u", 2, h, vary_of, &gzip, NULL, &f));
+	assert_ptr_equal(f, o);
+	assert_int_equal(cache_obj_state(f), CACHE_COMPLETE);
+	cache_obj_put(s, f);
+	struct cache_obj *seen = look(s, "/u", "gzip");
+	assert_ptr_equal(seen, o);
+	struct cache_obj *n = cache_fill_begin_unless(s, "/u", 2, h, vary_of, &gzip, seen, &f);
+	assert_non_null(n); /* the copy it saw: revalidated by a fill of its own */
+	assert_null(f);
+	cache_fill_end(s, n, 0);
+	cache_obj_put(s, n);
+	n = cache_fill_begin_unless(s, "/u", 2, h, vary_of, &br, NULL, &f);
+	assert_non_null(n); /* another variant */
+	assert_null(f);
+	cache_fill_end(s, n, 0);
+	cache_obj_put(s, n);
+	cache_obj_put(s, seen);
+	cache_obj_put(s, o);
+	cache_store_free(s);
+}
+
 /* The stored copy and a fill under way, apart: each referenced, each of its own variant. */
 static void lookup_apart(void **state)
 {
@@ -1545,6 +1581,7 @@ int main(void)
 	    cmocka_unit_test(vary_variants),
 	    cmocka_unit_test(filling_found_before_its_head),
 	    cmocka_unit_test(fill_begun_once),
+	    cmocka_unit_test(fill_begun_unless_stored_since),
 	    cmocka_unit_test(lookup_apart),
 	    cmocka_unit_test(budget_holds_after_every_fill),
 	    cmocka_unit_test(purge_gives_every_byte_back),
