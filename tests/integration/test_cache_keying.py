@@ -109,22 +109,21 @@ def test_an_unkeyed_field_the_origin_answers_by_needs_vary(env):
 def test_prefix_purges_with_empty_bare_and_encoded_prefixes(env):
     origin = PurgeOrigin()
     px = purge_proxy(env, origin)
-    fill(px, origin, ["/a/b/x", "/a%2Fb/x", "/c"])
+    fill(px, origin, ["/a/b/x", "/c"])
     fill(px, origin, ["/a/b/x"], host="other.example")
     for bad in ("prefix=", "prefix=/", "prefix=%2F", "prefix=http://", "prefix=&host=example.com",
                 "prefix=//&host=", "prefix=/%zz&host=example.com",
-                "prefix=/a%00&host=example.com", "prefix=/a%20b&host=example.com"):
+                "prefix=/a%00&host=example.com", "prefix=/a%20b&host=example.com",
+                # a path no request can have: an encoded / is refused (docs/security.md)
+                "prefix=/a%252Fb&host=example.com"):
         st, _, doc = purge(px, bad)
         assert st == 400 and doc["error"], (bad, st, doc)
     hit(px, origin, "/a/b/x")
-    # decoded once: %2F is a '/', so this is the prefix /a/b (not the stored /a%2Fb)
+    # decoded once: %2F is a '/', so this is the prefix /a/b
     assert purged(px, "prefix=/a%2Fb&host=example.com") == 1
     miss(px, origin, "/a/b/x")
-    hit(px, origin, "/a%2Fb/x")
-    assert purged(px, "prefix=/a%252Fb&host=example.com") == 1  # the target's own %2F
-    miss(px, origin, "/a%2Fb/x")
     # a bare '/' of one host is that host's everything, and no other host's
-    assert purged(px, "prefix=%2F&host=EXAMPLE.com") == 3
+    assert purged(px, "prefix=%2F&host=EXAMPLE.com") == 2
     hit(px, origin, "/a/b/x", host="other.example")
 
 
