@@ -123,6 +123,25 @@ static int read_bytes(struct cur *c, const uint8_t **s, size_t *len)
 	return 0;
 }
 
+/* Past one integer, the common element of a long array (token ids): 0, or -1 when the
+ * next value is not an integer whose bytes are all there (nothing is taken then). */
+static int skip_int(struct cur *c)
+{
+	static const uint8_t width[8] = {1, 2, 4, 8, 1, 2, 4, 8}; /* 0xcc..0xd3 */
+	uint8_t t = left(c) ? c->p[c->i] : 0xc1;
+	size_t k;
+	if (t <= 0x7f || t >= 0xe0)
+		k = 0;
+	else if (t >= 0xcc && t <= 0xd3)
+		k = width[t - 0xcc];
+	else
+		return -1;
+	if (left(c) < 1 + k)
+		return -1;
+	c->i += 1 + k;
+	return 0;
+}
+
 /* Past one value of any kind. */
 static int skip(struct cur *c, int depth)
 {
@@ -140,7 +159,7 @@ static int skip(struct cur *c, int depth)
 		if (read_array(c, &n) < 0)
 			return -1;
 		for (uint64_t k = 0; k < n; k++)
-			if (skip(c, depth + 1) < 0)
+			if (skip_int(c) < 0 && skip(c, depth + 1) < 0)
 				return -1;
 		return 0;
 	}

@@ -2,15 +2,27 @@
  * kvsub.c - the subscribers behind kvsub.h. ZeroMQ does the connecting, reconnecting and
  * framing on its own I/O thread; what reaches this loop is ZMQ_FD, a descriptor that turns
  * readable when the socket's state may have changed, edge-style: on each wake-up we read
- * ZMQ_EVENTS and take messages until it shows none, a bounded number per turn (the rest
- * wait for a timer set at once, so one busy engine cannot hold the loop). A slow timer also
- * looks at every socket now and then, in case an edge was missed.
+ * ZMQ_EVENTS and take messages until it shows none, or until a turn's budget is spent:
+ * MSGS_PER_TURN messages or BYTES_PER_TURN bytes (one message over it is still taken whole).
+ * The rest wait for the look timer, set REST_FACTOR times as far ahead as taking them took
+ * (at least 1 ms), and until it has run the descriptors' wake-ups leave the sockets to it:
+ * so a publisher flooding large batches gets about a quarter of the main thread at most,
+ * a budget at a time,
+ * and the health checks, the admin API and the rest of the main thread keep their turns
+ * (what cannot be taken waits in ZeroMQ's queue, then the publisher's, which drops: a gap,
+ * and the index is cleared). A slow timer also looks at every socket now and then, in case
+ * an edge was missed.
+ *
+ * Memory: ZeroMQ holds at most RCV_HWM messages of at most MAX_MSG bytes per socket (what
+ * arrives beyond that waits in the kernel and the publisher's queue), and the decoder's
+ * room is fixed: a flood costs at most RCV_HWM * MAX_MSG per backend.
  *
  * A message is [topic, seq, payload]: anything else is malformed. The topic is not looked
  * at (we subscribe to all). ZMQ_MAXMSGSIZE bounds a payload, and the decoder's room bounds
  * a batch's events and hashes; a batch over that room is dropped as malformed.
  */
 #include "proxy/kvsub.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "obs/kvevent.h"
 #include "policy/prefix_index.h"
@@ -21,14 +33,16 @@
 #include <string.h>
 #include <zmq.h>
 
-#define MSGS_PER_TURN 256     /* messages taken from one socket per wake-up */
-#define MAX_MSG (16ll << 20)  /* a bigger message makes ZeroMQ drop the connection */
-#define RCV_HWM 64	      /* messages ZeroMQ holds for us (1000 by default: 16 GiB) */
-#define BATCH_EVENTS 4096     /* events of one batch, at most */
-#define BATCH_HASHES 65536    /* block hashes of one batch, at most */
-#define LOOK_MS 1000	      /* the slow look at every socket */
-#define RECONNECT_MS 500      /* ZeroMQ's first wait before reconnecting */
-#define RECONNECT_MAX_MS 5000 /* ... and its longest */
+#define MSGS_PER_TURN 256	  /* messages taken from all sockets per turn */
+#define BYTES_PER_TURN (1u << 20) /* ... and payload bytes */
+#define MAX_MSG (16ll << 20)	  /* a bigger message makes ZeroMQ drop the connection */
+#define RCV_HWM 8		  /* messages ZeroMQ holds for us (1000 by default: 16 GiB) */
+#define BATCH_EVENTS 4096	  /* events of one batch, at most */
+#define BATCH_HASHES 65536	  /* block hashes of one batch, at most */
+#define REST_FACTOR 3		  /* a spent budget rests 3 times as long as it took */
+#define LOOK_MS 1000		  /* the slow look at every socket */
+#define RECONNECT_MS 500	  /* ZeroMQ's first wait before reconnecting */
+#define RECONNECT_MAX_MS 5000	  /* ... and its longest */
 
 struct kvsub_one {
 	struct loop_io io;     /* the SUB socket's ZMQ_FD */
@@ -48,6 +62,9 @@ struct kvsub {
 	size_t n;
 	struct kvevent_batch batch;
 	struct loop_timer look;
+	int backlog;	      /* a turn's budget was spent: the look timer takes the rest */
+	size_t next;	      /* the socket the look timer serves first */
+	unsigned msgs, bytes; /* what this turn took so far */
 };
 
 /* The index of <s>'s backend no longer mirrors its engine. */
@@ -126,6 +143,8 @@ static int take_one(struct kvsub_one *s)
 			rc = errno == EAGAIN && nf == 0 ? 0 : -1;
 			goto out;
 		}
+		s->k->bytes +=
+		    (unsigned)(zmq_msg_size(m) < BYTES_PER_TURN ? zmq_msg_size(m) : BYTES_PER_TURN);
 		if (nf < 4)
 			nf++;
 		more = zmq_msg_more(m);
@@ -137,10 +156,16 @@ out:
 	return rc;
 }
 
-/* Take what waits on <s>'s socket, up to MSGS_PER_TURN; 1 when more may wait. */
+static int spent(const struct kvsub *k)
+{
+	return k->msgs >= MSGS_PER_TURN || k->bytes >= BYTES_PER_TURN;
+}
+
+/* Take what waits on <s>'s socket, within the turn's budget; 1 when more may wait. */
 static int drain(struct kvsub_one *s)
 {
-	for (int i = 0; i < MSGS_PER_TURN; i++) {
+	while (!spent(s->k)) {
+		s->k->msgs++;
 		int rc = take_one(s);
 		if (rc < 0)
 			log_warn_every(10000, "KV events of backend %s: %s", s->be->name,
@@ -203,29 +228,57 @@ static int service(struct kvsub_one *s)
 	return more;
 }
 
+/* A turn's budget, begun at <t0>, was spent: the rest waits for the look timer, REST_FACTOR
+ * times as long as this took (at least 1 ms), so that the events take at most about a
+ * quarter of the thread. */
+static void later(struct kvsub *k, uint64_t t0)
+{
+	uint64_t now = clock_now_ms();
+	k->backlog = 1;
+	loop_timer_set(k->loop, &k->look, now + (now > t0 ? REST_FACTOR * (now - t0) : 1));
+}
+
+/* A wake-up of <s>'s socket or monitor: served now with a budget of its own, unless a
+ * backlog waits for the look timer (which then serves every socket, the one that spent its
+ * budget last); a wake-up that spends its budget hands the rest to the timer. */
+static void wake(struct kvsub_one *s)
+{
+	struct kvsub *k = s->k;
+	if (k->backlog)
+		return;
+	uint64_t t0 = clock_now_ms();
+	k->msgs = k->bytes = 0;
+	if (service(s))
+		later(k, t0);
+}
+
 static void on_io(struct loop_io *io, unsigned events)
 {
 	(void)events;
-	struct kvsub_one *s = container_of(io, struct kvsub_one, io);
-	if (service(s))
-		loop_timer_set(s->k->loop, &s->k->look, loop_now(s->k->loop));
+	wake(container_of(io, struct kvsub_one, io));
 }
 
 static void on_mon_io(struct loop_io *io, unsigned events)
 {
 	(void)events;
-	struct kvsub_one *s = container_of(io, struct kvsub_one, mon_io);
-	if (service(s))
-		loop_timer_set(s->k->loop, &s->k->look, loop_now(s->k->loop));
+	wake(container_of(io, struct kvsub_one, mon_io));
 }
 
 static void on_look(struct loop_timer *t)
 {
 	struct kvsub *k = container_of(t, struct kvsub, look);
-	int more = 0;
-	for (size_t i = 0; i < k->n; i++)
-		more |= service(&k->subs[i]);
-	loop_timer_set(k->loop, t, loop_now(k->loop) + (more ? 0 : LOOK_MS));
+	uint64_t t0 = clock_now_ms();
+	k->msgs = k->bytes = 0;
+	for (size_t i = 0; i < k->n; i++) {
+		size_t j = (k->next + i) % k->n;
+		if (service(&k->subs[j])) {
+			k->next = (j + 1) % k->n; /* the others first next time */
+			later(k, t0);
+			return;
+		}
+	}
+	k->backlog = 0;
+	loop_timer_set(k->loop, t, loop_now(k->loop) + LOOK_MS);
 }
 
 static int zmq_err(void)
