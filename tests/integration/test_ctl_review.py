@@ -2,12 +2,12 @@
 large batches, a planted admin state file, a Redis writer inflating the instance set, and
 runtime backends aimed at the proxy's own addresses."""
 
+import json
 import os
-import random
-import threading
 import time
 
-from harness import free_port, request, status, wait_until
+from harness import complete, free_port, request, served_by, status, wait_until
+from test_ctl import _fast, _pool, _start, addr, backends, ctl
 
 
 def _rss_kib(pid):
@@ -90,3 +90,81 @@ def test_kv_event_flood_leaves_the_admin_api_answering(env):
     bound = 2 * start_rss + 8 * 16 * 1024
     assert peak_rss < bound, f"RSS grew from {start_rss} KiB to {peak_rss} KiB (bound {bound})"
     assert px.poll() is None
+
+
+# --- admin.state_file: a planted file or link is refused, nothing outside it written ---------
+
+
+def _state_doc(address):
+    return json.dumps({"version": 1, "maintenance": 0,
+                       "pools": {"gpu": [{"address": address, "source": "api",
+                                          "weight": 7}]}})
+
+
+def test_state_file_tmp_symlink_does_not_overwrite_its_target(env):
+    """Issue 24, finding 8: a symlink planted at PATH.tmp once made a change truncate and
+    overwrite the file it points at (root-owned, anywhere)."""
+    a = _fast(env, "a")
+    victim = env.write("victim.conf", "precious\n")
+    state = os.path.join(env.dir, "state.json")
+    os.symlink(victim, state + ".tmp")
+    px = _start(env, _pool("gpu", [a]), state_file=state)
+    ctl(px, "weight", "gpu", addr(a), "3", check=0)
+    assert open(victim).read() == "precious\n"
+    assert not os.path.islink(state) and json.load(open(state))["pools"]["gpu"][0]["weight"] == 3
+    assert not os.path.lexists(state + ".tmp")
+    # a link planted at PATH itself is replaced by the next write, its target untouched
+    os.unlink(state)
+    os.symlink(victim, state)
+    ctl(px, "weight", "gpu", addr(a), "4", check=0)
+    assert open(victim).read() == "precious\n"
+    assert not os.path.islink(state) and json.load(open(state))["pools"]["gpu"][0]["weight"] == 4
+    env.finish()
+
+
+def test_untrusted_state_file_is_refused_at_start(env):
+    """Issue 24, finding 8: at start a symlinked, group- or other-writable, or foreign-owned
+    state file was applied as root (a planted file adds backends). Each is refused whole,
+    the proxy starts from its config, and what the file pointed at is left alone."""
+    a, evil = _fast(env, "a"), _fast(env, "evil")
+    planted = env.write("planted.json", _state_doc(addr(evil)))
+    os.chmod(planted, 0o644)
+    cases = {"link": lambda p: os.symlink(planted, p),
+             "group-writable": lambda p: (open(p, "w").write(_state_doc(addr(evil))),
+                                          os.chmod(p, 0o664)),
+             "other-writable": lambda p: (open(p, "w").write(_state_doc(addr(evil))),
+                                          os.chmod(p, 0o646)),
+             "foreign": lambda p: (open(p, "w").write(_state_doc(addr(evil))),
+                                   os.chmod(p, 0o644), os.chown(p, 54321, 54321))}
+    for i, (name, plant) in enumerate(cases.items()):
+        state = os.path.join(env.dir, f"state-{name}.json")
+        plant(state)
+        px = _start(env, _pool("gpu", [a]), state_file=state, name=f"proxy-{name}")
+        assert addr(evil) not in backends(px), name
+        assert {served_by(complete(px.port)[1]) for _ in range(4)} == {"a"}, name
+        log = env.log(px)
+        assert "refused" in log and f"state file {state}" in log, (name, log)
+        assert open(planted).read() == _state_doc(addr(evil)), name
+        env.stop(px)
+    # the same file, owned by root and writable by root alone, is applied
+    state = env.write("state-good.json", _state_doc(addr(evil)))
+    os.chmod(state, 0o600)
+    px = _start(env, _pool("gpu", [a]), state_file=state, name="proxy-good")
+    assert backends(px)[addr(evil)]["weight"] == 7
+    env.finish()
+
+
+def test_state_file_content_is_not_echoed_into_the_log(env):
+    """Issue 24, finding 8: a state file that does not parse had its first word echoed into
+    the log (read as root: a way to leak a line of a file the proxy could read)."""
+    a = _fast(env, "a")
+    for i, text in enumerate(['"s3cr3t-Passw0rd" and more\n', "[s3cr3t]\n",
+                              '{"version": 1, "s3cr3t": }\n']):
+        state = env.write(f"state{i}.json", text)
+        px = _start(env, _pool("gpu", [a]), state_file=state, name=f"proxy{i}")
+        assert complete(px.port)[0] == 200
+        log = env.log(px)
+        assert f"state file {state}: not JSON" in log, log
+        assert "s3cr3t" not in log and "3cr" not in log, log
+        env.stop(px)
+    env.finish()
