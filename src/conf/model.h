@@ -324,6 +324,8 @@ struct conf_cluster {
 	unsigned timeout_ms; /* a connect or a sync's replies waited for this long at most */
 	char *key_prefix;    /* every Redis key starts with it; NULL: "accelnet:" */
 	char *password_file; /* AUTH with the password it holds; NULL: none */
+	/* live instances believed at most (Redis may count more) */
+	unsigned max_instances;
 };
 
 struct conf {

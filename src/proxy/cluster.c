@@ -4,7 +4,8 @@
  * replies are parsed by hiredis, never here.
  *
  * One sync is one pipeline: EVALSHA of the members script (this instance's id scored with
- * an expiry in a sorted set, the expired taken out, the set's size answered), then EVALSHA
+ * an expiry in a sorted set, the expired taken out and so are entries expiring later than any
+ * instance's would, the set's size answered, believed up to cluster.max_instances), then EVALSHA
  * of the charge script for every key collected from every shared limit (guard/rlsync.h:
  * the key's shared TAT moved by the cost sent, its debt answered). Both scripts read Redis's
  * own clock (TIME), so the instances' clocks never meet; what comes back is a duration.
@@ -56,13 +57,21 @@ static const char CHARGE_LUA[] = "local t = redis.call('TIME')\n"
 				 "           math.floor((tat - now) / 1000) + 1000)\n"
 				 "return tat - now\n";
 
-/* KEYS[1]: the live set; ARGV[1]: this instance; ARGV[2]: how long it counts, in ms. */
+/* The longest an instance's entry in the live set may count (its expiry ahead of Redis's
+ * clock): 3 x sync_ms + 2 x timeout_ms + 1 s at the largest values the config allows. An
+ * entry further ahead was written by no instance. */
+#define MEMBER_TTL_MAX_MS (3 * 10000 + 2 * 60000 + 1000)
+
+/* KEYS[1]: the live set; ARGV[1]: this instance; ARGV[2]: how long it counts, in ms;
+ * ARGV[3]: MEMBER_TTL_MAX_MS. Entries expired or further ahead than any instance writes
+ * are taken out; the count answered is of those left. */
 static const char MEMBERS_LUA[] =
     "local t = redis.call('TIME')\n"
     "local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "redis.call('ZADD', KEYS[1], ms + tonumber(ARGV[2]), ARGV[1])\n"
     "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ms)\n"
-    "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+    "redis.call('ZREMRANGEBYSCORE', KEYS[1], '(' .. (ms + tonumber(ARGV[3])), '+inf')\n"
+    "redis.call('PEXPIRE', KEYS[1], ARGV[3])\n"
     "return redis.call('ZCARD', KEYS[1])\n";
 
 /* One shared limit of one route. */
@@ -380,13 +389,29 @@ static int next_reply(struct cluster *c, redisReply **r)
 	return 0;
 }
 
+/* The live instances Redis counts (<n>), as far as they are believed: at least 1 (this one),
+ * at most cluster.max_instances (a count past it is said, once a minute). */
+static unsigned believed(struct cluster *c, long long n)
+{
+	if (n < 1)
+		return 1;
+	if (n > (long long)c->conf->max_instances) {
+		log_warn_every(60000,
+			       "cluster: Redis counts %lld live instances, more than "
+			       "cluster.max_instances; %u believed (is something else writing %s?)",
+			       n, c->conf->max_instances, c->members);
+		return c->conf->max_instances;
+	}
+	return (unsigned)n;
+}
+
 /* One sync: the live set, every collected key, the prompts' prefixes sent and the others'
  * read, in one pipeline. */
 static int sync_once(struct cluster *c)
 {
 	uint64_t now_us = clock_now_ns() / 1000;
-	redisAppendCommand(c->redis, "EVALSHA %s 1 %s %s %u", c->members_sha, c->members, c->id,
-			   c->member_ttl_ms);
+	redisAppendCommand(c->redis, "EVALSHA %s 1 %s %s %u %u", c->members_sha, c->members, c->id,
+			   c->member_ttl_ms, (unsigned)MEMBER_TTL_MAX_MS);
 	size_t n = append_limits(c, now_us);
 	size_t sent = append_prefixes(c);
 	size_t total = 1 + n + sent + (c->npools ? 1 : 0);
@@ -401,8 +426,7 @@ static int sync_once(struct cluster *c)
 		}
 		if (k == 0) {
 			unsigned was = c->instances;
-			c->instances =
-			    r->integer > 0 && r->integer < 1000000 ? (unsigned)r->integer : 1;
+			c->instances = believed(c, r->integer);
 			atomic_store(&c->stats.instances, c->instances);
 			if (c->state == 1 && was != c->instances)
 				tell_limits(c, 1);

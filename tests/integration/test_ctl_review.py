@@ -2,11 +2,15 @@
 large batches, a planted admin state file, a Redis writer inflating the instance set, and
 runtime backends aimed at the proxy's own addresses."""
 
+import http.client
 import json
 import os
+import shutil
+import subprocess
 import time
 
-from harness import complete, free_port, request, served_by, status, wait_until
+from harness import complete, free_port, pool_yaml, request, served_by, status, wait_until
+from test_cluster import _cluster, _instances, _redis
 from test_ctl import _fast, _pool, _start, addr, backends, ctl
 
 
@@ -168,3 +172,63 @@ def test_state_file_content_is_not_echoed_into_the_log(env):
         assert "s3cr3t" not in log and "3cr" not in log, log
         env.stop(px)
     env.finish()
+
+
+# --- cluster: what a Redis writer can make the instances believe --------------------------
+
+
+def _redis_cli(redis, *args):
+    cli = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+    return subprocess.run([cli, "-p", str(redis.port), *args], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def _burst(px, n):
+    """<n> requests at once, one after another on one connection: how many passed."""
+    c = http.client.HTTPConnection("127.0.0.1", px.port, timeout=10)
+    ok = 0
+    for _ in range(n):
+        c.request("GET", "/x")
+        r = c.getresponse()
+        r.read()
+        ok += r.status == 200
+    c.close()
+    return ok
+
+
+def _one_instance(env, extra=""):
+    sim = env.sim("a", latency_ms=0, token_ms=0)
+    redis = _redis(env)
+    # 200,000 members that never expire, as a writer would plant them
+    _redis_cli(redis, "EVAL", "for i = 1, 200000 do redis.call('ZADD', KEYS[1], 9e15, "
+               "'fake' .. i) end return 0", "1", "accelnet:instances")
+    body = ("pools:\n" + pool_yaml("p", [sim.port]) +
+            "routes:\n  - pool: p\n    rate_limit: {per_route: 1/s, burst: 50}\n")
+    px, = _instances(env, redis.port, body, n=1, extra=extra)
+    wait_until(lambda: _cluster(px).get("accelnet_cluster_redis_up") == 1, "Redis up")
+    return redis, px
+
+
+def test_fake_instances_in_redis_do_not_shrink_the_shares(env):
+    """Issue 24, finding 9: whoever can write to Redis once shrank every instance's share of
+    every shared limit by adding fake members to the live set (200,001 instances: a burst of
+    50 let almost nothing through). Entries expiring later than any instance writes its own
+    are not counted."""
+    redis, px = _one_instance(env)
+    assert _cluster(px)["accelnet_cluster_instances"] == 1
+    assert 48 <= _burst(px, 60) <= 52
+    assert px.poll() is None
+
+
+def test_live_looking_fake_instances_are_believed_up_to_the_cap(env):
+    """Members that look alive (a writer re-planting them before they expire) count, but
+    never past cluster.max_instances, and the log says so."""
+    redis, px = _one_instance(env, extra=", max_instances: 4")
+    now_ms = int(_redis_cli(redis, "TIME").split()[0]) * 1000
+    _redis_cli(redis, "EVAL", "for i = 1, 1000 do redis.call('ZADD', KEYS[1], ARGV[1], "
+               "'alive' .. i) end return 0", "1", "accelnet:instances", str(now_ms + 60000))
+    wait_until(lambda: _cluster(px)["accelnet_cluster_instances"] == 4, "the cap believed")
+    assert "more than cluster.max_instances; 4 believed" in env.log(px)
+    # a quarter of the burst each sync, never less: not 1/1001 of it
+    assert 10 <= _burst(px, 60) <= 20
+    assert px.poll() is None
