@@ -253,8 +253,9 @@ static const char *document_wrong(const json_t *doc)
 	return NULL;
 }
 
-/* Apply entry <e> to pool <p>. */
-static void apply_entry(struct pool_rt *p, const json_t *e, const char *who)
+/* Apply entry <e> to pool <p> of <conf>'s runtime. */
+static void apply_entry(const struct conf *conf, struct pool_rt *p, const json_t *e,
+			const char *who)
 {
 	char err[300];
 	const char *addr = json_string_value(json_object_get(e, "address"));
@@ -270,9 +271,12 @@ static void apply_entry(struct pool_rt *p, const json_t *e, const char *who)
 		return;
 	}
 	if (!b || (api && !backend_present(b))) {
-		rc = manage_add(p, addr, w ? (unsigned)json_integer_value(w) : 0,
-				cap ? (unsigned)json_integer_value(cap) : MANAGE_CAP_DEFAULT, who,
-				&b, err, sizeof(err));
+		rc = manage_check_address(conf, addr, err, sizeof(err));
+		if (!rc)
+			rc =
+			    manage_add(p, addr, w ? (unsigned)json_integer_value(w) : 0,
+				       cap ? (unsigned)json_integer_value(cap) : MANAGE_CAP_DEFAULT,
+				       who, &b, err, sizeof(err));
 	} else {
 		if (w && (unsigned)json_integer_value(w) != atomic_load(&b->weight))
 			rc = manage_set_weight(p, b, (unsigned)json_integer_value(w), who, err,
@@ -305,7 +309,7 @@ static void apply_document(struct runtime *rt, const json_t *doc, const char *wh
 				 who, name, json_array_size(list));
 			continue;
 		}
-		json_array_foreach(list, i, e) apply_entry(p, e, who);
+		json_array_foreach(list, i, e) apply_entry(rt->conf, p, e, who);
 	}
 	const json_t *m = json_object_get(doc, "maintenance");
 	char err[128];

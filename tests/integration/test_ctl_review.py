@@ -11,7 +11,7 @@ import time
 
 from harness import complete, free_port, pool_yaml, request, served_by, status, wait_until
 from test_cluster import _cluster, _instances, _redis
-from test_ctl import _fast, _pool, _start, addr, backends, ctl
+from test_ctl import _fast, _pool, _start, addr, api, backends, ctl
 
 
 def _rss_kib(pid):
@@ -232,3 +232,38 @@ def test_live_looking_fake_instances_are_believed_up_to_the_cap(env):
     # a quarter of the burst each sync, never less: not 1/1001 of it
     assert 10 <= _burst(px, 60) <= 20
     assert px.poll() is None
+
+
+# --- the admin API: backends at the proxy's own addresses ---------------------------------
+
+
+def test_backend_at_the_proxys_own_addresses_is_refused(env):
+    """Issue 24, finding 10: the runtime API accepted a backend at any address, the admin
+    port included (a client's request then reaches the admin API from the proxy itself).
+    The proxy's own listeners and admin endpoint are refused, through the API and from the
+    state file; any other address is still accepted."""
+    a, b = _fast(env, "a"), _fast(env, "b")
+    state = os.path.join(env.dir, "state.json")
+    px = _start(env, _pool("gpu", [a], extra="    spare_backends: 4"), state_file=state)
+    own = [f"127.0.0.1:{px.admin}", f"127.0.0.1:{px.port}", f"[::ffff:127.0.0.1]:{px.admin}"]
+    for address in own:
+        st, _, doc = api(px, "POST", "/api/pools/gpu/backends", {"address": address})
+        assert st == 400 and "own" in doc["error"], (address, st, doc)
+        assert address not in backends(px)
+    rc, out, err = ctl(px, "add", "gpu", f"127.0.0.1:{px.admin}")
+    assert rc != 0 and "admin endpoint" in err, (out, err)
+    assert addr(b) not in backends(px)
+    ctl(px, "add", "gpu", addr(b), check=0)
+    assert addr(b) in backends(px)
+    # a state file naming the admin endpoint adds nothing at the next start
+    env.stop(px)
+    doc = json.load(open(state))
+    doc["pools"]["gpu"].append({"address": f"127.0.0.1:{px.admin}", "source": "api"})
+    with open(state, "w") as f:
+        json.dump(doc, f)
+    px2 = _start(env, _pool("gpu", [a], extra="    spare_backends: 4"), state_file=state,
+                 name="proxy-again", ports=(px.port, px.admin))
+    got = backends(px2)
+    assert addr(b) in got and f"127.0.0.1:{px.admin}" not in got, got
+    assert "admin endpoint: refused" in env.log(px2)
+    env.finish()
