@@ -111,6 +111,15 @@ int manage_check_address(const struct conf *conf, const char *address, char *err
 				 canon, conf->listens[i].address);
 			return -EINVAL;
 		}
+	if (conf->nadmin_backend_networks &&
+	    !net_cidr_match(conf->admin_backend_networks, conf->nadmin_backend_networks,
+			    (const struct sockaddr *)&a.ss)) {
+		snprintf(err, errlen,
+			 "address %s is outside admin.backend_networks: refused (the config "
+			 "says where added backends may be)",
+			 canon);
+		return -EINVAL;
+	}
 	if (conf->has_admin && reaches(&conf->admin.addr, &a)) {
 		snprintf(
 		    err, errlen,

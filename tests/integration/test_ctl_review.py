@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import time
 
-from harness import complete, free_port, pool_yaml, request, served_by, status, wait_until
+from harness import BIN, complete, free_port, pool_yaml, request, served_by, status, wait_until
 from test_cluster import _cluster, _instances, _redis
 from test_ctl import _fast, _pool, _start, addr, api, backends, ctl
 
@@ -266,4 +266,29 @@ def test_backend_at_the_proxys_own_addresses_is_refused(env):
     got = backends(px2)
     assert addr(b) in got and f"127.0.0.1:{px.admin}" not in got, got
     assert "admin endpoint: refused" in env.log(px2)
+    env.finish()
+
+
+def test_admin_backend_networks_bound_where_backends_may_be_added(env):
+    """admin.backend_networks: the API adds backends only inside the listed blocks (the
+    config's own backends are not checked); a bad block is refused at load."""
+    a, b = _fast(env, "a"), _fast(env, "b")
+    px = _start(env, _pool("gpu", [a], extra="    spare_backends: 4"),
+                extra="  backend_networks: [10.0.0.0/8, '127.0.0.1']\n")
+    for address in ["192.0.2.1:80", "127.0.0.2:80", "[2001:db8::1]:80"]:
+        st, _, doc = api(px, "POST", "/api/pools/gpu/backends", {"address": address})
+        assert st == 400 and "outside admin.backend_networks" in doc["error"], (address, doc)
+    st, _, doc = api(px, "POST", "/api/pools/gpu/backends", {"address": "10.9.8.7:8000"})
+    assert st == 201, doc
+    ctl(px, "add", "gpu", addr(b), check=0)
+    # the admin endpoint stays refused though it is inside the list
+    st, _, doc = api(px, "POST", "/api/pools/gpu/backends",
+                     {"address": f"127.0.0.1:{px.admin}"})
+    assert st == 400 and "admin endpoint" in doc["error"], doc
+    assert set(backends(px)) == {addr(a), addr(b), "10.9.8.7:8000"}
+    path = env.write("bad.yaml", "listen: [127.0.0.1:1]\nadmin:\n  address: 127.0.0.1:2\n"
+                     "  backend_networks: [10.0.0.0/33]\npools:\n  - name: p\n"
+                     "    backends: [{address: 127.0.0.1:3}]\n")
+    r = subprocess.run([BIN, "check", "-c", path], capture_output=True, text=True, timeout=20)
+    assert r.returncode == 2 and r.stderr.startswith(f"{path}:4:"), r.stderr
     env.finish()
