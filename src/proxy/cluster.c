@@ -14,8 +14,15 @@
  * instances sharing a Redis are meant to share one config.
  *
  * A reply that is no integer, an error, a timeout or a lost connection ends the sync: the
- * connection is dropped and the counts it carried are lost (as while Redis is away). A
- * Redis that restarted empty has forgotten its buckets: every bucket is full again, once.
+ * connection is dropped and the counts it carried are lost (as while Redis is away).
+ *
+ * What Redis answers is believed only as far as it cannot loosen a limit beyond what each
+ * instance would enforce alone: a request rate's debt is never taken below the last one
+ * answered for that key, less the time since, plus what this instance sent (its shared TAT
+ * as last seen is kept per slot, on this thread), so a Redis that restarted empty, or whose
+ * keys a writer deletes, hands no instance a fresh burst (a token budget has no such floor:
+ * any instance gives tokens back). The live set's count is believed up to
+ * cluster.max_instances. docs/security.md says what a Redis writer can and cannot do.
  */
 #include "proxy/cluster.h"
 #include "core/clock.h"
@@ -74,11 +81,17 @@ static const char MEMBERS_LUA[] =
     "redis.call('PEXPIRE', KEYS[1], ARGV[3])\n"
     "return redis.call('ZCARD', KEYS[1])\n";
 
+/* What the store last said of the key in a slot: its shared TAT, on our clock. */
+struct shared_seen {
+	uint64_t key, tat_us;
+};
+
 /* One shared limit of one route. */
 struct shared_limit {
 	struct ratelimit *rl;
 	char prefix[KEY_MAX - 20]; /* its keys, less the 16 hex digits */
 	size_t cursor;		   /* where the next collect goes on */
+	struct shared_seen *seen;  /* RL_SLOTS for a request rate (its debt's floor), or NULL */
 };
 
 /* A balance: llm pool whose backends learn from routing: its stream, read up to <last_id>. */
@@ -405,6 +418,35 @@ static unsigned believed(struct cluster *c, long long n)
 	return (unsigned)n;
 }
 
+/* The store answered <debt_us> for item <i>: merged into its bucket. A request rate's debt
+ * is never taken below what the store said last, less the time since, plus what we sent
+ * (rlsync_debt_floor): a store that forgets gives an instance no more than it has alone. */
+static void apply_debt(struct cluster *c, size_t i, uint64_t debt_us)
+{
+	struct shared_limit *l = c->item_lim[i];
+	const struct rlsync_item *it = &c->items[i];
+	uint64_t now_us = clock_now_ns() / 1000;
+	if (l->seen) {
+		struct shared_seen *s = &l->seen[it->slot - l->rl->slots];
+		uint64_t floor = rlsync_debt_floor(s->key == it->key ? s->tat_us : 0, now_us,
+						   rlsync_cost_us(l->rl, it->units));
+		/* (a little under it is the time a reply takes; far under it, a forgetful store) */
+		if (debt_us + 1000ull * (c->conf->sync_ms + c->conf->timeout_ms) < floor)
+			log_warn_every(60000,
+				       "cluster: Redis answered a debt of %llu us for %s%016llx, "
+				       "%llu us less than this instance alone has sent: the key "
+				       "was lost (deleted, a Redis restart?); the debt is kept",
+				       (unsigned long long)debt_us, l->prefix,
+				       (unsigned long long)it->key,
+				       (unsigned long long)(floor - debt_us));
+		if (debt_us < floor)
+			debt_us = floor;
+		s->key = it->key;
+		s->tat_us = now_us + debt_us;
+	}
+	rlsync_apply(l->rl, it, debt_us, c->instances, now_us);
+}
+
 /* One sync: the live set, every collected key, the prompts' prefixes sent and the others'
  * read, in one pipeline. */
 static int sync_once(struct cluster *c)
@@ -432,8 +474,7 @@ static int sync_once(struct cluster *c)
 				tell_limits(c, 1);
 		} else if (k <= n) {
 			long long v = r->integer;
-			rlsync_apply(c->item_lim[k - 1]->rl, &c->items[k - 1],
-				     v > 0 ? (uint64_t)v : 0, c->instances, clock_now_ns() / 1000);
+			apply_debt(c, k - 1, v > 0 ? (uint64_t)v : 0);
 		} else if (k == total - 1 && c->npools) {
 			take_streams(c, r);
 		}
@@ -499,10 +540,14 @@ static void *cluster_main(void *arg)
 	return NULL;
 }
 
-static void add_limit(struct cluster *c, struct ratelimit *rl, const struct conf *conf, size_t i,
-		      const char *what)
+static int add_limit(struct cluster *c, struct ratelimit *rl, const struct conf *conf, size_t i,
+		     const char *what)
 {
 	struct shared_limit *l = &c->lim[c->nlim++];
+	/* a request rate's debt has a floor; tokens are given back, by any instance: none */
+	if (strcmp(what, "tokens_per_minute") != 0 &&
+	    !(l->seen = calloc(RL_SLOTS, sizeof(*l->seen))))
+		return -ENOMEM;
 	const char *prefix = conf->cluster.key_prefix ? conf->cluster.key_prefix : "accelnet:";
 	l->rl = rl;
 	l->cursor = 0;
@@ -512,6 +557,7 @@ static void add_limit(struct cluster *c, struct ratelimit *rl, const struct conf
 	else
 		snprintf(l->prefix, sizeof(l->prefix), "%srl:%zu:%s:", prefix, i, what);
 	rl->synced = 1;
+	return 0;
 }
 
 static void cluster_free(struct cluster *c)
@@ -520,6 +566,8 @@ static void cluster_free(struct cluster *c)
 		free(c->pools[i].cursor);
 	free(c->pools);
 	free(c->argv);
+	for (size_t i = 0; c->lim && i < c->nlim; i++)
+		free(c->lim[i].seen);
 	free(c->lim);
 	free(c->items);
 	free(c->item_lim);
@@ -573,14 +621,20 @@ int cluster_start(const struct conf *conf, struct runtime *rt, struct route_limi
 	}
 	c->conf = &conf->cluster;
 	c->state = -1;
-	for (size_t i = 0; i < conf->nroutes; i++) {
+	int rc = 0;
+	for (size_t i = 0; i < conf->nroutes && !rc; i++) {
 		struct route_limits *l = &limits[i];
 		if (l->has_tenant)
-			add_limit(c, &l->tenant, conf, i, "per_tenant");
-		if (l->has_route)
-			add_limit(c, &l->route, conf, i, "per_route");
-		if (l->has_tokens)
-			add_limit(c, &l->tokens, conf, i, "tokens_per_minute");
+			rc = add_limit(c, &l->tenant, conf, i, "per_tenant");
+		if (!rc && l->has_route)
+			rc = add_limit(c, &l->route, conf, i, "per_route");
+		if (!rc && l->has_tokens)
+			rc = add_limit(c, &l->tokens, conf, i, "tokens_per_minute");
+	}
+	if (rc < 0) {
+		log_error("cluster: out of memory");
+		cluster_free(c);
+		return -ENOMEM;
 	}
 	const char *prefix = conf->cluster.key_prefix ? conf->cluster.key_prefix : "accelnet:";
 	snprintf(c->members, sizeof(c->members), "%sinstances", prefix);
@@ -603,7 +657,7 @@ int cluster_start(const struct conf *conf, struct runtime *rt, struct route_limi
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&c->cv, &ca);
 	pthread_condattr_destroy(&ca);
-	int rc = pthread_create(&c->thread, NULL, cluster_main, c);
+	rc = pthread_create(&c->thread, NULL, cluster_main, c);
 	if (rc) {
 		log_error("cluster: cannot start its thread: %s", strerror(rc));
 		pthread_cond_destroy(&c->cv);

@@ -292,3 +292,74 @@ def test_admin_backend_networks_bound_where_backends_may_be_added(env):
     r = subprocess.run([BIN, "check", "-c", path], capture_output=True, text=True, timeout=20)
     assert r.returncode == 2 and r.stderr.startswith(f"{path}:4:"), r.stderr
     env.finish()
+
+
+def test_a_redis_that_forgets_the_debt_hands_out_no_more_than_one_instance_alone(env):
+    """Review of issue 24: a Redis writer deleting the shared buckets' keys as fast as it
+    can (or a Redis answering zero usage) made every sync hand the instance a fresh burst: a
+    tenant passed about a burst per sync. A request rate's debt is never taken below what
+    the store said last, less the time since, plus what this instance sent: the instance
+    passes no more than it would alone, rate x T + burst."""
+    sim = env.sim("a", latency_ms=0, token_ms=0)
+    redis = _redis(env)
+    cli = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+    body = ("pools:\n" + pool_yaml("p", [sim.port]) +
+            "routes:\n  - pool: p\n    tenant_header: X-Tenant\n"
+            "    rate_limit: {per_tenant: 5/s, burst: 5}\n")
+    px, = _instances(env, redis.port, body, n=1)
+    wait_until(lambda: _cluster(px).get("accelnet_cluster_redis_up") == 1, "Redis up")
+    env.start([cli, "-p", str(redis.port), "-r", "-1", "-i", "0.002", "EVAL",
+               "for _, k in ipairs(redis.call('KEYS', 'accelnet:rl:*')) do "
+               "redis.call('DEL', k) end return 0", "0"], "forgetter")
+    c = http.client.HTTPConnection("127.0.0.1", px.port, timeout=10)
+    passed, t0 = 0, time.monotonic()
+    while time.monotonic() - t0 < 4:
+        c.request("GET", "/x", headers={"X-Tenant": "t1"})
+        r = c.getresponse()
+        r.read()
+        passed += r.status == 200
+        time.sleep(0.002)
+    took = time.monotonic() - t0
+    c.close()
+    alone = 5 * took + 5
+    assert passed <= alone + 3, (passed, alone)
+    assert passed >= 5 * took - 3, (passed, alone)  # and the rate still passes
+    assert px.poll() is None
+
+
+def test_prefix_hints_injected_through_redis_stay_inside_the_pool(env):
+    """Review of issue 24: what a Redis writer can do through the affinity stream. Entries
+    naming an address that is not in the pool are passed over (nothing is added, no
+    request goes there); entries naming a pool backend are taken in as hints, as another
+    instance's would be, and that backend's index stays within llm.cache_blocks."""
+    sims = [env.sim(f"s{i}", latency_ms=0, tokens=1, token_ms=0) for i in range(2)]
+    lines = ["pools:", "  - name: gpu", "    balance: llm",
+             "    llm: {block_bytes: 64, cache_blocks: 1024}", "    backends:"]
+    lines += [f"      - {{address: 127.0.0.1:{s.port}, max_concurrency: 4}}" for s in sims]
+    redis = _redis(env)
+    px, = _instances(env, redis.port, "\n".join(lines) + "\n", n=1)
+    wait_until(lambda: _cluster(px).get("accelnet_cluster_redis_up") == 1, "Redis up")
+    home = f"127.0.0.1:{sims[0].port}"
+    # 3,000 entries for an address outside the pool, 3,000 of 64 random hashes for s0
+    _redis_cli(redis, "EVAL", "for i = 1, 3000 do "
+               "redis.call('XADD', KEYS[1], '*', 'i', 'evil', 'b', '10.6.6.6:80', 'h', "
+               "string.rep(string.char(i % 251 + 1), 512)) "
+               "redis.call('XADD', KEYS[1], '*', 'i', 'evil', 'b', ARGV[1], 'h', "
+               "string.rep(string.char(i % 251 + 1, i % 241 + 2, 7, 9, i % 239 + 3, 1, 2, "
+               "i % 233 + 4), 64)) end return 0", "1", "accelnet:aff:gpu", home)
+    wait_until(lambda: _cluster(px)["accelnet_cluster_prefixes_received_total"] == 3000,
+               "the pool backend's entries taken in", timeout=30)
+    st = status(px.admin)
+    addrs = {b["address"]: b for b in st["pools"][0]["backends"]}
+    assert set(addrs) == {f"127.0.0.1:{s.port}" for s in sims}, addrs
+    assert 0 < addrs[home]["llm_index_blocks"] <= 1024, addrs[home]
+    # requests still go to the pool's backends only
+    c = http.client.HTTPConnection("127.0.0.1", px.port, timeout=10)
+    for k in range(10):
+        c.request("POST", "/v1/completions", body=json.dumps({"model": "m", "prompt": "x" * k}),
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        r.read()
+        assert r.status == 200
+    c.close()
+    assert px.poll() is None
