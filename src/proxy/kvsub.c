@@ -3,15 +3,17 @@
  * framing on its own I/O thread; what reaches this loop is ZMQ_FD, a descriptor that turns
  * readable when the socket's state may have changed, edge-style: on each wake-up we read
  * ZMQ_EVENTS and take messages until it shows none, or until a turn's budget is spent:
- * MSGS_PER_TURN messages or BYTES_PER_TURN bytes (one message over it is still taken whole).
- * The rest wait for the look timer, set REST_FACTOR times as far ahead as taking them took
- * (at least 1 ms), and until it has run the descriptors' wake-ups leave the sockets to it:
- * so a publisher flooding large batches gets about a quarter of the main thread at most,
- * a budget at a time,
- * and the health checks, the admin API and the rest of the main thread keep their turns
- * (what cannot be taken waits in ZeroMQ's queue, then the publisher's, which drops: a gap,
- * and the index is cleared). A slow timer also looks at every socket now and then, in case
- * an edge was missed.
+ * MSGS_PER_TURN messages or BYTES_PER_TURN bytes of payload decoded. A large batch is
+ * decoded and applied in parts of whole events (kvevent_decode_part), about a turn's bytes
+ * each, so no one message holds the loop either; the rest of it waits with the socket's
+ * other messages. What is left waits for the look timer, set REST_FACTOR times as far ahead
+ * as taking the budget took, and at least REST_MIN_MS, and until it has run the descriptors'
+ * wake-ups leave the sockets to it: so a publisher flooding large batches gets at most about
+ * a quarter of the main thread and BYTES_PER_TURN per REST_MIN_MS (100 MiB/s; an engine's
+ * batches are kilobytes), and the health checks, the admin API and the rest of the main
+ * thread keep their turns (what cannot be taken waits in ZeroMQ's queue, then the
+ * publisher's, which drops: a gap, and the index is cleared). A slow timer also looks at
+ * every socket now and then, in case an edge was missed.
  *
  * Memory: ZeroMQ holds at most RCV_HWM messages of at most MAX_MSG bytes per socket (what
  * arrives beyond that waits in the kernel and the publisher's queue), and the decoder's
@@ -19,7 +21,10 @@
  *
  * A message is [topic, seq, payload]: anything else is malformed. The topic is not looked
  * at (we subscribe to all). ZMQ_MAXMSGSIZE bounds a payload, and the decoder's room bounds
- * a batch's events and hashes; a batch over that room is dropped as malformed.
+ * a part's events and hashes; one event with more hashes than that room makes the message
+ * malformed. A part applied before the rest is found malformed stays applied until the
+ * index is cleared, which a malformed message always does; a lost connection drops the rest
+ * of a message being taken (the index is cleared then too).
  */
 #include "proxy/kvsub.h"
 #include "core/clock.h"
@@ -40,6 +45,7 @@
 #define BATCH_EVENTS 4096	  /* events of one batch, at most */
 #define BATCH_HASHES 65536	  /* block hashes of one batch, at most */
 #define REST_FACTOR 3		  /* a spent budget rests 3 times as long as it took */
+#define REST_MIN_MS 10		  /* ... and at least this long */
 #define LOOK_MS 1000		  /* the slow look at every socket */
 #define RECONNECT_MS 500	  /* ZeroMQ's first wait before reconnecting */
 #define RECONNECT_MAX_MS 5000	  /* ... and its longest */
@@ -53,6 +59,9 @@ struct kvsub_one {
 	uint64_t next_seq;
 	int counting;  /* next_seq is known: a message came since the last connect */
 	int connected; /* the monitor said connected at least once */
+	int busy;      /* <payload> is being taken in parts, <cur> where it stands */
+	zmq_msg_t payload;
+	struct kvevent_cursor cur;
 };
 
 struct kvsub {
@@ -100,6 +109,35 @@ static void apply(struct kvsub_one *s, const struct kvevent_batch *b)
 	}
 }
 
+/* <s>'s payload is taken (or given up): the next message may come. */
+static void done(struct kvsub_one *s)
+{
+	zmq_msg_close(&s->payload);
+	zmq_msg_init(&s->payload);
+	s->busy = 0;
+}
+
+/* The next part of <s>'s payload, within what is left of the turn's bytes: applied. Events
+ * of a batch found malformed further on were applied already: the index is cleared then, as
+ * for any malformed message. */
+static void feed(struct kvsub_one *s)
+{
+	struct kvsub *k = s->k;
+	size_t was = s->cur.at;
+	int rc = kvevent_decode_part(zmq_msg_data(&s->payload), zmq_msg_size(&s->payload), &s->cur,
+				     &k->batch, BYTES_PER_TURN - k->bytes);
+	k->bytes += (unsigned)(s->cur.at - was);
+	if (rc < 0) {
+		malformed(s, rc == -E2BIG ? "an event with more block hashes than a batch may hold"
+					  : "the payload is not a KVEventBatch");
+		done(s);
+		return;
+	}
+	apply(s, &k->batch);
+	if (rc == 0)
+		done(s);
+}
+
 /* One message of frames <f>[0..nf) (nf is 4 when there were more than 3). */
 static void take(struct kvsub_one *s, zmq_msg_t *f, int nf)
 {
@@ -116,13 +154,10 @@ static void take(struct kvsub_one *s, zmq_msg_t *f, int nf)
 	}
 	s->counting = 1;
 	s->next_seq = seq + 1;
-	int rc = kvevent_decode(zmq_msg_data(&f[2]), zmq_msg_size(&f[2]), &s->k->batch);
-	if (rc < 0) {
-		malformed(s, rc == -E2BIG ? "more events or block hashes than a batch may hold"
-					  : "the payload is not a KVEventBatch");
-		return;
-	}
-	apply(s, &s->k->batch);
+	zmq_msg_move(&s->payload, &f[2]);
+	s->cur = (struct kvevent_cursor){0};
+	s->busy = 1;
+	feed(s);
 }
 
 /* Read one whole message: 1 taken, 0 none waiting, -1 the socket failed. */
@@ -143,8 +178,6 @@ static int take_one(struct kvsub_one *s)
 			rc = errno == EAGAIN && nf == 0 ? 0 : -1;
 			goto out;
 		}
-		s->k->bytes +=
-		    (unsigned)(zmq_msg_size(m) < BYTES_PER_TURN ? zmq_msg_size(m) : BYTES_PER_TURN);
 		if (nf < 4)
 			nf++;
 		more = zmq_msg_more(m);
@@ -165,6 +198,10 @@ static int spent(const struct kvsub *k)
 static int drain(struct kvsub_one *s)
 {
 	while (!spent(s->k)) {
+		if (s->busy) {
+			feed(s);
+			continue;
+		}
 		s->k->msgs++;
 		int rc = take_one(s);
 		if (rc < 0)
@@ -195,6 +232,8 @@ static void watch(struct kvsub_one *s)
 			(void)zmq_msg_recv(&addr, s->mon, ZMQ_DONTWAIT);
 		zmq_msg_close(&ev);
 		zmq_msg_close(&addr);
+		if (s->busy && (what == ZMQ_EVENT_CONNECTED || what == ZMQ_EVENT_DISCONNECTED))
+			done(s); /* the rest of a message from before: its thread is lost */
 		if (what == ZMQ_EVENT_CONNECTED) {
 			if (s->connected)
 				log_info("KV events of backend %s: connected again", s->be->name);
@@ -220,7 +259,7 @@ static int service(struct kvsub_one *s)
 	if (pending(s->mon))
 		watch(s);
 	int more = 0;
-	while (pending(s->sock))
+	while (s->busy || pending(s->sock))
 		if ((more = drain(s)))
 			break;
 	if (pending(s->mon))
@@ -229,13 +268,13 @@ static int service(struct kvsub_one *s)
 }
 
 /* A turn's budget, begun at <t0>, was spent: the rest waits for the look timer, REST_FACTOR
- * times as long as this took (at least 1 ms), so that the events take at most about a
- * quarter of the thread. */
+ * times as long as this took and at least REST_MIN_MS, so that the events take at most
+ * about a quarter of the thread. */
 static void later(struct kvsub *k, uint64_t t0)
 {
-	uint64_t now = clock_now_ms();
+	uint64_t now = clock_now_ms(), rest = now > t0 ? REST_FACTOR * (now - t0) : 0;
 	k->backlog = 1;
-	loop_timer_set(k->loop, &k->look, now + (now > t0 ? REST_FACTOR * (now - t0) : 1));
+	loop_timer_set(k->loop, &k->look, now + (rest > REST_MIN_MS ? rest : REST_MIN_MS));
 }
 
 /* A wake-up of <s>'s socket or monitor: served now with a budget of its own, unless a
@@ -355,6 +394,7 @@ int kvsub_start(struct loop *loop, struct runtime *rt, struct kvsub **out)
 					.be = be,
 					.io = {.fd = -1, .fn = on_io},
 					.mon_io = {.fd = -1, .fn = on_mon_io}};
+		zmq_msg_init(&s->payload);
 		if ((rc = subscribe(k, s, i)) < 0) {
 			log_error("KV events of backend %s: cannot subscribe to %s: %s", be->name,
 				  be->conf->kv_events, strerror(-rc));
@@ -386,6 +426,7 @@ void kvsub_stop(struct kvsub *k)
 		}
 		if (s->mon)
 			zmq_close(s->mon);
+		zmq_msg_close(&s->payload);
 	}
 	if (k->ctx)
 		zmq_ctx_term(k->ctx);
