@@ -12,8 +12,9 @@
  * and counting in it are one compare-and-swap and a count is never made under another
  * tenant's tag. A tenant counts in the slot its tag holds among its probes, else claims the
  * first free one; only when all its probes are held by others does it share the least busy
- * (counted in conc_shared). Taken when a request passes the guard, given back when its
- * exchange ends, so a tenant at its cap is refused before it can queue or take a slot.
+ * (counted in conc_shared; so do two tenants whose tags agree, one pair in 2^32). Taken when a
+ * request passes the guard, given back when its exchange ends, so a tenant at its cap is refused
+ * before it can queue or take a slot.
  *
  * Each check says what refused it and how the bucket stands, for the X-RateLimit-Limit,
  * -Remaining and -Reset headers of the 429.

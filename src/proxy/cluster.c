@@ -19,9 +19,9 @@
  * What Redis answers is believed only as far as it cannot loosen a limit beyond what each
  * instance would enforce alone: a request rate's debt is never taken below the last one
  * answered for that key, less the time since, plus what this instance sent (its shared TAT
- * as last seen is kept per slot, on this thread), so a Redis that restarted empty, or whose
- * keys a writer deletes, hands no instance a fresh burst (a token budget has no such floor:
- * any instance gives tokens back). The live set's count is believed up to
+ * as last seen is kept per slot, on this thread: 16 bytes a slot, 1 MiB a limit), so a Redis that
+ * restarted empty, or whose keys a writer deletes, hands no instance a fresh burst (a token budget
+ * has no such floor: any instance gives tokens back). The live set's count is believed up to
  * cluster.max_instances. docs/security.md says what a Redis writer can and cannot do.
  */
 #include "proxy/cluster.h"
