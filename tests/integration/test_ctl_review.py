@@ -14,6 +14,12 @@ from test_cluster import _cluster, _instances, _redis
 from test_ctl import _fast, _pool, _start, addr, api, backends, ctl
 
 
+def _asan(pid):
+    """Is process <pid> an AddressSanitizer build (make SAN=1)?"""
+    with open(f"/proc/{pid}/maps") as f:
+        return "libasan" in f.read()
+
+
 def _rss_kib(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -68,6 +74,10 @@ def test_kv_event_flood_leaves_the_admin_api_answering(env):
         workers=1)
     wait_until(lambda: "ready" in env.log(pub), "the publisher's subscriber")
     start_rss = _rss_kib(px.pid)
+    # an ASan build runs about three times slower and keeps what is freed in a quarantine
+    # (256 MiB by default) before reusing it: the same bounds, scaled for that
+    asan = _asan(px.pid)
+    limit_s = 0.3 if asan else 0.1
 
     def kv():
         return status(px.admin)["pools"][0]["backends"][0]["kv_events"]
@@ -81,17 +91,17 @@ def test_kv_event_flood_leaves_the_admin_api_answering(env):
         took = time.monotonic() - t0
         assert st == 200
         polls += 1
-        if took >= 0.1:
+        if took >= limit_s:
             slow.append(round(took, 3))
         peak_rss = max(peak_rss, _rss_kib(px.pid))
         time.sleep(0.05)
     applied = kv()["applied"]["stored"]
     env.stop(pub)
     assert pub.returncode is not None and applied > 100, applied
-    assert not slow, f"{len(slow)} of {polls} /status answers took 100 ms or more: " \
+    assert not slow, f"{len(slow)} of {polls} /status answers took {limit_s} s or more: " \
         f"{slow[:20]} (RSS {start_rss} KiB, at most {peak_rss} KiB; {applied} stored)"
     # ZeroMQ holds at most 8 messages of up to 16 MiB for the proxy; the rest is fixed room
-    bound = 2 * start_rss + 8 * 16 * 1024
+    bound = 2 * start_rss + 8 * 16 * 1024 + (256 * 1024 if asan else 0)
     assert peak_rss < bound, f"RSS grew from {start_rss} KiB to {peak_rss} KiB (bound {bound})"
     assert px.poll() is None
 
