@@ -9,7 +9,8 @@ import shutil
 import subprocess
 import time
 
-from harness import BIN, complete, free_port, pool_yaml, request, served_by, status, wait_until
+from harness import (BIN, complete, free_port, pool_yaml, port_open, request, served_by, status,
+                     wait_until)
 from test_cluster import _cluster, _instances, _redis
 from test_ctl import _fast, _pool, _start, addr, api, backends, ctl
 
@@ -373,3 +374,26 @@ def test_prefix_hints_injected_through_redis_stay_inside_the_pool(env):
         assert r.status == 200
     c.close()
     assert px.poll() is None
+
+
+def test_a_wildcard_listener_is_refused_at_every_local_address(env):
+    """A listener on 0.0.0.0:PORT is reached at PORT on any loopback or local interface
+    address: each is refused as a backend; the same port on another host is not."""
+    a = _fast(env, "a")
+    port, admin = free_port(), free_port()
+    text = (f"workers: 1\nlisten:\n  - address: 0.0.0.0:{port}\n"
+            f"admin:\n  address: 127.0.0.1:{admin}\npools:\n"
+            + _pool("gpu", [a], extra="    spare_backends: 4"))
+    px = env.start([BIN, "proxy", "-c", env.write("wild.yaml", text)], "proxy",
+                   wait_port=port)
+    px.port, px.admin = port, admin
+    wait_until(lambda: port_open(admin), "admin port")
+    local = [f"127.0.0.1:{port}", f"127.9.9.9:{port}", f"0.0.0.0:{port}"]
+    r = subprocess.run(["hostname", "-I"], capture_output=True, text=True)
+    local += [f"{ip}:{port}" for ip in r.stdout.split() if "." in ip][:2]
+    for address in local:
+        st, _, doc = api(px, "POST", "/api/pools/gpu/backends", {"address": address})
+        assert st == 400 and "own listener" in doc["error"], (address, doc)
+    st, _, doc = api(px, "POST", "/api/pools/gpu/backends", {"address": f"192.0.2.1:{port}"})
+    assert st == 201, doc
+    env.finish()
