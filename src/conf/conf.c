@@ -176,6 +176,7 @@ void conf_free(struct conf *c)
 	free(c->user);
 	free(c->group);
 	free(c->trusted_proxies);
+	free(c->admin_backend_networks);
 	free(c->discovery.resolvers);
 	free(c->cluster.redis);
 	free(c->cluster.host);

@@ -331,6 +331,8 @@ struct conf_cluster {
 	unsigned timeout_ms; /* a connect or a sync's replies waited for this long at most */
 	char *key_prefix;    /* every Redis key starts with it; NULL: "accelnet:" */
 	char *password_file; /* AUTH with the password it holds; NULL: none */
+	/* live instances believed at most (Redis may count more) */
+	unsigned max_instances;
 };
 
 struct conf {
@@ -343,6 +345,9 @@ struct conf {
 	struct conf_listen admin;
 	char *admin_token_file; /* admin.token_file: its requests need this bearer token */
 	char *admin_state_file; /* admin.state_file: runtime changes kept here; NULL: none */
+	/* admin.backend_networks: where the admin API may add backends; none: anywhere */
+	struct net_cidr *admin_backend_networks;
+	size_t nadmin_backend_networks;
 	struct conf_timeouts timeouts;
 	struct conf_limits limits;
 	struct net_cidr *trusted_proxies; /* whose forwarding headers are believed */

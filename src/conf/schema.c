@@ -78,10 +78,27 @@ static int read_listen(struct rules_ctx *x, const struct rule *r, yaml_node_t *v
 			       sizeof(struct conf_listen), read_listen_item);
 }
 
+static int read_backend_network(struct rules_ctx *x, yaml_node_t *item, void *obj, size_t i)
+{
+	(void)i;
+	return rules_read_cidr(x, item, "admin: backend_networks", obj);
+}
+
+static int read_backend_networks(struct rules_ctx *x, const struct rule *r, yaml_node_t *v,
+				 void *field)
+{
+	struct conf *c = load_of(x)->conf;
+	(void)r, (void)field;
+	return rules_read_list(x, v, "admin: backend_networks", (void **)&c->admin_backend_networks,
+			       &c->nadmin_backend_networks, sizeof(struct net_cidr),
+			       read_backend_network);
+}
+
 static const struct rule admin_rules[] = {
     {"address", RULE_ADDR, offsetof(struct conf, admin), 0, 0, NULL, NULL},
     {"token_file", RULE_STR, offsetof(struct conf, admin_token_file), 0, 0, NULL, NULL},
     {"state_file", RULE_STR, offsetof(struct conf, admin_state_file), 0, 0, NULL, NULL},
+    {"backend_networks", RULE_SECTION, 0, 0, 0, NULL, read_backend_networks},
     RULES_END,
 };
 

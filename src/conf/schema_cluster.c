@@ -80,6 +80,8 @@ const struct rule schema_cluster_rules[] = {
     {"key_prefix", RULE_SECTION, offsetof(struct conf_cluster, key_prefix), 0, 0, NULL,
      read_key_prefix},
     {"password_file", RULE_STR, offsetof(struct conf_cluster, password_file), 0, 0, NULL, NULL},
+    {"max_instances", RULE_UINT, offsetof(struct conf_cluster, max_instances), 1, 100000, NULL,
+     NULL},
     RULES_END,
 };
 
@@ -87,6 +89,7 @@ void schema_cluster_defaults(struct conf *c)
 {
 	c->cluster.sync_ms = 100;
 	c->cluster.timeout_ms = 500;
+	c->cluster.max_instances = 64;
 }
 
 int schema_read_cluster(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)

@@ -4,6 +4,11 @@
  * The heap holds pointers to caller-owned timers; each timer remembers its slot so that
  * stopping or re-arming is O(log n) without a search. Slot 0 is unused so that "slot == 0"
  * means "not armed". The wake-up descriptor is an eventfd.
+ *
+ * Each turn's timer firing is a numbered pass; a timer records the pass number current when
+ * it was armed, and the pass stops at the first due timer armed during it. Deadlines are
+ * compared with the turn's cached time, so without that a timer re-arming itself at
+ * loop_now() would fire again and again within one pass and the descriptors would wait.
  */
 #include "core/loop.h"
 #include "core/check.h"
@@ -23,6 +28,7 @@ struct loop {
 	uint64_t now_ms;
 	struct loop_timer **heap; /* heap[1..nheap] */
 	uint32_t nheap, capheap;
+	uint32_t pass; /* the number of the timer pass running or last run */
 	struct epoll_event events[LOOP_BATCH];
 	int nevents, cursor;
 	struct loop_io wake_io;
@@ -154,6 +160,7 @@ void loop_timer_stop(struct loop *loop, struct loop_timer *t)
 
 void loop_timer_set(struct loop *loop, struct loop_timer *t, uint64_t deadline_ms)
 {
+	t->pass = loop->pass;
 	if (t->slot) {
 		uint64_t old = t->deadline_ms;
 		t->deadline_ms = deadline_ms;
@@ -176,10 +183,15 @@ void loop_timer_set(struct loop *loop, struct loop_timer *t, uint64_t deadline_m
 	heap_up(loop, t->slot);
 }
 
+/* Fire the due timers armed before this pass; one armed during it (and any due timer behind
+ * it in the heap) fires next turn, after the descriptors had their say. */
 static void loop_fire_timers(struct loop *loop)
 {
+	uint32_t pass = ++loop->pass;
 	while (loop->nheap && loop->heap[1]->deadline_ms <= loop->now_ms) {
 		struct loop_timer *t = loop->heap[1];
+		if (t->pass == pass)
+			break;
 		loop_timer_stop(loop, t);
 		t->fn(t);
 	}

@@ -11,7 +11,9 @@
  *   1. wait for readiness, at most until the nearest timer;
  *   2. dispatch every ready descriptor (an io deleted during the batch gets no further events,
  *      so an owner may free itself from its own callback once it has called loop_io_del);
- *   3. fire the timers that are due;
+ *   3. fire the timers that are due (a timer armed while they fire, even for a time already
+ *      past, waits for the next turn: a callback re-arming itself "at once" lets the loop
+ *      look at its descriptors in between, never spins inside one turn);
  *   4. run the after-turn hook (owners use it to flush work gathered during the turn).
  */
 #ifndef ACCELNET_CORE_LOOP_H
@@ -44,6 +46,7 @@ struct loop_io {
 struct loop_timer {
 	uint64_t deadline_ms;
 	uint32_t slot; /* index in the heap, 0 when not armed */
+	uint32_t pass; /* the loop's timer pass when it was armed (see loop.c) */
 	loop_timer_fn fn;
 };
 

@@ -94,25 +94,57 @@ void limits_settle_tokens(struct route_limits *l, uint64_t tenant, int64_t delta
 		ratelimit_adjust(&l->tokens, tenant ? tenant : 1, delta, now_us);
 }
 
-/* The count of <key>: its own slot, a free one (count 0) it claims, or a shared one. */
-static struct conc_slot *conc_slot_for(struct route_limits *l, uint64_t key)
+#define CONC_COUNT(w) ((uint32_t)(w))
+#define CONC_TAG(w) ((uint32_t)((w) >> 32))
+
+/* One more in <s>, whose word was <w>, if its count is below <cap>: 1 taken, 0 at the cap,
+ * -1 the word changed under us (*w reloaded; look again). */
+static int conc_count(struct conc_slot *s, uint64_t *w, uint64_t next, unsigned cap)
+{
+	if (CONC_COUNT(*w) >= cap)
+		return 0;
+	return atomic_compare_exchange_weak_explicit(&s->word, w, next, memory_order_acq_rel,
+						     memory_order_acquire)
+		   ? 1
+		   : -1;
+}
+
+/* One more request of the tenant tagged <tag> counted in its slot: 1 counted (*out the
+ * slot), 0 at its cap. Its own slot (its tag) first, else the first free one among its
+ * probes (claimed with the count in one step), else the least busy, shared. */
+static int conc_take(struct route_limits *l, uint64_t key, uint32_t tag, struct conc_slot **out)
 {
 	size_t h = (size_t)((key ^ (key >> 31)) * 0xbf58476d1ce4e5b9u >> 20);
-	struct conc_slot *least = NULL;
-	uint32_t least_count = UINT32_MAX;
-	for (unsigned i = 0; i < RL_PROBE; i++) {
-		struct conc_slot *s = &l->conc[(h + i) % LIMITS_CONC_SLOTS];
-		uint64_t k = atomic_load_explicit(&s->key, memory_order_acquire);
-		if (k == key)
-			return s;
-		uint32_t n = atomic_load_explicit(&s->count, memory_order_relaxed);
-		if ((k == 0 || n == 0) && atomic_compare_exchange_strong(&s->key, &k, key))
-			return s;
-		if (n < least_count)
-			least_count = n, least = s;
+	for (;;) {
+		struct conc_slot *own = NULL, *free_slot = NULL, *least = NULL;
+		uint64_t own_w = 0, free_w = 0, least_w = UINT64_MAX;
+		for (unsigned i = 0; i < RL_PROBE && !own; i++) {
+			struct conc_slot *s = &l->conc[(h + i) % LIMITS_CONC_SLOTS];
+			uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
+			if (CONC_TAG(w) == tag)
+				own = s, own_w = w;
+			else if (!CONC_COUNT(w) && !free_slot)
+				free_slot = s, free_w = w;
+			else if (CONC_COUNT(w) < CONC_COUNT(least_w))
+				least = s, least_w = w;
+		}
+		int rc;
+		if (own) {
+			rc = conc_count(own, &own_w, own_w + 1, l->concurrency);
+			*out = own;
+		} else if (free_slot) {
+			rc =
+			    conc_count(free_slot, &free_w, (uint64_t)tag << 32 | 1, l->concurrency);
+			*out = free_slot;
+		} else {
+			rc = conc_count(least, &least_w, least_w + 1, l->concurrency);
+			*out = least;
+			if (rc == 1)
+				atomic_fetch_add_explicit(&l->conc_shared, 1, memory_order_relaxed);
+		}
+		if (rc >= 0)
+			return rc;
 	}
-	atomic_fetch_add_explicit(&l->conc_shared, 1, memory_order_relaxed);
-	return least;
 }
 
 int limits_take_hold(struct route_limits *l, uint64_t tenant, struct conc_slot **hold,
@@ -121,12 +153,9 @@ int limits_take_hold(struct route_limits *l, uint64_t tenant, struct conc_slot *
 	*hold = NULL;
 	if (!l->concurrency)
 		return 0;
-	if (!tenant)
-		tenant = 1; /* 0 marks a slot never used */
-	struct conc_slot *s = conc_slot_for(l, tenant);
-	uint32_t n = atomic_fetch_add_explicit(&s->count, 1, memory_order_acq_rel);
-	if (n >= l->concurrency) {
-		atomic_fetch_sub_explicit(&s->count, 1, memory_order_release);
+	uint32_t tag = (uint32_t)(tenant ^ tenant >> 32);
+	struct conc_slot *s;
+	if (!conc_take(l, tenant, tag ? tag : 1, &s)) { /* tag 0 marks a slot never used */
 		why->what = "concurrency";
 		why->wait_us = 0;
 		why->st = (struct rl_state){.limit = l->concurrency, .remaining = 0, .reset_us = 0};
@@ -138,8 +167,8 @@ int limits_take_hold(struct route_limits *l, uint64_t tenant, struct conc_slot *
 
 void limits_release_hold(struct conc_slot *hold)
 {
-	if (hold)
-		atomic_fetch_sub_explicit(&hold->count, 1, memory_order_release);
+	if (hold) /* the count is at least 1 while held: the tag is never touched */
+		atomic_fetch_sub_explicit(&hold->word, 1, memory_order_release);
 }
 
 void limits_count_response(struct route_limits *l, struct limit_hold *h, const struct usage_scan *u,

@@ -7,10 +7,14 @@
  * admission reserves what the request may cost (its max_tokens and an estimate of its
  * prompt), and the end of the response settles it with what it did cost (the backend's
  * usage, or the streamed tokens counted), giving back the unused part or charging more.
- * The concurrency cap is a count per tenant in a fixed table like the buckets' (a key and
- * a count per slot, claimed when its count is 0): taken when a request passes the guard,
- * given back when its exchange ends, so a tenant at its cap is refused before it can queue
- * or take a slot.
+ * The concurrency cap is a count per tenant in a fixed table like the buckets': each slot is
+ * one word, the tenant's 32-bit tag beside its count, so that claiming a free slot (count 0)
+ * and counting in it are one compare-and-swap and a count is never made under another
+ * tenant's tag. A tenant counts in the slot its tag holds among its probes, else claims the
+ * first free one; only when all its probes are held by others does it share the least busy
+ * (counted in conc_shared; so do two tenants whose tags agree, one pair in 2^32). Taken when a
+ * request passes the guard, given back when its exchange ends, so a tenant at its cap is refused
+ * before it can queue or take a slot.
  *
  * Each check says what refused it and how the bucket stands, for the X-RateLimit-Limit,
  * -Remaining and -Reset headers of the 429.
@@ -28,8 +32,7 @@
 #define LIMITS_CONC_SLOTS 16384
 
 struct conc_slot {
-	_Atomic uint64_t key;
-	_Atomic uint32_t count;
+	_Atomic uint64_t word; /* tag << 32 | count */
 };
 
 struct route_limits {

@@ -63,6 +63,11 @@ void rlsync_apply(struct ratelimit *rl, const struct rlsync_item *it, uint64_t d
 							memory_order_relaxed));
 }
 
+uint64_t rlsync_debt_floor(uint64_t last_tat_us, uint64_t now_us, int64_t cost_us)
+{
+	return rlsync_charge(last_tat_us, now_us, cost_us) - now_us;
+}
+
 void rlsync_discard(struct ratelimit *rl)
 {
 	for (size_t i = 0; i < RL_SLOTS; i++)

@@ -32,6 +32,9 @@
  * bucket has refilled is charged from then (never earlier), so lag errs towards refusing,
  * and only for a bucket that was full.
  *
+ * The store is believed to count, not trusted to: rlsync_debt_floor() is the least debt an
+ * honest store can answer for a request rate, given its last answer and what was sent since.
+ *
  * While the store is away no count is kept for it (rlsync_discard: the next sync starts
  * afresh, rather than charging an outage's worth at once), and each instance enforces 1/N of
  * each limit (rlsync_set_instances), N the instances the store last counted.
@@ -80,6 +83,16 @@ uint64_t rlsync_charge(uint64_t tat, uint64_t now_us, int64_t cost_us);
  */
 void rlsync_apply(struct ratelimit *rl, const struct rlsync_item *it, uint64_t debt_us, unsigned n,
 		  uint64_t now_us);
+
+/*
+ * The least debt an honest store can answer for a key of a request rate whose shared TAT
+ * was <last_tat_us> (on our clock: the previous answer's debt added to when it came; 0: none
+ * known), charged <cost_us> by us at <now_us>: others' charges only add (a request rate is
+ * never given back). So that a store that forgets (a writer deleting the keys, one answering
+ * 0) cannot hand an instance more than it would take alone: rlsync_charge() of the last
+ * TAT, less now.
+ */
+uint64_t rlsync_debt_floor(uint64_t last_tat_us, uint64_t now_us, int64_t cost_us);
 
 /* The store is away: forget every count (nothing of this time is carried to it later). */
 void rlsync_discard(struct ratelimit *rl);

@@ -7,6 +7,7 @@
 #include "obs/kvevent.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <string.h>
 
 #define MAX_DEPTH 32 /* nesting skipped at most; KVEventBatch needs 3 */
@@ -123,6 +124,25 @@ static int read_bytes(struct cur *c, const uint8_t **s, size_t *len)
 	return 0;
 }
 
+/* Past one integer, the common element of a long array (token ids): 0, or -1 when the
+ * next value is not an integer whose bytes are all there (nothing is taken then). */
+static int skip_int(struct cur *c)
+{
+	static const uint8_t width[8] = {1, 2, 4, 8, 1, 2, 4, 8}; /* 0xcc..0xd3 */
+	uint8_t t = left(c) ? c->p[c->i] : 0xc1;
+	size_t k;
+	if (t <= 0x7f || t >= 0xe0)
+		k = 0;
+	else if (t >= 0xcc && t <= 0xd3)
+		k = width[t - 0xcc];
+	else
+		return -1;
+	if (left(c) < 1 + k)
+		return -1;
+	c->i += 1 + k;
+	return 0;
+}
+
 /* Past one value of any kind. */
 static int skip(struct cur *c, int depth)
 {
@@ -140,7 +160,7 @@ static int skip(struct cur *c, int depth)
 		if (read_array(c, &n) < 0)
 			return -1;
 		for (uint64_t k = 0; k < n; k++)
-			if (skip(c, depth + 1) < 0)
+			if (skip_int(c) < 0 && skip(c, depth + 1) < 0)
 				return -1;
 		return 0;
 	}
@@ -338,31 +358,62 @@ static int read_event(struct cur *c, struct kvevent_batch *b)
 	return 0;
 }
 
-int kvevent_decode(const void *buf, size_t len, struct kvevent_batch *b)
+int kvevent_decode_part(const void *buf, size_t len, struct kvevent_cursor *k,
+			struct kvevent_batch *b, size_t bytes)
 {
-	struct cur c = {.p = buf, .n = len};
-	uint64_t fields, nev;
+	struct cur c = {.p = buf, .n = len, .i = k->at};
 	b->nev = 0;
 	b->nhash = 0;
 	if (b->hash_cap > UINT32_MAX)
 		b->hash_cap = UINT32_MAX;
 	int rc = -EBADMSG;
-	if (read_array(&c, &fields) < 0 || fields < 2 || read_float(&c, &b->ts) < 0 ||
-	    read_array(&c, &nev) < 0)
-		goto fail;
-	for (uint64_t k = 0; k < nev; k++)
-		if ((rc = read_event(&c, b)) < 0)
+	if (!k->begun) {
+		if (read_array(&c, &k->fields) < 0 || k->fields < 2 || read_float(&c, &b->ts) < 0 ||
+		    read_array(&c, &k->events) < 0)
 			goto fail;
+		k->begun = 1;
+	}
+	size_t start = c.i;
+	while (k->events) {
+		size_t at = c.i, nev = b->nev, nhash = b->nhash;
+		if (at > start && at - start >= bytes)
+			goto more;
+		if ((rc = read_event(&c, b)) < 0) {
+			if (rc != -E2BIG || at == start)
+				goto fail;
+			c.i = at; /* no room left in this part: the event starts the next */
+			b->nev = nev;
+			b->nhash = nhash;
+			goto more;
+		}
+		k->events--;
+	}
 	rc = -EBADMSG;
-	for (uint64_t k = 2; k < fields; k++) /* data_parallel_rank, and what may follow */
+	for (uint64_t f = 2; f < k->fields; f++) /* data_parallel_rank, and what may follow */
 		if (skip(&c, 1) < 0)
 			goto fail;
 	if (left(&c))
 		goto fail; /* bytes after the batch */
+	k->at = c.i;
 	return 0;
+more:
+	k->at = c.i;
+	return 1;
 fail:
 	b->nev = 0;
 	b->nhash = 0;
+	return rc;
+}
+
+int kvevent_decode(const void *buf, size_t len, struct kvevent_batch *b)
+{
+	struct kvevent_cursor k = {0};
+	int rc = kvevent_decode_part(buf, len, &k, b, SIZE_MAX);
+	if (rc == 1) { /* the room filled before the batch's end */
+		b->nev = 0;
+		b->nhash = 0;
+		rc = -E2BIG;
+	}
 	return rc;
 }
 

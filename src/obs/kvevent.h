@@ -55,6 +55,26 @@ struct kvevent_batch {
  */
 int kvevent_decode(const void *buf, size_t len, struct kvevent_batch *b);
 
+/* Where a decoding in parts stands; zero-initialised before the first part. */
+struct kvevent_cursor {
+	size_t at;	 /* bytes of the payload read so far */
+	uint64_t events; /* events still to read */
+	uint64_t fields; /* the batch's fields (2 and what follows) */
+	int begun;	 /* the batch's head was read */
+};
+
+/*
+ * The next part of payload <buf>[0..len) into <b> (nev and nhash set anew): whole events,
+ * until about <bytes> more of the payload were read (at least one event) or <b>'s room is
+ * full, from where <k> stands. 1 when more is to come (call again with the same <k>); 0 when
+ * the batch was read to its end (this part may hold events); -EBADMSG when it is not a
+ * KVEventBatch, -E2BIG when one event holds more hashes than <b> has room for (then <b>
+ * holds nothing of this part; what earlier parts gave was whole events of the batch). So a
+ * large batch is taken a bounded piece at a time.
+ */
+int kvevent_decode_part(const void *buf, size_t len, struct kvevent_cursor *k,
+			struct kvevent_batch *b, size_t bytes);
+
 /* The sequence number frame: 8 bytes, big-endian. 0, or -EBADMSG for another length. */
 int kvevent_seq(const void *buf, size_t len, uint64_t *seq);
 

@@ -234,7 +234,9 @@ static void call_add(struct adminapi *api, struct hsrv_conn *c, const struct api
 	if (read_uint(c, doc, "weight", 1, MANAGE_WEIGHT_MAX, &weight, &given) < 0 ||
 	    read_uint(c, doc, "max_concurrency", 0, MANAGE_CAP_MAX, &cap, &given) < 0)
 		goto out;
-	int rc = manage_add(p, addr, weight, cap, who, &b, err, sizeof(err));
+	int rc = manage_check_address(api->rt->conf, addr, err, sizeof(err));
+	if (!rc)
+		rc = manage_add(p, addr, weight, cap, who, &b, err, sizeof(err));
 	if (rc < 0)
 		reply_error(c, status_of(rc), "", err);
 	else

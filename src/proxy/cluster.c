@@ -4,7 +4,8 @@
  * replies are parsed by hiredis, never here.
  *
  * One sync is one pipeline: EVALSHA of the members script (this instance's id scored with
- * an expiry in a sorted set, the expired taken out, the set's size answered), then EVALSHA
+ * an expiry in a sorted set, the expired taken out and so are entries expiring later than any
+ * instance's would, the set's size answered, believed up to cluster.max_instances), then EVALSHA
  * of the charge script for every key collected from every shared limit (guard/rlsync.h:
  * the key's shared TAT moved by the cost sent, its debt answered). Both scripts read Redis's
  * own clock (TIME), so the instances' clocks never meet; what comes back is a duration.
@@ -13,8 +14,15 @@
  * instances sharing a Redis are meant to share one config.
  *
  * A reply that is no integer, an error, a timeout or a lost connection ends the sync: the
- * connection is dropped and the counts it carried are lost (as while Redis is away). A
- * Redis that restarted empty has forgotten its buckets: every bucket is full again, once.
+ * connection is dropped and the counts it carried are lost (as while Redis is away).
+ *
+ * What Redis answers is believed only as far as it cannot loosen a limit beyond what each
+ * instance would enforce alone: a request rate's debt is never taken below the last one
+ * answered for that key, less the time since, plus what this instance sent (its shared TAT
+ * as last seen is kept per slot, on this thread: 16 bytes a slot, 1 MiB a limit), so a Redis that
+ * restarted empty, or whose keys a writer deletes, hands no instance a fresh burst (a token budget
+ * has no such floor: any instance gives tokens back). The live set's count is believed up to
+ * cluster.max_instances. docs/security.md says what a Redis writer can and cannot do.
  */
 #include "proxy/cluster.h"
 #include "core/clock.h"
@@ -56,20 +64,34 @@ static const char CHARGE_LUA[] = "local t = redis.call('TIME')\n"
 				 "           math.floor((tat - now) / 1000) + 1000)\n"
 				 "return tat - now\n";
 
-/* KEYS[1]: the live set; ARGV[1]: this instance; ARGV[2]: how long it counts, in ms. */
+/* The longest an instance's entry in the live set may count (its expiry ahead of Redis's
+ * clock): 3 x sync_ms + 2 x timeout_ms + 1 s at the largest values the config allows. An
+ * entry further ahead was written by no instance. */
+#define MEMBER_TTL_MAX_MS (3 * 10000 + 2 * 60000 + 1000)
+
+/* KEYS[1]: the live set; ARGV[1]: this instance; ARGV[2]: how long it counts, in ms;
+ * ARGV[3]: MEMBER_TTL_MAX_MS. Entries expired or further ahead than any instance writes
+ * are taken out; the count answered is of those left. */
 static const char MEMBERS_LUA[] =
     "local t = redis.call('TIME')\n"
     "local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "redis.call('ZADD', KEYS[1], ms + tonumber(ARGV[2]), ARGV[1])\n"
     "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ms)\n"
-    "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+    "redis.call('ZREMRANGEBYSCORE', KEYS[1], '(' .. (ms + tonumber(ARGV[3])), '+inf')\n"
+    "redis.call('PEXPIRE', KEYS[1], ARGV[3])\n"
     "return redis.call('ZCARD', KEYS[1])\n";
+
+/* What the store last said of the key in a slot: its shared TAT, on our clock. */
+struct shared_seen {
+	uint64_t key, tat_us;
+};
 
 /* One shared limit of one route. */
 struct shared_limit {
 	struct ratelimit *rl;
 	char prefix[KEY_MAX - 20]; /* its keys, less the 16 hex digits */
 	size_t cursor;		   /* where the next collect goes on */
+	struct shared_seen *seen;  /* RL_SLOTS for a request rate (its debt's floor), or NULL */
 };
 
 /* A balance: llm pool whose backends learn from routing: its stream, read up to <last_id>. */
@@ -380,13 +402,58 @@ static int next_reply(struct cluster *c, redisReply **r)
 	return 0;
 }
 
+/* The live instances Redis counts (<n>), as far as they are believed: at least 1 (this one),
+ * at most cluster.max_instances (a count past it is said, once a minute). */
+static unsigned believed(struct cluster *c, long long n)
+{
+	if (n < 1)
+		return 1;
+	if (n > (long long)c->conf->max_instances) {
+		log_warn_every(60000,
+			       "cluster: Redis counts %lld live instances, more than "
+			       "cluster.max_instances; %u believed (is something else writing %s?)",
+			       n, c->conf->max_instances, c->members);
+		return c->conf->max_instances;
+	}
+	return (unsigned)n;
+}
+
+/* The store answered <debt_us> for item <i>: merged into its bucket. A request rate's debt
+ * is never taken below what the store said last, less the time since, plus what we sent
+ * (rlsync_debt_floor): a store that forgets gives an instance no more than it has alone. */
+static void apply_debt(struct cluster *c, size_t i, uint64_t debt_us)
+{
+	struct shared_limit *l = c->item_lim[i];
+	const struct rlsync_item *it = &c->items[i];
+	uint64_t now_us = clock_now_ns() / 1000;
+	if (l->seen) {
+		struct shared_seen *s = &l->seen[it->slot - l->rl->slots];
+		uint64_t floor = rlsync_debt_floor(s->key == it->key ? s->tat_us : 0, now_us,
+						   rlsync_cost_us(l->rl, it->units));
+		/* (a little under it is the time a reply takes; far under it, a forgetful store) */
+		if (debt_us + 1000ull * (c->conf->sync_ms + c->conf->timeout_ms) < floor)
+			log_warn_every(60000,
+				       "cluster: Redis answered a debt of %llu us for %s%016llx, "
+				       "%llu us less than this instance alone has sent: the key "
+				       "was lost (deleted, a Redis restart?); the debt is kept",
+				       (unsigned long long)debt_us, l->prefix,
+				       (unsigned long long)it->key,
+				       (unsigned long long)(floor - debt_us));
+		if (debt_us < floor)
+			debt_us = floor;
+		s->key = it->key;
+		s->tat_us = now_us + debt_us;
+	}
+	rlsync_apply(l->rl, it, debt_us, c->instances, now_us);
+}
+
 /* One sync: the live set, every collected key, the prompts' prefixes sent and the others'
  * read, in one pipeline. */
 static int sync_once(struct cluster *c)
 {
 	uint64_t now_us = clock_now_ns() / 1000;
-	redisAppendCommand(c->redis, "EVALSHA %s 1 %s %s %u", c->members_sha, c->members, c->id,
-			   c->member_ttl_ms);
+	redisAppendCommand(c->redis, "EVALSHA %s 1 %s %s %u %u", c->members_sha, c->members, c->id,
+			   c->member_ttl_ms, (unsigned)MEMBER_TTL_MAX_MS);
 	size_t n = append_limits(c, now_us);
 	size_t sent = append_prefixes(c);
 	size_t total = 1 + n + sent + (c->npools ? 1 : 0);
@@ -401,15 +468,13 @@ static int sync_once(struct cluster *c)
 		}
 		if (k == 0) {
 			unsigned was = c->instances;
-			c->instances =
-			    r->integer > 0 && r->integer < 1000000 ? (unsigned)r->integer : 1;
+			c->instances = believed(c, r->integer);
 			atomic_store(&c->stats.instances, c->instances);
 			if (c->state == 1 && was != c->instances)
 				tell_limits(c, 1);
 		} else if (k <= n) {
 			long long v = r->integer;
-			rlsync_apply(c->item_lim[k - 1]->rl, &c->items[k - 1],
-				     v > 0 ? (uint64_t)v : 0, c->instances, clock_now_ns() / 1000);
+			apply_debt(c, k - 1, v > 0 ? (uint64_t)v : 0);
 		} else if (k == total - 1 && c->npools) {
 			take_streams(c, r);
 		}
@@ -475,10 +540,14 @@ static void *cluster_main(void *arg)
 	return NULL;
 }
 
-static void add_limit(struct cluster *c, struct ratelimit *rl, const struct conf *conf, size_t i,
-		      const char *what)
+static int add_limit(struct cluster *c, struct ratelimit *rl, const struct conf *conf, size_t i,
+		     const char *what)
 {
 	struct shared_limit *l = &c->lim[c->nlim++];
+	/* a request rate's debt has a floor; tokens are given back, by any instance: none */
+	if (strcmp(what, "tokens_per_minute") != 0 &&
+	    !(l->seen = calloc(RL_SLOTS, sizeof(*l->seen))))
+		return -ENOMEM;
 	const char *prefix = conf->cluster.key_prefix ? conf->cluster.key_prefix : "accelnet:";
 	l->rl = rl;
 	l->cursor = 0;
@@ -488,6 +557,7 @@ static void add_limit(struct cluster *c, struct ratelimit *rl, const struct conf
 	else
 		snprintf(l->prefix, sizeof(l->prefix), "%srl:%zu:%s:", prefix, i, what);
 	rl->synced = 1;
+	return 0;
 }
 
 static void cluster_free(struct cluster *c)
@@ -496,6 +566,8 @@ static void cluster_free(struct cluster *c)
 		free(c->pools[i].cursor);
 	free(c->pools);
 	free(c->argv);
+	for (size_t i = 0; c->lim && i < c->nlim; i++)
+		free(c->lim[i].seen);
 	free(c->lim);
 	free(c->items);
 	free(c->item_lim);
@@ -549,14 +621,20 @@ int cluster_start(const struct conf *conf, struct runtime *rt, struct route_limi
 	}
 	c->conf = &conf->cluster;
 	c->state = -1;
-	for (size_t i = 0; i < conf->nroutes; i++) {
+	int rc = 0;
+	for (size_t i = 0; i < conf->nroutes && !rc; i++) {
 		struct route_limits *l = &limits[i];
 		if (l->has_tenant)
-			add_limit(c, &l->tenant, conf, i, "per_tenant");
-		if (l->has_route)
-			add_limit(c, &l->route, conf, i, "per_route");
-		if (l->has_tokens)
-			add_limit(c, &l->tokens, conf, i, "tokens_per_minute");
+			rc = add_limit(c, &l->tenant, conf, i, "per_tenant");
+		if (!rc && l->has_route)
+			rc = add_limit(c, &l->route, conf, i, "per_route");
+		if (!rc && l->has_tokens)
+			rc = add_limit(c, &l->tokens, conf, i, "tokens_per_minute");
+	}
+	if (rc < 0) {
+		log_error("cluster: out of memory");
+		cluster_free(c);
+		return -ENOMEM;
 	}
 	const char *prefix = conf->cluster.key_prefix ? conf->cluster.key_prefix : "accelnet:";
 	snprintf(c->members, sizeof(c->members), "%sinstances", prefix);
@@ -579,7 +657,7 @@ int cluster_start(const struct conf *conf, struct runtime *rt, struct route_limi
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&c->cv, &ca);
 	pthread_condattr_destroy(&ca);
-	int rc = pthread_create(&c->thread, NULL, cluster_main, c);
+	rc = pthread_create(&c->thread, NULL, cluster_main, c);
 	if (rc) {
 		log_error("cluster: cannot start its thread: %s", strerror(rc));
 		pthread_cond_destroy(&c->cv);

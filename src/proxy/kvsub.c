@@ -2,15 +2,32 @@
  * kvsub.c - the subscribers behind kvsub.h. ZeroMQ does the connecting, reconnecting and
  * framing on its own I/O thread; what reaches this loop is ZMQ_FD, a descriptor that turns
  * readable when the socket's state may have changed, edge-style: on each wake-up we read
- * ZMQ_EVENTS and take messages until it shows none, a bounded number per turn (the rest
- * wait for a timer set at once, so one busy engine cannot hold the loop). A slow timer also
- * looks at every socket now and then, in case an edge was missed.
+ * ZMQ_EVENTS and take messages until it shows none, or until a turn's budget is spent:
+ * MSGS_PER_TURN messages or BYTES_PER_TURN bytes of payload decoded. A large batch is
+ * decoded and applied in parts of whole events (kvevent_decode_part), about a turn's bytes
+ * each, so no one message holds the loop either; the rest of it waits with the socket's
+ * other messages. What is left waits for the look timer, set REST_FACTOR times as far ahead
+ * as taking the budget took, and at least REST_MIN_MS, and until it has run the descriptors'
+ * wake-ups leave the sockets to it: so a publisher flooding large batches gets at most about
+ * a quarter of the main thread and BYTES_PER_TURN per REST_MIN_MS (100 MiB/s; an engine's
+ * batches are kilobytes), and the health checks, the admin API and the rest of the main
+ * thread keep their turns (what cannot be taken waits in ZeroMQ's queue, then the
+ * publisher's, which drops: a gap, and the index is cleared). A slow timer also looks at
+ * every socket now and then, in case an edge was missed.
+ *
+ * Memory: ZeroMQ holds at most RCV_HWM messages of at most MAX_MSG bytes per socket (what
+ * arrives beyond that waits in the kernel and the publisher's queue), and the decoder's
+ * room is fixed: a flood costs at most RCV_HWM * MAX_MSG per backend.
  *
  * A message is [topic, seq, payload]: anything else is malformed. The topic is not looked
  * at (we subscribe to all). ZMQ_MAXMSGSIZE bounds a payload, and the decoder's room bounds
- * a batch's events and hashes; a batch over that room is dropped as malformed.
+ * a part's events and hashes; one event with more hashes than that room makes the message
+ * malformed. A part applied before the rest is found malformed stays applied until the
+ * index is cleared, which a malformed message always does; a lost connection drops the rest
+ * of a message being taken (the index is cleared then too).
  */
 #include "proxy/kvsub.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "obs/kvevent.h"
 #include "policy/prefix_index.h"
@@ -21,14 +38,17 @@
 #include <string.h>
 #include <zmq.h>
 
-#define MSGS_PER_TURN 256     /* messages taken from one socket per wake-up */
-#define MAX_MSG (16ll << 20)  /* a bigger message makes ZeroMQ drop the connection */
-#define RCV_HWM 64	      /* messages ZeroMQ holds for us (1000 by default: 16 GiB) */
-#define BATCH_EVENTS 4096     /* events of one batch, at most */
-#define BATCH_HASHES 65536    /* block hashes of one batch, at most */
-#define LOOK_MS 1000	      /* the slow look at every socket */
-#define RECONNECT_MS 500      /* ZeroMQ's first wait before reconnecting */
-#define RECONNECT_MAX_MS 5000 /* ... and its longest */
+#define MSGS_PER_TURN 256	  /* messages taken from all sockets per turn */
+#define BYTES_PER_TURN (1u << 20) /* ... and payload bytes */
+#define MAX_MSG (16ll << 20)	  /* a bigger message makes ZeroMQ drop the connection */
+#define RCV_HWM 8		  /* messages ZeroMQ holds for us (1000 by default: 16 GiB) */
+#define BATCH_EVENTS 4096	  /* events of one batch, at most */
+#define BATCH_HASHES 65536	  /* block hashes of one batch, at most */
+#define REST_FACTOR 3		  /* a spent budget rests 3 times as long as it took */
+#define REST_MIN_MS 10		  /* ... and at least this long */
+#define LOOK_MS 1000		  /* the slow look at every socket */
+#define RECONNECT_MS 500	  /* ZeroMQ's first wait before reconnecting */
+#define RECONNECT_MAX_MS 5000	  /* ... and its longest */
 
 struct kvsub_one {
 	struct loop_io io;     /* the SUB socket's ZMQ_FD */
@@ -39,6 +59,9 @@ struct kvsub_one {
 	uint64_t next_seq;
 	int counting;  /* next_seq is known: a message came since the last connect */
 	int connected; /* the monitor said connected at least once */
+	int busy;      /* <payload> is being taken in parts, <cur> where it stands */
+	zmq_msg_t payload;
+	struct kvevent_cursor cur;
 };
 
 struct kvsub {
@@ -48,6 +71,9 @@ struct kvsub {
 	size_t n;
 	struct kvevent_batch batch;
 	struct loop_timer look;
+	int backlog;	      /* a turn's budget was spent: the look timer takes the rest */
+	size_t next;	      /* the socket the look timer serves first */
+	unsigned msgs, bytes; /* what this turn took so far */
 };
 
 /* The index of <s>'s backend no longer mirrors its engine. */
@@ -83,6 +109,35 @@ static void apply(struct kvsub_one *s, const struct kvevent_batch *b)
 	}
 }
 
+/* <s>'s payload is taken (or given up): the next message may come. */
+static void done(struct kvsub_one *s)
+{
+	zmq_msg_close(&s->payload);
+	zmq_msg_init(&s->payload);
+	s->busy = 0;
+}
+
+/* The next part of <s>'s payload, within what is left of the turn's bytes: applied. Events
+ * of a batch found malformed further on were applied already: the index is cleared then, as
+ * for any malformed message. */
+static void feed(struct kvsub_one *s)
+{
+	struct kvsub *k = s->k;
+	size_t was = s->cur.at;
+	int rc = kvevent_decode_part(zmq_msg_data(&s->payload), zmq_msg_size(&s->payload), &s->cur,
+				     &k->batch, BYTES_PER_TURN - k->bytes);
+	k->bytes += (unsigned)(s->cur.at - was);
+	if (rc < 0) {
+		malformed(s, rc == -E2BIG ? "an event with more block hashes than a batch may hold"
+					  : "the payload is not a KVEventBatch");
+		done(s);
+		return;
+	}
+	apply(s, &k->batch);
+	if (rc == 0)
+		done(s);
+}
+
 /* One message of frames <f>[0..nf) (nf is 4 when there were more than 3). */
 static void take(struct kvsub_one *s, zmq_msg_t *f, int nf)
 {
@@ -99,13 +154,10 @@ static void take(struct kvsub_one *s, zmq_msg_t *f, int nf)
 	}
 	s->counting = 1;
 	s->next_seq = seq + 1;
-	int rc = kvevent_decode(zmq_msg_data(&f[2]), zmq_msg_size(&f[2]), &s->k->batch);
-	if (rc < 0) {
-		malformed(s, rc == -E2BIG ? "more events or block hashes than a batch may hold"
-					  : "the payload is not a KVEventBatch");
-		return;
-	}
-	apply(s, &s->k->batch);
+	zmq_msg_move(&s->payload, &f[2]);
+	s->cur = (struct kvevent_cursor){0};
+	s->busy = 1;
+	feed(s);
 }
 
 /* Read one whole message: 1 taken, 0 none waiting, -1 the socket failed. */
@@ -137,10 +189,20 @@ out:
 	return rc;
 }
 
-/* Take what waits on <s>'s socket, up to MSGS_PER_TURN; 1 when more may wait. */
+static int spent(const struct kvsub *k)
+{
+	return k->msgs >= MSGS_PER_TURN || k->bytes >= BYTES_PER_TURN;
+}
+
+/* Take what waits on <s>'s socket, within the turn's budget; 1 when more may wait. */
 static int drain(struct kvsub_one *s)
 {
-	for (int i = 0; i < MSGS_PER_TURN; i++) {
+	while (!spent(s->k)) {
+		if (s->busy) {
+			feed(s);
+			continue;
+		}
+		s->k->msgs++;
 		int rc = take_one(s);
 		if (rc < 0)
 			log_warn_every(10000, "KV events of backend %s: %s", s->be->name,
@@ -170,6 +232,8 @@ static void watch(struct kvsub_one *s)
 			(void)zmq_msg_recv(&addr, s->mon, ZMQ_DONTWAIT);
 		zmq_msg_close(&ev);
 		zmq_msg_close(&addr);
+		if (s->busy && (what == ZMQ_EVENT_CONNECTED || what == ZMQ_EVENT_DISCONNECTED))
+			done(s); /* the rest of a message from before: its thread is lost */
 		if (what == ZMQ_EVENT_CONNECTED) {
 			if (s->connected)
 				log_info("KV events of backend %s: connected again", s->be->name);
@@ -195,7 +259,7 @@ static int service(struct kvsub_one *s)
 	if (pending(s->mon))
 		watch(s);
 	int more = 0;
-	while (pending(s->sock))
+	while (s->busy || pending(s->sock))
 		if ((more = drain(s)))
 			break;
 	if (pending(s->mon))
@@ -203,29 +267,57 @@ static int service(struct kvsub_one *s)
 	return more;
 }
 
+/* A turn's budget, begun at <t0>, was spent: the rest waits for the look timer, REST_FACTOR
+ * times as long as this took and at least REST_MIN_MS, so that the events take at most
+ * about a quarter of the thread. */
+static void later(struct kvsub *k, uint64_t t0)
+{
+	uint64_t now = clock_now_ms(), rest = now > t0 ? REST_FACTOR * (now - t0) : 0;
+	k->backlog = 1;
+	loop_timer_set(k->loop, &k->look, now + (rest > REST_MIN_MS ? rest : REST_MIN_MS));
+}
+
+/* A wake-up of <s>'s socket or monitor: served now with a budget of its own, unless a
+ * backlog waits for the look timer (which then serves every socket, the one that spent its
+ * budget last); a wake-up that spends its budget hands the rest to the timer. */
+static void wake(struct kvsub_one *s)
+{
+	struct kvsub *k = s->k;
+	if (k->backlog)
+		return;
+	uint64_t t0 = clock_now_ms();
+	k->msgs = k->bytes = 0;
+	if (service(s))
+		later(k, t0);
+}
+
 static void on_io(struct loop_io *io, unsigned events)
 {
 	(void)events;
-	struct kvsub_one *s = container_of(io, struct kvsub_one, io);
-	if (service(s))
-		loop_timer_set(s->k->loop, &s->k->look, loop_now(s->k->loop));
+	wake(container_of(io, struct kvsub_one, io));
 }
 
 static void on_mon_io(struct loop_io *io, unsigned events)
 {
 	(void)events;
-	struct kvsub_one *s = container_of(io, struct kvsub_one, mon_io);
-	if (service(s))
-		loop_timer_set(s->k->loop, &s->k->look, loop_now(s->k->loop));
+	wake(container_of(io, struct kvsub_one, mon_io));
 }
 
 static void on_look(struct loop_timer *t)
 {
 	struct kvsub *k = container_of(t, struct kvsub, look);
-	int more = 0;
-	for (size_t i = 0; i < k->n; i++)
-		more |= service(&k->subs[i]);
-	loop_timer_set(k->loop, t, loop_now(k->loop) + (more ? 0 : LOOK_MS));
+	uint64_t t0 = clock_now_ms();
+	k->msgs = k->bytes = 0;
+	for (size_t i = 0; i < k->n; i++) {
+		size_t j = (k->next + i) % k->n;
+		if (service(&k->subs[j])) {
+			k->next = (j + 1) % k->n; /* the others first next time */
+			later(k, t0);
+			return;
+		}
+	}
+	k->backlog = 0;
+	loop_timer_set(k->loop, t, loop_now(k->loop) + LOOK_MS);
 }
 
 static int zmq_err(void)
@@ -302,6 +394,7 @@ int kvsub_start(struct loop *loop, struct runtime *rt, struct kvsub **out)
 					.be = be,
 					.io = {.fd = -1, .fn = on_io},
 					.mon_io = {.fd = -1, .fn = on_mon_io}};
+		zmq_msg_init(&s->payload);
 		if ((rc = subscribe(k, s, i)) < 0) {
 			log_error("KV events of backend %s: cannot subscribe to %s: %s", be->name,
 				  be->conf->kv_events, strerror(-rc));
@@ -333,6 +426,7 @@ void kvsub_stop(struct kvsub *k)
 		}
 		if (s->mon)
 			zmq_close(s->mon);
+		zmq_msg_close(&s->payload);
 	}
 	if (k->ctx)
 		zmq_ctx_term(k->ctx);

@@ -14,6 +14,8 @@
 #include "proxy/admission.h"
 
 #include <errno.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +27,108 @@ int manage_parse_address(const char *text, struct net_addr *out, char *canon, si
 	if (rc == 0)
 		net_addr_format((const struct sockaddr *)&out->ss, canon, canon_len);
 	return rc;
+}
+
+/* The port of <a>, and its host as an IPv4 address (mapped ones too) or IPv6 in <host>
+ * (16 bytes); the family, AF_INET or AF_INET6. */
+static int host_of(const struct sockaddr *sa, uint8_t *host, unsigned *port)
+{
+	static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+		memcpy(host, &in->sin_addr, 4);
+		if (port)
+			*port = ntohs(in->sin_port);
+		return AF_INET;
+	}
+	const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+	if (port)
+		*port = ntohs(in6->sin6_port);
+	if (memcmp(&in6->sin6_addr, mapped, sizeof(mapped)) == 0) {
+		memcpy(host, (const uint8_t *)&in6->sin6_addr + 12, 4);
+		return AF_INET;
+	}
+	memcpy(host, &in6->sin6_addr, 16);
+	return AF_INET6;
+}
+
+/* Is the host <h> of family <fam> this machine: loopback, unspecified, or an address of one
+ * of its interfaces? */
+static int host_is_local(int fam, const uint8_t *h)
+{
+	static const uint8_t zero[16], one[16] = {[15] = 1};
+	if (fam == AF_INET && (h[0] == 127 || memcmp(h, zero, 4) == 0))
+		return 1;
+	if (fam == AF_INET6 && (memcmp(h, zero, 16) == 0 || memcmp(h, one, 16) == 0))
+		return 1;
+	struct ifaddrs *ifs = NULL;
+	int local = 0;
+	if (getifaddrs(&ifs) < 0)
+		return 0;
+	for (struct ifaddrs *i = ifs; i && !local; i = i->ifa_next) {
+		uint8_t ih[16];
+		if (!i->ifa_addr ||
+		    (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
+			continue;
+		int ifam = host_of(i->ifa_addr, ih, NULL);
+		local = ifam == fam && memcmp(ih, h, fam == AF_INET ? 4 : 16) == 0;
+	}
+	freeifaddrs(ifs);
+	return local;
+}
+
+/* Does a connection to <to> reach the socket listening on <own>? */
+static int reaches(const struct net_addr *own, const struct net_addr *to)
+{
+	uint8_t oh[16], th[16];
+	static const uint8_t zero[16];
+	unsigned op, tp;
+	int ofam = host_of((const struct sockaddr *)&own->ss, oh, &op);
+	int tfam = host_of((const struct sockaddr *)&to->ss, th, &tp);
+	if (op != tp)
+		return 0;
+	if (memcmp(oh, zero, ofam == AF_INET ? 4 : 16) == 0) /* a wildcard listener */
+		return host_is_local(tfam, th);
+	if (ofam == tfam && memcmp(oh, th, ofam == AF_INET ? 4 : 16) == 0)
+		return 1;
+	return memcmp(th, zero, tfam == AF_INET ? 4 : 16) == 0 && host_is_local(ofam, oh);
+}
+
+int manage_check_address(const struct conf *conf, const char *address, char *err, size_t errlen)
+{
+	struct net_addr a;
+	char canon[64];
+	const char *why;
+	if (manage_parse_address(address, &a, canon, sizeof(canon), &why) < 0) {
+		snprintf(err, errlen, "address '%.100s': %s", address, why);
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < conf->nlistens; i++)
+		if (reaches(&conf->listens[i].addr, &a)) {
+			snprintf(err, errlen,
+				 "address %s is this proxy's own listener %s: refused (a backend "
+				 "must be another server)",
+				 canon, conf->listens[i].address);
+			return -EINVAL;
+		}
+	if (conf->nadmin_backend_networks &&
+	    !net_cidr_match(conf->admin_backend_networks, conf->nadmin_backend_networks,
+			    (const struct sockaddr *)&a.ss)) {
+		snprintf(err, errlen,
+			 "address %s is outside admin.backend_networks: refused (the config "
+			 "says where added backends may be)",
+			 canon);
+		return -EINVAL;
+	}
+	if (conf->has_admin && reaches(&conf->admin.addr, &a)) {
+		snprintf(
+		    err, errlen,
+		    "address %s is this proxy's own admin endpoint: refused (a backend must be "
+		    "another server)",
+		    canon);
+		return -EINVAL;
+	}
+	return 0;
 }
 
 struct pool_rt *manage_pool(struct runtime *rt, const char *name)

@@ -63,6 +63,16 @@ const char *manage_address(const struct backend *b);
 int manage_state_of(const char *name);
 
 /*
+ * May <address> (numeric, as manage_add takes it) be added as a backend by <conf>'s proxy?
+ * Not when it is the proxy's own: one of its listeners or its admin endpoint (a listener on
+ * a wildcard address is reached at its port on a loopback, wildcard or local interface
+ * address), nor one outside admin.backend_networks when the config lists them. 0, or -EINVAL
+ * with <err> saying why. Without that list any other address is accepted: who may use the
+ * admin API may point the proxy at any host it can reach.
+ */
+int manage_check_address(const struct conf *conf, const char *address, char *err, size_t errlen);
+
+/*
  * Add the backend at <address> to <p> with <weight> (1..1000; 0: the default) and <cap>
  * (max_concurrency, 0: none; MANAGE_CAP_DEFAULT: the default). A removed backend with that
  * address comes back (a config backend's defaults are its config's); else a free spare slot

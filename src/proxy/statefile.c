@@ -6,6 +6,14 @@
  * and only then changes anything, through manage.h like the API, so that a file that is not
  * a state file changes nothing, and each change is logged as an API call's is ("state file
  * PATH", or "reload" for statefile_carry, as who).
+ *
+ * The file can add backends, so it is trusted only as far as its directory is: it is read
+ * (as root, before privileges drop) only when it is a regular file, not a symbolic link,
+ * owned by root or by the service user (user:, else whoever runs the proxy), and writable
+ * by its owner alone; anything else is refused whole. What it holds is never echoed into
+ * the log when it does not parse (where, not what). Writing never follows a link either:
+ * PATH.tmp is created afresh (O_EXCL, O_NOFOLLOW); a stale one, or a link planted there, is
+ * unlinked first (the name, never what it points at).
  */
 #include "proxy/statefile.h"
 #include "core/log.h"
@@ -15,6 +23,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <libgen.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +119,18 @@ static int sync_dir(const char *path)
 	return rc;
 }
 
+/* Create <tmp> afresh for writing: never through a link, never into a file that was there
+ * (one left by a crash, or planted, is unlinked and the creation tried once more).
+ * A descriptor, or -errno. */
+static int open_tmp(const char *tmp)
+{
+	const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+	int fd = open(tmp, flags, 0600);
+	if (fd < 0 && errno == EEXIST && unlink(tmp) == 0)
+		fd = open(tmp, flags, 0600);
+	return fd < 0 ? -errno : fd;
+}
+
 int statefile_save(const struct runtime *rt, const char *path, char *err, size_t errlen)
 {
 	char tmp[4096];
@@ -126,9 +147,8 @@ int statefile_save(const struct runtime *rt, const char *path, char *err, size_t
 		snprintf(err, errlen, "state file %s: path too long", path);
 		goto fail;
 	}
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		rc = -errno;
+	if ((fd = open_tmp(tmp)) < 0) {
+		rc = fd;
 		goto io_fail;
 	}
 	size_t len = strlen(text), off = 0;
@@ -233,8 +253,9 @@ static const char *document_wrong(const json_t *doc)
 	return NULL;
 }
 
-/* Apply entry <e> to pool <p>. */
-static void apply_entry(struct pool_rt *p, const json_t *e, const char *who)
+/* Apply entry <e> to pool <p> of <conf>'s runtime. */
+static void apply_entry(const struct conf *conf, struct pool_rt *p, const json_t *e,
+			const char *who)
 {
 	char err[300];
 	const char *addr = json_string_value(json_object_get(e, "address"));
@@ -250,9 +271,12 @@ static void apply_entry(struct pool_rt *p, const json_t *e, const char *who)
 		return;
 	}
 	if (!b || (api && !backend_present(b))) {
-		rc = manage_add(p, addr, w ? (unsigned)json_integer_value(w) : 0,
-				cap ? (unsigned)json_integer_value(cap) : MANAGE_CAP_DEFAULT, who,
-				&b, err, sizeof(err));
+		rc = manage_check_address(conf, addr, err, sizeof(err));
+		if (!rc)
+			rc =
+			    manage_add(p, addr, w ? (unsigned)json_integer_value(w) : 0,
+				       cap ? (unsigned)json_integer_value(cap) : MANAGE_CAP_DEFAULT,
+				       who, &b, err, sizeof(err));
 	} else {
 		if (w && (unsigned)json_integer_value(w) != atomic_load(&b->weight))
 			rc = manage_set_weight(p, b, (unsigned)json_integer_value(w), who, err,
@@ -285,7 +309,7 @@ static void apply_document(struct runtime *rt, const json_t *doc, const char *wh
 				 who, name, json_array_size(list));
 			continue;
 		}
-		json_array_foreach(list, i, e) apply_entry(p, e, who);
+		json_array_foreach(list, i, e) apply_entry(rt->conf, p, e, who);
 	}
 	const json_t *m = json_object_get(doc, "maintenance");
 	char err[128];
@@ -293,27 +317,69 @@ static void apply_document(struct runtime *rt, const json_t *doc, const char *wh
 		manage_set_maintenance(rt, (unsigned)json_integer_value(m), who, err, sizeof(err));
 }
 
-int statefile_apply(struct runtime *rt, const char *path, char *err, size_t errlen)
+/* May a state file owned by <uid> be believed? Root's, the service user's, or the
+ * running user's. */
+static int owner_trusted(const struct runtime *rt, uid_t uid)
 {
-	json_error_t je;
+	if (uid == 0 || uid == geteuid())
+		return 1;
+	const char *user = rt->conf ? rt->conf->user : NULL;
+	const struct passwd *pw = user ? getpwnam(user) : NULL;
+	return pw && pw->pw_uid == uid;
+}
+
+/* Open <path> for applying, if it may be believed: a descriptor, -ENOENT when there is no
+ * file, or -EINVAL with <err> saying why it is refused. */
+static int open_trusted(const struct runtime *rt, const char *path, char *err, size_t errlen)
+{
 	struct stat st;
-	const char *why;
-	char what[4200];
-	if (stat(path, &st) < 0) {
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0) {
 		if (errno == ENOENT)
-			return 0; /* nothing changed yet */
-		snprintf(err, errlen, "state file %s: %s", path, strerror(errno));
+			return -ENOENT;
+		if (errno == ELOOP)
+			snprintf(err, errlen, "state file %s: a symbolic link, refused", path);
+		else
+			snprintf(err, errlen, "state file %s: %s", path, strerror(errno));
 		return -EINVAL;
+	}
+	if (fstat(fd, &st) < 0) {
+		snprintf(err, errlen, "state file %s: %s", path, strerror(errno));
+		goto fail;
 	}
 	if (!S_ISREG(st.st_mode) || st.st_size > STATEFILE_MAX_BYTES) {
 		snprintf(err, errlen, "state file %s: not a regular file of at most %u bytes", path,
 			 STATEFILE_MAX_BYTES);
-		return -EINVAL;
+		goto fail;
 	}
-	json_t *doc = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-	if (!doc) {
-		snprintf(err, errlen, "state file %s: not JSON (line %d: %.120s)", path, je.line,
-			 je.text);
+	if (!owner_trusted(rt, st.st_uid) || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+		snprintf(err, errlen,
+			 "state file %s: owned by uid %u with mode %04o, refused (it must be owned "
+			 "by root or the service user and writable by its owner alone)",
+			 path, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+		goto fail;
+	}
+	return fd;
+fail:
+	close(fd);
+	return -EINVAL;
+}
+
+int statefile_apply(struct runtime *rt, const char *path, char *err, size_t errlen)
+{
+	json_error_t je;
+	const char *why;
+	char what[4200];
+	int fd = open_trusted(rt, path, err, errlen);
+	if (fd == -ENOENT)
+		return 0; /* nothing changed yet */
+	if (fd < 0)
+		return -EINVAL;
+	json_t *doc = json_loadfd(fd, JSON_REJECT_DUPLICATES, &je);
+	close(fd);
+	if (!doc) { /* where, never what: the file's words stay out of the log */
+		snprintf(err, errlen, "state file %s: not JSON (line %d, column %d)", path, je.line,
+			 je.column);
 		return -EINVAL;
 	}
 	if ((why = document_wrong(doc))) {

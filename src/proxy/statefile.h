@@ -12,8 +12,9 @@
  * max_concurrency, a state other than enabled, "removed": true), so the config's word holds
  * for the rest; backends DNS discovery finds are never in it. It is written to PATH.tmp,
  * fsync'd and renamed over PATH (then the directory fsync'd): a crash or a full disk leaves
- * the old file whole. The same document, built in memory, carries the changes into the
- * runtime a reload builds (statefile_carry), so a reload keeps them with or without a file.
+ * the old file whole. PATH.tmp is created afresh, never through a symbolic link. The same document,
+ * built in memory, carries the changes into the runtime a reload builds (statefile_carry), so a
+ * reload keeps them with or without a file.
  */
 #ifndef ACCELNET_PROXY_STATEFILE_H
 #define ACCELNET_PROXY_STATEFILE_H
@@ -36,7 +37,9 @@ int statefile_save(const struct runtime *rt, const char *path, char *err, size_t
  * re-applied, maintenance set. An entry naming a pool or a config backend that no longer
  * exists, or that cannot be applied (no free slot), is skipped with a warning. 0 (also when
  * there is no file), or -EINVAL with <err> when the file is not a state file (unreadable,
- * not JSON, wrong shape): then nothing of it was applied.
+ * not JSON, wrong shape) or is not to be believed (a symbolic link, not owned by root or the
+ * service user, writable by group or others): then nothing of it was applied. <err> never
+ * quotes the file's content.
  */
 int statefile_apply(struct runtime *rt, const char *path, char *err, size_t errlen);
 

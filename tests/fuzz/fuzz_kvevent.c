@@ -1,7 +1,9 @@
 /*
  * fuzz_kvevent.c - libFuzzer target: the KV-cache event decoder on any bytes, with room for
  * a few events and hashes. A batch it accepts must hold only what fits and events whose
- * hashes lie inside the hashes decoded; one it refuses must hold nothing.
+ * hashes lie inside the hashes decoded; one it refuses must hold nothing. Decoded in parts
+ * of a few bytes each (kvevent_decode_part), the same bytes give the same events in order,
+ * every part within its room, and the parts end as the whole decode does.
  */
 #include "obs/kvevent.h"
 
@@ -32,6 +34,36 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			    (size_t)b.ev[i].first + b.ev[i].n > b.nhash)
 				abort();
 	}
+	/* in parts: the same events, in order, and the same end */
+	struct kvevent pev[16];
+	uint64_t phash[64];
+	struct kvevent_batch pb = {.ev = pev, .ev_cap = 16, .hash = phash, .hash_cap = 64};
+	struct kvevent_cursor k = {0};
+	size_t seen = 0;
+	int prc;
+	do {
+		size_t at = k.at;
+		prc = kvevent_decode_part(p, size, &k, &pb, 1 + size % 7);
+		if (prc < 0 && (pb.nev || pb.nhash))
+			abort();
+		if (prc >= 0 && (pb.nev > 16 || pb.nhash > 64 || k.at < at || k.at > size))
+			abort();
+		if (prc == 1 && k.at == at)
+			abort(); /* no progress */
+		for (size_t i = 0; prc >= 0 && i < pb.nev; i++, seen++) {
+			if ((size_t)pev[i].first + pev[i].n > pb.nhash)
+				abort();
+			if (rc == 0 && (seen >= b.nev || pev[i].kind != b.ev[seen].kind ||
+					pev[i].n != b.ev[seen].n ||
+					memcmp(phash + pev[i].first, hash + b.ev[seen].first,
+					       pev[i].n * sizeof(*phash))))
+				abort();
+		}
+	} while (prc == 1);
+	if (rc == 0 && (prc != 0 || seen != b.nev))
+		abort();
+	if (rc == -EBADMSG && prc != -EBADMSG)
+		abort();
 	uint64_t seq;
 	if (kvevent_seq(p, size, &seq) != (size == 8 ? 0 : -EBADMSG))
 		abort();
