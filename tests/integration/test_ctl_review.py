@@ -2,6 +2,8 @@
 large batches, a planted admin state file, a Redis writer inflating the instance set, and
 runtime backends aimed at the proxy's own addresses."""
 
+SERIAL = True  # the flood test times /status answers (100 ms): run alone under run.py -j
+
 import http.client
 import json
 import os
