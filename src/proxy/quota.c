@@ -71,8 +71,9 @@ enum run quota_guard(struct exchange *x)
 	/* until the body says otherwise: the default reservation, the prompt from its size */
 	x->hold.max_tokens = l->default_max_tokens;
 	x->hold.prompt_est = x->req.framing == HTTP_BODY_LENGTH ? x->req.left / 4 : 0;
-	if (!l->has_tokens || x->req.framing == HTTP_BODY_NONE ||
-	    (x->req.framing == HTTP_BODY_LENGTH && !x->req.left && x->req.done))
+	const struct http_head *h = x->head;
+	if (!l->has_tokens || h->framing == HTTP_BODY_NONE ||
+	    (h->framing == HTTP_BODY_LENGTH && !h->content_length))
 		return RUN_AGAIN;
 	/* its max_tokens must be read from the whole body (the view), so the body is read
 	 * before admission however limits.body_buffer_bytes is set */

@@ -6,7 +6,6 @@
  * body.
  */
 #include "guard/limits.h"
-#include "http/prompt.h"
 #include "http/usage.h"
 
 #include <errno.h>
