@@ -2,13 +2,13 @@
  * jsonview.c - the strict view of a JSON request body (see jsonview.h).
  *
  * One recursive-descent pass, bounded by JSON_VIEW_DEPTH_MAX, reads every byte once. Strings,
- * most of a prompt's bytes, are skipped eight bytes at a time while no byte needs a look (a
- * quote, a backslash, a control byte or a non-ASCII one); UTF-8 and escapes are checked where
- * they are. The top-level object's keys are decoded (into a stack buffer) and hashed; a key
- * whose hash was seen before is decoded again beside the earlier one and compared, so a
- * duplicate is found exactly and a collision costs one comparison. Inside "messages" only the
- * keys the proxy reads there are watched for duplicates, by name. Numbers are checked against
- * the grammar; max_tokens is read by hand (no strtod: it follows the locale).
+ * most of a prompt's bytes, are skipped sixteen bytes at a time (SSE2; eight elsewhere) while
+ * no byte needs a look (a quote, a backslash, a control byte or a non-ASCII one); UTF-8 and
+ * escapes are checked where they are. The top-level object's keys are decoded (into a stack buffer)
+ * and hashed; a key whose hash was seen before is decoded again beside the earlier one and
+ * compared, so a duplicate is found exactly and a collision costs one comparison. Inside "messages"
+ * only the keys the proxy reads there are watched for duplicates, by name. Numbers are checked
+ * against the grammar; max_tokens is read by hand (no strtod: it follows the locale).
  */
 #include "http/jsonview.h"
 #include "core/hex.h"
@@ -16,6 +16,9 @@
 #include <errno.h>
 #include <string.h>
 #include <xxhash.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 struct reader {
 	const unsigned char *b;
@@ -56,11 +59,42 @@ static long hex4(const unsigned char *b, size_t i, size_t len)
 #define ONES 0x0101010101010101ull
 #define HIGHS 0x8080808080808080ull
 
-/* Does the 8-byte word hold a byte that needs a look: '"', '\\', < 0x20 or >= 0x80? */
-static inline uint64_t word_special(uint64_t w)
+/*
+ * The index of the first byte at or after b[i] that needs a look -- '"', '\\', < 0x20 or
+ * >= 0x80 -- or len. Sixteen bytes a step with SSE2 (every x86-64 has it), eight elsewhere:
+ * the has-zero trick flags bytes exactly up to the first that needs a look, and that one is
+ * the lowest flag (the words are read little-endian).
+ */
+static size_t plain_run(const unsigned char *b, size_t i, size_t len)
 {
-	uint64_t q = w ^ (ONES * '"'), s = w ^ (ONES * '\\');
-	return (w | ((q - ONES) & ~q) | ((s - ONES) & ~s) | ((w - ONES * 0x20) & ~w)) & HIGHS;
+#ifdef __SSE2__
+	const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\');
+	const __m128i space = _mm_set1_epi8(0x20);
+	while (len - i >= 16) {
+		__m128i w = _mm_loadu_si128((const __m128i *)(const void *)(b + i));
+		/* signed: below 0x20, or 0x80 and up (negative) */
+		__m128i hit =
+		    _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(w, quote), _mm_cmpeq_epi8(w, bslash)),
+				 _mm_cmplt_epi8(w, space));
+		unsigned m = (unsigned)_mm_movemask_epi8(hit);
+		if (m)
+			return i + (size_t)__builtin_ctz(m);
+		i += 16;
+	}
+#endif
+	while (len - i >= 8) {
+		uint64_t w;
+		memcpy(&w, b + i, 8);
+		uint64_t q = w ^ (ONES * '"'), s = w ^ (ONES * '\\');
+		uint64_t m =
+		    (w | ((q - ONES) & ~q) | ((s - ONES) & ~s) | ((w - ONES * 0x20) & ~w)) & HIGHS;
+		if (m && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__)
+			return i + (size_t)(__builtin_ctzll(m) >> 3);
+		if (m)
+			return i;
+		i += 8;
+	}
+	return i;
 }
 
 /* The UTF-8 sequence at b[i] (b[i] >= 0x80): its length, or 0 when it is not one (RFC 3629). */
@@ -115,13 +149,7 @@ static int scan_string(struct reader *r)
 	const unsigned char *b = r->b;
 	size_t i = r->i + 1, len = r->len;
 	for (;;) {
-		while (len - i >= 8) {
-			uint64_t w;
-			memcpy(&w, b + i, 8);
-			if (word_special(w))
-				break;
-			i += 8;
-		}
+		i = plain_run(b, i, len);
 		if (i >= len)
 			return fail(r, "the JSON body ends inside a string");
 		unsigned c = b[i];
