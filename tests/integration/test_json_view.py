@@ -82,6 +82,11 @@ def test_token_reservation_reads_the_max_tokens_the_backend_reads(env):
         got = _parallel(px.port, bad)
         assert got == [400] * 10, (bad, got)
     assert be.seen == [], be.seen
+    # the OpenAI error on an api: openai route
+    st, h, data = _post(px.port, '{"prompt":"x","max_tokens":1,"max_tokens":5000}')
+    e = json.loads(data)["error"]
+    assert st == 400 and h["content-type"] == ["application/json"], (st, h)
+    assert e["type"] == "invalid_request_error" and "twice" in e["message"], e
     # read as the backend reads it: 60 tokens and the prompt each, so exactly one of ten fits
     # in the burst of 100
     got = _parallel(px.port, '{"prompt":"x","max_tokens":60}')
