@@ -70,17 +70,28 @@ static size_t plain_run(const unsigned char *b, size_t i, size_t len)
 #ifdef __SSE2__
 	const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\');
 	const __m128i space = _mm_set1_epi8(0x20);
+#define PLAIN_HITS(w)                                                                              \
+	_mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(w, quote), _mm_cmpeq_epi8(w, bslash)),            \
+		     _mm_cmplt_epi8(w, space))
+	/* signed compare: below 0x20, or 0x80 and up (negative); 64 bytes a test, then 16 */
+	while (len - i >= 64) {
+		const __m128i *q = (const __m128i *)(const void *)(b + i);
+		__m128i h0 = PLAIN_HITS(_mm_loadu_si128(q)),
+			h1 = PLAIN_HITS(_mm_loadu_si128(q + 1));
+		__m128i h2 = PLAIN_HITS(_mm_loadu_si128(q + 2)),
+			h3 = PLAIN_HITS(_mm_loadu_si128(q + 3));
+		if (_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(h0, h1), _mm_or_si128(h2, h3))))
+			break;
+		i += 64;
+	}
 	while (len - i >= 16) {
 		__m128i w = _mm_loadu_si128((const __m128i *)(const void *)(b + i));
-		/* signed: below 0x20, or 0x80 and up (negative) */
-		__m128i hit =
-		    _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(w, quote), _mm_cmpeq_epi8(w, bslash)),
-				 _mm_cmplt_epi8(w, space));
-		unsigned m = (unsigned)_mm_movemask_epi8(hit);
+		unsigned m = (unsigned)_mm_movemask_epi8(PLAIN_HITS(w));
 		if (m)
 			return i + (size_t)__builtin_ctz(m);
 		i += 16;
 	}
+#undef PLAIN_HITS
 #endif
 	while (len - i >= 8) {
 		uint64_t w;
