@@ -173,6 +173,31 @@ static void strings_checked(void **state)
 	accepted("{\"x\":\"a long string with \\\"quotes\\\" and \\\\ backslashes in it\"}");
 }
 
+/* Long strings are skipped many bytes a step: a byte that needs a look is found at every
+ * place of a run, and a run ends exactly at its quote. */
+static void long_strings_every_position(void **state)
+{
+	(void)state;
+	char body[256];
+	for (size_t n = 0; n < 200; n++) { /* "x":"aaa...a" of every length */
+		memcpy(body, "{\"x\":\"", 6);
+		memset(body + 6, 'a', n);
+		memcpy(body + 6 + n, "\"}", 3);
+		accepted(body);
+		for (size_t at = 0; at < n; at++) {
+			static const char *const bad[] = {"\x01", "\xff", "\x80", "\x1f"};
+			for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+				body[6 + at] = bad[k][0];
+				refused(body);
+			}
+			body[6 + at] = '"'; /* the string ends early: what follows is not JSON */
+			if (at + 1 < n)
+				refused(body);
+			body[6 + at] = 'a';
+		}
+	}
+}
+
 static void depth_bounded(void **state)
 {
 	(void)state;
@@ -288,6 +313,7 @@ int main(void)
 	    cmocka_unit_test(duplicates_at_the_top_refused),
 	    cmocka_unit_test(not_json_refused),
 	    cmocka_unit_test(strings_checked),
+	    cmocka_unit_test(long_strings_every_position),
 	    cmocka_unit_test(depth_bounded),
 	    cmocka_unit_test(max_tokens_read_as_the_backend_reads_it),
 	    cmocka_unit_test(stream_and_prompt),
