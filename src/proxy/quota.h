@@ -23,7 +23,7 @@ enum run quota_guard_address(struct exchange *x);
  * auth). */
 enum run quota_guard(struct exchange *x);
 
-/* The request body has been read before admission (<len> bytes of it held): note its
+/* The request body has been read before admission (as much as is held): note its
  * max_tokens from the strict view (x->view), or refuse a body whose max_tokens cannot be read
  * as the backend reads it: not held whole (413), not valid JSON or not a whole number (400).
  * tokens_per_minute routes only (quota_guard asked for the body: x->want_view). */
