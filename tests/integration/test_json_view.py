@@ -157,3 +157,24 @@ def test_duplicate_temperature_never_steers_the_cache(env):
     assert st == 200 and json.loads(data)["temperature"] == 0, (st, data)
     assert "stored" in h.get("cache-status", [""])[0], h
     assert len(be.seen) == 1
+
+
+def test_backend_chosen_by_model_only_on_what_the_backend_reads(env):
+    """pools.backends.models: the backend is chosen by the body's model after the guard; a
+    body naming it twice, or past a NaN, would be sent to the backend that serves the first
+    name while the engine reads the last."""
+    a, b = lenient_backend(env), lenient_backend(env)
+    px = env.proxy(
+        "pools:\n  - name: gpu\n    backends:\n"
+        f"      - {{address: 127.0.0.1:{a.port}, models: [small]}}\n"
+        f"      - {{address: 127.0.0.1:{b.port}, models: [large]}}\n"
+        "routes:\n  - match: {path_prefix: /v1/}\n    pool: gpu\n    api: openai\n",
+        workers=1)
+    st, _, data = _post(px.port, '{"model":"large","messages":[]}')
+    assert st == 200 and len(b.seen) == 1 and not a.seen, (st, data)
+    for body in ('{"model":"small","model":"large","messages":[]}',
+                 '{"model":"small","x":NaN,"mod\\u0065l":"large"}'):
+        st, h, data = _post(px.port, body)
+        assert st == 400 and json.loads(data)["error"]["type"] == "invalid_request_error", \
+            (body, st, data)
+    assert not a.seen and len(b.seen) == 1
