@@ -1,15 +1,17 @@
 /*
  * prompt.c - the affinity key of an OpenAI-style JSON request body (see prompt.h).
  *
- * The scanner walks only the top level of the JSON object: keys are read as strings
- * (escapes honoured), other values are skipped with string-aware bracket counting, so a
- * "prompt" inside another field's value is never taken for the prompt. It does not decode
- * the value: the raw bytes are hashed, and they are the same for the same prompt. The model
- * name is the exception: it is decoded (escapes, \uXXXX to UTF-8), since it is compared with
- * names from the config, and "llama\u002d3" is "llama-3".
+ * The scanner walks only the top level of the JSON object: keys are compared decoded
+ * (json_key_is: "m\u0065ssages" is "messages", as the backend reads it), other values are
+ * skipped with string-aware bracket counting, so a "prompt" inside another field's value is
+ * never taken for the prompt. It does not decode the value: the raw bytes are hashed, and
+ * they are the same for the same prompt. It does not validate: the proxy calls it on a body
+ * its strict view (jsonview.h) accepted, where each key it looks for comes once, or on the
+ * start of a body too long to hold, for an affinity key, a hint that decides nothing else.
+ * The other top-level fields (model, max_tokens, stream) are read by the view alone.
  */
 #include "http/prompt.h"
-#include "core/hex.h"
+#include "http/jsonview.h"
 
 #include <string.h>
 #include <xxhash.h>
@@ -78,10 +80,10 @@ static size_t value_end(const char *b, size_t i, size_t len, int *bad)
 	return i;
 }
 
+/* Keys are compared decoded, as the view (jsonview.c) and the backend read them. */
 static int key_is(const char *b, size_t start, size_t end, const char *name)
 {
-	size_t n = strlen(name);
-	return end - start == n + 2 && memcmp(b + start + 1, name, n) == 0;
+	return json_key_is(b, start, end, name);
 }
 
 /* Does the top-level key buf[ks..ke) (quotes included), with a value starting <first>, count? */
@@ -153,12 +155,6 @@ static int is_prompt(const char *buf, size_t ks, size_t ke, char first)
 	       (key_is(buf, ks, ke, "messages") && first == '[');
 }
 
-static int is_stream(const char *buf, size_t ks, size_t ke, char first)
-{
-	(void)first;
-	return key_is(buf, ks, ke, "stream");
-}
-
 int http_prompt_key(const char *buf, size_t len, int complete, size_t prefix_bytes, uint64_t *key)
 {
 	size_t vs, ve;
@@ -170,34 +166,6 @@ int http_prompt_key(const char *buf, size_t len, int complete, size_t prefix_byt
 		return MORE; /* the value goes on: wait for the prefix */
 	*key = XXH3_64bits(buf + vs, have < prefix_bytes ? have : prefix_bytes);
 	return 1;
-}
-
-int http_wants_stream(const char *buf, size_t len)
-{
-	size_t vs, ve;
-	return top_field(buf, len, 0, is_stream, &vs, &ve) == 1 && ve - vs >= 4 &&
-	       memcmp(buf + vs, "true", 4) == 0;
-}
-
-static int is_max_tokens(const char *buf, size_t ks, size_t ke, char first)
-{
-	return (key_is(buf, ks, ke, "max_tokens") ||
-		key_is(buf, ks, ke, "max_completion_tokens")) &&
-	       first >= '0' && first <= '9';
-}
-
-long http_max_tokens(const char *buf, size_t len)
-{
-	size_t vs, ve;
-	if (top_field(buf, len, 1, is_max_tokens, &vs, &ve) != 1 || ve == len || ve - vs > 10)
-		return -1;
-	long n = 0;
-	for (size_t i = vs; i < ve; i++) {
-		if (buf[i] < '0' || buf[i] > '9')
-			return -1; /* 1.5, 1e3: not a count */
-		n = n * 10 + (buf[i] - '0');
-	}
-	return n < 0x7fffffffL ? n : -1;
 }
 
 /* --- the prompt text as a chain of block hashes ----------------------------------------- */
@@ -402,163 +370,4 @@ long http_prompt_blocks(const char *buf, size_t len, size_t block_bytes, uint64_
 	if (text_bytes)
 		*text_bytes = k.text;
 	return (long)k.n;
-}
-
-/* --- the model name ---------------------------------------------------------------------- */
-
-static int is_model(const char *buf, size_t ks, size_t ke, char first)
-{
-	(void)first;
-	return key_is(buf, ks, ke, "model");
-}
-
-/* The four hex digits at b[i..i+4): their value, or -1. */
-static long hex4(const char *b, size_t i)
-{
-	long v = 0;
-	for (size_t k = 0; k < 4; k++) {
-		int d = hex_value(b[i + k]);
-		if (d < 0)
-			return -1;
-		v = v * 16 + d;
-	}
-	return v;
-}
-
-/* Code point <cp> as UTF-8 at out[*n..cap); 0, or -1 when it does not fit. */
-static int put_utf8(char *out, size_t cap, size_t *n, unsigned long cp)
-{
-	unsigned char u[4];
-	size_t k;
-	if (cp < 0x80) {
-		u[0] = (unsigned char)cp;
-		k = 1;
-	} else if (cp < 0x800) {
-		u[0] = (unsigned char)(0xc0 | cp >> 6);
-		u[1] = (unsigned char)(0x80 | (cp & 0x3f));
-		k = 2;
-	} else if (cp < 0x10000) {
-		u[0] = (unsigned char)(0xe0 | cp >> 12);
-		u[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3f));
-		u[2] = (unsigned char)(0x80 | (cp & 0x3f));
-		k = 3;
-	} else {
-		u[0] = (unsigned char)(0xf0 | cp >> 18);
-		u[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3f));
-		u[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3f));
-		u[3] = (unsigned char)(0x80 | (cp & 0x3f));
-		k = 4;
-	}
-	if (*n + k >= cap)
-		return -1;
-	memcpy(out + *n, u, k);
-	*n += k;
-	return 0;
-}
-
-/*
- * Decode the JSON string whose opening quote is b[i] into out[0..cap). 1: done, *n bytes;
- * 0: it goes on past len; -1: a bad escape, a control byte or NUL, or too long.
- */
-static int decode_string(const char *b, size_t i, size_t len, char *out, size_t cap, size_t *n)
-{
-	*n = 0;
-	for (i++; i < len; i++) {
-		unsigned char ch = (unsigned char)b[i];
-		if (ch == '"')
-			return 1;
-		if (ch < 0x20)
-			return BAD; /* JSON allows no raw control bytes in a string */
-		if (ch != '\\') {
-			if (*n + 1 >= cap)
-				return BAD;
-			out[(*n)++] = (char)ch;
-			continue;
-		}
-		if (++i == len)
-			return MORE;
-		static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
-		const char *e = strchr(from, b[i]);
-		if (e && *e) {
-			if (*n + 1 >= cap)
-				return BAD;
-			out[(*n)++] = to[e - from];
-			continue;
-		}
-		if (b[i] != 'u')
-			return BAD;
-		if (len - i < 5)
-			return MORE;
-		long cp = hex4(b, i + 1);
-		i += 4;
-		if (cp >= 0xdc00 && cp <= 0xdfff)
-			return BAD;		    /* a low surrogate alone */
-		if (cp >= 0xd800 && cp <= 0xdbff) { /* a high one: its low half must follow */
-			if (len - i < 7)
-				return MORE;
-			long lo = b[i + 1] == '\\' && b[i + 2] == 'u' ? hex4(b, i + 3) : -1;
-			if (lo < 0xdc00 || lo > 0xdfff)
-				return BAD;
-			cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-			i += 6;
-		}
-		if (cp <= 0 || put_utf8(out, cap, n, (unsigned long)cp) < 0)
-			return BAD; /* a NUL (or a bad digit), or too long */
-	}
-	return MORE;
-}
-
-int http_model(const char *buf, size_t len, int complete, char *out, size_t cap, size_t *outlen)
-{
-	size_t vs, ve, n = 0;
-	int r = top_field(buf, len, complete, is_model, &vs, &ve);
-	if (r != 1)
-		return r;
-	if (buf[vs] != '"')
-		return BAD; /* "model": 5 */
-	r = decode_string(buf, vs, len, out, cap, &n);
-	if (r == MORE && complete)
-		r = BAD;
-	if (r != 1)
-		return r;
-	out[n] = '\0';
-	*outlen = n;
-	return 1;
-}
-
-int http_model_ambiguous(const char *buf, size_t len)
-{
-	unsigned plain = 0;
-	size_t i = skip_ws(buf, 0, len);
-	if (i == len || buf[i] != '{')
-		return 0;
-	for (i++;;) {
-		i = skip_ws(buf, i, len);
-		if (i == len || buf[i] != '"')
-			return 0; /* the end of the object, of the bytes held, or not JSON */
-		size_t ks = i, ke = string_end(buf, i, len), n;
-		if (ke == len)
-			return 0;
-		char name[8];
-		if (key_is(buf, ks, ke, "model") && ++plain > 1)
-			return 1;
-		if (memchr(buf + ks, '\\', ke - ks) &&
-		    decode_string(buf, ks, ke, name, sizeof(name), &n) == 1 && n == 5 &&
-		    memcmp(name, "model", 5) == 0)
-			return 1; /* http_model() never reads such a key; a backend's parser does */
-		i = skip_ws(buf, ke, len);
-		if (i == len || buf[i] != ':')
-			return 0;
-		i = skip_ws(buf, i + 1, len);
-		if (i == len)
-			return 0;
-		int bad = 0;
-		size_t ve = value_end(buf, i, len, &bad);
-		if (bad || ve == len)
-			return 0;
-		i = skip_ws(buf, ve, len);
-		if (i == len || buf[i] != ',')
-			return 0;
-		i++;
-	}
 }

@@ -1,6 +1,6 @@
 /*
- * prompt.h - the affinity key of an LLM request: a hash of the start of its prompt (and the
- * other top-level fields the proxy reads from an OpenAI-style body: stream, max_tokens, model).
+ * prompt.h - the affinity key of an LLM request: a hash of the start of its prompt, and its
+ * block hashes (the other top-level fields the proxy reads are the view's: jsonview.h).
  *
  * Requests whose prompts share a prefix should meet the backend whose KV cache holds that
  * prefix. The key is the hash of the first <prefix_bytes> of the raw JSON value of the
@@ -19,16 +19,6 @@
  * usable prompt (not a JSON object, no prompt field, a field of the wrong type).
  */
 int http_prompt_key(const char *buf, size_t len, int complete, size_t prefix_bytes, uint64_t *key);
-
-/* Does the (start of the) JSON body in buf[0..len) have a top-level "stream": true? */
-int http_wants_stream(const char *buf, size_t len);
-
-/*
- * The top-level "max_tokens" (or "max_completion_tokens", whichever comes first) of the JSON
- * body in buf[0..len), when it is a whole number below 2^31 followed by the rest of the
- * body; else -1 (absent, not a number, cut off).
- */
-long http_max_tokens(const char *buf, size_t len);
 
 /*
  * The prompt as a chain of block hashes, the way an inference engine's prefix cache sees it.
@@ -52,22 +42,5 @@ long http_max_tokens(const char *buf, size_t len);
 #define HTTP_PROMPT_CHAIN_SEED 0x61636365u /* "acce" */
 long http_prompt_blocks(const char *buf, size_t len, size_t block_bytes, uint64_t *hash, size_t max,
 			size_t *text_bytes);
-
-/*
- * The top-level "model" string of the JSON body in buf[0..len), <complete> when no more bytes
- * will come, decoded (JSON escapes, \uXXXX as UTF-8) into out[0..cap) and NUL-terminated,
- * its length in *outlen. Returns 1 when found, 0 when more bytes are needed to decide, -1
- * when there is none: not a JSON object, no "model" field, a value that is not a string, a
- * bad escape, a NUL, or a name of cap bytes or more.
- */
-int http_model(const char *buf, size_t len, int complete, char *out, size_t cap, size_t *outlen);
-
-/*
- * Is the model of the JSON object in buf[0..len) ambiguous: a second top-level "model" key, or
- * one written with escapes ("mod\u0065l")? JSON parsers disagree on which of two keys wins
- * (Python's json and vLLM take the last, http_model() the first), so a route or a backend
- * chosen by one name would serve the other. Looks only at the bytes given. 1 or 0.
- */
-int http_model_ambiguous(const char *buf, size_t len);
 
 #endif

@@ -7,9 +7,9 @@
 #include "proxy/llm.h"
 #include "core/clock.h"
 #include "core/rand.h"
-#include "http/prompt.h"
 #include "proxy/admission.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,21 +79,26 @@ struct exchange *exchange_new(struct worker *w, void *conn, const struct exchang
 	return x;
 }
 
-int exchange_note_model(struct exchange *x, const char *body, size_t len, int complete)
+int exchange_read_view(struct exchange *x, const char *body, size_t len)
+{
+	if (!x->view_read) {
+		x->view_read = 1;
+		x->view_ok = json_view_read(&x->view, body, len, &x->view_why) == 0;
+	}
+	return x->view_ok ? 0 : -EINVAL;
+}
+
+void exchange_note_model(struct exchange *x, const char *body)
 {
 	size_t n = 0;
-	int r = body ? http_model(body, len, complete, x->model, sizeof(x->model), &n) : -1;
-	if (r == 0)
-		return 0;
-	if (body && http_model_ambiguous(body, len))
-		r = -2;
+	int r = x->view_ok && body ? json_view_model(&x->view, body, x->model, sizeof(x->model), &n)
+				   : -1;
 	x->model_read = 1;
 	x->wt.has_model = r == 1;
 	x->model_len = r == 1 ? (uint16_t)n : 0;
 	x->wt.model = r == 1 ? models_hash(x->model, n) : 0;
 	if (r != 1)
 		x->model[0] = '\0';
-	return r;
 }
 
 void exchange_note_queue_end(struct exchange *x, uint64_t now_ms)

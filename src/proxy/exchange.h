@@ -35,6 +35,7 @@
 #include "core/list.h"
 #include "guard/limits.h"
 #include "http/body.h"
+#include "http/jsonview.h"
 #include "http/parse.h"
 #include "http/rewrite.h"
 #include "http/traceparent.h"
@@ -143,6 +144,9 @@ struct exchange {
 	unsigned want_model : 1; /* the pool's backends list models: read "model" from the body */
 	unsigned model_read : 1; /* the body's "model" was looked for (wt.has_model: found) */
 	unsigned peeked : 1;	 /* the body was read into before the route (stage "model") */
+	unsigned want_view : 1;	 /* tokens_per_minute: the body's max_tokens must be read */
+	unsigned view_read : 1;	 /* the whole body was read by the strict view (x->view) ... */
+	unsigned view_ok : 1;	 /* ... and it is valid JSON (else x->view_why says why) */
 	unsigned buffering : 1;	 /* reading the body before admission (await_body) */
 	unsigned buf_wait : 1;	 /* ... and waiting for a body buffer to be free */
 	unsigned local_wait : 1; /* its connect found no free descriptor: looks again */
@@ -156,6 +160,9 @@ struct exchange {
 	unsigned retry_tls : 1;	 /* the failed attempt was a TLS handshake: say so if none */
 	int retry_status;	 /* what to answer if the retry finds no backend: 502 or 504 */
 	const char *reply_code;	 /* the "code" of the proxy's next OpenAI error, or NULL */
+	/* the strict view of the whole body (view_ok), read once, read by every stage */
+	struct json_view view;
+	const char *view_why;
 	/* the body's "model", decoded (when wt.has_model; wt.model is its models_hash()) */
 	char model[CONF_MODEL_MAX + 1];
 	uint16_t model_len;
@@ -305,13 +312,18 @@ static inline enum run exchange_reply(struct exchange *x, int status, const char
 }
 
 /*
- * Look for the "model" of the body whose start is body[0..len) (http_model), <complete>
- * when that is all there will be. Returns 0 when more bytes are needed (nothing noted);
- * else notes that it was looked for (x->model_read) and, when found (1), the name in
- * x->model and its hash in x->wt (-1: none; -2: none, as the body names it ambiguously:
- * http_model_ambiguous(), to be refused).
+ * Read the whole body body[0..len) once with the strict view (jsonview.h) into x->view, unless
+ * it was read already. 0 when it is valid JSON; -EINVAL when it is not (x->view_why says why:
+ * a stage that reads the body then answers 400, never reads it another way).
  */
-int exchange_note_model(struct exchange *x, const char *body, size_t len, int complete);
+int exchange_read_view(struct exchange *x, const char *body, size_t len);
+
+/*
+ * Note the "model" of the body <body> as the view found it (x->model_read): the name in
+ * x->model and its hash in x->wt when it names one; none when the view was not read (a body
+ * too long to hold, chunked) or is not valid.
+ */
+void exchange_note_model(struct exchange *x, const char *body);
 
 static inline enum run exchange_abort(struct exchange *x, const char *why)
 {

@@ -3,7 +3,6 @@
  */
 #include "proxy/quota.h"
 #include "core/clock.h"
-#include "http/prompt.h"
 #include "proxy/classify.h"
 
 #include <errno.h>
@@ -72,18 +71,39 @@ enum run quota_guard(struct exchange *x)
 	/* until the body says otherwise: the default reservation, the prompt from its size */
 	x->hold.max_tokens = l->default_max_tokens;
 	x->hold.prompt_est = x->req.framing == HTTP_BODY_LENGTH ? x->req.left / 4 : 0;
+	const struct http_head *h = x->head;
+	if (!l->has_tokens || h->framing == HTTP_BODY_NONE ||
+	    (h->framing == HTTP_BODY_LENGTH && !h->content_length))
+		return RUN_AGAIN;
+	/* its max_tokens must be read from the whole body (the view), so the body is read
+	 * before admission however limits.body_buffer_bytes is set */
+	if (x->req.framing != HTTP_BODY_LENGTH)
+		return exchange_reply(
+		    x, 411,
+		    "a request on a route with tokens_per_minute needs a Content-Length body", 0);
+	x->want_view = 1;
 	return RUN_AGAIN;
 }
 
-void quota_note_body(struct exchange *x, const char *body, size_t len)
+enum run quota_note_body(struct exchange *x)
 {
-	if (!x->route->rate_limit || !limits_of(x)->has_tokens || !body)
-		return;
-	long n = http_max_tokens(body, len);
-	if (n >= 0)
-		x->hold.max_tokens = (uint64_t)n;
-	if (x->req.framing != HTTP_BODY_LENGTH && len / 4 > x->hold.prompt_est)
-		x->hold.prompt_est = len / 4;
+	if (!x->route->rate_limit || !limits_of(x)->has_tokens || !x->want_view)
+		return RUN_AGAIN;
+	/* a body the view could not read whole (longer than what is held) could name another
+	 * max_tokens after what was read: refused, never reserved as if it named the default */
+	if (!x->view_read)
+		return exchange_reply(x, 413,
+				      "a request on a route with tokens_per_minute must fit in "
+				      "limits.body_buffer_bytes",
+				      0);
+	if (!x->view_ok)
+		return exchange_reply(x, 400, x->view_why, 0);
+	if (x->view.max_tokens == JSON_VIEW_TOKENS_BAD)
+		return exchange_reply(x, 400,
+				      "max_tokens must be a whole number from 0 to 2147483647", 0);
+	if (x->view.max_tokens >= 0)
+		x->hold.max_tokens = (uint64_t)x->view.max_tokens;
+	return RUN_AGAIN;
 }
 
 enum run quota_reserve(struct exchange *x)

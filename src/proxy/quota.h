@@ -23,9 +23,11 @@ enum run quota_guard_address(struct exchange *x);
  * auth). */
 enum run quota_guard(struct exchange *x);
 
-/* The request body (<len> bytes at <body>; NULL: not read) is in: note what its tokens may
- * cost (max_tokens, the prompt's size). */
-void quota_note_body(struct exchange *x, const char *body, size_t len);
+/* The request body has been read before admission (as much as is held): note its
+ * max_tokens from the strict view (x->view), or refuse a body whose max_tokens cannot be read
+ * as the backend reads it: not held whole (413), not valid JSON or not a whole number (400).
+ * tokens_per_minute routes only (quota_guard asked for the body: x->want_view). */
+enum run quota_note_body(struct exchange *x);
 
 /* Reserve the request's tokens (tokens_per_minute) before admission: 429 when its tenant's
  * budget cannot cover them. */

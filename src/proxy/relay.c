@@ -87,7 +87,7 @@ enum run relay_await_body(struct client *cl)
 	uint64_t want = w->conf->limits.body_buffer_bytes;
 	if (x->want_key && hc->body_max_bytes > want)
 		want = hc->body_max_bytes;
-	if (x->want_model && !want)
+	if ((x->want_model || x->want_view) && !want)
 		want = UINT64_MAX; /* no body buffers: what the input buffer holds */
 	if (client_flush(cl) < 0)  /* a "100 Continue" the client waits for */
 		return exchange_abort(x, "client went away");
@@ -121,24 +121,36 @@ enum run relay_await_body(struct client *cl)
 		x->last_ms = loop_now(w->loop);
 	}
 	x->buffering = 0;
-	sse_decide(x, cl->in ? buf_head(cl->in) : NULL, x->req.ready);
-	quota_note_body(x, cl->in ? buf_head(cl->in) : NULL, x->req.ready);
+	const char *body = cl->in ? buf_head(cl->in) : NULL;
+	/* the whole body is read once by the strict view; a stage that decides on it (the model
+	 * among backends, the token reservation, the cache key) takes no body the view refuses,
+	 * while the hints (heartbeats, the affinity key) only go without */
+	int strict = x->want_model || x->want_view || x->cache_body;
+	if ((strict || x->want_key || x->sse_body) && body && x->req.done &&
+	    x->req.framing == HTTP_BODY_LENGTH && exchange_read_view(x, body, x->req.ready) < 0 &&
+	    strict)
+		return exchange_reply(x, 400, x->view_why, 0);
+	sse_decide(x);
+	enum run r = quota_note_body(x);
+	if (r != RUN_AGAIN)
+		return r;
 	if (x->cache_body)
-		caching_note_body(x, cl->in ? buf_head(cl->in) : NULL, x->req.ready);
+		caching_note_body(x, body, x->req.ready);
 	if (x->want_key) {
 		size_t have = x->req.ready < hc->body_max_bytes ? x->req.ready : hc->body_max_bytes;
 		x->want_key = 0;
-		if (x->pool->conf->balance->blocks) /* llm reads the blocks, never the key */
-			read_prompt_blocks(x, buf_head(cl->in), have);
+		if (x->view_read && !x->view_ok) {
+			/* not JSON: no prompt (a body too long for the view is keyed on its start,
+			 * which decides nothing but the affinity) */
+		} else if (x->pool->conf->balance->blocks) /* llm reads the blocks, never the key */
+			read_prompt_blocks(x, body, have);
 		else
-			x->wt.has_key = http_prompt_key(buf_head(cl->in), have, 1, hc->prefix_bytes,
-							&x->wt.key) == 1;
+			x->wt.has_key =
+			    http_prompt_key(body, have, 1, hc->prefix_bytes, &x->wt.key) == 1;
 	}
 	if (x->want_model) { /* within what was read, or it names no model here */
 		x->want_model = 0;
-		if (exchange_note_model(x, cl->in ? buf_head(cl->in) : NULL, x->req.ready, 1) == -2)
-			return exchange_reply(x, 400, "the body names its \"model\" more than once",
-					      0);
+		exchange_note_model(x, body);
 	}
 	return RUN_AGAIN;
 }

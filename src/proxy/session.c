@@ -276,13 +276,11 @@ static enum run codec_head_done(struct exchange *x)
 		x->body_start_ms = x->rate_mark_ms = x->last_ms;
 	/* a body is read (up to limits.body_buffer_bytes) before the request may take a
 	 * slot, so a client that sends it slowly, or never, holds no accelerator */
-	x->buffering = !x->req.done && (cl->w->conf->limits.body_buffer_bytes || x->want_key ||
-					x->want_model || x->cache_body);
-	if (!x->buffering && x->sse_body) {
-		size_t blen = cl->in ? buf_len(cl->in) : 0;
-		uint64_t body = x->req.ready + x->req.left; /* a peek scanned some already */
-		sse_decide(x, cl->in ? buf_head(cl->in) : NULL, blen < body ? blen : (size_t)body);
-	}
+	x->buffering =
+	    (!x->req.done || x->peeked) && (cl->w->conf->limits.body_buffer_bytes || x->want_key ||
+					    x->want_model || x->want_view || x->cache_body);
+	if (!x->buffering && x->sse_body)
+		sse_decide(x); /* from the view, when the model stage read one */
 	return RUN_AGAIN;
 }
 

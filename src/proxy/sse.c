@@ -3,7 +3,6 @@
  * hand-over to the backend's stream are HTTP/1 bytes, in relay.c.
  */
 #include "proxy/sse.h"
-#include "http/prompt.h"
 
 #include <string.h>
 
@@ -18,11 +17,11 @@ void sse_setup(struct exchange *x, const struct http_head *h)
 	x->hb_next_ms = loop_now(x->w->loop) + x->route->sse_heartbeat_ms;
 }
 
-void sse_decide(struct exchange *x, const char *body, size_t len)
+void sse_decide(struct exchange *x)
 {
 	if (!x->sse_body)
 		return;
 	x->sse_body = 0;
-	x->sse_hb = x->sse_hb || (body && http_wants_stream(body, len));
+	x->sse_hb = x->sse_hb || (x->view_ok && x->view.stream);
 	x->hb_next_ms = loop_now(x->w->loop) + x->route->sse_heartbeat_ms;
 }

@@ -22,8 +22,8 @@
 
 /* From the request head <h>: does x's route want heartbeats, and may this request get them? */
 void sse_setup(struct exchange *x, const struct http_head *h);
-/* The request body (<len> bytes at <body>, all of it once buffered) is here: does it ask for
- * a stream? */
-void sse_decide(struct exchange *x, const char *body, size_t len);
+/* The request body is read (or not buffered): does it ask for a stream? Its strict view says
+ * ("stream": true in a whole, valid body); a body the view has not read gets none. */
+void sse_decide(struct exchange *x);
 
 #endif

@@ -23,13 +23,14 @@ struct stage {
 	enum run (*run)(struct exchange *x);
 };
 
-/* routes.match.model: when the route depends on the body's "model", read the body (up to
- * limits.body_buffer_bytes, or what the input buffer holds) before routing. A request that
- * may name a model where it cannot be read -- a chunked body, or a body longer than what is
- * read (a "model", or a second one, may follow) -- is refused (411, 413), never routed as if
- * it named none or the first: a later
- * route (one without the model route's auth, say) must not be reachable that way. A request
- * without a body names none. */
+/* routes.match.model: when the route depends on the body's "model", read the whole body (up
+ * to limits.body_buffer_bytes, or what the input buffer holds) before routing, and read it
+ * once with the strict view (exchange_read_view): the route is chosen on what the backend
+ * will read. A request that may name a model where it cannot be read -- a chunked body, or a
+ * body longer than what is read (a "model", or a second one, may follow) -- is refused (411,
+ * 413), and so is a body the view refuses (400: a key twice, NaN, a lone surrogate...), never
+ * routed as if it named none or the first: a later route (one without the model route's
+ * auth, say) must not be reachable that way. A request without a body names none. */
 static enum run stage_model(struct exchange *x)
 {
 	const struct http_head *h = x->head;
@@ -51,19 +52,17 @@ static enum run stage_model(struct exchange *x)
 	if (r != RUN_AGAIN)
 		return r;
 	x->peeked = 1;
-	/* the whole body held first (it is read before admission in any case): a look at each
-	 * read scanned from its first byte again, and a second "model" may come later */
-	int found = all ? exchange_note_model(x, body, len, all) : 0;
-	if (found == 0) {
+	if (!all) {
 		x->head = NULL; /* its bytes may move while we wait */
 		return RUN_STAY;
 	}
-	if (found == -2)
-		return exchange_reply(x, 400, "the body names its \"model\" more than once", 0);
 	if (!x->req.done) /* cut short: a (second) "model" may come after what was read */
 		return exchange_reply(
 		    x, 413,
 		    "a request routed by its \"model\" must fit in limits.body_buffer_bytes", 0);
+	if (exchange_read_view(x, body, len) < 0)
+		return exchange_reply(x, 400, x->view_why, 0);
+	exchange_note_model(x, body);
 	return RUN_AGAIN;
 }
 

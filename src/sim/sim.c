@@ -18,6 +18,7 @@
 #include "core/list.h"
 #include "core/log.h"
 #include "core/rand.h"
+#include "http/jsonview.h"
 #include "http/prompt.h"
 #include "http/server.h"
 #include "sim/kvcache.h"
@@ -464,14 +465,14 @@ static long json_number(const char *body, size_t len, const char *key)
 }
 
 /*
- * The body's top-level "model" (http_model(): as the proxy reads it) into out[0..cap), with
+ * The body's top-level "model" (its strict view: as the proxy reads it) into out[0..cap), with
  * control bytes, '"' and '\\' as '?' so that it can go into a header and into JSON as it is;
  * "" when the body names none (or a name of cap bytes or more).
  */
-static void request_model(const char *body, size_t len, char *out, size_t cap)
+static void request_model(const struct json_view *v, const char *body, char *out, size_t cap)
 {
 	size_t n;
-	if (http_model(body, len, 1, out, cap, &n) != 1) {
+	if (json_view_model(v, body, out, cap, &n) != 1) {
 		out[0] = 0;
 		return;
 	}
@@ -589,7 +590,10 @@ static void take_completion(struct sim *s, struct hsrv_conn *c, int chat, const 
 			    size_t body_len)
 {
 	char model[SIM_MODEL_NAME];
-	request_model(body, body_len, model, sizeof(model));
+	struct json_view view;
+	const char *why;
+	(void)json_view_read(&view, body, body_len, &why); /* not JSON: names nothing */
+	request_model(&view, body, model, sizeof(model));
 	if (!model_served(s, model)) {
 		s->unknown_model++;
 		answer_no_model(s, c, model);
@@ -618,7 +622,7 @@ static void take_completion(struct sim *s, struct hsrv_conn *c, int chat, const 
 	if (nblocks)
 		memcpy(j->hash, s->scratch, (size_t)nblocks * sizeof(*j->hash));
 	j->partial_block = text > (size_t)nblocks * s->opts.block_bytes;
-	j->stream = http_wants_stream(body, body_len);
+	j->stream = view.stream;
 	long max_tokens = json_number(body, body_len, "max_tokens");
 	if (max_tokens < 0)
 		max_tokens = json_number(body, body_len, "max_completion_tokens");

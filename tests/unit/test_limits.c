@@ -6,7 +6,6 @@
  * body.
  */
 #include "guard/limits.h"
-#include "http/prompt.h"
 #include "http/usage.h"
 
 #include <errno.h>
@@ -210,22 +209,6 @@ static void scan_whole_numbers_only(void **state)
 	}
 }
 
-static void max_tokens_of_body(void **state)
-{
-	(void)state;
-	const char *a = "{\"model\":\"m\",\"prompt\":\"max_tokens\",\"max_tokens\":128}";
-	assert_int_equal(http_max_tokens(a, strlen(a)), 128);
-	const char *b = "{\"messages\":[{\"max_tokens\":5}],\"max_completion_tokens\": 64 }";
-	assert_int_equal(http_max_tokens(b, strlen(b)), 64);
-	const char *c = "{\"max_tokens\":1.5}";
-	assert_int_equal(http_max_tokens(c, strlen(c)), -1);
-	const char *d = "{\"max_tokens\":12";
-	assert_int_equal(http_max_tokens(d, strlen(d)), -1); /* cut off: maybe 120 */
-	const char *e = "{\"max_tokens\":99999999999}";
-	assert_int_equal(http_max_tokens(e, strlen(e)), -1);
-	assert_int_equal(http_max_tokens("[]", 2), -1);
-}
-
 /* 60000 tokens a minute (1000/s), a bucket of 10000 */
 static void reserve_and_settle(void **state)
 {
@@ -372,7 +355,6 @@ int main(void)
 	    cmocka_unit_test(scan_whole_and_cut),
 	    cmocka_unit_test(scan_line_ends),
 	    cmocka_unit_test(scan_whole_numbers_only),
-	    cmocka_unit_test(max_tokens_of_body),
 	    cmocka_unit_test(reserve_and_settle),
 	    cmocka_unit_test(absurd_usage_is_debt_not_refund),
 	    cmocka_unit_test(concurrency_cap),

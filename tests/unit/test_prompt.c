@@ -91,18 +91,6 @@ static void partial_bodies_ask_for_more(void **state)
 	assert_int_equal(http_prompt_key(full, 10, 1, 16, &a), -1);
 }
 
-static void stream_flag(void **state)
-{
-	(void)state;
-	const char *yes =
-	    "{\"model\":\"m\",\"meta\":{\"stream\":false},\"stream\": true,\"prompt\":\"hi\"}";
-	assert_true(http_wants_stream(yes, strlen(yes)));
-	assert_false(http_wants_stream(yes, 30)); /* not in yet: no */
-	assert_false(http_wants_stream("{\"stream\":false}", 16));
-	assert_false(http_wants_stream("{\"prompt\":\"stream: true\"}", 26));
-	assert_false(http_wants_stream("not json", 8));
-}
-
 static long blocks_of(const char *body, size_t block, uint64_t *h, size_t max)
 {
 	size_t text = 0;
@@ -169,104 +157,6 @@ static void blocks_parts_escapes_and_limits(void **state)
 	assert_int_equal(http_prompt_blocks(cut, strlen(cut), 16, a, 64, NULL), 4);
 }
 
-/* http_model on a whole body: 1 and the name, or what it answered. */
-static int model_of(const char *body, char *out, size_t cap)
-{
-	size_t n = 0;
-	int r = http_model(body, strlen(body), 1, out, cap, &n);
-	if (r == 1)
-		assert_int_equal(n, strlen(out));
-	return r;
-}
-
-static void model_found_anywhere_at_the_top(void **state)
-{
-	(void)state;
-	char m[64];
-	assert_int_equal(model_of("{\"model\":\"llama-3-8b\",\"prompt\":\"hi\"}", m, sizeof(m)), 1);
-	assert_string_equal(m, "llama-3-8b");
-	/* after the messages, with whitespace everywhere, and a "model" inside them first
-	 */
-	assert_int_equal(
-	    model_of(" {\n \"messages\" : [ {\"role\":\"user\",\"content\":\"{\\\"model\\\":"
-		     "\\\"no\\\"}\", \"model\": \"inner\"} ] ,\n\t\"model\"\r\n:\n "
-		     "\"qwen-2\" }",
-		     m, sizeof(m)),
-	    1);
-	assert_string_equal(m, "qwen-2");
-	/* escapes decoded: \", \\, \/, \u0041, a surrogate pair */
-	assert_int_equal(
-	    model_of("{\"model\":\"a\\\"b\\\\c\\/d\\u0041\\u00e9\\ud83d\\ude00\"}", m, sizeof(m)),
-	    1);
-	assert_string_equal(m, "a\"b\\c/dA\xc3\xa9\xf0\x9f\x98\x80");
-	assert_int_equal(model_of("{\"model\":\"llama\\u002d3\"}", m, sizeof(m)), 1);
-	assert_string_equal(m, "llama-3");
-	assert_int_equal(model_of("{\"model\":\"\"}", m, sizeof(m)), 1);
-	assert_string_equal(m, "");
-}
-
-static void model_absent_or_bad(void **state)
-{
-	(void)state;
-	char m[8];
-	assert_int_equal(model_of("{\"prompt\":\"hi\"}", m, sizeof(m)), -1);
-	assert_int_equal(model_of("{\"model\":5}", m, sizeof(m)), -1);
-	assert_int_equal(model_of("{\"model\":[\"x\"]}", m, sizeof(m)), -1);
-	assert_int_equal(model_of("{\"meta\":{\"model\":\"x\"}}", m, sizeof(m)), -1);
-	assert_int_equal(model_of("[\"model\",\"x\"]", m, sizeof(m)), -1);
-	assert_int_equal(model_of("model=x", m, sizeof(m)), -1);
-	assert_int_equal(model_of("", m, sizeof(m)), -1);
-	assert_int_equal(model_of("{\"model\":\"bad\\q\"}", m, sizeof(m)), -1);
-	assert_int_equal(model_of("{\"model\":\"nul\\u0000\"}", m, sizeof(m)), -1);
-	assert_int_equal(model_of("{\"model\":\"lone\\udc00\"}", m, sizeof(m)), -1);
-	assert_int_equal(model_of("{\"model\":\"half\\ud800x\"}", m, sizeof(m)), -1);
-	assert_int_equal(model_of("{\"model\":\"tab\there\"}", m, sizeof(m)), -1);
-	assert_int_equal(model_of("{\"model\":\"1234567\"}", m, sizeof(m)), 1); /* fits, with NUL */
-	assert_int_equal(model_of("{\"model\":\"12345678\"}", m, sizeof(m)), -1); /* too long */
-	assert_int_equal(model_of("{\"model\":\"\\u00e9\\u00e9\\u00e9\\u00e9\"}", m, sizeof(m)),
-			 -1);
-}
-
-static void model_partial_bodies(void **state)
-{
-	(void)state;
-	char m[64];
-	size_t n;
-	const char *full = "{\"messages\":[{\"content\":\"x\"}],\"model\":\"m\\u00e9\"}";
-	size_t len = strlen(full);
-	for (size_t cut = 0; cut < len - 1; cut++) {
-		assert_int_equal(http_model(full, cut, 0, m, sizeof(m), &n), 0);
-		assert_int_equal(http_model(full, cut, 1, m, sizeof(m), &n), -1);
-	}
-	/* the closing quote is in: decided, the object's end need not be */
-	assert_int_equal(http_model(full, len - 1, 0, m, sizeof(m), &n), 1);
-	assert_string_equal(m, "m\xc3\xa9");
-	assert_int_equal(n, 3);
-}
-
-/* Two keys that parsers read differently: refused, not routed by the first */
-static void model_ambiguous(void **state)
-{
-	(void)state;
-	static const char *const yes[] = {
-	    "{\"model\":\"a\",\"model\":\"b\"}",
-	    "{\"model\":\"a\",\"messages\":[{\"model\":\"x\"}], \"model\" : \"b\"}",
-	    "{\"mod\\u0065l\":\"b\"}",
-	    "{\"model\":\"a\",\"m\\u006fdel\":\"b\"}",
-	};
-	static const char *const no[] = {
-	    "{\"model\":\"a\",\"messages\":[{\"model\":\"b\"}]}",
-	    "{\"caf\\u00e9\":1,\"model\":\"a\"}",
-	    "{\"model\":\"a\",\"prompt\":\"\\\"model\\\":\\\"b\\\"\"}",
-	    "{\"models\":\"b\",\"model\":\"a\"}",
-	    "[\"model\",\"model\"]",
-	};
-	for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++)
-		assert_int_equal(http_model_ambiguous(yes[i], strlen(yes[i])), 1);
-	for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
-		assert_int_equal(http_model_ambiguous(no[i], strlen(no[i])), 0);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -274,13 +164,8 @@ int main(void)
 	    cmocka_unit_test(messages_and_short_prompts),
 	    cmocka_unit_test(only_the_top_level_field),
 	    cmocka_unit_test(partial_bodies_ask_for_more),
-	    cmocka_unit_test(stream_flag),
 	    cmocka_unit_test(blocks_shared_system_prompt_any_field_order),
 	    cmocka_unit_test(blocks_parts_escapes_and_limits),
-	    cmocka_unit_test(model_found_anywhere_at_the_top),
-	    cmocka_unit_test(model_absent_or_bad),
-	    cmocka_unit_test(model_partial_bodies),
-	    cmocka_unit_test(model_ambiguous),
 	};
 	return cmocka_run_group_tests_name("prompt key", tests, NULL, NULL);
 }
