@@ -96,10 +96,11 @@ const struct conf_route *route_match(const struct conf *conf, const struct http_
 	return NULL;
 }
 
-int route_needs_model(const struct conf *conf, const struct http_head *req, const char *sni)
+const struct conf_route *route_match_head(const struct conf *conf, const struct http_head *req,
+					  const char *sni)
 {
-	for (size_t i = 0; conf->model_routes && i < conf->nroutes; i++)
+	for (size_t i = 0; i < conf->nroutes; i++)
 		if (route_matches(&conf->routes[i], req, sni))
-			return conf->routes[i].model != NULL;
-	return 0;
+			return &conf->routes[i];
+	return NULL;
 }

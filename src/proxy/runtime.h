@@ -434,8 +434,11 @@ void pool_retry_earn(struct pool_rt *p);
  * match.model then do not match), or NULL. */
 const struct conf_route *route_match(const struct conf *conf, const struct http_head *req,
 				     const char *sni, const char *model, size_t model_len);
-/* Would the route of <req> depend on its body's "model": is the first route matching it on
- * everything else one with match.model? */
-int route_needs_model(const struct conf *conf, const struct http_head *req, const char *sni);
+/* The first route matching <req> on everything but match.model, or NULL: with match.model,
+ * the route of <req> depends on its body's "model"; and the route that shapes an answer the
+ * proxy gives before a route is chosen (routes.api: a refused body on an api: openai model
+ * route is answered with OpenAI's error object). */
+const struct conf_route *route_match_head(const struct conf *conf, const struct http_head *req,
+					  const char *sni);
 
 #endif

@@ -67,12 +67,12 @@ static enum run session_answer(struct client *cl, int status, const char *detail
 	if (!x)
 		exchange_make_request_id(w, refused_id);
 	/* the route shapes the answer (routes.api, its challenges); one refused before the
-	 * route stage (413, 414) is matched here, from the head it still has */
+	 * route stage (a body the model stage refuses, 413, 414) by the first route its head
+	 * matches, model routes included: it is the route the client was asking for */
 	const struct conf_route *route =
 	    !x	       ? NULL
 	    : x->route ? x->route
-	    : x->head  ? route_match(w->conf, x->head, x->tls ? x->tls->sni : NULL,
-				     x->wt.has_model ? x->model : NULL, x->model_len)
+	    : x->head  ? route_match_head(w->conf, x->head, x->tls ? x->tls->sni : NULL)
 		       : NULL;
 	if (x && (!x->req.done || x->req_close || x->minor == 0))
 		keep = 0;

@@ -35,10 +35,11 @@ static enum run stage_model(struct exchange *x)
 {
 	const struct http_head *h = x->head;
 	const struct conf *c = x->w->conf;
+	const struct conf_route *first;
 	if (!x->head) { /* back from waiting: the codec reads the head anew */
 	} else if (h->framing == HTTP_BODY_NONE ||
-		   (h->framing == HTTP_BODY_LENGTH && !h->content_length) ||
-		   !route_needs_model(c, h, x->tls ? x->tls->sni : NULL)) {
+		   (h->framing == HTTP_BODY_LENGTH && !h->content_length) || !c->model_routes ||
+		   !(first = route_match_head(c, h, x->tls ? x->tls->sni : NULL)) || !first->model) {
 		return RUN_AGAIN;
 	} else if (h->framing != HTTP_BODY_LENGTH) {
 		return exchange_reply(

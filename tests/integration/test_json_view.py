@@ -46,6 +46,10 @@ def test_model_route_never_decided_past_a_nan(env):
                      '{"model":"free","x":%s}' % bad):
             st, _, data = _post(px.port, body)
             assert st == 400, (body, st, data)
+            # before any route is chosen, the answer has the shape of the model routes'
+            # api: openai (an SDK reads error.message)
+            err = json.loads(data)["error"]
+            assert err["type"] == "invalid_request_error" and err["message"], (body, data)
     # a lone surrogate, bytes that are not UTF-8, a body cut short
     for body in ('{"model":"free","x":"\\ud800"}', b'{"model":"free","x":"\xff"}',
                  '{"model":"free","messages":['):
