@@ -39,7 +39,8 @@ static enum run stage_model(struct exchange *x)
 	if (!x->head) { /* back from waiting: the codec reads the head anew */
 	} else if (h->framing == HTTP_BODY_NONE ||
 		   (h->framing == HTTP_BODY_LENGTH && !h->content_length) || !c->model_routes ||
-		   !(first = route_match_head(c, h, x->tls ? x->tls->sni : NULL)) || !first->model) {
+		   !(first = route_match_head(c, h, x->tls ? x->tls->sni : NULL)) ||
+		   !first->model) {
 		return RUN_AGAIN;
 	} else if (h->framing != HTTP_BODY_LENGTH) {
 		return exchange_reply(
