@@ -14,8 +14,24 @@ one line per finding (FILE:LINE: what is wrong):
     a cycle between the files of one module (foo.h <-> foo-t.h);
   - a quoted include that names no header of the tree, or a folder missing from LAYERS.
 
-Ends with `layers: N files, N includes, N cycles, N upward includes` and exits 1 if anything
-was found (`--edges` lists, under each cycle, every include between its modules).
+It also reads the calls, since a header can declare what its module does not own and so hide
+a cycle from the includes: a function is owned by the module whose .c file defines it (not
+static), or whose header defines it (static inline), and a call is a name followed by `(`
+that names such a function. It reports:
+
+  - a header that declares a function another module owns (each module declares its own);
+  - a call against the layer order (a lower folder calling a higher one, or a folder calling
+    one on its own layer);
+  - a call cycle between modules: the same strongly connected components as for includes,
+    over the call edges (a function pointer handed over, a hook, is not a call).
+
+Findings listed in scripts/layers-known.txt (the debt the tree still carries, each line as
+printed) are counted as known and do not fail the check; a known line that no longer occurs
+does, so the list only shrinks.
+
+Ends with `layers: N files, N includes, N cycles, N upward includes, N calls, N call cycles,
+N upward calls, N foreign declarations` (and how many of them are known) and exits 1 if
+anything new was found (`--edges` lists, under each cycle, every include between its modules).
 `--root DIR` checks another tree (the fixtures of tests/layers/ do); `--self-test`
 runs every fixture under tests/layers/ and compares the output with its `expected` file.
 Standard library only: Debian's /usr/bin/python3 runs it.
@@ -163,6 +179,114 @@ def shortest_cycle(start, members, graph):
     return None
 
 
+STRING_RE = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'')
+# a function at file scope: its line starts in column 0 with a type, then NAME(
+FUNC_RE = re.compile(r"^(?!typedef|return|if|while|for|switch|#)([A-Za-z_][\w \t\*]*?[\s\*])"
+                     r"([A-Za-z_]\w*)\s*\(", re.M)
+CALL_RE = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
+
+
+def strip_strings(text):
+    """The text with string and character literals blanked, newlines kept."""
+    return STRING_RE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+
+
+def functions(text):
+    """(name, line, kind, is_static, offset of the name) of each function at file scope of a
+    comment- and string-free text: kind 'def' when a body follows its parameters, 'decl' for
+    ';'."""
+    out = []
+    for m in FUNC_RE.finditer(text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+        rest = text[i:i + 200].lstrip()
+        if rest.startswith("__attribute__"):
+            rest = rest[rest.find("))") + 2:].lstrip()
+        kind = "def" if rest.startswith("{") else "decl" if rest.startswith(";") else None
+        if kind:
+            line = text.count("\n", 0, m.start()) + 1
+            out.append((m.group(2), line, kind, "static" in m.group(1).split(), m.start(2)))
+    return out
+
+
+def calls(root, files):
+    """The call graph of the tree: (owner: {function: module}, declared: [(file, line, name)]
+    of the headers' prototypes, called: {file: [(line, name)]})."""
+    owner, declared, called, seen = {}, [], {}, {}
+    for rel in files:
+        with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+            text = strip_strings(strip_comments(f.read()))
+        text = "\n".join("" if line.lstrip().startswith("#") else line
+                         for line in text.split("\n"))
+        named = set()  # where a definition or a declaration names its function
+        for name, line, kind, static, at in functions(text):
+            named.add(at)
+            if kind == "def" and (rel.endswith(".h") or not static):
+                owner.setdefault(name, module_of(rel))  # a header's static inline too
+            elif kind == "decl" and rel.endswith(".h") and not static:
+                declared.append((rel, line, name))
+        seen[rel] = (text, named)
+    for rel, (text, named) in seen.items():
+        called[rel] = [(text.count("\n", 0, m.start()) + 1, m.group(1))
+                       for m in CALL_RE.finditer(text)
+                       if m.group(1) in owner and m.start(1) not in named]
+    return owner, declared, called
+
+
+def check_calls(root, files):
+    """The findings of the calls (see the module's essay) and their counts."""
+    owner, declared, called = calls(root, files)
+    findings = []
+    nforeign = nup = ncalls = 0
+    for rel, line, name in declared:
+        mine = module_of(rel)
+        public = PUBLIC.get(folder_of(rel))  # a public API declares its owner folder's functions
+        if name in owner and owner[name] != mine and owner[name].split("/")[0] != public:
+            nforeign += 1
+            findings.append(f"{rel}:{line}: declares {name}(), a function of {owner[name]}"
+                            f" (each module declares its own, in its own header)")
+    graph, where = {}, {}
+    for rel in sorted(called):
+        a = module_of(rel)
+        mine = layer_of(folder_of(rel))
+        for line, name in called[rel]:
+            b = owner[name]
+            if a == b:
+                continue
+            ncalls += 1
+            graph.setdefault(a, set()).add(b)
+            graph.setdefault(b, set())
+            if (a, b) not in where:
+                where[(a, b)] = f"{rel}:{line}"
+                theirs = layer_of(b.split("/")[0])
+                if mine and theirs and mine[1] != theirs[1] and theirs[0] >= mine[0]:
+                    nup += 1
+                    side = "upward" if theirs[0] > mine[0] else "sideways"
+                    findings.append(f"{rel}:{line}: {side} call of {name}() in {b}")
+    ncycles = 0
+    for comp in sccs(graph):
+        if len(comp) < 2:
+            continue
+        ncycles += 1
+        path = shortest_cycle(comp[0], set(comp), graph)
+        steps = ", ".join(f"{where[(path[i], path[i + 1])]} -> {path[i + 1]}"
+                          for i in range(len(path) - 1))
+        findings.append(f"{where[(path[0], path[1])]}: call cycle between {len(comp)} modules"
+                        f" ({', '.join(comp)}): {steps}")
+    return findings, ncalls, ncycles, nup, nforeign
+
+
+def known_findings(root):
+    """The lines of scripts/layers-known.txt (without comments and blank lines)."""
+    try:
+        with open(os.path.join(root, "scripts", "layers-known.txt"), encoding="utf-8") as f:
+            return [ln.rstrip("\n") for ln in f if ln.strip() and not ln.startswith("#")]
+    except FileNotFoundError:
+        return []
+
+
 def check(root, edges=False):
     """Print the findings and the summary line for one tree; return the number of findings."""
     files = scan(root)
@@ -228,13 +352,24 @@ def check(root, edges=False):
                               for i in range(len(path) - 1))
             findings.append(f"{fwhere[(path[0], path[1])]}: include cycle between {len(comp)}"
                             f" files of module {module_of(comp[0])}: {steps}")
-    for f in findings:
-        print(f)
+    cfind, ncalls, ncc, nupc, nforeign = check_calls(root, files)
+    known = known_findings(root)
+    nknown = 0
+    for f in findings + cfind:
+        if f in known:
+            nknown += 1
+            known.remove(f)
+        else:
+            print(f)
+    for k in known:
+        print(f"scripts/layers-known.txt: no longer found, remove it: {k}")
     findings = [f for f in findings if not f.startswith("  ")]  # not the --edges lines
     other = len(findings) - len(cycles) - nup
     print(f"layers: {len(files)} files, {nincs} includes, {len(cycles)} cycles,"
-          f" {nup} upward includes" + (f", {other} other findings" if other else ""))
-    return len(findings)
+          f" {nup} upward includes, {ncalls} calls, {ncc} call cycles, {nupc} upward calls,"
+          f" {nforeign} foreign declarations" + (f", {other} other findings" if other else "")
+          + (f" ({nknown} known: scripts/layers-known.txt)" if nknown else ""))
+    return len(findings) + len(cfind) - nknown + len(known)
 
 
 def self_test(here):

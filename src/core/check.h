@@ -11,7 +11,7 @@
 #ifndef ACCELNET_CORE_CHECK_H
 #define ACCELNET_CORE_CHECK_H
 
-_Noreturn void check_fail(const char *file, int line, const char *what);
+#include "core/log.h" /* check_fail(): the log's, which says where, then aborts */
 
 #define ASSERT(cond) ((cond) ? (void)0 : check_fail(__FILE__, __LINE__, #cond))
 #define ASSERT_NOT_REACHED() check_fail(__FILE__, __LINE__, "not reached")

@@ -6,7 +6,6 @@
  * their state in a static at each call site, so limiting one site never silences another.
  */
 #include "core/log.h"
-#include "core/check.h"
 #include "core/clock.h"
 
 #include <stdarg.h>

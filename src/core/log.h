@@ -50,4 +50,7 @@ void log_rated(struct log_rate *r, unsigned every_ms, enum log_level level, cons
 #define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
 #define log_debug(...) (log_threshold >= LOG_DEBUG ? log_msg(LOG_DEBUG, __VA_ARGS__) : (void)0)
 
+/* An invariant failed (the macros of core/check.h): log where and what, then abort. */
+_Noreturn void check_fail(const char *file, int line, const char *what);
+
 #endif

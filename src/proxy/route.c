@@ -11,6 +11,7 @@
  * so a byte of path_prefix matches that byte or an escape of it ("/v1/m:gen" matches
  * "/v1/m%3Agen").
  */
+#include "proxy/route.h"
 #include "core/glob.h"
 #include "core/hex.h"
 #include "proxy/runtime.h"

@@ -24,6 +24,7 @@
 #include "proxy/hit.h"
 #include "proxy/refresh.h"
 #include "proxy/relay.h"
+#include "proxy/route.h"
 #include "proxy/shed.h"
 #include "proxy/sse.h"
 #include "proxy/stages.h"

@@ -9,6 +9,7 @@
 #include "proxy/classify.h"
 #include "proxy/dispatch.h"
 #include "proxy/quota.h"
+#include "proxy/route.h"
 #include "proxy/sse.h"
 
 #include <stdint.h>

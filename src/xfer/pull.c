@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "core/loop.h"
 #include "xfer/engine.h"
+#include "xfer/send.h"
 #include "xfer/server.h"
 #include "xfer/store.h"
 

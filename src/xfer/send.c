@@ -3,6 +3,7 @@
  * expansion of paths (files and directory trees) into items: a sender's own paths as given,
  * or, for a server answering GET, names resolved beneath its directory and never outside.
  */
+#include "xfer/send.h"
 #include "accelnet/xfer.h"
 #include "xfer/engine.h"
 

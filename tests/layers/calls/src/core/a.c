@@ -1,0 +1,6 @@
+#include "core/a.h"
+
+int a_run(void)
+{
+	return b_go();
+}
