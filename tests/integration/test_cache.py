@@ -1401,7 +1401,9 @@ def test_eviction_while_hits_stream_leaves_them_whole(env):
     body = bytes(i % 199 for i in range(6 * 1024 * 1024))
     o.paths["/victim"] = cached(body)
     # lru: under SIEVE a scan never moves the hand past an object it has kept (by design)
-    px = start(env, o, cache="{memory: 16MiB, shards: 1, max_object: 8MiB, eviction: lru}")
+    # the readers stop for as long as the scan takes: never cut as slow readers (send_ms)
+    px = start(env, o, cache="{memory: 16MiB, shards: 1, max_object: 8MiB, eviction: lru}",
+               extra="timeouts: {send_ms: 0}\n")
     get(px, "/victim")
     readers = []
     for _ in range(5):  # hits that stop reading part-way: they hold the object
