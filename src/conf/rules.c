@@ -118,6 +118,29 @@ int rules_read_string(struct rules_ctx *x, yaml_node_t *n, char **out)
 	return 0;
 }
 
+int rules_read_choice(struct rules_ctx *x, yaml_node_t *n, const char *what,
+		      const char *const *names, unsigned nnames, unsigned *out)
+{
+	const char *s = rules_scalar(n);
+	if (!s)
+		return rules_fail(x, n, "%s: expected a string, found %s", what,
+				  rules_kind_name(n));
+	char expected[128] = "";
+	for (unsigned i = 0; i < nnames; i++) {
+		if (!strcmp(s, names[i])) {
+			*out = i;
+			return 0;
+		}
+		size_t used = strlen(expected);
+		snprintf(expected + used, sizeof(expected) - used, "%s%s",
+			 !i		  ? ""
+			 : i + 1 < nnames ? ", "
+					  : " or ",
+			 names[i]);
+	}
+	return rules_fail(x, n, "%s '%s': expected %s", what, s, expected);
+}
+
 int rules_read_addr(struct rules_ctx *x, yaml_node_t *n, struct conf_listen *l)
 {
 	const char *why;

@@ -71,6 +71,10 @@ int rules_read_uint(struct rules_ctx *x, yaml_node_t *n, uint64_t min, uint64_t 
 		    uint64_t *out);
 /* A scalar copied into *out (the old value freed). */
 int rules_read_string(struct rules_ctx *x, yaml_node_t *n, char **out);
+/* One of <names> (the scalar compared whole): *out its index; else a message at <n> that
+ * says "<what> '<value>': expected a or b". */
+int rules_read_choice(struct rules_ctx *x, yaml_node_t *n, const char *what,
+		      const char *const *names, unsigned nnames, unsigned *out);
 /* Is <s> a header name a config may give (letters, digits, '-', '_'; 1-64 bytes)? */
 int rules_header_name_ok(const char *s);
 int rules_read_addr(struct rules_ctx *x, yaml_node_t *n, struct conf_listen *l);

@@ -144,23 +144,12 @@ static const struct rule timeout_rules[] = {
     TIMEOUT(body_ms, 0),       TIMEOUT(send_ms, 0),	     RULES_END,
 };
 
-/* limits.path: normalize | refuse */
+/* limits.path: normalize | refuse (enum conf_path's order) */
 static int read_limits_path(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
 {
 	(void)r;
-	char *s = NULL;
-	int err = rules_read_string(x, v, &s);
-	if (err)
-		return err;
-	unsigned *f = field;
-	if (!strcmp(s, "normalize"))
-		*f = CONF_PATH_NORMALIZE;
-	else if (!strcmp(s, "refuse"))
-		*f = CONF_PATH_REFUSE;
-	else
-		err = rules_fail(x, v, "limits: path '%s': expected normalize or refuse", s);
-	free(s);
-	return err;
+	static const char *const names[] = {"normalize", "refuse"};
+	return rules_read_choice(x, v, "limits: path", names, 2, field);
 }
 
 static const struct rule limit_rules[] = {
@@ -712,19 +701,8 @@ static int read_group(struct rules_ctx *x, const struct rule *r, yaml_node_t *v,
 static int read_alog_format(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
 {
 	(void)r;
-	char *s = NULL;
-	int err = rules_read_string(x, v, &s);
-	if (err)
-		return err;
-	unsigned *f = field;
-	if (!strcmp(s, "json"))
-		*f = 0;
-	else if (!strcmp(s, "combined"))
-		*f = 1;
-	else
-		err = rules_fail(x, v, "access_log: format '%s': expected json or combined", s);
-	free(s);
-	return err;
+	static const char *const names[] = {"json", "combined"};
+	return rules_read_choice(x, v, "access_log: format", names, 2, field);
 }
 
 static int read_alog_sample(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
