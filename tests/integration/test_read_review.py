@@ -147,3 +147,42 @@ def test_max_tokens_spellings_reserve_what_the_backend_generates(env):
                     ('{"prompt":"x","max_tokens":50000000000000000000000001e-25}', 5)):
         st, _, data = post_json(px.port, body)
         assert st == 200 and json.loads(data)["max_tokens"] == n, (body, st, data)
+
+
+def test_a_model_the_proxy_cannot_hold_is_refused_not_taken_for_none(env):
+    """"premium-gpt\\u0000" and a name over 255 bytes: the proxy could not hold them and
+    routed them as naming no model -- through the open catch-all, while the backend read a
+    name the keyed "premium-*" route matches. Now refused (400), on the route's model and on
+    the backend's (pools.backends.models)."""
+    be = lenient_backend(env)
+    keys = env.write("keys.txt", "acme sk-acme-0123456789abcdef\n")
+    px = env.proxy(
+        "pools:\n  - name: gpu\n    backends:\n"
+        f"      - {{address: 127.0.0.1:{be.port}}}\n"
+        "routes:\n"
+        "  - match: {path_prefix: /v1/, model: \"premium-*\"}\n    pool: gpu\n    api: openai\n"
+        f"    auth: {{api_keys_file: {keys}}}\n"
+        "  - match: {path_prefix: /v1/}\n    pool: gpu\n    api: openai\n",
+        workers=1)
+    long_name = "premium-" + "x" * 300
+    for body in ('{"model":"premium-gpt\\u0000","messages":[]}',
+                 '{"model":"%s","messages":[]}' % long_name):
+        st, _, data = post_json(px.port, body)
+        assert st == 400, (body[:60], st, data[:300])
+    # a model the proxy holds is routed as before: "free" through the open route, a premium
+    # one meets the key
+    assert post_json(px.port, '{"model":"free","messages":[]}')[0] == 200
+    assert post_json(px.port, '{"model":"premium-gpt","messages":[]}')[0] == 401
+    assert [s["model"] for s in be.seen] == ["free"], be.seen
+    a, b = lenient_backend(env), lenient_backend(env)
+    px = env.proxy(
+        "pools:\n  - name: gpu\n    backends:\n"
+        f"      - {{address: 127.0.0.1:{a.port}, models: [small]}}\n"
+        f"      - {{address: 127.0.0.1:{b.port}, models: [large]}}\n"
+        "routes:\n  - match: {path_prefix: /v1/}\n    pool: gpu\n    api: openai\n",
+        workers=1)
+    for body in ('{"model":"large\\u0000","messages":[]}',
+                 '{"model":"large%s","messages":[]}' % ("x" * 300)):
+        st, _, data = post_json(px.port, body)
+        assert st == 400, (body[:60], st, data[:300])
+    assert not a.seen and not b.seen, (a.seen, b.seen)
