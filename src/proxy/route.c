@@ -20,14 +20,21 @@
 
 static int host_matches(const char *want, struct http_str host)
 {
-	/* compare without the port: "api.example.com:8080" matches "api.example.com" */
+	/* compare without the port: "api.example.com:8080" matches "api.example.com"; and
+	 * without the root's dot (on either side): "api.example.com." is that name too (DNS, and
+	 * nginx drops it before choosing a server), so it may not dodge the route */
 	uint32_t len = host.len;
+	size_t wlen = strlen(want);
+	if (wlen > 1 && want[wlen - 1] == '.')
+		wlen--;
 	if (len && host.p[0] != '[') {
 		const char *colon = memchr(host.p, ':', len);
 		if (colon)
 			len = (uint32_t)(colon - host.p);
+		if (len > 1 && host.p[len - 1] == '.')
+			len--;
 	}
-	return strlen(want) == len && strncasecmp(want, host.p, len) == 0;
+	return wlen == len && strncasecmp(want, host.p, len) == 0;
 }
 
 /* match.sni: the exact name, or "*.domain" for one label more; no name matches neither. */

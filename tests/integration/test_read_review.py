@@ -186,3 +186,29 @@ def test_a_model_the_proxy_cannot_hold_is_refused_not_taken_for_none(env):
         st, _, data = post_json(px.port, body)
         assert st == 400, (body[:60], st, data[:300])
     assert not a.seen and not b.seen, (a.seen, b.seen)
+
+
+def test_a_trailing_dot_on_the_host_meets_the_route_of_the_host(env):
+    """"Host: admin.example.com." is admin.example.com to DNS and to nginx (which drops the
+    dot before choosing a server): it dodged the keyed route with match.host and took the
+    open catch-all. Now it meets the key; the port, the case and a configured dot too."""
+    be = lenient_backend(env)
+    keys = env.write("keys.txt", f"acme {KEY}\n")
+    px = env.proxy(
+        "pools:\n" + pool_yaml("p", [be.port]) + "routes:\n"
+        "  - match: {host: admin.example.com, path_prefix: /}\n    pool: p\n"
+        f"    auth: {{api_keys_file: {keys}}}\n"
+        "  - match: {host: \"ops.example.com.\", path_prefix: /}\n    pool: p\n"
+        f"    auth: {{api_keys_file: {keys}}}\n"
+        "  - match: {path_prefix: /}\n    pool: p\n", workers=1)
+    for host in ("admin.example.com.", "ADMIN.Example.COM.:8080", "admin.example.com:80",
+                 "ops.example.com", "ops.example.com.:1"):
+        st, _, data = request(px.port, "GET", "/x", headers={"Host": host})
+        assert st == 401, (host, st, data[:200])
+        st, _, data = request(px.port, "GET", "/x", headers={
+            "Host": host, "Authorization": "Bearer " + KEY})
+        assert st == 200, (host, st, data[:200])
+    for host in ("admin.example.com..", "admin.example.co", "x.admin.example.com", "."):
+        st, _, data = request(px.port, "GET", "/x", headers={"Host": host})
+        assert st == 200, (host, st, data[:200])
+    assert len(be.seen) == 9, be.seen  # the 401s never reached it
