@@ -3,6 +3,7 @@ proxy and a backend that decodes paths and reads JSON as Python does (harness.Le
 disagree on the path, the host, the model, max_tokens or the temperature. Each test sends
 the attacks that were tried; the proxy must refuse each, or act on what the backend reads."""
 
+import concurrent.futures
 import json
 
 from harness import lenient_backend, pool_yaml, raw, request
@@ -212,3 +213,22 @@ def test_a_trailing_dot_on_the_host_meets_the_route_of_the_host(env):
         st, _, data = request(px.port, "GET", "/x", headers={"Host": host})
         assert st == 200, (host, st, data[:200])
     assert len(be.seen) == 9, be.seen  # the 401s never reached it
+
+
+def test_token_reservation_counts_each_of_n_answers(env):
+    """"n": 10 (or "best_of") makes the backend write ten answers of up to max_tokens each, but
+    one answer's worth was reserved: ten such requests at once on a 100-token burst, four
+    passed, up to 800 tokens written on a budget of 100. Now each reserves n x max_tokens: one passes
+    (a full bucket admits one reservation larger than it, into debt), and an "n" that is not
+    a whole number is refused as such a max_tokens is."""
+    be = lenient_backend(env)
+    px = _tokens_proxy(env, be)
+    for bad in ('{"prompt":"x","max_tokens":2,"n":"10"}', '{"prompt":"x","n":1.5}',
+                '{"prompt":"x","best_of":-2}', '{"prompt":"x","n":1,"n":10}'):
+        st, _, data = post_json(px.port, bad)
+        assert st == 400, (bad, st, data)
+    assert be.seen == []
+    with concurrent.futures.ThreadPoolExecutor(10) as ex:
+        got = list(ex.map(lambda _: post_json(px.port, '{"prompt":"x","max_tokens":20,"n":10}')[0],
+                          range(10)))
+    assert sorted(got) == [200] + [429] * 9, got
