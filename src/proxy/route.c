@@ -67,6 +67,16 @@ static int prefix_matches(const char *prefix, struct http_str path)
 	return 1;
 }
 
+/* Is <m> the method <want>? A HEAD is a GET too: a server runs its GET handler for a HEAD
+ * (RFC 9110 9.3.2; Starlette, and so FastAPI, adds HEAD to every GET route), so a GET
+ * route's guard must meet it, not the route after. */
+static int method_matches(const char *want, const struct http_head *req)
+{
+	if (strlen(want) == req->method.len && !memcmp(want, req->method.p, req->method.len))
+		return 1;
+	return req->meth == HTTP_HEAD && strcmp(want, "GET") == 0;
+}
+
 /* Does route <r> match <req> on everything but match.model? */
 static int route_matches(const struct conf_route *r, const struct http_head *req, const char *sni)
 {
@@ -76,8 +86,7 @@ static int route_matches(const struct conf_route *r, const struct http_head *req
 		return 0;
 	if (r->sni && !sni_matches(r->sni, sni))
 		return 0;
-	if (r->method && (strlen(r->method) != req->method.len ||
-			  memcmp(r->method, req->method.p, req->method.len)))
+	if (r->method && !method_matches(r->method, req))
 		return 0;
 	if (r->header_name) {
 		const struct http_header *h = http_find_header(req, r->header_name);

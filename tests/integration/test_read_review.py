@@ -232,3 +232,24 @@ def test_token_reservation_counts_each_of_n_answers(env):
         got = list(ex.map(lambda _: post_json(px.port, '{"prompt":"x","max_tokens":20,"n":10}')[0],
                           range(10)))
     assert sorted(got) == [200] + [429] * 9, got
+
+
+def test_a_head_meets_the_guard_of_a_get_route(env):
+    """A route with match.method GET and a key, before an open catch-all: HEAD took the
+    catch-all, while the backend ran its GET handler for it (Starlette adds HEAD to every GET
+    route; RFC 9110 9.3.2), headers and side effects included. Now a HEAD meets the key."""
+    be = lenient_backend(env)
+    keys = env.write("keys.txt", f"acme {KEY}\n")
+    px = env.proxy(
+        "pools:\n" + pool_yaml("p", [be.port]) + "routes:\n"
+        "  - match: {method: GET, path_prefix: /admin}\n    pool: p\n"
+        f"    auth: {{api_keys_file: {keys}}}\n"
+        "  - match: {path_prefix: /}\n    pool: p\n", workers=1)
+    for method in ("GET", "HEAD"):
+        assert request(px.port, method, "/admin/users")[0] == 401, method
+        st, _, _ = request(px.port, method, "/admin/users",
+                           headers={"Authorization": "Bearer " + KEY})
+        assert st == 200, (method, st)
+    # other methods are not GET: they take the open route, as the backend has no GET for them
+    assert request(px.port, "POST", "/admin/users", body=b"{}")[0] == 200
+    assert [s["target"] for s in be.seen] == ["/admin/users"] * 3, be.seen
