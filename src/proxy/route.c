@@ -67,7 +67,7 @@ static int prefix_matches(const char *prefix, struct http_str path)
 	return 1;
 }
 
-/* Is <m> the method <want>? A HEAD is a GET too: a server runs its GET handler for a HEAD
+/* Is the method of <req> <want>? A HEAD is a GET too: a server runs its GET handler for a HEAD
  * (RFC 9110 9.3.2; Starlette, and so FastAPI, adds HEAD to every GET route), so a GET
  * route's guard must meet it, not the route after. */
 static int method_matches(const char *want, const struct http_head *req)
