@@ -32,7 +32,7 @@
  * against the grammar and kept as written ("1.0" and "1.00" are two keys, and so are "0"
  * and "-0"); the values of the top-level "temperature" and "n" are also read as doubles, by
  * hand (no strtod: it follows the locale), exactly for integers and zero, to within an ulp
- * or two otherwise.
+ * or two otherwise; a subnormal (1e-310) is not zero, as it is not to the engine.
  */
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack, not XXH3_createState's malloc */
 #include "cache/canon.h"
@@ -379,8 +379,10 @@ static double num_value(const unsigned char *s, size_t n)
 		v = 0;
 	else if (exp10 > 0)
 		v *= pow(10, (double)exp10);
-	else
+	else if (exp10 >= -300)
 		v /= pow(10, (double)-exp10);
+	else /* 10^309 and up overflow: a subnormal (1e-310) would read as 0 */
+		v = v / 1e300 / pow(10, (double)(-exp10 - 300));
 	return neg ? -v : v;
 }
 

@@ -498,7 +498,17 @@ static long whole_number(const unsigned char *b, size_t s, size_t e)
 	return v < 0x80000000ull ? (long)v : JSON_VIEW_TOKENS_BAD;
 }
 
-enum top_key { K_OTHER, K_MODEL, K_MAX_TOKENS, K_MAX_COMPLETION, K_STREAM, K_PROMPT, K_MESSAGES };
+enum top_key {
+	K_OTHER,
+	K_MODEL,
+	K_MAX_TOKENS,
+	K_MAX_COMPLETION,
+	K_N,
+	K_BEST_OF,
+	K_STREAM,
+	K_PROMPT,
+	K_MESSAGES
+};
 
 static enum top_key top_key_of(const char *k, long n)
 {
@@ -509,6 +519,8 @@ static enum top_key top_key_of(const char *k, long n)
 	    {"model", K_MODEL},
 	    {"max_tokens", K_MAX_TOKENS},
 	    {"max_completion_tokens", K_MAX_COMPLETION},
+	    {"n", K_N},
+	    {"best_of", K_BEST_OF},
 	    {"stream", K_STREAM},
 	    {"prompt", K_PROMPT},
 	    {"messages", K_MESSAGES},
@@ -519,18 +531,18 @@ static enum top_key top_key_of(const char *k, long n)
 	return K_OTHER;
 }
 
-/* max_tokens or max_completion_tokens at b[vs..ve): fold it into v->max_tokens. */
-static void note_tokens(struct json_view *v, const unsigned char *b, size_t vs, size_t ve)
+/* max_tokens or max_completion_tokens (n or best_of) at b[vs..ve): fold it into *into. */
+static void note_whole(long *into, const unsigned char *b, size_t vs, size_t ve)
 {
 	long n;
 	if (b[vs] == 'n')
 		return; /* null: absent */
 	n = b[vs] == '-' || (b[vs] >= '0' && b[vs] <= '9') ? whole_number(b, vs, ve)
 							   : JSON_VIEW_TOKENS_BAD;
-	if (n == JSON_VIEW_TOKENS_BAD || v->max_tokens == JSON_VIEW_TOKENS_BAD)
-		v->max_tokens = JSON_VIEW_TOKENS_BAD;
-	else if (n > v->max_tokens)
-		v->max_tokens = n;
+	if (n == JSON_VIEW_TOKENS_BAD || *into == JSON_VIEW_TOKENS_BAD)
+		*into = JSON_VIEW_TOKENS_BAD;
+	else if (n > *into)
+		*into = n;
 }
 
 struct seen_key {
@@ -583,7 +595,11 @@ static int scan_top(struct reader *r, struct json_view *v)
 			break;
 		case K_MAX_TOKENS:
 		case K_MAX_COMPLETION:
-			note_tokens(v, r->b, vs, r->i);
+			note_whole(&v->max_tokens, r->b, vs, r->i);
+			break;
+		case K_N:
+		case K_BEST_OF:
+			note_whole(&v->choices, r->b, vs, r->i);
 			break;
 		case K_STREAM:
 			v->stream = first_byte == 't';
@@ -606,7 +622,7 @@ int json_view_read(struct json_view *v, const char *body, size_t len, const char
 {
 	struct reader r = {(const unsigned char *)body, 0, len, 0, NULL};
 	memset(v, 0, sizeof(*v));
-	v->max_tokens = JSON_VIEW_TOKENS_NONE;
+	v->max_tokens = v->choices = JSON_VIEW_TOKENS_NONE;
 	if (len > UINT32_MAX) {
 		*why = "the JSON body is too large";
 		return -EINVAL;
@@ -620,7 +636,7 @@ int json_view_read(struct json_view *v, const char *body, size_t len, const char
 	}
 	if (rc < 0) {
 		memset(v, 0, sizeof(*v));
-		v->max_tokens = JSON_VIEW_TOKENS_NONE;
+		v->max_tokens = v->choices = JSON_VIEW_TOKENS_NONE;
 		*why = r.why ? r.why : "not JSON";
 		return -EINVAL;
 	}

@@ -1,6 +1,6 @@
 /*
  * jsonview.h - one strict reading of a JSON request body: the top-level fields the proxy acts
- * on (model, max_tokens, stream, the prompt), found in one pass that validates the whole body.
+ * on (model, max_tokens, n, stream, the prompt), found in one pass that validates the whole body.
  *
  * The proxy and the backend must read a body the same way, or a route, a token reservation or
  * a cache entry is chosen for a request the backend serves differently. Backends read JSON
@@ -48,6 +48,9 @@ struct json_view {
 	 * below 2^31 (1, 1.0 and 1e0 are 1, as pydantic reads them); JSON_VIEW_TOKENS_NONE when
 	 * neither is there (or null); JSON_VIEW_TOKENS_BAD when one is there as anything else */
 	long max_tokens;
+	/* the larger of the top-level "n" and "best_of" (how many answers the backend writes,
+	 * each up to max_tokens), read as max_tokens is; the same NONE and BAD */
+	long choices;
 	unsigned stream : 1;   /* top-level "stream": true */
 	unsigned messages : 1; /* the prompt is "messages" */
 };

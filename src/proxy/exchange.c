@@ -88,7 +88,7 @@ int exchange_read_view(struct exchange *x, const char *body, size_t len)
 	return x->view_ok ? 0 : -EINVAL;
 }
 
-void exchange_note_model(struct exchange *x, const char *body)
+int exchange_note_model(struct exchange *x, const char *body)
 {
 	size_t n = 0;
 	int r = x->view_ok && body ? json_view_model(&x->view, body, x->model, sizeof(x->model), &n)
@@ -99,6 +99,7 @@ void exchange_note_model(struct exchange *x, const char *body)
 	x->wt.model = r == 1 ? models_hash(x->model, n) : 0;
 	if (r != 1)
 		x->model[0] = '\0';
+	return r != 1 && x->view_ok && x->view.model.e ? -EINVAL : 0;
 }
 
 void exchange_note_queue_end(struct exchange *x, uint64_t now_ms)

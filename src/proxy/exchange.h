@@ -321,9 +321,12 @@ int exchange_read_view(struct exchange *x, const char *body, size_t len);
 /*
  * Note the "model" of the body <body> as the view found it (x->model_read): the name in
  * x->model and its hash in x->wt when it names one; none when the view was not read (a body
- * too long to hold, chunked) or is not valid.
+ * too long to hold, chunked) or is not valid. -EINVAL when the body names a model the proxy
+ * cannot hold (a NUL in it, longer than CONF_MODEL_MAX bytes): the backend reads that name,
+ * so it must not be taken for none (the caller refuses the request), else 0.
  */
-void exchange_note_model(struct exchange *x, const char *body);
+int exchange_note_model(struct exchange *x, const char *body);
+#define EXCHANGE_MODEL_UNREADABLE "a \"model\" with a NUL, or longer than 255 bytes"
 
 static inline enum run exchange_abort(struct exchange *x, const char *why)
 {

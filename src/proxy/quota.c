@@ -101,8 +101,14 @@ enum run quota_note_body(struct exchange *x)
 	if (x->view.max_tokens == JSON_VIEW_TOKENS_BAD)
 		return exchange_reply(x, 400,
 				      "max_tokens must be a whole number from 0 to 2147483647", 0);
+	if (x->view.choices == JSON_VIEW_TOKENS_BAD)
+		return exchange_reply(
+		    x, 400, "n and best_of must be whole numbers from 0 to 2147483647", 0);
 	if (x->view.max_tokens >= 0)
 		x->hold.max_tokens = (uint64_t)x->view.max_tokens;
+	/* each of n (best_of) answers may take max_tokens: reserve them all, not one */
+	if (x->view.choices > 1)
+		x->hold.max_tokens *= (uint64_t)x->view.choices;
 	return RUN_AGAIN;
 }
 

@@ -150,7 +150,8 @@ enum run relay_await_body(struct client *cl)
 	}
 	if (x->want_model) { /* within what was read, or it names no model here */
 		x->want_model = 0;
-		exchange_note_model(x, body);
+		if (exchange_note_model(x, body) < 0)
+			return exchange_reply(x, 400, EXCHANGE_MODEL_UNREADABLE, 0);
 	}
 	return RUN_AGAIN;
 }

@@ -21,14 +21,21 @@
 
 static int host_matches(const char *want, struct http_str host)
 {
-	/* compare without the port: "api.example.com:8080" matches "api.example.com" */
+	/* compare without the port: "api.example.com:8080" matches "api.example.com"; and
+	 * without the root's dot (on either side): "api.example.com." is that name too (DNS, and
+	 * nginx drops it before choosing a server), so it may not dodge the route */
 	uint32_t len = host.len;
+	size_t wlen = strlen(want);
+	if (wlen > 1 && want[wlen - 1] == '.')
+		wlen--;
 	if (len && host.p[0] != '[') {
 		const char *colon = memchr(host.p, ':', len);
 		if (colon)
 			len = (uint32_t)(colon - host.p);
+		if (len > 1 && host.p[len - 1] == '.')
+			len--;
 	}
-	return strlen(want) == len && strncasecmp(want, host.p, len) == 0;
+	return wlen == len && strncasecmp(want, host.p, len) == 0;
 }
 
 /* match.sni: the exact name, or "*.domain" for one label more; no name matches neither. */
@@ -61,6 +68,16 @@ static int prefix_matches(const char *prefix, struct http_str path)
 	return 1;
 }
 
+/* Is the method of <req> <want>? A HEAD is a GET too: a server runs its GET handler for a HEAD
+ * (RFC 9110 9.3.2; Starlette, and so FastAPI, adds HEAD to every GET route), so a GET
+ * route's guard must meet it, not the route after. */
+static int method_matches(const char *want, const struct http_head *req)
+{
+	if (strlen(want) == req->method.len && !memcmp(want, req->method.p, req->method.len))
+		return 1;
+	return req->meth == HTTP_HEAD && strcmp(want, "GET") == 0;
+}
+
 /* Does route <r> match <req> on everything but match.model? */
 static int route_matches(const struct conf_route *r, const struct http_head *req, const char *sni)
 {
@@ -70,8 +87,7 @@ static int route_matches(const struct conf_route *r, const struct http_head *req
 		return 0;
 	if (r->sni && !sni_matches(r->sni, sni))
 		return 0;
-	if (r->method && (strlen(r->method) != req->method.len ||
-			  memcmp(r->method, req->method.p, req->method.len)))
+	if (r->method && !method_matches(r->method, req))
 		return 0;
 	if (r->header_name) {
 		const struct http_header *h = http_find_header(req, r->header_name);

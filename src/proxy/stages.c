@@ -65,7 +65,8 @@ static enum run stage_model(struct exchange *x)
 		    "a request routed by its \"model\" must fit in limits.body_buffer_bytes", 0);
 	if (exchange_read_view(x, body, len) < 0)
 		return exchange_reply(x, 400, x->view_why, 0);
-	exchange_note_model(x, body);
+	if (exchange_note_model(x, body) < 0)
+		return exchange_reply(x, 400, EXCHANGE_MODEL_UNREADABLE, 0);
 	return RUN_AGAIN;
 }
 

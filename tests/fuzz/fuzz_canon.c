@@ -50,6 +50,9 @@ static void check_facts(json_t *j, const struct canon_facts *f)
 		abort();
 	if (t && json_is_number(t) && !near(f->temperature, json_number_value(t)))
 		abort();
+	/* zero exactly when it is zero to the engine: 1e-310 is not (the cache's question) */
+	if (t && json_is_number(t) && (f->temperature == 0) != (json_number_value(t) == 0))
+		abort();
 	if (t && !json_is_null(t) && !json_is_number(t) && f->temperature != INFINITY)
 		abort();
 	if (f->has_n != (n && !json_is_null(n)))

@@ -4,8 +4,8 @@
  * long long, and \u0000 in a key, which the grammar allows and jansson refuses); what jansson
  * parses with JSON_REJECT_DUPLICATES the view accepts, unless it passes the view's own bounds
  * (depth, top level keys and their length; and a raw NUL, where jansson stops reading); and the
- * fields the view reads are the ones jansson reads: the model, stream, max_tokens when it is an
- * integer.
+ * fields the view reads are the ones jansson reads: the model, stream, max_tokens and n when
+ * they are integers.
  */
 #include "http/jsonview.h"
 
@@ -84,6 +84,18 @@ static void check_fields(const struct json_view *v, const char *p, const json_t 
 			abort();
 	}
 	if (!t && !c && v->max_tokens != JSON_VIEW_TOKENS_NONE)
+		abort();
+	/* "n" and "best_of" are read as max_tokens and max_completion_tokens are */
+	const json_t *k = json_is_object(doc) ? json_object_get(doc, "n") : NULL;
+	const json_t *b = json_is_object(doc) ? json_object_get(doc, "best_of") : NULL;
+	if (json_is_integer(k) && !b) {
+		json_int_t want = json_integer_value(k);
+		long got = v->choices;
+		if (want >= 0 && want < 0x80000000LL ? got != (long)want
+						     : got != JSON_VIEW_TOKENS_BAD)
+			abort();
+	}
+	if (!k && !b && v->choices != JSON_VIEW_TOKENS_NONE)
 		abort();
 }
 

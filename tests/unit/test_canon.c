@@ -409,6 +409,10 @@ static void facts_read(void **state)
 	    {"{\"temperature\":0.000000000000000000000001}", 1e-24},
 	    {"{\"temperature\":1e400}", INFINITY},
 	    {"{\"temperature\":1e-400}", 0},
+	    /* subnormal: not zero to the engine, so not to the cache (read as 0 before) */
+	    {"{\"temperature\":1e-310}", 1e-310},
+	    {"{\"temperature\":1e-320}", 1e-320},
+	    {"{\"temperature\":100000000000000000000000e-330}", 1e-307},
 	    {"{\"temperature\":12345678901234567890123}", 12345678901234567890123.0},
 	    {"{\"temperature\":\"0\"}", INFINITY},
 	    {"{\"temperature\":[0]}", INFINITY},
@@ -420,6 +424,8 @@ static void facts_read(void **state)
 		assert_true(f.has_temperature);
 		if (!(f.temperature == temps[i].t ||
 		      fabs(f.temperature - temps[i].t) <= 1e-15 * fabs(temps[i].t)))
+			fail_msg("%s read as %.17g", temps[i].body, f.temperature);
+		if ((f.temperature == 0) != (temps[i].t == 0))
 			fail_msg("%s read as %.17g", temps[i].body, f.temperature);
 	}
 	assert_int_equal(canon_str("{\"temperature\":null}", &f), 0);

@@ -265,6 +265,31 @@ static void max_tokens_read_as_the_backend_reads_it(void **state)
 	refused("{\"max_tokens\":12,\"max_tokens\":5000");
 }
 
+static long choices_of(const char *body)
+{
+	struct json_view v;
+	if (view_of(body, &v) < 0)
+		fail_msg("refused: %s", body);
+	return v.choices;
+}
+
+/* "n" and "best_of": the backend writes that many answers, each up to max_tokens */
+static void choices_read_as_max_tokens_is(void **state)
+{
+	(void)state;
+	assert_int_equal(choices_of("{\"max_tokens\":5}"), JSON_VIEW_TOKENS_NONE);
+	assert_int_equal(choices_of("{\"n\":null}"), JSON_VIEW_TOKENS_NONE);
+	assert_int_equal(choices_of("{\"n\":8}"), 8);
+	assert_int_equal(choices_of("{\"n\":2,\"best_of\":6}"), 6);
+	assert_int_equal(choices_of("{\"best_of\":6,\"n\":2.0}"), 6);
+	assert_int_equal(choices_of("{\"\\u006e\":3}"), 3);
+	assert_int_equal(choices_of("{\"x\":{\"n\":9},\"n\":1}"), 1);
+	assert_int_equal(choices_of("{\"n\":\"8\"}"), JSON_VIEW_TOKENS_BAD);
+	assert_int_equal(choices_of("{\"n\":1.5}"), JSON_VIEW_TOKENS_BAD);
+	assert_int_equal(choices_of("{\"n\":-1}"), JSON_VIEW_TOKENS_BAD);
+	refused("{\"n\":1,\"n\":100}");
+}
+
 static void stream_and_prompt(void **state)
 {
 	(void)state;
@@ -316,6 +341,7 @@ int main(void)
 	    cmocka_unit_test(long_strings_every_position),
 	    cmocka_unit_test(depth_bounded),
 	    cmocka_unit_test(max_tokens_read_as_the_backend_reads_it),
+	    cmocka_unit_test(choices_read_as_max_tokens_is),
 	    cmocka_unit_test(stream_and_prompt),
 	    cmocka_unit_test(too_many_keys_refused),
 	};
