@@ -51,3 +51,41 @@ def test_304_private_not_merged_into_the_shared_copy(env):
     s, h, b = get(px, PAGE, headers={"X-Who": "bob"})
     assert s == 200 and b == b"the public page", (s, h)
     assert h.get("x-user", []) != ["alice"], (cs(h), h)
+
+
+# --- admin.state_file: its directory ----------------------------------------------------
+
+
+def test_state_file_in_a_directory_others_can_write_is_refused(env):
+    """A state file is believed as far as its directory is: where another user can rename
+    names (a directory writable by group or others, not sticky), they can put back an old
+    state file of the service user's (a backend since removed: a replay), or a root-owned
+    one hard-linked from elsewhere. Before: such a file, owned by root with mode 0600, was
+    applied (its backend added). Now it is refused whole; the same file in a directory
+    only its owner writes is applied."""
+    import os
+
+    from test_ctl import _fast, _pool, _start, addr, backends
+    from test_ctl_review import _state_doc
+    a, evil = _fast(env, "a"), _fast(env, "evil")
+    shared = os.path.join(env.dir, "shared")
+    os.mkdir(shared)
+    os.chmod(shared, 0o777)
+    state = os.path.join(shared, "state.json")
+    with open(state, "w") as f:
+        f.write(_state_doc(addr(evil)))
+    os.chmod(state, 0o600)
+    px = _start(env, _pool("gpu", [a]), state_file=state, name="proxy-shared")
+    assert addr(evil) not in backends(px)
+    log = env.log(px)
+    assert "refused" in log and f"state file {state}" in log, log
+    env.stop(px)
+    own = os.path.join(env.dir, "own")
+    os.mkdir(own, 0o700)
+    state = os.path.join(own, "state.json")
+    with open(state, "w") as f:
+        f.write(_state_doc(addr(evil)))
+    os.chmod(state, 0o600)
+    px = _start(env, _pool("gpu", [a]), state_file=state, name="proxy-own")
+    assert backends(px)[addr(evil)]["weight"] == 7
+    env.finish()
