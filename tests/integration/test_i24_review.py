@@ -152,3 +152,25 @@ def _unfixed_test_kv_endless_multipart_message_keeps_memory_bounded(env):
     bound = 2 * start_rss + 8 * 16 * 1024 + (256 * 1024 if _asan(px.pid) else 0)
     assert peak < bound, f"RSS grew from {start_rss} KiB to {peak} KiB (bound {bound})"
     assert px.poll() is None
+
+
+# --- admin API: where backends may be added ------------------------------------------------
+
+
+def test_admin_backend_networks_judge_a_mapped_address_as_ipv4(env):
+    """admin.backend_networks [10.0.0.0/8, '::/0']: IPv4 only in 10/8, IPv6 anywhere. An
+    IPv4-mapped IPv6 address ([::ffff:192.0.2.1]) is a connection to 192.0.2.1: it must be
+    judged by the IPv4 blocks. Before: it matched ::/0 and was added (any IPv4 host, the
+    cloud's metadata address 169.254.169.254 among them, behind the allow-list's back)."""
+    from test_ctl import _fast, _pool, _start, api, backends
+    a = _fast(env, "a")
+    px = _start(env, _pool("gpu", [a], extra="    spare_backends: 4"),
+                extra="  backend_networks: [10.0.0.0/8, '::/0']\n")
+    for address in ["[::ffff:192.0.2.1]:80", "[::ffff:169.254.169.254]:80", "192.0.2.1:80"]:
+        st, _, doc = api(px, "POST", "/api/pools/gpu/backends", {"address": address})
+        assert st == 400 and "outside admin.backend_networks" in doc["error"], (address, doc)
+    for address in ["[::ffff:10.1.2.3]:80", "[2001:db8::1]:80", "10.1.2.4:80"]:
+        st, _, doc = api(px, "POST", "/api/pools/gpu/backends", {"address": address})
+        assert st == 201, (address, doc)
+    assert "[::ffff:192.0.2.1]:80" not in backends(px)
+    env.finish()
