@@ -174,3 +174,30 @@ def test_admin_backend_networks_judge_a_mapped_address_as_ipv4(env):
         assert st == 201, (address, doc)
     assert "[::ffff:192.0.2.1]:80" not in backends(px)
     env.finish()
+
+
+def test_304_to_a_credentialed_request_not_merged_into_everyones_copy(env):
+    """cache: {authorized: true}: the public copy goes stale and alice (Authorization) asks;
+    the origin's 304 to her says `s-maxage=60` (storable for a credential, but not public)
+    and names her. Her answer is hers alone (her scope): it must not be merged into the copy
+    that everyone gets. Before: bob's hit answered `X-User: alice`."""
+    o = _revalidating_origin(env, lambda req: [
+        ("Cache-Control", "s-maxage=60"),
+        ("X-User", req.headers.get("authorization", "nobody").split()[-1])])
+    page = o.paths[PAGE]
+
+    def public_page(req):
+        r = page(req)
+        if r.status == 200:
+            r.headers = [("Cache-Control", "public, max-age=0"), ("ETag", '"v1"')]
+        return r
+
+    o.paths[PAGE] = public_page
+    px = start(env, o, route_cache="{authorized: true}")
+    s, h, b = get(px, PAGE)
+    assert s == 200 and b == b"the public page", (s, h)
+    get(px, PAGE, headers={"Authorization": "Bearer alice"})
+    for who in ({}, {"Authorization": "Bearer bob"}):
+        s, h, b = get(px, PAGE, headers=who)
+        assert s == 200 and b == b"the public page", (s, h)
+        assert h.get("x-user", []) != ["alice"], (who, cs(h), h)
