@@ -201,3 +201,31 @@ def test_304_to_a_credentialed_request_not_merged_into_everyones_copy(env):
         s, h, b = get(px, PAGE, headers=who)
         assert s == 200 and b == b"the public page", (s, h)
         assert h.get("x-user", []) != ["alice"], (who, cs(h), h)
+
+
+# --- forwarding fields a client spells with underscores -------------------------------------
+
+
+def test_forwarding_fields_with_underscores_are_dropped_too(env):
+    """X-Forwarded-Host, X-Real-IP, Forwarded... are dropped from clients outside
+    trusted_proxies, so that they cannot poison a stored answer (docs/cache.md) nor claim
+    another address. CGI-style servers (Rack/Puma, PHP, WSGI) read X_Forwarded_Host as the
+    same HTTP_X_FORWARDED_HOST. Before: the underscore spellings reached the origin, and an
+    app building its links from the forwarded host had them cached for everyone."""
+    from harness import lenient_backend, request
+    be = lenient_backend(env)
+    px = env.proxy("cache: {memory: 64MiB}\npools:\n  - name: o\n    backends:\n"
+                   f"      - {{address: 127.0.0.1:{be.port}}}\n"
+                   "routes:\n  - {match: {path_prefix: /}, pool: o, cache: true}\n", workers=1)
+    sent = {"X_Forwarded_Host": "evil.example", "X_Real_IP": "6.6.6.6",
+            "x_forwarded_prefix": "/evil", "X_Client_IP": "6.6.6.6",
+            "True_Client_IP": "6.6.6.6", "X-Forwarded_Port": "6666",
+            "X_Forwarded_Proto": "ftp", "X_Forwarded_For": "6.6.6.6",
+            "X_Request_Id": "forged"}
+    st, _, _ = request(px.port, "GET", "/page", headers=sent)
+    assert st == 200
+    seen = be.seen[-1]["headers"]
+    got = {k: v for k, v in seen.items() if k in {n.lower() for n in sent}}
+    assert not got, got  # none of the spellings sent, and none of their values:
+    assert not {v for vs in seen.values() for v in vs} & set(sent.values()), seen
+    assert seen["x-forwarded-for"] == ["127.0.0.1"], seen
