@@ -96,6 +96,28 @@ int cache_fill_start(struct cache_fill_ctx *c, struct cache_obj *o, const struct
 	return 1;
 }
 
+/* May the merged head <m> (Cache-Control <cc>) be kept for whoever <stale> answers? What the
+ * 304 added is judged as a 200's would be (Set-Cookie, private, no-store, Vary: *, the rules
+ * of a credentialed request), and a credentialed request's answer that is not public goes
+ * only into a copy of its own scope: a 304 to one client never rewrites everyone's copy with
+ * that client's fields. */
+static int merged_storable(const struct cache_fill_ctx *c, const struct cache_obj *stale,
+			   const struct http_head *m, const struct cache_control *cc)
+{
+	static const char scope[] = CACHE_SCOPE_FIELD "\n"; /* last when there (add_scope) */
+	const size_t n = sizeof(scope) - 1;
+	struct http_head get;
+	struct cache_control rq;
+	memset(&get, 0, sizeof(get));
+	get.meth = HTTP_GET;
+	cache_control_parse(&get, 1, &rq);
+	if (cache_storable(&get, &rq, m, cc, &c->rules))
+		return 0;
+	int scoped =
+	    stale->vary_len >= n && memcmp(stale->vary + stale->vary_len - n, scope, n) == 0;
+	return !c->scope_len || cc->public_ || scoped;
+}
+
 int cache_fill_304(struct cache_fill_ctx *c, struct cache_obj *o, struct cache_obj *stale,
 		   const struct http_head *h)
 {
@@ -126,6 +148,8 @@ int cache_fill_304(struct cache_fill_ctx *c, struct cache_obj *o, struct cache_o
 	struct cache_control cc;
 	struct cache_times t;
 	cache_control_parse(&merged, 0, &cc);
+	if (!merged_storable(c, stale, &merged, &cc))
+		goto fail;
 	cache_times_compute(&merged, &cc, c->request_time, (int64_t)time(NULL), &c->rules, &t);
 	uint64_t left = cache_obj_body_len(stale);
 	if (cache_fill_head(c->store, o, head, (size_t)hlen, stale->status, &t, stale->vary,

@@ -58,7 +58,9 @@ int cache_fill_start(struct cache_fill_ctx *c, struct cache_obj *o, const struct
 /*
  * The 304 <h> answered the revalidation of <stale>: <o> is filled with <stale>'s head
  * merged with <h>'s fields, its freshness from that, and <stale>'s body, and ended. 0, or
- * -1 when it could not be (<o> failed).
+ * -1 when it could not be (<o> failed), or when the merged head may not be kept for all that
+ * <stale> answers (the 304 adds Set-Cookie, private, no-store..., or it answers a credentialed
+ * request, not public, and <stale> is not of that request's scope): <stale> stays as it was.
  */
 int cache_fill_304(struct cache_fill_ctx *c, struct cache_obj *o, struct cache_obj *stale,
 		   const struct http_head *h);

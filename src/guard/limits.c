@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 
 int limits_init(struct route_limits *l, const struct conf_rate_limit *c)
 {
@@ -36,6 +38,8 @@ int limits_init(struct route_limits *l, const struct conf_rate_limit *c)
 	if (c->concurrency) {
 		if (!(l->conc = calloc(LIMITS_CONC_SLOTS, sizeof(*l->conc))))
 			goto nomem;
+		if (getrandom(&l->conc_seed, sizeof(l->conc_seed), 0) != sizeof(l->conc_seed))
+			l->conc_seed = (uint64_t)(uintptr_t)l->conc ^ (uint64_t)time(NULL) << 20;
 		l->concurrency = c->concurrency;
 	}
 	return 0;
@@ -114,7 +118,8 @@ static int conc_count(struct conc_slot *s, uint64_t *w, uint64_t next, unsigned 
  * probes (claimed with the count in one step), else the least busy, shared. */
 static int conc_take(struct route_limits *l, uint64_t key, uint32_t tag, struct conc_slot **out)
 {
-	size_t h = (size_t)((key ^ (key >> 31)) * 0xbf58476d1ce4e5b9u >> 20);
+	uint64_t k = key ^ l->conc_seed; /* no one outside knows where another's probes lie */
+	size_t h = (size_t)((k ^ (k >> 31)) * 0xbf58476d1ce4e5b9u >> 20);
 	for (;;) {
 		struct conc_slot *own = NULL, *free_slot = NULL, *least = NULL;
 		uint64_t own_w = 0, free_w = 0, least_w = UINT64_MAX;

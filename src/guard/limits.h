@@ -12,7 +12,10 @@
  * and counting in it are one compare-and-swap and a count is never made under another
  * tenant's tag. A tenant counts in the slot its tag holds among its probes, else claims the
  * first free one; only when all its probes are held by others does it share the least busy
- * (counted in conc_shared; so do two tenants whose tags agree, one pair in 2^32). Taken when a
+ * (counted in conc_shared; so do two tenants whose tags agree, one pair in 2^32). Where a
+ * tenant's probes lie is mixed with a random seed of the table's: tenant keys are unseeded
+ * hashes of addresses and identities, and a client with many addresses could otherwise fill
+ * another's probes, all at their cap, and have it refused at its first request. Taken when a
  * request passes the guard, given back when its exchange ends, so a tenant at its cap is refused
  * before it can queue or take a slot.
  *
@@ -41,6 +44,7 @@ struct route_limits {
 	unsigned concurrency;	      /* per tenant; 0: no cap */
 	unsigned default_max_tokens;  /* a request's reservation when it names none */
 	struct conc_slot *conc;	      /* LIMITS_CONC_SLOTS, when concurrency */
+	uint64_t conc_seed;	      /* where a key's probes lie: random, this table's own */
 	_Atomic uint64_t conc_shared; /* times a tenant had to share a count */
 };
 

@@ -5,6 +5,8 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/random.h>
+#include <time.h>
 
 int ratelimit_init(struct ratelimit *rl, unsigned per, unsigned per_s, unsigned burst)
 {
@@ -24,6 +26,8 @@ int ratelimit_init(struct ratelimit *rl, unsigned per, unsigned per_s, unsigned 
 	atomic_init(&rl->cold_us, 0);
 	atomic_init(&rl->shared, 0);
 	rl->slots = calloc(RL_SLOTS, sizeof(*rl->slots));
+	if (getrandom(&rl->seed, sizeof(rl->seed), 0) != sizeof(rl->seed))
+		rl->seed = (uint64_t)(uintptr_t)rl->slots ^ (uint64_t)time(NULL) << 20;
 	return rl->slots ? 0 : -ENOMEM;
 }
 
@@ -62,15 +66,18 @@ static int slot_free(const struct ratelimit *rl, struct rl_slot *s, uint64_t k, 
 	return !rl->synced || atomic_load_explicit(&s->pending, memory_order_relaxed) == 0;
 }
 
-static size_t slot_hash(uint64_t key)
+/* Where <key>'s probes begin: mixed with the table's seed, so that no one outside can choose
+ * keys (addresses) whose probes fill another's and make it share their buckets. */
+static size_t slot_hash(const struct ratelimit *rl, uint64_t key)
 {
+	key ^= rl->seed;
 	return (size_t)(key ^ (key >> 29)) * 0x9e3779b97f4a7c15u >> 16;
 }
 
 /* The slot of <key>: its own, a free one it claims, or (all busy) the least loaded. */
 static struct rl_slot *slot_for(struct ratelimit *rl, uint64_t key, uint64_t now_us)
 {
-	size_t h = slot_hash(key);
+	size_t h = slot_hash(rl, key);
 	struct rl_slot *least = NULL;
 	uint64_t least_tat = UINT64_MAX;
 	for (unsigned i = 0; i < RL_PROBE; i++) {
@@ -152,7 +159,7 @@ void ratelimit_adjust(struct ratelimit *rl, uint64_t key, int64_t delta, uint64_
 		key = 1;
 	if (!delta)
 		return;
-	size_t h = slot_hash(key);
+	size_t h = slot_hash(rl, key);
 	struct rl_slot *s = NULL;
 	for (unsigned i = 0; i < RL_PROBE && !s; i++) {
 		struct rl_slot *c = &rl->slots[(h + i) % RL_SLOTS];

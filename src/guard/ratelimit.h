@@ -18,7 +18,11 @@
  * TAT lies in the past has a full bucket and may be taken by another key, so the table
  * holds the keys that are active now; when every probed slot is busy with other active
  * keys, the request shares the least-loaded one (limited a little early, never late), and
- * that is counted. Memory is fixed: RL_SLOTS slots of 24 bytes per limit.
+ * that is counted. Where a key's probes lie is mixed with a random seed of the table's:
+ * keys are unseeded hashes of addresses and identities, and a client with many addresses
+ * could otherwise choose keys whose probes fill another's, keep their buckets spent, and
+ * have it share theirs (refused at its first request). Memory is fixed: RL_SLOTS slots of
+ * 24 bytes per limit, and the seed.
  *
  * A limit shared by several instances (cluster:, guard/rlsync.h) is marked <synced>: each
  * slot then also counts the units taken or given back since the last sync (<pending>), which
@@ -55,6 +59,7 @@ struct ratelimit {
 	_Atomic uint64_t cold_us; /* a bucket counts as spent at least this far */
 	_Atomic uint64_t shared;  /* times a key had to share a slot */
 	struct rl_slot *slots;	  /* RL_SLOTS */
+	uint64_t seed;		  /* where a key's probes lie: random, this table's own */
 };
 
 /* What a bucket holds after a take: for X-RateLimit-* headers. */

@@ -76,9 +76,24 @@ static void put_content_length(struct out *o, uint64_t n)
 	put(o, "\r\n", 2);
 }
 
+/* <name> is <lit> case-insensitively, with '_' taken for '-': CGI-style backends (WSGI,
+ * PHP, Rack) read X_Client_Subject and X-Client-Subject as the same HTTP_X_CLIENT_SUBJECT. */
+static int same_field_for_cgi(struct http_str name, const char *lit)
+{
+	size_t i = 0;
+	for (; i < name.len && lit[i]; i++) {
+		char a = name.p[i] == '_' ? '-' : name.p[i], b = lit[i] == '_' ? '-' : lit[i];
+		if (tolower((unsigned char)a) != tolower((unsigned char)b))
+			return 0;
+	}
+	return i == name.len && !lit[i];
+}
+
 /*
  * Fields by which a proxy in front tells the backend who the client is or what it asked
- * for; a client outside trusted_proxies may not set them (X-Forwarded-For is rewritten).
+ * for; a client outside trusted_proxies may not set them (X-Forwarded-For is rewritten),
+ * nor their underscore spellings (X_Forwarded_Host), which CGI-style backends read as the
+ * same fields.
  */
 static int is_forwarding(struct http_str name)
 {
@@ -92,22 +107,9 @@ static int is_forwarding(struct http_str name)
 	if (name.len < 9)
 		return 0;
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		if (http_str_eq(name, names[i]))
+		if (same_field_for_cgi(name, names[i]))
 			return 1;
 	return 0;
-}
-
-/* <name> is <lit> case-insensitively, with '_' taken for '-': CGI-style backends (WSGI,
- * PHP, Rack) read X_Client_Subject and X-Client-Subject as the same HTTP_X_CLIENT_SUBJECT. */
-static int same_field_for_cgi(struct http_str name, const char *lit)
-{
-	size_t i = 0;
-	for (; i < name.len && lit[i]; i++) {
-		char a = name.p[i] == '_' ? '-' : name.p[i], b = lit[i] == '_' ? '-' : lit[i];
-		if (tolower((unsigned char)a) != tolower((unsigned char)b))
-			return 0;
-	}
-	return i == name.len && !lit[i];
 }
 
 static int is_set_by_proxy(const struct rewrite_request_info *info, struct http_str name)
@@ -185,11 +187,12 @@ int rewrite_request(char *buf, size_t cap, const struct http_head *req,
 	for (unsigned i = 0; i < req->nheaders; i++) {
 		const struct http_header *f = &req->headers[i];
 		if (rewrite_is_hop_by_hop(req, f->name) || is_framing(f->name) ||
-		    http_str_eq(f->name, "host") || http_str_eq(f->name, "x-forwarded-proto") ||
-		    http_str_eq(f->name, "x-request-id") || http_str_eq(f->name, "expect") ||
+		    http_str_eq(f->name, "host") ||
+		    same_field_for_cgi(f->name, "x-forwarded-proto") ||
+		    same_field_for_cgi(f->name, "x-request-id") || http_str_eq(f->name, "expect") ||
 		    is_trace_field(info, f->name) ||
 		    (is_forwarding(f->name) &&
-		     (!info->trusted || http_str_eq(f->name, "x-forwarded-for"))) ||
+		     (!info->trusted || same_field_for_cgi(f->name, "x-forwarded-for"))) ||
 		    (info->identity_header && same_field_for_cgi(f->name, info->identity_header)) ||
 		    is_set_by_proxy(info, f->name) || is_unchecked_credential(info, f->name))
 			continue;

@@ -111,9 +111,22 @@ int manage_check_address(const struct conf *conf, const char *address, char *err
 				 canon, conf->listens[i].address);
 			return -EINVAL;
 		}
+	/* an IPv4-mapped address is a connection to that IPv4 host: judged by the IPv4 blocks
+	 * alone (not let in by an IPv6 block such as ::/0) */
+	struct sockaddr_storage judged = a.ss;
+	uint8_t host[16];
+	unsigned port;
+	if (a.ss.ss_family == AF_INET6 &&
+	    host_of((const struct sockaddr *)&a.ss, host, &port) == AF_INET) {
+		struct sockaddr_in *in = (struct sockaddr_in *)&judged;
+		memset(&judged, 0, sizeof(judged));
+		in->sin_family = AF_INET;
+		in->sin_port = htons((uint16_t)port);
+		memcpy(&in->sin_addr, host, 4);
+	}
 	if (conf->nadmin_backend_networks &&
 	    !net_cidr_match(conf->admin_backend_networks, conf->nadmin_backend_networks,
-			    (const struct sockaddr *)&a.ss)) {
+			    (const struct sockaddr *)&judged)) {
 		snprintf(err, errlen,
 			 "address %s is outside admin.backend_networks: refused (the config "
 			 "says where added backends may be)",

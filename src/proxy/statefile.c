@@ -10,10 +10,12 @@
  * The file can add backends, so it is trusted only as far as its directory is: it is read
  * (as root, before privileges drop) only when it is a regular file, not a symbolic link,
  * owned by root or by the service user (user:, else whoever runs the proxy), and writable
- * by its owner alone; anything else is refused whole. What it holds is never echoed into
- * the log when it does not parse (where, not what). Writing never follows a link either:
- * PATH.tmp is created afresh (O_EXCL, O_NOFOLLOW); a stale one, or a link planted there, is
- * unlinked first (the name, never what it points at).
+ * by its owner alone, in a directory of such an owner that no one else can change names in
+ * (not writable by group or others, or sticky: else another user could put back an old file
+ * of the service user's, or link a root-owned one there); anything else is refused whole. What it
+ * holds is never echoed into the log when it does not parse (where, not what). Writing never
+ * follows a link either: PATH.tmp is created afresh (O_EXCL, O_NOFOLLOW); a stale one, or a link
+ * planted there, is unlinked first (the name, never what it points at).
  */
 #include "proxy/statefile.h"
 #include "core/log.h"
@@ -328,12 +330,58 @@ static int owner_trusted(const struct runtime *rt, uid_t uid)
 	return pw && pw->pw_uid == uid;
 }
 
+/* Open the directory holding <path>, if only trusted users can change its names (owned by
+ * one, writable by no one else, or sticky): a descriptor, -ENOENT, or -EINVAL with <err>. */
+static int open_dir_trusted(const struct runtime *rt, const char *path, char *err, size_t errlen)
+{
+	struct stat st;
+	char *copy = strdup(path);
+	if (!copy) {
+		snprintf(err, errlen, "state file %s: out of memory", path);
+		return -EINVAL;
+	}
+	int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	free(copy);
+	if (fd < 0) {
+		if (errno == ENOENT)
+			return -ENOENT;
+		snprintf(err, errlen, "state file %s: its directory: %s", path, strerror(errno));
+		return -EINVAL;
+	}
+	if (fstat(fd, &st) < 0 || !owner_trusted(rt, st.st_uid) ||
+	    ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))) {
+		snprintf(err, errlen,
+			 "state file %s: its directory is owned by uid %u with mode %04o, refused "
+			 "(others could put another file in its place: it must be owned by root or "
+			 "the service user and writable by its owner alone, or sticky)",
+			 path, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+		close(fd);
+		return -EINVAL;
+	}
+	return fd;
+}
+
 /* Open <path> for applying, if it may be believed: a descriptor, -ENOENT when there is no
  * file, or -EINVAL with <err> saying why it is refused. */
 static int open_trusted(const struct runtime *rt, const char *path, char *err, size_t errlen)
 {
 	struct stat st;
-	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	char *copy = strdup(path);
+	if (!copy) {
+		snprintf(err, errlen, "state file %s: out of memory", path);
+		return -EINVAL;
+	}
+	int dfd = open_dir_trusted(rt, path, err, errlen);
+	if (dfd < 0) {
+		free(copy);
+		return dfd;
+	}
+	/* the name in the directory just judged: no swap of the directory in between */
+	int fd = openat(dfd, basename(copy), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	int e = errno;
+	free(copy);
+	close(dfd);
+	errno = e;
 	if (fd < 0) {
 		if (errno == ENOENT)
 			return -ENOENT;

@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-/* The table slot a key probes first (limits.c's hash). */
+/* The table slot a key probes first (limits.c's hash, with the table's seed 0). */
 static size_t home_of(uint64_t key)
 {
 	return (size_t)((key ^ (key >> 31)) * 0xbf58476d1ce4e5b9u >> 20) % LIMITS_CONC_SLOTS;
@@ -39,6 +39,7 @@ static void a_freed_first_probe_opens_no_second_count(void **state)
 	struct conc_slot *hb, *ha, *again;
 	uint64_t a = 7, b = neighbour_of(a);
 	assert_int_equal(limits_init(&l, &c), 0);
+	l.conc_seed = 0; /* the windows as home_of() finds them */
 	assert_int_equal(limits_take_hold(&l, b, &hb, &why), 0); /* b holds a's first probe */
 	assert_int_equal(limits_take_hold(&l, a, &ha, &why), 0); /* a counts in its second */
 	assert_ptr_not_equal(ha, hb);
@@ -81,6 +82,7 @@ static void two_tenants_racing_never_count_in_each_others_slot(void **state)
 	struct conf_rate_limit c = {.concurrency = 1};
 	struct route_limits l;
 	assert_int_equal(limits_init(&l, &c), 0);
+	l.conc_seed = 0; /* the windows as home_of() finds them */
 	struct racer r[3] = {{&l, 11, 0}, {&l, neighbour_of(11), 0}, {&l, 0, 0}};
 	r[2].tenant = neighbour_of(r[1].tenant);
 	pthread_t t[3];
@@ -93,11 +95,39 @@ static void two_tenants_racing_never_count_in_each_others_slot(void **state)
 	limits_fini(&l);
 }
 
+/* RL_PROBE tenants at their cap, chosen (offline: the tenant key is an unseeded hash of the
+ * client's address or identity) to fill every probe of a victim's window: the victim, with
+ * no count of its own yet, shared the least busy and was refused at its first request.
+ * Where each key's window lies is this table's secret (a seed of its own), so no one can aim
+ * at another's: the victim counts in a slot of its own. */
+static void tenants_aimed_at_a_window_do_not_refuse_its_owner(void **state)
+{
+	(void)state;
+	struct conf_rate_limit c = {.concurrency = 1};
+	struct route_limits l;
+	struct limit_refusal why;
+	struct conc_slot *held[RL_PROBE], *mine;
+	uint64_t victim = 7, k = victim;
+	assert_int_equal(limits_init(&l, &c), 0);
+	for (int i = 0; i < RL_PROBE; i++) {
+		k = neighbour_of(k);
+		assert_int_equal(limits_take_hold(&l, k, &held[i], &why), 0);
+	}
+	assert_int_equal(limits_take_hold(&l, victim, &mine, &why), 0);
+	for (int i = 0; i < RL_PROBE; i++)
+		assert_ptr_not_equal(held[i], mine);
+	limits_release_hold(mine);
+	for (int i = 0; i < RL_PROBE; i++)
+		limits_release_hold(held[i]);
+	limits_fini(&l);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(a_freed_first_probe_opens_no_second_count),
 	    cmocka_unit_test(two_tenants_racing_never_count_in_each_others_slot),
+	    cmocka_unit_test(tenants_aimed_at_a_window_do_not_refuse_its_owner),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -106,6 +106,34 @@ static void weighted_take_refund_and_debt(void **state)
 	ratelimit_fini(&rl);
 }
 
+/* The table slot a key probes first, as ratelimit.c placed keys with no seed of its own. */
+static size_t unseeded_home(uint64_t key)
+{
+	return ((size_t)(key ^ (key >> 29)) * 0x9e3779b97f4a7c15u >> 16) % RL_SLOTS;
+}
+
+/* RL_PROBE keys chosen offline to fill every probe of a victim's window (a key is an unseeded
+ * hash of a client's address: one with many addresses can choose), each keeping its bucket
+ * spent: the victim, new to the table, shared the bucket of one of them and was refused at
+ * its first request. Where a key's probes lie is the table's secret now (a seed of its own):
+ * the victim has a bucket of its own. */
+static void keys_aimed_at_a_window_do_not_spend_its_owners_bucket(void **state)
+{
+	(void)state;
+	struct ratelimit rl;
+	uint64_t t = 1000000000, victim = 7, k = victim;
+	assert_int_equal(ratelimit_init(&rl, 10, 1, 3), 0);
+	for (int i = 0; i < RL_PROBE; i++) {
+		do
+			k++;
+		while (unseeded_home(k) != unseeded_home(victim));
+		while (ratelimit_take(&rl, k, t) == 0)
+			;
+	}
+	assert_int_equal(ratelimit_take(&rl, victim, t), 0);
+	ratelimit_fini(&rl);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -113,6 +141,7 @@ int main(void)
 	    cmocka_unit_test(per_minute_and_default_burst),
 	    cmocka_unit_test(many_keys_never_fail),
 	    cmocka_unit_test(weighted_take_refund_and_debt),
+	    cmocka_unit_test(keys_aimed_at_a_window_do_not_spend_its_owners_bucket),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
