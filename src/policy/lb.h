@@ -38,6 +38,7 @@ struct lb_candidate {
 	uint32_t base_us;    /* its fitted time to first token with everything cached */
 	uint32_t block_us;   /* ... plus this per block it must compute */
 	uint32_t service_us; /* its mean time to serve a whole request */
+	uint64_t placed;     /* prompt blocks sent to it so far (llm: where new prompts go) */
 };
 
 /* What the caller supplies for one pick. */

@@ -23,6 +23,13 @@
  * (home_only), so the slot goes to the request that gains most from it, then serves the
  * line in order.
  *
+ * A new prompt (no backend holds any block of it) gains nothing from any cache, so the
+ * fits' small differences should not decide it: among the free backends whose expected time
+ * is within LLM_NEW_SLACK_PCT of the best free one's, it goes to the one that has been sent
+ * the fewest prompt blocks so far. New conversations so spread their prefixes over the pool
+ * (one backend whose fit learned first would otherwise win every new prompt by a hair and
+ * hold every cache), while a clearly faster backend still wins them.
+ *
  * Without a prompt (blocks 0: none, a chunked body, a body over hash.body_max_bytes before
  * its prompt) every backend misses alike and nothing is worth waiting for: the least
  * expected wait among the free slots, work-conserving, like least-connections with the
@@ -31,6 +38,7 @@
 #include "policy/lb.h"
 
 #define LLM_UNCAPPED_SLOTS 8
+#define LLM_NEW_SLACK_PCT 10
 
 /* Requests side by side on <c>. */
 static unsigned slots_of(const struct lb_candidate *c)
@@ -62,13 +70,14 @@ static int better(const struct lb_candidate *a, double ca, const struct lb_candi
 static int llm_pick(const struct lb_state *st, const struct lb_candidate *c, size_t n,
 		    const struct lb_draw *d)
 {
-	int best = LB_NONE, free_best = LB_NONE;
+	int best = LB_NONE, free_best = LB_NONE, any_hit = 0;
 	double best_us = 0, free_us = 0;
 	size_t start = n ? (size_t)(d->rnd % n) : 0; /* ties: whoever the draw meets first */
 	for (size_t k = 0; k < n; k++) {
 		size_t i = (start + k) % n;
 		if (!c[i].eligible && !c[i].busy)
 			continue;
+		any_hit |= c[i].hit_blocks > 0;
 		double us = first_token_us(&c[i], d);
 		if (best == LB_NONE || better(&c[i], us, &c[best], best_us)) {
 			best = (int)i;
@@ -85,7 +94,14 @@ static int llm_pick(const struct lb_state *st, const struct lb_candidate *c, siz
 	if (free_best == LB_NONE)
 		return LB_NONE;
 	if (best != free_best && d->blocks && d->waited_ms < st->max_wait_ms)
-		return LB_WAIT; /* a busy backend holds it and will be quicker: wait for it */
+		return LB_WAIT;	   /* a busy backend holds it and will be quicker: wait for it */
+	if (d->blocks && !any_hit) /* a new prompt: where the fewest prompts went, about as quick */
+		for (size_t k = 0; k < n; k++) {
+			size_t i = (start + k) % n;
+			if (c[i].eligible && c[i].placed < c[free_best].placed &&
+			    first_token_us(&c[i], d) * 100 <= free_us * (100 + LLM_NEW_SLACK_PCT))
+				free_best = (int)i;
+		}
 	return free_best;
 }
 

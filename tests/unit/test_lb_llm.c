@@ -2,7 +2,7 @@
  * test_lb_llm.c - balance: llm over plain arrays: the backend holding the prompt wins while
  * it has a slot; a long queue there sends it elsewhere; a busy home is waited for only while
  * waiting is cheaper and for at most max_wait_ms; a freed slot's home_only question; without a
- * prompt, the least loaded. And the TTFT fit: the prior, then a line through the samples.
+ * prompt, the least loaded; a new prompt where the fewest prompts went. And the TTFT fit: the prior, then a line through the samples.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -146,12 +146,40 @@ static void fit_learns_a_line(void **state)
 	ttft_fit_add(&f, -1, 5); /* ignored */
 }
 
+static void new_prompt_goes_where_the_fewest_prompts_went(void **state)
+{
+	(void)state;
+	struct lb_candidate c[3];
+	fleet(c, 3);
+	struct lb_draw d = {.blocks = 40};
+	c[0].base_us = 19000; /* its fit learned first, a hair quicker: 59 ms against 60 */
+	c[0].placed = 400;
+	c[1].placed = 100;
+	c[2].placed = 200;
+	for (uint64_t r = 0; r < 6; r++) { /* whatever the draw meets first */
+		d.rnd = r;
+		assert_int_equal(lb_llm.pick(&st, c, 3, &d), 1);
+	}
+	/* clearly quicker (more than LLM_NEW_SLACK_PCT): speed still wins a new prompt */
+	c[0].base_us = 5000;
+	assert_int_equal(lb_llm.pick(&st, c, 3, &d), 0);
+	/* not a new prompt once any backend holds part of it: the cost decides */
+	c[0].base_us = 19000;
+	c[2].hit_blocks = 1;
+	assert_int_equal(lb_llm.pick(&st, c, 3, &d), 2);
+	/* a backend at its cap is never the spread's answer */
+	c[2].hit_blocks = 0;
+	busy(&c[1]);
+	assert_int_equal(lb_llm.pick(&st, c, 3, &d), 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(home_wins_while_it_has_a_slot),
 	    cmocka_unit_test(busy_home_waited_for_then_not),
 	    cmocka_unit_test(no_prompt_is_least_loaded),
+	    cmocka_unit_test(new_prompt_goes_where_the_fewest_prompts_went),
 	    cmocka_unit_test(fit_learns_a_line),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
