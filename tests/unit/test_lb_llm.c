@@ -2,7 +2,8 @@
  * test_lb_llm.c - balance: llm over plain arrays: the backend holding the prompt wins while
  * it has a slot; a long queue there sends it elsewhere; a busy home is waited for only while
  * waiting is cheaper and for at most max_wait_ms; a freed slot's home_only question; without a
- * prompt, the least loaded; a new prompt where the fewest prompts went. And the TTFT fit: the prior, then a line through the samples.
+ * prompt, the least loaded; a new prompt where the fewest prompts went. And the TTFT fit: the
+ * prior, then a line through the samples.
  */
 #include <setjmp.h>
 #include <stdarg.h>
