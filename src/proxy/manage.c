@@ -94,15 +94,24 @@ static int reaches(const struct net_addr *own, const struct net_addr *to)
 	return memcmp(th, zero, tfam == AF_INET ? 4 : 16) == 0 && host_is_local(ofam, oh);
 }
 
+/* manage_parse_address(), its reason written into <err> as the API answers it. */
+static int parse_or_say(const char *address, struct net_addr *a, char *canon, size_t canon_len,
+			char *err, size_t errlen)
+{
+	const char *why;
+	if (manage_parse_address(address, a, canon, canon_len, &why) < 0) {
+		snprintf(err, errlen, "address '%.100s': %s", address, why);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int manage_check_address(const struct conf *conf, const char *address, char *err, size_t errlen)
 {
 	struct net_addr a;
 	char canon[64];
-	const char *why;
-	if (manage_parse_address(address, &a, canon, sizeof(canon), &why) < 0) {
-		snprintf(err, errlen, "address '%.100s': %s", address, why);
+	if (parse_or_say(address, &a, canon, sizeof(canon), err, errlen) < 0)
 		return -EINVAL;
-	}
 	for (size_t i = 0; i < conf->nlistens; i++)
 		if (reaches(&conf->listens[i].addr, &a)) {
 			snprintf(err, errlen,
@@ -223,11 +232,8 @@ int manage_add(struct pool_rt *p, const char *address, unsigned weight, unsigned
 {
 	struct net_addr a;
 	char canon[64];
-	const char *why;
-	if (manage_parse_address(address, &a, canon, sizeof(canon), &why) < 0) {
-		snprintf(err, errlen, "address '%.100s': %s", address, why);
+	if (parse_or_say(address, &a, canon, sizeof(canon), err, errlen) < 0)
 		return -EINVAL;
-	}
 	struct backend *b = manage_find(p, canon);
 	if (!b)
 		b = manage_find(p, address);

@@ -163,10 +163,9 @@ def test_duplicate_temperature_never_steers_the_cache(env):
     assert len(be.seen) == 1
 
 
-def test_backend_chosen_by_model_only_on_what_the_backend_reads(env):
-    """pools.backends.models: the backend is chosen by the body's model after the guard; a
-    body naming it twice, or past a NaN, would be sent to the backend that serves the first
-    name while the engine reads the last."""
+def _models_pool_proxy(env):
+    """One open api: openai route to a pool of two lenient backends, one listing the model
+    "small", the other "large" (pools.backends.models): (proxy, small's, large's)."""
     a, b = lenient_backend(env), lenient_backend(env)
     px = env.proxy(
         "pools:\n  - name: gpu\n    backends:\n"
@@ -174,6 +173,14 @@ def test_backend_chosen_by_model_only_on_what_the_backend_reads(env):
         f"      - {{address: 127.0.0.1:{b.port}, models: [large]}}\n"
         "routes:\n  - match: {path_prefix: /v1/}\n    pool: gpu\n    api: openai\n",
         workers=1)
+    return px, a, b
+
+
+def test_backend_chosen_by_model_only_on_what_the_backend_reads(env):
+    """pools.backends.models: the backend is chosen by the body's model after the guard; a
+    body naming it twice, or past a NaN, would be sent to the backend that serves the first
+    name while the engine reads the last."""
+    px, a, b = _models_pool_proxy(env)
     st, _, data = _post(px.port, '{"model":"large","messages":[]}')
     assert st == 200 and len(b.seen) == 1 and not a.seen, (st, data)
     for body in ('{"model":"small","model":"large","messages":[]}',

@@ -7,7 +7,7 @@ import concurrent.futures
 import json
 
 from harness import lenient_backend, pool_yaml, raw, request
-from test_json_view import _model_routes_proxy, _post as post_json, _tokens_proxy
+from test_json_view import _model_routes_proxy, _models_pool_proxy, _post as post_json, _tokens_proxy
 from test_path import KEY, _answer, _guarded, _post as post_raw
 
 
@@ -175,13 +175,7 @@ def test_a_model_the_proxy_cannot_hold_is_refused_not_taken_for_none(env):
     assert post_json(px.port, '{"model":"free","messages":[]}')[0] == 200
     assert post_json(px.port, '{"model":"premium-gpt","messages":[]}')[0] == 401
     assert [s["model"] for s in be.seen] == ["free"], be.seen
-    a, b = lenient_backend(env), lenient_backend(env)
-    px = env.proxy(
-        "pools:\n  - name: gpu\n    backends:\n"
-        f"      - {{address: 127.0.0.1:{a.port}, models: [small]}}\n"
-        f"      - {{address: 127.0.0.1:{b.port}, models: [large]}}\n"
-        "routes:\n  - match: {path_prefix: /v1/}\n    pool: gpu\n    api: openai\n",
-        workers=1)
+    px, a, b = _models_pool_proxy(env)
     for body in ('{"model":"large\\u0000","messages":[]}',
                  '{"model":"large%s","messages":[]}' % ("x" * 300)):
         st, _, data = post_json(px.port, body)
