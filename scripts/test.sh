@@ -29,11 +29,19 @@ tally() { # add the last 'N passed, N failed' line of a log to the totals
 }
 
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+failures=$(mktemp)
+trap 'rm -f "$log" "$failures"' EXIT
+# what failed, named: the lines of a log that say so, kept for the recap at the end (a CI page
+# that shows only the tail of the output still names the failure)
+note_failures() { # PASS-NAME LOG
+	grep -E '^FAIL |^failed: |^\[  FAILED  \] [^0-9]| exited [0-9]+$|^(layering check|layering check self-test|format-check) failed$|did not finish' "$2" |
+		sed "s/^/[$1] /" >>"$failures"
+}
 
 echo "== normal build =="
 tests/run.sh build | tee "$log"
 tally "$log"
+note_failures normal "$log"
 
 # The tree's shape (format-check, the layering check and its self-test) does not depend on the
 # build: it counts once, with the normal build. ACCELNET_FORMAT_CHECK=0 makes tests/run.sh skip
@@ -45,6 +53,7 @@ ACCELNET_FORMAT_CHECK=0 ACCELNET_LAYERS_CHECK=0 ACCELNET_ENVIRONMENT_TESTS=0 \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	tests/run.sh build-san | tee "$log"
 tally "$log"
+note_failures asan "$log"
 
 # ThreadSanitizer: the unit tests and the integration tests of what threads share (the access
 # log ring, the admission inbox and queues, the cache store, cluster sync and the prefix feed,
@@ -57,10 +66,16 @@ ACCELNET_FORMAT_CHECK=0 ACCELNET_LAYERS_CHECK=0 ACCELNET_ENVIRONMENT_TESTS=0 \
 	TSAN_OPTIONS="halt_on_error=1 report_thread_leaks=0 suppressions=$PWD/tests/tsan/suppressions.txt" \
 	tests/run.sh build-tsan | tee "$log"
 tally "$log"
+note_failures tsan "$log"
 
 echo "== fuzz targets (${FUZZ_SECONDS:-10} s each) =="
 tests/fuzz/run.sh "${FUZZ_SECONDS:-10}" | tee "$log"
 tally "$log"
+note_failures fuzz "$log"
 
+if [ -s "$failures" ]; then
+	echo "== what failed =="
+	cat "$failures"
+fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
