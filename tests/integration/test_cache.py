@@ -1485,7 +1485,7 @@ def test_keep_alive_connection_after_revalidations_and_stale_answers(env):
     get(px, "/k")
     h = host(px)
     reqs = (b"GET /k HTTP/1.1\r\nHost: %s\r\nCache-Control: no-cache\r\n\r\n" % h
-            + b"GET /k HTTP/1.1\r\nHost: %s\r\nCache-Control: max-age=0\r\n\r\n" % h
+            + b"GET /k HTTP/1.1\r\nHost: %s\r\nCache-Control: max-age=60\r\n\r\n" % h
             + b"GET /other HTTP/1.1\r\nHost: %s\r\n\r\n" % h
             + b"GET /k HTTP/1.1\r\nHost: %s\r\n\r\n" % h
             + b"GET /k HTTP/1.1\r\nHost: %s\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n" % h)
@@ -1498,7 +1498,9 @@ def test_keep_alive_connection_after_revalidations_and_stale_answers(env):
         bodies.append(out[:n])
         out = out[n:]
     assert bodies == [b"keep", b"keep", b"/other", b"keep", b"keep"] and out == b"", bodies
-    # max-age=0 right after a revalidation: the copy is of age 0, acceptable (5.2.1.1)
+    # a request's max-age that the just-revalidated copy meets is answered from it (5.2.1.1);
+    # not max-age=0: ages are whole seconds, and a second boundary crossed between the 304 and
+    # the next request makes the copy 1 s old (the test failed so on a loaded machine)
     assert o.count("/k") == 3 and o.count("/other") == 1, o.counts
 
 
