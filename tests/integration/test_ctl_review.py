@@ -65,8 +65,10 @@ while True:
 
 def test_kv_event_flood_leaves_the_admin_api_answering(env):
     """Issue 24, finding 7: a publisher flooding 7 MB batches for 25 s once kept the main
-    thread busy the whole time (/status took 24.9 s) and grew the proxy by 300 MB. /status
-    must answer within 100 ms throughout, and memory stay bounded."""
+    thread busy the whole time (/status took 24.9 s, answered once the flood was over) and
+    grew the proxy by 300 MB. The admin API must keep answering between the batches -- its
+    answers see the applied count grow, batch after batch, while the flood goes on -- and
+    memory stay bounded. (Ordering, not a time limit: a loaded machine is only slower.)"""
     port = free_port()
     # niced: an engine publishes from its own machine, not from the proxy's CPUs
     pub = env.start(["nice", "-n", "19", "/usr/bin/python3", "-c", FLOOD, str(port),
@@ -77,32 +79,27 @@ def test_kv_event_flood_leaves_the_admin_api_answering(env):
         workers=1)
     wait_until(lambda: "ready" in env.log(pub), "the publisher's subscriber")
     start_rss = _rss_kib(px.pid)
-    # an ASan build runs about three times slower and keeps what is freed in a quarantine
-    # (256 MiB by default) before reusing it: the same bounds, scaled for that
+    # an ASan build keeps what is freed in a quarantine (256 MiB by default) before reusing it
     asan = _asan(px.pid)
-    limit_s = 0.3 if asan else 0.1
 
     def kv():
         return status(px.admin)["pools"][0]["backends"][0]["kv_events"]
 
     wait_until(lambda: kv()["applied"]["stored"] > 0, "the flood reaching the proxy")
-    slow, peak_rss, polls = [], start_rss, 0
+    seen, peak_rss, polls = set(), start_rss, 0
     end = time.monotonic() + 25
-    while time.monotonic() < end:
-        t0 = time.monotonic()
-        st, _, _ = request(px.admin, "GET", "/status", timeout=30)
-        took = time.monotonic() - t0
-        assert st == 200
+    while time.monotonic() < end and len(seen) < 8:
+        st, _, body = request(px.admin, "GET", "/status", timeout=60)
+        assert st == 200 and pub.poll() is None  # answered while the flood goes on
+        seen.add(json.loads(body)["pools"][0]["backends"][0]["kv_events"]["applied"]["stored"])
         polls += 1
-        if took >= limit_s:
-            slow.append(round(took, 3))
         peak_rss = max(peak_rss, _rss_kib(px.pid))
-        time.sleep(0.05)
     applied = kv()["applied"]["stored"]
     env.stop(pub)
     assert pub.returncode is not None and applied > 100, applied
-    assert not slow, f"{len(slow)} of {polls} /status answers took {limit_s} s or more: " \
-        f"{slow[:20]} (RSS {start_rss} KiB, at most {peak_rss} KiB; {applied} stored)"
+    # the main thread held by the flood answers once it is over: one or two counts at most
+    assert len(seen) >= 8, f"{polls} /status answers during the flood saw only " \
+        f"{sorted(seen)} applied (RSS {start_rss} KiB, at most {peak_rss} KiB)"
     # ZeroMQ holds at most 8 messages of up to 16 MiB for the proxy; the rest is fixed room
     bound = 2 * start_rss + 8 * 16 * 1024 + (256 * 1024 if asan else 0)
     assert peak_rss < bound, f"RSS grew from {start_rss} KiB to {peak_rss} KiB (bound {bound})"
