@@ -32,8 +32,21 @@ else
 	shape "format-check" make -s --no-print-directory format-check
 fi
 
+# With ACCELNET_TEST_LOCK (scripts/test.sh runs its passes at once) a unit test binary takes
+# its turn as a black-box module does (tests/integration/run.py): it shares the machine with
+# the other passes' tests, but waits while a SERIAL module runs alone.
+shared() { # COMMAND...
+	if [ -z "${ACCELNET_TEST_LOCK:-}" ]; then
+		"$@"
+		return
+	fi
+	exec 8>>"$ACCELNET_TEST_LOCK/gate" 9>>"$ACCELNET_TEST_LOCK/room"
+	flock -x 8 && flock -s 9 && flock -u 8
+	"$@" 8>&- 9>&-
+}
+
 for t in "$build"/tests/test_*; do
-	out=$("$t" 2>&1)
+	out=$(shared "$t" 2>&1)
 	rc=$?
 	echo "$out" | grep -E '^\[ +(PASSED|FAILED|ERROR|LINE) +\]|^\[==========\] tests' || true
 	p=$(echo "$out" | sed -n -E 's/^\[  PASSED  \] ([0-9]+) test\(s\)\./\1/p' | tail -n 1)
@@ -49,7 +62,8 @@ done
 
 out=$(mktemp)
 # In parallel runner processes (ACCELNET_TEST_JOBS, default 4: the tests mostly wait on
-# sockets); ACCELNET_ENVIRONMENT_TESTS=0 leaves out the tests of the machine's tools.
+# sockets; ACCELNET_PORT_SLOT_BASE, the first of their port ranges, when passes run at once);
+# ACCELNET_ENVIRONMENT_TESTS=0 leaves out the tests of the machine's tools.
 envflag=
 [ "${ACCELNET_ENVIRONMENT_TESTS:-1}" = 0 ] && envflag=--no-environment
 # ACCELNET_TEST_FILTER: only the integration tests whose names hold one of its words.
