@@ -6,8 +6,9 @@
 #
 # The passes overlap, since the black-box tests mostly wait on sockets and clocks: once the
 # normal build is done its tests start, while the sanitizer, ThreadSanitizer and fuzz builds
-# compile one after another behind them at a lower CPU priority (ACCELNET_BUILD_NICE, default
-# 10); each pass starts as soon as its build is done, the fuzz targets last, two at a time.
+# compile one after another beside them; each pass starts as soon as its build is done, the
+# fuzz targets last, two at a time. ACCELNET_BUILD_NICE=N runs the builds and the fuzz targets
+# at nice N (default 0: on a machine shared with other work, a nice build waits behind it).
 # The passes' tests share the machine through one turn (ACCELNET_TEST_LOCK,
 # tests/integration/run.py): a module marked SERIAL still runs alone among the tests of every
 # pass. Each pass keeps its output (build lines first) and is printed whole, in the order
@@ -17,7 +18,7 @@ cd "$(dirname "$0")/.." || exit 1
 
 scripts/deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 jobs=$(nproc)
-nice=${ACCELNET_BUILD_NICE:-10}
+nice=${ACCELNET_BUILD_NICE:-0}
 t0=$(date +%s)
 work=$(mktemp -d)
 mkdir "$work/lock"
@@ -116,8 +117,8 @@ asan=$!
 pids+=($!)
 tsan=$!
 
-# The fuzz targets, ${FUZZ_SECONDS:-10} s each, at the builds' priority: they keep a CPU busy
-# each, where the tests mostly wait.
+# The fuzz targets, ${FUZZ_SECONDS:-10} s each, at the builds' priority: each keeps a CPU busy,
+# where the tests mostly wait.
 (
 	built fuzz || exit 0
 	nice -n "$nice" tests/fuzz/run.sh "${FUZZ_SECONDS:-10}"
