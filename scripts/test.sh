@@ -11,8 +11,10 @@
 # at nice N (default 0: on a machine shared with other work, a nice build waits behind it).
 # The passes' tests share the machine through one turn (ACCELNET_TEST_LOCK,
 # tests/integration/run.py): a module marked SERIAL still runs alone among the tests of every
-# pass. Each pass keeps its output (build lines first) and is printed whole, in the order
-# above, with the seconds since the start at which it was built and ran.
+# pass (the builds, the fuzz targets and the tool tests marked ENVIRONMENT load the machine
+# beside it, as other work on it would). Each pass keeps its output (build lines first) and is
+# printed whole, in the order above, with the seconds since the start at which it was built
+# and ran.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 

@@ -14,8 +14,10 @@ those out (the sanitizer pass: they exercise nothing ASan would see that the oth
 Passes that run at once (scripts/test.sh: the normal, sanitizer and ThreadSanitizer builds)
 share one turn through ACCELNET_TEST_LOCK, a folder: a SERIAL module waits until no test of any
 pass runs, and none starts while it runs (its turn is first in line: modules that come later
-wait behind it), while the other modules share the machine. Each pass takes its ports from its
-own runner slots (ACCELNET_PORT_SLOT_BASE: the first slot of its -j N, at most 9 in all).
+wait behind it), while the other modules share the machine. An ENVIRONMENT module takes no
+turn: like the builds that run beside the tests, it loads the machine (a TLS scan, a package
+build) and times nothing. Each pass takes its ports from its own runner slots
+(ACCELNET_PORT_SLOT_BASE: the first slot of its -j N, at most 9 in all).
 
 Stopped by SIGTERM or SIGHUP (a CI job's time limit, a closed terminal) as by Ctrl-C: the
 running test's processes, each in a session of its own that no signal to this one reaches, are
@@ -42,12 +44,14 @@ SLOTS = 9  # harness.free_port: 10000 + slot x 2500 stays below the ephemeral ra
 
 
 @contextlib.contextmanager
-def turn(serial):
-    """Hold the machine for one module: alone when <serial>, else shared with every other
-    module of any pass (ACCELNET_TEST_LOCK; nothing to hold without it). A module waiting for
-    its turn first holds the gate, so that no module that asks later gets in before it."""
+def turn(mod):
+    """Hold the machine for one module: alone when it is SERIAL, else shared with every other
+    module of any pass (ACCELNET_TEST_LOCK; nothing to hold without it, nor for an ENVIRONMENT
+    module). A module waiting for its turn first holds the gate, so that no module that asks
+    later gets in before it."""
     folder = os.environ.get("ACCELNET_TEST_LOCK")
-    if not folder:
+    serial = getattr(mod, "SERIAL", False)
+    if not folder or getattr(mod, "ENVIRONMENT", False):
         yield
         return
     with open(os.path.join(folder, "gate"), "a") as gate, \
@@ -207,7 +211,7 @@ def main():
         for fname, mod in mods:
             if not has_tests(fname, mod, args):
                 continue
-            with turn(getattr(mod, "SERIAL", False)):
+            with turn(mod):
                 run_module(fname, mod, args, harness, tally)
     if tally["failures"]:
         print("failed: " + ", ".join(tally["failures"]))
