@@ -25,17 +25,17 @@ t0=$(date +%s)
 work=$(mktemp -d)
 mkdir "$work/lock"
 export ACCELNET_TEST_LOCK=$work/lock
-pids=()
 stop_tree() { # PID: SIGTERM to it and all it started (run.py cleans up its tests on SIGTERM)
-	local child
+	local child children
+	children=$(ps -o pid= --ppid "$1")
 	kill -TERM "$1" 2>/dev/null
-	for child in $(ps -o pid= --ppid "$1"); do
+	for child in $children; do
 		stop_tree "$child"
 	done
 }
 stop() { # the passes still running, when the script ends early
 	local p
-	for p in "${pids[@]}"; do
+	for p in $(jobs -p); do
 		stop_tree "$p"
 	done
 	wait
@@ -65,7 +65,6 @@ fi
 	build tsan TSAN=1 all unit
 	build fuzz fuzz
 ) &
-pids+=($!)
 
 # In a pass: wait for build NAME, print its lines; fails (counting one failure) if it did.
 built() { # NAME
@@ -99,7 +98,6 @@ built() { # NAME
 		tests/run.sh build-san
 	echo "(done at $(since) s)"
 ) >"$work/asan.log" 2>&1 &
-pids+=($!)
 asan=$!
 
 # ThreadSanitizer: the unit tests and the integration tests of what threads share (the access
@@ -116,7 +114,6 @@ asan=$!
 		tests/run.sh build-tsan
 	echo "(done at $(since) s)"
 ) >"$work/tsan.log" 2>&1 &
-pids+=($!)
 tsan=$!
 
 # The fuzz targets, ${FUZZ_SECONDS:-10} s each, at the builds' priority: each keeps a CPU busy,
@@ -126,7 +123,6 @@ tsan=$!
 	nice -n "$nice" tests/fuzz/run.sh "${FUZZ_SECONDS:-10}"
 	echo "(done at $(since) s)"
 ) >"$work/fuzz.log" 2>&1 &
-pids+=($!)
 fuzz=$!
 
 passed=0
