@@ -3,17 +3,127 @@
 # again under AddressSanitizer + UBSan, the unit tests and the threaded black-box tests under
 # ThreadSanitizer, and a short run of each libFuzzer target.
 # Ends with the line 'N passed, N failed'; exits non-zero if anything failed.
+#
+# The passes overlap, since the black-box tests mostly wait on sockets and clocks: once the
+# normal build is done its tests start, while the sanitizer, ThreadSanitizer and fuzz builds
+# compile one after another beside them; each pass starts as soon as its build is done, the
+# fuzz targets last, two at a time. ACCELNET_BUILD_NICE=N runs the builds and the fuzz targets
+# at nice N (default 0: on a machine shared with other work, a nice build waits behind it).
+# The passes' tests share the machine through one turn (ACCELNET_TEST_LOCK,
+# tests/integration/run.py): a module marked SERIAL still runs alone among the tests of every
+# pass (the builds, the fuzz targets and the tool tests marked ENVIRONMENT load the machine
+# beside it, as other work on it would). Each pass keeps its output (build lines first) and is
+# printed whole, in the order above, with the seconds since the start at which it was built
+# and ran.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 
 scripts/deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 jobs=$(nproc)
-if ! make -j"$jobs" all unit bench || ! make -j"$jobs" SAN=1 all unit bench ||
-	! make -j"$jobs" TSAN=1 all unit || ! make -j"$jobs" fuzz; then
+nice=${ACCELNET_BUILD_NICE:-0}
+t0=$(date +%s)
+work=$(mktemp -d)
+mkdir "$work/lock"
+export ACCELNET_TEST_LOCK=$work/lock
+stop_tree() { # PID: SIGTERM to it and all it started (run.py cleans up its tests on SIGTERM)
+	local child children
+	children=$(ps -o pid= --ppid "$1")
+	kill -TERM "$1" 2>/dev/null
+	for child in $children; do
+		stop_tree "$child"
+	done
+}
+stop() { # the passes still running, when the script ends early
+	local p
+	for p in $(jobs -p); do
+		stop_tree "$p"
+	done
+	wait
+}
+trap 'stop; rm -rf "$work"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+since() { echo $(($(date +%s) - t0)); }
+
+echo "== normal build =="
+if ! make -j"$jobs" all unit bench; then
 	echo "build failed"
 	echo "0 passed, 1 failed"
 	exit 1
 fi
+
+# The other builds, in order, each leaving its status in $work/NAME.built.
+(
+	build() { # NAME MAKE-ARGS...
+		local name=$1
+		shift
+		nice -n "$nice" make -j"$jobs" "$@" >"$work/$name.build" 2>&1
+		echo "$? $(since)" >"$work/$name.built"
+	}
+	build san SAN=1 all unit bench
+	build tsan TSAN=1 all unit
+	build fuzz fuzz
+) &
+
+# In a pass: wait for build NAME, print its lines; fails (counting one failure) if it did.
+built() { # NAME
+	while [ ! -e "$work/$1.built" ]; do
+		sleep 1
+	done
+	cat "$work/$1.build"
+	local rc at
+	read -r rc at <"$work/$1.built"
+	if [ "$rc" -ne 0 ]; then
+		echo "build failed"
+		echo "0 passed, 1 failed"
+		return 1
+	fi
+	echo "(built at $at s; tests from $(since) s)"
+}
+
+# The tree's shape (format-check, the layering check and its self-test) does not depend on the
+# build: it counts once, with the normal build. ACCELNET_FORMAT_CHECK=0 makes tests/run.sh skip
+# format-check; ACCELNET_LAYERS_CHECK=0 asks the same for the two layering tests. The tests of the
+# machine's tools with accelnet (testssl, Chromium, promtool on deploy/, packaging: modules marked
+# ENVIRONMENT) run once too: ACCELNET_ENVIRONMENT_TESTS=0. Each pass's runners take ports from
+# slots of their own (run.py: 9 in all): normal 0-3, sanitizer 4-7; the ThreadSanitizer pass
+# runs its modules one at a time, on ports the kernel picks.
+(
+	built san || exit 0
+	ACCELNET_FORMAT_CHECK=0 ACCELNET_LAYERS_CHECK=0 ACCELNET_ENVIRONMENT_TESTS=0 \
+		ACCELNET_TEST_JOBS=4 ACCELNET_PORT_SLOT_BASE=4 \
+		ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		tests/run.sh build-san
+	echo "(done at $(since) s)"
+) >"$work/asan.log" 2>&1 &
+asan=$!
+
+# ThreadSanitizer: the unit tests and the integration tests of what threads share (the access
+# log ring, the admission inbox and queues, the cache store, cluster sync and the prefix feed,
+# generations across a reload). Races inside libzmq, which is not built with TSan, are
+# suppressed (tests/tsan/suppressions.txt); a proxy that exits while workers still run
+# (shutdown_ms passed) leaves them unjoined on purpose, so thread leaks are not reported.
+(
+	built tsan || exit 0
+	ACCELNET_FORMAT_CHECK=0 ACCELNET_LAYERS_CHECK=0 ACCELNET_ENVIRONMENT_TESTS=0 \
+		ACCELNET_TEST_JOBS=1 \
+		ACCELNET_TEST_FILTER="access_log. queue. sched. cache_review. cluster. reload." \
+		TSAN_OPTIONS="halt_on_error=1 report_thread_leaks=0 suppressions=$PWD/tests/tsan/suppressions.txt" \
+		tests/run.sh build-tsan
+	echo "(done at $(since) s)"
+) >"$work/tsan.log" 2>&1 &
+tsan=$!
+
+# The fuzz targets, ${FUZZ_SECONDS:-10} s each, at the builds' priority: each keeps a CPU busy,
+# where the tests mostly wait.
+(
+	built fuzz || exit 0
+	nice -n "$nice" tests/fuzz/run.sh "${FUZZ_SECONDS:-10}"
+	echo "(done at $(since) s)"
+) >"$work/fuzz.log" 2>&1 &
+fuzz=$!
 
 passed=0
 failed=0
@@ -28,54 +138,40 @@ tally() { # add the last 'N passed, N failed' line of a log to the totals
 	fi
 }
 
-log=$(mktemp)
-failures=$(mktemp)
-trap 'rm -f "$log" "$failures"' EXIT
 # what failed, named: the lines of a log that say so, kept for the recap at the end (a CI page
 # that shows only the tail of the output still names the failure)
 note_failures() { # PASS-NAME LOG
-	grep -E '^FAIL |^failed: |^\[  FAILED  \] [^0-9]| exited [0-9]+$|^(layering check|layering check self-test|format-check) failed$|did not finish' "$2" |
-		sed "s/^/[$1] /" >>"$failures"
+	grep -E '^FAIL |^failed: |^\[  FAILED  \] [^0-9]| exited [0-9]+$|^(layering check|layering check self-test|format-check|build) failed$|did not finish' "$2" |
+		sed "s/^/[$1] /" >>"$work/failures"
 }
 
-echo "== normal build =="
-tests/run.sh build | tee "$log"
-tally "$log"
-note_failures normal "$log"
+echo "== normal build: tests from $(since) s =="
+tests/run.sh build | tee "$work/normal.log"
+echo "(done at $(since) s)"
+tally "$work/normal.log"
+note_failures normal "$work/normal.log"
 
-# The tree's shape (format-check, the layering check and its self-test) does not depend on the
-# build: it counts once, with the normal build. ACCELNET_FORMAT_CHECK=0 makes tests/run.sh skip
-# format-check; ACCELNET_LAYERS_CHECK=0 asks the same for the two layering tests. The tests of the
-# machine's tools with accelnet (testssl, Chromium, promtool on deploy/, packaging: modules marked
-# ENVIRONMENT) run once too: ACCELNET_ENVIRONMENT_TESTS=0.
 echo "== AddressSanitizer + UBSan build =="
-ACCELNET_FORMAT_CHECK=0 ACCELNET_LAYERS_CHECK=0 ACCELNET_ENVIRONMENT_TESTS=0 \
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	tests/run.sh build-san | tee "$log"
-tally "$log"
-note_failures asan "$log"
+wait "$asan"
+cat "$work/asan.log"
+tally "$work/asan.log"
+note_failures asan "$work/asan.log"
 
-# ThreadSanitizer: the unit tests and the integration tests of what threads share (the access
-# log ring, the admission inbox and queues, the cache store, cluster sync and the prefix feed,
-# generations across a reload). Races inside libzmq, which is not built with TSan, are
-# suppressed (tests/tsan/suppressions.txt); a proxy that exits while workers still run
-# (shutdown_ms passed) leaves them unjoined on purpose, so thread leaks are not reported.
 echo "== ThreadSanitizer build =="
-ACCELNET_FORMAT_CHECK=0 ACCELNET_LAYERS_CHECK=0 ACCELNET_ENVIRONMENT_TESTS=0 \
-	ACCELNET_TEST_FILTER="access_log. queue. sched. cache_review. cluster. reload." \
-	TSAN_OPTIONS="halt_on_error=1 report_thread_leaks=0 suppressions=$PWD/tests/tsan/suppressions.txt" \
-	tests/run.sh build-tsan | tee "$log"
-tally "$log"
-note_failures tsan "$log"
+wait "$tsan"
+cat "$work/tsan.log"
+tally "$work/tsan.log"
+note_failures tsan "$work/tsan.log"
 
 echo "== fuzz targets (${FUZZ_SECONDS:-10} s each) =="
-tests/fuzz/run.sh "${FUZZ_SECONDS:-10}" | tee "$log"
-tally "$log"
-note_failures fuzz "$log"
+wait "$fuzz"
+cat "$work/fuzz.log"
+tally "$work/fuzz.log"
+note_failures fuzz "$work/fuzz.log"
 
-if [ -s "$failures" ]; then
+if [ -s "$work/failures" ]; then
 	echo "== what failed =="
-	cat "$failures"
+	cat "$work/failures"
 fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

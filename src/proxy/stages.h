@@ -1,8 +1,8 @@
 /*
  * stages.h - the path of one request through the proxy, as an ordered list of stages.
  *
- *   model -> route -> address -> guard -> models -> classify -> forward -> head done -> body
- *   -> tokens -> admit -> relay
+ *   model -> route -> address -> guard -> models -> classify -> cache -> forward -> head done
+ *   -> body -> cache serve -> tokens -> admit -> relay
  *
  * model reads the start of the body when the route depends on its "model" (routes.match.model;
  * nothing otherwise); route picks the route and pool (404 when none matches); address spends
@@ -10,10 +10,15 @@
  * costs a check; guard lets in only who the route admits (routes.auth: 401, 403) and spends
  * the tenant's and route's rates and concurrency (429); models answers GET /v1/models on an
  * api: openai route from the config (when backends list models); classify gives the request its
- * tenant, priority class, affinity key and streaming (heartbeat) wishes; forward writes the request
- * head the backend will get (431 when it does not fit); head done lets the codec take the
- * head off its input (and answer "100 Continue"); body reads the request body before
- * admission when the route needs it whole (relay.h); tokens reserves what the request may
+ * tenant, priority class, affinity key and streaming (heartbeat) wishes; cache looks a GET or
+ * HEAD up in the route's response cache (routes.cache: a hit, another request's fill to wait
+ * on, or a fill of its own), or marks an inference POST to be looked up once its body is read
+ * (caching.h); forward writes the request head the backend will get (431 when it does not
+ * fit; none on a hit but for a stale-while-revalidate refresh); head done lets the codec take
+ * the head off its input (and answer "100 Continue"); body reads the request body before
+ * admission when the route needs it whole (relay.h); cache serve looks an inference POST up
+ * by its canonical body, then answers a hit (or a wait on a fill) from the store before it
+ * costs tokens or a slot; tokens reserves what the request may
  * cost of its tenant's tokens_per_minute (429 before it can take a slot); admit finds a
  * backend slot or queues (dispatch.h), among the backends that serve the request's model
  * (404 when none does: policy/models.h); relay moves the bytes until the response is
@@ -26,10 +31,10 @@
  * reading heads: they must not wait, but for model, which gives x->head up (NULL) while it
  * waits for body bytes and has the codec read the head anew when it runs again (peek_body);
  * the others must not wait (an asynchronous guard would copy what it needs from the
- * head and wait after "head done"). The later stages may be entered more than once. A stage
- * to come (the cache, before admit) is one function and one line in the list. The stages
- * see a parsed head (struct http_head) and the exchange; what needs the connection's bytes
- * is the codec's (struct exchange_codec_ops).
+ * head and wait after "head done"). The later stages may be entered more than once. A new
+ * stage is one function and one line in the list. The stages see a parsed head (struct
+ * http_head) and the exchange; what needs the connection's bytes is the codec's (struct
+ * exchange_codec_ops).
  */
 #ifndef ACCELNET_PROXY_STAGES_H
 #define ACCELNET_PROXY_STAGES_H

@@ -11,11 +11,21 @@ so two never pick the same one. A module that sets ENVIRONMENT = True tests acce
 machine's tools (testssl, Chromium, Prometheus, packaging, systemd); --no-environment leaves
 those out (the sanitizer pass: they exercise nothing ASan would see that the other tests do not).
 
+Passes that run at once (scripts/test.sh: the normal, sanitizer and ThreadSanitizer builds)
+share one turn through ACCELNET_TEST_LOCK, a folder: a SERIAL module waits until no test of any
+pass runs, and none starts while it runs (its turn is first in line: modules that come later
+wait behind it), while the other modules share the machine. An ENVIRONMENT module takes no
+turn: like the builds that run beside the tests, it loads the machine (a TLS scan, a package
+build) and times nothing. Each pass takes its ports from its own runner slots
+(ACCELNET_PORT_SLOT_BASE: the first slot of its -j N, at most 9 in all).
+
 Stopped by SIGTERM or SIGHUP (a CI job's time limit, a closed terminal) as by Ctrl-C: the
 running test's processes, each in a session of its own that no signal to this one reaches, are
 killed and its scratch directory removed before the runner exits (status 128 + the signal);
 with -j the signal is passed to every runner process, which does the same."""
 
+import contextlib
+import fcntl
 import importlib
 import os
 import re
@@ -30,6 +40,27 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed(?:, (\d+) skipped)?$")
 children = []
+SLOTS = 9  # harness.free_port: 10000 + slot x 2500 stays below the ephemeral range
+
+
+@contextlib.contextmanager
+def turn(mod):
+    """Hold the machine for one module: alone when it is SERIAL, else shared with every other
+    module of any pass (ACCELNET_TEST_LOCK; nothing to hold without it, nor for an ENVIRONMENT
+    module). A module waiting for its turn first holds the gate, so that no module that asks
+    later gets in before it."""
+    folder = os.environ.get("ACCELNET_TEST_LOCK")
+    serial = getattr(mod, "SERIAL", False)
+    if not folder or getattr(mod, "ENVIRONMENT", False):
+        yield
+        return
+    with open(os.path.join(folder, "gate"), "a") as gate, \
+            open(os.path.join(folder, "room"), "a") as room:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(room, fcntl.LOCK_EX if serial else fcntl.LOCK_SH)
+        if not serial:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        yield
 
 
 def _stopped(signum, frame):
@@ -80,16 +111,24 @@ def run_module(fname, mod, filters, harness, tally):
             env.cleanup()
 
 
+def has_tests(fname, mod, filters):
+    """Does the module hold a test that one of <filters> names (any, without filters)?"""
+    return not filters or any(a in f"{fname[5:-3]}.{n[5:]}" for n in dir(mod)
+                              if n.startswith("test_") for a in filters)
+
+
 def run_parallel(mods, filters, jobs, tally):
     """Run each module in a runner process of its own, at most <jobs> at once (SERIAL ones
     alone, after the rest), adding their summaries to <tally>."""
-    wanted = [(f, m) for f, m in mods if not filters or any(
-        a in f"{f[5:-3]}.{n[5:]}" for n in dir(m) if n.startswith("test_") for a in filters)]
+    wanted = [(f, m) for f, m in mods if has_tests(f, m, filters)]
     # the long ones (the tools' scans and builds) first, so that none of them ends the run
     queue = [f for f, m in sorted(wanted, key=lambda fm: not getattr(fm[1], "ENVIRONMENT", False))
              if not getattr(m, "SERIAL", False)]
     serial = [f for f, m in wanted if getattr(m, "SERIAL", False)]
-    free = list(range(jobs))
+    base = int(os.environ.get("ACCELNET_PORT_SLOT_BASE", "0"))
+    if base < 0 or base + jobs > SLOTS:
+        sys.exit(f"run.py: runner slots {base}..{base + jobs - 1}: there are {SLOTS} (0..{SLOTS - 1})")
+    free = list(range(base, base + jobs))
     running = {}  # pid -> (process, module, slot, output file)
 
     def start(fname, slot):
@@ -170,7 +209,10 @@ def main():
         run_parallel(mods, args, jobs, tally)
     else:
         for fname, mod in mods:
-            run_module(fname, mod, args, harness, tally)
+            if not has_tests(fname, mod, args):
+                continue
+            with turn(mod):
+                run_module(fname, mod, args, harness, tally)
     if tally["failures"]:
         print("failed: " + ", ".join(tally["failures"]))
     print(f"{tally['passed']} passed, {tally['failed']} failed"

@@ -1,4 +1,4 @@
-"""The simulated accelerator's contract (DESIGN.md), talked to directly."""
+"""The simulated accelerator's contract (docs/sim.md), talked to directly."""
 
 import json
 
