@@ -45,7 +45,9 @@ import sys
 # Highest layer first. A folder may include its own headers and those of later rows only.
 LAYERS = [
     ["cli"],
+    ["control"],
     ["proxy", "xfer", "sim"],
+    ["runtime"],
     ["cache", "guard", "obs"],
     ["http", "conf"],
     ["policy"],

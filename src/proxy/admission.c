@@ -6,7 +6,7 @@
 #include "core/check.h"
 #include "core/loop.h"
 #include "core/rand.h"
-#include "proxy/llm.h"
+#include "runtime/llm.h"
 
 static void inbox_push(struct admission_inbox *in, struct waiter *wt)
 {

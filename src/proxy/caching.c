@@ -38,7 +38,7 @@
 #include "core/log.h"
 #include "http/target.h"
 #include "proxy/refresh.h"
-#include "proxy/runtime.h"
+#include "runtime/runtime.h"
 
 #include <ctype.h>
 #include <errno.h>

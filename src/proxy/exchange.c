@@ -4,7 +4,7 @@
  * holds (see exchange.h).
  */
 #include "proxy/exchange.h"
-#include "proxy/llm.h"
+#include "runtime/llm.h"
 #include "core/clock.h"
 #include "core/rand.h"
 #include "proxy/admission.h"

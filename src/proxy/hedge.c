@@ -2,7 +2,7 @@
  * hedge.c - a second copy of a slow idempotent request (see hedge.h).
  */
 #include "proxy/hedge.h"
-#include "proxy/llm.h"
+#include "runtime/llm.h"
 #include "core/clock.h"
 #include "core/rand.h"
 #include "proxy/admission.h"
