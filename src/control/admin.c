@@ -2,8 +2,8 @@
  * admin.c - /status, /metrics and the dashboard, written with open_memstream into one
  * response body.
  *
- * The documents come from the runtime's metrics registry (runtime.c declares every metric
- * once; obs/json.c and obs/prom.c walk that one table): this file only serves them. The
+ * The documents come from the runtime's metrics registry (runtime/proxy_metric.c declares every
+ * metric once; obs/json.c and obs/prom.c walk that one table): this file only serves them. The
  * dashboard's page, script and style sheet (obs/dashboard.h) are files embedded in the binary;
  * the page draws what it reads from /dashboard.json once a second.
  *

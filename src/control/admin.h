@@ -14,7 +14,7 @@
 #include "conf/model.h"
 #include "core/loop.h"
 #include "control/adminapi.h"
-#include "runtime/runtime.h"
+#include "runtime/pool.h"
 
 #include <stddef.h>
 

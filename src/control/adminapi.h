@@ -14,7 +14,7 @@
 
 #include "cache/purge.h"
 #include "http/server.h"
-#include "runtime/runtime.h"
+#include "runtime/pool.h"
 
 #include <stddef.h>
 

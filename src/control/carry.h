@@ -7,7 +7,7 @@
  * gave it, so a reload while DNS cannot answer keeps the last answer). For each the new
  * runtime starts where the old one is: up or down as the checks last said (and their
  * counts), passively marked out, ejected, its latency estimates, its engine's last report
- * and what its prefix index holds; and it takes the old backend's share (runtime.h): the
+ * and what its prefix index holds; and it takes the old backend's share (runtime/pool.h): the
  * requests still in flight in the old generation count against its max_concurrency, and
  * when one ends (or one of the new's) every live generation's queue hears of it. Weights and caps
  * come from the new config.
@@ -18,7 +18,7 @@
 #ifndef ACCELNET_CONTROL_CARRY_H
 #define ACCELNET_CONTROL_CARRY_H
 
-#include "runtime/runtime.h"
+#include "runtime/pool.h"
 
 #include <stddef.h>
 
@@ -26,7 +26,7 @@
  * returns how many backends were carried. Main thread. */
 size_t carry_runtime(struct runtime *to, struct runtime *from);
 
-/* <rt>'s pools hear when a slot of a backend they share frees (runtime.h), until
+/* <rt>'s pools hear when a slot of a backend they share frees (runtime/pool.h), until
  * carry_leave(rt): called once its workers have stopped, a turn of every other worker before
  * it is freed. Main thread. */
 void carry_join(struct runtime *rt);

@@ -31,7 +31,7 @@
 #include "conf/model.h"
 #include "guard/limits.h"
 #include "runtime/cluster_stats.h"
-#include "runtime/runtime.h"
+#include "runtime/pool.h"
 
 #include <stdatomic.h>
 #include <stdint.h>

@@ -8,7 +8,7 @@
  * counted in <pending>; when the last finishes, the round's addresses are applied to the
  * name's slots.
  *
- * Publishing an address (struct backend in runtime.h): a slot is rewritten only while not
+ * Publishing an address (struct backend in runtime/pool.h): a slot is rewritten only while not
  * present and with nothing in flight. The main thread clears present (seq_cst) and later
  * sees inflight 0 (seq_cst); pool_pick raises inflight (seq_cst) then reads present: either
  * the pick sees the slot gone and backs off, or this thread sees it busy and waits for a
@@ -18,6 +18,7 @@
 #include "conf/schema_discovery.h"
 #include "core/log.h"
 #include "proxy/admission.h"
+#include "runtime/proxy_metric.h"
 
 #include <ares.h>
 #include <arpa/nameser.h>

@@ -18,7 +18,7 @@
 #define ACCELNET_CONTROL_DISCOVER_H
 
 #include "core/loop.h"
-#include "runtime/runtime.h"
+#include "runtime/pool.h"
 
 struct discover;
 

@@ -11,7 +11,7 @@
 #define ACCELNET_CONTROL_HEALTH_H
 
 #include "core/loop.h"
-#include "runtime/runtime.h"
+#include "runtime/pool.h"
 
 struct health;
 

@@ -31,6 +31,7 @@
 #include "core/log.h"
 #include "obs/kvevent.h"
 #include "policy/prefix_index.h"
+#include "runtime/proxy_metric.h"
 
 #include <errno.h>
 #include <stdio.h>

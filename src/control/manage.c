@@ -2,7 +2,7 @@
  * manage.c - the admin API's changes to backends and to the proxy (see manage.h).
  *
  * Publishing a new backend in a spare slot follows discovery's protocol (struct backend in
- * runtime.h): the slot is rewritten only while not present and with nothing in flight, and
+ * runtime/pool.h): the slot is rewritten only while not present and with nothing in flight, and
  * made present last (seq_cst); a pick raises inflight before it reads present. A drain or a
  * disable is one relaxed store: a pick racing with it may still take the backend once, as
  * a request a moment earlier would have. Whatever frees capacity (a backend added or

@@ -22,7 +22,7 @@
 #define ACCELNET_CONTROL_MANAGE_H
 
 #include "net/addr.h"
-#include "runtime/runtime.h"
+#include "runtime/pool.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -9,7 +9,7 @@
 #include "control/probe.h"
 #include "net/sock.h"
 #include "net/tls.h"
-#include "runtime/runtime.h"
+#include "runtime/pool.h"
 
 #include <errno.h>
 #include <stdio.h>

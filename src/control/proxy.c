@@ -40,6 +40,7 @@
 #include "control/statefile.h"
 #include "control/upgrade.h"
 #include "proxy/worker.h"
+#include "runtime/runtime.h"
 
 #include <errno.h>
 #include <signal.h>

@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "obs/promtext.h"
 #include "control/probe.h"
+#include "runtime/proxy_metric.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -22,7 +22,7 @@
 #define ACCELNET_CONTROL_SCRAPE_H
 
 #include "core/loop.h"
-#include "runtime/runtime.h"
+#include "runtime/pool.h"
 
 struct scrape;
 

@@ -19,7 +19,7 @@
 #ifndef ACCELNET_CONTROL_STATEFILE_H
 #define ACCELNET_CONTROL_STATEFILE_H
 
-#include "runtime/runtime.h"
+#include "runtime/pool.h"
 
 #include <stddef.h>
 

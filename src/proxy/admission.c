@@ -7,6 +7,8 @@
 #include "core/loop.h"
 #include "core/rand.h"
 #include "runtime/llm.h"
+#include "runtime/pick.h"
+#include "runtime/proxy_metric.h"
 
 static void inbox_push(struct admission_inbox *in, struct waiter *wt)
 {

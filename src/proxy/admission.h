@@ -18,7 +18,7 @@
 
 #include "core/list.h"
 #include "runtime/queue.h"
-#include "runtime/runtime.h"
+#include "runtime/pool.h"
 
 #include <pthread.h>
 #include <stdint.h>

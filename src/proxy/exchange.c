@@ -8,6 +8,7 @@
 #include "core/clock.h"
 #include "core/rand.h"
 #include "proxy/admission.h"
+#include "runtime/proxy_metric.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -42,7 +42,7 @@
 #include "cache/fill.h"
 #include "obs/accesslog.h"
 #include "runtime/queue.h"
-#include "runtime/runtime.h"
+#include "runtime/pool.h"
 #include "proxy/upstream.h"
 #include "proxy/worker.h"
 

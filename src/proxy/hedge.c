@@ -6,6 +6,8 @@
 #include "core/clock.h"
 #include "core/rand.h"
 #include "proxy/admission.h"
+#include "runtime/pick.h"
+#include "runtime/proxy_metric.h"
 
 #include <errno.h>
 

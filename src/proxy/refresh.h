@@ -17,7 +17,7 @@
 
 #include "cache/fill.h"
 #include "core/buf.h"
-#include "runtime/runtime.h"
+#include "runtime/pool.h"
 #include "proxy/worker.h"
 
 /*

@@ -13,6 +13,8 @@
 #include "proxy/hedge.h"
 #include "proxy/quota.h"
 #include "proxy/sse.h"
+#include "runtime/pick.h"
+#include "runtime/proxy_metric.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -23,7 +23,7 @@
 #include "net/tls_listen.h"
 #include "proxy/admission.h"
 #include "runtime/llm.h"
-#include "runtime/runtime.h"
+#include "runtime/pool.h"
 
 #include <netinet/in.h>
 #include <pthread.h>

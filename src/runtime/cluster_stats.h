@@ -1,6 +1,6 @@
 /*
  * cluster_stats.h - what /metrics shows of the cluster's sync (control/cluster.c writes it,
- * runtime/runtime.c reads it): plain atomics, written by the sync thread only.
+ * runtime/proxy_metric.c reads it): plain atomics, written by the sync thread only.
  */
 #ifndef ACCELNET_RUNTIME_CLUSTER_STATS_H
 #define ACCELNET_RUNTIME_CLUSTER_STATS_H

@@ -22,6 +22,7 @@
 #include "core/log.h"
 #include "control/apipath.h"
 #include "control/manage.h"
+#include "runtime/pool.h"
 #include "runtime/runtime.h"
 #include "control/statefile.h"
 
