@@ -42,7 +42,6 @@ static int runtime_pool_tls(struct pool_rt *p)
 	return 0;
 }
 
-/* p->models from its backends' models lists. 0 or -ENOMEM. */
 /* The slots of <b>: max_backends for a discovered name, else 1. */
 static size_t slot_count(const struct conf_backend *b)
 {
@@ -60,6 +59,7 @@ static size_t runtime_pool_slots(const struct conf_pool *pc)
 	return n;
 }
 
+/* p->models from its backends' models lists. 0 or -ENOMEM. */
 static int runtime_pool_models(struct pool_rt *p)
 {
 	char *const **names = calloc(p->nbackends, sizeof(*names));
@@ -193,7 +193,7 @@ void runtime_destroy(struct runtime *rt)
 			if (b->kv_prefix && !b->llm)
 				prefix_index_free(b->kv_prefix); /* its own, not its llm's */
 			llm_backend_free(b->llm);
-			free(b->share); /* NULL when a newer runtime holds it (proxy.c) */
+			free(b->share); /* NULL when a newer runtime holds it (control/carry.c) */
 		}
 		free(rt->pools[i].backends);
 		free(rt->pools[i].llm);
