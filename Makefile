@@ -29,7 +29,7 @@ ALL_CFLAGS = -std=c17 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) -Isrc -Iinclud
 LDLIBS = $(shell pkg-config --libs $(PKGS)) -lpthread -lm
 
 LIB_SRC = $(wildcard src/core/*.c src/net/*.c src/http/*.c src/policy/*.c src/conf/*.c \
-	  src/proxy/*.c src/obs/*.c src/guard/*.c src/cache/*.c src/sim/*.c src/xfer/*.c)
+	  src/proxy/*.c src/runtime/*.c src/control/*.c src/obs/*.c src/guard/*.c src/cache/*.c src/sim/*.c src/xfer/*.c)
 CLI_SRC = $(wildcard src/cli/*.c)
 # The dashboard's files (src/obs/dashboard/), embedded by a generated C file (obs/dashboard.h)
 DASH_ASSETS = $(sort $(wildcard src/obs/dashboard/*.html src/obs/dashboard/*.js \
@@ -73,8 +73,8 @@ test: all unit
 
 FUZZ_SRC = $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN = $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
-FUZZ_LIB = $(filter-out src/sim/% src/proxy/% src/obs/% src/xfer/engine.c src/xfer/send.c src/xfer/daemon.c src/xfer/receiver.c src/xfer/pull.c src/xfer/get.c src/xfer/metrics.c,$(LIB_SRC)) \
-	   src/obs/promtext.c src/obs/kvevent.c src/proxy/apipath.c
+FUZZ_LIB = $(filter-out src/sim/% src/proxy/% src/runtime/% src/control/% src/obs/% src/xfer/engine.c src/xfer/send.c src/xfer/daemon.c src/xfer/receiver.c src/xfer/pull.c src/xfer/get.c src/xfer/metrics.c,$(LIB_SRC)) \
+	   src/obs/promtext.c src/obs/kvevent.c src/control/apipath.c
 # The library the fuzz targets share is compiled once (instrumented for coverage, ASan and UBSan)
 # into build-fuzz/libfuzz.a; each target is then one compile and a link.
 FUZZ_CFLAGS = -std=c17 -D_GNU_SOURCE -g -O1 -Isrc -Iinclude -MMD -MP $(shell pkg-config --cflags $(PKGS))

@@ -20,7 +20,7 @@
 #include "http/jsonview.h"
 #include "http/prompt.h"
 #include "policy/lb.h"
-#include "proxy/llm.h"
+#include "runtime/llm.h"
 
 #include <getopt.h>
 #include <stdio.h>

@@ -45,7 +45,9 @@ import sys
 # Highest layer first. A folder may include its own headers and those of later rows only.
 LAYERS = [
     ["cli"],
+    ["control"],
     ["proxy", "xfer", "sim"],
+    ["runtime"],
     ["cache", "guard", "obs"],
     ["http", "conf"],
     ["policy"],
@@ -87,7 +89,7 @@ def folder_of(rel):
 
 
 def module_of(rel):
-    """'src/proxy/queue-t.h' -> 'proxy/queue'; 'include/accelnet/xfer.h' -> 'accelnet/xfer'."""
+    """'src/runtime/queue-t.h' -> 'runtime/queue'; 'include/accelnet/xfer.h' -> 'accelnet/xfer'."""
     path = rel.split(os.sep, 1)[1].rsplit(".", 1)[0]
     return path[:-2] if path.endswith("-t") else path
 

@@ -7,7 +7,7 @@
 #include "cli/cli.h"
 #include "conf/conf.h"
 #include "core/log.h"
-#include "proxy/proxy.h"
+#include "control/proxy.h"
 #include "sim/sim.h"
 
 #include <stdio.h>

@@ -5,7 +5,7 @@
 #include "cli/cli.h"
 #include "conf/conf.h"
 #include "core/log.h"
-#include "proxy/proxy.h"
+#include "control/proxy.h"
 
 #include <getopt.h>
 #include <stdio.h>

@@ -89,7 +89,7 @@ struct conf_backend {
 	size_t nmodels;
 	char *kv_events; /* backends[].kv_events: "tcp://HOST:PORT" of its KV-cache events */
 	/* backends[].discover: the address is a DNS name, re-resolved while running
-	 * (proxy/discover.h) into up to discover_max backends of the pool */
+	 * (control/discover.h) into up to discover_max backends of the pool */
 	enum conf_discover discover;
 	char *discover_name;	/* the name asked (A/AAAA) or the SRV name */
 	unsigned discover_port; /* discover: a: the port of every address found */
@@ -163,7 +163,7 @@ struct conf_pool {
 	struct conf_engine_metrics engine_metrics;
 	int has_kv_events; /* some backend has kv_events */
 	/* pools[].spare_backends: slots kept for backends added at run time through the admin
-	 * API (proxy/manage.h); CONF_SPARE_DEFAULT until the pool is checked */
+	 * API (control/manage.h); CONF_SPARE_DEFAULT until the pool is checked */
 	unsigned spare_backends;
 };
 
@@ -322,7 +322,7 @@ struct conf_metrics {
 	unsigned max_tenants; /* tenants with series of their own; the rest are "other" */
 };
 
-/* cluster: limits shared with other instances through Redis (proxy/cluster.h) */
+/* cluster: limits shared with other instances through Redis (control/cluster.h) */
 struct conf_cluster {
 	char *redis;	     /* "HOST:PORT" as written; NULL: no cluster */
 	char *host;	     /* ... its host (a name or an IP literal, no brackets) */
@@ -360,7 +360,7 @@ struct conf {
 	struct conf_metrics metrics;
 	struct conf_cache cache;
 	struct conf_cluster cluster;
-	/* discovery: how names of backends with discover are resolved (proxy/discover.h) */
+	/* discovery: how names of backends with discover are resolved (control/discover.h) */
 	struct {
 		char *resolvers; /* "IP:PORT,..." as c-ares takes it; NULL: the system's */
 		unsigned min_ttl_ms, max_ttl_ms; /* a record's TTL is held within these */

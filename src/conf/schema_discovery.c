@@ -4,7 +4,7 @@
  * A backend with discover: a is "NAME:PORT": every address the name's A and AAAA records
  * give, at PORT. With discover: srv it is "NAME", whose SRV records give targets, ports and
  * weights. Either is kept as a name here: nothing is resolved at load, since the answer is
- * the running proxy's to follow (proxy/discover.c). The resolvers are IP literals, since
+ * the running proxy's to follow (control/discover.c). The resolvers are IP literals, since
  * the resolver of names cannot itself need one.
  */
 #include "conf/schema_discovery.h"

@@ -1,6 +1,6 @@
 /*
  * rlsync.h - the arithmetic of rate limits shared by several instances through one store
- * (cluster:, proxy/cluster.c does the talking): what a sync carries, what the store does with
+ * (cluster:, control/cluster.c does the talking): what a sync carries, what the store does with
  * it, and how its answer is merged back into the local bucket. Pure: no I/O, no clock.
  *
  * Every instance keeps its own GCRA buckets (ratelimit.h) and decides every request from

@@ -39,7 +39,7 @@ int activation_take(struct activation *a, char *err, size_t errlen);
 /* The passed socket bound to exactly <addr>, marked taken; -1 when there is none. */
 int activation_find(struct activation *a, const struct net_addr *addr);
 /* Every socket not yet taken that is bound to <addr> (several: a running accelnet hands over
- * each worker's, see proxy/upgrade.h), at most <cap>, into <out>, marked taken. */
+ * each worker's, see control/upgrade.h), at most <cap>, into <out>, marked taken. */
 size_t activation_find_all(struct activation *a, const struct net_addr *addr, int *out, size_t cap);
 /* The first socket never taken, or NULL. */
 const struct activation_socket *activation_untaken(const struct activation *a);

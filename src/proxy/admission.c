@@ -6,7 +6,9 @@
 #include "core/check.h"
 #include "core/loop.h"
 #include "core/rand.h"
-#include "proxy/llm.h"
+#include "runtime/llm.h"
+#include "runtime/pick.h"
+#include "runtime/proxy_metric.h"
 
 static void inbox_push(struct admission_inbox *in, struct waiter *wt)
 {

@@ -17,8 +17,8 @@
 #define ACCELNET_PROXY_ADMISSION_H
 
 #include "core/list.h"
-#include "proxy/queue.h"
-#include "proxy/runtime.h"
+#include "runtime/queue.h"
+#include "runtime/pool.h"
 
 #include <pthread.h>
 #include <stdint.h>

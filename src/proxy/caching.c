@@ -38,7 +38,8 @@
 #include "core/log.h"
 #include "http/target.h"
 #include "proxy/refresh.h"
-#include "proxy/runtime.h"
+#include "runtime/pool.h"
+#include "runtime/proxy_metric.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -3,7 +3,7 @@
  */
 #include "proxy/classify.h"
 #include "policy/qdisc.h"
-#include "proxy/queue.h"
+#include "runtime/queue.h"
 
 #include <netinet/in.h>
 #include <string.h>

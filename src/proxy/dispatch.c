@@ -11,6 +11,8 @@
 #include "proxy/hedge.h"
 #include "proxy/retry.h"
 #include "proxy/spill.h"
+#include "runtime/pick.h"
+#include "runtime/proxy_metric.h"
 
 #include <string.h>
 

@@ -4,10 +4,11 @@
  * holds (see exchange.h).
  */
 #include "proxy/exchange.h"
-#include "proxy/llm.h"
+#include "runtime/llm.h"
 #include "core/clock.h"
 #include "core/rand.h"
 #include "proxy/admission.h"
+#include "runtime/proxy_metric.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -41,8 +41,8 @@
 #include "http/traceparent.h"
 #include "cache/fill.h"
 #include "obs/accesslog.h"
-#include "proxy/queue.h"
-#include "proxy/runtime.h"
+#include "runtime/queue.h"
+#include "runtime/pool.h"
 #include "proxy/upstream.h"
 #include "proxy/worker.h"
 

@@ -2,10 +2,12 @@
  * hedge.c - a second copy of a slow idempotent request (see hedge.h).
  */
 #include "proxy/hedge.h"
-#include "proxy/llm.h"
+#include "runtime/llm.h"
 #include "core/clock.h"
 #include "core/rand.h"
 #include "proxy/admission.h"
+#include "runtime/pick.h"
+#include "runtime/proxy_metric.h"
 
 #include <errno.h>
 

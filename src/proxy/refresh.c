@@ -8,6 +8,7 @@
 #include "http/body.h"
 #include "proxy/admission.h"
 #include "proxy/upstream.h"
+#include "runtime/pick.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -17,7 +17,7 @@
 
 #include "cache/fill.h"
 #include "core/buf.h"
-#include "proxy/runtime.h"
+#include "runtime/pool.h"
 #include "proxy/worker.h"
 
 /*

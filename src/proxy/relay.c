@@ -2,7 +2,7 @@
  * relay.c - reading request bodies and relaying both ways over HTTP/1 (see relay.h).
  */
 #include "proxy/relay.h"
-#include "proxy/llm.h"
+#include "runtime/llm.h"
 #include "core/clock.h"
 #include "http/prompt.h"
 #include "net/sock.h"
@@ -13,6 +13,8 @@
 #include "proxy/hedge.h"
 #include "proxy/quota.h"
 #include "proxy/sse.h"
+#include "runtime/pick.h"
+#include "runtime/proxy_metric.h"
 
 #include <errno.h>
 #include <stdio.h>

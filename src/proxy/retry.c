@@ -4,6 +4,7 @@
 #include "proxy/retry.h"
 #include "core/clock.h"
 #include "core/log.h"
+#include "runtime/pick.h"
 
 static const char *failure_text(enum up_failure why)
 {

@@ -14,7 +14,7 @@
 #include "proxy/route.h"
 #include "core/glob.h"
 #include "core/hex.h"
-#include "proxy/runtime.h"
+#include "runtime/pool.h"
 
 #include <string.h>
 #include <strings.h>

@@ -4,6 +4,7 @@
 #include "proxy/shed.h"
 #include "core/clock.h"
 #include "core/log.h"
+#include "runtime/proxy_metric.h"
 
 uint64_t shed_buffer_bytes(const struct worker_shared *sh)
 {

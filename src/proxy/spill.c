@@ -4,6 +4,7 @@
 #include "proxy/spill.h"
 #include "core/rand.h"
 #include "proxy/admission.h"
+#include "runtime/proxy_metric.h"
 
 void spill_move(struct exchange *x)
 {

@@ -11,6 +11,7 @@
 #include "proxy/quota.h"
 #include "proxy/route.h"
 #include "proxy/sse.h"
+#include "runtime/pick.h"
 
 #include <stdint.h>
 #include <stdio.h>

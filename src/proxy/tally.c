@@ -28,6 +28,7 @@
 #include "core/clock.h"
 #include "proxy/exchange.h"
 #include "proxy/quota.h"
+#include "runtime/proxy_metric.h"
 
 #include <string.h>
 #include <strings.h>

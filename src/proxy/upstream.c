@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "net/sock.h"
 #include "net/tls.h"
+#include "runtime/proxy_metric.h"
 
 #include <errno.h>
 #include <stdio.h>

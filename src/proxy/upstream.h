@@ -21,7 +21,7 @@
 #include "core/list.h"
 #include "core/loop.h"
 #include "net/conn.h"
-#include "proxy/runtime.h"
+#include "runtime/pool.h"
 #include "proxy/worker.h"
 
 struct upconn {

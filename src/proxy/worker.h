@@ -22,8 +22,8 @@
 #include "guard/limits.h"
 #include "net/tls_listen.h"
 #include "proxy/admission.h"
-#include "proxy/llm.h"
-#include "proxy/runtime.h"
+#include "runtime/llm.h"
+#include "runtime/pool.h"
 
 #include <netinet/in.h>
 #include <pthread.h>

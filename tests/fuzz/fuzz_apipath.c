@@ -1,5 +1,5 @@
 /*
- * fuzz_apipath.c - libFuzzer target: the admin API's paths (proxy/apipath.h) and numeric
+ * fuzz_apipath.c - libFuzzer target: the admin API's paths (control/apipath.h) and numeric
  * backend addresses (net_addr_parse_numeric), on input an admin client sends.
  *
  * Input: a method byte, then the path (the same bytes, NUL-terminated, are also parsed as an
@@ -9,7 +9,7 @@
  * An address taken must format back to one that parses to the same socket address.
  */
 #include "net/addr.h"
-#include "proxy/apipath.h"
+#include "control/apipath.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /*
  * test_manage.c - the runtime admin API's pure parts and its changes to a runtime built from
- * a config: which call a method and path name (proxy/apipath.h: every call, 404, 405 with
+ * a config: which call a method and path name (control/apipath.h: every call, 404, 405 with
  * Allow, percent-decoding and what it refuses); numeric backend addresses
  * (manage_parse_address); manage.h's changes on a real runtime (an added backend in a spare
  * slot, found by text or address, taken out and its slot free only once nothing is in
@@ -20,10 +20,11 @@
 
 #include "conf/conf.h"
 #include "core/log.h"
-#include "proxy/apipath.h"
-#include "proxy/manage.h"
-#include "proxy/runtime.h"
-#include "proxy/statefile.h"
+#include "control/apipath.h"
+#include "control/manage.h"
+#include "runtime/pool.h"
+#include "runtime/runtime.h"
+#include "control/statefile.h"
 
 static struct apipath T;
 

@@ -1,0 +1,684 @@
+/*
+ * cluster.c - the sync thread behind cluster.h, with hiredis's blocking API: the thread is
+ * the only one that talks to Redis, so it may wait (never longer than timeout_ms a call);
+ * replies are parsed by hiredis, never here.
+ *
+ * One sync is one pipeline: EVALSHA of the members script (this instance's id scored with
+ * an expiry in a sorted set, the expired taken out and so are entries expiring later than any
+ * instance's would, the set's size answered, believed up to cluster.max_instances), then EVALSHA
+ * of the charge script for every key collected from every shared limit (guard/rlsync.h:
+ * the key's shared TAT moved by the cost sent, its debt answered). Both scripts read Redis's
+ * own clock (TIME), so the instances' clocks never meet; what comes back is a duration.
+ * A key is PREFIX "rl:" ROUTE ":" LIMIT ":" 16 hex digits of the tenant's hash (the same hash
+ * on every instance: xxh3 of the identity, unseeded), ROUTE the route's name or its index;
+ * instances sharing a Redis are meant to share one config.
+ *
+ * A reply that is no integer, an error, a timeout or a lost connection ends the sync: the
+ * connection is dropped and the counts it carried are lost (as while Redis is away).
+ *
+ * What Redis answers is believed only as far as it cannot loosen a limit beyond what each
+ * instance would enforce alone: a request rate's debt is never taken below the last one
+ * answered for that key, less the time since, plus what this instance sent (its shared TAT
+ * as last seen is kept per slot, on this thread: 16 bytes a slot, 1 MiB a limit), so a Redis that
+ * restarted empty, or whose keys a writer deletes, hands no instance a fresh burst (a token budget
+ * has no such floor: any instance gives tokens back). The live set's count is believed up to
+ * cluster.max_instances. docs/security.md says what a Redis writer can and cannot do.
+ */
+#include "control/cluster.h"
+#include "core/clock.h"
+#include "core/log.h"
+#include "core/secret.h"
+#include "guard/rlsync.h"
+#include "runtime/llm.h"
+
+#include <errno.h>
+#include <hiredis/hiredis.h>
+#include <openssl/crypto.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SYNC_KEYS 4096	      /* keys one sync carries at most; the rest go next time */
+#define RECONNECT_MS 1000     /* the least time between two connects */
+#define PASSWORD_MAX 512      /* bytes of cluster.password_file */
+#define KEY_MAX 192	      /* a Redis key of ours */
+#define LIMITS_PER_ROUTE 3    /* per_tenant, per_route, tokens_per_minute */
+#define PREFIXES_PER_SYNC 512 /* prompts' prefixes one sync sends at most, all pools */
+#define STREAM_MAX 10000      /* a pool's stream keeps about this many (XADD MAXLEN ~) */
+#define STREAM_READ "512"     /* entries one sync reads of each stream, at most */
+
+/* KEYS[1]: the bucket; ARGV[1]: the cost in microseconds (signed). The rule of
+ * rlsync_charge(); the TAT is kept while it lies ahead (and a second longer). */
+static const char CHARGE_LUA[] = "local t = redis.call('TIME')\n"
+				 "local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
+				 "local tat = tonumber(redis.call('GET', KEYS[1]) or 0) or 0\n"
+				 "if tat < now then tat = now end\n"
+				 "tat = tat + tonumber(ARGV[1])\n"
+				 "if tat < now then tat = now end\n"
+				 "redis.call('SET', KEYS[1], string.format('%.0f', tat), 'PX',\n"
+				 "           math.floor((tat - now) / 1000) + 1000)\n"
+				 "return tat - now\n";
+
+/* The longest an instance's entry in the live set may count (its expiry ahead of Redis's
+ * clock): 3 x sync_ms + 2 x timeout_ms + 1 s at the largest values the config allows. An
+ * entry further ahead was written by no instance. */
+#define MEMBER_TTL_MAX_MS (3 * 10000 + 2 * 60000 + 1000)
+
+/* KEYS[1]: the live set; ARGV[1]: this instance; ARGV[2]: how long it counts, in ms;
+ * ARGV[3]: MEMBER_TTL_MAX_MS. Entries expired or further ahead than any instance writes
+ * are taken out; the count answered is of those left. */
+static const char MEMBERS_LUA[] =
+    "local t = redis.call('TIME')\n"
+    "local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "redis.call('ZADD', KEYS[1], ms + tonumber(ARGV[2]), ARGV[1])\n"
+    "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ms)\n"
+    "redis.call('ZREMRANGEBYSCORE', KEYS[1], '(' .. (ms + tonumber(ARGV[3])), '+inf')\n"
+    "redis.call('PEXPIRE', KEYS[1], ARGV[3])\n"
+    "return redis.call('ZCARD', KEYS[1])\n";
+
+/* What the store last said of the key in a slot: its shared TAT, on our clock. */
+struct shared_seen {
+	uint64_t key, tat_us;
+};
+
+/* One shared limit of one route. */
+struct shared_limit {
+	struct ratelimit *rl;
+	char prefix[KEY_MAX - 20]; /* its keys, less the 16 hex digits */
+	size_t cursor;		   /* where the next collect goes on */
+	struct shared_seen *seen;  /* RL_SLOTS for a request rate (its debt's floor), or NULL */
+};
+
+/* A balance: llm pool whose backends learn from routing: its stream, read up to <last_id>. */
+struct shared_pool {
+	struct pool_rt *p;
+	char key[KEY_MAX];
+	char last_id[48];
+	size_t next_backend; /* whose feed the next sync drains first */
+	uint64_t *cursor;    /* per backend: its feed's reader count */
+};
+
+struct cluster {
+	const struct conf_cluster *conf;
+	struct shared_pool *pools;
+	size_t npools;
+	uint64_t hash[PREFIX_FEED_BLOCKS]; /* one entry, on its way out or in */
+	const char **argv;		   /* XREAD's: 4 + 2 per pool */
+	struct shared_limit *lim;
+	size_t nlim;
+	char id[96];	       /* this instance in the live set */
+	char members[KEY_MAX]; /* the live set's key */
+	unsigned member_ttl_ms;
+	redisContext *redis;
+	char charge_sha[48], members_sha[48];
+	uint64_t last_connect_ms;
+	int state;     /* -1: not known yet, 0: away, 1: there */
+	char why[192]; /* what went wrong last */
+	unsigned instances;
+	struct rlsync_item *items; /* SYNC_KEYS, and whose limit each is */
+	struct shared_limit **item_lim;
+	struct cluster_stats stats;
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int stopping;
+};
+
+const struct cluster_stats *cluster_stats(const struct cluster *c)
+{
+	return &c->stats;
+}
+
+/* Tell every shared limit whether Redis is there (<up>) and how many instances it counts. */
+static void tell_limits(struct cluster *c, int up)
+{
+	for (size_t i = 0; i < c->nlim; i++)
+		rlsync_set_instances(c->lim[i].rl, up, c->instances);
+}
+
+/* Redis is there (<up>) or not (<why>): the shares, the metric, one line per change. */
+static void set_state(struct cluster *c, int up, const char *why)
+{
+	atomic_store(&c->stats.up, up);
+	if (up == c->state)
+		return;
+	unsigned n = c->instances ? c->instances : 1;
+	tell_limits(c, up);
+	if (up)
+		log_info("cluster: limits are shared through Redis at %s (%u instance%s live)",
+			 c->conf->redis, n, n == 1 ? "" : "s");
+	else
+		log_warn("cluster: Redis at %s: %s; each shared limit is enforced here alone at "
+			 "1/%u of its rate until Redis answers again",
+			 c->conf->redis, why, n);
+	c->state = up;
+}
+
+static void failed(struct cluster *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void failed(struct cluster *c, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(c->why, sizeof(c->why), fmt, ap);
+	va_end(ap);
+}
+
+static void drop(struct cluster *c)
+{
+	if (c->redis)
+		redisFree(c->redis);
+	c->redis = NULL;
+}
+
+/* The reply of one command, or NULL with c->why set. */
+static redisReply *command(struct cluster *c, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	redisReply *r = redisvCommand(c->redis, fmt, ap);
+	va_end(ap);
+	if (!r) {
+		failed(c, "%s", c->redis->errstr[0] ? c->redis->errstr : "no reply");
+		return NULL;
+	}
+	if (r->type == REDIS_REPLY_ERROR) {
+		failed(c, "%s", r->str);
+		freeReplyObject(r);
+		return NULL;
+	}
+	return r;
+}
+
+/* SCRIPT LOAD <src> into sha[48]. */
+static int load_script(struct cluster *c, const char *src, char *sha)
+{
+	redisReply *r = command(c, "SCRIPT LOAD %s", src);
+	if (!r)
+		return -EIO;
+	int ok = r->type == REDIS_REPLY_STRING && r->len < 48;
+	if (ok)
+		snprintf(sha, 48, "%s", r->str);
+	else
+		failed(c, "SCRIPT LOAD did not answer a digest");
+	freeReplyObject(r);
+	return ok ? 0 : -EIO;
+}
+
+static int authenticate(struct cluster *c)
+{
+	uint8_t pw[PASSWORD_MAX];
+	size_t len = 0;
+	const char *why = NULL;
+	int rc = secret_load(c->conf->password_file, pw, sizeof(pw), &len, &why);
+	if (rc < 0) {
+		failed(c, "password_file %s: %s", c->conf->password_file,
+		       why ? why : strerror(-rc));
+		return rc;
+	}
+	redisReply *r = command(c, "AUTH %b", pw, len);
+	OPENSSL_cleanse(pw, sizeof(pw));
+	if (!r)
+		return -EACCES;
+	freeReplyObject(r);
+	return 0;
+}
+
+static int connect_redis(struct cluster *c)
+{
+	struct timeval tv = {.tv_sec = c->conf->timeout_ms / 1000,
+			     .tv_usec = (c->conf->timeout_ms % 1000) * 1000};
+	c->last_connect_ms = clock_now_ms();
+	c->redis = redisConnectWithTimeout(c->conf->host, (int)c->conf->port, tv);
+	if (!c->redis) {
+		failed(c, "out of memory");
+		return -ENOMEM;
+	}
+	if (c->redis->err) {
+		failed(c, "cannot connect: %s", c->redis->errstr);
+		goto fail;
+	}
+	if (redisSetTimeout(c->redis, tv) != REDIS_OK) {
+		failed(c, "cannot set the socket timeouts");
+		goto fail;
+	}
+	if (c->conf->password_file && authenticate(c) < 0)
+		goto fail;
+	if (load_script(c, CHARGE_LUA, c->charge_sha) < 0 ||
+	    load_script(c, MEMBERS_LUA, c->members_sha) < 0)
+		goto fail;
+	return 0;
+fail:
+	drop(c);
+	return -EIO;
+}
+
+/* Append the keys of every shared limit to the pipeline: how many. */
+static size_t append_limits(struct cluster *c, uint64_t now_us)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < c->nlim && n < SYNC_KEYS; i++) {
+		struct shared_limit *l = &c->lim[i];
+		size_t got = rlsync_collect(l->rl, now_us, &l->cursor, c->items + n, SYNC_KEYS - n);
+		for (size_t k = n; k < n + got; k++) {
+			c->item_lim[k] = l;
+			redisAppendCommand(c->redis, "EVALSHA %s 1 %s%016llx %lld", c->charge_sha,
+					   l->prefix, (unsigned long long)c->items[k].key,
+					   (long long)rlsync_cost_us(l->rl, c->items[k].units));
+		}
+		n += got;
+	}
+	return n;
+}
+
+/* Append an XADD for each prompt the shared pools' backends answered since the last sync
+ * (their feeds, in turns), and one XREAD of every pool's stream: how many XADDs. */
+static size_t append_prefixes(struct cluster *c)
+{
+	size_t sent = 0;
+	for (size_t i = 0; i < c->npools; i++) {
+		struct shared_pool *sp = &c->pools[i];
+		size_t nb = sp->p->nbackends;
+		for (size_t k = 0; k < nb && sent < PREFIXES_PER_SYNC; k++) {
+			size_t j = (sp->next_backend + k) % nb;
+			struct backend *b = &sp->p->backends[j];
+			size_t n;
+			while (b->llm && b->llm->feed && sent < PREFIXES_PER_SYNC &&
+			       (n = prefix_feed_take(b->llm->feed, &sp->cursor[j], c->hash)) > 0) {
+				redisAppendCommand(c->redis, "XADD %s MAXLEN ~ %d * i %s b %s h %b",
+						   sp->key, STREAM_MAX, c->id, b->name, c->hash,
+						   n * sizeof(uint64_t));
+				sent++;
+			}
+		}
+		sp->next_backend = nb ? (sp->next_backend + 1) % nb : 0;
+	}
+	if (c->npools) {
+		const char **argv = c->argv;
+		argv[0] = "XREAD";
+		argv[1] = "COUNT";
+		argv[2] = STREAM_READ;
+		argv[3] = "STREAMS";
+		for (size_t i = 0; i < c->npools; i++) {
+			argv[4 + i] = c->pools[i].key;
+			argv[4 + c->npools + i] = c->pools[i].last_id;
+		}
+		redisAppendCommandArgv(c->redis, (int)(4 + 2 * c->npools), argv, NULL);
+	}
+	return sent;
+}
+
+/* A bulk string's bytes, or NULL when <r> is none. */
+static const char *str_of(const redisReply *r, size_t *len)
+{
+	if (!r || r->type != REDIS_REPLY_STRING)
+		return NULL;
+	*len = r->len;
+	return r->str;
+}
+
+/* One stream entry [id, [field, value, ...]] of <sp>: another instance's prompt goes into
+ * the index of the backend it names. Malformed entries are passed over. */
+static void take_entry(struct cluster *c, struct shared_pool *sp, const redisReply *e)
+{
+	size_t len;
+	const char *id;
+	if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || !(id = str_of(e->element[0], &len)))
+		return;
+	if (len < sizeof(sp->last_id)) {
+		memcpy(sp->last_id, id, len);
+		sp->last_id[len] = '\0';
+	}
+	const redisReply *f = e->element[1];
+	const char *who = NULL, *name = NULL, *h = NULL;
+	size_t wlen = 0, nlen = 0, hlen = 0;
+	if (f->type != REDIS_REPLY_ARRAY || f->elements % 2)
+		return;
+	for (size_t k = 0; k + 1 < f->elements; k += 2) {
+		const char *fld = str_of(f->element[k], &len);
+		if (!fld || len != 1)
+			continue;
+		if (fld[0] == 'i')
+			who = str_of(f->element[k + 1], &wlen);
+		else if (fld[0] == 'b')
+			name = str_of(f->element[k + 1], &nlen);
+		else if (fld[0] == 'h')
+			h = str_of(f->element[k + 1], &hlen);
+	}
+	if (!who || !name || !h || !hlen || hlen % sizeof(uint64_t) || hlen > sizeof(c->hash) ||
+	    (wlen == strlen(c->id) && !memcmp(who, c->id, wlen)))
+		return; /* malformed, or our own */
+	for (size_t j = 0; j < sp->p->nbackends; j++) {
+		struct backend *b = &sp->p->backends[j];
+		if (strlen(b->name) != nlen || memcmp(b->name, name, nlen) || !b->llm ||
+		    b->llm->exact)
+			continue;
+		memcpy(c->hash, h, hlen);
+		prefix_index_insert(b->llm->prefix, c->hash, hlen / sizeof(uint64_t));
+		atomic_fetch_add(&c->stats.received, 1);
+		return;
+	}
+}
+
+/* XREAD's answer: nil (nothing new), or [[key, [entry, ...]], ...]. */
+static void take_streams(struct cluster *c, const redisReply *r)
+{
+	if (r->type != REDIS_REPLY_ARRAY)
+		return;
+	for (size_t i = 0; i < r->elements; i++) {
+		const redisReply *s = r->element[i];
+		size_t len;
+		const char *key;
+		if (s->type != REDIS_REPLY_ARRAY || s->elements != 2 ||
+		    !(key = str_of(s->element[0], &len)) ||
+		    s->element[1]->type != REDIS_REPLY_ARRAY)
+			continue;
+		for (size_t p = 0; p < c->npools; p++) {
+			if (strlen(c->pools[p].key) != len || memcmp(c->pools[p].key, key, len))
+				continue;
+			for (size_t k = 0; k < s->element[1]->elements; k++)
+				take_entry(c, &c->pools[p], s->element[1]->element[k]);
+		}
+	}
+}
+
+/* The next reply of the pipeline: 0, or -EIO with c->why said (an error reply too). */
+static int next_reply(struct cluster *c, redisReply **r)
+{
+	*r = NULL;
+	if (redisGetReply(c->redis, (void **)r) != REDIS_OK || !*r) {
+		failed(c, "%s", c->redis->errstr[0] ? c->redis->errstr : "no reply");
+		return -EIO;
+	}
+	if ((*r)->type == REDIS_REPLY_ERROR) {
+		failed(c, "Redis answered %s", (*r)->str);
+		freeReplyObject(*r);
+		return -EIO;
+	}
+	return 0;
+}
+
+/* The live instances Redis counts (<n>), as far as they are believed: at least 1 (this one),
+ * at most cluster.max_instances (a count past it is said, once a minute). */
+static unsigned believed(struct cluster *c, long long n)
+{
+	if (n < 1)
+		return 1;
+	if (n > (long long)c->conf->max_instances) {
+		log_warn_every(60000,
+			       "cluster: Redis counts %lld live instances, more than "
+			       "cluster.max_instances; %u believed (is something else writing %s?)",
+			       n, c->conf->max_instances, c->members);
+		return c->conf->max_instances;
+	}
+	return (unsigned)n;
+}
+
+/* The store answered <debt_us> for item <i>: merged into its bucket. A request rate's debt
+ * is never taken below what the store said last, less the time since, plus what we sent
+ * (rlsync_debt_floor): a store that forgets gives an instance no more than it has alone. */
+static void apply_debt(struct cluster *c, size_t i, uint64_t debt_us)
+{
+	struct shared_limit *l = c->item_lim[i];
+	const struct rlsync_item *it = &c->items[i];
+	uint64_t now_us = clock_now_ns() / 1000;
+	if (l->seen) {
+		struct shared_seen *s = &l->seen[it->slot - l->rl->slots];
+		uint64_t floor = rlsync_debt_floor(s->key == it->key ? s->tat_us : 0, now_us,
+						   rlsync_cost_us(l->rl, it->units));
+		/* (a little under it is the time a reply takes; far under it, a forgetful store) */
+		if (debt_us + 1000ull * (c->conf->sync_ms + c->conf->timeout_ms) < floor)
+			log_warn_every(60000,
+				       "cluster: Redis answered a debt of %llu us for %s%016llx, "
+				       "%llu us less than this instance alone has sent: the key "
+				       "was lost (deleted, a Redis restart?); the debt is kept",
+				       (unsigned long long)debt_us, l->prefix,
+				       (unsigned long long)it->key,
+				       (unsigned long long)(floor - debt_us));
+		if (debt_us < floor)
+			debt_us = floor;
+		s->key = it->key;
+		s->tat_us = now_us + debt_us;
+	}
+	rlsync_apply(l->rl, it, debt_us, c->instances, now_us);
+}
+
+/* One sync: the live set, every collected key, the prompts' prefixes sent and the others'
+ * read, in one pipeline. */
+static int sync_once(struct cluster *c)
+{
+	uint64_t now_us = clock_now_ns() / 1000;
+	redisAppendCommand(c->redis, "EVALSHA %s 1 %s %s %u %u", c->members_sha, c->members, c->id,
+			   c->member_ttl_ms, (unsigned)MEMBER_TTL_MAX_MS);
+	size_t n = append_limits(c, now_us);
+	size_t sent = append_prefixes(c);
+	size_t total = 1 + n + sent + (c->npools ? 1 : 0);
+	redisReply *r = NULL;
+	for (size_t k = 0; k < total; k++) {
+		if (next_reply(c, &r) < 0)
+			return -EIO;
+		if (k <= n && r->type != REDIS_REPLY_INTEGER) {
+			failed(c, "a script answered no integer");
+			freeReplyObject(r);
+			return -EIO;
+		}
+		if (k == 0) {
+			unsigned was = c->instances;
+			c->instances = believed(c, r->integer);
+			atomic_store(&c->stats.instances, c->instances);
+			if (c->state == 1 && was != c->instances)
+				tell_limits(c, 1);
+		} else if (k <= n) {
+			long long v = r->integer;
+			apply_debt(c, k - 1, v > 0 ? (uint64_t)v : 0);
+		} else if (k == total - 1 && c->npools) {
+			take_streams(c, r);
+		}
+		freeReplyObject(r);
+	}
+	atomic_fetch_add(&c->stats.keys, n);
+	atomic_fetch_add(&c->stats.sent, sent);
+	return 0;
+}
+
+/* One turn of the thread: sync if it can (connecting when due), else go on alone. */
+static void turn(struct cluster *c)
+{
+	if (!c->redis && (c->state < 0 || clock_now_ms() - c->last_connect_ms >= RECONNECT_MS) &&
+	    connect_redis(c) < 0) {
+		atomic_fetch_add(&c->stats.failed, 1);
+		set_state(c, 0, c->why);
+	}
+	if (c->redis) {
+		if (sync_once(c) == 0) {
+			atomic_fetch_add(&c->stats.syncs, 1);
+			set_state(c, 1, NULL);
+			return;
+		}
+		atomic_fetch_add(&c->stats.failed, 1);
+		drop(c);
+		set_state(c, 0, c->why);
+	}
+	for (size_t i = 0; i < c->nlim; i++)
+		rlsync_discard(c->lim[i].rl);
+}
+
+static void *cluster_main(void *arg)
+{
+	struct cluster *c = arg;
+	log_set_thread_tag("cluster");
+	struct timespec next;
+	clock_gettime(CLOCK_MONOTONIC, &next);
+	pthread_mutex_lock(&c->mu);
+	while (!c->stopping) {
+		pthread_mutex_unlock(&c->mu);
+		turn(c);
+		uint64_t ns = (uint64_t)next.tv_nsec + (uint64_t)c->conf->sync_ms * 1000000u;
+		next.tv_sec += (time_t)(ns / 1000000000u);
+		next.tv_nsec = (long)(ns % 1000000000u);
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec > next.tv_sec ||
+		    (now.tv_sec == next.tv_sec && now.tv_nsec > next.tv_nsec))
+			next =
+			    now; /* a slow sync: the next one at once, not a burst of catching up */
+		pthread_mutex_lock(&c->mu);
+		while (!c->stopping && pthread_cond_timedwait(&c->cv, &c->mu, &next) == 0)
+			;
+	}
+	pthread_mutex_unlock(&c->mu);
+	if (c->redis) {
+		redisReply *r = redisCommand(c->redis, "ZREM %s %s", c->members, c->id);
+		if (r)
+			freeReplyObject(r);
+	}
+	drop(c);
+	return NULL;
+}
+
+static int add_limit(struct cluster *c, struct ratelimit *rl, const struct conf *conf, size_t i,
+		     const char *what)
+{
+	struct shared_limit *l = &c->lim[c->nlim++];
+	/* a request rate's debt has a floor; tokens are given back, by any instance: none */
+	if (strcmp(what, "tokens_per_minute") != 0 &&
+	    !(l->seen = calloc(RL_SLOTS, sizeof(*l->seen))))
+		return -ENOMEM;
+	const char *prefix = conf->cluster.key_prefix ? conf->cluster.key_prefix : "accelnet:";
+	l->rl = rl;
+	l->cursor = 0;
+	if (conf->routes[i].name)
+		snprintf(l->prefix, sizeof(l->prefix), "%srl:%.64s:%s:", prefix,
+			 conf->routes[i].name, what);
+	else
+		snprintf(l->prefix, sizeof(l->prefix), "%srl:%zu:%s:", prefix, i, what);
+	rl->synced = 1;
+	return 0;
+}
+
+static void cluster_free(struct cluster *c)
+{
+	for (size_t i = 0; c->pools && i < c->npools; i++)
+		free(c->pools[i].cursor);
+	free(c->pools);
+	free(c->argv);
+	for (size_t i = 0; c->lim && i < c->nlim; i++)
+		free(c->lim[i].seen);
+	free(c->lim);
+	free(c->items);
+	free(c->item_lim);
+	free(c);
+}
+
+/* The balance: llm pools of <rt> whose backends learn from routing: their feeds and streams.
+ * 0 or -ENOMEM. */
+static int share_pools(struct cluster *c, struct runtime *rt, const char *prefix)
+{
+	if (!(c->pools = calloc(rt->npools ? rt->npools : 1, sizeof(*c->pools))))
+		return -ENOMEM;
+	for (size_t i = 0; i < rt->npools; i++) {
+		struct pool_rt *p = &rt->pools[i];
+		size_t learning = 0;
+		for (size_t j = 0; j < p->nbackends; j++) {
+			struct backend *b = &p->backends[j];
+			if (!b->llm || b->llm->exact)
+				continue;
+			if (llm_share(b->llm) < 0)
+				return -ENOMEM;
+			learning++;
+		}
+		if (!learning)
+			continue;
+		struct shared_pool *sp = &c->pools[c->npools++];
+		sp->p = p;
+		snprintf(sp->key, sizeof(sp->key), "%saff:%.100s", prefix, p->conf->name);
+		snprintf(sp->last_id, sizeof(sp->last_id), "0-0");
+		if (!(sp->cursor = calloc(p->nbackends, sizeof(*sp->cursor))))
+			return -ENOMEM;
+	}
+	c->argv = calloc(4 + 2 * c->npools, sizeof(*c->argv));
+	return c->argv ? 0 : -ENOMEM;
+}
+
+int cluster_start(const struct conf *conf, struct runtime *rt, struct route_limits *limits,
+		  struct cluster **out)
+{
+	*out = NULL;
+	if (!conf->cluster.redis)
+		return 0;
+	struct cluster *c = calloc(1, sizeof(*c));
+	if (!c || !(c->lim = calloc(conf->nroutes * LIMITS_PER_ROUTE + 1, sizeof(*c->lim))) ||
+	    !(c->items = calloc(SYNC_KEYS, sizeof(*c->items))) ||
+	    !(c->item_lim = calloc(SYNC_KEYS, sizeof(*c->item_lim)))) {
+		log_error("cluster: out of memory");
+		if (c)
+			cluster_free(c);
+		return -ENOMEM;
+	}
+	c->conf = &conf->cluster;
+	c->state = -1;
+	int rc = 0;
+	for (size_t i = 0; i < conf->nroutes && !rc; i++) {
+		struct route_limits *l = &limits[i];
+		if (l->has_tenant)
+			rc = add_limit(c, &l->tenant, conf, i, "per_tenant");
+		if (!rc && l->has_route)
+			rc = add_limit(c, &l->route, conf, i, "per_route");
+		if (!rc && l->has_tokens)
+			rc = add_limit(c, &l->tokens, conf, i, "tokens_per_minute");
+	}
+	if (rc < 0) {
+		log_error("cluster: out of memory");
+		cluster_free(c);
+		return -ENOMEM;
+	}
+	const char *prefix = conf->cluster.key_prefix ? conf->cluster.key_prefix : "accelnet:";
+	snprintf(c->members, sizeof(c->members), "%sinstances", prefix);
+	if (share_pools(c, rt, prefix) < 0) {
+		log_error("cluster: out of memory");
+		cluster_free(c);
+		return -ENOMEM;
+	}
+	char host[64] = "";
+	uint32_t rnd = 0;
+	if (gethostname(host, sizeof(host) - 1) < 0)
+		snprintf(host, sizeof(host), "host");
+	if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
+		rnd = (uint32_t)clock_now_ns();
+	snprintf(c->id, sizeof(c->id), "%.63s:%ld:%08x", host, (long)getpid(), rnd);
+	c->member_ttl_ms = 3 * conf->cluster.sync_ms + 2 * conf->cluster.timeout_ms + 1000;
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	rc = pthread_create(&c->thread, NULL, cluster_main, c);
+	if (rc) {
+		log_error("cluster: cannot start its thread: %s", strerror(rc));
+		pthread_cond_destroy(&c->cv);
+		pthread_mutex_destroy(&c->mu);
+		cluster_free(c);
+		return -rc;
+	}
+	*out = c;
+	return 0;
+}
+
+void cluster_stop(struct cluster *c)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->mu);
+	c->stopping = 1;
+	pthread_cond_signal(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+	pthread_join(c->thread, NULL);
+	pthread_cond_destroy(&c->cv);
+	pthread_mutex_destroy(&c->mu);
+	cluster_free(c);
+}

@@ -1,0 +1,438 @@
+/*
+ * kvsub.c - the subscribers behind kvsub.h. ZeroMQ does the connecting, reconnecting and
+ * framing on its own I/O thread; what reaches this loop is ZMQ_FD, a descriptor that turns
+ * readable when the socket's state may have changed, edge-style: on each wake-up we read
+ * ZMQ_EVENTS and take messages until it shows none, or until a turn's budget is spent:
+ * MSGS_PER_TURN messages or BYTES_PER_TURN bytes of payload decoded. A large batch is
+ * decoded and applied in parts of whole events (kvevent_decode_part), about a turn's bytes
+ * each, so no one message holds the loop either; the rest of it waits with the socket's
+ * other messages. What is left waits for the look timer, set REST_FACTOR times as far ahead
+ * as taking the budget took, and at least REST_MIN_MS, and until it has run the descriptors'
+ * wake-ups leave the sockets to it: so a publisher flooding large batches gets at most about
+ * a quarter of the main thread and BYTES_PER_TURN per REST_MIN_MS (100 MiB/s; an engine's
+ * batches are kilobytes), and the health checks, the admin API and the rest of the main
+ * thread keep their turns (what cannot be taken waits in ZeroMQ's queue, then the
+ * publisher's, which drops: a gap, and the index is cleared). A slow timer also looks at
+ * every socket now and then, in case an edge was missed.
+ *
+ * Memory: ZeroMQ holds at most RCV_HWM messages of at most MAX_MSG bytes per socket (what
+ * arrives beyond that waits in the kernel and the publisher's queue), and the decoder's
+ * room is fixed: a flood costs at most RCV_HWM * MAX_MSG per backend.
+ *
+ * A message is [topic, seq, payload]: anything else is malformed. The topic is not looked
+ * at (we subscribe to all). ZMQ_MAXMSGSIZE bounds a payload, and the decoder's room bounds
+ * a part's events and hashes; one event with more hashes than that room makes the message
+ * malformed. A part applied before the rest is found malformed stays applied until the
+ * index is cleared, which a malformed message always does; a lost connection drops the rest
+ * of a message being taken (the index is cleared then too).
+ */
+#include "control/kvsub.h"
+#include "core/clock.h"
+#include "core/log.h"
+#include "obs/kvevent.h"
+#include "policy/prefix_index.h"
+#include "runtime/proxy_metric.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#define MSGS_PER_TURN 256	  /* messages taken from all sockets per turn */
+#define BYTES_PER_TURN (1u << 20) /* ... and payload bytes */
+#define MAX_MSG (16ll << 20)	  /* a bigger message makes ZeroMQ drop the connection */
+#define RCV_HWM 8		  /* messages ZeroMQ holds for us (1000 by default: 16 GiB) */
+#define BATCH_EVENTS 4096	  /* events of one batch, at most */
+#define BATCH_HASHES 65536	  /* block hashes of one batch, at most */
+#define REST_FACTOR 3		  /* a spent budget rests 3 times as long as it took */
+#define REST_MIN_MS 10		  /* ... and at least this long */
+#define LOOK_MS 1000		  /* the slow look at every socket */
+#define RECONNECT_MS 500	  /* ZeroMQ's first wait before reconnecting */
+#define RECONNECT_MAX_MS 5000	  /* ... and its longest */
+
+struct kvsub_one {
+	struct loop_io io;     /* the SUB socket's ZMQ_FD */
+	struct loop_io mon_io; /* the monitor's */
+	struct kvsub *k;
+	struct backend *be;
+	void *sock, *mon;
+	uint64_t next_seq;
+	int counting;  /* next_seq is known: a message came since the last connect */
+	int connected; /* the monitor said connected at least once */
+	int busy;      /* <payload> is being taken in parts, <cur> where it stands */
+	zmq_msg_t payload;
+	struct kvevent_cursor cur;
+};
+
+struct kvsub {
+	struct loop *loop;
+	void *ctx;
+	struct kvsub_one *subs;
+	size_t n;
+	struct kvevent_batch batch;
+	struct loop_timer look;
+	int backlog;	      /* a turn's budget was spent: the look timer takes the rest */
+	size_t next;	      /* the socket the look timer serves first */
+	unsigned msgs, bytes; /* what this turn took so far */
+};
+
+/* The index of <s>'s backend no longer mirrors its engine. */
+static void lost_thread(struct kvsub_one *s, const char *why)
+{
+	prefix_index_clear(s->be->kv_prefix);
+	backend_count(s->be, PM_BACKEND_KV_GAPS, 1);
+	log_warn_every(10000, "KV events of backend %s (pool %s): %s; its prefix index is cleared",
+		       s->be->name, s->be->pool->name, why);
+}
+
+static void malformed(struct kvsub_one *s, const char *why)
+{
+	prefix_index_clear(s->be->kv_prefix); /* its events are missed */
+	backend_count(s->be, PM_BACKEND_KV_MALFORMED, 1);
+	log_warn_every(10000, "KV events of backend %s (pool %s): a message dropped: %s",
+		       s->be->name, s->be->pool->name, why);
+}
+
+static void apply(struct kvsub_one *s, const struct kvevent_batch *b)
+{
+	for (size_t i = 0; i < b->nev; i++) {
+		const struct kvevent *e = &b->ev[i];
+		const uint64_t *h = b->hash + e->first;
+		if (e->kind == KVEVENT_STORED)
+			prefix_index_insert(s->be->kv_prefix, h, e->n);
+		else if (e->kind == KVEVENT_REMOVED)
+			prefix_index_remove(s->be->kv_prefix, h, e->n);
+		else
+			prefix_index_clear(s->be->kv_prefix);
+		metrics_add(metrics_shard_self(s->be->metrics), PM_BACKEND_KV_EVENTS,
+			    s->be->id * KVEVENT_KINDS + e->kind, 1);
+	}
+}
+
+/* <s>'s payload is taken (or given up): the next message may come. */
+static void done(struct kvsub_one *s)
+{
+	zmq_msg_close(&s->payload);
+	zmq_msg_init(&s->payload);
+	s->busy = 0;
+}
+
+/* The next part of <s>'s payload, within what is left of the turn's bytes: applied. Events
+ * of a batch found malformed further on were applied already: the index is cleared then, as
+ * for any malformed message. */
+static void feed(struct kvsub_one *s)
+{
+	struct kvsub *k = s->k;
+	size_t was = s->cur.at;
+	int rc = kvevent_decode_part(zmq_msg_data(&s->payload), zmq_msg_size(&s->payload), &s->cur,
+				     &k->batch, BYTES_PER_TURN - k->bytes);
+	k->bytes += (unsigned)(s->cur.at - was);
+	if (rc < 0) {
+		malformed(s, rc == -E2BIG ? "an event with more block hashes than a batch may hold"
+					  : "the payload is not a KVEventBatch");
+		done(s);
+		return;
+	}
+	apply(s, &k->batch);
+	if (rc == 0)
+		done(s);
+}
+
+/* One message of frames <f>[0..nf) (nf is 4 when there were more than 3). */
+static void take(struct kvsub_one *s, zmq_msg_t *f, int nf)
+{
+	uint64_t seq;
+	if (nf != 3 || kvevent_seq(zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), &seq) < 0) {
+		malformed(s, "not [topic, 8-byte sequence number, payload]");
+		return;
+	}
+	if (s->counting && seq != s->next_seq) {
+		char why[96];
+		snprintf(why, sizeof(why), "sequence number %llu where %llu was next",
+			 (unsigned long long)seq, (unsigned long long)s->next_seq);
+		lost_thread(s, why);
+	}
+	s->counting = 1;
+	s->next_seq = seq + 1;
+	zmq_msg_move(&s->payload, &f[2]);
+	s->cur = (struct kvevent_cursor){0};
+	s->busy = 1;
+	feed(s);
+}
+
+/* Read one whole message: 1 taken, 0 none waiting, -1 the socket failed. */
+static int take_one(struct kvsub_one *s)
+{
+	zmq_msg_t f[4];
+	int nf = 0, more = 1, rc = 1;
+	for (int i = 0; i < 4; i++)
+		zmq_msg_init(&f[i]);
+	while (more) {
+		zmq_msg_t *m = &f[nf < 3 ? nf : 3];
+		if (nf >= 3) { /* a frame past the third: keep none of it */
+			zmq_msg_close(m);
+			zmq_msg_init(m);
+		}
+		if (zmq_msg_recv(m, s->sock, ZMQ_DONTWAIT) < 0) {
+			/* a multipart message arrives whole: only the first frame can be missing */
+			rc = errno == EAGAIN && nf == 0 ? 0 : -1;
+			goto out;
+		}
+		if (nf < 4)
+			nf++;
+		more = zmq_msg_more(m);
+	}
+	take(s, f, nf);
+out:
+	for (int i = 0; i < 4; i++)
+		zmq_msg_close(&f[i]);
+	return rc;
+}
+
+static int spent(const struct kvsub *k)
+{
+	return k->msgs >= MSGS_PER_TURN || k->bytes >= BYTES_PER_TURN;
+}
+
+/* Take what waits on <s>'s socket, within the turn's budget; 1 when more may wait. */
+static int drain(struct kvsub_one *s)
+{
+	while (!spent(s->k)) {
+		if (s->busy) {
+			feed(s);
+			continue;
+		}
+		s->k->msgs++;
+		int rc = take_one(s);
+		if (rc < 0)
+			log_warn_every(10000, "KV events of backend %s: %s", s->be->name,
+				       zmq_strerror(errno));
+		if (rc <= 0)
+			return 0;
+	}
+	return 1;
+}
+
+/* What the socket monitor says: a connect starts a new count, a lost connection clears. */
+static void watch(struct kvsub_one *s)
+{
+	for (;;) {
+		zmq_msg_t ev, addr;
+		zmq_msg_init(&ev);
+		zmq_msg_init(&addr);
+		if (zmq_msg_recv(&ev, s->mon, ZMQ_DONTWAIT) < 0) {
+			zmq_msg_close(&ev);
+			zmq_msg_close(&addr);
+			return;
+		}
+		uint16_t what = 0;
+		if (zmq_msg_size(&ev) >= 2)
+			memcpy(&what, zmq_msg_data(&ev), sizeof(what)); /* native order */
+		if (zmq_msg_more(&ev))
+			(void)zmq_msg_recv(&addr, s->mon, ZMQ_DONTWAIT);
+		zmq_msg_close(&ev);
+		zmq_msg_close(&addr);
+		if (s->busy && (what == ZMQ_EVENT_CONNECTED || what == ZMQ_EVENT_DISCONNECTED))
+			done(s); /* the rest of a message from before: its thread is lost */
+		if (what == ZMQ_EVENT_CONNECTED) {
+			if (s->connected)
+				log_info("KV events of backend %s: connected again", s->be->name);
+			s->connected = 1;
+			s->counting = 0;
+		} else if (what == ZMQ_EVENT_DISCONNECTED) {
+			s->counting = 0;
+			lost_thread(s, "the connection to the publisher was lost");
+		}
+	}
+}
+
+static int pending(void *sock)
+{
+	int ev = 0;
+	size_t len = sizeof(ev);
+	return zmq_getsockopt(sock, ZMQ_EVENTS, &ev, &len) == 0 && (ev & ZMQ_POLLIN);
+}
+
+/* Everything <s> has waiting; 1 when a turn's worth was left for later. */
+static int service(struct kvsub_one *s)
+{
+	if (pending(s->mon))
+		watch(s);
+	int more = 0;
+	while (s->busy || pending(s->sock))
+		if ((more = drain(s)))
+			break;
+	if (pending(s->mon))
+		watch(s); /* after the messages that came before a disconnect */
+	return more;
+}
+
+/* A turn's budget, begun at <t0>, was spent: the rest waits for the look timer, REST_FACTOR
+ * times as long as this took and at least REST_MIN_MS, so that the events take at most
+ * about a quarter of the thread. */
+static void later(struct kvsub *k, uint64_t t0)
+{
+	uint64_t now = clock_now_ms(), rest = now > t0 ? REST_FACTOR * (now - t0) : 0;
+	k->backlog = 1;
+	loop_timer_set(k->loop, &k->look, now + (rest > REST_MIN_MS ? rest : REST_MIN_MS));
+}
+
+/* A wake-up of <s>'s socket or monitor: served now with a budget of its own, unless a
+ * backlog waits for the look timer (which then serves every socket, the one that spent its
+ * budget last); a wake-up that spends its budget hands the rest to the timer. */
+static void wake(struct kvsub_one *s)
+{
+	struct kvsub *k = s->k;
+	if (k->backlog)
+		return;
+	uint64_t t0 = clock_now_ms();
+	k->msgs = k->bytes = 0;
+	if (service(s))
+		later(k, t0);
+}
+
+static void on_io(struct loop_io *io, unsigned events)
+{
+	(void)events;
+	wake(container_of(io, struct kvsub_one, io));
+}
+
+static void on_mon_io(struct loop_io *io, unsigned events)
+{
+	(void)events;
+	wake(container_of(io, struct kvsub_one, mon_io));
+}
+
+static void on_look(struct loop_timer *t)
+{
+	struct kvsub *k = container_of(t, struct kvsub, look);
+	uint64_t t0 = clock_now_ms();
+	k->msgs = k->bytes = 0;
+	for (size_t i = 0; i < k->n; i++) {
+		size_t j = (k->next + i) % k->n;
+		if (service(&k->subs[j])) {
+			k->next = (j + 1) % k->n; /* the others first next time */
+			later(k, t0);
+			return;
+		}
+	}
+	k->backlog = 0;
+	loop_timer_set(k->loop, t, loop_now(k->loop) + LOOK_MS);
+}
+
+static int zmq_err(void)
+{
+	return errno ? -errno : -EIO;
+}
+
+/* The SUB socket and its monitor for <s>: 0 or -errno. */
+static int subscribe(struct kvsub *k, struct kvsub_one *s, size_t i)
+{
+	char inproc[64];
+	int zero = 0, ivl = RECONNECT_MS, ivl_max = RECONNECT_MAX_MS, hwm = RCV_HWM;
+	int64_t max = MAX_MSG;
+	if (!(s->sock = zmq_socket(k->ctx, ZMQ_SUB)) ||
+	    zmq_setsockopt(s->sock, ZMQ_LINGER, &zero, sizeof(zero)) < 0 ||
+	    zmq_setsockopt(s->sock, ZMQ_MAXMSGSIZE, &max, sizeof(max)) < 0 ||
+	    zmq_setsockopt(s->sock, ZMQ_RCVHWM, &hwm, sizeof(hwm)) < 0 ||
+	    zmq_setsockopt(s->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl)) < 0 ||
+	    zmq_setsockopt(s->sock, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof(ivl_max)) < 0 ||
+	    zmq_setsockopt(s->sock, ZMQ_SUBSCRIBE, "", 0) < 0)
+		return zmq_err();
+	snprintf(inproc, sizeof(inproc), "inproc://accelnet-kv-%zu", i);
+	if (zmq_socket_monitor(s->sock, inproc, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) < 0 ||
+	    !(s->mon = zmq_socket(k->ctx, ZMQ_PAIR)) ||
+	    zmq_setsockopt(s->mon, ZMQ_LINGER, &zero, sizeof(zero)) < 0 ||
+	    zmq_connect(s->mon, inproc) < 0)
+		return zmq_err();
+	/* connect after the monitor listens, so that the first connect is seen */
+	if (zmq_connect(s->sock, s->be->conf->kv_events) < 0)
+		return zmq_err();
+	size_t len = sizeof(s->io.fd);
+	if (zmq_getsockopt(s->sock, ZMQ_FD, &s->io.fd, &len) < 0)
+		return zmq_err();
+	len = sizeof(s->mon_io.fd);
+	if (zmq_getsockopt(s->mon, ZMQ_FD, &s->mon_io.fd, &len) < 0)
+		return zmq_err();
+	int rc = loop_io_add(k->loop, &s->io);
+	if (rc < 0) {
+		s->io.fd = -1;
+		return rc;
+	}
+	if ((rc = loop_io_add(k->loop, &s->mon_io)) < 0)
+		s->mon_io.fd = -1;
+	return rc;
+}
+
+int kvsub_start(struct loop *loop, struct runtime *rt, struct kvsub **out)
+{
+	int rc = -ENOMEM;
+	struct kvsub *k = calloc(1, sizeof(*k));
+	if (!k)
+		return -ENOMEM;
+	k->loop = loop;
+	k->look.fn = on_look;
+	*out = k;
+	size_t want = 0;
+	for (size_t i = 0; i < rt->nbackends; i++)
+		want += rt->backend_by_id[i]->conf->kv_events != NULL;
+	if (!want)
+		return 0;
+	k->subs = calloc(want, sizeof(*k->subs));
+	k->batch.ev = calloc(BATCH_EVENTS, sizeof(*k->batch.ev));
+	k->batch.hash = calloc(BATCH_HASHES, sizeof(*k->batch.hash));
+	k->batch.ev_cap = BATCH_EVENTS;
+	k->batch.hash_cap = BATCH_HASHES;
+	if (!k->subs || !k->batch.ev || !k->batch.hash || !(k->ctx = zmq_ctx_new()))
+		goto fail;
+	for (size_t i = 0; i < rt->nbackends; i++) {
+		struct backend *be = rt->backend_by_id[i];
+		if (!be->conf->kv_events || !be->kv_prefix)
+			continue;
+		struct kvsub_one *s = &k->subs[k->n++];
+		*s = (struct kvsub_one){.k = k,
+					.be = be,
+					.io = {.fd = -1, .fn = on_io},
+					.mon_io = {.fd = -1, .fn = on_mon_io}};
+		zmq_msg_init(&s->payload);
+		if ((rc = subscribe(k, s, i)) < 0) {
+			log_error("KV events of backend %s: cannot subscribe to %s: %s", be->name,
+				  be->conf->kv_events, strerror(-rc));
+			goto fail;
+		}
+	}
+	loop_timer_set(loop, &k->look, loop_now(loop) + LOOK_MS);
+	return 0;
+fail:
+	kvsub_stop(k);
+	*out = NULL;
+	return rc;
+}
+
+void kvsub_stop(struct kvsub *k)
+{
+	if (!k)
+		return;
+	loop_timer_stop(k->loop, &k->look);
+	for (size_t i = 0; i < k->n; i++) {
+		struct kvsub_one *s = &k->subs[i];
+		if (s->io.fd >= 0)
+			loop_io_del(k->loop, &s->io);
+		if (s->mon_io.fd >= 0)
+			loop_io_del(k->loop, &s->mon_io);
+		if (s->sock) {
+			zmq_socket_monitor(s->sock, NULL, 0);
+			zmq_close(s->sock);
+		}
+		if (s->mon)
+			zmq_close(s->mon);
+		zmq_msg_close(&s->payload);
+	}
+	if (k->ctx)
+		zmq_ctx_term(k->ctx);
+	free(k->subs);
+	free(k->batch.ev);
+	free(k->batch.hash);
+	free(k);
+}

@@ -1,0 +1,30 @@
+/*
+ * kvsub.h - the backends' KV-cache events, on the main thread's loop beside the health checks:
+ * for every backend with kv_events, a ZeroMQ SUB socket subscribed to everything its engine
+ * publishes, and each batch (obs/kvevent.h) applied to the backend's prefix index: insert on
+ * BlockStored, remove on BlockRemoved, clear on AllBlocksCleared.
+ *
+ * The index must mirror the engine exactly or say nothing, so whenever the thread is lost it
+ * is cleared (state unknown): a gap in the sequence numbers (a message dropped at a full
+ * queue, the engine restarted and counting from 0 again), the connection to the publisher
+ * lost (ZeroMQ reconnects by itself; the socket monitor tells us), or a message dropped as
+ * malformed (its events are missed). The first message after a connect starts the count.
+ * What the engine stored before we subscribed is not known until it stores it again (vLLM's
+ * replay socket, which could fill that in, is not used): the index errs toward misses.
+ * A gap or lost connection counts in accelnet_backend_kv_event_gaps_total, a malformed
+ * message in accelnet_backend_kv_events_malformed_total.
+ */
+#ifndef ACCELNET_CONTROL_KVSUB_H
+#define ACCELNET_CONTROL_KVSUB_H
+
+#include "core/loop.h"
+#include "runtime/pool.h"
+
+struct kvsub;
+
+/* Subscribe for every backend with kv_events (none: *out is set, with nothing to do).
+ * 0, -ENOMEM, or the errno of a socket ZeroMQ would not make. */
+int kvsub_start(struct loop *loop, struct runtime *rt, struct kvsub **out);
+void kvsub_stop(struct kvsub *k);
+
+#endif

@@ -1,0 +1,90 @@
+/*
+ * llm.h - what balance: llm keeps per backend and per request (policy/lb_llm.c decides).
+ *
+ * Per backend: a prefix index (policy/prefix_index.h) of the prompt blocks its KV cache
+ * holds, fed by the prompts it answered (or, when exact is set, by the engine's own events:
+ * then routing adds no guesses), and a fit of its time to first token against the
+ * blocks it had to compute (policy/ttft_fit.h), its mean time from first byte to end, and
+ * the expected service times of the requests it serves for us now (each one's prefill as
+ * fitted for the blocks it missed, plus the mean decode), which the pick reads as plain
+ * atomics: how soon a slot frees depends on what holds the slots. Until a backend's own samples
+ * suffice for a line, the pool's fit over all its backends stands in (backends of a pool are mostly
+ * alike), and before that the prior. Per request: the prompt's block hashes, read from the buffered
+ * body once, in an array lent by the worker (kept for reuse: no allocation per request once
+ * warm), held until the response head (a queued or retried request is picked for again),
+ * then given back.
+ */
+#ifndef ACCELNET_RUNTIME_LLM_H
+#define ACCELNET_RUNTIME_LLM_H
+
+#include "policy/lb.h"
+#include "policy/prefix_feed.h"
+#include "policy/prefix_index.h"
+#include "policy/ttft_fit.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define LLM_MAX_BLOCKS 1024 /* blocks read from one prompt: 256 KiB at 256-byte blocks */
+
+/* A fit of time to first token, shared by the workers. */
+struct llm_fit {
+	atomic_flag busy;     /* one sample at a time; a sample meeting another is dropped */
+	struct ttft_fit fit;  /* under busy */
+	int ready;	      /* under busy: ttft_fit_ready() */
+	atomic_uint base_us;  /* the solved line, for the pick */
+	atomic_uint block_us; /* ... */
+};
+
+struct llm_backend {
+	struct prefix_index *prefix;
+	int exact; /* kept by the engine's KV events: routing adds no guesses */
+	struct llm_fit
+	    *pool;	    /* the pool's fit over all its backends: used until its own is ready */
+	struct llm_fit fit; /* its own */
+	atomic_int own_ready;  /* its own fit has a line: the pick reads it, not the pool's */
+	atomic_uint decode_us; /* EWMA of a request's time after its first byte (0: none yet) */
+	atomic_uint_fast64_t work_us; /* the expected service times of what it serves for us */
+	atomic_uint working;	      /* ... and how many requests that is */
+	atomic_uint_fast64_t missed_blocks, prompt_blocks; /* for /metrics and /status */
+	struct prefix_feed *feed; /* cluster: what it learns, for the others; NULL: kept here */
+};
+
+/* A pool's shared fit. 0 or -ENOMEM. */
+int llm_fit_new(struct llm_fit **out);
+/* A backend's state in a pool balanced by llm (lb_state gives cache_blocks), sharing the
+ * pool's fit <pool>. 0 or -ENOMEM. */
+int llm_backend_new(const struct lb_state *st, struct llm_fit *pool, struct llm_backend **out);
+void llm_backend_free(struct llm_backend *l);
+/* Share what <l> learns from routing with other instances (control/cluster.c): give it a feed,
+ * before any worker routes. 0 (also when its index is the engine's: nothing to share) or
+ * -ENOMEM. */
+int llm_share(struct llm_backend *l);
+
+/* Fill the llm fields of <c> for the backend of <l> and the request's blocks. */
+void llm_candidate(const struct llm_backend *l, const uint64_t *blocks, uint32_t n,
+		   struct lb_candidate *c);
+/* The request with <n> blocks went to the backend of <l>, which holds <hit> of them; the
+ * time it is expected to take there is added to the backend's work and returned, for
+ * llm_done() to take back. */
+uint32_t llm_picked(struct llm_backend *l, uint32_t n, uint32_t hit);
+void llm_done(struct llm_backend *l, uint32_t work_us);
+/* Its backend answered (status below 400) after <us>, with <missed> of the prompt's <n> blocks
+ * to compute: the prompt is in its cache now (unless the engine's own events keep the index),
+ * and a request with a prompt is a sample for the fit. Only answers count: a prompt the
+ * backend refused or never answered says nothing of its cache. */
+void llm_answered(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t missed,
+		  uint64_t us);
+/* A request took <decode_us> from its first byte to its end there. */
+void llm_observe_decode(struct llm_backend *l, uint64_t decode_us);
+
+/* A worker's spare block arrays. */
+struct llm_spares {
+	void *head;
+};
+/* An array of LLM_MAX_BLOCKS hashes, or NULL (out of memory). */
+uint64_t *llm_blocks_get(struct llm_spares *s);
+void llm_blocks_put(struct llm_spares *s, uint64_t *blocks);
+void llm_spares_free(struct llm_spares *s);
+
+#endif

@@ -1,0 +1,189 @@
+/*
+ * proxy_metric.h - every metric of the proxy, declared once: enum proxy_metric names them in
+ * the order /metrics and /status show them, and proxy_metric.c's table says what each is
+ * (obs/metrics.h). Counters live in the registry's per-thread shards (bump them with
+ * backend_count(), pool_count() below, or metrics_add(metrics_shard_self(rt->metrics),
+ * PM_..., series, n)); gauges are read from the runtime's atomics at scrape time. A
+ * backend's series is its id; a pool's, its index; a response's, backend id * PM_CLASSES +
+ * status class; a route's, its index in conf->routes; a tenant's, what
+ * names_intern(rt->tenants, ...) answers. No counter here is a shared atomic: each worker
+ * bumps its own shard, summed when scraped.
+ */
+#ifndef ACCELNET_RUNTIME_PROXY_METRIC_H
+#define ACCELNET_RUNTIME_PROXY_METRIC_H
+
+#include "obs/metrics.h"
+#include "runtime/pool.h"
+
+#include <stdint.h>
+
+/* The proxy's metrics, in the order /metrics and /status show them. */
+enum proxy_metric {
+	/* per backend */
+	PM_BACKEND_ADDRESS,
+	PM_BACKEND_SOURCE,
+	PM_BACKEND_STATE_NAME,
+	PM_BACKEND_WEIGHT,
+	PM_BACKEND_STATE,
+	PM_BACKEND_PRESENT,
+	PM_BACKEND_UP,
+	PM_BACKEND_ELIGIBLE,
+	PM_BACKEND_EJECTED,
+	PM_BACKEND_INFLIGHT,
+	PM_BACKEND_MAX_CONCURRENCY,
+	PM_BACKEND_LATENCY,
+	PM_BACKEND_REQUESTS,
+	PM_BACKEND_CONNECT_FAILURES,
+	PM_BACKEND_RETRIES,
+	PM_BACKEND_EJECTIONS,
+	PM_BACKEND_REPORTED_LOAD,
+	PM_BACKEND_HEDGED,
+	PM_BACKEND_HEDGE_WINS,
+	PM_BACKEND_TTFB,
+	PM_BACKEND_GAP,
+	PM_BACKEND_TTFT,
+	PM_BACKEND_TOKEN_GAP,
+	PM_BACKEND_LLM_BASE,
+	PM_BACKEND_LLM_BLOCK,
+	PM_BACKEND_LLM_WORK,
+	PM_BACKEND_LLM_INDEX,
+	PM_BACKEND_LLM_PROMPT_BLOCKS,
+	PM_BACKEND_LLM_MISSED_BLOCKS,
+	PM_BACKEND_RESPONSES, /* series: backend id * PM_CLASSES + class */
+	PM_BACKEND_TLS_FULL,
+	PM_BACKEND_TLS_RESUMED,
+	PM_BACKEND_TLS_FAILURES,
+	/* per backend: what the engine behind it says (control/scrape.c, control/kvsub.c) */
+	PM_BACKEND_ENGINE_WAITING,
+	PM_BACKEND_ENGINE_RUNNING,
+	PM_BACKEND_ENGINE_KV_USAGE,
+	PM_BACKEND_ENGINE_SCRAPES,
+	PM_BACKEND_ENGINE_SCRAPE_FAILURES,
+	PM_BACKEND_KV_EVENTS, /* series: backend id * KVEVENT_KINDS + enum kvevent_kind */
+	PM_BACKEND_KV_GAPS,
+	PM_BACKEND_KV_MALFORMED,
+	PM_BACKEND_KV_BLOCKS,
+	/* per pool */
+	PM_POOL_NAME,
+	PM_POOL_BALANCE,
+	PM_POOL_UNAVAILABLE,
+	PM_POOL_RETRIES_DENIED,
+	PM_POOL_SPILLED_IN,
+	PM_POOL_DISCOVERY_ANSWERS, /* backends[].discover (control/discover.c) */
+	PM_POOL_DISCOVERY_FAILURES,
+	PM_POOL_DISCOVERY_DROPPED,
+	PM_POOL_QUEUE_DISCIPLINE,
+	PM_POOL_QUEUE_LENGTH,
+	PM_POOL_QUEUE_ENQUEUED,
+	PM_POOL_QUEUE_GRANTED,
+	PM_POOL_QUEUE_TIMEOUTS,
+	PM_POOL_QUEUE_OVERFLOWS,
+	PM_POOL_QUEUE_DISPLACED,
+	PM_POOL_QUEUE_SPILLED,
+	PM_POOL_QUEUE_WITHDRAWN,
+	PM_POOL_QUEUE_WAIT,
+	/* per listener */
+	PM_LISTENER_ADDRESS,
+	PM_LISTENER_SHED, /* series: listener index * SHED_REASONS + enum shed_reason */
+	/* the process (one series) */
+	PM_PROCESS_MAINTENANCE,
+	PM_PROCESS_BUFFER_BYTES,
+	PM_PROCESS_CPU,
+	PM_PROCESS_RESIDENT,
+	PM_PROCESS_VIRTUAL,
+	PM_PROCESS_OPEN_FDS,
+	PM_PROCESS_MAX_FDS,
+	PM_PROCESS_ALOG_DROPPED,
+	PM_PROCESS_CONFIG_GENERATION,
+	PM_PROCESS_CONFIG_RELOADS,
+	PM_PROCESS_CONFIG_RELOAD_FAILURES,
+	PM_PROCESS_CACHE_BYTES,
+	PM_PROCESS_CACHE_OBJECTS,
+	PM_PROCESS_CACHE_EVICTIONS, /* series: enum cache_evict_reason */
+	PM_PROCESS_CLUSTER_UP,	    /* cluster: (control/cluster.h) */
+	PM_PROCESS_CLUSTER_INSTANCES,
+	PM_PROCESS_CLUSTER_SYNCS,
+	PM_PROCESS_CLUSTER_FAILED,
+	PM_PROCESS_CLUSTER_KEYS,
+	PM_PROCESS_CLUSTER_PREFIXES_SENT,
+	PM_PROCESS_CLUSTER_PREFIXES_RECEIVED,
+	/* per route (proxy/tally.c) */
+	PM_ROUTE_NAME,
+	PM_ROUTE_REQUESTS, /* series: route index * PM_CLASSES + class */
+	PM_ROUTE_DURATION,
+	PM_ROUTE_TTFT,
+	PM_ROUTE_TOKEN_GAP,
+	PM_ROUTE_TOKENS, /* series: route index * PM_KINDS + enum token_kind */
+	PM_ROUTE_CACHE,	 /* series: route index * CACHE_RESULTS + what Cache-Status said - 1 */
+	/* per tenant: series from rt->tenants (obs/names.h), the last one "other" */
+	PM_TENANT_NAME,
+	PM_TENANT_REQUESTS, /* series: tenant * PM_CLASSES + class */
+	PM_TENANT_TOKENS,   /* series: tenant * PM_KINDS + enum token_kind */
+	PM_COUNT
+};
+
+/* What the cache did for a request (proxy/caching.h enum cache_said, less "none"), and why
+ * it let stored objects go. */
+#define CACHE_RESULTS 10
+enum cache_evict_reason {
+	CACHE_EVICT_SPACE,
+	CACHE_EVICT_PURGE,
+	CACHE_EVICT_REPLACED,
+	CACHE_EVICT_REASONS
+};
+
+/* The tokens of an LLM response, by kind. */
+enum token_kind { TOKENS_PROMPT, TOKENS_COMPLETION, PM_KINDS };
+
+/* Why a new client connection was closed as it was accepted (proxy/shed.h). */
+enum shed_reason {
+	SHED_PER_IP,	  /* limits.max_connections_per_ip */
+	SHED_ACCEPT_RATE, /* limits.accept_rate_per_ip */
+	SHED_MEMORY,	  /* limits.max_buffer_memory */
+	SHED_REASONS
+};
+
+#define PM_CLASSES 6 /* response classes: [0] aborted, [1] 1xx ... [5] 5xx */
+
+/*
+ * Count for the admin endpoint, from any thread: <n> more of counter <id> (a PM_BACKEND_*
+ * one) for <b>, or (a PM_POOL_* one) for <p>; a response of status class <cls>; a sample of
+ * histogram <id>. Each goes to the calling thread's shard (metrics_shard_self): a worker
+ * that bound its own shard writes it with plain stores, any other thread a spare or the
+ * shared one.
+ */
+static inline void backend_count(struct backend *b, enum proxy_metric id, uint64_t n)
+{
+	metrics_add(metrics_shard_self(b->metrics), id, b->id, n);
+}
+
+static inline void backend_count_response(struct backend *b, int cls)
+{
+	metrics_add(metrics_shard_self(b->metrics), PM_BACKEND_RESPONSES,
+		    b->id * PM_CLASSES + (size_t)cls, 1);
+}
+
+static inline void backend_observe_us(struct backend *b, enum proxy_metric id, uint64_t us)
+{
+	metrics_observe(metrics_shard_self(b->metrics), id, b->id, us);
+}
+
+static inline void pool_count(struct pool_rt *p, enum proxy_metric id, uint64_t n)
+{
+	metrics_add(metrics_shard_self(p->metrics), id, p->index, n);
+}
+
+static inline void pool_observe_us(struct pool_rt *p, enum proxy_metric id, uint64_t us)
+{
+	metrics_observe(metrics_shard_self(p->metrics), id, p->index, us);
+}
+
+/*
+ * The registry of <rt> over the table, with its label spaces (pools, backends, listeners,
+ * routes, tenants), made once its pools and backends are; each pool and backend is given it.
+ * 0 or -ENOMEM. proxy_metric_destroy() frees what it made, also after a failure.
+ */
+int proxy_metric_create(struct runtime *rt);
+void proxy_metric_destroy(struct runtime *rt);
+
+#endif

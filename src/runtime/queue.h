@@ -1,0 +1,59 @@
+/*
+ * queue.h - the waiting room of a pool: requests that found every up backend at its
+ * max_concurrency wait here, in the order of the pool's queue discipline (policy/qdisc.h:
+ * fair between tenants and by priority class, or fifo), bounded by queue.max and
+ * queue.timeout_ms. One mutex per pool, shared by every worker.
+ *
+ * These are the types and the queue's own upkeep; who enters, who is granted a slot and how
+ * the grant reaches its owner is admission (admission.h). A waiter lives inside its
+ * exchange; the owner takes it back out (queue or inbox) before the exchange can end.
+ */
+#ifndef ACCELNET_RUNTIME_QUEUE_H
+#define ACCELNET_RUNTIME_QUEUE_H
+
+#include "core/list.h"
+#include "policy/qdisc.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+struct backend;
+struct admission_inbox;
+struct conf_pool;
+
+enum waiter_state {
+	W_IDLE,	   /* not waiting */
+	W_QUEUED,  /* in its pool's queue */
+	W_GRANTED, /* given a backend slot, in its owner's inbox */
+};
+
+struct waiter {
+	struct qd_item item;	       /* in the queue; the owner sets item.tenant and item.prio */
+	struct list_node ilink;	       /* in the owner's inbox once granted */
+	struct admission_inbox *owner; /* where a grant is delivered */
+	struct backend *granted;
+	/* the owner reads it unlocked; a granting worker writes it under the queue's lock */
+	_Atomic enum waiter_state state;
+	uint64_t queued_ms;
+	uint64_t key; /* affinity hash for the balancer, when has_key */
+	int has_key;
+	const uint64_t *blocks; /* balance: llm: the prompt's block hashes, owned by the owner */
+	uint32_t nblocks;
+	uint32_t missed; /* ... set with a grant: the blocks the granted backend must compute */
+	uint32_t work;	 /* ... and its expected time there (0: none counted) */
+	uint64_t model;	 /* models_hash() of the request's "model": only its backends serve it */
+	int has_model;
+};
+
+struct pool_queue {
+	pthread_mutex_t lock;
+	struct qdisc qd;
+};
+
+/* 0, or -ENOMEM. */
+int pool_queue_init(struct pool_queue *q, const struct conf_pool *pc);
+void pool_queue_destroy(struct pool_queue *q);
+unsigned pool_queue_len(struct pool_queue *q);
+
+#endif
