@@ -22,6 +22,12 @@
  * use each is on its worker's list of live exchanges, oldest first (what /debug/requests
  * shows: debugreq.h).
  *
+ * Features: the response cache, the access log, the tallies, the token limits and
+ * /debug/requests keep their state in contexts of their own, laid out behind the exchange
+ * in the same block, and hear of its life through the hook lists of xhooks.h (head, request
+ * body, response head, response body, response done, end). The exchange walks those lists;
+ * it calls no feature by name and knows none of their types.
+ *
  * Names: every exchange has one request id and one trace context (a W3C traceparent whose
  * parent-id is the proxy's own span for this hop), made in exchange_new(). A client in
  * trusted_proxies is believed: its well-formed X-Request-Id is kept and its valid traceparent
