@@ -24,6 +24,7 @@
 #include "cache/store.h"
 #include "conf/conf.h"
 #include "obs/accesslog.h"
+#include "proxy/access.h"
 #include "control/admin.h"
 #include "control/creds.h"
 #include "proxy/debugreq.h"
@@ -39,7 +40,10 @@
 #include "proxy/shed.h"
 #include "control/statefile.h"
 #include "control/upgrade.h"
+#include "proxy/quota.h"
+#include "proxy/tally.h"
 #include "proxy/worker.h"
+#include "proxy/xhooks.h"
 #include "runtime/runtime.h"
 
 #include <errno.h>
@@ -858,12 +862,24 @@ out:
 	free(names);
 }
 
+/* The features that follow every exchange (xhooks.h), in the order their hooks run: at the
+ * end, the figures, the log and /debug/requests read what it did before the cache and the
+ * limits let go of what it holds. */
+static const struct xhook *const proxy_features[] = {
+    &tally_hook, &access_hook, &debugreq_hook, &caching_hook, &quota_hook,
+};
+
 int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 {
 	struct main_state m = {.conf_path = hooks ? hooks->conf_path : NULL, .inherited_admin = -1};
 	char err[512];
 	int rc, status = 1;
 
+	if ((rc = xhooks_setup(proxy_features, sizeof(proxy_features) / sizeof(proxy_features[0]),
+			       sizeof(struct exchange))) < 0) {
+		log_error("cannot register the exchange hooks: %s", strerror(-rc));
+		return 1;
+	}
 	signals_block();
 	upgrade_exe_path(); /* before a package upgrade replaces the file */
 	if ((rc = loop_create(&m.loop)) < 0) {

@@ -1,18 +1,18 @@
 /*
- * access.c - the access log's hook in the exchange (declared in exchange.h): one line per
- * request in obs/accesslog.h's rings.
+ * access.c - the access log's hooks on the exchange (see access.h): one line per request in
+ * obs/accesslog.h's rings.
  *
- * exchange_new() calls access_note_head() while the request head is still in the client's
- * buffer: the method, the path and the User-Agent are copied (cut to fit) into the exchange,
- * as the head is gone by the end. exchange_free() -- every exchange ends there, relayed,
- * answered by the proxy or cut -- calls access_log_exchange(), which fills the record in
- * place in the worker's ring slot: no allocation, no lock, no atomic another worker writes.
+ * Its head hook runs while the request head is still in the client's buffer: the method, the
+ * path and the User-Agent are copied (cut to fit) into its context, as the head is gone by
+ * the end. Its end hook -- every exchange ends in exchange_free(), relayed, answered by the
+ * proxy or cut -- fills the record in place in the worker's ring slot: no allocation, no
+ * lock, no atomic another worker writes.
  *
  * The figures: queue wait is from joining the pool's queue to the grant (0 when a slot was
  * free); connect from the first dispatch to the upstream connection being ready (TLS
  * included; 0 for a kept-alive one); time to first byte and total from the request head;
  * for a response whose tokens are counted (an event stream, or any response of a route with
- * api: openai or token limits: tally.c) the number of events and their mean gap, from the
+ * api: openai or token limits: tally.h) the number of events and their mean gap, from the
  * same count as the metrics. The tenant is the authenticated identity (never a key, token
  * or password), else the routes' tenant_header is not logged: only what auth proved.
  *
@@ -24,11 +24,26 @@
 #include "core/clock.h"
 #include "core/rand.h"
 #include "obs/accesslog.h"
-#include "proxy/exchange.h"
+#include "proxy/access.h"
+#include "proxy/tally.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+
+/* What the access log keeps of an exchange: its request line and User-Agent, copied at the
+ * head (<on>: it is logged). */
+struct access_x {
+	uint8_t on, path_cut;
+	char method[16], path[ALOG_PATH_MAX + 1], ua[ALOG_UA_MAX + 1];
+};
+
+static size_t ctx_off;
+
+static struct access_x *ax(const struct exchange *x)
+{
+	return xhooks_ctx(x, ctx_off);
+}
 
 static void copy_cut(char *dst, size_t cap, const char *p, size_t len, uint8_t *cut)
 {
@@ -60,20 +75,34 @@ static uint64_t wall_now_us(void)
 	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000;
 }
 
-void access_note_head(struct exchange *x, const struct http_head *h)
+static void access_note_head(struct exchange *x, const struct http_head *h)
 {
-	/* sampled here, once: a request left out costs no copies (log_on stays 0) */
+	/* sampled here, once: a request left out costs no copies (on stays 0) */
 	if (!access_sampled(x->w))
 		return;
-	x->log_on = 1;
-	x->log_path_cut = 0;
-	copy_cut(x->log_method, sizeof(x->log_method), h->method.p, h->method.len, NULL);
-	copy_cut(x->log_path, sizeof(x->log_path), h->target.p, h->target.len, &x->log_path_cut);
+	struct access_x *a = ax(x);
+	a->on = 1;
+	a->path_cut = 0;
+	copy_cut(a->method, sizeof(a->method), h->method.p, h->method.len, NULL);
+	copy_cut(a->path, sizeof(a->path), h->target.p, h->target.len, &a->path_cut);
 	const struct http_header *ua = http_find_header(h, "user-agent");
 	if (ua)
-		copy_cut(x->log_ua, sizeof(x->log_ua), ua->value.p, ua->value.len, NULL);
+		copy_cut(a->ua, sizeof(a->ua), ua->value.p, ua->value.len, NULL);
 	else
-		x->log_ua[0] = 0;
+		a->ua[0] = 0;
+}
+
+int access_request_line(const struct exchange *x, const char **method, const char **path, int *cut)
+{
+	if (!ctx_off) /* not registered (a unit test's exchange): nothing copied */
+		return 0;
+	const struct access_x *a = ax(x);
+	if (!a->on)
+		return 0;
+	*method = a->method;
+	*path = a->path;
+	*cut = a->path_cut;
+	return 1;
 }
 
 static void put_str(char *dst, size_t cap, const char *s)
@@ -84,29 +113,32 @@ static void put_str(char *dst, size_t cap, const char *s)
 	copy_cut(dst, cap, s, n, NULL);
 }
 
-void access_log_exchange(struct exchange *x, uint64_t now)
+static void access_log_exchange(struct exchange *x, uint64_t now)
 {
 	struct worker *w = x->w;
-	if (!w->alog_ring || !x->log_on || (x->route && !x->route->access_log))
+	const struct access_x *a = ax(x);
+	if (!w->alog_ring || !a->on || (x->route && !x->route->access_log))
 		return;
 	struct alog_rec *r = alog_ring_claim(w->alog_ring);
 	if (!r)
 		return;
 	r->time_us = wall_now_us();
-	r->status = x->log_status ? x->log_status : x->resp_head ? x->status : 0;
+	r->status = x->log.status ? x->log.status : x->resp_head ? x->status : 0;
 	r->route = x->route ? (int)(x->route - w->conf->routes) : -1;
-	r->bytes_in = x->log_head_len + x->req.sent;
-	r->bytes_out = x->log_status ? x->log_bytes_out : x->resp.sent;
+	r->bytes_in = x->log.head_len + x->req.sent;
+	r->bytes_out = x->log.status ? x->log.bytes_out : x->resp.sent;
 	r->queue_us = exchange_queue_us(x, loop_now(w->loop));
-	r->connect_us = exchange_us_between(x->log_dispatch_ns, x->log_conn_ns);
+	r->connect_us = exchange_us_between(x->log.dispatch_ns, x->log.conn_ns);
 	r->ttfb_us =
-	    x->resp_head ? exchange_us_between(x->log_start_ns, x->log_ttfb_ns) : UINT32_MAX;
-	r->total_us = exchange_us_between(x->log_start_ns, now);
-	r->tokens = x->usage.events > UINT32_MAX ? UINT32_MAX : (uint32_t)x->usage.events;
-	r->gap_us = r->tokens > 1 && x->tok_last_ns > x->tok_first_ns
-			? exchange_us((x->tok_last_ns - x->tok_first_ns) / 1000 / (r->tokens - 1))
+	    x->resp_head ? exchange_us_between(x->log.start_ns, x->log.ttfb_ns) : UINT32_MAX;
+	r->total_us = exchange_us_between(x->log.start_ns, now);
+	struct tally_tokens tk;
+	tally_tokens_of(x, &tk);
+	r->tokens = tk.events > UINT32_MAX ? UINT32_MAX : (uint32_t)tk.events;
+	r->gap_us = r->tokens > 1 && tk.last_ns > tk.first_ns
+			? exchange_us((tk.last_ns - tk.first_ns) / 1000 / (r->tokens - 1))
 			: UINT32_MAX;
-	r->path_cut = x->log_path_cut;
+	r->path_cut = a->path_cut;
 	memcpy(r->reqid, x->reqid, sizeof(r->reqid) - 1);
 	r->reqid[sizeof(r->reqid) - 1] = 0;
 	memcpy(r->trace_id, x->traceparent + 3, TRACE_ID_HEX);
@@ -115,13 +147,21 @@ void access_log_exchange(struct exchange *x, uint64_t now)
 	r->span_id[SPAN_ID_HEX] = 0;
 	put_str(r->client, sizeof(r->client), x->client_ip);
 	put_str(r->tenant, sizeof(r->tenant), x->identity);
-	put_str(r->method, sizeof(r->method), x->log_method);
+	put_str(r->method, sizeof(r->method), a->method);
 	put_str(r->pool, sizeof(r->pool), x->pool ? x->pool->conf->name : NULL);
-	put_str(r->backend, sizeof(r->backend), x->log_backend ? x->log_backend->name : NULL);
-	put_str(r->path, sizeof(r->path), x->log_path);
-	put_str(r->ua, sizeof(r->ua), x->log_ua);
+	put_str(r->backend, sizeof(r->backend), x->log.backend ? x->log.backend->name : NULL);
+	put_str(r->path, sizeof(r->path), a->path);
+	put_str(r->ua, sizeof(r->ua), a->ua);
 	alog_ring_commit(w->alog_ring);
 }
+
+const struct xhook access_hook = {
+    .name = "access_log",
+    .ctx_size = sizeof(struct access_x),
+    .ctx_off = &ctx_off,
+    .head = access_note_head,
+    .end = access_log_exchange,
+};
 
 /* The method and target of the request line at head[0..len), when it shows them: a token,
  * one space, a target without spaces or control bytes, one space (then the version). */

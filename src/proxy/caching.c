@@ -55,6 +55,8 @@
 
 #define CACHE_KEY_MAX 4096
 
+size_t caching_ctx_off;
+
 static int64_t wall_now(void)
 {
 	return (int64_t)time(NULL);
@@ -126,7 +128,7 @@ static int put_value(const char *v, size_t n, char *out, size_t cap, size_t *len
 
 /*
  * The store's Vary callback: the values the request has for a stored variant's <names>. The
- * scope (CACHE_SCOPE_FIELD) is the request's own (x->cfx, set by the lookup stage). Before
+ * scope (CACHE_SCOPE_FIELD) is the request's own (cx->cfx, set by the lookup stage). Before
  * the request is forwarded (vr->client) the values are those the origin will see, which are
  * those of the client's head but for the fields the proxy sets: its identity header has the
  * identity the guard proved (the stored variant was keyed by the value the origin got: a
@@ -137,6 +139,7 @@ static long vary_of_request(void *arg, const char *names, size_t nlen, char *out
 {
 	const struct vary_req *vr = arg;
 	const struct exchange *x = vr->x;
+	struct caching_x *cx = caching_ctx(x);
 	const char *p = names, *end = names + nlen;
 	size_t len = 0, k;
 	while (p < end) {
@@ -144,8 +147,8 @@ static long vary_of_request(void *arg, const char *names, size_t nlen, char *out
 		size_t n = (size_t)((nl ? nl : end) - p), one = n + (nl != NULL);
 		int set = vr->client ? proxy_sets(x, p, n) : 0;
 		if (name_is(p, n, CACHE_SCOPE_FIELD)) {
-			if (put_value(x->cfx.scope_len ? x->cfx.scope : NULL, x->cfx.scope_len, out,
-				      cap, &len) < 0)
+			if (put_value(cx->cfx.scope_len ? cx->cfx.scope : NULL, cx->cfx.scope_len,
+				      out, cap, &len) < 0)
 				return -1;
 		} else if (set == 1) {
 			const char *id = x->identity;
@@ -196,10 +199,11 @@ static void rules_of(const struct conf_route_cache *rc, struct cache_rules *r)
 /* The fill's context: the route's rules, when its request went out. */
 static void fill_ctx(struct exchange *x, int64_t now)
 {
-	struct cache_fill_ctx *c = &x->cfx;
+	struct caching_x *cx = caching_ctx(x);
+	struct cache_fill_ctx *c = &cx->cfx;
 	c->store = store_of(x);
 	rules_of(&x->route->cache, &c->rules);
-	c->rules.authorization = x->cauthorization;
+	c->rules.authorization = cx->cauthorization;
 	c->pass_s = x->route->cache.pass_s;
 	c->request_time = now;
 	c->head_max = x->w->bufs.size - HIT_HEAD_EXTRA; /* what a hit can write (hit.c) */
@@ -209,31 +213,32 @@ static void fill_ctx(struct exchange *x, int64_t now)
 /* How a hit answers the request <h> (its conditionals and Range, against <o>). */
 static void decide_hit(struct exchange *x, const struct http_head *h, struct cache_obj *o)
 {
+	struct caching_x *cx = caching_ctx(x);
 	struct http_str etag = {o->etag_len ? o->head + o->etag_off : NULL, o->etag_len};
 	struct http_str lm = {o->lm_len ? o->head + o->lm_off : NULL, o->lm_len};
 	uint64_t len = cache_obj_body_len(o), first, last;
-	x->hit_pos = 0;
-	x->hit_end = len;
+	cx->hit_pos = 0;
+	cx->hit_end = len;
 	/* preconditions only on what would be a 2xx (RFC 9110 13.2.1): a stored 404 is a 404 */
 	if (o->status / 100 == 2 && cache_cond_not_modified(h, etag, lm)) {
-		x->hit_kind = HIT_304;
+		cx->hit_kind = HIT_304;
 		return;
 	}
 	if (x->meth == HTTP_HEAD) {
-		x->hit_kind = HIT_HEAD;
+		cx->hit_kind = HIT_HEAD;
 		return;
 	}
-	x->hit_kind = HIT_FULL;
+	cx->hit_kind = HIT_FULL;
 	if (o->status != 200)
 		return;
 	switch (cache_range_of(h, len, etag, lm, &first, &last)) {
 	case CACHE_RANGE_PART:
-		x->hit_kind = HIT_RANGE;
-		x->hit_pos = first;
-		x->hit_end = last + 1;
+		cx->hit_kind = HIT_RANGE;
+		cx->hit_pos = first;
+		cx->hit_end = last + 1;
 		break;
 	case CACHE_RANGE_UNSATISFIABLE:
-		x->hit_kind = HIT_416;
+		cx->hit_kind = HIT_416;
 		break;
 	default:
 		break;
@@ -244,23 +249,25 @@ static void decide_hit(struct exchange *x, const struct http_head *h, struct cac
  * Cache-Control says (it is the origin's answer, now). */
 static enum run wait_on(struct exchange *x, struct cache_obj *fill)
 {
-	x->cobj = fill;
-	x->cstatus = CS_COLLAPSED;
-	x->hit_kind = x->meth == HTTP_HEAD ? HIT_HEAD : HIT_FULL;
-	x->hit_pos = 0;
-	x->hit_end = UINT64_MAX;
-	x->hit_wait_until = loop_now(x->w->loop) + x->route->cache.wait_ms;
+	struct caching_x *cx = caching_ctx(x);
+	cx->cobj = fill;
+	cx->cstatus = CS_COLLAPSED;
+	cx->hit_kind = x->meth == HTTP_HEAD ? HIT_HEAD : HIT_FULL;
+	cx->hit_pos = 0;
+	cx->hit_end = UINT64_MAX;
+	cx->hit_wait_until = loop_now(x->w->loop) + x->route->cache.wait_ms;
 	return RUN_AGAIN;
 }
 
 /*
- * Look <key> up for the request <h> (Cache-Control <rq>) and decide: a hit (x->cobj), a wait
- * on a fill (x->cobj, filling), a fill of our own (x->cfill, and x->cstale when revalidating),
+ * Look <key> up for the request <h> (Cache-Control <rq>) and decide: a hit (cx->cobj), a wait
+ * on a fill (cx->cobj, filling), a fill of our own (cx->cfill, and cx->cstale when revalidating),
  * or none (bypass). <h> may be NULL past the head stages (conditionals then not looked at).
  */
 static enum run look_up(struct exchange *x, const char *key, size_t klen, const struct http_head *h,
 			const struct cache_control *rq, int can_fill)
 {
+	struct caching_x *cx = caching_ctx(x);
 	struct cache_store *s = store_of(x);
 	uint64_t hash = cache_key_hash(key, klen);
 	int64_t now = wall_now();
@@ -269,14 +276,14 @@ static enum run look_up(struct exchange *x, const char *key, size_t klen, const 
 	int again = 1; /* a copy stored between the lookup and the fill: looked up again, once */
 look:
 	fill = NULL;
-	x->hit_cond = 0;
+	cx->hit_cond = 0;
 	struct cache_obj *o = cache_lookup(s, key, klen, hash, vary_of_request, &vr, &fill);
 	enum cache_fill_state st = o ? cache_obj_state(o) : CACHE_FAILED;
 	if (o && st == CACHE_PASS && now < o->pass_until) {
 		cache_obj_put(s, o);
 		if (fill)
 			cache_obj_put(s, fill);
-		x->cstatus = CS_PASS;
+		cx->cstatus = CS_PASS;
 		return RUN_AGAIN;
 	}
 	int forced = 0; /* a fresh copy, refused by the request's own Cache-Control */
@@ -293,26 +300,26 @@ look:
 		if (use != CACHE_USE_REVALIDATE) {
 			if (fill)
 				cache_obj_put(s, fill);
-			x->cobj = o;
-			x->cstatus = use == CACHE_USE_FRESH ? CS_HIT : CS_HIT_STALE;
+			cx->cobj = o;
+			cx->cstatus = use == CACHE_USE_FRESH ? CS_HIT : CS_HIT_STALE;
 			/* stale-while-revalidate: the first such hit refreshes it, once */
-			x->swr = use == CACHE_USE_SWR && !atomic_flag_test_and_set(&o->refreshing);
+			cx->swr = use == CACHE_USE_SWR && !atomic_flag_test_and_set(&o->refreshing);
 			if (h)
 				decide_hit(x, h, o);
 			else
-				x->hit_kind = HIT_FULL, x->hit_pos = 0,
-				x->hit_end = cache_obj_body_len(o);
+				cx->hit_kind = HIT_FULL, cx->hit_pos = 0,
+				cx->hit_end = cache_obj_body_len(o);
 			return RUN_AGAIN;
 		}
 		if (!fill) {
-			x->cstale = o; /* revalidate it (or serve it if the origin fails) */
+			cx->cstale = o; /* revalidate it (or serve it if the origin fails) */
 			if (h) {
 				struct http_str etag = {o->etag_len ? o->head + o->etag_off : NULL,
 							o->etag_len};
 				struct http_str lm = {o->lm_len ? o->head + o->lm_off : NULL,
 						      o->lm_len};
-				x->hit_cond = o->status / 100 == 2 &&
-					      cache_cond_not_modified(h, etag, lm) == 1;
+				cx->hit_cond = o->status / 100 == 2 &&
+					       cache_cond_not_modified(h, etag, lm) == 1;
 			}
 			o = NULL;
 		}
@@ -324,16 +331,16 @@ look:
 	if (rq->only_if_cached) /* RFC 9111 5.2.1.7 */
 		return exchange_reply(x, 504, "not in the cache (only-if-cached)", 1);
 	if (!can_fill) {
-		x->cstatus = CS_MISS;
-		x->cwhy = rq->no_store ? "no-store" : NULL;
+		cx->cstatus = CS_MISS;
+		cx->cwhy = rq->no_store ? "no-store" : NULL;
 		return RUN_AGAIN;
 	}
-	x->cfill = cache_fill_begin_unless(s, key, klen, hash, again ? vary_of_request : NULL, &vr,
-					   x->cstale, &fill);
-	if (!x->cfill) {
-		if (x->cstale)
-			cache_obj_put(s, x->cstale);
-		x->cstale = NULL;
+	cx->cfill = cache_fill_begin_unless(s, key, klen, hash, again ? vary_of_request : NULL, &vr,
+					    cx->cstale, &fill);
+	if (!cx->cfill) {
+		if (cx->cstale)
+			cache_obj_put(s, cx->cstale);
+		cx->cstale = NULL;
 		if (fill && again && cache_obj_state(fill) == CACHE_COMPLETE) {
 			cache_obj_put(s, fill); /* stored since the lookup (another worker's) */
 			again = 0;
@@ -341,10 +348,10 @@ look:
 		}
 		if (fill) /* another request's, begun since the lookup: wait on it too */
 			return wait_on(x, fill);
-		x->cstatus = CS_BYPASS;
+		cx->cstatus = CS_BYPASS;
 		return RUN_AGAIN;
 	}
-	x->cstatus = !x->cstale ? CS_MISS : forced ? CS_REQUEST : CS_REVAL;
+	cx->cstatus = !cx->cstale ? CS_MISS : forced ? CS_REQUEST : CS_REVAL;
 	fill_ctx(x, now);
 	return RUN_AGAIN;
 }
@@ -415,11 +422,12 @@ static void hash_part(XXH3_state_t *st, const char *p, size_t n)
 	XXH3_128bits_update(st, p, n);
 }
 
-/* The scope of the credentialed request <h> into x->cfx (the essay above): the identity the
+/* The scope of the credentialed request <h> into cx->cfx (the essay above): the identity the
  * guard proved, or else the client certificate and the credential fields, hashed with a
  * seed of this process (no one outside can aim at another's). */
 static void scope_set(struct exchange *x, const struct http_head *h)
 {
+	struct caching_x *cx = caching_ctx(x);
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	static const char digits[] = "0123456789abcdef";
 	const struct net_tls_facts *f = exchange_tls(x);
@@ -447,28 +455,30 @@ static void scope_set(struct exchange *x, const struct http_head *h)
 	uint64_t w[2] = {d.high64, d.low64};
 	_Static_assert(CACHE_SCOPE_MAX == 32, "a scope is 32 hex digits");
 	for (int i = 0; i < 32; i++)
-		x->cfx.scope[i] = digits[(w[i / 16] >> (60 - 4 * (i % 16))) & 15];
-	x->cfx.scope_len = CACHE_SCOPE_MAX;
+		cx->cfx.scope[i] = digits[(w[i / 16] >> (60 - 4 * (i % 16))) & 15];
+	cx->cfx.scope_len = CACHE_SCOPE_MAX;
 }
 
 /* The cache's view of who asks: 0, or -1 when the request is credentialed and the route does
- * not take those (a bypass). Sets x->cauthorization and the scope. */
+ * not take those (a bypass). Sets cx->cauthorization and the scope. */
 static int note_credentials(struct exchange *x, const struct http_head *h)
 {
-	x->cfx.scope_len = 0;
-	x->cauthorization = 0;
+	struct caching_x *cx = caching_ctx(x);
+	cx->cfx.scope_len = 0;
+	cx->cauthorization = 0;
 	if (!credentialed(x, h))
 		return 0;
 	if (!x->route->cache.authorized)
 		return -1;
 	/* kept for the fill and a refresh: the request the origin gets may not say so */
-	x->cauthorization = 1;
+	cx->cauthorization = 1;
 	scope_set(x, h);
 	return 0;
 }
 
 enum run caching_stage_lookup(struct exchange *x)
 {
+	struct caching_x *cx = caching_ctx(x);
 	const struct conf_route_cache *rc = &x->route->cache;
 	const struct http_head *h = x->head;
 	if (!rc->on || !store_of(x))
@@ -476,7 +486,7 @@ enum run caching_stage_lookup(struct exchange *x)
 	if (h->meth != HTTP_GET && h->meth != HTTP_HEAD) {
 		if (h->meth == HTTP_POST && rc->inference) {
 			if (note_credentials(x, h) < 0 || overrides_request(h)) {
-				x->cstatus = CS_BYPASS;
+				cx->cstatus = CS_BYPASS;
 				return RUN_AGAIN;
 			}
 			x->cache_body = 1; /* looked up once the body is read */
@@ -484,10 +494,10 @@ enum run caching_stage_lookup(struct exchange *x)
 		}
 		if (!http_method_idempotent(h->meth) || h->meth == HTTP_PUT ||
 		    h->meth == HTTP_DELETE) {
-			x->cache_inval = 1; /* RFC 9111 4.4, once the answer is not an error */
-			x->cstatus = CS_METHOD;
+			cx->cache_inval = 1; /* RFC 9111 4.4, once the answer is not an error */
+			cx->cstatus = CS_METHOD;
 		} else {
-			x->cstatus = CS_BYPASS;
+			cx->cstatus = CS_BYPASS;
 		}
 		return RUN_AGAIN;
 	}
@@ -496,7 +506,7 @@ enum run caching_stage_lookup(struct exchange *x)
 	/* If-Match and If-Unmodified-Since are the origin's to judge (cache/cond.h) */
 	if (has_body || note_credentials(x, h) < 0 || http_find_header(h, "if-match") ||
 	    http_find_header(h, "if-unmodified-since") || overrides_request(h)) {
-		x->cstatus = CS_BYPASS;
+		cx->cstatus = CS_BYPASS;
 		return RUN_AGAIN;
 	}
 	struct cache_control rq;
@@ -504,7 +514,7 @@ enum run caching_stage_lookup(struct exchange *x)
 	char key[CACHE_KEY_MAX];
 	long klen = key_build(key, sizeof(key), x, h->host, h->path);
 	if (klen < 0) {
-		x->cstatus = CS_BYPASS;
+		cx->cstatus = CS_BYPASS;
 		return RUN_AGAIN;
 	}
 	/* a request's no-store keeps its answer out of the store (RFC 9111 5.2.1.5), and out of
@@ -513,17 +523,22 @@ enum run caching_stage_lookup(struct exchange *x)
 	return look_up(x, key, (size_t)klen, h, &rq, h->meth == HTTP_GET && !rq.no_store);
 }
 
-void caching_note_body(struct exchange *x, const char *body, size_t len)
+/* The req_body hook: an inference route's POST body (<len> bytes at <body>) is in, its
+ * canonical key. */
+static void caching_note_body(struct exchange *x, const char *body, size_t len)
 {
+	if (!x->cache_body)
+		return;
+	struct caching_x *cx = caching_ctx(x);
 	struct canon_facts f;
 	if (!x->cache_body || !body || !x->req.done || canon_json(body, len, &f) < 0) {
 		x->cache_body = 0; /* not one JSON object (or not all here): not cached */
-		x->cstatus = CS_BYPASS;
+		cx->cstatus = CS_BYPASS;
 		return;
 	}
-	x->canon[0] = f.hash[0];
-	x->canon[1] = f.hash[1];
-	x->canon_temp = f.has_temperature ? (f.temperature == 0 ? 1 : 2) : 0;
+	cx->canon[0] = f.hash[0];
+	cx->canon[1] = f.hash[1];
+	cx->canon_temp = f.has_temperature ? (f.temperature == 0 ? 1 : 2) : 0;
 }
 
 /* Is the inference request to <path> deterministic enough to be answered from the cache?
@@ -531,25 +546,27 @@ void caching_note_body(struct exchange *x, const char *body, size_t len)
  * when the route says so (routes.cache.any_temperature). */
 static int deterministic(const struct exchange *x, struct http_str path)
 {
+	const struct caching_x *cx = caching_ctx(x);
 	static const char emb[] = "/embeddings";
 	size_t n = sizeof(emb) - 1, plen = path.len;
 	const char *q = memchr(path.p, '?', plen);
 	if (q)
 		plen = (size_t)(q - path.p);
-	if (x->route->cache.any_temperature || x->canon_temp == 1)
+	if (x->route->cache.any_temperature || cx->canon_temp == 1)
 		return 1;
-	return x->canon_temp == 0 && plen >= n && memcmp(path.p + plen - n, emb, n) == 0;
+	return cx->canon_temp == 0 && plen >= n && memcmp(path.p + plen - n, emb, n) == 0;
 }
 
 /* A stale-while-revalidate hit: the request the forward stage wrote (with the stored
  * response's validators) goes to the backend behind the client's back, to fill anew. */
 static void start_refresh(struct exchange *x)
 {
+	struct caching_x *cx = caching_ctx(x);
 	struct cache_store *s = store_of(x);
 	struct http_head h;
 	char key[CACHE_KEY_MAX];
 	long klen = -1;
-	x->swr = 0;
+	cx->swr = 0;
 	if (parse_uphead(x, &h) == 0)
 		klen = key_build(key, sizeof(key), x, h.host, h.path);
 	struct cache_obj *fill =
@@ -557,7 +574,7 @@ static void start_refresh(struct exchange *x)
 		     : NULL;
 	if (fill) {
 		fill_ctx(x, wall_now());
-		if (refresh_start(x->w, x->pool, x->uphead, fill, x->cobj, &x->cfx) == 0)
+		if (refresh_start(x->w, x->pool, x->uphead, fill, cx->cobj, &cx->cfx) == 0)
 			x->uphead = NULL; /* the refresh's now */
 		else
 			cache_fill_end(s, fill, 0);
@@ -565,40 +582,41 @@ static void start_refresh(struct exchange *x)
 		if (!x->uphead)
 			return;
 	}
-	atomic_flag_clear(&x->cobj->refreshing); /* none started: a later hit tries */
+	atomic_flag_clear(&cx->cobj->refreshing); /* none started: a later hit tries */
 }
 
 enum run caching_stage_serve(struct exchange *x)
 {
+	struct caching_x *cx = caching_ctx(x);
 	if (x->cache_body) {
 		x->cache_body = 0;
 		struct http_head head, *h = &head;
 		struct cache_control rq;
 		char key[CACHE_KEY_MAX];
 		if (parse_uphead(x, h) < 0 || !deterministic(x, h->path)) {
-			x->cstatus = CS_BYPASS;
+			cx->cstatus = CS_BYPASS;
 			return RUN_AGAIN;
 		}
 		cache_control_parse(h, 1, &rq);
 		long klen = key_build(key, sizeof(key), x, h->host, h->path);
 		if (klen < 0) {
-			x->cstatus = CS_BYPASS;
+			cx->cstatus = CS_BYPASS;
 			return RUN_AGAIN;
 		}
-		klen = cache_key_add_body(key, sizeof(key), (size_t)klen, x->canon);
+		klen = cache_key_add_body(key, sizeof(key), (size_t)klen, cx->canon);
 		if (klen < 0) {
-			x->cstatus = CS_BYPASS;
+			cx->cstatus = CS_BYPASS;
 			return RUN_AGAIN;
 		}
 		enum run r = look_up(x, key, (size_t)klen, h, &rq, !rq.no_store);
 		if (r != RUN_AGAIN)
 			return r;
-		if (x->cobj && x->hit_kind != HIT_FULL) /* no conditionals on a POST */
-			x->hit_kind = HIT_FULL, x->hit_pos = 0, x->hit_end = UINT64_MAX;
+		if (cx->cobj && cx->hit_kind != HIT_FULL) /* no conditionals on a POST */
+			cx->hit_kind = HIT_FULL, cx->hit_pos = 0, cx->hit_end = UINT64_MAX;
 	}
-	if (!x->cobj)
+	if (!cx->cobj)
 		return RUN_AGAIN;
-	if (x->swr)
+	if (cx->swr)
 		start_refresh(x);
 	return x->codec->serve(x);
 }
@@ -608,11 +626,12 @@ enum run caching_stage_serve(struct exchange *x)
 /* Drop the fill (it will not complete): waiters go on to the backend themselves. */
 static void fill_fail(struct exchange *x)
 {
-	if (!x->cfill)
+	struct caching_x *cx = caching_ctx(x);
+	if (!cx->cfill)
 		return;
-	cache_fill_end(store_of(x), x->cfill, 0);
-	cache_obj_put(store_of(x), x->cfill);
-	x->cfill = NULL;
+	cache_fill_end(store_of(x), cx->cfill, 0);
+	cache_obj_put(store_of(x), cx->cfill);
+	cx->cfill = NULL;
 }
 
 /* Unsafe method answered without error: what its target (and the Location and
@@ -663,99 +682,107 @@ static void invalidate(struct exchange *x, const struct http_head *resp)
 /* A 304 answered the revalidation: the stored response, its head refreshed, answers. */
 static int revalidated(struct exchange *x, const struct http_head *h)
 {
-	struct cache_obj *old = x->cstale;
-	if (x->cstatus != CS_REQUEST)
-		x->cstatus = CS_REVAL;
-	x->cstale = NULL;
-	x->cobj = old;
-	x->hit_kind = x->hit_cond ? HIT_304 : x->meth == HTTP_HEAD ? HIT_HEAD : HIT_FULL;
-	x->hit_pos = 0;
-	x->hit_end = cache_obj_body_len(old);
-	if (!x->cfill)
+	struct caching_x *cx = caching_ctx(x);
+	struct cache_obj *old = cx->cstale;
+	if (cx->cstatus != CS_REQUEST)
+		cx->cstatus = CS_REVAL;
+	cx->cstale = NULL;
+	cx->cobj = old;
+	cx->hit_kind = cx->hit_cond ? HIT_304 : x->meth == HTTP_HEAD ? HIT_HEAD : HIT_FULL;
+	cx->hit_pos = 0;
+	cx->hit_end = cache_obj_body_len(old);
+	if (!cx->cfill)
 		return 1;
-	struct cache_obj *o = x->cfill;
-	x->cfill = NULL;
-	if (cache_fill_304(&x->cfx, o, old, h) < 0) {
+	struct cache_obj *o = cx->cfill;
+	cx->cfill = NULL;
+	if (cache_fill_304(&cx->cfx, o, old, h) < 0) {
 		cache_obj_put(store_of(x), o); /* answered from the old copy, not refreshed */
 		return 1;
 	}
 	cache_obj_put(store_of(x), old);
-	x->cobj = o; /* the refreshed copy answers */
-	x->cstored = 1;
+	cx->cobj = o; /* the refreshed copy answers */
+	cx->cstored = 1;
 	return 1;
 }
 
 /* The origin failed: the stale copy answers if stale-if-error (the response's, the
- * request's or the route's) allows it. 1 when it does (x->cobj). */
+ * request's or the route's) allows it. 1 when it does (cx->cobj). */
 static int serve_stale(struct exchange *x)
 {
+	struct caching_x *cx = caching_ctx(x);
 	struct http_head req;
 	struct cache_control rq;
 	if (parse_uphead(x, &req) == 0)
 		cache_control_parse(&req, 1, &rq);
 	else
 		control_none(&rq);
-	if (!cache_stale_if_error_ok(&x->cstale->times, &rq, wall_now()))
+	if (!cache_stale_if_error_ok(&cx->cstale->times, &rq, wall_now()))
 		return 0;
 	fill_fail(x);
-	x->cobj = x->cstale;
-	x->cstale = NULL;
-	x->cstatus = CS_STALE_ERR;
-	x->hit_kind = x->meth == HTTP_HEAD ? HIT_HEAD : HIT_FULL;
-	x->hit_pos = 0;
-	x->hit_end = cache_obj_body_len(x->cobj);
+	cx->cobj = cx->cstale;
+	cx->cstale = NULL;
+	cx->cstatus = CS_STALE_ERR;
+	cx->hit_kind = x->meth == HTTP_HEAD ? HIT_HEAD : HIT_FULL;
+	cx->hit_pos = 0;
+	cx->hit_end = cache_obj_body_len(cx->cobj);
 	return 1;
 }
 
 int caching_response_head(struct exchange *x, const struct http_head *h)
 {
-	if (!x->cache_inval && !x->cfill && !x->cstale)
+	struct caching_x *cx = caching_ctx(x);
+	if (!cx->cache_inval && !cx->cfill && !cx->cstale)
 		return 0;
 	struct http_head req;
 	int have_req = parse_uphead(x, &req) == 0;
-	if (x->cache_inval && h->status < 400)
+	if (cx->cache_inval && h->status < 400)
 		invalidate(x, h);
-	if (x->cstale && h->status == 304)
+	if (cx->cstale && h->status == 304)
 		return revalidated(x, h);
-	if (x->cstale && h->status >= 500 && serve_stale(x))
+	if (cx->cstale && h->status >= 500 && serve_stale(x))
 		return 1;
-	if (x->cfill && (!have_req || h->status == 304 || h->status == 206)) {
-		x->cwhy = h->status == 304 ? "304" : h->status == 206 ? "206" : "request head";
+	if (cx->cfill && (!have_req || h->status == 304 || h->status == 206)) {
+		cx->cwhy = h->status == 304 ? "304" : h->status == 206 ? "206" : "request head";
 		fill_fail(x);
 	}
-	if (x->cfill && cache_fill_start(&x->cfx, x->cfill, h, &req, &x->cwhy))
-		x->cstored = 1;
-	else if (x->cfill) {
-		cache_obj_put(store_of(x), x->cfill);
-		x->cfill = NULL;
+	if (cx->cfill && cache_fill_start(&cx->cfx, cx->cfill, h, &req, &cx->cwhy))
+		cx->cstored = 1;
+	else if (cx->cfill) {
+		cache_obj_put(store_of(x), cx->cfill);
+		cx->cfill = NULL;
 	}
 	return 0;
 }
 
-void caching_response_body(struct exchange *x, const char *p, size_t n)
+/* The resp_body hook: body bytes p[0..n) as they are scanned go into the fill. */
+static void caching_response_body(struct exchange *x, const char *p, size_t n)
 {
-	if (!x->cfill)
+	struct caching_x *cx = caching_ctx(x);
+	if (!cx->cfill)
 		return;
-	int err = cache_fill_bytes(&x->cfx, x->cfill, p, n);
+	int err = cache_fill_bytes(&cx->cfx, cx->cfill, p, n);
 	if (err) {
-		x->cwhy = err == -EFBIG ? "too large" : "body";
-		x->cstored = 0;
+		cx->cwhy = err == -EFBIG ? "too large" : "body";
+		cx->cstored = 0;
 		fill_fail(x);
 	}
 }
 
-void caching_response_done(struct exchange *x)
+/* The resp_done hook: the response is whole, so is the fill. */
+static void caching_response_done(struct exchange *x)
 {
-	if (!x->cfill)
+	struct caching_x *cx = caching_ctx(x);
+	if (!cx->cfill)
 		return;
-	cache_fill_end(store_of(x), x->cfill, 1);
-	cache_obj_put(store_of(x), x->cfill);
-	x->cfill = NULL;
+	cache_fill_end(store_of(x), cx->cfill, 1);
+	cache_obj_put(store_of(x), cx->cfill);
+	cx->cfill = NULL;
 }
 
 int caching_stale_on_error(struct exchange *x, int status)
 {
-	if (!x->cstale || status < 500 || x->head || x->resp_head)
+	struct caching_x *cx = caching_ctx(x);
+	if (!cx->cstale || status < 500 || x->head || x->resp_head)
 		return 0;
 	return serve_stale(x);
 }
@@ -764,13 +791,14 @@ int caching_stale_on_error(struct exchange *x, int status)
 
 static int put_status(const struct exchange *x, char *out, size_t cap, int64_t ttl, int has_ttl)
 {
+	const struct caching_x *cx = caching_ctx(x);
 	static const char *const fwd[] = {
 	    [CS_COLLAPSED] = "miss", [CS_MISS] = "miss",     [CS_REVAL] = "stale",
 	    [CS_BYPASS] = "bypass",  [CS_METHOD] = "method", [CS_REQUEST] = "request",
 	    [CS_PASS] = "uri-miss",
 	};
 	int n;
-	switch (x->cstatus) {
+	switch (cx->cstatus) {
 	case CS_NONE:
 		return 0;
 	case CS_HIT:
@@ -785,7 +813,7 @@ static int put_status(const struct exchange *x, char *out, size_t cap, int64_t t
 		if (ttl < 0)
 			out[k++] = '-';
 		k += dec_u64(out + k, ttl < 0 ? (uint64_t)-ttl : (uint64_t)ttl);
-		if (x->cstatus == CS_STALE_ERR) {
+		if (cx->cstatus == CS_STALE_ERR) {
 			memcpy(out + k, sie, sizeof(sie) - 1);
 			k += sizeof(sie) - 1;
 		}
@@ -794,15 +822,15 @@ static int put_status(const struct exchange *x, char *out, size_t cap, int64_t t
 	}
 	default:
 		n = snprintf(
-		    out, cap, "Cache-Status: accelnet; fwd=%s%s%s%s%s%s\r\n", fwd[x->cstatus],
-		    (x->cstatus == CS_REVAL || x->cstatus == CS_REQUEST) && x->cobj
+		    out, cap, "Cache-Status: accelnet; fwd=%s%s%s%s%s%s\r\n", fwd[cx->cstatus],
+		    (cx->cstatus == CS_REVAL || cx->cstatus == CS_REQUEST) && cx->cobj
 			? "; fwd-status=304"
 			: "",
-		    x->cstatus == CS_COLLAPSED ? "; collapsed" : "", x->cstored ? "; stored" : "",
-		    x->cwhy ? "; detail=" : "", x->cwhy ? "\"" : "");
-		if (n > 0 && x->cwhy && (size_t)n < cap) {
+		    cx->cstatus == CS_COLLAPSED ? "; collapsed" : "", cx->cstored ? "; stored" : "",
+		    cx->cwhy ? "; detail=" : "", cx->cwhy ? "\"" : "");
+		if (n > 0 && cx->cwhy && (size_t)n < cap) {
 			n -= 2; /* after the opening quote: the reason, quote, CRLF */
-			int m = snprintf(out + n, cap - (size_t)n, "%s\"\r\n", x->cwhy);
+			int m = snprintf(out + n, cap - (size_t)n, "%s\"\r\n", cx->cwhy);
 			n = m < 0 ? -1 : n + m;
 		}
 		(void)has_ttl;
@@ -813,14 +841,16 @@ static int put_status(const struct exchange *x, char *out, size_t cap, int64_t t
 
 int caching_status_lines(const struct exchange *x, char *out, size_t cap)
 {
-	if (!x->w->conf->cache.status_header || x->cstatus == CS_NONE)
+	const struct caching_x *cx = caching_ctx(x);
+	if (!x->w->conf->cache.status_header || cx->cstatus == CS_NONE)
 		return 0;
 	return put_status(x, out, cap, 0, 0);
 }
 
 int caching_hit_lines(const struct exchange *x, char *out, size_t cap)
 {
-	const struct cache_obj *o = x->cobj;
+	const struct caching_x *cx = caching_ctx(x);
+	const struct cache_obj *o = cx->cobj;
 	int64_t age = cache_current_age(&o->times, wall_now());
 	if (cap < 7 + DEC_U64_MAX)
 		return -1;
@@ -839,12 +869,12 @@ int caching_hit_lines(const struct exchange *x, char *out, size_t cap)
 /* From the filling thread (the object's lock held): into the owner's inbox, its loop woken. */
 static void notify(struct cache_wait *cw)
 {
-	struct exchange *x = container_of(cw, struct exchange, cwait);
-	struct worker *w = x->w;
+	struct caching_x *cx = container_of(cw, struct caching_x, cwait);
+	struct worker *w = xhooks_exchange_of(cx, caching_ctx_off)->w;
 	pthread_mutex_lock(&w->cache_inbox.lock);
 	int first = list_empty(&w->cache_inbox.ready);
 	list_push_back(&w->cache_inbox.ready, &cw->link);
-	x->cinboxed = 1;
+	cx->cinboxed = 1;
 	pthread_mutex_unlock(&w->cache_inbox.lock);
 	if (first)
 		loop_wake(w->loop);
@@ -852,19 +882,21 @@ static void notify(struct cache_wait *cw)
 
 int caching_wait(struct exchange *x, uint64_t have)
 {
-	x->cwait.notify = notify;
-	return cache_obj_wait(x->cobj, &x->cwait, have);
+	struct caching_x *cx = caching_ctx(x);
+	cx->cwait.notify = notify;
+	return cache_obj_wait(cx->cobj, &cx->cwait, have);
 }
 
 /* Take <x> off its wait, wherever it is. */
 static void unwait(struct exchange *x)
 {
+	struct caching_x *cx = caching_ctx(x);
 	struct worker *w = x->w;
-	cache_obj_unwait(x->cobj, &x->cwait); /* listed: off the list; notified: in the inbox */
+	cache_obj_unwait(cx->cobj, &cx->cwait); /* listed: off the list; notified: in the inbox */
 	pthread_mutex_lock(&w->cache_inbox.lock);
-	if (x->cinboxed) {
-		list_del(&w->cache_inbox.ready, &x->cwait.link);
-		x->cinboxed = 0;
+	if (cx->cinboxed) {
+		list_del(&w->cache_inbox.ready, &cx->cwait.link);
+		cx->cinboxed = 0;
 	}
 	pthread_mutex_unlock(&w->cache_inbox.lock);
 }
@@ -875,51 +907,59 @@ void caching_take_ready(struct worker *w)
 		pthread_mutex_lock(&w->cache_inbox.lock);
 		struct list_node *n = list_pop_front(&w->cache_inbox.ready);
 		struct exchange *x = NULL;
+		struct caching_x *cx = NULL;
 		if (n) {
-			x = container_of(n, struct exchange, cwait.link);
-			x->cinboxed = 0;
+			cx = container_of(n, struct caching_x, cwait.link);
+			x = xhooks_exchange_of(cx, caching_ctx_off);
+			cx->cinboxed = 0;
 		}
 		pthread_mutex_unlock(&w->cache_inbox.lock);
 		if (!x)
 			return;
-		x->cwait.waiting = CACHE_WAIT_IDLE; /* its wake is taken: it may wait again */
+		cx->cwait.waiting = CACHE_WAIT_IDLE; /* its wake is taken: it may wait again */
 		x->codec->wake(x->conn);
 	}
 }
 
 _Static_assert(CS_PASS == CACHE_RESULTS, "a series for every Cache-Status but none");
 
-void caching_end(struct exchange *x)
+/* The end hook: let go of what the exchange holds of the cache (a fill not complete fails)
+ * and count what the cache did for it. */
+static void caching_end(struct exchange *x, uint64_t now_ns)
 {
+	(void)now_ns;
+	struct caching_x *cx = caching_ctx(x);
 	struct cache_store *s = store_of(x);
 	if (!s)
 		return;
-	if (x->cstatus != CS_NONE && x->route)
+	if (cx->cstatus != CS_NONE && x->route)
 		metrics_add(
 		    x->w->shard, PM_ROUTE_CACHE,
-		    (size_t)(x->route - x->w->conf->routes) * CACHE_RESULTS + x->cstatus - 1, 1);
-	if (x->cobj) {
+		    (size_t)(x->route - x->w->conf->routes) * CACHE_RESULTS + cx->cstatus - 1, 1);
+	if (cx->cobj) {
 		unwait(x);
-		cache_obj_put(s, x->cobj);
+		cache_obj_put(s, cx->cobj);
 	}
-	if (x->cstale)
-		cache_obj_put(s, x->cstale);
-	x->cobj = x->cstale = NULL;
+	if (cx->cstale)
+		cache_obj_put(s, cx->cstale);
+	cx->cobj = cx->cstale = NULL;
 	fill_fail(x);
 }
 
 void caching_give_up(struct exchange *x, const char *why)
 {
+	struct caching_x *cx = caching_ctx(x);
 	unwait(x);
-	cache_obj_put(store_of(x), x->cobj);
-	x->cobj = NULL;
-	x->cstatus = CS_MISS;
-	x->cwhy = why;
+	cache_obj_put(store_of(x), cx->cobj);
+	cx->cobj = NULL;
+	cx->cstatus = CS_MISS;
+	cx->cwhy = why;
 }
 
 int caching_vary_ok(const struct exchange *x)
 {
-	const struct cache_obj *o = x->cobj;
+	const struct caching_x *cx = caching_ctx(x);
+	const struct cache_obj *o = cx->cobj;
 	struct http_head h;
 	char values[1024];
 	if (!o->vary)
@@ -931,3 +971,55 @@ int caching_vary_ok(const struct exchange *x)
 	return n >= 0 && (size_t)n == o->vary_values_len &&
 	       memcmp(values, o->vary_values, (size_t)n) == 0;
 }
+
+const struct cache_obj *caching_answers(const struct exchange *x)
+{
+	return caching_ctx(x)->cobj;
+}
+
+int caching_hit_complete(const struct exchange *x)
+{
+	const struct caching_x *cx = caching_ctx(x);
+	return cx->cobj && cache_obj_state(cx->cobj) == CACHE_COMPLETE && !cx->swr;
+}
+
+int caching_hit_waiting(const struct exchange *x, uint64_t *until)
+{
+	const struct caching_x *cx = caching_ctx(x);
+	*until = cx->hit_wait_until;
+	return cx->cobj && !cx->hit_started;
+}
+
+unsigned caching_said(const struct exchange *x)
+{
+	return caching_ctx(x)->cstatus;
+}
+
+unsigned caching_forward_fields(const struct exchange *x, struct rewrite_field *f, char *etag,
+				char *lm, size_t cap)
+{
+	const struct caching_x *cx = caching_ctx(x);
+	const struct cache_obj *o = cx->cstale ? cx->cstale : cx->swr ? cx->cobj : NULL;
+	if (!cx->cfill && !cx->cstale && !cx->swr)
+		return 0;
+	etag[0] = lm[0] = '\0';
+	if (o && o->etag_len && o->etag_len < cap)
+		snprintf(etag, cap, "%.*s", (int)o->etag_len, o->head + o->etag_off);
+	if (o && o->lm_len && o->lm_len < cap)
+		snprintf(lm, cap, "%.*s", (int)o->lm_len, o->head + o->lm_off);
+	f[0] = (struct rewrite_field){"If-None-Match", etag[0] ? etag : NULL};
+	f[1] = (struct rewrite_field){"If-Modified-Since", lm[0] ? lm : NULL};
+	f[2] = (struct rewrite_field){"Range", NULL};
+	f[3] = (struct rewrite_field){"If-Range", NULL};
+	return 4;
+}
+
+const struct xhook caching_hook = {
+    .name = "cache",
+    .ctx_size = sizeof(struct caching_x),
+    .ctx_off = &caching_ctx_off,
+    .req_body = caching_note_body,
+    .resp_body = caching_response_body,
+    .resp_done = caching_response_done,
+    .end = caching_end,
+};

@@ -4,6 +4,7 @@
 #include "proxy/deadline.h"
 #include "core/rand.h"
 #include "proxy/admission.h"
+#include "proxy/caching.h"
 #include "proxy/dispatch.h"
 #include "proxy/hedge.h"
 #include "proxy/spill.h"
@@ -78,8 +79,8 @@ uint64_t deadline_next(const struct exchange *x, uint64_t now)
 {
 	const struct conf_timeouts *t = &x->w->conf->timeouts;
 	uint64_t deadline;
-	if (x->cobj && !x->hit_started) {
-		deadline = x->hit_wait_until; /* a coalesced wait for a fill's head */
+	if (caching_hit_waiting(x, &deadline)) {
+		/* a coalesced wait for a fill's head */
 	} else if (x->local_wait) {
 		deadline = now + LOCAL_WAIT_MS; /* bounded in dispatch.c */
 	} else if (x->wt.state != W_IDLE) {
@@ -141,7 +142,8 @@ enum run deadline_fire(struct exchange *x, uint64_t now)
 	}
 	if (x->local_wait)
 		return dispatch_attach_again(x); /* a descriptor may have freed */
-	if (x->cobj && !x->hit_started)
+	uint64_t fill_wait;
+	if (caching_hit_waiting(x, &fill_wait))
 		return RUN_AGAIN; /* the wait for the fill's head is over: hit.h gives it up */
 	if (body_due && now >= body_due)
 		return RUN_AGAIN; /* a good rate window ended: the next one is armed */

@@ -4,10 +4,13 @@
  *
  * Every record is filled on the worker that owns the exchange, into memory of that worker's
  * (its slow lists, its snapshot); the admin thread reads a snapshot only once the worker has
- * published it, and writes the document from those copies alone.
+ * published it, and writes the document from those copies alone. The ending exchanges come
+ * through its end hook (debugreq_hook, xhooks.h); it keeps no context of its own, and shows
+ * the method and path the access log copied (access.h) when it did.
  */
 #include "proxy/debugreq.h"
 #include "core/clock.h"
+#include "proxy/access.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -80,19 +83,27 @@ static void fill_rec(struct debugreq_rec *r, const struct exchange *x, uint64_t 
 	memcpy(r->trace_id, x->traceparent + 3, TRACE_ID_HEX);
 	r->trace_id[TRACE_ID_HEX] = 0;
 	copy_str(r->client, sizeof(r->client), x->client_ip);
-	copy_str(r->method, sizeof(r->method), x->log_on ? x->log_method : method_name(x->meth));
-	copy_str(r->path, sizeof(r->path), x->log_on ? x->log_path : "");
-	r->path_cut = x->log_on && (x->log_path_cut || strlen(x->log_path) > DEBUGREQ_PATH_MAX);
+	const char *method, *path;
+	int cut;
+	if (access_request_line(x, &method, &path, &cut)) {
+		copy_str(r->method, sizeof(r->method), method);
+		copy_str(r->path, sizeof(r->path), path);
+		r->path_cut = cut || strlen(path) > DEBUGREQ_PATH_MAX;
+	} else {
+		copy_str(r->method, sizeof(r->method), method_name(x->meth));
+		copy_str(r->path, sizeof(r->path), "");
+		r->path_cut = 0;
+	}
 	copy_str(r->pool, sizeof(r->pool), x->pool ? x->pool->conf->name : NULL);
-	copy_str(r->backend, sizeof(r->backend), x->log_backend ? x->log_backend->name : NULL);
+	copy_str(r->backend, sizeof(r->backend), x->log.backend ? x->log.backend->name : NULL);
 	r->route = x->route ? (int)(x->route - w->conf->routes) : -1;
 	r->worker = w->id;
-	r->bytes_in = x->log_head_len + x->req.sent;
-	r->bytes_out = x->log_status ? x->log_bytes_out : x->resp.sent;
+	r->bytes_in = x->log.head_len + x->req.sent;
+	r->bytes_out = x->log.status ? x->log.bytes_out : x->resp.sent;
 	r->queue_us = exchange_queue_us(x, loop_now(x->w->loop));
-	r->connect_us = exchange_us_between(x->log_dispatch_ns, x->log_conn_ns);
-	r->ttfb_us = exchange_us_between(x->log_start_ns, x->log_ttfb_ns);
-	r->total_us = exchange_us_between(x->log_start_ns, now_ns);
+	r->connect_us = exchange_us_between(x->log.dispatch_ns, x->log.conn_ns);
+	r->ttfb_us = exchange_us_between(x->log.start_ns, x->log.ttfb_ns);
+	r->total_us = exchange_us_between(x->log.start_ns, now_ns);
 }
 
 /* A new window: the current one becomes the one before (or both go, when stale). */
@@ -118,7 +129,7 @@ void debugreq_note_end(const struct exchange *x)
 		return;
 	uint64_t now = loop_now(x->w->loop);
 	slow_rotate(d, now);
-	uint64_t key = now - x->start_ms;
+	uint64_t key = now - x->log.start_ms;
 	unsigned at;
 	if (d->nslow[0] < DEBUGREQ_SLOW) {
 		at = d->nslow[0]++;
@@ -130,7 +141,7 @@ void debugreq_note_end(const struct exchange *x)
 	struct debugreq_rec *r = &d->slow[0][at];
 	fill_rec(r, x, clock_now_ns());
 	r->state = NULL;
-	r->status = x->log_status ? x->log_status : x->resp_head ? x->status : 0;
+	r->status = x->log.status ? x->log.status : x->resp_head ? x->status : 0;
 	r->ended_ms = now;
 	d->slow_key[at] = key;
 	if (d->nslow[0] == DEBUGREQ_SLOW) {
@@ -141,6 +152,17 @@ void debugreq_note_end(const struct exchange *x)
 		d->slow_min = d->slow_key[d->slow_min_at];
 	}
 }
+
+static void debugreq_end(struct exchange *x, uint64_t now_ns)
+{
+	(void)now_ns;
+	debugreq_note_end(x);
+}
+
+const struct xhook debugreq_hook = {
+    .name = "debug_requests",
+    .end = debugreq_end,
+};
 
 void debugreq_peek(struct worker *w)
 {
@@ -179,10 +201,10 @@ int debugreq_timing(const struct exchange *x, int whole, char *out, size_t cap)
 		uint32_t us;
 	} part[] = {
 	    {"queue", exchange_queue_us(x, loop_now(x->w->loop))},
-	    {"connect", exchange_us_between(x->log_dispatch_ns, x->log_conn_ns)},
-	    {"backend", exchange_us_between(x->log_conn_ns, x->log_ttfb_ns)},
-	    {"ttfb", exchange_us_between(x->log_start_ns, x->log_ttfb_ns)},
-	    {"total", whole ? exchange_us_between(x->log_start_ns, clock_now_ns()) : UINT32_MAX},
+	    {"connect", exchange_us_between(x->log.dispatch_ns, x->log.conn_ns)},
+	    {"backend", exchange_us_between(x->log.conn_ns, x->log.ttfb_ns)},
+	    {"ttfb", exchange_us_between(x->log.start_ns, x->log.ttfb_ns)},
+	    {"total", whole ? exchange_us_between(x->log.start_ns, clock_now_ns()) : UINT32_MAX},
 	};
 	size_t len = 0;
 	for (size_t i = 0; i < sizeof(part) / sizeof(part[0]); i++) {

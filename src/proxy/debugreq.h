@@ -26,6 +26,7 @@
 #include "http/traceparent.h"
 #include "proxy/exchange.h"
 #include "proxy/worker.h"
+#include "proxy/xhooks.h"
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -87,6 +88,11 @@ struct debugreq_board {
 /* A board for <nworkers> workers (their loops set by the caller); NULL without memory. */
 struct debugreq_board *debugreq_board_new(unsigned nworkers);
 void debugreq_board_free(struct debugreq_board *b);
+
+/* Its end hook (xhooks.h): debugreq_note_end(). */
+extern const struct xhook debugreq_hook;
+/* An exchange ends: offered to the worker's slowest recent ones. */
+void debugreq_note_end(const struct exchange *x);
 
 /* Worker side: answer an ask, if one is pending (worker_ops.peek). */
 void debugreq_peek(struct worker *w);

@@ -64,9 +64,9 @@ static enum run dispatch_attach(struct exchange *x)
 	x->sent_ns = clock_now_ns();
 	/* the figures of the access log, X-Accelnet-Timing and /debug/requests */
 	exchange_note_queue_end(x, now);
-	x->log_backend = x->be;
-	x->log_dispatch_ns = x->sent_ns;
-	x->log_conn_ns = x->up->connecting ? 0 : x->sent_ns; /* a kept-alive one is ready */
+	x->log.backend = x->be;
+	x->log.dispatch_ns = x->sent_ns;
+	x->log.conn_ns = x->up->connecting ? 0 : x->sent_ns; /* a kept-alive one is ready */
 	x->last_read_ns = 0;
 	x->last_ms = now;
 	return RUN_AGAIN;

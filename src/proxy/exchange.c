@@ -1,7 +1,8 @@
 /*
  * exchange.c - an exchange's life: made from a request head (its request id and trace
  * context with it), reused from the worker's free list, and the letting go of everything it
- * holds (see exchange.h).
+ * holds (see exchange.h). The features hear of its start and end through the hook lists of
+ * xhooks.h, never by name: the block it comes in holds their contexts too.
  */
 #include "proxy/exchange.h"
 #include "runtime/llm.h"
@@ -9,6 +10,7 @@
 #include "core/rand.h"
 #include "proxy/admission.h"
 #include "runtime/proxy_metric.h"
+#include "proxy/xhooks.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -58,10 +60,11 @@ struct exchange *exchange_new(struct worker *w, void *conn, const struct exchang
 			      const struct http_head *h, int trusted)
 {
 	struct list_node *n = list_pop_front(&w->free_exchanges);
-	struct exchange *x = n ? container_of(n, struct exchange, link) : malloc(sizeof(*x));
+	size_t block = xhooks_block_size();
+	struct exchange *x = n ? container_of(n, struct exchange, link) : malloc(block);
 	if (!x)
 		return NULL;
-	memset(x, 0, sizeof(*x));
+	memset(x, 0, block); /* the features' contexts with it */
 	x->w = w;
 	x->conn = conn;
 	x->codec = codec;
@@ -71,11 +74,11 @@ struct exchange *exchange_new(struct worker *w, void *conn, const struct exchang
 	x->minor = h->minor;
 	x->req_close = (h->flags & HTTP_F_CLOSE) != 0;
 	http_body_init(&x->req, h->framing, h->content_length);
-	x->log_start_ns = clock_now_ns();
-	x->start_ms = loop_now(w->loop);
-	x->log_head_len = h->head_len;
+	x->log.start_ns = clock_now_ns();
+	x->log.start_ms = loop_now(w->loop);
+	x->log.head_len = h->head_len;
 	exchange_take_ids(x, h, trusted);
-	access_note_head(x, h);
+	xhooks_head(x, h);
 	list_push_back(&w->live_exchanges, &x->link);
 	return x;
 }
@@ -105,18 +108,18 @@ int exchange_note_model(struct exchange *x, const char *body)
 
 void exchange_note_queue_end(struct exchange *x, uint64_t now_ms)
 {
-	if (x->queue_noted)
+	if (x->log.queue_noted)
 		return;
-	x->queue_noted = 1;
-	x->log_queue_us = x->wt.queued_ms && now_ms > x->wt.queued_ms
+	x->log.queue_noted = 1;
+	x->log.queue_us = x->wt.queued_ms && now_ms > x->wt.queued_ms
 			      ? exchange_us((now_ms - x->wt.queued_ms) * 1000)
 			      : 0;
 }
 
 uint32_t exchange_queue_us(const struct exchange *x, uint64_t now_ms)
 {
-	if (x->queue_noted)
-		return x->log_queue_us;
+	if (x->log.queue_noted)
+		return x->log.queue_us;
 	if (x->wt.state != W_IDLE && x->wt.queued_ms)
 		return exchange_us(now_ms > x->wt.queued_ms ? (now_ms - x->wt.queued_ms) * 1000
 							    : 0);
@@ -152,8 +155,8 @@ void exchange_free_slot(struct exchange *x)
 	if (x->be->llm && x->wt.work) { /* its work there is done */
 		llm_done(x->be->llm, x->wt.work);
 		x->wt.work = 0;
-		if (x->log_ttfb_ns > x->sent_ns)
-			llm_observe_decode(x->be->llm, (clock_now_ns() - x->log_ttfb_ns) / 1000);
+		if (x->log.ttfb_ns > x->sent_ns)
+			llm_observe_decode(x->be->llm, (clock_now_ns() - x->log.ttfb_ns) / 1000);
 	}
 	admission_release(x->pool, x->be, loop_now(x->w->loop), rand_next(&x->w->rng));
 	x->slot_freed = 1;
@@ -162,18 +165,11 @@ void exchange_free_slot(struct exchange *x)
 void exchange_free(struct exchange *x)
 {
 	struct worker *w = x->w;
-	uint64_t end_ns = clock_now_ns(); /* one clock read for the figures, log and limits */
-	tally_exchange(x, end_ns);
-	access_log_exchange(x, end_ns);
-	debugreq_note_end(x);
+	xhooks_end(x, clock_now_ns()); /* one clock read for the figures, log and limits */
 	if (x->wt.state != W_IDLE)
 		admission_withdraw(x->pool, &x->wt, loop_now(w->loop), rand_next(&w->rng),
 				   WITHDRAW_GONE);
 	exchange_drop_upstream(x);
-	caching_end(x);
-	if (x->route && x->route->rate_limit)
-		limits_end(&w->sh->limits[x->route - w->conf->routes], &x->hold, &x->usage,
-			   x->resp_head && x->status < 400, end_ns / 1000);
 	buf_put(&w->bufs, x->uphead);
 	x->uphead = NULL;
 	llm_blocks_put(&w->llm_spares, x->llm_blocks);

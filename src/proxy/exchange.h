@@ -22,6 +22,12 @@
  * use each is on its worker's list of live exchanges, oldest first (what /debug/requests
  * shows: debugreq.h).
  *
+ * Features: the response cache, the access log, the tallies, the token limits and
+ * /debug/requests keep their state in contexts of their own, laid out behind the exchange
+ * in the same block, and hear of its life through the hook lists of xhooks.h (head, request
+ * body, response head, response body, response done, end). The exchange walks those lists;
+ * it calls no feature by name and knows none of their types.
+ *
  * Names: every exchange has one request id and one trace context (a W3C traceparent whose
  * parent-id is the proxy's own span for this hop), made in exchange_new(). A client in
  * trusted_proxies is believed: its well-formed X-Request-Id is kept and its valid traceparent
@@ -33,14 +39,11 @@
 
 #include "core/buf.h"
 #include "core/list.h"
-#include "guard/limits.h"
 #include "http/body.h"
 #include "http/jsonview.h"
 #include "http/parse.h"
 #include "http/rewrite.h"
 #include "http/traceparent.h"
-#include "cache/fill.h"
-#include "obs/accesslog.h"
 #include "runtime/queue.h"
 #include "runtime/pool.h"
 #include "proxy/upstream.h"
@@ -103,9 +106,24 @@ struct exchange_codec_ops {
 	void (*heartbeat)(struct exchange *x);
 	/* Is the proxy holding the request body back (its buffers full)? */
 	int (*body_held)(const struct exchange *x);
-	/* Answer from the cache object x->cobj (caching.h); RUN_AGAIN with x->cobj NULL when
+	/* Answer from the cache's object (caching.h); RUN_AGAIN without one when
 	 * it cannot (a fill that failed): the exchange goes on to the backend. */
 	enum run (*serve)(struct exchange *x);
+};
+
+/*
+ * An exchange's clocks and what the client got, as the access log, X-Accelnet-Timing, the
+ * tallies and /debug/requests read them: the request head was read, the last attempt was
+ * dispatched, its connection was ready, the response head came.
+ */
+struct exchange_log {
+	uint64_t start_ns, dispatch_ns, conn_ns, ttfb_ns;
+	uint64_t start_ms;  /* start_ns on the loop's clock */
+	uint64_t bytes_out; /* of the proxy's own answer */
+	uint32_t queue_us, head_len;
+	int status;		       /* the proxy's own answer, if it gave one */
+	unsigned queue_noted : 1;      /* queue_us holds its wait for a slot, which has ended */
+	const struct backend *backend; /* of the last attempt */
 };
 
 struct exchange {
@@ -123,13 +141,8 @@ struct exchange {
 	unsigned client_tls : 1;	 /* the client's connection is TLS */
 	const struct net_tls_facts *tls; /* its handshake's facts (exchange_tls()), or NULL */
 	const struct conf_tls *tls_conf; /* its listener's tls: section, or NULL */
-	const char *identity; /* the tenant routes.auth authenticated (identity_buf), or NULL */
-	char identity_buf[APIKEYS_TENANT_MAX + 1];
-	unsigned retry_after_s;	 /* a 429's Retry-After */
-	const char *limit_type;	 /* ... its OpenAI error type: "requests" or "tokens" (quota.c) */
-	char limit_headers[160]; /* ... and its X-RateLimit-* lines (quota.c), or "" */
-	struct limit_hold hold;	 /* what it holds of the route's limits (guard/limits.h) */
-	struct usage_scan usage; /* the response's token usage, while tok_on (tally.c) */
+	const char *identity; /* the tenant routes.auth authenticated (quota.h keeps it), or NULL */
+	unsigned retry_after_s; /* a 429's or 503's Retry-After */
 
 	enum http_method meth;
 	int minor; /* HTTP/1.<minor> of the request */
@@ -137,7 +150,6 @@ struct exchange {
 	char traceparent[TRACEPARENT_LEN + 1]; /* sent upstream: the trace id, the proxy's span */
 	unsigned pass_tracestate : 1;	       /* the client's traceparent was taken */
 	unsigned want_timing : 1;	       /* a trusted client asked for X-Accelnet-Timing */
-	unsigned queue_noted : 1; /* log_queue_us holds its wait for a slot, which has ended */
 	unsigned req_close : 1, retried : 1, up_reused : 1;
 	unsigned want_key : 1;	    /* the pool balances on the prompt key, read from the body */
 	unsigned llm_wait_over : 1; /* balance: llm: it waited max_wait_ms for its home */
@@ -145,6 +157,7 @@ struct exchange {
 	unsigned model_read : 1; /* the body's "model" was looked for (wt.has_model: found) */
 	unsigned peeked : 1;	 /* the body was read into before the route (stage "model") */
 	unsigned want_view : 1;	 /* tokens_per_minute: the body's max_tokens must be read */
+	unsigned cache_body : 1; /* an inference POST: the cache's key is its body (caching.h) */
 	unsigned view_read : 1;	 /* the whole body was read by the strict view (x->view) ... */
 	unsigned view_ok : 1;	 /* ... and it is valid JSON (else x->view_why says why) */
 	unsigned buffering : 1;	 /* reading the body before admission (await_body) */
@@ -199,48 +212,9 @@ struct exchange {
 	int status;
 	struct http_body resp;
 
-	/* the route's and tenant's figures (proxy/tally.c) */
-	uint64_t tok_first_ns, tok_last_ns; /* the first and the last token event; 0: none */
-	unsigned tok_on : 1;		    /* the response's tokens are counted (x->usage) */
-	unsigned relayed : 1;		    /* the response went out whole */
-
-	/* its clocks, for the access log, X-Accelnet-Timing and /debug/requests: the request
-	 * head was read, the last attempt was dispatched, its connection was ready, the
-	 * response head came */
-	uint64_t log_start_ns, log_dispatch_ns, log_conn_ns, log_ttfb_ns, log_bytes_out;
-	uint64_t start_ms; /* log_start_ns on the loop's clock */
-	uint32_t log_queue_us, log_head_len;
-	int log_status; /* the proxy's own answer, if it gave one */
-	/* the access log's: this exchange is logged (access_log on, sampled in) and its
-	 * method, path and User-Agent were copied */
-	uint8_t log_on, log_path_cut;
-	const struct backend *log_backend;
-	char log_method[16], log_path[ALOG_PATH_MAX + 1], log_ua[ALOG_UA_MAX + 1];
-
-	/* the response cache (caching.h) */
-	struct cache_obj *cobj;	  /* answered from it: a hit, or a fill it waits on */
-	struct cache_obj *cfill;  /* the object its response fills */
-	struct cache_obj *cstale; /* the stored response it revalidates (304, stale-if-error) */
-	struct cache_wait cwait;  /* waiting for cobj to fill further */
-	int cinboxed; /* ... notified: on w->cache_inbox (under its lock; a word of its own: the
-			 filling thread writes it) */
-	unsigned cache_inval : 1;    /* an unsafe method: its target goes once answered */
-	unsigned cache_body : 1;     /* an inference POST: looked up once its body is read */
-	unsigned cstored : 1;	     /* its response is being stored */
-	unsigned hit_started : 1;    /* the answer's head is queued */
-	unsigned hit_chunked : 1;    /* ... its body chunked (the fill's length not known) */
-	unsigned canon_temp : 2;     /* the body's temperature: 0 none, 1 zero, 2 other */
-	unsigned swr : 1;	     /* a stale-while-revalidate hit that starts the refresh */
-	unsigned hit_cond : 1;	     /* the client's conditional matches cstale: 304 once valid */
-	unsigned cauthorization : 1; /* the client sent Authorization (RFC 9111 3.5) */
-	uint8_t cstatus;	     /* what Cache-Status says (enum cache_said) */
-	uint8_t hit_kind;	     /* how the object answers (enum hit_kind) */
-	const char *cwhy;	     /* why its response was not stored, or NULL */
-	uint64_t hit_pos, hit_end;   /* body bytes of the object sent, and where the answer ends */
-	uint64_t hit_chunk_left;     /* of the chunk being sent (hit_chunked) */
-	uint64_t hit_wait_until;     /* a wait for a fill's head ends (loop ms) */
-	uint64_t canon[2];	     /* an inference body's canonical hash */
-	struct cache_fill_ctx cfx;   /* its fill (cfill): rules, request time, chunked payload */
+	unsigned relayed : 1; /* the response went out whole */
+	struct exchange_log log;
+	/* the features' contexts follow the struct, in the same block (xhooks.h) */
 };
 
 /* What the client's TLS handshake agreed -- version, cipher, SNI, the verified client
@@ -281,8 +255,9 @@ static inline uint32_t exchange_us_between(uint64_t from_ns, uint64_t to_ns)
 void exchange_note_queue_end(struct exchange *x, uint64_t now_ms);
 /* That wait; so far while it still waits; UINT32_MAX while it has not reached a pool. */
 uint32_t exchange_queue_us(const struct exchange *x, uint64_t now_ms);
-/* Back to the worker's free list: everything it holds (queue place, slots, upstream
- * connections, head buffer) let go first. */
+/* Back to the worker's free list: the features' end hooks run first (xhooks.h, with one
+ * clock read), then everything it holds (queue place, slots, upstream connections, head
+ * buffer) is let go. */
 void exchange_free(struct exchange *x);
 
 /* The worker ends: free the exchanges kept for reuse. */
@@ -335,41 +310,5 @@ static inline enum run exchange_abort(struct exchange *x, const char *why)
 
 /* The upstream connection of <x> had an event: run the connection that carries it. */
 void exchange_on_upstream(void *x);
-
-/*
- * The access log's hook (access.c): exchange_new() keeps the method, path and User-Agent of
- * the head and starts the clock; exchange_free() pushes one record into the worker's ring,
- * unless the route is not logged, sampling leaves it out or the ring is full (counted).
- * Nothing when the access log is off.
- */
-void access_note_head(struct exchange *x, const struct http_head *h);
-void access_log_exchange(struct exchange *x, uint64_t now_ns);
-/*
- * A request refused before it became an exchange (a malformed head, one too large, one not
- * received in time): one line with what is known -- <status>, the client, the request id it
- * was answered with, the <bytes_out> of that answer, and from the <len> bytes of <head> read
- * so far the method and target when the request line shows them. Called only on that path;
- * sampled like the others.
- */
-void access_log_refusal(struct worker *w, const char *client_ip, int status, const char *reqid,
-			uint64_t bytes_out, const char *head, size_t len);
-
-/* The response cache's hook (caching.c): exchange_free() lets go of what the exchange holds
- * of the cache (a fill not complete fails) and counts what the cache did for it. */
-void caching_end(struct exchange *x);
-
-/* /debug/requests' hook (debugreq.c): exchange_free() offers the ending exchange to the
- * worker's slowest recent ones. */
-void debugreq_note_end(const struct exchange *x);
-
-/*
- * The route's, tenant's and tokens' figures (tally.c): the codec calls tally_response_head()
- * with the response head <h> once it is in (x->resp framed) and tally_body() with the response body
- * bytes (framing and all) as they go to the client; exchange_free() calls tally_exchange().
- * exchange_free() reads the clock once for its hooks: <now_ns> is clock_now_ns() then.
- */
-void tally_response_head(struct exchange *x, const struct http_head *h);
-void tally_body(struct exchange *x, const char *p, size_t len);
-void tally_exchange(struct exchange *x, uint64_t now_ns);
 
 #endif

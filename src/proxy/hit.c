@@ -33,7 +33,8 @@ static int not_in_304(const char *p, size_t n)
 static int queue_head(struct client *cl, int keep)
 {
 	struct exchange *x = cl->x;
-	const struct cache_obj *o = x->cobj;
+	struct caching_x *cx = caching_ctx(x);
+	const struct cache_obj *o = cx->cobj;
 	struct buf *b = client_out_buf(cl);
 	if (!b)
 		return -1;
@@ -45,7 +46,7 @@ static int queue_head(struct client *cl, int keep)
 	uint64_t full = cache_obj_state(o) == CACHE_COMPLETE ? cache_obj_body_len(o) : o->total;
 	char line[128];
 	int n = 0;
-	switch (x->hit_kind) {
+	switch (cx->hit_kind) {
 	case HIT_304:
 		put(out, cap, &len, "HTTP/1.1 304 Not Modified\r\n", 27);
 		for (const char *p = fields, *end = fields + flen; p < end;) {
@@ -67,7 +68,7 @@ static int queue_head(struct client *cl, int keep)
 		n = snprintf(line, sizeof(line),
 			     "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes %" PRIu64
 			     "-%" PRIu64 "/%" PRIu64 "\r\nContent-Length: %" PRIu64 "\r\n",
-			     x->hit_pos, x->hit_end - 1, full, x->hit_end - x->hit_pos);
+			     cx->hit_pos, cx->hit_end - 1, full, cx->hit_end - cx->hit_pos);
 		put(out, cap, &len, line, (size_t)n);
 		put(out, cap, &len, fields, flen);
 		break;
@@ -80,9 +81,9 @@ static int queue_head(struct client *cl, int keep)
 			n = 16 + (int)dec_u64(line + 16, full);
 			memcpy(line + n, "\r\n", 2);
 			put(out, cap, &len, line, (size_t)n + 2);
-		} else if (x->hit_kind == HIT_FULL && x->minor == 1) {
+		} else if (cx->hit_kind == HIT_FULL && x->minor == 1) {
 			put(out, cap, &len, "Transfer-Encoding: chunked\r\n", 28);
-			x->hit_chunked = 1;
+			cx->hit_chunked = 1;
 		}
 		break;
 	}
@@ -99,7 +100,7 @@ static int queue_head(struct client *cl, int keep)
 	if (len > cap)
 		return -1;
 	b->end += (uint32_t)len;
-	x->log_bytes_out += len;
+	x->log.bytes_out += len;
 	return 0;
 }
 
@@ -130,11 +131,12 @@ static enum run give_up(struct exchange *x, const char *why)
 }
 
 /* Before the answer's head: the object's head must be here. RUN_AGAIN when it is (or the
- * exchange went on without it: x->cobj NULL), RUN_STAY to wait for it. */
+ * exchange went on without it: cx->cobj NULL), RUN_STAY to wait for it. */
 static enum run await_head(struct client *cl)
 {
 	struct exchange *x = cl->x;
-	struct cache_obj *o = x->cobj;
+	struct caching_x *cx = caching_ctx(x);
+	struct cache_obj *o = cx->cobj;
 	for (;;) {
 		enum cache_fill_state st = cache_obj_state(o);
 		int head = atomic_load_explicit(&o->has_head, memory_order_acquire);
@@ -142,61 +144,62 @@ static enum run await_head(struct client *cl)
 			return give_up(x, st == CACHE_PASS ? "not storable" : "fill failed");
 		if (head)
 			break;
-		if (loop_now(cl->w->loop) >= x->hit_wait_until)
+		if (loop_now(cl->w->loop) >= cx->hit_wait_until)
 			return give_up(x, "fill too slow (routes.cache.wait_ms)");
 		if (!caching_wait(x, UINT64_MAX))
 			return RUN_STAY;
 	}
-	if (x->cstatus == CS_COLLAPSED && !caching_vary_ok(x))
+	if (cx->cstatus == CS_COLLAPSED && !caching_vary_ok(x))
 		return give_up(x, "another variant");
-	if (x->hit_end == UINT64_MAX && o->total != UINT64_MAX)
-		x->hit_end = o->total;
+	if (cx->hit_end == UINT64_MAX && o->total != UINT64_MAX)
+		cx->hit_end = o->total;
 	return RUN_AGAIN;
 }
 
 enum run hit_run(struct client *cl)
 {
 	struct exchange *x = cl->x;
+	struct caching_x *cx = caching_ctx(x);
 	struct worker *w = cl->w;
-	if (!x->hit_started) {
+	if (!cx->hit_started) {
 		enum run r = await_head(cl);
-		if (r != RUN_AGAIN || !x->cobj)
+		if (r != RUN_AGAIN || !cx->cobj)
 			return r;
 		x->client_keep = !x->req_close && x->minor == 1 && !w->draining && x->req.done;
 		if (queue_head(cl, x->client_keep) < 0)
 			return exchange_abort(x, "cached head does not fit the output buffer");
-		x->hit_started = 1;
+		cx->hit_started = 1;
 		x->resp_head = 1;
-		x->status = x->hit_kind == HIT_304     ? 304
-			    : x->hit_kind == HIT_416   ? 416
-			    : x->hit_kind == HIT_RANGE ? 206
-						       : x->cobj->status;
-		x->log_status = x->status;
-		x->log_ttfb_ns = x->log_start_ns; /* nothing waited on a backend */
+		x->status = cx->hit_kind == HIT_304	? 304
+			    : cx->hit_kind == HIT_416	? 416
+			    : cx->hit_kind == HIT_RANGE ? 206
+							: cx->cobj->status;
+		x->log.status = x->status;
+		x->log.ttfb_ns = x->log.start_ns; /* nothing waited on a backend */
 	}
-	struct cache_obj *o = x->cobj;
-	int body = x->hit_kind == HIT_FULL || x->hit_kind == HIT_RANGE;
+	struct cache_obj *o = cx->cobj;
+	int body = cx->hit_kind == HIT_FULL || cx->hit_kind == HIT_RANGE;
 	for (;;) {
 		/* the state first: a fill that has ended has all its bytes, but bytes read
 		 * before its end may be fewer than it ended with */
 		enum cache_fill_state st = cache_obj_state(o);
 		uint64_t avail = cache_obj_body_len(o);
-		uint64_t to = body ? (x->hit_end < avail ? x->hit_end : avail) : x->hit_pos;
-		if (x->hit_chunked && !x->hit_chunk_left && x->hit_pos < to) {
+		uint64_t to = body ? (cx->hit_end < avail ? cx->hit_end : avail) : cx->hit_pos;
+		if (cx->hit_chunked && !cx->hit_chunk_left && cx->hit_pos < to) {
 			char size[24];
-			int n = snprintf(size, sizeof(size), "%" PRIx64 "\r\n", to - x->hit_pos);
+			int n = snprintf(size, sizeof(size), "%" PRIx64 "\r\n", to - cx->hit_pos);
 			if (client_out_put(cl, size, (size_t)n) < 0)
 				return exchange_abort(x, "out of memory");
-			x->hit_chunk_left = to - x->hit_pos;
+			cx->hit_chunk_left = to - cx->hit_pos;
 		}
-		if (x->hit_chunked)
-			to = x->hit_pos + x->hit_chunk_left;
+		if (cx->hit_chunked)
+			to = cx->hit_pos + cx->hit_chunk_left;
 		size_t pending = client_out_pending(cl);
-		if (!pending && x->hit_pos >= to) {
-			int whole = !body || x->hit_pos >= x->hit_end ||
-				    (st == CACHE_COMPLETE && x->hit_pos >= avail);
-			if (whole && x->hit_chunked) {
-				x->hit_chunked = 0; /* the last chunk, then the end */
+		if (!pending && cx->hit_pos >= to) {
+			int whole = !body || cx->hit_pos >= cx->hit_end ||
+				    (st == CACHE_COMPLETE && cx->hit_pos >= avail);
+			if (whole && cx->hit_chunked) {
+				cx->hit_chunked = 0; /* the last chunk, then the end */
 				if (client_out_put(cl, "0\r\n\r\n", 5) < 0)
 					return exchange_abort(x, "out of memory");
 				continue;
@@ -207,7 +210,7 @@ enum run hit_run(struct client *cl)
 			}
 			if (st != CACHE_FILLING)
 				return exchange_abort(x, "the cache fill it was reading failed");
-			if (!caching_wait(x, x->hit_pos))
+			if (!caching_wait(x, cx->hit_pos))
 				return RUN_STAY;
 			continue;
 		}
@@ -217,7 +220,7 @@ enum run hit_run(struct client *cl)
 		int n = 0;
 		if (pending)
 			iov[n++] = (struct iovec){buf_head(cl->out), pending};
-		n += body_iov(o, x->hit_pos, to, iov + n, HIT_IOV - n);
+		n += body_iov(o, cx->hit_pos, to, iov + n, HIT_IOV - n);
 		size_t offered = 0;
 		for (int i = 0; i < n; i++)
 			offered += iov[i].iov_len;
@@ -237,11 +240,11 @@ enum run hit_run(struct client *cl)
 		if (from_out)
 			buf_consume(cl->out, from_out);
 		k -= from_out;
-		x->hit_pos += k;
-		x->log_bytes_out += k;
-		if (x->hit_chunked) {
-			x->hit_chunk_left -= k;
-			if (!x->hit_chunk_left && k && client_out_put(cl, "\r\n", 2) < 0)
+		cx->hit_pos += k;
+		x->log.bytes_out += k;
+		if (cx->hit_chunked) {
+			cx->hit_chunk_left -= k;
+			if (!cx->hit_chunk_left && k && client_out_put(cl, "\r\n", 2) < 0)
 				return exchange_abort(x, "out of memory");
 		}
 		x->client_full = 0;

@@ -17,8 +17,8 @@
 
 #include "proxy/client.h"
 
-/* Move the answer on; finish the exchange at its end. RUN_AGAIN with cl->x->cobj NULL: it
- * goes on to the backend. */
+/* Move the answer on; finish the exchange at its end. RUN_AGAIN without an object
+ * (caching_answers() NULL): it goes on to the backend. */
 enum run hit_run(struct client *cl);
 
 #endif

@@ -1,12 +1,47 @@
 /*
  * quota.c - routes.rate_limit on the request path (see quota.h).
+ *
+ * Its hooks: more response body was scanned (tally.h), charge what its tokens now exceed;
+ * the response has come whole from the backend, settle its tokens and give back its count in
+ * flight now, not when the last byte has gone; the end, settle what is still held.
  */
 #include "proxy/quota.h"
 #include "core/clock.h"
 #include "proxy/classify.h"
+#include "proxy/tally.h"
 
 #include <errno.h>
 #include <stdio.h>
+
+/* The guard's context of an exchange. */
+struct quota_x {
+	struct limit_hold hold;		   /* what it holds of the route's limits */
+	const char *limit_type;		   /* a 429's OpenAI error type, or NULL */
+	char limit_headers[160];	   /* ... and its X-RateLimit-* lines, or "" */
+	char identity[QUOTA_IDENTITY_CAP]; /* what x->identity points to */
+};
+
+static size_t ctx_off;
+
+static struct quota_x *qx(const struct exchange *x)
+{
+	return xhooks_ctx(x, ctx_off);
+}
+
+char *quota_identity_buf(struct exchange *x)
+{
+	return qx(x)->identity;
+}
+
+const char *quota_refusal_type(const struct exchange *x)
+{
+	return qx(x)->limit_type;
+}
+
+const char *quota_refusal_headers(const struct exchange *x)
+{
+	return qx(x)->limit_headers;
+}
 
 static struct route_limits *limits_of(const struct exchange *x)
 {
@@ -28,9 +63,10 @@ static unsigned secs_up(uint64_t us)
 static enum run refuse(struct exchange *x, const struct limit_refusal *why, const char *detail,
 		       const char *type)
 {
+	struct quota_x *q = qx(x);
 	x->retry_after_s = why->wait_us ? secs_up(why->wait_us) : QUOTA_CONCURRENCY_RETRY_S;
-	x->limit_type = type;
-	snprintf(x->limit_headers, sizeof(x->limit_headers),
+	q->limit_type = type;
+	snprintf(q->limit_headers, sizeof(q->limit_headers),
 		 "X-RateLimit-Limit: %llu\r\nX-RateLimit-Remaining: %llu\r\n"
 		 "X-RateLimit-Reset: %u\r\n",
 		 (unsigned long long)why->st.limit, (unsigned long long)why->st.remaining,
@@ -60,17 +96,18 @@ enum run quota_guard(struct exchange *x)
 	if (!x->route->rate_limit)
 		return RUN_AGAIN;
 	struct route_limits *l = limits_of(x);
+	struct limit_hold *hold = &qx(x)->hold;
 	struct limit_refusal why;
-	x->hold.tenant = classify_tenant_of(x->route, x->head, x->client_key, x->identity);
-	if (limits_take_rate(l, x->hold.tenant, clock_now_ns() / 1000, &why) < 0)
+	hold->tenant = classify_tenant_of(x->route, x->head, x->client_key, x->identity);
+	if (limits_take_rate(l, hold->tenant, clock_now_ns() / 1000, &why) < 0)
 		return refuse_rate(x, &why);
-	if (limits_take_hold(l, x->hold.tenant, &x->hold.conc, &why) < 0)
+	if (limits_take_hold(l, hold->tenant, &hold->conc, &why) < 0)
 		return refuse(x, &why,
 			      "this tenant has routes.rate_limit.concurrency requests in flight",
 			      "requests");
 	/* until the body says otherwise: the default reservation, the prompt from its size */
-	x->hold.max_tokens = l->default_max_tokens;
-	x->hold.prompt_est = x->req.framing == HTTP_BODY_LENGTH ? x->req.left / 4 : 0;
+	hold->max_tokens = l->default_max_tokens;
+	hold->prompt_est = x->req.framing == HTTP_BODY_LENGTH ? x->req.left / 4 : 0;
 	const struct http_head *h = x->head;
 	if (!l->has_tokens || h->framing == HTTP_BODY_NONE ||
 	    (h->framing == HTTP_BODY_LENGTH && !h->content_length))
@@ -87,6 +124,7 @@ enum run quota_guard(struct exchange *x)
 
 enum run quota_note_body(struct exchange *x)
 {
+	struct limit_hold *hold = &qx(x)->hold;
 	if (!x->route->rate_limit || !limits_of(x)->has_tokens || !x->want_view)
 		return RUN_AGAIN;
 	/* a body the view could not read whole (longer than what is held) could name another
@@ -105,39 +143,61 @@ enum run quota_note_body(struct exchange *x)
 		return exchange_reply(
 		    x, 400, "n and best_of must be whole numbers from 0 to 2147483647", 0);
 	if (x->view.max_tokens >= 0)
-		x->hold.max_tokens = (uint64_t)x->view.max_tokens;
+		hold->max_tokens = (uint64_t)x->view.max_tokens;
 	/* each of n (best_of) answers may take max_tokens: reserve them all, not one */
 	if (x->view.choices > 1)
-		x->hold.max_tokens *= (uint64_t)x->view.choices;
+		hold->max_tokens *= (uint64_t)x->view.choices;
 	return RUN_AGAIN;
 }
 
 enum run quota_reserve(struct exchange *x)
 {
-	if (!x->route->rate_limit || x->hold.reserved)
+	struct limit_hold *hold = &qx(x)->hold;
+	if (!x->route->rate_limit || hold->reserved)
 		return RUN_AGAIN;
 	struct route_limits *l = limits_of(x);
 	if (!l->has_tokens)
 		return RUN_AGAIN;
 	struct limit_refusal why;
-	uint64_t n = x->hold.prompt_est + x->hold.max_tokens;
-	if (limits_reserve_tokens(l, x->hold.tenant, n, clock_now_ns() / 1000, &why) < 0)
+	uint64_t n = hold->prompt_est + hold->max_tokens;
+	if (limits_reserve_tokens(l, hold->tenant, n, clock_now_ns() / 1000, &why) < 0)
 		return refuse(x, &why, "token limit reached (routes.rate_limit.tokens_per_minute)",
 			      "tokens");
-	x->hold.charged = n;
-	x->hold.reserved = 1;
+	hold->charged = n;
+	hold->reserved = 1;
+	tally_want_tokens(x); /* settled with the response's tokens, whatever it is */
 	return RUN_AGAIN;
 }
 
-void quota_count(struct exchange *x)
+/* More response body went through the usage scanner: charge what its tokens now exceed. */
+static void quota_count(struct exchange *x, const char *p, size_t len)
 {
-	if (x->hold.reserved)
-		limits_count_response(limits_of(x), &x->hold, &x->usage, clock_now_ns() / 1000);
+	struct limit_hold *hold = &qx(x)->hold;
+	(void)p;
+	(void)len;
+	if (hold->reserved)
+		limits_count_response(limits_of(x), hold, tally_usage(x), clock_now_ns() / 1000);
 }
 
-void quota_response_done(struct exchange *x)
+static void quota_response_done(struct exchange *x)
 {
 	if (x->route->rate_limit)
-		limits_end(limits_of(x), &x->hold, &x->usage, x->status < 400,
+		limits_end(limits_of(x), &qx(x)->hold, tally_usage(x), x->status < 400,
 			   clock_now_ns() / 1000);
 }
+
+static void quota_end(struct exchange *x, uint64_t now_ns)
+{
+	if (x->route && x->route->rate_limit)
+		limits_end(limits_of(x), &qx(x)->hold, tally_usage(x),
+			   x->resp_head && x->status < 400, now_ns / 1000);
+}
+
+const struct xhook quota_hook = {
+    .name = "quota",
+    .ctx_size = sizeof(struct quota_x),
+    .ctx_off = &ctx_off,
+    .resp_body = quota_count,
+    .resp_done = quota_response_done,
+    .end = quota_end,
+};

@@ -7,13 +7,33 @@
  * X-RateLimit-Limit, -Remaining and -Reset for the limit that refused it. Responses that
  * pass carry no X-RateLimit-* headers: the numbers are exact only at the check, and adding
  * them would rewrite every response head of a limited route.
+ *
+ * Its context per exchange (quota_hook, xhooks.h) is the guard's: the identity routes.auth
+ * proved (x->identity points into it), what the exchange holds of the route's limits, and
+ * how a refusal is worded. Its hooks settle the token reservation against the usage tally.h
+ * scans: on each piece of response body, when the response is in whole, at the end.
  */
 #ifndef ACCELNET_PROXY_QUOTA_H
 #define ACCELNET_PROXY_QUOTA_H
 
+#include "guard/apikeys.h"
+#include "guard/limits.h"
 #include "proxy/exchange.h"
+#include "proxy/xhooks.h"
 
 #include <stddef.h>
+
+extern const struct xhook quota_hook;
+
+/* Where the guard stage writes the identity it proved (x->identity then points to it):
+ * QUOTA_IDENTITY_CAP bytes, kept as long as the exchange. */
+#define QUOTA_IDENTITY_CAP (APIKEYS_TENANT_MAX + 1)
+char *quota_identity_buf(struct exchange *x);
+
+/* How the proxy's 429 for <x> is worded: its OpenAI error type ("requests" or "tokens") and
+ * its X-RateLimit-* lines; NULL and "" when no limit refused it. */
+const char *quota_refusal_type(const struct exchange *x);
+const char *quota_refusal_headers(const struct exchange *x);
 
 /* The route's per_ip rate (the guard stage, before auth: a client guessing credentials
  * is limited before each guess costs a hash). */
@@ -32,11 +52,5 @@ enum run quota_note_body(struct exchange *x);
 /* Reserve the request's tokens (tokens_per_minute) before admission: 429 when its tenant's
  * budget cannot cover them. */
 enum run quota_reserve(struct exchange *x);
-
-/* More response body went through x->usage (tally.c): charge what its tokens now exceed. */
-void quota_count(struct exchange *x);
-/* The response has come whole from the backend: settle its tokens and give back its count
- * in flight now, not when the last byte has gone (exchange_free does it otherwise). */
-void quota_response_done(struct exchange *x);
 
 #endif

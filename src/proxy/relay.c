@@ -15,6 +15,7 @@
 #include "proxy/sse.h"
 #include "runtime/pick.h"
 #include "runtime/proxy_metric.h"
+#include "proxy/xhooks.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -35,9 +36,10 @@ static int request_scan(struct client *cl)
 			      cl->w->conf->limits.max_body_bytes);
 }
 
-/* Extend x->resp.ready over the body bytes now in up->in. -1: malformed. The tokens the new
- * bytes carry are counted (tally.c) before the client can see them, and a response read whole is
- * settled at once (quota.h): the client's next request may come before this one ends. */
+/* Extend x->resp.ready over the body bytes now in up->in. -1: malformed. The new bytes go
+ * through the resp_body hooks (xhooks.h: tokens counted, the cache's fill) before the client
+ * can see them, and a response read whole through the resp_done hooks (its tokens settled,
+ * the fill completed) at once: the client's next request may come before this one ends. */
 static int response_scan(struct exchange *x, struct buf *in)
 {
 	if (!in)
@@ -45,14 +47,10 @@ static int response_scan(struct exchange *x, struct buf *in)
 	uint64_t before = x->resp.ready;
 	if (http_body_scan(&x->resp, buf_head(in), buf_len(in), 0) < 0)
 		return -1;
-	if (x->resp.ready > before) {
-		tally_body(x, buf_head(in) + before, x->resp.ready - before);
-		caching_response_body(x, buf_head(in) + before, x->resp.ready - before);
-	}
-	if (x->resp.done) {
-		quota_response_done(x);
-		caching_response_done(x);
-	}
+	if (x->resp.ready > before)
+		xhooks_resp_body(x, buf_head(in) + before, x->resp.ready - before);
+	if (x->resp.done)
+		xhooks_resp_done(x);
 	return 0;
 }
 
@@ -136,8 +134,7 @@ enum run relay_await_body(struct client *cl)
 	enum run r = quota_note_body(x);
 	if (r != RUN_AGAIN)
 		return r;
-	if (x->cache_body)
-		caching_note_body(x, body, x->req.ready);
+	xhooks_req_body(x, body, x->req.ready);
 	if (x->want_key) {
 		size_t have = x->req.ready < hc->body_max_bytes ? x->req.ready : hc->body_max_bytes;
 		x->want_key = 0;
@@ -261,7 +258,8 @@ static enum run answer_from_cache(struct client *cl)
 	x->be = NULL;
 	x->slot_freed = 0;
 	x->up = NULL;
-	if ((x->cstatus == CS_REVAL || x->cstatus == CS_REQUEST) && up->in &&
+	unsigned said = caching_said(x);
+	if ((said == CS_REVAL || said == CS_REQUEST) && up->in &&
 	    buf_len(up->in) == x->w->head.head_len && !(x->w->head.flags & HTTP_F_CLOSE) &&
 	    x->req.done && !x->req.ready) {
 		buf_consume(up->in, x->w->head.head_len);
@@ -322,10 +320,10 @@ static enum run response_head(struct client *cl)
 	x->wt.nblocks = 0;
 	note_reported_load(x, h, loop_now(w->loop));
 	x->last_read_ns = now_ns;
-	x->log_ttfb_ns = now_ns;
+	x->log.ttfb_ns = now_ns;
 	x->status = h->status;
 	http_body_init(&x->resp, h->framing, h->content_length);
-	tally_response_head(x, h);
+	xhooks_resp_head(x, h);
 	x->client_keep = !x->req_close && x->minor == 1 && !w->draining &&
 			 h->framing != HTTP_BODY_CLOSE && x->req.done;
 	x->up_reusable = !(h->flags & HTTP_F_CLOSE) && h->minor == 1 && x->minor == 1 &&
@@ -340,7 +338,7 @@ static enum run response_head(struct client *cl)
 		return dispatch_failed(x, UP_BAD);
 	cl->out->end += (uint32_t)n;
 	/* no room left for Cache-Status (a head near the buffer's size): it goes without */
-	if (x->cstatus)
+	if (caching_said(x))
 		(void)put_cache_status(cl);
 	buf_consume(up->in, (size_t)r);
 	exchange_response_started(x);
@@ -501,8 +499,8 @@ static enum run relay_pass(struct client *cl, int *progress)
 		return dispatch_failed(x, up->tls_failed		    ? UP_TLS
 					  : sock_error_is_local(up->failed) ? UP_LOCAL
 									    : UP_CONNECT);
-	if (!up->connecting && !x->log_conn_ns && x->log_dispatch_ns)
-		x->log_conn_ns = clock_now_ns(); /* the access log's connect time */
+	if (!up->connecting && !x->log.conn_ns && x->log.dispatch_ns)
+		x->log.conn_ns = clock_now_ns(); /* the access log's connect time */
 	if (!up->connecting && up->writable && (r = send_upstream(cl, progress)) != RUN_STAY)
 		return r;
 	if (x->up != up)
@@ -551,7 +549,7 @@ static enum run relay_pass(struct client *cl, int *progress)
 enum run relay_run(struct client *cl)
 {
 	struct exchange *x = cl->x;
-	if (x->cobj && !x->up)
+	if (caching_answers(x) && !x->up)
 		return hit_run(cl); /* the cache answers (client_finish ends it) */
 	if (x->wt.state != W_IDLE || x->local_wait) {
 		/* waiting for a slot or a descriptor: only notice a client that gave up */

@@ -18,10 +18,12 @@
 #include "net/addr.h"
 #include "net/tls.h"
 #include "proxy/classify.h"
+#include "proxy/access.h"
 #include "proxy/deadline.h"
 #include "proxy/debugreq.h"
 #include "proxy/caching.h"
 #include "proxy/hit.h"
+#include "proxy/quota.h"
 #include "proxy/refresh.h"
 #include "proxy/relay.h"
 #include "proxy/route.h"
@@ -93,8 +95,8 @@ static enum run session_answer(struct client *cl, int status, const char *detail
 								    : 0,
 	    .challenges = route ? auth_challenges(route->auth) : 0,
 	    .openai = route && route->api == CONF_API_OPENAI,
-	    .openai_type = status == 429 && x ? x->limit_type : NULL,
-	    .more_headers = status == 429 && x ? x->limit_headers : NULL,
+	    .openai_type = status == 429 && x ? quota_refusal_type(x) : NULL,
+	    .more_headers = status == 429 && x ? quota_refusal_headers(x) : NULL,
 	    .openai_code = x ? x->reply_code : NULL,
 	    .head_only = x && x->meth == HTTP_HEAD,
 	};
@@ -131,8 +133,8 @@ static enum run session_answer(struct client *cl, int status, const char *detail
 	}
 	if (x) {
 		exchange_count_response(x, status);
-		x->log_status = status;
-		x->log_bytes_out = (uint64_t)n;
+		x->log.status = status;
+		x->log.bytes_out = (uint64_t)n;
 		if (x->req.ready)
 			buf_consume(cl->in, x->req.ready);
 		exchange_free(x);
@@ -349,7 +351,7 @@ static enum run exchange_start(struct client *cl, size_t head_len, size_t droppe
 		return RUN_GONE;
 	}
 	cl->x = x;
-	x->log_head_len += (uint32_t)dropped; /* the bytes the client sent */
+	x->log.head_len += (uint32_t)dropped; /* the bytes the client sent */
 	cl->head_len = head_len;
 	cl->requests++;
 	x->client_ip = cl->ip;

@@ -194,9 +194,10 @@ static enum run stage_guard(struct exchange *x)
 		if (!auth_admits(a->tenants, a->ntenants, cert_tenant))
 			return exchange_reply(x, 403, "this route does not admit your tenant", 1);
 		size_t n = strnlen(cert_tenant, APIKEYS_TENANT_MAX); /* at most that: checked */
-		memcpy(x->identity_buf, cert_tenant, n);
-		x->identity_buf[n] = '\0';
-		x->identity = x->identity_buf;
+		char *id = quota_identity_buf(x);
+		memcpy(id, cert_tenant, n);
+		id[n] = '\0';
+		x->identity = id;
 		return quota_guard(x);
 	}
 	struct auth_tables *t = atomic_load_explicit(&x->w->sh->auth[x->route - x->w->conf->routes],
@@ -207,9 +208,9 @@ static enum run stage_guard(struct exchange *x)
 	const char *why;
 	/* copied out: the tables may be swapped (SIGHUP) while the exchange lives on */
 	switch (auth_check(t, a->tenants, a->ntenants, x->head, (int64_t)time(NULL),
-			   x->identity_buf, sizeof(x->identity_buf), &why)) {
+			   quota_identity_buf(x), QUOTA_IDENTITY_CAP, &why)) {
 	case AUTH_OK:
-		x->identity = x->identity_buf;
+		x->identity = quota_identity_buf(x);
 		return quota_guard(x);
 	case AUTH_FORBIDDEN:
 		return exchange_reply(x, 403, why, 1);
@@ -277,29 +278,6 @@ static unsigned forward_tls_fields(const struct exchange *x, struct rewrite_fiel
 	return drop_other_names(x->w->conf, a ? a->identity_header : NULL, f, n);
 }
 
-/* A cache fill asks the backend for the whole response: the client's conditionals and
- * Range stay behind (the cache answers them), and a revalidation -- with a fill or without
- * (a HEAD, a no-store request) -- sends the stored response's validators instead: a 304
- * must be about the stored copy, which then answers. <etag> and <lm> hold them. Returns how
- * many fields. */
-static unsigned forward_cache_fields(const struct exchange *x, struct rewrite_field *f, char *etag,
-				     char *lm, size_t cap)
-{
-	const struct cache_obj *o = x->cstale ? x->cstale : x->swr ? x->cobj : NULL;
-	if (!x->cfill && !x->cstale && !x->swr)
-		return 0;
-	etag[0] = lm[0] = '\0';
-	if (o && o->etag_len && o->etag_len < cap)
-		snprintf(etag, cap, "%.*s", (int)o->etag_len, o->head + o->etag_off);
-	if (o && o->lm_len && o->lm_len < cap)
-		snprintf(lm, cap, "%.*s", (int)o->lm_len, o->head + o->lm_off);
-	f[0] = (struct rewrite_field){"If-None-Match", etag[0] ? etag : NULL};
-	f[1] = (struct rewrite_field){"If-Modified-Since", lm[0] ? lm : NULL};
-	f[2] = (struct rewrite_field){"Range", NULL};
-	f[3] = (struct rewrite_field){"If-Range", NULL};
-	return 4;
-}
-
 static enum run stage_cache(struct exchange *x)
 {
 	return caching_stage_lookup(x);
@@ -314,7 +292,7 @@ static enum run stage_forward(struct exchange *x)
 {
 	struct rewrite_field set[5 + 4 + CONF_GUARDED_FIELDS_MAX];
 	char etag[256], lm[256];
-	if (x->cobj && cache_obj_state(x->cobj) == CACHE_COMPLETE && !x->swr)
+	if (caching_hit_complete(x))
 		return RUN_AGAIN; /* a hit: nothing goes upstream (but a refresh) */
 	struct rewrite_request_info info = {
 	    .client_ip = x->client_ip,
@@ -330,7 +308,7 @@ static enum run stage_forward(struct exchange *x)
 	    .set = set,
 	    .nset = forward_tls_fields(x, set),
 	};
-	info.nset += forward_cache_fields(x, set + info.nset, etag, lm, sizeof(lm));
+	info.nset += caching_forward_fields(x, set + info.nset, etag, lm, sizeof(lm));
 	if (!(x->uphead = buf_get(&x->w->bufs)))
 		return exchange_abort(x, "out of memory");
 	int n = rewrite_request(x->uphead->data, x->uphead->cap, x->head, &info);
@@ -361,7 +339,7 @@ static enum run stage_tokens(struct exchange *x)
  * API answers an unknown model. */
 static enum run stage_admit(struct exchange *x)
 {
-	if (x->be || x->wt.state != W_IDLE || x->spilled || x->retried || x->cobj)
+	if (x->be || x->wt.state != W_IDLE || x->spilled || x->retried || caching_answers(x))
 		return RUN_AGAIN; /* dispatched already: granted, queued, or moved on; or the
 				     cache answers (stale-if-error, from a failed dispatch) */
 	if (x->wt.has_model && !models_served(&x->pool->models, x->wt.model)) {

@@ -34,7 +34,9 @@
  * head and wait after "head done"). The later stages may be entered more than once. A new
  * stage is one function and one line in the list. The stages see a parsed head (struct
  * http_head) and the exchange; what needs the connection's bytes is the codec's (struct
- * exchange_codec_ops).
+ * exchange_codec_ops). A feature that only follows the exchange (the cache's fill, the
+ * access log, the tallies, the token limits' settling) is no stage: it registers on the
+ * hook lists of xhooks.h.
  */
 #ifndef ACCELNET_PROXY_STAGES_H
 #define ACCELNET_PROXY_STAGES_H

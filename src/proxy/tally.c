@@ -18,16 +18,16 @@
  * stream when the client asked stream_options.include_usage); without one, the completion
  * is the events counted and the prompt is not counted.
  *
- * Its hooks are declared in exchange.h, as access.c's are: exchange_free() calls
- * tally_exchange(), the HTTP/1 relay tally_response_head() and tally_body(). Every count
+ * Its hooks (tally_hook, xhooks.h): the response head, the response body bytes as they come
+ * from the backend (framing and all: the scanner takes chunked framing off itself), and the
+ * end of the exchange. Its context is the scanner and the token clocks. Every count
  * goes to the worker's own shard (worker.shard): plain stores, nothing shared. The tenant
  * is the authenticated identity (routes.auth), never a header a client may write; requests
  * without one are in the route's figures only, and tenants past metrics.max_tenants are
  * folded into "other" (obs/names.h).
  */
 #include "core/clock.h"
-#include "proxy/exchange.h"
-#include "proxy/quota.h"
+#include "proxy/tally.h"
 #include "runtime/proxy_metric.h"
 
 #include <string.h>
@@ -36,6 +36,39 @@
 /* A backend may report any 19 digits: one response counts at most this many tokens. */
 #define TOKENS_MAX_PER_RESPONSE (1ull << 40)
 
+/* What tally.c keeps of an exchange. */
+struct tally_x {
+	struct usage_scan usage;    /* the response's token usage, while on */
+	uint64_t first_ns, last_ns; /* the first and the last token event; 0: none */
+	unsigned on : 1;	    /* the response's tokens are counted */
+	unsigned want : 1;	    /* ... whatever it is (tally_want_tokens()) */
+};
+
+static size_t ctx_off;
+
+static struct tally_x *tx(const struct exchange *x)
+{
+	return xhooks_ctx(x, ctx_off);
+}
+
+void tally_want_tokens(struct exchange *x)
+{
+	tx(x)->want = 1;
+}
+
+const struct usage_scan *tally_usage(const struct exchange *x)
+{
+	return &tx(x)->usage;
+}
+
+void tally_tokens_of(const struct exchange *x, struct tally_tokens *t)
+{
+	const struct tally_x *c = tx(x);
+	t->events = c->usage.events;
+	t->first_ns = c->first_ns;
+	t->last_ns = c->last_ns;
+}
+
 /* Is the response an event stream (Content-Type text/event-stream, parameters aside)? */
 static int event_stream(const struct http_head *h)
 {
@@ -43,33 +76,34 @@ static int event_stream(const struct http_head *h)
 	return ct && ct->value.len >= 17 && strncasecmp(ct->value.p, "text/event-stream", 17) == 0;
 }
 
-void tally_response_head(struct exchange *x, const struct http_head *h)
+static void tally_response_head(struct exchange *x, const struct http_head *h)
 {
-	x->tok_on = x->route->api == CONF_API_OPENAI || x->hold.reserved || event_stream(h);
-	x->tok_first_ns = x->tok_last_ns = 0;
-	if (!x->tok_on)
+	struct tally_x *c = tx(x);
+	c->on = x->route->api == CONF_API_OPENAI || c->want || event_stream(h);
+	c->first_ns = c->last_ns = 0;
+	if (!c->on)
 		return;
-	usage_scan_init(&x->usage);
+	usage_scan_init(&c->usage);
 	if (x->resp.framing == HTTP_BODY_CHUNKED)
-		usage_scan_chunked(&x->usage);
+		usage_scan_chunked(&c->usage);
 }
 
 /* <n> token events came in one read at <now>. */
-static void note_events(struct exchange *x, uint64_t n, uint64_t now)
+static void note_events(struct exchange *x, struct tally_x *c, uint64_t n, uint64_t now)
 {
 	struct metrics_shard *sh = x->w->shard;
 	size_t r = (size_t)(x->route - x->w->conf->routes);
-	if (!x->tok_first_ns) {
+	if (!c->first_ns) {
 		uint64_t us = now > x->sent_ns ? (now - x->sent_ns) / 1000 : 0;
 		metrics_observe(sh, PM_ROUTE_TTFT, r, us);
 		if (x->be)
 			metrics_observe(sh, PM_BACKEND_TTFT, x->be->id, us);
-		x->tok_first_ns = x->tok_last_ns = now;
+		c->first_ns = c->last_ns = now;
 		n--;
 	}
 	if (!n)
 		return;
-	uint64_t us = now > x->tok_last_ns ? (now - x->tok_last_ns) / 1000 : 0;
+	uint64_t us = now > c->last_ns ? (now - c->last_ns) / 1000 : 0;
 	metrics_observe(sh, PM_ROUTE_TOKEN_GAP, r, us);
 	if (n > 1)
 		metrics_observe_n(sh, PM_ROUTE_TOKEN_GAP, r, 0, n - 1);
@@ -78,18 +112,18 @@ static void note_events(struct exchange *x, uint64_t n, uint64_t now)
 		if (n > 1)
 			metrics_observe_n(sh, PM_BACKEND_TOKEN_GAP, x->be->id, 0, n - 1);
 	}
-	x->tok_last_ns = now;
+	c->last_ns = now;
 }
 
-void tally_body(struct exchange *x, const char *p, size_t len)
+static void tally_body(struct exchange *x, const char *p, size_t len)
 {
-	if (!x->tok_on)
+	struct tally_x *c = tx(x);
+	if (!c->on)
 		return;
-	uint64_t before = x->usage.events;
-	usage_scan_feed(&x->usage, p, len);
-	if (x->usage.events > before)
-		note_events(x, x->usage.events - before, clock_now_ns());
-	quota_count(x);
+	uint64_t before = c->usage.events;
+	usage_scan_feed(&c->usage, p, len);
+	if (c->usage.events > before)
+		note_events(x, c, c->usage.events - before, clock_now_ns());
 }
 
 static uint64_t clip(uint64_t n)
@@ -110,21 +144,22 @@ static void tokens_of(const struct usage_scan *u, uint64_t *prompt, uint64_t *co
 	*completion = clip(*completion);
 }
 
-void tally_exchange(struct exchange *x, uint64_t now)
+static void tally_exchange(struct exchange *x, uint64_t now)
 {
 	struct worker *w = x->w;
+	const struct tally_x *c = tx(x);
 	struct metrics_shard *sh = w->shard;
 	if (!x->route)
 		return; /* no route matched (404): in no route's figures */
 	size_t r = (size_t)(x->route - w->conf->routes);
-	int status = x->log_status ? x->log_status : x->relayed ? x->status : 0;
+	int status = x->log.status ? x->log.status : x->relayed ? x->status : 0;
 	size_t cls = status >= 100 && status < 600 ? (size_t)status / 100 : 0;
 	uint64_t prompt = 0, completion = 0;
 	metrics_add(sh, PM_ROUTE_REQUESTS, r * PM_CLASSES + cls, 1);
 	metrics_observe(sh, PM_ROUTE_DURATION, r,
-			now > x->log_start_ns ? (now - x->log_start_ns) / 1000 : 0);
-	if (x->tok_on) {
-		tokens_of(&x->usage, &prompt, &completion);
+			now > x->log.start_ns ? (now - x->log.start_ns) / 1000 : 0);
+	if (c->on) {
+		tokens_of(&c->usage, &prompt, &completion);
 		metrics_add(sh, PM_ROUTE_TOKENS, r * PM_KINDS + TOKENS_PROMPT, prompt);
 		metrics_add(sh, PM_ROUTE_TOKENS, r * PM_KINDS + TOKENS_COMPLETION, completion);
 	}
@@ -132,8 +167,17 @@ void tally_exchange(struct exchange *x, uint64_t now)
 		return;
 	size_t t = names_intern(w->rt->tenants, x->identity, strlen(x->identity));
 	metrics_add(sh, PM_TENANT_REQUESTS, t * PM_CLASSES + cls, 1);
-	if (x->tok_on) {
+	if (c->on) {
 		metrics_add(sh, PM_TENANT_TOKENS, t * PM_KINDS + TOKENS_PROMPT, prompt);
 		metrics_add(sh, PM_TENANT_TOKENS, t * PM_KINDS + TOKENS_COMPLETION, completion);
 	}
 }
+
+const struct xhook tally_hook = {
+    .name = "tally",
+    .ctx_size = sizeof(struct tally_x),
+    .ctx_off = &ctx_off,
+    .resp_head = tally_response_head,
+    .resp_body = tally_body,
+    .end = tally_exchange,
+};

@@ -53,8 +53,8 @@ static void make(struct exchange *x, const char *id, uint64_t ago_ms)
 	x->w = &w;
 	snprintf(x->reqid, sizeof(x->reqid), "%s", id);
 	snprintf(x->traceparent, sizeof(x->traceparent), "00-%032x-%016x-01", 7, 9);
-	x->start_ms = loop_now(w.loop) - ago_ms;
-	x->log_start_ns = clock_now_ns() - ago_ms * 1000000u;
+	x->log.start_ms = loop_now(w.loop) - ago_ms;
+	x->log.start_ns = clock_now_ns() - ago_ms * 1000000u;
 	x->meth = HTTP_POST;
 	x->client_ip = "10.0.0.1";
 }
@@ -68,7 +68,7 @@ static void slowest_are_kept(void **state)
 		char id[16];
 		snprintf(id, sizeof(id), "r%u", k);
 		make(&ended[i], id, 1000 + k);
-		ended[i].log_status = 503;
+		ended[i].log.status = 503;
 		debugreq_note_end(&ended[i]);
 	}
 	struct debugreq_worker *d = w.dbg;
@@ -162,12 +162,12 @@ static void timing_value(void **state)
 	assert_int_equal(debugreq_timing(&x, 0, out, sizeof(out)), 0);
 	assert_true(debugreq_timing(&x, 1, out, sizeof(out)) > 0);
 	assert_true(strncmp(out, "total;dur=", 10) == 0);
-	x.log_start_ns = 1000000000u;
-	x.log_queue_us = 1500;
-	x.queue_noted = 1;
-	x.log_dispatch_ns = x.log_start_ns + 2000000u;
-	x.log_conn_ns = x.log_dispatch_ns + 250000u;
-	x.log_ttfb_ns = x.log_start_ns + 42000000u;
+	x.log.start_ns = 1000000000u;
+	x.log.queue_us = 1500;
+	x.log.queue_noted = 1;
+	x.log.dispatch_ns = x.log.start_ns + 2000000u;
+	x.log.conn_ns = x.log.dispatch_ns + 250000u;
+	x.log.ttfb_ns = x.log.start_ns + 42000000u;
 	int n = debugreq_timing(&x, 0, out, sizeof(out));
 	assert_int_equal(n, (int)strlen(out));
 	assert_string_equal(

@@ -1,0 +1,104 @@
+/*
+ * xhooks.c - the hook lists and the context layout of an exchange's block (see xhooks.h).
+ *
+ * One array of function pointers per point, filled once by xhooks_setup() before the workers
+ * start and only read afterwards, so the walks need no lock. Contexts are laid out behind the
+ * exchange, each on a 16-byte boundary (malloc's), in the order of the list.
+ */
+#include "proxy/xhooks.h"
+
+#include <errno.h>
+
+#define ALIGN 16
+
+static struct {
+	const struct xhook *const *list;
+	size_t n, block;
+	void (*head[XHOOKS_MAX])(struct exchange *, const struct http_head *);
+	void (*req_body[XHOOKS_MAX])(struct exchange *, const char *, size_t);
+	void (*resp_head[XHOOKS_MAX])(struct exchange *, const struct http_head *);
+	void (*resp_body[XHOOKS_MAX])(struct exchange *, const char *, size_t);
+	void (*resp_done[XHOOKS_MAX])(struct exchange *);
+	void (*end[XHOOKS_MAX])(struct exchange *, uint64_t);
+	unsigned nhead, nreq_body, nresp_head, nresp_body, nresp_done, nend;
+} hooks;
+
+static size_t align_up(size_t n)
+{
+	return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+}
+
+int xhooks_setup(const struct xhook *const *list, size_t n, size_t exchange_size)
+{
+	if (n > XHOOKS_MAX)
+		return -E2BIG;
+	if (hooks.list == list && hooks.n == n)
+		return 0;
+	if (hooks.list)
+		return -EBUSY;
+	size_t off = align_up(exchange_size);
+	hooks.list = list;
+	hooks.n = n;
+	for (size_t i = 0; i < n; i++) {
+		const struct xhook *f = list[i];
+		if (f->ctx_size) {
+			*f->ctx_off = off;
+			off += align_up(f->ctx_size);
+		}
+		if (f->head)
+			hooks.head[hooks.nhead++] = f->head;
+		if (f->req_body)
+			hooks.req_body[hooks.nreq_body++] = f->req_body;
+		if (f->resp_head)
+			hooks.resp_head[hooks.nresp_head++] = f->resp_head;
+		if (f->resp_body)
+			hooks.resp_body[hooks.nresp_body++] = f->resp_body;
+		if (f->resp_done)
+			hooks.resp_done[hooks.nresp_done++] = f->resp_done;
+		if (f->end)
+			hooks.end[hooks.nend++] = f->end;
+	}
+	hooks.block = off;
+	return 0;
+}
+
+size_t xhooks_block_size(void)
+{
+	return hooks.block;
+}
+
+void xhooks_head(struct exchange *x, const struct http_head *h)
+{
+	for (unsigned i = 0; i < hooks.nhead; i++)
+		hooks.head[i](x, h);
+}
+
+void xhooks_req_body(struct exchange *x, const char *body, size_t len)
+{
+	for (unsigned i = 0; i < hooks.nreq_body; i++)
+		hooks.req_body[i](x, body, len);
+}
+
+void xhooks_resp_head(struct exchange *x, const struct http_head *h)
+{
+	for (unsigned i = 0; i < hooks.nresp_head; i++)
+		hooks.resp_head[i](x, h);
+}
+
+void xhooks_resp_body(struct exchange *x, const char *p, size_t len)
+{
+	for (unsigned i = 0; i < hooks.nresp_body; i++)
+		hooks.resp_body[i](x, p, len);
+}
+
+void xhooks_resp_done(struct exchange *x)
+{
+	for (unsigned i = 0; i < hooks.nresp_done; i++)
+		hooks.resp_done[i](x);
+}
+
+void xhooks_end(struct exchange *x, uint64_t now_ns)
+{
+	for (unsigned i = 0; i < hooks.nend; i++)
+		hooks.end[i](x, now_ns);
+}
