@@ -121,16 +121,8 @@ enum run client_finish(struct client *cl)
 	exchange_count_response(x, x->status);
 	x->relayed = 1;
 	exchange_free_slot(x);
-	x->be = NULL;
-	x->slot_freed = 0;
-	struct upconn *up = x->up;
-	x->up = NULL;
-	if (!up)
-		; /* answered from the cache */
-	else if (x->up_reusable && x->req.done && !x->req.ready && (!up->in || !buf_len(up->in)))
-		upconn_release(up);
-	else
-		upconn_close(up);
+	/* its connection (none when the cache answered) is kept for reuse when it may be */
+	attempt_end(x->att, w, x->att->reusable && x->req.done && !x->req.ready);
 	int keep = x->client_keep && !w->draining && x->req.done;
 	exchange_free(x);
 	cl->x = NULL;

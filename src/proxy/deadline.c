@@ -13,8 +13,9 @@
  * doing. */
 static int body_held_back(const struct exchange *x)
 {
-	return x->wt.state != W_IDLE || x->buf_wait || x->local_wait || x->codec->body_held(x) ||
-	       (x->req.ready && x->up && (x->up->connecting || !x->up->writable));
+	const struct upconn *up = x->att->up;
+	return x->wt.state != W_IDLE || x->buf_wait || x->att->local_wait ||
+	       x->codec->body_held(x) || (x->req.ready && up && (up->connecting || !up->writable));
 }
 
 /* When the request body is next judged: the end of timeouts.body_ms or of the current rate
@@ -78,19 +79,20 @@ static uint64_t llm_wait_end(const struct exchange *x)
 uint64_t deadline_next(const struct exchange *x, uint64_t now)
 {
 	const struct conf_timeouts *t = &x->w->conf->timeouts;
+	const struct attempt *a = x->att;
 	uint64_t deadline;
 	if (caching_hit_waiting(x, &deadline)) {
 		/* a coalesced wait for a fill's head */
-	} else if (x->local_wait) {
+	} else if (a->local_wait) {
 		deadline = now + LOCAL_WAIT_MS; /* bounded in dispatch.c */
 	} else if (x->wt.state != W_IDLE) {
 		deadline = x->wt.queued_ms + x->pool->conf->queue_timeout_ms;
 		if (spill_possible(x) && x->wt.queued_ms + x->route->spill_after_ms < deadline)
 			deadline = x->wt.queued_ms + x->route->spill_after_ms;
-	} else if (x->up && x->up->connecting) {
-		deadline = x->connect_ms + t->connect_ms;
+	} else if (a->up && a->up->connecting) {
+		deadline = a->connect_ms + t->connect_ms;
 	} else if (!x->resp_head && x->req.done && !x->req.ready &&
-		   (!x->uphead || x->uphead_off == x->uphead->end)) {
+		   (!x->uphead || a->head_off == x->uphead->end)) {
 		deadline = x->last_ms + t->first_byte_ms;
 	} else {
 		deadline = x->last_ms + t->between_bytes_ms;
@@ -140,7 +142,7 @@ enum run deadline_fire(struct exchange *x, uint64_t now)
 		x->buf_wait = 0; /* look for a free body buffer again */
 		return RUN_AGAIN;
 	}
-	if (x->local_wait)
+	if (x->att->local_wait)
 		return dispatch_attach_again(x); /* a descriptor may have freed */
 	uint64_t fill_wait;
 	if (caching_hit_waiting(x, &fill_wait))
@@ -164,7 +166,7 @@ enum run deadline_fire(struct exchange *x, uint64_t now)
 	}
 	if (x->wt.state != W_IDLE)
 		return queue_deadline(x, now);
-	if (x->up && x->up->connecting)
+	if (x->att->up && x->att->up->connecting)
 		return dispatch_failed(x, UP_CONNECT_TIMEOUT);
 	if (!x->resp_head && x->req.done)
 		return dispatch_failed(x, UP_TIMEOUT);

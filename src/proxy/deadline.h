@@ -1,6 +1,9 @@
 /*
  * deadline.h - when an exchange must next be looked at, and what happens then.
  *
+ * The clocks read are those of its current attempt (attempt.h: its connect, its head sent);
+ * a hedged copy is not timed on its own: it ends with the first answer, or with the exchange.
+ *
  * One timer per connection; for an exchange it is armed at the earliest of: the queue's
  * timeout (or spillover.after_ms), timeouts.connect_ms for a connect, first_byte_ms for the
  * response head, between_bytes_ms for any other progress, the request body's own clocks

@@ -67,9 +67,9 @@ static const char *state_of(const struct exchange *x)
 		return "reading body";
 	if (x->wt.state != W_IDLE)
 		return "queued";
-	if (x->up && x->up->connecting)
+	if (x->att->up && x->att->up->connecting)
 		return "connecting";
-	if (x->up && !x->resp_head)
+	if (x->att->up && !x->resp_head)
 		return "waiting for backend";
 	if (x->resp_head)
 		return x->resp.done ? "sending to client" : "relaying";

@@ -1,9 +1,9 @@
 /*
  * dispatch.c - admission, spillover, attaching an upstream connection, failed attempts
- * (see dispatch.h).
+ * (see dispatch.h). Each try is the exchange's current attempt (attempt.h): begun on the
+ * backend admission picks, connected here, ended on failure and begun again for a retry.
  */
 #include "proxy/dispatch.h"
-#include "core/clock.h"
 #include "core/log.h"
 #include "core/rand.h"
 #include "net/sock.h"
@@ -28,45 +28,42 @@ static void pool_turned_away(struct pool_rt *pool)
  * frees; then 503. The backend is never blamed. */
 static enum run attach_wait(struct exchange *x, uint64_t now, int err)
 {
-	if (!x->local_wait) {
-		x->local_wait = 1;
-		x->local_wait_since = now;
+	struct attempt *a = x->att;
+	if (!a->local_wait) {
+		a->local_wait = 1;
+		a->local_wait_since = now;
 		log_warn_every(10000,
 			       "connect to backend %s: %s here, which is not the backend's fault; "
 			       "the request waits for one to free (up to timeouts.connect_ms)",
-			       x->be->name, strerror(-err));
+			       a->be->name, strerror(-err));
 	}
-	if (now >= x->local_wait_since + x->w->conf->timeouts.connect_ms) {
-		x->local_wait = 0;
+	if (now >= a->local_wait_since + x->w->conf->timeouts.connect_ms) {
+		a->local_wait = 0;
 		return dispatch_failed(x, UP_LOCAL);
 	}
 	return RUN_STAY;
 }
 
-/* x->be holds a claimed slot: take an idle connection to it, or start a new one. */
+/* The current attempt holds a claimed slot: take an idle connection to its backend, or
+ * start a new one. The connection's events wake the connection that carries <x>. */
 static enum run dispatch_attach(struct exchange *x)
 {
 	struct worker *w = x->w;
+	struct attempt *a = x->att;
 	uint64_t now = loop_now(w->loop);
-	int err = 0;
-	x->up = upconn_get(w, x->be, &err);
-	if (!x->up) {
+	int err = attempt_connect(a, w, x->conn, x->codec->wake);
+	if (err) {
 		/* the connect failed at once (refused on loopback, or out of descriptors) */
-		log_debug("backend %s: connect: %s", x->be->name, strerror(-err));
+		log_debug("backend %s: connect: %s", a->be->name, strerror(-err));
 		if (sock_error_is_local(err))
 			return attach_wait(x, now, err);
 		return dispatch_failed(x, UP_CONNECT);
 	}
-	x->local_wait = 0;
-	upconn_own(x->up, x, exchange_on_upstream);
-	x->up_reused = x->up->served > 0;
-	x->connect_ms = now;
-	x->sent_ns = clock_now_ns();
 	/* the figures of the access log, X-Accelnet-Timing and /debug/requests */
 	exchange_note_queue_end(x, now);
-	x->log.backend = x->be;
-	x->log.dispatch_ns = x->sent_ns;
-	x->log.conn_ns = x->up->connecting ? 0 : x->sent_ns; /* a kept-alive one is ready */
+	x->log.backend = a->be;
+	x->log.dispatch_ns = a->sent_ns;
+	x->log.conn_ns = a->up->connecting ? 0 : a->sent_ns; /* a kept-alive one is ready */
 	x->last_read_ns = 0;
 	x->last_ms = now;
 	return RUN_AGAIN;
@@ -96,15 +93,18 @@ static enum run connect_retry(struct exchange *x, const struct backend *exclude)
 			      .work = &x->wt.work,
 			      .model = x->wt.model,
 			      .has_model = x->wt.has_model};
-	x->be = pool_pick(x->pool, loop_now(w->loop), rand_next(&w->rng), &h);
-	if (x->be)
+	struct attempt *a = x->att;
+	struct backend *be = pool_pick(x->pool, loop_now(w->loop), rand_next(&w->rng), &h);
+	if (be) {
+		attempt_begin(a, x->pool, be);
 		return dispatch_attach(x);
+	}
 	if (spill_possible(x))
 		return dispatch_spill(x);
 	pool_turned_away(x->pool);
-	return exchange_reply(x, x->retry_status,
-			      x->retry_status == 504 ? "backend connect timeout, no other backend"
-			      : x->retry_tls ? "backend TLS handshake failed, no other backend"
+	return exchange_reply(x, a->retry_status,
+			      a->retry_status == 504 ? "backend connect timeout, no other backend"
+			      : a->retry_tls ? "backend TLS handshake failed, no other backend"
 					     : "backend connection failed, no other backend",
 			      1);
 }
@@ -113,7 +113,7 @@ enum run dispatch_connect(struct exchange *x, const struct backend *exclude)
 {
 	struct worker *w = x->w;
 	struct backend *be = NULL;
-	if (x->retried)
+	if (x->att->retried)
 		return connect_retry(x, exclude);
 	switch (admission_admit(x->pool, &x->wt, loop_now(w->loop), rand_next(&w->rng), &be)) {
 	case ADMIT_PICKED:
@@ -131,7 +131,7 @@ enum run dispatch_connect(struct exchange *x, const struct backend *exclude)
 			return dispatch_spill(x);
 		return exchange_reply(x, 503, "no backend available", 1);
 	}
-	x->be = be;
+	attempt_begin(x->att, x->pool, be);
 	return dispatch_attach(x);
 }
 
@@ -145,15 +145,14 @@ enum run dispatch_failed(struct exchange *x, enum up_failure why)
 	}
 	int status = 502;
 	const char *detail = "";
-	struct backend *be = x->be;
+	struct backend *be = x->att->be;
 	switch (retry_decide(x, why, &status, &detail)) {
 	case RETRY_TO_HEDGE:
 		hedge_promote(x); /* the copy on another backend carries on alone */
 		return RUN_AGAIN;
-	case RETRY_AGAIN:
+	case RETRY_AGAIN: /* this attempt ends; the retry begins in its place */
 		exchange_drop_upstream(x);
-		x->retried = 1;
-		x->uphead_off = 0;
+		x->att->retried = 1;
 		if (be)
 			backend_count(be, PM_BACKEND_RETRIES, 1);
 		return dispatch_connect(x, retry_connect_failed(why) ? be : NULL);
@@ -172,13 +171,14 @@ void dispatch_take_grants(struct worker *w)
 	while ((wt = admission_inbox_take(&w->inbox))) {
 		struct exchange *x = container_of(wt, struct exchange, wt);
 		wt->state = W_IDLE;
-		x->be = wt->granted;
+		struct backend *be = wt->granted;
 		wt->granted = NULL;
 		x->last_ms = loop_now(w->loop);
 		void *conn = x->conn; /* the attempt may end the exchange, not the connection */
 		const struct exchange_codec_ops *codec = x->codec;
 		enum run r;
-		if (x->be) {
+		if (be) {
+			attempt_begin(x->att, x->pool, be);
 			r = dispatch_attach(x);
 		} else { /* pushed out of the full queue by a lighter tenant */
 			pool_turned_away(x->pool);

@@ -69,6 +69,7 @@ struct exchange *exchange_new(struct worker *w, void *conn, const struct exchang
 	x->conn = conn;
 	x->codec = codec;
 	x->head = h;
+	x->att = &x->tries[0];
 	x->wt.owner = &w->inbox;
 	x->meth = h->meth;
 	x->minor = h->minor;
@@ -130,36 +131,33 @@ void exchange_drop_hedge(struct exchange *x)
 {
 	if (!x->hedge)
 		return;
-	upconn_close(x->hedge);
+	attempt_end(x->hedge, x->w, 0);
 	x->hedge = NULL;
-	admission_release(x->pool, x->hedge_be, loop_now(x->w->loop), rand_next(&x->w->rng));
-	x->hedge_be = NULL;
+}
+
+/* balance: llm: the current attempt's work on its backend is done, before its slot goes. */
+static void slot_work_done(struct exchange *x)
+{
+	struct attempt *a = x->att;
+	if (!a->be || a->slot_freed || !a->be->llm || !x->wt.work)
+		return;
+	llm_done(a->be->llm, x->wt.work);
+	x->wt.work = 0;
+	if (x->log.ttfb_ns > a->sent_ns)
+		llm_observe_decode(a->be->llm, (clock_now_ns() - x->log.ttfb_ns) / 1000);
 }
 
 void exchange_drop_upstream(struct exchange *x)
 {
 	exchange_drop_hedge(x);
-	if (x->up) {
-		upconn_close(x->up);
-		x->up = NULL;
-	}
-	exchange_free_slot(x);
-	x->be = NULL;
-	x->slot_freed = 0;
+	slot_work_done(x);
+	attempt_end(x->att, x->w, 0);
 }
 
 void exchange_free_slot(struct exchange *x)
 {
-	if (!x->be || x->slot_freed)
-		return;
-	if (x->be->llm && x->wt.work) { /* its work there is done */
-		llm_done(x->be->llm, x->wt.work);
-		x->wt.work = 0;
-		if (x->log.ttfb_ns > x->sent_ns)
-			llm_observe_decode(x->be->llm, (clock_now_ns() - x->log.ttfb_ns) / 1000);
-	}
-	admission_release(x->pool, x->be, loop_now(x->w->loop), rand_next(&x->w->rng));
-	x->slot_freed = 1;
+	slot_work_done(x);
+	attempt_free_slot(x->att, x->w);
 }
 
 void exchange_free(struct exchange *x)
@@ -192,17 +190,4 @@ void exchange_drain_free(struct worker *w)
 	while ((n = list_pop_front(&w->free_exchanges)))
 		free(container_of(n, struct exchange, link));
 	llm_spares_free(&w->llm_spares);
-}
-
-void exchange_count_response(const struct exchange *x, int status)
-{
-	unsigned cls = status >= 100 && status < 600 ? (unsigned)status / 100 : 0;
-	if (x->be)
-		backend_count_response(x->be, (int)cls);
-}
-
-void exchange_on_upstream(void *arg)
-{
-	struct exchange *x = arg;
-	x->codec->wake(x->conn);
 }

@@ -7,17 +7,20 @@
  * response relayed), replied (the proxy answered itself) or aborted (the connection cut).
  * What needs the client's bytes (reading the body, relaying, answering) the exchange asks of
  * its codec through struct exchange_codec_ops: the stages, admission, dispatch, retries,
- * spillover, hedging and deadlines work on the exchange alone, and an HTTP/2 stream can
- * become an exchange with a codec of its own. The relay is the codec's: today relay.c moves
- * HTTP/1 bytes between the client and an HTTP/1 upstream connection.
+ * spillover, hedging and deadlines work on the exchange and its attempts alone, and an
+ * HTTP/2 stream can become an exchange with a codec of its own. The relay is the codec's:
+ * today relay.c moves HTTP/1 bytes between the client and an HTTP/1 upstream connection.
  *
  * The upstream side is always HTTP/1 over an upstream connection (upstream.h): the request
  * head rewritten for the backend is kept in uphead until a response starts, so a retry or a
- * hedge can resend it.
+ * hedge can resend it. Each try at a backend is an attempt (attempt.h: the slot, the
+ * connection, the clocks); the exchange points to its current one (att) and, while hedging,
+ * to the copy (hedge), both kept in its own block.
  *
  * Ownership: an exchange belongs to the connection that carries it (conn, opaque here); it
- * holds at most one backend slot and upstream connection (and, while hedging, a second). A
- * connection may carry several exchanges in the type model; HTTP/1 carries one at a time.
+ * holds at most one backend slot and upstream connection, its current attempt's (and, while
+ * hedging, a second). A connection may carry several exchanges in the type model; HTTP/1
+ * carries one at a time.
  * Exchanges come from a per-worker free list, never malloc'd per request once warm; while in
  * use each is on its worker's list of live exchanges, oldest first (what /debug/requests
  * shows: debugreq.h).
@@ -46,6 +49,7 @@
 #include "http/traceparent.h"
 #include "runtime/queue.h"
 #include "runtime/pool.h"
+#include "proxy/attempt.h"
 #include "proxy/upstream.h"
 #include "proxy/worker.h"
 
@@ -150,7 +154,7 @@ struct exchange {
 	char traceparent[TRACEPARENT_LEN + 1]; /* sent upstream: the trace id, the proxy's span */
 	unsigned pass_tracestate : 1;	       /* the client's traceparent was taken */
 	unsigned want_timing : 1;	       /* a trusted client asked for X-Accelnet-Timing */
-	unsigned req_close : 1, retried : 1, up_reused : 1;
+	unsigned req_close : 1;
 	unsigned want_key : 1;	    /* the pool balances on the prompt key, read from the body */
 	unsigned llm_wait_over : 1; /* balance: llm: it waited max_wait_ms for its home */
 	unsigned want_model : 1; /* the pool's backends list models: read "model" from the body */
@@ -162,7 +166,6 @@ struct exchange {
 	unsigned view_ok : 1;	 /* ... and it is valid JSON (else x->view_why says why) */
 	unsigned buffering : 1;	 /* reading the body before admission (await_body) */
 	unsigned buf_wait : 1;	 /* ... and waiting for a body buffer to be free */
-	unsigned local_wait : 1; /* its connect found no free descriptor: looks again */
 	unsigned sse_body : 1;	 /* heartbeats if the body asks for a stream: not looked yet */
 	unsigned spilled : 1;	 /* moved to the route's spillover pool */
 	unsigned hedged : 1;	 /* a copy went (or was tried) to a second backend */
@@ -170,8 +173,6 @@ struct exchange {
 	unsigned early_head : 1; /* ... whose event-stream head the proxy has sent */
 	unsigned wrap_tail : 1;	 /* a Content-Length body relayed as one chunk: end it */
 	unsigned wrap_size : 1;	 /* ... whose chunk-size line went out */
-	unsigned retry_tls : 1;	 /* the failed attempt was a TLS handshake: say so if none */
-	int retry_status;	 /* what to answer if the retry finds no backend: 502 or 504 */
 	const char *reply_code;	 /* the "code" of the proxy's next OpenAI error, or NULL */
 	/* the strict view of the whole body (view_ok), read once, read by every stage */
 	struct json_view view;
@@ -184,29 +185,21 @@ struct exchange {
 	uint64_t body_start_ms; /* the request head was read: the body's clocks start */
 	uint64_t rate_mark_ms, rate_mark_bytes; /* the current min_body_rate window began */
 	uint64_t last_ms;			/* last progress */
-	uint64_t local_wait_since; /* local_wait began (it ends after timeouts.connect_ms) */
-	struct waiter wt;	   /* waiting in the pool's queue for a slot */
+	struct waiter wt;			/* waiting in the pool's queue for a slot */
 	uint64_t *llm_blocks; /* balance: llm: the prompt's blocks, lent by the worker (llm.h) */
 	const struct conf_route *route;
 	struct pool_rt *pool;
-	struct backend *be;
-	uint64_t sent_ns;      /* when the request started upstream (connect included) */
+	/* its tries at a backend (attempt.h): the current one, and while hedging a copy of the
+	 * request on a second backend until one answers; both live in tries[] */
+	struct attempt *att, *hedge;
+	struct attempt tries[2];
 	uint64_t last_read_ns; /* the previous read of a streamed response body */
-	/* hedging: a copy of the request on a second backend, until one answers */
-	struct upconn *hedge;
-	struct backend *hedge_be;
-	size_t hedge_off; /* bytes of uphead sent on it */
-	uint64_t hedge_sent_ns;
-	uint64_t hb_next_ms; /* the next heartbeat */
-	struct upconn *up;
-	uint64_t connect_ms; /* when the current connect began */
+	uint64_t hb_next_ms;   /* the next heartbeat */
 	/* the rewritten request head; kept until a response starts, so a retry can resend it */
 	struct buf *uphead;
-	size_t uphead_off;
 	struct http_body req; /* request body: client -> codec's input -> backend */
 	/* response: backend -> up->in -> client */
-	unsigned resp_head : 1, up_reusable : 1, client_keep : 1;
-	unsigned slot_freed : 1;  /* the whole response is in: be's slot went back early */
+	unsigned resp_head : 1, client_keep : 1;
 	unsigned client_full : 1; /* the last write to the client left bytes unsent */
 	uint64_t client_took_ms;  /* the client last took response bytes (timeouts.send_ms) */
 	int status;
@@ -263,9 +256,10 @@ void exchange_free(struct exchange *x);
 /* The worker ends: free the exchanges kept for reuse. */
 void exchange_drain_free(struct worker *w);
 
-/* Let go of the backend slots and upstream connections (closed, never reused). */
+/* End its attempts: the backend slots and upstream connections let go (closed, never
+ * reused). The current attempt keeps its retry facts. */
 void exchange_drop_upstream(struct exchange *x);
-/* Close the hedged copy of the request, if any, and give its slot back. */
+/* End the hedged copy of the request, if any: closed, its slot given back. */
 void exchange_drop_hedge(struct exchange *x);
 
 /* The response has started: nothing to resend, no hedged copy needed any more. */
@@ -273,12 +267,16 @@ void exchange_response_started(struct exchange *x);
 
 /*
  * The backend has given its whole response (it is in the proxy's buffers, on its way to the
- * client): its slot goes back now, so a client that reads slowly holds no accelerator.
- * x->be stays, for the counts; the upstream connection waits until the client has it all.
+ * client): its slot goes back now (attempt_free_slot), so a client that reads slowly holds no
+ * accelerator, and balance: llm hears its work there is done. x->att->be stays, for the
+ * counts; the upstream connection waits until the client has it all.
  */
 void exchange_free_slot(struct exchange *x);
 /* Count a response of <status> (0: aborted) against the backend that gave it, if any. */
-void exchange_count_response(const struct exchange *x, int status);
+static inline void exchange_count_response(const struct exchange *x, int status)
+{
+	attempt_count_response(x->att, status);
+}
 
 /* The proxy's own answer, or a cut connection, through the codec. */
 static inline enum run exchange_reply(struct exchange *x, int status, const char *detail, int keep)
@@ -307,8 +305,5 @@ static inline enum run exchange_abort(struct exchange *x, const char *why)
 {
 	return x->codec->abort(x, why);
 }
-
-/* The upstream connection of <x> had an event: run the connection that carries it. */
-void exchange_on_upstream(void *x);
 
 #endif

@@ -1,5 +1,6 @@
 /*
- * hedge.c - a second copy of a slow idempotent request (see hedge.h).
+ * hedge.c - a second copy of a slow idempotent request (see hedge.h): a second attempt
+ * (attempt.h) in the exchange's other slot, beside the current one until one answers.
  */
 #include "proxy/hedge.h"
 #include "runtime/llm.h"
@@ -14,76 +15,70 @@
 int hedge_due(const struct exchange *x, uint64_t *when)
 {
 	unsigned after = x->pool ? x->pool->conf->hedge_after_ms : 0; /* none before the route */
-	if (!after || x->hedged || x->resp_head || !x->up || x->req.framing != HTTP_BODY_NONE ||
-	    !http_method_idempotent(x->meth) || !x->uphead)
+	if (!after || x->hedged || x->resp_head || !x->att->up ||
+	    x->req.framing != HTTP_BODY_NONE || !http_method_idempotent(x->meth) || !x->uphead)
 		return 0;
-	*when = x->connect_ms + after;
+	*when = x->att->connect_ms + after;
 	return 1;
 }
 
 void hedge_start(struct exchange *x)
 {
 	struct worker *w = x->w;
-	struct pick_hint h = {.exclude = x->be,
+	struct attempt *cur = x->att;
+	struct pick_hint h = {.exclude = cur->be,
 			      .key = x->wt.key,
 			      .has_key = x->wt.has_key,
 			      .model = x->wt.model,
 			      .has_model = x->wt.has_model};
-	int err = 0;
 	x->hedged = 1;
 	struct backend *be = pool_pick(x->pool, loop_now(w->loop), rand_next(&w->rng), &h);
 	if (!be)
 		return; /* no other backend free: keep waiting for the first */
-	struct upconn *up = upconn_get(w, be, &err);
-	if (!up) {
-		admission_release(x->pool, be, loop_now(w->loop), rand_next(&w->rng));
+	/* the slot of tries[] the current attempt does not use; a copy is no second retry */
+	struct attempt *copy = &x->tries[cur == &x->tries[0] ? 1 : 0];
+	*copy = (struct attempt){.retried = cur->retried};
+	attempt_begin(copy, x->pool, be);
+	if (attempt_connect(copy, w, x->conn, x->codec->wake) < 0) {
+		attempt_end(copy, w, 0);
 		return;
 	}
-	upconn_own(up, x, exchange_on_upstream);
-	x->hedge = up;
-	x->hedge_be = be;
-	x->hedge_off = 0;
-	x->hedge_sent_ns = clock_now_ns();
-	backend_count(x->be, PM_BACKEND_HEDGED, 1);
+	x->hedge = copy;
+	backend_count(cur->be, PM_BACKEND_HEDGED, 1);
 }
 
 void hedge_promote(struct exchange *x)
 {
 	struct worker *w = x->w;
-	if (x->up)
-		upconn_close(x->up);
-	if (x->be->llm && x->wt.work) { /* the work counted was the first backend's */
-		llm_done(x->be->llm, x->wt.work);
+	struct attempt *first = x->att;
+	if (first->be->llm && x->wt.work) { /* the work counted was the first backend's */
+		llm_done(first->be->llm, x->wt.work);
 		x->wt.work = 0;
 	}
-	admission_release(x->pool, x->be, loop_now(w->loop), rand_next(&w->rng));
-	x->up = x->hedge;
-	x->be = x->hedge_be;
-	x->sent_ns = x->hedge_sent_ns;
-	x->up_reused = x->up->served > 0;
-	x->uphead_off = x->hedge_off;
+	attempt_end(first, w, 0);
+	x->att = x->hedge;
 	x->hedge = NULL;
-	x->hedge_be = NULL;
-	backend_count(x->be, PM_BACKEND_HEDGE_WINS, 1);
+	backend_count(x->att->be, PM_BACKEND_HEDGE_WINS, 1);
 }
 
 int hedge_run(struct exchange *x)
 {
-	struct upconn *h = x->hedge;
+	struct attempt *copy = x->hedge;
+	struct upconn *h = copy->up;
 	if (h->failed) {
 		exchange_drop_hedge(x);
 		return 0;
 	}
-	if (!h->connecting && h->writable && x->hedge_off < x->uphead->end) {
-		ssize_t n = net_conn_write(&h->conn, x->uphead->data + x->hedge_off,
-					   x->uphead->end - x->hedge_off);
+	if (!h->connecting && h->writable && copy->head_off < x->uphead->end) {
+		ssize_t n = net_conn_write(&h->conn, x->uphead->data + copy->head_off,
+					   x->uphead->end - copy->head_off);
 		if (n > 0)
-			x->hedge_off += (size_t)n;
+			copy->head_off += (size_t)n;
 		else if (n < 0 && n != -EAGAIN && n != -EINTR) {
 			exchange_drop_hedge(x);
 			return 0;
 		}
-		if (x->hedge_off < x->uphead->end)
+		if (copy->head_off < x->uphead->end)
 			h->writable = 0;
 	}
 	if (!h->connecting && h->readable) {

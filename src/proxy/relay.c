@@ -169,7 +169,7 @@ static void note_reported_load(struct exchange *x, const struct http_head *h, ui
 			return; /* not a count: ignore it */
 		depth = depth * 10 + (unsigned)(ch - '0');
 	}
-	backend_report_load(x->be, now_ms, depth);
+	backend_report_load(x->att->be, now_ms, depth);
 }
 
 /* An interim response (100 Continue, 103 Early Hints), head <h> of <len> bytes: pass it on
@@ -179,7 +179,7 @@ static void note_reported_load(struct exchange *x, const struct http_head *h, ui
 static enum run response_interim(struct client *cl, const struct http_head *h, size_t len)
 {
 	struct exchange *x = cl->x;
-	struct upconn *up = x->up;
+	struct upconn *up = x->att->up;
 	x->interim_bytes += (uint32_t)len;
 	if (++x->interims > INTERIM_MAX || x->interim_bytes > INTERIM_BYTES_MAX)
 		return dispatch_failed(x, UP_INTERIM);
@@ -231,7 +231,7 @@ static enum run early_stream_continue(struct client *cl, const struct http_head 
 			 h->status == 200 ? " without a chunked event stream" : "");
 		return exchange_reply(x, h->status == 200 ? 502 : h->status, detail, 1);
 	}
-	buf_consume(x->up->in, len);
+	buf_consume(x->att->up->in, len);
 	if (h->framing == HTTP_BODY_LENGTH) {
 		x->wrap_tail = 1;
 		if (h->content_length) {
@@ -252,21 +252,16 @@ static enum run early_stream_continue(struct client *cl, const struct http_head 
 static enum run answer_from_cache(struct client *cl)
 {
 	struct exchange *x = cl->x;
-	struct upconn *up = x->up;
+	struct upconn *up = x->att->up;
 	exchange_count_response(x, x->status);
 	exchange_free_slot(x);
-	x->be = NULL;
-	x->slot_freed = 0;
-	x->up = NULL;
 	unsigned said = caching_said(x);
-	if ((said == CS_REVAL || said == CS_REQUEST) && up->in &&
-	    buf_len(up->in) == x->w->head.head_len && !(x->w->head.flags & HTTP_F_CLOSE) &&
-	    x->req.done && !x->req.ready) {
+	int reuse = (said == CS_REVAL || said == CS_REQUEST) && up->in &&
+		    buf_len(up->in) == x->w->head.head_len && !(x->w->head.flags & HTTP_F_CLOSE) &&
+		    x->req.done && !x->req.ready;
+	if (reuse)
 		buf_consume(up->in, x->w->head.head_len);
-		upconn_release(up);
-	} else {
-		upconn_close(up);
-	}
+	attempt_end(x->att, x->w, reuse);
 	exchange_response_started(x);
 	x->resp_head = 0; /* the answer's head is the cache's */
 	return hit_run(cl);
@@ -295,7 +290,8 @@ static enum run response_head(struct client *cl)
 {
 	struct exchange *x = cl->x;
 	struct worker *w = cl->w;
-	struct upconn *up = x->up;
+	struct attempt *a = x->att;
+	struct upconn *up = a->up;
 	struct http_head *h = &w->head;
 	int r = http_parse_response(buf_head(up->in), buf_len(up->in), up->in->cap, x->meth, h);
 	if (r == 0)
@@ -309,10 +305,10 @@ static enum run response_head(struct client *cl)
 	if (caching_response_head(x, h))
 		return answer_from_cache(cl);
 	uint64_t now_ns = clock_now_ns();
-	backend_observe(x->pool, x->be, loop_now(w->loop), (now_ns - x->sent_ns) / 1000, h->status);
-	if (x->be->llm && h->status < 400)
-		llm_answered(x->be->llm, x->wt.blocks, x->wt.nblocks, x->wt.missed,
-			     (now_ns - x->sent_ns) / 1000);
+	backend_observe(x->pool, a->be, loop_now(w->loop), (now_ns - a->sent_ns) / 1000, h->status);
+	if (a->be->llm && h->status < 400)
+		llm_answered(a->be->llm, x->wt.blocks, x->wt.nblocks, x->wt.missed,
+			     (now_ns - a->sent_ns) / 1000);
 	/* no pick after a response has begun: the prompt's blocks go back to the worker */
 	llm_blocks_put(&w->llm_spares, x->llm_blocks);
 	x->llm_blocks = NULL;
@@ -326,8 +322,8 @@ static enum run response_head(struct client *cl)
 	xhooks_resp_head(x, h);
 	x->client_keep = !x->req_close && x->minor == 1 && !w->draining &&
 			 h->framing != HTTP_BODY_CLOSE && x->req.done;
-	x->up_reusable = !(h->flags & HTTP_F_CLOSE) && h->minor == 1 && x->minor == 1 &&
-			 h->framing != HTTP_BODY_CLOSE;
+	a->reusable = !(h->flags & HTTP_F_CLOSE) && h->minor == 1 && x->minor == 1 &&
+		      h->framing != HTTP_BODY_CLOSE;
 	if (x->early_head)
 		return early_stream_continue(cl, h, (size_t)r);
 	char timing[160];
@@ -362,12 +358,13 @@ static ssize_t send_gathered(struct net_conn *c, const char *a, size_t alen, con
 static enum run send_upstream(struct client *cl, int *progress)
 {
 	struct exchange *x = cl->x;
-	struct upconn *up = x->up;
-	size_t head_left = x->uphead ? x->uphead->end - x->uphead_off : 0;
+	struct attempt *a = x->att;
+	struct upconn *up = a->up;
+	size_t head_left = x->uphead ? x->uphead->end - a->head_off : 0;
 	if (!head_left && !x->req.ready)
 		return RUN_STAY;
 	ssize_t sent =
-	    send_gathered(&up->conn, head_left ? x->uphead->data + x->uphead_off : NULL, head_left,
+	    send_gathered(&up->conn, head_left ? x->uphead->data + a->head_off : NULL, head_left,
 			  x->req.ready ? buf_head(cl->in) : NULL, x->req.ready);
 	if (sent == -EAGAIN || sent == -EINTR) {
 		up->writable = 0;
@@ -377,7 +374,7 @@ static enum run send_upstream(struct client *cl, int *progress)
 		return dispatch_failed(x, UP_RESET);
 	size_t k = (size_t)sent;
 	size_t from_head = k < head_left ? k : head_left;
-	x->uphead_off += from_head;
+	a->head_off += from_head;
 	k -= from_head;
 	if (k) {
 		buf_consume(cl->in, k);
@@ -396,7 +393,7 @@ static enum run send_upstream(struct client *cl, int *progress)
 static enum run send_client(struct client *cl, int *progress)
 {
 	struct exchange *x = cl->x;
-	struct upconn *up = x->up;
+	struct upconn *up = x->att->up;
 	size_t head_left = client_out_pending(cl);
 	if (!head_left && !x->resp.ready)
 		return RUN_STAY;
@@ -438,7 +435,7 @@ static void note_gap(struct exchange *x)
 {
 	uint64_t now = clock_now_ns();
 	if (x->last_read_ns)
-		backend_observe_us(x->be, PM_BACKEND_GAP, (now - x->last_read_ns) / 1000);
+		backend_observe_us(x->att->be, PM_BACKEND_GAP, (now - x->last_read_ns) / 1000);
 	x->last_read_ns = now;
 }
 
@@ -446,7 +443,7 @@ static void note_gap(struct exchange *x)
 static enum run read_upstream(struct client *cl, int *progress)
 {
 	struct exchange *x = cl->x;
-	struct upconn *up = x->up;
+	struct upconn *up = x->att->up;
 	ssize_t n = worker_read(cl->w, &up->conn, &up->in, &up->readable, up->hup);
 	if (n == 0 || (n < 0 && n != -EAGAIN && n != -ENOSPC)) {
 		if (!x->resp_head)
@@ -464,7 +461,7 @@ static enum run read_upstream(struct client *cl, int *progress)
 		}
 		(void)response_scan(x, up->in); /* the tail is body too */
 		x->resp.done = 1;
-		x->up_reusable = 0;
+		x->att->reusable = 0;
 	}
 	if (n > 0) {
 		*progress = 1;
@@ -493,7 +490,7 @@ static enum run read_client(struct client *cl, int *progress)
 static enum run relay_pass(struct client *cl, int *progress)
 {
 	struct exchange *x = cl->x;
-	struct upconn *up = x->up;
+	struct upconn *up = x->att->up;
 	enum run r;
 	if (up->failed)
 		return dispatch_failed(x, up->tls_failed		    ? UP_TLS
@@ -503,7 +500,7 @@ static enum run relay_pass(struct client *cl, int *progress)
 		x->log.conn_ns = clock_now_ns(); /* the access log's connect time */
 	if (!up->connecting && up->writable && (r = send_upstream(cl, progress)) != RUN_STAY)
 		return r;
-	if (x->up != up)
+	if (x->att->up != up)
 		return RUN_STAY; /* failed over (retried, spilled, promoted): look again */
 	if (!x->req.done && cl->readable && (r = read_client(cl, progress)) != RUN_STAY)
 		return r;
@@ -517,7 +514,7 @@ static enum run relay_pass(struct client *cl, int *progress)
 	if (!x->resp.done && up->readable && !up->connecting &&
 	    (r = read_upstream(cl, progress)) != RUN_STAY)
 		return r;
-	if (x->up != up)
+	if (x->att->up != up)
 		return RUN_STAY;
 	if (!x->resp_head && up->in && buf_len(up->in)) {
 		r = response_head(cl);
@@ -525,7 +522,7 @@ static enum run relay_pass(struct client *cl, int *progress)
 			return r; /* gone, or the exchange ended (answered, failed over) */
 		if (r == RUN_AGAIN)
 			*progress = 1;
-		if (x->up != up)
+		if (x->att->up != up)
 			return RUN_STAY;
 	}
 	if (x->resp_head && response_scan(x, up->in) < 0)
@@ -549,9 +546,9 @@ static enum run relay_pass(struct client *cl, int *progress)
 enum run relay_run(struct client *cl)
 {
 	struct exchange *x = cl->x;
-	if (caching_answers(x) && !x->up)
+	if (caching_answers(x) && !x->att->up)
 		return hit_run(cl); /* the cache answers (client_finish ends it) */
-	if (x->wt.state != W_IDLE || x->local_wait) {
+	if (x->wt.state != W_IDLE || x->att->local_wait) {
 		/* waiting for a slot or a descriptor: only notice a client that gave up */
 		if (cl->hup && !cl->hup_checked && client_gone(cl))
 			return exchange_abort(x, "client closed the connection while queued");
@@ -561,7 +558,7 @@ enum run relay_run(struct client *cl)
 	}
 	for (;;) {
 		int progress = 0;
-		if (x->wt.state != W_IDLE || !x->up)
+		if (x->wt.state != W_IDLE || !x->att->up)
 			return RUN_STAY; /* failed over into a queue: a grant resumes it */
 		if (x->hedge && hedge_run(x))
 			continue; /* the copy answered first: carry on with it */

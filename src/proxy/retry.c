@@ -55,14 +55,15 @@ enum retry_action retry_decide(struct exchange *x, enum up_failure why, int *sta
 			       const char **detail)
 {
 	uint64_t now = loop_now(x->w->loop);
-	struct backend *be = x->be;
+	struct attempt *a = x->att;
+	struct backend *be = a->be;
 	int connect_failed = retry_connect_failed(why);
 
 	if (connect_failed && be) {
 		backend_mark_failed(be, now);
 		if (why == UP_TLS)
 			log_warn("backend %s: TLS handshake failed: %s; out of rotation for %u ms",
-				 be->name, x->up && x->up->tls_error ? x->up->tls_error : "?",
+				 be->name, a->up && a->up->tls_error ? a->up->tls_error : "?",
 				 be->pool->fail_timeout_ms);
 		else
 			log_warn("backend %s: connect failed%s; out of rotation for %u ms",
@@ -73,17 +74,17 @@ enum retry_action retry_decide(struct exchange *x, enum up_failure why, int *sta
 		return RETRY_TO_HEDGE;
 	/* a kept-alive connection the backend had closed is not the backend failing: that
 	 * retry is free; one after a failed connect spends the pool's retry budget */
-	int stale = why == UP_RESET && x->up_reused && http_method_idempotent(x->meth);
-	if (!x->retried && !x->resp_head && x->req.sent == 0 &&
+	int stale = why == UP_RESET && a->up_reused && http_method_idempotent(x->meth);
+	if (!a->retried && !x->resp_head && x->req.sent == 0 &&
 	    (stale || (connect_failed && pool_retry_allowed(x->pool)))) {
-		x->retry_status = why == UP_CONNECT_TIMEOUT ? 504 : 502;
-		x->retry_tls = why == UP_TLS;
+		a->retry_status = why == UP_CONNECT_TIMEOUT ? 504 : 502;
+		a->retry_tls = why == UP_TLS;
 		return RETRY_AGAIN;
 	}
 	if (be && !connect_failed)
 		log_warn("backend %s: %s", be->name, failure_text(why));
 	if (be && why == UP_TIMEOUT && !x->resp_head) /* a gateway timeout: latency and a failure */
-		backend_observe(x->pool, be, now, (clock_now_ns() - x->sent_ns) / 1000, 504);
+		backend_observe(x->pool, be, now, (clock_now_ns() - a->sent_ns) / 1000, 504);
 	failure_answer(why, status, detail);
 	return RETRY_NO;
 }

@@ -16,7 +16,7 @@
 
 enum retry_action {
 	RETRY_NO,	/* answer *status / *detail, or cut the response if it started */
-	RETRY_AGAIN,	/* try another backend (x->retry_status says what to answer if none) */
+	RETRY_AGAIN,	/* try another backend (x->att->retry_status: what to answer if none) */
 	RETRY_TO_HEDGE, /* the hedged copy takes over */
 };
 
@@ -26,8 +26,8 @@ static inline int retry_connect_failed(enum up_failure why)
 	return why == UP_CONNECT || why == UP_CONNECT_TIMEOUT || why == UP_TLS;
 }
 
-/* The attempt of <x> failed for <why> (not UP_LOCAL): note it against the backend and
- * decide. */
+/* The current attempt of <x> failed for <why> (not UP_LOCAL): note it against the backend
+ * and decide. */
 enum retry_action retry_decide(struct exchange *x, enum up_failure why, int *status,
 			       const char **detail);
 

@@ -171,7 +171,7 @@ static enum run codec_abort(struct exchange *x, const char *why)
 {
 	struct client *cl = x->conn;
 	log_debug("%s: exchange aborted: %s", cl->ip, why);
-	if (x->be)
+	if (x->att->be)
 		exchange_count_response(x, 0);
 	client_close(cl);
 	return RUN_GONE;

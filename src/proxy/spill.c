@@ -13,7 +13,7 @@ void spill_move(struct exchange *x)
 		admission_withdraw(x->pool, &x->wt, loop_now(w->loop), rand_next(&w->rng),
 				   WITHDRAW_SPILL);
 	x->spilled = 1;
-	x->retried = 0; /* the other pool is admitted afresh */
+	x->att->retried = 0; /* the other pool is admitted afresh */
 	x->pool = &w->rt->pools[x->route->spill_pool];
 	x->wt.has_key = 0;
 	pool_count(x->pool, PM_POOL_SPILLED_IN, 1);

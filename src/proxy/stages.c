@@ -339,7 +339,8 @@ static enum run stage_tokens(struct exchange *x)
  * API answers an unknown model. */
 static enum run stage_admit(struct exchange *x)
 {
-	if (x->be || x->wt.state != W_IDLE || x->spilled || x->retried || caching_answers(x))
+	if (x->att->be || x->wt.state != W_IDLE || x->spilled || x->att->retried ||
+	    caching_answers(x))
 		return RUN_AGAIN; /* dispatched already: granted, queued, or moved on; or the
 				     cache answers (stale-if-error, from a failed dispatch) */
 	if (x->wt.has_model && !models_served(&x->pool->models, x->wt.model)) {

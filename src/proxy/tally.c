@@ -94,10 +94,10 @@ static void note_events(struct exchange *x, struct tally_x *c, uint64_t n, uint6
 	struct metrics_shard *sh = x->w->shard;
 	size_t r = (size_t)(x->route - x->w->conf->routes);
 	if (!c->first_ns) {
-		uint64_t us = now > x->sent_ns ? (now - x->sent_ns) / 1000 : 0;
+		uint64_t us = now > x->att->sent_ns ? (now - x->att->sent_ns) / 1000 : 0;
 		metrics_observe(sh, PM_ROUTE_TTFT, r, us);
-		if (x->be)
-			metrics_observe(sh, PM_BACKEND_TTFT, x->be->id, us);
+		if (x->att->be)
+			metrics_observe(sh, PM_BACKEND_TTFT, x->att->be->id, us);
 		c->first_ns = c->last_ns = now;
 		n--;
 	}
@@ -107,10 +107,10 @@ static void note_events(struct exchange *x, struct tally_x *c, uint64_t n, uint6
 	metrics_observe(sh, PM_ROUTE_TOKEN_GAP, r, us);
 	if (n > 1)
 		metrics_observe_n(sh, PM_ROUTE_TOKEN_GAP, r, 0, n - 1);
-	if (x->be) {
-		metrics_observe(sh, PM_BACKEND_TOKEN_GAP, x->be->id, us);
+	if (x->att->be) {
+		metrics_observe(sh, PM_BACKEND_TOKEN_GAP, x->att->be->id, us);
 		if (n > 1)
-			metrics_observe_n(sh, PM_BACKEND_TOKEN_GAP, x->be->id, 0, n - 1);
+			metrics_observe_n(sh, PM_BACKEND_TOKEN_GAP, x->att->be->id, 0, n - 1);
 	}
 	c->last_ns = now;
 }

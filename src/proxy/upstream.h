@@ -3,9 +3,10 @@
  * pools.tls), and keeping idle ones per worker and per backend for reuse (LIFO, so the
  * warmest is reused and the coldest expire).
  *
- * A connection in use belongs to its owner (an exchange), which registered a callback for
- * its readiness events; the connection only records them (readable, writable, hup, a
- * failed connect) and calls the owner, which moves the bytes through up->conn.
+ * A connection in use belongs to an attempt (attempt.h), whose owner registered a callback
+ * for its readiness events (an exchange's: the codec's wake of the connection that carries
+ * it); the connection only records them (readable, writable, hup, a failed connect) and
+ * calls the owner, which moves the bytes through up->conn.
  *
  * For a TLS pool the connection stays "connecting" until its handshake is done: the
  * handshake runs here, one non-blocking step per readiness event, and the owner hears of

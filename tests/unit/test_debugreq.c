@@ -51,6 +51,7 @@ static void make(struct exchange *x, const char *id, uint64_t ago_ms)
 {
 	memset(x, 0, sizeof(*x));
 	x->w = &w;
+	x->att = &x->tries[0]; /* not dispatched: its attempt holds nothing */
 	snprintf(x->reqid, sizeof(x->reqid), "%s", id);
 	snprintf(x->traceparent, sizeof(x->traceparent), "00-%032x-%016x-01", 7, 9);
 	x->log.start_ms = loop_now(w.loop) - ago_ms;

@@ -1,0 +1,65 @@
+/*
+ * attempt.c - an attempt's bookkeeping: its slot taken and given back once, its connection
+ * taken, kept alive or closed (see attempt.h).
+ */
+#include "proxy/attempt.h"
+#include "core/clock.h"
+#include "core/rand.h"
+#include "proxy/admission.h"
+#include "runtime/proxy_metric.h"
+
+void attempt_begin(struct attempt *a, struct pool_rt *pool, struct backend *be)
+{
+	a->pool = pool;
+	a->be = be;
+	a->up = NULL;
+	a->local_wait = 0;
+	a->up_reused = 0;
+	a->reusable = 0;
+	a->slot_freed = 0;
+	a->head_off = 0;
+}
+
+int attempt_connect(struct attempt *a, struct worker *w, void *owner, void (*on_event)(void *owner))
+{
+	int err = 0;
+	a->up = upconn_get(w, a->be, &err);
+	if (!a->up)
+		return err;
+	upconn_own(a->up, owner, on_event);
+	a->local_wait = 0;
+	a->up_reused = a->up->served > 0;
+	a->head_off = 0;
+	a->connect_ms = loop_now(w->loop);
+	a->sent_ns = clock_now_ns();
+	return 0;
+}
+
+void attempt_free_slot(struct attempt *a, struct worker *w)
+{
+	if (!a->be || a->slot_freed)
+		return;
+	admission_release(a->pool, a->be, loop_now(w->loop), rand_next(&w->rng));
+	a->slot_freed = 1;
+}
+
+void attempt_count_response(const struct attempt *a, int status)
+{
+	unsigned cls = status >= 100 && status < 600 ? (unsigned)status / 100 : 0;
+	if (a->be)
+		backend_count_response(a->be, (int)cls);
+}
+
+void attempt_end(struct attempt *a, struct worker *w, int reuse)
+{
+	struct upconn *up = a->up;
+	a->up = NULL;
+	if (up && reuse && (!up->in || !buf_len(up->in)))
+		upconn_release(up);
+	else if (up)
+		upconn_close(up);
+	attempt_free_slot(a, w);
+	a->be = NULL;
+	a->slot_freed = 0;
+	a->reusable = 0;
+}
