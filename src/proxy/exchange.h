@@ -158,6 +158,7 @@ struct exchange {
 	unsigned wrap_tail : 1;	 /* a Content-Length body relayed as one chunk: end it */
 	unsigned wrap_size : 1;	 /* ... whose chunk-size line went out */
 	unsigned retry_tls : 1;	 /* the failed attempt was a TLS handshake: say so if none */
+	unsigned tunnel : 1;	 /* a WebSocket handshake its route tunnels (tunnel.h) */
 	int retry_status;	 /* what to answer if the retry finds no backend: 502 or 504 */
 	const char *reply_code;	 /* the "code" of the proxy's next OpenAI error, or NULL */
 	/* the strict view of the whole body (view_ok), read once, read by every stage */

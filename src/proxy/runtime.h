@@ -130,6 +130,9 @@ enum proxy_metric {
 	PM_PROCESS_CLUSTER_KEYS,
 	PM_PROCESS_CLUSTER_PREFIXES_SENT,
 	PM_PROCESS_CLUSTER_PREFIXES_RECEIVED,
+	PM_PROCESS_TUNNELS_OPEN, /* WebSocket tunnels (proxy/tunnel.h) */
+	PM_PROCESS_TUNNEL_BYTES, /* series: enum tunnel_way */
+	PM_PROCESS_TUNNELS_CLOSED, /* series: enum tunnel_end */
 	/* per route (proxy/tally.c) */
 	PM_ROUTE_NAME,
 	PM_ROUTE_REQUESTS, /* series: route index * PM_CLASSES + class */
@@ -154,6 +157,10 @@ enum cache_evict_reason {
 	CACHE_EVICT_REPLACED,
 	CACHE_EVICT_REASONS
 };
+
+/* A tunnel's two ways, and why tunnels end (proxy/tunnel.h). */
+enum tunnel_way { TUNNEL_TO_BACKEND, TUNNEL_TO_CLIENT, TUNNEL_WAYS };
+enum tunnel_end { TUNNEL_END_CLOSED, TUNNEL_END_IDLE, TUNNEL_END_DRAIN, TUNNEL_END_ERROR, TUNNEL_ENDS };
 
 /* The tokens of an LLM response, by kind. */
 enum token_kind { TOKENS_PROMPT, TOKENS_COMPLETION, PM_KINDS };
@@ -298,6 +305,7 @@ struct runtime {
 	/* the admin API's maintenance: 0 off, else new requests are answered 503 with this
 	 * Retry-After, in seconds (proxy/manage.h) */
 	atomic_uint maintenance;
+	atomic_uint tunnels; /* WebSocket tunnels open (limits.max_tunnels; proxy/tunnel.h) */
 };
 
 int runtime_create(const struct conf *conf, struct runtime **out);
