@@ -139,10 +139,17 @@ static int read_admin(struct rules_ctx *x, const struct rule *r, yaml_node_t *v,
 	}
 
 static const struct rule timeout_rules[] = {
-    TIMEOUT(connect_ms, 1),    TIMEOUT(header_ms, 1),	     TIMEOUT(idle_ms, 1),
-    TIMEOUT(first_byte_ms, 1), TIMEOUT(between_bytes_ms, 1), TIMEOUT(shutdown_ms, 0),
-    TIMEOUT(body_ms, 0),       TIMEOUT(send_ms, 0),	     TIMEOUT(tunnel_idle_ms, 1),
-    TIMEOUT(tunnel_drain_ms, 0), RULES_END,
+    TIMEOUT(connect_ms, 1),
+    TIMEOUT(header_ms, 1),
+    TIMEOUT(idle_ms, 1),
+    TIMEOUT(first_byte_ms, 1),
+    TIMEOUT(between_bytes_ms, 1),
+    TIMEOUT(shutdown_ms, 0),
+    TIMEOUT(body_ms, 0),
+    TIMEOUT(send_ms, 0),
+    TIMEOUT(tunnel_idle_ms, 1),
+    TIMEOUT(tunnel_drain_ms, 0),
+    RULES_END,
 };
 
 /* limits.path: normalize | refuse (enum conf_path's order) */

@@ -2,7 +2,6 @@
  * client.c - a client connection's buffers, its writes and its end (see client.h).
  */
 #include "proxy/client.h"
-#include "proxy/tunnel.h"
 #include "proxy/upstream.h"
 
 #include <errno.h>
@@ -98,7 +97,6 @@ int client_pending(const struct client *cl)
 void client_close(struct client *cl)
 {
 	struct worker *w = cl->w;
-	tunnel_free(cl);
 	if (cl->x) {
 		exchange_free(cl->x);
 		cl->x = NULL;

@@ -58,7 +58,7 @@ struct client {
 	struct exchange *x; /* the exchange under way, or NULL */
 	const struct conf_tls *tls_conf; /* its listener's tls: section, or NULL */
 	struct net_tls_facts *tls_facts; /* after the handshake (malloc'd), or NULL */
-	struct tunnel *tunnel;		 /* in C_TUNNEL (tunnel.h), or NULL */
+	struct tunnel *tunnel; /* in C_TUNNEL (tunnel.h: freed by tunnel_free()), or NULL */
 };
 
 /* cl->out, taken if need be and compacted so its room is at the end; NULL without memory. */

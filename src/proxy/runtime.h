@@ -130,8 +130,8 @@ enum proxy_metric {
 	PM_PROCESS_CLUSTER_KEYS,
 	PM_PROCESS_CLUSTER_PREFIXES_SENT,
 	PM_PROCESS_CLUSTER_PREFIXES_RECEIVED,
-	PM_PROCESS_TUNNELS_OPEN, /* WebSocket tunnels (proxy/tunnel.h) */
-	PM_PROCESS_TUNNEL_BYTES, /* series: enum tunnel_way */
+	PM_PROCESS_TUNNELS_OPEN,   /* WebSocket tunnels (proxy/tunnel.h) */
+	PM_PROCESS_TUNNEL_BYTES,   /* series: enum tunnel_way */
 	PM_PROCESS_TUNNELS_CLOSED, /* series: enum tunnel_end */
 	/* per route (proxy/tally.c) */
 	PM_ROUTE_NAME,
@@ -160,7 +160,13 @@ enum cache_evict_reason {
 
 /* A tunnel's two ways, and why tunnels end (proxy/tunnel.h). */
 enum tunnel_way { TUNNEL_TO_BACKEND, TUNNEL_TO_CLIENT, TUNNEL_WAYS };
-enum tunnel_end { TUNNEL_END_CLOSED, TUNNEL_END_IDLE, TUNNEL_END_DRAIN, TUNNEL_END_ERROR, TUNNEL_ENDS };
+enum tunnel_end {
+	TUNNEL_END_CLOSED,
+	TUNNEL_END_IDLE,
+	TUNNEL_END_DRAIN,
+	TUNNEL_END_ERROR,
+	TUNNEL_ENDS
+};
 
 /* The tokens of an LLM response, by kind. */
 enum token_kind { TOKENS_PROMPT, TOKENS_COMPLETION, PM_KINDS };

@@ -666,6 +666,7 @@ void session_close_idle(struct worker *w, int all)
 		next = list_next(&w->clients, n);
 		struct client *cl = container_of(n, struct client, link);
 		if (all) {
+			tunnel_free(cl);
 			client_close(cl);
 		} else if (cl->state == C_HEAD && (!cl->in || !buf_len(cl->in))) {
 			session_arm_timer(cl); /* closed DRAIN_IDLE_MS from now, or answered */

@@ -20,12 +20,12 @@
 #include <strings.h>
 
 struct tunnel {
-	uint64_t last_ms;	   /* a byte last moved, either way */
+	uint64_t last_ms;	    /* a byte last moved, either way */
 	uint64_t sent[TUNNEL_WAYS]; /* bytes relayed each way */
-	unsigned client_eof : 1;   /* the client ended its side ... */
-	unsigned backend_eof : 1;  /* ... the backend its */
-	unsigned backend_shut : 1; /* the backend was told (our sending side shut) */
-	unsigned client_shut : 1;  /* ... the client was */
+	unsigned client_eof : 1;    /* the client ended its side ... */
+	unsigned backend_eof : 1;   /* ... the backend its */
+	unsigned backend_shut : 1;  /* the backend was told (our sending side shut) */
+	unsigned client_shut : 1;   /* ... the client was */
 };
 
 /* Is the field <name> of <h> one token <tok>, case-insensitively? */
@@ -146,13 +146,14 @@ static enum run tunnel_close(struct client *cl, enum tunnel_end why)
 	struct worker *w = cl->w;
 	count(w, PM_PROCESS_TUNNELS_CLOSED, why, 1);
 	log_debug("%s: tunnel closed (%s): %llu bytes to the backend, %llu to the client", cl->ip,
-		  why == TUNNEL_END_CLOSED ? "closed"
-		  : why == TUNNEL_END_IDLE ? "idle"
+		  why == TUNNEL_END_CLOSED  ? "closed"
+		  : why == TUNNEL_END_IDLE  ? "idle"
 		  : why == TUNNEL_END_DRAIN ? "drain"
 					    : "error",
 		  (unsigned long long)t->sent[TUNNEL_TO_BACKEND],
 		  (unsigned long long)t->sent[TUNNEL_TO_CLIENT]);
 	exchange_count_response(cl->x, 101);
+	tunnel_free(cl);
 	client_close(cl);
 	return RUN_GONE;
 }

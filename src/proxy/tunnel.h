@@ -62,7 +62,8 @@ uint64_t tunnel_deadline(const struct client *cl);
 /* Its timer fired: close it (idle, or the drain's time is up), unless it moved since. */
 enum run tunnel_on_timer(struct client *cl);
 
-/* The connection closes: count the tunnel out and free it. */
+/* The connection is about to close (the worker ends): count the tunnel out and free it.
+ * Nothing for a connection that is not a tunnel. */
 void tunnel_free(struct client *cl);
 
 #endif
