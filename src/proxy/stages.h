@@ -1,8 +1,8 @@
 /*
  * stages.h - the path of one request through the proxy, as an ordered list of stages.
  *
- *   model -> route -> address -> guard -> models -> classify -> forward -> head done -> body
- *   -> tokens -> admit -> relay
+ *   model -> route -> address -> guard -> models -> classify -> upgrade -> forward -> head done
+ *   -> body -> tokens -> admit -> relay
  *
  * model reads the start of the body when the route depends on its "model" (routes.match.model;
  * nothing otherwise); route picks the route and pool (404 when none matches); address spends
@@ -10,8 +10,9 @@
  * costs a check; guard lets in only who the route admits (routes.auth: 401, 403) and spends
  * the tenant's and route's rates and concurrency (429); models answers GET /v1/models on an
  * api: openai route from the config (when backends list models); classify gives the request its
- * tenant, priority class, affinity key and streaming (heartbeat) wishes; forward writes the request
- * head the backend will get (431 when it does not fit); head done lets the codec take the
+ * tenant, priority class, affinity key and streaming (heartbeat) wishes; upgrade marks a
+ * WebSocket handshake its route tunnels (tunnel.h: 503 past limits.max_tunnels); forward writes the
+ * request head the backend will get (431 when it does not fit); head done lets the codec take the
  * head off its input (and answer "100 Continue"); body reads the request body before
  * admission when the route needs it whole (relay.h); tokens reserves what the request may
  * cost of its tenant's tokens_per_minute (429 before it can take a slot); admit finds a
