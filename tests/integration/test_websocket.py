@@ -2,11 +2,14 @@
 websockets) through the proxy to a real websockets server started here as the backend."""
 
 import asyncio
+import base64
 import hashlib
 import json
 import os
+import re
 import resource
 import signal
+import socket
 import ssl
 import subprocess
 import threading
@@ -14,7 +17,7 @@ import threading
 import websockets
 
 from harness import (BIN, ScriptedBackend, Skip, free_port, metrics_text, pool_yaml, prom_samples,
-                     raw, wait_until)
+                     raw, read_all, read_until, wait_until)
 
 KEYS = "acme sk-acme-0123456789abcdef\n"
 
@@ -372,3 +375,106 @@ def test_websocket_over_a_tls_listener(env):
                 assert await ws.recv() == msg
     asyncio.run(run())
     assert be.handshakes == 1
+
+
+class RawWsBackend:
+    """A backend that accepts one WebSocket handshake by hand (a right Sec-WebSocket-Accept)
+    and then runs <after>(sock) on the raw connection: for what a library hides (half-close,
+    a peer that does not read)."""
+
+    def __init__(self, after):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.after = after
+        self.result = None
+        self.done = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        conn, _ = self.sock.accept()
+        with conn:
+            head = read_until(conn, lambda b: b"\r\n\r\n" in b)
+            key = re.search(rb"(?i)sec-websocket-key: *(\S+)", head).group(1)
+            accept = base64.b64encode(hashlib.sha1(key + WS_GUID).digest())
+            conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                         b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+            try:
+                self.result = self.after(conn)
+            finally:
+                self.done.set()
+
+    def close(self):
+        self.sock.close()
+
+
+WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def _raw_handshake(port):
+    s = socket.create_connection(("127.0.0.1", port), timeout=15)
+    s.sendall(b"GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+              b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    head = read_until(s, lambda b: b"\r\n\r\n" in b)
+    assert head.startswith(b"HTTP/1.1 101 "), head
+    assert b"s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" in head, head  # the backend's, passed on
+    return s, head[head.index(b"\r\n\r\n") + 4:]
+
+
+def test_half_close_is_passed_on_and_the_other_way_stays_open(env):
+    def after(conn):
+        got = read_all(conn)  # until the client's end reaches us
+        conn.sendall(b"got %d bytes" % len(got))
+        return got
+    be = RawWsBackend(after)
+    env.on_cleanup.append(be.close)
+    px = _proxy(env, be)
+    s, early = _raw_handshake(px.port)
+    with s:
+        s.sendall(b"x" * 100000)
+        s.shutdown(socket.SHUT_WR)  # our end: the backend must see it ...
+        rest = read_all(s, early)   # ... and still answer, then end its side too
+    assert be.done.wait(15) and be.result == b"x" * 100000
+    assert rest == b"got 100000 bytes", rest[:100]
+    wait_until(lambda: _metric(px, "accelnet_tunnels_closed_total", reason="closed") == 1,
+               "the tunnel closed when both sides had ended")
+
+
+def test_backpressure_a_client_that_does_not_read_stops_the_backend(env):
+    total = 200 << 20
+    pushed = [0]
+    stalled = threading.Event()
+
+    def after(conn):
+        block = memoryview(os.urandom(1 << 16))
+        conn.settimeout(3)  # no byte taken for this long: the pipe is full
+        while pushed[0] < total:
+            try:
+                pushed[0] += conn.send(block[:min(len(block), total - pushed[0])])
+            except socket.timeout:
+                if stalled.is_set():
+                    raise
+                stalled.set()
+                conn.settimeout(60)  # the client reads again: the rest goes
+        conn.shutdown(socket.SHUT_WR)
+    be = RawWsBackend(after)
+    env.on_cleanup.append(be.close)
+    px = _proxy(env, be)
+    s, early = _raw_handshake(px.port)
+    with s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
+        # not reading: the proxy stops reading the backend once its buffer to us is full
+        wait_until(stalled.is_set, "the backend held back", timeout=60)
+        held = pushed[0]
+        assert held < total // 4, held
+        assert _samples(px)[("accelnet_buffer_bytes", ())] <= 4 * 33 * 1024
+        n = len(early)
+        while True:
+            chunk = s.recv(1 << 20)
+            if not chunk:
+                break
+            n += len(chunk)
+    assert be.done.wait(15)
+    assert n == total, (n, total)
+    print(f"a client that does not read held the backend at {held >> 20} MiB of {total >> 20}")
