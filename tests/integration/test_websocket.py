@@ -382,7 +382,8 @@ class RawWsBackend:
     and then runs <after>(sock) on the raw connection: for what a library hides (half-close,
     a peer that does not read)."""
 
-    def __init__(self, after):
+    def __init__(self, after, first=b""):
+        self.first = first  # bytes sent in the same write as the 101
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(8)
@@ -396,10 +397,12 @@ class RawWsBackend:
         conn, _ = self.sock.accept()
         with conn:
             head = read_until(conn, lambda b: b"\r\n\r\n" in b)
+            self.behind = head[head.index(b"\r\n\r\n") + 4:]
             key = re.search(rb"(?i)sec-websocket-key: *(\S+)", head).group(1)
             accept = base64.b64encode(hashlib.sha1(key + WS_GUID).digest())
             conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
-                         b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+                         b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n" +
+                         self.first)
             try:
                 self.result = self.after(conn)
             finally:
@@ -412,10 +415,11 @@ class RawWsBackend:
 WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
-def _raw_handshake(port):
+def _raw_handshake(port, behind=b""):
     s = socket.create_connection(("127.0.0.1", port), timeout=15)
     s.sendall(b"GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
-              b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+              b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n" +
+              behind)
     head = read_until(s, lambda b: b"\r\n\r\n" in b)
     assert head.startswith(b"HTTP/1.1 101 "), head
     assert b"s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" in head, head  # the backend's, passed on
@@ -478,3 +482,42 @@ def test_backpressure_a_client_that_does_not_read_stops_the_backend(env):
     assert be.done.wait(15)
     assert n == total, (n, total)
     print(f"a client that does not read held the backend at {held >> 20} MiB of {total >> 20}")
+
+
+def test_bytes_right_behind_either_head_go_through(env):
+    # a client that sends its first frame in the same write as its handshake, and a backend
+    # that sends its first frame in the same write as its 101: neither is lost or reordered
+    def after(conn):
+        got = be.behind
+        while len(got) < 9:
+            got += conn.recv(100)
+        conn.sendall(b" second")
+        return got
+    be = RawWsBackend(after, first=b"first")
+    env.on_cleanup.append(be.close)
+    px = _proxy(env, be)
+    s, early = _raw_handshake(px.port, behind=b"pipelined")
+    with s:
+        got = read_until(s, lambda b: b.endswith(b"second"), early)
+    assert got == b"first second", got
+    assert be.done.wait(15) and be.result == b"pipelined", be.result
+
+
+def test_sigterm_closes_tunnels_after_tunnel_drain_ms_and_exits(env):
+    be = _backend(env)
+    px = _proxy(env, be, extra="timeouts: {tunnel_drain_ms: 500, shutdown_ms: 60000}\n")
+
+    async def run():
+        async with _connect(px.port) as ws:
+            await ws.send("hi")
+            assert await ws.recv() == "hi"
+            px.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(ws.recv(), 30)
+                raise AssertionError("a message on a tunnel of a stopping proxy")
+            except websockets.ConnectionClosed:
+                pass
+    asyncio.run(run())
+    # its last connection gone, the proxy exits at once, long before shutdown_ms
+    assert px.wait(30) == 0, env.log(px)
+    assert "every connection finished" in env.log(px), env.log(px)
