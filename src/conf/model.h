@@ -268,6 +268,7 @@ struct conf_route {
 	struct conf_rate_limit *rate_limit; /* NULL: no limit */
 	unsigned api;			    /* CONF_API_*: the shape of the proxy's own errors */
 	unsigned access_log;		    /* 0: this route's requests are not logged */
+	unsigned websocket; /* a WebSocket handshake becomes a tunnel (proxy/tunnel.h) */
 	struct conf_route_cache cache;
 };
 
@@ -286,6 +287,8 @@ struct conf_timeouts {
 	unsigned connect_ms, header_ms, idle_ms, first_byte_ms, between_bytes_ms, shutdown_ms;
 	unsigned body_ms; /* the whole request body, from the end of the head; 0: no limit */
 	unsigned send_ms; /* a client that takes no response bytes this long is cut; 0: never */
+	unsigned tunnel_idle_ms;  /* a tunnel with no byte either way this long is closed */
+	unsigned tunnel_drain_ms; /* draining: an open tunnel is closed this long after */
 };
 
 struct conf_limits {
@@ -301,6 +304,7 @@ struct conf_limits {
 	struct conf_rate accept_rate_per_ip;  /* new connections per address; n 0: no limit */
 	uint64_t max_buffer_memory; /* buffers lent, all workers; past it new clients are shed */
 	unsigned path;		    /* enum conf_path: a request path not in normal form */
+	unsigned max_tunnels;	    /* open WebSocket tunnels, all workers; more get 503 */
 };
 
 /* limits.path: what a request path not in its normal form (http/target.h) gets */

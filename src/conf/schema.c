@@ -139,9 +139,17 @@ static int read_admin(struct rules_ctx *x, const struct rule *r, yaml_node_t *v,
 	}
 
 static const struct rule timeout_rules[] = {
-    TIMEOUT(connect_ms, 1),    TIMEOUT(header_ms, 1),	     TIMEOUT(idle_ms, 1),
-    TIMEOUT(first_byte_ms, 1), TIMEOUT(between_bytes_ms, 1), TIMEOUT(shutdown_ms, 0),
-    TIMEOUT(body_ms, 0),       TIMEOUT(send_ms, 0),	     RULES_END,
+    TIMEOUT(connect_ms, 1),
+    TIMEOUT(header_ms, 1),
+    TIMEOUT(idle_ms, 1),
+    TIMEOUT(first_byte_ms, 1),
+    TIMEOUT(between_bytes_ms, 1),
+    TIMEOUT(shutdown_ms, 0),
+    TIMEOUT(body_ms, 0),
+    TIMEOUT(send_ms, 0),
+    TIMEOUT(tunnel_idle_ms, 1),
+    TIMEOUT(tunnel_drain_ms, 0),
+    RULES_END,
 };
 
 /* limits.path: normalize | refuse (enum conf_path's order) */
@@ -176,6 +184,7 @@ static const struct rule limit_rules[] = {
     {"max_buffer_memory", RULE_SIZE, offsetof(struct conf_limits, max_buffer_memory), 0, UINT64_MAX,
      NULL, NULL},
     {"path", RULE_SECTION, offsetof(struct conf_limits, path), 0, 0, NULL, read_limits_path},
+    {"max_tunnels", RULE_UINT, offsetof(struct conf_limits, max_tunnels), 0, 10000000, NULL, NULL},
     RULES_END,
 };
 
@@ -634,6 +643,7 @@ static const struct rule route_rules[] = {
     {"cache", RULE_SECTION, offsetof(struct conf_route, cache), 0, 0, schema_route_cache_rules,
      schema_read_route_cache},
     {"access_log", RULE_BOOL, offsetof(struct conf_route, access_log), 0, 0, NULL, NULL},
+    {"websocket", RULE_BOOL, offsetof(struct conf_route, websocket), 0, 0, NULL, NULL},
     RULES_END,
 };
 
@@ -820,6 +830,8 @@ void schema_set_defaults(struct conf *c)
 	    .shutdown_ms = 10000,
 	    .body_ms = 60000,
 	    .send_ms = 15000,
+	    .tunnel_idle_ms = 300000,
+	    .tunnel_drain_ms = 30000,
 	};
 	c->limits = (struct conf_limits){
 	    .max_connections = 100000,
@@ -830,6 +842,7 @@ void schema_set_defaults(struct conf *c)
 	    .max_uri_bytes = 8192,
 	    .max_headers = CONF_MAX_HEADERS,
 	    .max_buffer_memory = 512u << 20,
+	    .max_tunnels = 10000,
 	};
 }
 

@@ -202,6 +202,8 @@ int rewrite_request(char *buf, size_t cap, const struct http_head *req,
 		puts_(&o, "Transfer-Encoding: chunked\r\n");
 	else if (req->flags & HTTP_F_HAS_CL)
 		put_content_length(&o, req->content_length);
+	if (info->upgrade)
+		puts_(&o, "Connection: Upgrade\r\nUpgrade: websocket\r\n");
 	/* X-Forwarded-For: the earlier hops a trusted proxy reports, then this client */
 	puts_(&o, "X-Forwarded-For: ");
 	for (unsigned i = 0; info->trusted && i < req->nheaders; i++) {
@@ -280,7 +282,9 @@ int rewrite_response(char *buf, size_t cap, const struct http_head *resp, int ke
 		puts_(&o, timing);
 		put(&o, "\r\n", 2);
 	}
-	if (!keep_alive)
+	if (resp->status == 101)
+		puts_(&o, "Connection: Upgrade\r\nUpgrade: websocket\r\n");
+	else if (!keep_alive)
 		puts_(&o, "Connection: close\r\n");
 	put(&o, "\r\n", 2);
 	return finish(&o);

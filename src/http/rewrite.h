@@ -4,7 +4,9 @@
  *
  * Pure functions from a parsed head to bytes in a caller's buffer, so the unit tests check
  * exactly what goes on the wire. Hop-by-hop fields (RFC 9110 section 7.6.1: Connection and
- * every field it names, Keep-Alive, Proxy-Connection, TE, Upgrade) never cross the proxy.
+ * every field it names, Keep-Alive, Proxy-Connection, TE, Upgrade) never cross the proxy:
+ * a WebSocket handshake the proxy tunnels (routes.websocket) gets its own "Connection:
+ * Upgrade" and "Upgrade: websocket", written here, never the client's or backend's.
  * Framing is never copied from the message: one Transfer-Encoding: chunked or Content-Length
  * field is written from what the parser decided, so no Connection option, duplicate or list
  * can make the next hop frame the body differently from us (request smuggling). Bodies are
@@ -53,6 +55,7 @@ struct rewrite_request_info {
 	 * control byte reaches the backend) */
 	const struct rewrite_field *set;
 	unsigned nset;
+	int upgrade; /* a WebSocket handshake to tunnel: Connection: Upgrade, Upgrade: websocket */
 };
 
 /*
@@ -64,9 +67,10 @@ int rewrite_request(char *out, size_t cap, const struct http_head *req,
 
 /*
  * Write the client response head for the upstream response <resp>. <keep_alive>: whether the
- * client connection stays open after this response. <request_id> (or NULL) replaces any
- * X-Request-Id of the backend's; <timing> (or NULL) is the X-Accelnet-Timing value, and the
- * backend's own field of that name never passes. Returns its length or -1.
+ * client connection stays open after this response; a 101 (only ever passed for a tunnelled
+ * WebSocket handshake) says Connection: Upgrade, Upgrade: websocket instead. <request_id> (or NULL)
+ * replaces any X-Request-Id of the backend's; <timing> (or NULL) is the X-Accelnet-Timing value,
+ * and the backend's own field of that name never passes. Returns its length or -1.
  */
 int rewrite_response(char *out, size_t cap, const struct http_head *resp, int keep_alive,
 		     const char *request_id, const char *timing);

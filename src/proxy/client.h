@@ -28,6 +28,7 @@ enum client_state {
 	C_EXCHANGE,  /* an exchange is under way */
 	C_REPLY,     /* writing a response the proxy made itself */
 	C_LINGER,    /* our side is shut; reading until the client closes */
+	C_TUNNEL,    /* a WebSocket tunnel to the exchange's backend (tunnel.h) */
 };
 
 struct client {
@@ -57,6 +58,7 @@ struct client {
 	struct exchange *x; /* the exchange under way, or NULL */
 	const struct conf_tls *tls_conf; /* its listener's tls: section, or NULL */
 	struct net_tls_facts *tls_facts; /* after the handshake (malloc'd), or NULL */
+	struct tunnel *tunnel; /* in C_TUNNEL (tunnel.h: freed by tunnel_free()), or NULL */
 };
 
 /* cl->out, taken if need be and compacted so its room is at the end; NULL without memory. */

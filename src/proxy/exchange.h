@@ -173,6 +173,7 @@ struct exchange {
 	unsigned early_head : 1; /* ... whose event-stream head the proxy has sent */
 	unsigned wrap_tail : 1;	 /* a Content-Length body relayed as one chunk: end it */
 	unsigned wrap_size : 1;	 /* ... whose chunk-size line went out */
+	unsigned tunnel : 1;	 /* a WebSocket handshake its route tunnels (tunnel.h) */
 	const char *reply_code;	 /* the "code" of the proxy's next OpenAI error, or NULL */
 	/* the strict view of the whole body (view_ok), read once, read by every stage */
 	struct json_view view;

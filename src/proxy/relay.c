@@ -16,6 +16,7 @@
 #include "runtime/pick.h"
 #include "runtime/proxy_metric.h"
 #include "proxy/xhooks.h"
+#include "proxy/tunnel.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -296,10 +297,12 @@ static enum run response_head(struct client *cl)
 	int r = http_parse_response(buf_head(up->in), buf_len(up->in), up->in->cap, x->meth, h);
 	if (r == 0)
 		return buf_len(up->in) == up->in->cap ? dispatch_failed(x, UP_BAD) : RUN_STAY;
-	if (r < 0 || h->status == 101)
+	if (r < 0 || (h->status == 101 && !tunnel_accepts(x, h)))
 		return dispatch_failed(x, UP_BAD);
 	if (!client_out_buf(cl))
 		return exchange_abort(x, "out of memory");
+	if (h->status == 101)
+		return tunnel_start(cl, h, (size_t)r);
 	if (h->status < 200)
 		return response_interim(cl, h, (size_t)r);
 	if (caching_response_head(x, h))
@@ -518,8 +521,8 @@ static enum run relay_pass(struct client *cl, int *progress)
 		return RUN_STAY;
 	if (!x->resp_head && up->in && buf_len(up->in)) {
 		r = response_head(cl);
-		if (r == RUN_GONE || (r == RUN_AGAIN && cl->x != x))
-			return r; /* gone, or the exchange ended (answered, failed over) */
+		if (r == RUN_GONE || (r == RUN_AGAIN && (cl->x != x || cl->state == C_TUNNEL)))
+			return r; /* gone, the exchange ended (answered, failed over), a tunnel */
 		if (r == RUN_AGAIN)
 			*progress = 1;
 		if (x->att->up != up)

@@ -30,6 +30,7 @@
 #include "proxy/shed.h"
 #include "proxy/sse.h"
 #include "proxy/stages.h"
+#include "proxy/tunnel.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -529,6 +530,9 @@ static void session_arm_timer(struct client *cl)
 					       ? t->send_ms
 					       : t->between_bytes_ms);
 		break;
+	case C_TUNNEL:
+		deadline = tunnel_deadline(cl);
+		break;
 	default:
 		deadline = cl->phase_ms + LINGER_MS;
 		break;
@@ -552,6 +556,9 @@ void session_run(struct client *cl)
 			break;
 		case C_REPLY:
 			r = run_reply(cl);
+			break;
+		case C_TUNNEL:
+			r = tunnel_run(cl);
 			break;
 		default:
 			r = run_linger(cl);
@@ -584,6 +591,9 @@ static void session_on_timer(struct loop_timer *t)
 		return;
 	case C_EXCHANGE:
 		r = deadline_fire(cl->x, loop_now(cl->w->loop));
+		break;
+	case C_TUNNEL:
+		r = tunnel_on_timer(cl);
 		break;
 	default:
 		client_close(cl);
@@ -658,9 +668,12 @@ void session_close_idle(struct worker *w, int all)
 		next = list_next(&w->clients, n);
 		struct client *cl = container_of(n, struct client, link);
 		if (all) {
+			tunnel_free(cl);
 			client_close(cl);
 		} else if (cl->state == C_HEAD && (!cl->in || !buf_len(cl->in))) {
 			session_arm_timer(cl); /* closed DRAIN_IDLE_MS from now, or answered */
+		} else if (cl->state == C_TUNNEL) {
+			session_arm_timer(cl); /* closed timeouts.tunnel_drain_ms from now */
 		}
 	}
 	if (all) {

@@ -12,6 +12,7 @@
 #include "proxy/route.h"
 #include "proxy/sse.h"
 #include "runtime/pick.h"
+#include "proxy/tunnel.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -278,8 +279,16 @@ static unsigned forward_tls_fields(const struct exchange *x, struct rewrite_fiel
 	return drop_other_names(x->w->conf, a ? a->identity_header : NULL, f, n);
 }
 
+/* A WebSocket handshake on a route with websocket: true is marked for a tunnel (tunnel.h). */
+static enum run stage_upgrade(struct exchange *x)
+{
+	return tunnel_stage(x);
+}
+
 static enum run stage_cache(struct exchange *x)
 {
+	if (x->tunnel)
+		return RUN_AGAIN; /* a tunnel is never the cache's */
 	return caching_stage_lookup(x);
 }
 
@@ -307,6 +316,7 @@ static enum run stage_forward(struct exchange *x)
 	    .strip_credentials = x->route->auth && !x->route->auth->pass_credentials,
 	    .set = set,
 	    .nset = forward_tls_fields(x, set),
+	    .upgrade = x->tunnel,
 	};
 	info.nset += caching_forward_fields(x, set + info.nset, etag, lm, sizeof(lm));
 	if (!(x->uphead = buf_get(&x->w->bufs)))
@@ -364,6 +374,7 @@ enum stage_id {
 	STAGE_GUARD,
 	STAGE_MODELS,
 	STAGE_CLASSIFY,
+	STAGE_UPGRADE,
 	STAGE_CACHE,
 	STAGE_FORWARD,
 	STAGE_HEAD_DONE, /* the stages up to this one see x->head, and never wait */
@@ -381,6 +392,7 @@ static const struct stage stage_list[] = {
     [STAGE_GUARD] = {"guard", stage_guard},
     [STAGE_MODELS] = {"models", stage_models},
     [STAGE_CLASSIFY] = {"classify", stage_classify},
+    [STAGE_UPGRADE] = {"upgrade", stage_upgrade},
     [STAGE_CACHE] = {"cache", stage_cache},
     [STAGE_FORWARD] = {"forward", stage_forward},
     [STAGE_HEAD_DONE] = {"head done", stage_head_done},

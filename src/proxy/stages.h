@@ -1,8 +1,8 @@
 /*
  * stages.h - the path of one request through the proxy, as an ordered list of stages.
  *
- *   model -> route -> address -> guard -> models -> classify -> cache -> forward -> head done
- *   -> body -> cache serve -> tokens -> admit -> relay
+ *   model -> route -> address -> guard -> models -> classify -> upgrade -> cache -> forward
+ *   -> head done -> body -> cache serve -> tokens -> admit -> relay
  *
  * model reads the start of the body when the route depends on its "model" (routes.match.model;
  * nothing otherwise); route picks the route and pool (404 when none matches); address spends
@@ -10,9 +10,10 @@
  * costs a check; guard lets in only who the route admits (routes.auth: 401, 403) and spends
  * the tenant's and route's rates and concurrency (429); models answers GET /v1/models on an
  * api: openai route from the config (when backends list models); classify gives the request its
- * tenant, priority class, affinity key and streaming (heartbeat) wishes; cache looks a GET or
- * HEAD up in the route's response cache (routes.cache: a hit, another request's fill to wait
- * on, or a fill of its own), or marks an inference POST to be looked up once its body is read
+ * tenant, priority class, affinity key and streaming (heartbeat) wishes; upgrade marks a
+ * WebSocket handshake its route tunnels (tunnel.h: 503 past limits.max_tunnels); cache looks a GET
+ * or HEAD up in the route's response cache (routes.cache: a hit, another request's fill to wait on,
+ * or a fill of its own), or marks an inference POST to be looked up once its body is read
  * (caching.h); forward writes the request head the backend will get (431 when it does not
  * fit; none on a hit but for a stale-while-revalidate refresh); head done lets the codec take
  * the head off its input (and answer "100 Continue"); body reads the request body before

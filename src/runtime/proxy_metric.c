@@ -251,6 +251,15 @@ static double read_alog_dropped(const void *ctx, size_t i)
 	return (double)accesslog_dropped(rt->alog);
 }
 
+static const char *const tunnel_way_names[TUNNEL_WAYS] = {"to_backend", "to_client"};
+static const char *const tunnel_end_names[TUNNEL_ENDS] = {"closed", "idle", "drain", "error"};
+
+static double read_tunnels(const void *ctx, size_t i)
+{
+	(void)i;
+	return RELAXED(((const struct runtime *)ctx)->tunnels);
+}
+
 static double read_config_generation(const void *ctx, size_t i)
 {
 	(void)i;
@@ -762,6 +771,22 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 					      NULL, .space = SPACE_PROCESS,
 					      .json = "cluster_prefixes_received",
 					      .json_as = MJ_UINT, .read = read_cluster_received},
+    [PM_PROCESS_TUNNELS_OPEN] =
+	{"accelnet_tunnels_open", METRIC_GAUGE,
+	 "WebSocket tunnels open now (routes.websocket, limits.max_tunnels)", NULL,
+	 .space = SPACE_PROCESS, .json = "tunnels_open", .json_as = MJ_UINT, .read = read_tunnels},
+    [PM_PROCESS_TUNNEL_BYTES] = {"accelnet_tunnel_bytes_total", METRIC_COUNTER,
+				 "bytes relayed through WebSocket tunnels, by direction", "bytes",
+				 .space = SPACE_PROCESS, .sub_label = "direction",
+				 .sub_values = tunnel_way_names, .nsub = TUNNEL_WAYS,
+				 .json = "tunnel_bytes", .json_as = MJ_UINT},
+    [PM_PROCESS_TUNNELS_CLOSED] =
+	{"accelnet_tunnels_closed_total", METRIC_COUNTER,
+	 "WebSocket tunnels ended: closed by either side, idle past "
+	 "timeouts.tunnel_idle_ms, cut by a drain (timeouts.tunnel_drain_ms), "
+	 "or a failed read or write",
+	 NULL, .space = SPACE_PROCESS, .sub_label = "reason", .sub_values = tunnel_end_names,
+	 .nsub = TUNNEL_ENDS, .json = "tunnels_closed", .json_as = MJ_UINT},
     [PM_ROUTE_NAME] = {ROUTE, JSON_ONLY("name", MJ_STRING), .read_str = read_route_name},
     [PM_ROUTE_REQUESTS] = {"accelnet_route_requests_total", METRIC_COUNTER,
 			   "requests by the status class the client got (aborted: cut before "

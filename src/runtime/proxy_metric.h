@@ -107,6 +107,9 @@ enum proxy_metric {
 	PM_PROCESS_CLUSTER_KEYS,
 	PM_PROCESS_CLUSTER_PREFIXES_SENT,
 	PM_PROCESS_CLUSTER_PREFIXES_RECEIVED,
+	PM_PROCESS_TUNNELS_OPEN,   /* WebSocket tunnels (proxy/tunnel.h) */
+	PM_PROCESS_TUNNEL_BYTES,   /* series: enum tunnel_way */
+	PM_PROCESS_TUNNELS_CLOSED, /* series: enum tunnel_end */
 	/* per route (proxy/tally.c) */
 	PM_ROUTE_NAME,
 	PM_ROUTE_REQUESTS, /* series: route index * PM_CLASSES + class */
@@ -133,6 +136,16 @@ enum cache_evict_reason {
 };
 
 /* The tokens of an LLM response, by kind. */
+/* A tunnel's two ways, and why tunnels end (proxy/tunnel.h). */
+enum tunnel_way { TUNNEL_TO_BACKEND, TUNNEL_TO_CLIENT, TUNNEL_WAYS };
+enum tunnel_end {
+	TUNNEL_END_CLOSED,
+	TUNNEL_END_IDLE,
+	TUNNEL_END_DRAIN,
+	TUNNEL_END_ERROR,
+	TUNNEL_ENDS
+};
+
 enum token_kind { TOKENS_PROMPT, TOKENS_COMPLETION, PM_KINDS };
 
 /* Why a new client connection was closed as it was accepted (proxy/shed.h). */

@@ -161,6 +161,13 @@ FAMILIES = {  # name: (type, help)
                                              "instances (balance: llm without kv_events)"),
     "accelnet_cluster_prefixes_received_total": ("counter", "the other instances' prompts taken "
                                                  "into this one's prefix indexes"),
+    "accelnet_tunnels_open": ("gauge", "WebSocket tunnels open now (routes.websocket, "
+                              "limits.max_tunnels)"),
+    "accelnet_tunnel_bytes_total": ("counter", "bytes relayed through WebSocket tunnels, by "
+                                    "direction"),
+    "accelnet_tunnels_closed_total": ("counter", "WebSocket tunnels ended: closed by either side, "
+                                      "idle past timeouts.tunnel_idle_ms, cut by a drain "
+                                      "(timeouts.tunnel_drain_ms), or a failed read or write"),
     "accelnet_route_requests_total": ("counter", "requests by the status class the client got "
                                       "(aborted: cut before the whole response)"),
     "accelnet_route_request_duration_seconds": ("histogram", "request head read to the "

@@ -186,6 +186,45 @@ static void framing_is_written_anew(void **state)
 	assert_non_null(strstr(out, "Content-Length: 5\r\n"));
 }
 
+/* A WebSocket handshake the proxy tunnels: its own Connection: Upgrade and Upgrade:
+ * websocket go upstream (the client's own Upgrade value never does), the Sec-WebSocket-*
+ * fields pass; without the flag the Upgrade is dropped as any hop-by-hop field. The 101
+ * back says the same, whatever the backend's Connection named. */
+static void websocket_handshake_keeps_its_upgrade(void **state)
+{
+	(void)state;
+	struct rewrite_request_info info = {
+	    .client_ip = "10.1.2.3", .request_id = "req-1", .upstream_minor = 1, .upgrade = 1};
+	parse_req("GET /ws HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, Upgrade, X-Hop\r\n"
+		  "Upgrade: WebSocket, evil/1\r\nX-Hop: 1\r\nSec-WebSocket-Key: abc==\r\n"
+		  "Sec-WebSocket-Version: 13\r\n\r\n");
+	int n = rewrite_request(out, sizeof(out), &h, &info);
+	assert_true(n > 0);
+	out[n] = '\0';
+	assert_non_null(strstr(out, "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"));
+	assert_non_null(strstr(out, "Sec-WebSocket-Key: abc==\r\n"));
+	assert_non_null(strstr(out, "Sec-WebSocket-Version: 13\r\n"));
+	assert_null(strstr(out, "evil"));
+	assert_null(strstr(out, "X-Hop"));
+	assert_null(strstr(out, "keep-alive"));
+	info.upgrade = 0;
+	n = rewrite_request(out, sizeof(out), &h, &info);
+	out[n] = '\0';
+	assert_null(strstr(out, "pgrade"));
+	assert_non_null(strstr(out, "Sec-WebSocket-Key: abc==\r\n"));
+	const char *t = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+			"Connection: Upgrade, X-B\r\nX-B: 1\r\nSec-WebSocket-Accept: xyz=\r\n\r\n";
+	assert_true(http_parse_response(t, strlen(t), 32768, HTTP_GET, &h) > 0);
+	n = rewrite_response(out, sizeof(out), &h, 0, "req-1", NULL);
+	assert_true(n > 0);
+	out[n] = '\0';
+	assert_true(strncmp(out, "HTTP/1.1 101 Switching Protocols\r\n", 34) == 0);
+	assert_non_null(strstr(out, "Sec-WebSocket-Accept: xyz=\r\n"));
+	assert_non_null(strstr(out, "Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n"));
+	assert_null(strstr(out, "X-B"));
+	assert_null(strstr(out, "close"));
+}
+
 static void request_id_kept_if_sane(void **state)
 {
 	(void)state;
@@ -477,6 +516,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(request_is_rewritten),
+	    cmocka_unit_test(websocket_handshake_keeps_its_upgrade),
 	    cmocka_unit_test(forwarded_proto_says_tls),
 	    cmocka_unit_test(identity_replaces_credentials),
 	    cmocka_unit_test(proxy_set_fields_cannot_be_forged_or_split),

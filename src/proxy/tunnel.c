@@ -1,0 +1,244 @@
+/*
+ * tunnel.c - the WebSocket tunnel's handshake checks, its pump, its timer and its counts
+ * (see tunnel.h).
+ *
+ * The pump is one function run for each way: read the source into its buffer while there
+ * is room, write the buffer to the sink while it takes it. The readiness flags are edges
+ * (a side read until EAGAIN, written until a short write), so a way that stops because the
+ * sink is full resumes on the sink's write edge, and one that stops because the buffer is
+ * full resumes as soon as the sink has taken some of it, in the same pass.
+ */
+#include "proxy/tunnel.h"
+#include "core/clock.h"
+#include "core/log.h"
+#include "proxy/client.h"
+#include "proxy/upstream.h"
+#include "runtime/proxy_metric.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+struct tunnel {
+	uint64_t last_ms;	    /* a byte last moved, either way */
+	uint64_t sent[TUNNEL_WAYS]; /* bytes relayed each way */
+	unsigned client_eof : 1;    /* the client ended its side ... */
+	unsigned backend_eof : 1;   /* ... the backend its */
+	unsigned backend_shut : 1;  /* the backend was told (our sending side shut) */
+	unsigned client_shut : 1;   /* ... the client was */
+};
+
+/* Is the field <name> of <h> one token <tok>, case-insensitively? */
+static int field_is(const struct http_head *h, const char *name, const char *tok)
+{
+	const struct http_header *f = http_find_only_header(h, name);
+	size_t n = strlen(tok);
+	return f && f->value.len == n && strncasecmp(f->value.p, tok, n) == 0;
+}
+
+/* A WebSocket opening handshake (RFC 6455 section 4.1) as HTTP/1.1 frames one. */
+static int asks_websocket(const struct http_head *h)
+{
+	return h->meth == HTTP_GET && h->minor == 1 && h->framing == HTTP_BODY_NONE &&
+	       (h->flags & HTTP_F_UPGRADE) && field_is(h, "upgrade", "websocket");
+}
+
+static void count(struct worker *w, enum proxy_metric id, size_t series, uint64_t n)
+{
+	metrics_add(metrics_shard_self(w->rt->metrics), id, series, n);
+}
+
+static int tunnels_full(const struct worker *w, unsigned open)
+{
+	unsigned max = w->conf->limits.max_tunnels;
+	return max && open >= max;
+}
+
+enum run tunnel_stage(struct exchange *x)
+{
+	if (!x->route->websocket || !asks_websocket(x->head))
+		return RUN_AGAIN;
+	if (tunnels_full(x->w, atomic_load_explicit(&x->w->rt->tunnels, memory_order_relaxed)))
+		return exchange_reply(x, 503, "limits.max_tunnels WebSocket tunnels are open", 0);
+	x->tunnel = 1;
+	return RUN_AGAIN;
+}
+
+int tunnel_accepts(const struct exchange *x, const struct http_head *h)
+{
+	/* not after an early event-stream head (sse.h): the client has a 200 already */
+	return x->tunnel && !x->early_head && (h->flags & HTTP_F_UPGRADE) &&
+	       field_is(h, "upgrade", "websocket");
+}
+
+enum run tunnel_start(struct client *cl, const struct http_head *h, size_t len)
+{
+	struct exchange *x = cl->x;
+	struct worker *w = cl->w;
+	struct upconn *up = x->att->up;
+	unsigned open = atomic_fetch_add_explicit(&w->rt->tunnels, 1, memory_order_relaxed);
+	struct tunnel *t = NULL;
+	if (tunnels_full(w, open))
+		goto fail;
+	t = calloc(1, sizeof(*t));
+	int n = t ? rewrite_response(cl->out->data + cl->out->end, buf_room(cl->out), h, 1,
+				     x->reqid, NULL)
+		  : -1;
+	if (n < 0)
+		goto fail;
+	cl->out->end += (uint32_t)n;
+	buf_consume(up->in, len);
+	x->status = 101;
+	x->log.ttfb_ns = clock_now_ns();
+	exchange_response_started(x);
+	t->last_ms = loop_now(w->loop);
+	cl->tunnel = t;
+	cl->state = C_TUNNEL;
+	cl->readable = 1; /* frames may have come behind the head */
+	up->readable = 1;
+	return RUN_AGAIN;
+fail:
+	atomic_fetch_sub_explicit(&w->rt->tunnels, 1, memory_order_relaxed);
+	if (!t)
+		return exchange_reply(x, 503, "limits.max_tunnels WebSocket tunnels are open", 0);
+	free(t);
+	return exchange_reply(x, 502, "the backend's 101 head does not fit", 0);
+}
+
+/*
+ * One way: read <src> into *b while it has room (not after the end, *eof), write *b to <dst>
+ * while it takes bytes, give *b back once empty. Bytes written are added to *sent. 0, or
+ * -errno when a side failed.
+ */
+static int pump(struct worker *w, struct net_conn *src, int *readable, int hup, struct buf **b,
+		struct net_conn *dst, int *writable, unsigned *eof, uint64_t *sent, int *moved)
+{
+	if (*readable && !*eof) {
+		ssize_t n = worker_read(w, src, b, readable, hup);
+		if (n == 0)
+			*eof = 1;
+		else if (n > 0)
+			*moved = 1;
+		else if (n != -EAGAIN && n != -ENOSPC)
+			return (int)n;
+	}
+	if (*b && buf_len(*b) && *writable) {
+		ssize_t n = net_conn_write(dst, buf_head(*b), buf_len(*b));
+		if (n == -EAGAIN || n == -EINTR) {
+			*writable = 0;
+		} else if (n < 0) {
+			return (int)n;
+		} else {
+			buf_consume(*b, (size_t)n);
+			*sent += (uint64_t)n;
+			*moved = 1;
+			if (buf_len(*b))
+				*writable = 0; /* a short write: its socket buffer is full */
+		}
+	}
+	if (*b && !buf_len(*b))
+		worker_buf_release(w, b);
+	return 0;
+}
+
+/* End the tunnel for <why>: counted, logged with the exchange, connection closed. */
+static enum run tunnel_close(struct client *cl, enum tunnel_end why)
+{
+	struct tunnel *t = cl->tunnel;
+	struct worker *w = cl->w;
+	count(w, PM_PROCESS_TUNNELS_CLOSED, why, 1);
+	log_debug("%s: tunnel closed (%s): %llu bytes to the backend, %llu to the client", cl->ip,
+		  why == TUNNEL_END_CLOSED  ? "closed"
+		  : why == TUNNEL_END_IDLE  ? "idle"
+		  : why == TUNNEL_END_DRAIN ? "drain"
+					    : "error",
+		  (unsigned long long)t->sent[TUNNEL_TO_BACKEND],
+		  (unsigned long long)t->sent[TUNNEL_TO_CLIENT]);
+	exchange_count_response(cl->x, 101);
+	tunnel_free(cl);
+	client_close(cl);
+	return RUN_GONE;
+}
+
+enum run tunnel_run(struct client *cl)
+{
+	struct tunnel *t = cl->tunnel;
+	struct exchange *x = cl->x;
+	struct upconn *up = x->att->up;
+	struct worker *w = cl->w;
+	for (;;) {
+		int moved = 0, err = 0;
+		uint64_t to_be = t->sent[TUNNEL_TO_BACKEND], to_cl = t->sent[TUNNEL_TO_CLIENT];
+		unsigned ceof = t->client_eof, beof = t->backend_eof;
+		if (client_flush(cl) < 0) /* the 101 head */
+			return tunnel_close(cl, TUNNEL_END_ERROR);
+		worker_buf_release(w, &cl->out);
+		err = pump(w, &cl->conn, &cl->readable, cl->hup, &cl->in, &up->conn, &up->writable,
+			   &ceof, &t->sent[TUNNEL_TO_BACKEND], &moved);
+		if (!err && !client_out_pending(cl))
+			err = pump(w, &up->conn, &up->readable, up->hup, &up->in, &cl->conn,
+				   &cl->writable, &beof, &t->sent[TUNNEL_TO_CLIENT], &moved);
+		t->client_eof = ceof;
+		t->backend_eof = beof;
+		x->req.sent += t->sent[TUNNEL_TO_BACKEND] - to_be; /* what the access log says */
+		x->resp.sent += t->sent[TUNNEL_TO_CLIENT] - to_cl;
+		if (t->sent[TUNNEL_TO_BACKEND] > to_be)
+			count(w, PM_PROCESS_TUNNEL_BYTES, TUNNEL_TO_BACKEND,
+			      t->sent[TUNNEL_TO_BACKEND] - to_be);
+		if (t->sent[TUNNEL_TO_CLIENT] > to_cl)
+			count(w, PM_PROCESS_TUNNEL_BYTES, TUNNEL_TO_CLIENT,
+			      t->sent[TUNNEL_TO_CLIENT] - to_cl);
+		if (err) {
+			log_debug("%s: tunnel: %s", cl->ip, strerror(-err));
+			return tunnel_close(cl, TUNNEL_END_ERROR);
+		}
+		/* an end is passed on once what came before it has gone */
+		if (t->client_eof && !cl->in && !t->backend_shut) {
+			net_conn_shutdown(&up->conn);
+			t->backend_shut = 1;
+		}
+		if (t->backend_eof && !up->in && !client_out_pending(cl) && !t->client_shut) {
+			net_conn_shutdown(&cl->conn);
+			t->client_shut = 1;
+		}
+		if (t->backend_shut && t->client_shut)
+			return tunnel_close(cl, TUNNEL_END_CLOSED);
+		if (!moved)
+			return RUN_STAY;
+		t->last_ms = loop_now(w->loop);
+	}
+}
+
+/* When the drain cuts it: timeouts.tunnel_drain_ms after its worker began draining. */
+static uint64_t drain_end(const struct client *cl)
+{
+	return cl->w->drain_ms + cl->w->conf->timeouts.tunnel_drain_ms;
+}
+
+uint64_t tunnel_deadline(const struct client *cl)
+{
+	uint64_t idle = cl->tunnel->last_ms + cl->w->conf->timeouts.tunnel_idle_ms;
+	if (cl->w->draining && drain_end(cl) < idle)
+		return drain_end(cl);
+	return idle;
+}
+
+enum run tunnel_on_timer(struct client *cl)
+{
+	uint64_t now = loop_now(cl->w->loop);
+	if (cl->w->draining && now >= drain_end(cl))
+		return tunnel_close(cl, TUNNEL_END_DRAIN);
+	if (now >= cl->tunnel->last_ms + cl->w->conf->timeouts.tunnel_idle_ms)
+		return tunnel_close(cl, TUNNEL_END_IDLE);
+	return RUN_AGAIN; /* it moved since the timer was set */
+}
+
+void tunnel_free(struct client *cl)
+{
+	if (!cl->tunnel)
+		return;
+	atomic_fetch_sub_explicit(&cl->w->rt->tunnels, 1, memory_order_relaxed);
+	free(cl->tunnel);
+	cl->tunnel = NULL;
+}
