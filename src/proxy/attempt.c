@@ -3,6 +3,7 @@
  * taken, kept alive or closed (see attempt.h).
  */
 #include "proxy/attempt.h"
+#include "core/check.h"
 #include "core/clock.h"
 #include "core/rand.h"
 #include "proxy/admission.h"
@@ -10,6 +11,7 @@
 
 void attempt_begin(struct attempt *a, struct pool_rt *pool, struct backend *be)
 {
+	ASSERT(!a->be && !a->up); /* what it held was let go: a slot is never lost */
 	a->pool = pool;
 	a->be = be;
 	a->up = NULL;

@@ -59,8 +59,8 @@ struct attempt {
 
 /*
  * Begin <a> on <be>, a slot of which it now holds (picked or granted in <pool>). What was
- * held before must have been let go (attempt_end); the retry facts (retried, retry_status,
- * retry_tls) stay as the one who begins a retry set them.
+ * held before must have been let go (attempt_end: asserted); the retry facts (retried,
+ * retry_status, retry_tls) stay as the one who begins a retry set them.
  */
 void attempt_begin(struct attempt *a, struct pool_rt *pool, struct backend *be);
 
