@@ -155,6 +155,7 @@ static enum run tunnel_close(struct client *cl, enum tunnel_end why)
 		  (unsigned long long)t->sent[TUNNEL_TO_BACKEND],
 		  (unsigned long long)t->sent[TUNNEL_TO_CLIENT]);
 	exchange_count_response(cl->x, 101);
+	cl->x->relayed = !client_out_pending(cl); /* the route's figures: a 101 once it went */
 	tunnel_free(cl);
 	client_close(cl);
 	return RUN_GONE;
