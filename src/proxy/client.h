@@ -1,6 +1,7 @@
 /*
  * client.h - one client connection: its transport, its buffers and where its HTTP/1 state
- * machine stands (session.c drives it; relay.c moves its exchange's bytes).
+ * machine stands (session.c drives it; relay.c moves its exchange's bytes, tunnel.c those of a
+ * WebSocket tunnel).
  *
  * Buffers come from the worker's pools and go back when empty, so an idle connection holds
  * none. A request body being read whole before admission may outgrow a plain buffer into a

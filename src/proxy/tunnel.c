@@ -79,12 +79,16 @@ enum run tunnel_start(struct client *cl, const struct http_head *h, size_t len)
 	struct upconn *up = x->att->up;
 	unsigned open = atomic_fetch_add_explicit(&w->rt->tunnels, 1, memory_order_relaxed);
 	struct tunnel *t = NULL;
+	const char *why = "limits.max_tunnels WebSocket tunnels are open";
+	int status = 503, n = -1;
 	if (tunnels_full(w, open))
 		goto fail;
-	t = calloc(1, sizeof(*t));
-	int n = t ? rewrite_response(cl->out->data + cl->out->end, buf_room(cl->out), h, 1,
-				     x->reqid, NULL)
-		  : -1;
+	why = "out of memory";
+	if (!(t = calloc(1, sizeof(*t))))
+		goto fail;
+	n = rewrite_response(cl->out->data + cl->out->end, buf_room(cl->out), h, 1, x->reqid, NULL);
+	why = "the backend's 101 head does not fit";
+	status = 502;
 	if (n < 0)
 		goto fail;
 	cl->out->end += (uint32_t)n;
@@ -100,10 +104,8 @@ enum run tunnel_start(struct client *cl, const struct http_head *h, size_t len)
 	return RUN_AGAIN;
 fail:
 	atomic_fetch_sub_explicit(&w->rt->tunnels, 1, memory_order_relaxed);
-	if (!t)
-		return exchange_reply(x, 503, "limits.max_tunnels WebSocket tunnels are open", 0);
 	free(t);
-	return exchange_reply(x, 502, "the backend's 101 head does not fit", 0);
+	return exchange_reply(x, status, why, 0);
 }
 
 /*
@@ -156,6 +158,7 @@ static enum run tunnel_close(struct client *cl, enum tunnel_end why)
 		  (unsigned long long)t->sent[TUNNEL_TO_BACKEND],
 		  (unsigned long long)t->sent[TUNNEL_TO_CLIENT]);
 	exchange_count_response(cl->x, 101);
+	cl->x->relayed = !client_out_pending(cl); /* the route's figures: a 101 once it went */
 	tunnel_free(cl);
 	client_close(cl);
 	return RUN_GONE;

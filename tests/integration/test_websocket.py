@@ -113,6 +113,7 @@ def test_websocket_echo_through_the_proxy(env):
     wait_until(lambda: _metric(px, "accelnet_tunnels_closed_total", reason="closed") == 1,
                "the tunnel counted closed")
     assert _metric(px, "accelnet_tunnels_open") == 0
+    assert _metric(px, "accelnet_route_requests_total", route="0", **{"class": "1xx"}) == 1
     to_be = _metric(px, "accelnet_tunnel_bytes_total", direction="to_backend")
     to_cl = _metric(px, "accelnet_tunnel_bytes_total", direction="to_client")
     assert to_be > 70000 and to_cl > 70000, (to_be, to_cl)
