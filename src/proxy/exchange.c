@@ -63,7 +63,10 @@ struct exchange *exchange_new(struct worker *w, void *conn, const struct exchang
 	struct exchange *x = n ? container_of(n, struct exchange, link) : malloc(block);
 	if (!x)
 		return NULL;
-	memset(x, 0, block); /* the features' contexts with it */
+	/* the exchange, then the features' contexts: two calls, as one of this size goes to
+	 * rep stosb, which costs a request some 2,000 counted instructions */
+	memset(x, 0, sizeof(*x));
+	memset((char *)x + sizeof(*x), 0, block - sizeof(*x));
 	x->w = w;
 	x->conn = conn;
 	x->codec = codec;
