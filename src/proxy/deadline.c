@@ -80,7 +80,7 @@ uint64_t deadline_next(const struct exchange *x, uint64_t now)
 	const struct conf_timeouts *t = &x->w->conf->timeouts;
 	uint64_t deadline;
 	if (caching_hit_waiting(x, &deadline)) {
-		/* a coalesced wait for a fill's head */
+		/* a coalesced wait for a fill's head: until it ends */
 	} else if (x->local_wait) {
 		deadline = now + LOCAL_WAIT_MS; /* bounded in dispatch.c */
 	} else if (x->wt.state != W_IDLE) {
@@ -142,8 +142,7 @@ enum run deadline_fire(struct exchange *x, uint64_t now)
 	}
 	if (x->local_wait)
 		return dispatch_attach_again(x); /* a descriptor may have freed */
-	uint64_t fill_wait;
-	if (caching_hit_waiting(x, &fill_wait))
+	if (caching_hit_waiting(x, NULL))
 		return RUN_AGAIN; /* the wait for the fill's head is over: hit.h gives it up */
 	if (body_due && now >= body_due)
 		return RUN_AGAIN; /* a good rate window ended: the next one is armed */
