@@ -986,7 +986,8 @@ int caching_hit_complete(const struct exchange *x)
 int caching_hit_waiting(const struct exchange *x, uint64_t *until)
 {
 	const struct caching_x *cx = caching_ctx(x);
-	*until = cx->hit_wait_until;
+	if (until)
+		*until = cx->hit_wait_until;
 	return cx->cobj && !cx->hit_started;
 }
 

@@ -98,7 +98,7 @@ const struct cache_obj *caching_answers(const struct exchange *x);
  * goes to the backend): nothing goes upstream. */
 int caching_hit_complete(const struct exchange *x);
 /* Is the answer from the object not started yet (a coalesced wait for a fill's head)?
- * *until: when that wait ends (loop ms). */
+ * *until (unless NULL): when that wait ends (loop ms). */
 int caching_hit_waiting(const struct exchange *x, uint64_t *until);
 /* What Cache-Status says of the exchange (enum cache_said). */
 unsigned caching_said(const struct exchange *x);

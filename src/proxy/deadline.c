@@ -82,7 +82,7 @@ uint64_t deadline_next(const struct exchange *x, uint64_t now)
 	const struct attempt *a = x->att;
 	uint64_t deadline;
 	if (caching_hit_waiting(x, &deadline)) {
-		/* a coalesced wait for a fill's head */
+		/* a coalesced wait for a fill's head: until it ends */
 	} else if (a->local_wait) {
 		deadline = now + LOCAL_WAIT_MS; /* bounded in dispatch.c */
 	} else if (x->wt.state != W_IDLE) {
@@ -144,8 +144,7 @@ enum run deadline_fire(struct exchange *x, uint64_t now)
 	}
 	if (x->att->local_wait)
 		return dispatch_attach_again(x); /* a descriptor may have freed */
-	uint64_t fill_wait;
-	if (caching_hit_waiting(x, &fill_wait))
+	if (caching_hit_waiting(x, NULL))
 		return RUN_AGAIN; /* the wait for the fill's head is over: hit.h gives it up */
 	if (body_due && now >= body_due)
 		return RUN_AGAIN; /* a good rate window ended: the next one is armed */
