@@ -745,9 +745,10 @@ int caching_response_head(struct exchange *x, const struct http_head *h)
 		cx->cwhy = h->status == 304 ? "304" : h->status == 206 ? "206" : "request head";
 		fill_fail(x);
 	}
-	if (cx->cfill && cache_fill_start(&cx->cfx, cx->cfill, h, &req, &cx->cwhy))
+	if (cx->cfill && cache_fill_start(&cx->cfx, cx->cfill, h, &req, &cx->cwhy)) {
 		cx->cstored = 1;
-	else if (cx->cfill) {
+		xhooks_want_body(x, &caching_hook); /* its bytes go into the fill */
+	} else if (cx->cfill) {
 		cache_obj_put(store_of(x), cx->cfill);
 		cx->cfill = NULL;
 	}

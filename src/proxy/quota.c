@@ -166,6 +166,7 @@ enum run quota_reserve(struct exchange *x)
 	hold->charged = n;
 	hold->reserved = 1;
 	tally_want_tokens(x); /* settled with the response's tokens, whatever it is */
+	xhooks_want_body(x, &quota_hook);
 	return RUN_AGAIN;
 }
 

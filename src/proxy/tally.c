@@ -83,6 +83,7 @@ static void tally_response_head(struct exchange *x, const struct http_head *h)
 	c->first_ns = c->last_ns = 0;
 	if (!c->on)
 		return;
+	xhooks_want_body(x, &tally_hook);
 	usage_scan_init(&c->usage);
 	if (x->resp.framing == HTTP_BODY_CHUNKED)
 		usage_scan_chunked(&c->usage);

@@ -2,8 +2,9 @@
  * xhooks.c - the hook lists and the context layout of an exchange's block (see xhooks.h).
  *
  * One array of function pointers per point, filled once by xhooks_setup() before the workers
- * start and only read afterwards, so the walks need no lock. Contexts are laid out behind the
- * exchange, each on a 16-byte boundary (malloc's), in the order of the list.
+ * start and only read afterwards, so the walks need no lock. Behind the exchange comes a word
+ * of this room's, a bit per feature (its index in the list) that wants the response body,
+ * then the contexts, each on a 16-byte boundary (malloc's), in the order of the list.
  */
 #include "proxy/xhooks.h"
 
@@ -14,13 +15,13 @@
 static struct {
 	const struct xhook *const *list;
 	size_t n, block;
+	size_t body_off; /* the word of bits: which features want the response body */
 	void (*head[XHOOKS_MAX])(struct exchange *, const struct http_head *);
 	void (*req_body[XHOOKS_MAX])(struct exchange *, const char *, size_t);
 	void (*resp_head[XHOOKS_MAX])(struct exchange *, const struct http_head *);
-	void (*resp_body[XHOOKS_MAX])(struct exchange *, const char *, size_t);
 	void (*resp_done[XHOOKS_MAX])(struct exchange *);
 	void (*end[XHOOKS_MAX])(struct exchange *, uint64_t);
-	unsigned nhead, nreq_body, nresp_head, nresp_body, nresp_done, nend;
+	unsigned nhead, nreq_body, nresp_head, nresp_done, nend;
 } hooks;
 
 static size_t align_up(size_t n)
@@ -36,7 +37,8 @@ int xhooks_setup(const struct xhook *const *list, size_t n, size_t exchange_size
 		return 0;
 	if (hooks.list)
 		return -EBUSY;
-	size_t off = align_up(exchange_size);
+	hooks.body_off = align_up(exchange_size);
+	size_t off = align_up(hooks.body_off + sizeof(uint32_t));
 	hooks.list = list;
 	hooks.n = n;
 	for (size_t i = 0; i < n; i++) {
@@ -51,8 +53,6 @@ int xhooks_setup(const struct xhook *const *list, size_t n, size_t exchange_size
 			hooks.req_body[hooks.nreq_body++] = f->req_body;
 		if (f->resp_head)
 			hooks.resp_head[hooks.nresp_head++] = f->resp_head;
-		if (f->resp_body)
-			hooks.resp_body[hooks.nresp_body++] = f->resp_body;
 		if (f->resp_done)
 			hooks.resp_done[hooks.nresp_done++] = f->resp_done;
 		if (f->end)
@@ -85,10 +85,23 @@ void xhooks_resp_head(struct exchange *x, const struct http_head *h)
 		hooks.resp_head[i](x, h);
 }
 
+static uint32_t *body_bits(const struct exchange *x)
+{
+	return xhooks_ctx(x, hooks.body_off);
+}
+
+void xhooks_want_body(struct exchange *x, const struct xhook *f)
+{
+	for (size_t i = 0; i < hooks.n; i++)
+		if (hooks.list[i] == f && f->resp_body)
+			*body_bits(x) |= 1u << i;
+}
+
 void xhooks_resp_body(struct exchange *x, const char *p, size_t len)
 {
-	for (unsigned i = 0; i < hooks.nresp_body; i++)
-		hooks.resp_body[i](x, p, len);
+	for (uint32_t m = *body_bits(x), i = 0; m; m >>= 1, i++)
+		if (m & 1)
+			hooks.list[i]->resp_body(x, p, len);
 }
 
 void xhooks_resp_done(struct exchange *x)

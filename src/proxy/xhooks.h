@@ -10,7 +10,9 @@
  *   head       the request head is parsed (exchange_new(), before any stage)
  *   req_body   the request body was read before admission (the strict view taken)
  *   resp_head  the backend's response head is in (x->resp framed, x->status set)
- *   resp_body  response body bytes came from the backend, before the client can see them
+ *   resp_body  response body bytes came from the backend, before the client can see them:
+ *              only to the features that asked for this exchange's (xhooks_want_body()), so
+ *              a body no feature reads costs one test per read
  *   resp_done  the backend's response is in whole (its slot may go back)
  *   end        the exchange ends, relayed, answered by the proxy or cut (exchange_free())
  *
@@ -21,7 +23,8 @@
  * few function pointers, no allocation, no lock.
  *
  * Contexts: an exchange and the contexts of every feature are one block, from the worker's
- * free list (malloc'd only while the list is cold), zeroed when the exchange starts. A
+ * free list (malloc'd only while the list is cold), zeroed when the exchange starts: first
+ * this room's own word (which features want the response body), then each feature's. A
  * feature finds its context at xhooks_ctx(x, its offset); exchange.h never sees its type.
  */
 #ifndef ACCELNET_PROXY_XHOOKS_H
@@ -45,7 +48,7 @@ struct xhook {
 	void (*end)(struct exchange *x, uint64_t now_ns); /* <now_ns>: clock_now_ns(), read once */
 };
 
-#define XHOOKS_MAX 16 /* features, at most */
+#define XHOOKS_MAX 16 /* features, at most (a bit each in a 32-bit word) */
 
 /* Register the <n> features of <list> (in the order their hooks run) and size the block of
  * an exchange of <exchange_size> bytes; again with the same list: no change. -E2BIG past
@@ -65,6 +68,10 @@ static inline struct exchange *xhooks_exchange_of(void *ctx, size_t off)
 {
 	return (struct exchange *)(void *)((char *)ctx - off);
 }
+
+/* Feature <f> (registered) wants the response body bytes of <x> from now on: its
+ * resp_body hook runs for them. */
+void xhooks_want_body(struct exchange *x, const struct xhook *f);
 
 /* The walks (the points above). */
 void xhooks_head(struct exchange *x, const struct http_head *h);

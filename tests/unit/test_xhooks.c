@@ -1,8 +1,9 @@
 /*
  * test_xhooks.c - the features' hook lists and contexts: each context gets its own aligned
  * place behind the exchange, in the order of the list; a feature without a context takes
- * none; each point runs its hooks in that order and skips a feature without one; the same
- * list again changes nothing, another one is refused, and so is a list past XHOOKS_MAX.
+ * none; each point runs its hooks in that order and skips a feature without one, the
+ * response body only those the exchange's features asked for; the same list again changes
+ * nothing, another one is refused, and so is a list past XHOOKS_MAX.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -86,18 +87,27 @@ static void contexts_laid_out_and_hooks_walked_in_order(void **state)
 	assert_ptr_equal(xhooks_ctx(x, c_off), (char *)x + c_off);
 	assert_ptr_equal(xhooks_exchange_of(xhooks_ctx(x, c_off), c_off), x);
 
-	norder = 0;
+	norder = 0, order[0] = 0;
 	xhooks_head(x, NULL);
 	assert_string_equal(order, "ac");
-	norder = 0;
+	norder = 0, order[0] = 0;
+	xhooks_resp_body(x, "abc", 3); /* nobody asked for it */
+	assert_string_equal(order, "");
+	xhooks_want_body(x, &fa); /* a has no resp_body hook: nothing */
+	xhooks_want_body(x, &fc);
 	xhooks_resp_body(x, "abc", 3);
 	xhooks_resp_head(x, NULL); /* nobody's */
 	xhooks_resp_done(x);
 	xhooks_req_body(x, "", 0);
 	assert_string_equal(order, "c");
-	norder = 0;
+	norder = 0, order[0] = 0;
 	xhooks_end(x, 42);
 	assert_string_equal(order, "abc");
+	/* another exchange in the same block, zeroed: asks for nothing yet */
+	memset(x, 0, xhooks_block_size());
+	norder = 0, order[0] = 0;
+	xhooks_resp_body(x, "abc", 3);
+	assert_string_equal(order, "");
 	free(x);
 
 	/* again with the same list (a second start in one process): the same layout */
