@@ -127,7 +127,8 @@ def run_parallel(mods, filters, jobs, tally):
     serial = [f for f, m in wanted if getattr(m, "SERIAL", False)]
     base = int(os.environ.get("ACCELNET_PORT_SLOT_BASE", "0"))
     if base < 0 or base + jobs > SLOTS:
-        sys.exit(f"run.py: runner slots {base}..{base + jobs - 1}: there are {SLOTS} (0..{SLOTS - 1})")
+        sys.exit(f"run.py: runner slots {base}..{base + jobs - 1}: there are {SLOTS} "
+                 f"(0..{SLOTS - 1})")
     free = list(range(base, base + jobs))
     running = {}  # pid -> (process, module, slot, output file)
 
