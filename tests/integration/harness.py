@@ -244,15 +244,18 @@ def served_by(hdrs):
 
 
 def read_all(s, got=b""):
-    """Read from socket <s> until the peer closes; returns <got> plus everything read."""
+    """Read from socket <s> until the peer closes; returns <got> plus everything read (kept
+    in a bytearray: adding each read to a bytes copied it all again, quadratic in the size,
+    seconds per MiB read 4 KiB at a time)."""
+    out = bytearray(got)
     while True:
         try:
             b = s.recv(65536)
         except ConnectionResetError:
-            return got
+            return bytes(out)
         if not b:
-            return got
-        got += b
+            return bytes(out)
+        out += b
 
 
 def read_until(s, done, got=b""):
