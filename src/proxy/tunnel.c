@@ -83,7 +83,7 @@ enum run tunnel_start(struct client *cl, const struct http_head *h, size_t len)
 		goto fail;
 	t = calloc(1, sizeof(*t));
 	int n = t ? rewrite_response(cl->out->data + cl->out->end, buf_room(cl->out), h, 1,
-				     x->reqid, NULL)
+				     x->names.reqid, NULL)
 		  : -1;
 	if (n < 0)
 		goto fail;
