@@ -139,14 +139,14 @@ static void access_log_exchange(struct exchange *x, uint64_t now)
 			? exchange_us((tk.last_ns - tk.first_ns) / 1000 / (r->tokens - 1))
 			: UINT32_MAX;
 	r->path_cut = a->path_cut;
-	memcpy(r->reqid, x->reqid, sizeof(r->reqid) - 1);
+	memcpy(r->reqid, x->names.reqid, sizeof(r->reqid) - 1);
 	r->reqid[sizeof(r->reqid) - 1] = 0;
-	memcpy(r->trace_id, x->traceparent + 3, TRACE_ID_HEX);
+	memcpy(r->trace_id, x->names.traceparent + 3, TRACE_ID_HEX);
 	r->trace_id[TRACE_ID_HEX] = 0;
-	memcpy(r->span_id, x->traceparent + 36, SPAN_ID_HEX);
+	memcpy(r->span_id, x->names.traceparent + 36, SPAN_ID_HEX);
 	r->span_id[SPAN_ID_HEX] = 0;
-	put_str(r->client, sizeof(r->client), x->client_ip);
-	put_str(r->tenant, sizeof(r->tenant), x->identity);
+	put_str(r->client, sizeof(r->client), x->peer.ip);
+	put_str(r->tenant, sizeof(r->tenant), x->peer.identity);
 	put_str(r->method, sizeof(r->method), a->method);
 	put_str(r->pool, sizeof(r->pool), x->pool ? x->pool->conf->name : NULL);
 	put_str(r->backend, sizeof(r->backend), x->log.backend ? x->log.backend->name : NULL);

@@ -72,7 +72,7 @@ static struct cache_store *store_of(const struct exchange *x)
 static long key_build(char *out, size_t cap, const struct exchange *x, struct http_str host,
 		      struct http_str target)
 {
-	return cache_key_build(out, cap, (size_t)(x->route - x->w->conf->routes), x->client_tls,
+	return cache_key_build(out, cap, (size_t)(x->route - x->w->conf->routes), x->peer.over_tls,
 			       host, target);
 }
 
@@ -151,7 +151,7 @@ static long vary_of_request(void *arg, const char *names, size_t nlen, char *out
 				      out, cap, &len) < 0)
 				return -1;
 		} else if (set == 1) {
-			const char *id = x->identity;
+			const char *id = x->peer.identity;
 			if (put_value(id, id ? strlen(id) : 0, out, cap, &len) < 0)
 				return -1;
 		} else if (set) {
@@ -399,7 +399,7 @@ static int is_credential_field(struct http_str name)
 static int credentialed(const struct exchange *x, const struct http_head *h)
 {
 	const struct net_tls_facts *f = exchange_tls(x);
-	if (x->identity || (f && f->client_cert))
+	if (x->peer.identity || (f && f->client_cert))
 		return 1;
 	for (unsigned i = 0; i < h->nheaders; i++)
 		if (is_credential_field(h->headers[i].name))
@@ -434,9 +434,9 @@ static void scope_set(struct exchange *x, const struct http_head *h)
 	XXH3_state_t st;
 	pthread_once(&once, scope_seed_init);
 	XXH3_128bits_reset_withSeed(&st, scope_seed);
-	if (x->identity) {
+	if (x->peer.identity) {
 		hash_part(&st, "t", 1);
-		hash_part(&st, x->identity, strlen(x->identity));
+		hash_part(&st, x->peer.identity, strlen(x->peer.identity));
 	} else {
 		if (f && f->client_cert) {
 			hash_part(&st, "c", 1);
@@ -489,7 +489,7 @@ enum run caching_stage_lookup(struct exchange *x)
 				cx->cstatus = CS_BYPASS;
 				return RUN_AGAIN;
 			}
-			x->cache_body = 1; /* looked up once the body is read */
+			x->reqbody.cache_body = 1; /* looked up once the body is read */
 			return RUN_AGAIN;
 		}
 		if (!http_method_idempotent(h->meth) || h->meth == HTTP_PUT ||
@@ -527,12 +527,12 @@ enum run caching_stage_lookup(struct exchange *x)
  * canonical key. */
 static void caching_note_body(struct exchange *x, const char *body, size_t len)
 {
-	if (!x->cache_body)
+	if (!x->reqbody.cache_body)
 		return;
 	struct caching_x *cx = caching_ctx(x);
 	struct canon_facts f;
-	if (!x->cache_body || !body || !x->req.done || canon_json(body, len, &f) < 0) {
-		x->cache_body = 0; /* not one JSON object (or not all here): not cached */
+	if (!x->reqbody.cache_body || !body || !x->req.done || canon_json(body, len, &f) < 0) {
+		x->reqbody.cache_body = 0; /* not one JSON object (or not all here): not cached */
 		cx->cstatus = CS_BYPASS;
 		return;
 	}
@@ -588,8 +588,8 @@ static void start_refresh(struct exchange *x)
 enum run caching_stage_serve(struct exchange *x)
 {
 	struct caching_x *cx = caching_ctx(x);
-	if (x->cache_body) {
-		x->cache_body = 0;
+	if (x->reqbody.cache_body) {
+		x->reqbody.cache_body = 0;
 		struct http_head head, *h = &head;
 		struct cache_control rq;
 		char key[CACHE_KEY_MAX];

@@ -79,10 +79,10 @@ static const char *state_of(const struct exchange *x)
 static void fill_rec(struct debugreq_rec *r, const struct exchange *x, uint64_t now_ns)
 {
 	const struct worker *w = x->w;
-	memcpy(r->reqid, x->reqid, sizeof(r->reqid));
-	memcpy(r->trace_id, x->traceparent + 3, TRACE_ID_HEX);
+	memcpy(r->reqid, x->names.reqid, sizeof(r->reqid));
+	memcpy(r->trace_id, x->names.traceparent + 3, TRACE_ID_HEX);
 	r->trace_id[TRACE_ID_HEX] = 0;
-	copy_str(r->client, sizeof(r->client), x->client_ip);
+	copy_str(r->client, sizeof(r->client), x->peer.ip);
 	const char *method, *path;
 	int cut;
 	if (access_request_line(x, &method, &path, &cut)) {

@@ -1,6 +1,6 @@
 /*
- * exchange.c - an exchange's life: made from a request head (its request id and trace
- * context with it), reused from the worker's free list, and the letting go of everything it
+ * exchange.c - an exchange's life: made from a request head (its names with it: reqnames.h)
+ * and its client, reused from the worker's free list, and the letting go of everything it
  * holds (see exchange.h). The features hear of its start and end through the hook lists of
  * xhooks.h, never by name: the block it comes in holds their contexts too.
  */
@@ -17,47 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* 32 lower-case hex digits (128 random bits); by hand, as snprintf cost a request 1.5k
- * instructions */
-void exchange_make_request_id(struct worker *w, char *out)
-{
-	trace_hex(rand_next(&w->rng), out, 16);
-	trace_hex(rand_next(&w->rng), out + 16, 16);
-	out[32] = 0;
-}
-
-/* A random id of <digits> hex digits that is not all zeros (W3C forbids them). */
-static void random_trace_hex(struct worker *w, char *out, unsigned digits)
-{
-	for (unsigned i = 0; i < digits; i += 16) {
-		uint64_t v = rand_next(&w->rng);
-		trace_hex(v ? v : 1, out + i, 16);
-	}
-}
-
-/* The request id and trace context of <x> (see exchange.h): a trusted client's are taken
- * when well-formed, anyone else's ignored. Only a trusted client may ask for the timing. */
-static void exchange_take_ids(struct exchange *x, const struct http_head *h, int trusted)
-{
-	struct traceparent tp;
-	const struct http_header *f;
-	if (!trusted || !rewrite_incoming_request_id(h, x->reqid))
-		exchange_make_request_id(x->w, x->reqid);
-	if (trusted && (f = http_find_only_header(h, "traceparent")) &&
-	    traceparent_parse(f->value.p, f->value.len, &tp) == 0) {
-		tp.flags &= TRACE_FLAGS_KEPT;
-		x->pass_tracestate = 1;
-	} else {
-		random_trace_hex(x->w, tp.trace_id, TRACE_ID_HEX);
-		tp.flags = TRACE_FLAG_SAMPLED;
-	}
-	random_trace_hex(x->w, tp.parent_id, SPAN_ID_HEX); /* this hop's span */
-	traceparent_format(&tp, x->traceparent);
-	x->want_timing = trusted && http_find_header(h, "x-accelnet-timing") != NULL;
-}
-
 struct exchange *exchange_new(struct worker *w, void *conn, const struct exchange_codec_ops *codec,
-			      const struct http_head *h, int trusted)
+			      const struct http_head *h, const struct exchange_peer *peer)
 {
 	struct list_node *n = list_pop_front(&w->free_exchanges);
 	size_t block = xhooks_block_size();
@@ -72,6 +33,7 @@ struct exchange *exchange_new(struct worker *w, void *conn, const struct exchang
 	x->conn = conn;
 	x->codec = codec;
 	x->head = h;
+	x->peer = *peer;
 	x->att = &x->tries[0];
 	x->wt.owner = &w->inbox;
 	x->meth = h->meth;
@@ -81,33 +43,10 @@ struct exchange *exchange_new(struct worker *w, void *conn, const struct exchang
 	x->log.start_ns = clock_now_ns();
 	x->log.start_ms = loop_now(w->loop);
 	x->log.head_len = h->head_len;
-	exchange_take_ids(x, h, trusted);
+	reqnames_make(&x->names, w, h, peer->trusted);
 	xhooks_head(x, h);
 	list_push_back(&w->live_exchanges, &x->link);
 	return x;
-}
-
-int exchange_read_view(struct exchange *x, const char *body, size_t len)
-{
-	if (!x->view_read) {
-		x->view_read = 1;
-		x->view_ok = json_view_read(&x->view, body, len, &x->view_why) == 0;
-	}
-	return x->view_ok ? 0 : -EINVAL;
-}
-
-int exchange_note_model(struct exchange *x, const char *body)
-{
-	size_t n = 0;
-	int r = x->view_ok && body ? json_view_model(&x->view, body, x->model, sizeof(x->model), &n)
-				   : -1;
-	x->model_read = 1;
-	x->wt.has_model = r == 1;
-	x->model_len = r == 1 ? (uint16_t)n : 0;
-	x->wt.model = r == 1 ? models_hash(x->model, n) : 0;
-	if (r != 1)
-		x->model[0] = '\0';
-	return r != 1 && x->view_ok && x->view.model.e ? -EINVAL : 0;
 }
 
 void exchange_note_queue_end(struct exchange *x, uint64_t now_ms)
@@ -173,8 +112,7 @@ void exchange_free(struct exchange *x)
 	exchange_drop_upstream(x);
 	buf_put(&w->bufs, x->uphead);
 	x->uphead = NULL;
-	llm_blocks_put(&w->llm_spares, x->llm_blocks);
-	x->llm_blocks = NULL;
+	reqbody_end(&x->reqbody, w);
 	list_del(&w->live_exchanges, &x->link);
 	list_push_front(&w->free_exchanges, &x->link);
 }

@@ -31,11 +31,12 @@
  * body, response head, response body, response done, end). The exchange walks those lists;
  * it calls no feature by name and knows none of their types.
  *
- * Names: every exchange has one request id and one trace context (a W3C traceparent whose
- * parent-id is the proxy's own span for this hop), made in exchange_new(). A client in
- * trusted_proxies is believed: its well-formed X-Request-Id is kept and its valid traceparent
- * continued (same trace id, a new span id, its tracestate passed on). Any other client's are
- * ignored, so no client chooses the id its request is logged and forwarded under.
+ * What it holds comes in groups, each with its owner: the client as its codec knows it
+ * (peer: the codec fills it at exchange_new(), the guard adds the identity); its names (names:
+ * one request id and one trace context, made in exchange_new(), a trusted client's believed:
+ * reqnames.h); what is known of its request body and who asked for it (reqbody: reqbody.h);
+ * the details of the proxy's own answer (answer); its attempts (attempt.h); its clocks as the
+ * log reads them (log); the features' contexts (xhooks.h). docs/layout.md has the table.
  */
 #ifndef ACCELNET_PROXY_EXCHANGE_H
 #define ACCELNET_PROXY_EXCHANGE_H
@@ -50,6 +51,8 @@
 #include "runtime/queue.h"
 #include "runtime/pool.h"
 #include "proxy/attempt.h"
+#include "proxy/reqbody.h"
+#include "proxy/reqnames.h"
 #include "proxy/upstream.h"
 #include "proxy/worker.h"
 
@@ -130,6 +133,28 @@ struct exchange_log {
 	const struct backend *backend; /* of the last attempt */
 };
 
+/*
+ * The client, as the codec that carries the exchange knows it: handed to exchange_new() and
+ * kept as it was, but for the identity, which the guard stage (routes.auth) proves later. The
+ * stages read it to route (SNI), classify (the tenant), limit, rewrite the head and log.
+ */
+struct exchange_peer {
+	const char *ip;
+	uint64_t key;			 /* tenant and hash key: classify_client_key() */
+	unsigned trusted : 1;		 /* in trusted_proxies: its names are believed */
+	unsigned over_tls : 1;		 /* the client's connection is TLS */
+	const struct net_tls_facts *tls; /* its handshake's facts (exchange_tls()), or NULL */
+	const struct conf_tls *tls_conf; /* its listener's tls: section, or NULL */
+	const char *identity; /* the tenant routes.auth authenticated (quota.h keeps it), or NULL */
+};
+
+/* What the proxy's own answer (exchange_reply()) says beyond its status and detail, as the
+ * stage that refuses the request sets it and the codec writes it (rewrite_error()). */
+struct exchange_answer {
+	const char *code;	/* the "code" of the proxy's next OpenAI error, or NULL */
+	unsigned retry_after_s; /* a 429's or 503's Retry-After */
+};
+
 struct exchange {
 	struct list_node link; /* on w->live_exchanges while in use, w->free_exchanges after */
 	struct worker *w;
@@ -138,56 +163,31 @@ struct exchange {
 	unsigned stage;		      /* index into the stage list (stages.h) */
 	const struct http_head *head; /* the parsed request head: during the head stages only */
 
-	/* the client, as the codec knows it */
-	const char *client_ip;
-	uint64_t client_key; /* tenant and hash key: classify_client_key() */
-	unsigned client_trusted : 1;
-	unsigned client_tls : 1;	 /* the client's connection is TLS */
-	const struct net_tls_facts *tls; /* its handshake's facts (exchange_tls()), or NULL */
-	const struct conf_tls *tls_conf; /* its listener's tls: section, or NULL */
-	const char *identity; /* the tenant routes.auth authenticated (quota.h keeps it), or NULL */
-	unsigned retry_after_s; /* a 429's or 503's Retry-After */
+	struct exchange_peer peer;     /* the client (exchange_new(): from its codec) */
+	struct reqnames names;	       /* its request id and trace context (reqnames.h) */
+	struct reqbody reqbody;	       /* what is known of its body, and who asked (reqbody.h) */
+	struct exchange_answer answer; /* what the proxy's own answer says beyond its status */
 
 	enum http_method meth;
 	int minor; /* HTTP/1.<minor> of the request */
-	char reqid[REQUEST_ID_MAX + 1];
-	char traceparent[TRACEPARENT_LEN + 1]; /* sent upstream: the trace id, the proxy's span */
-	unsigned pass_tracestate : 1;	       /* the client's traceparent was taken */
-	unsigned want_timing : 1;	       /* a trusted client asked for X-Accelnet-Timing */
 	unsigned req_close : 1;
-	unsigned want_key : 1;	    /* the pool balances on the prompt key, read from the body */
 	unsigned llm_wait_over : 1; /* balance: llm: it waited max_wait_ms for its home */
-	unsigned want_model : 1; /* the pool's backends list models: read "model" from the body */
-	unsigned model_read : 1; /* the body's "model" was looked for (wt.has_model: found) */
-	unsigned peeked : 1;	 /* the body was read into before the route (stage "model") */
-	unsigned want_view : 1;	 /* tokens_per_minute: the body's max_tokens must be read */
-	unsigned cache_body : 1; /* an inference POST: the cache's key is its body (caching.h) */
-	unsigned view_read : 1;	 /* the whole body was read by the strict view (x->view) ... */
-	unsigned view_ok : 1;	 /* ... and it is valid JSON (else x->view_why says why) */
-	unsigned buffering : 1;	 /* reading the body before admission (await_body) */
-	unsigned buf_wait : 1;	 /* ... and waiting for a body buffer to be free */
-	unsigned sse_body : 1;	 /* heartbeats if the body asks for a stream: not looked yet */
-	unsigned spilled : 1;	 /* moved to the route's spillover pool */
-	unsigned hedged : 1;	 /* a copy went (or was tried) to a second backend */
-	unsigned sse_hb : 1;	 /* a streaming request on a route with heartbeats */
-	unsigned early_head : 1; /* ... whose event-stream head the proxy has sent */
-	unsigned wrap_tail : 1;	 /* a Content-Length body relayed as one chunk: end it */
-	unsigned wrap_size : 1;	 /* ... whose chunk-size line went out */
-	unsigned tunnel : 1;	 /* a WebSocket handshake its route tunnels (tunnel.h) */
-	const char *reply_code;	 /* the "code" of the proxy's next OpenAI error, or NULL */
-	/* the strict view of the whole body (view_ok), read once, read by every stage */
-	struct json_view view;
-	const char *view_why;
-	/* the body's "model", decoded (when wt.has_model; wt.model is its models_hash()) */
-	char model[CONF_MODEL_MAX + 1];
-	uint16_t model_len;
-	unsigned interims;	/* interim (1xx) responses relayed ... */
-	uint32_t interim_bytes; /* ... and their bytes */
-	uint64_t body_start_ms; /* the request head was read: the body's clocks start */
+	unsigned buffering : 1;	    /* reading the body before admission (await_body) */
+	unsigned buf_wait : 1;	    /* ... and waiting for a body buffer to be free */
+	unsigned sse_body : 1;	    /* heartbeats if the body asks for a stream: not looked yet */
+	unsigned spilled : 1;	    /* moved to the route's spillover pool */
+	unsigned hedged : 1;	    /* a copy went (or was tried) to a second backend */
+	unsigned sse_hb : 1;	    /* a streaming request on a route with heartbeats */
+	unsigned early_head : 1;    /* ... whose event-stream head the proxy has sent */
+	unsigned wrap_tail : 1;	    /* a Content-Length body relayed as one chunk: end it */
+	unsigned wrap_size : 1;	    /* ... whose chunk-size line went out */
+	unsigned tunnel : 1;	    /* a WebSocket handshake its route tunnels (tunnel.h) */
+	unsigned interims;	    /* interim (1xx) responses relayed ... */
+	uint32_t interim_bytes;	    /* ... and their bytes */
+	uint64_t body_start_ms;	    /* the request head was read: the body's clocks start */
 	uint64_t rate_mark_ms, rate_mark_bytes; /* the current min_body_rate window began */
 	uint64_t last_ms;			/* last progress */
 	struct waiter wt;			/* waiting in the pool's queue for a slot */
-	uint64_t *llm_blocks; /* balance: llm: the prompt's blocks, lent by the worker (llm.h) */
 	const struct conf_route *route;
 	struct pool_rt *pool;
 	/* its tries at a backend (attempt.h): the current one, and while hedging a copy of the
@@ -216,19 +216,16 @@ struct exchange {
  * when the client came in plain. Lives as long as the exchange. */
 static inline const struct net_tls_facts *exchange_tls(const struct exchange *x)
 {
-	return x->tls;
+	return x->peer.tls;
 }
 
 /*
- * A new exchange of <w> for the request head <h>, carried by <conn> whose codec is <codec>;
- * NULL without memory. <trusted>: the client is in trusted_proxies, so its request id and
- * trace context are believed (else new ones are made).
+ * A new exchange of <w> for the request head <h>, carried by <conn> whose codec is <codec>,
+ * from the client <peer> (copied); NULL without memory. A trusted peer's request id and trace
+ * context are believed (else new ones are made: reqnames.h).
  */
 struct exchange *exchange_new(struct worker *w, void *conn, const struct exchange_codec_ops *codec,
-			      const struct http_head *h, int trusted);
-/* A fresh request id (32 lower-case hex digits) into out[0..32], for an exchange or for a
- * request refused before it became one. */
-void exchange_make_request_id(struct worker *w, char *out);
+			      const struct http_head *h, const struct exchange_peer *peer);
 /*
  * Durations as the access log, X-Accelnet-Timing and /debug/requests keep them: microseconds
  * in 32 bits, UINT32_MAX for "did not happen (yet)", so at most UINT32_MAX - 1 (71 minutes and
@@ -284,23 +281,6 @@ static inline enum run exchange_reply(struct exchange *x, int status, const char
 {
 	return x->codec->reply(x, status, detail, keep);
 }
-
-/*
- * Read the whole body body[0..len) once with the strict view (jsonview.h) into x->view, unless
- * it was read already. 0 when it is valid JSON; -EINVAL when it is not (x->view_why says why:
- * a stage that reads the body then answers 400, never reads it another way).
- */
-int exchange_read_view(struct exchange *x, const char *body, size_t len);
-
-/*
- * Note the "model" of the body <body> as the view found it (x->model_read): the name in
- * x->model and its hash in x->wt when it names one; none when the view was not read (a body
- * too long to hold, chunked) or is not valid. -EINVAL when the body names a model the proxy
- * cannot hold (a NUL in it, longer than CONF_MODEL_MAX bytes): the backend reads that name,
- * so it must not be taken for none (the caller refuses the request), else 0.
- */
-int exchange_note_model(struct exchange *x, const char *body);
-#define EXCHANGE_MODEL_UNREADABLE "a \"model\" with a NUL, or longer than 255 bytes"
 
 static inline enum run exchange_abort(struct exchange *x, const char *why)
 {

@@ -92,7 +92,7 @@ static int queue_head(struct client *cl, int keep)
 		len = n < 0 ? cap + 1 : len + (size_t)n;
 	}
 	put(out, cap, &len, "X-Request-Id: ", 14);
-	put(out, cap, &len, x->reqid, strlen(x->reqid));
+	put(out, cap, &len, x->names.reqid, strlen(x->names.reqid));
 	if (keep)
 		put(out, cap, &len, "\r\n\r\n", 4);
 	else

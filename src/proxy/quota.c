@@ -18,7 +18,7 @@ struct quota_x {
 	struct limit_hold hold;		   /* what it holds of the route's limits */
 	const char *limit_type;		   /* a 429's OpenAI error type, or NULL */
 	char limit_headers[160];	   /* ... and its X-RateLimit-* lines, or "" */
-	char identity[QUOTA_IDENTITY_CAP]; /* what x->identity points to */
+	char identity[QUOTA_IDENTITY_CAP]; /* what x->peer.identity points to */
 };
 
 static size_t ctx_off;
@@ -64,7 +64,7 @@ static enum run refuse(struct exchange *x, const struct limit_refusal *why, cons
 		       const char *type)
 {
 	struct quota_x *q = qx(x);
-	x->retry_after_s = why->wait_us ? secs_up(why->wait_us) : QUOTA_CONCURRENCY_RETRY_S;
+	x->answer.retry_after_s = why->wait_us ? secs_up(why->wait_us) : QUOTA_CONCURRENCY_RETRY_S;
 	q->limit_type = type;
 	snprintf(q->limit_headers, sizeof(q->limit_headers),
 		 "X-RateLimit-Limit: %llu\r\nX-RateLimit-Remaining: %llu\r\n"
@@ -86,7 +86,7 @@ enum run quota_guard_address(struct exchange *x)
 {
 	struct limit_refusal why;
 	if (x->route->rate_limit &&
-	    limits_take_address(limits_of(x), x->client_key, clock_now_ns() / 1000, &why) < 0)
+	    limits_take_address(limits_of(x), x->peer.key, clock_now_ns() / 1000, &why) < 0)
 		return refuse_rate(x, &why);
 	return RUN_AGAIN;
 }
@@ -98,7 +98,7 @@ enum run quota_guard(struct exchange *x)
 	struct route_limits *l = limits_of(x);
 	struct limit_hold *hold = &qx(x)->hold;
 	struct limit_refusal why;
-	hold->tenant = classify_tenant_of(x->route, x->head, x->client_key, x->identity);
+	hold->tenant = classify_tenant_of(x->route, x->head, x->peer.key, x->peer.identity);
 	if (limits_take_rate(l, hold->tenant, clock_now_ns() / 1000, &why) < 0)
 		return refuse_rate(x, &why);
 	if (limits_take_hold(l, hold->tenant, &hold->conc, &why) < 0)
@@ -118,35 +118,35 @@ enum run quota_guard(struct exchange *x)
 		return exchange_reply(
 		    x, 411,
 		    "a request on a route with tokens_per_minute needs a Content-Length body", 0);
-	x->want_view = 1;
+	x->reqbody.want_view = 1;
 	return RUN_AGAIN;
 }
 
 enum run quota_note_body(struct exchange *x)
 {
 	struct limit_hold *hold = &qx(x)->hold;
-	if (!x->route->rate_limit || !limits_of(x)->has_tokens || !x->want_view)
+	if (!x->route->rate_limit || !limits_of(x)->has_tokens || !x->reqbody.want_view)
 		return RUN_AGAIN;
 	/* a body the view could not read whole (longer than what is held) could name another
 	 * max_tokens after what was read: refused, never reserved as if it named the default */
-	if (!x->view_read)
+	if (!x->reqbody.view_read)
 		return exchange_reply(x, 413,
 				      "a request on a route with tokens_per_minute must fit in "
 				      "limits.body_buffer_bytes",
 				      0);
-	if (!x->view_ok)
-		return exchange_reply(x, 400, x->view_why, 0);
-	if (x->view.max_tokens == JSON_VIEW_TOKENS_BAD)
+	if (!x->reqbody.view_ok)
+		return exchange_reply(x, 400, x->reqbody.view_why, 0);
+	if (x->reqbody.view.max_tokens == JSON_VIEW_TOKENS_BAD)
 		return exchange_reply(x, 400,
 				      "max_tokens must be a whole number from 0 to 2147483647", 0);
-	if (x->view.choices == JSON_VIEW_TOKENS_BAD)
+	if (x->reqbody.view.choices == JSON_VIEW_TOKENS_BAD)
 		return exchange_reply(
 		    x, 400, "n and best_of must be whole numbers from 0 to 2147483647", 0);
-	if (x->view.max_tokens >= 0)
-		hold->max_tokens = (uint64_t)x->view.max_tokens;
+	if (x->reqbody.view.max_tokens >= 0)
+		hold->max_tokens = (uint64_t)x->reqbody.view.max_tokens;
 	/* each of n (best_of) answers may take max_tokens: reserve them all, not one */
-	if (x->view.choices > 1)
-		hold->max_tokens *= (uint64_t)x->view.choices;
+	if (x->reqbody.view.choices > 1)
+		hold->max_tokens *= (uint64_t)x->reqbody.view.choices;
 	return RUN_AGAIN;
 }
 

@@ -9,7 +9,7 @@
  * them would rewrite every response head of a limited route.
  *
  * Its context per exchange (quota_hook, xhooks.h) is the guard's: the identity routes.auth
- * proved (x->identity points into it), what the exchange holds of the route's limits, and
+ * proved (x->peer.identity points into it), what the exchange holds of the route's limits, and
  * how a refusal is worded. Its hooks settle the token reservation against the usage tally.h
  * scans: on each piece of response body, when the response is in whole, at the end.
  */
@@ -25,7 +25,7 @@
 
 extern const struct xhook quota_hook;
 
-/* Where the guard stage writes the identity it proved (x->identity then points to it):
+/* Where the guard stage writes the identity it proved (x->peer.identity then points to it):
  * QUOTA_IDENTITY_CAP bytes, kept as long as the exchange. */
 #define QUOTA_IDENTITY_CAP (APIKEYS_TENANT_MAX + 1)
 char *quota_identity_buf(struct exchange *x);
@@ -44,9 +44,9 @@ enum run quota_guard_address(struct exchange *x);
 enum run quota_guard(struct exchange *x);
 
 /* The request body has been read before admission (as much as is held): note its
- * max_tokens from the strict view (x->view), or refuse a body whose max_tokens cannot be read
- * as the backend reads it: not held whole (413), not valid JSON or not a whole number (400).
- * tokens_per_minute routes only (quota_guard asked for the body: x->want_view). */
+ * max_tokens from the strict view (x->reqbody.view), or refuse a body whose max_tokens cannot be
+ * read as the backend reads it: not held whole (413), not valid JSON or not a whole number (400).
+ * tokens_per_minute routes only (quota_guard asked for the body: x->reqbody.want_view). */
 enum run quota_note_body(struct exchange *x);
 
 /* Reserve the request's tokens (tokens_per_minute) before admission: 429 when its tenant's

@@ -67,16 +67,16 @@ static enum run reply_bad_body(struct exchange *x, int bad)
 /* balance: llm: the prompt's block hashes, in an array the worker lends (none: no prompt). */
 static void read_prompt_blocks(struct exchange *x, const char *body, size_t len)
 {
-	if (!x->llm_blocks && !(x->llm_blocks = llm_blocks_get(&x->w->llm_spares)))
+	if (!x->reqbody.llm_blocks && !(x->reqbody.llm_blocks = llm_blocks_get(&x->w->llm_spares)))
 		return; /* out of memory: balanced as a request without a prompt */
-	long n = http_prompt_blocks(body, len, x->pool->conf->lb.block_bytes, x->llm_blocks,
+	long n = http_prompt_blocks(body, len, x->pool->conf->lb.block_bytes, x->reqbody.llm_blocks,
 				    LLM_MAX_BLOCKS, NULL);
 	if (n <= 0) { /* no prompt (or not one whole block): nothing to hold */
-		llm_blocks_put(&x->w->llm_spares, x->llm_blocks);
-		x->llm_blocks = NULL;
+		llm_blocks_put(&x->w->llm_spares, x->reqbody.llm_blocks);
+		x->reqbody.llm_blocks = NULL;
 		return;
 	}
-	x->wt.blocks = x->llm_blocks;
+	x->wt.blocks = x->reqbody.llm_blocks;
 	x->wt.nblocks = (uint32_t)n;
 }
 
@@ -86,9 +86,9 @@ enum run relay_await_body(struct client *cl)
 	struct worker *w = cl->w;
 	const struct conf_hash *hc = &x->pool->conf->hash;
 	uint64_t want = w->conf->limits.body_buffer_bytes;
-	if (x->want_key && hc->body_max_bytes > want)
+	if (x->reqbody.want_key && hc->body_max_bytes > want)
 		want = hc->body_max_bytes;
-	if ((x->want_model || x->want_view) && !want)
+	if ((x->reqbody.want_model || x->reqbody.want_view) && !want)
 		want = UINT64_MAX; /* no body buffers: what the input buffer holds */
 	if (client_flush(cl) < 0)  /* a "100 Continue" the client waits for */
 		return exchange_abort(x, "client went away");
@@ -126,20 +126,20 @@ enum run relay_await_body(struct client *cl)
 	/* the whole body is read once by the strict view; a stage that decides on it (the model
 	 * among backends, the token reservation, the cache key) takes no body the view refuses,
 	 * while the hints (heartbeats, the affinity key) only go without */
-	int strict = x->want_model || x->want_view || x->cache_body;
-	if ((strict || x->want_key || x->sse_body) && body && x->req.done &&
-	    x->req.framing == HTTP_BODY_LENGTH && exchange_read_view(x, body, x->req.ready) < 0 &&
-	    strict)
-		return exchange_reply(x, 400, x->view_why, 0);
+	int strict = x->reqbody.want_model || x->reqbody.want_view || x->reqbody.cache_body;
+	if ((strict || x->reqbody.want_key || x->sse_body) && body && x->req.done &&
+	    x->req.framing == HTTP_BODY_LENGTH &&
+	    reqbody_read_view(&x->reqbody, body, x->req.ready) < 0 && strict)
+		return exchange_reply(x, 400, x->reqbody.view_why, 0);
 	sse_decide(x);
 	enum run r = quota_note_body(x);
 	if (r != RUN_AGAIN)
 		return r;
 	xhooks_req_body(x, body, x->req.ready);
-	if (x->want_key) {
+	if (x->reqbody.want_key) {
 		size_t have = x->req.ready < hc->body_max_bytes ? x->req.ready : hc->body_max_bytes;
-		x->want_key = 0;
-		if (x->view_read && !x->view_ok) {
+		x->reqbody.want_key = 0;
+		if (x->reqbody.view_read && !x->reqbody.view_ok) {
 			/* not JSON: no prompt (a body too long for the view is keyed on its start,
 			 * which decides nothing but the affinity) */
 		} else if (x->pool->conf->balance->blocks) /* llm reads the blocks, never the key */
@@ -148,10 +148,10 @@ enum run relay_await_body(struct client *cl)
 			x->wt.has_key =
 			    http_prompt_key(body, have, 1, hc->prefix_bytes, &x->wt.key) == 1;
 	}
-	if (x->want_model) { /* within what was read, or it names no model here */
-		x->want_model = 0;
-		if (exchange_note_model(x, body) < 0)
-			return exchange_reply(x, 400, EXCHANGE_MODEL_UNREADABLE, 0);
+	if (x->reqbody.want_model) { /* within what was read, or it names no model here */
+		x->reqbody.want_model = 0;
+		if (reqbody_note_model(&x->reqbody, body, &x->wt) < 0)
+			return exchange_reply(x, 400, REQBODY_MODEL_UNREADABLE, 0);
 	}
 	return RUN_AGAIN;
 }
@@ -203,7 +203,8 @@ void relay_heartbeat(struct client *cl)
 	if (!client_out_buf(cl))
 		return;
 	if (!x->early_head) {
-		int n = rewrite_sse_head(cl->out->data + cl->out->end, buf_room(cl->out), x->reqid);
+		int n = rewrite_sse_head(cl->out->data + cl->out->end, buf_room(cl->out),
+					 x->names.reqid);
 		if (n < 0)
 			return;
 		cl->out->end += (uint32_t)n;
@@ -313,8 +314,8 @@ static enum run response_head(struct client *cl)
 		llm_answered(a->be->llm, x->wt.blocks, x->wt.nblocks, x->wt.missed,
 			     (now_ns - a->sent_ns) / 1000);
 	/* no pick after a response has begun: the prompt's blocks go back to the worker */
-	llm_blocks_put(&w->llm_spares, x->llm_blocks);
-	x->llm_blocks = NULL;
+	llm_blocks_put(&w->llm_spares, x->reqbody.llm_blocks);
+	x->reqbody.llm_blocks = NULL;
 	x->wt.blocks = NULL;
 	x->wt.nblocks = 0;
 	note_reported_load(x, h, loop_now(w->loop));
@@ -331,8 +332,9 @@ static enum run response_head(struct client *cl)
 		return early_stream_continue(cl, h, (size_t)r);
 	char timing[160];
 	int n = rewrite_response(
-	    cl->out->data + cl->out->end, buf_room(cl->out), h, x->client_keep, x->reqid,
-	    x->want_timing && debugreq_timing(x, 0, timing, sizeof(timing)) > 0 ? timing : NULL);
+	    cl->out->data + cl->out->end, buf_room(cl->out), h, x->client_keep, x->names.reqid,
+	    x->names.want_timing && debugreq_timing(x, 0, timing, sizeof(timing)) > 0 ? timing
+										      : NULL);
 	if (n < 0)
 		return dispatch_failed(x, UP_BAD);
 	cl->out->end += (uint32_t)n;

@@ -67,16 +67,16 @@ static enum run session_answer(struct client *cl, int status, const char *detail
 	struct worker *w = cl->w;
 	struct exchange *x = cl->x;
 	char refused_id[REQUEST_ID_MAX + 1], timing[160];
-	const char *rid = x ? x->reqid : refused_id;
+	const char *rid = x ? x->names.reqid : refused_id;
 	if (!x)
-		exchange_make_request_id(w, refused_id);
+		reqnames_make_request_id(w, refused_id);
 	/* the route shapes the answer (routes.api, its challenges); one refused before the
 	 * route stage (a body the model stage refuses, 413, 414) by the first route its head
 	 * matches, model routes included: it is the route the client was asking for */
 	const struct conf_route *route =
 	    !x	       ? NULL
 	    : x->route ? x->route
-	    : x->head  ? route_match_head(w->conf, x->head, x->tls ? x->tls->sni : NULL)
+	    : x->head  ? route_match_head(w->conf, x->head, x->peer.tls ? x->peer.tls->sni : NULL)
 		       : NULL;
 	if (x && (!x->req.done || x->req_close || x->minor == 0))
 		keep = 0;
@@ -90,15 +90,15 @@ static enum run session_answer(struct client *cl, int status, const char *detail
 	    /* every 429 and 503 of the proxy's says when to come back: a limit, when it would
 	     * pass (quota.c); maintenance, as the admin API set it (stages.c); a full queue or
 	     * no backend, in a second */
-	    .retry_after_s = status == 503 && x && x->retry_after_s ? x->retry_after_s
-			     : status == 503			    ? SESSION_RETRY_AFTER_S
-			     : status == 429 && x		    ? x->retry_after_s
-								    : 0,
+	    .retry_after_s = status == 503 && x && x->answer.retry_after_s ? x->answer.retry_after_s
+			     : status == 503				   ? SESSION_RETRY_AFTER_S
+			     : status == 429 && x			   ? x->answer.retry_after_s
+									   : 0,
 	    .challenges = route ? auth_challenges(route->auth) : 0,
 	    .openai = route && route->api == CONF_API_OPENAI,
 	    .openai_type = status == 429 && x ? quota_refusal_type(x) : NULL,
 	    .more_headers = status == 429 && x ? quota_refusal_headers(x) : NULL,
-	    .openai_code = x ? x->reply_code : NULL,
+	    .openai_code = x ? x->answer.code : NULL,
 	    .head_only = x && x->meth == HTTP_HEAD,
 	};
 	int n = -1;
@@ -106,7 +106,7 @@ static enum run session_answer(struct client *cl, int status, const char *detail
 		n = rewrite_json(cl->out->data + cl->out->end, buf_room(cl->out), status, json,
 				 jlen, rid, keep);
 	} else if (client_out_buf(cl)) {
-		if (x && x->want_timing && debugreq_timing(x, 1, timing, sizeof(timing)) > 0)
+		if (x && x->names.want_timing && debugreq_timing(x, 1, timing, sizeof(timing)) > 0)
 			e.timing = timing;
 		n = x && x->early_head
 			? rewrite_sse_error(cl->out->data + cl->out->end, buf_room(cl->out), &e)
@@ -214,7 +214,7 @@ static enum run codec_peek_body(struct exchange *x, size_t max, const char **bod
 	struct worker *w = cl->w;
 	size_t hl = cl->head_len;
 	int moved = !x->head, full = 0;
-	if (!x->peeked) { /* the first look */
+	if (!x->reqbody.peeked) { /* the first look */
 		if (continue_body(x, x->head) < 0)
 			return exchange_abort(x, "out of memory");
 		cl->state = C_EXCHANGE; /* the stages run on the client's events from now */
@@ -268,7 +268,7 @@ static enum run codec_head_done(struct exchange *x)
 {
 	struct client *cl = x->conn;
 	const struct http_head *h = x->head;
-	if (!x->peeked && continue_body(x, h) < 0) /* a peek answered it already */
+	if (!x->reqbody.peeked && continue_body(x, h) < 0) /* a peek answered it already */
 		return exchange_abort(x, "out of memory");
 	buf_consume(cl->in, cl->head_len);
 	cl->head_len = 0;
@@ -276,13 +276,13 @@ static enum run codec_head_done(struct exchange *x)
 	cl->state = C_EXCHANGE;
 	x->head = NULL; /* its bytes are gone */
 	x->last_ms = loop_now(cl->w->loop);
-	if (!x->peeked) /* else its clocks run from the peek */
+	if (!x->reqbody.peeked) /* else its clocks run from the peek */
 		x->body_start_ms = x->rate_mark_ms = x->last_ms;
 	/* a body is read (up to limits.body_buffer_bytes) before the request may take a
 	 * slot, so a client that sends it slowly, or never, holds no accelerator */
-	x->buffering =
-	    (!x->req.done || x->peeked) && (cl->w->conf->limits.body_buffer_bytes || x->want_key ||
-					    x->want_model || x->want_view || x->cache_body);
+	x->buffering = (!x->req.done || x->reqbody.peeked) &&
+		       (cl->w->conf->limits.body_buffer_bytes || x->reqbody.want_key ||
+			x->reqbody.want_model || x->reqbody.want_view || x->reqbody.cache_body);
 	if (!x->buffering && x->sse_body)
 		sse_decide(x); /* from the view, when the model stage read one */
 	return RUN_AGAIN;
@@ -346,7 +346,15 @@ static enum run exchange_start(struct client *cl, size_t head_len, size_t droppe
 {
 	struct worker *w = cl->w;
 	const struct http_head *h = &w->head;
-	struct exchange *x = exchange_new(w, cl, &h1_codec, h, cl->trusted);
+	const struct exchange_peer peer = {
+	    .ip = cl->ip,
+	    .key = cl->key,
+	    .trusted = cl->trusted,
+	    .over_tls = cl->tls,
+	    .tls = cl->tls_facts,
+	    .tls_conf = cl->tls_conf,
+	};
+	struct exchange *x = exchange_new(w, cl, &h1_codec, h, &peer);
 	if (!x) {
 		client_close(cl);
 		return RUN_GONE;
@@ -355,12 +363,6 @@ static enum run exchange_start(struct client *cl, size_t head_len, size_t droppe
 	x->log.head_len += (uint32_t)dropped; /* the bytes the client sent */
 	cl->head_len = head_len;
 	cl->requests++;
-	x->client_ip = cl->ip;
-	x->client_key = cl->key;
-	x->client_trusted = cl->trusted;
-	x->client_tls = cl->tls;
-	x->tls = cl->tls_facts;
-	x->tls_conf = cl->tls_conf;
 	if (w->conf->limits.max_uri_bytes && h->path.len > w->conf->limits.max_uri_bytes)
 		return session_reply(cl, 414, "request target longer than limits.max_uri_bytes", 0);
 	if (h->nheaders > w->conf->limits.max_headers)

@@ -22,6 +22,6 @@ void sse_decide(struct exchange *x)
 	if (!x->sse_body)
 		return;
 	x->sse_body = 0;
-	x->sse_hb = x->sse_hb || (x->view_ok && x->view.stream);
+	x->sse_hb = x->sse_hb || (x->reqbody.view_ok && x->reqbody.view.stream);
 	x->hb_next_ms = loop_now(x->w->loop) + x->route->sse_heartbeat_ms;
 }

@@ -28,7 +28,7 @@ struct stage {
 
 /* routes.match.model: when the route depends on the body's "model", read the whole body (up
  * to limits.body_buffer_bytes, or what the input buffer holds) before routing, and read it
- * once with the strict view (exchange_read_view): the route is chosen on what the backend
+ * once with the strict view (reqbody_read_view): the route is chosen on what the backend
  * will read. A request that may name a model where it cannot be read -- a chunked body, or a
  * body longer than what is read (a "model", or a second one, may follow) -- is refused (411,
  * 413), and so is a body the view refuses (400: a key twice, NaN, a lone surrogate...), never
@@ -42,7 +42,7 @@ static enum run stage_model(struct exchange *x)
 	if (!x->head) { /* back from waiting: the codec reads the head anew */
 	} else if (h->framing == HTTP_BODY_NONE ||
 		   (h->framing == HTTP_BODY_LENGTH && !h->content_length) || !c->model_routes ||
-		   !(first = route_match_head(c, h, x->tls ? x->tls->sni : NULL)) ||
+		   !(first = route_match_head(c, h, x->peer.tls ? x->peer.tls->sni : NULL)) ||
 		   !first->model) {
 		return RUN_AGAIN;
 	} else if (h->framing != HTTP_BODY_LENGTH) {
@@ -56,7 +56,7 @@ static enum run stage_model(struct exchange *x)
 	enum run r = x->codec->peek_body(x, max, &body, &len, &all);
 	if (r != RUN_AGAIN)
 		return r;
-	x->peeked = 1;
+	x->reqbody.peeked = 1;
 	if (!all) {
 		x->head = NULL; /* its bytes may move while we wait */
 		return RUN_STAY;
@@ -65,10 +65,10 @@ static enum run stage_model(struct exchange *x)
 		return exchange_reply(
 		    x, 413,
 		    "a request routed by its \"model\" must fit in limits.body_buffer_bytes", 0);
-	if (exchange_read_view(x, body, len) < 0)
-		return exchange_reply(x, 400, x->view_why, 0);
-	if (exchange_note_model(x, body) < 0)
-		return exchange_reply(x, 400, EXCHANGE_MODEL_UNREADABLE, 0);
+	if (reqbody_read_view(&x->reqbody, body, len) < 0)
+		return exchange_reply(x, 400, x->reqbody.view_why, 0);
+	if (reqbody_note_model(&x->reqbody, body, &x->wt) < 0)
+		return exchange_reply(x, 400, REQBODY_MODEL_UNREADABLE, 0);
 	return RUN_AGAIN;
 }
 
@@ -131,15 +131,15 @@ static enum run answer_models(struct exchange *x, const char *id, size_t idlen)
 	}
 	char why[CONF_MODEL_MAX + 64];
 	snprintf(why, sizeof(why), "model '%s' not found", name);
-	x->reply_code = "model_not_found";
+	x->answer.code = "model_not_found";
 	return exchange_reply(x, 404, why, 1);
 }
 
 static enum run stage_route(struct exchange *x)
 {
 	const struct conf_route *route =
-	    route_match(x->w->conf, x->head, x->tls ? x->tls->sni : NULL,
-			x->wt.has_model ? x->model : NULL, x->model_len);
+	    route_match(x->w->conf, x->head, x->peer.tls ? x->peer.tls->sni : NULL,
+			x->wt.has_model ? x->reqbody.model : NULL, x->reqbody.model_len);
 	if (!route)
 		return exchange_reply(x, 404, "no route matches this request", 1);
 	x->route = route;
@@ -147,7 +147,7 @@ static enum run stage_route(struct exchange *x)
 	/* the admin API's maintenance: new requests are turned away, those in flight finish */
 	unsigned retry_s = atomic_load_explicit(&x->w->rt->maintenance, memory_order_relaxed);
 	if (retry_s) {
-		x->retry_after_s = retry_s;
+		x->answer.retry_after_s = retry_s;
 		return exchange_reply(x, 503, "in maintenance: try again later", 1);
 	}
 	return RUN_AGAIN;
@@ -198,7 +198,7 @@ static enum run stage_guard(struct exchange *x)
 		char *id = quota_identity_buf(x);
 		memcpy(id, cert_tenant, n);
 		id[n] = '\0';
-		x->identity = id;
+		x->peer.identity = id;
 		return quota_guard(x);
 	}
 	struct auth_tables *t = atomic_load_explicit(&x->w->sh->auth[x->route - x->w->conf->routes],
@@ -211,7 +211,7 @@ static enum run stage_guard(struct exchange *x)
 	switch (auth_check(t, a->tenants, a->ntenants, x->head, (int64_t)time(NULL),
 			   quota_identity_buf(x), QUOTA_IDENTITY_CAP, &why)) {
 	case AUTH_OK:
-		x->identity = quota_identity_buf(x);
+		x->peer.identity = quota_identity_buf(x);
 		return quota_guard(x);
 	case AUTH_FORBIDDEN:
 		return exchange_reply(x, 403, why, 1);
@@ -227,14 +227,14 @@ static enum run stage_classify(struct exchange *x)
 	const struct http_head *h = x->head;
 	const struct conf_pool *pc = x->pool->conf;
 	sse_setup(x, h);
-	classify_request(x->route, pc, h, x->client_key, x->identity, &x->wt);
+	classify_request(x->route, pc, h, x->peer.key, x->peer.identity, &x->wt);
 	pool_retry_earn(x->pool);
-	x->want_key = pc->hash.key == HASH_KEY_PROMPT && pc->balance->keyed &&
-		      h->framing == HTTP_BODY_LENGTH && h->content_length > 0;
+	x->reqbody.want_key = pc->hash.key == HASH_KEY_PROMPT && pc->balance->keyed &&
+			      h->framing == HTTP_BODY_LENGTH && h->content_length > 0;
 	/* pools.backends.models: the body's "model" chooses among the backends (read with
 	 * the body, after the guard, unless routing read it already) */
-	x->want_model = pc->has_models && !x->model_read && h->framing == HTTP_BODY_LENGTH &&
-			h->content_length > 0;
+	x->reqbody.want_model = pc->has_models && !x->reqbody.model_read &&
+				h->framing == HTTP_BODY_LENGTH && h->content_length > 0;
 	return RUN_AGAIN;
 }
 
@@ -264,7 +264,7 @@ static unsigned drop_other_names(const struct conf *c, const char *own, struct r
  * listeners and routes give fields only they set. Returns how many. */
 static unsigned forward_tls_fields(const struct exchange *x, struct rewrite_field *f)
 {
-	const struct conf_tls *t = x->tls_conf;
+	const struct conf_tls *t = x->peer.tls_conf;
 	const struct net_tls_facts *tf = exchange_tls(x);
 	int cert = tf && tf->client_cert, facts = tf && t && t->facts_headers;
 	unsigned n = 0;
@@ -304,15 +304,15 @@ static enum run stage_forward(struct exchange *x)
 	if (caching_hit_complete(x))
 		return RUN_AGAIN; /* a hit: nothing goes upstream (but a refresh) */
 	struct rewrite_request_info info = {
-	    .client_ip = x->client_ip,
-	    .request_id = x->reqid,
-	    .traceparent = x->traceparent,
-	    .pass_tracestate = x->pass_tracestate,
+	    .client_ip = x->peer.ip,
+	    .request_id = x->names.reqid,
+	    .traceparent = x->names.traceparent,
+	    .pass_tracestate = x->names.pass_tracestate,
 	    .upstream_minor = x->head->minor,
-	    .trusted = x->client_trusted,
-	    .tls = x->client_tls,
+	    .trusted = x->peer.trusted,
+	    .tls = x->peer.over_tls,
 	    .identity_header = x->route->auth ? x->route->auth->identity_header : NULL,
-	    .identity = x->identity,
+	    .identity = x->peer.identity,
 	    .strip_credentials = x->route->auth && !x->route->auth->pass_credentials,
 	    .set = set,
 	    .nset = forward_tls_fields(x, set),
@@ -355,8 +355,8 @@ static enum run stage_admit(struct exchange *x)
 				     cache answers (stale-if-error, from a failed dispatch) */
 	if (x->wt.has_model && !models_served(&x->pool->models, x->wt.model)) {
 		char why[CONF_MODEL_MAX + 64];
-		snprintf(why, sizeof(why), "model '%s' not found", x->model);
-		x->reply_code = "model_not_found";
+		snprintf(why, sizeof(why), "model '%s' not found", x->reqbody.model);
+		x->answer.code = "model_not_found";
 		return exchange_reply(x, 404, why, 1);
 	}
 	return dispatch_connect(x, NULL);

@@ -164,9 +164,9 @@ static void tally_exchange(struct exchange *x, uint64_t now)
 		metrics_add(sh, PM_ROUTE_TOKENS, r * PM_KINDS + TOKENS_PROMPT, prompt);
 		metrics_add(sh, PM_ROUTE_TOKENS, r * PM_KINDS + TOKENS_COMPLETION, completion);
 	}
-	if (!x->identity)
+	if (!x->peer.identity)
 		return;
-	size_t t = names_intern(w->rt->tenants, x->identity, strlen(x->identity));
+	size_t t = names_intern(w->rt->tenants, x->peer.identity, strlen(x->peer.identity));
 	metrics_add(sh, PM_TENANT_REQUESTS, t * PM_CLASSES + cls, 1);
 	if (c->on) {
 		metrics_add(sh, PM_TENANT_TOKENS, t * PM_KINDS + TOKENS_PROMPT, prompt);

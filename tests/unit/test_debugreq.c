@@ -52,12 +52,12 @@ static void make(struct exchange *x, const char *id, uint64_t ago_ms)
 	memset(x, 0, sizeof(*x));
 	x->w = &w;
 	x->att = &x->tries[0]; /* not dispatched: its attempt holds nothing */
-	snprintf(x->reqid, sizeof(x->reqid), "%s", id);
-	snprintf(x->traceparent, sizeof(x->traceparent), "00-%032x-%016x-01", 7, 9);
+	snprintf(x->names.reqid, sizeof(x->names.reqid), "%s", id);
+	snprintf(x->names.traceparent, sizeof(x->names.traceparent), "00-%032x-%016x-01", 7, 9);
 	x->log.start_ms = loop_now(w.loop) - ago_ms;
 	x->log.start_ns = clock_now_ns() - ago_ms * 1000000u;
 	x->meth = HTTP_POST;
-	x->client_ip = "10.0.0.1";
+	x->peer.ip = "10.0.0.1";
 }
 
 /* The exchanges end in a scrambled order; the slowest 8 are kept. */
