@@ -86,7 +86,8 @@ enum run tunnel_start(struct client *cl, const struct http_head *h, size_t len)
 	why = "out of memory";
 	if (!(t = calloc(1, sizeof(*t))))
 		goto fail;
-	n = rewrite_response(cl->out->data + cl->out->end, buf_room(cl->out), h, 1, x->names.reqid, NULL);
+	n = rewrite_response(cl->out->data + cl->out->end, buf_room(cl->out), h, 1, x->names.reqid,
+			     NULL);
 	why = "the backend's 101 head does not fit";
 	status = 502;
 	if (n < 0)
