@@ -1,0 +1,254 @@
+"""WebSocket tunnels (routes.websocket) attacked as a hostile client and a hostile backend
+(issue 25's review): raw sockets on both sides, for what a WebSocket library never sends."""
+
+import base64
+import hashlib
+import re
+import socket
+import threading
+
+from harness import ScriptedBackend, metrics_text, pool_yaml, prom_samples, raw, read_all, \
+    read_until, wait_until
+
+WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+HANDSHAKE = (b"GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+             b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n")
+
+
+def _accept(head):
+    key = re.search(rb"(?i)sec-websocket-key: *(\S+)", head).group(1)
+    return (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Accept: " + base64.b64encode(hashlib.sha1(key + WS_GUID).digest()) +
+            b"\r\n\r\n")
+
+
+class RawServers:
+    """Listeners on <n> ports sharing one handler(index, conn, head), each connection in a
+    thread of its own; index counts the connections across all ports, from 0."""
+
+    def __init__(self, n, handler):
+        self.handler = handler
+        self.accepted = 0
+        self.lock = threading.Lock()
+        self.socks = []
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            s.listen(16)
+            self.socks.append(s)
+            threading.Thread(target=self._serve, args=(s,), daemon=True).start()
+        self.ports = [s.getsockname()[1] for s in self.socks]
+
+    def _serve(self, sock):
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            with self.lock:
+                i = self.accepted
+                self.accepted += 1
+            threading.Thread(target=self._conn, args=(i, conn), daemon=True).start()
+
+    def _conn(self, i, conn):
+        with conn:
+            conn.settimeout(60)
+            try:
+                head = read_until(conn, lambda b: b"\r\n\r\n" in b)
+                self.handler(i, conn, head)
+            except (OSError, AssertionError):
+                pass
+
+    def close(self):
+        for s in self.socks:
+            s.close()
+
+
+def _open(px):
+    return prom_samples(metrics_text(px.admin)).get(("accelnet_tunnels_open", ()), 0)
+
+
+def test_a_hedged_handshake_lets_go_of_the_other_backend_once_a_tunnel_opens(env):
+    # pools.hedge_after_ms sends a slow GET again to a second backend; a WebSocket handshake
+    # is a GET without a body. The first backend answers 101 late, after the copy went out:
+    # the copy (a second connection, holding a slot of the second backend) must be closed
+    # as the tunnel opens, not kept for the tunnel's whole life
+    copy_closed = threading.Event()
+    answer = threading.Event()
+
+    def handler(i, conn, head):
+        if i == 0:
+            answer.wait(30)  # until the copy has gone out
+            conn.sendall(_accept(head))
+            while True:  # echo
+                b = conn.recv(65536)
+                if not b:
+                    return
+                conn.sendall(b)
+        answer.set()
+        if not conn.recv(1):  # the copy: never answers; the proxy must close it
+            copy_closed.set()
+    be = RawServers(2, handler)
+    env.on_cleanup.append(be.close)
+    px = env.proxy("pools:\n" + pool_yaml("p", be.ports, extra="    hedge_after_ms: 50") +
+                   "routes:\n  - pool: p\n    websocket: true\n", workers=1)
+    with socket.create_connection(("127.0.0.1", px.port), timeout=15) as s:
+        s.sendall(HANDSHAKE + b"\r\n")
+        head = read_until(s, lambda b: b"\r\n\r\n" in b)
+        assert head.startswith(b"HTTP/1.1 101 "), head
+        rest = head[head.index(b"\r\n\r\n") + 4:]
+        s.sendall(b"ping")
+        assert read_until(s, lambda b: b.endswith(b"ping"), rest) == b"ping"
+        wait_until(copy_closed.is_set, "the hedged copy's connection closed", timeout=5)
+        st = prom_samples(metrics_text(px.admin))
+        inflight = {k: v for k, v in st.items() if k[0] == "accelnet_backend_inflight"}
+        assert sum(inflight.values()) <= 1, inflight
+
+
+def test_every_end_of_a_handshake_or_tunnel_gives_its_count_back(env):
+    # limits.max_tunnels: 1. Each way a handshake is refused or a tunnel ends must give the
+    # one place back, or the next handshake gets a 503 for ever
+    def handler(i, conn, head):
+        path = head.split(b" ")[1]
+        if path == b"/refuse":
+            conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 2\r\n\r\nno")
+        elif path == b"/rst":
+            conn.sendall(_accept(head))
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        elif path == b"/garbage":
+            conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n")
+        else:
+            conn.sendall(_accept(head))
+            read_all(conn)
+    be = RawServers(1, handler)
+    env.on_cleanup.append(be.close)
+    px = env.proxy("pools:\n" + pool_yaml("p", be.ports) +
+                   "routes:\n  - pool: p\n    websocket: true\n",
+                   extra="limits: {max_tunnels: 1}\n", workers=2)
+
+    def handshake(path, extra=b""):
+        s = socket.create_connection(("127.0.0.1", px.port), timeout=15)
+        s.sendall(HANDSHAKE.replace(b"/ws", path) + extra + b"\r\n")
+        return s, read_until(s, lambda b: b"\r\n\r\n" in b)
+
+    def still_one_place():
+        wait_until(lambda: _open(px) == 0, "the tunnel's place given back")
+        s, head = handshake(b"/ok")
+        with s:
+            assert head.startswith(b"HTTP/1.1 101 "), head
+            assert _open(px) == 1
+        wait_until(lambda: _open(px) == 0, "the client's close gave the place back")
+
+    s, head = handshake(b"/refuse")  # the backend says no
+    s.close()
+    assert head.startswith(b"HTTP/1.1 403"), head
+    still_one_place()
+    s, head = handshake(b"/garbage")  # a 101 without Connection: upgrade
+    s.close()
+    assert head.startswith(b"HTTP/1.1 502"), head
+    still_one_place()
+    s, head = handshake(b"/rst")  # the backend resets the tunnel
+    with s:
+        assert head.startswith(b"HTTP/1.1 101 "), head
+        read_all(s)
+    still_one_place()
+    s, head = handshake(b"/ok")  # the client resets it
+    assert head.startswith(b"HTTP/1.1 101 "), head
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    s.close()
+    still_one_place()
+    # a second handshake while one is open: 503, and the open one keeps its place
+    s, head = handshake(b"/ok")
+    with s:
+        t, head2 = handshake(b"/ok")
+        t.close()
+        assert head2.startswith(b"HTTP/1.1 503"), head2
+        assert _open(px) == 1
+    still_one_place()
+
+
+def test_smuggling_through_a_refused_or_odd_handshake_is_not_a_tunnel(env):
+    # each answered as HTTP, and the request behind it is read as the next request (seen by
+    # the backend as its own request, never as bytes of a tunnel)
+    seen = []
+
+    def script(n, req):
+        if req.startswith(b"GET "):  # not a chunked body's last chunk, read as a request
+            seen.append(req)
+            return b"HTTP/1.1 426 Upgrade Required\r\nContent-Length: 4\r\n\r\nnope", False
+        return b"", False
+    be = ScriptedBackend(script)
+    env.on_cleanup.append(be.close)
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]) +
+                   "routes:\n  - pool: p\n    websocket: true\n")
+    behind = b"GET /second HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    for odd in (b"", b"Content-Length: 5\r\n", b"Transfer-Encoding: chunked\r\n",
+                b"Upgrade: h2c\r\n"):
+        seen.clear()
+        body = b"hello" if b"Content-Length" in odd else b"0\r\n\r\n" if b"chunked" in odd \
+            else b""
+        out = raw(px.port, HANDSHAKE + odd + b"\r\n" + body + behind)
+        assert out.count(b"HTTP/1.1 426") == 2, (odd, out)
+        assert b"101" not in out.split(b"\r\n")[0]
+        assert len(seen) == 2 and seen[1].startswith(b"GET /second "), (odd, seen)
+        if odd:  # not a WebSocket handshake: the backend never sees an Upgrade
+            assert b"upgrade" not in seen[0].split(b"\r\n\r\n")[0].lower(), seen[0]
+
+
+def test_a_backend_that_never_reads_holds_the_client_back(env):
+    # the other way of test_backpressure_...: a client pushing into a backend that takes
+    # nothing may cost the proxy a buffer, not its memory
+    release = threading.Event()
+    got = [0]
+
+    def handler(i, conn, head):
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
+        conn.sendall(_accept(head))
+        release.wait(60)
+        got[0] = len(read_all(conn))
+    be = RawServers(1, handler)
+    env.on_cleanup.append(be.close)
+    px = env.proxy("pools:\n" + pool_yaml("p", be.ports) +
+                   "routes:\n  - pool: p\n    websocket: true\n", workers=1)
+    total = 200 << 20
+    with socket.create_connection(("127.0.0.1", px.port), timeout=15) as s:
+        s.sendall(HANDSHAKE + b"\r\n")
+        head = read_until(s, lambda b: b"\r\n\r\n" in b)
+        assert head.startswith(b"HTTP/1.1 101 "), head
+        s.settimeout(3)
+        block = memoryview(bytes(1 << 16))
+        sent = 0
+        while sent < total:
+            try:
+                sent += s.send(block)
+            except socket.timeout:
+                break
+        assert sent < total // 4, sent
+        st = prom_samples(metrics_text(px.admin))
+        assert st[("accelnet_buffer_bytes", ())] <= 4 * 33 * 1024, st[("accelnet_buffer_bytes", ())]
+        release.set()
+        s.settimeout(60)
+        s.shutdown(socket.SHUT_WR)
+        read_all(s)
+    wait_until(lambda: got[0] == sent, "every byte the client sent reached the backend")
+
+
+def test_a_101_to_a_post_or_a_plain_get_is_a_502_and_no_tunnel(env):
+    def handler(i, conn, head):
+        conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                     b"Connection: Upgrade\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n"
+                     b"smuggled")
+        read_all(conn)
+    be = RawServers(1, handler)
+    env.on_cleanup.append(be.close)
+    px = env.proxy("pools:\n" + pool_yaml("p", be.ports) +
+                   "routes:\n  - pool: p\n    websocket: true\n")
+    for req in (b"POST /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, close\r\n"
+                b"Upgrade: websocket\r\nContent-Length: 2\r\n\r\nhi",
+                b"GET /ws HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                HANDSHAKE.replace(b"HTTP/1.1", b"HTTP/1.0") + b"\r\n",
+                HANDSHAKE + b"Upgrade: websocket\r\n\r\n"):  # two Upgrade fields
+        out = raw(px.port, req)
+        assert out.startswith(b"HTTP/1.1 502 "), (req, out)
+        assert b"smuggled" not in out, out
+    assert _open(px) == 0
