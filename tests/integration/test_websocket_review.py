@@ -248,7 +248,57 @@ def test_a_101_to_a_post_or_a_plain_get_is_a_502_and_no_tunnel(env):
                 b"GET /ws HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
                 HANDSHAKE.replace(b"HTTP/1.1", b"HTTP/1.0") + b"\r\n",
                 HANDSHAKE + b"Upgrade: websocket\r\n\r\n"):  # two Upgrade fields
-        out = raw(px.port, req)
+        out = raw(px.port, req.replace(b"Connection: Upgrade\r\n", b"Connection: Upgrade, close\r\n"))
         assert out.startswith(b"HTTP/1.1 502 "), (req, out)
         assert b"smuggled" not in out, out
     assert _open(px) == 0
+
+
+def test_every_end_of_a_tunnel_gives_its_backend_slot_back(env):
+    # max_concurrency: 1. A tunnel holds the backend's one slot; each way it ends (either
+    # side closes, resets, idles out) must free it for the next handshake, which waits in
+    # the queue meanwhile and then opens
+    def handler(i, conn, head):
+        conn.sendall(_accept(head))
+        if head.split(b" ")[1] == b"/rst":
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                            b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            return
+        read_all(conn)
+    be = RawServers(1, handler)
+    env.on_cleanup.append(be.close)
+    pool = pool_yaml("p", be.ports).replace("}", ", max_concurrency: 1}")
+    px = env.proxy("pools:\n" + pool + "routes:\n  - pool: p\n    websocket: true\n",
+                   extra="timeouts: {tunnel_idle_ms: 300}\n", workers=2)
+
+    def handshake(path=b"/ws"):
+        s = socket.create_connection(("127.0.0.1", px.port), timeout=15)
+        s.sendall(HANDSHAKE.replace(b"/ws", path) + b"\r\n")
+        head = read_until(s, lambda b: b"\r\n\r\n" in b)
+        assert head.startswith(b"HTTP/1.1 101 "), head
+        return s
+
+    s = handshake()
+    s.shutdown(socket.SHUT_WR)  # the client ends; the backend then ends too
+    read_all(s)
+    s.close()
+    s = handshake(b"/rst")  # the backend resets
+    read_all(s)
+    s.close()
+    s = handshake()  # the client resets
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    s.close()
+    s = handshake()  # nobody says anything: idle
+    read_all(s)
+    s.close()
+    with handshake() as s:  # held: the next one waits for the slot ...
+        t = socket.create_connection(("127.0.0.1", px.port), timeout=15)
+        t.sendall(HANDSHAKE + b"\r\n")
+        wait_until(lambda: prom_samples(metrics_text(px.admin)).get(
+            ("accelnet_pool_queue_length", (("pool", "p"),))) == 1, "the second handshake queued")
+    with t:  # ... and gets it once the first ends
+        head = read_until(t, lambda b: b"\r\n\r\n" in b)
+        assert head.startswith(b"HTTP/1.1 101 "), head
+    wait_until(lambda: _open(px) == 0, "all tunnels closed")
+    st = prom_samples(metrics_text(px.admin))
+    assert sum(v for k, v in st.items() if k[0] == "accelnet_backend_inflight") == 0
