@@ -302,3 +302,45 @@ def test_every_end_of_a_tunnel_gives_its_backend_slot_back(env):
     wait_until(lambda: _open(px) == 0, "all tunnels closed")
     st = prom_samples(metrics_text(px.admin))
     assert sum(v for k, v in st.items() if k[0] == "accelnet_backend_inflight") == 0
+
+
+def test_a_tls_client_ending_its_tunnel_gives_everything_back(env):
+    # the backend sends 4 MiB and ends its side; the TLS client reads it all to the proxy's
+    # close_notify, then closes: the tunnel ends, counted, its place given back
+    import os
+    import ssl
+    import subprocess
+    from harness import BIN, free_port
+
+    def handler(i, conn, head):
+        conn.sendall(_accept(head))
+        conn.sendall(b"y" * (4 << 20))
+        conn.shutdown(socket.SHUT_WR)
+        read_all(conn)
+    be = RawServers(1, handler)
+    env.on_cleanup.append(be.close)
+    key, pem = os.path.join(env.dir, "k.key"), os.path.join(env.dir, "c.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out", pem, "-days",
+                    "2", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    port, admin = free_port(), free_port()
+    text = (f"workers: 2\nlisten:\n  - address: 127.0.0.1:{port}\n"
+            f"    tls: {{cert: {pem}, key: {key}}}\nadmin: {{address: 127.0.0.1:{admin}}}\n"
+            "pools:\n" + pool_yaml("p", be.ports) + "routes:\n  - pool: p\n    websocket: true\n")
+    env.start([BIN, "proxy", "-c", env.write("tls.yaml", text)], "proxy", wait_port=port)
+    ctx = ssl.create_default_context(cafile=pem)
+    with ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=15),
+                         server_hostname="127.0.0.1") as s:
+        s.sendall(HANDSHAKE + b"\r\n")
+        head = read_until(s, lambda b: b"\r\n\r\n" in b)
+        assert head.startswith(b"HTTP/1.1 101 "), head
+        got = read_all(s, head[head.index(b"\r\n\r\n") + 4:])
+        assert got == b"y" * (4 << 20), len(got)
+        s.unwrap()  # our close_notify: a clean end, not a truncation
+
+    def samples():
+        return prom_samples(metrics_text(admin))
+    wait_until(lambda: samples().get(("accelnet_tunnels_closed_total",
+                                      (("reason", "closed"),))) == 1, "the tunnel closed")
+    assert samples()[("accelnet_tunnels_open", ())] == 0
