@@ -10,6 +10,7 @@ import threading
 from harness import ScriptedBackend, metrics_text, pool_yaml, prom_samples, raw, read_all, \
     read_until, wait_until
 
+RESET = b"\x01\x00\x00\x00\x00\x00\x00\x00"  # SO_LINGER on, 0 s: close() sends a RST
 WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 HANDSHAKE = (b"GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
              b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n")
@@ -103,6 +104,7 @@ def test_a_hedged_handshake_lets_go_of_the_other_backend_once_a_tunnel_opens(env
         st = prom_samples(metrics_text(px.admin))
         inflight = {k: v for k, v in st.items() if k[0] == "accelnet_backend_inflight"}
         assert sum(inflight.values()) <= 1, inflight
+        assert sum(v for k, v in st.items() if k[0] == "accelnet_backend_hedged_total") == 1
 
 
 def test_every_end_of_a_handshake_or_tunnel_gives_its_count_back(env):
@@ -114,7 +116,7 @@ def test_every_end_of_a_handshake_or_tunnel_gives_its_count_back(env):
             conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 2\r\n\r\nno")
         elif path == b"/rst":
             conn.sendall(_accept(head))
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET)
         elif path == b"/garbage":
             conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n")
         else:
@@ -154,7 +156,7 @@ def test_every_end_of_a_handshake_or_tunnel_gives_its_count_back(env):
     still_one_place()
     s, head = handshake(b"/ok")  # the client resets it
     assert head.startswith(b"HTTP/1.1 101 "), head
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET)
     s.close()
     still_one_place()
     # a second handshake while one is open: 503, and the open one keeps its place
@@ -225,7 +227,8 @@ def test_a_backend_that_never_reads_holds_the_client_back(env):
                 break
         assert sent < total // 4, sent
         st = prom_samples(metrics_text(px.admin))
-        assert st[("accelnet_buffer_bytes", ())] <= 4 * 33 * 1024, st[("accelnet_buffer_bytes", ())]
+        held = st[("accelnet_buffer_bytes", ())]
+        assert held <= 4 * 33 * 1024, held
         release.set()
         s.settimeout(60)
         s.shutdown(socket.SHUT_WR)
@@ -248,7 +251,7 @@ def test_a_101_to_a_post_or_a_plain_get_is_a_502_and_no_tunnel(env):
                 b"GET /ws HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
                 HANDSHAKE.replace(b"HTTP/1.1", b"HTTP/1.0") + b"\r\n",
                 HANDSHAKE + b"Upgrade: websocket\r\n\r\n"):  # two Upgrade fields
-        out = raw(px.port, req.replace(b"Connection: Upgrade\r\n", b"Connection: Upgrade, close\r\n"))
+        out = raw(px.port, req.replace(b"Upgrade\r\n", b"Upgrade, close\r\n", 1))
         assert out.startswith(b"HTTP/1.1 502 "), (req, out)
         assert b"smuggled" not in out, out
     assert _open(px) == 0
@@ -261,8 +264,7 @@ def test_every_end_of_a_tunnel_gives_its_backend_slot_back(env):
     def handler(i, conn, head):
         conn.sendall(_accept(head))
         if head.split(b" ")[1] == b"/rst":
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                            b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET)
             return
         read_all(conn)
     be = RawServers(1, handler)
@@ -286,7 +288,7 @@ def test_every_end_of_a_tunnel_gives_its_backend_slot_back(env):
     read_all(s)
     s.close()
     s = handshake()  # the client resets
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET)
     s.close()
     s = handshake()  # nobody says anything: idle
     read_all(s)
@@ -344,3 +346,51 @@ def test_a_tls_client_ending_its_tunnel_gives_everything_back(env):
     wait_until(lambda: samples().get(("accelnet_tunnels_closed_total",
                                       (("reason", "closed"),))) == 1, "the tunnel closed")
     assert samples()[("accelnet_tunnels_open", ())] == 0
+
+
+def test_rate_limit_concurrency_counts_a_tunnel_until_it_ends_however_it_ends(env):
+    # rate_limit.concurrency: 1 counts the tenant's open tunnel; a second is 429 meanwhile,
+    # and every end (client close, backend reset, idle) frees it for the next
+    def handler(i, conn, head):
+        conn.sendall(_accept(head))
+        if head.split(b" ")[1] == b"/rst":
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET)
+            return
+        read_all(conn)
+    be = RawServers(1, handler)
+    env.on_cleanup.append(be.close)
+    px = env.proxy("pools:\n" + pool_yaml("p", be.ports) +
+                   "routes:\n  - pool: p\n    websocket: true\n"
+                   "    rate_limit: {concurrency: 1}\n",
+                   extra="timeouts: {tunnel_idle_ms: 300}\n")
+
+    def handshake(path=b"/ws"):
+        s = socket.create_connection(("127.0.0.1", px.port), timeout=15)
+        s.sendall(HANDSHAKE.replace(b"/ws", path) + b"\r\n")
+        return s, read_until(s, lambda b: b"\r\n\r\n" in b)
+
+    def next_opens():
+        # the end is seen by the proxy a moment after the client's close: wait for it
+        def opens():
+            s, head = handshake()
+            s.close()
+            return head.startswith(b"HTTP/1.1 101 ")
+        wait_until(opens, "the tenant's place given back")
+
+    s, head = handshake()
+    with s:
+        assert head.startswith(b"HTTP/1.1 101 "), head
+        t, head2 = handshake()
+        t.close()
+        assert head2.startswith(b"HTTP/1.1 429 "), head2
+    next_opens()
+    s, head = handshake(b"/rst")
+    with s:
+        assert head.startswith(b"HTTP/1.1 101 "), head
+        read_all(s)
+    next_opens()
+    s, head = handshake()
+    with s:
+        assert head.startswith(b"HTTP/1.1 101 "), head
+        read_all(s)  # idle: the proxy closes it
+    next_opens()
