@@ -369,28 +369,27 @@ def test_rate_limit_concurrency_counts_a_tunnel_until_it_ends_however_it_ends(en
         s.sendall(HANDSHAKE.replace(b"/ws", path) + b"\r\n")
         return s, read_until(s, lambda b: b"\r\n\r\n" in b)
 
-    def next_opens():
-        # the end is seen by the proxy a moment after the client's close: wait for it
-        def opens():
-            s, head = handshake()
-            s.close()
-            return head.startswith(b"HTTP/1.1 101 ")
-        wait_until(opens, "the tenant's place given back")
+    def open_when_free(path=b"/ws"):
+        # the proxy sees an end a moment after the client's close: try until it opens
+        got = []
 
-    s, head = handshake()
-    with s:
-        assert head.startswith(b"HTTP/1.1 101 "), head
+        def opens():
+            s, head = handshake(path)
+            if head.startswith(b"HTTP/1.1 101 "):
+                got.append(s)
+                return True
+            assert head.startswith(b"HTTP/1.1 429 "), head
+            s.close()
+            return False
+        wait_until(opens, "the tenant's place given back")
+        return got[0]
+
+    with open_when_free() as s:
         t, head2 = handshake()
         t.close()
         assert head2.startswith(b"HTTP/1.1 429 "), head2
-    next_opens()
-    s, head = handshake(b"/rst")
-    with s:
-        assert head.startswith(b"HTTP/1.1 101 "), head
+    with open_when_free(b"/rst") as s:  # the backend resets it
         read_all(s)
-    next_opens()
-    s, head = handshake()
-    with s:
-        assert head.startswith(b"HTTP/1.1 101 "), head
-        read_all(s)  # idle: the proxy closes it
-    next_opens()
+    with open_when_free() as s:  # idle: the proxy closes it
+        read_all(s)
+    open_when_free().close()
