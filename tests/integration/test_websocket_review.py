@@ -393,3 +393,50 @@ def test_rate_limit_concurrency_counts_a_tunnel_until_it_ends_however_it_ends(en
     with open_when_free() as s:  # idle: the proxy closes it
         read_all(s)
     open_when_free().close()
+
+
+def test_a_101_before_the_whole_handshake_went_is_no_tunnel(env):
+    # a backend that answers 101 having read only the start of the handshake, on a connection
+    # that cannot take the whole head yet (small segments, a small window): were that a
+    # tunnel, the rest of the proxy's head (X-Forwarded-For, the identity it authenticated)
+    # would never go, and the client's first bytes would end the head the backend reads
+    seen = []
+    lst = socket.socket()  # segments of 536 bytes, a 4 KiB window: the head goes slowly
+    lst.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 536)
+    lst.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(8)
+    env.on_cleanup.append(lst.close)
+
+    def serve():
+        while True:
+            try:
+                conn, _ = lst.accept()
+            except OSError:
+                return
+            with conn:
+                got = conn.recv(100)  # the request line, and no more: then the 101
+                conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                             b"Connection: Upgrade\r\nSec-WebSocket-Accept: x\r\n\r\n")
+                conn.settimeout(5)
+                try:
+                    while b"INJECTED" not in got:
+                        b = conn.recv(65536)
+                        if not b:
+                            break
+                        got += b
+                except OSError:
+                    pass
+                seen.append(got)
+    threading.Thread(target=serve, daemon=True).start()
+    px = env.proxy("pools:\n" + pool_yaml("p", [lst.getsockname()[1]]) +
+                   "routes:\n  - pool: p\n    websocket: true\n",
+                   extra="limits: {max_header_bytes: 300000}\n")
+    with socket.create_connection(("127.0.0.1", px.port), timeout=15) as s:
+        s.sendall(HANDSHAKE + b"X-Pad: " + b"p" * 200000 + b"\r\n\r\n")
+        head = read_until(s, lambda b: b"\r\n\r\n" in b)
+        if head.startswith(b"HTTP/1.1 101 "):
+            s.sendall(b"\r\nX-Identity: admin\r\n\r\nINJECTED")
+            wait_until(lambda: seen, "the backend's read")
+        assert head.startswith(b"HTTP/1.1 502 "), (head[:200], [g[-60:] for g in seen])
+    assert not any(b"INJECTED" in got for got in seen)
