@@ -10,10 +10,11 @@
  * Connection: Upgrade and Upgrade: websocket besides the client's Sec-WebSocket-* fields
  * (http/rewrite.h). On any other route the Upgrade field is dropped as every hop-by-hop field
  * is, and the backend sees a plain GET. The backend's answer other than 101 is relayed as a
- * response; a 101 to a request not so marked, or one that does not say Upgrade: websocket
- * with Connection: upgrade, is a malformed response (502): a backend cannot turn a request
- * into a tunnel the client did not ask for. Whether its Sec-WebSocket-Accept is right is the
- * client's to judge: it passes untouched.
+ * response; a 101 to a request not so marked, one that does not say Upgrade: websocket
+ * with Connection: upgrade, or one that comes before the whole forwarded head went (the
+ * client's first bytes would end it), is a malformed response (502): a backend cannot turn
+ * a request into a tunnel the client did not ask for. Whether its Sec-WebSocket-Accept is
+ * right is the client's to judge: it passes untouched.
  *
  * On a 101 the codec (relay.c) calls tunnel_start(): the head goes to the client and the
  * connection (session.c's state C_TUNNEL) runs tunnel_run() on every event of either side.
