@@ -75,6 +75,7 @@ enum up_failure {
 };
 
 struct exchange;
+struct xpace;
 
 /* What an exchange asks of the codec of the connection that carries it. */
 struct exchange_codec_ops {
@@ -85,7 +86,7 @@ struct exchange_codec_ops {
 	enum run (*abort)(struct exchange *x, const char *why);
 	/* The head stages are done: the head leaves the input; the body may flow. */
 	enum run (*head_done)(struct exchange *x);
-	/* Read the request body before admission (x->buffering). */
+	/* Read the request body before admission (the stage "body" decided so: pace.h). */
 	enum run (*await_body)(struct exchange *x);
 	/*
 	 * Before the route (the stage "model"): the start of the request body in hand, in
@@ -110,6 +111,8 @@ struct exchange_codec_ops {
 	void (*heartbeat)(struct exchange *x);
 	/* Is the proxy holding the request body back (its buffers full)? */
 	int (*body_held)(const struct exchange *x);
+	/* The pacing marks it keeps for this exchange (pace.h). */
+	struct xpace *(*pace)(const struct exchange *x);
 	/* Answer from the cache's object (caching.h); RUN_AGAIN without one when
 	 * it cannot (a fill that failed): the exchange goes on to the backend. */
 	enum run (*serve)(struct exchange *x);
@@ -149,12 +152,10 @@ struct exchange {
 	unsigned retry_after_s; /* a 429's or 503's Retry-After */
 
 	enum http_method meth;
-	int minor; /* HTTP/1.<minor> of the request */
 	char reqid[REQUEST_ID_MAX + 1];
 	char traceparent[TRACEPARENT_LEN + 1]; /* sent upstream: the trace id, the proxy's span */
 	unsigned pass_tracestate : 1;	       /* the client's traceparent was taken */
 	unsigned want_timing : 1;	       /* a trusted client asked for X-Accelnet-Timing */
-	unsigned req_close : 1;
 	unsigned want_key : 1;	    /* the pool balances on the prompt key, read from the body */
 	unsigned llm_wait_over : 1; /* balance: llm: it waited max_wait_ms for its home */
 	unsigned want_model : 1; /* the pool's backends list models: read "model" from the body */
@@ -164,15 +165,8 @@ struct exchange {
 	unsigned cache_body : 1; /* an inference POST: the cache's key is its body (caching.h) */
 	unsigned view_read : 1;	 /* the whole body was read by the strict view (x->view) ... */
 	unsigned view_ok : 1;	 /* ... and it is valid JSON (else x->view_why says why) */
-	unsigned buffering : 1;	 /* reading the body before admission (await_body) */
-	unsigned buf_wait : 1;	 /* ... and waiting for a body buffer to be free */
-	unsigned sse_body : 1;	 /* heartbeats if the body asks for a stream: not looked yet */
 	unsigned spilled : 1;	 /* moved to the route's spillover pool */
 	unsigned hedged : 1;	 /* a copy went (or was tried) to a second backend */
-	unsigned sse_hb : 1;	 /* a streaming request on a route with heartbeats */
-	unsigned early_head : 1; /* ... whose event-stream head the proxy has sent */
-	unsigned wrap_tail : 1;	 /* a Content-Length body relayed as one chunk: end it */
-	unsigned wrap_size : 1;	 /* ... whose chunk-size line went out */
 	unsigned tunnel : 1;	 /* a WebSocket handshake its route tunnels (tunnel.h) */
 	const char *reply_code;	 /* the "code" of the proxy's next OpenAI error, or NULL */
 	/* the strict view of the whole body (view_ok), read once, read by every stage */
@@ -181,12 +175,8 @@ struct exchange {
 	/* the body's "model", decoded (when wt.has_model; wt.model is its models_hash()) */
 	char model[CONF_MODEL_MAX + 1];
 	uint16_t model_len;
-	unsigned interims;	/* interim (1xx) responses relayed ... */
-	uint32_t interim_bytes; /* ... and their bytes */
-	uint64_t body_start_ms; /* the request head was read: the body's clocks start */
-	uint64_t rate_mark_ms, rate_mark_bytes; /* the current min_body_rate window began */
-	uint64_t last_ms;			/* last progress */
-	struct waiter wt;			/* waiting in the pool's queue for a slot */
+	uint64_t last_ms;     /* last progress */
+	struct waiter wt;     /* waiting in the pool's queue for a slot */
 	uint64_t *llm_blocks; /* balance: llm: the prompt's blocks, lent by the worker (llm.h) */
 	const struct conf_route *route;
 	struct pool_rt *pool;
@@ -195,14 +185,11 @@ struct exchange {
 	struct attempt *att, *hedge;
 	struct attempt tries[2];
 	uint64_t last_read_ns; /* the previous read of a streamed response body */
-	uint64_t hb_next_ms;   /* the next heartbeat */
 	/* the rewritten request head; kept until a response starts, so a retry can resend it */
 	struct buf *uphead;
 	struct http_body req; /* request body: client -> codec's input -> backend */
 	/* response: backend -> up->in -> client */
-	unsigned resp_head : 1, client_keep : 1;
-	unsigned client_full : 1; /* the last write to the client left bytes unsent */
-	uint64_t client_took_ms;  /* the client last took response bytes (timeouts.send_ms) */
+	unsigned resp_head : 1; /* the response head came: the response has started */
 	int status;
 	struct http_body resp;
 

@@ -108,7 +108,7 @@ enum run relay_await_body(struct client *cl)
 			if (err == -EBUSY) {
 				/* every body buffer is lent: wait for one (the timer looks
 				 * again), never admit a body that has not arrived */
-				x->buf_wait = 1;
+				cl->h1.pace.buf_wait = 1;
 				return RUN_STAY;
 			}
 			if (err < 0)
@@ -121,13 +121,13 @@ enum run relay_await_body(struct client *cl)
 			return exchange_abort(x, "client closed during the request body");
 		x->last_ms = loop_now(w->loop);
 	}
-	x->buffering = 0;
+	cl->h1.pace.buffering = 0;
 	const char *body = cl->in ? buf_head(cl->in) : NULL;
 	/* the whole body is read once by the strict view; a stage that decides on it (the model
 	 * among backends, the token reservation, the cache key) takes no body the view refuses,
 	 * while the hints (heartbeats, the affinity key) only go without */
 	int strict = x->want_model || x->want_view || x->cache_body;
-	if ((strict || x->want_key || x->sse_body) && body && x->req.done &&
+	if ((strict || x->want_key || cl->h1.pace.sse_body) && body && x->req.done &&
 	    x->req.framing == HTTP_BODY_LENGTH && exchange_read_view(x, body, x->req.ready) < 0 &&
 	    strict)
 		return exchange_reply(x, 400, x->view_why, 0);
@@ -181,10 +181,10 @@ static enum run response_interim(struct client *cl, const struct http_head *h, s
 {
 	struct exchange *x = cl->x;
 	struct upconn *up = x->att->up;
-	x->interim_bytes += (uint32_t)len;
-	if (++x->interims > INTERIM_MAX || x->interim_bytes > INTERIM_BYTES_MAX)
+	cl->h1.interim_bytes += (uint32_t)len;
+	if (++cl->h1.interims > INTERIM_MAX || cl->h1.interim_bytes > INTERIM_BYTES_MAX)
 		return dispatch_failed(x, UP_INTERIM);
-	if (x->minor == 1 && !x->early_head) {
+	if (cl->h1.minor == 1 && !cl->h1.early_head) {
 		int n = rewrite_response(cl->out->data + cl->out->end, buf_room(cl->out), h, 1,
 					 NULL, NULL);
 		if (n > 0)
@@ -197,17 +197,17 @@ static enum run response_interim(struct client *cl, const struct http_head *h, s
 void relay_heartbeat(struct client *cl)
 {
 	struct exchange *x = cl->x;
-	x->hb_next_ms = loop_now(cl->w->loop) + x->route->sse_heartbeat_ms;
+	cl->h1.pace.hb_next_ms = loop_now(cl->w->loop) + x->route->sse_heartbeat_ms;
 	if (client_out_pending(cl))
 		return; /* the last one is still unread: a client that does not read gets no more */
 	if (!client_out_buf(cl))
 		return;
-	if (!x->early_head) {
+	if (!cl->h1.early_head) {
 		int n = rewrite_sse_head(cl->out->data + cl->out->end, buf_room(cl->out), x->reqid);
 		if (n < 0)
 			return;
 		cl->out->end += (uint32_t)n;
-		x->early_head = 1;
+		cl->h1.early_head = 1;
 	}
 	int n = rewrite_sse_comment(cl->out->data + cl->out->end, buf_room(cl->out), "waiting");
 	if (n > 0)
@@ -234,14 +234,14 @@ static enum run early_stream_continue(struct client *cl, const struct http_head 
 	}
 	buf_consume(x->att->up->in, len);
 	if (h->framing == HTTP_BODY_LENGTH) {
-		x->wrap_tail = 1;
+		cl->h1.wrap_tail = 1;
 		if (h->content_length) {
 			int n = rewrite_chunk_size(cl->out->data + cl->out->end, buf_room(cl->out),
 						   h->content_length);
 			if (n < 0)
 				return exchange_abort(x, "client does not read its event stream");
 			cl->out->end += (uint32_t)n;
-			x->wrap_size = 1;
+			cl->h1.wrap_size = 1;
 		}
 	}
 	exchange_response_started(x);
@@ -297,7 +297,8 @@ static enum run response_head(struct client *cl)
 	int r = http_parse_response(buf_head(up->in), buf_len(up->in), up->in->cap, x->meth, h);
 	if (r == 0)
 		return buf_len(up->in) == up->in->cap ? dispatch_failed(x, UP_BAD) : RUN_STAY;
-	if (r < 0 || (h->status == 101 && !tunnel_accepts(x, h)))
+	/* no tunnel after an early event-stream head (sse.h): the client has a 200 already */
+	if (r < 0 || (h->status == 101 && (cl->h1.early_head || !tunnel_accepts(x, h))))
 		return dispatch_failed(x, UP_BAD);
 	if (!client_out_buf(cl))
 		return exchange_abort(x, "out of memory");
@@ -323,15 +324,15 @@ static enum run response_head(struct client *cl)
 	x->status = h->status;
 	http_body_init(&x->resp, h->framing, h->content_length);
 	xhooks_resp_head(x, h);
-	x->client_keep = !x->req_close && x->minor == 1 && !w->draining &&
-			 h->framing != HTTP_BODY_CLOSE && x->req.done;
-	a->reusable = !(h->flags & HTTP_F_CLOSE) && h->minor == 1 && x->minor == 1 &&
+	cl->h1.client_keep = !cl->h1.req_close && cl->h1.minor == 1 && !w->draining &&
+			     h->framing != HTTP_BODY_CLOSE && x->req.done;
+	a->reusable = !(h->flags & HTTP_F_CLOSE) && h->minor == 1 && cl->h1.minor == 1 &&
 		      h->framing != HTTP_BODY_CLOSE;
-	if (x->early_head)
+	if (cl->h1.early_head)
 		return early_stream_continue(cl, h, (size_t)r);
 	char timing[160];
 	int n = rewrite_response(
-	    cl->out->data + cl->out->end, buf_room(cl->out), h, x->client_keep, x->reqid,
+	    cl->out->data + cl->out->end, buf_room(cl->out), h, cl->h1.client_keep, x->reqid,
 	    x->want_timing && debugreq_timing(x, 0, timing, sizeof(timing)) > 0 ? timing : NULL);
 	if (n < 0)
 		return dispatch_failed(x, UP_BAD);
@@ -404,10 +405,11 @@ static enum run send_client(struct client *cl, int *progress)
 				     x->resp.ready ? buf_head(up->in) : NULL, x->resp.ready);
 	if (sent == -EAGAIN || sent == -EINTR) {
 		cl->writable = 0;
-		if (!x->client_full) {
-			x->client_full = 1; /* timeouts.send_ms runs from the last bytes it took */
-			if (!x->client_took_ms)
-				x->client_took_ms = loop_now(cl->w->loop);
+		if (!cl->h1.pace.client_full) {
+			cl->h1.pace.client_full =
+			    1; /* timeouts.send_ms runs from the last bytes it took */
+			if (!cl->h1.pace.client_took_ms)
+				cl->h1.pace.client_took_ms = loop_now(cl->w->loop);
 		}
 		return RUN_STAY;
 	}
@@ -422,10 +424,10 @@ static enum run send_client(struct client *cl, int *progress)
 		buf_consume(up->in, k);
 		http_body_sent(&x->resp, k);
 	}
-	x->client_full = client_out_pending(cl) || x->resp.ready;
-	if (x->client_full)
+	cl->h1.pace.client_full = client_out_pending(cl) || x->resp.ready;
+	if (cl->h1.pace.client_full)
 		cl->writable = 0; /* a short write: the socket buffer is full */
-	x->client_took_ms = loop_now(cl->w->loop);
+	cl->h1.pace.client_took_ms = loop_now(cl->w->loop);
 	worker_buf_release(cl->w, &cl->out);
 	*progress = 1;
 	if (x->resp_head) /* heartbeats do not hold off first_byte_ms */
@@ -535,12 +537,12 @@ static enum run relay_pass(struct client *cl, int *progress)
 	if (cl->writable && (client_out_pending(cl) || x->resp.ready) &&
 	    (r = send_client(cl, progress)) != RUN_STAY)
 		return r;
-	if (x->wrap_tail && x->resp.done && !x->resp.ready) {
+	if (cl->h1.wrap_tail && x->resp.done && !x->resp.ready) {
 		/* the one chunk of a Content-Length body ends; then the last chunk */
-		const char *tail = rewrite_chunk_tail(x->wrap_size);
+		const char *tail = rewrite_chunk_tail(cl->h1.wrap_size);
 		if (client_out_put(cl, tail, strlen(tail)) < 0)
 			return exchange_abort(x, "out of memory");
-		x->wrap_tail = 0;
+		cl->h1.wrap_tail = 0;
 		*progress = 1;
 	}
 	return RUN_STAY;

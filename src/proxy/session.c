@@ -78,7 +78,7 @@ static enum run session_answer(struct client *cl, int status, const char *detail
 	    : x->route ? x->route
 	    : x->head  ? route_match_head(w->conf, x->head, x->tls ? x->tls->sni : NULL)
 		       : NULL;
-	if (x && (!x->req.done || x->req_close || x->minor == 0))
+	if (x && (!x->req.done || cl->h1.req_close || cl->h1.minor == 0))
 		keep = 0;
 	if (w->draining || session_last_request(cl))
 		keep = 0;
@@ -108,7 +108,7 @@ static enum run session_answer(struct client *cl, int status, const char *detail
 	} else if (client_out_buf(cl)) {
 		if (x && x->want_timing && debugreq_timing(x, 1, timing, sizeof(timing)) > 0)
 			e.timing = timing;
-		n = x && x->early_head
+		n = x && cl->h1.early_head
 			? rewrite_sse_error(cl->out->data + cl->out->end, buf_room(cl->out), &e)
 			: rewrite_error(cl->out->data + cl->out->end, buf_room(cl->out), &e);
 	}
@@ -218,7 +218,8 @@ static enum run codec_peek_body(struct exchange *x, size_t max, const char **bod
 		if (continue_body(x, x->head) < 0)
 			return exchange_abort(x, "out of memory");
 		cl->state = C_EXCHANGE; /* the stages run on the client's events from now */
-		x->last_ms = x->body_start_ms = x->rate_mark_ms = loop_now(w->loop);
+		x->last_ms = cl->h1.pace.body_start_ms = cl->h1.pace.rate_mark_ms =
+		    loop_now(w->loop);
 	}
 	if (client_flush(cl) < 0) /* a "100 Continue" the client waits for */
 		return exchange_abort(x, "client went away");
@@ -241,7 +242,7 @@ static enum run codec_peek_body(struct exchange *x, size_t max, const char **bod
 				break;
 			}
 			if (err == -EBUSY) {
-				x->buf_wait = 1; /* the timer looks again */
+				cl->h1.pace.buf_wait = 1; /* the timer looks again */
 				break;
 			}
 			if (err < 0)
@@ -277,13 +278,13 @@ static enum run codec_head_done(struct exchange *x)
 	x->head = NULL; /* its bytes are gone */
 	x->last_ms = loop_now(cl->w->loop);
 	if (!x->peeked) /* else its clocks run from the peek */
-		x->body_start_ms = x->rate_mark_ms = x->last_ms;
+		cl->h1.pace.body_start_ms = cl->h1.pace.rate_mark_ms = x->last_ms;
 	/* a body is read (up to limits.body_buffer_bytes) before the request may take a
 	 * slot, so a client that sends it slowly, or never, holds no accelerator */
-	x->buffering =
+	cl->h1.pace.buffering =
 	    (!x->req.done || x->peeked) && (cl->w->conf->limits.body_buffer_bytes || x->want_key ||
 					    x->want_model || x->want_view || x->cache_body);
-	if (!x->buffering && x->sse_body)
+	if (!cl->h1.pace.buffering && cl->h1.pace.sse_body)
 		sse_decide(x); /* from the view, when the model stage read one */
 	return RUN_AGAIN;
 }
@@ -319,6 +320,11 @@ static enum run codec_serve(struct exchange *x)
 	return hit_run(x->conn);
 }
 
+static struct xpace *codec_pace(const struct exchange *x)
+{
+	return &((struct client *)x->conn)->h1.pace;
+}
+
 static int codec_live(void *conn, const struct exchange *x)
 {
 	return ((struct client *)conn)->x == x;
@@ -336,6 +342,7 @@ static const struct exchange_codec_ops h1_codec = {
     .heartbeat = codec_heartbeat,
     .body_held = codec_body_held,
     .serve = codec_serve,
+    .pace = codec_pace,
 };
 
 /* --- the states --- */
@@ -352,6 +359,7 @@ static enum run exchange_start(struct client *cl, size_t head_len, size_t droppe
 		return RUN_GONE;
 	}
 	cl->x = x;
+	cl->h1 = (struct h1_x){.minor = h->minor, .req_close = (h->flags & HTTP_F_CLOSE) != 0};
 	x->log.head_len += (uint32_t)dropped; /* the bytes the client sent */
 	cl->head_len = head_len;
 	cl->requests++;
@@ -366,7 +374,8 @@ static enum run exchange_start(struct client *cl, size_t head_len, size_t droppe
 	if (h->nheaders > w->conf->limits.max_headers)
 		return session_reply(cl, 431, "more header fields than limits.max_headers", 0);
 	if (session_last_request(cl))
-		x->req_close = 1; /* its answer says Connection: close, and the connection ends */
+		cl->h1.req_close =
+		    1; /* its answer says Connection: close, and the connection ends */
 	if (h->framing == HTTP_BODY_LENGTH && w->conf->limits.max_body_bytes &&
 	    h->content_length > w->conf->limits.max_body_bytes)
 		return session_reply(cl, 413, "request body larger than limits.max_body_bytes", 0);

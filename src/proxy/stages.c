@@ -8,6 +8,7 @@
 #include "proxy/caching.h"
 #include "proxy/classify.h"
 #include "proxy/dispatch.h"
+#include "proxy/pace.h"
 #include "proxy/quota.h"
 #include "proxy/route.h"
 #include "proxy/sse.h"
@@ -335,7 +336,7 @@ static enum run stage_head_done(struct exchange *x)
 
 static enum run stage_body(struct exchange *x)
 {
-	return x->buffering ? x->codec->await_body(x) : RUN_AGAIN;
+	return exchange_pace(x)->buffering ? x->codec->await_body(x) : RUN_AGAIN;
 }
 
 /* routes.rate_limit.tokens_per_minute: the request's tokens are reserved before it may wait

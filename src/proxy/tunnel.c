@@ -67,9 +67,7 @@ enum run tunnel_stage(struct exchange *x)
 
 int tunnel_accepts(const struct exchange *x, const struct http_head *h)
 {
-	/* not after an early event-stream head (sse.h): the client has a 200 already */
-	return x->tunnel && !x->early_head && (h->flags & HTTP_F_UPGRADE) &&
-	       field_is(h, "upgrade", "websocket");
+	return x->tunnel && (h->flags & HTTP_F_UPGRADE) && field_is(h, "upgrade", "websocket");
 }
 
 enum run tunnel_start(struct client *cl, const struct http_head *h, size_t len)
