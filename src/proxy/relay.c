@@ -12,7 +12,6 @@
 #include "proxy/dispatch.h"
 #include "proxy/hedge.h"
 #include "proxy/quota.h"
-#include "proxy/sse.h"
 #include "runtime/pick.h"
 #include "runtime/proxy_metric.h"
 #include "proxy/xhooks.h"
@@ -131,7 +130,6 @@ enum run relay_await_body(struct client *cl)
 	    x->req.framing == HTTP_BODY_LENGTH && exchange_read_view(x, body, x->req.ready) < 0 &&
 	    strict)
 		return exchange_reply(x, 400, x->view_why, 0);
-	sse_decide(x);
 	enum run r = quota_note_body(x);
 	if (r != RUN_AGAIN)
 		return r;

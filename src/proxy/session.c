@@ -28,7 +28,6 @@
 #include "proxy/relay.h"
 #include "proxy/route.h"
 #include "proxy/shed.h"
-#include "proxy/sse.h"
 #include "proxy/stages.h"
 #include "proxy/tunnel.h"
 
@@ -279,13 +278,6 @@ static enum run codec_head_done(struct exchange *x)
 	x->last_ms = loop_now(cl->w->loop);
 	if (!x->peeked) /* else its clocks run from the peek */
 		cl->h1.pace.body_start_ms = cl->h1.pace.rate_mark_ms = x->last_ms;
-	/* a body is read (up to limits.body_buffer_bytes) before the request may take a
-	 * slot, so a client that sends it slowly, or never, holds no accelerator */
-	cl->h1.pace.buffering =
-	    (!x->req.done || x->peeked) && (cl->w->conf->limits.body_buffer_bytes || x->want_key ||
-					    x->want_model || x->want_view || x->cache_body);
-	if (!cl->h1.pace.buffering && cl->h1.pace.sse_body)
-		sse_decide(x); /* from the view, when the model stage read one */
 	return RUN_AGAIN;
 }
 
