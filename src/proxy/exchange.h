@@ -9,7 +9,10 @@
  * its codec through struct exchange_codec_ops: the stages, admission, dispatch, retries,
  * spillover, hedging and deadlines work on the exchange and its attempts alone, and an
  * HTTP/2 stream can become an exchange with a codec of its own. The relay is the codec's:
- * today relay.c moves HTTP/1 bytes between the client and an HTTP/1 upstream connection.
+ * today relay.c moves HTTP/1 bytes to and from the client, and the HTTP/1 upstream half
+ * (up_h1.h), shared by any codec, writes the request upstream and reads the response, handing
+ * the client side what it must pass on through the codec's operations (interim, upgrade,
+ * response_head). The codec keeps its own per-exchange state (framing, pacing: pace.h).
  *
  * The upstream side is always HTTP/1 over an upstream connection (upstream.h): the request
  * head rewritten for the backend is kept in uphead until a response starts, so a retry or a
@@ -111,6 +114,17 @@ struct exchange_codec_ops {
 	void (*heartbeat)(struct exchange *x);
 	/* Is the proxy holding the request body back (its buffers full)? */
 	int (*body_held)(const struct exchange *x);
+	/* The upstream half (up_h1.h) read an interim (1xx) response head <h> of <len> bytes,
+	 * already taken off the upstream input (its bytes stay readable until this returns):
+	 * pass it on as the client's protocol allows, or fail over when there were too many. */
+	enum run (*interim)(struct exchange *x, const struct http_head *h, size_t len);
+	/* ... a 101 to a handshake the route tunnels, still in the input: become a tunnel, or
+	 * fail over. */
+	enum run (*upgrade)(struct exchange *x, const struct http_head *h, size_t len);
+	/* ... the final response head, taken off the input as an interim's, the hooks told:
+	 * queue it for the client and mark the response started (exchange_response_started),
+	 * or end the exchange. */
+	enum run (*response_head)(struct exchange *x, const struct http_head *h, size_t len);
 	/* The pacing marks it keeps for this exchange (pace.h). */
 	struct xpace *(*pace)(const struct exchange *x);
 	/* Answer from the cache's object (caching.h); RUN_AGAIN without one when

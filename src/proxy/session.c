@@ -312,6 +312,22 @@ static enum run codec_serve(struct exchange *x)
 	return hit_run(x->conn);
 }
 
+static enum run codec_interim(struct exchange *x, const struct http_head *h, size_t len)
+{
+	return relay_interim(x->conn, h, len);
+}
+
+static enum run codec_upgrade(struct exchange *x, const struct http_head *h, size_t len)
+{
+	return relay_upgrade(x->conn, h, len);
+}
+
+static enum run codec_response_head(struct exchange *x, const struct http_head *h, size_t len)
+{
+	(void)len;
+	return relay_response_head(x->conn, h);
+}
+
 static struct xpace *codec_pace(const struct exchange *x)
 {
 	return &((struct client *)x->conn)->h1.pace;
@@ -334,6 +350,9 @@ static const struct exchange_codec_ops h1_codec = {
     .heartbeat = codec_heartbeat,
     .body_held = codec_body_held,
     .serve = codec_serve,
+    .interim = codec_interim,
+    .upgrade = codec_upgrade,
+    .response_head = codec_response_head,
     .pace = codec_pace,
 };
 
