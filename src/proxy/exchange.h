@@ -125,8 +125,6 @@ struct exchange_codec_ops {
 	 * queue it for the client and mark the response started (exchange_response_started),
 	 * or end the exchange. */
 	enum run (*response_head)(struct exchange *x, const struct http_head *h, size_t len);
-	/* The pacing marks it keeps for this exchange (pace.h). */
-	struct xpace *(*pace)(const struct exchange *x);
 	/* Answer from the cache's object (caching.h); RUN_AGAIN without one when
 	 * it cannot (a fill that failed): the exchange goes on to the backend. */
 	enum run (*serve)(struct exchange *x);
@@ -152,6 +150,7 @@ struct exchange {
 	struct worker *w;
 	void *conn; /* the connection that carries it, for its codec */
 	const struct exchange_codec_ops *codec;
+	struct xpace *pace;	      /* its pacing marks, kept by the codec (pace.h) */
 	unsigned stage;		      /* index into the stage list (stages.h) */
 	const struct http_head *head; /* the parsed request head: during the head stages only */
 

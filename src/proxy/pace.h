@@ -5,8 +5,8 @@
  *
  * The codec that carries the exchange keeps them, one set per exchange (the HTTP/1 client
  * codec in its connection: client.h), and moves them as bytes move; deadline.c, sse.c and the
- * stages judge them, asking the codec for them (exchange_pace()). They are codec-neutral: an
- * HTTP/2 stream is paced by the same marks, kept by its own codec.
+ * stages judge them, through the exchange's pointer to them (exchange_pace()). They are
+ * codec-neutral: an HTTP/2 stream is paced by the same marks, kept by its own codec.
  */
 #ifndef ACCELNET_PROXY_PACE_H
 #define ACCELNET_PROXY_PACE_H
@@ -27,10 +27,11 @@ struct xpace {
 	unsigned sse_body : 1;	  /* heartbeats if the body asks for a stream: not looked yet */
 };
 
-/* The pacing marks of <x>, kept by its codec. */
+/* The pacing marks of <x>, kept by its codec (which points x->pace at them when the exchange
+ * starts: no call to reach them). */
 static inline struct xpace *exchange_pace(const struct exchange *x)
 {
-	return x->codec->pace(x);
+	return x->pace;
 }
 
 #endif

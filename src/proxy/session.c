@@ -328,11 +328,6 @@ static enum run codec_response_head(struct exchange *x, const struct http_head *
 	return relay_response_head(x->conn, h);
 }
 
-static struct xpace *codec_pace(const struct exchange *x)
-{
-	return &((struct client *)x->conn)->h1.pace;
-}
-
 static int codec_live(void *conn, const struct exchange *x)
 {
 	return ((struct client *)conn)->x == x;
@@ -353,7 +348,6 @@ static const struct exchange_codec_ops h1_codec = {
     .interim = codec_interim,
     .upgrade = codec_upgrade,
     .response_head = codec_response_head,
-    .pace = codec_pace,
 };
 
 /* --- the states --- */
@@ -371,6 +365,7 @@ static enum run exchange_start(struct client *cl, size_t head_len, size_t droppe
 	}
 	cl->x = x;
 	cl->h1 = (struct h1_x){.minor = h->minor, .req_close = (h->flags & HTTP_F_CLOSE) != 0};
+	x->pace = &cl->h1.pace;
 	x->log.head_len += (uint32_t)dropped; /* the bytes the client sent */
 	cl->head_len = head_len;
 	cl->requests++;

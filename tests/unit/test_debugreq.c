@@ -25,13 +25,6 @@ static struct debugreq_board *board;
 static struct exchange ended[NENDED], live[NLIVE];
 static struct xpace paces[NLIVE]; /* the live exchanges' pacing, as their codec keeps it */
 
-static struct xpace *test_pace(const struct exchange *x)
-{
-	return x >= live && x < live + NLIVE ? &paces[x - live] : &paces[0];
-}
-
-static const struct exchange_codec_ops test_codec = {.pace = test_pace};
-
 static int setup(void **state)
 {
 	(void)state;
@@ -61,7 +54,7 @@ static void make(struct exchange *x, const char *id, uint64_t ago_ms)
 	memset(x, 0, sizeof(*x));
 	x->w = &w;
 	x->att = &x->tries[0]; /* not dispatched: its attempt holds nothing */
-	x->codec = &test_codec;
+	x->pace = x >= live && x < live + NLIVE ? &paces[x - live] : &paces[0];
 	snprintf(x->reqid, sizeof(x->reqid), "%s", id);
 	snprintf(x->traceparent, sizeof(x->traceparent), "00-%032x-%016x-01", 7, 9);
 	x->log.start_ms = loop_now(w.loop) - ago_ms;
