@@ -1,6 +1,6 @@
 /*
  * client.h - one client connection: its transport, its buffers and where its HTTP/1 state
- * machine stands (session.c drives it; relay.c moves its exchange's bytes).
+ * machine stands (h1.c, the HTTP/1 client codec, drives it; relay.c moves its exchange's bytes).
  *
  * Buffers come from the worker's pools and go back when empty, so an idle connection holds
  * none. A request body being read whole before admission may outgrow a plain buffer into a
@@ -36,7 +36,7 @@ enum client_state {
  * The HTTP/1 client codec's own state for the exchange under way: how the request was framed
  * and how the response is being framed for this client, and the exchange's pacing marks
  * (pace.h). Zeroed when a request head starts an exchange; nothing outside the codec's files
- * (session.c, relay.c, hit.c, tunnel.c, client.c) reads it.
+ * (h1.c, relay.c, hit.c, tunnel.c, client.c) reads it.
  */
 struct h1_x {
 	int minor;		  /* HTTP/1.<minor> of the request */

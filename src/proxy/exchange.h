@@ -1,7 +1,7 @@
 /*
  * exchange.h - one request and its response, as the proxy's policy sees it.
  *
- * A client connection's codec (today HTTP/1: session.c) parses a request head and hands the
+ * A client connection's codec (today HTTP/1: h1.c) parses a request head and hands the
  * proxy an exchange. The exchange then passes the stages of stages.h in order -- route,
  * classify, forward, body, admit, relay -- and ends in exactly one of: finished (the
  * response relayed), replied (the proxy answered itself) or aborted (the connection cut).
