@@ -36,7 +36,7 @@
 #include "control/cluster.h"
 #include "control/kvsub.h"
 #include "control/scrape.h"
-#include "proxy/session.h"
+#include "proxy/h1.h"
 #include "proxy/shed.h"
 #include "control/statefile.h"
 #include "control/upgrade.h"
@@ -63,14 +63,14 @@
  * local shortage (accept pauses, 503), never blamed on a backend. */
 #define FD_RESERVE 64
 
-/* What runs on the workers: HTTP/1 client connections (session.h), and the exchanges they
+/* What runs on the workers: HTTP/1 client connections (h1.h), and the exchanges they
  * carry, granted slots through dispatch.h. */
 static const struct worker_ops proxy_worker_ops = {
-    .accept = session_accept,
+    .accept = h1_accept,
     .take_grants = dispatch_take_grants,
     .take_fills = caching_take_ready,
     .peek = debugreq_peek,
-    .close_idle = session_close_idle,
+    .close_idle = h1_close_idle,
 };
 
 /*

@@ -123,7 +123,7 @@ enum run client_finish(struct client *cl)
 	exchange_free_slot(x);
 	/* its connection (none when the cache answered) is kept for reuse when it may be */
 	attempt_end(x->att, w, x->att->reusable && x->req.done && !x->req.ready);
-	int keep = x->client_keep && !w->draining && x->req.done;
+	int keep = cl->h1.client_keep && !w->draining && x->req.done;
 	exchange_free(x);
 	cl->x = NULL;
 	cl->served++;

@@ -1,7 +1,7 @@
 /*
  * client.h - one client connection: its transport, its buffers and where its HTTP/1 state
- * machine stands (session.c drives it; relay.c moves its exchange's bytes, tunnel.c those of a
- * WebSocket tunnel).
+ * machine stands (h1.c, the HTTP/1 client codec, drives it; relay.c moves its exchange's bytes,
+ * tunnel.c those of a WebSocket tunnel).
  *
  * Buffers come from the worker's pools and go back when empty, so an idle connection holds
  * none. A request body being read whole before admission may outgrow a plain buffer into a
@@ -15,6 +15,7 @@
 #include "core/loop.h"
 #include "net/conn.h"
 #include "proxy/exchange.h"
+#include "proxy/pace.h"
 #include "proxy/worker.h"
 
 #include <netinet/in.h>
@@ -30,6 +31,24 @@ enum client_state {
 	C_REPLY,     /* writing a response the proxy made itself */
 	C_LINGER,    /* our side is shut; reading until the client closes */
 	C_TUNNEL,    /* a WebSocket tunnel to the exchange's backend (tunnel.h) */
+};
+
+/*
+ * The HTTP/1 client codec's own state for the exchange under way: how the request was framed
+ * and how the response is being framed for this client, and the exchange's pacing marks
+ * (pace.h). Zeroed when a request head starts an exchange; nothing outside the codec's files
+ * (h1.c, relay.c, hit.c, tunnel.c, client.c) reads it.
+ */
+struct h1_x {
+	int minor;		  /* HTTP/1.<minor> of the request */
+	unsigned req_close : 1;	  /* the request said Connection: close (or was the last allowed) */
+	unsigned client_keep : 1; /* the response's head lets the connection stay open */
+	unsigned early_head : 1;  /* the proxy sent its own event-stream head (sse.h) */
+	unsigned wrap_tail : 1;	  /* a Content-Length body relayed as one chunk: end it */
+	unsigned wrap_size : 1;	  /* ... whose chunk-size line went out */
+	unsigned interims;	  /* interim (1xx) responses relayed ... */
+	uint32_t interim_bytes;	  /* ... and their bytes */
+	struct xpace pace;
 };
 
 struct client {
@@ -57,6 +76,7 @@ struct client {
 	char ip[INET6_ADDRSTRLEN];
 	uint64_t key;	    /* the address as tenant and hash key: classify_client_key() */
 	struct exchange *x; /* the exchange under way, or NULL */
+	struct h1_x h1;	    /* ... and the codec's state for it */
 	const struct conf_tls *tls_conf; /* its listener's tls: section, or NULL */
 	struct net_tls_facts *tls_facts; /* after the handshake (malloc'd), or NULL */
 	struct tunnel *tunnel; /* in C_TUNNEL (tunnel.h: freed by tunnel_free()), or NULL */

@@ -7,14 +7,16 @@
 #include "proxy/caching.h"
 #include "proxy/dispatch.h"
 #include "proxy/hedge.h"
+#include "proxy/pace.h"
 #include "proxy/spill.h"
 
 /* Is the proxy itself holding the request body back? Then a slow body is not the client's
  * doing. */
 static int body_held_back(const struct exchange *x)
 {
+	const struct xpace *p = exchange_pace(x);
 	const struct upconn *up = x->att->up;
-	return x->wt.state != W_IDLE || x->buf_wait || x->att->local_wait ||
+	return x->wt.state != W_IDLE || p->buf_wait || x->att->local_wait ||
 	       x->codec->body_held(x) || (x->req.ready && up && (up->connecting || !up->writable));
 }
 
@@ -22,14 +24,15 @@ static int body_held_back(const struct exchange *x)
  * window, the earlier; 0 when neither applies. */
 static uint64_t body_deadline(const struct exchange *x)
 {
+	const struct xpace *p = exchange_pace(x);
 	const struct conf *c = x->w->conf;
 	uint64_t due = 0;
 	if (x->req.done)
 		return 0;
 	if (c->timeouts.body_ms)
-		due = x->body_start_ms + c->timeouts.body_ms;
+		due = p->body_start_ms + c->timeouts.body_ms;
 	if (c->limits.min_body_rate) {
-		uint64_t window_end = x->rate_mark_ms + BODY_RATE_WINDOW_MS;
+		uint64_t window_end = p->rate_mark_ms + BODY_RATE_WINDOW_MS;
 		if (!due || window_end < due)
 			due = window_end;
 	}
@@ -39,17 +42,18 @@ static uint64_t body_deadline(const struct exchange *x)
 /* The body deadline came: is the body late? A good window starts the next. */
 static int body_late(struct exchange *x, uint64_t now)
 {
+	struct xpace *p = exchange_pace(x);
 	const struct conf *c = x->w->conf;
 	uint64_t got = x->req.sent + x->req.ready;
-	if (c->timeouts.body_ms && now >= x->body_start_ms + c->timeouts.body_ms)
+	if (c->timeouts.body_ms && now >= p->body_start_ms + c->timeouts.body_ms)
 		return 1;
-	if (!c->limits.min_body_rate || now < x->rate_mark_ms + BODY_RATE_WINDOW_MS)
+	if (!c->limits.min_body_rate || now < p->rate_mark_ms + BODY_RATE_WINDOW_MS)
 		return 0;
-	uint64_t need = (uint64_t)c->limits.min_body_rate * (now - x->rate_mark_ms) / 1000;
-	if (got - x->rate_mark_bytes < need && !body_held_back(x))
+	uint64_t need = (uint64_t)c->limits.min_body_rate * (now - p->rate_mark_ms) / 1000;
+	if (got - p->rate_mark_bytes < need && !body_held_back(x))
 		return 1;
-	x->rate_mark_ms = now;
-	x->rate_mark_bytes = got;
+	p->rate_mark_ms = now;
+	p->rate_mark_bytes = got;
 	return 0;
 }
 
@@ -57,13 +61,15 @@ static int body_late(struct exchange *x, uint64_t now)
  * waiting for it) is cut; 0 when it is taking them, or there is no limit. */
 static uint64_t send_deadline(const struct exchange *x)
 {
+	const struct xpace *p = exchange_pace(x);
 	unsigned send_ms = x->w->conf->timeouts.send_ms;
-	return x->client_full && send_ms ? x->client_took_ms + send_ms : 0;
+	return p->client_full && send_ms ? p->client_took_ms + send_ms : 0;
 }
 
 static int heartbeat_due(const struct exchange *x)
 {
-	return x->sse_hb && !x->resp_head && !x->buffering;
+	const struct xpace *p = exchange_pace(x);
+	return p->sse_hb && !x->resp_head && !p->buffering;
 }
 
 /* balance: llm: when a request queued for its busy home stops waiting for it (max_wait_ms)
@@ -78,6 +84,7 @@ static uint64_t llm_wait_end(const struct exchange *x)
 
 uint64_t deadline_next(const struct exchange *x, uint64_t now)
 {
+	const struct xpace *p = exchange_pace(x);
 	const struct conf_timeouts *t = &x->w->conf->timeouts;
 	const struct attempt *a = x->att;
 	uint64_t deadline;
@@ -102,12 +109,12 @@ uint64_t deadline_next(const struct exchange *x, uint64_t now)
 		deadline = body_due;
 	if (send_due && send_due < deadline)
 		deadline = send_due;
-	if (x->buf_wait && now + BODY_BUF_WAIT_MS < deadline)
+	if (p->buf_wait && now + BODY_BUF_WAIT_MS < deadline)
 		deadline = now + BODY_BUF_WAIT_MS;
 	if (hedge_due(x, &hedge_at) && hedge_at < deadline)
 		deadline = hedge_at;
-	if (heartbeat_due(x) && x->hb_next_ms < deadline)
-		deadline = x->hb_next_ms;
+	if (heartbeat_due(x) && p->hb_next_ms < deadline)
+		deadline = p->hb_next_ms;
 	uint64_t wait_end = llm_wait_end(x);
 	if (wait_end && wait_end < deadline)
 		deadline = wait_end;
@@ -127,6 +134,7 @@ static enum run queue_deadline(struct exchange *x, uint64_t now)
 
 enum run deadline_fire(struct exchange *x, uint64_t now)
 {
+	struct xpace *p = exchange_pace(x);
 	uint64_t body_due = body_deadline(x), hedge_at;
 	if (body_due && now >= body_due && body_late(x, now)) {
 		/* a body too slow or too late: whatever slot it holds is freed */
@@ -138,8 +146,8 @@ enum run deadline_fire(struct exchange *x, uint64_t now)
 	if (send_due && now >= send_due)
 		return exchange_abort(x,
 				      "the client took no response bytes within timeouts.send_ms");
-	if (x->buf_wait) {
-		x->buf_wait = 0; /* look for a free body buffer again */
+	if (p->buf_wait) {
+		p->buf_wait = 0; /* look for a free body buffer again */
 		return RUN_AGAIN;
 	}
 	if (x->att->local_wait)
@@ -148,7 +156,7 @@ enum run deadline_fire(struct exchange *x, uint64_t now)
 		return RUN_AGAIN; /* the wait for the fill's head is over: hit.h gives it up */
 	if (body_due && now >= body_due)
 		return RUN_AGAIN; /* a good rate window ended: the next one is armed */
-	if (heartbeat_due(x) && now >= x->hb_next_ms) {
+	if (heartbeat_due(x) && now >= p->hb_next_ms) {
 		x->codec->heartbeat(x);
 		return RUN_AGAIN;
 	}

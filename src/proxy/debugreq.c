@@ -11,6 +11,7 @@
 #include "proxy/debugreq.h"
 #include "core/clock.h"
 #include "proxy/access.h"
+#include "proxy/pace.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -63,7 +64,7 @@ static const char *method_name(enum http_method m)
 
 static const char *state_of(const struct exchange *x)
 {
-	if (x->buffering)
+	if (exchange_pace(x)->buffering)
 		return "reading body";
 	if (x->wt.state != W_IDLE)
 		return "queued";

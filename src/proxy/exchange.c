@@ -37,8 +37,6 @@ struct exchange *exchange_new(struct worker *w, void *conn, const struct exchang
 	x->att = &x->tries[0];
 	x->wt.owner = &w->inbox;
 	x->meth = h->meth;
-	x->minor = h->minor;
-	x->req_close = (h->flags & HTTP_F_CLOSE) != 0;
 	http_body_init(&x->req, h->framing, h->content_length);
 	x->log.start_ns = clock_now_ns();
 	x->log.start_ms = loop_now(w->loop);

@@ -1,7 +1,7 @@
 /*
  * exchange.h - one request and its response, as the proxy's policy sees it.
  *
- * A client connection's codec (today HTTP/1: session.c) parses a request head and hands the
+ * A client connection's codec (today HTTP/1: h1.c) parses a request head and hands the
  * proxy an exchange. The exchange then passes the stages of stages.h in order -- route,
  * classify, forward, body, admit, relay -- and ends in exactly one of: finished (the
  * response relayed), replied (the proxy answered itself) or aborted (the connection cut).
@@ -9,7 +9,10 @@
  * its codec through struct exchange_codec_ops: the stages, admission, dispatch, retries,
  * spillover, hedging and deadlines work on the exchange and its attempts alone, and an
  * HTTP/2 stream can become an exchange with a codec of its own. The relay is the codec's:
- * today relay.c moves HTTP/1 bytes between the client and an HTTP/1 upstream connection.
+ * today relay.c moves HTTP/1 bytes to and from the client, and the HTTP/1 upstream half
+ * (up_h1.h), shared by any codec, writes the request upstream and reads the response, handing
+ * the client side what it must pass on through the codec's operations (interim, upgrade,
+ * response_head). The codec keeps its own per-exchange state (framing, pacing: pace.h).
  *
  * The upstream side is always HTTP/1 over an upstream connection (upstream.h): the request
  * head rewritten for the backend is kept in uphead until a response starts, so a retry or a
@@ -78,6 +81,7 @@ enum up_failure {
 };
 
 struct exchange;
+struct xpace;
 
 /* What an exchange asks of the codec of the connection that carries it. */
 struct exchange_codec_ops {
@@ -88,7 +92,7 @@ struct exchange_codec_ops {
 	enum run (*abort)(struct exchange *x, const char *why);
 	/* The head stages are done: the head leaves the input; the body may flow. */
 	enum run (*head_done)(struct exchange *x);
-	/* Read the request body before admission (x->buffering). */
+	/* Read the request body before admission (the stage "body" decided so: pace.h). */
 	enum run (*await_body)(struct exchange *x);
 	/*
 	 * Before the route (the stage "model"): the start of the request body in hand, in
@@ -113,6 +117,17 @@ struct exchange_codec_ops {
 	void (*heartbeat)(struct exchange *x);
 	/* Is the proxy holding the request body back (its buffers full)? */
 	int (*body_held)(const struct exchange *x);
+	/* The upstream half (up_h1.h) read an interim (1xx) response head <h> of <len> bytes,
+	 * already taken off the upstream input (its bytes stay readable until this returns):
+	 * pass it on as the client's protocol allows, or fail over when there were too many. */
+	enum run (*interim)(struct exchange *x, const struct http_head *h, size_t len);
+	/* ... a 101 to a handshake the route tunnels, still in the input: become a tunnel, or
+	 * fail over. */
+	enum run (*upgrade)(struct exchange *x, const struct http_head *h, size_t len);
+	/* ... the final response head, taken off the input as an interim's, the hooks told:
+	 * queue it for the client and mark the response started (exchange_response_started),
+	 * or end the exchange. */
+	enum run (*response_head)(struct exchange *x, const struct http_head *h, size_t len);
 	/* Answer from the cache's object (caching.h); RUN_AGAIN without one when
 	 * it cannot (a fill that failed): the exchange goes on to the backend. */
 	enum run (*serve)(struct exchange *x);
@@ -160,6 +175,7 @@ struct exchange {
 	struct worker *w;
 	void *conn; /* the connection that carries it, for its codec */
 	const struct exchange_codec_ops *codec;
+	struct xpace *pace;	      /* its pacing marks, kept by the codec (pace.h) */
 	unsigned stage;		      /* index into the stage list (stages.h) */
 	const struct http_head *head; /* the parsed request head: during the head stages only */
 
@@ -169,25 +185,12 @@ struct exchange {
 	struct exchange_answer answer; /* what the proxy's own answer says beyond its status */
 
 	enum http_method meth;
-	int minor; /* HTTP/1.<minor> of the request */
-	unsigned req_close : 1;
 	unsigned llm_wait_over : 1; /* balance: llm: it waited max_wait_ms for its home */
-	unsigned buffering : 1;	    /* reading the body before admission (await_body) */
-	unsigned buf_wait : 1;	    /* ... and waiting for a body buffer to be free */
-	unsigned sse_body : 1;	    /* heartbeats if the body asks for a stream: not looked yet */
 	unsigned spilled : 1;	    /* moved to the route's spillover pool */
 	unsigned hedged : 1;	    /* a copy went (or was tried) to a second backend */
-	unsigned sse_hb : 1;	    /* a streaming request on a route with heartbeats */
-	unsigned early_head : 1;    /* ... whose event-stream head the proxy has sent */
-	unsigned wrap_tail : 1;	    /* a Content-Length body relayed as one chunk: end it */
-	unsigned wrap_size : 1;	    /* ... whose chunk-size line went out */
 	unsigned tunnel : 1;	    /* a WebSocket handshake its route tunnels (tunnel.h) */
-	unsigned interims;	    /* interim (1xx) responses relayed ... */
-	uint32_t interim_bytes;	    /* ... and their bytes */
-	uint64_t body_start_ms;	    /* the request head was read: the body's clocks start */
-	uint64_t rate_mark_ms, rate_mark_bytes; /* the current min_body_rate window began */
-	uint64_t last_ms;			/* last progress */
-	struct waiter wt;			/* waiting in the pool's queue for a slot */
+	uint64_t last_ms;	    /* last progress */
+	struct waiter wt;	    /* waiting in the pool's queue for a slot */
 	const struct conf_route *route;
 	struct pool_rt *pool;
 	/* its tries at a backend (attempt.h): the current one, and while hedging a copy of the
@@ -195,14 +198,11 @@ struct exchange {
 	struct attempt *att, *hedge;
 	struct attempt tries[2];
 	uint64_t last_read_ns; /* the previous read of a streamed response body */
-	uint64_t hb_next_ms;   /* the next heartbeat */
 	/* the rewritten request head; kept until a response starts, so a retry can resend it */
 	struct buf *uphead;
 	struct http_body req; /* request body: client -> codec's input -> backend */
 	/* response: backend -> up->in -> client */
-	unsigned resp_head : 1, client_keep : 1;
-	unsigned client_full : 1; /* the last write to the client left bytes unsent */
-	uint64_t client_took_ms;  /* the client last took response bytes (timeouts.send_ms) */
+	unsigned resp_head : 1; /* the response head came: the response has started */
 	int status;
 	struct http_body resp;
 

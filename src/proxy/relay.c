@@ -1,5 +1,6 @@
 /*
- * relay.c - reading request bodies and relaying both ways over HTTP/1 (see relay.h).
+ * relay.c - the HTTP/1 client side of an exchange's bytes (see relay.h): reading request
+ * bodies, writing heads and response bytes to the client; the backend's side is up_h1.c's.
  */
 #include "proxy/relay.h"
 #include "runtime/llm.h"
@@ -12,11 +13,9 @@
 #include "proxy/dispatch.h"
 #include "proxy/hedge.h"
 #include "proxy/quota.h"
-#include "proxy/sse.h"
-#include "runtime/pick.h"
-#include "runtime/proxy_metric.h"
 #include "proxy/xhooks.h"
 #include "proxy/tunnel.h"
+#include "proxy/up_h1.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -35,24 +34,6 @@ static int request_scan(struct client *cl)
 		return 0;
 	return http_body_scan(&x->req, buf_head(cl->in), buf_len(cl->in),
 			      cl->w->conf->limits.max_body_bytes);
-}
-
-/* Extend x->resp.ready over the body bytes now in up->in. -1: malformed. The new bytes go
- * through the resp_body hooks (xhooks.h: tokens counted, the cache's fill) before the client
- * can see them, and a response read whole through the resp_done hooks (its tokens settled,
- * the fill completed) at once: the client's next request may come before this one ends. */
-static int response_scan(struct exchange *x, struct buf *in)
-{
-	if (!in)
-		return 0;
-	uint64_t before = x->resp.ready;
-	if (http_body_scan(&x->resp, buf_head(in), buf_len(in), 0) < 0)
-		return -1;
-	if (x->resp.ready > before)
-		xhooks_resp_body(x, buf_head(in) + before, x->resp.ready - before);
-	if (x->resp.done)
-		xhooks_resp_done(x);
-	return 0;
 }
 
 /* request_scan() found the body malformed (-400) or too large (-413): say so and close. */
@@ -108,7 +89,7 @@ enum run relay_await_body(struct client *cl)
 			if (err == -EBUSY) {
 				/* every body buffer is lent: wait for one (the timer looks
 				 * again), never admit a body that has not arrived */
-				x->buf_wait = 1;
+				cl->h1.pace.buf_wait = 1;
 				return RUN_STAY;
 			}
 			if (err < 0)
@@ -121,17 +102,16 @@ enum run relay_await_body(struct client *cl)
 			return exchange_abort(x, "client closed during the request body");
 		x->last_ms = loop_now(w->loop);
 	}
-	x->buffering = 0;
+	cl->h1.pace.buffering = 0;
 	const char *body = cl->in ? buf_head(cl->in) : NULL;
 	/* the whole body is read once by the strict view; a stage that decides on it (the model
 	 * among backends, the token reservation, the cache key) takes no body the view refuses,
 	 * while the hints (heartbeats, the affinity key) only go without */
 	int strict = x->reqbody.want_model || x->reqbody.want_view || x->reqbody.cache_body;
-	if ((strict || x->reqbody.want_key || x->sse_body) && body && x->req.done &&
+	if ((strict || x->reqbody.want_key || cl->h1.pace.sse_body) && body && x->req.done &&
 	    x->req.framing == HTTP_BODY_LENGTH &&
 	    reqbody_read_view(&x->reqbody, body, x->req.ready) < 0 && strict)
 		return exchange_reply(x, 400, x->reqbody.view_why, 0);
-	sse_decide(x);
 	enum run r = quota_note_body(x);
 	if (r != RUN_AGAIN)
 		return r;
@@ -156,59 +136,40 @@ enum run relay_await_body(struct client *cl)
 	return RUN_AGAIN;
 }
 
-/* The backend says how many requests wait inside it (pools.load_header): remember it. */
-static void note_reported_load(struct exchange *x, const struct http_head *h, uint64_t now_ms)
-{
-	const char *name = x->pool->conf->load_header;
-	const struct http_header *f = name[0] ? http_find_header(h, name) : NULL;
-	if (!f || !f->value.len || f->value.len > 9)
-		return;
-	unsigned depth = 0;
-	for (uint32_t i = 0; i < f->value.len; i++) {
-		char ch = f->value.p[i];
-		if (ch < '0' || ch > '9')
-			return; /* not a count: ignore it */
-		depth = depth * 10 + (unsigned)(ch - '0');
-	}
-	backend_report_load(x->att->be, now_ms, depth);
-}
-
 /* An interim response (100 Continue, 103 Early Hints), head <h> of <len> bytes: pass it on
  * to 1.1 clients, a few of them (a backend sending them forever would hold the exchange),
  * rewritten like a final head, so that its hop-by-hop fields and its own X-Request-Id and
  * X-Accelnet-Timing stay behind; without room it is left out (it is only a hint). */
-static enum run response_interim(struct client *cl, const struct http_head *h, size_t len)
+enum run relay_interim(struct client *cl, const struct http_head *h, size_t len)
 {
 	struct exchange *x = cl->x;
-	struct upconn *up = x->att->up;
-	x->interim_bytes += (uint32_t)len;
-	if (++x->interims > INTERIM_MAX || x->interim_bytes > INTERIM_BYTES_MAX)
+	cl->h1.interim_bytes += (uint32_t)len;
+	if (++cl->h1.interims > INTERIM_MAX || cl->h1.interim_bytes > INTERIM_BYTES_MAX)
 		return dispatch_failed(x, UP_INTERIM);
-	if (x->minor == 1 && !x->early_head) {
+	if (cl->h1.minor == 1 && !cl->h1.early_head && client_out_buf(cl)) {
 		int n = rewrite_response(cl->out->data + cl->out->end, buf_room(cl->out), h, 1,
 					 NULL, NULL);
 		if (n > 0)
 			cl->out->end += (uint32_t)n;
 	}
-	buf_consume(up->in, len);
 	return RUN_AGAIN;
 }
 
 void relay_heartbeat(struct client *cl)
 {
 	struct exchange *x = cl->x;
-	x->hb_next_ms = loop_now(cl->w->loop) + x->route->sse_heartbeat_ms;
+	cl->h1.pace.hb_next_ms = loop_now(cl->w->loop) + x->route->sse_heartbeat_ms;
 	if (client_out_pending(cl))
 		return; /* the last one is still unread: a client that does not read gets no more */
 	if (!client_out_buf(cl))
 		return;
-	if (!x->early_head) {
+	if (!cl->h1.early_head) {
 		int n = rewrite_sse_head(cl->out->data + cl->out->end, buf_room(cl->out),
 					 x->names.reqid);
 		if (n < 0)
 			return;
 		cl->out->end += (uint32_t)n;
-		x->early_head = 1;
+		cl->h1.early_head = 1;
 	}
 	int n = rewrite_sse_comment(cl->out->data + cl->out->end, buf_room(cl->out), "waiting");
 	if (n > 0)
@@ -220,7 +181,7 @@ void relay_heartbeat(struct client *cl)
  * event stream (sse.h): a 200 text/event-stream continues it (a chunked body as it is, a
  * Content-Length body as one chunk); anything else ends it with an SSE error event.
  */
-static enum run early_stream_continue(struct client *cl, const struct http_head *h, size_t len)
+static enum run early_stream_continue(struct client *cl, const struct http_head *h)
 {
 	struct exchange *x = cl->x;
 	const struct http_header *ct = http_find_header(h, "Content-Type");
@@ -233,40 +194,19 @@ static enum run early_stream_continue(struct client *cl, const struct http_head 
 			 h->status == 200 ? " without a chunked event stream" : "");
 		return exchange_reply(x, h->status == 200 ? 502 : h->status, detail, 1);
 	}
-	buf_consume(x->att->up->in, len);
 	if (h->framing == HTTP_BODY_LENGTH) {
-		x->wrap_tail = 1;
+		cl->h1.wrap_tail = 1;
 		if (h->content_length) {
 			int n = rewrite_chunk_size(cl->out->data + cl->out->end, buf_room(cl->out),
 						   h->content_length);
 			if (n < 0)
 				return exchange_abort(x, "client does not read its event stream");
 			cl->out->end += (uint32_t)n;
-			x->wrap_size = 1;
+			cl->h1.wrap_size = 1;
 		}
 	}
 	exchange_response_started(x);
 	return RUN_AGAIN;
-}
-
-/* The cache answers instead of the backend (a 304 to its revalidation, stale-if-error): the
- * upstream connection and slot go (a 304 has no body: the connection is reused). */
-static enum run answer_from_cache(struct client *cl)
-{
-	struct exchange *x = cl->x;
-	struct upconn *up = x->att->up;
-	exchange_count_response(x, x->status);
-	exchange_free_slot(x);
-	unsigned said = caching_said(x);
-	int reuse = (said == CS_REVAL || said == CS_REQUEST) && up->in &&
-		    buf_len(up->in) == x->w->head.head_len && !(x->w->head.flags & HTTP_F_CLOSE) &&
-		    x->req.done && !x->req.ready;
-	if (reuse)
-		buf_consume(up->in, x->w->head.head_len);
-	attempt_end(x->att, x->w, reuse);
-	exchange_response_started(x);
-	x->resp_head = 0; /* the answer's head is the cache's */
-	return hit_run(cl);
 }
 
 /* Cache-Status for a relayed response: in before the head's final CRLF. -1: no room (the
@@ -287,52 +227,32 @@ static int put_cache_status(struct client *cl)
 	return 0;
 }
 
-/* Parse what up->in holds of the response head. RUN_STAY: need more; RUN_AGAIN: progress. */
-static enum run response_head(struct client *cl)
+enum run relay_upgrade(struct client *cl, const struct http_head *h, size_t len)
 {
 	struct exchange *x = cl->x;
-	struct worker *w = cl->w;
-	struct attempt *a = x->att;
-	struct upconn *up = a->up;
-	struct http_head *h = &w->head;
-	int r = http_parse_response(buf_head(up->in), buf_len(up->in), up->in->cap, x->meth, h);
-	if (r == 0)
-		return buf_len(up->in) == up->in->cap ? dispatch_failed(x, UP_BAD) : RUN_STAY;
-	if (r < 0 || (h->status == 101 && !tunnel_accepts(x, h)))
+	/* not after an early event-stream head (sse.h): the client has a 200 already */
+	if (cl->h1.early_head || !tunnel_accepts(x, h))
 		return dispatch_failed(x, UP_BAD);
 	if (!client_out_buf(cl))
 		return exchange_abort(x, "out of memory");
-	if (h->status == 101)
-		return tunnel_start(cl, h, (size_t)r);
-	if (h->status < 200)
-		return response_interim(cl, h, (size_t)r);
-	if (caching_response_head(x, h))
-		return answer_from_cache(cl);
-	uint64_t now_ns = clock_now_ns();
-	backend_observe(x->pool, a->be, loop_now(w->loop), (now_ns - a->sent_ns) / 1000, h->status);
-	if (a->be->llm && h->status < 400)
-		llm_answered(a->be->llm, x->wt.blocks, x->wt.nblocks, x->wt.missed,
-			     (now_ns - a->sent_ns) / 1000);
-	/* no pick after a response has begun: the prompt's blocks go back to the worker */
-	llm_blocks_put(&w->llm_spares, x->reqbody.llm_blocks);
-	x->reqbody.llm_blocks = NULL;
-	x->wt.blocks = NULL;
-	x->wt.nblocks = 0;
-	note_reported_load(x, h, loop_now(w->loop));
-	x->last_read_ns = now_ns;
-	x->log.ttfb_ns = now_ns;
-	x->status = h->status;
-	http_body_init(&x->resp, h->framing, h->content_length);
-	xhooks_resp_head(x, h);
-	x->client_keep = !x->req_close && x->minor == 1 && !w->draining &&
-			 h->framing != HTTP_BODY_CLOSE && x->req.done;
-	a->reusable = !(h->flags & HTTP_F_CLOSE) && h->minor == 1 && x->minor == 1 &&
-		      h->framing != HTTP_BODY_CLOSE;
-	if (x->early_head)
-		return early_stream_continue(cl, h, (size_t)r);
+	return tunnel_start(cl, h, len);
+}
+
+enum run relay_response_head(struct client *cl, const struct http_head *h)
+{
+	struct exchange *x = cl->x;
+	struct worker *w = cl->w;
+	if (!client_out_buf(cl))
+		return exchange_abort(x, "out of memory");
+	cl->h1.client_keep = !cl->h1.req_close && cl->h1.minor == 1 && !w->draining &&
+			     h->framing != HTTP_BODY_CLOSE && x->req.done;
+	if (cl->h1.minor != 1)
+		x->att->reusable = 0; /* the request went upstream as HTTP/1.0 too */
+	if (cl->h1.early_head)
+		return early_stream_continue(cl, h);
 	char timing[160];
 	int n = rewrite_response(
-	    cl->out->data + cl->out->end, buf_room(cl->out), h, x->client_keep, x->names.reqid,
+	    cl->out->data + cl->out->end, buf_room(cl->out), h, cl->h1.client_keep, x->names.reqid,
 	    x->names.want_timing && debugreq_timing(x, 0, timing, sizeof(timing)) > 0 ? timing
 										      : NULL);
 	if (n < 0)
@@ -341,7 +261,6 @@ static enum run response_head(struct client *cl)
 	/* no room left for Cache-Status (a head near the buffer's size): it goes without */
 	if (caching_said(x))
 		(void)put_cache_status(cl);
-	buf_consume(up->in, (size_t)r);
 	exchange_response_started(x);
 	return RUN_AGAIN;
 }
@@ -359,39 +278,20 @@ static ssize_t send_gathered(struct net_conn *c, const char *a, size_t alen, con
 	return net_conn_writev(c, iov, n);
 }
 
-/* Write the request head and ready body bytes upstream. */
+/* Client -> backend: the request head and the body bytes ready in cl->in (up_h1.h). */
 static enum run send_upstream(struct client *cl, int *progress)
 {
 	struct exchange *x = cl->x;
-	struct attempt *a = x->att;
-	struct upconn *up = a->up;
-	size_t head_left = x->uphead ? x->uphead->end - a->head_off : 0;
-	if (!head_left && !x->req.ready)
-		return RUN_STAY;
-	ssize_t sent =
-	    send_gathered(&up->conn, head_left ? x->uphead->data + a->head_off : NULL, head_left,
-			  x->req.ready ? buf_head(cl->in) : NULL, x->req.ready);
-	if (sent == -EAGAIN || sent == -EINTR) {
-		up->writable = 0;
-		return RUN_STAY;
-	}
-	if (sent < 0)
-		return dispatch_failed(x, UP_RESET);
-	size_t k = (size_t)sent;
-	size_t from_head = k < head_left ? k : head_left;
-	a->head_off += from_head;
-	k -= from_head;
+	size_t k = 0;
+	enum run r =
+	    up_h1_send(x, x->req.ready ? buf_head(cl->in) : NULL, x->req.ready, &k, progress);
 	if (k) {
 		buf_consume(cl->in, k);
 		http_body_sent(&x->req, k);
 		if (x->req.done && !x->req.ready)
 			client_shrink_in(cl);
 	}
-	if (head_left > from_head || x->req.ready)
-		up->writable = 0; /* a short write: the socket buffer is full */
-	*progress = 1;
-	x->last_ms = loop_now(cl->w->loop);
-	return RUN_STAY;
+	return r;
 }
 
 /* Write queued heads and ready response bytes to the client. */
@@ -406,10 +306,11 @@ static enum run send_client(struct client *cl, int *progress)
 				     x->resp.ready ? buf_head(up->in) : NULL, x->resp.ready);
 	if (sent == -EAGAIN || sent == -EINTR) {
 		cl->writable = 0;
-		if (!x->client_full) {
-			x->client_full = 1; /* timeouts.send_ms runs from the last bytes it took */
-			if (!x->client_took_ms)
-				x->client_took_ms = loop_now(cl->w->loop);
+		if (!cl->h1.pace.client_full) {
+			cl->h1.pace.client_full =
+			    1; /* timeouts.send_ms runs from the last bytes it took */
+			if (!cl->h1.pace.client_took_ms)
+				cl->h1.pace.client_took_ms = loop_now(cl->w->loop);
 		}
 		return RUN_STAY;
 	}
@@ -424,10 +325,10 @@ static enum run send_client(struct client *cl, int *progress)
 		buf_consume(up->in, k);
 		http_body_sent(&x->resp, k);
 	}
-	x->client_full = client_out_pending(cl) || x->resp.ready;
-	if (x->client_full)
+	cl->h1.pace.client_full = client_out_pending(cl) || x->resp.ready;
+	if (cl->h1.pace.client_full)
 		cl->writable = 0; /* a short write: the socket buffer is full */
-	x->client_took_ms = loop_now(cl->w->loop);
+	cl->h1.pace.client_took_ms = loop_now(cl->w->loop);
 	worker_buf_release(cl->w, &cl->out);
 	*progress = 1;
 	if (x->resp_head) /* heartbeats do not hold off first_byte_ms */
@@ -435,46 +336,18 @@ static enum run send_client(struct client *cl, int *progress)
 	return RUN_STAY;
 }
 
-/* A streamed response's body bytes arrived: record the time since the previous ones. */
-static void note_gap(struct exchange *x)
-{
-	uint64_t now = clock_now_ns();
-	if (x->last_read_ns)
-		backend_observe_us(x->att->be, PM_BACKEND_GAP, (now - x->last_read_ns) / 1000);
-	x->last_read_ns = now;
-}
-
-/* Backend -> proxy: one read of the response, and what its end means. */
+/* Backend -> proxy: one read of the response (up_h1.h); a backend that closed mid-response
+ * leaves the client with what arrived, then cut off. */
 static enum run read_upstream(struct client *cl, int *progress)
 {
 	struct exchange *x = cl->x;
-	struct upconn *up = x->att->up;
-	ssize_t n = worker_read(cl->w, &up->conn, &up->in, &up->readable, up->hup);
-	if (n == 0 || (n < 0 && n != -EAGAIN && n != -ENOSPC)) {
-		if (!x->resp_head)
-			return dispatch_failed(x, UP_RESET);
-		/* a body that ends with the connection is whole only when it ends cleanly: over
-		 * TLS that is close_notify (0); a FIN or reset without one (< 0) is what anyone on
-		 * the path can forge, a truncation (RFC 9112 section 9.8) */
-		if (x->resp.framing != HTTP_BODY_CLOSE || (n < 0 && up->conn.ssl)) {
-			/* flush what arrived, then cut the client off */
-			(void)response_scan(x, up->in);
-			int dummy = 0;
-			if (cl->writable && send_client(cl, &dummy) == RUN_GONE)
-				return RUN_GONE;
-			return exchange_abort(x, "backend closed mid-response");
-		}
-		(void)response_scan(x, up->in); /* the tail is body too */
-		x->resp.done = 1;
-		x->att->reusable = 0;
-	}
-	if (n > 0) {
-		*progress = 1;
-		x->last_ms = loop_now(cl->w->loop);
-		if (x->resp_head && x->resp.framing != HTTP_BODY_LENGTH)
-			note_gap(x);
-	}
-	return RUN_STAY;
+	int cut = 0, dummy = 0;
+	enum run r = up_h1_read(x, progress, &cut);
+	if (r != RUN_STAY || !cut)
+		return r;
+	if (cl->writable && send_client(cl, &dummy) == RUN_GONE)
+		return RUN_GONE;
+	return exchange_abort(x, "backend closed mid-response");
 }
 
 /* Client -> proxy: one read of the request body. */
@@ -522,7 +395,7 @@ static enum run relay_pass(struct client *cl, int *progress)
 	if (x->att->up != up)
 		return RUN_STAY;
 	if (!x->resp_head && up->in && buf_len(up->in)) {
-		r = response_head(cl);
+		r = up_h1_head(x);
 		if (r == RUN_GONE || (r == RUN_AGAIN && (cl->x != x || cl->state == C_TUNNEL)))
 			return r; /* gone, the exchange ended (answered, failed over), a tunnel */
 		if (r == RUN_AGAIN)
@@ -530,19 +403,19 @@ static enum run relay_pass(struct client *cl, int *progress)
 		if (x->att->up != up)
 			return RUN_STAY;
 	}
-	if (x->resp_head && response_scan(x, up->in) < 0)
+	if (x->resp_head && up_h1_scan(x) < 0)
 		return exchange_abort(x, "backend sent a malformed chunked body");
 	if (x->resp_head && x->resp.done)
 		exchange_free_slot(x); /* all in our buffers: a slow reader holds no slot */
 	if (cl->writable && (client_out_pending(cl) || x->resp.ready) &&
 	    (r = send_client(cl, progress)) != RUN_STAY)
 		return r;
-	if (x->wrap_tail && x->resp.done && !x->resp.ready) {
+	if (cl->h1.wrap_tail && x->resp.done && !x->resp.ready) {
 		/* the one chunk of a Content-Length body ends; then the last chunk */
-		const char *tail = rewrite_chunk_tail(x->wrap_size);
+		const char *tail = rewrite_chunk_tail(cl->h1.wrap_size);
 		if (client_out_put(cl, tail, strlen(tail)) < 0)
 			return exchange_abort(x, "out of memory");
-		x->wrap_tail = 0;
+		cl->h1.wrap_tail = 0;
 		*progress = 1;
 	}
 	return RUN_STAY;

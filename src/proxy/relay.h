@@ -1,6 +1,9 @@
 /*
- * relay.h - the HTTP/1 side of an exchange's bytes: reading the request body before
- * admission, and relaying request and response between the client and the backend.
+ * relay.h - the HTTP/1 client side of an exchange's bytes: reading the request body before
+ * admission, and relaying request and response between the client and the backend, whose
+ * side is the upstream half's (up_h1.h: it writes the request upstream and reads the
+ * response, and hands the client side interims, a 101 and the final head through the codec's
+ * operations, which land here).
  *
  * Bytes are not copied between the sockets: request bodies are written upstream straight
  * from the client's input buffer, responses to the client straight from the upstream
@@ -29,6 +32,13 @@ enum run relay_await_body(struct client *cl);
 /* routes.sse_heartbeat_ms (sse.h): queue the proxy's event-stream head, the first time, and
  * one SSE comment, unless the last one is still unread. */
 void relay_heartbeat(struct client *cl);
+
+/* The codec operations the upstream half (up_h1.h) calls, for HTTP/1 clients: an interim
+ * response (to 1.1 clients, a few of them), a 101 (tunnel.h), the final head (rewritten for
+ * the client, or continuing the proxy's early event stream). */
+enum run relay_interim(struct client *cl, const struct http_head *h, size_t len);
+enum run relay_upgrade(struct client *cl, const struct http_head *h, size_t len);
+enum run relay_response_head(struct client *cl, const struct http_head *h);
 
 /* Move what can move, both ways, until nothing more can; finish the exchange at its end. */
 enum run relay_run(struct client *cl);

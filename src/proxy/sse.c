@@ -3,25 +3,28 @@
  * hand-over to the backend's stream are HTTP/1 bytes, in relay.c.
  */
 #include "proxy/sse.h"
+#include "proxy/pace.h"
 
 #include <string.h>
 
 void sse_setup(struct exchange *x, const struct http_head *h)
 {
+	struct xpace *p = exchange_pace(x);
 	if (!x->route->sse_heartbeat_ms || h->minor != 1 || h->meth == HTTP_HEAD)
 		return; /* a HEAD answer has no body: an event stream there would desync the client
 			 */
 	const struct http_header *a = http_find_header(h, "Accept");
-	x->sse_hb = a && memmem(a->value.p, a->value.len, "text/event-stream", 17);
-	x->sse_body = h->framing == HTTP_BODY_LENGTH;
-	x->hb_next_ms = loop_now(x->w->loop) + x->route->sse_heartbeat_ms;
+	p->sse_hb = a && memmem(a->value.p, a->value.len, "text/event-stream", 17);
+	p->sse_body = h->framing == HTTP_BODY_LENGTH;
+	p->hb_next_ms = loop_now(x->w->loop) + x->route->sse_heartbeat_ms;
 }
 
 void sse_decide(struct exchange *x)
 {
-	if (!x->sse_body)
+	struct xpace *p = exchange_pace(x);
+	if (!p->sse_body)
 		return;
-	x->sse_body = 0;
-	x->sse_hb = x->sse_hb || (x->reqbody.view_ok && x->reqbody.view.stream);
-	x->hb_next_ms = loop_now(x->w->loop) + x->route->sse_heartbeat_ms;
+	p->sse_body = 0;
+	p->sse_hb = p->sse_hb || (x->reqbody.view_ok && x->reqbody.view.stream);
+	p->hb_next_ms = loop_now(x->w->loop) + x->route->sse_heartbeat_ms;
 }

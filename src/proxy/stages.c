@@ -8,6 +8,7 @@
 #include "proxy/caching.h"
 #include "proxy/classify.h"
 #include "proxy/dispatch.h"
+#include "proxy/pace.h"
 #include "proxy/quota.h"
 #include "proxy/route.h"
 #include "proxy/sse.h"
@@ -330,12 +331,28 @@ static enum run stage_forward(struct exchange *x)
 
 static enum run stage_head_done(struct exchange *x)
 {
-	return x->codec->head_done(x);
+	enum run r = x->codec->head_done(x);
+	if (r != RUN_AGAIN)
+		return r;
+	/* a body is read (up to limits.body_buffer_bytes) before the request may take a
+	 * slot, so a client that sends it slowly, or never, holds no accelerator */
+	struct xpace *p = exchange_pace(x);
+	p->buffering = (!x->req.done || x->reqbody.peeked) &&
+		       (x->w->conf->limits.body_buffer_bytes || x->reqbody.want_key ||
+			x->reqbody.want_model || x->reqbody.want_view || x->reqbody.cache_body);
+	if (!p->buffering)
+		sse_decide(x); /* from the view, when the model stage read one */
+	return RUN_AGAIN;
 }
 
 static enum run stage_body(struct exchange *x)
 {
-	return x->buffering ? x->codec->await_body(x) : RUN_AGAIN;
+	if (!exchange_pace(x)->buffering)
+		return RUN_AGAIN;
+	enum run r = x->codec->await_body(x);
+	if (r == RUN_AGAIN)
+		sse_decide(x); /* the body is in: does it ask for a stream? */
+	return r;
 }
 
 /* routes.rate_limit.tokens_per_minute: the request's tokens are reserved before it may wait

@@ -16,8 +16,10 @@
  * or a fill of its own), or marks an inference POST to be looked up once its body is read
  * (caching.h); forward writes the request head the backend will get (431 when it does not
  * fit; none on a hit but for a stale-while-revalidate refresh); head done lets the codec take
- * the head off its input (and answer "100 Continue"); body reads the request body before
- * admission when the route needs it whole (relay.h); cache serve looks an inference POST up
+ * the head off its input (and answer "100 Continue"), then decides whether the body is read
+ * before admission (limits.body_buffer_bytes, or a stage that needs it whole: pace.h) and,
+ * when it is not, whether the request streams (sse.h); body has the codec read it (relay.h)
+ * and then decides the streaming; cache serve looks an inference POST up
  * by its canonical body, then answers a hit (or a wait on a fill) from the store before it
  * costs tokens or a slot; tokens reserves what the request may
  * cost of its tenant's tokens_per_minute (429 before it can take a slot); admit finds a

@@ -67,10 +67,10 @@ enum run tunnel_stage(struct exchange *x)
 
 int tunnel_accepts(const struct exchange *x, const struct http_head *h)
 {
-	/* not after an early event-stream head (sse.h): the client has a 200 already; not
-	 * before the whole handshake went: the rest of our head (X-Forwarded-For, the identity
-	 * authenticated) would never go, and the client's first bytes would end the head */
-	return x->tunnel && !x->early_head && x->uphead && x->att->head_off == x->uphead->end &&
+	/* not before the whole handshake went: the rest of our head (X-Forwarded-For, the identity
+	 * authenticated) would never go, and the client's first bytes would end the head (an early
+	 * event-stream head is the client side's to refuse: it checks before it asks) */
+	return x->tunnel && x->uphead && x->att->head_off == x->uphead->end &&
 	       (h->flags & HTTP_F_UPGRADE) && field_is(h, "upgrade", "websocket");
 }
 

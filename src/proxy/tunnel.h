@@ -17,7 +17,7 @@
  * right is the client's to judge: it passes untouched.
  *
  * On a 101 the codec (relay.c) calls tunnel_start(): the head goes to the client and the
- * connection (session.c's state C_TUNNEL) runs tunnel_run() on every event of either side.
+ * connection (h1.c's state C_TUNNEL) runs tunnel_run() on every event of either side.
  * Bytes move as they come, each way through one buffer from the worker's pool: a side is
  * not read while the buffer to its peer is full (backpressure), and an empty buffer goes
  * back, so an idle tunnel holds no buffer. One side's end (FIN, TLS close_notify) is passed

@@ -15,6 +15,7 @@
 
 #include "core/clock.h"
 #include "proxy/debugreq.h"
+#include "proxy/pace.h"
 
 #define NENDED 100
 #define NLIVE 40
@@ -22,6 +23,7 @@
 static struct worker w;
 static struct debugreq_board *board;
 static struct exchange ended[NENDED], live[NLIVE];
+static struct xpace paces[NLIVE]; /* the live exchanges' pacing, as their codec keeps it */
 
 static int setup(void **state)
 {
@@ -52,6 +54,7 @@ static void make(struct exchange *x, const char *id, uint64_t ago_ms)
 	memset(x, 0, sizeof(*x));
 	x->w = &w;
 	x->att = &x->tries[0]; /* not dispatched: its attempt holds nothing */
+	x->pace = x >= live && x < live + NLIVE ? &paces[x - live] : &paces[0];
 	snprintf(x->names.reqid, sizeof(x->names.reqid), "%s", id);
 	snprintf(x->names.traceparent, sizeof(x->names.traceparent), "00-%032x-%016x-01", 7, 9);
 	x->log.start_ms = loop_now(w.loop) - ago_ms;
@@ -93,7 +96,7 @@ static void snapshot_and_document(void **state)
 	}
 	live[0].wt.state = W_QUEUED;
 	live[0].wt.queued_ms = loop_now(w.loop) - 3;
-	live[1].buffering = 1;
+	paces[1].buffering = 1;
 	debugreq_ask(board);
 	assert_false(debugreq_answered(board));
 	debugreq_peek(&w);

@@ -1,6 +1,7 @@
 /*
- * session.c - one HTTP/1 client connection (see session.h): reading heads, the proxy's own
- * answers, lingering, the connection's timer, and the codec operations an exchange uses.
+ * h1.c - the HTTP/1 client codec: one HTTP/1 client connection (see h1.h): reading heads, the
+ * proxy's own answers, lingering, the connection's timer, and the codec operations an exchange
+ * uses.
  *
  * An exchange first reads its request body (up to limits.body_buffer_bytes), then is
  * admitted to its pool (a backend slot, or the queue), then relays. Reading the body before
@@ -11,7 +12,7 @@
  * to its normal form (http/target.h) in the buffer itself, as soon as the head is read: every
  * later parse of those bytes sees the target that was routed.
  */
-#include "proxy/session.h"
+#include "proxy/h1.h"
 #include "core/log.h"
 #include "http/target.h"
 #include "guard/auth.h"
@@ -28,7 +29,6 @@
 #include "proxy/relay.h"
 #include "proxy/route.h"
 #include "proxy/shed.h"
-#include "proxy/sse.h"
 #include "proxy/stages.h"
 #include "proxy/tunnel.h"
 
@@ -44,7 +44,7 @@
 /* Retry-After on the proxy's 503s (a full queue, no backend up, a queue wait that timed out):
  * when a slot frees cannot be known, and a second is long enough not to hammer a pool that is
  * short of capacity, short enough that a client backing off is back when a slot is. */
-#define SESSION_RETRY_AFTER_S 1
+#define H1_RETRY_AFTER_S 1
 /* A ClientHello is a few hundred bytes; one declaring more than this is refused before
  * OpenSSL buffers it (post-quantum key shares stay well under it). */
 #define TLS_HELLO_MAX 16384
@@ -52,7 +52,7 @@
 _Static_assert(CONF_MAX_HEADERS == HTTP_MAX_HEADERS, "limits.max_headers' bound is the parser's");
 
 /* limits.max_requests_per_connection: is the request under way the connection's last? */
-static int session_last_request(const struct client *cl)
+static int h1_last_request(const struct client *cl)
 {
 	unsigned cap = cl->w->conf->limits.max_requests_per_connection;
 	return cap && cl->requests >= cap;
@@ -61,8 +61,8 @@ static int session_last_request(const struct client *cl)
 /* Queue a response made by the proxy; ends the exchange, if any. Moves to C_REPLY. A request
  * refused before it became an exchange is answered under a request id of its own, which its
  * access log line carries too. */
-static enum run session_answer(struct client *cl, int status, const char *detail, int keep,
-			       const char *json, size_t jlen)
+static enum run h1_answer(struct client *cl, int status, const char *detail, int keep,
+			  const char *json, size_t jlen)
 {
 	struct worker *w = cl->w;
 	struct exchange *x = cl->x;
@@ -78,9 +78,9 @@ static enum run session_answer(struct client *cl, int status, const char *detail
 	    : x->route ? x->route
 	    : x->head  ? route_match_head(w->conf, x->head, x->peer.tls ? x->peer.tls->sni : NULL)
 		       : NULL;
-	if (x && (!x->req.done || x->req_close || x->minor == 0))
+	if (x && (!x->req.done || cl->h1.req_close || cl->h1.minor == 0))
 		keep = 0;
-	if (w->draining || session_last_request(cl))
+	if (w->draining || h1_last_request(cl))
 		keep = 0;
 	struct rewrite_error_info e = {
 	    .status = status,
@@ -91,7 +91,7 @@ static enum run session_answer(struct client *cl, int status, const char *detail
 	     * pass (quota.c); maintenance, as the admin API set it (stages.c); a full queue or
 	     * no backend, in a second */
 	    .retry_after_s = status == 503 && x && x->answer.retry_after_s ? x->answer.retry_after_s
-			     : status == 503				   ? SESSION_RETRY_AFTER_S
+			     : status == 503				   ? H1_RETRY_AFTER_S
 			     : status == 429 && x			   ? x->answer.retry_after_s
 									   : 0,
 	    .challenges = route ? auth_challenges(route->auth) : 0,
@@ -108,7 +108,7 @@ static enum run session_answer(struct client *cl, int status, const char *detail
 	} else if (client_out_buf(cl)) {
 		if (x && x->names.want_timing && debugreq_timing(x, 1, timing, sizeof(timing)) > 0)
 			e.timing = timing;
-		n = x && x->early_head
+		n = x && cl->h1.early_head
 			? rewrite_sse_error(cl->out->data + cl->out->end, buf_room(cl->out), &e)
 			: rewrite_error(cl->out->data + cl->out->end, buf_room(cl->out), &e);
 	}
@@ -147,9 +147,9 @@ static enum run session_answer(struct client *cl, int status, const char *detail
 	return RUN_AGAIN;
 }
 
-static enum run session_reply(struct client *cl, int status, const char *detail, int keep)
+static enum run h1_reply(struct client *cl, int status, const char *detail, int keep)
 {
-	return session_answer(cl, status, detail, keep, NULL, 0);
+	return h1_answer(cl, status, detail, keep, NULL, 0);
 }
 
 /* --- what an exchange asks of this codec --- */
@@ -160,12 +160,12 @@ static enum run codec_reply(struct exchange *x, int status, const char *detail, 
 		exchange_drop_upstream(x);
 		return hit_run(x->conn);
 	}
-	return session_reply(x->conn, status, detail, keep);
+	return h1_reply(x->conn, status, detail, keep);
 }
 
 static enum run codec_reply_json(struct exchange *x, int status, const char *json, size_t len)
 {
-	return session_answer(x->conn, status, "", 1, json, len);
+	return h1_answer(x->conn, status, "", 1, json, len);
 }
 
 static enum run codec_abort(struct exchange *x, const char *why)
@@ -218,7 +218,8 @@ static enum run codec_peek_body(struct exchange *x, size_t max, const char **bod
 		if (continue_body(x, x->head) < 0)
 			return exchange_abort(x, "out of memory");
 		cl->state = C_EXCHANGE; /* the stages run on the client's events from now */
-		x->last_ms = x->body_start_ms = x->rate_mark_ms = loop_now(w->loop);
+		x->last_ms = cl->h1.pace.body_start_ms = cl->h1.pace.rate_mark_ms =
+		    loop_now(w->loop);
 	}
 	if (client_flush(cl) < 0) /* a "100 Continue" the client waits for */
 		return exchange_abort(x, "client went away");
@@ -226,11 +227,11 @@ static enum run codec_peek_body(struct exchange *x, size_t max, const char **bod
 		int bad = http_body_scan(&x->req, buf_head(cl->in) + hl, buf_len(cl->in) - hl,
 					 w->conf->limits.max_body_bytes);
 		if (bad)
-			return session_reply(cl, -bad,
-					     bad == -413
-						 ? "request body larger than limits.max_body_bytes"
-						 : "malformed request body",
-					     0);
+			return h1_reply(cl, -bad,
+					bad == -413
+					    ? "request body larger than limits.max_body_bytes"
+					    : "malformed request body",
+					0);
 		if (x->req.done || x->req.ready >= max || !cl->readable)
 			break;
 		ssize_t n = worker_read(w, &cl->conn, &cl->in, &cl->readable, cl->hup);
@@ -241,7 +242,7 @@ static enum run codec_peek_body(struct exchange *x, size_t max, const char **bod
 				break;
 			}
 			if (err == -EBUSY) {
-				x->buf_wait = 1; /* the timer looks again */
+				cl->h1.pace.buf_wait = 1; /* the timer looks again */
 				break;
 			}
 			if (err < 0)
@@ -277,14 +278,7 @@ static enum run codec_head_done(struct exchange *x)
 	x->head = NULL; /* its bytes are gone */
 	x->last_ms = loop_now(cl->w->loop);
 	if (!x->reqbody.peeked) /* else its clocks run from the peek */
-		x->body_start_ms = x->rate_mark_ms = x->last_ms;
-	/* a body is read (up to limits.body_buffer_bytes) before the request may take a
-	 * slot, so a client that sends it slowly, or never, holds no accelerator */
-	x->buffering = (!x->req.done || x->reqbody.peeked) &&
-		       (cl->w->conf->limits.body_buffer_bytes || x->reqbody.want_key ||
-			x->reqbody.want_model || x->reqbody.want_view || x->reqbody.cache_body);
-	if (!x->buffering && x->sse_body)
-		sse_decide(x); /* from the view, when the model stage read one */
+		cl->h1.pace.body_start_ms = cl->h1.pace.rate_mark_ms = x->last_ms;
 	return RUN_AGAIN;
 }
 
@@ -300,7 +294,7 @@ static enum run codec_relay(struct exchange *x)
 
 static void codec_wake(void *conn)
 {
-	session_run(conn);
+	h1_run(conn);
 }
 
 static void codec_heartbeat(struct exchange *x)
@@ -317,6 +311,22 @@ static int codec_body_held(const struct exchange *x)
 static enum run codec_serve(struct exchange *x)
 {
 	return hit_run(x->conn);
+}
+
+static enum run codec_interim(struct exchange *x, const struct http_head *h, size_t len)
+{
+	return relay_interim(x->conn, h, len);
+}
+
+static enum run codec_upgrade(struct exchange *x, const struct http_head *h, size_t len)
+{
+	return relay_upgrade(x->conn, h, len);
+}
+
+static enum run codec_response_head(struct exchange *x, const struct http_head *h, size_t len)
+{
+	(void)len;
+	return relay_response_head(x->conn, h);
 }
 
 static int codec_live(void *conn, const struct exchange *x)
@@ -336,6 +346,9 @@ static const struct exchange_codec_ops h1_codec = {
     .heartbeat = codec_heartbeat,
     .body_held = codec_body_held,
     .serve = codec_serve,
+    .interim = codec_interim,
+    .upgrade = codec_upgrade,
+    .response_head = codec_response_head,
 };
 
 /* --- the states --- */
@@ -360,18 +373,21 @@ static enum run exchange_start(struct client *cl, size_t head_len, size_t droppe
 		return RUN_GONE;
 	}
 	cl->x = x;
+	cl->h1 = (struct h1_x){.minor = h->minor, .req_close = (h->flags & HTTP_F_CLOSE) != 0};
+	x->pace = &cl->h1.pace;
 	x->log.head_len += (uint32_t)dropped; /* the bytes the client sent */
 	cl->head_len = head_len;
 	cl->requests++;
 	if (w->conf->limits.max_uri_bytes && h->path.len > w->conf->limits.max_uri_bytes)
-		return session_reply(cl, 414, "request target longer than limits.max_uri_bytes", 0);
+		return h1_reply(cl, 414, "request target longer than limits.max_uri_bytes", 0);
 	if (h->nheaders > w->conf->limits.max_headers)
-		return session_reply(cl, 431, "more header fields than limits.max_headers", 0);
-	if (session_last_request(cl))
-		x->req_close = 1; /* its answer says Connection: close, and the connection ends */
+		return h1_reply(cl, 431, "more header fields than limits.max_headers", 0);
+	if (h1_last_request(cl))
+		cl->h1.req_close =
+		    1; /* its answer says Connection: close, and the connection ends */
 	if (h->framing == HTTP_BODY_LENGTH && w->conf->limits.max_body_bytes &&
 	    h->content_length > w->conf->limits.max_body_bytes)
-		return session_reply(cl, 413, "request body larger than limits.max_body_bytes", 0);
+		return h1_reply(cl, 413, "request body larger than limits.max_body_bytes", 0);
 	return stages_run(x, codec_live);
 }
 
@@ -387,7 +403,7 @@ static enum run head_settle(struct client *cl)
 	    w->conf->limits.path == CONF_PATH_REFUSE ? HTTP_TARGET_REFUSE : HTTP_TARGET_NORMALIZE,
 	    &why);
 	if (unused < 0)
-		return session_reply(cl, 400, why, 0);
+		return h1_reply(cl, 400, why, 0);
 	buf_consume(cl->in, (size_t)unused);
 	return exchange_start(cl, w->head.head_len, (size_t)unused);
 }
@@ -449,7 +465,7 @@ static enum run run_head(struct client *cl)
 			if (r > 0)
 				return head_settle(cl);
 			if (r < 0)
-				return session_reply(cl, -r, "malformed request", 0);
+				return h1_reply(cl, -r, "malformed request", 0);
 		}
 		if (!cl->readable)
 			return RUN_STAY;
@@ -504,7 +520,7 @@ static enum run run_linger(struct client *cl)
 
 /* --- driver, timer, lifecycle --- */
 
-static void session_arm_timer(struct client *cl)
+static void h1_arm_timer(struct client *cl)
 {
 	const struct conf_timeouts *t = &cl->w->conf->timeouts;
 	uint64_t deadline;
@@ -542,7 +558,7 @@ static void session_arm_timer(struct client *cl)
 	loop_timer_set(cl->w->loop, &cl->timer, deadline);
 }
 
-void session_run(struct client *cl)
+void h1_run(struct client *cl)
 {
 	for (;;) {
 		enum run r;
@@ -571,22 +587,22 @@ void session_run(struct client *cl)
 		if (r == RUN_STAY)
 			break;
 	}
-	session_arm_timer(cl);
+	h1_arm_timer(cl);
 }
 
-static void session_on_timer(struct loop_timer *t)
+static void h1_on_timer(struct loop_timer *t)
 {
 	struct client *cl = container_of(t, struct client, timer);
 	enum run r;
 	switch (cl->state) {
 	case C_HEAD:
 		if (cl->in && buf_len(cl->in)) {
-			r = session_reply(cl, 408, "request head not received in time", 0);
+			r = h1_reply(cl, 408, "request head not received in time", 0);
 			break;
 		}
 		if (cl->w->draining && client_pending(cl)) {
 			cl->readable = 1; /* a request arrived as it was to close: answer it */
-			session_run(cl);
+			h1_run(cl);
 			return;
 		}
 		client_close(cl);
@@ -602,10 +618,10 @@ static void session_on_timer(struct loop_timer *t)
 		return;
 	}
 	if (r != RUN_GONE)
-		session_run(cl);
+		h1_run(cl);
 }
 
-static void session_on_io(struct loop_io *io, unsigned events)
+static void h1_on_io(struct loop_io *io, unsigned events)
 {
 	struct client *cl = container_of(io, struct client, io);
 	if (events & (LOOP_READ | LOOP_HUP))
@@ -614,11 +630,11 @@ static void session_on_io(struct loop_io *io, unsigned events)
 		cl->writable = 1;
 	if (events & LOOP_HUP)
 		cl->hup = 1;
-	session_run(cl);
+	h1_run(cl);
 }
 
-void session_accept(struct worker *w, const struct listener *l, int fd,
-		    const struct sockaddr_storage *peer)
+void h1_accept(struct worker *w, const struct listener *l, int fd,
+	       const struct sockaddr_storage *peer)
 {
 	const struct conf *conf = w->conf;
 	struct client *cl = calloc(1, sizeof(*cl));
@@ -627,9 +643,9 @@ void session_accept(struct worker *w, const struct listener *l, int fd,
 		return;
 	}
 	cl->io.fd = fd;
-	cl->io.fn = session_on_io;
+	cl->io.fn = h1_on_io;
 	net_conn_init(&cl->conn, fd);
-	cl->timer.fn = session_on_timer;
+	cl->timer.fn = h1_on_timer;
 	cl->w = w;
 	cl->state = C_HEAD;
 	cl->phase_ms = loop_now(w->loop);
@@ -659,10 +675,10 @@ void session_accept(struct worker *w, const struct listener *l, int fd,
 	}
 	list_push_front(&w->clients, &cl->link);
 	w->nclients++;
-	session_arm_timer(cl);
+	h1_arm_timer(cl);
 }
 
-void session_close_idle(struct worker *w, int all)
+void h1_close_idle(struct worker *w, int all)
 {
 	upconn_close_idle(w);
 	struct list_node *n = list_first(&w->clients), *next;
@@ -673,9 +689,9 @@ void session_close_idle(struct worker *w, int all)
 			tunnel_free(cl);
 			client_close(cl);
 		} else if (cl->state == C_HEAD && (!cl->in || !buf_len(cl->in))) {
-			session_arm_timer(cl); /* closed DRAIN_IDLE_MS from now, or answered */
+			h1_arm_timer(cl); /* closed DRAIN_IDLE_MS from now, or answered */
 		} else if (cl->state == C_TUNNEL) {
-			session_arm_timer(cl); /* closed timeouts.tunnel_drain_ms from now */
+			h1_arm_timer(cl); /* closed timeouts.tunnel_drain_ms from now */
 		}
 	}
 	if (all) {

@@ -1,0 +1,188 @@
+/*
+ * up_h1.c - the HTTP/1 upstream half of an exchange (see up_h1.h).
+ */
+#include "proxy/up_h1.h"
+#include "runtime/llm.h"
+#include "core/clock.h"
+#include "proxy/caching.h"
+#include "proxy/dispatch.h"
+#include "runtime/pick.h"
+#include "runtime/proxy_metric.h"
+#include "proxy/xhooks.h"
+
+#include <errno.h>
+#include <sys/uio.h>
+
+int up_h1_scan(struct exchange *x)
+{
+	struct buf *in = x->att->up->in;
+	if (!in)
+		return 0;
+	/* the new bytes go through the resp_body hooks (xhooks.h: tokens counted, the cache's
+	 * fill) before the client can see them, and a response read whole through the resp_done
+	 * hooks (its tokens settled, the fill completed) at once: the client's next request may
+	 * come before this one ends */
+	uint64_t before = x->resp.ready;
+	if (http_body_scan(&x->resp, buf_head(in), buf_len(in), 0) < 0)
+		return -1;
+	if (x->resp.ready > before)
+		xhooks_resp_body(x, buf_head(in) + before, x->resp.ready - before);
+	if (x->resp.done)
+		xhooks_resp_done(x);
+	return 0;
+}
+
+/* The backend says how many requests wait inside it (pools.load_header): remember it. */
+static void note_reported_load(struct exchange *x, const struct http_head *h, uint64_t now_ms)
+{
+	const char *name = x->pool->conf->load_header;
+	const struct http_header *f = name[0] ? http_find_header(h, name) : NULL;
+	if (!f || !f->value.len || f->value.len > 9)
+		return;
+	unsigned depth = 0;
+	for (uint32_t i = 0; i < f->value.len; i++) {
+		char ch = f->value.p[i];
+		if (ch < '0' || ch > '9')
+			return; /* not a count: ignore it */
+		depth = depth * 10 + (unsigned)(ch - '0');
+	}
+	backend_report_load(x->att->be, now_ms, depth);
+}
+
+/* The cache answers instead of the backend (a 304 to its revalidation, stale-if-error): the
+ * upstream connection and slot go (a 304 has no body: the connection is reused). */
+static enum run answer_from_cache(struct exchange *x)
+{
+	struct upconn *up = x->att->up;
+	exchange_count_response(x, x->status);
+	exchange_free_slot(x);
+	unsigned said = caching_said(x);
+	int reuse = (said == CS_REVAL || said == CS_REQUEST) && up->in &&
+		    buf_len(up->in) == x->w->head.head_len && !(x->w->head.flags & HTTP_F_CLOSE) &&
+		    x->req.done && !x->req.ready;
+	if (reuse)
+		buf_consume(up->in, x->w->head.head_len);
+	attempt_end(x->att, x->w, reuse);
+	exchange_response_started(x);
+	x->resp_head = 0; /* the answer's head is the cache's */
+	return x->codec->serve(x);
+}
+
+/* The final head <h> came: what the balancers, the backend's health and the features learn
+ * from it, before the client side writes it. */
+static void note_final_head(struct exchange *x, const struct http_head *h)
+{
+	struct worker *w = x->w;
+	struct attempt *a = x->att;
+	uint64_t now_ns = clock_now_ns();
+	backend_observe(x->pool, a->be, loop_now(w->loop), (now_ns - a->sent_ns) / 1000, h->status);
+	if (a->be->llm && h->status < 400)
+		llm_answered(a->be->llm, x->wt.blocks, x->wt.nblocks, x->wt.missed,
+			     (now_ns - a->sent_ns) / 1000);
+	/* no pick after a response has begun: the prompt's blocks go back to the worker */
+	llm_blocks_put(&w->llm_spares, x->reqbody.llm_blocks);
+	x->reqbody.llm_blocks = NULL;
+	x->wt.blocks = NULL;
+	x->wt.nblocks = 0;
+	note_reported_load(x, h, loop_now(w->loop));
+	x->last_read_ns = now_ns;
+	x->log.ttfb_ns = now_ns;
+	x->status = h->status;
+	http_body_init(&x->resp, h->framing, h->content_length);
+	xhooks_resp_head(x, h);
+	a->reusable = !(h->flags & HTTP_F_CLOSE) && h->minor == 1 && h->framing != HTTP_BODY_CLOSE;
+}
+
+enum run up_h1_head(struct exchange *x)
+{
+	struct upconn *up = x->att->up;
+	struct http_head *h = &x->w->head;
+	int r = http_parse_response(buf_head(up->in), buf_len(up->in), up->in->cap, x->meth, h);
+	if (r == 0)
+		return buf_len(up->in) == up->in->cap ? dispatch_failed(x, UP_BAD) : RUN_STAY;
+	if (r < 0)
+		return dispatch_failed(x, UP_BAD);
+	if (h->status == 101)
+		return x->codec->upgrade(x, h, (size_t)r);
+	/* an interim's or the final head's bytes leave up->in before the codec reads <h>: they
+	 * stay where they are (nothing writes up->in meanwhile), and whatever the codec does
+	 * next (pass it on, answer, fail over) finds the input past them */
+	if (h->status < 200) {
+		buf_consume(up->in, (size_t)r);
+		return x->codec->interim(x, h, (size_t)r);
+	}
+	if (caching_response_head(x, h))
+		return answer_from_cache(x);
+	note_final_head(x, h);
+	buf_consume(up->in, (size_t)r);
+	return x->codec->response_head(x, h, (size_t)r);
+}
+
+enum run up_h1_send(struct exchange *x, const char *body, size_t len, size_t *took, int *progress)
+{
+	struct attempt *a = x->att;
+	struct upconn *up = a->up;
+	size_t head_left = x->uphead ? x->uphead->end - a->head_off : 0;
+	struct iovec iov[2];
+	int n = 0;
+	*took = 0;
+	if (!head_left && !len)
+		return RUN_STAY;
+	if (head_left)
+		iov[n++] = (struct iovec){x->uphead->data + a->head_off, head_left};
+	if (len)
+		iov[n++] = (struct iovec){(void *)body, len};
+	ssize_t sent = net_conn_writev(&up->conn, iov, n);
+	if (sent == -EAGAIN || sent == -EINTR) {
+		up->writable = 0;
+		return RUN_STAY;
+	}
+	if (sent < 0)
+		return dispatch_failed(x, UP_RESET);
+	size_t k = (size_t)sent;
+	size_t from_head = k < head_left ? k : head_left;
+	a->head_off += from_head;
+	*took = k - from_head;
+	if (head_left > from_head || *took < len)
+		up->writable = 0; /* a short write: the socket buffer is full */
+	*progress = 1;
+	x->last_ms = loop_now(x->w->loop);
+	return RUN_STAY;
+}
+
+/* A streamed response's body bytes arrived: record the time since the previous ones. */
+static void note_gap(struct exchange *x)
+{
+	uint64_t now = clock_now_ns();
+	if (x->last_read_ns)
+		backend_observe_us(x->att->be, PM_BACKEND_GAP, (now - x->last_read_ns) / 1000);
+	x->last_read_ns = now;
+}
+
+enum run up_h1_read(struct exchange *x, int *progress, int *cut)
+{
+	struct upconn *up = x->att->up;
+	ssize_t n = worker_read(x->w, &up->conn, &up->in, &up->readable, up->hup);
+	if (n == 0 || (n < 0 && n != -EAGAIN && n != -ENOSPC)) {
+		if (!x->resp_head)
+			return dispatch_failed(x, UP_RESET);
+		/* a body that ends with the connection is whole only when it ends cleanly: over
+		 * TLS that is close_notify (0); a FIN or reset without one (< 0) is what anyone on
+		 * the path can forge, a truncation (RFC 9112 section 9.8) */
+		if (x->resp.framing != HTTP_BODY_CLOSE || (n < 0 && up->conn.ssl)) {
+			(void)up_h1_scan(x); /* what arrived goes on; then the client is cut off */
+			*cut = 1;
+			return RUN_STAY;
+		}
+		(void)up_h1_scan(x); /* the tail is body too */
+		x->resp.done = 1;
+		x->att->reusable = 0;
+	}
+	if (n > 0) {
+		*progress = 1;
+		x->last_ms = loop_now(x->w->loop);
+		if (x->resp_head && x->resp.framing != HTTP_BODY_LENGTH)
+			note_gap(x);
+	}
+	return RUN_STAY;
+}
