@@ -243,6 +243,15 @@ def served_by(hdrs):
     return hdrs.get("x-served-by", ["?"])[0]
 
 
+def rss_kib(pid):
+    """The resident memory of process <pid>, in KiB (VmRSS)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError(f"process {pid} shows no VmRSS")
+
+
 def read_all(s, got=b""):
     """Read from socket <s> until the peer closes; returns <got> plus everything read (kept
     in a bytearray: adding each read to a bytes copied it all again, quadratic in the size,

@@ -5,6 +5,7 @@ address reachable from other hosts. Raw sockets where a polite client would not 
 import socket
 import subprocess
 
+from harness import rss_kib
 from harness import (BIN, free_port, pool_yaml, port_open, raw, read_all, read_until, request,
                      status, wait_until)
 
@@ -26,16 +27,11 @@ def _proxy(env, admin_block, extra=""):
 LOOPBACK_ADMIN = "admin:\n  address: 127.0.0.1:{port}\n"
 
 
-def _rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        return int(next(ln for ln in f if ln.startswith("VmRSS:")).split()[1])
-
-
 def test_pipelined_requests_never_read_keep_memory_bounded(env):
     px = _proxy(env, LOOPBACK_ADMIN)
     st, _, body = request(px.admin, "GET", "/metrics")
     assert st == 200 and len(body) > 1000
-    start = _rss_kib(px.pid)
+    start = rss_kib(px.pid)
     s = socket.socket()
     env.on_cleanup.append(s.close)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -47,7 +43,7 @@ def test_pipelined_requests_never_read_keep_memory_bounded(env):
         pass  # the proxy stopped reading: that is the point
     # the admin loop has gone round since (it serves one thread), and still answers others
     assert status(px.admin)["pools"]
-    grown = _rss_kib(px.pid)
+    grown = rss_kib(px.pid)
     assert grown < 2 * start + 20 * 1024, (start, grown)
     # the client that reads gets its answers, in order
     got = read_until(s, lambda b: b.count(b"HTTP/1.1 200 OK") >= 3)

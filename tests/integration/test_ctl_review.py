@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import time
 
+from harness import rss_kib
 from harness import (BIN, complete, free_port, pool_yaml, port_open, request, served_by, status,
                      wait_until)
 from test_cluster import _cluster, _instances, _redis
@@ -21,14 +22,6 @@ def _asan(pid):
     """Is process <pid> an AddressSanitizer build (make SAN=1)?"""
     with open(f"/proc/{pid}/maps") as f:
         return "libasan" in f.read()
-
-
-def _rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 # A publisher process (apart, so that its sending does not slow this one's polling): binds
@@ -78,7 +71,7 @@ def test_kv_event_flood_leaves_the_admin_api_answering(env):
         f"      - {{address: 127.0.0.1:9, kv_events: 'tcp://127.0.0.1:{port}'}}\n",
         workers=1)
     wait_until(lambda: "ready" in env.log(pub), "the publisher's subscriber")
-    start_rss = _rss_kib(px.pid)
+    start_rss = rss_kib(px.pid)
     # an ASan build keeps what is freed in a quarantine (256 MiB by default) before reusing it
     asan = _asan(px.pid)
 
@@ -93,7 +86,7 @@ def test_kv_event_flood_leaves_the_admin_api_answering(env):
         assert st == 200 and pub.poll() is None  # answered while the flood goes on
         seen.add(json.loads(body)["pools"][0]["backends"][0]["kv_events"]["applied"]["stored"])
         polls += 1
-        peak_rss = max(peak_rss, _rss_kib(px.pid))
+        peak_rss = max(peak_rss, rss_kib(px.pid))
     applied = kv()["applied"]["stored"]
     env.stop(pub)
     assert pub.returncode is not None and applied > 100, applied

@@ -16,6 +16,7 @@ import threading
 
 import websockets
 
+from harness import rss_kib
 from harness import (BIN, ScriptedBackend, Skip, free_port, metrics_text, pool_yaml, prom_samples,
                      raw, read_all, read_until, wait_until)
 
@@ -153,14 +154,6 @@ def test_websocket_100mb_each_way_intact(env):
     assert got.hexdigest() == sent.hexdigest(), "backend -> client corrupted"
 
 
-def _rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
-
-
 def test_a_thousand_idle_tunnels(env):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard < 8192:
@@ -176,7 +169,7 @@ def test_a_thousand_idle_tunnels(env):
         async with _connect(px.port) as ws:
             await ws.send("warm")
             await ws.recv()
-        before = _rss_kib(px.pid)
+        before = rss_kib(px.pid)
         conns = []
         for i in range(0, n, 50):
             conns += await asyncio.gather(*(_connect(px.port) for _ in range(50)))
@@ -184,7 +177,7 @@ def test_a_thousand_idle_tunnels(env):
             await ws.send("ping")
             assert await ws.recv() == "ping"
         s = _samples(px)
-        after = _rss_kib(px.pid)
+        after = rss_kib(px.pid)
         assert s[("accelnet_tunnels_open", ())] == n
         buffers = s[("accelnet_buffer_bytes", ())]
         await asyncio.gather(*(ws.close() for ws in conns))
