@@ -257,17 +257,21 @@ def test_a_101_to_a_post_or_a_plain_get_is_a_502_and_no_tunnel(env):
     assert _open(px) == 0
 
 
+def _accept_then_hold(i, conn, head):
+    """A backend that accepts every handshake and holds the tunnel until the proxy closes it;
+    on /rst it resets the connection instead."""
+    conn.sendall(_accept(head))
+    if head.split(b" ")[1] == b"/rst":
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET)
+        return
+    read_all(conn)
+
+
 def test_every_end_of_a_tunnel_gives_its_backend_slot_back(env):
     # max_concurrency: 1. A tunnel holds the backend's one slot; each way it ends (either
     # side closes, resets, idles out) must free it for the next handshake, which waits in
     # the queue meanwhile and then opens
-    def handler(i, conn, head):
-        conn.sendall(_accept(head))
-        if head.split(b" ")[1] == b"/rst":
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET)
-            return
-        read_all(conn)
-    be = RawServers(1, handler)
+    be = RawServers(1, _accept_then_hold)
     env.on_cleanup.append(be.close)
     pool = pool_yaml("p", be.ports).replace("}", ", max_concurrency: 1}")
     px = env.proxy("pools:\n" + pool + "routes:\n  - pool: p\n    websocket: true\n",
@@ -351,13 +355,7 @@ def test_a_tls_client_ending_its_tunnel_gives_everything_back(env):
 def test_rate_limit_concurrency_counts_a_tunnel_until_it_ends_however_it_ends(env):
     # rate_limit.concurrency: 1 counts the tenant's open tunnel; a second is 429 meanwhile,
     # and every end (client close, backend reset, idle) frees it for the next
-    def handler(i, conn, head):
-        conn.sendall(_accept(head))
-        if head.split(b" ")[1] == b"/rst":
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET)
-            return
-        read_all(conn)
-    be = RawServers(1, handler)
+    be = RawServers(1, _accept_then_hold)
     env.on_cleanup.append(be.close)
     px = env.proxy("pools:\n" + pool_yaml("p", be.ports) +
                    "routes:\n  - pool: p\n    websocket: true\n"
