@@ -96,6 +96,15 @@ def _metric(px, name, **labels):
     return _samples(px).get((name, tuple(sorted(labels.items()))), 0)
 
 
+
+async def _closed_by_the_proxy(ws, secs, what):
+    """Wait up to <secs> for the proxy to close tunnel <ws>; a message meanwhile is <what>."""
+    try:
+        await asyncio.wait_for(ws.recv(), secs)
+        raise AssertionError(what)
+    except websockets.ConnectionClosed:
+        pass
+
 def test_websocket_echo_through_the_proxy(env):
     be = _backend(env)
     px = _proxy(env, be, extra="access_log: {path: %s}\n" % os.path.join(env.dir, "access.log"))
@@ -216,11 +225,7 @@ def test_drain_on_reload_keeps_tunnels_until_tunnel_drain_ms(env):
             # ... until tunnel_drain_ms, when the proxy closes it
             loop = asyncio.get_running_loop()
             start = loop.time()
-            try:
-                await asyncio.wait_for(ws.recv(), 20)
-                raise AssertionError("a message came on a drained tunnel")
-            except websockets.ConnectionClosed:
-                pass
+            await _closed_by_the_proxy(ws, 20, "a message came on a drained tunnel")
             return loop.time() - start
     waited = asyncio.run(run())
     assert waited < 15, waited
@@ -313,11 +318,7 @@ def test_idle_timeout_closes_a_silent_tunnel(env):
         async with _connect(px.port) as ws:
             await ws.send("once")
             assert await ws.recv() == "once"
-            try:
-                await asyncio.wait_for(ws.recv(), 20)
-                raise AssertionError("a message on a silent tunnel")
-            except websockets.ConnectionClosed:
-                pass
+            await _closed_by_the_proxy(ws, 20, "a message on a silent tunnel")
     asyncio.run(run())
     wait_until(lambda: _metric(px, "accelnet_tunnels_closed_total", reason="idle") == 1,
                "the idle close counted")
@@ -506,11 +507,7 @@ def test_sigterm_closes_tunnels_after_tunnel_drain_ms_and_exits(env):
             await ws.send("hi")
             assert await ws.recv() == "hi"
             px.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(ws.recv(), 30)
-                raise AssertionError("a message on a tunnel of a stopping proxy")
-            except websockets.ConnectionClosed:
-                pass
+            await _closed_by_the_proxy(ws, 30, "a message on a tunnel of a stopping proxy")
     asyncio.run(run())
     # its last connection gone, the proxy exits at once, long before shutdown_ms
     assert px.wait(30) == 0, env.log(px)
