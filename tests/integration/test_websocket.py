@@ -96,7 +96,6 @@ def _metric(px, name, **labels):
     return _samples(px).get((name, tuple(sorted(labels.items()))), 0)
 
 
-
 async def _closed_by_the_proxy(ws, secs, what):
     """Wait up to <secs> for the proxy to close tunnel <ws>; a message meanwhile is <what>."""
     try:
@@ -104,6 +103,7 @@ async def _closed_by_the_proxy(ws, secs, what):
         raise AssertionError(what)
     except websockets.ConnectionClosed:
         pass
+
 
 def test_websocket_echo_through_the_proxy(env):
     be = _backend(env)
