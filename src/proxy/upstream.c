@@ -8,7 +8,7 @@
  * connection is handed out it is looked at once more without waiting, for an end that
  * arrived in this loop turn and was not yet dispatched.
  *
- * A backend slot whose address discovery changed (proxy/discover.c) bumps its generation: a
+ * A backend slot whose address discovery changed (control/discover.c) bumps its generation: a
  * connection made before is closed when it comes back or is next looked for, never reused.
  *
  * A TLS connection closed cleanly sends close_notify first: OpenSSL does not resume a TLS
