@@ -96,6 +96,17 @@ def _metric(px, name, **labels):
     return _samples(px).get((name, tuple(sorted(labels.items()))), 0)
 
 
+WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def ws_accept(head):
+    """A backend's 101 accepting the WebSocket handshake <head> (RFC 6455 4.2.2)."""
+    key = re.search(rb"(?i)sec-websocket-key: *(\S+)", head).group(1)
+    return (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Accept: " + base64.b64encode(hashlib.sha1(key + WS_GUID).digest()) +
+            b"\r\n\r\n")
+
+
 async def _closed_by_the_proxy(ws, secs, what):
     """Wait up to <secs> for the proxy to close tunnel <ws>; a message meanwhile is <what>."""
     try:
@@ -393,11 +404,7 @@ class RawWsBackend:
         with conn:
             head = read_until(conn, lambda b: b"\r\n\r\n" in b)
             self.behind = head[head.index(b"\r\n\r\n") + 4:]
-            key = re.search(rb"(?i)sec-websocket-key: *(\S+)", head).group(1)
-            accept = base64.b64encode(hashlib.sha1(key + WS_GUID).digest())
-            conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
-                         b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n" +
-                         self.first)
+            conn.sendall(ws_accept(head) + self.first)
             try:
                 self.result = self.after(conn)
             finally:
@@ -406,8 +413,6 @@ class RawWsBackend:
     def close(self):
         self.sock.close()
 
-
-WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
 def _raw_handshake(port, behind=b""):

@@ -1,26 +1,16 @@
 """WebSocket tunnels (routes.websocket) attacked as a hostile client and a hostile backend
 (issue 25's review): raw sockets on both sides, for what a WebSocket library never sends."""
 
-import base64
-import hashlib
-import re
 import socket
 import threading
 
+from test_websocket import ws_accept
 from harness import ScriptedBackend, metrics_text, pool_yaml, prom_samples, raw, read_all, \
     read_until, wait_until
 
 RESET = b"\x01\x00\x00\x00\x00\x00\x00\x00"  # SO_LINGER on, 0 s: close() sends a RST
-WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 HANDSHAKE = (b"GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
              b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n")
-
-
-def _accept(head):
-    key = re.search(rb"(?i)sec-websocket-key: *(\S+)", head).group(1)
-    return (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            b"Sec-WebSocket-Accept: " + base64.b64encode(hashlib.sha1(key + WS_GUID).digest()) +
-            b"\r\n\r\n")
 
 
 class RawServers:
@@ -80,7 +70,7 @@ def test_a_hedged_handshake_lets_go_of_the_other_backend_once_a_tunnel_opens(env
     def handler(i, conn, head):
         if i == 0:
             answer.wait(30)  # until the copy has gone out
-            conn.sendall(_accept(head))
+            conn.sendall(ws_accept(head))
             while True:  # echo
                 b = conn.recv(65536)
                 if not b:
@@ -115,12 +105,12 @@ def test_every_end_of_a_handshake_or_tunnel_gives_its_count_back(env):
         if path == b"/refuse":
             conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 2\r\n\r\nno")
         elif path == b"/rst":
-            conn.sendall(_accept(head))
+            conn.sendall(ws_accept(head))
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET)
         elif path == b"/garbage":
             conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n")
         else:
-            conn.sendall(_accept(head))
+            conn.sendall(ws_accept(head))
             read_all(conn)
     be = RawServers(1, handler)
     env.on_cleanup.append(be.close)
@@ -205,7 +195,7 @@ def test_a_backend_that_never_reads_holds_the_client_back(env):
 
     def handler(i, conn, head):
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
-        conn.sendall(_accept(head))
+        conn.sendall(ws_accept(head))
         release.wait(60)
         got[0] = len(read_all(conn))
     be = RawServers(1, handler)
@@ -260,7 +250,7 @@ def test_a_101_to_a_post_or_a_plain_get_is_a_502_and_no_tunnel(env):
 def _accept_then_hold(i, conn, head):
     """A backend that accepts every handshake and holds the tunnel until the proxy closes it;
     on /rst it resets the connection instead."""
-    conn.sendall(_accept(head))
+    conn.sendall(ws_accept(head))
     if head.split(b" ")[1] == b"/rst":
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET)
         return
@@ -319,7 +309,7 @@ def test_a_tls_client_ending_its_tunnel_gives_everything_back(env):
     from harness import BIN, free_port
 
     def handler(i, conn, head):
-        conn.sendall(_accept(head))
+        conn.sendall(ws_accept(head))
         conn.sendall(b"y" * (4 << 20))
         conn.shutdown(socket.SHUT_WR)
         read_all(conn)
