@@ -53,8 +53,7 @@ static void read_prompt_blocks(struct exchange *x, const char *body, size_t len)
 	long n = http_prompt_blocks(body, len, x->pool->conf->lb.block_bytes, x->reqbody.llm_blocks,
 				    LLM_MAX_BLOCKS, NULL);
 	if (n <= 0) { /* no prompt (or not one whole block): nothing to hold */
-		llm_blocks_put(&x->w->llm_spares, x->reqbody.llm_blocks);
-		x->reqbody.llm_blocks = NULL;
+		reqbody_end(&x->reqbody, x->w);
 		return;
 	}
 	x->wt.blocks = x->reqbody.llm_blocks;

@@ -1,7 +1,8 @@
 /*
  * tally.c - the figures of an exchange by route and by tenant, and the token-level ones of
  * an LLM response: time to first token, the gaps between tokens, prompt and completion
- * tokens (runtime.h's PM_ROUTE_*, PM_TENANT_*, PM_BACKEND_TTFT and PM_BACKEND_TOKEN_GAP).
+ * tokens (runtime/proxy_metric.h's PM_ROUTE_*, PM_TENANT_*, PM_BACKEND_TTFT and
+ * PM_BACKEND_TOKEN_GAP).
  *
  * Tokens are counted in every event stream (a response of Content-Type text/event-stream,
  * on any route), and in every response of routes with api: openai or whose tokens are

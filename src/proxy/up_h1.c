@@ -80,8 +80,7 @@ static void note_final_head(struct exchange *x, const struct http_head *h)
 		llm_answered(a->be->llm, x->wt.blocks, x->wt.nblocks, x->wt.missed,
 			     (now_ns - a->sent_ns) / 1000);
 	/* no pick after a response has begun: the prompt's blocks go back to the worker */
-	llm_blocks_put(&w->llm_spares, x->reqbody.llm_blocks);
-	x->reqbody.llm_blocks = NULL;
+	reqbody_end(&x->reqbody, w);
 	x->wt.blocks = NULL;
 	x->wt.nblocks = 0;
 	note_reported_load(x, h, loop_now(w->loop));
