@@ -912,7 +912,7 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 		log_error("cannot watch the TLS files (reload_s): %s", strerror(-rc));
 		goto out;
 	}
-	int upgraded = upgrade_say_ready();
+	int upgraded = upgrade_is_new();
 	for (size_t i = 0; i < conf->nlistens; i++)
 		log_info("listening on %s%s with %u workers%s", conf->listens[i].address,
 			 conf->listens[i].tls ? " (TLS)" : "", m.cur->nworkers,
@@ -922,6 +922,7 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 	if (m.cur->admin)
 		log_info("admin on %s (/status, /metrics, /dashboard, /debug/requests)",
 			 conf->admin.address);
+	upgrade_say_ready();
 	if (hooks && hooks->ready)
 		hooks->ready(hooks->arg);
 	if (upgraded) { /* the manager's main process is this one now */

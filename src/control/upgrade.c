@@ -307,19 +307,28 @@ void upgrade_free(struct upgrade *u)
 	free(u);
 }
 
-int upgrade_say_ready(void)
+/* The descriptor the old process waits on, or -1. */
+static int upgrade_ready_fd(void)
 {
 	const char *v = getenv("ACCELNET_UPGRADE_FD");
-	if (!v)
-		return 0;
-	int fd = atoi(v);
+	int fd = v ? atoi(v) : -1;
+	return fd >= LISTEN_FDS_START ? fd : -1;
+}
+
+int upgrade_is_new(void)
+{
+	return upgrade_ready_fd() >= 0;
+}
+
+void upgrade_say_ready(void)
+{
+	int fd = upgrade_ready_fd();
 	unsetenv("ACCELNET_UPGRADE_FD");
-	if (fd < LISTEN_FDS_START)
-		return 0;
+	if (fd < 0)
+		return;
 	ssize_t n;
 	do
 		n = write(fd, "READY\n", 6);
 	while (n < 0 && errno == EINTR);
 	close(fd);
-	return 1;
 }

@@ -39,9 +39,12 @@ int upgrade_start(struct loop *loop, const char *exe, const int *fds, const char
  * process that has not said it is ready is killed and <done> says so. */
 void upgrade_free(struct upgrade *u);
 
-/* The new process's side: tell the process that started it (if one did) that it serves.
- * Returns 1 when it was started by an upgrade. */
-int upgrade_say_ready(void);
+/* The new process's side: 1 when an upgrade started it (the process that did waits for
+ * upgrade_say_ready()). */
+int upgrade_is_new(void);
+/* Tell the process that started it (if one did) that it serves: after it has said so in its
+ * own log, which the old process's "serves" line must not overtake. */
+void upgrade_say_ready(void);
 
 /* The path this executable was started from, read at start (a later upgrade of the package
  * replaces the file, and /proc/self/exe then names the deleted one). */

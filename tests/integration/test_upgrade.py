@@ -54,13 +54,14 @@ def test_upgrade_under_load_loses_nothing(env):
     new = _new_pid(env, px)
     assert new != px.pid and _pid_alive(new), env.log(px)[-2000:]
     env.on_cleanup.append(lambda: _pid_alive(new) and os.kill(new, signal.SIGKILL))
-    assert "sockets of the process upgraded" in env.log(px)
+    # the new process says where it listens before it tells the old one it serves
+    assert "sockets of the process upgraded" in env.log(px), env.log(px)[-2000:]
     # the old process still serves its streams; the new one takes the new requests
-    assert px.poll() is None and held.open == 20
+    assert px.poll() is None and held.open == 20, (px.poll(), held.open)
     seen = sim_stats(a.port)["requests"]
     wait_until(lambda: sim_stats(a.port)["requests"] >= seen + 500, "wrk on the new process")
     st, hdrs, _ = request(admin, "GET", "/status")
-    assert st == 200
+    assert st == 200, st
     held.release()
     for s, first in zip(streams, firsts):
         read_until(s, _stream_done, first)
@@ -73,7 +74,7 @@ def test_upgrade_under_load_loses_nothing(env):
     assert "Socket errors" not in out and "Non-2xx" not in out, out
     total = int(out.split(" requests in")[0].split()[-1])
     st, hdrs, _ = request(port, "GET", "/x")
-    assert st == 200 and served_by(hdrs) == "a"
+    assert st == 200 and served_by(hdrs) == "a", (st, hdrs)
     os.kill(new, signal.SIGTERM)
     wait_until(lambda: not _pid_alive(new), "the new process to exit on SIGTERM")
     print(f"upgrade under wrk: {total} requests, 0 errors; 20 SSE streams finished on the "
