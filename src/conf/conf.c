@@ -1,14 +1,16 @@
 /*
  * conf.c - loading a config file whole: YAML text to a checked struct conf, or one message.
  *
- * libyaml parses the text into a document whose nodes remember their line and column; the
- * schema (conf/schema.c) reads that tree through the rule engine (conf/rules.c), so every
- * complaint names FILE:LINE:COL. A load builds a fresh struct conf and either returns it
- * whole or frees it: the caller keeps what it ran before. This file owns the life of a
+ * conf/source.c makes the text one libyaml document whose nodes remember their file, line
+ * and column (the file, what it includes, ${VAR} expanded); the schema (conf/schema.c) reads
+ * that tree through the rule engine (conf/rules.c), so every complaint names FILE:LINE:COL.
+ * A load builds a fresh struct conf and either returns it whole or frees it: the caller
+ * keeps what it ran before. This file owns the life of a
  * struct conf (made, freed) and nothing about its keys.
  */
 #include "conf/conf.h"
 #include "conf/schema.h"
+#include "conf/source.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -16,40 +18,27 @@
 #include <string.h>
 #include <yaml.h>
 
-static int conf_load(const char *name, yaml_parser_t *parser, struct conf **out,
+/* Read the document <src> built into a fresh struct conf; <src> is freed. */
+static int conf_load(const char *name, struct conf_source *src, struct conf **out,
 		     struct conf_error *err)
 {
-	yaml_document_t doc;
 	struct conf *c = calloc(1, sizeof(*c));
-	struct rules_ctx x = {.file = name, .doc = &doc, .err = err};
+	struct rules_ctx x = {.file = name, .doc = conf_source_doc(src), .err = err, .src = src};
 	int rc = -EINVAL;
 
-	if (!c) {
+	if (!c || !(c->file = strdup(name))) {
 		snprintf(err->msg, sizeof(err->msg), "%s: out of memory", name);
-		return -ENOMEM;
-	}
-	schema_set_defaults(c);
-	if (!(c->file = strdup(name))) {
-		snprintf(err->msg, sizeof(err->msg), "%s: out of memory", name);
-		conf_free(c);
-		return -ENOMEM;
-	}
-	if (!yaml_parser_load(parser, &doc)) {
-		snprintf(err->msg, sizeof(err->msg), "%s:%zu:%zu: YAML syntax: %s%s%s", name,
-			 parser->problem_mark.line + 1, parser->problem_mark.column + 1,
-			 parser->problem ? parser->problem : "malformed document",
-			 parser->context ? " " : "", parser->context ? parser->context : "");
-		conf_free(c);
-		return -EINVAL;
-	}
-	yaml_node_t *root = yaml_document_get_root_node(&doc);
-	if (!root) {
-		snprintf(err->msg, sizeof(err->msg), "%s:1:1: the file is empty", name);
+		rc = -ENOMEM;
 		goto out;
 	}
-	rc = schema_read(&x, root, c);
+	schema_set_defaults(c);
+	yaml_node_t *root = yaml_document_get_root_node(x.doc);
+	if (!root)
+		snprintf(err->msg, sizeof(err->msg), "%s:1:1: the file is empty", name);
+	else
+		rc = schema_read(&x, root, c);
 out:
-	yaml_document_delete(&doc);
+	conf_source_free(src);
 	if (rc) {
 		conf_free(c);
 		return rc;
@@ -61,36 +50,16 @@ out:
 int conf_load_string(const char *name, const char *text, size_t len, struct conf **out,
 		     struct conf_error *err)
 {
-	yaml_parser_t parser;
-	if (!yaml_parser_initialize(&parser)) {
-		snprintf(err->msg, sizeof(err->msg), "%s: out of memory", name);
-		return -ENOMEM;
-	}
-	yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-	int rc = conf_load(name, &parser, out, err);
-	yaml_parser_delete(&parser);
-	return rc;
+	struct conf_source *src;
+	int rc = conf_source_load_string(name, text, len, &src, err);
+	return rc ? rc : conf_load(name, src, out, err);
 }
 
 int conf_load_file(const char *path, struct conf **out, struct conf_error *err)
 {
-	FILE *f = fopen(path, "rb");
-	if (!f) {
-		int e = errno;
-		snprintf(err->msg, sizeof(err->msg), "%s: cannot open: %s", path, strerror(e));
-		return -e;
-	}
-	yaml_parser_t parser;
-	if (!yaml_parser_initialize(&parser)) {
-		fclose(f);
-		snprintf(err->msg, sizeof(err->msg), "%s: out of memory", path);
-		return -ENOMEM;
-	}
-	yaml_parser_set_input_file(&parser, f);
-	int rc = conf_load(path, &parser, out, err);
-	yaml_parser_delete(&parser);
-	fclose(f);
-	return rc;
+	struct conf_source *src;
+	int rc = conf_source_load_file(path, &src, err);
+	return rc ? rc : conf_load(path, src, out, err);
 }
 
 static void tls_cert_free(struct conf_tls_cert *c)

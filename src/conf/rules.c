@@ -5,27 +5,56 @@
  * table, refused when unknown (the message lists the keys the table holds), given twice, or
  * in the contract but not built yet; otherwise its value is read by the rule's kind and
  * stored at the rule's offset into the object the caller passed. Nested sections recurse
- * through the same function, so a position is reported the same way at every depth. The
- * readers check type and bounds only: whatever needs two keys at once, or the whole file,
- * is the schema's (conf/schema.c).
+ * through the same function, so a position is reported the same way at every depth (in the
+ * file the node came from: conf/source.c). The readers check type, unit and bounds only:
+ * whatever needs two keys at once, or the whole file, is the schema's (conf/schema.c).
  */
 #include "conf/rules.h"
+#include "conf/source.h"
 
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Node <n>'s file: its own when the load came from several. */
+static const char *node_file(struct rules_ctx *x, const yaml_node_t *n)
+{
+	const char *f = x->src && n ? conf_source_file(x->src, n) : NULL;
+	return f ? f : x->file;
+}
+
+void rules_where(struct rules_ctx *x, const yaml_node_t *n, char *out, size_t len)
+{
+	snprintf(out, len, "%s:%zu:%zu", node_file(x, n), n ? n->start_mark.line + 1 : 1,
+		 n ? n->start_mark.column + 1 : 1);
+}
+
+/* <n>'s value came from ${...}: show the text it was written as in its place in msg. */
+static void hide_value(struct rules_ctx *x, const yaml_node_t *n, char *msg, size_t size)
+{
+	const char *orig = x->src && n ? conf_source_orig(x->src, n) : NULL;
+	const char *value = rules_scalar(n), *at;
+	char rest[sizeof(x->err->msg)];
+	if (!orig || !value || !*value || !(at = strstr(msg, value)))
+		return;
+	snprintf(rest, sizeof(rest), "%s", at + strlen(value));
+	snprintf(msg + (at - msg), size - (size_t)(at - msg),
+		 "%s%s (a value from the environment, not shown)", orig, rest);
+}
+
 int rules_fail(struct rules_ctx *x, const yaml_node_t *n, const char *fmt, ...)
 {
 	va_list ap;
-	int len = snprintf(x->err->msg, sizeof(x->err->msg), "%s:%zu:%zu: ", x->file,
-			   n ? n->start_mark.line + 1 : 1, n ? n->start_mark.column + 1 : 1);
+	char where[sizeof(x->err->msg)];
+	rules_where(x, n, where, sizeof(where));
+	int len = snprintf(x->err->msg, sizeof(x->err->msg), "%s: ", where);
 	if (len < 0 || (size_t)len >= sizeof(x->err->msg))
 		return -EINVAL;
 	va_start(ap, fmt);
 	vsnprintf(x->err->msg + len, sizeof(x->err->msg) - (size_t)len, fmt, ap);
 	va_end(ap);
+	hide_value(x, n, x->err->msg + len, sizeof(x->err->msg) - (size_t)len);
 	return -EINVAL;
 }
 
@@ -66,13 +95,45 @@ yaml_node_t *rules_value_of(struct rules_ctx *x, yaml_node_t *map, const char *k
 	return NULL;
 }
 
-int rules_read_uint(struct rules_ctx *x, yaml_node_t *n, uint64_t min, uint64_t max, int sizes,
-		    uint64_t *out)
+enum rules_unit rules_unit_of(const char *key)
 {
-	static const struct {
-		const char *suffix;
-		unsigned shift;
-	} units[] = {{"K", 10}, {"KiB", 10}, {"M", 20}, {"MiB", 20}, {"G", 30}, {"GiB", 30}};
+	size_t n = strlen(key);
+	if (n > 3 && !strcmp(key + n - 3, "_ms"))
+		return RULES_MS;
+	if (n > 2 && !strcmp(key + n - 2, "_s"))
+		return RULES_S;
+	if (n > 6 && !strcmp(key + n - 6, "_bytes"))
+		return RULES_BYTES;
+	return RULES_PLAIN;
+}
+
+/* The units of sizes and durations: how many of the unit's base (a byte, a millisecond). */
+struct unit {
+	const char *suffix;
+	uint64_t mul;
+};
+
+static const struct unit size_units[] = {
+    {"k", 1ull << 10},	 {"K", 1ull << 10},   {"KiB", 1ull << 10}, {"m", 1ull << 20},
+    {"M", 1ull << 20},	 {"MiB", 1ull << 20}, {"g", 1ull << 30},   {"G", 1ull << 30},
+    {"GiB", 1ull << 30}, {"t", 1ull << 40},   {"T", 1ull << 40},   {"TiB", 1ull << 40},
+    {NULL, 0},
+};
+
+static const struct unit time_units[] = {
+    {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}, {NULL, 0},
+};
+
+int rules_read_uint(struct rules_ctx *x, yaml_node_t *n, uint64_t min, uint64_t max,
+		    enum rules_unit unit, uint64_t *out)
+{
+	static const char *const unit_name[] = {"", " bytes", " ms", " s"};
+	static const char *const expected[] = {
+	    "",
+	    " with an optional size unit: k, m, g, t (or KiB, MiB, GiB, TiB; powers of 1024)",
+	    " with an optional unit: ms, s, m or h (a bare number is milliseconds)",
+	    " with an optional unit: ms, s, m or h (a bare number is seconds)",
+	};
 	const char *s = rules_scalar(n);
 	if (!s || !*s)
 		return rules_fail(x, n, "expected a number, found %s", rules_kind_name(n));
@@ -84,19 +145,29 @@ int rules_read_uint(struct rules_ctx *x, yaml_node_t *n, uint64_t min, uint64_t 
 		v = v * 10 + (uint64_t)(*p++ - '0');
 	}
 	if (p == s)
-		return rules_fail(x, n, "expected a number, found '%s'", s);
+		return rules_fail(x, n, "expected a number%s, found '%s'", expected[unit], s);
 	if (*p) {
-		unsigned shift = 0;
-		for (size_t i = 0; sizes && i < sizeof(units) / sizeof(units[0]); i++)
-			if (strcmp(p, units[i].suffix) == 0)
-				shift = units[i].shift;
-		if (!shift)
-			return rules_fail(x, n, "expected a number%s, found '%s'",
-					  sizes ? " with an optional KiB, MiB or GiB suffix" : "",
+		const struct unit *u = unit == RULES_BYTES   ? size_units
+				       : unit == RULES_PLAIN ? NULL
+							     : time_units;
+		while (u && u->suffix && strcmp(p, u->suffix))
+			u++;
+		if (!u || !u->suffix)
+			return rules_fail(x, n, "expected a number%s, found '%s'", expected[unit],
 					  s);
-		if (v > (UINT64_MAX >> shift))
+		if (v > UINT64_MAX / u->mul)
 			return rules_fail(x, n, "'%s' is too large", s);
-		v <<= shift;
+		v *= u->mul;
+		if (unit == RULES_S) {
+			if (v % 1000)
+				return rules_fail(x, n, "'%s' is not a whole number of seconds", s);
+			v /= 1000;
+		}
+		if (v < min || v > max)
+			return rules_fail(
+			    x, n, "%s (%llu%s) is out of range: expected %llu to %llu%s", s,
+			    (unsigned long long)v, unit_name[unit], (unsigned long long)min,
+			    (unsigned long long)max, unit_name[unit]);
 	}
 	if (v < min || v > max)
 		return rules_fail(x, n, "%s is out of range: expected %llu to %llu", s,
@@ -184,12 +255,12 @@ static int read_value(struct rules_ctx *x, const char *section, const struct rul
 
 	switch (r->kind) {
 	case RULE_UINT:
-		err = rules_read_uint(x, v, r->min, r->max, 0, &u);
+		err = rules_read_uint(x, v, r->min, r->max, rules_unit_of(r->name), &u);
 		if (!err)
 			*(unsigned *)(void *)field = (unsigned)u;
 		break;
 	case RULE_SIZE:
-		err = rules_read_uint(x, v, r->min, r->max, 1, &u);
+		err = rules_read_uint(x, v, r->min, r->max, RULES_BYTES, &u);
 		if (!err)
 			*(uint64_t *)(void *)field = u;
 		break;

@@ -4,10 +4,12 @@
  * libyaml's document API gives a tree whose nodes remember their line and column. A section
  * of a config is read by a table of rules: each rule names a key, how to read its value (a
  * bounded integer, a size such as 256MiB, a string, a boolean, an address, a nested section)
- * and where to store it (an offset into the object the section fills). The table is the only
- * list of the keys a section accepts: the "expected one of" messages and the key dump are
- * printed from it. Unknown keys, keys given twice and values of the wrong type are errors
- * "FILE:LINE:COL: message"; a key whose feature is not built yet is refused by name.
+ * and where to store it (an offset into the object the section fills). An integer key named
+ * *_ms or *_s takes a duration (10s, 250ms), one named *_bytes a size (16m), so no table
+ * says so twice. The table is the only list of the keys a section accepts: the "expected
+ * one of" messages and the key dump are printed from it. Unknown keys, keys given twice and values
+ * of the wrong type are errors "FILE:LINE:COL: message"; a key whose feature is not built yet is
+ * refused by name.
  *
  * This file knows no key of the proxy's schema (conf/schema.c has those); everything here
  * would read any other YAML config as well.
@@ -21,12 +23,23 @@
 #include <stdio.h>
 #include <yaml.h>
 
+struct conf_source;
+
 /* One load: where messages go and what they name. */
 struct rules_ctx {
 	const char *file;
 	yaml_document_t *doc;
 	struct conf_error *err;
-	void *user; /* the schema's own loading state */
+	void *user;		       /* the schema's own loading state */
+	const struct conf_source *src; /* each node's file and ${...} text; NULL: all <file> */
+};
+
+/* How a number's unit reads: a key's name says (rules_unit_of). */
+enum rules_unit {
+	RULES_PLAIN, /* digits only */
+	RULES_BYTES, /* a size: 512k, 16m, 1g, 64KiB, ... (powers of 1024) */
+	RULES_MS,    /* a duration in milliseconds: 250ms, 10s, 5m, 1h; bare: ms */
+	RULES_S,     /* a duration in seconds: 10s, 5m, 1h, 2000ms; bare: s */
 };
 
 enum rule_kind {
@@ -54,7 +67,8 @@ struct rule {
 		NULL, 0, 0, 0, 0, NULL, NULL                                                       \
 	}
 
-/* Put "FILE:LINE:COL: message" (of <n>; 1:1 when NULL) in x->err. Returns -EINVAL. */
+/* Put "FILE:LINE:COL: message" (of <n>; 1:1 when NULL) in x->err. Returns -EINVAL. When
+ * <n>'s value came from ${...}, the message shows that text, never the value. */
 int rules_fail(struct rules_ctx *x, const yaml_node_t *n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -66,9 +80,15 @@ const char *rules_kind_name(const yaml_node_t *n);
 /* The value of <key> in the mapping <map>, or NULL (also when <map> is no mapping). */
 yaml_node_t *rules_value_of(struct rules_ctx *x, yaml_node_t *map, const char *key);
 
-/* Typed readers: 0, or -EINVAL with the message at <n>. */
-int rules_read_uint(struct rules_ctx *x, yaml_node_t *n, uint64_t min, uint64_t max, int sizes,
-		    uint64_t *out);
+/* "FILE:LINE:COL" of <n> into out[len]: for a message that names a second place. */
+void rules_where(struct rules_ctx *x, const yaml_node_t *n, char *out, size_t len);
+
+/* Typed readers: 0, or -EINVAL with the message at <n>. A number in <unit>, within
+ * min..max of that unit. */
+int rules_read_uint(struct rules_ctx *x, yaml_node_t *n, uint64_t min, uint64_t max,
+		    enum rules_unit unit, uint64_t *out);
+/* The unit of a key by its name: *_ms, *_s durations, *_bytes sizes, else plain. */
+enum rules_unit rules_unit_of(const char *key);
 /* A scalar copied into *out (the old value freed). */
 int rules_read_string(struct rules_ctx *x, yaml_node_t *n, char **out);
 /* One of <names> (the scalar compared whole): *out its index; else a message at <n> that

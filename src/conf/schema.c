@@ -43,6 +43,7 @@ struct load {
 	const struct pool_policy_tables *pool; /* the pool's keys, balancers' included */
 	/* route -> pool names, resolved once every pool is known */
 	yaml_node_t **route_pool_nodes, **route_spill_nodes;
+	yaml_node_t *pools; /* the pools: list, for a message naming an earlier pool */
 };
 
 static struct load *load_of(struct rules_ctx *x)
@@ -462,8 +463,14 @@ static int check_pool(struct rules_ctx *x, yaml_node_t *item, struct conf_pool *
 	if (!p->backends)
 		return rules_fail(x, item, "pool '%s': 'backends' is required", p->name);
 	for (size_t j = 0; j < i; j++)
-		if (strcmp(c->pools[j].name, p->name) == 0)
-			return rules_fail(x, item, "pool '%s' is defined twice", p->name);
+		if (strcmp(c->pools[j].name, p->name) == 0) {
+			char first[300];
+			rules_where(x,
+				    rules_node(x, load_of(x)->pools->data.sequence.items.start[j]),
+				    first, sizeof(first));
+			return rules_fail(x, item, "pool '%s' is defined twice: here and at %s",
+					  p->name, first);
+		}
 	for (size_t j = 0; j < p->nbackends; j++) {
 		p->can_queue |= p->backends[j].max_concurrency > 0;
 		p->has_models |= p->backends[j].nmodels > 0;
@@ -508,6 +515,7 @@ static int read_pools(struct rules_ctx *x, const struct rule *r, yaml_node_t *v,
 {
 	struct conf *c = load_of(x)->conf;
 	(void)r, (void)field;
+	load_of(x)->pools = v;
 	return rules_read_list(x, v, "pools", (void **)&c->pools, &c->npools,
 			       sizeof(struct conf_pool), read_pool_item);
 }
@@ -774,7 +782,15 @@ static const struct rule metrics_rules[] = {
     RULES_END,
 };
 
+/* include: merged by conf/source.c before the schema reads the document */
+static int read_include(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	(void)x, (void)r, (void)v, (void)field;
+	return 0;
+}
+
 static const struct rule top_rules[] = {
+    {"include", RULE_SECTION, 0, 0, 0, NULL, read_include},
     {"workers", RULE_UINT, offsetof(struct conf, workers), 1, 256, NULL, NULL},
     {"user", RULE_SECTION, offsetof(struct conf, user), 0, 0, NULL, read_user},
     {"group", RULE_SECTION, offsetof(struct conf, group), 0, 0, NULL, read_group},

@@ -92,7 +92,7 @@ const struct rule schema_route_cache_rules[] = {
 static int read_seconds(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
 {
 	uint64_t n;
-	int err = rules_read_uint(x, v, 0, 365 * DAY_S, 0, &n);
+	int err = rules_read_uint(x, v, 0, 365 * DAY_S, RULES_S, &n);
 	(void)r;
 	if (!err)
 		*(int64_t *)field = (int64_t)n;
