@@ -50,6 +50,7 @@ struct conf_listen {
 	char *address;
 	struct net_addr addr;
 	struct conf_tls *tls; /* listen[].tls; NULL: plain TCP */
+	unsigned shared;      /* listen[].reuse_port: shared: another process may listen too */
 };
 
 /* pools[].tls: TLS to the pool's backends (net/tls.h builds one client context of it). */

@@ -53,9 +53,19 @@ static struct load *load_of(struct rules_ctx *x)
 
 /* --- listen, admin, timeouts, limits, trusted_proxies --- */
 
+/* listen[].reuse_port: own | shared (whether another process may listen on the address) */
+static int read_reuse_port(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	static const char *const names[] = {"own", "shared"};
+	(void)r;
+	return rules_read_choice(x, v, "listen: reuse_port", names, 2,
+				 &((struct conf_listen *)field)->shared);
+}
+
 static const struct rule listen_rules[] = {
     {"address", RULE_ADDR, 0, 0, 0, NULL, NULL},
     {"tls", RULE_SECTION, 0, 0, 0, schema_tls_rules, schema_read_tls},
+    {"reuse_port", RULE_SECTION, 0, 0, 0, NULL, read_reuse_port},
     RULES_END,
 };
 
@@ -120,7 +130,7 @@ static int read_admin(struct rules_ctx *x, const struct rule *r, yaml_node_t *v,
 	if (err)
 		return err;
 	if (!c->admin.address)
-		return rules_fail(x, v, "admin: 'address' is required, e.g. 127.0.0.1:9090");
+		return rules_fail(x, v, "admin: 'address' is required, e.g. 127.0.0.1:8399");
 	if (c->admin_token_file && access(c->admin_token_file, R_OK) < 0)
 		return rules_fail(x, rules_value_of(x, v, "token_file"),
 				  "admin: token_file '%s': %s", c->admin_token_file,

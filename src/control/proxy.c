@@ -2,8 +2,10 @@
  * proxy.c - start-up, the main thread's loop, and shutdown.
  *
  * Order matters: the runtime is built and every listener (workers' and admin) is opened
- * before any thread starts, so that an error leaves nothing running. The main loop then
- * owns signals, health checks and the admin endpoint while the workers serve.
+ * before any thread starts, so that an error leaves nothing running. An address another
+ * process already listens on stops the start (exit 2) or the reload (gen_check_ports), unless
+ * the listener shares it on purpose. The main loop then owns signals, health checks and the
+ * admin endpoint while the workers serve.
  *
  * Under a service manager (systemd) the proxy tells it when it is ready (every listener
  * bound, every worker running) and when it starts draining (net/sdnotify.h), and takes the
@@ -20,6 +22,7 @@
 #include "core/log.h"
 #include "core/signals.h"
 #include "net/activation.h"
+#include "net/sock.h"
 #include "net/sdnotify.h"
 #include "cache/store.h"
 #include "conf/conf.h"
@@ -111,6 +114,7 @@ struct main_state {
 	struct gen *older;     /* draining, newest first */
 	const char *conf_path; /* what a reload reads; NULL: no reloading (the demo) */
 	unsigned ngens;	       /* generations built so far */
+	int port_taken;	       /* the start failed: another process listens on an address */
 	struct runtime_reloads reloads;
 	_Atomic uint32_t *ip_conns; /* per address, across generations (max_connections_per_ip) */
 	/* per listener of the first config: the sockets passed in (by the service manager,
@@ -337,6 +341,35 @@ static void gen_destroy(struct gen *g, struct runtime *const *live, size_t nlive
 static int proxy_api_reload(void *arg, char *err, size_t errlen);
 
 /*
+ * Port safety: an address this generation opens itself (not handed over by the one it
+ * replaces, passed in by the service manager or an upgrade, nor listen[].reuse_port:
+ * shared) must not have another process's listener on it, or the kernel would split the
+ * clients between the two (SO_REUSEPORT) without a word. -EADDRINUSE (m->port_taken set)
+ * with a message naming the address.
+ */
+static int gen_check_ports(struct main_state *m, const struct gen *g, int admin_given, char *err,
+			   size_t errlen)
+{
+	const struct conf *c = g->sh.conf;
+	for (size_t i = 0; i <= c->nlistens; i++) {
+		int admin = i == c->nlistens;
+		const struct conf_listen *l = admin ? &c->admin : &c->listens[i];
+		if (admin ? !c->has_admin || admin_given >= 0
+			  : l->shared || (g->sh.handed && g->sh.handed[i].n))
+			continue;
+		if (sock_probe_free(&l->addr) != -EADDRINUSE)
+			continue;
+		m->port_taken = 1;
+		snprintf(err, errlen,
+			 "%s%s is in use by another process: stop it or choose another address%s",
+			 admin ? "admin: " : "", l->address,
+			 admin ? "" : " (to share it on purpose: listen[].reuse_port: shared)");
+		return -EADDRINUSE;
+	}
+	return 0;
+}
+
+/*
  * Build a generation for <conf> (owned by it when <own>), beside <from> (the one serving, or
  * NULL at start): its runtime with <from>'s backend state carried over, key material and
  * limits read anew, its workers on the same listening sockets, its admin endpoint, checks
@@ -393,6 +426,11 @@ static struct gen *gen_build(struct main_state *m, const struct conf *conf, int 
 	g->sh.nworkers = g->nworkers;
 	g->sh.rt->buffer_arg = &g->sh;
 	g->sh.rt->buffer_bytes = proxy_buffer_bytes;
+	int admin_given = !from ? m->inherited_admin
+			  : from->admin && from->sh.conf->has_admin &&
+				  net_addr_same(&from->sh.conf->admin.addr, &conf->admin.addr)
+			      ? admin_listen_fd(from->admin)
+			      : -1;
 	unsigned cap = proxy_fit_connections(conf, g->sh.rt->nbackends, from != NULL);
 	unsigned per_worker = (cap + g->nworkers - 1) / g->nworkers;
 	if (!from) {
@@ -401,6 +439,8 @@ static struct gen *gen_build(struct main_state *m, const struct conf *conf, int 
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
+	if (gen_check_ports(m, g, admin_given, err, errlen) < 0)
+		goto fail;
 	for (; g->inited < g->nworkers; g->inited++) {
 		if (worker_init(&g->workers[g->inited], &g->sh, g->inited, per_worker, err,
 				errlen) < 0) {
@@ -424,12 +464,7 @@ static struct gen *gen_build(struct main_state *m, const struct conf *conf, int 
 		}
 	}
 	if (conf->has_admin) {
-		int given = !from ? m->inherited_admin
-			    : from->admin && from->sh.conf->has_admin &&
-				    net_addr_same(&from->sh.conf->admin.addr, &conf->admin.addr)
-				? admin_listen_fd(from->admin)
-				: -1;
-		if (admin_start(m->loop, conf, g->sh.rt, given, &g->admin, err, errlen) < 0)
+		if (admin_start(m->loop, conf, g->sh.rt, admin_given, &g->admin, err, errlen) < 0)
 			goto fail;
 		admin_serve_debug(g->admin, g->debug);
 		if (m->conf_path)
@@ -964,5 +999,5 @@ out:
 		hooks->stop(hooks->arg);
 	free(m.ip_conns);
 	loop_destroy(m.loop);
-	return status;
+	return m.port_taken && status ? 2 : status;
 }

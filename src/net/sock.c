@@ -38,6 +38,24 @@ fail:
 	return err;
 }
 
+int sock_probe_free(const struct net_addr *addr)
+{
+	int one = 1, rc = 0;
+	int fd = socket(addr->ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	/* SO_REUSEADDR: a port with only closing connections on it is free; a listener
+	 * (with or without SO_REUSEPORT) still makes bind() fail */
+	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0)
+		rc = -errno;
+	if (!rc && addr->ss.ss_family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+	if (!rc && bind(fd, (const struct sockaddr *)&addr->ss, addr->len) < 0)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
 int sock_dup(int fd)
 {
 	int d = fcntl(fd, F_DUPFD_CLOEXEC, 3);

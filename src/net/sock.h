@@ -11,6 +11,10 @@
 
 /* A listening socket with SO_REUSEADDR, and SO_REUSEPORT when <reuseport> (one per worker). */
 int sock_listen(const struct net_addr *addr, int reuseport);
+/* Whether another socket already listens on <addr> (a port but ours may share): 0 when the
+ * address is free to bind, -EADDRINUSE when one listens there, else -errno. Binds a probe
+ * socket without SO_REUSEPORT and closes it; nothing stays open. */
+int sock_probe_free(const struct net_addr *addr);
 /* A second descriptor of the listening socket <fd> (close-on-exec): one per worker when a
  * listener is shared rather than opened per worker (socket activation). */
 int sock_dup(int fd);
