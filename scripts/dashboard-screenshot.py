@@ -3,7 +3,7 @@
 
     scripts/dashboard-screenshot.py [--bin build/accelnet] [--seconds 40] [--out docs/dashboard.png]
 
-Starts `accelnet demo` (it needs ports 8080, 9090 and 9101-9103 free), sends it completions
+Starts `accelnet demo` (it needs ports 8080, 8399 and 9101-9103 free), sends it completions
 from a few clients (half of them streamed) for --seconds, opens the dashboard in headless
 Chromium (Debian chromium) meanwhile, and saves the page as PNG. Stops everything it started.
 Standard library only: run with Debian's /usr/bin/python3."""
@@ -47,13 +47,13 @@ def main():
     stop = threading.Event()
     try:
         env.start([a.bin, "demo"], "demo", wait_port=8080)
-        harness.wait_until(lambda: harness.port_open(9090), "the demo's admin port")
+        harness.wait_until(lambda: harness.port_open(8399), "the demo's admin port")
         threads = [threading.Thread(target=traffic, args=(stop, i), daemon=True)
                    for i in range(a.clients)]
         for t in threads:
             t.start()
         browser = Browser(env, width=1440, height=900)
-        browser.open("http://127.0.0.1:9090/dashboard")
+        browser.open("http://127.0.0.1:8399/dashboard")
         time.sleep(a.seconds)  # the charts fill as the traffic goes on: a picture, not a test
         browser.screenshot(a.out)
         errors = browser.errors()

@@ -4,7 +4,7 @@
  * disable them, change weights and concurrency caps, maintenance, cache purges, reload.
  *
  * Each command is one call over one connection (cli/adminc.h) to --admin, else
- * $ACCELNET_ADMIN, else the demo's 127.0.0.1:9090, with the token of --token-file (else
+ * $ACCELNET_ADMIN, else the demo's 127.0.0.1:8399, with the token of --token-file (else
  * $ACCELNET_ADMIN_TOKEN_FILE) as a bearer token; it speaks plain HTTP, for a loopback or an
  * admin network. The answer is printed as a short table or line (--json: as it came), an
  * error as the endpoint's own message. The answer comes from another process: only its
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CTL_DEFAULT_ADMIN "127.0.0.1:9090"
+#define CTL_DEFAULT_ADMIN "127.0.0.1:8399"
 #define TARGET_MAX 600
 
 struct ctl {

@@ -1,6 +1,6 @@
 /*
  * cmd_demo.c - `accelnet demo`: three simulated accelerators of different speeds on
- * 127.0.0.1:9101-9103 behind the proxy on 127.0.0.1:8080, admin on 127.0.0.1:9090. The
+ * 127.0.0.1:9101-9103 behind the proxy on 127.0.0.1:8080, admin on 127.0.0.1:8399. The
  * simulators run on the proxy's main loop; the proxy config is the embedded YAML below,
  * loaded by the same code as any file.
  */
@@ -17,7 +17,7 @@ static const char demo_yaml[] = "workers: 2\n"
 				"listen:\n"
 				"  - address: 127.0.0.1:8080\n"
 				"admin:\n"
-				"  address: 127.0.0.1:9090\n"
+				"  address: 127.0.0.1:8399\n"
 				"timeouts: {shutdown_ms: 3000}\n"
 				"pools:\n"
 				"  - name: accelerators\n"
@@ -83,9 +83,9 @@ static void demo_ready(void *arg)
 	    "   (repeat: it moves)\n"
 	    "  curl -sN localhost:8080/v1/chat/completions -d '{\"stream\":true,\"messages\":[]}'"
 	    "   (tokens stream)\n"
-	    "  curl -s localhost:9090/status        (backends, health, load)\n"
-	    "  curl -s localhost:9090/metrics       (Prometheus)\n"
-	    "  http://127.0.0.1:9090/dashboard      (live charts, in a browser)\n"
+	    "  curl -s localhost:8399/status        (backends, health, load)\n"
+	    "  curl -s localhost:8399/metrics       (Prometheus)\n"
+	    "  http://127.0.0.1:8399/dashboard      (live charts, in a browser)\n"
 	    "\nCtrl-C stops everything.\n\n");
 	fflush(stdout);
 }

@@ -49,7 +49,7 @@ static const struct {
      "        maintenance on [--retry-after S] | off | status\n"
      "        purge uri URL | prefix URL | tag TAG | all\n"
      "        reload\n"
-     "      --admin: else $ACCELNET_ADMIN, else 127.0.0.1:9090; --token-file: else\n"
+     "      --admin: else $ACCELNET_ADMIN, else 127.0.0.1:8399; --token-file: else\n"
      "      $ACCELNET_ADMIN_TOKEN_FILE. Exit 0 done, 1 refused or unreachable (or done\n"
      "      but not kept in admin.state_file), 2 usage"},
     {"reload", cmd_reload,

@@ -42,10 +42,10 @@ def test_curl_chunked_upload_and_sse(env):
 
 
 def test_demo_as_in_the_readme(env):
-    for port in (8080, 9090, 9101, 9102, 9103):
+    for port in (8080, 8399, 9101, 9102, 9103):
         assert not port_open(port), f"port {port} is busy: the demo needs it"
     demo = env.start([BIN, "demo"], "demo", wait_port=8080)
-    wait_until(lambda: port_open(9090), "the demo's admin port")
+    wait_until(lambda: port_open(8399), "the demo's admin port")
     seen = collections.Counter()
     for _ in range(6):
         rc, out, err = curl("-si", "http://localhost:8080/v1/completions", "-d",
@@ -58,7 +58,7 @@ def test_demo_as_in_the_readme(env):
     rc, out, _ = curl("-sN", "http://localhost:8080/v1/chat/completions", "-d",
                       '{"stream":true,"messages":[]}')
     assert out.count(b"data: ") == 17, out
-    rc, out, _ = curl("-s", "http://localhost:9090/status")
+    rc, out, _ = curl("-s", "http://localhost:8399/status")
     assert b'"up":true' in out
     demo.send_signal(signal.SIGINT)
     assert demo.wait(15) == 0

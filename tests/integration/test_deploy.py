@@ -147,7 +147,7 @@ def test_prometheus_scrapes_and_evaluates_every_rule(env):
         conf = f.read()
     conf = re.sub(r"\n    # authorization:\n    #   type: Bearer\n    #   credentials_file: \S+",
                   f"\n    authorization:\n      type: Bearer\n      credentials_file: {token}", conf)
-    conf = conf.replace('"127.0.0.1:9090"', f'"127.0.0.1:{admin}"')
+    conf = conf.replace('"127.0.0.1:8399"', f'"127.0.0.1:{admin}"')
     conf = re.sub(r"(scrape|evaluation)_interval: 15s", r"\1_interval: 1s", conf)
     assert f"127.0.0.1:{admin}" in conf and "credentials_file: " + token in conf
     with open(os.path.join(env.dir, "prometheus.yml"), "w") as f:
