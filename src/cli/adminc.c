@@ -12,6 +12,18 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+void adminc_from_env(const char **admin, const char **token_file)
+{
+	if (!*admin || !**admin)
+		*admin = getenv("ACCELNET_ADMIN");
+	if (!*admin || !**admin)
+		*admin = ADMINC_DEFAULT_ADDR;
+	if (!*token_file || !**token_file)
+		*token_file = getenv("ACCELNET_ADMIN_TOKEN_FILE");
+	if (*token_file && !**token_file)
+		*token_file = NULL;
+}
+
 int adminc_parse_addr(struct adminc *a, const char *addr)
 {
 	const char *colon = strrchr(addr, ':');

@@ -1,5 +1,6 @@
 /*
- * adminc.h - a small client of the admin endpoint, for `accelnet top` and `accelnet ctl`:
+ * adminc.h - a small client of the admin endpoint, for `accelnet top` and `accelnet ctl`
+ * (found by flag, else by the environment, else at the demo's address):
  * one request per short HTTP/1.1 connection (Connection: close), with the bearer token when
  * one is given, the answer read whole (capped) and handed back with its status.
  *
@@ -24,6 +25,11 @@ struct adminc {
 	char err[640];			  /* what the last failed call says */
 };
 
+#define ADMINC_DEFAULT_ADDR "127.0.0.1:8399" /* accelnet demo's admin endpoint */
+
+/* What no flag gave, as `top`, `ctl` and `reload` read it: *admin from $ACCELNET_ADMIN, else
+ * ADMINC_DEFAULT_ADDR; *token_file from $ACCELNET_ADMIN_TOKEN_FILE, else NULL (none). */
+void adminc_from_env(const char **admin, const char **token_file);
 /* "HOST:PORT" or "[V6]:PORT" into a->host and a->port; -EINVAL when malformed. */
 int adminc_parse_addr(struct adminc *a, const char *addr);
 /* The token of <path>: one line of printable characters without spaces. 0, or -1 with

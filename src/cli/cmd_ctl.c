@@ -4,8 +4,8 @@
  * disable them, change weights and concurrency caps, maintenance, cache purges, reload.
  *
  * Each command is one call over one connection (cli/adminc.h) to --admin, else
- * $ACCELNET_ADMIN, else the demo's 127.0.0.1:8399, with the token of --token-file (else
- * $ACCELNET_ADMIN_TOKEN_FILE) as a bearer token; it speaks plain HTTP, for a loopback or an
+ * $ACCELNET_ADMIN, else the demo's 127.0.0.1:8399 (adminc_from_env), with the token of --token-file
+ * (else $ACCELNET_ADMIN_TOKEN_FILE) as a bearer token; it speaks plain HTTP, for a loopback or an
  * admin network. The answer is printed as a short table or line (--json: as it came), an
  * error as the endpoint's own message. The answer comes from another process: only its
  * printable ASCII reaches the terminal. Exit 0: done; 1: refused, unreachable, or done but
@@ -21,12 +21,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CTL_DEFAULT_ADMIN "127.0.0.1:8399"
 #define TARGET_MAX 600
 
 struct ctl {
 	struct adminc ac;
-	int json; /* --json: print the answer as it came */
+	int json;	  /* --json: print the answer as it came */
+	const char *name; /* "ctl", or "reload" when `accelnet reload` runs it */
 };
 
 /* <s> with every byte outside printable ASCII as '?', into out[0..max). */
@@ -116,7 +116,7 @@ static void print_backends(const json_t *doc)
 }
 
 /* Print a 2xx answer <doc> of <what>. 0, or 1 when the change was not persisted. */
-static int print_answer(const char *what, const json_t *doc)
+static int print_answer(const struct ctl *c, const char *what, const json_t *doc)
 {
 	char msg[640];
 	const json_t *b = json_object_get(doc, "backend"), *m = json_object_get(doc, "maintenance");
@@ -141,8 +141,8 @@ static int print_answer(const char *what, const json_t *doc)
 		printf("reloaded\n");
 	}
 	if (json_is_false(json_object_get(doc, "persisted"))) {
-		fprintf(stderr, "accelnet ctl: warning: the change holds but is not kept: %s\n",
-			str(doc, "persist_error", msg, sizeof(msg)));
+		fprintf(stderr, "accelnet %s: warning: the change holds but is not kept: %s\n",
+			c->name, str(doc, "persist_error", msg, sizeof(msg)));
 		return 1;
 	}
 	return 0;
@@ -157,30 +157,31 @@ static int ctl_call(struct ctl *c, const char *what, const char *method, const c
 	int status = 0, rc = 1;
 	json_decref(req);
 	if (req && !body) {
-		fprintf(stderr, "accelnet ctl: out of memory\n");
+		fprintf(stderr, "accelnet %s: out of memory\n", c->name);
 		return 1;
 	}
 	if (adminc_call(&c->ac, method, target, body, body ? strlen(body) : 0, &status, &out,
 			&len) < 0) {
-		fprintf(stderr, "accelnet ctl: %s\n", c->ac.err);
+		fprintf(stderr, "accelnet %s: %s\n", c->name, c->ac.err);
 		goto out;
 	}
 	json_t *doc = json_loadb(out, len, 0, NULL);
 	if (status == 401) {
-		fprintf(stderr, "accelnet ctl: %s:%s refused: 401 unauthorized (%s)\n", c->ac.host,
-			c->ac.port, c->ac.token[0] ? "wrong token" : "give --token-file");
+		fprintf(stderr, "accelnet %s: %s:%s refused: 401 unauthorized (%s)\n", c->name,
+			c->ac.host, c->ac.port,
+			c->ac.token[0] ? "wrong token" : "give --token-file");
 	} else if (status < 200 || status > 299) {
 		const char *e = json_string_value(json_object_get(doc, "error"));
-		fprintf(stderr, "accelnet ctl: %s: HTTP %d: %s\n", what, status,
+		fprintf(stderr, "accelnet %s: %s: HTTP %d: %s\n", c->name, what, status,
 			printable(e ? e : out, msg, sizeof(msg)));
 	} else if (!json_is_object(doc)) {
-		fprintf(stderr, "accelnet ctl: %s:%s: the answer is not a JSON object\n",
+		fprintf(stderr, "accelnet %s: %s:%s: the answer is not a JSON object\n", c->name,
 			c->ac.host, c->ac.port);
 	} else if (c->json) {
 		fwrite(out, 1, len, stdout);
 		rc = json_is_false(json_object_get(doc, "persisted"));
 	} else {
-		rc = print_answer(what, doc);
+		rc = print_answer(c, what, doc);
 	}
 	json_decref(doc);
 out:
@@ -189,10 +190,10 @@ out:
 	return rc;
 }
 
-static int usage_error(const char *msg)
+static int usage_error(const struct ctl *c, const char *msg)
 {
-	fprintf(stderr, "accelnet ctl: %s\n", msg);
-	cli_usage(stderr, "ctl");
+	fprintf(stderr, "accelnet %s: %s\n", c->name, msg);
+	cli_usage(stderr, c->name);
 	return 2;
 }
 
@@ -214,7 +215,7 @@ static int ctl_add(struct ctl *c, int argc, char **argv)
 	char target[TARGET_MAX];
 	long v;
 	if (argc < 3)
-		return usage_error("add takes POOL ADDRESS [--weight N] [--max-concurrency N]");
+		return usage_error(c, "add takes POOL ADDRESS [--weight N] [--max-concurrency N]");
 	json_t *req = json_pack("{s:s}", "address", argv[2]);
 	for (int i = 3; i < argc; i += 2) {
 		const char *key = !strcmp(argv[i], "--weight")		  ? "weight"
@@ -222,13 +223,14 @@ static int ctl_add(struct ctl *c, int argc, char **argv)
 									  : NULL;
 		if (!key || i + 1 >= argc || parse_uint(argv[i + 1], 0, 1000000, &v) < 0) {
 			json_decref(req);
-			return usage_error("add: --weight N and --max-concurrency N take numbers");
+			return usage_error(c,
+					   "add: --weight N and --max-concurrency N take numbers");
 		}
 		json_object_set_new(req, key, json_integer(v));
 	}
 	if (backend_target(target, argv[1], NULL, NULL) < 0) {
 		json_decref(req);
-		return usage_error("pool name too long");
+		return usage_error(c, "pool name too long");
 	}
 	return ctl_call(c, "add", "POST", target, req);
 }
@@ -241,12 +243,12 @@ static int ctl_backend(struct ctl *c, int argc, char **argv)
 	int setting = !strcmp(cmd, "weight") || !strcmp(cmd, "max-concurrency");
 	long v = 0;
 	if (argc != (setting ? 4 : 3))
-		return usage_error(setting ? "weight and max-concurrency take POOL ADDRESS N"
-					   : "this command takes POOL ADDRESS");
+		return usage_error(c, setting ? "weight and max-concurrency take POOL ADDRESS N"
+					      : "this command takes POOL ADDRESS");
 	if (setting && parse_uint(argv[3], 0, 1000000, &v) < 0)
-		return usage_error("N must be a number");
+		return usage_error(c, "N must be a number");
 	if (backend_target(target, argv[1], argv[2], setting ? NULL : cmd) < 0)
-		return usage_error("pool or address too long");
+		return usage_error(c, "pool or address too long");
 	if (!setting)
 		return ctl_call(c, cmd, "POST", target, NULL);
 	return ctl_call(c, cmd, "PATCH", target,
@@ -268,7 +270,7 @@ static int ctl_maintenance(struct ctl *c, int argc, char **argv)
 			   !parse_uint(argv[3], 1, 86400, &v))))
 		return ctl_call(c, "maintenance", "POST", "/api/maintenance",
 				json_pack("{s:b,s:I}", "on", 1, "retry_after_s", (json_int_t)v));
-	return usage_error("maintenance takes on [--retry-after SECONDS], off or status");
+	return usage_error(c, "maintenance takes on [--retry-after SECONDS], off or status");
 }
 
 /* purge uri URL | prefix URL | tag TAG | all */
@@ -281,11 +283,12 @@ static int ctl_purge(struct ctl *c, int argc, char **argv)
 		 (!strcmp(argv[1], "uri") || !strcmp(argv[1], "prefix") || !strcmp(argv[1], "tag")))
 		req = json_pack("{s:s}", argv[1], argv[2]);
 	else
-		return usage_error("purge takes uri URL, prefix URL, tag TAG or all");
+		return usage_error(c, "purge takes uri URL, prefix URL, tag TAG or all");
 	return ctl_call(c, "purge", "POST", "/api/cache/purge", req);
 }
 
-int cmd_ctl(int argc, char **argv)
+/* `accelnet <name>`: ctl, or reload (argv ending in "reload"). */
+static int ctl_main(int argc, char **argv, const char *name)
 {
 	static const struct option opts[] = {
 	    {"admin", required_argument, NULL, 'a'},
@@ -294,9 +297,8 @@ int cmd_ctl(int argc, char **argv)
 	    {"help", no_argument, NULL, 'h'},
 	    {0, 0, 0, 0},
 	};
-	struct ctl c = {0};
-	const char *admin = getenv("ACCELNET_ADMIN");
-	const char *token_file = getenv("ACCELNET_ADMIN_TOKEN_FILE");
+	struct ctl c = {.name = name};
+	const char *admin = NULL, *token_file = NULL;
 	int o, rc;
 	opterr = 0;
 	optind = 1;
@@ -315,25 +317,24 @@ int cmd_ctl(int argc, char **argv)
 			cli_usage(stdout, "ctl");
 			return 0;
 		default:
-			return usage_error("unknown option");
+			return usage_error(&c, "unknown option");
 		}
 	}
 	argc -= optind;
 	argv += optind;
 	if (argc < 1)
-		return usage_error("give a COMMAND");
+		return usage_error(&c, "give a COMMAND");
 	if (cli_is_help(argv[0])) {
 		cli_usage(stdout, "ctl");
 		return 0;
 	}
-	if (!admin || !*admin)
-		admin = CTL_DEFAULT_ADMIN;
+	adminc_from_env(&admin, &token_file);
 	if (adminc_parse_addr(&c.ac, admin) < 0) {
-		fprintf(stderr, "accelnet ctl: --admin takes HOST:PORT, not '%s'\n", admin);
+		fprintf(stderr, "accelnet %s: --admin takes HOST:PORT, not '%s'\n", name, admin);
 		return 2;
 	}
-	if (token_file && *token_file && adminc_load_token(&c.ac, token_file) < 0) {
-		fprintf(stderr, "accelnet ctl: %s\n", c.ac.err);
+	if (token_file && adminc_load_token(&c.ac, token_file) < 0) {
+		fprintf(stderr, "accelnet %s: %s\n", name, c.ac.err);
 		return 2;
 	}
 	const char *cmd = argv[0];
@@ -352,9 +353,14 @@ int cmd_ctl(int argc, char **argv)
 	else if (!strcmp(cmd, "reload") && argc == 1)
 		rc = ctl_call(&c, "reload", "POST", "/api/reload", NULL);
 	else
-		rc = usage_error("unknown command, or wrong arguments");
+		rc = usage_error(&c, "unknown command, or wrong arguments");
 	adminc_wipe(&c.ac);
 	return rc;
+}
+
+int cmd_ctl(int argc, char **argv)
+{
+	return ctl_main(argc, argv, "ctl");
 }
 
 int cmd_reload(int argc, char **argv)
@@ -371,7 +377,7 @@ int cmd_reload(int argc, char **argv)
 	}
 	memcpy(v, argv, (size_t)argc * sizeof(*v));
 	v[argc] = "reload";
-	int rc = cmd_ctl(argc + 1, v);
+	int rc = ctl_main(argc + 1, v, "reload");
 	free(v);
 	return rc;
 }

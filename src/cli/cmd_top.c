@@ -2,16 +2,18 @@
  * cmd_top.c - `accelnet top`: the admin listener's /status as a terminal view, per pool and
  * per backend, redrawn in place every interval (like top).
  *
- * Each turn reads /status over one short HTTP/1.1 connection (cli/adminc.h: Bearer token when
- * given), parses it with jansson and draws one frame; rates are the counter deltas between this
- * read and the previous one divided by the time between them. The document comes from the network,
- * so nothing in it is trusted: the body is capped, jansson caps the nesting, a value of the wrong
- * type reads as absent ("-"), strings are drawn with control characters replaced (no escape
- * sequence from a peer reaches the terminal) and at most MAX_ROWS backends are drawn. Live mode
- * puts the terminal in non-canonical mode on the alternate screen, cuts each frame to the window's
- * size, and puts the terminal back on q, Ctrl-C or SIGTERM. `--once` reads twice, one interval
- * apart, prints one frame without escape sequences and exits. Exit 1 with one line when the
- * endpoint cannot be reached, refuses or answers something that is not a /status document.
+ * Each turn reads /status over one short HTTP/1.1 connection (cli/adminc.h: --admin, else
+ * $ACCELNET_ADMIN, else the demo's address, as `ctl`; Bearer token of --token-file, else
+ * $ACCELNET_ADMIN_TOKEN_FILE), parses it with jansson and draws one frame; rates are the
+ * counter deltas between this read and the previous one divided by the time between them. The
+ * document comes from the network, so nothing in it is trusted: the body is capped, jansson caps
+ * the nesting, a value of the wrong type reads as absent ("-"), strings are drawn with control
+ * characters replaced (no escape sequence from a peer reaches the terminal) and at most MAX_ROWS
+ * backends are drawn. Live mode puts the terminal in non-canonical mode on the alternate screen,
+ * cuts each frame to the window's size, and puts the terminal back on q, Ctrl-C or SIGTERM.
+ * `--once` reads twice, one interval apart, prints one frame without escape sequences and exits.
+ * Exit 1 with one line when the endpoint cannot be reached, refuses or answers something that is
+ * not a /status document.
  */
 #include "cli/cli.h"
 #include "cli/adminc.h"
@@ -407,10 +409,11 @@ int cmd_top(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (!admin || optind != argc) {
+	if (optind != argc) {
 		cli_usage(stderr, "top");
 		return 2;
 	}
+	adminc_from_env(&admin, &token_file);
 	if (adminc_parse_addr(&t.ac, admin) < 0) {
 		fprintf(stderr, "accelnet top: --admin takes HOST:PORT, not '%s'\n", admin);
 		return 2;

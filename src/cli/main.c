@@ -35,10 +35,10 @@ static const struct {
      "      --models: the models served (others: 404). --extra-load: N phantom requests\n"
      "      from other clients keep coming back to its queue"},
     {"top", cmd_top,
-     "top --admin HOST:PORT [--token-file FILE] [--interval-ms N] [--once]\n"
+     "top [--admin HOST:PORT] [--token-file FILE] [--interval-ms N] [--once]\n"
      "      live figures per pool and backend from the admin listener, redrawn every N ms\n"
      "      (1000); q or Ctrl-C quits; --once reads twice, one interval apart, prints one\n"
-     "      frame and exits"},
+     "      frame and exits. --admin and --token-file as for ctl"},
     {"ctl", cmd_ctl,
      "ctl [--admin HOST:PORT] [--token-file FILE] [--json] COMMAND ...\n"
      "      change a running proxy through its admin API; COMMAND is one of\n"

@@ -12,7 +12,7 @@ COMMANDS = [
     (["check"], "accelnet check -c FILE"),
     (["sim"], "accelnet sim --listen ADDR"),
     (["demo"], "accelnet demo"),
-    (["top"], "accelnet top --admin HOST:PORT"),
+    (["top"], "accelnet top [--admin HOST:PORT]"),
     (["xfer"], "accelnet xfer serve"),
     (["xfer", "serve"], "accelnet xfer serve --listen"),
     (["xfer", "send"], "accelnet xfer send PATH"),
