@@ -463,7 +463,7 @@ static int include_item(struct conf_source *s, yaml_node_t *n, size_t file)
 	if (!strpbrk(pat, "*?["))
 		return include_file(s, path, n, file);
 	glob_t g;
-	int rc = glob(path, GLOB_ERR, NULL, &g);
+	int rc = glob(path, 0, NULL, &g);
 	if (rc == GLOB_NOMATCH)
 		rc = src_fail(s, by, line, col,
 			      "include: '%s' matches no file (a glob must match one)", path);

@@ -48,8 +48,8 @@ def test_proxy_fails_whole_on_a_busy_port(env):
                                f"admin: {{address: 127.0.0.1:{admin}}}\n"
                                "pools:\n  - name: a\n    backends: [127.0.0.1:9101]\n")
     r = _run("proxy", "-c", path)
-    assert r.returncode == 1, r
-    assert f"cannot listen on 127.0.0.1:{busy.port}" in r.stderr, r.stderr
+    assert r.returncode == 2, r
+    assert f"127.0.0.1:{busy.port} is in use by another process" in r.stderr, r.stderr
     assert not port_open(port) and not port_open(admin)
 
 
