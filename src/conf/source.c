@@ -164,16 +164,16 @@ static int track_nodes(struct conf_source *s, size_t file)
 }
 
 /*
- * Expand the scalar <n> (of file <file>): its value replaced, the old text kept in *orig.
- * A failed reference is reported where its '$' stands: on the scalar's own line when it is
+ * Expand the scalar <n> (of file <file>) into *value (NULL: unchanged; else malloc'd). A
+ * failed reference is reported where its '$' stands: on the scalar's own line when it is
  * written on one (plain, or quoted with no escapes), else at the scalar.
  */
-static int expand_node(struct conf_source *s, yaml_node_t *n, size_t file, char **orig)
+static int expand_value(struct conf_source *s, const yaml_node_t *n, size_t file, char **value)
 {
-	char *value = NULL, var[130] = "";
+	char var[130] = "";
 	size_t at = 0;
 	int rc =
-	    conf_source_expand((const char *)n->data.scalar.value, &value, &at, var, sizeof(var));
+	    conf_source_expand((const char *)n->data.scalar.value, value, &at, var, sizeof(var));
 	if (rc == -ENOMEM)
 		return src_fail(s, s->files[file], n->start_mark.line + 1, n->start_mark.column + 1,
 				"out of memory");
@@ -195,11 +195,6 @@ static int expand_node(struct conf_source *s, yaml_node_t *n, size_t file, char 
 				"a malformed ${...}: expected ${NAME} or ${NAME:-default} (NAME "
 				"letters, digits and '_'); write $$ for a '$'");
 	}
-	if (!value)
-		return 0;
-	*orig = (char *)n->data.scalar.value;
-	n->data.scalar.value = (yaml_char_t *)value;
-	n->data.scalar.length = strlen(value);
 	return 0;
 }
 
@@ -220,9 +215,16 @@ static int expand_main(struct conf_source *s)
 			if (p->key >= 1 && (size_t)p->key <= n)
 				is_key[p->key - 1] = 1;
 	}
-	for (size_t i = 0; i < n && !rc; i++)
-		if (s->doc.nodes.start[i].type == YAML_SCALAR_NODE && !is_key[i])
-			rc = expand_node(s, &s->doc.nodes.start[i], 0, &s->orig[i]);
+	for (size_t i = 0; i < n && !rc; i++) {
+		yaml_node_t *v = &s->doc.nodes.start[i];
+		char *value = NULL;
+		if (v->type != YAML_SCALAR_NODE || is_key[i] ||
+		    (rc = expand_value(s, v, 0, &value)) < 0 || !value)
+			continue;
+		s->orig[i] = (char *)v->data.scalar.value; /* the node owns the value now */
+		v->data.scalar.value = (yaml_char_t *)value;
+		v->data.scalar.length = strlen(value);
+	}
 	free(is_key);
 	return rc;
 }
@@ -261,13 +263,19 @@ static int copy_node(struct copy *c, int id, int key, unsigned depth, int *out)
 				"too many or too deeply nested values (at most %d)",
 				CONF_INCLUDE_NODES_MAX);
 	yaml_mark_t start = n->start_mark, end = n->end_mark;
-	char *orig = NULL;
+	char *orig = NULL, *value = NULL;
 	switch (n->type) {
-	case YAML_SCALAR_NODE:
-		if (!key && (rc = expand_node(s, n, c->file, &orig)) < 0)
+	case YAML_SCALAR_NODE: /* <n> stays as written: an alias may copy it again */
+		if (!key && (rc = expand_value(s, n, c->file, &value)) < 0)
 			return rc;
-		nid = yaml_document_add_scalar(&s->doc, n->tag, n->data.scalar.value,
-					       (int)n->data.scalar.length, n->data.scalar.style);
+		if (value && !(orig = strdup((const char *)n->data.scalar.value))) {
+			free(value);
+			return src_fail(s, file, start.line + 1, start.column + 1, "out of memory");
+		}
+		nid = yaml_document_add_scalar(
+		    &s->doc, n->tag, value ? (yaml_char_t *)value : n->data.scalar.value,
+		    value ? (int)strlen(value) : (int)n->data.scalar.length, n->data.scalar.style);
+		free(value);
 		if (!nid) {
 			free(orig);
 			return src_fail(s, file, start.line + 1, start.column + 1,
