@@ -183,6 +183,12 @@ def test_second_proxy_on_a_used_port_exits_2_naming_it(env):
     r = _run("proxy", "-c", path)
     assert r.returncode == 2, r
     assert f"127.0.0.1:{px.port} is in use by another process" in r.stderr, r.stderr
+    # without an admin endpoint of its own it would otherwise start and take most clients
+    text = open(path).read()
+    alone = text[:text.index("admin:")] + text[text.index("pools:"):]
+    r = _run("proxy", "-c", env.write("alone.yaml", alone), timeout=10)
+    assert r.returncode == 2, r
+    assert f"127.0.0.1:{px.port} is in use by another process" in r.stderr, r.stderr
     # the admin address too, on its own
     other = free_port()
     text = open(path).read().replace(f"127.0.0.1:{px.port}", f"127.0.0.1:{other}")
