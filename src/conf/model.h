@@ -349,6 +349,8 @@ struct conf {
 	struct conf_listen admin;
 	char *admin_token_file; /* admin.token_file: its requests need this bearer token */
 	char *admin_state_file; /* admin.state_file: runtime changes kept here; NULL: none */
+	/* admin.ready_min_up: GET /readyz wants this many backends up in every pool */
+	unsigned admin_ready_min_up;
 	/* admin.backend_networks: where the admin API may add backends; none: anywhere */
 	struct net_cidr *admin_backend_networks;
 	size_t nadmin_backend_networks;

@@ -98,6 +98,7 @@ static const struct rule admin_rules[] = {
     {"address", RULE_ADDR, offsetof(struct conf, admin), 0, 0, NULL, NULL},
     {"token_file", RULE_STR, offsetof(struct conf, admin_token_file), 0, 0, NULL, NULL},
     {"state_file", RULE_STR, offsetof(struct conf, admin_state_file), 0, 0, NULL, NULL},
+    {"ready_min_up", RULE_UINT, offsetof(struct conf, admin_ready_min_up), 0, 256, NULL, NULL},
     {"backend_networks", RULE_SECTION, 0, 0, 0, NULL, read_backend_networks},
     RULES_END,
 };
@@ -819,6 +820,7 @@ void schema_set_defaults(struct conf *c)
 	c->workers = cpus > 0 ? (unsigned)cpus : 1;
 	c->access_log.sample = 1.0;
 	c->metrics.max_tenants = 100;
+	c->admin_ready_min_up = 1;
 	schema_discovery_defaults(c);
 	schema_cluster_defaults(c);
 	c->timeouts = (struct conf_timeouts){

@@ -32,6 +32,13 @@
  *
  * /api/ is the runtime admin API (adminapi.h): the same token, and without one the same
  * refusal of browsers for every call that is not a GET.
+ *
+ * GET /healthz and /readyz are the probes of a load balancer or Kubernetes, which carry no
+ * token and may name the listener by any Host: they are answered before both checks. They
+ * say only whether the process answers (/healthz: 200 "ok") and whether it should be sent
+ * traffic (/readyz: 200 "ready", or 503 saying why not: draining, or a pool with fewer than
+ * admin.ready_min_up backends up). Which pools those are is told only to a request that
+ * could read /status: with a token, one that carries it.
  */
 #include "control/admin.h"
 #include "cache/purge.h"
@@ -73,6 +80,8 @@ struct admin {
 	const char *tag_field;	     /* cache.tag_header */
 	struct cache_purge purge;    /* the purge being answered (too large for the stack) */
 	struct adminapi api;	     /* /api/: the runtime admin API */
+	unsigned ready_min_up;	     /* admin.ready_min_up */
+	int draining;		     /* the process drains to exit: /readyz says 503 */
 };
 
 static int sha256(const void *data, size_t len, unsigned char out[32])
@@ -316,12 +325,89 @@ static void admin_purge(struct admin *a, struct hsrv_conn *c, const struct http_
 	hsrv_respond(c, 200, "application/json", "Cache-Control: no-store\r\n", json, (size_t)len);
 }
 
+/* --- GET /healthz, /readyz --- */
+
+/*
+ * Write why the process is not ready into <out> (a line, or "" when it is ready): draining,
+ * or the pools with fewer than ready_min_up usable backends, named when <named>.
+ */
+static void admin_ready_why(const struct admin *a, int named, char *out, size_t outlen)
+{
+	const struct runtime *rt = a->rt;
+	uint64_t now = clock_now_ms();
+	size_t used = 0, short_pools = 0;
+	out[0] = '\0';
+	if (a->draining) {
+		snprintf(out, outlen, "not ready: draining to exit\n");
+		return;
+	}
+	for (size_t i = 0; i < rt->npools; i++) {
+		const struct pool_rt *p = &rt->pools[i];
+		unsigned up = 0;
+		for (size_t j = 0; j < p->nbackends; j++)
+			up += backend_usable(&p->backends[j], now) != 0;
+		if (up >= a->ready_min_up)
+			continue;
+		if (named && used < outlen) {
+			int n = snprintf(out + used, outlen - used, "%spool %s has %u backend%s up",
+					 short_pools ? "; " : "not ready: ", p->conf->name, up,
+					 up == 1 ? "" : "s");
+			used += n > 0 ? (size_t)n : 0;
+		}
+		short_pools++;
+	}
+	if (!short_pools)
+		return;
+	if (!named)
+		snprintf(out, outlen,
+			 "not ready: %zu pool%s with fewer than %u backend%s up (send the admin "
+			 "token to see which)\n",
+			 short_pools, short_pools == 1 ? "" : "s", a->ready_min_up,
+			 a->ready_min_up == 1 ? "" : "s");
+	else if (used < outlen)
+		snprintf(out + used, outlen - used, " (admin.ready_min_up: %u)\n", a->ready_min_up);
+}
+
+/* Answer GET or HEAD /healthz or /readyz: 1 if <req> was one of them, 0 to go on. */
+static int admin_serve_probe(const struct admin *a, struct hsrv_conn *c,
+			     const struct http_head *req)
+{
+	static const char nocache[] = "Cache-Control: no-store\r\n";
+	int ready = http_str_eq(req->path, "/readyz");
+	char why[1024];
+	if (!ready && !http_str_eq(req->path, "/healthz"))
+		return 0;
+	if (req->meth != HTTP_GET && req->meth != HTTP_HEAD) {
+		static const char msg[] = "method not allowed: probe with GET or HEAD\n";
+		hsrv_respond(c, 405, "text/plain", "Allow: GET, HEAD\r\n", msg, sizeof(msg) - 1);
+		return 1;
+	}
+	if (!ready) {
+		hsrv_respond(c, 200, "text/plain", nocache, "ok\n", 3);
+		return 1;
+	}
+	admin_ready_why(a, admin_authorized(a, req), why, sizeof(why));
+	if (!why[0])
+		hsrv_respond(c, 200, "text/plain", nocache, "ready\n", 6);
+	else
+		hsrv_respond(c, 503, "text/plain", nocache, why, strlen(why));
+	return 1;
+}
+
+void admin_set_draining(struct admin *a)
+{
+	if (a)
+		a->draining = 1;
+}
+
 static void admin_on_request(void *arg, struct hsrv_conn *c, const struct http_head *req,
 			     const char *body, size_t body_len)
 {
 	struct admin *a = arg;
 	char *text = NULL;
 	size_t len = 0;
+	if (admin_serve_probe(a, c, req))
+		return;
 	if (!a->has_token && !admin_host_is_address(req)) {
 		static const char msg[] = "forbidden: without admin.token_file, name this listener "
 					  "by its address or localhost in Host (a name could be a "
@@ -372,7 +458,8 @@ static void admin_on_request(void *arg, struct hsrv_conn *c, const struct http_h
 								 : 0;
 	if (!status || (req->meth != HTTP_GET && req->meth != HTTP_HEAD)) {
 		static const char msg[] = "not found: try /status, /metrics, /dashboard, "
-					  "/debug/requests, POST /cache/purge or /api/backends\n";
+					  "/healthz, /readyz, /debug/requests, POST /cache/purge "
+					  "or /api/backends\n";
 		hsrv_respond(c, 404, "text/plain", "", msg, sizeof(msg) - 1);
 		return;
 	}
@@ -458,6 +545,7 @@ int admin_start(struct loop *loop, const struct conf *conf, struct runtime *rt, 
 	a->rt = rt;
 	a->loop = loop;
 	a->tag_field = conf->cache.tag_header ? conf->cache.tag_header : "Cache-Tag";
+	a->ready_min_up = conf->admin_ready_min_up;
 	if (conf->admin_token_file &&
 	    (rc = admin_load_token(a, conf->admin_token_file, err, errlen)) < 0)
 		goto fail;
@@ -488,7 +576,7 @@ int admin_listen_fd(const struct admin *a)
 
 void admin_stop_listening(struct admin *a)
 {
-	if (a)
+	if (a && !a->draining)
 		hsrv_stop_listening(a->srv);
 }
 
