@@ -239,6 +239,7 @@ struct conf_route_cache {
 	unsigned authorized;	  /* store answers to requests with Authorization (RFC 9111 3.5) */
 	unsigned heuristic_pct;	  /* heuristic freshness: % of (Date - Last-Modified); 0: none */
 	unsigned heuristic_max_s; /* ... at most */
+	unsigned default_ttl_s;	  /* freshness of a response that gives none; 0: none */
 	int64_t stale_while_revalidate_s; /* default when a response gives none; -1: none */
 	int64_t stale_if_error_s;	  /* likewise */
 	unsigned wait_ms;	  /* a coalesced request waits this long for the fill's head */
