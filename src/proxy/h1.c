@@ -95,10 +95,11 @@ static enum run h1_answer(struct client *cl, int status, const char *detail, int
 			     : status == 429 && x			   ? x->answer.retry_after_s
 									   : 0,
 	    .challenges = route ? auth_challenges(route->auth) : 0,
-	    .openai = route && route->api == CONF_API_OPENAI,
+	    .openai = route ? route->api == CONF_API_OPENAI : route_all_openai(w->conf),
 	    .openai_type = status == 429 && x ? quota_refusal_type(x) : NULL,
 	    .more_headers = status == 429 && x ? quota_refusal_headers(x) : NULL,
 	    .openai_code = x ? x->answer.code : NULL,
+	    .openai_param = x ? x->answer.param : NULL,
 	    .head_only = x && x->meth == HTTP_HEAD,
 	};
 	int n = -1;
