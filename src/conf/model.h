@@ -323,6 +323,12 @@ struct conf_access_log {
 };
 
 /* metrics: what the registry keeps (obs/metrics.h) */
+/* probes: the proxy's own GET /healthz and /readyz (control/admin.h, proxy/stages.c) */
+struct conf_probes {
+	unsigned min_up;    /* /readyz wants this many backends up in every pool */
+	unsigned listeners; /* the data listeners answer them too, before any route */
+};
+
 struct conf_metrics {
 	unsigned max_tenants; /* tenants with series of their own; the rest are "other" */
 };
@@ -350,8 +356,6 @@ struct conf {
 	struct conf_listen admin;
 	char *admin_token_file; /* admin.token_file: its requests need this bearer token */
 	char *admin_state_file; /* admin.state_file: runtime changes kept here; NULL: none */
-	/* admin.ready_min_up: GET /readyz wants this many backends up in every pool */
-	unsigned admin_ready_min_up;
 	/* admin.backend_networks: where the admin API may add backends; none: anywhere */
 	struct net_cidr *admin_backend_networks;
 	size_t nadmin_backend_networks;
@@ -365,6 +369,7 @@ struct conf {
 	size_t nroutes;
 	struct conf_access_log access_log;
 	struct conf_metrics metrics;
+	struct conf_probes probes;
 	struct conf_cache cache;
 	struct conf_cluster cluster;
 	/* discovery: how names of backends with discover are resolved (control/discover.h) */

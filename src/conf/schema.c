@@ -98,7 +98,6 @@ static const struct rule admin_rules[] = {
     {"address", RULE_ADDR, offsetof(struct conf, admin), 0, 0, NULL, NULL},
     {"token_file", RULE_STR, offsetof(struct conf, admin_token_file), 0, 0, NULL, NULL},
     {"state_file", RULE_STR, offsetof(struct conf, admin_state_file), 0, 0, NULL, NULL},
-    {"ready_min_up", RULE_UINT, offsetof(struct conf, admin_ready_min_up), 0, 256, NULL, NULL},
     {"backend_networks", RULE_SECTION, 0, 0, 0, NULL, read_backend_networks},
     RULES_END,
 };
@@ -775,6 +774,13 @@ static const struct rule metrics_rules[] = {
     RULES_END,
 };
 
+/* probes: {min_up, listeners} */
+static const struct rule probes_rules[] = {
+    {"min_up", RULE_UINT, offsetof(struct conf_probes, min_up), 0, 256, NULL, NULL},
+    {"listeners", RULE_BOOL, offsetof(struct conf_probes, listeners), 0, 0, NULL, NULL},
+    RULES_END,
+};
+
 static const struct rule top_rules[] = {
     {"workers", RULE_UINT, offsetof(struct conf, workers), 1, 256, NULL, NULL},
     {"user", RULE_SECTION, offsetof(struct conf, user), 0, 0, NULL, read_user},
@@ -789,6 +795,7 @@ static const struct rule top_rules[] = {
     {"access_log", RULE_SECTION, offsetof(struct conf, access_log), 0, 0, access_log_rules,
      read_access_log},
     {"metrics", RULE_SECTION, offsetof(struct conf, metrics), 0, 0, metrics_rules, NULL},
+    {"probes", RULE_SECTION, offsetof(struct conf, probes), 0, 0, probes_rules, NULL},
     {"cache", RULE_SECTION, offsetof(struct conf, cache), 0, 0, schema_cache_rules,
      schema_read_cache},
     {"discovery", RULE_SECTION, 0, 0, 0, schema_discovery_rules, schema_read_discovery},
@@ -820,7 +827,7 @@ void schema_set_defaults(struct conf *c)
 	c->workers = cpus > 0 ? (unsigned)cpus : 1;
 	c->access_log.sample = 1.0;
 	c->metrics.max_tenants = 100;
-	c->admin_ready_min_up = 1;
+	c->probes.min_up = 1;
 	schema_discovery_defaults(c);
 	schema_cluster_defaults(c);
 	c->timeouts = (struct conf_timeouts){

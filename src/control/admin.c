@@ -37,8 +37,9 @@
  * token and may name the listener by any Host: they are answered before both checks. They
  * say only whether the process answers (/healthz: 200 "ok") and whether it should be sent
  * traffic (/readyz: 200 "ready", or 503 saying why not: draining, or a pool with fewer than
- * admin.ready_min_up backends up). Which pools those are is told only to a request that
- * could read /status: with a token, one that carries it.
+ * probes.min_up backends up; proxy/probes.h). Which pools those are is told only to a
+ * request that could read /status: with a token, one that carries it. Once the process
+ * drains to exit, the endpoint keeps listening (admin_set_draining) so probes hear the 503.
  */
 #include "control/admin.h"
 #include "cache/purge.h"
@@ -53,6 +54,7 @@
 #include "obs/prom.h"
 #include "control/adminapi.h"
 #include "proxy/debugreq.h"
+#include "proxy/probes.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -80,8 +82,8 @@ struct admin {
 	const char *tag_field;	     /* cache.tag_header */
 	struct cache_purge purge;    /* the purge being answered (too large for the stack) */
 	struct adminapi api;	     /* /api/: the runtime admin API */
-	unsigned ready_min_up;	     /* admin.ready_min_up */
-	int draining;		     /* the process drains to exit: /readyz says 503 */
+	unsigned ready_min_up;	     /* probes.min_up */
+	int draining;		     /* the process drains to exit: listen on until stopped */
 };
 
 static int sha256(const void *data, size_t len, unsigned char out[32])
@@ -327,47 +329,6 @@ static void admin_purge(struct admin *a, struct hsrv_conn *c, const struct http_
 
 /* --- GET /healthz, /readyz --- */
 
-/*
- * Write why the process is not ready into <out> (a line, or "" when it is ready): draining,
- * or the pools with fewer than ready_min_up usable backends, named when <named>.
- */
-static void admin_ready_why(const struct admin *a, int named, char *out, size_t outlen)
-{
-	const struct runtime *rt = a->rt;
-	uint64_t now = clock_now_ms();
-	size_t used = 0, short_pools = 0;
-	out[0] = '\0';
-	if (a->draining) {
-		snprintf(out, outlen, "not ready: draining to exit\n");
-		return;
-	}
-	for (size_t i = 0; i < rt->npools; i++) {
-		const struct pool_rt *p = &rt->pools[i];
-		unsigned up = 0;
-		for (size_t j = 0; j < p->nbackends; j++)
-			up += backend_usable(&p->backends[j], now) != 0;
-		if (up >= a->ready_min_up)
-			continue;
-		if (named && used < outlen) {
-			int n = snprintf(out + used, outlen - used, "%spool %s has %u backend%s up",
-					 short_pools ? "; " : "not ready: ", p->conf->name, up,
-					 up == 1 ? "" : "s");
-			used += n > 0 ? (size_t)n : 0;
-		}
-		short_pools++;
-	}
-	if (!short_pools)
-		return;
-	if (!named)
-		snprintf(out, outlen,
-			 "not ready: %zu pool%s with fewer than %u backend%s up (send the admin "
-			 "token to see which)\n",
-			 short_pools, short_pools == 1 ? "" : "s", a->ready_min_up,
-			 a->ready_min_up == 1 ? "" : "s");
-	else if (used < outlen)
-		snprintf(out + used, outlen - used, " (admin.ready_min_up: %u)\n", a->ready_min_up);
-}
-
 /* Answer GET or HEAD /healthz or /readyz: 1 if <req> was one of them, 0 to go on. */
 static int admin_serve_probe(const struct admin *a, struct hsrv_conn *c,
 			     const struct http_head *req)
@@ -386,11 +347,16 @@ static int admin_serve_probe(const struct admin *a, struct hsrv_conn *c,
 		hsrv_respond(c, 200, "text/plain", nocache, "ok\n", 3);
 		return 1;
 	}
-	admin_ready_why(a, admin_authorized(a, req), why, sizeof(why));
-	if (!why[0])
+	int named = admin_authorized(a, req);
+	probes_ready_why(a->rt, a->ready_min_up, named, why, sizeof(why) - 64);
+	if (!why[0]) {
 		hsrv_respond(c, 200, "text/plain", nocache, "ready\n", 6);
-	else
-		hsrv_respond(c, 503, "text/plain", nocache, why, strlen(why));
+		return 1;
+	}
+	if (!named && !atomic_load(&a->rt->stopping))
+		strcat(why, " (send the admin token to see which)"); /* 36 bytes of the 64 */
+	strcat(why, "\n");
+	hsrv_respond(c, 503, "text/plain", nocache, why, strlen(why));
 	return 1;
 }
 
@@ -545,7 +511,7 @@ int admin_start(struct loop *loop, const struct conf *conf, struct runtime *rt, 
 	a->rt = rt;
 	a->loop = loop;
 	a->tag_field = conf->cache.tag_header ? conf->cache.tag_header : "Cache-Tag";
-	a->ready_min_up = conf->admin_ready_min_up;
+	a->ready_min_up = conf->probes.min_up;
 	if (conf->admin_token_file &&
 	    (rc = admin_load_token(a, conf->admin_token_file, err, errlen)) < 0)
 		goto fail;

@@ -31,8 +31,8 @@ int admin_listen_fd(const struct admin *a);
 /* Stop taking connections (a reload's endpoint has taken over); the open ones go on. Not
  * once draining: the endpoint then listens until it is stopped. */
 void admin_stop_listening(struct admin *a);
-/* The process drains to exit (SIGTERM): GET /readyz answers 503 from now on, and the endpoint
- * keeps listening so that probes hear it (GET /healthz still answers 200). */
+/* The process drains to exit (SIGTERM; runtime.stopping makes GET /readyz answer 503): the
+ * endpoint keeps listening so that probes hear it (GET /healthz still answers 200). */
 void admin_set_draining(struct admin *a);
 struct debugreq_board;
 /* Serve GET /debug/requests from <b> (which outlives the admin endpoint). */

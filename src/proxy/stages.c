@@ -10,6 +10,7 @@
 #include "proxy/dispatch.h"
 #include "proxy/pace.h"
 #include "proxy/quota.h"
+#include "proxy/probes.h"
 #include "proxy/route.h"
 #include "proxy/sse.h"
 #include "runtime/pick.h"
@@ -158,6 +159,9 @@ static enum run route_missed(struct exchange *x)
 
 static enum run stage_route(struct exchange *x)
 {
+	enum run probed = probes_answer(x); /* probes.listeners: /healthz, /readyz */
+	if (probed != RUN_AGAIN)
+		return probed;
 	const struct conf_route *route =
 	    route_match(x->w->conf, x->head, x->peer.tls ? x->peer.tls->sni : NULL,
 			x->wt.has_model ? x->reqbody.model : NULL, x->reqbody.model_len);

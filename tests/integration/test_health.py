@@ -3,6 +3,7 @@
 without the admin token, while draining; and the Kubernetes snippet in deploy/kubernetes/
 that probes them parses and holds a config that `accelnet check` accepts."""
 
+import json
 import os
 import signal
 import socket
@@ -11,7 +12,8 @@ import threading
 
 import yaml
 
-from harness import BIN, complete, free_port, gated_backend, pool_yaml, request, wait_until
+from harness import (BIN, complete, echo_backend, free_port, gated_backend, pool_yaml, request,
+                     wait_until)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 K8S = os.path.join(ROOT, "deploy", "kubernetes", "accelnet.yaml")
@@ -51,7 +53,7 @@ def test_healthz_and_readyz_with_backends_up_and_down(env):
     wait_until(lambda: _probe(px.admin, "/readyz")[0] == 503, "not ready once b is down")
     status, body, _ = _probe(px.admin, "/readyz")
     assert "pool b has 0 backends up" in body and "pool a" not in body, body
-    assert "admin.ready_min_up: 1" in body, body
+    assert body.endswith(" (probes.min_up: 1)\n"), body
     assert _probe(px.admin, "/healthz")[:2] == (200, "ok\n")
     # the data listener forwards /readyz like any path: it is the admin endpoint's
     assert complete(px.port, path="/readyz")[0] == 200
@@ -64,7 +66,7 @@ def test_healthz_and_readyz_with_backends_up_and_down(env):
 
 def test_readyz_without_any_backend_up_from_start(env):
     """A pool whose only backend refuses every connection: not ready from the start, while
-    alive; admin.ready_min_up: 0 makes readiness not depend on backends."""
+    alive; probes.min_up: 0 makes readiness not depend on backends."""
     px = env.proxy("pools:\n" + pool_yaml("gpu", [_dead_port()], health=HEALTH)
                    + "routes:\n  - match: {path_prefix: /}\n    pool: gpu\n")
     wait_until(lambda: _probe(px.admin, "/readyz")[0] == 503, "not ready")
@@ -73,7 +75,7 @@ def test_readyz_without_any_backend_up_from_start(env):
     env.stop(px)
     port, admin = free_port(), free_port()
     cfg = env.write("zero.yaml", f"workers: 1\nlisten:\n  - address: 127.0.0.1:{port}\n"
-                    f"admin:\n  address: 127.0.0.1:{admin}\n  ready_min_up: 0\n"
+                    f"admin:\n  address: 127.0.0.1:{admin}\nprobes: {{min_up: 0}}\n"
                     "pools:\n" + pool_yaml("gpu", [_dead_port()], health=HEALTH)
                     + "routes:\n  - match: {path_prefix: /}\n    pool: gpu\n")
     env.start([BIN, "proxy", "-c", cfg], "proxy-zero", wait_port=admin)
@@ -96,7 +98,8 @@ def test_probes_need_no_token_and_tell_pools_only_with_it(env):
     assert _probe(admin, "/healthz", {"Host": "probe.example"})[:2] == (200, "ok\n")
     wait_until(lambda: _probe(admin, "/readyz")[0] == 503, "not ready")
     status, body, _ = _probe(admin, "/readyz", {"Host": "probe.example"})
-    assert status == 503 and "1 pool with fewer than 1 backend up" in body, body
+    assert body == ("not ready: 1 pool with fewer than 1 backend up (send the admin token to "
+                    "see which)\n"), body
     assert "secretpool" not in body, body
     status, body, _ = _probe(admin, "/readyz",
                              {"Authorization": "Bearer s3cret-token-0123456789"})
@@ -128,6 +131,36 @@ def test_readyz_is_503_while_draining_and_healthz_200(env):
     assert px.wait(30) == 0
 
 
+def test_data_listener_answers_probes_with_probes_listeners(env):
+    """probes.listeners: GET /healthz and /readyz on the data listener are the proxy's own
+    (JSON, never forwarded, whatever the routes say), readiness counting the short pools
+    without naming them; any other method on those paths, and every path without the key,
+    goes to the backend as before."""
+    be = echo_backend(env)
+    dead = _dead_port()
+    px = env.proxy("pools:\n" + pool_yaml("live", [be.port])
+                   + pool_yaml("gpu", [dead], health=HEALTH)
+                   + "routes:\n  - match: {path_prefix: /}\n    pool: live\n",
+                   extra="probes: {listeners: true}\n")
+    st, h, body = request(px.port, "GET", "/healthz")
+    assert (st, json.loads(body)) == (200, {"status": "ok"}), body
+    assert h["content-type"] == ["application/json"] and h["cache-control"] == ["no-store"], h
+    wait_until(lambda: request(px.port, "GET", "/readyz")[0] == 503, "not ready: gpu is down")
+    st, h, body = request(px.port, "GET", "/readyz")
+    assert json.loads(body) == {"status": "not ready",
+                                "reason": "1 pool with fewer than 1 backend up"}, body
+    assert be.count == 0  # none of it forwarded
+    st, _, body = request(px.port, "POST", "/readyz", body=b"{}")
+    assert st == 200 and body.startswith(b"POST /readyz HTTP/1.1"), body  # routed
+    assert be.count == 1
+    env.stop(px)
+    px = env.proxy("pools:\n" + pool_yaml("live", [be.port])
+                   + "routes:\n  - match: {path_prefix: /}\n    pool: live\n")
+    st, _, body = request(px.port, "GET", "/healthz")
+    assert st == 200 and body.startswith(b"GET /healthz HTTP/1.1"), body
+    assert be.count == 2
+
+
 def test_kubernetes_snippet_parses_and_its_config_checks(env):
     """deploy/kubernetes/accelnet.yaml: valid YAML documents of the kinds it says, whose
     Deployment probes /healthz (liveness) and /readyz (readiness) on the admin port the
@@ -145,6 +178,7 @@ def test_kubernetes_snippet_parses_and_its_config_checks(env):
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "admin"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
     conf = yaml.safe_load(kinds["ConfigMap"]["data"]["proxy.yaml"])
+    assert conf["probes"] == {"min_up": 1}, conf
     assert conf["admin"]["address"].endswith(f":{ports['admin']}")
     assert conf["listen"][0]["address"].endswith(f":{ports['http']}")
     grace_ms = pod["terminationGracePeriodSeconds"] * 1000
