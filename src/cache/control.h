@@ -15,6 +15,8 @@
  * argument, while public, must-understand and immutable count only bare. s-maxage is read
  * from responses only, max-stale and min-fresh from requests only.
  * A request without Cache-Control but with "Pragma: no-cache" gets no_cache (5.4).
+ * A response's valid, non-empty CDN-Cache-Control (RFC 9213, the field targeted at caches
+ * like this one) is read instead of its Cache-Control, and marks <targeted>.
  */
 #ifndef ACCELNET_CACHE_CONTROL_H
 #define ACCELNET_CACHE_CONTROL_H
@@ -33,10 +35,12 @@ struct cache_control {
 	unsigned no_store : 1, no_cache : 1, private_ : 1, public_ : 1;
 	unsigned must_revalidate : 1, proxy_revalidate : 1, must_understand : 1;
 	unsigned only_if_cached : 1, no_transform : 1, immutable : 1;
-	unsigned present : 1; /* some Cache-Control field was given */
+	unsigned present : 1;  /* some Cache-Control field was given */
+	unsigned targeted : 1; /* read from CDN-Cache-Control (RFC 9213): Expires is ignored */
 };
 
-/* Read every Cache-Control field of <h> (and Pragma, for a request: <is_request>). */
+/* Read every Cache-Control field of <h> (and Pragma, for a request: <is_request>; and
+ * CDN-Cache-Control, for a response). */
 void cache_control_parse(const struct http_head *h, int is_request, struct cache_control *cc);
 
 #endif

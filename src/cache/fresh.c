@@ -12,7 +12,12 @@
  * never stored (it refreshes a stored response) nor is 1xx.
  *
  * Heuristic freshness, a MAY of 4.2.2, is given only to heuristically cacheable statuses with
- * a Last-Modified, never to a response that is merely public (also a MAY, not taken).
+ * a Last-Modified, never to a response that is merely public (also a MAY, not taken). The
+ * route's default time to live (routes.cache.default_ttl_s) comes before it: a lifetime the
+ * operator chose for responses of theirs without explicit freshness, given to the
+ * heuristically cacheable statuses under 400 only (200 203 204 300 301 308: never an error),
+ * and never making storable what section 3 would not store (no-store, private, no-cache
+ * still revalidating, Authorization).
  *
  * Every time is an int64 of seconds and every sum and difference saturates: ages and
  * lifetimes are clamped to [0, 2^31] (RFC 9111 1.2.2 and 5.1: an overflowing age is 2^31),
@@ -80,7 +85,7 @@ static int64_t sat_add(int64_t a, int64_t b)
 static int has_explicit_freshness(const struct http_head *resp, const struct cache_control *rs)
 {
 	return rs->max_age != CACHE_UNSET || rs->s_maxage != CACHE_UNSET ||
-	       http_find_header(resp, "expires") != NULL;
+	       (!rs->targeted && http_find_header(resp, "expires") != NULL);
 }
 
 /* "status NNN" for each status a parsed response can have (100-599), written once. */
@@ -351,10 +356,12 @@ void cache_times_compute(const struct http_head *resp, const struct cache_contro
 		t->lifetime = clamp_delta(rs->s_maxage);
 	else if (rs->max_age != CACHE_UNSET)
 		t->lifetime = clamp_delta(rs->max_age);
-	else if (http_find_header(resp, "expires"))
+	else if (!rs->targeted && http_find_header(resp, "expires"))
 		t->lifetime = date_field(resp, "expires", &expires) < 0
 				  ? 0
 				  : clamp_delta(sat_sub(expires, date_value));
+	else if (rules->default_ttl_s > 0 && status_heuristic(resp->status) && resp->status < 400)
+		t->lifetime = clamp_delta(rules->default_ttl_s);
 	else if (status_heuristic(resp->status)) {
 		t->lifetime = heuristic_lifetime(resp, date_value, rules);
 		t->heuristic = t->lifetime > 0;

@@ -26,6 +26,7 @@ struct cache_rules {
 				       certificate), though what the origin got may not say so */
 	unsigned heuristic_pct;	 /* heuristic freshness: this % of (Date - Last-Modified); 0 off */
 	int64_t heuristic_max_s; /* ... at most this long (<= 0: off too) */
+	int64_t default_ttl_s;	 /* the lifetime of a 2xx/3xx without freshness; <= 0: off */
 	int64_t stale_while_revalidate_s; /* used when the response gives none; CACHE_UNSET: none */
 	int64_t stale_if_error_s;	  /* likewise */
 };

@@ -240,6 +240,7 @@ struct conf_route_cache {
 	unsigned authorized;	  /* store answers to requests with Authorization (RFC 9111 3.5) */
 	unsigned heuristic_pct;	  /* heuristic freshness: % of (Date - Last-Modified); 0: none */
 	unsigned heuristic_max_s; /* ... at most */
+	unsigned default_ttl_s;	  /* freshness of a response that gives none; 0: none */
 	int64_t stale_while_revalidate_s; /* default when a response gives none; -1: none */
 	int64_t stale_if_error_s;	  /* likewise */
 	unsigned wait_ms;	  /* a coalesced request waits this long for the fill's head */
@@ -323,6 +324,12 @@ struct conf_access_log {
 };
 
 /* metrics: what the registry keeps (obs/metrics.h) */
+/* probes: the proxy's own GET /healthz and /readyz (control/admin.h, proxy/stages.c) */
+struct conf_probes {
+	unsigned min_up;    /* /readyz wants this many backends up in every pool */
+	unsigned listeners; /* the data listeners answer them too, before any route */
+};
+
 struct conf_metrics {
 	unsigned max_tenants; /* tenants with series of their own; the rest are "other" */
 };
@@ -363,6 +370,7 @@ struct conf {
 	size_t nroutes;
 	struct conf_access_log access_log;
 	struct conf_metrics metrics;
+	struct conf_probes probes;
 	struct conf_cache cache;
 	struct conf_cluster cluster;
 	/* discovery: how names of backends with discover are resolved (control/discover.h) */

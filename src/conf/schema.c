@@ -798,6 +798,12 @@ static int read_include(struct rules_ctx *x, const struct rule *r, yaml_node_t *
 	(void)x, (void)r, (void)v, (void)field;
 	return 0;
 }
+/* probes: {min_up, listeners} */
+static const struct rule probes_rules[] = {
+    {"min_up", RULE_UINT, offsetof(struct conf_probes, min_up), 0, 256, NULL, NULL},
+    {"listeners", RULE_BOOL, offsetof(struct conf_probes, listeners), 0, 0, NULL, NULL},
+    RULES_END,
+};
 
 static const struct rule top_rules[] = {
     {"include", RULE_SECTION, 0, 0, 0, NULL, read_include},
@@ -814,6 +820,7 @@ static const struct rule top_rules[] = {
     {"access_log", RULE_SECTION, offsetof(struct conf, access_log), 0, 0, access_log_rules,
      read_access_log},
     {"metrics", RULE_SECTION, offsetof(struct conf, metrics), 0, 0, metrics_rules, NULL},
+    {"probes", RULE_SECTION, offsetof(struct conf, probes), 0, 0, probes_rules, NULL},
     {"cache", RULE_SECTION, offsetof(struct conf, cache), 0, 0, schema_cache_rules,
      schema_read_cache},
     {"discovery", RULE_SECTION, 0, 0, 0, schema_discovery_rules, schema_read_discovery},
@@ -845,6 +852,7 @@ void schema_set_defaults(struct conf *c)
 	c->workers = cpus > 0 ? (unsigned)cpus : 1;
 	c->access_log.sample = 1.0;
 	c->metrics.max_tenants = 100;
+	c->probes.min_up = 1;
 	schema_discovery_defaults(c);
 	schema_cluster_defaults(c);
 	c->timeouts = (struct conf_timeouts){

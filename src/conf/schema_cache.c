@@ -77,6 +77,8 @@ const struct rule schema_route_cache_rules[] = {
      NULL},
     {"heuristic_max_s", RULE_UINT, offsetof(struct conf_route_cache, heuristic_max_s), 0,
      365 * DAY_S, NULL, NULL},
+    {"default_ttl_s", RULE_UINT, offsetof(struct conf_route_cache, default_ttl_s), 0, 365 * DAY_S,
+     NULL, NULL},
     {"stale_while_revalidate_s", RULE_SECTION,
      offsetof(struct conf_route_cache, stale_while_revalidate_s), 0, 0, NULL, NULL},
     {"stale_if_error_s", RULE_SECTION, offsetof(struct conf_route_cache, stale_if_error_s), 0, 0,

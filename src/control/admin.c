@@ -32,6 +32,14 @@
  *
  * /api/ is the runtime admin API (adminapi.h): the same token, and without one the same
  * refusal of browsers for every call that is not a GET.
+ *
+ * GET /healthz and /readyz are the probes of a load balancer or Kubernetes, which carry no
+ * token and may name the listener by any Host: they are answered before both checks. They
+ * say only whether the process answers (/healthz: 200 "ok") and whether it should be sent
+ * traffic (/readyz: 200 "ready", or 503 saying why not: draining, or a pool with fewer than
+ * probes.min_up backends up; proxy/probes.h). Which pools those are is told only to a
+ * request that could read /status: with a token, one that carries it. Once the process
+ * drains to exit, the endpoint keeps listening (admin_set_draining) so probes hear the 503.
  */
 #include "control/admin.h"
 #include "cache/purge.h"
@@ -46,6 +54,7 @@
 #include "obs/prom.h"
 #include "control/adminapi.h"
 #include "proxy/debugreq.h"
+#include "proxy/probes.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -73,6 +82,8 @@ struct admin {
 	const char *tag_field;	     /* cache.tag_header */
 	struct cache_purge purge;    /* the purge being answered (too large for the stack) */
 	struct adminapi api;	     /* /api/: the runtime admin API */
+	unsigned ready_min_up;	     /* probes.min_up */
+	int draining;		     /* the process drains to exit: listen on until stopped */
 };
 
 static int sha256(const void *data, size_t len, unsigned char out[32])
@@ -316,12 +327,53 @@ static void admin_purge(struct admin *a, struct hsrv_conn *c, const struct http_
 	hsrv_respond(c, 200, "application/json", "Cache-Control: no-store\r\n", json, (size_t)len);
 }
 
+/* --- GET /healthz, /readyz --- */
+
+/* Answer GET or HEAD /healthz or /readyz: 1 if <req> was one of them, 0 to go on. */
+static int admin_serve_probe(const struct admin *a, struct hsrv_conn *c,
+			     const struct http_head *req)
+{
+	static const char nocache[] = "Cache-Control: no-store\r\n";
+	int ready = http_str_eq(req->path, "/readyz");
+	char why[1024];
+	if (!ready && !http_str_eq(req->path, "/healthz"))
+		return 0;
+	if (req->meth != HTTP_GET && req->meth != HTTP_HEAD) {
+		static const char msg[] = "method not allowed: probe with GET or HEAD\n";
+		hsrv_respond(c, 405, "text/plain", "Allow: GET, HEAD\r\n", msg, sizeof(msg) - 1);
+		return 1;
+	}
+	if (!ready) {
+		hsrv_respond(c, 200, "text/plain", nocache, "ok\n", 3);
+		return 1;
+	}
+	int named = admin_authorized(a, req);
+	probes_ready_why(a->rt, a->ready_min_up, named, why, sizeof(why) - 64);
+	if (!why[0]) {
+		hsrv_respond(c, 200, "text/plain", nocache, "ready\n", 6);
+		return 1;
+	}
+	if (!named && !atomic_load(&a->rt->stopping))
+		strcat(why, " (send the admin token to see which)"); /* 36 bytes of the 64 */
+	strcat(why, "\n");
+	hsrv_respond(c, 503, "text/plain", nocache, why, strlen(why));
+	return 1;
+}
+
+void admin_set_draining(struct admin *a)
+{
+	if (a)
+		a->draining = 1;
+}
+
 static void admin_on_request(void *arg, struct hsrv_conn *c, const struct http_head *req,
 			     const char *body, size_t body_len)
 {
 	struct admin *a = arg;
 	char *text = NULL;
 	size_t len = 0;
+	if (admin_serve_probe(a, c, req))
+		return;
 	if (!a->has_token && !admin_host_is_address(req)) {
 		static const char msg[] = "forbidden: without admin.token_file, name this listener "
 					  "by its address or localhost in Host (a name could be a "
@@ -372,7 +424,8 @@ static void admin_on_request(void *arg, struct hsrv_conn *c, const struct http_h
 								 : 0;
 	if (!status || (req->meth != HTTP_GET && req->meth != HTTP_HEAD)) {
 		static const char msg[] = "not found: try /status, /metrics, /dashboard, "
-					  "/debug/requests, POST /cache/purge or /api/backends\n";
+					  "/healthz, /readyz, /debug/requests, POST /cache/purge "
+					  "or /api/backends\n";
 		hsrv_respond(c, 404, "text/plain", "", msg, sizeof(msg) - 1);
 		return;
 	}
@@ -458,6 +511,7 @@ int admin_start(struct loop *loop, const struct conf *conf, struct runtime *rt, 
 	a->rt = rt;
 	a->loop = loop;
 	a->tag_field = conf->cache.tag_header ? conf->cache.tag_header : "Cache-Tag";
+	a->ready_min_up = conf->probes.min_up;
 	if (conf->admin_token_file &&
 	    (rc = admin_load_token(a, conf->admin_token_file, err, errlen)) < 0)
 		goto fail;
@@ -488,7 +542,7 @@ int admin_listen_fd(const struct admin *a)
 
 void admin_stop_listening(struct admin *a)
 {
-	if (a)
+	if (a && !a->draining)
 		hsrv_stop_listening(a->srv);
 }
 

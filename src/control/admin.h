@@ -7,6 +7,7 @@
  * exchanges in flight and the slowest recent ones) asks the workers (debugreq.h).
  * POST /cache/purge unlinks stored responses (cache/purge.h; docs/cache.md, "Purge").
  * /api/ is the runtime admin API (adminapi.h; docs/operations.md, "Runtime admin API").
+ * GET /healthz and /readyz are the liveness and readiness probes (no token needed).
  */
 #ifndef ACCELNET_CONTROL_ADMIN_H
 #define ACCELNET_CONTROL_ADMIN_H
@@ -27,8 +28,12 @@ int admin_start(struct loop *loop, const struct conf *conf, struct runtime *rt, 
 		struct admin **out, char *err, size_t errlen);
 /* Its listening socket, for a reload's admin endpoint to take over. */
 int admin_listen_fd(const struct admin *a);
-/* Stop taking connections (a reload's endpoint has taken over); the open ones go on. */
+/* Stop taking connections (a reload's endpoint has taken over); the open ones go on. Not
+ * once draining: the endpoint then listens until it is stopped. */
 void admin_stop_listening(struct admin *a);
+/* The process drains to exit (SIGTERM; runtime.stopping makes GET /readyz answer 503): the
+ * endpoint keeps listening so that probes hear it (GET /healthz still answers 200). */
+void admin_set_draining(struct admin *a);
 struct debugreq_board;
 /* Serve GET /debug/requests from <b> (which outlives the admin endpoint). */
 void admin_serve_debug(struct admin *a, struct debugreq_board *b);

@@ -760,6 +760,8 @@ static void main_on_signal(int signo, void *arg)
 	proxy_notify("STOPPING=1\nSTATUS=draining");
 	log_info("%s: draining (up to %u ms)", signo == SIGTERM ? "SIGTERM" : "SIGINT",
 		 m->cur->sh.conf->timeouts.shutdown_ms);
+	atomic_store(&m->cur->sh.rt->stopping, 1); /* /readyz: 503 while it drains */
+	admin_set_draining(m->cur->admin);	   /* ... and the admin endpoint says so */
 	gen_drain(m->cur);
 	loop_timer_stop(m->loop, &m->retire);
 	loop_timer_set(m->loop, &m->deadline,

@@ -227,10 +227,13 @@ enum auth_result auth_check(struct auth_tables *t, char *const *admit, size_t na
 	struct auth_cred c = presented(h);
 	const struct auth_method *m = NULL;
 	tenant[0] = '\0';
-	*why = !t->jwt && !t->basic  ? "an API key is required (Authorization: Bearer KEY, or "
-				       "X-API-Key: KEY)"
-	       : !t->keys && !t->jwt ? "a user name and password are required (Basic)"
-				     : "credentials are required (Authorization: Bearer or Basic)";
+	/* what the route takes, and nothing else (a route without Basic never mentions it) */
+	*why = !t->jwt && !t->basic    ? "an API key is required (Authorization: Bearer KEY, or "
+					 "X-API-Key: KEY)"
+	       : !t->keys && !t->jwt   ? "a user name and password are required (Basic)"
+	       : !t->keys && !t->basic ? "a token is required (Authorization: Bearer TOKEN)"
+	       : !t->basic	       ? "an API key or a token is required (Authorization: Bearer)"
+			   : "credentials are required (Authorization: Bearer or Basic)";
 	if (c.kind == CRED_MANY) {
 		*why = "more than one credential (Authorization, X-API-Key): send one";
 		return AUTH_INVALID;

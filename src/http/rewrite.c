@@ -371,9 +371,12 @@ static int error_object(char *out, size_t cap, const struct rewrite_error_info *
 			type = e->openai_type;
 		if (e->openai_code)
 			code = e->openai_code;
-		n = snprintf(out, cap,
-			     "{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,\"code\":%s%s%s}",
-			     msg, type, code ? "\"" : "", code ? code : "null", code ? "\"" : "");
+		const char *param = e->openai_param;
+		n = snprintf(
+		    out, cap,
+		    "{\"message\":\"%s\",\"type\":\"%s\",\"param\":%s%s%s,\"code\":%s%s%s}", msg,
+		    type, param ? "\"" : "", param ? param : "null", param ? "\"" : "",
+		    code ? "\"" : "", code ? code : "null", code ? "\"" : "");
 	} else {
 		n = snprintf(out, cap,
 			     "{\"status\":%d,\"message\":\"%s\",\"type\":\"proxy_error\"}",

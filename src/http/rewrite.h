@@ -89,6 +89,8 @@ struct rewrite_error_info {
 	const char *more_headers; /* whole CRLF-ended header lines, or NULL */
 	const char *timing;	  /* the X-Accelnet-Timing value, or NULL */
 	const char *openai_code;  /* the OpenAI "code", in place of the status's; NULL: its */
+	const char *openai_param; /* the OpenAI "param" (a field name, never a client's bytes);
+				     NULL: null */
 	int head_only;		  /* the answer to a HEAD: the head alone (RFC 9110 9.3.2) */
 };
 #define REWRITE_CHALLENGE_BEARER 1u

@@ -658,6 +658,21 @@ int net_tls_facts_get(struct net_conn *c, struct net_tls_facts *f)
 	return peer_facts(c->ssl, f);
 }
 
+int net_tls_sniff_plain_http(struct net_conn *c)
+{
+	unsigned char first;
+	ssize_t n = net_conn_peek(c, &first, 1);
+	if (n < 0)
+		return n == -EAGAIN ? -EAGAIN : 0;
+	return n == 1 && first >= 'A' && first <= 'Z';
+}
+
+void net_tls_listener_detach(struct net_conn *c)
+{
+	SSL_free(c->ssl);
+	c->ssl = NULL;
+}
+
 int net_tls_hello_oversized(struct net_conn *c, size_t max)
 {
 	unsigned char h[9];

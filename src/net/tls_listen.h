@@ -82,6 +82,17 @@ int net_tls_listener_attach(struct net_tls_listener *l, struct net_conn *c);
  */
 int net_tls_hello_oversized(struct net_conn *c, size_t max);
 
+/*
+ * Before the handshake reads anything: is what waits on <c> plain HTTP (1: its first byte is
+ * an upper-case ASCII letter, as a request's method begins, where a TLS client sends a
+ * handshake record, 0x16), or not (0; the handshake judges it)? -EAGAIN: nothing yet.
+ */
+int net_tls_sniff_plain_http(struct net_conn *c);
+
+/* Take the server session off <c> before its handshake began: a plain connection again, for
+ * a plain answer (a plain HTTP request sent to a TLS listener). */
+void net_tls_listener_detach(struct net_conn *c);
+
 #define NET_TLS_SUBJECT_MAX 512 /* bytes of a client certificate's subject, as written */
 #define NET_TLS_NAME_MAX 256	/* ... of its first SAN, of its CN */
 

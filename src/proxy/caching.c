@@ -192,6 +192,7 @@ static void rules_of(const struct conf_route_cache *rc, struct cache_rules *r)
 	r->store_authorized = rc->authorized;
 	r->heuristic_pct = rc->heuristic_pct;
 	r->heuristic_max_s = rc->heuristic_max_s;
+	r->default_ttl_s = rc->default_ttl_s;
 	r->stale_while_revalidate_s = rc->stale_while_revalidate_s;
 	r->stale_if_error_s = rc->stale_if_error_s;
 }

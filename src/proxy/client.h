@@ -65,6 +65,7 @@ struct client {
 	unsigned trusted : 1;	      /* the client is in trusted_proxies */
 	unsigned tls : 1;	      /* it came through a TLS listener */
 	unsigned hello_checked : 1;   /* ... and its ClientHello's declared size was looked at */
+	unsigned plain_on_tls : 1;    /* ... but it spoke plain HTTP: answered 400 in plain text */
 	struct buf *in;		      /* bytes from the client */
 	struct buf *out;	      /* heads and proxy-made responses for the client */
 	uint64_t phase_ms;	      /* when the current state or head began */

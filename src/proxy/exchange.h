@@ -167,6 +167,7 @@ struct exchange_peer {
  * stage that refuses the request sets it and the codec writes it (rewrite_error()). */
 struct exchange_answer {
 	const char *code;	/* the "code" of the proxy's next OpenAI error, or NULL */
+	const char *param;	/* ... its "param" (the request's field at fault), or NULL */
 	unsigned retry_after_s; /* a 429's or 503's Retry-After */
 };
 

@@ -95,10 +95,13 @@ static enum run h1_answer(struct client *cl, int status, const char *detail, int
 			     : status == 429 && x			   ? x->answer.retry_after_s
 									   : 0,
 	    .challenges = route ? auth_challenges(route->auth) : 0,
-	    .openai = route && route->api == CONF_API_OPENAI,
+	    .openai = route		 ? route->api == CONF_API_OPENAI
+		      : cl->plain_on_tls ? 0
+					 : route_all_openai(w->conf),
 	    .openai_type = status == 429 && x ? quota_refusal_type(x) : NULL,
 	    .more_headers = status == 429 && x ? quota_refusal_headers(x) : NULL,
 	    .openai_code = x ? x->answer.code : NULL,
+	    .openai_param = x ? x->answer.param : NULL,
 	    .head_only = x && x->meth == HTTP_HEAD,
 	};
 	int n = -1;
@@ -408,10 +411,22 @@ static enum run head_settle(struct client *cl)
 	return exchange_start(cl, w->head.head_len, (size_t)unused);
 }
 
-/* One step of the TLS handshake; the head timeout runs from the accept. */
+/* One step of the TLS handshake; the head timeout runs from the accept. A client that
+ * speaks plain HTTP to the TLS listener is told so, as nginx does: 400 in plain text, then
+ * closed (lingering: its request is read and dropped, so the answer is not lost to a RST). */
 static enum run run_handshake(struct client *cl)
 {
 	if (!cl->hello_checked) {
+		int plain = net_tls_sniff_plain_http(&cl->conn);
+		if (plain == -EAGAIN) {
+			cl->readable = 0;
+			return RUN_STAY;
+		}
+		if (plain) {
+			net_tls_listener_detach(&cl->conn);
+			cl->plain_on_tls = 1;
+			return h1_reply(cl, 400, "plain HTTP request was sent to an HTTPS port", 0);
+		}
 		int big = net_tls_hello_oversized(&cl->conn, TLS_HELLO_MAX);
 		if (big == -EAGAIN) {
 			cl->readable = 0;

@@ -113,6 +113,14 @@ const struct conf_route *route_match(const struct conf *conf, const struct http_
 	return NULL;
 }
 
+int route_all_openai(const struct conf *conf)
+{
+	for (size_t i = 0; i < conf->nroutes; i++)
+		if (conf->routes[i].api != CONF_API_OPENAI)
+			return 0;
+	return conf->nroutes > 0;
+}
+
 const struct conf_route *route_match_head(const struct conf *conf, const struct http_head *req,
 					  const char *sni)
 {

@@ -18,6 +18,8 @@ const struct conf_route *route_match(const struct conf *conf, const struct http_
  * the route of <req> depends on its body's "model"; and the route that shapes an answer the
  * proxy gives before a route is chosen (routes.api: a refused body on an api: openai model
  * route is answered with OpenAI's error object). */
+/* Are all of <conf>'s routes api: openai (so an answer no route matched is shaped as theirs)? */
+int route_all_openai(const struct conf *conf);
 const struct conf_route *route_match_head(const struct conf *conf, const struct http_head *req,
 					  const char *sni);
 

@@ -10,6 +10,7 @@
 #include "proxy/dispatch.h"
 #include "proxy/pace.h"
 #include "proxy/quota.h"
+#include "proxy/probes.h"
 #include "proxy/route.h"
 #include "proxy/sse.h"
 #include "runtime/pick.h"
@@ -136,13 +137,36 @@ static enum run answer_models(struct exchange *x, const char *id, size_t idlen)
 	return exchange_reply(x, 404, why, 1);
 }
 
+/* No route matched: 404, saying it was the model when routes choose by one (the OpenAI API's
+ * model_not_found, its "param" the body's "model"). */
+static enum run route_missed(struct exchange *x)
+{
+	char why[CONF_MODEL_MAX + 96];
+	const struct conf_route *head =
+	    route_match_head(x->w->conf, x->head, x->peer.tls ? x->peer.tls->sni : NULL);
+	if (!head || !x->reqbody.model_read)
+		return exchange_reply(x, 404, "no route matches this request", 1);
+	x->answer.code = "model_not_found";
+	x->answer.param = "model";
+	if (x->wt.has_model)
+		snprintf(why, sizeof(why), "model '%s' not found", x->reqbody.model);
+	else
+		snprintf(why, sizeof(why),
+			 "the request names no model: give \"model\" in its JSON "
+			 "body");
+	return exchange_reply(x, 404, why, 1);
+}
+
 static enum run stage_route(struct exchange *x)
 {
+	enum run probed = probes_answer(x); /* probes.listeners: /healthz, /readyz */
+	if (probed != RUN_AGAIN)
+		return probed;
 	const struct conf_route *route =
 	    route_match(x->w->conf, x->head, x->peer.tls ? x->peer.tls->sni : NULL,
 			x->wt.has_model ? x->reqbody.model : NULL, x->reqbody.model_len);
 	if (!route)
-		return exchange_reply(x, 404, "no route matches this request", 1);
+		return route_missed(x);
 	x->route = route;
 	x->pool = &x->w->rt->pools[route->pool];
 	/* the admin API's maintenance: new requests are turned away, those in flight finish */

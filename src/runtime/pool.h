@@ -161,7 +161,8 @@ struct runtime {
 	/* the admin API's maintenance: 0 off, else new requests are answered 503 with this
 	 * Retry-After, in seconds (control/manage.h) */
 	atomic_uint maintenance;
-	atomic_uint tunnels; /* WebSocket tunnels open (limits.max_tunnels; proxy/tunnel.h) */
+	atomic_uint stopping; /* the process drains to exit (SIGTERM): GET /readyz says 503 */
+	atomic_uint tunnels;  /* WebSocket tunnels open (limits.max_tunnels; proxy/tunnel.h) */
 };
 
 /* Is <b> in rotation as far as discovery goes: a fixed backend, or a slot whose address the

@@ -196,3 +196,87 @@ def test_openai_event_stream_ends_with_the_openai_error_object(env):
     assert set(e) == {"message", "type", "param", "code"} and e["param"] is None, e
     assert (e["type"], e["code"]) == ("server_error", "service_unavailable"), e
     assert "queue.timeout_ms" in e["message"], e
+
+
+def test_openai_404_for_no_model_or_an_unknown_one(env):
+    """Routes that choose by model (issue 26): a completion naming no model, or a model no
+    route takes, is a 404 in the OpenAI shape, code model_not_found and param "model", its
+    message saying which; one that no route would take whatever its model is the plain
+    404 of the route it asked for, still as JSON."""
+    be = echo_backend(env)
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]) + "routes:\n"
+                   "  - match: {path_prefix: /v1/, model: 'llama*'}\n    pool: p\n    api: openai\n")
+    hdr = {"Content-Type": "application/json"}
+    assert request(px.port, "POST", "/v1/completions", headers=hdr,
+                   body=json.dumps({"model": "llama-3", "prompt": "x"}))[0] == 200
+    st, h, body = request(px.port, "POST", "/v1/completions", headers=hdr,
+                          body=json.dumps({"prompt": "x"}))
+    e = _error_param(st, h, body, 404, "invalid_request_error", "model_not_found", "model")
+    assert "names no model" in e["message"], e
+    st, h, body = request(px.port, "POST", "/v1/completions", headers=hdr,
+                          body=json.dumps({"model": "gpt-4o", "prompt": "x"}))
+    e = _error_param(st, h, body, 404, "invalid_request_error", "model_not_found", "model")
+    assert e["message"] == "model 'gpt-4o' not found", e
+    st, h, body = request(px.port, "POST", "/other", headers=hdr,
+                          body=json.dumps({"model": "llama-3"}))
+    _error(st, h, body, 404, "invalid_request_error", None)
+
+
+def _error_param(st, h, body, status_, type_, code, param):
+    """_error, for an error object whose "param" names the field at fault."""
+    doc = json.loads(body)
+    assert doc["error"]["param"] == param, doc
+    doc["error"]["param"] = None
+    return _error(st, h, json.dumps(doc).encode(), status_, type_, code)
+
+
+def test_openai_shape_without_a_route_when_every_route_is_openai(env):
+    """When every route is api: openai, what no route takes (another path, a request line
+    that is no HTTP) is answered in the OpenAI shape too; with one route that is not, such
+    an answer stays text/plain."""
+    be = echo_backend(env)
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]) + "routes:\n"
+                   "  - match: {path_prefix: /v1/}\n    pool: p\n    api: openai\n")
+    st, h, body = request(px.port, "GET", "/nothing/here")
+    _error(st, h, body, 404, "invalid_request_error", None)
+    st, h, body = _raw_answer(px.port, b"GARBAGE\r\n\r\n")
+    assert st == 400 and h["content-type"] == ["application/json"], (st, h, body)
+    assert json.loads(body)["error"]["type"] == "invalid_request_error", body
+    env.stop(px)
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]) + "routes:\n"
+                   "  - match: {path_prefix: /v1/}\n    pool: p\n    api: openai\n"
+                   "  - match: {path_prefix: /plain/}\n    pool: p\n")
+    st, h, body = request(px.port, "GET", "/nothing/here")
+    assert st == 404 and h["content-type"] == ["text/plain"], (st, h, body)
+
+
+def test_openai_401_names_only_the_methods_the_route_takes(env):
+    """A 401's message names what the route takes: an API key route never mentions Basic
+    (nor does its WWW-Authenticate), a Basic route asks for a user name and password and
+    challenges Basic, a route with both names both."""
+    from test_auth_jwt import htpasswd
+    be = echo_backend(env)
+    keys = env.write("keys.txt", "acme sk-acme-0123456789abcdef\n")
+    secret = env.write("hs.key", "an HS256 secret of at least 32 bytes, for the test\n")
+    users = htpasswd(env, "users", [("alice", "wonder land")])
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]) + "routes:\n"
+                   "  - match: {path_prefix: /v1/keys/}\n    pool: p\n    api: openai\n"
+                   f"    auth: {{api_keys_file: {keys}}}\n"
+                   "  - match: {path_prefix: /v1/jwt/}\n    pool: p\n    api: openai\n"
+                   f"    auth: {{api_keys_file: {keys}, jwt: {{keys_file: {secret}}}}}\n"
+                   "  - match: {path_prefix: /v1/basic/}\n    pool: p\n    api: openai\n"
+                   f"    auth: {{basic: {{users_file: {users}}}}}\n"
+                   "  - match: {path_prefix: /v1/both/}\n    pool: p\n    api: openai\n"
+                   f"    auth: {{api_keys_file: {keys}, basic: {{users_file: {users}}}}}\n")
+    for path, says, challenges in (
+            ("/v1/keys/x", "an API key is required", ['Bearer realm="accelnet"']),
+            ("/v1/jwt/x", "an API key or a token is required", ['Bearer realm="accelnet"']),
+            ("/v1/basic/x", "a user name and password are required (Basic)",
+             ['Basic realm="accelnet", charset="UTF-8"']),
+            ("/v1/both/x", "Bearer or Basic", ['Basic realm="accelnet", charset="UTF-8"',
+                                               'Bearer realm="accelnet"'])):
+        st, h, body = request(px.port, "GET", path)
+        e = _error(st, h, body, 401, "invalid_request_error", "invalid_api_key")
+        assert says in e["message"], (path, e)
+        assert ("Basic" in e["message"]) == ("basic" in path or "both" in path), (path, e)
+        assert sorted(h["www-authenticate"]) == sorted(challenges), (path, h)

@@ -191,7 +191,7 @@ def test_garbage_and_plain_http_on_the_tls_port(env):
     be = echo_backend(env)
     p, tport, certs = _tls_proxy(env, be.port)
     hostile = [
-        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",                     # plain HTTP
+        b"get / HTTP/1.1\r\nHost: x\r\n\r\n",                     # no method (lower case)
         b"\x16\x03\x01\x00\x05\x01\x00\x00\x01\x00",              # a truncated ClientHello
         b"\x16\x03\x01\xff\xff" + b"\x01" * 200,                  # a length past the data
         b"\x16\x03\x03\x00\x30" + os.urandom(48),                 # random handshake bytes
@@ -207,6 +207,7 @@ def test_garbage_and_plain_http_on_the_tls_port(env):
             got = b""
         assert not got.startswith(b"HTTP/"), got[:40]  # TLS alerts at most, never HTTP
         s.close()
+    # plain HTTP is told so (test_plain_http_on_the_tls_port_is_answered_400_in_plain_text)
     assert _get(tport, _ctx(certs["ec"][0]))[1] == 200
     assert p.poll() is None
     # a ClientHello that declares 1 MiB is refused before anything of it is buffered
@@ -295,3 +296,62 @@ def test_large_bodies_over_tls_arrive_whole(env):
     c2.request("POST", "/up", body=os.urandom(1 << 20))
     r2 = c2.getresponse()
     assert r2.status == 200 and b"(1048576 body bytes)" in r2.read()
+
+
+def _plain_answer(port, data, after=None):
+    """Send <data> in plain text to the TLS port (then <after>, once the answer began), read
+    until the proxy closes: (status line, headers dict, body)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    with s:
+        s.sendall(data)
+        got = s.recv(65536)
+        if after:
+            try:
+                s.sendall(after)
+            except OSError:
+                pass
+        got = read_all(s, got)
+    head, _, body = got.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    h = {}
+    for ln in lines[1:]:
+        k, _, v = ln.partition(":")
+        h.setdefault(k.strip().lower(), []).append(v.strip())
+    return lines[0], h, body
+
+
+def test_plain_http_on_the_tls_port_is_answered_400_in_plain_text(env):
+    """Plain HTTP sent to a TLS listener (issue 26): 400 in plain text saying so, as nginx
+    does, then the connection is closed; nothing reaches the backend; TLS clients and the
+    plain listener are served as before. The answer does not wait for the whole request (a
+    first byte that begins a method is enough), does not depend on what follows, and stays
+    plain text even where every route is api: openai."""
+    be = echo_backend(env)
+    p, tport, certs = _tls_proxy(env, be.port,
+                                 extra="routes:\n  - {match: {path_prefix: /}, pool: p, "
+                                       "api: openai}\n")
+    for data, after in ((b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n", None),
+                        (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5"
+                         b"\r\n\r\nhello", None),
+                        (b"GET / HTTP/1.1\r\nHost: x\r\n\r\nGET /2 HTTP/1.1\r\n\r\n", None),
+                        (b"G", b"ET / HTTP/1.1\r\nHost: x\r\n\r\n")):
+        line, h, body = _plain_answer(tport, data, after)
+        assert line == "HTTP/1.1 400 Bad Request", (data, line)
+        assert h["content-type"] == ["text/plain"] and h["connection"] == ["close"], h
+        assert b"plain HTTP request was sent to an HTTPS port" in body, body
+        assert len(body) == int(h["content-length"][0]), (h, body)
+    assert be.count == 0
+    c, st, _ = _get(tport, _ctx(certs["ec"][0]))
+    assert st == 200 and be.count == 1
+    c.close()
+    assert http_get_plain(p.port) == 200
+    assert p.poll() is None
+
+
+def http_get_plain(port):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        c.request("GET", "/")
+        return c.getresponse().status
+    finally:
+        c.close()
