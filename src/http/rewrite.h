@@ -37,6 +37,17 @@ struct rewrite_field {
 	const char *value; /* NULL: the field is only dropped from the client's request */
 };
 
+/* Fields a route or pool edits (request_headers, response_headers): every field of the
+ * message named in set is dropped, then each set one with a value and each add one written,
+ * bytes outside printable ASCII as '?'. Names compare as same_field_for_cgi does ('_' is
+ * '-'), so a client cannot slip one past as X_Name. */
+struct rewrite_edit {
+	const struct rewrite_field *set; /* value NULL: only removed */
+	unsigned nset;
+	const struct rewrite_field *add;
+	unsigned nadd;
+};
+
 struct rewrite_request_info {
 	const char *client_ip;
 	const char *request_id;	 /* the id to send: kept from the client or generated */
@@ -56,6 +67,9 @@ struct rewrite_request_info {
 	const struct rewrite_field *set;
 	unsigned nset;
 	int upgrade; /* a WebSocket handshake to tunnel: Connection: Upgrade, Upgrade: websocket */
+	const struct rewrite_edit *edit; /* request_headers; NULL: none */
+	struct http_str path; /* the target sent (routes.rewrite); p NULL: the client's */
+	const char *host;     /* the Host sent (rewrite.host); NULL: the client's */
 };
 
 /*
@@ -74,6 +88,10 @@ int rewrite_request(char *out, size_t cap, const struct http_head *req,
  */
 int rewrite_response(char *out, size_t cap, const struct http_head *resp, int keep_alive,
 		     const char *request_id, const char *timing);
+/* ... with the response_headers <edit> (NULL: none) applied. */
+int rewrite_response_edit(char *out, size_t cap, const struct http_head *resp, int keep_alive,
+			  const char *request_id, const char *timing,
+			  const struct rewrite_edit *edit);
 
 /* A response the proxy makes itself. */
 struct rewrite_error_info {
