@@ -352,7 +352,7 @@ def test_debug_requests_shows_in_flight_and_slowest(env):
     assert doc["silent_workers"] == [] and doc["in_flight_count"] == 1, doc
     x, = doc["in_flight"]
     assert x["request_id"] == "held-1" and x["state"] == "waiting for backend", x
-    assert x["method"] == "POST" and x["path"] == "/v1/slow?q=1" and x["route"] == "0", x
+    assert x["method"] == "POST" and x["path"] == "/v1/slow?q=1" and x["route"] == 0, x
     assert x["pool"] == "p" and x["backend"] == f"127.0.0.1:{be.port}", x
     assert x["client"] == TRUSTED and x["bytes_in"] > 5 and x["bytes_out"] == 0, x
     assert x["age_ms"] >= 0 and x["ttfb_ms"] is None and x["connect_ms"] is not None, x
