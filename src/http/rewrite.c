@@ -322,6 +322,25 @@ int rewrite_response_edit(char *buf, size_t cap, const struct http_head *resp, i
 	return finish(&o);
 }
 
+int rewrite_edit_fields(char *p, size_t len, size_t cap, const struct rewrite_edit *edit)
+{
+	size_t w = 0;
+	for (size_t r = 0; r < len;) {
+		const char *eol = memchr(p + r, '\n', len - r);
+		size_t n = eol ? (size_t)(eol + 1 - (p + r)) : len - r;
+		const char *colon = memchr(p + r, ':', n);
+		struct http_str name = {p + r, colon ? (uint32_t)(colon - (p + r)) : 0};
+		if (!colon || !is_edited(edit, name)) {
+			memmove(p + w, p + r, n);
+			w += n;
+		}
+		r += n;
+	}
+	struct out o = {p, w, cap, 0};
+	put_edit(&o, edit);
+	return finish(&o);
+}
+
 int rewrite_sse_head(char *out, size_t cap, const char *request_id)
 {
 	int n = snprintf(out, cap,

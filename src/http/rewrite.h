@@ -93,6 +93,13 @@ int rewrite_response_edit(char *out, size_t cap, const struct http_head *resp, i
 			  const char *request_id, const char *timing,
 			  const struct rewrite_edit *edit);
 
+/*
+ * The field lines p[0..len) (each ending in LF) less those <edit> sets or removes, then its
+ * own, written in place (p has <cap> bytes): a head the proxy did not parse, as a stored
+ * response's. Returns the new length, or -1 when it does not fit.
+ */
+int rewrite_edit_fields(char *p, size_t len, size_t cap, const struct rewrite_edit *edit);
+
 /* A response the proxy makes itself. */
 struct rewrite_error_info {
 	int status;

@@ -123,7 +123,7 @@ enum run up_h1_send(struct exchange *x, const char *body, size_t len, size_t *to
 	struct attempt *a = x->att;
 	struct upconn *up = a->up;
 	/* the head with this attempt's credential line (forward.h) */
-	size_t head_left = forward_head_len(x, a) - a->head_off;
+	size_t head_left = x->uphead ? forward_head_len(x, a) - a->head_off : 0;
 	struct iovec iov[4];
 	int n = 0;
 	*took = 0;

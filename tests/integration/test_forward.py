@@ -349,3 +349,27 @@ def lenient_backend_for(env):
     be = LenientBackend()
     env.on_cleanup.append(be.close)
     return be
+
+
+def test_response_headers_on_cache_hits_too(env):
+    """A stored response is edited when it is served, as a relayed one is: a field removed
+    from the backend's never comes back on a hit, and a variable is this request's."""
+    from harness import ScriptedBackend
+
+    def script(n, req):
+        return (b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nX-Internal: secret\r\n"
+                b"Content-Length: 2\r\n\r\nok", False)
+    be = ScriptedBackend(script)
+    env.on_cleanup.append(be.close)
+    p = env.proxy(
+        "cache: {status_header: true}\npools:\n"
+        f"  - name: p\n    backends: [{{address: 127.0.0.1:{be.port}}}]\n"
+        "routes:\n  - match: {path_prefix: /}\n    pool: p\n    cache: true\n"
+        "    response_headers:\n      set: {X-Rid: '%{request_id}'}\n      remove: [X-Internal]\n")
+    for i in range(2):
+        st, h, data = request(p.port, "GET", "/doc")
+        assert st == 200 and data == b"ok", (st, data)
+        assert "x-internal" not in h, h
+        assert h["x-rid"] == h["x-request-id"], h
+        assert ("hit" in h["cache-status"][0]) == (i == 1), h
+    assert be.count == 1
