@@ -276,8 +276,10 @@ int forward_request(struct exchange *x, struct rewrite_request_info *info,
 		    struct forward_scratch *s)
 {
 	const struct conf_fwd *rf = x->route->fwd, *pf = x->pool->conf->fwd;
+	const struct conf_fwd *sf =
+	    x->route->has_spill ? x->w->rt->pools[x->route->spill_pool].conf->fwd : NULL;
 	edit_begin(s);
-	if (pf && pf->any_key) {
+	if ((pf && pf->any_key) || (sf && sf->any_key)) { /* the spillover pool's too */
 		/* the client's own credentials never reach a backend that takes the proxy's */
 		static const char *const creds[] = {"Authorization", "X-API-Key",
 						    "Proxy-Authorization"};
@@ -285,6 +287,8 @@ int forward_request(struct exchange *x, struct rewrite_request_info *info,
 			s->set[s->edit.nset++] = (struct rewrite_field){creds[i], NULL};
 		if (pf && pf->api_key_header)
 			s->set[s->edit.nset++] = (struct rewrite_field){pf->api_key_header, NULL};
+		if (sf && sf->api_key_header)
+			s->set[s->edit.nset++] = (struct rewrite_field){sf->api_key_header, NULL};
 	}
 	if (rf)
 		edit_add(x, &rf->req, s);

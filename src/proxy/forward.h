@@ -27,7 +27,7 @@
 
 extern const struct xhook forward_hook;
 
-#define FORWARD_FIELDS_MAX (2 * FWD_HEADERS_MAX + 4)
+#define FORWARD_FIELDS_MAX (2 * FWD_HEADERS_MAX + 8)
 #define FORWARD_TARGET_MAX 8192
 
 /* The caller's room for one head's edits: fields, their expanded values, the target. */

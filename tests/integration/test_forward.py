@@ -373,3 +373,21 @@ def test_response_headers_on_cache_hits_too(env):
         assert h["x-rid"] == h["x-request-id"], h
         assert ("hit" in h["cache-status"][0]) == (i == 1), h
     assert be.count == 1
+
+
+def test_spillover_pool_with_a_key_never_gets_the_clients(env):
+    """The route's pool holds no key, its spillover pool does: a request that moves there
+    carries the spillover backend's key alone, never the client's beside it."""
+    spare = keyed_backend(env, "spare-key")
+    ks = key_file(env, "spare.key", "spare-key")
+    p = env.proxy(
+        "pools:\n"
+        f"  - name: gpu\n    backends: [{{address: 127.0.0.1:{free_port()}, max_concurrency: 1}}]\n"
+        f"  - name: spare\n    backends: [{{address: 127.0.0.1:{spare.port}}}]\n"
+        f"    api_key_file: {ks}\n"
+        "routes:\n  - match: {path_prefix: /}\n    pool: gpu\n    spillover: {pool: spare}\n")
+    st, _, data = request(p.port, "GET", "/v1/models",
+                          headers={"Authorization": "Bearer client-key"})
+    assert st == 200, data
+    assert seen(data)["headers"]["authorization"] == ["Bearer spare-key"], data
+    assert not getattr(spare, "refused", 0)
