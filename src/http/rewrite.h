@@ -16,6 +16,11 @@
  * X-Forwarded-For, X-Real-IP and Forwarded are believed only from trusted_proxies: for any
  * other client X-Forwarded-For is replaced by its address and the other two are dropped.
  *
+ * What a route or pool configures (proxy/forward.h) comes in already checked: the target and
+ * Host to send in place of the client's, and an edit of fields to drop, set and add
+ * (struct rewrite_edit), applied in the same pass; values are written with every byte
+ * outside printable ASCII as '?', so no value can end a field.
+ *
  * One request id per request, the one the proxy logs: the backend gets it as X-Request-Id
  * (the client's field is never copied), and the client gets it on every response, relayed
  * ones too (a backend's own X-Request-Id is replaced), and in the proxy's own error bodies.

@@ -5,9 +5,9 @@
  * with %{...} variables), and the pool's or backend's own credential (api_key_file).
  *
  * The stage "forward" (stages.c) asks forward_request() for the rewritten target and the
- * request fields before it writes the head; the client side asks forward_response() before
- * it writes the response head. Both expand variables into the caller's scratch (no
- * allocation). The credential is no part of that head (x->uphead): the backend is picked
+ * request fields before it writes the head; the client side (relay.c) asks forward_response()
+ * before it writes a relayed response head, and a cache hit (hit.c) before it writes the
+ * stored one. Both expand variables into the caller's scratch (no allocation). The credential is no part of that head (x->uphead): the backend is picked
  * after it is written, a retry or hedge may go to another one, and the cache reads the head
  * as the client's request. So each attempt sends the head with its backend's credential line
  * put before the blank line that ends it (forward_head_iov()).
