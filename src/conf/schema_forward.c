@@ -384,8 +384,9 @@ static int compile_regex(struct rules_ctx *x, yaml_node_t *v, struct fwd_rewrite
 		return rules_fail(x, v, "rewrite: regex needs both match and replace");
 	int code;
 	PCRE2_SIZE at;
-	pcre2_code *re = pcre2_compile((PCRE2_SPTR)rw->match, PCRE2_ZERO_TERMINATED, PCRE2_UTF,
-				       &code, &at, NULL);
+	/* a path that is no UTF-8 (raw bytes a client sent) does not match, rather than fail */
+	pcre2_code *re = pcre2_compile((PCRE2_SPTR)rw->match, PCRE2_ZERO_TERMINATED,
+				       PCRE2_UTF | PCRE2_MATCH_INVALID_UTF, &code, &at, NULL);
 	if (!re) {
 		PCRE2_UCHAR why[160];
 		pcre2_get_error_message(code, why, sizeof(why));

@@ -2,7 +2,9 @@
  * forward.c - rewriting what is forwarded (see forward.h).
  *
  * A regex runs with match data kept per worker thread (made at its first rewrite, freed when
- * the thread ends): pcre2_match() allocates nothing more for a path this short.
+ * the thread ends): pcre2_match() allocates nothing more for a path this short. The client
+ * writes the path a configured expression runs on, so a match is bounded (REGEX_MATCH_LIMIT
+ * steps): one that would backtrack past it is answered 502, never a worker's second spent.
  */
 #include "proxy/forward.h"
 #include "core/log.h"
@@ -38,8 +40,12 @@ const char *forward_target(const struct exchange *x, int *cut)
 	return f->rewritten ? f->target : NULL;
 }
 
+#define REGEX_MATCH_LIMIT 100000
+#define REGEX_DEPTH_LIMIT 10000
+
 static pthread_key_t md_key;
 static pthread_once_t md_once = PTHREAD_ONCE_INIT;
+static pcre2_match_context *mctx; /* the limits; only read once made */
 
 static void md_free(void *md)
 {
@@ -48,8 +54,10 @@ static void md_free(void *md)
 
 static void md_key_make(void)
 {
-	if (pthread_key_create(&md_key, md_free) != 0)
+	if (pthread_key_create(&md_key, md_free) != 0 || !(mctx = pcre2_match_context_create(NULL)))
 		fatal("cannot make a thread key for the rewrite regexes");
+	pcre2_set_match_limit(mctx, REGEX_MATCH_LIMIT);
+	pcre2_set_depth_limit(mctx, REGEX_DEPTH_LIMIT);
 }
 
 #define MATCH_GROUPS 10 /* $0 .. $9 */
@@ -82,10 +90,12 @@ static int apply_regex(const struct fwd_rewrite *rw, const char *s, size_t len, 
 	pcre2_match_data *md = match_data();
 	if (!md)
 		return -1;
-	int rc = pcre2_match(rw->re, (PCRE2_SPTR)s, len, 0, 0, md, NULL);
+	int rc = pcre2_match(rw->re, (PCRE2_SPTR)s, len, 0, 0, md, mctx);
 	size_t n = 0;
-	if (rc < 0) /* no match (or a match error): the path goes as it is */
+	if (rc == PCRE2_ERROR_NOMATCH) /* the path goes as it is */
 		return put(out, cap, &n, s, len) < 0 ? -1 : (int)n;
+	if (rc < 0) /* past the limits, or a path not UTF-8: no path to send */
+		return -2;
 	PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
 	unsigned got = (unsigned)(rc == 0 ? MATCH_GROUPS : rc);
 	if (put(out, cap, &n, s, ov[0]) < 0)
@@ -114,7 +124,8 @@ static int path_ok(const char *p, size_t n)
 		return 0;
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)p[i];
-		if (c <= ' ' || c >= 0x7f || c == '?' || c == '#')
+		if (c <= ' ' || c == 0x7f || c == '?' ||
+		    c == '#') /* high bytes pass as they came */
 			return 0;
 	}
 	return 1;
@@ -151,7 +162,7 @@ int forward_rewrite_path(const struct fwd_rewrite *rw, const char *p, size_t len
 		return -1;
 	int k = (int)n;
 	if (rw->re && (k = apply_regex(rw, mid, n, out, cap)) < 0)
-		return -1;
+		return k;
 	return path_ok(out, (size_t)k) ? k : -2;
 }
 

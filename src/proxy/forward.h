@@ -7,10 +7,11 @@
  * The stage "forward" (stages.c) asks forward_request() for the rewritten target and the
  * request fields before it writes the head; the client side (relay.c) asks forward_response()
  * before it writes a relayed response head, and a cache hit (hit.c) before it writes the
- * stored one. Both expand variables into the caller's scratch (no allocation). The credential is no part of that head (x->uphead): the backend is picked
- * after it is written, a retry or hedge may go to another one, and the cache reads the head
- * as the client's request. So each attempt sends the head with its backend's credential line
- * put before the blank line that ends it (forward_head_iov()).
+ * stored one. Both expand variables into the caller's scratch (no allocation). The credential is no
+ * part of that head (x->uphead): the backend is picked after it is written, a retry or hedge may go
+ * to another one, and the cache reads the head as the client's request. So each attempt sends the
+ * head with its backend's credential line put before the blank line that ends it
+ * (forward_head_iov()).
  *
  * Its hook keeps the target as the client sent it and as forwarded, for the access log.
  */
@@ -55,7 +56,7 @@ const struct rewrite_edit *forward_response(const struct exchange *x, struct for
  * Rewrite the path p[0..len) (no query) by <rw>: strip_prefix, then prefix, then the regex
  * (its first match replaced, $N its groups). Returns the new length in out[0..cap), or -1
  * when it does not fit, -2 when the result is no path (it must start with '/' and hold no
- * space, '?', '#' or control byte).
+ * space, '?', '#' or control byte) or the regex ran past its bounds (backtracking).
  */
 int forward_rewrite_path(const struct fwd_rewrite *rw, const char *p, size_t len, char *out,
 			 size_t cap);

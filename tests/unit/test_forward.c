@@ -30,8 +30,8 @@ static struct fwd_rewrite rw(const char *strip, const char *prefix, const char *
 	if (match) {
 		int code;
 		PCRE2_SIZE at;
-		r.re = pcre2_compile((PCRE2_SPTR)match, PCRE2_ZERO_TERMINATED, PCRE2_UTF, &code,
-				     &at, NULL);
+		r.re = pcre2_compile((PCRE2_SPTR)match, PCRE2_ZERO_TERMINATED,
+				     PCRE2_UTF | PCRE2_MATCH_INVALID_UTF, &code, &at, NULL);
 		assert_non_null(r.re);
 	}
 	return r;
@@ -83,6 +83,23 @@ static void regex_groups_and_dollars(void **state)
 	pcre2_code_free(unset.re);
 	pcre2_code_free(bad.re);
 	pcre2_code_free(all.re);
+}
+
+/* A client writes the path a configured expression runs on: backtracking is bounded. */
+static void backtracking_is_bounded(void **state)
+{
+	(void)state;
+	struct fwd_rewrite r = rw(NULL, NULL, "^/(a+)+$", "/x");
+	char path[64] = "/";
+	memset(path + 1, 'a', 40);
+	path[41] = 'b';
+	assert_string_equal(apply(&r, path), "<no path>");
+	assert_string_equal(apply(&r, "/aaa"), "/x");
+	/* a byte that is no UTF-8 does not match, and goes as it came */
+	struct fwd_rewrite u = rw(NULL, NULL, "^/z(.)$", "/$1");
+	assert_string_equal(apply(&u, "/z\xc3"), "/z\xc3");
+	pcre2_code_free(r.re);
+	pcre2_code_free(u.re);
 }
 
 static void too_long_is_refused(void **state)
@@ -174,8 +191,11 @@ static void edits_in_both_heads(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(strip_and_prefix),	   cmocka_unit_test(regex_groups_and_dollars),
-	    cmocka_unit_test(too_long_is_refused), cmocka_unit_test(credential_at_every_offset),
+	    cmocka_unit_test(strip_and_prefix),
+	    cmocka_unit_test(regex_groups_and_dollars),
+	    cmocka_unit_test(backtracking_is_bounded),
+	    cmocka_unit_test(too_long_is_refused),
+	    cmocka_unit_test(credential_at_every_offset),
 	    cmocka_unit_test(edits_in_both_heads),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
