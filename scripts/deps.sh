@@ -8,7 +8,7 @@ PKGS="gcc make pkg-config libyaml-dev libssl-dev libcmocka-dev python3 curl wrk 
 clang clang-format-14 libclang-rt-14-dev libxxhash-dev libjansson-dev libcrypt-dev apache2-utils
 libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack libhiredis-dev redis-server
 python3-cryptography python3-websockets prometheus xxd chromium
-iproute2 strace util-linux testssl.sh libc-ares-dev dnsmasq-base
+iproute2 strace util-linux testssl.sh libc-ares-dev dnsmasq-base libpcre2-dev
 systemd man-db binutils adduser podman $*"
 
 missing=""

@@ -11,6 +11,7 @@
 #include "conf/conf.h"
 #include "conf/schema.h"
 #include "conf/source.h"
+#include "conf/schema_forward.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -164,6 +165,7 @@ void conf_free(struct conf *c)
 			free(p->backends[j].models);
 			free(p->backends[j].kv_events);
 			free(p->backends[j].discover_name);
+			conf_fwd_free(p->backends[j].fwd);
 		}
 		free(p->backends);
 		free(p->name);
@@ -173,6 +175,7 @@ void conf_free(struct conf *c)
 		free(p->load_header);
 		conf_upstream_tls_free(p->tls);
 		lb_state_free(&p->lb);
+		conf_fwd_free(p->fwd);
 	}
 	free(c->pools);
 	for (size_t i = 0; i < c->nroutes; i++) {
@@ -189,6 +192,7 @@ void conf_free(struct conf *c)
 		free(r->tenant_header);
 		conf_auth_free(r->auth);
 		free(r->rate_limit);
+		conf_fwd_free(r->fwd);
 	}
 	free(c->routes);
 	free(c->cache.eviction);

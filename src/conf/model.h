@@ -27,6 +27,8 @@ struct conf_tls_cert {
  * request drops all of them that the client sent (proxy/stages.c). */
 #define CONF_GUARDED_FIELDS_MAX 16
 
+struct conf_fwd; /* what a route, pool or backend changes in what it forwards */
+
 /* listen[].tls: what the listener serves over TLS (net/tls_listen.h has the defaults). */
 struct conf_tls {
 	struct conf_tls_cert first; /* cert, key */
@@ -95,6 +97,7 @@ struct conf_backend {
 	char *discover_name;	/* the name asked (A/AAAA) or the SRV name */
 	unsigned discover_port; /* discover: a: the port of every address found */
 	unsigned discover_max;	/* backends[].max_backends: slots kept for it (default 16) */
+	struct conf_fwd *fwd;	/* api_key_file (conf/schema_forward.h); NULL: none */
 };
 
 #define CONF_MODEL_MAX 255 /* bytes of a model name, or of a match.model pattern */
@@ -166,6 +169,7 @@ struct conf_pool {
 	/* pools[].spare_backends: slots kept for backends added at run time through the admin
 	 * API (control/manage.h); CONF_SPARE_DEFAULT until the pool is checked */
 	unsigned spare_backends;
+	struct conf_fwd *fwd; /* request_headers, response_headers, api_key_file; NULL: none */
 };
 
 #define CONF_SPARE_DEFAULT 4u /* spare_backends when not given (fewer if the pool is full) */
@@ -272,6 +276,7 @@ struct conf_route {
 	unsigned access_log;		    /* 0: this route's requests are not logged */
 	unsigned websocket; /* a WebSocket handshake becomes a tunnel (proxy/tunnel.h) */
 	struct conf_route_cache cache;
+	struct conf_fwd *fwd; /* rewrite, request_headers, response_headers; NULL: none */
 };
 
 /* cache: the response cache's store (cache/store.h) */

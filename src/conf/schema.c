@@ -21,6 +21,7 @@
 #include "conf/schema_cluster.h"
 #include "conf/schema_discovery.h"
 #include "conf/schema_engine.h"
+#include "conf/schema_forward.h"
 #include "conf/schema_tls.h"
 
 #include <ctype.h>
@@ -230,6 +231,10 @@ static const struct rule backend_rules[] = {
     {"models", RULE_SECTION, 0, 0, 0, NULL, schema_read_backend_models},
     {"kv_events", RULE_SECTION, offsetof(struct conf_backend, kv_events), 0, 0, NULL,
      schema_read_kv_events},
+    {"api_key_file", RULE_SECTION, offsetof(struct conf_backend, fwd), 0, 0, NULL,
+     schema_read_api_key_file},
+    {"api_key_header", RULE_SECTION, offsetof(struct conf_backend, fwd), 0, 0, NULL,
+     schema_read_api_key_header},
     RULES_END,
 };
 
@@ -395,6 +400,14 @@ static const struct rule pool_rules[] = {
     {"tls", RULE_SECTION, 0, 0, 0, schema_upstream_tls_rules, schema_read_upstream_tls},
     {"engine_metrics", RULE_SECTION, offsetof(struct conf_pool, engine_metrics), 0, 0,
      schema_engine_metrics_rules, schema_read_engine_metrics},
+    {"request_headers", RULE_SECTION, offsetof(struct conf_pool, fwd), 0, 0,
+     schema_fwd_headers_rules, schema_read_request_headers},
+    {"response_headers", RULE_SECTION, offsetof(struct conf_pool, fwd), 0, 0,
+     schema_fwd_headers_rules, schema_read_response_headers},
+    {"api_key_file", RULE_SECTION, offsetof(struct conf_pool, fwd), 0, 0, NULL,
+     schema_read_api_key_file},
+    {"api_key_header", RULE_SECTION, offsetof(struct conf_pool, fwd), 0, 0, NULL,
+     schema_read_api_key_header},
     RULES_END,
 };
 
@@ -494,7 +507,7 @@ static int check_pool(struct rules_ctx *x, yaml_node_t *item, struct conf_pool *
 			return rules_fail(x, item, "out of memory");
 	}
 	int derr = schema_discovery_check_pool(x, item, p);
-	if (derr)
+	if (derr || (derr = schema_forward_check_pool(x, item, p)))
 		return derr;
 	if (!p->health.timeout_ms)
 		p->health.timeout_ms = p->health.interval_ms < 2000 ? p->health.interval_ms : 2000;
@@ -662,6 +675,12 @@ static const struct rule route_rules[] = {
      schema_read_route_cache},
     {"access_log", RULE_BOOL, offsetof(struct conf_route, access_log), 0, 0, NULL, NULL},
     {"websocket", RULE_BOOL, offsetof(struct conf_route, websocket), 0, 0, NULL, NULL},
+    {"rewrite", RULE_SECTION, offsetof(struct conf_route, fwd), 0, 0, schema_rewrite_rules,
+     schema_read_rewrite},
+    {"request_headers", RULE_SECTION, offsetof(struct conf_route, fwd), 0, 0,
+     schema_fwd_headers_rules, schema_read_request_headers},
+    {"response_headers", RULE_SECTION, offsetof(struct conf_route, fwd), 0, 0,
+     schema_fwd_headers_rules, schema_read_response_headers},
     RULES_END,
 };
 

@@ -34,6 +34,7 @@
 #include "proxy/caching.h"
 #include "control/carry.h"
 #include "proxy/dispatch.h"
+#include "proxy/forward.h"
 #include "control/discover.h"
 #include "control/health.h"
 #include "control/cluster.h"
@@ -903,7 +904,7 @@ out:
  * end, the figures, the log and /debug/requests read what it did before the cache and the
  * limits let go of what it holds. */
 static const struct xhook *const proxy_features[] = {
-    &tally_hook, &access_hook, &debugreq_hook, &caching_hook, &quota_hook,
+    &tally_hook, &access_hook, &debugreq_hook, &caching_hook, &quota_hook, &forward_hook,
 };
 
 int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)

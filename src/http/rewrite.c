@@ -120,6 +120,15 @@ static int is_set_by_proxy(const struct rewrite_request_info *info, struct http_
 	return 0;
 }
 
+/* Is <name> one the edit sets or removes? */
+static int is_edited(const struct rewrite_edit *e, struct http_str name)
+{
+	for (unsigned i = 0; e && i < e->nset; i++)
+		if (same_field_for_cgi(name, e->set[i].name))
+			return 1;
+	return 0;
+}
+
 /* On a route with auth: a credential field the guard did not read (X_API_Key, which a CGI
  * backend reads as HTTP_X_API_KEY like the X-API-Key the guard checked), and unless the route
  * passes them on (pass_credentials), the credential fields themselves. */
@@ -157,6 +166,16 @@ static void put_safe_field(struct out *o, const char *name, const char *value)
 	put(o, "\r\n", 2);
 }
 
+/* The edit's fields with a value: set ones, then added ones. */
+static void put_edit(struct out *o, const struct rewrite_edit *e)
+{
+	for (unsigned i = 0; e && i < e->nset; i++)
+		if (e->set[i].value)
+			put_safe_field(o, e->set[i].name, e->set[i].value);
+	for (unsigned i = 0; e && i < e->nadd; i++)
+		put_safe_field(o, e->add[i].name, e->add[i].value);
+}
+
 int rewrite_incoming_request_id(const struct http_head *req, char *out)
 {
 	const struct http_header *f = http_find_only_header(req, "x-request-id");
@@ -180,9 +199,12 @@ int rewrite_request(char *buf, size_t cap, const struct http_head *req,
 
 	put_str(&o, req->method);
 	put(&o, " ", 1);
-	put_str(&o, req->path);
+	put_str(&o, info->path.p ? info->path : req->path);
 	puts_(&o, info->upstream_minor ? " HTTP/1.1\r\n" : " HTTP/1.0\r\n");
-	if (req->host.p)
+	if (info->host)
+		put_field(&o, (struct http_str){"Host", 4},
+			  (struct http_str){info->host, (uint32_t)strlen(info->host)});
+	else if (req->host.p)
 		put_field(&o, (struct http_str){"Host", 4}, req->host);
 	for (unsigned i = 0; i < req->nheaders; i++) {
 		const struct http_header *f = &req->headers[i];
@@ -194,7 +216,8 @@ int rewrite_request(char *buf, size_t cap, const struct http_head *req,
 		    (is_forwarding(f->name) &&
 		     (!info->trusted || same_field_for_cgi(f->name, "x-forwarded-for"))) ||
 		    (info->identity_header && same_field_for_cgi(f->name, info->identity_header)) ||
-		    is_set_by_proxy(info, f->name) || is_unchecked_credential(info, f->name))
+		    is_set_by_proxy(info, f->name) || is_unchecked_credential(info, f->name) ||
+		    is_edited(info->edit, f->name))
 			continue;
 		put_field(&o, f->name, f->value);
 	}
@@ -232,12 +255,20 @@ int rewrite_request(char *buf, size_t cap, const struct http_head *req,
 	for (unsigned i = 0; i < info->nset; i++)
 		if (info->set[i].value)
 			put_safe_field(&o, info->set[i].name, info->set[i].value);
+	put_edit(&o, info->edit);
 	puts_(&o, "\r\n");
 	return finish(&o);
 }
 
 int rewrite_response(char *buf, size_t cap, const struct http_head *resp, int keep_alive,
 		     const char *request_id, const char *timing)
+{
+	return rewrite_response_edit(buf, cap, resp, keep_alive, request_id, timing, NULL);
+}
+
+int rewrite_response_edit(char *buf, size_t cap, const struct http_head *resp, int keep_alive,
+			  const char *request_id, const char *timing,
+			  const struct rewrite_edit *edit)
 {
 	struct out o = {buf, 0, cap, 0};
 	char status[16];
@@ -260,10 +291,11 @@ int rewrite_response(char *buf, size_t cap, const struct http_head *resp, int ke
 		const struct http_header *f = &resp->headers[i];
 		if (rewrite_is_hop_by_hop(resp, f->name) || is_framing(f->name) ||
 		    http_str_eq(f->name, "x-request-id") ||
-		    http_str_eq(f->name, "x-accelnet-timing"))
+		    http_str_eq(f->name, "x-accelnet-timing") || is_edited(edit, f->name))
 			continue;
 		put_field(&o, f->name, f->value);
 	}
+	put_edit(&o, edit);
 	/* a 1xx or 204 has no body and may not declare one; a HEAD or 304 answer declares
 	 * the length the body would have */
 	if (resp->status >= 200 && resp->status != 204) {
@@ -287,6 +319,25 @@ int rewrite_response(char *buf, size_t cap, const struct http_head *resp, int ke
 	else if (!keep_alive)
 		puts_(&o, "Connection: close\r\n");
 	put(&o, "\r\n", 2);
+	return finish(&o);
+}
+
+int rewrite_edit_fields(char *p, size_t len, size_t cap, const struct rewrite_edit *edit)
+{
+	size_t w = 0;
+	for (size_t r = 0; r < len;) {
+		const char *eol = memchr(p + r, '\n', len - r);
+		size_t n = eol ? (size_t)(eol + 1 - (p + r)) : len - r;
+		const char *colon = memchr(p + r, ':', n);
+		struct http_str name = {p + r, colon ? (uint32_t)(colon - (p + r)) : 0};
+		if (!colon || !is_edited(edit, name)) {
+			memmove(p + w, p + r, n);
+			w += n;
+		}
+		r += n;
+	}
+	struct out o = {p, w, cap, 0};
+	put_edit(&o, edit);
 	return finish(&o);
 }
 

@@ -16,6 +16,11 @@
  * X-Forwarded-For, X-Real-IP and Forwarded are believed only from trusted_proxies: for any
  * other client X-Forwarded-For is replaced by its address and the other two are dropped.
  *
+ * What a route or pool configures (proxy/forward.h) comes in already checked: the target and
+ * Host to send in place of the client's, and an edit of fields to drop, set and add
+ * (struct rewrite_edit), applied in the same pass; values are written with every byte
+ * outside printable ASCII as '?', so no value can end a field.
+ *
  * One request id per request, the one the proxy logs: the backend gets it as X-Request-Id
  * (the client's field is never copied), and the client gets it on every response, relayed
  * ones too (a backend's own X-Request-Id is replaced), and in the proxy's own error bodies.
@@ -37,6 +42,17 @@ struct rewrite_field {
 	const char *value; /* NULL: the field is only dropped from the client's request */
 };
 
+/* Fields a route or pool edits (request_headers, response_headers): every field of the
+ * message named in set is dropped, then each set one with a value and each add one written,
+ * bytes outside printable ASCII as '?'. Names compare as same_field_for_cgi does ('_' is
+ * '-'), so a client cannot slip one past as X_Name. */
+struct rewrite_edit {
+	const struct rewrite_field *set; /* value NULL: only removed */
+	unsigned nset;
+	const struct rewrite_field *add;
+	unsigned nadd;
+};
+
 struct rewrite_request_info {
 	const char *client_ip;
 	const char *request_id;	 /* the id to send: kept from the client or generated */
@@ -56,6 +72,9 @@ struct rewrite_request_info {
 	const struct rewrite_field *set;
 	unsigned nset;
 	int upgrade; /* a WebSocket handshake to tunnel: Connection: Upgrade, Upgrade: websocket */
+	const struct rewrite_edit *edit; /* request_headers; NULL: none */
+	struct http_str path; /* the target sent (routes.rewrite); p NULL: the client's */
+	const char *host;     /* the Host sent (rewrite.host); NULL: the client's */
 };
 
 /*
@@ -74,6 +93,17 @@ int rewrite_request(char *out, size_t cap, const struct http_head *req,
  */
 int rewrite_response(char *out, size_t cap, const struct http_head *resp, int keep_alive,
 		     const char *request_id, const char *timing);
+/* ... with the response_headers <edit> (NULL: none) applied. */
+int rewrite_response_edit(char *out, size_t cap, const struct http_head *resp, int keep_alive,
+			  const char *request_id, const char *timing,
+			  const struct rewrite_edit *edit);
+
+/*
+ * The field lines p[0..len) (each ending in LF) less those <edit> sets or removes, then its
+ * own, written in place (p has <cap> bytes): a head the proxy did not parse, as a stored
+ * response's. Returns the new length, or -1 when it does not fit.
+ */
+int rewrite_edit_fields(char *p, size_t len, size_t cap, const struct rewrite_edit *edit);
 
 /* A response the proxy makes itself. */
 struct rewrite_error_info {

@@ -44,7 +44,7 @@
 #include <unistd.h>
 
 #define ALOG_BUF (256 * 1024)
-#define ALOG_LINE_MAX 4096
+#define ALOG_LINE_MAX 8192 /* the longest line: every string escaped at 6 bytes a byte */
 #define ALOG_SYSLOG_PRI 30 /* LOG_DAEMON | LOG_INFO */
 #define ALOG_SYSLOG_HEAD 64
 #define ALOG_SEND_TIMEOUT_S 1
@@ -271,13 +271,22 @@ static void format_json(struct out *o, const struct alog_rec *r)
 	} else { /* a refused request whose request line could not be read */
 		PUT_LIT(o, ",\"path\":null");
 	}
-	PUT_LIT(o, ",\"route\":");
-	if (r->route < 0)
-		PUT_LIT(o, "null");
-	else
-		put_u64(o, (uint64_t)r->route);
+	if (r->target[0]) { /* routes.rewrite changed it */
+		PUT_LIT(o, ",\"forwarded_path\":\"");
+		put_escaped(o, r->target, 1);
+		puts_(o, r->target_cut ? "...\"" : "\"");
+	} else if (r->path[0] && r->backend[0]) { /* forwarded as it came */
+		PUT_LIT(o, ",\"forwarded_path\":\"");
+		put_escaped(o, r->path, 1);
+		puts_(o, r->path_cut ? "...\"" : "\"");
+	} else {
+		PUT_LIT(o, ",\"forwarded_path\":null");
+	}
+	JSON_STR(o, "route", r->route_name);
 	JSON_STR(o, "pool", r->pool);
 	JSON_STR(o, "backend", r->backend);
+	JSON_STR(o, "model", r->model);
+	JSON_STR(o, "cache", r->cache);
 	PUT_LIT(o, ",\"status\":");
 	put_u64(o, (uint64_t)(r->status < 0 ? 0 : r->status));
 	PUT_LIT(o, ",\"bytes_in\":");
@@ -288,6 +297,13 @@ static void format_json(struct out *o, const struct alog_rec *r)
 	JSON_US(o, "connect_ms", r->connect_us);
 	JSON_US(o, "ttfb_ms", r->ttfb_us);
 	JSON_US(o, "total_ms", r->total_us);
+	JSON_US(o, "upstream_ms", r->upstream_us);
+	if (r->has_usage) {
+		PUT_LIT(o, ",\"prompt_tokens\":");
+		put_u64(o, r->prompt_tokens);
+		PUT_LIT(o, ",\"completion_tokens\":");
+		put_u64(o, r->completion_tokens);
+	}
 	if (r->tokens) {
 		PUT_LIT(o, ",\"tokens\":");
 		put_u64(o, r->tokens);

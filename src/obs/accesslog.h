@@ -31,9 +31,15 @@ struct alog_rec {
 	uint64_t bytes_in, bytes_out;
 	uint32_t queue_us, connect_us, ttfb_us, total_us; /* UINT32_MAX: did not happen */
 	uint32_t tokens, gap_us;			  /* streamed events, their mean gap */
-	int status;					  /* 0: the connection was cut */
-	int route;					  /* index into routes, -1: none */
-	uint8_t path_cut;
+	uint32_t upstream_us; /* first dispatch to the end, when a backend answered */
+	uint64_t prompt_tokens, completion_tokens; /* with has_usage */
+	int status;				   /* 0: the connection was cut */
+	int route;				   /* index into routes, -1: none */
+	uint8_t path_cut, target_cut, has_usage;
+	char route_name[64];		/* routes[].name, or its index; "" with route -1 */
+	char model[128];		/* the body's "model" when read; "" */
+	char cache[16];			/* what the cache did (Cache-Status); "" */
+	char target[ALOG_PATH_MAX + 1]; /* the target forwarded when routes.rewrite changed it */
 	char reqid[65];
 	char trace_id[33]; /* the W3C trace id, "" for a request refused before it was read */
 	char span_id[17];  /* the proxy's span: the parent-id the backend saw */

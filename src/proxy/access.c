@@ -25,6 +25,8 @@
 #include "core/rand.h"
 #include "obs/accesslog.h"
 #include "proxy/access.h"
+#include "proxy/caching.h"
+#include "proxy/forward.h"
 #include "proxy/tally.h"
 
 #include <stdio.h>
@@ -113,6 +115,34 @@ static void put_str(char *dst, size_t cap, const char *s)
 	copy_cut(dst, cap, s, n, NULL);
 }
 
+/* What the cache did (caching_said()), as Cache-Status and the route's cache metric name it. */
+static const char *const cache_names[] = {
+    "",	      "hit",	"stale",   "stale_if_error", "collapsed", "miss", "revalidated",
+    "bypass", "method", "request", "pass",
+};
+_Static_assert(sizeof(cache_names) / sizeof(cache_names[0]) == CS_PASS + 1,
+	       "a name for each caching_said() value");
+
+/* The figures beside the request line: route name, model, tokens, cache, forwarded target,
+ * time at the backend. */
+static void access_log_more(struct exchange *x, struct alog_rec *r, uint64_t now)
+{
+	struct worker *w = x->w;
+	int cut = 0;
+	const char *target = forward_target(x, &cut);
+	unsigned cs = caching_said(x);
+	put_str(r->route_name, sizeof(r->route_name),
+		x->route ? w->rt->route_labels[x->route - w->conf->routes] : NULL);
+	put_str(r->model, sizeof(r->model), x->wt.has_model ? x->reqbody.model : NULL);
+	put_str(r->cache, sizeof(r->cache), cs <= CS_PASS ? cache_names[cs] : NULL);
+	put_str(r->target, sizeof(r->target), target);
+	r->target_cut = (uint8_t)cut;
+	r->has_usage = (uint8_t)tally_usage_tokens(x, &r->prompt_tokens, &r->completion_tokens);
+	r->upstream_us = x->log.backend && x->log.dispatch_ns
+			     ? exchange_us_between(x->log.dispatch_ns, now)
+			     : UINT32_MAX;
+}
+
 static void access_log_exchange(struct exchange *x, uint64_t now)
 {
 	struct worker *w = x->w;
@@ -152,6 +182,7 @@ static void access_log_exchange(struct exchange *x, uint64_t now)
 	put_str(r->backend, sizeof(r->backend), x->log.backend ? x->log.backend->name : NULL);
 	put_str(r->path, sizeof(r->path), a->path);
 	put_str(r->ua, sizeof(r->ua), a->ua);
+	access_log_more(x, r, now);
 	alog_ring_commit(w->alog_ring);
 }
 
@@ -197,6 +228,7 @@ void access_log_refusal(struct worker *w, const char *client_ip, int status, con
 	r->bytes_in = len;
 	r->bytes_out = bytes_out;
 	r->queue_us = r->connect_us = r->ttfb_us = r->total_us = r->gap_us = UINT32_MAX;
+	r->upstream_us = UINT32_MAX;
 	put_str(r->reqid, sizeof(r->reqid), reqid);
 	put_str(r->client, sizeof(r->client), client_ip);
 	if (head)

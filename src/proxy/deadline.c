@@ -6,6 +6,7 @@
 #include "proxy/admission.h"
 #include "proxy/caching.h"
 #include "proxy/dispatch.h"
+#include "proxy/forward.h"
 #include "proxy/hedge.h"
 #include "proxy/pace.h"
 #include "proxy/spill.h"
@@ -99,7 +100,7 @@ uint64_t deadline_next(const struct exchange *x, uint64_t now)
 	} else if (a->up && a->up->connecting) {
 		deadline = a->connect_ms + t->connect_ms;
 	} else if (!x->resp_head && x->req.done && !x->req.ready &&
-		   (!x->uphead || a->head_off == x->uphead->end)) {
+		   (!x->uphead || a->head_off == forward_head_len(x, a))) {
 		deadline = x->last_ms + t->first_byte_ms;
 	} else {
 		deadline = x->last_ms + t->between_bytes_ms;

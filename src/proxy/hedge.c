@@ -7,6 +7,7 @@
 #include "core/clock.h"
 #include "core/rand.h"
 #include "proxy/admission.h"
+#include "proxy/forward.h"
 #include "runtime/pick.h"
 #include "runtime/proxy_metric.h"
 
@@ -69,16 +70,17 @@ int hedge_run(struct exchange *x)
 		exchange_drop_hedge(x);
 		return 0;
 	}
-	if (!h->connecting && h->writable && copy->head_off < x->uphead->end) {
-		ssize_t n = net_conn_write(&h->conn, x->uphead->data + copy->head_off,
-					   x->uphead->end - copy->head_off);
+	size_t head_len = forward_head_len(x, copy); /* with its credential line */
+	if (!h->connecting && h->writable && copy->head_off < head_len) {
+		struct iovec iov[3];
+		ssize_t n = net_conn_writev(&h->conn, iov, forward_head_iov(x, copy, iov));
 		if (n > 0)
 			copy->head_off += (size_t)n;
 		else if (n < 0 && n != -EAGAIN && n != -EINTR) {
 			exchange_drop_hedge(x);
 			return 0;
 		}
-		if (copy->head_off < x->uphead->end)
+		if (copy->head_off < head_len)
 			h->writable = 0;
 	}
 	if (!h->connecting && h->readable) {

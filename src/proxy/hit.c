@@ -4,6 +4,7 @@
 #include "proxy/hit.h"
 #include "core/dec.h"
 #include "proxy/caching.h"
+#include "proxy/forward.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -86,6 +87,14 @@ static int queue_head(struct client *cl, int keep)
 			cx->hit_chunked = 1;
 		}
 		break;
+	}
+	struct forward_scratch fs; /* response_headers (forward.h), on hits too */
+	const struct rewrite_edit *fe = len <= cap ? forward_response(x, &fs) : NULL;
+	if (fe) {
+		const char *eol = memchr(out, '\n', len);
+		size_t s0 = eol ? (size_t)(eol + 1 - out) : len;
+		n = rewrite_edit_fields(out + s0, len - s0, cap - s0, fe);
+		len = n < 0 ? cap + 1 : s0 + (size_t)n;
 	}
 	if (len <= cap) {
 		n = caching_hit_lines(x, out + len, cap - len);

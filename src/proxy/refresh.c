@@ -7,6 +7,7 @@
 #include "core/rand.h"
 #include "http/body.h"
 #include "proxy/admission.h"
+#include "proxy/forward.h"
 #include "proxy/upstream.h"
 #include "runtime/pick.h"
 
@@ -113,14 +114,17 @@ static int step(struct refresh *r)
 	struct upconn *up = r->up;
 	if (up->failed)
 		return -1;
-	if (!up->connecting && up->writable && r->sent < buf_len(r->req)) {
-		ssize_t n = net_conn_write(&up->conn, buf_head(r->req) + r->sent,
-					   buf_len(r->req) - r->sent);
+	size_t cl = 0; /* the backend's credential line (forward.h) goes with the head */
+	const char *cred = forward_cred(r->be, &cl);
+	if (!up->connecting && up->writable && r->sent < buf_len(r->req) + cl) {
+		struct iovec iov[3];
+		int k = forward_iov(buf_head(r->req), buf_len(r->req), r->sent, cred, cl, iov);
+		ssize_t n = net_conn_writev(&up->conn, iov, k);
 		if (n > 0)
 			r->sent += (size_t)n;
 		else if (n != -EAGAIN && n != -EINTR)
 			return -1;
-		if (r->sent < buf_len(r->req))
+		if (r->sent < buf_len(r->req) + cl)
 			up->writable = 0;
 	}
 	while (!up->connecting && up->readable) {

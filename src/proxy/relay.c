@@ -11,6 +11,7 @@
 #include "proxy/debugreq.h"
 #include "proxy/hit.h"
 #include "proxy/dispatch.h"
+#include "proxy/forward.h"
 #include "proxy/hedge.h"
 #include "proxy/quota.h"
 #include "proxy/xhooks.h"
@@ -250,10 +251,12 @@ enum run relay_response_head(struct client *cl, const struct http_head *h)
 	if (cl->h1.early_head)
 		return early_stream_continue(cl, h);
 	char timing[160];
-	int n = rewrite_response(
+	struct forward_scratch fs; /* response_headers (forward.h) */
+	int n = rewrite_response_edit(
 	    cl->out->data + cl->out->end, buf_room(cl->out), h, cl->h1.client_keep, x->names.reqid,
 	    x->names.want_timing && debugreq_timing(x, 0, timing, sizeof(timing)) > 0 ? timing
-										      : NULL);
+										      : NULL,
+	    forward_response(x, &fs));
 	if (n < 0)
 		return dispatch_failed(x, UP_BAD);
 	cl->out->end += (uint32_t)n;

@@ -8,6 +8,7 @@
 #include "proxy/caching.h"
 #include "proxy/classify.h"
 #include "proxy/dispatch.h"
+#include "proxy/forward.h"
 #include "proxy/pace.h"
 #include "proxy/quota.h"
 #include "proxy/probes.h"
@@ -344,6 +345,13 @@ static enum run stage_forward(struct exchange *x)
 	    .upgrade = x->tunnel,
 	};
 	info.nset += caching_forward_fields(x, set + info.nset, etag, lm, sizeof(lm));
+	struct forward_scratch fs; /* routes.rewrite, request_headers (forward.h) */
+	int status = forward_request(x, &info, &fs);
+	if (status)
+		return exchange_reply(x, status,
+				      status == 414 ? "request target too long once rewritten"
+						    : "the route's rewrite makes no valid path",
+				      1);
 	if (!(x->uphead = buf_get(&x->w->bufs)))
 		return exchange_abort(x, "out of memory");
 	int n = rewrite_request(x->uphead->data, x->uphead->cap, x->head, &info);

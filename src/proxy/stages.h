@@ -14,8 +14,10 @@
  * WebSocket handshake its route tunnels (tunnel.h: 503 past limits.max_tunnels); cache looks a GET
  * or HEAD up in the route's response cache (routes.cache: a hit, another request's fill to wait on,
  * or a fill of its own), or marks an inference POST to be looked up once its body is read
- * (caching.h); forward writes the request head the backend will get (431 when it does not
- * fit; none on a hit but for a stale-while-revalidate refresh); head done lets the codec take
+ * (caching.h); forward writes the request head the backend will get, with the route's rewrite
+ * and the route's and pool's request_headers (forward.h: 414 or 502 when the rewrite makes no
+ * target; 431 when the head does not fit; none on a hit but for a stale-while-revalidate
+ * refresh); head done lets the codec take
  * the head off its input (and answer "100 Continue"), then decides whether the body is read
  * before admission (limits.body_buffer_bytes, or a stage that needs it whole: pace.h) and,
  * when it is not, whether the request streams (sse.h); body has the codec read it (relay.h)

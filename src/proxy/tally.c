@@ -146,6 +146,15 @@ static void tokens_of(const struct usage_scan *u, uint64_t *prompt, uint64_t *co
 	*completion = clip(*completion);
 }
 
+int tally_usage_tokens(const struct exchange *x, uint64_t *prompt, uint64_t *completion)
+{
+	const struct tally_x *c = tx(x);
+	if (!c->on)
+		return 0;
+	tokens_of(&c->usage, prompt, completion);
+	return 1;
+}
+
 static void tally_exchange(struct exchange *x, uint64_t now)
 {
 	struct worker *w = x->w;

@@ -30,4 +30,8 @@ struct tally_tokens {
 };
 void tally_tokens_of(const struct exchange *x, struct tally_tokens *t);
 
+/* Its prompt and completion tokens, as the route's figures count them: 1, or 0 when its
+ * tokens are not counted. */
+int tally_usage_tokens(const struct exchange *x, uint64_t *prompt, uint64_t *completion);
+
 #endif

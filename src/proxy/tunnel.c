@@ -12,6 +12,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "proxy/client.h"
+#include "proxy/forward.h"
 #include "proxy/upstream.h"
 #include "runtime/proxy_metric.h"
 
@@ -70,7 +71,7 @@ int tunnel_accepts(const struct exchange *x, const struct http_head *h)
 	/* not before the whole handshake went: the rest of our head (X-Forwarded-For, the identity
 	 * authenticated) would never go, and the client's first bytes would end the head (an early
 	 * event-stream head is the client side's to refuse: it checks before it asks) */
-	return x->tunnel && x->uphead && x->att->head_off == x->uphead->end &&
+	return x->tunnel && x->uphead && x->att->head_off == forward_head_len(x, x->att) &&
 	       (h->flags & HTTP_F_UPGRADE) && field_is(h, "upgrade", "websocket");
 }
 

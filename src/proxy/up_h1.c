@@ -6,6 +6,7 @@
 #include "core/clock.h"
 #include "proxy/caching.h"
 #include "proxy/dispatch.h"
+#include "proxy/forward.h"
 #include "runtime/pick.h"
 #include "runtime/proxy_metric.h"
 #include "proxy/xhooks.h"
@@ -121,14 +122,15 @@ enum run up_h1_send(struct exchange *x, const char *body, size_t len, size_t *to
 {
 	struct attempt *a = x->att;
 	struct upconn *up = a->up;
-	size_t head_left = x->uphead ? x->uphead->end - a->head_off : 0;
-	struct iovec iov[2];
+	/* the head with this attempt's credential line (forward.h) */
+	size_t head_left = x->uphead ? forward_head_len(x, a) - a->head_off : 0;
+	struct iovec iov[4];
 	int n = 0;
 	*took = 0;
 	if (!head_left && !len)
 		return RUN_STAY;
 	if (head_left)
-		iov[n++] = (struct iovec){x->uphead->data + a->head_off, head_left};
+		n = forward_head_iov(x, a, iov);
 	if (len)
 		iov[n++] = (struct iovec){(void *)body, len};
 	ssize_t sent = net_conn_writev(&up->conn, iov, n);

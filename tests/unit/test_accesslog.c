@@ -105,7 +105,9 @@ static struct alog_rec sample(void)
 			     .ttfb_us = 1500,
 			     .total_us = 2500,
 			     .status = 200,
-			     .route = 1};
+			     .route = 1,
+			     .upstream_us = UINT32_MAX};
+	strcpy(r.route_name, "1");
 	strcpy(r.reqid, "abc");
 	strcpy(r.trace_id, "0af7651916cd43dd8448eb211c80319c");
 	strcpy(r.span_id, "b7ad6b7169203331");
@@ -131,9 +133,31 @@ static void json_line_escapes_everything(void **state)
 	    "\"trace_id\":\"0af7651916cd43dd8448eb211c80319c\",\"span_id\":\"b7ad6b7169203331\","
 	    "\"client\":\"10.0.0.1\","
 	    "\"tenant\":null,\"method\":\"GET\",\"path\":\"/a\\\"b\\\\c\\u0001\\u00c3\\u00a9\","
-	    "\"route\":1,\"pool\":\"p\",\"backend\":null,\"status\":200,\"bytes_in\":80,"
+	    "\"forwarded_path\":null,\"route\":\"1\",\"pool\":\"p\",\"backend\":null,"
+	    "\"model\":null,\"cache\":null,\"status\":200,\"bytes_in\":80,"
 	    "\"bytes_out\":12,\"queue_ms\":0.000,\"connect_ms\":null,\"ttfb_ms\":1.500,"
-	    "\"total_ms\":2.500,\"user_agent\":\"u\\\"a\"}\n");
+	    "\"total_ms\":2.500,\"upstream_ms\":null,\"user_agent\":\"u\\\"a\"}\n");
+	/* a rewritten request: both targets; a model, its tokens, the cache, the backend's time */
+	strcpy(r.target, "/v1/x?q=1");
+	strcpy(r.model, "llama");
+	strcpy(r.cache, "miss");
+	r.upstream_us = 2000;
+	r.has_usage = 1;
+	r.prompt_tokens = 5;
+	r.completion_tokens = 7;
+	n = alog_format_line(&r, ALOG_JSON, out, sizeof(out));
+	assert_true(n > 0);
+	out[n] = 0;
+	assert_non_null(strstr(out, "\"forwarded_path\":\"/v1/x?q=1\",\"route\":\"1\""));
+	assert_non_null(strstr(out, "\"model\":\"llama\",\"cache\":\"miss\","));
+	assert_non_null(strstr(out, "\"upstream_ms\":2.000,\"prompt_tokens\":5,"
+				    "\"completion_tokens\":7,"));
+	/* combined stays as it was: none of these in it */
+	n = alog_format_line(&r, ALOG_COMBINED, out, sizeof(out));
+	out[n] = 0;
+	assert_null(strstr(out, "llama"));
+	assert_null(strstr(out, "/v1/x"));
+	r = sample();
 	/* a line that does not fit is not cut: it is left out */
 	assert_int_equal(alog_format_line(&r, ALOG_JSON, out, 40), 0);
 }
@@ -156,6 +180,10 @@ static void json_numbers_as_printf_writes_them(void **state)
 		r.time_us = times[i % 4];
 		r.bytes_in = bytes[i % 4];
 		r.route = (int)(i % 3) - 1;
+		if (r.route < 0)
+			r.route_name[0] = 0;
+		else
+			snprintf(r.route_name, sizeof(r.route_name), "%d", r.route);
 		r.status = (int)i * 50;
 		char out[4096], want[256], ts[32];
 		size_t n = alog_format_line(&r, ALOG_JSON, out, sizeof(out));
@@ -181,7 +209,7 @@ static void json_numbers_as_printf_writes_them(void **state)
 		if (r.route < 0)
 			assert_non_null(strstr(out, "\"route\":null,"));
 		else {
-			snprintf(want, sizeof(want), "\"route\":%d,", r.route);
+			snprintf(want, sizeof(want), "\"route\":\"%d\",", r.route);
 			assert_non_null(strstr(out, want));
 		}
 	}
