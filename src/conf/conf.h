@@ -8,10 +8,11 @@
  * The folder: source.c makes a file, the files it includes and the ${VAR}s it names one
  * YAML document whose nodes remember their file; conf.c loads it whole and owns the life
  * of a struct conf (model.h); rules.c is the generic YAML rule engine (key tables, typed
- * readers, durations and sizes, FILE:LINE:COL messages); schema.c holds the proxy's key tables, defaults and cross-checks, with the
- * tls: sections in schema_tls.c and a route's auth, rate_limit and api in schema_guard.c;
- * tls.c builds a tls: section into what OpenSSL uses; and pool_policy.c reads the keys each
- * balancer declares for itself in its ops table (policy/opt.h), so the schema names none of them.
+ * readers, durations and sizes, FILE:LINE:COL messages); schema.c holds the proxy's key tables,
+ * defaults and cross-checks, with the tls: sections in schema_tls.c and a route's auth, rate_limit
+ * and api in schema_guard.c; tls.c builds a tls: section into what OpenSSL uses; and pool_policy.c
+ * reads the keys each balancer declares for itself in its ops table (policy/opt.h), so the schema
+ * names none of them.
  */
 #ifndef ACCELNET_CONF_CONF_H
 #define ACCELNET_CONF_CONF_H

@@ -91,12 +91,14 @@ def test_include_a_glob_and_a_file(env):
     env.write("default.yaml", f"pools:\n  - name: pc\n    backends: [127.0.0.1:{c.port}]\n"
                               "routes:\n  - pool: pc\n")
     port = free_port()
-    path = env.write("main.yaml", f"listen: [127.0.0.1:{port}]\n"
-                                  "include: [teams/*.yaml, default.yaml]\n"
-                                  "timeouts: {idle_ms: 30s}\n")
-    r = _check(path)
+    # the must-show: ${VAR}, an include and 10s-style values in one config
+    path = env.write("main.yaml", "listen:\n  - 127.0.0.1:${AN_PORT}\n"
+                                  "include: [teams/*.yaml, '${AN_DEFAULT:-default.yaml}']\n"
+                                  "timeouts: {idle_ms: 30s, connect_ms: 500ms}\n")
+    r = _check(path, AN_PORT=str(port))
     assert r.returncode == 0 and "3 pools, 3 routes" in r.stdout, (r.stdout, r.stderr)
-    p = env.start([BIN, "proxy", "-c", path], "proxy", wait_port=port)
+    p = env.start([BIN, "proxy", "-c", path], "proxy", wait_port=port,
+                  environ={"AN_PORT": str(port)})
     for target, name in (("/a/x", "a"), ("/b/y", "b"), ("/other", "c")):
         st, hdrs, _ = request(port, "GET", target)
         assert st == 200 and served_by(hdrs) == name, (target, st, hdrs)
