@@ -169,7 +169,8 @@ static int ctl_call(struct ctl *c, const char *what, const char *method, const c
 	if (status == 401) {
 		fprintf(stderr, "accelnet %s: %s:%s refused: 401 unauthorized (%s)\n", c->name,
 			c->ac.host, c->ac.port,
-			c->ac.token[0] ? "wrong token" : "give --token-file");
+			c->ac.token[0] ? "wrong token"
+				       : "give --token-file or $ACCELNET_ADMIN_TOKEN_FILE");
 	} else if (status < 200 || status > 299) {
 		const char *e = json_string_value(json_object_get(doc, "error"));
 		fprintf(stderr, "accelnet %s: %s: HTTP %d: %s\n", c->name, what, status,

@@ -76,7 +76,9 @@ static json_t *top_fetch(struct top *t)
 	if (code == 401) {
 		snprintf(t->err, sizeof(t->err),
 			 "admin endpoint %s:%s refused: 401 unauthorized (%s)", t->ac.host,
-			 t->ac.port, t->ac.token[0] ? "wrong token" : "give --token-file");
+			 t->ac.port,
+			 t->ac.token[0] ? "wrong token"
+					: "give --token-file or $ACCELNET_ADMIN_TOKEN_FILE");
 		goto fail;
 	}
 	if (code != 200) {

@@ -91,12 +91,14 @@ def test_include_a_glob_and_a_file(env):
     env.write("default.yaml", f"pools:\n  - name: pc\n    backends: [127.0.0.1:{c.port}]\n"
                               "routes:\n  - pool: pc\n")
     port = free_port()
-    path = env.write("main.yaml", f"listen: [127.0.0.1:{port}]\n"
-                                  "include: [teams/*.yaml, default.yaml]\n"
-                                  "timeouts: {idle_ms: 30s}\n")
-    r = _check(path)
+    # the must-show: ${VAR}, an include and 10s-style values in one config
+    path = env.write("main.yaml", "listen:\n  - 127.0.0.1:${AN_PORT}\n"
+                                  "include: [teams/*.yaml, '${AN_DEFAULT:-default.yaml}']\n"
+                                  "timeouts: {idle_ms: 30s, connect_ms: 500ms}\n")
+    r = _check(path, AN_PORT=str(port))
     assert r.returncode == 0 and "3 pools, 3 routes" in r.stdout, (r.stdout, r.stderr)
-    p = env.start([BIN, "proxy", "-c", path], "proxy", wait_port=port)
+    p = env.start([BIN, "proxy", "-c", path], "proxy", wait_port=port,
+                  environ={"AN_PORT": str(port)})
     for target, name in (("/a/x", "a"), ("/b/y", "b"), ("/other", "c")):
         st, hdrs, _ = request(port, "GET", target)
         assert st == 200 and served_by(hdrs) == name, (target, st, hdrs)
@@ -238,3 +240,38 @@ def test_top_and_reload_read_the_admin_environment(env):
     r = _run("reload", "--bogus")
     assert r.returncode == 2 and r.stderr.startswith("accelnet reload: "), r.stderr
     env.stop(p)
+
+
+def test_a_reload_is_refused_for_an_unset_variable_or_a_used_port(env):
+    a, busy = env.sim("a"), env.sim("busy")
+    port = free_port()
+    team = _team(env, "a", "pa", a.port, "/a")
+    path = env.write("main.yaml", f"listen: [127.0.0.1:{port}]\ninclude: teams/*.yaml\n")
+    p = env.start([BIN, "proxy", "-c", path], "proxy", wait_port=port)
+    # an included file now names a variable the proxy's environment does not hold
+    env.write("teams/a.yaml", f"pools:\n  - name: pa\n    backends:\n"
+                              f"      - 127.0.0.1:${{AN_NOPE}}\n")
+    p.send_signal(signal.SIGHUP)
+    wait_until(lambda: "the running configuration stays" in env.log(p), "the refused reload")
+    assert f"SIGHUP: {team}:4:19: ${{AN_NOPE}} is not set" in env.log(p), env.log(p)
+    st, hdrs, _ = request(port, "GET", "/a/x")
+    assert st == 200 and served_by(hdrs) == "a", (st, hdrs)
+    # a listener added on an address another process listens on
+    _team(env, "a", "pa", a.port, "/a")
+    env.write("main.yaml", f"listen: [127.0.0.1:{port}, 127.0.0.1:{busy.port}]\n"
+                           "include: teams/*.yaml\n")
+    p.send_signal(signal.SIGHUP)
+    wait_until(lambda: env.log(p).count("the running configuration stays") == 2,
+               "the second refused reload")
+    assert f"127.0.0.1:{busy.port} is in use by another process" in env.log(p), env.log(p)
+    assert request(busy.port, "GET", "/")[0] == 200
+    assert served_by(request(port, "GET", "/a/x")[1]) == "a"
+    env.stop(p)
+
+
+def test_reuse_port_takes_own_or_shared(env):
+    path = env.write("r.yaml", "listen:\n  - {address: 127.0.0.1:1, reuse_port: yes}\n"
+                               "pools:\n  - name: p\n    backends: [127.0.0.1:9101]\n")
+    r = _check(path)
+    assert r.returncode == 2 and r.stderr.startswith(f"{path}:2:40: listen: reuse_port 'yes': "
+                                                     "expected own or shared"), r.stderr
