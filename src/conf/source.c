@@ -88,6 +88,10 @@ int conf_source_expand(const char *in, char **out, size_t *at, char *var, size_t
 
 	*out = NULL;
 	while ((p = strchr(p, '$'))) {
+		if (p[1] == '$' && p[2] != '{') { /* "$$" stays: only "$${" is an escape */
+			p += 2;
+			continue;
+		}
 		if (p[1] != '$' && p[1] != '{') {
 			p++;
 			continue;
@@ -193,7 +197,7 @@ static int expand_value(struct conf_source *s, const yaml_node_t *n, size_t file
 					var, var);
 		return src_fail(s, s->files[file], n->start_mark.line + 1, col,
 				"a malformed ${...}: expected ${NAME} or ${NAME:-default} (NAME "
-				"letters, digits and '_'); write $$ for a '$'");
+				"letters, digits and '_'); write $${ for a literal '${'");
 	}
 	return 0;
 }

@@ -58,12 +58,13 @@ def test_malformed_reference_and_dollar_escape(env):
     r = _check(path)
     assert r.returncode == 2 and r.stderr.startswith(f"{path}:6:38: a malformed ${{...}}"), \
         r.stderr
-    # $$ is one '$': a route that matches a header value holding one
+    # $${ is a literal '${'; any other '$' (a regex replacement's $$ too) stays as written
     sim = env.sim("s")
     px = env.proxy(f"pools:\n  - name: p\n    backends: [127.0.0.1:{sim.port}]\n"
-                   "routes:\n  - pool: p\n    match: {header: {name: X-K, value: a$$b}}\n")
-    assert request(px.port, "GET", "/", headers={"X-K": "a$b"})[0] == 200
-    assert request(px.port, "GET", "/", headers={"X-K": "a$$b"})[0] == 404
+                   "routes:\n  - pool: p\n    match: {header: {name: X-K, value: 'a$${b}$$c'}}\n")
+    assert request(px.port, "GET", "/", headers={"X-K": "a${b}$$c"})[0] == 200
+    assert request(px.port, "GET", "/", headers={"X-K": "a$${b}$$c"})[0] == 404
+    assert request(px.port, "GET", "/", headers={"X-K": "a${b}$c"})[0] == 404
 
 
 def test_env_value_of_the_wrong_type_is_refused_at_its_place_and_not_shown(env):
