@@ -38,7 +38,8 @@
  * say only whether the process answers (/healthz: 200 "ok") and whether it should be sent
  * traffic (/readyz: 200 "ready", or 503 saying why not: draining, or a pool with fewer than
  * probes.min_up backends up; proxy/probes.h). Which pools those are is told only to a
- * request that could read /status: with a token, one that carries it. Once the process
+ * request that could read /status: with a token, one that carries it (a connection without
+ * it is closed after one probe, as after a dashboard file). Once the process
  * drains to exit, the endpoint keeps listening (admin_set_draining) so probes hear the 503.
  */
 #include "control/admin.h"
@@ -329,15 +330,19 @@ static void admin_purge(struct admin *a, struct hsrv_conn *c, const struct http_
 
 /* --- GET /healthz, /readyz --- */
 
-/* Answer GET or HEAD /healthz or /readyz: 1 if <req> was one of them, 0 to go on. */
+/* Answer GET or HEAD /healthz or /readyz: 1 if <req> was one of them, 0 to go on. Without
+ * the token (where one is set), the connection is closed after the answer. */
 static int admin_serve_probe(const struct admin *a, struct hsrv_conn *c,
 			     const struct http_head *req)
 {
 	static const char nocache[] = "Cache-Control: no-store\r\n";
-	int ready = http_str_eq(req->path, "/readyz");
+	int ready = http_str_eq(req->path, "/readyz"), named;
 	char why[1024];
 	if (!ready && !http_str_eq(req->path, "/healthz"))
 		return 0;
+	/* without the token, one probe per connection, as for the dashboard's files */
+	if (!(named = admin_authorized(a, req)))
+		hsrv_close_after(c);
 	if (req->meth != HTTP_GET && req->meth != HTTP_HEAD) {
 		static const char msg[] = "method not allowed: probe with GET or HEAD\n";
 		hsrv_respond(c, 405, "text/plain", "Allow: GET, HEAD\r\n", msg, sizeof(msg) - 1);
@@ -347,7 +352,6 @@ static int admin_serve_probe(const struct admin *a, struct hsrv_conn *c,
 		hsrv_respond(c, 200, "text/plain", nocache, "ok\n", 3);
 		return 1;
 	}
-	int named = admin_authorized(a, req);
 	probes_ready_why(a->rt, a->ready_min_up, named, why, sizeof(why) - 64);
 	if (!why[0]) {
 		hsrv_respond(c, 200, "text/plain", nocache, "ready\n", 6);

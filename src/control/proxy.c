@@ -290,8 +290,9 @@ static int gen_hand_sockets(struct gen *g, const struct gen *from)
 }
 
 /* Stop what the main loop runs for <g> (checks, discovery, scrapes, KV events), its limits'
- * sync with Redis, and the admin endpoint's listener; its open admin connections go on
- * until it is destroyed. */
+ * sync with Redis, and the admin endpoint's listener (but for a process draining to exit:
+ * admin_set_draining() keeps it, for the probes); its open admin connections go on until
+ * it is destroyed. */
 static void gen_quiet(struct gen *g)
 {
 	health_stop(g->health);
@@ -958,7 +959,8 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 			 : upgraded			   ? " (sockets of the process upgraded)"
 							   : " (socket from the service manager)");
 	if (m.cur->admin)
-		log_info("admin on %s (/status, /metrics, /dashboard, /debug/requests)",
+		log_info("admin on %s (/status, /metrics, /dashboard, /debug/requests, /healthz, "
+			 "/readyz)",
 			 conf->admin.address);
 	upgrade_say_ready();
 	if (hooks && hooks->ready)

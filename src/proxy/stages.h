@@ -5,7 +5,9 @@
  *   -> head done -> body -> cache serve -> tokens -> admit -> relay
  *
  * model reads the start of the body when the route depends on its "model" (routes.match.model;
- * nothing otherwise); route picks the route and pool (404 when none matches); address spends
+ * nothing otherwise); route answers GET /healthz and /readyz itself under probes.listeners
+ * (probes.h), else picks the route and pool (404 when none matches: model_not_found when
+ * routes choose by model); address spends
  * the client address's request rate (routes.rate_limit.per_ip: 429), before any credential
  * costs a check; guard lets in only who the route admits (routes.auth: 401, 403) and spends
  * the tenant's and route's rates and concurrency (429); models answers GET /v1/models on an

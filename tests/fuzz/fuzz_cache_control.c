@@ -1,6 +1,7 @@
 /*
  * fuzz_cache_control.c - libFuzzer target: the cache's RFC 9111 decisions (cache/control.h,
- * fresh.h, cond.h, vary.h) on a request and a response made from the input.
+ * fresh.h, cond.h, vary.h) on a request and a response made from the input (a response's
+ * CDN-Cache-Control included: the corpus has one).
  *
  * Input: 16 bytes of knobs (method, status, times, rules, body size), then the request's
  * header lines, a NUL, the response's header lines ('\n' written out as CRLF). Every

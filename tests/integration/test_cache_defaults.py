@@ -112,6 +112,9 @@ def test_cdn_cache_control_takes_precedence_over_cache_control(env):
         st, h, _ = get(px, path)
         assert not is_hit(h), (path, h)
         assert o.count(path) == 2, path
+    # a credentialed request still bypasses the cache, whatever the targeted field says
+    st, h, _ = get(px, "/cdn-longer", headers={"Authorization": "Bearer k"})
+    assert not is_hit(h) and o.count("/cdn-longer") == 2, h
     for path, ttl in (("/cdn-last-wins", 30), ("/cdn-two-lines", 40), ("/cdn-false", 50)):
         get(px, path)
         st, h, _ = get(px, path)

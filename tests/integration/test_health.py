@@ -95,7 +95,9 @@ def test_probes_need_no_token_and_tell_pools_only_with_it(env):
                     + "routes:\n  - match: {path_prefix: /}\n    pool: secretpool\n")
     env.start([BIN, "proxy", "-c", cfg], "proxy", wait_port=admin)
     assert request(admin, "GET", "/status")[0] == 401
-    assert _probe(admin, "/healthz", {"Host": "probe.example"})[:2] == (200, "ok\n")
+    status, body, hdrs = _probe(admin, "/healthz", {"Host": "probe.example"})
+    assert (status, body) == (200, "ok\n")
+    assert hdrs.get("connection") == ["close"], hdrs  # one probe per connection without it
     wait_until(lambda: _probe(admin, "/readyz")[0] == 503, "not ready")
     status, body, _ = _probe(admin, "/readyz", {"Host": "probe.example"})
     assert body == ("not ready: 1 pool with fewer than 1 backend up (send the admin token to "
@@ -104,6 +106,8 @@ def test_probes_need_no_token_and_tell_pools_only_with_it(env):
     status, body, _ = _probe(admin, "/readyz",
                              {"Authorization": "Bearer s3cret-token-0123456789"})
     assert status == 503 and "pool secretpool has 0 backends up" in body, body
+    assert "connection" not in _probe(admin, "/healthz",
+                                      {"Authorization": "Bearer s3cret-token-0123456789"})[2]
     # a wrong token is no token: counted, not named
     assert "secretpool" not in _probe(admin, "/readyz", {"Authorization": "Bearer nope"})[1]
 

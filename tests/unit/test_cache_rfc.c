@@ -1059,10 +1059,118 @@ static void vary_values_distinct(void **state)
 					 values[j] ? values[j] : "(absent)");
 }
 
+/* CDN-Cache-Control (RFC 9213) in a response: a valid, non-empty Structured Fields dictionary
+ * replaces Cache-Control (targeted); anything else leaves Cache-Control's reading as it was. */
+static void targeted_cases(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *fields;
+		int64_t max_age, s_maxage, swr;
+		unsigned flags, targeted;
+	} cases[] = {
+	    {"CDN-Cache-Control: max-age=60\nCache-Control: no-store", 60, U, U, PRES, 1},
+	    {"Cache-Control: max-age=600\nCDN-Cache-Control: no-store", U, U, U, NS | PRES, 1},
+	    {"CDN-Cache-Control: private, s-maxage=5", U, 5, U, PRIV | PRES, 1},
+	    {"CDN-Cache-Control: public=?1, max-age=1;a=b;c, stale-while-revalidate=9", 1, U, 9,
+	     PUB | PRES, 1},
+	    /* a dictionary's last value counts; ?0 is the directive not given */
+	    {"CDN-Cache-Control: max-age=0, max-age=30", 30, U, U, PRES, 1},
+	    {"CDN-Cache-Control: no-store=?0, max-age=3", 3, U, U, PRES, 1},
+	    {"CDN-Cache-Control: public\nCDN-Cache-Control: max-age=40", 40, U, U, PUB | PRES, 1},
+	    /* not integers: malformed (stale at once), restrictive ones still obeyed */
+	    {"CDN-Cache-Control: max-age=\"60\"", 0, U, U, PRES, 1},
+	    {"CDN-Cache-Control: max-age=1.5, no-cache=\"set-cookie\"", 0, U, U, NC | PRES, 1},
+	    {"CDN-Cache-Control: max-age=-1", 0, U, U, PRES, 1},
+	    {"CDN-Cache-Control: max-age=tok, public=\"x\"", 0, U, U, PRES, 1},
+	    {"CDN-Cache-Control: max-age=(1 2), private=:AAA=:", 0, U, U, PRIV | PRES, 1},
+	    {"CDN-Cache-Control: max-age=999999999999999", BIG, U, U, PRES, 1},
+	    /* no dictionary, or none given: Cache-Control decides */
+	    {"CDN-Cache-Control: Max-Age=60\nCache-Control: max-age=7", 7, U, U, PRES, 0},
+	    {"CDN-Cache-Control: max-age=60,\nCache-Control: max-age=7", 7, U, U, PRES, 0},
+	    {"CDN-Cache-Control: ,max-age=60\nCache-Control: max-age=7", 7, U, U, PRES, 0},
+	    {"CDN-Cache-Control: max-age=60;\nCache-Control: max-age=7", 7, U, U, PRES, 0},
+	    {"CDN-Cache-Control: max-age=60 x\nCache-Control: max-age=7", 7, U, U, PRES, 0},
+	    {"CDN-Cache-Control: max-age=1234567890123456\nCache-Control: max-age=7", 7, U, U, PRES,
+	     0},
+	    {"CDN-Cache-Control: max-age=\"6\nCache-Control: max-age=7", 7, U, U, PRES, 0},
+	    {"CDN-Cache-Control: a=\"\\x\"\nCache-Control: max-age=7", 7, U, U, PRES, 0},
+	    {"CDN-Cache-Control: a=?2\nCache-Control: max-age=7", 7, U, U, PRES, 0},
+	    {"CDN-Cache-Control: a=(1\nCache-Control: max-age=7", 7, U, U, PRES, 0},
+	    {"CDN-Cache-Control: a=:b!:\nCache-Control: max-age=7", 7, U, U, PRES, 0},
+	    {"CDN-Cache-Control: max-age=60\nCDN-Cache-Control: x y\nCache-Control: max-age=7", 7,
+	     U, U, PRES, 0},
+	    {"CDN-Cache-Control:\nCache-Control: max-age=7", 7, U, U, PRES, 0},
+	    {"CDN-Cache-Control: max-age=60", 60, U, U, PRES, 1},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct msg m;
+		struct cache_control cc;
+		cache_control_parse(response(&m, 200, cases[i].fields), 0, &cc);
+		if (cc.max_age != cases[i].max_age || cc.s_maxage != cases[i].s_maxage ||
+		    cc.stale_while_revalidate != cases[i].swr)
+			fail_msg("case %zu (%s): max-age %lld s-maxage %lld swr %lld", i,
+				 cases[i].fields, (long long)cc.max_age, (long long)cc.s_maxage,
+				 (long long)cc.stale_while_revalidate);
+		if (flags_of(&cc) != cases[i].flags || cc.targeted != cases[i].targeted)
+			fail_msg("case %zu (%s): flags %#x targeted %u", i, cases[i].fields,
+				 flags_of(&cc), cc.targeted);
+	}
+	/* a request's CDN-Cache-Control is no directive of its */
+	struct msg m;
+	struct cache_control cc;
+	cache_control_parse(request(&m, "GET", "CDN-Cache-Control: no-store"), 1, &cc);
+	assert_false(cc.no_store || cc.targeted || cc.present);
+}
+
+/* routes.cache.default_ttl_s: the lifetime of a 2xx/3xx without freshness, before the
+ * heuristic; never for an error, never over explicit freshness or a targeted field's. */
+static void default_ttl_cases(void **state)
+{
+	(void)state;
+	static const struct cache_rules ttl = {.heuristic_pct = 10,
+					       .heuristic_max_s = 86400,
+					       .default_ttl_s = 600,
+					       .stale_while_revalidate_s = U,
+					       .stale_if_error_s = U};
+	static const struct {
+		int status;
+		const char *fields;
+		int64_t lifetime;
+	} cases[] = {
+	    {200, "Date: " D0, 600},
+	    {200, "Date: " D0 "\nLast-Modified: Sun, 06 Nov 1994 07:49:37 GMT", 600},
+	    {301, "Date: " D0, 600},
+	    {200, "Date: " D0 "\nCache-Control: max-age=5", 5},
+	    {200, "Date: " D0 "\nExpires: Sun, 06 Nov 1994 08:49:47 GMT", 10},
+	    {200, "Date: " D0 "\nCDN-Cache-Control: max-age=9\nCache-Control: no-store", 9},
+	    {200, "Date: " D0 "\nCDN-Cache-Control: public\nExpires: Sun, 06 Nov 1994 08:49:47 GMT",
+	     600},
+	    {404, "Date: " D0, 0},
+	    {410, "Date: " D0, 0},
+	    {500, "Date: " D0, 0},
+	    {302, "Date: " D0, 0},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct msg m;
+		struct cache_control rs;
+		struct cache_times t;
+		const struct http_head *h = response(&m, cases[i].status, cases[i].fields);
+		cache_control_parse(h, 0, &rs);
+		cache_times_compute(h, &rs, T0, T0, &ttl, &t);
+		if (t.lifetime != cases[i].lifetime)
+			fail_msg("case %zu (%d %s): lifetime %lld, want %lld", i, cases[i].status,
+				 cases[i].fields, (long long)t.lifetime,
+				 (long long)cases[i].lifetime);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(control_cases),
+	    cmocka_unit_test(targeted_cases),
+	    cmocka_unit_test(default_ttl_cases),
 	    cmocka_unit_test(storable_cases),
 	    cmocka_unit_test(times_cases),
 	    cmocka_unit_test(current_age),
