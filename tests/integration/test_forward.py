@@ -353,7 +353,8 @@ def lenient_backend_for(env):
 
 def test_response_headers_on_cache_hits_too(env):
     """A stored response is edited when it is served, as a relayed one is: a field removed
-    from the backend's never comes back on a hit, and a variable is this request's."""
+    from the backend's never comes back on a hit, and a variable is this request's. A
+    rewritten route caches as any other."""
     from harness import ScriptedBackend
 
     def script(n, req):
@@ -365,6 +366,7 @@ def test_response_headers_on_cache_hits_too(env):
         "cache: {status_header: true}\npools:\n"
         f"  - name: p\n    backends: [{{address: 127.0.0.1:{be.port}}}]\n"
         "routes:\n  - match: {path_prefix: /}\n    pool: p\n    cache: true\n"
+        "    rewrite: {prefix: /v1}\n"
         "    response_headers:\n      set: {X-Rid: '%{request_id}'}\n      remove: [X-Internal]\n")
     for i in range(2):
         st, h, data = request(p.port, "GET", "/doc")
