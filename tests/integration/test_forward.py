@@ -264,6 +264,12 @@ def test_key_file_read_again_on_sighup(env):
     wait_until(lambda: request(p.port, "GET", "/v1/models")[0] == 200, "the new key sent")
     assert seen(request(p.port, "GET", "/v1/models")[2])["headers"]["authorization"] == \
         ["Bearer second-key"]
+    # a key file gone: the reload is refused by its name, and the key in use stays
+    os.unlink(kf)
+    p.send_signal(signal.SIGHUP)
+    wait_until(lambda: f"api_key_file {kf}: No such file or directory" in env.log(p),
+               "the refused reload")
+    assert request(p.port, "GET", "/v1/models")[0] == 200
 
 
 def test_key_never_in_logs_status_or_api(env):
