@@ -399,3 +399,25 @@ def test_spillover_pool_with_a_key_never_gets_the_clients(env):
     assert st == 200, data
     assert seen(data)["headers"]["authorization"] == ["Bearer spare-key"], data
     assert not getattr(spare, "refused", 0)
+
+
+def test_response_headers_on_the_proxys_own_answers(env):
+    """A browser reads a 401 or a 502 only with its CORS fields: the proxy's own answers on a
+    route carry the route's and pool's set and add fields too."""
+    keys = env.write("keys.txt", "acme sk-acme-0123456789abcdef\n")
+    p = env.proxy(
+        "pools:\n"
+        f"  - name: gone\n    backends: [{{address: 127.0.0.1:{free_port()}}}]\n"
+        "    response_headers: {add: {X-Pool: '%{pool}'}}\n"
+        "routes:\n"
+        "  - match: {path_prefix: /locked/}\n    pool: gone\n"
+        f"    auth: {{api_keys_file: {keys}}}\n"
+        "    response_headers: {set: {Access-Control-Allow-Origin: '*'}}\n"
+        "  - match: {path_prefix: /}\n    pool: gone\n    api: openai\n"
+        "    response_headers: {set: {Access-Control-Allow-Origin: '*'}}\n")
+    st, h, _ = request(p.port, "GET", "/locked/x")
+    assert st == 401 and h["access-control-allow-origin"] == ["*"], (st, h)
+    assert h["x-pool"] == ["gone"] and "www-authenticate" in h, h
+    st, h, body = request(p.port, "POST", "/v1/completions", body="{}", headers=POST_JSON)
+    assert st == 502 and h["access-control-allow-origin"] == ["*"], (st, h)
+    assert json.loads(body)["error"]["type"] == "server_error", body
