@@ -302,7 +302,7 @@ def test_backend_key_and_header_of_its_own_through_a_retry(env):
     """Two backends of one pool, each with its own key under x-api-key: the pool's key for
     one, a backend's own for the other. The first backend is down: the retry goes to the
     second with the second's key, never the first's (the key is the attempt's, not the
-    head's)."""
+    head's), and the target the route rewrote once."""
     dead = free_port()
     b = keyed_backend(env, "key-two", header="x-api-key", bearer=False)
     k1 = key_file(env, "one.key", "key-one")
@@ -314,11 +314,12 @@ def test_backend_key_and_header_of_its_own_through_a_retry(env):
         "    backends:\n"
         f"      - {{address: 127.0.0.1:{dead}}}\n"
         f"      - {{address: 127.0.0.1:{b.port}, api_key_file: {k2}}}\n"
-        "routes:\n  - match: {path_prefix: /}\n    pool: p\n")
+        "routes:\n  - match: {path_prefix: /}\n    pool: p\n    rewrite: {prefix: /v1}\n")
     for _ in range(4):
-        st, _, data = request(p.port, "GET", "/v1/models",
+        st, _, data = request(p.port, "GET", "/models",
                               headers={"X-API-Key": "client-key", "X_API_Key": "client-key"})
         assert st == 200, data
+        assert seen(data)["target"] == "/v1/models", data  # rewritten once, retry or not
         assert seen(data)["headers"]["x-api-key"] == ["key-two"], data
         assert "x_api_key" not in seen(data)["headers"]
     assert not getattr(b, "refused", 0)
