@@ -422,3 +422,41 @@ def test_response_headers_on_the_proxys_own_answers(env):
     st, h, body = request(p.port, "POST", "/v1/completions", body="{}", headers=POST_JSON)
     assert st == 502 and h["access-control-allow-origin"] == ["*"], (st, h)
     assert json.loads(body)["error"]["type"] == "server_error", body
+
+
+class SlowKeyedBackend(KeyedBackend):
+    """A KeyedBackend that holds its first answer until released (a hedge is sent meanwhile)."""
+
+    def __init__(self, key):
+        import threading
+        self.release = threading.Event()
+        super().__init__(key)
+
+    def _answer(self, n, req):
+        if n == 1:
+            self.release.wait(10)
+        return super()._answer(n, req)
+
+
+def test_a_hedged_copy_carries_its_own_backends_key(env):
+    slow = SlowKeyedBackend("key-slow")
+    env.on_cleanup.append(slow.release.set)
+    env.on_cleanup.append(slow.close)
+    fast = keyed_backend(env, "key-fast")
+    ks = key_file(env, "slow.key", "key-slow")
+    kf = key_file(env, "fast.key", "key-fast")
+    p = env.proxy(
+        "pools:\n"
+        "  - name: p\n    balance: round-robin\n    hedge_after_ms: 50\n"
+        "    backends:\n"
+        f"      - {{address: 127.0.0.1:{slow.port}, api_key_file: {ks}}}\n"
+        f"      - {{address: 127.0.0.1:{fast.port}, api_key_file: {kf}}}\n"
+        "routes:\n  - match: {path_prefix: /}\n    pool: p\n", workers=1)
+    st, _, data = request(p.port, "GET", "/v1/models")
+    slow.release.set()
+    assert st == 200, data
+    assert seen(data)["headers"]["authorization"] == ["Bearer key-fast"], data
+    # the first attempt went to the slow one (else no copy would have gone), with its key
+    wait_until(lambda: len(slow.seen) + getattr(slow, "refused", 0) == 1, "the slow answer")
+    assert len(slow.seen) == 1 and not getattr(fast, "refused", 0), slow.seen
+    assert slow.seen[0]["headers"]["authorization"] == ["Bearer key-slow"]
