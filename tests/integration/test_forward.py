@@ -460,3 +460,27 @@ def test_a_hedged_copy_carries_its_own_backends_key(env):
     wait_until(lambda: len(slow.seen) + getattr(slow, "refused", 0) == 1, "the slow answer")
     assert len(slow.seen) == 1 and not getattr(fast, "refused", 0), slow.seen
     assert slow.seen[0]["headers"]["authorization"] == ["Bearer key-slow"]
+
+
+def test_a_background_refresh_carries_the_key(env):
+    """stale-while-revalidate: the refresh the proxy sends on its own goes with the key."""
+    from harness import ScriptedBackend
+    keys = []
+
+    def script(n, req):
+        keys.append(_fields(req).get("authorization"))
+        return (b"HTTP/1.1 200 OK\r\nCache-Control: max-age=10, stale-while-revalidate=600\r\n"
+                b"Age: 100\r\nContent-Length: 2\r\n\r\nok", False)  # stale at once
+    be = ScriptedBackend(script)
+    env.on_cleanup.append(be.close)
+    kf = key_file(env, "p.key", "refresh-key")
+    p = env.proxy(
+        "cache: {status_header: true}\npools:\n"
+        f"  - name: p\n    backends: [{{address: 127.0.0.1:{be.port}}}]\n"
+        f"    api_key_file: {kf}\n"
+        "routes:\n  - match: {path_prefix: /}\n    pool: p\n    cache: true\n")
+    assert request(p.port, "GET", "/doc")[0] == 200
+    st, h, _ = request(p.port, "GET", "/doc")
+    assert st == 200 and "ttl=-" in h["cache-status"][0], h  # served stale, refreshed behind
+    wait_until(lambda: len(keys) == 2, "the background refresh")
+    assert keys == [["Bearer refresh-key"], ["Bearer refresh-key"]], keys
