@@ -261,7 +261,10 @@ def test_key_file_read_again_on_sighup(env):
     with open(kf, "w") as f:
         f.write("second-key\n")
     p.send_signal(signal.SIGHUP)
-    wait_until(lambda: request(p.port, "GET", "/v1/models")[0] == 200, "the new key sent")
+    # every worker on the new generation: the old one released
+    wait_until(lambda: "generation 0: its last request has ended; released" in env.log(p),
+               "the reload")
+    assert request(p.port, "GET", "/v1/models")[0] == 200
     assert seen(request(p.port, "GET", "/v1/models")[2])["headers"]["authorization"] == \
         ["Bearer second-key"]
     # a key file gone: the reload is refused by its name, and the key in use stays
