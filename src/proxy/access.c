@@ -13,8 +13,12 @@
  * included; 0 for a kept-alive one); time to first byte and total from the request head;
  * for a response whose tokens are counted (an event stream, or any response of a route with
  * api: openai or token limits: tally.h) the number of events and their mean gap, from the
- * same count as the metrics. The tenant is the authenticated identity (never a key, token
- * or password), else the routes' tenant_header is not logged: only what auth proved.
+ * same count as the metrics, and its prompt and completion tokens as the route's figures add
+ * them (tally.h); upstream time from the first dispatch to the end. The route is named as its
+ * metrics label names it; the model is the body's when a stage read it; the cache result is
+ * caching_said()'s; the forwarded target is forward.h's when routes.rewrite changed it. The
+ * tenant is the authenticated identity (never a key, token or password), else the routes'
+ * tenant_header is not logged: only what auth proved.
  *
  * A request refused before it became an exchange (a malformed head: 400, 431, 505 ...; a
  * head not received in time: 408) gets a line too, from access_log_refusal(): the client,

@@ -338,6 +338,22 @@ int forward_request(struct exchange *x, struct rewrite_request_info *info,
 	return 0;
 }
 
+const char *forward_answer_headers(const struct exchange *x, const char *more, char *buf,
+				   size_t cap)
+{
+	struct forward_scratch s;
+	const struct rewrite_edit *e = x ? forward_response(x, &s) : NULL;
+	size_t n = more ? strlen(more) : 0;
+	if (!e || n >= cap)
+		return more;
+	memcpy(buf, more ? more : "", n);
+	int k = rewrite_edit_fields(buf + n, 0, cap - n - 1, e);
+	if (k < 0)
+		return more;
+	buf[n + (size_t)k] = 0;
+	return buf;
+}
+
 const struct rewrite_edit *forward_response(const struct exchange *x, struct forward_scratch *s)
 {
 	const struct conf_fwd *rf = x->route ? x->route->fwd : NULL;

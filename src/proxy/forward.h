@@ -6,12 +6,12 @@
  *
  * The stage "forward" (stages.c) asks forward_request() for the rewritten target and the
  * request fields before it writes the head; the client side (relay.c) asks forward_response()
- * before it writes a relayed response head, and a cache hit (hit.c) before it writes the
- * stored one. Both expand variables into the caller's scratch (no allocation). The credential is no
- * part of that head (x->uphead): the backend is picked after it is written, a retry or hedge may go
- * to another one, and the cache reads the head as the client's request. So each attempt sends the
- * head with its backend's credential line put before the blank line that ends it
- * (forward_head_iov()).
+ * before it writes a relayed response head, a cache hit (hit.c) before it writes the stored
+ * one, and the proxy's own answer (h1.c) for its extra lines (forward_answer_headers()). Both
+ * expand variables into the caller's scratch (no allocation). The credential is no part of that
+ * head (x->uphead): the backend is picked after it is written, a retry or hedge may go to another
+ * one, and the cache reads the head as the client's request. So each attempt sends the head with
+ * its backend's credential line put before the blank line that ends it (forward_head_iov()).
  *
  * Its hook keeps the target as the client sent it and as forwarded, for the access log.
  */
@@ -51,6 +51,15 @@ int forward_request(struct exchange *x, struct rewrite_request_info *info,
 
 /* The response_headers edit of <x>'s route and pool, or NULL when neither has any. */
 const struct rewrite_edit *forward_response(const struct exchange *x, struct forward_scratch *s);
+
+/*
+ * The header lines the proxy's own answer to <x> (401, 429, 502 ...) carries: <more> (whole
+ * CRLF-ended lines, or NULL), then the set and add fields of its route's and pool's
+ * response_headers, written into buf[0..cap). Returns <more> when there are none (or <x> is
+ * NULL), or when they do not fit.
+ */
+const char *forward_answer_headers(const struct exchange *x, const char *more, char *buf,
+				   size_t cap);
 
 /*
  * Rewrite the path p[0..len) (no query) by <rw>: strip_prefix, then prefix, then the regex

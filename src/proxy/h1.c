@@ -22,6 +22,7 @@
 #include "proxy/access.h"
 #include "proxy/deadline.h"
 #include "proxy/debugreq.h"
+#include "proxy/forward.h"
 #include "proxy/caching.h"
 #include "proxy/hit.h"
 #include "proxy/quota.h"
@@ -82,6 +83,7 @@ static enum run h1_answer(struct client *cl, int status, const char *detail, int
 		keep = 0;
 	if (w->draining || h1_last_request(cl))
 		keep = 0;
+	char fields[2048]; /* the route's response_headers (forward.h) */
 	struct rewrite_error_info e = {
 	    .status = status,
 	    .detail = detail,
@@ -99,7 +101,8 @@ static enum run h1_answer(struct client *cl, int status, const char *detail, int
 		      : cl->plain_on_tls ? 0
 					 : route_all_openai(w->conf),
 	    .openai_type = status == 429 && x ? quota_refusal_type(x) : NULL,
-	    .more_headers = status == 429 && x ? quota_refusal_headers(x) : NULL,
+	    .more_headers = forward_answer_headers(
+		x, status == 429 && x ? quota_refusal_headers(x) : NULL, fields, sizeof(fields)),
 	    .openai_code = x ? x->answer.code : NULL,
 	    .openai_param = x ? x->answer.param : NULL,
 	    .head_only = x && x->meth == HTTP_HEAD,

@@ -261,9 +261,18 @@ def test_key_file_read_again_on_sighup(env):
     with open(kf, "w") as f:
         f.write("second-key\n")
     p.send_signal(signal.SIGHUP)
-    wait_until(lambda: request(p.port, "GET", "/v1/models")[0] == 200, "the new key sent")
+    # every worker on the new generation: the old one released
+    wait_until(lambda: "generation 0: its last request has ended; released" in env.log(p),
+               "the reload")
+    assert request(p.port, "GET", "/v1/models")[0] == 200
     assert seen(request(p.port, "GET", "/v1/models")[2])["headers"]["authorization"] == \
         ["Bearer second-key"]
+    # a key file gone: the reload is refused by its name, and the key in use stays
+    os.unlink(kf)
+    p.send_signal(signal.SIGHUP)
+    wait_until(lambda: f"api_key_file {kf}: No such file or directory" in env.log(p),
+               "the refused reload")
+    assert request(p.port, "GET", "/v1/models")[0] == 200
 
 
 def test_key_never_in_logs_status_or_api(env):
@@ -296,7 +305,7 @@ def test_backend_key_and_header_of_its_own_through_a_retry(env):
     """Two backends of one pool, each with its own key under x-api-key: the pool's key for
     one, a backend's own for the other. The first backend is down: the retry goes to the
     second with the second's key, never the first's (the key is the attempt's, not the
-    head's)."""
+    head's), and the target the route rewrote once."""
     dead = free_port()
     b = keyed_backend(env, "key-two", header="x-api-key", bearer=False)
     k1 = key_file(env, "one.key", "key-one")
@@ -308,11 +317,12 @@ def test_backend_key_and_header_of_its_own_through_a_retry(env):
         "    backends:\n"
         f"      - {{address: 127.0.0.1:{dead}}}\n"
         f"      - {{address: 127.0.0.1:{b.port}, api_key_file: {k2}}}\n"
-        "routes:\n  - match: {path_prefix: /}\n    pool: p\n")
+        "routes:\n  - match: {path_prefix: /}\n    pool: p\n    rewrite: {prefix: /v1}\n")
     for _ in range(4):
-        st, _, data = request(p.port, "GET", "/v1/models",
+        st, _, data = request(p.port, "GET", "/models",
                               headers={"X-API-Key": "client-key", "X_API_Key": "client-key"})
         assert st == 200, data
+        assert seen(data)["target"] == "/v1/models", data  # rewritten once, retry or not
         assert seen(data)["headers"]["x-api-key"] == ["key-two"], data
         assert "x_api_key" not in seen(data)["headers"]
     assert not getattr(b, "refused", 0)
@@ -353,7 +363,8 @@ def lenient_backend_for(env):
 
 def test_response_headers_on_cache_hits_too(env):
     """A stored response is edited when it is served, as a relayed one is: a field removed
-    from the backend's never comes back on a hit, and a variable is this request's."""
+    from the backend's never comes back on a hit, and a variable is this request's. A
+    rewritten route caches as any other."""
     from harness import ScriptedBackend
 
     def script(n, req):
@@ -365,6 +376,7 @@ def test_response_headers_on_cache_hits_too(env):
         "cache: {status_header: true}\npools:\n"
         f"  - name: p\n    backends: [{{address: 127.0.0.1:{be.port}}}]\n"
         "routes:\n  - match: {path_prefix: /}\n    pool: p\n    cache: true\n"
+        "    rewrite: {prefix: /v1}\n"
         "    response_headers:\n      set: {X-Rid: '%{request_id}'}\n      remove: [X-Internal]\n")
     for i in range(2):
         st, h, data = request(p.port, "GET", "/doc")
@@ -391,3 +403,87 @@ def test_spillover_pool_with_a_key_never_gets_the_clients(env):
     assert st == 200, data
     assert seen(data)["headers"]["authorization"] == ["Bearer spare-key"], data
     assert not getattr(spare, "refused", 0)
+
+
+def test_response_headers_on_the_proxys_own_answers(env):
+    """A browser reads a 401 or a 502 only with its CORS fields: the proxy's own answers on a
+    route carry the route's and pool's set and add fields too."""
+    keys = env.write("keys.txt", "acme sk-acme-0123456789abcdef\n")
+    p = env.proxy(
+        "pools:\n"
+        f"  - name: gone\n    backends: [{{address: 127.0.0.1:{free_port()}}}]\n"
+        "    response_headers: {add: {X-Pool: '%{pool}'}}\n"
+        "routes:\n"
+        "  - match: {path_prefix: /locked/}\n    pool: gone\n"
+        f"    auth: {{api_keys_file: {keys}}}\n"
+        "    response_headers: {set: {Access-Control-Allow-Origin: '*'}}\n"
+        "  - match: {path_prefix: /}\n    pool: gone\n    api: openai\n"
+        "    response_headers: {set: {Access-Control-Allow-Origin: '*'}}\n")
+    st, h, _ = request(p.port, "GET", "/locked/x")
+    assert st == 401 and h["access-control-allow-origin"] == ["*"], (st, h)
+    assert h["x-pool"] == ["gone"] and "www-authenticate" in h, h
+    st, h, body = request(p.port, "POST", "/v1/completions", body="{}", headers=POST_JSON)
+    assert st == 502 and h["access-control-allow-origin"] == ["*"], (st, h)
+    assert json.loads(body)["error"]["type"] == "server_error", body
+
+
+class SlowKeyedBackend(KeyedBackend):
+    """A KeyedBackend that holds its first answer until released (a hedge is sent meanwhile)."""
+
+    def __init__(self, key):
+        import threading
+        self.release = threading.Event()
+        super().__init__(key)
+
+    def _answer(self, n, req):
+        if n == 1:
+            self.release.wait(10)
+        return super()._answer(n, req)
+
+
+def test_a_hedged_copy_carries_its_own_backends_key(env):
+    slow = SlowKeyedBackend("key-slow")
+    env.on_cleanup.append(slow.release.set)
+    env.on_cleanup.append(slow.close)
+    fast = keyed_backend(env, "key-fast")
+    ks = key_file(env, "slow.key", "key-slow")
+    kf = key_file(env, "fast.key", "key-fast")
+    p = env.proxy(
+        "pools:\n"
+        "  - name: p\n    balance: round-robin\n    hedge_after_ms: 50\n"
+        "    backends:\n"
+        f"      - {{address: 127.0.0.1:{slow.port}, api_key_file: {ks}}}\n"
+        f"      - {{address: 127.0.0.1:{fast.port}, api_key_file: {kf}}}\n"
+        "routes:\n  - match: {path_prefix: /}\n    pool: p\n", workers=1)
+    st, _, data = request(p.port, "GET", "/v1/models")
+    slow.release.set()
+    assert st == 200, data
+    assert seen(data)["headers"]["authorization"] == ["Bearer key-fast"], data
+    # the first attempt went to the slow one (else no copy would have gone), with its key
+    wait_until(lambda: len(slow.seen) + getattr(slow, "refused", 0) == 1, "the slow answer")
+    assert len(slow.seen) == 1 and not getattr(fast, "refused", 0), slow.seen
+    assert slow.seen[0]["headers"]["authorization"] == ["Bearer key-slow"]
+
+
+def test_a_background_refresh_carries_the_key(env):
+    """stale-while-revalidate: the refresh the proxy sends on its own goes with the key."""
+    from harness import ScriptedBackend
+    keys = []
+
+    def script(n, req):
+        keys.append(_fields(req).get("authorization"))
+        return (b"HTTP/1.1 200 OK\r\nCache-Control: max-age=10, stale-while-revalidate=600\r\n"
+                b"Age: 100\r\nContent-Length: 2\r\n\r\nok", False)  # stale at once
+    be = ScriptedBackend(script)
+    env.on_cleanup.append(be.close)
+    kf = key_file(env, "p.key", "refresh-key")
+    p = env.proxy(
+        "cache: {status_header: true}\npools:\n"
+        f"  - name: p\n    backends: [{{address: 127.0.0.1:{be.port}}}]\n"
+        f"    api_key_file: {kf}\n"
+        "routes:\n  - match: {path_prefix: /}\n    pool: p\n    cache: true\n")
+    assert request(p.port, "GET", "/doc")[0] == 200
+    st, h, _ = request(p.port, "GET", "/doc")
+    assert st == 200 and "ttl=-" in h["cache-status"][0], h  # served stale, refreshed behind
+    wait_until(lambda: len(keys) == 2, "the background refresh")
+    assert keys == [["Bearer refresh-key"], ["Bearer refresh-key"]], keys
