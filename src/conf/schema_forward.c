@@ -542,6 +542,18 @@ int schema_forward_check_pool(struct rules_ctx *x, yaml_node_t *item, struct con
 	}
 	if (any && !p->fwd && !(p->fwd = calloc(1, sizeof(*p->fwd))))
 		return rules_fail(x, item, "out of memory");
+	/* the key's field is the key's: a configured one beside it would be a second credential */
+	const char *kh = pool_header ? pool_header : "Authorization";
+	for (size_t i = 0; any && i < p->fwd->req.nset + p->fwd->req.nadd; i++) {
+		const struct fwd_header *h = i < p->fwd->req.nset
+						 ? &p->fwd->req.set[i]
+						 : &p->fwd->req.add[i - p->fwd->req.nset];
+		if (same_name(h->name, kh))
+			return rules_fail(x, rules_value_of(x, item, "request_headers"),
+					  "pool '%s': request_headers may not write %s, which "
+					  "carries the pool's api key",
+					  p->name, kh);
+	}
 	if (any)
 		p->fwd->any_key = 1;
 	return 0;

@@ -241,6 +241,13 @@ def test_forbidden_and_bad_values_refused_by_check_with_their_place(env):
                  "prefix must be a path starting with '/'")
     _check_fails(env, route + "    rewrite: {prefix: '/v1?x=1'}\n", "8:23",
                  "prefix must be a path")
+    kf = key_file(env, "k", "key")
+    r, path = check(env, "listen: [127.0.0.1:8080]\npools:\n  - name: a\n"
+                         "    backends: [127.0.0.1:9101]\n"
+                         f"    api_key_file: {kf}\n"
+                         "    request_headers: {set: {Authorization: 'Bearer other'}}\n" + route)
+    assert r.returncode == 2 and r.stderr.startswith(f"{path}:6:22: "), r.stderr
+    assert "may not write Authorization, which carries the pool's api key" in r.stderr
     r, _ = check(env, "listen: [127.0.0.1:8080]\npools:\n  - name: a\n"
                       "    backends: [127.0.0.1:9101]\n"
                       "    api_key_file: /nonexistent/key\n" + route)
