@@ -78,9 +78,9 @@ enum run relay_await_body(struct client *cl)
 			return reply_bad_body(x, bad);
 		if (x->req.done || x->req.ready >= want)
 			break;
-		if (!cl->readable)
+		if (!cl->conn.readable && !cl->read_end)
 			return RUN_STAY;
-		ssize_t n = worker_read(w, &cl->conn, &cl->in, &cl->readable, cl->hup);
+		ssize_t n = client_read(cl);
 		if (n == -ENOSPC) {
 			int err = client_grow_in(cl);
 			if (err == -ENOSPC)
@@ -353,7 +353,7 @@ static enum run read_upstream(struct client *cl, int *progress)
 static enum run read_client(struct client *cl, int *progress)
 {
 	struct exchange *x = cl->x;
-	ssize_t n = worker_read(cl->w, &cl->conn, &cl->in, &cl->readable, cl->hup);
+	ssize_t n = client_read(cl);
 	if (n == 0 || (n < 0 && n != -EAGAIN && n != -ENOSPC))
 		return exchange_abort(x, "client closed during the request body");
 	if (n > 0) {
@@ -379,17 +379,17 @@ static enum run relay_pass(struct client *cl, int *progress)
 		return r;
 	if (x->att->up != up)
 		return RUN_STAY; /* failed over (retried, spilled, promoted): look again */
-	if (!x->req.done && cl->readable && (r = read_client(cl, progress)) != RUN_STAY)
+	if (!x->req.done && (cl->conn.readable || cl->read_end) &&
+	    (r = read_client(cl, progress)) != RUN_STAY)
 		return r;
-	if (x->req.done && cl->hup && !cl->hup_checked && client_gone(cl))
+	if (x->req.done && cl->conn.hup && !cl->hup_checked && client_gone(cl))
 		return exchange_abort(x, "client closed the connection");
 	int bad = request_scan(cl);
 	if (bad && x->resp_head)
 		return exchange_abort(x, "bad request body");
 	if (bad)
 		return reply_bad_body(x, bad);
-	if (!x->resp.done && up->readable && !up->connecting &&
-	    (r = read_upstream(cl, progress)) != RUN_STAY)
+	if (!x->resp.done && !up->connecting && (r = read_upstream(cl, progress)) != RUN_STAY)
 		return r;
 	if (x->att->up != up)
 		return RUN_STAY;
@@ -402,10 +402,9 @@ static enum run relay_pass(struct client *cl, int *progress)
 		if (x->att->up != up)
 			return RUN_STAY;
 	}
+	/* a response in whole gives its slot back here (up_h1.h), before the client takes it */
 	if (x->resp_head && up_h1_scan(x) < 0)
 		return exchange_abort(x, "backend sent a malformed chunked body");
-	if (x->resp_head && x->resp.done)
-		exchange_free_slot(x); /* all in our buffers: a slow reader holds no slot */
 	if (cl->writable && (client_out_pending(cl) || x->resp.ready) &&
 	    (r = send_client(cl, progress)) != RUN_STAY)
 		return r;
@@ -427,7 +426,7 @@ enum run relay_run(struct client *cl)
 		return hit_run(cl); /* the cache answers (client_finish ends it) */
 	if (x->wt.state != W_IDLE || x->att->local_wait) {
 		/* waiting for a slot or a descriptor: only notice a client that gave up */
-		if (cl->hup && !cl->hup_checked && client_gone(cl))
+		if (cl->conn.hup && !cl->hup_checked && client_gone(cl))
 			return exchange_abort(x, "client closed the connection while queued");
 		if (client_flush(cl) < 0) /* heartbeats */
 			return exchange_abort(x, "client went away");
