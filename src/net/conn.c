@@ -89,7 +89,7 @@ ssize_t net_conn_read(struct net_conn *c, void *buf, size_t len)
 
 /* Read for the owner while the connection may hold bytes and the owner has room: 1 when
  * anything (bytes, the end, a failure) was handed to its read. */
-static int read_pass(struct net_conn *c)
+int net_conn_read_pass(struct net_conn *c)
 {
 	int got = 0;
 	while (c->reading && c->readable) {
@@ -104,35 +104,22 @@ static int read_pass(struct net_conn *c)
 			c->read_on_write = c->want_write;
 			break;
 		}
-		if (n > 0 && (size_t)n < len && !c->hup && !c->ssl)
-			c->readable = 0; /* a short plain read drained the socket */
 		if (n <= 0)
 			c->reading = 0;
 		got = 1;
 		c->rd->read(c->rd_arg, n);
+		if (n > 0 && (size_t)n == len)
+			break; /* the room is full: the owner starts again when it has more */
+		if (n > 0 && !c->hup && !c->ssl)
+			c->readable = 0; /* a short plain read drained the socket */
 	}
 	return got;
 }
 
-int net_conn_read_start(struct net_conn *c, const struct net_conn_read_ops *ops, void *arg)
-{
-	c->rd = ops;
-	c->rd_arg = arg;
-	c->reading = 1;
-	return read_pass(c);
-}
 
-int net_conn_ready(struct net_conn *c, unsigned events)
+int net_conn_ready_read(struct net_conn *c)
 {
-	if (events & (LOOP_READ | LOOP_HUP))
-		c->readable = 1;
-	if (events & LOOP_HUP)
-		c->hup = 1;
-	if ((events & LOOP_WRITE) && c->read_on_write) {
-		c->readable = 1;
-		c->read_on_write = 0;
-	}
-	if (!c->reading || !read_pass(c) || !c->rd->ready)
+	if (!net_conn_read_pass(c) || !c->rd->ready)
 		return 0;
 	c->rd->ready(c->rd_arg);
 	return 1;

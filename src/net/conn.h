@@ -34,6 +34,8 @@
 #ifndef ACCELNET_NET_CONN_H
 #define ACCELNET_NET_CONN_H
 
+#include "core/loop.h"
+
 #include <stddef.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -81,13 +83,24 @@ static inline void net_conn_init(struct net_conn *c, int fd)
 	*c = (struct net_conn){.fd = fd};
 }
 
+/* The reading halves of net_conn_read_start() and net_conn_ready(), when an edge waits. */
+int net_conn_read_pass(struct net_conn *c);
+int net_conn_ready_read(struct net_conn *c);
+
 /*
  * Read into the owner's room and tell it (<ops>, <arg>: see struct net_conn_read_ops) from
  * now on, on each readiness event, until net_conn_read_stop() or the end. Bytes already
  * waiting (an edge not drained) are read now, before it returns, through alloc and read but
  * not ready (the caller is there to see them): 1 when anything was handed to read, else 0.
  */
-int net_conn_read_start(struct net_conn *c, const struct net_conn_read_ops *ops, void *arg);
+static inline int net_conn_read_start(struct net_conn *c, const struct net_conn_read_ops *ops,
+				      void *arg)
+{
+	c->rd = ops;
+	c->rd_arg = arg;
+	c->reading = 1;
+	return c->readable ? net_conn_read_pass(c) : 0;
+}
 
 /* No reads until started again; the readiness seen meanwhile is kept. */
 static inline void net_conn_read_stop(struct net_conn *c)
@@ -101,7 +114,18 @@ static inline void net_conn_read_stop(struct net_conn *c)
  * ready. 1 when ready was called (the owner has moved on: c may be gone); 0 when the owner
  * handles the events itself (nothing read, or no ready).
  */
-int net_conn_ready(struct net_conn *c, unsigned events);
+static inline int net_conn_ready(struct net_conn *c, unsigned events)
+{
+	if (events & (LOOP_READ | LOOP_HUP))
+		c->readable = 1;
+	if (events & LOOP_HUP)
+		c->hup = 1;
+	if ((events & LOOP_WRITE) && c->read_on_write) {
+		c->readable = 1;
+		c->read_on_write = 0;
+	}
+	return c->reading && c->readable ? net_conn_ready_read(c) : 0;
+}
 
 /* Read at most <len> bytes once: a count, 0 at the peer's end, -EAGAIN, or -errno. */
 ssize_t net_conn_read(struct net_conn *c, void *buf, size_t len);

@@ -375,7 +375,9 @@ static enum run relay_pass(struct client *cl, int *progress)
 									    : UP_CONNECT);
 	if (!up->connecting && !x->log.conn_ns && x->log.dispatch_ns)
 		x->log.conn_ns = clock_now_ns(); /* the access log's connect time */
-	if (!up->connecting && up->writable && (r = send_upstream(cl, progress)) != RUN_STAY)
+	if (!up->connecting && up->writable &&
+	    (x->req.ready || (x->uphead && x->att->head_off < x->uphead->end)) &&
+	    (r = send_upstream(cl, progress)) != RUN_STAY)
 		return r;
 	if (x->att->up != up)
 		return RUN_STAY; /* failed over (retried, spilled, promoted): look again */
@@ -389,7 +391,9 @@ static enum run relay_pass(struct client *cl, int *progress)
 		return exchange_abort(x, "bad request body");
 	if (bad)
 		return reply_bad_body(x, bad);
-	if (!x->resp.done && !up->connecting && (r = read_upstream(cl, progress)) != RUN_STAY)
+	if (!x->resp.done && !up->connecting &&
+	    (up->conn.readable || !up->conn.reading || up->read_got || up->read_end) &&
+	    (r = read_upstream(cl, progress)) != RUN_STAY)
 		return r;
 	if (x->att->up != up)
 		return RUN_STAY;
