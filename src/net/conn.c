@@ -92,7 +92,7 @@ ssize_t net_conn_read(struct net_conn *c, void *buf, size_t len)
 int net_conn_read_pass(struct net_conn *c)
 {
 	int got = 0;
-	while (c->reading && c->readable) {
+	while (c->reading && c->readable && c->rd->alloc) {
 		char *p = NULL;
 		size_t len = 0;
 		int rc = c->rd->alloc(c->rd_arg, &p, &len);
@@ -116,9 +116,12 @@ int net_conn_read_pass(struct net_conn *c)
 	return got;
 }
 
-
 int net_conn_ready_read(struct net_conn *c)
 {
+	if (!c->rd->alloc) { /* the owner moves the bytes itself */
+		c->rd->ready(c->rd_arg);
+		return 1;
+	}
 	if (!net_conn_read_pass(c) || !c->rd->ready)
 		return 0;
 	c->rd->ready(c->rd_arg);

@@ -57,6 +57,10 @@ struct ssl_st;
  * ready (or NULL): bytes or an end came on a readiness event (net_conn_ready), after the
  * last read: the owner moves them on. The transport touches nothing of the connection after
  * it, so it may end everything.
+ *
+ * An owner that moves the bytes itself below the transport (splice(2) from a plain
+ * connection's descriptor) gives no alloc and no read: ready is then called on each read edge
+ * while reading, and the owner clears <readable> once the socket is drained (-EAGAIN).
  */
 struct net_conn_read_ops {
 	int (*alloc)(void *arg, char **buf, size_t *len);

@@ -398,6 +398,29 @@ static void read_callbacks_plain(void **state)
 	net_conn_close(&b);
 }
 
+/* An owner that moves the bytes itself (splice): told of read edges, reads nothing through
+ * the transport. */
+static void read_callbacks_own_bytes(void **state)
+{
+	(void)state;
+	struct net_conn a, b;
+	struct owner o = {.room = sizeof(o.in)};
+	static const struct net_conn_read_ops own = {.ready = owner_ready};
+	pair(&a, &b, 1);
+	assert_int_equal(net_conn_write(&a, "xyz", 3), 3);
+	assert_int_equal(net_conn_read_start(&b, &own, &o), 0);
+	assert_int_equal(net_conn_ready(&b, LOOP_READ), 1);
+	assert_int_equal(o.readies, 1);
+	assert_int_equal(o.reads, 0);
+	char buf[8];
+	assert_int_equal(net_conn_read(&b, buf, sizeof(buf)), 3); /* the bytes are still there */
+	b.readable = 0;						  /* drained, as the owner says */
+	assert_int_equal(net_conn_ready(&b, LOOP_WRITE), 0);
+	assert_int_equal(o.readies, 1);
+	net_conn_close(&a);
+	net_conn_close(&b);
+}
+
 static void read_callbacks_tls(void **state)
 {
 	(void)state;
@@ -437,6 +460,7 @@ int main(void)
 	    cmocka_unit_test(tls_sniff),
 	    cmocka_unit_test(tls_ctx_errors),
 	    cmocka_unit_test(read_callbacks_plain),
+	    cmocka_unit_test(read_callbacks_own_bytes),
 	    cmocka_unit_test(read_callbacks_tls),
 	};
 	return cmocka_run_group_tests_name("net conn", tests, setup, teardown);
