@@ -91,11 +91,14 @@ ssize_t net_conn_read(struct net_conn *c, void *buf, size_t len)
  * anything (bytes, the end, a failure) was handed to its read. */
 int net_conn_read_pass(struct net_conn *c)
 {
+	const struct net_conn_read_ops *ops = c->rd;
 	int got = 0;
-	while (c->reading && c->readable && c->rd->alloc) {
+	if (!ops->alloc)
+		return 0; /* the owner moves the bytes itself */
+	while (c->reading && c->readable) {
 		char *p = NULL;
 		size_t len = 0;
-		int rc = c->rd->alloc(c->rd_arg, &p, &len);
+		int rc = ops->alloc(c->rd_arg, &p, &len);
 		if (rc == -ENOSPC)
 			break; /* the edge is kept for when the owner has room */
 		ssize_t n = rc < 0 ? rc : net_conn_read(c, p, len);
@@ -107,7 +110,7 @@ int net_conn_read_pass(struct net_conn *c)
 		if (n <= 0)
 			c->reading = 0;
 		got = 1;
-		c->rd->read(c->rd_arg, n);
+		ops->read(c->rd_arg, n);
 		if (n > 0 && (size_t)n == len)
 			break; /* the room is full: the owner starts again when it has more */
 		if (n > 0 && !c->hup && !c->ssl)

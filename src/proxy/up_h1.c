@@ -127,6 +127,8 @@ enum run up_h1_head(struct exchange *x)
 	return x->codec->response_head(x, h, (size_t)r);
 }
 
+static const struct net_conn_read_ops up_h1_reads;
+
 enum run up_h1_send(struct exchange *x, const char *body, size_t len, size_t *took, int *progress)
 {
 	struct attempt *a = x->att;
@@ -156,6 +158,8 @@ enum run up_h1_send(struct exchange *x, const char *body, size_t len, size_t *to
 		up->writable = 0; /* a short write: the socket buffer is full */
 	*progress = 1;
 	x->last_ms = loop_now(x->w->loop);
+	if (!up->conn.reading && !up->read_end) /* the request has begun: its answer may come */
+		net_conn_read_start(&up->conn, &up_h1_reads, x);
 	return RUN_STAY;
 }
 
