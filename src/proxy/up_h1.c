@@ -215,6 +215,29 @@ static const struct net_conn_read_ops up_h1_reads = {
     .ready = up_read_ready,
 };
 
+/* The transport read the backend's end (1) or a failure (-errno): before the response began,
+ * a failed attempt; within it, the end of a body that ends with the connection, or a cut.
+ * Apart (and cold), so the reads of a long body pay nothing for it. */
+__attribute__((cold, noinline)) static enum run read_ended(struct exchange *x, int *cut)
+{
+	struct upconn *up = x->att->up;
+	ssize_t n = up->read_end == 1 ? 0 : up->read_end;
+	if (!x->resp_head)
+		return dispatch_failed(x, UP_RESET);
+	/* a body that ends with the connection is whole only when it ends cleanly: over TLS
+	 * that is close_notify (0); a FIN or reset without one (< 0) is what anyone on the
+	 * path can forge, a truncation (RFC 9112 section 9.8) */
+	if (x->resp.framing != HTTP_BODY_CLOSE || (n < 0 && up->conn.ssl)) {
+		(void)up_h1_scan(x); /* what arrived goes on; then the client is cut off */
+		*cut = 1;
+		return RUN_STAY;
+	}
+	(void)up_h1_scan(x); /* the tail is body too */
+	x->resp.done = 1;
+	x->att->reusable = 0;
+	return RUN_STAY;
+}
+
 enum run up_h1_read(struct exchange *x, int *progress, int *cut)
 {
 	struct upconn *up = x->att->up;
@@ -228,21 +251,5 @@ enum run up_h1_read(struct exchange *x, int *progress, int *cut)
 			note_gap(x);
 		return RUN_STAY; /* an end read behind them is looked at once they are */
 	}
-	if (up->read_end) {
-		ssize_t n = up->read_end == 1 ? 0 : up->read_end;
-		if (!x->resp_head)
-			return dispatch_failed(x, UP_RESET);
-		/* a body that ends with the connection is whole only when it ends cleanly: over
-		 * TLS that is close_notify (0); a FIN or reset without one (< 0) is what anyone on
-		 * the path can forge, a truncation (RFC 9112 section 9.8) */
-		if (x->resp.framing != HTTP_BODY_CLOSE || (n < 0 && up->conn.ssl)) {
-			(void)up_h1_scan(x); /* what arrived goes on; then the client is cut off */
-			*cut = 1;
-			return RUN_STAY;
-		}
-		(void)up_h1_scan(x); /* the tail is body too */
-		x->resp.done = 1;
-		x->att->reusable = 0;
-	}
-	return RUN_STAY;
+	return up->read_end ? read_ended(x, cut) : RUN_STAY;
 }
