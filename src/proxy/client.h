@@ -4,9 +4,10 @@
  * tunnel.c those of a WebSocket tunnel).
  *
  * The transport reads (net/conn.h): client_read() starts it with this file's callbacks,
- * which put the bytes in cl->in and note the client's end; the codec (h1.c) stops it in the
- * states that read nothing (a request being served, the proxy's own answer), so a client's
- * next request or its end stays in the socket meanwhile, as the relay expects (client_gone).
+ * which put the bytes in cl->in and note the client's end. Between events the transport goes
+ * on reading only in a tunnel and while lingering: the codec (h1.c) stops it otherwise, so a
+ * head is read as its state runs, and while a request is served the client's next request or
+ * its end stays in the socket, as the relay expects (client_gone).
  *
  * Buffers come from the worker's pools and go back when empty, so an idle connection holds
  * none. A request body being read whole before admission may outgrow a plain buffer into a
@@ -103,8 +104,7 @@ static inline size_t client_out_pending(const struct client *cl)
  * bytes that came since the last call (> 0; the transport may have read some on an event
  * before), 0 at its end, -EAGAIN when nothing more waits, -ENOSPC when cl->in
  * is full, or -errno. Reading stays started (net/conn.h: the transport reads on the client's
- * next readiness event, before the codec runs) until h1.c stops it in a state that does not
- * read.
+ * next readiness event, before the codec runs) until h1.c stops it (above).
  */
 ssize_t client_read(struct client *cl);
 
