@@ -17,7 +17,8 @@
  *
  * Non-blocking writes: net_conn_writev() returns what one call moved, -EAGAIN when the socket
  * (or TLS) must wait. net_conn_read() is the one read, for the transport's own use and for
- * those that poll (the control plane's probes, xfer's daemon).
+ * those that still read for themselves (the control plane's probes, xfer, the proxy's idle
+ * check, hedged copy and background refresh).
  * TLS can need the other direction than the one asked for (a write waiting for a handshake
  * message to arrive, a read that must send one): then the call returns -EAGAIN and sets
  * want_read or want_write, and the owner waits for that readiness before calling again.
