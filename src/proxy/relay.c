@@ -331,7 +331,7 @@ static enum run send_client(struct client *cl, int *progress)
 	worker_buf_release(cl->w, &cl->out);
 	*progress = 1;
 	if (x->resp_head) /* heartbeats do not hold off first_byte_ms */
-		x->last_ms = loop_now(cl->w->loop);
+		x->last_ms = cl->h1.pace.client_took_ms;
 	return RUN_STAY;
 }
 

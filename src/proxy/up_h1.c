@@ -84,8 +84,8 @@ static void note_final_head(struct exchange *x, const struct http_head *h)
 {
 	struct worker *w = x->w;
 	struct attempt *a = x->att;
-	uint64_t now_ns = clock_now_ns();
-	backend_observe(x->pool, a->be, loop_now(w->loop), (now_ns - a->sent_ns) / 1000, h->status);
+	uint64_t now_ns = clock_now_ns(), now_ms = loop_now(w->loop);
+	backend_observe(x->pool, a->be, now_ms, (now_ns - a->sent_ns) / 1000, h->status);
 	if (a->be->llm && h->status < 400)
 		llm_answered(a->be->llm, x->wt.blocks, x->wt.nblocks, x->wt.missed,
 			     (now_ns - a->sent_ns) / 1000);
@@ -93,7 +93,7 @@ static void note_final_head(struct exchange *x, const struct http_head *h)
 	reqbody_end(&x->reqbody, w);
 	x->wt.blocks = NULL;
 	x->wt.nblocks = 0;
-	note_reported_load(x, h, loop_now(w->loop));
+	note_reported_load(x, h, now_ms);
 	x->last_read_ns = now_ns;
 	x->log.ttfb_ns = now_ns;
 	x->status = h->status;
