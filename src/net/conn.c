@@ -7,8 +7,15 @@
  * a close_notify becomes the end (0), and anything else -EPROTO or the socket's errno.
  * A gathered TLS write copies the parts into one record-sized buffer when they are small,
  * so a head and a short body still leave in one record.
+ *
+ * The reads for an owner (net_conn_read_start) follow the edges the loop reports: a read edge
+ * marks the connection readable until a read says -EAGAIN or a short plain read shows the
+ * socket drained (a TLS read hands out a record at a time, so only -EAGAIN says it; after
+ * the peer's hang-up no edge will come, so it reads on to the end). A TLS read that must
+ * first write (SSL_ERROR_WANT_WRITE) waits for the write edge instead.
  */
 #include "net/conn.h"
+#include "core/loop.h"
 
 #include <errno.h>
 #include <openssl/err.h>
@@ -78,6 +85,50 @@ ssize_t net_conn_read(struct net_conn *c, void *buf, size_t len)
 		return ret > 0 ? (ssize_t)n : net_conn_tls_outcome(c, ret);
 	}
 	return plain_recv(c, buf, len, 0);
+}
+
+/* Read for the owner while the connection may hold bytes and the owner has room: 1 when
+ * anything (bytes, the end, a failure) was handed to its read. */
+int net_conn_read_pass(struct net_conn *c)
+{
+	const struct net_conn_read_ops *ops = c->rd;
+	int got = 0;
+	if (!ops->alloc)
+		return 0; /* the owner moves the bytes itself */
+	while (c->reading && c->readable) {
+		char *p = NULL;
+		size_t len = 0;
+		int rc = ops->alloc(c->rd_arg, &p, &len);
+		if (rc == -ENOSPC)
+			break; /* the edge is kept for when the owner has room */
+		ssize_t n = rc < 0 ? rc : net_conn_read(c, p, len);
+		if (n == -EAGAIN || n == -EINTR) {
+			c->readable = 0;
+			c->read_on_write = c->want_write;
+			break;
+		}
+		if (n <= 0)
+			c->reading = 0;
+		got = 1;
+		ops->read(c->rd_arg, n);
+		if (n > 0 && (size_t)n == len)
+			break; /* the room is full: the owner starts again when it has more */
+		if (n > 0 && !c->hup && !c->ssl)
+			c->readable = 0; /* a short plain read drained the socket */
+	}
+	return got;
+}
+
+int net_conn_ready_read(struct net_conn *c)
+{
+	if (!c->rd->alloc) { /* the owner moves the bytes itself */
+		c->rd->ready(c->rd_arg);
+		return 1;
+	}
+	if (!net_conn_read_pass(c) || !c->rd->ready)
+		return 0;
+	c->rd->ready(c->rd_arg);
+	return 1;
 }
 
 /* Copy up to <cap> bytes of <iov> from byte <skip> on into <out>; how many. */
@@ -190,8 +241,7 @@ void net_conn_close(struct net_conn *c)
 	}
 	if (c->fd >= 0)
 		close(c->fd);
-	c->fd = -1;
-	c->want_read = c->want_write = 0;
+	*c = (struct net_conn){.fd = -1};
 }
 
 /* A blocking socket's -EAGAIN (or EWOULDBLOCK) is its timeout running out. */

@@ -7,8 +7,18 @@
  * codec or the proxy. A plain connection is the descriptor alone (ssl NULL); net/tls.h
  * attaches a TLS session to one.
  *
- * Non-blocking use (the proxy): net_conn_read() and net_conn_writev() return what one call
- * moved, -EAGAIN when the socket (or TLS) must wait, 0 from a read at the peer's clean end.
+ * Non-blocking reads (the proxy), as libuv reads: the owner starts reading with two callbacks
+ * (net_conn_read_start: alloc lends room, read takes what came, 0 at the peer's clean end or
+ * -errno) and hands the transport the readiness its loop reported (net_conn_ready). The
+ * transport keeps what it knows of the socket (an edge not drained, the peer's hang-up, a TLS
+ * read waiting for a write edge), reads while the owner has room, all of what TLS has
+ * decrypted too, and tells the owner. So where bytes come from and when they are read is the
+ * transport's, and another one (io_uring) changes this file, not the owners.
+ *
+ * Non-blocking writes: net_conn_writev() returns what one call moved, -EAGAIN when the socket
+ * (or TLS) must wait. net_conn_read() is the one read, for the transport's own use and for
+ * those that still read for themselves (the control plane's probes, xfer, the proxy's idle
+ * check, hedged copy and background refresh).
  * TLS can need the other direction than the one asked for (a write waiting for a handshake
  * message to arrive, a read that must send one): then the call returns -EAGAIN and sets
  * want_read or want_write, and the owner waits for that readiness before calling again.
@@ -25,28 +35,104 @@
 #ifndef ACCELNET_NET_CONN_H
 #define ACCELNET_NET_CONN_H
 
+#include "core/loop.h"
+
 #include <stddef.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
 struct ssl_st;
 
+/*
+ * What the owner of a connection that reads gives the transport (one const table per kind of
+ * owner; <arg> is the owner).
+ *
+ * alloc: room to read into, *buf and *len set: 0; -ENOSPC when the owner has none now
+ * (reading pauses, the edge kept, until the owner starts it again); another -errno is handed
+ * to read as a failure.
+ *
+ * read: <n> bytes came into the room alloc lent (n > 0), the peer's clean end (0), or a
+ * failure (-errno); after 0 or -errno reading stops. It records and returns; it must not
+ * close the connection (ready may).
+ *
+ * ready (or NULL): bytes or an end came on a readiness event (net_conn_ready), after the
+ * last read: the owner moves them on. The transport touches nothing of the connection after
+ * it, so it may end everything.
+ *
+ * An owner that moves the bytes itself below the transport (splice(2) from a plain
+ * connection's descriptor) gives no alloc and no read: ready is then called on each read edge
+ * while reading, and the owner clears <readable> once the socket is drained (-EAGAIN).
+ */
+struct net_conn_read_ops {
+	int (*alloc)(void *arg, char **buf, size_t *len);
+	void (*read)(void *arg, ssize_t n);
+	void (*ready)(void *arg);
+};
+
 struct net_conn {
 	int fd;			 /* -1 once closed */
 	struct ssl_st *ssl;	 /* NULL: plain TCP */
 	unsigned want_read : 1;	 /* the last call waits for the socket to be readable */
 	unsigned want_write : 1; /* ... or writable (TLS may want either, whatever was asked) */
+	unsigned readable : 1;	 /* a read edge came, not drained yet: bytes may wait */
+	unsigned hup : 1;	 /* the peer shut its side: read on to its end */
+	unsigned reading : 1; /* between net_conn_read_start and net_conn_read_stop (or the end) */
+	unsigned read_on_write : 1;	    /* TLS: the last read waits for a write edge */
+	const struct net_conn_read_ops *rd; /* while reading */
+	void *rd_arg;
 };
 
 /* A plain connection over <fd> (owned from now on). */
 static inline void net_conn_init(struct net_conn *c, int fd)
 {
-	c->fd = fd;
-	c->ssl = NULL;
-	c->want_read = c->want_write = 0;
+	*c = (struct net_conn){.fd = fd};
 }
 
-/* Read at most <len> bytes: a count, 0 at the peer's end, -EAGAIN, or -errno. */
+/* The reading halves of net_conn_read_start() and net_conn_ready(), when an edge waits. */
+int net_conn_read_pass(struct net_conn *c);
+int net_conn_ready_read(struct net_conn *c);
+
+/*
+ * Read into the owner's room and tell it (<ops>, <arg>: see struct net_conn_read_ops) from
+ * now on, on each readiness event, until net_conn_read_stop() or the end. Bytes already
+ * waiting (an edge not drained) are read now, before it returns, through alloc and read but
+ * not ready (the caller is there to see them): 1 when anything was handed to read, else 0.
+ */
+static inline int net_conn_read_start(struct net_conn *c, const struct net_conn_read_ops *ops,
+				      void *arg)
+{
+	c->rd = ops;
+	c->rd_arg = arg;
+	c->reading = 1;
+	return c->readable ? net_conn_read_pass(c) : 0;
+}
+
+/* No reads until started again; the readiness seen meanwhile is kept. */
+static inline void net_conn_read_stop(struct net_conn *c)
+{
+	c->reading = 0;
+}
+
+/*
+ * The loop reported <events> (core/loop.h: LOOP_READ, LOOP_WRITE, LOOP_HUP) on c's
+ * descriptor: recorded; while reading, what waits is read and handed to the owner, then its
+ * ready. 1 when ready was called (the owner has moved on: c may be gone); 0 when the owner
+ * handles the events itself (nothing read, or no ready).
+ */
+static inline int net_conn_ready(struct net_conn *c, unsigned events)
+{
+	if (events & (LOOP_READ | LOOP_HUP))
+		c->readable = 1;
+	if (events & LOOP_HUP)
+		c->hup = 1;
+	if ((events & LOOP_WRITE) && c->read_on_write) {
+		c->readable = 1;
+		c->read_on_write = 0;
+	}
+	return c->reading && c->readable ? net_conn_ready_read(c) : 0;
+}
+
+/* Read at most <len> bytes once: a count, 0 at the peer's end, -EAGAIN, or -errno. */
 ssize_t net_conn_read(struct net_conn *c, void *buf, size_t len);
 
 /* Write from <iov> (<n> parts, gathered in one call where the transport allows): a count,

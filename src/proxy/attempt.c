@@ -19,6 +19,7 @@ void attempt_begin(struct attempt *a, struct pool_rt *pool, struct backend *be)
 	a->up_reused = 0;
 	a->reusable = 0;
 	a->slot_freed = 0;
+	a->resp_whole = 0;
 	a->head_off = 0;
 }
 

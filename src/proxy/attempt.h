@@ -55,6 +55,7 @@ struct attempt {
 	unsigned up_reused : 1;	   /* up is a kept-alive connection that served before */
 	unsigned reusable : 1;	   /* the response lets up carry another request */
 	unsigned slot_freed : 1;   /* be's slot went back before the end (the response is in) */
+	unsigned resp_whole : 1;   /* its response is in whole and its owner has seen that */
 };
 
 /*

@@ -1,5 +1,6 @@
 /*
- * client.c - a client connection's buffers, its writes and its end (see client.h).
+ * client.c - a client connection's buffers, its reads (the transport's callbacks), its writes
+ * and its end (see client.h).
  */
 #include "proxy/client.h"
 #include "proxy/upstream.h"
@@ -24,6 +25,51 @@ int client_out_put(struct client *cl, const char *p, size_t n)
 	memcpy(b->data + b->end, p, n);
 	b->end += (uint32_t)n;
 	return 0;
+}
+
+/* The transport's alloc: the room at the end of cl->in (a buffer taken if need be). */
+static int client_read_room(void *arg, char **p, size_t *len)
+{
+	struct client *cl = arg;
+	if (!cl->in && !(cl->in = buf_get(&cl->w->bufs)))
+		return -ENOMEM;
+	if (!buf_room(cl->in))
+		buf_compact(cl->in);
+	if (!buf_room(cl->in))
+		return -ENOSPC;
+	*p = cl->in->data + cl->in->end;
+	*len = buf_room(cl->in);
+	return 0;
+}
+
+/* The transport's read: the bytes join cl->in; an end or a failure is noted. */
+static void client_read_took(void *arg, ssize_t n)
+{
+	struct client *cl = arg;
+	if (n > 0) {
+		cl->in->end += (uint32_t)n;
+		cl->read_got += (size_t)n;
+	} else {
+		cl->read_end = n ? (int)n : 1;
+	}
+}
+
+static const struct net_conn_read_ops client_reads = {
+    .alloc = client_read_room,
+    .read = client_read_took,
+};
+
+ssize_t client_read(struct client *cl)
+{
+	if (!cl->read_end)
+		net_conn_read_start(&cl->conn, &client_reads, cl);
+	size_t got = cl->read_got; /* with what the transport read on an event before */
+	cl->read_got = 0;
+	if (got)
+		return (ssize_t)got;
+	if (cl->read_end)
+		return cl->read_end == 1 ? 0 : cl->read_end;
+	return cl->conn.readable ? -ENOSPC : -EAGAIN;
 }
 
 int client_flush(struct client *cl)

@@ -3,6 +3,12 @@
  * machine stands (h1.c, the HTTP/1 client codec, drives it; relay.c moves its exchange's bytes,
  * tunnel.c those of a WebSocket tunnel).
  *
+ * The transport reads (net/conn.h): client_read() starts it with this file's callbacks,
+ * which put the bytes in cl->in and note the client's end. Between events the transport goes
+ * on reading only in a tunnel and while lingering: the codec (h1.c) stops it otherwise, so a
+ * head is read as its state runs, and while a request is served the client's next request or
+ * its end stays in the socket, as the relay expects (client_gone).
+ *
  * Buffers come from the worker's pools and go back when empty, so an idle connection holds
  * none. A request body being read whole before admission may outgrow a plain buffer into a
  * body buffer (limits.body_buffer_bytes), at most BODY_BUFS_MAX lent per worker at once.
@@ -58,9 +64,10 @@ struct client {
 	struct worker *w;
 	struct list_node link; /* on w->clients */
 	enum client_state state;
-	int readable, writable; /* edge seen, not yet drained / not yet full */
-	int hup;		/* the client shut its side (or the socket failed) */
-	int hup_checked;	/* ... and client_gone() has looked at it */
+	int writable;	 /* edge seen, not yet full (reads: conn.readable, conn.hup) */
+	int hup_checked; /* conn.hup seen, and client_gone() has looked at it */
+	int read_end;	 /* the transport read the client's end (1) or a failure (-errno) */
+	size_t read_got; /* bytes the transport read that client_read() has not told of */
 	unsigned keep_alive : 1;
 	unsigned trusted : 1;	      /* the client is in trusted_proxies */
 	unsigned tls : 1;	      /* it came through a TLS listener */
@@ -92,6 +99,15 @@ static inline size_t client_out_pending(const struct client *cl)
 {
 	return cl->out ? buf_len(cl->out) : 0;
 }
+
+/*
+ * Read what the client sent into cl->in, through the transport (net_conn_read_start): the
+ * bytes that came since the last call (> 0; the transport may have read some on an event
+ * before), 0 at its end, -EAGAIN when nothing more waits, -ENOSPC when cl->in
+ * is full, or -errno. Reading stays started (net/conn.h: the transport reads on the client's
+ * next readiness event, before the codec runs) until h1.c stops it (above).
+ */
+ssize_t client_read(struct client *cl);
 
 /* Write what cl->out holds while the client takes it. 0, or -errno (the client is gone). */
 int client_flush(struct client *cl);

@@ -89,6 +89,8 @@ static void slot_work_done(struct exchange *x)
 
 void exchange_drop_upstream(struct exchange *x)
 {
+	if (!x->hedge && !x->att->be && !x->att->up)
+		return; /* ended already (client_finish): nothing held */
 	exchange_drop_hedge(x);
 	slot_work_done(x);
 	attempt_end(x->att, x->w, 0);
@@ -96,6 +98,8 @@ void exchange_drop_upstream(struct exchange *x)
 
 void exchange_free_slot(struct exchange *x)
 {
+	if (!x->att->be || x->att->slot_freed)
+		return; /* given back already (the response was whole) */
 	slot_work_done(x);
 	attempt_free_slot(x->att, x->w);
 }

@@ -110,6 +110,10 @@ struct exchange_codec_ops {
 	enum run (*reply_json)(struct exchange *x, int status, const char *json, size_t len);
 	/* Move bytes between the client, the upstream connection and back. */
 	enum run (*relay)(struct exchange *x);
+	/* The transport read response bytes (or the end) for the upstream half on the upstream
+	 * connection's own readiness (up_h1.h): move them on to the client as relay does, and
+	 * carry the connection on from what that led to (x may end meanwhile). */
+	void (*respond)(struct exchange *x);
 	/* Something outside changed (a slot granted, the upstream ready): run connection
 	 * <conn> (x->conn: the exchange may have ended meanwhile). */
 	void (*wake)(void *conn);

@@ -158,6 +158,8 @@ static enum run h1_reply(struct client *cl, int status, const char *detail, int 
 	return h1_answer(cl, status, detail, keep, NULL, 0);
 }
 
+static void h1_settle(struct client *cl);
+
 /* --- what an exchange asks of this codec --- */
 
 static enum run codec_reply(struct exchange *x, int status, const char *detail, int keep)
@@ -238,9 +240,9 @@ static enum run codec_peek_body(struct exchange *x, size_t max, const char **bod
 					    ? "request body larger than limits.max_body_bytes"
 					    : "malformed request body",
 					0);
-		if (x->req.done || x->req.ready >= max || !cl->readable)
+		if (x->req.done || x->req.ready >= max || !cl->conn.readable)
 			break;
-		ssize_t n = worker_read(w, &cl->conn, &cl->in, &cl->readable, cl->hup);
+		ssize_t n = client_read(cl);
 		if (n == -ENOSPC) {
 			int err = client_grow_in(cl);
 			if (err == -ENOSPC) {
@@ -303,6 +305,18 @@ static void codec_wake(void *conn)
 	h1_run(conn);
 }
 
+/* Straight to the relay (the exchange is at its last stage while the upstream half reads);
+ * then on as h1_run would go on from the stage's answer. */
+static void codec_respond(struct exchange *x)
+{
+	struct client *cl = x->conn;
+	enum run r = relay_run(cl);
+	if (r == RUN_AGAIN)
+		h1_run(cl);
+	else if (r == RUN_STAY)
+		h1_settle(cl);
+}
+
 static void codec_heartbeat(struct exchange *x)
 {
 	relay_heartbeat(x->conn);
@@ -348,6 +362,7 @@ static const struct exchange_codec_ops h1_codec = {
     .peek_body = codec_peek_body,
     .reply_json = codec_reply_json,
     .relay = codec_relay,
+    .respond = codec_respond,
     .wake = codec_wake,
     .heartbeat = codec_heartbeat,
     .body_held = codec_body_held,
@@ -432,7 +447,7 @@ static enum run run_handshake(struct client *cl)
 		}
 		int big = net_tls_hello_oversized(&cl->conn, TLS_HELLO_MAX);
 		if (big == -EAGAIN) {
-			cl->readable = 0;
+			cl->conn.readable = 0;
 			return RUN_STAY;
 		}
 		if (big) {
@@ -446,7 +461,7 @@ static enum run run_handshake(struct client *cl)
 	int rc = net_tls_handshake(&cl->conn);
 	if (rc == -EAGAIN) {
 		if (cl->conn.want_read)
-			cl->readable = 0;
+			cl->conn.readable = 0;
 		if (cl->conn.want_write)
 			cl->writable = 0;
 		return RUN_STAY;
@@ -467,7 +482,7 @@ static enum run run_handshake(struct client *cl)
 		return RUN_GONE;
 	}
 	cl->state = C_HEAD;
-	cl->readable = 1; /* the request may have come with the client's last flight */
+	cl->conn.readable = 1; /* the request may have come with the client's last flight */
 	return RUN_AGAIN;
 }
 
@@ -485,9 +500,9 @@ static enum run run_head(struct client *cl)
 			if (r < 0)
 				return h1_reply(cl, -r, "malformed request", 0);
 		}
-		if (!cl->readable)
+		if (!cl->conn.readable && !cl->read_end)
 			return RUN_STAY;
-		ssize_t n = worker_read(w, &cl->conn, &cl->in, &cl->readable, cl->hup);
+		ssize_t n = client_read(cl);
 		if (n == -EAGAIN)
 			return RUN_STAY;
 		if (n <= 0) {
@@ -522,10 +537,10 @@ static enum run run_reply(struct client *cl)
 /* Read and drop until the client closes, so that our last response is not lost to a RST. */
 static enum run run_linger(struct client *cl)
 {
-	while (cl->readable) {
+	while (cl->conn.readable || cl->read_end) {
 		if (cl->in)
 			cl->in->start = cl->in->end = 0;
-		ssize_t n = worker_read(cl->w, &cl->conn, &cl->in, &cl->readable, cl->hup);
+		ssize_t n = client_read(cl);
 		if (n == -EAGAIN)
 			return RUN_STAY;
 		if (n <= 0) {
@@ -576,6 +591,17 @@ static void h1_arm_timer(struct client *cl)
 	loop_timer_set(cl->w->loop, &cl->timer, deadline);
 }
 
+/* The connection waits for its next event: reads and the timer as its state wants. Between
+ * events the transport reads a tunnel's bytes and a lingering client's; a head is read as its
+ * state runs (its first bytes start timeouts.header_ms), and while a request is served or
+ * answered its next one (or its end) stays in the socket. */
+static void h1_settle(struct client *cl)
+{
+	if (cl->state != C_TUNNEL && cl->state != C_LINGER)
+		net_conn_read_stop(&cl->conn);
+	h1_arm_timer(cl);
+}
+
 void h1_run(struct client *cl)
 {
 	for (;;) {
@@ -605,7 +631,7 @@ void h1_run(struct client *cl)
 		if (r == RUN_STAY)
 			break;
 	}
-	h1_arm_timer(cl);
+	h1_settle(cl);
 }
 
 static void h1_on_timer(struct loop_timer *t)
@@ -619,7 +645,7 @@ static void h1_on_timer(struct loop_timer *t)
 			break;
 		}
 		if (cl->w->draining && client_pending(cl)) {
-			cl->readable = 1; /* a request arrived as it was to close: answer it */
+			cl->conn.readable = 1; /* a request arrived as it was to close: answer it */
 			h1_run(cl);
 			return;
 		}
@@ -642,12 +668,10 @@ static void h1_on_timer(struct loop_timer *t)
 static void h1_on_io(struct loop_io *io, unsigned events)
 {
 	struct client *cl = container_of(io, struct client, io);
-	if (events & (LOOP_READ | LOOP_HUP))
-		cl->readable = 1;
 	if (events & LOOP_WRITE)
 		cl->writable = 1;
-	if (events & LOOP_HUP)
-		cl->hup = 1;
+	/* the transport records the rest, and reads where the state reads (h1_run) */
+	(void)net_conn_ready(&cl->conn, events);
 	h1_run(cl);
 }
 

@@ -79,9 +79,9 @@ enum run relay_await_body(struct client *cl)
 			return reply_bad_body(x, bad);
 		if (x->req.done || x->req.ready >= want)
 			break;
-		if (!cl->readable)
+		if (!cl->conn.readable && !cl->read_end)
 			return RUN_STAY;
-		ssize_t n = worker_read(w, &cl->conn, &cl->in, &cl->readable, cl->hup);
+		ssize_t n = client_read(cl);
 		if (n == -ENOSPC) {
 			int err = client_grow_in(cl);
 			if (err == -ENOSPC)
@@ -334,7 +334,7 @@ static enum run send_client(struct client *cl, int *progress)
 	worker_buf_release(cl->w, &cl->out);
 	*progress = 1;
 	if (x->resp_head) /* heartbeats do not hold off first_byte_ms */
-		x->last_ms = loop_now(cl->w->loop);
+		x->last_ms = cl->h1.pace.client_took_ms;
 	return RUN_STAY;
 }
 
@@ -356,7 +356,7 @@ static enum run read_upstream(struct client *cl, int *progress)
 static enum run read_client(struct client *cl, int *progress)
 {
 	struct exchange *x = cl->x;
-	ssize_t n = worker_read(cl->w, &cl->conn, &cl->in, &cl->readable, cl->hup);
+	ssize_t n = client_read(cl);
 	if (n == 0 || (n < 0 && n != -EAGAIN && n != -ENOSPC))
 		return exchange_abort(x, "client closed during the request body");
 	if (n > 0) {
@@ -378,20 +378,24 @@ static enum run relay_pass(struct client *cl, int *progress)
 									    : UP_CONNECT);
 	if (!up->connecting && !x->log.conn_ns && x->log.dispatch_ns)
 		x->log.conn_ns = clock_now_ns(); /* the access log's connect time */
-	if (!up->connecting && up->writable && (r = send_upstream(cl, progress)) != RUN_STAY)
+	if (!up->connecting && up->writable &&
+	    (x->req.ready || (x->uphead && x->att->head_off < x->uphead->end)) &&
+	    (r = send_upstream(cl, progress)) != RUN_STAY)
 		return r;
 	if (x->att->up != up)
 		return RUN_STAY; /* failed over (retried, spilled, promoted): look again */
-	if (!x->req.done && cl->readable && (r = read_client(cl, progress)) != RUN_STAY)
+	if (!x->req.done && (cl->conn.readable || cl->read_end) &&
+	    (r = read_client(cl, progress)) != RUN_STAY)
 		return r;
-	if (x->req.done && cl->hup && !cl->hup_checked && client_gone(cl))
+	if (x->req.done && cl->conn.hup && !cl->hup_checked && client_gone(cl))
 		return exchange_abort(x, "client closed the connection");
 	int bad = request_scan(cl);
 	if (bad && x->resp_head)
 		return exchange_abort(x, "bad request body");
 	if (bad)
 		return reply_bad_body(x, bad);
-	if (!x->resp.done && up->readable && !up->connecting &&
+	if (!x->resp.done && !up->connecting &&
+	    (up->conn.readable || !up->conn.reading || up->read_got || up->read_end) &&
 	    (r = read_upstream(cl, progress)) != RUN_STAY)
 		return r;
 	if (x->att->up != up)
@@ -405,10 +409,9 @@ static enum run relay_pass(struct client *cl, int *progress)
 		if (x->att->up != up)
 			return RUN_STAY;
 	}
+	/* a response in whole gives its slot back here (up_h1.h), before the client takes it */
 	if (x->resp_head && up_h1_scan(x) < 0)
 		return exchange_abort(x, "backend sent a malformed chunked body");
-	if (x->resp_head && x->resp.done)
-		exchange_free_slot(x); /* all in our buffers: a slow reader holds no slot */
 	if (cl->writable && (client_out_pending(cl) || x->resp.ready) &&
 	    (r = send_client(cl, progress)) != RUN_STAY)
 		return r;
@@ -430,7 +433,7 @@ enum run relay_run(struct client *cl)
 		return hit_run(cl); /* the cache answers (client_finish ends it) */
 	if (x->wt.state != W_IDLE || x->att->local_wait) {
 		/* waiting for a slot or a descriptor: only notice a client that gave up */
-		if (cl->hup && !cl->hup_checked && client_gone(cl))
+		if (cl->conn.hup && !cl->hup_checked && client_gone(cl))
 			return exchange_abort(x, "client closed the connection while queued");
 		if (client_flush(cl) < 0) /* heartbeats */
 			return exchange_abort(x, "client went away");

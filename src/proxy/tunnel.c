@@ -3,10 +3,12 @@
  * (see tunnel.h).
  *
  * The pump is one function run for each way: read the source into its buffer while there
- * is room, write the buffer to the sink while it takes it. The readiness flags are edges
- * (a side read until EAGAIN, written until a short write), so a way that stops because the
- * sink is full resumes on the sink's write edge, and one that stops because the buffer is
- * full resumes as soon as the sink has taken some of it, in the same pass.
+ * is room, write the buffer to the sink while it takes it. The transport reads (net/conn.h:
+ * the client's bytes through client_read(), the backend's through this file's callbacks,
+ * both started for the tunnel's life), also on a side's own readiness between passes; the
+ * write flags are edges (written until a short write). So a way that stops because the sink
+ * is full resumes on the sink's write edge, and one that stops because the buffer is full
+ * resumes as soon as the sink has taken some of it, in the same pass.
  */
 #include "proxy/tunnel.h"
 #include "core/clock.h"
@@ -103,8 +105,10 @@ enum run tunnel_start(struct client *cl, const struct http_head *h, size_t len)
 	t->last_ms = loop_now(w->loop);
 	cl->tunnel = t;
 	cl->state = C_TUNNEL;
-	cl->readable = 1; /* frames may have come behind the head */
-	up->readable = 1;
+	cl->conn.readable = 1; /* frames may have come behind the head */
+	up->conn.readable = 1;
+	up->read_got = 0;
+	net_conn_read_stop(&up->conn); /* the upstream half's reads end; the pump's begin */
 	return RUN_AGAIN;
 fail:
 	atomic_fetch_sub_explicit(&w->rt->tunnels, 1, memory_order_relaxed);
@@ -112,32 +116,72 @@ fail:
 	return exchange_reply(x, status, why, 0);
 }
 
-/*
- * One way: read <src> into *b while it has room (not after the end, *eof), write *b to <dst>
- * while it takes bytes, give *b back once empty. Bytes written are added to *sent. 0, or
- * -errno when a side failed.
- */
-static int pump(struct worker *w, struct net_conn *src, int *readable, int hup, struct buf **b,
-		struct net_conn *dst, int *writable, unsigned *eof, uint64_t *sent, int *moved)
+/* The transport's alloc for the backend's side: the room at the end of up->in. */
+static int up_room(void *arg, char **p, size_t *len)
 {
-	if (*readable && !*eof) {
-		ssize_t n = worker_read(w, src, b, readable, hup);
-		if (n == 0)
-			*eof = 1;
-		else if (n > 0)
-			*moved = 1;
-		else if (n != -EAGAIN && n != -ENOSPC)
-			return (int)n;
+	struct upconn *up = arg;
+	if (!up->in && !(up->in = buf_get(&up->w->bufs)))
+		return -ENOMEM;
+	if (!buf_room(up->in))
+		buf_compact(up->in);
+	if (!buf_room(up->in))
+		return -ENOSPC;
+	*p = up->in->data + up->in->end;
+	*len = buf_room(up->in);
+	return 0;
+}
+
+/* ... and its read: the bytes join up->in; an end is noted. */
+static void up_took(void *arg, ssize_t n)
+{
+	struct upconn *up = arg;
+	if (n > 0) {
+		up->in->end += (uint32_t)n;
+		up->read_got += (size_t)n;
+	} else {
+		up->read_end = n ? (int)n : 1;
 	}
+}
+
+static const struct net_conn_read_ops tunnel_up_reads = {.alloc = up_room, .read = up_took};
+
+/* The backend's side, read as client_read() reads the client's (client.h). */
+static ssize_t read_backend(struct upconn *up)
+{
+	if (!up->read_end)
+		net_conn_read_start(&up->conn, &tunnel_up_reads, up);
+	size_t got = up->read_got;
+	up->read_got = 0;
+	if (got)
+		return (ssize_t)got;
+	if (up->read_end)
+		return up->read_end == 1 ? 0 : up->read_end;
+	return up->conn.readable ? -ENOSPC : -EAGAIN;
+}
+
+/*
+ * One way: <n> is what reading the source into *b gave (read_backend, client_read; -EAGAIN
+ * when not read: after the end, *eof); write *b to <dst> while it takes bytes, give *b back
+ * once empty. Bytes written are added to *sent. 0, or -errno when a side failed.
+ */
+static int pump(struct worker *w, ssize_t n, struct buf **b, struct net_conn *dst, int *writable,
+		unsigned *eof, uint64_t *sent, int *moved)
+{
+	if (n == 0)
+		*eof = 1;
+	else if (n > 0)
+		*moved = 1;
+	else if (n != -EAGAIN && n != -ENOSPC)
+		return (int)n;
 	if (*b && buf_len(*b) && *writable) {
-		ssize_t n = net_conn_write(dst, buf_head(*b), buf_len(*b));
-		if (n == -EAGAIN || n == -EINTR) {
+		ssize_t k = net_conn_write(dst, buf_head(*b), buf_len(*b));
+		if (k == -EAGAIN || k == -EINTR) {
 			*writable = 0;
-		} else if (n < 0) {
-			return (int)n;
+		} else if (k < 0) {
+			return (int)k;
 		} else {
-			buf_consume(*b, (size_t)n);
-			*sent += (uint64_t)n;
+			buf_consume(*b, (size_t)k);
+			*sent += (uint64_t)k;
 			*moved = 1;
 			if (buf_len(*b))
 				*writable = 0; /* a short write: its socket buffer is full */
@@ -181,10 +225,10 @@ enum run tunnel_run(struct client *cl)
 		if (client_flush(cl) < 0) /* the 101 head */
 			return tunnel_close(cl, TUNNEL_END_ERROR);
 		worker_buf_release(w, &cl->out);
-		err = pump(w, &cl->conn, &cl->readable, cl->hup, &cl->in, &up->conn, &up->writable,
+		err = pump(w, ceof ? -EAGAIN : client_read(cl), &cl->in, &up->conn, &up->writable,
 			   &ceof, &t->sent[TUNNEL_TO_BACKEND], &moved);
 		if (!err && !client_out_pending(cl))
-			err = pump(w, &up->conn, &up->readable, up->hup, &up->in, &cl->conn,
+			err = pump(w, beof ? -EAGAIN : read_backend(up), &up->in, &cl->conn,
 				   &cl->writable, &beof, &t->sent[TUNNEL_TO_CLIENT], &moved);
 		t->client_eof = ceof;
 		t->backend_eof = beof;

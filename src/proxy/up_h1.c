@@ -16,20 +16,30 @@
 
 int up_h1_scan(struct exchange *x)
 {
-	struct buf *in = x->att->up->in;
-	if (!in)
-		return 0;
+	struct attempt *a = x->att;
+	struct buf *in = a->up->in;
+	if (a->resp_whole)
+		return 0; /* told once: nothing more belongs to this response */
 	/* the new bytes go through the resp_body hooks (xhooks.h: tokens counted, the cache's
 	 * fill) before the client can see them, and a response read whole through the resp_done
 	 * hooks (its tokens settled, the fill completed) at once: the client's next request may
-	 * come before this one ends */
-	uint64_t before = x->resp.ready;
-	if (http_body_scan(&x->resp, buf_head(in), buf_len(in), 0) < 0)
-		return -1;
-	if (x->resp.ready > before)
-		xhooks_resp_body(x, buf_head(in) + before, x->resp.ready - before);
-	if (x->resp.done)
-		xhooks_resp_done(x);
+	 * come before this one ends. A body done at its head (Content-Length: 0, a HEAD's) is
+	 * whole at the first scan. */
+	if (in && !x->resp.done) {
+		uint64_t before = x->resp.ready;
+		if (http_body_scan(&x->resp, buf_head(in), buf_len(in), 0) < 0)
+			return -1;
+		if (x->resp.ready > before)
+			xhooks_resp_body(x, buf_head(in) + before, x->resp.ready - before);
+	}
+	if (!x->resp.done)
+		return 0;
+	a->resp_whole = 1;
+	xhooks_resp_done(x);
+	/* all in our buffers: a slow reader holds no slot; and what the backend sends after
+	 * it (its end, or bytes it should not send) stays in the socket for the idle list */
+	exchange_free_slot(x);
+	net_conn_read_stop(&a->up->conn);
 	return 0;
 }
 
@@ -75,8 +85,8 @@ static void note_final_head(struct exchange *x, const struct http_head *h)
 {
 	struct worker *w = x->w;
 	struct attempt *a = x->att;
-	uint64_t now_ns = clock_now_ns();
-	backend_observe(x->pool, a->be, loop_now(w->loop), (now_ns - a->sent_ns) / 1000, h->status);
+	uint64_t now_ns = clock_now_ns(), now_ms = loop_now(w->loop);
+	backend_observe(x->pool, a->be, now_ms, (now_ns - a->sent_ns) / 1000, h->status);
 	if (a->be->llm && h->status < 400)
 		llm_answered(a->be->llm, x->wt.blocks, x->wt.nblocks, x->wt.missed,
 			     (now_ns - a->sent_ns) / 1000);
@@ -84,7 +94,7 @@ static void note_final_head(struct exchange *x, const struct http_head *h)
 	reqbody_end(&x->reqbody, w);
 	x->wt.blocks = NULL;
 	x->wt.nblocks = 0;
-	note_reported_load(x, h, loop_now(w->loop));
+	note_reported_load(x, h, now_ms);
 	x->last_read_ns = now_ns;
 	x->log.ttfb_ns = now_ns;
 	x->status = h->status;
@@ -118,6 +128,8 @@ enum run up_h1_head(struct exchange *x)
 	return x->codec->response_head(x, h, (size_t)r);
 }
 
+static const struct net_conn_read_ops up_h1_reads;
+
 enum run up_h1_send(struct exchange *x, const char *body, size_t len, size_t *took, int *progress)
 {
 	struct attempt *a = x->att;
@@ -148,6 +160,8 @@ enum run up_h1_send(struct exchange *x, const char *body, size_t len, size_t *to
 		up->writable = 0; /* a short write: the socket buffer is full */
 	*progress = 1;
 	x->last_ms = loop_now(x->w->loop);
+	if (!up->conn.reading && !up->read_end) /* the request has begun: its answer may come */
+		net_conn_read_start(&up->conn, &up_h1_reads, x);
 	return RUN_STAY;
 }
 
@@ -160,30 +174,84 @@ static void note_gap(struct exchange *x)
 	x->last_read_ns = now;
 }
 
+/* The transport's alloc: the room at the end of up->in (a buffer taken if need be). */
+static int up_read_room(void *arg, char **p, size_t *len)
+{
+	struct exchange *x = arg;
+	struct upconn *up = x->att->up;
+	if (!up->in && !(up->in = buf_get(&x->w->bufs)))
+		return -ENOMEM;
+	if (!buf_room(up->in))
+		buf_compact(up->in);
+	if (!buf_room(up->in))
+		return -ENOSPC; /* the client has not taken what came: the backend waits */
+	*p = up->in->data + up->in->end;
+	*len = buf_room(up->in);
+	return 0;
+}
+
+/* The transport's read: the bytes join up->in (up_h1_read looks at them); an end is noted. */
+static void up_read_took(void *arg, ssize_t n)
+{
+	struct exchange *x = arg;
+	struct upconn *up = x->att->up;
+	if (n > 0) {
+		up->in->end += (uint32_t)n;
+		up->read_got += (size_t)n;
+	} else {
+		up->read_end = n ? (int)n : 1;
+	}
+}
+
+/* The transport's ready: the response's bytes came on the backend's own readiness; the
+ * client side moves them on (the codec's respond). */
+static void up_read_ready(void *arg)
+{
+	struct exchange *x = arg;
+	x->codec->respond(x);
+}
+
+static const struct net_conn_read_ops up_h1_reads = {
+    .alloc = up_read_room,
+    .read = up_read_took,
+    .ready = up_read_ready,
+};
+
+/* The transport read the backend's end (1) or a failure (-errno): before the response began,
+ * a failed attempt; within it, the end of a body that ends with the connection, or a cut.
+ * Apart (and cold), so the reads of a long body pay nothing for it. */
+__attribute__((cold, noinline)) static enum run read_ended(struct exchange *x, int *cut)
+{
+	struct upconn *up = x->att->up;
+	ssize_t n = up->read_end == 1 ? 0 : up->read_end;
+	if (!x->resp_head)
+		return dispatch_failed(x, UP_RESET);
+	/* a body that ends with the connection is whole only when it ends cleanly: over TLS
+	 * that is close_notify (0); a FIN or reset without one (< 0) is what anyone on the
+	 * path can forge, a truncation (RFC 9112 section 9.8) */
+	if (x->resp.framing != HTTP_BODY_CLOSE || (n < 0 && up->conn.ssl)) {
+		(void)up_h1_scan(x); /* what arrived goes on; then the client is cut off */
+		*cut = 1;
+		return RUN_STAY;
+	}
+	(void)up_h1_scan(x); /* the tail is body too */
+	x->resp.done = 1;
+	x->att->reusable = 0;
+	return RUN_STAY;
+}
+
 enum run up_h1_read(struct exchange *x, int *progress, int *cut)
 {
 	struct upconn *up = x->att->up;
-	ssize_t n = worker_read(x->w, &up->conn, &up->in, &up->readable, up->hup);
-	if (n == 0 || (n < 0 && n != -EAGAIN && n != -ENOSPC)) {
-		if (!x->resp_head)
-			return dispatch_failed(x, UP_RESET);
-		/* a body that ends with the connection is whole only when it ends cleanly: over
-		 * TLS that is close_notify (0); a FIN or reset without one (< 0) is what anyone on
-		 * the path can forge, a truncation (RFC 9112 section 9.8) */
-		if (x->resp.framing != HTTP_BODY_CLOSE || (n < 0 && up->conn.ssl)) {
-			(void)up_h1_scan(x); /* what arrived goes on; then the client is cut off */
-			*cut = 1;
-			return RUN_STAY;
-		}
-		(void)up_h1_scan(x); /* the tail is body too */
-		x->resp.done = 1;
-		x->att->reusable = 0;
-	}
-	if (n > 0) {
+	if (!up->read_end && (up->conn.readable || !up->conn.reading))
+		net_conn_read_start(&up->conn, &up_h1_reads, x);
+	if (up->read_got) {
+		up->read_got = 0;
 		*progress = 1;
 		x->last_ms = loop_now(x->w->loop);
 		if (x->resp_head && x->resp.framing != HTTP_BODY_LENGTH)
 			note_gap(x);
+		return RUN_STAY; /* an end read behind them is looked at once they are */
 	}
-	return RUN_STAY;
+	return up->read_end ? read_ended(x, cut) : RUN_STAY;
 }

@@ -28,9 +28,13 @@
 enum run up_h1_send(struct exchange *x, const char *body, size_t len, size_t *took, int *progress);
 
 /*
- * One read of the response. *progress set when bytes came. *cut: the backend closed in the
- * middle of the response (what arrived was scanned: the caller passes it on, then cuts the
- * client off). RUN_STAY, or what a failure before the response began led to.
+ * The response's bytes: reading starts through the transport (net/conn.h) with this half's
+ * callbacks, what waits is read into up->in now, and from then on the transport reads on the
+ * backend's readiness and calls the codec's respond, which relays and calls this again to
+ * look at what came. *progress set when bytes came. *cut: the backend closed in the middle
+ * of the response (what arrived was scanned: the caller passes it on, then cuts the client
+ * off). RUN_STAY, or what a failure before the response began led to. Reading stops when
+ * the response is whole (up_h1_scan) or the connection is let go.
  */
 enum run up_h1_read(struct exchange *x, int *progress, int *cut);
 
@@ -42,8 +46,9 @@ enum run up_h1_read(struct exchange *x, int *progress, int *cut);
  */
 enum run up_h1_head(struct exchange *x);
 
-/* Extend x->resp.ready over the body bytes now in up->in, through the body hooks. -1: the
- * body is malformed. */
+/* Extend x->resp.ready over the body bytes now in up->in, through the body hooks; once the
+ * response is whole (at its head for a body that has none), once: the resp_done hooks, the
+ * slot given back, reading stopped. -1: the body is malformed. */
 int up_h1_scan(struct exchange *x);
 
 #endif

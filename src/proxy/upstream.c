@@ -50,6 +50,7 @@ static int handshake_step(struct upconn *up)
 		    up->be,
 		    net_tls_resumed(&up->conn) ? PM_BACKEND_TLS_RESUMED : PM_BACKEND_TLS_FULL, 1);
 		up->readable = up->writable = 1; /* whatever edges the handshake took */
+		up->conn.readable = 1;
 		return 1;
 	}
 	char why[256];
@@ -83,6 +84,8 @@ static void upconn_on_io(struct loop_io *io, unsigned events)
 	}
 	if (up->handshaking && !handshake_step(up))
 		return; /* the owner hears of it once it is ready or has failed */
+	if (net_conn_ready(&up->conn, events))
+		return; /* the transport read for the owner and called it back */
 	if (up->owner)
 		up->on_event(up->owner);
 	else if ((events & (LOOP_READ | LOOP_HUP)) && (up->hup || !idle_alive(up)))
@@ -162,6 +165,9 @@ void upconn_own(struct upconn *up, void *owner, void (*on_event)(void *owner))
 {
 	up->owner = owner;
 	up->on_event = on_event;
+	up->read_got = 0;
+	up->read_end = 0;
+	net_conn_read_stop(&up->conn);
 }
 
 void upconn_release(struct upconn *up)
@@ -170,6 +176,7 @@ void upconn_release(struct upconn *up)
 	struct list_head *l = &w->idle[up->be->id];
 	up->owner = NULL;
 	up->served++;
+	net_conn_read_stop(&up->conn);
 	if (l->count >= IDLE_MAX_PER_BACKEND || w->draining ||
 	    up->gen != atomic_load_explicit(&up->be->gen, memory_order_relaxed)) {
 		upconn_close(up);

@@ -6,7 +6,9 @@
  * A connection in use belongs to an attempt (attempt.h), whose owner registered a callback
  * for its readiness events (an exchange's: the codec's wake of the connection that carries
  * it); the connection only records them (readable, writable, hup, a failed connect) and
- * calls the owner, which moves the bytes through up->conn.
+ * hands them to the transport (net/conn.h: net_conn_ready), which reads for an owner that
+ * started reading and calls it back (the upstream half, up_h1.h); otherwise the owner is
+ * called and moves the bytes itself. An owner's reads stop when it lets the connection go.
  *
  * For a TLS pool the connection stays "connecting" until its handshake is done: the
  * handshake runs here, one non-blocking step per readiness event, and the owner hears of
@@ -38,6 +40,8 @@ struct upconn {
 	int failed;		       /* -errno of a failed connect */
 	int readable, writable;	       /* edge seen, not yet drained / not yet full */
 	int hup;		       /* the backend shut its side */
+	int read_end;		       /* the transport read its end (1) or a failure (-errno) */
+	size_t read_got; /* bytes the transport read that the owner has not looked at */
 	unsigned connecting : 1, idle : 1;
 	unsigned handshaking : 1; /* TCP is up, the TLS handshake is not done (still connecting) */
 	unsigned tls_failed : 1;  /* <failed> is the TLS handshake's, not the TCP connect's */

@@ -4,7 +4,9 @@
  * made here with OpenSSL's APIs: both handshakes driven step by step on non-blocking
  * sockets until done, data both ways (gathered), a read that must wait, close_notify read as
  * the end; a certificate the client does not trust refused with a reason; the first-byte
- * sniff telling TLS from plain; a peer asking for TLS 1.2 renegotiation ignored.
+ * sniff telling TLS from plain; a peer asking for TLS 1.2 renegotiation ignored. The reads
+ * for an owner (net_conn_read_start, net_conn_ready): plain and TLS, bytes handed to the
+ * callbacks, a full owner pausing and resuming, the end once, ready only on an event.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -25,6 +27,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/loop.h"
 #include "net/conn.h"
 #include "net/tls.h"
 
@@ -314,6 +317,138 @@ static void tls_ctx_errors(void **state)
 	assert_non_null(strstr(err, "CA file"));
 }
 
+/* An owner of reads: a small room it lends, what it was handed, how often ready ran. */
+struct owner {
+	char in[8];
+	size_t len, room; /* bytes in <in>; how many of its 8 it lends at most */
+	int ended, end, readies, reads;
+};
+
+static int owner_alloc(void *arg, char **p, size_t *len)
+{
+	struct owner *o = arg;
+	if (o->len >= o->room)
+		return -ENOSPC;
+	*p = o->in + o->len;
+	*len = o->room - o->len;
+	return 0;
+}
+
+static void owner_read(void *arg, ssize_t n)
+{
+	struct owner *o = arg;
+	o->reads++;
+	if (n > 0) {
+		o->len += (size_t)n;
+	} else {
+		o->ended++;
+		o->end = (int)n;
+	}
+}
+
+static void owner_ready(void *arg)
+{
+	((struct owner *)arg)->readies++;
+}
+
+static const struct net_conn_read_ops owner_ops = {owner_alloc, owner_read, owner_ready};
+
+static void read_callbacks_plain(void **state)
+{
+	(void)state;
+	struct net_conn a, b;
+	struct owner o = {.room = sizeof(o.in)};
+	pair(&a, &b, 1);
+	/* no edge yet: nothing is read, and an event the owner handles itself says so */
+	assert_int_equal(net_conn_read_start(&b, &owner_ops, &o), 0);
+	assert_int_equal(o.reads, 0);
+	assert_int_equal(net_conn_ready(&b, LOOP_WRITE), 0);
+	/* twelve bytes, room for eight: the owner is full, the edge is kept */
+	assert_int_equal(net_conn_write(&a, "abcdefghijkl", 12), 12);
+	assert_int_equal(net_conn_ready(&b, LOOP_READ), 1);
+	assert_int_equal(o.readies, 1);
+	assert_int_equal(o.len, 8);
+	assert_memory_equal(o.in, "abcdefgh", 8);
+	assert_true(b.readable);
+	/* the owner takes its bytes and starts again: the rest is read at once, no ready */
+	o.len = 0;
+	assert_int_equal(net_conn_read_start(&b, &owner_ops, &o), 1);
+	assert_int_equal(o.len, 4);
+	assert_memory_equal(o.in, "ijkl", 4);
+	assert_false(b.readable); /* a short plain read drained the socket */
+	assert_int_equal(o.readies, 1);
+	/* stopped: an edge is recorded and nothing read */
+	net_conn_read_stop(&b);
+	assert_int_equal(net_conn_write(&a, "m", 1), 1);
+	assert_int_equal(net_conn_ready(&b, LOOP_READ), 0);
+	assert_int_equal(o.len, 4);
+	assert_true(b.readable);
+	/* the peer's end: the byte before it, then the end once, and reading stops */
+	net_conn_shutdown(&a);
+	o.len = 0;
+	assert_int_equal(net_conn_read_start(&b, &owner_ops, &o), 1);
+	assert_int_equal(o.len, 1);
+	assert_int_equal(net_conn_ready(&b, LOOP_READ | LOOP_HUP), 1);
+	assert_int_equal(o.ended, 1);
+	assert_int_equal(o.end, 0);
+	assert_false(b.reading);
+	assert_int_equal(net_conn_ready(&b, LOOP_READ | LOOP_HUP), 0);
+	assert_int_equal(o.ended, 1);
+	net_conn_close(&a);
+	net_conn_close(&b);
+}
+
+/* An owner that moves the bytes itself (splice): told of read edges, reads nothing through
+ * the transport. */
+static void read_callbacks_own_bytes(void **state)
+{
+	(void)state;
+	struct net_conn a, b;
+	struct owner o = {.room = sizeof(o.in)};
+	static const struct net_conn_read_ops own = {.ready = owner_ready};
+	pair(&a, &b, 1);
+	assert_int_equal(net_conn_write(&a, "xyz", 3), 3);
+	assert_int_equal(net_conn_read_start(&b, &own, &o), 0);
+	assert_int_equal(net_conn_ready(&b, LOOP_READ), 1);
+	assert_int_equal(o.readies, 1);
+	assert_int_equal(o.reads, 0);
+	char buf[8];
+	assert_int_equal(net_conn_read(&b, buf, sizeof(buf)), 3); /* the bytes are still there */
+	b.readable = 0;						  /* drained, as the owner says */
+	assert_int_equal(net_conn_ready(&b, LOOP_WRITE), 0);
+	assert_int_equal(o.readies, 1);
+	net_conn_close(&a);
+	net_conn_close(&b);
+}
+
+static void read_callbacks_tls(void **state)
+{
+	(void)state;
+	struct net_conn cl, sv;
+	struct ssl_ctx_st *cctx, *sctx;
+	struct owner o = {.room = sizeof(o.in)};
+	tls_pair(&cl, &sv, cert_path, &cctx, &sctx);
+	int saw_want_read = 0;
+	assert_int_equal(handshake_both(&cl, &sv, &saw_want_read), 0);
+	/* two records of three bytes: both read on one event (TLS is read until -EAGAIN) */
+	assert_int_equal(net_conn_write(&cl, "one", 3), 3);
+	assert_int_equal(net_conn_write(&cl, "two", 3), 3);
+	net_conn_read_start(&sv, &owner_ops, &o);
+	assert_int_equal(net_conn_ready(&sv, LOOP_READ), 1);
+	assert_int_equal(o.len, 6);
+	assert_memory_equal(o.in, "onetwo", 6);
+	assert_false(sv.readable);
+	/* close_notify is the clean end (0) */
+	net_conn_shutdown(&cl);
+	assert_int_equal(net_conn_ready(&sv, LOOP_READ), 1);
+	assert_int_equal(o.ended, 1);
+	assert_int_equal(o.end, 0);
+	net_conn_close(&cl);
+	net_conn_close(&sv);
+	net_tls_ctx_free(cctx);
+	net_tls_ctx_free(sctx);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -324,6 +459,9 @@ int main(void)
 	    cmocka_unit_test(tls_renegotiation_refused),
 	    cmocka_unit_test(tls_sniff),
 	    cmocka_unit_test(tls_ctx_errors),
+	    cmocka_unit_test(read_callbacks_plain),
+	    cmocka_unit_test(read_callbacks_own_bytes),
+	    cmocka_unit_test(read_callbacks_tls),
 	};
 	return cmocka_run_group_tests_name("net conn", tests, setup, teardown);
 }
