@@ -437,7 +437,7 @@ static enum run run_handshake(struct client *cl)
 	if (!cl->hello_checked) {
 		int plain = net_tls_sniff_plain_http(&cl->conn);
 		if (plain == -EAGAIN) {
-			cl->readable = 0;
+			cl->conn.readable = 0;
 			return RUN_STAY;
 		}
 		if (plain) {
