@@ -80,6 +80,20 @@ static enum run backend_cut(struct client *cl)
 	return exchange_abort(cl->x, "backend closed mid-response");
 }
 
+/* The body's last byte is in the pipe. What the backend sent past it stays in the socket
+ * (a copied body leaves it in the buffer, where attempt_end() sees it): a connection with
+ * bytes nobody asked for, or at its end, is not kept, or they would answer the next
+ * request sent on it. */
+static void check_past_body(struct exchange *x, struct upconn *up)
+{
+	char b;
+	ssize_t n = net_conn_peek(&up->conn, &b, 1);
+	if (n == -EAGAIN)
+		up->readable = 0; /* drained: the next edge says more came */
+	else
+		x->att->reusable = 0;
+}
+
 enum run splice_body_move(struct client *cl, int *progress)
 {
 	struct exchange *x = cl->x;
@@ -96,6 +110,8 @@ enum run splice_body_move(struct client *cl, int *progress)
 			x->resp.done = x->resp.left == 0;
 			x->last_ms = loop_now(cl->w->loop);
 			*progress = 1;
+			if (x->resp.done)
+				check_past_body(x, up);
 		} else if (n == -EAGAIN) {
 			if (!s->pipe.held) /* an empty pipe had a slot: the socket is drained */
 				up->readable = 0;

@@ -12,11 +12,12 @@
  * close-delimited bodies are copied as before: their framing must be read to find the end.
  *
  * The head and the body bytes read with it go to the client as before (copied); from then
- * on the pipe carries the rest, exactly Content-Length of it, so a keep-alive backend's
- * next response is never read by mistake. Backpressure is the pipe's: bytes wait in it
- * while the client is slow, and the backend is not read while it is full. A backend that
- * ends before the last byte leaves the client what arrived, then a cut connection, as a
- * copied body does. The exchange's books stay as a copied body keeps them: x->resp (left,
+ * on the pipe carries the rest, exactly Content-Length of it; a backend that sent anything
+ * past it (a second response nobody asked for) loses its connection, which would otherwise
+ * go back to the idle list with those bytes waiting to answer the next request. Backpressure is the
+ * pipe's: bytes wait in it while the client is slow, and the backend is not read while it is full.
+ * A backend that ends before the last byte leaves the client what arrived, then a cut connection,
+ * as a copied body does. The exchange's books stay as a copied body keeps them: x->resp (left,
  * done, sent: the access log's bytes), x->last_ms (timeouts.between_bytes_ms) and the
  * pacing marks (timeouts.send_ms); the bytes are counted in accelnet_spliced_bytes_total.
  *

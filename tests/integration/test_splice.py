@@ -47,6 +47,19 @@ def _spliced(px):
     return prom_samples(metrics_text(px.admin)).get(("accelnet_spliced_bytes_total", ()), 0)
 
 
+def _wait_stalled(px):
+    """Until accelnet_spliced_bytes_total, above 0, holds still for 0.2 s: a client that does
+    not read has stopped the relay."""
+    last = [-1]
+
+    def stalled():
+        now = _spliced(px)
+        same = now == last[0] and now > 0
+        last[0] = now
+        return same
+    wait_until(lambda: time.sleep(0.2) or stalled(), "the relay to stall")
+
+
 def _get(port, size, timeout=60):
     """GET /<size> through the proxy: the body (status 200 asserted)."""
     st, hdrs, data = request(port, "GET", f"/{size}", timeout=timeout)
@@ -227,14 +240,7 @@ def test_splice_slow_reader_gets_it_all_and_memory_stays_bounded(env):
         s.sendall(b"GET /%d HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % size)
         # the client reads nothing: the backend's bytes fill the sockets and the pipe, then
         # stop (the proxy reads no more while the pipe is full)
-        last = [-1]
-
-        def stalled():
-            now = _spliced(px)
-            same = now == last[0] and now > 0
-            last[0] = now
-            return same
-        wait_until(lambda: time.sleep(0.2) or stalled(), "the relay to stall")
+        _wait_stalled(px)
         grew = rss_kib(px.pid) - rss0
         assert grew < 8 * 1024, f"proxy RSS grew {grew} KiB while the client did not read"
         assert _spliced(px) < 16 * MiB  # nowhere near the body: held back, not read ahead
@@ -260,3 +266,52 @@ def test_splice_between_bytes_timeout_still_applies(env):
     head, _, body = got.partition(b"\r\n\r\n")
     assert b" 200 " in head and len(body) == 200 * 1024, (head, len(body))
     assert _spliced(px) > 0
+
+
+def test_splice_backend_bytes_past_the_body_never_answer_the_next_request(env):
+    """A backend that sends a second response after the spliced body, unasked (response
+    smuggling): the proxy reads exactly Content-Length by splice, so those bytes stay in the
+    socket; the connection must not go back to the idle list with them, where they would
+    answer the next client's request."""
+    def script(n, req):
+        target = req.split(b" ", 2)[1].decode()
+        size = int(target.rsplit("/", 1)[1])
+        out = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (size, _body(size))
+        if n == 1:
+            out += b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nEVIL!"
+        return out, False
+    be = ScriptedBackend(script)
+    env.on_cleanup.append(be.close)
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1)
+    size = 4 * MiB
+    with socket.create_connection(("127.0.0.1", px.port), timeout=30) as s:
+        # a client that reads late: the backend's bytes, the extra response too, wait in
+        # the proxy's socket before it reads the body's last ones
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        s.sendall(b"GET /%d HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % size)
+        _wait_stalled(px)
+        head, _, body = read_all(s).partition(b"\r\n\r\n")
+    assert b" 200 " in head
+    _intact(body, size)
+    for _ in range(3):
+        _intact(_get(px.port, 100), 100)
+    assert be.connections == 2, be.connections  # the first one was closed, not reused
+
+
+def test_splice_head_request_has_no_body(env):
+    def script(n, req):
+        head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % MiB
+        return (head if req.startswith(b"HEAD ") else head + _body(MiB)), False
+    be = ScriptedBackend(script)
+    env.on_cleanup.append(be.close)
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1)
+    c = http.client.HTTPConnection("127.0.0.1", px.port, timeout=30)
+    try:
+        for method in ("HEAD", "GET", "HEAD"):
+            c.request(method, "/x")
+            r = c.getresponse()
+            data = r.read()
+            assert r.status == 200 and r.getheader("Content-Length") == str(MiB)
+            assert data == (b"" if method == "HEAD" else _body(MiB)), (method, len(data))
+    finally:
+        c.close()
