@@ -315,3 +315,24 @@ def test_splice_head_request_has_no_body(env):
             assert data == (b"" if method == "HEAD" else _body(MiB)), (method, len(data))
     finally:
         c.close()
+
+
+def test_splice_client_leaving_mid_body_leaks_no_pipe(env):
+    """Clients that read the head and go: each exchange is cut, its pipe (bytes still in it)
+    closed, and the proxy's descriptors come back to what they were."""
+    be = _sized_backend(env)
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1)
+    _intact(_get(px.port, MiB), MiB)  # warm: one spare pipe kept
+
+    def fds():
+        return len(os.listdir(f"/proc/{px.pid}/fd"))
+    before = fds()
+    for _ in range(20):
+        with socket.create_connection(("127.0.0.1", px.port), timeout=30) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+            s.sendall(b"GET /%d HTTP/1.1\r\nHost: x\r\n\r\n" % (8 * MiB))
+            read_until(s, lambda got: b"\r\n\r\n" in got)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    wait_until(lambda: fds() <= before, f"the proxy's descriptors back to {before}")
+    _intact(_get(px.port, MiB), MiB)
+    assert _spliced(px) > 2 * MiB
