@@ -1157,7 +1157,8 @@ def main():
         PROXIES["accelnet-base"] = functools.partial(start_accelnet,
                                                      binary=os.path.abspath(a.baseline))
     if a.haproxy_splice:
-        PROXIES["haproxy-splice"] = functools.partial(start_haproxy,
+        # maxpipes: its default (maxconn / 4) asks for more descriptors than the limit gives
+        PROXIES["haproxy-splice"] = functools.partial(start_haproxy, glob="    maxpipes 32\n",
                                                       defaults="    option splice-response\n")
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ")
     outdir = os.path.join(a.out, stamp + ("-quick" if q else ""))
