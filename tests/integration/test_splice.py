@@ -81,6 +81,7 @@ def test_splice_carries_large_bodies_intact(env):
     be = _sized_backend(env)
     px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1)
     _intact(_get(px.port, 1024), 1024)  # short: copied
+    _intact(_get(px.port, 256 * 1024), 256 * 1024)  # below SPLICE_MIN_BYTES: copied
     assert _spliced(px) == 0
     _intact(_get(px.port, MiB), MiB)
     one = _spliced(px)
