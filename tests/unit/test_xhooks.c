@@ -93,7 +93,7 @@ static void contexts_laid_out_and_hooks_walked_in_order(void **state)
 	norder = 0, order[0] = 0;
 	xhooks_resp_body(x, "abc", 3); /* nobody asked for it */
 	assert_string_equal(order, "");
-	xhooks_want_body(x, &fa); /* a has no resp_body hook: nothing */
+	xhooks_want_body(x, &fa);	     /* a has no resp_body hook: nothing */
 	assert_false(xhooks_body_wanted(x)); /* a body nobody reads (may be spliced) */
 	xhooks_want_body(x, &fc);
 	assert_true(xhooks_body_wanted(x));
