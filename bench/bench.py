@@ -1120,6 +1120,10 @@ def main():
     ap.add_argument("--baseline", metavar="ACCELNET_BIN",
                     help="scenarios 1-5: also run this (older) accelnet binary as "
                     "'accelnet-base' and report this build's figures as ratios to it")
+    ap.add_argument("--haproxy-splice", action="store_true",
+                    help="scenarios 1-5: also run HAProxy with `option splice-response` as "
+                    "'haproxy-splice' (kernel splicing of response bodies, as accelnet's "
+                    "tune.splice; the ratio columns stay against plain HAProxy)")
     ap.add_argument("--chat", metavar="REGEX",
                     help="scenario 9: only the contestants whose names match")
     ap.add_argument("--chat-seconds", type=int, help="scenario 9: seconds per run (default 30; "
@@ -1152,6 +1156,10 @@ def main():
     if a.baseline:
         PROXIES["accelnet-base"] = functools.partial(start_accelnet,
                                                      binary=os.path.abspath(a.baseline))
+    if a.haproxy_splice:
+        # maxpipes: its default (maxconn / 4) asks for more descriptors than the limit gives
+        PROXIES["haproxy-splice"] = functools.partial(start_haproxy, glob="    maxpipes 32\n",
+                                                      defaults="    option splice-response\n")
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ")
     outdir = os.path.join(a.out, stamp + ("-quick" if q else ""))
     os.makedirs(outdir, exist_ok=True)

@@ -320,6 +320,11 @@ enum conf_path {
 	CONF_PATH_REFUSE,    /* 400 */
 };
 
+/* tune: how the proxy moves bytes, not what it does with them */
+struct conf_tune {
+	unsigned splice; /* bodies no feature reads go by splice(2) (proxy/splice_body.h) */
+};
+
 /* access_log: one line per request (obs/accesslog.h) */
 struct conf_access_log {
 	char *path;	     /* a file, "stderr" or "syslog"; NULL: no access log */
@@ -367,6 +372,7 @@ struct conf {
 	size_t nadmin_backend_networks;
 	struct conf_timeouts timeouts;
 	struct conf_limits limits;
+	struct conf_tune tune;
 	struct net_cidr *trusted_proxies; /* whose forwarding headers are believed */
 	size_t ntrusted_proxies;
 	struct conf_pool *pools;

@@ -824,6 +824,12 @@ static const struct rule probes_rules[] = {
     RULES_END,
 };
 
+/* tune: {splice} */
+static const struct rule tune_rules[] = {
+    {"splice", RULE_BOOL, offsetof(struct conf_tune, splice), 0, 0, NULL, NULL},
+    RULES_END,
+};
+
 static const struct rule top_rules[] = {
     {"include", RULE_SECTION, 0, 0, 0, NULL, read_include},
     {"workers", RULE_UINT, offsetof(struct conf, workers), 1, 256, NULL, NULL},
@@ -833,6 +839,7 @@ static const struct rule top_rules[] = {
     {"admin", RULE_SECTION, 0, 0, 0, admin_rules, read_admin},
     {"timeouts", RULE_SECTION, offsetof(struct conf, timeouts), 0, 0, timeout_rules, NULL},
     {"limits", RULE_SECTION, offsetof(struct conf, limits), 0, 0, limit_rules, NULL},
+    {"tune", RULE_SECTION, offsetof(struct conf, tune), 0, 0, tune_rules, NULL},
     {"trusted_proxies", RULE_SECTION, 0, 0, 0, NULL, read_trusted_proxies},
     {"pools", RULE_SECTION, 0, 0, 0, pool_rules, read_pools},
     {"routes", RULE_SECTION, 0, 0, 0, route_rules, read_routes},
@@ -897,6 +904,7 @@ void schema_set_defaults(struct conf *c)
 	    .max_buffer_memory = 512u << 20,
 	    .max_tunnels = 10000,
 	};
+	c->tune.splice = 1;
 }
 
 /* Index of the pool called <name>, or c->npools. */

@@ -42,6 +42,7 @@
 #include "control/scrape.h"
 #include "proxy/h1.h"
 #include "proxy/shed.h"
+#include "proxy/splice_body.h"
 #include "control/statefile.h"
 #include "control/upgrade.h"
 #include "proxy/quota.h"
@@ -903,9 +904,10 @@ out:
 
 /* The features that follow every exchange (xhooks.h), in the order their hooks run: at the
  * end, the figures, the log and /debug/requests read what it did before the cache and the
- * limits let go of what it holds. */
+ * limits let go of what it holds, and a spliced body's pipe goes back last. */
 static const struct xhook *const proxy_features[] = {
-    &tally_hook, &access_hook, &debugreq_hook, &caching_hook, &quota_hook, &forward_hook,
+    &tally_hook, &access_hook,	&debugreq_hook, &caching_hook,
+    &quota_hook, &forward_hook, &splice_hook,
 };
 
 int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)

@@ -14,6 +14,7 @@
 #include "proxy/forward.h"
 #include "proxy/hedge.h"
 #include "proxy/quota.h"
+#include "proxy/splice_body.h"
 #include "proxy/xhooks.h"
 #include "proxy/tunnel.h"
 #include "proxy/up_h1.h"
@@ -263,6 +264,7 @@ enum run relay_response_head(struct client *cl, const struct http_head *h)
 	/* no room left for Cache-Status (a head near the buffer's size): it goes without */
 	if (caching_said(x))
 		(void)put_cache_status(cl);
+	(void)splice_body_begin(cl, h);
 	exchange_response_started(x);
 	return RUN_AGAIN;
 }
@@ -394,7 +396,7 @@ static enum run relay_pass(struct client *cl, int *progress)
 		return exchange_abort(x, "bad request body");
 	if (bad)
 		return reply_bad_body(x, bad);
-	if (!x->resp.done && !up->connecting &&
+	if (!x->resp.done && !up->connecting && !splice_body_on(x) &&
 	    (up->conn.readable || !up->conn.reading || up->read_got || up->read_end) &&
 	    (r = read_upstream(cl, progress)) != RUN_STAY)
 		return r;
@@ -414,6 +416,8 @@ static enum run relay_pass(struct client *cl, int *progress)
 		return exchange_abort(x, "backend sent a malformed chunked body");
 	if (cl->writable && (client_out_pending(cl) || x->resp.ready) &&
 	    (r = send_client(cl, progress)) != RUN_STAY)
+		return r;
+	if (splice_body_on(x) && (r = splice_body_move(cl, progress)) != RUN_STAY)
 		return r;
 	if (cl->h1.wrap_tail && x->resp.done && !x->resp.ready) {
 		/* the one chunk of a Content-Length body ends; then the last chunk */
@@ -448,7 +452,8 @@ enum run relay_run(struct client *cl)
 		enum run r = relay_pass(cl, &progress);
 		if (r != RUN_STAY)
 			return r;
-		if (x->resp_head && x->resp.done && !client_out_pending(cl) && !x->resp.ready)
+		if (x->resp_head && x->resp.done && !client_out_pending(cl) && !x->resp.ready &&
+		    !splice_body_held(x))
 			return client_finish(cl);
 		if (!progress)
 			return RUN_STAY;

@@ -284,6 +284,7 @@ void worker_destroy(struct worker *w)
 	}
 	buf_pool_drain(&w->bufs);
 	buf_pool_drain(&w->body_bufs);
+	net_pipe_spares_drain(&w->pipes);
 	free(w->idle);
 	for (size_t i = 0; w->tls_sessions && i < w->rt->nbackends; i++)
 		net_tls_session_free(w->tls_sessions[i]);

@@ -1,8 +1,9 @@
 /*
  * worker.h - a worker thread and what it lends the connections it runs: its event loop, its
- * buffer pools, its idle upstream connections (one list per backend) and the last TLS session
- * with each backend (offered on the next connect, so it resumes), its random state, a
- * parse scratch, and the inbox where queued requests are granted slots.
+ * buffer pools, a few empty pipes (splice_body.h), its idle upstream connections (one list per
+ * backend) and the last TLS session with each backend (offered on the next connect, so it
+ * resumes), its random state, a parse scratch, and the inbox where queued requests are
+ * granted slots.
  *
  * Everything here belongs to one thread; nothing is locked except the inbox. The worker
  * knows nothing of what runs on it: whoever starts it (proxy.c) gives it a table of owner
@@ -18,6 +19,7 @@
 #include "core/loop.h"
 #include "http/parse.h"
 #include "net/conn.h"
+#include "net/splice.h"
 #include "guard/auth.h"
 #include "guard/limits.h"
 #include "net/tls_listen.h"
@@ -117,8 +119,9 @@ struct worker {
 	struct listener *listeners;
 	size_t nlisteners;
 	struct buf_pool bufs;
-	struct buf_pool body_bufs; /* limits.body_buffer_bytes each, for bodies read whole */
-	struct list_head *idle;	   /* idle upstream connections, one list per backend id */
+	struct buf_pool body_bufs;    /* limits.body_buffer_bytes each, for bodies read whole */
+	struct net_pipe_spares pipes; /* for response bodies relayed by splice (splice_body.h) */
+	struct list_head *idle;	      /* idle upstream connections, one list per backend id */
 	struct ssl_session_st **tls_sessions; /* per backend id: the last TLS session (pools.tls) */
 	struct list_head clients;	 /* client connections (the owner's, by their own link) */
 	struct list_head free_exchanges; /* exchanges not in use, for reuse */

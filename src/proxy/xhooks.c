@@ -97,6 +97,11 @@ void xhooks_want_body(struct exchange *x, const struct xhook *f)
 			*body_bits(x) |= 1u << i;
 }
 
+int xhooks_body_wanted(const struct exchange *x)
+{
+	return *body_bits(x) != 0;
+}
+
 void xhooks_resp_body(struct exchange *x, const char *p, size_t len)
 {
 	for (uint32_t m = *body_bits(x), i = 0; m; m >>= 1, i++)

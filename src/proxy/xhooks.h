@@ -72,6 +72,8 @@ static inline struct exchange *xhooks_exchange_of(void *ctx, size_t off)
 /* Feature <f> (registered) wants the response body bytes of <x> from now on: its
  * resp_body hook runs for them. */
 void xhooks_want_body(struct exchange *x, const struct xhook *f);
+/* Does any feature want the response body of <x> (a body nobody reads may bypass them)? */
+int xhooks_body_wanted(const struct exchange *x);
 
 /* The walks (the points above). */
 void xhooks_head(struct exchange *x, const struct http_head *h);

@@ -787,6 +787,11 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 	 "or a failed read or write",
 	 NULL, .space = SPACE_PROCESS, .sub_label = "reason", .sub_values = tunnel_end_names,
 	 .nsub = TUNNEL_ENDS, .json = "tunnels_closed", .json_as = MJ_UINT},
+    [PM_PROCESS_SPLICED_BYTES] = {"accelnet_spliced_bytes_total", METRIC_COUNTER,
+				  "response body bytes relayed by splice(2), never copied "
+				  "through the proxy's buffers (tune.splice)",
+				  "bytes", .space = SPACE_PROCESS, .json = "spliced_bytes",
+				  .json_as = MJ_UINT},
     [PM_ROUTE_NAME] = {ROUTE, JSON_ONLY("name", MJ_STRING), .read_str = read_route_name},
     [PM_ROUTE_REQUESTS] = {"accelnet_route_requests_total", METRIC_COUNTER,
 			   "requests by the status class the client got (aborted: cut before "

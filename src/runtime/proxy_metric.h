@@ -110,6 +110,7 @@ enum proxy_metric {
 	PM_PROCESS_TUNNELS_OPEN,   /* WebSocket tunnels (proxy/tunnel.h) */
 	PM_PROCESS_TUNNEL_BYTES,   /* series: enum tunnel_way */
 	PM_PROCESS_TUNNELS_CLOSED, /* series: enum tunnel_end */
+	PM_PROCESS_SPLICED_BYTES,  /* response body bytes moved by splice (proxy/splice_body.h) */
 	/* per route (proxy/tally.c) */
 	PM_ROUTE_NAME,
 	PM_ROUTE_REQUESTS, /* series: route index * PM_CLASSES + class */

@@ -168,6 +168,8 @@ FAMILIES = {  # name: (type, help)
     "accelnet_tunnels_closed_total": ("counter", "WebSocket tunnels ended: closed by either side, "
                                       "idle past timeouts.tunnel_idle_ms, cut by a drain "
                                       "(timeouts.tunnel_drain_ms), or a failed read or write"),
+    "accelnet_spliced_bytes_total": ("counter", "response body bytes relayed by splice(2), never "
+                                     "copied through the proxy's buffers (tune.splice)"),
     "accelnet_route_requests_total": ("counter", "requests by the status class the client got "
                                       "(aborted: cut before the whole response)"),
     "accelnet_route_request_duration_seconds": ("histogram", "request head read to the "

@@ -93,8 +93,10 @@ static void contexts_laid_out_and_hooks_walked_in_order(void **state)
 	norder = 0, order[0] = 0;
 	xhooks_resp_body(x, "abc", 3); /* nobody asked for it */
 	assert_string_equal(order, "");
-	xhooks_want_body(x, &fa); /* a has no resp_body hook: nothing */
+	xhooks_want_body(x, &fa);	     /* a has no resp_body hook: nothing */
+	assert_false(xhooks_body_wanted(x)); /* a body nobody reads (may be spliced) */
 	xhooks_want_body(x, &fc);
+	assert_true(xhooks_body_wanted(x));
 	xhooks_resp_body(x, "abc", 3);
 	xhooks_resp_head(x, NULL); /* nobody's */
 	xhooks_resp_done(x);
@@ -105,6 +107,7 @@ static void contexts_laid_out_and_hooks_walked_in_order(void **state)
 	assert_string_equal(order, "abc");
 	/* another exchange in the same block, zeroed: asks for nothing yet */
 	memset(x, 0, xhooks_block_size());
+	assert_false(xhooks_body_wanted(x));
 	norder = 0, order[0] = 0;
 	xhooks_resp_body(x, "abc", 3);
 	assert_string_equal(order, "");
