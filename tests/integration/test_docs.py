@@ -146,3 +146,22 @@ def test_vllm_walkthrough_config_runs_as_the_page_says(env):
             assert seen["path"] == "/v1/chat/completions", seen
             assert seen["headers"]["authorization"] == [f"Bearer {key}"], seen["headers"]
             assert "x-api-key" not in seen["headers"], seen["headers"]
+
+
+def test_links_in_the_docs_resolve_and_stay_in_the_repository(env):
+    bad = []
+    for path in DOCS:
+        with open(path) as f:
+            text = f.read()
+        name = os.path.relpath(path, ROOT)
+        for target in re.findall(r"\]\(([^)#\s]+)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            if not os.path.exists(os.path.join(os.path.dirname(path), target)):
+                bad.append(f"{name}: link {target} leads nowhere")
+        for doc in re.findall(r"\bdocs/([\w-]+\.md)", text):
+            if not os.path.exists(os.path.join(ROOT, "docs", doc)):
+                bad.append(f"{name}: names docs/{doc}, which is not there")
+        if re.search(r"\bshared/(research|DESIGN|STYLE)", text):
+            bad.append(f"{name}: points outside the repository (shared/)")
+    assert not bad, "\n".join(bad)
