@@ -165,3 +165,15 @@ def test_links_in_the_docs_resolve_and_stay_in_the_repository(env):
         if re.search(r"\bshared/(research|DESIGN|STYLE)", text):
             bad.append(f"{name}: points outside the repository (shared/)")
     assert not bad, "\n".join(bad)
+
+
+def test_config_md_documents_no_key_the_proxy_does_not_take(env):
+    # the other way round from test_config's docs_list_every_key: a key row of docs/config.md
+    # names a key `accelnet check --keys` prints (a renamed or removed key leaves no stale row)
+    keys = set(subprocess.run([BIN, "check", "--keys"], capture_output=True, text=True,
+                              timeout=30).stdout.split())
+    assert "pools.api_key_file" in keys, keys
+    with open(os.path.join(ROOT, "docs", "config.md")) as f:
+        rows = [line.split("|")[1] for line in f if line.startswith("| `")]
+    stale = {k for row in rows for k in re.findall(r"`([a-z_][\w.]*)`", row)} - keys
+    assert not stale, f"docs/config.md documents keys the proxy refuses: {sorted(stale)}"
