@@ -11,8 +11,6 @@ import os
 import re
 import subprocess
 
-import yaml
-
 from harness import BIN, free_port, lenient_backend, request, wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -63,20 +61,18 @@ def _complete(where, text, d):
         with open(local, "w") as f:
             f.write(FILES[key])
         os.chmod(local, 0o600)
-    doc = yaml.safe_load(re.sub(r"\$\{[^}]*\}", "VAR", text)) or {}
-    pools = {p["name"] for p in doc.get("pools") or []}
-    named = {r["pool"] for r in doc.get("routes") or [] if "pool" in r}
-    named |= {r["spillover"]["pool"] for r in doc.get("routes") or [] if "spillover" in r}
-    if "listen" not in doc:
+    sections = dict(re.findall(r"^([a-z_]+):(.*(?:\n(?:[ #].*|))*)", text, re.M))
+    pools = set(re.findall(r"^\s+- \{?\s*name: ([\w.-]+)", sections.get("pools", ""), re.M))
+    routes = sections.get("routes", "")
+    named = set(re.findall(r"\bpool: ([\w.-]+)", routes))
+    if "listen" not in sections:
         text += "listen: [127.0.0.1:1]\n"
     if named - pools or not pools:
-        if "pools" not in doc:
-            text += "pools:\n"
-            for name in sorted(named - pools) or ["p"]:
-                text += f"  - {{name: {name}, backends: [127.0.0.1:2]}}\n"
-        else:
-            raise AssertionError(f"{where}: routes name pools it does not define")
-    if "cache" not in doc and any("cache" in r for r in doc.get("routes") or []):
+        assert "pools" not in sections, f"{where}: routes name pools it does not define"
+        text += "pools:\n"
+        for name in sorted(named - pools) or ["p"]:
+            text += f"  - {{name: {name}, backends: [127.0.0.1:2]}}\n"
+    if "cache" not in sections and re.search(r"^\s+cache:", routes, re.M):
         text += "cache: {memory: 64MiB}\n"
     return text
 
