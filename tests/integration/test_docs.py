@@ -1,9 +1,10 @@
-"""The configs in the docs are ones the proxy takes (issue 26): every ```yaml block of README.md
-and docs/*.md passes `accelnet check`, a fragment once completed with what it leaves out (a
-listener, the pools its routes name, the cache section their cache needs), and the files it
-names made; docs/vllm.md's walk-through config runs against two backends that report what
-they were sent: each sees only its own key, the clients' keys are checked by the proxy, and
-the probes answer as the page says."""
+"""The docs as a newcomer uses them (issue 26): every ```yaml block of README.md and docs/*.md
+passes `accelnet check`, a fragment once completed with what it leaves out (a listener, the
+pools its routes name, the cache section their cache needs) and the files it names made;
+docs/vllm.md's walk-through config runs against two backends that report what they were sent
+(each sees only its own key, the clients' keys are checked by the proxy, the probes answer as
+the page says); every link of the docs leads somewhere inside the repository; and
+docs/config.md documents no key that `accelnet check --keys` does not print."""
 
 import glob
 import json
