@@ -6,7 +6,7 @@ Usage: run.py [--bin PATH] [-j N] [--no-environment] [NAME-FILTER...]
 With -j N (N > 1) modules run in N runner processes at once, each module whole in one of
 them, its lines printed together when it ends. A module that sets SERIAL = True (it loads the
 machine, measures under load, or needs fixed ports or machine-wide state) runs after the
-others, alone. Each runner process takes its ports from a range of its own (harness.free_port),
+others, alone among them: the ENVIRONMENT modules still running (below) go on beside it. Each runner process takes its ports from a range of its own (harness.free_port),
 so two never pick the same one. A module that sets ENVIRONMENT = True tests accelnet with the
 machine's tools (testssl, Chromium, Prometheus, packaging, systemd); --no-environment leaves
 those out (the sanitizer pass: they exercise nothing ASan would see that the other tests do not).
@@ -18,6 +18,10 @@ wait behind it), while the other modules share the machine. An ENVIRONMENT modul
 turn: like the builds that run beside the tests, it loads the machine (a TLS scan, a package
 build) and times nothing. Each pass takes its ports from its own runner slots
 (ACCELNET_PORT_SLOT_BASE: the first slot of its -j N, at most 9 in all).
+
+At the end it lists the modules by CPU seconds (user + system, of the runner and every process
+it started), the costliest first: where a run's time goes, which load on the machine disturbs
+less than wall time.
 
 Stopped by SIGTERM or SIGHUP (a CI job's time limit, a closed terminal) as by Ctrl-C: the
 running test's processes, each in a session of its own that no signal to this one reaches, are
@@ -199,14 +203,22 @@ def run_parallel(mods, filters, jobs, tally):
                 tally["failures"].append(line[5:].split(":", 1)[0])
         sys.stdout.flush()
 
+    environment = {f for f, m in wanted if getattr(m, "ENVIRONMENT", False)}
+
+    def others_running():  # modules that are not ENVIRONMENT ones (those take no turn)
+        return any(f not in environment for _, f, _, _, _ in running.values())
+
     for fname in queue:
         if not free:
             reap()
         start(fname, free.pop(0))
-    while running:
-        reap()
+    # the SERIAL ones alone among the tests, but beside the tools' scans and builds still
+    # running (a TLS scan of minutes), as beside the other passes' builds
     for fname in serial:
+        while others_running() or not free:
+            reap()
         start(fname, free.pop(0))
+    while running:
         reap()
 
 
