@@ -1125,7 +1125,8 @@ def main():
     ap.add_argument("--fleet", metavar="REGEX",
                     help="scenario 6: only the contestants whose names match (for tuning; "
                     "the ratio columns need the anchors)")
-    ap.add_argument("--fleet-seconds", type=int, help="scenario 6: seconds per run")
+    ap.add_argument("--fleet-seconds", type=int,
+                    help="scenario 6: seconds per run (default 45; --quick: 2)")
     ap.add_argument("--fleet-loads", type=lambda v: [float(x) for x in v.split(",")],
                     help="scenario 6: loads, e.g. 0.8,0.95 (default 0.5,0.8,0.95; --quick: "
                     "0.95)")
@@ -1135,7 +1136,7 @@ def main():
     ap.add_argument("--chat", metavar="REGEX",
                     help="scenario 9: only the contestants whose names match")
     ap.add_argument("--chat-seconds", type=int, help="scenario 9: seconds per run (default 30; "
-                    "--quick: 4)")
+                    "--quick: 3)")
     ap.add_argument("--chat-loads", type=lambda v: [float(x) for x in v.split(",")],
                     help="scenario 9: loads as multiples of the all-miss capacity (default "
                     "0.5,1.0,1.6,2.0; --quick: 1.6)")
@@ -1207,13 +1208,13 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
                                        1 if q else 3)),
             ("6", lambda: scenario_fleet(run, res, a.fleet_loads or ([0.95] if q else
                                                                      [0.5, 0.8, 0.95]),
-                                         a.fleet_seconds or (3 if q else 45), a.fleet)),
+                                         a.fleet_seconds or (2 if q else 45), a.fleet)),
             ("7", lambda: scenario_prefix(run, res, [0.8] if q else [0.5, 0.8, 1.2],
                                           3 if q else 30)),
             ("8", lambda: scenario_obs(run, res, secs, a.obs_rounds or (2 if q else 7))),
             ("9", lambda: scenario_chat(
                 run, res, a.chat_loads or ([1.6] if q else [0.5, 1.0, 1.6, 2.0]),
-                a.chat_seconds or (4 if q else 30),
+                a.chat_seconds or (3 if q else 30),
                 a.chat_control_loads if a.chat_control_loads is not None
                 else ([1.6] if q else (a.chat_loads or [0.5, 1.0, 1.6, 2.0])),
                 a.chat, 4 if q else 10, control_all=not q)),
