@@ -6,8 +6,9 @@ Usage: run.py [--bin PATH] [-j N] [--no-environment] [NAME-FILTER...]
 With -j N (N > 1) modules run in N runner processes at once, each module whole in one of
 them, its lines printed together when it ends. A module that sets SERIAL = True (it loads the
 machine, measures under load, or needs fixed ports or machine-wide state) runs after the
-others, alone among them: the ENVIRONMENT modules still running (below) go on beside it. Each runner process takes its ports from a range of its own (harness.free_port),
-so two never pick the same one. A module that sets ENVIRONMENT = True tests accelnet with the
+others, alone among them: the ENVIRONMENT modules still running (below) go on beside it. Each
+runner process takes its ports from a range of its own (harness.free_port), so two never pick
+the same one. A module that sets ENVIRONMENT = True tests accelnet with the
 machine's tools (testssl, Chromium, Prometheus, packaging, systemd); --no-environment leaves
 those out (the sanitizer pass: they exercise nothing ASan would see that the other tests do not).
 
