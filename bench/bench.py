@@ -112,11 +112,11 @@ class Run:
         """Kill every process started, with what it started in its session (a server that
         forked, a leader that exited first), then remove the scratch files."""
         for p in self.procs:
-            try:
+            if p.returncode is not None:  # reaped (stopped): its pid may be another's now
+                continue
+            try:  # not reaped, so the pid, and the group it leads, are still its own
                 os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:  # its group is gone
-                pass
-            if p.poll() is None:
+            except ProcessLookupError:  # it leads no group (the idle load generator)
                 p.kill()
             p.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
