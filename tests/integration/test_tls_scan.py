@@ -6,8 +6,8 @@ or above fails the test, except the few listed in ACCEPTED with the reason. Abou
 loopback.
 
 The scan runs every section of testssl's default run but the client simulation (-c: the
-cipher and protocol some 30 browsers of other years would settle on, all INFO findings that
-no check here reads): a fifth of the scan's CPU, about 50 s in a CI run of 2 cores."""
+cipher and protocol some 30 browsers of other years would settle on, INFO findings that no
+check here reads), which costs CPU seconds a CI run of 2 cores is short of."""
 
 ENVIRONMENT = True  # a test of the machine's tools with accelnet (run.py --no-environment)
 
