@@ -1136,7 +1136,7 @@ def main():
     ap.add_argument("--chat", metavar="REGEX",
                     help="scenario 9: only the contestants whose names match")
     ap.add_argument("--chat-seconds", type=int, help="scenario 9: seconds per run (default 30; "
-                    "--quick: 3)")
+                    "--quick: 2)")
     ap.add_argument("--chat-loads", type=lambda v: [float(x) for x in v.split(",")],
                     help="scenario 9: loads as multiples of the all-miss capacity (default "
                     "0.5,1.0,1.6,2.0; --quick: 1.6)")
@@ -1148,9 +1148,9 @@ def main():
                     help="scenarios 10-11: the caches to run (for tuning; the ratio rows "
                     "need accelnet)")
     ap.add_argument("--zipf-requests", type=int,
-                    help="scenario 11: requests replayed (default 200000; --quick: 20000)")
+                    help="scenario 11: requests replayed (default 200000; --quick: 10000)")
     ap.add_argument("--obs-rounds", type=int,
-                    help="scenario 8: rounds (default 7; --quick: 2)")
+                    help="scenario 8: rounds (default 7; --quick: 1)")
     ap.add_argument("--report", metavar="RESULTS_JSON",
                     help="only render summary.md and latency.png again from a results.json")
     a = ap.parse_args()
@@ -1210,18 +1210,18 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
                                                                      [0.5, 0.8, 0.95]),
                                          a.fleet_seconds or (2 if q else 45), a.fleet)),
             ("7", lambda: scenario_prefix(run, res, [0.8] if q else [0.5, 0.8, 1.2],
-                                          3 if q else 30)),
-            ("8", lambda: scenario_obs(run, res, secs, a.obs_rounds or (2 if q else 7))),
+                                          2 if q else 30)),
+            ("8", lambda: scenario_obs(run, res, secs, a.obs_rounds or (1 if q else 7))),
             ("9", lambda: scenario_chat(
                 run, res, a.chat_loads or ([1.6] if q else [0.5, 1.0, 1.6, 2.0]),
-                a.chat_seconds or (3 if q else 30),
+                a.chat_seconds or (2 if q else 30),
                 a.chat_control_loads if a.chat_control_loads is not None
                 else ([1.6] if q else (a.chat_loads or [0.5, 1.0, 1.6, 2.0])),
                 a.chat, 4 if q else 10, control_all=not q)),
             ("10", lambda: cache.scenario_hits(run, res, 1 if q else 3, 2 if q else 4,
                                                a.caches.split(","))),
             ("11", lambda: cache.scenario_zipf(run, res, a.zipf_requests or
-                                               (20000 if q else None), a.caches.split(","))),
+                                               (10000 if q else None), a.caches.split(","))),
         ]
         for key, fn in steps:
             if key in only:
