@@ -109,10 +109,16 @@ class Run:
         return path
 
     def cleanup(self):
+        """Kill every process started, with what it started in its session (a server that
+        forked, a leader that exited first), then remove the scratch files."""
         for p in self.procs:
-            if p.poll() is None:
+            if p.returncode is not None:  # reaped (stopped): its pid may be another's now
+                continue
+            try:  # not reaped, so the pid, and the group it leads, are still its own
                 os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+            except ProcessLookupError:  # it leads no group (the idle load generator)
+                p.kill()
+            p.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
         for d in getattr(self, "shm_dirs", []):  # nginx's cache directories (bench/cache.py)
             shutil.rmtree(d, ignore_errors=True)
@@ -336,6 +342,7 @@ def scenario_idle(run, res, conns):
                               f"127.0.0.1:{port}", "--conns", str(conns), "--path", "/small",
                               "--timeout-s", "120"], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True, preexec_fn=raise_nofile)
+        run.procs.append(g)  # killed by run.cleanup() if the bench is stopped meanwhile
         report = json.loads(g.stdout.readline())
         held = proc_kb(p.pid, "VmRSS")
         g.stdin.close()
@@ -1105,6 +1112,10 @@ def versions():
                          if l.startswith("model name")), "?")}
 
 
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt(f"stopped by signal {signum}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="a smoke check in under 3 minutes")
@@ -1114,9 +1125,11 @@ def main():
     ap.add_argument("--fleet", metavar="REGEX",
                     help="scenario 6: only the contestants whose names match (for tuning; "
                     "the ratio columns need the anchors)")
-    ap.add_argument("--fleet-seconds", type=int, help="scenario 6: seconds per run")
+    ap.add_argument("--fleet-seconds", type=int,
+                    help="scenario 6: seconds per run (default 45; --quick: 2)")
     ap.add_argument("--fleet-loads", type=lambda v: [float(x) for x in v.split(",")],
-                    default=[0.5, 0.8, 0.95], help="scenario 6: loads, e.g. 0.8,0.95")
+                    help="scenario 6: loads, e.g. 0.8,0.95 (default 0.5,0.8,0.95; --quick: "
+                    "0.95)")
     ap.add_argument("--baseline", metavar="ACCELNET_BIN",
                     help="scenarios 1-5: also run this (older) accelnet binary as "
                     "'accelnet-base' and report this build's figures as ratios to it")
@@ -1127,7 +1140,7 @@ def main():
     ap.add_argument("--chat", metavar="REGEX",
                     help="scenario 9: only the contestants whose names match")
     ap.add_argument("--chat-seconds", type=int, help="scenario 9: seconds per run (default 30; "
-                    "--quick: 6)")
+                    "--quick: 2)")
     ap.add_argument("--chat-loads", type=lambda v: [float(x) for x in v.split(",")],
                     help="scenario 9: loads as multiples of the all-miss capacity (default "
                     "0.5,1.0,1.6,2.0; --quick: 1.6)")
@@ -1139,9 +1152,9 @@ def main():
                     help="scenarios 10-11: the caches to run (for tuning; the ratio rows "
                     "need accelnet)")
     ap.add_argument("--zipf-requests", type=int,
-                    help="scenario 11: requests replayed (default 200000; --quick: 50000)")
+                    help="scenario 11: requests replayed (default 200000; --quick: 10000)")
     ap.add_argument("--obs-rounds", type=int,
-                    help="scenario 8: rounds (default 7; --quick: 2)")
+                    help="scenario 8: rounds (default 7; --quick: 1)")
     ap.add_argument("--report", metavar="RESULTS_JSON",
                     help="only render summary.md and latency.png again from a results.json")
     a = ap.parse_args()
@@ -1168,6 +1181,10 @@ def main():
            "placement": f"load generators on CPU {LOAD_CPU}, servers on CPU {SERVER_CPU}",
            "scenarios": {}, "baseline": a.baseline}
     run = Run()
+    # stopped (a CI job's limit, kill, a closed terminal) as by Ctrl-C: through the finally
+    # below, which kills every server, origin and simulator started
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupted)
     t0 = time.monotonic()
     import cache  # noqa: E402  (scenarios 10-11; it imports this file's helpers)
     try:
@@ -1197,20 +1214,22 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
             ("4", lambda: scenario_idle(run, res, 1000 if q else IDLE_CONNS)),
             ("5", lambda: scenario_sse(run, res, 50 if q else 500, 50 if q else 200, 20,
                                        1 if q else 3)),
-            ("6", lambda: scenario_fleet(run, res, a.fleet_loads,
-                                         a.fleet_seconds or (4 if q else 45), a.fleet)),
-            ("7", lambda: scenario_prefix(run, res, [0.5, 0.8, 1.2], 4 if q else 30)),
-            ("8", lambda: scenario_obs(run, res, secs, a.obs_rounds or (2 if q else 7))),
+            ("6", lambda: scenario_fleet(run, res, a.fleet_loads or ([0.95] if q else
+                                                                     [0.5, 0.8, 0.95]),
+                                         a.fleet_seconds or (2 if q else 45), a.fleet)),
+            ("7", lambda: scenario_prefix(run, res, [0.8] if q else [0.5, 0.8, 1.2],
+                                          2 if q else 30)),
+            ("8", lambda: scenario_obs(run, res, secs, a.obs_rounds or (1 if q else 7))),
             ("9", lambda: scenario_chat(
                 run, res, a.chat_loads or ([1.6] if q else [0.5, 1.0, 1.6, 2.0]),
-                a.chat_seconds or (6 if q else 30),
+                a.chat_seconds or (2 if q else 30),
                 a.chat_control_loads if a.chat_control_loads is not None
                 else ([1.6] if q else (a.chat_loads or [0.5, 1.0, 1.6, 2.0])),
                 a.chat, 4 if q else 10, control_all=not q)),
             ("10", lambda: cache.scenario_hits(run, res, 1 if q else 3, 2 if q else 4,
                                                a.caches.split(","))),
             ("11", lambda: cache.scenario_zipf(run, res, a.zipf_requests or
-                                               (50000 if q else None), a.caches.split(","))),
+                                               (10000 if q else None), a.caches.split(","))),
         ]
         for key, fn in steps:
             if key in only:

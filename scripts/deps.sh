@@ -1,15 +1,33 @@
 #!/usr/bin/env bash
-# Install the Debian 12 packages accelnet needs to build, test and fuzz, if any is missing,
-# plus any packages named as arguments (bench/run adds haproxy, gnuplot-nox and varnish).
+# Install the Debian 12 packages accelnet needs, if any is missing, plus any packages named as
+# arguments (bench/run adds haproxy, gnuplot-nox and varnish). Two sets:
+#   scripts/deps.sh --demo [PKG...]   what building accelnet and running `accelnet demo` and
+#                                     the README's tour need (scripts/demo.sh)
+#   scripts/deps.sh [PKG...]          that, and what the tests run: clang and the fuzzers'
+#                                     runtime, cmocka, nginx, wrk, Redis, Prometheus, Chromium,
+#                                     Podman, testssl... (scripts/test.sh)
 # Run as root (or with sudo). Safe to run again: it installs nothing when all are present.
+# Another apt or dpkg holding the lock (an unattended upgrade) is waited for, up to
+# ACCELNET_APT_LOCK_WAIT seconds (default 600), not failed on.
 set -eu
 
-PKGS="gcc make pkg-config libyaml-dev libssl-dev libcmocka-dev python3 curl wrk nginx-light
-clang clang-format-14 libclang-rt-14-dev libxxhash-dev libjansson-dev libcrypt-dev apache2-utils
-libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack libhiredis-dev redis-server
-python3-cryptography python3-websockets prometheus xxd chromium
-iproute2 strace util-linux testssl.sh libc-ares-dev dnsmasq-base libpcre2-dev
-systemd man-db binutils adduser podman $*"
+# building and running: the compiler, pkg-config and the libraries of the Makefile's PKGS,
+# xxd (scripts/embed-assets.sh), python3 (the layering check), curl (the README's tour)
+BUILD_PKGS="gcc make pkg-config libyaml-dev libssl-dev libxxhash-dev libjansson-dev
+libcrypt-dev libzmq3-dev libmsgpack-dev libc-ares-dev libhiredis-dev libpcre2-dev xxd python3
+curl"
+# testing and fuzzing
+TEST_PKGS="libcmocka-dev wrk nginx-light clang clang-format-14 libclang-rt-14-dev apache2-utils
+python3-zmq python3-msgpack redis-server python3-cryptography python3-websockets prometheus
+chromium iproute2 strace util-linux testssl.sh dnsmasq-base systemd man-db binutils adduser
+podman python3-yaml"
+
+PKGS="$BUILD_PKGS $TEST_PKGS"
+if [ "${1:-}" = --demo ]; then
+	shift
+	PKGS=$BUILD_PKGS
+fi
+PKGS="$PKGS $*"
 
 missing=""
 for p in $PKGS; do
@@ -28,6 +46,7 @@ if [ ! -e /usr/sbin/policy-rc.d ]; then
 	$SUDO chmod +x /usr/sbin/policy-rc.d
 	trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
 fi
-$SUDO apt-get update -qq
+lock="DPkg::Lock::Timeout=${ACCELNET_APT_LOCK_WAIT:-600}"
+$SUDO apt-get -o "$lock" update -qq
 # shellcheck disable=SC2086
-$SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+$SUDO apt-get -o "$lock" install -y -qq --no-install-recommends $missing >/dev/null

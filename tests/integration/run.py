@@ -6,8 +6,9 @@ Usage: run.py [--bin PATH] [-j N] [--no-environment] [NAME-FILTER...]
 With -j N (N > 1) modules run in N runner processes at once, each module whole in one of
 them, its lines printed together when it ends. A module that sets SERIAL = True (it loads the
 machine, measures under load, or needs fixed ports or machine-wide state) runs after the
-others, alone. Each runner process takes its ports from a range of its own (harness.free_port),
-so two never pick the same one. A module that sets ENVIRONMENT = True tests accelnet with the
+others, alone among them: the ENVIRONMENT modules still running (below) go on beside it. Each
+runner process takes its ports from a range of its own (harness.free_port), so two never pick
+the same one. A module that sets ENVIRONMENT = True tests accelnet with the
 machine's tools (testssl, Chromium, Prometheus, packaging, systemd); --no-environment leaves
 those out (the sanitizer pass: they exercise nothing ASan would see that the other tests do not).
 
@@ -19,6 +20,10 @@ turn: like the builds that run beside the tests, it loads the machine (a TLS sca
 build) and times nothing. Each pass takes its ports from its own runner slots
 (ACCELNET_PORT_SLOT_BASE: the first slot of its -j N, at most 9 in all).
 
+At the end it lists the modules by CPU seconds (user + system, of the runner and every process
+it started), the costliest first: where a run's time goes, which load on the machine disturbs
+less than wall time.
+
 Stopped by SIGTERM or SIGHUP (a CI job's time limit, a closed terminal) as by Ctrl-C: the
 running test's processes, each in a session of its own that no signal to this one reaches, are
 killed and its scratch directory removed before the runner exits (status 128 + the signal);
@@ -29,6 +34,7 @@ import fcntl
 import importlib
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -84,6 +90,33 @@ def modules(environment):
     return out
 
 
+def cpu_seconds(ru):
+    """user + system seconds of a resource.struct_rusage"""
+    return ru.ru_utime + ru.ru_stime
+
+
+def note_cost(tally, fname, wall, cpu):
+    """Keep a module's wall and CPU seconds (its processes' included) for the run's list."""
+    tally["cost"].append((cpu, wall, fname[5:-3]))
+
+
+def print_costs(tally):
+    """The modules by CPU seconds (user + system of the runner and every process it started
+    and reaped), the costliest first: where a CI run's time goes on a loaded machine."""
+    costs = sorted(tally["cost"], reverse=True)
+    if not costs:
+        return
+    total = sum(c for c, _, _ in costs)
+    print(f"cpu: {total:.0f} s in {len(costs)} modules; the costliest: "
+          + ", ".join(f"{n} {c:.1f}s ({w:.0f}s wall)" for c, w, n in costs[:12]))
+
+
+def own_usage():
+    """CPU seconds of this process and of the children it has reaped, so far"""
+    return (cpu_seconds(resource.getrusage(resource.RUSAGE_SELF))
+            + cpu_seconds(resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
 def run_module(fname, mod, filters, harness, tally):
     """Run the tests of one module in this process, printing a line for each."""
     for name in sorted(n for n in dir(mod) if n.startswith("test_")):
@@ -130,7 +163,7 @@ def run_parallel(mods, filters, jobs, tally):
         sys.exit(f"run.py: runner slots {base}..{base + jobs - 1}: there are {SLOTS} "
                  f"(0..{SLOTS - 1})")
     free = list(range(base, base + jobs))
-    running = {}  # pid -> (process, module, slot, output file)
+    running = {}  # pid -> (process, module, slot, output file, start)
 
     def start(fname, slot):
         out = tempfile.TemporaryFile(mode="w+")
@@ -138,13 +171,14 @@ def run_parallel(mods, filters, jobs, tally):
         p = subprocess.Popen([sys.executable, __file__, "--module", fname] + filters,
                              stdout=out, stderr=subprocess.STDOUT, env=env)
         children.append(p)
-        running[p.pid] = (p, fname, slot, out)
+        running[p.pid] = (p, fname, slot, out, time.monotonic())
 
     def reap():
-        pid, status = os.wait()
+        pid, status, usage = os.wait4(-1, 0)
         if pid not in running:
             return
-        p, fname, slot, out = running.pop(pid)
+        p, fname, slot, out, t0 = running.pop(pid)
+        note_cost(tally, fname, time.monotonic() - t0, cpu_seconds(usage))
         p.returncode = os.waitstatus_to_exitcode(status)
         children.remove(p)
         free.append(slot)
@@ -170,14 +204,22 @@ def run_parallel(mods, filters, jobs, tally):
                 tally["failures"].append(line[5:].split(":", 1)[0])
         sys.stdout.flush()
 
+    environment = {f for f, m in wanted if getattr(m, "ENVIRONMENT", False)}
+
+    def others_running():  # modules that are not ENVIRONMENT ones (those take no turn)
+        return any(f not in environment for _, f, _, _, _ in running.values())
+
     for fname in queue:
         if not free:
             reap()
         start(fname, free.pop(0))
-    while running:
-        reap()
+    # the SERIAL ones alone among the tests, but beside the tools' scans and builds still
+    # running (a TLS scan of minutes), as beside the other passes' builds
     for fname in serial:
+        while others_running() or not free:
+            reap()
         start(fname, free.pop(0))
+    while running:
         reap()
 
 
@@ -202,7 +244,7 @@ def main():
         args = args[2:]
     import harness  # after ACCELNET is set
     harness.BIN = os.environ.get("ACCELNET", harness.BIN)
-    tally = {"passed": 0, "failed": 0, "skipped": 0, "failures": []}
+    tally = {"passed": 0, "failed": 0, "skipped": 0, "failures": [], "cost": []}
     mods = modules(environment)
     if only:
         mods = [(f, m) for f, m in mods if f == only]
@@ -213,7 +255,11 @@ def main():
             if not has_tests(fname, mod, args):
                 continue
             with turn(mod):
+                t0, ru0 = time.monotonic(), own_usage()
                 run_module(fname, mod, args, harness, tally)
+                note_cost(tally, fname, time.monotonic() - t0, own_usage() - ru0)
+    if not only:
+        print_costs(tally)
     if tally["failures"]:
         print("failed: " + ", ".join(tally["failures"]))
     print(f"{tally['passed']} passed, {tally['failed']} failed"

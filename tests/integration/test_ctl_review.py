@@ -199,7 +199,7 @@ def _burst(px, n):
     return ok
 
 
-def _one_instance(env, extra=""):
+def _one_instance(env, extra="", sync_ms=100):
     sim = env.sim("a", latency_ms=0, token_ms=0)
     redis = _redis(env)
     # 200,000 members that never expire, as a writer would plant them
@@ -207,7 +207,7 @@ def _one_instance(env, extra=""):
                "'fake' .. i) end return 0", "1", "accelnet:instances")
     body = ("pools:\n" + pool_yaml("p", [sim.port]) +
             "routes:\n  - pool: p\n    rate_limit: {per_route: 1/s, burst: 50}\n")
-    px, = _instances(env, redis.port, body, n=1, extra=extra)
+    px, = _instances(env, redis.port, body, n=1, extra=extra, sync_ms=sync_ms)
     wait_until(lambda: _cluster(px).get("accelnet_cluster_redis_up") == 1, "Redis up")
     return redis, px
 
@@ -226,12 +226,17 @@ def test_fake_instances_in_redis_do_not_shrink_the_shares(env):
 def test_live_looking_fake_instances_are_believed_up_to_the_cap(env):
     """Members that look alive (a writer re-planting them before they expire) count, but
     never past cluster.max_instances, and the log says so."""
-    redis, px = _one_instance(env, extra=", max_instances: 4")
+    # one sync a second, and the burst sent just after one: all of it between two syncs (a
+    # sync in its middle hands out a quarter of what is left, passing more than 20; at 100 ms
+    # a loaded machine's burst outlasted one)
+    redis, px = _one_instance(env, extra=", max_instances: 4", sync_ms=1000)
     now_ms = int(_redis_cli(redis, "TIME").split()[0]) * 1000
     _redis_cli(redis, "EVAL", "for i = 1, 1000 do redis.call('ZADD', KEYS[1], ARGV[1], "
                "'alive' .. i) end return 0", "1", "accelnet:instances", str(now_ms + 60000))
     wait_until(lambda: _cluster(px)["accelnet_cluster_instances"] == 4, "the cap believed")
     assert "more than cluster.max_instances; 4 believed" in env.log(px)
+    synced = _cluster(px)["accelnet_cluster_syncs_total"]
+    wait_until(lambda: _cluster(px)["accelnet_cluster_syncs_total"] > synced, "a sync")
     # a quarter of the burst each sync, never less: not 1/1001 of it
     assert 10 <= _burst(px, 60) <= 20
     assert px.poll() is None

@@ -115,7 +115,10 @@ def _pool(ports, balance, extra=""):
     return text + extra
 
 
-SCRAPE = "    engine_metrics: {interval_ms: 100, timeout_ms: 80}\n"
+# a healthy engine's scrapes never fail: a deadline that a loaded machine (the CI's passes
+# side by side) does not miss, since the engine here is a Python thread of the test (80 ms
+# did miss, once in a shared run)
+SCRAPE = "    engine_metrics: {interval_ms: 500, timeout_ms: 400}\n"
 
 
 def _steers(env, page, balance):

@@ -207,7 +207,9 @@ def test_queued_requests_get_a_backend_serving_their_model(env):
 
 def test_a_slot_goes_past_a_head_of_line_waiting_for_another_model(env):
     slow = env.sim("slow", latency_ms=2500, jitter=0, token_ms=0)
-    fast = env.sim("fast", latency_ms=300, jitter=0, token_ms=0)
+    # the fast backend's one request must still be running when the fourth is queued behind
+    # the head of the line: 1 s, not 300 ms, for a loaded machine (it finished first once)
+    fast = env.sim("fast", latency_ms=1000, jitter=0, token_ms=0)
     px = env.proxy("pools:\n"
                    + _yaml_pool("gpu", [(slow.port, ["m-slow"], 1), (fast.port, ["m-fast"], 1)])
                    + "    queue: {max: 100, timeout_ms: 20000, discipline: fifo}\n"
