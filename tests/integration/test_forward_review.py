@@ -1,0 +1,52 @@
+"""A hostile review of issue 26's forwarding (docs/forwarding.md): a rewrite may only send a
+path in the normal form the route judged, and where a route and its pool set the same field
+the route's value alone is sent."""
+
+import json
+
+from harness import LenientBackend, request
+
+
+def test_a_rewrite_that_makes_a_dot_segment_or_encoded_slash_is_never_sent(env):
+    """'/$1' of '/p../admin' is '/../admin', which a backend resolves to '/admin': a path the
+    proxy never judged. Answered 502 as any rewrite that makes no path; the backend sees none."""
+    be = LenientBackend()
+    env.on_cleanup.append(be.close)
+    p = env.proxy(
+        "pools:\n"
+        f"  - name: p\n    backends: [{{address: 127.0.0.1:{be.port}}}]\n"
+        "routes:\n"
+        "  - match: {path_prefix: /p}\n    pool: p\n"
+        "    rewrite: {regex: {match: '^/p([^/]*)/(.*)$', replace: '/$1/$2'}}\n"
+        "  - match: {path_prefix: /}\n    pool: p\n")
+    st, _, data = request(p.port, "GET", "/pv1/models")
+    assert st == 200 and json.loads(data)["target"] == "/v1/models", (st, data)
+    n = len(be.seen)
+    for path in ("/p../admin", "/p%2e%2E/admin", "/p./admin", "/p../"):
+        st, _, data = request(p.port, "GET", path)
+        assert st == 502 and b"rewrite" in data, (path, st, data)
+    assert len(be.seen) == n, be.seen[n:]
+    # a segment that only starts with dots is an ordinary name
+    st, _, data = request(p.port, "GET", "/p..x/y")
+    assert st == 200 and json.loads(data)["target"] == "/..x/y", (st, data)
+
+
+def test_a_field_set_by_route_and_pool_is_sent_once_with_the_routes_value(env):
+    be = LenientBackend()
+    env.on_cleanup.append(be.close)
+    p = env.proxy(
+        "pools:\n"
+        f"  - name: p\n    backends: [{{address: 127.0.0.1:{be.port}}}]\n"
+        "    request_headers: {set: {X-Team: pool, X-Only-Pool: p, X-Gone: pool}}\n"
+        "    response_headers: {set: {X-Served: pool, Cache-Tag: pool}}\n"
+        "routes:\n"
+        "  - match: {path_prefix: /}\n    pool: p\n"
+        "    request_headers: {set: {x_team: route}, remove: [X-Gone]}\n"
+        "    response_headers: {set: {X-Served: route}}\n")
+    st, h, data = request(p.port, "GET", "/x", headers={"X-Team": "client"})
+    assert st == 200, data
+    got = json.loads(data)["headers"]
+    team = [v for k, v in got.items() if k.replace("_", "-") == "x-team"]
+    assert team == [["route"]], got
+    assert got["x-only-pool"] == ["p"] and "x-gone" not in got, got
+    assert h["x-served"] == ["route"] and h["cache-tag"] == ["pool"], h
