@@ -11,8 +11,9 @@
  * key both give is appended to when both values are lists (pools, routes, listen, ...), and
  * refused otherwise, naming both places. An included file's own includes are merged after
  * its keys, depth first; a file including one of its includers, or a chain deeper than
- * CONF_INCLUDE_DEPTH_MAX, is refused. The `include:` key itself stays in the main document
- * for the schema, which reads it as nothing.
+ * CONF_INCLUDE_DEPTH_MAX, is refused, as is one that is not a regular file (a glob matching a
+ * directory, a FIFO that would hold a reload until written to). The `include:` key itself stays in
+ * the main document for the schema, which reads it as nothing.
  *
  * What the schema reports about a node it finds here: conf_source_file() gives the node's
  * file, conf_source_orig() the ${...} text a message shows instead of the value.
@@ -20,12 +21,15 @@
 #include "conf/source.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 struct conf_source {
 	yaml_document_t doc;
@@ -419,10 +423,25 @@ static int include_file(struct conf_source *s, const char *path, const yaml_node
 	if (!(s->files[s->nfiles] = strdup(path)))
 		return src_fail(s, byname, line, col, "out of memory");
 	size_t file = s->nfiles++;
-	FILE *f = fopen(path, "rb");
-	if (!f)
+	/* a FIFO would block a reload until someone writes to it; a directory or a device is
+	 * no config: only a regular file is read */
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0)
 		return src_fail(s, byname, line, col, "include: '%s': cannot open: %s", path,
 				strerror(errno));
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return src_fail(s, byname, line, col,
+				"include: '%s' is not a regular file (a directory, FIFO, socket "
+				"or device)",
+				path);
+	}
+	FILE *f = fdopen(fd, "rb");
+	if (!f) {
+		close(fd);
+		return src_fail(s, byname, line, col, "out of memory");
+	}
 	if (!yaml_parser_initialize(&parser)) {
 		fclose(f);
 		return src_fail(s, byname, line, col, "out of memory");
