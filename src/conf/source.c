@@ -10,10 +10,12 @@
  * each one remembering its file, line and column. A key the main document lacks is added; a
  * key both give is appended to when both values are lists (pools, routes, listen, ...), and
  * refused otherwise, naming both places. An included file's own includes are merged after
- * its keys, depth first; a file including one of its includers, or a chain deeper than
- * CONF_INCLUDE_DEPTH_MAX, is refused, as is one that is not a regular file (a glob matching a
- * directory, a FIFO that would hold a reload until written to). The `include:` key itself stays in
- * the main document for the schema, which reads it as nothing.
+ * its keys, depth first; a file including one of its includers, a chain deeper than
+ * CONF_INCLUDE_DEPTH_MAX, or a name that is not a regular file (a glob matching a directory, a
+ * FIFO that would hold a reload until written to) is refused. Values that expand to more than
+ * CONF_EXPANDED_MAX bytes in all are refused too: a large variable named many times cannot
+ * take a reload's memory. The `include:` key itself stays in the main document for the
+ * schema, which reads it as nothing.
  *
  * What the schema reports about a node it finds here: conf_source_file() gives the node's
  * file, conf_source_orig() the ${...} text a message shows instead of the value.
@@ -42,6 +44,7 @@ struct conf_source {
 	struct conf_error *err;
 	char *chain[CONF_INCLUDE_DEPTH_MAX]; /* real paths of the files being included */
 	size_t depth;
+	size_t expanded; /* bytes the environment's values added, all files together */
 };
 
 static int src_fail(struct conf_source *s, const char *file, size_t line, size_t col,
@@ -185,6 +188,14 @@ static int expand_value(struct conf_source *s, const yaml_node_t *n, size_t file
 	if (rc == -ENOMEM)
 		return src_fail(s, s->files[file], n->start_mark.line + 1, n->start_mark.column + 1,
 				"out of memory");
+	if (!rc && *value && (s->expanded += strlen(*value)) > CONF_EXPANDED_MAX) {
+		free(*value);
+		*value = NULL;
+		return src_fail(s, s->files[file], n->start_mark.line + 1, n->start_mark.column + 1,
+				"the config's values are more than %u MiB once ${...} is expanded "
+				"(a large variable referenced many times?)",
+				CONF_EXPANDED_MAX >> 20);
+	}
 	if (rc < 0) {
 		size_t col = n->start_mark.column + 1;
 		yaml_scalar_style_t st = n->data.scalar.style;
