@@ -348,9 +348,10 @@ int forward_request(struct exchange *x, struct rewrite_request_info *info,
 	    x->route->has_spill ? x->w->rt->pools[x->route->spill_pool].conf->fwd : NULL;
 	edit_begin(s);
 	if ((pf && pf->any_key) || (sf && sf->any_key)) { /* the spillover pool's too */
-		/* the client's own credentials never reach a backend that takes the proxy's */
+		/* the client's own credentials never reach a backend that takes the proxy's
+		 * (api-key: Azure OpenAI's spelling, which LiteLLM and others read as well) */
 		static const char *const creds[] = {"Authorization", "X-API-Key",
-						    "Proxy-Authorization"};
+						    "Proxy-Authorization", "Api-Key"};
 		for (size_t i = 0; i < sizeof(creds) / sizeof(creds[0]); i++)
 			s->set[s->edit.nset++] = (struct rewrite_field){creds[i], NULL};
 		if (pf && pf->api_key_header)

@@ -3,6 +3,7 @@ path in the normal form the route judged, and where a route and its pool set the
 the route's value alone is sent."""
 
 import json
+import os
 
 from harness import LenientBackend, request
 
@@ -50,3 +51,26 @@ def test_a_field_set_by_route_and_pool_is_sent_once_with_the_routes_value(env):
     assert team == [["route"]], got
     assert got["x-only-pool"] == ["p"] and "x-gone" not in got, got
     assert h["x-served"] == ["route"] and h["cache-tag"] == ["pool"], h
+
+
+def test_a_pool_with_a_key_drops_the_clients_api_key_in_every_spelling(env):
+    """Azure OpenAI's `api-key` is a credential field LiteLLM and others read beside (or before)
+    Authorization: a client could have the backend take its own key in place of the proxy's.
+    A pool holding a key drops it as it drops Authorization and X-API-Key, in any case and
+    with '_' for '-'."""
+    be = LenientBackend()
+    env.on_cleanup.append(be.close)
+    key = env.write("p.key", "pool-key-1\n")
+    os.chmod(key, 0o600)
+    p = env.proxy(
+        "pools:\n"
+        f"  - name: p\n    backends: [{{address: 127.0.0.1:{be.port}}}]\n"
+        f"    api_key_file: {key}\n"
+        "routes:\n  - match: {path_prefix: /}\n    pool: p\n")
+    st, _, data = request(p.port, "GET", "/v1/models", headers={
+        "api-key": "client-key", "API_KEY": "client-key2", "x_api_key": "client-key3",
+        "AUTHORIZATION": "Bearer client-key4"})
+    assert st == 200, data
+    got = json.loads(data)["headers"]
+    assert "client-key" not in json.dumps(got), got
+    assert got["authorization"] == ["Bearer pool-key-1"], got
