@@ -1,11 +1,13 @@
 """A hostile review of issue 26's forwarding (docs/forwarding.md): a rewrite may only send a
-path in the normal form the route judged, and where a route and its pool set the same field
-the route's value alone is sent."""
+path in the normal form the route judged; where a route and its pool set the same field the
+route's value alone is sent; the client's credentials never reach a pool holding a key, nor
+may a route write the field that carries it."""
 
 import json
 import os
+import subprocess
 
-from harness import LenientBackend, request
+from harness import BIN, LenientBackend, request
 
 
 def test_a_rewrite_that_makes_a_dot_segment_or_encoded_slash_is_never_sent(env):
@@ -74,3 +76,27 @@ def test_a_pool_with_a_key_drops_the_clients_api_key_in_every_spelling(env):
     got = json.loads(data)["headers"]
     assert "client-key" not in json.dumps(got), got
     assert got["authorization"] == ["Bearer pool-key-1"], got
+
+
+def test_a_route_may_not_write_the_field_that_carries_its_pools_key(env):
+    """A pool's request_headers may not write its key's field (refused since 092e149); a
+    route's could, and the backend got two credentials (the route's first). Refused at
+    load too, for the route's pool and for its spillover pool, with FILE:LINE:COL."""
+    key = env.write("p.key", "pool-key-1\n")
+    os.chmod(key, 0o600)
+    base = ("listen: [127.0.0.1:1]\npools:\n"
+            "  - name: plain\n    backends: [127.0.0.1:9101]\n"
+            f"  - name: keyed\n    backends: [127.0.0.1:9102]\n    api_key_file: {key}\n"
+            "    api_key_header: x-api-key\n"
+            "routes:\n  - match: {path_prefix: /}\n")
+    for pools, hdr in (("    pool: keyed\n", "add: {X_Api_Key: from-route}"),
+                       ("    pool: plain\n    spillover: {pool: keyed}\n",
+                        "set: {x-api-key: from-route}")):
+        path = env.write("r.yaml", base + pools + f"    request_headers: {{{hdr}}}\n")
+        r = subprocess.run([BIN, "check", "-c", path], capture_output=True, text=True,
+                           timeout=30)
+        line = (base + pools).count("\n") + 1
+        assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+        assert r.stderr.startswith(f"{path}:{line}:22: routes: request_headers may not write "
+                                   "x-api-key, which carries the api key of pool 'keyed'"), \
+            r.stderr
