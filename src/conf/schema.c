@@ -984,6 +984,15 @@ static int check_whole(struct rules_ctx *x, yaml_node_t *root)
 						  name);
 			c->routes[i].spill_pool = j;
 		}
+		yaml_node_t *rs = rules_value_of(x, root, "routes");
+		yaml_node_t *item = rs && rs->type == YAML_SEQUENCE_NODE
+					? rules_node(x, rs->data.sequence.items.start[i])
+					: root;
+		const struct conf_route *r = &c->routes[i];
+		if (schema_forward_check_route(x, item, r->fwd, &c->pools[r->pool]) < 0 ||
+		    (r->has_spill &&
+		     schema_forward_check_route(x, item, r->fwd, &c->pools[r->spill_pool]) < 0))
+			return -1;
 	}
 	if (!c->nroutes) {
 		/* no routes: everything goes to the first pool */

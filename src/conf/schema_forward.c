@@ -504,6 +504,18 @@ fail:
 	return rc;
 }
 
+/* Does <h> add or set <name>? */
+static int writes_field(const struct fwd_headers *h, const char *name)
+{
+	for (size_t i = 0; i < h->nset; i++)
+		if (same_name(h->set[i].name, name))
+			return 1;
+	for (size_t i = 0; i < h->nadd; i++)
+		if (same_name(h->add[i].name, name))
+			return 1;
+	return 0;
+}
+
 int schema_forward_check_pool(struct rules_ctx *x, yaml_node_t *item, struct conf_pool *p)
 {
 	const char *pool_header = p->fwd ? p->fwd->api_key_header : NULL;
@@ -544,19 +556,28 @@ int schema_forward_check_pool(struct rules_ctx *x, yaml_node_t *item, struct con
 		return rules_fail(x, item, "out of memory");
 	/* the key's field is the key's: a configured one beside it would be a second credential */
 	const char *kh = pool_header ? pool_header : "Authorization";
-	for (size_t i = 0; any && i < p->fwd->req.nset + p->fwd->req.nadd; i++) {
-		const struct fwd_header *h = i < p->fwd->req.nset
-						 ? &p->fwd->req.set[i]
-						 : &p->fwd->req.add[i - p->fwd->req.nset];
-		if (same_name(h->name, kh))
-			return rules_fail(x, rules_value_of(x, item, "request_headers"),
-					  "pool '%s': request_headers may not write %s, which "
-					  "carries the pool's api key",
-					  p->name, kh);
-	}
+	if (any && writes_field(&p->fwd->req, kh))
+		return rules_fail(x, rules_value_of(x, item, "request_headers"),
+				  "pool '%s': request_headers may not write %s, which "
+				  "carries the pool's api key",
+				  p->name, kh);
 	if (any)
 		p->fwd->any_key = 1;
 	return 0;
+}
+
+int schema_forward_check_route(struct rules_ctx *x, yaml_node_t *item, const struct conf_fwd *rf,
+			       const struct conf_pool *p)
+{
+	if (!rf || !p->fwd || !p->fwd->any_key)
+		return 0;
+	const char *kh = p->fwd->api_key_header ? p->fwd->api_key_header : "Authorization";
+	if (!writes_field(&rf->req, kh))
+		return 0;
+	return rules_fail(x, rules_value_of(x, item, "request_headers"),
+			  "routes: request_headers may not write %s, which carries the api "
+			  "key of pool '%s'",
+			  kh, p->name);
 }
 
 static void headers_free(struct fwd_headers *h)

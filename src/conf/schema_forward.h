@@ -96,6 +96,12 @@ int schema_read_api_key_header(struct rules_ctx *x, const struct rule *r, yaml_n
  * file's permissions warned about). 0 or -EINVAL with the message at <item>. */
 int schema_forward_check_pool(struct rules_ctx *x, yaml_node_t *item, struct conf_pool *p);
 
+/* After the routes' pools are known: a route (<rf>, its item <item>) may not add or set the
+ * field that carries the key of a pool <p> it sends to (its own or its spillover pool): the
+ * backend would get two credentials. 0 or -EINVAL with the message at its request_headers. */
+int schema_forward_check_route(struct rules_ctx *x, yaml_node_t *item, const struct conf_fwd *rf,
+			       const struct conf_pool *p);
+
 /* The name of variable <v> (FWD_VAR_*). */
 const char *fwd_var_name(unsigned v);
 

@@ -10,9 +10,12 @@
  * each one remembering its file, line and column. A key the main document lacks is added; a
  * key both give is appended to when both values are lists (pools, routes, listen, ...), and
  * refused otherwise, naming both places. An included file's own includes are merged after
- * its keys, depth first; a file including one of its includers, or a chain deeper than
- * CONF_INCLUDE_DEPTH_MAX, is refused. The `include:` key itself stays in the main document
- * for the schema, which reads it as nothing.
+ * its keys, depth first; a file including one of its includers, a chain deeper than
+ * CONF_INCLUDE_DEPTH_MAX, or a name that is not a regular file (a glob matching a directory, a
+ * FIFO that would hold a reload until written to) is refused. Values that expand to more than
+ * CONF_EXPANDED_MAX bytes in all are refused too: a large variable named many times cannot
+ * take a reload's memory. The `include:` key itself stays in the main document for the
+ * schema, which reads it as nothing.
  *
  * What the schema reports about a node it finds here: conf_source_file() gives the node's
  * file, conf_source_orig() the ${...} text a message shows instead of the value.
@@ -20,12 +23,15 @@
 #include "conf/source.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 struct conf_source {
 	yaml_document_t doc;
@@ -38,6 +44,7 @@ struct conf_source {
 	struct conf_error *err;
 	char *chain[CONF_INCLUDE_DEPTH_MAX]; /* real paths of the files being included */
 	size_t depth;
+	size_t expanded; /* bytes the environment's values added, all files together */
 };
 
 static int src_fail(struct conf_source *s, const char *file, size_t line, size_t col,
@@ -181,6 +188,14 @@ static int expand_value(struct conf_source *s, const yaml_node_t *n, size_t file
 	if (rc == -ENOMEM)
 		return src_fail(s, s->files[file], n->start_mark.line + 1, n->start_mark.column + 1,
 				"out of memory");
+	if (!rc && *value && (s->expanded += strlen(*value)) > CONF_EXPANDED_MAX) {
+		free(*value);
+		*value = NULL;
+		return src_fail(s, s->files[file], n->start_mark.line + 1, n->start_mark.column + 1,
+				"the config's values are more than %u MiB once ${...} is expanded "
+				"(a large variable referenced many times?)",
+				CONF_EXPANDED_MAX >> 20);
+	}
 	if (rc < 0) {
 		size_t col = n->start_mark.column + 1;
 		yaml_scalar_style_t st = n->data.scalar.style;
@@ -419,10 +434,25 @@ static int include_file(struct conf_source *s, const char *path, const yaml_node
 	if (!(s->files[s->nfiles] = strdup(path)))
 		return src_fail(s, byname, line, col, "out of memory");
 	size_t file = s->nfiles++;
-	FILE *f = fopen(path, "rb");
-	if (!f)
+	/* a FIFO would block a reload until someone writes to it; a directory or a device is
+	 * no config: only a regular file is read */
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0)
 		return src_fail(s, byname, line, col, "include: '%s': cannot open: %s", path,
 				strerror(errno));
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return src_fail(s, byname, line, col,
+				"include: '%s' is not a regular file (a directory, FIFO, socket "
+				"or device)",
+				path);
+	}
+	FILE *f = fdopen(fd, "rb");
+	if (!f) {
+		close(fd);
+		return src_fail(s, byname, line, col, "out of memory");
+	}
 	if (!yaml_parser_initialize(&parser)) {
 		fclose(f);
 		return src_fail(s, byname, line, col, "out of memory");

@@ -20,6 +20,7 @@
 
 #define CONF_INCLUDE_DEPTH_MAX 8      /* files including files, the main one counted */
 #define CONF_INCLUDE_NODES_MAX 100000 /* nodes one included file may add */
+#define CONF_EXPANDED_MAX (16u << 20) /* bytes of expanded values, every file together */
 
 struct conf_source;
 

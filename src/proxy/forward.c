@@ -12,6 +12,7 @@
 #include "runtime/pool.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <ctype.h>
 #include <pcre2.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -118,15 +119,47 @@ static int apply_regex(const struct fwd_rewrite *rw, const char *s, size_t len, 
 	return (int)n;
 }
 
+/* Is p[i..] "%2e" or "%2E" (an encoded dot), or a dot? Its length then, else 0. */
+static size_t dot_at(const char *p, size_t n, size_t i)
+{
+	if (i < n && p[i] == '.')
+		return 1;
+	if (i + 2 < n && p[i] == '%' && p[i + 1] == '2' && (p[i + 2] == 'e' || p[i + 2] == 'E'))
+		return 3;
+	return 0;
+}
+
+/* Is the segment at p[i..] (after a '/') "." or ".." in any spelling? */
+static int dot_segment(const char *p, size_t n, size_t i)
+{
+	size_t d = dot_at(p, n, i);
+	if (d && (i + d == n || p[i + d] == '/'))
+		return 1;
+	size_t e = d ? dot_at(p, n, i + d) : 0;
+	return e && (i + d + e == n || p[i + d + e] == '/');
+}
+
+/*
+ * A rewritten path is sent only in the normal form the route judged (docs/security.md): a
+ * replacement that glues a group onto a literal ("/$1" of "/p../x") can make a dot segment a
+ * backend resolves, or an encoded '/' or '\' one backend splits on and another does not.
+ */
 static int path_ok(const char *p, size_t n)
 {
 	if (!n || p[0] != '/')
 		return 0;
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)p[i];
-		if (c <= ' ' || c == 0x7f || c == '?' ||
-		    c == '#') /* high bytes pass as they came */
+		if (c <= ' ' || c == 0x7f || c == '?' || c == '#' ||
+		    c == '\\') /* high bytes pass as they came */
 			return 0;
+		if (c == '/' && dot_segment(p, n, i + 1))
+			return 0;
+		if (c == '%' && i + 2 < n &&
+		    ((p[i + 1] == '2' && (p[i + 2] | 0x20) == 'f') ||
+		     (p[i + 1] == '5' && (p[i + 2] | 0x20) == 'c') || p[i + 1] == '0' ||
+		     p[i + 1] == '1' || (p[i + 1] == '7' && (p[i + 2] | 0x20) == 'f')))
+			return 0; /* an encoded '/', '\' or control byte */
 	}
 	return 1;
 }
@@ -260,14 +293,38 @@ static const char *expand(const struct exchange *x, const struct fwd_header *h,
 	return start;
 }
 
-/* Append <h>'s fields to the edit: set and remove into set[], add into add[]. */
+/* Are field names a and b the same, as a backend reads them (case, and '_' for '-')? */
+static int same_name(const char *a, const char *b)
+{
+	for (; *a && *b; a++, b++) {
+		char c = *a == '_' ? '-' : *a, d = *b == '_' ? '-' : *b;
+		if (tolower((unsigned char)c) != tolower((unsigned char)d))
+			return 0;
+	}
+	return !*a && !*b;
+}
+
+/* Does set[from..to) set or remove <name>? */
+static int edited_in(const struct forward_scratch *s, unsigned from, unsigned to, const char *name)
+{
+	for (unsigned i = from; i < to; i++)
+		if (same_name(s->set[i].name, name))
+			return 1;
+	return 0;
+}
+
+/* Append <h>'s fields to the edit: set and remove into set[], add into add[]. A set of a
+ * name that set[from..to) (the route's) already sets or removes is left out: the route's
+ * wins over its pool's, one value sent, never both. */
 static void edit_add(const struct exchange *x, const struct fwd_headers *h,
-		     struct forward_scratch *s)
+		     struct forward_scratch *s, unsigned from, unsigned to)
 {
 	struct rewrite_edit *e = &s->edit;
 	for (size_t i = 0; i < h->nremove && e->nset < FORWARD_FIELDS_MAX; i++)
 		s->set[e->nset++] = (struct rewrite_field){h->remove[i], NULL};
 	for (size_t i = 0; i < h->nset && e->nset < FORWARD_FIELDS_MAX; i++) {
+		if (edited_in(s, from, to, h->set[i].name))
+			continue;
 		const char *v = expand(x, &h->set[i], s);
 		s->set[e->nset++] = (struct rewrite_field){h->set[i].name, v ? v : ""};
 	}
@@ -291,9 +348,10 @@ int forward_request(struct exchange *x, struct rewrite_request_info *info,
 	    x->route->has_spill ? x->w->rt->pools[x->route->spill_pool].conf->fwd : NULL;
 	edit_begin(s);
 	if ((pf && pf->any_key) || (sf && sf->any_key)) { /* the spillover pool's too */
-		/* the client's own credentials never reach a backend that takes the proxy's */
+		/* the client's own credentials never reach a backend that takes the proxy's
+		 * (api-key: Azure OpenAI's spelling, which LiteLLM and others read as well) */
 		static const char *const creds[] = {"Authorization", "X-API-Key",
-						    "Proxy-Authorization"};
+						    "Proxy-Authorization", "Api-Key"};
 		for (size_t i = 0; i < sizeof(creds) / sizeof(creds[0]); i++)
 			s->set[s->edit.nset++] = (struct rewrite_field){creds[i], NULL};
 		if (pf && pf->api_key_header)
@@ -301,10 +359,11 @@ int forward_request(struct exchange *x, struct rewrite_request_info *info,
 		if (sf && sf->api_key_header)
 			s->set[s->edit.nset++] = (struct rewrite_field){sf->api_key_header, NULL};
 	}
+	unsigned from = s->edit.nset;
 	if (rf)
-		edit_add(x, &rf->req, s);
+		edit_add(x, &rf->req, s, 0, 0);
 	if (pf)
-		edit_add(x, &pf->req, s);
+		edit_add(x, &pf->req, s, from, s->edit.nset);
 	if (s->edit.nset || s->edit.nadd)
 		info->edit = &s->edit;
 	if (!rf || !rf->rewrite.on)
@@ -362,8 +421,8 @@ const struct rewrite_edit *forward_response(const struct exchange *x, struct for
 		return NULL;
 	edit_begin(s);
 	if (rf)
-		edit_add(x, &rf->resp, s);
+		edit_add(x, &rf->resp, s, 0, 0);
 	if (pf)
-		edit_add(x, &pf->resp, s);
+		edit_add(x, &pf->resp, s, 0, s->edit.nset);
 	return &s->edit;
 }

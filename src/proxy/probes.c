@@ -5,7 +5,9 @@
  * {"status": "not ready", "reason": "..."} with 503, through the codec's reply_json (the same
  * path as GET /v1/models): fixed bytes but for the reason, which there only counts the short
  * pools (a data listener is the public side; the admin endpoint names them to those with its
- * token). Only GET is answered there: any other method on those paths is routed as before.
+ * token). Only GET is answered there, on the path exactly (its case counts, as a route's
+ * does; a query does not, so /healthz?x=1 never reaches a backend's /healthz): any other
+ * method on those paths, or /HEALTHZ, is routed as before.
  * The check costs one flag test per request where probes.listeners is off.
  */
 #include "proxy/probes.h"
@@ -56,8 +58,11 @@ enum run probes_answer(struct exchange *x)
 	char why[160], json[224];
 	if (!c->probes.listeners || x->meth != HTTP_GET)
 		return RUN_AGAIN;
-	int ready = http_str_eq(path, "/readyz");
-	if (!ready && !http_str_eq(path, "/healthz"))
+	/* the path as a route reads it: case counts, a query does not */
+	const char *q = memchr(path.p, '?', path.len);
+	size_t n = q ? (size_t)(q - path.p) : path.len;
+	int ready = n == 7 && memcmp(path.p, "/readyz", 7) == 0;
+	if (!ready && !(n == 8 && memcmp(path.p, "/healthz", 8) == 0))
 		return RUN_AGAIN;
 	if (!ready)
 		return x->codec->reply_json(x, 200, "{\"status\":\"ok\"}\n", 16);
@@ -65,7 +70,7 @@ enum run probes_answer(struct exchange *x)
 	if (!why[0])
 		return x->codec->reply_json(x, 200, "{\"status\":\"ready\"}\n", 19);
 	/* the reason is the proxy's own words: no quote or backslash to escape */
-	int n = snprintf(json, sizeof(json), "{\"status\":\"not ready\",\"reason\":\"%s\"}\n",
+	int k = snprintf(json, sizeof(json), "{\"status\":\"not ready\",\"reason\":\"%s\"}\n",
 			 why + sizeof("not ready: ") - 1);
-	return x->codec->reply_json(x, 503, json, (size_t)n);
+	return x->codec->reply_json(x, 503, json, (size_t)k);
 }
