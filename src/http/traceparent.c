@@ -22,6 +22,12 @@ static const char hex_pairs[513] =
 
 void trace_hex(uint64_t v, char *out, unsigned digits)
 {
+	if (digits == 16) { /* the ids (request, trace, span): a loop unrolled, half the cost */
+#pragma GCC unroll 8
+		for (int k = 14; k >= 0; k -= 2, v >>= 8)
+			memcpy(out + k, hex_pairs + 2 * (v & 0xff), 2);
+		return;
+	}
 	unsigned i = digits;
 	for (; i >= 2; i -= 2, v >>= 8)
 		memcpy(out + i - 2, hex_pairs + 2 * (v & 0xff), 2);

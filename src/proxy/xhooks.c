@@ -67,10 +67,24 @@ size_t xhooks_block_size(void)
 	return hooks.block;
 }
 
+/* Several features at a point: the walk, kept out of line so that the one-feature case of
+ * xhooks_head() and xhooks_resp_head() saves no registers. */
+__attribute__((noinline)) static void
+walk_heads(void (*const *fn)(struct exchange *, const struct http_head *), unsigned n,
+	   struct exchange *x, const struct http_head *h)
+{
+	for (unsigned i = 0; i < n; i++)
+		fn[i](x, h);
+}
+
+/* One feature at a point (the head: the access log; the response head: the tally) is called
+ * straight, a tail call: the loop's saved registers cost a request some 40 instructions. */
 void xhooks_head(struct exchange *x, const struct http_head *h)
 {
-	for (unsigned i = 0; i < hooks.nhead; i++)
-		hooks.head[i](x, h);
+	if (hooks.nhead == 1)
+		hooks.head[0](x, h);
+	else
+		walk_heads(hooks.head, hooks.nhead, x, h);
 }
 
 void xhooks_req_body(struct exchange *x, const char *body, size_t len)
@@ -81,8 +95,10 @@ void xhooks_req_body(struct exchange *x, const char *body, size_t len)
 
 void xhooks_resp_head(struct exchange *x, const struct http_head *h)
 {
-	for (unsigned i = 0; i < hooks.nresp_head; i++)
-		hooks.resp_head[i](x, h);
+	if (hooks.nresp_head == 1)
+		hooks.resp_head[0](x, h);
+	else
+		walk_heads(hooks.resp_head, hooks.nresp_head, x, h);
 }
 
 static uint32_t *body_bits(const struct exchange *x)

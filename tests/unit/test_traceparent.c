@@ -82,6 +82,15 @@ static void hex_digits(void **state)
 	char out[17] = {0};
 	trace_hex(0x0123456789abcdefu, out, 16);
 	assert_string_equal(out, "0123456789abcdef");
+	trace_hex(0xfedcba9876543210u, out, 16);
+	assert_string_equal(out, "fedcba9876543210");
+	for (uint64_t v = 1, i = 0; i < 1000;
+	     i++, v = v * 6364136223846793005u + 1442695040888963407u) {
+		char want[17];
+		snprintf(want, sizeof(want), "%016llx", (unsigned long long)v);
+		trace_hex(v, out, 16);
+		assert_string_equal(out, want);
+	}
 	trace_hex(0x1f, out, 2);
 	out[2] = 0;
 	assert_string_equal(out, "1f");
