@@ -445,6 +445,16 @@ static int sf_dict_read(struct http_str v, struct sf_member *m, size_t cap, size
 	return 0;
 }
 
+/* Nothing said: every age unset. */
+static const struct cache_control cc_none = {
+    .max_age = CACHE_UNSET,
+    .s_maxage = CACHE_UNSET,
+    .max_stale = CACHE_UNSET,
+    .min_fresh = CACHE_UNSET,
+    .stale_while_revalidate = CACHE_UNSET,
+    .stale_if_error = CACHE_UNSET,
+};
+
 /* Read <h>'s CDN-Cache-Control into <cc> in place of Cache-Control when it is valid and
  * not empty. */
 static void targeted_parse(const struct http_head *h, struct cache_control *cc)
@@ -462,16 +472,8 @@ static void targeted_parse(const struct http_head *h, struct cache_control *cc)
 	}
 	if (!seen || !n)
 		return;
-	*cc = (struct cache_control){
-	    .max_age = CACHE_UNSET,
-	    .s_maxage = CACHE_UNSET,
-	    .max_stale = CACHE_UNSET,
-	    .min_fresh = CACHE_UNSET,
-	    .stale_while_revalidate = CACHE_UNSET,
-	    .stale_if_error = CACHE_UNSET,
-	    .present = 1,
-	    .targeted = 1,
-	};
+	*cc = cc_none;
+	cc->present = cc->targeted = 1;
 	for (size_t i = 0; i < n; i++) {
 		size_t j = i + 1;
 		while (j < n && !(m[j].d.name.len == m[i].d.name.len &&
@@ -484,14 +486,7 @@ static void targeted_parse(const struct http_head *h, struct cache_control *cc)
 
 void cache_control_parse(const struct http_head *h, int is_request, struct cache_control *cc)
 {
-	*cc = (struct cache_control){
-	    .max_age = CACHE_UNSET,
-	    .s_maxage = CACHE_UNSET,
-	    .max_stale = CACHE_UNSET,
-	    .min_fresh = CACHE_UNSET,
-	    .stale_while_revalidate = CACHE_UNSET,
-	    .stale_if_error = CACHE_UNSET,
-	};
+	*cc = cc_none;
 	for (unsigned i = 0; i < h->nheaders; i++) {
 		const struct http_header *f = &h->headers[i];
 		if (!http_str_eq(f->name, "cache-control"))
