@@ -388,7 +388,7 @@ def test_a_101_before_the_whole_handshake_went_is_no_tunnel(env):
     # that cannot take the whole head yet (small segments, a small window): were that a
     # tunnel, the rest of the proxy's head (X-Forwarded-For, the identity it authenticated)
     # would never go, and the client's first bytes would end the head the backend reads
-    seen = []
+    seen, decided = [], threading.Event()
     lst = socket.socket()  # segments of 536 bytes, a 4 KiB window: the head goes slowly
     lst.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 536)
     lst.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -406,6 +406,10 @@ def test_a_101_before_the_whole_handshake_went_is_no_tunnel(env):
                 got = conn.recv(100)  # the request line, and no more: then the 101
                 conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
                              b"Connection: Upgrade\r\nSec-WebSocket-Accept: x\r\n\r\n")
+                # read no more until the client has its answer: reading now would let the
+                # rest of the head go before the proxy looks at the 101 (then it is a
+                # tunnel opened after the whole handshake, as it should be)
+                decided.wait(15)
                 conn.settimeout(5)
                 try:
                     while b"INJECTED" not in got:
@@ -425,6 +429,7 @@ def test_a_101_before_the_whole_handshake_went_is_no_tunnel(env):
         head = read_until(s, lambda b: b"\r\n\r\n" in b)
         if head.startswith(b"HTTP/1.1 101 "):
             s.sendall(b"\r\nX-Identity: admin\r\n\r\nINJECTED")
-            wait_until(lambda: seen, "the backend's read")
+        decided.set()
+        wait_until(lambda: seen, "the backend's read")
         assert head.startswith(b"HTTP/1.1 502 "), (head[:200], [g[-60:] for g in seen])
     assert not any(b"INJECTED" in got for got in seen)
