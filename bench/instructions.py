@@ -3,7 +3,8 @@
 accelnet builds, counted by valgrind's callgrind (deterministic, unlike CPU time on a shared
 machine): 2 KiB and 1 MiB responses from nginx, and 200-token SSE streams from accelnet sim,
 over one keep-alive connection, after a warm-up. Needs nginx and valgrind
-(scripts/deps.sh nginx valgrind).
+(scripts/deps.sh nginx valgrind). ACCELNET_IR_KEEP=DIR keeps each scenario's callgrind file
+there (DIR/TAG.SCENARIO.out), for callgrind_annotate.
 
 bench/instructions.py --access-log ACCELNET: one build without ("old") and with ("new") the
 access log (JSON lines to a file), all of its threads counted: the log writer's too."""
@@ -84,7 +85,12 @@ routes:
                 if line.startswith("summary:") or line.startswith("totals:"):
                     tot += int(line.split()[1]); break
         for f in glob.glob(f"{D}/cg.{tag}.{p.pid}*"):
-            os.remove(f)
+            keep = os.environ.get("ACCELNET_IR_KEEP")
+            if keep and not f.endswith(f".{p.pid}"):
+                os.makedirs(keep, exist_ok=True)
+                os.replace(f, f"{keep}/{tag}.{name}.out")
+            else:
+                os.remove(f)
         out[name] = tot / n
     p.terminate(); p.wait(30)
     return out
