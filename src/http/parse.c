@@ -6,23 +6,66 @@
  * each field line is checked byte by byte against the RFC 9110 grammar (token name, colon
  * with nothing before it, value of VCHAR/obs-text/SP/HTAB). After the fields, the framing
  * rules of RFC 9112 section 6 decide how the body is delimited, refusing every ambiguity.
+ *
+ * A field line that is well formed (a token, a colon, a value, CRLF, inside max_head) is read
+ * in one pass over its bytes, each classed by one table lookup; anything else on the line
+ * (a bad byte, a bare CR or LF, the end of the buffer, max_head) sends that line through the
+ * careful path, which finds its end first and so decides between "need more", 431 and the
+ * error status exactly as it would have for every line.
  */
 #include "http/parse.h"
 
 #include <string.h>
 #include <strings.h>
 
+enum { C_TCHAR = 1, C_VALUE = 2 };
+
+/* The class of each byte: C_TCHAR for a tchar (RFC 9110 token), C_VALUE for a byte allowed in
+ * a field value (VCHAR, obs-text, SP, HTAB). */
+static const unsigned char byte_class[256] = {
+    ['\t'] = C_VALUE,
+    [' '] = C_VALUE,
+    ['!'] = C_VALUE | C_TCHAR,
+    ['"'] = C_VALUE,
+    ['#'] = C_VALUE | C_TCHAR,
+    ['$'] = C_VALUE | C_TCHAR,
+    ['%'] = C_VALUE | C_TCHAR,
+    ['&'] = C_VALUE | C_TCHAR,
+    ['\''] = C_VALUE | C_TCHAR,
+    ['('] = C_VALUE,
+    [')'] = C_VALUE,
+    ['*'] = C_VALUE | C_TCHAR,
+    ['+'] = C_VALUE | C_TCHAR,
+    [','] = C_VALUE,
+    ['-'] = C_VALUE | C_TCHAR,
+    ['.'] = C_VALUE | C_TCHAR,
+    ['/'] = C_VALUE,
+    ['0' ... '9'] = C_VALUE | C_TCHAR,
+    [':' ... '@'] = C_VALUE,
+    ['A' ... 'Z'] = C_VALUE | C_TCHAR,
+    ['['] = C_VALUE,
+    ['\\'] = C_VALUE,
+    [']'] = C_VALUE,
+    ['^'] = C_VALUE | C_TCHAR,
+    ['_'] = C_VALUE | C_TCHAR,
+    ['`'] = C_VALUE | C_TCHAR,
+    ['a' ... 'z'] = C_VALUE | C_TCHAR,
+    ['{'] = C_VALUE,
+    ['|'] = C_VALUE | C_TCHAR,
+    ['}'] = C_VALUE,
+    ['~'] = C_VALUE | C_TCHAR,
+    [0x80 ... 0xff] = C_VALUE,
+};
+
 int http_is_tchar(unsigned char c)
 {
-	if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'))
-		return 1;
-	return c && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+	return byte_class[c] & C_TCHAR;
 }
 
 /* Allowed in a field value: VCHAR, obs-text, SP, HTAB. */
 static int is_value_char(unsigned char c)
 {
-	return c == '\t' || (c >= 0x20 && c != 0x7f);
+	return byte_class[c] & C_VALUE;
 }
 
 const struct http_header *http_find_header(const struct http_head *h, const char *name)
@@ -215,12 +258,52 @@ int http_conn_names(const struct http_head *h, struct http_str name)
 	return 0;
 }
 
+/*
+ * The common case of one field line at <p>: a token, a colon, OWS, value bytes, CRLF, all in
+ * the buffer and inside <max_head>. Fills *f and returns the start of the next line, or NULL
+ * when the line is anything else (the careful path then reads it).
+ */
+static const char *field_line_fast(const char *buf, const char *p, const char *end, size_t max_head,
+				   struct http_header *f)
+{
+	const unsigned char *q = (const unsigned char *)p, *e = (const unsigned char *)end;
+	while (q < e && (byte_class[*q] & C_TCHAR))
+		q++;
+	if (q == (const unsigned char *)p || q == e || *q != ':')
+		return NULL;
+	f->name.p = p;
+	f->name.len = (uint32_t)((const char *)q - p);
+	q++;
+	while (q < e && (*q == ' ' || *q == '\t'))
+		q++;
+	const unsigned char *v = q;
+	while (q < e && (byte_class[*q] & C_VALUE))
+		q++;
+	if (e - q < 2 || q[0] != '\r' || q[1] != '\n' ||
+	    (size_t)((const char *)q + 2 - buf) > max_head)
+		return NULL;
+	const unsigned char *stop = q;
+	while (stop > v && (stop[-1] == ' ' || stop[-1] == '\t'))
+		stop--;
+	f->value.p = (const char *)v;
+	f->value.len = (uint32_t)(stop - v);
+	return (const char *)q + 2;
+}
+
 /* Parse the field lines from <p>; fills h->headers. Returns head length, 0, or -status. */
 static int parse_fields(const char *buf, const char *p, const char *end, size_t max_head,
 			struct http_head *h, int bad)
 {
 	for (;;) {
 		const char *next;
+		if (h->nheaders < HTTP_MAX_HEADERS) {
+			next = field_line_fast(buf, p, end, max_head, &h->headers[h->nheaders]);
+			if (next) {
+				h->nheaders++;
+				p = next;
+				continue;
+			}
+		}
 		long n = line_end(p, end, &next);
 		if (n == -1)
 			return (size_t)(end - buf) >= max_head ? -431 : 0;

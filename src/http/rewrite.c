@@ -5,7 +5,6 @@
 #include "http/rewrite.h"
 #include "http/status.h"
 
-#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -30,6 +29,9 @@ static void puts_(struct out *o, const char *s)
 	put(o, s, strlen(s));
 }
 
+/* A string literal, its length known at compile time. */
+#define PUT_LIT(o, lit) put((o), (lit), sizeof(lit) - 1)
+
 static void put_str(struct out *o, struct http_str s)
 {
 	put(o, s.p, s.len);
@@ -48,20 +50,36 @@ static int finish(struct out *o)
 	return o->overflow ? -1 : (int)o->len;
 }
 
+/* ASCII letters of <a> and <b> equal but for case, or any other byte equal (no locale). */
+static inline int ascii_same(unsigned char a, unsigned char b)
+{
+	return a == b || ((a | 0x20) == (b | 0x20) && (a | 0x20) >= 'a' && (a | 0x20) <= 'z');
+}
+
+/* <name> is <lit>, <len> bytes long, but for the case of its letters. */
+static inline int name_is(struct http_str name, const char *lit, size_t len)
+{
+	if (name.len != len)
+		return 0;
+	for (size_t i = 0; i < len; i++)
+		if (!ascii_same((unsigned char)name.p[i], (unsigned char)lit[i]))
+			return 0;
+	return 1;
+}
+#define NAME_IS(name, lit) name_is((name), (lit), sizeof(lit) - 1)
+
 int rewrite_is_hop_by_hop(const struct http_head *h, struct http_str name)
 {
-	static const char *const fixed[] = {"connection", "keep-alive", "proxy-connection", "te",
-					    "upgrade"};
-	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
-		if (http_str_eq(name, fixed[i]))
-			return 1;
-	return http_conn_names(h, name);
+	if (NAME_IS(name, "connection") || NAME_IS(name, "keep-alive") ||
+	    NAME_IS(name, "proxy-connection") || NAME_IS(name, "te") || NAME_IS(name, "upgrade"))
+		return 1;
+	return h->nconn_tokens && http_conn_names(h, name);
 }
 
 /* Framing fields are never copied: they are written from what the parser decided. */
 static int is_framing(struct http_str name)
 {
-	return http_str_eq(name, "content-length") || http_str_eq(name, "transfer-encoding");
+	return NAME_IS(name, "content-length") || NAME_IS(name, "transfer-encoding");
 }
 
 static void put_content_length(struct out *o, uint64_t n)
@@ -71,22 +89,32 @@ static void put_content_length(struct out *o, uint64_t n)
 	do
 		num[--i] = (char)('0' + n % 10);
 	while ((n /= 10));
-	puts_(o, "Content-Length: ");
+	PUT_LIT(o, "Content-Length: ");
 	put(o, num + i, sizeof(num) - i);
 	put(o, "\r\n", 2);
 }
 
-/* <name> is <lit> case-insensitively, with '_' taken for '-': CGI-style backends (WSGI,
- * PHP, Rack) read X_Client_Subject and X-Client-Subject as the same HTTP_X_CLIENT_SUBJECT. */
-static int same_field_for_cgi(struct http_str name, const char *lit)
+/* <name> is <lit> (<len> bytes) case-insensitively, with '_' taken for '-': CGI-style
+ * backends (WSGI, PHP, Rack) read X_Client_Subject and X-Client-Subject as the same
+ * HTTP_X_CLIENT_SUBJECT. */
+static inline int same_cgi_len(struct http_str name, const char *lit, size_t len)
 {
-	size_t i = 0;
-	for (; i < name.len && lit[i]; i++) {
-		char a = name.p[i] == '_' ? '-' : name.p[i], b = lit[i] == '_' ? '-' : lit[i];
-		if (tolower((unsigned char)a) != tolower((unsigned char)b))
+	if (name.len != len)
+		return 0;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char a = (unsigned char)(name.p[i] == '_' ? '-' : name.p[i]);
+		unsigned char b = (unsigned char)(lit[i] == '_' ? '-' : lit[i]);
+		if (!ascii_same(a, b))
 			return 0;
 	}
-	return i == name.len && !lit[i];
+	return 1;
+}
+#define SAME_CGI(name, lit) same_cgi_len((name), (lit), sizeof(lit) - 1)
+
+/* The same for a name known only at run time (from the configuration). */
+static int same_field_for_cgi(struct http_str name, const char *lit)
+{
+	return same_cgi_len(name, lit, strlen(lit));
 }
 
 /*
@@ -97,19 +125,11 @@ static int same_field_for_cgi(struct http_str name, const char *lit)
  */
 static int is_forwarding(struct http_str name)
 {
-	static const char *const names[] = {
-	    "x-forwarded-for",	"x-real-ip",
-	    "forwarded",	"x-forwarded-host",
-	    "x-forwarded-port", "x-forwarded-prefix",
-	    "x-client-ip",	"true-client-ip",
-	    "cf-connecting-ip", "x-original-forwarded-for",
-	};
-	if (name.len < 9)
-		return 0;
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		if (same_field_for_cgi(name, names[i]))
-			return 1;
-	return 0;
+	return SAME_CGI(name, "x-forwarded-for") || SAME_CGI(name, "x-real-ip") ||
+	       SAME_CGI(name, "forwarded") || SAME_CGI(name, "x-forwarded-host") ||
+	       SAME_CGI(name, "x-forwarded-port") || SAME_CGI(name, "x-forwarded-prefix") ||
+	       SAME_CGI(name, "x-client-ip") || SAME_CGI(name, "true-client-ip") ||
+	       SAME_CGI(name, "cf-connecting-ip") || SAME_CGI(name, "x-original-forwarded-for");
 }
 
 static int is_set_by_proxy(const struct rewrite_request_info *info, struct http_str name)
@@ -136,17 +156,17 @@ static int is_unchecked_credential(const struct rewrite_request_info *info, stru
 {
 	if (!info->identity_header)
 		return 0;
-	if (http_str_eq(name, "authorization") || http_str_eq(name, "x-api-key"))
+	if (NAME_IS(name, "authorization") || NAME_IS(name, "x-api-key"))
 		return info->strip_credentials;
-	return same_field_for_cgi(name, "x-api-key");
+	return SAME_CGI(name, "x-api-key");
 }
 
 /* Fields of the trace context and the timing request: the proxy writes traceparent itself,
  * passes tracestate only along a traceparent it took, and answers X-Accelnet-Timing itself. */
 static int is_trace_field(const struct rewrite_request_info *info, struct http_str name)
 {
-	return http_str_eq(name, "traceparent") || http_str_eq(name, "x-accelnet-timing") ||
-	       (!info->pass_tracestate && http_str_eq(name, "tracestate"));
+	return NAME_IS(name, "traceparent") || NAME_IS(name, "x-accelnet-timing") ||
+	       (!info->pass_tracestate && NAME_IS(name, "tracestate"));
 }
 
 /* "<name>: <value>\r\n" with every byte of <value> outside printable ASCII as '?'. */
@@ -200,7 +220,10 @@ int rewrite_request(char *buf, size_t cap, const struct http_head *req,
 	put_str(&o, req->method);
 	put(&o, " ", 1);
 	put_str(&o, info->path.p ? info->path : req->path);
-	puts_(&o, info->upstream_minor ? " HTTP/1.1\r\n" : " HTTP/1.0\r\n");
+	if (info->upstream_minor)
+		PUT_LIT(&o, " HTTP/1.1\r\n");
+	else
+		PUT_LIT(&o, " HTTP/1.0\r\n");
 	if (info->host)
 		put_field(&o, (struct http_str){"Host", 4},
 			  (struct http_str){info->host, (uint32_t)strlen(info->host)});
@@ -209,12 +232,11 @@ int rewrite_request(char *buf, size_t cap, const struct http_head *req,
 	for (unsigned i = 0; i < req->nheaders; i++) {
 		const struct http_header *f = &req->headers[i];
 		if (rewrite_is_hop_by_hop(req, f->name) || is_framing(f->name) ||
-		    http_str_eq(f->name, "host") ||
-		    same_field_for_cgi(f->name, "x-forwarded-proto") ||
-		    same_field_for_cgi(f->name, "x-request-id") || http_str_eq(f->name, "expect") ||
+		    NAME_IS(f->name, "host") || SAME_CGI(f->name, "x-forwarded-proto") ||
+		    SAME_CGI(f->name, "x-request-id") || NAME_IS(f->name, "expect") ||
 		    is_trace_field(info, f->name) ||
 		    (is_forwarding(f->name) &&
-		     (!info->trusted || same_field_for_cgi(f->name, "x-forwarded-for"))) ||
+		     (!info->trusted || SAME_CGI(f->name, "x-forwarded-for"))) ||
 		    (info->identity_header && same_field_for_cgi(f->name, info->identity_header)) ||
 		    is_set_by_proxy(info, f->name) || is_unchecked_credential(info, f->name) ||
 		    is_edited(info->edit, f->name))
@@ -222,29 +244,31 @@ int rewrite_request(char *buf, size_t cap, const struct http_head *req,
 		put_field(&o, f->name, f->value);
 	}
 	if (req->flags & HTTP_F_HAS_TE)
-		puts_(&o, "Transfer-Encoding: chunked\r\n");
+		PUT_LIT(&o, "Transfer-Encoding: chunked\r\n");
 	else if (req->flags & HTTP_F_HAS_CL)
 		put_content_length(&o, req->content_length);
 	if (info->upgrade)
-		puts_(&o, "Connection: Upgrade\r\nUpgrade: websocket\r\n");
+		PUT_LIT(&o, "Connection: Upgrade\r\nUpgrade: websocket\r\n");
 	/* X-Forwarded-For: the earlier hops a trusted proxy reports, then this client */
-	puts_(&o, "X-Forwarded-For: ");
+	PUT_LIT(&o, "X-Forwarded-For: ");
 	for (unsigned i = 0; info->trusted && i < req->nheaders; i++) {
 		const struct http_header *f = &req->headers[i];
-		if (http_str_eq(f->name, "x-forwarded-for") && f->value.len) {
+		if (NAME_IS(f->name, "x-forwarded-for") && f->value.len) {
 			put_str(&o, f->value);
 			put(&o, ", ", 2);
 		}
 	}
 	puts_(&o, info->client_ip);
-	puts_(&o, info->tls ? "\r\nX-Forwarded-Proto: https\r\nX-Request-Id: "
-			    : "\r\nX-Forwarded-Proto: http\r\nX-Request-Id: ");
+	if (info->tls)
+		PUT_LIT(&o, "\r\nX-Forwarded-Proto: https\r\nX-Request-Id: ");
+	else
+		PUT_LIT(&o, "\r\nX-Forwarded-Proto: http\r\nX-Request-Id: ");
 	puts_(&o, info->request_id);
-	puts_(&o, "\r\n");
+	PUT_LIT(&o, "\r\n");
 	if (info->traceparent) {
-		puts_(&o, "traceparent: ");
+		PUT_LIT(&o, "traceparent: ");
 		puts_(&o, info->traceparent);
-		puts_(&o, "\r\n");
+		PUT_LIT(&o, "\r\n");
 	}
 	if (info->identity_header && info->identity) { /* who the proxy authenticated */
 		puts_(&o, info->identity_header);
@@ -256,7 +280,7 @@ int rewrite_request(char *buf, size_t cap, const struct http_head *req,
 		if (info->set[i].value)
 			put_safe_field(&o, info->set[i].name, info->set[i].value);
 	put_edit(&o, info->edit);
-	puts_(&o, "\r\n");
+	PUT_LIT(&o, "\r\n");
 	return finish(&o);
 }
 
@@ -281,7 +305,7 @@ int rewrite_response_edit(char *buf, size_t cap, const struct http_head *resp, i
 	} else {
 		snprintf(status, sizeof(status), "HTTP/1.1 %03d ", resp->status);
 	}
-	puts_(&o, status);
+	put(&o, status, resp->status >= 100 && resp->status <= 999 ? 13 : strlen(status));
 	if (resp->reason.len)
 		put_str(&o, resp->reason);
 	else
@@ -290,8 +314,8 @@ int rewrite_response_edit(char *buf, size_t cap, const struct http_head *resp, i
 	for (unsigned i = 0; i < resp->nheaders; i++) {
 		const struct http_header *f = &resp->headers[i];
 		if (rewrite_is_hop_by_hop(resp, f->name) || is_framing(f->name) ||
-		    http_str_eq(f->name, "x-request-id") ||
-		    http_str_eq(f->name, "x-accelnet-timing") || is_edited(edit, f->name))
+		    NAME_IS(f->name, "x-request-id") || NAME_IS(f->name, "x-accelnet-timing") ||
+		    is_edited(edit, f->name))
 			continue;
 		put_field(&o, f->name, f->value);
 	}
@@ -300,24 +324,24 @@ int rewrite_response_edit(char *buf, size_t cap, const struct http_head *resp, i
 	 * the length the body would have */
 	if (resp->status >= 200 && resp->status != 204) {
 		if (resp->flags & HTTP_F_HAS_TE)
-			puts_(&o, "Transfer-Encoding: chunked\r\n");
+			PUT_LIT(&o, "Transfer-Encoding: chunked\r\n");
 		else if (resp->flags & HTTP_F_HAS_CL)
 			put_content_length(&o, resp->content_length);
 	}
 	if (request_id) {
-		puts_(&o, "X-Request-Id: ");
+		PUT_LIT(&o, "X-Request-Id: ");
 		puts_(&o, request_id);
 		put(&o, "\r\n", 2);
 	}
 	if (timing) {
-		puts_(&o, "X-Accelnet-Timing: ");
+		PUT_LIT(&o, "X-Accelnet-Timing: ");
 		puts_(&o, timing);
 		put(&o, "\r\n", 2);
 	}
 	if (resp->status == 101)
-		puts_(&o, "Connection: Upgrade\r\nUpgrade: websocket\r\n");
+		PUT_LIT(&o, "Connection: Upgrade\r\nUpgrade: websocket\r\n");
 	else if (!keep_alive)
-		puts_(&o, "Connection: close\r\n");
+		PUT_LIT(&o, "Connection: close\r\n");
 	put(&o, "\r\n", 2);
 	return finish(&o);
 }
