@@ -110,6 +110,7 @@ int cmd_sim(int argc, char **argv)
 	    {"kv-events-format", required_argument, NULL, 'F'},
 	    {"models", required_argument, NULL, 'M'},
 	    {"extra-load", required_argument, NULL, 'X'},
+	    {"early-headers", no_argument, NULL, 'e'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -149,6 +150,10 @@ int cmd_sim(int argc, char **argv)
 		}
 		if (ch == 'L') {
 			listen = optarg;
+			continue;
+		}
+		if (ch == 'e') {
+			o.early_headers = 1;
 			continue;
 		}
 		if (ch == 'n') {

@@ -76,6 +76,12 @@ const struct http_header *http_find_header(const struct http_head *h, const char
 	return NULL;
 }
 
+int http_is_event_stream(const struct http_head *h)
+{
+	const struct http_header *ct = http_find_header(h, "content-type");
+	return ct && ct->value.len >= 17 && strncasecmp(ct->value.p, "text/event-stream", 17) == 0;
+}
+
 const struct http_header *http_find_only_header(const struct http_head *h, const char *name)
 {
 	const struct http_header *found = NULL;

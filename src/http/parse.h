@@ -145,6 +145,8 @@ const struct http_header *http_find_header(const struct http_head *h, const char
 /* The header named <name> when <h> has exactly one, else NULL (none, or several: a field whose
  * sender may not repeat it, repeated, is believed in neither copy). */
 const struct http_header *http_find_only_header(const struct http_head *h, const char *name);
+/* Is <h> the head of an event stream (Content-Type text/event-stream, parameters aside)? */
+int http_is_event_stream(const struct http_head *h);
 /* Is <c> a tchar, a character of an RFC 9110 token (field names, methods)? */
 int http_is_tchar(unsigned char c);
 /* The end of the list member that starts at <p>: the next comma outside a quoted-string

@@ -21,6 +21,8 @@ void attempt_begin(struct attempt *a, struct pool_rt *pool, struct backend *be)
 	a->slot_freed = 0;
 	a->resp_whole = 0;
 	a->head_off = 0;
+	a->ttft_blocks = 0;
+	a->first_ns = 0;
 }
 
 int attempt_connect(struct attempt *a, struct worker *w, void *owner, void (*on_event)(void *owner))

@@ -49,13 +49,16 @@ struct attempt {
 	uint64_t local_wait_since; /* local_wait began (it ends after timeouts.connect_ms) */
 	size_t head_off;	   /* bytes of the request head written on up */
 	int retry_status;	   /* a retry: what to answer if it finds no backend (502, 504) */
-	unsigned retried : 1;	   /* it is its exchange's retry: there is no other */
-	unsigned retry_tls : 1;	   /* ... of an attempt whose TLS handshake failed */
-	unsigned local_wait : 1;   /* its connect found no free descriptor: it looks again */
-	unsigned up_reused : 1;	   /* up is a kept-alive connection that served before */
-	unsigned reusable : 1;	   /* the response lets up carry another request */
-	unsigned slot_freed : 1;   /* be's slot went back before the end (the response is in) */
-	unsigned resp_whole : 1;   /* its response is in whole and its owner has seen that */
+	uint32_t ttft_blocks;	   /* balance: llm, an event stream: its first token's sample, */
+	uint32_t ttft_missed;	   /* ... due when its first body bytes come (0 blocks: none) */
+	uint64_t first_ns;	/* when its first token came: the head, or a stream's first bytes */
+	unsigned retried : 1;	/* it is its exchange's retry: there is no other */
+	unsigned retry_tls : 1; /* ... of an attempt whose TLS handshake failed */
+	unsigned local_wait : 1; /* its connect found no free descriptor: it looks again */
+	unsigned up_reused : 1;	 /* up is a kept-alive connection that served before */
+	unsigned reusable : 1;	 /* the response lets up carry another request */
+	unsigned slot_freed : 1; /* be's slot went back before the end (the response is in) */
+	unsigned resp_whole : 1; /* its response is in whole and its owner has seen that */
 };
 
 /*

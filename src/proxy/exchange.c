@@ -83,8 +83,8 @@ static void slot_work_done(struct exchange *x)
 		return;
 	llm_done(a->be->llm, x->wt.work);
 	x->wt.work = 0;
-	if (x->log.ttfb_ns > a->sent_ns)
-		llm_observe_decode(a->be->llm, (clock_now_ns() - x->log.ttfb_ns) / 1000);
+	if (a->first_ns > a->sent_ns) /* its first token came (up_h1.c) */
+		llm_observe_decode(a->be->llm, (clock_now_ns() - a->first_ns) / 1000);
 }
 
 void exchange_drop_upstream(struct exchange *x)

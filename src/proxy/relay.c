@@ -185,10 +185,7 @@ void relay_heartbeat(struct client *cl)
 static enum run early_stream_continue(struct client *cl, const struct http_head *h)
 {
 	struct exchange *x = cl->x;
-	const struct http_header *ct = http_find_header(h, "Content-Type");
-	int sse =
-	    ct && ct->value.len >= 17 && strncasecmp(ct->value.p, "text/event-stream", 17) == 0;
-	if (h->status != 200 || !sse || h->framing == HTTP_BODY_CLOSE ||
+	if (h->status != 200 || !http_is_event_stream(h) || h->framing == HTTP_BODY_CLOSE ||
 	    h->framing == HTTP_BODY_NONE) {
 		char detail[80];
 		snprintf(detail, sizeof(detail), "the backend answered %d%s", h->status,

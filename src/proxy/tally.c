@@ -70,17 +70,10 @@ void tally_tokens_of(const struct exchange *x, struct tally_tokens *t)
 	t->last_ns = c->last_ns;
 }
 
-/* Is the response an event stream (Content-Type text/event-stream, parameters aside)? */
-static int event_stream(const struct http_head *h)
-{
-	const struct http_header *ct = http_find_header(h, "Content-Type");
-	return ct && ct->value.len >= 17 && strncasecmp(ct->value.p, "text/event-stream", 17) == 0;
-}
-
 static void tally_response_head(struct exchange *x, const struct http_head *h)
 {
 	struct tally_x *c = tx(x);
-	c->on = x->route->api == CONF_API_OPENAI || c->want || event_stream(h);
+	c->on = x->route->api == CONF_API_OPENAI || c->want || http_is_event_stream(h);
 	c->first_ns = c->last_ns = 0;
 	if (!c->on)
 		return;

@@ -79,17 +79,50 @@ static enum run answer_from_cache(struct exchange *x)
 	return x->codec->serve(x);
 }
 
-/* The final head <h> came: what the balancers, the backend's health and the features learn
- * from it, before the client side writes it. */
-static void note_final_head(struct exchange *x, const struct http_head *h)
+/*
+ * balance: llm learns each backend's time to first token from its answers. A whole answer's
+ * head comes with its first token (after it, even: the fit's base takes the decode in too,
+ * alike for every miss count, so the cost per missed block still shows). An event stream's
+ * head may come at once (vLLM, SGLang and TGI send it before the prefill) or with the first
+ * event: its first token is its first body bytes, with the head when they came in the same
+ * read (<body_too>), else at the first read after it (up_h1_read).
+ */
+static void llm_note_head(struct exchange *x, const struct http_head *h, int body_too,
+			  uint64_t now_ns)
+{
+	struct attempt *a = x->att;
+	if (!http_is_event_stream(h) || body_too) {
+		a->first_ns = now_ns;
+		llm_answered(a->be->llm, x->wt.blocks, x->wt.nblocks, x->wt.missed,
+			     (now_ns - a->sent_ns) / 1000);
+		return;
+	}
+	llm_cached(a->be->llm, x->wt.blocks, x->wt.nblocks);
+	a->ttft_blocks = x->wt.nblocks;
+	a->ttft_missed = x->wt.missed;
+}
+
+/* An event stream's first body bytes came (llm_note_head): its first token's sample. */
+static void llm_note_first_bytes(struct attempt *a)
+{
+	uint64_t now_ns = clock_now_ns();
+	a->first_ns = now_ns;
+	if (a->be && a->be->llm)
+		llm_first_token(a->be->llm, a->ttft_blocks, a->ttft_missed,
+				(now_ns - a->sent_ns) / 1000);
+	a->ttft_blocks = 0;
+}
+
+/* The final head <h> came (<body_too>: with body bytes behind it): what the balancers, the
+ * backend's health and the features learn from it, before the client side writes it. */
+static void note_final_head(struct exchange *x, const struct http_head *h, int body_too)
 {
 	struct worker *w = x->w;
 	struct attempt *a = x->att;
 	uint64_t now_ns = clock_now_ns(), now_ms = loop_now(w->loop);
 	backend_observe(x->pool, a->be, now_ms, (now_ns - a->sent_ns) / 1000, h->status);
 	if (a->be->llm && h->status < 400)
-		llm_answered(a->be->llm, x->wt.blocks, x->wt.nblocks, x->wt.missed,
-			     (now_ns - a->sent_ns) / 1000);
+		llm_note_head(x, h, body_too, now_ns);
 	/* no pick after a response has begun: the prompt's blocks go back to the worker */
 	reqbody_end(&x->reqbody, w);
 	x->wt.blocks = NULL;
@@ -123,7 +156,7 @@ enum run up_h1_head(struct exchange *x)
 	}
 	if (caching_response_head(x, h))
 		return answer_from_cache(x);
-	note_final_head(x, h);
+	note_final_head(x, h, buf_len(up->in) > (size_t)r);
 	buf_consume(up->in, (size_t)r);
 	return x->codec->response_head(x, h, (size_t)r);
 }
@@ -251,6 +284,8 @@ enum run up_h1_read(struct exchange *x, int *progress, int *cut)
 		x->last_ms = loop_now(x->w->loop);
 		if (x->resp_head && x->resp.framing != HTTP_BODY_LENGTH)
 			note_gap(x);
+		if (x->att->ttft_blocks && x->resp_head)
+			llm_note_first_bytes(x->att);
 		return RUN_STAY; /* an end read behind them is looked at once they are */
 	}
 	return up->read_end ? read_ended(x, cut) : RUN_STAY;

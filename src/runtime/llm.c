@@ -119,19 +119,29 @@ static int fit_add(struct llm_fit *f, uint32_t missed, uint64_t us)
 	return ready;
 }
 
-void llm_answered(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t missed,
-		  uint64_t us)
+void llm_cached(struct llm_backend *l, const uint64_t *blocks, uint32_t n)
+{
+	if (!n || l->exact)
+		return;
+	prefix_index_insert(l->prefix, blocks, n); /* its prefill left them there */
+	if (l->feed)
+		prefix_feed_push(l->feed, blocks, n); /* for the other instances */
+}
+
+void llm_first_token(struct llm_backend *l, uint32_t n, uint32_t missed, uint64_t us)
 {
 	if (!n)
 		return; /* no prompt: says nothing of prefill, and would flatten the fit's line */
-	if (!l->exact) {
-		prefix_index_insert(l->prefix, blocks, n); /* its prefill left them there */
-		if (l->feed)
-			prefix_feed_push(l->feed, blocks, n); /* for the other instances */
-	}
 	fit_add(l->pool, missed, us);
 	if (fit_add(&l->fit, missed, us))
 		atomic_store_explicit(&l->own_ready, 1, memory_order_relaxed);
+}
+
+void llm_answered(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t missed,
+		  uint64_t us)
+{
+	llm_cached(l, blocks, n);
+	llm_first_token(l, n, missed, us);
 }
 
 void llm_observe_decode(struct llm_backend *l, uint64_t decode_us)

@@ -75,6 +75,11 @@ void llm_done(struct llm_backend *l, uint32_t work_us);
  * backend refused or never answered says nothing of its cache. */
 void llm_answered(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t missed,
 		  uint64_t us);
+/* The two halves of llm_answered, for an answer whose first token comes after its head (an
+ * event stream: vLLM, SGLang and TGI send the head at once and the first event after the
+ * prefill): its prompt is in the cache now; its time to first token is known later. */
+void llm_cached(struct llm_backend *l, const uint64_t *blocks, uint32_t n);
+void llm_first_token(struct llm_backend *l, uint32_t n, uint32_t missed, uint64_t us);
 /* A request took <decode_us> from its first byte to its end there. */
 void llm_observe_decode(struct llm_backend *l, uint64_t decode_us);
 

@@ -195,6 +195,17 @@ static void job_fail(struct sim_job *j)
 	if (n < 0 || (size_t)n >= sizeof(body))
 		n = n < 0 ? 0 : (int)sizeof(body) - 1;
 	j->sim->failures++;
+	if (j->headers_sent) { /* a stream already begun (--early-headers): an error event ends it
+				*/
+		char ev[200];
+		int m = snprintf(ev, sizeof(ev), "event: error\ndata: %.*s\n\n", n, body);
+		if (hsrv_stream_write(j->conn, ev, (size_t)m) < 0)
+			return; /* the client left; job_on_abort released the job */
+		hsrv_on_abort(j->conn, NULL, NULL);
+		hsrv_stream_end(j->conn);
+		job_release(j);
+		return;
+	}
 	job_headers(j, headers, sizeof(headers));
 	hsrv_respond(j->conn, 500, "application/json", headers, body, (size_t)n);
 	job_release(j);
@@ -264,11 +275,21 @@ static void job_finish_whole(struct sim_job *j)
 }
 
 /* The job's timer: first token due, or the next token of a stream. */
+/* The stream's head: 0, or -1 when the client has left (job_on_abort released the job). */
+static int job_stream_begin(struct sim_job *j)
+{
+	char headers[HEADERS_MAX];
+	job_headers(j, headers, sizeof(headers));
+	strcat(headers, "Cache-Control: no-cache\r\n");
+	j->headers_sent = 1;
+	return hsrv_stream_begin(j->conn, 200, "text/event-stream", headers);
+}
+
 static void job_on_timer(struct loop_timer *t)
 {
 	struct sim_job *j = container_of(t, struct sim_job, timer);
 	struct sim *s = j->sim;
-	char ev[512 + SIM_MODEL_NAME], headers[HEADERS_MAX];
+	char ev[512 + SIM_MODEL_NAME];
 	uint64_t frozen_until = sim_stall_end(s, loop_now(s->loop));
 	if (frozen_until) {
 		loop_timer_set(s->loop, &j->timer, frozen_until);
@@ -283,13 +304,8 @@ static void job_on_timer(struct loop_timer *t)
 		job_finish_whole(j);
 		return;
 	}
-	if (!j->headers_sent) {
-		job_headers(j, headers, sizeof(headers));
-		strcat(headers, "Cache-Control: no-cache\r\n");
-		j->headers_sent = 1;
-		if (hsrv_stream_begin(j->conn, 200, "text/event-stream", headers) < 0)
-			return; /* the client left; job_on_abort released the job */
-	}
+	if (!j->headers_sent && job_stream_begin(j) < 0)
+		return; /* the client left; job_on_abort released the job */
 	if (j->sent < j->tokens) {
 		int n = token_event(j, ev, sizeof(ev));
 		j->sent++;
@@ -634,6 +650,8 @@ static void take_completion(struct sim *s, struct hsrv_conn *c, int chat, const 
 	j->prompt_tokens = (unsigned)(body_len / 4);
 	j->has_prefix = http_prompt_key(body, body_len, 1, 256, &j->prefix) == 1;
 	hsrv_on_abort(c, job_on_abort, j);
+	if (j->stream && s->opts.early_headers && job_stream_begin(j) < 0)
+		return; /* the client left; job_on_abort released the job */
 	sim_enqueue(s, j);
 	sim_start_next(s);
 }

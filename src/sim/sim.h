@@ -96,6 +96,7 @@ struct sim_opts {
 	char models[SIM_MODELS][SIM_MODEL_NAME];
 	unsigned nmodels;    /* 0: any model */
 	unsigned extra_load; /* phantom requests from other clients */
+	int early_headers;   /* a stream's head at once, as vLLM's and SGLang's servers send it */
 };
 
 struct sim;

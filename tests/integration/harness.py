@@ -106,9 +106,12 @@ class Env:
 
     def sim(self, name, **opts):
         port = free_port()
-        argv = [BIN, "sim", "--listen", f"127.0.0.1:{port}", "--name", name]
+        # ACCELNET_SIM_BIN: another build's simulator (to run a new sim option against an
+        # old proxy, say)
+        argv = [os.environ.get("ACCELNET_SIM_BIN", BIN), "sim", "--listen", f"127.0.0.1:{port}",
+                "--name", name]
         for k, v in opts.items():
-            argv += ["--" + k.replace("_", "-"), str(v)]
+            argv += ["--" + k.replace("_", "-")] + ([] if v is True else [str(v)])
         p = self.start(argv, f"sim-{name}", wait_port=port)
         p.port = port
         return p

@@ -6,7 +6,7 @@ import concurrent.futures
 import json
 import subprocess
 
-from harness import BIN, complete, served_by, sim_stats, status, wait_until
+from harness import BIN, complete, metrics_text, served_by, sim_stats, status, wait_until
 
 
 def _pool(ports, cap, extra=""):
@@ -52,6 +52,56 @@ def test_llm_keeps_each_conversation_on_the_backend_that_holds_it(env):
     assert hits >= 6, hits  # the sims' own caches saw the repeats (same-order bodies)
     # a body without a prompt is served too
     assert complete(px.port, json.dumps({"model": "m"}))[0] == 200
+
+
+def _fit(px):
+    """{backend: (base, per block)} in seconds, as /metrics shows balance: llm's fits"""
+    fit = {}
+    for line in metrics_text(px.admin).splitlines():
+        for name, i in (("accelnet_backend_llm_ttft_base_seconds", 0),
+                        ("accelnet_backend_llm_ttft_per_block_seconds", 1)):
+            if line.startswith(name + "{"):
+                be = line.split('backend="')[1].split('"')[0]
+                fit.setdefault(be, [0.0, 0.0])[i] = float(line.rsplit(" ", 1)[1])
+    return fit
+
+
+def test_llm_learns_from_streams_whose_head_comes_before_the_first_token(env):
+    """vLLM, SGLang and TGI send a stream's head at once and its first event after the
+    prefill (the sim's --early-headers): the time to first token is the first body bytes,
+    not the head. Timed at the head, every answer took ~0 ms, the fit learnt no cost per
+    missed block, and llm forgot which backend held which conversation."""
+    sims = [env.sim(f"s{i}", latency_ms=40, cache_blocks=4096, block_bytes=64,
+                    prefill_us_per_block=2000, jitter=0, tokens=2, token_ms=1,
+                    early_headers=True) for i in range(2)]
+    px = env.proxy(_pool([s.port for s in sims], 4))
+
+    def ask(prompt):
+        body = json.dumps({"model": "m", "prompt": prompt, "max_tokens": 2, "stream": True})
+        code, headers, text = complete(px.port, body, "/v1/completions")
+        assert code == 200 and b"data:" in text, (code, text[:200])
+        return served_by(headers)
+
+    # prompts of 2 to 60 blocks, each new: what the fits learn from
+    for k in range(12):
+        ask(f"warm-up {k} " + "x" * (128 + 320 * k))
+    fit = _fit(px)
+    assert len(fit) == 2, fit
+    for be, (base, per_block) in fit.items():
+        # the sims: 40 ms + 2 ms per missed block; a fit timed at the head says ~0 and 0
+        assert per_block >= 0.001 and base >= 0.02, fit
+    # five conversations of four turns, each turn the whole conversation so far: each stays
+    # on one backend (the one whose cache holds it), where a balancer blind to the cache
+    # would toss a coin per turn
+    for c in range(5):
+        convo = f"conversation {c}: " + "a long shared history. " * 100
+        got = set()
+        for turn in range(4):
+            convo += f" turn {turn} " + "more words. " * 20
+            got.add(ask(convo))
+        assert len(got) == 1, (c, got)
+    hit = sum(sim_stats(s.port)["blocks_hit"] for s in sims)
+    assert hit >= 5 * 3 * 40, hit  # each later turn found its history cached
 
 
 def _three_at_once(px, body, queued_expected):
