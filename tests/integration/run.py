@@ -11,9 +11,9 @@ among the tests (the sequential run included, when passes run at once), then the
 
 With -j N (N > 1) the shared tests of a module run whole in one of N runner processes, its
 SERIAL tests in another, each part's lines printed together when it ends; the costliest parts
-start first, by the seconds their tests took in a recorded run (durations.txt beside this
-file; --durations-out FILE writes this run's into FILE, keeping the tests it did not run), so
-that no long part starts last. The SERIAL parts run one after another while the other runners
+start first, by the seconds their tests took in a recorded run of that build (durations/ beside
+this file; --durations-out FILE writes this run's into FILE, keeping the tests it did not run),
+so that no long part starts last. The SERIAL parts run one after another while the other runners
 take only the ENVIRONMENT modules (below), which take no turn. Each runner process takes its
 ports from a range of its own (harness.free_port), so two never pick the same one. A module
 that sets ENVIRONMENT = True tests accelnet with the machine's tools (testssl, Chromium,
@@ -56,7 +56,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed(?:, (\d+) skipped)?$")
 PASSED = re.compile(r"^ok +(\S+) \(([0-9.]+)s\)$")
-DURATIONS = os.path.join(HERE, "durations.txt")
 children = []
 SLOTS = 11  # harness.free_port: 10000 + slot x 2000 stays below the ephemeral range
 HELD = "ACCELNET_TEST_TURN_HELD"  # set for a runner whose run holds the SERIAL turn for it
@@ -145,12 +144,21 @@ def read_durations(path):
     return out
 
 
+def durations_file():
+    """The durations recorded for the build under test: durations/NAME.txt for a binary in
+    NAME/ (build, build-san, build-tsan), the normal build's for any other."""
+    binary = os.path.abspath(os.environ.get("ACCELNET", "build/accelnet"))
+    name = os.path.basename(os.path.dirname(binary))
+    path = os.path.join(HERE, "durations", name + ".txt")
+    return path if os.path.exists(path) else os.path.join(HERE, "durations", "build.txt")
+
+
 def write_durations(path, seen):
     """Write the seconds of the tests this run passed into <path>, keeping its other lines."""
     keep = read_durations(path)
     keep.update(seen)
     head = []
-    with contextlib.suppress(FileNotFoundError), open(DURATIONS) as f:
+    with contextlib.suppress(FileNotFoundError), open(path) as f:
         head = [line for line in f if line.startswith("#")]
     with open(path + ".tmp", "w") as f:
         f.writelines(head)
@@ -231,7 +239,7 @@ def run_parallel(mods, filters, jobs, tally):
     """Run each part of each module in a runner process of its own, at most <jobs> at once:
     the SERIAL parts first, one after another in one turn alone (beside the ENVIRONMENT
     modules), then the shared ones, the costliest first; their summaries go into <tally>."""
-    known = read_durations(DURATIONS)
+    known = read_durations(durations_file())
 
     def cost(p):
         return sum(known.get(f"{p[0][5:-3]}.{n[5:]}", 1.0) for n in p[3])
