@@ -13,8 +13,9 @@ With -j N (N > 1) the shared tests of a module run whole in one of N runner proc
 SERIAL tests in another, each part's lines printed together when it ends; the costliest parts
 start first, by the seconds their tests took in a recorded run of that build (durations/ beside
 this file; --durations-out FILE writes this run's into FILE, keeping the tests it did not run),
-so that no long part starts last. The SERIAL parts run one after another while the other runners
-take only the ENVIRONMENT modules (below), which take no turn. Each runner process takes its
+so that no long part starts last. The SERIAL parts run one after another, beside one
+ENVIRONMENT module at most (below; it takes no turn, and the costliest must start early: a TLS
+scan of minutes), as beside the builds of other passes. Each runner process takes its
 ports from a range of its own (harness.free_port), so two never pick the same one. A module
 that sets ENVIRONMENT = True tests accelnet with the machine's tools (testssl, Chromium,
 Prometheus, packaging, systemd); --no-environment leaves those out (the sanitizer pass: they
@@ -302,23 +303,23 @@ def run_parallel(mods, filters, jobs, tally):
         sys.stdout.flush()
         return pid
 
-    def start_environment(keep=0):  # into the free slots but <keep>
-        while environment and len(free) > keep:
+    def start_environment():  # one at most beside the SERIAL parts: the costliest, a TLS scan
+        if environment and free and not any(f in env_names for _, f, _, _, _ in running.values()):
             start(environment.pop(0))
 
-    # the SERIAL parts, one after another in this run's turn alone, beside the tools' scans
-    # and builds (a TLS scan of minutes), as beside the other passes' builds
+    # the SERIAL parts, one after another in this run's turn alone, beside the builds and one
+    # of the tools' scans (of minutes: it must start early), as beside the other passes' builds
+    env_names = {p[0] for p in environment}
     if serial:
-        start_environment(keep=1)
+        start_environment()
         with turn(True):
             for p in serial:
                 while not free:
                     reap()
                 pid = start(p, held=True)
-                start_environment()
                 while pid in running:
                     reap()
-                    start_environment(keep=1)
+                    start_environment()
     for p in environment + shared:
         while not free:
             reap()
