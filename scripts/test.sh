@@ -10,11 +10,15 @@
 # fuzz targets last, two at a time. ACCELNET_BUILD_NICE=N runs the builds and the fuzz targets
 # at nice N (default 0: on a machine shared with other work, a nice build waits behind it).
 # The passes' tests share the machine through one turn (ACCELNET_TEST_LOCK,
-# tests/integration/run.py): a module marked SERIAL still runs alone among the tests of every
+# tests/integration/run.py): a test marked SERIAL still runs alone among the tests of every
 # pass (the builds, the fuzz targets and the tool tests marked ENVIRONMENT load the machine
-# beside it, as other work on it would). Each pass keeps its output (build lines first) and is
-# printed whole, in the order above, with the seconds since the start at which it was built
-# and ran.
+# beside it, as other work on it would). Each pass runs its SERIAL tests first, in one turn:
+# the normal pass's while the sanitizer build compiles, the sanitizer pass's while the
+# ThreadSanitizer build does, the ThreadSanitizer pass's beside the fuzz targets, so the time
+# they hold the machine alone is time the builds would have taken from the other tests anyway,
+# and the machine is emptied for them three times, not once per module. Each pass keeps its
+# output (build lines first) and is printed whole, in the order above, with the seconds since
+# the start at which it was built and ran.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 
@@ -89,12 +93,12 @@ built() { # NAME
 # format-check; ACCELNET_LAYERS_CHECK=0 asks the same for the two layering tests. The tests of the
 # machine's tools with accelnet (testssl, Chromium, promtool on deploy/, packaging: modules marked
 # ENVIRONMENT) run once too: ACCELNET_ENVIRONMENT_TESTS=0. Each pass's runners take ports from
-# slots of their own (run.py: 9 in all): normal 0-3, sanitizer 4-7; the ThreadSanitizer pass
-# runs its modules one at a time, on ports the kernel picks.
+# slots of their own (run.py: 11 in all): normal 0-4 (five: the TLS scan holds one of them for
+# minutes), sanitizer 5-8, ThreadSanitizer 9-10.
 (
 	built san || exit 0
 	ACCELNET_FORMAT_CHECK=0 ACCELNET_LAYERS_CHECK=0 ACCELNET_ENVIRONMENT_TESTS=0 \
-		ACCELNET_TEST_JOBS=4 ACCELNET_PORT_SLOT_BASE=4 \
+		ACCELNET_TEST_JOBS=4 ACCELNET_PORT_SLOT_BASE=5 \
 		ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
 		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		tests/run.sh build-san
@@ -110,7 +114,7 @@ asan=$!
 (
 	built tsan || exit 0
 	ACCELNET_FORMAT_CHECK=0 ACCELNET_LAYERS_CHECK=0 ACCELNET_ENVIRONMENT_TESTS=0 \
-		ACCELNET_TEST_JOBS=1 \
+		ACCELNET_TEST_JOBS=2 ACCELNET_PORT_SLOT_BASE=9 \
 		ACCELNET_TEST_FILTER="access_log. queue. sched. cache_review. cluster. reload." \
 		TSAN_OPTIONS="halt_on_error=1 report_thread_leaks=0 suppressions=$PWD/tests/tsan/suppressions.txt" \
 		tests/run.sh build-tsan
@@ -148,7 +152,7 @@ note_failures() { # PASS-NAME LOG
 }
 
 echo "== normal build: tests from $(since) s =="
-tests/run.sh build | tee "$work/normal.log"
+ACCELNET_TEST_JOBS=5 tests/run.sh build | tee "$work/normal.log"
 echo "(done at $(since) s)"
 tally "$work/normal.log"
 note_failures normal "$work/normal.log"

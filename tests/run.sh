@@ -28,7 +28,7 @@ shape() { # NAME COMMAND...
 
 # With ACCELNET_TEST_LOCK (scripts/test.sh runs its passes at once) a unit test binary takes
 # its turn as a black-box module does (tests/integration/run.py): it shares the machine with
-# the other passes' tests, but waits while a SERIAL module runs alone.
+# the other passes' tests, but waits while a pass's SERIAL tests run alone.
 shared() { # COMMAND...
 	if [ -z "${ACCELNET_TEST_LOCK:-}" ]; then
 		"$@"

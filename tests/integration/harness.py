@@ -26,13 +26,13 @@ class Skip(Exception):
 
 
 PORT_SLOT = os.environ.get("ACCELNET_PORT_SLOT")  # set by run.py -j for each runner process
-PORT_SPAN = 2500
+PORT_SPAN = 2000
 _port_next = [0]
 
 
 def free_port():
     """A loopback port nothing listens on. A runner process of a parallel run (run.py -j)
-    takes ports in turn from a range of its own, 10000 + slot x 2500 on (below the kernel's
+    takes ports in turn from a range of its own, 10000 + slot x 2000 on (below the kernel's
     ephemeral range, which starts at 32768), so that two runners never pick the same port
     between the check and its use; alone, the kernel picks one."""
     if PORT_SLOT is None:

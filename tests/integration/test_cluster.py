@@ -6,7 +6,13 @@ kv_events and llm learning from routing (shared through a Redis stream) send one
 conversation to one backend through any instance; a password, a Redis that never answers and
 a reload; bad cluster: sections are refused with FILE:LINE:COL."""
 
-SERIAL = True  # load, timing or fixed ports: run alone under run.py -j
+# Alone under run.py -j: these count requests passed in a window against a rate (within 5 %, or
+# a few requests), and the instances share it through Redis every sync_ms: on a machine full of
+# other tests a late sync passes requests the limit would refuse. The others count routing
+# choices and refusals, which load only slows.
+SERIAL = {"test_three_instances_enforce_one_rate", "test_redis_stopped_local_limits_then_back",
+          "test_token_budget_spent_on_one_is_spent_on_all", "test_password_and_a_wrong_one",
+          "test_a_redis_that_never_answers_blocks_no_request"}
 
 import http.client
 import json
