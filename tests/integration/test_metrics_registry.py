@@ -161,6 +161,10 @@ FAMILIES = {  # name: (type, help)
                                              "instances (balance: llm without kv_events)"),
     "accelnet_cluster_prefixes_received_total": ("counter", "the other instances' prompts taken "
                                                  "into this one's prefix indexes"),
+    "accelnet_cluster_sessions_sent_total": ("counter", "sessions (pools.session) sent to the "
+                                             "other instances"),
+    "accelnet_cluster_sessions_received_total": ("counter", "the other instances' sessions taken "
+                                                 "into this one's tables"),
     "accelnet_tunnels_open": ("gauge", "WebSocket tunnels open now (routes.websocket, "
                               "limits.max_tunnels)"),
     "accelnet_tunnel_bytes_total": ("counter", "bytes relayed through WebSocket tunnels, by "
