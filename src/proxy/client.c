@@ -6,6 +6,9 @@
 #include "proxy/upstream.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -133,6 +136,19 @@ int client_gone(struct client *cl)
 {
 	cl->hup_checked = 1;
 	return net_conn_peer_closed(&cl->conn);
+}
+
+/* (after the peer's FIN a read says 0 even once a reset came: the socket's state tells) */
+int client_reset(struct client *cl)
+{
+	int err = 0;
+	socklen_t len = sizeof(err);
+	struct tcp_info ti;
+	socklen_t tlen = sizeof(ti);
+	if (getsockopt(cl->conn.fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err)
+		return 1;
+	return getsockopt(cl->conn.fd, IPPROTO_TCP, TCP_INFO, &ti, &tlen) == 0 &&
+	       ti.tcpi_state == TCP_CLOSE;
 }
 
 int client_pending(const struct client *cl)
