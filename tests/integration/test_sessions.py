@@ -151,6 +151,35 @@ def test_session_responses_api_single_instance(env):
             convs = nxt
 
 
+def test_session_responses_api_with_sims(env):
+    """accelnet sim answers /v1/responses with an id naming it: conversations through the
+    proxy stay on their sim."""
+    sims = [env.sim(f"s{i}", latency_ms=1, token_ms=1) for i in range(3)]
+    px = env.proxy("pools:\n  - name: p\n    backends:\n"
+                   + "".join(f"      - {{address: 127.0.0.1:{s.port}}}\n" for s in sims)
+                   + "    session: {header: '', responses_api: true}\nroutes:\n  - pool: p\n")
+
+    def turn(prev=None):
+        doc = {"model": "m", "input": "hi", "max_tokens": 2}
+        if prev:
+            doc["previous_response_id"] = prev
+        status, hdrs, data = request(px.port, "POST", "/v1/responses", body=json.dumps(doc),
+                                     headers={"Content-Type": "application/json"})
+        assert status == 200, (status, data)
+        rid = json.loads(data)["id"]
+        return rid.split("_")[1], rid
+
+    convs = [turn() for _ in range(6)]
+    assert len({s for s, _ in convs}) == 3, convs
+    for _ in range(3):
+        nxt = []
+        for home, rid in convs:
+            got, rid2 = turn(rid)
+            assert got == home, (rid, got)
+            nxt.append((got, rid2))
+        convs = nxt
+
+
 def _sessions_received(procs):
     return sum(_cluster(p).get("accelnet_cluster_sessions_received_total", 0) for p in procs)
 
@@ -292,3 +321,29 @@ def test_session_config_is_checked(env):
                          f"    session: {session}\nroutes:\n  - pool: p\n")
         r = subprocess.run([BIN, "check", "-c", path], capture_output=True, text=True)
         assert r.returncode != 0 and want in r.stderr + r.stdout, (session, r.stderr)
+
+
+def test_policy_no_client_field_names_a_backend(env):
+    """Operator-authoritative policy without sessions: fields that name a backend, a pool or
+    an accelnet knob (X-Accelnet-*, X-Backend, Host, a body's "backend"/"pool") reach no
+    backend the route's pool does not hold, whatever the balancer (a hashed key included)."""
+    inside = _backends(env, 2)
+    outside = ResponsesBackend("outside")
+    env.on_cleanup.append(outside.close)
+    out_addr = f"127.0.0.1:{outside.port}"
+    pools = ("pools:\n"
+             "  - name: p\n    balance: consistent-hash\n    hash: {key: 'header:X-User'}\n"
+             "    backends:\n"
+             + "".join(f"      - {{address: 127.0.0.1:{be.port}}}\n" for be in inside)
+             + f"  - name: q\n    backends:\n      - {{address: {out_addr}}}\n"
+             "routes:\n  - match: {path_prefix: /q/}\n    pool: q\n  - pool: p\n")
+    px = env.proxy(pools)
+    fields = {"X-Accelnet-Backend": out_addr, "X-Accelnet-Pool": "q", "X-Accelnet-Route": "0",
+              "X-Backend": out_addr, "X-Upstream": out_addr, "Host": out_addr,
+              "X-User": out_addr, "X-Forwarded-Host": out_addr}
+    for k, v in fields.items():
+        for path in ("/v1/chat/completions", "/v1/responses", "/v1/q/x"):
+            status, be, _ = _post(px.port, path, {"model": "m", "backend": out_addr,
+                                                  "pool": "q"}, {k: v})
+            assert status == 200 and be in ("b0", "b1"), (k, path, status, be)
+    assert outside.seen == [], outside.seen
