@@ -127,10 +127,10 @@ void client_shrink_in(struct client *cl)
 }
 
 /*
- * Like nginx without proxy_ignore_client_abort, a client that shut its side is taken as
- * giving up, so that the backend (an accelerator generating tokens nobody will read) is
- * released at once: closing the upstream connection is the cancellation signal inference
- * servers understand.
+ * A client that shut its side, with nothing left to read, may have given up: the relay then
+ * releases the backend (an accelerator generating tokens nobody will read) at once, closing
+ * the upstream connection, the cancellation signal inference servers understand; or it may
+ * only have half-closed, which the relay asks first while it can (relay.c, client_left()).
  */
 int client_gone(struct client *cl)
 {

@@ -124,8 +124,9 @@ int client_grow_in(struct client *cl);
 void client_shrink_in(struct client *cl);
 
 /*
- * The client shut its side while its request is served: has it gone (1), or are bytes
- * still queued (a pipelined request: it is still there, 0)?
+ * The client shut its side while its request is served: has it gone, or only half-closed
+ * (1: nothing more to read; relay.c tells the two apart), or are bytes still queued (a
+ * pipelined request: it is still there, 0)?
  */
 int client_gone(struct client *cl);
 /* Has the client's socket been reset (it answered our bytes after it closed: gone)? */
