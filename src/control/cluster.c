@@ -734,6 +734,7 @@ static int share_pools(struct cluster *c, struct runtime *rt, const char *prefix
 			continue;
 		struct shared_sessions *ss = &c->sess[c->nsess++];
 		ss->p = p;
+		p->stick->shared = 1; /* (before any worker runs) */
 		snprintf(ss->key, sizeof(ss->key), "%ssess:%.100s", prefix, p->conf->name);
 		/* from the start: an instance that starts learns the recent sessions */
 		snprintf(ss->last_id, sizeof(ss->last_id), "0-0");

@@ -102,7 +102,7 @@ void stick_put(struct stick_table *t, uint64_t key, unsigned backend, uint32_t n
 	/* a reader between these two stores sees the old value's tag disagree: a miss */
 	atomic_store_explicit(&at->key, key, memory_order_release);
 	atomic_store_explicit(&at->val, v, memory_order_release);
-	if (feed)
+	if (feed && t->shared)
 		feed_push(t, key, backend);
 }
 

@@ -46,6 +46,7 @@ struct stick_table {
 	struct stick_place *place; /* nbuckets * STICK_WAYS */
 	size_t nbuckets;	   /* a power of two */
 	unsigned ttl_s;
+	int shared;	       /* the feed is read (cluster:): set before any writer runs */
 	_Atomic uint64_t head; /* feed entries claimed so far */
 	struct stick_feed_slot feed[STICK_FEED_SLOTS];
 };
@@ -65,7 +66,8 @@ uint64_t stick_key(const void *p, size_t len);
 int stick_get(const struct stick_table *t, uint64_t key, uint32_t now_s, uint32_t *expires_s);
 
 /* <key> goes to backend <backend> (< 65535) from <now_s> for the table's ttl; also into the
- * feed when <feed> (what this instance learned, not what another told it). */
+ * feed when <feed> (what this instance learned, not what another told it) and the table is
+ * shared (no one reads the feed otherwise: its head is not written). */
 void stick_put(struct stick_table *t, uint64_t key, unsigned backend, uint32_t now_s, int feed);
 
 /*

@@ -79,7 +79,9 @@ static void the_feed_gives_what_was_learned_here(void **state)
 	uint64_t cursor = 0, key;
 	unsigned be;
 	assert_int_equal(stick_table_new(64, 100, &t), 0);
+	stick_put(t, 10, 1, 5, 1); /* not shared: no feed */
 	assert_int_equal(stick_feed_take(t, &cursor, &key, &be), 0);
+	t->shared = 1;
 	stick_put(t, 11, 1, 5, 1);
 	stick_put(t, 12, 2, 5, 0); /* told by another instance: not passed on */
 	stick_put(t, 13, 3, 5, 1);
