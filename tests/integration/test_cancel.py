@@ -9,7 +9,7 @@ import socket
 import threading
 import time
 
-from harness import wait_until
+from harness import metrics_text, prom_samples, wait_until
 
 BODY = json.dumps({"model": "m", "prompt": "hi", "max_tokens": 4}).encode()
 
@@ -153,3 +153,51 @@ def test_cancel_half_close_is_not_leaving(env):
         got = got.split(b"\r\n\r\n", 1)[1]
     assert got.startswith(b"HTTP/1.1 200"), got
     assert len(be.aborts) == 1, be.aborts
+
+
+def _pool_metric(px, name):
+    got = prom_samples(metrics_text(px.admin))
+    return sum(v for k, v in got.items() if k[0] == name)
+
+
+def _queued(px):
+    return _pool_metric(px, "accelnet_pool_queue_length")
+
+
+def _withdrawn(px):
+    return _pool_metric(px, "accelnet_pool_queue_withdrawn_total")
+
+
+def test_cancel_while_queued(env):
+    """Queued behind a full backend (max_concurrency: 1): a client that closes leaves the
+    queue (its request never reaches the backend); one that half-closes stays in line and
+    gets its answer."""
+    be = AbortRecorder()
+    env.on_cleanup.append(be.close)
+    px = env.proxy("pools:\n  - name: p\n    backends:\n"
+                   f"      - {{address: 127.0.0.1:{be.port}, max_concurrency: 1}}\n"
+                   "routes:\n  - pool: p\n")
+    first = _send(px.port)
+    wait_until(lambda: be.got == 1, "the first request at the backend")
+    gone, half = _send(px.port), _send(px.port)
+    wait_until(lambda: _queued(px) == 2, "two requests in the queue")
+    gone.close()
+    half.shutdown(socket.SHUT_WR)
+    wait_until(lambda: _withdrawn(px) == 1, "the closed client's request out of the queue")
+    assert _queued(px) == 1
+    # the first request's client leaves too: the backend's slot frees, the queue moves on
+    first.close()
+    wait_until(lambda: be.got == 2, "the half-closed client's request at the backend")
+    be.answer.set()
+    half.settimeout(10)
+    got = b""
+    while not got.endswith(b"}]}"):
+        d = half.recv(65536)
+        if not d:
+            break
+        got += d
+    half.close()
+    while got.startswith(b"HTTP/1.1 1"):
+        got = got.split(b"\r\n\r\n", 1)[1]
+    assert got.startswith(b"HTTP/1.1 200"), got
+    assert be.got == 2, be.got
