@@ -371,10 +371,11 @@ static enum run stage_head_done(struct exchange *x)
 	/* a body is read (up to limits.body_buffer_bytes) before the request may take a
 	 * slot, so a client that sends it slowly, or never, holds no accelerator */
 	struct xpace *p = exchange_pace(x);
-	p->buffering =
-	    (!x->req.done || x->reqbody.peeked) &&
-	    (x->w->conf->limits.body_buffer_bytes || x->reqbody.want_key || x->reqbody.want_model ||
-	     x->reqbody.want_view || x->reqbody.cache_body || x->reqbody.want_session);
+	p->buffering = (!x->req.done || x->reqbody.peeked) &&
+		       (x->w->conf->limits.body_buffer_bytes || x->reqbody.want_key ||
+			x->reqbody.want_model || x->reqbody.want_view || x->reqbody.cache_body);
+	if (x->reqbody.want_session && (!x->req.done || x->reqbody.peeked))
+		p->buffering = 1; /* previous_response_id (sticky.h) */
 	if (!p->buffering)
 		sse_decide(x); /* from the view, when the model stage read one */
 	return RUN_AGAIN;
