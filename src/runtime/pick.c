@@ -252,6 +252,9 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 			continue;
 		}
 		backend_count(b, PM_BACKEND_REQUESTS, 1);
+		if (stuck >= 0)
+			pool_count(p, idx == stuck ? PM_POOL_SESSION_HITS : PM_POOL_SESSION_MOVES,
+				   1);
 		/* (re)stick: a new session, one that moved, or one half through its time */
 		if (h->has_session && h->session_learn && p->stick &&
 		    (idx != stuck || expires_s - now_s < p->stick->ttl_s / 2))

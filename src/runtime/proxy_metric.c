@@ -635,6 +635,13 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
     [PM_POOL_RETRIES_DENIED] = {"accelnet_pool_retries_denied_total", METRIC_COUNTER,
 				"retries the retry budget turned down", NULL, POOL,
 				.json = "retries_denied", .json_as = MJ_UINT},
+    [PM_POOL_SESSION_HITS] = {"accelnet_pool_session_hits_total", METRIC_COUNTER,
+			      "requests sent to their conversation's backend (pools.session)", NULL,
+			      POOL, .json = "session_hits", .json_as = MJ_UINT},
+    [PM_POOL_SESSION_MOVES] = {"accelnet_pool_session_moves_total", METRIC_COUNTER,
+			       "requests whose conversation's backend could not take them, "
+			       "sent elsewhere (the conversation moves)",
+			       NULL, POOL, .json = "session_moves", .json_as = MJ_UINT},
     [PM_POOL_SPILLED_IN] = {"accelnet_pool_spilled_in_total", METRIC_COUNTER,
 			    "requests moved here by a route's spillover", NULL, POOL,
 			    .json = "spilled_in", .json_as = MJ_UINT},

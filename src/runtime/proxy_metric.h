@@ -69,6 +69,8 @@ enum proxy_metric {
 	PM_POOL_UNAVAILABLE,
 	PM_POOL_RETRIES_DENIED,
 	PM_POOL_SPILLED_IN,
+	PM_POOL_SESSION_HITS, /* pools[].session (runtime/pick.c) */
+	PM_POOL_SESSION_MOVES,
 	PM_POOL_DISCOVERY_ANSWERS, /* backends[].discover (control/discover.c) */
 	PM_POOL_DISCOVERY_FAILURES,
 	PM_POOL_DISCOVERY_DROPPED,

@@ -13,6 +13,7 @@ import subprocess
 import threading
 
 from harness import BIN, ScriptedBackend, request, wait_until
+from harness import status as admin_status
 from test_cluster import _cluster, _instances, _redis
 
 
@@ -262,6 +263,8 @@ def test_session_escapes_a_full_backend(env):
     for _ in range(3):
         assert _post(px.port, "/v1/chat/completions", {"model": "m"},
                      {"X-Session-Id": "s"})[1] == other.name
+    pool = next(p for p in admin_status(px.admin)["pools"] if p["name"] == "p")
+    assert pool["session_moves"] == 1 and pool["session_hits"] == 4, pool
 
 
 def test_session_never_leaves_the_pool_or_its_eligible_backends(env):
