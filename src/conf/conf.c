@@ -172,6 +172,8 @@ void conf_free(struct conf *c)
 		free(p->health.path);
 		free(p->engine_metrics.path);
 		free(p->hash.header);
+		free(p->session.header);
+		free(p->session.cookie);
 		free(p->load_header);
 		conf_upstream_tls_free(p->tls);
 		lb_state_free(&p->lb);

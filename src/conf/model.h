@@ -142,6 +142,16 @@ struct conf_hash {
 	unsigned body_max_bytes; /* HASH_KEY_PROMPT: the most of a body read for it */
 };
 
+/* pools[].session: a conversation kept on one backend (policy/stick.h, runtime/pick.c). */
+struct conf_session {
+	int enabled;		/* the section is given */
+	char *header;		/* its value names the session ("x-session-id"); "": none */
+	char *cookie;		/* this cookie's value names it; NULL: none */
+	unsigned responses_api; /* previous_response_id names it; answers' ids are learned */
+	unsigned ttl_s;		/* an entry lasts this long after its last use */
+	unsigned max_entries;	/* the table's size (bounded: the oldest go first) */
+};
+
 struct conf_pool {
 	char *name;
 	const struct lb_ops *balance;
@@ -170,6 +180,7 @@ struct conf_pool {
 	 * API (control/manage.h); CONF_SPARE_DEFAULT until the pool is checked */
 	unsigned spare_backends;
 	struct conf_fwd *fwd; /* request_headers, response_headers, api_key_file; NULL: none */
+	struct conf_session session;
 };
 
 #define CONF_SPARE_DEFAULT 4u /* spare_backends when not given (fewer if the pool is full) */

@@ -375,6 +375,36 @@ static const struct rule hash_rules[] = {
     RULES_END,
 };
 
+/* session: which parts of a request name its conversation, and the table that remembers
+ * where each went. */
+static const struct rule session_rules[] = {
+    {"header", RULE_STR, offsetof(struct conf_session, header), 0, 0, NULL, NULL},
+    {"cookie", RULE_STR, offsetof(struct conf_session, cookie), 0, 0, NULL, NULL},
+    {"responses_api", RULE_BOOL, offsetof(struct conf_session, responses_api), 0, 0, NULL, NULL},
+    {"ttl_s", RULE_UINT, offsetof(struct conf_session, ttl_s), 1, 30 * 86400, NULL, NULL},
+    {"max_entries", RULE_UINT, offsetof(struct conf_session, max_entries), 16, 16777216, NULL,
+     NULL},
+    RULES_END,
+};
+
+static int read_session(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	struct conf_session *s = field;
+	s->enabled = 1;
+	if (!s->header && !(s->header = strdup("x-session-id")))
+		return rules_fail(x, v, "out of memory");
+	int err = rules_read_section(x, v, "session", r->sub, s);
+	if (err)
+		return err;
+	if (s->cookie && !s->cookie[0])
+		return rules_fail(x, v, "session: 'cookie' is empty (leave it out for none)");
+	if (!s->header[0] && !s->cookie && !s->responses_api)
+		return rules_fail(x, v,
+				  "session: nothing names a session (give header, cookie or "
+				  "responses_api: true)");
+	return 0;
+}
+
 #define POOL_UINT(key, field, min, max)                                                            \
 	{                                                                                          \
 		key, RULE_UINT, offsetof(struct conf_pool, field), min, max, NULL, NULL            \
@@ -397,6 +427,8 @@ static const struct rule pool_rules[] = {
     POOL_UINT("retry_budget_pct", retry_budget_pct, 0, 100),
     {"outlier", RULE_SECTION, offsetof(struct conf_pool, outlier), 0, 0, outlier_rules, NULL},
     {"hash", RULE_SECTION, 0, 0, 0, hash_rules, NULL},
+    {"session", RULE_SECTION, offsetof(struct conf_pool, session), 0, 0, session_rules,
+     read_session},
     {"tls", RULE_SECTION, 0, 0, 0, schema_upstream_tls_rules, schema_read_upstream_tls},
     {"engine_metrics", RULE_SECTION, offsetof(struct conf_pool, engine_metrics), 0, 0,
      schema_engine_metrics_rules, schema_read_engine_metrics},
@@ -428,6 +460,7 @@ static void pool_set_defaults(struct conf_pool *p)
 	p->outlier = (struct conf_outlier){.ejection_ms = 30000, .max_ejection_pct = 50};
 	p->hash = (struct conf_hash){
 	    .key = HASH_KEY_CLIENT_IP, .prefix_bytes = 256, .body_max_bytes = 16384};
+	p->session = (struct conf_session){.ttl_s = 3600, .max_entries = 100000};
 	schema_engine_metrics_defaults(&p->engine_metrics);
 }
 

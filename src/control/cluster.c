@@ -13,6 +13,11 @@
  * on every instance: xxh3 of the identity, unseeded), ROUTE the route's name or its index;
  * instances sharing a Redis are meant to share one config.
  *
+ * Pools with session: share their sessions the same way: every sync sends what each pool's
+ * table learned since (its feed, policy/stick.h: a session's hash and its backend's name)
+ * to a stream per pool (PREFIX "sess:" POOL) and puts the other instances' entries into its
+ * own table; a backend is named, never numbered, so instances agree on it by name only.
+ *
  * A reply that is no integer, an error, a timeout or a lost connection ends the sync: the
  * connection is dropped and the counts it carried are lost (as while Redis is away).
  *
@@ -29,6 +34,7 @@
 #include "core/log.h"
 #include "core/secret.h"
 #include "guard/rlsync.h"
+#include "policy/stick.h"
 #include "runtime/llm.h"
 
 #include <errno.h>
@@ -81,6 +87,8 @@ static const char MEMBERS_LUA[] =
     "redis.call('PEXPIRE', KEYS[1], ARGV[3])\n"
     "return redis.call('ZCARD', KEYS[1])\n";
 
+#define SESSIONS_PER_SYNC 4096 /* sessions one sync sends at most, all pools */
+
 /* What the store last said of the key in a slot: its shared TAT, on our clock. */
 struct shared_seen {
 	uint64_t key, tat_us;
@@ -103,10 +111,21 @@ struct shared_pool {
 	uint64_t *cursor;    /* per backend: its feed's reader count */
 };
 
+/* A pool with session: its table's feed, read up to <cursor>, and its stream, up to <last_id>. */
+struct shared_sessions {
+	struct pool_rt *p;
+	char key[KEY_MAX];
+	char last_id[48];
+	uint64_t cursor;
+};
+
 struct cluster {
 	const struct conf_cluster *conf;
 	struct shared_pool *pools;
 	size_t npools;
+	struct shared_sessions *sess;
+	size_t nsess;
+	const char **sess_argv;		   /* XREAD's: 4 + 2 per pool with session */
 	uint64_t hash[PREFIX_FEED_BLOCKS]; /* one entry, on its way out or in */
 	const char **argv;		   /* XREAD's: 4 + 2 per pool */
 	struct shared_limit *lim;
@@ -312,6 +331,40 @@ static size_t append_prefixes(struct cluster *c)
 	return sent;
 }
 
+/* Append an XADD for each session the pools' tables learned since the last sync, and one
+ * XREAD of their streams: how many XADDs. */
+static size_t append_sessions(struct cluster *c)
+{
+	size_t sent = 0;
+	for (size_t i = 0; i < c->nsess; i++) {
+		struct shared_sessions *ss = &c->sess[i];
+		uint64_t key;
+		unsigned idx;
+		while (sent < SESSIONS_PER_SYNC &&
+		       stick_feed_take(ss->p->stick, &ss->cursor, &key, &idx)) {
+			if (idx >= ss->p->nbackends)
+				continue;
+			redisAppendCommand(c->redis, "XADD %s MAXLEN ~ %d * i %s b %s k %b",
+					   ss->key, STREAM_MAX, c->id, ss->p->backends[idx].name,
+					   &key, sizeof(key));
+			sent++;
+		}
+	}
+	if (c->nsess) {
+		const char **argv = c->sess_argv;
+		argv[0] = "XREAD";
+		argv[1] = "COUNT";
+		argv[2] = STREAM_READ;
+		argv[3] = "STREAMS";
+		for (size_t i = 0; i < c->nsess; i++) {
+			argv[4 + i] = c->sess[i].key;
+			argv[4 + c->nsess + i] = c->sess[i].last_id;
+		}
+		redisAppendCommandArgv(c->redis, (int)(4 + 2 * c->nsess), argv, NULL);
+	}
+	return sent;
+}
+
 /* A bulk string's bytes, or NULL when <r> is none. */
 static const char *str_of(const redisReply *r, size_t *len)
 {
@@ -361,6 +414,71 @@ static void take_entry(struct cluster *c, struct shared_pool *sp, const redisRep
 		prefix_index_insert(b->llm->prefix, c->hash, hlen / sizeof(uint64_t));
 		atomic_fetch_add(&c->stats.received, 1);
 		return;
+	}
+}
+
+/* One entry [id, [i, ID, b, NAME, k, HASH]] of a session stream: another instance's session
+ * goes into <ss>'s table, to the backend of that name (none of that name: passed over). */
+static void take_session(struct cluster *c, struct shared_sessions *ss, const redisReply *e)
+{
+	size_t len;
+	const char *id;
+	if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || !(id = str_of(e->element[0], &len)))
+		return;
+	if (len < sizeof(ss->last_id)) {
+		memcpy(ss->last_id, id, len);
+		ss->last_id[len] = '\0';
+	}
+	const redisReply *f = e->element[1];
+	const char *who = NULL, *name = NULL, *k = NULL;
+	size_t wlen = 0, nlen = 0, klen = 0;
+	if (f->type != REDIS_REPLY_ARRAY || f->elements % 2)
+		return;
+	for (size_t j = 0; j + 1 < f->elements; j += 2) {
+		const char *fld = str_of(f->element[j], &len);
+		if (!fld || len != 1)
+			continue;
+		if (fld[0] == 'i')
+			who = str_of(f->element[j + 1], &wlen);
+		else if (fld[0] == 'b')
+			name = str_of(f->element[j + 1], &nlen);
+		else if (fld[0] == 'k')
+			k = str_of(f->element[j + 1], &klen);
+	}
+	if (!who || !name || !k || klen != sizeof(uint64_t) ||
+	    (wlen == strlen(c->id) && !memcmp(who, c->id, wlen)))
+		return; /* malformed, or our own */
+	uint64_t key;
+	memcpy(&key, k, sizeof(key));
+	for (size_t j = 0; j < ss->p->nbackends; j++) {
+		struct backend *b = &ss->p->backends[j];
+		if (strlen(b->name) != nlen || memcmp(b->name, name, nlen))
+			continue;
+		stick_put(ss->p->stick, key, (unsigned)j, (uint32_t)(clock_now_ms() / 1000), 0);
+		atomic_fetch_add(&c->stats.sessions_received, 1);
+		return;
+	}
+}
+
+/* XREAD's answer of the session streams: nil, or [[key, [entry, ...]], ...]. */
+static void take_sessions(struct cluster *c, const redisReply *r)
+{
+	if (r->type != REDIS_REPLY_ARRAY)
+		return;
+	for (size_t i = 0; i < r->elements; i++) {
+		const redisReply *s = r->element[i];
+		size_t len;
+		const char *key;
+		if (s->type != REDIS_REPLY_ARRAY || s->elements != 2 ||
+		    !(key = str_of(s->element[0], &len)) ||
+		    s->element[1]->type != REDIS_REPLY_ARRAY)
+			continue;
+		for (size_t p = 0; p < c->nsess; p++) {
+			if (strlen(c->sess[p].key) != len || memcmp(c->sess[p].key, key, len))
+				continue;
+			for (size_t k = 0; k < s->element[1]->elements; k++)
+				take_session(c, &c->sess[p], s->element[1]->element[k]);
+		}
 	}
 }
 
@@ -456,7 +574,9 @@ static int sync_once(struct cluster *c)
 			   c->member_ttl_ms, (unsigned)MEMBER_TTL_MAX_MS);
 	size_t n = append_limits(c, now_us);
 	size_t sent = append_prefixes(c);
-	size_t total = 1 + n + sent + (c->npools ? 1 : 0);
+	size_t prefixes_end = 1 + n + sent + (c->npools ? 1 : 0);
+	size_t sessions = append_sessions(c);
+	size_t total = prefixes_end + sessions + (c->nsess ? 1 : 0);
 	redisReply *r = NULL;
 	for (size_t k = 0; k < total; k++) {
 		if (next_reply(c, &r) < 0)
@@ -475,13 +595,16 @@ static int sync_once(struct cluster *c)
 		} else if (k <= n) {
 			long long v = r->integer;
 			apply_debt(c, k - 1, v > 0 ? (uint64_t)v : 0);
-		} else if (k == total - 1 && c->npools) {
+		} else if (k == prefixes_end - 1 && c->npools) {
 			take_streams(c, r);
+		} else if (k == total - 1 && c->nsess) {
+			take_sessions(c, r);
 		}
 		freeReplyObject(r);
 	}
 	atomic_fetch_add(&c->stats.keys, n);
 	atomic_fetch_add(&c->stats.sent, sent);
+	atomic_fetch_add(&c->stats.sessions_sent, sessions);
 	return 0;
 }
 
@@ -566,6 +689,8 @@ static void cluster_free(struct cluster *c)
 		free(c->pools[i].cursor);
 	free(c->pools);
 	free(c->argv);
+	free(c->sess);
+	free(c->sess_argv);
 	for (size_t i = 0; c->lim && i < c->nlim; i++)
 		free(c->lim[i].seen);
 	free(c->lim);
@@ -601,7 +726,21 @@ static int share_pools(struct cluster *c, struct runtime *rt, const char *prefix
 			return -ENOMEM;
 	}
 	c->argv = calloc(4 + 2 * c->npools, sizeof(*c->argv));
-	return c->argv ? 0 : -ENOMEM;
+	if (!c->argv || !(c->sess = calloc(rt->npools ? rt->npools : 1, sizeof(*c->sess))))
+		return -ENOMEM;
+	for (size_t i = 0; i < rt->npools; i++) {
+		struct pool_rt *p = &rt->pools[i];
+		if (!p->stick)
+			continue;
+		struct shared_sessions *ss = &c->sess[c->nsess++];
+		ss->p = p;
+		p->stick->shared = 1; /* (before any worker runs) */
+		snprintf(ss->key, sizeof(ss->key), "%ssess:%.100s", prefix, p->conf->name);
+		/* from the start: an instance that starts learns the recent sessions */
+		snprintf(ss->last_id, sizeof(ss->last_id), "0-0");
+	}
+	c->sess_argv = calloc(4 + 2 * c->nsess, sizeof(*c->sess_argv));
+	return c->sess_argv ? 0 : -ENOMEM;
 }
 
 int cluster_start(const struct conf *conf, struct runtime *rt, struct route_limits *limits,

@@ -24,6 +24,10 @@
  * instances' entries from it into its own indexes, so a conversation whose turns reach
  * different instances still finds its prefix's backend. An instance that starts reads the
  * stream's recent history (it holds about the last 10,000 prompts per pool).
+ *
+ * Pools with session: share where each conversation went the same way (a stream per pool of
+ * session hashes and backend names), so a conversation whose turns reach different
+ * instances stays on its backend once a sync has passed (cluster.sync_ms).
  */
 #ifndef ACCELNET_CONTROL_CLUSTER_H
 #define ACCELNET_CONTROL_CLUSTER_H

@@ -27,6 +27,7 @@
 #include "cache/store.h"
 #include "conf/conf.h"
 #include "obs/accesslog.h"
+#include "proxy/sticky.h"
 #include "proxy/access.h"
 #include "control/admin.h"
 #include "control/creds.h"
@@ -907,7 +908,7 @@ out:
  * limits let go of what it holds, and a spliced body's pipe goes back last. */
 static const struct xhook *const proxy_features[] = {
     &tally_hook, &access_hook,	&debugreq_hook, &caching_hook,
-    &quota_hook, &forward_hook, &splice_hook,
+    &quota_hook, &forward_hook, &sticky_hook,	&splice_hook,
 };
 
 int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)

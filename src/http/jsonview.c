@@ -507,7 +507,8 @@ enum top_key {
 	K_BEST_OF,
 	K_STREAM,
 	K_PROMPT,
-	K_MESSAGES
+	K_MESSAGES,
+	K_PREV_RESPONSE
 };
 
 static enum top_key top_key_of(const char *k, long n)
@@ -524,6 +525,7 @@ static enum top_key top_key_of(const char *k, long n)
 	    {"stream", K_STREAM},
 	    {"prompt", K_PROMPT},
 	    {"messages", K_MESSAGES},
+	    {"previous_response_id", K_PREV_RESPONSE},
 	};
 	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
 		if ((size_t)n == strlen(known[i].name) && memcmp(k, known[i].name, (size_t)n) == 0)
@@ -592,6 +594,10 @@ static int scan_top(struct reader *r, struct json_view *v)
 		case K_MODEL:
 			if (first_byte == '"')
 				v->model = span;
+			break;
+		case K_PREV_RESPONSE:
+			if (first_byte == '"')
+				v->prev_response = span;
 			break;
 		case K_MAX_TOKENS:
 		case K_MAX_COMPLETION:

@@ -42,8 +42,9 @@ struct json_span {
 };
 
 struct json_view {
-	struct json_span model;	 /* the top-level "model", when it is a string */
-	struct json_span prompt; /* "prompt" (a string or a list) or "messages" (a list) */
+	struct json_span model;		/* the top-level "model", when it is a string */
+	struct json_span prompt;	/* "prompt" (a string or a list) or "messages" (a list) */
+	struct json_span prev_response; /* the top-level "previous_response_id", a string */
 	/* the larger of the top-level "max_tokens" and "max_completion_tokens": a whole number
 	 * below 2^31 (1, 1.0 and 1e0 are 1, as pydantic reads them); JSON_VIEW_TOKENS_NONE when
 	 * neither is there (or null); JSON_VIEW_TOKENS_BAD when one is there as anything else */

@@ -58,6 +58,9 @@ static struct pick_hint hint_of(struct waiter *wt, uint64_t now_ms)
 	    .work = &wt->work,
 	    .model = wt->model,
 	    .has_model = wt->has_model,
+	    .session = wt->session,
+	    .has_session = wt->has_session,
+	    .session_learn = wt->session_learn,
 	};
 }
 

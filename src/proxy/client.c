@@ -6,6 +6,9 @@
 #include "proxy/upstream.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -124,15 +127,28 @@ void client_shrink_in(struct client *cl)
 }
 
 /*
- * Like nginx without proxy_ignore_client_abort, a client that shut its side is taken as
- * giving up, so that the backend (an accelerator generating tokens nobody will read) is
- * released at once: closing the upstream connection is the cancellation signal inference
- * servers understand.
+ * A client that shut its side, with nothing left to read, may have given up: the relay then
+ * releases the backend (an accelerator generating tokens nobody will read) at once, closing
+ * the upstream connection, the cancellation signal inference servers understand; or it may
+ * only have half-closed, which the relay asks first while it can (relay.c, client_left()).
  */
 int client_gone(struct client *cl)
 {
 	cl->hup_checked = 1;
 	return net_conn_peer_closed(&cl->conn);
+}
+
+/* (after the peer's FIN a read says 0 even once a reset came: the socket's state tells) */
+int client_reset(struct client *cl)
+{
+	int err = 0;
+	socklen_t len = sizeof(err);
+	struct tcp_info ti;
+	socklen_t tlen = sizeof(ti);
+	if (getsockopt(cl->conn.fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err)
+		return 1;
+	return getsockopt(cl->conn.fd, IPPROTO_TCP, TCP_INFO, &ti, &tlen) == 0 &&
+	       ti.tcpi_state == TCP_CLOSE;
 }
 
 int client_pending(const struct client *cl)

@@ -66,6 +66,7 @@ struct client {
 	enum client_state state;
 	int writable;	 /* edge seen, not yet full (reads: conn.readable, conn.hup) */
 	int hup_checked; /* conn.hup seen, and client_gone() has looked at it */
+	int hup_probed;	 /* ... and a 100 Continue asks whether it closed or half-closed */
 	int read_end;	 /* the transport read the client's end (1) or a failure (-errno) */
 	size_t read_got; /* bytes the transport read that client_read() has not told of */
 	unsigned keep_alive : 1;
@@ -123,10 +124,13 @@ int client_grow_in(struct client *cl);
 void client_shrink_in(struct client *cl);
 
 /*
- * The client shut its side while its request is served: has it gone (1), or are bytes
- * still queued (a pipelined request: it is still there, 0)?
+ * The client shut its side while its request is served: has it gone, or only half-closed
+ * (1: nothing more to read; relay.c tells the two apart), or are bytes still queued (a
+ * pipelined request: it is still there, 0)?
  */
 int client_gone(struct client *cl);
+/* Has the client's socket been reset (it answered our bytes after it closed: gone)? */
+int client_reset(struct client *cl);
 
 /* Has the client sent bytes the proxy has not read (in the socket, or in TLS's buffer)? */
 int client_pending(const struct client *cl);

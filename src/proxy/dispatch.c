@@ -92,7 +92,10 @@ static enum run connect_retry(struct exchange *x, const struct backend *exclude)
 			      .missed = &x->wt.missed,
 			      .work = &x->wt.work,
 			      .model = x->wt.model,
-			      .has_model = x->wt.has_model};
+			      .has_model = x->wt.has_model,
+			      .session = x->wt.session,
+			      .has_session = x->wt.has_session,
+			      .session_learn = x->wt.session_learn};
 	struct attempt *a = x->att;
 	struct backend *be = pool_pick(x->pool, loop_now(w->loop), rand_next(&w->rng), &h);
 	if (be) {

@@ -137,6 +137,33 @@ enum run relay_await_body(struct client *cl)
 	return RUN_AGAIN;
 }
 
+/*
+ * The client's side ended (conn.hup) while its whole request is served: has it left (1)?
+ * Leaving closes the upstream connection at once, the cancellation an engine understands.
+ * A FIN alone does not tell a client that closed its socket from one that only shut its
+ * writing side and waits for the answer (HAProxy's default: such a client has not left). So
+ * while no response has begun, an HTTP/1.1 client is asked once, with an interim
+ * "100 Continue" that every HTTP/1.1 client reads past: a closed socket answers it with a
+ * reset (the next wake-up finds it: client_reset), a half-closed one reads on and gets its
+ * answer. An HTTP/1.0 client (no interims for it) and one whose response has begun (the
+ * proxy's next write meets the reset anyway) are taken as gone at their FIN; so is one
+ * without room for the probe. Bytes still queued before the end (a pipelined request):
+ * not gone.
+ */
+static int client_left(struct client *cl, struct exchange *x)
+{
+	static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
+	if (cl->hup_probed)
+		return client_reset(cl);
+	if (!client_gone(cl))
+		return 0;
+	if (x->resp_head || cl->h1.early_head || cl->h1.minor != 1 || client_out_pending(cl) ||
+	    client_out_put(cl, probe, sizeof(probe) - 1) < 0)
+		return 1;
+	cl->hup_probed = 1;
+	return 0;
+}
+
 /* An interim response (100 Continue, 103 Early Hints), head <h> of <len> bytes: pass it on
  * to 1.1 clients, a few of them (a backend sending them forever would hold the exchange),
  * rewritten like a final head, so that its hop-by-hop fields and its own X-Request-Id and
@@ -386,7 +413,8 @@ static enum run relay_pass(struct client *cl, int *progress)
 	if (!x->req.done && (cl->conn.readable || cl->read_end) &&
 	    (r = read_client(cl, progress)) != RUN_STAY)
 		return r;
-	if (x->req.done && cl->conn.hup && !cl->hup_checked && client_gone(cl))
+	if (x->req.done && cl->conn.hup && (!cl->hup_checked || cl->hup_probed) &&
+	    client_left(cl, x))
 		return exchange_abort(x, "client closed the connection");
 	int bad = request_scan(cl);
 	if (bad && x->resp_head)
@@ -434,7 +462,7 @@ enum run relay_run(struct client *cl)
 		return hit_run(cl); /* the cache answers (client_finish ends it) */
 	if (x->wt.state != W_IDLE || x->att->local_wait) {
 		/* waiting for a slot or a descriptor: only notice a client that gave up */
-		if (cl->conn.hup && !cl->hup_checked && client_gone(cl))
+		if (cl->conn.hup && (!cl->hup_checked || cl->hup_probed) && client_left(cl, x))
 			return exchange_abort(x, "client closed the connection while queued");
 		if (client_flush(cl) < 0) /* heartbeats */
 			return exchange_abort(x, "client went away");

@@ -23,14 +23,15 @@
 #include <stdint.h>
 
 struct reqbody {
-	unsigned want_key : 1;	 /* the pool balances on the prompt key, read from the body */
-	unsigned want_model : 1; /* the pool's backends list models: read "model" from the body */
-	unsigned model_read : 1; /* the body's "model" was looked for (wt.has_model: found) */
-	unsigned peeked : 1;	 /* the body was read into before the route (stage "model") */
-	unsigned want_view : 1;	 /* tokens_per_minute: the body's max_tokens must be read */
-	unsigned cache_body : 1; /* an inference POST: the cache's key is its body (caching.h) */
-	unsigned view_read : 1;	 /* the whole body was read by the strict view (view) ... */
-	unsigned view_ok : 1;	 /* ... and it is valid JSON (else view_why says why) */
+	unsigned want_key : 1;	   /* the pool balances on the prompt key, read from the body */
+	unsigned want_model : 1;   /* the pool's backends list models: read "model" from the body */
+	unsigned model_read : 1;   /* the body's "model" was looked for (wt.has_model: found) */
+	unsigned peeked : 1;	   /* the body was read into before the route (stage "model") */
+	unsigned want_view : 1;	   /* tokens_per_minute: the body's max_tokens must be read */
+	unsigned cache_body : 1;   /* an inference POST: the cache's key is its body (caching.h) */
+	unsigned want_session : 1; /* pools[].session.responses_api: previous_response_id */
+	unsigned view_read : 1;	   /* the whole body was read by the strict view (view) ... */
+	unsigned view_ok : 1;	   /* ... and it is valid JSON (else view_why says why) */
 	/* the strict view of the whole body (view_ok), read once, read by every stage */
 	struct json_view view;
 	const char *view_why;

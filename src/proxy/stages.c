@@ -14,6 +14,7 @@
 #include "proxy/probes.h"
 #include "proxy/route.h"
 #include "proxy/sse.h"
+#include "proxy/sticky.h"
 #include "runtime/pick.h"
 #include "proxy/tunnel.h"
 
@@ -261,6 +262,7 @@ static enum run stage_classify(struct exchange *x)
 	 * the body, after the guard, unless routing read it already) */
 	x->reqbody.want_model = pc->has_models && !x->reqbody.model_read &&
 				h->framing == HTTP_BODY_LENGTH && h->content_length > 0;
+	sticky_classify(x, h);
 	return RUN_AGAIN;
 }
 
@@ -372,6 +374,8 @@ static enum run stage_head_done(struct exchange *x)
 	p->buffering = (!x->req.done || x->reqbody.peeked) &&
 		       (x->w->conf->limits.body_buffer_bytes || x->reqbody.want_key ||
 			x->reqbody.want_model || x->reqbody.want_view || x->reqbody.cache_body);
+	if (x->reqbody.want_session && (!x->req.done || x->reqbody.peeked))
+		p->buffering = 1; /* previous_response_id (sticky.h) */
 	if (!p->buffering)
 		sse_decide(x); /* from the view, when the model stage read one */
 	return RUN_AGAIN;

@@ -12,7 +12,7 @@
  * costs a check; guard lets in only who the route admits (routes.auth: 401, 403) and spends
  * the tenant's and route's rates and concurrency (429); models answers GET /v1/models on an
  * api: openai route from the config (when backends list models); classify gives the request its
- * tenant, priority class, affinity key and streaming (heartbeat) wishes; upgrade marks a
+ * tenant, priority class, affinity key, session and streaming (heartbeat) wishes; upgrade marks a
  * WebSocket handshake its route tunnels (tunnel.h: 503 past limits.max_tunnels); cache looks a GET
  * or HEAD up in the route's response cache (routes.cache: a hit, another request's fill to wait on,
  * or a fill of its own), or marks an inference POST to be looked up once its body is read

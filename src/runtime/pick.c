@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "core/rand.h"
 #include "policy/outlier.h"
+#include "policy/stick.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -213,9 +214,18 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 			    .blocks = h->nblocks,
 			    .waited_ms = h->waited_ms,
 			    .home_only = (uint8_t)h->home_only};
+	/* the session's backend first, when it may take this request; else the balancer's */
+	uint32_t now_s = (uint32_t)(now_ms / 1000), expires_s = 0;
+	int stuck =
+	    h->has_session && p->stick ? stick_get(p->stick, h->session, now_s, &expires_s) : -1;
+	int prefer = stuck >= 0 && (size_t)stuck < n && cand[stuck].eligible ? stuck : -1;
 	for (size_t attempt = 0; attempt < n; attempt++) {
-		d.ticket = atomic_fetch_add_explicit(&p->ticket, 1, memory_order_relaxed);
-		int idx = lb->pick(&p->conf->lb, cand, n, &d);
+		int idx = prefer;
+		prefer = -1; /* (once: a lost race falls back to the balancer) */
+		if (idx < 0) {
+			d.ticket = atomic_fetch_add_explicit(&p->ticket, 1, memory_order_relaxed);
+			idx = lb->pick(&p->conf->lb, cand, n, &d);
+		}
 		if (idx < 0) {
 			if (idx == LB_WAIT && h->would_wait)
 				*h->would_wait = 1;
@@ -242,6 +252,13 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 			continue;
 		}
 		backend_count(b, PM_BACKEND_REQUESTS, 1);
+		if (stuck >= 0)
+			pool_count(p, idx == stuck ? PM_POOL_SESSION_HITS : PM_POOL_SESSION_MOVES,
+				   1);
+		/* (re)stick: a new session, one that moved, or one half through its time */
+		if (h->has_session && h->session_learn && p->stick &&
+		    (idx != stuck || expires_s - now_s < p->stick->ttl_s / 2))
+			stick_put(p->stick, h->session, (unsigned)idx, now_s, 1);
 		if (lb->blocks && h->work) { /* (a hedge's copy is not counted as work) */
 			*h->work = llm_picked(b->llm, h->nblocks, cand[idx].hit_blocks);
 			*h->missed = h->nblocks - cand[idx].hit_blocks;

@@ -30,10 +30,15 @@ struct pick_hint {
 	int *would_wait;    /* out, may be NULL: set when NULL means "wait", not "nothing" */
 	uint64_t model;	    /* models_hash() of the request's "model", when has_model */
 	int has_model;
+	/* pools[].session: the conversation's stick_key(), when has_session; its backend is
+	 * preferred while eligible, and with session_learn the pick is remembered for it */
+	uint64_t session;
+	uint8_t has_session, session_learn;
 };
 
 /*
- * Choose a backend of <p> for one request. On success the backend's in-flight count is
+ * Choose a backend of <p> for one request: the session's backend when it has one and that
+ * backend is eligible, else the balancer's choice. On success the backend's in-flight count is
  * already raised; the caller lowers it when done. NULL when no backend is eligible, or when
  * the policy judges it better to wait for a busy backend (then some backend is busy).
  */

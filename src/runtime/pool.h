@@ -33,6 +33,7 @@ struct cluster_stats;
 struct ssl_ctx_st;
 struct prefix_index;
 struct pool_rt;
+struct stick_table;
 
 /*
  * What the generations of the config (a reload builds a new runtime beside the old one,
@@ -127,6 +128,7 @@ struct pool_rt {
 	struct pool_queue queue;	  /* requests waiting for a slot */
 	struct llm_fit *llm;		  /* balance: llm: its backends' TTFT fit (runtime/llm.h) */
 	struct model_set models;	  /* which backends serve which model (models.h) */
+	struct stick_table *stick;	  /* pools[].session: where each went (policy/stick.h) */
 	struct conf_backend spare_conf;	  /* what the spare slots' conf points to: defaults */
 };
 

@@ -337,6 +337,10 @@ static double read_cluster(const void *ctx, enum proxy_metric id)
 		return (double)atomic_load(&st->sent);
 	case PM_PROCESS_CLUSTER_PREFIXES_RECEIVED:
 		return (double)atomic_load(&st->received);
+	case PM_PROCESS_CLUSTER_SESSIONS_SENT:
+		return (double)atomic_load(&st->sessions_sent);
+	case PM_PROCESS_CLUSTER_SESSIONS_RECEIVED:
+		return (double)atomic_load(&st->sessions_received);
 	default:
 		return (double)atomic_load(&st->keys);
 	}
@@ -382,6 +386,18 @@ static double read_cluster_received(const void *ctx, size_t i)
 {
 	(void)i;
 	return read_cluster(ctx, PM_PROCESS_CLUSTER_PREFIXES_RECEIVED);
+}
+
+static double read_cluster_sessions_sent(const void *ctx, size_t i)
+{
+	(void)i;
+	return read_cluster(ctx, PM_PROCESS_CLUSTER_SESSIONS_SENT);
+}
+
+static double read_cluster_sessions_received(const void *ctx, size_t i)
+{
+	(void)i;
+	return read_cluster(ctx, PM_PROCESS_CLUSTER_SESSIONS_RECEIVED);
 }
 
 static const char *read_pool_name(const void *ctx, size_t i)
@@ -619,6 +635,13 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
     [PM_POOL_RETRIES_DENIED] = {"accelnet_pool_retries_denied_total", METRIC_COUNTER,
 				"retries the retry budget turned down", NULL, POOL,
 				.json = "retries_denied", .json_as = MJ_UINT},
+    [PM_POOL_SESSION_HITS] = {"accelnet_pool_session_hits_total", METRIC_COUNTER,
+			      "requests sent to their conversation's backend (pools.session)", NULL,
+			      POOL, .json = "session_hits", .json_as = MJ_UINT},
+    [PM_POOL_SESSION_MOVES] = {"accelnet_pool_session_moves_total", METRIC_COUNTER,
+			       "requests whose conversation's backend could not take them, "
+			       "sent elsewhere (the conversation moves)",
+			       NULL, POOL, .json = "session_moves", .json_as = MJ_UINT},
     [PM_POOL_SPILLED_IN] = {"accelnet_pool_spilled_in_total", METRIC_COUNTER,
 			    "requests moved here by a route's spillover", NULL, POOL,
 			    .json = "spilled_in", .json_as = MJ_UINT},
@@ -771,6 +794,19 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 					      NULL, .space = SPACE_PROCESS,
 					      .json = "cluster_prefixes_received",
 					      .json_as = MJ_UINT, .read = read_cluster_received},
+    [PM_PROCESS_CLUSTER_SESSIONS_SENT] = {"accelnet_cluster_sessions_sent_total", METRIC_COUNTER,
+					  "sessions (pools.session) sent to the other instances",
+					  NULL, .space = SPACE_PROCESS,
+					  .json = "cluster_sessions_sent", .json_as = MJ_UINT,
+					  .read = read_cluster_sessions_sent},
+    [PM_PROCESS_CLUSTER_SESSIONS_RECEIVED] = {"accelnet_cluster_sessions_received_total",
+					      METRIC_COUNTER,
+					      "the other instances' sessions taken into this one's "
+					      "tables",
+					      NULL, .space = SPACE_PROCESS,
+					      .json = "cluster_sessions_received",
+					      .json_as = MJ_UINT,
+					      .read = read_cluster_sessions_received},
     [PM_PROCESS_TUNNELS_OPEN] =
 	{"accelnet_tunnels_open", METRIC_GAUGE,
 	 "WebSocket tunnels open now (routes.websocket, limits.max_tunnels)", NULL,

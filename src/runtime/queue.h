@@ -44,6 +44,8 @@ struct waiter {
 	uint32_t work;	 /* ... and its expected time there (0: none counted) */
 	uint64_t model;	 /* models_hash() of the request's "model": only its backends serve it */
 	int has_model;
+	uint64_t session; /* pools[].session: the conversation's stick_key(), when has_session */
+	uint8_t has_session, session_learn; /* ... and whether a pick is remembered for it */
 };
 
 struct pool_queue {

@@ -15,6 +15,7 @@
 #include "cache/store.h"
 #include "policy/prefix_index.h"
 #include "policy/evict.h"
+#include "policy/stick.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -121,7 +122,9 @@ int runtime_create(const struct conf *conf, struct runtime **out)
 			goto fail;
 		rc = -ENOMEM;
 		p->backends = calloc(p->nbackends, sizeof(*p->backends));
-		if (!p->backends || (pc->balance->blocks && llm_fit_new(&p->llm) < 0))
+		if (!p->backends || (pc->balance->blocks && llm_fit_new(&p->llm) < 0) ||
+		    (pc->session.enabled &&
+		     stick_table_new(pc->session.max_entries, pc->session.ttl_s, &p->stick) < 0))
 			goto fail;
 		for (size_t j = 0, k = 0, slot = 0; j < p->nbackends; j++) {
 			struct backend *b = &p->backends[j];
@@ -197,6 +200,7 @@ void runtime_destroy(struct runtime *rt)
 		}
 		free(rt->pools[i].backends);
 		free(rt->pools[i].llm);
+		stick_table_free(rt->pools[i].stick);
 		models_free(&rt->pools[i].models);
 		net_tls_ctx_free(rt->pools[i].tls);
 		if (rt->pools[i].conf)

@@ -146,6 +146,7 @@ static void job_on_abort(void *arg)
 }
 
 #define HEADERS_MAX 768
+#define SIM_API_RESPONSES 2 /* a job's chat: 0 completions, 1 chat, 2 the Responses API */
 
 /* The model's header line, or "" when the request named none. */
 static void model_header(const char *model, char *out, size_t len)
@@ -239,6 +240,25 @@ static uint64_t sim_stall_end(const struct sim *s, uint64_t now)
 	return phase >= every - stall ? now + (every - phase) : 0;
 }
 
+/* The whole answer of a Responses API job (/v1/responses) into body[0..cap): its id names
+ * this sim, so the ids of several sims behind one proxy never meet. How many bytes. */
+static size_t responses_body(struct sim_job *j, char *body, size_t cap)
+{
+	size_t used = (size_t)snprintf(
+	    body, cap,
+	    "{\"id\":\"resp_%s_%lu\",\"object\":\"response\",\"status\":\"completed\","
+	    "\"model\":\"%s\",\"output\":[{\"type\":\"message\",\"role\":\"assistant\","
+	    "\"content\":[{\"type\":\"output_text\",\"text\":\"",
+	    j->sim->opts.name, j->id, job_model(j));
+	for (unsigned i = 0; i < j->tokens; i++)
+		used += (size_t)snprintf(body + used, cap - used, "tok%u ", i);
+	used += (size_t)snprintf(body + used, cap - used,
+				 "\"}]}],\"usage\":{\"input_tokens\":%u,\"output_tokens\":%u,"
+				 "\"total_tokens\":%u}}\n",
+				 j->prompt_tokens, j->tokens, j->prompt_tokens + j->tokens);
+	return used;
+}
+
 static void job_finish_whole(struct sim_job *j)
 {
 	struct sim *s = j->sim;
@@ -248,6 +268,10 @@ static void job_finish_whole(struct sim_job *j)
 	if (!body) {
 		job_fail(j);
 		return;
+	}
+	if (j->chat == SIM_API_RESPONSES) {
+		used = responses_body(j, body, cap);
+		goto respond;
 	}
 	if (j->chat)
 		used += (size_t)snprintf(body, cap,
@@ -267,6 +291,7 @@ static void job_finish_whole(struct sim_job *j)
 	    "\"%s,\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":%u,"
 	    "\"completion_tokens\":%u,\"total_tokens\":%u}}\n",
 	    j->chat ? "}" : "", j->prompt_tokens, j->tokens, j->prompt_tokens + j->tokens);
+respond:
 	s->completions++;
 	job_headers(j, headers, sizeof(headers));
 	hsrv_respond(j->conn, 200, "application/json", headers, body, used);
@@ -638,7 +663,7 @@ static void take_completion(struct sim *s, struct hsrv_conn *c, int chat, const 
 	if (nblocks)
 		memcpy(j->hash, s->scratch, (size_t)nblocks * sizeof(*j->hash));
 	j->partial_block = text > (size_t)nblocks * s->opts.block_bytes;
-	j->stream = view.stream;
+	j->stream = view.stream && chat != SIM_API_RESPONSES; /* (a response: answered whole) */
 	long max_tokens = json_number(body, body_len, "max_tokens");
 	if (max_tokens < 0)
 		max_tokens = json_number(body, body_len, "max_completion_tokens");
@@ -666,6 +691,10 @@ static void sim_on_request(void *arg, struct hsrv_conn *c, const struct http_hea
 
 	int completions = http_str_eq(req->path, "/v1/completions");
 	int chat = http_str_eq(req->path, "/v1/chat/completions");
+	if (http_str_eq(req->path, "/v1/responses") && req->meth == HTTP_POST) {
+		take_completion(s, c, SIM_API_RESPONSES, body, body_len);
+		return;
+	}
 	/* a GET gets a completion too (of --tokens): for tools that send only GET, such as
 	 * slowhttptest's slow-read mode */
 	if ((completions || chat) && (req->meth == HTTP_POST || req->meth == HTTP_GET)) {

@@ -101,6 +101,11 @@ FAMILIES = {  # name: (type, help)
     "accelnet_pool_unavailable_total": ("counter",
                                         "requests turned away with no backend to serve them"),
     "accelnet_pool_retries_denied_total": ("counter", "retries the retry budget turned down"),
+    "accelnet_pool_session_hits_total": ("counter", "requests sent to their conversation's "
+                                         "backend (pools.session)"),
+    "accelnet_pool_session_moves_total": ("counter", "requests whose conversation's backend "
+                                          "could not take them, sent elsewhere (the "
+                                          "conversation moves)"),
     "accelnet_pool_spilled_in_total": ("counter", "requests moved here by a route's spillover"),
     "accelnet_pool_discovery_answers_total": ("counter", "DNS answers applied to the pool's "
                                               "discovered backends (backends.discover), empty "
@@ -161,6 +166,10 @@ FAMILIES = {  # name: (type, help)
                                              "instances (balance: llm without kv_events)"),
     "accelnet_cluster_prefixes_received_total": ("counter", "the other instances' prompts taken "
                                                  "into this one's prefix indexes"),
+    "accelnet_cluster_sessions_sent_total": ("counter", "sessions (pools.session) sent to the "
+                                             "other instances"),
+    "accelnet_cluster_sessions_received_total": ("counter", "the other instances' sessions taken "
+                                                 "into this one's tables"),
     "accelnet_tunnels_open": ("gauge", "WebSocket tunnels open now (routes.websocket, "
                               "limits.max_tunnels)"),
     "accelnet_tunnel_bytes_total": ("counter", "bytes relayed through WebSocket tunnels, by "
@@ -193,8 +202,8 @@ FAMILIES = {  # name: (type, help)
                                      "accelnet_route_tokens_total"),
 }
 
-POOL_KEYS = ["name", "balance", "unavailable", "retries_denied", "spilled_in", "discovery",
-             "queue", "backends"]
+POOL_KEYS = ["name", "balance", "unavailable", "retries_denied", "spilled_in", "session_hits",
+             "session_moves", "discovery", "queue", "backends"]
 QUEUE_KEYS = ["discipline", "length", "enqueued", "granted", "timeouts", "overflows", "displaced",
               "spilled", "withdrawn", "wait_ms"]
 BACKEND_KEYS = ["address", "source", "state", "weight", "present", "up", "eligible", "ejected", "inflight", "max_concurrency",

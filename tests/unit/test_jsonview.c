@@ -312,6 +312,21 @@ static void stream_and_prompt(void **state)
 	assert_int_equal(b[v.prompt.e - 1], ']');
 }
 
+/* previous_response_id: a top-level string only; twice is refused like any key twice */
+static void previous_response_id(void **state)
+{
+	(void)state;
+	struct json_view v;
+	const char *b = "{\"input\":{\"previous_response_id\":\"x\"},"
+			"\"previous_response_id\":\"resp_1\"}";
+	assert_int_equal(view_of(b, &v), 0);
+	assert_int_equal(v.prev_response.e - v.prev_response.s, 8);
+	assert_memory_equal(b + v.prev_response.s, "\"resp_1\"", 8);
+	assert_int_equal(view_of("{\"previous_response_id\":null}", &v), 0);
+	assert_int_equal(v.prev_response.e, 0);
+	refused("{\"previous_response_id\":\"a\",\"previous_response_id\":\"b\"}");
+}
+
 static void too_many_keys_refused(void **state)
 {
 	(void)state;
@@ -343,6 +358,7 @@ int main(void)
 	    cmocka_unit_test(max_tokens_read_as_the_backend_reads_it),
 	    cmocka_unit_test(choices_read_as_max_tokens_is),
 	    cmocka_unit_test(stream_and_prompt),
+	    cmocka_unit_test(previous_response_id),
 	    cmocka_unit_test(too_many_keys_refused),
 	};
 	return cmocka_run_group_tests_name("json view", tests, NULL, NULL);

@@ -1,0 +1,79 @@
+/*
+ * stick.h - where each conversation went: a bounded table from a session's hash to a backend
+ * of one pool, with a time to live, that every worker reads and writes without a lock; and a
+ * feed of what was written, for the cluster thread to pass on.
+ *
+ * A session is named by the client (pools[].session: a header, a cookie, the Responses API's
+ * previous_response_id); the table never holds those strings, only their 64-bit hash, and the
+ * backend as its index in the pool. What it answers is a preference: the balancer's pick
+ * (runtime/pick.c) takes it only when that backend is eligible for the request, so a hash
+ * that names a backend out of the pool, down, draining or full changes nothing.
+ *
+ * The table is set-associative: a hash has STICK_WAYS places in its bucket, and an entry that
+ * finds none free nor expired takes the place of the one that expires first. Its size is fixed
+ * when it is made (max_entries), so a client that invents session ids by the million pushes
+ * out the oldest entries and takes no memory. Each place is two words, the hash and its value
+ * (a tag of the hash, the backend, the expiry in seconds); a reader that meets a place being
+ * rewritten sees the tag disagree and takes it for a miss (a miss costs a balancer's pick).
+ *
+ * The feed is a ring of the entries written with stick_put(..., 1): many writers claim slots
+ * with one fetch-add and stamp them (odd while writing, even once written), one reader drains
+ * it behind them and skips what it fell a ring behind on (policy/prefix_feed.h works the same
+ * way).
+ */
+#ifndef ACCELNET_POLICY_STICK_H
+#define ACCELNET_POLICY_STICK_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define STICK_WAYS 4
+#define STICK_FEED_SLOTS 1024
+
+struct stick_place {
+	_Atomic uint64_t key;
+	_Atomic uint64_t val; /* tag (16) | backend + 1 (16) | expiry, seconds (32); 0: empty */
+};
+
+struct stick_feed_slot {
+	_Atomic uint64_t stamp; /* 2i + 1 while entry i is written, 2i + 2 once it is */
+	_Atomic uint64_t key;
+	_Atomic uint32_t backend;
+};
+
+struct stick_table {
+	struct stick_place *place; /* nbuckets * STICK_WAYS */
+	size_t nbuckets;	   /* a power of two */
+	unsigned ttl_s;
+	int shared;	       /* the feed is read (cluster:): set before any writer runs */
+	_Atomic uint64_t head; /* feed entries claimed so far */
+	struct stick_feed_slot feed[STICK_FEED_SLOTS];
+};
+
+/* A table of about <max_entries> (at least STICK_WAYS) whose entries last <ttl_s>. 0 or
+ * -ENOMEM. */
+int stick_table_new(size_t max_entries, unsigned ttl_s, struct stick_table **out);
+void stick_table_free(struct stick_table *t);
+
+/* The hash of a session's name <p>[0..len): the same on every instance (unseeded), never 0. */
+uint64_t stick_key(const void *p, size_t len);
+
+/*
+ * The backend <key> went to, while its entry lives at <now_s>: its index, and in *expires_s
+ * (may be NULL) when the entry expires; -1 when none.
+ */
+int stick_get(const struct stick_table *t, uint64_t key, uint32_t now_s, uint32_t *expires_s);
+
+/* <key> goes to backend <backend> (< 65535) from <now_s> for the table's ttl; also into the
+ * feed when <feed> (what this instance learned, not what another told it) and the table is
+ * shared (no one reads the feed otherwise: its head is not written). */
+void stick_put(struct stick_table *t, uint64_t key, unsigned backend, uint32_t now_s, int feed);
+
+/*
+ * The next entry of the feed after *cursor (the reader's own count, 0 at first): 1 with *key
+ * and *backend, or 0 when none is ready. One reader.
+ */
+int stick_feed_take(struct stick_table *t, uint64_t *cursor, uint64_t *key, unsigned *backend);
+
+#endif

@@ -1,0 +1,110 @@
+/*
+ * test_stick.c - the session table: an entry answers its backend until its time is up; a
+ * bucket full of live entries gives up the one nearest its end; a place caught between two
+ * writes answers a miss, never another key's backend; the table's size is fixed whatever is
+ * put in it; the feed gives what was learned here, in order, and not what others told.
+ */
+#include "policy/stick.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+static void get_what_was_put_until_it_expires(void **state)
+{
+	(void)state;
+	struct stick_table *t;
+	uint32_t exp = 0;
+	assert_int_equal(stick_table_new(64, 10, &t), 0);
+	uint64_t k = stick_key("conv-1", 6);
+	assert_int_equal(stick_get(t, k, 100, NULL), -1);
+	stick_put(t, k, 3, 100, 0);
+	assert_int_equal(stick_get(t, k, 100, &exp), 3);
+	assert_int_equal(exp, 110);
+	assert_int_equal(stick_get(t, k, 109, NULL), 3);
+	assert_int_equal(stick_get(t, k, 110, NULL), -1); /* its time is up */
+	stick_put(t, k, 1, 105, 0);			  /* moved: the new backend */
+	assert_int_equal(stick_get(t, k, 109, NULL), 1);
+	assert_int_equal(stick_get(t, stick_key("conv-2", 6), 109, NULL), -1);
+	assert_int_not_equal(stick_key("", 0), 0);
+	stick_put(t, k, 0xffff, 105, 0); /* no such backend index: nothing changes */
+	assert_int_equal(stick_get(t, k, 109, NULL), 1);
+	stick_table_free(t);
+}
+
+static void a_full_bucket_gives_up_the_oldest(void **state)
+{
+	(void)state;
+	struct stick_table *t;
+	assert_int_equal(stick_table_new(STICK_WAYS, 100, &t), 0); /* one bucket */
+	assert_int_equal(t->nbuckets, 1);
+	for (uint64_t k = 1; k <= STICK_WAYS; k++)
+		stick_put(t, k << 20, (unsigned)k, (uint32_t)k, 0); /* the first ends first */
+	stick_put(t, 99ull << 20, 7, 50, 0);
+	assert_int_equal(stick_get(t, 1ull << 20, 60, NULL), -1);
+	assert_int_equal(stick_get(t, 2ull << 20, 60, NULL), 2);
+	assert_int_equal(stick_get(t, 99ull << 20, 60, NULL), 7);
+	/* a million invented names: the table keeps its size and the last ones */
+	for (uint64_t k = 0; k < 1000000; k++)
+		stick_put(t, stick_key(&k, sizeof(k)), 1, 60, 0);
+	assert_int_equal(t->nbuckets, 1);
+	stick_table_free(t);
+}
+
+static void a_place_being_rewritten_is_a_miss(void **state)
+{
+	(void)state;
+	struct stick_table *t;
+	assert_int_equal(stick_table_new(STICK_WAYS, 100, &t), 0);
+	uint64_t a = 0x1111000000000000ull, b = 0x2222000000000000ull;
+	stick_put(t, a, 4, 10, 0);
+	struct stick_place *p = NULL;
+	for (size_t i = 0; i < STICK_WAYS; i++)
+		if (atomic_load(&t->place[i].key) == a)
+			p = &t->place[i];
+	assert_non_null(p);
+	atomic_store(&p->key, b); /* a writer of b stopped between its two stores */
+	assert_int_equal(stick_get(t, b, 20, NULL), -1);
+	assert_int_equal(stick_get(t, a, 20, NULL), -1);
+	stick_table_free(t);
+}
+
+static void the_feed_gives_what_was_learned_here(void **state)
+{
+	(void)state;
+	struct stick_table *t;
+	uint64_t cursor = 0, key;
+	unsigned be;
+	assert_int_equal(stick_table_new(64, 100, &t), 0);
+	stick_put(t, 10, 1, 5, 1); /* not shared: no feed */
+	assert_int_equal(stick_feed_take(t, &cursor, &key, &be), 0);
+	t->shared = 1;
+	stick_put(t, 11, 1, 5, 1);
+	stick_put(t, 12, 2, 5, 0); /* told by another instance: not passed on */
+	stick_put(t, 13, 3, 5, 1);
+	assert_int_equal(stick_feed_take(t, &cursor, &key, &be), 1);
+	assert_true(key == 11 && be == 1);
+	assert_int_equal(stick_feed_take(t, &cursor, &key, &be), 1);
+	assert_true(key == 13 && be == 3);
+	assert_int_equal(stick_feed_take(t, &cursor, &key, &be), 0);
+	/* a reader a ring behind skips what was overwritten */
+	for (uint64_t k = 0; k < STICK_FEED_SLOTS + 5; k++)
+		stick_put(t, 100 + k, 0, 5, 1);
+	assert_int_equal(stick_feed_take(t, &cursor, &key, &be), 1);
+	assert_int_equal(key, 105);
+	stick_table_free(t);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(get_what_was_put_until_it_expires),
+	    cmocka_unit_test(a_full_bucket_gives_up_the_oldest),
+	    cmocka_unit_test(a_place_being_rewritten_is_a_miss),
+	    cmocka_unit_test(the_feed_gives_what_was_learned_here),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
