@@ -46,6 +46,7 @@
 #include "control/statefile.h"
 #include "control/upgrade.h"
 #include "proxy/quota.h"
+#include "proxy/spend.h"
 #include "proxy/tally.h"
 #include "proxy/worker.h"
 #include "proxy/xhooks.h"
@@ -141,7 +142,8 @@ static uint64_t proxy_buffer_bytes(const void *sh)
 	return shed_buffer_bytes(sh);
 }
 
-/* The routes' limits and the accept rate: fixed tables, made before anything serves. */
+/* The routes' limits and budgets and the accept rate: fixed tables, made before anything
+ * serves. */
 static int proxy_limits_build(struct worker_shared *sh, char *err, size_t errlen)
 {
 	const struct conf *c = sh->conf;
@@ -156,6 +158,11 @@ static int proxy_limits_build(struct worker_shared *sh, char *err, size_t errlen
 	for (size_t i = 0; i < c->nroutes; i++)
 		if (limits_init(&sh->limits[i], c->routes[i].rate_limit) < 0)
 			goto nomem;
+	if (!(sh->budgets = calloc(c->nroutes ? c->nroutes : 1, sizeof(*sh->budgets))))
+		goto nomem;
+	for (size_t i = 0; i < c->nroutes; i++)
+		if (budget_init(&sh->budgets[i], c->routes[i].budget) < 0)
+			goto nomem;
 	return 0;
 nomem:
 	snprintf(err, errlen, "out of memory for rate limits");
@@ -169,6 +176,9 @@ static void proxy_limits_free(struct worker_shared *sh)
 	for (size_t i = 0; sh->limits && i < sh->conf->nroutes; i++)
 		limits_fini(&sh->limits[i]);
 	free(sh->limits);
+	for (size_t i = 0; sh->budgets && i < sh->conf->nroutes; i++)
+		budget_fini(&sh->budgets[i]);
+	free(sh->budgets);
 }
 
 /*
@@ -906,7 +916,7 @@ out:
  * end, the figures, the log and /debug/requests read what it did before the cache and the
  * limits let go of what it holds, and a spliced body's pipe goes back last. */
 static const struct xhook *const proxy_features[] = {
-    &tally_hook, &access_hook,	&debugreq_hook, &caching_hook,
+    &tally_hook, &spend_hook, &access_hook, &debugreq_hook, &caching_hook,
     &quota_hook, &forward_hook, &splice_hook,
 };
 
