@@ -30,8 +30,7 @@ static int read_amount(struct rules_ctx *x, yaml_node_t *v, const char *what, ui
 	return 0;
 }
 
-static int read_price(struct rules_ctx *x, const char *model, yaml_node_t *v,
-		      struct spend_price *p)
+static int read_price(struct rules_ctx *x, const char *model, yaml_node_t *v, struct spend_price *p)
 {
 	static const char *const keys[] = {"input", "cached_input", "output"};
 	uint64_t *fields[] = {&p->input, &p->cached_input, &p->output};
@@ -62,8 +61,8 @@ static int read_price(struct rules_ctx *x, const char *model, yaml_node_t *v,
 		given[i] = 1;
 	}
 	if (!given[0] || !given[2])
-		return rules_fail(x, v, "prices: %s: give both input and output (per million tokens)",
-				  model);
+		return rules_fail(
+		    x, v, "prices: %s: give both input and output (per million tokens)", model);
 	if (!given[1])
 		p->cached_input = p->input;
 	return 0;
@@ -93,7 +92,8 @@ int schema_read_prices(struct rules_ctx *x, const struct rule *r, yaml_node_t *v
 			return rules_fail(x, k, "prices: expected a model name (1 to 255 bytes)");
 		for (size_t i = 0; i < len; i++)
 			if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
-				return rules_fail(x, k, "prices: a model name holds a control byte");
+				return rules_fail(x, k,
+						  "prices: a model name holds a control byte");
 		for (size_t i = 0; i < c->nprices; i++)
 			if (strcmp(c->prices[i].model, name) == 0)
 				return rules_fail(x, k, "prices: '%s' is priced twice", name);
@@ -134,8 +134,8 @@ const struct rule schema_budget_rules[] = {
     {"per_tenant", RULE_SECTION, offsetof(struct conf_budget, per_tenant), 0, 0, NULL,
      read_budget_amount},
     {"window", RULE_SECTION, offsetof(struct conf_budget, window_s), 0, 0, NULL, read_window},
-    {"default_max_tokens", RULE_UINT, offsetof(struct conf_budget, default_max_tokens), 1,
-     10000000, NULL, NULL},
+    {"default_max_tokens", RULE_UINT, offsetof(struct conf_budget, default_max_tokens), 1, 10000000,
+     NULL, NULL},
     RULES_END,
 };
 
@@ -151,12 +151,12 @@ int schema_read_budget(struct rules_ctx *x, const struct rule *r, yaml_node_t *v
 	b->window_s = 86400;
 	int rc = rules_read_section(x, v, "budget", schema_budget_rules, b);
 	if (!rc && !b->per_tenant)
-		return rules_fail(x, v, "budget: give per_tenant, e.g. {per_tenant: 10.00, window: 1d}");
+		return rules_fail(x, v,
+				  "budget: give per_tenant, e.g. {per_tenant: 10.00, window: 1d}");
 	return rc;
 }
 
-int schema_spend_check(struct rules_ctx *x, yaml_node_t *root, yaml_node_t *routes,
-		       struct conf *c)
+int schema_spend_check(struct rules_ctx *x, yaml_node_t *root, yaml_node_t *routes, struct conf *c)
 {
 	for (size_t i = 0; i < c->nroutes; i++) {
 		const struct conf_route *rt = &c->routes[i];

@@ -17,7 +17,6 @@ int schema_read_budget(struct rules_ctx *x, const struct rule *r, yaml_node_t *v
 
 /* The whole config read: every route with a budget has auth, and prices: is given. 0, or
  * -EINVAL with the message at the budget. */
-int schema_spend_check(struct rules_ctx *x, yaml_node_t *root, yaml_node_t *routes,
-		       struct conf *c);
+int schema_spend_check(struct rules_ctx *x, yaml_node_t *root, yaml_node_t *routes, struct conf *c);
 
 #endif

@@ -54,9 +54,8 @@ static struct budget_slot *slot_of(struct route_budget *b, uint64_t tenant, uint
 			atomic_fetch_add_explicit(&b->shared, 1, memory_order_relaxed);
 			return least;
 		}
-		if (atomic_compare_exchange_strong_explicit(&idle->key, &idle_key, tenant,
-							    memory_order_acq_rel,
-							    memory_order_acquire))
+		if (atomic_compare_exchange_strong_explicit(
+			&idle->key, &idle_key, tenant, memory_order_acq_rel, memory_order_acquire))
 			return idle;
 		/* another tenant claimed it first: look again */
 	}

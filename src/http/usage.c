@@ -23,8 +23,8 @@
 
 #include <string.h>
 
-static const char *const keys[] = {"total_tokens", "prompt_tokens", "completion_tokens",
-				   "cached_tokens", "content",		 "text"};
+static const char *const keys[] = {"total_tokens",  "prompt_tokens", "completion_tokens",
+				   "cached_tokens", "content",	     "text"};
 enum { K_TOTAL, K_PROMPT, K_COMPLETION, K_CACHED, K_CONTENT, K_TEXT, NKEYS };
 enum { K_NONE = 0xff };
 enum { A_NONE, A_NUMBER, A_STRING_OPEN, A_STRING_FIRST };

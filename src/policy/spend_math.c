@@ -95,7 +95,7 @@ uint64_t spend_window_left(uint64_t now_s, uint64_t window_s)
 
 #define TAG_MASK ((1ull << SPEND_TAG_BITS) - 1)
 #define WORD_TAG(w) ((w) >> SPEND_SPENT_BITS)
-#define WORD_SPENT(w) ((w) & SPEND_SPENT_MAX)
+#define WORD_SPENT(w) ((w)&SPEND_SPENT_MAX)
 
 static uint64_t word_of(uint64_t win, uint64_t spent)
 {
@@ -107,8 +107,7 @@ uint64_t spend_word_spent(uint64_t word, uint64_t win)
 	return WORD_TAG(word) == (win & TAG_MASK) ? WORD_SPENT(word) : 0;
 }
 
-int spend_word_reserve(uint64_t word, uint64_t win, uint64_t cost, uint64_t budget,
-		       uint64_t *next)
+int spend_word_reserve(uint64_t word, uint64_t win, uint64_t cost, uint64_t budget, uint64_t *next)
 {
 	uint64_t spent = spend_word_spent(word, win);
 	if (budget > SPEND_SPENT_MAX)

@@ -25,11 +25,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SPEND_MICROS 1000000ull	   /* micro-units in one unit of currency */
+#define SPEND_MICROS 1000000ull /* micro-units in one unit of currency */
 #define SPEND_SPENT_BITS 40
 #define SPEND_TAG_BITS 24
 #define SPEND_SPENT_MAX ((1ull << SPEND_SPENT_BITS) - 1)
-#define SPEND_AMOUNT_MAX 1000000ull /* the largest budget or price, in currency units */
+#define SPEND_AMOUNT_MAX 1000000ull	     /* the largest budget or price, in currency units */
 #define SPEND_WINDOW_MAX_S (3660ull * 86400) /* ten years */
 
 /* A model's prices: micro-units per million tokens. */
@@ -73,8 +73,7 @@ uint64_t spend_word_spent(uint64_t word, uint64_t win);
  * Reserve <cost> in <word> for window <win> within <budget>: 1 with *next the word to swap
  * in, or 0 when spent plus cost would pass the budget (*next untouched).
  */
-int spend_word_reserve(uint64_t word, uint64_t win, uint64_t cost, uint64_t budget,
-		       uint64_t *next);
+int spend_word_reserve(uint64_t word, uint64_t win, uint64_t cost, uint64_t budget, uint64_t *next);
 
 /*
  * Settle a reservation of <reserved> made in window <win> at <actual>: the word to swap in

@@ -166,8 +166,7 @@ enum run quota_note_body(struct exchange *x, const char *body)
 	if (!x->route->budget)
 		return RUN_AGAIN;
 	return spend_note_body(
-	    x, body,
-	    answers_tokens(&x->reqbody.view, x->route->budget->default_max_tokens));
+	    x, body, answers_tokens(&x->reqbody.view, x->route->budget->default_max_tokens));
 }
 
 /* The token limit's reservation. */

@@ -68,7 +68,8 @@ enum run spend_note_body(struct exchange *x, const char *body, uint64_t max_toke
 				      "\"model\"",
 				      1);
 	for (size_t i = 0; i < c->nprices; i++)
-		if (strlen(c->prices[i].model) == len && memcmp(c->prices[i].model, model, len) == 0) {
+		if (strlen(c->prices[i].model) == len &&
+		    memcmp(c->prices[i].model, model, len) == 0) {
 			s->price = &c->prices[i].price;
 			s->model = i;
 			s->priced = 1;
@@ -98,8 +99,9 @@ enum run spend_reserve(struct exchange *x)
 	uint64_t now_s = (uint64_t)time(NULL), spent = 0;
 	if (!cost)
 		cost = 1; /* a free model still takes its turn against a spent budget */
-	if (budget_reserve(budget_of(x), classify_tenant_of(x->route, x->head, x->peer.key, x->peer.identity), cost, now_s, &s->hold, &spent) <
-	    0) {
+	if (budget_reserve(budget_of(x),
+			   classify_tenant_of(x->route, x->head, x->peer.key, x->peer.identity),
+			   cost, now_s, &s->hold, &spent) < 0) {
 		char have[32], limit[32], need[32], detail[224];
 		amount_text(have, sizeof(have), spent);
 		amount_text(limit, sizeof(limit), b->per_tenant);
@@ -144,9 +146,10 @@ static void settle(struct exchange *x, int answered)
 	metrics_add(sh, PM_ROUTE_SPEND, (size_t)(x->route - w->conf->routes), s->cost);
 	metrics_add(sh, PM_MODEL_SPEND, s->model, s->cost);
 	if (x->peer.identity)
-		metrics_add(sh, PM_TENANT_SPEND,
-			    names_intern(w->rt->tenants, x->peer.identity, strlen(x->peer.identity)),
-			    s->cost);
+		metrics_add(
+		    sh, PM_TENANT_SPEND,
+		    names_intern(w->rt->tenants, x->peer.identity, strlen(x->peer.identity)),
+		    s->cost);
 }
 
 int spend_refused(const struct exchange *x)

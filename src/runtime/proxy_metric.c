@@ -41,6 +41,9 @@ enum {
 	SPACE_MODEL,
 	SPACE_COUNT
 };
+_Static_assert(sizeof(((struct runtime *)0)->metric_spaces) ==
+		   SPACE_COUNT * sizeof(struct metric_space),
+	       "a metric space for each SPACE_*");
 
 static const struct backend *be_at(const void *ctx, size_t i)
 {
