@@ -838,7 +838,7 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
     [PM_ROUTE_SPEND] = {"accelnet_route_spend_micros_total", METRIC_COUNTER,
 			"what the route's requests cost at the configured prices (routes with a "
 			"budget), in millionths of the prices' currency",
-			"micros", ROUTE, .json = "spend_micros", .json_as = MJ_UINT},
+			"micros", ROUTE},
     [PM_TENANT_NAME] = {TENANT, JSON_ONLY("name", MJ_STRING), .read_str = read_tenant_name},
     [PM_TENANT_REQUESTS] = {"accelnet_tenant_requests_total", METRIC_COUNTER,
 			    "requests of an authenticated tenant by the status class it got "
@@ -852,7 +852,7 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
     [PM_TENANT_SPEND] = {"accelnet_tenant_spend_micros_total", METRIC_COUNTER,
 			 "what an authenticated tenant's requests on routes with a budget cost at "
 			 "the configured prices, in millionths of the prices' currency",
-			 "micros", TENANT, .json = "spend_micros", .json_as = MJ_UINT},
+			 "micros", TENANT},
     [PM_MODEL_NAME] = {MODEL, JSON_ONLY("name", MJ_STRING), .read_str = read_model_name},
     [PM_MODEL_SPEND] = {"accelnet_model_spend_micros_total", METRIC_COUNTER,
 			"what requests for a priced model on routes with a budget cost, in "
