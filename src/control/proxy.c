@@ -502,7 +502,7 @@ static struct gen *gen_build(struct main_state *m, const struct conf *conf, int 
 		snprintf(err, errlen, "cannot subscribe to KV events (the log says why)");
 		goto fail;
 	}
-	if ((rc = cluster_start(conf, g->sh.rt, g->sh.limits, &g->cluster)) < 0) {
+	if ((rc = cluster_start(conf, g->sh.rt, g->sh.limits, g->sh.budgets, &g->cluster)) < 0) {
 		snprintf(err, errlen, "cannot share the limits through Redis (the log says why)");
 		goto fail;
 	}

@@ -75,9 +75,12 @@ int budget_reserve(struct route_budget *b, uint64_t tenant, uint64_t cost, uint6
 		}
 	} while (!atomic_compare_exchange_weak_explicit(&s->word, &w, next, memory_order_acq_rel,
 							memory_order_acquire));
+	if (b->synced)
+		atomic_fetch_add_explicit(&s->pending, (int64_t)cost, memory_order_relaxed);
 	h->slot = s;
 	h->window = win;
 	h->reserved = cost;
+	h->synced = b->synced;
 	return 0;
 }
 
@@ -87,9 +90,56 @@ void budget_settle(struct budget_hold *h, uint64_t actual)
 	if (!s)
 		return;
 	h->slot = NULL;
-	uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
-	while (!atomic_compare_exchange_weak_explicit(
-	    &s->word, &w, spend_word_settle(w, h->window, h->reserved, actual),
-	    memory_order_acq_rel, memory_order_acquire))
-		;
+	uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire), next;
+	do {
+		next = spend_word_settle(w, h->window, h->reserved, actual);
+	} while (!atomic_compare_exchange_weak_explicit(&s->word, &w, next, memory_order_acq_rel,
+							memory_order_acquire));
+	if (h->synced && next != w) { /* the window had not turned: tell the others */
+		int64_t d = actual > h->reserved ? (int64_t)(actual - h->reserved)
+						 : -(int64_t)(h->reserved - actual);
+		atomic_fetch_add_explicit(&s->pending, d, memory_order_relaxed);
+	}
+}
+
+size_t budget_collect(struct route_budget *b, uint64_t now_s, size_t *cursor,
+		      struct budget_sync_item *out, size_t max)
+{
+	if (!b->conf || !b->synced)
+		return 0;
+	uint64_t win = spend_window_of(now_s, b->conf->window_s);
+	size_t n = 0, i = *cursor % BUDGET_SLOTS;
+	for (size_t seen = 0; seen < BUDGET_SLOTS && n < max; seen++, i = (i + 1) % BUDGET_SLOTS) {
+		struct budget_slot *s = &b->slots[i];
+		uint64_t key = atomic_load_explicit(&s->key, memory_order_acquire);
+		if (!key)
+			continue;
+		uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
+		int64_t p = atomic_load_explicit(&s->pending, memory_order_relaxed);
+		if (!p && !spend_word_spent(w, win))
+			continue; /* nothing spent here in this window: nothing to hear of */
+		p = atomic_exchange_explicit(&s->pending, 0, memory_order_relaxed);
+		out[n++] =
+		    (struct budget_sync_item){.slot = s, .key = key, .window = win, .micros = p};
+	}
+	*cursor = i;
+	return n;
+}
+
+void budget_apply(const struct route_budget *b, const struct budget_sync_item *it, uint64_t total,
+		  uint64_t now_s)
+{
+	struct budget_slot *s = it->slot;
+	if (atomic_load_explicit(&s->key, memory_order_acquire) != it->key ||
+	    spend_window_of(now_s, b->conf->window_s) != it->window)
+		return; /* another tenant's now, or the window has turned: the next sync tells */
+	uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire), next;
+	do {
+		int64_t since = atomic_load_explicit(&s->pending, memory_order_relaxed);
+		uint64_t spent = since >= 0		    ? total + (uint64_t)since
+				 : (uint64_t)-since > total ? 0
+							    : total - (uint64_t)-since;
+		next = spend_word_at(it->window, spent);
+	} while (!atomic_compare_exchange_weak_explicit(&s->word, &w, next, memory_order_acq_rel,
+							memory_order_acquire));
 }

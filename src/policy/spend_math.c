@@ -102,6 +102,11 @@ static uint64_t word_of(uint64_t win, uint64_t spent)
 	return (win & TAG_MASK) << SPEND_SPENT_BITS | spent;
 }
 
+uint64_t spend_word_at(uint64_t win, uint64_t spent)
+{
+	return word_of(win, spent < SPEND_SPENT_MAX ? spent : SPEND_SPENT_MAX);
+}
+
 uint64_t spend_word_spent(uint64_t word, uint64_t win)
 {
 	return WORD_TAG(word) == (win & TAG_MASK) ? WORD_SPENT(word) : 0;

@@ -66,6 +66,9 @@ uint64_t spend_cost(const struct spend_price *p, uint64_t prompt, uint64_t cache
 uint64_t spend_window_of(uint64_t now_s, uint64_t window_s);
 uint64_t spend_window_left(uint64_t now_s, uint64_t window_s);
 
+/* The word of <spent> micro-units (at most SPEND_SPENT_MAX) in window <win>. */
+uint64_t spend_word_at(uint64_t win, uint64_t spent);
+
 /* The micro-units a word shows spent in window <win>: 0 when the word is of another. */
 uint64_t spend_word_spent(uint64_t word, uint64_t win);
 

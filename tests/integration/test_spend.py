@@ -270,3 +270,41 @@ def test_bad_prices_and_budgets_are_refused_with_their_place(env):
     assert rc != 0 and "budget: needs auth" in out and f"{path}:9:" in out, out
     rc, out, path = _check(env, head + route + "    budget: {per_tenant: 1}\n")
     assert rc != 0 and "needs the top-level prices" in out, out
+
+
+def test_a_budget_spent_on_one_instance_is_spent_on_the_others(env):
+    from test_cluster import _cluster, _instances, _redis
+    redis = _redis(env)
+    sim = env.sim("a", latency_ms=0, token_ms=0, tokens=MAX_TOKENS)
+    keys = env.write("keys", "".join(f"{t} {k}\n" for t, k in KEYS.items()))
+    body = "pools:\n" + pool_yaml("p", [sim.port]) + \
+        "prices:\n  m: {input: 1000, cached_input: 250, output: 4000}\n" + \
+        "routes:\n  - name: chat\n    pool: p\n    api: openai\n" \
+        f"    auth: {{api_keys_file: {keys}}}\n    budget: {{per_tenant: 1.00, window: 1d}}\n"
+    one, two = _instances(env, redis.port, body, n=2)
+    req = {"model": "m", "prompt": "spent across instances", "max_tokens": MAX_TOKENS}
+    cost = _cost("m", len(json.dumps(req)) // 4, MAX_TOKENS)
+    def synced():  # two syncs of each instance from now: what each sent, each has heard
+        start = [_cluster(p)["accelnet_cluster_syncs_total"] for p in (one, two)]
+        wait_until(lambda: all(_cluster(p)["accelnet_cluster_syncs_total"] >= n + 2
+                               for p, n in zip((one, two), start)), "two syncs each")
+
+    # a spends a request on each (each instance hears of a tenant once it has served it);
+    # then the rest on one
+    assert _post(two.port, "a", req)[0] == 200 and _post(one.port, "a", req)[0] == 200
+    synced()
+    passed = 2
+    while _post(one.port, "a", req)[0] == 200:
+        passed += 1
+        assert passed < 100
+    # all of it fit in the budget, counted together on both
+    assert passed == 1_000_000 // cost, (passed, cost)
+    # two hears of one's spend within a sync, and refuses a from then on
+    synced()
+    st, _, text = _post(two.port, "a", req)
+    assert st == 429 and json.loads(text)["error"]["type"] == "insufficient_quota", text
+    # b is another tenant, with its budget whole on both
+    assert _post(two.port, "b", req)[0] == 200 and _post(one.port, "b", req)[0] == 200
+    # Redis holds the total, in micro-units, per route, window and tenant
+    total = _spend(one, tenant="a") + _spend(two, tenant="a")
+    assert total == passed * cost <= 1_000_000, total
