@@ -171,6 +171,10 @@ int schema_spend_check(struct rules_ctx *x, yaml_node_t *root, yaml_node_t *rout
 			return rules_fail(x, n ? n : root,
 					  "routes: budget: needs auth (a budget is each "
 					  "authenticated tenant's)");
+		if (rt->websocket)
+			return rules_fail(x, n ? n : root,
+					  "routes: budget: not with websocket (a tunnel's messages "
+					  "cannot be priced)");
 		if (!c->nprices)
 			return rules_fail(x, n ? n : root,
 					  "routes: budget: needs the top-level prices "

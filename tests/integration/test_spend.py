@@ -185,6 +185,11 @@ def test_a_client_cannot_spend_another_tenants_budget(env):
                         ({}, {"user": "b"}), ({}, {"budget": 1000, "tenant": "b"})):
         st, _, text = _post(px.port, "a", dict(body, **extra), more)
         assert st == 429, (more, extra, st, text)
+    # a body that names its model twice (a cheap one for the proxy, a dear one for a
+    # backend that takes the last) is refused, never priced as either
+    raw = b'{"model": "m", "model": "dear", "prompt": "x", "max_tokens": 1}'
+    st, _, text = request(px.port, "POST", "/v1/completions", body=raw, headers=_headers("b"))
+    assert st == 400, (st, text)
     # and b's budget was not touched by any of it
     assert _spend(px, tenant="b") == 0
     assert _post(px.port, "b", body)[0] == 200
@@ -270,6 +275,10 @@ def test_bad_prices_and_budgets_are_refused_with_their_place(env):
     assert rc != 0 and "budget: needs auth" in out and f"{path}:9:" in out, out
     rc, out, path = _check(env, head + route + "    budget: {per_tenant: 1}\n")
     assert rc != 0 and "needs the top-level prices" in out, out
+    # a tunnel would carry unpriced traffic past the budget
+    rc, out, path = _check(env, head + good + route + "    websocket: true\n"
+                           "    budget: {per_tenant: 1}\n")
+    assert rc != 0 and "not with websocket" in out, out
 
 
 def test_a_budget_spent_on_one_instance_is_spent_on_the_others(env):
