@@ -20,7 +20,8 @@
  * (one counter per route, window and tenant, expiring after the window) and answers the
  * total, which becomes the tenant's spend here plus what came since (guard/budget.h). A count
  * whose sync failed goes back to be sent again, and while Redis is away each instance keeps
- * counting and enforces the whole budget on what it knows: money is never dropped, only late.
+ * counting and enforces the whole budget on what it knows: spend is sent late, not dropped
+ * (but what came in the last sync interval before the thread stops is not sent).
  *
  * per_ip limits stay local: one client address usually meets one instance, and sharing
  * every address would cost a Redis key per client.
