@@ -176,6 +176,40 @@ static void racing_workers_never_pass_the_budget(void **state)
 	budget_fini(&b);
 }
 
+static void a_sync_sends_what_came_and_takes_the_total(void **state)
+{
+	(void)state;
+	struct conf_budget c = {.per_tenant = 1000, .window_s = 100};
+	struct route_budget b;
+	assert_int_equal(budget_init(&b, &c), 0);
+	b.synced = 1;
+	struct budget_hold h = {0}, h2 = {0};
+	struct budget_sync_item it[4];
+	uint64_t spent = 0;
+	size_t cursor = 0;
+	/* 300 reserved, settled at 200: the sync carries 200 */
+	assert_int_equal(budget_reserve(&b, 7, 300, 1050, &h, &spent), 0);
+	budget_settle(&h, 200);
+	assert_int_equal(budget_collect(&b, 1050, &cursor, it, 4), 1);
+	assert_int_equal(it[0].key, 7);
+	assert_int_equal(it[0].window, 10);
+	assert_int_equal(it[0].micros, 200);
+	/* meanwhile 100 more here; the store says the others spent 600 (800 with ours) */
+	assert_int_equal(budget_reserve(&b, 7, 100, 1051, &h2, &spent), 0);
+	budget_apply(&b, &it[0], 800, 1052);
+	assert_int_equal(budget_reserve(&b, 7, 101, 1052, &h, &spent), -EAGAIN);
+	assert_int_equal(spent, 900);
+	/* the next sync carries only the 100 since */
+	assert_int_equal(budget_collect(&b, 1052, &cursor, it, 4), 1);
+	assert_int_equal(it[0].micros, 100);
+	/* an answer that comes after the window turned changes nothing */
+	budget_apply(&b, &it[0], 0, 1100);
+	assert_int_equal(budget_reserve(&b, 7, 101, 1053, &h, &spent), -EAGAIN);
+	/* a tenant that spent nothing in this window is not carried */
+	assert_int_equal(budget_collect(&b, 1200, &cursor, it, 4), 0);
+	budget_fini(&b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -184,6 +218,7 @@ int main(void)
 	    cmocka_unit_test(costs_round_up_and_saturate),
 	    cmocka_unit_test(the_word_reserves_settles_and_turns),
 	    cmocka_unit_test(racing_workers_never_pass_the_budget),
+	    cmocka_unit_test(a_sync_sends_what_came_and_takes_the_total),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
