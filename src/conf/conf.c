@@ -194,9 +194,13 @@ void conf_free(struct conf *c)
 		free(r->tenant_header);
 		conf_auth_free(r->auth);
 		free(r->rate_limit);
+		free(r->budget);
 		conf_fwd_free(r->fwd);
 	}
 	free(c->routes);
+	for (size_t i = 0; i < c->nprices; i++)
+		free(c->prices[i].model);
+	free(c->prices);
 	free(c->cache.eviction);
 	free(c->cache.tag_header);
 	free(c->models.json);

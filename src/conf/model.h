@@ -12,6 +12,7 @@
 
 #include "policy/lb.h"
 #include "policy/qdisc.h"
+#include "policy/spend_math.h"
 #include "net/addr.h"
 
 #include <stddef.h>
@@ -243,6 +244,19 @@ struct conf_rate_limit {
 	unsigned concurrency;	     /* requests in flight per tenant; 0: no cap */
 };
 
+/* prices: a model's prices (policy/spend_math.h), by the exact name clients write. */
+struct conf_price {
+	char *model;
+	struct spend_price price; /* micro-units per million tokens */
+};
+
+/* routes[].budget: what each tenant may spend per window (guard/budget.h). */
+struct conf_budget {
+	uint64_t per_tenant;	     /* micro-units per window */
+	uint64_t window_s;	     /* the window's length */
+	unsigned default_max_tokens; /* reserved when a request names no max_tokens */
+};
+
 enum conf_api {
 	CONF_API_NONE,	 /* text/plain error bodies */
 	CONF_API_OPENAI, /* {"error": {...}} JSON bodies, as the OpenAI API writes them */
@@ -283,6 +297,7 @@ struct conf_route {
 	unsigned sse_heartbeat_ms;	    /* 0: no heartbeats */
 	struct conf_auth *auth;		    /* NULL: anyone may use it */
 	struct conf_rate_limit *rate_limit; /* NULL: no limit */
+	struct conf_budget *budget;	    /* NULL: no budget */
 	unsigned api;			    /* CONF_API_*: the shape of the proxy's own errors */
 	unsigned access_log;		    /* 0: this route's requests are not logged */
 	unsigned websocket; /* a WebSocket handshake becomes a tunnel (proxy/tunnel.h) */
@@ -395,6 +410,8 @@ struct conf {
 	struct conf_probes probes;
 	struct conf_cache cache;
 	struct conf_cluster cluster;
+	struct conf_price *prices; /* prices:, in the order given */
+	size_t nprices;
 	/* discovery: how names of backends with discover are resolved (control/discover.h) */
 	struct {
 		char *resolvers; /* "IP:PORT,..." as c-ares takes it; NULL: the system's */

@@ -22,6 +22,7 @@
 #include "conf/schema_discovery.h"
 #include "conf/schema_engine.h"
 #include "conf/schema_forward.h"
+#include "conf/schema_spend.h"
 #include "conf/schema_tls.h"
 
 #include <ctype.h>
@@ -703,6 +704,7 @@ static const struct rule route_rules[] = {
     {"spillover", RULE_SECTION, 0, 0, 0, spill_rules, read_spillover},
     {"auth", RULE_SECTION, 0, 0, 0, schema_auth_rules, schema_read_auth},
     {"rate_limit", RULE_SECTION, 0, 0, 0, schema_rate_limit_rules, schema_read_rate_limit},
+    {"budget", RULE_SECTION, 0, 0, 0, schema_budget_rules, schema_read_budget},
     {"api", RULE_SECTION, offsetof(struct conf_route, api), 0, 0, NULL, schema_read_api},
     {"cache", RULE_SECTION, offsetof(struct conf_route, cache), 0, 0, schema_route_cache_rules,
      schema_read_route_cache},
@@ -885,6 +887,7 @@ static const struct rule top_rules[] = {
     {"discovery", RULE_SECTION, 0, 0, 0, schema_discovery_rules, schema_read_discovery},
     {"cluster", RULE_SECTION, offsetof(struct conf, cluster), 0, 0, schema_cluster_rules,
      schema_read_cluster},
+    {"prices", RULE_SECTION, 0, 0, 0, NULL, schema_read_prices},
     RULES_END,
 };
 
@@ -1035,7 +1038,8 @@ static int check_whole(struct rules_ctx *x, yaml_node_t *root)
 		route_defaults(&c->routes[0]); /* access_log on, as for any route */
 		c->nroutes = 1;
 	}
-	if (schema_cache_check(x, root, rules_value_of(x, root, "routes"), c) < 0)
+	if (schema_cache_check(x, root, rules_value_of(x, root, "routes"), c) < 0 ||
+	    schema_spend_check(x, root, rules_value_of(x, root, "routes"), c) < 0)
 		return -1;
 	return schema_model_list(x, rules_value_of(x, root, "routes"), c);
 }

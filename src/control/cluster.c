@@ -70,6 +70,13 @@ static const char CHARGE_LUA[] = "local t = redis.call('TIME')\n"
 				 "           math.floor((tat - now) / 1000) + 1000)\n"
 				 "return tat - now\n";
 
+/* KEYS[1]: a tenant's spend in a window; ARGV[1]: micro-units charged (signed); ARGV[2]:
+ * seconds it is kept. Never below 0 (a refund of what a lost key held). The total answered. */
+static const char SPEND_LUA[] = "local v = redis.call('INCRBY', KEYS[1], ARGV[1])\n"
+				"if v < 0 then redis.call('SET', KEYS[1], 0) v = 0 end\n"
+				"redis.call('EXPIRE', KEYS[1], ARGV[2])\n"
+				"return v\n";
+
 /* The longest an instance's entry in the live set may count (its expiry ahead of Redis's
  * clock): 3 x sync_ms + 2 x timeout_ms + 1 s at the largest values the config allows. An
  * entry further ahead was written by no instance. */
@@ -102,6 +109,13 @@ struct shared_limit {
 	struct shared_seen *seen;  /* RL_SLOTS for a request rate (its debt's floor), or NULL */
 };
 
+/* One route's shared budget. */
+struct shared_budget {
+	struct route_budget *b;
+	char prefix[KEY_MAX - 48]; /* its keys, less WINDOW ":" and the 16 hex digits */
+	size_t cursor;		   /* where the next collect goes on */
+};
+
 /* A balance: llm pool whose backends learn from routing: its stream, read up to <last_id>. */
 struct shared_pool {
 	struct pool_rt *p;
@@ -130,11 +144,15 @@ struct cluster {
 	const char **argv;		   /* XREAD's: 4 + 2 per pool */
 	struct shared_limit *lim;
 	size_t nlim;
+	struct shared_budget *bud;
+	size_t nbud;
+	struct budget_sync_item *bitems; /* SYNC_KEYS, and whose budget each is */
+	struct shared_budget **bitem_of;
 	char id[96];	       /* this instance in the live set */
 	char members[KEY_MAX]; /* the live set's key */
 	unsigned member_ttl_ms;
 	redisContext *redis;
-	char charge_sha[48], members_sha[48];
+	char charge_sha[48], members_sha[48], spend_sha[48];
 	uint64_t last_connect_ms;
 	int state;     /* -1: not known yet, 0: away, 1: there */
 	char why[192]; /* what went wrong last */
@@ -268,7 +286,8 @@ static int connect_redis(struct cluster *c)
 	if (c->conf->password_file && authenticate(c) < 0)
 		goto fail;
 	if (load_script(c, CHARGE_LUA, c->charge_sha) < 0 ||
-	    load_script(c, MEMBERS_LUA, c->members_sha) < 0)
+	    load_script(c, MEMBERS_LUA, c->members_sha) < 0 ||
+	    load_script(c, SPEND_LUA, c->spend_sha) < 0)
 		goto fail;
 	return 0;
 fail:
@@ -292,6 +311,38 @@ static size_t append_limits(struct cluster *c, uint64_t now_us)
 		n += got;
 	}
 	return n;
+}
+
+/* Append the tenants' spends of every shared budget to the pipeline: how many. */
+static size_t append_budgets(struct cluster *c, uint64_t now_s)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < c->nbud && n < SYNC_KEYS; i++) {
+		struct shared_budget *sb = &c->bud[i];
+		size_t got =
+		    budget_collect(sb->b, now_s, &sb->cursor, c->bitems + n, SYNC_KEYS - n);
+		uint64_t keep_s = sb->b->conf->window_s + 60;
+		for (size_t k = n; k < n + got; k++) {
+			c->bitem_of[k] = sb;
+			redisAppendCommand(
+			    c->redis, "EVALSHA %s 1 %s%llu:%016llx %lld %llu", c->spend_sha,
+			    sb->prefix, (unsigned long long)c->bitems[k].window,
+			    (unsigned long long)c->bitems[k].key, (long long)c->bitems[k].micros,
+			    (unsigned long long)keep_s);
+		}
+		n += got;
+	}
+	return n;
+}
+
+/* A sync failed before the store answered items <from>..<n> of the budgets: their counts go
+ * back to be sent again (the store may have added some already: charged twice, refused
+ * early, never free). */
+static void budgets_unsent(struct cluster *c, size_t from, size_t n)
+{
+	for (size_t k = from; k < n; k++)
+		atomic_fetch_add_explicit(&c->bitems[k].slot->pending, c->bitems[k].micros,
+					  memory_order_relaxed);
 }
 
 /* Append an XADD for each prompt the shared pools' backends answered since the last sync
@@ -572,18 +623,23 @@ static int sync_once(struct cluster *c)
 	uint64_t now_us = clock_now_ns() / 1000;
 	redisAppendCommand(c->redis, "EVALSHA %s 1 %s %s %u %u", c->members_sha, c->members, c->id,
 			   c->member_ttl_ms, (unsigned)MEMBER_TTL_MAX_MS);
+	uint64_t now_s = (uint64_t)time(NULL);
 	size_t n = append_limits(c, now_us);
+	size_t nb = append_budgets(c, now_s);
 	size_t sent = append_prefixes(c);
-	size_t prefixes_end = 1 + n + sent + (c->npools ? 1 : 0);
+	size_t prefixes_end = 1 + n + nb + sent + (c->npools ? 1 : 0);
 	size_t sessions = append_sessions(c);
 	size_t total = prefixes_end + sessions + (c->nsess ? 1 : 0);
 	redisReply *r = NULL;
 	for (size_t k = 0; k < total; k++) {
-		if (next_reply(c, &r) < 0)
+		if (next_reply(c, &r) < 0) {
+			budgets_unsent(c, k > n + 1 ? k - n - 1 : 0, nb);
 			return -EIO;
-		if (k <= n && r->type != REDIS_REPLY_INTEGER) {
+		}
+		if (k <= n + nb && r->type != REDIS_REPLY_INTEGER) {
 			failed(c, "a script answered no integer");
 			freeReplyObject(r);
+			budgets_unsent(c, k > n ? k - n - 1 : 0, nb);
 			return -EIO;
 		}
 		if (k == 0) {
@@ -595,6 +651,10 @@ static int sync_once(struct cluster *c)
 		} else if (k <= n) {
 			long long v = r->integer;
 			apply_debt(c, k - 1, v > 0 ? (uint64_t)v : 0);
+		} else if (k <= n + nb) {
+			long long v = r->integer;
+			const struct budget_sync_item *it = &c->bitems[k - n - 1];
+			budget_apply(c->bitem_of[k - n - 1]->b, it, v > 0 ? (uint64_t)v : 0, now_s);
 		} else if (k == prefixes_end - 1 && c->npools) {
 			take_streams(c, r);
 		} else if (k == total - 1 && c->nsess) {
@@ -696,6 +756,9 @@ static void cluster_free(struct cluster *c)
 	free(c->lim);
 	free(c->items);
 	free(c->item_lim);
+	free(c->bud);
+	free(c->bitems);
+	free(c->bitem_of);
 	free(c);
 }
 
@@ -744,7 +807,7 @@ static int share_pools(struct cluster *c, struct runtime *rt, const char *prefix
 }
 
 int cluster_start(const struct conf *conf, struct runtime *rt, struct route_limits *limits,
-		  struct cluster **out)
+		  struct route_budget *budgets, struct cluster **out)
 {
 	*out = NULL;
 	if (!conf->cluster.redis)
@@ -752,7 +815,10 @@ int cluster_start(const struct conf *conf, struct runtime *rt, struct route_limi
 	struct cluster *c = calloc(1, sizeof(*c));
 	if (!c || !(c->lim = calloc(conf->nroutes * LIMITS_PER_ROUTE + 1, sizeof(*c->lim))) ||
 	    !(c->items = calloc(SYNC_KEYS, sizeof(*c->items))) ||
-	    !(c->item_lim = calloc(SYNC_KEYS, sizeof(*c->item_lim)))) {
+	    !(c->item_lim = calloc(SYNC_KEYS, sizeof(*c->item_lim))) ||
+	    !(c->bud = calloc(conf->nroutes + 1, sizeof(*c->bud))) ||
+	    !(c->bitems = calloc(SYNC_KEYS, sizeof(*c->bitems))) ||
+	    !(c->bitem_of = calloc(SYNC_KEYS, sizeof(*c->bitem_of)))) {
 		log_error("cluster: out of memory");
 		if (c)
 			cluster_free(c);
@@ -776,6 +842,18 @@ int cluster_start(const struct conf *conf, struct runtime *rt, struct route_limi
 		return -ENOMEM;
 	}
 	const char *prefix = conf->cluster.key_prefix ? conf->cluster.key_prefix : "accelnet:";
+	for (size_t i = 0; i < conf->nroutes; i++) {
+		if (!budgets[i].conf)
+			continue;
+		struct shared_budget *sb = &c->bud[c->nbud++];
+		sb->b = &budgets[i];
+		if (conf->routes[i].name)
+			snprintf(sb->prefix, sizeof(sb->prefix), "%ssp:%.64s:", prefix,
+				 conf->routes[i].name);
+		else
+			snprintf(sb->prefix, sizeof(sb->prefix), "%ssp:%zu:", prefix, i);
+		budgets[i].synced = 1;
+	}
 	snprintf(c->members, sizeof(c->members), "%sinstances", prefix);
 	if (share_pools(c, rt, prefix) < 0) {
 		log_error("cluster: out of memory");

@@ -15,6 +15,14 @@
  * thread tries again every sync (at most one connect per second). It logs once when Redis
  * goes away and once when it is back, and shows it in accelnet_cluster_redis_up.
  *
+ * Spend budgets (routes.budget) go the same way: every sync sends what each tenant spent here
+ * since the last in the current window, Redis adds it to the tenant's total for that window
+ * (one counter per route, window and tenant, expiring after the window) and answers the
+ * total, which becomes the tenant's spend here plus what came since (guard/budget.h). A count
+ * whose sync failed goes back to be sent again, and while Redis is away each instance keeps
+ * counting and enforces the whole budget on what it knows: spend is sent late, not dropped
+ * (but what came in the last sync interval before the thread stops is not sent).
+ *
  * per_ip limits stay local: one client address usually meets one instance, and sharing
  * every address would cost a Redis key per client.
  *
@@ -33,6 +41,7 @@
 #define ACCELNET_CONTROL_CLUSTER_H
 
 #include "conf/model.h"
+#include "guard/budget.h"
 #include "guard/limits.h"
 #include "runtime/cluster_stats.h"
 #include "runtime/pool.h"
@@ -43,13 +52,14 @@
 struct cluster;
 
 /*
- * Share the limits of <conf>'s routes (<limits>, one per route) and what <rt>'s llm pools
- * learn of their backends' prefixes through conf->cluster's Redis: marks the limits synced
+ * Share the limits and budgets of <conf>'s routes (<limits>, <budgets>, one per route) and
+ * what <rt>'s llm pools learn of their backends' prefixes through conf->cluster's Redis:
+ * marks the limits and budgets synced
  * and gives the backends their feeds (before any worker runs) and starts the thread, which
  * tries Redis at once. No cluster: section: *out NULL, nothing done. 0, or -errno (said why).
  */
 int cluster_start(const struct conf *conf, struct runtime *rt, struct route_limits *limits,
-		  struct cluster **out);
+		  struct route_budget *budgets, struct cluster **out);
 /* Stop the thread (this instance leaves the live set when Redis is there): waits for its turn
  * under way, at most about twice cluster.timeout_ms against a Redis that does not answer.
  * NULL: nothing. */

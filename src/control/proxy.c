@@ -47,6 +47,7 @@
 #include "control/statefile.h"
 #include "control/upgrade.h"
 #include "proxy/quota.h"
+#include "proxy/spend.h"
 #include "proxy/tally.h"
 #include "proxy/worker.h"
 #include "proxy/xhooks.h"
@@ -142,7 +143,8 @@ static uint64_t proxy_buffer_bytes(const void *sh)
 	return shed_buffer_bytes(sh);
 }
 
-/* The routes' limits and the accept rate: fixed tables, made before anything serves. */
+/* The routes' limits and budgets and the accept rate: fixed tables, made before anything
+ * serves. */
 static int proxy_limits_build(struct worker_shared *sh, char *err, size_t errlen)
 {
 	const struct conf *c = sh->conf;
@@ -157,6 +159,11 @@ static int proxy_limits_build(struct worker_shared *sh, char *err, size_t errlen
 	for (size_t i = 0; i < c->nroutes; i++)
 		if (limits_init(&sh->limits[i], c->routes[i].rate_limit) < 0)
 			goto nomem;
+	if (!(sh->budgets = calloc(c->nroutes ? c->nroutes : 1, sizeof(*sh->budgets))))
+		goto nomem;
+	for (size_t i = 0; i < c->nroutes; i++)
+		if (budget_init(&sh->budgets[i], c->routes[i].budget) < 0)
+			goto nomem;
 	return 0;
 nomem:
 	snprintf(err, errlen, "out of memory for rate limits");
@@ -170,6 +177,9 @@ static void proxy_limits_free(struct worker_shared *sh)
 	for (size_t i = 0; sh->limits && i < sh->conf->nroutes; i++)
 		limits_fini(&sh->limits[i]);
 	free(sh->limits);
+	for (size_t i = 0; sh->budgets && i < sh->conf->nroutes; i++)
+		budget_fini(&sh->budgets[i]);
+	free(sh->budgets);
 }
 
 /*
@@ -493,7 +503,7 @@ static struct gen *gen_build(struct main_state *m, const struct conf *conf, int 
 		snprintf(err, errlen, "cannot subscribe to KV events (the log says why)");
 		goto fail;
 	}
-	if ((rc = cluster_start(conf, g->sh.rt, g->sh.limits, &g->cluster)) < 0) {
+	if ((rc = cluster_start(conf, g->sh.rt, g->sh.limits, g->sh.budgets, &g->cluster)) < 0) {
 		snprintf(err, errlen, "cannot share the limits through Redis (the log says why)");
 		goto fail;
 	}
@@ -907,8 +917,8 @@ out:
  * end, the figures, the log and /debug/requests read what it did before the cache and the
  * limits let go of what it holds, and a spliced body's pipe goes back last. */
 static const struct xhook *const proxy_features[] = {
-    &tally_hook, &access_hook,	&debugreq_hook, &caching_hook,
-    &quota_hook, &forward_hook, &sticky_hook,	&splice_hook,
+    &tally_hook, &spend_hook,	&access_hook, &debugreq_hook, &caching_hook,
+    &quota_hook, &forward_hook, &sticky_hook, &splice_hook,
 };
 
 int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)

@@ -8,6 +8,7 @@
 #include "proxy/quota.h"
 #include "core/clock.h"
 #include "proxy/classify.h"
+#include "proxy/spend.h"
 #include "proxy/tally.h"
 
 #include <errno.h>
@@ -35,7 +36,7 @@ char *quota_identity_buf(struct exchange *x)
 
 const char *quota_refusal_type(const struct exchange *x)
 {
-	return qx(x)->limit_type;
+	return spend_refused(x) ? "insufficient_quota" : qx(x)->limit_type;
 }
 
 const char *quota_refusal_headers(const struct exchange *x)
@@ -91,7 +92,8 @@ enum run quota_guard_address(struct exchange *x)
 	return RUN_AGAIN;
 }
 
-enum run quota_guard(struct exchange *x)
+/* The route's rates, concurrency cap and the token limit's wish for the body. */
+static enum run guard_limits(struct exchange *x)
 {
 	if (!x->route->rate_limit)
 		return RUN_AGAIN;
@@ -122,17 +124,34 @@ enum run quota_guard(struct exchange *x)
 	return RUN_AGAIN;
 }
 
-enum run quota_note_body(struct exchange *x)
+enum run quota_guard(struct exchange *x)
+{
+	enum run r = guard_limits(x);
+	return r == RUN_AGAIN ? spend_guard(x) : r;
+}
+
+/* A request asking for <choices> answers of <max_tokens> each (<dflt> when it names none). */
+static uint64_t answers_tokens(const struct json_view *v, uint64_t dflt)
+{
+	uint64_t n = v->max_tokens >= 0 ? (uint64_t)v->max_tokens : dflt;
+	/* each of n (best_of) answers may take max_tokens: reserve them all, not one */
+	return v->choices > 1 ? n * (uint64_t)v->choices : n;
+}
+
+enum run quota_note_body(struct exchange *x, const char *body)
 {
 	struct limit_hold *hold = &qx(x)->hold;
-	if (!x->route->rate_limit || !limits_of(x)->has_tokens || !x->reqbody.want_view)
+	int tokens = x->route->rate_limit && limits_of(x)->has_tokens;
+	if (!x->reqbody.want_view || (!tokens && !x->route->budget))
 		return RUN_AGAIN;
 	/* a body the view could not read whole (longer than what is held) could name another
 	 * max_tokens after what was read: refused, never reserved as if it named the default */
 	if (!x->reqbody.view_read)
 		return exchange_reply(x, 413,
-				      "a request on a route with tokens_per_minute must fit in "
-				      "limits.body_buffer_bytes",
+				      tokens ? "a request on a route with tokens_per_minute must "
+					       "fit in limits.body_buffer_bytes"
+					     : "a request on a route with a budget must fit in "
+					       "limits.body_buffer_bytes",
 				      0);
 	if (!x->reqbody.view_ok)
 		return exchange_reply(x, 400, x->reqbody.view_why, 0);
@@ -142,15 +161,16 @@ enum run quota_note_body(struct exchange *x)
 	if (x->reqbody.view.choices == JSON_VIEW_TOKENS_BAD)
 		return exchange_reply(
 		    x, 400, "n and best_of must be whole numbers from 0 to 2147483647", 0);
-	if (x->reqbody.view.max_tokens >= 0)
-		hold->max_tokens = (uint64_t)x->reqbody.view.max_tokens;
-	/* each of n (best_of) answers may take max_tokens: reserve them all, not one */
-	if (x->reqbody.view.choices > 1)
-		hold->max_tokens *= (uint64_t)x->reqbody.view.choices;
-	return RUN_AGAIN;
+	if (tokens)
+		hold->max_tokens = answers_tokens(&x->reqbody.view, hold->max_tokens);
+	if (!x->route->budget)
+		return RUN_AGAIN;
+	return spend_note_body(
+	    x, body, answers_tokens(&x->reqbody.view, x->route->budget->default_max_tokens));
 }
 
-enum run quota_reserve(struct exchange *x)
+/* The token limit's reservation. */
+static enum run reserve_tokens(struct exchange *x)
 {
 	struct limit_hold *hold = &qx(x)->hold;
 	if (!x->route->rate_limit || hold->reserved)
@@ -168,6 +188,12 @@ enum run quota_reserve(struct exchange *x)
 	tally_want_tokens(x); /* settled with the response's tokens, whatever it is */
 	xhooks_want_body(x, &quota_hook);
 	return RUN_AGAIN;
+}
+
+enum run quota_reserve(struct exchange *x)
+{
+	enum run r = reserve_tokens(x);
+	return r == RUN_AGAIN ? spend_reserve(x) : r;
 }
 
 /* More response body went through the usage scanner: charge what its tokens now exceed. */

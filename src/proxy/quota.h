@@ -3,6 +3,10 @@
  * and the token reservation an LLM request makes before it may take a slot (the limits
  * themselves, and the settling at the end of the exchange, are guard/limits.h's).
  *
+ * A route's spend budget (routes.budget) follows the same three steps, after the token
+ * limit's at each (spend.h): the guard asks for the body, the body's price is found, the
+ * cost reserved.
+ *
  * A refused request is answered 429 with Retry-After (when waiting helps) and
  * X-RateLimit-Limit, -Remaining and -Reset for the limit that refused it. Responses that
  * pass carry no X-RateLimit-* headers: the numbers are exact only at the check, and adding
@@ -30,8 +34,9 @@ extern const struct xhook quota_hook;
 #define QUOTA_IDENTITY_CAP (APIKEYS_TENANT_MAX + 1)
 char *quota_identity_buf(struct exchange *x);
 
-/* How the proxy's 429 for <x> is worded: its OpenAI error type ("requests" or "tokens") and
- * its X-RateLimit-* lines; NULL and "" when no limit refused it. */
+/* How the proxy's 429 for <x> is worded: its OpenAI error type ("requests" or "tokens";
+ * "insufficient_quota" for a spent budget, with no X-RateLimit-* lines) and its
+ * X-RateLimit-* lines; NULL and "" when no limit refused it. */
 const char *quota_refusal_type(const struct exchange *x);
 const char *quota_refusal_headers(const struct exchange *x);
 
@@ -40,17 +45,19 @@ const char *quota_refusal_headers(const struct exchange *x);
 enum run quota_guard_address(struct exchange *x);
 
 /* The route's tenant and route rates, then its concurrency cap (the guard stage, after
- * auth). */
+ * auth); then its budget's (spend_guard()). */
 enum run quota_guard(struct exchange *x);
 
-/* The request body has been read before admission (as much as is held): note its
+/* The request body <body> has been read before admission (as much as is held): note its
  * max_tokens from the strict view (x->reqbody.view), or refuse a body whose max_tokens cannot be
  * read as the backend reads it: not held whole (413), not valid JSON or not a whole number (400).
- * tokens_per_minute routes only (quota_guard asked for the body: x->reqbody.want_view). */
-enum run quota_note_body(struct exchange *x);
+ * tokens_per_minute and budget routes only (the guard asked for the body: x->reqbody.want_view);
+ * a budget's price is then found (spend_note_body()). */
+enum run quota_note_body(struct exchange *x, const char *body);
 
-/* Reserve the request's tokens (tokens_per_minute) before admission: 429 when its tenant's
- * budget cannot cover them. */
+/* Reserve the request's tokens (tokens_per_minute), then its cost (a budget,
+ * spend_reserve()), before admission: 429 when its tenant's tokens or budget cannot cover
+ * them. */
 enum run quota_reserve(struct exchange *x);
 
 #endif

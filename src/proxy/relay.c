@@ -113,7 +113,7 @@ enum run relay_await_body(struct client *cl)
 	    x->req.framing == HTTP_BODY_LENGTH &&
 	    reqbody_read_view(&x->reqbody, body, x->req.ready) < 0 && strict)
 		return exchange_reply(x, 400, x->reqbody.view_why, 0);
-	enum run r = quota_note_body(x);
+	enum run r = quota_note_body(x, body);
 	if (r != RUN_AGAIN)
 		return r;
 	xhooks_req_body(x, body, x->req.ready);

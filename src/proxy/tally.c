@@ -6,11 +6,11 @@
  *
  * Tokens are counted in every event stream (a response of Content-Type text/event-stream,
  * on any route), and in every response of routes with api: openai or whose tokens are
- * limited (rate_limit.tokens_per_minute), JSON completions included: the response body
- * passes through one usage scanner (http/usage.h), the very count the token limits settle
- * with and the access log writes. A token is an SSE data line carrying text (lines ended
- * by CR, LF or CRLF), timed when the read that completes it arrives: the first one's time
- * since the request was sent upstream is the time to first token, each later one's time
+ * limited (rate_limit.tokens_per_minute) or priced (budget), JSON completions included: the
+ * response body passes through one usage scanner (http/usage.h), the very count the token
+ * limits and budgets settle with and the access log writes. A token is an SSE data line carrying
+ * text (lines ended by CR, LF or CRLF), timed when the read that completes it arrives: the first
+ * one's time since the request was sent upstream is the time to first token, each later one's time
  * since the previous one a gap (events that arrive in one read are 0 apart, as the client
  * sees them). A response that is not an event stream (a whole
  * JSON completion) has no events, so no time to first token and no gaps: its first byte is

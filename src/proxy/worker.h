@@ -21,6 +21,7 @@
 #include "net/conn.h"
 #include "net/splice.h"
 #include "guard/auth.h"
+#include "guard/budget.h"
 #include "guard/limits.h"
 #include "net/tls_listen.h"
 #include "proxy/admission.h"
@@ -86,6 +87,7 @@ struct worker_shared {
 	_Atomic(struct auth_tables *) *auth; /* routes.auth: keys, JWT keys, users */
 	struct creds_retired *retired;	     /* what reload_s replaced (creds.c) */
 	struct route_limits *limits;	     /* per route (guard/limits.h) */
+	struct route_budget *budgets;	     /* per route (guard/budget.h) */
 	_Atomic uint32_t *ip_conns;   /* connections per address hash (max_connections_per_ip) */
 	struct ratelimit accept_rate; /* limits.accept_rate_per_ip, when has_accept_rate */
 	int has_accept_rate;

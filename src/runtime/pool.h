@@ -153,7 +153,7 @@ struct runtime {
 	size_t *backend_pool;
 	struct name_table *tenants; /* tenants met so far, metrics.max_tenants, then "other" */
 	/* backends, pools, listeners, the process, routes, tenants */
-	struct metric_space metric_spaces[6];
+	struct metric_space metric_spaces[7]; /* proxy_metric.c's SPACE_COUNT */
 	/* the bytes of buffers the workers have lent (proxy/shed.h), set once they exist */
 	uint64_t (*buffer_bytes)(const void *arg);
 	const void *buffer_arg;

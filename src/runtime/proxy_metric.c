@@ -38,8 +38,12 @@ enum {
 	SPACE_PROCESS,
 	SPACE_ROUTE,
 	SPACE_TENANT,
+	SPACE_MODEL,
 	SPACE_COUNT
 };
+_Static_assert(sizeof(((struct runtime *)0)->metric_spaces) ==
+		   SPACE_COUNT * sizeof(struct metric_space),
+	       "a metric space for each SPACE_*");
 
 static const struct backend *be_at(const void *ctx, size_t i)
 {
@@ -456,9 +460,21 @@ static const char *read_tenant_name(const void *ctx, size_t i)
 	return name ? name : "";
 }
 
+static const char *model_label(const void *ctx, size_t i, size_t k)
+{
+	(void)k;
+	return ((const struct runtime *)ctx)->conf->prices[i].model;
+}
+
+static const char *read_model_name(const void *ctx, size_t i)
+{
+	return model_label(ctx, i, 0);
+}
+
 #define BE .space = SPACE_BACKEND
 #define ROUTE .space = SPACE_ROUTE
 #define TENANT .space = SPACE_TENANT
+#define MODEL .space = SPACE_MODEL
 #define POOL .space = SPACE_POOL
 #define LISTENER .space = SPACE_LISTENER
 #define JSON_ONLY(key, as) .type = METRIC_GAUGE, .json = key, .json_as = as
@@ -855,6 +871,10 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 			"Cache-Control asked for the origin), pass (not storable lately)",
 			NULL, ROUTE, .sub_label = "result", .sub_values = cache_result_names,
 			.nsub = CACHE_RESULTS, .json = "cache", .json_as = MJ_UINT},
+    [PM_ROUTE_SPEND] = {"accelnet_route_spend_micros_total", METRIC_COUNTER,
+			"what the route's requests cost at the configured prices (routes with a "
+			"budget), in millionths of the prices' currency",
+			"micros", ROUTE},
     [PM_TENANT_NAME] = {TENANT, JSON_ONLY("name", MJ_STRING), .read_str = read_tenant_name},
     [PM_TENANT_REQUESTS] = {"accelnet_tenant_requests_total", METRIC_COUNTER,
 			    "requests of an authenticated tenant by the status class it got "
@@ -865,6 +885,15 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 			  "LLM tokens of an authenticated tenant, as accelnet_route_tokens_total",
 			  "tokens", TENANT, .sub_label = "kind", .sub_values = kind_names,
 			  .nsub = PM_KINDS, .json = "tokens", .json_as = MJ_UINT},
+    [PM_TENANT_SPEND] = {"accelnet_tenant_spend_micros_total", METRIC_COUNTER,
+			 "what an authenticated tenant's requests on routes with a budget cost at "
+			 "the configured prices, in millionths of the prices' currency",
+			 "micros", TENANT},
+    [PM_MODEL_NAME] = {MODEL, JSON_ONLY("name", MJ_STRING), .read_str = read_model_name},
+    [PM_MODEL_SPEND] = {"accelnet_model_spend_micros_total", METRIC_COUNTER,
+			"what requests for a priced model on routes with a budget cost, in "
+			"millionths of the prices' currency",
+			"micros", MODEL, .json = "spend_micros", .json_as = MJ_UINT},
 };
 
 /* The label spaces of <rt>'s series, and its registry over proxy_metric_defs. */
@@ -935,6 +964,12 @@ int proxy_metric_create(struct runtime *rt)
 						     .n = names_max(rt->tenants) + 1,
 						     .label = tenant_label,
 						     .parent = -1};
+	spaces[SPACE_MODEL] = (struct metric_space){.json = "priced_models",
+						    .labels = {"model"},
+						    .nlabels = 1,
+						    .n = conf->nprices,
+						    .label = model_label,
+						    .parent = -1};
 	struct metrics_config mc = {.defs = proxy_metric_defs,
 				    .ndefs = PM_COUNT,
 				    .spaces = spaces,

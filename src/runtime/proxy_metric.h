@@ -123,10 +123,15 @@ enum proxy_metric {
 	PM_ROUTE_TOKEN_GAP,
 	PM_ROUTE_TOKENS, /* series: route index * PM_KINDS + enum token_kind */
 	PM_ROUTE_CACHE,	 /* series: route index * CACHE_RESULTS + what Cache-Status said - 1 */
+	PM_ROUTE_SPEND,	 /* micro-units at prices: (proxy/spend.c) */
 	/* per tenant: series from rt->tenants (obs/names.h), the last one "other" */
 	PM_TENANT_NAME,
 	PM_TENANT_REQUESTS, /* series: tenant * PM_CLASSES + class */
 	PM_TENANT_TOKENS,   /* series: tenant * PM_KINDS + enum token_kind */
+	PM_TENANT_SPEND,    /* micro-units (proxy/spend.c) */
+	/* per priced model: series conf->prices' index (proxy/spend.c) */
+	PM_MODEL_NAME,
+	PM_MODEL_SPEND, /* micro-units */
 	PM_COUNT
 };
 

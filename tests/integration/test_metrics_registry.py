@@ -200,6 +200,15 @@ FAMILIES = {  # name: (type, help)
                                        "other)"),
     "accelnet_tenant_tokens_total": ("counter", "LLM tokens of an authenticated tenant, as "
                                      "accelnet_route_tokens_total"),
+    "accelnet_route_spend_micros_total": ("counter", "what the route's requests cost at the "
+                                          "configured prices (routes with a budget), in "
+                                          "millionths of the prices' currency"),
+    "accelnet_tenant_spend_micros_total": ("counter", "what an authenticated tenant's requests "
+                                           "on routes with a budget cost at the configured "
+                                           "prices, in millionths of the prices' currency"),
+    "accelnet_model_spend_micros_total": ("counter", "what requests for a priced model on "
+                                          "routes with a budget cost, in millionths of the "
+                                          "prices' currency"),
 }
 
 POOL_KEYS = ["name", "balance", "unavailable", "retries_denied", "spilled_in", "session_hits",

@@ -213,7 +213,8 @@ def test_every_proxy_family_is_documented(env):
         "    rate_limit: {tokens_per_minute: 100000}\n"
         "  - match: {path_prefix: /}\n    pool: spare\n    tenant_header: X-Tenant\n",
         extra=f"access_log: {{path: {os.path.join(env.dir, 'access.log')}}}\n"
-              "metrics: {max_tenants: 1}\n")
+              "metrics: {max_tenants: 1}\n"
+              "prices: {m: {input: 0.15, output: 0.60}}\n")  # the priced models' series
     auth = {"Authorization": "Bearer sk-acme-0123456789abcdef",
             "Content-Type": "application/json"}
     assert request(px.port, "POST", "/v1/completions", body=b'{"prompt":"hi","stream":true}',

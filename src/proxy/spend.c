@@ -1,0 +1,184 @@
+/*
+ * spend.c - routes.budget on the request path (see spend.h).
+ *
+ * Its hooks: the response has come whole from the backend, settle at once (the figures and
+ * the log read the cost at the end); the end, settle what is still held. Every count goes to
+ * the worker's own shard; the only word shared between workers is the tenant's spend word
+ * (guard/budget.h), one compare-and-swap to reserve and one to settle.
+ */
+#include "proxy/spend.h"
+#include "guard/budget.h"
+#include "proxy/classify.h"
+#include "proxy/tally.h"
+#include "runtime/proxy_metric.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+struct spend_x {
+	struct budget_hold hold;
+	const struct spend_price *price; /* the model's, once the body is read */
+	size_t model;			 /* its index in conf->prices */
+	uint64_t prompt_est;		 /* tokens: the body's bytes / 4 */
+	uint64_t max_tokens;		 /* what its answers may take together */
+	uint64_t cost;			 /* micro-units, once settled */
+	unsigned priced : 1;		 /* metered: its model's price is known */
+	unsigned reserved : 1;		 /* a reservation is held */
+	unsigned settled : 1;		 /* cost is what it cost */
+	unsigned refused : 1;		 /* answered 429: the budget is spent */
+};
+
+static size_t ctx_off;
+
+static struct spend_x *sx(const struct exchange *x)
+{
+	return xhooks_ctx(x, ctx_off);
+}
+
+static struct route_budget *budget_of(const struct exchange *x)
+{
+	return &x->w->sh->budgets[x->route - x->w->conf->routes];
+}
+
+enum run spend_guard(struct exchange *x)
+{
+	const struct http_head *h = x->head;
+	if (!x->route->budget || h->framing == HTTP_BODY_NONE ||
+	    (h->framing == HTTP_BODY_LENGTH && !h->content_length))
+		return RUN_AGAIN; /* no body, no model: nothing to price (GET /v1/models) */
+	if (x->req.framing != HTTP_BODY_LENGTH)
+		return exchange_reply(
+		    x, 411, "a request on a route with a budget needs a Content-Length body", 0);
+	x->reqbody.want_view = 1;
+	return RUN_AGAIN;
+}
+
+enum run spend_note_body(struct exchange *x, const char *body, uint64_t max_tokens)
+{
+	struct spend_x *s = sx(x);
+	const struct conf *c = x->w->conf;
+	if (!x->route->budget || !x->reqbody.want_view)
+		return RUN_AGAIN;
+	char model[CONF_MODEL_MAX + 1];
+	size_t len = 0;
+	if (json_view_model(&x->reqbody.view, body, model, sizeof(model), &len) < 0)
+		return exchange_reply(x, 403,
+				      "a request on a route with a budget must name a priced "
+				      "\"model\"",
+				      1);
+	for (size_t i = 0; i < c->nprices; i++)
+		if (strlen(c->prices[i].model) == len &&
+		    memcmp(c->prices[i].model, model, len) == 0) {
+			s->price = &c->prices[i].price;
+			s->model = i;
+			s->priced = 1;
+			s->prompt_est = x->req.ready / 4;
+			s->max_tokens = max_tokens;
+			return RUN_AGAIN;
+		}
+	char why[CONF_MODEL_MAX + 96];
+	snprintf(why, sizeof(why), "model '%s' has no price on this route (routes.budget)", model);
+	return exchange_reply(x, 403, why, 1);
+}
+
+/* "1.250000": <micros> as a decimal of the currency. */
+static void amount_text(char *out, size_t len, uint64_t micros)
+{
+	snprintf(out, len, "%llu.%06llu", (unsigned long long)(micros / SPEND_MICROS),
+		 (unsigned long long)(micros % SPEND_MICROS));
+}
+
+enum run spend_reserve(struct exchange *x)
+{
+	struct spend_x *s = sx(x);
+	if (!x->route->budget || !s->priced || s->reserved || s->settled)
+		return RUN_AGAIN;
+	const struct conf_budget *b = x->route->budget;
+	uint64_t cost = spend_cost(s->price, s->prompt_est, 0, s->max_tokens);
+	uint64_t now_s = (uint64_t)time(NULL), spent = 0;
+	if (!cost)
+		cost = 1; /* a free model still takes its turn against a spent budget */
+	if (budget_reserve(budget_of(x),
+			   classify_tenant_of(x->route, x->head, x->peer.key, x->peer.identity),
+			   cost, now_s, &s->hold, &spent) < 0) {
+		char have[32], limit[32], need[32], detail[224];
+		amount_text(have, sizeof(have), spent);
+		amount_text(limit, sizeof(limit), b->per_tenant);
+		amount_text(need, sizeof(need), cost);
+		snprintf(detail, sizeof(detail),
+			 "this tenant's budget is spent: %s of %s in this window, and the request "
+			 "may cost %s (routes.budget)",
+			 have, limit, need);
+		x->answer.code = "insufficient_quota";
+		x->answer.retry_after_s = (unsigned)spend_window_left(now_s, b->window_s);
+		s->refused = 1;
+		return exchange_reply(x, 429, detail, 1);
+	}
+	s->reserved = 1;
+	tally_want_tokens(x); /* settled with the response's tokens, whatever it is */
+	return RUN_AGAIN;
+}
+
+/* What the response cost by the usage <u>; <answered>: a response below 400 began. */
+static uint64_t cost_of(const struct spend_x *s, const struct usage_scan *u, int answered)
+{
+	if (!u->has_total && !u->has_prompt && !u->has_completion && !u->events)
+		return answered ? s->hold.reserved : 0;
+	uint64_t prompt = u->has_prompt ? u->prompt : s->prompt_est;
+	uint64_t completion = u->has_completion ? u->completion
+			      : u->has_total && u->has_prompt && u->total >= u->prompt
+				  ? u->total - u->prompt
+				  : u->events;
+	return spend_cost(s->price, prompt, u->has_cached ? u->cached : 0, completion);
+}
+
+static void settle(struct exchange *x, int answered)
+{
+	struct spend_x *s = sx(x);
+	if (!s->reserved || s->settled)
+		return;
+	s->cost = cost_of(s, tally_usage(x), answered);
+	s->settled = 1;
+	budget_settle(&s->hold, s->cost);
+	struct worker *w = x->w;
+	struct metrics_shard *sh = w->shard;
+	metrics_add(sh, PM_ROUTE_SPEND, (size_t)(x->route - w->conf->routes), s->cost);
+	metrics_add(sh, PM_MODEL_SPEND, s->model, s->cost);
+	if (x->peer.identity)
+		metrics_add(
+		    sh, PM_TENANT_SPEND,
+		    names_intern(w->rt->tenants, x->peer.identity, strlen(x->peer.identity)),
+		    s->cost);
+}
+
+int spend_refused(const struct exchange *x)
+{
+	return sx(x)->refused;
+}
+
+int spend_cost_of(const struct exchange *x, uint64_t *micros)
+{
+	const struct spend_x *s = sx(x);
+	*micros = s->cost;
+	return s->settled;
+}
+
+static void spend_response_done(struct exchange *x)
+{
+	settle(x, x->status < 400);
+}
+
+static void spend_end(struct exchange *x, uint64_t now_ns)
+{
+	(void)now_ns;
+	settle(x, x->resp_head && x->status < 400);
+}
+
+const struct xhook spend_hook = {
+    .name = "spend",
+    .ctx_size = sizeof(struct spend_x),
+    .ctx_off = &ctx_off,
+    .resp_done = spend_response_done,
+    .end = spend_end,
+};
