@@ -291,7 +291,8 @@ int rewrite_response_edit(char *buf, size_t cap, const struct http_head *resp, i
 		const struct http_header *f = &resp->headers[i];
 		if (rewrite_is_hop_by_hop(resp, f->name) || is_framing(f->name) ||
 		    http_str_eq(f->name, "x-request-id") ||
-		    http_str_eq(f->name, "x-accelnet-timing") || is_edited(edit, f->name))
+		    http_str_eq(f->name, "x-accelnet-timing") ||
+		    http_str_eq(f->name, "x-accelnet-llm") || is_edited(edit, f->name))
 			continue;
 		put_field(&o, f->name, f->value);
 	}

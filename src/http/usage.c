@@ -1,7 +1,8 @@
 /*
  * usage.c - token usage read from a response body in passing (see usage.h).
  *
- * Five keys are watched: "total_tokens":, "prompt_tokens": and "completion_tokens": (then
+ * Six keys are watched: "total_tokens":, "prompt_tokens":, "completion_tokens": and
+ * "cached_tokens": (prompt_tokens_details' own: no other usage key has that name) (then
  * a whole number: digits and then the end of the value; a fraction, an exponent or a sign
  * is no count, and more digits than 64 bits hold count as the most they hold), "content":
  * and "text": (then a string whose first byte is not its closing quote). Every quote may open a
@@ -22,9 +23,9 @@
 
 #include <string.h>
 
-static const char *const keys[] = {"total_tokens", "prompt_tokens", "completion_tokens", "content",
-				   "text"};
-enum { K_TOTAL, K_PROMPT, K_COMPLETION, K_CONTENT, K_TEXT, NKEYS };
+static const char *const keys[] = {"total_tokens",  "prompt_tokens", "completion_tokens",
+				   "cached_tokens", "content",	     "text"};
+enum { K_TOTAL, K_PROMPT, K_COMPLETION, K_CACHED, K_CONTENT, K_TEXT, NKEYS };
 enum { K_NONE = 0xff };
 enum { A_NONE, A_NUMBER, A_STRING_OPEN, A_STRING_FIRST };
 
@@ -79,6 +80,10 @@ static void number_end(struct usage_scan *u)
 	case K_PROMPT:
 		u->prompt = u->number;
 		u->has_prompt = 1;
+		break;
+	case K_CACHED:
+		u->cached = u->number;
+		u->has_cached = 1;
 		break;
 	default:
 		u->completion = u->number;
@@ -137,7 +142,7 @@ static int after_key(struct usage_scan *u, char c)
 /* The key named by the <n> gathered bytes, or K_NONE. */
 static uint8_t key_named(const char *name, size_t n)
 {
-	static const uint8_t len[NKEYS] = {12, 13, 17, 7, 4};
+	static const uint8_t len[NKEYS] = {12, 13, 17, 13, 7, 4};
 	for (uint8_t k = 0; k < NKEYS; k++)
 		if (len[k] == n && memcmp(keys[k], name, n) == 0)
 			return k;

@@ -1,7 +1,9 @@
 /*
  * usage.h - what an LLM response cost, read from its bytes as they pass: the
  * "prompt_tokens", "completion_tokens" and "total_tokens" of an OpenAI-style "usage" object
- * (a JSON response's, or a stream's final chunk with stream_options.include_usage), and the
+ * (a JSON response's, or a stream's final chunk with stream_options.include_usage) and its
+ * prompt_tokens_details' "cached_tokens" (the prompt tokens the engine's prefix cache held:
+ * OpenAI, vLLM), and the
  * number of Server-Sent Events that carry generated text ("content" or "text" not empty):
  * one token each, the count when no usage comes.
  *
@@ -25,7 +27,8 @@ struct usage_scan {
 	uint64_t total;	     /* the last "total_tokens" seen, when has_total */
 	uint64_t prompt;     /* the last "prompt_tokens", when has_prompt */
 	uint64_t completion; /* the last "completion_tokens", when has_completion */
-	unsigned has_total : 1, has_prompt : 1, has_completion : 1;
+	uint64_t cached;     /* the last "cached_tokens", when has_cached */
+	unsigned has_total : 1, has_prompt : 1, has_completion : 1, has_cached : 1;
 	/* where the scanner is */
 	unsigned in_data : 1, line_text : 1;
 	unsigned chunked : 1, bad_framing : 1; /* framing to take off; found malformed: stop */

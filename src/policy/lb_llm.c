@@ -34,6 +34,10 @@
  * its prompt) every backend misses alike and nothing is worth waiting for: the least
  * expected wait among the free slots, work-conserving, like least-connections with the
  * backends' measured speeds. Weights are not read: the fitted costs say what a weight would.
+ *
+ * Explaining a decision (llm_explain, for /debug/requests, metrics and llm.explain's
+ * header) is a separate reading of the pick's answer, done by the caller only when it
+ * records decisions: the pick itself does no bookkeeping for it.
  */
 #include "policy/lb.h"
 
@@ -105,19 +109,105 @@ static int llm_pick(const struct lb_state *st, const struct lb_candidate *c, siz
 	return free_best;
 }
 
-/* llm.block_bytes, llm.cache_blocks, llm.max_wait_ms: see docs/config.md. */
+/* <us> in whole microseconds, saturated. */
+static uint32_t us32(double us)
+{
+	return us <= 0 ? 0 : us >= UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+}
+
+/*
+ * The decision <r> that llm_pick() made on these arguments, read back (lb_ops.explain):
+ * each candidate's estimate by the same first_token_us(), the pick first and then the
+ * quickest others, and the reason read from the outcome against those estimates. It
+ * decides nothing, so the pick's cost is the same whether or not anyone asks.
+ */
+static void llm_explain(const struct lb_state *st, const struct lb_candidate *c, size_t n,
+			const struct lb_draw *d, int r, struct lb_explain *out)
+{
+	double us[LB_MAX_BACKENDS];
+	int best = LB_NONE, free_best = LB_NONE, any_hit = 0;
+	size_t seen = 0;
+	for (size_t i = 0; i < n && i < LB_MAX_BACKENDS; i++) {
+		if (!c[i].eligible && !c[i].busy)
+			continue;
+		seen++;
+		any_hit |= c[i].hit_blocks > 0;
+		us[i] = first_token_us(&c[i], d);
+		if (best == LB_NONE || us[i] < us[best])
+			best = (int)i;
+		if (c[i].eligible && (free_best == LB_NONE || us[i] < us[free_best]))
+			free_best = (int)i;
+	}
+	uint8_t why = LB_WHY_OTHER;
+	if (r == LB_NONE || (r >= 0 && (size_t)r >= n))
+		why = LB_WHY_NONE;
+	else if (d->home_only)
+		why = r == LB_WAIT ? LB_WHY_WAIT : LB_WHY_HOME;
+	else if (r == LB_WAIT)
+		why = LB_WHY_WAIT;
+	else if (!d->blocks)
+		why = LB_WHY_NO_PROMPT;
+	else if (us[best] < us[r] && c[best].busy && d->waited_ms >= st->max_wait_ms)
+		why = LB_WHY_MAX_WAIT;
+	else if (free_best >= 0 && us[r] == us[free_best]) {
+		why = LB_WHY_LEAST;
+		for (size_t i = 0; i < n && why != LB_WHY_TIE_DRAW; i++)
+			if ((int)i != r && c[i].eligible && us[i] == us[r])
+				why = lb_less_loaded(&c[r], &c[i]) ? LB_WHY_TIE_LOAD
+								   : LB_WHY_TIE_DRAW;
+	} else if (!any_hit)
+		why = LB_WHY_SPREAD;
+	*out = (struct lb_explain){.where = out->where,
+				   .result = r,
+				   .why = why,
+				   .waited = out->waited || r == LB_WAIT,
+				   .nseen = (uint16_t)seen,
+				   .blocks = d->blocks,
+				   .waited_ms = d->waited_ms};
+	/* the pick, then the quickest of the rest */
+	uint8_t taken[LB_MAX_BACKENDS] = {0};
+	for (size_t k = 0; k < LB_EXPLAIN_MAX && k < seen; k++) {
+		int at = k == 0 && r >= 0 && (size_t)r < n ? r : LB_NONE;
+		if (at == LB_NONE)
+			for (size_t i = 0; i < n && i < LB_MAX_BACKENDS; i++)
+				if ((c[i].eligible || c[i].busy) && !taken[i] &&
+				    (at == LB_NONE || us[i] < us[at]))
+					at = (int)i;
+		if (at == LB_NONE)
+			break;
+		taken[at] = 1;
+		const struct lb_candidate *e = &c[at];
+		uint32_t miss = d->blocks > e->hit_blocks ? d->blocks - e->hit_blocks : 0;
+		double prefill = e->base_us + (double)e->block_us * miss;
+		out->cand[out->ncand++] = (struct lb_estimate){
+		    .backend = (uint16_t)at,
+		    .busy = !e->eligible,
+		    .hit_blocks = e->hit_blocks,
+		    .wait_us = us32(us[at] - prefill),
+		    .base_us = e->base_us,
+		    .block_us = e->block_us,
+		    .expect_us = us32(us[at]),
+		    .inflight = e->inflight,
+		    .slots = e->slots,
+		};
+	}
+}
+
+/* llm.block_bytes, llm.cache_blocks, llm.max_wait_ms, llm.explain: see docs/config.md. */
 static const struct policy_opt llm_opts[] = {
     {"llm", "block_bytes", POLICY_OPT_UINT, offsetof(struct lb_state, block_bytes), 16, 4096, 256},
     {"llm", "cache_blocks", POLICY_OPT_UINT, offsetof(struct lb_state, cache_blocks), 16, 16777216,
      16384},
     {"llm", "max_wait_ms", POLICY_OPT_UINT, offsetof(struct lb_state, max_wait_ms), 0, 600000,
      2000},
+    {"llm", "explain", POLICY_OPT_BOOL, offsetof(struct lb_state, explain), 0, 1, 0},
     {NULL, NULL, 0, 0, 0, 0, 0},
 };
 
 const struct lb_ops lb_llm = {
     .name = "llm",
     .pick = llm_pick,
+    .explain = llm_explain,
     .opts = llm_opts,
     .keyed = 1,
     .prompt = 1,

@@ -216,6 +216,11 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 	for (size_t attempt = 0; attempt < n; attempt++) {
 		d.ticket = atomic_fetch_add_explicit(&p->ticket, 1, memory_order_relaxed);
 		int idx = lb->pick(&p->conf->lb, cand, n, &d);
+		if (h->explain &&
+		    lb->explain) { /* read back for who shows it: the last one stands */
+			h->explain->where = p;
+			lb->explain(&p->conf->lb, cand, n, &d, idx, h->explain);
+		}
 		if (idx < 0) {
 			if (idx == LB_WAIT && h->would_wait)
 				*h->would_wait = 1;

@@ -28,7 +28,8 @@ struct pick_hint {
 	uint32_t *work;	    /* out, may be NULL: its expected time there, added to the
 			     * backend's work until llm_done() */
 	int *would_wait;    /* out, may be NULL: set when NULL means "wait", not "nothing" */
-	uint64_t model;	    /* models_hash() of the request's "model", when has_model */
+	struct lb_explain *explain; /* out, may be NULL: the decision read back (lb_ops.explain) */
+	uint64_t model;		    /* models_hash() of the request's "model", when has_model */
 	int has_model;
 };
 

@@ -21,6 +21,7 @@
 struct backend;
 struct admission_inbox;
 struct conf_pool;
+struct lb_explain;
 
 enum waiter_state {
 	W_IDLE,	   /* not waiting */
@@ -42,7 +43,8 @@ struct waiter {
 	uint32_t nblocks;
 	uint32_t missed; /* ... set with a grant: the blocks the granted backend must compute */
 	uint32_t work;	 /* ... and its expected time there (0: none counted) */
-	uint64_t model;	 /* models_hash() of the request's "model": only its backends serve it */
+	struct lb_explain *explain; /* where each pick for it is read back, or NULL (pick.h) */
+	uint64_t model; /* models_hash() of the request's "model": only its backends serve it */
 	int has_model;
 };
 

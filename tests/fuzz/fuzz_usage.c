@@ -20,6 +20,7 @@ static int same_count(const struct usage_scan *a, const struct usage_scan *b)
 	       (!a->has_prompt || a->prompt == b->prompt) &&
 	       a->has_completion == b->has_completion &&
 	       (!a->has_completion || a->completion == b->completion) &&
+	       a->has_cached == b->has_cached && (!a->has_cached || a->cached == b->cached) &&
 	       a->bad_framing == b->bad_framing;
 }
 
