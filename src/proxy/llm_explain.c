@@ -3,11 +3,12 @@
  * llm_explain.h).
  *
  * Its context is the record the picks read their decision back into, and what the response
- * said: when its body's first byte came and from which backend. Its hooks: the request body
- * (the waiter points at the record, the tallies count the tokens), the response head (it
- * wants the body's bytes), the response body (the first byte's time, once) and the end (the
- * prediction metrics). Nothing here allocates or writes memory another worker writes: the
- * metrics go to the worker's shard.
+ * said: when its body's first byte came and from which backend, and its usage when the
+ * tallies do not scan it already. Its hooks: the request body (the waiter points at the
+ * record), the response head (it wants the body's bytes; registered after the tallies, it
+ * knows whether they count this response's tokens), the response body (the first byte's
+ * time, once; the usage scan) and the end (the prediction metrics). Nothing here allocates or
+ * writes memory another worker writes: the metrics go to the worker's shard.
  */
 #include "proxy/llm_explain.h"
 #include "core/clock.h"
@@ -19,10 +20,12 @@
 
 struct llm_explain_x {
 	struct lb_explain rec;	     /* the last pick's decision, read back */
+	struct usage_scan usage;     /* the response's usage, when the tallies do not scan it */
 	const struct backend *first; /* the backend whose body came first */
 	uint32_t measured_us;	     /* request sent to that first byte */
 	unsigned on : 1;	     /* the picks record into rec */
 	unsigned body : 1;	     /* the first byte came */
+	unsigned own : 1;	     /* usage is scanned here, not by the tallies */
 };
 
 static size_t ctx_off;
@@ -60,20 +63,29 @@ static void explain_req_body(struct exchange *x, const char *body, size_t len)
 	struct llm_explain_x *c = ex(x);
 	c->on = 1;
 	x->wt.explain = &c->rec;
-	tally_want_tokens(x); /* the engine's cached tokens are in the usage it scans */
 }
 
 static void explain_resp_head(struct exchange *x, const struct http_head *h)
 {
 	(void)h;
-	if (ex(x)->on)
-		xhooks_want_body(x, &llm_explain_hook);
+	struct llm_explain_x *c = ex(x);
+	if (!c->on)
+		return;
+	xhooks_want_body(x, &llm_explain_hook);
+	uint64_t prompt, completion;
+	c->own = !tally_usage_tokens(x, &prompt, &completion); /* (its hook ran before ours) */
+	if (!c->own)
+		return;
+	usage_scan_init(&c->usage);
+	if (x->resp.framing == HTTP_BODY_CHUNKED)
+		usage_scan_chunked(&c->usage);
 }
 
 static void explain_resp_body(struct exchange *x, const char *p, size_t len)
 {
-	(void)p;
 	struct llm_explain_x *c = ex(x);
+	if (c->own)
+		usage_scan_feed(&c->usage, p, len);
 	if (c->body || !len || !x->att->be)
 		return;
 	uint64_t now = clock_now_ns();
@@ -90,7 +102,8 @@ static void explain_resp_body(struct exchange *x, const char *p, size_t len)
 static int reported(const struct exchange *x, const struct pool_rt *p, uint32_t blocks,
 		    uint64_t *tokens, uint32_t *out)
 {
-	const struct usage_scan *u = tally_usage(x);
+	const struct llm_explain_x *c = ex(x);
+	const struct usage_scan *u = c->own ? &c->usage : tally_usage(x);
 	if (!u->has_cached)
 		return 0;
 	uint64_t b = u->cached > UINT64_MAX / LLM_EXPLAIN_BYTES_PER_TOKEN

@@ -20,8 +20,10 @@
  *  - accelnet_llm_predict_* per backend (runtime/proxy_metric.h), counted at the exchange's
  *    end into the worker's own shard.
  *
- * Cached tokens come from the usage the tallies scan (tally.h, http/usage.h): for such an
- * exchange it asks the tallies to count its tokens. They are turned into blocks of the
+ * Cached tokens come from the response's usage (http/usage.h): the one the tallies scan
+ * (tally.h) when they count the response's tokens, else its own scan of the same kind, so
+ * what the tallies, the access log and the token limits count is left as it was. They are
+ * turned into blocks of the
  * pool's llm.block_bytes at LLM_EXPLAIN_BYTES_PER_TOKEN bytes of prompt text a token (the
  * rough rule for English text, and accelnet sim's own), at most the prompt's blocks.
  */

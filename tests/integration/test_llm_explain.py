@@ -141,6 +141,11 @@ def test_debug_requests_show_the_decision_and_a_repeat_predicts_its_hits(env):
     # the pick expected less of the home than of the others: it holds the prompt
     others = [c for c in rec["candidates"] if c["backend"] != rec["pick"]]
     assert all(c["ttft_ms"] > rec["predicted_ttft_ms"] for c in others), rec
+    # read from the usage without counting it: a JSON answer on a route without api: openai
+    # adds no tokens to the route's figures, as before
+    tokens = [v for (n, _), v in prom_samples(metrics_text(px.admin)).items()
+              if n == "accelnet_route_tokens_total"]
+    assert tokens and not any(tokens), tokens
 
 
 def test_explain_header_only_where_configured_and_never_from_a_client(env):
