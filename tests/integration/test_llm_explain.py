@@ -5,6 +5,7 @@ measured time to first token and hit blocks; the X-Accelnet-Llm header appears o
 operator set llm.explain (no client header turns it on, no backend's passes); the
 accelnet_llm_predict_* metrics move."""
 
+import concurrent.futures
 import json
 import re
 
@@ -220,3 +221,39 @@ def test_prediction_metrics_move(env):
     reasons = {dict(k)["reason"] for (n, k), v in got.items()
                if n == "accelnet_llm_predict_decisions_total" and v}
     assert reasons <= REASONS and "least" in reasons, reasons
+
+
+def test_a_request_that_waited_for_its_home_says_so(env):
+    """The decision that finally placed a queued request is the one shown (a grant made on
+    whichever worker freed the slot), marked as having waited for the backend that holds its
+    prompt."""
+    sims = [env.sim(f"s{i}", latency_ms=1500, cache_hit_ms=300, prefix_cache=16, jitter=0,
+                    tokens=1, token_ms=0) for i in range(2)]
+    px = env.proxy("pools:\n" + _pool("gpu", [s.port for s in sims], explain="true", cap=1)
+                   + "routes:\n  - match: {path_prefix: /}\n    pool: gpu\n", workers=2)
+    body = _chat("a long shared system prompt, " * 60, "the same question")
+    home = served_by(_post(px.port, body)[1])  # the pool learns what a miss costs
+    assert served_by(_post(px.port, body)[1]) == home
+    _post(px.port, _chat("another system prompt, " * 70, "q"))
+    with concurrent.futures.ThreadPoolExecutor(2) as ex:
+        first = ex.submit(_post, px.port, body)
+        wait_until(lambda: sum(b["inflight"] for b in _status(px)["backends"]) == 1,
+                   "the home busy")
+        second = ex.submit(_post, px.port, body)
+        wait_until(lambda: _status(px)["queue"]["length"] == 1, "the second queued")
+        got = [first.result(), second.result()]
+    assert [g[0] for g in got] == [200, 200]
+    hdrs = got[1][1]
+    assert served_by(hdrs) == home
+    m = re.match(r'pick="([^"]+)";reason=([a-z-]+);blocks=\d+;waited, ', hdrs["x-accelnet-llm"][0])
+    assert m and m[2] in {"least", "home"}, hdrs["x-accelnet-llm"]
+    rec = _ended(px, hdrs["x-request-id"][0])["llm"]
+    assert rec["waited_for_affinity"] and rec["reason"] == m[2] and rec["pick"] == m[1]
+    assert rec["queued_ms"] > 0 and rec["predicted_hit_blocks"] == rec["prompt_blocks"] > 0
+    assert rec["answered_by"] == rec["pick"]
+
+
+def _status(px):
+    st, _, body = request(px.admin, "GET", "/status")
+    assert st == 200
+    return json.loads(body)["pools"][0]
