@@ -115,47 +115,85 @@ static uint32_t us32(double us)
 	return us <= 0 ? 0 : us >= UINT32_MAX ? UINT32_MAX : (uint32_t)us;
 }
 
+/* One candidate's estimate, <us> its expected time. */
+static struct lb_estimate estimate(const struct lb_candidate *e, size_t i, double us,
+				   const struct lb_draw *d)
+{
+	uint32_t miss = d->blocks > e->hit_blocks ? d->blocks - e->hit_blocks : 0;
+	double prefill = e->base_us + (double)e->block_us * miss;
+	return (struct lb_estimate){
+	    .backend = (uint16_t)i,
+	    .busy = !e->eligible,
+	    .hit_blocks = e->hit_blocks,
+	    .wait_us = us32(us - prefill),
+	    .base_us = e->base_us,
+	    .block_us = e->block_us,
+	    .expect_us = us32(us),
+	    .inflight = e->inflight,
+	    .slots = e->slots,
+	};
+}
+
 /*
  * The decision <r> that llm_pick() made on these arguments, read back (lb_ops.explain):
  * each candidate's estimate by the same first_token_us(), the pick first and then the
- * quickest others, and the reason read from the outcome against those estimates. It
- * decides nothing, so the pick's cost is the same whether or not anyone asks.
+ * quickest others (kept sorted as they come: one pass), and the reason read from the outcome
+ * against those estimates. It decides nothing, so the pick's cost is the same whether or not
+ * anyone asks.
  */
 static void llm_explain(const struct lb_state *st, const struct lb_candidate *c, size_t n,
 			const struct lb_draw *d, int r, struct lb_explain *out)
 {
-	double us[LB_MAX_BACKENDS];
-	int best = LB_NONE, free_best = LB_NONE, any_hit = 0;
-	size_t seen = 0;
-	for (size_t i = 0; i < n && i < LB_MAX_BACKENDS; i++) {
+	int ok = r >= 0 && (size_t)r < n;
+	double ur = ok ? first_token_us(&c[r], d) : 0, best_us = 0, free_us = 0;
+	int best = LB_NONE, free_best = LB_NONE, any_hit = 0, tie = 0, tie_draw = 0;
+	size_t seen = 0, ntop = 0, cap = ok ? LB_EXPLAIN_MAX - 1 : LB_EXPLAIN_MAX;
+	size_t top[LB_EXPLAIN_MAX];
+	double top_us[LB_EXPLAIN_MAX];
+	for (size_t i = 0; i < n; i++) {
 		if (!c[i].eligible && !c[i].busy)
 			continue;
 		seen++;
 		any_hit |= c[i].hit_blocks > 0;
-		us[i] = first_token_us(&c[i], d);
-		if (best == LB_NONE || us[i] < us[best])
+		double us = (int)i == r ? ur : first_token_us(&c[i], d);
+		if (best == LB_NONE || us < best_us) {
 			best = (int)i;
-		if (c[i].eligible && (free_best == LB_NONE || us[i] < us[free_best]))
+			best_us = us;
+		}
+		if (c[i].eligible && (free_best == LB_NONE || us < free_us)) {
 			free_best = (int)i;
+			free_us = us;
+		}
+		if ((int)i == r)
+			continue;
+		if (ok && c[i].eligible && us == ur) {
+			tie = 1;
+			tie_draw |= !lb_less_loaded(&c[r], &c[i]);
+		}
+		if (ntop == cap && us >= top_us[cap - 1])
+			continue;
+		size_t k = ntop < cap ? ntop++ : cap - 1;
+		for (; k > 0 && top_us[k - 1] > us; k--) {
+			top[k] = top[k - 1];
+			top_us[k] = top_us[k - 1];
+		}
+		top[k] = i;
+		top_us[k] = us;
 	}
 	uint8_t why = LB_WHY_OTHER;
-	if (r == LB_NONE || (r >= 0 && (size_t)r >= n))
+	if (!ok && r != LB_WAIT)
 		why = LB_WHY_NONE;
 	else if (d->home_only)
-		why = r == LB_WAIT ? LB_WHY_WAIT : LB_WHY_HOME;
-	else if (r == LB_WAIT)
+		why = ok ? LB_WHY_HOME : LB_WHY_WAIT;
+	else if (!ok)
 		why = LB_WHY_WAIT;
 	else if (!d->blocks)
 		why = LB_WHY_NO_PROMPT;
-	else if (us[best] < us[r] && c[best].busy && d->waited_ms >= st->max_wait_ms)
+	else if (best_us < ur && c[best].busy && d->waited_ms >= st->max_wait_ms)
 		why = LB_WHY_MAX_WAIT;
-	else if (free_best >= 0 && us[r] == us[free_best]) {
-		why = LB_WHY_LEAST;
-		for (size_t i = 0; i < n && why != LB_WHY_TIE_DRAW; i++)
-			if ((int)i != r && c[i].eligible && us[i] == us[r])
-				why = lb_less_loaded(&c[r], &c[i]) ? LB_WHY_TIE_LOAD
-								   : LB_WHY_TIE_DRAW;
-	} else if (!any_hit)
+	else if (free_best != LB_NONE && ur == free_us)
+		why = !tie ? LB_WHY_LEAST : tie_draw ? LB_WHY_TIE_DRAW : LB_WHY_TIE_LOAD;
+	else if (!any_hit)
 		why = LB_WHY_SPREAD;
 	*out = (struct lb_explain){.where = out->where,
 				   .result = r,
@@ -164,33 +202,10 @@ static void llm_explain(const struct lb_state *st, const struct lb_candidate *c,
 				   .nseen = (uint16_t)seen,
 				   .blocks = d->blocks,
 				   .waited_ms = d->waited_ms};
-	/* the pick, then the quickest of the rest */
-	uint8_t taken[LB_MAX_BACKENDS] = {0};
-	for (size_t k = 0; k < LB_EXPLAIN_MAX && k < seen; k++) {
-		int at = k == 0 && r >= 0 && (size_t)r < n ? r : LB_NONE;
-		if (at == LB_NONE)
-			for (size_t i = 0; i < n && i < LB_MAX_BACKENDS; i++)
-				if ((c[i].eligible || c[i].busy) && !taken[i] &&
-				    (at == LB_NONE || us[i] < us[at]))
-					at = (int)i;
-		if (at == LB_NONE)
-			break;
-		taken[at] = 1;
-		const struct lb_candidate *e = &c[at];
-		uint32_t miss = d->blocks > e->hit_blocks ? d->blocks - e->hit_blocks : 0;
-		double prefill = e->base_us + (double)e->block_us * miss;
-		out->cand[out->ncand++] = (struct lb_estimate){
-		    .backend = (uint16_t)at,
-		    .busy = !e->eligible,
-		    .hit_blocks = e->hit_blocks,
-		    .wait_us = us32(us[at] - prefill),
-		    .base_us = e->base_us,
-		    .block_us = e->block_us,
-		    .expect_us = us32(us[at]),
-		    .inflight = e->inflight,
-		    .slots = e->slots,
-		};
-	}
+	if (ok)
+		out->cand[out->ncand++] = estimate(&c[r], (size_t)r, ur, d);
+	for (size_t k = 0; k < ntop; k++)
+		out->cand[out->ncand++] = estimate(&c[top[k]], top[k], top_us[k], d);
 }
 
 /* llm.block_bytes, llm.cache_blocks, llm.max_wait_ms, llm.explain: see docs/config.md. */
