@@ -4,7 +4,7 @@
  *
  * Its context is the record the picks read their decision back into, and what the response
  * said: when its body's first byte came and from which backend, and its usage when the
- * tallies do not scan it already. Its hooks: the request body (the waiter points at the
+ * tallies do not scan it already. Its hooks: the request head (the waiter points at the
  * record), the response head (it wants the body's bytes; registered after the tallies, it
  * knows whether they count this response's tokens), the response body (the first byte's
  * time, once; the usage scan) and the end (the prediction metrics). Nothing here allocates or
@@ -23,7 +23,7 @@ struct llm_explain_x {
 	struct usage_scan usage;     /* the response's usage, when the tallies do not scan it */
 	const struct backend *first; /* the backend whose body came first */
 	uint32_t measured_us;	     /* request sent to that first byte */
-	unsigned on : 1;	     /* the picks record into rec */
+	unsigned on : 1;	     /* a decision placed it: the response is followed */
 	unsigned body : 1;	     /* the first byte came */
 	unsigned own : 1;	     /* usage is scanned here, not by the tallies */
 };
@@ -38,7 +38,7 @@ static struct llm_explain_x *ex(const struct exchange *x)
 /* The pool of <x>'s decision, while it is still the pool <x> goes to, else NULL. */
 static const struct pool_rt *pool_of(const struct exchange *x, const struct llm_explain_x *c)
 {
-	if (!c->on || !c->rec.where || c->rec.where != (const void *)x->pool)
+	if (!c->rec.where || c->rec.where != (const void *)x->pool)
 		return NULL;
 	/* a queued request's record is a granting worker's until the grant reaches us */
 	if (atomic_load_explicit(&x->wt.state, memory_order_acquire) != W_IDLE)
@@ -54,23 +54,21 @@ static const struct backend *picked(const struct pool_rt *p, const struct lb_exp
 		   : NULL;
 }
 
-static void explain_req_body(struct exchange *x, const char *body, size_t len)
+/* Every pick for <x> reads its decision back into the record, when its policy explains its
+ * picks (a pool of another balancer writes nothing there). */
+static void explain_head(struct exchange *x, const struct http_head *h)
 {
-	(void)body;
-	(void)len;
-	if (!x->pool || !x->pool->conf->balance->explain)
-		return;
-	struct llm_explain_x *c = ex(x);
-	c->on = 1;
-	x->wt.explain = &c->rec;
+	(void)h;
+	x->wt.explain = &ex(x)->rec;
 }
 
 static void explain_resp_head(struct exchange *x, const struct http_head *h)
 {
 	(void)h;
 	struct llm_explain_x *c = ex(x);
-	if (!c->on)
-		return;
+	if (!c->rec.where)
+		return; /* no decision recorded (no balance: llm, or a cache's answer) */
+	c->on = 1;
 	xhooks_want_body(x, &llm_explain_hook);
 	uint64_t prompt, completion;
 	c->own = !tally_usage_tokens(x, &prompt, &completion); /* (its hook ran before ours) */
@@ -146,7 +144,7 @@ const struct xhook llm_explain_hook = {
     .name = "llm_explain",
     .ctx_size = sizeof(struct llm_explain_x),
     .ctx_off = &ctx_off,
-    .req_body = explain_req_body,
+    .head = explain_head,
     .resp_head = explain_resp_head,
     .resp_body = explain_resp_body,
     .end = explain_end,

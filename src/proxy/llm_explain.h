@@ -5,10 +5,10 @@
  * the response body's first byte, the engine's reported cached prompt tokens).
  *
  * It is a feature on the exchange's hooks (xhooks.h) with one fixed record per exchange in
- * its own context: the request body's hook points the waiter at that record (for a pool
- * whose balancer explains its picks), and every pick made for the request -- its admission,
- * a grant from the queue on any worker, a retry -- reads its decision back into it
- * (runtime/pick.h, policy/lb.h lb_ops.explain); the last one stands. A hedge's copy is not
+ * its own context: the request head's hook points the waiter at that record, and every pick
+ * made for the request -- its admission, a grant from the queue on any worker, a retry --
+ * reads its decision back into it when the pool's balancer explains its picks (runtime/pick.h,
+ * policy/lb.h lb_ops.explain: balance: llm); the last one stands. A hedge's copy is not
  * recorded. The record is written by a granting worker only while the request is queued, and
  * read by its own worker only when it is not (the grant reaches it through its inbox's lock).
  *

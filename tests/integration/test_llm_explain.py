@@ -142,6 +142,13 @@ def test_debug_requests_show_the_decision_and_a_repeat_predicts_its_hits(env):
     # the pick expected less of the home than of the others: it holds the prompt
     others = [c for c in rec["candidates"] if c["backend"] != rec["pick"]]
     assert all(c["ttft_ms"] > rec["predicted_ttft_ms"] for c in others), rec
+    # a request without a body, and one without a prompt: decided on the wait alone
+    for method, body in (("GET", None), ("POST", json.dumps({"model": "m"}))):
+        st, hdrs, _ = request(px.port, method, "/v1/completions", body=body)
+        assert st == 200
+        rec = _ended(px, hdrs["x-request-id"][0])["llm"]
+        assert rec["reason"] == "no-prompt" and rec["prompt_blocks"] == 0, (method, rec)
+        assert rec["pick"] == rec["answered_by"] and len(rec["candidates"]) == 3
     # read from the usage without counting it: a JSON answer on a route without api: openai
     # adds no tokens to the route's figures, as before
     tokens = [v for (n, _), v in prom_samples(metrics_text(px.admin)).items()
