@@ -216,8 +216,8 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 	for (size_t attempt = 0; attempt < n; attempt++) {
 		d.ticket = atomic_fetch_add_explicit(&p->ticket, 1, memory_order_relaxed);
 		int idx = lb->pick(&p->conf->lb, cand, n, &d);
-		if (h->explain &&
-		    lb->explain) { /* read back for who shows it: the last one stands */
+		/* read back for whoever shows it: the last pick's stands */
+		if (h->explain && lb->explain) {
 			h->explain->where = p;
 			lb->explain(&p->conf->lb, cand, n, &d, idx, h->explain);
 		}

@@ -28,9 +28,10 @@ struct pick_hint {
 	uint32_t *work;	    /* out, may be NULL: its expected time there, added to the
 			     * backend's work until llm_done() */
 	int *would_wait;    /* out, may be NULL: set when NULL means "wait", not "nothing" */
-	struct lb_explain *explain; /* out, may be NULL: the decision read back (lb_ops.explain) */
-	uint64_t model;		    /* models_hash() of the request's "model", when has_model */
+	uint64_t model;	    /* models_hash() of the request's "model", when has_model */
 	int has_model;
+	/* out, may be NULL: the decision read back by the policy (lb_ops.explain) */
+	struct lb_explain *explain;
 };
 
 /*

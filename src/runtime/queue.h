@@ -43,9 +43,10 @@ struct waiter {
 	uint32_t nblocks;
 	uint32_t missed; /* ... set with a grant: the blocks the granted backend must compute */
 	uint32_t work;	 /* ... and its expected time there (0: none counted) */
-	struct lb_explain *explain; /* where each pick for it is read back, or NULL (pick.h) */
-	uint64_t model; /* models_hash() of the request's "model": only its backends serve it */
+	uint64_t model;	 /* models_hash() of the request's "model": only its backends serve it */
 	int has_model;
+	/* balance: llm: where each pick for it is read back, or NULL (runtime/pick.h) */
+	struct lb_explain *explain;
 };
 
 struct pool_queue {
