@@ -118,8 +118,8 @@ static void explain_end(struct exchange *x, uint64_t now_ns)
 	struct llm_explain_x *c = ex(x);
 	const struct pool_rt *p = pool_of(x, c);
 	const struct backend *b = p ? picked(p, &c->rec) : NULL;
-	if (!b)
-		return;
+	if (!b || !x->log.backend)
+		return; /* (a grant withdrawn before dispatch sent it nowhere) */
 	struct metrics_shard *sh = x->w->shard;
 	metrics_add(sh, PM_BACKEND_LLM_PREDICT_DECISIONS, b->id * LB_WHYS + c->rec.why, 1);
 	int status = x->relayed || x->resp_head ? x->status : 0;
