@@ -14,7 +14,11 @@
  * buffer before it is timed, as recv() leaves it in the proxy. For scale it also times
  * prefix-affinity's key (http_prompt_key on 256 bytes) and a least-connections pick.
  *
- * usage: pickcost [--backends 16] [--kib 16] [--block-bytes 256] [--requests 200000]
+ * With --explain it also reads each decision back as the proxy does for a pool whose decisions
+ * it records (lb_ops.explain: /debug/requests, llm.explain, accelnet_llm_predict_*), timed on
+ * its own ("ns_explain"), outside the decision's figures.
+ *
+ * usage: pickcost [--backends 16] [--kib 16] [--block-bytes 256] [--requests 200000] [--explain]
  * Prints ns per decision and per phase; one thread, so figures are per core.
  */
 #include "http/jsonview.h"
@@ -72,15 +76,16 @@ static char *make_body(unsigned sys, size_t bytes, unsigned turns, unsigned orde
 
 int main(int argc, char **argv)
 {
-	unsigned nb = 16, kib = 16, block = 256, requests = 200000;
+	unsigned nb = 16, kib = 16, block = 256, requests = 200000, explain = 0;
 	static const struct option opts[] = {{"backends", required_argument, NULL, 'b'},
 					     {"kib", required_argument, NULL, 'k'},
 					     {"block-bytes", required_argument, NULL, 's'},
 					     {"requests", required_argument, NULL, 'n'},
+					     {"explain", no_argument, NULL, 'e'},
 					     {NULL, 0, NULL, 0}};
 	int ch;
 	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		unsigned v = (unsigned)strtoul(optarg, NULL, 10);
+		unsigned v = optarg ? (unsigned)strtoul(optarg, NULL, 10) : 0;
 		if (ch == 'b')
 			nb = v;
 		else if (ch == 'k')
@@ -89,6 +94,8 @@ int main(int argc, char **argv)
 			block = v;
 		else if (ch == 'n')
 			requests = v;
+		else if (ch == 'e')
+			explain = 1;
 		else
 			return 2;
 	}
@@ -115,7 +122,9 @@ int main(int argc, char **argv)
 		long n = http_prompt_blocks(body[i], len[i], block, h, LLM_MAX_BLOCKS, NULL);
 		llm_answered(be[(i % SYSTEMS) % nb], h, (uint32_t)n, (uint32_t)n, 100000);
 	}
-	uint64_t t_view = 0, t_hash = 0, t_pick = 0, t_note = 0, sink = 0, blocks = 0;
+	uint64_t t_view = 0, t_hash = 0, t_pick = 0, t_note = 0, t_explain = 0, sink = 0,
+		 blocks = 0;
+	struct lb_explain ex = {0};
 	struct json_view view;
 	const char *why;
 	char *in = malloc((size_t)kib * 1024 + 4096); /* the connection's read buffer */
@@ -140,6 +149,13 @@ int main(int argc, char **argv)
 		struct lb_draw d = {.rnd = r * 0x9e3779b97f4a7c15u, .blocks = (uint32_t)n};
 		int idx = lb_llm.pick(&st, cand, nb, &d);
 		uint64_t t2 = now_ns();
+		if (explain) { /* what the proxy adds for a decision it shows: read back once */
+			lb_llm.explain(&st, cand, nb, &d, idx, &ex);
+			uint64_t te = now_ns();
+			t_explain += te - t2;
+			sink += ex.ncand;
+			t2 = te;
+		}
 		if (idx >= 0) { /* counted, then (as at its answer) recorded in the index */
 			uint32_t hit = cand[idx].hit_blocks;
 			llm_done(be[idx], llm_picked(be[idx], (uint32_t)n, hit));
@@ -150,7 +166,7 @@ int main(int argc, char **argv)
 		t_view += t0 - tv;
 		t_hash += t1 - t0;
 		t_pick += t2 - t1;
-		t_note += t3 - t2;
+		t_note += t3 - t2; /* (after the read-back: it is timed on its own) */
 		blocks += (uint64_t)n;
 		sink += (uint64_t)idx;
 	}
@@ -171,14 +187,17 @@ int main(int argc, char **argv)
 	}
 	uint64_t t6 = now_ns();
 	double per = requests;
+	char explained[48] = "";
+	if (explain) /* the read-back, not in ns_per_decision: the pick's cost is unchanged */
+		snprintf(explained, sizeof(explained), " \"ns_explain\": %.0f,", t_explain / per);
 	printf("{\"backends\": %u, \"body_bytes\": %zu, \"block_bytes\": %u, \"blocks\": %.1f,\n"
 	       " \"ns_per_decision\": %.0f, \"ns_view\": %.0f, \"ns_prompt_blocks\": %.0f,"
 	       " \"ns_match_and_pick\": %.0f,"
-	       " \"ns_record\": %.0f,\n \"ns_prefix_affinity_key\": %.0f,"
+	       " \"ns_record\": %.0f,%s\n \"ns_prefix_affinity_key\": %.0f,"
 	       " \"ns_least_connections_pick\": %.0f, \"sink\": %llu}\n",
 	       nb, len[0], block, blocks / per, (t_view + t_hash + t_pick + t_note) / per,
-	       t_view / per, t_hash / per, t_pick / per, t_note / per, t_key / per, (t6 - t5) / per,
-	       (unsigned long long)(sink & 1));
+	       t_view / per, t_hash / per, t_pick / per, t_note / per, explained, t_key / per,
+	       (t6 - t5) / per, (unsigned long long)(sink & 1));
 	for (unsigned i = 0; i < nb; i++)
 		llm_backend_free(be[i]);
 	for (unsigned i = 0; i < BODIES; i++)

@@ -36,6 +36,7 @@
 #include "control/carry.h"
 #include "proxy/dispatch.h"
 #include "proxy/forward.h"
+#include "proxy/llm_explain.h"
 #include "control/discover.h"
 #include "control/health.h"
 #include "control/cluster.h"
@@ -917,8 +918,8 @@ out:
  * end, the figures, the log and /debug/requests read what it did before the cache and the
  * limits let go of what it holds, and a spliced body's pipe goes back last. */
 static const struct xhook *const proxy_features[] = {
-    &tally_hook, &spend_hook,	&access_hook, &debugreq_hook, &caching_hook,
-    &quota_hook, &forward_hook, &sticky_hook, &splice_hook,
+    &tally_hook, &spend_hook,	&access_hook, &debugreq_hook,	 &caching_hook,
+    &quota_hook, &forward_hook, &sticky_hook, &llm_explain_hook, &splice_hook,
 };
 
 int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)

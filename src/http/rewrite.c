@@ -315,7 +315,7 @@ int rewrite_response_edit(char *buf, size_t cap, const struct http_head *resp, i
 		const struct http_header *f = &resp->headers[i];
 		if (rewrite_is_hop_by_hop(resp, f->name) || is_framing(f->name) ||
 		    NAME_IS(f->name, "x-request-id") || NAME_IS(f->name, "x-accelnet-timing") ||
-		    is_edited(edit, f->name))
+		    NAME_IS(f->name, "x-accelnet-llm") || is_edited(edit, f->name))
 			continue;
 		put_field(&o, f->name, f->value);
 	}

@@ -89,7 +89,8 @@ int rewrite_request(char *out, size_t cap, const struct http_head *req,
  * client connection stays open after this response; a 101 (only ever passed for a tunnelled
  * WebSocket handshake) says Connection: Upgrade, Upgrade: websocket instead. <request_id> (or NULL)
  * replaces any X-Request-Id of the backend's; <timing> (or NULL) is the X-Accelnet-Timing value,
- * and the backend's own field of that name never passes. Returns its length or -1.
+ * and the backend's own field of that name never passes, nor its X-Accelnet-Llm (the proxy's
+ * own, proxy/llm_explain.h). Returns its length or -1.
  */
 int rewrite_response(char *out, size_t cap, const struct http_head *resp, int keep_alive,
 		     const char *request_id, const char *timing);

@@ -2,7 +2,7 @@
  * usage.c - token usage read from a response body in passing (see usage.h).
  *
  * Six keys are watched: "total_tokens":, "prompt_tokens":, "completion_tokens": and
- * "cached_tokens": (prompt_tokens_details' prompt tokens the engine had cached) (then
+ * "cached_tokens": (prompt_tokens_details' own: no other usage key has that name) (then
  * a whole number: digits and then the end of the value; a fraction, an exponent or a sign
  * is no count, and more digits than 64 bits hold count as the most they hold), "content":
  * and "text": (then a string whose first byte is not its closing quote). Every quote may open a

@@ -1,8 +1,9 @@
 /*
  * usage.h - what an LLM response cost, read from its bytes as they pass: the
  * "prompt_tokens", "completion_tokens" and "total_tokens" of an OpenAI-style "usage" object
- * (a JSON response's, or a stream's final chunk with stream_options.include_usage) and the
- * "cached_tokens" of its prompt_tokens_details (prompt tokens the engine had cached), and the
+ * (a JSON response's, or a stream's final chunk with stream_options.include_usage) and its
+ * prompt_tokens_details' "cached_tokens" (the prompt tokens the engine's prefix cache held:
+ * OpenAI, vLLM), and the
  * number of Server-Sent Events that carry generated text ("content" or "text" not empty):
  * one token each, the count when no usage comes.
  *

@@ -1,6 +1,7 @@
 /*
  * lb.c - the registry of balancing policies, looked up by their config names and walked
- * (lb_at) by the config layer for the keys each one declares.
+ * (lb_at) by the config layer for the keys each one declares; the names of the reasons a
+ * policy's explain() gives.
  */
 #include "policy/lb.h"
 
@@ -38,6 +39,14 @@ const char *lb_names(void)
 		}
 	}
 	return names;
+}
+
+const char *lb_why_name(unsigned why)
+{
+#define LB_WHY_TEXT(name, text) [LB_WHY_##name] = text,
+	static const char *const names[LB_WHYS] = {LB_WHY_LIST(LB_WHY_TEXT)};
+#undef LB_WHY_TEXT
+	return why < LB_WHYS ? names[why] : "other";
 }
 
 void lb_state_free(struct lb_state *st)

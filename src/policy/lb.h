@@ -15,6 +15,10 @@
  * declares them in its ops table as plain data (policy/opt.h), with lb_state as where their
  * values go; conf/ reads and checks them from that declaration.
  *
+ * A policy may also explain a decision after the fact (explain(): each candidate's estimate
+ * and why the answer won, struct lb_explain), for callers that show decisions to operators;
+ * the pick itself never records anything.
+ *
  * Adding a policy: one new lb_NAME.c defining a const struct lb_ops (and its options), and
  * one line in the table in lb.c.
  */
@@ -75,6 +79,58 @@ struct lb_state {
 	unsigned block_bytes;	  /* llm: prompt block size (http_prompt_blocks) */
 	unsigned cache_blocks;	  /* llm: what one backend's prefix cache holds, in blocks */
 	unsigned max_wait_ms;	  /* llm: waiting for the home backend stops after this */
+	unsigned explain;	  /* llm: its decisions shown in a response header */
+};
+
+/*
+ * Why a pick came out as it did, as the policy's explain() reads it after the pick (never
+ * during it: a pick costs the same whether or not anyone asks). The reasons are read from
+ * the outcome against the estimates, not from the pick's own branches, so a policy that
+ * decides otherwise later still gets a truthful LB_WHY_OTHER rather than a stale story.
+ */
+#define LB_WHY_LIST(X)                                                                             \
+	X(NONE, "none")		  /* no backend could take it */                                   \
+	X(LEAST, "least")	  /* the least expected time among the free backends */            \
+	X(TIE_LOAD, "tie-load")	  /* ... tied with another: the less loaded */                     \
+	X(TIE_DRAW, "tie-draw")	  /* ... tied in time and load: the draw */                        \
+	X(SPREAD, "spread")	  /* a new prompt: where the fewest blocks went, about as quick */ \
+	X(WAIT, "wait")		  /* a busy backend holds it and is quicker: wait for it */        \
+	X(MAX_WAIT, "max-wait")	  /* waited max_wait_ms for a busy one: the best free slot */      \
+	X(NO_PROMPT, "no-prompt") /* no prompt: the least expected wait */                         \
+	X(HOME, "home")		  /* a freed slot went to the waiter whose prefix it holds */      \
+	X(OTHER, "other")	  /* none of these: the policy decided on something else */
+#define LB_WHY_ENUM(name, text) LB_WHY_##name,
+enum lb_why { LB_WHY_LIST(LB_WHY_ENUM) LB_WHYS };
+#undef LB_WHY_ENUM
+
+/* "least", "wait", ... for <why>. */
+const char *lb_why_name(unsigned why);
+
+#define LB_EXPLAIN_MAX 8 /* candidates kept per decision: the pick and the quickest others */
+
+/* One candidate as the pick saw it, in microseconds. */
+struct lb_estimate {
+	uint16_t backend;    /* its index among the candidates */
+	uint8_t busy;	     /* at its cap (not eligible) */
+	uint32_t hit_blocks; /* blocks of the prompt its cache holds, as far as we know */
+	uint32_t wait_us;    /* until a slot is its, or its share of the load */
+	uint32_t base_us;    /* its fit: everything cached */
+	uint32_t block_us;   /* ... plus this per block computed */
+	uint32_t expect_us;  /* wait + base + block x missed blocks: its expected TTFT */
+	uint32_t inflight, slots;
+};
+
+/* One decision: what the pick answered, why, and the candidates (the pick first). */
+struct lb_explain {
+	const void *where;  /* the caller's: whose candidates these were (a pool) */
+	int result;	    /* the pick's answer: an index, LB_NONE, LB_WAIT */
+	uint8_t why;	    /* enum lb_why */
+	uint8_t waited;	    /* some pick for this request answered LB_WAIT before */
+	uint8_t ncand;	    /* kept in cand[] */
+	uint16_t nseen;	    /* candidates that were up (eligible or busy) */
+	uint32_t blocks;    /* the prompt's blocks */
+	uint32_t waited_ms; /* how long it had queued */
+	struct lb_estimate cand[LB_EXPLAIN_MAX];
 };
 
 struct lb_ops {
@@ -87,6 +143,10 @@ struct lb_ops {
 	 * candidate is busy). */
 	int (*pick)(const struct lb_state *st, const struct lb_candidate *c, size_t n,
 		    const struct lb_draw *d);
+	/* Fill <out> for the answer <result> pick() gave on the same arguments: each candidate's
+	 * estimate and the reason. May be NULL (the policy explains nothing). */
+	void (*explain)(const struct lb_state *st, const struct lb_candidate *c, size_t n,
+			const struct lb_draw *d, int result, struct lb_explain *out);
 	/* Its own config keys, values in struct lb_state; ended by a NULL name. May be NULL. */
 	const struct policy_opt *opts;
 	unsigned latency : 1; /* reads latency_us: the caller must fill it */

@@ -34,6 +34,10 @@
  * its prompt) every backend misses alike and nothing is worth waiting for: the least
  * expected wait among the free slots, work-conserving, like least-connections with the
  * backends' measured speeds. Weights are not read: the fitted costs say what a weight would.
+ *
+ * Explaining a decision (llm_explain, for /debug/requests, metrics and llm.explain's
+ * header) is a separate reading of the pick's answer, done by the caller only when it
+ * records decisions: the pick itself does no bookkeeping for it.
  */
 #include "policy/lb.h"
 
@@ -105,19 +109,120 @@ static int llm_pick(const struct lb_state *st, const struct lb_candidate *c, siz
 	return free_best;
 }
 
-/* llm.block_bytes, llm.cache_blocks, llm.max_wait_ms: see docs/config.md. */
+/* <us> in whole microseconds, saturated. */
+static uint32_t us32(double us)
+{
+	return us <= 0 ? 0 : us >= UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+}
+
+/* One candidate's estimate, <us> its expected time. */
+static struct lb_estimate estimate(const struct lb_candidate *e, size_t i, double us,
+				   const struct lb_draw *d)
+{
+	uint32_t miss = d->blocks > e->hit_blocks ? d->blocks - e->hit_blocks : 0;
+	double prefill = e->base_us + (double)e->block_us * miss;
+	return (struct lb_estimate){
+	    .backend = (uint16_t)i,
+	    .busy = !e->eligible,
+	    .hit_blocks = e->hit_blocks,
+	    .wait_us = us32(us - prefill),
+	    .base_us = e->base_us,
+	    .block_us = e->block_us,
+	    .expect_us = us32(us),
+	    .inflight = e->inflight,
+	    .slots = e->slots,
+	};
+}
+
+/*
+ * The decision <r> that llm_pick() made on these arguments, read back (lb_ops.explain):
+ * each candidate's estimate by the same first_token_us(), the pick first and then the
+ * quickest others (kept sorted as they come: one pass), and the reason read from the outcome
+ * against those estimates. It decides nothing, so the pick's cost is the same whether or not
+ * anyone asks.
+ */
+static void llm_explain(const struct lb_state *st, const struct lb_candidate *c, size_t n,
+			const struct lb_draw *d, int r, struct lb_explain *out)
+{
+	int ok = r >= 0 && (size_t)r < n;
+	double ur = ok ? first_token_us(&c[r], d) : 0, best_us = 0, free_us = 0;
+	int best = LB_NONE, free_best = LB_NONE, any_hit = 0, tie = 0, tie_draw = 0;
+	size_t seen = 0, ntop = 0, cap = ok ? LB_EXPLAIN_MAX - 1 : LB_EXPLAIN_MAX;
+	size_t top[LB_EXPLAIN_MAX];
+	double top_us[LB_EXPLAIN_MAX];
+	for (size_t i = 0; i < n; i++) {
+		if (!c[i].eligible && !c[i].busy)
+			continue;
+		seen++;
+		any_hit |= c[i].hit_blocks > 0;
+		double us = (int)i == r ? ur : first_token_us(&c[i], d);
+		if (best == LB_NONE || us < best_us) {
+			best = (int)i;
+			best_us = us;
+		}
+		if (c[i].eligible && (free_best == LB_NONE || us < free_us)) {
+			free_best = (int)i;
+			free_us = us;
+		}
+		if ((int)i == r)
+			continue;
+		if (ok && c[i].eligible && us == ur) {
+			tie = 1;
+			tie_draw |= !lb_less_loaded(&c[r], &c[i]);
+		}
+		if (ntop == cap && us >= top_us[cap - 1])
+			continue;
+		size_t k = ntop < cap ? ntop++ : cap - 1;
+		for (; k > 0 && top_us[k - 1] > us; k--) {
+			top[k] = top[k - 1];
+			top_us[k] = top_us[k - 1];
+		}
+		top[k] = i;
+		top_us[k] = us;
+	}
+	uint8_t why = LB_WHY_OTHER;
+	if (!ok && r != LB_WAIT)
+		why = LB_WHY_NONE;
+	else if (d->home_only)
+		why = ok ? LB_WHY_HOME : LB_WHY_WAIT;
+	else if (!ok)
+		why = LB_WHY_WAIT;
+	else if (!d->blocks)
+		why = LB_WHY_NO_PROMPT;
+	else if (best_us < ur && c[best].busy && d->waited_ms >= st->max_wait_ms)
+		why = LB_WHY_MAX_WAIT;
+	else if (free_best != LB_NONE && ur == free_us)
+		why = !tie ? LB_WHY_LEAST : tie_draw ? LB_WHY_TIE_DRAW : LB_WHY_TIE_LOAD;
+	else if (!any_hit)
+		why = LB_WHY_SPREAD;
+	*out = (struct lb_explain){.where = out->where,
+				   .result = r,
+				   .why = why,
+				   .waited = out->waited || r == LB_WAIT,
+				   .nseen = (uint16_t)seen,
+				   .blocks = d->blocks,
+				   .waited_ms = d->waited_ms};
+	if (ok)
+		out->cand[out->ncand++] = estimate(&c[r], (size_t)r, ur, d);
+	for (size_t k = 0; k < ntop; k++)
+		out->cand[out->ncand++] = estimate(&c[top[k]], top[k], top_us[k], d);
+}
+
+/* llm.block_bytes, llm.cache_blocks, llm.max_wait_ms, llm.explain: see docs/config.md. */
 static const struct policy_opt llm_opts[] = {
     {"llm", "block_bytes", POLICY_OPT_UINT, offsetof(struct lb_state, block_bytes), 16, 4096, 256},
     {"llm", "cache_blocks", POLICY_OPT_UINT, offsetof(struct lb_state, cache_blocks), 16, 16777216,
      16384},
     {"llm", "max_wait_ms", POLICY_OPT_UINT, offsetof(struct lb_state, max_wait_ms), 0, 600000,
      2000},
+    {"llm", "explain", POLICY_OPT_BOOL, offsetof(struct lb_state, explain), 0, 1, 0},
     {NULL, NULL, 0, 0, 0, 0, 0},
 };
 
 const struct lb_ops lb_llm = {
     .name = "llm",
     .pick = llm_pick,
+    .explain = llm_explain,
     .opts = llm_opts,
     .keyed = 1,
     .prompt = 1,

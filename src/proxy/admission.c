@@ -56,6 +56,7 @@ static struct pick_hint hint_of(struct waiter *wt, uint64_t now_ms)
 			     : 0,
 	    .missed = &wt->missed,
 	    .work = &wt->work,
+	    .explain = wt->explain,
 	    .model = wt->model,
 	    .has_model = wt->has_model,
 	    .session = wt->session,

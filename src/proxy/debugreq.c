@@ -6,7 +6,8 @@
  * (its slow lists, its snapshot); the admin thread reads a snapshot only once the worker has
  * published it, and writes the document from those copies alone. The ending exchanges come
  * through its end hook (debugreq_hook, xhooks.h); it keeps no context of its own, and shows
- * the method and path the access log copied (access.h) when it did.
+ * the method and path the access log copied (access.h) when it did, and balance: llm's
+ * decision as llm_explain.c keeps it.
  */
 #include "proxy/debugreq.h"
 #include "core/clock.h"
@@ -105,6 +106,7 @@ static void fill_rec(struct debugreq_rec *r, const struct exchange *x, uint64_t 
 	r->connect_us = exchange_us_between(x->log.dispatch_ns, x->log.conn_ns);
 	r->ttfb_us = exchange_us_between(x->log.start_ns, x->log.ttfb_ns);
 	r->total_us = exchange_us_between(x->log.start_ns, now_ns);
+	llm_explain_view(x, &r->llm);
 }
 
 /* A new window: the current one becomes the one before (or both go, when stale). */
@@ -280,6 +282,63 @@ static void put_ms_field(FILE *f, const char *key, uint32_t us)
 		fprintf(f, ",\"%s\":%u.%03u", key, us / 1000, us % 1000);
 }
 
+static void put_ms(FILE *f, const char *key, uint32_t us)
+{
+	fprintf(f, "\"%s\":%u.%03u", key, us / 1000, us % 1000);
+}
+
+/* balance: llm's decision (llm_explain.h): the estimates first, what happened after. */
+static void put_llm(FILE *f, const struct llm_explain_view *v)
+{
+	fprintf(f, ",\"llm\":{\"reason\":\"%s\",\"pick\":", lb_why_name(v->why));
+	if (v->picked)
+		put_string(f, v->cand[0].name);
+	else
+		fputs("null", f);
+	fprintf(f,
+		",\"waited_for_affinity\":%s,\"queued_ms\":%u,\"prompt_blocks\":%u,"
+		"\"candidates_up\":%u,\"candidates\":[",
+		v->waited ? "true" : "false", v->waited_ms, v->blocks, v->nseen);
+	for (unsigned k = 0; k < v->ncand; k++) {
+		const struct lb_estimate *e = &v->cand[k].e;
+		fputs(k ? ",{\"backend\":" : "{\"backend\":", f);
+		put_string(f, v->cand[k].name);
+		fprintf(f, ",\"busy\":%s,\"inflight\":%u,\"slots\":%u,\"hit_blocks\":%u,",
+			e->busy ? "true" : "false", e->inflight, e->slots, e->hit_blocks);
+		put_ms(f, "wait_ms", e->wait_us);
+		fputc(',', f);
+		put_ms(f, "base_ms", e->base_us);
+		fputc(',', f);
+		put_ms(f, "per_block_ms", e->block_us);
+		fputc(',', f);
+		put_ms(f, "ttft_ms", e->expect_us);
+		fputc('}', f);
+	}
+	fputs("],\"answered_by\":", f);
+	if (v->answered[0])
+		put_string(f, v->answered);
+	else
+		fputs("null", f);
+	if (v->picked) {
+		fputc(',', f);
+		put_ms(f, "predicted_ttft_ms", v->cand[0].e.expect_us);
+		fprintf(f, ",\"predicted_hit_blocks\":%u", v->cand[0].e.hit_blocks);
+	} else {
+		fputs(",\"predicted_ttft_ms\":null,\"predicted_hit_blocks\":null", f);
+	}
+	if (v->has_measured) {
+		fputc(',', f);
+		put_ms(f, "measured_ttft_ms", v->measured_us);
+	} else {
+		fputs(",\"measured_ttft_ms\":null", f);
+	}
+	if (v->has_reported)
+		fprintf(f, ",\"reported_cached_tokens\":%" PRIu64 ",\"reported_hit_blocks\":%u}",
+			v->cached_tokens, v->reported_blocks);
+	else
+		fputs(",\"reported_cached_tokens\":null,\"reported_hit_blocks\":null}", f);
+}
+
 static void put_rec(FILE *f, const struct debugreq_rec *r)
 {
 	fprintf(f, "{\"worker\":%u", r->worker);
@@ -312,6 +371,8 @@ static void put_rec(FILE *f, const struct debugreq_rec *r)
 	put_ms_field(f, "queue_ms", r->queue_us);
 	put_ms_field(f, "connect_ms", r->connect_us);
 	put_ms_field(f, "ttfb_ms", r->ttfb_us);
+	if (r->llm.has)
+		put_llm(f, &r->llm);
 	fputc('}', f);
 }
 

@@ -12,6 +12,10 @@
  * only after the next ask, and only the admin thread asks. A worker that does not answer
  * within the admin's wait (a stuck loop) is listed as silent rather than waited for.
  *
+ * An exchange of a balance: llm pool also shows the decision that chose its backend and what
+ * happened (llm_explain.h): the candidates' estimates, the reason, predicted against
+ * measured time to first token and hit blocks.
+ *
  * Slowest recent: each worker keeps the DEBUGREQ_SLOW slowest exchanges (answered, relayed
  * or cut; ranked by total time on the loop's clock) of the current minute and of the one
  * before, so what is shown ended one to two minutes ago at most. The ending exchange is
@@ -25,6 +29,7 @@
 #include "http/rewrite.h"
 #include "http/traceparent.h"
 #include "proxy/exchange.h"
+#include "proxy/llm_explain.h"
 #include "proxy/worker.h"
 #include "proxy/xhooks.h"
 
@@ -57,9 +62,10 @@ struct debugreq_rec {
 	uint64_t bytes_in, bytes_out;
 	/* in ms * 1000; UINT32_MAX: did not happen (yet) */
 	uint32_t queue_us, connect_us, ttfb_us;
-	uint32_t total_us; /* in flight: its age; ended: its whole time */
-	uint64_t ended_ms; /* ended: on the worker's loop clock */
-	uint64_t ago_ms;   /* ended: how long before the snapshot */
+	uint32_t total_us;	     /* in flight: its age; ended: its whole time */
+	uint64_t ended_ms;	     /* ended: on the worker's loop clock */
+	uint64_t ago_ms;	     /* ended: how long before the snapshot */
+	struct llm_explain_view llm; /* balance: llm's decision, when llm.has */
 };
 
 /* What one worker shows; cache-line aligned so that two workers' words never share a line. */

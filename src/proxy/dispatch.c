@@ -91,6 +91,7 @@ static enum run connect_retry(struct exchange *x, const struct backend *exclude)
 			      .nblocks = x->wt.nblocks,
 			      .missed = &x->wt.missed,
 			      .work = &x->wt.work,
+			      .explain = x->wt.explain,
 			      .model = x->wt.model,
 			      .has_model = x->wt.has_model,
 			      .session = x->wt.session,

@@ -10,6 +10,7 @@
 #include "proxy/caching.h"
 #include "proxy/debugreq.h"
 #include "proxy/hit.h"
+#include "proxy/llm_explain.h"
 #include "proxy/dispatch.h"
 #include "proxy/forward.h"
 #include "proxy/hedge.h"
@@ -252,6 +253,23 @@ static int put_cache_status(struct client *cl)
 	return 0;
 }
 
+/* X-Accelnet-Llm, as Cache-Status: in before the head's final CRLF. -1: no room. */
+static int put_llm_explain(struct client *cl)
+{
+	struct buf *b = cl->out;
+	char lines[1536];
+	int n = llm_explain_header(cl->x, lines, sizeof(lines));
+	if (n <= 0)
+		return n;
+	if (buf_room(b) < (size_t)n)
+		return -1;
+	b->end -= 2;
+	memcpy(b->data + b->end, lines, (size_t)n);
+	memcpy(b->data + b->end + n, "\r\n", 2);
+	b->end += (uint32_t)n + 2;
+	return 0;
+}
+
 enum run relay_upgrade(struct client *cl, const struct http_head *h, size_t len)
 {
 	struct exchange *x = cl->x;
@@ -288,6 +306,7 @@ enum run relay_response_head(struct client *cl, const struct http_head *h)
 	/* no room left for Cache-Status (a head near the buffer's size): it goes without */
 	if (caching_said(x))
 		(void)put_cache_status(cl);
+	(void)put_llm_explain(cl); /* likewise X-Accelnet-Llm (llm.explain) */
 	(void)splice_body_begin(cl, h);
 	exchange_response_started(x);
 	return RUN_AGAIN;

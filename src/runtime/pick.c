@@ -225,6 +225,11 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 		if (idx < 0) {
 			d.ticket = atomic_fetch_add_explicit(&p->ticket, 1, memory_order_relaxed);
 			idx = lb->pick(&p->conf->lb, cand, n, &d);
+			/* read back for whoever shows it: the last pick's stands */
+			if (h->explain && lb->explain) {
+				h->explain->where = p;
+				lb->explain(&p->conf->lb, cand, n, &d, idx, h->explain);
+			}
 		}
 		if (idx < 0) {
 			if (idx == LB_WAIT && h->would_wait)

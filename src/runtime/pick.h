@@ -34,6 +34,8 @@ struct pick_hint {
 	 * preferred while eligible, and with session_learn the pick is remembered for it */
 	uint64_t session;
 	uint8_t has_session, session_learn;
+	/* out, may be NULL: the decision read back by the policy (lb_ops.explain) */
+	struct lb_explain *explain;
 };
 
 /*

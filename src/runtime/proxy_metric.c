@@ -13,6 +13,7 @@
 #include "obs/accesslog.h"
 #include "obs/kvevent.h"
 #include "obs/process.h"
+#include "policy/lb.h"
 #include "policy/prefix_index.h"
 #include "policy/qdisc.h"
 
@@ -25,6 +26,10 @@
 static const char *const class_names[PM_CLASSES] = {"aborted", "1xx", "2xx", "3xx", "4xx", "5xx"};
 
 static const char *const kind_names[PM_KINDS] = {"prompt", "completion"};
+
+#define WHY_NAME(name, text) [LB_WHY_##name] = text,
+static const char *const why_names[LB_WHYS] = {LB_WHY_LIST(WHY_NAME)};
+#undef WHY_NAME
 
 static const char *const kvevent_names[KVEVENT_KINDS] = {
     [KVEVENT_STORED] = "stored", [KVEVENT_REMOVED] = "removed", [KVEVENT_CLEARED] = "cleared"};
@@ -574,6 +579,39 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 				      "we knew (1 - missed/prompt: the expected hit share)",
 				      NULL, BE, .json = "llm_missed_blocks", .json_as = MJ_UINT,
 				      .read = read_be_llm_missed_blocks},
+    [PM_BACKEND_LLM_PREDICT_DECISIONS] = {"accelnet_llm_predict_decisions_total", METRIC_COUNTER,
+					  "balance: llm: decisions that sent a request to the "
+					  "backend, by why it won",
+					  NULL, BE, .sub_label = "reason", .sub_values = why_names,
+					  .nsub = LB_WHYS},
+    [PM_BACKEND_LLM_PREDICT_TTFT] = {"accelnet_llm_predict_ttft_seconds", METRIC_HISTOGRAM,
+				     "balance: llm: the time to first token it expected of the "
+				     "backend, for each answer whose first body byte came",
+				     "seconds", BE},
+    [PM_BACKEND_LLM_PREDICT_MEASURED_TTFT] = {"accelnet_llm_predict_measured_ttft_seconds",
+					      METRIC_HISTOGRAM,
+					      "balance: llm: ... and the time it took: request "
+					      "sent to the response body's first byte",
+					      "seconds", BE},
+    [PM_BACKEND_LLM_PREDICT_TTFT_ERROR] = {"accelnet_llm_predict_ttft_error_seconds",
+					   METRIC_HISTOGRAM,
+					   "balance: llm: how far apart the two were, either way",
+					   "seconds", BE},
+    [PM_BACKEND_LLM_PREDICT_REPORTS] =
+	{"accelnet_llm_predict_reports_total", METRIC_COUNTER,
+	 "balance: llm: answers whose usage reported the engine's "
+	 "cached prompt tokens (prompt_tokens_details.cached_tokens)",
+	 NULL, BE},
+    [PM_BACKEND_LLM_PREDICT_HIT_BLOCKS] = {"accelnet_llm_predict_hit_blocks_total", METRIC_COUNTER,
+					   "balance: llm: prompt blocks it expected the backend's "
+					   "cache to hold, over those answers",
+					   NULL, BE},
+    [PM_BACKEND_LLM_PREDICT_REPORTED_BLOCKS] = {"accelnet_llm_predict_reported_hit_blocks_total",
+						METRIC_COUNTER,
+						"balance: llm: ... and the blocks the engine "
+						"reported cached (cached_tokens x 4 bytes / "
+						"llm.block_bytes)",
+						NULL, BE},
     [PM_BACKEND_TTFB] = {"accelnet_backend_ttfb_seconds", METRIC_HISTOGRAM,
 			 "request sent to response head (time to first token)", "seconds", BE,
 			 .json = "ttfb_ms", .json_as = MJ_SUMMARY},

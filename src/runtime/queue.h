@@ -21,6 +21,7 @@
 struct backend;
 struct admission_inbox;
 struct conf_pool;
+struct lb_explain;
 
 enum waiter_state {
 	W_IDLE,	   /* not waiting */
@@ -46,6 +47,8 @@ struct waiter {
 	int has_model;
 	uint64_t session; /* pools[].session: the conversation's stick_key(), when has_session */
 	uint8_t has_session, session_learn; /* ... and whether a pick is remembered for it */
+	/* balance: llm: where each pick for it is read back, or NULL (runtime/pick.h) */
+	struct lb_explain *explain;
 };
 
 struct pool_queue {

@@ -259,6 +259,13 @@ static size_t responses_body(struct sim_job *j, char *body, size_t cap)
 	return used;
 }
 
+/* The prompt tokens its prefill found cached (sim.h, Tokens): its whole cached blocks. */
+static unsigned cached_tokens(const struct sim_job *j)
+{
+	uint64_t t = (uint64_t)j->cached * j->sim->opts.block_bytes / SIM_BYTES_PER_TOKEN;
+	return t < j->prompt_tokens ? (unsigned)t : j->prompt_tokens;
+}
+
 static void job_finish_whole(struct sim_job *j)
 {
 	struct sim *s = j->sim;
@@ -286,11 +293,13 @@ static void job_finish_whole(struct sim_job *j)
 					 j->id, job_model(j));
 	for (unsigned i = 0; i < j->tokens; i++)
 		used += (size_t)snprintf(body + used, cap - used, "tok%u ", i);
-	used += (size_t)snprintf(
-	    body + used, cap - used,
-	    "\"%s,\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":%u,"
-	    "\"completion_tokens\":%u,\"total_tokens\":%u}}\n",
-	    j->chat ? "}" : "", j->prompt_tokens, j->tokens, j->prompt_tokens + j->tokens);
+	used +=
+	    (size_t)snprintf(body + used, cap - used,
+			     "\"%s,\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":%u,"
+			     "\"completion_tokens\":%u,\"total_tokens\":%u,"
+			     "\"prompt_tokens_details\":{\"cached_tokens\":%u}}}\n",
+			     j->chat ? "}" : "", j->prompt_tokens, j->tokens,
+			     j->prompt_tokens + j->tokens, cached_tokens(j));
 respond:
 	s->completions++;
 	job_headers(j, headers, sizeof(headers));
@@ -342,14 +351,15 @@ static void job_on_timer(struct loop_timer *t)
 		return;
 	}
 	if (j->stream_usage) {
-		int n =
-		    snprintf(ev, sizeof(ev),
-			     "data: {\"id\":\"%s-%lu\",\"object\":\"%s\",\"model\":\"%s\","
-			     "\"choices\":[],\"usage\":{\"prompt_tokens\":%u,"
-			     "\"completion_tokens\":%u,\"total_tokens\":%u}}\n\n",
-			     j->chat ? "chatcmpl" : "cmpl", j->id,
-			     j->chat ? "chat.completion.chunk" : "text_completion", job_model(j),
-			     j->prompt_tokens, j->tokens, j->prompt_tokens + j->tokens);
+		int n = snprintf(ev, sizeof(ev),
+				 "data: {\"id\":\"%s-%lu\",\"object\":\"%s\",\"model\":\"%s\","
+				 "\"choices\":[],\"usage\":{\"prompt_tokens\":%u,"
+				 "\"completion_tokens\":%u,\"total_tokens\":%u,"
+				 "\"prompt_tokens_details\":{\"cached_tokens\":%u}}}\n\n",
+				 j->chat ? "chatcmpl" : "cmpl", j->id,
+				 j->chat ? "chat.completion.chunk" : "text_completion",
+				 job_model(j), j->prompt_tokens, j->tokens,
+				 j->prompt_tokens + j->tokens, cached_tokens(j));
 		if (hsrv_stream_write(j->conn, ev, (size_t)n) < 0)
 			return;
 	}
@@ -672,7 +682,7 @@ static void take_completion(struct sim *s, struct hsrv_conn *c, int chat, const 
 	j->stream_usage = j->stream && u && rest >= 4 && memcmp(u, "true", 4) == 0;
 	j->tokens =
 	    max_tokens > 0 ? (unsigned)(max_tokens < 4096 ? max_tokens : 4096) : s->opts.tokens;
-	j->prompt_tokens = (unsigned)(body_len / 4);
+	j->prompt_tokens = (unsigned)(body_len / SIM_BYTES_PER_TOKEN);
 	j->has_prefix = http_prompt_key(body, body_len, 1, 256, &j->prefix) == 1;
 	hsrv_on_abort(c, job_on_abort, j);
 	if (j->stream && s->opts.early_headers && job_stream_begin(j) < 0)

@@ -27,6 +27,13 @@
  *    X-Prefix-Cache says hit (every whole block cached), partial or miss (none);
  *    X-Sim-Cached-Blocks and X-Sim-Prompt-Blocks give the counts of whole blocks.
  *
+ * Tokens: the simulator has no tokenizer and counts SIM_BYTES_PER_TOKEN bytes of the request
+ * body as one token (prompt_tokens: body bytes / 4), so a block of block_bytes of prompt text
+ * stands for block_bytes / 4 tokens. Every usage block (a JSON answer's, a stream's last chunk
+ * with stream_options.include_usage) carries "prompt_tokens_details": {"cached_tokens": N} as
+ * OpenAI and vLLM write it: N = whole blocks found cached x block_bytes / 4 in the block model
+ * (never more than prompt_tokens: the prompt text is part of the body), 0 otherwise.
+ *
  * KV events (kv_events, block model only), as vLLM publishes them: a ZeroMQ publisher bound
  * on the endpoint sends one message per batch of cache changes (those gathered until a timer
  * due at once fires: all of a loop turn's I/O, and of the timers that fire before it; a batch
@@ -71,6 +78,7 @@
 #include "net/addr.h"
 
 #define SIM_PROMPT_BLOCKS 8192 /* blocks of one prompt that count, at most */
+#define SIM_BYTES_PER_TOKEN 4  /* the simulator's tokens: 4 bytes of the request each */
 #define SIM_MODELS 16
 #define SIM_MODEL_NAME 128 /* bytes, with the NUL */
 #define SIM_EXTRA_LOAD_MAX 100000

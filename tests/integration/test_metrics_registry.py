@@ -95,6 +95,25 @@ FAMILIES = {  # name: (type, help)
     "accelnet_backend_llm_missed_blocks_total": ("counter", "balance: llm: ... of them not in "
                                                  "its prefix cache as far as we knew (1 - "
                                                  "missed/prompt: the expected hit share)"),
+    "accelnet_llm_predict_decisions_total": ("counter", "balance: llm: decisions that sent a "
+                                             "request to the backend, by why it won"),
+    "accelnet_llm_predict_ttft_seconds": ("histogram", "balance: llm: the time to first token it "
+                                          "expected of the backend, for each answer whose first "
+                                          "body byte came"),
+    "accelnet_llm_predict_measured_ttft_seconds": ("histogram", "balance: llm: ... and the time it "
+                                                   "took: request sent to the response body's "
+                                                   "first byte"),
+    "accelnet_llm_predict_ttft_error_seconds": ("histogram", "balance: llm: how far apart the two "
+                                                "were, either way"),
+    "accelnet_llm_predict_reports_total": ("counter", "balance: llm: answers whose usage reported "
+                                           "the engine's cached prompt tokens "
+                                           "(prompt_tokens_details.cached_tokens)"),
+    "accelnet_llm_predict_hit_blocks_total": ("counter", "balance: llm: prompt blocks it expected "
+                                              "the backend's cache to hold, over those answers"),
+    "accelnet_llm_predict_reported_hit_blocks_total": ("counter", "balance: llm: ... and the "
+                                                       "blocks the engine reported cached "
+                                                       "(cached_tokens x 4 bytes / "
+                                                       "llm.block_bytes)"),
     "accelnet_pool_queue_wait_seconds": ("histogram",
                                          "time from queueing to a granted backend slot"),
     "accelnet_pool_queue_length": ("gauge", "requests waiting for a backend slot"),

@@ -3,7 +3,8 @@
  * it has a slot; a long queue there sends it elsewhere; a busy home is waited for only while
  * waiting is cheaper and for at most max_wait_ms; a freed slot's home_only question; without a
  * prompt, the least loaded; a new prompt where the fewest prompts went. And the TTFT fit: the
- * prior, then a line through the samples.
+ * prior, then a line through the samples. And each decision read back (explain): its reason
+ * and each candidate's estimate, the pick first.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -174,6 +175,131 @@ static void new_prompt_goes_where_the_fewest_prompts_went(void **state)
 	assert_int_equal(lb_llm.pick(&st, c, 3, &d), 2);
 }
 
+/* Pick, then read the pick back: the reason and the estimates. */
+static int explained(struct lb_candidate *c, size_t n, const struct lb_draw *d,
+		     const struct lb_state *s, struct lb_explain *e)
+{
+	int r = lb_llm.pick(s, c, n, d);
+	lb_llm.explain(s, c, n, d, r, e);
+	assert_int_equal(e->result, r);
+	return r;
+}
+
+static void explain_reads_each_reason_back(void **state)
+{
+	(void)state;
+	struct lb_candidate c[4];
+	struct lb_explain e;
+	/* a hit: least, the pick first, each estimate wait + base + per block x missed */
+	fleet(c, 4);
+	c[1].hit_blocks = 100;
+	c[3].inflight = 2;
+	struct lb_draw d = {.blocks = 120, .rnd = 3};
+	memset(&e, 0, sizeof(e));
+	assert_int_equal(explained(c, 4, &d, &st, &e), 1);
+	assert_int_equal(e.why, LB_WHY_LEAST);
+	assert_string_equal(lb_why_name(e.why), "least");
+	assert_int_equal(e.ncand, 4);
+	assert_int_equal(e.nseen, 4);
+	assert_int_equal(e.blocks, 120);
+	assert_int_equal(e.cand[0].backend, 1);
+	assert_int_equal(e.cand[0].hit_blocks, 100);
+	assert_int_equal(e.cand[0].expect_us, 20000 + 20 * 1000);
+	assert_int_equal(e.cand[0].wait_us, 0);
+	for (unsigned k = 1; k < e.ncand; k++) /* the rest quickest first */
+		assert_true(e.cand[k].expect_us >= e.cand[k - 1].expect_us);
+	assert_int_equal(e.cand[3].backend, 3); /* loaded, but a slot is free: no wait */
+	assert_int_equal(e.cand[3].expect_us, 20000 + 120 * 1000);
+	/* all alike but the load: tie, the less loaded */
+	fleet(c, 4);
+	c[0].inflight = c[1].inflight = c[2].inflight = 1;
+	d = (struct lb_draw){.blocks = 0, .rnd = 0};
+	assert_int_equal(explained(c, 4, &d, &st, &e), 3);
+	assert_int_equal(e.why, LB_WHY_NO_PROMPT);
+	d.blocks = 10;
+	c[0].hit_blocks = c[1].hit_blocks = c[2].hit_blocks = c[3].hit_blocks = 5;
+	assert_int_equal(explained(c, 4, &d, &st, &e), 3);
+	assert_int_equal(e.why, LB_WHY_TIE_LOAD);
+	c[3].inflight = 1; /* time and load alike: the draw */
+	assert_true(explained(c, 4, &d, &st, &e) >= 0);
+	assert_int_equal(e.why, LB_WHY_TIE_DRAW);
+	/* a new prompt spread to where the fewest blocks went, a hair slower */
+	fleet(c, 4);
+	c[0].base_us = 19000;
+	c[0].placed = 1000;
+	d = (struct lb_draw){.blocks = 50};
+	int r = explained(c, 4, &d, &st, &e);
+	assert_true(r > 0);
+	assert_int_equal(e.why, LB_WHY_SPREAD);
+	assert_int_equal(e.cand[0].backend, r);
+	assert_int_equal(e.cand[1].backend, 0); /* the quickest comes next */
+	/* a busy home: wait, then max-wait once waited long enough */
+	fleet(c, 4);
+	c[2].hit_blocks = 200;
+	busy(&c[2]);
+	d = (struct lb_draw){.blocks = 200, .waited_ms = 0};
+	memset(&e, 0, sizeof(e));
+	assert_int_equal(explained(c, 4, &d, &st, &e), LB_WAIT);
+	assert_int_equal(e.why, LB_WHY_WAIT);
+	assert_true(e.waited);
+	assert_int_equal(e.cand[0].backend, 2); /* no pick: the quickest first, busy */
+	assert_true(e.cand[0].busy);
+	assert_int_equal(e.cand[0].wait_us, 300000 / 4);
+	d.waited_ms = st.max_wait_ms;
+	r = explained(c, 4, &d, &st, &e);
+	assert_true(r >= 0 && r != 2);
+	assert_int_equal(e.why, LB_WHY_MAX_WAIT);
+	assert_true(e.waited); /* remembered from the pick before */
+	/* a freed slot's question */
+	fleet(c, 4);
+	c[1].hit_blocks = 30;
+	d = (struct lb_draw){.blocks = 40, .home_only = 1};
+	assert_int_equal(explained(c, 4, &d, &st, &e), 1);
+	assert_int_equal(e.why, LB_WHY_HOME);
+	/* nobody up */
+	for (int i = 0; i < 4; i++)
+		c[i].eligible = c[i].busy = 0;
+	d = (struct lb_draw){.blocks = 40};
+	assert_int_equal(explained(c, 4, &d, &st, &e), LB_NONE);
+	assert_int_equal(e.why, LB_WHY_NONE);
+	assert_int_equal(e.ncand, 0);
+}
+
+static void explain_keeps_the_pick_and_the_quickest(void **state)
+{
+	(void)state;
+	struct lb_candidate c[40];
+	struct lb_explain e = {0};
+	fleet(c, 40);
+	for (int i = 0; i < 40; i++)
+		c[i].hit_blocks = (uint32_t)i; /* the last holds the most */
+	c[39].inflight = 4;		       /* ... but is busy, its turn soon */
+	c[39].service_us = 40000;
+	c[39].hit_blocks = 100;
+	c[39].eligible = 0;
+	c[39].busy = 1;
+	c[5].eligible = 0; /* down: not seen */
+	struct lb_draw d = {.blocks = 100, .waited_ms = 1000};
+	int r = explained(c, 40, &d, &st, &e);
+	assert_int_equal(r, 38);
+	assert_int_equal(e.why, LB_WHY_MAX_WAIT);
+	assert_int_equal(e.nseen, 39);
+	assert_int_equal(e.ncand, LB_EXPLAIN_MAX);
+	assert_int_equal(e.cand[0].backend, 38);
+	assert_int_equal(e.cand[1].backend, 39); /* then the quickest: the busy home */
+	for (unsigned k = 2; k < LB_EXPLAIN_MAX; k++)
+		assert_int_equal(e.cand[k].backend, 39 - k);
+	/* an estimate beyond 32 bits saturates */
+	fleet(c, 2);
+	c[0].slots = 0;
+	c[0].inflight = UINT32_MAX;
+	c[0].service_us = UINT32_MAX;
+	d = (struct lb_draw){.blocks = 1};
+	assert_int_equal(explained(c, 2, &d, &st, &e), 1);
+	assert_int_equal(e.cand[1].expect_us, UINT32_MAX);
+	assert_int_equal(e.cand[1].wait_us, UINT32_MAX);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -182,6 +308,8 @@ int main(void)
 	    cmocka_unit_test(no_prompt_is_least_loaded),
 	    cmocka_unit_test(new_prompt_goes_where_the_fewest_prompts_went),
 	    cmocka_unit_test(fit_learns_a_line),
+	    cmocka_unit_test(explain_reads_each_reason_back),
+	    cmocka_unit_test(explain_keeps_the_pick_and_the_quickest),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -70,6 +70,22 @@ static void scan_whole_and_cut(void **state)
 		assert_int_equal(u.prompt, 5);
 		assert_int_equal(u.completion, 9);
 		assert_int_equal(u.total, 14);
+		assert_false(u.has_cached); /* "cached" is no "cached_tokens" */
+	}
+	/* the engine's cached prompt tokens (OpenAI, vLLM), cut anywhere */
+	static const char details[] =
+	    "{\"usage\":{\"prompt_tokens\":40,\"total_tokens\":48,\"completion_tokens\":8,"
+	    "\"prompt_tokens_details\":{\"cached_tokens\":32}}}";
+	for (size_t step = 1; step < sizeof(details); step++) {
+		usage_scan_init(&u);
+		for (size_t i = 0; i < sizeof(details) - 1; i += step)
+			usage_scan_feed(&u, details + i,
+					sizeof(details) - 1 - i < step ? sizeof(details) - 1 - i
+								       : step);
+		assert_true(u.has_cached && u.has_prompt);
+		assert_int_equal(u.cached, 32);
+		assert_int_equal(u.prompt, 40);
+		assert_int_equal(u.completion, 8);
 	}
 	/* chunked framing between events leaves them whole */
 	static const char chunked[] =

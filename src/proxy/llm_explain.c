@@ -1,0 +1,255 @@
+/*
+ * llm_explain.c - balance: llm's decision per exchange, against what happened (see
+ * llm_explain.h).
+ *
+ * Its context is the record the picks read their decision back into, and what the response
+ * said: when its body's first byte came and from which backend, and its usage when the
+ * tallies do not scan it already. Its hooks: the request head (the waiter points at the
+ * record), the response head (it wants the body's bytes; registered after the tallies, it
+ * knows whether they count this response's tokens), the response body (the first byte's
+ * time, once; the usage scan) and the end (the prediction metrics). Nothing here allocates or
+ * writes memory another worker writes: the metrics go to the worker's shard.
+ */
+#include "proxy/llm_explain.h"
+#include "core/clock.h"
+#include "proxy/tally.h"
+#include "runtime/proxy_metric.h"
+
+#include <stdio.h>
+#include <string.h>
+
+struct llm_explain_x {
+	struct lb_explain rec;	     /* the last pick's decision, read back */
+	struct usage_scan usage;     /* the response's usage, when the tallies do not scan it */
+	const struct backend *first; /* the backend whose body came first */
+	uint32_t measured_us;	     /* request sent to that first byte */
+	unsigned on : 1;	     /* a decision placed it: the response is followed */
+	unsigned body : 1;	     /* the first byte came */
+	unsigned own : 1;	     /* usage is scanned here, not by the tallies */
+};
+
+static size_t ctx_off;
+
+static struct llm_explain_x *ex(const struct exchange *x)
+{
+	return xhooks_ctx(x, ctx_off);
+}
+
+/* The pool of <x>'s decision, while it is still the pool <x> goes to, else NULL. */
+static const struct pool_rt *pool_of(const struct exchange *x, const struct llm_explain_x *c)
+{
+	if (!c->rec.where || c->rec.where != (const void *)x->pool)
+		return NULL;
+	/* a queued request's record is a granting worker's until the grant reaches us */
+	if (atomic_load_explicit(&x->wt.state, memory_order_acquire) != W_IDLE)
+		return NULL;
+	return x->pool;
+}
+
+/* The backend the decision chose, or NULL. */
+static const struct backend *picked(const struct pool_rt *p, const struct lb_explain *r)
+{
+	return r->result >= 0 && (size_t)r->result < p->nbackends && r->ncand
+		   ? &p->backends[r->result]
+		   : NULL;
+}
+
+/* Every pick for <x> reads its decision back into the record, when its policy explains its
+ * picks (a pool of another balancer writes nothing there). */
+static void explain_head(struct exchange *x, const struct http_head *h)
+{
+	(void)h;
+	x->wt.explain = &ex(x)->rec;
+}
+
+static void explain_resp_head(struct exchange *x, const struct http_head *h)
+{
+	(void)h;
+	struct llm_explain_x *c = ex(x);
+	if (!c->rec.where)
+		return; /* no decision recorded (no balance: llm, or a cache's answer) */
+	c->on = 1;
+	xhooks_want_body(x, &llm_explain_hook);
+	uint64_t prompt, completion;
+	c->own = !tally_usage_tokens(x, &prompt, &completion); /* (its hook ran before ours) */
+	if (!c->own)
+		return;
+	usage_scan_init(&c->usage);
+	if (x->resp.framing == HTTP_BODY_CHUNKED)
+		usage_scan_chunked(&c->usage);
+}
+
+static void explain_resp_body(struct exchange *x, const char *p, size_t len)
+{
+	struct llm_explain_x *c = ex(x);
+	if (c->own)
+		usage_scan_feed(&c->usage, p, len);
+	if (c->body || !len || !x->att->be)
+		return;
+	uint64_t now = clock_now_ns();
+	c->body = 1;
+	c->first = x->att->be;
+	c->measured_us = now > x->att->sent_ns
+			     ? (uint32_t)((now - x->att->sent_ns) / 1000 > UINT32_MAX
+					      ? UINT32_MAX
+					      : (now - x->att->sent_ns) / 1000)
+			     : 0;
+}
+
+/* The engine's reported cached tokens of <x>, as blocks of <p>'s; 0: it reported none. */
+static int reported(const struct exchange *x, const struct pool_rt *p, uint32_t blocks,
+		    uint64_t *tokens, uint32_t *out)
+{
+	const struct llm_explain_x *c = ex(x);
+	const struct usage_scan *u = c->own ? &c->usage : tally_usage(x);
+	if (!u->has_cached)
+		return 0;
+	uint64_t b = u->cached > UINT64_MAX / LLM_EXPLAIN_BYTES_PER_TOKEN
+			 ? UINT64_MAX
+			 : u->cached * LLM_EXPLAIN_BYTES_PER_TOKEN / p->conf->lb.block_bytes;
+	*tokens = u->cached;
+	*out = b < blocks ? (uint32_t)b : blocks; /* (never more of our prompt than it has) */
+	return 1;
+}
+
+static void explain_end(struct exchange *x, uint64_t now_ns)
+{
+	(void)now_ns;
+	struct llm_explain_x *c = ex(x);
+	const struct pool_rt *p = pool_of(x, c);
+	const struct backend *b = p ? picked(p, &c->rec) : NULL;
+	if (!b || !x->log.backend)
+		return; /* (a grant withdrawn before dispatch sent it nowhere) */
+	struct metrics_shard *sh = x->w->shard;
+	metrics_add(sh, PM_BACKEND_LLM_PREDICT_DECISIONS, b->id * LB_WHYS + c->rec.why, 1);
+	int status = x->relayed || x->resp_head ? x->status : 0;
+	if (c->first != b || status < 200 || status >= 400)
+		return; /* another backend answered (a hedge), or none did: nothing to compare */
+	uint32_t predicted = c->rec.cand[0].expect_us;
+	metrics_observe(sh, PM_BACKEND_LLM_PREDICT_TTFT, b->id, predicted);
+	metrics_observe(sh, PM_BACKEND_LLM_PREDICT_MEASURED_TTFT, b->id, c->measured_us);
+	metrics_observe(sh, PM_BACKEND_LLM_PREDICT_TTFT_ERROR, b->id,
+			c->measured_us > predicted ? c->measured_us - predicted
+						   : predicted - c->measured_us);
+	uint64_t tokens;
+	uint32_t blocks;
+	if (!reported(x, p, c->rec.blocks, &tokens, &blocks))
+		return;
+	metrics_add(sh, PM_BACKEND_LLM_PREDICT_REPORTS, b->id, 1);
+	metrics_add(sh, PM_BACKEND_LLM_PREDICT_HIT_BLOCKS, b->id, c->rec.cand[0].hit_blocks);
+	metrics_add(sh, PM_BACKEND_LLM_PREDICT_REPORTED_BLOCKS, b->id, blocks);
+}
+
+const struct xhook llm_explain_hook = {
+    .name = "llm_explain",
+    .ctx_size = sizeof(struct llm_explain_x),
+    .ctx_off = &ctx_off,
+    .head = explain_head,
+    .resp_head = explain_resp_head,
+    .resp_body = explain_resp_body,
+    .end = explain_end,
+};
+
+static void copy_name(char *dst, const char *s)
+{
+	size_t n = strnlen(s, LLM_EXPLAIN_NAME - 1);
+	memcpy(dst, s, n);
+	dst[n] = 0;
+}
+
+void llm_explain_view(const struct exchange *x, struct llm_explain_view *v)
+{
+	const struct llm_explain_x *c = ex(x);
+	const struct pool_rt *p = pool_of(x, c);
+	v->has = 0;
+	if (!p)
+		return;
+	const struct lb_explain *r = &c->rec;
+	v->has = 1;
+	v->why = r->why;
+	v->waited = r->waited;
+	v->picked = picked(p, r) != NULL;
+	v->nseen = r->nseen;
+	v->blocks = r->blocks;
+	v->waited_ms = r->waited_ms;
+	v->ncand = 0;
+	for (unsigned k = 0; k < r->ncand && k < LB_EXPLAIN_MAX; k++) {
+		if (r->cand[k].backend >= p->nbackends)
+			continue;
+		copy_name(v->cand[v->ncand].name, p->backends[r->cand[k].backend].name);
+		v->cand[v->ncand++].e = r->cand[k];
+	}
+	v->answered[0] = 0;
+	if (c->first)
+		copy_name(v->answered, c->first->name);
+	v->has_measured = c->body;
+	v->measured_us = c->measured_us;
+	v->has_reported = reported(x, p, r->blocks, &v->cached_tokens, &v->reported_blocks);
+}
+
+/* <name> as a quoted string of a header value: quotes, backslashes and controls left out. */
+static int put_name(char *out, size_t cap, const char *name)
+{
+	size_t n = 0;
+	if (cap < 3)
+		return -1;
+	out[n++] = '"';
+	for (const unsigned char *s = (const unsigned char *)name; *s; s++)
+		if (*s >= 0x20 && *s < 0x7f && *s != '"' && *s != '\\') {
+			if (n + 2 >= cap)
+				return -1;
+			out[n++] = (char)*s;
+		}
+	out[n++] = '"';
+	return (int)n;
+}
+
+#define MS(us) (us) / 1000, (us) % 1000
+
+int llm_explain_header(const struct exchange *x, char *out, size_t cap)
+{
+	const struct llm_explain_x *c = ex(x);
+	const struct pool_rt *p = pool_of(x, c);
+	if (!p || !p->conf->lb.explain)
+		return 0;
+	const struct lb_explain *r = &c->rec;
+	const struct backend *b = picked(p, r);
+	size_t len = 0;
+	int n = snprintf(out, cap, "X-Accelnet-Llm: pick=");
+	if (n < 0 || (size_t)n >= cap)
+		return -1;
+	len += (size_t)n;
+	n = b ? put_name(out + len, cap - len, b->name) : snprintf(out + len, cap - len, "none");
+	if (n < 0 || (size_t)n >= cap - len)
+		return -1;
+	len += (size_t)n;
+	n = snprintf(out + len, cap - len, ";reason=%s;blocks=%u%s", lb_why_name(r->why), r->blocks,
+		     r->waited ? ";waited" : "");
+	if (n < 0 || (size_t)n >= cap - len)
+		return -1;
+	len += (size_t)n;
+	for (unsigned k = 0; k < r->ncand && k < LB_EXPLAIN_MAX; k++) {
+		const struct lb_estimate *e = &r->cand[k];
+		if (e->backend >= p->nbackends)
+			continue;
+		if (len + 2 >= cap)
+			return -1;
+		memcpy(out + len, ", ", 2);
+		len += 2;
+		n = put_name(out + len, cap - len, p->backends[e->backend].name);
+		if (n < 0)
+			return -1;
+		len += (size_t)n;
+		n = snprintf(out + len, cap - len,
+			     ";hit=%u;wait=%u.%03u;base=%u.%03u;per_block=%u.%03u;ttft=%u.%03u%s",
+			     e->hit_blocks, MS(e->wait_us), MS(e->base_us), MS(e->block_us),
+			     MS(e->expect_us), e->busy ? ";busy" : "");
+		if (n < 0 || (size_t)n >= cap - len)
+			return -1;
+		len += (size_t)n;
+	}
+	if (len + 2 >= cap)
+		return -1;
+	memcpy(out + len, "\r\n", 2);
+	return (int)(len + 2);
+}
