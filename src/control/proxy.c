@@ -41,6 +41,7 @@
 #include "control/kvsub.h"
 #include "control/scrape.h"
 #include "proxy/h1.h"
+#include "proxy/pd.h"
 #include "proxy/shed.h"
 #include "proxy/splice_body.h"
 #include "control/statefile.h"
@@ -907,7 +908,7 @@ out:
  * limits let go of what it holds, and a spliced body's pipe goes back last. */
 static const struct xhook *const proxy_features[] = {
     &tally_hook, &access_hook,	&debugreq_hook, &caching_hook,
-    &quota_hook, &forward_hook, &splice_hook,
+    &quota_hook, &forward_hook, &pd_hook,	&splice_hook,
 };
 
 int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)

@@ -13,6 +13,7 @@
 #include "proxy/dispatch.h"
 #include "proxy/forward.h"
 #include "proxy/hedge.h"
+#include "proxy/pd.h"
 #include "proxy/quota.h"
 #include "proxy/splice_body.h"
 #include "proxy/xhooks.h"
@@ -287,6 +288,18 @@ static enum run send_upstream(struct client *cl, int *progress)
 {
 	struct exchange *x = cl->x;
 	size_t k = 0;
+	struct buf *alt = pd_decode_body(x); /* disaggregation: the decode's own body */
+	if (alt && x->req.ready) {
+		enum run r = up_h1_send(x, buf_len(alt) ? buf_head(alt) : NULL, buf_len(alt), &k,
+					progress);
+		buf_consume(alt, k);
+		if (buf_len(alt) || x->att->head_off < forward_head_len(x, x->att))
+			return r;
+		k = x->req.ready; /* all of it went: the client's body is done with */
+		buf_consume(cl->in, k);
+		http_body_sent(&x->req, k);
+		return r;
+	}
 	enum run r =
 	    up_h1_send(x, x->req.ready ? buf_head(cl->in) : NULL, x->req.ready, &k, progress);
 	if (k) {
@@ -435,6 +448,13 @@ enum run relay_run(struct client *cl)
 	struct exchange *x = cl->x;
 	if (caching_answers(x) && !x->att->up)
 		return hit_run(cl); /* the cache answers (client_finish ends it) */
+	if (pd_waiting(x)) { /* its prefill goes on: only notice a client that gave up */
+		if (cl->conn.hup && !cl->hup_checked && client_gone(cl))
+			return exchange_abort(x, "client closed the connection during the prefill");
+		enum run r = pd_run(x);
+		if (r != RUN_AGAIN || (!x->att->up && x->wt.state == W_IDLE))
+			return r;
+	}
 	if (x->wt.state != W_IDLE || x->att->local_wait) {
 		/* waiting for a slot or a descriptor: only notice a client that gave up */
 		if (cl->conn.hup && !cl->hup_checked && client_gone(cl))
