@@ -28,12 +28,16 @@ static const struct {
      "      [--prefix-cache N --cache-hit-ms MS | --cache-blocks N [--block-bytes B]\n"
      "      [--prefill-us-per-block US] [--kv-events tcp://HOST:PORT [--kv-events-topic T]\n"
      "      [--kv-events-format map|array]]] [--models A,B,...] [--extra-load N]\n"
+     "      [--role prefill|decode [--pd-secret S] [--kv-pull-us-per-block US]\n"
+     "      [--pd-allow-local]]\n"
      "      a simulated accelerator server. --cache-blocks: a block-level prefix cache\n"
      "      (LRU) of N blocks of B bytes of prompt text (64); the first token comes after\n"
      "      --latency-ms + US (1000) per uncached block; at most 8192 blocks of a prompt\n"
      "      count. --kv-events publishes its changes as vLLM does (ZeroMQ, msgpack).\n"
      "      --models: the models served (others: 404). --extra-load: N phantom requests\n"
-     "      from other clients keep coming back to its queue"},
+     "      from other clients keep coming back to its queue. --role: one side of\n"
+     "      prefill/decode disaggregation (vLLM's kv_transfer_params, SGLang's bootstrap\n"
+     "      rooms); a decode sim refuses a request without valid transfer params (400)"},
     {"top", cmd_top,
      "top [--admin HOST:PORT] [--token-file FILE] [--interval-ms N] [--once]\n"
      "      live figures per pool and backend from the admin listener, redrawn every N ms\n"
