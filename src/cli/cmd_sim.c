@@ -113,7 +113,7 @@ int cmd_sim(int argc, char **argv)
 	    {"role", required_argument, NULL, 'R'},
 	    {"pd-secret", required_argument, NULL, 'W'},
 	    {"kv-pull-us-per-block", required_argument, NULL, 'Q'},
-	    {"pd-allow-local", no_argument, NULL, 'A'},
+	    {"pd-allow-local", required_argument, NULL, 'A'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -145,6 +145,7 @@ int cmd_sim(int argc, char **argv)
 	    {'U', "--prefill-us-per-block", 0, 60000000, &o.prefill_us_per_block, NULL},
 	    {'X', "--extra-load", 0, SIM_EXTRA_LOAD_MAX, &o.extra_load, NULL},
 	    {'Q', "--kv-pull-us-per-block", 0, 60000000, &o.kv_pull_us_per_block, NULL},
+	    {'A', "--pd-allow-local", 0, 1, &o.pd_allow_local, NULL},
 	};
 	optind = 1;
 	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -174,10 +175,6 @@ int cmd_sim(int argc, char **argv)
 				return 2;
 			}
 			snprintf(o.pd_secret, sizeof(o.pd_secret), "%s", optarg);
-			continue;
-		}
-		if (ch == 'A') {
-			o.pd_allow_local = 1;
 			continue;
 		}
 		if (ch == 'K' || ch == 'O' || ch == 'F' || ch == 'M') {

@@ -29,7 +29,7 @@ static const struct {
      "      [--prefill-us-per-block US] [--kv-events tcp://HOST:PORT [--kv-events-topic T]\n"
      "      [--kv-events-format map|array]]] [--models A,B,...] [--extra-load N]\n"
      "      [--role prefill|decode [--pd-secret S] [--kv-pull-us-per-block US]\n"
-     "      [--pd-allow-local]]\n"
+     "      [--pd-allow-local 0|1]]\n"
      "      a simulated accelerator server. --cache-blocks: a block-level prefix cache\n"
      "      (LRU) of N blocks of B bytes of prompt text (64); the first token comes after\n"
      "      --latency-ms + US (1000) per uncached block; at most 8192 blocks of a prompt\n"

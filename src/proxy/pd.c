@@ -17,6 +17,7 @@
 #include "core/rand.h"
 #include "http/jsonview.h"
 #include "http/parse.h"
+#include "net/addr.h"
 #include "proxy/attempt.h"
 #include "proxy/dispatch.h"
 #include "proxy/forward.h"
@@ -250,7 +251,8 @@ static int set_content_length(struct buf *h, size_t n)
 /* sglang: the bootstrap fields for prefill backend <be> after the decode body's members. */
 static int sglang_fields(struct exchange *x, struct pd_x *p, const struct backend *be)
 {
-	const char *addr = be->addr_text[atomic_load(&be->addr_at) & 1];
+	char text[96];
+	const char *addr = net_addr_format((const struct sockaddr *)&be->addr.ss, text, sizeof(text));
 	const char *colon = strrchr(addr, ':');
 	if (!colon)
 		return -EINVAL;
