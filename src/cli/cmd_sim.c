@@ -163,7 +163,8 @@ int cmd_sim(int argc, char **argv)
 		}
 		if (ch == 'R') {
 			if (strcmp(optarg, "prefill") != 0 && strcmp(optarg, "decode") != 0) {
-				fprintf(stderr, "accelnet sim: --role: expected prefill or decode\n");
+				fprintf(stderr,
+					"accelnet sim: --role: expected prefill or decode\n");
 				return 2;
 			}
 			o.role = optarg[0] == 'p' ? SIM_ROLE_PREFILL : SIM_ROLE_DECODE;

@@ -971,8 +971,8 @@ static int check_whole(struct rules_ctx *x, yaml_node_t *root)
 	if (!c->npools)
 		return rules_fail(x, root, "'pools' is required: at least one pool of backends");
 	for (size_t i = 0; i < c->npools; i++)
-		if (schema_pd_check_pool(x, rules_node(x, l->pools->data.sequence.items.start[i]), c,
-					 i) < 0)
+		if (schema_pd_check_pool(x, rules_node(x, l->pools->data.sequence.items.start[i]),
+					 c, i) < 0)
 			return -1;
 	for (size_t i = 0; i < c->nroutes; i++) {
 		yaml_node_t *n = l->route_pool_nodes[i];

@@ -64,10 +64,11 @@ int schema_pd_check_pool(struct rules_ctx *x, yaml_node_t *item, struct conf *c,
 		return rules_fail(x, n ? n : item,
 				  "disaggregation: pool '%s' cannot prefill for itself", p->name);
 	if (c->pools[j].pd.enabled)
-		return rules_fail(x, n ? n : item,
-				  "disaggregation: prefill pool '%s' has a disaggregation of its own "
-				  "(a chain or a cycle of pools); a prefill pool is an ordinary pool",
-				  p->pd.prefill_name);
+		return rules_fail(
+		    x, n ? n : item,
+		    "disaggregation: prefill pool '%s' has a disaggregation of its own "
+		    "(a chain or a cycle of pools); a prefill pool is an ordinary pool",
+		    p->pd.prefill_name);
 	p->pd.prefill_pool = j;
 	return 0;
 }

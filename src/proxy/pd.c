@@ -29,7 +29,7 @@
 #include <string.h>
 #include <strings.h>
 
-#define PD_TRIES 3		   /* a prefill and two retries, at most */
+#define PD_TRIES 3		 /* a prefill and two retries, at most */
 #define PD_ANSWER_MAX (1u << 20) /* a prefill answer longer than this fails */
 
 enum pd_state {
@@ -172,11 +172,9 @@ static int copy_members(struct buf *o, const char *b, size_t n, const char *cons
 static const char *const pd_reserved[] = {"kv_transfer_params", "bootstrap_host", "bootstrap_port",
 					  "bootstrap_room", NULL};
 /* What the vLLM prefill request sets anew. */
-static const char *const vllm_prefill_drop[] = {"max_tokens",	 "max_completion_tokens",
-						"stream",	 "stream_options",
-						"min_tokens",	 "kv_transfer_params",
-						"bootstrap_host", "bootstrap_port",
-						"bootstrap_room", NULL};
+static const char *const vllm_prefill_drop[] = {
+    "max_tokens",	  "max_completion_tokens", "stream",	     "stream_options", "min_tokens",
+    "kv_transfer_params", "bootstrap_host",	   "bootstrap_port", "bootstrap_room", NULL};
 
 static const char vllm_prefill_tail[] =
     "\"max_tokens\":1,\"stream\":false,\"kv_transfer_params\":{\"do_remote_decode\":true,"
@@ -252,7 +250,8 @@ static int set_content_length(struct buf *h, size_t n)
 static int sglang_fields(struct exchange *x, struct pd_x *p, const struct backend *be)
 {
 	char text[96];
-	const char *addr = net_addr_format((const struct sockaddr *)&be->addr.ss, text, sizeof(text));
+	const char *addr =
+	    net_addr_format((const struct sockaddr *)&be->addr.ss, text, sizeof(text));
 	const char *colon = strrchr(addr, ':');
 	if (!colon)
 		return -EINVAL;
@@ -263,10 +262,11 @@ static int sglang_fields(struct exchange *x, struct pd_x *p, const struct backen
 	if (!port)
 		port = (unsigned)strtoul(colon + 1, NULL, 10);
 	char tail[160];
-	int n = snprintf(tail, sizeof(tail),
-			 "%s\"bootstrap_host\":\"%.*s\",\"bootstrap_port\":%u,\"bootstrap_room\":%llu}",
-			 p->dmembers ? "," : "", (int)hl, addr, port,
-			 (unsigned long long)(rand_next(&x->w->rng) >> 1));
+	int n =
+	    snprintf(tail, sizeof(tail),
+		     "%s\"bootstrap_host\":\"%.*s\",\"bootstrap_port\":%u,\"bootstrap_room\":%llu}",
+		     p->dmembers ? "," : "", (int)hl, addr, port,
+		     (unsigned long long)(rand_next(&x->w->rng) >> 1));
 	p->dbody->end = p->dbase;
 	return put(p->dbody, tail, (size_t)n);
 }
@@ -379,10 +379,11 @@ enum run pd_begin(struct exchange *x)
 	struct pd_x *p = pd_of(x);
 	if (p->state == PD_REFUSE) {
 		p->state = PD_OFF;
-		return exchange_reply(x, 400,
-				      "kv_transfer_params and bootstrap_* are set by the proxy on a "
-				      "disaggregated pool",
-				      0);
+		return exchange_reply(
+		    x, 400,
+		    "kv_transfer_params and bootstrap_* are set by the proxy on a "
+		    "disaggregated pool",
+		    0);
 	}
 	if (p->state != PD_READY)
 		return RUN_AGAIN;
@@ -451,7 +452,8 @@ enum run pd_run(struct exchange *x)
 	       (p->pre.head_off < head_len || p->pbody_off < buf_len(body))) {
 		struct iovec iov[4];
 		int k = p->pre.head_off < head_len ? forward_head_iov(x, &p->pre, iov) : 0;
-		iov[k++] = (struct iovec){buf_head(body) + p->pbody_off, buf_len(body) - p->pbody_off};
+		iov[k++] =
+		    (struct iovec){buf_head(body) + p->pbody_off, buf_len(body) - p->pbody_off};
 		ssize_t n = net_conn_writev(&up->conn, iov, k);
 		if (n == -EAGAIN || n == -EINTR) {
 			up->writable = 0;

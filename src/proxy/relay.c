@@ -290,8 +290,8 @@ static enum run send_upstream(struct client *cl, int *progress)
 	size_t k = 0;
 	struct buf *alt = pd_decode_body(x); /* disaggregation: the decode's own body */
 	if (alt && x->req.ready) {
-		enum run r = up_h1_send(x, buf_len(alt) ? buf_head(alt) : NULL, buf_len(alt), &k,
-					progress);
+		enum run r =
+		    up_h1_send(x, buf_len(alt) ? buf_head(alt) : NULL, buf_len(alt), &k, progress);
 		buf_consume(alt, k);
 		if (buf_len(alt) || x->att->head_off < forward_head_len(x, x->att))
 			return r;
@@ -448,7 +448,8 @@ enum run relay_run(struct client *cl)
 	struct exchange *x = cl->x;
 	if (caching_answers(x) && !x->att->up)
 		return hit_run(cl); /* the cache answers (client_finish ends it) */
-	if (pd_waiting(x)) { /* its prefill goes on: only notice a client that gave up */
+	/* its prefill goes on (pd.h): only notice a client that gave up */
+	if (pd_waiting(x)) {
 		if (cl->conn.hup && !cl->hup_checked && client_gone(cl))
 			return exchange_abort(x, "client closed the connection during the prefill");
 		enum run r = pd_run(x);

@@ -101,8 +101,9 @@ unsigned sim_pd_ids(const char *secret, const char *prompt, size_t plen, unsigne
 		memcpy(m + mlen, &idx, 4);
 		memset(id, 0, sizeof(id));
 		(void)HMAC(EVP_sha256(), secret, klen, m, mlen + 4, id, &idlen);
-		ids[i] = ((uint32_t)id[0] << 24 | (uint32_t)id[1] << 16 | (uint32_t)id[2] << 8 | id[3]) &
-			 0x7fffffffu;
+		ids[i] =
+		    ((uint32_t)id[0] << 24 | (uint32_t)id[1] << 16 | (uint32_t)id[2] << 8 | id[3]) &
+		    0x7fffffffu;
 	}
 	return (unsigned)n;
 }
@@ -111,11 +112,12 @@ size_t sim_pd_params(char *out, size_t cap, const char *engine, const char *host
 		     const uint32_t *ids, unsigned n)
 {
 	size_t used = 0;
-	int k = snprintf(out, cap,
-			 ",\"kv_transfer_params\":{\"do_remote_prefill\":true,\"do_remote_decode\":"
-			 "false,\"remote_engine_id\":\"%s\",\"remote_host\":\"%s\",\"remote_port\":%u,"
-			 "\"tp_size\":1,\"remote_block_ids\":[",
-			 engine, host, port);
+	int k =
+	    snprintf(out, cap,
+		     ",\"kv_transfer_params\":{\"do_remote_prefill\":true,\"do_remote_decode\":"
+		     "false,\"remote_engine_id\":\"%s\",\"remote_host\":\"%s\",\"remote_port\":%u,"
+		     "\"tp_size\":1,\"remote_block_ids\":[",
+		     engine, host, port);
 	if (k < 0 || (size_t)k >= cap)
 		return 0;
 	used = (size_t)k;
@@ -171,7 +173,9 @@ int sim_pd_room_ask(const char *host, unsigned port, uint64_t room)
 	close(fd);
 	if (k >= 12) {
 		resp[k] = 0;
-		got = strncmp(resp + 9, "200", 3) == 0 ? 1 : strncmp(resp + 9, "404", 3) == 0 ? 0 : -1;
+		got = strncmp(resp + 9, "200", 3) == 0	 ? 1
+		      : strncmp(resp + 9, "404", 3) == 0 ? 0
+							 : -1;
 	}
 	return got;
 }

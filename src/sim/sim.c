@@ -54,10 +54,10 @@ struct sim_job {
 	uint64_t queued_at_ms, wait_ms;
 	uint64_t service_ms; /* planned: to the first token, and (not streamed) every token */
 	/* prefill/decode (sim/pd.h) */
-	unsigned pd_nids;	   /* prefill (vllm): the block ids it answers with */
+	unsigned pd_nids; /* prefill (vllm): the block ids it answers with */
 	uint32_t pd_ids[SIM_PD_IDS_MAX];
-	unsigned pull_blocks;	   /* decode: blocks whose KV it pulls in place of a prefill */
-	int pd_room_pending;	   /* prefill (sglang): pd_room registered when it is done */
+	unsigned pull_blocks; /* decode: blocks whose KV it pulls in place of a prefill */
+	int pd_room_pending;  /* prefill (sglang): pd_room registered when it is done */
 	uint64_t pd_room, pd_wait_until; /* decode (sglang): the room it waits for, until when */
 	char pd_host[SIM_PD_HOST];
 	unsigned pd_port;
@@ -608,7 +608,7 @@ static void answer_stats(struct sim *s, struct hsrv_conn *c)
 	    s->events ? kvevents_batches(s->events) : 0,
 	    s->events ? kvevents_dropped(s->events) : 0, s->unknown_model, s->opts.extra_load,
 	    s->phantom_runs,
-	    s->opts.role == SIM_ROLE_PREFILL	  ? "prefill"
+	    s->opts.role == SIM_ROLE_PREFILL  ? "prefill"
 	    : s->opts.role == SIM_ROLE_DECODE ? "decode"
 					      : "both",
 	    s->pd_valid, s->pd_refused, s->pd_local, s->pd_issued, s->pd_rooms_added);
@@ -621,10 +621,11 @@ static void answer_stats(struct sim *s, struct hsrv_conn *c)
 static void job_refuse(struct sim_job *j, const char *why)
 {
 	char headers[HEADERS_MAX], body[320];
-	int n = snprintf(body, sizeof(body),
-			 "{\"error\":{\"message\":\"%s\",\"type\":\"BadRequestError\",\"param\":null,"
-			 "\"code\":400}}",
-			 why);
+	int n =
+	    snprintf(body, sizeof(body),
+		     "{\"error\":{\"message\":\"%s\",\"type\":\"BadRequestError\",\"param\":null,"
+		     "\"code\":400}}",
+		     why);
 	if (n < 0 || (size_t)n >= sizeof(body))
 		n = n < 0 ? 0 : (int)sizeof(body) - 1;
 	j->sim->pd_refused++;
@@ -651,8 +652,9 @@ static void job_on_room(struct loop_timer *t)
 	} else if (r == 0 && now < j->pd_wait_until)
 		loop_timer_set(s->loop, &j->timer, now + PD_ROOM_POLL_MS);
 	else
-		job_refuse(j, r < 0 ? "bootstrap: the prefill server could not be asked"
-				    : "bootstrap: the room was never bootstrapped by a prefill server");
+		job_refuse(
+		    j, r < 0 ? "bootstrap: the prefill server could not be asked"
+			     : "bootstrap: the room was never bootstrapped by a prefill server");
 }
 
 /*
@@ -668,8 +670,8 @@ static int pd_take(struct sim *s, struct sim_job *j, const struct json_view *v, 
 	size_t plen = v->prompt.e ? v->prompt.e - v->prompt.s : len;
 	if (s->opts.role == SIM_ROLE_PREFILL) {
 		if (r.remote_decode)
-			j->pd_nids = sim_pd_ids(s->opts.pd_secret, prompt, plen, s->opts.block_bytes,
-						j->pd_ids);
+			j->pd_nids = sim_pd_ids(s->opts.pd_secret, prompt, plen,
+						s->opts.block_bytes, j->pd_ids);
 		j->pd_room = r.room;
 		j->pd_room_pending = r.has_room;
 		return 1;
@@ -678,7 +680,8 @@ static int pd_take(struct sim *s, struct sim_job *j, const struct json_view *v, 
 	unsigned n = sim_pd_ids(s->opts.pd_secret, prompt, plen, s->opts.block_bytes, want);
 	if (r.has_ids) {
 		if (r.ids_bad || r.nids != n || memcmp(want, r.ids, n * sizeof(*want)) != 0) {
-			*why = "kv_transfer_params: remote_block_ids were not issued for this prompt";
+			*why =
+			    "kv_transfer_params: remote_block_ids were not issued for this prompt";
 			return -1;
 		}
 		s->pd_valid++;
@@ -787,7 +790,8 @@ static void sim_on_request(void *arg, struct hsrv_conn *c, const struct http_hea
 	if (req->path.len > 11 && memcmp(req->path.p, "/bootstrap/", 11) == 0) {
 		uint64_t room = strtoull(req->path.p + 11, NULL, 10); /* the path ends in a space */
 		int has = sim_pd_room_has(&s->rooms, room);
-		hsrv_respond(c, has ? 200 : 404, "text/plain", s->served_by, has ? "ok\n" : "no\n", 3);
+		hsrv_respond(c, has ? 200 : 404, "text/plain", s->served_by, has ? "ok\n" : "no\n",
+			     3);
 		return;
 	}
 	if (http_str_eq(req->path, "/sim/stats")) {
