@@ -48,7 +48,8 @@ struct pd_x {
 	uint32_t dbase;	    /* bytes of dbody before what the prefill decides */
 	uint32_t pbody_off; /* bytes of the prefill body written */
 	uint32_t work;	    /* balance: llm's work counted on the prefill backend */
-	unsigned state, tries, dmembers;
+	uint64_t since_ms;  /* the prefill's connect began, or its request was all written */
+	unsigned state, tries, dmembers, sent;
 };
 
 static size_t pd_off;
@@ -324,8 +325,12 @@ static int pre_start(struct exchange *x, struct pd_x *p, const struct backend *e
 		body = p->dbody;
 	}
 	p->pbody_off = 0;
+	p->sent = 0;
 	if (set_content_length(x->uphead, buf_len(body)) < 0)
 		return -ENOSPC;
+	p->since_ms = loop_now(w->loop);
+	if (p->tries == 1)
+		pool_retry_earn(pp); /* the prefill pool's retry budget grows with its requests */
 	int err = attempt_connect(&p->pre, w, x, pd_on_event);
 	if (err)
 		backend_mark_failed(be, loop_now(w->loop));
@@ -467,6 +472,10 @@ enum run pd_run(struct exchange *x)
 		p->pbody_off += (uint32_t)(s - hs);
 	}
 	int sent = p->pre.head_off == head_len && p->pbody_off == buf_len(body);
+	if (sent && !p->sent) { /* its answer is due within timeouts.first_byte_ms */
+		p->sent = 1;
+		p->since_ms = loop_now(x->w->loop);
+	}
 	if (sglang && sent) /* the decode goes now; the prefill's answer is dropped */
 		return decode_go(x, p, PD_BESIDE);
 	if (!up->connecting && up->readable) {
@@ -486,6 +495,26 @@ enum run pd_run(struct exchange *x)
 		return pre_failed(x, p, why, 0);
 	pre_end(x, p, 1);
 	return decode_go(x, p, PD_DONE);
+}
+
+uint64_t pd_deadline(const struct exchange *x)
+{
+	const struct pd_x *p = pd_of(x);
+	const struct conf_timeouts *t = &x->w->conf->timeouts;
+	if (!p->sent)
+		return p->since_ms + t->connect_ms;
+	return p->since_ms + t->first_byte_ms;
+}
+
+enum run pd_timeout(struct exchange *x, uint64_t now)
+{
+	struct pd_x *p = pd_of(x);
+	if (now < pd_deadline(x))
+		return RUN_AGAIN;
+	return pre_failed(x, p,
+			  p->sent ? "no answer within timeouts.first_byte_ms"
+				  : "not connected and sent within timeouts.connect_ms",
+			  1);
 }
 
 /* sglang: the prefill's answer, beside the decode, read and dropped. */

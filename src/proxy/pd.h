@@ -45,6 +45,11 @@ int pd_waiting(const struct exchange *x);
 /* Drive the prefill: RUN_STAY while it goes on; else what the decode's dispatch (or the
  * answer of a failure) returned. */
 enum run pd_run(struct exchange *x);
+/* The prefill's clock (deadline.c): connected and sent within timeouts.connect_ms, answered
+ * within timeouts.first_byte_ms after; past it, the prefill fails (pd_timeout: another
+ * backend, decode in place, or 502). */
+uint64_t pd_deadline(const struct exchange *x);
+enum run pd_timeout(struct exchange *x, uint64_t now);
 /* The body the decode backend gets instead of the client's (NULL: the client's): the relay
  * sends its bytes, consuming them, then drops the client's. */
 struct buf *pd_decode_body(const struct exchange *x);

@@ -293,11 +293,14 @@ static enum run send_upstream(struct client *cl, int *progress)
 		enum run r =
 		    up_h1_send(x, buf_len(alt) ? buf_head(alt) : NULL, buf_len(alt), &k, progress);
 		buf_consume(alt, k);
-		if (buf_len(alt) || x->att->head_off < forward_head_len(x, x->att))
-			return r;
-		k = x->req.ready; /* all of it went: the client's body is done with */
-		buf_consume(cl->in, k);
-		http_body_sent(&x->req, k);
+		/* the client's body counts as sent as the decode's goes, so that no retry resends
+		 * a part of it: all but its last byte while the decode's is not all written */
+		int all = !buf_len(alt) && x->att->head_off == forward_head_len(x, x->att);
+		k = all ? x->req.ready : k && x->req.ready > 1 ? x->req.ready - 1 : 0;
+		if (k) {
+			buf_consume(cl->in, k);
+			http_body_sent(&x->req, k);
+		}
 		return r;
 	}
 	enum run r =

@@ -250,3 +250,20 @@ def test_pd_bad_config_refused_with_file_line_col(env):
     assert r.returncode == 2 and "'prefill_pool' is required" in r.stderr, r.stderr
     path, r = _check(env, base.format(pp="p", proto="sglang", more=""))
     assert r.returncode == 0, r.stderr
+
+
+def test_pd_hung_prefill_backend_times_out_and_retries(env):
+    slow = env.sim("p0", role="prefill", latency_ms=60000, jitter=0, tokens=4, token_ms=1,
+                   pd_secret="s3cret")
+    fast = env.sim("p1", role="prefill", latency_ms=10, jitter=0, tokens=4, token_ms=1,
+                   pd_secret="s3cret")
+    dec = [env.sim("d0", role="decode", latency_ms=5, jitter=0, tokens=4, token_ms=1,
+                   pd_secret="s3cret")]
+    px = env.proxy(_yaml([slow, fast], dec, "vllm", prefill_extra="    retry_budget_pct: 100"),
+                   extra="timeouts: {first_byte_ms: 300}\n")
+    results = [_ask(px.port, i, i % 2 == 1) for i in range(4)]
+    assert all(st == 200 for st, _, _ in results), results
+    assert _sum(dec, "pd_valid") == 4
+    # the hung one got its share and each was cancelled there (its connection closed)
+    wait_until(lambda: sim_stats(slow.port)["aborted"] >= 1, "the hung prefills cancelled")
+    assert sim_stats(slow.port)["completions"] == 0
