@@ -379,28 +379,24 @@ static enum run pre_failed(struct exchange *x, struct pd_x *p, const char *why, 
 	return exchange_reply(x, 502, "prefill failed, no other prefill backend", 1);
 }
 
-enum run pd_begin(struct exchange *x)
+int pd_begin(struct exchange *x)
 {
 	struct pd_x *p = pd_of(x);
 	if (p->state == PD_REFUSE) {
 		p->state = PD_OFF;
-		return exchange_reply(
-		    x, 400,
-		    "kv_transfer_params and bootstrap_* are set by the proxy on a "
-		    "disaggregated pool",
-		    0);
+		return -EPERM;
 	}
 	if (p->state != PD_READY)
-		return RUN_AGAIN;
+		return 0;
 	p->state = PD_PREFILL;
 	/* a failure to start is the relay's to handle (pd_run: no connection) */
 	(void)pre_start(x, p, NULL);
-	return RUN_AGAIN;
+	return 0;
 }
 
 /* vllm: the prefill answer in whole: its kv_transfer_params go after the decode body's
  * members. 1 done, 0 more to read, -1 a failed prefill. */
-static int vllm_answer(struct pd_x *p, const char **why)
+static int vllm_answer(struct exchange *x, struct pd_x *p, const char **why)
 {
 	struct upconn *up = p->pre.up;
 	struct http_head h;
@@ -417,6 +413,9 @@ static int vllm_answer(struct pd_x *p, const char **why)
 	const char *b = d + hl;
 	size_t bl = (size_t)h.content_length;
 	attempt_count_response(&p->pre, h.status);
+	/* its latency and status feed the prefill pool's estimates and outlier ejection */
+	backend_observe(p->pre.pool, p->pre.be, loop_now(x->w->loop),
+			(clock_now_ns() - p->pre.sent_ns) / 1000, h.status);
 	*why = "answered no 200";
 	if (h.status != 200)
 		return -1;
@@ -482,13 +481,15 @@ enum run pd_run(struct exchange *x)
 		ssize_t n = worker_read(x->w, &up->conn, &up->in, &up->readable, up->hup);
 		if (n == 0)
 			up->read_end = 1;
-		else if (n < 0 && n != -EAGAIN && n != -ENOSPC)
+		else if (n == -ENOSPC) /* a buffer full, and the answer still not whole */
+			return pre_failed(x, p, "an answer longer than a buffer", 0);
+		else if (n < 0 && n != -EAGAIN)
 			return pre_failed(x, p, "reset", 1);
 	}
 	if (!up->in || !buf_len(up->in))
 		return up->read_end ? pre_failed(x, p, "closed the connection", 1) : RUN_STAY;
 	const char *why = "";
-	int r = vllm_answer(p, &why);
+	int r = vllm_answer(x, p, &why);
 	if (r == 0)
 		return RUN_STAY;
 	if (r < 0)

@@ -37,9 +37,10 @@ extern const struct xhook pd_hook;
 
 /* The pool of <x> disaggregates: read its body strictly (the stage classify asks). */
 int pd_wants_body(const struct exchange *x);
-/* The stage admit, before dispatch: a prefill begins (RUN_AGAIN: pd_waiting then), or a 400
- * for a body that sets the proxy's fields; RUN_AGAIN with nothing begun when not P/D. */
-enum run pd_begin(struct exchange *x);
+/* The stage admit, before dispatch: a prefill begins (pd_waiting then); 0, or -EPERM for a
+ * body that sets the proxy's fields (the caller answers 400, PD_REFUSAL). */
+int pd_begin(struct exchange *x);
+#define PD_REFUSAL "kv_transfer_params and bootstrap_* are set by the proxy on a disaggregated pool"
 /* Does <x> wait for its prefill (the relay drives it with pd_run, and notices a client gone)? */
 int pd_waiting(const struct exchange *x);
 /* Drive the prefill: RUN_STAY while it goes on; else what the decode's dispatch (or the

@@ -455,9 +455,7 @@ enum run relay_run(struct client *cl)
 	if (pd_waiting(x)) {
 		if (cl->conn.hup && !cl->hup_checked && client_gone(cl))
 			return exchange_abort(x, "client closed the connection during the prefill");
-		enum run r = pd_run(x);
-		if (r != RUN_AGAIN || (!x->att->up && x->wt.state == W_IDLE))
-			return r;
+		return pd_run(x); /* RUN_AGAIN: dispatched (or answered), look again */
 	}
 	if (x->wt.state != W_IDLE || x->att->local_wait) {
 		/* waiting for a slot or a descriptor: only notice a client that gave up */

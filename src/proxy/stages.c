@@ -411,9 +411,10 @@ static enum run stage_admit(struct exchange *x)
 		x->answer.code = "model_not_found";
 		return exchange_reply(x, 404, why, 1);
 	}
-	enum run r = pd_begin(x); /* disaggregation: the prefill first (pd.h) */
-	if (r != RUN_AGAIN || pd_waiting(x))
-		return r;
+	if (pd_begin(x) < 0) /* disaggregation: the prefill first (pd.h) */
+		return exchange_reply(x, 400, PD_REFUSAL, 0);
+	if (pd_waiting(x))
+		return RUN_AGAIN; /* the relay drives the prefill, then dispatches */
 	return dispatch_connect(x, NULL);
 }
 
