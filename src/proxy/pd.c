@@ -354,7 +354,7 @@ static enum run pre_failed(struct exchange *x, struct pd_x *p, const char *why, 
 	struct pool_rt *pp = &w->rt->pools[x->pool->conf->pd.prefill_pool];
 	if (be) {
 		log_warn("prefill backend %s: %s", be->name, why);
-		if (blame)
+		if (blame && !p->pre.up_reused) /* a kept-alive one it closed is no failure */
 			backend_mark_failed(p->pre.be, loop_now(w->loop));
 		attempt_count_response(&p->pre, 0);
 	}
@@ -434,6 +434,7 @@ static int vllm_answer(struct exchange *x, struct pd_x *p, const char **why)
 			    put(p->dbody, b + m.vs, m.ve - m.vs) < 0 || put(p->dbody, "}", 1) < 0)
 				return -1;
 			buf_consume(up->in, (size_t)hl + bl);
+			p->pre.reusable = !(h.flags & HTTP_F_CLOSE) && h.minor == 1;
 			return 1;
 		}
 	return -1;
@@ -494,7 +495,7 @@ enum run pd_run(struct exchange *x)
 		return RUN_STAY;
 	if (r < 0)
 		return pre_failed(x, p, why, 0);
-	pre_end(x, p, 1);
+	pre_end(x, p, p->pre.reusable);
 	return decode_go(x, p, PD_DONE);
 }
 
