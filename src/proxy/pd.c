@@ -17,6 +17,7 @@
 #include "core/rand.h"
 #include "http/jsonview.h"
 #include "http/parse.h"
+#include "http/prompt.h"
 #include "net/addr.h"
 #include "proxy/attempt.h"
 #include "proxy/dispatch.h"
@@ -48,9 +49,10 @@ struct pd_x {
 	struct buf *dbody;  /* the decode body */
 	uint32_t dbase;	    /* bytes of dbody before what the prefill decides */
 	uint32_t pbody_off; /* bytes of the prefill body written */
-	uint32_t work;	    /* balance: llm's work counted on the prefill backend */
+	uint32_t work;	    /* balance: llm's work counted on the prefill backend ... */
+	uint32_t missed;    /* ... and the blocks it must compute */
 	uint64_t since_ms;  /* the prefill's connect began, or its request was all written */
-	unsigned state, tries, dmembers, sent;
+	unsigned state, tries, dmembers, sent, answered;
 };
 
 static size_t pd_off;
@@ -190,6 +192,26 @@ static void pd_free_bodies(struct exchange *x, struct pd_x *p)
 	p->pbody = p->dbody = NULL;
 }
 
+/*
+ * A prefill pool with balance: llm picks by the prompt's blocks (its prefix index); when the
+ * decode pool reads none itself (not llm), they are read here at the prefill pool's block size,
+ * into the array the worker lends the exchange (given back with it).
+ */
+static void prefill_blocks(struct exchange *x, const char *body, size_t len)
+{
+	const struct conf_pool *pc = x->w->rt->pools[x->pool->conf->pd.prefill_pool].conf;
+	if (x->pool->conf->balance->blocks || !pc->balance->blocks)
+		return;
+	if (!x->reqbody.llm_blocks && !(x->reqbody.llm_blocks = llm_blocks_get(&x->w->llm_spares)))
+		return;
+	long n = http_prompt_blocks(body, len, pc->lb.block_bytes, x->reqbody.llm_blocks,
+				    LLM_MAX_BLOCKS, NULL);
+	if (n > 0) {
+		x->wt.blocks = x->reqbody.llm_blocks;
+		x->wt.nblocks = (uint32_t)n;
+	}
+}
+
 static void pd_on_req_body(struct exchange *x, const char *body, size_t len)
 {
 	struct pd_x *p = pd_of(x);
@@ -218,6 +240,7 @@ static void pd_on_req_body(struct exchange *x, const char *body, size_t len)
 			goto in_place;
 	}
 	p->state = PD_READY;
+	prefill_blocks(x, body, len);
 	return;
 in_place: /* too long for a body buffer, or none free */
 	log_debug("disaggregation: a body too long to rewrite decodes in place");
@@ -310,6 +333,7 @@ static int pre_start(struct exchange *x, struct pd_x *p, const struct backend *e
 			      .has_key = x->wt.has_key,
 			      .blocks = x->wt.blocks,
 			      .nblocks = x->wt.nblocks,
+			      .missed = &p->missed,
 			      .work = &p->work,
 			      .model = x->wt.model,
 			      .has_model = x->wt.has_model};
@@ -395,6 +419,16 @@ int pd_begin(struct exchange *x)
 	return 0;
 }
 
+/* The prefill backend answered <status>: its latency and status feed the prefill pool's
+ * estimates and outlier ejection, and balance: llm's index learns that it holds the prompt. */
+static void pre_answered(struct exchange *x, struct pd_x *p, int status)
+{
+	uint64_t us = (clock_now_ns() - p->pre.sent_ns) / 1000;
+	backend_observe(p->pre.pool, p->pre.be, loop_now(x->w->loop), us, status);
+	if (status < 400 && p->pre.be->llm && x->wt.nblocks)
+		llm_answered(p->pre.be->llm, x->wt.blocks, x->wt.nblocks, p->missed, us);
+}
+
 /* vllm: the prefill answer in whole: its kv_transfer_params go after the decode body's
  * members. 1 done, 0 more to read, -1 a failed prefill. */
 static int vllm_answer(struct exchange *x, struct pd_x *p, const char **why)
@@ -415,8 +449,7 @@ static int vllm_answer(struct exchange *x, struct pd_x *p, const char **why)
 	size_t bl = (size_t)h.content_length;
 	attempt_count_response(&p->pre, h.status);
 	/* its latency and status feed the prefill pool's estimates and outlier ejection */
-	backend_observe(p->pre.pool, p->pre.be, loop_now(x->w->loop),
-			(clock_now_ns() - p->pre.sent_ns) / 1000, h.status);
+	pre_answered(x, p, h.status);
 	*why = "answered no 200";
 	if (h.status != 200)
 		return -1;
@@ -528,7 +561,15 @@ static void pre_drain(struct exchange *x, struct pd_x *p)
 		return;
 	while (!up->connecting && up->readable) {
 		ssize_t n = worker_read(x->w, &up->conn, &up->in, &up->readable, up->hup);
-		if (up->in)
+		struct http_head h;
+		if (!p->answered && up->in &&
+		    http_parse_response(buf_head(up->in), buf_len(up->in), buf_len(up->in),
+					HTTP_POST, &h) > 0) {
+			p->answered = 1; /* its head is all it says: the rest is dropped */
+			attempt_count_response(&p->pre, h.status);
+			pre_answered(x, p, h.status);
+		}
+		if (up->in && (p->answered || buf_len(up->in) >= up->in->cap / 2))
 			buf_consume(up->in, buf_len(up->in));
 		if (n <= 0 && n != -ENOSPC) {
 			if (n != -EAGAIN)

@@ -26,11 +26,11 @@ def _fleet(env, nprefill=2, ndecode=2, prefill_latency=20, decode_opts=None, pre
     return pre, dec
 
 
-def _yaml(pre, dec, protocol, extra="", prefill_extra=""):
+def _yaml(pre, dec, protocol, extra="", prefill_extra="", prefill_balance="round-robin"):
     lines = ["pools:", "  - name: decode", "    balance: least-connections", "    backends:"]
     lines += [f"      - {{address: 127.0.0.1:{s.port}}}" for s in dec]
     lines += [f"    disaggregation: {{prefill_pool: prefill, protocol: {protocol}{extra}}}",
-              "  - name: prefill", "    balance: round-robin", "    backends:"]
+              "  - name: prefill", f"    balance: {prefill_balance}", "    backends:"]
     lines += [f"      - {{address: 127.0.0.1:{s.port}}}" for s in pre]
     if prefill_extra:
         lines.append(prefill_extra)
@@ -267,3 +267,23 @@ def test_pd_hung_prefill_backend_times_out_and_retries(env):
     # the hung one got its share and each was cancelled there (its connection closed)
     wait_until(lambda: sim_stats(slow.port)["aborted"] >= 1, "the hung prefills cancelled")
     assert sim_stats(slow.port)["completions"] == 0
+
+
+def test_pd_prefill_pool_llm_keeps_a_prompt_on_one_prefill_backend(env):
+    # the prefill pool balances by its prefix index (balance: llm), the decode pool by load
+    # (prefill sims with a block cache: a prompt they hold is quicker there, as on an engine)
+    pre, dec = _fleet(env, nprefill=3, prefill_latency=5,
+                      prefill_opts={"cache_blocks": 4096, "prefill_us_per_block": 3000})
+    px = env.proxy(_yaml(pre, dec, "vllm", prefill_balance="llm",
+                         prefill_extra="    llm: {block_bytes: 64}"))
+    issued = []
+    for k, prompt in enumerate(["Alpha " * 200, "Beta " * 200, "Gamma " * 200]):
+        before = [sim_stats(s.port)["pd_issued"] for s in pre]
+        for i in range(4):
+            st, _, _ = _ask(px.port, i, i % 2 == 1, prompt=prompt)
+            assert st == 200
+        after = [sim_stats(s.port)["pd_issued"] for s in pre]
+        issued.append([a - b for a, b in zip(after, before)])
+    for d in issued:  # each prompt's four prefills on one prefill backend
+        assert sorted(d) == [0, 0, 4], issued
+    assert _sum(dec, "pd_valid") == 12
