@@ -287,3 +287,27 @@ def test_pd_prefill_pool_llm_keeps_a_prompt_on_one_prefill_backend(env):
     for d in issued:  # each prompt's four prefills on one prefill backend
         assert sorted(d) == [0, 0, 4], issued
     assert _sum(dec, "pd_valid") == 12
+
+
+def test_pd_keep_alive_client_several_requests_on_one_connection(env):
+    import http.client
+    pre, dec = _fleet(env, 1, 1)
+    px = env.proxy(_yaml(pre, dec, "vllm"))
+    c = http.client.HTTPConnection("127.0.0.1", px.port, timeout=15)
+    try:
+        for i in range(4):
+            body = {"model": "m", "prompt": f"{PROMPT} {i}", "max_tokens": 3, "stream": i % 2 == 1}
+            c.request("POST", "/v1/completions", body=json.dumps(body),
+                      headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            data = r.read().decode()
+            assert r.status == 200, data
+            assert "tok0 " in data and "tok2 " in data and "tok3" not in data, data
+            if i == 0:
+                first = sim_stats(pre[0].port)["connections"]
+    finally:
+        c.close()
+    assert _sum(dec, "pd_valid") == 4 and _sum(pre, "pd_issued") == 4
+    # the prefill side's connection was kept alive too: no new one after the first request
+    # but this stats request's own
+    assert sim_stats(pre[0].port)["connections"] == first + 1
