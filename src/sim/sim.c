@@ -4,7 +4,7 @@
  * A job is one inference request. It is either waiting (on the FIFO queue) or active
  * (holding a slot, driven by its timer): first the time to first token, then one tick per
  * token. When a job ends -- done, failed, or abandoned by its client -- its slot goes to
- * the head of the queue. Nothing here blocks; all waiting is timers on the loop. A phantom
+ * the head of the queue. Nothing here blocks (but the one call below); all waiting is timers on the loop. A phantom
  * job (extra_load) has no client: when it ends it goes back to the end of the queue.
  *
  * In the block model, a job's prompt blocks are hashed on arrival (into one scratch array,
@@ -12,6 +12,12 @@
  * matched against the cache when the job gets its slot. The cache's changes are gathered as
  * KV events and published by a timer due at once, so that the changes made by one turn's I/O
  * (and by the timers due before it) make one batch.
+ *
+ * With a role (sim/pd.h) a job is looked at before it is queued: a decode job without valid
+ * transfer params is refused, one with valid vLLM params pulls its blocks in place of the
+ * prefill, and one with an SGLang room waits on its timer (asking the prefill sim, the one
+ * blocking call here: a short GET on loopback) until the room is there; a prefill job
+ * answers with the params it issues, or registers its room when its timer first fires.
  */
 #include "sim/sim.h"
 #include "core/clock.h"
