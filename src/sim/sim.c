@@ -4,8 +4,9 @@
  * A job is one inference request. It is either waiting (on the FIFO queue) or active
  * (holding a slot, driven by its timer): first the time to first token, then one tick per
  * token. When a job ends -- done, failed, or abandoned by its client -- its slot goes to
- * the head of the queue. Nothing here blocks (but the one call below); all waiting is timers on the loop. A phantom
- * job (extra_load) has no client: when it ends it goes back to the end of the queue.
+ * the head of the queue. Nothing here blocks (but the one call named below); all waiting is
+ * timers on the loop. A phantom job (extra_load) has no client: when it ends it goes back to
+ * the end of the queue.
  *
  * In the block model, a job's prompt blocks are hashed on arrival (into one scratch array,
  * then copied into the job's own allocation: one allocation per request, as before) and
