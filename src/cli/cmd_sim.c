@@ -111,6 +111,10 @@ int cmd_sim(int argc, char **argv)
 	    {"models", required_argument, NULL, 'M'},
 	    {"extra-load", required_argument, NULL, 'X'},
 	    {"early-headers", no_argument, NULL, 'e'},
+	    {"role", required_argument, NULL, 'R'},
+	    {"pd-secret", required_argument, NULL, 'W'},
+	    {"kv-pull-us-per-block", required_argument, NULL, 'Q'},
+	    {"pd-allow-local", required_argument, NULL, 'A'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -141,6 +145,8 @@ int cmd_sim(int argc, char **argv)
 	     NULL},
 	    {'U', "--prefill-us-per-block", 0, 60000000, &o.prefill_us_per_block, NULL},
 	    {'X', "--extra-load", 0, SIM_EXTRA_LOAD_MAX, &o.extra_load, NULL},
+	    {'Q', "--kv-pull-us-per-block", 0, 60000000, &o.kv_pull_us_per_block, NULL},
+	    {'A', "--pd-allow-local", 0, 1, &o.pd_allow_local, NULL},
 	};
 	optind = 1;
 	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -158,6 +164,23 @@ int cmd_sim(int argc, char **argv)
 		}
 		if (ch == 'n') {
 			snprintf(o.name, sizeof(o.name), "%s", optarg);
+			continue;
+		}
+		if (ch == 'R') {
+			if (strcmp(optarg, "prefill") != 0 && strcmp(optarg, "decode") != 0) {
+				fprintf(stderr,
+					"accelnet sim: --role: expected prefill or decode\n");
+				return 2;
+			}
+			o.role = optarg[0] == 'p' ? SIM_ROLE_PREFILL : SIM_ROLE_DECODE;
+			continue;
+		}
+		if (ch == 'W') {
+			if (strlen(optarg) >= sizeof(o.pd_secret)) {
+				fprintf(stderr, "accelnet sim: --pd-secret: at most 127 bytes\n");
+				return 2;
+			}
+			snprintf(o.pd_secret, sizeof(o.pd_secret), "%s", optarg);
 			continue;
 		}
 		if (ch == 'K' || ch == 'O' || ch == 'F' || ch == 'M') {

@@ -171,6 +171,7 @@ void conf_free(struct conf *c)
 		free(p->name);
 		free(p->health.path);
 		free(p->engine_metrics.path);
+		free(p->pd.prefill_name);
 		free(p->hash.header);
 		free(p->session.header);
 		free(p->session.cookie);

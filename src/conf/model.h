@@ -121,6 +121,18 @@ struct conf_engine_metrics {
 	uint64_t max_bytes; /* a longer answer is a failed scrape */
 };
 
+/* pools[].disaggregation: this pool decodes; a prefill pool prefills first (proxy/pd.h). */
+enum conf_pd_protocol { CONF_PD_VLLM, CONF_PD_SGLANG };
+struct conf_pd {
+	int enabled;
+	char *prefill_name;	   /* prefill_pool as given ... */
+	size_t prefill_pool;	   /* ... and its index, once every pool is read */
+	unsigned protocol;	   /* enum conf_pd_protocol */
+	unsigned min_prompt_bytes; /* a shorter body decodes in place */
+	unsigned decode_only;	   /* on_prefill_failure: decode_only (else retry, then fail) */
+	unsigned bootstrap_port;   /* sglang: the prefill backends' bootstrap port; 0: theirs */
+};
+
 /* Outlier ejection: take a misbehaving backend out for a while. */
 struct conf_outlier {
 	unsigned consecutive_5xx;  /* this many 5xx in a row eject it; 0: never */
@@ -176,6 +188,7 @@ struct conf_pool {
 	int has_models;		       /* some backend lists backends[].models */
 	struct conf_upstream_tls *tls; /* NULL: plain TCP to the backends */
 	struct conf_engine_metrics engine_metrics;
+	struct conf_pd pd; /* disaggregation: */
 	int has_kv_events; /* some backend has kv_events */
 	/* pools[].spare_backends: slots kept for backends added at run time through the admin
 	 * API (control/manage.h); CONF_SPARE_DEFAULT until the pool is checked */

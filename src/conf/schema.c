@@ -23,6 +23,7 @@
 #include "conf/schema_engine.h"
 #include "conf/schema_forward.h"
 #include "conf/schema_spend.h"
+#include "conf/schema_pd.h"
 #include "conf/schema_tls.h"
 
 #include <ctype.h>
@@ -433,6 +434,8 @@ static const struct rule pool_rules[] = {
     {"tls", RULE_SECTION, 0, 0, 0, schema_upstream_tls_rules, schema_read_upstream_tls},
     {"engine_metrics", RULE_SECTION, offsetof(struct conf_pool, engine_metrics), 0, 0,
      schema_engine_metrics_rules, schema_read_engine_metrics},
+    {"disaggregation", RULE_SECTION, offsetof(struct conf_pool, pd), 0, 0, schema_pd_rules,
+     schema_read_pd},
     {"request_headers", RULE_SECTION, offsetof(struct conf_pool, fwd), 0, 0,
      schema_fwd_headers_rules, schema_read_request_headers},
     {"response_headers", RULE_SECTION, offsetof(struct conf_pool, fwd), 0, 0,
@@ -1003,6 +1006,10 @@ static int check_whole(struct rules_ctx *x, yaml_node_t *root)
 				  "group: give 'user' too (the account the gateway runs as)");
 	if (!c->npools)
 		return rules_fail(x, root, "'pools' is required: at least one pool of backends");
+	for (size_t i = 0; i < c->npools; i++)
+		if (schema_pd_check_pool(x, rules_node(x, l->pools->data.sequence.items.start[i]),
+					 c, i) < 0)
+			return -1;
 	for (size_t i = 0; i < c->nroutes; i++) {
 		yaml_node_t *n = l->route_pool_nodes[i];
 		const char *name = rules_scalar(n);

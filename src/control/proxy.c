@@ -43,6 +43,7 @@
 #include "control/kvsub.h"
 #include "control/scrape.h"
 #include "proxy/h1.h"
+#include "proxy/pd.h"
 #include "proxy/shed.h"
 #include "proxy/splice_body.h"
 #include "control/statefile.h"
@@ -918,8 +919,8 @@ out:
  * end, the figures, the log and /debug/requests read what it did before the cache and the
  * limits let go of what it holds, and a spliced body's pipe goes back last. */
 static const struct xhook *const proxy_features[] = {
-    &tally_hook, &spend_hook,	&access_hook, &debugreq_hook,	 &caching_hook,
-    &quota_hook, &forward_hook, &sticky_hook, &llm_explain_hook, &splice_hook,
+    &tally_hook,   &spend_hook,	 &access_hook, &debugreq_hook,	  &caching_hook, &quota_hook,
+    &forward_hook, &sticky_hook, &pd_hook,     &llm_explain_hook, &splice_hook,
 };
 
 int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)

@@ -20,8 +20,9 @@
  *
  * A retry ends the attempt and begins another in its place, marked retried (an exchange gets
  * one); a hedge is a second attempt that runs beside the first until one answers, and the one
- * that answers first becomes the exchange's current attempt. Later a prefill attempt may be
- * followed by a decode attempt. Spillover moves the exchange to another pool between attempts.
+ * that answers first becomes the exchange's current attempt. Under disaggregation (pd.h) a
+ * prefill attempt of the pd feature's own comes first, on the prefill pool, and the current
+ * attempt decodes. Spillover moves the exchange to another pool between attempts.
  *
  * Ownership: the attempt belongs to its owner (an exchange holds two in its own block, the
  * current one and a hedge, so none is allocated per request); the owner registers itself on

@@ -9,6 +9,7 @@
 #include "proxy/forward.h"
 #include "proxy/hedge.h"
 #include "proxy/pace.h"
+#include "proxy/pd.h"
 #include "proxy/spill.h"
 
 /* Is the proxy itself holding the request body back? Then a slow body is not the client's
@@ -97,6 +98,8 @@ uint64_t deadline_next(const struct exchange *x, uint64_t now)
 		deadline = x->wt.queued_ms + x->pool->conf->queue_timeout_ms;
 		if (spill_possible(x) && x->wt.queued_ms + x->route->spill_after_ms < deadline)
 			deadline = x->wt.queued_ms + x->route->spill_after_ms;
+	} else if (pd_waiting(x)) {
+		deadline = pd_deadline(x); /* its prefill's */
 	} else if (a->up && a->up->connecting) {
 		deadline = a->connect_ms + t->connect_ms;
 	} else if (!x->resp_head && x->req.done && !x->req.ready &&
@@ -174,6 +177,8 @@ enum run deadline_fire(struct exchange *x, uint64_t now)
 	}
 	if (x->wt.state != W_IDLE)
 		return queue_deadline(x, now);
+	if (pd_waiting(x))
+		return pd_timeout(x, now);
 	if (x->att->up && x->att->up->connecting)
 		return dispatch_failed(x, UP_CONNECT_TIMEOUT);
 	if (!x->resp_head && x->req.done)

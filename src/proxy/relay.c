@@ -14,6 +14,7 @@
 #include "proxy/dispatch.h"
 #include "proxy/forward.h"
 #include "proxy/hedge.h"
+#include "proxy/pd.h"
 #include "proxy/quota.h"
 #include "proxy/splice_body.h"
 #include "proxy/xhooks.h"
@@ -330,6 +331,21 @@ static enum run send_upstream(struct client *cl, int *progress)
 {
 	struct exchange *x = cl->x;
 	size_t k = 0;
+	struct buf *alt = pd_decode_body(x); /* disaggregation: the decode's own body */
+	if (alt && x->req.ready) {
+		enum run r =
+		    up_h1_send(x, buf_len(alt) ? buf_head(alt) : NULL, buf_len(alt), &k, progress);
+		buf_consume(alt, k);
+		/* the client's body counts as sent as the decode's goes, so that no retry resends
+		 * a part of it: all but its last byte while the decode's is not all written */
+		int all = !buf_len(alt) && x->att->head_off == forward_head_len(x, x->att);
+		k = all ? x->req.ready : k && x->req.ready > 1 ? x->req.ready - 1 : 0;
+		if (k) {
+			buf_consume(cl->in, k);
+			http_body_sent(&x->req, k);
+		}
+		return r;
+	}
 	enum run r =
 	    up_h1_send(x, x->req.ready ? buf_head(cl->in) : NULL, x->req.ready, &k, progress);
 	if (k) {
@@ -479,6 +495,12 @@ enum run relay_run(struct client *cl)
 	struct exchange *x = cl->x;
 	if (caching_answers(x) && !x->att->up)
 		return hit_run(cl); /* the cache answers (client_finish ends it) */
+	/* its prefill goes on (pd.h): only notice a client that gave up */
+	if (pd_waiting(x)) {
+		if (cl->conn.hup && !cl->hup_checked && client_gone(cl))
+			return exchange_abort(x, "client closed the connection during the prefill");
+		return pd_run(x); /* RUN_AGAIN: dispatched (or answered), look again */
+	}
 	if (x->wt.state != W_IDLE || x->att->local_wait) {
 		/* waiting for a slot or a descriptor: only notice a client that gave up */
 		if (cl->conn.hup && (!cl->hup_checked || cl->hup_probed) && client_left(cl, x))

@@ -10,6 +10,7 @@
 #include "proxy/dispatch.h"
 #include "proxy/forward.h"
 #include "proxy/pace.h"
+#include "proxy/pd.h"
 #include "proxy/quota.h"
 #include "proxy/probes.h"
 #include "proxy/route.h"
@@ -260,6 +261,8 @@ static enum run stage_classify(struct exchange *x)
 			      h->framing == HTTP_BODY_LENGTH && h->content_length > 0;
 	/* pools.backends.models: the body's "model" chooses among the backends (read with
 	 * the body, after the guard, unless routing read it already) */
+	if (pd_wants_body(x) && h->framing == HTTP_BODY_LENGTH && h->content_length)
+		x->reqbody.want_view = 1; /* disaggregation rewrites the body (pd.h) */
 	x->reqbody.want_model = pc->has_models && !x->reqbody.model_read &&
 				h->framing == HTTP_BODY_LENGTH && h->content_length > 0;
 	sticky_classify(x, h);
@@ -412,6 +415,10 @@ static enum run stage_admit(struct exchange *x)
 		x->answer.code = "model_not_found";
 		return exchange_reply(x, 404, why, 1);
 	}
+	if (pd_begin(x) < 0) /* disaggregation: the prefill first (pd.h) */
+		return exchange_reply(x, 400, PD_REFUSAL, 0);
+	if (pd_waiting(x))
+		return RUN_AGAIN; /* the relay drives the prefill, then dispatches */
 	return dispatch_connect(x, NULL);
 }
 

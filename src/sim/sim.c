@@ -4,14 +4,21 @@
  * A job is one inference request. It is either waiting (on the FIFO queue) or active
  * (holding a slot, driven by its timer): first the time to first token, then one tick per
  * token. When a job ends -- done, failed, or abandoned by its client -- its slot goes to
- * the head of the queue. Nothing here blocks; all waiting is timers on the loop. A phantom
- * job (extra_load) has no client: when it ends it goes back to the end of the queue.
+ * the head of the queue. Nothing here blocks (but the one call named below); all waiting is
+ * timers on the loop. A phantom job (extra_load) has no client: when it ends it goes back to
+ * the end of the queue.
  *
  * In the block model, a job's prompt blocks are hashed on arrival (into one scratch array,
  * then copied into the job's own allocation: one allocation per request, as before) and
  * matched against the cache when the job gets its slot. The cache's changes are gathered as
  * KV events and published by a timer due at once, so that the changes made by one turn's I/O
  * (and by the timers due before it) make one batch.
+ *
+ * With a role (sim/pd.h) a job is looked at before it is queued: a decode job without valid
+ * transfer params is refused, one with valid vLLM params pulls its blocks in place of the
+ * prefill, and one with an SGLang room waits on its timer (asking the prefill sim, the one
+ * blocking call here: a short GET on loopback) until the room is there; a prefill job
+ * answers with the params it issues, or registers its room when its timer first fires.
  */
 #include "sim/sim.h"
 #include "core/clock.h"
@@ -23,6 +30,7 @@
 #include "http/server.h"
 #include "sim/kvcache.h"
 #include "sim/kvevents.h"
+#include "sim/pd.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -52,6 +60,14 @@ struct sim_job {
 	int stream_usage;  /* stream_options.include_usage: a last chunk with the usage */
 	uint64_t queued_at_ms, wait_ms;
 	uint64_t service_ms; /* planned: to the first token, and (not streamed) every token */
+	/* prefill/decode (sim/pd.h) */
+	unsigned pd_nids; /* prefill (vllm): the block ids it answers with */
+	uint32_t pd_ids[SIM_PD_IDS_MAX];
+	unsigned pull_blocks; /* decode: blocks whose KV it pulls in place of a prefill */
+	int pd_room_pending;  /* prefill (sglang): pd_room registered when it is done */
+	uint64_t pd_room, pd_wait_until; /* decode (sglang): the room it waits for, until when */
+	char pd_host[SIM_PD_HOST];
+	unsigned pd_port;
 };
 
 struct sim {
@@ -75,6 +91,10 @@ struct sim {
 	uint64_t rng;
 	uint64_t start_ms;
 	char served_by[96];
+	unsigned long pd_valid, pd_refused, pd_local, pd_issued, pd_rooms_added;
+	struct sim_pd_rooms rooms; /* prefill (sglang): the rooms bootstrapped */
+	char pd_host[SIM_PD_HOST]; /* its own address, for remote_host and remote_port */
+	unsigned pd_port;
 };
 
 void sim_opts_default(struct sim_opts *o)
@@ -90,6 +110,8 @@ void sim_opts_default(struct sim_opts *o)
 	o->token_ms = 20;
 	o->block_bytes = 64;
 	o->prefill_us_per_block = 1000;
+	o->kv_pull_us_per_block = 100;
+	snprintf(o->pd_secret, sizeof(o->pd_secret), "accelnet-sim");
 }
 
 /* The model a job's answer names: the one it asked for, else the first served, else ours. */
@@ -271,6 +293,11 @@ static void job_finish_whole(struct sim_job *j)
 	struct sim *s = j->sim;
 	char headers[HEADERS_MAX];
 	size_t cap = 512 + SIM_MODEL_NAME + (size_t)j->tokens * 12, used = 0;
+	char params[256 + SIM_PD_HOST + SIM_PD_IDS_MAX * 11] = "";
+	if (j->pd_nids && sim_pd_params(params, sizeof(params), s->opts.name, s->pd_host,
+					s->pd_port, j->pd_ids, j->pd_nids))
+		s->pd_issued++;
+	cap += strlen(params);
 	char *body = malloc(cap);
 	if (!body) {
 		job_fail(j);
@@ -297,9 +324,9 @@ static void job_finish_whole(struct sim_job *j)
 	    (size_t)snprintf(body + used, cap - used,
 			     "\"%s,\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":%u,"
 			     "\"completion_tokens\":%u,\"total_tokens\":%u,"
-			     "\"prompt_tokens_details\":{\"cached_tokens\":%u}}}\n",
+			     "\"prompt_tokens_details\":{\"cached_tokens\":%u}}%s}\n",
 			     j->chat ? "}" : "", j->prompt_tokens, j->tokens,
-			     j->prompt_tokens + j->tokens, cached_tokens(j));
+			     j->prompt_tokens + j->tokens, cached_tokens(j), params);
 respond:
 	s->completions++;
 	job_headers(j, headers, sizeof(headers));
@@ -332,6 +359,11 @@ static void job_on_timer(struct loop_timer *t)
 	if (j->phantom) {
 		job_release(j);
 		return;
+	}
+	if (j->pd_room_pending) { /* its prefill is done: the decode may pull the room */
+		sim_pd_room_add(&s->rooms, j->pd_room);
+		s->pd_rooms_added++;
+		j->pd_room_pending = 0;
 	}
 
 	if (!j->stream) {
@@ -451,7 +483,9 @@ static void job_begin(struct sim_job *j)
 	j->wait_ms = now - j->queued_at_ms;
 	double f = 1.0 + s->opts.jitter * (2.0 * rand_unit(&s->rng) - 1.0);
 	double first;
-	if (s->blocks && !j->phantom) {
+	if (j->pull_blocks) { /* decode: the KV is pulled, not computed */
+		first = (double)s->opts.kv_pull_us_per_block * j->pull_blocks / 1000;
+	} else if (s->blocks && !j->phantom) {
 		first = blocks_prefill_ms(s, j);
 	} else {
 		j->cache_hit = prefix_cached(s, j);
@@ -622,7 +656,8 @@ static void answer_stats(struct sim *s, struct hsrv_conn *c)
 	    "\"blocks_hit\":%lu,\"blocks_missed\":%lu,\"cache_blocks\":%u,"
 	    "\"cache_blocks_used\":%zu,\"kv_events_endpoint\":\"%s\",\"kv_events_batches\":%lu,"
 	    "\"kv_events_dropped\":%lu,\"unknown_model\":%lu,\"extra_load\":%u,"
-	    "\"phantom_runs\":%lu}\n",
+	    "\"phantom_runs\":%lu,\"role\":\"%s\",\"pd_valid\":%lu,\"pd_refused\":%lu,"
+	    "\"pd_local\":%lu,\"pd_issued\":%lu,\"pd_rooms\":%lu}\n",
 	    s->opts.name, hsrv_connections(s->srv), s->requests, s->completions, s->failures,
 	    s->aborted, s->active, s->waiting, s->max_waiting, s->max_active, s->opts.slots,
 	    sim_stall_end(s, loop_now(s->loop)) ? "true" : "false", s->cache_hits, s->cache_misses,
@@ -630,10 +665,103 @@ static void answer_stats(struct sim *s, struct hsrv_conn *c)
 	    s->blocks ? kvcache_used(s->blocks) : 0, sim_kv_events_endpoint(s),
 	    s->events ? kvevents_batches(s->events) : 0,
 	    s->events ? kvevents_dropped(s->events) : 0, s->unknown_model, s->opts.extra_load,
-	    s->phantom_runs);
+	    s->phantom_runs,
+	    s->opts.role == SIM_ROLE_PREFILL  ? "prefill"
+	    : s->opts.role == SIM_ROLE_DECODE ? "decode"
+					      : "both",
+	    s->pd_valid, s->pd_refused, s->pd_local, s->pd_issued, s->pd_rooms_added);
 	if (n < 0 || (size_t)n >= sizeof(text))
 		n = n < 0 ? 0 : (int)sizeof(text) - 1;
 	hsrv_respond(c, 200, "application/json", s->served_by, text, (size_t)n);
+}
+
+/* A decode sim refuses a request without valid transfer params: vLLM's 400. */
+static void job_refuse(struct sim_job *j, const char *why)
+{
+	char headers[HEADERS_MAX], body[320];
+	int n =
+	    snprintf(body, sizeof(body),
+		     "{\"error\":{\"message\":\"%s\",\"type\":\"BadRequestError\",\"param\":null,"
+		     "\"code\":400}}",
+		     why);
+	if (n < 0 || (size_t)n >= sizeof(body))
+		n = n < 0 ? 0 : (int)sizeof(body) - 1;
+	j->sim->pd_refused++;
+	job_headers(j, headers, sizeof(headers));
+	hsrv_on_abort(j->conn, NULL, NULL);
+	hsrv_respond(j->conn, 400, "application/json", headers, body, (size_t)n);
+	job_release(j);
+}
+
+#define PD_ROOM_POLL_MS 5
+#define PD_ROOM_WAIT_MS 10000
+
+/* A decode (sglang) waits for its room: asked again until the prefill sim has it. */
+static void job_on_room(struct loop_timer *t)
+{
+	struct sim_job *j = container_of(t, struct sim_job, timer);
+	struct sim *s = j->sim;
+	uint64_t now = loop_now(s->loop);
+	int r = sim_pd_room_ask(j->pd_host, j->pd_port, j->pd_room);
+	if (r == 1) {
+		s->pd_valid++;
+		sim_enqueue(s, j);
+		sim_start_next(s);
+	} else if (r == 0 && now < j->pd_wait_until)
+		loop_timer_set(s->loop, &j->timer, now + PD_ROOM_POLL_MS);
+	else
+		job_refuse(
+		    j, r < 0 ? "bootstrap: the prefill server could not be asked"
+			     : "bootstrap: the room was never bootstrapped by a prefill server");
+}
+
+/*
+ * What the job's role makes of its transfer params (sim/pd.h): 1 it goes on the queue, 0 it
+ * waits for its room (job_on_room), -1 refused (*why).
+ */
+static int pd_take(struct sim *s, struct sim_job *j, const struct json_view *v, const char *body,
+		   size_t len, const char **why)
+{
+	struct sim_pd_req r;
+	sim_pd_read(body, len, &r);
+	const char *prompt = v->prompt.e ? body + v->prompt.s : body;
+	size_t plen = v->prompt.e ? v->prompt.e - v->prompt.s : len;
+	if (s->opts.role == SIM_ROLE_PREFILL) {
+		if (r.remote_decode)
+			j->pd_nids = sim_pd_ids(s->opts.pd_secret, prompt, plen,
+						s->opts.block_bytes, j->pd_ids);
+		j->pd_room = r.room;
+		j->pd_room_pending = r.has_room;
+		return 1;
+	}
+	uint32_t want[SIM_PD_IDS_MAX];
+	unsigned n = sim_pd_ids(s->opts.pd_secret, prompt, plen, s->opts.block_bytes, want);
+	if (r.has_ids) {
+		if (r.ids_bad || r.nids != n || memcmp(want, r.ids, n * sizeof(*want)) != 0) {
+			*why =
+			    "kv_transfer_params: remote_block_ids were not issued for this prompt";
+			return -1;
+		}
+		s->pd_valid++;
+		j->pull_blocks = n;
+		return 1;
+	}
+	if (r.has_room) {
+		j->pull_blocks = n;
+		j->pd_room = r.room;
+		memcpy(j->pd_host, r.host, sizeof(j->pd_host));
+		j->pd_port = r.port;
+		j->pd_wait_until = loop_now(s->loop) + PD_ROOM_WAIT_MS;
+		j->timer.fn = job_on_room;
+		loop_timer_set(s->loop, &j->timer, loop_now(s->loop));
+		return 0;
+	}
+	if (s->opts.pd_allow_local) {
+		s->pd_local++;
+		return 1;
+	}
+	*why = "no kv_transfer_params and no bootstrap_room: this decode instance does not prefill";
+	return -1;
 }
 
 /* A completion request: a job on the queue, or a 404 for a model not served. */
@@ -685,6 +813,14 @@ static void take_completion(struct sim *s, struct hsrv_conn *c, int chat, const 
 	j->prompt_tokens = (unsigned)(body_len / SIM_BYTES_PER_TOKEN);
 	j->has_prefix = http_prompt_key(body, body_len, 1, 256, &j->prefix) == 1;
 	hsrv_on_abort(c, job_on_abort, j);
+	if (s->opts.role != SIM_ROLE_BOTH) {
+		const char *refusal = "";
+		int r = pd_take(s, j, &view, body, body_len, &refusal);
+		if (r < 0)
+			job_refuse(j, refusal);
+		if (r <= 0)
+			return;
+	}
 	if (j->stream && s->opts.early_headers && job_stream_begin(j) < 0)
 		return; /* the client left; job_on_abort released the job */
 	sim_enqueue(s, j);
@@ -713,6 +849,13 @@ static void sim_on_request(void *arg, struct hsrv_conn *c, const struct http_hea
 	}
 	if (http_str_eq(req->path, "/health")) {
 		hsrv_respond(c, 200, "text/plain", s->served_by, "ok\n", 3);
+		return;
+	}
+	if (req->path.len > 11 && memcmp(req->path.p, "/bootstrap/", 11) == 0) {
+		uint64_t room = strtoull(req->path.p + 11, NULL, 10); /* the path ends in a space */
+		int has = sim_pd_room_has(&s->rooms, room);
+		hsrv_respond(c, has ? 200 : 404, "text/plain", s->served_by, has ? "ok\n" : "no\n",
+			     3);
 		return;
 	}
 	if (http_str_eq(req->path, "/sim/stats")) {
@@ -820,6 +963,15 @@ int sim_start(struct loop *loop, const struct sim_opts *o, struct sim **out)
 	snprintf(s->served_by, sizeof(s->served_by), "X-Served-By: %s\r\n", o->name);
 	if ((err = hsrv_start(loop, &o->addr, &sim_limits, sim_on_request, s, &s->srv)) < 0)
 		goto fail;
+	char self[96];
+	net_addr_format((const struct sockaddr *)&o->addr.ss, self, sizeof(self));
+	char *colon = strrchr(self, ':');
+	if (colon) { /* remote_host and remote_port: where it listens */
+		*colon = 0;
+		snprintf(s->pd_host, sizeof(s->pd_host), "%.63s", self[0] == '[' ? self + 1 : self);
+		s->pd_host[strcspn(s->pd_host, "]")] = 0;
+	}
+	s->pd_port = (unsigned)hsrv_port(s->srv);
 	sim_start_next(s); /* the phantoms take their slots */
 	*out = s;
 	return 0;

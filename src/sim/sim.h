@@ -70,12 +70,18 @@
  * (vllm:num_requests_running, vllm:num_requests_waiting, vllm:kv_cache_usage_perc and its
  * older name vllm:gpu_cache_usage_perc, labelled model_name and engine); every other path
  * answers 200 with a one-line description.
+ *
+ * Roles (--role prefill|decode, sim/pd.h): a prefill sim answers vLLM's kv_transfer_params and
+ * registers SGLang's bootstrap rooms (GET /bootstrap/ROOM); a decode sim refuses (400) a
+ * request without valid transfer params and charges a KV pull per block in place of the
+ * prefill. /sim/stats counts pd_valid, pd_refused, pd_local, pd_issued and pd_rooms.
  */
 #ifndef ACCELNET_SIM_SIM_H
 #define ACCELNET_SIM_SIM_H
 
 #include "core/loop.h"
 #include "net/addr.h"
+#include "sim/pd.h"
 
 #define SIM_PROMPT_BLOCKS 8192 /* blocks of one prompt that count, at most */
 #define SIM_BYTES_PER_TOKEN 4  /* the simulator's tokens: 4 bytes of the request each */
@@ -105,6 +111,11 @@ struct sim_opts {
 	unsigned nmodels;    /* 0: any model */
 	unsigned extra_load; /* phantom requests from other clients */
 	int early_headers;   /* a stream's head at once, as vLLM's and SGLang's servers send it */
+	/* prefill/decode disaggregation (sim/pd.h) */
+	unsigned role; /* enum sim_role */
+	char pd_secret[128];
+	unsigned kv_pull_us_per_block; /* a decode's pull of each block's KV */
+	unsigned pd_allow_local;       /* a decode sim prefills a request without params */
 };
 
 struct sim;

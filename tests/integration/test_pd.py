@@ -1,0 +1,314 @@
+"""Prefill/decode disaggregation seen from a client: a fleet of prefill and decode sims behind
+one accelnet, in vLLM's protocol (kv_transfer_params) and SGLang's (bootstrap rooms). Every
+answer is the decode side's and correct, the decode sims saw valid transfer params every time
+(their own counts), a prefill sim killed mid-run costs no request, a short prompt decodes in
+place, a client may not set the transfer params, a client that leaves cancels both sides,
+and a bad disaggregation is refused with FILE:LINE:COL."""
+
+import concurrent.futures
+import json
+import signal
+import socket
+import subprocess
+
+from harness import BIN, request, sim_stats, wait_until
+
+PROMPT = "Summarise the following passage about accelerators and their networks. " * 6
+
+
+def _fleet(env, nprefill=2, ndecode=2, prefill_latency=20, decode_opts=None, prefill_opts=None):
+    pre = [env.sim(f"p{i}", role="prefill", latency_ms=prefill_latency, jitter=0, tokens=4,
+                   token_ms=1, pd_secret="s3cret", **(prefill_opts or {}))
+           for i in range(nprefill)]
+    dec = [env.sim(f"d{i}", role="decode", latency_ms=20, jitter=0, tokens=4, token_ms=2,
+                   pd_secret="s3cret", **(decode_opts or {}))
+           for i in range(ndecode)]
+    return pre, dec
+
+
+def _yaml(pre, dec, protocol, extra="", prefill_extra="", prefill_balance="round-robin"):
+    lines = ["pools:", "  - name: decode", "    balance: least-connections", "    backends:"]
+    lines += [f"      - {{address: 127.0.0.1:{s.port}}}" for s in dec]
+    lines += [f"    disaggregation: {{prefill_pool: prefill, protocol: {protocol}{extra}}}",
+              "  - name: prefill", f"    balance: {prefill_balance}", "    backends:"]
+    lines += [f"      - {{address: 127.0.0.1:{s.port}}}" for s in pre]
+    if prefill_extra:
+        lines.append(prefill_extra)
+    return "\n".join(lines) + "\n"
+
+
+def _ask(port, i, stream, chat=False, prompt=PROMPT):
+    """One request; returns (status, the answer's text, who served it)."""
+    n = 3 + i % 5
+    body = {"model": "m", "max_tokens": n, "stream": stream}
+    if chat:
+        body["messages"] = [{"role": "user", "content": f"{prompt} ({i})"}]
+        path = "/v1/chat/completions"
+    else:
+        body["prompt"] = f"{prompt} ({i})"
+        path = "/v1/completions"
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    st, hdrs, data = request(port, "POST", path, body=json.dumps(body),
+                             headers={"Content-Type": "application/json"}, timeout=30)
+    who = hdrs.get("x-served-by", ["?"])[0]
+    if st != 200:
+        return st, data.decode(errors="replace"), who
+    if stream:
+        events = [e[len("data: "):] for e in data.decode().split("\n\n") if e.startswith("data: ")]
+        assert events[-1] == "[DONE]", data
+        chunks = [json.loads(e) for e in events[:-1]]
+        text = "".join(c["choices"][0]["text"] if not chat else
+                       c["choices"][0].get("delta", {}).get("content", "")
+                       for c in chunks if c["choices"])
+        usage = [c["usage"] for c in chunks if c.get("usage")]
+        assert usage and usage[-1]["completion_tokens"] == n, data
+    else:
+        doc = json.loads(data)
+        c = doc["choices"][0]
+        text = c["message"]["content"] if chat else c["text"]
+        assert doc["usage"]["completion_tokens"] == n, doc
+        assert "kv_transfer_params" not in doc, doc  # the decode's answer, not the prefill's
+    want = "".join(f"tok{k} " for k in range(n))
+    assert text == want, (text, want, i, stream, chat)
+    return st, text, who
+
+
+def _run_many(port, count, workers=8, chat_every=3):
+    with concurrent.futures.ThreadPoolExecutor(workers) as ex:
+        futs = [ex.submit(_ask, port, i, i % 2 == 1, i % chat_every == 0) for i in range(count)]
+        return [f.result() for f in futs]
+
+
+def _sum(sims, key):
+    return sum(sim_stats(s.port)[key] for s in sims)
+
+
+def _check_fleet(env, protocol):
+    pre, dec = _fleet(env)
+    px = env.proxy(_yaml(pre, dec, protocol))
+    n = 40
+    results = _run_many(px.port, n)
+    assert all(st == 200 for st, _, _ in results), [r for r in results if r[0] != 200]
+    decode_names = {"d0", "d1"}
+    assert all(who in decode_names for _, _, who in results), results
+    # every decode request came with transfer params a prefill sim issued for its prompt
+    assert _sum(dec, "pd_valid") == n
+    assert _sum(dec, "pd_refused") == 0 and _sum(dec, "pd_local") == 0
+    if protocol == "vllm":
+        assert _sum(pre, "pd_issued") == n
+    else:
+        assert _sum(pre, "pd_rooms") == n
+    assert _sum(pre, "requests") >= n  # each had its prefill (plus the stats asked here)
+    for s in pre + dec:  # the work spread over both of each side
+        assert sim_stats(s.port)["completions"] > 0, sim_stats(s.port)
+
+
+def test_pd_vllm_fleet_every_answer_from_decode_with_valid_params(env):
+    _check_fleet(env, "vllm")
+
+
+def test_pd_sglang_fleet_every_answer_from_decode_with_valid_room(env):
+    _check_fleet(env, "sglang")
+
+
+def test_pd_prefill_killed_mid_run_loses_no_request(env):
+    pre, dec = _fleet(env, nprefill=3, prefill_latency=60)
+    px = env.proxy(_yaml(pre, dec, "vllm", prefill_extra="    retry_budget_pct: 100"))
+    n = 60
+    with concurrent.futures.ThreadPoolExecutor(12) as ex:
+        futs = [ex.submit(_ask, px.port, i, i % 2 == 1) for i in range(n)]
+        # once prefills are under way on every prefill sim, one of them dies with its work
+        wait_until(lambda: sim_stats(pre[0].port)["active"] > 0, "prefills on p0")
+        pre[0].send_signal(signal.SIGKILL)
+        pre[0].wait()
+        results = [f.result() for f in futs]
+    failed = [r for r in results if r[0] != 200]
+    assert not failed, failed
+    assert _sum(dec, "pd_valid") == n and _sum(dec, "pd_refused") == 0
+    assert _sum(pre[1:], "pd_issued") >= n - 20  # the survivors took over
+
+
+def test_pd_short_prompt_decodes_in_place(env):
+    pre, dec = _fleet(env, 1, 1, decode_opts={"pd_allow_local": 1})
+    px = env.proxy(_yaml(pre, dec, "vllm", extra=", min_prompt_bytes: 300"))
+    st, _, who = _ask(px.port, 0, False, prompt="short")
+    assert st == 200 and who == "d0"
+    assert _sum(pre, "requests") == 0 + 1  # only the stats request just made
+    assert _sum(dec, "pd_local") == 1 and _sum(dec, "pd_valid") == 0
+    st, _, _ = _ask(px.port, 1, True)  # a long one is prefilled
+    assert st == 200
+    assert _sum(dec, "pd_valid") == 1 and _sum(pre, "pd_issued") == 1
+
+
+def test_pd_decode_sim_refuses_missing_or_forged_params(env):
+    pre, dec = _fleet(env, 1, 1)
+    body = {"model": "m", "prompt": PROMPT, "max_tokens": 2}
+    st, _, data = request(dec[0].port, "POST", "/v1/completions", body=json.dumps(body))
+    assert st == 400 and b"kv_transfer_params" in data, data
+    forged = dict(body, kv_transfer_params={"do_remote_prefill": True, "remote_engine_id": "x",
+                                            "remote_block_ids": [1, 2, 3],
+                                            "remote_host": "127.0.0.1", "remote_port": 1})
+    st, _, data = request(dec[0].port, "POST", "/v1/completions", body=json.dumps(forged))
+    assert st == 400 and b"not issued" in data, data
+    room = dict(body, bootstrap_host="127.0.0.1", bootstrap_port=pre[0].port,
+                bootstrap_room=12345)
+    # a room the prefill sim bootstrapped (its prefill done): the decode takes it at once
+    st, _, data = request(pre[0].port, "POST", "/v1/completions", body=json.dumps(room))
+    assert st == 200
+    st, _, data = request(dec[0].port, "POST", "/v1/completions", body=json.dumps(room))
+    assert st == 200, data
+    assert sim_stats(dec[0].port)["pd_refused"] == 2 and sim_stats(dec[0].port)["pd_valid"] == 1
+
+
+def test_pd_client_may_not_set_transfer_params(env):
+    pre, dec = _fleet(env, 1, 1)
+    px = env.proxy(_yaml(pre, dec, "vllm"))
+    for field, value in [("kv_transfer_params", {"remote_block_ids": [1]}),
+                         ("bootstrap_room", 7), ("bootstrap_host", "10.0.0.1")]:
+        body = {"model": "m", "prompt": PROMPT, "max_tokens": 2, field: value}
+        st, _, data = request(px.port, "POST", "/v1/completions", body=json.dumps(body))
+        assert st == 400 and b"set by the proxy" in data, (field, st, data)
+    assert _sum(pre, "requests") == 1 and _sum(dec, "requests") == 1  # the stats alone
+
+
+def test_pd_failed_prefill_decode_only_or_502(env):
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+    dead_port = dead.getsockname()[1]
+    dec = [env.sim("d0", role="decode", latency_ms=5, jitter=0, tokens=3, token_ms=1,
+                   pd_allow_local=1)]
+
+    class Dead:
+        port = dead_port
+    text = _yaml([Dead], dec, "vllm", extra=", on_prefill_failure: decode_only")
+    px = env.proxy(text)
+    st, _, who = _ask(px.port, 0, False)
+    assert st == 200 and who == "d0"
+    assert _sum(dec, "pd_local") == 1
+    env.stop(px)
+    px = env.proxy(_yaml([Dead], dec, "vllm"))
+    st, text, _ = _ask(px.port, 1, False)
+    assert st == 502 and "prefill failed" in text, (st, text)
+    dead.close()
+
+
+def test_pd_client_leaving_cancels_both(env):
+    pre, dec = _fleet(env, 1, 1, prefill_latency=3000)
+    px = env.proxy(_yaml(pre, dec, "sglang"))
+    body = json.dumps({"model": "m", "prompt": PROMPT, "max_tokens": 4})
+    s = socket.create_connection(("127.0.0.1", px.port))
+    s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+    # both sides hold the request: the prefill computing, the decode waiting for its room
+    wait_until(lambda: sim_stats(pre[0].port)["active"] == 1, "the prefill under way")
+    wait_until(lambda: sim_stats(dec[0].port)["requests"] >= 1, "the decode under way")
+    s.close()
+    wait_until(lambda: sim_stats(pre[0].port)["aborted"] == 1, "the prefill cancelled")
+    wait_until(lambda: sim_stats(dec[0].port)["aborted"] == 1, "the decode cancelled")
+    assert sim_stats(dec[0].port)["completions"] == 0
+
+
+def test_pd_client_leaving_during_vllm_prefill_cancels_it(env):
+    pre, dec = _fleet(env, 1, 1, prefill_latency=3000)
+    px = env.proxy(_yaml(pre, dec, "vllm"))
+    body = json.dumps({"model": "m", "prompt": PROMPT, "max_tokens": 4})
+    s = socket.create_connection(("127.0.0.1", px.port))
+    s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+    wait_until(lambda: sim_stats(pre[0].port)["active"] == 1, "the prefill under way")
+    s.close()
+    wait_until(lambda: sim_stats(pre[0].port)["aborted"] == 1, "the prefill cancelled")
+    assert sim_stats(dec[0].port)["requests"] == 1  # the stats alone: no decode began
+
+
+def _check(env, text):
+    path = env.write("pd.yaml", "listen: [127.0.0.1:8080]\n" + text)
+    r = subprocess.run([BIN, "check", "-c", path], capture_output=True, text=True, timeout=20)
+    return path, r
+
+
+def test_pd_bad_config_refused_with_file_line_col(env):
+    base = ("pools:\n  - name: d\n    backends: [127.0.0.1:9101]\n"
+            "    disaggregation: {{prefill_pool: {pp}, protocol: {proto}}}\n"
+            "  - name: p\n    backends: [127.0.0.1:9102]\n{more}")
+    cases = [
+        (dict(pp="nope", proto="vllm", more=""), ":5:36: ", "no pool named 'nope'"),
+        (dict(pp="d", proto="vllm", more=""), ":5:36: ", "cannot prefill for itself"),
+        (dict(pp="p", proto="nixl", more=""), ":5:49: ", "expected vllm or sglang"),
+        (dict(pp="p", proto="vllm",
+              more="    disaggregation: {prefill_pool: d, protocol: vllm}\n"),
+         ":5:36: ", "has a disaggregation of its own"),
+    ]
+    for fill, where, what in cases:
+        path, r = _check(env, base.format(**fill))
+        assert r.returncode == 2, (fill, r)
+        assert r.stderr.startswith(path + where), (fill, r.stderr)
+        assert what in r.stderr, (fill, r.stderr)
+    path, r = _check(env, "pools:\n  - name: d\n    backends: [127.0.0.1:9101]\n"
+                          "    disaggregation: {protocol: vllm}\n")
+    assert r.returncode == 2 and "'prefill_pool' is required" in r.stderr, r.stderr
+    path, r = _check(env, base.format(pp="p", proto="sglang", more=""))
+    assert r.returncode == 0, r.stderr
+
+
+def test_pd_hung_prefill_backend_times_out_and_retries(env):
+    slow = env.sim("p0", role="prefill", latency_ms=60000, jitter=0, tokens=4, token_ms=1,
+                   pd_secret="s3cret")
+    fast = env.sim("p1", role="prefill", latency_ms=10, jitter=0, tokens=4, token_ms=1,
+                   pd_secret="s3cret")
+    dec = [env.sim("d0", role="decode", latency_ms=5, jitter=0, tokens=4, token_ms=1,
+                   pd_secret="s3cret")]
+    px = env.proxy(_yaml([slow, fast], dec, "vllm", prefill_extra="    retry_budget_pct: 100"),
+                   extra="timeouts: {first_byte_ms: 300}\n")
+    results = [_ask(px.port, i, i % 2 == 1) for i in range(4)]
+    assert all(st == 200 for st, _, _ in results), results
+    assert _sum(dec, "pd_valid") == 4
+    # the hung one got its share and each was cancelled there (its connection closed)
+    wait_until(lambda: sim_stats(slow.port)["aborted"] >= 1, "the hung prefills cancelled")
+    assert sim_stats(slow.port)["completions"] == 0
+
+
+def test_pd_prefill_pool_llm_keeps_a_prompt_on_one_prefill_backend(env):
+    # the prefill pool balances by its prefix index (balance: llm), the decode pool by load
+    # (prefill sims with a block cache: a prompt they hold is quicker there, as on an engine)
+    pre, dec = _fleet(env, nprefill=3, prefill_latency=5,
+                      prefill_opts={"cache_blocks": 4096, "prefill_us_per_block": 3000})
+    px = env.proxy(_yaml(pre, dec, "vllm", prefill_balance="llm",
+                         prefill_extra="    llm: {block_bytes: 64}"))
+    issued = []
+    for k, prompt in enumerate(["Alpha " * 200, "Beta " * 200, "Gamma " * 200]):
+        before = [sim_stats(s.port)["pd_issued"] for s in pre]
+        for i in range(4):
+            st, _, _ = _ask(px.port, i, i % 2 == 1, prompt=prompt)
+            assert st == 200
+        after = [sim_stats(s.port)["pd_issued"] for s in pre]
+        issued.append([a - b for a, b in zip(after, before)])
+    for d in issued:  # each prompt's four prefills on one prefill backend
+        assert sorted(d) == [0, 0, 4], issued
+    assert _sum(dec, "pd_valid") == 12
+
+
+def test_pd_keep_alive_client_several_requests_on_one_connection(env):
+    import http.client
+    pre, dec = _fleet(env, 1, 1)
+    px = env.proxy(_yaml(pre, dec, "vllm"))
+    c = http.client.HTTPConnection("127.0.0.1", px.port, timeout=15)
+    try:
+        for i in range(4):
+            body = {"model": "m", "prompt": f"{PROMPT} {i}", "max_tokens": 3, "stream": i % 2 == 1}
+            c.request("POST", "/v1/completions", body=json.dumps(body),
+                      headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            data = r.read().decode()
+            assert r.status == 200, data
+            assert "tok0 " in data and "tok2 " in data and "tok3" not in data, data
+            if i == 0:
+                first = sim_stats(pre[0].port)["connections"]
+    finally:
+        c.close()
+    assert _sum(dec, "pd_valid") == 4 and _sum(pre, "pd_issued") == 4
+    # the prefill side's connection was kept alive too: no new one after the first request
+    # but the two stats requests' own (pd_issued above, and this one)
+    now = sim_stats(pre[0].port)["connections"]
+    assert now == first + 2, (first, now)
