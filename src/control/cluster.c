@@ -425,23 +425,30 @@ static const char *str_of(const redisReply *r, size_t *len)
 	return r->str;
 }
 
-/* One stream entry [id, [field, value, ...]] of <sp>: another instance's prompt goes into
- * the index of the backend it names. Malformed entries are passed over. */
-static void take_entry(struct cluster *c, struct shared_pool *sp, const redisReply *e)
+/* What one stream entry [id, [i, ID, b, NAME, KEY, VALUE]] says: the backend's name, and the
+ * value of the field named <key>. */
+struct entry {
+	const char *name, *val;
+	size_t nlen, vlen;
+};
+
+/* Read entry <e> into *out, its id kept in last_id (<cap> bytes: where the next read starts).
+ * 0, or -1 for an entry that is malformed or this instance's own. */
+static int stream_entry(struct cluster *c, const redisReply *e, char *last_id, size_t cap, char key,
+			struct entry *out)
 {
-	size_t len;
-	const char *id;
+	size_t len, wlen = 0;
+	const char *id, *who = NULL;
 	if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || !(id = str_of(e->element[0], &len)))
-		return;
-	if (len < sizeof(sp->last_id)) {
-		memcpy(sp->last_id, id, len);
-		sp->last_id[len] = '\0';
+		return -1;
+	if (len < cap) {
+		memcpy(last_id, id, len);
+		last_id[len] = '\0';
 	}
 	const redisReply *f = e->element[1];
-	const char *who = NULL, *name = NULL, *h = NULL;
-	size_t wlen = 0, nlen = 0, hlen = 0;
+	*out = (struct entry){0};
 	if (f->type != REDIS_REPLY_ARRAY || f->elements % 2)
-		return;
+		return -1;
 	for (size_t k = 0; k + 1 < f->elements; k += 2) {
 		const char *fld = str_of(f->element[k], &len);
 		if (!fld || len != 1)
@@ -449,61 +456,48 @@ static void take_entry(struct cluster *c, struct shared_pool *sp, const redisRep
 		if (fld[0] == 'i')
 			who = str_of(f->element[k + 1], &wlen);
 		else if (fld[0] == 'b')
-			name = str_of(f->element[k + 1], &nlen);
-		else if (fld[0] == 'h')
-			h = str_of(f->element[k + 1], &hlen);
+			out->name = str_of(f->element[k + 1], &out->nlen);
+		else if (fld[0] == key)
+			out->val = str_of(f->element[k + 1], &out->vlen);
 	}
-	if (!who || !name || !h || !hlen || hlen % sizeof(uint64_t) || hlen > sizeof(c->hash) ||
-	    (wlen == strlen(c->id) && !memcmp(who, c->id, wlen)))
+	if (!who || !out->name || !out->val || (wlen == strlen(c->id) && !memcmp(who, c->id, wlen)))
+		return -1;
+	return 0;
+}
+
+/* One entry [id, [i, ID, b, NAME, h, HASHES]] of <sp>'s stream: another instance's prompt
+ * goes into the index of the backend it names. Malformed entries are passed over. */
+static void take_entry(struct cluster *c, struct shared_pool *sp, const redisReply *e)
+{
+	struct entry en;
+	if (stream_entry(c, e, sp->last_id, sizeof(sp->last_id), 'h', &en) < 0 || !en.vlen ||
+	    en.vlen % sizeof(uint64_t) || en.vlen > sizeof(c->hash))
 		return; /* malformed, or our own */
 	for (size_t j = 0; j < sp->p->nbackends; j++) {
 		struct backend *b = &sp->p->backends[j];
-		if (strlen(b->name) != nlen || memcmp(b->name, name, nlen) || !b->llm ||
+		if (strlen(b->name) != en.nlen || memcmp(b->name, en.name, en.nlen) || !b->llm ||
 		    b->llm->exact)
 			continue;
-		memcpy(c->hash, h, hlen);
-		prefix_index_insert(b->llm->prefix, c->hash, hlen / sizeof(uint64_t));
+		memcpy(c->hash, en.val, en.vlen);
+		prefix_index_insert(b->llm->prefix, c->hash, en.vlen / sizeof(uint64_t));
 		atomic_fetch_add(&c->stats.received, 1);
 		return;
 	}
 }
 
-/* One entry [id, [i, ID, b, NAME, k, HASH]] of a session stream: another instance's session
+/* One entry [id, [i, ID, b, NAME, k, KEY]] of a session stream: another instance's session
  * goes into <ss>'s table, to the backend of that name (none of that name: passed over). */
 static void take_session(struct cluster *c, struct shared_sessions *ss, const redisReply *e)
 {
-	size_t len;
-	const char *id;
-	if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || !(id = str_of(e->element[0], &len)))
-		return;
-	if (len < sizeof(ss->last_id)) {
-		memcpy(ss->last_id, id, len);
-		ss->last_id[len] = '\0';
-	}
-	const redisReply *f = e->element[1];
-	const char *who = NULL, *name = NULL, *k = NULL;
-	size_t wlen = 0, nlen = 0, klen = 0;
-	if (f->type != REDIS_REPLY_ARRAY || f->elements % 2)
-		return;
-	for (size_t j = 0; j + 1 < f->elements; j += 2) {
-		const char *fld = str_of(f->element[j], &len);
-		if (!fld || len != 1)
-			continue;
-		if (fld[0] == 'i')
-			who = str_of(f->element[j + 1], &wlen);
-		else if (fld[0] == 'b')
-			name = str_of(f->element[j + 1], &nlen);
-		else if (fld[0] == 'k')
-			k = str_of(f->element[j + 1], &klen);
-	}
-	if (!who || !name || !k || klen != sizeof(uint64_t) ||
-	    (wlen == strlen(c->id) && !memcmp(who, c->id, wlen)))
+	struct entry en;
+	if (stream_entry(c, e, ss->last_id, sizeof(ss->last_id), 'k', &en) < 0 ||
+	    en.vlen != sizeof(uint64_t))
 		return; /* malformed, or our own */
 	uint64_t key;
-	memcpy(&key, k, sizeof(key));
+	memcpy(&key, en.val, sizeof(key));
 	for (size_t j = 0; j < ss->p->nbackends; j++) {
 		struct backend *b = &ss->p->backends[j];
-		if (strlen(b->name) != nlen || memcmp(b->name, name, nlen))
+		if (strlen(b->name) != en.nlen || memcmp(b->name, en.name, en.nlen))
 			continue;
 		stick_put(ss->p->stick, key, (unsigned)j, (uint32_t)(clock_now_ms() / 1000), 0);
 		atomic_fetch_add(&c->stats.sessions_received, 1);

@@ -236,13 +236,11 @@ static enum run early_stream_continue(struct client *cl, const struct http_head 
 	return RUN_AGAIN;
 }
 
-/* Cache-Status for a relayed response: in before the head's final CRLF. -1: no room (the
- * head is left as it was). */
-static int put_cache_status(struct client *cl)
+/* Lines <n> bytes long at <lines> put in before the head's final CRLF in <cl>'s output: 0, or
+ * -1 when there is no room (the head is left as it was). */
+static int put_head_lines(struct client *cl, const char *lines, int n)
 {
 	struct buf *b = cl->out;
-	char lines[256];
-	int n = caching_status_lines(cl->x, lines, sizeof(lines));
 	if (n <= 0)
 		return n;
 	if (buf_room(b) < (size_t)n)
@@ -254,21 +252,18 @@ static int put_cache_status(struct client *cl)
 	return 0;
 }
 
-/* X-Accelnet-Llm, as Cache-Status: in before the head's final CRLF. -1: no room. */
+/* Cache-Status for a relayed response. */
+static int put_cache_status(struct client *cl)
+{
+	char lines[256];
+	return put_head_lines(cl, lines, caching_status_lines(cl->x, lines, sizeof(lines)));
+}
+
+/* X-Accelnet-Llm (llm.explain). */
 static int put_llm_explain(struct client *cl)
 {
-	struct buf *b = cl->out;
 	char lines[1536];
-	int n = llm_explain_header(cl->x, lines, sizeof(lines));
-	if (n <= 0)
-		return n;
-	if (buf_room(b) < (size_t)n)
-		return -1;
-	b->end -= 2;
-	memcpy(b->data + b->end, lines, (size_t)n);
-	memcpy(b->data + b->end + n, "\r\n", 2);
-	b->end += (uint32_t)n + 2;
-	return 0;
+	return put_head_lines(cl, lines, llm_explain_header(cl->x, lines, sizeof(lines)));
 }
 
 enum run relay_upgrade(struct client *cl, const struct http_head *h, size_t len)
