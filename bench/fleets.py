@@ -64,23 +64,25 @@ def servers(n=4, slots=4, cache_blocks=5120, latency_ms=20, us_per_block=1500, t
 # send a turn at one moment, plus the system prompts in use.
 SHAPES = {s["name"]: s for s in [
     # The reviewers' fleet. 4 servers x 4 slots, 5,120 blocks of 64 B each (320 KiB; 20,480
-    # in all), server 3 twice as slow (40 ms + 0.8 ms a block + 16 ms a token). 4 system
-    # prompts of 16-48 blocks, Zipf 1/rank (48 % of conversations on the first); 3-10 turns,
-    # user messages 100-600 B, replies 300-1,500 B, 2-10 s between turns. The mean prompt is
-    # about 150 blocks (histories, not system prompts: these are 128 blocks in all); all-miss
-    # slot times about 290 ms (fast) and 580 ms (slow), about 48 req/s, and the live working
-    # set about 2x the fleet's cache: whoever scatters a conversation re-reads its history;
-    # whoever keeps it on one server finds it (a server's cache turns over in about 10 s
-    # when it only adds new messages, longer than the 2-10 s between turns).
+    # in all); a request holds a slot 20 ms + 1.5 ms a block not cached + 4 ms a token (16,
+    # 24 or 32 tokens), server 3 twice that in each. 4 system prompts of 16-48 blocks (128
+    # in all), Zipf 1/rank (48 % of conversations on the first); 3-10 turns, user messages
+    # 100-600 B, replies 300-1,500 B, 2-10 s between turns. The mean prompt is 97 blocks,
+    # almost all history, 19 of them new a turn; all-miss slot times 261 ms (fast) and 522
+    # ms (slow): 53.6 req/s is 1.0x; all-hit 144 and 287 ms: 1.8x. The live working set at
+    # 1.0x is 0.99x the fleet's cache, 4x one server's: whoever keeps a conversation on one
+    # server finds its history (a server adding only new messages turns its cache over in
+    # more than 10 s, longer than the gap between turns); whoever scatters it re-reads it.
     dict(name="independent", what="the reviewers' fleet: histories fill the caches, one "
          "slow server, Zipf system prompts, streamed",
          sims=servers(), n_system=4, system_blocks=(16, 48), zipf=1.0, turns=(3, 10),
          user_bytes=(100, 600), reply_bytes=(300, 1500), think_s=(2.0, 10.0),
          max_tokens=(16, 24, 32), stream=True, seed=1),
     # The same traffic, longer conversations (8-16 turns), caches of 1,024 blocks (64 KiB):
-    # one long conversation alone is a third of a server's cache, and the working set is
-    # about 15x the fleet's: affinity keeps a conversation's last turns at best; a balancer
-    # that waits for an affine server gains little and queues.
+    # mean prompt 148 blocks, 338/677 ms all-miss (41.4 req/s), all-hit 2.3x; the working
+    # set is 7x the fleet's cache (28x one server's), a long conversation a third of a
+    # server's: affinity keeps a conversation's last turns at best; a balancer that waits
+    # for an affine server gains little and queues.
     dict(name="small-cache-long-chats", what="caches far smaller than the working set, "
          "long conversations: affinity pays little, load still matters",
          sims=servers(cache_blocks=1024), n_system=4, system_blocks=(16, 48), zipf=1.0,
@@ -88,10 +90,10 @@ SHAPES = {s["name"]: s for s in [
          max_tokens=(16, 24, 32), stream=True, seed=2),
     # No slow server; caches of 8,192 blocks (512 KiB; 32,768 in all); 32 system prompts of
     # 256-512 blocks (12,288 in all: 38 % of the fleet's cache, 1.5x one server's) picked
-    # evenly (flat), 1-3 short turns: system prompts are most of every prompt, and the
-    # working set fits the fleet's cache but no server's. The balancer must place each
-    # prompt on a server or two and keep it there (placement), not let every server cycle
-    # through all of them; with a flat pick there is no popular one to split.
+    # evenly (flat), 1-3 short turns: mean prompt 397 blocks, 711 ms all-miss (22.5 req/s),
+    # all-hit 5.5x; the working set fits the fleet's cache but no server's. The balancer
+    # must place each prompt on a server or two and keep it there (placement), not let
+    # every server cycle through all of them; with a flat pick no prompt is popular.
     dict(name="large-cache-short-flat", what="large caches, short conversations on many "
          "evenly picked long system prompts: placement, not history",
          sims=servers(cache_blocks=8192, slow=0), n_system=32, system_blocks=(256, 512),
@@ -99,15 +101,17 @@ SHAPES = {s["name"]: s for s in [
          think_s=(2.0, 6.0), max_tokens=(16, 24, 32), stream=True, seed=3),
     # The independent fleet and prompts, conversations starting only in 2 s bursts every
     # 8 s (4x the mean rate while on; shorter chats, 2-6 turns 1-4 s apart, so the bursts
-    # stay bursts): the queue fills in a burst and drains after; a balancer that holds
-    # requests for an affine server under a burst delays them past the SLO.
+    # stay bursts): mean prompt 71 blocks, 222/444 ms all-miss (63 req/s), all-hit 1.6x,
+    # working set 0.26x the fleet's cache. The queue fills in a burst and drains after; a
+    # balancer that holds requests for an affine server in a burst delays them past the SLO.
     dict(name="bursty-arrivals", what="on/off arrivals (2 s on, 6 s off), histories, one "
          "slow server", sims=servers(), n_system=4, system_blocks=(16, 48), zipf=1.0,
          turns=(2, 6), user_bytes=(100, 600), reply_bytes=(300, 1500), think_s=(1.0, 4.0),
          max_tokens=(16, 24, 32), stream=True, burst=(2.0, 6.0), seed=4),
     # The independent fleet, 8 system prompts of 64-128 blocks picked evenly, 2-6 turns,
     # answers not streamed: the first byte is the whole answer (the decode counts in the
-    # SLO, and the slow server's doubled decode shows).
+    # SLO, and the slow server's doubled decode shows). Mean prompt 137 blocks, 322/644 ms
+    # all-miss (43.4 req/s), all-hit 2.3x, working set 0.40x the fleet's cache.
     dict(name="non-streamed-flat", what="answers not streamed, evenly picked system "
          "prompts, one slow server", sims=servers(), n_system=8, system_blocks=(64, 128),
          zipf=0.0, turns=(2, 6), user_bytes=(100, 600), reply_bytes=(300, 1500),
@@ -138,7 +142,7 @@ def contestants(shape):
 
     cache = max(s["cache_blocks"] for s in shape["sims"])
     return {
-        f"nginx least_conn": other(lambda run, b: bench.start_nginx(
+        "nginx least_conn": other(lambda run, b: bench.start_nginx(
             run, b, "least_conn", streaming=streaming, body_buffer="1m")),
         f"haproxy leastconn maxconn {slots}": other(lambda run, b: bench.start_haproxy(
             run, b, "leastconn", maxconn=slots, streaming=streaming)),
@@ -327,6 +331,24 @@ def shape_rows(sc):
              "TTFT p50 ms", "p90 ms", "p99 ms", "block hits", "meets SLO"], rows)
 
 
+def shape_rows_arith(res):
+    """Each shape's arithmetic, one row (fleettrace.arithmetic)."""
+    rows = []
+    for name, sc in res["shapes"].items():
+        a, sh = sc["arithmetic"], sc["shape"]
+        ms = sorted(set(round(m) for m in a["all_miss_ms"]))
+        rows.append([name, sh["what"],
+                     "/".join(str(c) for c in sorted({s["cache_blocks"] for s in sh["sims"]})),
+                     f"{a['mean_prompt_blocks']:.0f} ({a['mean_new_blocks']:.0f} new)",
+                     "/".join(str(m) for m in ms), f"{sc['capacity']:.1f}",
+                     f"{a['all_hit_capacity'] / sc['capacity']:.1f}x",
+                     f"{a['working_set_per_fleet_cache']:.2f} "
+                     f"({a['working_set_per_server_cache']:.1f})"])
+    return (["shape", "what it tests", "cache blocks a server", "mean prompt blocks",
+             "all-miss slot ms (fast/slow)", "1.0x req/s", "all-hit ÷ all-miss",
+             "live working set ÷ fleet cache (÷ one server's)"], rows)
+
+
 def capacity_rows(res):
     names = []
     for sc in res["shapes"].values():
@@ -368,7 +390,8 @@ def render(res, outdir):
           f"SLO: TTFT p99 ≤ {SLO_MS} ms and no errors; figures are median [min-max] over "
           f"{res['repeat']} repeat(s).", "",
           "## Capacity at SLO (× the shape's all-miss capacity; the highest load met, every "
-          "lower one met too)", "", bench.table(*capacity_rows(res)), ""]
+          "lower one met too)", "", bench.table(*capacity_rows(res)), "",
+          "## The shapes", "", bench.table(*shape_rows_arith(res)), ""]
     for shape, sc in res["shapes"].items():
         md += [f"## {shape}: {sc['what']}", "", "```"] + sc["describe"] + ["```", "",
                                                                          bench.table(*shape_rows(sc)), ""]
