@@ -179,20 +179,24 @@ def start_sims(run, shape):
 
 
 def scrape_predict(admin):
-    """Every `accelnet_llm_predict*` sample on the proxy's /metrics: {series: value}."""
+    """Every `accelnet_llm_predict*` sample on the proxy's /metrics, {series: value}, and how
+    many samples the page had in all (0: the scrape failed; then {"_error": why})."""
     try:
         text = urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5).read()
     except OSError as e:
-        return {"_error": str(e)}
-    out = {}
+        return {"_error": str(e)}, 0
+    out, samples = {}, 0
     for line in text.decode(errors="replace").splitlines():
+        if not line or line.startswith("#"):
+            continue
+        samples += 1
         if line.startswith("accelnet_llm_predict"):
             name, _, value = line.rpartition(" ")
             try:
                 out[name] = float(value)
             except ValueError:
                 pass
-    return out
+    return out, samples
 
 
 def sim_blocks(ports):
@@ -228,7 +232,7 @@ def one_run(run, shape, name, start, rate, seconds, warmup, trace, at, timeout_s
 
     def after(g):
         if admin and admin[0]:
-            g["predict"] = scrape_predict(admin[0])
+            g["predict"], g["metrics_samples"] = scrape_predict(admin[0])
         if len(admin) > 1:
             admin[1].join()
         if snap:
@@ -319,7 +323,8 @@ def shape_rows(sc):
                 rows.append([load, name] + ["-"] * 7 + ["did not start"])
                 continue
             rows.append([
-                load, name, _spread([g.get("offered", g["rate"]) for g in ok], lambda v: f"{v:.1f}"),
+                load, name,
+                _spread([g.get("offered", g["rate"]) for g in ok], lambda v: f"{v:.1f}"),
                 _spread([g["goodput_slo"] for g in ok], lambda v: f"{v:.1f}"),
                 _spread([g["errors"] for g in ok], lambda v: f"{v:.0f}"),
                 _spread([g["ttft_ms"]["p50"] for g in ok], _ttft),
@@ -393,8 +398,8 @@ def render(res, outdir):
           "lower one met too)", "", bench.table(*capacity_rows(res)), "",
           "## The shapes", "", bench.table(*shape_rows_arith(res)), ""]
     for shape, sc in res["shapes"].items():
-        md += [f"## {shape}: {sc['what']}", "", "```"] + sc["describe"] + ["```", "",
-                                                                         bench.table(*shape_rows(sc)), ""]
+        md += [f"## {shape}: {sc['what']}", "", "```", *sc["describe"], "```", "",
+               bench.table(*shape_rows(sc)), ""]
     pr = predict_rows(res)
     md += ["## Prediction series (`accelnet_llm_predict*` on the proxy's /metrics)", "",
            bench.table(*pr) if pr[1] else "(none: this build exports none)", ""]
