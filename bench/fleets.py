@@ -264,8 +264,8 @@ def run_shape(run, res, shape, loads, seconds, warmup, repeat, pick, timeout_s):
             rate = cap * load
             trace = os.path.join(run.dir, f"{shape['name']}-{load}.jsonl")
             at = trace + ".at"
-            n, nblocks = fleettrace.write_trace(shape, trace, at, rate, warmup + seconds,
-                                                seed=1 + r)
+            n, nblocks, factor = fleettrace.write_trace(shape, trace, at, rate,
+                                                        warmup + seconds, 1 + r, warmup)
             # every contestant on the same trace, in an order turned each repeat
             order = list(who.items())
             order = order[r % len(order):] + order[:r % len(order)]
@@ -274,6 +274,7 @@ def run_shape(run, res, shape, loads, seconds, warmup, repeat, pick, timeout_s):
                 g = one_run(run, shape, name, start, rate, seconds, warmup, trace, at,
                             timeout_s)
                 g["requests_in_trace"], g["blocks_in_trace"], g["repeat"] = n, nblocks, r
+                g["start_rate_factor"] = factor
                 out["results"].setdefault(f"{load:.2f}x", {}).setdefault(name, []).append(g)
                 print(f"  {shape['name']} {load:.2f}x #{r + 1} {name}: "
                       + (f"failed ({g['failed'][-160:]})" if "failed" in g else

@@ -19,7 +19,10 @@ start, one a line), which `loadgen open --bodies FILE --at TIMES` sends at those
   interleave in time;
 - the process starts long enough before time 0 that every conversation due then has begun
   (`max turns x max think`), so the trace opens on conversations under way; the trace is
-  every request due in [0, seconds).
+  every request due in [0, seconds). One draw's count strays 10-20 % from rate x seconds
+  over 40 s (a conversation brings several requests), so a trace is drawn until the requests
+  due in its measured span (after the warm-up) are the rate asked x the span within 2 %
+  (calibrated(): the same conversations, their starts scaled closer or further apart).
 - each body is {"model", "messages", "stream", "max_tokens", "temperature"} plus, for some
   clients, "user", "top_p" and "stream_options" (streamed shapes only), the top-level fields
   shuffled per request as chattrace.py does (hashing a body's first bytes cannot follow
@@ -117,6 +120,24 @@ def conversations(shape, rate, seconds, seed=1):
     return convs, events
 
 
+def calibrated(shape, rate, seconds, seed=1, measured_from=0.0):
+    """conversations() whose requests due in [measured_from, seconds) are rate x that span,
+    within 2 %: a conversation brings several requests, so one draw's count strays 10-20 %
+    from the mean over 40 s; the same seed is drawn again with the start rate scaled (the
+    conversations stay the same, their starts closer or further apart) until it fits.
+    Returns (convs, events, the start rate's factor)."""
+    target, f, best = rate * (seconds - measured_from), 1.0, None
+    for _ in range(20):
+        convs, events = conversations(shape, rate * f, seconds, seed)
+        n = sum(1 for e in events if e[0] >= measured_from)
+        if best is None or abs(n - target) < abs(best[0] - target):
+            best = (n, convs, events, f)
+        if abs(n - target) <= 0.02 * target:
+            break
+        f *= (target / max(n, 1)) ** 0.7  # damped: the count is a step function of f
+    return best[1], best[2], best[3]
+
+
 def prompt_bytes(c, k, sys_blocks):
     """The simulator's prompt text bytes of turn k (0-based) of conversation c."""
     b = sys_blocks * BLOCK_BYTES
@@ -185,12 +206,13 @@ def arithmetic(shape, rate=None, seconds=600.0):
             "top_prompt_share": w[0] / sum(w)}
 
 
-def write_trace(shape, path, at_path, rate, seconds, seed=1):
-    """Write the bodies, one per line, to <path> and their due times to <at_path>; returns
-    how many requests and their prompt blocks in all."""
+def write_trace(shape, path, at_path, rate, seconds, seed=1, measured_from=0.0):
+    """Write the bodies, one per line, to <path> and their due times to <at_path> (a
+    calibrated() draw); returns how many requests, their prompt blocks in all, and the
+    start rate's factor."""
     systems = system_prompts(shape)
     sizes = system_sizes(shape)
-    convs, events = conversations(shape, rate, seconds, seed)
+    convs, events, factor = calibrated(shape, rate, seconds, seed, measured_from)
     total_blocks = 0
     with open(path, "w") as f, open(at_path, "w") as fa:
         for due, cid, k in events:
@@ -216,7 +238,7 @@ def write_trace(shape, path, at_path, rate, seconds, seed=1):
             rng.shuffle(fields)
             f.write(json.dumps(dict(fields), separators=(",", ":")) + "\n")
             fa.write(f"{due:.6f}\n")
-    return len(events), total_blocks
+    return len(events), total_blocks, factor
 
 
 def describe(shape):

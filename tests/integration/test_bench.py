@@ -119,13 +119,15 @@ def test_fleets_trace_comes_at_the_rate_asked_with_whole_conversations(env):
         for text, b in zip(fleettrace.system_prompts(shape), fleettrace.system_sizes(shape)):
             assert len("system") + 2 + len(text) == b * fleettrace.BLOCK_BYTES
         body, at = os.path.join(env.dir, "t.jsonl"), os.path.join(env.dir, "t.at")
-        n, _ = fleettrace.write_trace(shape, body, at, 10.0, 60.0)
+        n, _, _ = fleettrace.write_trace(shape, body, at, 10.0, 60.0, measured_from=20.0)
         with open(body) as f:
             bodies = [json.loads(line) for line in f]
         with open(at) as f:
             due = [float(line) for line in f]
         assert len(bodies) == len(due) == n > 0
         assert due == sorted(due)
+        measured = sum(1 for t in due if t >= 20.0)  # calibrated: 10/s over 40 s, 2 %
+        assert abs(measured - 400) <= 8, (shape["name"], measured)
         assert all(b["stream"] is shape["stream"] for b in bodies)
         by_conv = {}
         for b in bodies:
