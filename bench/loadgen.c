@@ -14,10 +14,10 @@
  *       for every request; one that never got there (an error status, a failure, or
  *       unanswered at the deadline) counts as 1e9 ms. "goodput_slo" is the requests answered
  *       200 in full whose TTFT was at most --slo-ms (default 1000), per second of sending.
- *   loadgen open ... --bodies FILE --at TIMES [--rate R] --duration S
+ *   loadgen open ... --bodies FILE --at TIMES --rate R --duration S
  *       The same, but request i is due TIMES' line i seconds after the start (one number a
  *       line, not decreasing: bursts and lulls, as a trace's arrivals come) instead of at
- *       i/R; R then only names the offered rate in the output.
+ *       i/R; R (still required) then only names the offered rate in the output.
  *   loadgen open ... --warmup W
  *       Requests due in the first W seconds are sent as the others but counted in no figure
  *       (a cold fleet's first seconds); every rate is per second of the rest.

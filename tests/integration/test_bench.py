@@ -7,7 +7,12 @@ The bench runs --quick, its first scenario only, with a marker in its environmen
 process it starts inherits; once its origin and a proxy are up it gets the signal, and no
 process carrying the marker may be left. Skipped where a package bench/run would install is
 missing (nginx, HAProxy, Varnish, wrk, gnuplot); needs the normal build (bench/run builds
-build/, a no-op once it is there)."""
+build/, a no-op once it is there).
+
+bench/fleets.py (issue 27) gets two cheap checks: its trace generator's arithmetic on every
+shape (rate, order, whole conversations, popularity, calibration), and a tiny run (one shape,
+one light load, two accelnet contestants, 2 s measured) whose result JSON and tables must
+hold what a reader of them looks for."""
 
 ENVIRONMENT = True  # runs the bench's tools (nginx, HAProxy, wrk) on the normal build
 
