@@ -414,7 +414,7 @@ def render(res, outdir):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true",
-                    help="every shape at 1.0x, 8 s runs after 4 s of warm-up: about 10 "
+                    help="every shape at 1.0x, 8 s runs after 4 s of warm-up: about 8 "
                     "minutes on 2 cores")
     ap.add_argument("--shape", help="shapes to run, comma-separated (default all): "
                     + ", ".join(SHAPES))
