@@ -816,21 +816,31 @@ def chat_run(run, name, rate, seconds, trace, timeout_s):
     """One contestant at one rate on a fresh, cold fleet: the loadgen's figures, plus the
     simulators' block counts; {"failed": why} when the contestant (or a simulator: one
     without --cache-blocks) does not start."""
+    return fleet_run(run, start_chat_fleet, CHAT_CONTESTANTS[name], rate, seconds, trace,
+                     timeout_s, CHAT_SLO_MS)
+
+
+def fleet_run(run, start_sims, start_proxy, rate, seconds, trace, timeout_s, slo_ms,
+              loadgen_args=(), after=None):
+    """chat_run's work for any fleet (bench/fleets.py too): start_sims(run) -> (ports,
+    procs), start_proxy(run, ports) -> (proc, port); <loadgen_args> go to `loadgen open`
+    (bench/fleets.py: --at), and after(g), when given, runs once the load is done, before
+    the proxy stops (bench/fleets.py scrapes the proxy's /metrics there)."""
     try:
-        ports, sims = start_chat_fleet(run)
+        ports, sims = start_sims(run)
     except RuntimeError as e:
         return {"failed": f"simulator: {e}"}
     p = None
     try:
         try:
-            p, port = CHAT_CONTESTANTS[name](run, ports)
+            p, port = start_proxy(run, ports)
         except RuntimeError as e:
             return {"failed": str(e)}
         load_avg = os.getloadavg()[0]
         c0 = [proc_cpu_s(x.pid) for x in [p] + sims]
         g = loadgen("open", port, "--rate", f"{rate:.2f}", "--duration", str(seconds),
                     "--path", "/v1/chat/completions", "--bodies", trace, "--slo-ms",
-                    str(CHAT_SLO_MS), "--timeout-s", str(timeout_s),
+                    str(slo_ms), "--timeout-s", str(timeout_s), *loadgen_args,
                     timeout=seconds + timeout_s + 120)
         c1 = [proc_cpu_s(x.pid) for x in [p] + sims]
         # CPU seconds the proxy and the simulators used (all on SERVER_CPU), and the load
@@ -847,6 +857,8 @@ def chat_run(run, name, rate, seconds, trace, timeout_s):
             served.append(st["requests"])
         g["blocks_hit"], g["blocks_missed"], g["served"] = hit, missed, served
         g["hit_share"] = hit / (hit + missed) if hit + missed else 0.0
+        if after:
+            after(g)
         return g
     finally:
         if p:

@@ -14,6 +14,13 @@
  *       for every request; one that never got there (an error status, a failure, or
  *       unanswered at the deadline) counts as 1e9 ms. "goodput_slo" is the requests answered
  *       200 in full whose TTFT was at most --slo-ms (default 1000), per second of sending.
+ *   loadgen open ... --bodies FILE --at TIMES --rate R --duration S
+ *       The same, but request i is due TIMES' line i seconds after the start (one number a
+ *       line, not decreasing: bursts and lulls, as a trace's arrivals come) instead of at
+ *       i/R; R (still required) then only names the offered rate in the output.
+ *   loadgen open ... --warmup W
+ *       Requests due in the first W seconds are sent as the others but counted in no figure
+ *       (a cold fleet's first seconds); every rate is per second of the rest.
  *   loadgen sse --target H:P --path P --body JSON --streams N
  *       N concurrent token streams from `accelnet sim`; each event's "sent_ns" (the sender's
  *       CLOCK_MONOTONIC) gives the delay from the accelerator to this client per token.
@@ -77,6 +84,9 @@ static struct {
 	char *bodies; /* --bodies: the file's text, NUL at each line's end */
 	const char **body;
 	size_t *body_len, nbodies;
+	double *at; /* --at: request i is due at[i] seconds after the start */
+	size_t nat;
+	uint64_t warm_ns, warm_sent; /* --warmup, and the requests sent in it */
 	double slo_ms;
 	uint64_t good_slo;
 	double rate;
@@ -153,11 +163,17 @@ static void maybe_finish(void)
 		loop_stop(g.loop);
 }
 
+/* A request due in the --warmup seconds: counted in no figure. */
+static int in_warmup(uint64_t due_ns)
+{
+	return due_ns < g.start_ns + g.warm_ns;
+}
+
 /* The request on <c> failed: count it and drop the connection. */
 static void conn_fail(struct conn *c)
 {
 	if (c->busy) {
-		g.errors++;
+		g.errors += !in_warmup(c->due_ns);
 		g.outstanding--;
 		g.finished_streams++;
 	}
@@ -199,7 +215,8 @@ static void first_token(struct conn *c, uint64_t now)
 		return;
 	c->got_token = 1;
 	c->ttft_ms = (double)(now - c->due_ns) / 1e6;
-	record(&g.ttft, &g.nttft, &g.capttft, c->ttft_ms);
+	if (!in_warmup(c->due_ns))
+		record(&g.ttft, &g.nttft, &g.capttft, c->ttft_ms);
 }
 
 static void sse_events(struct conn *c, uint64_t now)
@@ -230,13 +247,15 @@ static void sse_events(struct conn *c, uint64_t now)
 /* The response on <c> is complete. */
 static void conn_done(struct conn *c, uint64_t now)
 {
-	int status = c->head.status;
-	g.status[status / 100 < 6 ? status / 100 : 0]++;
-	if (status == 200)
-		g.ok++;
-	else
-		g.errors++;
-	if (g.mode == M_OPEN && status == 200) {
+	int status = c->head.status, counted = g.mode != M_OPEN || !in_warmup(c->due_ns);
+	if (counted) {
+		g.status[status / 100 < 6 ? status / 100 : 0]++;
+		if (status == 200)
+			g.ok++;
+		else
+			g.errors++;
+	}
+	if (g.mode == M_OPEN && status == 200 && counted) {
 		record(&g.lat, &g.nlat, &g.caplat, (double)(now - c->due_ns) / 1e6);
 		if (c->got_token && c->ttft_ms <= g.slo_ms)
 			g.good_slo++;
@@ -411,7 +430,7 @@ static void start_request(uint64_t due_ns)
 		g.idle = c->next_idle;
 	} else if (g.open_conns >= g.max_conns || !(c = conn_new())) {
 		g.no_conn++;
-		g.errors++;
+		g.errors += g.mode != M_OPEN || !in_warmup(due_ns);
 		g.finished_streams++;
 		return;
 	}
@@ -461,8 +480,10 @@ static void on_tick(struct loop_timer *t)
 	uint64_t end_ns = g.start_ns + (uint64_t)(g.duration * 1e9);
 	double interval = 1e9 / g.rate;
 	for (;;) {
-		uint64_t due = g.start_ns + (uint64_t)((double)g.next_i * interval);
-		if (due >= end_ns || (g.nbodies && g.next_i >= g.nbodies)) {
+		int last = g.nbodies && g.next_i >= g.nbodies;
+		double at = g.at && !last ? g.at[g.next_i] * 1e9 : (double)g.next_i * interval;
+		uint64_t due = g.start_ns + (uint64_t)at;
+		if (due >= end_ns || last) {
 			g.done_sending = 1;
 			loop_timer_set(g.loop, t, loop_now(g.loop) + g.timeout_ns / 1000000);
 			maybe_finish();
@@ -473,6 +494,7 @@ static void on_tick(struct loop_timer *t)
 			return;
 		}
 		g.next_i++;
+		g.warm_sent += in_warmup(due);
 		start_request(due);
 	}
 }
@@ -535,6 +557,27 @@ static int load_bodies(const char *path)
 	return 0;
 }
 
+/* --at: one due time (seconds from the start) a line, as many as the bodies, not decreasing. */
+static int load_at(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	double v, prev = 0;
+	if (!f) {
+		perror(path);
+		return -1;
+	}
+	g.at = malloc(g.nbodies * sizeof(*g.at));
+	while (g.at && g.nat < g.nbodies && fscanf(f, "%lf", &v) == 1 && v >= prev)
+		g.at[g.nat++] = prev = v;
+	fclose(f);
+	if (g.nat != g.nbodies) {
+		fprintf(stderr, "%s: %zu due times for %zu bodies (or one decreasing)\n", path,
+			g.nat, g.nbodies);
+		return -1;
+	}
+	return 0;
+}
+
 static void usage(void)
 {
 	fprintf(stderr,
@@ -543,7 +586,9 @@ static void usage(void)
 		"  [--prefixes N]  (open: each prompt is one of N long system prompts, then one\n"
 		"                  of four questions)\n"
 		"  [--bodies FILE] (open: request i carries line i of FILE as its body)\n"
-		"  [--slo-ms MS]   (open: goodput_slo counts TTFT <= MS; default 1000)\n");
+		"  [--slo-ms MS]   (open: goodput_slo counts TTFT <= MS; default 1000)\n"
+		"  [--at TIMES]    (open, with --bodies: request i is due at line i seconds)\n"
+		"  [--warmup W]    (open: requests due in the first W seconds count nowhere)\n");
 	exit(2);
 }
 
@@ -555,10 +600,11 @@ int main(int argc, char **argv)
 	    {"duration", required_argument, NULL, 'd'}, {"streams", required_argument, NULL, 's'},
 	    {"conns", required_argument, NULL, 'c'},	{"timeout-s", required_argument, NULL, 'T'},
 	    {"prefixes", required_argument, NULL, 'P'}, {"bodies", required_argument, NULL, 'B'},
-	    {"slo-ms", required_argument, NULL, 'L'},	{NULL, 0, NULL, 0},
+	    {"slo-ms", required_argument, NULL, 'L'},	{"at", required_argument, NULL, 'A'},
+	    {"warmup", required_argument, NULL, 'W'},	{NULL, 0, NULL, 0},
 	};
 	const char *target = NULL, *path = "/v1/completions", *body = "{\"prompt\":\"hi\"}", *why;
-	const char *bodies = NULL;
+	const char *bodies = NULL, *at = NULL;
 	double timeout_s = 30;
 	unsigned prefixes = 0;
 	g.slo_ms = 1000;
@@ -610,13 +656,19 @@ int main(int argc, char **argv)
 		case 'L':
 			g.slo_ms = atof(optarg);
 			break;
+		case 'A':
+			at = optarg;
+			break;
+		case 'W':
+			g.warm_ns = (uint64_t)(atof(optarg) * 1e9);
+			break;
 		default:
 			usage();
 		}
 	}
 	if (!target || net_addr_parse(target, &g.addr, &why) < 0)
 		usage();
-	if ((g.mode == M_OPEN && (g.rate <= 0 || g.duration <= 0)) ||
+	if ((g.mode == M_OPEN && (g.rate <= 0 || g.duration * 1e9 <= (double)g.warm_ns)) ||
 	    (g.mode == M_SSE && !g.streams) || (g.mode == M_IDLE && !g.conns))
 		usage();
 	signal(SIGPIPE, SIG_IGN);
@@ -629,6 +681,8 @@ int main(int argc, char **argv)
 	g.timeout_ns = (uint64_t)(timeout_s * 1e9);
 	g.path = path;
 	if (bodies && (g.mode != M_OPEN || strlen(path) > 128 || load_bodies(bodies) < 0))
+		usage();
+	if (at && (!bodies || load_at(at) < 0))
 		usage();
 	static const char *const questions[] = {"what now?", "why is that so?", "how?",
 						"and what comes after that one?"};
@@ -686,11 +740,15 @@ int main(int argc, char **argv)
 	       (unsigned long long)g.status[2], (unsigned long long)g.status[3],
 	       (unsigned long long)g.status[4], (unsigned long long)g.status[5]);
 	double span = g.duration; /* of sending */
-	if (g.nbodies && (double)g.nbodies / g.rate < span)
+	if (g.nbodies && !g.at && (double)g.nbodies / g.rate < span)
 		span = (double)g.nbodies / g.rate;
+	span -= (double)g.warm_ns / 1e9;
+	uint64_t sent = g.next_i - g.warm_sent;
 	if (g.mode == M_OPEN)
-		printf("\"rate\":%.1f,\"duration_s\":%.3f,\"sent\":%llu,\"goodput\":%.2f,", g.rate,
-		       span, (unsigned long long)g.next_i, (double)g.ok / span);
+		printf("\"rate\":%.1f,\"duration_s\":%.3f,\"sent\":%llu,\"warmup_sent\":%llu,"
+		       "\"goodput\":%.2f,",
+		       g.rate, span, (unsigned long long)sent, (unsigned long long)g.warm_sent,
+		       (double)g.ok / span);
 	printf("\"elapsed_s\":%.3f,", elapsed);
 	if (g.mode == M_SSE) {
 		print_dist("ttft_ms", g.ttft, g.nttft);
@@ -701,7 +759,7 @@ int main(int argc, char **argv)
 	}
 	if (g.mode == M_OPEN) {
 		/* every request sent has a TTFT; one that never got a first byte counts as 1e9 */
-		size_t never = g.next_i > g.nttft ? (size_t)g.next_i - g.nttft : 0;
+		size_t never = sent > g.nttft ? (size_t)sent - g.nttft : 0;
 		for (size_t i = 0; i < never; i++)
 			record(&g.ttft, &g.nttft, &g.capttft, 1e9);
 		printf(",\"no_first_token\":%zu,\"slo_ms\":%.0f,\"good_slo\":%llu,"
@@ -735,6 +793,7 @@ int main(int argc, char **argv)
 	free(g.reqs);
 	free(g.req_lens);
 	free(g.bodies);
+	free(g.at);
 	free(g.body);
 	free(g.body_len);
 	return 0;

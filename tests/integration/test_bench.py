@@ -7,7 +7,12 @@ The bench runs --quick, its first scenario only, with a marker in its environmen
 process it starts inherits; once its origin and a proxy are up it gets the signal, and no
 process carrying the marker may be left. Skipped where a package bench/run would install is
 missing (nginx, HAProxy, Varnish, wrk, gnuplot); needs the normal build (bench/run builds
-build/, a no-op once it is there)."""
+build/, a no-op once it is there).
+
+bench/fleets.py (issue 27) gets two cheap checks: its trace generator's arithmetic on every
+shape (rate, order, whole conversations, popularity, calibration), and a tiny run (one shape,
+one light load, two accelnet contestants, 2 s measured) whose result JSON and tables must
+hold what a reader of them looks for."""
 
 ENVIRONMENT = True  # runs the bench's tools (nginx, HAProxy, wrk) on the normal build
 
@@ -86,3 +91,81 @@ def test_bench_stopped_by_sigterm_leaves_nothing_running(env):
 
 def test_bench_stopped_by_ctrl_c_leaves_nothing_running(env):
     _stopped_bench_leaves_nothing(env, signal.SIGINT)
+
+
+# --- bench/fleets.py (issue 27): the trace generator's arithmetic and a tiny run ---------
+
+def _fleets_modules():
+    import importlib
+    import sys
+    bench_dir = os.path.join(ROOT, "bench")
+    if bench_dir not in sys.path:
+        sys.path.insert(0, bench_dir)
+    return importlib.import_module("fleettrace"), importlib.import_module("fleets")
+
+
+def test_fleets_trace_comes_at_the_rate_asked_with_whole_conversations(env):
+    """Every shape's trace: requests at the rate asked on average (bursts or not), due times
+    in order, each turn's messages the previous turn's and more, the system prompts filling
+    whole blocks, the popularity the shape says."""
+    fleettrace, fleets = _fleets_modules()
+    import json
+    for shape in fleets.SHAPES.values():
+        convs, events = fleettrace.conversations(shape, 40.0, 400.0)
+        assert abs(len(events) / 400.0 - 40.0) < 40.0 * 0.12, (shape["name"], len(events))
+        assert [e[0] for e in events] == sorted(e[0] for e in events)
+        assert all(0 <= e[0] < 400.0 for e in events)
+        if shape.get("burst"):  # no conversation starts in an off-window
+            assert all(fleettrace._in_burst(shape, c["start"]) for c in convs)
+        w = fleettrace.zipf_weights(shape)
+        firsts = [convs[cid]["system"] for _, cid, k in events if k == 0]
+        share = firsts.count(0) / len(firsts)
+        assert abs(share - w[0] / sum(w)) < 0.06, (shape["name"], share)
+        for text, b in zip(fleettrace.system_prompts(shape), fleettrace.system_sizes(shape)):
+            assert len("system") + 2 + len(text) == b * fleettrace.BLOCK_BYTES
+        body, at = os.path.join(env.dir, "t.jsonl"), os.path.join(env.dir, "t.at")
+        n, _, _ = fleettrace.write_trace(shape, body, at, 10.0, 60.0, measured_from=20.0)
+        with open(body) as f:
+            bodies = [json.loads(line) for line in f]
+        with open(at) as f:
+            due = [float(line) for line in f]
+        assert len(bodies) == len(due) == n > 0
+        assert due == sorted(due)
+        measured = sum(1 for t in due if t >= 20.0)  # calibrated: 10/s over 40 s, 2 %
+        assert abs(measured - 400) <= 8, (shape["name"], measured)
+        assert all(b["stream"] is shape["stream"] for b in bodies)
+        by_conv = {}
+        for b in bodies:
+            by_conv.setdefault(b["messages"][1]["content"][:40] + b["messages"][0]["content"][:40],
+                               []).append(b["messages"])
+        grew = [m for turns in by_conv.values() for m in zip(turns, turns[1:])]
+        assert grew, shape["name"]
+        for a, b in grew:  # a later turn of one conversation starts with the earlier one
+            assert b[:len(a)] == a and len(b) == len(a) + 2
+
+
+def test_fleets_tiny_run_reports_capacity_and_hits(env):
+    """One shape, one load, two accelnet contestants, 2 s: the result JSON and the tables."""
+    import json
+    subprocess.run(["make", "-s", "-C", ROOT, "all", "bench"], check=True,
+                   capture_output=True)
+    out = os.path.join(env.dir, "out")
+    r = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench", "fleets.py"),
+                        "--shape", "independent", "--pick", "accelnet (llm|least)",
+                        "--loads", "0.3", "--seconds", "2", "--warmup", "1", "--out", out],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (d,) = os.listdir(out)
+    with open(os.path.join(out, d, "results.json")) as f:
+        res = json.load(f)
+    sc = res["shapes"]["independent"]
+    runs = sc["results"]["0.30x"]
+    assert sorted(runs) == ["accelnet least-connections max_concurrency 4",
+                            "accelnet llm max_concurrency 4"]
+    for (g,) in runs.values():
+        assert g["sent"] > 0 and g["ok"] == g["sent"] and g["errors"] == 0, g
+        assert 0 <= g["hit_share"] <= 1 and g["blocks_hit"] + g["blocks_missed"] > 0
+        # the proxy's /metrics was read; its prediction series (none before issue 27's) kept
+        assert g["metrics_samples"] > 0 and "_error" not in g["predict"], g["predict"]
+    assert "| independent |" in r.stdout and "0.30x" in r.stdout
+    assert "Capacity at SLO" in r.stdout
