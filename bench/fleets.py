@@ -27,7 +27,8 @@ every `accelnet_llm_predict*` series kept in the result (the llm balancer's pred
 accuracy, where the build has it; empty where not).
 
 Usage: bench/run --only fleets [--quick] [--shape NAME,...] [--pick REGEX] [--loads 0.5,1.0]
-                 [--seconds S] [--repeat N] [--out DIR] [--report results.json]
+                 [--seconds S] [--repeat N] [--early-headers] [--out DIR]
+                 [--report results.json]
 Nothing here asserts a timing: this measures, it does not test.
 """
 
@@ -159,6 +160,11 @@ def contestants(shape):
     }
 
 
+# --early-headers: every simulator sends a stream's head as the request arrives and its first
+# event after the prefill, as vLLM's, SGLang's and TGI's HTTP servers do (docs/sim.md)
+EARLY_HEADERS = []
+
+
 def start_sims(run, shape):
     ports, procs = [], []
     for i, s in enumerate(shape["sims"]):
@@ -167,7 +173,7 @@ def start_sims(run, shape):
                 "--slots", str(s["slots"]), "--cache-blocks", str(s["cache_blocks"]),
                 "--block-bytes", str(BLOCK), "--latency-ms", str(s["latency_ms"]),
                 "--prefill-us-per-block", str(s["us_per_block"]), "--tokens", "16",
-                "--token-ms", str(s["token_ms"]), "--jitter", "0.1"]
+                "--token-ms", str(s["token_ms"]), "--jitter", "0.1"] + EARLY_HEADERS
         try:
             procs.append(run.start(argv, port, name=f"fleet{i}"))
         except RuntimeError:
@@ -428,6 +434,10 @@ def main():
                     "fleet (default 10; --quick: 4)")
     ap.add_argument("--repeat", type=int, default=1, help="run everything N times (another "
                     "trace seed each time) and report median [min-max]")
+    ap.add_argument("--early-headers", action="store_true",
+                    help="the simulators send a stream's head at once and its first event "
+                    "after the prefill, as vLLM, SGLang and TGI do (default: the head with the "
+                    "first event)")
     ap.add_argument("--out", default=os.path.join(bench.ROOT, "bench", "out"))
     ap.add_argument("--report", metavar="RESULTS_JSON",
                     help="only render summary.md again from a results.json")
@@ -441,6 +451,8 @@ def main():
         if s not in SHAPES:
             ap.error(f"no shape {s!r}: {', '.join(SHAPES)}")
     q = a.quick
+    if a.early_headers:
+        EARLY_HEADERS.append("--early-headers")
     loads = a.loads or ([1.0] if q else [0.5, 0.75, 1.0, 1.25, 1.5])
     seconds = a.seconds or (8 if q else 30)
     warmup = a.warmup if a.warmup is not None else (4 if q else 10)
@@ -449,6 +461,7 @@ def main():
     os.makedirs(outdir, exist_ok=True)
     bench.raise_nofile()
     res = {"date": stamp, "quick": q, "versions": bench.versions(), "repeat": a.repeat,
+           "early_headers": a.early_headers,
            "placement": f"load generator on CPU {bench.LOAD_CPU}, servers on CPU "
                         f"{bench.SERVER_CPU}", "loads": loads, "shapes": {}}
     run = bench.Run()

@@ -83,9 +83,12 @@ def _route(extra=""):
 
 def _load(procs, seconds, tenant="t1"):
     """One client per instance sending <tenant>'s requests one after another (far faster than
-    the rate) for <seconds>: (passed, statuses seen, the seconds it took)."""
+    the rate) for <seconds>: (passed, statuses seen, the seconds it took: from the first
+    request sent to the last, so that a client thread that starts late or a last answer that
+    comes late on a loaded machine does not count as time the limiter had to refill)."""
     passed = [0] * len(procs)
     seen = set()
+    sent = []  # the time each request was sent
     start = threading.Barrier(len(procs) + 1)
 
     def run(i, port):
@@ -93,6 +96,7 @@ def _load(procs, seconds, tenant="t1"):
         start.wait()
         end = time.monotonic() + seconds
         while time.monotonic() < end:
+            sent.append(time.monotonic())
             c.request("GET", "/x", headers={"X-Tenant": tenant})
             r = c.getresponse()
             r.read()
@@ -106,10 +110,9 @@ def _load(procs, seconds, tenant="t1"):
     for t in ts:
         t.start()
     start.wait()
-    t0 = time.monotonic()
     for t in ts:
         t.join()
-    return passed, seen, time.monotonic() - t0
+    return passed, seen, max(sent) - min(sent)
 
 
 def _setup(env, body=None, **sim_opts):
@@ -225,7 +228,7 @@ def test_a_redis_that_never_answers_blocks_no_request(env):
     passed, seen, took = _load(procs, 3)
     assert seen == {200, 429}, seen
     # alone (Redis never counted anyone): the whole limit
-    assert abs(passed[0] - (RATE * took + BURST)) <= 0.05 * (RATE * took + BURST), passed
+    assert abs(passed[0] - (RATE * took + BURST)) <= 0.05 * (RATE * took + BURST), (passed, took)
 
 
 def _debt_ms(redis):

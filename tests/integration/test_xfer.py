@@ -3,9 +3,12 @@ network namespaces the test makes (netns.Links), shaped with tbf; the rest runs 
 
 # Alone under run.py -j: the tests on shaped links (netns.Links) compare what each link carried
 # with its rate, or act mid-transfer (a link down, a receiver killed, a progress bar drawn
-# while it runs): a CPU short of time for the sender bends both. The tests on loopback check
+# while it runs): a CPU short of time for the sender bends both. So does the loopback test
+# that asserts both of its links carried bytes (under load one link's streams can take every
+# chunk of a 9 MiB file before the other's connect). The other tests on loopback check
 # bytes, digests and refusals, which load only slows.
-SERIAL = {"test_two_links_unequal_rates", "test_three_links_share_by_rate",
+SERIAL = {"test_loopback_files_and_tree", "test_two_links_unequal_rates",
+          "test_three_links_share_by_rate",
           "test_split_adapts_when_a_link_slows", "test_link_down_mid_transfer",
           "test_link_back_is_used_again", "test_receiver_killed_then_resumed",
           "test_progress_bar_on_a_terminal"}
