@@ -505,8 +505,10 @@ static void take_session(struct cluster *c, struct shared_sessions *ss, const re
 	}
 }
 
-/* XREAD's answer of the session streams: nil, or [[key, [entry, ...]], ...]. */
-static void take_sessions(struct cluster *c, const redisReply *r)
+/* XREAD's answer: nil (nothing new), or [[key, [entry, ...]], ...]: each entry of a stream
+ * goes to <take>(c, its key, the key's length, the entry). */
+static void take_xread(struct cluster *c, const redisReply *r,
+		       void (*take)(struct cluster *, const char *, size_t, const redisReply *))
 {
 	if (r->type != REDIS_REPLY_ARRAY)
 		return;
@@ -518,35 +520,25 @@ static void take_sessions(struct cluster *c, const redisReply *r)
 		    !(key = str_of(s->element[0], &len)) ||
 		    s->element[1]->type != REDIS_REPLY_ARRAY)
 			continue;
-		for (size_t p = 0; p < c->nsess; p++) {
-			if (strlen(c->sess[p].key) != len || memcmp(c->sess[p].key, key, len))
-				continue;
-			for (size_t k = 0; k < s->element[1]->elements; k++)
-				take_session(c, &c->sess[p], s->element[1]->element[k]);
-		}
+		for (size_t k = 0; k < s->element[1]->elements; k++)
+			take(c, key, len, s->element[1]->element[k]);
 	}
 }
 
-/* XREAD's answer: nil (nothing new), or [[key, [entry, ...]], ...]. */
-static void take_streams(struct cluster *c, const redisReply *r)
+/* An entry of the session stream <key>: to the pool whose stream it is. */
+static void take_session_of(struct cluster *c, const char *key, size_t len, const redisReply *e)
 {
-	if (r->type != REDIS_REPLY_ARRAY)
-		return;
-	for (size_t i = 0; i < r->elements; i++) {
-		const redisReply *s = r->element[i];
-		size_t len;
-		const char *key;
-		if (s->type != REDIS_REPLY_ARRAY || s->elements != 2 ||
-		    !(key = str_of(s->element[0], &len)) ||
-		    s->element[1]->type != REDIS_REPLY_ARRAY)
-			continue;
-		for (size_t p = 0; p < c->npools; p++) {
-			if (strlen(c->pools[p].key) != len || memcmp(c->pools[p].key, key, len))
-				continue;
-			for (size_t k = 0; k < s->element[1]->elements; k++)
-				take_entry(c, &c->pools[p], s->element[1]->element[k]);
-		}
-	}
+	for (size_t p = 0; p < c->nsess; p++)
+		if (strlen(c->sess[p].key) == len && !memcmp(c->sess[p].key, key, len))
+			take_session(c, &c->sess[p], e);
+}
+
+/* An entry of the prompt stream <key>: to the pool whose stream it is. */
+static void take_entry_of(struct cluster *c, const char *key, size_t len, const redisReply *e)
+{
+	for (size_t p = 0; p < c->npools; p++)
+		if (strlen(c->pools[p].key) == len && !memcmp(c->pools[p].key, key, len))
+			take_entry(c, &c->pools[p], e);
 }
 
 /* The next reply of the pipeline: 0, or -EIO with c->why said (an error reply too). */
@@ -650,9 +642,9 @@ static int sync_once(struct cluster *c)
 			const struct budget_sync_item *it = &c->bitems[k - n - 1];
 			budget_apply(c->bitem_of[k - n - 1]->b, it, v > 0 ? (uint64_t)v : 0, now_s);
 		} else if (k == prefixes_end - 1 && c->npools) {
-			take_streams(c, r);
+			take_xread(c, r, take_entry_of);
 		} else if (k == total - 1 && c->nsess) {
-			take_sessions(c, r);
+			take_xread(c, r, take_session_of);
 		}
 		freeReplyObject(r);
 	}
