@@ -53,6 +53,7 @@ struct pd_x {
 	uint32_t missed;    /* ... and the blocks it must compute */
 	uint64_t since_ms;  /* the prefill's connect began, or its request was all written */
 	unsigned state, tries, dmembers, sent, answered;
+	unsigned checked; /* the body was read whole and holds none of pd_reserved */
 };
 
 static size_t pd_off;
@@ -226,6 +227,7 @@ static void pd_on_req_body(struct exchange *x, const char *body, size_t len)
 			p->state = PD_REFUSE;
 			return;
 		}
+	p->checked = 1;
 	if (len < c->min_prompt_bytes)
 		return; /* short: decodes in place */
 	unsigned kept;
@@ -411,6 +413,10 @@ int pd_begin(struct exchange *x)
 		p->state = PD_OFF;
 		return -EPERM;
 	}
+	/* a body the proxy could not read whole as a JSON object (chunked, longer than a body
+	 * buffer, not strict JSON) may hold the fields only the proxy sets: never passed on */
+	if (x->pool->conf->pd.enabled && x->req.framing != HTTP_BODY_NONE && !p->checked)
+		return -EBADMSG;
 	if (p->state != PD_READY)
 		return 0;
 	p->state = PD_PREFILL;

@@ -38,9 +38,15 @@ extern const struct xhook pd_hook;
 /* The pool of <x> disaggregates: read its body strictly (the stage classify asks). */
 int pd_wants_body(const struct exchange *x);
 /* The stage admit, before dispatch: a prefill begins (pd_waiting then); 0, or -EPERM for a
- * body that sets the proxy's fields (the caller answers 400, PD_REFUSAL). */
+ * body that sets the proxy's fields (the caller answers 400, PD_REFUSAL), or -EBADMSG for a
+ * body it could not read whole as a JSON object to check (chunked: 411; longer than a body
+ * buffer, or not strict JSON: 400, PD_UNCHECKED). */
 int pd_begin(struct exchange *x);
 #define PD_REFUSAL "kv_transfer_params and bootstrap_* are set by the proxy on a disaggregated pool"
+#define PD_UNCHECKED                                                                               \
+	"a disaggregated pool takes a request body only as one JSON object with a "                \
+	"Content-Length, "                                                                         \
+	"within limits.body_buffer_bytes, which the proxy reads whole"
 /* Does <x> wait for its prefill (the relay drives it with pd_run, and notices a client gone)? */
 int pd_waiting(const struct exchange *x);
 /* Drive the prefill: RUN_STAY while it goes on; else what the decode's dispatch (or the

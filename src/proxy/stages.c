@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
@@ -415,8 +416,12 @@ static enum run stage_admit(struct exchange *x)
 		x->answer.code = "model_not_found";
 		return exchange_reply(x, 404, why, 1);
 	}
-	if (pd_begin(x) < 0) /* disaggregation: the prefill first (pd.h) */
+	int pd = pd_begin(x); /* disaggregation: the prefill first (pd.h) */
+	if (pd == -EPERM)
 		return exchange_reply(x, 400, PD_REFUSAL, 0);
+	if (pd < 0)
+		return exchange_reply(x, x->req.framing == HTTP_BODY_CHUNKED ? 411 : 400,
+				      PD_UNCHECKED, 0);
 	if (pd_waiting(x))
 		return RUN_AGAIN; /* the relay drives the prefill, then dispatches */
 	return dispatch_connect(x, NULL);

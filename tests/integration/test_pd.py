@@ -172,6 +172,40 @@ def test_pd_client_may_not_set_transfer_params(env):
     assert _sum(pre, "requests") == 1 and _sum(dec, "requests") == 1  # the stats alone
 
 
+def test_pd_a_body_it_cannot_check_never_passes(env):
+    """The fields only the proxy sets, in a body the proxy could not read whole as JSON (a
+    chunked body, one longer than a body buffer): refused, never passed to a decode engine
+    (which would pull KV from where the client said). Found by a hostile review."""
+    pre, dec = _fleet(env, 1, 1)
+    for proto in ("vllm", "sglang"):
+        px = env.proxy(_yaml(pre, dec, proto), extra="limits: {body_buffer_bytes: 4096}\n")
+        inj = {"model": "m", "prompt": PROMPT, "max_tokens": 2,
+               "kv_transfer_params": {"do_remote_prefill": True, "remote_host": "evil.example",
+                                      "remote_port": 6666},
+               "bootstrap_host": "10.9.9.9", "bootstrap_port": 6666, "bootstrap_room": 42}
+        data = json.dumps(inj).encode()
+        s = socket.create_connection(("127.0.0.1", px.port))
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                  b"\r\nTransfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % len(data) + data +
+                  b"\r\n0\r\n\r\n")
+        s.settimeout(10)
+        got = b""
+        while b"\r\n\r\n" not in got:
+            d = s.recv(65536)
+            if not d:
+                break
+            got += d
+        s.close()
+        assert got.startswith(b"HTTP/1.1 411"), (proto, got[:200])
+        big = dict(inj, prompt=PROMPT + " pad" * 2000)  # longer than the 4 KiB body buffer
+        st, _, text = request(px.port, "POST", "/v1/completions", body=json.dumps(big))
+        assert st == 400 and (b"reads whole" in text or b"set by the proxy" in text), \
+            (proto, st, text[:200])
+        env.stop(px)
+    # neither engine heard a word of them (the sims' stats: the requests they served)
+    assert _sum(pre, "requests") == 1 and _sum(dec, "requests") == 1  # the stats alone
+
+
 def test_pd_failed_prefill_decode_only_or_502(env):
     dead = socket.socket()
     dead.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
