@@ -490,10 +490,13 @@ enum run relay_run(struct client *cl)
 	struct exchange *x = cl->x;
 	if (caching_answers(x) && !x->att->up)
 		return hit_run(cl); /* the cache answers (client_finish ends it) */
-	/* its prefill goes on (pd.h): only notice a client that gave up */
+	/* its prefill goes on (pd.h): only notice a client that gave up (as when queued: a
+	 * half-closed client has not) */
 	if (pd_waiting(x)) {
-		if (cl->conn.hup && !cl->hup_checked && client_gone(cl))
+		if (cl->conn.hup && (!cl->hup_checked || cl->hup_probed) && client_left(cl, x))
 			return exchange_abort(x, "client closed the connection during the prefill");
+		if (client_flush(cl) < 0) /* the probe client_left put */
+			return exchange_abort(x, "client went away");
 		return pd_run(x); /* RUN_AGAIN: dispatched (or answered), look again */
 	}
 	if (x->wt.state != W_IDLE || x->att->local_wait) {

@@ -206,6 +206,29 @@ def test_pd_a_body_it_cannot_check_never_passes(env):
     assert _sum(pre, "requests") == 1 and _sum(dec, "requests") == 1  # the stats alone
 
 
+def test_pd_half_closed_client_gets_its_answer(env):
+    """A client that shuts its writing side after its request (HAProxy's default: it has not
+    left) during the prefill still gets its answer, as on an ordinary pool. Found by a
+    hostile review: the prefill's wait took any FIN for a client gone."""
+    pre, dec = _fleet(env, 1, 1, prefill_latency=600)
+    px = env.proxy(_yaml(pre, dec, "vllm"))
+    body = json.dumps({"model": "m", "prompt": PROMPT, "max_tokens": 2})
+    s = socket.create_connection(("127.0.0.1", px.port))
+    s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+    wait_until(lambda: sim_stats(pre[0].port)["active"] == 1, "the prefill under way")
+    s.shutdown(socket.SHUT_WR)
+    s.settimeout(10)
+    got = b""
+    while b"tok1" not in got:
+        d = s.recv(65536)
+        if not d:
+            break
+        got += d
+    s.close()
+    assert b"HTTP/1.1 200" in got and b"tok1" in got, got[:300]
+
+
 def test_pd_failed_prefill_decode_only_or_502(env):
     dead = socket.socket()
     dead.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
