@@ -206,7 +206,10 @@ def test_link_back_is_used_again(env):
     """A link that goes down and comes back during the transfer is dialed again and carries
     chunks again; the file is intact."""
     ln = links(env, [40, 40])
-    src, dst = make_file(os.path.join(env.dir, "f.bin"), 24 << 20), os.path.join(env.dir, "dst")
+    # 48 MiB: after link 1 is back, the rest still takes ~9 s on link 0 alone, room for a dial
+    # stuck in SYN retries while the link was down (1, 2, 4 s) to give up and dial again under
+    # a sanitizer (24 MiB left ~4 s: once in a fresh clone's ASan pass the transfer ended first)
+    src, dst = make_file(os.path.join(env.dir, "f.bin"), 48 << 20), os.path.join(env.dir, "dst")
     os.makedirs(dst)
     remote = f"{ln.receiver_addr(0)}:7000,{ln.receiver_addr(1)}:7000"
     serve(env, remote, dst, ns=ln, metrics="127.0.0.1:7099")
