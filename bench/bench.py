@@ -792,24 +792,31 @@ CHAT_HASH = "haproxy hash body prefix maxconn 4"
 CHAT_HA = "haproxy leastconn maxconn 4"
 
 
-def start_chat_fleet(run):
-    f = CHAT_FLEET
+def start_block_sims(run, sims, block_bytes, jitter, prefix, extra=()):
+    """One `accelnet sim` with a block prefix cache per dict of <sims> (slots, cache_blocks,
+    latency_ms, us_per_block, token_ms), named PREFIX0, PREFIX1...: (ports, processes); all
+    stopped again if one does not start."""
     ports, procs = [], []
-    for i in range(f["n"]):
+    for i, f in enumerate(sims):
         port = free_port()
-        argv = [ACCELNET, "sim", "--listen", f"127.0.0.1:{port}", "--name", f"chat{i}",
+        argv = [ACCELNET, "sim", "--listen", f"127.0.0.1:{port}", "--name", f"{prefix}{i}",
                 "--slots", str(f["slots"]), "--cache-blocks", str(f["cache_blocks"]),
-                "--block-bytes", str(f["block_bytes"]), "--latency-ms", str(f["latency_ms"]),
+                "--block-bytes", str(block_bytes), "--latency-ms", str(f["latency_ms"]),
                 "--prefill-us-per-block", str(f["us_per_block"]), "--tokens", "16",
-                "--token-ms", str(f["token_ms"]), "--jitter", str(f["jitter"])]
+                "--token-ms", str(f["token_ms"]), "--jitter", str(jitter), *extra]
         try:
-            procs.append(run.start(argv, port, name=f"chat{i}"))
+            procs.append(run.start(argv, port, name=f"{prefix}{i}"))
         except RuntimeError:
             for p in procs:
                 run.stop(p)
             raise
         ports.append(port)
     return ports, procs
+
+
+def start_chat_fleet(run):
+    f = CHAT_FLEET
+    return start_block_sims(run, [f] * f["n"], f["block_bytes"], f["jitter"], "chat")
 
 
 def chat_run(run, name, rate, seconds, trace, timeout_s):

@@ -166,22 +166,7 @@ EARLY_HEADERS = []
 
 
 def start_sims(run, shape):
-    ports, procs = [], []
-    for i, s in enumerate(shape["sims"]):
-        port = bench.free_port()
-        argv = [bench.ACCELNET, "sim", "--listen", f"127.0.0.1:{port}", "--name", f"fleet{i}",
-                "--slots", str(s["slots"]), "--cache-blocks", str(s["cache_blocks"]),
-                "--block-bytes", str(BLOCK), "--latency-ms", str(s["latency_ms"]),
-                "--prefill-us-per-block", str(s["us_per_block"]), "--tokens", "16",
-                "--token-ms", str(s["token_ms"]), "--jitter", "0.1"] + EARLY_HEADERS
-        try:
-            procs.append(run.start(argv, port, name=f"fleet{i}"))
-        except RuntimeError:
-            for p in procs:
-                run.stop(p)
-            raise
-        ports.append(port)
-    return ports, procs
+    return bench.start_block_sims(run, shape["sims"], BLOCK, 0.1, "fleet", EARLY_HEADERS)
 
 
 def scrape_predict(admin):
