@@ -27,7 +27,7 @@ every `accelnet_llm_predict*` series kept in the result (the llm balancer's pred
 accuracy, where the build has it; empty where not).
 
 Usage: bench/run --only fleets [--quick] [--shape NAME,...] [--pick REGEX] [--loads 0.5,1.0]
-                 [--seconds S] [--repeat N] [--early-headers] [--out DIR]
+                 [--seconds S] [--repeat N] [--early-headers] [--baseline BIN] [--out DIR]
                  [--report results.json]
 Nothing here asserts a timing: this measures, it does not test.
 """
@@ -126,11 +126,11 @@ def contestants(shape):
     slots = shape["sims"][0]["slots"]
     streaming = shape["stream"]
 
-    def accelnet(balance, extra=""):
+    def accelnet(balance, extra="", binary=None):
         def start(run, ports):
             admin = bench.free_port()
             p, port = bench.start_accelnet(
-                run, ports, balance, cap=slots,
+                run, ports, balance, cap=slots, binary=binary,
                 extra=extra + f"admin: {{address: 127.0.0.1:{admin}}}\n")
             return p, port, admin
         return start
@@ -142,7 +142,10 @@ def contestants(shape):
         return start
 
     cache = max(s["cache_blocks"] for s in shape["sims"])
-    return {
+    llm = f"    llm: {{block_bytes: {BLOCK}, cache_blocks: {cache}}}\n"
+    old = {f"accelnet llm max_concurrency {slots} (baseline)": accelnet("llm", llm, BASELINE[0])
+           } if BASELINE else {}
+    return old | {
         "nginx least_conn": other(lambda run, b: bench.start_nginx(
             run, b, "least_conn", streaming=streaming, body_buffer="1m")),
         f"haproxy leastconn maxconn {slots}": other(lambda run, b: bench.start_haproxy(
@@ -155,14 +158,15 @@ def contestants(shape):
         f"accelnet least-connections max_concurrency {slots}": accelnet("least-connections"),
         f"accelnet prefix-affinity max_concurrency {slots}": accelnet("prefix-affinity"),
         # the simulators' block size and cache size, as an operator knows the engine's
-        f"accelnet llm max_concurrency {slots}": accelnet(
-            "llm", f"    llm: {{block_bytes: {BLOCK}, cache_blocks: {cache}}}\n"),
+        f"accelnet llm max_concurrency {slots}": accelnet("llm", llm),
     }
 
 
 # --early-headers: every simulator sends a stream's head as the request arrives and its first
 # event after the prefill, as vLLM's, SGLang's and TGI's HTTP servers do (docs/sim.md)
 EARLY_HEADERS = []
+# --baseline BIN: another build's `llm` runs beside this one's, as "... (baseline)"
+BASELINE = []
 
 
 def start_sims(run, shape):
@@ -423,6 +427,8 @@ def main():
                     help="the simulators send a stream's head at once and its first event "
                     "after the prefill, as vLLM, SGLang and TGI do (default: the head with the "
                     "first event)")
+    ap.add_argument("--baseline", metavar="BIN", help="another build of accelnet: its `llm` "
+                    "runs beside this build's as \"... (baseline)\" (before and after a change)")
     ap.add_argument("--out", default=os.path.join(bench.ROOT, "bench", "out"))
     ap.add_argument("--report", metavar="RESULTS_JSON",
                     help="only render summary.md again from a results.json")
@@ -438,6 +444,8 @@ def main():
     q = a.quick
     if a.early_headers:
         EARLY_HEADERS.append("--early-headers")
+    if a.baseline:
+        BASELINE.append(os.path.abspath(a.baseline))
     loads = a.loads or ([1.0] if q else [0.5, 0.75, 1.0, 1.25, 1.5])
     seconds = a.seconds or (8 if q else 30)
     warmup = a.warmup if a.warmup is not None else (4 if q else 10)
@@ -446,7 +454,7 @@ def main():
     os.makedirs(outdir, exist_ok=True)
     bench.raise_nofile()
     res = {"date": stamp, "quick": q, "versions": bench.versions(), "repeat": a.repeat,
-           "early_headers": a.early_headers,
+           "early_headers": a.early_headers, "baseline": a.baseline,
            "placement": f"load generator on CPU {bench.LOAD_CPU}, servers on CPU "
                         f"{bench.SERVER_CPU}", "loads": loads, "shapes": {}}
     run = bench.Run()

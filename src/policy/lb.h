@@ -43,6 +43,7 @@ struct lb_candidate {
 	uint32_t block_us;   /* ... plus this per block it must compute */
 	uint32_t service_us; /* its mean time to serve a whole request */
 	uint64_t placed;     /* prompt blocks sent to it so far (llm: where new prompts go) */
+	unsigned waiting;    /* requests queued for it by earlier picks (LB_WAIT), not this one */
 };
 
 /* What the caller supplies for one pick. */
@@ -55,6 +56,8 @@ struct lb_draw {
 	uint32_t blocks;    /* lb_ops.blocks: the prompt's whole blocks (0: no prompt) */
 	uint32_t waited_ms; /* how long it has queued already */
 	uint8_t home_only;  /* llm: take a slot only on a backend that holds part of the prompt */
+	unsigned queued;    /* llm: requests in the pool's queue now */
+	int *wait_for;	    /* out, may be NULL: with LB_WAIT, the backend waited for */
 };
 
 enum { LB_NONE = -1, LB_WAIT = -2 };

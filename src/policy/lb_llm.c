@@ -7,13 +7,26 @@
  *
  * wait: nothing while it has a free slot; at its cap, one slot's turn (the mean expected
  * service of what holds its slots / slots) for each request beyond the free ones, counting
- * the requests others sent it (reported load). A backend without max_concurrency shares
+ * the requests others sent it (reported load) and the requests already queued for it (those
+ * whose picks answered LB_WAIT for it: the caller counts them, and a grant serves them
+ * first, so they go before this one). A backend without max_concurrency shares
  * itself among all it serves, as if LLM_UNCAPPED_SLOTS ran side by side: each request in
  * flight adds its share of a turn, so load spreads even when no slot is ever full. base and
  * per_block are fitted online per backend from measured time to first byte against the blocks it
  * had to compute (policy/ttft_fit.h); the blocks held come from the caller's per-backend prefix
- * index (policy/prefix_index.h). The request goes to the backend with the least expected time; ties
- * go to the least loaded, then by the draw.
+ * index (policy/prefix_index.h).
+ *
+ * The request goes to the backend where it costs the pool least: its expected time there,
+ * plus, while requests queue, what its prefill takes from them. A block computed holds a
+ * slot the queue is waiting for, and each of the Q requests queued is delayed about 1/S of
+ * it (S: the pool's slots), so a missed block costs per_block x (1 + Q / S). With no queue
+ * this is the expected time alone; under load it keeps a request on the backend that holds
+ * its prefix unless the wait there outweighs the work its recomputation would take from
+ * everyone else (without it, when queues grow, requests that leave a busy home re-read
+ * their whole history elsewhere, pushing other conversations out of that cache and the
+ * queue longer still: the affinity a fleet whose caches hold conversation histories
+ * depends on collapses past the load where queues form). Ties go to the least loaded, then
+ * by the draw.
  *
  * Affinity under overload: when the best backend is at its cap but still beats every free
  * one (recomputing the prefix elsewhere costs more than waiting for a slot here), the answer
@@ -50,6 +63,12 @@ static unsigned slots_of(const struct lb_candidate *c)
 	return c->slots ? c->slots : LLM_UNCAPPED_SLOTS;
 }
 
+/* Blocks of this request <c> must compute. */
+static uint32_t missed(const struct lb_candidate *c, const struct lb_draw *d)
+{
+	return d->blocks > c->hit_blocks ? d->blocks - c->hit_blocks : 0;
+}
+
 /* Expected microseconds until the first token of this request on <c>. */
 static double first_token_us(const struct lb_candidate *c, const struct lb_draw *d)
 {
@@ -57,10 +76,29 @@ static double first_token_us(const struct lb_candidate *c, const struct lb_draw 
 	double wait = 0;
 	if (!c->slots) /* it shares itself among all it serves: each one slows the next */
 		wait = (double)c->inflight * c->service_us / slots;
-	else if (c->inflight >= slots) /* every slot taken: one turn per request beyond them */
-		wait = (double)(c->inflight - slots + 1) * c->service_us / slots;
-	uint32_t miss = d->blocks > c->hit_blocks ? d->blocks - c->hit_blocks : 0;
-	return wait + c->base_us + (double)c->block_us * miss;
+	else if (c->inflight >= slots) /* every slot taken: one turn per request beyond them,
+					* and for each queued for it already */
+		wait = (double)(c->inflight - slots + 1 + c->waiting) * c->service_us / slots;
+	return wait + c->base_us + (double)c->block_us * missed(c, d);
+}
+
+/* What a missed block's work costs the requests queued behind it: Q / S (the essay). */
+static double queue_share(const struct lb_candidate *c, size_t n, const struct lb_draw *d)
+{
+	if (!d->queued)
+		return 0;
+	double slots = 0;
+	for (size_t i = 0; i < n; i++)
+		if (c[i].eligible || c[i].busy)
+			slots += slots_of(&c[i]);
+	return slots ? d->queued / slots : 0;
+}
+
+/* What sending this request to <c> costs the pool: its expected time plus its prefill's
+ * share of the queue's wait (<share>: queue_share()). */
+static double cost_us(const struct lb_candidate *c, const struct lb_draw *d, double share)
+{
+	return first_token_us(c, d) + share * c->block_us * missed(c, d);
 }
 
 /* Is a better than b, costs equal or not: the cheaper, then the less loaded. */
@@ -75,14 +113,14 @@ static int llm_pick(const struct lb_state *st, const struct lb_candidate *c, siz
 		    const struct lb_draw *d)
 {
 	int best = LB_NONE, free_best = LB_NONE, any_hit = 0;
-	double best_us = 0, free_us = 0;
+	double best_us = 0, free_us = 0, share = queue_share(c, n, d);
 	size_t start = n ? (size_t)(d->rnd % n) : 0; /* ties: whoever the draw meets first */
 	for (size_t k = 0; k < n; k++) {
 		size_t i = (start + k) % n;
 		if (!c[i].eligible && !c[i].busy)
 			continue;
 		any_hit |= c[i].hit_blocks > 0;
-		double us = first_token_us(&c[i], d);
+		double us = cost_us(&c[i], d, share);
 		if (best == LB_NONE || better(&c[i], us, &c[best], best_us)) {
 			best = (int)i;
 			best_us = us;
@@ -97,13 +135,16 @@ static int llm_pick(const struct lb_state *st, const struct lb_candidate *c, siz
 		return best >= 0 && best == free_best && c[best].hit_blocks ? best : LB_WAIT;
 	if (free_best == LB_NONE)
 		return LB_NONE;
-	if (best != free_best && d->blocks && d->waited_ms < st->max_wait_ms)
-		return LB_WAIT;	   /* a busy backend holds it and will be quicker: wait for it */
+	if (best != free_best && d->blocks && d->waited_ms < st->max_wait_ms) {
+		if (d->wait_for) /* the caller counts it queued for that one */
+			*d->wait_for = best;
+		return LB_WAIT; /* a busy backend holds it and will be quicker: wait for it */
+	}
 	if (d->blocks && !any_hit) /* a new prompt: where the fewest prompts went, about as quick */
 		for (size_t k = 0; k < n; k++) {
 			size_t i = (start + k) % n;
 			if (c[i].eligible && c[i].placed < c[free_best].placed &&
-			    first_token_us(&c[i], d) * 100 <= free_us * (100 + LLM_NEW_SLACK_PCT))
+			    cost_us(&c[i], d, share) * 100 <= free_us * (100 + LLM_NEW_SLACK_PCT))
 				free_best = (int)i;
 		}
 	return free_best;
@@ -119,8 +160,7 @@ static uint32_t us32(double us)
 static struct lb_estimate estimate(const struct lb_candidate *e, size_t i, double us,
 				   const struct lb_draw *d)
 {
-	uint32_t miss = d->blocks > e->hit_blocks ? d->blocks - e->hit_blocks : 0;
-	double prefill = e->base_us + (double)e->block_us * miss;
+	double prefill = e->base_us + (double)e->block_us * missed(e, d);
 	return (struct lb_estimate){
 	    .backend = (uint16_t)i,
 	    .busy = !e->eligible,
@@ -136,8 +176,8 @@ static struct lb_estimate estimate(const struct lb_candidate *e, size_t i, doubl
 
 /*
  * The decision <r> that llm_pick() made on these arguments, read back (lb_ops.explain):
- * each candidate's estimate by the same first_token_us(), the pick first and then the
- * quickest others (kept sorted as they come: one pass), and the reason read from the outcome
+ * each candidate ranked by the same cost_us(), the pick first and then the cheapest others
+ * (kept sorted as they come: one pass), and the reason read from the outcome
  * against those estimates. It decides nothing, so the pick's cost is the same whether or not
  * anyone asks.
  */
@@ -145,7 +185,8 @@ static void llm_explain(const struct lb_state *st, const struct lb_candidate *c,
 			const struct lb_draw *d, int r, struct lb_explain *out)
 {
 	int ok = r >= 0 && (size_t)r < n;
-	double ur = ok ? first_token_us(&c[r], d) : 0, best_us = 0, free_us = 0;
+	double share = queue_share(c, n, d);
+	double ur = ok ? cost_us(&c[r], d, share) : 0, best_us = 0, free_us = 0;
 	int best = LB_NONE, free_best = LB_NONE, any_hit = 0, tie = 0, tie_draw = 0;
 	size_t seen = 0, ntop = 0, cap = ok ? LB_EXPLAIN_MAX - 1 : LB_EXPLAIN_MAX;
 	size_t top[LB_EXPLAIN_MAX];
@@ -155,7 +196,7 @@ static void llm_explain(const struct lb_state *st, const struct lb_candidate *c,
 			continue;
 		seen++;
 		any_hit |= c[i].hit_blocks > 0;
-		double us = (int)i == r ? ur : first_token_us(&c[i], d);
+		double us = (int)i == r ? ur : cost_us(&c[i], d, share);
 		if (best == LB_NONE || us < best_us) {
 			best = (int)i;
 			best_us = us;
@@ -202,10 +243,12 @@ static void llm_explain(const struct lb_state *st, const struct lb_candidate *c,
 				   .nseen = (uint16_t)seen,
 				   .blocks = d->blocks,
 				   .waited_ms = d->waited_ms};
+	/* (ranked by cost; each shows its expected time, which is what is measured after) */
 	if (ok)
-		out->cand[out->ncand++] = estimate(&c[r], (size_t)r, ur, d);
+		out->cand[out->ncand++] = estimate(&c[r], (size_t)r, first_token_us(&c[r], d), d);
 	for (size_t k = 0; k < ntop; k++)
-		out->cand[out->ncand++] = estimate(&c[top[k]], top[k], top_us[k], d);
+		out->cand[out->ncand++] =
+		    estimate(&c[top[k]], top[k], first_token_us(&c[top[k]], d), d);
 }
 
 /* llm.block_bytes, llm.cache_blocks, llm.max_wait_ms, llm.explain: see docs/config.md. */

@@ -43,10 +43,12 @@ static struct waiter *waiter_of(struct qd_item *it)
 	return it ? container_of(it, struct waiter, item) : NULL;
 }
 
-/* What a pick for <wt> knows. */
-static struct pick_hint hint_of(struct waiter *wt, uint64_t now_ms)
+/* What a pick for <wt>, of <pool>, knows. */
+static struct pick_hint hint_of(struct pool_rt *pool, struct waiter *wt, uint64_t now_ms)
 {
 	return (struct pick_hint){
+	    .home = wt->home,
+	    .queued = atomic_load_explicit(&pool->queue.len, memory_order_relaxed),
 	    .key = wt->key,
 	    .has_key = wt->has_key,
 	    .blocks = wt->blocks,
@@ -63,6 +65,27 @@ static struct pick_hint hint_of(struct waiter *wt, uint64_t now_ms)
 	    .has_session = wt->has_session,
 	    .session_learn = wt->session_learn,
 	};
+}
+
+/* The queue of <q> changed length: tell the picks made without its lock. Under the lock. */
+static void queue_changed(struct pool_queue *q)
+{
+	atomic_store_explicit(&q->len, q->qd.len, memory_order_relaxed);
+}
+
+/* balance: llm: count <wt> as waiting for the backend at <idx> of <pool> (-1 or a backend
+ * without llm state: for none), so that picks for others see it ahead of them there. Under
+ * the queue lock; a waiter leaving the queue is counted for none. */
+static void waiter_wait_for(struct pool_rt *pool, struct waiter *wt, int idx)
+{
+	struct backend *to =
+	    idx >= 0 && (size_t)idx < pool->nbackends ? &pool->backends[idx] : NULL;
+	if (to && !to->llm)
+		to = NULL;
+	if (to == wt->home)
+		return;
+	llm_wait_for(wt->home ? wt->home->llm : NULL, to ? to->llm : NULL);
+	wt->home = to;
 }
 
 /* How far behind the head a freed slot looks for the request that gains most from it. */
@@ -85,12 +108,15 @@ static struct qd_item *grant_look_behind(struct pool_rt *pool, uint64_t now_ms, 
 		for (unsigned k = 0; it && k < GRANT_LOOK_BEHIND;
 		     k++, it = q->qd.ops->next(&q->qd, it)) {
 			struct waiter *wt = waiter_of(it);
-			struct pick_hint h = hint_of(wt, now_ms);
-			int would_wait = 0;
+			struct pick_hint h = hint_of(pool, wt, now_ms);
+			int would_wait = 0, wait_for = -1;
 			h.home_only = home_only;
 			h.would_wait = &would_wait;
+			h.wait_for = &wait_for;
 			if ((*nb = pool_pick(pool, now_ms, rnd, &h)))
 				return it;
+			if (wait_for >= 0)
+				waiter_wait_for(pool, wt, wait_for);
 			if (!would_wait && !wt->has_model)
 				return NULL; /* no backend has a free slot at all */
 		}
@@ -113,7 +139,7 @@ static struct qd_item *grant_other_model(struct pool_rt *pool, uint64_t now_ms, 
 	struct qd_item *it = q->qd.ops->next(&q->qd, head);
 	for (unsigned k = 0; it && k < GRANT_LOOK_BEHIND; k++, it = q->qd.ops->next(&q->qd, it)) {
 		struct waiter *wt = waiter_of(it);
-		struct pick_hint h = hint_of(wt, now_ms);
+		struct pick_hint h = hint_of(pool, wt, now_ms);
 		if ((*nb = pool_pick(pool, now_ms, rnd, &h)))
 			return it;
 		if (!wt->has_model)
@@ -134,14 +160,17 @@ static struct backend *grant_locked(struct pool_rt *pool, uint64_t now_ms, uint6
 	while ((head = q->qd.ops->peek(&q->qd))) {
 		struct waiter *wt = waiter_of(head);
 		/* ask on behalf of the last in line: would anyone rather have this slot? */
-		struct pick_hint h = hint_of(wt, now_ms);
-		int would_wait = 0;
+		struct pick_hint h = hint_of(pool, wt, now_ms);
+		int would_wait = 0, wait_for = -1;
 		h.waiting = q->qd.len - 1;
 		h.would_wait = &would_wait;
+		h.wait_for = &wait_for;
 		struct backend *nb = pool_pick(pool, now_ms, rnd, &h);
 		if (nb) {
 			q->qd.ops->pop(&q->qd);
 		} else {
+			if (wait_for >= 0)
+				waiter_wait_for(pool, wt, wait_for);
 			struct qd_item *it = NULL;
 			/* (only when a slot frees: a request joining the queue changes
 			 * nothing for those already in it) */
@@ -154,6 +183,8 @@ static struct backend *grant_locked(struct pool_rt *pool, uint64_t now_ms, uint6
 			q->qd.ops->remove(&q->qd, it);
 			wt = waiter_of(it);
 		}
+		waiter_wait_for(pool, wt, -1);
+		queue_changed(q);
 		pool_count(pool, PM_POOL_QUEUE_GRANTED, 1);
 		/* (another worker's clock may be a millisecond behind the one that queued it) */
 		pool_observe_us(pool, PM_POOL_QUEUE_WAIT,
@@ -191,7 +222,9 @@ enum admit_result admission_admit(struct pool_rt *pool, struct waiter *wt, uint6
 {
 	struct pool_queue *q = &pool->queue;
 	ASSERT(wt->state == W_IDLE);
-	struct pick_hint h = hint_of(wt, now_ms);
+	struct pick_hint h = hint_of(pool, wt, now_ms);
+	int wait_for = -1;
+	h.wait_for = &wait_for;
 	if ((*out = pool_pick(pool, now_ms, rnd, &h)))
 		return ADMIT_PICKED;
 	if (!pool_has_capped_backend(pool, wt, now_ms))
@@ -216,16 +249,21 @@ enum admit_result admission_admit(struct pool_rt *pool, struct waiter *wt, uint6
 		}
 		pool_count(pool, PM_POOL_QUEUE_DISPLACED, 1);
 		struct waiter *victim = waiter_of(out_it);
+		waiter_wait_for(pool, victim, -1);
 		victim->granted = NULL;
 		victim->state = W_GRANTED;
 		inbox_push(victim->owner, victim);
 	}
 	wt->queued_ms = now_ms;
 	if (q->qd.ops->push(&q->qd, &wt->item) < 0) {
+		queue_changed(q); /* (a push_out above took one out) */
 		pthread_mutex_unlock(&q->lock);
 		pool_count(pool, PM_POOL_QUEUE_OVERFLOWS, 1);
 		return ADMIT_FULL;
 	}
+	queue_changed(q);
+	if (wait_for >= 0) /* its first look chose to wait for that one */
+		waiter_wait_for(pool, wt, wait_for);
 	wt->state = W_QUEUED;
 	pool_count(pool, PM_POOL_QUEUE_ENQUEUED, 1);
 	/* a slot may have freed since the first look, or the longer queue may now make a
@@ -272,6 +310,8 @@ void admission_withdraw(struct pool_rt *pool, struct waiter *wt, uint64_t now_ms
 	enum waiter_state st = wt->state;
 	if (st == W_QUEUED) {
 		q->qd.ops->remove(&q->qd, &wt->item);
+		waiter_wait_for(pool, wt, -1);
+		queue_changed(q);
 		wt->state = W_IDLE;
 	}
 	pthread_mutex_unlock(&q->lock);

@@ -80,6 +80,17 @@ void llm_candidate(const struct llm_backend *l, const uint64_t *blocks, uint32_t
 	    working ? (uint32_t)(work / working)
 		    : c->base_us + atomic_load_explicit(&l->decode_us, memory_order_relaxed);
 	c->placed = atomic_load_explicit(&l->prompt_blocks, memory_order_relaxed);
+	c->waiting = atomic_load_explicit(&l->waiting, memory_order_relaxed);
+}
+
+void llm_wait_for(struct llm_backend *from, struct llm_backend *to)
+{
+	if (from == to)
+		return;
+	if (from)
+		atomic_fetch_sub_explicit(&from->waiting, 1, memory_order_relaxed);
+	if (to)
+		atomic_fetch_add_explicit(&to->waiting, 1, memory_order_relaxed);
 }
 
 uint32_t llm_picked(struct llm_backend *l, uint32_t n, uint32_t hit)

@@ -46,6 +46,7 @@ struct llm_backend {
 	atomic_uint decode_us; /* EWMA of a request's time after its first byte (0: none yet) */
 	atomic_uint_fast64_t work_us; /* the expected service times of what it serves for us */
 	atomic_uint working;	      /* ... and how many requests that is */
+	atomic_uint waiting; /* requests in its pool's queue waiting for it (llm_wait_for()) */
 	atomic_uint_fast64_t missed_blocks, prompt_blocks; /* for /metrics and /status */
 	struct prefix_feed *feed; /* cluster: what it learns, for the others; NULL: kept here */
 };
@@ -61,6 +62,9 @@ void llm_backend_free(struct llm_backend *l);
  * -ENOMEM. */
 int llm_share(struct llm_backend *l);
 
+/* A queued request that was counted waiting for <from> is now waiting for <to> (either may
+ * be NULL: it joins or leaves the count). Called under its pool's queue lock. */
+void llm_wait_for(struct llm_backend *from, struct llm_backend *to);
 /* Fill the llm fields of <c> for the backend of <l> and the request's blocks. */
 void llm_candidate(const struct llm_backend *l, const uint64_t *blocks, uint32_t n,
 		   struct lb_candidate *c);

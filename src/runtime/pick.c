@@ -204,8 +204,11 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 		    .eligible = usable && (!cap || inflight < cap),
 		    .busy = usable && cap && inflight >= cap,
 		};
-		if (lb->blocks && (cand[i].eligible || cand[i].busy))
+		if (lb->blocks && (cand[i].eligible || cand[i].busy)) {
 			llm_candidate(b->llm, h->blocks, h->nblocks, &cand[i]);
+			if (b == h->home && cand[i].waiting)
+				cand[i].waiting--; /* (not behind itself) */
+		}
 	}
 	struct lb_draw d = {.rnd = rnd,
 			    .key = h->key,
@@ -213,7 +216,9 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 			    .waiting = h->waiting,
 			    .blocks = h->nblocks,
 			    .waited_ms = h->waited_ms,
-			    .home_only = (uint8_t)h->home_only};
+			    .home_only = (uint8_t)h->home_only,
+			    .queued = h->queued,
+			    .wait_for = h->wait_for};
 	/* the session's backend first, when it may take this request; else the balancer's */
 	uint32_t now_s = (uint32_t)(now_ms / 1000), expires_s = 0;
 	int stuck =

@@ -28,7 +28,12 @@ struct pick_hint {
 	uint32_t *work;	    /* out, may be NULL: its expected time there, added to the
 			     * backend's work until llm_done() */
 	int *would_wait;    /* out, may be NULL: set when NULL means "wait", not "nothing" */
-	uint64_t model;	    /* models_hash() of the request's "model", when has_model */
+	int *wait_for;	    /* out, may be NULL: with "wait", the index of the backend awaited */
+	/* balance: llm: the backend this request is counted waiting for (llm_wait_for()), whose
+	 * count it is not behind; NULL: none */
+	const struct backend *home;
+	unsigned queued; /* requests in the pool's queue now */
+	uint64_t model;	 /* models_hash() of the request's "model", when has_model */
 	int has_model;
 	/* pools[].session: the conversation's stick_key(), when has_session; its backend is
 	 * preferred while eligible, and with session_learn the pick is remembered for it */

@@ -10,6 +10,7 @@
 int pool_queue_init(struct pool_queue *q, const struct conf_pool *pc)
 {
 	pthread_mutex_init(&q->lock, NULL);
+	atomic_init(&q->len, 0);
 	q->qd.ops = pc->queue_discipline;
 	return q->qd.ops->init(&q->qd);
 }

@@ -49,11 +49,14 @@ struct waiter {
 	uint8_t has_session, session_learn; /* ... and whether a pick is remembered for it */
 	/* balance: llm: where each pick for it is read back, or NULL (runtime/pick.h) */
 	struct lb_explain *explain;
+	/* balance: llm: the backend it is counted waiting for (llm_wait_for()); under the lock */
+	struct backend *home;
 };
 
 struct pool_queue {
 	pthread_mutex_t lock;
 	struct qdisc qd;
+	atomic_uint len; /* qd.len as of its last change, for picks made without the lock */
 };
 
 /* 0, or -ENOMEM. */

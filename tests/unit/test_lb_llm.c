@@ -1,7 +1,8 @@
 /*
  * test_lb_llm.c - balance: llm over plain arrays: the backend holding the prompt wins while
  * it has a slot; a long queue there sends it elsewhere; a busy home is waited for only while
- * waiting is cheaper and for at most max_wait_ms; a freed slot's home_only question; without a
+ * waiting is cheaper and for at most max_wait_ms, counting those queued for it and what a
+ * prefill elsewhere costs the queue; a freed slot's home_only question; without a
  * prompt, the least loaded; a new prompt where the fewest prompts went. And the TTFT fit: the
  * prior, then a line through the samples. And each decision read back (explain): its reason
  * and each candidate's estimate, the pick first.
@@ -90,6 +91,40 @@ static void busy_home_waited_for_then_not(void **state)
 		busy(&c[i]);
 	d.waited_ms = 0;
 	assert_int_equal(lb_llm.pick(&st, c, 4, &d), LB_NONE);
+}
+
+/* Issue 27: those already queued for a busy home wait before this one, and while requests
+ * queue, a prefill elsewhere takes slot time from them all. */
+static void a_queue_for_the_home_counts_and_so_does_the_pools(void **state)
+{
+	(void)state;
+	struct lb_candidate c[4];
+	fleet(c, 4);
+	c[1].hit_blocks = 190;
+	busy(&c[1]);
+	int wait_for = -1;
+	struct lb_draw d = {.blocks = 200, .rnd = 3, .wait_for = &wait_for};
+	/* nobody ahead: 75 ms for its slot + 30 ms beats 220 ms elsewhere; it says whose */
+	assert_int_equal(lb_llm.pick(&st, c, 4, &d), LB_WAIT);
+	assert_int_equal(wait_for, 1);
+	/* two queued for it already: 3 turns, 225 ms + 30 ms, lose to 220 ms elsewhere */
+	c[1].waiting = 2;
+	wait_for = -1;
+	int p = lb_llm.pick(&st, c, 4, &d);
+	assert_true(p >= 0 && p != 1);
+	assert_int_equal(wait_for, -1);
+	/* but with 16 queued in the pool (its 16 slots), 200 blocks recomputed elsewhere
+	 * delay each of them 1/16 of 200 ms: 420 ms against 265 ms, so it waits */
+	d.queued = 16;
+	assert_int_equal(lb_llm.pick(&st, c, 4, &d), LB_WAIT);
+	assert_int_equal(wait_for, 1);
+	/* and explain ranks by that cost but shows each one's expected time to first token */
+	struct lb_explain ex = {0};
+	lb_llm.explain(&st, c, 4, &d, LB_WAIT, &ex);
+	assert_int_equal(ex.why, LB_WHY_WAIT);
+	assert_int_equal(ex.cand[0].backend, 1);
+	assert_int_equal(ex.cand[0].expect_us, 225000 + 20000 + 10000);
+	assert_int_equal(ex.cand[1].expect_us, 20000 + 200000);
 }
 
 static void no_prompt_is_least_loaded(void **state)
@@ -305,6 +340,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(home_wins_while_it_has_a_slot),
 	    cmocka_unit_test(busy_home_waited_for_then_not),
+	    cmocka_unit_test(a_queue_for_the_home_counts_and_so_does_the_pools),
 	    cmocka_unit_test(no_prompt_is_least_loaded),
 	    cmocka_unit_test(new_prompt_goes_where_the_fewest_prompts_went),
 	    cmocka_unit_test(fit_learns_a_line),
