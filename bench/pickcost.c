@@ -18,7 +18,11 @@
  * it records (lb_ops.explain: /debug/requests, llm.explain, accelnet_llm_predict_*), timed on
  * its own ("ns_explain"), outside the decision's figures.
  *
+ * With --queued N the pool is under load: N requests in its queue, a few of them counted on
+ * each backend (lb_candidate.waiting), so the pick weighs what a prefill costs the queue.
+ *
  * usage: pickcost [--backends 16] [--kib 16] [--block-bytes 256] [--requests 200000] [--explain]
+ *                 [--queued N]
  * Prints ns per decision and per phase; one thread, so figures are per core.
  */
 #include "http/jsonview.h"
@@ -76,12 +80,13 @@ static char *make_body(unsigned sys, size_t bytes, unsigned turns, unsigned orde
 
 int main(int argc, char **argv)
 {
-	unsigned nb = 16, kib = 16, block = 256, requests = 200000, explain = 0;
+	unsigned nb = 16, kib = 16, block = 256, requests = 200000, explain = 0, queued = 0;
 	static const struct option opts[] = {{"backends", required_argument, NULL, 'b'},
 					     {"kib", required_argument, NULL, 'k'},
 					     {"block-bytes", required_argument, NULL, 's'},
 					     {"requests", required_argument, NULL, 'n'},
 					     {"explain", no_argument, NULL, 'e'},
+					     {"queued", required_argument, NULL, 'q'},
 					     {NULL, 0, NULL, 0}};
 	int ch;
 	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -96,6 +101,8 @@ int main(int argc, char **argv)
 			requests = v;
 		else if (ch == 'e')
 			explain = 1;
+		else if (ch == 'q')
+			queued = v;
 		else
 			return 2;
 	}
@@ -145,8 +152,21 @@ int main(int argc, char **argv)
 			cand[b] = (struct lb_candidate){
 			    .weight = 1, .slots = 4, .inflight = (r + b) % 4, .eligible = 1};
 			llm_candidate(be[b], h, (uint32_t)n, &cand[b]);
+			if (queued) /* (a loaded pool: every other backend at its cap) */
+				cand[b] = (struct lb_candidate){.weight = 1,
+								.slots = 4,
+								.inflight = 4 - (b & 1),
+								.eligible = b & 1,
+								.busy = !(b & 1),
+								.hit_blocks = cand[b].hit_blocks,
+								.base_us = cand[b].base_us,
+								.block_us = cand[b].block_us,
+								.service_us = cand[b].service_us,
+								.placed = cand[b].placed,
+								.waiting = (r + b) % 3};
 		}
-		struct lb_draw d = {.rnd = r * 0x9e3779b97f4a7c15u, .blocks = (uint32_t)n};
+		struct lb_draw d = {
+		    .rnd = r * 0x9e3779b97f4a7c15u, .blocks = (uint32_t)n, .queued = queued};
 		int idx = lb_llm.pick(&st, cand, nb, &d);
 		uint64_t t2 = now_ns();
 		if (explain) { /* what the proxy adds for a decision it shows: read back once */
