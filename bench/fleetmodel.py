@@ -75,6 +75,37 @@ class LRU:
         return hit
 
 
+class StampIndex:
+    """The proxy's prefix index as policy/prefix_index.c keeps it: each block stamped with
+    how many new blocks the backend had taken in when it was last used; one that <cap> new
+    blocks have followed since counts as gone. (Refreshing a block moves no clock, so under
+    hits a block outlives its place in the server's LRU: the index says held, the server
+    has dropped it.)"""
+
+    def __init__(self, cap):
+        self.cap, self.clock, self.d = cap, 0, {}
+
+    def _fresh(self, b):
+        s = self.d.get(b)
+        return s is not None and self.clock - s < self.cap
+
+    def match(self, blocks):
+        k = 0
+        for b in blocks:
+            if not self._fresh(b):
+                break
+            k += 1
+        return k
+
+    def admit(self, blocks):
+        hit = self.match(blocks)
+        for b in blocks[:self.cap]:
+            if not self._fresh(b):
+                self.clock += 1
+            self.d[b] = self.clock
+        return hit
+
+
 class Server:
     def __init__(self, i, spec):
         self.i, self.spec = i, spec
@@ -186,7 +217,8 @@ class Llm(Rule):
     def __init__(self, fleet, opts):
         super().__init__(fleet, opts)
         n = len(fleet.servers)
-        self.index = [LRU(s.spec["cache_blocks"]) for s in fleet.servers]
+        ix = StampIndex if opts.get("stamp", 0) else LRU
+        self.index = [ix(s.spec["cache_blocks"]) for s in fleet.servers]
         self.work = [[] for _ in range(n)]
         self.placed = [0] * n
         self.decode = [s.spec["token_ms"] * 24 * 1000 for s in fleet.servers]

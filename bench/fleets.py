@@ -370,17 +370,46 @@ def capacity_rows(res):
     return (["shape", "1.0x req/s"] + names, rows)
 
 
+def accuracy(p):
+    """What llm's own metrics say of its predictions over a run (<p>: the series kept),
+    summed over the backends: decisions by reason, hit blocks predicted against those the
+    servers reported, the mean predicted and measured TTFT and the mean absolute error."""
+    tot = {}
+    for k, v in p.items():
+        name = k.split("{", 1)[0]
+        m = re.search(r'reason="([^"]+)"', k)
+        key = f"{name}:{m.group(1)}" if m else name
+        tot[key] = tot.get(key, 0) + v
+    n = tot.get("accelnet_llm_predict_ttft_seconds_count", 0)
+    mean = lambda name: 1000 * tot.get(name, 0) / n if n else float("nan")  # noqa: E731
+    why = {k.split(":", 1)[1]: v for k, v in tot.items()
+           if k.startswith("accelnet_llm_predict_decisions_total:") and v}
+    return {"decisions": why, "hit_blocks_predicted": tot.get(
+        "accelnet_llm_predict_hit_blocks_total", 0),
+        "hit_blocks_reported": tot.get("accelnet_llm_predict_reported_hit_blocks_total", 0),
+        "ttft_predicted_ms": mean("accelnet_llm_predict_ttft_seconds_sum"),
+        "ttft_measured_ms": mean("accelnet_llm_predict_measured_ttft_seconds_sum"),
+        "ttft_abs_error_ms": mean("accelnet_llm_predict_ttft_error_seconds_sum")}
+
+
 def predict_rows(res):
     rows = []
     for shape, sc in res["shapes"].items():
         for load, by in sc["results"].items():
             for name, runs in by.items():
                 for g in runs:
-                    p = g.get("predict")
-                    if p:
-                        rows.append([shape, load, name, str(len(p)),
-                                     ", ".join(f"{k} {v:g}" for k, v in list(p.items())[:4])])
-    return (["shape", "load", "contestant", "series", "first series"], rows)
+                    if not g.get("predict"):
+                        continue
+                    a = accuracy(g["predict"])
+                    hp, hr = a["hit_blocks_predicted"], a["hit_blocks_reported"]
+                    rows.append([shape, load, name, f"{hp:,.0f} / {hr:,.0f}" + (
+                        f" ({hp / hr - 1:+.0%})" if hr else ""),
+                        f"{a['ttft_predicted_ms']:.0f} / {a['ttft_measured_ms']:.0f}",
+                        f"{a['ttft_abs_error_ms']:.0f}",
+                        ", ".join(f"{k} {v:,.0f}" for k, v in sorted(
+                            a["decisions"].items(), key=lambda kv: -kv[1]))])
+    return (["shape", "load", "contestant", "hit blocks predicted / reported",
+             "TTFT mean predicted / measured ms", "mean abs error ms", "decisions"], rows)
 
 
 def render(res, outdir):
@@ -397,7 +426,10 @@ def render(res, outdir):
         md += [f"## {shape}: {sc['what']}", "", "```", *sc["describe"], "```", "",
                bench.table(*shape_rows(sc)), ""]
     pr = predict_rows(res)
-    md += ["## Prediction series (`accelnet_llm_predict*` on the proxy's /metrics)", "",
+    md += ["## llm's predictions (from `accelnet_llm_predict*` on the proxy's /metrics)", "",
+           "Each decision's prediction is made by the pick that placed the request (after "
+           "any wait in the queue), against what the server reported and the first token "
+           "measured.", "",
            bench.table(*pr) if pr[1] else "(none: this build exports none)", ""]
     md += [f"Raw figures: {os.path.join(outdir, 'results.json')}"]
     text = "\n".join(md) + "\n"

@@ -124,35 +124,39 @@ size_t prefix_index_match(const struct prefix_index *ix, const uint64_t *hash, s
 void prefix_index_insert(struct prefix_index *ix, const uint64_t *hash, size_t n)
 {
 	uint64_t now = atomic_load_explicit(&ix->taken, memory_order_relaxed), fresh = 0;
+	uint64_t moved = 0; /* the ages of the blocks refreshed: a tick per <capacity> of them */
 	for (size_t i = 0; i < n; i++) {
 		uint64_t key = key_of(hash[i]);
 		struct pix_set *s = set_of(ix, key);
 		int w = way_of(s, key);
-		if (w < 0 || now - atomic_load_explicit(&s->stamp[w], memory_order_relaxed) >=
-				 ix->capacity) {
+		uint64_t at = w < 0 ? 0 : atomic_load_explicit(&s->stamp[w], memory_order_relaxed);
+		if (w < 0 || (now >= at && now - at >= ix->capacity))
 			fresh++; /* new to the cache (or back after the engine dropped it) */
-		}
-		if (w < 0) { /* an empty way, else the oldest */
+		else if (now > at)
+			moved += now - at; /* refreshed: past the blocks younger than it (essay) */
+		if (w < 0) {		   /* an empty way, else the oldest */
 			uint64_t oldest = UINT64_MAX;
 			for (int v = 0; v < WAYS; v++) {
 				uint64_t k = atomic_load_explicit(&s->key[v], memory_order_relaxed);
-				uint64_t at =
+				uint64_t used =
 				    atomic_load_explicit(&s->stamp[v], memory_order_relaxed);
 				if (!k) {
 					w = v;
 					break;
 				}
-				if (at < oldest) {
-					oldest = at;
+				if (used < oldest) {
+					oldest = used;
 					w = v;
 				}
 			}
 			atomic_store_explicit(&s->key[w], key, memory_order_relaxed);
 		}
-		atomic_store_explicit(&s->stamp[w], now + fresh, memory_order_relaxed);
+		atomic_store_explicit(&s->stamp[w], now + fresh + moved / ix->capacity,
+				      memory_order_relaxed);
 	}
-	if (fresh)
-		atomic_fetch_add_explicit(&ix->taken, fresh, memory_order_relaxed);
+	uint64_t ticks = fresh + (moved + ix->capacity / 2) / ix->capacity;
+	if (ticks)
+		atomic_fetch_add_explicit(&ix->taken, ticks, memory_order_relaxed);
 }
 
 void prefix_index_remove(struct prefix_index *ix, const uint64_t *hash, size_t n)

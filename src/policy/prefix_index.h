@@ -10,10 +10,18 @@
  * BlockRemoved, clear on AllBlocksCleared).
  *
  * Memory is fixed at creation: a set-associative table of 4-way sets (one cache line each),
- * twice the capacity rounded to a power of two. Each entry carries a stamp: how many blocks
- * this backend had taken in when it was last used. The engine evicts in LRU order, so once
- * <capacity> newer blocks have come in since a block's stamp the engine has surely dropped
- * it, and the index treats it as gone too; within a full set the oldest way makes room.
+ * twice the capacity rounded to a power of two. Each entry carries a stamp, a clock reading
+ * when it was last used; a block whose stamp the clock has passed by <capacity> is taken for
+ * gone, as the engine's LRU drops a block once <capacity> others were used after it. What
+ * moves the clock is what pushes a block down that LRU: every new block, and a refreshed one
+ * (a hit) for every block younger than it, which it passes on its way to the top. The clock
+ * is one number for all, so a refresh of a block of age a ticks it a / capacity: over a
+ * block's life in the cache its age runs from 0 to the capacity, and it is younger than the
+ * refreshed one for that share of it. (Counting new blocks only, as this did before, let a
+ * block outlive its place in the engine's LRU whenever hits were many: on a fleet where
+ * conversations come back to their server the index promised half again the blocks the
+ * servers held; counting every refresh whole would drop blocks the engine still holds.)
+ * Within a full set the oldest way makes room.
  *
  * Lookups and updates come from every worker at once, without a lock: each key and stamp is
  * a relaxed atomic, so a race costs at worst a wrong guess about one block (the index is an

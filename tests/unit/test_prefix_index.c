@@ -1,6 +1,8 @@
 /*
  * test_prefix_index.c - the per-backend KV-cache estimate: the longest held prefix, LRU
- * aging at the engine's capacity (used blocks stay, unused ones go), removal and clearing.
+ * aging at the engine's capacity (used blocks stay, unused ones go), removal and clearing;
+ * and, against a real block LRU fed the same conversations, hits predicted within a few
+ * percent of the LRU's whether the conversations come back often or seldom.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -99,6 +101,88 @@ static void ages_like_lru(void **state)
 	prefix_index_free(ix);
 }
 
+/* A block LRU as an engine keeps it (the simulator's model): most recent first. */
+#define REF_CAP 512
+struct ref_lru {
+	uint64_t b[REF_CAP];
+	size_t n;
+};
+
+static size_t ref_find(const struct ref_lru *l, uint64_t h)
+{
+	for (size_t i = 0; i < l->n; i++)
+		if (l->b[i] == h)
+			return i;
+	return SIZE_MAX;
+}
+
+static size_t ref_match(const struct ref_lru *l, const uint64_t *h, size_t n)
+{
+	size_t k = 0;
+	while (k < n && ref_find(l, h[k]) != SIZE_MAX)
+		k++;
+	return k;
+}
+
+/* Use blocks h[0..n): each to the top, the last one first, so block 0 ends most recent. */
+static void ref_admit(struct ref_lru *l, const uint64_t *h, size_t n)
+{
+	for (size_t j = n; j-- > 0;) {
+		size_t i = ref_find(l, h[j]);
+		if (i == SIZE_MAX)
+			i = l->n < REF_CAP ? l->n++ : REF_CAP - 1; /* the last one is dropped */
+		memmove(&l->b[1], &l->b[0], i * sizeof(l->b[0]));
+		l->b[0] = h[j];
+	}
+}
+
+/* <convs> conversations growing 3-6 blocks a turn after a shared 8-block system prompt,
+ * each turn the whole conversation so far; the first <hot> conversations come back 4 times
+ * as often. Returns predicted / actual hit blocks, in percent. */
+static unsigned replay(unsigned convs, unsigned hot, unsigned turns)
+{
+	static struct ref_lru lru;
+	memset(&lru, 0, sizeof(lru));
+	struct prefix_index *ix;
+	assert_int_equal(prefix_index_new(REF_CAP, &ix), 0);
+	unsigned len[64] = {0};
+	uint64_t h[256], pred = 0, real = 0, rnd = 12345;
+	assert_true(convs <= 64);
+	for (unsigned t = 0; t < turns; t++) {
+		rnd = rnd * 6364136223846793005u + 1442695040888963407u;
+		unsigned c = (unsigned)(rnd >> 33) % (convs + 3 * hot);
+		c = c < convs ? c : (c - convs) % hot;
+		rnd = rnd * 6364136223846793005u + 1442695040888963407u;
+		len[c] += 3 + (unsigned)(rnd >> 40) % 4;
+		if (len[c] > 200)
+			len[c] = 12; /* it ended; another one begins in its place */
+		size_t n = 8 + len[c];
+		for (size_t i = 0; i < n; i++)
+			h[i] = i < 8 ? (i + 1) * 0x9e3779b97f4a7c15u
+				     : ((uint64_t)c * 1000003u + i + 7) * 0xbf58476d1ce4e5b9u;
+		if (t > turns / 4) { /* once both are warm */
+			pred += prefix_index_match(ix, h, n);
+			real += ref_match(&lru, h, n);
+		}
+		prefix_index_insert(ix, h, n);
+		ref_admit(&lru, h, n);
+	}
+	prefix_index_free(ix);
+	assert_true(real > 0);
+	return (unsigned)(100 * pred / real);
+}
+
+static void predicts_an_lrus_hits(void **state)
+{
+	(void)state;
+	/* many hits (a few hot conversations that fit), few (many that do not), between */
+	unsigned many = replay(24, 4, 4000), few = replay(64, 0, 4000), mid = replay(40, 8, 4000);
+	print_message("predicted / real hits: %u%% %u%% %u%%\n", many, few, mid);
+	assert_in_range(many, 90, 110);
+	assert_in_range(few, 90, 110);
+	assert_in_range(mid, 90, 110);
+}
+
 static void bounded_memory_many_prompts(void **state)
 {
 	(void)state;
@@ -119,10 +203,9 @@ static void bounded_memory_many_prompts(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(longest_prefix),
-	    cmocka_unit_test(copy_carries_blocks_and_age),
-	    cmocka_unit_test(ages_like_lru),
-	    cmocka_unit_test(bounded_memory_many_prompts),
+	    cmocka_unit_test(longest_prefix),	     cmocka_unit_test(copy_carries_blocks_and_age),
+	    cmocka_unit_test(ages_like_lru),	     cmocka_unit_test(bounded_memory_many_prompts),
+	    cmocka_unit_test(predicts_an_lrus_hits),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
