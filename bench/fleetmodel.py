@@ -14,8 +14,9 @@ find *why* a rule loses affinity, and to try another, this file replays the same
 - a prompt's blocks are named as the sim's chain hashes would be: the system prompt's blocks
   shared by every conversation on it, then the conversation's own (turn k+1 starts with turn
   k's whole blocks), then one partial block of its own;
-- a balancer sees what the proxy sees: slots taken, its own prefix index (a block LRU of the
-  same size, filled when a request's first token comes), per-backend costs (the fitted line
+- a balancer sees what the proxy sees: slots taken, its own prefix index (policy/prefix_index.c's
+  clock-stamped estimate of the same size, filled when a request's first token comes;
+  cache-aware: a block LRU), per-backend costs (the fitted line
   is replaced by the truth: the first cause of issue 27, the fit's timing, is fixed and the
   fit converges), and for `llm` the proxy's queue with its grants (admission.c: a freed slot
   first looks among the first 32 waiters for one whose prefix it holds, then serves the line;
@@ -77,13 +78,13 @@ class LRU:
 
 class StampIndex:
     """The proxy's prefix index as policy/prefix_index.c keeps it: each block stamped with
-    how many new blocks the backend had taken in when it was last used; one that <cap> new
-    blocks have followed since counts as gone. (Refreshing a block moves no clock, so under
-    hits a block outlives its place in the server's LRU: the index says held, the server
-    has dropped it.)"""
+    a clock reading when last used; one the clock has passed by <cap> counts as gone. The
+    clock moves a tick per new block and, for a refreshed block of age a, a / cap (it passes
+    the blocks younger than it); with <old>, as before issue 27's fix, new blocks only (under
+    hits a block then outlives its place in the server's LRU). No set associativity."""
 
-    def __init__(self, cap):
-        self.cap, self.clock, self.d = cap, 0, {}
+    def __init__(self, cap, old=False):
+        self.cap, self.clock, self.d, self.old = cap, 0, {}, old
 
     def _fresh(self, b):
         s = self.d.get(b)
@@ -99,10 +100,15 @@ class StampIndex:
 
     def admit(self, blocks):
         hit = self.match(blocks)
+        now, fresh, moved = self.clock, 0, 0
         for b in blocks[:self.cap]:
-            if not self._fresh(b):
-                self.clock += 1
-            self.d[b] = self.clock
+            at = self.d.get(b)
+            if at is None or now - at >= self.cap:
+                fresh += 1
+            elif not self.old:
+                moved += max(now - at, 0)
+            self.d[b] = now + fresh + moved // self.cap
+        self.clock += fresh + (moved + self.cap // 2) // self.cap
         return hit
 
 
@@ -217,14 +223,15 @@ class Llm(Rule):
     def __init__(self, fleet, opts):
         super().__init__(fleet, opts)
         n = len(fleet.servers)
-        ix = StampIndex if opts.get("stamp", 0) else LRU
-        self.index = [ix(s.spec["cache_blocks"]) for s in fleet.servers]
+        old = bool(opts.get("old", 0))
+        self.index = [StampIndex(s.spec["cache_blocks"], old) for s in fleet.servers]
         self.work = [[] for _ in range(n)]
         self.placed = [0] * n
         self.decode = [s.spec["token_ms"] * 24 * 1000 for s in fleet.servers]
         self.max_wait = opts.get("max_wait_ms", 2000)
-        # old=1: as lb_llm.c was before issue 27's fix (no count of the requests queued for
-        # a backend, no queue share of a missed block's work)
+        # old=1: as lb_llm.c and prefix_index.c were before issue 27's fix (no count of the
+        # requests queued for a backend, no queue share of a missed block's work, an index
+        # clock that only new blocks move)
         self.qaware = not opts.get("old", 0)
         self.waiting_for = [0] * n
         self.why = collections.Counter()
@@ -313,8 +320,7 @@ class LlmOld(Llm):
     """balance: llm as it was before issue 27's fix."""
 
     def __init__(self, fleet, opts):
-        super().__init__(fleet, opts)
-        self.qaware = False
+        super().__init__(fleet, dict(opts, old=1))
 
 
 class Sticky(Rule):
@@ -360,6 +366,8 @@ class Fleet:
     def server_take(self, s, r, now):
         """A request reaches server s: served now or queued inside it."""
         self.picks[s.i] += 1
+        ix = getattr(self.rule, "index", None)
+        r.pred_hit = ix[s.i].match(r.blocks) if ix else 0  # what the balancer expected
         self.rule.picked(r, s.i)
         if s.active < s.spec["slots"]:
             self.server_start(s, r, now)
@@ -369,6 +377,7 @@ class Fleet:
     def server_start(self, s, r, now):
         s.active += 1
         hit = s.cache.admit(r.blocks)
+        r.why = hit  # what the server held
         full = len(r.blocks) - (1 if r.blocks and r.blocks[-1][0] == "p" else 0)
         h = min(hit, full)
         if r.measured:
@@ -477,7 +486,9 @@ def run_one(shape, rule, load, seed, opts):
     good = sum(1 for x in ttft if x <= SLO_MS) / (SECONDS - WARMUP_S)
     hits = sum(s.hits for s in f.servers)
     tot = hits + sum(s.misses for s in f.servers)
+    real = sum(r.why for r in m)
     return {"load": load, "rule": rule, "offered": len(m) / (SECONDS - WARMUP_S),
+            "predicted_hits": sum(r.pred_hit for r in m) / real if real else float("nan"),
             "goodput": good, "p50": pct(ttft, 50), "p90": pct(ttft, 90),
             "p99": pct(ttft, 99), "hits": hits / max(tot, 1),
             "slo": pct(ttft, 99) <= SLO_MS, "picks": f.picks}
@@ -501,7 +512,7 @@ def main():
         k, v = kv.split("=", 1)
         opts[k] = float(v)
     print(f"{'load':>5} {'rule':<14} {'offered':>7} {'good':>6} {'p50':>7} {'p90':>7} "
-          f"{'p99':>7} {'hits':>5} slo picks")
+          f"{'p99':>7} {'hits':>5} slo pred/held picks")
     for load in [float(x) for x in a.loads.split(",")]:
         for rule in a.rules.split(","):
             rs = [run_one(shape, rule, load, int(s), opts) for s in a.seeds.split(",")]
@@ -509,7 +520,7 @@ def main():
             print(f"{load:5.2f} {rule:<14} {med('offered'):7.1f} {med('goodput'):6.1f} "
                   f"{med('p50'):7.0f} {med('p90'):7.0f} {med('p99'):7.0f} "
                   f"{med('hits'):5.0%} {sum(x['slo'] for x in rs)}/{len(rs)} "
-                  f"{rs[0]['picks']}")
+                  f"{med('predicted_hits'):9.2f} {rs[0]['picks']}")
 
 
 if __name__ == "__main__":
