@@ -35,9 +35,10 @@ void stick_table_free(struct stick_table *t)
 	free(t);
 }
 
-uint64_t stick_key(const void *p, size_t len)
+uint64_t stick_key(enum stick_kind kind, const void *p, size_t len)
 {
-	uint64_t k = XXH3_64bits(p, len);
+	uint64_t k = XXH3_64bits(p, len) & ~(1ull << STICK_KIND_BIT);
+	k |= (uint64_t)kind << STICK_KIND_BIT;
 	return k ? k : 1;
 }
 

@@ -5,9 +5,13 @@
  *
  * A session is named by the client (pools[].session: a header, a cookie, the Responses API's
  * previous_response_id); the table never holds those strings, only their 64-bit hash, and the
- * backend as its index in the pool. What it answers is a preference: the balancer's pick
- * (runtime/pick.c) takes it only when that backend is eligible for the request, so a hash
- * that names a backend out of the pool, down, draining or full changes nothing.
+ * backend as its index in the pool. The two kinds of name live in two key spaces (the key's
+ * top bit says which, enum stick_kind): a client that names its session after another
+ * conversation's response id, or sends a session's name as previous_response_id, names a
+ * conversation of its own, never the other one, however the hashes fall. What it answers is a
+ * preference: the balancer's pick (runtime/pick.c) takes it only when that backend is eligible for
+ * the request, so a hash that names a backend out of the pool, down, draining or full changes
+ * nothing.
  *
  * The table is set-associative: a hash has STICK_WAYS places in its bucket, and an entry that
  * finds none free nor expired takes the place of the one that expires first. Its size is fixed
@@ -56,8 +60,15 @@ struct stick_table {
 int stick_table_new(size_t max_entries, unsigned ttl_s, struct stick_table **out);
 void stick_table_free(struct stick_table *t);
 
-/* The hash of a session's name <p>[0..len): the same on every instance (unseeded), never 0. */
-uint64_t stick_key(const void *p, size_t len);
+/* What names a conversation: the session header or cookie the operator configured, or a
+ * response id the backend wrote (what previous_response_id refers to). */
+enum stick_kind { STICK_NAMED = 0, STICK_RESPONSE = 1 };
+
+#define STICK_KIND_BIT 63
+
+/* The key of a session's name <p>[0..len) of <kind>: its hash (the same on every instance:
+ * unseeded), the top bit the kind's; never 0. */
+uint64_t stick_key(enum stick_kind kind, const void *p, size_t len);
 
 /*
  * The backend <key> went to, while its entry lives at <now_s>: its index, and in *expires_s

@@ -239,6 +239,67 @@ def test_sessions_three_instances_one_redis(env):
     assert stayed >= 99, f"{stayed} of 100 stayed after the move"
 
 
+def _hits(admin, name="p"):
+    """The pool's session_hits: requests sent to their conversation's remembered backend."""
+    return next(p for p in admin_status(admin)["pools"] if p["name"] == name)["session_hits"]
+
+
+def test_session_names_and_response_ids_are_apart(env):
+    """F7: a session header naming another conversation's response id neither rides to that
+    conversation's backend nor moves it; a previous_response_id naming another client's
+    session header is no hit on that session either."""
+    bes = _backends(env, 3)
+    px = env.proxy("pools:\n" + _pool(bes, "{header: X-Session-Id, responses_api: true}",
+                                      extra=", max_concurrency: 1")
+                   + "routes:\n  - pool: p\n")
+    home, rid = _turn(px.port)
+    home_be = next(be for be in bes if be.name == home)
+    # riding: the victim's response id as a session header names a new conversation
+    before = _hits(px.admin)
+    status, _, _ = _post(px.port, "/v1/chat/completions", {"model": "m"},
+                         {"X-Session-Id": rid})
+    assert status == 200 and _hits(px.admin) == before, "a session header rode a response id"
+    # poisoning: with the victim's backend busy (its own next turn, held there), a session
+    # header naming its response id is placed elsewhere: the victim's entry stays put
+    t = threading.Thread(target=_post, args=(px.port, "/v1/responses",
+                                             {"model": "m", "previous_response_id": rid},
+                                             {"X-Hold": "1"}))
+    t.start()
+    try:
+        wait_until(lambda: home_be.held == 1, "the victim's held turn at its backend")
+        for _ in range(3):
+            status, be, _ = _post(px.port, "/v1/chat/completions", {"model": "m"},
+                                  {"X-Session-Id": rid})
+            assert status == 200 and be != home, (status, be)
+    finally:
+        home_be.gate.set()
+        t.join(30)
+    for _ in range(3):
+        got, _ = _turn(px.port, prev=rid)
+        assert got == home, (got, home)
+    # the reverse: a session header's name sent as previous_response_id is no hit on it
+    _post(px.port, "/v1/chat/completions", {"model": "m"}, {"X-Session-Id": "conv-secret"})
+    before = _hits(px.admin)
+    _turn(px.port, prev="conv-secret")
+    assert _hits(px.admin) == before, "a previous_response_id rode a session header's name"
+
+
+def test_session_names_and_response_ids_are_apart_through_redis(env):
+    """F7 through cluster: a response id learned on one instance, passed on through Redis,
+    names no session header's conversation on another."""
+    bes = _backends(env, 3)
+    redis = _redis(env)
+    body = ("pools:\n" + _pool(bes, "{header: X-Session-Id, responses_api: true}")
+            + "routes:\n  - pool: p\n")
+    a, b = _instances(env, redis.port, body, n=2, sync_ms=20)
+    home, rid = _turn(a.port)
+    wait_until(lambda: _sessions_received([b]) >= 1, "the response id passed to b", timeout=20)
+    assert _turn(b.port, prev=rid)[0] == home  # (b knows it as a response id)
+    before = _hits(b.admin)
+    status, _, _ = _post(b.port, "/v1/chat/completions", {"model": "m"}, {"X-Session-Id": rid})
+    assert status == 200 and _hits(b.admin) == before, "a session header rode a response id"
+
+
 def test_session_escapes_a_full_backend(env):
     """A session whose backend is at its max_concurrency goes to another one at once (no
     wait in the queue), and stays there."""
