@@ -21,9 +21,11 @@
  * rewritten sees the tag disagree and takes it for a miss (a miss costs a balancer's pick).
  *
  * The feed is a ring of the entries written with stick_put(..., 1): many writers claim slots
- * with one fetch-add and stamp them (odd while writing, even once written), one reader drains
- * it behind them and skips what it fell a ring behind on (policy/prefix_feed.h works the same
- * way).
+ * with one fetch-add and stamp them (odd while writing, even once written), a reader drains
+ * it behind them with a cursor of its own and skips what it fell a ring behind on
+ * (policy/prefix_feed.h works the same way). Its readers: the cluster's sync (cluster:), and
+ * after a reload the main thread, which follows the old configuration's table into the new
+ * one's until the old one's last request ends (stick_copy() takes what was there before).
  */
 #ifndef ACCELNET_POLICY_STICK_H
 #define ACCELNET_POLICY_STICK_H
@@ -50,7 +52,9 @@ struct stick_table {
 	struct stick_place *place; /* nbuckets * STICK_WAYS */
 	size_t nbuckets;	   /* a power of two */
 	unsigned ttl_s;
-	int shared;	       /* the feed is read (cluster:): set before any writer runs */
+	_Atomic int shared;    /* the feed is read (cluster:, or a reload follows the table) */
+	uint64_t follow;       /* a reload's reader of the feed: its cursor, */
+	int followed;	       /* ... once stick_follow() began it (the main thread's) */
 	_Atomic uint64_t head; /* feed entries claimed so far */
 	struct stick_feed_slot feed[STICK_FEED_SLOTS];
 };
@@ -80,6 +84,24 @@ int stick_get(const struct stick_table *t, uint64_t key, uint32_t now_s, uint32_
  * feed when <feed> (what this instance learned, not what another told it) and the table is
  * shared (no one reads the feed otherwise: its head is not written). */
 void stick_put(struct stick_table *t, uint64_t key, unsigned backend, uint32_t now_s, int feed);
+
+/*
+ * Every entry of <from> alive at <now_s> into <to> (a reload: the new configuration's table
+ * of the pool), its backend i as map[i] (i < nmap; -1: not in the new pool, the entry stays
+ * behind), expiring when it would have (at most <to>'s ttl from <now_s>); not into <to>'s
+ * feed. Workers may write <from> meanwhile: a place caught between two writes is passed over.
+ * How many were copied.
+ */
+size_t stick_copy(struct stick_table *to, const struct stick_table *from, const int *map,
+		  size_t nmap, uint32_t now_s);
+
+/*
+ * From now on what <t>'s writers learn goes into its feed (as when shared), read from
+ * t->follow on (stick_feed_take(t, &t->follow, ...); t->followed set): an entry put before this
+ * call is in the table for a stick_copy() made after it, one put after is in the feed, or both.
+ * Main thread.
+ */
+void stick_follow(struct stick_table *t);
 
 /*
  * The next entry of the feed after *cursor (the reader's own count, 0 at first): 1 with *key

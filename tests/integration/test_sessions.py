@@ -7,7 +7,9 @@ balancer could not pick (the operator's policy decides: docs/security.md)."""
 SERIAL = True  # three proxies and a Redis: run alone under run.py -j
 
 import json
+import os
 import re
+import signal
 import socket
 import subprocess
 import threading
@@ -298,6 +300,96 @@ def test_session_names_and_response_ids_are_apart_through_redis(env):
     before = _hits(b.admin)
     status, _, _ = _post(b.port, "/v1/chat/completions", {"model": "m"}, {"X-Session-Id": rid})
     assert status == 200 and _hits(b.admin) == before, "a session header rode a response id"
+
+
+def _reloaded(env, px, gen, text=None, how="sighup"):
+    """Reload <px> (SIGHUP, or `accelnet ctl reload`), its config file rewritten to <text>
+    first if given; wait until generation <gen> is loaded."""
+    path = os.path.join(env.dir, "proxy.yaml")
+    if text is not None:
+        with open(path + ".tmp", "w") as f:
+            f.write(text)
+        os.rename(path + ".tmp", path)  # a reload never reads a half-written file
+    if how == "ctl":
+        r = subprocess.run([BIN, "ctl", "--admin", f"127.0.0.1:{px.admin}", "reload"],
+                           capture_output=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+    else:
+        px.send_signal(signal.SIGHUP)
+    wait_until(lambda: f"(configuration generation {gen})" in env.log(px) or
+               px.poll() is not None, f"generation {gen}")
+    assert px.poll() is None, env.log(px)[-3000:]
+
+
+def test_sessions_survive_reload(env):
+    """A hot reload (ctl reload, SIGHUP) keeps the sessions: conversations named by a header
+    and by previous_response_id stay on their backend after it; one whose turn was in flight
+    at the reload stays where that turn went; a backend the new config leaves out loses its
+    conversations to the others, and they stay where they moved."""
+    bes = _backends(env, 3)
+    px = env.proxy("pools:\n" + _pool(bes, "{header: X-Session-Id, responses_api: true}")
+                   + "routes:\n  - pool: p\n")
+    named = {}
+    for s in range(9):
+        _, be, _ = _post(px.port, "/v1/chat/completions", {"model": "m"},
+                         {"X-Session-Id": f"conv-{s}"})
+        named[s] = be
+    convs = [_turn(px.port) for _ in range(9)]
+    assert len(set(named.values())) == 3 and len({be for be, _ in convs}) == 3
+
+    def check(gone=None):
+        nonlocal convs
+        for s, home in named.items():
+            _, be, _ = _post(px.port, "/v1/chat/completions", {"model": "m"},
+                             {"X-Session-Id": f"conv-{s}"})
+            assert be == home or home == gone, (s, home, be)
+            named[s] = be
+        nxt = []
+        for home, rid in convs:
+            got, rid2 = _turn(px.port, prev=rid)
+            assert got == home or home == gone, (rid, home, got)
+            nxt.append((got, rid2))
+        convs = nxt
+
+    _reloaded(env, px, 1, how="ctl")
+    check()
+    _reloaded(env, px, 2)
+    check()
+
+    # a turn in flight across a reload: its answer's id, learned by the old configuration
+    # after the reload, reaches the new one (a conversation not on b0, where the new
+    # configuration's round-robin would send a conversation it does not know)
+    home, rid = next(c for c in convs if c[0] != "b0")
+    home_be = next(be for be in bes if be.name == home)
+    home_be.gate.clear()
+    held = []
+    t = threading.Thread(target=lambda: held.append(
+        _post(px.port, "/v1/responses", {"model": "m", "previous_response_id": rid},
+              {"X-Hold": "1"})))
+    t.start()
+    try:
+        wait_until(lambda: home_be.held >= 1, "the turn held at its backend")
+        _reloaded(env, px, 3)
+    finally:
+        home_be.gate.set()
+        t.join(30)
+    status, be, data = held[0]
+    assert status == 200 and be == home, (status, be)
+    wait_until(lambda: "generation 2: its last request has ended; released" in env.log(px),
+               "the old configuration released")
+    rid_held = json.loads(data)["id"]
+    for _ in range(3):
+        got, rid_held = _turn(px.port, prev=rid_held)
+        assert got == home, (got, home)
+
+    # b2 leaves the pool: its conversations move, the others stay
+    text = open(os.path.join(env.dir, "proxy.yaml")).read()
+    text = text.replace(f"      - {{address: 127.0.0.1:{bes[2].port}}}\n", "")
+    assert str(bes[2].port) not in text
+    _reloaded(env, px, 4, text)
+    check(gone="b2")
+    assert "b2" not in named.values() and "b2" not in {be for be, _ in convs}
+    check()
 
 
 def test_session_escapes_a_full_backend(env):

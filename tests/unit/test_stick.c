@@ -3,7 +3,8 @@
  * bucket full of live entries gives up the one nearest its end; a place caught between two
  * writes answers a miss, never another key's backend; the table's size is fixed whatever is
  * put in it; the feed gives what was learned here, in order, and not what others told; a
- * session's name and a response id never share a key.
+ * session's name and a response id never share a key; a reload's copy takes the live entries
+ * whose backend is still there, with the time they had left, and its follow what came after.
  */
 #include "policy/stick.h"
 
@@ -115,6 +116,37 @@ static void names_and_response_ids_never_share_a_key(void **state)
 	}
 }
 
+static void a_reload_copies_the_live_and_follows_the_rest(void **state)
+{
+	(void)state;
+	struct stick_table *from, *to;
+	uint64_t key;
+	unsigned be;
+	assert_int_equal(stick_table_new(64, 100, &from), 0);
+	assert_int_equal(stick_table_new(64, 50, &to), 0);
+	stick_put(from, 21, 0, 10, 1);	/* until 110 */
+	stick_put(from, 22, 1, 10, 1);	/* its backend leaves */
+	stick_put(from, 23, 2, 100, 1); /* until 200: more than the new ttl */
+	stick_put(from, 24, 2, 0, 1);	/* until 100: expired at the copy */
+	const int map[] = {2, -1, 0};	/* the new pool's order */
+	stick_follow(from);
+	assert_int_equal(stick_copy(to, from, map, 3, 100), 2);
+	uint32_t exp = 0;
+	assert_int_equal(stick_get(to, 21, 100, &exp), 2);
+	assert_int_equal(exp, 110);
+	assert_int_equal(stick_get(to, 22, 100, NULL), -1);
+	assert_int_equal(stick_get(to, 23, 100, &exp), 0);
+	assert_int_equal(exp, 150);
+	assert_int_equal(stick_get(to, 24, 100, NULL), -1);
+	/* what the old table learns after: in its feed, from where the follow began */
+	assert_int_equal(stick_feed_take(from, &from->follow, &key, &be), 0);
+	stick_put(from, 25, 2, 100, 1);
+	assert_int_equal(stick_feed_take(from, &from->follow, &key, &be), 1);
+	assert_true(key == 25 && be == 2);
+	stick_table_free(from);
+	stick_table_free(to);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -123,6 +155,7 @@ int main(void)
 	    cmocka_unit_test(a_place_being_rewritten_is_a_miss),
 	    cmocka_unit_test(the_feed_gives_what_was_learned_here),
 	    cmocka_unit_test(names_and_response_ids_never_share_a_key),
+	    cmocka_unit_test(a_reload_copies_the_live_and_follows_the_rest),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
