@@ -503,3 +503,56 @@ def test_policy_no_client_field_names_a_backend(env):
                                                   "pool": "q"}, {k: v})
             assert status == 200 and be in ("b0", "b1"), (k, path, status, be)
     assert outside.seen == [], outside.seen
+
+
+def test_policy_client_fields_steer_nothing_the_operator_did_not_configure(env):
+    """Operator-authoritative policy, field by field: on a round-robin pool each request goes
+    to the next backend whatever it carries: a session header or cookie on a pool without
+    sessions (or with another header or cookie configured), a previous_response_id on a pool
+    without responses_api, X-Accelnet-* fields naming a balancer, a session, a backend or
+    explain, body fields naming them, kv_transfer_params or bootstrap fields on a pool that
+    is not disaggregated (forwarded as the client wrote them: they place nothing)."""
+    bes = _backends(env, 3)
+    plain = "\n".join(["  - name: p", "    backends:"]
+                      + [f"      - {{address: 127.0.0.1:{be.port}}}" for be in bes]) + "\n"
+    px = env.proxy("pools:\n" + plain
+                   + _pool(bes, "{header: X-Conversation, cookie: conv}", name="s")
+                   + "routes:\n  - match: {path_prefix: /s/}\n    pool: s\n  - pool: p\n")
+    addr = f"127.0.0.1:{bes[0].port}"
+    _, _, data = _post(px.port, "/v1/responses", {"model": "m"})
+    rid = json.loads(data)["id"]
+    tries = [
+        ({"X-Session-Id": "conv-1"}, {}),
+        ({"Cookie": "sid=conv-1; session=conv-1; conversation=conv-1"}, {}),
+        ({}, {"previous_response_id": rid}),
+        ({"X-Accelnet-Session": "conv-1", "X-Accelnet-Balance": "consistent-hash",
+          "X-Accelnet-Backend": addr, "X-Accelnet-Sticky": addr, "X-Accelnet-Llm": "on",
+          "X-Accelnet-Explain": "true", "X-Backend": addr, "X-Upstream": addr,
+          "X-Target-Backend": addr, "X-Session-Affinity": addr}, {}),
+        ({}, {"backend": addr, "pool": "s", "balance": "consistent-hash",
+              "session_id": "conv-1", "user": "conv-1", "cache_salt": "conv-1"}),
+        ({}, {"kv_transfer_params": {"do_remote_prefill": True, "remote_host": addr,
+                                     "remote_port": bes[0].port},
+              "bootstrap_host": "127.0.0.1", "bootstrap_port": bes[0].port,
+              "bootstrap_room": 7}),
+    ]
+    for prefix in ("", "/s"):
+        for hdrs, extra in tries:
+            for path in ("/v1/chat/completions", "/v1/responses"):
+                got = []
+                for _ in range(6):
+                    status, h, _ = request(px.port, "POST", prefix + path,
+                                           body=json.dumps(dict({"model": "m"}, **extra)),
+                                           headers=dict({"Content-Type": "application/json"},
+                                                        **hdrs))
+                    assert status == 200 and "x-accelnet-llm" not in h, (hdrs, status, h)
+                    got.append(h["x-backend"][0])
+                # the balancer's turn: each backend twice, as with no such field
+                assert sorted(got) == ["b0", "b0", "b1", "b1", "b2", "b2"], (prefix, hdrs,
+                                                                            extra, got)
+    # the configured ones do weigh in, on the pool that configured them
+    homes = {_post(px.port, "/s/v1/chat/completions", {"model": "m"},
+                   {"X-Conversation": "c"})[1] for _ in range(4)}
+    homes |= {_post(px.port, "/s/v1/chat/completions", {"model": "m"},
+                    {"Cookie": "conv=c2"})[1] for _ in range(4)}
+    assert len(homes) <= 2, homes
