@@ -224,15 +224,20 @@ def test_sessions_three_instances_one_redis(env):
     synced()
     moved = {}
     nxt = []
+    kept = others = 0
     for i, (be, rid) in enumerate(convs):
         got, rid2 = _turn(procs[i % 3].port, prev=rid)
         assert got != gone.name, (rid, got)
         if be == gone.name:
             moved[i] = got
+        else:  # the conversations of the backends still up stay where they are
+            others += 1
+            kept += got == be
         nxt.append((got, rid2))
     learned += 100
     convs = nxt
     assert moved, "no conversation was on b0"
+    assert kept >= 0.99 * others, f"{kept} of {others} left their live backend"
     synced()
     stayed = 0
     for i, (be, rid) in enumerate(convs):
