@@ -23,12 +23,12 @@
  * The measured time to first token is the answering attempt's own (attempt.h: first_ns
  * against sent_ns, stamped once by up_h1.c for balance: llm's fit: a whole answer's head, an
  * event stream's first body bytes), so the prediction is compared with what the fit learns
- * from; a response with an error status has none. Cached tokens come from the response's
- * usage (http/usage.h) as the tallies' one scanner reads it (tally.h: scanned without being
- * counted when the tallies do not count the response's tokens), so what the tallies, the
- * access log and the token limits count is left as it was. They are turned into blocks of
- * the pool's llm.block_bytes at LLM_EXPLAIN_BYTES_PER_TOKEN bytes of prompt text a token (the
- * rough rule for English text, and accelnet sim's own), at most the prompt's blocks.
+ * from; a response with an error status, or an event stream without a prompt, has none. Cached
+ * tokens come from the response's usage (http/usage.h) as the tallies' one scanner reads it
+ * (tally.h: scanned without being counted when the tallies do not count the response's tokens), so
+ * what the tallies, the access log and the token limits count is left as it was. They are turned
+ * into blocks of the pool's llm.block_bytes at LLM_EXPLAIN_BYTES_PER_TOKEN bytes of prompt text a
+ * token (the rough rule for English text, and accelnet sim's own), at most the prompt's blocks.
  */
 #ifndef ACCELNET_PROXY_LLM_EXPLAIN_H
 #define ACCELNET_PROXY_LLM_EXPLAIN_H
