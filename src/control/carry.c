@@ -2,6 +2,8 @@
  * carry.c - carrying backend state across a reload (see carry.h).
  */
 #include "control/carry.h"
+#include "core/clock.h"
+#include "policy/stick.h"
 #include "runtime/llm.h"
 
 #include <stdlib.h>
@@ -81,12 +83,54 @@ static void carry_slot(struct backend *to, const struct backend *from)
 	COPY(to, from, present);
 }
 
+/* map[i]: the index in <tp> of <fp>'s backend i, -1 when <tp> has none of it. */
+static void session_map(const struct pool_rt *tp, const struct pool_rt *fp, int *map)
+{
+	for (size_t i = 0; i < fp->nbackends; i++) {
+		struct backend *tb = backend_namesake((struct pool_rt *)tp, &fp->backends[i]);
+		map[i] = tb && !backend_slot_free(tb) ? (int)(tb - tp->backends) : -1;
+	}
+}
+
+/* The sessions of <fp>'s table into <tp>'s: what it holds now, and from now on what its
+ * workers learn (carry_follow). */
+static void carry_sessions(struct pool_rt *tp, struct pool_rt *fp, uint32_t now_s)
+{
+	int map[LB_MAX_BACKENDS];
+	if (!tp->stick || !fp->stick || fp->nbackends > LB_MAX_BACKENDS)
+		return;
+	session_map(tp, fp, map);
+	stick_follow(fp->stick);
+	stick_copy(tp->stick, fp->stick, map, fp->nbackends, now_s);
+}
+
+void carry_follow(struct runtime *to, struct runtime *from)
+{
+	uint32_t now_s = (uint32_t)(clock_now_ms() / 1000);
+	int map[LB_MAX_BACKENDS];
+	for (size_t i = 0; i < from->npools; i++) {
+		struct pool_rt *fp = &from->pools[i];
+		struct pool_rt *tp = pool_named(to, fp->conf->name);
+		uint64_t key;
+		unsigned idx;
+		if (!tp || !tp->stick || !fp->stick || !fp->stick->followed ||
+		    fp->nbackends > LB_MAX_BACKENDS)
+			continue;
+		session_map(tp, fp, map);
+		while (stick_feed_take(fp->stick, &fp->stick->follow, &key, &idx))
+			if (idx < fp->nbackends && map[idx] >= 0)
+				stick_put(tp->stick, key, (unsigned)map[idx], now_s, 1);
+	}
+}
+
 size_t carry_runtime(struct runtime *to, struct runtime *from)
 {
 	size_t carried = 0;
 	for (size_t i = 0; i < to->npools; i++) {
 		struct pool_rt *tp = &to->pools[i];
 		struct pool_rt *fp = pool_named(from, tp->conf->name);
+		if (fp)
+			carry_sessions(tp, fp, (uint32_t)(clock_now_ms() / 1000));
 		for (size_t j = 0; fp && j < tp->nbackends; j++) {
 			struct backend *tb = &tp->backends[j];
 			struct backend *fb = backend_namesake(fp, tb);

@@ -12,6 +12,13 @@
  * when one ends (or one of the new's) every live generation's queue hears of it. Weights and caps
  * come from the new config.
  *
+ * A pool with session: keeps its conversations: the new pool of the same name takes each
+ * entry of the old one's table whose backend it has (by the rule above), with the time it
+ * had left; and what the old configuration's requests in flight learn after that (an answer's
+ * response id) follows from the old table's feed (policy/stick.h), which the main thread
+ * reads into the running configuration's table every turn of its retire check
+ * (carry_follow()), until the old configuration is released.
+ *
  * The response cache is not carried: its keys name routes by position, and a reload may
  * reorder them. A reload starts with an empty cache.
  */
@@ -25,6 +32,10 @@
 /* Carry <from>'s state into <to> (both built, <to> not yet serving), and carry_join(to);
  * returns how many backends were carried. Main thread. */
 size_t carry_runtime(struct runtime *to, struct runtime *from);
+
+/* What <from>'s session tables learned since the last call (or the reload that began to
+ * follow them) into <to>'s, the running configuration's. Main thread. */
+void carry_follow(struct runtime *to, struct runtime *from);
 
 /* <rt>'s pools hear when a slot of a backend they share frees (runtime/pool.h), until
  * carry_leave(rt): called once its workers have stopped, a turn of every other worker before

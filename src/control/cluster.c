@@ -16,7 +16,10 @@
  * Pools with session: share their sessions the same way: every sync sends what each pool's
  * table learned since (its feed, policy/stick.h: a session's hash and its backend's name)
  * to a stream per pool (PREFIX "sess:" POOL) and puts the other instances' entries into its
- * own table; a backend is named, never numbered, so instances agree on it by name only.
+ * own table; a backend is named, never numbered, so instances agree on it by name only. The
+ * key goes as the table holds it, its top bit saying whether a session header or cookie
+ * named it or a response id did (policy/stick.h), so the two kinds never meet in Redis
+ * either.
  *
  * A reply that is no integer, an error, a timeout or a lost connection ends the sync: the
  * connection is dropped and the counts it carried are lost (as while Redis is away).

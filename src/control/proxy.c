@@ -639,6 +639,8 @@ static void main_on_retire(struct loop_timer *t)
 	int waiting = 0;
 	while (*link) {
 		struct gen *g = *link;
+		if (m->cur && g->sh.rt) /* what its requests learn of sessions (carry.h) */
+			carry_follow(m->cur->sh.rt, g->sh.rt);
 		if (!g->ended && atomic_load(&g->sh.running) == 0) {
 			carry_leave(g->sh.rt); /* no slot of its frees now: stop telling it */
 			gen_mark_turns(m, g);
@@ -649,6 +651,8 @@ static void main_on_retire(struct loop_timer *t)
 			continue;
 		}
 		*link = g->older;
+		if (m->cur && g->sh.rt) /* (the last of it: its workers have stopped) */
+			carry_follow(m->cur->sh.rt, g->sh.rt);
 		struct runtime *live[MAX_GENS + 1];
 		size_t n = live_runtimes(m, g, live, MAX_GENS + 1);
 		log_info("configuration generation %u: its last request has ended; released",

@@ -101,6 +101,7 @@ struct lb_state {
 	X(MAX_WAIT, "max-wait")	  /* waited max_wait_ms for a busy one: the best free slot */      \
 	X(NO_PROMPT, "no-prompt") /* no prompt: the least expected wait */                         \
 	X(HOME, "home")		  /* a freed slot went to the waiter whose prefix it holds */      \
+	X(SESSION, "session")	  /* the conversation's backend (pools[].session): no pick */      \
 	X(OTHER, "other")	  /* none of these: the policy decided on something else */
 #define LB_WHY_ENUM(name, text) LB_WHY_##name,
 enum lb_why { LB_WHY_LIST(LB_WHY_ENUM) LB_WHYS };

@@ -1,5 +1,5 @@
 /*
- * stick.c - the session table and its feed (see stick.h).
+ * stick.c - the session table, its feed and its copy across a reload (see stick.h).
  */
 #include "policy/stick.h"
 
@@ -35,9 +35,10 @@ void stick_table_free(struct stick_table *t)
 	free(t);
 }
 
-uint64_t stick_key(const void *p, size_t len)
+uint64_t stick_key(enum stick_kind kind, const void *p, size_t len)
 {
-	uint64_t k = XXH3_64bits(p, len);
+	uint64_t k = XXH3_64bits(p, len) & ~(1ull << STICK_KIND_BIT);
+	k |= (uint64_t)kind << STICK_KIND_BIT;
 	return k ? k : 1;
 }
 
@@ -81,12 +82,11 @@ static void feed_push(struct stick_table *t, uint64_t key, unsigned backend)
 	atomic_store_explicit(&s->stamp, 2 * i + 2, memory_order_release);
 }
 
-void stick_put(struct stick_table *t, uint64_t key, unsigned backend, uint32_t now_s, int feed)
+/* <key> to <backend> until <exp_s>, in its bucket's place or the one nearest its end. */
+static void place(struct stick_table *t, uint64_t key, unsigned backend, uint32_t exp_s)
 {
 	struct stick_place *b = bucket_of(t, key), *at = NULL;
 	uint32_t oldest = UINT32_MAX;
-	if (backend >= 0xffff)
-		return;
 	for (size_t i = 0; i < STICK_WAYS; i++) {
 		if (atomic_load_explicit(&b[i].key, memory_order_relaxed) == key) {
 			at = &b[i];
@@ -98,13 +98,48 @@ void stick_put(struct stick_table *t, uint64_t key, unsigned backend, uint32_t n
 			at = &b[i];
 		}
 	}
-	uint64_t v = tag_of(key) << TAG_SHIFT | (uint64_t)(backend + 1) << BACKEND_SHIFT |
-		     (uint32_t)(now_s + t->ttl_s);
-	/* a reader between these two stores sees the old value's tag disagree: a miss */
+	uint64_t v = tag_of(key) << TAG_SHIFT | (uint64_t)(backend + 1) << BACKEND_SHIFT | exp_s;
+	/* a reader between these two stores sees the old value's tag disagree: a miss; the
+	 * second is seq_cst against stick_follow(): a writer that then reads shared as 0 wrote
+	 * it before stick_copy() reads it */
 	atomic_store_explicit(&at->key, key, memory_order_release);
-	atomic_store_explicit(&at->val, v, memory_order_release);
-	if (feed && t->shared)
+	atomic_store_explicit(&at->val, v, memory_order_seq_cst);
+}
+
+void stick_put(struct stick_table *t, uint64_t key, unsigned backend, uint32_t now_s, int feed)
+{
+	if (backend >= 0xffff)
+		return;
+	place(t, key, backend, now_s + t->ttl_s);
+	if (feed && atomic_load_explicit(&t->shared, memory_order_seq_cst))
 		feed_push(t, key, backend);
+}
+
+size_t stick_copy(struct stick_table *to, const struct stick_table *from, const int *map,
+		  size_t nmap, uint32_t now_s)
+{
+	size_t copied = 0;
+	for (size_t i = 0; i < from->nbuckets * STICK_WAYS; i++) {
+		uint64_t key = atomic_load_explicit(&from->place[i].key, memory_order_seq_cst);
+		uint64_t v = atomic_load_explicit(&from->place[i].val, memory_order_seq_cst);
+		uint32_t exp = (uint32_t)v;
+		unsigned be = (unsigned)(v >> BACKEND_SHIFT) & 0xffff;
+		if (!key || v >> TAG_SHIFT != tag_of(key) || !be || exp <= now_s || be > nmap ||
+		    map[be - 1] < 0 || map[be - 1] >= 0xffff)
+			continue; /* empty, being rewritten, expired, or its backend is gone */
+		place(to, key, (unsigned)map[be - 1],
+		      exp - now_s > to->ttl_s ? now_s + to->ttl_s : exp);
+		copied++;
+	}
+	return copied;
+}
+
+void stick_follow(struct stick_table *t)
+{
+	/* (the head before the flag: whoever sees the flag claims a slot at or after it) */
+	t->follow = atomic_load_explicit(&t->head, memory_order_seq_cst);
+	atomic_store_explicit(&t->shared, 1, memory_order_seq_cst);
+	t->followed = 1;
 }
 
 int stick_feed_take(struct stick_table *t, uint64_t *cursor, uint64_t *key, unsigned *backend)

@@ -2,16 +2,19 @@
  * llm_explain.c - balance: llm's decision per exchange, against what happened (see
  * llm_explain.h).
  *
- * Its context is the record the picks read their decision back into, and what the response
- * said: when its body's first byte came and from which backend, and its usage when the
- * tallies do not scan it already. Its hooks: the request head (the waiter points at the
- * record), the response head (it wants the body's bytes; registered after the tallies, it
- * knows whether they count this response's tokens), the response body (the first byte's
- * time, once; the usage scan) and the end (the prediction metrics). Nothing here allocates or
- * writes memory another worker writes: the metrics go to the worker's shard.
+ * Its context is the record the picks read their decision back into, and the backend whose
+ * answer came (a hedge's may win). What happened is read where the request path keeps it
+ * already: the time to first token from the answering attempt's own clocks (attempt.h's
+ * sent_ns and first_ns, which up_h1.c stamps once for balance: llm's fit: a whole answer's
+ * head, an event stream's first body bytes), the usage from the tallies' one scanner
+ * (tally.h: tally_read_usage() has it scanned, without counting, when the tallies do not
+ * count the response's tokens). So it reads no clock and no body byte of its own. Its hooks:
+ * the request head (the waiter points at the record), the response head (registered after
+ * the tallies: the backend that answered, and the usage asked for) and the end (the
+ * prediction metrics). Nothing here allocates or writes memory another worker writes: the
+ * metrics go to the worker's shard.
  */
 #include "proxy/llm_explain.h"
-#include "core/clock.h"
 #include "proxy/tally.h"
 #include "runtime/proxy_metric.h"
 
@@ -20,12 +23,7 @@
 
 struct llm_explain_x {
 	struct lb_explain rec;	     /* the last pick's decision, read back */
-	struct usage_scan usage;     /* the response's usage, when the tallies do not scan it */
-	const struct backend *first; /* the backend whose body came first */
-	uint32_t measured_us;	     /* request sent to that first byte */
-	unsigned on : 1;	     /* a decision placed it: the response is followed */
-	unsigned body : 1;	     /* the first byte came */
-	unsigned own : 1;	     /* usage is scanned here, not by the tallies */
+	const struct backend *first; /* the backend whose answer came (its head) */
 };
 
 static size_t ctx_off;
@@ -66,42 +64,29 @@ static void explain_resp_head(struct exchange *x, const struct http_head *h)
 {
 	(void)h;
 	struct llm_explain_x *c = ex(x);
-	if (!c->rec.where)
+	if (!c->rec.where || !x->att || !x->att->be)
 		return; /* no decision recorded (no balance: llm, or a cache's answer) */
-	c->on = 1;
-	xhooks_want_body(x, &llm_explain_hook);
-	uint64_t prompt, completion;
-	c->own = !tally_usage_tokens(x, &prompt, &completion); /* (its hook ran before ours) */
-	if (!c->own)
-		return;
-	usage_scan_init(&c->usage);
-	if (x->resp.framing == HTTP_BODY_CHUNKED)
-		usage_scan_chunked(&c->usage);
+	c->first = x->att->be;
+	tally_read_usage(x); /* (its hook ran before ours) */
 }
 
-static void explain_resp_body(struct exchange *x, const char *p, size_t len)
+/* The answering attempt's time from the request sent to its first token, in *us: 1, or 0
+ * when none came yet (up_h1.c stamps it for balance: llm's fit; not for an error status). */
+static int measured(const struct exchange *x, const struct llm_explain_x *c, uint32_t *us)
 {
-	struct llm_explain_x *c = ex(x);
-	if (c->own)
-		usage_scan_feed(&c->usage, p, len);
-	if (c->body || !len || !x->att->be)
-		return;
-	uint64_t now = clock_now_ns();
-	c->body = 1;
-	c->first = x->att->be;
-	c->measured_us = now > x->att->sent_ns
-			     ? (uint32_t)((now - x->att->sent_ns) / 1000 > UINT32_MAX
-					      ? UINT32_MAX
-					      : (now - x->att->sent_ns) / 1000)
-			     : 0;
+	const struct attempt *a = x->att;
+	if (!c->first || !a || a->first_ns <= a->sent_ns)
+		return 0;
+	uint64_t d = (a->first_ns - a->sent_ns) / 1000;
+	*us = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+	return 1;
 }
 
 /* The engine's reported cached tokens of <x>, as blocks of <p>'s; 0: it reported none. */
 static int reported(const struct exchange *x, const struct pool_rt *p, uint32_t blocks,
 		    uint64_t *tokens, uint32_t *out)
 {
-	const struct llm_explain_x *c = ex(x);
-	const struct usage_scan *u = c->own ? &c->usage : tally_usage(x);
+	const struct usage_scan *u = tally_usage(x);
 	if (!u->has_cached)
 		return 0;
 	uint64_t b = u->cached > UINT64_MAX / LLM_EXPLAIN_BYTES_PER_TOKEN
@@ -123,14 +108,14 @@ static void explain_end(struct exchange *x, uint64_t now_ns)
 	struct metrics_shard *sh = x->w->shard;
 	metrics_add(sh, PM_BACKEND_LLM_PREDICT_DECISIONS, b->id * LB_WHYS + c->rec.why, 1);
 	int status = x->relayed || x->resp_head ? x->status : 0;
-	if (c->first != b || status < 200 || status >= 400)
+	uint32_t got;
+	if (c->first != b || status < 200 || status >= 400 || !measured(x, c, &got))
 		return; /* another backend answered (a hedge), or none did: nothing to compare */
 	uint32_t predicted = c->rec.cand[0].expect_us;
 	metrics_observe(sh, PM_BACKEND_LLM_PREDICT_TTFT, b->id, predicted);
-	metrics_observe(sh, PM_BACKEND_LLM_PREDICT_MEASURED_TTFT, b->id, c->measured_us);
+	metrics_observe(sh, PM_BACKEND_LLM_PREDICT_MEASURED_TTFT, b->id, got);
 	metrics_observe(sh, PM_BACKEND_LLM_PREDICT_TTFT_ERROR, b->id,
-			c->measured_us > predicted ? c->measured_us - predicted
-						   : predicted - c->measured_us);
+			got > predicted ? got - predicted : predicted - got);
 	uint64_t tokens;
 	uint32_t blocks;
 	if (!reported(x, p, c->rec.blocks, &tokens, &blocks))
@@ -146,7 +131,6 @@ const struct xhook llm_explain_hook = {
     .ctx_off = &ctx_off,
     .head = explain_head,
     .resp_head = explain_resp_head,
-    .resp_body = explain_resp_body,
     .end = explain_end,
 };
 
@@ -182,8 +166,8 @@ void llm_explain_view(const struct exchange *x, struct llm_explain_view *v)
 	v->answered[0] = 0;
 	if (c->first)
 		copy_name(v->answered, c->first->name);
-	v->has_measured = c->body;
-	v->measured_us = c->measured_us;
+	v->measured_us = 0;
+	v->has_measured = (uint8_t)measured(x, c, &v->measured_us);
 	v->has_reported = reported(x, p, r->blocks, &v->cached_tokens, &v->reported_blocks);
 }
 

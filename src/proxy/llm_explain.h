@@ -20,12 +20,15 @@
  *  - accelnet_llm_predict_* per backend (runtime/proxy_metric.h), counted at the exchange's
  *    end into the worker's own shard.
  *
- * Cached tokens come from the response's usage (http/usage.h): the one the tallies scan
- * (tally.h) when they count the response's tokens, else its own scan of the same kind, so
- * what the tallies, the access log and the token limits count is left as it was. They are
- * turned into blocks of the
- * pool's llm.block_bytes at LLM_EXPLAIN_BYTES_PER_TOKEN bytes of prompt text a token (the
- * rough rule for English text, and accelnet sim's own), at most the prompt's blocks.
+ * The measured time to first token is the answering attempt's own (attempt.h: first_ns
+ * against sent_ns, stamped once by up_h1.c for balance: llm's fit: a whole answer's head, an
+ * event stream's first body bytes), so the prediction is compared with what the fit learns
+ * from; a response with an error status, or an event stream without a prompt, has none. Cached
+ * tokens come from the response's usage (http/usage.h) as the tallies' one scanner reads it
+ * (tally.h: scanned without being counted when the tallies do not count the response's tokens), so
+ * what the tallies, the access log and the token limits count is left as it was. They are turned
+ * into blocks of the pool's llm.block_bytes at LLM_EXPLAIN_BYTES_PER_TOKEN bytes of prompt text a
+ * token (the rough rule for English text, and accelnet sim's own), at most the prompt's blocks.
  */
 #ifndef ACCELNET_PROXY_LLM_EXPLAIN_H
 #define ACCELNET_PROXY_LLM_EXPLAIN_H
@@ -51,7 +54,7 @@ struct llm_explain_view {
 	uint16_t nseen;	 /* candidates up at the last pick */
 	uint32_t blocks; /* the prompt's */
 	uint32_t waited_ms;
-	uint32_t measured_us;	  /* request sent to the body's first byte, when has_measured */
+	uint32_t measured_us;	  /* request sent to the first token, when has_measured */
 	uint32_t reported_blocks; /* the engine's cached tokens as blocks, when has_reported */
 	uint64_t cached_tokens;	  /* ... as it reported them */
 	char answered[LLM_EXPLAIN_NAME]; /* the backend that answered, "" when none yet */

@@ -76,7 +76,7 @@ void sticky_classify(struct exchange *x, const struct http_head *h)
 		if (http_str_eq(h->headers[i].name, "cookie"))
 			v = cookie_value(h->headers[i].value, s->cookie);
 	if (v.len) {
-		x->wt.session = stick_key(v.p, v.len);
+		x->wt.session = stick_key(STICK_NAMED, v.p, v.len);
 		x->wt.has_session = 1;
 		x->wt.session_learn = 1;
 	}
@@ -99,7 +99,8 @@ static void sticky_req_body(struct exchange *x, const char *body, size_t len)
 	struct json_span id = rb->view.prev_response;
 	if (id.e < id.s + 2)
 		return;
-	x->wt.session = stick_key(body + id.s + 1, id.e - id.s - 2); /* (without its quotes) */
+	/* (without its quotes; a response's id, never a session header's name) */
+	x->wt.session = stick_key(STICK_RESPONSE, body + id.s + 1, id.e - id.s - 2);
 	x->wt.has_session = 1;
 	x->wt.session_learn = 0; /* its answer's own id is learned, not this one */
 }
@@ -121,7 +122,7 @@ static void learn(struct exchange *x, struct sticky_x *c)
 	size_t idx = (size_t)(a->be - a->pool->backends);
 	if (idx >= a->pool->nbackends)
 		return;
-	stick_put(a->pool->stick, stick_key(c->id, c->len), (unsigned)idx,
+	stick_put(a->pool->stick, stick_key(STICK_RESPONSE, c->id, c->len), (unsigned)idx,
 		  (uint32_t)(loop_now(x->w->loop) / 1000), 1);
 }
 

@@ -9,7 +9,9 @@
  * went), or the body's "previous_response_id" (its backend was remembered when that
  * response passed: this room's hook reads the "id" of a /v1/responses answer, a JSON body or
  * the events of a stream, and remembers the backend that wrote it). The names themselves are
- * hashed (stick_key) where they are read and never kept.
+ * hashed (stick_key) where they are read and never kept; a header's or cookie's name is
+ * hashed as STICK_NAMED, a response id as STICK_RESPONSE, so neither can name the other's
+ * conversation.
  *
  * An id is looked for in the first STICKY_SCAN_MAX bytes of the answer: the first "id" key
  * there whose value is a plain string (letters, digits, "_-.:") of at most STICKY_ID_MAX

@@ -19,6 +19,10 @@
  * stream when the client asked stream_options.include_usage); without one, the completion
  * is the events counted and the prompt is not counted.
  *
+ * A feature that reads the usage without counting it (llm_explain.h: the engine's cached
+ * tokens) asks for the same scan at the response head (tally_read_usage()): one scanner per
+ * response whoever reads it, and nothing counted that was not counted before.
+ *
  * Its hooks (tally_hook, xhooks.h): the response head, the response body bytes as they come
  * from the backend (framing and all: the scanner takes chunked framing off itself), and the
  * end of the exchange. Its context is the scanner and the token clocks. Every count
@@ -43,6 +47,7 @@ struct tally_x {
 	uint64_t first_ns, last_ns; /* the first and the last token event; 0: none */
 	unsigned on : 1;	    /* the response's tokens are counted */
 	unsigned want : 1;	    /* ... whatever it is (tally_want_tokens()) */
+	unsigned read : 1;	    /* its usage is scanned, not counted (tally_read_usage()) */
 };
 
 static size_t ctx_off;
@@ -70,17 +75,32 @@ void tally_tokens_of(const struct exchange *x, struct tally_tokens *t)
 	t->last_ns = c->last_ns;
 }
 
-static void tally_response_head(struct exchange *x, const struct http_head *h)
+/* The response's body goes through the usage scanner. */
+static void scan_start(struct exchange *x, struct tally_x *c)
 {
-	struct tally_x *c = tx(x);
-	c->on = x->route->api == CONF_API_OPENAI || c->want || http_is_event_stream(h);
-	c->first_ns = c->last_ns = 0;
-	if (!c->on)
-		return;
 	xhooks_want_body(x, &tally_hook);
 	usage_scan_init(&c->usage);
 	if (x->resp.framing == HTTP_BODY_CHUNKED)
 		usage_scan_chunked(&c->usage);
+}
+
+static void tally_response_head(struct exchange *x, const struct http_head *h)
+{
+	struct tally_x *c = tx(x);
+	c->on = x->route->api == CONF_API_OPENAI || c->want || http_is_event_stream(h);
+	c->read = 0;
+	c->first_ns = c->last_ns = 0;
+	if (c->on)
+		scan_start(x, c);
+}
+
+void tally_read_usage(struct exchange *x)
+{
+	struct tally_x *c = tx(x);
+	if (c->on || c->read)
+		return; /* scanned already */
+	c->read = 1;
+	scan_start(x, c);
 }
 
 /* <n> token events came in one read at <now>. */
@@ -113,11 +133,11 @@ static void note_events(struct exchange *x, struct tally_x *c, uint64_t n, uint6
 static void tally_body(struct exchange *x, const char *p, size_t len)
 {
 	struct tally_x *c = tx(x);
-	if (!c->on)
+	if (!c->on && !c->read)
 		return;
 	uint64_t before = c->usage.events;
 	usage_scan_feed(&c->usage, p, len);
-	if (c->usage.events > before)
+	if (c->on && c->usage.events > before)
 		note_events(x, c, c->usage.events - before, clock_now_ns());
 }
 

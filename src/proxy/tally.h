@@ -21,7 +21,12 @@ extern const struct xhook tally_hook;
  * them): called before its response head. */
 void tally_want_tokens(struct exchange *x);
 
-/* The usage scanned so far of <x>'s response (all zero while its tokens are not counted). */
+/* Scan <x>'s response's usage for a reader even when its tokens are not counted (they stay
+ * uncounted): called from a response head hook that runs after the tallies'. */
+void tally_read_usage(struct exchange *x);
+
+/* The usage scanned so far of <x>'s response (all zero while it is neither counted nor
+ * read). */
 const struct usage_scan *tally_usage(const struct exchange *x);
 
 /* Its token events so far, and when the first and the last came (0: none). */

@@ -225,16 +225,19 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 	    h->has_session && p->stick ? stick_get(p->stick, h->session, now_s, &expires_s) : -1;
 	int prefer = stuck >= 0 && (size_t)stuck < n && cand[stuck].eligible ? stuck : -1;
 	for (size_t attempt = 0; attempt < n; attempt++) {
-		int idx = prefer;
+		int idx = prefer, by_session = prefer >= 0;
 		prefer = -1; /* (once: a lost race falls back to the balancer) */
 		if (idx < 0) {
 			d.ticket = atomic_fetch_add_explicit(&p->ticket, 1, memory_order_relaxed);
 			idx = lb->pick(&p->conf->lb, cand, n, &d);
-			/* read back for whoever shows it: the last pick's stands */
-			if (h->explain && lb->explain) {
-				h->explain->where = p;
-				lb->explain(&p->conf->lb, cand, n, &d, idx, h->explain);
-			}
+		}
+		/* read back for whoever shows it: the last pick's stands (the session's backend
+		 * is read as a pick's answer would be, and says why it was taken) */
+		if (h->explain && lb->explain) {
+			h->explain->where = p;
+			lb->explain(&p->conf->lb, cand, n, &d, idx, h->explain);
+			if (by_session)
+				h->explain->why = LB_WHY_SESSION;
 		}
 		if (idx < 0) {
 			if (idx == LB_WAIT && h->would_wait)

@@ -14,7 +14,7 @@ from harness import (ScriptedBackend, metrics_text, prom_samples, request, serve
 
 BLOCK = 64  # the proxy's llm.block_bytes and the sims' --block-bytes: one notion of a block
 REASONS = {"none", "least", "tie-load", "tie-draw", "spread", "wait", "max-wait", "no-prompt",
-           "home", "other"}
+           "home", "session", "other"}
 
 
 def _sims(env, n, **opts):
@@ -182,6 +182,34 @@ def test_explain_header_only_where_configured_and_never_from_a_client(env):
         # the pool without llm.explain: no header, whatever the client sends
         st, hdrs, _ = _post(px.port, _chat(_system(k), "q"), headers=sneaky)
         assert st == 200 and "x-accelnet-llm" not in hdrs, hdrs
+
+
+def test_a_sessions_placement_is_explained_as_session(env):
+    """F8: a request its conversation's remembered backend took (pools[].session) carries the
+    X-Accelnet-Llm header and the /debug/requests llm object like any other, reason
+    "session", the pick the backend that answered."""
+    sims = _sims(env, 3)
+    px = env.proxy("pools:\n" + _pool("gpu", [s.port for s in sims], explain="true")
+                   + "    session: {header: X-Session-Id}\n"
+                   + "routes:\n  - match: {path_prefix: /}\n    pool: gpu\n", workers=1)
+    name_of = {f"127.0.0.1:{s.port}": f"s{i}" for i, s in enumerate(sims)}
+    conv = {"X-Session-Id": "conv-1"}
+    st, hdrs, _ = _post(px.port, _chat(_system(1), "first"), headers=conv)
+    assert st == 200
+    first = re.match(r'pick="([^"]+)";reason=([a-z-]+)', hdrs["x-accelnet-llm"][0])
+    assert first and first[2] != "session", hdrs["x-accelnet-llm"]  # a new conversation
+    for q in ("second", "third"):
+        # another prompt: the conversation's backend takes it, as the header says
+        st, hdrs, _ = _post(px.port, _chat(_system(2), q), headers=conv)
+        assert st == 200 and len(hdrs.get("x-accelnet-llm", [])) == 1, hdrs
+        m = re.match(r'pick="([^"]+)";reason=session;blocks=(\d+), "([^"]+)";hit=\d+',
+                     hdrs["x-accelnet-llm"][0])
+        assert m, hdrs["x-accelnet-llm"]
+        assert m[1] == m[3] == first[1] and name_of[m[1]] == served_by(hdrs), hdrs
+        rec = _ended(px, hdrs["x-request-id"][0])["llm"]
+        assert rec["reason"] == "session" and rec["pick"] == rec["answered_by"] == first[1]
+        assert rec["candidates"][0]["backend"] == first[1] and rec["candidates_up"] == 3
+        assert rec["prompt_blocks"] == int(m[2]) > 0 and rec["measured_ttft_ms"] > 0, rec
 
 
 def test_a_backends_own_header_never_passes(env):

@@ -7,7 +7,9 @@ balancer could not pick (the operator's policy decides: docs/security.md)."""
 SERIAL = True  # three proxies and a Redis: run alone under run.py -j
 
 import json
+import os
 import re
+import signal
 import socket
 import subprocess
 import threading
@@ -222,21 +224,177 @@ def test_sessions_three_instances_one_redis(env):
     synced()
     moved = {}
     nxt = []
+    kept = others = 0
     for i, (be, rid) in enumerate(convs):
         got, rid2 = _turn(procs[i % 3].port, prev=rid)
         assert got != gone.name, (rid, got)
         if be == gone.name:
             moved[i] = got
+        else:  # the conversations of the backends still up stay where they are
+            others += 1
+            kept += got == be
         nxt.append((got, rid2))
     learned += 100
     convs = nxt
     assert moved, "no conversation was on b0"
+    assert kept >= 0.99 * others, f"{kept} of {others} left their live backend"
     synced()
     stayed = 0
     for i, (be, rid) in enumerate(convs):
         got, _ = _turn(procs[(i + 1) % 3].port, prev=rid)
         stayed += got == be
     assert stayed >= 99, f"{stayed} of 100 stayed after the move"
+
+
+def _hits(admin, name="p"):
+    """The pool's session_hits: requests sent to their conversation's remembered backend."""
+    return next(p for p in admin_status(admin)["pools"] if p["name"] == name)["session_hits"]
+
+
+def test_session_names_and_response_ids_are_apart(env):
+    """F7: a session header naming another conversation's response id neither rides to that
+    conversation's backend nor moves it; a previous_response_id naming another client's
+    session header is no hit on that session either."""
+    bes = _backends(env, 3)
+    px = env.proxy("pools:\n" + _pool(bes, "{header: X-Session-Id, responses_api: true}",
+                                      extra=", max_concurrency: 1")
+                   + "routes:\n  - pool: p\n")
+    home, rid = _turn(px.port)
+    home_be = next(be for be in bes if be.name == home)
+    # riding: the victim's response id as a session header names a new conversation
+    before = _hits(px.admin)
+    status, _, _ = _post(px.port, "/v1/chat/completions", {"model": "m"},
+                         {"X-Session-Id": rid})
+    assert status == 200 and _hits(px.admin) == before, "a session header rode a response id"
+    # poisoning: with the victim's backend busy (its own next turn, held there), a session
+    # header naming its response id is placed elsewhere: the victim's entry stays put
+    t = threading.Thread(target=_post, args=(px.port, "/v1/responses",
+                                             {"model": "m", "previous_response_id": rid},
+                                             {"X-Hold": "1"}))
+    t.start()
+    try:
+        wait_until(lambda: home_be.held == 1, "the victim's held turn at its backend")
+        for _ in range(3):
+            status, be, _ = _post(px.port, "/v1/chat/completions", {"model": "m"},
+                                  {"X-Session-Id": rid})
+            assert status == 200 and be != home, (status, be)
+    finally:
+        home_be.gate.set()
+        t.join(30)
+    for _ in range(3):
+        got, _ = _turn(px.port, prev=rid)
+        assert got == home, (got, home)
+    # the reverse: a session header's name sent as previous_response_id is no hit on it
+    _post(px.port, "/v1/chat/completions", {"model": "m"}, {"X-Session-Id": "conv-secret"})
+    before = _hits(px.admin)
+    _turn(px.port, prev="conv-secret")
+    assert _hits(px.admin) == before, "a previous_response_id rode a session header's name"
+
+
+def test_session_names_and_response_ids_are_apart_through_redis(env):
+    """F7 through cluster: a response id learned on one instance, passed on through Redis,
+    names no session header's conversation on another."""
+    bes = _backends(env, 3)
+    redis = _redis(env)
+    body = ("pools:\n" + _pool(bes, "{header: X-Session-Id, responses_api: true}")
+            + "routes:\n  - pool: p\n")
+    a, b = _instances(env, redis.port, body, n=2, sync_ms=20)
+    home, rid = _turn(a.port)
+    wait_until(lambda: _sessions_received([b]) >= 1, "the response id passed to b", timeout=20)
+    assert _turn(b.port, prev=rid)[0] == home  # (b knows it as a response id)
+    before = _hits(b.admin)
+    status, _, _ = _post(b.port, "/v1/chat/completions", {"model": "m"}, {"X-Session-Id": rid})
+    assert status == 200 and _hits(b.admin) == before, "a session header rode a response id"
+
+
+def _reloaded(env, px, gen, text=None, how="sighup"):
+    """Reload <px> (SIGHUP, or `accelnet ctl reload`), its config file rewritten to <text>
+    first if given; wait until generation <gen> is loaded."""
+    path = os.path.join(env.dir, "proxy.yaml")
+    if text is not None:
+        with open(path + ".tmp", "w") as f:
+            f.write(text)
+        os.rename(path + ".tmp", path)  # a reload never reads a half-written file
+    if how == "ctl":
+        r = subprocess.run([BIN, "ctl", "--admin", f"127.0.0.1:{px.admin}", "reload"],
+                           capture_output=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+    else:
+        px.send_signal(signal.SIGHUP)
+    wait_until(lambda: f"(configuration generation {gen})" in env.log(px) or
+               px.poll() is not None, f"generation {gen}")
+    assert px.poll() is None, env.log(px)[-3000:]
+
+
+def test_sessions_survive_reload(env):
+    """A hot reload (ctl reload, SIGHUP) keeps the sessions: conversations named by a header
+    and by previous_response_id stay on their backend after it; one whose turn was in flight
+    at the reload stays where that turn went; a backend the new config leaves out loses its
+    conversations to the others, and they stay where they moved."""
+    bes = _backends(env, 3)
+    px = env.proxy("pools:\n" + _pool(bes, "{header: X-Session-Id, responses_api: true}")
+                   + "routes:\n  - pool: p\n")
+    named = {}
+    for s in range(9):
+        _, be, _ = _post(px.port, "/v1/chat/completions", {"model": "m"},
+                         {"X-Session-Id": f"conv-{s}"})
+        named[s] = be
+    convs = [_turn(px.port) for _ in range(9)]
+    assert len(set(named.values())) == 3 and len({be for be, _ in convs}) == 3
+
+    def check(gone=None):
+        nonlocal convs
+        for s, home in named.items():
+            _, be, _ = _post(px.port, "/v1/chat/completions", {"model": "m"},
+                             {"X-Session-Id": f"conv-{s}"})
+            assert be == home or home == gone, (s, home, be)
+            named[s] = be
+        nxt = []
+        for home, rid in convs:
+            got, rid2 = _turn(px.port, prev=rid)
+            assert got == home or home == gone, (rid, home, got)
+            nxt.append((got, rid2))
+        convs = nxt
+
+    _reloaded(env, px, 1, how="ctl")
+    check()
+    _reloaded(env, px, 2)
+    check()
+
+    # a turn in flight across a reload: its answer's id, learned by the old configuration
+    # after the reload, reaches the new one (a conversation not on b0, where the new
+    # configuration's round-robin would send a conversation it does not know)
+    home, rid = next(c for c in convs if c[0] != "b0")
+    home_be = next(be for be in bes if be.name == home)
+    home_be.gate.clear()
+    held = []
+    t = threading.Thread(target=lambda: held.append(
+        _post(px.port, "/v1/responses", {"model": "m", "previous_response_id": rid},
+              {"X-Hold": "1"})))
+    t.start()
+    try:
+        wait_until(lambda: home_be.held >= 1, "the turn held at its backend")
+        _reloaded(env, px, 3)
+    finally:
+        home_be.gate.set()
+        t.join(30)
+    status, be, data = held[0]
+    assert status == 200 and be == home, (status, be)
+    wait_until(lambda: "generation 2: its last request has ended; released" in env.log(px),
+               "the old configuration released")
+    rid_held = json.loads(data)["id"]
+    for _ in range(3):
+        got, rid_held = _turn(px.port, prev=rid_held)
+        assert got == home, (got, home)
+
+    # b2 leaves the pool: its conversations move, the others stay
+    text = open(os.path.join(env.dir, "proxy.yaml")).read()
+    text = text.replace(f"      - {{address: 127.0.0.1:{bes[2].port}}}\n", "")
+    assert str(bes[2].port) not in text
+    _reloaded(env, px, 4, text)
+    check(gone="b2")
+    assert "b2" not in named.values() and "b2" not in {be for be, _ in convs}
+    check()
 
 
 def test_session_escapes_a_full_backend(env):
@@ -350,3 +508,56 @@ def test_policy_no_client_field_names_a_backend(env):
                                                   "pool": "q"}, {k: v})
             assert status == 200 and be in ("b0", "b1"), (k, path, status, be)
     assert outside.seen == [], outside.seen
+
+
+def test_policy_client_fields_steer_nothing_the_operator_did_not_configure(env):
+    """Operator-authoritative policy, field by field: on a round-robin pool each request goes
+    to the next backend whatever it carries: a session header or cookie on a pool without
+    sessions (or with another header or cookie configured), a previous_response_id on a pool
+    without responses_api, X-Accelnet-* fields naming a balancer, a session, a backend or
+    explain, body fields naming them, kv_transfer_params or bootstrap fields on a pool that
+    is not disaggregated (forwarded as the client wrote them: they place nothing)."""
+    bes = _backends(env, 3)
+    plain = "\n".join(["  - name: p", "    backends:"]
+                      + [f"      - {{address: 127.0.0.1:{be.port}}}" for be in bes]) + "\n"
+    px = env.proxy("pools:\n" + plain
+                   + _pool(bes, "{header: X-Conversation, cookie: conv}", name="s")
+                   + "routes:\n  - match: {path_prefix: /s/}\n    pool: s\n  - pool: p\n")
+    addr = f"127.0.0.1:{bes[0].port}"
+    _, _, data = _post(px.port, "/v1/responses", {"model": "m"})
+    rid = json.loads(data)["id"]
+    tries = [
+        ({"X-Session-Id": "conv-1"}, {}),
+        ({"Cookie": "sid=conv-1; session=conv-1; conversation=conv-1"}, {}),
+        ({}, {"previous_response_id": rid}),
+        ({"X-Accelnet-Session": "conv-1", "X-Accelnet-Balance": "consistent-hash",
+          "X-Accelnet-Backend": addr, "X-Accelnet-Sticky": addr, "X-Accelnet-Llm": "on",
+          "X-Accelnet-Explain": "true", "X-Backend": addr, "X-Upstream": addr,
+          "X-Target-Backend": addr, "X-Session-Affinity": addr}, {}),
+        ({}, {"backend": addr, "pool": "s", "balance": "consistent-hash",
+              "session_id": "conv-1", "user": "conv-1", "cache_salt": "conv-1"}),
+        ({}, {"kv_transfer_params": {"do_remote_prefill": True, "remote_host": addr,
+                                     "remote_port": bes[0].port},
+              "bootstrap_host": "127.0.0.1", "bootstrap_port": bes[0].port,
+              "bootstrap_room": 7}),
+    ]
+    for prefix in ("", "/s"):
+        for hdrs, extra in tries:
+            for path in ("/v1/chat/completions", "/v1/responses"):
+                got = []
+                for _ in range(6):
+                    status, h, _ = request(px.port, "POST", prefix + path,
+                                           body=json.dumps(dict({"model": "m"}, **extra)),
+                                           headers=dict({"Content-Type": "application/json"},
+                                                        **hdrs))
+                    assert status == 200 and "x-accelnet-llm" not in h, (hdrs, status, h)
+                    got.append(h["x-backend"][0])
+                # the balancer's turn: each backend twice, as with no such field
+                assert sorted(got) == ["b0", "b0", "b1", "b1", "b2", "b2"], (prefix, hdrs,
+                                                                            extra, got)
+    # the configured ones do weigh in, on the pool that configured them
+    homes = {_post(px.port, "/s/v1/chat/completions", {"model": "m"},
+                   {"X-Conversation": "c"})[1] for _ in range(4)}
+    homes |= {_post(px.port, "/s/v1/chat/completions", {"model": "m"},
+                    {"Cookie": "conv=c2"})[1] for _ in range(4)}
+    assert len(homes) <= 2, homes
