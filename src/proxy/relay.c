@@ -468,7 +468,8 @@ static enum run relay_pass(struct client *cl, int *progress)
 	}
 	/* a response in whole gives its slot back here (up_h1.h), before the client takes it */
 	if (x->resp_head && up_h1_scan(x) < 0)
-		return exchange_abort(x, "backend sent a malformed chunked body");
+		return exchange_abort(x, x->cut_why ? x->cut_why
+						    : "backend sent a malformed chunked body");
 	if (cl->writable && (client_out_pending(cl) || x->resp.ready) &&
 	    (r = send_client(cl, progress)) != RUN_STAY)
 		return r;

@@ -317,3 +317,80 @@ def test_a_budget_spent_on_one_instance_is_spent_on_the_others(env):
     # Redis holds the total, in micro-units, per route, window and tenant
     total = _spend(one, tenant="a") + _spend(two, tenant="a")
     assert total == passed * cost <= 1_000_000, total
+
+
+def _sse_backend(env, events, chunked=False):
+    """A backend answering every request with the event stream of <events> (dicts, each one
+    data line), then [DONE]: no usage in it."""
+    data = b"".join(b"data: %s\n\n" % json.dumps(e).encode() for e in events) + \
+        b"data: [DONE]\n\n"
+
+    def script(n, req):
+        return (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(data), data), False)
+
+    be = ScriptedBackend(script)
+    env.on_cleanup.append(be.close)
+    return be
+
+
+def _chat(delta):
+    return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]}
+
+
+# F2: every carrier of generated tokens in the OpenAI stream shapes, none of them "content"
+# (but one) or "text": reasoning, tool calls, refusals, the Responses API's deltas
+GENERATED = [_chat({"role": "assistant", "content": ""})] + \
+    [_chat({"reasoning_content": f"think {i}"}) for i in range(20)] + \
+    [_chat({"reasoning": "more thought"}) for _ in range(5)] + \
+    [_chat({"content": None, "tool_calls": [{"index": 0, "function": {"arguments": "{\"a\""}}]})
+     for _ in range(7)] + \
+    [_chat({"function_call": {"arguments": "1}"}})] + \
+    [_chat({"refusal": "I can't"}) for _ in range(3)] + \
+    [_chat({"content": "ok"})] + \
+    [{"type": "response.reasoning_summary_text.delta", "delta": "why"} for _ in range(4)] + \
+    [{"type": "response.function_call_arguments.delta", "delta": "{}"} for _ in range(2)] + \
+    [{"type": "response.output_text.delta", "delta": "hi"} for _ in range(6)]
+GENERATED_TOKENS = 20 + 5 + 7 + 1 + 3 + 1 + 4 + 2 + 6
+
+
+def test_a_stream_of_reasoning_and_tool_calls_without_usage_is_charged_its_tokens(env):
+    be = _sse_backend(env, GENERATED)
+    px = _proxy(env, be.port)
+    body = {"model": "m", "prompt": "think hard", "max_tokens": 100, "stream": True}
+    st, events = _stream(px.port, "a", body)
+    assert st == 200 and events[-1] == "[DONE]", (st, events)
+    want = _cost("m", len(json.dumps(body)) // 4, GENERATED_TOKENS)
+    assert _spend(px, tenant="a") == want, (_spend(px, tenant="a"), want)
+    # a stream that only thinks is not free either
+    be2 = _sse_backend(env, [_chat({"reasoning_content": "hmm"}) for _ in range(40)])
+    px2 = _proxy(env, be2.port)
+    st, events = _stream(px2.port, "a", body)
+    assert st == 200
+    want = _cost("m", len(json.dumps(body)) // 4, 40)
+    assert _spend(px2, tenant="a") == want, (_spend(px2, tenant="a"), want)
+
+
+def test_a_client_that_leaves_before_the_answer_pays_for_its_prompt(env):
+    # F4: the backend has the request (its prefill is done or under way) when the client
+    # leaves: the prompt is charged, at least
+    got, release = threading.Event(), threading.Event()
+
+    def script(n, req):
+        got.set()
+        release.wait(30)
+        return (b"", True)
+
+    be = ScriptedBackend(script)
+    env.on_cleanup.append(be.close)
+    env.on_cleanup.append(release.set)
+    px = _proxy(env, be.port)
+    body = {"model": "m", "prompt": "a long prompt " * 200, "max_tokens": 16}
+    raw = json.dumps(body).encode()
+    c = http.client.HTTPConnection("127.0.0.1", px.port, timeout=30)
+    c.request("POST", "/v1/completions", body=raw, headers=_headers("a"))
+    assert got.wait(10), "the backend never got the request"
+    c.close()
+    want = _cost("m", len(raw) // 4, 0)
+    wait_until(lambda: _spend(px, tenant="a") > 0, "the prompt charged")
+    assert _spend(px, tenant="a") == want, (_spend(px, tenant="a"), want)
