@@ -1,10 +1,12 @@
 /*
  * spend.c - routes.budget on the request path (see spend.h).
  *
- * Its hooks: the response has come whole from the backend, settle at once (the figures and
- * the log read the cost at the end); the end, settle what is still held. Every count goes to
- * the worker's own shard; the only word shared between workers is the tenant's spend word
- * (guard/budget.h), one compare-and-swap to reserve and one to settle.
+ * Its hooks: the response head, an event stream's body wanted; its bytes, counted by the
+ * tallies just before (tally.c runs first), charged as they go; the response has come whole
+ * from the backend, settle at once (the figures and the log read the cost at the end); the
+ * end, settle what is still held. Every count goes to the worker's own shard; the only word
+ * shared between workers is the tenant's spend word (guard/budget.h), one compare-and-swap
+ * to reserve, one per first reservation's worth a stream grows by, and one to settle.
  */
 #include "proxy/spend.h"
 #include "guard/budget.h"

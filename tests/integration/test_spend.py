@@ -108,16 +108,18 @@ def test_two_tenants_spend_as_the_usage_says_and_nothing_passes_once_spent(env):
     expected = {"a": 0, "b": 0}
     passed = {"a": 0, "b": 0}
     refusals = {"a": 0, "b": 0}
+    streamed = 0
     i = 0
     # interleaved, until each has been refused three times
     while min(refusals.values()) < 3:
         for t in ("a", "b"):
-            st, cost, _, text = _one(px, t, i)
+            st, cost, stream, text = _one(px, t, i)
             i += 1
             if st == 200:
                 assert not refusals[t], f"{t} passed after its budget was spent"
                 expected[t] += cost
                 passed[t] += 1
+                streamed += stream
             else:
                 assert st == 429, (st, text)
                 refusals[t] += 1
@@ -146,6 +148,10 @@ def test_two_tenants_spend_as_the_usage_says_and_nothing_passes_once_spent(env):
     wait_until(lambda: len(lines()) >= i, "the access log's lines")
     costs = [r["cost"] for r in lines() if r["status"] == 200]
     assert len(costs) == passed["a"] + passed["b"] and all(c > 0 for c in costs), costs
+    # the streams among them (their events counted: "tokens"), a third without usage, each
+    # recorded at more than zero
+    streams = [r for r in lines() if r["status"] == 200 and r.get("tokens")]
+    assert len(streams) == streamed >= 6 and all(r["cost"] > 0 for r in streams), streams
     total = round(sum(costs) * 1_000_000)
     assert abs(total - expected["a"] - expected["b"]) <= 1, (total, expected)
 
@@ -394,3 +400,52 @@ def test_a_client_that_leaves_before_the_answer_pays_for_its_prompt(env):
     want = _cost("m", len(raw) // 4, 0)
     wait_until(lambda: _spend(px, tenant="a") > 0, "the prompt charged")
     assert _spend(px, tenant="a") == want, (_spend(px, tenant="a"), want)
+
+
+def test_concurrent_long_streams_never_spend_past_the_budget(env):
+    # F3: requests naming no max_tokens reserve routes.budget.default_max_tokens (256), but
+    # the sim streams 2000 tokens to each: 8 at once would spend 8 x $8 of a $10 budget if
+    # settled only at the end. Charged as they go, their holds grow within the budget and
+    # no further: a stream the budget cannot cover any more is ended (before the bytes that
+    # passed its hold reach the client) and charged what it held. The bound: the spend never
+    # passes the budget, not even by one reservation.
+    sim = env.sim("a", latency_ms=0, token_ms=1, tokens=2000, slots=16)
+    px = _proxy(env, sim.port, budget="{per_tenant: 10.00, window: 1d}")
+    body = {"model": "m", "prompt": "go on and on", "stream": True}
+    reservation = _cost("m", len(json.dumps(body)) // 4, 256)
+    full = _cost("m", len(json.dumps(body)) // 4, 2000)
+    results = []
+
+    def run():
+        c = http.client.HTTPConnection("127.0.0.1", px.port, timeout=60)
+        try:
+            c.request("POST", "/v1/completions", body=json.dumps(body), headers=_headers("a"))
+            r = c.getresponse()
+            try:
+                data = r.read()
+                results.append((r.status, data.count(b"data: {"), data.endswith(b"[DONE]\n\n")))
+            except http.client.IncompleteRead as e:
+                results.append((r.status, e.partial.count(b"data: {"), False))
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=run) for _ in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert len(results) == 8 and all(st == 200 for st, _, _ in results), results
+    assert 8 * reservation <= 10_000_000 < 8 * full  # all reserve; not all could finish
+    spent = _spend(px, tenant="a")
+    assert spent <= 10_000_000, (spent, results)
+    # and the budget was used, not refused early: what was cut was cut near its end
+    assert spent > 10_000_000 - 8 * reservation, (spent, results)
+    cut = [n for _, n, done in results if not done]
+    assert cut and all(n < 2000 for n in cut), results
+    got = prom_samples(metrics_text(px.admin))
+    assert got.get(("accelnet_route_budget_cut_total", (("route", "0"),)), 0) == len(cut), got
+    # every token a client got was paid for: the spend covers what reached the clients
+    delivered = sum(n for _, n, _ in results)
+    assert spent >= _cost("m", 0, delivered), (spent, delivered)
+    # nothing more passes: the budget is spent
+    assert _post(px.port, "a", {"model": "m", "prompt": "x", "max_tokens": 1})[0] == 429
