@@ -14,7 +14,8 @@ int budget_init(struct route_budget *b, const struct conf_budget *c)
 	memset(b, 0, sizeof(*b));
 	if (!c)
 		return 0;
-	if (!(b->slots = calloc(BUDGET_SLOTS, sizeof(*b->slots))))
+	b->nslots = c->tenants ? c->tenants : BUDGET_SLOTS;
+	if (!(b->slots = calloc(b->nslots, sizeof(*b->slots))))
 		return -ENOMEM;
 	if (getrandom(&b->seed, sizeof(b->seed), 0) != sizeof(b->seed))
 		b->seed = (uint64_t)(uintptr_t)b->slots ^ (uint64_t)time(NULL) << 20;
@@ -50,7 +51,7 @@ static struct budget_slot *slot_of(struct route_budget *b, uint64_t tenant, uint
 		struct budget_slot *idle = NULL;
 		uint64_t idle_key = 0;
 		for (unsigned i = 0; i < BUDGET_PROBE; i++) {
-			struct budget_slot *s = &b->slots[(h + i) % BUDGET_SLOTS];
+			struct budget_slot *s = &b->slots[(h + i) % b->nslots];
 			uint64_t key = atomic_load_explicit(&s->key, memory_order_acquire);
 			if (key == tenant)
 				return s;
@@ -163,8 +164,8 @@ size_t budget_collect(struct route_budget *b, uint64_t now_s, size_t *cursor,
 	if (!b->conf || !b->synced)
 		return 0;
 	uint64_t win = spend_window_of(now_s, b->conf->window_s);
-	size_t n = 0, i = *cursor % BUDGET_SLOTS;
-	for (size_t seen = 0; seen < BUDGET_SLOTS && n < max; seen++, i = (i + 1) % BUDGET_SLOTS) {
+	size_t n = 0, i = *cursor % b->nslots;
+	for (size_t seen = 0; seen < b->nslots && n < max; seen++, i = (i + 1) % b->nslots) {
 		struct budget_slot *s = &b->slots[i];
 		uint64_t key = atomic_load_explicit(&s->key, memory_order_acquire);
 		if (!key)

@@ -2,17 +2,17 @@
  * budget.h - a route's spend budgets (routes.budget): what each tenant has spent in the
  * current window, shared by every worker without a lock.
  *
- * A fixed table of BUDGET_SLOTS slots per route with a budget, each a tenant's key beside
- * its spend word (policy/spend_math.h: the window's tag and the micro-units spent in it). A
- * reservation finds the tenant's slot among its BUDGET_PROBE probes (where they lie is mixed
- * with a random seed of the table's, as the rate limits' are), or claims one that is free: never
- * used, or of a tenant that holds nothing in this window (no spend, no reservation, nothing the
- * sync has yet to send); then reserves with one compare-and-swap on the word, which also starts
- * a new window. A slot is never shared: when every probe holds a tenant that spent in this
- * window, the reservation is refused (-ENOSPC, counted in <full>) until the window turns, so
- * no tenant is ever charged another's spend, nor let through on another's budget. A slot taken
- * over between finding it and reserving in it is noticed after the swap (the key is read
- * again) and the reservation undone and tried anew.
+ * A fixed table of routes.budget.tenants slots (BUDGET_SLOTS unless set) per route with a budget,
+ * each a tenant's key beside its spend word (policy/spend_math.h: the window's tag and the
+ * micro-units spent in it). A reservation finds the tenant's slot among its BUDGET_PROBE probes
+ * (where they lie is mixed with a random seed of the table's, as the rate limits' are), or claims
+ * one that is free: never used, or of a tenant that holds nothing in this window (no spend, no
+ * reservation, nothing the sync has yet to send); then reserves with one compare-and-swap on the
+ * word, which also starts a new window. A slot is never shared: when every probe holds a tenant
+ * that spent in this window, the reservation is refused (-ENOSPC, counted in <full>) until the
+ * window turns, so no tenant is ever charged another's spend, nor let through on another's budget.
+ * A slot taken over between finding it and reserving in it is noticed after the swap (the key is
+ * read again) and the reservation undone and tried anew.
  *
  * Settling swaps in what the request did cost for what it reserved, in the window it reserved
  * in; the spend never goes below zero and never past the budget by a race (each reservation is
@@ -29,8 +29,9 @@
  * tenant's first request on an instance that has not yet heard of it): refusals follow
  * within a sync.
  *
- * Memory is fixed: BUDGET_SLOTS slots of 24 bytes per route with a budget, and the seed: at
- * most BUDGET_SLOTS tenants spend on a route in one window (fewer when their probes crowd).
+ * Memory is fixed: a slot of 24 bytes per tenant it holds per route with a budget, and the
+ * seed: at most that many tenants spend on a route in one window (fewer when their probes
+ * crowd; all of them in a table no larger than BUDGET_PROBE).
  */
 #ifndef ACCELNET_GUARD_BUDGET_H
 #define ACCELNET_GUARD_BUDGET_H
@@ -41,7 +42,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#define BUDGET_SLOTS 16384
+#define BUDGET_SLOTS CONF_BUDGET_TENANTS /* unless routes.budget.tenants says */
 #define BUDGET_PROBE 16
 
 struct budget_slot {
@@ -53,7 +54,8 @@ struct budget_slot {
 
 struct route_budget {
 	const struct conf_budget *conf; /* NULL: the route has no budget */
-	struct budget_slot *slots;	/* BUDGET_SLOTS, when conf */
+	struct budget_slot *slots;	/* nslots, when conf */
+	size_t nslots;			/* routes.budget.tenants (BUDGET_SLOTS unless set) */
 	uint64_t seed;			/* where a key's probes lie: random, this table's own */
 	_Atomic uint64_t full;		/* reservations refused: no slot free for the tenant */
 	unsigned synced;		/* shared through cluster: (set before any reserve) */

@@ -449,3 +449,42 @@ def test_concurrent_long_streams_never_spend_past_the_budget(env):
     assert spent >= _cost("m", 0, delivered), (spent, delivered)
     # nothing more passes: the budget is spent
     assert _post(px.port, "a", {"model": "m", "prompt": "x", "max_tokens": 1})[0] == 429
+
+
+def test_a_full_budget_table_refuses_rather_than_shares(env):
+    # F6: a table of 16 places and 24 tenants spending in one window: 16 get a place of
+    # their own and spend within their own budget; the rest are refused 503 (and counted),
+    # never put on another's budget, where one's spend would block the other (or let one
+    # through on another's spent budget)
+    sim = env.sim("a", latency_ms=0, token_ms=0, tokens=MAX_TOKENS)
+    keys = {f"t{i}": f"key-of-tenant-{i:02d}-0123456789" for i in range(24)}
+    path = env.write("many-keys", "".join(f"{t} {k}\n" for t, k in keys.items()))
+    px = env.proxy("pools:\n" + pool_yaml("p", [sim.port]) +
+                   "prices:\n  m: {input: 1000, cached_input: 250, output: 4000}\n"
+                   "routes:\n  - pool: p\n    api: openai\n"
+                   f"    auth: {{api_keys_file: {path}}}\n"
+                   "    budget: {per_tenant: 0.1, window: 1d, tenants: 16}\n")
+    body = json.dumps({"model": "m", "prompt": "x", "max_tokens": MAX_TOKENS})
+    one = _cost("m", len(body) // 4, MAX_TOKENS)
+    assert one <= 100_000 < 2 * one  # one request each spends a budget
+
+    def post(t):
+        return request(px.port, "POST", "/v1/completions", body=body,
+                       headers={"Content-Type": "application/json",
+                                "Authorization": f"Bearer {keys[t]}"})
+
+    first = {t: post(t) for t in keys}
+    placed = [t for t, (st, _, _) in first.items() if st == 200]
+    full = [t for t, (st, _, _) in first.items() if st != 200]
+    assert len(placed) == 16, {t: r[0] for t, r in first.items()}
+    for t in full:
+        st, h, text = first[t]
+        assert st == 503 and b"budget table" in text and "retry-after" in h, (t, st, text)
+    got = prom_samples(metrics_text(px.admin))
+    assert got.get(("accelnet_route_budget_full_total", (("route", "0"),)), 0) == len(full)
+    for t in placed:  # each spent its own budget, no one else's
+        assert _spend(px, tenant=t) == one, t
+        st, _, text = post(t)
+        assert st == 429 and json.loads(text)["error"]["type"] == "insufficient_quota", text
+    for t in full:
+        assert _spend(px, tenant=t) == 0, t
