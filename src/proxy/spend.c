@@ -154,8 +154,9 @@ static uint64_t counted_cost(const struct spend_x *s, const struct usage_scan *u
 }
 
 /* What <x>'s response cost by the usage <u>: what it counted; else, a response below 400 that
- * began and told nothing, the reservation; else, a request that reached the backend whole (it
- * may have done the prefill before the client left or the answer failed), its prompt. */
+ * began and told nothing, the reservation; else, a request that reached the backend whole and
+ * got no response head (it may have done the prefill before the client left or the backend
+ * failed), its prompt; an error status that told nothing costs nothing. */
 static uint64_t cost_of(const struct exchange *x, const struct spend_x *s,
 			const struct usage_scan *u, int answered)
 {
@@ -163,7 +164,7 @@ static uint64_t cost_of(const struct exchange *x, const struct spend_x *s,
 		return counted_cost(s, u);
 	if (answered)
 		return s->hold.reserved;
-	if (x->log.dispatch_ns && x->req.done && x->req.sent && !x->req.ready)
+	if (!x->resp_head && x->log.dispatch_ns && x->req.done && x->req.sent && !x->req.ready)
 		return spend_cost(s->price, s->prompt_est, 0, 0);
 	return 0;
 }

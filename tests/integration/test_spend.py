@@ -488,3 +488,20 @@ def test_a_full_budget_table_refuses_rather_than_shares(env):
         assert st == 429 and json.loads(text)["error"]["type"] == "insufficient_quota", text
     for t in full:
         assert _spend(px, tenant=t) == 0, t
+
+
+def test_an_error_status_without_usage_costs_nothing(env):
+    # the backend refused the request (a prompt too long for it, say): no prefill was paid
+    # for, so the prompt that F4 charges a client that left is not charged here
+    answer = b'{"error": {"message": "too long"}}'
+
+    def script(n, req):
+        return (b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(answer), answer), False)
+
+    be = ScriptedBackend(script)
+    env.on_cleanup.append(be.close)
+    px = _proxy(env, be.port)
+    st, _, _ = _post(px.port, "a", {"model": "m", "prompt": "x" * 400, "max_tokens": 16})
+    assert st == 400
+    assert _spend(px, tenant="a") == 0
