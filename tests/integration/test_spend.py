@@ -410,7 +410,9 @@ def test_concurrent_long_streams_never_spend_past_the_budget(env):
     # passed its hold reach the client) and charged what it held. The bound: the spend never
     # passes the budget, not even by one reservation.
     sim = env.sim("a", latency_ms=0, token_ms=1, tokens=2000, slots=16)
-    px = _proxy(env, sim.port, budget="{per_tenant: 10.00, window: 1d}")
+    log = os.path.join(env.dir, "access.log")
+    px = _proxy(env, sim.port, budget="{per_tenant: 10.00, window: 1d}",
+                extra=f"access_log: {{path: {log}}}\n")
     body = {"model": "m", "prompt": "go on and on", "stream": True}
     reservation = _cost("m", len(json.dumps(body)) // 4, 256)
     full = _cost("m", len(json.dumps(body)) // 4, 2000)
@@ -447,6 +449,15 @@ def test_concurrent_long_streams_never_spend_past_the_budget(env):
     # every token a client got was paid for: the spend covers what reached the clients
     delivered = sum(n for _, n, _ in results)
     assert spent >= _cost("m", 0, delivered), (spent, delivered)
+    # the access log says why each was cut, and what each cost adds up to the spend
+    def lines():
+        with open(log) as f:
+            return [json.loads(ln) for ln in f if ln.strip()]
+    wait_until(lambda: len(lines()) >= 8, "the access log's lines")
+    cut_lines = [r for r in lines() if "cut" in r]
+    assert len(cut_lines) == len(cut), lines()
+    assert all("budget" in r["cut"] and r["cost"] > 0 for r in cut_lines), cut_lines
+    assert round(sum(r["cost"] for r in lines()) * 1_000_000) == spent, lines()
     # nothing more passes: the budget is spent
     assert _post(px.port, "a", {"model": "m", "prompt": "x", "max_tokens": 1})[0] == 429
 
