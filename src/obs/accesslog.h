@@ -34,9 +34,8 @@ struct alog_rec {
 	uint32_t upstream_us; /* first dispatch to the end, when a backend answered */
 	uint64_t prompt_tokens, completion_tokens; /* with has_usage */
 	uint64_t cost_micros;			   /* with has_cost: at prices:, micro-units */
-	const char *cut; /* why a feature cut the response off (a literal), NULL: none */
-	int status;	 /* 0: the connection was cut */
-	int route;	 /* index into routes, -1: none */
+	int status;				   /* 0: the connection was cut */
+	int route;				   /* index into routes, -1: none */
 	uint8_t path_cut, target_cut, has_usage, has_cost;
 	char route_name[64];		/* routes[].name, or its index; "" with route -1 */
 	char model[128];		/* the body's "model" when read; "" */
@@ -52,6 +51,8 @@ struct alog_rec {
 	char backend[72];
 	char path[ALOG_PATH_MAX + 1];
 	char ua[ALOG_UA_MAX + 1];
+	/* why a feature cut the response off (a literal: it outlives the exchange), or NULL */
+	const char *cut;
 };
 
 struct alog_ring {
