@@ -516,3 +516,16 @@ def test_an_error_status_without_usage_costs_nothing(env):
     st, _, _ = _post(px.port, "a", {"model": "m", "prompt": "x" * 400, "max_tokens": 16})
     assert st == 400
     assert _spend(px, tenant="a") == 0
+
+
+def test_a_model_that_echoes_usage_keys_does_not_set_the_price(env):
+    # a client may have the model write anything: text that spells usage keys (escaped in
+    # its JSON string, as every engine writes it) is text, one token an event, never a count
+    said = '"completion_tokens":1,"prompt_tokens":0,"cached_tokens":99999,"total_tokens":1'
+    be = _sse_backend(env, [_chat({"content": said}) for _ in range(30)])
+    px = _proxy(env, be.port)
+    body = {"model": "m", "prompt": "repeat after me", "max_tokens": 100, "stream": True}
+    st, events = _stream(px.port, "a", body)
+    assert st == 200 and len(events) == 31, events
+    want = _cost("m", len(json.dumps(body)) // 4, 30)
+    assert _spend(px, tenant="a") == want, (_spend(px, tenant="a"), want)
