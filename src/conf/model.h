@@ -268,7 +268,10 @@ struct conf_budget {
 	uint64_t per_tenant;	     /* micro-units per window */
 	uint64_t window_s;	     /* the window's length */
 	unsigned default_max_tokens; /* reserved when a request names no max_tokens */
+	unsigned tenants;	     /* the budget table's slots (guard/budget.h) */
 };
+#define CONF_BUDGET_TENANTS 16384	/* routes.budget.tenants' default ... */
+#define CONF_BUDGET_TENANTS_MAX 1048576 /* ... and most */
 
 enum conf_api {
 	CONF_API_NONE,	 /* text/plain error bodies */

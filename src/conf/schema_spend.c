@@ -136,6 +136,8 @@ const struct rule schema_budget_rules[] = {
     {"window", RULE_SECTION, offsetof(struct conf_budget, window_s), 0, 0, NULL, read_window},
     {"default_max_tokens", RULE_UINT, offsetof(struct conf_budget, default_max_tokens), 1, 10000000,
      NULL, NULL},
+    {"tenants", RULE_UINT, offsetof(struct conf_budget, tenants), 16, CONF_BUDGET_TENANTS_MAX, NULL,
+     NULL},
     RULES_END,
 };
 
@@ -149,6 +151,7 @@ int schema_read_budget(struct rules_ctx *x, const struct rule *r, yaml_node_t *v
 	struct conf_budget *b = rt->budget;
 	b->default_max_tokens = 256;
 	b->window_s = 86400;
+	b->tenants = CONF_BUDGET_TENANTS;
 	int rc = rules_read_section(x, v, "budget", schema_budget_rules, b);
 	if (!rc && !b->per_tenant)
 		return rules_fail(x, v,

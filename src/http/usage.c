@@ -1,11 +1,19 @@
 /*
  * usage.c - token usage read from a response body in passing (see usage.h).
  *
- * Six keys are watched: "total_tokens":, "prompt_tokens":, "completion_tokens": and
- * "cached_tokens": (prompt_tokens_details' own: no other usage key has that name) (then
- * a whole number: digits and then the end of the value; a fraction, an exponent or a sign
- * is no count, and more digits than 64 bits hold count as the most they hold), "content":
- * and "text": (then a string whose first byte is not its closing quote). Every quote may open a
+ * Thirteen keys are watched. Six counts: "total_tokens":, "prompt_tokens":, "completion_tokens":
+ * and "cached_tokens": (prompt_tokens_details' and input_tokens_details' own: no other usage
+ * key has that name), and the Responses API's "input_tokens": and "output_tokens": (read as
+ * prompt and completion tokens); each then a whole number: digits and then the end of the
+ * value; a fraction, an exponent or a sign is no count, and more digits than 64 bits hold
+ * count as the most they hold. Seven carriers of generated text, each then a string whose
+ * first byte is not its closing quote: "content": (chat), "text": (completions),
+ * "reasoning_content": and "reasoning": (a reasoning model's thinking, as vLLM, SGLang and
+ * DeepSeek stream it), "refusal":, "arguments": (tool_calls' and the older function_call's)
+ * and "delta": (every delta event of the Responses API: output text, reasoning, refusal,
+ * function-call arguments; chat's "delta" is an object, no string, so it counts nothing by
+ * itself). Every token a model generates reaches the client through one of them, so a stream
+ * that thinks or calls tools without a word of content still counts. Every quote may open a
  * key: the bytes after it are gathered, up to the longest key's length, and the next quote closes
  * them; when a colon follows that quote at once, the gathered name is looked up (by its length,
  * then its bytes) and a key's value is read. Being no JSON parser, it treats every quote alike, so
@@ -23,9 +31,23 @@
 
 #include <string.h>
 
+/* the counts first (a whole number follows), then the carriers of generated text (a string) */
 static const char *const keys[] = {"total_tokens",  "prompt_tokens", "completion_tokens",
-				   "cached_tokens", "content",	     "text"};
-enum { K_TOTAL, K_PROMPT, K_COMPLETION, K_CACHED, K_CONTENT, K_TEXT, NKEYS };
+				   "cached_tokens", "input_tokens",  "output_tokens",
+				   "content",	    "text",	     "reasoning_content",
+				   "reasoning",	    "refusal",	     "arguments",
+				   "delta"};
+enum {
+	K_TOTAL,
+	K_PROMPT,
+	K_COMPLETION,
+	K_CACHED,
+	K_INPUT,
+	K_OUTPUT,
+	K_CONTENT, /* the first carrier */
+	NKEYS = 13,
+};
+_Static_assert(sizeof(keys) / sizeof(keys[0]) == NKEYS, "a name for each key");
 enum { K_NONE = 0xff };
 enum { A_NONE, A_NUMBER, A_STRING_OPEN, A_STRING_FIRST };
 
@@ -78,6 +100,7 @@ static void number_end(struct usage_scan *u)
 		u->has_total = 1;
 		break;
 	case K_PROMPT:
+	case K_INPUT:
 		u->prompt = u->number;
 		u->has_prompt = 1;
 		break;
@@ -85,7 +108,7 @@ static void number_end(struct usage_scan *u)
 		u->cached = u->number;
 		u->has_cached = 1;
 		break;
-	default:
+	default: /* K_COMPLETION, K_OUTPUT */
 		u->completion = u->number;
 		u->has_completion = 1;
 	}
@@ -142,7 +165,7 @@ static int after_key(struct usage_scan *u, char c)
 /* The key named by the <n> gathered bytes, or K_NONE. */
 static uint8_t key_named(const char *name, size_t n)
 {
-	static const uint8_t len[NKEYS] = {12, 13, 17, 13, 7, 4};
+	static const uint8_t len[NKEYS] = {12, 13, 17, 13, 12, 13, 7, 4, 17, 9, 7, 9, 5};
 	for (uint8_t k = 0; k < NKEYS; k++)
 		if (len[k] == n && memcmp(keys[k], name, n) == 0)
 			return k;

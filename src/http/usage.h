@@ -1,11 +1,12 @@
 /*
  * usage.h - what an LLM response cost, read from its bytes as they pass: the
  * "prompt_tokens", "completion_tokens" and "total_tokens" of an OpenAI-style "usage" object
- * (a JSON response's, or a stream's final chunk with stream_options.include_usage) and its
- * prompt_tokens_details' "cached_tokens" (the prompt tokens the engine's prefix cache held:
- * OpenAI, vLLM), and the
- * number of Server-Sent Events that carry generated text ("content" or "text" not empty):
- * one token each, the count when no usage comes.
+ * (a JSON response's, or a stream's final chunk with stream_options.include_usage; the
+ * Responses API's "input_tokens" and "output_tokens" alike) and its "cached_tokens" (the
+ * prompt tokens the engine's prefix cache held: OpenAI, vLLM), and the number of
+ * Server-Sent Events that carry generated text, any of it: content, text, reasoning,
+ * refusals, tool-call arguments, the Responses API's deltas (usage.c lists the keys): one
+ * token each, the count when no usage comes.
  *
  * The scanner sees the body in pieces of any size and keeps a few bytes of state between
  * them; it does not parse JSON (a key anywhere counts, the last one seen wins). A chunked

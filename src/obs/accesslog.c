@@ -307,6 +307,8 @@ static void format_json(struct out *o, const struct alog_rec *r)
 	if (r->has_cost) /* a decimal of the prices' currency, exact: micro-units */
 		putf(o, ",\"cost\":%llu.%06llu", (unsigned long long)(r->cost_micros / 1000000),
 		     (unsigned long long)(r->cost_micros % 1000000));
+	if (r->cut)
+		JSON_STR(o, "cut", r->cut);
 	if (r->tokens) {
 		PUT_LIT(o, ",\"tokens\":");
 		put_u64(o, r->tokens);

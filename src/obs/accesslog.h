@@ -51,6 +51,8 @@ struct alog_rec {
 	char backend[72];
 	char path[ALOG_PATH_MAX + 1];
 	char ua[ALOG_UA_MAX + 1];
+	/* why a feature cut the response off (a literal: it outlives the exchange), or NULL */
+	const char *cut;
 };
 
 struct alog_ring {

@@ -144,6 +144,7 @@ static void access_log_more(struct exchange *x, struct alog_rec *r, uint64_t now
 	r->target_cut = (uint8_t)cut;
 	r->has_usage = (uint8_t)tally_usage_tokens(x, &r->prompt_tokens, &r->completion_tokens);
 	r->has_cost = (uint8_t)spend_cost_of(x, &r->cost_micros);
+	r->cut = x->cut_why;
 	r->upstream_us = x->log.backend && x->log.dispatch_ns
 			     ? exchange_us_between(x->log.dispatch_ns, now)
 			     : UINT32_MAX;

@@ -210,6 +210,9 @@ struct exchange {
 	unsigned resp_head : 1; /* the response head came: the response has started */
 	int status;
 	struct http_body resp;
+	/* a resp_body hook (xhooks.h) asks that the response end before the bytes it saw reach
+	 * the client (a tenant's budget spent: spend.h): why, for the log */
+	const char *cut_why;
 
 	unsigned relayed : 1; /* the response went out whole */
 	struct exchange_log log;

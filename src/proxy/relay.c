@@ -403,9 +403,9 @@ static enum run read_upstream(struct client *cl, int *progress)
 	enum run r = up_h1_read(x, progress, &cut);
 	if (r != RUN_STAY || !cut)
 		return r;
-	if (cl->writable && send_client(cl, &dummy) == RUN_GONE)
+	if (cl->writable && !x->cut_why && send_client(cl, &dummy) == RUN_GONE)
 		return RUN_GONE;
-	return exchange_abort(x, "backend closed mid-response");
+	return exchange_abort(x, x->cut_why ? x->cut_why : "backend closed mid-response");
 }
 
 /* Client -> proxy: one read of the request body. */
@@ -468,7 +468,8 @@ static enum run relay_pass(struct client *cl, int *progress)
 	}
 	/* a response in whole gives its slot back here (up_h1.h), before the client takes it */
 	if (x->resp_head && up_h1_scan(x) < 0)
-		return exchange_abort(x, "backend sent a malformed chunked body");
+		return exchange_abort(x, x->cut_why ? x->cut_why
+						    : "backend sent a malformed chunked body");
 	if (cl->writable && (client_out_pending(cl) || x->resp.ready) &&
 	    (r = send_client(cl, progress)) != RUN_STAY)
 		return r;

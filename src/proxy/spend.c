@@ -1,10 +1,12 @@
 /*
  * spend.c - routes.budget on the request path (see spend.h).
  *
- * Its hooks: the response has come whole from the backend, settle at once (the figures and
- * the log read the cost at the end); the end, settle what is still held. Every count goes to
- * the worker's own shard; the only word shared between workers is the tenant's spend word
- * (guard/budget.h), one compare-and-swap to reserve and one to settle.
+ * Its hooks: the response head, an event stream's body wanted; its bytes, counted by the
+ * tallies just before (tally.c runs first), charged as they go; the response has come whole
+ * from the backend, settle at once (the figures and the log read the cost at the end); the
+ * end, settle what is still held. Every count goes to the worker's own shard; the only word
+ * shared between workers is the tenant's spend word (guard/budget.h), one compare-and-swap
+ * to reserve, one per first reservation's worth a stream grows by, and one to settle.
  */
 #include "proxy/spend.h"
 #include "guard/budget.h"
@@ -12,6 +14,7 @@
 #include "proxy/tally.h"
 #include "runtime/proxy_metric.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -22,11 +25,13 @@ struct spend_x {
 	size_t model;			 /* its index in conf->prices */
 	uint64_t prompt_est;		 /* tokens: the body's bytes / 4 */
 	uint64_t max_tokens;		 /* what its answers may take together */
+	uint64_t step;			 /* its first reservation: what a stream takes more by */
 	uint64_t cost;			 /* micro-units, once settled */
 	unsigned priced : 1;		 /* metered: its model's price is known */
 	unsigned reserved : 1;		 /* a reservation is held */
 	unsigned settled : 1;		 /* cost is what it cost */
 	unsigned refused : 1;		 /* answered 429: the budget is spent */
+	unsigned cut : 1;		 /* its stream was ended: the budget covered no more */
 };
 
 static size_t ctx_off;
@@ -99,9 +104,19 @@ enum run spend_reserve(struct exchange *x)
 	uint64_t now_s = (uint64_t)time(NULL), spent = 0;
 	if (!cost)
 		cost = 1; /* a free model still takes its turn against a spent budget */
-	if (budget_reserve(budget_of(x),
-			   classify_tenant_of(x->route, x->head, x->peer.key, x->peer.identity),
-			   cost, now_s, &s->hold, &spent) < 0) {
+	int err = budget_reserve(
+	    budget_of(x), classify_tenant_of(x->route, x->head, x->peer.key, x->peer.identity),
+	    cost, now_s, &s->hold, &spent);
+	if (err == -ENOSPC) {
+		metrics_add(x->w->shard, PM_ROUTE_BUDGET_FULL,
+			    (size_t)(x->route - x->w->conf->routes), 1);
+		x->answer.retry_after_s = (unsigned)spend_window_left(now_s, b->window_s);
+		return exchange_reply(x, 503,
+				      "this route's budget table has no room for another tenant in "
+				      "this window (routes.budget): try again when it turns",
+				      1);
+	}
+	if (err < 0) {
 		char have[32], limit[32], need[32], detail[224];
 		amount_text(have, sizeof(have), spent);
 		amount_text(limit, sizeof(limit), b->per_tenant);
@@ -116,15 +131,20 @@ enum run spend_reserve(struct exchange *x)
 		return exchange_reply(x, 429, detail, 1);
 	}
 	s->reserved = 1;
+	s->step = cost;
 	tally_want_tokens(x); /* settled with the response's tokens, whatever it is */
 	return RUN_AGAIN;
 }
 
-/* What the response cost by the usage <u>; <answered>: a response below 400 began. */
-static uint64_t cost_of(const struct spend_x *s, const struct usage_scan *u, int answered)
+/* Does the usage <u> tell anything? */
+static int told(const struct usage_scan *u)
 {
-	if (!u->has_total && !u->has_prompt && !u->has_completion && !u->events)
-		return answered ? s->hold.reserved : 0;
+	return u->has_total || u->has_prompt || u->has_completion || u->events;
+}
+
+/* What the tokens the usage <u> counted so far cost. */
+static uint64_t counted_cost(const struct spend_x *s, const struct usage_scan *u)
+{
 	uint64_t prompt = u->has_prompt ? u->prompt : s->prompt_est;
 	uint64_t completion = u->has_completion ? u->completion
 			      : u->has_total && u->has_prompt && u->total >= u->prompt
@@ -133,12 +153,30 @@ static uint64_t cost_of(const struct spend_x *s, const struct usage_scan *u, int
 	return spend_cost(s->price, prompt, u->has_cached ? u->cached : 0, completion);
 }
 
+/* What <x>'s response cost by the usage <u>: what it counted; else, a response below 400 that
+ * began and told nothing, the reservation; else, a request that reached the backend whole and
+ * got no response head (it may have done the prefill before the client left or the backend
+ * failed), its prompt; an error status that told nothing costs nothing. */
+static uint64_t cost_of(const struct exchange *x, const struct spend_x *s,
+			const struct usage_scan *u, int answered)
+{
+	if (told(u))
+		return counted_cost(s, u);
+	if (answered)
+		return s->hold.reserved;
+	if (!x->resp_head && x->log.dispatch_ns && x->req.done && x->req.sent && !x->req.ready)
+		return spend_cost(s->price, s->prompt_est, 0, 0);
+	return 0;
+}
+
 static void settle(struct exchange *x, int answered)
 {
 	struct spend_x *s = sx(x);
 	if (!s->reserved || s->settled)
 		return;
-	s->cost = cost_of(s, tally_usage(x), answered);
+	s->cost = cost_of(x, s, tally_usage(x), answered);
+	if (s->cut && s->cost > s->hold.reserved)
+		s->cost = s->hold.reserved; /* what passed its hold never reached the client */
 	s->settled = 1;
 	budget_settle(&s->hold, s->cost);
 	struct worker *w = x->w;
@@ -164,6 +202,41 @@ int spend_cost_of(const struct exchange *x, uint64_t *micros)
 	return s->settled;
 }
 
+/* An event stream below 400 on a reservation: charged as it goes (spend_body). */
+static void spend_response_head(struct exchange *x, const struct http_head *h)
+{
+	struct spend_x *s = sx(x);
+	if (s->reserved && !s->settled && h->status < 400 && http_is_event_stream(h))
+		xhooks_want_body(x, &spend_hook);
+}
+
+/*
+ * The stream's bytes came (counted by tally.c first): once what they cost passes the hold,
+ * the hold takes more of the budget, a first reservation's worth at a time (one swap of the
+ * tenant's word per step, not per event); when the budget cannot cover what came, the stream
+ * is ended here, before these bytes reach the client, and charged what it held.
+ */
+static void spend_body(struct exchange *x, const char *p, size_t len)
+{
+	struct spend_x *s = sx(x);
+	(void)p;
+	(void)len;
+	const struct usage_scan *u = tally_usage(x);
+	if (!s->reserved || s->settled || s->cut || !told(u))
+		return;
+	uint64_t cost = counted_cost(s, u);
+	if (cost <= s->hold.reserved)
+		return;
+	uint64_t need = cost - s->hold.reserved;
+	(void)budget_extend(budget_of(x), &s->hold, need > s->step ? need : s->step,
+			    (uint64_t)time(NULL));
+	if (cost <= s->hold.reserved)
+		return;
+	s->cut = 1;
+	x->cut_why = "the tenant's budget is spent (routes.budget): the stream was ended";
+	metrics_add(x->w->shard, PM_ROUTE_BUDGET_CUT, (size_t)(x->route - x->w->conf->routes), 1);
+}
+
 static void spend_response_done(struct exchange *x)
 {
 	settle(x, x->status < 400);
@@ -179,6 +252,8 @@ const struct xhook spend_hook = {
     .name = "spend",
     .ctx_size = sizeof(struct spend_x),
     .ctx_off = &ctx_off,
+    .resp_head = spend_response_head,
+    .resp_body = spend_body,
     .resp_done = spend_response_done,
     .end = spend_end,
 };

@@ -9,13 +9,19 @@
  * tokens, after the token limits') is the prompt's estimate (body bytes / 4) at the input
  * price plus max_tokens times the answers asked for at the output price; a tenant whose
  * window cannot cover it gets 429 with the OpenAI error type insufficient_quota and
- * Retry-After until its window turns. When the response is whole (or the exchange ends)
- * the reservation is settled with the cost of what the usage scanner (tally.h) read: the
- * usage's prompt tokens (those it reports as cached at the cached price) and completion
- * tokens, else the prompt estimate and one completion token per streamed event with text,
- * else -- a response that began and told nothing -- the reservation; a request that got no
- * response or an error status without usage costs nothing. What it cost is added to the
- * tenant's, the route's and the model's spend counters and shown to the access log.
+ * Retry-After until its window turns; a tenant the budget table has no slot for (guard/budget.h)
+ * gets 503. An event stream is charged as it goes: when what its events cost passes the hold,
+ * the hold grows by a first reservation's worth, within the budget; when the budget cannot
+ * cover what came, the stream is cut off (x->cut_why) before those bytes reach the client and
+ * charged what it held, so streams never take the spend past the budget. When the response
+ * is whole (or the exchange ends) the reservation is settled with the cost of what the usage
+ * scanner (tally.h) read: the usage's prompt tokens (those it reports as cached at the cached
+ * price) and completion tokens, else the prompt estimate and one completion token per
+ * streamed event with generated text, else -- a response that began and told nothing -- the
+ * reservation; a request that reached the backend whole and got no response (the client
+ * left, the backend failed) costs its prompt estimate; one that reached none, or got an
+ * error status without usage, costs nothing. What it cost is added to the tenant's, the
+ * route's and the model's spend counters and shown to the access log.
  *
  * Its context per exchange (spend_hook, xhooks.h): the price, the reservation and the cost.
  */

@@ -32,6 +32,8 @@ int up_h1_scan(struct exchange *x)
 		if (x->resp.ready > before)
 			xhooks_resp_body(x, buf_head(in) + before, x->resp.ready - before);
 	}
+	if (x->cut_why)
+		return -1; /* a feature ends it here, before the client sees these (exchange.h) */
 	if (!x->resp.done)
 		return 0;
 	a->resp_whole = 1;

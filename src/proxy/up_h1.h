@@ -48,7 +48,8 @@ enum run up_h1_head(struct exchange *x);
 
 /* Extend x->resp.ready over the body bytes now in up->in, through the body hooks; once the
  * response is whole (at its head for a body that has none), once: the resp_done hooks, the
- * slot given back, reading stopped. -1: the body is malformed. */
+ * slot given back, reading stopped. -1: the body is malformed, or a body hook asked to cut
+ * the response off (x->cut_why). */
 int up_h1_scan(struct exchange *x);
 
 #endif

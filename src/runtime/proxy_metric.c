@@ -913,6 +913,14 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 			"what the route's requests cost at the configured prices (routes with a "
 			"budget), in millionths of the prices' currency",
 			"micros", ROUTE},
+    [PM_ROUTE_BUDGET_FULL] = {"accelnet_route_budget_full_total", METRIC_COUNTER,
+			      "requests refused 503 because the route's budget table had no slot "
+			      "left for their tenant in this window",
+			      NULL, ROUTE},
+    [PM_ROUTE_BUDGET_CUT] = {"accelnet_route_budget_cut_total", METRIC_COUNTER,
+			     "responses ended early because they outgrew their reservation and "
+			     "their tenant's budget could not cover more",
+			     NULL, ROUTE},
     [PM_TENANT_NAME] = {TENANT, JSON_ONLY("name", MJ_STRING), .read_str = read_tenant_name},
     [PM_TENANT_REQUESTS] = {"accelnet_tenant_requests_total", METRIC_COUNTER,
 			    "requests of an authenticated tenant by the status class it got "

@@ -132,6 +132,9 @@ enum proxy_metric {
 	PM_ROUTE_TOKENS, /* series: route index * PM_KINDS + enum token_kind */
 	PM_ROUTE_CACHE,	 /* series: route index * CACHE_RESULTS + what Cache-Status said - 1 */
 	PM_ROUTE_SPEND,	 /* micro-units at prices: (proxy/spend.c) */
+	/* requests refused for want of a budget slot, streams the budget ended (proxy/spend.c) */
+	PM_ROUTE_BUDGET_FULL,
+	PM_ROUTE_BUDGET_CUT,
 	/* per tenant: series from rt->tenants (obs/names.h), the last one "other" */
 	PM_TENANT_NAME,
 	PM_TENANT_REQUESTS, /* series: tenant * PM_CLASSES + class */

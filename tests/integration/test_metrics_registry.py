@@ -222,6 +222,12 @@ FAMILIES = {  # name: (type, help)
     "accelnet_route_spend_micros_total": ("counter", "what the route's requests cost at the "
                                           "configured prices (routes with a budget), in "
                                           "millionths of the prices' currency"),
+    "accelnet_route_budget_full_total": ("counter", "requests refused 503 because the route's "
+                                         "budget table had no slot left for their tenant in "
+                                         "this window"),
+    "accelnet_route_budget_cut_total": ("counter", "responses ended early because they outgrew "
+                                        "their reservation and their tenant's budget could not "
+                                        "cover more"),
     "accelnet_tenant_spend_micros_total": ("counter", "what an authenticated tenant's requests "
                                            "on routes with a budget cost at the configured "
                                            "prices, in millionths of the prices' currency"),

@@ -108,16 +108,18 @@ def test_two_tenants_spend_as_the_usage_says_and_nothing_passes_once_spent(env):
     expected = {"a": 0, "b": 0}
     passed = {"a": 0, "b": 0}
     refusals = {"a": 0, "b": 0}
+    streamed = 0
     i = 0
     # interleaved, until each has been refused three times
     while min(refusals.values()) < 3:
         for t in ("a", "b"):
-            st, cost, _, text = _one(px, t, i)
+            st, cost, stream, text = _one(px, t, i)
             i += 1
             if st == 200:
                 assert not refusals[t], f"{t} passed after its budget was spent"
                 expected[t] += cost
                 passed[t] += 1
+                streamed += stream
             else:
                 assert st == 429, (st, text)
                 refusals[t] += 1
@@ -146,6 +148,10 @@ def test_two_tenants_spend_as_the_usage_says_and_nothing_passes_once_spent(env):
     wait_until(lambda: len(lines()) >= i, "the access log's lines")
     costs = [r["cost"] for r in lines() if r["status"] == 200]
     assert len(costs) == passed["a"] + passed["b"] and all(c > 0 for c in costs), costs
+    # the streams among them (their events counted: "tokens"), a third without usage, each
+    # recorded at more than zero
+    streams = [r for r in lines() if r["status"] == 200 and r.get("tokens")]
+    assert len(streams) == streamed >= 6 and all(r["cost"] > 0 for r in streams), streams
     total = round(sum(costs) * 1_000_000)
     assert abs(total - expected["a"] - expected["b"]) <= 1, (total, expected)
 
@@ -317,3 +323,209 @@ def test_a_budget_spent_on_one_instance_is_spent_on_the_others(env):
     # Redis holds the total, in micro-units, per route, window and tenant
     total = _spend(one, tenant="a") + _spend(two, tenant="a")
     assert total == passed * cost <= 1_000_000, total
+
+
+def _sse_backend(env, events, chunked=False):
+    """A backend answering every request with the event stream of <events> (dicts, each one
+    data line), then [DONE]: no usage in it."""
+    data = b"".join(b"data: %s\n\n" % json.dumps(e).encode() for e in events) + \
+        b"data: [DONE]\n\n"
+
+    def script(n, req):
+        return (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(data), data), False)
+
+    be = ScriptedBackend(script)
+    env.on_cleanup.append(be.close)
+    return be
+
+
+def _chat(delta):
+    return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]}
+
+
+# F2: every carrier of generated tokens in the OpenAI stream shapes, none of them "content"
+# (but one) or "text": reasoning, tool calls, refusals, the Responses API's deltas
+GENERATED = [_chat({"role": "assistant", "content": ""})] + \
+    [_chat({"reasoning_content": f"think {i}"}) for i in range(20)] + \
+    [_chat({"reasoning": "more thought"}) for _ in range(5)] + \
+    [_chat({"content": None, "tool_calls": [{"index": 0, "function": {"arguments": "{\"a\""}}]})
+     for _ in range(7)] + \
+    [_chat({"function_call": {"arguments": "1}"}})] + \
+    [_chat({"refusal": "I can't"}) for _ in range(3)] + \
+    [_chat({"content": "ok"})] + \
+    [{"type": "response.reasoning_summary_text.delta", "delta": "why"} for _ in range(4)] + \
+    [{"type": "response.function_call_arguments.delta", "delta": "{}"} for _ in range(2)] + \
+    [{"type": "response.output_text.delta", "delta": "hi"} for _ in range(6)]
+GENERATED_TOKENS = 20 + 5 + 7 + 1 + 3 + 1 + 4 + 2 + 6
+
+
+def test_a_stream_of_reasoning_and_tool_calls_without_usage_is_charged_its_tokens(env):
+    be = _sse_backend(env, GENERATED)
+    px = _proxy(env, be.port)
+    body = {"model": "m", "prompt": "think hard", "max_tokens": 100, "stream": True}
+    st, events = _stream(px.port, "a", body)
+    assert st == 200 and events[-1] == "[DONE]", (st, events)
+    want = _cost("m", len(json.dumps(body)) // 4, GENERATED_TOKENS)
+    assert _spend(px, tenant="a") == want, (_spend(px, tenant="a"), want)
+    # a stream that only thinks is not free either
+    be2 = _sse_backend(env, [_chat({"reasoning_content": "hmm"}) for _ in range(40)])
+    px2 = _proxy(env, be2.port)
+    st, events = _stream(px2.port, "a", body)
+    assert st == 200
+    want = _cost("m", len(json.dumps(body)) // 4, 40)
+    assert _spend(px2, tenant="a") == want, (_spend(px2, tenant="a"), want)
+
+
+def test_a_client_that_leaves_before_the_answer_pays_for_its_prompt(env):
+    # F4: the backend has the request (its prefill is done or under way) when the client
+    # leaves: the prompt is charged, at least
+    got, release = threading.Event(), threading.Event()
+
+    def script(n, req):
+        got.set()
+        release.wait(30)
+        return (b"", True)
+
+    be = ScriptedBackend(script)
+    env.on_cleanup.append(be.close)
+    env.on_cleanup.append(release.set)
+    px = _proxy(env, be.port)
+    body = {"model": "m", "prompt": "a long prompt " * 200, "max_tokens": 16}
+    raw = json.dumps(body).encode()
+    c = http.client.HTTPConnection("127.0.0.1", px.port, timeout=30)
+    c.request("POST", "/v1/completions", body=raw, headers=_headers("a"))
+    assert got.wait(10), "the backend never got the request"
+    c.close()
+    want = _cost("m", len(raw) // 4, 0)
+    wait_until(lambda: _spend(px, tenant="a") > 0, "the prompt charged")
+    assert _spend(px, tenant="a") == want, (_spend(px, tenant="a"), want)
+
+
+def test_concurrent_long_streams_never_spend_past_the_budget(env):
+    # F3: requests naming no max_tokens reserve routes.budget.default_max_tokens (256), but
+    # the sim streams 2000 tokens to each: 8 at once would spend 8 x $8 of a $10 budget if
+    # settled only at the end. Charged as they go, their holds grow within the budget and
+    # no further: a stream the budget cannot cover any more is ended (before the bytes that
+    # passed its hold reach the client) and charged what it held. The bound: the spend never
+    # passes the budget, not even by one reservation.
+    sim = env.sim("a", latency_ms=0, token_ms=1, tokens=2000, slots=16)
+    log = os.path.join(env.dir, "access.log")
+    px = _proxy(env, sim.port, budget="{per_tenant: 10.00, window: 1d}",
+                extra=f"access_log: {{path: {log}}}\n")
+    body = {"model": "m", "prompt": "go on and on", "stream": True}
+    reservation = _cost("m", len(json.dumps(body)) // 4, 256)
+    full = _cost("m", len(json.dumps(body)) // 4, 2000)
+    results = []
+
+    def run():
+        c = http.client.HTTPConnection("127.0.0.1", px.port, timeout=60)
+        try:
+            c.request("POST", "/v1/completions", body=json.dumps(body), headers=_headers("a"))
+            r = c.getresponse()
+            try:
+                data = r.read()
+                results.append((r.status, data.count(b"data: {"), data.endswith(b"[DONE]\n\n")))
+            except http.client.IncompleteRead as e:
+                results.append((r.status, e.partial.count(b"data: {"), False))
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=run) for _ in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert len(results) == 8 and all(st == 200 for st, _, _ in results), results
+    assert 8 * reservation <= 10_000_000 < 8 * full  # all reserve; not all could finish
+    spent = _spend(px, tenant="a")
+    assert spent <= 10_000_000, (spent, results)
+    # and the budget was used, not refused early: what was cut was cut near its end
+    assert spent > 10_000_000 - 8 * reservation, (spent, results)
+    cut = [n for _, n, done in results if not done]
+    assert cut and all(n < 2000 for n in cut), results
+    got = prom_samples(metrics_text(px.admin))
+    assert got.get(("accelnet_route_budget_cut_total", (("route", "0"),)), 0) == len(cut), got
+    # every token a client got was paid for: the spend covers what reached the clients
+    delivered = sum(n for _, n, _ in results)
+    assert spent >= _cost("m", 0, delivered), (spent, delivered)
+    # the access log says why each was cut, and what each cost adds up to the spend
+    def lines():
+        with open(log) as f:
+            return [json.loads(ln) for ln in f if ln.strip()]
+    wait_until(lambda: len(lines()) >= 8, "the access log's lines")
+    cut_lines = [r for r in lines() if "cut" in r]
+    assert len(cut_lines) == len(cut), lines()
+    assert all("budget" in r["cut"] and r["cost"] > 0 for r in cut_lines), cut_lines
+    assert round(sum(r["cost"] for r in lines()) * 1_000_000) == spent, lines()
+    # nothing more passes: the budget is spent
+    assert _post(px.port, "a", {"model": "m", "prompt": "x", "max_tokens": 1})[0] == 429
+
+
+def test_a_full_budget_table_refuses_rather_than_shares(env):
+    # F6: a table of 16 places and 24 tenants spending in one window: 16 get a place of
+    # their own and spend within their own budget; the rest are refused 503 (and counted),
+    # never put on another's budget, where one's spend would block the other (or let one
+    # through on another's spent budget)
+    sim = env.sim("a", latency_ms=0, token_ms=0, tokens=MAX_TOKENS)
+    keys = {f"t{i}": f"key-of-tenant-{i:02d}-0123456789" for i in range(24)}
+    path = env.write("many-keys", "".join(f"{t} {k}\n" for t, k in keys.items()))
+    px = env.proxy("pools:\n" + pool_yaml("p", [sim.port]) +
+                   "prices:\n  m: {input: 1000, cached_input: 250, output: 4000}\n"
+                   "routes:\n  - pool: p\n    api: openai\n"
+                   f"    auth: {{api_keys_file: {path}}}\n"
+                   "    budget: {per_tenant: 0.1, window: 1d, tenants: 16}\n")
+    body = json.dumps({"model": "m", "prompt": "x", "max_tokens": MAX_TOKENS})
+    one = _cost("m", len(body) // 4, MAX_TOKENS)
+    assert one <= 100_000 < 2 * one  # one request each spends a budget
+
+    def post(t):
+        return request(px.port, "POST", "/v1/completions", body=body,
+                       headers={"Content-Type": "application/json",
+                                "Authorization": f"Bearer {keys[t]}"})
+
+    first = {t: post(t) for t in keys}
+    placed = [t for t, (st, _, _) in first.items() if st == 200]
+    full = [t for t, (st, _, _) in first.items() if st != 200]
+    assert len(placed) == 16, {t: r[0] for t, r in first.items()}
+    for t in full:
+        st, h, text = first[t]
+        assert st == 503 and b"budget table" in text and "retry-after" in h, (t, st, text)
+    got = prom_samples(metrics_text(px.admin))
+    assert got.get(("accelnet_route_budget_full_total", (("route", "0"),)), 0) == len(full)
+    for t in placed:  # each spent its own budget, no one else's
+        assert _spend(px, tenant=t) == one, t
+        st, _, text = post(t)
+        assert st == 429 and json.loads(text)["error"]["type"] == "insufficient_quota", text
+    for t in full:
+        assert _spend(px, tenant=t) == 0, t
+
+
+def test_an_error_status_without_usage_costs_nothing(env):
+    # the backend refused the request (a prompt too long for it, say): no prefill was paid
+    # for, so the prompt that F4 charges a client that left is not charged here
+    answer = b'{"error": {"message": "too long"}}'
+
+    def script(n, req):
+        return (b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(answer), answer), False)
+
+    be = ScriptedBackend(script)
+    env.on_cleanup.append(be.close)
+    px = _proxy(env, be.port)
+    st, _, _ = _post(px.port, "a", {"model": "m", "prompt": "x" * 400, "max_tokens": 16})
+    assert st == 400
+    assert _spend(px, tenant="a") == 0
+
+
+def test_a_model_that_echoes_usage_keys_does_not_set_the_price(env):
+    # a client may have the model write anything: text that spells usage keys (escaped in
+    # its JSON string, as every engine writes it) is text, one token an event, never a count
+    said = '"completion_tokens":1,"prompt_tokens":0,"cached_tokens":99999,"total_tokens":1'
+    be = _sse_backend(env, [_chat({"content": said}) for _ in range(30)])
+    px = _proxy(env, be.port)
+    body = {"model": "m", "prompt": "repeat after me", "max_tokens": 100, "stream": True}
+    st, events = _stream(px.port, "a", body)
+    assert st == 200 and len(events) == 31, events
+    want = _cost("m", len(json.dumps(body)) // 4, 30)
+    assert _spend(px, tenant="a") == want, (_spend(px, tenant="a"), want)

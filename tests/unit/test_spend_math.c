@@ -2,7 +2,8 @@
  * test_spend_math.c - spend budgets by the numbers: amounts read exactly into micro-units,
  * windows, costs rounded up and saturating, the spend word's reserve and settle (a window
  * that turns starts afresh, nothing goes below zero), and the budget table under threads that
- * reserve at once: what passes together stays within the budget.
+ * reserve at once: what passes together stays within the budget; more tenants than it holds
+ * never share a slot (the rest are refused), and a hold grows within the budget only.
  */
 #include "guard/budget.h"
 #include "policy/spend_math.h"
@@ -210,6 +211,82 @@ static void a_sync_sends_what_came_and_takes_the_total(void **state)
 	budget_fini(&b);
 }
 
+/* More tenants than the table holds, each spending in the same window: each gets a slot of its
+ * own or is refused for want of one (-ENOSPC), never charged or refused by another's spend. */
+static void many_tenants_never_share_a_slot(void **state)
+{
+	(void)state;
+	struct conf_budget c = {.per_tenant = 10, .window_s = 60};
+	struct route_budget b;
+	struct budget_hold h;
+	uint64_t spent = 0;
+	enum { TENANTS = BUDGET_SLOTS + BUDGET_SLOTS / 4 };
+	static unsigned char passed[TENANTS + 1];
+	size_t npassed = 0, nfull = 0;
+	assert_int_equal(budget_init(&b, &c), 0);
+	for (uint64_t t = 1; t <= TENANTS; t++) {
+		int err = budget_reserve(&b, t * 0x9e3779b97f4a7c15u, 10, 600, &h, &spent);
+		if (err == -ENOSPC) {
+			nfull++;
+			continue;
+		}
+		assert_int_equal(err, 0); /* never -EAGAIN: this tenant spent nothing yet */
+		budget_settle(&h, 10);
+		passed[t] = 1;
+		npassed++;
+	}
+	assert_true(nfull > 0);
+	assert_true(npassed > BUDGET_SLOTS * 9 / 10); /* the table fills before it refuses */
+	/* each that passed finds its own spend, and only its own */
+	for (uint64_t t = 1; t <= TENANTS; t++) {
+		if (!passed[t])
+			continue;
+		assert_int_equal(budget_reserve(&b, t * 0x9e3779b97f4a7c15u, 1, 601, &h, &spent),
+				 -EAGAIN);
+		assert_int_equal(spent, 10);
+	}
+	/* the window turns: every slot is free again, and the refused (fewer than the slots)
+	 * take theirs from tenants that have not spent in it */
+	size_t again = 0;
+	for (uint64_t t = 1; t <= TENANTS; t++)
+		if (!passed[t]) {
+			int err = budget_reserve(&b, t * 0x9e3779b97f4a7c15u, 10, 660, &h, &spent);
+			assert_true(err == 0 || err == -ENOSPC);
+			if (!err) {
+				budget_settle(&h, 10);
+				again++;
+			}
+		}
+	assert_true(again > nfull * 9 / 10);
+	budget_fini(&b);
+}
+
+/* A hold grows within the budget and no further; settling swaps all of it for the cost. */
+static void a_hold_grows_within_the_budget(void **state)
+{
+	(void)state;
+	struct conf_budget c = {.per_tenant = 100, .window_s = 60};
+	struct route_budget b;
+	struct budget_hold h, other;
+	uint64_t spent = 0;
+	assert_int_equal(budget_init(&b, &c), 0);
+	assert_int_equal(budget_reserve(&b, 5, 30, 600, &h, &spent), 0);
+	assert_int_equal(budget_reserve(&b, 5, 30, 600, &other, &spent), 0);
+	assert_int_equal(budget_extend(&b, &h, 30, 601), 30);
+	assert_int_equal(h.reserved, 60);
+	assert_int_equal(budget_extend(&b, &h, 30, 602), 10); /* what is left */
+	assert_int_equal(budget_extend(&b, &h, 30, 603), 0);
+	assert_int_equal(budget_reserve(&b, 5, 1, 603, &other, &spent), -EAGAIN);
+	assert_int_equal(spent, 100);
+	budget_settle(&h, 50); /* 70 held, 50 spent: 20 back */
+	assert_int_equal(budget_reserve(&b, 5, 21, 604, &other, &spent), -EAGAIN);
+	assert_int_equal(spent, 80);
+	/* the window turned: nothing more for a hold of the last one */
+	assert_int_equal(budget_reserve(&b, 5, 10, 660, &h, &spent), 0);
+	assert_int_equal(budget_extend(&b, &h, 10, 720), 0);
+	budget_fini(&b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -219,6 +296,8 @@ int main(void)
 	    cmocka_unit_test(the_word_reserves_settles_and_turns),
 	    cmocka_unit_test(racing_workers_never_pass_the_budget),
 	    cmocka_unit_test(a_sync_sends_what_came_and_takes_the_total),
+	    cmocka_unit_test(many_tenants_never_share_a_slot),
+	    cmocka_unit_test(a_hold_grows_within_the_budget),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
