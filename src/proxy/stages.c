@@ -264,7 +264,9 @@ static enum run stage_classify(struct exchange *x)
 	 * the body, after the guard, unless routing read it already) */
 	if (pd_wants_body(x) && h->framing == HTTP_BODY_LENGTH && h->content_length)
 		x->reqbody.want_view = 1; /* disaggregation rewrites the body (pd.h) */
-	x->reqbody.want_model = pc->has_models && !x->reqbody.model_read &&
+	x->reqbody.want_model = (pc->has_models || atomic_load_explicit(&x->pool->lora_seen,
+									 memory_order_relaxed)) &&
+				!x->reqbody.model_read &&
 				h->framing == HTTP_BODY_LENGTH && h->content_length > 0;
 	sticky_classify(x, h);
 	return RUN_AGAIN;

@@ -22,6 +22,7 @@
 #include "obs/metrics.h"
 #include "obs/names.h"
 #include "policy/models.h"
+#include "policy/lora.h"
 #include "runtime/queue.h"
 
 struct cache_store;
@@ -114,6 +115,12 @@ struct backend {
 	/* backends.kv_events: the prefix index its engine's KV events keep (control/kvsub.c):
 	 * its llm's (then llm->exact), or one of its own; NULL without kv_events */
 	struct prefix_index *kv_prefix;
+	/* what its engine last said of its LoRA adapters (control/scrape.c, policy/lora.h):
+	 * lora[lora_at] is current; the main thread writes the other, then flips them (a pick
+	 * that reads one while it is rewritten sees parts of two reports: a preference, never
+	 * a bound) */
+	struct lora_snap lora[2];
+	atomic_int lora_at;
 };
 
 struct pool_rt {
@@ -129,6 +136,7 @@ struct pool_rt {
 	struct llm_fit *llm;		  /* balance: llm: its backends' TTFT fit (runtime/llm.h) */
 	struct model_set models;	  /* which backends serve which model (models.h) */
 	struct stick_table *stick;	  /* pools[].session: where each went (policy/stick.h) */
+	atomic_uint lora_seen; /* some backend's engine said it serves LoRA adapters */
 	struct conf_backend spare_conf;	  /* what the spare slots' conf points to: defaults */
 };
 
@@ -172,6 +180,12 @@ struct runtime {
 static inline int backend_present(const struct backend *b)
 {
 	return atomic_load_explicit(&b->present, memory_order_relaxed);
+}
+
+/* What <b>'s engine last said of its LoRA adapters. */
+static inline const struct lora_snap *backend_lora(const struct backend *b)
+{
+	return &b->lora[atomic_load_explicit(&b->lora_at, memory_order_acquire) & 1];
 }
 
 /* Its concurrency cap now: max_concurrency, or what the admin API set; 0: none. */
