@@ -64,11 +64,12 @@ static int parse_lora(const char *text, struct sim_opts *o)
 		for (size_t i = 0; ok && i < k; i++)
 			ok = p[i] > ' ' && p[i] < 0x7f && p[i] != '"' && p[i] != '\\';
 		if (!ok) {
-			fprintf(stderr,
-				"accelnet sim: --lora takes up to %d adapter names separated by "
-				"commas, each of 1 to %d printable characters without '\"', '\\' or "
-				"spaces, not '%s'\n",
-				SIM_LORA_MAX, SIM_LORA_NAME - 1, text);
+			fprintf(
+			    stderr,
+			    "accelnet sim: --lora takes up to %d adapter names separated by "
+			    "commas, each of 1 to %d printable characters without '\"', '\\' or "
+			    "spaces, not '%s'\n",
+			    SIM_LORA_MAX, SIM_LORA_NAME - 1, text);
 			return -1;
 		}
 		p += k;
@@ -257,8 +258,9 @@ int cmd_sim(int argc, char **argv)
 	if (nlora && !o.max_loras)
 		o.max_loras = (unsigned)nlora; /* as many slots as adapters loaded */
 	if ((unsigned)nlora > o.max_loras) {
-		fprintf(stderr, "accelnet sim: --lora names %d adapters, more than --max-loras %u\n",
-			nlora, o.max_loras);
+		fprintf(stderr,
+			"accelnet sim: --lora names %d adapters, more than --max-loras %u\n", nlora,
+			o.max_loras);
 		return 2;
 	}
 	if (!listen) {

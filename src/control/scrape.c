@@ -53,8 +53,8 @@ static const struct {
     {"tgi_batch_current_size", F_RUNNING},
 };
 #define NGAUGES (sizeof(gauges) / sizeof(gauges[0]))
-#define W_RUNNING 1	  /* want[] of vllm:num_requests_running: its model_name is read */
-#define W_LORA NGAUGES /* want[] of vllm:lora_requests_info, after the gauges */
+#define W_RUNNING 1	/* want[] of vllm:num_requests_running: its model_name is read */
+#define W_LORA NGAUGES	/* want[] of vllm:lora_requests_info, after the gauges */
 #define LORA_NAMES 4096 /* bytes of one label's adapter names read */
 
 /* vLLM's adapters: the labels of its latest sample (the value is when it was set) */

@@ -1,6 +1,7 @@
 /*
  * jsonview.h - one strict reading of a JSON request body: the top-level fields the proxy acts
- * on (model, max_tokens, n, stream, the prompt, cache_salt), found in one pass that validates the whole body.
+ * on (model, max_tokens, n, stream, the prompt, cache_salt), found in one pass that validates the
+ * whole body.
  *
  * The proxy and the backend must read a body the same way, or a route, a token reservation or
  * a cache entry is chosen for a request the backend serves differently. Backends read JSON

@@ -1,8 +1,9 @@
 /*
  * promtext.c - the reader behind promtext.h: a line at a time, each line a comment, a blank
  * or a sample; a sample is cut into name, labels (skipped with their quoting, and read as
- * pairs for a family that asks for some), value and what may follow it. Values go through strtod only after their characters were checked, so no
- * hexadecimal float or "nan(...)" that Prometheus would refuse gets in.
+ * pairs for a family that asks for some), value and what may follow it. Values go through strtod
+ * only after their characters were checked, so no hexadecimal float or "nan(...)" that Prometheus
+ * would refuse gets in.
  */
 #include "obs/promtext.h"
 
@@ -141,7 +142,8 @@ static int read_labels(const char *p, size_t s, size_t e, const struct promtext_
 		if (i >= e)
 			return -1;
 		for (unsigned k = 0; k < nl; k++)
-			if (strlen(w->labels[k]) == ne - ns && !memcmp(w->labels[k], p + ns, ne - ns))
+			if (strlen(w->labels[k]) == ne - ns &&
+			    !memcmp(w->labels[k], p + ns, ne - ns))
 				out[k] = (struct promtext_span){p + vs, i - vs};
 		i = skip_space(p, e, i + 1);
 		if (i < e && p[i] == ',')

@@ -8,8 +8,8 @@
  * the OpenMetrics lines it shares): '#' lines and blank lines are skipped; a sample is a
  * metric name, optional labels in braces, a value, and an optional timestamp or exemplar.
  * Labels are skipped exactly: a '}' or '"' inside a quoted label value (escaped as \" or not)
- * does not end them; they are read only for a family that asks for some (below). A value is a float as Go's
- * strconv.ParseFloat writes it: digits with an exponent, NaN, +Inf, -Inf. A sample whose
+ * does not end them; they are read only for a family that asks for some (below). A value is a float
+ * as Go's strconv.ParseFloat writes it: digits with an exponent, NaN, +Inf, -Inf. A sample whose
  * value is not a finite number (NaN, Inf) is left out of the sum, as if absent.
  *
  * A line that is none of these makes the whole text malformed: the answer was not metrics

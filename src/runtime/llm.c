@@ -157,9 +157,9 @@ void llm_observe_decode(struct llm_backend *l, uint64_t decode_us)
 void llm_scope_blocks(uint64_t *blocks, uint32_t n, const struct json_view *v, const char *body)
 {
 	const struct json_span *m = &v->model, *salt = &v->cache_salt;
-	uint64_t scope = http_prompt_scope(m->e ? body + m->s : NULL, m->e ? m->e - m->s : 0,
-					   salt->e ? body + salt->s : NULL,
-					   salt->e ? salt->e - salt->s : 0);
+	uint64_t scope =
+	    http_prompt_scope(m->e ? body + m->s : NULL, m->e ? m->e - m->s : 0,
+			      salt->e ? body + salt->s : NULL, salt->e ? salt->e - salt->s : 0);
 	http_prompt_scope_blocks(blocks, n, scope);
 }
 

@@ -136,7 +136,7 @@ struct pool_rt {
 	struct llm_fit *llm;		  /* balance: llm: its backends' TTFT fit (runtime/llm.h) */
 	struct model_set models;	  /* which backends serve which model (models.h) */
 	struct stick_table *stick;	  /* pools[].session: where each went (policy/stick.h) */
-	atomic_uint lora_seen; /* some backend's engine said it serves LoRA adapters */
+	atomic_uint lora_seen;		  /* some backend's engine said it serves LoRA adapters */
 	struct conf_backend spare_conf;	  /* what the spare slots' conf points to: defaults */
 };
 

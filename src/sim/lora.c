@@ -158,14 +158,16 @@ size_t sim_lora_metrics(struct sim_loras *l, double now_s, char *out, size_t cap
 		l->hist[l->nhist++] = cur;
 	} else
 		last->at = cur.at;
-	size_t o = (size_t)snprintf(out, cap,
-				    "# HELP vllm:lora_requests_info Running stats on lora requests.\n"
-				    "# TYPE vllm:lora_requests_info gauge\n");
+	size_t o =
+	    (size_t)snprintf(out, cap,
+			     "# HELP vllm:lora_requests_info Running stats on lora requests.\n"
+			     "# TYPE vllm:lora_requests_info gauge\n");
 	for (unsigned i = 0; i < l->nhist && o < cap; i++)
-		o += (size_t)snprintf(out + o, cap - o,
-				      "vllm:lora_requests_info{max_lora=\"%u\",running_lora_adapters="
-				      "\"%s\",waiting_lora_adapters=\"%s\"} %.3f\n",
-				      l->max, l->hist[i].running, l->hist[i].waiting, l->hist[i].at);
+		o += (size_t)snprintf(
+		    out + o, cap - o,
+		    "vllm:lora_requests_info{max_lora=\"%u\",running_lora_adapters="
+		    "\"%s\",waiting_lora_adapters=\"%s\"} %.3f\n",
+		    l->max, l->hist[i].running, l->hist[i].waiting, l->hist[i].at);
 	return o < cap ? o : (cap ? cap - 1 : 0);
 }
 

@@ -23,10 +23,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SIM_LORA_MAX 32	    /* adapters known at once (loaded, or with requests) */
-#define SIM_LORA_NAME 128    /* bytes of a name, with the NUL (SIM_MODEL_NAME) */
-#define SIM_LORA_HISTORY 8   /* label sets of vllm:lora_requests_info kept */
-#define SIM_LORA_LIST 2048   /* bytes of one label's names */
+#define SIM_LORA_MAX 32	   /* adapters known at once (loaded, or with requests) */
+#define SIM_LORA_NAME 128  /* bytes of a name, with the NUL (SIM_MODEL_NAME) */
+#define SIM_LORA_HISTORY 8 /* label sets of vllm:lora_requests_info kept */
+#define SIM_LORA_LIST 2048 /* bytes of one label's names */
 
 struct sim_lora {
 	char name[SIM_LORA_NAME];

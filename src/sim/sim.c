@@ -69,7 +69,7 @@ struct sim_job {
 	uint64_t pd_room, pd_wait_until; /* decode (sglang): the room it waits for, until when */
 	char pd_host[SIM_PD_HOST];
 	unsigned pd_port;
-	int lora; /* its adapter's index in sim.loras + 1; 0: the base model */
+	int lora;	  /* its adapter's index in sim.loras + 1; 0: the base model */
 	unsigned lora_ms; /* the adapter's load, when it had to be loaded */
 };
 
@@ -836,9 +836,10 @@ static void take_completion(struct sim *s, struct hsrv_conn *c, int chat, const 
 	if (!lora)
 		s->base_requests++;
 	/* the prefix caches key a prompt by its model and cache_salt (http_prompt_scope) */
-	uint64_t scope = http_prompt_scope(
-	    view.model.e ? body + view.model.s : NULL, view.model.e - view.model.s,
-	    view.cache_salt.e ? body + view.cache_salt.s : NULL, view.cache_salt.e - view.cache_salt.s);
+	uint64_t scope = http_prompt_scope(view.model.e ? body + view.model.s : NULL,
+					   view.model.e - view.model.s,
+					   view.cache_salt.e ? body + view.cache_salt.s : NULL,
+					   view.cache_salt.e - view.cache_salt.s);
 	long nblocks = 0;
 	size_t text = 0;
 	if (s->blocks) {
