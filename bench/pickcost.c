@@ -133,9 +133,9 @@ int main(int argc, char **argv)
 	struct lora_snap snaps[LB_MAX_BACKENDS];
 	const struct lora_snap *snap[LB_MAX_BACKENDS];
 	for (unsigned i = 0; i < nb; i++) {
-		struct lora_snap none = {0};
 		uint64_t act[2] = {i % 2 ? model : 1000 + i, 2000 + i};
-		lora_fold(&none, act, 2, 4, models_hash("base", 4), &snaps[i]);
+		memset(&snaps[i], 0, sizeof(snaps[i]));
+		lora_fold(&snaps[i], act, 2, 4, models_hash("base", 4));
 		snap[i] = &snaps[i];
 	}
 	struct lb_candidate cand[LB_MAX_BACKENDS];

@@ -105,10 +105,7 @@ static void report_lora(struct scraper *sc, const struct promtext_want *lora,
 	}
 	char name[CONF_MODEL_MAX + 1];
 	size_t blen = base->p ? promtext_unescape(base, name, sizeof(name)) : 0;
-	int at = atomic_load_explicit(&b->lora_at, memory_order_relaxed) & 1;
-	lora_fold(&b->lora[at], act, nact, max, blen ? models_hash(name, blen) : 0,
-		  &b->lora[at ^ 1]);
-	atomic_store_explicit(&b->lora_at, at ^ 1, memory_order_release);
+	lora_fold(&b->lora, act, nact, max, blen ? models_hash(name, blen) : 0);
 	if (max && !atomic_load_explicit(&sc->pool->lora_seen, memory_order_relaxed))
 		atomic_store_explicit(&sc->pool->lora_seen, 1, memory_order_relaxed);
 }

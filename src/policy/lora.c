@@ -6,6 +6,8 @@
 
 #include <string.h>
 
+#define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
+
 static int has(const uint64_t *h, size_t n, uint64_t m)
 {
 	for (size_t i = 0; i < n; i++)
@@ -14,35 +16,60 @@ static int has(const uint64_t *h, size_t n, uint64_t m)
 	return 0;
 }
 
-void lora_fold(const struct lora_snap *prev, const uint64_t *act, size_t nact, uint32_t max,
-	       uint64_t base, struct lora_snap *next)
+/* hash[from..to) of <s> holds <m>? */
+static int holds(const struct lora_snap *s, uint32_t from, uint32_t to, uint64_t m)
 {
-	struct lora_snap s = {.base = base, .max = max};
-	for (size_t i = 0; i < nact && s.n < LORA_REMEMBER; i++)
-		if (!has(s.hash, s.n, act[i]))
-			s.hash[s.n++] = act[i];
-	s.active = s.n;
-	size_t keep = max > s.active ? max : s.active;
+	for (uint32_t i = from; i < to; i++)
+		if (LOAD(s->hash[i]) == m)
+			return 1;
+	return 0;
+}
+
+/* Its counts as read now, each clamped to the array. */
+static void counts(const struct lora_snap *s, uint32_t *n, uint32_t *active)
+{
+	uint32_t k = LOAD(s->n), a = LOAD(s->active);
+	*n = k < LORA_REMEMBER ? k : LORA_REMEMBER;
+	*active = a < *n ? a : *n;
+}
+
+void lora_fold(struct lora_snap *s, const uint64_t *act, size_t nact, uint32_t max, uint64_t base)
+{
+	uint64_t h[LORA_REMEMBER];
+	size_t n = 0, active;
+	for (size_t i = 0; i < nact && n < LORA_REMEMBER; i++)
+		if (!has(h, n, act[i]))
+			h[n++] = act[i];
+	active = n;
+	size_t keep = max > active ? max : active;
 	if (keep > LORA_REMEMBER)
 		keep = LORA_REMEMBER;
-	size_t pn = prev->n < LORA_REMEMBER ? prev->n : LORA_REMEMBER;
-	for (size_t i = 0; i < pn && s.n < keep; i++)
-		if (!has(s.hash, s.n, prev->hash[i]))
-			s.hash[s.n++] = prev->hash[i];
-	*next = s;
+	uint32_t pn, pa;
+	counts(s, &pn, &pa);
+	for (uint32_t i = 0; i < pn && n < keep; i++) {
+		uint64_t p = LOAD(s->hash[i]);
+		if (!has(h, n, p))
+			h[n++] = p;
+	}
+	for (size_t i = 0; i < n; i++)
+		atomic_store_explicit(&s->hash[i], h[i], memory_order_relaxed);
+	atomic_store_explicit(&s->active, (uint32_t)active, memory_order_relaxed);
+	atomic_store_explicit(&s->n, (uint32_t)n, memory_order_relaxed);
+	atomic_store_explicit(&s->max, max, memory_order_relaxed);
+	atomic_store_explicit(&s->base, base, memory_order_relaxed);
 }
 
 enum lora_tier lora_tier(const struct lora_snap *s, uint64_t m)
 {
-	uint32_t n = s->n < LORA_REMEMBER ? s->n : LORA_REMEMBER;
-	uint32_t active = s->active < n ? s->active : n;
-	if (!s->max)
+	uint32_t n, active, max = LOAD(s->max);
+	counts(s, &n, &active);
+	if (!max)
 		return LORA_FULL;
-	if (has(s->hash, active, m))
+	if (holds(s, 0, active, m))
 		return LORA_HAS;
-	if (active >= s->max)
+	if (active >= max)
 		return LORA_FULL;
-	return has(s->hash + active, n - active, m) ? LORA_HAS : LORA_ROOM;
+	return holds(s, active, n, m) ? LORA_HAS : LORA_ROOM;
 }
 
 /* Is <m> an adapter, as far as the snapshots go? */
@@ -53,11 +80,14 @@ static int is_adapter(const struct lora_snap *const *snap, uint64_t m, size_t n)
 		const struct lora_snap *s = snap[i];
 		if (!s)
 			continue;
-		if (s->base == m && m)
+		uint64_t base = LOAD(s->base);
+		uint32_t k, active;
+		if (base == m && m)
 			return 0;
-		some_base |= s->base != 0;
-		some_max |= s->max != 0;
-		if (has(s->hash, s->n < LORA_REMEMBER ? s->n : LORA_REMEMBER, m))
+		some_base |= base != 0;
+		some_max |= LOAD(s->max) != 0;
+		counts(s, &k, &active);
+		if (holds(s, 0, k, m))
 			return 1;
 	}
 	return some_base && some_max;

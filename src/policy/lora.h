@@ -8,6 +8,9 @@
  * seen active before that it is likely to hold still (most recent first: the engine keeps
  * adapters loaded and evicts the least recently used, so of max_lora in all the oldest beyond
  * that are forgotten), its max_lora, and its base model (the model_name label of its gauges).
+ * One thread writes it (the scrapes), every worker reads it: its fields are relaxed atomics,
+ * so a pick that reads it while a report is folded in may see parts of two reports (a
+ * preference, never a bound: every count read is clamped to the array).
  *
  * For a request naming model M, each backend the pick may offer falls in a tier:
  *   HAS   M is active there, or remembered there while fewer than max_lora adapters run: it
@@ -33,17 +36,18 @@
 
 #include "policy/lb.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #define LORA_REMEMBER 16 /* adapters kept per backend, active and remembered */
 
 struct lora_snap {
-	uint64_t base;	 /* models_hash() of its base model's name; 0: unknown */
-	uint32_t max;	 /* max_lora; 0: its engine says nothing of adapters */
-	uint32_t active; /* hash[0..active): adapters with requests running or waiting there */
-	uint32_t n;	 /* hash[active..n): seen active before, most recent first */
-	uint64_t hash[LORA_REMEMBER]; /* models_hash() of each adapter's name */
+	_Atomic uint64_t base; /* models_hash() of its base model's name; 0: unknown */
+	atomic_uint max;       /* max_lora; 0: its engine says nothing of adapters */
+	atomic_uint active;    /* hash[0..active): adapters with requests running or waiting */
+	atomic_uint n;	       /* hash[active..n): seen active before, most recent first */
+	_Atomic uint64_t hash[LORA_REMEMBER]; /* models_hash() of each adapter's name */
 };
 
 enum lora_tier { LORA_HAS, LORA_ROOM, LORA_FULL };
@@ -51,11 +55,11 @@ enum lora_tier { LORA_HAS, LORA_ROOM, LORA_FULL };
 /*
  * A backend's scrape said that the adapters of hashes act[0..nact) are active (duplicates
  * allowed; at most LORA_REMEMBER are kept), with <max> (max_lora) and its base model <base>
- * (0: not said). Write into <next> its snapshot from the one before, <prev>: the active ones
- * first, then those of prev still remembered, at most max(max, active) in all.
+ * (0: not said). Fold that into its snapshot <s> (zeroed at first), in place: the active ones
+ * first, then those it held before and still remembers, at most max(max, active) in all.
+ * One writer at a time.
  */
-void lora_fold(const struct lora_snap *prev, const uint64_t *act, size_t nact, uint32_t max,
-	       uint64_t base, struct lora_snap *next);
+void lora_fold(struct lora_snap *s, const uint64_t *act, size_t nact, uint32_t max, uint64_t base);
 
 /* The tier of the backend of <s> for model <m>. */
 enum lora_tier lora_tier(const struct lora_snap *s, uint64_t m);

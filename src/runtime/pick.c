@@ -209,7 +209,7 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 		if (lb->blocks && (cand[i].eligible || cand[i].busy))
 			llm_candidate(b->llm, h->blocks, h->nblocks, &cand[i]);
 		if (adapters)
-			lora[i] = backend_lora(b);
+			lora[i] = &b->lora;
 	}
 	if (adapters) /* a LoRA adapter: its backends while they have room (policy/lora.h) */
 		lora_prefer(lora, h->model, cand, n);

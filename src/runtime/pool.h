@@ -115,12 +115,9 @@ struct backend {
 	/* backends.kv_events: the prefix index its engine's KV events keep (control/kvsub.c):
 	 * its llm's (then llm->exact), or one of its own; NULL without kv_events */
 	struct prefix_index *kv_prefix;
-	/* what its engine last said of its LoRA adapters (control/scrape.c, policy/lora.h):
-	 * lora[lora_at] is current; the main thread writes the other, then flips them (a pick
-	 * that reads one while it is rewritten sees parts of two reports: a preference, never
-	 * a bound) */
-	struct lora_snap lora[2];
-	atomic_int lora_at;
+	/* what its engine last said of its LoRA adapters (control/scrape.c writes it,
+	 * policy/lora.h) */
+	struct lora_snap lora;
 };
 
 struct pool_rt {
@@ -180,12 +177,6 @@ struct runtime {
 static inline int backend_present(const struct backend *b)
 {
 	return atomic_load_explicit(&b->present, memory_order_relaxed);
-}
-
-/* What <b>'s engine last said of its LoRA adapters. */
-static inline const struct lora_snap *backend_lora(const struct backend *b)
-{
-	return &b->lora[atomic_load_explicit(&b->lora_at, memory_order_acquire) & 1];
 }
 
 /* Its concurrency cap now: max_concurrency, or what the admin API set; 0: none. */

@@ -14,35 +14,39 @@
 
 enum { A = 11, B = 12, C = 13, D = 14, BASE = 99 };
 
-static struct lora_snap report(const struct lora_snap *prev, const uint64_t *act, size_t n,
-			       uint32_t max)
+static void report(struct lora_snap *s, const uint64_t *act, size_t n, uint32_t max)
 {
-	struct lora_snap out;
-	lora_fold(prev, act, n, max, BASE, &out);
-	return out;
+	lora_fold(s, act, n, max, BASE);
+}
+
+/* A snapshot of its own that reported <act> once. */
+static void fresh(struct lora_snap *s, const uint64_t *act, size_t n, uint32_t max)
+{
+	memset(s, 0, sizeof(*s));
+	report(s, act, n, max);
 }
 
 static void fold_keeps_active_then_remembered(void **state)
 {
 	(void)state;
-	struct lora_snap s = {0};
-	s = report(&s, (uint64_t[]){A, B, A}, 3, 3); /* a duplicate counts once */
+	struct lora_snap s;
+	fresh(&s, (uint64_t[]){A, B, A}, 3, 3); /* a duplicate counts once */
 	assert_int_equal(s.active, 2);
 	assert_int_equal(s.n, 2);
-	s = report(&s, (uint64_t[]){C}, 1, 3); /* A and B remembered after C */
+	report(&s, (uint64_t[]){C}, 1, 3); /* A and B remembered after C */
 	assert_int_equal(s.active, 1);
 	assert_int_equal(s.n, 3);
 	assert_true(s.hash[0] == C && s.hash[1] == A && s.hash[2] == B);
-	s = report(&s, (uint64_t[]){D}, 1, 3); /* max_lora 3: B, the oldest, is gone */
+	report(&s, (uint64_t[]){D}, 1, 3); /* max_lora 3: B, the oldest, is gone */
 	assert_int_equal(s.n, 3);
 	assert_true(s.hash[0] == D && s.hash[1] == C && s.hash[2] == A);
-	s = report(&s, NULL, 0, 0); /* the engine stopped saying anything of adapters */
+	report(&s, NULL, 0, 0); /* the engine stopped saying anything of adapters */
 	assert_int_equal(s.n, 0);
 	assert_true(s.base == BASE);
 	uint64_t many[LORA_REMEMBER + 4];
 	for (size_t i = 0; i < LORA_REMEMBER + 4; i++)
 		many[i] = 100 + i;
-	s = report(&s, many, LORA_REMEMBER + 4, 1000); /* bounded, whatever the engine says */
+	report(&s, many, LORA_REMEMBER + 4, 1000); /* bounded, whatever the engine says */
 	assert_int_equal(s.n, LORA_REMEMBER);
 	assert_int_equal(s.active, LORA_REMEMBER);
 }
@@ -50,15 +54,16 @@ static void fold_keeps_active_then_remembered(void **state)
 static void tiers(void **state)
 {
 	(void)state;
-	struct lora_snap none = {0}, s = {0};
+	struct lora_snap none, s;
+	fresh(&none, NULL, 0, 0);
 	assert_int_equal(lora_tier(&none, A), LORA_FULL); /* says nothing of adapters */
-	s = report(&none, (uint64_t[]){A}, 1, 2);
+	fresh(&s, (uint64_t[]){A}, 1, 2);
 	assert_int_equal(lora_tier(&s, A), LORA_HAS);
 	assert_int_equal(lora_tier(&s, B), LORA_ROOM);
-	s = report(&s, (uint64_t[]){B, C}, 2, 2); /* two run: full; A forgotten beyond max */
+	report(&s, (uint64_t[]){B, C}, 2, 2); /* two run: full; A forgotten beyond max */
 	assert_int_equal(lora_tier(&s, B), LORA_HAS);
 	assert_int_equal(lora_tier(&s, D), LORA_FULL);
-	s = report(&s, (uint64_t[]){B}, 1, 2); /* C remembered, a slot free */
+	report(&s, (uint64_t[]){B}, 1, 2); /* C remembered, a slot free */
 	assert_int_equal(lora_tier(&s, C), LORA_HAS);
 	assert_int_equal(lora_tier(&s, A), LORA_ROOM); /* forgotten: B and C hold the two */
 	s.n = 1000;				       /* a torn read is still bounded */
@@ -76,8 +81,10 @@ static void pick(struct lb_candidate *c, size_t n, const uint8_t *eligible)
 static void prefer_best_tier_with_room(void **state)
 {
 	(void)state;
-	struct lora_snap e = {0}, has = report(&e, (uint64_t[]){A}, 1, 2),
-			 room = report(&e, NULL, 0, 2), full = report(&e, (uint64_t[]){C, D}, 2, 2);
+	struct lora_snap has, room, full;
+	fresh(&has, (uint64_t[]){A}, 1, 2);
+	fresh(&room, NULL, 0, 2);
+	fresh(&full, (uint64_t[]){C, D}, 2, 2);
 	const struct lora_snap *snap[4] = {&has, &has, &room, &full};
 	struct lb_candidate c[4];
 	pick(c, 4, (uint8_t[]){1, 1, 1, 1});
@@ -101,8 +108,9 @@ static void prefer_best_tier_with_room(void **state)
 static void base_model_and_unknown_names_not_restricted(void **state)
 {
 	(void)state;
-	struct lora_snap e = {0}, has = report(&e, (uint64_t[]){A}, 1, 2),
-			 full = report(&e, (uint64_t[]){C, D}, 2, 2);
+	struct lora_snap has, full;
+	fresh(&has, (uint64_t[]){A}, 1, 2);
+	fresh(&full, (uint64_t[]){C, D}, 2, 2);
 	const struct lora_snap *snap[2] = {&has, &full};
 	struct lb_candidate c[2];
 	pick(c, 2, (uint8_t[]){1, 1});
@@ -113,7 +121,8 @@ static void base_model_and_unknown_names_not_restricted(void **state)
 	assert_int_equal(lora_prefer(snap, B, c, 2), -1);
 	assert_int_equal(lora_prefer(snap, A, c, 2), LORA_HAS); /* one they show is an adapter */
 	/* engines that say nothing of adapters: never restricted */
-	struct lora_snap quiet = report(&e, NULL, 0, 0);
+	struct lora_snap quiet;
+	fresh(&quiet, NULL, 0, 0);
 	const struct lora_snap *q[2] = {&quiet, &quiet};
 	pick(c, 2, (uint8_t[]){1, 1});
 	assert_int_equal(lora_prefer(q, A, c, 2), -1);
