@@ -8,6 +8,7 @@ its own prefix cache keyed the same way."""
 
 import concurrent.futures
 import json
+import signal
 import socket
 
 from harness import (free_port, metrics_text, prom_samples, request, served_by, sim_stats,
@@ -113,20 +114,24 @@ def _burst(port, bodies):
     return [served_by(h) for _, h, _ in got]
 
 
+def _learn(px, sims, holders, name):
+    """Another client's requests make adapter <name> show as running on <holders> in their
+    metrics, as a loaded adapter in use does; the proxy remembers it there once they end."""
+    held = [_hold(s, name) for s in holders]
+    _scraped_twice(px, sims)
+    for s in held:
+        s.close()
+    wait_until(lambda: all(_lora(s, name).get("running") == 0 for s in holders),
+               "the held streams ended")
+    _scraped_twice(px, sims)
+
+
 def test_adapter_goes_to_the_backends_that_have_it_while_they_have_room(env):
     """The must-show: 2 of 4 backends have adapter A loaded; A's requests go to those two while
     they have room (2 slots each), and only the overflow goes to the others, which load it."""
     sims = _sims(env, 4, loaded=["A", "A", None, None])
     px = _proxy(env, sims)
-    # another client's requests make A show as running on s0 and s1 in their metrics, as a
-    # loaded adapter in use does; the proxy remembers it there once the streams end
-    held = [_hold(s, "A") for s in sims[:2]]
-    _scraped_twice(px, sims)
-    for s in held:
-        s.close()
-    wait_until(lambda: all(_lora(s, "A").get("running") == 0 for s in sims[:2]),
-               "the held streams ended")
-    _scraped_twice(px, sims)
+    _learn(px, sims, sims[:2], "A")
     for rnd in range(3):  # within their room: s0 and s1 only, nothing loaded elsewhere
         seen = _burst(px.port, [_body("A", question=f"q{rnd}.{i}", tokens=10)
                                 for i in range(4)])
@@ -144,6 +149,19 @@ def test_adapter_goes_to_the_backends_that_have_it_while_they_have_room(env):
     # the base model is never held to the adapter's backends
     seen = _burst(px.port, [_body("base", question=f"b{i}", tokens=10) for i in range(8)])
     assert sorted(set(seen)) == ["s0", "s1", "s2", "s3"], seen
+
+
+def test_where_adapters_are_survives_a_reload(env):
+    """A reload carries what the engines said of their adapters: A's requests still go to the
+    backends that hold it, before any engine shows it again."""
+    sims = _sims(env, 4, loaded=["A", "A", None, None])
+    px = _proxy(env, sims)
+    _learn(px, sims, sims[:2], "A")
+    px.send_signal(signal.SIGHUP)
+    wait_until(lambda: "(configuration generation 1)" in env.log(px), "the reload")
+    seen = _burst(px.port, [_body("A", question=f"r{i}", tokens=10) for i in range(4)])
+    assert sorted(seen) == ["s0", "s0", "s1", "s1"], seen
+    assert all(_lora(s, "A") == {"requests": 0, "loads": 0} for s in sims[2:])
 
 
 def _hits(px, hdrs):
