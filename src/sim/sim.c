@@ -4,12 +4,15 @@
  * A job is one inference request. It is either waiting (on the FIFO queue) or active
  * (holding a slot, driven by its timer): first the time to first token, then one tick per
  * token. When a job ends -- done, failed, or abandoned by its client -- its slot goes to
- * the head of the queue. Nothing here blocks (but the one call named below); all waiting is
+ * the head of the queue (with LoRA adapters, to the first job whose adapter fits in the batch:
+ * sim/lora.h, which also keeps each adapter's counts as its jobs queue, start and end).
+ * Nothing here blocks (but the one call named below); all waiting is
  * timers on the loop. A phantom job (extra_load) has no client: when it ends it goes back to
  * the end of the queue.
  *
  * In the block model, a job's prompt blocks are hashed on arrival (into one scratch array,
- * then copied into the job's own allocation: one allocation per request, as before) and
+ * scoped by its model and cache_salt, then copied into the job's own allocation: one
+ * allocation per request, as before) and
  * matched against the cache when the job gets its slot. The cache's changes are gathered as
  * KV events and published by a timer due at once, so that the changes made by one turn's I/O
  * (and by the timers due before it) make one batch.
