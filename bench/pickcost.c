@@ -14,6 +14,12 @@
  * buffer before it is timed, as recv() leaves it in the proxy. For scale it also times
  * prefix-affinity's key (http_prompt_key on 256 bytes) and a least-connections pick.
  *
+ * The prompt's blocks are scoped by the body's model and cache_salt as the proxy scopes them
+ * (llm_scope_blocks, counted in ns_prompt_blocks). With --lora the pool's engines serve LoRA
+ * adapters (each backend's snapshot: two of max_lora 4 running, the request's model, "m",
+ * loaded on half of them), and each decision restricts the candidates to the adapter's best
+ * tier first (lora_prefer, counted in ns_match_and_pick), as pool_pick does.
+ *
  * With --explain it also reads each decision back as the proxy does for a pool whose decisions
  * it records (lb_ops.explain: /debug/requests, llm.explain, accelnet_llm_predict_*), timed on
  * its own ("ns_explain"), outside the decision's figures.
@@ -22,12 +28,14 @@
  * each backend (lb_candidate.waiting), so the pick weighs what a prefill costs the queue.
  *
  * usage: pickcost [--backends 16] [--kib 16] [--block-bytes 256] [--requests 200000] [--explain]
- *                 [--queued N]
+ *                 [--queued N] [--lora]
  * Prints ns per decision and per phase; one thread, so figures are per core.
  */
 #include "http/jsonview.h"
 #include "http/prompt.h"
 #include "policy/lb.h"
+#include "policy/lora.h"
+#include "policy/models.h"
 #include "runtime/llm.h"
 
 #include <getopt.h>
@@ -80,13 +88,15 @@ static char *make_body(unsigned sys, size_t bytes, unsigned turns, unsigned orde
 
 int main(int argc, char **argv)
 {
-	unsigned nb = 16, kib = 16, block = 256, requests = 200000, explain = 0, queued = 0;
+	unsigned nb = 16, kib = 16, block = 256, requests = 200000, explain = 0, queued = 0,
+		 lora = 0;
 	static const struct option opts[] = {{"backends", required_argument, NULL, 'b'},
 					     {"kib", required_argument, NULL, 'k'},
 					     {"block-bytes", required_argument, NULL, 's'},
 					     {"requests", required_argument, NULL, 'n'},
 					     {"explain", no_argument, NULL, 'e'},
 					     {"queued", required_argument, NULL, 'q'},
+					     {"lora", no_argument, NULL, 'l'},
 					     {NULL, 0, NULL, 0}};
 	int ch;
 	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -103,6 +113,8 @@ int main(int argc, char **argv)
 			explain = 1;
 		else if (ch == 'q')
 			queued = v;
+		else if (ch == 'l')
+			lora = 1;
 		else
 			return 2;
 	}
@@ -123,10 +135,25 @@ int main(int argc, char **argv)
 		len[i] = strlen(body[i]);
 	}
 	uint64_t *h = malloc(LLM_MAX_BLOCKS * sizeof(*h));
+	/* --lora: each engine runs two adapters of its four slots; "m" on half of them */
+	uint64_t model = models_hash("m", 1);
+	struct lora_snap snaps[LB_MAX_BACKENDS];
+	const struct lora_snap *snap[LB_MAX_BACKENDS];
+	for (unsigned i = 0; i < nb; i++) {
+		uint64_t act[2] = {i % 2 ? model : 1000 + i, 2000 + i};
+		memset(&snaps[i], 0, sizeof(snaps[i]));
+		lora_fold(&snaps[i], act, 2, 4, models_hash("base", 4));
+		snap[i] = &snaps[i];
+	}
 	struct lb_candidate cand[LB_MAX_BACKENDS];
 	/* warm: every body served once, on the backend its system prompt calls home */
 	for (unsigned i = 0; i < BODIES; i++) {
+		struct json_view wv;
+		const char *bad;
 		long n = http_prompt_blocks(body[i], len[i], block, h, LLM_MAX_BLOCKS, NULL);
+		if (json_view_read(&wv, body[i], len[i], &bad) < 0)
+			return 1;
+		llm_scope_blocks(h, (uint32_t)n, &wv, body[i]);
 		llm_answered(be[(i % SYSTEMS) % nb], h, (uint32_t)n, (uint32_t)n, 100000);
 	}
 	uint64_t t_view = 0, t_hash = 0, t_pick = 0, t_note = 0, t_explain = 0, sink = 0,
@@ -147,6 +174,7 @@ int main(int argc, char **argv)
 			return 1;
 		uint64_t t0 = now_ns();
 		long n = http_prompt_blocks(in, len[i], block, h, LLM_MAX_BLOCKS, NULL);
+		llm_scope_blocks(h, n > 0 ? (uint32_t)n : 0, &view, in);
 		uint64_t t1 = now_ns();
 		for (unsigned b = 0; b < nb; b++) {
 			cand[b] = (struct lb_candidate){
@@ -165,6 +193,8 @@ int main(int argc, char **argv)
 								.placed = cand[b].placed,
 								.waiting = (r + b) % 3};
 		}
+		if (lora)
+			lora_prefer(snap, model, cand, nb);
 		struct lb_draw d = {
 		    .rnd = r * 0x9e3779b97f4a7c15u, .blocks = (uint32_t)n, .queued = queued};
 		int idx = lb_llm.pick(&st, cand, nb, &d);
@@ -210,14 +240,16 @@ int main(int argc, char **argv)
 	char explained[48] = "";
 	if (explain) /* the read-back, not in ns_per_decision: the pick's cost is unchanged */
 		snprintf(explained, sizeof(explained), " \"ns_explain\": %.0f,", t_explain / per);
-	printf("{\"backends\": %u, \"body_bytes\": %zu, \"block_bytes\": %u, \"blocks\": %.1f,\n"
+	printf("{\"backends\": %u, \"lora\": %s, \"body_bytes\": %zu, \"block_bytes\": %u, "
+	       "\"blocks\": %.1f,\n"
 	       " \"ns_per_decision\": %.0f, \"ns_view\": %.0f, \"ns_prompt_blocks\": %.0f,"
 	       " \"ns_match_and_pick\": %.0f,"
 	       " \"ns_record\": %.0f,%s\n \"ns_prefix_affinity_key\": %.0f,"
 	       " \"ns_least_connections_pick\": %.0f, \"sink\": %llu}\n",
-	       nb, len[0], block, blocks / per, (t_view + t_hash + t_pick + t_note) / per,
-	       t_view / per, t_hash / per, t_pick / per, t_note / per, explained, t_key / per,
-	       (t6 - t5) / per, (unsigned long long)(sink & 1));
+	       nb, lora ? "true" : "false", len[0], block, blocks / per,
+	       (t_view + t_hash + t_pick + t_note) / per, t_view / per, t_hash / per, t_pick / per,
+	       t_note / per, explained, t_key / per, (t6 - t5) / per,
+	       (unsigned long long)(sink & 1));
 	for (unsigned i = 0; i < nb; i++)
 		llm_backend_free(be[i]);
 	for (unsigned i = 0; i < BODIES; i++)

@@ -6,6 +6,7 @@
 #include "core/log.h"
 #include "core/signals.h"
 #include "http/prompt.h"
+#include "sim/lora.h"
 #include "sim/sim.h"
 
 #include <getopt.h>
@@ -50,6 +51,33 @@ static int parse_models(const char *text, struct sim_opts *o)
 		if (!*p)
 			return 0;
 	}
+}
+
+/* --lora a,b: adapter names as --models takes them, at most SIM_LORA_MAX. The count, or -1. */
+static int parse_lora(const char *text, struct sim_opts *o)
+{
+	int n = 0;
+	for (const char *p = text;; p++, n++) {
+		size_t k = strcspn(p, ",");
+		int ok = k > 0 && k < SIM_LORA_NAME && n < SIM_LORA_MAX &&
+			 strlen(text) < sizeof(o->lora);
+		for (size_t i = 0; ok && i < k; i++)
+			ok = p[i] > ' ' && p[i] < 0x7f && p[i] != '"' && p[i] != '\\';
+		if (!ok) {
+			fprintf(
+			    stderr,
+			    "accelnet sim: --lora takes up to %d adapter names separated by "
+			    "commas, each of 1 to %d printable characters without '\"', '\\' or "
+			    "spaces, not '%s'\n",
+			    SIM_LORA_MAX, SIM_LORA_NAME - 1, text);
+			return -1;
+		}
+		p += k;
+		if (!*p)
+			break;
+	}
+	memcpy(o->lora, text, strlen(text) + 1);
+	return n + 1;
 }
 
 /* The options that take words: --kv-events, --kv-events-topic, --kv-events-format, --models. */
@@ -115,12 +143,15 @@ int cmd_sim(int argc, char **argv)
 	    {"pd-secret", required_argument, NULL, 'W'},
 	    {"kv-pull-us-per-block", required_argument, NULL, 'Q'},
 	    {"pd-allow-local", required_argument, NULL, 'A'},
+	    {"lora", required_argument, NULL, 'a'},
+	    {"max-loras", required_argument, NULL, 'm'},
+	    {"lora-load-ms", required_argument, NULL, 'D'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
 	struct sim_opts o;
 	const char *listen = NULL, *why;
-	int ch;
+	int ch, nlora = 0;
 	sim_opts_default(&o);
 	/* the numeric options: where each goes and what it may be */
 	const struct {
@@ -147,6 +178,8 @@ int cmd_sim(int argc, char **argv)
 	    {'X', "--extra-load", 0, SIM_EXTRA_LOAD_MAX, &o.extra_load, NULL},
 	    {'Q', "--kv-pull-us-per-block", 0, 60000000, &o.kv_pull_us_per_block, NULL},
 	    {'A', "--pd-allow-local", 0, 1, &o.pd_allow_local, NULL},
+	    {'m', "--max-loras", 0, SIM_LORA_MAX, &o.max_loras, NULL},
+	    {'D', "--lora-load-ms", 0, 3600000, &o.lora_load_ms, NULL},
 	};
 	optind = 1;
 	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -183,6 +216,11 @@ int cmd_sim(int argc, char **argv)
 			snprintf(o.pd_secret, sizeof(o.pd_secret), "%s", optarg);
 			continue;
 		}
+		if (ch == 'a') {
+			if ((nlora = parse_lora(optarg, &o)) < 0)
+				return 2;
+			continue;
+		}
 		if (ch == 'K' || ch == 'O' || ch == 'F' || ch == 'M') {
 			if (parse_text(ch, optarg, &o) < 0)
 				return 2;
@@ -215,6 +253,14 @@ int cmd_sim(int argc, char **argv)
 	if (o.kv_events[0] && !o.cache_blocks) {
 		fprintf(stderr, "accelnet sim: --kv-events publishes the block cache's changes: it "
 				"needs --cache-blocks N\n");
+		return 2;
+	}
+	if (nlora && !o.max_loras)
+		o.max_loras = (unsigned)nlora; /* as many slots as adapters loaded */
+	if ((unsigned)nlora > o.max_loras) {
+		fprintf(stderr,
+			"accelnet sim: --lora names %d adapters, more than --max-loras %u\n", nlora,
+			o.max_loras);
 		return 2;
 	}
 	if (!listen) {

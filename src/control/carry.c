@@ -66,6 +66,12 @@ static void carry_backend(struct backend *to, struct backend *from)
 	to->hc_ok = from->hc_ok;
 	to->hc_fail = from->hc_fail;
 	carry_prefix(to, from);
+	COPY(to, from, lora.base); /* where its engine has its LoRA adapters (policy/lora.h) */
+	COPY(to, from, lora.max);
+	COPY(to, from, lora.active);
+	COPY(to, from, lora.n);
+	for (size_t i = 0; i < LORA_REMEMBER; i++)
+		COPY(to, from, lora.hash[i]);
 	/* one count of requests in flight for both: <to>'s own is not in use yet */
 	free(to->share);
 	to->share = from->share;
@@ -131,6 +137,8 @@ size_t carry_runtime(struct runtime *to, struct runtime *from)
 		struct pool_rt *fp = pool_named(from, tp->conf->name);
 		if (fp)
 			carry_sessions(tp, fp, (uint32_t)(clock_now_ms() / 1000));
+		if (fp && atomic_load(&fp->lora_seen))
+			atomic_store(&tp->lora_seen, 1);
 		for (size_t j = 0; fp && j < tp->nbackends; j++) {
 			struct backend *tb = &tp->backends[j];
 			struct backend *fb = backend_namesake(fp, tb);

@@ -7,10 +7,10 @@
  * gave it, so a reload while DNS cannot answer keeps the last answer). For each the new
  * runtime starts where the old one is: up or down as the checks last said (and their
  * counts), passively marked out, ejected, its latency estimates, its engine's last report
- * and what its prefix index holds; and it takes the old backend's share (runtime/pool.h): the
- * requests still in flight in the old generation count against its max_concurrency, and
- * when one ends (or one of the new's) every live generation's queue hears of it. Weights and caps
- * come from the new config.
+ * (where it has its LoRA adapters too) and what its prefix index holds; and it takes the old
+ * backend's share (runtime/pool.h): the requests still in flight in the old generation count
+ * against its max_concurrency, and when one ends (or one of the new's) every live generation's
+ * queue hears of it. Weights and caps come from the new config.
  *
  * A pool with session: keeps its conversations: the new pool of the same name takes each
  * entry of the old one's table whose backend it has (by the rule above), with the time it

@@ -10,6 +10,8 @@
 #include "core/log.h"
 #include "obs/promtext.h"
 #include "control/probe.h"
+#include "policy/lora.h"
+#include "policy/models.h"
 #include "runtime/proxy_metric.h"
 
 #include <errno.h>
@@ -22,6 +24,7 @@
 
 struct scraper {
 	struct probe probe; /* probe.len: bytes of the answer in buf */
+	struct pool_rt *pool;
 	const struct conf_engine_metrics *em;
 	char *buf;
 	size_t cap;
@@ -50,6 +53,62 @@ static const struct {
     {"tgi_batch_current_size", F_RUNNING},
 };
 #define NGAUGES (sizeof(gauges) / sizeof(gauges[0]))
+#define W_RUNNING 1	/* want[] of vllm:num_requests_running: its model_name is read */
+#define W_LORA NGAUGES	/* want[] of vllm:lora_requests_info, after the gauges */
+#define LORA_NAMES 4096 /* bytes of one label's adapter names read */
+
+/* vLLM's adapters: the labels of its latest sample (the value is when it was set) */
+enum { L_RUNNING, L_WAITING, L_MAX };
+static const char *const lora_labels[] = {"running_lora_adapters", "waiting_lora_adapters",
+					  "max_lora"};
+static const char *const base_labels[] = {"model_name"};
+
+/* The hashes of the comma-separated names of <v> added to h[*n .. LORA_REMEMBER). */
+static void lora_names(const struct promtext_span *v, uint64_t *h, size_t *n)
+{
+	char names[LORA_NAMES];
+	size_t len = promtext_unescape(v, names, sizeof(names));
+	for (size_t i = 0; i < len && *n < LORA_REMEMBER;) {
+		size_t k = strcspn(names + i, ",");
+		size_t s = i, e = i + k;
+		while (s < e && names[s] == ' ')
+			s++;
+		while (e > s && names[e - 1] == ' ')
+			e--;
+		if (e > s)
+			h[(*n)++] = models_hash(names + s, e - s);
+		i += k + 1;
+	}
+}
+
+/*
+ * What <sc>'s engine said of its LoRA adapters (<lora>) and its base model (<base>, the
+ * model_name of its running gauge): folded into its backend's snapshot, which the picks read
+ * (policy/lora.h). An engine that says nothing of adapters leaves a snapshot without them.
+ */
+static void report_lora(struct scraper *sc, const struct promtext_want *lora,
+			const struct promtext_span *base)
+{
+	struct backend *b = sc->probe.be;
+	uint64_t act[LORA_REMEMBER];
+	size_t nact = 0;
+	uint32_t max = 0;
+	if (lora->samples && lora->label[L_MAX].p) {
+		char num[16];
+		promtext_unescape(&lora->label[L_MAX], num, sizeof(num));
+		unsigned long v = strtoul(num, NULL, 10);
+		max = v > 1000000 ? 1000000 : (uint32_t)v;
+	}
+	if (max) {
+		lora_names(&lora->label[L_RUNNING], act, &nact);
+		lora_names(&lora->label[L_WAITING], act, &nact);
+	}
+	char name[CONF_MODEL_MAX + 1];
+	size_t blen = base->p ? promtext_unescape(base, name, sizeof(name)) : 0;
+	lora_fold(&b->lora, act, nact, max, blen ? models_hash(name, blen) : 0);
+	if (max && !atomic_load_explicit(&sc->pool->lora_seen, memory_order_relaxed))
+		atomic_store_explicit(&sc->pool->lora_seen, 1, memory_order_relaxed);
+}
 
 static void scraper_failed(struct probe *p, const char *why)
 {
@@ -90,10 +149,14 @@ static void scraper_done(struct scraper *sc)
 			probe_fail(p, "a chunked answer to an HTTP/1.0 request");
 			return;
 		}
-	struct promtext_want want[NGAUGES];
+	struct promtext_want want[NGAUGES + 1];
 	for (size_t i = 0; i < NGAUGES; i++)
 		want[i] = (struct promtext_want){.name = gauges[i].name};
-	if (promtext_read(buf + head, len - head, want, NGAUGES) < 0) {
+	want[W_RUNNING].labels = base_labels;
+	want[W_RUNNING].nlabels = 1;
+	want[W_LORA] = (struct promtext_want){
+	    .name = "vllm:lora_requests_info", .labels = lora_labels, .nlabels = 3};
+	if (promtext_read(buf + head, len - head, want, NGAUGES + 1) < 0) {
 		probe_fail(p, "the answer is not Prometheus text");
 		return;
 	}
@@ -108,6 +171,7 @@ static void scraper_done(struct scraper *sc)
 		return;
 	}
 	probe_end(p);
+	report_lora(sc, &want[W_LORA], &want[W_RUNNING].label[0]);
 	backend_report_engine(p->be, loop_now(p->loop), fig[F_RUNNING] > 0 ? fig[F_RUNNING] : 0,
 			      fig[F_WAITING] > 0 ? fig[F_WAITING] : 0,
 			      found[F_KV] ? fig[F_KV] / found[F_KV] : -1);
@@ -188,6 +252,7 @@ int scrape_start(struct loop *loop, struct runtime *rt, struct scrape **out)
 		for (size_t j = 0; j < pool->nbackends; j++) {
 			struct scraper *sc = &s->sc[s->n++];
 			sc->em = em;
+			sc->pool = pool;
 			sc->probe = (struct probe){
 			    .ops = &scraper_ops,
 			    .loop = loop,

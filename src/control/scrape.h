@@ -17,6 +17,11 @@
  * goes where the backend's own X-Queue-Depth goes (backend_report_engine): the fresher
  * report wins. A scrape that fails (no connection, a status other than 200, too large, too
  * slow, not Prometheus text, or none of the gauges above) is counted and changes nothing.
+ *
+ * LoRA adapters: vLLM's vllm:lora_requests_info (its latest label set: running_lora_adapters
+ * and waiting_lora_adapters, names separated by commas, and max_lora) and the model_name of
+ * vllm:num_requests_running (its base model) are folded into the backend's adapter snapshot
+ * (policy/lora.h), which the picks read to send an adapter's requests where it is loaded.
  */
 #ifndef ACCELNET_CONTROL_SCRAPE_H
 #define ACCELNET_CONTROL_SCRAPE_H

@@ -508,7 +508,8 @@ enum top_key {
 	K_STREAM,
 	K_PROMPT,
 	K_MESSAGES,
-	K_PREV_RESPONSE
+	K_PREV_RESPONSE,
+	K_CACHE_SALT
 };
 
 static enum top_key top_key_of(const char *k, long n)
@@ -526,6 +527,7 @@ static enum top_key top_key_of(const char *k, long n)
 	    {"prompt", K_PROMPT},
 	    {"messages", K_MESSAGES},
 	    {"previous_response_id", K_PREV_RESPONSE},
+	    {"cache_salt", K_CACHE_SALT},
 	};
 	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
 		if ((size_t)n == strlen(known[i].name) && memcmp(k, known[i].name, (size_t)n) == 0)
@@ -598,6 +600,10 @@ static int scan_top(struct reader *r, struct json_view *v)
 		case K_PREV_RESPONSE:
 			if (first_byte == '"')
 				v->prev_response = span;
+			break;
+		case K_CACHE_SALT:
+			if (first_byte == '"')
+				v->cache_salt = span;
 			break;
 		case K_MAX_TOKENS:
 		case K_MAX_COMPLETION:

@@ -1,6 +1,7 @@
 /*
  * jsonview.h - one strict reading of a JSON request body: the top-level fields the proxy acts
- * on (model, max_tokens, n, stream, the prompt), found in one pass that validates the whole body.
+ * on (model, max_tokens, n, stream, the prompt, cache_salt), found in one pass that validates the
+ * whole body.
  *
  * The proxy and the backend must read a body the same way, or a route, a token reservation or
  * a cache entry is chosen for a request the backend serves differently. Backends read JSON
@@ -45,6 +46,7 @@ struct json_view {
 	struct json_span model;		/* the top-level "model", when it is a string */
 	struct json_span prompt;	/* "prompt" (a string or a list) or "messages" (a list) */
 	struct json_span prev_response; /* the top-level "previous_response_id", a string */
+	struct json_span cache_salt;	/* the top-level "cache_salt" (vLLM's), a string */
 	/* the larger of the top-level "max_tokens" and "max_completion_tokens": a whole number
 	 * below 2^31 (1, 1.0 and 1e0 are 1, as pydantic reads them); JSON_VIEW_TOKENS_NONE when
 	 * neither is there (or null); JSON_VIEW_TOKENS_BAD when one is there as anything else */

@@ -371,3 +371,21 @@ long http_prompt_blocks(const char *buf, size_t len, size_t block_bytes, uint64_
 		*text_bytes = k.text;
 	return (long)k.n;
 }
+
+#define SCOPE_MODEL_SEED 0x6d6f64656cu /* "model" */
+#define SCOPE_SALT_SEED 0x73616c74u    /* "salt" */
+
+uint64_t http_prompt_scope(const char *model, size_t model_len, const char *salt, size_t salt_len)
+{
+	if (!model_len && !salt_len)
+		return 0;
+	uint64_t m = XXH3_64bits_withSeed(model, model_len, SCOPE_MODEL_SEED);
+	uint64_t scope = XXH3_64bits_withSeed(salt, salt_len, m ^ SCOPE_SALT_SEED);
+	return scope ? scope : 1;
+}
+
+void http_prompt_scope_blocks(uint64_t *hash, size_t n, uint64_t scope)
+{
+	for (size_t i = 0; scope && i < n; i++)
+		hash[i] ^= scope;
+}

@@ -43,4 +43,20 @@ int http_prompt_key(const char *buf, size_t len, int complete, size_t prefix_byt
 long http_prompt_blocks(const char *buf, size_t len, size_t block_bytes, uint64_t *hash, size_t max,
 			size_t *text_bytes);
 
+/*
+ * The scope of a prompt: what besides its text decides whether an engine's cached KV can serve
+ * it. A LoRA adapter's KV is not the base model's nor another adapter's, and a request's
+ * "cache_salt" (vLLM's) keeps its cache to the requests that carry the same salt, so vLLM keys
+ * a request's blocks by both. Ours is XXH3 of the raw JSON bytes of the body's top-level
+ * "model" and "cache_salt" strings (quotes and escapes as written: two spellings of one name
+ * are two scopes, two names never one), each hashed apart so that neither can stand for the
+ * other; 0 when the body names neither. Every model name counts, the base model's too: the
+ * proxy cannot tell a base model from an adapter by its name. http_prompt_scope_blocks() folds
+ * a scope into block hashes in place (XOR): prompts of two scopes share no hash but by a
+ * 64-bit chance, prompts of one scope share exactly what their text shares; scope 0 changes
+ * nothing. An engine publishing our hashes (accelnet sim) scopes them the same way.
+ */
+uint64_t http_prompt_scope(const char *model, size_t model_len, const char *salt, size_t salt_len);
+void http_prompt_scope_blocks(uint64_t *hash, size_t n, uint64_t scope);
+
 #endif

@@ -1,8 +1,9 @@
 /*
  * promtext.c - the reader behind promtext.h: a line at a time, each line a comment, a blank
- * or a sample; a sample is cut into name, labels (skipped with their quoting), value and what
- * may follow it. Values go through strtod only after their characters were checked, so no
- * hexadecimal float or "nan(...)" that Prometheus would refuse gets in.
+ * or a sample; a sample is cut into name, labels (skipped with their quoting, and read as
+ * pairs for a family that asks for some), value and what may follow it. Values go through strtod
+ * only after their characters were checked, so no hexadecimal float or "nan(...)" that Prometheus
+ * would refuse gets in.
  */
 #include "obs/promtext.h"
 
@@ -50,6 +51,13 @@ static int skip_labels(const char *p, size_t n, size_t *i)
 	return -1;
 }
 
+/* The end (past '}') of the labels that start at p[i] == '{', known to close. */
+static size_t end_of_labels(const char *p, size_t n, size_t i)
+{
+	(void)skip_labels(p, n, &i);
+	return i;
+}
+
 /* A float as Prometheus writes one: 0 with *out, or -1. */
 static int parse_float(const char *p, size_t n, double *out)
 {
@@ -91,6 +99,79 @@ static size_t skip_space(const char *p, size_t n, size_t i)
 	return i;
 }
 
+/* The labels <w> reads: at most PROMTEXT_LABELS_MAX. */
+static unsigned labels_of(const struct promtext_want *w)
+{
+	return w->nlabels < PROMTEXT_LABELS_MAX ? w->nlabels : PROMTEXT_LABELS_MAX;
+}
+
+static size_t label_name_end(const char *p, size_t n, size_t i)
+{
+	if (i >= n || !(is_name_start(p[i]) && p[i] != ':'))
+		return i;
+	while (i < n && is_name_char(p[i]) && p[i] != ':')
+		i++;
+	return i;
+}
+
+/*
+ * The labels p[s..e) (the braces included, skip_labels() found them) read strictly for <w>:
+ * each of its labels' value into out[] (p NULL: absent). 0, or -1 when they are not
+ * name="value" pairs.
+ */
+static int read_labels(const char *p, size_t s, size_t e, const struct promtext_want *w,
+		       struct promtext_span *out)
+{
+	unsigned nl = labels_of(w);
+	for (unsigned k = 0; k < nl; k++)
+		out[k] = (struct promtext_span){NULL, 0};
+	size_t i = skip_space(p, e, s + 1);
+	while (i < e - 1) {
+		size_t ns = i, ne = label_name_end(p, e, i);
+		if (ne == ns)
+			return -1;
+		i = skip_space(p, e, ne);
+		if (i >= e || p[i] != '=')
+			return -1;
+		i = skip_space(p, e, i + 1);
+		if (i >= e || p[i] != '"')
+			return -1;
+		size_t vs = ++i;
+		while (i < e && p[i] != '"')
+			i += p[i] == '\\' ? 2 : 1;
+		if (i >= e)
+			return -1;
+		for (unsigned k = 0; k < nl; k++)
+			if (strlen(w->labels[k]) == ne - ns &&
+			    !memcmp(w->labels[k], p + ns, ne - ns))
+				out[k] = (struct promtext_span){p + vs, i - vs};
+		i = skip_space(p, e, i + 1);
+		if (i < e && p[i] == ',')
+			i = skip_space(p, e, i + 1);
+		else if (i != e - 1)
+			return -1;
+	}
+	return 0;
+}
+
+size_t promtext_unescape(const struct promtext_span *v, char *out, size_t cap)
+{
+	size_t o = 0;
+	if (!cap)
+		return 0;
+	for (size_t i = 0; v->p && i < v->n && o + 1 < cap; i++) {
+		char c = v->p[i];
+		if (c == '\\' && i + 1 < v->n) {
+			c = v->p[++i];
+			if (c == 'n')
+				c = '\n';
+		}
+		out[o++] = c;
+	}
+	out[o] = '\0';
+	return o;
+}
+
 /* One line without its end: 1 a sample, 0 a comment or blank, -1 malformed. */
 static int read_line(const char *p, size_t n, struct promtext_want *want, size_t nwant)
 {
@@ -105,6 +186,7 @@ static int read_line(const char *p, size_t n, struct promtext_want *want, size_t
 			i++;
 		name_len = i - name;
 	}
+	size_t labels = i;
 	if (i < n && p[i] == '{' && skip_labels(p, n, &i) < 0)
 		return -1;
 	if (i == n || !is_space(p[i]))
@@ -124,14 +206,27 @@ static int read_line(const char *p, size_t n, struct promtext_want *want, size_t
 	}
 	if (i < n && p[i] != '#') /* '#': an OpenMetrics exemplar, not read */
 		return -1;
-	if (!name_len || name_len > PROMTEXT_NAME_MAX || !isfinite(v))
+	if (!name_len || name_len > PROMTEXT_NAME_MAX)
 		return 1;
 	for (size_t k = 0; k < nwant; k++) {
-		if (strlen(want[k].name) == name_len &&
-		    memcmp(want[k].name, p + name, name_len) == 0) {
-			want[k].sum += v;
-			want[k].samples++;
+		struct promtext_want *w = &want[k];
+		struct promtext_span got[PROMTEXT_LABELS_MAX];
+		if (strlen(w->name) != name_len || memcmp(w->name, p + name, name_len) != 0)
+			continue;
+		if (w->nlabels && labels < n && p[labels] == '{' &&
+		    read_labels(p, labels, end_of_labels(p, n, labels), w, got) < 0)
+			return -1;
+		if (!isfinite(v))
+			continue;
+		if (w->nlabels && (!w->samples || v >= w->top)) {
+			w->top = v;
+			for (unsigned l = 0; l < labels_of(w); l++)
+				w->label[l] = labels < n && p[labels] == '{'
+						  ? got[l]
+						  : (struct promtext_span){NULL, 0};
 		}
+		w->sum += v;
+		w->samples++;
 	}
 	return 1;
 }
@@ -142,6 +237,8 @@ int promtext_read(const char *text, size_t len, struct promtext_want *want, size
 	for (size_t k = 0; k < nwant; k++) {
 		want[k].sum = 0;
 		want[k].samples = 0;
+		want[k].top = 0;
+		memset(want[k].label, 0, sizeof(want[k].label));
 	}
 	for (size_t pos = 0; pos < len;) {
 		const char *line = text + pos;

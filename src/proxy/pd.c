@@ -208,6 +208,7 @@ static void prefill_blocks(struct exchange *x, const char *body, size_t len)
 	long n = http_prompt_blocks(body, len, pc->lb.block_bytes, x->reqbody.llm_blocks,
 				    LLM_MAX_BLOCKS, NULL);
 	if (n > 0) {
+		llm_scope_blocks(x->reqbody.llm_blocks, (uint32_t)n, &x->reqbody.view, body);
 		x->wt.blocks = x->reqbody.llm_blocks;
 		x->wt.nblocks = (uint32_t)n;
 	}

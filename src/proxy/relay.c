@@ -60,6 +60,7 @@ static void read_prompt_blocks(struct exchange *x, const char *body, size_t len)
 		reqbody_end(&x->reqbody, x->w);
 		return;
 	}
+	llm_scope_blocks(x->reqbody.llm_blocks, (uint32_t)n, &x->reqbody.view, body);
 	x->wt.blocks = x->reqbody.llm_blocks;
 	x->wt.nblocks = (uint32_t)n;
 }

@@ -260,12 +260,14 @@ static enum run stage_classify(struct exchange *x)
 	pool_retry_earn(x->pool);
 	x->reqbody.want_key = pc->hash.key == HASH_KEY_PROMPT && pc->balance->keyed &&
 			      h->framing == HTTP_BODY_LENGTH && h->content_length > 0;
-	/* pools.backends.models: the body's "model" chooses among the backends (read with
-	 * the body, after the guard, unless routing read it already) */
+	/* pools.backends.models, or engines that serve LoRA adapters (policy/lora.h): the
+	 * body's "model" chooses among the backends (read with the body, after the guard,
+	 * unless routing read it already) */
 	if (pd_wants_body(x) && h->framing == HTTP_BODY_LENGTH && h->content_length)
 		x->reqbody.want_view = 1; /* disaggregation rewrites the body (pd.h) */
-	x->reqbody.want_model = pc->has_models && !x->reqbody.model_read &&
-				h->framing == HTTP_BODY_LENGTH && h->content_length > 0;
+	x->reqbody.want_model =
+	    (pc->has_models || atomic_load_explicit(&x->pool->lora_seen, memory_order_relaxed)) &&
+	    !x->reqbody.model_read && h->framing == HTTP_BODY_LENGTH && h->content_length > 0;
 	sticky_classify(x, h);
 	return RUN_AGAIN;
 }

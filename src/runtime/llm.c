@@ -2,6 +2,7 @@
  * llm.c - per-backend prefix index and TTFT fit, per-request block arrays (see llm.h).
  */
 #include "runtime/llm.h"
+#include "http/prompt.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -162,6 +163,15 @@ void llm_observe_decode(struct llm_backend *l, uint64_t decode_us)
 	/* the first sample stands alone; racing updates may lose one: one among many */
 	cur = cur ? cur + (uint32_t)(((int64_t)sample - cur) / DECODE_WEIGHT) : sample ? sample : 1;
 	atomic_store_explicit(&l->decode_us, cur, memory_order_relaxed);
+}
+
+void llm_scope_blocks(uint64_t *blocks, uint32_t n, const struct json_view *v, const char *body)
+{
+	const struct json_span *m = &v->model, *salt = &v->cache_salt;
+	uint64_t scope =
+	    http_prompt_scope(m->e ? body + m->s : NULL, m->e ? m->e - m->s : 0,
+			      salt->e ? body + salt->s : NULL, salt->e ? salt->e - salt->s : 0);
+	http_prompt_scope_blocks(blocks, n, scope);
 }
 
 /* A spare array starts with the link to the next. */

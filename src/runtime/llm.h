@@ -17,6 +17,7 @@
 #ifndef ACCELNET_RUNTIME_LLM_H
 #define ACCELNET_RUNTIME_LLM_H
 
+#include "http/jsonview.h"
 #include "policy/lb.h"
 #include "policy/prefix_feed.h"
 #include "policy/prefix_index.h"
@@ -86,6 +87,11 @@ void llm_cached(struct llm_backend *l, const uint64_t *blocks, uint32_t n);
 void llm_first_token(struct llm_backend *l, uint32_t n, uint32_t missed, uint64_t us);
 /* A request took <decode_us> from its first byte to its end there. */
 void llm_observe_decode(struct llm_backend *l, uint64_t decode_us);
+
+/* Scope the <n> block hashes of the body <body> by its model and cache_salt, as its strict
+ * view <v> found them (none when the view was not read: a body the proxy could not hold whole
+ * is scoped by nothing), in place. */
+void llm_scope_blocks(uint64_t *blocks, uint32_t n, const struct json_view *v, const char *body);
 
 /* A worker's spare block arrays. */
 struct llm_spares {

@@ -179,12 +179,14 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 			  const struct pick_hint *h)
 {
 	struct lb_candidate cand[LB_MAX_BACKENDS];
+	const struct lora_snap *lora[LB_MAX_BACKENDS];
 	const struct lb_ops *lb = p->conf->balance;
 	size_t n = p->nbackends;
 	ASSERT(n <= LB_MAX_BACKENDS);
 	uint64_t coin = rnd ^ 0x9e3779b97f4a7c15u;
 	/* the backends that serve the request's model, when the pool's backends list models */
 	const uint64_t *serving = h->has_model ? models_mask(&p->models, h->model) : NULL;
+	int adapters = h->has_model && atomic_load_explicit(&p->lora_seen, memory_order_relaxed);
 	for (size_t i = 0; i < n; i++) {
 		const struct backend *b = &p->backends[i];
 		unsigned cap = backend_cap(b);
@@ -209,7 +211,11 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 			if (b == h->home && cand[i].waiting)
 				cand[i].waiting--; /* (not behind itself) */
 		}
+		if (adapters)
+			lora[i] = &b->lora;
 	}
+	if (adapters) /* a LoRA adapter: its backends while they have room (policy/lora.h) */
+		lora_prefer(lora, h->model, cand, n);
 	struct lb_draw d = {.rnd = rnd,
 			    .key = h->key,
 			    .has_key = (uint8_t)h->has_key,

@@ -22,6 +22,7 @@
 #include "obs/metrics.h"
 #include "obs/names.h"
 #include "policy/models.h"
+#include "policy/lora.h"
 #include "runtime/queue.h"
 
 struct cache_store;
@@ -114,6 +115,9 @@ struct backend {
 	/* backends.kv_events: the prefix index its engine's KV events keep (control/kvsub.c):
 	 * its llm's (then llm->exact), or one of its own; NULL without kv_events */
 	struct prefix_index *kv_prefix;
+	/* what its engine last said of its LoRA adapters (control/scrape.c writes it,
+	 * policy/lora.h) */
+	struct lora_snap lora;
 };
 
 struct pool_rt {
@@ -129,6 +133,7 @@ struct pool_rt {
 	struct llm_fit *llm;		  /* balance: llm: its backends' TTFT fit (runtime/llm.h) */
 	struct model_set models;	  /* which backends serve which model (models.h) */
 	struct stick_table *stick;	  /* pools[].session: where each went (policy/stick.h) */
+	atomic_uint lora_seen;		  /* some backend's engine said it serves LoRA adapters */
 	struct conf_backend spare_conf;	  /* what the spare slots' conf points to: defaults */
 };
 

@@ -4,12 +4,15 @@
  * A job is one inference request. It is either waiting (on the FIFO queue) or active
  * (holding a slot, driven by its timer): first the time to first token, then one tick per
  * token. When a job ends -- done, failed, or abandoned by its client -- its slot goes to
- * the head of the queue. Nothing here blocks (but the one call named below); all waiting is
+ * the head of the queue (with LoRA adapters, to the first job whose adapter fits in the batch:
+ * sim/lora.h, which also keeps each adapter's counts as its jobs queue, start and end).
+ * Nothing here blocks (but the one call named below); all waiting is
  * timers on the loop. A phantom job (extra_load) has no client: when it ends it goes back to
  * the end of the queue.
  *
  * In the block model, a job's prompt blocks are hashed on arrival (into one scratch array,
- * then copied into the job's own allocation: one allocation per request, as before) and
+ * scoped by its model and cache_salt, then copied into the job's own allocation: one
+ * allocation per request, as before) and
  * matched against the cache when the job gets its slot. The cache's changes are gathered as
  * KV events and published by a timer due at once, so that the changes made by one turn's I/O
  * (and by the timers due before it) make one batch.
@@ -30,6 +33,7 @@
 #include "http/server.h"
 #include "sim/kvcache.h"
 #include "sim/kvevents.h"
+#include "sim/lora.h"
 #include "sim/pd.h"
 
 #include <errno.h>
@@ -68,6 +72,8 @@ struct sim_job {
 	uint64_t pd_room, pd_wait_until; /* decode (sglang): the room it waits for, until when */
 	char pd_host[SIM_PD_HOST];
 	unsigned pd_port;
+	int lora;	  /* its adapter's index in sim.loras + 1; 0: the base model */
+	unsigned lora_ms; /* the adapter's load, when it had to be loaded */
 };
 
 struct sim {
@@ -95,6 +101,8 @@ struct sim {
 	struct sim_pd_rooms rooms; /* prefill (sglang): the rooms bootstrapped */
 	char pd_host[SIM_PD_HOST]; /* its own address, for remote_host and remote_port */
 	unsigned pd_port;
+	struct sim_loras *loras; /* max_loras: its adapters; NULL: none */
+	unsigned long base_requests;
 };
 
 void sim_opts_default(struct sim_opts *o)
@@ -111,6 +119,7 @@ void sim_opts_default(struct sim_opts *o)
 	o->block_bytes = 64;
 	o->prefill_us_per_block = 1000;
 	o->kv_pull_us_per_block = 100;
+	o->lora_load_ms = 100;
 	snprintf(o->pd_secret, sizeof(o->pd_secret), "accelnet-sim");
 }
 
@@ -132,6 +141,8 @@ static void sim_start_next(struct sim *s);
 static void sim_enqueue(struct sim *s, struct sim_job *j)
 {
 	j->queued_at_ms = loop_now(s->loop);
+	if (j->lora)
+		sim_lora_queued(s->loras, j->lora - 1);
 	list_push_back(&s->queue, &j->link);
 	if (++s->waiting > s->max_waiting)
 		s->max_waiting = s->waiting;
@@ -144,6 +155,8 @@ static void job_release(struct sim_job *j)
 	if (j->active) {
 		s->active--;
 		j->active = 0;
+		if (j->lora)
+			sim_lora_done(s->loras, j->lora - 1);
 	}
 	if (j->phantom) {
 		s->phantom_runs++;
@@ -162,6 +175,8 @@ static void job_on_abort(void *arg)
 		if (list_linked(&j->link)) {
 			list_del(&s->queue, &j->link);
 			s->waiting--;
+			if (j->lora)
+				sim_lora_unqueued(s->loras, j->lora - 1);
 		}
 	}
 	job_release(j);
@@ -491,6 +506,8 @@ static void job_begin(struct sim_job *j)
 		j->cache_hit = prefix_cached(s, j);
 		first = j->cache_hit ? s->opts.cache_hit_ms : s->opts.latency_ms;
 	}
+	if (j->lora && (j->lora_ms = sim_lora_start(s->loras, j->lora - 1)))
+		first += j->lora_ms; /* the adapter was loaded for it */
 	uint64_t delay = (uint64_t)(first * (f < 0 ? 0 : f));
 	j->timer.fn = job_on_timer;
 	if (j->phantom) { /* never fails; takes at least a millisecond, never spins */
@@ -508,12 +525,25 @@ static void job_begin(struct sim_job *j)
 	loop_timer_set(s->loop, &j->timer, now + delay);
 }
 
+/* The first waiting job that may start now: the head, or with adapters the first whose
+ * adapter fits in the batch (sim/lora.h). */
+static struct sim_job *next_job(struct sim *s)
+{
+	for (struct list_node *n = list_first(&s->queue); n; n = list_next(&s->queue, n)) {
+		struct sim_job *j = container_of(n, struct sim_job, link);
+		if (!j->lora || sim_lora_fits(s->loras, j->lora - 1))
+			return j;
+	}
+	return NULL;
+}
+
 static void sim_start_next(struct sim *s)
 {
-	struct list_node *n;
-	while (s->active < s->opts.slots && (n = list_pop_front(&s->queue))) {
+	struct sim_job *j;
+	while (s->active < s->opts.slots && (j = next_job(s))) {
+		list_del(&s->queue, &j->link);
 		s->waiting--;
-		job_begin(container_of(n, struct sim_job, link));
+		job_begin(j);
 	}
 }
 
@@ -566,6 +596,18 @@ static void request_model(const struct json_view *v, const char *body, char *out
 		if (ch < 0x20 || ch == 0x7f || ch == '"' || ch == '\\')
 			out[i] = '?';
 	}
+}
+
+static int model_base(const struct sim *s, const char *model)
+{
+	if (!model[0])
+		return 1;
+	if (!s->opts.nmodels)
+		return !strcmp(model, s->opts.name);
+	for (unsigned i = 0; i < s->opts.nmodels; i++)
+		if (!strcmp(s->opts.models[i], model))
+			return 1;
+	return 0;
 }
 
 static int model_served(const struct sim *s, const char *model)
@@ -631,7 +673,7 @@ static void answer_metrics(struct sim *s, struct hsrv_conn *c)
 	     "GPU KV-cache usage. 1 means 100 percent usage (the older name).", usage},
 	};
 	const char *model = s->opts.nmodels ? s->opts.models[0] : s->opts.name;
-	char text[2048];
+	char text[2048 + SIM_LORA_HISTORY * (2 * SIM_LORA_LIST + 128)];
 	size_t used = 0;
 	for (size_t i = 0; i < sizeof(gauges) / sizeof(gauges[0]) && used < sizeof(text); i++)
 		used += (size_t)snprintf(text + used, sizeof(text) - used,
@@ -639,6 +681,12 @@ static void answer_metrics(struct sim *s, struct hsrv_conn *c)
 					 "%s{model_name=\"%s\",engine=\"0\"} %g\n",
 					 gauges[i].name, gauges[i].help, gauges[i].name,
 					 gauges[i].name, model, gauges[i].value);
+	if (s->loras && used < sizeof(text)) {
+		struct timespec now;
+		clock_gettime(CLOCK_REALTIME, &now);
+		used += sim_lora_metrics(s->loras, (double)now.tv_sec + now.tv_nsec / 1e9,
+					 text + used, sizeof(text) - used);
+	}
 	if (used >= sizeof(text))
 		used = sizeof(text) - 1;
 	hsrv_respond(c, 200, "text/plain; version=0.0.4", s->served_by, text, used);
@@ -646,7 +694,7 @@ static void answer_metrics(struct sim *s, struct hsrv_conn *c)
 
 static void answer_stats(struct sim *s, struct hsrv_conn *c)
 {
-	char text[1536];
+	char text[1536 + SIM_LORA_MAX * (SIM_LORA_NAME + 128)];
 	int n = snprintf(
 	    text, sizeof(text),
 	    "{\"name\":\"%s\",\"connections\":%lu,\"requests\":%lu,"
@@ -657,7 +705,7 @@ static void answer_stats(struct sim *s, struct hsrv_conn *c)
 	    "\"cache_blocks_used\":%zu,\"kv_events_endpoint\":\"%s\",\"kv_events_batches\":%lu,"
 	    "\"kv_events_dropped\":%lu,\"unknown_model\":%lu,\"extra_load\":%u,"
 	    "\"phantom_runs\":%lu,\"role\":\"%s\",\"pd_valid\":%lu,\"pd_refused\":%lu,"
-	    "\"pd_local\":%lu,\"pd_issued\":%lu,\"pd_rooms\":%lu}\n",
+	    "\"pd_local\":%lu,\"pd_issued\":%lu,\"pd_rooms\":%lu,\"base_requests\":%lu",
 	    s->opts.name, hsrv_connections(s->srv), s->requests, s->completions, s->failures,
 	    s->aborted, s->active, s->waiting, s->max_waiting, s->max_active, s->opts.slots,
 	    sim_stall_end(s, loop_now(s->loop)) ? "true" : "false", s->cache_hits, s->cache_misses,
@@ -669,9 +717,13 @@ static void answer_stats(struct sim *s, struct hsrv_conn *c)
 	    s->opts.role == SIM_ROLE_PREFILL  ? "prefill"
 	    : s->opts.role == SIM_ROLE_DECODE ? "decode"
 					      : "both",
-	    s->pd_valid, s->pd_refused, s->pd_local, s->pd_issued, s->pd_rooms_added);
-	if (n < 0 || (size_t)n >= sizeof(text))
-		n = n < 0 ? 0 : (int)sizeof(text) - 1;
+	    s->pd_valid, s->pd_refused, s->pd_local, s->pd_issued, s->pd_rooms_added,
+	    s->base_requests);
+	if (n < 0 || (size_t)n >= sizeof(text) - 3)
+		n = n < 0 ? 0 : (int)sizeof(text) - 3;
+	if (s->loras) /* (the table fits: SIM_LORA_MAX entries of bounded names) */
+		n += (int)sim_lora_stats(s->loras, text + n, sizeof(text) - 3 - (size_t)n);
+	n += snprintf(text + n, sizeof(text) - (size_t)n, "}\n");
 	hsrv_respond(c, 200, "application/json", s->served_by, text, (size_t)n);
 }
 
@@ -773,11 +825,24 @@ static void take_completion(struct sim *s, struct hsrv_conn *c, int chat, const 
 	const char *why;
 	(void)json_view_read(&view, body, body_len, &why); /* not JSON: names nothing */
 	request_model(&view, body, model, sizeof(model));
-	if (!model_served(s, model)) {
+	int lora = 0; /* with adapters, a model but the base one is an adapter (sim/lora.h) */
+	if (s->loras && !model_base(s, model) && (lora = sim_lora_get(s->loras, model) + 1) <= 0) {
+		s->unknown_model++; /* no room in the adapter table */
+		answer_no_model(s, c, model);
+		return;
+	}
+	if (!lora && !model_served(s, model)) {
 		s->unknown_model++;
 		answer_no_model(s, c, model);
 		return;
 	}
+	if (!lora)
+		s->base_requests++;
+	/* the prefix caches key a prompt by its model and cache_salt (http_prompt_scope) */
+	uint64_t scope = http_prompt_scope(view.model.e ? body + view.model.s : NULL,
+					   view.model.e - view.model.s,
+					   view.cache_salt.e ? body + view.cache_salt.s : NULL,
+					   view.cache_salt.e - view.cache_salt.s);
 	long nblocks = 0;
 	size_t text = 0;
 	if (s->blocks) {
@@ -785,6 +850,7 @@ static void take_completion(struct sim *s, struct hsrv_conn *c, int chat, const 
 					     SIM_PROMPT_BLOCKS, &text);
 		if (nblocks < 0)
 			nblocks = 0, text = 0;
+		http_prompt_scope_blocks(s->scratch, (size_t)nblocks, scope);
 	}
 	struct sim_job *j = calloc(1, sizeof(*j) + (size_t)nblocks * sizeof(*j->hash));
 	if (!j) {
@@ -812,6 +878,8 @@ static void take_completion(struct sim *s, struct hsrv_conn *c, int chat, const 
 	    max_tokens > 0 ? (unsigned)(max_tokens < 4096 ? max_tokens : 4096) : s->opts.tokens;
 	j->prompt_tokens = (unsigned)(body_len / SIM_BYTES_PER_TOKEN);
 	j->has_prefix = http_prompt_key(body, body_len, 1, 256, &j->prefix) == 1;
+	j->prefix ^= scope;
+	j->lora = lora;
 	hsrv_on_abort(c, job_on_abort, j);
 	if (s->opts.role != SIM_ROLE_BOTH) {
 		const char *refusal = "";
@@ -898,6 +966,7 @@ static void sim_free(struct sim *s)
 	kvevents_close(s->events);
 	kvcache_destroy(s->blocks);
 	free(s->phantoms);
+	free(s->loras);
 	free(s->scratch);
 	free(s->cache);
 	free(s);
@@ -950,6 +1019,13 @@ int sim_start(struct loop *loop, const struct sim_opts *o, struct sim **out)
 		goto fail;
 	if (o->cache_blocks && (err = sim_start_blocks(s)) < 0)
 		goto fail;
+	if (o->max_loras) {
+		err = -ENOMEM;
+		if (!(s->loras = malloc(sizeof(*s->loras))))
+			goto fail;
+		if ((err = sim_lora_init(s->loras, o->lora, o->max_loras, o->lora_load_ms)) < 0)
+			goto fail;
+	}
 	err = -ENOMEM;
 	if (o->extra_load && !(s->phantoms = calloc(o->extra_load, sizeof(*s->phantoms))))
 		goto fail;

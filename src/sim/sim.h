@@ -71,6 +71,15 @@
  * older name vllm:gpu_cache_usage_perc, labelled model_name and engine); every other path
  * answers 200 with a one-line description.
  *
+ * LoRA adapters (--lora A,B --max-loras N --lora-load-ms MS, sim/lora.h): with max_loras, a
+ * request naming another model than the base one (--models, else --name) names an adapter,
+ * loaded on demand (evicting the least recently used) at a cost of lora_load_ms to its first
+ * token; at most max_loras distinct adapters run at once; GET /metrics adds
+ * vllm:lora_requests_info as vLLM writes it; /sim/stats counts requests and loads per adapter.
+ * The prefix caches (both models) key a prompt by its "model" and "cache_salt" as vLLM keys
+ * its blocks by adapter and salt (http_prompt_scope): a prompt cached under one is never a
+ * hit for another, and the KV events publish the scoped hashes.
+ *
  * Roles (--role prefill|decode, sim/pd.h): a prefill sim answers vLLM's kv_transfer_params and
  * registers SGLang's bootstrap rooms (GET /bootstrap/ROOM); a decode sim refuses (400) a
  * request without valid transfer params and charges a KV pull per block in place of the
@@ -116,6 +125,9 @@ struct sim_opts {
 	char pd_secret[128];
 	unsigned kv_pull_us_per_block; /* a decode's pull of each block's KV */
 	unsigned pd_allow_local;       /* a decode sim prefills a request without params */
+	/* LoRA adapters (sim/lora.h): loaded at start, at most max_loras (0: none served) */
+	char lora[2048]; /* names separated by commas */
+	unsigned max_loras, lora_load_ms;
 };
 
 struct sim;

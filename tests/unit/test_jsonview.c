@@ -327,6 +327,20 @@ static void previous_response_id(void **state)
 	refused("{\"previous_response_id\":\"a\",\"previous_response_id\":\"b\"}");
 }
 
+/* cache_salt (vLLM's): a top-level string only; twice is refused, its escapes kept as written */
+static void cache_salt(void **state)
+{
+	(void)state;
+	struct json_view v;
+	const char *b = "{\"x\":{\"cache_salt\":\"no\"},\"cache_s\\u0061lt\":\"s\\u0031\"}";
+	assert_int_equal(view_of(b, &v), 0);
+	assert_int_equal(v.cache_salt.e - v.cache_salt.s, 9);
+	assert_memory_equal(b + v.cache_salt.s, "\"s\\u0031\"", 9);
+	assert_int_equal(view_of("{\"cache_salt\":7}", &v), 0);
+	assert_int_equal(v.cache_salt.e, 0);
+	refused("{\"cache_salt\":\"a\",\"cache_salt\":\"b\"}");
+}
+
 static void too_many_keys_refused(void **state)
 {
 	(void)state;
@@ -359,6 +373,7 @@ int main(void)
 	    cmocka_unit_test(choices_read_as_max_tokens_is),
 	    cmocka_unit_test(stream_and_prompt),
 	    cmocka_unit_test(previous_response_id),
+	    cmocka_unit_test(cache_salt),
 	    cmocka_unit_test(too_many_keys_refused),
 	};
 	return cmocka_run_group_tests_name("json view", tests, NULL, NULL);

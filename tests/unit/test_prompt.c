@@ -157,6 +157,32 @@ static void blocks_parts_escapes_and_limits(void **state)
 	assert_int_equal(http_prompt_blocks(cut, strlen(cut), 16, a, 64, NULL), 4);
 }
 
+static void scope_by_model_and_salt(void **state)
+{
+	(void)state;
+	uint64_t none = http_prompt_scope(NULL, 0, NULL, 0);
+	uint64_t a = http_prompt_scope("\"a\"", 3, NULL, 0),
+		 b = http_prompt_scope("\"b\"", 3, NULL, 0);
+	uint64_t as = http_prompt_scope("\"a\"", 3, "\"s\"", 3);
+	uint64_t salt_a = http_prompt_scope(NULL, 0, "\"a\"", 3); /* a salt is not a model */
+	assert_true(none == 0 && a && b && as && salt_a);
+	assert_true(a != b && a != as && as != salt_a && a != salt_a);
+	assert_true(a == http_prompt_scope("\"a\"", 3, NULL, 0));
+	const char *body = "{\"prompt\":\"0123456789abcdef0123456789abcdef0123456789\"}";
+	uint64_t h[4], k[4];
+	long n = http_prompt_blocks(body, strlen(body), 16, h, 4, NULL);
+	assert_int_equal(n, 2);
+	memcpy(k, h, sizeof(h));
+	http_prompt_scope_blocks(k, 2, none); /* no scope: the hashes as they were */
+	assert_memory_equal(h, k, 2 * sizeof(*h));
+	http_prompt_scope_blocks(k, 2, a);
+	assert_true(k[0] != h[0] && k[1] != h[1] && k[0] != h[1] && k[1] != h[0]);
+	uint64_t j[4];
+	memcpy(j, h, sizeof(h));
+	http_prompt_scope_blocks(j, 2, b);
+	assert_true(j[0] != k[0] && j[1] != k[1]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -166,6 +192,7 @@ int main(void)
 	    cmocka_unit_test(partial_bodies_ask_for_more),
 	    cmocka_unit_test(blocks_shared_system_prompt_any_field_order),
 	    cmocka_unit_test(blocks_parts_escapes_and_limits),
+	    cmocka_unit_test(scope_by_model_and_salt),
 	};
 	return cmocka_run_group_tests_name("prompt key", tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
 /*
  * test_promtext.c - reading engine gauges from Prometheus text: vLLM, SGLang and TGI pages
  * summed over label sets, labels with quoted braces and escapes skipped, every value form,
- * timestamps and exemplars, and garbage refused whole.
+ * timestamps and exemplars, and garbage refused whole; vLLM's info gauge read by the labels of
+ * its latest sample, strictly.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -94,6 +95,72 @@ static void garbage_refused_whole(void **state)
 	assert_int_equal(w[0].samples, 0);
 }
 
+static const char *const lora_labels[] = {"running_lora_adapters", "waiting_lora_adapters",
+					  "max_lora"};
+
+static int span_is(const struct promtext_span *v, const char *want)
+{
+	char out[64];
+	return v->p && promtext_unescape(v, out, sizeof(out)) == strlen(want) && !strcmp(out, want);
+}
+
+static void latest_label_set_read(void **state)
+{
+	(void)state;
+	/* one sample per label set ever set, its value the time: the largest is the current */
+	struct promtext_want w[] = {
+	    {.name = "vllm:lora_requests_info", .labels = lora_labels, .nlabels = 3},
+	    {.name = "vllm:num_requests_running"}};
+	const char *t =
+	    "# TYPE vllm:lora_requests_info gauge\n"
+	    "vllm:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"a,b\","
+	    "waiting_lora_adapters=\"\"} 1.7e9\n"
+	    "vllm:lora_requests_info{waiting_lora_adapters=\"c\", running_lora_adapters = "
+	    "\"x\\\"y,z\\\\w\",max_lora=\"2\",} 1.7000001e9\n"
+	    "vllm:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"old\","
+	    "waiting_lora_adapters=\"\"} 1.6e9\n"
+	    "vllm:num_requests_running{model_name=\"m\"} 3\n";
+	assert_int_equal(read_text(t, w, 2), 4);
+	assert_int_equal(w[0].samples, 3);
+	assert_true(w[0].top == 1.7000001e9);
+	assert_true(span_is(&w[0].label[0], "x\"y,z\\w"));
+	assert_true(span_is(&w[0].label[1], "c"));
+	assert_true(span_is(&w[0].label[2], "2"));
+	assert_true(w[1].sum == 3 && !w[1].label[0].p); /* labels not asked for: not read */
+	/* a label the latest sample lacks is absent, not the earlier sample's */
+	t = "i{a=\"1\",running_lora_adapters=\"p\"} 1\ni{max_lora=\"4\"} 2\n";
+	w[0].name = "i";
+	assert_int_equal(read_text(t, w, 1), 2);
+	assert_null(w[0].label[0].p);
+	assert_true(span_is(&w[0].label[2], "4"));
+	/* equal values: the later one; NaN never the latest */
+	t = "i{max_lora=\"1\"} 5\ni{max_lora=\"2\"} 5\ni{max_lora=\"3\"} NaN\n";
+	assert_int_equal(read_text(t, w, 1), 3);
+	assert_true(span_is(&w[0].label[2], "2"));
+	assert_int_equal(w[0].samples, 2);
+}
+
+static void labels_of_a_read_family_strict(void **state)
+{
+	(void)state;
+	struct promtext_want w[] = {{.name = "i", .labels = lora_labels, .nlabels = 3}};
+	static const char *const bad[] = {
+	    "i{max_lora} 1\n",		     /* no value */
+	    "i{max_lora=2} 1\n",	     /* not quoted */
+	    "i{max_lora=\"2\" x=\"1\"} 1\n", /* no comma */
+	    "i{=\"2\"} 1\n",		     /* no name */
+	    "i{1a=\"2\"} 1\n",		     /* not a label name */
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(read_text(bad[i], w, 1), -EBADMSG);
+		w[0].name = "other"; /* another family's labels are only skipped */
+		assert_int_equal(read_text(bad[i], w, 1), 1);
+		w[0].name = "i";
+	}
+	assert_int_equal(read_text("i{} 1\ni 2\n", w, 1), 2);
+	assert_true(w[0].top == 2 && !w[0].label[2].p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -101,6 +168,8 @@ int main(void)
 	    cmocka_unit_test(labels_skipped_exactly),
 	    cmocka_unit_test(every_value_form),
 	    cmocka_unit_test(garbage_refused_whole),
+	    cmocka_unit_test(latest_label_set_read),
+	    cmocka_unit_test(labels_of_a_read_family_strict),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
