@@ -21,6 +21,11 @@
  *   loadgen open ... --warmup W
  *       Requests due in the first W seconds are sent as the others but counted in no figure
  *       (a cold fleet's first seconds); every rate is per second of the rest.
+ *   loadgen open --target A --target B ...
+ *       Several targets (up to MAX_TARGETS: instances of one service): request i goes to
+ *       target i mod N, each on that target's own connections; the figures are of all the
+ *       requests together (percentiles of the merged samples), and "per_target" says how
+ *       many each was sent and answered 200 (the warm-up's included).
  *   loadgen sse --target H:P --path P --body JSON --streams N
  *       N concurrent token streams from `accelnet sim`; each event's "sent_ns" (the sender's
  *       CLOCK_MONOTONIC) gives the delay from the accelerator to this client per token.
@@ -50,9 +55,12 @@
 
 enum mode { M_OPEN, M_SSE, M_IDLE };
 
+#define MAX_TARGETS 16
+
 struct conn {
 	struct loop_io io;
 	struct conn *next_idle;
+	unsigned target; /* which --target it is connected to */
 	char *in;
 	size_t in_len, in_cap, sent;
 	const char *req; /* the request being sent on it */
@@ -75,7 +83,9 @@ struct conn {
 
 static struct {
 	enum mode mode;
-	struct net_addr addr;
+	struct net_addr addr[MAX_TARGETS];
+	unsigned ntargets;
+	uint64_t target_sent[MAX_TARGETS], target_ok[MAX_TARGETS];
 	char **reqs; /* one request, or one per prompt prefix (--prefixes) */
 	size_t *req_lens;
 	unsigned nreqs;
@@ -95,7 +105,7 @@ static struct {
 	uint64_t timeout_ns;
 	struct loop *loop;
 	struct loop_timer tick;
-	struct conn *idle, *held;
+	struct conn *idle[MAX_TARGETS], *held;
 	uint64_t start_ns, next_i;
 	unsigned open_conns, outstanding, finished_streams;
 	uint64_t ok, errors, no_conn, status[6];
@@ -248,6 +258,7 @@ static void sse_events(struct conn *c, uint64_t now)
 static void conn_done(struct conn *c, uint64_t now)
 {
 	int status = c->head.status, counted = g.mode != M_OPEN || !in_warmup(c->due_ns);
+	g.target_ok[c->target] += status == 200;
 	if (counted) {
 		g.status[status / 100 < 6 ? status / 100 : 0]++;
 		if (status == 200)
@@ -278,8 +289,8 @@ static void conn_done(struct conn *c, uint64_t now)
 	if (!keep) {
 		conn_free(c);
 	} else {
-		c->next_idle = g.idle;
-		g.idle = c;
+		c->next_idle = g.idle[c->target];
+		g.idle[c->target] = c;
 	}
 	maybe_finish();
 }
@@ -400,9 +411,9 @@ static void conn_on_io(struct loop_io *io, unsigned events)
 		conn_read(c);
 }
 
-static struct conn *conn_new(void)
+static struct conn *conn_new(unsigned target)
 {
-	int fd = sock_connect(&g.addr);
+	int fd = sock_connect(&g.addr[target]);
 	if (fd < 0)
 		return NULL;
 	struct conn *c = calloc(1, sizeof(*c));
@@ -411,6 +422,7 @@ static struct conn *conn_new(void)
 		return NULL;
 	}
 	c->io.fd = fd;
+	c->target = target;
 	c->io.fn = conn_on_io;
 	c->connecting = 1;
 	if (loop_io_add(g.loop, &c->io) < 0) {
@@ -422,13 +434,15 @@ static struct conn *conn_new(void)
 	return c;
 }
 
-/* Start one request, due at <due_ns>, on an idle connection or a new one. */
+/* Start one request, due at <due_ns>, on an idle connection to its target or a new one. */
 static void start_request(uint64_t due_ns)
 {
-	struct conn *c = g.idle;
+	unsigned t = g.ntargets > 1 && g.next_i ? (unsigned)((g.next_i - 1) % g.ntargets) : 0;
+	struct conn *c = g.idle[t];
+	g.target_sent[t]++;
 	if (c) {
-		g.idle = c->next_idle;
-	} else if (g.open_conns >= g.max_conns || !(c = conn_new())) {
+		g.idle[t] = c->next_idle;
+	} else if (g.open_conns >= g.max_conns || !(c = conn_new(t))) {
 		g.no_conn++;
 		g.errors += g.mode != M_OPEN || !in_warmup(due_ns);
 		g.finished_streams++;
@@ -581,7 +595,8 @@ static int load_at(const char *path)
 static void usage(void)
 {
 	fprintf(stderr,
-		"usage: loadgen open|sse|idle --target HOST:PORT [--path P] [--body B]\n"
+		"usage: loadgen open|sse|idle --target HOST:PORT [--target HOST:PORT ...]\n"
+		"  [--path P] [--body B]\n"
 		"  [--rate R --duration S] [--streams N] [--conns N] [--timeout-s S]\n"
 		"  [--prefixes N]  (open: each prompt is one of N long system prompts, then one\n"
 		"                  of four questions)\n"
@@ -603,7 +618,7 @@ int main(int argc, char **argv)
 	    {"slo-ms", required_argument, NULL, 'L'},	{"at", required_argument, NULL, 'A'},
 	    {"warmup", required_argument, NULL, 'W'},	{NULL, 0, NULL, 0},
 	};
-	const char *target = NULL, *path = "/v1/completions", *body = "{\"prompt\":\"hi\"}", *why;
+	const char *path = "/v1/completions", *body = "{\"prompt\":\"hi\"}", *why;
 	const char *bodies = NULL, *at = NULL;
 	double timeout_s = 30;
 	unsigned prefixes = 0;
@@ -624,7 +639,9 @@ int main(int argc, char **argv)
 	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (ch) {
 		case 't':
-			target = optarg;
+			if (g.ntargets == MAX_TARGETS ||
+			    net_addr_parse(optarg, &g.addr[g.ntargets++], &why) < 0)
+				usage();
 			break;
 		case 'p':
 			path = optarg;
@@ -666,7 +683,7 @@ int main(int argc, char **argv)
 			usage();
 		}
 	}
-	if (!target || net_addr_parse(target, &g.addr, &why) < 0)
+	if (!g.ntargets)
 		usage();
 	if ((g.mode == M_OPEN && (g.rate <= 0 || g.duration * 1e9 <= (double)g.warm_ns)) ||
 	    (g.mode == M_SSE && !g.streams) || (g.mode == M_IDLE && !g.conns))
@@ -767,6 +784,14 @@ int main(int argc, char **argv)
 		       never, g.slo_ms, (unsigned long long)g.good_slo, (double)g.good_slo / span);
 		print_dist("ttft_ms", g.ttft, g.nttft);
 	}
+	if (g.ntargets > 1) {
+		printf(",\"per_target\":[");
+		for (unsigned t = 0; t < g.ntargets; t++)
+			printf("%s{\"sent\":%llu,\"ok\":%llu}", t ? "," : "",
+			       (unsigned long long)g.target_sent[t],
+			       (unsigned long long)g.target_ok[t]);
+		printf("]");
+	}
 	printf("}\n");
 	fflush(stdout);
 	if (g.mode == M_IDLE) {
@@ -780,11 +805,12 @@ int main(int argc, char **argv)
 		g.held = c->next_idle;
 		conn_free(c);
 	}
-	while (g.idle) {
-		struct conn *c = g.idle;
-		g.idle = c->next_idle;
-		conn_free(c);
-	}
+	for (unsigned t = 0; t < g.ntargets; t++)
+		while (g.idle[t]) {
+			struct conn *c = g.idle[t];
+			g.idle[t] = c->next_idle;
+			conn_free(c);
+		}
 	loop_destroy(g.loop);
 	free(g.lat);
 	free(g.ttft);
