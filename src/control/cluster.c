@@ -498,13 +498,13 @@ static void append_slots(struct cluster *c)
 	}
 }
 
-/* Set <b>'s slots held elsewhere to <n>, at most all but one of its slots (an instance keeps
- * one of each backend's, whatever Redis says: none is shut out by a Redis that lies or a count
- * that went astray); 1 when that freed some here. */
-static int set_elsewhere(struct backend *b, uint64_t n)
+/* Set <b>'s slots held elsewhere to <n>, at most <cap> less <keep> of them; 1 when that freed
+ * some here. */
+static int set_elsewhere(struct backend *b, uint64_t n, unsigned keep)
 {
 	unsigned cap = backend_cap(b);
-	unsigned v = cap ? (n < cap ? (unsigned)n : cap - 1) : 0;
+	unsigned most = cap > keep ? cap - keep : 0;
+	unsigned v = n < most ? (unsigned)n : most;
 	unsigned was = atomic_exchange_explicit(&b->elsewhere, v, memory_order_relaxed);
 	return v < was;
 }
@@ -523,7 +523,7 @@ static void take_slots(struct cluster *c, struct shared_slots *ss, const redisRe
 		size_t j = ss->which[k];
 		uint32_t s16 = n > 65535 ? 65535u * 16 : (uint32_t)n * 16;
 		ss->smooth16[j] = ss->smooth16[j] + (uint32_t)(((int64_t)s16 - ss->smooth16[j]) / 8);
-		freed |= set_elsewhere(&ss->p->backends[j], n);
+		freed |= set_elsewhere(&ss->p->backends[j], n, 0);
 	}
 	if (freed) { /* the queue's waiters may take what the others let go */
 		c->rnd = c->rnd * 6364136223846793005ull + 1442695040888963407ull;
@@ -532,14 +532,15 @@ static void take_slots(struct cluster *c, struct shared_slots *ss, const redisRe
 }
 
 /* Redis is away: each backend's slots held elsewhere are what the others held of late
- * (smoothed), rounded down: the instances, evenly loaded, keep about their shares. */
+ * (smoothed), rounded down, and never all of them: the instances, evenly loaded, keep about
+ * their shares, and each keeps at least one slot of each backend. */
 static void slots_alone(struct cluster *c)
 {
 	for (size_t i = 0; i < c->nslots; i++) {
 		struct shared_slots *ss = &c->slots[i];
 		int freed = 0;
 		for (size_t j = 0; j < ss->p->nbackends; j++)
-			freed |= set_elsewhere(&ss->p->backends[j], ss->smooth16[j] / 16);
+			freed |= set_elsewhere(&ss->p->backends[j], ss->smooth16[j] / 16, 1);
 		if (freed) {
 			c->rnd = c->rnd * 6364136223846793005ull + 1442695040888963407ull;
 			admission_grant(ss->p, clock_now_ms(), c->rnd);
