@@ -13,6 +13,15 @@
  * on every instance: xxh3 of the identity, unseeded), ROUTE the route's name or its index;
  * instances sharing a Redis are meant to share one config.
  *
+ * Every pool's capped backends (max_concurrency) share their slots: every sync ends with, per
+ * pool, EVALSHA of the slots script, which records the requests this instance has in flight
+ * to each such backend (by name, in a hash per pool, PREFIX "slots:" POOL, each field expiring
+ * as a live-set entry does) and answers the sum of the other instances' there; that goes into
+ * the backend's <elsewhere>, which the pick counts against the cap (runtime/pool.h). When a
+ * sync says the others let slots go, this thread asks the pool's queue to grant them
+ * (admission_grant), since no local release will. While Redis is away each backend's
+ * <elsewhere> is what the others held of late (smoothed), never all of its slots.
+ *
  * Pools with session: share their sessions the same way: every sync sends what each pool's
  * table learned since (its feed, policy/stick.h: a session's hash and its backend's name)
  * to a stream per pool (PREFIX "sess:" POOL) and puts the other instances' entries into its
@@ -181,15 +190,15 @@ struct cluster {
 	size_t npools;
 	struct shared_sessions *sess;
 	size_t nsess;
-	const char **sess_argv;		   /* XREAD's: 4 + 2 per pool with session */
-	struct shared_slots *slots;	   /* one per pool */
+	const char **sess_argv;	    /* XREAD's: 4 + 2 per pool with session */
+	struct shared_slots *slots; /* one per pool */
 	size_t nslots;
 	struct shared_slots **slots_sent; /* whose script each of the last sync's was */
 	size_t nslots_sent;
-	uint64_t rnd; /* for the grants the cluster thread makes */
+	uint64_t rnd;			     /* for the grants the cluster thread makes */
 	char slots_ttl[24], slots_bound[24]; /* SLOTS_LUA's ARGV[2] and ARGV[3] */
-	uint64_t hash[PREFIX_FEED_BLOCKS]; /* one entry, on its way out or in */
-	const char **argv;		   /* XREAD's: 4 + 2 per pool */
+	uint64_t hash[PREFIX_FEED_BLOCKS];   /* one entry, on its way out or in */
+	const char **argv;		     /* XREAD's: 4 + 2 per pool */
 	struct shared_limit *lim;
 	size_t nlim;
 	struct shared_budget *bud;
@@ -517,12 +526,12 @@ static void take_slots(struct cluster *c, struct shared_slots *ss, const redisRe
 	int freed = 0;
 	for (size_t k = 0; k < ss->nsent; k++) {
 		const redisReply *e = r->element[k];
-		uint64_t n = e->type == REDIS_REPLY_INTEGER && e->integer > 0
-				 ? (uint64_t)e->integer
-				 : 0;
+		uint64_t n =
+		    e->type == REDIS_REPLY_INTEGER && e->integer > 0 ? (uint64_t)e->integer : 0;
 		size_t j = ss->which[k];
 		uint32_t s16 = n > 65535 ? 65535u * 16 : (uint32_t)n * 16;
-		ss->smooth16[j] = ss->smooth16[j] + (uint32_t)(((int64_t)s16 - ss->smooth16[j]) / 8);
+		ss->smooth16[j] =
+		    ss->smooth16[j] + (uint32_t)(((int64_t)s16 - ss->smooth16[j]) / 8);
 		freed |= set_elsewhere(&ss->p->backends[j], n, 0);
 	}
 	if (freed) { /* the queue's waiters may take what the others let go */
