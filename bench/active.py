@@ -8,7 +8,7 @@ size), in three variants, each on a fresh, cold fleet:
 
 - one: one instance, as scenario 9 runs it;
 - three: three instances, one config, sharing one redis-server (started on a free port here:
-  `cluster: {redis: ...}`, sync_ms at its default); one load generator sends request i of the
+  `cluster: {redis: ..., sync_ms: 20}`: docs/operations.md, "Backend slots across instances"); one load generator sends request i of the
   trace to instance i mod 3 (`loadgen open --target A --target B --target C`), so the turns of
   one conversation reach different instances, as behind a connection-spreading balancer;
   the percentiles are of all requests together (one loadgen: merged samples, never averaged
@@ -59,7 +59,7 @@ def start_redis(run, port):
 
 CAP = 4  # max_concurrency of each backend (--cap)
 EXTRA = ""  # more of each instance's pool config (--pool-extra)
-SYNC_MS = None  # cluster.sync_ms (--sync-ms; None: its default)
+SYNC_MS = 20  # cluster.sync_ms (--sync-ms; 0: its default, 100)
 
 
 def start_instance(run, ports, redis_port):
@@ -248,6 +248,25 @@ def summary_rows(res):
              "errors", "never answered", "sent"], rows)
 
 
+def phase_rows(res):
+    """Goodput at SLO a second, by when requests were due: before Redis was stopped, while it
+    was away, after it was started again (the same seconds of the other variants beside)."""
+    rows = []
+    secs = res["seconds"]
+    cuts = [(0, secs // 3), (secs // 3, 2 * secs // 3), (2 * secs // 3, secs)]
+    for v in res["variants"]:
+        runs = [g for g in res["results"].get(v, []) if "failed" not in g and "per_second" in g]
+        if not runs:
+            continue
+        row = [v]
+        for a, b in cuts:
+            vals = [sum(g["per_second"]["good_slo"][a:b]) / (b - a) for g in runs]
+            row.append(f"{statistics.median(vals):.1f}")
+        rows.append(row)
+    return (["variant", f"goodput@SLO s 0-{secs // 3}", f"s {secs // 3}-{2 * secs // 3} "
+             "(Redis away)", f"s {2 * secs // 3}-{secs}"], rows)
+
+
 def ratio_rows(res):
     one = [g for g in res["results"].get("one", []) if "failed" not in g]
     rows = []
@@ -279,7 +298,9 @@ def main():
     ap.add_argument("--cap", type=int, default=4, help="each backend's max_concurrency")
     ap.add_argument("--pool-extra", default="", help="more YAML of the pool, one line each, "
                     "indented as the pool's keys (for exploring)")
-    ap.add_argument("--sync-ms", type=int, help="cluster.sync_ms (default: its default, 100)")
+    ap.add_argument("--sync-ms", type=int, default=20,
+                    help="cluster.sync_ms (default 20, as docs/operations.md advises for LLM "
+                    "pools near capacity; 0: the key left out, its default 100)")
     ap.add_argument("--json", help="write the results here too")
     a = ap.parse_args()
     global CAP, EXTRA, SYNC_MS
@@ -319,7 +340,9 @@ def main():
     text = "\n".join([
         f"# active-active {res['date']}{' (quick)' if a.quick else ''}: scenario 9 at "
         f"{a.load}x ({rate:.0f} req/s), {seconds} s a run, {a.repeat} run(s) each", "",
-        bench.table(*summary_rows(res)), "", bench.table(*ratio_rows(res)), ""])
+        bench.table(*summary_rows(res)), "", bench.table(*ratio_rows(res)), "",
+        "By when requests were due (in three-redis-stopped, Redis is away in the middle "
+        "third):", "", bench.table(*phase_rows(res)), ""])
     print(text)
     if a.json:
         with open(a.json, "w") as f:

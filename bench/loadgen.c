@@ -26,6 +26,9 @@
  *       target i mod N, each on that target's own connections; the figures are of all the
  *       requests together (percentiles of the merged samples), and "per_target" says how
  *       many each was sent and answered 200 (the warm-up's included).
+ *   In open mode "per_second" gives, for each second of sending (by when requests were due),
+ *   the requests due in it and those of them that counted towards goodput_slo: an outage in
+ *   the middle of a run shows where it begins and where the figures recover.
  *   loadgen sse --target H:P --path P --body JSON --streams N
  *       N concurrent token streams from `accelnet sim`; each event's "sent_ns" (the sender's
  *       CLOCK_MONOTONIC) gives the delay from the accelerator to this client per token.
@@ -96,7 +99,9 @@ static struct {
 	size_t *body_len, nbodies;
 	double *at; /* --at: request i is due at[i] seconds after the start */
 	size_t nat;
-	uint64_t warm_ns, warm_sent; /* --warmup, and the requests sent in it */
+	uint64_t warm_ns, warm_sent;   /* --warmup, and the requests sent in it */
+	uint64_t *sec_sent, *sec_good; /* open: per second of sending, by due time */
+	size_t nsec;
 	double slo_ms;
 	uint64_t good_slo;
 	double rate;
@@ -171,6 +176,13 @@ static void maybe_finish(void)
 		loop_stop(g.loop);
 	if (g.mode == M_IDLE && g.finished_streams == g.conns)
 		loop_stop(g.loop);
+}
+
+/* The second of sending <due_ns> falls in (the last one for any later). */
+static size_t second_of(uint64_t due_ns)
+{
+	size_t s = due_ns > g.start_ns ? (size_t)((due_ns - g.start_ns) / 1000000000u) : 0;
+	return s < g.nsec ? s : g.nsec - 1;
 }
 
 /* A request due in the --warmup seconds: counted in no figure. */
@@ -268,8 +280,10 @@ static void conn_done(struct conn *c, uint64_t now)
 	}
 	if (g.mode == M_OPEN && status == 200 && counted) {
 		record(&g.lat, &g.nlat, &g.caplat, (double)(now - c->due_ns) / 1e6);
-		if (c->got_token && c->ttft_ms <= g.slo_ms)
+		if (c->got_token && c->ttft_ms <= g.slo_ms) {
 			g.good_slo++;
+			g.sec_good[second_of(c->due_ns)]++;
+		}
 	}
 	g.outstanding--;
 	g.finished_streams++;
@@ -440,6 +454,8 @@ static void start_request(uint64_t due_ns)
 	unsigned t = g.ntargets > 1 && g.next_i ? (unsigned)((g.next_i - 1) % g.ntargets) : 0;
 	struct conn *c = g.idle[t];
 	g.target_sent[t]++;
+	if (g.mode == M_OPEN)
+		g.sec_sent[second_of(due_ns)]++;
 	if (c) {
 		g.idle[t] = c->next_idle;
 	} else if (g.open_conns >= g.max_conns || !(c = conn_new(t))) {
@@ -732,7 +748,10 @@ int main(int argc, char **argv)
 					     "application/json\r\nContent-Length: %zu\r\n\r\n%s",
 					     path, strlen(b), b);
 	}
-	if (loop_create(&g.loop) < 0)
+	g.nsec = (size_t)g.duration + 1;
+	g.sec_sent = calloc(g.nsec, sizeof(*g.sec_sent));
+	g.sec_good = calloc(g.nsec, sizeof(*g.sec_good));
+	if (!g.sec_sent || !g.sec_good || loop_create(&g.loop) < 0)
 		return 1;
 	g.start_ns = clock_now_ns();
 	struct loop_timer deadline = {.fn = on_deadline};
@@ -783,6 +802,13 @@ int main(int argc, char **argv)
 		       "\"goodput_slo\":%.2f,",
 		       never, g.slo_ms, (unsigned long long)g.good_slo, (double)g.good_slo / span);
 		print_dist("ttft_ms", g.ttft, g.nttft);
+		for (int k = 0; k < 2; k++) {
+			const uint64_t *v = k ? g.sec_good : g.sec_sent;
+			printf(k ? "],\"good_slo\":[" : ",\"per_second\":{\"sent\":[");
+			for (size_t i = 0; i < g.nsec; i++)
+				printf("%s%llu", i ? "," : "", (unsigned long long)v[i]);
+		}
+		printf("]}");
 	}
 	if (g.ntargets > 1) {
 		printf(",\"per_target\":[");
@@ -820,6 +846,8 @@ int main(int argc, char **argv)
 	free(g.req_lens);
 	free(g.bodies);
 	free(g.at);
+	free(g.sec_sent);
+	free(g.sec_good);
 	free(g.body);
 	free(g.body_len);
 	return 0;
