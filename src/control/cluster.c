@@ -20,7 +20,8 @@
  * the backend's <elsewhere>, which the pick counts against the cap (runtime/pool.h). When a
  * sync says the others let slots go, this thread asks the pool's queue to grant them
  * (admission_grant), since no local release will. While Redis is away each backend's
- * <elsewhere> is what the others held of late (smoothed), never all of its slots.
+ * <elsewhere> is what the others held of late (smoothed), never all of its slots; once the
+ * thread stops (a reload: the generation drains), 0.
  *
  * Pools with session: share their sessions the same way: every sync sends what each pool's
  * table learned since (its feed, policy/stick.h: a session's hash and its backend's name)
@@ -1032,6 +1033,9 @@ int cluster_start(const struct conf *conf, struct runtime *rt, struct route_limi
 	if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
 		rnd = (uint32_t)clock_now_ns();
 	snprintf(c->id, sizeof(c->id), "%.63s:%ld:%08x", host, (long)getpid(), rnd);
+	for (char *q = c->id; *q; q++)
+		if (*q == ' ')
+			*q = '_'; /* (the slots script splits a field at its first space) */
 	c->member_ttl_ms = 3 * conf->cluster.sync_ms + 2 * conf->cluster.timeout_ms + 1000;
 	snprintf(c->slots_ttl, sizeof(c->slots_ttl), "%u", c->member_ttl_ms);
 	snprintf(c->slots_bound, sizeof(c->slots_bound), "%u", (unsigned)MEMBER_TTL_MAX_MS);
@@ -1062,6 +1066,13 @@ void cluster_stop(struct cluster *c)
 	pthread_cond_signal(&c->cv);
 	pthread_mutex_unlock(&c->mu);
 	pthread_join(c->thread, NULL);
+	/* a generation that drains after a reload counts its own slots only: nothing updates
+	 * the others' any more, and a figure frozen high would starve its queue */
+	for (size_t i = 0; i < c->nslots; i++) {
+		for (size_t j = 0; j < c->slots[i].p->nbackends; j++)
+			set_elsewhere(&c->slots[i].p->backends[j], 0, 0);
+		admission_grant(c->slots[i].p, clock_now_ms(), c->rnd + i);
+	}
 	pthread_cond_destroy(&c->cv);
 	pthread_mutex_destroy(&c->mu);
 	cluster_free(c);
