@@ -23,7 +23,8 @@ requests never answered, the requests each instance was sent and answered, and e
 instance's cluster counters (prefixes sent and received through Redis, failed syncs).
 
 Usage: bench/run --only active [--quick] [--seconds S] [--load X] [--repeat N]
-                 [--variants one,three,three-redis-stopped] [--json OUT]
+                 [--variants one,three,three-redis-stopped] [--sync-ms MS] [--accelnet BIN]
+                 [--json OUT]
 """
 
 import argparse
@@ -59,6 +60,7 @@ def start_redis(run, port):
 
 CAP = 4  # max_concurrency of each backend (--cap)
 EXTRA = ""  # more of each instance's pool config (--pool-extra)
+PROXY_BIN = None  # the proxies' accelnet (--accelnet; None: build/accelnet, as the sims')
 SYNC_MS = 20  # cluster.sync_ms (--sync-ms; 0: its default, 100)
 
 
@@ -72,7 +74,7 @@ def start_instance(run, ports, redis_port):
     if redis_port:
         extra += (f"cluster: {{redis: 127.0.0.1:{redis_port}"
                   + (f", sync_ms: {SYNC_MS}" if SYNC_MS else "") + "}\n")
-    p, port = bench.start_accelnet(run, ports, "llm", cap=CAP, extra=extra)
+    p, port = bench.start_accelnet(run, ports, "llm", cap=CAP, extra=extra, binary=PROXY_BIN)
     p.admin = admin
     return p, port
 
@@ -235,8 +237,8 @@ def summary_rows(res):
 
         def spread(get, f="{:.1f}"):
             vals = [get(g) for g in runs]
-            s = f.format(statistics.median(vals))
-            return s + (f" [{f.format(min(vals))}-{f.format(max(vals))}]" if len(vals) > 1 else "")
+            s = fmt(statistics.median(vals), f)
+            return s + (f" [{fmt(min(vals), f)}-{fmt(max(vals), f)}]" if len(vals) > 1 else "")
         rows.append([v, spread(lambda g: g["goodput_slo"]),
                      fmt(m(lambda g: g["ttft_ms"]["p50"])),
                      spread(lambda g: g["ttft_ms"]["p90"], "{:.0f}"),
@@ -301,6 +303,8 @@ def main():
     ap.add_argument("--sync-ms", type=int, default=20,
                     help="cluster.sync_ms (default 20, as docs/operations.md advises for LLM "
                     "pools near capacity; 0: the key left out, its default 100)")
+    ap.add_argument("--accelnet", metavar="BIN",
+                    help="run this accelnet binary (an older build, say) instead of build/'s")
     ap.add_argument("--json", help="write the results here too")
     a = ap.parse_args()
     global CAP, EXTRA, SYNC_MS
@@ -310,6 +314,8 @@ def main():
         if v not in VARIANTS:
             sys.exit(f"unknown variant {v}: {', '.join(VARIANTS)}")
     seconds = a.seconds or (10 if a.quick else 30)
+    global PROXY_BIN
+    PROXY_BIN = os.path.abspath(a.accelnet) if a.accelnet else None
     bench.raise_nofile()
     cap, miss_ms, blocks = bench.chat_capacity()
     rate = cap * a.load
@@ -319,7 +325,8 @@ def main():
     res = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ"),
            "quick": a.quick, "versions": bench.versions(), "load": a.load, "rate": rate,
            "capacity": cap, "seconds": seconds, "instances": INSTANCES, "fleet": bench.CHAT_FLEET,
-           "slo_ms": bench.CHAT_SLO_MS, "variants": variants, "results": {}}
+           "slo_ms": bench.CHAT_SLO_MS, "variants": variants, "sync_ms": SYNC_MS,
+           "accelnet": PROXY_BIN or bench.ACCELNET, "results": {}}
     try:
         trace = os.path.join(run.dir, "chat.jsonl")
         res["requests_in_trace"] = chattrace.write_trace(trace, rate, seconds, shared=True)
