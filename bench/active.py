@@ -8,9 +8,10 @@ size), in three variants, each on a fresh, cold fleet:
 
 - one: one instance, as scenario 9 runs it;
 - three: three instances, one config, sharing one redis-server (started on a free port here:
-  `cluster: {redis: ..., sync_ms: 20}`: docs/operations.md, "Backend slots across instances"); one load generator sends request i of the
-  trace to instance i mod 3 (`loadgen open --target A --target B --target C`), so the turns of
-  one conversation reach different instances, as behind a connection-spreading balancer;
+  `cluster: {redis: ..., sync_ms: 10}`: docs/operations.md, "Backend slots across
+  instances"); one load generator sends request i of the trace to instance i mod 3
+  (`loadgen open --target A --target B --target C`), so the turns of one conversation
+  reach different instances, as behind a connection-spreading balancer;
   the percentiles are of all requests together (one loadgen: merged samples, never averaged
   percentiles);
 - three-redis-stopped: the same, with Redis killed (SIGKILL) at a third of the run and a new,
@@ -61,7 +62,7 @@ def start_redis(run, port):
 CAP = 4  # max_concurrency of each backend (--cap)
 EXTRA = ""  # more of each instance's pool config (--pool-extra)
 PROXY_BIN = None  # the proxies' accelnet (--accelnet; None: build/accelnet, as the sims')
-SYNC_MS = 20  # cluster.sync_ms (--sync-ms; 0: its default, 100)
+SYNC_MS = 10  # cluster.sync_ms (--sync-ms; 0: its default, 100)
 
 
 def start_instance(run, ports, redis_port):
@@ -300,8 +301,8 @@ def main():
     ap.add_argument("--cap", type=int, default=4, help="each backend's max_concurrency")
     ap.add_argument("--pool-extra", default="", help="more YAML of the pool, one line each, "
                     "indented as the pool's keys (for exploring)")
-    ap.add_argument("--sync-ms", type=int, default=20,
-                    help="cluster.sync_ms (default 20, as docs/operations.md advises for LLM "
+    ap.add_argument("--sync-ms", type=int, default=10,
+                    help="cluster.sync_ms (default 10, as docs/operations.md advises for LLM "
                     "pools near capacity; 0: the key left out, its default 100)")
     ap.add_argument("--accelnet", metavar="BIN",
                     help="run this accelnet binary (an older build, say) instead of build/'s")
