@@ -486,8 +486,8 @@ static void append_slots(struct cluster *c)
 		ss->nsent = 0;
 		for (size_t j = 0; j < ss->p->nbackends; j++) {
 			struct backend *b = &ss->p->backends[j];
-			if (!backend_cap(b))
-				continue;
+			if (!backend_cap(b) || !backend_present(b))
+				continue; /* (a spare slot of the admin API has no name yet) */
 			snprintf(ss->num[ss->nsent], sizeof(ss->num[0]), "%u",
 				 atomic_load_explicit(&b->share->inflight, memory_order_relaxed));
 			ss->argv[argc++] = b->name;

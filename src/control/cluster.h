@@ -31,7 +31,8 @@
  * PREFIX_FEED_BLOCKS, from each backend's feed, policy/prefix_feed.h) to a Redis stream per pool,
  * and reads the other instances' entries from it into its own indexes, so a conversation whose
  * turns reach different instances still finds its prefix's backend. An instance that starts reads
- * the stream's recent history (it holds about the last 10,000 prompts per pool).
+ * the stream's recent history (it holds about the last 10,000 entries per pool; a long prompt
+ * takes several).
  *
  * A backend's max_concurrency is the backend's, not each instance's: every sync sends the
  * requests this instance has in flight to each capped backend and learns the others', which
