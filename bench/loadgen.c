@@ -21,6 +21,14 @@
  *   loadgen open ... --warmup W
  *       Requests due in the first W seconds are sent as the others but counted in no figure
  *       (a cold fleet's first seconds); every rate is per second of the rest.
+ *   loadgen open --target A --target B ...
+ *       Several targets (up to MAX_TARGETS: instances of one service): request i goes to
+ *       target i mod N, each on that target's own connections; the figures are of all the
+ *       requests together (percentiles of the merged samples), and "per_target" says how
+ *       many each was sent and answered 200 (the warm-up's included).
+ *   In open mode "per_second" gives, for each second of sending (by when requests were due),
+ *   the requests due in it and those of them that counted towards goodput_slo: an outage in
+ *   the middle of a run shows where it begins and where the figures recover.
  *   loadgen sse --target H:P --path P --body JSON --streams N
  *       N concurrent token streams from `accelnet sim`; each event's "sent_ns" (the sender's
  *       CLOCK_MONOTONIC) gives the delay from the accelerator to this client per token.
@@ -50,9 +58,12 @@
 
 enum mode { M_OPEN, M_SSE, M_IDLE };
 
+#define MAX_TARGETS 16
+
 struct conn {
 	struct loop_io io;
 	struct conn *next_idle;
+	unsigned target; /* which --target it is connected to */
 	char *in;
 	size_t in_len, in_cap, sent;
 	const char *req; /* the request being sent on it */
@@ -75,7 +86,9 @@ struct conn {
 
 static struct {
 	enum mode mode;
-	struct net_addr addr;
+	struct net_addr addr[MAX_TARGETS];
+	unsigned ntargets;
+	uint64_t target_sent[MAX_TARGETS], target_ok[MAX_TARGETS];
 	char **reqs; /* one request, or one per prompt prefix (--prefixes) */
 	size_t *req_lens;
 	unsigned nreqs;
@@ -86,7 +99,9 @@ static struct {
 	size_t *body_len, nbodies;
 	double *at; /* --at: request i is due at[i] seconds after the start */
 	size_t nat;
-	uint64_t warm_ns, warm_sent; /* --warmup, and the requests sent in it */
+	uint64_t warm_ns, warm_sent;   /* --warmup, and the requests sent in it */
+	uint64_t *sec_sent, *sec_good; /* open: per second of sending, by due time */
+	size_t nsec;
 	double slo_ms;
 	uint64_t good_slo;
 	double rate;
@@ -95,7 +110,7 @@ static struct {
 	uint64_t timeout_ns;
 	struct loop *loop;
 	struct loop_timer tick;
-	struct conn *idle, *held;
+	struct conn *idle[MAX_TARGETS], *held;
 	uint64_t start_ns, next_i;
 	unsigned open_conns, outstanding, finished_streams;
 	uint64_t ok, errors, no_conn, status[6];
@@ -161,6 +176,13 @@ static void maybe_finish(void)
 		loop_stop(g.loop);
 	if (g.mode == M_IDLE && g.finished_streams == g.conns)
 		loop_stop(g.loop);
+}
+
+/* The second of sending <due_ns> falls in (the last one for any later). */
+static size_t second_of(uint64_t due_ns)
+{
+	size_t s = due_ns > g.start_ns ? (size_t)((due_ns - g.start_ns) / 1000000000u) : 0;
+	return s < g.nsec ? s : g.nsec - 1;
 }
 
 /* A request due in the --warmup seconds: counted in no figure. */
@@ -248,6 +270,7 @@ static void sse_events(struct conn *c, uint64_t now)
 static void conn_done(struct conn *c, uint64_t now)
 {
 	int status = c->head.status, counted = g.mode != M_OPEN || !in_warmup(c->due_ns);
+	g.target_ok[c->target] += status == 200;
 	if (counted) {
 		g.status[status / 100 < 6 ? status / 100 : 0]++;
 		if (status == 200)
@@ -257,8 +280,10 @@ static void conn_done(struct conn *c, uint64_t now)
 	}
 	if (g.mode == M_OPEN && status == 200 && counted) {
 		record(&g.lat, &g.nlat, &g.caplat, (double)(now - c->due_ns) / 1e6);
-		if (c->got_token && c->ttft_ms <= g.slo_ms)
+		if (c->got_token && c->ttft_ms <= g.slo_ms) {
 			g.good_slo++;
+			g.sec_good[second_of(c->due_ns)]++;
+		}
 	}
 	g.outstanding--;
 	g.finished_streams++;
@@ -278,8 +303,8 @@ static void conn_done(struct conn *c, uint64_t now)
 	if (!keep) {
 		conn_free(c);
 	} else {
-		c->next_idle = g.idle;
-		g.idle = c;
+		c->next_idle = g.idle[c->target];
+		g.idle[c->target] = c;
 	}
 	maybe_finish();
 }
@@ -400,9 +425,9 @@ static void conn_on_io(struct loop_io *io, unsigned events)
 		conn_read(c);
 }
 
-static struct conn *conn_new(void)
+static struct conn *conn_new(unsigned target)
 {
-	int fd = sock_connect(&g.addr);
+	int fd = sock_connect(&g.addr[target]);
 	if (fd < 0)
 		return NULL;
 	struct conn *c = calloc(1, sizeof(*c));
@@ -411,6 +436,7 @@ static struct conn *conn_new(void)
 		return NULL;
 	}
 	c->io.fd = fd;
+	c->target = target;
 	c->io.fn = conn_on_io;
 	c->connecting = 1;
 	if (loop_io_add(g.loop, &c->io) < 0) {
@@ -422,13 +448,17 @@ static struct conn *conn_new(void)
 	return c;
 }
 
-/* Start one request, due at <due_ns>, on an idle connection or a new one. */
+/* Start one request, due at <due_ns>, on an idle connection to its target or a new one. */
 static void start_request(uint64_t due_ns)
 {
-	struct conn *c = g.idle;
+	unsigned t = g.ntargets > 1 && g.next_i ? (unsigned)((g.next_i - 1) % g.ntargets) : 0;
+	struct conn *c = g.idle[t];
+	g.target_sent[t]++;
+	if (g.mode == M_OPEN)
+		g.sec_sent[second_of(due_ns)]++;
 	if (c) {
-		g.idle = c->next_idle;
-	} else if (g.open_conns >= g.max_conns || !(c = conn_new())) {
+		g.idle[t] = c->next_idle;
+	} else if (g.open_conns >= g.max_conns || !(c = conn_new(t))) {
 		g.no_conn++;
 		g.errors += g.mode != M_OPEN || !in_warmup(due_ns);
 		g.finished_streams++;
@@ -581,7 +611,8 @@ static int load_at(const char *path)
 static void usage(void)
 {
 	fprintf(stderr,
-		"usage: loadgen open|sse|idle --target HOST:PORT [--path P] [--body B]\n"
+		"usage: loadgen open|sse|idle --target HOST:PORT [--target HOST:PORT ...]\n"
+		"  [--path P] [--body B]\n"
 		"  [--rate R --duration S] [--streams N] [--conns N] [--timeout-s S]\n"
 		"  [--prefixes N]  (open: each prompt is one of N long system prompts, then one\n"
 		"                  of four questions)\n"
@@ -603,7 +634,7 @@ int main(int argc, char **argv)
 	    {"slo-ms", required_argument, NULL, 'L'},	{"at", required_argument, NULL, 'A'},
 	    {"warmup", required_argument, NULL, 'W'},	{NULL, 0, NULL, 0},
 	};
-	const char *target = NULL, *path = "/v1/completions", *body = "{\"prompt\":\"hi\"}", *why;
+	const char *path = "/v1/completions", *body = "{\"prompt\":\"hi\"}", *why;
 	const char *bodies = NULL, *at = NULL;
 	double timeout_s = 30;
 	unsigned prefixes = 0;
@@ -624,7 +655,9 @@ int main(int argc, char **argv)
 	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (ch) {
 		case 't':
-			target = optarg;
+			if (g.ntargets == MAX_TARGETS ||
+			    net_addr_parse(optarg, &g.addr[g.ntargets++], &why) < 0)
+				usage();
 			break;
 		case 'p':
 			path = optarg;
@@ -666,7 +699,7 @@ int main(int argc, char **argv)
 			usage();
 		}
 	}
-	if (!target || net_addr_parse(target, &g.addr, &why) < 0)
+	if (!g.ntargets)
 		usage();
 	if ((g.mode == M_OPEN && (g.rate <= 0 || g.duration * 1e9 <= (double)g.warm_ns)) ||
 	    (g.mode == M_SSE && !g.streams) || (g.mode == M_IDLE && !g.conns))
@@ -715,7 +748,10 @@ int main(int argc, char **argv)
 					     "application/json\r\nContent-Length: %zu\r\n\r\n%s",
 					     path, strlen(b), b);
 	}
-	if (loop_create(&g.loop) < 0)
+	g.nsec = (size_t)g.duration + 1;
+	g.sec_sent = calloc(g.nsec, sizeof(*g.sec_sent));
+	g.sec_good = calloc(g.nsec, sizeof(*g.sec_good));
+	if (!g.sec_sent || !g.sec_good || loop_create(&g.loop) < 0)
 		return 1;
 	g.start_ns = clock_now_ns();
 	struct loop_timer deadline = {.fn = on_deadline};
@@ -766,6 +802,21 @@ int main(int argc, char **argv)
 		       "\"goodput_slo\":%.2f,",
 		       never, g.slo_ms, (unsigned long long)g.good_slo, (double)g.good_slo / span);
 		print_dist("ttft_ms", g.ttft, g.nttft);
+		for (int k = 0; k < 2; k++) {
+			const uint64_t *v = k ? g.sec_good : g.sec_sent;
+			printf(k ? "],\"good_slo\":[" : ",\"per_second\":{\"sent\":[");
+			for (size_t i = 0; i < g.nsec; i++)
+				printf("%s%llu", i ? "," : "", (unsigned long long)v[i]);
+		}
+		printf("]}");
+	}
+	if (g.ntargets > 1) {
+		printf(",\"per_target\":[");
+		for (unsigned t = 0; t < g.ntargets; t++)
+			printf("%s{\"sent\":%llu,\"ok\":%llu}", t ? "," : "",
+			       (unsigned long long)g.target_sent[t],
+			       (unsigned long long)g.target_ok[t]);
+		printf("]");
 	}
 	printf("}\n");
 	fflush(stdout);
@@ -780,11 +831,12 @@ int main(int argc, char **argv)
 		g.held = c->next_idle;
 		conn_free(c);
 	}
-	while (g.idle) {
-		struct conn *c = g.idle;
-		g.idle = c->next_idle;
-		conn_free(c);
-	}
+	for (unsigned t = 0; t < g.ntargets; t++)
+		while (g.idle[t]) {
+			struct conn *c = g.idle[t];
+			g.idle[t] = c->next_idle;
+			conn_free(c);
+		}
 	loop_destroy(g.loop);
 	free(g.lat);
 	free(g.ttft);
@@ -794,6 +846,8 @@ int main(int argc, char **argv)
 	free(g.req_lens);
 	free(g.bodies);
 	free(g.at);
+	free(g.sec_sent);
+	free(g.sec_good);
 	free(g.body);
 	free(g.body_len);
 	return 0;

@@ -13,6 +13,16 @@
  * on every instance: xxh3 of the identity, unseeded), ROUTE the route's name or its index;
  * instances sharing a Redis are meant to share one config.
  *
+ * Every pool's capped backends (max_concurrency) share their slots: every sync ends with, per
+ * pool, EVALSHA of the slots script, which records the requests this instance has in flight
+ * to each such backend (by name, in a hash per pool, PREFIX "slots:" POOL, each field expiring
+ * as a live-set entry does) and answers the sum of the other instances' there; that goes into
+ * the backend's <elsewhere>, which the pick counts against the cap (runtime/pool.h). When a
+ * sync says the others let slots go, this thread asks the pool's queue to grant them
+ * (admission_grant), since no local release will. While Redis is away each backend's
+ * <elsewhere> is what the others held of late (smoothed), never all of its slots; once the
+ * thread stops (a reload: the generation drains), 0.
+ *
  * Pools with session: share their sessions the same way: every sync sends what each pool's
  * table learned since (its feed, policy/stick.h: a session's hash and its backend's name)
  * to a stream per pool (PREFIX "sess:" POOL) and puts the other instances' entries into its
@@ -38,6 +48,7 @@
 #include "core/secret.h"
 #include "guard/rlsync.h"
 #include "policy/stick.h"
+#include "proxy/admission.h"
 #include "runtime/llm.h"
 
 #include <errno.h>
@@ -99,6 +110,35 @@ static const char MEMBERS_LUA[] =
 
 #define SESSIONS_PER_SYNC 4096 /* sessions one sync sends at most, all pools */
 
+/* KEYS[1]: a pool's slots; ARGV[1]: this instance; ARGV[2]: how long its counts stand, in ms;
+ * ARGV[3]: MEMBER_TTL_MAX_MS; then a backend's name and the requests this instance has in
+ * flight to it, for each capped backend. Each count is kept as the field "ID NAME" = "COUNT
+ * EXPIRY"; expired fields (and those further ahead than any instance writes) are taken out.
+ * Answered: for each backend sent, in order, the sum of the other instances' counts. */
+static const char SLOTS_LUA[] =
+    "local t = redis.call('TIME')\n"
+    "local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local id, exp = ARGV[1], ms + tonumber(ARGV[2])\n"
+    "local at, out = {}, {}\n"
+    "for i = 4, #ARGV - 1, 2 do\n"
+    "  redis.call('HSET', KEYS[1], id .. ' ' .. ARGV[i], ARGV[i + 1] .. ' ' .. exp)\n"
+    "  at[ARGV[i]] = #out + 1\n"
+    "  out[#out + 1] = 0\n"
+    "end\n"
+    "local all = redis.call('HGETALL', KEYS[1])\n"
+    "for k = 1, #all, 2 do\n"
+    "  local sp = string.find(all[k], ' ', 1, true)\n"
+    "  local n, e = string.match(all[k + 1], '^(%d+) (%d+)$')\n"
+    "  if not sp or not n or tonumber(e) < ms or tonumber(e) > ms + tonumber(ARGV[3]) then\n"
+    "    redis.call('HDEL', KEYS[1], all[k])\n"
+    "  elseif string.sub(all[k], 1, sp - 1) ~= id then\n"
+    "    local i = at[string.sub(all[k], sp + 1)]\n"
+    "    if i then out[i] = out[i] + tonumber(n) end\n"
+    "  end\n"
+    "end\n"
+    "redis.call('PEXPIRE', KEYS[1], ARGV[3])\n"
+    "return out\n";
+
 /* What the store last said of the key in a slot: its shared TAT, on our clock. */
 struct shared_seen {
 	uint64_t key, tat_us;
@@ -128,6 +168,18 @@ struct shared_pool {
 	uint64_t *cursor;    /* per backend: its feed's reader count */
 };
 
+/* A pool's backend slots (max_concurrency) as shared by the instances: the backends sent in the
+ * last sync (<which>, <nsent> of them), the arguments of its script, and per backend the other
+ * instances' requests in flight there, smoothed over syncs (x 16), for while Redis is away. */
+struct shared_slots {
+	struct pool_rt *p;
+	char key[KEY_MAX];
+	size_t *which, nsent;
+	const char **argv;
+	char (*num)[24];
+	uint32_t *smooth16;
+};
+
 /* A pool with session: its table's feed, read up to <cursor>, and its stream, up to <last_id>. */
 struct shared_sessions {
 	struct pool_rt *p;
@@ -142,9 +194,15 @@ struct cluster {
 	size_t npools;
 	struct shared_sessions *sess;
 	size_t nsess;
-	const char **sess_argv;		   /* XREAD's: 4 + 2 per pool with session */
-	uint64_t hash[PREFIX_FEED_BLOCKS]; /* one entry, on its way out or in */
-	const char **argv;		   /* XREAD's: 4 + 2 per pool */
+	const char **sess_argv;	    /* XREAD's: 4 + 2 per pool with session */
+	struct shared_slots *slots; /* one per pool */
+	size_t nslots;
+	struct shared_slots **slots_sent; /* whose script each of the last sync's was */
+	size_t nslots_sent;
+	uint64_t rnd;			     /* for the grants the cluster thread makes */
+	char slots_ttl[24], slots_bound[24]; /* SLOTS_LUA's ARGV[2] and ARGV[3] */
+	uint64_t hash[PREFIX_FEED_BLOCKS];   /* one entry, on its way out or in */
+	const char **argv;		     /* XREAD's: 4 + 2 per pool */
 	struct shared_limit *lim;
 	size_t nlim;
 	struct shared_budget *bud;
@@ -155,7 +213,7 @@ struct cluster {
 	char members[KEY_MAX]; /* the live set's key */
 	unsigned member_ttl_ms;
 	redisContext *redis;
-	char charge_sha[48], members_sha[48], spend_sha[48];
+	char charge_sha[48], members_sha[48], spend_sha[48], slots_sha[48];
 	uint64_t last_connect_ms;
 	int state;     /* -1: not known yet, 0: away, 1: there */
 	char why[192]; /* what went wrong last */
@@ -290,7 +348,8 @@ static int connect_redis(struct cluster *c)
 		goto fail;
 	if (load_script(c, CHARGE_LUA, c->charge_sha) < 0 ||
 	    load_script(c, MEMBERS_LUA, c->members_sha) < 0 ||
-	    load_script(c, SPEND_LUA, c->spend_sha) < 0)
+	    load_script(c, SPEND_LUA, c->spend_sha) < 0 ||
+	    load_script(c, SLOTS_LUA, c->slots_sha) < 0)
 		goto fail;
 	return 0;
 fail:
@@ -417,6 +476,89 @@ static size_t append_sessions(struct cluster *c)
 		redisAppendCommandArgv(c->redis, (int)(4 + 2 * c->nsess), argv, NULL);
 	}
 	return sent;
+}
+
+/* Append, for each pool with a capped backend, the requests this instance has in flight to
+ * each such backend, by name; Redis answers what the others have there. */
+static void append_slots(struct cluster *c)
+{
+	c->nslots_sent = 0;
+	for (size_t i = 0; i < c->nslots; i++) {
+		struct shared_slots *ss = &c->slots[i];
+		size_t argc = 7;
+		ss->nsent = 0;
+		for (size_t j = 0; j < ss->p->nbackends; j++) {
+			struct backend *b = &ss->p->backends[j];
+			if (!backend_cap(b) || !backend_present(b))
+				continue; /* (a spare slot of the admin API has no name yet) */
+			snprintf(ss->num[ss->nsent], sizeof(ss->num[0]), "%u",
+				 atomic_load_explicit(&b->share->inflight, memory_order_relaxed));
+			ss->argv[argc++] = b->name;
+			ss->argv[argc++] = ss->num[ss->nsent];
+			ss->which[ss->nsent++] = j;
+		}
+		if (!ss->nsent)
+			continue;
+		ss->argv[0] = "EVALSHA";
+		ss->argv[1] = c->slots_sha;
+		ss->argv[2] = "1";
+		ss->argv[3] = ss->key;
+		ss->argv[4] = c->id;
+		ss->argv[5] = c->slots_ttl;
+		ss->argv[6] = c->slots_bound;
+		redisAppendCommandArgv(c->redis, (int)argc, ss->argv, NULL);
+		c->slots_sent[c->nslots_sent++] = ss;
+	}
+}
+
+/* Set <b>'s slots held elsewhere to <n>, at most <cap> less <keep> of them; 1 when that freed
+ * some here. */
+static int set_elsewhere(struct backend *b, uint64_t n, unsigned keep)
+{
+	unsigned cap = backend_cap(b);
+	unsigned most = cap > keep ? cap - keep : 0;
+	unsigned v = n < most ? (unsigned)n : most;
+	unsigned was = atomic_exchange_explicit(&b->elsewhere, v, memory_order_relaxed);
+	return v < was;
+}
+
+/* Redis answered the other instances' requests in flight for the backends of <ss> sent. */
+static void take_slots(struct cluster *c, struct shared_slots *ss, const redisReply *r)
+{
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != ss->nsent)
+		return;
+	int freed = 0;
+	for (size_t k = 0; k < ss->nsent; k++) {
+		const redisReply *e = r->element[k];
+		uint64_t n =
+		    e->type == REDIS_REPLY_INTEGER && e->integer > 0 ? (uint64_t)e->integer : 0;
+		size_t j = ss->which[k];
+		uint32_t s16 = n > 65535 ? 65535u * 16 : (uint32_t)n * 16;
+		ss->smooth16[j] =
+		    ss->smooth16[j] + (uint32_t)(((int64_t)s16 - ss->smooth16[j]) / 8);
+		freed |= set_elsewhere(&ss->p->backends[j], n, 0);
+	}
+	if (freed) { /* the queue's waiters may take what the others let go */
+		c->rnd = c->rnd * 6364136223846793005ull + 1442695040888963407ull;
+		admission_grant(ss->p, clock_now_ms(), c->rnd);
+	}
+}
+
+/* Redis is away: each backend's slots held elsewhere are what the others held of late
+ * (smoothed), rounded down, and never all of them: the instances, evenly loaded, keep about
+ * their shares, and each keeps at least one slot of each backend. */
+static void slots_alone(struct cluster *c)
+{
+	for (size_t i = 0; i < c->nslots; i++) {
+		struct shared_slots *ss = &c->slots[i];
+		int freed = 0;
+		for (size_t j = 0; j < ss->p->nbackends; j++)
+			freed |= set_elsewhere(&ss->p->backends[j], ss->smooth16[j] / 16, 1);
+		if (freed) {
+			c->rnd = c->rnd * 6364136223846793005ull + 1442695040888963407ull;
+			admission_grant(ss->p, clock_now_ms(), c->rnd);
+		}
+	}
 }
 
 /* A bulk string's bytes, or NULL when <r> is none. */
@@ -618,7 +760,9 @@ static int sync_once(struct cluster *c)
 	size_t sent = append_prefixes(c);
 	size_t prefixes_end = 1 + n + nb + sent + (c->npools ? 1 : 0);
 	size_t sessions = append_sessions(c);
-	size_t total = prefixes_end + sessions + (c->nsess ? 1 : 0);
+	size_t slots_from = prefixes_end + sessions + (c->nsess ? 1 : 0);
+	append_slots(c);
+	size_t total = slots_from + c->nslots_sent;
 	redisReply *r = NULL;
 	for (size_t k = 0; k < total; k++) {
 		if (next_reply(c, &r) < 0) {
@@ -646,8 +790,10 @@ static int sync_once(struct cluster *c)
 			budget_apply(c->bitem_of[k - n - 1]->b, it, v > 0 ? (uint64_t)v : 0, now_s);
 		} else if (k == prefixes_end - 1 && c->npools) {
 			take_xread(c, r, take_entry_of);
-		} else if (k == total - 1 && c->nsess) {
+		} else if (k == slots_from - 1 && c->nsess) {
 			take_xread(c, r, take_session_of);
+		} else if (k >= slots_from) {
+			take_slots(c, c->slots_sent[k - slots_from], r);
 		}
 		freeReplyObject(r);
 	}
@@ -677,6 +823,7 @@ static void turn(struct cluster *c)
 	}
 	for (size_t i = 0; i < c->nlim; i++)
 		rlsync_discard(c->lim[i].rl);
+	slots_alone(c);
 }
 
 static void *cluster_main(void *arg)
@@ -740,6 +887,14 @@ static void cluster_free(struct cluster *c)
 	free(c->argv);
 	free(c->sess);
 	free(c->sess_argv);
+	for (size_t i = 0; c->slots && i < c->nslots; i++) {
+		free(c->slots[i].which);
+		free(c->slots[i].argv);
+		free(c->slots[i].num);
+		free(c->slots[i].smooth16);
+	}
+	free(c->slots);
+	free(c->slots_sent);
 	for (size_t i = 0; c->lim && i < c->nlim; i++)
 		free(c->lim[i].seen);
 	free(c->lim);
@@ -749,6 +904,29 @@ static void cluster_free(struct cluster *c)
 	free(c->bitems);
 	free(c->bitem_of);
 	free(c);
+}
+
+/* Every pool's backend slots: its key, room for its script's arguments and its smoothed
+ * counts. 0 or -ENOMEM. */
+static int share_slots(struct cluster *c, struct runtime *rt, const char *prefix)
+{
+	c->slots = calloc(rt->npools ? rt->npools : 1, sizeof(*c->slots));
+	c->slots_sent = calloc(rt->npools ? rt->npools : 1, sizeof(*c->slots_sent));
+	if (!c->slots || !c->slots_sent)
+		return -ENOMEM;
+	for (size_t i = 0; i < rt->npools; i++) {
+		struct pool_rt *p = &rt->pools[i];
+		struct shared_slots *ss = &c->slots[c->nslots++];
+		ss->p = p;
+		snprintf(ss->key, sizeof(ss->key), "%sslots:%.100s", prefix, p->conf->name);
+		ss->which = calloc(p->nbackends + 1, sizeof(*ss->which));
+		ss->argv = calloc(7 + 2 * p->nbackends, sizeof(*ss->argv));
+		ss->num = calloc(p->nbackends + 1, sizeof(*ss->num));
+		ss->smooth16 = calloc(p->nbackends + 1, sizeof(*ss->smooth16));
+		if (!ss->which || !ss->argv || !ss->num || !ss->smooth16)
+			return -ENOMEM;
+	}
+	return 0;
 }
 
 /* The balance: llm pools of <rt> whose backends learn from routing: their feeds and streams.
@@ -792,7 +970,9 @@ static int share_pools(struct cluster *c, struct runtime *rt, const char *prefix
 		snprintf(ss->last_id, sizeof(ss->last_id), "0-0");
 	}
 	c->sess_argv = calloc(4 + 2 * c->nsess, sizeof(*c->sess_argv));
-	return c->sess_argv ? 0 : -ENOMEM;
+	if (!c->sess_argv)
+		return -ENOMEM;
+	return share_slots(c, rt, prefix);
 }
 
 int cluster_start(const struct conf *conf, struct runtime *rt, struct route_limits *limits,
@@ -856,7 +1036,12 @@ int cluster_start(const struct conf *conf, struct runtime *rt, struct route_limi
 	if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
 		rnd = (uint32_t)clock_now_ns();
 	snprintf(c->id, sizeof(c->id), "%.63s:%ld:%08x", host, (long)getpid(), rnd);
+	for (char *q = c->id; *q; q++)
+		if (*q == ' ')
+			*q = '_'; /* (the slots script splits a field at its first space) */
 	c->member_ttl_ms = 3 * conf->cluster.sync_ms + 2 * conf->cluster.timeout_ms + 1000;
+	snprintf(c->slots_ttl, sizeof(c->slots_ttl), "%u", c->member_ttl_ms);
+	snprintf(c->slots_bound, sizeof(c->slots_bound), "%u", (unsigned)MEMBER_TTL_MAX_MS);
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
@@ -884,6 +1069,13 @@ void cluster_stop(struct cluster *c)
 	pthread_cond_signal(&c->cv);
 	pthread_mutex_unlock(&c->mu);
 	pthread_join(c->thread, NULL);
+	/* a generation that drains after a reload counts its own slots only: nothing updates
+	 * the others' any more, and a figure frozen high would starve its queue */
+	for (size_t i = 0; i < c->nslots; i++) {
+		for (size_t j = 0; j < c->slots[i].p->nbackends; j++)
+			set_elsewhere(&c->slots[i].p->backends[j], 0, 0);
+		admission_grant(c->slots[i].p, clock_now_ms(), c->rnd + i);
+	}
 	pthread_cond_destroy(&c->cv);
 	pthread_mutex_destroy(&c->mu);
 	cluster_free(c);

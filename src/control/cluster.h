@@ -27,11 +27,17 @@
  * every address would cost a Redis key per client.
  *
  * balance: llm pools whose backends learn their prefixes from routing (no kv_events) share
- * what they learn: every sync sends the prompts answered since (their first blocks, from each
- * backend's feed, policy/prefix_feed.h) to a Redis stream per pool, and reads the other
- * instances' entries from it into its own indexes, so a conversation whose turns reach
- * different instances still finds its prefix's backend. An instance that starts reads the
- * stream's recent history (it holds about the last 10,000 prompts per pool).
+ * what they learn: every sync sends the prompts answered since (every block, in entries of
+ * PREFIX_FEED_BLOCKS, from each backend's feed, policy/prefix_feed.h) to a Redis stream per pool,
+ * and reads the other instances' entries from it into its own indexes, so a conversation whose
+ * turns reach different instances still finds its prefix's backend. An instance that starts reads
+ * the stream's recent history (it holds about the last 10,000 entries per pool; a long prompt
+ * takes several).
+ *
+ * A backend's max_concurrency is the backend's, not each instance's: every sync sends the
+ * requests this instance has in flight to each capped backend and learns the others', which
+ * the pick counts against the cap (runtime/pool.h: elsewhere), so a backend the others fill
+ * is full here too and this instance's requests wait in its own queue, not inside the engine.
  *
  * Pools with session: share where each conversation went the same way (a stream per pool of
  * session hashes and backend names), so a conversation whose turns reach different

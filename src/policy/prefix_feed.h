@@ -4,10 +4,11 @@
  *
  * balance: llm learns which prefixes each backend holds from the prompts it routes there
  * (prefix_index.h). Instances sharing a Redis (cluster:) tell one another what they learned:
- * each answered prompt's first PREFIX_FEED_BLOCKS chain hashes go into its backend's feed,
- * and the cluster thread takes them out, sends them, and inserts the others' into its own
- * indexes. The first blocks are enough to steer a conversation home (its next turn shares
- * them; a hit of dozens of blocks against none elsewhere decides the pick).
+ * each answered prompt's chain hashes go into its backend's feed, PREFIX_FEED_BLOCKS an
+ * entry (runtime/llm.c pushes a long prompt as several), and the cluster thread takes them
+ * out, sends them, and inserts the others' into its own indexes. Every block is sent, not
+ * only the first: an index that held only a prompt's start on its home would lose to an
+ * instance's own longer match of it elsewhere.
  *
  * A writer claims a slot with one fetch-add on the head and stamps it odd while it writes
  * and even when done (a sequence lock per slot); the reader copies a slot only when its stamp

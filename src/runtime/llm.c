@@ -136,8 +136,11 @@ void llm_cached(struct llm_backend *l, const uint64_t *blocks, uint32_t n)
 	if (!n || l->exact)
 		return;
 	prefix_index_insert(l->prefix, blocks, n); /* its prefill left them there */
-	if (l->feed)
-		prefix_feed_push(l->feed, blocks, n); /* for the other instances */
+	if (!l->feed)
+		return;
+	/* for the other instances: every block, a feed entry's worth at a time */
+	for (uint32_t i = 0; i < n; i += PREFIX_FEED_BLOCKS)
+		prefix_feed_push(l->feed, blocks + i, n - i);
 }
 
 void llm_first_token(struct llm_backend *l, uint32_t n, uint32_t missed, uint64_t us)

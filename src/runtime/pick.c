@@ -192,6 +192,9 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 		unsigned cap = backend_cap(b);
 		unsigned inflight = atomic_load_explicit(&b->share->inflight, memory_order_relaxed);
 		unsigned others = reported_load(b, now_ms); /* a peer's figure: up to UINT32_MAX */
+		/* cluster: the slots other instances hold there (control/cluster.c) */
+		unsigned taken =
+		    inflight + atomic_load_explicit(&b->elsewhere, memory_order_relaxed);
 		int usable = b != h->exclude && (!serving || models_mask_has(serving, i)) &&
 			     backend_usable(b, now_ms);
 		double share = usable ? slow_start_share(b, now_ms) : 0;
@@ -200,11 +203,11 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 		cand[i] = (struct lb_candidate){
 		    .weight = atomic_load_explicit(&b->weight, memory_order_relaxed),
 		    /* ours, and others' (saturated: a wrapped sum would look idle) */
-		    .inflight = others > UINT32_MAX - inflight ? UINT32_MAX : inflight + others,
+		    .inflight = others > UINT32_MAX - taken ? UINT32_MAX : taken + others,
 		    .slots = cap,
 		    .latency_us = lb->latency ? backend_latency_us(b, now_ms) : 0,
-		    .eligible = usable && (!cap || inflight < cap),
-		    .busy = usable && cap && inflight >= cap,
+		    .eligible = usable && (!cap || taken < cap),
+		    .busy = usable && cap && taken >= cap,
 		};
 		if (lb->blocks && (cand[i].eligible || cand[i].busy)) {
 			llm_candidate(b->llm, h->blocks, h->nblocks, &cand[i]);
@@ -261,7 +264,8 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 			cand[idx].eligible = cand[idx].busy = 0;
 			continue;
 		}
-		if (cap && before >= cap) {
+		if (cap &&
+		    before + atomic_load_explicit(&b->elsewhere, memory_order_relaxed) >= cap) {
 			/* another worker took the last slot since we looked: pick again */
 			atomic_fetch_sub_explicit(&b->share->inflight, 1, memory_order_relaxed);
 			cand[idx].eligible = 0;

@@ -31,7 +31,9 @@ int backend_eligible(const struct backend *b, uint64_t now_ms)
 {
 	unsigned cap = backend_cap(b);
 	return backend_usable(b, now_ms) &&
-	       (!cap || atomic_load_explicit(&b->share->inflight, memory_order_relaxed) < cap);
+	       (!cap || atomic_load_explicit(&b->share->inflight, memory_order_relaxed) +
+				atomic_load_explicit(&b->elsewhere, memory_order_relaxed) <
+			    cap);
 }
 
 void backend_came_back(struct backend *b, uint64_t now_ms)

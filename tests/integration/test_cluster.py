@@ -24,7 +24,8 @@ import subprocess
 import threading
 import time
 
-from harness import BIN, Skip, free_port, pool_yaml, prom_samples, metrics_text, wait_until
+from harness import (BIN, Skip, free_port, pool_yaml, prom_samples, metrics_text, sim_stats,
+                     wait_until)
 
 RATE = 20  # per second, per tenant, all instances together
 BURST = 20
@@ -419,6 +420,88 @@ def test_llm_learned_prefixes_are_shared_through_redis(env):
     for p in procs:
         c = _cluster(p)
         assert c["accelnet_cluster_prefixes_sent_total"] >= 6, c
+
+
+def test_llm_learned_prefixes_are_shared_whole(env):
+    """A prompt longer than one feed entry (64 blocks) reaches the other instances whole: their
+    index of its backend holds every block of it, as the instance that routed it does, so a
+    long shared prompt's later turns weigh the same on every instance (before, the others
+    learned its first 64 blocks only, and an instance's own longer match elsewhere won)."""
+    sims = [env.sim(f"s{i}", latency_ms=0, token_ms=0, tokens=1) for i in range(2)]
+    lines = ["pools:", "  - name: gpu", "    balance: llm", "    llm: {block_bytes: 16}",
+             "    backends:"]
+    lines += [f"      - {{address: 127.0.0.1:{s.port}, max_concurrency: 4}}" for s in sims]
+    redis = _redis(env)
+    procs = _instances(env, redis.port, "\n".join(lines) + "\n", n=2)
+    _all_see(procs, 1, instances=2)
+    body = {"model": "m", "messages": [{"role": "system", "content": "w" * (16 * 200)},
+                                       {"role": "user", "content": "hello"}]}
+    home = _served_by(procs[0], body)
+    addr = next(f"127.0.0.1:{x.port}" for x in sims if x.name == f"sim-{home}")
+
+    def index(p):
+        st = json.loads(_get(p.admin, "/status"))
+        return next(b["llm_index_blocks"] for b in st["pools"][0]["backends"]
+                    if b["address"] == addr)
+    own = index(procs[0])
+    assert own > 200, own
+    wait_until(lambda: index(procs[1]) == own,
+               f"the other instance's index of {home} to hold all {own} blocks")
+
+
+def test_a_backends_slots_are_counted_across_instances(env):
+    """max_concurrency is the backend's: with cluster: each instance counts the requests the
+    others have in flight to a backend (sent every sync), so a backend of one slot busy with
+    one instance's request is full for the others, whose requests wait in their own queue
+    for it (not inside the backend) and go once it is free again."""
+    sim = env.sim("a", latency_ms=1500, token_ms=0, slots=1)
+    redis = _redis(env)
+    procs = _instances(env, redis.port, "pools:\n" + pool_yaml(
+        "p", [sim.port], extra="    queue: {timeout_ms: 20000}").replace(
+        f"127.0.0.1:{sim.port}", f"127.0.0.1:{sim.port}, max_concurrency: 1") +
+        "routes:\n  - pool: p\n", n=2, sync_ms=50)
+    _all_see(procs, 1, instances=2)
+    got = []
+
+    def send(p):
+        c = http.client.HTTPConnection("127.0.0.1", p.port, timeout=30)
+        c.request("POST", "/v1/completions", body=b'{"model": "m", "prompt": "hi"}',
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        r.read()
+        c.close()
+        got.append(r.status)
+
+    def eligible(p):
+        m = prom_samples(metrics_text(p.admin))
+        return [v for k, v in m.items() if k[0] == "accelnet_backend_eligible"][0]
+    def queue(p, what):
+        m = prom_samples(metrics_text(p.admin))
+        return sum(v for k, v in m.items() if k[0] == f"accelnet_pool_queue_{what}_total")
+    first = threading.Thread(target=send, args=(procs[0],))
+    first.start()
+    wait_until(lambda: sim_stats(sim.port)["active"] == 1, "the first request at the backend")
+    wait_until(lambda: eligible(procs[1]) == 0,
+               "the other instance to count the backend's one slot as taken")
+    second = threading.Thread(target=send, args=(procs[1],))
+    second.start()
+    wait_until(lambda: queue(procs[1], "enqueued") == 1,
+               "the other instance's request to wait in its queue")
+    st = sim_stats(sim.port)
+    assert st["active"] == 1 and st["waiting"] == 0 and st["completions"] == 0, st
+    first.join()
+    second.join()
+    assert got == [200, 200], got
+    assert queue(procs[1], "granted") == 1
+    assert sim_stats(sim.port)["completions"] == 2
+    # Redis gone: each instance keeps a slot of its own (what the others held of late is
+    # smoothed, never all of them), so every request is still answered
+    redis.kill()
+    redis.wait()
+    _all_see(procs, 0)
+    for p in procs:
+        send(p)
+    assert got == [200] * 4, got
 
 
 def _get(port, path):
