@@ -14,13 +14,13 @@ set -eu
 # building and running: the compiler, pkg-config and the libraries of the Makefile's PKGS,
 # xxd (scripts/embed-assets.sh), python3 (the layering check), curl (the README's tour)
 BUILD_PKGS="gcc make pkg-config libyaml-dev libssl-dev libxxhash-dev libjansson-dev
-libcrypt-dev libzmq3-dev libmsgpack-dev libc-ares-dev libhiredis-dev libpcre2-dev xxd python3
+libcrypt-dev libzmq3-dev libmsgpack-dev libc-ares-dev libhiredis-dev libpcre2-dev libnghttp2-dev xxd python3
 curl"
 # testing and fuzzing
 TEST_PKGS="libcmocka-dev wrk nginx-light clang clang-format-14 libclang-rt-14-dev apache2-utils
 python3-zmq python3-msgpack redis-server python3-cryptography python3-websockets prometheus
 chromium iproute2 strace util-linux testssl.sh dnsmasq-base systemd man-db binutils adduser
-podman python3-yaml"
+podman python3-yaml nghttp2-client python3-h2"
 
 PKGS="$BUILD_PKGS $TEST_PKGS"
 if [ "${1:-}" = --demo ]; then

@@ -54,6 +54,7 @@ struct conf_listen {
 	struct net_addr addr;
 	struct conf_tls *tls; /* listen[].tls; NULL: plain TCP */
 	unsigned shared;      /* listen[].reuse_port: shared: another process may listen too */
+	unsigned http2;	      /* listen[].http2: HTTP/2 taken (h2c by its preface), default 1 */
 };
 
 /* pools[].tls: TLS to the pool's backends (net/tls.h builds one client context of it). */
@@ -354,6 +355,7 @@ struct conf_limits {
 	uint64_t max_buffer_memory; /* buffers lent, all workers; past it new clients are shed */
 	unsigned path;		    /* enum conf_path: a request path not in normal form */
 	unsigned max_tunnels;	    /* open WebSocket tunnels, all workers; more get 503 */
+	unsigned h2_max_streams;    /* HTTP/2 streams open at once on one connection */
 };
 
 /* limits.path: what a request path not in its normal form (http/target.h) gets */

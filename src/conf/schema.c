@@ -69,6 +69,7 @@ static const struct rule listen_rules[] = {
     {"address", RULE_ADDR, 0, 0, 0, NULL, NULL},
     {"tls", RULE_SECTION, 0, 0, 0, schema_tls_rules, schema_read_tls},
     {"reuse_port", RULE_SECTION, 0, 0, 0, NULL, read_reuse_port},
+    {"http2", RULE_BOOL, offsetof(struct conf_listen, http2), 0, 0, NULL, NULL},
     RULES_END,
 };
 
@@ -76,6 +77,7 @@ static int read_listen_item(struct rules_ctx *x, yaml_node_t *item, void *obj, s
 {
 	struct conf_listen *l = obj;
 	(void)i;
+	l->http2 = 1; /* listen[].http2: on unless turned off */
 	if (item->type == YAML_SCALAR_NODE)
 		return rules_read_addr(x, item, l);
 	int err = rules_read_section(x, item, "listen", listen_rules, l);
@@ -199,6 +201,8 @@ static const struct rule limit_rules[] = {
      NULL, NULL},
     {"path", RULE_SECTION, offsetof(struct conf_limits, path), 0, 0, NULL, read_limits_path},
     {"max_tunnels", RULE_UINT, offsetof(struct conf_limits, max_tunnels), 0, 10000000, NULL, NULL},
+    {"http2_max_streams", RULE_UINT, offsetof(struct conf_limits, h2_max_streams), 1, 1000, NULL,
+     NULL},
     RULES_END,
 };
 
@@ -942,6 +946,7 @@ void schema_set_defaults(struct conf *c)
 	    .max_headers = CONF_MAX_HEADERS,
 	    .max_buffer_memory = 512u << 20,
 	    .max_tunnels = 10000,
+	    .h2_max_streams = 100,
 	};
 	c->tune.splice = 1;
 }

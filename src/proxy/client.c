@@ -163,6 +163,8 @@ void client_close(struct client *cl)
 		exchange_free(cl->x);
 		cl->x = NULL;
 	}
+	if (cl->codec_free)
+		cl->codec_free(cl); /* HTTP/2's streams and their exchanges */
 	loop_timer_stop(w->loop, &cl->timer);
 	loop_io_del(w->loop, &cl->io);
 	net_conn_close(&cl->conn);

@@ -37,7 +37,10 @@ enum client_state {
 	C_REPLY,     /* writing a response the proxy made itself */
 	C_LINGER,    /* our side is shut; reading until the client closes */
 	C_TUNNEL,    /* a WebSocket tunnel to the exchange's backend (tunnel.h) */
+	C_H2,	     /* the connection speaks HTTP/2 (h2.h): its streams are its exchanges */
 };
+
+struct h2;
 
 /*
  * The HTTP/1 client codec's own state for the exchange under way: how the request was framed
@@ -74,6 +77,7 @@ struct client {
 	unsigned tls : 1;	      /* it came through a TLS listener */
 	unsigned hello_checked : 1;   /* ... and its ClientHello's declared size was looked at */
 	unsigned plain_on_tls : 1;    /* ... but it spoke plain HTTP: answered 400 in plain text */
+	unsigned http2 : 1;	      /* its listener takes HTTP/2 (listen[].http2) */
 	struct buf *in;		      /* bytes from the client */
 	struct buf *out;	      /* heads and proxy-made responses for the client */
 	uint64_t phase_ms;	      /* when the current state or head began */
@@ -89,6 +93,8 @@ struct client {
 	const struct conf_tls *tls_conf; /* its listener's tls: section, or NULL */
 	struct net_tls_facts *tls_facts; /* after the handshake (malloc'd), or NULL */
 	struct tunnel *tunnel; /* in C_TUNNEL (tunnel.h: freed by tunnel_free()), or NULL */
+	struct h2 *h2;	       /* in C_H2: the HTTP/2 connection (h2.h), or NULL */
+	void (*codec_free)(struct client *cl); /* frees what a codec other than h1 holds */
 };
 
 /* cl->out, taken if need be and compacted so its room is at the end; NULL without memory. */

@@ -23,6 +23,7 @@
 #include "proxy/deadline.h"
 #include "proxy/debugreq.h"
 #include "proxy/forward.h"
+#include "proxy/h2.h"
 #include "proxy/caching.h"
 #include "proxy/hit.h"
 #include "proxy/quota.h"
@@ -493,8 +494,16 @@ static enum run run_head(struct client *cl)
 	for (;;) {
 		size_t len = cl->in ? buf_len(cl->in) : 0;
 		if (len) {
-			int r =
-			    http_head_read(&cl->head, buf_head(cl->in), len, max_head, &w->head);
+			/* h2c with prior knowledge: the connection's first bytes are the preface */
+			int pre =
+			    cl->http2 && !cl->requests ? h2_preface(buf_head(cl->in), len) : -1;
+			if (pre > 0) {
+				h2_take(cl);
+				return RUN_GONE;
+			}
+			int r = pre ? http_head_read(&cl->head, buf_head(cl->in), len, max_head,
+						     &w->head)
+				    : 0;
 			if (r > 0)
 				return head_settle(cl);
 			if (r < 0)
@@ -622,6 +631,9 @@ void h1_run(struct client *cl)
 		case C_TUNNEL:
 			r = tunnel_run(cl);
 			break;
+		case C_H2:
+			h2_run(cl); /* it waits, or ends, on its own */
+			return;
 		default:
 			r = run_linger(cl);
 			break;
@@ -657,6 +669,9 @@ static void h1_on_timer(struct loop_timer *t)
 	case C_TUNNEL:
 		r = tunnel_on_timer(cl);
 		break;
+	case C_H2:
+		h2_on_timer(cl);
+		return;
 	default:
 		client_close(cl);
 		return;
@@ -695,6 +710,7 @@ void h1_accept(struct worker *w, const struct listener *l, int fd,
 	cl->key = classify_client_key((const struct sockaddr *)peer);
 	cl->trusted = net_cidr_match(conf->trusted_proxies, conf->ntrusted_proxies,
 				     (const struct sockaddr *)peer);
+	cl->http2 = conf->listens[l->index].http2 != 0;
 	if (shed_check(w, l, cl->key, cl->ip, &cl->ip_slot)) {
 		close(fd);
 		free(cl);
@@ -734,6 +750,8 @@ void h1_close_idle(struct worker *w, int all)
 			h1_arm_timer(cl); /* closed DRAIN_IDLE_MS from now, or answered */
 		} else if (cl->state == C_TUNNEL) {
 			h1_arm_timer(cl); /* closed timeouts.tunnel_drain_ms from now */
+		} else if (cl->state == C_H2) {
+			h2_drain(cl); /* GOAWAY; closed once its streams are done */
 		}
 	}
 	if (all) {

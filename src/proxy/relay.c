@@ -107,12 +107,17 @@ enum run relay_await_body(struct client *cl)
 		x->last_ms = loop_now(w->loop);
 	}
 	cl->h1.pace.buffering = 0;
-	const char *body = cl->in ? buf_head(cl->in) : NULL;
+	return relay_body_in(x, cl->in ? buf_head(cl->in) : NULL);
+}
+
+enum run relay_body_in(struct exchange *x, const char *body)
+{
+	const struct conf_hash *hc = &x->pool->conf->hash;
 	/* the whole body is read once by the strict view; a stage that decides on it (the model
 	 * among backends, the token reservation, the cache key) takes no body the view refuses,
 	 * while the hints (heartbeats, the affinity key) only go without */
 	int strict = x->reqbody.want_model || x->reqbody.want_view || x->reqbody.cache_body;
-	if ((strict || x->reqbody.want_key || cl->h1.pace.sse_body) && body && x->req.done &&
+	if ((strict || x->reqbody.want_key || exchange_pace(x)->sse_body) && body && x->req.done &&
 	    x->req.framing == HTTP_BODY_LENGTH &&
 	    reqbody_read_view(&x->reqbody, body, x->req.ready) < 0 && strict)
 		return exchange_reply(x, 400, x->reqbody.view_why, 0);

@@ -29,6 +29,12 @@
  */
 enum run relay_await_body(struct client *cl);
 
+/* The body read before admission is in, at <body> (x->req.ready bytes; NULL: none): what the
+ * stages decide on it (the strict JSON view, the token note, the request body hooks, the
+ * affinity key or prompt blocks, the model among backends). Any codec's, once its body is
+ * read. */
+enum run relay_body_in(struct exchange *x, const char *body);
+
 /* routes.sse_heartbeat_ms (sse.h): queue the proxy's event-stream head, the first time, and
  * one SSE comment, unless the last one is still unread. */
 void relay_heartbeat(struct client *cl);

@@ -321,8 +321,8 @@ static enum run stage_upgrade(struct exchange *x)
 
 static enum run stage_cache(struct exchange *x)
 {
-	if (x->tunnel)
-		return RUN_AGAIN; /* a tunnel is never the cache's */
+	if (x->tunnel || x->no_cache)
+		return RUN_AGAIN; /* a tunnel is never the cache's; nor, yet, an HTTP/2 stream */
 	return caching_stage_lookup(x);
 }
 

@@ -1,0 +1,104 @@
+/*
+ * h2head.c - an HTTP/2 request's header list written as an HTTP/1.1 head (see h2head.h).
+ */
+#include "http/h2head.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+static int put(struct h2head *hh, const char *s, size_t n)
+{
+	if (hh->len + n > hh->cap)
+		return hh->err = -431;
+	memcpy(hh->p + hh->len, s, n);
+	hh->len += n;
+	return 0;
+}
+
+/* No byte that would end or split an HTTP/1 line (nghttp2 checks too: this is the
+ * writer's own guard, since the parser cannot tell a smuggled line from a real one). */
+static int line_safe(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (s[i] == '\r' || s[i] == '\n' || s[i] == '\0')
+			return 0;
+	return 1;
+}
+
+static int method_bodyless(const char *m, size_t n)
+{
+	return (n == 3 && !memcmp(m, "GET", 3)) || (n == 4 && !memcmp(m, "HEAD", 4)) ||
+	       (n == 6 && !memcmp(m, "DELETE", 6)) || (n == 7 && !memcmp(m, "OPTIONS", 7));
+}
+
+int h2head_begin(struct h2head *hh, char *p, size_t cap, const char *m, size_t mlen,
+		 const char *path, size_t plen, const char *auth, size_t alen)
+{
+	*hh = (struct h2head){.p = p, .cap = cap};
+	if (!m || !mlen || !path || !plen || !line_safe(m, mlen) || !line_safe(path, plen) ||
+	    memchr(path, ' ', plen) || (auth && !line_safe(auth, alen)))
+		return hh->err = -400;
+	if (put(hh, m, mlen) || put(hh, " ", 1) || put(hh, path, plen) ||
+	    put(hh, " HTTP/1.1\r\n", 11))
+		return hh->err;
+	if (auth && alen) {
+		if (put(hh, "Host: ", 6) || put(hh, auth, alen) || put(hh, "\r\n", 2))
+			return hh->err;
+		hh->has_auth = 1;
+	}
+	hh->bodyless = method_bodyless(m, mlen);
+	hh->line = 1;
+	return 0;
+}
+
+int h2head_field(struct h2head *hh, const char *name, size_t nlen, const char *value, size_t vlen)
+{
+	if (hh->err)
+		return hh->err;
+	if (!line_safe(name, nlen) || !line_safe(value, vlen) || memchr(name, ':', nlen) ||
+	    memchr(name, ' ', nlen) || !nlen)
+		return hh->err = -400;
+	if (nlen == 4 && !memcmp(name, "host", 4) && hh->has_auth)
+		return 0; /* :authority names the host (RFC 9113 8.3.1) */
+	if (nlen == 14 && !memcmp(name, "content-length", 14))
+		hh->has_cl = 1;
+	if (nlen == 6 && !memcmp(name, "cookie", 6) && hh->cookie) {
+		/* joined with "; " into the one Cookie line (RFC 9113 8.2.3) */
+		if (hh->len + 2 + vlen > hh->cap)
+			return hh->err = -431;
+		char *at = hh->p + hh->cookie_at;
+		memmove(at + 2 + vlen, at, hh->len - hh->cookie_at);
+		memcpy(at, "; ", 2);
+		memcpy(at + 2, value, vlen);
+		hh->len += 2 + vlen;
+		hh->cookie_at += 2 + vlen;
+		return 0;
+	}
+	if (put(hh, name, nlen) || put(hh, ": ", 2) || put(hh, value, vlen))
+		return hh->err;
+	if (nlen == 6 && !memcmp(name, "cookie", 6)) {
+		hh->cookie = 1;
+		hh->cookie_at = hh->len;
+	}
+	return put(hh, "\r\n", 2);
+}
+
+int h2head_end(struct h2head *hh, int end_stream)
+{
+	if (hh->err)
+		return hh->err;
+	if (!hh->line)
+		return hh->err = -400;
+	if (!hh->has_cl && !end_stream) {
+		/* a body of no declared length: chunked to the backend, as DATA comes */
+		if (put(hh, "Transfer-Encoding: chunked\r\n", 28))
+			return hh->err;
+	} else if (!hh->has_cl && end_stream && !hh->bodyless) {
+		if (put(hh, "Content-Length: 0\r\n", 19))
+			return hh->err;
+	}
+	if (put(hh, "\r\n", 2))
+		return hh->err;
+	return (int)hh->len;
+}

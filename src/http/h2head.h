@@ -1,0 +1,42 @@
+/*
+ * h2head.h - an HTTP/2 request's header list written as the HTTP/1.1 head it stands for.
+ *
+ * The proxy's stages, its rewrite and its HTTP/1 upstream half read a parsed HTTP/1 head
+ * (http/parse.h). An HTTP/2 stream's header list (HPACK-decoded by nghttp2, which has checked
+ * it against RFC 9113 section 8.2: lower-case names, no connection-specific fields, the
+ * pseudo-header fields first and once) is written into one buffer as the head an HTTP/1.1
+ * client would have sent -- request line from :method and :path, Host from :authority (a
+ * host field is left out when :authority is given), the fields in order, the framing of the
+ * body -- and then read by the same strict parser as every HTTP/1 head, so one set of rules
+ * judges both protocols. Cookie fields, which HTTP/2 may split (RFC 9113 8.2.3), are joined
+ * into one. Pure: no sockets, no clocks.
+ */
+#ifndef ACCELNET_HTTP_H2HEAD_H
+#define ACCELNET_HTTP_H2HEAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct h2head {
+	char *p;	       /* the head being written ... */
+	size_t cap, len;       /* ... its room and length */
+	unsigned has_auth : 1; /* :authority was given: a host field is dropped */
+	unsigned line : 1;     /* the request line is written */
+	unsigned has_cl : 1;   /* a content-length field was given */
+	unsigned bodyless : 1; /* the method carries no body by custom (GET, HEAD ...) */
+	size_t cookie_at;      /* where the Cookie line's CRLF is, once one is written */
+	unsigned cookie : 1;   /* ... and there is one */
+	int err;	       /* the first failure: -400, -431 */
+};
+
+/* Start the head of a request of :method <m>, :path <path>, :authority <auth> (NULL: none)
+ * into p[0..cap). 0, or -400 (no method or path), -431 (no room). */
+int h2head_begin(struct h2head *hh, char *p, size_t cap, const char *m, size_t mlen,
+		 const char *path, size_t plen, const char *auth, size_t alen);
+/* One regular field. 0, or -431 (no room), -400 (a byte no HTTP/1 line may carry). */
+int h2head_field(struct h2head *hh, const char *name, size_t nlen, const char *value, size_t vlen);
+/* The end of the head: the body's framing (<end_stream>: none will come; else its
+ * content-length as given, or chunked) and the blank line. Its length, or -431. */
+int h2head_end(struct h2head *hh, int end_stream);
+
+#endif

@@ -1,0 +1,1272 @@
+/*
+ * h2.c - the HTTP/2 client codec (see h2.h): the connection, its streams, and the codec
+ * operations each stream's exchange uses.
+ *
+ * nghttp2 reads the frames (nghttp2_session_mem_recv over cl->in) and calls back; the
+ * callbacks only record what came -- a stream's head written as HTTP/1.1 into its own buffer
+ * (http/h2head.h), its body bytes appended to its input, its end, a reset -- and mark the
+ * stream to run. The streams run after nghttp2 has returned: a stream whose head is whole
+ * becomes an exchange (the head parsed by the HTTP/1 parser into the worker's scratch, its
+ * target brought to its normal form, as h1.c does) and goes through stages_run(); the
+ * relay moves its body upstream and its response back. Then nghttp2 writes
+ * (nghttp2_session_mem_send) into the socket, the unwritten rest of a frame into cl->out.
+ * nghttp2 is never entered from within a stage: what a stage does to the session (a response
+ * submitted, a reset) is sent when control is back at the connection (its event, its timer,
+ * a wake). Closing the connection happens there too, so a stream outlives every call chain
+ * that reaches it through its exchange.
+ *
+ * Request bodies: a stream's DATA is appended to its input buffer as the HTTP/1 body the
+ * backend will read (as sent when the client gave content-length, else chunked), where
+ * x->req tracks it as it tracks an HTTP/1 client's, and up_h1_send() writes it upstream from
+ * there. Flow control is ours (nghttp2's automatic WINDOW_UPDATE is off): a stream's
+ * window is half its buffer, and its credit goes back only once the buffer has drained to a
+ * quarter, so a client sends no faster than the backend takes; a body read before admission
+ * (limits.body_buffer_bytes) moves to a body buffer as an HTTP/1 one does.
+ *
+ * Responses: the final head goes through the same rewrite as an HTTP/1 client's (X-Request-Id,
+ * response_headers) and is submitted with its hop-by-hop fields dropped and names in lower
+ * case; its body stays in the upstream connection's input (up->in) until nghttp2 asks for it
+ * (a chunked body's framing dropped as it goes), one copy into the frame nghttp2 writes. A
+ * client whose window is closed takes nothing, so up->in stays full and the backend is not
+ * read: the proxy never holds more than a buffer of any response. The proxy's own answers
+ * are written by the HTTP/1 writers (rewrite_error(), rewrite_json()) into a buffer of the
+ * stream and sent from there. A stream reset by the client (RST_STREAM) ends its exchange at
+ * once: its backend connection is closed, the cancellation an engine understands.
+ *
+ * Streams come from the connection's spares once it has had as many at once; the exchange
+ * from the worker's free list, as every exchange does.
+ */
+#include "proxy/h2.h"
+#include "core/clock.h"
+#include "core/log.h"
+#include "http/h2head.h"
+#include "http/target.h"
+#include "guard/auth.h"
+#include "proxy/access.h"
+#include "proxy/caching.h"
+#include "proxy/deadline.h"
+#include "proxy/debugreq.h"
+#include "proxy/dispatch.h"
+#include "proxy/forward.h"
+#include "proxy/hedge.h"
+#include "proxy/pace.h"
+#include "proxy/pd.h"
+#include "proxy/quota.h"
+#include "proxy/relay.h"
+#include "proxy/route.h"
+#include "proxy/stages.h"
+#include "proxy/up_h1.h"
+
+#include <errno.h>
+#include <nghttp2/nghttp2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define H2_PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+#define H2_PREFACE_LEN 24
+/* The connection's receive window: the streams' own windows bound what each may send. */
+#define H2_CONN_WINDOW (16u << 20)
+/* Interim (1xx) responses a backend may send per stream; they are not passed on. */
+#define H2_INTERIM_MAX 8
+/* Passes of reads, stream runs and writes in one turn, before the timer takes over. */
+#define H2_PASSES 64
+/* Draining: a connection with no stream left is closed after this long (GOAWAY sent). */
+#define H2_DRAIN_IDLE_MS 1000
+
+struct h2;
+
+/* One stream: its request head until the exchange starts, its body, the proxy's own answer. */
+struct h2s {
+	struct list_node link; /* on h->streams, or h->spare */
+	struct h2 *h;
+	int32_t id;
+	struct exchange *x; /* its exchange, or NULL (not started, or ended) */
+	struct xpace pace;
+	struct buf *head; /* the request head as HTTP/1.1, until head done */
+	struct buf *in;	  /* the request body as the backend reads it */
+	struct buf *own;  /* the proxy's own answer's body, being sent */
+	nghttp2_rcbuf *meth, *path, *auth;
+	struct h2head hh;
+	struct http_chunked dech; /* a chunked response's framing, dropped as it goes */
+	uint64_t unconsumed;	  /* DATA bytes taken whose credit has not gone back */
+	unsigned interims;
+	unsigned headers_in : 1; /* the request head is whole */
+	unsigned started : 1;	 /* ... and was looked at */
+	unsigned end_stream : 1; /* the request's end came */
+	unsigned chunked : 1;	 /* its body goes upstream chunked */
+	unsigned submitted : 1;	 /* a response head was submitted */
+	unsigned eof : 1;	 /* ... and its body has ended */
+	unsigned deferred : 1;	 /* nghttp2 waits for body bytes (resume it) */
+	unsigned run : 1;	 /* run it when control is back at the connection */
+	unsigned cut : 1;	 /* the backend closed mid-response: reset once sent */
+	unsigned flow_bad : 1;	 /* the client sent past its window: reset */
+};
+
+struct h2 {
+	struct client *cl;
+	nghttp2_session *ss;
+	struct list_head streams, spare;
+	unsigned nstreams;
+	int busy;	   /* in h2_run: wakes only mark their stream */
+	int fatal;	   /* the session failed: close */
+	int draining;	   /* GOAWAY sent */
+	uint64_t quiet_ms; /* when the last stream ended */
+};
+
+static const struct exchange_codec_ops h2_codec;
+
+int h2_preface(const char *p, size_t len)
+{
+	size_t n = len < H2_PREFACE_LEN ? len : H2_PREFACE_LEN;
+	if (memcmp(p, H2_PREFACE, n))
+		return -1;
+	return len >= H2_PREFACE_LEN;
+}
+
+/* --- streams --- */
+
+static struct h2s *stream_new(struct h2 *h, int32_t id)
+{
+	struct list_node *n = list_pop_front(&h->spare);
+	struct h2s *s = n ? container_of(n, struct h2s, link) : malloc(sizeof(*s));
+	if (!s)
+		return NULL;
+	memset(s, 0, sizeof(*s));
+	s->h = h;
+	s->id = id;
+	list_push_back(&h->streams, &s->link);
+	h->nstreams++;
+	return s;
+}
+
+static void rcbuf_drop(nghttp2_rcbuf **r)
+{
+	if (*r)
+		nghttp2_rcbuf_decref(*r);
+	*r = NULL;
+}
+
+/* Everything the stream holds goes back; it joins the spares. */
+static void stream_release(struct h2s *s)
+{
+	struct h2 *h = s->h;
+	struct worker *w = h->cl->w;
+	rcbuf_drop(&s->meth);
+	rcbuf_drop(&s->path);
+	rcbuf_drop(&s->auth);
+	worker_buf_put(w, s->head);
+	worker_buf_put(w, s->in);
+	worker_buf_put(w, s->own);
+	s->head = s->in = s->own = NULL;
+	if (s->unconsumed && h->ss)
+		nghttp2_session_consume_connection(h->ss, s->unconsumed);
+	list_del(&h->streams, &s->link);
+	list_push_front(&h->spare, &s->link);
+	if (!--h->nstreams)
+		h->quiet_ms = loop_now(w->loop);
+}
+
+/* The exchange of a stream that closed: finished when its response went whole, else cut. */
+static void stream_end_exchange(struct h2s *s, uint32_t code)
+{
+	struct exchange *x = s->x;
+	struct worker *w = x->w;
+	s->x = NULL;
+	if (s->eof && code == NGHTTP2_NO_ERROR && x->resp.done) {
+		exchange_count_response(x, x->status);
+		x->relayed = 1;
+		exchange_free_slot(x);
+		attempt_end(x->att, w, x->att->reusable && x->req.done && !x->req.ready);
+	} else {
+		log_debug("%s: stream %d ended (code %u) before its response did", s->h->cl->ip,
+			  s->id, code);
+		if (x->att->be)
+			exchange_count_response(x, 0);
+	}
+	exchange_free(x);
+}
+
+/* The connection's timer fires at once: what a stage did to the session is sent from there
+ * when no wake follows (an exchange's abort). */
+static void h2_kick(struct h2 *h)
+{
+	struct worker *w = h->cl->w;
+	loop_timer_set(w->loop, &h->cl->timer, loop_now(w->loop));
+}
+
+/* The stream's input moves to a body buffer (limits.body_buffer_bytes), and its window
+ * grows with it. 0, -ENOSPC (it is one), -EBUSY (every body buffer is lent), -ENOMEM. */
+static int stream_in_grow(struct h2s *s)
+{
+	struct worker *w = s->h->cl->w;
+	if (s->in->cap >= w->body_bufs.size)
+		return -ENOSPC;
+	if (w->body_bufs.live >= BODY_BUFS_MAX)
+		return -EBUSY;
+	struct buf *b = buf_get(&w->body_bufs);
+	if (!b)
+		return -ENOMEM;
+	memcpy(b->data, buf_head(s->in), buf_len(s->in));
+	b->end = (uint32_t)buf_len(s->in);
+	worker_buf_put(w, s->in);
+	s->in = b;
+	nghttp2_session_set_local_window_size(s->h->ss, NGHTTP2_FLAG_NONE, s->id,
+					      (int32_t)(b->cap / 2));
+	return 0;
+}
+
+/* Append p[0..n) to the stream's input, its buffer compacted or grown if need be. 0, -ENOSPC
+ * (no room however it grows), -EBUSY (every body buffer lent), -ENOMEM. */
+static int stream_in_put(struct h2s *s, const char *p, size_t n)
+{
+	struct worker *w = s->h->cl->w;
+	if (!s->in && !(s->in = buf_get(&w->bufs)))
+		return -ENOMEM;
+	if (buf_room(s->in) < n)
+		buf_compact(s->in);
+	if (buf_room(s->in) < n) {
+		if (buf_len(s->in) + n > w->body_bufs.size)
+			return -ENOSPC;
+		int err = stream_in_grow(s);
+		if (err)
+			return err;
+	}
+	memcpy(s->in->data + s->in->end, p, n);
+	s->in->end += (uint32_t)n;
+	return 0;
+}
+
+/* Give the client's credit back once the stream's input has drained to a quarter. */
+static void stream_credit(struct h2s *s)
+{
+	if (!s->unconsumed || (s->in && buf_len(s->in) > s->in->cap / 4))
+		return;
+	nghttp2_session_consume(s->h->ss, s->id, s->unconsumed);
+	s->unconsumed = 0;
+}
+
+/* Before admission: can the stream's input take no more? Past a quarter of a plain buffer it
+ * moves to a body buffer (waiting for one when all are lent: the timer looks again); past a
+ * quarter of that, no more credit goes back: what is in is what is read before admission. */
+static int stream_in_full(struct h2s *s)
+{
+	if (!s->in || buf_len(s->in) < s->in->cap / 4)
+		return 0;
+	int err = stream_in_grow(s);
+	if (err == -EBUSY)
+		s->pace.buf_wait = 1;
+	if (err == -ENOSPC)
+		return 1;
+	if (!err)
+		stream_credit(s);
+	return err == -ENOMEM;
+}
+
+/* --- responses --- */
+
+static int hop_by_hop(const struct http_head *h, struct http_str n)
+{
+	return http_str_eq(n, "connection") || http_str_eq(n, "keep-alive") ||
+	       http_str_eq(n, "proxy-connection") || http_str_eq(n, "transfer-encoding") ||
+	       http_str_eq(n, "upgrade") || http_str_eq(n, "te") || http_conn_names(h, n);
+}
+
+static ssize_t read_body(nghttp2_session *ss, int32_t id, uint8_t *out, size_t len, uint32_t *flags,
+			 nghttp2_data_source *src, void *ud);
+
+/* Submit the response head <h> (an HTTP/1 head, already rewritten for the client) on the
+ * stream, its body from read_body. 0, or -1. */
+static int submit_head(struct h2s *s, const struct http_head *h)
+{
+	struct worker *w = s->h->cl->w;
+	nghttp2_nv nv[HTTP_MAX_HEADERS + 1];
+	char status[8];
+	struct buf *names = buf_get(&w->bufs);
+	if (!names)
+		return -1;
+	snprintf(status, sizeof(status), "%03d", h->status % 1000);
+	nv[0] = (nghttp2_nv){(uint8_t *)":status", (uint8_t *)status, 7, 3, 0};
+	size_t n = 1;
+	for (unsigned i = 0; i < h->nheaders; i++) {
+		const struct http_header *f = &h->headers[i];
+		if (hop_by_hop(h, f->name) || buf_room(names) < f->name.len)
+			continue;
+		char *lower = names->data + names->end;
+		for (uint32_t k = 0; k < f->name.len; k++) {
+			char c = f->name.p[k];
+			lower[k] = c >= 'A' && c <= 'Z' ? (char)(c + 32) : c;
+		}
+		names->end += f->name.len;
+		nv[n++] = (nghttp2_nv){(uint8_t *)lower, (uint8_t *)f->value.p, f->name.len,
+				       f->value.len, 0};
+	}
+	nghttp2_data_provider prd = {.source = {.ptr = s}, .read_callback = read_body};
+	int rc = nghttp2_submit_response(s->h->ss, s->id, nv, n, &prd);
+	buf_put(&w->bufs, names); /* nghttp2 copied the fields */
+	if (rc)
+		return -1;
+	s->submitted = 1;
+	return 0;
+}
+
+/* Up to <len> bytes of the relayed body at the front of up->in, framing dropped, into <out>.
+ * Every byte it looks at leaves up->in. */
+static size_t take_body(struct h2s *s, uint8_t *out, size_t len)
+{
+	struct exchange *x = s->x;
+	struct buf *in = x->att->up ? x->att->up->in : NULL;
+	size_t got = 0;
+	while (got < len && in && x->resp.ready) {
+		size_t k = x->resp.ready;
+		int is_data = 1;
+		if (x->resp.framing == HTTP_BODY_CHUNKED) {
+			ssize_t r = http_chunked_scan(&s->dech, buf_head(in),
+						      k < len - got ? k : len - got, &is_data);
+			if (r <= 0)
+				break; /* scanned sound by up_h1_scan: never */
+			k = (size_t)r;
+		} else if (k > len - got) {
+			k = len - got;
+		}
+		if (is_data) {
+			memcpy(out + got, buf_head(in), k);
+			got += k;
+		}
+		buf_consume(in, k);
+		http_body_sent(&x->resp, k);
+	}
+	return got;
+}
+
+/* nghttp2 asks for the stream's body: the proxy's own answer, or the relayed response. */
+static ssize_t read_body(nghttp2_session *ss, int32_t id, uint8_t *out, size_t len, uint32_t *flags,
+			 nghttp2_data_source *src, void *ud)
+{
+	struct h2s *s = src->ptr;
+	struct h2 *h = ud;
+	struct worker *w = h->cl->w;
+	(void)ss, (void)id;
+	/* a frame the connection's buffer can hold whole, should the socket take part of it */
+	if (len > w->bufs.size - 64)
+		len = w->bufs.size - 64;
+	if (s->own) {
+		size_t k = buf_len(s->own) < len ? buf_len(s->own) : len;
+		memcpy(out, buf_head(s->own), k);
+		buf_consume(s->own, k);
+		if (!buf_len(s->own)) {
+			*flags |= NGHTTP2_DATA_FLAG_EOF;
+			s->eof = 1;
+		}
+		return (ssize_t)k;
+	}
+	struct exchange *x = s->x;
+	if (!x)
+		return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+	size_t k = take_body(s, out, len);
+	if (k) {
+		s->run = 1; /* up->in has room again: the backend may be read */
+		s->pace.client_took_ms = x->last_ms = loop_now(w->loop);
+	}
+	if (x->resp.done && !x->resp.ready) {
+		*flags |= NGHTTP2_DATA_FLAG_EOF;
+		s->eof = 1;
+		if (!s->end_stream) /* answered before the request ended: no more of it */
+			nghttp2_submit_rst_stream(h->ss, NGHTTP2_FLAG_NONE, s->id,
+						  NGHTTP2_NO_ERROR);
+		return (ssize_t)k;
+	}
+	if (!k && s->cut)
+		return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* reset: the rest never comes */
+	if (!k) {
+		s->deferred = 1;
+		return NGHTTP2_ERR_DEFERRED;
+	}
+	return (ssize_t)k;
+}
+
+/* More of the body is at hand for a stream nghttp2 stopped asking. */
+static void stream_resume(struct h2s *s)
+{
+	struct exchange *x = s->x;
+	if (!s->deferred || !x || !(x->resp.ready || x->resp.done || s->cut))
+		return;
+	s->deferred = 0;
+	nghttp2_session_resume_data(s->h->ss, s->id);
+}
+
+/*
+ * The proxy's own answer on stream <s>: written as the HTTP/1 codec writes it (the route's
+ * shape, its request id, Retry-After), then sent as HTTP/2. Ends the exchange, if any.
+ */
+static enum run stream_answer(struct h2s *s, int status, const char *detail, const char *json,
+			      size_t jlen)
+{
+	struct client *cl = s->h->cl;
+	struct worker *w = cl->w;
+	struct exchange *x = s->x;
+	char refused_id[REQUEST_ID_MAX + 1], timing[160], fields[2048];
+	const char *rid = x ? x->names.reqid : refused_id;
+	if (!x)
+		reqnames_make_request_id(w, refused_id);
+	const struct conf_route *route =
+	    !x	       ? NULL
+	    : x->route ? x->route
+	    : x->head  ? route_match_head(w->conf, x->head, x->peer.tls ? x->peer.tls->sni : NULL)
+		       : NULL;
+	struct rewrite_error_info e = {
+	    .status = status,
+	    .detail = detail,
+	    .keep_alive = 1,
+	    .request_id = rid,
+	    .retry_after_s = status == 503 && x && x->answer.retry_after_s ? x->answer.retry_after_s
+			     : status == 503				   ? 1
+			     : status == 429 && x			   ? x->answer.retry_after_s
+									   : 0,
+	    .challenges = route ? auth_challenges(route->auth) : 0,
+	    .openai = route ? route->api == CONF_API_OPENAI : route_all_openai(w->conf),
+	    .openai_type = status == 429 && x ? quota_refusal_type(x) : NULL,
+	    .more_headers = forward_answer_headers(
+		x, status == 429 && x ? quota_refusal_headers(x) : NULL, fields, sizeof(fields)),
+	    .openai_code = x ? x->answer.code : NULL,
+	    .openai_param = x ? x->answer.param : NULL,
+	    .head_only = x && x->meth == HTTP_HEAD,
+	};
+	if (x && x->names.want_timing && debugreq_timing(x, 1, timing, sizeof(timing)) > 0)
+		e.timing = timing;
+	struct buf *b = buf_get(&w->bufs);
+	int n = -1, r = -1;
+	if (b && json)
+		n = rewrite_json(b->data, b->cap, status, json, jlen, rid, 1);
+	else if (b)
+		n = rewrite_error(b->data, b->cap, &e);
+	if (!x)
+		access_log_refusal(w, cl->ip, n < 0 ? 0 : status, refused_id,
+				   n > 0 ? (uint64_t)n : 0, NULL, 0);
+	if (n > 0) {
+		b->end = (uint32_t)n;
+		r = http_parse_response(b->data, (size_t)n, (size_t)n, x ? x->meth : HTTP_GET,
+					&w->head);
+	}
+	if (x) {
+		exchange_count_response(x, status);
+		x->log.status = status;
+		x->log.bytes_out = n > 0 ? (uint64_t)n : 0;
+		exchange_free(x);
+		s->x = NULL;
+	}
+	if (r > 0) {
+		buf_consume(b, (size_t)r);
+		worker_buf_put(w, s->own);
+		s->own = b;
+		b = NULL;
+		if (submit_head(s, &w->head) < 0)
+			r = -1;
+	}
+	worker_buf_put(w, b);
+	if (r <= 0)
+		nghttp2_submit_rst_stream(s->h->ss, NGHTTP2_FLAG_NONE, s->id,
+					  NGHTTP2_INTERNAL_ERROR);
+	else if (!s->end_stream) { /* the rest of the body is not wanted: read and dropped */
+		worker_buf_put(w, s->in);
+		s->in = NULL;
+	}
+	log_debug("%s: stream %d: %d %s", cl->ip, s->id, status, detail);
+	h2_kick(s->h);
+	return RUN_AGAIN;
+}
+
+/* --- the stream's relay --- */
+
+/* Extend x->req.ready over the body bytes in the stream's input: 0, -400, -413. */
+static int request_scan(struct h2s *s)
+{
+	struct exchange *x = s->x;
+	if (!s->in)
+		return 0;
+	return http_body_scan(&x->req, buf_head(s->in), buf_len(s->in),
+			      x->w->conf->limits.max_body_bytes);
+}
+
+static enum run reply_bad_body(struct exchange *x, int bad)
+{
+	return exchange_reply(x, -bad,
+			      bad == -413 ? "request body larger than limits.max_body_bytes"
+					  : "malformed request body",
+			      0);
+}
+
+/* Client -> backend: the head, and the body bytes ready in the stream's input. */
+static enum run send_upstream(struct h2s *s, int *progress)
+{
+	struct exchange *x = s->x;
+	size_t k = 0;
+	struct buf *alt = pd_decode_body(x); /* disaggregation: the decode's own body */
+	if (alt && x->req.ready) {
+		enum run r =
+		    up_h1_send(x, buf_len(alt) ? buf_head(alt) : NULL, buf_len(alt), &k, progress);
+		buf_consume(alt, k);
+		int all = !buf_len(alt) && x->att->head_off == forward_head_len(x, x->att);
+		k = all ? x->req.ready : k && x->req.ready > 1 ? x->req.ready - 1 : 0;
+		if (k) {
+			buf_consume(s->in, k);
+			http_body_sent(&x->req, k);
+			stream_credit(s);
+		}
+		return r;
+	}
+	enum run r =
+	    up_h1_send(x, x->req.ready ? buf_head(s->in) : NULL, x->req.ready, &k, progress);
+	if (k) {
+		buf_consume(s->in, k);
+		http_body_sent(&x->req, k);
+		stream_credit(s);
+	}
+	return r;
+}
+
+/* One pass over both directions of the stream's exchange. */
+static enum run relay_pass(struct h2s *s, int *progress)
+{
+	struct exchange *x = s->x;
+	struct upconn *up = x->att->up;
+	enum run r;
+	if (up->failed)
+		return dispatch_failed(x, up->tls_failed ? UP_TLS : UP_CONNECT);
+	if (!up->connecting && !x->log.conn_ns && x->log.dispatch_ns)
+		x->log.conn_ns = clock_now_ns();
+	int bad = request_scan(s);
+	if (bad && x->resp_head)
+		return exchange_abort(x, "bad request body");
+	if (bad)
+		return reply_bad_body(x, bad);
+	if (!up->connecting && up->writable &&
+	    (x->req.ready || (x->uphead && x->att->head_off < x->uphead->end)) &&
+	    (r = send_upstream(s, progress)) != RUN_STAY)
+		return r;
+	if (x->att->up != up)
+		return RUN_STAY;
+	if (!x->resp.done && !up->connecting &&
+	    (up->conn.readable || !up->conn.reading || up->read_got || up->read_end)) {
+		int cut = 0;
+		r = up_h1_read(x, progress, &cut);
+		if (r != RUN_STAY)
+			return r;
+		if (cut)
+			s->cut = 1;
+	}
+	if (x->att->up != up)
+		return RUN_STAY;
+	if (!x->resp_head && up->in && buf_len(up->in)) {
+		r = up_h1_head(x);
+		if (r == RUN_GONE || (r == RUN_AGAIN && s->x != x))
+			return r;
+		if (r == RUN_AGAIN)
+			*progress = 1;
+		if (x->att->up != up)
+			return RUN_STAY;
+	}
+	if (x->resp_head && up_h1_scan(x) < 0)
+		return exchange_abort(x, "backend sent a malformed chunked body");
+	stream_resume(s);
+	return RUN_STAY;
+}
+
+static enum run stream_relay(struct h2s *s)
+{
+	struct exchange *x = s->x;
+	if (pd_waiting(x))
+		return pd_run(x);
+	if (x->wt.state != W_IDLE || x->att->local_wait)
+		return RUN_STAY;
+	for (;;) {
+		int progress = 0;
+		if (x->wt.state != W_IDLE || !x->att->up)
+			return RUN_STAY;
+		if (x->hedge && hedge_run(x))
+			continue;
+		enum run r = relay_pass(s, &progress);
+		if (r != RUN_STAY || s->x != x)
+			return r;
+		if (!progress)
+			return RUN_STAY;
+	}
+}
+
+/* --- what an exchange asks of this codec --- */
+
+static enum run codec_reply(struct exchange *x, int status, const char *detail, int keep)
+{
+	(void)keep;
+	return stream_answer(x->conn, status, detail, NULL, 0);
+}
+
+static enum run codec_reply_json(struct exchange *x, int status, const char *json, size_t len)
+{
+	return stream_answer(x->conn, status, "", json, len);
+}
+
+static enum run codec_abort(struct exchange *x, const char *why)
+{
+	struct h2s *s = x->conn;
+	log_debug("%s: stream %d aborted: %s", s->h->cl->ip, s->id, why);
+	if (x->att->be)
+		exchange_count_response(x, 0);
+	exchange_free(x);
+	s->x = NULL;
+	nghttp2_submit_rst_stream(s->h->ss, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
+	h2_kick(s->h);
+	return RUN_GONE;
+}
+
+/* The stream's head, parsed again into the worker's scratch (other streams used it since). */
+static int reread_head(struct h2s *s)
+{
+	struct worker *w = s->h->cl->w;
+	struct http_head_reader rd = {0};
+	int r = http_head_read(&rd, buf_head(s->head), buf_len(s->head),
+			       w->conf->limits.max_header_bytes, &w->head);
+	if (r <= 0)
+		return -EPROTO;
+	s->x->head = &w->head;
+	return 0;
+}
+
+static enum run codec_peek_body(struct exchange *x, size_t max, const char **body, size_t *len,
+				int *all)
+{
+	struct h2s *s = x->conn;
+	uint64_t now = loop_now(x->w->loop);
+	if (!x->reqbody.peeked)
+		x->last_ms = s->pace.body_start_ms = s->pace.rate_mark_ms = now;
+	int bad = request_scan(s);
+	if (bad)
+		return reply_bad_body(x, bad);
+	if (!x->head && reread_head(s) < 0)
+		return exchange_abort(x, "request head changed while its body was read");
+	*body = s->in ? buf_head(s->in) : "";
+	*len = x->req.ready;
+	*all = x->req.done || x->req.ready >= max || stream_in_full(s);
+	return RUN_AGAIN;
+}
+
+static enum run codec_head_done(struct exchange *x)
+{
+	struct h2s *s = x->conn;
+	x->head = NULL;
+	x->last_ms = loop_now(x->w->loop);
+	if (!x->reqbody.peeked)
+		s->pace.body_start_ms = s->pace.rate_mark_ms = x->last_ms;
+	worker_buf_put(x->w, s->head);
+	s->head = NULL;
+	return RUN_AGAIN;
+}
+
+static enum run codec_await_body(struct exchange *x)
+{
+	struct h2s *s = x->conn;
+	struct worker *w = x->w;
+	const struct conf_hash *hc = &x->pool->conf->hash;
+	uint64_t want = w->conf->limits.body_buffer_bytes;
+	if (x->reqbody.want_key && hc->body_max_bytes > want)
+		want = hc->body_max_bytes;
+	if ((x->reqbody.want_model || x->reqbody.want_view) && !want)
+		want = UINT64_MAX;
+	int bad = request_scan(s);
+	if (bad)
+		return reply_bad_body(x, bad);
+	if (!x->req.done && x->req.ready < want && !stream_in_full(s))
+		return RUN_STAY; /* its DATA runs the stream again */
+	s->pace.buffering = 0;
+	return relay_body_in(x, s->in ? buf_head(s->in) : NULL);
+}
+
+static enum run codec_relay(struct exchange *x)
+{
+	return stream_relay(x->conn);
+}
+
+static void h2_process(struct h2 *h);
+
+static void codec_wake(void *conn)
+{
+	struct h2s *s = conn;
+	s->run = 1;
+	if (!s->h->busy)
+		h2_process(s->h);
+}
+
+static void codec_respond(struct exchange *x)
+{
+	codec_wake(x->conn);
+}
+
+static void codec_heartbeat(struct exchange *x)
+{
+	struct h2s *s = x->conn; /* no heartbeats over HTTP/2 yet: the next one is put off */
+	s->pace.hb_next_ms = loop_now(x->w->loop) + x->route->sse_heartbeat_ms;
+}
+
+static int codec_body_held(const struct exchange *x)
+{
+	const struct h2s *s = x->conn;
+	return s->in && buf_len(s->in) >= s->in->cap / 4;
+}
+
+static enum run codec_serve(struct exchange *x)
+{
+	return exchange_reply(x, 502, "cache answers are not served over HTTP/2 yet", 1);
+}
+
+static enum run codec_interim(struct exchange *x, const struct http_head *h, size_t len)
+{
+	struct h2s *s = x->conn;
+	(void)h, (void)len;
+	if (++s->interims > H2_INTERIM_MAX)
+		return dispatch_failed(x, UP_INTERIM);
+	return RUN_AGAIN; /* a hint: not passed on over HTTP/2 yet */
+}
+
+static enum run codec_upgrade(struct exchange *x, const struct http_head *h, size_t len)
+{
+	(void)h, (void)len;
+	return dispatch_failed(x, UP_BAD); /* no tunnels over HTTP/2 */
+}
+
+static enum run codec_response_head(struct exchange *x, const struct http_head *h, size_t len)
+{
+	struct h2s *s = x->conn;
+	struct worker *w = x->w;
+	char timing[160];
+	struct forward_scratch fs;
+	(void)len;
+	struct buf *b = buf_get(&w->bufs);
+	if (!b)
+		return exchange_abort(x, "out of memory");
+	int n = rewrite_response_edit(
+	    b->data, b->cap, h, 1, x->names.reqid,
+	    x->names.want_timing && debugreq_timing(x, 0, timing, sizeof(timing)) > 0 ? timing
+										      : NULL,
+	    forward_response(x, &fs));
+	/* read back as the client's head (the scratch <h> was is done with) */
+	int r = n > 0 ? http_parse_response(b->data, (size_t)n, (size_t)n, x->meth, &w->head) : -1;
+	if (r <= 0) {
+		buf_put(&w->bufs, b);
+		return dispatch_failed(x, UP_BAD);
+	}
+	http_chunked_init(&s->dech);
+	int rc = submit_head(s, &w->head);
+	buf_put(&w->bufs, b);
+	if (rc < 0)
+		return exchange_abort(x, "out of memory");
+	exchange_response_started(x);
+	return RUN_AGAIN;
+}
+
+static int codec_live(void *conn, const struct exchange *x)
+{
+	return ((struct h2s *)conn)->x == x;
+}
+
+static const struct exchange_codec_ops h2_codec = {
+    .reply = codec_reply,
+    .abort = codec_abort,
+    .head_done = codec_head_done,
+    .await_body = codec_await_body,
+    .peek_body = codec_peek_body,
+    .reply_json = codec_reply_json,
+    .relay = codec_relay,
+    .respond = codec_respond,
+    .wake = codec_wake,
+    .heartbeat = codec_heartbeat,
+    .body_held = codec_body_held,
+    .serve = codec_serve,
+    .interim = codec_interim,
+    .upgrade = codec_upgrade,
+    .response_head = codec_response_head,
+};
+
+/* --- a stream's start --- */
+
+/* The request line is written once the pseudo-header fields are all in. */
+static void head_line(struct h2s *s)
+{
+	struct worker *w = s->h->cl->w;
+	if (s->hh.line || s->hh.err)
+		return;
+	if (!s->head && !(s->head = buf_get(&w->bufs))) {
+		s->hh.err = -503;
+		return;
+	}
+	nghttp2_vec m = s->meth ? nghttp2_rcbuf_get_buf(s->meth) : (nghttp2_vec){0};
+	nghttp2_vec p = s->path ? nghttp2_rcbuf_get_buf(s->path) : (nghttp2_vec){0};
+	nghttp2_vec a = s->auth ? nghttp2_rcbuf_get_buf(s->auth) : (nghttp2_vec){0};
+	(void)h2head_begin(&s->hh, s->head->data, s->head->cap, (const char *)m.base, m.len,
+			   (const char *)p.base, p.len, s->auth ? (const char *)a.base : NULL,
+			   a.len);
+	rcbuf_drop(&s->meth);
+	rcbuf_drop(&s->path);
+	rcbuf_drop(&s->auth);
+}
+
+/* The head is whole: it becomes an exchange, which runs its stages. */
+static void stream_start(struct h2s *s)
+{
+	struct client *cl = s->h->cl;
+	struct worker *w = cl->w;
+	const struct conf *conf = w->conf;
+	s->started = 1;
+	if (s->hh.err) {
+		stream_answer(s, -s->hh.err, "request head not acceptable", NULL, 0);
+		return;
+	}
+	s->head->end = (uint32_t)s->hh.len;
+	struct http_head_reader rd = {0};
+	int r = http_head_read(&rd, buf_head(s->head), buf_len(s->head),
+			       conf->limits.max_header_bytes, &w->head);
+	if (r <= 0) {
+		stream_answer(s, r < 0 ? -r : 400, "malformed request", NULL, 0);
+		return;
+	}
+	const char *why = NULL;
+	int unused = http_target_normalize_head(
+	    buf_head(s->head), &w->head,
+	    conf->limits.path == CONF_PATH_REFUSE ? HTTP_TARGET_REFUSE : HTTP_TARGET_NORMALIZE,
+	    &why);
+	if (unused < 0) {
+		stream_answer(s, 400, why, NULL, 0);
+		return;
+	}
+	buf_consume(s->head, (size_t)unused);
+	const struct http_head *h = &w->head;
+	const struct exchange_peer peer = {
+	    .ip = cl->ip,
+	    .key = cl->key,
+	    .trusted = cl->trusted,
+	    .over_tls = cl->tls,
+	    .tls = cl->tls_facts,
+	    .tls_conf = cl->tls_conf,
+	};
+	struct exchange *x = exchange_new(w, s, &h2_codec, h, &peer);
+	if (!x) {
+		nghttp2_submit_rst_stream(s->h->ss, NGHTTP2_FLAG_NONE, s->id,
+					  NGHTTP2_INTERNAL_ERROR);
+		return;
+	}
+	s->x = x;
+	s->pace = (struct xpace){0};
+	x->pace = &s->pace;
+	x->no_cache = 1; /* the cache's answers are not served over HTTP/2 yet */
+	cl->requests++;
+	if (conf->limits.max_uri_bytes && h->path.len > conf->limits.max_uri_bytes) {
+		exchange_reply(x, 414, "request target longer than limits.max_uri_bytes", 0);
+		return;
+	}
+	if (h->nheaders > conf->limits.max_headers) {
+		exchange_reply(x, 431, "more header fields than limits.max_headers", 0);
+		return;
+	}
+	if (h->framing == HTTP_BODY_LENGTH && conf->limits.max_body_bytes &&
+	    h->content_length > conf->limits.max_body_bytes) {
+		exchange_reply(x, 413, "request body larger than limits.max_body_bytes", 0);
+		return;
+	}
+	(void)stages_run(x, codec_live);
+}
+
+static void stream_run(struct h2s *s)
+{
+	s->run = 0;
+	if (!s->x) {
+		if (s->headers_in && !s->started)
+			stream_start(s);
+		return;
+	}
+	struct exchange *x = s->x;
+	enum run r = stages_run(x, codec_live);
+	while (r == RUN_AGAIN && s->x == x)
+		r = stages_run(x, codec_live);
+	if (s->x == x)
+		stream_resume(s);
+}
+
+/* --- nghttp2's callbacks: they record, the streams run later --- */
+
+static struct h2s *stream_of(struct h2 *h, int32_t id)
+{
+	return nghttp2_session_get_stream_user_data(h->ss, id);
+}
+
+static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
+{
+	struct h2 *h = ud;
+	(void)ss;
+	if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
+		return 0;
+	struct h2s *s = stream_new(h, f->hd.stream_id);
+	if (!s)
+		return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+	nghttp2_session_set_stream_user_data(h->ss, f->hd.stream_id, s);
+	return 0;
+}
+
+static int on_header(nghttp2_session *ss, const nghttp2_frame *f, nghttp2_rcbuf *name,
+		     nghttp2_rcbuf *value, uint8_t flags, void *ud)
+{
+	struct h2 *h = ud;
+	(void)ss, (void)flags;
+	if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
+		return 0; /* trailers: not passed on */
+	struct h2s *s = stream_of(h, f->hd.stream_id);
+	if (!s)
+		return 0;
+	nghttp2_vec n = nghttp2_rcbuf_get_buf(name), v = nghttp2_rcbuf_get_buf(value);
+	if (n.len && n.base[0] == ':') {
+		nghttp2_rcbuf **keep = n.len == 7 && !memcmp(n.base, ":method", 7)	  ? &s->meth
+				       : n.len == 5 && !memcmp(n.base, ":path", 5)	  ? &s->path
+				       : n.len == 10 && !memcmp(n.base, ":authority", 10) ? &s->auth
+											  : NULL;
+		if (keep && !*keep) {
+			nghttp2_rcbuf_incref(value);
+			*keep = value;
+		}
+		return 0;
+	}
+	head_line(s);
+	if (!s->hh.err)
+		(void)h2head_field(&s->hh, (const char *)n.base, n.len, (const char *)v.base,
+				   v.len);
+	return 0;
+}
+
+/* The request's end: a chunked body's last chunk. */
+static void stream_end_request(struct h2s *s)
+{
+	s->end_stream = 1;
+	s->run = 1;
+	if (s->chunked && (s->x || !s->started) && stream_in_put(s, "0\r\n\r\n", 5) < 0)
+		s->flow_bad = 1;
+}
+
+static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
+{
+	struct h2 *h = ud;
+	(void)ss;
+	struct h2s *s = f->hd.stream_id ? stream_of(h, f->hd.stream_id) : NULL;
+	if (!s)
+		return 0;
+	int end = (f->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
+	if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST) {
+		head_line(s);
+		int n = h2head_end(&s->hh, end);
+		s->chunked = n > 0 && !end && !s->hh.has_cl;
+		s->headers_in = 1;
+		s->run = 1;
+		if (end)
+			s->end_stream = 1;
+		return 0;
+	}
+	if ((f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) && end)
+		stream_end_request(s);
+	return 0;
+}
+
+static int on_data(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t *data, size_t len,
+		   void *ud)
+{
+	struct h2 *h = ud;
+	(void)flags;
+	struct h2s *s = stream_of(h, id);
+	if (!s || (s->started && !s->x) || s->flow_bad) {
+		nghttp2_session_consume(ss, id, len); /* answered already: dropped */
+		return 0;
+	}
+	char line[24];
+	int k = s->chunked ? snprintf(line, sizeof(line), "%zx\r\n", len) : 0;
+	int err = 0;
+	if (len && (k > 0 ? (err = stream_in_put(s, line, (size_t)k)) : 0) == 0 &&
+	    (err = stream_in_put(s, (const char *)data, len)) == 0 && s->chunked)
+		err = stream_in_put(s, "\r\n", 2);
+	if (err) {
+		/* past the window given, or no buffer for it: this stream ends */
+		s->flow_bad = 1;
+		nghttp2_session_consume(ss, id, len);
+		nghttp2_submit_rst_stream(ss, NGHTTP2_FLAG_NONE, id,
+					  err == -ENOSPC ? NGHTTP2_FLOW_CONTROL_ERROR
+							 : NGHTTP2_REFUSED_STREAM);
+		return 0;
+	}
+	s->unconsumed += len;
+	s->run = 1;
+	return 0;
+}
+
+static int on_stream_close(nghttp2_session *ss, int32_t id, uint32_t code, void *ud)
+{
+	struct h2 *h = ud;
+	struct h2s *s = stream_of(h, id);
+	(void)ss;
+	if (!s)
+		return 0;
+	nghttp2_session_set_stream_user_data(h->ss, id, NULL);
+	if (s->x)
+		stream_end_exchange(s, code);
+	stream_release(s);
+	return 0;
+}
+
+/* --- the connection --- */
+
+/* Feed what the client sent to nghttp2, reading until the socket is empty. -1: close. */
+static int h2_read(struct h2 *h)
+{
+	struct client *cl = h->cl;
+	for (;;) {
+		if (cl->in && buf_len(cl->in)) {
+			ssize_t r = nghttp2_session_mem_recv(
+			    h->ss, (const uint8_t *)buf_head(cl->in), buf_len(cl->in));
+			if (r < 0) {
+				log_debug("%s: HTTP/2: %s", cl->ip, nghttp2_strerror((int)r));
+				return -1;
+			}
+			buf_consume(cl->in, (size_t)r);
+		}
+		if (!cl->conn.readable && !cl->read_end)
+			return 0;
+		ssize_t n = client_read(cl);
+		if (n == -EAGAIN)
+			return 0;
+		if (n <= 0 && n != -ENOSPC)
+			return -1; /* the client closed: its streams are cut */
+	}
+}
+
+/* Write what nghttp2 has for the client while the socket takes it. -1: close. */
+static int h2_flush(struct h2 *h)
+{
+	struct client *cl = h->cl;
+	for (;;) {
+		if (client_out_pending(cl)) {
+			if (client_flush(cl) < 0)
+				return -1;
+			if (client_out_pending(cl))
+				return 0;
+			worker_buf_release(cl->w, &cl->out);
+		}
+		if (!cl->writable)
+			return 0;
+		const uint8_t *p;
+		ssize_t n = nghttp2_session_mem_send(h->ss, &p);
+		if (n < 0)
+			return -1;
+		if (!n)
+			return 0;
+		ssize_t k = net_conn_write(&cl->conn, p, (size_t)n);
+		if (k == -EAGAIN || k == -EINTR)
+			k = 0;
+		else if (k < 0)
+			return -1;
+		if (k < n) {
+			cl->writable = 0;
+			if (client_out_put(cl, (const char *)p + k, (size_t)(n - k)) < 0)
+				return -1;
+			return 0;
+		}
+	}
+}
+
+static int any_to_run(struct h2 *h)
+{
+	for (struct list_node *n = list_first(&h->streams); n; n = list_next(&h->streams, n))
+		if (container_of(n, struct h2s, link)->run)
+			return 1;
+	return 0;
+}
+
+static void run_streams(struct h2 *h)
+{
+	struct list_node *n = list_first(&h->streams);
+	for (; n; n = list_next(&h->streams, n)) {
+		struct h2s *s = container_of(n, struct h2s, link);
+		if (s->flow_bad && s->x) {
+			codec_abort(s->x, "the client sent past its flow-control window");
+			continue;
+		}
+		if (s->run)
+			stream_run(s);
+	}
+}
+
+static uint64_t h2_deadline(struct h2 *h)
+{
+	struct client *cl = h->cl;
+	const struct conf_timeouts *t = &cl->w->conf->timeouts;
+	uint64_t now = loop_now(cl->w->loop), due = UINT64_MAX;
+	for (struct list_node *n = list_first(&h->streams); n; n = list_next(&h->streams, n)) {
+		struct h2s *s = container_of(n, struct h2s, link);
+		if (s->x) {
+			uint64_t d = deadline_next(s->x, now);
+			if (d < due)
+				due = d;
+		}
+	}
+	if (!h->nstreams) {
+		uint64_t idle = h->quiet_ms + (h->draining ? H2_DRAIN_IDLE_MS : t->idle_ms);
+		if (idle < due)
+			due = idle;
+	}
+	if (client_out_pending(cl)) {
+		uint64_t d = cl->phase_ms + t->between_bytes_ms;
+		if (d < due)
+			due = d;
+	}
+	return due;
+}
+
+static void h2_free(struct client *cl)
+{
+	struct h2 *h = cl->h2;
+	struct list_node *n;
+	if (!h)
+		return;
+	while ((n = list_first(&h->streams))) {
+		struct h2s *s = container_of(n, struct h2s, link);
+		if (s->x)
+			stream_end_exchange(s, NGHTTP2_CANCEL);
+		stream_release(s);
+	}
+	nghttp2_session_del(h->ss);
+	h->ss = NULL;
+	while ((n = list_pop_front(&h->spare)))
+		free(container_of(n, struct h2s, link));
+	free(h);
+	cl->h2 = NULL;
+}
+
+/* Run the connection: reads, streams, writes, until it waits; then its reads and timer. */
+static void h2_process(struct h2 *h)
+{
+	struct client *cl = h->cl;
+	int bad = 0, pass;
+	h->busy = 1;
+	for (pass = 0; pass < H2_PASSES; pass++) {
+		if (h2_read(h) < 0) {
+			bad = 1;
+			break;
+		}
+		run_streams(h);
+		if (h2_flush(h) < 0) {
+			bad = 1;
+			break;
+		}
+		if (!any_to_run(h) && !(cl->in && buf_len(cl->in)))
+			break;
+	}
+	h->busy = 0;
+	if (!bad && !client_out_pending(cl) && !nghttp2_session_want_read(h->ss) &&
+	    !nghttp2_session_want_write(h->ss))
+		bad = 1; /* both sides are done (GOAWAY) */
+	if (bad) {
+		client_close(cl);
+		return;
+	}
+	if (!client_out_pending(cl))
+		cl->phase_ms = loop_now(cl->w->loop);
+	net_conn_read_stop(&cl->conn);
+	uint64_t due = h2_deadline(h);
+	if (pass == H2_PASSES)
+		due = loop_now(cl->w->loop); /* more to do: after the other connections' turn */
+	loop_timer_set(cl->w->loop, &cl->timer, due);
+}
+
+void h2_run(struct client *cl)
+{
+	h2_process(cl->h2);
+}
+
+void h2_on_timer(struct client *cl)
+{
+	struct h2 *h = cl->h2;
+	struct worker *w = cl->w;
+	uint64_t now = loop_now(w->loop);
+	const struct conf_timeouts *t = &w->conf->timeouts;
+	if (client_out_pending(cl) && now >= cl->phase_ms + t->between_bytes_ms) {
+		client_close(cl); /* the client takes nothing of what it was sent */
+		return;
+	}
+	if (!h->nstreams && now >= h->quiet_ms + (h->draining ? H2_DRAIN_IDLE_MS : t->idle_ms)) {
+		client_close(cl);
+		return;
+	}
+	for (struct list_node *n = list_first(&h->streams); n; n = list_next(&h->streams, n)) {
+		struct h2s *s = container_of(n, struct h2s, link);
+		struct exchange *x = s->x;
+		if (x && deadline_next(x, now) <= now && deadline_fire(x, now) != RUN_GONE &&
+		    s->x == x)
+			s->run = 1;
+	}
+	h2_process(h);
+}
+
+void h2_drain(struct client *cl)
+{
+	struct h2 *h = cl->h2;
+	if (h->draining)
+		return;
+	h->draining = 1;
+	nghttp2_submit_goaway(h->ss, NGHTTP2_FLAG_NONE,
+			      nghttp2_session_get_last_proc_stream_id(h->ss), NGHTTP2_NO_ERROR,
+			      NULL, 0);
+	if (!h->nstreams)
+		h->quiet_ms = loop_now(cl->w->loop);
+	h2_process(h);
+}
+
+void h2_take(struct client *cl)
+{
+	struct worker *w = cl->w;
+	const struct conf_limits *lim = &w->conf->limits;
+	struct h2 *h = calloc(1, sizeof(*h));
+	nghttp2_session_callbacks *cb = NULL;
+	nghttp2_option *opt = NULL;
+	if (!h || nghttp2_session_callbacks_new(&cb) || nghttp2_option_new(&opt))
+		goto fail;
+	nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
+	nghttp2_session_callbacks_set_on_header_callback2(cb, on_header);
+	nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
+	nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data);
+	nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
+	nghttp2_option_set_no_auto_window_update(opt, 1);
+	nghttp2_option_set_max_send_header_block_length(opt, w->bufs.size);
+	if (nghttp2_session_server_new2(&h->ss, cb, h, opt))
+		goto fail;
+	nghttp2_session_callbacks_del(cb);
+	nghttp2_option_del(opt);
+	cb = NULL;
+	opt = NULL;
+	h->cl = cl;
+	list_init(&h->streams);
+	list_init(&h->spare);
+	h->quiet_ms = loop_now(w->loop);
+	const nghttp2_settings_entry iv[] = {
+	    {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, lim->h2_max_streams},
+	    {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, w->bufs.size / 2},
+	    {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, lim->max_header_bytes},
+	    {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
+	};
+	if (nghttp2_submit_settings(h->ss, NGHTTP2_FLAG_NONE, iv, sizeof(iv) / sizeof(iv[0])) ||
+	    nghttp2_session_set_local_window_size(h->ss, NGHTTP2_FLAG_NONE, 0, H2_CONN_WINDOW))
+		goto fail;
+	cl->h2 = h;
+	cl->codec_free = h2_free;
+	cl->state = C_H2;
+	h2_process(h);
+	return;
+fail:
+	if (h && h->ss)
+		nghttp2_session_del(h->ss);
+	nghttp2_session_callbacks_del(cb);
+	nghttp2_option_del(opt);
+	free(h);
+	client_close(cl);
+}

@@ -1,0 +1,251 @@
+"""HTTP/2 from clients (issue 29): h2c with prior knowledge on a plain listener, each stream
+an exchange through the same stages to HTTP/1.1 backends; flow control that holds the backend
+back rather than buffering (not yet shown by a test); RST_STREAM cancelling the upstream attempt; GOAWAY on drain.
+Clients: curl --http2-prior-knowledge and Python's h2 (python3-h2)."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.settings
+
+from harness import (BIN, free_port, lenient_backend, pool_yaml, request, sim_stats,
+                     wait_until)
+
+
+def _sim_proxy(env, extra="", **sim_opts):
+    sim_opts.setdefault("latency_ms", 0)
+    sim_opts.setdefault("token_ms", 0)
+    sim = env.sim("s", **sim_opts)
+    px = env.proxy("pools:\n" + pool_yaml("p", [sim.port]), extra=extra)
+    return sim, px
+
+
+def _curl(port, *args, path="/v1/completions"):
+    out = subprocess.run(["curl", "-s", "--http2-prior-knowledge", "-w",
+                          "\n%{http_code} %{http_version}", *args,
+                          f"http://127.0.0.1:{port}{path}"],
+                         capture_output=True, timeout=30)
+    body, _, tail = out.stdout.rpartition(b"\n")
+    code, version = tail.decode().split()
+    return int(code), version, body
+
+
+class H2Client:
+    """One HTTP/2 connection (Python h2) to the proxy: requests on streams of their own, and
+    the events read back, per stream."""
+
+    def __init__(self, port, window=None, timeout=20):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        self.conn.initiate_connection()
+        if window is not None:
+            self.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window})
+        self.flush()
+        self.status, self.headers, self.body = {}, {}, {}
+        self.ended, self.reset, self.goaway = set(), {}, None
+        self.auto_ack = window is None
+
+    def flush(self):
+        data = self.conn.data_to_send()
+        if data:
+            self.sock.sendall(data)
+
+    def send(self, method, path, body=None, headers=(), end=True):
+        sid = self.conn.get_next_available_stream_id()
+        hs = [(":method", method), (":path", path), (":authority", "test"),
+              (":scheme", "http")] + list(headers)
+        self.conn.send_headers(sid, hs, end_stream=body is None and end)
+        if body is not None:
+            self.send_body(sid, body, end)
+        self.flush()
+        return sid
+
+    def send_body(self, sid, body, end=True):
+        while body:
+            room = min(self.conn.local_flow_control_window(sid),
+                       self.conn.max_outbound_frame_size)
+            if room <= 0:
+                self.pump()
+                continue
+            self.conn.send_data(sid, body[:room])
+            body = body[room:]
+            self.flush()
+        if end:
+            self.conn.end_stream(sid)
+        self.flush()
+
+    def pump(self):
+        """Read once; record the events."""
+        data = self.sock.recv(65536)
+        if not data:
+            raise ConnectionError("the proxy closed the connection")
+        for e in self.conn.receive_data(data):
+            if isinstance(e, h2.events.ResponseReceived):
+                hs = {k.decode(): v.decode() for k, v in e.headers}
+                self.status[e.stream_id] = int(hs[":status"])
+                self.headers[e.stream_id] = hs
+            elif isinstance(e, h2.events.DataReceived):
+                self.body[e.stream_id] = self.body.get(e.stream_id, b"") + e.data
+                if self.auto_ack:
+                    self.conn.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
+            elif isinstance(e, h2.events.StreamEnded):
+                self.ended.add(e.stream_id)
+            elif isinstance(e, h2.events.StreamReset):
+                self.reset[e.stream_id] = e.error_code
+            elif isinstance(e, h2.events.ConnectionTerminated):
+                self.goaway = e
+        self.flush()
+
+    def wait(self, pred):
+        while not pred():
+            self.pump()
+
+    def close(self):
+        self.sock.close()
+
+
+def test_h2c_prior_knowledge_with_curl(env):
+    _, px = _sim_proxy(env)
+    code, version, body = _curl(px.port, "-d", '{"prompt":"hi","max_tokens":3}')
+    assert (code, version) == (200, "2"), (code, version, body)
+    assert json.loads(body)["usage"]["completion_tokens"] == 3, body
+    code, version, body = _curl(px.port, path="/plain/get")
+    assert (code, version) == (200, "2") and b"GET /plain/get" in body, body
+    # the same listener still speaks HTTP/1.1 to everyone else
+    st, _, body = request(px.port, "POST", "/v1/completions",
+                          body='{"prompt":"hi","max_tokens":2}')
+    assert st == 200 and json.loads(body)["usage"]["completion_tokens"] == 2
+
+
+def test_h2c_streams_carry_their_own_requests(env):
+    be = lenient_backend(env)
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]))
+    c = H2Client(px.port)
+    sids = {}
+    for i in range(100):  # as many streams at once as the proxy allows by default
+        body = json.dumps({"model": f"m{i}", "max_tokens": i + 1}).encode()
+        sids[c.send("POST", f"/v1/completions?n={i}", body=body,
+                    headers=[("content-type", "application/json"),
+                             ("content-length", str(len(body))),
+                             ("cookie", "a=1"), ("cookie", "b=2")])] = i
+    c.wait(lambda: len(c.ended) == len(sids))
+    assert not c.reset, c.reset
+    for sid, i in sids.items():
+        assert c.status[sid] == 200, (sid, c.status[sid], c.body.get(sid))
+        seen = json.loads(c.body[sid])
+        assert seen["target"] == f"/v1/completions?n={i}", seen
+        assert (seen["model"], seen["max_tokens"]) == (f"m{i}", i + 1), seen
+        # cookie crumbs joined into one field, as HTTP/1.1 carries them
+        assert seen["headers"]["cookie"] == ["a=1; b=2"], seen["headers"]
+        assert seen["headers"]["host"] == ["test"], seen["headers"]
+        assert c.headers[sid].get("x-request-id"), c.headers[sid]
+    c.close()
+
+
+def test_h2c_bodies_both_ways_past_every_window(env):
+    # 64 KiB read before admission, the rest streamed under the stream's window
+    sim, px = _sim_proxy(env, extra="limits:\n  body_buffer_bytes: 64KiB\n")
+    c = H2Client(px.port)
+    big = b"x" * 1000000  # the simulator takes 1 MiB at most
+    # a declared length, and none (sent to the backend chunked)
+    a = c.send("POST", "/upload", body=big, headers=[("content-length", str(len(big)))])
+    b = c.send("POST", "/upload", body=big)
+    c.wait(lambda: {a, b} <= c.ended)
+    for sid in (a, b):
+        assert c.status[sid] == 200, c.body.get(sid)
+        assert b"(%d body bytes)" % len(big) in c.body[sid], c.body[sid][:200]
+    c.close()
+
+
+def test_h2c_proxy_answers_and_limits(env):
+    _, px = _sim_proxy(env, extra="limits:\n  max_body_bytes: 1000\n")
+    c = H2Client(px.port)
+    big = c.send("POST", "/v1/completions", body=b"y" * 2000,
+                 headers=[("content-length", "2000")])
+    c.wait(lambda: big in c.ended or big in c.reset)
+    assert c.status.get(big) == 413, (c.status, c.reset)
+    assert c.headers[big].get("x-request-id"), c.headers[big]
+    assert "connection" not in c.headers[big], c.headers[big]
+    # the connection carries on after the proxy's own answer
+    ok = c.send("GET", "/after")
+    c.wait(lambda: ok in c.ended)
+    assert c.status[ok] == 200, c.body.get(ok)
+    c.close()
+
+
+def test_h2c_off_by_config(env):
+    sim = env.sim("s", latency_ms=0, token_ms=0)
+    port = free_port()
+    path = env.write("off.yaml", f"listen:\n  - address: 127.0.0.1:{port}\n    http2: false\n"
+                     "pools:\n" + pool_yaml("p", [sim.port]))
+    env.start([BIN, "proxy", "-c", path], "proxy", wait_port=port)
+    code, version, _ = _curl(port, path="/")
+    assert version != "2", (code, version)
+    st, _, _ = request(port, "GET", "/")
+    assert st == 200
+
+
+def test_h2c_reset_stream_cancels_the_upstream_attempt(env):
+    state = {"closed": threading.Event(), "got": threading.Event()}
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    env.on_cleanup.append(srv.close)
+
+    def serve():
+        conn, _ = srv.accept()
+        req = b""
+        while b"\r\n\r\n" not in req:
+            req += conn.recv(65536)
+        state["got"].set()
+        conn.settimeout(30)
+        try:
+            rest = conn.recv(65536)  # the answer never comes: an engine still working
+        except OSError:
+            rest = b"timeout"
+        if rest == b"":
+            state["closed"].set()
+        conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    px = env.proxy("pools:\n" + pool_yaml("p", [srv.getsockname()[1]]))
+    c = H2Client(px.port)
+    sid = c.send("POST", "/v1/completions", body=b'{"prompt":"x"}')
+    wait_until(state["got"].is_set, "the request at the backend")
+    c.conn.reset_stream(sid)
+    c.flush()
+    wait_until(state["closed"].is_set, "the backend connection closed by the reset")
+    # the connection lives on for its other streams
+    c2 = H2Client(px.port)
+    c2.close()
+    c.close()
+
+
+def test_h2c_goaway_on_reload_finishes_streams(env):
+    sim, px = _sim_proxy(env, token_ms=20)
+    idle = H2Client(px.port)
+    ping = idle.send("GET", "/first")
+    idle.wait(lambda: ping in idle.ended)
+    # a stream under way when the reload comes (curl: Python's h2 stops at a GOAWAY)
+    curl = subprocess.Popen(["curl", "-s", "-N", "--http2-prior-knowledge", "-w",
+                             "\n%{http_code} %{http_version}", "-d",
+                             '{"prompt":"x","max_tokens":40,"stream":true}',
+                             f"http://127.0.0.1:{px.port}/v1/completions"],
+                            stdout=subprocess.PIPE)
+    first = curl.stdout.read(6)  # the first event is through: the stream is under way
+    assert first == b"data: ", first
+    os.kill(px.pid, signal.SIGHUP)
+    idle.wait(lambda: idle.goaway is not None)
+    assert idle.goaway.error_code == 0 and idle.goaway.last_stream_id == ping, idle.goaway
+    rest, _ = curl.communicate(timeout=30)
+    body, _, tail = (first + rest).rpartition(b"\n")
+    assert tail == b"200 2" and curl.returncode == 0, (tail, curl.returncode)
+    assert body.count(b"data: ") == 41, body[-300:]  # 40 tokens and [DONE]
+    idle.close()
