@@ -115,6 +115,7 @@ int cmd_sim(int argc, char **argv)
 	    {"pd-secret", required_argument, NULL, 'W'},
 	    {"kv-pull-us-per-block", required_argument, NULL, 'Q'},
 	    {"pd-allow-local", required_argument, NULL, 'A'},
+	    {"prefill-stalls-decode", required_argument, NULL, 'I'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -147,6 +148,7 @@ int cmd_sim(int argc, char **argv)
 	    {'X', "--extra-load", 0, SIM_EXTRA_LOAD_MAX, &o.extra_load, NULL},
 	    {'Q', "--kv-pull-us-per-block", 0, 60000000, &o.kv_pull_us_per_block, NULL},
 	    {'A', "--pd-allow-local", 0, 1, &o.pd_allow_local, NULL},
+	    {'I', "--prefill-stalls-decode", 0, 1, &o.prefill_stalls_decode, NULL},
 	};
 	optind = 1;
 	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {

@@ -29,7 +29,7 @@ static const struct {
      "      [--prefill-us-per-block US] [--kv-events tcp://HOST:PORT [--kv-events-topic T]\n"
      "      [--kv-events-format map|array]]] [--models A,B,...] [--extra-load N]\n"
      "      [--early-headers] [--role prefill|decode [--pd-secret S]\n"
-     "      [--kv-pull-us-per-block US] [--pd-allow-local 0|1]]\n"
+     "      [--kv-pull-us-per-block US] [--pd-allow-local 0|1]] [--prefill-stalls-decode 0|1]\n"
      "      a simulated accelerator server. --cache-blocks: a block-level prefix cache\n"
      "      (LRU) of N blocks of B bytes of prompt text (64); the first token comes after\n"
      "      --latency-ms + US (1000) per uncached block; at most 8192 blocks of a prompt\n"
@@ -40,7 +40,8 @@ static const struct {
      "      vLLM's and SGLang's HTTP servers do); without it the head comes with the first\n"
      "      event. --role: one side of prefill/decode disaggregation (vLLM's\n"
      "      kv_transfer_params, SGLang's bootstrap rooms); a decode sim refuses a request\n"
-     "      without valid transfer params (400)"},
+     "      without valid transfer params (400). --prefill-stalls-decode 1: while a prefill\n"
+     "      runs, the streams it decodes wait (an engine without chunked prefill)"},
     {"top", cmd_top,
      "top [--admin HOST:PORT] [--token-file FILE] [--interval-ms N] [--once]\n"
      "      live figures per pool and backend from the admin listener, redrawn every N ms\n"

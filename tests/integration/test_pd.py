@@ -502,3 +502,34 @@ def test_pd_access_log_and_debug_requests_name_the_prefill_backend(env):
     with open(f"{log}.plain") as f:
         rec = json.loads(f.read().splitlines()[0])
     assert rec["backend"] and "prefill_backend" not in rec, rec
+
+
+def test_sim_prefill_stalls_decode_only_when_asked(env):
+    """accelnet sim --prefill-stalls-decode 1 (the bench's aggregated fleet): a prefill that
+    starts while a stream decodes holds that stream's tokens until it ends; off (the
+    default), nothing waits."""
+    for on in (1, 0):
+        s = env.sim(f"agg{on}", latency_ms=200, jitter=0, tokens=30, token_ms=10,
+                    prefill_stalls_decode=on)
+        body = json.dumps({"prompt": "first", "max_tokens": 30, "stream": True})
+        c = socket.create_connection(("127.0.0.1", s.port))
+        c.settimeout(15)
+        c.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}"
+                  f"\r\n\r\n{body}".encode())
+        got = b""
+        while b"tok0" not in got:  # it decodes now
+            got += c.recv(65536)
+        st, _, _ = request(s.port, "POST", "/v1/completions",
+                           body=json.dumps({"prompt": "second", "max_tokens": 2}))
+        assert st == 200
+        while b"[DONE]" not in got:
+            d = c.recv(65536)
+            assert d, got
+            got += d
+        c.close()
+        assert b"tok29" in got
+        got = sim_stats(s.port)
+        if on:
+            assert got["decode_stalls"] >= 1 and got["decode_stall_ms"] > 0, got
+        else:
+            assert got["decode_stalls"] == 0 and got["decode_stall_ms"] == 0, got
