@@ -14,6 +14,12 @@
  *       for every request; one that never got there (an error status, a failure, or
  *       unanswered at the deadline) counts as 1e9 ms. "goodput_slo" is the requests answered
  *       200 in full whose TTFT was at most --slo-ms (default 1000), per second of sending.
+ *       For a 200 whose body is an event stream, the inter-token latency too ("itl_ms"): per
+ *       stream, the gap between the arrivals of one Server-Sent Event (its blank line) and
+ *       the next, after the first and leaving out "[DONE]"; events that come in one read
+ *       have a gap of 0, as the client saw them. The ends are found byte by byte as the
+ *       chunks pass (no copy, nothing allocated per event: the gaps go into an array sized
+ *       at start, doubled when it fills).
  *   loadgen open ... --bodies FILE --at TIMES --rate R --duration S
  *       The same, but request i is due TIMES' line i seconds after the start (one number a
  *       line, not decreasing: bursts and lulls, as a trace's arrivals come) instead of at
@@ -82,6 +88,10 @@ struct conn {
 	size_t ev_len, ev_cap;
 	int got_token;
 	double ttft_ms;
+	/* open: the stream's events (itl_ms) */
+	int ev_nl;	     /* the last body byte was a '\n' */
+	unsigned events;     /* events ended so far */
+	uint64_t ev_last_ns; /* when the last one ended */
 };
 
 static struct {
@@ -118,6 +128,8 @@ static struct {
 	size_t nlat, caplat;
 	double *ttft; /* time to first token (sse; open: per request) */
 	size_t nttft, capttft;
+	double *itl; /* open: gaps between a stream's events */
+	size_t nitl, capitl;
 	int done_sending;
 } g;
 
@@ -239,6 +251,33 @@ static void first_token(struct conn *c, uint64_t now)
 	c->ttft_ms = (double)(now - c->due_ns) / 1e6;
 	if (!in_warmup(c->due_ns))
 		record(&g.ttft, &g.nttft, &g.capttft, c->ttft_ms);
+}
+
+/* Open mode: body bytes d[0..n) of a 200 arrived at <now>; each event that ends in them
+ * (a blank line) after the stream's first gives a gap since the one before. */
+static void stream_gaps(struct conn *c, const char *d, size_t n, uint64_t now)
+{
+	if (c->head.status != 200 || in_warmup(c->due_ns))
+		return;
+	size_t from = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (d[i] != '\n') {
+			c->ev_nl = 0;
+			continue;
+		}
+		if (!c->ev_nl) {
+			c->ev_nl = 1;
+			continue;
+		}
+		c->ev_nl = 0;
+		int done = memmem(d + from, i + 1 - from, "[DONE]", 6) != NULL;
+		from = i + 1;
+		if (done)
+			continue;
+		if (c->events++)
+			record(&g.itl, &g.nitl, &g.capitl, (double)(now - c->ev_last_ns) / 1e6);
+		c->ev_last_ns = now;
+	}
 }
 
 static void sse_events(struct conn *c, uint64_t now)
@@ -376,8 +415,10 @@ static void conn_read(struct conn *c)
 					conn_fail(c);
 					return;
 				}
-				if (is_data && k > 0 && g.mode == M_OPEN)
+				if (is_data && k > 0 && g.mode == M_OPEN) {
 					first_token(c, now);
+					stream_gaps(c, c->in + pos, (size_t)k, now);
+				}
 				if (is_data && g.mode == M_SSE) {
 					if (c->ev_cap - c->ev_len < (size_t)k) {
 						c->ev_cap = c->ev_len + (size_t)k + 4096;
@@ -491,6 +532,8 @@ static void start_request(uint64_t due_ns)
 	c->start_ns = clock_now_ns();
 	c->got_token = 0;
 	c->ev_len = 0;
+	c->ev_nl = 0;
+	c->events = 0;
 	g.outstanding++;
 	if (!c->connecting)
 		conn_send(c);
@@ -565,11 +608,13 @@ static int load_bodies(const char *path)
 	g.body_len = calloc(lines, sizeof(*g.body_len));
 	g.lat = malloc(lines * sizeof(*g.lat));
 	g.ttft = malloc(lines * sizeof(*g.ttft));
-	if (!g.body || !g.body_len || !g.lat || !g.ttft) {
+	g.itl = malloc(lines * 32 * sizeof(*g.itl));
+	if (!g.body || !g.body_len || !g.lat || !g.ttft || !g.itl) {
 		perror("loadgen: out of memory");
 		return -1;
 	}
 	g.caplat = g.capttft = lines;
+	g.capitl = lines * 32;
 	char *p = g.bodies, *end = g.bodies + size;
 	while (p < end) {
 		char *nl = memchr(p, '\n', (size_t)(end - p) + 1);
@@ -802,6 +847,8 @@ int main(int argc, char **argv)
 		       "\"goodput_slo\":%.2f,",
 		       never, g.slo_ms, (unsigned long long)g.good_slo, (double)g.good_slo / span);
 		print_dist("ttft_ms", g.ttft, g.nttft);
+		printf(",");
+		print_dist("itl_ms", g.itl, g.nitl);
 		for (int k = 0; k < 2; k++) {
 			const uint64_t *v = k ? g.sec_good : g.sec_sent;
 			printf(k ? "],\"good_slo\":[" : ",\"per_second\":{\"sent\":[");
@@ -840,6 +887,7 @@ int main(int argc, char **argv)
 	loop_destroy(g.loop);
 	free(g.lat);
 	free(g.ttft);
+	free(g.itl);
 	for (unsigned k = 0; k < g.nreqs; k++)
 		free(g.reqs[k]);
 	free(g.reqs);

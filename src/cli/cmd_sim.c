@@ -146,6 +146,7 @@ int cmd_sim(int argc, char **argv)
 	    {"lora", required_argument, NULL, 'a'},
 	    {"max-loras", required_argument, NULL, 'm'},
 	    {"lora-load-ms", required_argument, NULL, 'D'},
+	    {"prefill-stalls-decode", required_argument, NULL, 'I'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -180,6 +181,7 @@ int cmd_sim(int argc, char **argv)
 	    {'A', "--pd-allow-local", 0, 1, &o.pd_allow_local, NULL},
 	    {'m', "--max-loras", 0, SIM_LORA_MAX, &o.max_loras, NULL},
 	    {'D', "--lora-load-ms", 0, 3600000, &o.lora_load_ms, NULL},
+	    {'I', "--prefill-stalls-decode", 0, 1, &o.prefill_stalls_decode, NULL},
 	};
 	optind = 1;
 	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {

@@ -29,7 +29,7 @@ static const struct {
      "      [--prefill-us-per-block US] [--kv-events tcp://HOST:PORT [--kv-events-topic T]\n"
      "      [--kv-events-format map|array]]] [--models A,B,...] [--extra-load N]\n"
      "      [--early-headers] [--role prefill|decode [--pd-secret S]\n"
-     "      [--kv-pull-us-per-block US] [--pd-allow-local 0|1]]\n"
+     "      [--kv-pull-us-per-block US] [--pd-allow-local 0|1]] [--prefill-stalls-decode 0|1]\n"
      "      [--lora A,B,... [--max-loras N] [--lora-load-ms MS]]\n"
      "      a simulated accelerator server. --cache-blocks: a block-level prefix cache\n"
      "      (LRU) of N blocks of B bytes of prompt text (64); the first token comes after\n"
@@ -41,10 +41,11 @@ static const struct {
      "      vLLM's and SGLang's HTTP servers do); without it the head comes with the first\n"
      "      event. --role: one side of prefill/decode disaggregation (vLLM's\n"
      "      kv_transfer_params, SGLang's bootstrap rooms); a decode sim refuses a request\n"
-     "      without valid transfer params (400). --lora: LoRA adapters loaded at start\n"
-     "      (--max-loras: adapter slots, as many as --lora names by default); with them a\n"
-     "      model but the base one names an adapter, loaded on demand (LRU) at a cost of\n"
-     "      --lora-load-ms (100) to its first token"},
+     "      without valid transfer params (400). --prefill-stalls-decode 1: while a prefill\n"
+     "      runs, the streams it decodes wait (an engine without chunked prefill). --lora:\n"
+     "      LoRA adapters loaded at start (--max-loras: adapter slots, as many as --lora names\n"
+     "      by default); with them a model but the base one names an adapter, loaded on\n"
+     "      demand (LRU) at a cost of --lora-load-ms (100) to its first token"},
     {"top", cmd_top,
      "top [--admin HOST:PORT] [--token-file FILE] [--interval-ms N] [--once]\n"
      "      live figures per pool and backend from the admin listener, redrawn every N ms\n"

@@ -285,6 +285,8 @@ static void format_json(struct out *o, const struct alog_rec *r)
 	JSON_STR(o, "route", r->route_name);
 	JSON_STR(o, "pool", r->pool);
 	JSON_STR(o, "backend", r->backend);
+	if (r->prefill_backend[0])
+		JSON_STR(o, "prefill_backend", r->prefill_backend);
 	JSON_STR(o, "model", r->model);
 	JSON_STR(o, "cache", r->cache);
 	PUT_LIT(o, ",\"status\":");
@@ -361,6 +363,10 @@ static void format_combined(struct out *o, const struct alog_rec *r)
 	combined_str(o, r->pool);
 	PUT_LIT(o, " backend=");
 	combined_str(o, r->backend);
+	if (r->prefill_backend[0]) {
+		PUT_LIT(o, " prefill=");
+		combined_str(o, r->prefill_backend);
+	}
 	PUT_LIT(o, " trace=");
 	combined_str(o, r->trace_id);
 	PUT_LIT(o, "\n");

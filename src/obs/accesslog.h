@@ -49,6 +49,7 @@ struct alog_rec {
 	char method[16];
 	char pool[48];
 	char backend[72];
+	char prefill_backend[72]; /* pools.disaggregation: where it was prefilled; "" */
 	char path[ALOG_PATH_MAX + 1];
 	char ua[ALOG_UA_MAX + 1];
 	/* why a feature cut the response off (a literal: it outlives the exchange), or NULL */

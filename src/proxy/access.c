@@ -15,7 +15,8 @@
  * api: openai or token limits: tally.h) the number of events and their mean gap, from the
  * same count as the metrics, and its prompt and completion tokens as the route's figures add
  * them (tally.h); upstream time from the first dispatch to the end. The route is named as its
- * metrics label names it; the model is the body's when a stage read it; the cache result is
+ * metrics label names it; the prefill backend is pd.h's (a disaggregated pool); the model is
+ * the body's when a stage read it; the cache result is
  * caching_said()'s; the forwarded target is forward.h's when routes.rewrite changed it. The
  * tenant is the authenticated identity (never a key, token or password), else the routes'
  * tenant_header is not logged: only what auth proved.
@@ -31,6 +32,7 @@
 #include "proxy/access.h"
 #include "proxy/caching.h"
 #include "proxy/forward.h"
+#include "proxy/pd.h"
 #include "proxy/spend.h"
 #include "proxy/tally.h"
 
@@ -187,6 +189,7 @@ static void access_log_exchange(struct exchange *x, uint64_t now)
 	put_str(r->method, sizeof(r->method), a->method);
 	put_str(r->pool, sizeof(r->pool), x->pool ? x->pool->conf->name : NULL);
 	put_str(r->backend, sizeof(r->backend), x->log.backend ? x->log.backend->name : NULL);
+	put_str(r->prefill_backend, sizeof(r->prefill_backend), pd_prefill_backend(x));
 	put_str(r->path, sizeof(r->path), a->path);
 	put_str(r->ua, sizeof(r->ua), a->ua);
 	access_log_more(x, r, now);

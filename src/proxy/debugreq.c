@@ -6,13 +6,14 @@
  * (its slow lists, its snapshot); the admin thread reads a snapshot only once the worker has
  * published it, and writes the document from those copies alone. The ending exchanges come
  * through its end hook (debugreq_hook, xhooks.h); it keeps no context of its own, and shows
- * the method and path the access log copied (access.h) when it did, and balance: llm's
- * decision as llm_explain.c keeps it.
+ * the method and path the access log copied (access.h) when it did, the prefill backend of a
+ * disaggregated pool (pd.h), and balance: llm's decision as llm_explain.c keeps it.
  */
 #include "proxy/debugreq.h"
 #include "core/clock.h"
 #include "proxy/access.h"
 #include "proxy/pace.h"
+#include "proxy/pd.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -98,6 +99,7 @@ static void fill_rec(struct debugreq_rec *r, const struct exchange *x, uint64_t 
 	}
 	copy_str(r->pool, sizeof(r->pool), x->pool ? x->pool->conf->name : NULL);
 	copy_str(r->backend, sizeof(r->backend), x->log.backend ? x->log.backend->name : NULL);
+	copy_str(r->prefill_backend, sizeof(r->prefill_backend), pd_prefill_backend(x));
 	r->route = x->route ? (int)(x->route - w->conf->routes) : -1;
 	r->worker = w->id;
 	r->bytes_in = x->log.head_len + x->req.sent;
@@ -367,6 +369,8 @@ static void put_rec(FILE *f, const struct debugreq_rec *r)
 		fprintf(f, ",\"route\":%d", r->route);
 	put_str_field(f, "pool", r->pool);
 	put_str_field(f, "backend", r->backend);
+	if (r->prefill_backend[0])
+		put_str_field(f, "prefill_backend", r->prefill_backend);
 	fprintf(f, ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64, r->bytes_in, r->bytes_out);
 	put_ms_field(f, "queue_ms", r->queue_us);
 	put_ms_field(f, "connect_ms", r->connect_us);

@@ -54,6 +54,7 @@ struct debugreq_rec {
 	char path[DEBUGREQ_PATH_MAX + 1]; /* "" unless the access log copied it */
 	char pool[48];
 	char backend[72];
+	char prefill_backend[72];
 	const char *state; /* a string literal (in flight), or NULL (ended) */
 	int route;	   /* index into routes, -1: none yet */
 	int status;	   /* ended: what the client got, 0 cut */

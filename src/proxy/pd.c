@@ -10,6 +10,11 @@
  * its own body's length. Its events wake the client connection while the exchange waits for
  * it (the relay drives it, as it does a queued exchange); an SGLang prefill that goes on beside
  * its decode is read and dropped from its own events.
+ *
+ * What it does is counted on the decode pool, in the worker's own metrics shard (prefills,
+ * their failures by reason, retries, fallbacks, short prompts skipped, parameters handed on:
+ * the PM_POOL_PD_* counters), and the last prefill backend tried is kept for the access log
+ * and /debug/requests (pd_prefill_backend()), which read it in their end hooks, before ours.
  */
 #include "proxy/pd.h"
 #include "core/clock.h"
@@ -24,6 +29,7 @@
 #include "proxy/forward.h"
 #include "runtime/llm.h"
 #include "runtime/pick.h"
+#include "runtime/proxy_metric.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -53,7 +59,8 @@ struct pd_x {
 	uint32_t missed;    /* ... and the blocks it must compute */
 	uint64_t since_ms;  /* the prefill's connect began, or its request was all written */
 	unsigned state, tries, dmembers, sent, answered;
-	unsigned checked; /* the body was read whole and holds none of pd_reserved */
+	unsigned checked;	    /* the body was read whole and holds none of pd_reserved */
+	const struct backend *last; /* the last prefill backend tried, for the logs */
 };
 
 static size_t pd_off;
@@ -229,8 +236,10 @@ static void pd_on_req_body(struct exchange *x, const char *body, size_t len)
 			return;
 		}
 	p->checked = 1;
-	if (len < c->min_prompt_bytes)
-		return; /* short: decodes in place */
+	if (len < c->min_prompt_bytes) { /* short: decodes in place */
+		pool_count(x->pool, PM_POOL_PD_SKIPPED, 1);
+		return;
+	}
 	unsigned kept;
 	if (!(p->dbody = buf_get(&x->w->body_bufs)) ||
 	    copy_members(p->dbody, body, len, pd_reserved, &p->dmembers) < 0)
@@ -344,6 +353,8 @@ static int pre_start(struct exchange *x, struct pd_x *p, const struct backend *e
 	if (!be)
 		return -EAGAIN;
 	p->tries++;
+	p->last = be;
+	pool_count(x->pool, PM_POOL_PD_PREFILLS, 1);
 	p->pre = (struct attempt){0};
 	attempt_begin(&p->pre, pp, be);
 	struct buf *body = p->pbody;
@@ -369,25 +380,35 @@ static int pre_start(struct exchange *x, struct pd_x *p, const struct backend *e
 static enum run decode_go(struct exchange *x, struct pd_x *p, unsigned state)
 {
 	p->state = state;
+	if (p->dbody)
+		pool_count(x->pool, PM_POOL_PD_KV_PARAMS, 1);
 	if (p->dbody && set_content_length(x->uphead, buf_len(p->dbody)) < 0)
 		return exchange_reply(x, 502, "request head too large for disaggregation", 1);
 	return dispatch_connect(x, NULL);
 }
 
-/* The prefill failed on its backend: another, decode in place, or 502. */
-static enum run pre_failed(struct exchange *x, struct pd_x *p, const char *why, int blame)
+#define PD_FAIL_TEXT(name, label, text) [PD_FAIL_##name] = text,
+static const char *const pd_fail_text[PD_FAILS] = {PD_FAIL_LIST(PD_FAIL_TEXT)};
+#undef PD_FAIL_TEXT
+
+/* The prefill failed on its backend (<why>, counted on the decode pool): another, decode in
+ * place, or 502. */
+static enum run pre_failed(struct exchange *x, struct pd_x *p, enum pd_fail why, int blame)
 {
 	struct worker *w = x->w;
 	const struct backend *be = p->pre.be;
 	struct pool_rt *pp = &w->rt->pools[x->pool->conf->pd.prefill_pool];
+	metrics_add(metrics_shard_self(x->pool->metrics), PM_POOL_PD_PREFILL_FAILURES,
+		    x->pool->index * PD_FAILS + why, 1);
 	if (be) {
-		log_warn("prefill backend %s: %s", be->name, why);
+		log_warn("prefill backend %s: %s", be->name, pd_fail_text[why]);
 		if (blame && !p->pre.up_reused) /* a kept-alive one it closed is no failure */
 			backend_mark_failed(p->pre.be, loop_now(w->loop));
 		attempt_count_response(&p->pre, 0);
 	}
 	pre_end(x, p, 0);
 	while (be && p->tries < PD_TRIES && pool_retry_allowed(pp)) {
+		pool_count(x->pool, PM_POOL_PD_RETRIES, 1);
 		int err = pre_start(x, p, be);
 		if (!err)
 			return pd_run(x);
@@ -397,6 +418,7 @@ static enum run pre_failed(struct exchange *x, struct pd_x *p, const char *why, 
 			break;
 	}
 	if (x->pool->conf->pd.decode_only) {
+		pool_count(x->pool, PM_POOL_PD_FALLBACKS, 1);
 		pd_free_bodies(x, p);
 		if (set_content_length(x->uphead, x->req.ready) < 0)
 			return exchange_reply(x, 502, "prefill failed", 1);
@@ -438,7 +460,7 @@ static void pre_answered(struct exchange *x, struct pd_x *p, int status)
 
 /* vllm: the prefill answer in whole: its kv_transfer_params go after the decode body's
  * members. 1 done, 0 more to read, -1 a failed prefill. */
-static int vllm_answer(struct exchange *x, struct pd_x *p, const char **why)
+static int vllm_answer(struct exchange *x, struct pd_x *p, enum pd_fail *why)
 {
 	struct upconn *up = p->pre.up;
 	struct http_head h;
@@ -447,7 +469,7 @@ static int vllm_answer(struct exchange *x, struct pd_x *p, const char **why)
 	int hl = http_parse_response(d, n, n, HTTP_POST, &h);
 	if (hl == 0)
 		return 0;
-	*why = "a malformed answer";
+	*why = PD_FAIL_MALFORMED;
 	if (hl < 0 || h.framing != HTTP_BODY_LENGTH || h.content_length > PD_ANSWER_MAX)
 		return -1;
 	if (n < (size_t)hl + h.content_length)
@@ -457,19 +479,18 @@ static int vllm_answer(struct exchange *x, struct pd_x *p, const char **why)
 	attempt_count_response(&p->pre, h.status);
 	/* its latency and status feed the prefill pool's estimates and outlier ejection */
 	pre_answered(x, p, h.status);
-	*why = "answered no 200";
+	*why = PD_FAIL_STATUS;
 	if (h.status != 200)
 		return -1;
 	struct json_view v;
 	const char *bad;
-	*why = "answered no JSON object with kv_transfer_params";
+	*why = PD_FAIL_NO_PARAMS;
 	if (json_view_read(&v, b, bl, &bad) < 0 || !object_start(b, bl))
 		return -1;
 	size_t pos = object_start(b, bl);
 	struct member m;
 	while (next_member(b, bl, &pos, &m))
 		if (json_key_is(b, m.ks, m.ke, "kv_transfer_params") && b[m.vs] == '{') {
-			*why = "answered kv_transfer_params too long for the decode body";
 			if ((p->dmembers && put(p->dbody, ",", 1) < 0) ||
 			    put_str(p->dbody, "\"kv_transfer_params\":") < 0 ||
 			    put(p->dbody, b + m.vs, m.ve - m.vs) < 0 || put(p->dbody, "}", 1) < 0)
@@ -488,9 +509,9 @@ enum run pd_run(struct exchange *x)
 	if (p->state != PD_PREFILL)
 		return RUN_STAY;
 	if (!up) /* none free to pick, or its connect failed at once (marked failed) */
-		return pre_failed(x, p, p->pre.be ? "connect failed" : "no backend free", 0);
+		return pre_failed(x, p, p->pre.be ? PD_FAIL_CONNECT : PD_FAIL_NO_BACKEND, 0);
 	if (up->failed)
-		return pre_failed(x, p, "connect failed", 1);
+		return pre_failed(x, p, PD_FAIL_CONNECT, 1);
 	int sglang = x->pool->conf->pd.protocol == CONF_PD_SGLANG;
 	struct buf *body = sglang ? p->dbody : p->pbody;
 	size_t head_len = forward_head_len(x, &p->pre);
@@ -506,7 +527,7 @@ enum run pd_run(struct exchange *x)
 			break;
 		}
 		if (n < 0)
-			return pre_failed(x, p, "reset", 1);
+			return pre_failed(x, p, PD_FAIL_RESET, 1);
 		size_t s = (size_t)n, hs = head_len - p->pre.head_off;
 		hs = s < hs ? s : hs;
 		p->pre.head_off += hs;
@@ -524,13 +545,13 @@ enum run pd_run(struct exchange *x)
 		if (n == 0)
 			up->read_end = 1;
 		else if (n == -ENOSPC) /* a buffer full, and the answer still not whole */
-			return pre_failed(x, p, "an answer longer than a buffer", 0);
+			return pre_failed(x, p, PD_FAIL_MALFORMED, 0); /* longer than a buffer */
 		else if (n < 0 && n != -EAGAIN)
-			return pre_failed(x, p, "reset", 1);
+			return pre_failed(x, p, PD_FAIL_RESET, 1);
 	}
 	if (!up->in || !buf_len(up->in))
-		return up->read_end ? pre_failed(x, p, "closed the connection", 1) : RUN_STAY;
-	const char *why = "";
+		return up->read_end ? pre_failed(x, p, PD_FAIL_CLOSED, 1) : RUN_STAY;
+	enum pd_fail why = PD_FAIL_MALFORMED;
 	int r = vllm_answer(x, p, &why);
 	if (r == 0)
 		return RUN_STAY;
@@ -554,10 +575,7 @@ enum run pd_timeout(struct exchange *x, uint64_t now)
 	struct pd_x *p = pd_of(x);
 	if (now < pd_deadline(x))
 		return RUN_AGAIN;
-	return pre_failed(x, p,
-			  p->sent ? "no answer within timeouts.first_byte_ms"
-				  : "not connected and sent within timeouts.connect_ms",
-			  1);
+	return pre_failed(x, p, p->sent ? PD_FAIL_TIMEOUT : PD_FAIL_CONNECT_TIMEOUT, 1);
 }
 
 /* sglang: the prefill's answer, beside the decode, read and dropped. */
@@ -594,6 +612,12 @@ static void pd_on_event(void *owner)
 		x->codec->wake(x->conn);
 	else
 		pre_drain(x, p);
+}
+
+const char *pd_prefill_backend(const struct exchange *x)
+{
+	const struct pd_x *p = pd_of(x);
+	return p->last ? p->last->name : NULL;
 }
 
 static void pd_on_end(struct exchange *x, uint64_t now_ns)

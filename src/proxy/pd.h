@@ -60,5 +60,8 @@ enum run pd_timeout(struct exchange *x, uint64_t now);
 /* The body the decode backend gets instead of the client's (NULL: the client's): the relay
  * sends its bytes, consuming them, then drops the client's. */
 struct buf *pd_decode_body(const struct exchange *x);
+/* The name of the last prefill backend <x> was sent to (the access log and /debug/requests
+ * show it beside the decode backend), or NULL: none. Valid until the exchange ends. */
+const char *pd_prefill_backend(const struct exchange *x);
 
 #endif

@@ -34,6 +34,10 @@ static const char *const why_names[LB_WHYS] = {LB_WHY_LIST(WHY_NAME)};
 static const char *const kvevent_names[KVEVENT_KINDS] = {
     [KVEVENT_STORED] = "stored", [KVEVENT_REMOVED] = "removed", [KVEVENT_CLEARED] = "cleared"};
 
+#define PD_FAIL_NAME(name, label, text) [PD_FAIL_##name] = label,
+static const char *const pd_fail_names[PD_FAILS] = {PD_FAIL_LIST(PD_FAIL_NAME)};
+#undef PD_FAIL_NAME
+
 #define TENANT_FOLD "other" /* the tenant series past metrics.max_tenants */
 
 enum {
@@ -699,6 +703,30 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
     [PM_POOL_SPILLED_IN] = {"accelnet_pool_spilled_in_total", METRIC_COUNTER,
 			    "requests moved here by a route's spillover", NULL, POOL,
 			    .json = "spilled_in", .json_as = MJ_UINT},
+    [PM_POOL_PD_PREFILLS] = {"accelnet_pool_pd_prefills_total", METRIC_COUNTER,
+			     "prefill attempts of the pool's requests on its prefill pool "
+			     "(pools.disaggregation), retries included",
+			     NULL, POOL, .json = "pd.prefills", .json_as = MJ_UINT},
+    [PM_POOL_PD_PREFILL_FAILURES] = {"accelnet_pool_pd_prefill_failures_total", METRIC_COUNTER,
+				     "prefill attempts that failed, by reason", NULL, POOL,
+				     .sub_label = "reason", .sub_values = pd_fail_names,
+				     .nsub = PD_FAILS, .json = "pd.prefill_failures",
+				     .json_as = MJ_UINT},
+    [PM_POOL_PD_RETRIES] = {"accelnet_pool_pd_retries_total", METRIC_COUNTER,
+			    "failed prefills tried again on another prefill backend", NULL, POOL,
+			    .json = "pd.retries", .json_as = MJ_UINT},
+    [PM_POOL_PD_FALLBACKS] = {"accelnet_pool_pd_fallbacks_total", METRIC_COUNTER,
+			      "requests whose prefill failed for good, decoded in place "
+			      "(on_prefill_failure: decode_only)",
+			      NULL, POOL, .json = "pd.fallbacks", .json_as = MJ_UINT},
+    [PM_POOL_PD_SKIPPED] = {"accelnet_pool_pd_skipped_total", METRIC_COUNTER,
+			    "requests shorter than min_prompt_bytes, decoded in place without a "
+			    "prefill",
+			    NULL, POOL, .json = "pd.skipped", .json_as = MJ_UINT},
+    [PM_POOL_PD_KV_PARAMS] = {"accelnet_pool_pd_kv_params_total", METRIC_COUNTER,
+			      "decode requests sent with the KV-transfer parameters of their "
+			      "prefill (vllm: kv_transfer_params; sglang: bootstrap_*)",
+			      NULL, POOL, .json = "pd.kv_params", .json_as = MJ_UINT},
     [PM_POOL_DISCOVERY_ANSWERS] = {"accelnet_pool_discovery_answers_total", METRIC_COUNTER,
 				   "DNS answers applied to the pool's discovered backends "
 				   "(backends.discover), empty ones included",

@@ -79,6 +79,12 @@ enum proxy_metric {
 	PM_POOL_SPILLED_IN,
 	PM_POOL_SESSION_HITS, /* pools[].session (runtime/pick.c) */
 	PM_POOL_SESSION_MOVES,
+	PM_POOL_PD_PREFILLS,	     /* pools[].disaggregation, on the decode pool (proxy/pd.c) */
+	PM_POOL_PD_PREFILL_FAILURES, /* series: pool index * PD_FAILS + enum pd_fail */
+	PM_POOL_PD_RETRIES,
+	PM_POOL_PD_FALLBACKS,
+	PM_POOL_PD_SKIPPED,
+	PM_POOL_PD_KV_PARAMS,
 	PM_POOL_DISCOVERY_ANSWERS, /* backends[].discover (control/discover.c) */
 	PM_POOL_DISCOVERY_FAILURES,
 	PM_POOL_DISCOVERY_DROPPED,
@@ -176,6 +182,21 @@ enum shed_reason {
 	SHED_MEMORY,	  /* limits.max_buffer_memory */
 	SHED_REASONS
 };
+
+/* Why a prefill attempt failed (proxy/pd.c): the label value and the log's words. */
+#define PD_FAIL_LIST(X)                                                                            \
+	X(NO_BACKEND, "no_backend", "no backend free")                                             \
+	X(CONNECT, "connect", "connect failed")                                                    \
+	X(RESET, "reset", "reset")                                                                 \
+	X(CLOSED, "closed", "closed the connection")                                               \
+	X(STATUS, "status", "answered no 200")                                                     \
+	X(MALFORMED, "malformed", "a malformed answer")                                            \
+	X(NO_PARAMS, "no_params", "answered no kv_transfer_params the decode body can take")       \
+	X(CONNECT_TIMEOUT, "connect_timeout", "not connected and sent within timeouts.connect_ms") \
+	X(TIMEOUT, "timeout", "no answer within timeouts.first_byte_ms")
+#define PD_FAIL_ENUM(name, label, text) PD_FAIL_##name,
+enum pd_fail { PD_FAIL_LIST(PD_FAIL_ENUM) PD_FAILS };
+#undef PD_FAIL_ENUM
 
 #define PM_CLASSES 6 /* response classes: [0] aborted, [1] 1xx ... [5] 5xx */
 

@@ -103,6 +103,8 @@ struct sim {
 	unsigned pd_port;
 	struct sim_loras *loras; /* max_loras: its adapters; NULL: none */
 	unsigned long base_requests;
+	uint64_t prefill_until; /* prefill_stalls_decode: the prefills running end then */
+	unsigned long decode_stalls, decode_stall_ms;
 };
 
 void sim_opts_default(struct sim_opts *o)
@@ -375,6 +377,13 @@ static void job_on_timer(struct loop_timer *t)
 		job_release(j);
 		return;
 	}
+	if (j->stream && j->sent && s->prefill_until > loop_now(s->loop)) {
+		/* a prefill holds the accelerator: this stream's next token waits for it */
+		s->decode_stalls++;
+		s->decode_stall_ms += s->prefill_until - loop_now(s->loop);
+		loop_timer_set(s->loop, &j->timer, s->prefill_until);
+		return;
+	}
 	if (j->pd_room_pending) { /* its prefill is done: the decode may pull the room */
 		sim_pd_room_add(&s->rooms, j->pd_room);
 		s->pd_rooms_added++;
@@ -519,6 +528,8 @@ static void job_begin(struct sim_job *j)
 		job_fail(j);
 		return;
 	}
+	if (s->opts.prefill_stalls_decode && !j->pull_blocks && now + delay > s->prefill_until)
+		s->prefill_until = now + delay; /* the streams decoding here wait for it */
 	if (!j->stream)
 		delay += (uint64_t)j->tokens * s->opts.token_ms;
 	j->service_ms = delay;
@@ -705,7 +716,8 @@ static void answer_stats(struct sim *s, struct hsrv_conn *c)
 	    "\"cache_blocks_used\":%zu,\"kv_events_endpoint\":\"%s\",\"kv_events_batches\":%lu,"
 	    "\"kv_events_dropped\":%lu,\"unknown_model\":%lu,\"extra_load\":%u,"
 	    "\"phantom_runs\":%lu,\"role\":\"%s\",\"pd_valid\":%lu,\"pd_refused\":%lu,"
-	    "\"pd_local\":%lu,\"pd_issued\":%lu,\"pd_rooms\":%lu,\"base_requests\":%lu",
+	    "\"pd_local\":%lu,\"pd_issued\":%lu,\"pd_rooms\":%lu,\"decode_stalls\":%lu,"
+	    "\"decode_stall_ms\":%lu,\"base_requests\":%lu",
 	    s->opts.name, hsrv_connections(s->srv), s->requests, s->completions, s->failures,
 	    s->aborted, s->active, s->waiting, s->max_waiting, s->max_active, s->opts.slots,
 	    sim_stall_end(s, loop_now(s->loop)) ? "true" : "false", s->cache_hits, s->cache_misses,
@@ -718,7 +730,7 @@ static void answer_stats(struct sim *s, struct hsrv_conn *c)
 	    : s->opts.role == SIM_ROLE_DECODE ? "decode"
 					      : "both",
 	    s->pd_valid, s->pd_refused, s->pd_local, s->pd_issued, s->pd_rooms_added,
-	    s->base_requests);
+	    s->decode_stalls, s->decode_stall_ms, s->base_requests);
 	if (n < 0 || (size_t)n >= sizeof(text) - 3)
 		n = n < 0 ? 0 : (int)sizeof(text) - 3;
 	if (s->loras) /* (the table fits: SIM_LORA_MAX entries of bounded names) */

@@ -27,6 +27,15 @@
  *    X-Prefix-Cache says hit (every whole block cached), partial or miss (none);
  *    X-Sim-Cached-Blocks and X-Sim-Prompt-Blocks give the counts of whole blocks.
  *
+ * Prefill interference (prefill_stalls_decode, off by default): a real engine without chunked
+ * prefill runs a new request's prefill as one step of the whole batch, so every stream it is
+ * decoding gets no token meanwhile. With it on, each prefill computed here (the time to first
+ * token of a request that is not a decode pulling its KV: latency_ms and its uncached blocks)
+ * marks the sim busy prefilling until it ends (prefills that overlap are one batch: the mark
+ * is the latest end), and a streamed token due while the mark is ahead waits until it passes.
+ * /sim/stats counts the tokens that waited and the milliseconds they lost (decode_stalls,
+ * decode_stall_ms). Answers sent whole are timed when admitted, as before.
+ *
  * Tokens: the simulator has no tokenizer and counts SIM_BYTES_PER_TOKEN bytes of the request
  * body as one token (prompt_tokens: body bytes / 4), so a block of block_bytes of prompt text
  * stands for block_bytes / 4 tokens. Every usage block (a JSON answer's, a stream's last chunk
@@ -128,6 +137,9 @@ struct sim_opts {
 	/* LoRA adapters (sim/lora.h): loaded at start, at most max_loras (0: none served) */
 	char lora[2048]; /* names separated by commas */
 	unsigned max_loras, lora_load_ms;
+	/* while a prefill runs, the tokens of the streams it decodes wait (an engine without
+	 * chunked prefill); 0: prefills and decodes never meet (as before) */
+	unsigned prefill_stalls_decode;
 };
 
 struct sim;

@@ -126,6 +126,20 @@ FAMILIES = {  # name: (type, help)
                                           "could not take them, sent elsewhere (the "
                                           "conversation moves)"),
     "accelnet_pool_spilled_in_total": ("counter", "requests moved here by a route's spillover"),
+    "accelnet_pool_pd_prefills_total": ("counter", "prefill attempts of the pool's requests on its "
+                                        "prefill pool (pools.disaggregation), retries "
+                                        "included"),
+    "accelnet_pool_pd_prefill_failures_total": ("counter", "prefill attempts that failed, by "
+                                                "reason"),
+    "accelnet_pool_pd_retries_total": ("counter", "failed prefills tried again on another "
+                                       "prefill backend"),
+    "accelnet_pool_pd_fallbacks_total": ("counter", "requests whose prefill failed for good, "
+                                         "decoded in place (on_prefill_failure: decode_only)"),
+    "accelnet_pool_pd_skipped_total": ("counter", "requests shorter than min_prompt_bytes, "
+                                       "decoded in place without a prefill"),
+    "accelnet_pool_pd_kv_params_total": ("counter", "decode requests sent with the KV-transfer "
+                                         "parameters of their prefill (vllm: "
+                                         "kv_transfer_params; sglang: bootstrap_*)"),
     "accelnet_pool_discovery_answers_total": ("counter", "DNS answers applied to the pool's "
                                               "discovered backends (backends.discover), empty "
                                               "ones included"),
@@ -237,7 +251,7 @@ FAMILIES = {  # name: (type, help)
 }
 
 POOL_KEYS = ["name", "balance", "unavailable", "retries_denied", "spilled_in", "session_hits",
-             "session_moves", "discovery", "queue", "backends"]
+             "session_moves", "pd", "discovery", "queue", "backends"]
 QUEUE_KEYS = ["discipline", "length", "enqueued", "granted", "timeouts", "overflows", "displaced",
               "spilled", "withdrawn", "wait_ms"]
 BACKEND_KEYS = ["address", "source", "state", "weight", "present", "up", "eligible", "ejected", "inflight", "max_concurrency",

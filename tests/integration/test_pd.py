@@ -3,15 +3,18 @@ one accelnet, in vLLM's protocol (kv_transfer_params) and SGLang's (bootstrap ro
 answer is the decode side's and correct, the decode sims saw valid transfer params every time
 (their own counts), a prefill sim killed mid-run costs no request, a short prompt decodes in
 place, a client may not set the transfer params, a client that leaves cancels both sides,
-and a bad disaggregation is refused with FILE:LINE:COL."""
+a bad disaggregation is refused with FILE:LINE:COL, and the decode pool's /metrics count
+prefills, their failures by reason, retries, fallbacks, skips and the parameters forwarded,
+while the access log and /debug/requests name the prefill backend beside the decode one."""
 
 import concurrent.futures
 import json
+import os
 import signal
 import socket
 import subprocess
 
-from harness import BIN, request, sim_stats, wait_until
+from harness import BIN, metrics_text, prom_samples, request, sim_stats, wait_until
 
 PROMPT = "Summarise the following passage about accelerators and their networks. " * 6
 
@@ -369,3 +372,164 @@ def test_pd_keep_alive_client_several_requests_on_one_connection(env):
     # but the two stats requests' own (pd_issued above, and this one)
     now = sim_stats(pre[0].port)["connections"]
     assert now == first + 2, (first, now)
+
+
+def _pd_counts(px, pool="decode"):
+    """The decode pool's P/D counters from /metrics: {name: value}, failures by reason."""
+    got = {}
+    for (name, labels), v in prom_samples(metrics_text(px.admin)).items():
+        lab = dict(labels)
+        if not name.startswith("accelnet_pool_pd_") or lab.get("pool") != pool:
+            continue
+        key = name[len("accelnet_pool_pd_"):-len("_total")]
+        got[key + ("." + lab["reason"] if "reason" in lab else "")] = v
+    return got
+
+
+def _failures(c):
+    return {k.split(".", 1)[1]: v for k, v in c.items() if k.startswith("prefill_failures.") and v}
+
+
+def test_pd_metrics_count_prefills_skips_and_params(env):
+    pre, dec = _fleet(env, decode_opts={"pd_allow_local": 1})
+    for proto in ("vllm", "sglang"):
+        px = env.proxy(_yaml(pre, dec, proto, extra=", min_prompt_bytes: 300"))
+        before = _pd_counts(px)
+        assert before["prefills"] == 0 and not _failures(before), before
+        for i in range(6):
+            assert _ask(px.port, i, i % 2 == 1)[0] == 200
+        for i in range(2):
+            assert _ask(px.port, i, i == 1, prompt="short")[0] == 200
+        c = _pd_counts(px)
+        assert c["prefills"] == 6 and c["kv_params"] == 6 and c["skipped"] == 2, (proto, c)
+        assert c["retries"] == 0 and c["fallbacks"] == 0 and not _failures(c), (proto, c)
+        # /status shows the same counts in the pool's "pd" object
+        st, _, body = request(px.admin, "GET", "/status")
+        pool = [p for p in json.loads(body)["pools"] if p["name"] == "decode"][0]
+        assert pool["pd"]["prefills"] == 6 and pool["pd"]["skipped"] == 2, pool["pd"]
+        assert pool["pd"]["prefill_failures"]["connect"] == 0, pool["pd"]
+        env.stop(px)
+
+
+def test_pd_metrics_count_failures_retries_and_fallbacks(env):
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+    pre, dec = _fleet(env, 1, 1, decode_opts={"pd_allow_local": 1})
+
+    class Dead:
+        port = dead.getsockname()[1]
+    # a dead prefill backend beside a live one: a prefill sent to it fails and is retried
+    # on the live one; every request is prefilled in the end
+    px = env.proxy(_yaml([Dead, pre[0]], dec, "vllm",
+                         prefill_extra="    retry_budget_pct: 100"))
+    for i in range(6):
+        assert _ask(px.port, i, i % 2 == 1)[0] == 200
+    c = _pd_counts(px)
+    fails = _failures(c)
+    assert fails and set(fails) <= {"connect"}, c
+    assert c["retries"] == sum(fails.values()) and c["prefills"] == 6 + c["retries"], c
+    assert c["kv_params"] == 6 and c["fallbacks"] == 0, c
+    assert _sum(dec, "pd_valid") == 6
+    env.stop(px)
+    # no live prefill backend: decode_only decodes each in place (a fallback), retry says 502
+    px = env.proxy(_yaml([Dead], dec, "vllm", extra=", on_prefill_failure: decode_only"))
+    for i in range(3):
+        assert _ask(px.port, i, i % 2 == 1)[0] == 200
+    c = _pd_counts(px)
+    assert c["fallbacks"] == 3 and c["kv_params"] == 0, c
+    assert sum(_failures(c).values()) >= 3 and set(_failures(c)) <= {"connect", "no_backend"}, c
+    env.stop(px)
+    px = env.proxy(_yaml([Dead], dec, "vllm"))
+    assert _ask(px.port, 0, False)[0] == 502
+    c = _pd_counts(px)
+    assert c["fallbacks"] == 0 and sum(_failures(c).values()) == 1, c
+    dead.close()
+
+
+def test_pd_metrics_count_a_prefill_that_answers_no_200(env):
+    # a prefill backend that fails every request (500): counted as "status", retried
+    bad = env.sim("pbad", role="prefill", latency_ms=1, jitter=0, tokens=1, token_ms=1,
+                  pd_secret="s3cret", fail_rate=1)
+    pre, dec = _fleet(env, 1, 1)
+    px = env.proxy(_yaml([bad, pre[0]], dec, "vllm", prefill_extra="    retry_budget_pct: 100"))
+    for i in range(4):
+        assert _ask(px.port, i, False)[0] == 200
+    c = _pd_counts(px)
+    assert _failures(c).get("status", 0) >= 1 and set(_failures(c)) == {"status"}, c
+    assert c["retries"] == c["prefill_failures.status"], c
+
+
+def test_pd_access_log_and_debug_requests_name_the_prefill_backend(env):
+    pre, dec = _fleet(env, 1, 1)
+    log = os.path.join(env.dir, "access.log")
+    for fmt in ("json", "combined"):
+        px = env.proxy(_yaml(pre, dec, "vllm"),
+                       extra=f"access_log: {{path: {log}.{fmt}, format: {fmt}}}\n")
+        st, hdrs, _ = request(px.port, "POST", "/v1/completions",
+                              body=json.dumps({"model": "m", "prompt": PROMPT, "max_tokens": 2}),
+                              headers={"Content-Type": "application/json"})
+        assert st == 200
+        reqid = hdrs["x-request-id"][0]
+        p_addr, d_addr = f"127.0.0.1:{pre[0].port}", f"127.0.0.1:{dec[0].port}"
+
+        def line():
+            try:
+                with open(f"{log}.{fmt}") as f:
+                    return [x for x in f.read().splitlines() if reqid in x]
+            except FileNotFoundError:
+                return []
+        wait_until(line, "the access log line")
+        if fmt == "json":
+            rec = json.loads(line()[0])
+            assert rec["backend"] == d_addr and rec["prefill_backend"] == p_addr, rec
+        else:
+            assert f" backend={d_addr} prefill={p_addr} " in line()[0], line()
+        found = []
+
+        def ended():
+            st, _, body = request(px.admin, "GET", "/debug/requests")
+            found[:] = [r for r in json.loads(body)["slowest"] if r["request_id"] == reqid]
+            return found
+        wait_until(ended, "the request in /debug/requests")
+        assert found[0]["backend"] == d_addr and found[0]["prefill_backend"] == p_addr, found
+        env.stop(px)
+    # a pool without disaggregation logs no prefill_backend
+    px = env.proxy("pools:\n  - name: plain\n    backends:\n"
+                   f"      - {{address: 127.0.0.1:{dec[0].port}}}\n",
+                   extra=f"access_log: {{path: {log}.plain, format: json}}\n")
+    request(px.port, "GET", "/sim/stats")
+    env.stop(px)
+    with open(f"{log}.plain") as f:
+        rec = json.loads(f.read().splitlines()[0])
+    assert rec["backend"] and "prefill_backend" not in rec, rec
+
+
+def test_sim_prefill_stalls_decode_only_when_asked(env):
+    """accelnet sim --prefill-stalls-decode 1 (the bench's aggregated fleet): a prefill that
+    starts while a stream decodes holds that stream's tokens until it ends; off (the
+    default), nothing waits."""
+    for on in (1, 0):
+        s = env.sim(f"agg{on}", latency_ms=200, jitter=0, tokens=30, token_ms=10,
+                    prefill_stalls_decode=on)
+        body = json.dumps({"prompt": "first", "max_tokens": 30, "stream": True})
+        c = socket.create_connection(("127.0.0.1", s.port))
+        c.settimeout(15)
+        c.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}"
+                  f"\r\n\r\n{body}".encode())
+        got = b""
+        while b"tok0" not in got:  # it decodes now
+            got += c.recv(65536)
+        st, _, _ = request(s.port, "POST", "/v1/completions",
+                           body=json.dumps({"prompt": "second", "max_tokens": 2}))
+        assert st == 200
+        while b"[DONE]" not in got:
+            d = c.recv(65536)
+            assert d, got
+            got += d
+        c.close()
+        assert b"tok29" in got
+        got = sim_stats(s.port)
+        if on:
+            assert got["decode_stalls"] >= 1 and got["decode_stall_ms"] > 0, got
+        else:
+            assert got["decode_stalls"] == 0 and got["decode_stall_ms"] == 0, got
