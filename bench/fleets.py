@@ -401,6 +401,8 @@ def predict_rows(res):
                     if not g.get("predict"):
                         continue
                     a = accuracy(g["predict"])
+                    if not a["decisions"]:
+                        continue  # a balancer that predicts nothing (not llm)
                     hp, hr = a["hit_blocks_predicted"], a["hit_blocks_reported"]
                     rows.append([shape, load, name, f"{hp:,.0f} / {hr:,.0f}" + (
                         f" ({hp / hr - 1:+.0%})" if hr else ""),
