@@ -261,9 +261,12 @@ def test_new_adapter_goes_where_an_adapter_slot_is_free(env):
     px = _proxy(env, sims, cap=4)
     held = [_hold(sims[0], "X"), _hold(sims[0], "Y")]  # s0 runs its max_lora (2) adapters
     _scraped_twice(px, sims)
-    seen = _burst(px.port, [_body(f"N{i}", question=f"n{i}") for i in range(6)])
+    # as many new adapters as s1 and s2 have adapter slots (2 each): while they have room.
+    # (Six, as this test once sent, outnumber the slots: once a scrape shows s1 and s2 full
+    # too, no backend has room and the rest may go anywhere, s0 included; 2 runs in 5 did.)
+    seen = _burst(px.port, [_body(f"N{i}", question=f"n{i}") for i in range(4)])
     assert "s0" not in seen, seen
-    assert sum(sim_stats(s.port)["lora_loads"] for s in sims[1:]) == 6
+    assert sum(sim_stats(s.port)["lora_loads"] for s in sims[1:]) == 4
     for s in held:
         s.close()
 
