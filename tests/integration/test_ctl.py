@@ -302,15 +302,19 @@ def test_max_concurrency_grows_wakes_queued_shrinks_keeps_inflight(env):
     wait_until(queued, "one in flight, two queued")
     rc, out, _ = ctl(px, "max-concurrency", "gpu", addr(a), "3", check=0)
     assert "max_concurrency 3" in out
-    # the queued ones were woken at once: three in flight while the first still runs
+    # the queued ones were woken at once: nothing queued, all three sent, every one not yet
+    # answered in flight (three while the first still runs; on a loaded machine the first
+    # may have ended, 2.5 s after it began, before this look: then two)
     p = status(px.admin)["pools"][0]
-    assert p["queue"]["length"] == 0 and p["backends"][0]["inflight"] == 3, p
+    b = p["backends"][0]
+    assert p["queue"]["length"] == 0 and b["requests"] == 3, p
+    assert 3 - b["responses"]["2xx"] <= b["inflight"] <= 3, p
     assert gauge(px, "accelnet_backend_slots", addr(a)) == 3
     # shrinking strands nothing: the three in flight finish
     st, _, doc = api(px, "PATCH", f"/api/pools/gpu/backends/{addr(a)}",
                      {"max_concurrency": 1})
     assert st == 200 and doc["backend"]["max_concurrency"] == 1 and \
-        doc["backend"]["inflight"] == 3, doc
+        doc["backend"]["inflight"] >= 2, doc
     for t in threads:
         t.join()
     assert res == [200, 200, 200], res
