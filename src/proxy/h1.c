@@ -494,9 +494,11 @@ static enum run run_head(struct client *cl)
 	for (;;) {
 		size_t len = cl->in ? buf_len(cl->in) : 0;
 		if (len) {
-			/* h2c with prior knowledge: the connection's first bytes are the preface */
-			int pre =
-			    cl->http2 && !cl->requests ? h2_preface(buf_head(cl->in), len) : -1;
+			/* h2c with prior knowledge: the connection's first bytes are the preface
+			 * (plain listeners only: over TLS, HTTP/2 waits for ALPN) */
+			int pre = cl->http2 && !cl->tls && !cl->requests
+				      ? h2_preface(buf_head(cl->in), len)
+				      : -1;
 			if (pre > 0) {
 				h2_take(cl);
 				return RUN_GONE;

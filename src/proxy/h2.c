@@ -33,6 +33,12 @@
  * stream and sent from there. A stream reset by the client (RST_STREAM) ends its exchange at
  * once: its backend connection is closed, the cancellation an engine understands.
  *
+ * Deadlines: a stream's exchange keeps its own (proxy/deadline.h); a stream with none waits on
+ * its client alone, and the connection's timer bounds that too: a header block left unfinished
+ * (nothing else may come on the connection meanwhile) closes the connection after
+ * timeouts.header_ms, and a proxy's own answer the client takes none of (its window shut) for
+ * timeouts.send_ms is reset, so no stream outlives every deadline.
+ *
  * Streams come from the connection's spares once it has had as many at once; the exchange
  * from the worker's free list, as every exchange does.
  */
@@ -90,6 +96,7 @@ struct h2s {
 	struct h2head hh;
 	struct http_chunked dech; /* a chunked response's framing, dropped as it goes */
 	uint64_t unconsumed;	  /* DATA bytes taken whose credit has not gone back */
+	uint64_t since_ms;	  /* its start, or the client last took of the proxy's answer */
 	unsigned interims;
 	unsigned headers_in : 1; /* the request head is whole */
 	unsigned started : 1;	 /* ... and was looked at */
@@ -101,6 +108,7 @@ struct h2s {
 	unsigned run : 1;	 /* run it when control is back at the connection */
 	unsigned cut : 1;	 /* the backend closed mid-response: reset once sent */
 	unsigned flow_bad : 1;	 /* the client sent past its window: reset */
+	unsigned given_up : 1;	 /* its client took none of the proxy's answer in time: reset */
 };
 
 struct h2 {
@@ -135,6 +143,7 @@ static struct h2s *stream_new(struct h2 *h, int32_t id)
 	memset(s, 0, sizeof(*s));
 	s->h = h;
 	s->id = id;
+	s->since_ms = loop_now(h->cl->w->loop);
 	list_push_back(&h->streams, &s->link);
 	h->nstreams++;
 	return s;
@@ -354,6 +363,7 @@ static ssize_t read_body(nghttp2_session *ss, int32_t id, uint8_t *out, size_t l
 		size_t k = buf_len(s->own) < len ? buf_len(s->own) : len;
 		memcpy(out, buf_head(s->own), k);
 		buf_consume(s->own, k);
+		s->since_ms = loop_now(w->loop);
 		if (!buf_len(s->own)) {
 			*flags |= NGHTTP2_DATA_FLAG_EOF;
 			s->eof = 1;
@@ -1097,6 +1107,21 @@ static void run_streams(struct h2 *h)
 	}
 }
 
+/* A stream with no exchange waits on its client alone: for the rest of its header block
+ * (timeouts.header_ms from its start: no other frame may come meanwhile, RFC 9113 6.10), or to
+ * take the proxy's own answer through its window (timeouts.send_ms, else between_bytes_ms,
+ * since it last took some). When that wait ends, or UINT64_MAX. */
+static uint64_t stream_due(const struct h2s *s, const struct conf_timeouts *t)
+{
+	if (s->x || s->given_up)
+		return UINT64_MAX;
+	if (!s->headers_in)
+		return s->since_ms + t->header_ms;
+	if (s->submitted && !s->eof)
+		return s->since_ms + (t->send_ms ? t->send_ms : t->between_bytes_ms);
+	return UINT64_MAX;
+}
+
 static uint64_t h2_deadline(struct h2 *h)
 {
 	struct client *cl = h->cl;
@@ -1104,11 +1129,9 @@ static uint64_t h2_deadline(struct h2 *h)
 	uint64_t now = loop_now(cl->w->loop), due = UINT64_MAX;
 	for (struct list_node *n = list_first(&h->streams); n; n = list_next(&h->streams, n)) {
 		struct h2s *s = container_of(n, struct h2s, link);
-		if (s->x) {
-			uint64_t d = deadline_next(s->x, now);
-			if (d < due)
-				due = d;
-		}
+		uint64_t d = s->x ? deadline_next(s->x, now) : stream_due(s, t);
+		if (d < due)
+			due = d;
 	}
 	if (!h->nstreams) {
 		uint64_t idle = h->quiet_ms + (h->draining ? H2_DRAIN_IDLE_MS : t->idle_ms);
@@ -1204,6 +1227,17 @@ void h2_on_timer(struct client *cl)
 		if (x && deadline_next(x, now) <= now && deadline_fire(x, now) != RUN_GONE &&
 		    s->x == x)
 			s->run = 1;
+		if (!x && stream_due(s, t) <= now) {
+			if (!s->headers_in) { /* nothing else may come on the connection meanwhile
+					       */
+				log_debug("%s: HTTP/2: a header block not finished in time",
+					  cl->ip);
+				client_close(cl);
+				return;
+			}
+			s->given_up = 1;
+			nghttp2_submit_rst_stream(h->ss, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_CANCEL);
+		}
 	}
 	h2_process(h);
 }
