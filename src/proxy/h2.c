@@ -488,22 +488,10 @@ static enum run stream_answer(struct h2s *s, int status, const char *detail, con
 
 /* --- the stream's relay --- */
 
-/* Extend x->req.ready over the body bytes in the stream's input: 0, -400, -413. */
+/* What relay_scan_body() says of the body bytes in the stream's input. */
 static int request_scan(struct h2s *s)
 {
-	struct exchange *x = s->x;
-	if (!s->in)
-		return 0;
-	return http_body_scan(&x->req, buf_head(s->in), buf_len(s->in),
-			      x->w->conf->limits.max_body_bytes);
-}
-
-static enum run reply_bad_body(struct exchange *x, int bad)
-{
-	return exchange_reply(x, -bad,
-			      bad == -413 ? "request body larger than limits.max_body_bytes"
-					  : "malformed request body",
-			      0);
+	return relay_scan_body(s->x, s->in);
 }
 
 /* Client -> backend: the head, and the body bytes ready in the stream's input. */
@@ -549,7 +537,7 @@ static enum run relay_pass(struct h2s *s, int *progress)
 	if (bad && x->resp_head)
 		return exchange_abort(x, "bad request body");
 	if (bad)
-		return reply_bad_body(x, bad);
+		return relay_reply_bad_body(x, bad);
 	if (!up->connecting && up->writable &&
 	    (x->req.ready || (x->uphead && x->att->head_off < x->uphead->end)) &&
 	    (r = send_upstream(s, progress)) != RUN_STAY)
@@ -651,7 +639,7 @@ static enum run codec_peek_body(struct exchange *x, size_t max, const char **bod
 		x->last_ms = s->pace.body_start_ms = s->pace.rate_mark_ms = now;
 	int bad = request_scan(s);
 	if (bad)
-		return reply_bad_body(x, bad);
+		return relay_reply_bad_body(x, bad);
 	if (!x->head && reread_head(s) < 0)
 		return exchange_abort(x, "request head changed while its body was read");
 	*body = s->in ? buf_head(s->in) : "";
@@ -684,7 +672,7 @@ static enum run codec_await_body(struct exchange *x)
 		want = UINT64_MAX;
 	int bad = request_scan(s);
 	if (bad)
-		return reply_bad_body(x, bad);
+		return relay_reply_bad_body(x, bad);
 	if (!x->req.done && x->req.ready < want && !stream_in_full(s))
 		return RUN_STAY; /* its DATA runs the stream again */
 	s->pace.buffering = 0;

@@ -30,23 +30,28 @@
 #define INTERIM_MAX 8
 #define INTERIM_BYTES_MAX 16384
 
-/* Extend x->req.ready over the body bytes now in cl->in. 0, -400 malformed, -413 too large. */
-static int request_scan(struct client *cl)
+int relay_scan_body(struct exchange *x, struct buf *in)
 {
-	struct exchange *x = cl->x;
-	if (!cl->in)
+	if (!in)
 		return 0;
-	return http_body_scan(&x->req, buf_head(cl->in), buf_len(cl->in),
-			      cl->w->conf->limits.max_body_bytes);
+	return http_body_scan(&x->req, buf_head(in), buf_len(in),
+			      x->w->conf->limits.max_body_bytes);
 }
 
-/* request_scan() found the body malformed (-400) or too large (-413): say so and close. */
-static enum run reply_bad_body(struct exchange *x, int bad)
+enum run relay_reply_bad_body(struct exchange *x, int bad)
 {
 	return exchange_reply(x, -bad,
 			      bad == -413 ? "request body larger than limits.max_body_bytes"
-					  : "malformed chunked request body",
+			      : x->req.framing == HTTP_BODY_CHUNKED
+				  ? "malformed chunked request body"
+				  : "malformed request body",
 			      0);
+}
+
+/* What relay_scan_body() says of the body bytes now in cl->in. */
+static int request_scan(struct client *cl)
+{
+	return relay_scan_body(cl->x, cl->in);
 }
 
 /* balance: llm: the prompt's block hashes, in an array the worker lends (none: no prompt). */
@@ -80,7 +85,7 @@ enum run relay_await_body(struct client *cl)
 	for (;;) {
 		int bad = request_scan(cl);
 		if (bad)
-			return reply_bad_body(x, bad);
+			return relay_reply_bad_body(x, bad);
 		if (x->req.done || x->req.ready >= want)
 			break;
 		if (!cl->conn.readable && !cl->read_end)
@@ -456,7 +461,7 @@ static enum run relay_pass(struct client *cl, int *progress)
 	if (bad && x->resp_head)
 		return exchange_abort(x, "bad request body");
 	if (bad)
-		return reply_bad_body(x, bad);
+		return relay_reply_bad_body(x, bad);
 	if (!x->resp.done && !up->connecting && !splice_body_on(x) &&
 	    (up->conn.readable || !up->conn.reading || up->read_got || up->read_end) &&
 	    (r = read_upstream(cl, progress)) != RUN_STAY)

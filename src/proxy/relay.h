@@ -34,6 +34,11 @@ enum run relay_await_body(struct client *cl);
  * affinity key or prompt blocks, the model among backends). Any codec's, once its body is
  * read. */
 enum run relay_body_in(struct exchange *x, const char *body);
+/* Extend x->req.ready over the body bytes in <in> (NULL: none yet), whatever the codec:
+ * 0, -400 malformed, -413 larger than limits.max_body_bytes. */
+int relay_scan_body(struct exchange *x, struct buf *in);
+/* relay_scan_body() answered <bad>: the client's answer, 413 or 400 (the connection closes). */
+enum run relay_reply_bad_body(struct exchange *x, int bad);
 
 /* routes.sse_heartbeat_ms (sse.h): queue the proxy's event-stream head, the first time, and
  * one SSE comment, unless the last one is still unread. */
