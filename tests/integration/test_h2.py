@@ -15,7 +15,7 @@ import h2.connection
 import h2.events
 import h2.settings
 
-from harness import (BIN, free_port, lenient_backend, pool_yaml, request, sim_stats,
+from harness import (BIN, free_port, lenient_backend, pool_yaml, request,
                      wait_until)
 
 
@@ -192,8 +192,9 @@ def test_h2c_off_by_config(env):
     assert st == 200
 
 
-def test_h2c_reset_stream_cancels_the_upstream_attempt(env):
-    state = {"closed": threading.Event(), "got": threading.Event()}
+def one_shot_backend(env, answer):
+    """A backend taking one connection: once a request head has come, answer(conn) (in its
+    own thread) does what the test needs. Returns its port."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(4)
@@ -204,6 +205,16 @@ def test_h2c_reset_stream_cancels_the_upstream_attempt(env):
         req = b""
         while b"\r\n\r\n" not in req:
             req += conn.recv(65536)
+        answer(conn)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv.getsockname()[1]
+
+
+def test_h2c_reset_stream_cancels_the_upstream_attempt(env):
+    state = {"closed": threading.Event(), "got": threading.Event()}
+
+    def answer(conn):
         state["got"].set()
         conn.settimeout(30)
         try:
@@ -214,8 +225,7 @@ def test_h2c_reset_stream_cancels_the_upstream_attempt(env):
             state["closed"].set()
         conn.close()
 
-    threading.Thread(target=serve, daemon=True).start()
-    px = env.proxy("pools:\n" + pool_yaml("p", [srv.getsockname()[1]]))
+    px = env.proxy("pools:\n" + pool_yaml("p", [one_shot_backend(env, answer)]))
     c = H2Client(px.port)
     sid = c.send("POST", "/v1/completions", body=b'{"prompt":"x"}')
     wait_until(state["got"].is_set, "the request at the backend")

@@ -3,7 +3,6 @@ credit back, never finishes a header block, resets streams or sends odd frames c
 proxy do. Each test says what a user would see."""
 
 import socket
-import threading
 import time
 
 import h2.config
@@ -11,7 +10,7 @@ import h2.connection
 import hyperframe.frame
 
 from harness import lenient_backend, pool_yaml, request
-from test_h2 import H2Client
+from test_h2 import H2Client, one_shot_backend
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
@@ -34,16 +33,7 @@ def _closed(sock, timeout):
 def _big_backend(env, total, state):
     """A backend answering one request with <total> bytes (content-length), counting in
     state["sent"] what its socket took."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(4)
-    env.on_cleanup.append(srv.close)
-
-    def serve():
-        conn, _ = srv.accept()
-        req = b""
-        while b"\r\n\r\n" not in req:
-            req += conn.recv(65536)
+    def answer(conn):
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % total)
         conn.settimeout(60)
         chunk = b"z" * 65536
@@ -54,8 +44,7 @@ def _big_backend(env, total, state):
             pass
         conn.close()
 
-    threading.Thread(target=serve, daemon=True).start()
-    return srv.getsockname()[1]
+    return one_shot_backend(env, answer)
 
 
 def test_h2c_slow_reader_gets_the_rest_once_credit_comes_back(env):
