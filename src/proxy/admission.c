@@ -48,7 +48,7 @@ static struct pick_hint hint_of(struct pool_rt *pool, struct waiter *wt, uint64_
 {
 	return (struct pick_hint){
 	    .home = wt->home,
-	    .queued = atomic_load_explicit(&pool->queue.len, memory_order_relaxed),
+	    .queued = pool_queue_len(&pool->queue),
 	    .key = wt->key,
 	    .has_key = wt->has_key,
 	    .blocks = wt->blocks,

@@ -430,7 +430,7 @@ static const char *read_pool_discipline(const void *ctx, size_t i)
 
 static double read_pool_queue_length(const void *ctx, size_t i)
 {
-	return pool_queue_len((struct pool_queue *)&pool_at(ctx, i)->queue);
+	return pool_queue_len(&pool_at(ctx, i)->queue);
 }
 
 static const char *read_listen_address(const void *ctx, size_t i)

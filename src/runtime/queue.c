@@ -21,10 +21,7 @@ void pool_queue_destroy(struct pool_queue *q)
 	pthread_mutex_destroy(&q->lock);
 }
 
-unsigned pool_queue_len(struct pool_queue *q)
+unsigned pool_queue_len(const struct pool_queue *q)
 {
-	pthread_mutex_lock(&q->lock);
-	unsigned n = q->qd.len;
-	pthread_mutex_unlock(&q->lock);
-	return n;
+	return atomic_load_explicit(&q->len, memory_order_relaxed);
 }

@@ -56,12 +56,13 @@ struct waiter {
 struct pool_queue {
 	pthread_mutex_t lock;
 	struct qdisc qd;
-	atomic_uint len; /* qd.len as of its last change, for picks made without the lock */
+	atomic_uint len; /* qd.len as of its last change (admission.c), read without the lock */
 };
 
 /* 0, or -ENOMEM. */
 int pool_queue_init(struct pool_queue *q, const struct conf_pool *pc);
 void pool_queue_destroy(struct pool_queue *q);
-unsigned pool_queue_len(struct pool_queue *q);
+/* Requests queued now (the mirror of qd.len its owner keeps): no lock taken. */
+unsigned pool_queue_len(const struct pool_queue *q);
 
 #endif
