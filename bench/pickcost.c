@@ -6,8 +6,8 @@
  * every request pays it before anything reads the body), the prompt read from it as block
  * hashes (http_prompt_blocks), each backend's longest cached prefix from its prefix index and its
  * fitted costs (llm_candidate), the policy's pick (lb_llm), and counting it on the chosen
- * backend (llm_picked) -- plus what its answer costs later: the prompt recorded in that
- * backend's index and the fit's sample (llm_answered). It runs them on a fleet of <backends> whose
+ * backend with its prompt recorded in that backend's index (llm_picked) -- plus what its answer
+ * costs later: the fit's sample (llm_answered). It runs them on a fleet of <backends> whose
  * indexes hold what a busy fleet's would: 64 system prompts, each at home on one or two backends,
  * plus the conversations built on them. Requests are OpenAI chat bodies of about <kib> KiB
  * (a system prompt and a conversation), keys in varied orders, each copied into one read
@@ -154,7 +154,7 @@ int main(int argc, char **argv)
 		if (json_view_read(&wv, body[i], len[i], &bad) < 0)
 			return 1;
 		llm_scope_blocks(h, (uint32_t)n, &wv, body[i]);
-		llm_answered(be[(i % SYSTEMS) % nb], h, (uint32_t)n, (uint32_t)n, 100000);
+		llm_answered(be[(i % SYSTEMS) % nb], h, (uint32_t)n, (uint32_t)n, 100000, 0);
 	}
 	uint64_t t_view = 0, t_hash = 0, t_pick = 0, t_note = 0, t_explain = 0, sink = 0,
 		 blocks = 0;
@@ -206,11 +206,11 @@ int main(int argc, char **argv)
 			sink += ex.ncand;
 			t2 = te;
 		}
-		if (idx >= 0) { /* counted, then (as at its answer) recorded in the index */
+		if (idx >= 0) { /* counted and recorded in the index, then its answer's sample */
 			uint32_t hit = cand[idx].hit_blocks;
-			llm_done(be[idx], llm_picked(be[idx], (uint32_t)n, hit));
+			llm_done(be[idx], llm_picked(be[idx], h, (uint32_t)n, hit));
 			llm_answered(be[idx], h, (uint32_t)n, (uint32_t)n - hit,
-				     20000 + 1000 * (n - hit));
+				     20000 + 1000 * (n - hit), 1);
 		}
 		uint64_t t3 = now_ns();
 		t_view += t0 - tv;

@@ -329,6 +329,7 @@ void admission_withdraw(struct pool_rt *pool, struct waiter *wt, uint64_t now_ms
 	wt->granted = NULL;
 	wt->state = W_IDLE;
 	if (be && be->llm && wt->work) { /* REVIEW fix: the grant's pick counted work there */
+		llm_unpicked(be->llm, wt->blocks, wt->nblocks, wt->missed); /* ... and its prompt */
 		llm_done(be->llm, wt->work);
 		wt->work = 0;
 	}

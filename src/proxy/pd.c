@@ -455,7 +455,10 @@ static void pre_answered(struct exchange *x, struct pd_x *p, int status)
 	uint64_t us = (clock_now_ns() - p->pre.sent_ns) / 1000;
 	backend_observe(p->pre.pool, p->pre.be, loop_now(x->w->loop), us, status);
 	if (status < 400 && p->pre.be->llm && x->wt.nblocks)
-		llm_answered(p->pre.be->llm, x->wt.blocks, x->wt.nblocks, p->missed, us);
+		llm_answered(p->pre.be->llm, x->wt.blocks, x->wt.nblocks, p->missed, us,
+			     p->work != 0);
+	else if (p->pre.be->llm && p->work) /* refused: the prompt did not stay there */
+		llm_unpicked(p->pre.be->llm, x->wt.blocks, x->wt.nblocks, p->missed);
 }
 
 /* vllm: the prefill answer in whole: its kv_transfer_params go after the decode body's

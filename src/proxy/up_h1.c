@@ -93,13 +93,14 @@ static void llm_note_head(struct exchange *x, const struct http_head *h, int bod
 			  uint64_t now_ns)
 {
 	struct attempt *a = x->att;
+	int picked = x->wt.work != 0; /* its pick put the prompt in the index (else a hedge's) */
 	if (!http_is_event_stream(h) || body_too) {
 		a->first_ns = now_ns;
 		llm_answered(a->be->llm, x->wt.blocks, x->wt.nblocks, x->wt.missed,
-			     (now_ns - a->sent_ns) / 1000);
+			     (now_ns - a->sent_ns) / 1000, picked);
 		return;
 	}
-	llm_cached(a->be->llm, x->wt.blocks, x->wt.nblocks);
+	llm_cached(a->be->llm, x->wt.blocks, x->wt.nblocks, picked);
 	a->ttft_blocks = x->wt.nblocks;
 	a->ttft_missed = x->wt.missed;
 }
@@ -125,6 +126,8 @@ static void note_final_head(struct exchange *x, const struct http_head *h, int b
 	backend_observe(x->pool, a->be, now_ms, (now_ns - a->sent_ns) / 1000, h->status);
 	if (a->be->llm && h->status < 400)
 		llm_note_head(x, h, body_too, now_ns);
+	else if (a->be->llm && x->wt.work) /* refused: the prompt did not stay there */
+		llm_unpicked(a->be->llm, x->wt.blocks, x->wt.nblocks, x->wt.missed);
 	/* no pick after a response has begun: the prompt's blocks go back to the worker */
 	reqbody_end(&x->reqbody, w);
 	x->wt.blocks = NULL;

@@ -94,9 +94,11 @@ void llm_wait_for(struct llm_backend *from, struct llm_backend *to)
 		atomic_fetch_add_explicit(&to->waiting, 1, memory_order_relaxed);
 }
 
-uint32_t llm_picked(struct llm_backend *l, uint32_t n, uint32_t hit)
+uint32_t llm_picked(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t hit)
 {
 	const struct llm_fit *f = fit_of(l);
+	if (n && !l->exact)
+		prefix_index_insert(l->prefix, blocks, n);
 	atomic_fetch_add_explicit(&l->prompt_blocks, n, memory_order_relaxed);
 	atomic_fetch_add_explicit(&l->missed_blocks, n - hit, memory_order_relaxed);
 	uint64_t work =
@@ -107,6 +109,12 @@ uint32_t llm_picked(struct llm_backend *l, uint32_t n, uint32_t hit)
 	atomic_fetch_add_explicit(&l->work_us, w, memory_order_relaxed);
 	atomic_fetch_add_explicit(&l->working, 1, memory_order_relaxed);
 	return w;
+}
+
+void llm_unpicked(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t missed)
+{
+	if (!l->exact && missed && missed <= n)
+		prefix_index_remove(l->prefix, blocks + (n - missed), missed);
 }
 
 void llm_done(struct llm_backend *l, uint32_t work_us)
@@ -131,11 +139,12 @@ static int fit_add(struct llm_fit *f, uint32_t missed, uint64_t us)
 	return ready;
 }
 
-void llm_cached(struct llm_backend *l, const uint64_t *blocks, uint32_t n)
+void llm_cached(struct llm_backend *l, const uint64_t *blocks, uint32_t n, int picked)
 {
 	if (!n || l->exact)
 		return;
-	prefix_index_insert(l->prefix, blocks, n); /* its prefill left them there */
+	if (!picked)
+		prefix_index_insert(l->prefix, blocks, n); /* its prefill left them there */
 	if (!l->feed)
 		return;
 	/* for the other instances: every block, a feed entry's worth at a time */
@@ -153,9 +162,9 @@ void llm_first_token(struct llm_backend *l, uint32_t n, uint32_t missed, uint64_
 }
 
 void llm_answered(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t missed,
-		  uint64_t us)
+		  uint64_t us, int picked)
 {
-	llm_cached(l, blocks, n);
+	llm_cached(l, blocks, n, picked);
 	llm_first_token(l, n, missed, us);
 }
 

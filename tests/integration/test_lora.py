@@ -132,22 +132,26 @@ def test_adapter_goes_to_the_backends_that_have_it_while_they_have_room(env):
     sims = _sims(env, 4, loaded=["A", "A", None, None])
     px = _proxy(env, sims)
     _learn(px, sims, sims[:2], "A")
+    # (each request on a system prompt of its own, so that the adapter alone decides: four
+    # on one prompt are rightly drawn to the backend its first one went to)
     for rnd in range(3):  # within their room: s0 and s1 only, nothing loaded elsewhere
-        seen = _burst(px.port, [_body("A", question=f"q{rnd}.{i}", tokens=10)
-                                for i in range(4)])
+        seen = _burst(px.port, [_body("A", system=_system(10 + 4 * rnd + i),
+                                      question=f"q{rnd}.{i}", tokens=10) for i in range(4)])
         assert sorted(seen) == ["s0", "s0", "s1", "s1"], (rnd, seen)
     for s in sims[2:]:
         assert _lora(s, "A") == {"requests": 0, "loads": 0}, sim_stats(s.port)
     assert all(_lora(s, "A")["loads"] == 0 for s in sims[:2])  # loaded at start
     # more at once than they have room for: the overflow goes to the others, which load A
-    seen = _burst(px.port, [_body("A", question=f"over{i}", tokens=10) for i in range(7)])
+    seen = _burst(px.port, [_body("A", system=_system(30 + i), question=f"over{i}", tokens=10)
+                            for i in range(7)])
     assert seen.count("s0") + seen.count("s1") >= 4, seen
     over = seen.count("s2") + seen.count("s3")
     assert over >= 1, seen
     assert sum(_lora(s, "A")["requests"] for s in sims[2:]) == over
     assert 1 <= sum(_lora(s, "A")["loads"] for s in sims[2:]) <= 2
     # the base model is never held to the adapter's backends
-    seen = _burst(px.port, [_body("base", question=f"b{i}", tokens=10) for i in range(8)])
+    seen = _burst(px.port, [_body("base", system=_system(40 + i), question=f"b{i}", tokens=10)
+                            for i in range(8)])
     assert sorted(set(seen)) == ["s0", "s1", "s2", "s3"], seen
 
 
@@ -159,7 +163,8 @@ def test_where_adapters_are_survives_a_reload(env):
     _learn(px, sims, sims[:2], "A")
     px.send_signal(signal.SIGHUP)
     wait_until(lambda: "(configuration generation 1)" in env.log(px), "the reload")
-    seen = _burst(px.port, [_body("A", question=f"r{i}", tokens=10) for i in range(4)])
+    seen = _burst(px.port, [_body("A", system=_system(50 + i), question=f"r{i}", tokens=10)
+                            for i in range(4)])
     assert sorted(seen) == ["s0", "s0", "s1", "s1"], seen
     assert all(_lora(s, "A") == {"requests": 0, "loads": 0} for s in sims[2:])
 
