@@ -15,8 +15,10 @@ find *why* a rule loses affinity, and to try another, this file replays the same
   shared by every conversation on it, then the conversation's own (turn k+1 starts with turn
   k's whole blocks), then one partial block of its own;
 - a balancer sees what the proxy sees: slots taken, its own prefix index (policy/prefix_index.c's
-  clock-stamped estimate of the same size, filled when a request's first token comes;
-  cache-aware: a block LRU), per-backend costs (the fitted line
+  clock-stamped estimate of the same size, filled when a request is sent, as llm_picked does:
+  `--opt at_pick=0` fills it at the first token as the proxy did before, `--opt ix=2` makes
+  it an exact LRU of what was routed, `ix=3` the servers' own caches; cache-aware: a block
+  LRU), per-backend costs (the fitted line
   is replaced by the truth: the first cause of issue 27, the fit's timing, is fixed and the
   fit converges), and for `llm` the proxy's queue with its grants (admission.c: a freed slot
   first looks among the first 32 waiters for one whose prefix it holds, then serves the line;
@@ -26,6 +28,9 @@ It measures what bench/fleets.py reports: goodput within the SLO (first token wi
 TTFT p50/p90/p99 and block hits over the measured span, and, per rule, the spread of picks
 over the servers. It predicts; the live bench decides. Agreement is checked by running both
 on the same shape and rule (docs/benchmarks.md says how close they were).
+
+The shapes are bench/fleets.py's, and `chat9`: scenario 9 (bench/bench.py's chat fleet and
+bench/chattrace.py's trace, SLO 1 s, 20 s from a cold fleet).
 
 Usage: /usr/bin/python3 bench/fleetmodel.py [--shape independent] [--loads 1.0,1.25,1.5]
                                             [--rules llm,haproxy] [--seeds 1,2,3]
@@ -138,8 +143,43 @@ class Req:
         self.home = None
 
 
+# Scenario 9 (bench/bench.py CHAT_FLEET, bench/chattrace.py): 8 servers of 4 slots and 544
+# blocks, 16 system prompts filling 70 % of the fleet's cache, SLO 1 s, 20 s runs measured
+# whole from a cold fleet (bench.py --only 9 --chat-seconds 20)
+CHAT9 = dict(name="chat9", stream=True, slo_ms=1000.0, seconds=20.0, warmup_s=0.0,
+             sims=[dict(slots=4, cache_blocks=544, latency_ms=20, us_per_block=1000,
+                        token_ms=5)] * 8)
+
+
+def chat_trace(rate, seed):
+    import chattrace
+    sizes = chattrace.system_sizes()
+    convs, events = chattrace.conversations(rate, CHAT9["seconds"], seed)
+    out = []
+    for n, (due, cid, k) in enumerate(events):
+        c = convs[cid]
+        sysb = sizes[c["system"]]
+        nbytes = chattrace.prompt_bytes(c, k, sysb)
+        full = nbytes // chattrace.BLOCK_BYTES
+        blocks = [("s", c["system"], j) if j < sysb else ("c", cid, j) for j in range(full)]
+        if nbytes % chattrace.BLOCK_BYTES:
+            blocks.append(("p", cid, k))
+        out.append(Req(n, due, blocks, chattrace.MAX_TOKENS[(c["seed"] + k) % 3], cid, k,
+                       True))
+    return out
+
+
+def chat_capacity():
+    import chattrace
+    f = CHAT9["sims"][0]
+    ms, _ = chattrace.all_miss_ms(f["latency_ms"], f["us_per_block"], f["token_ms"])
+    return len(CHAT9["sims"]) * f["slots"] * 1000 / ms
+
+
 def trace(shape, rate, seed):
     """The requests of bench/fleets.py's trace at <rate> (the same calibrated draw)."""
+    if shape["name"] == "chat9":
+        return chat_trace(rate, seed)
     sizes = fleettrace.system_sizes(shape)
     convs, events, _ = fleettrace.calibrated(shape, rate, SECONDS, seed, WARMUP_S)
     out = []
@@ -224,7 +264,14 @@ class Llm(Rule):
         super().__init__(fleet, opts)
         n = len(fleet.servers)
         old = bool(opts.get("old", 0))
-        self.index = [StampIndex(s.spec["cache_blocks"], old) for s in fleet.servers]
+        ix = int(opts.get("ix", 1 if old else 0))  # 0: the clock, 1: the old clock, 2: an LRU
+        # 3: the servers' own caches (an engine's KV events, without their delay)
+        self.index = [s.cache if ix == 3 else LRU(s.spec["cache_blocks"]) if ix == 2 else
+                      StampIndex(s.spec["cache_blocks"], ix == 1) for s in fleet.servers]
+        self.ix_kind = ix
+        # the index learns a prompt when it is sent (llm_picked), as the proxy does since
+        # scenario 9's hits were looked into; at_pick=0: at its first token, as before
+        self.at_pick = bool(opts.get("at_pick", 0 if old else 1))
         self.work = [[] for _ in range(n)]
         self.placed = [0] * n
         self.decode = [s.spec["token_ms"] * 24 * 1000 for s in fleet.servers]
@@ -233,6 +280,8 @@ class Llm(Rule):
         # requests queued for a backend, no queue share of a missed block's work, an index
         # clock that only new blocks move)
         self.qaware = not opts.get("old", 0)
+        self.qwait = self.qaware and opts.get("qwait", 1)  # count those waiting for a home
+        self.qshare = self.qaware and opts.get("qshare", 1)  # the queue's share of a miss
         self.waiting_for = [0] * n
         self.why = collections.Counter()
 
@@ -252,11 +301,11 @@ class Llm(Rule):
         wait = 0.0
         if s.active >= slots:
             ahead = self.waiting_for[i] - (1 if getattr(r, "home", None) == i else 0)
-            wait = (s.active - slots + 1 + (ahead if self.qaware else 0)) * \
+            wait = (s.active - slots + 1 + (ahead if self.qwait else 0)) * \
                 self.service(i) / slots
         miss = max(len(r.blocks) - hit, 0)
         cost = wait + self.base(i) + self.block(i) * miss
-        if self.qaware:  # the work this adds delays whoever waits: 1/S of it each
+        if self.qshare:  # the work this adds delays whoever waits: 1/S of it each
             tot = sum(x.spec["slots"] for x in self.f.servers)
             cost += self.block(i) * miss * len(self.f.queue) / tot
         return cost
@@ -306,11 +355,14 @@ class Llm(Rule):
         self.set_home(r, None)
         hit = self.index[s].match(r.blocks)
         self.placed[s] += len(r.blocks)
+        if self.ix_kind != 3 and self.at_pick:
+            self.index[s].admit(r.blocks)
         r.work = self.base(s) + self.block(s) * (len(r.blocks) - hit) + self.decode[s]
         self.work[s].append(r.work)
 
     def first_token(self, r, s):
-        self.index[s].admit(r.blocks)
+        if self.ix_kind != 3 and not self.at_pick:
+            self.index[s].admit(r.blocks)
 
     def done(self, r, s):
         self.work[s].remove(r.work)
@@ -477,21 +529,24 @@ def pct(vals, p):
 
 
 def run_one(shape, rule, load, seed, opts):
-    cap = fleettrace.arithmetic(shape)["capacity"]
+    chat = shape["name"] == "chat9"
+    cap = chat_capacity() if chat else fleettrace.arithmetic(shape)["capacity"]
+    slo = shape.get("slo_ms", SLO_MS)
+    span = shape["seconds"] - shape["warmup_s"] if chat else SECONDS - WARMUP_S
     reqs = trace(shape, cap * load, seed)
     f = Fleet(shape, rule, opts, seed)
     f.run(reqs)
     m = [r for r in reqs if r.measured]
     ttft = [((r.first - r.t) * 1000 if r.first is not None else 1e9) for r in m]
-    good = sum(1 for x in ttft if x <= SLO_MS) / (SECONDS - WARMUP_S)
+    good = sum(1 for x in ttft if x <= slo) / span
     hits = sum(s.hits for s in f.servers)
     tot = hits + sum(s.misses for s in f.servers)
     real = sum(r.why for r in m)
-    return {"load": load, "rule": rule, "offered": len(m) / (SECONDS - WARMUP_S),
+    return {"load": load, "rule": rule, "offered": len(m) / span,
             "predicted_hits": sum(r.pred_hit for r in m) / real if real else float("nan"),
             "goodput": good, "p50": pct(ttft, 50), "p90": pct(ttft, 90),
             "p99": pct(ttft, 99), "hits": hits / max(tot, 1),
-            "slo": pct(ttft, 99) <= SLO_MS, "picks": f.picks}
+            "slo": pct(ttft, 99) <= slo, "picks": f.picks}
 
 
 def main():
@@ -503,10 +558,10 @@ def main():
     ap.add_argument("--seeds", default="1")
     ap.add_argument("--opt", action="append", default=[],
                     help="KEY=VALUE for the rule: llm's old=1 (as before issue 27's fix), "
-                    "max_wait_ms=N")
+                    "max_wait_ms=N, at_pick=0|1, ix=0|1|2|3, qwait=0|1, qshare=0|1")
     a = ap.parse_args()
     import fleets  # the shapes
-    shape = fleets.SHAPES[a.shape]
+    shape = CHAT9 if a.shape == "chat9" else fleets.SHAPES[a.shape]
     opts = {}
     for kv in a.opt:
         k, v = kv.split("=", 1)
