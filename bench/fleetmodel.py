@@ -281,7 +281,9 @@ class Llm(Rule):
         # clock that only new blocks move)
         self.qaware = not opts.get("old", 0)
         self.qwait = self.qaware and opts.get("qwait", 1)  # count those waiting for a home
-        self.qshare = self.qaware and opts.get("qshare", 1)  # the queue's share of a miss
+        # the queue's share of a miss: 2, those queued for that server at 1/slots and those
+        # queued for none at 1/S (lb_llm.c now); 1, the whole queue at 1/S (before)
+        self.qshare = self.qaware and opts.get("qshare", 2)
         self.waiting_for = [0] * n
         self.why = collections.Counter()
 
@@ -305,7 +307,12 @@ class Llm(Rule):
                 self.service(i) / slots
         miss = max(len(r.blocks) - hit, 0)
         cost = wait + self.base(i) + self.block(i) * miss
-        if self.qshare:  # the work this adds delays whoever waits: 1/S of it each
+        if self.qshare == 2:  # those waiting for i: 1/slots of it; the homeless: 1/S
+            tot = sum(x.spec["slots"] for x in self.f.servers)
+            homeless = max(len(self.f.queue) - sum(self.waiting_for), 0)
+            mine = self.waiting_for[i] - (1 if getattr(r, "home", None) == i else 0)
+            cost += self.block(i) * miss * (mine / slots + homeless / tot)
+        elif self.qshare:  # the work this adds delays whoever waits: 1/S of it each
             tot = sum(x.spec["slots"] for x in self.f.servers)
             cost += self.block(i) * miss * len(self.f.queue) / tot
         return cost

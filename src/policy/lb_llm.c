@@ -18,8 +18,15 @@
  *
  * The request goes to the backend where it costs the pool least: its expected time there,
  * plus, while requests queue, what its prefill takes from them. A block computed holds a
- * slot the queue is waiting for, and each of the Q requests queued is delayed about 1/S of
- * it (S: the pool's slots), so a missed block costs per_block x (1 + Q / S). With no queue
+ * slot of that backend, and delays whoever waits for such a slot: each of the W requests
+ * queued for that backend (its waiting count) about 1/slots of it, and each of the H queued
+ * for no backend in particular (the queue's length less every backend's waiting count)
+ * about 1/S of it (S: the pool's slots), so a missed block there costs per_block x (1 +
+ * W / slots + H / S). Those queued for other backends wait for other slots: a prefill here
+ * takes nothing from them. (Counting the whole queue at 1/S, as this did first, made a
+ * free slow backend look dear to every request while the queue was long, so the requests
+ * waited for their busy homes and the free slots stood idle: bench/fleetmodel.py's
+ * non-streamed-flat shape at 2x answered 44 requests a second within the SLO of 86.) With no queue
  * this is the expected time alone; under load it keeps a request on the backend that holds
  * its prefix unless the wait there outweighs the work its recomputation would take from
  * everyone else (without it, when queues grow, requests that leave a busy home re-read
@@ -82,23 +89,28 @@ static double first_token_us(const struct lb_candidate *c, const struct lb_draw 
 	return wait + c->base_us + (double)c->block_us * missed(c, d);
 }
 
-/* What a missed block's work costs the requests queued behind it: Q / S (the essay). */
+/* What a missed block's work costs the requests queued for no backend in particular: H / S
+ * (the essay). */
 static double queue_share(const struct lb_candidate *c, size_t n, const struct lb_draw *d)
 {
 	if (!d->queued)
 		return 0;
 	double slots = 0;
-	for (size_t i = 0; i < n; i++)
+	unsigned homed = 0;
+	for (size_t i = 0; i < n; i++) {
+		homed += c[i].waiting;
 		if (c[i].eligible || c[i].busy)
 			slots += slots_of(&c[i]);
-	return slots ? d->queued / slots : 0;
+	}
+	return slots && d->queued > homed ? (d->queued - homed) / slots : 0;
 }
 
 /* What sending this request to <c> costs the pool: its expected time plus its prefill's
- * share of the queue's wait (<share>: queue_share()). */
+ * share of the wait of those queued for <c> and of the others (<share>: queue_share()). */
 static double cost_us(const struct lb_candidate *c, const struct lb_draw *d, double share)
 {
-	return first_token_us(c, d) + share * c->block_us * missed(c, d);
+	double mine = d->queued ? (double)c->waiting / slots_of(c) : 0;
+	return first_token_us(c, d) + (share + mine) * c->block_us * missed(c, d);
 }
 
 /* Is a better than b, costs equal or not: the cheaper, then the less loaded. */

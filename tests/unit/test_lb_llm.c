@@ -113,8 +113,10 @@ static void a_queue_for_the_home_counts_and_so_does_the_pools(void **state)
 	int p = lb_llm.pick(&st, c, 4, &d);
 	assert_true(p >= 0 && p != 1);
 	assert_int_equal(wait_for, -1);
-	/* but with 16 queued in the pool (its 16 slots), 200 blocks recomputed elsewhere
-	 * delay each of them 1/16 of 200 ms: 420 ms against 265 ms, so it waits */
+	/* but with 16 queued in the pool (its 16 slots), 2 of them for it, 200 blocks
+	 * recomputed elsewhere delay each of the other 14 about 1/16 of 200 ms: 395 ms against
+	 * 255 ms + its 10 missed blocks' share of the 14 (1/16 each) and of its own 2 (1/4 each),
+	 * 269 ms, so it waits */
 	d.queued = 16;
 	assert_int_equal(lb_llm.pick(&st, c, 4, &d), LB_WAIT);
 	assert_int_equal(wait_for, 1);
@@ -125,6 +127,32 @@ static void a_queue_for_the_home_counts_and_so_does_the_pools(void **state)
 	assert_int_equal(ex.cand[0].backend, 1);
 	assert_int_equal(ex.cand[0].expect_us, 225000 + 20000 + 10000);
 	assert_int_equal(ex.cand[1].expect_us, 20000 + 200000);
+}
+
+/* Requests queued for another backend wait for its slots, not for the free ones: a
+ * prefill on a free backend takes nothing from them, and they must not make it look dear
+ * (counting them, every request waited for its busy home while free slots stood idle). */
+static void a_queue_for_another_backend_takes_nothing_from_a_free_one(void **state)
+{
+	(void)state;
+	struct lb_candidate c[4];
+	fleet(c, 4);
+	c[1].hit_blocks = 190;
+	busy(&c[1]);
+	c[1].waiting = 2;
+	busy(&c[2]);
+	c[2].waiting = 16;
+	int wait_for = -1;
+	/* 18 queued, all for c[1] or c[2]: 220 ms on a free one against 255 ms + 2/4 of its
+	 * 10 missed blocks at home */
+	struct lb_draw d = {.blocks = 200, .rnd = 3, .wait_for = &wait_for, .queued = 18};
+	int p = lb_llm.pick(&st, c, 4, &d);
+	assert_true(p == 0 || p == 3);
+	assert_int_equal(wait_for, -1);
+	/* 16 more queued for nobody in particular: each is delayed by a prefill anywhere */
+	d.queued = 34;
+	assert_int_equal(lb_llm.pick(&st, c, 4, &d), LB_WAIT);
+	assert_int_equal(wait_for, 1);
 }
 
 static void no_prompt_is_least_loaded(void **state)
@@ -341,6 +369,7 @@ int main(void)
 	    cmocka_unit_test(home_wins_while_it_has_a_slot),
 	    cmocka_unit_test(busy_home_waited_for_then_not),
 	    cmocka_unit_test(a_queue_for_the_home_counts_and_so_does_the_pools),
+	    cmocka_unit_test(a_queue_for_another_backend_takes_nothing_from_a_free_one),
 	    cmocka_unit_test(no_prompt_is_least_loaded),
 	    cmocka_unit_test(new_prompt_goes_where_the_fewest_prompts_went),
 	    cmocka_unit_test(fit_learns_a_line),
