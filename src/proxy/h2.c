@@ -1191,7 +1191,8 @@ static int h2_flush(struct h2 *h)
 static int any_to_run(struct h2 *h)
 {
 	for (struct list_node *n = list_first(&h->streams); n; n = list_next(&h->streams, n))
-		if (container_of(n, struct h2s, link)->run)
+		if (container_of(n, struct h2s, link)->run &&
+		    (container_of(n, struct h2s, link)->x || !h->calm))
 			return 1;
 	return 0;
 }
@@ -1310,6 +1311,8 @@ static void h2_process(struct h2 *h)
 	if (!bad && !client_out_pending(cl) && !nghttp2_session_want_read(h->ss) &&
 	    !nghttp2_session_want_write(h->ss))
 		bad = 1; /* both sides are done (GOAWAY) */
+	if (h->calm && client_out_pending(cl))
+		bad = 1; /* a defence's GOAWAY is not waited for past what the socket took */
 	if (bad) {
 		client_close(cl);
 		return;
