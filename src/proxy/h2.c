@@ -40,7 +40,8 @@
  * timeouts.send_ms is reset, so no stream outlives every deadline.
  *
  * Defences (docs/http2.md): the counting and the policy are ours, nghttp2's own limits stay
- * behind them as a backstop. RST_STREAM and the frames that carry no request (SETTINGS, PING,
+ * behind them as a backstop. RST_STREAM (the client's, and the proxy's own for a stream the
+ * client got wrong) and the frames that carry no request (SETTINGS, PING,
  * PRIORITY, empty DATA) each draw on a token bucket of the connection (limits.http2_max_resets,
  * limits.http2_max_control_frames); an empty one, or nghttp2 finding a CONTINUATION flood,
  * ends the connection with GOAWAY ENHANCE_YOUR_CALM and nothing more is read or started. A
@@ -188,6 +189,17 @@ static void h2_calm(struct h2 *h, enum h2_defence d, const char *why)
 	defence_count(h, d);
 	log_debug("%s: HTTP/2: %s: connection ended (GOAWAY ENHANCE_YOUR_CALM)", h->cl->ip, why);
 	nghttp2_session_terminate_session(h->ss, NGHTTP2_ENHANCE_YOUR_CALM);
+}
+
+/* Was a stream reset for what its client did (a malformed or refused stream, a window
+ * overrun)? Such resets, as they are sent, draw on the same bucket as the client's own: a
+ * client that makes the proxy reset its streams ("made you reset") is the rapid reset attack
+ * too. */
+static int client_fault(uint32_t code)
+{
+	return code == NGHTTP2_PROTOCOL_ERROR || code == NGHTTP2_FLOW_CONTROL_ERROR ||
+	       code == NGHTTP2_STREAM_CLOSED || code == NGHTTP2_FRAME_SIZE_ERROR ||
+	       code == NGHTTP2_REFUSED_STREAM;
 }
 
 /* A frame that carries no request (SETTINGS, PING, PRIORITY, an empty DATA): past
@@ -1119,6 +1131,19 @@ static int on_stream_close(nghttp2_session *ss, int32_t id, uint32_t code, void 
 	return 0;
 }
 
+/* A stream reset for what its client did draws on the client's own reset limit. */
+static int on_frame_send(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
+{
+	struct h2 *h = ud;
+	(void)ss;
+	if (f->hd.type == NGHTTP2_RST_STREAM && client_fault(f->rst_stream.error_code) &&
+	    bucket_take(&h->resets, h->cl->w->conf->limits.h2_max_resets,
+			loop_now(h->cl->w->loop)) < 0)
+		h2_calm(h, H2_DEFENCE_RAPID_RESET,
+			"streams the client made the proxy reset, too fast");
+	return 0;
+}
+
 /* --- the connection --- */
 
 /* Feed what the client sent to nghttp2, reading until the socket is empty. -1: close. */
@@ -1398,6 +1423,7 @@ void h2_take(struct client *cl)
 	nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
 	nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data);
 	nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
+	nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
 	nghttp2_option_set_no_auto_window_update(opt, 1);
 	nghttp2_option_set_max_send_header_block_length(opt, w->bufs.size);
 	/* nghttp2's own reset limit stays behind ours (limits.http2_max_resets), a backstop */

@@ -111,6 +111,25 @@ def test_h2_rapid_reset_is_calmed_and_costs_the_backend_nothing(env):
     c.close()
 
 
+def test_h2_streams_the_client_makes_the_proxy_reset_count_as_resets(env):
+    """The "made you reset" variant: no RST_STREAM from the client, but streams malformed so
+    that the proxy resets each (an upper-case field name: PROTOCOL_ERROR). They draw on the
+    same limit: past it, GOAWAY ENHANCE_YOUR_CALM. (Before: reset one by one for good.)"""
+    be = lenient_backend(env)
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]))
+    s, enc = _raw(px.port)
+    env.on_cleanup.append(s.close)
+    bad = REQ + [("X-Upper", "1")]
+    try:
+        s.sendall(b"".join(_hf(enc, sid, bad) for sid in range(1, 2001, 2)))
+    except OSError:
+        pass
+    goaway, seen = _goaway(s)
+    assert goaway is not None and goaway[0] == ENHANCE_YOUR_CALM, (goaway, seen)
+    assert not be.seen
+    wait_until(lambda: _defences(px, "rapid_reset") == 1, "counted")
+
+
 def test_h2_resets_below_the_rate_are_fine(env):
     """A client that cancels a few streams now and then is not the attack: it keeps its
     connection (a guard for the defence above)."""
