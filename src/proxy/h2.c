@@ -191,15 +191,15 @@ static void h2_calm(struct h2 *h, enum h2_defence d, const char *why)
 	nghttp2_session_terminate_session(h->ss, NGHTTP2_ENHANCE_YOUR_CALM);
 }
 
-/* Was a stream reset for what its client did (a malformed or refused stream, a window
- * overrun)? Such resets, as they are sent, draw on the same bucket as the client's own: a
- * client that makes the proxy reset its streams ("made you reset") is the rapid reset attack
- * too. */
+/* Was a stream reset for what its client did (a malformed stream, a window overrun)? A
+ * stream refused past SETTINGS_MAX_CONCURRENT_STREAMS is not counted: a client may open more
+ * before it has read the proxy's SETTINGS, and a refused stream costs nothing. Such resets, as they
+ * are sent, draw on the same bucket as the client's own: a client that makes the proxy reset its
+ * streams ("made you reset") is the rapid reset attack too. */
 static int client_fault(uint32_t code)
 {
 	return code == NGHTTP2_PROTOCOL_ERROR || code == NGHTTP2_FLOW_CONTROL_ERROR ||
-	       code == NGHTTP2_STREAM_CLOSED || code == NGHTTP2_FRAME_SIZE_ERROR ||
-	       code == NGHTTP2_REFUSED_STREAM;
+	       code == NGHTTP2_STREAM_CLOSED || code == NGHTTP2_FRAME_SIZE_ERROR;
 }
 
 /* A frame that carries no request (SETTINGS, PING, PRIORITY, an empty DATA): past

@@ -157,3 +157,28 @@ def test_h2_over_tls_without_a_preface_is_closed(env):
     except (ssl.SSLError, OSError):
         pass
     assert not got.startswith(b"HTTP/1.1"), got[:80]
+
+
+def test_h2_over_tls_bodies_both_ways(env):
+    """A 1 MB request body up and a large streamed response down over TLS, several streams at
+    once: the TLS writes that take part of a frame go on from where they stopped."""
+    sim = env.sim("s", latency_ms=0, token_ms=0)
+    pem, key = _cert(env)
+    port = free_port()
+    path = env.write("h2tls_big.yaml",
+                     f"listen:\n  - address: 127.0.0.1:{port}\n"
+                     f"    tls: {{cert: {pem}, key: {key}}}\n"
+                     "limits:\n  body_buffer_bytes: 64KiB\npools:\n" +
+                     pool_yaml("p", [sim.port]))
+    env.start([BIN, "proxy", "-c", path], "proxy", wait_port=port)
+    big = os.path.join(env.dir, "big.bin")
+    with open(big, "wb") as f:
+        f.write(b"x" * 1000000)
+    code, version, body = curl_tls(port, pem, "--http2", "--data-binary", "@" + big,
+                                   path="/upload")
+    assert (code, version) == (200, "2"), (code, version, body[:200])
+    assert b"(1000000 body bytes)" in body, body[:200]
+    code, version, body = curl_tls(port, pem, "--http2", "-N", "-d",
+                                   '{"prompt":"x","max_tokens":2000,"stream":true}')
+    assert (code, version) == (200, "2"), (code, version)
+    assert body.count(b"data: ") == 2001, body[-200:]
