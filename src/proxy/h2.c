@@ -41,8 +41,8 @@
  *
  * Defences (docs/http2.md): the counting and the policy are ours, nghttp2's own limits stay
  * behind them as a backstop. RST_STREAM (the client's, and the proxy's own for a stream the
- * client got wrong) and the frames that carry no request (SETTINGS, PING,
- * PRIORITY, empty DATA) each draw on a token bucket of the connection (limits.http2_max_resets,
+ * client got wrong) and the frames that carry no request (SETTINGS, PING, PRIORITY, empty
+ * DATA) each draw on a token bucket of the connection (limits.http2_max_resets,
  * limits.http2_max_control_frames); an empty one, or nghttp2 finding a CONTINUATION flood,
  * ends the connection with GOAWAY ENHANCE_YOUR_CALM and nothing more is read or started. A
  * header list is counted as it is decoded and refused 431 past limits.http2_max_header_list
@@ -191,11 +191,11 @@ static void h2_calm(struct h2 *h, enum h2_defence d, const char *why)
 	nghttp2_session_terminate_session(h->ss, NGHTTP2_ENHANCE_YOUR_CALM);
 }
 
-/* Was a stream reset for what its client did (a malformed stream, a window overrun)? A
- * stream refused past SETTINGS_MAX_CONCURRENT_STREAMS is not counted: a client may open more
- * before it has read the proxy's SETTINGS, and a refused stream costs nothing. Such resets, as they
- * are sent, draw on the same bucket as the client's own: a client that makes the proxy reset its
- * streams ("made you reset") is the rapid reset attack too. */
+/* Was a stream reset for what its client did (a malformed stream, a window overrun)? Such
+ * resets, as they are sent, draw on the same bucket as the client's own: a client that makes
+ * the proxy reset its streams ("made you reset") is the rapid reset attack too. A stream
+ * refused past SETTINGS_MAX_CONCURRENT_STREAMS is not counted: a client may open more before
+ * it has read the proxy's SETTINGS, and a refused stream costs nothing. */
 static int client_fault(uint32_t code)
 {
 	return code == NGHTTP2_PROTOCOL_ERROR || code == NGHTTP2_FLOW_CONTROL_ERROR ||
