@@ -319,3 +319,27 @@ def test_h2_stream_ids_running_out_get_goaway(env):
         seen.update(more)
     assert seen.get(last) == "200", seen
     wait_until(lambda: _defences(px, "stream_ids") == 1, "counted")
+
+
+def test_h2_flood_from_a_client_that_never_reads_is_closed(env):
+    """A PING flood from a client that reads nothing (its receive buffer small): the
+    acknowledgements pile up unsent, the defence's GOAWAY cannot be written either, and the
+    connection is closed at once rather than kept (and run) until it drains; counted."""
+    be = lenient_backend(env)
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]))
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(10)
+    s.connect(("127.0.0.1", px.port))
+    env.on_cleanup.append(s.close)
+    ping = hyperframe.frame.PingFrame(0, opaque_data=b"12345678").serialize()
+    s.sendall(PREFACE + hyperframe.frame.SettingsFrame(0).serialize())
+    closed = False
+    try:
+        for _ in range(2000):
+            s.sendall(ping * 500)
+    except OSError:
+        closed = True
+    assert closed or _closed(s), "the flooding connection stayed open"
+    wait_until(lambda: _defences(px, "control_flood") == 1, "counted")
+    assert request(px.port, "GET", "/after")[0] == 200
