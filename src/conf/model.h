@@ -356,6 +356,12 @@ struct conf_limits {
 	unsigned path;		    /* enum conf_path: a request path not in normal form */
 	unsigned max_tunnels;	    /* open WebSocket tunnels, all workers; more get 503 */
 	unsigned h2_max_streams;    /* HTTP/2 streams open at once on one connection */
+	uint64_t
+	    h2_max_header_list;	   /* bytes of an HTTP/2 header list as decoded (RFC 9113 6.5.2) */
+	uint64_t h2_stream_window; /* a stream's initial receive window (at most half a buffer) */
+	uint64_t h2_conn_window;   /* an HTTP/2 connection's receive window */
+	unsigned h2_max_resets;	   /* RST_STREAMs a second from one client connection; 0: no cap */
+	unsigned h2_max_control;   /* SETTINGS, PING, PRIORITY, empty DATA a second; 0: no cap */
 };
 
 /* limits.path: what a request path not in its normal form (http/target.h) gets */

@@ -203,6 +203,16 @@ static const struct rule limit_rules[] = {
     {"max_tunnels", RULE_UINT, offsetof(struct conf_limits, max_tunnels), 0, 10000000, NULL, NULL},
     {"http2_max_streams", RULE_UINT, offsetof(struct conf_limits, h2_max_streams), 1, 1000, NULL,
      NULL},
+    {"http2_max_header_list", RULE_SIZE, offsetof(struct conf_limits, h2_max_header_list), 1024,
+     16u << 20, NULL, NULL},
+    {"http2_stream_window", RULE_SIZE, offsetof(struct conf_limits, h2_stream_window), 1024,
+     INT32_MAX, NULL, NULL},
+    {"http2_connection_window", RULE_SIZE, offsetof(struct conf_limits, h2_conn_window), 65535,
+     INT32_MAX, NULL, NULL},
+    {"http2_max_resets", RULE_UINT, offsetof(struct conf_limits, h2_max_resets), 0, 1000000, NULL,
+     NULL},
+    {"http2_max_control_frames", RULE_UINT, offsetof(struct conf_limits, h2_max_control), 0,
+     1000000, NULL, NULL},
     RULES_END,
 };
 
@@ -947,6 +957,11 @@ void schema_set_defaults(struct conf *c)
 	    .max_buffer_memory = 512u << 20,
 	    .max_tunnels = 10000,
 	    .h2_max_streams = 100,
+	    .h2_max_header_list = 32768,
+	    .h2_stream_window = 65535,
+	    .h2_conn_window = 16u << 20,
+	    .h2_max_resets = 200,
+	    .h2_max_control = 100,
 	};
 	c->tune.splice = 1;
 }

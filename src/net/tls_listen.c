@@ -158,13 +158,20 @@ static int on_servername(SSL *s, int *alert, void *arg)
 	return SSL_TLSEXT_ERR_OK; /* an unknown name gets the default certificate */
 }
 
+/* The protocols a connection offers, in the server's order of preference: the first of them
+ * the client also offers is chosen. Which list a connection gets is set on its session at
+ * attach time (its app data), since listen[].http2 is per listener. */
+static const unsigned char alpn_h1[] = "\x08http/1.1";
+static const unsigned char alpn_h2[] = "\x02h2\x08http/1.1";
+
 static int on_alpn(SSL *s, const unsigned char **out, unsigned char *outlen,
 		   const unsigned char *in, unsigned int inlen, void *arg)
 {
-	static const unsigned char ours[] = "\x08http/1.1";
-	(void)s, (void)arg;
-	if (SSL_select_next_proto((unsigned char **)out, outlen, ours, sizeof(ours) - 1, in,
-				  inlen) == OPENSSL_NPN_NEGOTIATED)
+	const unsigned char *ours = SSL_get_app_data(s) == alpn_h2 ? alpn_h2 : alpn_h1;
+	unsigned int len = ours == alpn_h2 ? sizeof(alpn_h2) - 1 : sizeof(alpn_h1) - 1;
+	(void)arg;
+	if (SSL_select_next_proto((unsigned char **)out, outlen, ours, len, in, inlen) ==
+	    OPENSSL_NPN_NEGOTIATED)
 		return SSL_TLSEXT_ERR_OK;
 	return SSL_TLSEXT_ERR_NOACK; /* no common protocol: go on without ALPN (HTTP/1.1) */
 }
@@ -558,9 +565,12 @@ void net_tls_listener_free(struct net_tls_listener *l)
 	free(l);
 }
 
-int net_tls_listener_attach(struct net_tls_listener *l, struct net_conn *c)
+int net_tls_listener_attach(struct net_tls_listener *l, struct net_conn *c, int h2)
 {
-	return net_tls_attach(c, l->sites[0].ctx, 1, NULL);
+	int rc = net_tls_attach(c, l->sites[0].ctx, 1, NULL);
+	if (!rc && h2)
+		SSL_set_app_data(c->ssl, (void *)alpn_h2);
+	return rc;
 }
 
 /* <s>[0..len) into <out> (room for <cap> bytes and the NUL), every byte outside printable
@@ -645,7 +655,7 @@ static int peer_facts(SSL *ssl, struct net_tls_facts *f)
 int net_tls_facts_get(struct net_conn *c, struct net_tls_facts *f)
 {
 	f->version = f->cipher = f->sni = "";
-	f->resumed = f->ktls_send = f->client_cert = 0;
+	f->resumed = f->ktls_send = f->client_cert = f->alpn_h2 = 0;
 	f->subject[0] = f->san[0] = f->cn[0] = 0;
 	if (!c->ssl)
 		return 0;
@@ -655,6 +665,10 @@ int net_tls_facts_get(struct net_conn *c, struct net_tls_facts *f)
 	f->sni = sni ? sni : "";
 	f->resumed = SSL_session_reused(c->ssl);
 	f->ktls_send = BIO_get_ktls_send(SSL_get_wbio(c->ssl)) > 0;
+	const unsigned char *proto;
+	unsigned int plen;
+	SSL_get0_alpn_selected(c->ssl, &proto, &plen);
+	f->alpn_h2 = plen == 2 && !memcmp(proto, "h2", 2);
 	return peer_facts(c->ssl, f);
 }
 

@@ -29,8 +29,10 @@
  * keeps as the session context whatever SNI chose; OpenSSL locks it, so every worker shares
  * it), and session tickets whose keys rotate every NET_TLS_TICKET_PERIOD_S: a ticket is
  * issued under the current key and accepted under the current and the previous one.
- * ALPN: "http/1.1" (h2 comes with HTTP/2). kTLS for sending is asked for where OpenSSL and
- * the kernel have it; otherwise OpenSSL encrypts in user space, as it always could.
+ * ALPN: "h2" then "http/1.1" where the connection takes HTTP/2 (listen[].http2, said at
+ * attach), else "http/1.1" alone; a client offering neither goes on without ALPN. kTLS for sending
+ * is asked for where OpenSSL and the kernel have it; otherwise OpenSSL encrypts in user space, as
+ * it always could.
  *
  * The contexts are built once, before the workers start, and only read afterwards.
  */
@@ -70,9 +72,10 @@ int net_tls_listener_new(const struct net_tls_listen_opts *o, struct net_tls_lis
 			 char *err, size_t errlen);
 void net_tls_listener_free(struct net_tls_listener *l);
 
-/* Put a server session of <l> on the plain connection <c>; the handshake then runs with
- * net_tls_handshake() (net/tls.h). 0 or -ENOMEM. */
-int net_tls_listener_attach(struct net_tls_listener *l, struct net_conn *c);
+/* Put a server session of <l> on the plain connection <c>, offering ALPN "h2" before
+ * "http/1.1" when <h2>; the handshake then runs with net_tls_handshake() (net/tls.h). 0 or
+ * -ENOMEM. */
+int net_tls_listener_attach(struct net_tls_listener *l, struct net_conn *c, int h2);
 
 /*
  * Before the handshake reads anything: does the ClientHello waiting on <c> declare itself
@@ -109,6 +112,7 @@ struct net_tls_facts {
 	int resumed;			       /* the session was resumed */
 	int ktls_send;			       /* the kernel encrypts what is sent */
 	int client_cert;		       /* a client certificate was presented and verified */
+	int alpn_h2;			       /* ALPN chose "h2": the connection speaks HTTP/2 */
 	char subject[NET_TLS_SUBJECT_MAX + 1]; /* its subject, RFC 2253 ("CN=a,O=b"), or "" */
 	char san[NET_TLS_NAME_MAX + 1];	       /* its first URI, DNS or email SAN, or "" */
 	char cn[NET_TLS_NAME_MAX + 1];	       /* its subject's (last) CN, or "" */

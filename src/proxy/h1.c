@@ -494,13 +494,19 @@ static enum run run_head(struct client *cl)
 	for (;;) {
 		size_t len = cl->in ? buf_len(cl->in) : 0;
 		if (len) {
-			/* h2c with prior knowledge: the connection's first bytes are the preface
-			 * (plain listeners only: over TLS, HTTP/2 waits for ALPN) */
-			int pre = cl->http2 && !cl->tls && !cl->requests
+			/* HTTP/2: the connection's first bytes are the preface, after ALPN "h2"
+			 * over TLS, or with prior knowledge (h2c) on a plain listener; what
+			 * chose h2 by ALPN and sends no preface is closed */
+			int alpn_h2 = cl->tls && cl->tls_facts && cl->tls_facts->alpn_h2;
+			int pre = cl->http2 && (!cl->tls || alpn_h2) && !cl->requests
 				      ? h2_preface(buf_head(cl->in), len)
 				      : -1;
 			if (pre > 0) {
 				h2_take(cl);
+				return RUN_GONE;
+			}
+			if (pre < 0 && alpn_h2) {
+				client_close(cl);
 				return RUN_GONE;
 			}
 			int r = pre ? http_head_read(&cl->head, buf_head(cl->in), len, max_head,
@@ -725,7 +731,7 @@ void h1_accept(struct worker *w, const struct listener *l, int fd,
 		cl->tls_conf = conf->listens[l->index].tls;
 		cl->state = C_HANDSHAKE;
 	}
-	if ((tls && net_tls_listener_attach(tls, &cl->conn) < 0) ||
+	if ((tls && net_tls_listener_attach(tls, &cl->conn, cl->http2) < 0) ||
 	    loop_io_add(w->loop, &cl->io) < 0) {
 		if (cl->ip_slot)
 			atomic_fetch_sub_explicit(cl->ip_slot, 1, memory_order_relaxed);

@@ -19,9 +19,9 @@
  * backend will read (as sent when the client gave content-length, else chunked), where
  * x->req tracks it as it tracks an HTTP/1 client's, and up_h1_send() writes it upstream from
  * there. Flow control is ours (nghttp2's automatic WINDOW_UPDATE is off): a stream's
- * window is half its buffer, and its credit goes back only once the buffer has drained to a
- * quarter, so a client sends no faster than the backend takes; a body read before admission
- * (limits.body_buffer_bytes) moves to a body buffer as an HTTP/1 one does.
+ * window is limits.http2_stream_window, at most half its buffer, and its credit goes back only once
+ * the buffer has drained to a quarter, so a client sends no faster than the backend takes; a body
+ * read before admission (limits.body_buffer_bytes) moves to a body buffer as an HTTP/1 one does.
  *
  * Responses: the final head goes through the same rewrite as an HTTP/1 client's (X-Request-Id,
  * response_headers) and is submitted with its hop-by-hop fields dropped and names in lower
@@ -38,6 +38,17 @@
  * (nothing else may come on the connection meanwhile) closes the connection after
  * timeouts.header_ms, and a proxy's own answer the client takes none of (its window shut) for
  * timeouts.send_ms is reset, so no stream outlives every deadline.
+ *
+ * Defences (docs/http2.md): the counting and the policy are ours, nghttp2's own limits stay
+ * behind them as a backstop. RST_STREAM (the client's, and the proxy's own for a stream the
+ * client got wrong) and the frames that carry no request (SETTINGS, PING, PRIORITY, empty
+ * DATA) each draw on a token bucket of the connection (limits.http2_max_resets,
+ * limits.http2_max_control_frames); an empty one, or nghttp2 finding a CONTINUATION flood,
+ * ends the connection with GOAWAY ENHANCE_YOUR_CALM and nothing more is read or started. A
+ * header list is counted as it is decoded and refused 431 past limits.http2_max_header_list
+ * (an HPACK bomb decodes into nothing kept). A stream whose response waits on a shut window
+ * is a full client to timeouts.send_ms, as a full socket is over HTTP/1.1. A client whose
+ * stream ids near their end gets GOAWAY (NO_ERROR). Each is counted (PM_PROCESS_H2_DEFENCES).
  *
  * Streams come from the connection's spares once it has had as many at once; the exchange
  * from the worker's free list, as every exchange does.
@@ -62,6 +73,7 @@
 #include "proxy/route.h"
 #include "proxy/stages.h"
 #include "proxy/up_h1.h"
+#include "runtime/proxy_metric.h"
 
 #include <errno.h>
 #include <nghttp2/nghttp2.h>
@@ -71,14 +83,15 @@
 
 #define H2_PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 #define H2_PREFACE_LEN 24
-/* The connection's receive window: the streams' own windows bound what each may send. */
-#define H2_CONN_WINDOW (16u << 20)
 /* Interim (1xx) responses a backend may send per stream; they are not passed on. */
 #define H2_INTERIM_MAX 8
 /* Passes of reads, stream runs and writes in one turn, before the timer takes over. */
 #define H2_PASSES 64
 /* Draining: a connection with no stream left is closed after this long (GOAWAY sent). */
 #define H2_DRAIN_IDLE_MS 1000
+/* A client stream id past this: GOAWAY (NO_ERROR) with it as the last, so the client moves to
+ * a new connection while ids remain for the streams it has open (at most 1000). */
+#define H2_LAST_IDS (INT32_MAX - 2000)
 
 struct h2;
 
@@ -96,6 +109,7 @@ struct h2s {
 	struct h2head hh;
 	struct http_chunked dech; /* a chunked response's framing, dropped as it goes */
 	uint64_t unconsumed;	  /* DATA bytes taken whose credit has not gone back */
+	uint64_t hlist;		  /* its header list's bytes as RFC 9113 6.5.2 counts them */
 	uint64_t since_ms;	  /* its start, or the client last took of the proxy's answer */
 	unsigned interims;
 	unsigned headers_in : 1; /* the request head is whole */
@@ -111,15 +125,23 @@ struct h2s {
 	unsigned given_up : 1;	 /* its client took none of the proxy's answer in time: reset */
 };
 
+/* A token bucket: <per_s> tokens a second, as many at most; kept in thousandths. */
+struct h2_bucket {
+	uint64_t milli;
+	uint64_t at_ms;
+};
+
 struct h2 {
 	struct client *cl;
 	nghttp2_session *ss;
 	struct list_head streams, spare;
 	unsigned nstreams;
-	int busy;	   /* in h2_run: wakes only mark their stream */
-	int fatal;	   /* the session failed: close */
-	int draining;	   /* GOAWAY sent */
-	uint64_t quiet_ms; /* when the last stream ended */
+	int busy;     /* in h2_run: wakes only mark their stream */
+	int fatal;    /* the session failed: close */
+	int draining; /* GOAWAY sent */
+	int calm;     /* a defence sent GOAWAY ENHANCE_YOUR_CALM: nothing more is read */
+	struct h2_bucket resets, control; /* limits.http2_max_resets, _max_control_frames */
+	uint64_t quiet_ms;		  /* when the last stream ended */
 };
 
 static const struct exchange_codec_ops h2_codec;
@@ -130,6 +152,63 @@ int h2_preface(const char *p, size_t len)
 	if (memcmp(p, H2_PREFACE, n))
 		return -1;
 	return len >= H2_PREFACE_LEN;
+}
+
+/* --- defences --- */
+
+static void defence_count(struct h2 *h, enum h2_defence d)
+{
+	metrics_add(metrics_shard_self(h->cl->w->rt->metrics), PM_PROCESS_H2_DEFENCES, d, 1);
+}
+
+/* Take a token from <b> (refilled at <per_s> a second up to <per_s>): 0, or -1 when it is
+ * empty. <per_s> 0: no limit. */
+static int bucket_take(struct h2_bucket *b, unsigned per_s, uint64_t now)
+{
+	if (!per_s)
+		return 0;
+	uint64_t cap = (uint64_t)per_s * 1000;
+	if (now > b->at_ms)
+		b->milli += (now - b->at_ms) * per_s;
+	b->at_ms = now;
+	if (b->milli > cap)
+		b->milli = cap;
+	if (b->milli < 1000)
+		return -1;
+	b->milli -= 1000;
+	return 0;
+}
+
+/* A defence ends the connection: counted, GOAWAY ENHANCE_YOUR_CALM, nothing more read or
+ * started; the streams under way are cut when it closes. */
+static void h2_calm(struct h2 *h, enum h2_defence d, const char *why)
+{
+	if (h->calm)
+		return;
+	h->calm = 1;
+	defence_count(h, d);
+	log_debug("%s: HTTP/2: %s: connection ended (GOAWAY ENHANCE_YOUR_CALM)", h->cl->ip, why);
+	nghttp2_session_terminate_session(h->ss, NGHTTP2_ENHANCE_YOUR_CALM);
+}
+
+/* Was a stream reset for what its client did (a malformed stream, a window overrun)? Such
+ * resets, as they are sent, draw on the same bucket as the client's own: a client that makes
+ * the proxy reset its streams ("made you reset") is the rapid reset attack too. A stream
+ * refused past SETTINGS_MAX_CONCURRENT_STREAMS is not counted: a client may open more before
+ * it has read the proxy's SETTINGS, and a refused stream costs nothing. */
+static int client_fault(uint32_t code)
+{
+	return code == NGHTTP2_PROTOCOL_ERROR || code == NGHTTP2_FLOW_CONTROL_ERROR ||
+	       code == NGHTTP2_STREAM_CLOSED || code == NGHTTP2_FRAME_SIZE_ERROR;
+}
+
+/* A frame that carries no request (SETTINGS, PING, PRIORITY, an empty DATA): past
+ * limits.http2_max_control_frames a second, the connection ends. */
+static void control_frame(struct h2 *h)
+{
+	const struct conf_limits *lim = &h->cl->w->conf->limits;
+	if (bucket_take(&h->control, lim->h2_max_control, loop_now(h->cl->w->loop)) < 0)
+		h2_calm(h, H2_DEFENCE_CONTROL_FLOOD, "SETTINGS, PING or PRIORITY frames flood");
 }
 
 /* --- streams --- */
@@ -757,6 +836,7 @@ static enum run codec_response_head(struct exchange *x, const struct http_head *
 	buf_put(&w->bufs, b);
 	if (rc < 0)
 		return exchange_abort(x, "out of memory");
+	s->pace.client_took_ms = loop_now(w->loop); /* timeouts.send_ms counts from here */
 	exchange_response_started(x);
 	return RUN_AGAIN;
 }
@@ -901,10 +981,19 @@ static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *f, void *u
 	(void)ss;
 	if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
 		return 0;
+	if (h->calm)
+		return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
 	struct h2s *s = stream_new(h, f->hd.stream_id);
 	if (!s)
 		return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
 	nghttp2_session_set_stream_user_data(h->ss, f->hd.stream_id, s);
+	if (f->hd.stream_id > H2_LAST_IDS && !h->draining) {
+		/* its stream ids run out: it is told to open a new connection before they do */
+		h->draining = 1;
+		defence_count(h, H2_DEFENCE_STREAM_IDS);
+		nghttp2_submit_goaway(h->ss, NGHTTP2_FLAG_NONE, f->hd.stream_id, NGHTTP2_NO_ERROR,
+				      NULL, 0);
+	}
 	return 0;
 }
 
@@ -919,6 +1008,16 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *f, nghttp2_rcbuf 
 	if (!s)
 		return 0;
 	nghttp2_vec n = nghttp2_rcbuf_get_buf(name), v = nghttp2_rcbuf_get_buf(value);
+	s->hlist += n.len + v.len + 32;
+	if (s->hlist > h->cl->w->conf->limits.h2_max_header_list) {
+		/* a long list, or a small block that decodes huge (an HPACK bomb): 431, the rest
+		 * of the list decoded by nghttp2 (its table must stay right) and dropped */
+		if (s->hh.err != -431) {
+			s->hh.err = -431;
+			defence_count(h, H2_DEFENCE_HEADER_LIST);
+		}
+		return 0;
+	}
 	if (n.len && n.base[0] == ':') {
 		nghttp2_rcbuf **keep = n.len == 7 && !memcmp(n.base, ":method", 7)	  ? &s->meth
 				       : n.len == 5 && !memcmp(n.base, ":path", 5)	  ? &s->path
@@ -950,10 +1049,29 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
 {
 	struct h2 *h = ud;
 	(void)ss;
+	int end = (f->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
+	const struct conf_limits *lim = &h->cl->w->conf->limits;
+	switch (f->hd.type) {
+	case NGHTTP2_RST_STREAM:
+		if (bucket_take(&h->resets, lim->h2_max_resets, loop_now(h->cl->w->loop)) < 0)
+			h2_calm(h, H2_DEFENCE_RAPID_RESET, "streams reset too fast (rapid reset)");
+		break;
+	case NGHTTP2_SETTINGS:
+	case NGHTTP2_PING:
+		if (!(f->hd.flags & NGHTTP2_FLAG_ACK))
+			control_frame(h);
+		break;
+	case NGHTTP2_PRIORITY:
+		control_frame(h);
+		break;
+	case NGHTTP2_DATA:
+		if (!f->hd.length && !end)
+			control_frame(h);
+		break;
+	}
 	struct h2s *s = f->hd.stream_id ? stream_of(h, f->hd.stream_id) : NULL;
 	if (!s)
 		return 0;
-	int end = (f->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
 	if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST) {
 		head_line(s);
 		int n = h2head_end(&s->hh, end);
@@ -1013,6 +1131,19 @@ static int on_stream_close(nghttp2_session *ss, int32_t id, uint32_t code, void 
 	return 0;
 }
 
+/* A stream reset for what its client did draws on the client's own reset limit. */
+static int on_frame_send(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
+{
+	struct h2 *h = ud;
+	(void)ss;
+	if (f->hd.type == NGHTTP2_RST_STREAM && client_fault(f->rst_stream.error_code) &&
+	    bucket_take(&h->resets, h->cl->w->conf->limits.h2_max_resets,
+			loop_now(h->cl->w->loop)) < 0)
+		h2_calm(h, H2_DEFENCE_RAPID_RESET,
+			"streams the client made the proxy reset, too fast");
+	return 0;
+}
+
 /* --- the connection --- */
 
 /* Feed what the client sent to nghttp2, reading until the socket is empty. -1: close. */
@@ -1020,14 +1151,23 @@ static int h2_read(struct h2 *h)
 {
 	struct client *cl = h->cl;
 	for (;;) {
-		if (cl->in && buf_len(cl->in)) {
+		if (cl->in && buf_len(cl->in) && !h->calm) {
 			ssize_t r = nghttp2_session_mem_recv(
 			    h->ss, (const uint8_t *)buf_head(cl->in), buf_len(cl->in));
-			if (r < 0) {
+			if (r == NGHTTP2_ERR_TOO_MANY_CONTINUATIONS)
+				h2_calm(h, H2_DEFENCE_CONTINUATION_FLOOD, "CONTINUATION flood");
+			else if (r == NGHTTP2_ERR_FLOODED)
+				h2_calm(h, H2_DEFENCE_CONTROL_FLOOD, "acknowledgements not read");
+			else if (r < 0) {
 				log_debug("%s: HTTP/2: %s", cl->ip, nghttp2_strerror((int)r));
 				return -1;
 			}
-			buf_consume(cl->in, (size_t)r);
+			buf_consume(cl->in, r < 0 ? buf_len(cl->in) : (size_t)r);
+		}
+		if (h->calm) {
+			if (cl->in)
+				buf_consume(cl->in, buf_len(cl->in));
+			return 0;
 		}
 		if (!cl->conn.readable && !cl->read_end)
 			return 0;
@@ -1076,7 +1216,8 @@ static int h2_flush(struct h2 *h)
 static int any_to_run(struct h2 *h)
 {
 	for (struct list_node *n = list_first(&h->streams); n; n = list_next(&h->streams, n))
-		if (container_of(n, struct h2s, link)->run)
+		if (container_of(n, struct h2s, link)->run &&
+		    (container_of(n, struct h2s, link)->x || !h->calm))
 			return 1;
 	return 0;
 }
@@ -1090,8 +1231,25 @@ static void run_streams(struct h2 *h)
 			codec_abort(s->x, "the client sent past its flow-control window");
 			continue;
 		}
-		if (s->run)
+		if (s->run && (s->x || !h->calm))
 			stream_run(s);
+	}
+}
+
+/* After a flush: a stream whose response bytes wait while its client's window (the stream's
+ * or the connection's) is shut has a full client to timeouts.send_ms, as an HTTP/1 client
+ * whose socket is full has: a zero-window client holds its backend no longer than that. */
+static void streams_mark_full(struct h2 *h)
+{
+	int conn_shut = nghttp2_session_get_remote_window_size(h->ss) <= 0;
+	for (struct list_node *n = list_first(&h->streams); n; n = list_next(&h->streams, n)) {
+		struct h2s *s = container_of(n, struct h2s, link);
+		struct exchange *x = s->x;
+		if (!x)
+			continue;
+		int shut =
+		    conn_shut || nghttp2_session_get_stream_remote_window_size(h->ss, s->id) <= 0;
+		s->pace.client_full = x->resp_head && x->resp.ready && shut;
 	}
 }
 
@@ -1170,6 +1328,7 @@ static void h2_process(struct h2 *h)
 			bad = 1;
 			break;
 		}
+		streams_mark_full(h);
 		if (!any_to_run(h) && !(cl->in && buf_len(cl->in)))
 			break;
 	}
@@ -1177,6 +1336,8 @@ static void h2_process(struct h2 *h)
 	if (!bad && !client_out_pending(cl) && !nghttp2_session_want_read(h->ss) &&
 	    !nghttp2_session_want_write(h->ss))
 		bad = 1; /* both sides are done (GOAWAY) */
+	if (h->calm && client_out_pending(cl))
+		bad = 1; /* a defence's GOAWAY is not waited for past what the socket took */
 	if (bad) {
 		client_close(cl);
 		return;
@@ -1212,6 +1373,9 @@ void h2_on_timer(struct client *cl)
 	for (struct list_node *n = list_first(&h->streams); n; n = list_next(&h->streams, n)) {
 		struct h2s *s = container_of(n, struct h2s, link);
 		struct exchange *x = s->x;
+		if (x && s->pace.client_full && t->send_ms &&
+		    now >= s->pace.client_took_ms + t->send_ms)
+			defence_count(h, H2_DEFENCE_SLOW_READER); /* deadline_fire() cuts it */
 		if (x && deadline_next(x, now) <= now && deadline_fire(x, now) != RUN_GONE &&
 		    s->x == x)
 			s->run = 1;
@@ -1224,6 +1388,7 @@ void h2_on_timer(struct client *cl)
 				return;
 			}
 			s->given_up = 1;
+			defence_count(h, H2_DEFENCE_SLOW_READER);
 			nghttp2_submit_rst_stream(h->ss, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_CANCEL);
 		}
 	}
@@ -1258,8 +1423,13 @@ void h2_take(struct client *cl)
 	nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
 	nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data);
 	nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
+	nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
 	nghttp2_option_set_no_auto_window_update(opt, 1);
 	nghttp2_option_set_max_send_header_block_length(opt, w->bufs.size);
+	/* nghttp2's own reset limit stays behind ours (limits.http2_max_resets), a backstop */
+	if (lim->h2_max_resets)
+		nghttp2_option_set_stream_reset_rate_limit(opt, 4ull * lim->h2_max_resets + 1000,
+							   4ull * lim->h2_max_resets + 33);
 	if (nghttp2_session_server_new2(&h->ss, cb, h, opt))
 		goto fail;
 	nghttp2_session_callbacks_del(cb);
@@ -1270,14 +1440,20 @@ void h2_take(struct client *cl)
 	list_init(&h->streams);
 	list_init(&h->spare);
 	h->quiet_ms = loop_now(w->loop);
+	h->resets = (struct h2_bucket){(uint64_t)lim->h2_max_resets * 1000, h->quiet_ms};
+	h->control = (struct h2_bucket){(uint64_t)lim->h2_max_control * 1000, h->quiet_ms};
+	/* a stream's window is at most half a buffer: its input holds what it sends */
+	uint32_t window = lim->h2_stream_window < w->bufs.size / 2 ? (uint32_t)lim->h2_stream_window
+								   : w->bufs.size / 2;
 	const nghttp2_settings_entry iv[] = {
 	    {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, lim->h2_max_streams},
-	    {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, w->bufs.size / 2},
-	    {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, lim->max_header_bytes},
+	    {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, window},
+	    {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)lim->h2_max_header_list},
 	    {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
 	};
 	if (nghttp2_submit_settings(h->ss, NGHTTP2_FLAG_NONE, iv, sizeof(iv) / sizeof(iv[0])) ||
-	    nghttp2_session_set_local_window_size(h->ss, NGHTTP2_FLAG_NONE, 0, H2_CONN_WINDOW))
+	    nghttp2_session_set_local_window_size(h->ss, NGHTTP2_FLAG_NONE, 0,
+						  (int32_t)lim->h2_conn_window))
 		goto fail;
 	cl->h2 = h;
 	cl->codec_free = h2_free;

@@ -4,12 +4,12 @@
  * HTTP/1 request, to the same HTTP/1 upstream half (up_h1.h).
  *
  * The HTTP/1 codec (h1.c) accepts every connection and hands one over here when its first
- * bytes are the HTTP/2 connection preface (h2c with prior knowledge, RFC 9113 3.3) on a
- * listener with listen[].http2 on. The connection keeps its struct client (transport,
- * buffers, timer, place on the worker's list); its state becomes C_H2 and h1.c passes its
- * events here. Framing, HPACK and the protocol's state machine are nghttp2's (Debian's
- * libnghttp2); what to read, when to give flow-control credit back and what each stream
- * does are ours (h2.c's essay says how).
+ * bytes are the HTTP/2 connection preface on a listener with listen[].http2 on: over TLS once
+ * ALPN chose "h2" (RFC 9113 3.2), on a plain listener with prior knowledge (h2c, 3.3). The
+ * connection keeps its struct client (transport, buffers, timer, place on the worker's list); its
+ * state becomes C_H2 and h1.c passes its events here. Framing, HPACK and the protocol's state
+ * machine are nghttp2's (Debian's libnghttp2); what to read, when to give flow-control credit back
+ * and what each stream does are ours (h2.c's essay says how).
  */
 #ifndef ACCELNET_PROXY_H2_H
 #define ACCELNET_PROXY_H2_H

@@ -38,6 +38,10 @@ static const char *const kvevent_names[KVEVENT_KINDS] = {
 static const char *const pd_fail_names[PD_FAILS] = {PD_FAIL_LIST(PD_FAIL_NAME)};
 #undef PD_FAIL_NAME
 
+#define H2_DEFENCE_NAME(name, label) [H2_DEFENCE_##name] = label,
+static const char *const h2_defence_names[H2_DEFENCES] = {H2_DEFENCE_LIST(H2_DEFENCE_NAME)};
+#undef H2_DEFENCE_NAME
+
 #define TENANT_FOLD "other" /* the tenant series past metrics.max_tenants */
 
 enum {
@@ -910,6 +914,16 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 				  "through the proxy's buffers (tune.splice)",
 				  "bytes", .space = SPACE_PROCESS, .json = "spliced_bytes",
 				  .json_as = MJ_UINT},
+    [PM_PROCESS_H2_DEFENCES] = {"accelnet_http2_defences_total", METRIC_COUNTER,
+				"times an HTTP/2 defence acted: a connection ended with GOAWAY "
+				"ENHANCE_YOUR_CALM (rapid_reset, control_flood, "
+				"continuation_flood), a header list refused 431 (header_list), a "
+				"stream cut for a client that took none of its response "
+				"(slow_reader), a connection sent GOAWAY as its stream ids ran out "
+				"(stream_ids)",
+				NULL, .space = SPACE_PROCESS, .sub_label = "defence",
+				.sub_values = h2_defence_names, .nsub = H2_DEFENCES,
+				.json = "http2_defences", .json_as = MJ_UINT},
     [PM_ROUTE_NAME] = {ROUTE, JSON_ONLY("name", MJ_STRING), .read_str = read_route_name},
     [PM_ROUTE_REQUESTS] = {"accelnet_route_requests_total", METRIC_COUNTER,
 			   "requests by the status class the client got (aborted: cut before "

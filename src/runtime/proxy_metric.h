@@ -129,6 +129,7 @@ enum proxy_metric {
 	PM_PROCESS_TUNNEL_BYTES,   /* series: enum tunnel_way */
 	PM_PROCESS_TUNNELS_CLOSED, /* series: enum tunnel_end */
 	PM_PROCESS_SPLICED_BYTES,  /* response body bytes moved by splice (proxy/splice_body.h) */
+	PM_PROCESS_H2_DEFENCES,	   /* series: enum h2_defence (proxy/h2.c) */
 	/* per route (proxy/tally.c) */
 	PM_ROUTE_NAME,
 	PM_ROUTE_REQUESTS, /* series: route index * PM_CLASSES + class */
@@ -174,6 +175,18 @@ enum tunnel_end {
 };
 
 enum token_kind { TOKENS_PROMPT, TOKENS_COMPLETION, PM_KINDS };
+
+/* What an HTTP/2 defence acted against (proxy/h2.c): the label value. */
+#define H2_DEFENCE_LIST(X)                                                                         \
+	X(RAPID_RESET, "rapid_reset")                                                              \
+	X(CONTROL_FLOOD, "control_flood")                                                          \
+	X(CONTINUATION_FLOOD, "continuation_flood")                                                \
+	X(HEADER_LIST, "header_list")                                                              \
+	X(SLOW_READER, "slow_reader")                                                              \
+	X(STREAM_IDS, "stream_ids")
+#define H2_DEFENCE_ENUM(name, label) H2_DEFENCE_##name,
+enum h2_defence { H2_DEFENCE_LIST(H2_DEFENCE_ENUM) H2_DEFENCES };
+#undef H2_DEFENCE_ENUM
 
 /* Why a new client connection was closed as it was accepted (proxy/shed.h). */
 enum shed_reason {

@@ -239,9 +239,9 @@ def test_h2c_floods_end_the_connection_and_others_are_served(env):
 
 
 def test_h2_preface_inside_tls_gets_http1(env):
-    """docs/http2.md and docs/config.md: HTTP/2 is h2c on plain listeners; TLS listeners speak
-    HTTP/1.1 only (no ALPN h2 yet). A TLS client that sends the preface anyway is answered
-    as HTTP/1.1, never taken into HTTP/2 over TLS. (Before: it got an HTTP/2 connection.)"""
+    """docs/http2.md: over TLS, HTTP/2 is chosen by ALPN "h2" alone. A TLS client that offered
+    no ALPN and sends the preface anyway is answered as HTTP/1.1, never taken into HTTP/2
+    without ALPN. (Before: it got an HTTP/2 connection.)"""
     import os
     import ssl
     import subprocess

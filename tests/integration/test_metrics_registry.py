@@ -212,6 +212,13 @@ FAMILIES = {  # name: (type, help)
                                       "(timeouts.tunnel_drain_ms), or a failed read or write"),
     "accelnet_spliced_bytes_total": ("counter", "response body bytes relayed by splice(2), never "
                                      "copied through the proxy's buffers (tune.splice)"),
+    "accelnet_http2_defences_total": ("counter", "times an HTTP/2 defence acted: a connection "
+                                      "ended with GOAWAY ENHANCE_YOUR_CALM (rapid_reset, "
+                                      "control_flood, continuation_flood), a header list "
+                                      "refused 431 (header_list), a stream cut for a client "
+                                      "that took none of its response (slow_reader), a "
+                                      "connection sent GOAWAY as its stream ids ran out "
+                                      "(stream_ids)"),
     "accelnet_route_requests_total": ("counter", "requests by the status class the client got "
                                       "(aborted: cut before the whole response)"),
     "accelnet_route_request_duration_seconds": ("histogram", "request head read to the "
