@@ -135,6 +135,7 @@ void conf_free(struct conf *c)
 		return;
 	for (size_t i = 0; i < c->nlistens; i++) {
 		free(c->listens[i].address);
+		free(c->listens[i].pool_name);
 		conf_tls_free(c->listens[i].tls);
 	}
 	free(c->listens);

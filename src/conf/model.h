@@ -55,6 +55,11 @@ struct conf_listen {
 	struct conf_tls *tls; /* listen[].tls; NULL: plain TCP */
 	unsigned shared;      /* listen[].reuse_port: shared: another process may listen too */
 	unsigned http2;	      /* listen[].http2: HTTP/2 taken (h2c by its preface), default 1 */
+	/* listen[].mode: tcp: raw TCP relayed to pools[pool] (proxy/l4.h); 0: HTTP */
+	unsigned l4;
+	char *pool_name;	    /* listen[].pool as given ... */
+	size_t pool;		    /* ... and its index, once every pool is read */
+	unsigned idle_ms, drain_ms; /* listen[].idle_ms, listen[].drain_ms (mode: tcp) */
 };
 
 /* pools[].tls: TLS to the pool's backends (net/tls.h builds one client context of it). */
@@ -191,6 +196,7 @@ struct conf_pool {
 	struct conf_engine_metrics engine_metrics;
 	struct conf_pd pd; /* disaggregation: */
 	int has_kv_events; /* some backend has kv_events */
+	int l4;		   /* a listener with mode: tcp relays to it (no route may) */
 	/* pools[].spare_backends: slots kept for backends added at run time through the admin
 	 * API (control/manage.h); CONF_SPARE_DEFAULT until the pool is checked */
 	unsigned spare_backends;

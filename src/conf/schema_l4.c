@@ -1,0 +1,108 @@
+/*
+ * schema_l4.c - the whole-config check of listen[].mode: tcp (see schema_l4.h).
+ *
+ * A pool serves either HTTP routes or tcp listeners, never both: its backends speak one
+ * protocol, its health check is one kind (a TCP connect for an L4 pool, control/health.c),
+ * and an L4 connection holds its backend slot for as long as it lasts, which a route's
+ * queue would wait behind. conf/schema.c refuses a route or spillover to an L4 pool; this
+ * file marks the pools, so it runs first.
+ */
+#include "conf/schema_l4.h"
+#include "conf/model.h"
+#include "policy/lb.h"
+
+#include <string.h>
+
+/* The node of item <i> of the sequence under <key> of <root>, or <root>. */
+static yaml_node_t *item_of(struct rules_ctx *x, yaml_node_t *root, const char *key, size_t i)
+{
+	yaml_node_t *seq = rules_value_of(x, root, key);
+	if (!seq || seq->type != YAML_SEQUENCE_NODE)
+		return root;
+	if (seq->data.sequence.items.start + i >= seq->data.sequence.items.top)
+		return root;
+	return rules_node(x, seq->data.sequence.items.start[i]);
+}
+
+/* The value of <key> in mapping <item>, or <item> itself (a scalar listener). */
+static yaml_node_t *value_or(struct rules_ctx *x, yaml_node_t *item, const char *key)
+{
+	yaml_node_t *v = item->type == YAML_MAPPING_NODE ? rules_value_of(x, item, key) : NULL;
+	return v ? v : item;
+}
+
+static int check_listener(struct rules_ctx *x, yaml_node_t *item, struct conf *c,
+			  struct conf_listen *l)
+{
+	if (!l->l4) {
+		if (l->pool_name)
+			return rules_fail(x, value_or(x, item, "pool"),
+					  "listen: 'pool' is for 'mode: tcp'; an HTTP listener's "
+					  "requests find their pool through routes");
+		return 0;
+	}
+	if (!l->pool_name)
+		return rules_fail(x, value_or(x, item, "mode"),
+				  "listen: 'mode: tcp' needs 'pool': the pool whose backends get "
+				  "the connections");
+	if (l->tls)
+		return rules_fail(x, value_or(x, item, "tls"),
+				  "listen: 'mode: tcp' relays bytes as they are and terminates no "
+				  "TLS; remove 'tls' (TLS passthrough by SNI is not built yet)");
+	size_t j = 0;
+	while (j < c->npools && strcmp(c->pools[j].name, l->pool_name) != 0)
+		j++;
+	if (j == c->npools)
+		return rules_fail(x, value_or(x, item, "pool"), "listen: no pool named '%s'",
+				  l->pool_name);
+	l->pool = j;
+	c->pools[j].l4 = 1;
+	return 0;
+}
+
+static int check_pool(struct rules_ctx *x, yaml_node_t *item, const struct conf_pool *p)
+{
+	const struct lb_ops *lb = p->balance;
+	if (lb->latency || lb->prompt || lb->blocks)
+		return rules_fail(x, value_or(x, item, "balance"),
+				  "pools: '%s' takes 'mode: tcp' connections, which carry no "
+				  "request for balance '%s' to read; use round-robin, "
+				  "weighted-round-robin, least-connections, p2c or consistent-hash",
+				  p->name, lb->name);
+	if (lb->keyed && p->hash.key != HASH_KEY_CLIENT_IP)
+		return rules_fail(x, value_or(x, item, "hash"),
+				  "pools: '%s' takes 'mode: tcp' connections: hash.key can only be "
+				  "client_ip",
+				  p->name);
+	if (p->tls)
+		return rules_fail(x, value_or(x, item, "tls"),
+				  "pools: '%s' takes 'mode: tcp' connections, relayed as they are: "
+				  "'tls' to its backends is not possible",
+				  p->name);
+	if (p->pd.enabled)
+		return rules_fail(x, value_or(x, item, "disaggregation"),
+				  "pools: '%s' takes 'mode: tcp' connections: 'disaggregation' "
+				  "needs HTTP requests",
+				  p->name);
+	return 0;
+}
+
+int schema_check_l4(struct rules_ctx *x, yaml_node_t *root, struct conf *c)
+{
+	int http = 0;
+	for (size_t i = 0; i < c->nlistens; i++) {
+		http |= !c->listens[i].l4;
+		if (check_listener(x, item_of(x, root, "listen", i), c, &c->listens[i]) < 0)
+			return -1;
+	}
+	for (size_t j = 0; j < c->npools; j++)
+		if (c->pools[j].l4 && check_pool(x, item_of(x, root, "pools", j), &c->pools[j]) < 0)
+			return -1;
+	if (http && !c->nroutes && c->pools[0].l4)
+		return rules_fail(x, item_of(x, root, "pools", 0),
+				  "pools: without routes, HTTP requests go to the first pool, but "
+				  "'%s' takes 'mode: tcp' connections; add routes, or put an HTTP "
+				  "pool first",
+				  c->pools[0].name);
+	return 0;
+}

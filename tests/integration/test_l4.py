@@ -1,0 +1,309 @@
+"""L4 mode (issue 31, listen[].mode: tcp): raw TCP relayed to a pool's backends, whatever
+the protocol: an echo server and a real Redis through the listener, balancing, a dead backend
+skipped, half-close both ways, the idle timeout, a drain that lets an open connection finish,
+and configs `accelnet check` refuses."""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+
+from harness import (BIN, Skip, free_port, metrics_text, port_open, prom_samples, read_all,
+                     wait_until)
+
+
+class TcpServer:
+    """A TCP server in a thread; each connection runs handler(conn) in a thread of its own.
+    .accepted counts connections, .open those not yet closed."""
+
+    def __init__(self, handler):
+        self.port = free_port()
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", self.port))
+        self.sock.listen(128)
+        self.handler = handler
+        self.accepted = 0
+        self.open = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            self.open += 1
+            threading.Thread(target=self._conn, args=(conn,), daemon=True).start()
+
+    def _conn(self, conn):
+        try:
+            self.handler(conn)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+            self.open -= 1
+
+    def close(self):
+        self.sock.close()
+
+
+def echo(conn):
+    """Echo every byte; at the client's end, end our side too (a half-close passed on)."""
+    while True:
+        data = conn.recv(65536)
+        if not data:
+            break
+        conn.sendall(data)
+    conn.shutdown(socket.SHUT_WR)
+
+
+def named(name):
+    """Say <name> and end our side; then read to the client's end."""
+    def handler(conn):
+        conn.sendall(name.encode())
+        conn.shutdown(socket.SHUT_WR)
+        while conn.recv(4096):
+            pass
+    return handler
+
+
+def pools_yaml(name, ports, balance="round-robin", extra=""):
+    lines = [f"  - name: {name}", f"    balance: {balance}", "    backends:"]
+    lines += [f"      - {{address: 127.0.0.1:{p}}}" for p in ports]
+    return "\n".join(lines) + "\n" + extra
+
+
+def l4_config(env, pools, listen_extra="", pool="db", workers=2, top=""):
+    port, admin = free_port(), free_port()
+    text = (f"workers: {workers}\nlisten:\n  - address: 127.0.0.1:{port}\n    mode: tcp\n"
+            f"    pool: {pool}\n{listen_extra}admin:\n  address: 127.0.0.1:{admin}\n"
+            f"{top}pools:\n{pools}")
+    return env.write("l4.yaml", text), port, admin
+
+
+def l4_proxy(env, pools, **kw):
+    path, port, admin = l4_config(env, pools, **kw)
+    p = env.start([BIN, "proxy", "-c", path], "proxy", wait_port=port)
+    p.port, p.admin, p.path = port, admin, path
+    wait_until(lambda: port_open(admin), "admin port")
+    return p
+
+
+def metric(admin, name, **labels):
+    """The sum of <name>'s samples whose labels include <labels>."""
+    return sum(v for (n, k), v in prom_samples(metrics_text(admin)).items()
+               if n == name and all(dict(k).get(a) == b for a, b in labels.items()))
+
+
+def connect(port, timeout=10):
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.settimeout(timeout)
+    return s
+
+
+def test_l4_echo_bytes_both_ways_and_counted(env):
+    be = TcpServer(echo)
+    px = l4_proxy(env, pools_yaml("db", [be.port]))
+    payload = os.urandom(3 << 20)  # more than any pipe or socket buffer holds
+    s = connect(px.port)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(read_all(s)))
+    reader.start()
+    s.sendall(payload)
+    s.shutdown(socket.SHUT_WR)
+    reader.join(30)
+    assert got and got[0] == payload, len(got[0]) if got else None
+    s.close()
+    be_name = f"127.0.0.1:{be.port}"
+
+    def counted():
+        conns = metric(px.admin, "accelnet_backend_l4_connections_total", backend=be_name)
+        sent = metric(px.admin, "accelnet_backend_l4_bytes_total", backend=be_name,
+                      direction="to_backend")
+        back = metric(px.admin, "accelnet_backend_l4_bytes_total", backend=be_name,
+                      direction="to_client")
+        # (the start-up's check that the port is open was a connection too, without bytes)
+        return conns >= 1 and (sent, back) == (len(payload), len(payload))
+    wait_until(counted, "the connection and its bytes counted per backend")
+
+
+def test_l4_redis_through_the_listener(env):
+    redis = shutil.which("redis-server")
+    if not redis:
+        raise Skip("redis-server not installed")
+    rport = free_port()
+    env.start([redis, "--port", str(rport), "--bind", "127.0.0.1", "--save", "",
+               "--appendonly", "no"], "redis", wait_port=rport)
+    px = l4_proxy(env, pools_yaml("db", [rport]))
+    s = connect(px.port)
+    value = "x" * 100000
+    s.sendall(f"*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n${len(value)}\r\n{value}\r\n".encode())
+    assert s.recv(16) == b"+OK\r\n"
+    s.sendall(b"*2\r\n$3\r\nGET\r\n$3\r\nkey\r\n")
+    want = f"${len(value)}\r\n{value}\r\n".encode()
+    got = b""
+    while len(got) < len(want):
+        chunk = s.recv(65536)
+        assert chunk, got[:40]
+        got += chunk
+    assert got == want
+    s.close()
+    cli = shutil.which("redis-cli")
+    if cli:
+        out = subprocess.run([cli, "-p", str(px.port), "INCR", "n"], capture_output=True,
+                             timeout=10)
+        assert out.stdout.strip() == b"1", out
+
+
+def test_l4_balances_across_two_backends(env):
+    a, b = TcpServer(named("a")), TcpServer(named("b"))
+    px = l4_proxy(env, pools_yaml("db", [a.port, b.port]), workers=1)
+    seen = []
+    for _ in range(6):
+        s = connect(px.port)
+        seen.append(read_all(s))
+        s.close()
+    assert sorted(seen) == [b"a"] * 3 + [b"b"] * 3, seen
+
+
+def test_l4_hash_on_the_client_address(env):
+    a, b = TcpServer(named("a")), TcpServer(named("b"))
+    px = l4_proxy(env, pools_yaml("db", [a.port, b.port], balance="consistent-hash"))
+    seen = set()
+    for _ in range(6):
+        s = connect(px.port)
+        seen.add(read_all(s))
+        s.close()
+    assert len(seen) == 1, seen  # one client address: always the same backend
+
+
+def test_l4_dead_backend_skipped(env):
+    dead = free_port()  # nothing listens there: refused
+    b = TcpServer(named("b"))
+    px = l4_proxy(env, pools_yaml("db", [dead, b.port]), workers=1)
+    for _ in range(4):
+        s = connect(px.port)
+        assert read_all(s) == b"b"
+        s.close()
+
+
+def test_l4_health_check_is_a_tcp_connect(env):
+    a = TcpServer(named("a"))
+    down = free_port()
+    px = l4_proxy(env, pools_yaml("db", [a.port, down],
+                                  extra="    health: {interval_ms: 50, fall: 1, rise: 1}\n"))
+    # the backend speaks no HTTP, yet passes; the one that refuses is down
+    def up(port):
+        return metric(px.admin, "accelnet_backend_up", backend=f"127.0.0.1:{port}")
+    wait_until(lambda: (up(a.port), up(down)) == (1, 0), "the listening one up, the other down")
+
+
+def test_l4_half_close_both_ways(env):
+    got_at_backend = []
+
+    def reply_after_end(conn):
+        data = b""
+        while True:
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        got_at_backend.append(data)
+        conn.sendall(b"after your end: " + data)  # the client's end came through first
+        conn.shutdown(socket.SHUT_WR)
+    be = TcpServer(reply_after_end)
+    px = l4_proxy(env, pools_yaml("db", [be.port]))
+    s = connect(px.port)
+    s.sendall(b"hello")
+    s.shutdown(socket.SHUT_WR)
+    assert read_all(s) == b"after your end: hello"  # and the backend's end came back
+    s.close()
+    assert b"hello" in got_at_backend  # (besides the start-up's check that the port is open)
+
+
+def test_l4_silent_client_hits_the_idle_timeout(env):
+    be = TcpServer(echo)
+    px = l4_proxy(env, pools_yaml("db", [be.port]), listen_extra="    idle_ms: 300\n")
+    s = connect(px.port)
+    s.sendall(b"ping")
+    assert s.recv(16) == b"ping"
+    assert read_all(s) == b""  # nothing more: closed by the proxy after idle_ms
+    wait_until(lambda: be.open == 0, "the backend connection closed too")
+    s.close()
+
+
+def test_l4_drain_lets_an_open_connection_finish(env):
+    be = TcpServer(echo)
+    px = l4_proxy(env, pools_yaml("db", [be.port]), workers=1)
+    s = connect(px.port)
+    s.sendall(b"one")
+    assert s.recv(16) == b"one"
+    px.send_signal(signal.SIGHUP)  # a reload: the old workers drain
+    wait_until(lambda: "generation 1" in env.log(px), "the reload done")
+    # the open connection still carries bytes both ways after the reload ...
+    s.sendall(b"two")
+    assert s.recv(16) == b"two"
+    # ... and a new connection goes to the new configuration
+    t = connect(px.port)
+    t.sendall(b"three")
+    assert t.recv(16) == b"three"
+    t.close()
+    s.sendall(b"four")
+    assert s.recv(16) == b"four"
+    s.shutdown(socket.SHUT_WR)
+    assert read_all(s) == b""
+    s.close()
+
+
+def test_l4_drain_time_is_bounded(env):
+    be = TcpServer(echo)
+    px = l4_proxy(env, pools_yaml("db", [be.port]), workers=1,
+                  listen_extra="    drain_ms: 200\n")
+    s = connect(px.port)
+    s.sendall(b"one")
+    assert s.recv(16) == b"one"
+    px.send_signal(signal.SIGTERM)
+    assert read_all(s) == b""  # closed listen[].drain_ms after the drain began
+    px.wait(10)
+    assert px.returncode == 0
+
+
+def check(env, text):
+    path = env.write("bad.yaml", text)
+    return subprocess.run([BIN, "check", "-c", path], capture_output=True, text=True), path
+
+
+def test_l4_bad_configs_refused_with_their_place(env):
+    pools = "pools:\n  - name: db\n    backends: [{address: 127.0.0.1:6379}]\n"
+    cases = [
+        ("listen:\n  - address: 127.0.0.1:7000\n    mode: tcp\n" + pools,
+         ":3:", "needs 'pool'"),
+        ("listen:\n  - address: 127.0.0.1:7000\n    mode: tcp\n    pool: nope\n" + pools,
+         ":4:11", "no pool named 'nope'"),
+        ("listen:\n  - address: 127.0.0.1:7000\n    mode: udp\n    pool: db\n" + pools,
+         ":3:11", "mode"),
+        ("listen:\n  - address: 127.0.0.1:7000\n    pool: db\n" + pools,
+         ":3:11", "is for 'mode: tcp'"),
+        ("listen:\n  - address: 127.0.0.1:7000\n    mode: tcp\n    pool: db\n"
+         "    tls: {cert: c.pem, key: k.pem}\n" + pools, ":", "tls"),
+        ("listen:\n  - address: 127.0.0.1:7000\n    mode: tcp\n    pool: db\n"
+         "  - 127.0.0.1:7001\n" + pools
+         + "routes:\n  - match: {path_prefix: /}\n    pool: db\n", ":11:11",
+         "a pool serves either routes or tcp listeners"),
+        ("listen:\n  - address: 127.0.0.1:7000\n    mode: tcp\n    pool: db\n"
+         "pools:\n  - name: db\n    balance: peak-ewma\n"
+         "    backends: [{address: 127.0.0.1:6379}]\n", ":7:14", "balance 'peak-ewma'"),
+    ]
+    for text, where, words in cases:
+        out, path = check(env, text)
+        assert out.returncode != 0, text
+        msg = out.stderr + out.stdout
+        assert path + where in msg and words in msg, (text, msg)
+    ok, _ = check(env, "listen:\n  - address: 127.0.0.1:7000\n    mode: tcp\n    pool: db\n"
+                  "    idle_ms: 5s\n" + pools)
+    assert ok.returncode == 0, ok.stderr
