@@ -176,6 +176,9 @@ def test_l4_hash_on_the_client_address(env):
     px = l4_proxy(env, pools_yaml("db", [a.port, b.port], balance="consistent-hash"))
     seen = set()
     for _ in range(6):
+        # the last one ended at both backends first: the bound on load (two in flight at
+        # least) would let a key move while connections linger
+        wait_until(lambda: a.open + b.open == 0, "no connection open")
         s = connect(px.port)
         seen.add(read_all(s))
         s.close()
@@ -307,3 +310,35 @@ def test_l4_bad_configs_refused_with_their_place(env):
     ok, _ = check(env, "listen:\n  - address: 127.0.0.1:7000\n    mode: tcp\n    pool: db\n"
                   "    idle_ms: 5s\n" + pools)
     assert ok.returncode == 0, ok.stderr
+
+
+def test_l4_max_concurrency_caps_open_connections(env):
+    a, b = TcpServer(echo), TcpServer(echo)
+    pools = ("  - name: db\n    backends:\n"
+             f"      - {{address: 127.0.0.1:{a.port}, max_concurrency: 1}}\n"
+             f"      - {{address: 127.0.0.1:{b.port}, max_concurrency: 1}}\n")
+    px = l4_proxy(env, pools, workers=1)
+    # the start-up's check that the port is open was a connection too: wait for it to end
+    wait_until(lambda: metric(px.admin, "accelnet_backend_l4_connections_total") == 1 and
+               metric(px.admin, "accelnet_backend_inflight", pool="db") == 0,
+               "the start-up's port check gone")
+    held = []
+    for word in (b"one", b"two"):
+        s = connect(px.port)
+        s.sendall(word)
+        assert s.recv(16) == word
+        held.append(s)
+    assert a.open == 1 and b.open == 1  # one each
+    # every backend holds its one slot: the third client is closed, and counted
+    s = connect(px.port)
+    assert read_all(s) == b""
+    assert metric(px.admin, "accelnet_pool_unavailable_total", pool="db") == 1
+    # a slot freed takes the next one
+    held[0].close()
+    wait_until(lambda: metric(px.admin, "accelnet_backend_inflight", pool="db") == 1,
+               "the first connection's slot back")
+    t = connect(px.port)
+    t.sendall(b"three")
+    assert t.recv(16) == b"three"
+    for s in held[1:] + [t]:
+        s.close()
