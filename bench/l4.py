@@ -3,6 +3,9 @@
 Two workloads, each through accelnet (one worker) and HAProxy (one thread), and directly to
 the backend for reference, in interleaved rounds (the order of the proxies flips each round):
 
+HAProxy runs twice: as configured by default, and with `option splice-auto` (it then splices
+too, where its heuristics say it pays).
+
 - "echo": bench/l4echo.c's echo server behind the proxy; its client keeps CONNS connections
   each writing BLOCK bytes and reading them back before the next (two settings: bulk blocks,
   where throughput counts, and small ones, where each round trip's cost does). Figures: bytes
@@ -44,7 +47,9 @@ def start_accelnet(run, backend):
     return p, port
 
 
-def start_haproxy(run, backend):
+def start_haproxy(run, backend, splice=False):
+    """HAProxy as set up for TCP; <splice>: with `option splice-auto` (off by default), so it
+    splices as accelnet does where it judges it pays."""
     port = bench.free_port()
     cfg = f"""global
     nbthread 1
@@ -54,6 +59,7 @@ defaults
     timeout connect 5s
     timeout client 300s
     timeout server 300s
+{"    option splice-auto" if splice else ""}
 frontend f
     bind 127.0.0.1:{port}
     default_backend b
@@ -116,7 +122,9 @@ def main():
         run.start(["redis-server", "--port", str(rport), "--bind", "127.0.0.1", "--save", "",
                    "--appendonly", "no"], rport, name="redis")
         proxies = {}
-        for name, start in (("accelnet", start_accelnet), ("haproxy", start_haproxy)):
+        for name, start in (("accelnet", start_accelnet), ("haproxy", start_haproxy),
+                            ("haproxy splice-auto",
+                             lambda r, b: start_haproxy(r, b, splice=True))):
             pe, pe_port = start(run, eport)
             pr, pr_port = start(run, rport)
             proxies[name] = dict(echo=(pe_port, pe.pid), redis=(pr_port, pr.pid))
