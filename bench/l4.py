@@ -49,11 +49,12 @@ def start_accelnet(run, backend):
 
 def start_haproxy(run, backend, splice=False):
     """HAProxy as set up for TCP; <splice>: with `option splice-auto` (off by default), so it
-    splices as accelnet does where it judges it pays."""
+    splices as accelnet does where it judges it pays (its pipes take descriptors too: a
+    quarter of maxconn by default, so maxconn is lower to stay within the limit)."""
     port = bench.free_port()
     cfg = f"""global
     nbthread 1
-    maxconn {bench.HAPROXY_MAXCONN}
+    maxconn {bench.HAPROXY_MAXCONN * 3 // 4 if splice else bench.HAPROXY_MAXCONN}
 defaults
     mode tcp
     timeout connect 5s

@@ -10,6 +10,11 @@
  * no slot free while the socket still holds more); a write's -EAGAIN waits for the next
  * write edge of the destination.
  *
+ * A way holds its pipe only while bytes are in it or its source may have more: once empty
+ * and drained it gives the pipe back to the worker's spares, and takes one again (a spare,
+ * with no system call) when the next edge comes. A worker runs one connection at a time, so
+ * a few spares serve all of its quiet connections.
+ *
  * The timer is set for the connect's deadline, then for the idle deadline, and moved only
  * when it fires (the last byte's time is kept, and a timer that finds it moved is set
  * again), so moving bytes costs no timer operation.
@@ -224,6 +229,12 @@ static int64_t l4_pump(struct worker *w, struct l4_dir *way, struct net_conn *fr
 	if (way->eof && !way->shut && !l4_held(way)) {
 		net_conn_shutdown(to); /* half-close: the other side hears the end */
 		way->shut = 1;
+	}
+	if (!l4_held(way) && (!from->readable || way->eof)) {
+		/* empty, its source drained: the pipe goes back to the spares, so a quiet
+		 * connection holds none, and the next way to have bytes takes it */
+		net_pipe_give(&w->pipes, &way->pipe);
+		worker_buf_release(w, &way->buf);
 	}
 	return moved;
 }

@@ -14,8 +14,9 @@
  * until a connect succeeds, so no byte is lost or sent twice. With no backend left the
  * client's connection is closed (there is no queue: an L4 client cannot be told to wait).
  *
- * Once connected, each way moves bytes by splice(2) through a pipe of the connection's own,
- * taken from the worker's spares on its first byte (net/splice.h); where no pipe can be had
+ * Once connected, each way moves bytes by splice(2) through a pipe taken from the worker's
+ * spares when bytes come and given back once it is empty and its source drained, so a quiet
+ * connection holds no pipe (net/splice.h); where no pipe can be had
  * (descriptors short) it reads and writes through a buffer of the worker's pool instead. A
  * side is read no faster than the other takes (the pipe's size bounds what is in flight).
  * One side's end is passed on as a shutdown of the other's sending side (half-close) once
