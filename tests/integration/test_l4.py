@@ -342,3 +342,27 @@ def test_l4_max_concurrency_caps_open_connections(env):
     assert t.recv(16) == b"three"
     for s in held[1:] + [t]:
         s.close()
+
+
+def test_l4_descriptors_come_back(env):
+    """Hostile review: many connections that move bytes, some cut by a reset, some ended
+    half-way by the client: when they are gone, so are their sockets and pipes (beyond the
+    worker's few spares)."""
+    be = TcpServer(echo)
+    px = l4_proxy(env, pools_yaml("db", [be.port]), workers=1)
+    wait_until(lambda: metric(px.admin, "accelnet_backend_inflight", pool="db") == 0, "idle")
+    base = metric(px.admin, "process_open_fds")
+    socks = []
+    for i in range(40):
+        s = connect(px.port)
+        s.sendall(os.urandom(100000))
+        socks.append(s)
+    for i, s in enumerate(socks):
+        if i % 2 == 0:  # a clean end: ours, then the whole echo and the backend's end
+            s.shutdown(socket.SHUT_WR)
+            assert len(read_all(s)) == 100000
+        s.close()  # the odd ones with their echo unread: a reset
+    wait_until(lambda: metric(px.admin, "accelnet_backend_inflight", pool="db") == 0,
+               "every connection ended")
+    # the worker keeps at most 8 spare pipes (2 descriptors each)
+    wait_until(lambda: metric(px.admin, "process_open_fds") <= base + 16, "descriptors back")
