@@ -196,7 +196,10 @@ struct conf_pool {
 	struct conf_engine_metrics engine_metrics;
 	struct conf_pd pd; /* disaggregation: */
 	int has_kv_events; /* some backend has kv_events */
-	int l4;		   /* a listener with mode: tcp relays to it (no route may) */
+	/* l4: a listener with mode: tcp relays to it (no route may); proxy_protocol:
+	 * pools[].proxy_protocol, 0 none, else its version (1, 2) */
+	int l4;
+	unsigned proxy_protocol;
 	/* pools[].spare_backends: slots kept for backends added at run time through the admin
 	 * API (control/manage.h); CONF_SPARE_DEFAULT until the pool is checked */
 	unsigned spare_backends;

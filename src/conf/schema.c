@@ -464,6 +464,8 @@ static const struct rule pool_rules[] = {
      schema_read_api_key_file},
     {"api_key_header", RULE_SECTION, offsetof(struct conf_pool, fwd), 0, 0, NULL,
      schema_read_api_key_header},
+    {"proxy_protocol", RULE_SECTION, offsetof(struct conf_pool, proxy_protocol), 0, 0, NULL,
+     schema_read_proxy_protocol},
     RULES_END,
 };
 

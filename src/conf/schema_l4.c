@@ -87,6 +87,14 @@ static int check_pool(struct rules_ctx *x, yaml_node_t *item, const struct conf_
 	return 0;
 }
 
+int schema_read_proxy_protocol(struct rules_ctx *x, const struct rule *r, yaml_node_t *v,
+			       void *field)
+{
+	static const char *const names[] = {"none", "v1", "v2"};
+	(void)r;
+	return rules_read_choice(x, v, "pools: proxy_protocol", names, 3, field);
+}
+
 int schema_check_l4(struct rules_ctx *x, yaml_node_t *root, struct conf *c)
 {
 	int http = 0;
@@ -95,9 +103,17 @@ int schema_check_l4(struct rules_ctx *x, yaml_node_t *root, struct conf *c)
 		if (check_listener(x, item_of(x, root, "listen", i), c, &c->listens[i]) < 0)
 			return -1;
 	}
-	for (size_t j = 0; j < c->npools; j++)
-		if (c->pools[j].l4 && check_pool(x, item_of(x, root, "pools", j), &c->pools[j]) < 0)
+	for (size_t j = 0; j < c->npools; j++) {
+		yaml_node_t *item = item_of(x, root, "pools", j);
+		if (c->pools[j].l4 && check_pool(x, item, &c->pools[j]) < 0)
 			return -1;
+		if (!c->pools[j].l4 && c->pools[j].proxy_protocol)
+			return rules_fail(x, value_or(x, item, "proxy_protocol"),
+					  "pools: '%s': proxy_protocol is for pools that take "
+					  "'mode: tcp' connections (HTTP backends hear "
+					  "X-Forwarded-For)",
+					  c->pools[j].name);
+	}
 	if (http && !c->nroutes && c->pools[0].l4)
 		return rules_fail(x, item_of(x, root, "pools", 0),
 				  "pools: without routes, HTTP requests go to the first pool, but "

@@ -23,6 +23,7 @@
 #include "core/log.h"
 #include "core/rand.h"
 #include "net/addr.h"
+#include "net/proxyproto.h"
 #include "net/sock.h"
 #include "net/splice.h"
 #include "proxy/attempt.h"
@@ -66,6 +67,28 @@ struct l4conn {
 };
 
 static void l4_on_client_io(struct loop_io *io, unsigned events);
+/*
+ * pools.proxy_protocol: tell the backend, first, where the client came from and which of our
+ * addresses it reached. A fresh connection's send buffer takes the few bytes at once; one
+ * that does not (or an address the kernel will not give) ends the connection. 0 or -errno.
+ */
+static int l4_send_proxy_header(struct l4conn *c)
+{
+	struct sockaddr_storage src, dst;
+	socklen_t slen = sizeof(src), dlen = sizeof(dst);
+	char hdr[NET_PROXYPROTO_MAX];
+	if (getpeername(c->conn.fd, (struct sockaddr *)&src, &slen) < 0 ||
+	    getsockname(c->conn.fd, (struct sockaddr *)&dst, &dlen) < 0)
+		return -errno;
+	int n =
+	    net_proxyproto_write((int)c->att.pool->conf->proxy_protocol, (struct sockaddr *)&src,
+				 (struct sockaddr *)&dst, hdr, sizeof(hdr));
+	if (n < 0)
+		return n;
+	ssize_t w = net_conn_write(&c->att.up->conn, hdr, (size_t)n);
+	return w == n ? 0 : w < 0 ? (int)w : -EAGAIN;
+}
+
 static void l4_on_backend(void *owner);
 static void l4_on_timer(struct loop_timer *t);
 
@@ -285,6 +308,10 @@ static void l4_on_backend(void *owner)
 		c->connected = 1;
 		c->last_ms = loop_now(c->w->loop);
 		backend_count(c->att.be, PM_BACKEND_L4_CONNECTIONS, 1);
+		if (c->att.pool->conf->proxy_protocol && l4_send_proxy_header(c) < 0) {
+			l4_end(c);
+			return;
+		}
 		l4_arm(c);
 	}
 	l4_run(c);

@@ -14,6 +14,9 @@
  * until a connect succeeds, so no byte is lost or sent twice. With no backend left the
  * client's connection is closed (there is no queue: an L4 client cannot be told to wait).
  *
+ * With pools.proxy_protocol (v1 or v2) the backend hears the PROXY protocol header first
+ * (net/proxyproto.h): the client's address and port, and the listener's it reached.
+ *
  * Once connected, each way moves bytes by splice(2) through a pipe taken from the worker's
  * spares when bytes come and given back once it is empty and its source drained, so a quiet
  * connection holds no pipe (net/splice.h); where no pipe can be had

@@ -11,7 +11,7 @@ import subprocess
 import threading
 
 from harness import (BIN, Skip, free_port, metrics_text, port_open, prom_samples, read_all,
-                     wait_until)
+                     read_until, wait_until)
 
 
 class TcpServer:
@@ -366,3 +366,52 @@ def test_l4_descriptors_come_back(env):
                "every connection ended")
     # the worker keeps at most 8 spare pipes (2 descriptors each)
     wait_until(lambda: metric(px.admin, "process_open_fds") <= base + 16, "descriptors back")
+
+
+def proxy_header_echo(conn):
+    """Read a PROXY protocol header (v1 line or v2 block), send it back, then echo."""
+    got = b""
+    while True:
+        chunk = conn.recv(1)
+        assert chunk, got
+        got += chunk
+        if got.startswith(b"PROXY ") and got.endswith(b"\r\n"):
+            break
+        if len(got) >= 16 and got.startswith(b"\r\n\r\n\0\r\nQUIT\n"):
+            need = 16 + int.from_bytes(got[14:16], "big")
+            while len(got) < need:
+                got += conn.recv(need - len(got))
+            break
+    conn.sendall(got)
+    echo(conn)
+
+
+def test_l4_proxy_protocol_v1_and_v2(env):
+    be1, be2 = TcpServer(proxy_header_echo), TcpServer(proxy_header_echo)
+    pools = (pools_yaml("db", [be1.port], extra="    proxy_protocol: v1\n")
+             + pools_yaml("db2", [be2.port], extra="    proxy_protocol: v2\n"))
+    port2 = free_port()
+    px = l4_proxy(env, pools, listen_extra=(f"  - address: 127.0.0.1:{port2}\n    mode: tcp\n"
+                                            "    pool: db2\n"))
+    s = connect(px.port)
+    s.sendall(b"data")
+    sport = s.getsockname()[1]
+    want = f"PROXY TCP4 127.0.0.1 127.0.0.1 {sport} {px.port}\r\n".encode()
+    assert read_until(s, lambda g: len(g) >= len(want) + 4) == want + b"data"
+    s.close()
+    wait_until(lambda: port_open(port2), "the second listener")
+    s = connect(port2)
+    s.sendall(b"data")
+    sport = s.getsockname()[1]
+    want = (b"\r\n\r\n\0\r\nQUIT\n\x21\x11\x00\x0c" + bytes([127, 0, 0, 1, 127, 0, 0, 1])
+            + sport.to_bytes(2, "big") + port2.to_bytes(2, "big"))
+    assert read_until(s, lambda g: len(g) >= len(want) + 4) == want + b"data"
+    s.close()
+
+
+def test_l4_proxy_protocol_only_on_l4_pools(env):
+    out, path = check(env, "listen: [127.0.0.1:7000]\npools:\n  - name: web\n"
+                      "    backends: [{address: 127.0.0.1:8000}]\n    proxy_protocol: v2\n")
+    assert out.returncode != 0
+    msg = out.stderr + out.stdout
+    assert path + ":5:21" in msg and "proxy_protocol is for pools" in msg, msg
