@@ -49,6 +49,14 @@ struct conf_tls {
 	unsigned reload_s;	     /* look at the files this often, reload if changed; 0: never */
 };
 
+/* listen[].sni[]: a ClientHello naming <name> ("*.example.com": one label under it; stored
+ * lower case) goes to pools[pool] (conf/schema_l4.h). */
+struct conf_sni_route {
+	char *name;
+	char *pool_name;
+	size_t pool;
+};
+
 struct conf_listen {
 	char *address;
 	struct net_addr addr;
@@ -60,6 +68,8 @@ struct conf_listen {
 	char *pool_name;	    /* listen[].pool as given ... */
 	size_t pool;		    /* ... and its index, once every pool is read */
 	unsigned idle_ms, drain_ms; /* listen[].idle_ms, listen[].drain_ms (mode: tcp) */
+	struct conf_sni_route *sni; /* listen[].sni: TLS passed through by server name */
+	size_t nsni;
 };
 
 /* pools[].tls: TLS to the pool's backends (net/tls.h builds one client context of it). */

@@ -84,6 +84,7 @@ static const struct rule listen_rules[] = {
     {"pool", RULE_STR, offsetof(struct conf_listen, pool_name), 0, 0, NULL, NULL},
     {"idle_ms", RULE_UINT, offsetof(struct conf_listen, idle_ms), 1, MS_MAX, NULL, NULL},
     {"drain_ms", RULE_UINT, offsetof(struct conf_listen, drain_ms), 0, MS_MAX, NULL, NULL},
+    {"sni", RULE_SECTION, 0, 0, 0, schema_sni_rules, schema_read_sni},
     RULES_END,
 };
 

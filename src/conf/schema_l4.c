@@ -11,7 +11,65 @@
 #include "conf/model.h"
 #include "policy/lb.h"
 
+#include <ctype.h>
+#include <stddef.h>
 #include <string.h>
+
+const struct rule schema_sni_rules[] = {
+    {"name", RULE_STR, offsetof(struct conf_sni_route, name), 0, 0, NULL, NULL},
+    {"pool", RULE_STR, offsetof(struct conf_sni_route, pool_name), 0, 0, NULL, NULL},
+    RULES_END,
+};
+
+/* A server name as a ClientHello carries one (net/sni.h), or "*." and one: lower-cased. */
+static int sni_name_ok(char *s)
+{
+	size_t n = strlen(s);
+	if (!strncmp(s, "*.", 2))
+		s += 2, n -= 2;
+	if (!n || n > 253)
+		return 0;
+	for (; *s; s++) {
+		if (!isalnum((unsigned char)*s) && *s != '-' && *s != '_' && *s != '.')
+			return 0;
+		*s = (char)tolower((unsigned char)*s);
+	}
+	return 1;
+}
+
+static int read_sni_item(struct rules_ctx *x, yaml_node_t *item, void *obj, size_t i)
+{
+	struct conf_sni_route *r = obj;
+	(void)i;
+	int err = rules_read_section(x, item, "sni", schema_sni_rules, r);
+	if (err)
+		return err;
+	if (!r->name || !r->pool_name)
+		return rules_fail(x, item, "sni: each item needs 'name' and 'pool'");
+	if (!sni_name_ok(r->name))
+		return rules_fail(x, rules_value_of(x, item, "name"),
+				  "sni: '%s' is no server name (letters, digits, '-', '.'; "
+				  "or '*.' and one, for one label under it)",
+				  r->name);
+	return 0;
+}
+
+int schema_read_sni(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	struct conf_listen *l = field;
+	(void)r;
+	return rules_read_list(x, v, "sni", (void **)&l->sni, &l->nsni, sizeof(*l->sni),
+			       read_sni_item);
+}
+
+/* Index of the pool called <name> in <c>, or c->npools. */
+static size_t pool_index(const struct conf *c, const char *name)
+{
+	size_t j = 0;
+	while (j < c->npools && strcmp(c->pools[j].name, name) != 0)
+		j++;
+	return j;
+}
 
 /* The node of item <i> of the sequence under <key> of <root>, or <root>. */
 static yaml_node_t *item_of(struct rules_ctx *x, yaml_node_t *root, const char *key, size_t i)
@@ -35,23 +93,37 @@ static int check_listener(struct rules_ctx *x, yaml_node_t *item, struct conf *c
 			  struct conf_listen *l)
 {
 	if (!l->l4) {
-		if (l->pool_name)
-			return rules_fail(x, value_or(x, item, "pool"),
-					  "listen: 'pool' is for 'mode: tcp'; an HTTP listener's "
-					  "requests find their pool through routes");
+		if (l->pool_name || l->nsni)
+			return rules_fail(x, value_or(x, item, l->pool_name ? "pool" : "sni"),
+					  "listen: '%s' is for 'mode: tcp'; an HTTP listener's "
+					  "requests find their pool through routes",
+					  l->pool_name ? "pool" : "sni");
 		return 0;
 	}
-	if (!l->pool_name)
+	if (!l->pool_name && !l->nsni)
 		return rules_fail(x, value_or(x, item, "mode"),
-				  "listen: 'mode: tcp' needs 'pool': the pool whose backends get "
-				  "the connections");
+				  "listen: 'mode: tcp' needs 'pool' (the pool whose backends get "
+				  "the connections) or 'sni'");
+	yaml_node_t *seq = value_or(x, item, "sni");
+	for (size_t k = 0; k < l->nsni; k++) {
+		struct conf_sni_route *r = &l->sni[k];
+		yaml_node_t *it = seq->type == YAML_SEQUENCE_NODE
+				      ? rules_node(x, seq->data.sequence.items.start[k])
+				      : seq;
+		r->pool = pool_index(c, r->pool_name);
+		if (r->pool == c->npools)
+			return rules_fail(x, value_or(x, it, "pool"), "sni: no pool named '%s'",
+					  r->pool_name);
+		c->pools[r->pool].l4 = 1;
+	}
 	if (l->tls)
 		return rules_fail(x, value_or(x, item, "tls"),
 				  "listen: 'mode: tcp' relays bytes as they are and terminates no "
-				  "TLS; remove 'tls' (TLS passthrough by SNI is not built yet)");
-	size_t j = 0;
-	while (j < c->npools && strcmp(c->pools[j].name, l->pool_name) != 0)
-		j++;
+				  "TLS; remove 'tls' (to route TLS by its server name untouched, "
+				  "give 'sni')");
+	if (!l->pool_name)
+		return 0;
+	size_t j = pool_index(c, l->pool_name);
 	if (j == c->npools)
 		return rules_fail(x, value_or(x, item, "pool"), "listen: no pool named '%s'",
 				  l->pool_name);

@@ -19,6 +19,10 @@
  */
 int schema_check_l4(struct rules_ctx *x, yaml_node_t *root, struct conf *c);
 
+/* listen[].sni: its item keys, and the reader (field: the struct conf_listen). */
+extern const struct rule schema_sni_rules[];
+int schema_read_sni(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field);
+
 /* pools[].proxy_protocol: none | v1 | v2 (field: the pool's unsigned proxy_protocol). */
 int schema_read_proxy_protocol(struct rules_ctx *x, const struct rule *r, yaml_node_t *v,
 			       void *field);

@@ -24,6 +24,7 @@
 #include "core/rand.h"
 #include "net/addr.h"
 #include "net/proxyproto.h"
+#include "net/sni.h"
 #include "net/sock.h"
 #include "net/splice.h"
 #include "proxy/attempt.h"
@@ -35,6 +36,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #define L4_PIPE_BYTES (64u << 10) /* asked of F_SETPIPE_SZ: what one way holds in flight */
@@ -60,10 +62,12 @@ struct l4conn {
 	struct l4_dir way[L4_WAYS];
 	_Atomic uint32_t *ip_slot; /* limits.max_connections_per_ip's count, or NULL */
 	uint64_t key;		   /* the client's address, hashed (consistent-hash) */
+	size_t pool;		   /* in conf->pools: listen.pool's, or what listen.sni chose */
 	uint64_t last_ms;	   /* when a byte last moved (or the connect finished) */
 	unsigned tries;		   /* backends tried */
 	int writable;		   /* the client's socket takes bytes */
 	unsigned connected : 1;
+	unsigned peeking : 1; /* listen.sni: waiting for the ClientHello to choose a pool */
 };
 
 static void l4_on_client_io(struct loop_io *io, unsigned events);
@@ -97,6 +101,7 @@ static void l4_arm(struct l4conn *c)
 {
 	struct worker *w = c->w;
 	uint64_t at = c->connected ? c->last_ms + c->cl->idle_ms
+		      : c->peeking ? c->last_ms + w->conf->timeouts.header_ms
 				   : c->att.connect_ms + w->conf->timeouts.connect_ms;
 	if (w->draining && w->drain_ms + c->cl->drain_ms < at)
 		at = w->drain_ms + c->cl->drain_ms;
@@ -134,7 +139,7 @@ static void l4_end(struct l4conn *c)
 static int l4_dial(struct l4conn *c, const struct backend *exclude)
 {
 	struct worker *w = c->w;
-	struct pool_rt *pool = &w->rt->pools[c->cl->pool];
+	struct pool_rt *pool = &w->rt->pools[c->pool];
 	while (c->tries < pool->nbackends) {
 		uint64_t now = loop_now(w->loop);
 		struct pick_hint h = {.exclude = exclude, .key = c->key, .has_key = 1};
@@ -284,6 +289,57 @@ static void l4_run(struct l4conn *c)
 		l4_end(c);
 }
 
+/* listen.sni: the pool for server name <name> (<len> bytes; NULL: the hello named none):
+ * the first item that names it, exactly or as one label under a "*." one, else listen.pool;
+ * -1: none. */
+static ssize_t l4_sni_pool(const struct conf_listen *cl, const char *name, size_t len)
+{
+	const char *dot = name ? memchr(name, '.', len) : NULL;
+	for (size_t i = 0; name && i < cl->nsni; i++) {
+		const char *want = cl->sni[i].name;
+		size_t n = strlen(want);
+		if (want[0] == '*') {
+			if (dot && dot > name && (size_t)(name + len - dot - 1) == n - 2 &&
+			    !strncasecmp(dot + 1, want + 2, n - 2))
+				return (ssize_t)cl->sni[i].pool;
+		} else if (n == len && !strncasecmp(name, want, len)) {
+			return (ssize_t)cl->sni[i].pool;
+		}
+	}
+	return cl->pool_name ? (ssize_t)cl->pool : -1;
+}
+
+/*
+ * listen.sni: look at what the client sent so far without taking it; once its ClientHello is
+ * whole, its server name chooses the pool and the connect begins. Bytes that are no
+ * ClientHello, a name no item matches (without listen.pool), or a hello past one record end
+ * the connection; so does the client's end, or timeouts.header_ms (the timer).
+ */
+static void l4_peek(struct l4conn *c)
+{
+	uint8_t buf[NET_SNI_RECORD_MAX];
+	const char *name = NULL;
+	size_t len = 0;
+	ssize_t n = net_conn_peek(&c->conn, buf, sizeof(buf));
+	if (n == -EAGAIN)
+		return;
+	int rc = n > 0 ? net_sni_parse(buf, (size_t)n, &name, &len) : -EINVAL;
+	if (rc == -EAGAIN && (size_t)n < sizeof(buf))
+		return; /* the rest of the record comes with the next edge */
+	ssize_t pool = rc >= 0 ? l4_sni_pool(c->cl, rc == 1 ? name : NULL, rc == 1 ? len : 0) : -1;
+	if (pool < 0) {
+		log_warn_every(10000, "tcp listener %s: %s: closed", c->cl->address,
+			       rc < 0 ? "no TLS ClientHello"
+				      : "no listen.sni item names its server");
+		l4_end(c);
+		return;
+	}
+	c->peeking = 0;
+	c->pool = (size_t)pool;
+	if (l4_dial(c, NULL) < 0)
+		l4_end(c);
+}
+
 static void l4_on_client_io(struct loop_io *io, unsigned events)
 {
 	struct l4conn *c = container_of(io, struct l4conn, io);
@@ -292,6 +348,8 @@ static void l4_on_client_io(struct loop_io *io, unsigned events)
 	(void)net_conn_ready(&c->conn, events); /* recorded; nothing reads for us */
 	if (c->connected)
 		l4_run(c);
+	else if (c->peeking)
+		l4_peek(c);
 }
 
 static void l4_on_backend(void *owner)
@@ -322,6 +380,10 @@ static void l4_on_timer(struct loop_timer *t)
 	struct l4conn *c = container_of(t, struct l4conn, timer);
 	struct worker *w = c->w;
 	uint64_t now = loop_now(w->loop);
+	if (c->peeking) {
+		l4_end(c); /* no whole ClientHello within timeouts.header_ms */
+		return;
+	}
 	if (!c->connected) {
 		l4_connect_failed(c, -ETIMEDOUT);
 		return;
@@ -368,6 +430,13 @@ void l4_accept(struct worker *w, const struct listener *l, int fd,
 	}
 	list_push_front(&w->l4_conns, &c->link);
 	w->nclients++;
+	if (cl->nsni) { /* the hello chooses the pool: its first edge (l4_peek) */
+		c->peeking = 1;
+		c->last_ms = loop_now(w->loop);
+		l4_arm(c);
+		return;
+	}
+	c->pool = cl->pool;
 	if (l4_dial(c, NULL) < 0)
 		l4_end(c);
 	return;

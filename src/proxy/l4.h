@@ -14,6 +14,13 @@
  * until a connect succeeds, so no byte is lost or sent twice. With no backend left the
  * client's connection is closed (there is no queue: an L4 client cannot be told to wait).
  *
+ * With listen.sni the pool is chosen per connection, before any connect: the client's first
+ * bytes are looked at without being taken (MSG_PEEK) until its TLS ClientHello is whole,
+ * and its server name (net/sni.h) picks the first listen.sni item naming it, else
+ * listen.pool; bytes that are no ClientHello, a name nothing takes, or no whole hello
+ * within timeouts.header_ms close the connection. The hello then goes to the backend with
+ * the rest, untouched: TLS passes through and the backend terminates it.
+ *
  * With pools.proxy_protocol (v1 or v2) the backend hears the PROXY protocol header first
  * (net/proxyproto.h): the client's address and port, and the listener's it reached.
  *

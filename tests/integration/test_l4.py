@@ -301,6 +301,12 @@ def test_l4_bad_configs_refused_with_their_place(env):
         ("listen:\n  - address: 127.0.0.1:7000\n    mode: tcp\n    pool: db\n"
          "pools:\n  - name: db\n    balance: peak-ewma\n"
          "    backends: [{address: 127.0.0.1:6379}]\n", ":7:14", "balance 'peak-ewma'"),
+        ("listen:\n  - address: 127.0.0.1:7000\n    sni: [{name: a.example, pool: db}]\n"
+         + pools, ":3:10", "'sni' is for 'mode: tcp'"),
+        ("listen:\n  - address: 127.0.0.1:7000\n    mode: tcp\n"
+         "    sni: [{name: a.example, pool: nope}]\n" + pools, ":4:35", "sni: no pool named"),
+        ("listen:\n  - address: 127.0.0.1:7000\n    mode: tcp\n"
+         "    sni: [{name: 'a b', pool: db}]\n" + pools, ":4:18", "no server name"),
     ]
     for text, where, words in cases:
         out, path = check(env, text)
@@ -415,3 +421,67 @@ def test_l4_proxy_protocol_only_on_l4_pools(env):
     assert out.returncode != 0
     msg = out.stderr + out.stdout
     assert path + ":5:21" in msg and "proxy_protocol is for pools" in msg, msg
+
+
+def hello_taker(seen):
+    """A backend that keeps the first bytes it gets (a ClientHello passed through) and ends."""
+    def handler(conn):
+        seen.append(conn.recv(65536))
+        conn.close()
+    return handler
+
+
+def send_hello(port, server_name):
+    """Start a TLS handshake naming <server_name> (None: no SNI) through the proxy; the
+    backends here answer no TLS, so it ends with an error, after the hello went out."""
+    import ssl
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    with connect(port) as s:
+        try:
+            with ctx.wrap_socket(s, server_hostname=server_name):
+                pass
+        except (ssl.SSLError, OSError):
+            pass
+
+
+def test_l4_tls_passthrough_by_sni(env):
+    a, b, d = [], [], []
+    ba, bb, bd = TcpServer(hello_taker(a)), TcpServer(hello_taker(b)), TcpServer(hello_taker(d))
+    pools = (pools_yaml("tls-a", [ba.port]) + pools_yaml("tls-b", [bb.port])
+             + pools_yaml("db", [bd.port]))
+    px = l4_proxy(env, pools, listen_extra=("    sni:\n      - {name: A.Example, pool: tls-a}\n"
+                                            "      - {name: '*.b.example', pool: tls-b}\n"))
+    # (the start-up's check that the port is open sent no hello: closed, no backend saw it)
+    send_hello(px.port, "a.example")
+    wait_until(lambda: a, "a's hello")
+    assert b"a.example" in a[0] and a[0][0] == 0x16  # the hello itself, untouched
+    send_hello(px.port, "api.B.example")
+    wait_until(lambda: b, "b's hello")
+    assert b"api.B.example" in b[0]
+    send_hello(px.port, "x.y.b.example")  # two labels under *.b.example: not its
+    send_hello(px.port, None)  # no server name: listen.pool
+    wait_until(lambda: len(d) == 2, "the default pool's two hellos")
+    assert len(a) == 1 and len(b) == 1
+
+
+def test_l4_sni_without_default_refuses_the_rest(env):
+    a = []
+    ba = TcpServer(hello_taker(a))
+    port, admin = free_port(), free_port()
+    path = env.write("l4.yaml", f"listen:\n  - address: 127.0.0.1:{port}\n    mode: tcp\n"
+                     "    sni: [{name: a.example, pool: tls-a}]\n"
+                     f"admin: {{address: 127.0.0.1:{admin}}}\n"
+                     "pools:\n" + pools_yaml("tls-a", [ba.port]))
+    px = env.start([BIN, "proxy", "-c", path], "proxy", wait_port=port)
+    wait_until(lambda: port_open(admin), "admin port")
+    send_hello(port, "b.example")  # named by no item, and no listen.pool: closed
+    s = connect(port)
+    s.sendall(b"GET / HTTP/1.1\r\nHost: a.example\r\n\r\n")  # no TLS at all: closed
+    assert read_all(s) == b""
+    s.close()
+    send_hello(port, "a.example")
+    wait_until(lambda: a, "a's hello")
+    assert len(a) == 1 and b"a.example" in a[0]
+    assert px.poll() is None
