@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #define L4_PIPE_BYTES (64u << 10) /* asked of F_SETPIPE_SZ: what one way holds in flight */
@@ -320,12 +321,22 @@ static void l4_peek(struct l4conn *c)
 	uint8_t buf[NET_SNI_RECORD_MAX];
 	const char *name = NULL;
 	size_t len = 0;
-	ssize_t n = net_conn_peek(&c->conn, buf, sizeof(buf));
+	int avail = 0;
+	/* the record's header first, then the record once the socket holds all of it: a hello
+	 * sent a byte at a time costs a small look per byte, never a copy of all so far */
+	ssize_t n = net_conn_peek(&c->conn, buf, 5);
 	if (n == -EAGAIN)
 		return;
 	int rc = n > 0 ? net_sni_parse(buf, (size_t)n, &name, &len) : -EINVAL;
-	if (rc == -EAGAIN && (size_t)n < sizeof(buf))
-		return; /* the rest of the record comes with the next edge */
+	if (rc == -EAGAIN && n == 5) {
+		size_t need = 5 + ((size_t)buf[3] << 8 | buf[4]);
+		if (ioctl(c->conn.fd, FIONREAD, &avail) < 0 || (size_t)avail < need)
+			return; /* the rest of the record comes with the next edge */
+		n = net_conn_peek(&c->conn, buf, need);
+		rc = n > 0 ? net_sni_parse(buf, (size_t)n, &name, &len) : -EINVAL;
+	}
+	if (rc == -EAGAIN && n > 0 && n < 5)
+		return;
 	ssize_t pool = rc >= 0 ? l4_sni_pool(c->cl, rc == 1 ? name : NULL, rc == 1 ? len : 0) : -1;
 	if (pool < 0) {
 		log_warn_every(10000, "tcp listener %s: %s: closed", c->cl->address,

@@ -485,3 +485,45 @@ def test_l4_sni_without_default_refuses_the_rest(env):
     wait_until(lambda: a, "a's hello")
     assert len(a) == 1 and b"a.example" in a[0]
     assert px.poll() is None
+
+
+def client_hello(server_name):
+    """The bytes of a real ClientHello naming <server_name>, from Python's ssl."""
+    import ssl
+    ctx = ssl.create_default_context()
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx.wrap_bio(inc, out, server_hostname=server_name)
+    try:
+        obj.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return out.read()
+
+
+def test_l4_sni_hello_in_pieces(env):
+    """Hostile review: a hello that comes a few bytes at a time (the record's header split,
+    then its body in two) is still read whole, and passes on byte for byte."""
+    import time
+    a = []
+    ba = TcpServer(hello_taker(a))
+
+    def whole(conn):
+        got = b""
+        while len(got) < len(hello):
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        a.append(got)
+    ba.handler = whole
+    hello = client_hello("a.example")
+    px = l4_proxy(env, pools_yaml("tls-a", [ba.port]), pool="tls-a",
+                  listen_extra="    sni: [{name: a.example, pool: tls-a}]\n")
+    s = connect(px.port)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    for piece in (hello[:2], hello[2:5], hello[5:100], hello[100:]):
+        s.sendall(piece)
+        time.sleep(0.05)  # each piece its own segment: nothing the proxy shows to wait on
+    wait_until(lambda: a, "the hello at the backend")
+    assert a[0] == hello
+    s.close()
