@@ -527,3 +527,50 @@ def test_l4_sni_hello_in_pieces(env):
     wait_until(lambda: a, "the hello at the backend")
     assert a[0] == hello
     s.close()
+
+
+def _cert(env, name):
+    key, pem = os.path.join(env.dir, name + ".key"), os.path.join(env.dir, name + ".pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out", pem, "-days",
+                    "2", "-subj", "/CN=" + name, "-addext", f"subjectAltName=DNS:{name}"],
+                   check=True, capture_output=True)
+    return pem, key
+
+
+def tls_echo(pem, key, tag):
+    """A TLS server (the backend terminates TLS): answers each read with <tag> + the bytes."""
+    import ssl
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(pem, key)
+
+    def handler(conn):
+        with ctx.wrap_socket(conn, server_side=True) as t:
+            while True:
+                data = t.recv(65536)
+                if not data:
+                    break
+                t.sendall(tag + data)
+    return handler
+
+
+def test_l4_tls_passthrough_to_two_backends_end_to_end(env):
+    """Each backend terminates TLS with its own certificate; the client verifies the one it
+    asked for by name, through the proxy, which holds no certificate at all."""
+    import ssl
+    certs = {n: _cert(env, n) for n in ("a.example", "b.example")}
+    ba = TcpServer(tls_echo(*certs["a.example"], b"a:"))
+    bb = TcpServer(tls_echo(*certs["b.example"], b"b:"))
+    pools = pools_yaml("tls-a", [ba.port]) + pools_yaml("tls-b", [bb.port])
+    port, admin = free_port(), free_port()
+    path = env.write("l4.yaml", f"listen:\n  - address: 127.0.0.1:{port}\n    mode: tcp\n"
+                     "    sni:\n      - {name: a.example, pool: tls-a}\n"
+                     "      - {name: b.example, pool: tls-b}\n"
+                     f"admin: {{address: 127.0.0.1:{admin}}}\npools:\n" + pools)
+    env.start([BIN, "proxy", "-c", path], "proxy", wait_port=port)
+    for name, tag in (("a.example", b"a:"), ("b.example", b"b:"), ("a.example", b"a:")):
+        ctx = ssl.create_default_context(cafile=certs[name][0])  # verified, by name
+        with ctx.wrap_socket(connect(port), server_hostname=name) as t:
+            t.sendall(b"hello")
+            assert read_until(t, lambda g: len(g) >= 7) == tag + b"hello"
+            assert t.getpeercert()["subject"] == ((("commonName", name),),)
