@@ -92,8 +92,9 @@ static int read_listen_item(struct rules_ctx *x, yaml_node_t *item, void *obj, s
 {
 	struct conf_listen *l = obj;
 	(void)i;
-	l->http2 = 1;	     /* listen[].http2: on unless turned off */
-	l->idle_ms = 300000; /* listen[].idle_ms, listen[].drain_ms: mode: tcp's */
+	l->http2 = 1; /* listen[].http2: on unless turned off */
+	/* listen[].idle_ms, listen[].drain_ms: mode: tcp's */
+	l->idle_ms = 300000;
 	l->drain_ms = 30000;
 	if (item->type == YAML_SCALAR_NODE)
 		return rules_read_addr(x, item, l);
