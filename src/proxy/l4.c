@@ -15,9 +15,10 @@
  * with no system call) when the next edge comes. A worker runs one connection at a time, so
  * a few spares serve all of its quiet connections.
  *
- * The timer is set for the connect's deadline, then for the idle deadline, and moved only
- * when it fires (the last byte's time is kept, and a timer that finds it moved is set
- * again), so moving bytes costs no timer operation.
+ * The timer is set for the ClientHello's deadline (listen.sni), the connect's, then the
+ * idle one (the drain's end if sooner), and moved only when it fires (the last byte's time
+ * is kept, and a timer that finds it moved is set again), so moving bytes costs no timer
+ * operation.
  */
 #include "proxy/l4.h"
 #include "core/log.h"
@@ -46,7 +47,7 @@
 
 /* One direction: from the client to the backend (L4_TO_BACKEND) or back (L4_TO_CLIENT). */
 struct l4_dir {
-	struct net_pipe pipe; /* rd -1: none taken yet */
+	struct net_pipe pipe; /* rd -1: none held now */
 	struct buf *buf;      /* instead of a pipe, when none could be had */
 	unsigned eof : 1;     /* its source sent its end */
 	unsigned shut : 1;    /* ... and it was passed on (shutdown of the destination) */
@@ -72,32 +73,11 @@ struct l4conn {
 };
 
 static void l4_on_client_io(struct loop_io *io, unsigned events);
-/*
- * pools.proxy_protocol: tell the backend, first, where the client came from and which of our
- * addresses it reached. A fresh connection's send buffer takes the few bytes at once; one
- * that does not (or an address the kernel will not give) ends the connection. 0 or -errno.
- */
-static int l4_send_proxy_header(struct l4conn *c)
-{
-	struct sockaddr_storage src, dst;
-	socklen_t slen = sizeof(src), dlen = sizeof(dst);
-	char hdr[NET_PROXYPROTO_MAX];
-	if (getpeername(c->conn.fd, (struct sockaddr *)&src, &slen) < 0 ||
-	    getsockname(c->conn.fd, (struct sockaddr *)&dst, &dlen) < 0)
-		return -errno;
-	int n =
-	    net_proxyproto_write((int)c->att.pool->conf->proxy_protocol, (struct sockaddr *)&src,
-				 (struct sockaddr *)&dst, hdr, sizeof(hdr));
-	if (n < 0)
-		return n;
-	ssize_t w = net_conn_write(&c->att.up->conn, hdr, (size_t)n);
-	return w == n ? 0 : w < 0 ? (int)w : -EAGAIN;
-}
-
 static void l4_on_backend(void *owner);
 static void l4_on_timer(struct loop_timer *t);
 
-/* Set the one timer: the connect's deadline, else the idle one, and the drain's if sooner. */
+/* Set the one timer: the hello's deadline (listen.sni), the connect's, else the idle one;
+ * the drain's end if sooner. */
 static void l4_arm(struct l4conn *c)
 {
 	struct worker *w = c->w;
@@ -361,6 +341,28 @@ static void l4_on_client_io(struct loop_io *io, unsigned events)
 		l4_run(c);
 	else if (c->peeking)
 		l4_peek(c);
+}
+
+/*
+ * pools.proxy_protocol: tell the backend, first, where the client came from and which of our
+ * addresses it reached. A fresh connection's send buffer takes the few bytes at once; one
+ * that does not (or an address the kernel will not give) ends the connection. 0 or -errno.
+ */
+static int l4_send_proxy_header(struct l4conn *c)
+{
+	struct sockaddr_storage src, dst;
+	socklen_t slen = sizeof(src), dlen = sizeof(dst);
+	char hdr[NET_PROXYPROTO_MAX];
+	if (getpeername(c->conn.fd, (struct sockaddr *)&src, &slen) < 0 ||
+	    getsockname(c->conn.fd, (struct sockaddr *)&dst, &dlen) < 0)
+		return -errno;
+	int n =
+	    net_proxyproto_write((int)c->att.pool->conf->proxy_protocol, (struct sockaddr *)&src,
+				 (struct sockaddr *)&dst, hdr, sizeof(hdr));
+	if (n < 0)
+		return n;
+	ssize_t w = net_conn_write(&c->att.up->conn, hdr, (size_t)n);
+	return w == n ? 0 : w < 0 ? (int)w : -EAGAIN;
 }
 
 static void l4_on_backend(void *owner)
