@@ -37,7 +37,9 @@
  * accelnet_backend_l4_bytes_total{direction}.
  *
  * A connection is one struct of its own, kept on the worker's lists (w->l4_conns, and
- * w->l4_spares for reuse), so after warm-up nothing is allocated per connection.
+ * w->l4_spares for reuse); its backend connection is an upconn, opened (and allocated) by
+ * upstream.c as an HTTP attempt's new connection is. Nothing else is allocated for it: no
+ * buffer, no pipe of its own.
  */
 #ifndef ACCELNET_PROXY_L4_H
 #define ACCELNET_PROXY_L4_H
