@@ -1,7 +1,8 @@
 /*
  * l4.h - listen[].mode: tcp: a listener whose connections are relayed as raw TCP to the
- * backends of one pool (listen[].pool), whatever protocol they carry (a database, Redis,
- * a collective's bootstrap, gRPC without inspection). No byte is looked at.
+ * backends of a pool (listen[].pool, or one listen[].sni chooses), whatever protocol they
+ * carry (a database, Redis, a collective's bootstrap, gRPC without inspection, TLS). No
+ * byte is looked at, but for a ClientHello's server name under listen.sni.
  *
  * Each accepted connection passes the accept-time limits of HTTP clients (proxy/shed.h,
  * limits.max_connections through the worker's cap) and takes a backend as a request does: the
@@ -26,8 +27,8 @@
  *
  * Once connected, each way moves bytes by splice(2) through a pipe taken from the worker's
  * spares when bytes come and given back once it is empty and its source drained, so a quiet
- * connection holds no pipe (net/splice.h); where no pipe can be had
- * (descriptors short) it reads and writes through a buffer of the worker's pool instead. A
+ * connection holds no pipe (net/splice.h); where no pipe can be had (descriptors short)
+ * it reads and writes through a buffer of the worker's pool instead. A
  * side is read no faster than the other takes (the pipe's size bounds what is in flight).
  * One side's end is passed on as a shutdown of the other's sending side (half-close) once
  * what it sent has gone; the connection ends when both ways have ended, on a failed read
