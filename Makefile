@@ -99,7 +99,11 @@ build-fuzz/%: tests/fuzz/%.c build-fuzz/libfuzz.a
 	@clang $(filter-out -MMD -MP,$(FUZZ_CFLAGS)) -fsanitize=fuzzer,address,undefined \
 		-o $@ $< build-fuzz/libfuzz.a $(LDLIBS)
 
-bench: $(BUILD)/loadgen $(BUILD)/tlsload $(BUILD)/pickcost
+bench: $(BUILD)/loadgen $(BUILD)/tlsload $(BUILD)/pickcost $(BUILD)/l4echo
+$(BUILD)/l4echo: bench/l4echo.c
+	@echo "  LD  $@"
+	@mkdir -p $(BUILD)
+	@$(CC) $(filter-out -MMD -MP,$(ALL_CFLAGS)) -o $@ $^ -lpthread
 $(BUILD)/tlsload: bench/tlsload.c
 	@echo "  LD  $@"
 	@mkdir -p $(BUILD)
@@ -115,7 +119,8 @@ $(BUILD)/pickcost: bench/pickcost.c $(BUILD)/libaccelnet.a
 # `make format` rewrites them in place. `make layers` runs the layering check.
 CLANG_FORMAT ?= clang-format-14
 FORMAT_SRC = $(sort $(shell find src include tests/unit tests/fuzz -name '*.[ch]' \
-	     -not -path 'tests/fuzz/corpus/*') bench/loadgen.c bench/tlsload.c bench/pickcost.c)
+	     -not -path 'tests/fuzz/corpus/*') bench/loadgen.c bench/tlsload.c bench/pickcost.c \
+	     bench/l4echo.c)
 format-check:
 	@command -v $(CLANG_FORMAT) >/dev/null || \
 		{ echo "format-check: no $(CLANG_FORMAT) (scripts/deps.sh installs it)"; exit 2; }

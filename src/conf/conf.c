@@ -135,6 +135,12 @@ void conf_free(struct conf *c)
 		return;
 	for (size_t i = 0; i < c->nlistens; i++) {
 		free(c->listens[i].address);
+		free(c->listens[i].pool_name);
+		for (size_t j = 0; j < c->listens[i].nsni; j++) {
+			free(c->listens[i].sni[j].name);
+			free(c->listens[i].sni[j].pool_name);
+		}
+		free(c->listens[i].sni);
 		conf_tls_free(c->listens[i].tls);
 	}
 	free(c->listens);

@@ -49,12 +49,27 @@ struct conf_tls {
 	unsigned reload_s;	     /* look at the files this often, reload if changed; 0: never */
 };
 
+/* listen[].sni[]: a ClientHello naming <name> ("*.example.com": one label under it; stored
+ * lower case) goes to pools[pool] (conf/schema_l4.h). */
+struct conf_sni_route {
+	char *name;
+	char *pool_name;
+	size_t pool;
+};
+
 struct conf_listen {
 	char *address;
 	struct net_addr addr;
 	struct conf_tls *tls; /* listen[].tls; NULL: plain TCP */
 	unsigned shared;      /* listen[].reuse_port: shared: another process may listen too */
 	unsigned http2;	      /* listen[].http2: HTTP/2 taken (h2c by its preface), default 1 */
+	/* listen[].mode: tcp: raw TCP relayed to pools[pool] (proxy/l4.h); 0: HTTP */
+	unsigned l4;
+	char *pool_name;	    /* listen[].pool as given ... */
+	size_t pool;		    /* ... and its index, once every pool is read */
+	unsigned idle_ms, drain_ms; /* listen[].idle_ms, listen[].drain_ms (mode: tcp) */
+	struct conf_sni_route *sni; /* listen[].sni: TLS passed through by server name */
+	size_t nsni;
 };
 
 /* pools[].tls: TLS to the pool's backends (net/tls.h builds one client context of it). */
@@ -191,6 +206,10 @@ struct conf_pool {
 	struct conf_engine_metrics engine_metrics;
 	struct conf_pd pd; /* disaggregation: */
 	int has_kv_events; /* some backend has kv_events */
+	/* l4: a listener with mode: tcp relays to it (no route may); proxy_protocol:
+	 * pools[].proxy_protocol, 0 none, else its version (1, 2) */
+	int l4;
+	unsigned proxy_protocol;
 	/* pools[].spare_backends: slots kept for backends added at run time through the admin
 	 * API (control/manage.h); CONF_SPARE_DEFAULT until the pool is checked */
 	unsigned spare_backends;

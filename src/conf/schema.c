@@ -22,6 +22,7 @@
 #include "conf/schema_discovery.h"
 #include "conf/schema_engine.h"
 #include "conf/schema_forward.h"
+#include "conf/schema_l4.h"
 #include "conf/schema_spend.h"
 #include "conf/schema_pd.h"
 #include "conf/schema_tls.h"
@@ -65,11 +66,25 @@ static int read_reuse_port(struct rules_ctx *x, const struct rule *r, yaml_node_
 				 &((struct conf_listen *)field)->shared);
 }
 
+/* listen[].mode: http | tcp (raw TCP to listen[].pool, proxy/l4.h) */
+static int read_listen_mode(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	static const char *const names[] = {"http", "tcp"};
+	(void)r;
+	return rules_read_choice(x, v, "listen: mode", names, 2,
+				 &((struct conf_listen *)field)->l4);
+}
+
 static const struct rule listen_rules[] = {
     {"address", RULE_ADDR, 0, 0, 0, NULL, NULL},
     {"tls", RULE_SECTION, 0, 0, 0, schema_tls_rules, schema_read_tls},
     {"reuse_port", RULE_SECTION, 0, 0, 0, NULL, read_reuse_port},
     {"http2", RULE_BOOL, offsetof(struct conf_listen, http2), 0, 0, NULL, NULL},
+    {"mode", RULE_SECTION, 0, 0, 0, NULL, read_listen_mode},
+    {"pool", RULE_STR, offsetof(struct conf_listen, pool_name), 0, 0, NULL, NULL},
+    {"idle_ms", RULE_UINT, offsetof(struct conf_listen, idle_ms), 1, MS_MAX, NULL, NULL},
+    {"drain_ms", RULE_UINT, offsetof(struct conf_listen, drain_ms), 0, MS_MAX, NULL, NULL},
+    {"sni", RULE_SECTION, 0, 0, 0, schema_sni_rules, schema_read_sni},
     RULES_END,
 };
 
@@ -78,6 +93,9 @@ static int read_listen_item(struct rules_ctx *x, yaml_node_t *item, void *obj, s
 	struct conf_listen *l = obj;
 	(void)i;
 	l->http2 = 1; /* listen[].http2: on unless turned off */
+	/* listen[].idle_ms, listen[].drain_ms: mode: tcp's */
+	l->idle_ms = 300000;
+	l->drain_ms = 30000;
 	if (item->type == YAML_SCALAR_NODE)
 		return rules_read_addr(x, item, l);
 	int err = rules_read_section(x, item, "listen", listen_rules, l);
@@ -458,6 +476,8 @@ static const struct rule pool_rules[] = {
      schema_read_api_key_file},
     {"api_key_header", RULE_SECTION, offsetof(struct conf_pool, fwd), 0, 0, NULL,
      schema_read_api_key_header},
+    {"proxy_protocol", RULE_SECTION, offsetof(struct conf_pool, proxy_protocol), 0, 0, NULL,
+     schema_read_proxy_protocol},
     RULES_END,
 };
 
@@ -1030,12 +1050,19 @@ static int check_whole(struct rules_ctx *x, yaml_node_t *root)
 		if (schema_pd_check_pool(x, rules_node(x, l->pools->data.sequence.items.start[i]),
 					 c, i) < 0)
 			return -1;
+	if (schema_check_l4(x, root, c) < 0)
+		return -1;
 	for (size_t i = 0; i < c->nroutes; i++) {
 		yaml_node_t *n = l->route_pool_nodes[i];
 		const char *name = rules_scalar(n);
 		size_t j = pool_named(c, name);
 		if (j == c->npools)
 			return rules_fail(x, n, "routes: no pool named '%s'", name);
+		if (c->pools[j].l4)
+			return rules_fail(x, n,
+					  "routes: pool '%s' is a 'mode: tcp' listener's; a pool "
+					  "serves either routes or tcp listeners",
+					  name);
 		c->routes[i].pool = j;
 		if ((n = l->route_spill_nodes[i])) {
 			name = rules_scalar(n);
@@ -1045,6 +1072,9 @@ static int check_whole(struct rules_ctx *x, yaml_node_t *root)
 			if (j == c->routes[i].pool)
 				return rules_fail(x, n, "spillover: '%s' is the route's own pool",
 						  name);
+			if (c->pools[j].l4)
+				return rules_fail(
+				    x, n, "spillover: pool '%s' is a 'mode: tcp' listener's", name);
 			c->routes[i].spill_pool = j;
 		}
 		yaml_node_t *rs = rules_value_of(x, root, "routes");

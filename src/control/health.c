@@ -1,7 +1,9 @@
 /*
  * health.c - the checks behind health.h. Each check is a probe (control/probe.h: one HTTP GET
  * to the backend from the main loop, connect, TLS handshake under pools.tls, timers and
- * cleanup) whose answer is judged by its status line alone; what is here is that reading
+ * cleanup) whose answer is judged by its status line alone (a pool that takes listen[].mode:
+ * tcp connections is checked by a TCP connect alone: its backends need not speak HTTP);
+ * what is here is that reading
  * and the verdict, fall and rise. A check that cannot even start because this process is
  * out of descriptors, socket buffers or memory says nothing about the backend: it is
  * skipped, not counted as failed, and the next one runs at the usual interval. A failed TLS
@@ -69,10 +71,16 @@ static void check_skipped(struct probe *p, int err)
 		       p->be->name, p->be->pool->name, strerror(-err));
 }
 
-/* Read up to the status line: 2xx and 3xx pass, anything else fails. */
+/* Read up to the status line: 2xx and 3xx pass, anything else fails. An L4 pool's check
+ * (no path) passed when its connect did. */
 static void check_readable(struct probe *p)
 {
 	struct check *c = container_of(p, struct check, probe);
+	if (!p->path) {
+		probe_end(p);
+		check_passed(c);
+		return;
+	}
 	for (;;) {
 		ssize_t n = net_conn_read(&p->nc, c->buf + p->len, sizeof(c->buf) - 1 - p->len);
 		if (n == -EAGAIN)
@@ -128,7 +136,7 @@ int health_start(struct loop *loop, struct runtime *rt, struct health **out)
 			    .ops = &check_ops,
 			    .loop = loop,
 			    .be = &pool->backends[j],
-			    .path = hc->path,
+			    .path = pool->conf->l4 ? NULL : hc->path, /* tcp: connect only */
 			    .version = "1.1",
 			    .headers = "User-Agent: accelnet-health\r\nConnection: close\r\n",
 			    .interval_ms = hc->interval_ms,

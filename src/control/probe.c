@@ -48,10 +48,17 @@ void probe_skip(struct probe *p, int err)
 	p->ops->skipped(p, err);
 }
 
-/* Send the request. 0, or -1 with the attempt failed. */
+/* Send the request. 0, or -1 with the attempt failed, or (no path: the connect was the whole
+ * check) handed to the owner to judge. */
 static int probe_send(struct probe *p)
 {
 	char req[512];
+	if (!p->path) {
+		p->phase = PROBE_READ;
+		p->len = 0;
+		p->ops->readable(p);
+		return -1;
+	}
 	int n =
 	    snprintf(req, sizeof(req), "GET %s HTTP/%s\r\nHost: %s\r\n%s\r\n", p->path, p->version,
 		     p->be->conf->discover ? p->be->conf->discover_name : p->be->name, p->headers);

@@ -44,7 +44,8 @@ struct probe {
 	const struct probe_ops *ops;
 	struct loop *loop;
 	struct backend *be;
-	const char *path;    /* GET <path> */
+	const char *path;    /* GET <path>; NULL: a TCP connect (and TLS handshake) is the whole
+			      * attempt, and ops->readable is called once it is up */
 	const char *version; /* "1.0" or "1.1" */
 	const char *headers; /* after Host:, each line ending in \r\n */
 	unsigned interval_ms, timeout_ms;

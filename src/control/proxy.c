@@ -43,6 +43,7 @@
 #include "control/kvsub.h"
 #include "control/scrape.h"
 #include "proxy/h1.h"
+#include "proxy/l4.h"
 #include "proxy/pd.h"
 #include "proxy/shed.h"
 #include "proxy/splice_body.h"
@@ -72,14 +73,30 @@
  * local shortage (accept pauses, 503), never blamed on a backend. */
 #define FD_RESERVE 64
 
+/* A listener with mode: tcp relays raw TCP (l4.h); the others speak HTTP (h1.h). */
+static void proxy_accept(struct worker *w, const struct listener *l, int fd,
+			 const struct sockaddr_storage *peer)
+{
+	if (w->conf->listens[l->index].l4)
+		l4_accept(w, l, fd, peer);
+	else
+		h1_accept(w, l, fd, peer);
+}
+
+static void proxy_close_idle(struct worker *w, int all)
+{
+	l4_close_idle(w, all);
+	h1_close_idle(w, all);
+}
+
 /* What runs on the workers: HTTP/1 client connections (h1.h), and the exchanges they
- * carry, granted slots through dispatch.h. */
+ * carry, granted slots through dispatch.h; and L4 connections (l4.h). */
 static const struct worker_ops proxy_worker_ops = {
-    .accept = h1_accept,
+    .accept = proxy_accept,
     .take_grants = dispatch_take_grants,
     .take_fills = caching_take_ready,
     .peek = debugreq_peek,
-    .close_idle = h1_close_idle,
+    .close_idle = proxy_close_idle,
 };
 
 /*

@@ -186,6 +186,8 @@ int worker_init(struct worker *w, struct worker_shared *sh, unsigned id, unsigne
 	if (!w->shard) /* more workers than shards: never, but count right anyway */
 		w->shard = metrics_shard_shared(w->rt->metrics);
 	list_init(&w->clients);
+	list_init(&w->l4_conns);
+	list_init(&w->l4_spares);
 	list_init(&w->free_exchanges);
 	list_init(&w->live_exchanges);
 	if (sh->gen)

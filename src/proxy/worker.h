@@ -128,6 +128,8 @@ struct worker {
 	struct list_head clients;	 /* client connections (the owner's, by their own link) */
 	struct list_head free_exchanges; /* exchanges not in use, for reuse */
 	struct list_head live_exchanges; /* exchanges in use, oldest first */
+	/* listen[].mode: tcp connections, and ended ones kept for reuse (proxy/l4.h) */
+	struct list_head l4_conns, l4_spares;
 	unsigned nclients, max_clients;
 	int accept_paused, draining;
 	uint64_t drain_ms;		/* when it began draining */

@@ -269,6 +269,7 @@ static double read_alog_dropped(const void *ctx, size_t i)
 }
 
 static const char *const tunnel_way_names[TUNNEL_WAYS] = {"to_backend", "to_client"};
+static const char *const l4_way_names[L4_WAYS] = {"to_backend", "to_client"};
 static const char *const tunnel_end_names[TUNNEL_ENDS] = {"closed", "idle", "drain", "error"};
 
 static double read_tunnels(const void *ctx, size_t i)
@@ -646,6 +647,13 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
     [PM_BACKEND_TLS_FAILURES] = {"accelnet_backend_tls_failures_total", METRIC_COUNTER,
 				 "failed TLS handshakes with the backend", NULL, BE,
 				 .json = "tls_failures", .json_as = MJ_UINT},
+    [PM_BACKEND_L4_CONNECTIONS] = {"accelnet_backend_l4_connections_total", METRIC_COUNTER,
+				   "listen[].mode: tcp connections relayed to the backend", NULL,
+				   BE, .json = "l4_connections", .json_as = MJ_UINT},
+    [PM_BACKEND_L4_BYTES] = {"accelnet_backend_l4_bytes_total", METRIC_COUNTER,
+			     "bytes relayed through listen[].mode: tcp connections, by direction",
+			     "bytes", BE, .sub_label = "direction", .sub_values = l4_way_names,
+			     .nsub = L4_WAYS, .json = "l4_bytes", .json_as = MJ_UINT},
     [PM_BACKEND_ENGINE_WAITING] = {"accelnet_backend_engine_waiting", METRIC_GAUGE,
 				   "requests waiting in the engine behind the backend, by its own "
 				   "metrics (pools.engine_metrics; all label sets summed)",

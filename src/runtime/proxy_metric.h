@@ -61,6 +61,8 @@ enum proxy_metric {
 	PM_BACKEND_TLS_FULL,
 	PM_BACKEND_TLS_RESUMED,
 	PM_BACKEND_TLS_FAILURES,
+	PM_BACKEND_L4_CONNECTIONS, /* listen[].mode: tcp (proxy/l4.h) */
+	PM_BACKEND_L4_BYTES,	   /* series: backend id * L4_WAYS + enum l4_way */
 	/* per backend: what the engine behind it says (control/scrape.c, control/kvsub.c) */
 	PM_BACKEND_ENGINE_WAITING,
 	PM_BACKEND_ENGINE_RUNNING,
@@ -166,6 +168,8 @@ enum cache_evict_reason {
 /* The tokens of an LLM response, by kind. */
 /* A tunnel's two ways, and why tunnels end (proxy/tunnel.h). */
 enum tunnel_way { TUNNEL_TO_BACKEND, TUNNEL_TO_CLIENT, TUNNEL_WAYS };
+/* PM_BACKEND_L4_BYTES: which way an L4 connection's bytes went (proxy/l4.h). */
+enum l4_way { L4_TO_BACKEND, L4_TO_CLIENT, L4_WAYS };
 enum tunnel_end {
 	TUNNEL_END_CLOSED,
 	TUNNEL_END_IDLE,

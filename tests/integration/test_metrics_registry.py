@@ -49,6 +49,10 @@ FAMILIES = {  # name: (type, help)
     "accelnet_backend_tls_resumed_total": (
         "counter", "TLS handshakes with the backend that resumed a session"),
     "accelnet_backend_tls_failures_total": ("counter", "failed TLS handshakes with the backend"),
+    "accelnet_backend_l4_connections_total": ("counter", "listen[].mode: tcp connections relayed "
+                                              "to the backend"),
+    "accelnet_backend_l4_bytes_total": ("counter", "bytes relayed through listen[].mode: tcp "
+                                        "connections, by direction"),
     "accelnet_backend_engine_waiting": ("gauge", "requests waiting in the engine behind the "
                                         "backend, by its own metrics (pools.engine_metrics; "
                                         "all label sets summed)"),
@@ -266,7 +270,8 @@ BACKEND_KEYS = ["address", "source", "state", "weight", "present", "up", "eligib
                 "reported_load", "hedged", "hedge_wins", "ttfb_ms", "gap_ms", "ttft_ms",
                 "token_gap_ms", "llm_base_ms", "llm_block_ms", "llm_work_ms",
                 "llm_index_blocks", "llm_prompt_blocks", "llm_missed_blocks", "responses",
-                "tls_handshakes", "tls_resumed", "tls_failures", "engine", "kv_events"]
+                "tls_handshakes", "tls_resumed", "tls_failures", "l4_connections", "l4_bytes",
+                "engine", "kv_events"]
 CLASSES = ["aborted", "1xx", "2xx", "3xx", "4xx", "5xx"]
 
 
