@@ -15,10 +15,14 @@
  *
  * Every pool's capped backends (max_concurrency) share their slots: every sync ends with, per
  * pool, EVALSHA of the slots script, which records the requests this instance has in flight
- * to each such backend (by name, in a hash per pool, PREFIX "slots:" POOL, each field expiring
- * as a live-set entry does) and answers the sum of the other instances' there; that goes into
- * the backend's <elsewhere>, which the pick counts against the cap (runtime/pool.h). When a
- * sync says the others let slots go, this thread asks the pool's queue to grant them
+ * to each such backend and those waiting in its queue for it (by name, in a hash per pool,
+ * PREFIX "slotshare:" POOL, each field expiring as a live-set entry does) and deals the
+ * backend's slots out between the instances there, in one place, so that two never count the
+ * same free slot as theirs: in proportion to what each wants (in flight plus waiting), the
+ * slots nobody wants split evenly, and never a slot another still holds (SLOTS_LUA says how).
+ * What this instance is not dealt goes into the backend's <elsewhere>, which the pick counts
+ * against the cap (runtime/pool.h); within its deal the instance's own queue takes a freed slot
+ * at once. When a sync deals it more, this thread asks the pool's queue to grant them
  * (admission_grant), since no local release will. While Redis is away each backend's
  * <elsewhere> is what the others held of late (smoothed), never all of its slots; once the
  * thread stops (a reload: the generation drains), 0.
@@ -110,31 +114,70 @@ static const char MEMBERS_LUA[] =
 
 #define SESSIONS_PER_SYNC 4096 /* sessions one sync sends at most, all pools */
 
-/* KEYS[1]: a pool's slots; ARGV[1]: this instance; ARGV[2]: how long its counts stand, in ms;
- * ARGV[3]: MEMBER_TTL_MAX_MS; then a backend's name and the requests this instance has in
- * flight to it, for each capped backend. Each count is kept as the field "ID NAME" = "COUNT
- * EXPIRY"; expired fields (and those further ahead than any instance writes) are taken out.
- * Answered: for each backend sent, in order, the sum of the other instances' counts. */
+/* KEYS[1]: a pool's slots; ARGV[1]: this instance; ARGV[2]: how long its figures stand, in ms;
+ * ARGV[3]: MEMBER_TTL_MAX_MS; then, for each capped backend, its name, the requests this
+ * instance has in flight to it, those waiting here for it and its max_concurrency. Each
+ * instance's figures are kept as the field "ID NAME" = "INFLIGHT WAITING GRANT EXPIRY";
+ * expired fields (and those further ahead than any instance writes) are taken out.
+ *
+ * The backend's slots are dealt out here, in one place, so two instances never count one free
+ * slot as theirs: each instance wants its in flight plus its waiting; when all want no more
+ * than the slots, each gets what it wants and the rest is split evenly (the remainder to the
+ * first ids), else each gets its share in proportion to what it wants (the slots left by
+ * rounding down to the largest remainders, then the most waiting, then the first ids). What
+ * the others hold (the more of their grant and their in flight) is never given: a slot moves
+ * once its holder's next sync has let it go. Answered: for each backend sent, in order, the
+ * slots this instance may fill. */
 static const char SLOTS_LUA[] =
     "local t = redis.call('TIME')\n"
     "local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "local id, exp = ARGV[1], ms + tonumber(ARGV[2])\n"
-    "local at, out = {}, {}\n"
-    "for i = 4, #ARGV - 1, 2 do\n"
-    "  redis.call('HSET', KEYS[1], id .. ' ' .. ARGV[i], ARGV[i + 1] .. ' ' .. exp)\n"
-    "  at[ARGV[i]] = #out + 1\n"
-    "  out[#out + 1] = 0\n"
-    "end\n"
+    "local per, out = {}, {}\n"
     "local all = redis.call('HGETALL', KEYS[1])\n"
     "for k = 1, #all, 2 do\n"
     "  local sp = string.find(all[k], ' ', 1, true)\n"
-    "  local n, e = string.match(all[k + 1], '^(%d+) (%d+)$')\n"
-    "  if not sp or not n or tonumber(e) < ms or tonumber(e) > ms + tonumber(ARGV[3]) then\n"
+    "  local f, w, g, e = string.match(all[k + 1], '^(%d+) (%d+) (%d+) (%d+)$')\n"
+    "  if not sp or not f or tonumber(e) < ms or tonumber(e) > ms + tonumber(ARGV[3]) then\n"
     "    redis.call('HDEL', KEYS[1], all[k])\n"
     "  elseif string.sub(all[k], 1, sp - 1) ~= id then\n"
-    "    local i = at[string.sub(all[k], sp + 1)]\n"
-    "    if i then out[i] = out[i] + tonumber(n) end\n"
+    "    local name = string.sub(all[k], sp + 1)\n"
+    "    per[name] = per[name] or {}\n"
+    "    table.insert(per[name], {string.sub(all[k], 1, sp - 1), tonumber(f), tonumber(w),\n"
+    "                             tonumber(g)})\n"
     "  end\n"
+    "end\n"
+    "for i = 4, #ARGV - 3, 4 do\n"
+    "  local f, w, cap = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])\n"
+    "  local l, want = per[ARGV[i]] or {}, f + w\n"
+    "  local total, held, ahead, give = want, 0, 0, 0\n"
+    "  for _, o in ipairs(l) do\n"
+    "    total = total + o[2] + o[3]\n"
+    "    held = held + math.max(o[2], o[4])\n"
+    "  end\n"
+    "  if total <= cap then\n"
+    "    local spare = cap - total\n"
+    "    for _, o in ipairs(l) do\n"
+    "      if o[1] < id then ahead = ahead + 1 end\n"
+    "    end\n"
+    "    give = want + math.floor(spare / (#l + 1))\n"
+    "    if ahead < spare % (#l + 1) then give = give + 1 end\n"
+    "  else\n"
+    "    local left, r = cap - math.floor(cap * want / total), (cap * want) % total\n"
+    "    for _, o in ipairs(l) do\n"
+    "      local ro = (cap * (o[2] + o[3])) % total\n"
+    "      left = left - math.floor(cap * (o[2] + o[3]) / total)\n"
+    "      if ro > r or (ro == r and (o[3] > w or (o[3] == w and o[1] < id))) then\n"
+    "        ahead = ahead + 1\n"
+    "      end\n"
+    "    end\n"
+    "    give = math.floor(cap * want / total)\n"
+    "    if ahead < left then give = give + 1 end\n"
+    "  end\n"
+    "  if give > cap - held then give = cap - held end\n"
+    "  if give < 0 then give = 0 end\n"
+    "  redis.call('HSET', KEYS[1], id .. ' ' .. ARGV[i],\n"
+    "             string.format('%d %d %d %d', f, w, give, exp))\n"
+    "  out[#out + 1] = give\n"
     "end\n"
     "redis.call('PEXPIRE', KEYS[1], ARGV[3])\n"
     "return out\n";
@@ -169,12 +212,14 @@ struct shared_pool {
 };
 
 /* A pool's backend slots (max_concurrency) as shared by the instances: the backends sent in the
- * last sync (<which>, <nsent> of them), the arguments of its script, and per backend the other
- * instances' requests in flight there, smoothed over syncs (x 16), for while Redis is away. */
+ * last sync (<which>, <nsent> of them, each with the cap it was sent with), the arguments of
+ * its script (three numbers a backend), and per backend the slots the others held from this
+ * instance of late, smoothed over syncs (x 16), for while Redis is away. */
 struct shared_slots {
 	struct pool_rt *p;
 	char key[KEY_MAX];
 	size_t *which, nsent;
+	unsigned *cap;
 	const char **argv;
 	char (*num)[24];
 	uint32_t *smooth16;
@@ -478,23 +523,49 @@ static size_t append_sessions(struct cluster *c)
 	return sent;
 }
 
+/* The requests of <p>'s queue waiting for <b>: balance: llm's count of those waiting for it,
+ * plus its part of those waiting for no backend in particular (<loose>, shared between the
+ * pool's <ncapped> capped backends, rounded up). */
+static unsigned waiting_for(const struct backend *b, unsigned loose, size_t ncapped)
+{
+	unsigned own = b->llm ? atomic_load_explicit(&b->llm->waiting, memory_order_relaxed) : 0;
+	return own + (unsigned)((loose + ncapped - 1) / (ncapped ? ncapped : 1));
+}
+
 /* Append, for each pool with a capped backend, the requests this instance has in flight to
- * each such backend, by name; Redis answers what the others have there. */
+ * each such backend and those waiting here for it, by name, and its cap; Redis answers the
+ * slots of each that this instance may fill. */
 static void append_slots(struct cluster *c)
 {
 	c->nslots_sent = 0;
 	for (size_t i = 0; i < c->nslots; i++) {
 		struct shared_slots *ss = &c->slots[i];
-		size_t argc = 7;
+		size_t argc = 7, ncapped = 0;
+		unsigned homed = 0, queued = pool_queue_len(&ss->p->queue);
 		ss->nsent = 0;
 		for (size_t j = 0; j < ss->p->nbackends; j++) {
 			struct backend *b = &ss->p->backends[j];
-			if (!backend_cap(b) || !backend_present(b))
+			if (b->llm)
+				homed +=
+				    atomic_load_explicit(&b->llm->waiting, memory_order_relaxed);
+			ncapped += backend_cap(b) && backend_present(b);
+		}
+		unsigned loose = queued > homed ? queued - homed : 0;
+		for (size_t j = 0; j < ss->p->nbackends; j++) {
+			struct backend *b = &ss->p->backends[j];
+			unsigned cap = backend_cap(b);
+			if (!cap || !backend_present(b))
 				continue; /* (a spare slot of the admin API has no name yet) */
-			snprintf(ss->num[ss->nsent], sizeof(ss->num[0]), "%u",
+			char(*num)[24] = &ss->num[3 * ss->nsent];
+			snprintf(num[0], sizeof(num[0]), "%u",
 				 atomic_load_explicit(&b->share->inflight, memory_order_relaxed));
+			snprintf(num[1], sizeof(num[1]), "%u", waiting_for(b, loose, ncapped));
+			snprintf(num[2], sizeof(num[2]), "%u", cap);
 			ss->argv[argc++] = b->name;
-			ss->argv[argc++] = ss->num[ss->nsent];
+			ss->argv[argc++] = num[0];
+			ss->argv[argc++] = num[1];
+			ss->argv[argc++] = num[2];
+			ss->cap[ss->nsent] = cap;
 			ss->which[ss->nsent++] = j;
 		}
 		if (!ss->nsent)
@@ -522,7 +593,8 @@ static int set_elsewhere(struct backend *b, uint64_t n, unsigned keep)
 	return v < was;
 }
 
-/* Redis answered the other instances' requests in flight for the backends of <ss> sent. */
+/* Redis answered the slots this instance may fill of each backend of <ss> sent: the rest of
+ * each one's cap (as sent) is held elsewhere. */
 static void take_slots(struct cluster *c, struct shared_slots *ss, const redisReply *r)
 {
 	if (r->type != REDIS_REPLY_ARRAY || r->elements != ss->nsent)
@@ -530,8 +602,10 @@ static void take_slots(struct cluster *c, struct shared_slots *ss, const redisRe
 	int freed = 0;
 	for (size_t k = 0; k < ss->nsent; k++) {
 		const redisReply *e = r->element[k];
-		uint64_t n =
+		unsigned cap = ss->cap[k];
+		uint64_t mine =
 		    e->type == REDIS_REPLY_INTEGER && e->integer > 0 ? (uint64_t)e->integer : 0;
+		uint64_t n = mine < cap ? cap - mine : 0;
 		size_t j = ss->which[k];
 		uint32_t s16 = n > 65535 ? 65535u * 16 : (uint32_t)n * 16;
 		ss->smooth16[j] =
@@ -889,6 +963,7 @@ static void cluster_free(struct cluster *c)
 	free(c->sess_argv);
 	for (size_t i = 0; c->slots && i < c->nslots; i++) {
 		free(c->slots[i].which);
+		free(c->slots[i].cap);
 		free(c->slots[i].argv);
 		free(c->slots[i].num);
 		free(c->slots[i].smooth16);
@@ -918,12 +993,13 @@ static int share_slots(struct cluster *c, struct runtime *rt, const char *prefix
 		struct pool_rt *p = &rt->pools[i];
 		struct shared_slots *ss = &c->slots[c->nslots++];
 		ss->p = p;
-		snprintf(ss->key, sizeof(ss->key), "%sslots:%.100s", prefix, p->conf->name);
+		snprintf(ss->key, sizeof(ss->key), "%sslotshare:%.100s", prefix, p->conf->name);
 		ss->which = calloc(p->nbackends + 1, sizeof(*ss->which));
-		ss->argv = calloc(7 + 2 * p->nbackends, sizeof(*ss->argv));
-		ss->num = calloc(p->nbackends + 1, sizeof(*ss->num));
+		ss->cap = calloc(p->nbackends + 1, sizeof(*ss->cap));
+		ss->argv = calloc(7 + 4 * p->nbackends, sizeof(*ss->argv));
+		ss->num = calloc(3 * p->nbackends + 1, sizeof(*ss->num));
 		ss->smooth16 = calloc(p->nbackends + 1, sizeof(*ss->smooth16));
-		if (!ss->which || !ss->argv || !ss->num || !ss->smooth16)
+		if (!ss->which || !ss->cap || !ss->argv || !ss->num || !ss->smooth16)
 			return -ENOMEM;
 	}
 	return 0;

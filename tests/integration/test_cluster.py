@@ -504,6 +504,73 @@ def test_a_backends_slots_are_counted_across_instances(env):
     assert got == [200] * 4, got
 
 
+def _capped(env, sim, cap, n, sync_ms):
+    """<n> instances sharing a Redis, one pool of <sim> with max_concurrency <cap>."""
+    redis = _redis(env)
+    procs = _instances(env, redis.port, "pools:\n" + pool_yaml(
+        "p", [sim.port], extra="    queue: {timeout_ms: 20000}").replace(
+        f"127.0.0.1:{sim.port}", f"127.0.0.1:{sim.port}, max_concurrency: {cap}") +
+        "routes:\n  - pool: p\n", n=n, sync_ms=sync_ms)
+    _all_see(procs, 1, instances=n)
+    return redis, procs
+
+
+def _post_all(procs, each=1, prompt="hi"):
+    """<each> requests to every instance in <procs>, all sent at once: their statuses."""
+    got = []
+    go = threading.Barrier(len(procs) * each)
+
+    def send(p):
+        c = http.client.HTTPConnection("127.0.0.1", p.port, timeout=60)
+        go.wait()
+        c.request("POST", "/v1/completions", body=json.dumps(
+            {"model": "m", "prompt": prompt}).encode(),
+            headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        r.read()
+        c.close()
+        got.append(r.status)
+    ts = [threading.Thread(target=send, args=(p,)) for p in procs for _ in range(each)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return got
+
+
+def test_two_instances_never_fill_one_free_slot_at_once(env):
+    """Redis deals a backend's slots out between the instances, so a free slot is one
+    instance's, never two's: requests sent at the same moment to three instances in front
+    of a backend of two slots never put more than two inside it, though each instance sees
+    the backend idle (before, each counted the others' requests of the last sync, saw two
+    free slots and sent its own: three at once). The simulator has room for more than the
+    cap, so that what passes the cap shows in its count of requests in service."""
+    sim = env.sim("a", latency_ms=400, token_ms=0, slots=8)
+    _, procs = _capped(env, sim, cap=2, n=3, sync_ms=200)
+    for _ in range(2):
+        got = _post_all(procs)
+        assert got == [200] * 3, got
+    st = sim_stats(sim.port)
+    assert st["completions"] == 6, st
+    assert st["max_active"] == 2, st
+
+
+def test_a_backends_slots_follow_the_waiting_requests(env):
+    """The slots go where the requests wait: with every request at one instance, that
+    instance is dealt all of a backend's slots (the others, idle, keep none), so it fills
+    the backend alone as one instance would; sent to all three, all are served and the
+    backend is never over its cap."""
+    sim = env.sim("a", latency_ms=300, token_ms=0, slots=8)
+    _, procs = _capped(env, sim, cap=3, n=3, sync_ms=20)
+    got = _post_all(procs[:1], each=6)
+    assert got == [200] * 6, got
+    assert sim_stats(sim.port)["max_active"] == 3
+    got = _post_all(procs, each=4)
+    assert got == [200] * 12, got
+    st = sim_stats(sim.port)
+    assert st["completions"] == 18 and st["max_active"] == 3, st
+
+
 def _get(port, path):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     c.request("GET", path)
