@@ -127,7 +127,7 @@ static const char MEMBERS_LUA[] =
  * rounding down to the largest remainders, then the most waiting, then the first ids). What
  * the others hold (the more of their grant and their in flight) is never given: a slot moves
  * once its holder's next sync has let it go. Answered: for each backend sent, in order, the
- * slots this instance may fill. */
+ * slots this instance may fill and the others' requests in flight there. */
 static const char SLOTS_LUA[] =
     "local t = redis.call('TIME')\n"
     "local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
@@ -149,9 +149,10 @@ static const char SLOTS_LUA[] =
     "for i = 4, #ARGV - 3, 4 do\n"
     "  local f, w, cap = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])\n"
     "  local l, want = per[ARGV[i]] or {}, f + w\n"
-    "  local total, held, ahead, give = want, 0, 0, 0\n"
+    "  local total, held, ahead, give, busy = want, 0, 0, 0, 0\n"
     "  for _, o in ipairs(l) do\n"
     "    total = total + o[2] + o[3]\n"
+    "    busy = busy + o[2]\n"
     "    held = held + math.max(o[2], o[4])\n"
     "  end\n"
     "  if total <= cap then\n"
@@ -178,6 +179,7 @@ static const char SLOTS_LUA[] =
     "  redis.call('HSET', KEYS[1], id .. ' ' .. ARGV[i],\n"
     "             string.format('%d %d %d %d', f, w, give, exp))\n"
     "  out[#out + 1] = give\n"
+    "  out[#out + 1] = busy\n"
     "end\n"
     "redis.call('PEXPIRE', KEYS[1], ARGV[3])\n"
     "return out\n";
@@ -213,8 +215,8 @@ struct shared_pool {
 
 /* A pool's backend slots (max_concurrency) as shared by the instances: the backends sent in the
  * last sync (<which>, <nsent> of them, each with the cap it was sent with), the arguments of
- * its script (three numbers a backend), and per backend the slots the others held from this
- * instance of late, smoothed over syncs (x 16), for while Redis is away. */
+ * its script (three numbers a backend), and per backend the other instances' requests in
+ * flight there, smoothed over syncs (x 16), for while Redis is away. */
 struct shared_slots {
 	struct pool_rt *p;
 	char key[KEY_MAX];
@@ -260,7 +262,12 @@ struct cluster {
 	redisContext *redis;
 	char charge_sha[48], members_sha[48], spend_sha[48], slots_sha[48];
 	uint64_t last_connect_ms;
-	int state;     /* -1: not known yet, 0: away, 1: there */
+	int state; /* -1: not known yet, 0: away, 1: there */
+	/* Redis back after it was away: until then, or until it counts as many instances as
+	 * before (<settle_n>), a deal gives no more than going on alone would (a Redis back
+	 * empty deals its first caller every slot before the others said what they hold) */
+	uint64_t settle_until_ms;
+	unsigned settle_n;
 	char why[192]; /* what went wrong last */
 	unsigned instances;
 	struct rlsync_item *items; /* SYNC_KEYS, and whose limit each is */
@@ -396,6 +403,10 @@ static int connect_redis(struct cluster *c)
 	    load_script(c, SPEND_LUA, c->spend_sha) < 0 ||
 	    load_script(c, SLOTS_LUA, c->slots_sha) < 0)
 		goto fail;
+	if (c->state == 0) { /* back: the others reconnect within RECONNECT_MS */
+		c->settle_until_ms = c->last_connect_ms + RECONNECT_MS + 3ull * c->conf->sync_ms;
+		c->settle_n = c->instances;
+	}
 	return 0;
 fail:
 	drop(c);
@@ -593,24 +604,42 @@ static int set_elsewhere(struct backend *b, uint64_t n, unsigned keep)
 	return v < was;
 }
 
-/* Redis answered the slots this instance may fill of each backend of <ss> sent: the rest of
- * each one's cap (as sent) is held elsewhere. */
+/* A backend's slots held elsewhere while Redis is away: the others' requests in flight there
+ * of late, from its smoothed count (x 16), rounded down. Not the deals: an instance's deal is
+ * its share of the moment, and a share frozen at it leaves slots idle at one instance while
+ * requests for them wait at another; counted so, the instances together may pass the cap by
+ * a slot or two, and no slot is left idle. */
+static unsigned alone(uint32_t smooth16)
+{
+	return smooth16 / 16;
+}
+
+/* A reply's integer, or 0 when it is none or negative. */
+static uint64_t count_of(const redisReply *e)
+{
+	return e->type == REDIS_REPLY_INTEGER && e->integer > 0 ? (uint64_t)e->integer : 0;
+}
+
+/* Redis answered the slots this instance may fill of each backend of <ss> sent (the rest of
+ * each one's cap, as sent, is held elsewhere) and the others' requests in flight there. */
 static void take_slots(struct cluster *c, struct shared_slots *ss, const redisReply *r)
 {
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != ss->nsent)
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 * ss->nsent)
 		return;
-	int freed = 0;
+	int freed = 0, settle = clock_now_ms() < c->settle_until_ms && c->instances < c->settle_n;
 	for (size_t k = 0; k < ss->nsent; k++) {
-		const redisReply *e = r->element[k];
 		unsigned cap = ss->cap[k];
-		uint64_t mine =
-		    e->type == REDIS_REPLY_INTEGER && e->integer > 0 ? (uint64_t)e->integer : 0;
+		uint64_t mine = count_of(r->element[2 * k]), busy = count_of(r->element[2 * k + 1]);
 		uint64_t n = mine < cap ? cap - mine : 0;
 		size_t j = ss->which[k];
-		uint32_t s16 = n > 65535 ? 65535u * 16 : (uint32_t)n * 16;
-		ss->smooth16[j] =
-		    ss->smooth16[j] + (uint32_t)(((int64_t)s16 - ss->smooth16[j]) / 8);
-		freed |= set_elsewhere(&ss->p->backends[j], n, 0);
+		struct backend *b = &ss->p->backends[j];
+		uint32_t s16 = busy > 65535 ? 65535u * 16 : (uint32_t)busy * 16;
+		if (settle) /* (what it held away stands meanwhile) */
+			n = n < alone(ss->smooth16[j]) ? alone(ss->smooth16[j]) : n;
+		else
+			ss->smooth16[j] =
+			    ss->smooth16[j] + (uint32_t)(((int64_t)s16 - ss->smooth16[j]) / 8);
+		freed |= set_elsewhere(b, n, 0);
 	}
 	if (freed) { /* the queue's waiters may take what the others let go */
 		c->rnd = c->rnd * 6364136223846793005ull + 1442695040888963407ull;
@@ -619,7 +648,7 @@ static void take_slots(struct cluster *c, struct shared_slots *ss, const redisRe
 }
 
 /* Redis is away: each backend's slots held elsewhere are what the others held of late
- * (smoothed), rounded down, and never all of them: the instances, evenly loaded, keep about
+ * (smoothed, alone()), and never all of them: the instances, evenly loaded, keep about
  * their shares, and each keeps at least one slot of each backend. */
 static void slots_alone(struct cluster *c)
 {
@@ -627,7 +656,7 @@ static void slots_alone(struct cluster *c)
 		struct shared_slots *ss = &c->slots[i];
 		int freed = 0;
 		for (size_t j = 0; j < ss->p->nbackends; j++)
-			freed |= set_elsewhere(&ss->p->backends[j], ss->smooth16[j] / 16, 1);
+			freed |= set_elsewhere(&ss->p->backends[j], alone(ss->smooth16[j]), 1);
 		if (freed) {
 			c->rnd = c->rnd * 6364136223846793005ull + 1442695040888963407ull;
 			admission_grant(ss->p, clock_now_ms(), c->rnd);
