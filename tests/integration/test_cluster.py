@@ -3,8 +3,10 @@ one per-tenant rate between them; with Redis stopped they keep serving, each at 
 limit, and say so in their metrics; with Redis back they share again; a token budget spent
 on one instance is spent on the others; balance: consistent-hash, prefix-affinity, llm with
 kv_events and llm learning from routing (shared through a Redis stream) send one
-conversation to one backend through any instance; a password, a Redis that never answers and
-a reload; bad cluster: sections are refused with FILE:LINE:COL."""
+conversation to one backend through any instance; a backend's max_concurrency is dealt out
+between the instances (never one free slot to two, the slots where the requests wait); a
+password, a Redis that never answers and a reload; bad cluster: sections are refused with
+FILE:LINE:COL."""
 
 # Alone under run.py -j: these count requests passed in a window against a rate (within 5 %, or
 # a few requests), and the instances share it through Redis every sync_ms: on a machine full of
