@@ -23,9 +23,13 @@
  * What this instance is not dealt goes into the backend's <elsewhere>, which the pick counts
  * against the cap (runtime/pool.h); within its deal the instance's own queue takes a freed slot
  * at once. When a sync deals it more, this thread asks the pool's queue to grant them
- * (admission_grant), since no local release will. While Redis is away each backend's
- * <elsewhere> is what the others held of late (smoothed), never all of its slots; once the
- * thread stops (a reload: the generation drains), 0.
+ * (admission_grant), since no local release will. A slot that moves between instances waits
+ * for its holder's script to let it go and the taker's to take it, so between two syncs the
+ * thread runs the slots script alone SLOT_TICKS - 1 times, when a deal may have changed
+ * (requests wait here, or this instance took or let go a slot since it last said): a slot
+ * reaches another instance's waiting requests in about half a sync_ms, not a whole one. While Redis
+ * is away each backend's <elsewhere> is what the others held of late (smoothed), never all of its
+ * slots; once the thread stops (a reload: the generation drains), 0.
  *
  * Pools with session: share their sessions the same way: every sync sends what each pool's
  * table learned since (its feed, policy/stick.h: a session's hash and its backend's name)
@@ -75,6 +79,7 @@
 #define PREFIXES_PER_SYNC 512 /* prompts' prefixes one sync sends at most, all pools */
 #define STREAM_MAX 10000      /* a pool's stream keeps about this many (XADD MAXLEN ~) */
 #define STREAM_READ "512"     /* entries one sync reads of each stream, at most */
+#define SLOT_TICKS 4	      /* slots scripts a sync_ms: the sync's, and 3 alone between */
 
 /* KEYS[1]: the bucket; ARGV[1]: the cost in microseconds (signed). The rule of
  * rlsync_charge(); the TAT is kept while it lies ahead (and a second longer). */
@@ -222,6 +227,7 @@ struct shared_slots {
 	char key[KEY_MAX];
 	size_t *which, nsent;
 	unsigned *cap;
+	unsigned *last; /* per backend: its requests in flight as last sent */
 	const char **argv;
 	char (*num)[24];
 	uint32_t *smooth16;
@@ -568,8 +574,9 @@ static void append_slots(struct cluster *c)
 			if (!cap || !backend_present(b))
 				continue; /* (a spare slot of the admin API has no name yet) */
 			char(*num)[24] = &ss->num[3 * ss->nsent];
-			snprintf(num[0], sizeof(num[0]), "%u",
-				 atomic_load_explicit(&b->share->inflight, memory_order_relaxed));
+			ss->last[j] =
+			    atomic_load_explicit(&b->share->inflight, memory_order_relaxed);
+			snprintf(num[0], sizeof(num[0]), "%u", ss->last[j]);
 			snprintf(num[1], sizeof(num[1]), "%u", waiting_for(b, loose, ncapped));
 			snprintf(num[2], sizeof(num[2]), "%u", cap);
 			ss->argv[argc++] = b->name;
@@ -929,17 +936,62 @@ static void turn(struct cluster *c)
 	slots_alone(c);
 }
 
+/* Whether a deal of slots may have changed since the last sync: requests wait in a pool
+ * with capped backends (for a slot another instance may let go), or this instance's
+ * requests in flight to one of them are not what it last sent (it let one go, or took one). */
+static int slots_moved(const struct cluster *c)
+{
+	for (size_t i = 0; i < c->nslots_sent; i++) {
+		const struct shared_slots *ss = c->slots_sent[i];
+		if (pool_queue_len(&ss->p->queue))
+			return 1;
+		for (size_t k = 0; k < ss->nsent; k++) {
+			const struct backend *b = &ss->p->backends[ss->which[k]];
+			if (atomic_load_explicit(&b->share->inflight, memory_order_relaxed) !=
+			    ss->last[ss->which[k]])
+				return 1;
+		}
+	}
+	return 0;
+}
+
+/* Between two syncs: the slots script alone, when a deal may have changed (slots_moved), so
+ * a slot one instance lets go reaches another's waiting requests in a fraction of a sync. */
+static void slots_turn(struct cluster *c)
+{
+	if (!c->redis || c->state != 1 || !slots_moved(c))
+		return;
+	append_slots(c);
+	for (size_t k = 0; k < c->nslots_sent; k++) {
+		redisReply *r = NULL;
+		if (next_reply(c, &r) < 0) {
+			atomic_fetch_add(&c->stats.failed, 1);
+			drop(c);
+			set_state(c, 0, c->why);
+			slots_alone(c);
+			return;
+		}
+		take_slots(c, c->slots_sent[k], r);
+		freeReplyObject(r);
+	}
+}
+
 static void *cluster_main(void *arg)
 {
 	struct cluster *c = arg;
 	log_set_thread_tag("cluster");
 	struct timespec next;
 	clock_gettime(CLOCK_MONOTONIC, &next);
+	unsigned tick = 0;
 	pthread_mutex_lock(&c->mu);
 	while (!c->stopping) {
 		pthread_mutex_unlock(&c->mu);
-		turn(c);
-		uint64_t ns = (uint64_t)next.tv_nsec + (uint64_t)c->conf->sync_ms * 1000000u;
+		if (tick++ % SLOT_TICKS == 0)
+			turn(c);
+		else
+			slots_turn(c);
+		uint64_t ns =
+		    (uint64_t)next.tv_nsec + (uint64_t)c->conf->sync_ms * 1000000u / SLOT_TICKS;
 		next.tv_sec += (time_t)(ns / 1000000000u);
 		next.tv_nsec = (long)(ns % 1000000000u);
 		struct timespec now;
@@ -993,6 +1045,7 @@ static void cluster_free(struct cluster *c)
 	for (size_t i = 0; c->slots && i < c->nslots; i++) {
 		free(c->slots[i].which);
 		free(c->slots[i].cap);
+		free(c->slots[i].last);
 		free(c->slots[i].argv);
 		free(c->slots[i].num);
 		free(c->slots[i].smooth16);
@@ -1025,10 +1078,11 @@ static int share_slots(struct cluster *c, struct runtime *rt, const char *prefix
 		snprintf(ss->key, sizeof(ss->key), "%sslotshare:%.100s", prefix, p->conf->name);
 		ss->which = calloc(p->nbackends + 1, sizeof(*ss->which));
 		ss->cap = calloc(p->nbackends + 1, sizeof(*ss->cap));
+		ss->last = calloc(p->nbackends + 1, sizeof(*ss->last));
 		ss->argv = calloc(7 + 4 * p->nbackends, sizeof(*ss->argv));
 		ss->num = calloc(3 * p->nbackends + 1, sizeof(*ss->num));
 		ss->smooth16 = calloc(p->nbackends + 1, sizeof(*ss->smooth16));
-		if (!ss->which || !ss->cap || !ss->argv || !ss->num || !ss->smooth16)
+		if (!ss->which || !ss->cap || !ss->last || !ss->argv || !ss->num || !ss->smooth16)
 			return -ENOMEM;
 	}
 	return 0;
