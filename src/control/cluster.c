@@ -21,15 +21,16 @@
  * same free slot as theirs: in proportion to what each wants (in flight plus waiting), the
  * slots nobody wants split evenly, and never a slot another still holds (SLOTS_LUA says how).
  * What this instance is not dealt goes into the backend's <elsewhere>, which the pick counts
- * against the cap (runtime/pool.h); within its deal the instance's own queue takes a freed slot
- * at once. When a sync deals it more, this thread asks the pool's queue to grant them
+ * against the cap (runtime/pool.h); within its deal the instance's own queue takes a freed
+ * slot at once. When a deal gives it more, this thread asks the pool's queue to grant them
  * (admission_grant), since no local release will. A slot that moves between instances waits
  * for its holder's script to let it go and the taker's to take it, so between two syncs the
  * thread runs the slots script alone SLOT_TICKS - 1 times, when a deal may have changed
  * (requests wait here, or this instance took or let go a slot since it last said): a slot
- * reaches another instance's waiting requests in about half a sync_ms, not a whole one. While Redis
- * is away each backend's <elsewhere> is what the others held of late (smoothed), never all of its
- * slots; once the thread stops (a reload: the generation drains), 0.
+ * reaches another instance's waiting requests in about half a sync_ms, not a whole one.
+ * While Redis is away each backend's <elsewhere> is what the others held of late (their
+ * requests in flight, smoothed), never all of its slots; once the thread stops (a reload: the
+ * generation drains), 0.
  *
  * Pools with session: share their sessions the same way: every sync sends what each pool's
  * table learned since (its feed, policy/stick.h: a session's hash and its backend's name)
@@ -131,8 +132,8 @@ static const char MEMBERS_LUA[] =
  * first ids), else each gets its share in proportion to what it wants (the slots left by
  * rounding down to the largest remainders, then the most waiting, then the first ids). What
  * the others hold (the more of their grant and their in flight) is never given: a slot moves
- * once its holder's next sync has let it go. Answered: for each backend sent, in order, the
- * slots this instance may fill and the others' requests in flight there. */
+ * once its holder's next run of this script has let it go. Answered: for each backend sent, in
+ * order, the slots this instance may fill and the others' requests in flight there. */
 static const char SLOTS_LUA[] =
     "local t = redis.call('TIME')\n"
     "local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
@@ -221,7 +222,7 @@ struct shared_pool {
 /* A pool's backend slots (max_concurrency) as shared by the instances: the backends sent in the
  * last sync (<which>, <nsent> of them, each with the cap it was sent with), the arguments of
  * its script (three numbers a backend), and per backend the other instances' requests in
- * flight there, smoothed over syncs (x 16), for while Redis is away. */
+ * flight there, smoothed over the script's runs (x 16), for while Redis is away. */
 struct shared_slots {
 	struct pool_rt *p;
 	char key[KEY_MAX];
