@@ -573,6 +573,31 @@ def test_a_backends_slots_follow_the_waiting_requests(env):
     assert st["completions"] == 18 and st["max_active"] == 3, st
 
 
+def test_forged_slot_fields_hold_no_slot(env):
+    """What a Redis writer puts in a pool's slots hash is read as the script writes it or not
+    at all: a field naming a fake instance that holds every slot of the backend with an expiry
+    further ahead than any instance writes, and fields that are not ours, are taken out, and
+    the requests they would have kept waiting are served."""
+    sim = env.sim("a", latency_ms=200, token_ms=0, slots=8)
+    redis, procs = _capped(env, sim, cap=2, n=2, sync_ms=50)
+    cli = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+    key = "accelnet:slotshare:p"
+    far = int(time.time() * 1000) + 30 * 86400 * 1000
+    forged = {f"fake 127.0.0.1:{sim.port}": f"0 0 2 {far}",
+              f"junk 127.0.0.1:{sim.port}": "2 2",
+              "nospace": "0 0 2 1"}
+    for k, v in forged.items():
+        subprocess.run([cli, "-p", str(redis.port), "HSET", key, k, v], check=True,
+                       capture_output=True)
+    got = _post_all(procs, each=2)
+    assert got == [200] * 4, got
+    for k in forged:
+        out = subprocess.run([cli, "-p", str(redis.port), "HEXISTS", key, k], check=True,
+                             capture_output=True, text=True).stdout.strip()
+        assert out == "0", (k, out)
+    assert sim_stats(sim.port)["max_active"] <= 2
+
+
 def _get(port, path):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     c.request("GET", path)
