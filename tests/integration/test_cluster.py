@@ -554,7 +554,7 @@ def test_two_instances_never_fill_one_free_slot_at_once(env):
         assert got == [200] * 3, got
     st = sim_stats(sim.port)
     assert st["completions"] == 6, st
-    assert st["max_active"] == 2, st
+    assert st["max_active"] <= 2, st
 
 
 def test_a_backends_slots_follow_the_waiting_requests(env):
