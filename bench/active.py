@@ -19,7 +19,9 @@ size), in three variants, each on a fresh, cold fleet:
   is polled, so the table says when the instances saw it go and come back.
 
 Reported per variant: goodput at SLO (requests answered 200 in full whose first token came
-within 1 s, a second), TTFT p50/p90/p99, block hits (the simulators' own counts), errors and
+within 1 s, a second), TTFT p50/p90/p99, block hits (the simulators' own counts), the most
+requests one simulator held waiting behind its slots at once (0 when the instances together
+never passed a backend's max_concurrency), the mean wait in the instances' queues, errors and
 requests never answered, the requests each instance was sent and answered, and each
 instance's cluster counters (prefixes sent and received through Redis, failed syncs).
 
@@ -48,7 +50,7 @@ import chattrace  # noqa: E402
 # what is kept of each instance's /metrics at the end of a run
 INSTANCE_SERIES = ("accelnet_cluster_", "accelnet_llm_predict_decisions_total",
                    "accelnet_llm_predict_hit_blocks_total", "accelnet_backend_llm_index_blocks",
-                   "accelnet_queue_")
+                   "accelnet_pool_queue_")
 VARIANTS = ("one", "three", "three-redis-stopped")
 INSTANCES = 3
 
@@ -225,12 +227,36 @@ def fmt(v, f="{:.0f}"):
     return "-" if v is None else ("never" if v >= bench.NEVER_MS else f.format(v))
 
 
+def inside(g):
+    """The most requests one simulator held waiting behind its slots at once (its max_waiting
+    counts each request as it arrives, so 1 is a request that never waited)."""
+    return max([s.get("max_waiting", 0) for s in g.get("sims", [])] + [1]) - 1
+
+
+def queue_wait_ms(g):
+    """The mean wait in the instances' queues, all requests together, in ms (None: none)."""
+    tot = cnt = 0.0
+    for inst in g.get("instances", []):
+        for k, v in inst.get("metrics", {}).items():
+            if k.startswith("accelnet_pool_queue_wait_seconds_sum"):
+                tot += v
+            elif k.startswith("accelnet_pool_queue_wait_seconds_count"):
+                cnt += v
+    return tot / cnt * 1000 if cnt else None
+
+
+def waits(runs):
+    """The median over <runs> of queue_wait_ms, or "-" where no run has it."""
+    vals = [w for w in map(queue_wait_ms, runs) if w is not None]
+    return fmt(statistics.median(vals), "{:.0f}") if vals else "-"
+
+
 def summary_rows(res):
     rows = []
     for v in res["variants"]:
         runs = [g for g in res["results"].get(v, []) if "failed" not in g]
         if not runs:
-            rows.append([v] + ["-"] * 8)
+            rows.append([v] + ["-"] * 10)
             continue
 
         def m(get):
@@ -245,10 +271,13 @@ def summary_rows(res):
                      spread(lambda g: g["ttft_ms"]["p90"], "{:.0f}"),
                      fmt(m(lambda g: g["ttft_ms"]["p99"])),
                      f"{m(lambda g: g['hit_share']) * 100:.1f} %",
+                     f"{m(inside):.0f}",
+                     waits(runs),
                      f"{m(lambda g: g['errors']):.0f}", f"{m(lambda g: g['no_first_token']):.0f}",
                      f"{m(lambda g: g['sent']):.0f}"])
     return (["variant", "goodput@SLO req/s", "TTFT p50 ms", "p90 ms", "p99 ms", "block hits",
-             "errors", "never answered", "sent"], rows)
+             "most waiting inside a sim", "queue wait ms (mean)", "errors", "never answered",
+             "sent"], rows)
 
 
 def phase_rows(res):

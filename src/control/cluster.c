@@ -15,13 +15,22 @@
  *
  * Every pool's capped backends (max_concurrency) share their slots: every sync ends with, per
  * pool, EVALSHA of the slots script, which records the requests this instance has in flight
- * to each such backend (by name, in a hash per pool, PREFIX "slots:" POOL, each field expiring
- * as a live-set entry does) and answers the sum of the other instances' there; that goes into
- * the backend's <elsewhere>, which the pick counts against the cap (runtime/pool.h). When a
- * sync says the others let slots go, this thread asks the pool's queue to grant them
- * (admission_grant), since no local release will. While Redis is away each backend's
- * <elsewhere> is what the others held of late (smoothed), never all of its slots; once the
- * thread stops (a reload: the generation drains), 0.
+ * to each such backend and those waiting in its queue for it (by name, in a hash per pool,
+ * PREFIX "slotshare:" POOL, each field expiring as a live-set entry does) and deals the
+ * backend's slots out between the instances there, in one place, so that two never count the
+ * same free slot as theirs: in proportion to what each wants (in flight plus waiting), the
+ * slots nobody wants split evenly, and never a slot another still holds (SLOTS_LUA says how).
+ * What this instance is not dealt goes into the backend's <elsewhere>, which the pick counts
+ * against the cap (runtime/pool.h); within its deal the instance's own queue takes a freed
+ * slot at once. When a deal gives it more, this thread asks the pool's queue to grant them
+ * (admission_grant), since no local release will. A slot that moves between instances waits
+ * for its holder's script to let it go and the taker's to take it, so between two syncs the
+ * thread runs the slots script alone SLOT_TICKS - 1 times, when a deal may have changed
+ * (requests wait here, or this instance took or let go a slot since it last said): a slot
+ * reaches another instance's waiting requests in about half a sync_ms, not a whole one.
+ * While Redis is away each backend's <elsewhere> is what the others held of late (their
+ * requests in flight, smoothed), never all of its slots; once the thread stops (a reload: the
+ * generation drains), 0.
  *
  * Pools with session: share their sessions the same way: every sync sends what each pool's
  * table learned since (its feed, policy/stick.h: a session's hash and its backend's name)
@@ -71,6 +80,7 @@
 #define PREFIXES_PER_SYNC 512 /* prompts' prefixes one sync sends at most, all pools */
 #define STREAM_MAX 10000      /* a pool's stream keeps about this many (XADD MAXLEN ~) */
 #define STREAM_READ "512"     /* entries one sync reads of each stream, at most */
+#define SLOT_TICKS 4	      /* slots scripts a sync_ms: the sync's, and 3 alone between */
 
 /* KEYS[1]: the bucket; ARGV[1]: the cost in microseconds (signed). The rule of
  * rlsync_charge(); the TAT is kept while it lies ahead (and a second longer). */
@@ -110,31 +120,72 @@ static const char MEMBERS_LUA[] =
 
 #define SESSIONS_PER_SYNC 4096 /* sessions one sync sends at most, all pools */
 
-/* KEYS[1]: a pool's slots; ARGV[1]: this instance; ARGV[2]: how long its counts stand, in ms;
- * ARGV[3]: MEMBER_TTL_MAX_MS; then a backend's name and the requests this instance has in
- * flight to it, for each capped backend. Each count is kept as the field "ID NAME" = "COUNT
- * EXPIRY"; expired fields (and those further ahead than any instance writes) are taken out.
- * Answered: for each backend sent, in order, the sum of the other instances' counts. */
+/* KEYS[1]: a pool's slots; ARGV[1]: this instance; ARGV[2]: how long its figures stand, in ms;
+ * ARGV[3]: MEMBER_TTL_MAX_MS; then, for each capped backend, its name, the requests this
+ * instance has in flight to it, those waiting here for it and its max_concurrency. Each
+ * instance's figures are kept as the field "ID NAME" = "INFLIGHT WAITING GRANT EXPIRY";
+ * expired fields (and those further ahead than any instance writes) are taken out.
+ *
+ * The backend's slots are dealt out here, in one place, so two instances never count one free
+ * slot as theirs: each instance wants its in flight plus its waiting; when all want no more
+ * than the slots, each gets what it wants and the rest is split evenly (the remainder to the
+ * first ids), else each gets its share in proportion to what it wants (the slots left by
+ * rounding down to the largest remainders, then the most waiting, then the first ids). What
+ * the others hold (the more of their grant and their in flight) is never given: a slot moves
+ * once its holder's next run of this script has let it go. Answered: for each backend sent, in
+ * order, the slots this instance may fill and the others' requests in flight there. */
 static const char SLOTS_LUA[] =
     "local t = redis.call('TIME')\n"
     "local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "local id, exp = ARGV[1], ms + tonumber(ARGV[2])\n"
-    "local at, out = {}, {}\n"
-    "for i = 4, #ARGV - 1, 2 do\n"
-    "  redis.call('HSET', KEYS[1], id .. ' ' .. ARGV[i], ARGV[i + 1] .. ' ' .. exp)\n"
-    "  at[ARGV[i]] = #out + 1\n"
-    "  out[#out + 1] = 0\n"
-    "end\n"
+    "local per, out = {}, {}\n"
     "local all = redis.call('HGETALL', KEYS[1])\n"
     "for k = 1, #all, 2 do\n"
     "  local sp = string.find(all[k], ' ', 1, true)\n"
-    "  local n, e = string.match(all[k + 1], '^(%d+) (%d+)$')\n"
-    "  if not sp or not n or tonumber(e) < ms or tonumber(e) > ms + tonumber(ARGV[3]) then\n"
+    "  local f, w, g, e = string.match(all[k + 1], '^(%d+) (%d+) (%d+) (%d+)$')\n"
+    "  if not sp or not f or tonumber(e) < ms or tonumber(e) > ms + tonumber(ARGV[3]) then\n"
     "    redis.call('HDEL', KEYS[1], all[k])\n"
     "  elseif string.sub(all[k], 1, sp - 1) ~= id then\n"
-    "    local i = at[string.sub(all[k], sp + 1)]\n"
-    "    if i then out[i] = out[i] + tonumber(n) end\n"
+    "    local name = string.sub(all[k], sp + 1)\n"
+    "    per[name] = per[name] or {}\n"
+    "    table.insert(per[name], {string.sub(all[k], 1, sp - 1), tonumber(f), tonumber(w),\n"
+    "                             tonumber(g)})\n"
     "  end\n"
+    "end\n"
+    "for i = 4, #ARGV - 3, 4 do\n"
+    "  local f, w, cap = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])\n"
+    "  local l, want = per[ARGV[i]] or {}, f + w\n"
+    "  local total, held, ahead, give, busy = want, 0, 0, 0, 0\n"
+    "  for _, o in ipairs(l) do\n"
+    "    total = total + o[2] + o[3]\n"
+    "    busy = busy + o[2]\n"
+    "    held = held + math.max(o[2], o[4])\n"
+    "  end\n"
+    "  if total <= cap then\n"
+    "    local spare = cap - total\n"
+    "    for _, o in ipairs(l) do\n"
+    "      if o[1] < id then ahead = ahead + 1 end\n"
+    "    end\n"
+    "    give = want + math.floor(spare / (#l + 1))\n"
+    "    if ahead < spare % (#l + 1) then give = give + 1 end\n"
+    "  else\n"
+    "    local left, r = cap - math.floor(cap * want / total), (cap * want) % total\n"
+    "    for _, o in ipairs(l) do\n"
+    "      local ro = (cap * (o[2] + o[3])) % total\n"
+    "      left = left - math.floor(cap * (o[2] + o[3]) / total)\n"
+    "      if ro > r or (ro == r and (o[3] > w or (o[3] == w and o[1] < id))) then\n"
+    "        ahead = ahead + 1\n"
+    "      end\n"
+    "    end\n"
+    "    give = math.floor(cap * want / total)\n"
+    "    if ahead < left then give = give + 1 end\n"
+    "  end\n"
+    "  if give > cap - held then give = cap - held end\n"
+    "  if give < 0 then give = 0 end\n"
+    "  redis.call('HSET', KEYS[1], id .. ' ' .. ARGV[i],\n"
+    "             string.format('%d %d %d %d', f, w, give, exp))\n"
+    "  out[#out + 1] = give\n"
+    "  out[#out + 1] = busy\n"
     "end\n"
     "redis.call('PEXPIRE', KEYS[1], ARGV[3])\n"
     "return out\n";
@@ -169,12 +220,15 @@ struct shared_pool {
 };
 
 /* A pool's backend slots (max_concurrency) as shared by the instances: the backends sent in the
- * last sync (<which>, <nsent> of them), the arguments of its script, and per backend the other
- * instances' requests in flight there, smoothed over syncs (x 16), for while Redis is away. */
+ * last sync (<which>, <nsent> of them, each with the cap it was sent with), the arguments of
+ * its script (three numbers a backend), and per backend the other instances' requests in
+ * flight there, smoothed over the script's runs (x 16), for while Redis is away. */
 struct shared_slots {
 	struct pool_rt *p;
 	char key[KEY_MAX];
 	size_t *which, nsent;
+	unsigned *cap;
+	unsigned *last; /* per backend: its requests in flight as last sent */
 	const char **argv;
 	char (*num)[24];
 	uint32_t *smooth16;
@@ -215,7 +269,12 @@ struct cluster {
 	redisContext *redis;
 	char charge_sha[48], members_sha[48], spend_sha[48], slots_sha[48];
 	uint64_t last_connect_ms;
-	int state;     /* -1: not known yet, 0: away, 1: there */
+	int state; /* -1: not known yet, 0: away, 1: there */
+	/* Redis back after it was away: until then, or until it counts as many instances as
+	 * before (<settle_n>), a deal gives no more than going on alone would (a Redis back
+	 * empty deals its first caller every slot before the others said what they hold) */
+	uint64_t settle_until_ms;
+	unsigned settle_n;
 	char why[192]; /* what went wrong last */
 	unsigned instances;
 	struct rlsync_item *items; /* SYNC_KEYS, and whose limit each is */
@@ -351,6 +410,10 @@ static int connect_redis(struct cluster *c)
 	    load_script(c, SPEND_LUA, c->spend_sha) < 0 ||
 	    load_script(c, SLOTS_LUA, c->slots_sha) < 0)
 		goto fail;
+	if (c->state == 0) { /* back: the others reconnect within RECONNECT_MS */
+		c->settle_until_ms = c->last_connect_ms + RECONNECT_MS + 3ull * c->conf->sync_ms;
+		c->settle_n = c->instances;
+	}
 	return 0;
 fail:
 	drop(c);
@@ -478,23 +541,50 @@ static size_t append_sessions(struct cluster *c)
 	return sent;
 }
 
+/* The requests of <p>'s queue waiting for <b>: balance: llm's count of those waiting for it,
+ * plus its part of those waiting for no backend in particular (<loose>, shared between the
+ * pool's <ncapped> capped backends, rounded up). */
+static unsigned waiting_for(const struct backend *b, unsigned loose, size_t ncapped)
+{
+	unsigned own = b->llm ? atomic_load_explicit(&b->llm->waiting, memory_order_relaxed) : 0;
+	return own + (unsigned)((loose + ncapped - 1) / (ncapped ? ncapped : 1));
+}
+
 /* Append, for each pool with a capped backend, the requests this instance has in flight to
- * each such backend, by name; Redis answers what the others have there. */
+ * each such backend and those waiting here for it, by name, and its cap; Redis answers the
+ * slots of each that this instance may fill. */
 static void append_slots(struct cluster *c)
 {
 	c->nslots_sent = 0;
 	for (size_t i = 0; i < c->nslots; i++) {
 		struct shared_slots *ss = &c->slots[i];
-		size_t argc = 7;
+		size_t argc = 7, ncapped = 0;
+		unsigned homed = 0, queued = pool_queue_len(&ss->p->queue);
 		ss->nsent = 0;
 		for (size_t j = 0; j < ss->p->nbackends; j++) {
 			struct backend *b = &ss->p->backends[j];
-			if (!backend_cap(b) || !backend_present(b))
+			if (b->llm)
+				homed +=
+				    atomic_load_explicit(&b->llm->waiting, memory_order_relaxed);
+			ncapped += backend_cap(b) && backend_present(b);
+		}
+		unsigned loose = queued > homed ? queued - homed : 0;
+		for (size_t j = 0; j < ss->p->nbackends; j++) {
+			struct backend *b = &ss->p->backends[j];
+			unsigned cap = backend_cap(b);
+			if (!cap || !backend_present(b))
 				continue; /* (a spare slot of the admin API has no name yet) */
-			snprintf(ss->num[ss->nsent], sizeof(ss->num[0]), "%u",
-				 atomic_load_explicit(&b->share->inflight, memory_order_relaxed));
+			char(*num)[24] = &ss->num[3 * ss->nsent];
+			ss->last[j] =
+			    atomic_load_explicit(&b->share->inflight, memory_order_relaxed);
+			snprintf(num[0], sizeof(num[0]), "%u", ss->last[j]);
+			snprintf(num[1], sizeof(num[1]), "%u", waiting_for(b, loose, ncapped));
+			snprintf(num[2], sizeof(num[2]), "%u", cap);
 			ss->argv[argc++] = b->name;
-			ss->argv[argc++] = ss->num[ss->nsent];
+			ss->argv[argc++] = num[0];
+			ss->argv[argc++] = num[1];
+			ss->argv[argc++] = num[2];
+			ss->cap[ss->nsent] = cap;
 			ss->which[ss->nsent++] = j;
 		}
 		if (!ss->nsent)
@@ -522,21 +612,42 @@ static int set_elsewhere(struct backend *b, uint64_t n, unsigned keep)
 	return v < was;
 }
 
-/* Redis answered the other instances' requests in flight for the backends of <ss> sent. */
+/* A backend's slots held elsewhere while Redis is away: the others' requests in flight there
+ * of late, from its smoothed count (x 16), rounded down. Not the deals: an instance's deal is
+ * its share of the moment, and a share frozen at it leaves slots idle at one instance while
+ * requests for them wait at another; counted so, the instances together may pass the cap by
+ * a slot or two, and no slot is left idle. */
+static unsigned alone(uint32_t smooth16)
+{
+	return smooth16 / 16;
+}
+
+/* A reply's integer, or 0 when it is none or negative. */
+static uint64_t count_of(const redisReply *e)
+{
+	return e->type == REDIS_REPLY_INTEGER && e->integer > 0 ? (uint64_t)e->integer : 0;
+}
+
+/* Redis answered the slots this instance may fill of each backend of <ss> sent (the rest of
+ * each one's cap, as sent, is held elsewhere) and the others' requests in flight there. */
 static void take_slots(struct cluster *c, struct shared_slots *ss, const redisReply *r)
 {
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != ss->nsent)
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 * ss->nsent)
 		return;
-	int freed = 0;
+	int freed = 0, settle = clock_now_ms() < c->settle_until_ms && c->instances < c->settle_n;
 	for (size_t k = 0; k < ss->nsent; k++) {
-		const redisReply *e = r->element[k];
-		uint64_t n =
-		    e->type == REDIS_REPLY_INTEGER && e->integer > 0 ? (uint64_t)e->integer : 0;
+		unsigned cap = ss->cap[k];
+		uint64_t mine = count_of(r->element[2 * k]), busy = count_of(r->element[2 * k + 1]);
+		uint64_t n = mine < cap ? cap - mine : 0;
 		size_t j = ss->which[k];
-		uint32_t s16 = n > 65535 ? 65535u * 16 : (uint32_t)n * 16;
-		ss->smooth16[j] =
-		    ss->smooth16[j] + (uint32_t)(((int64_t)s16 - ss->smooth16[j]) / 8);
-		freed |= set_elsewhere(&ss->p->backends[j], n, 0);
+		struct backend *b = &ss->p->backends[j];
+		uint32_t s16 = busy > 65535 ? 65535u * 16 : (uint32_t)busy * 16;
+		if (settle) /* (what it held away stands meanwhile) */
+			n = n < alone(ss->smooth16[j]) ? alone(ss->smooth16[j]) : n;
+		else
+			ss->smooth16[j] =
+			    ss->smooth16[j] + (uint32_t)(((int64_t)s16 - ss->smooth16[j]) / 8);
+		freed |= set_elsewhere(b, n, 0);
 	}
 	if (freed) { /* the queue's waiters may take what the others let go */
 		c->rnd = c->rnd * 6364136223846793005ull + 1442695040888963407ull;
@@ -545,7 +656,7 @@ static void take_slots(struct cluster *c, struct shared_slots *ss, const redisRe
 }
 
 /* Redis is away: each backend's slots held elsewhere are what the others held of late
- * (smoothed), rounded down, and never all of them: the instances, evenly loaded, keep about
+ * (smoothed, alone()), and never all of them: the instances, evenly loaded, keep about
  * their shares, and each keeps at least one slot of each backend. */
 static void slots_alone(struct cluster *c)
 {
@@ -553,7 +664,7 @@ static void slots_alone(struct cluster *c)
 		struct shared_slots *ss = &c->slots[i];
 		int freed = 0;
 		for (size_t j = 0; j < ss->p->nbackends; j++)
-			freed |= set_elsewhere(&ss->p->backends[j], ss->smooth16[j] / 16, 1);
+			freed |= set_elsewhere(&ss->p->backends[j], alone(ss->smooth16[j]), 1);
 		if (freed) {
 			c->rnd = c->rnd * 6364136223846793005ull + 1442695040888963407ull;
 			admission_grant(ss->p, clock_now_ms(), c->rnd);
@@ -826,17 +937,62 @@ static void turn(struct cluster *c)
 	slots_alone(c);
 }
 
+/* Whether a deal of slots may have changed since the last sync: requests wait in a pool
+ * with capped backends (for a slot another instance may let go), or this instance's
+ * requests in flight to one of them are not what it last sent (it let one go, or took one). */
+static int slots_moved(const struct cluster *c)
+{
+	for (size_t i = 0; i < c->nslots_sent; i++) {
+		const struct shared_slots *ss = c->slots_sent[i];
+		if (pool_queue_len(&ss->p->queue))
+			return 1;
+		for (size_t k = 0; k < ss->nsent; k++) {
+			const struct backend *b = &ss->p->backends[ss->which[k]];
+			if (atomic_load_explicit(&b->share->inflight, memory_order_relaxed) !=
+			    ss->last[ss->which[k]])
+				return 1;
+		}
+	}
+	return 0;
+}
+
+/* Between two syncs: the slots script alone, when a deal may have changed (slots_moved), so
+ * a slot one instance lets go reaches another's waiting requests in a fraction of a sync. */
+static void slots_turn(struct cluster *c)
+{
+	if (!c->redis || c->state != 1 || !slots_moved(c))
+		return;
+	append_slots(c);
+	for (size_t k = 0; k < c->nslots_sent; k++) {
+		redisReply *r = NULL;
+		if (next_reply(c, &r) < 0) {
+			atomic_fetch_add(&c->stats.failed, 1);
+			drop(c);
+			set_state(c, 0, c->why);
+			slots_alone(c);
+			return;
+		}
+		take_slots(c, c->slots_sent[k], r);
+		freeReplyObject(r);
+	}
+}
+
 static void *cluster_main(void *arg)
 {
 	struct cluster *c = arg;
 	log_set_thread_tag("cluster");
 	struct timespec next;
 	clock_gettime(CLOCK_MONOTONIC, &next);
+	unsigned tick = 0;
 	pthread_mutex_lock(&c->mu);
 	while (!c->stopping) {
 		pthread_mutex_unlock(&c->mu);
-		turn(c);
-		uint64_t ns = (uint64_t)next.tv_nsec + (uint64_t)c->conf->sync_ms * 1000000u;
+		if (tick++ % SLOT_TICKS == 0)
+			turn(c);
+		else
+			slots_turn(c);
+		uint64_t ns =
+		    (uint64_t)next.tv_nsec + (uint64_t)c->conf->sync_ms * 1000000u / SLOT_TICKS;
 		next.tv_sec += (time_t)(ns / 1000000000u);
 		next.tv_nsec = (long)(ns % 1000000000u);
 		struct timespec now;
@@ -889,6 +1045,8 @@ static void cluster_free(struct cluster *c)
 	free(c->sess_argv);
 	for (size_t i = 0; c->slots && i < c->nslots; i++) {
 		free(c->slots[i].which);
+		free(c->slots[i].cap);
+		free(c->slots[i].last);
 		free(c->slots[i].argv);
 		free(c->slots[i].num);
 		free(c->slots[i].smooth16);
@@ -918,12 +1076,14 @@ static int share_slots(struct cluster *c, struct runtime *rt, const char *prefix
 		struct pool_rt *p = &rt->pools[i];
 		struct shared_slots *ss = &c->slots[c->nslots++];
 		ss->p = p;
-		snprintf(ss->key, sizeof(ss->key), "%sslots:%.100s", prefix, p->conf->name);
+		snprintf(ss->key, sizeof(ss->key), "%sslotshare:%.100s", prefix, p->conf->name);
 		ss->which = calloc(p->nbackends + 1, sizeof(*ss->which));
-		ss->argv = calloc(7 + 2 * p->nbackends, sizeof(*ss->argv));
-		ss->num = calloc(p->nbackends + 1, sizeof(*ss->num));
+		ss->cap = calloc(p->nbackends + 1, sizeof(*ss->cap));
+		ss->last = calloc(p->nbackends + 1, sizeof(*ss->last));
+		ss->argv = calloc(7 + 4 * p->nbackends, sizeof(*ss->argv));
+		ss->num = calloc(3 * p->nbackends + 1, sizeof(*ss->num));
 		ss->smooth16 = calloc(p->nbackends + 1, sizeof(*ss->smooth16));
-		if (!ss->which || !ss->argv || !ss->num || !ss->smooth16)
+		if (!ss->which || !ss->cap || !ss->last || !ss->argv || !ss->num || !ss->smooth16)
 			return -ENOMEM;
 	}
 	return 0;

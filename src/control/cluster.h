@@ -35,9 +35,12 @@
  * takes several).
  *
  * A backend's max_concurrency is the backend's, not each instance's: every sync sends the
- * requests this instance has in flight to each capped backend and learns the others', which
- * the pick counts against the cap (runtime/pool.h: elsewhere), so a backend the others fill
- * is full here too and this instance's requests wait in its own queue, not inside the engine.
+ * requests this instance has in flight to each capped backend and those waiting here for it,
+ * and Redis deals the backend's slots out between the instances (in proportion to what each
+ * wants, never one slot to two; the deal is run again four times a sync while slots move);
+ * what this instance is not dealt the pick counts against the cap (runtime/pool.h:
+ * elsewhere), so a backend the others fill is full here too and this instance's requests wait
+ * in its own queue, not inside the engine.
  *
  * Pools with session: share where each conversation went the same way (a stream per pool of
  * session hashes and backend names), so a conversation whose turns reach different

@@ -3,8 +3,10 @@ one per-tenant rate between them; with Redis stopped they keep serving, each at 
 limit, and say so in their metrics; with Redis back they share again; a token budget spent
 on one instance is spent on the others; balance: consistent-hash, prefix-affinity, llm with
 kv_events and llm learning from routing (shared through a Redis stream) send one
-conversation to one backend through any instance; a password, a Redis that never answers and
-a reload; bad cluster: sections are refused with FILE:LINE:COL."""
+conversation to one backend through any instance; a backend's max_concurrency is dealt out
+between the instances (never one free slot to two, the slots where the requests wait); a
+password, a Redis that never answers and a reload; bad cluster: sections are refused with
+FILE:LINE:COL."""
 
 # Alone under run.py -j: these count requests passed in a window against a rate (within 5 %, or
 # a few requests), and the instances share it through Redis every sync_ms: on a machine full of
@@ -502,6 +504,98 @@ def test_a_backends_slots_are_counted_across_instances(env):
     for p in procs:
         send(p)
     assert got == [200] * 4, got
+
+
+def _capped(env, sim, cap, n, sync_ms):
+    """<n> instances sharing a Redis, one pool of <sim> with max_concurrency <cap>."""
+    redis = _redis(env)
+    procs = _instances(env, redis.port, "pools:\n" + pool_yaml(
+        "p", [sim.port], extra="    queue: {timeout_ms: 20000}").replace(
+        f"127.0.0.1:{sim.port}", f"127.0.0.1:{sim.port}, max_concurrency: {cap}") +
+        "routes:\n  - pool: p\n", n=n, sync_ms=sync_ms)
+    _all_see(procs, 1, instances=n)
+    return redis, procs
+
+
+def _post_all(procs, each=1, prompt="hi"):
+    """<each> requests to every instance in <procs>, all sent at once: their statuses."""
+    got = []
+    go = threading.Barrier(len(procs) * each)
+
+    def send(p):
+        c = http.client.HTTPConnection("127.0.0.1", p.port, timeout=60)
+        go.wait()
+        c.request("POST", "/v1/completions", body=json.dumps(
+            {"model": "m", "prompt": prompt}).encode(),
+            headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        r.read()
+        c.close()
+        got.append(r.status)
+    ts = [threading.Thread(target=send, args=(p,)) for p in procs for _ in range(each)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return got
+
+
+def test_two_instances_never_fill_one_free_slot_at_once(env):
+    """Redis deals a backend's slots out between the instances, so a free slot is one
+    instance's, never two's: requests sent at the same moment to three instances in front
+    of a backend of two slots never put more than two inside it, though each instance sees
+    the backend idle (before, each counted the others' requests of the last sync, saw two
+    free slots and sent its own: three at once). The simulator has room for more than the
+    cap, so that what passes the cap shows in its count of requests in service."""
+    sim = env.sim("a", latency_ms=400, token_ms=0, slots=8)
+    _, procs = _capped(env, sim, cap=2, n=3, sync_ms=200)
+    for _ in range(2):
+        got = _post_all(procs)
+        assert got == [200] * 3, got
+    st = sim_stats(sim.port)
+    assert st["completions"] == 6, st
+    assert st["max_active"] <= 2, st
+
+
+def test_a_backends_slots_follow_the_waiting_requests(env):
+    """The slots go where the requests wait: with every request at one instance, that
+    instance is dealt all of a backend's slots (the others, idle, keep none), so it fills
+    the backend alone as one instance would; sent to all three, all are served and the
+    backend is never over its cap."""
+    sim = env.sim("a", latency_ms=300, token_ms=0, slots=8)
+    _, procs = _capped(env, sim, cap=3, n=3, sync_ms=20)
+    got = _post_all(procs[:1], each=6)
+    assert got == [200] * 6, got
+    assert sim_stats(sim.port)["max_active"] == 3
+    got = _post_all(procs, each=4)
+    assert got == [200] * 12, got
+    st = sim_stats(sim.port)
+    assert st["completions"] == 18 and st["max_active"] == 3, st
+
+
+def test_forged_slot_fields_hold_no_slot(env):
+    """What a Redis writer puts in a pool's slots hash is read as the script writes it or not
+    at all: a field naming a fake instance that holds every slot of the backend with an expiry
+    further ahead than any instance writes, and fields that are not ours, are taken out, and
+    the requests they would have kept waiting are served."""
+    sim = env.sim("a", latency_ms=200, token_ms=0, slots=8)
+    redis, procs = _capped(env, sim, cap=2, n=2, sync_ms=50)
+    cli = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+    key = "accelnet:slotshare:p"
+    far = int(time.time() * 1000) + 30 * 86400 * 1000
+    forged = {f"fake 127.0.0.1:{sim.port}": f"0 0 2 {far}",
+              f"junk 127.0.0.1:{sim.port}": "2 2",
+              "nospace": "0 0 2 1"}
+    for k, v in forged.items():
+        subprocess.run([cli, "-p", str(redis.port), "HSET", key, k, v], check=True,
+                       capture_output=True)
+    got = _post_all(procs, each=2)
+    assert got == [200] * 4, got
+    for k in forged:
+        out = subprocess.run([cli, "-p", str(redis.port), "HEXISTS", key, k], check=True,
+                             capture_output=True, text=True).stdout.strip()
+        assert out == "0", (k, out)
+    assert sim_stats(sim.port)["max_active"] <= 2
 
 
 def _get(port, path):
