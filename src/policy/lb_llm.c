@@ -25,8 +25,8 @@
  * W / slots + H / S). Those queued for other backends wait for other slots: a prefill here
  * takes nothing from them. (Counting the whole queue at 1/S, as this did first, made a
  * free slow backend look dear to every request while the queue was long, so the requests
- * waited for their busy homes and the free slots stood idle: bench/fleetmodel.py's
- * non-streamed-flat shape at 2x answered 44 requests a second within the SLO of 86.) With no queue
+ * waited for their busy homes and the free slots stood idle: on bench/fleetmodel.py's
+ * non-streamed-flat shape at 2x, 73 requests a second of 87 within the SLO.) With no queue
  * this is the expected time alone; under load it keeps a request on the backend that holds
  * its prefix unless the wait there outweighs the work its recomputation would take from
  * everyone else (without it, when queues grow, requests that leave a busy home re-read

@@ -94,11 +94,22 @@ void llm_wait_for(struct llm_backend *from, struct llm_backend *to)
 		atomic_fetch_add_explicit(&to->waiting, 1, memory_order_relaxed);
 }
 
+/* For the other instances (cluster): every block, a feed entry's worth at a time. */
+static void share(struct llm_backend *l, const uint64_t *blocks, uint32_t n)
+{
+	if (!l->feed)
+		return;
+	for (uint32_t i = 0; i < n; i += PREFIX_FEED_BLOCKS)
+		prefix_feed_push(l->feed, blocks + i, n - i);
+}
+
 uint32_t llm_picked(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t hit)
 {
 	const struct llm_fit *f = fit_of(l);
-	if (n && !l->exact)
+	if (n && !l->exact) {
 		prefix_index_insert(l->prefix, blocks, n);
+		share(l, blocks, n);
+	}
 	atomic_fetch_add_explicit(&l->prompt_blocks, n, memory_order_relaxed);
 	atomic_fetch_add_explicit(&l->missed_blocks, n - hit, memory_order_relaxed);
 	uint64_t work =
@@ -141,15 +152,10 @@ static int fit_add(struct llm_fit *f, uint32_t missed, uint64_t us)
 
 void llm_cached(struct llm_backend *l, const uint64_t *blocks, uint32_t n, int picked)
 {
-	if (!n || l->exact)
-		return;
-	if (!picked)
-		prefix_index_insert(l->prefix, blocks, n); /* its prefill left them there */
-	if (!l->feed)
-		return;
-	/* for the other instances: every block, a feed entry's worth at a time */
-	for (uint32_t i = 0; i < n; i += PREFIX_FEED_BLOCKS)
-		prefix_feed_push(l->feed, blocks + i, n - i);
+	if (!n || l->exact || picked)
+		return; /* its pick put it in the index and shared it already */
+	prefix_index_insert(l->prefix, blocks, n); /* its prefill left them there */
+	share(l, blocks, n);
 }
 
 void llm_first_token(struct llm_backend *l, uint32_t n, uint32_t missed, uint64_t us)

@@ -73,22 +73,23 @@ void llm_candidate(const struct llm_backend *l, const uint64_t *blocks, uint32_t
  * The request with the <n> blocks <blocks> went to the backend of <l>, which holds <hit> of
  * them: the time it is expected to take there is added to the backend's work and returned,
  * for llm_done() to take back, and the prompt goes into the backend's index now (unless the
- * engine's own events keep it). Now, not at the answer: the engine takes the prompt in as it
- * arrives, and a request close behind it with the same prefix finds it there; an index that
- * learned only at the first token sent such requests elsewhere for a whole prefill, each
- * copying the prefix into another cache (scenario 9: 57 % of blocks hit instead of 83 %).
+ * engine's own events keep it), and to the other instances (cluster). Now, not at the answer:
+ * the engine takes the prompt in as it arrives, and a request close behind it with the same
+ * prefix finds it there; an index that learned only at the first token sent such requests
+ * elsewhere for a whole prefill, each copying the prefix into another cache (scenario 9: 57 %
+ * of blocks hit instead of 83 %; and through three instances, 60 % where one had 82 %).
  */
 uint32_t llm_picked(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t hit);
 /* That request got no answer from the backend (it failed, was refused with 400 or more, was
  * cancelled or moved to a hedge): the blocks its pick added, the last <missed> of the <n>,
- * are taken out of the index again (those held before stay). */
+ * are taken out of this instance's index again (those held before stay; other instances keep
+ * what they were told until it ages out). */
 void llm_unpicked(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t missed);
 void llm_done(struct llm_backend *l, uint32_t work_us);
 /* Its backend answered (status below 400) after <us>, with <missed> of the prompt's <n> blocks
- * to compute: the prompt is in its cache (unless the engine's own events keep the index; when
- * not <picked>, its pick did not put it in the index: a hedge's copy), it is shared with other
- * instances (cluster), and a request with a prompt is a sample for the fit. Only answers are
- * shared: a prompt the backend refused or never answered says nothing of its cache. */
+ * to compute: a request with a prompt is a sample for the fit; and when not <picked> (its
+ * pick did not record it: a hedge's copy) the prompt goes into the index and to the other
+ * instances now. */
 void llm_answered(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t missed,
 		  uint64_t us, int picked);
 /* The two halves of llm_answered, for an answer whose first token comes after its head (an
