@@ -4,6 +4,7 @@ requests without a prompt spread, and the llm keys are checked with FILE:LINE:CO
 
 import concurrent.futures
 import json
+import socket
 import subprocess
 
 from harness import (BIN, complete, free_port, metrics_text, served_by, sim_stats, status,
@@ -271,3 +272,28 @@ def test_llm_a_prompt_that_got_no_answer_leaves_no_trace(env):
         assert st >= 500, st
     assert sim_stats(failing.port)["requests"] >= 1  # the failing one was tried
     assert _index_blocks(px) == {failing.port: 0, dead: 0}, _index_blocks(px)
+
+
+def test_llm_prompts_that_got_no_answer_push_nothing_out_of_the_index(env):
+    """A prompt taken back (no answer: here its client left while it was prefilled) goes with
+    the index clock's ticks it took at the pick: it ages nothing. Taken out without them, a
+    client whose long prompts were all cancelled or refused made the index forget what the
+    engine still held, everyone's prefixes, a prompt's blocks (up to 1,024) per request."""
+    sim = env.sim("s0", latency_ms=5, cache_blocks=4096, block_bytes=64, jitter=0, tokens=1,
+                  token_ms=0, prefill_us_per_block=20000)
+    px = env.proxy(_pool([sim.port], 4, ", cache_blocks: 256"), workers=1)
+    st, _, _ = complete(px.port, _chat(_system(3), "a question"), "/v1/chat/completions")
+    assert st == 200, st
+    held = _index_blocks(px)[sim.port]
+    assert 0 < held < 40, held
+    for k in range(3):  # about 150 blocks each: 450 ticks of a clock of 256
+        body = _chat(f"Garbage {k}: " + "".join(f"{k}-{i:05d} " for i in range(1100)),
+                     "q").encode()
+        s = socket.create_connection(("127.0.0.1", px.port))
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                  % (len(body), body))
+        wait_until(lambda: _inflight(px) == 1, "the long prompt sent")
+        s.close()  # gone before its answer
+        wait_until(lambda: _inflight(px) == 0, "the attempt to end")
+    assert _index_blocks(px) == {sim.port: held}, (_index_blocks(px), held)
