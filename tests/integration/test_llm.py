@@ -297,3 +297,33 @@ def test_llm_prompts_that_got_no_answer_push_nothing_out_of_the_index(env):
         s.close()  # gone before its answer
         wait_until(lambda: _inflight(px) == 0, "the attempt to end")
     assert _index_blocks(px) == {sim.port: held}, (_index_blocks(px), held)
+
+
+def _pool_index_blocks(px, name):
+    """{port: blocks balance: llm believes each backend of pool <name> holds}"""
+    pool = next(p for p in status(px.admin)["pools"] if p["name"] == name)
+    return {int(b["address"].rsplit(":", 1)[1]): b["llm_index_blocks"] for b in pool["backends"]}
+
+
+def test_llm_a_failed_prefill_leaves_no_trace_in_the_prefill_pool(env):
+    """Disaggregation with a balance: llm prefill pool: the prompt its pick put in the prefill
+    backend's index goes again when the prefill never answers (a connect refused here; a
+    reset, a timeout or a client gone end it the same way). Before, only a refusal (400 and
+    up) took it back: the prefill backend kept a prompt it never saw."""
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+    env.on_cleanup.append(dead.close)
+    dead_port = dead.getsockname()[1]
+    dec = env.sim("d0", role="decode", latency_ms=5, jitter=0, tokens=3, token_ms=1,
+                  pd_allow_local=1)
+    text = ("pools:\n  - name: decode\n    balance: least-connections\n    backends:\n"
+            f"      - {{address: 127.0.0.1:{dec.port}}}\n"
+            "    disaggregation: {prefill_pool: prefill, protocol: vllm, "
+            "on_prefill_failure: decode_only}\n"
+            "  - name: prefill\n    balance: llm\n    llm: {block_bytes: 64}\n    backends:\n"
+            f"      - {{address: 127.0.0.1:{dead_port}}}\n")
+    px = env.proxy(text, workers=1)
+    st, _, body = complete(px.port, _chat(_system(8), "a question"), "/v1/chat/completions")
+    assert st == 200, (st, body)
+    assert sim_stats(dec.port)["pd_local"] == 1  # decoded in place: the prefill failed
+    assert _pool_index_blocks(px, "prefill") == {dead_port: 0}, _pool_index_blocks(px, "prefill")
