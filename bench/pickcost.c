@@ -208,7 +208,7 @@ int main(int argc, char **argv)
 		}
 		if (idx >= 0) { /* counted and recorded in the index, then its answer's sample */
 			uint32_t hit = cand[idx].hit_blocks;
-			llm_done(be[idx], llm_picked(be[idx], h, (uint32_t)n, hit));
+			llm_done(be[idx], llm_picked(be[idx], h, (uint32_t)n, hit, NULL));
 			llm_answered(be[idx], h, (uint32_t)n, (uint32_t)n - hit,
 				     20000 + 1000 * (n - hit), 1);
 		}

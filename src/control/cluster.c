@@ -470,7 +470,7 @@ static void budgets_unsent(struct cluster *c, size_t from, size_t n)
 					  memory_order_relaxed);
 }
 
-/* Append an XADD for each prompt the shared pools' backends answered since the last sync
+/* Append an XADD for each prompt sent to the shared pools' backends since the last sync
  * (their feeds, in turns), and one XREAD of every pool's stream: how many XADDs. */
 static size_t append_prefixes(struct cluster *c)
 {

@@ -4,8 +4,10 @@
  *
  * balance: llm learns which prefixes each backend holds from the prompts it routes there
  * (prefix_index.h). Instances sharing a Redis (cluster:) tell one another what they learned:
- * each answered prompt's chain hashes go into its backend's feed, PREFIX_FEED_BLOCKS an
- * entry (runtime/llm.c pushes a long prompt as several), and the cluster thread takes them
+ * each prompt's chain hashes go into its backend's feed as it is sent there (llm_picked, or a
+ * hedge's copy at its answer), PREFIX_FEED_BLOCKS an entry (runtime/llm.c pushes a long
+ * prompt as several); nothing takes one back, so a prompt that then gets no answer stays in
+ * the others' indexes until it ages out there. The cluster thread takes them
  * out, sends them, and inserts the others' into its own indexes. Every block is sent, not
  * only the first: an index that held only a prompt's start on its home would lose to an
  * instance's own longer match of it elsewhere.

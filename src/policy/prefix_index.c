@@ -121,7 +121,7 @@ size_t prefix_index_match(const struct prefix_index *ix, const uint64_t *hash, s
 	return lo;
 }
 
-void prefix_index_insert(struct prefix_index *ix, const uint64_t *hash, size_t n)
+uint64_t prefix_index_insert(struct prefix_index *ix, const uint64_t *hash, size_t n)
 {
 	uint64_t now = atomic_load_explicit(&ix->taken, memory_order_relaxed), fresh = 0;
 	uint64_t moved = 0; /* the ages of the blocks refreshed: a tick per <capacity> of them */
@@ -157,6 +157,7 @@ void prefix_index_insert(struct prefix_index *ix, const uint64_t *hash, size_t n
 	uint64_t ticks = fresh + (moved + ix->capacity / 2) / ix->capacity;
 	if (ticks)
 		atomic_fetch_add_explicit(&ix->taken, ticks, memory_order_relaxed);
+	return ticks;
 }
 
 void prefix_index_remove(struct prefix_index *ix, const uint64_t *hash, size_t n)
@@ -168,6 +169,16 @@ void prefix_index_remove(struct prefix_index *ix, const uint64_t *hash, size_t n
 		if (w >= 0)
 			atomic_store_explicit(&s->key[w], 0, memory_order_relaxed);
 	}
+}
+
+void prefix_index_take_back(struct prefix_index *ix, const uint64_t *hash, size_t n, uint64_t ticks)
+{
+	prefix_index_remove(ix, hash, n);
+	uint64_t now = atomic_load_explicit(&ix->taken, memory_order_relaxed);
+	while (ticks && !atomic_compare_exchange_weak_explicit(
+			    &ix->taken, &now, now > ticks ? now - ticks : 0, memory_order_relaxed,
+			    memory_order_relaxed))
+		;
 }
 
 /* O(1): a clock <capacity> ahead makes every block taken in so far too old to be held (a

@@ -47,11 +47,20 @@ int prefix_index_copy(struct prefix_index *to, const struct prefix_index *from);
 size_t prefix_index_match(const struct prefix_index *ix, const uint64_t *hash, size_t n);
 
 /* The blocks are in the cache now (a prompt served there, or BlockStored): refresh the ones
- * known, add the rest. */
-void prefix_index_insert(struct prefix_index *ix, const uint64_t *hash, size_t n);
+ * known, add the rest. The clock's ticks this took (for prefix_index_take_back). */
+uint64_t prefix_index_insert(struct prefix_index *ix, const uint64_t *hash, size_t n);
 
 /* The engine dropped these blocks (BlockRemoved). */
 void prefix_index_remove(struct prefix_index *ix, const uint64_t *hash, size_t n);
+
+/* These blocks, inserted for a request that got no answer, never reached the cache: they go,
+ * and the clock turns back by <ticks>, what their insert returned, so that the blocks they
+ * pushed past are held again (a prompt refused or cancelled must not age the rest: a client
+ * whose requests all fail would otherwise empty the index, 1,024 blocks a request). Never
+ * more than the insert took: blocks that were there before go, but their age is not given
+ * back twice. */
+void prefix_index_take_back(struct prefix_index *ix, const uint64_t *hash, size_t n,
+			    uint64_t ticks);
 
 /* The engine dropped everything (AllBlocksCleared, or it restarted). */
 void prefix_index_clear(struct prefix_index *ix);

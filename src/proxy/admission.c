@@ -57,6 +57,7 @@ static struct pick_hint hint_of(struct pool_rt *pool, struct waiter *wt, uint64_
 			     ? (uint32_t)(now_ms - wt->queued_ms)
 			     : 0,
 	    .missed = &wt->missed,
+	    .ticks = &wt->ticks,
 	    .work = &wt->work,
 	    .explain = wt->explain,
 	    .model = wt->model,
@@ -329,7 +330,8 @@ void admission_withdraw(struct pool_rt *pool, struct waiter *wt, uint64_t now_ms
 	wt->granted = NULL;
 	wt->state = W_IDLE;
 	if (be && be->llm && wt->work) { /* REVIEW fix: the grant's pick counted work there */
-		llm_unpicked(be->llm, wt->blocks, wt->nblocks, wt->missed); /* ... and its prompt */
+		llm_unpicked(be->llm, wt->blocks, wt->nblocks, wt->missed, /* ... and its prompt */
+			     wt->ticks);
 		llm_done(be->llm, wt->work);
 		wt->work = 0;
 	}

@@ -90,6 +90,7 @@ static enum run connect_retry(struct exchange *x, const struct backend *exclude)
 			      .blocks = x->wt.blocks,
 			      .nblocks = x->wt.nblocks,
 			      .missed = &x->wt.missed,
+			      .ticks = &x->wt.ticks,
 			      .work = &x->wt.work,
 			      .explain = x->wt.explain,
 			      .model = x->wt.model,

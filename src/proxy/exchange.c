@@ -82,7 +82,7 @@ static void slot_work_done(struct exchange *x)
 	if (!a->be || a->slot_freed || !a->be->llm || !x->wt.work)
 		return;
 	if (x->wt.blocks) /* no answer came (its head lets the blocks go): none cached */
-		llm_unpicked(a->be->llm, x->wt.blocks, x->wt.nblocks, x->wt.missed);
+		llm_unpicked(a->be->llm, x->wt.blocks, x->wt.nblocks, x->wt.missed, x->wt.ticks);
 	llm_done(a->be->llm, x->wt.work);
 	x->wt.work = 0;
 	if (a->first_ns > a->sent_ns) /* its first token came (up_h1.c) */

@@ -53,7 +53,8 @@ void hedge_promote(struct exchange *x)
 	struct worker *w = x->w;
 	struct attempt *first = x->att;
 	if (first->be->llm && x->wt.work) { /* the work counted was the first backend's */
-		llm_unpicked(first->be->llm, x->wt.blocks, x->wt.nblocks, x->wt.missed);
+		llm_unpicked(first->be->llm, x->wt.blocks, x->wt.nblocks, x->wt.missed,
+			     x->wt.ticks);
 		llm_done(first->be->llm, x->wt.work);
 		x->wt.work = 0;
 	}

@@ -56,7 +56,8 @@ struct pd_x {
 	uint32_t dbase;	    /* bytes of dbody before what the prefill decides */
 	uint32_t pbody_off; /* bytes of the prefill body written */
 	uint32_t work;	    /* balance: llm's work counted on the prefill backend ... */
-	uint32_t missed;    /* ... and the blocks it must compute */
+	uint32_t missed;    /* ... and the blocks it must compute (0 once answered, as ticks) */
+	uint32_t ticks;	    /* ... and the index clock's ticks its prompt took there */
 	uint64_t since_ms;  /* the prefill's connect began, or its request was all written */
 	unsigned state, tries, dmembers, sent, answered;
 	unsigned checked;	    /* the body was read whole and holds none of pd_reserved */
@@ -326,12 +327,18 @@ struct buf *pd_decode_body(const struct exchange *x)
 
 static void pd_on_event(void *owner);
 
-/* The prefill attempt ends; its backend's llm work is done. */
+/* The prefill attempt ends; its backend's llm work is done, and the prompt its pick put in
+ * the index goes again unless an answer came (pre_answered() settles p->missed). */
 static void pre_end(struct exchange *x, struct pd_x *p, int reuse)
 {
-	if (p->pre.be && p->pre.be->llm && p->work)
+	if (p->pre.be && p->pre.be->llm && p->work) {
+		if (x->wt.blocks)
+			llm_unpicked(p->pre.be->llm, x->wt.blocks, x->wt.nblocks, p->missed,
+				     p->ticks);
 		llm_done(p->pre.be->llm, p->work);
+	}
 	p->work = 0;
+	p->missed = p->ticks = 0;
 	attempt_end(&p->pre, x->w, reuse);
 }
 
@@ -346,6 +353,7 @@ static int pre_start(struct exchange *x, struct pd_x *p, const struct backend *e
 			      .blocks = x->wt.blocks,
 			      .nblocks = x->wt.nblocks,
 			      .missed = &p->missed,
+			      .ticks = &p->ticks,
 			      .work = &p->work,
 			      .model = x->wt.model,
 			      .has_model = x->wt.has_model};
@@ -458,7 +466,8 @@ static void pre_answered(struct exchange *x, struct pd_x *p, int status)
 		llm_answered(p->pre.be->llm, x->wt.blocks, x->wt.nblocks, p->missed, us,
 			     p->work != 0);
 	else if (p->pre.be->llm && p->work) /* refused: the prompt did not stay there */
-		llm_unpicked(p->pre.be->llm, x->wt.blocks, x->wt.nblocks, p->missed);
+		llm_unpicked(p->pre.be->llm, x->wt.blocks, x->wt.nblocks, p->missed, p->ticks);
+	p->missed = p->ticks = 0; /* settled: pre_end() takes nothing more back */
 }
 
 /* vllm: the prefill answer in whole: its kv_transfer_params go after the decode body's

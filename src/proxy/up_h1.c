@@ -127,7 +127,7 @@ static void note_final_head(struct exchange *x, const struct http_head *h, int b
 	if (a->be->llm && h->status < 400)
 		llm_note_head(x, h, body_too, now_ns);
 	else if (a->be->llm && x->wt.work) /* refused: the prompt did not stay there */
-		llm_unpicked(a->be->llm, x->wt.blocks, x->wt.nblocks, x->wt.missed);
+		llm_unpicked(a->be->llm, x->wt.blocks, x->wt.nblocks, x->wt.missed, x->wt.ticks);
 	/* no pick after a response has begun: the prompt's blocks go back to the worker */
 	reqbody_end(&x->reqbody, w);
 	x->wt.blocks = NULL;

@@ -103,13 +103,17 @@ static void share(struct llm_backend *l, const uint64_t *blocks, uint32_t n)
 		prefix_feed_push(l->feed, blocks + i, n - i);
 }
 
-uint32_t llm_picked(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t hit)
+uint32_t llm_picked(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t hit,
+		    uint32_t *ticks)
 {
 	const struct llm_fit *f = fit_of(l);
+	uint64_t took = 0;
 	if (n && !l->exact) {
-		prefix_index_insert(l->prefix, blocks, n);
+		took = prefix_index_insert(l->prefix, blocks, n);
 		share(l, blocks, n);
 	}
+	if (ticks)
+		*ticks = took > UINT32_MAX ? UINT32_MAX : (uint32_t)took;
 	atomic_fetch_add_explicit(&l->prompt_blocks, n, memory_order_relaxed);
 	atomic_fetch_add_explicit(&l->missed_blocks, n - hit, memory_order_relaxed);
 	uint64_t work =
@@ -122,10 +126,11 @@ uint32_t llm_picked(struct llm_backend *l, const uint64_t *blocks, uint32_t n, u
 	return w;
 }
 
-void llm_unpicked(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t missed)
+void llm_unpicked(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t missed,
+		  uint32_t ticks)
 {
-	if (!l->exact && missed && missed <= n)
-		prefix_index_remove(l->prefix, blocks + (n - missed), missed);
+	if (!l->exact && blocks && missed <= n)
+		prefix_index_take_back(l->prefix, blocks + (n - missed), missed, ticks);
 }
 
 void llm_done(struct llm_backend *l, uint32_t work_us)

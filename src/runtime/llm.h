@@ -78,13 +78,18 @@ void llm_candidate(const struct llm_backend *l, const uint64_t *blocks, uint32_t
  * prefix finds it there; an index that learned only at the first token sent such requests
  * elsewhere for a whole prefill, each copying the prefix into another cache (scenario 9: 57 %
  * of blocks hit instead of 83 %; and through three instances, 60 % where one had 82 %).
+ * *<ticks> (may be NULL): the index clock's ticks that insert took, for llm_unpicked().
  */
-uint32_t llm_picked(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t hit);
+uint32_t llm_picked(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t hit,
+		    uint32_t *ticks);
 /* That request got no answer from the backend (it failed, was refused with 400 or more, was
  * cancelled or moved to a hedge): the blocks its pick added, the last <missed> of the <n>,
- * are taken out of this instance's index again (those held before stay; other instances keep
- * what they were told until it ages out). */
-void llm_unpicked(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t missed);
+ * are taken out of this instance's index again, and the index clock turns back by the
+ * <ticks> its pick's insert took (llm_picked's *ticks), so that a prompt without an answer
+ * ages nothing (those held before stay; other instances keep what they were told until it
+ * ages out there). */
+void llm_unpicked(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t missed,
+		  uint32_t ticks);
 void llm_done(struct llm_backend *l, uint32_t work_us);
 /* Its backend answered (status below 400) after <us>, with <missed> of the prompt's <n> blocks
  * to compute: a request with a prompt is a sample for the fit; and when not <picked> (its

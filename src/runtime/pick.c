@@ -283,7 +283,8 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 		    (idx != stuck || expires_s - now_s < p->stick->ttl_s / 2))
 			stick_put(p->stick, h->session, (unsigned)idx, now_s, 1);
 		if (lb->blocks && h->work) { /* (a hedge's copy is not counted as work) */
-			*h->work = llm_picked(b->llm, h->blocks, h->nblocks, cand[idx].hit_blocks);
+			*h->work = llm_picked(b->llm, h->blocks, h->nblocks, cand[idx].hit_blocks,
+					      h->ticks);
 			*h->missed = h->nblocks - cand[idx].hit_blocks;
 		}
 		return b;

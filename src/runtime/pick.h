@@ -25,6 +25,7 @@ struct pick_hint {
 	uint32_t waited_ms; /* how long it has queued */
 	int home_only;	    /* a freed slot looking for the waiter whose prefix it holds */
 	uint32_t *missed;   /* out, with work: the blocks the chosen backend must compute */
+	uint32_t *ticks;    /* out, with work: its index clock's ticks they took (llm_picked) */
 	uint32_t *work;	    /* out, may be NULL: its expected time there, added to the
 			     * backend's work until llm_done() */
 	int *would_wait;    /* out, may be NULL: set when NULL means "wait", not "nothing" */

@@ -43,6 +43,7 @@ struct waiter {
 	uint32_t nblocks;
 	uint32_t missed; /* ... set with a grant: the blocks the granted backend must compute */
 	uint32_t work;	 /* ... and its expected time there (0: none counted) */
+	uint32_t ticks;	 /* ... and the index clock's ticks its prompt took there */
 	uint64_t model;	 /* models_hash() of the request's "model": only its backends serve it */
 	int has_model;
 	uint64_t session; /* pools[].session: the conversation's stick_key(), when has_session */

@@ -4,6 +4,7 @@ requests without a prompt spread, and the llm keys are checked with FILE:LINE:CO
 
 import concurrent.futures
 import json
+import socket
 import subprocess
 
 from harness import (BIN, complete, free_port, metrics_text, served_by, sim_stats, status,
@@ -271,3 +272,58 @@ def test_llm_a_prompt_that_got_no_answer_leaves_no_trace(env):
         assert st >= 500, st
     assert sim_stats(failing.port)["requests"] >= 1  # the failing one was tried
     assert _index_blocks(px) == {failing.port: 0, dead: 0}, _index_blocks(px)
+
+
+def test_llm_prompts_that_got_no_answer_push_nothing_out_of_the_index(env):
+    """A prompt taken back (no answer: here its client left while it was prefilled) goes with
+    the index clock's ticks it took at the pick: it ages nothing. Taken out without them, a
+    client whose long prompts were all cancelled or refused made the index forget what the
+    engine still held, everyone's prefixes, a prompt's blocks (up to 1,024) per request."""
+    sim = env.sim("s0", latency_ms=5, cache_blocks=4096, block_bytes=64, jitter=0, tokens=1,
+                  token_ms=0, prefill_us_per_block=20000)
+    px = env.proxy(_pool([sim.port], 4, ", cache_blocks: 256"), workers=1)
+    st, _, _ = complete(px.port, _chat(_system(3), "a question"), "/v1/chat/completions")
+    assert st == 200, st
+    held = _index_blocks(px)[sim.port]
+    assert 0 < held < 40, held
+    for k in range(3):  # about 150 blocks each: 450 ticks of a clock of 256
+        body = _chat(f"Garbage {k}: " + "".join(f"{k}-{i:05d} " for i in range(1100)),
+                     "q").encode()
+        s = socket.create_connection(("127.0.0.1", px.port))
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                  % (len(body), body))
+        wait_until(lambda: _inflight(px) == 1, "the long prompt sent")
+        s.close()  # gone before its answer
+        wait_until(lambda: _inflight(px) == 0, "the attempt to end")
+    assert _index_blocks(px) == {sim.port: held}, (_index_blocks(px), held)
+
+
+def _pool_index_blocks(px, name):
+    """{port: blocks balance: llm believes each backend of pool <name> holds}"""
+    pool = next(p for p in status(px.admin)["pools"] if p["name"] == name)
+    return {int(b["address"].rsplit(":", 1)[1]): b["llm_index_blocks"] for b in pool["backends"]}
+
+
+def test_llm_a_failed_prefill_leaves_no_trace_in_the_prefill_pool(env):
+    """Disaggregation with a balance: llm prefill pool: the prompt its pick put in the prefill
+    backend's index goes again when the prefill never answers (a connect refused here; a
+    reset, a timeout or a client gone end it the same way). Before, only a refusal (400 and
+    up) took it back: the prefill backend kept a prompt it never saw."""
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+    env.on_cleanup.append(dead.close)
+    dead_port = dead.getsockname()[1]
+    dec = env.sim("d0", role="decode", latency_ms=5, jitter=0, tokens=3, token_ms=1,
+                  pd_allow_local=1)
+    text = ("pools:\n  - name: decode\n    balance: least-connections\n    backends:\n"
+            f"      - {{address: 127.0.0.1:{dec.port}}}\n"
+            "    disaggregation: {prefill_pool: prefill, protocol: vllm, "
+            "on_prefill_failure: decode_only}\n"
+            "  - name: prefill\n    balance: llm\n    llm: {block_bytes: 64}\n    backends:\n"
+            f"      - {{address: 127.0.0.1:{dead_port}}}\n")
+    px = env.proxy(text, workers=1)
+    st, _, body = complete(px.port, _chat(_system(8), "a question"), "/v1/chat/completions")
+    assert st == 200, (st, body)
+    assert sim_stats(dec.port)["pd_local"] == 1  # decoded in place: the prefill failed
+    assert _pool_index_blocks(px, "prefill") == {dead_port: 0}, _pool_index_blocks(px, "prefill")

@@ -1,6 +1,7 @@
 /*
  * test_prefix_index.c - the per-backend KV-cache estimate: the longest held prefix, LRU
- * aging at the engine's capacity (used blocks stay, unused ones go), removal and clearing;
+ * aging at the engine's capacity (used blocks stay, unused ones go), removal, a prompt taken
+ * back (it ages nothing) and clearing;
  * and, against a real block LRU fed the same conversations, hits predicted within a few
  * percent of the LRU's whether the conversations come back often or seldom.
  */
@@ -98,6 +99,45 @@ static void ages_like_lru(void **state)
 	/* it may believe a few more than the engine holds (a lower bound on age), never
 	 * more than its table */
 	assert_true(prefix_index_count(ix) <= 2 * 64);
+	prefix_index_free(ix);
+}
+
+/* A prompt taken back (its request got no answer: llm_unpicked) goes with the clock's ticks
+ * its insert took, so it ages nothing: a client whose long prompts are all refused or
+ * cancelled cannot push what the engine still holds out of the index (with a plain remove,
+ * two such prompts of 48 blocks made the index forget a prompt the engine held). */
+static void a_prompt_taken_back_ages_nothing(void **state)
+{
+	(void)state;
+	struct prefix_index *ix;
+	assert_int_equal(prefix_index_new(64, &ix), 0);
+	uint64_t held[16], refused[48];
+	chain(held, 16, 1);
+	assert_int_equal(prefix_index_insert(ix, held, 16), 16);
+	for (uint64_t r = 0; r < 8; r++) {
+		chain(refused, 48, 100 + r);
+		uint64_t ticks = prefix_index_insert(ix, refused, 48);
+		assert_int_equal(ticks, 48);
+		prefix_index_take_back(ix, refused, 48, ticks);
+		assert_int_equal(prefix_index_match(ix, refused, 48), 0);
+	}
+	assert_int_equal(prefix_index_match(ix, held, 16), 16);
+	assert_int_equal(prefix_index_count(ix), 16);
+	/* blocks that were there already took only a refresh's ticks and give back only those
+	 * (a count of the blocks removed would turn the clock back a prompt's length whenever a
+	 * client resent, refused, a prompt behind a gap in the index) */
+	uint64_t ticks = prefix_index_insert(ix, held + 1, 15);
+	assert_true(ticks < 4);
+	prefix_index_take_back(ix, held + 1, 15, ticks);
+	assert_int_equal(prefix_index_match(ix, held, 16), 1);
+	prefix_index_insert(ix, held, 16);
+	/* and the index still ages by what it takes in: 32 more keep it, 80 more age it out */
+	chain(refused, 32, 200);
+	prefix_index_insert(ix, refused, 32);
+	assert_int_equal(prefix_index_match(ix, held, 16), 16);
+	chain(refused, 48, 201);
+	prefix_index_insert(ix, refused, 48);
+	assert_int_equal(prefix_index_match(ix, held, 16), 0);
 	prefix_index_free(ix);
 }
 
@@ -203,9 +243,12 @@ static void bounded_memory_many_prompts(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(longest_prefix),	     cmocka_unit_test(copy_carries_blocks_and_age),
-	    cmocka_unit_test(ages_like_lru),	     cmocka_unit_test(bounded_memory_many_prompts),
+	    cmocka_unit_test(longest_prefix),
+	    cmocka_unit_test(copy_carries_blocks_and_age),
+	    cmocka_unit_test(ages_like_lru),
+	    cmocka_unit_test(bounded_memory_many_prompts),
 	    cmocka_unit_test(predicts_an_lrus_hits),
+	    cmocka_unit_test(a_prompt_taken_back_ages_nothing),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
