@@ -151,6 +151,16 @@ CHAT9 = dict(name="chat9", stream=True, slo_ms=1000.0, seconds=20.0, warmup_s=0.
                         token_ms=5)] * 8)
 
 
+def prompt_blocks(c, k, sysb, nbytes, block_bytes):
+    """Turn k of conversation c as the sim's chain hashes name its blocks: the system prompt's
+    (shared), the conversation's own, then one partial block of this turn's."""
+    blocks = [("s", c["system"], j) if j < sysb else ("c", c["id"], j)
+              for j in range(nbytes // block_bytes)]
+    if nbytes % block_bytes:
+        blocks.append(("p", c["id"], k))
+    return blocks
+
+
 def chat_trace(rate, seed):
     import chattrace
     sizes = chattrace.system_sizes()
@@ -159,11 +169,8 @@ def chat_trace(rate, seed):
     for n, (due, cid, k) in enumerate(events):
         c = convs[cid]
         sysb = sizes[c["system"]]
-        nbytes = chattrace.prompt_bytes(c, k, sysb)
-        full = nbytes // chattrace.BLOCK_BYTES
-        blocks = [("s", c["system"], j) if j < sysb else ("c", cid, j) for j in range(full)]
-        if nbytes % chattrace.BLOCK_BYTES:
-            blocks.append(("p", cid, k))
+        blocks = prompt_blocks(c, k, sysb, chattrace.prompt_bytes(c, k, sysb),
+                               chattrace.BLOCK_BYTES)
         out.append(Req(n, due, blocks, chattrace.MAX_TOKENS[(c["seed"] + k) % 3], cid, k,
                        True))
     return out
@@ -186,11 +193,8 @@ def trace(shape, rate, seed):
     for n, (due, cid, k) in enumerate(events):
         c = convs[cid]
         sysb = sizes[c["system"]]
-        nbytes = fleettrace.prompt_bytes(c, k, sysb)
-        full = nbytes // fleettrace.BLOCK_BYTES
-        blocks = [("s", c["system"], j) if j < sysb else ("c", cid, j) for j in range(full)]
-        if nbytes % fleettrace.BLOCK_BYTES:
-            blocks.append(("p", cid, k))
+        blocks = prompt_blocks(c, k, sysb, fleettrace.prompt_bytes(c, k, sysb),
+                               fleettrace.BLOCK_BYTES)
         out.append(Req(n, due, blocks, fleettrace.max_tokens(shape, c, k), cid, k,
                        due >= WARMUP_S))
     return out
