@@ -15,6 +15,7 @@ import hyperframe.frame
 from harness import lenient_backend, metrics_text, pool_yaml, prom_samples, request, status, \
     wait_until
 from test_h2 import H2Client, one_shot_backend
+from test_h2_hostile import _hf, _raw
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 REQ = [(":method", "GET"), (":path", "/"), (":authority", "t"), (":scheme", "http")]
@@ -24,18 +25,6 @@ ENHANCE_YOUR_CALM = 11
 def _defences(px, which):
     return prom_samples(metrics_text(px.admin)).get(
         ("accelnet_http2_defences_total", (("defence", which),)), 0)
-
-
-def _raw(port):
-    s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    enc = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    s.sendall(PREFACE + hyperframe.frame.SettingsFrame(0).serialize())
-    return s, enc
-
-
-def _hf(enc, sid, headers, flags=("END_HEADERS", "END_STREAM")):
-    return hyperframe.frame.HeadersFrame(sid, data=enc.encoder.encode(headers),
-                                         flags=list(flags)).serialize()
 
 
 def _goaway(s, timeout=10, dec=None, until=None):

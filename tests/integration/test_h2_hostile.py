@@ -118,7 +118,8 @@ def test_h2c_a_header_block_never_finished_is_closed(env):
 
 
 def _raw(port):
-    s = socket.create_connection(("127.0.0.1", port))
+    """A raw client connection after its preface: (socket, an h2 encoder for header blocks)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
     enc = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
     s.sendall(PREFACE + hyperframe.frame.SettingsFrame(0).serialize())
     return s, enc
