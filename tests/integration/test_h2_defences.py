@@ -8,8 +8,6 @@ import socket
 import threading
 import time
 
-import h2.connection
-import h2.config
 import hyperframe.frame
 
 from harness import lenient_backend, metrics_text, pool_yaml, prom_samples, request, status, \
