@@ -58,13 +58,14 @@ INSTANCES = 3
 def start_redis(run, port):
     return run.start([shutil.which("redis-server") or "/usr/bin/redis-server", "--port",
                       str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                      "--dir", run.dir], port, name="redis")
+                      "--dir", run.dir], port, cpu=PROXY_CPU, name="redis")
 
 
 CAP = 4  # max_concurrency of each backend (--cap)
 EXTRA = ""  # more of each instance's pool config (--pool-extra)
 PROXY_BIN = None  # the proxies' accelnet (--accelnet; None: build/accelnet, as the sims')
 SYNC_MS = 10  # cluster.sync_ms (--sync-ms; 0: its default, 100)
+PROXY_CPU = bench.SERVER_CPU  # where the instances and Redis run (--proxy-cpu)
 
 
 def start_instance(run, ports, redis_port):
@@ -77,7 +78,8 @@ def start_instance(run, ports, redis_port):
     if redis_port:
         extra += (f"cluster: {{redis: 127.0.0.1:{redis_port}"
                   + (f", sync_ms: {SYNC_MS}" if SYNC_MS else "") + "}\n")
-    p, port = bench.start_accelnet(run, ports, "llm", cap=CAP, extra=extra, binary=PROXY_BIN)
+    p, port = bench.start_accelnet(run, ports, "llm", cap=CAP, extra=extra, binary=PROXY_BIN,
+                                   cpu=PROXY_CPU)
     p.admin = admin
     return p, port
 
@@ -197,7 +199,18 @@ def one_variant(run, variant, rate, seconds, trace, timeout_s):
         if variant == "three-redis-stopped":
             outage = RedisOutage(run, redis, rport, insts, seconds / 3, 2 * seconds / 3)
             outage.start()
+        g0 = [bench.proc_cpu_s(x.pid) for x in procs + sims]
+        load_avg = os.getloadavg()[0]
         g = loadgen_multi([port for _, port in insts], rate, seconds, trace, timeout_s)
+        g1 = [bench.proc_cpu_s(x.pid) for x in procs + sims]
+        # CPU seconds of the run: the instances, Redis (the first one: an outage's second
+        # Redis is not counted) and the simulators; the load average before it
+        np_ = len(procs)
+        g["instances_cpu_s"] = round(sum(b - a for a, b, x in zip(g0, g1, procs)
+                                         if x is not redis), 2)
+        g["redis_cpu_s"] = round(g1[0] - g0[0], 2) if redis else 0.0
+        g["sims_cpu_s"] = round(sum(g1[np_:]) - sum(g0[np_:]), 2)
+        g["load_avg"] = load_avg
         if outage:
             outage.join(60)
             procs.append(outage.redis)
@@ -256,7 +269,7 @@ def summary_rows(res):
     for v in res["variants"]:
         runs = [g for g in res["results"].get(v, []) if "failed" not in g]
         if not runs:
-            rows.append([v] + ["-"] * 10)
+            rows.append([v] + ["-"] * 11)
             continue
 
         def m(get):
@@ -274,10 +287,12 @@ def summary_rows(res):
                      f"{m(inside):.0f}",
                      waits(runs),
                      f"{m(lambda g: g['errors']):.0f}", f"{m(lambda g: g['no_first_token']):.0f}",
-                     f"{m(lambda g: g['sent']):.0f}"])
+                     f"{m(lambda g: g['sent']):.0f}",
+                     "/".join(f"{m(lambda g: g.get(k, 0)):.1f}" for k in
+                              ("instances_cpu_s", "redis_cpu_s", "sims_cpu_s"))])
     return (["variant", "goodput@SLO req/s", "TTFT p50 ms", "p90 ms", "p99 ms", "block hits",
              "most waiting inside a sim", "queue wait ms (mean)", "errors", "never answered",
-             "sent"], rows)
+             "sent", "CPU s: instances/Redis/sims"], rows)
 
 
 def phase_rows(res):
@@ -335,10 +350,14 @@ def main():
                     "pools near capacity; 0: the key left out, its default 100)")
     ap.add_argument("--accelnet", metavar="BIN",
                     help="run this accelnet binary (an older build, say) instead of build/'s")
+    ap.add_argument("--proxy-cpu", default=bench.SERVER_CPU,
+                    help=f"the CPU the instances and Redis run on (default {bench.SERVER_CPU}, "
+                    f"beside the simulators; {bench.LOAD_CPU}: beside the load generator, so "
+                    "the proxies' CPU never delays the simulated accelerators)")
     ap.add_argument("--json", help="write the results here too")
     a = ap.parse_args()
-    global CAP, EXTRA, SYNC_MS
-    CAP, EXTRA, SYNC_MS = a.cap, a.pool_extra, a.sync_ms
+    global CAP, EXTRA, SYNC_MS, PROXY_CPU
+    CAP, EXTRA, SYNC_MS, PROXY_CPU = a.cap, a.pool_extra, a.sync_ms, a.proxy_cpu
     variants = [v for v in a.variants.split(",") if v]
     for v in variants:
         if v not in VARIANTS:
@@ -356,7 +375,10 @@ def main():
            "quick": a.quick, "versions": bench.versions(), "load": a.load, "rate": rate,
            "capacity": cap, "seconds": seconds, "instances": INSTANCES, "fleet": bench.CHAT_FLEET,
            "slo_ms": bench.CHAT_SLO_MS, "variants": variants, "sync_ms": SYNC_MS,
-           "accelnet": PROXY_BIN or bench.ACCELNET, "results": {}}
+           "accelnet": PROXY_BIN or bench.ACCELNET, "proxy_cpu": PROXY_CPU,
+           "placement": f"load generator on CPU {bench.LOAD_CPU}, simulators on CPU "
+                        f"{bench.SERVER_CPU}, instances and Redis on CPU {PROXY_CPU}",
+           "results": {}}
     try:
         trace = os.path.join(run.dir, "chat.jsonl")
         res["requests_in_trace"] = chattrace.write_trace(trace, rate, seconds, shared=True)

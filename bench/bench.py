@@ -141,7 +141,7 @@ def proc_kb(pid, field):
 # --- contestants ------------------------------------------------------------------------
 
 def start_accelnet(run, backends, balance="round-robin", weights=None, cap=None, extra="",
-                   binary=None):
+                   binary=None, cpu=SERVER_CPU):
     port = free_port()
     lines = [f"      - {{address: 127.0.0.1:{b}" + (f", weight: {weights[i]}" if weights else "")
              + (f", max_concurrency: {cap}" if cap else "") + "}"
@@ -152,7 +152,7 @@ def start_accelnet(run, backends, balance="round-robin", weights=None, cap=None,
            f"pools:\n  - name: b\n    balance: {balance}\n    backends:\n" + "\n".join(lines) + "\n"
            + extra)
     p = run.start([binary or ACCELNET, "proxy", "-c", run.write(f"accelnet-{port}.yaml", cfg),
-                   "--log-level", "error"], port, name="accelnet")
+                   "--log-level", "error"], port, cpu=cpu, name="accelnet")
     return p, port
 
 
