@@ -1,0 +1,105 @@
+#!/usr/bin/python3
+"""bench/idlemem.py: memory per idle keep-alive client connection, accelnet beside HAProxy and
+nginx (issue 31's must-show; never a test: nothing here gates CI).
+
+Each proxy in front of one nginx origin (a 2 KiB file), one worker each. For each of two
+counts (default 5,000 and 10,000): a fresh proxy, one request to warm it, then `loadgen idle`
+opens that many keep-alive connections at once, makes one request on each and holds them; the
+proxy's VmRSS is read once every answer is in. Reported per proxy:
+
+- growth per connection: (RSS at the larger count - RSS at the smaller) / the difference in
+  connections: what one more idle connection costs, without the fixed costs (free lists,
+  pools, the upstream connections kept for reuse) that fill once and stay;
+- held per connection at each count: (RSS held - RSS before) / connections, as scenario 4 of
+  bench/bench.py reports it, fixed costs included.
+
+The connections are to 127.0.0.1 from one load generator; the descriptor limit (ulimit -Hn)
+bounds the counts (two descriptors a connection for a proxy).
+
+Usage: bench/run --only idlemem [--counts 5000,10000] [--json OUT]
+"""
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402
+
+
+def start_origin(run):
+    www = os.path.join(run.dir, "www")
+    os.makedirs(www, exist_ok=True)
+    with open(os.path.join(www, "small"), "wb") as f:
+        f.write(os.urandom(2048))
+    port = bench.free_port()
+    cfg = run.write("origin.conf", f"""daemon off; master_process off; worker_processes 1;
+worker_rlimit_nofile {bench.NOFILE}; error_log {run.dir}/origin.err crit; pid {run.dir}/origin.pid;
+events {{ worker_connections {bench.NOFILE - 50}; }}
+http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
+  server {{ listen 127.0.0.1:{port} backlog=65535; root {www}; }} }}
+""")
+    run.start(["nginx", "-c", cfg, "-e", f"{run.dir}/origin.err"], port, name="origin")
+    return port
+
+
+def one(run, start, origin, conns):
+    p, port = start(run, [origin])
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/small", timeout=10).read()
+        base = bench.proc_kb(p.pid, "VmRSS")
+        g = subprocess.Popen(["taskset", "-c", bench.LOAD_CPU, bench.LOADGEN, "idle", "--target",
+                              f"127.0.0.1:{port}", "--conns", str(conns), "--path", "/small",
+                              "--timeout-s", "120"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, preexec_fn=bench.raise_nofile)
+        run.procs.append(g)
+        report = json.loads(g.stdout.readline())
+        held = bench.proc_kb(p.pid, "VmRSS")
+        g.stdin.close()
+        g.wait(30)
+        return {"conns": conns, "ok": report["ok"], "errors": report["errors"],
+                "rss_base_kb": base, "rss_held_kb": held,
+                "held_per_conn": (held - base) * 1024 / max(report["ok"], 1)}
+    finally:
+        run.stop(p)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--counts", default=f"{bench.IDLE_CONNS // 2},{bench.IDLE_CONNS}")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    counts = [int(c) for c in a.counts.split(",")]
+    bench.raise_nofile()
+    run = bench.Run()
+    res = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ"),
+           "versions": bench.versions(), "counts": counts, "results": {}}
+    try:
+        origin = start_origin(run)
+        for name, start in bench.PROXIES.items():
+            res["results"][name] = [one(run, start, origin, n) for n in counts]
+    finally:
+        run.cleanup()
+    rows = []
+    for name, rs in list(res["results"].items()):
+        lo, hi = rs[0], rs[-1]
+        slope = ((hi["rss_held_kb"] - lo["rss_held_kb"]) * 1024 / (hi["ok"] - lo["ok"])
+                 if hi["ok"] > lo["ok"] else float("nan"))
+        res.setdefault("growth_per_conn", {})[name] = slope
+        rows.append([name, f"{slope:.0f}"] + [f"{r['held_per_conn']:.0f} ({r['ok']} held, "
+                                              f"{r['errors']} errors)" for r in rs])
+    text = "\n".join([f"# idle keep-alive connections {res['date']}", "",
+                      bench.table(["proxy", "growth per connection B"]
+                                  + [f"held per connection at {n} B" for n in counts], rows), ""])
+    print(text)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
