@@ -41,7 +41,10 @@ def test_a_burst_of_requests_leaves_no_memory_behind(env):
     # An idle connection's record is some 400 bytes; the worker's free lists (128 exchange
     # blocks of 4 KiB, a bounded number of buffers) are a fixed cost spread over the N. Each
     # exchange kept after the burst would add 3.4 KiB a connection (4.6 KiB in all, as before
-    # the blocks were given back).
-    assert per < 2500, per
+    # the blocks were given back). AddressSanitizer keeps what is freed in its quarantine and
+    # pads every allocation by design: there the figure says nothing of the proxy's own.
+    with open(f"/proc/{px.pid}/maps") as f:
+        if "libasan" not in f.read():
+            assert per < 2500, per
     g.stdin.close()
     assert g.wait(15) == 0
