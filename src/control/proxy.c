@@ -941,7 +941,7 @@ out:
  * limits let go of what it holds, and a spliced body's pipe goes back last. */
 static const struct xhook *const proxy_features[] = {
     &tally_hook,   &spend_hook,	 &access_hook, &debugreq_hook,	  &caching_hook, &quota_hook,
-    &forward_hook, &sticky_hook, &pd_hook,     &llm_explain_hook, &splice_hook,
+    &forward_hook, &sticky_hook, &pd_hook,     &llm_explain_hook, &splice_hook,	 &h1_x_hook,
 };
 
 int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)

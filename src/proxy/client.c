@@ -162,6 +162,7 @@ void client_close(struct client *cl)
 	if (cl->x) {
 		exchange_free(cl->x);
 		cl->x = NULL;
+		cl->h1 = NULL;
 	}
 	if (cl->codec_free)
 		cl->codec_free(cl); /* HTTP/2's streams and their exchanges */
@@ -187,9 +188,10 @@ enum run client_finish(struct client *cl)
 	exchange_free_slot(x);
 	/* its connection (none when the cache answered) is kept for reuse when it may be */
 	attempt_end(x->att, w, x->att->reusable && x->req.done && !x->req.ready);
-	int keep = cl->h1.client_keep && !w->draining && x->req.done;
+	int keep = cl->h1->client_keep && !w->draining && x->req.done;
 	exchange_free(x);
 	cl->x = NULL;
+	cl->h1 = NULL;
 	cl->served++;
 	worker_buf_release(w, &cl->out);
 	cl->phase_ms = loop_now(w->loop);

@@ -10,8 +10,9 @@
  * its end stays in the socket, as the relay expects (client_gone).
  *
  * Buffers come from the worker's pools and go back when empty, so an idle connection holds
- * none. A request body being read whole before admission may outgrow a plain buffer into a
- * body buffer (limits.body_buffer_bytes), at most BODY_BUFS_MAX lent per worker at once.
+ * none: its record here, a few hundred bytes, is all it costs the proxy. A request body
+ * being read whole before admission may outgrow a plain buffer into a body buffer
+ * (limits.body_buffer_bytes), at most BODY_BUFS_MAX lent per worker at once.
  */
 #ifndef ACCELNET_PROXY_CLIENT_H
 #define ACCELNET_PROXY_CLIENT_H
@@ -45,7 +46,8 @@ struct h2;
 /*
  * The HTTP/1 client codec's own state for the exchange under way: how the request was framed
  * and how the response is being framed for this client, and the exchange's pacing marks
- * (pace.h). Zeroed when a request head starts an exchange; nothing outside the codec's files
+ * (pace.h). It lives in the exchange's block (h1.h: h1_x_hook), so an idle connection holds
+ * none of it; set when a request head starts an exchange; nothing outside the codec's files
  * (h1.c, relay.c, hit.c, tunnel.c, client.c) reads it.
  */
 struct h1_x {
@@ -89,7 +91,7 @@ struct client {
 	char ip[INET6_ADDRSTRLEN];
 	uint64_t key;	    /* the address as tenant and hash key: classify_client_key() */
 	struct exchange *x; /* the exchange under way, or NULL */
-	struct h1_x h1;	    /* ... and the codec's state for it */
+	struct h1_x *h1;    /* ... and the codec's state for it, in its block (h1.h), or NULL */
 	const struct conf_tls *tls_conf; /* its listener's tls: section, or NULL */
 	struct net_tls_facts *tls_facts; /* after the handshake (malloc'd), or NULL */
 	struct tunnel *tunnel; /* in C_TUNNEL (tunnel.h: freed by tunnel_free()), or NULL */

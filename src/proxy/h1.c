@@ -33,10 +33,19 @@
 #include "proxy/shed.h"
 #include "proxy/stages.h"
 #include "proxy/tunnel.h"
+#include "proxy/xhooks.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <unistd.h>
+
+static size_t h1_ctx_off; /* where the codec's state lies in an exchange's block */
+
+const struct xhook h1_x_hook = {
+    .name = "http1",
+    .ctx_size = sizeof(struct h1_x),
+    .ctx_off = &h1_ctx_off,
+};
 
 #define LINGER_MS 2000
 /* Draining (a reload, or SIGTERM): a kept-alive client that has sent nothing for this long is
@@ -80,7 +89,7 @@ static enum run h1_answer(struct client *cl, int status, const char *detail, int
 	    : x->route ? x->route
 	    : x->head  ? route_match_head(w->conf, x->head, x->peer.tls ? x->peer.tls->sni : NULL)
 		       : NULL;
-	if (x && (!x->req.done || cl->h1.req_close || cl->h1.minor == 0))
+	if (x && (!x->req.done || cl->h1->req_close || cl->h1->minor == 0))
 		keep = 0;
 	if (w->draining || h1_last_request(cl))
 		keep = 0;
@@ -115,7 +124,7 @@ static enum run h1_answer(struct client *cl, int status, const char *detail, int
 	} else if (client_out_buf(cl)) {
 		if (x && x->names.want_timing && debugreq_timing(x, 1, timing, sizeof(timing)) > 0)
 			e.timing = timing;
-		n = x && cl->h1.early_head
+		n = x && cl->h1->early_head
 			? rewrite_sse_error(cl->out->data + cl->out->end, buf_room(cl->out), &e)
 			: rewrite_error(cl->out->data + cl->out->end, buf_room(cl->out), &e);
 	}
@@ -147,6 +156,7 @@ static enum run h1_answer(struct client *cl, int status, const char *detail, int
 			buf_consume(cl->in, x->req.ready);
 		exchange_free(x);
 		cl->x = NULL;
+		cl->h1 = NULL;
 	}
 	cl->keep_alive = keep != 0;
 	cl->state = C_REPLY;
@@ -227,7 +237,7 @@ static enum run codec_peek_body(struct exchange *x, size_t max, const char **bod
 		if (continue_body(x, x->head) < 0)
 			return exchange_abort(x, "out of memory");
 		cl->state = C_EXCHANGE; /* the stages run on the client's events from now */
-		x->last_ms = cl->h1.pace.body_start_ms = cl->h1.pace.rate_mark_ms =
+		x->last_ms = cl->h1->pace.body_start_ms = cl->h1->pace.rate_mark_ms =
 		    loop_now(w->loop);
 	}
 	if (client_flush(cl) < 0) /* a "100 Continue" the client waits for */
@@ -251,7 +261,7 @@ static enum run codec_peek_body(struct exchange *x, size_t max, const char **bod
 				break;
 			}
 			if (err == -EBUSY) {
-				cl->h1.pace.buf_wait = 1; /* the timer looks again */
+				cl->h1->pace.buf_wait = 1; /* the timer looks again */
 				break;
 			}
 			if (err < 0)
@@ -287,7 +297,7 @@ static enum run codec_head_done(struct exchange *x)
 	x->head = NULL; /* its bytes are gone */
 	x->last_ms = loop_now(cl->w->loop);
 	if (!x->reqbody.peeked) /* else its clocks run from the peek */
-		cl->h1.pace.body_start_ms = cl->h1.pace.rate_mark_ms = x->last_ms;
+		cl->h1->pace.body_start_ms = cl->h1->pace.rate_mark_ms = x->last_ms;
 	return RUN_AGAIN;
 }
 
@@ -395,8 +405,9 @@ static enum run exchange_start(struct client *cl, size_t head_len, size_t droppe
 		return RUN_GONE;
 	}
 	cl->x = x;
-	cl->h1 = (struct h1_x){.minor = h->minor, .req_close = (h->flags & HTTP_F_CLOSE) != 0};
-	x->pace = &cl->h1.pace;
+	cl->h1 = xhooks_ctx(x, h1_ctx_off);
+	*cl->h1 = (struct h1_x){.minor = h->minor, .req_close = (h->flags & HTTP_F_CLOSE) != 0};
+	x->pace = &cl->h1->pace;
 	x->log.head_len += (uint32_t)dropped; /* the bytes the client sent */
 	cl->head_len = head_len;
 	cl->requests++;
@@ -405,7 +416,7 @@ static enum run exchange_start(struct client *cl, size_t head_len, size_t droppe
 	if (h->nheaders > w->conf->limits.max_headers)
 		return h1_reply(cl, 431, "more header fields than limits.max_headers", 0);
 	if (h1_last_request(cl))
-		cl->h1.req_close =
+		cl->h1->req_close =
 		    1; /* its answer says Connection: close, and the connection ends */
 	if (h->framing == HTTP_BODY_LENGTH && w->conf->limits.max_body_bytes &&
 	    h->content_length > w->conf->limits.max_body_bytes)

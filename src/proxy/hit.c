@@ -82,7 +82,7 @@ static int queue_head(struct client *cl, int keep)
 			n = 16 + (int)dec_u64(line + 16, full);
 			memcpy(line + n, "\r\n", 2);
 			put(out, cap, &len, line, (size_t)n + 2);
-		} else if (cx->hit_kind == HIT_FULL && cl->h1.minor == 1) {
+		} else if (cx->hit_kind == HIT_FULL && cl->h1->minor == 1) {
 			put(out, cap, &len, "Transfer-Encoding: chunked\r\n", 28);
 			cx->hit_chunked = 1;
 		}
@@ -174,9 +174,9 @@ enum run hit_run(struct client *cl)
 		enum run r = await_head(cl);
 		if (r != RUN_AGAIN || !cx->cobj)
 			return r;
-		cl->h1.client_keep =
-		    !cl->h1.req_close && cl->h1.minor == 1 && !w->draining && x->req.done;
-		if (queue_head(cl, cl->h1.client_keep) < 0)
+		cl->h1->client_keep =
+		    !cl->h1->req_close && cl->h1->minor == 1 && !w->draining && x->req.done;
+		if (queue_head(cl, cl->h1->client_keep) < 0)
 			return exchange_abort(x, "cached head does not fit the output buffer");
 		cx->hit_started = 1;
 		x->resp_head = 1;
@@ -237,10 +237,10 @@ enum run hit_run(struct client *cl)
 		ssize_t sent = net_conn_writev(&cl->conn, iov, n);
 		if (sent == -EAGAIN || sent == -EINTR) {
 			cl->writable = 0;
-			if (!cl->h1.pace.client_full) {
-				cl->h1.pace.client_full = 1;
-				if (!cl->h1.pace.client_took_ms)
-					cl->h1.pace.client_took_ms = loop_now(w->loop);
+			if (!cl->h1->pace.client_full) {
+				cl->h1->pace.client_full = 1;
+				if (!cl->h1->pace.client_took_ms)
+					cl->h1->pace.client_took_ms = loop_now(w->loop);
 			}
 			return RUN_STAY;
 		}
@@ -257,11 +257,11 @@ enum run hit_run(struct client *cl)
 			if (!cx->hit_chunk_left && k && client_out_put(cl, "\r\n", 2) < 0)
 				return exchange_abort(x, "out of memory");
 		}
-		cl->h1.pace.client_full = 0;
-		cl->h1.pace.client_took_ms = x->last_ms = loop_now(w->loop);
+		cl->h1->pace.client_full = 0;
+		cl->h1->pace.client_took_ms = x->last_ms = loop_now(w->loop);
 		if ((size_t)sent < offered) {
 			cl->writable = 0; /* a short write: the socket buffer is full */
-			cl->h1.pace.client_full = 1;
+			cl->h1->pace.client_full = 1;
 		}
 		worker_buf_release(w, &cl->out);
 	}

@@ -98,7 +98,7 @@ enum run relay_await_body(struct client *cl)
 			if (err == -EBUSY) {
 				/* every body buffer is lent: wait for one (the timer looks
 				 * again), never admit a body that has not arrived */
-				cl->h1.pace.buf_wait = 1;
+				cl->h1->pace.buf_wait = 1;
 				return RUN_STAY;
 			}
 			if (err < 0)
@@ -111,7 +111,7 @@ enum run relay_await_body(struct client *cl)
 			return exchange_abort(x, "client closed during the request body");
 		x->last_ms = loop_now(w->loop);
 	}
-	cl->h1.pace.buffering = 0;
+	cl->h1->pace.buffering = 0;
 	return relay_body_in(x, cl->in ? buf_head(cl->in) : NULL);
 }
 
@@ -170,7 +170,7 @@ static int client_left(struct client *cl, struct exchange *x)
 		return client_reset(cl);
 	if (!client_gone(cl))
 		return 0;
-	if (x->resp_head || cl->h1.early_head || cl->h1.minor != 1 || client_out_pending(cl) ||
+	if (x->resp_head || cl->h1->early_head || cl->h1->minor != 1 || client_out_pending(cl) ||
 	    client_out_put(cl, probe, sizeof(probe) - 1) < 0)
 		return 1;
 	cl->hup_probed = 1;
@@ -184,10 +184,10 @@ static int client_left(struct client *cl, struct exchange *x)
 enum run relay_interim(struct client *cl, const struct http_head *h, size_t len)
 {
 	struct exchange *x = cl->x;
-	cl->h1.interim_bytes += (uint32_t)len;
-	if (++cl->h1.interims > INTERIM_MAX || cl->h1.interim_bytes > INTERIM_BYTES_MAX)
+	cl->h1->interim_bytes += (uint32_t)len;
+	if (++cl->h1->interims > INTERIM_MAX || cl->h1->interim_bytes > INTERIM_BYTES_MAX)
 		return dispatch_failed(x, UP_INTERIM);
-	if (cl->h1.minor == 1 && !cl->h1.early_head && client_out_buf(cl)) {
+	if (cl->h1->minor == 1 && !cl->h1->early_head && client_out_buf(cl)) {
 		int n = rewrite_response(cl->out->data + cl->out->end, buf_room(cl->out), h, 1,
 					 NULL, NULL);
 		if (n > 0)
@@ -199,18 +199,18 @@ enum run relay_interim(struct client *cl, const struct http_head *h, size_t len)
 void relay_heartbeat(struct client *cl)
 {
 	struct exchange *x = cl->x;
-	cl->h1.pace.hb_next_ms = loop_now(cl->w->loop) + x->route->sse_heartbeat_ms;
+	cl->h1->pace.hb_next_ms = loop_now(cl->w->loop) + x->route->sse_heartbeat_ms;
 	if (client_out_pending(cl))
 		return; /* the last one is still unread: a client that does not read gets no more */
 	if (!client_out_buf(cl))
 		return;
-	if (!cl->h1.early_head) {
+	if (!cl->h1->early_head) {
 		int n = rewrite_sse_head(cl->out->data + cl->out->end, buf_room(cl->out),
 					 x->names.reqid);
 		if (n < 0)
 			return;
 		cl->out->end += (uint32_t)n;
-		cl->h1.early_head = 1;
+		cl->h1->early_head = 1;
 	}
 	int n = rewrite_sse_comment(cl->out->data + cl->out->end, buf_room(cl->out), "waiting");
 	if (n > 0)
@@ -233,14 +233,14 @@ static enum run early_stream_continue(struct client *cl, const struct http_head 
 		return exchange_reply(x, h->status == 200 ? 502 : h->status, detail, 1);
 	}
 	if (h->framing == HTTP_BODY_LENGTH) {
-		cl->h1.wrap_tail = 1;
+		cl->h1->wrap_tail = 1;
 		if (h->content_length) {
 			int n = rewrite_chunk_size(cl->out->data + cl->out->end, buf_room(cl->out),
 						   h->content_length);
 			if (n < 0)
 				return exchange_abort(x, "client does not read its event stream");
 			cl->out->end += (uint32_t)n;
-			cl->h1.wrap_size = 1;
+			cl->h1->wrap_size = 1;
 		}
 	}
 	exchange_response_started(x);
@@ -281,7 +281,7 @@ enum run relay_upgrade(struct client *cl, const struct http_head *h, size_t len)
 {
 	struct exchange *x = cl->x;
 	/* not after an early event-stream head (sse.h): the client has a 200 already */
-	if (cl->h1.early_head || !tunnel_accepts(x, h))
+	if (cl->h1->early_head || !tunnel_accepts(x, h))
 		return dispatch_failed(x, UP_BAD);
 	if (!client_out_buf(cl))
 		return exchange_abort(x, "out of memory");
@@ -294,16 +294,16 @@ enum run relay_response_head(struct client *cl, const struct http_head *h)
 	struct worker *w = cl->w;
 	if (!client_out_buf(cl))
 		return exchange_abort(x, "out of memory");
-	cl->h1.client_keep = !cl->h1.req_close && cl->h1.minor == 1 && !w->draining &&
-			     h->framing != HTTP_BODY_CLOSE && x->req.done;
-	if (cl->h1.minor != 1)
+	cl->h1->client_keep = !cl->h1->req_close && cl->h1->minor == 1 && !w->draining &&
+			      h->framing != HTTP_BODY_CLOSE && x->req.done;
+	if (cl->h1->minor != 1)
 		x->att->reusable = 0; /* the request went upstream as HTTP/1.0 too */
-	if (cl->h1.early_head)
+	if (cl->h1->early_head)
 		return early_stream_continue(cl, h);
 	char timing[160];
 	struct forward_scratch fs; /* response_headers (forward.h) */
 	int n = rewrite_response_edit(
-	    cl->out->data + cl->out->end, buf_room(cl->out), h, cl->h1.client_keep, x->names.reqid,
+	    cl->out->data + cl->out->end, buf_room(cl->out), h, cl->h1->client_keep, x->names.reqid,
 	    x->names.want_timing && debugreq_timing(x, 0, timing, sizeof(timing)) > 0 ? timing
 										      : NULL,
 	    forward_response(x, &fs));
@@ -375,11 +375,11 @@ static enum run send_client(struct client *cl, int *progress)
 				     x->resp.ready ? buf_head(up->in) : NULL, x->resp.ready);
 	if (sent == -EAGAIN || sent == -EINTR) {
 		cl->writable = 0;
-		if (!cl->h1.pace.client_full) {
-			cl->h1.pace.client_full =
+		if (!cl->h1->pace.client_full) {
+			cl->h1->pace.client_full =
 			    1; /* timeouts.send_ms runs from the last bytes it took */
-			if (!cl->h1.pace.client_took_ms)
-				cl->h1.pace.client_took_ms = loop_now(cl->w->loop);
+			if (!cl->h1->pace.client_took_ms)
+				cl->h1->pace.client_took_ms = loop_now(cl->w->loop);
 		}
 		return RUN_STAY;
 	}
@@ -394,14 +394,14 @@ static enum run send_client(struct client *cl, int *progress)
 		buf_consume(up->in, k);
 		http_body_sent(&x->resp, k);
 	}
-	cl->h1.pace.client_full = client_out_pending(cl) || x->resp.ready;
-	if (cl->h1.pace.client_full)
+	cl->h1->pace.client_full = client_out_pending(cl) || x->resp.ready;
+	if (cl->h1->pace.client_full)
 		cl->writable = 0; /* a short write: the socket buffer is full */
-	cl->h1.pace.client_took_ms = loop_now(cl->w->loop);
+	cl->h1->pace.client_took_ms = loop_now(cl->w->loop);
 	worker_buf_release(cl->w, &cl->out);
 	*progress = 1;
 	if (x->resp_head) /* heartbeats do not hold off first_byte_ms */
-		x->last_ms = cl->h1.pace.client_took_ms;
+		x->last_ms = cl->h1->pace.client_took_ms;
 	return RUN_STAY;
 }
 
@@ -486,12 +486,12 @@ static enum run relay_pass(struct client *cl, int *progress)
 		return r;
 	if (splice_body_on(x) && (r = splice_body_move(cl, progress)) != RUN_STAY)
 		return r;
-	if (cl->h1.wrap_tail && x->resp.done && !x->resp.ready) {
+	if (cl->h1->wrap_tail && x->resp.done && !x->resp.ready) {
 		/* the one chunk of a Content-Length body ends; then the last chunk */
-		const char *tail = rewrite_chunk_tail(cl->h1.wrap_size);
+		const char *tail = rewrite_chunk_tail(cl->h1->wrap_size);
 		if (client_out_put(cl, tail, strlen(tail)) < 0)
 			return exchange_abort(x, "out of memory");
-		cl->h1.wrap_tail = 0;
+		cl->h1->wrap_tail = 0;
 		*progress = 1;
 	}
 	return RUN_STAY;

@@ -23,9 +23,10 @@
  * few function pointers, no allocation, no lock.
  *
  * Contexts: an exchange and the contexts of every feature are one block, from the worker's
- * free list (malloc'd only while the list is cold), zeroed when the exchange starts: first
- * this room's own word (which features want the response body), then each feature's. A
- * feature finds its context at xhooks_ctx(x, its offset); exchange.h never sees its type.
+ * free list (whole pages, mapped only while the list is cold: exchange.c), zeroed when the
+ * exchange starts: first this room's own word (which features want the response body), then
+ * each feature's. A feature finds its context at xhooks_ctx(x, its offset); exchange.h never
+ * sees its type. A codec may keep its state for the exchange there too (h1.h).
  */
 #ifndef ACCELNET_PROXY_XHOOKS_H
 #define ACCELNET_PROXY_XHOOKS_H
