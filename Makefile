@@ -20,7 +20,7 @@ OPT = -O2
 endif
 
 CC ?= gcc
-PKGS = yaml-0.1 openssl libxxhash jansson libcrypt libzmq msgpack libcares hiredis libpcre2-8 libnghttp2
+PKGS = yaml-0.1 openssl libxxhash jansson libcrypt libzmq msgpack libcares hiredis libpcre2-8 libnghttp2 libutf8proc
 WARN = -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes -Wpointer-arith \
        -Wformat=2 -Wvla -Wundef -Werror
 CFLAGS ?= $(OPT) -g
@@ -29,7 +29,7 @@ ALL_CFLAGS = -std=c17 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) -Isrc -Iinclud
 LDLIBS = $(shell pkg-config --libs $(PKGS)) -lpthread -lm
 
 LIB_SRC = $(wildcard src/core/*.c src/net/*.c src/http/*.c src/policy/*.c src/conf/*.c \
-	  src/proxy/*.c src/runtime/*.c src/control/*.c src/obs/*.c src/guard/*.c src/cache/*.c src/sim/*.c src/xfer/*.c)
+	  src/tok/*.c src/proxy/*.c src/runtime/*.c src/control/*.c src/obs/*.c src/guard/*.c src/cache/*.c src/sim/*.c src/xfer/*.c)
 CLI_SRC = $(wildcard src/cli/*.c)
 # The dashboard's files (src/obs/dashboard/), embedded by a generated C file (obs/dashboard.h)
 DASH_ASSETS = $(sort $(wildcard src/obs/dashboard/*.html src/obs/dashboard/*.js \
