@@ -26,7 +26,7 @@ int pretok_add_split(struct pretok *pt, const char *p, size_t n, int literal, in
 	}
 	int code;
 	PCRE2_SIZE at;
-	uint32_t opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+	uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
 	pcre2_code *re = pcre2_compile((PCRE2_SPTR)p, n, opts, &code, &at, NULL);
 	if (!re) {
 		PCRE2_UCHAR msg[160];

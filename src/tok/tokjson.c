@@ -33,7 +33,7 @@ static int refuse(char *err, size_t errlen, const char *fmt, ...)
 /* The value as short JSON text for a message. */
 static const char *shown(json_t *v, char *buf, size_t n)
 {
-	char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+	char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(10));
 	snprintf(buf, n, "%.60s%s", s ? s : "?", s && strlen(s) > 60 ? "..." : "");
 	free(s);
 	return buf;
