@@ -6,16 +6,100 @@
  * out of the match data before going down a step, so one match data serves every step.
  * A pattern that can match the empty string is refused at load: the reference's handling of
  * empty matches is not one accelnet reproduces.
+ *
+ * The reference's regex engine knows a newer Unicode than Debian's libpcre2 (14.0): to it a
+ * CJK extension H or I ideograph is a letter, to PCRE2 unassigned, and the two would cut
+ * such text differently. So each \p{L}, \p{N}, \p{M}, \p{P} and \p{S} of a pattern is
+ * widened, as written, by the code points uninew.c lists for it (in a class, the ranges are
+ * added to it; outside one, the property becomes a class of both). \P{...} is refused: its
+ * complement cannot be widened that way.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tok/pretok.h"
 
+#include "tok/uninew.h"
+
 #include <errno.h>
 #include <pcre2.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 const char pretok_gpt2_pattern[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+static const char *uninew_of(char cls)
+{
+	switch (cls) {
+	case 'L':
+		return uninew_L;
+	case 'N':
+		return uninew_N;
+	case 'M':
+		return uninew_M;
+	case 'P':
+		return uninew_P;
+	case 'S':
+		return uninew_S;
+	}
+	return NULL;
+}
+
+/* Pattern p[0..n) with its \p{X} widened (above), in a new string (*out, freed by the
+ * caller, *outn its length); 0, -ENOMEM, or -EINVAL for a \P{. */
+static int widen(const char *p, size_t n, char **out, size_t *outn)
+{
+	size_t extra = 0;
+	for (size_t i = 0; i + 1 < n; i++)
+		if (p[i] == '\\')
+			extra += 2 + strlen(uninew_L), i++; /* L is the longest */
+	char *o = malloc(n + extra + 1), *w = o;
+	if (!o)
+		return -ENOMEM;
+	int in_class = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (p[i] == '\\' && i + 1 < n) {
+			const char *add =
+			    i + 4 < n && p[i + 1] == 'p' && p[i + 2] == '{' && p[i + 4] == '}'
+				? uninew_of(p[i + 3])
+				: NULL;
+			if (p[i + 1] == 'P') {
+				free(o);
+				return -EINVAL;
+			}
+			if (add) {
+				if (!in_class)
+					*w++ = '[';
+				memcpy(w, p + i, 5);
+				w += 5;
+				memcpy(w, add, strlen(add));
+				w += strlen(add);
+				if (!in_class)
+					*w++ = ']';
+				i += 4;
+				continue;
+			}
+			*w++ = p[i++];
+			*w++ = p[i];
+			continue;
+		}
+		if (p[i] == '[' && !in_class) {
+			in_class = 1;
+			*w++ = p[i];
+			if (i + 1 < n && p[i + 1] == '^')
+				*w++ = p[++i];
+			if (i + 1 < n && p[i + 1] == ']') /* a ']' first is a literal one */
+				*w++ = p[++i];
+			continue;
+		}
+		if (p[i] == ']' && in_class)
+			in_class = 0;
+		*w++ = p[i];
+	}
+	*out = o;
+	*outn = (size_t)(w - o);
+	return 0;
+}
 
 int pretok_add_split(struct pretok *pt, const char *p, size_t n, int literal, int removed,
 		     char *err, size_t errlen)
@@ -27,7 +111,19 @@ int pretok_add_split(struct pretok *pt, const char *p, size_t n, int literal, in
 	int code;
 	PCRE2_SIZE at;
 	uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
-	pcre2_code *re = pcre2_compile((PCRE2_SPTR)p, n, opts, &code, &at, NULL);
+	char *wide = NULL;
+	size_t nwide = n;
+	if (!literal) {
+		int r = widen(p, n, &wide, &nwide);
+		if (r == -EINVAL)
+			snprintf(err, errlen, "pattern \"%.*s\": \\P{...} is not supported",
+				 (int)(n > 200 ? 200 : n), p);
+		if (r)
+			return r;
+	}
+	pcre2_code *re =
+	    pcre2_compile((PCRE2_SPTR)(wide ? wide : p), nwide, opts, &code, &at, NULL);
+	free(wide);
 	if (!re) {
 		PCRE2_UCHAR msg[160];
 		pcre2_get_error_message(code, msg, sizeof(msg));

