@@ -536,7 +536,10 @@ static int load_json(json_t *root, json_error_t *je, const char *name, struct to
 	int r;
 	memset(t, 0, sizeof(*t));
 	if (!root) {
-		snprintf(err, errlen, "%s:%d:%d: %s", name, je->line, je->column, je->text);
+		if (je->line < 0)
+			snprintf(err, errlen, "%s", je->text); /* names the file */
+		else
+			snprintf(err, errlen, "%s:%d:%d: %s", name, je->line, je->column, je->text);
 		return json_error_code(je) == json_error_cannot_open_file ? -ENOENT : -EINVAL;
 	}
 	msg[0] = 0;
