@@ -37,7 +37,9 @@ int tok_scratch_init(struct tok_scratch *s, const struct tok *t)
 	s->tok = t;
 	s->md = pretok_match_data_new();
 	s->cache = calloc(CACHE_SLOTS, sizeof(*s->cache));
-	if (!s->md || !s->cache)
+	s->cap = 256;
+	s->ids = malloc(s->cap * sizeof(*s->ids)); /* never NULL, even for no ids */
+	if (!s->md || !s->cache || !s->ids)
 		return -ENOMEM;
 	return 0;
 }

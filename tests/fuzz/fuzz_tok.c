@@ -42,7 +42,8 @@ static void tiny_build(void)
 	}
 	n += (size_t)snprintf(
 	    s + n, cap - n,
-	    ",\"aa\":256,\"aaa\":257,\"\xc4\xa0a\":258,\"th\":259,\"the\":260,"
+	    ",\"aa\":256,\"aaa\":257,\"\xc4\xa0"
+	    "a\":258,\"th\":259,\"the\":260,"
 	    "\"\xc4\xa0the\":261,\"12\":262,\"zz\":263},\"merges\":[\"a a\",\"aa a\","
 	    "\"\xc4\xa0 a\",\"t h\",\"th e\",\"\xc4\xa0 the\",\"1 2\"]}}");
 	char err[512];
