@@ -99,7 +99,7 @@ build-fuzz/%: tests/fuzz/%.c build-fuzz/libfuzz.a
 	@clang $(filter-out -MMD -MP,$(FUZZ_CFLAGS)) -fsanitize=fuzzer,address,undefined \
 		-o $@ $< build-fuzz/libfuzz.a $(LDLIBS)
 
-bench: $(BUILD)/loadgen $(BUILD)/tlsload $(BUILD)/pickcost $(BUILD)/l4echo
+bench: $(BUILD)/loadgen $(BUILD)/tlsload $(BUILD)/pickcost $(BUILD)/l4echo $(BUILD)/tokbench
 $(BUILD)/l4echo: bench/l4echo.c
 	@echo "  LD  $@"
 	@mkdir -p $(BUILD)
@@ -111,6 +111,9 @@ $(BUILD)/tlsload: bench/tlsload.c
 $(BUILD)/loadgen: bench/loadgen.c $(BUILD)/libaccelnet.a
 	@echo "  LD  $@"
 	@$(CC) $(filter-out -MMD -MP,$(ALL_CFLAGS)) -o $@ $^ $(LDLIBS)
+$(BUILD)/tokbench: bench/tokbench.c $(BUILD)/libaccelnet.a
+	@echo "  LD  $@"
+	@$(CC) $(filter-out -MMD -MP,$(ALL_CFLAGS)) -o $@ $^ $(LDLIBS)
 $(BUILD)/pickcost: bench/pickcost.c $(BUILD)/libaccelnet.a
 	@echo "  LD  $@"
 	@$(CC) $(filter-out -MMD -MP,$(ALL_CFLAGS)) -o $@ $^ $(LDLIBS)
@@ -120,7 +123,7 @@ $(BUILD)/pickcost: bench/pickcost.c $(BUILD)/libaccelnet.a
 CLANG_FORMAT ?= clang-format-14
 FORMAT_SRC = $(sort $(shell find src include tests/unit tests/fuzz -name '*.[ch]' \
 	     -not -path 'tests/fuzz/corpus/*') bench/loadgen.c bench/tlsload.c bench/pickcost.c \
-	     bench/l4echo.c)
+	     bench/l4echo.c bench/tokbench.c)
 format-check:
 	@command -v $(CLANG_FORMAT) >/dev/null || \
 		{ echo "format-check: no $(CLANG_FORMAT) (scripts/deps.sh installs it)"; exit 2; }
