@@ -9,7 +9,8 @@ or the registry is missing the conformance test is skipped, saying why, never pa
 strings come from a seeded generator: prose in a dozen scripts, code, emoji (sequences joined
 by ZWJ, flags, skin tones), runs of every kind of whitespace, combining marks (NFC), digits,
 contractions in any case, the tokenizer's own special tokens whole, cut short and glued to
-words, random code points of every plane and random bytes made valid UTF-8."""
+words, random code points of every plane and random bytes made valid UTF-8; and a dozen long
+runs of one kind (20,000 spaces, letters, digits, a special token cut short...)."""
 
 import json
 import os
@@ -131,6 +132,13 @@ def _piece(rnd, specials):
     return raw.decode("utf-8", errors="replace")
 
 
+# Long runs of one kind (a hostile prompt's shape): one pre-token of 20,000 bytes, a regex
+# that backtracks over a whole run, a special token cut short thousands of times.
+LONG = [" " * 20000, "a" * 20000, " \n" * 10000, " x" * 10000, "<|im_sta" * 3000, "1" * 20000,
+        "'" * 20000, " " * 20000 + "x", "\t" * 5000 + "\n" * 5000 + " " * 5000, "ab" * 10000,
+        "\u00e9" * 10000, "e\u0301" * 10000]
+
+
 def _strings(seed, specials):
     rnd = random.Random(seed)
     out = []
@@ -153,7 +161,7 @@ def test_tokenize_matches_hf_tokenizers(env):
         f.write(REFERENCE_JS)
     for i, model in enumerate(MODELS):
         path = _file(model)
-        strings = _strings(30 + i, _specials(path))
+        strings = _strings(30 + i, _specials(path)) + LONG
         text = "".join(json.dumps(s) + "\n" for s in strings)
         ref = subprocess.run(["node", js, os.path.join(mods, "tokenizers"), path],
                              input=text, capture_output=True, text=True, timeout=120)
@@ -162,10 +170,11 @@ def test_tokenize_matches_hf_tokenizers(env):
                               capture_output=True, text=True, timeout=120)
         assert ours.returncode == 0, ours.stderr
         want, got = ref.stdout.split("\n"), ours.stdout.split("\n")
-        assert len(got) == len(want) == N_STRINGS + 1, (model, len(got), len(want))
+        assert len(got) == len(want) == len(strings) + 1, (model, len(got), len(want))
         bad = [(s, w, g) for s, w, g in zip(strings, want, got) if w != g]
-        assert not bad, (f"{model}: {len(bad)} of {N_STRINGS} differ; first: "
-                         + "; ".join(f"{s!r}: want {w} got {g}" for s, w, g in bad[:3]))
+        assert not bad, (f"{model}: {len(bad)} of {len(strings)} differ; first: "
+                         + "; ".join(f"{s[:200]!r}: want {w[:400]} got {g[:400]}"
+                                     for s, w, g in bad[:3]))
 
 
 def _tiny(**over):
