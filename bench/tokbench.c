@@ -28,8 +28,8 @@ static double pass(struct tok_scratch *s, json_t **texts, size_t n, size_t *toke
 	for (size_t i = 0; i < n; i++) {
 		const uint32_t *ids;
 		size_t k;
-		if (tok_encode(s, json_string_value(texts[i]), json_string_length(texts[i]), &ids,
-			       &k)) {
+		if (tok_encode(s, json_string_value(texts[i]), json_string_length(texts[i]), 1,
+			       &ids, &k)) {
 			fprintf(stderr, "tokbench: text %zu refused\n", i + 1);
 			exit(1);
 		}

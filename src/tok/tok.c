@@ -178,8 +178,8 @@ static int utf8_valid(const uint8_t *p, size_t n)
 	return 1;
 }
 
-int tok_encode(struct tok_scratch *s, const char *text, size_t n, const uint32_t **ids,
-	       size_t *nids)
+int tok_encode(struct tok_scratch *s, const char *text, size_t n, int add_special,
+	       const uint32_t **ids, size_t *nids)
 {
 	const struct tok *t = s->tok;
 	const uint8_t *p = (const uint8_t *)text;
@@ -187,7 +187,7 @@ int tok_encode(struct tok_scratch *s, const char *text, size_t n, const uint32_t
 	s->nids = 0;
 	if (!utf8_valid(p, n))
 		return -EILSEQ;
-	for (size_t i = 0; i < t->nprefix; i++)
+	for (size_t i = 0; add_special && i < t->nprefix; i++)
 		if ((r = push_id(s, t->prefix[i])))
 			return r;
 	size_t at, len;
@@ -200,7 +200,7 @@ int tok_encode(struct tok_scratch *s, const char *text, size_t n, const uint32_t
 	}
 	if ((r = encode_piece(s, p, n)))
 		return r;
-	for (size_t i = 0; i < t->nsuffix; i++)
+	for (size_t i = 0; add_special && i < t->nsuffix; i++)
 		if ((r = push_id(s, t->suffix[i])))
 			return r;
 	*ids = s->ids;

@@ -58,12 +58,14 @@ int tok_scratch_init(struct tok_scratch *s, const struct tok *t);
 void tok_scratch_free(struct tok_scratch *s);
 
 /*
- * The ids of text[0..n): *ids (in the scratch, valid until its next encode) and *nids.
+ * The ids of text[0..n): *ids (in the scratch, valid until its next encode, never NULL) and
+ * *nids; with <add_special>, the post-processor's ids around them (as Hugging Face's encode()
+ * by default; a chat template writes its own BOS, and is encoded without).
  * 0; -EILSEQ when the text is not UTF-8 (overlong forms, surrogates and code points past
  * U+10FFFF included); -EOVERFLOW when the pre-tokenizer's regex engine gave up on it;
  * -ENOMEM.
  */
-int tok_encode(struct tok_scratch *s, const char *text, size_t n, const uint32_t **ids,
-	       size_t *nids);
+int tok_encode(struct tok_scratch *s, const char *text, size_t n, int add_special,
+	       const uint32_t **ids, size_t *nids);
 
 #endif

@@ -1,7 +1,8 @@
 /*
  * tokjson.c - reading a tokenizer.json (tokjson.h). The file is parsed whole by jansson
- * (duplicate keys refused), then each top-level part is read by its own function in the
- * order an encode uses them: added tokens, normalizer, pre-tokenizer, model, post-processor.
+ * (duplicate keys refused), then each top-level part is read by its own function: the
+ * normalizer, the added tokens (those matched on normalized text are normalized first, as
+ * the reference does), pre-tokenizer, model, post-processor.
  * Every function checks the keys it knows and refuses one it does not, so that a field a
  * newer file adds cannot change the ids unseen. The vocabulary's strings are decoded from the
  * byte-level alphabet once, here; a string outside the alphabet names a token no byte-level
@@ -90,36 +91,53 @@ static int read_added(json_t *arr, struct tok *t, char *err, size_t errlen)
 		return refuse(err, errlen, "added_tokens: not an array");
 	size_t i;
 	json_t *a;
+	struct norm_scratch ns = {0};
+	int r = 0;
 	json_array_foreach(arr, i, a)
 	{
 		char where[48];
 		snprintf(where, sizeof(where), "added_tokens[%zu]", i);
-		if (!json_is_object(a))
-			return refuse(err, errlen, "%s: not an object", where);
-		int r = keys_known(a, where, known, err, errlen);
-		if (r)
-			return r;
+		if (!json_is_object(a)) {
+			r = refuse(err, errlen, "%s: not an object", where);
+			break;
+		}
+		if ((r = keys_known(a, where, known, err, errlen)))
+			break;
 		json_t *id = json_object_get(a, "id"), *c = json_object_get(a, "content");
 		if (!json_is_integer(id) || json_integer_value(id) < 0 ||
-		    json_integer_value(id) > INT32_MAX)
-			return refuse(err, errlen, "%s.id: not an id", where);
-		if (!json_is_string(c) || !json_string_length(c))
-			return refuse(err, errlen, "%s.content: not a non-empty string", where);
+		    json_integer_value(id) > INT32_MAX) {
+			r = refuse(err, errlen, "%s.id: not an id", where);
+			break;
+		}
+		if (!json_is_string(c) || !json_string_length(c)) {
+			r = refuse(err, errlen, "%s.content: not a non-empty string", where);
+			break;
+		}
 		const char *flags[] = {"single_word", "lstrip", "rstrip"};
-		for (size_t f = 0; f < 3; f++)
-			if ((r = must_be_unset(a, where, flags[f], 1, 0, err, errlen)))
-				return r;
+		for (size_t f = 0; f < 3 && !r; f++)
+			r = must_be_unset(a, where, flags[f], 1, 0, err, errlen);
+		if (r)
+			break;
 		json_t *nz = json_object_get(a, "normalized");
 		struct added *set = json_is_true(nz) ? &t->norm : &t->raw;
-		r = added_add(set, (const uint8_t *)json_string_value(c), json_string_length(c),
-			      (uint32_t)json_integer_value(id));
+		const uint8_t *text = (const uint8_t *)json_string_value(c);
+		size_t n = json_string_length(c);
+		/* a normalized token is matched on normalized text: as the reference, normalize it
+		 */
+		if (set == &t->norm && t->nfc && (r = norm_nfc(&ns, text, n, &text, &n))) {
+			if (r == -EILSEQ)
+				r = refuse(err, errlen, "%s.content: not UTF-8", where);
+			break;
+		}
+		r = added_add(set, text, n, (uint32_t)json_integer_value(id));
 		if (r == -EEXIST)
-			return refuse(err, errlen, "%s.content: \"%s\" is an added token twice",
-				      where, json_string_value(c));
+			r = refuse(err, errlen, "%s.content: \"%s\" is an added token twice", where,
+				   json_string_value(c));
 		if (r)
-			return r;
+			break;
 	}
-	return 0;
+	norm_scratch_free(&ns);
+	return r;
 }
 
 static int read_normalizer(json_t *n, const char *where, struct tok *t, char *err, size_t errlen)
@@ -509,9 +527,9 @@ static int read_all(json_t *root, struct tok *t, char *err, size_t errlen)
 	int r = keys_known(root, "(top)", known, err, errlen);
 	if (r || (r = must_be_unset(root, "(top)", "truncation", 0, 0, err, errlen)) ||
 	    (r = must_be_unset(root, "(top)", "padding", 0, 0, err, errlen)) ||
-	    (r = read_added(json_object_get(root, "added_tokens"), t, err, errlen)) ||
 	    (r = read_normalizer(json_object_get(root, "normalizer"), "normalizer", t, err,
-				 errlen)))
+				 errlen)) ||
+	    (r = read_added(json_object_get(root, "added_tokens"), t, err, errlen)))
 		return r;
 	json_t *pre = json_object_get(root, "pre_tokenizer");
 	int bytelevel = 0;

@@ -6,8 +6,12 @@
  * added tokens, Split steps, the GPT-2 pattern): valid UTF-8 encodes, and the ids' bytes put
  * back together are the text (byte-level BPE loses nothing); the same text encoded again,
  * through the pre-token cache, gives the same ids; anything else is refused with -EILSEQ.
+ * 2: the rest is JSON for the Llama 3 chat format: a messages array of strings renders to
+ * text that starts with the BOS and ends with the generation prompt; anything else is
+ * refused with -EINVAL and a message.
  */
 #include "tok/bytelevel.h"
+#include "tok/chat.h"
 #include "tok/tokjson.h"
 
 #include <errno.h>
@@ -59,7 +63,7 @@ static void roundtrip(const uint8_t *text, size_t n)
 {
 	const uint32_t *ids;
 	size_t nids;
-	int r = tok_encode(&tiny_s, (const char *)text, n, &ids, &nids);
+	int r = tok_encode(&tiny_s, (const char *)text, n, 1, &ids, &nids);
 	if (r == -EILSEQ)
 		return;
 	if (r)
@@ -88,11 +92,33 @@ static void roundtrip(const uint8_t *text, size_t n)
 		abort();
 	memcpy(first, ids, nids * sizeof(*first));
 	size_t nfirst = nids;
-	if (tok_encode(&tiny_s, (const char *)text, n, &ids, &nids) || nids != nfirst ||
+	if (tok_encode(&tiny_s, (const char *)text, n, 1, &ids, &nids) || nids != nfirst ||
 	    memcmp(ids, first, nids * sizeof(*ids)))
 		abort(); /* the cache changed the answer */
 	free(back);
 	free(first);
+}
+
+static void chat_fuzz(const uint8_t *data, size_t size)
+{
+	static const char gen[] = "<|start_header_id|>assistant<|end_header_id|>\n\n";
+	struct chat c = {CHAT_LLAMA3, "<B>"};
+	struct chat_text out = {0};
+	char err[256] = "";
+	json_t *m = json_loadb((const char *)data, size, JSON_ALLOW_NUL, NULL);
+	if (!m)
+		return;
+	int r = chat_render(&c, m, &out, err, sizeof(err));
+	if (r == 0) {
+		if (out.len < strlen(gen) ||
+		    memcmp(out.p + out.len - strlen(gen), gen, strlen(gen)) ||
+		    (json_array_size(m) && memcmp(out.p, "<B>", 3)))
+			abort();
+	} else if (r != -EINVAL || !err[0]) {
+		abort();
+	}
+	chat_text_free(&out);
+	json_decref(m);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -101,6 +127,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		tiny_build();
 	if (size == 0)
 		return 0;
+	if (data[0] == 2) {
+		chat_fuzz(data + 1, size - 1);
+		return 0;
+	}
 	if (data[0] != 0) {
 		roundtrip(data + 1, size - 1);
 		return 0;
@@ -120,8 +150,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		const uint32_t *ids;
 		size_t n;
 		for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
-			tok_encode(&s, texts[i], strlen(texts[i]), &ids, &n);
-		tok_encode(&s, (const char *)data + 1, size - 1, &ids, &n);
+			tok_encode(&s, texts[i], strlen(texts[i]), 1, &ids, &n);
+		tok_encode(&s, (const char *)data + 1, size - 1, 1, &ids, &n);
 	}
 	tok_scratch_free(&s);
 	tok_free(&t);

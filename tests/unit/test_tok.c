@@ -3,7 +3,8 @@
  * alphabet both ways, BPE's merge order (lowest rank first, leftmost of equals, a long run),
  * ignore_merges, added tokens (leftmost then longest, raw and normalized ones, cut short),
  * NFC, Split steps, the template's ids around the text, the pre-token cache giving the same
- * ids on a second encode, text that is not UTF-8 refused, and files refused by field.
+ * ids on a second encode, text that is not UTF-8 refused, and files refused by field; the
+ * Llama 3 chat format (JavaScript's trim, the BOS once, the generation prompt).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +17,7 @@
 #include <cmocka.h>
 
 #include "tok/bytelevel.h"
+#include "tok/chat.h"
 #include "tok/tokjson.h"
 
 /* A byte-level tokenizer.json: the 256 bytes, <extra_vocab> (e.g. "\"ab\": 256"), <merges>
@@ -61,7 +63,7 @@ static void expect(struct tok_scratch *s, const char *text, const char *want)
 	const uint32_t *ids;
 	size_t n;
 	char got[1024] = "";
-	assert_int_equal(tok_encode(s, text, strlen(text), &ids, &n), 0);
+	assert_int_equal(tok_encode(s, text, strlen(text), 1, &ids, &n), 0);
 	for (size_t i = 0; i < n; i++)
 		snprintf(got + strlen(got), sizeof(got) - strlen(got), i ? " %u" : "%u", ids[i]);
 	if (strcmp(got, want))
@@ -107,7 +109,7 @@ static void test_merge_order(void **state)
 	run[5000] = 0;
 	const uint32_t *ids;
 	size_t n;
-	assert_int_equal(tok_encode(&s, run, 5000, &ids, &n), 0);
+	assert_int_equal(tok_encode(&s, run, 5000, 1, &ids, &n), 0);
 	assert_int_equal(n, 1250);
 	assert_int_equal(ids[0], 259);
 	assert_int_equal(ids[1249], 259);
@@ -140,7 +142,8 @@ static void test_added_tokens(void **state)
 	char *j = tiny("", "",
 		       "{\"id\":300,\"content\":\"<s>\",\"special\":true},"
 		       "{\"id\":301,\"content\":\"<s>x\",\"special\":true},"
-		       "{\"id\":302,\"content\":\"\xc3\xa9!\",\"normalized\":true}",
+		       "{\"id\":302,\"content\":\"\xc3\xa9!\",\"normalized\":true},"
+		       "{\"id\":303,\"content\":\"o\xcc\x88\",\"normalized\":true}",
 		       "{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"NFC\"}]}", BYTELEVEL,
 		       "{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":"
 		       "\"<s>\",\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],"
@@ -153,11 +156,14 @@ static void test_added_tokens(void **state)
 	/* e + combining acute is NFC e-acute, then the normalized added token */
 	expect(&s, "e\xcc\x81!", "300 302");
 	expect(&s, "\xc3\xa9!", "300 302");
+	/* a normalized token's own text is normalized too: o + diaeresis is o-umlaut */
+	expect(&s, "\xc3\xb6", "300 303");
+	expect(&s, "o\xcc\x88", "300 303");
 	const uint32_t *ids;
 	size_t n;
-	assert_int_equal(tok_encode(&s, "a\xff", 2, &ids, &n), -EILSEQ);
-	assert_int_equal(tok_encode(&s, "\xed\xa0\x80", 3, &ids, &n), -EILSEQ); /* surrogate */
-	assert_int_equal(tok_encode(&s, "\xc0\xaf", 2, &ids, &n), -EILSEQ);	/* overlong */
+	assert_int_equal(tok_encode(&s, "a\xff", 2, 1, &ids, &n), -EILSEQ);
+	assert_int_equal(tok_encode(&s, "\xed\xa0\x80", 3, 1, &ids, &n), -EILSEQ); /* surrogate */
+	assert_int_equal(tok_encode(&s, "\xc0\xaf", 2, 1, &ids, &n), -EILSEQ);	   /* overlong */
 	tok_scratch_free(&s);
 	tok_free(&t);
 	free(j);
@@ -218,12 +224,38 @@ static void test_refusals(void **state)
 	refused("{\"model\":1,\"model\":2}", "f.json:1:");
 }
 
+static void test_chat_llama3(void **state)
+{
+	(void)state;
+	struct chat c = {CHAT_LLAMA3, "<B>"};
+	struct chat_text out = {0};
+	char err[256];
+	json_t *m = json_loads("[{\"role\":\"system\",\"content\":\"\\u00a0 hi\\u3000\\n\"},"
+			       "{\"role\":\"user\",\"content\":\"\\u0085x\\u200b\\ufeff\"}]",
+			       0, NULL);
+	assert_non_null(m);
+	assert_int_equal(chat_render(&c, m, &out, err, sizeof(err)), 0);
+	const char *want =
+	    "<B><|start_header_id|>system<|end_header_id|>\n\nhi<|eot_id|>"
+	    "<|start_header_id|>user<|end_header_id|>\n\n\xc2\x85x\xe2\x80\x8b<|eot_id|>"
+	    "<|start_header_id|>assistant<|end_header_id|>\n\n";
+	assert_int_equal(out.len, strlen(want));
+	assert_memory_equal(out.p, want, out.len);
+	json_decref(m);
+	m = json_loads("[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]", 0, NULL);
+	assert_int_equal(chat_render(&c, m, &out, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "messages[0]: content is not a string"));
+	json_decref(m);
+	chat_text_free(&out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_bytelevel_both_ways), cmocka_unit_test(test_merge_order),
 	    cmocka_unit_test(test_ignore_merges),	cmocka_unit_test(test_added_tokens),
 	    cmocka_unit_test(test_split_steps),		cmocka_unit_test(test_refusals),
+	    cmocka_unit_test(test_chat_llama3),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
