@@ -7,9 +7,13 @@
  *
  * Llama 3: for each message, "<|start_header_id|>ROLE<|end_header_id|>\n\n", its content
  * with white space trimmed at both ends, "<|eot_id|>"; the BOS before the first; then the
- * assistant's header, always (the template adds the generation prompt unasked). Its `trim` is
- * the reference Jinja's, JavaScript's String.prototype.trim: the white space and line
- * terminators of ECMAScript (U+0085 and U+200B are not among them).
+ * assistant's header, always (the template adds the generation prompt unasked).
+ *
+ * Its `trim` is where Jinja engines part: @huggingface/jinja (the reference here) trims as
+ * JavaScript does, the engines' Python jinja2 as str.strip() does. They agree but on U+001C
+ * to U+001F and U+0085 (Python's white space only) and U+FEFF (JavaScript's only): a content
+ * that starts or ends with one of those is refused, rather than given the ids of one engine
+ * when the model may be served by the other.
  */
 #include "tok/chat.h"
 
@@ -107,40 +111,49 @@ static int puts_(struct chat_text *t, const char *s)
 	return put(t, s, strlen(s));
 }
 
-/* The length of the ECMAScript white space or line terminator at s (n bytes), or 0. */
-static size_t js_space(const unsigned char *s, size_t n)
+#define WS_JS 1 /* white space to JavaScript's trim (the reference Jinja's) */
+#define WS_PY 2 /* white space to Python's str.strip (jinja2's trim, the engines') */
+
+static unsigned ws_kind(unsigned cp)
 {
-	if (n >= 1 && ((s[0] >= 9 && s[0] <= 13) || s[0] == ' '))
-		return 1;
-	if (n >= 2 && s[0] == 0xc2 && s[1] == 0xa0)
-		return 2;
-	if (n < 3)
-		return 0;
-	unsigned cp = (s[0] & 0x0fu) << 12 | (s[1] & 0x3fu) << 6 | (s[2] & 0x3fu);
-	if ((s[0] & 0xf0) != 0xe0)
-		return 0;
-	return cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 ||
-		       cp == 0x202f || cp == 0x205f || cp == 0x3000 || cp == 0xfeff
-		   ? 3
-		   : 0;
+	if ((cp >= 9 && cp <= 13) || cp == ' ' || cp == 0xa0 || cp == 0x1680 ||
+	    (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 || cp == 0x202f ||
+	    cp == 0x205f || cp == 0x3000)
+		return WS_JS | WS_PY;
+	if ((cp >= 0x1c && cp <= 0x1f) || cp == 0x85)
+		return WS_PY;
+	return cp == 0xfeff ? WS_JS : 0;
 }
 
-/* s[0..*n) trimmed as JavaScript trims: the new start, *n its length. */
-static const char *js_trim(const char *s, size_t *n)
+/* The length of the character at s (valid UTF-8, n > 0 bytes) when it is white space of
+ * <kind>, else 0. */
+static size_t ws_len(const unsigned char *s, size_t n, unsigned kind)
+{
+	unsigned cp;
+	size_t len;
+	if (s[0] < 0x80)
+		cp = s[0], len = 1;
+	else if ((s[0] & 0xe0) == 0xc0 && n >= 2)
+		cp = (s[0] & 0x1fu) << 6 | (s[1] & 0x3fu), len = 2;
+	else if ((s[0] & 0xf0) == 0xe0 && n >= 3)
+		cp = (s[0] & 0x0fu) << 12 | (s[1] & 0x3fu) << 6 | (s[2] & 0x3fu), len = 3;
+	else
+		return 0;
+	return ws_kind(cp) & kind ? len : 0;
+}
+
+/* s[0..*n) with the white space of <kind> trimmed at both ends: the new start, *n its length. */
+static const char *trim(const char *s, size_t *n, unsigned kind)
 {
 	const unsigned char *p = (const unsigned char *)s, *end = p + *n;
 	size_t k;
-	while (p < end && (k = js_space(p, (size_t)(end - p))))
+	while (p < end && (k = ws_len(p, (size_t)(end - p), kind)))
 		p += k;
-	for (;;) {
-		/* step back over one character and test it */
-		const unsigned char *q = end;
-		if (q == p)
-			break;
-		q--;
+	while (end > p) {
+		const unsigned char *q = end - 1; /* back to the last character's first byte */
 		while (q > p && (*q & 0xc0) == 0x80)
 			q--;
-		if (js_space(q, (size_t)(end - q)) != (size_t)(end - q))
+		if (ws_len(q, (size_t)(end - q), kind) != (size_t)(end - q))
 			break;
 		end = q;
 	}
@@ -169,8 +182,17 @@ int chat_render(const struct chat *c, json_t *messages, struct chat_text *out, c
 				 i, json_is_string(role) ? "content" : "role");
 			return -EINVAL;
 		}
-		size_t n = json_string_length(content);
-		const char *text = js_trim(json_string_value(content), &n);
+		size_t n = json_string_length(content), npy = n;
+		const char *text = trim(json_string_value(content), &n, WS_JS);
+		if (trim(json_string_value(content), &npy, WS_PY) != text || npy != n) {
+			snprintf(
+			    err, errlen,
+			    "messages[%zu]: content starts or ends with a character that "
+			    "Python's trim and JavaScript's disagree on (U+001C-U+001F, U+0085, "
+			    "U+FEFF): which the engine uses is not known",
+			    i);
+			return -EINVAL;
+		}
 		if ((i == 0 && (r = puts_(out, c->bos))) ||
 		    (r = puts_(out, "<|start_header_id|>")) ||
 		    (r = put(out, json_string_value(role), json_string_length(role))) ||

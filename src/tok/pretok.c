@@ -12,7 +12,11 @@
  * such text differently. So each \p{L}, \p{N}, \p{M}, \p{P} and \p{S} of a pattern is
  * widened, as written, by the code points uninew.c lists for it (in a class, the ranges are
  * added to it; outside one, the property becomes a class of both). \P{...} is refused: its
- * complement cannot be widened that way.
+ * complement cannot be widened that way. \s is written out as Unicode's White_Space, which
+ * the reference uses: PCRE2's \s also takes U+180E (MONGOLIAN VOWEL SEPARATOR, white space
+ * until Unicode 6.3), and so split "\u180e<div" where the reference does not. The escapes
+ * whose meaning differs between the two engines in other ways (\w, \d, \b, \h, \v, \R...)
+ * are refused.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tok/pretok.h"
@@ -45,14 +49,20 @@ static const char *uninew_of(char cls)
 	return NULL;
 }
 
-/* Pattern p[0..n) with its \p{X} widened (above), in a new string (*out, freed by the
- * caller, *outn its length); 0, -ENOMEM, or -EINVAL for a \P{. */
-static int widen(const char *p, size_t n, char **out, size_t *outn)
+/* Unicode's White_Space, the reference's \s: PCRE2's also holds U+180E (its \h does). */
+static const char white_space[] = "\\t\\n\\x0B\\f\\r\\x20\\x85\\xA0\\x{1680}\\x{2000}-\\x{200A}"
+				  "\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+
+/* Pattern p[0..n) with its \p{X} widened and its \s, \S made Unicode's (above), in a new
+ * string (*out, freed by the caller, *outn its length); 0, -ENOMEM, or -EINVAL (the escape
+ * in *bad) for an escape the two engines read differently: \P, \S in a class, \w, \W, \d,
+ * \D, \b, \B, \h, \H, \v, \V, \R, \X. */
+static int widen(const char *p, size_t n, char **out, size_t *outn, char *bad)
 {
 	size_t extra = 0;
 	for (size_t i = 0; i + 1 < n; i++)
 		if (p[i] == '\\')
-			extra += 2 + strlen(uninew_L), i++; /* L is the longest */
+			extra += 4 + strlen(uninew_L) + sizeof(white_space), i++; /* the longest */
 	char *o = malloc(n + extra + 1), *w = o;
 	if (!o)
 		return -ENOMEM;
@@ -63,9 +73,19 @@ static int widen(const char *p, size_t n, char **out, size_t *outn)
 			    i + 4 < n && p[i + 1] == 'p' && p[i + 2] == '{' && p[i + 4] == '}'
 				? uninew_of(p[i + 3])
 				: NULL;
-			if (p[i + 1] == 'P') {
+			if (strchr("PwWdDbBhHvVRX", p[i + 1]) || (p[i + 1] == 'S' && in_class)) {
+				*bad = p[i + 1];
 				free(o);
 				return -EINVAL;
+			}
+			if (p[i + 1] == 's' || p[i + 1] == 'S') {
+				w += sprintf(w, "%s%s%s",
+					     in_class	       ? ""
+					     : p[i + 1] == 's' ? "["
+							       : "[^",
+					     white_space, in_class ? "" : "]");
+				i++;
+				continue;
 			}
 			if (add) {
 				if (!in_class)
@@ -114,10 +134,13 @@ int pretok_add_split(struct pretok *pt, const char *p, size_t n, int literal, in
 	char *wide = NULL;
 	size_t nwide = n;
 	if (!literal) {
-		int r = widen(p, n, &wide, &nwide);
+		char bad = 0;
+		int r = widen(p, n, &wide, &nwide, &bad);
 		if (r == -EINVAL)
-			snprintf(err, errlen, "pattern \"%.*s\": \\P{...} is not supported",
-				 (int)(n > 200 ? 200 : n), p);
+			snprintf(err, errlen,
+				 "pattern \"%.*s\": \\%c%s is not supported (PCRE2 and the "
+				 "reference's Oniguruma read it differently)",
+				 (int)(n > 200 ? 200 : n), p, bad, bad == 'S' ? " in a class" : "");
 		if (r)
 			return r;
 	}

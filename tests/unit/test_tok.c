@@ -231,17 +231,27 @@ static void test_chat_llama3(void **state)
 	struct chat_text out = {0};
 	char err[256];
 	json_t *m = json_loads("[{\"role\":\"system\",\"content\":\"\\u00a0 hi\\u3000\\n\"},"
-			       "{\"role\":\"user\",\"content\":\"\\u0085x\\u200b\\ufeff\"}]",
+			       "{\"role\":\"user\",\"content\":\"\\u2028x\\u200b\\u2029\"}]",
 			       0, NULL);
 	assert_non_null(m);
 	assert_int_equal(chat_render(&c, m, &out, err, sizeof(err)), 0);
-	const char *want =
-	    "<B><|start_header_id|>system<|end_header_id|>\n\nhi<|eot_id|>"
-	    "<|start_header_id|>user<|end_header_id|>\n\n\xc2\x85x\xe2\x80\x8b<|eot_id|>"
-	    "<|start_header_id|>assistant<|end_header_id|>\n\n";
+	const char *want = "<B><|start_header_id|>system<|end_header_id|>\n\nhi<|eot_id|>"
+			   "<|start_header_id|>user<|end_header_id|>\n\nx\xe2\x80\x8b<|eot_id|>"
+			   "<|start_header_id|>assistant<|end_header_id|>\n\n";
 	assert_int_equal(out.len, strlen(want));
 	assert_memory_equal(out.p, want, out.len);
 	json_decref(m);
+	/* white space the two trims disagree on: refused, whichever end */
+	const char *disputed[] = {"\\u0085x", "x\\u001f", "\\ufeffx", "x \\ufeff"};
+	for (size_t i = 0; i < sizeof(disputed) / sizeof(disputed[0]); i++) {
+		char j[128];
+		snprintf(j, sizeof(j), "[{\"role\":\"user\",\"content\":\"%s\"}]", disputed[i]);
+		m = json_loads(j, 0, NULL);
+		assert_non_null(m);
+		assert_int_equal(chat_render(&c, m, &out, err, sizeof(err)), -EINVAL);
+		assert_non_null(strstr(err, "messages[0]: content starts or ends with"));
+		json_decref(m);
+	}
 	m = json_loads("[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]", 0, NULL);
 	assert_int_equal(chat_render(&c, m, &out, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "messages[0]: content is not a string"));
