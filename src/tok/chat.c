@@ -32,6 +32,7 @@ static const struct {
 	const char *name;
 } known[] = {
     {0xb97891b7adc1beb8ull, 348, CHAT_LLAMA3, "llama3"},
+    {0x0283f874ff58d644ull, 4116, CHAT_QWEN3, "qwen3"},
 };
 
 void chat_text_free(struct chat_text *t)
@@ -71,15 +72,17 @@ int chat_load(const char *path, struct chat *c, char *err, size_t errlen)
 	if (!c->format) {
 		snprintf(err, errlen,
 			 "%s: chat_template: not one accelnet knows (%zu characters, xxh3 "
-			 "%016llx); known: llama3",
+			 "%016llx); known: llama3, qwen3",
 			 path, json_string_length(tpl), (unsigned long long)h);
 		goto fail;
 	}
-	if (!json_is_string(bos) || json_string_length(bos) >= sizeof(c->bos)) {
+	if (c->format == CHAT_LLAMA3 &&
+	    (!json_is_string(bos) || json_string_length(bos) >= sizeof(c->bos))) {
 		snprintf(err, errlen, "%s: bos_token: missing, or not a short string", path);
 		goto fail;
 	}
-	memcpy(c->bos, json_string_value(bos), json_string_length(bos) + 1);
+	if (json_is_string(bos) && json_string_length(bos) < sizeof(c->bos))
+		memcpy(c->bos, json_string_value(bos), json_string_length(bos) + 1);
 	r = 0;
 fail:
 	json_decref(root);
@@ -161,14 +164,9 @@ static const char *trim(const char *s, size_t *n, unsigned kind)
 	return (const char *)p;
 }
 
-int chat_render(const struct chat *c, json_t *messages, struct chat_text *out, char *err,
-		size_t errlen)
+static int render_llama3(const struct chat *c, json_t *messages, struct chat_text *out, char *err,
+			 size_t errlen)
 {
-	out->len = 0;
-	if (!json_is_array(messages)) {
-		snprintf(err, errlen, "messages: not an array");
-		return -EINVAL;
-	}
 	size_t i;
 	json_t *m;
 	int r = 0;
@@ -201,4 +199,175 @@ int chat_render(const struct chat *c, json_t *messages, struct chat_text *out, c
 			return r;
 	}
 	return puts_(out, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+/* The text of s[0..n) after <kind> white space is stripped from its start (<end> 0), its end
+ * (1) or both (2): *p, *n. Python's strip('\n') and JavaScript's trimStart() and the like
+ * (which the reference's strip runs, whatever characters it is given): 0 when both give the
+ * same text, -1 when they do not. */
+static int strip_nl(const char **p, size_t *n, int end)
+{
+	size_t a = 0, b = *n, ja, jb;
+	const char *s = *p;
+	if (end != 1)
+		while (a < b && s[a] == '\n')
+			a++;
+	if (end != 0)
+		while (b > a && s[b - 1] == '\n')
+			b--;
+	size_t jn = *n;
+	const char *j = trim(s, &jn, WS_JS);
+	ja = end != 1 ? (size_t)(j - s) : 0;
+	jb = end != 0 ? (size_t)(j - s) + jn : *n;
+	if (end == 1 && jn == 0)
+		jb = 0; /* all white space: trim() put its start at the end */
+	if (end == 0 && jn == 0)
+		ja = *n;
+	if (a != ja || b != jb)
+		return -1;
+	*p = s + a;
+	*n = b - a;
+	return 0;
+}
+
+static const char *role_of(json_t *messages, size_t i)
+{
+	json_t *r = json_object_get(json_array_get(messages, i), "role");
+	return json_is_string(r) ? json_string_value(r) : "";
+}
+
+/* Where the reference's assistant turn and the engines' part on white space: refuse. */
+static int disagree(char *err, size_t errlen, size_t i)
+{
+	snprintf(err, errlen,
+		 "messages[%zu]: content around <think> or </think> has white space that "
+		 "Python's strip('\\n') and the reference Jinja's strip treat differently",
+		 i);
+	return -EINVAL;
+}
+
+/* The last occurrence of <pat> in s[0..n), or NULL. */
+static const char *find_last(const char *s, size_t n, const char *pat)
+{
+	const char *last = NULL, *q = s;
+	size_t k = strlen(pat);
+	while ((q = memmem(q, n - (size_t)(q - s), pat, k))) {
+		last = q;
+		q++;
+	}
+	return last;
+}
+
+static int render_qwen3(json_t *messages, struct chat_text *out, char *err, size_t errlen)
+{
+	size_t n = json_array_size(messages), i, last_query = n - 1;
+	json_t *m;
+	int r;
+	json_array_foreach(messages, i, m)
+	{
+		json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
+		if (!json_is_string(role) || !json_is_string(content)) {
+			snprintf(err, errlen,
+				 "messages[%zu]: %s is not a string (only text content is "
+				 "supported)",
+				 i, json_is_string(role) ? "content" : "role");
+			return -EINVAL;
+		}
+		json_t *tc = json_object_get(m, "tool_calls");
+		if (json_object_get(m, "reasoning_content") || (tc && !json_is_null(tc))) {
+			snprintf(err, errlen, "messages[%zu]: %s is not supported yet", i,
+				 tc && !json_is_null(tc) ? "tool_calls" : "reasoning_content");
+			return -EINVAL;
+		}
+	}
+	for (i = n; i-- > 0;) {
+		json_t *content = json_object_get(json_array_get(messages, i), "content");
+		const char *s = json_string_value(content);
+		size_t len = json_string_length(content);
+		int wrapped = len >= 15 && !memcmp(s, "<tool_response>", 15) && len >= 16 &&
+			      !memcmp(s + len - 16, "</tool_response>", 16);
+		if (!strcmp(role_of(messages, i), "user") && !wrapped) {
+			last_query = i;
+			break;
+		}
+	}
+	if (n && !strcmp(role_of(messages, 0), "system")) {
+		json_t *c0 = json_object_get(json_array_get(messages, 0), "content");
+		if ((r = puts_(out, "<|im_start|>system\n")) ||
+		    (r = put(out, json_string_value(c0), json_string_length(c0))) ||
+		    (r = puts_(out, "<|im_end|>\n")))
+			return r;
+	}
+	json_array_foreach(messages, i, m)
+	{
+		const char *role = role_of(messages, i);
+		json_t *cj = json_object_get(m, "content");
+		const char *c = json_string_value(cj);
+		size_t cn = json_string_length(cj);
+		if (!strcmp(role, "user") || (!strcmp(role, "system") && i)) {
+			if ((r = puts_(out, "<|im_start|>")) || (r = puts_(out, role)) ||
+			    (r = puts_(out, "\n")) || (r = put(out, c, cn)) ||
+			    (r = puts_(out, "<|im_end|>\n")))
+				return r;
+		} else if (!strcmp(role, "assistant")) {
+			const char *rs = "";
+			size_t rn = 0;
+			const char *close = memmem(c, cn, "</think>", 8);
+			if (close) {
+				const char *after = find_last(c, cn, "</think>") + 8;
+				size_t an = cn - (size_t)(after - c);
+				if (strip_nl(&after, &an, 0))
+					return disagree(err, errlen, i);
+				rs = c;
+				rn = (size_t)(close - c);
+				if (strip_nl(&rs, &rn, 1))
+					return disagree(err, errlen, i);
+				const char *open = find_last(rs, rn, "<think>");
+				if (open) {
+					rn -= (size_t)(open + 7 - rs);
+					rs = open + 7;
+				}
+				if (strip_nl(&rs, &rn, 0))
+					return disagree(err, errlen, i);
+				c = after;
+				cn = an;
+			}
+			if (i > last_query && (i == n - 1 || rn)) {
+				if (strip_nl(&rs, &rn, 2) || strip_nl(&c, &cn, 0))
+					return disagree(err, errlen, i);
+				if ((r = puts_(out, "<|im_start|>assistant\n<think>\n")) ||
+				    (r = put(out, rs, rn)) || (r = puts_(out, "\n</think>\n\n")) ||
+				    (r = put(out, c, cn)))
+					return r;
+			} else if ((r = puts_(out, "<|im_start|>assistant\n")) ||
+				   (r = put(out, c, cn))) {
+				return r;
+			}
+			if ((r = puts_(out, "<|im_end|>\n")))
+				return r;
+		} else if (!strcmp(role, "tool")) {
+			if ((i == 0 || strcmp(role_of(messages, i - 1), "tool")) &&
+			    (r = puts_(out, "<|im_start|>user")))
+				return r;
+			if ((r = puts_(out, "\n<tool_response>\n")) || (r = put(out, c, cn)) ||
+			    (r = puts_(out, "\n</tool_response>")))
+				return r;
+			if ((i == n - 1 || strcmp(role_of(messages, i + 1), "tool")) &&
+			    (r = puts_(out, "<|im_end|>\n")))
+				return r;
+		}
+	}
+	return puts_(out, "<|im_start|>assistant\n");
+}
+
+int chat_render(const struct chat *c, json_t *messages, struct chat_text *out, char *err,
+		size_t errlen)
+{
+	out->len = 0;
+	if (!json_is_array(messages)) {
+		snprintf(err, errlen, "messages: not an array");
+		return -EINVAL;
+	}
+	return c->format == CHAT_QWEN3 ? render_qwen3(messages, out, err, errlen)
+				       : render_llama3(c, messages, out, err, errlen);
 }

@@ -5,7 +5,7 @@
  * apply_chat_template does. accelnet runs no Jinja: it recognises a model's template, read
  * from the tokenizer_config.json beside its tokenizer.json, by its exact text, and renders
  * that format in C. A template it does not know is refused by name, never rendered as
- * another. Known today: Meta Llama 3's.
+ * another. Known today: Meta Llama 3's and Qwen 3's (without tools).
  */
 #ifndef ACCELNET_TOK_CHAT_H
 #define ACCELNET_TOK_CHAT_H
@@ -15,11 +15,12 @@
 
 enum chat_format {
 	CHAT_LLAMA3 = 1,
+	CHAT_QWEN3,
 };
 
 struct chat {
 	enum chat_format format;
-	char bos[128]; /* the bos_token the template writes */
+	char bos[128]; /* the bos_token the template writes (Llama 3) */
 };
 
 /* A growable text, reused from one render to the next. */

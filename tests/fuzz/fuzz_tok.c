@@ -6,9 +6,9 @@
  * added tokens, Split steps, the GPT-2 pattern): valid UTF-8 encodes, and the ids' bytes put
  * back together are the text (byte-level BPE loses nothing); the same text encoded again,
  * through the pre-token cache, gives the same ids; anything else is refused with -EILSEQ.
- * 2: the rest is JSON for the Llama 3 chat format: a messages array of strings renders to
- * text that starts with the BOS and ends with the generation prompt; anything else is
- * refused with -EINVAL and a message.
+ * 2: the rest is a format's letter ('q' Qwen 3, else Llama 3) and JSON: a messages array of
+ * strings renders to text that ends with the generation prompt (and for Llama 3 starts with
+ * the BOS) or is refused with -EINVAL and a message; anything else is refused.
  */
 #include "tok/bytelevel.h"
 #include "tok/chat.h"
@@ -101,18 +101,21 @@ static void roundtrip(const uint8_t *text, size_t n)
 
 static void chat_fuzz(const uint8_t *data, size_t size)
 {
-	static const char gen[] = "<|start_header_id|>assistant<|end_header_id|>\n\n";
-	struct chat c = {CHAT_LLAMA3, "<B>"};
+	const char *gen = size && data[0] == 'q'
+			      ? "<|im_start|>assistant\n"
+			      : "<|start_header_id|>assistant<|end_header_id|>\n\n";
+	struct chat c = {size && data[0] == 'q' ? CHAT_QWEN3 : CHAT_LLAMA3, "<B>"};
 	struct chat_text out = {0};
 	char err[256] = "";
-	json_t *m = json_loadb((const char *)data, size, JSON_ALLOW_NUL, NULL);
+	json_t *m =
+	    size ? json_loadb((const char *)data + 1, size - 1, JSON_ALLOW_NUL, NULL) : NULL;
 	if (!m)
 		return;
 	int r = chat_render(&c, m, &out, err, sizeof(err));
 	if (r == 0) {
 		if (out.len < strlen(gen) ||
 		    memcmp(out.p + out.len - strlen(gen), gen, strlen(gen)) ||
-		    (json_array_size(m) && memcmp(out.p, "<B>", 3)))
+		    (c.format == CHAT_LLAMA3 && json_array_size(m) && memcmp(out.p, "<B>", 3)))
 			abort();
 	} else if (r != -EINVAL || !err[0]) {
 		abort();

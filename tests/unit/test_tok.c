@@ -4,7 +4,9 @@
  * ignore_merges, added tokens (leftmost then longest, raw and normalized ones, cut short),
  * NFC, Split steps, the template's ids around the text, the pre-token cache giving the same
  * ids on a second encode, text that is not UTF-8 refused, and files refused by field; the
- * Llama 3 chat format (JavaScript's trim, the BOS once, the generation prompt).
+ * Llama 3 chat format (the two trims, the BOS once, the generation prompt) and Qwen 3's
+ * (reasoning kept after the last query only, tool results grouped, the strips refused where
+ * the engines' Jinja and the reference's part).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -259,13 +261,48 @@ static void test_chat_llama3(void **state)
 	chat_text_free(&out);
 }
 
+static void test_chat_qwen3(void **state)
+{
+	(void)state;
+	struct chat c = {CHAT_QWEN3, ""};
+	struct chat_text out = {0};
+	char err[256];
+	/* the reasoning of the turn after the last query is kept, an earlier one's dropped;
+	 * two tool results share one user turn */
+	json_t *m = json_loads(
+	    "[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"q1\"},"
+	    "{\"role\":\"assistant\",\"content\":\"<think>\\nr1\\n</think>\\n\\na1\"},"
+	    "{\"role\":\"user\",\"content\":\"q2\"},{\"role\":\"tool\",\"content\":\"t1\"},"
+	    "{\"role\":\"tool\",\"content\":\"t2\"},"
+	    "{\"role\":\"assistant\",\"content\":\"<think>r2</think>a2\"}]",
+	    0, NULL);
+	assert_non_null(m);
+	assert_int_equal(chat_render(&c, m, &out, err, sizeof(err)), 0);
+	const char *want = "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nq1<|im_end|>\n"
+			   "<|im_start|>assistant\na1<|im_end|>\n<|im_start|>user\nq2<|im_end|>\n"
+			   "<|im_start|>user\n<tool_response>\nt1\n</tool_response>\n"
+			   "<tool_response>\nt2\n</tool_response><|im_end|>\n"
+			   "<|im_start|>assistant\n<think>\nr2\n</think>\n\na2<|im_end|>\n"
+			   "<|im_start|>assistant\n";
+	if (out.len != strlen(want) || memcmp(out.p, want, out.len))
+		fail_msg("got %.*s", (int)out.len, out.p);
+	json_decref(m);
+	m = json_loads("[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\","
+		       "\"content\":\"<think>x</think>\\n  y\"}]",
+		       0, NULL);
+	assert_int_equal(chat_render(&c, m, &out, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "messages[1]: content around <think>"));
+	json_decref(m);
+	chat_text_free(&out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_bytelevel_both_ways), cmocka_unit_test(test_merge_order),
 	    cmocka_unit_test(test_ignore_merges),	cmocka_unit_test(test_added_tokens),
 	    cmocka_unit_test(test_split_steps),		cmocka_unit_test(test_refusals),
-	    cmocka_unit_test(test_chat_llama3),
+	    cmocka_unit_test(test_chat_llama3),		cmocka_unit_test(test_chat_qwen3),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
