@@ -14,6 +14,14 @@
  * to U+001F and U+0085 (Python's white space only) and U+FEFF (JavaScript's only): a content
  * that starts or ends with one of those is refused, rather than given the ids of one engine
  * when the model may be served by the other.
+ *
+ * Qwen 3: ChatML. The first system message, then each user or later system message as
+ * "<|im_start|>ROLE\nCONTENT<|im_end|>\n"; tool results gathered into one user turn; an
+ * assistant turn split at "</think>" into reasoning and answer, the reasoning kept (in a
+ * <think> block) only after the last real user query (one that is not a <tool_response>
+ * alone). The template strips '\n' around the tags; the reference's strip ignores its argument
+ * and strips all white space: where the two give different text the message is refused, as
+ * for Llama 3's trim. Tools and tool calls are not rendered: tool_calls is refused.
  */
 #include "tok/chat.h"
 
@@ -71,7 +79,7 @@ int chat_load(const char *path, struct chat *c, char *err, size_t errlen)
 			c->format = known[i].format;
 	if (!c->format) {
 		snprintf(err, errlen,
-			 "%s: chat_template: not one accelnet knows (%zu characters, xxh3 "
+			 "%s: chat_template: not one accelnet knows (%zu bytes, xxh3 "
 			 "%016llx); known: llama3, qwen3",
 			 path, json_string_length(tpl), (unsigned long long)h);
 		goto fail;
