@@ -54,10 +54,11 @@ static const char white_space[] = "\\t\\n\\x0B\\f\\r\\x20\\x85\\xA0\\x{1680}\\x{
 				  "\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
 
 /* Pattern p[0..n) with its \p{X} widened and its \s, \S made Unicode's (above), in a new
- * string (*out, freed by the caller, *outn its length); 0, -ENOMEM, or -EINVAL (the escape
- * in *bad) for an escape the two engines read differently: \P, \S in a class, \w, \W, \d,
- * \D, \b, \B, \h, \H, \v, \V, \R, \X. */
-static int widen(const char *p, size_t n, char **out, size_t *outn, char *bad)
+ * string (*out, freed by the caller, *outn its length); 0, -ENOMEM, or -EINVAL (*bad says
+ * what) for what the two engines read differently or this rewriting cannot follow: \P, a
+ * \p other than \p{L}, \p{N}, \p{M}, \p{P}, \p{S} (\pL, \p{Lu}, \p{Han}: PCRE2's older data),
+ * \S in a class, \w, \W, \d, \D, \b, \B, \h, \H, \v, \V, \R, \X, \Q, a POSIX class. */
+static int widen(const char *p, size_t n, char **out, size_t *outn, const char **bad)
 {
 	size_t extra = 0;
 	for (size_t i = 0; i + 1 < n; i++)
@@ -73,8 +74,18 @@ static int widen(const char *p, size_t n, char **out, size_t *outn, char *bad)
 			    i + 4 < n && p[i + 1] == 'p' && p[i + 2] == '{' && p[i + 4] == '}'
 				? uninew_of(p[i + 3])
 				: NULL;
-			if (strchr("PwWdDbBhHvVRX", p[i + 1]) || (p[i + 1] == 'S' && in_class)) {
-				*bad = p[i + 1];
+			static const char *const what[] = {"\\P", "\\w", "\\W", "\\d", "\\D",
+							   "\\b", "\\B", "\\h", "\\H", "\\v",
+							   "\\V", "\\R", "\\X", "\\Q"};
+			static const char letters[] = "PwWdDbBhHvVRXQ";
+			const char *k = strchr(letters, p[i + 1]);
+			*bad = k && p[i + 1]		     ? what[k - letters]
+			       : p[i + 1] == 'S' && in_class ? "\\S in a class"
+			       : p[i + 1] == 'p' && !add
+				   ? "a \\p other than \\p{L}, \\p{N}, \\p{M}, "
+				     "\\p{P} and \\p{S}"
+				   : NULL;
+			if (*bad) {
 				free(o);
 				return -EINVAL;
 			}
@@ -112,6 +123,11 @@ static int widen(const char *p, size_t n, char **out, size_t *outn, char *bad)
 				*w++ = p[++i];
 			continue;
 		}
+		if (p[i] == '[' && in_class && i + 1 < n && strchr(":.=", p[i + 1])) {
+			*bad = "a POSIX class";
+			free(o);
+			return -EINVAL;
+		}
 		if (p[i] == ']' && in_class)
 			in_class = 0;
 		*w++ = p[i];
@@ -134,13 +150,13 @@ int pretok_add_split(struct pretok *pt, const char *p, size_t n, int literal, in
 	char *wide = NULL;
 	size_t nwide = n;
 	if (!literal) {
-		char bad = 0;
+		const char *bad = NULL;
 		int r = widen(p, n, &wide, &nwide, &bad);
 		if (r == -EINVAL)
 			snprintf(err, errlen,
-				 "pattern \"%.*s\": \\%c%s is not supported (PCRE2 and the "
+				 "pattern \"%.*s\": %s is not supported (PCRE2 and the "
 				 "reference's Oniguruma read it differently)",
-				 (int)(n > 200 ? 200 : n), p, bad, bad == 'S' ? " in a class" : "");
+				 (int)(n > 200 ? 200 : n), p, bad);
 		if (r)
 			return r;
 	}

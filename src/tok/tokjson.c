@@ -19,6 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Vocabularies hold up to some 262,000 tokens (Gemma); an id past this names no real one
+ * and would only size the tables. */
+#define TOKJSON_MAX_ID (1 << 24)
+
 static int refuse(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -352,9 +356,10 @@ static int read_model(json_t *m, struct tok *t, char *err, size_t errlen)
 	json_object_foreach(vocab, k, v)
 	{
 		if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-		    json_integer_value(v) >= INT32_MAX)
-			return refuse(err, errlen, "model.vocab[\"%.60s\"]: %s is not an id", k,
-				      shown(v, b, sizeof(b)));
+		    json_integer_value(v) >= TOKJSON_MAX_ID)
+			return refuse(err, errlen,
+				      "model.vocab[\"%.60s\"]: %s is not an id (0 to %d)", k,
+				      shown(v, b, sizeof(b)), TOKJSON_MAX_ID - 1);
 		if (json_integer_value(v) > top)
 			top = json_integer_value(v);
 		size_t n = strlen(k);

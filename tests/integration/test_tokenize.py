@@ -259,6 +259,12 @@ def test_tokenize_refuses_what_it_does_not_support(env):
         ({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\w+"},
                             "behavior": "Isolated", "invert": False}},
          "\\w is not supported (PCRE2 and the reference's Oniguruma read it differently)"),
+        ({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\pL+"},
+                            "behavior": "Isolated", "invert": False}},
+         "a \\p other than \\p{L}, \\p{N}, \\p{M}, \\p{P} and \\p{S} is not supported"),
+        ({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "[[:alpha:]\\p{L}]+"},
+                            "behavior": "Isolated", "invert": False}},
+         "a POSIX class is not supported"),
         ({"post_processor": {"type": "RobertaProcessing"}},
          'post_processor.type: "RobertaProcessing" is not supported'),
     ]
