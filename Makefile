@@ -20,7 +20,7 @@ OPT = -O2
 endif
 
 CC ?= gcc
-PKGS = yaml-0.1 openssl libxxhash jansson libcrypt libzmq msgpack libcares hiredis libpcre2-8 libnghttp2
+PKGS = yaml-0.1 openssl libxxhash jansson libcrypt libzmq msgpack libcares hiredis libpcre2-8 libnghttp2 libutf8proc
 WARN = -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes -Wpointer-arith \
        -Wformat=2 -Wvla -Wundef -Werror
 CFLAGS ?= $(OPT) -g
@@ -29,7 +29,7 @@ ALL_CFLAGS = -std=c17 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) -Isrc -Iinclud
 LDLIBS = $(shell pkg-config --libs $(PKGS)) -lpthread -lm
 
 LIB_SRC = $(wildcard src/core/*.c src/net/*.c src/http/*.c src/policy/*.c src/conf/*.c \
-	  src/proxy/*.c src/runtime/*.c src/control/*.c src/obs/*.c src/guard/*.c src/cache/*.c src/sim/*.c src/xfer/*.c)
+	  src/tok/*.c src/proxy/*.c src/runtime/*.c src/control/*.c src/obs/*.c src/guard/*.c src/cache/*.c src/sim/*.c src/xfer/*.c)
 CLI_SRC = $(wildcard src/cli/*.c)
 # The dashboard's files (src/obs/dashboard/), embedded by a generated C file (obs/dashboard.h)
 DASH_ASSETS = $(sort $(wildcard src/obs/dashboard/*.html src/obs/dashboard/*.js \
@@ -99,7 +99,7 @@ build-fuzz/%: tests/fuzz/%.c build-fuzz/libfuzz.a
 	@clang $(filter-out -MMD -MP,$(FUZZ_CFLAGS)) -fsanitize=fuzzer,address,undefined \
 		-o $@ $< build-fuzz/libfuzz.a $(LDLIBS)
 
-bench: $(BUILD)/loadgen $(BUILD)/tlsload $(BUILD)/pickcost $(BUILD)/l4echo
+bench: $(BUILD)/loadgen $(BUILD)/tlsload $(BUILD)/pickcost $(BUILD)/l4echo $(BUILD)/tokbench
 $(BUILD)/l4echo: bench/l4echo.c
 	@echo "  LD  $@"
 	@mkdir -p $(BUILD)
@@ -111,6 +111,9 @@ $(BUILD)/tlsload: bench/tlsload.c
 $(BUILD)/loadgen: bench/loadgen.c $(BUILD)/libaccelnet.a
 	@echo "  LD  $@"
 	@$(CC) $(filter-out -MMD -MP,$(ALL_CFLAGS)) -o $@ $^ $(LDLIBS)
+$(BUILD)/tokbench: bench/tokbench.c $(BUILD)/libaccelnet.a
+	@echo "  LD  $@"
+	@$(CC) $(filter-out -MMD -MP,$(ALL_CFLAGS)) -o $@ $^ $(LDLIBS)
 $(BUILD)/pickcost: bench/pickcost.c $(BUILD)/libaccelnet.a
 	@echo "  LD  $@"
 	@$(CC) $(filter-out -MMD -MP,$(ALL_CFLAGS)) -o $@ $^ $(LDLIBS)
@@ -120,7 +123,7 @@ $(BUILD)/pickcost: bench/pickcost.c $(BUILD)/libaccelnet.a
 CLANG_FORMAT ?= clang-format-14
 FORMAT_SRC = $(sort $(shell find src include tests/unit tests/fuzz -name '*.[ch]' \
 	     -not -path 'tests/fuzz/corpus/*') bench/loadgen.c bench/tlsload.c bench/pickcost.c \
-	     bench/l4echo.c)
+	     bench/l4echo.c bench/tokbench.c)
 format-check:
 	@command -v $(CLANG_FORMAT) >/dev/null || \
 		{ echo "format-check: no $(CLANG_FORMAT) (scripts/deps.sh installs it)"; exit 2; }

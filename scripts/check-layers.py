@@ -51,7 +51,7 @@ LAYERS = [
     ["cache", "guard", "obs"],
     ["http", "conf"],
     ["policy"],
-    ["net"],
+    ["net", "tok"],
     ["core"],
 ]
 # Folders of include/ that belong to a folder of src/ (its public API).

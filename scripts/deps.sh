@@ -15,12 +15,16 @@ set -eu
 # xxd (scripts/embed-assets.sh), python3 (the layering check), curl (the README's tour)
 BUILD_PKGS="gcc make pkg-config libyaml-dev libssl-dev libxxhash-dev libjansson-dev
 libcrypt-dev libzmq3-dev libmsgpack-dev libc-ares-dev libhiredis-dev libpcre2-dev libnghttp2-dev xxd python3
-curl"
+curl libutf8proc-dev"
 # testing and fuzzing
 TEST_PKGS="libcmocka-dev wrk nginx-light clang clang-format-14 libclang-rt-14-dev apache2-utils
 python3-zmq python3-msgpack redis-server python3-cryptography python3-websockets prometheus
 chromium iproute2 strace util-linux testssl.sh dnsmasq-base systemd man-db binutils adduser
 podman python3-yaml nghttp2-client python3-h2"
+# the tokenizer's conformance test fetches its reference (Hugging Face's tokenizers) with npm;
+# a nodejs from NodeSource carries its own npm, Debian's does not
+TEST_PKGS="$TEST_PKGS nodejs"
+command -v npm >/dev/null 2>&1 || TEST_PKGS="$TEST_PKGS npm"
 
 PKGS="$BUILD_PKGS $TEST_PKGS"
 if [ "${1:-}" = --demo ]; then

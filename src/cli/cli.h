@@ -15,6 +15,7 @@ int cmd_sim(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_xfer(int argc, char **argv);
 int cmd_top(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 int cmd_ctl(int argc, char **argv);
 /* `accelnet reload [OPTIONS]`: `accelnet ctl [OPTIONS] reload`. */
 int cmd_reload(int argc, char **argv);

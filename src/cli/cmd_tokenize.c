@@ -1,0 +1,222 @@
+/*
+ * cmd_tokenize.c - `accelnet tokenize --tokenizer FILE [--chat] [--lines] TEXT|-`: the token
+ * ids of a text as accelnet computes them (src/tok/), in decimal separated by spaces, for
+ * users to check a model's tokenizer and for the conformance tests. `-` reads the text from
+ * standard input, all of it, as bytes. --lines reads many texts from the input instead, one
+ * per line, each a JSON string literal ("a\nb"), and prints one line of ids for each, so that
+ * one process loads the tokenizer once for thousands of texts. --chat: each text is an
+ * OpenAI `messages` array, rendered by the chat format of the tokenizer_config.json beside
+ * FILE (tok/chat.h) with the generation prompt, then encoded without the post-processor's ids.
+ */
+#include "cli/cli.h"
+
+#include "tok/chat.h"
+#include "tok/tokjson.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void ids_print(const uint32_t *ids, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		printf(i ? " %u" : "%u", ids[i]);
+	putchar('\n');
+}
+
+static int read_all_stdin(char **out, size_t *n)
+{
+	size_t cap = 1 << 16, len = 0;
+	char *buf = malloc(cap);
+	if (!buf)
+		return -ENOMEM;
+	for (;;) {
+		if (len == cap) {
+			char *nb = realloc(buf, cap *= 2);
+			if (!nb) {
+				free(buf);
+				return -ENOMEM;
+			}
+			buf = nb;
+		}
+		size_t k = fread(buf + len, 1, cap - len, stdin);
+		len += k;
+		if (k == 0)
+			break;
+	}
+	if (ferror(stdin)) {
+		free(buf);
+		return -EIO;
+	}
+	*out = buf;
+	*n = len;
+	return 0;
+}
+
+static const char *encode_error(int r)
+{
+	return r == -EILSEQ	 ? "not UTF-8"
+	       : r == -EOVERFLOW ? "the pre-tokenizer's regex gave up on it"
+				 : strerror(-r);
+}
+
+/* What tokenize prints for one text (a messages array with a chat format): 0, or 1/2
+ * after saying why on stderr. */
+static int tokenize_one(struct tok_scratch *s, const struct chat *chat, struct chat_text *ct,
+			const char *text, size_t n, const char *what)
+{
+	const uint32_t *ids;
+	size_t nids;
+	char err[256];
+	int r;
+	if (chat) {
+		json_error_t je;
+		json_t *m = json_loadb(text, n, JSON_ALLOW_NUL, &je);
+		if (!m) {
+			fprintf(stderr, "accelnet tokenize: %s: not a messages array (%s)\n", what,
+				je.text);
+			return 2;
+		}
+		r = chat_render(chat, m, ct, err, sizeof(err));
+		json_decref(m);
+		if (r) {
+			fprintf(stderr, "accelnet tokenize: %s: %s\n", what,
+				r == -EINVAL ? err : strerror(-r));
+			return r == -EINVAL ? 2 : 1;
+		}
+		text = ct->p;
+		n = ct->len;
+	}
+	r = tok_encode(s, text, n, !chat, &ids, &nids);
+	if (r) {
+		fprintf(stderr, "accelnet tokenize: %s: %s\n", what, encode_error(r));
+		return 1;
+	}
+	ids_print(ids, nids);
+	return 0;
+}
+
+static int tokenize_lines(struct tok_scratch *s, const struct chat *chat, struct chat_text *ct)
+{
+	char *line = NULL;
+	size_t cap = 0, lineno = 0;
+	ssize_t len;
+	int rc = 0;
+	while ((len = getline(&line, &cap, stdin)) >= 0) {
+		lineno++;
+		json_error_t je;
+		json_t *j = json_loadb(line, (size_t)len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+		if (!json_is_string(j)) {
+			fprintf(stderr, "accelnet tokenize: line %zu: not a JSON string (%s)\n",
+				lineno, j ? "another JSON value" : je.text);
+			json_decref(j);
+			rc = 2;
+			break;
+		}
+		char what[40];
+		snprintf(what, sizeof(what), "line %zu", lineno);
+		rc = tokenize_one(s, chat, ct, json_string_value(j), json_string_length(j), what);
+		json_decref(j);
+		if (rc)
+			break;
+	}
+	free(line);
+	return rc;
+}
+
+int cmd_tokenize(int argc, char **argv)
+{
+	static const struct option opts[] = {{"tokenizer", required_argument, NULL, 't'},
+					     {"lines", no_argument, NULL, 'L'},
+					     {"chat", no_argument, NULL, 'C'},
+					     {"help", no_argument, NULL, 'h'},
+					     {NULL, 0, NULL, 0}};
+	const char *file = NULL;
+	int lines = 0, chat_on = 0, c;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "+t:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 't':
+			file = optarg;
+			break;
+		case 'L':
+			lines = 1;
+			break;
+		case 'C':
+			chat_on = 1;
+			break;
+		case 'h':
+			cli_usage(stdout, "tokenize");
+			return 0;
+		default:
+			cli_usage(stderr, "tokenize");
+			return 2;
+		}
+	}
+	int nargs = argc - optind;
+	if (!file ||
+	    !(lines ? nargs == 0 || (nargs == 1 && !strcmp(argv[optind], "-")) : nargs == 1)) {
+		fprintf(stderr, "accelnet tokenize: %s\n",
+			!file ? "--tokenizer FILE is required" : "one TEXT, or -, is required");
+		cli_usage(stderr, "tokenize");
+		return 2;
+	}
+	struct tok t;
+	struct tok_scratch s;
+	char err[512];
+	int r = tokjson_load(file, &t, err, sizeof(err));
+	if (r) {
+		fprintf(stderr, "accelnet tokenize: %s\n", err);
+		return r == -EINVAL ? 2 : 1;
+	}
+	int rc = 0;
+	char *text = NULL, *cfg = NULL;
+	struct chat chat;
+	struct chat_text ct = {0};
+	if ((r = tok_scratch_init(&s, &t))) {
+		fprintf(stderr, "accelnet tokenize: %s\n", strerror(-r));
+		rc = 1;
+		goto fail;
+	}
+	if (chat_on) {
+		const char *slash = strrchr(file, '/');
+		int dir = slash ? (int)(slash - file + 1) : 0;
+		if (asprintf(&cfg, "%.*stokenizer_config.json", dir, file) < 0) {
+			cfg = NULL;
+			rc = 1;
+			goto fail;
+		}
+		if ((r = chat_load(cfg, &chat, err, sizeof(err)))) {
+			fprintf(stderr, "accelnet tokenize: %s\n", err);
+			rc = r == -EINVAL ? 2 : 1;
+			goto fail;
+		}
+	}
+	if (lines) {
+		rc = tokenize_lines(&s, chat_on ? &chat : NULL, &ct);
+		goto fail;
+	}
+	size_t n;
+	if (!strcmp(argv[optind], "-")) {
+		if ((r = read_all_stdin(&text, &n))) {
+			fprintf(stderr, "accelnet tokenize: standard input: %s\n", strerror(-r));
+			rc = 1;
+			goto fail;
+		}
+	} else {
+		n = strlen(argv[optind]);
+	}
+	rc = tokenize_one(&s, chat_on ? &chat : NULL, &ct, text ? text : argv[optind], n,
+			  "the text");
+fail:
+	free(text);
+	free(cfg);
+	chat_text_free(&ct);
+	tok_scratch_free(&s);
+	tok_free(&t);
+	if (fflush(stdout) && !rc)
+		rc = 1;
+	return rc;
+}

@@ -1,0 +1,49 @@
+/*
+ * chat.h - chat formats: an OpenAI `messages` array turned into the prompt text the model's
+ * engine builds from it, with the generation prompt added, ready for tok_encode() (without
+ * the post-processor's ids: the template writes its own BOS), as Hugging Face's
+ * apply_chat_template does. accelnet runs no Jinja: it recognises a model's template, read
+ * from the tokenizer_config.json beside its tokenizer.json, by its exact text, and renders
+ * that format in C. A template it does not know is refused by name, never rendered as
+ * another. Known today: Meta Llama 3's and Qwen 3's (without tools).
+ */
+#ifndef ACCELNET_TOK_CHAT_H
+#define ACCELNET_TOK_CHAT_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+enum chat_format {
+	CHAT_LLAMA3 = 1,
+	CHAT_QWEN3,
+};
+
+struct chat {
+	enum chat_format format;
+	char bos[128]; /* the bos_token the template writes (Llama 3) */
+};
+
+/* A growable text, reused from one render to the next. */
+struct chat_text {
+	char *p;
+	size_t len, cap;
+};
+
+void chat_text_free(struct chat_text *t);
+
+/*
+ * The format of the tokenizer_config.json at <path>: 0, or -errno with a message naming the
+ * file and the field in err (no chat_template, a template accelnet does not know, a
+ * bos_token that is not a string).
+ */
+int chat_load(const char *path, struct chat *c, char *err, size_t errlen);
+
+/*
+ * The prompt for <messages> (a JSON array of objects with a string role and a string content)
+ * into *out, replacing what it held. 0, -EINVAL with a message naming the message and field
+ * that is not supported, or -ENOMEM.
+ */
+int chat_render(const struct chat *c, json_t *messages, struct chat_text *out, char *err,
+		size_t errlen);
+
+#endif

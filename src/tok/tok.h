@@ -1,0 +1,71 @@
+/*
+ * tok.h - a loaded tokenizer and the one call the request path needs: text in, token ids out,
+ * the same ids Hugging Face's `tokenizers` gives for the same tokenizer.json (encode with its
+ * special tokens added). A struct tok is built by tokjson_load() and read-only after, shared
+ * by every thread; each thread encodes through its own struct tok_scratch, which holds every
+ * buffer an encode needs (grown to the largest input seen, never per call) and a cache of
+ * pre-token -> ids, so that a word seen before costs one hash and one compare.
+ *
+ * An encode: the text checked to be UTF-8; the added tokens that are matched on the text as
+ * given cut out; each remaining piece normalized (NFC, or not), and the added tokens matched
+ * on normalized text cut out of it; the rest split into pre-tokens (pretok.h); each pre-token
+ * looked up whole where the model says so (ignore_merges), else merged by BPE (bpe.h); the
+ * post-processor's ids (a BOS) put around the whole.
+ */
+#ifndef ACCELNET_TOK_TOK_H
+#define ACCELNET_TOK_TOK_H
+
+#include "tok/added.h"
+#include "tok/bpe.h"
+#include "tok/norm.h"
+#include "tok/pretok.h"
+#include "tok/vocab.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TOK_MAX_TEMPLATE 8 /* ids a post-processor may put before, and after, the text */
+
+struct tok {
+	struct vocab vocab;
+	struct added raw;  /* added tokens matched on the text as given */
+	struct added norm; /* added tokens matched after normalization */
+	struct pretok pre;
+	int nfc;	   /* the normalizer: NFC, or none */
+	int ignore_merges; /* a pre-token in the vocabulary is taken whole */
+	uint32_t prefix[TOK_MAX_TEMPLATE], suffix[TOK_MAX_TEMPLATE];
+	size_t nprefix, nsuffix;
+};
+
+struct tok_cache_entry;
+
+struct tok_scratch {
+	const struct tok *tok; /* the cache holds this tokenizer's ids */
+	struct bpe_scratch bpe;
+	struct norm_scratch norm;
+	struct pcre2_real_match_data_8 *md;
+	uint32_t *ids;
+	size_t nids, cap;
+	struct tok_cache_entry *cache;
+	uint64_t hits, misses; /* of the pre-token cache, for the bench */
+};
+
+/* Releases what a tokenizer holds (one tokjson_load() made, or one half built). */
+void tok_free(struct tok *t);
+
+/* A scratch for encoding with <t>: 0 or -ENOMEM; tok_scratch_free() either way. */
+int tok_scratch_init(struct tok_scratch *s, const struct tok *t);
+void tok_scratch_free(struct tok_scratch *s);
+
+/*
+ * The ids of text[0..n): *ids (in the scratch, valid until its next encode, never NULL) and
+ * *nids; with <add_special>, the post-processor's ids around them (as Hugging Face's encode()
+ * by default; a chat template writes its own BOS, and is encoded without).
+ * 0; -EILSEQ when the text is not UTF-8 (overlong forms, surrogates and code points past
+ * U+10FFFF included); -EOVERFLOW when the pre-tokenizer's regex engine gave up on it;
+ * -ENOMEM.
+ */
+int tok_encode(struct tok_scratch *s, const char *text, size_t n, int add_special,
+	       const uint32_t **ids, size_t *nids);
+
+#endif

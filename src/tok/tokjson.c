@@ -1,0 +1,594 @@
+/*
+ * tokjson.c - reading a tokenizer.json (tokjson.h). The file is parsed whole by jansson
+ * (duplicate keys refused), then each top-level part is read by its own function: the
+ * normalizer, the added tokens (those matched on normalized text are normalized first, as
+ * the reference does), pre-tokenizer, model, post-processor.
+ * Every function checks the keys it knows and refuses one it does not, so that a field a
+ * newer file adds cannot change the ids unseen. The vocabulary's strings are decoded from the
+ * byte-level alphabet once, here; a string outside the alphabet names a token no byte-level
+ * input can reach, so it and the merges that use it are left out, as unreachable.
+ */
+#include "tok/tokjson.h"
+
+#include "tok/bytelevel.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Vocabularies hold up to some 262,000 tokens (Gemma); an id past this names no real one
+ * and would only size the tables. */
+#define TOKJSON_MAX_ID (1 << 24)
+
+static int refuse(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int refuse(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+/* The value as short JSON text for a message. */
+static const char *shown(json_t *v, char *buf, size_t n)
+{
+	char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(10));
+	snprintf(buf, n, "%.60s%s", s ? s : "?", s && strlen(s) > 60 ? "..." : "");
+	free(s);
+	return buf;
+}
+
+/* 0 when every key of object <o> is one of the NULL-ended <known>; else refuses the first
+ * other, as "WHERE.KEY". */
+static int keys_known(json_t *o, const char *where, const char *const *known, char *err,
+		      size_t errlen)
+{
+	const char *k;
+	json_t *v;
+	json_object_foreach(o, k, v)
+	{
+		size_t i = 0;
+		while (known[i] && strcmp(known[i], k))
+			i++;
+		if (!known[i])
+			return refuse(err, errlen, "%s.%s: an option accelnet does not know", where,
+				      k);
+	}
+	return 0;
+}
+
+/* 0 when o.key is absent, null, or (with <allow_false>) false, or (with <allow_empty>) "". */
+static int must_be_unset(json_t *o, const char *where, const char *key, int allow_false,
+			 int allow_empty, char *err, size_t errlen)
+{
+	json_t *v = json_object_get(o, key);
+	if (!v || json_is_null(v) || (allow_false && json_is_false(v)) ||
+	    (allow_empty && json_is_string(v) && !json_string_length(v)))
+		return 0;
+	char b[80];
+	return refuse(err, errlen, "%s.%s: %s is not supported (only %s)", where, key,
+		      shown(v, b, sizeof(b)),
+		      allow_false   ? "false"
+		      : allow_empty ? "null or \"\""
+				    : "null");
+}
+
+static const char *type_of(json_t *o)
+{
+	json_t *ty = json_object_get(o, "type");
+	return json_is_string(ty) ? json_string_value(ty) : NULL;
+}
+
+static int read_added(json_t *arr, struct tok *t, char *err, size_t errlen)
+{
+	static const char *const known[] = {"id",     "content",    "single_word", "lstrip",
+					    "rstrip", "normalized", "special",	   NULL};
+	if (!arr || json_is_null(arr))
+		return 0;
+	if (!json_is_array(arr))
+		return refuse(err, errlen, "added_tokens: not an array");
+	size_t i;
+	json_t *a;
+	struct norm_scratch ns = {0};
+	int r = 0;
+	json_array_foreach(arr, i, a)
+	{
+		char where[48];
+		snprintf(where, sizeof(where), "added_tokens[%zu]", i);
+		if (!json_is_object(a)) {
+			r = refuse(err, errlen, "%s: not an object", where);
+			break;
+		}
+		if ((r = keys_known(a, where, known, err, errlen)))
+			break;
+		json_t *id = json_object_get(a, "id"), *c = json_object_get(a, "content");
+		if (!json_is_integer(id) || json_integer_value(id) < 0 ||
+		    json_integer_value(id) > INT32_MAX) {
+			r = refuse(err, errlen, "%s.id: not an id", where);
+			break;
+		}
+		if (!json_is_string(c) || !json_string_length(c)) {
+			r = refuse(err, errlen, "%s.content: not a non-empty string", where);
+			break;
+		}
+		const char *flags[] = {"single_word", "lstrip", "rstrip"};
+		for (size_t f = 0; f < 3 && !r; f++)
+			r = must_be_unset(a, where, flags[f], 1, 0, err, errlen);
+		if (r)
+			break;
+		json_t *nz = json_object_get(a, "normalized");
+		struct added *set = json_is_true(nz) ? &t->norm : &t->raw;
+		const uint8_t *text = (const uint8_t *)json_string_value(c);
+		size_t n = json_string_length(c);
+		/* a normalized token is matched on normalized text: as the reference, normalize it
+		 */
+		if (set == &t->norm && t->nfc && (r = norm_nfc(&ns, text, n, &text, &n))) {
+			if (r == -EILSEQ)
+				r = refuse(err, errlen, "%s.content: not UTF-8", where);
+			break;
+		}
+		r = added_add(set, text, n, (uint32_t)json_integer_value(id));
+		if (r == -EEXIST)
+			r = refuse(err, errlen, "%s.content: \"%s\" is an added token twice", where,
+				   json_string_value(c));
+		if (r)
+			break;
+	}
+	norm_scratch_free(&ns);
+	return r;
+}
+
+static int read_normalizer(json_t *n, const char *where, struct tok *t, char *err, size_t errlen)
+{
+	if (!n || json_is_null(n))
+		return 0;
+	const char *ty = json_is_object(n) ? type_of(n) : NULL;
+	if (ty && !strcmp(ty, "NFC")) {
+		static const char *const known[] = {"type", NULL};
+		t->nfc = 1;
+		return keys_known(n, where, known, err, errlen);
+	}
+	if (ty && !strcmp(ty, "Sequence")) {
+		static const char *const known[] = {"type", "normalizers", NULL};
+		int r = keys_known(n, where, known, err, errlen);
+		json_t *list = json_object_get(n, "normalizers"), *e;
+		if (r)
+			return r;
+		if (!json_is_array(list))
+			return refuse(err, errlen, "%s.normalizers: not an array", where);
+		size_t i;
+		json_array_foreach(list, i, e)
+		{
+			char w[96];
+			snprintf(w, sizeof(w), "%s.normalizers[%zu]", where, i);
+			if ((r = read_normalizer(e, w, t, err, errlen)))
+				return r;
+			if (json_is_null(e))
+				return refuse(err, errlen, "%s: null", w);
+		}
+		return 0;
+	}
+	char b[80];
+	return refuse(err, errlen, "%s.type: %s is not supported (NFC, Sequence or null)", where,
+		      ty ? shown(json_object_get(n, "type"), b, sizeof(b)) : "missing");
+}
+
+static int read_split(json_t *p, const char *where, struct tok *t, char *err, size_t errlen)
+{
+	static const char *const known[] = {"type", "pattern", "behavior", "invert", NULL};
+	int r = keys_known(p, where, known, err, errlen);
+	if (r)
+		return r;
+	char b[80];
+	json_t *beh = json_object_get(p, "behavior"), *inv = json_object_get(p, "invert");
+	const char *bs = json_is_string(beh) ? json_string_value(beh) : "";
+	int removed = !strcmp(bs, "Removed");
+	if (!removed && strcmp(bs, "Isolated"))
+		return refuse(err, errlen, "%s.behavior: %s is not supported (Isolated or Removed)",
+			      where, beh ? shown(beh, b, sizeof(b)) : "missing");
+	if (inv && !json_is_false(inv))
+		return refuse(err, errlen, "%s.invert: %s is not supported (only false)", where,
+			      shown(inv, b, sizeof(b)));
+	json_t *pat = json_object_get(p, "pattern");
+	json_t *re = json_object_get(pat, "Regex"), *str = json_object_get(pat, "String");
+	if (!json_is_object(pat) || json_object_size(pat) != 1 || !json_is_string(re ? re : str))
+		return refuse(err, errlen,
+			      "%s.pattern: %s is not one of {\"Regex\": ...} and {\"String\": ...}",
+			      where, pat ? shown(pat, b, sizeof(b)) : "missing");
+	json_t *s = re ? re : str;
+	char msg[320];
+	r = pretok_add_split(&t->pre, json_string_value(s), json_string_length(s), !re, removed,
+			     msg, sizeof(msg));
+	if (r)
+		return refuse(err, errlen, "%s.pattern: %s", where, msg);
+	return 0;
+}
+
+/* One pre-tokenizer; *bytelevel set once ByteLevel was read, which must come last. */
+static int read_pretok(json_t *p, const char *where, struct tok *t, int *bytelevel, char *err,
+		       size_t errlen)
+{
+	char b[80];
+	const char *ty = json_is_object(p) ? type_of(p) : NULL;
+	if (ty && *bytelevel)
+		return refuse(err, errlen,
+			      "%s: %s after ByteLevel is not supported (ByteLevel must be last)",
+			      where, ty);
+	if (ty && !strcmp(ty, "Sequence")) {
+		static const char *const known[] = {"type", "pretokenizers", NULL};
+		int r = keys_known(p, where, known, err, errlen);
+		json_t *list = json_object_get(p, "pretokenizers"), *e;
+		if (r)
+			return r;
+		if (!json_is_array(list))
+			return refuse(err, errlen, "%s.pretokenizers: not an array", where);
+		size_t i;
+		json_array_foreach(list, i, e)
+		{
+			char w[96];
+			snprintf(w, sizeof(w), "%s.pretokenizers[%zu]", where, i);
+			if ((r = read_pretok(e, w, t, bytelevel, err, errlen)))
+				return r;
+		}
+		return 0;
+	}
+	if (ty && !strcmp(ty, "Split"))
+		return read_split(p, where, t, err, errlen);
+	if (ty && !strcmp(ty, "ByteLevel")) {
+		static const char *const known[] = {"type", "add_prefix_space", "trim_offsets",
+						    "use_regex", NULL};
+		int r = keys_known(p, where, known, err, errlen);
+		if (r)
+			return r;
+		json_t *aps = json_object_get(p, "add_prefix_space");
+		if (!json_is_false(aps))
+			return refuse(err, errlen,
+				      "%s.add_prefix_space: %s is not supported (only false)",
+				      where, aps ? shown(aps, b, sizeof(b)) : "missing (true)");
+		json_t *ur = json_object_get(p, "use_regex");
+		if (ur && !json_is_boolean(ur))
+			return refuse(err, errlen, "%s.use_regex: not a boolean", where);
+		*bytelevel = 1;
+		if (!ur || json_is_true(ur)) {
+			char msg[320];
+			if (pretok_add_split(&t->pre, pretok_gpt2_pattern,
+					     strlen(pretok_gpt2_pattern), 0, 0, msg, sizeof(msg)))
+				return refuse(err, errlen, "%s.use_regex: %s", where, msg);
+		}
+		return 0;
+	}
+	return refuse(err, errlen, "%s.type: %s is not supported (Sequence, Split or ByteLevel)",
+		      where, ty ? shown(json_object_get(p, "type"), b, sizeof(b)) : "missing");
+}
+
+/* The bytes a vocabulary string stands for, into buf (room for its length): length or -1. */
+static long token_bytes(const char *s, size_t n, uint8_t *buf)
+{
+	return bytelevel_decode(s, n, buf);
+}
+
+static int read_merge(json_t *m, size_t i, struct vocab *v, uint8_t *buf, size_t longest, char *err,
+		      size_t errlen)
+{
+	const char *a, *b;
+	size_t na, nb;
+	char sb[80];
+	if (json_is_string(m)) {
+		a = json_string_value(m);
+		const char *sp = memchr(a, ' ', json_string_length(m));
+		if (!sp || memchr(sp + 1, ' ', json_string_length(m) - (size_t)(sp + 1 - a)))
+			return refuse(err, errlen, "model.merges[%zu]: %s is not two tokens", i,
+				      shown(m, sb, sizeof(sb)));
+		na = (size_t)(sp - a);
+		b = sp + 1;
+		nb = json_string_length(m) - na - 1;
+	} else if (json_is_array(m) && json_array_size(m) == 2 &&
+		   json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
+		a = json_string_value(json_array_get(m, 0));
+		na = json_string_length(json_array_get(m, 0));
+		b = json_string_value(json_array_get(m, 1));
+		nb = json_string_length(json_array_get(m, 1));
+	} else {
+		return refuse(err, errlen, "model.merges[%zu]: %s is not two tokens", i,
+			      shown(m, sb, sizeof(sb)));
+	}
+	if (na > longest || nb > longest) /* longer than any token */
+		return refuse(err, errlen, "model.merges[%zu]: %s names a token not in model.vocab",
+			      i, shown(m, sb, sizeof(sb)));
+	long la = token_bytes(a, na, buf), lb = la < 0 ? -1 : token_bytes(b, nb, buf + la);
+	if (la < 0 || lb < 0)
+		return 0; /* a token outside the alphabet: unreachable */
+	int64_t ia = vocab_find(v, buf, (size_t)la), ib = vocab_find(v, buf + la, (size_t)lb);
+	int64_t im = vocab_find(v, buf, (size_t)(la + lb));
+	if (ia < 0 || ib < 0 || im < 0)
+		return refuse(
+		    err, errlen, "model.merges[%zu]: %s names a token not in model.vocab%s", i,
+		    shown(m, sb, sizeof(sb)), ia < 0 || ib < 0 ? "" : " (the merged one)");
+	return vocab_add_merge(v, (uint32_t)ia, (uint32_t)ib, (uint32_t)i, (uint32_t)im);
+}
+
+static int read_model(json_t *m, struct tok *t, char *err, size_t errlen)
+{
+	static const char *const known[] = {"type",
+					    "dropout",
+					    "unk_token",
+					    "continuing_subword_prefix",
+					    "end_of_word_suffix",
+					    "fuse_unk",
+					    "byte_fallback",
+					    "ignore_merges",
+					    "vocab",
+					    "merges",
+					    NULL};
+	char b[80];
+	if (!json_is_object(m))
+		return refuse(err, errlen, "model: missing or not an object");
+	const char *ty = type_of(m);
+	if (!ty || strcmp(ty, "BPE"))
+		return refuse(err, errlen, "model.type: %s is not supported (only BPE)",
+			      ty ? shown(json_object_get(m, "type"), b, sizeof(b)) : "missing");
+	int r = keys_known(m, "model", known, err, errlen);
+	if (r || (r = must_be_unset(m, "model", "dropout", 0, 0, err, errlen)) ||
+	    (r = must_be_unset(m, "model", "unk_token", 0, 0, err, errlen)) ||
+	    (r = must_be_unset(m, "model", "continuing_subword_prefix", 0, 1, err, errlen)) ||
+	    (r = must_be_unset(m, "model", "end_of_word_suffix", 0, 1, err, errlen)) ||
+	    (r = must_be_unset(m, "model", "byte_fallback", 1, 0, err, errlen)))
+		return r;
+	json_t *im = json_object_get(m, "ignore_merges");
+	if (im && !json_is_boolean(im))
+		return refuse(err, errlen, "model.ignore_merges: not a boolean");
+	t->ignore_merges = json_is_true(im);
+	json_t *vocab = json_object_get(m, "vocab"), *merges = json_object_get(m, "merges");
+	if (!json_is_object(vocab))
+		return refuse(err, errlen, "model.vocab: missing or not an object");
+	if (!json_is_array(merges))
+		return refuse(err, errlen, "model.merges: missing or not an array");
+	size_t bytes = 0, longest = 0;
+	int64_t top = -1;
+	const char *k;
+	json_t *v;
+	json_object_foreach(vocab, k, v)
+	{
+		if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+		    json_integer_value(v) >= TOKJSON_MAX_ID)
+			return refuse(err, errlen,
+				      "model.vocab[\"%.60s\"]: %s is not an id (0 to %d)", k,
+				      shown(v, b, sizeof(b)), TOKJSON_MAX_ID - 1);
+		if (json_integer_value(v) > top)
+			top = json_integer_value(v);
+		size_t n = strlen(k);
+		bytes += n;
+		if (n > longest)
+			longest = n;
+	}
+	if ((r = vocab_init(&t->vocab, (uint32_t)(top + 1), bytes, json_array_size(merges))))
+		return r;
+	uint8_t *buf = malloc(2 * longest + 2);
+	if (!buf)
+		return -ENOMEM;
+	json_object_foreach(vocab, k, v)
+	{
+		long n = token_bytes(k, strlen(k), buf);
+		if (n == 0) {
+			r = refuse(err, errlen, "model.vocab: the empty string is a token");
+			goto fail;
+		}
+		if (n < 0)
+			continue; /* outside the alphabet: unreachable */
+		r = vocab_add(&t->vocab, buf, (size_t)n, (uint32_t)json_integer_value(v));
+		if (r == -EEXIST) {
+			r = refuse(err, errlen, "model.vocab[\"%.60s\"]: id %lld is given twice", k,
+				   (long long)json_integer_value(v));
+			goto fail;
+		}
+		if (r)
+			goto fail;
+	}
+	for (int c = 0; c < 256; c++) {
+		if (t->vocab.byte_id[c] < 0) {
+			char ch[3] = {0};
+			bytelevel_encode_byte((uint8_t)c, ch);
+			r = refuse(err, errlen,
+				   "model.vocab: no token for byte 0x%02x (\"%s\"): not a "
+				   "byte-level vocabulary",
+				   c, ch);
+			goto fail;
+		}
+	}
+	size_t i;
+	json_array_foreach(merges, i, v)
+	{
+		if (i >= INT32_MAX) {
+			r = refuse(err, errlen, "model.merges: too many");
+			goto fail;
+		}
+		if ((r = read_merge(v, i, &t->vocab, buf, longest, err, errlen)))
+			goto fail;
+	}
+	r = 0;
+fail:
+	free(buf);
+	return r;
+}
+
+/* The ids of special token <name> of a TemplateProcessing, appended to ids[*n..]. */
+static int template_ids(json_t *specials, json_t *name, uint32_t *ids, size_t *n, const char *where,
+			char *err, size_t errlen)
+{
+	char b[80];
+	json_t *sp =
+	    json_is_string(name) ? json_object_get(specials, json_string_value(name)) : NULL;
+	json_t *list = json_object_get(sp, "ids"), *e;
+	if (!json_is_array(list))
+		return refuse(err, errlen, "%s: special token %s is not in special_tokens", where,
+			      name ? shown(name, b, sizeof(b)) : "missing");
+	size_t i;
+	json_array_foreach(list, i, e)
+	{
+		if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+		    json_integer_value(e) > INT32_MAX)
+			return refuse(err, errlen, "%s: special token %s has an id that is not one",
+				      where, shown(name, b, sizeof(b)));
+		if (*n == TOK_MAX_TEMPLATE)
+			return refuse(err, errlen, "%s: more than %d ids around the text", where,
+				      TOK_MAX_TEMPLATE);
+		ids[(*n)++] = (uint32_t)json_integer_value(e);
+	}
+	return 0;
+}
+
+static int read_template(json_t *p, const char *where, struct tok *t, char *err, size_t errlen)
+{
+	static const char *const known[] = {"type", "single", "pair", "special_tokens", NULL};
+	int r = keys_known(p, where, known, err, errlen);
+	if (r)
+		return r;
+	if (t->nprefix || t->nsuffix)
+		return refuse(err, errlen, "%s: a second TemplateProcessing", where);
+	json_t *single = json_object_get(p, "single"), *e;
+	json_t *specials = json_object_get(p, "special_tokens");
+	if (!json_is_array(single))
+		return refuse(err, errlen, "%s.single: missing or not an array", where);
+	int seen_a = 0;
+	size_t i;
+	json_array_foreach(single, i, e)
+	{
+		char w[120];
+		snprintf(w, sizeof(w), "%s.single[%zu]", where, i);
+		json_t *st = json_object_get(e, "SpecialToken"),
+		       *seq = json_object_get(e, "Sequence");
+		if (json_is_object(seq) && json_object_size(e) == 1) {
+			json_t *id = json_object_get(seq, "id");
+			if (seen_a || !json_is_string(id) || strcmp(json_string_value(id), "A"))
+				return refuse(err, errlen, "%s: only one Sequence, A, is supported",
+					      w);
+			seen_a = 1;
+		} else if (json_is_object(st) && json_object_size(e) == 1) {
+			r = seen_a ? template_ids(specials, json_object_get(st, "id"), t->suffix,
+						  &t->nsuffix, w, err, errlen)
+				   : template_ids(specials, json_object_get(st, "id"), t->prefix,
+						  &t->nprefix, w, err, errlen);
+			if (r)
+				return r;
+		} else {
+			return refuse(err, errlen, "%s: not a SpecialToken or Sequence", w);
+		}
+	}
+	if (!seen_a)
+		return refuse(err, errlen, "%s.single: no Sequence A", where);
+	return 0;
+}
+
+static int read_post(json_t *p, const char *where, struct tok *t, char *err, size_t errlen)
+{
+	char b[80];
+	if (!p || json_is_null(p))
+		return 0;
+	const char *ty = json_is_object(p) ? type_of(p) : NULL;
+	if (ty && !strcmp(ty, "ByteLevel")) {
+		static const char *const known[] = {"type", "add_prefix_space", "trim_offsets",
+						    "use_regex", NULL};
+		return keys_known(p, where, known, err, errlen); /* offsets only */
+	}
+	if (ty && !strcmp(ty, "TemplateProcessing"))
+		return read_template(p, where, t, err, errlen);
+	if (ty && !strcmp(ty, "Sequence")) {
+		static const char *const known[] = {"type", "processors", NULL};
+		int r = keys_known(p, where, known, err, errlen);
+		json_t *list = json_object_get(p, "processors"), *e;
+		if (r)
+			return r;
+		if (!json_is_array(list))
+			return refuse(err, errlen, "%s.processors: not an array", where);
+		size_t i;
+		json_array_foreach(list, i, e)
+		{
+			char w[96];
+			snprintf(w, sizeof(w), "%s.processors[%zu]", where, i);
+			if ((r = read_post(e, w, t, err, errlen)))
+				return r;
+		}
+		return 0;
+	}
+	return refuse(err, errlen,
+		      "%s.type: %s is not supported (ByteLevel, TemplateProcessing, Sequence or "
+		      "null)",
+		      where, ty ? shown(json_object_get(p, "type"), b, sizeof(b)) : "missing");
+}
+
+static int read_all(json_t *root, struct tok *t, char *err, size_t errlen)
+{
+	static const char *const known[] = {
+	    "version",	     "truncation",     "padding", "added_tokens", "normalizer",
+	    "pre_tokenizer", "post_processor", "decoder", "model",	  NULL};
+	if (!json_is_object(root))
+		return refuse(err, errlen, "not a JSON object");
+	int r = keys_known(root, "(top)", known, err, errlen);
+	if (r || (r = must_be_unset(root, "(top)", "truncation", 0, 0, err, errlen)) ||
+	    (r = must_be_unset(root, "(top)", "padding", 0, 0, err, errlen)) ||
+	    (r = read_normalizer(json_object_get(root, "normalizer"), "normalizer", t, err,
+				 errlen)) ||
+	    (r = read_added(json_object_get(root, "added_tokens"), t, err, errlen)))
+		return r;
+	json_t *pre = json_object_get(root, "pre_tokenizer");
+	int bytelevel = 0;
+	if (!pre || json_is_null(pre))
+		return refuse(err, errlen,
+			      "pre_tokenizer: none; a byte-level BPE needs ByteLevel (a "
+			      "SentencePiece-style file is not supported)");
+	if ((r = read_pretok(pre, "pre_tokenizer", t, &bytelevel, err, errlen)))
+		return r;
+	if (!bytelevel)
+		return refuse(err, errlen,
+			      "pre_tokenizer: no ByteLevel step; only byte-level BPE is supported");
+	if ((r = read_model(json_object_get(root, "model"), t, err, errlen)))
+		return r;
+	return read_post(json_object_get(root, "post_processor"), "post_processor", t, err, errlen);
+}
+
+static int load_json(json_t *root, json_error_t *je, const char *name, struct tok *t, char *err,
+		     size_t errlen)
+{
+	char msg[400];
+	int r;
+	memset(t, 0, sizeof(*t));
+	if (!root) {
+		if (je->line < 0)
+			snprintf(err, errlen, "%s", je->text); /* names the file */
+		else
+			snprintf(err, errlen, "%s:%d:%d: %s", name, je->line, je->column, je->text);
+		return json_error_code(je) == json_error_cannot_open_file ? -ENOENT : -EINVAL;
+	}
+	msg[0] = 0;
+	r = read_all(root, t, msg, sizeof(msg));
+	json_decref(root);
+	if (r) {
+		if (r == -ENOMEM && !msg[0])
+			snprintf(msg, sizeof(msg), "out of memory");
+		snprintf(err, errlen, "%s: %s", name, msg);
+		tok_free(t);
+		memset(t, 0, sizeof(*t));
+	}
+	return r;
+}
+
+int tokjson_load(const char *path, struct tok *t, char *err, size_t errlen)
+{
+	json_error_t je;
+	json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+	return load_json(root, &je, path, t, err, errlen);
+}
+
+int tokjson_load_buffer(const char *buf, size_t n, const char *name, struct tok *t, char *err,
+			size_t errlen)
+{
+	json_error_t je;
+	json_t *root = json_loadb(buf, n, JSON_REJECT_DUPLICATES, &je);
+	return load_json(root, &je, name, t, err, errlen);
+}

@@ -1,0 +1,162 @@
+/*
+ * fuzz_tok.c - libFuzzer target: the tokenizer.json loader and the encoder. The first byte
+ * picks one. 0: the rest is a tokenizer.json: it loads (0) or is refused (-EINVAL with a
+ * message naming the input, -ENOMEM), and a loaded one encodes a few texts and the input.
+ * Else: the rest is text for a small byte-level tokenizer built once (merges, ignore_merges,
+ * added tokens, Split steps, the GPT-2 pattern): valid UTF-8 encodes, and the ids' bytes put
+ * back together are the text (byte-level BPE loses nothing); the same text encoded again,
+ * through the pre-token cache, gives the same ids; anything else is refused with -EILSEQ.
+ * 2: the rest is a format's letter ('q' Qwen 3, else Llama 3) and JSON: a messages array of
+ * strings renders to text that ends with the generation prompt (and for Llama 3 starts with
+ * the BOS) or is refused with -EINVAL and a message; anything else is refused.
+ */
+#include "tok/bytelevel.h"
+#include "tok/chat.h"
+#include "tok/tokjson.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static struct tok tiny;
+static struct tok_scratch tiny_s;
+static const char *added[] = {"<s>", "<|im_start|>", "<|im_end|>"};
+
+static void tiny_build(void)
+{
+	size_t cap = 1 << 16, n = 0;
+	char *s = malloc(cap);
+	n += (size_t)snprintf(
+	    s + n, cap - n,
+	    "{\"added_tokens\":[{\"id\":400,\"content\":\"<s>\"},{\"id\":401,\"content\":"
+	    "\"<|im_start|>\"},{\"id\":402,\"content\":\"<|im_end|>\"}],\"pre_tokenizer\":{"
+	    "\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":"
+	    "\"\\\\p{N}{1,3}\"},\"behavior\":\"Isolated\"},{\"type\":\"ByteLevel\","
+	    "\"add_prefix_space\":false,\"use_regex\":true}]},\"model\":{\"type\":\"BPE\","
+	    "\"ignore_merges\":true,\"vocab\":{");
+	for (int b = 0; b < 256; b++) {
+		char ch[2];
+		size_t k = bytelevel_encode_byte((uint8_t)b, ch);
+		n += (size_t)snprintf(s + n, cap - n, "%s\"%s%.*s\":%d", b ? "," : "",
+				      ch[0] == '"' || ch[0] == '\\' ? "\\" : "", (int)k, ch, b);
+	}
+	n += (size_t)snprintf(
+	    s + n, cap - n,
+	    ",\"aa\":256,\"aaa\":257,\"\xc4\xa0"
+	    "a\":258,\"th\":259,\"the\":260,"
+	    "\"\xc4\xa0the\":261,\"12\":262,\"zz\":263},\"merges\":[\"a a\",\"aa a\","
+	    "\"\xc4\xa0 a\",\"t h\",\"th e\",\"\xc4\xa0 the\",\"1 2\"]}}");
+	char err[512];
+	if (tokjson_load_buffer(s, n, "tiny", &tiny, err, sizeof(err)) ||
+	    tok_scratch_init(&tiny_s, &tiny)) {
+		fprintf(stderr, "fuzz_tok: %s\n", err);
+		abort();
+	}
+	free(s);
+}
+
+static void roundtrip(const uint8_t *text, size_t n)
+{
+	const uint32_t *ids;
+	size_t nids;
+	int r = tok_encode(&tiny_s, (const char *)text, n, 1, &ids, &nids);
+	if (r == -EILSEQ)
+		return;
+	if (r)
+		abort();
+	uint8_t *back = malloc(n + 1);
+	uint32_t *first = malloc((nids + 1) * sizeof(*first));
+	size_t k = 0;
+	for (size_t i = 0; i < nids; i++) {
+		const uint8_t *p;
+		size_t len;
+		if (ids[i] >= 400) {
+			p = (const uint8_t *)added[ids[i] - 400];
+			len = strlen(added[ids[i] - 400]);
+		} else {
+			if (ids[i] >= tiny.vocab.nids || tiny.vocab.len[ids[i]] == UINT32_MAX)
+				abort();
+			p = (const uint8_t *)tiny.vocab.arena + tiny.vocab.off[ids[i]];
+			len = tiny.vocab.len[ids[i]];
+		}
+		if (k + len > n || memcmp(text + k, p, len))
+			abort(); /* the ids do not spell the text */
+		memcpy(back + k, p, len);
+		k += len;
+	}
+	if (k != n)
+		abort();
+	memcpy(first, ids, nids * sizeof(*first));
+	size_t nfirst = nids;
+	if (tok_encode(&tiny_s, (const char *)text, n, 1, &ids, &nids) || nids != nfirst ||
+	    memcmp(ids, first, nids * sizeof(*ids)))
+		abort(); /* the cache changed the answer */
+	free(back);
+	free(first);
+}
+
+static void chat_fuzz(const uint8_t *data, size_t size)
+{
+	const char *gen = size && data[0] == 'q'
+			      ? "<|im_start|>assistant\n"
+			      : "<|start_header_id|>assistant<|end_header_id|>\n\n";
+	struct chat c = {size && data[0] == 'q' ? CHAT_QWEN3 : CHAT_LLAMA3, "<B>"};
+	struct chat_text out = {0};
+	char err[256] = "";
+	json_t *m =
+	    size ? json_loadb((const char *)data + 1, size - 1, JSON_ALLOW_NUL, NULL) : NULL;
+	if (!m)
+		return;
+	int r = chat_render(&c, m, &out, err, sizeof(err));
+	if (r == 0) {
+		if (out.len < strlen(gen) ||
+		    memcmp(out.p + out.len - strlen(gen), gen, strlen(gen)) ||
+		    (c.format == CHAT_LLAMA3 && json_array_size(m) && memcmp(out.p, "<B>", 3)))
+			abort();
+	} else if (r != -EINVAL || !err[0]) {
+		abort();
+	}
+	chat_text_free(&out);
+	json_decref(m);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	if (!tiny_s.tok)
+		tiny_build();
+	if (size == 0)
+		return 0;
+	if (data[0] == 2) {
+		chat_fuzz(data + 1, size - 1);
+		return 0;
+	}
+	if (data[0] != 0) {
+		roundtrip(data + 1, size - 1);
+		return 0;
+	}
+	struct tok t;
+	char err[512] = "";
+	int r = tokjson_load_buffer((const char *)data + 1, size - 1, "fuzz.json", &t, err,
+				    sizeof(err));
+	if (r) {
+		if ((r != -EINVAL && r != -ENOMEM) || strncmp(err, "fuzz.json", 9))
+			abort();
+		return 0;
+	}
+	struct tok_scratch s;
+	if (tok_scratch_init(&s, &t) == 0) {
+		static const char *texts[] = {"", "hello world", "  12345 <s> é\n\n", "\xff"};
+		const uint32_t *ids;
+		size_t n;
+		for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
+			tok_encode(&s, texts[i], strlen(texts[i]), 1, &ids, &n);
+		tok_encode(&s, (const char *)data + 1, size - 1, 1, &ids, &n);
+	}
+	tok_scratch_free(&s);
+	tok_free(&t);
+	return 0;
+}

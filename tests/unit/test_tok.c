@@ -1,0 +1,308 @@
+/*
+ * test_tok.c - the tokenizer (src/tok/) on small tokenizer.json files built here: the byte
+ * alphabet both ways, BPE's merge order (lowest rank first, leftmost of equals, a long run),
+ * ignore_merges, added tokens (leftmost then longest, raw and normalized ones, cut short),
+ * NFC, Split steps, the template's ids around the text, the pre-token cache giving the same
+ * ids on a second encode, text that is not UTF-8 refused, and files refused by field; the
+ * Llama 3 chat format (the two trims, the BOS once, the generation prompt) and Qwen 3's
+ * (reasoning kept after the last query only, tool results grouped, the strips refused where
+ * the engines' Jinja and the reference's part).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <cmocka.h>
+
+#include "tok/bytelevel.h"
+#include "tok/chat.h"
+#include "tok/tokjson.h"
+
+/* A byte-level tokenizer.json: the 256 bytes, <extra_vocab> (e.g. "\"ab\": 256"), <merges>
+ * (e.g. "\"a b\""), and the other parts as JSON text. */
+static char *tiny(const char *extra_vocab, const char *merges, const char *added,
+		  const char *normalizer, const char *pre, const char *post, const char *model_opts)
+{
+	size_t cap = 1 << 16, n = 0;
+	char *s = malloc(cap);
+	n += (size_t)snprintf(s + n, cap - n,
+			      "{\"version\":\"1.0\",\"added_tokens\":[%s],\"normalizer\":%s,"
+			      "\"pre_tokenizer\":%s,\"post_processor\":%s,\"model\":{\"type\":"
+			      "\"BPE\"%s,\"vocab\":{",
+			      added, normalizer, pre, post, model_opts);
+	for (int b = 0; b < 256; b++) {
+		char ch[2];
+		size_t k = bytelevel_encode_byte((uint8_t)b, ch);
+		if (ch[0] == '"' || ch[0] == '\\')
+			n += (size_t)snprintf(s + n, cap - n, "%s\"\\%c\":%d", b ? "," : "", ch[0],
+					      b);
+		else
+			n += (size_t)snprintf(s + n, cap - n, "%s\"%.*s\":%d", b ? "," : "", (int)k,
+					      ch, b);
+	}
+	n += (size_t)snprintf(s + n, cap - n, "%s%s}, \"merges\":[%s]}}", *extra_vocab ? "," : "",
+			      extra_vocab, merges);
+	assert_true(n < cap);
+	return s;
+}
+
+#define BYTELEVEL "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true}"
+
+static void load(struct tok *t, const char *json)
+{
+	char err[512];
+	int r = tokjson_load_buffer(json, strlen(json), "tiny", t, err, sizeof(err));
+	if (r)
+		fail_msg("refused: %s", err);
+}
+
+static void expect(struct tok_scratch *s, const char *text, const char *want)
+{
+	const uint32_t *ids;
+	size_t n;
+	char got[1024] = "";
+	assert_int_equal(tok_encode(s, text, strlen(text), 1, &ids, &n), 0);
+	for (size_t i = 0; i < n; i++)
+		snprintf(got + strlen(got), sizeof(got) - strlen(got), i ? " %u" : "%u", ids[i]);
+	if (strcmp(got, want))
+		fail_msg("\"%s\": got %s, want %s", text, got, want);
+}
+
+static void test_bytelevel_both_ways(void **state)
+{
+	(void)state;
+	for (int b = 0; b < 256; b++) {
+		char ch[2];
+		uint8_t back[2];
+		size_t k = bytelevel_encode_byte((uint8_t)b, ch);
+		assert_int_equal(bytelevel_decode(ch, k, back), 1);
+		assert_int_equal(back[0], b);
+	}
+	uint8_t out[8];
+	assert_int_equal(bytelevel_decode("\xc4\xa0", 2, out), 1); /* U+0120 is the space */
+	assert_int_equal(out[0], ' ');
+	assert_int_equal(bytelevel_decode(" ", 1, out), -1); /* a raw space is not in it */
+	assert_int_equal(bytelevel_decode("\xe4\xbd\xa0", 3, out), -1); /* nor is CJK */
+}
+
+static void test_merge_order(void **state)
+{
+	(void)state;
+	struct tok t;
+	struct tok_scratch s;
+	/* b c merges before a b: "abc" is a + bc, not ab + c; "aaaa" pairs from the left */
+	char *j = tiny("\"ab\":256,\"bc\":257,\"aa\":258,\"aaaa\":259",
+		       "\"b c\",\"a b\",\"a a\","
+		       "\"aa aa\"",
+		       "", "null", BYTELEVEL, "null", "");
+	load(&t, j);
+	assert_int_equal(tok_scratch_init(&s, &t), 0);
+	expect(&s, "abc", "97 257");
+	expect(&s, "ab", "256");
+	expect(&s, "aaa", "258 97");
+	expect(&s, "aaaaa", "259 97");
+	expect(&s, "abc", "97 257"); /* from the cache */
+	char run[5001];
+	memset(run, 'a', 5000);
+	run[5000] = 0;
+	const uint32_t *ids;
+	size_t n;
+	assert_int_equal(tok_encode(&s, run, 5000, 1, &ids, &n), 0);
+	assert_int_equal(n, 1250);
+	assert_int_equal(ids[0], 259);
+	assert_int_equal(ids[1249], 259);
+	tok_scratch_free(&s);
+	tok_free(&t);
+	free(j);
+}
+
+static void test_ignore_merges(void **state)
+{
+	(void)state;
+	struct tok t;
+	struct tok_scratch s;
+	/* "abc" is in the vocabulary but no merge makes it: only ignore_merges takes it whole */
+	char *j = tiny("\"ab\":256,\"abc\":257", "\"a b\"", "", "null", BYTELEVEL, "null",
+		       ",\"ignore_merges\":true");
+	load(&t, j);
+	assert_int_equal(tok_scratch_init(&s, &t), 0);
+	expect(&s, "abc abcd", "257 32 256 99 100");
+	tok_scratch_free(&s);
+	tok_free(&t);
+	free(j);
+}
+
+static void test_added_tokens(void **state)
+{
+	(void)state;
+	struct tok t;
+	struct tok_scratch s;
+	char *j = tiny("", "",
+		       "{\"id\":300,\"content\":\"<s>\",\"special\":true},"
+		       "{\"id\":301,\"content\":\"<s>x\",\"special\":true},"
+		       "{\"id\":302,\"content\":\"\xc3\xa9!\",\"normalized\":true},"
+		       "{\"id\":303,\"content\":\"o\xcc\x88\",\"normalized\":true}",
+		       "{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"NFC\"}]}", BYTELEVEL,
+		       "{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":"
+		       "\"<s>\",\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],"
+		       "\"pair\":[],\"special_tokens\":{\"<s>\":{\"id\":\"<s>\",\"ids\":[300],"
+		       "\"tokens\":[\"<s>\"]}}}",
+		       "");
+	load(&t, j);
+	assert_int_equal(tok_scratch_init(&s, &t), 0);
+	expect(&s, "a<s>b<s>xy<s", "300 97 300 98 301 121 60 115");
+	/* e + combining acute is NFC e-acute, then the normalized added token */
+	expect(&s, "e\xcc\x81!", "300 302");
+	expect(&s, "\xc3\xa9!", "300 302");
+	/* a normalized token's own text is normalized too: o + diaeresis is o-umlaut */
+	expect(&s, "\xc3\xb6", "300 303");
+	expect(&s, "o\xcc\x88", "300 303");
+	const uint32_t *ids;
+	size_t n;
+	assert_int_equal(tok_encode(&s, "a\xff", 2, 1, &ids, &n), -EILSEQ);
+	assert_int_equal(tok_encode(&s, "\xed\xa0\x80", 3, 1, &ids, &n), -EILSEQ); /* surrogate */
+	assert_int_equal(tok_encode(&s, "\xc0\xaf", 2, 1, &ids, &n), -EILSEQ);	   /* overlong */
+	tok_scratch_free(&s);
+	tok_free(&t);
+	free(j);
+}
+
+static void test_split_steps(void **state)
+{
+	(void)state;
+	struct tok t;
+	struct tok_scratch s;
+	/* digits one by one, then commas dropped; ByteLevel without its regex */
+	char *j = tiny("\"12\":256", "\"1 2\"", "", "null",
+		       "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":"
+		       "{\"Regex\":\"\\\\p{N}\"},\"behavior\":\"Isolated\",\"invert\":false},{"
+		       "\"type\":\"Split\",\"pattern\":{\"String\":\",\"},\"behavior\":"
+		       "\"Removed\",\"invert\":false},{\"type\":\"ByteLevel\",\"add_prefix_space\":"
+		       "false,\"use_regex\":false}]}",
+		       "null", "");
+	load(&t, j);
+	assert_int_equal(tok_scratch_init(&s, &t), 0);
+	expect(&s, "12,a,,b", "49 50 97 98");
+	tok_scratch_free(&s);
+	tok_free(&t);
+	free(j);
+}
+
+static void refused(const char *json, const char *want)
+{
+	struct tok t;
+	char err[512] = "";
+	int r = tokjson_load_buffer(json, strlen(json), "f.json", &t, err, sizeof(err));
+	if (r != -EINVAL || strncmp(err, "f.json:", 7) || !strstr(err, want))
+		fail_msg("%d \"%s\", want \"%s\"", r, err, want);
+}
+
+static void test_refusals(void **state)
+{
+	(void)state;
+	char *j = tiny("", "", "", "{\"type\":\"Lowercase\"}", BYTELEVEL, "null", "");
+	refused(j, "normalizer.type: \"Lowercase\" is not supported");
+	free(j);
+	j = tiny("", "", "{\"id\":300,\"content\":\"<s>\",\"rstrip\":true}", "null", BYTELEVEL,
+		 "null", "");
+	refused(j, "added_tokens[0].rstrip: true is not supported");
+	free(j);
+	j = tiny("", "\"a b\"", "", "null", BYTELEVEL, "null", "");
+	refused(j, "model.merges[0]: \"a b\" names a token not in model.vocab (the merged one)");
+	free(j);
+	j = tiny("", "", "", "null", "null", "null", "");
+	refused(j, "pre_tokenizer: none");
+	free(j);
+	j = tiny("", "", "", "null", BYTELEVEL, "null", ",\"continuing_subword_prefix\":\"##\"");
+	refused(j, "model.continuing_subword_prefix: \"##\" is not supported");
+	free(j);
+	refused("{\"model\":{\"type\":\"WordPiece\"},\"pre_tokenizer\":" BYTELEVEL "}",
+		"model.type: \"WordPiece\" is not supported (only BPE)");
+	refused("[1,2", "f.json:1:4:");
+	refused("{\"model\":1,\"model\":2}", "f.json:1:");
+}
+
+static void test_chat_llama3(void **state)
+{
+	(void)state;
+	struct chat c = {CHAT_LLAMA3, "<B>"};
+	struct chat_text out = {0};
+	char err[256];
+	json_t *m = json_loads("[{\"role\":\"system\",\"content\":\"\\u00a0 hi\\u3000\\n\"},"
+			       "{\"role\":\"user\",\"content\":\"\\u2028x\\u200b\\u2029\"}]",
+			       0, NULL);
+	assert_non_null(m);
+	assert_int_equal(chat_render(&c, m, &out, err, sizeof(err)), 0);
+	const char *want = "<B><|start_header_id|>system<|end_header_id|>\n\nhi<|eot_id|>"
+			   "<|start_header_id|>user<|end_header_id|>\n\nx\xe2\x80\x8b<|eot_id|>"
+			   "<|start_header_id|>assistant<|end_header_id|>\n\n";
+	assert_int_equal(out.len, strlen(want));
+	assert_memory_equal(out.p, want, out.len);
+	json_decref(m);
+	/* white space the two trims disagree on: refused, whichever end */
+	const char *disputed[] = {"\\u0085x", "x\\u001f", "\\ufeffx", "x \\ufeff"};
+	for (size_t i = 0; i < sizeof(disputed) / sizeof(disputed[0]); i++) {
+		char j[128];
+		snprintf(j, sizeof(j), "[{\"role\":\"user\",\"content\":\"%s\"}]", disputed[i]);
+		m = json_loads(j, 0, NULL);
+		assert_non_null(m);
+		assert_int_equal(chat_render(&c, m, &out, err, sizeof(err)), -EINVAL);
+		assert_non_null(strstr(err, "messages[0]: content starts or ends with"));
+		json_decref(m);
+	}
+	m = json_loads("[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]", 0, NULL);
+	assert_int_equal(chat_render(&c, m, &out, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "messages[0]: content is not a string"));
+	json_decref(m);
+	chat_text_free(&out);
+}
+
+static void test_chat_qwen3(void **state)
+{
+	(void)state;
+	struct chat c = {CHAT_QWEN3, ""};
+	struct chat_text out = {0};
+	char err[256];
+	/* the reasoning of the turn after the last query is kept, an earlier one's dropped;
+	 * two tool results share one user turn */
+	json_t *m = json_loads(
+	    "[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"q1\"},"
+	    "{\"role\":\"assistant\",\"content\":\"<think>\\nr1\\n</think>\\n\\na1\"},"
+	    "{\"role\":\"user\",\"content\":\"q2\"},{\"role\":\"tool\",\"content\":\"t1\"},"
+	    "{\"role\":\"tool\",\"content\":\"t2\"},"
+	    "{\"role\":\"assistant\",\"content\":\"<think>r2</think>a2\"}]",
+	    0, NULL);
+	assert_non_null(m);
+	assert_int_equal(chat_render(&c, m, &out, err, sizeof(err)), 0);
+	const char *want = "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nq1<|im_end|>\n"
+			   "<|im_start|>assistant\na1<|im_end|>\n<|im_start|>user\nq2<|im_end|>\n"
+			   "<|im_start|>user\n<tool_response>\nt1\n</tool_response>\n"
+			   "<tool_response>\nt2\n</tool_response><|im_end|>\n"
+			   "<|im_start|>assistant\n<think>\nr2\n</think>\n\na2<|im_end|>\n"
+			   "<|im_start|>assistant\n";
+	if (out.len != strlen(want) || memcmp(out.p, want, out.len))
+		fail_msg("got %.*s", (int)out.len, out.p);
+	json_decref(m);
+	m = json_loads("[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\","
+		       "\"content\":\"<think>x</think>\\n  y\"}]",
+		       0, NULL);
+	assert_int_equal(chat_render(&c, m, &out, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "messages[1]: content around <think>"));
+	json_decref(m);
+	chat_text_free(&out);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_bytelevel_both_ways), cmocka_unit_test(test_merge_order),
+	    cmocka_unit_test(test_ignore_merges),	cmocka_unit_test(test_added_tokens),
+	    cmocka_unit_test(test_split_steps),		cmocka_unit_test(test_refusals),
+	    cmocka_unit_test(test_chat_llama3),		cmocka_unit_test(test_chat_qwen3),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
