@@ -187,14 +187,14 @@ static int read_ack(struct stream *s, uint32_t id)
 	switch (a.status) {
 	case XFER_ACK_OK:
 	case XFER_ACK_DUP:
-		if (xfer_sched_ack(&e->sched, id)) {
+		if (xfer_sched_ack(&e->sched, id, (uint8_t)s->link, clock_now_ns())) {
 			atomic_fetch_add(&e->links[s->link].bytes, len);
 			atomic_fetch_add(&e->bytes_acked, len);
 		}
 		return 0;
 	case XFER_ACK_BAD:
 		atomic_fetch_add(&e->chunks_bad, 1);
-		if (xfer_sched_bad(&e->sched, id))
+		if (xfer_sched_bad(&e->sched, id, (uint8_t)s->link))
 			set_error(e, "%s", "a chunk arrived corrupt too many times");
 		return 0;
 	default:
@@ -287,7 +287,7 @@ static int stream_loop(struct stream *s)
 		net_zc_reap(&s->zc, &s->io, 0);
 	}
 	for (unsigned i = 0; i < nwin; i++)
-		xfer_sched_lost(&e->sched, win[i]);
+		xfer_sched_lost(&e->sched, win[i], (uint8_t)s->link);
 	return rc;
 }
 
@@ -421,6 +421,17 @@ static int engine_index(struct xfer_engine *e, const struct xfer_manifest *m,
 	return 0;
 }
 
+/* The scheduler plans the end in bytes: every chunk's length. */
+static void engine_size_chunks(struct xfer_engine *e)
+{
+	for (uint32_t id = 0; id < e->nchunks; id++) {
+		uint32_t f, len;
+		uint64_t off;
+		chunk_span(e, id, &f, &off, &len);
+		xfer_sched_size(&e->sched, id, len);
+	}
+}
+
 /* The manifest goes on the first link that answers (or the first adopted connection), which
  * then carries chunks as a stream. 0, or -errno with the error set. */
 static int engine_first_link(struct xfer_engine *e, const struct xfer_adopt *ad)
@@ -481,6 +492,7 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 		goto fail;
 	if ((rc = xfer_sched_init(&e->sched, e->nchunks)))
 		goto fail;
+	engine_size_chunks(e);
 	if (o->token_file) {
 		const char *why;
 		if ((rc = xfer_token_load(o->token_file, &e->token, &why))) {
@@ -575,6 +587,7 @@ static void fill_report(struct xfer_engine *e, struct xfer_report *r, int final)
 	pthread_mutex_lock(&e->sched.mu);
 	r->chunks_resent = e->sched.resends;
 	r->chunks_dup = e->sched.dups;
+	r->bytes_dup = e->sched.dup_bytes;
 	pthread_mutex_unlock(&e->sched.mu);
 	r->chunks_bad = atomic_load(&e->chunks_bad);
 	r->zc_bytes = atomic_load(&e->zc_bytes);
