@@ -444,6 +444,7 @@ static int chunk_write(struct xfer_server_conn *c, struct writer *me, struct xfe
 			xfer_engine_feed(rx->relay, cm->file, cm->chunk, cm->hash, 1);
 	} else if (a->status == XFER_ACK_DUP) {
 		atomic_fetch_add(&s->m_dup, 1);
+		atomic_fetch_add(&s->m_dup_bytes, want);
 	}
 	return rc;
 }
@@ -509,6 +510,7 @@ static int on_chunk(struct xfer_server_conn *c, const struct xfer_hello *hello, 
 		} else {
 			a.status = XFER_ACK_DUP;
 			atomic_fetch_add(&s->m_dup, 1);
+			atomic_fetch_add(&s->m_dup_bytes, want);
 		}
 	} else {
 		int lost = 0;

@@ -83,13 +83,28 @@ static void copy_back(struct xfer_sched *s, uint32_t id, uint8_t link, int acked
 	if (!acked)
 		return;
 	l->acked += len;
-	l->seen_ns = now;
+	l->seen_ns = l->acked_ns = now;
 	if (now - l->mark_ns >= RATE_SAMPLE_NS) {
 		double r = (double)(l->acked - l->mark_acked) / (double)(now - l->mark_ns);
 		l->rate = l->rate > 0 ? 0.5 * l->rate + 0.5 * r : r;
 		l->mark_ns = now;
 		l->mark_acked = l->acked;
 	}
+}
+
+/* The bytes <l> carried, at its rate, of what it holds: since its last acknowledgement, or
+ * since it went busy (the chunks it is on are partly across). */
+static double link_across(const struct xfer_sched_link *l, uint64_t now)
+{
+	uint64_t since = l->acked_ns > l->mark_ns ? l->acked_ns : l->mark_ns;
+	return l->inflight && l->rate > 0 && now > since ? l->rate * (double)(now - since) : 0;
+}
+
+/* The time <l> needs to carry what it holds and <more> bytes, in ns. */
+static double link_drain(const struct xfer_sched_link *l, uint64_t more, uint64_t now)
+{
+	double left = (double)l->inflight - link_across(l, now);
+	return ((left > 0 ? left : 0) + (double)more) / l->rate;
 }
 
 static int link_alive(const struct xfer_sched *s, unsigned i, uint64_t now)
@@ -111,15 +126,15 @@ static int worth_taking(const struct xfer_sched *s, uint8_t link, uint32_t len, 
 	const struct xfer_sched_link *me = &s->links[link_index(link)];
 	if (me->rate <= 0)
 		return 1;
-	double mine = (double)(me->inflight + len) / me->rate;
+	double mine = link_drain(me, len, now);
 	double others = 0, held = 0, best = INFINITY;
 	for (unsigned i = 0; i < XFER_SCHED_LINKS; i++) {
 		const struct xfer_sched_link *l = &s->links[i];
 		if (i == link_index(link) || l->rate <= 0 || !link_alive(s, i, now))
 			continue;
 		others += l->rate;
-		held += (double)l->inflight;
-		double t = (double)(l->inflight + len) / l->rate;
+		held += link_drain(l, 0, now) * l->rate;
+		double t = link_drain(l, len, now);
 		best = t < best ? t : best;
 	}
 	if (others <= 0)
@@ -185,7 +200,6 @@ static int pick_dup(struct xfer_sched *s, uint8_t link, uint64_t now, uint32_t *
 	unsigned k = 0, over = 0;
 	uint64_t oldest = UINT64_MAX;
 	int found = 0;
-	(void)now;
 	for (uint32_t i = 0; i < s->n; i++) {
 		const struct xfer_slot *x = &s->slots[i];
 		if (x->state != XS_INFLIGHT)
@@ -212,8 +226,10 @@ static int pick_dup(struct xfer_sched *s, uint8_t link, uint64_t now, uint32_t *
 		ahead[m] += x->len;
 		if (x->copies != 1 || x->link == link)
 			continue;
-		double when = s->links[m].rate > 0 ? ahead[m] / s->links[m].rate : INFINITY;
-		double mine = me->rate > 0 ? (double)(me->inflight + x->len) / me->rate : 0;
+		const struct xfer_sched_link *on = &s->links[m];
+		double left = ahead[m] - link_across(on, now);
+		double when = on->rate > 0 ? (left > 0 ? left : 0) / on->rate : INFINITY;
+		double mine = me->rate > 0 ? link_drain(me, x->len, now) : 0;
 		if (mine < when && when > latest) {
 			latest = when;
 			*id = c[j].id;
@@ -269,9 +285,7 @@ int xfer_sched_ack(struct xfer_sched *s, uint32_t id, uint8_t link, uint64_t now
 		c->copies--;
 		copy_back(s, id, link, 1, now_ns);
 	}
-	if (c->state == XS_DONE) {
-		s->dup_bytes += c->len;
-	} else {
+	if (c->state != XS_DONE) {
 		if (c->state == XS_PENDING) {
 			/* acknowledged while requeued (a late ack after its stream was given up):
 			 * it stays in the ring and take() skips nothing, so mark it and let the
@@ -356,7 +370,10 @@ void xfer_sched_wait(struct xfer_sched *s, int ms)
 		ts.tv_nsec -= 1000000000L;
 	}
 	pthread_mutex_lock(&s->mu);
-	pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+	/* the last acknowledgement may have been broadcast before this waiter came: the end
+	 * is a state, not only an event, so it is never slept through */
+	if (s->done != s->n && !s->error)
+		pthread_cond_timedwait(&s->cv, &s->mu, &ts);
 	pthread_mutex_unlock(&s->mu);
 }
 

@@ -49,6 +49,7 @@ struct xfer_sched_link {
 	uint64_t acked;		      /* bytes acknowledged on it */
 	uint64_t mark_acked, mark_ns; /* the start of the current rate sample */
 	uint64_t seen_ns;	      /* its streams last asked for work or were acknowledged */
+	uint64_t acked_ns;	      /* its last acknowledgement */
 	double rate;		      /* bytes per ns, smoothed; 0 until measured */
 };
 
@@ -66,9 +67,8 @@ struct xfer_sched {
 	uint32_t head, tail;
 	uint64_t waiting; /* bytes of the chunks absent or pending: not yet taken */
 	uint32_t done, absent;
-	uint32_t dups;	    /* end-game copies sent */
-	uint32_t resends;   /* chunks sent again after a failure or a bad hash */
-	uint64_t dup_bytes; /* bytes of copies acknowledged after the first (wasted) */
+	uint32_t dups;	  /* end-game copies sent */
+	uint32_t resends; /* chunks sent again after a failure or a bad hash */
 	struct xfer_sched_link links[XFER_SCHED_LINKS];
 	struct xfer_sched_candidate *cand; /* room for the end game's weighing */
 	unsigned ncand;
@@ -92,7 +92,7 @@ void xfer_sched_add(struct xfer_sched *s, uint32_t id, int have);
  */
 int xfer_sched_take(struct xfer_sched *s, uint8_t link, uint64_t now_ns, uint32_t *id, int *dup);
 /* The receiver verified the copy of chunk <id> sent on <link>. Returns 1 when this was the
- * first acknowledgement; a later one adds the chunk's bytes to dup_bytes. */
+ * first acknowledgement. */
 int xfer_sched_ack(struct xfer_sched *s, uint32_t id, uint8_t link, uint64_t now_ns);
 /* The copy of <id> on <link> was lost with its stream: requeue it unless another copy is
  * still out. */
@@ -104,7 +104,8 @@ int xfer_sched_bad(struct xfer_sched *s, uint32_t id, uint8_t link);
 void xfer_sched_abort(struct xfer_sched *s, int err);
 /* Wake every waiter (a stream ended). */
 void xfer_sched_wake(struct xfer_sched *s);
-/* Sleep until something changes or <ms> pass. */
+/* Sleep until something changes or <ms> pass; not at all once every chunk is done or the
+ * transfer failed. */
 void xfer_sched_wait(struct xfer_sched *s, int ms);
 /* Chunks acknowledged so far. */
 uint32_t xfer_sched_done(struct xfer_sched *s);

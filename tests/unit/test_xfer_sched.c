@@ -4,7 +4,7 @@
  * link, a lost chunk goes back first, a corrupt one is retried then fails the transfer, a
  * relay's chunks become takeable as they arrive, and chunks the receiver has are skipped.
  * With rates measured: a slow link leaves the last chunks to a faster one, an end-game copy is
- * made only where it would finish sooner, and a copy acknowledged second counts as wasted.
+ * made only where it would finish sooner.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -178,16 +178,36 @@ static void slow_link_leaves_the_end_to_the_fast_one(void **state)
 	assert_int_equal(xfer_sched_take(&s, 0, 2000 * MS, &id, &dup), -EAGAIN);
 	assert_int_equal(xfer_sched_take(&s, 1, 2000 * MS, &id, &dup), -EAGAIN);
 	uint64_t t = 2000 * MS;
-	assert_int_equal(xfer_sched_ack(&s, 2, 0, t += 200 * MS), 1);
+	assert_int_equal(xfer_sched_ack(&s, 2, 0, t += 20 * MS), 1);
 	for (uint32_t i = 4; i < 20; i++)
-		assert_int_equal(xfer_sched_ack(&s, i, 0, t += 200 * MS), 1);
-	/* link 0 is idle and would carry chunk 3 in 200 ms, before link 1: a copy */
+		assert_int_equal(xfer_sched_ack(&s, i, 0, t += 20 * MS), 1);
+	/* 340 ms later link 1 is a sixth into chunk 3; idle link 0 would carry it in well under
+	 * 200 ms: a copy */
 	take_ok(&s, 0, t, 3, 1);
 	assert_int_equal(xfer_sched_ack(&s, 3, 0, t + 200 * MS), 1);
-	assert_int_equal(s.dup_bytes, 0);
-	assert_int_equal(xfer_sched_ack(&s, 3, 1, t + 300 * MS), 0);
-	assert_int_equal(s.dup_bytes, 1000); /* the original arrived for nothing */
+	assert_int_equal(xfer_sched_ack(&s, 3, 1, t + 300 * MS), 0); /* the original: wasted */
 	assert_int_equal(xfer_sched_take(&s, 0, t, &id, &dup), -ENODATA);
+	xfer_sched_destroy(&s);
+}
+
+/* A chunk its link is about to finish is not copied. */
+static void no_copy_of_a_chunk_nearly_across(void **state)
+{
+	(void)state;
+	struct xfer_sched s;
+	uint32_t id;
+	int dup;
+	fill_sized(&s, 3, 1000);
+	take_ok(&s, 0, 0, 0, 0);
+	take_ok(&s, 1, 0, 1, 0);
+	assert_int_equal(xfer_sched_ack(&s, 0, 0, 200 * MS), 1);
+	assert_int_equal(xfer_sched_ack(&s, 1, 1, 2000 * MS), 1);
+	take_ok(&s, 1, 2000 * MS, 2, 0);
+	/* 1.9 s later link 1 has 50 of its 1000 bytes left (100 ms): 200 ms on link 0 is no sooner
+	 */
+	assert_int_equal(xfer_sched_take(&s, 0, 3900 * MS, &id, &dup), -EAGAIN);
+	/* at 1.5 s it had 250 bytes left (500 ms): a copy is worth it */
+	take_ok(&s, 0, 3500 * MS, 2, 1);
 	xfer_sched_destroy(&s);
 }
 
@@ -215,6 +235,7 @@ int main(void)
 	    cmocka_unit_test(corrupt_retried_then_fatal),
 	    cmocka_unit_test(relay_chunks_arrive_and_skips),
 	    cmocka_unit_test(slow_link_leaves_the_end_to_the_fast_one),
+	    cmocka_unit_test(no_copy_of_a_chunk_nearly_across),
 	    cmocka_unit_test(last_chunk_always_taken),
 	};
 	return cmocka_run_group_tests_name("xfer scheduler", tests, NULL, NULL);
