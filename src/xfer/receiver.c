@@ -381,7 +381,8 @@ refuse:
  * Read a chunk of <len> bytes from <c> into <dst> (its place in the mapped part) and hash it
  * on the way, a piece at a time while the piece is still in the CPU's cache: the bytes are
  * read from memory once, by the kernel's copy, not a second time by the hash. The pages are
- * faulted in first, all at once (a fault per page costs more than the copy on a VM). With
+ * faulted in first, all at once (a fault per page costs more than the copy on a VM), and
+ * unmapped after (the data stays in the file: a shared mapping's pages are the page cache's). With
  * <corrupt>, one byte in the middle is flipped before it is hashed (fault injection for
  * tests). 0 with *hash, or the read's -errno (-EFAULT: the page could not be had).
  */
@@ -402,6 +403,10 @@ static int read_hashed(struct net_conn *c, uint8_t *dst, uint32_t len, int corru
 		off += n;
 	}
 	*hash = XXH3_64bits_digest(&st);
+	/* the bytes are in the page cache; the map's page table entries go now, in parallel
+	 * across streams, rather than all at once when the part is released at the end */
+	(void)madvise((void *)((uintptr_t)dst & ~(uintptr_t)4095), len + ((uintptr_t)dst & 4095),
+		      MADV_DONTNEED);
 	return 0;
 }
 
