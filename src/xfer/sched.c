@@ -84,7 +84,8 @@ static void copy_back(struct xfer_sched *s, uint32_t id, uint8_t link, int acked
 		return;
 	l->acked += len;
 	l->seen_ns = l->acked_ns = now;
-	if (now - l->mark_ns >= RATE_SAMPLE_NS) {
+	/* <now> was read before the lock: another stream may have marked a later time */
+	if (now > l->mark_ns && now - l->mark_ns >= RATE_SAMPLE_NS) {
 		double r = (double)(l->acked - l->mark_acked) / (double)(now - l->mark_ns);
 		l->rate = l->rate > 0 ? 0.5 * l->rate + 0.5 * r : r;
 		l->mark_ns = now;
@@ -110,7 +111,8 @@ static double link_drain(const struct xfer_sched_link *l, uint64_t more, uint64_
 static int link_alive(const struct xfer_sched *s, unsigned i, uint64_t now)
 {
 	const struct xfer_sched_link *l = &s->links[i];
-	return l->inflight || (l->seen_ns && now - l->seen_ns < LINK_ALIVE_NS);
+	return l->inflight ||
+	       (l->seen_ns && (now <= l->seen_ns || now - l->seen_ns < LINK_ALIVE_NS));
 }
 
 /*

@@ -211,6 +211,22 @@ static void no_copy_of_a_chunk_nearly_across(void **state)
 	xfer_sched_destroy(&s);
 }
 
+/* An acknowledgement's time is read before the lock: one older than the link's latest mark
+ * (another stream took a chunk meanwhile) leaves the measured rate alone. */
+static void late_clock_reading_keeps_the_rate(void **state)
+{
+	(void)state;
+	struct xfer_sched s;
+	fill_sized(&s, 2, 1000);
+	take_ok(&s, 0, 1000 * MS, 0, 0);
+	assert_int_equal(xfer_sched_ack(&s, 0, 0, 1200 * MS), 1);
+	assert_true(s.links[0].rate > 4.99e-6 && s.links[0].rate < 5.01e-6);
+	take_ok(&s, 0, 2000 * MS, 1, 0);
+	assert_int_equal(xfer_sched_ack(&s, 1, 0, 1999 * MS), 1);
+	assert_true(s.links[0].rate > 4.99e-6 && s.links[0].rate < 5.01e-6);
+	xfer_sched_destroy(&s);
+}
+
 /* Equal links and one chunk left: the plan never leaves a chunk to nobody. */
 static void last_chunk_always_taken(void **state)
 {
@@ -236,6 +252,7 @@ int main(void)
 	    cmocka_unit_test(relay_chunks_arrive_and_skips),
 	    cmocka_unit_test(slow_link_leaves_the_end_to_the_fast_one),
 	    cmocka_unit_test(no_copy_of_a_chunk_nearly_across),
+	    cmocka_unit_test(late_clock_reading_keeps_the_rate),
 	    cmocka_unit_test(last_chunk_always_taken),
 	};
 	return cmocka_run_group_tests_name("xfer scheduler", tests, NULL, NULL);
