@@ -4,7 +4,9 @@ failure drills: a link taken down halfway, the receiver killed and the transfer 
 a 1-to-4 bcast against a 1-to-1 send. Files are received into a tmpfs so that, like iperf3,
 the figures are network and CPU, not this machine's disk. Prints a table and writes JSON.
 
-usage: bench/xfer.py [--size-mib N] [--rates 2000,1000,500] [--out FILE] [--only NAMES]"""
+usage: bench/xfer.py [--size-mib N] [--rates 2000,1000,500] [--out FILE] [--only NAMES]
+       (NAMES: iperf,xfer,tls,rsync,linkdown,resume,bcast, and tree: a tree of --tree-files
+       4 KiB files over one link, against rsync and tar | nc; not run by default)"""
 
 import argparse
 import hashlib
@@ -165,6 +167,78 @@ def iperf3(ns, seconds):
     return rates
 
 
+def make_tree(root, nfiles, size):
+    """<nfiles> files of <size> random bytes, 1000 to a directory."""
+    for i in range(nfiles):
+        d = os.path.join(root, f"d{i // 1000:03d}")
+        if i % 1000 == 0:
+            os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, f"f{i:06d}"), "wb") as f:
+            f.write(os.urandom(size))
+
+
+def tree(ns, work, nfiles, size):
+    """A tree of many small files over the fastest link: accelnet xfer, rsync (daemon, no ssh)
+    and tar piped through nc, each into an empty directory; files per second (wall time, from
+    the sender's start until every file is on the receiver)."""
+    src = os.path.join(work, "tree-src")
+    make_tree(os.path.join(src, "tree"), nfiles, size)
+    out = {"files": nfiles, "file_bytes": size}
+    addr = ns.receiver_addr(0)
+
+    def fresh(name):
+        d = os.path.join(work, name)
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        return d
+
+    dest = fresh("tree-xfer")
+    srv = subprocess.Popen(ns.cmd(ns.rcv, [BIN, "xfer", "serve", "--listen", f"{addr}:7000", "--dir", dest,
+                                           "--insecure", "--max-files", str(nfiles + 10)]),
+                           stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "tree.log"), "w"))
+    wait_for(lambda: "listening" in open(os.path.join(work, "tree.log")).read(), "serve listening")
+    t0 = time.monotonic()
+    r = subprocess.run(ns.cmd(ns.snd, [BIN, "xfer", "send", os.path.join(src, "tree"), f"{addr}:7000",
+                                       "--from", ns.sender_addr(0), "--json", "--quiet"]),
+                       capture_output=True, text=True, timeout=1200)
+    wall = time.monotonic() - t0
+    srv.terminate()
+    srv.wait(10)
+    rep = json.loads(r.stdout) if r.stdout.strip() else {"ok": False, "error": r.stderr}
+    out["xfer"] = {"ok": rep["ok"], "wall_s": wall, "files_per_s": nfiles / wall, "error": rep.get("error")}
+
+    dest = fresh("tree-rsync")
+    conf = os.path.join(work, "rsyncd-tree.conf")
+    with open(conf, "w") as f:
+        f.write(f"use chroot = no\n[dst]\npath = {dest}\nread only = no\nuid = root\ngid = root\n")
+    d = subprocess.Popen(ns.cmd(ns.rcv, ["rsync", "--daemon", "--no-detach", f"--config={conf}",
+                                         f"--address={addr}", "--port=8730"]),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    rc = subprocess.run(ns.cmd(ns.snd, ["rsync", "-a", "--whole-file", os.path.join(src, "tree"),
+                                        f"rsync://{addr}:8730/dst/"])).returncode
+    wall = time.monotonic() - t0
+    d.terminate()
+    d.wait(10)
+    out["rsync"] = {"ok": rc == 0, "wall_s": wall, "files_per_s": nfiles / wall}
+
+    dest = fresh("tree-tar")
+    rx = subprocess.Popen(ns.cmd(ns.rcv, ["sh", "-c", f"nc -l -s {addr} -p 7101 | tar -x -C {dest}"]))
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    subprocess.run(ns.cmd(ns.snd, ["sh", "-c", f"tar -c -C {src} tree | nc -N {addr} 7101"]), check=True)
+    rx.wait(600)
+    wall = time.monotonic() - t0
+    out["tar_nc"] = {"ok": rx.returncode == 0, "wall_s": wall, "files_per_s": nfiles / wall}
+    for k in ("xfer", "rsync", "tar_nc"):
+        print(f"tree of {nfiles} x {size} B over one link: {k} {out[k]['wall_s']:.2f} s = "
+              f"{out[k]['files_per_s']:.0f} files/s" +
+              ("" if out[k]["ok"] else f" FAILED: {out[k].get('error', '')}"), flush=True)
+    shutil.rmtree(src, ignore_errors=True)
+    return out
+
+
 def rsync(ns, src, dest_dir):
     """rsync (daemon mode, no ssh cost) over the fastest link: Mbit/s."""
     conf = os.path.join(dest_dir, "..", "rsyncd.conf")
@@ -199,6 +273,7 @@ def main():
     ap.add_argument("--only", default="iperf,xfer,tls,rsync,linkdown,resume,bcast")
     ap.add_argument("--repeat", type=int, default=3, help="xfer runs; the median is reported")
     ap.add_argument("--warmup", type=int, default=1, help="runs before those, shown but not counted")
+    ap.add_argument("--tree-files", type=int, default=10000, help="files in the tree (--only tree)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     only = a.only.split(",")
@@ -363,6 +438,8 @@ def main():
                   f"re-sent {res['resume']['resent_of_arrived_pct']:.2f}% of what had arrived "
                   f"({res['resume']['resent_of_read_pct']:.2f}% of what it had read); hash "
                   f"{'ok' if ok else 'WRONG'}", flush=True)
+        if "tree" in only:
+            res["tree"] = tree(ns, work, a.tree_files, 4096)
         ns.close()
         if "bcast" in only:
             res["bcast"] = bcast(work, src, want, min(a.size_mib, 1024), 1000, a.repeat)
