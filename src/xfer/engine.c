@@ -46,6 +46,7 @@
 #include <xxhash.h>
 
 #define XFER_WINDOW 3
+_Static_assert(XFER_SCHED_LINKS == XFER_LINKS_MAX, "the scheduler keeps a rate per link");
 #define XFER_FINISH_TIMEOUT_MS 600000
 
 enum stream_state { ST_RUNNING, ST_PARKED, ST_DEAD };

@@ -9,7 +9,9 @@
  * link, the bytes it has in flight and its rate (acknowledged bytes over time, measured while
  * it has work, smoothed). A link takes the next chunk only if it would finish everything it
  * holds plus that chunk no later than the other live links would finish theirs plus the whole
- * queue (earliest completion first): near the end the slow links stop taking, so every link
+ * queue, or, when that is sooner, than the best of them would finish its own plus this chunk
+ * (earliest completion first; the link that would finish a chunk first always may take it,
+ * so no chunk waits for nobody): near the end the slow links stop taking, so every link
  * finishes at about the same time instead of the fastest waiting for the slowest. When the
  * queue is empty and chunks are still in flight (the end game), an idle stream takes a second
  * copy of a chunk in flight on another link only when it would finish that copy before the
