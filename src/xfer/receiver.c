@@ -8,8 +8,8 @@
  * has too many files, a name twice, a bcast hop outside --relay-to (its names resolved once:
  * the addresses checked are the ones dialed), more bytes than the free space less what live
  * transfers reserved, or, pulling, a name the client did not ask for; otherwise the files
- * are looked at, space is reserved and NEED answered. CHUNK is read whole, hashed, written
- * to its part and acknowledged. FINISH completes every file and answers DONE. What survives
+ * are looked at, space is reserved and NEED answered. CHUNK is read into its part, hashed
+ * as it arrives, and acknowledged. FINISH completes every file and answers DONE. What survives
  * a transfer is on disk (see store.h).
  *
  * Chunks: a verified chunk is never written again; writers of one chunk are counted, and a
