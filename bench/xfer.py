@@ -4,7 +4,9 @@ failure drills: a link taken down halfway, the receiver killed and the transfer 
 a 1-to-4 bcast against a 1-to-1 send. Files are received into a tmpfs so that, like iperf3,
 the figures are network and CPU, not this machine's disk. Prints a table and writes JSON.
 
-usage: bench/xfer.py [--size-mib N] [--rates 2000,1000,500] [--out FILE] [--only NAMES]"""
+usage: bench/xfer.py [--size-mib N] [--rates 2000,1000,500] [--out FILE] [--only NAMES]
+       (NAMES: iperf,xfer,tls,rsync,linkdown,resume,bcast, and tree: a tree of --tree-files
+       4 KiB files over one link, against rsync and tar | nc; not run by default)"""
 
 import argparse
 import hashlib
@@ -41,6 +43,59 @@ def wait_for(pred, what, timeout=60):
             return
         time.sleep(0.02)
     raise RuntimeError(f"timed out waiting for {what}")
+
+
+class LinkSampler:
+    """Bytes received on each link's device, every 10 ms, read by one helper inside the
+    receiver's namespace (its /sys is that namespace's): when each link started and stopped
+    carrying data and what it carried meanwhile, against iperf3 on the same link."""
+
+    PROG = ("import sys,time\n"
+            "fs=[open('/sys/class/net/%s/statistics/rx_bytes' % d) for d in sys.argv[1:]]\n"
+            "while True:\n"
+            " v=[]\n"
+            " for f in fs:\n"
+            "  f.seek(0); v.append(f.read().strip())\n"
+            " print(time.monotonic(), *v, flush=True)\n"
+            " time.sleep(0.01)\n")
+
+    def __init__(self, ns):
+        self.n = len(ns.devs)
+        self.p = subprocess.Popen(ns.cmd(ns.rcv, ["/usr/bin/python3", "-c", self.PROG] +
+                                         [b for _, b in ns.devs]),
+                                  stdout=subprocess.PIPE, text=True)
+        self.p.stdout.readline()
+
+    def stop(self):
+        self.p.terminate()
+        out = self.p.communicate()[0]
+        rows = []
+        for line in out.splitlines():
+            f = line.split()
+            if len(f) == 1 + self.n:
+                rows.append([float(f[0])] + [int(x) for x in f[1:]])
+        return rows
+
+
+def link_profile(rows, t0, t1):
+    """Per link, from samples taken between t0 and t1 (monotonic): first and last data (s
+    after t0; more than 64 KiB since t0 counts as data), bytes, and the rate over the middle
+    90 % of its bytes (the link's own efficiency, start-up and tail excluded)."""
+    rows = [r for r in rows if t0 - 0.05 <= r[0] <= t1 + 0.05]
+    if len(rows) < 2:
+        return []
+    out = []
+    for i in range(1, len(rows[0])):
+        base = rows[0][i]
+        total = rows[-1][i] - base
+        first = next((r[0] for r in rows if r[i] - base > 65536), None)
+        last = next((r[0] for r in rows if r[i] - base >= total - 4096), None)
+        lo = next((r for r in rows if r[i] - base >= 0.05 * total), None)
+        hi = next((r for r in rows if r[i] - base >= 0.95 * total), None)
+        mid = (hi[i] - lo[i]) * 8 / (hi[0] - lo[0]) / 1e6 if lo and hi and hi[0] > lo[0] else 0
+        out.append({"first_s": (first - t0) if first else None, "last_s": (last - t0) if last else None,
+                    "bytes": total, "mid_mbit": mid})
+    return out
 
 
 def make_file(path, mib):
@@ -112,6 +167,78 @@ def iperf3(ns, seconds):
     return rates
 
 
+def make_tree(root, nfiles, size):
+    """<nfiles> files of <size> random bytes, 1000 to a directory."""
+    for i in range(nfiles):
+        d = os.path.join(root, f"d{i // 1000:03d}")
+        if i % 1000 == 0:
+            os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, f"f{i:06d}"), "wb") as f:
+            f.write(os.urandom(size))
+
+
+def tree(ns, work, nfiles, size):
+    """A tree of many small files over the fastest link: accelnet xfer, rsync (daemon, no ssh)
+    and tar piped through nc, each into an empty directory; files per second (wall time, from
+    the sender's start until every file is on the receiver)."""
+    src = os.path.join(work, "tree-src")
+    make_tree(os.path.join(src, "tree"), nfiles, size)
+    out = {"files": nfiles, "file_bytes": size}
+    addr = ns.receiver_addr(0)
+
+    def fresh(name):
+        d = os.path.join(work, name)
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        return d
+
+    dest = fresh("tree-xfer")
+    srv = subprocess.Popen(ns.cmd(ns.rcv, [BIN, "xfer", "serve", "--listen", f"{addr}:7000", "--dir", dest,
+                                           "--insecure", "--max-files", str(nfiles + 10)]),
+                           stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "tree.log"), "w"))
+    wait_for(lambda: "listening" in open(os.path.join(work, "tree.log")).read(), "serve listening")
+    t0 = time.monotonic()
+    r = subprocess.run(ns.cmd(ns.snd, [BIN, "xfer", "send", os.path.join(src, "tree"), f"{addr}:7000",
+                                       "--from", ns.sender_addr(0), "--json", "--quiet"]),
+                       capture_output=True, text=True, timeout=1200)
+    wall = time.monotonic() - t0
+    srv.terminate()
+    srv.wait(10)
+    rep = json.loads(r.stdout) if r.stdout.strip() else {"ok": False, "error": r.stderr}
+    out["xfer"] = {"ok": rep["ok"], "wall_s": wall, "files_per_s": nfiles / wall, "error": rep.get("error")}
+
+    dest = fresh("tree-rsync")
+    conf = os.path.join(work, "rsyncd-tree.conf")
+    with open(conf, "w") as f:
+        f.write(f"use chroot = no\n[dst]\npath = {dest}\nread only = no\nuid = root\ngid = root\n")
+    d = subprocess.Popen(ns.cmd(ns.rcv, ["rsync", "--daemon", "--no-detach", f"--config={conf}",
+                                         f"--address={addr}", "--port=8730"]),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    rc = subprocess.run(ns.cmd(ns.snd, ["rsync", "-a", "--whole-file", os.path.join(src, "tree"),
+                                        f"rsync://{addr}:8730/dst/"])).returncode
+    wall = time.monotonic() - t0
+    d.terminate()
+    d.wait(10)
+    out["rsync"] = {"ok": rc == 0, "wall_s": wall, "files_per_s": nfiles / wall}
+
+    dest = fresh("tree-tar")
+    rx = subprocess.Popen(ns.cmd(ns.rcv, ["sh", "-c", f"nc -l -s {addr} -p 7101 | tar -x -C {dest}"]))
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    subprocess.run(ns.cmd(ns.snd, ["sh", "-c", f"tar -c -C {src} tree | nc -N {addr} 7101"]), check=True)
+    rx.wait(600)
+    wall = time.monotonic() - t0
+    out["tar_nc"] = {"ok": rx.returncode == 0, "wall_s": wall, "files_per_s": nfiles / wall}
+    for k in ("xfer", "rsync", "tar_nc"):
+        print(f"tree of {nfiles} x {size} B over one link: {k} {out[k]['wall_s']:.2f} s = "
+              f"{out[k]['files_per_s']:.0f} files/s" +
+              ("" if out[k]["ok"] else f" FAILED: {out[k].get('error', '')}"), flush=True)
+    shutil.rmtree(src, ignore_errors=True)
+    return out
+
+
 def rsync(ns, src, dest_dir):
     """rsync (daemon mode, no ssh cost) over the fastest link: Mbit/s."""
     conf = os.path.join(dest_dir, "..", "rsyncd.conf")
@@ -146,6 +273,7 @@ def main():
     ap.add_argument("--only", default="iperf,xfer,tls,rsync,linkdown,resume,bcast")
     ap.add_argument("--repeat", type=int, default=3, help="xfer runs; the median is reported")
     ap.add_argument("--warmup", type=int, default=1, help="runs before those, shown but not counted")
+    ap.add_argument("--tree-files", type=int, default=10000, help="files in the tree (--only tree)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     only = a.only.split(",")
@@ -174,10 +302,15 @@ def main():
             os.makedirs(dest)
 
         if "iperf" in only:
+            sampler = LinkSampler(ns)
+            t_start = time.monotonic()
             r = iperf3(ns, a.iperf_seconds)
+            res["iperf3_wire_mbit"] = [x["mid_mbit"] for x in
+                                       link_profile(sampler.stop(), t_start, time.monotonic())]
             res["iperf3_mbit"] = r
             res["iperf3_sum_mbit"] = sum(r)
-            print(f"iperf3, one per link at once: {' + '.join(f'{x:.0f}' for x in r)} = {sum(r):.0f} Mbit/s",
+            print(f"iperf3, one per link at once: {' + '.join(f'{x:.0f}' for x in r)} = {sum(r):.0f} Mbit/s"
+                  f" (on the wire, headers included: {' + '.join(f'{x:.0f}' for x in res['iperf3_wire_mbit'])})",
                   flush=True)
         if "xfer" in only:
             runs = []
@@ -185,7 +318,10 @@ def main():
                 fresh()
                 srv = Serve(ns, ns.rcv, remote, dest, os.path.join(work, "serve.log"))
                 c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                sampler = LinkSampler(ns)
+                t_start = time.monotonic()
                 rep, wall, c1 = run_send(ns, [src, remote, "--from", local, "--streams", a.streams])
+                prof = link_profile(sampler.stop(), t_start, t_start + wall)
                 scpu = (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime)
                 rcpu = srv.cpu()
                 srv.stop()
@@ -194,7 +330,11 @@ def main():
                 gb = a.size_mib * 1048576 / 1e9
                 run = {"ok": ok, "wall_s": wall, "mbit": mbit, "links": rep.get("links"),
                        "sender_cpu_s_per_gb": scpu / gb, "receiver_cpu_s_per_gb": rcpu / gb,
-                       "chunks_dup": rep.get("chunks_dup"), "bytes_sent": rep.get("bytes_sent")}
+                       "chunks_dup": rep.get("chunks_dup"), "bytes_sent": rep.get("bytes_sent"),
+                       "bytes_dup": rep.get("bytes_dup"), "link_profile": prof}
+                if "iperf3_wire_mbit" in res:  # both on the wire, headers included
+                    for lp, ip in zip(prof, res["iperf3_wire_mbit"]):
+                        lp["pct_of_iperf3"] = 100 * lp["mid_mbit"] / ip
                 if "iperf3_sum_mbit" in res:
                     run["pct_of_iperf3"] = 100 * mbit / res["iperf3_sum_mbit"]
                 if k >= 0:
@@ -204,7 +344,13 @@ def main():
                 print(f"accelnet xfer {'run ' + str(k + 1) if k >= 0 else 'warm-up'}: {a.size_mib} MiB in {wall:.2f} s (wall, process start to "
                       f"exit) = {mbit:.0f} Mbit/s ({run.get('pct_of_iperf3', 0):.1f}% of iperf3), hash "
                       f"{'ok' if ok else 'WRONG'}, per link {[round(x['bytes'] / 1048576) for x in rep.get('links', [])]} "
-                      f"MiB, CPU s/GB sender {scpu / gb:.2f} receiver {rcpu / gb:.2f}", flush=True)
+                      f"MiB, duplicate {100 * (rep.get('bytes_dup') or 0) / (a.size_mib * 1048576):.2f}%, "
+                      f"CPU s/GB sender {scpu / gb:.2f} receiver {rcpu / gb:.2f}", flush=True)
+                for j, lp in enumerate(prof):
+                    print(f"  link {j}: data from {lp['first_s']:.3f} s to {lp['last_s']:.3f} s, "
+                          f"{lp['bytes'] / 1048576:.1f} MiB on the wire, middle 90%: {lp['mid_mbit']:.0f} Mbit/s"
+                          f" on the wire ({lp.get('pct_of_iperf3', 0):.1f}% of iperf3's on that link)",
+                          flush=True)
             runs.sort(key=lambda r: r["mbit"])
             res["xfer_runs"] = runs
             res["xfer"] = runs[len(runs) // 2]
@@ -292,6 +438,8 @@ def main():
                   f"re-sent {res['resume']['resent_of_arrived_pct']:.2f}% of what had arrived "
                   f"({res['resume']['resent_of_read_pct']:.2f}% of what it had read); hash "
                   f"{'ok' if ok else 'WRONG'}", flush=True)
+        if "tree" in only:
+            res["tree"] = tree(ns, work, a.tree_files, 4096)
         ns.close()
         if "bcast" in only:
             res["bcast"] = bcast(work, src, want, min(a.size_mib, 1024), 1000, a.repeat)

@@ -44,6 +44,7 @@ struct xfer_report {
 	uint64_t bytes_skipped; /* already verified on the receiver (resume) */
 	uint64_t bytes_sent;	/* chunk bytes written to sockets, copies and resends included */
 	uint64_t bytes_acked;	/* chunk bytes the receiver verified in this run */
+	uint64_t bytes_dup;	/* bytes_sent beyond bytes_acked: copies and resends, wasted */
 	uint32_t files, chunks, chunks_resent, chunks_dup, chunks_bad;
 	uint64_t zc_bytes;	  /* sent without a user-space copy (sendfile, MSG_ZEROCOPY) */
 	uint64_t zc_copied_bytes; /* of those, MSG_ZEROCOPY bytes the kernel copied anyway */

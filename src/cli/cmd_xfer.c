@@ -276,15 +276,16 @@ static void print_json(const struct xfer_report *r, int rc)
 	double gbps = r->seconds > 0 ? (double)r->bytes_acked * 8 / r->seconds / 1e9 : 0;
 	printf("{\"ok\": %s, \"files\": %u, \"bytes\": %llu, \"bytes_skipped\": %llu, "
 	       "\"bytes_sent\": %llu, "
-	       "\"bytes_acked\": %llu, \"seconds\": %.3f, \"gbit_per_s\": %.3f, \"chunks\": %u, "
+	       "\"bytes_acked\": %llu, \"bytes_dup\": %llu, \"seconds\": %.3f, "
+	       "\"gbit_per_s\": %.3f, \"chunks\": %u, "
 	       "\"chunks_resent\": %u, \"chunks_dup\": %u, \"chunks_corrupt\": %u, "
 	       "\"zerocopy_bytes\": %llu, "
 	       "\"zerocopy_copied_bytes\": %llu, \"links\": [",
 	       rc ? "false" : "true", r->files, (unsigned long long)r->bytes_total,
 	       (unsigned long long)r->bytes_skipped, (unsigned long long)r->bytes_sent,
-	       (unsigned long long)r->bytes_acked, r->seconds, gbps, r->chunks, r->chunks_resent,
-	       r->chunks_dup, r->chunks_bad, (unsigned long long)r->zc_bytes,
-	       (unsigned long long)r->zc_copied_bytes);
+	       (unsigned long long)r->bytes_acked, (unsigned long long)r->bytes_dup, r->seconds,
+	       gbps, r->chunks, r->chunks_resent, r->chunks_dup, r->chunks_bad,
+	       (unsigned long long)r->zc_bytes, (unsigned long long)r->zc_copied_bytes);
 	for (unsigned i = 0; i < r->nlinks; i++) {
 		const struct xfer_link_report *l = &r->links[i];
 		printf("%s{\"remote\": ", i ? ", " : "");
@@ -388,8 +389,11 @@ static int report_result(const struct xfer_report *r, int rc, int json, int quie
 		fprintf(stderr, "accelnet xfer: %u file(s), %s in %.2f s (%.2f Gbit/s)", r->files,
 			total, r->seconds,
 			r->seconds > 0 ? (double)r->bytes_acked * 8 / r->seconds / 1e9 : 0);
-		if (r->bytes_sent) /* a sender's view; get reports what it received */
-			fprintf(stderr, ", %s sent", sent);
+		if (r->bytes_sent) { /* a sender's view; get reports what it received */
+			char dup[32];
+			human((double)r->bytes_dup, dup, sizeof(dup));
+			fprintf(stderr, ", %s sent, %s of it duplicate", sent, dup);
+		}
 		for (unsigned i = 0; i < r->nlinks; i++)
 			fprintf(stderr, "%s %s %.2f Gbit/s", i ? "," : ";", r->links[i].remote,
 				r->links[i].gbps);

@@ -13,6 +13,12 @@
  * ends the transfer instead; adopted connections (get) are not redialed. A link whose
  * streams are all gone is down. The transfer fails when no stream is up for twice the stall
  * timeout (at least 3 s), or when no stream thread is left.
+ *
+ * Start and end: every stream but the first dials while the first sends the manifest, so
+ * each link carries chunks as soon as NEED is answered. Once every chunk is acknowledged, a
+ * stream still holding chunks holds only end-game copies whose twins won: its connection is
+ * cut rather than waited for (not counted as lost; never the manifest's, which keeps the
+ * transfer alive on the receiver), and FINISH goes on a parked stream.
  */
 #include "xfer/engine.h"
 
@@ -40,6 +46,7 @@
 #include <xxhash.h>
 
 #define XFER_WINDOW 3
+_Static_assert(XFER_SCHED_LINKS == XFER_LINKS_MAX, "the scheduler keeps a rate per link");
 #define XFER_FINISH_TIMEOUT_MS 600000
 
 enum stream_state { ST_RUNNING, ST_PARKED, ST_DEAD };
@@ -59,6 +66,7 @@ struct stream {
 	pthread_t th;
 	int started;
 	_Atomic int state;
+	_Atomic unsigned holding; /* chunks in its window */
 	struct net_zc zc;
 };
 
@@ -89,6 +97,7 @@ struct xfer_engine {
 	const struct xfer_adopt *adopt;
 	struct ssl_ctx_st *tls; /* the transfer runs over TLS */
 	int cancel_fd;		/* an eventfd, readable once the streams should stop dialing */
+	_Atomic int ended;	/* every chunk acknowledged: streams still on copies are cut */
 };
 
 /* The first error wins: later ones are consequences of it. */
@@ -187,14 +196,14 @@ static int read_ack(struct stream *s, uint32_t id)
 	switch (a.status) {
 	case XFER_ACK_OK:
 	case XFER_ACK_DUP:
-		if (xfer_sched_ack(&e->sched, id)) {
+		if (xfer_sched_ack(&e->sched, id, (uint8_t)s->link, clock_now_ns())) {
 			atomic_fetch_add(&e->links[s->link].bytes, len);
 			atomic_fetch_add(&e->bytes_acked, len);
 		}
 		return 0;
 	case XFER_ACK_BAD:
 		atomic_fetch_add(&e->chunks_bad, 1);
-		if (xfer_sched_bad(&e->sched, id))
+		if (xfer_sched_bad(&e->sched, id, (uint8_t)s->link))
 			set_error(e, "%s", "a chunk arrived corrupt too many times");
 		return 0;
 	default:
@@ -268,6 +277,7 @@ static int stream_loop(struct stream *s)
 			    xfer_sched_take(&e->sched, (uint8_t)s->link, clock_now_ns(), &id, &dup);
 			if (rc == 0) {
 				win[nwin++] = id;
+				atomic_store(&s->holding, nwin);
 				if ((rc = send_chunk(s, id)))
 					break;
 				continue;
@@ -284,10 +294,12 @@ static int stream_loop(struct stream *s)
 		if ((rc = read_ack(s, win[0])))
 			break;
 		memmove(win, win + 1, --nwin * sizeof(win[0]));
+		atomic_store(&s->holding, nwin);
 		net_zc_reap(&s->zc, &s->io, 0);
 	}
 	for (unsigned i = 0; i < nwin; i++)
-		xfer_sched_lost(&e->sched, win[i]);
+		xfer_sched_lost(&e->sched, win[i], (uint8_t)s->link);
+	atomic_store(&s->holding, 0);
 	return rc;
 }
 
@@ -336,6 +348,10 @@ static void *stream_main(void *arg)
 			atomic_store(&s->state, ST_PARKED);
 			xfer_sched_wake(&e->sched);
 			return NULL;
+		}
+		if (atomic_load(&e->ended)) { /* cut on purpose: its copies were not needed */
+			stream_close(e, &s->io);
+			break;
 		}
 		atomic_fetch_sub(&l->up, 1);
 		atomic_fetch_add(&l->failed, 1);
@@ -421,13 +437,25 @@ static int engine_index(struct xfer_engine *e, const struct xfer_manifest *m,
 	return 0;
 }
 
-/* The manifest goes on the first link that answers (or the first adopted connection), which
- * then carries chunks as a stream. 0, or -errno with the error set. */
+/* The scheduler plans the end in bytes: every chunk's length. */
+static void engine_size_chunks(struct xfer_engine *e)
+{
+	for (uint32_t id = 0; id < e->nchunks; id++) {
+		uint32_t f, len;
+		uint64_t off;
+		chunk_span(e, id, &f, &off, &len);
+		xfer_sched_size(&e->sched, id, len);
+	}
+}
+
+/* The manifest goes on the first link that answers (or the first adopted connection), on
+ * stream 0, which then carries chunks on that link. 0, or -errno with the error set. */
 static int engine_first_link(struct xfer_engine *e, const struct xfer_adopt *ad)
 {
 	int rc = -EHOSTUNREACH;
+	struct stream *s = &e->streams[0];
 	for (unsigned i = 0; i < (ad ? 1 : e->nlinks) && rc; i++) {
-		struct stream *s = &e->streams[i];
+		s->link = i;
 		if ((rc = stream_dial(s))) {
 			if (rc == -EACCES)
 				return rc;
@@ -444,6 +472,14 @@ static int engine_first_link(struct xfer_engine *e, const struct xfer_adopt *ad)
 		return rc;
 	}
 	return 0;
+}
+
+static void stream_start(struct stream *s)
+{
+	if (pthread_create(&s->th, NULL, stream_main, s) == 0)
+		s->started = 1;
+	else
+		atomic_store(&s->state, ST_DEAD);
 }
 
 int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *ad,
@@ -481,6 +517,7 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 		goto fail;
 	if ((rc = xfer_sched_init(&e->sched, e->nchunks)))
 		goto fail;
+	engine_size_chunks(e);
 	if (o->token_file) {
 		const char *why;
 		if ((rc = xfer_token_load(o->token_file, &e->token, &why))) {
@@ -522,6 +559,10 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 		e->streams[i] = (struct stream){.e = e, .link = i % e->nlinks, .io = {.fd = -1}};
 		atomic_init(&e->streams[i].state, ST_RUNNING);
 	}
+	/* every stream but the manifest's dials now, while the manifest is answered: each link
+	 * carries chunks as soon as they are fed (adopted connections come one by one) */
+	for (unsigned i = 1; i < e->nstreams && !ad; i++)
+		stream_start(&e->streams[i]);
 	if ((rc = engine_first_link(e, ad)))
 		goto fail;
 	for (uint32_t id = 0; id < e->nchunks; id++)
@@ -531,13 +572,8 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 			chunk_span(e, id, &f, &off, &len);
 			e->bytes_skipped += len;
 		}
-	for (unsigned i = 0; i < e->nstreams; i++) {
-		struct stream *s = &e->streams[i];
-		if (pthread_create(&s->th, NULL, stream_main, s) == 0)
-			s->started = 1;
-		else
-			atomic_store(&s->state, ST_DEAD);
-	}
+	for (unsigned i = 0; i < (ad ? e->nstreams : 1); i++)
+		stream_start(&e->streams[i]);
 	*out = e;
 	return 0;
 fail:
@@ -570,6 +606,7 @@ static void fill_report(struct xfer_engine *e, struct xfer_report *r, int final)
 	r->bytes_skipped = e->bytes_skipped;
 	r->bytes_sent = atomic_load(&e->bytes_sent);
 	r->bytes_acked = atomic_load(&e->bytes_acked);
+	r->bytes_dup = r->bytes_sent > r->bytes_acked ? r->bytes_sent - r->bytes_acked : 0;
 	r->files = e->m.nfiles;
 	r->chunks = e->nchunks;
 	pthread_mutex_lock(&e->sched.mu);
@@ -698,6 +735,16 @@ int xfer_engine_finish(struct xfer_engine *e, struct xfer_report *rep)
 		xfer_sched_wait(&e->sched, (int)e->progress_ms);
 	}
 	stop_dialing(e);
+	if (!rc) {
+		/* a stream still holding chunks holds copies whose twins were acknowledged:
+		 * waiting for them would let the slowest link set the finish time again. Not
+		 * stream 0: its connection carried the manifest, and the receiver keeps the
+		 * transfer (which FINISH names) while a connection that joined it is open */
+		atomic_store(&e->ended, 1);
+		for (unsigned i = 1; i < e->nstreams; i++)
+			if (atomic_load(&e->streams[i].holding) && e->streams[i].io.fd >= 0)
+				sock_abort(e->streams[i].io.fd);
+	}
 	for (unsigned i = 0; i < e->nstreams; i++)
 		if (e->streams[i].started) {
 			if (rc && e->streams[i].io.fd >= 0)

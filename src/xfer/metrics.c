@@ -49,6 +49,7 @@ enum xfer_metric_id {
 	XM_CONNS_TOTAL,
 	XM_AUTH_FAIL,
 	XM_ERRORS,
+	XM_DUP_BYTES,
 	XM_LINK_BYTES,
 	XM_COUNT,
 };
@@ -113,6 +114,12 @@ static double read_errors(const void *ctx, size_t i)
 	return (double)atomic_load(&((const struct xfer_server *)ctx)->m_errors);
 }
 
+static double read_dup_bytes(const void *ctx, size_t i)
+{
+	(void)i;
+	return (double)atomic_load(&((const struct xfer_server *)ctx)->m_dup_bytes);
+}
+
 static double read_link_bytes(const void *ctx, size_t i)
 {
 	return (double)atomic_load(&((const struct xfer_server *)ctx)->link_bytes[i]);
@@ -170,6 +177,12 @@ static const struct metric_def xfer_metric_defs[XM_COUNT] = {
 		   .help = "Refused manifests, failed writes and failed finishes.",
 		   .space = SPACE_SERVER,
 		   .read = read_errors},
+    [XM_DUP_BYTES] = {.name = "accelnet_xfer_duplicate_bytes_total",
+		      .type = METRIC_COUNTER,
+		      .help = "Bytes of chunks received when already verified (wasted copies).",
+		      .unit = "bytes",
+		      .space = SPACE_SERVER,
+		      .read = read_dup_bytes},
     [XM_LINK_BYTES] = {.name = "accelnet_xfer_link_bytes_total",
 		       .type = METRIC_COUNTER,
 		       .help =

@@ -8,8 +8,8 @@
  * has too many files, a name twice, a bcast hop outside --relay-to (its names resolved once:
  * the addresses checked are the ones dialed), more bytes than the free space less what live
  * transfers reserved, or, pulling, a name the client did not ask for; otherwise the files
- * are looked at, space is reserved and NEED answered. CHUNK is read whole, hashed, written
- * to its part and acknowledged. FINISH completes every file and answers DONE. What survives
+ * are looked at, space is reserved and NEED answered. CHUNK is read into its part, hashed
+ * as it arrives, and acknowledged. FINISH completes every file and answers DONE. What survives
  * a transfer is on disk (see store.h).
  *
  * Chunks: a verified chunk is never written again; writers of one chunk are counted, and a
@@ -33,12 +33,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/statvfs.h>
 #include <time.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack: no allocation per chunk */
 #include <xxhash.h>
 
-#define RX_FINISH_WAIT_S 60 /* FINISH waits this long for a chunk's last writer to let go */
+#define RX_FINISH_WAIT_S 60	   /* FINISH waits this long for a chunk's last writer to let go */
+#define RX_HASH_PIECE (256 * 1024) /* a chunk is hashed as it arrives, a piece at a time */
 
 /* A connection receiving a chunk into a part (on its stack, listed under the transfer's mu). */
 struct writer {
@@ -374,6 +377,39 @@ refuse:
  * (and *why when it is XFER_ACK_IO). Returns the error behind XFER_ACK_IO, the connection's
  * error with *lost set when it failed mid-chunk, or 0.
  */
+/*
+ * Read a chunk of <len> bytes from <c> into <dst> (its place in the mapped part) and hash it
+ * on the way, a piece at a time while the piece is still in the CPU's cache: the bytes are
+ * read from memory once, by the kernel's copy, not a second time by the hash. The pages are
+ * faulted in first, all at once (a fault per page costs more than the copy on a VM), and
+ * unmapped after (the data stays in the file: a shared mapping's pages are the page cache's). With
+ * <corrupt>, one byte in the middle is flipped before it is hashed (fault injection for
+ * tests). 0 with *hash, or the read's -errno (-EFAULT: the page could not be had).
+ */
+static int read_hashed(struct net_conn *c, uint8_t *dst, uint32_t len, int corrupt, uint64_t *hash)
+{
+	XXH3_state_t st;
+	XXH3_64bits_reset(&st);
+	(void)madvise((void *)((uintptr_t)dst & ~(uintptr_t)4095), len + ((uintptr_t)dst & 4095),
+		      MADV_POPULATE_WRITE);
+	for (uint32_t off = 0; off < len;) {
+		uint32_t n = len - off < RX_HASH_PIECE ? len - off : RX_HASH_PIECE;
+		int rc = net_conn_read_all(c, dst + off, n);
+		if (rc)
+			return rc;
+		if (corrupt && len / 2 >= off && len / 2 < off + n)
+			dst[len / 2] ^= 0x5a;
+		XXH3_64bits_update(&st, dst + off, n);
+		off += n;
+	}
+	*hash = XXH3_64bits_digest(&st);
+	/* the bytes are in the page cache; the map's page table entries go now, in parallel
+	 * across streams, rather than all at once when the part is released at the end */
+	(void)madvise((void *)((uintptr_t)dst & ~(uintptr_t)4095), len + ((uintptr_t)dst & 4095),
+		      MADV_DONTNEED);
+	return 0;
+}
+
 static int chunk_write(struct xfer_server_conn *c, struct writer *me, struct xfer_store_file *f,
 		       struct xfer_chunk_meta *cm, uint32_t want, struct xfer_ack *a,
 		       const char **why, int *lost)
@@ -382,8 +418,10 @@ static int chunk_write(struct xfer_server_conn *c, struct writer *me, struct xfe
 	struct rx_transfer *rx = c->rx;
 	int rc = 0;
 	uint8_t *dst = xfer_store_chunk(f, cm->chunk);
-	uint64_t have = 0;
+	uint64_t have = 0, got = 0;
 	int first = 0, verified = xfer_store_verified(f, cm->chunk, &have);
+	int corrupt = !verified && s->corrupt_every &&
+		      atomic_fetch_add(&s->corrupt_seq, 1) % s->corrupt_every == 0;
 	if (verified) {
 		/* verified by another transfer of the file: keep its bytes, count its hash */
 		rc = xfer_discard(&c->io, want);
@@ -397,7 +435,7 @@ static int chunk_write(struct xfer_server_conn *c, struct writer *me, struct xfe
 			atomic_fetch_add(&s->m_bytes, want);
 			cm->hash = have;
 		}
-	} else if ((rc = net_conn_read_all(&c->io, dst, want)) == -EFAULT) {
+	} else if ((rc = read_hashed(&c->io, dst, want, corrupt, &got)) == -EFAULT) {
 		a->status = XFER_ACK_IO; /* the page could not be had: disk full */
 		rc = -ENOSPC;
 		*why = "no space left";
@@ -405,10 +443,7 @@ static int chunk_write(struct xfer_server_conn *c, struct writer *me, struct xfe
 		*lost = 1; /* the connection failed mid-chunk */
 	} else {
 		atomic_fetch_add(&s->m_bytes, want);
-		if (s->corrupt_every &&
-		    atomic_fetch_add(&s->corrupt_seq, 1) % s->corrupt_every == 0)
-			dst[want / 2] ^= 0x5a;
-		if (XXH3_64bits(dst, want) != cm->hash) {
+		if (got != cm->hash) {
 			a->status = XFER_ACK_BAD;
 			atomic_fetch_add(&s->m_bad, 1);
 		} else if ((rc = xfer_store_record(f, cm->chunk, cm->hash))) {
@@ -444,6 +479,7 @@ static int chunk_write(struct xfer_server_conn *c, struct writer *me, struct xfe
 			xfer_engine_feed(rx->relay, cm->file, cm->chunk, cm->hash, 1);
 	} else if (a->status == XFER_ACK_DUP) {
 		atomic_fetch_add(&s->m_dup, 1);
+		atomic_fetch_add(&s->m_dup_bytes, want);
 	}
 	return rc;
 }
@@ -509,6 +545,7 @@ static int on_chunk(struct xfer_server_conn *c, const struct xfer_hello *hello, 
 		} else {
 			a.status = XFER_ACK_DUP;
 			atomic_fetch_add(&s->m_dup, 1);
+			atomic_fetch_add(&s->m_dup_bytes, want);
 		}
 	} else {
 		int lost = 0;

@@ -3,11 +3,22 @@
  *
  * Chunks wait in one queue; a stream takes the next one when it has room in its window (work
  * stealing), so a link that drains faster simply takes more, and a link that slows down takes
- * less without anyone computing a split. When the queue is empty and chunks are still in
- * flight (the end game), an idle stream may take a second copy of the oldest chunk in flight on
- * another link, so the slowest link does not set the finish time; the first acknowledgement
- * wins. A chunk whose stream died goes back to the front of the queue; a chunk the receiver
- * found corrupt is sent again, at most XFER_SCHED_TRIES times.
+ * less without anyone computing a split.
+ *
+ * The end of a transfer is planned from what each link delivers: the scheduler keeps, per
+ * link, the bytes it has in flight and its rate (acknowledged bytes over time, measured while
+ * it has work, smoothed). A link takes the next chunk only if it would finish everything it
+ * holds plus that chunk no later than the other live links would finish theirs plus the whole
+ * queue, or, when that is sooner, than the best of them would finish its own plus this chunk
+ * (earliest completion first; the link that would finish a chunk first always may take it,
+ * so no chunk waits for nobody): near the end the slow links stop taking, so every link
+ * finishes at about the same time instead of the fastest waiting for the slowest. When the
+ * queue is empty and chunks are still in flight (the end game), an idle stream takes a second
+ * copy of a chunk in flight on another link only when it would finish that copy before the
+ * other link is expected to finish the original (the chunk expected last first); the first
+ * acknowledgement wins, and a link with no rate measured yet is trusted to be fast. A chunk
+ * whose stream died goes back to the front of the queue; a chunk the receiver found corrupt
+ * is sent again, at most XFER_SCHED_TRIES times.
  *
  * Chunks are numbered 0..n-1 by the caller. A chunk starts absent (a relay's chunk that has
  * not arrived yet), pending, or done (the receiver already has it). Thread-safe: one mutex,
@@ -21,6 +32,7 @@
 
 #define XFER_SCHED_TRIES 5
 #define XFER_SCHED_NOLINK 0xff
+#define XFER_SCHED_LINKS 16 /* XFER_LINKS_MAX */
 
 enum xfer_chunk_state { XS_ABSENT, XS_PENDING, XS_INFLIGHT, XS_DONE };
 
@@ -29,7 +41,23 @@ struct xfer_slot {
 	uint8_t copies; /* streams carrying it now */
 	uint8_t link;	/* the link of the first copy */
 	uint8_t tries;	/* corrupt arrivals so far */
+	uint32_t len;	/* bytes; 0 until xfer_sched_size() */
 	uint64_t sent_ns;
+};
+
+/* What the scheduler knows of one link. */
+struct xfer_sched_link {
+	uint64_t inflight;	      /* bytes of the copies it carries now */
+	uint64_t acked;		      /* bytes acknowledged on it */
+	uint64_t mark_acked, mark_ns; /* the start of the current rate sample */
+	uint64_t seen_ns;	      /* its streams last asked for work or were acknowledged */
+	uint64_t acked_ns;	      /* its last acknowledgement */
+	double rate;		      /* bytes per ns, smoothed; 0 until measured */
+};
+
+struct xfer_sched_candidate { /* a chunk in flight weighed for an end-game copy */
+	uint64_t sent_ns;
+	uint32_t id;
 };
 
 struct xfer_sched {
@@ -39,17 +67,23 @@ struct xfer_sched {
 	struct xfer_slot *slots;
 	uint32_t *ring; /* pending chunk ids; capacity n + 1 */
 	uint32_t head, tail;
+	uint64_t waiting; /* bytes of the chunks absent or pending: not yet taken */
 	uint32_t done, absent;
 	uint32_t dups;	  /* end-game copies sent */
 	uint32_t resends; /* chunks sent again after a failure or a bad hash */
-	int endgame;	  /* 0 turns end-game copies off */
-	int error;	  /* first fatal error, -errno; takers see it */
+	struct xfer_sched_link links[XFER_SCHED_LINKS];
+	struct xfer_sched_candidate *cand; /* room for the end game's weighing */
+	unsigned ncand;
+	int endgame; /* 0 turns end-game copies off */
+	int error;   /* first fatal error, -errno; takers see it */
 };
 
 /* All chunks start absent. 0 or -ENOMEM. */
 int xfer_sched_init(struct xfer_sched *s, uint32_t n);
 void xfer_sched_destroy(struct xfer_sched *s);
 
+/* Chunk <id> is <len> bytes (before it is added; a chunk never sized counts as 0). */
+void xfer_sched_size(struct xfer_sched *s, uint32_t id, uint32_t len);
 /* Make chunk <id> pending (at the back), or done when <have> (the receiver has it). */
 void xfer_sched_add(struct xfer_sched *s, uint32_t id, int have);
 
@@ -59,18 +93,21 @@ void xfer_sched_add(struct xfer_sched *s, uint32_t id, int have);
  * (even after an abort), or the error set by xfer_sched_abort().
  */
 int xfer_sched_take(struct xfer_sched *s, uint8_t link, uint64_t now_ns, uint32_t *id, int *dup);
-/* The receiver verified chunk <id>. Returns 1 when this was the first acknowledgement. */
-int xfer_sched_ack(struct xfer_sched *s, uint32_t id);
-/* A copy of <id> was lost with its stream: requeue it unless another copy is still out. */
-void xfer_sched_lost(struct xfer_sched *s, uint32_t id);
-/* The receiver found <id> corrupt: send again, or fail the transfer after too many tries
- * (then returns 1). */
-int xfer_sched_bad(struct xfer_sched *s, uint32_t id);
+/* The receiver verified the copy of chunk <id> sent on <link>. Returns 1 when this was the
+ * first acknowledgement. */
+int xfer_sched_ack(struct xfer_sched *s, uint32_t id, uint8_t link, uint64_t now_ns);
+/* The copy of <id> on <link> was lost with its stream: requeue it unless another copy is
+ * still out. */
+void xfer_sched_lost(struct xfer_sched *s, uint32_t id, uint8_t link);
+/* The receiver found the copy of <id> on <link> corrupt: send again, or fail the transfer
+ * after too many tries (then returns 1). */
+int xfer_sched_bad(struct xfer_sched *s, uint32_t id, uint8_t link);
 /* Stop the transfer with <err> (-errno); every waiter wakes and sees it. */
 void xfer_sched_abort(struct xfer_sched *s, int err);
 /* Wake every waiter (a stream ended). */
 void xfer_sched_wake(struct xfer_sched *s);
-/* Sleep until something changes or <ms> pass. */
+/* Sleep until something changes or <ms> pass; not at all once every chunk is done or the
+ * transfer failed. */
 void xfer_sched_wait(struct xfer_sched *s, int ms);
 /* Chunks acknowledged so far. */
 uint32_t xfer_sched_done(struct xfer_sched *s);

@@ -139,6 +139,25 @@ def test_two_links_unequal_rates(env):
     assert digest(src) == digest(os.path.join(dst, "f.bin"))
     fast, slow = rep["links"][0]["bytes"], rep["links"][1]["bytes"]
     assert slow > 0 and fast > 2 * slow, rep["links"]
+    # whatever the end game copied is counted: what was sent is what was verified plus that
+    assert rep["bytes_sent"] == rep["bytes_acked"] + rep["bytes_dup"], rep
+
+
+def test_duplicate_bytes_counted(env):
+    """The wasted bytes are reported: in --json, in the summary line and in the receiver's
+    metrics; on a single link there is nothing to copy, so they are zero."""
+    src, dst = make_file(os.path.join(env.dir, "f.bin"), 4 << 20), os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    port, mport = free_port(), free_port()
+    serve(env, f"127.0.0.1:{port}", dst, metrics=f"127.0.0.1:{mport}")
+    rep = send([src, f"127.0.0.1:{port}", "--chunk-kib", "256"])
+    assert rep["bytes_dup"] == 0 and rep["bytes_sent"] == rep["bytes"] == 4 << 20, rep
+    assert rep["chunks_dup"] == 0, rep
+    assert metric(mport, "accelnet_xfer_duplicate_bytes_total") == 0
+    os.unlink(os.path.join(dst, "f.bin"))
+    r = subprocess.run([BIN, "xfer", "send", src, f"127.0.0.1:{port}"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0 and "4.0 MiB sent, 0 B of it duplicate" in r.stderr, r.stderr
 
 
 def test_three_links_share_by_rate(env):
@@ -626,7 +645,7 @@ def test_metrics_and_docs_agree(env):
     assert code == "404", code
 
 
-SEND_JSON_KEYS = ["ok", "files", "bytes", "bytes_skipped", "bytes_sent", "bytes_acked", "seconds",
+SEND_JSON_KEYS = ["ok", "files", "bytes", "bytes_skipped", "bytes_sent", "bytes_acked", "bytes_dup", "seconds",
                   "gbit_per_s", "chunks", "chunks_resent", "chunks_dup", "chunks_corrupt",
                   "zerocopy_bytes", "zerocopy_copied_bytes", "links", "error"]
 SEND_JSON_LINK_KEYS = ["remote", "local", "bytes", "gbit_per_s", "streams_up", "streams_lost"]
@@ -644,7 +663,7 @@ def test_send_json_keeps_its_shape(env):
     del rep["rc"], rep["stderr"]
     assert list(rep) == SEND_JSON_KEYS, list(rep)
     assert rep["ok"] is True and rep["error"] == "" and rep["bytes"] == 2 * 1024 * 1024 + 3
-    for k in SEND_JSON_KEYS[1:14]:
+    for k in SEND_JSON_KEYS[1:15]:
         assert isinstance(rep[k], (int, float)) and not isinstance(rep[k], bool), (k, rep[k])
     assert len(rep["links"]) == 2
     for link in rep["links"]:
