@@ -4,7 +4,7 @@
 Scenario 9's fleet and traffic (bench/bench.py: 8 simulators with block prefix caches, chat
 on 16 shared system prompts, bench/chattrace.py) at 1.6x the all-miss capacity, through
 accelnet's `balance: llm` (max_concurrency 4 a backend, the simulators' block size and cache
-size), in three variants, each on a fresh, cold fleet:
+size), in these variants, each on a fresh, cold fleet:
 
 - one: one instance, as scenario 9 runs it;
 - three: three instances, one config, sharing one redis-server (started on a free port here:
@@ -16,7 +16,14 @@ size), in three variants, each on a fresh, cold fleet:
   percentiles);
 - three-redis-stopped: the same, with Redis killed (SIGKILL) at a third of the run and a new,
   empty one started on the same port at two thirds; each instance's accelnet_cluster_redis_up
-  is polled, so the table says when the instances saw it go and come back.
+  is polled, so the table says when the instances saw it go and come back;
+- one-busy: one instance, beside a process that burns the CPU three instances and Redis add
+  (--burn, a share of a CPU, in 1 ms bursts) on the instances' CPU: what that CPU alone costs
+  one instance's figures on this machine.
+
+The load generator runs on CPU 0, the simulators on CPU 1, the instances and Redis on CPU 1
+beside them or, with --proxy-cpu 0, beside the load generator (so that the instances' CPU
+never delays the simulated accelerators, which stand for other machines).
 
 Reported per variant: goodput at SLO (requests answered 200 in full whose first token came
 within 1 s, a second), TTFT p50/p90/p99, block hits (the simulators' own counts), the most
@@ -51,7 +58,15 @@ import chattrace  # noqa: E402
 INSTANCE_SERIES = ("accelnet_cluster_", "accelnet_llm_predict_decisions_total",
                    "accelnet_llm_predict_hit_blocks_total", "accelnet_backend_llm_index_blocks",
                    "accelnet_pool_queue_")
-VARIANTS = ("one", "three", "three-redis-stopped")
+VARIANTS = ("one", "three", "three-redis-stopped", "one-busy")
+BURNER = """import sys, time
+busy, idle = float(sys.argv[1]) / 1000, float(sys.argv[2]) / 1000
+while True:
+    t = time.perf_counter() + busy
+    while time.perf_counter() < t:
+        pass
+    time.sleep(idle)
+"""
 INSTANCES = 3
 
 
@@ -66,6 +81,7 @@ EXTRA = ""  # more of each instance's pool config (--pool-extra)
 PROXY_BIN = None  # the proxies' accelnet (--accelnet; None: build/accelnet, as the sims')
 SYNC_MS = 10  # cluster.sync_ms (--sync-ms; 0: its default, 100)
 PROXY_CPU = bench.SERVER_CPU  # where the instances and Redis run (--proxy-cpu)
+BURN = 0.27  # the share of a CPU one-busy's burner takes (--burn)
 
 
 def start_instance(run, ports, redis_port):
@@ -183,7 +199,13 @@ def one_variant(run, variant, rate, seconds, trace, timeout_s):
         return {"failed": f"simulator: {e}"}
     procs = []
     try:
-        n = 1 if variant == "one" else INSTANCES
+        n = 1 if variant in ("one", "one-busy") else INSTANCES
+        if variant == "one-busy":  # the CPU three instances and Redis add, burnt beside one
+            busy_ms = 1.0
+            burner = run.start([sys.executable, "-c", BURNER, str(busy_ms),
+                                str(busy_ms * (1 - BURN) / BURN)], cpu=PROXY_CPU, name="burner")
+            burner.burner = True
+            procs.append(burner)
         rport = bench.free_port() if n > 1 else None
         redis = start_redis(run, rport) if rport else None
         if redis:
@@ -207,7 +229,10 @@ def one_variant(run, variant, rate, seconds, trace, timeout_s):
         # Redis is not counted) and the simulators; the load average before it
         np_ = len(procs)
         g["instances_cpu_s"] = round(sum(b - a for a, b, x in zip(g0, g1, procs)
-                                         if x is not redis), 2)
+                                         if x is not redis and not getattr(x, "burner", 0)),
+                                     2)
+        g["burner_cpu_s"] = round(sum(b - a for a, b, x in zip(g0, g1, procs)
+                                      if getattr(x, "burner", 0)), 2)
         g["redis_cpu_s"] = round(g1[0] - g0[0], 2) if redis else 0.0
         g["sims_cpu_s"] = round(sum(g1[np_:]) - sum(g0[np_:]), 2)
         g["load_avg"] = load_avg
@@ -354,10 +379,14 @@ def main():
                     help=f"the CPU the instances and Redis run on (default {bench.SERVER_CPU}, "
                     f"beside the simulators; {bench.LOAD_CPU}: beside the load generator, so "
                     "the proxies' CPU never delays the simulated accelerators)")
+    ap.add_argument("--burn", type=float, default=0.27,
+                    help="one-busy: the share of the instances' CPU a burner takes beside one "
+                    "instance, in 1 ms bursts (default 0.27: what three instances and Redis "
+                    "used beyond one, measured)")
     ap.add_argument("--json", help="write the results here too")
     a = ap.parse_args()
-    global CAP, EXTRA, SYNC_MS, PROXY_CPU
-    CAP, EXTRA, SYNC_MS, PROXY_CPU = a.cap, a.pool_extra, a.sync_ms, a.proxy_cpu
+    global CAP, EXTRA, SYNC_MS, PROXY_CPU, BURN
+    CAP, EXTRA, SYNC_MS, PROXY_CPU, BURN = a.cap, a.pool_extra, a.sync_ms, a.proxy_cpu, a.burn
     variants = [v for v in a.variants.split(",") if v]
     for v in variants:
         if v not in VARIANTS:
