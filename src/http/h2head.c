@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 static int put(struct h2head *hh, const char *s, size_t n)
 {
@@ -101,4 +102,62 @@ int h2head_end(struct h2head *hh, int end_stream)
 	if (put(hh, "\r\n", 2))
 		return hh->err;
 	return (int)hh->len;
+}
+
+/* Fields a trailer may not carry, lower case (h2head.h). */
+static const char *const trailer_refused[] = {
+    "authorization",
+    "connection",
+    "content-encoding",
+    "content-length",
+    "content-range",
+    "content-type",
+    "cookie",
+    "expect",
+    "forwarded",
+    "host",
+    "keep-alive",
+    "max-forwards",
+    "proxy-authorization",
+    "proxy-connection",
+    "set-cookie",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "traceparent",
+    "tracestate",
+    "upgrade",
+    "x-real-ip",
+    "x-request-id",
+};
+
+int h2head_trailer_ok(const char *name, size_t nlen)
+{
+	char low[24];
+	if (!nlen || name[0] == ':')
+		return 0;
+	if (nlen >= 12 && !strncasecmp(name, "x-forwarded-", 12))
+		return 0;
+	if (nlen >= sizeof(low))
+		return 1;
+	for (size_t i = 0; i < nlen; i++)
+		low[i] = name[i] >= 'A' && name[i] <= 'Z' ? (char)(name[i] + 32) : name[i];
+	low[nlen] = 0;
+	for (size_t i = 0; i < sizeof(trailer_refused) / sizeof(trailer_refused[0]); i++)
+		if (!strcmp(low, trailer_refused[i]))
+			return 0;
+	return 1;
+}
+
+int h2head_trailer_line(char *p, size_t cap, const char *name, size_t nlen, const char *value,
+			size_t vlen)
+{
+	if (!nlen || nlen + vlen + 4 > cap || !line_safe(name, nlen) || !line_safe(value, vlen) ||
+	    memchr(name, ':', nlen) || memchr(name, ' ', nlen))
+		return -1;
+	memcpy(p, name, nlen);
+	memcpy(p + nlen, ": ", 2);
+	memcpy(p + nlen + 2, value, vlen);
+	memcpy(p + nlen + 2 + vlen, "\r\n", 2);
+	return (int)(nlen + vlen + 4);
 }

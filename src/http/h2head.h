@@ -9,7 +9,9 @@
  * host field is left out when :authority is given), the fields in order, the framing of the
  * body -- and then read by the same strict parser as every HTTP/1 head, so one set of rules
  * judges both protocols. Cookie fields, which HTTP/2 may split (RFC 9113 8.2.3), are joined
- * into one. Pure: no sockets, no clocks.
+ * into one. Trailers (a header section after the body) cross between the protocols field by
+ * field: h2head_trailer_ok() says which may, and h2head_trailer_line() writes one as the
+ * field line of a chunked body's trailer section. Pure: no sockets, no clocks.
  */
 #ifndef ACCELNET_HTTP_H2HEAD_H
 #define ACCELNET_HTTP_H2HEAD_H
@@ -38,5 +40,19 @@ int h2head_field(struct h2head *hh, const char *name, size_t nlen, const char *v
 /* The end of the head: the body's framing (<end_stream>: none will come; else its
  * content-length as given, or chunked) and the blank line. Its length, or -431. */
 int h2head_end(struct h2head *hh, int end_stream);
+
+/*
+ * May a trailer field <name> (any case) cross the proxy, either way? Not the fields that frame
+ * or route a message, nor those that say who asks or that the proxy writes itself in the head
+ * (RFC 9110 6.5.1: a recipient may merge trailers into the head, so a client's trailer must
+ * not stand in for a field the proxy controls). 1 or 0.
+ */
+int h2head_trailer_ok(const char *name, size_t nlen);
+/*
+ * Write the trailer field <name>: <value> as a field line (CRLF-ended) into p[0..cap). Its
+ * length, or -1: no room, or a byte no HTTP/1 line may carry.
+ */
+int h2head_trailer_line(char *p, size_t cap, const char *name, size_t nlen, const char *value,
+			size_t vlen);
 
 #endif

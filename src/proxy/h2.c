@@ -102,9 +102,10 @@ struct h2s {
 	int32_t id;
 	struct exchange *x; /* its exchange, or NULL (not started, or ended) */
 	struct xpace pace;
-	struct buf *head; /* the request head as HTTP/1.1, until head done */
-	struct buf *in;	  /* the request body as the backend reads it */
-	struct buf *own;  /* the proxy's own answer's body, being sent */
+	struct buf *head;  /* the request head as HTTP/1.1, until head done */
+	struct buf *in;	   /* the request body as the backend reads it */
+	struct buf *own;   /* the proxy's own answer's body, being sent */
+	struct buf *trail; /* a chunked response's trailer section, as the backend sent it */
 	nghttp2_rcbuf *meth, *path, *auth;
 	struct h2head hh;
 	struct http_chunked dech; /* a chunked response's framing, dropped as it goes */
@@ -123,6 +124,7 @@ struct h2s {
 	unsigned cut : 1;	 /* the backend closed mid-response: reset once sent */
 	unsigned flow_bad : 1;	 /* the client sent past its window: reset */
 	unsigned given_up : 1;	 /* its client took none of the proxy's answer in time: reset */
+	unsigned trailers : 1;	 /* request trailers went upstream: the last chunk is written */
 };
 
 /* A token bucket: <per_s> tokens a second, as many at most; kept in thousandths. */
@@ -246,7 +248,8 @@ static void stream_release(struct h2s *s)
 	worker_buf_put(w, s->head);
 	worker_buf_put(w, s->in);
 	worker_buf_put(w, s->own);
-	s->head = s->in = s->own = NULL;
+	worker_buf_put(w, s->trail);
+	s->head = s->in = s->own = s->trail = NULL;
 	if (s->unconsumed && h->ss)
 		nghttp2_session_consume_connection(h->ss, s->unconsumed);
 	list_del(&h->streams, &s->link);
@@ -398,6 +401,55 @@ static int submit_head(struct h2s *s, const struct http_head *h)
 	return 0;
 }
 
+/* Bytes of a chunked response's trailer section join s->trail, to go out as HTTP/2 trailers
+ * at the body's end (send_trailers); a section that does not fit a buffer is dropped whole. */
+static void keep_trailer(struct h2s *s, const char *p, size_t n)
+{
+	struct worker *w = s->h->cl->w;
+	if (!s->trail && !(s->trail = buf_get(&w->bufs)))
+		return;
+	if (buf_room(s->trail) < n) {
+		worker_buf_put(w, s->trail);
+		s->trail = NULL;
+		return;
+	}
+	memcpy(s->trail->data + s->trail->end, p, n);
+	s->trail->end += (uint32_t)n;
+}
+
+/* The trailer section kept in s->trail (field lines the chunked scanner found sound, then the
+ * final CRLF) submitted as the stream's trailers, the fields h2head_trailer_ok() refuses
+ * dropped, names in lower case. 0, or -1: none to send (the body ends the stream). */
+static int send_trailers(struct h2s *s)
+{
+	struct worker *w = s->h->cl->w;
+	struct buf *t = s->trail;
+	nghttp2_nv nv[HTTP_MAX_HEADERS];
+	size_t n = 0;
+	char *p = t->data + t->start, *end = t->data + t->end;
+	while (p < end && n < HTTP_MAX_HEADERS) {
+		char *eol = memchr(p, '\r', (size_t)(end - p));
+		char *colon = eol ? memchr(p, ':', (size_t)(eol - p)) : NULL;
+		if (!colon)
+			break; /* the final CRLF */
+		char *v = colon + 1, *ve = eol;
+		while (v < ve && (*v == ' ' || *v == '\t'))
+			v++;
+		while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
+			ve--;
+		for (char *c = p; c < colon; c++)
+			*c = *c >= 'A' && *c <= 'Z' ? (char)(*c + 32) : *c;
+		if (h2head_trailer_ok(p, (size_t)(colon - p)))
+			nv[n++] = (nghttp2_nv){(uint8_t *)p, (uint8_t *)v, (size_t)(colon - p),
+					       (size_t)(ve - v), 0};
+		p = eol + 2;
+	}
+	int rc = n ? nghttp2_submit_trailer(s->h->ss, s->id, nv, n) : -1;
+	worker_buf_put(w, s->trail); /* nghttp2 copied the fields */
+	s->trail = NULL;
+	return rc ? -1 : 0;
+}
+
 /* Up to <len> bytes of the relayed body at the front of up->in, framing dropped, into <out>.
  * Every byte it looks at leaves up->in. */
 static size_t take_body(struct h2s *s, uint8_t *out, size_t len)
@@ -409,11 +461,14 @@ static size_t take_body(struct h2s *s, uint8_t *out, size_t len)
 		size_t k = x->resp.ready;
 		int is_data = 1;
 		if (x->resp.framing == HTTP_BODY_CHUNKED) {
+			int trailer = http_chunked_in_trailers(&s->dech);
 			ssize_t r = http_chunked_scan(&s->dech, buf_head(in),
 						      k < len - got ? k : len - got, &is_data);
 			if (r <= 0)
 				break; /* scanned sound by up_h1_scan: never */
 			k = (size_t)r;
+			if (trailer)
+				keep_trailer(s, buf_head(in), k);
 		} else if (k > len - got) {
 			k = len - got;
 		}
@@ -460,6 +515,8 @@ static ssize_t read_body(nghttp2_session *ss, int32_t id, uint8_t *out, size_t l
 	if (x->resp.done && !x->resp.ready) {
 		*flags |= NGHTTP2_DATA_FLAG_EOF;
 		s->eof = 1;
+		if (s->trail && send_trailers(s) == 0)
+			*flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM; /* the trailers end it */
 		if (!s->end_stream) /* answered before the request ended: no more of it */
 			nghttp2_submit_rst_stream(h->ss, NGHTTP2_FLAG_NONE, s->id,
 						  NGHTTP2_NO_ERROR);
@@ -997,18 +1054,25 @@ static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *f, void *u
 	return 0;
 }
 
+static void request_trailer(struct h2s *s, const char *n, size_t nlen, const char *v, size_t vlen);
+
 static int on_header(nghttp2_session *ss, const nghttp2_frame *f, nghttp2_rcbuf *name,
 		     nghttp2_rcbuf *value, uint8_t flags, void *ud)
 {
 	struct h2 *h = ud;
 	(void)ss, (void)flags;
-	if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
-		return 0; /* trailers: not passed on */
+	if (f->hd.type != NGHTTP2_HEADERS ||
+	    (f->headers.cat != NGHTTP2_HCAT_REQUEST && f->headers.cat != NGHTTP2_HCAT_HEADERS))
+		return 0;
 	struct h2s *s = stream_of(h, f->hd.stream_id);
 	if (!s)
 		return 0;
 	nghttp2_vec n = nghttp2_rcbuf_get_buf(name), v = nghttp2_rcbuf_get_buf(value);
 	s->hlist += n.len + v.len + 32;
+	if (f->headers.cat == NGHTTP2_HCAT_HEADERS) {
+		request_trailer(s, (const char *)n.base, n.len, (const char *)v.base, v.len);
+		return 0;
+	}
 	if (s->hlist > h->cl->w->conf->limits.h2_max_header_list) {
 		/* a long list, or a small block that decodes huge (an HPACK bomb): 431, the rest
 		 * of the list decoded by nghttp2 (its table must stay right) and dropped */
@@ -1036,12 +1100,54 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *f, nghttp2_rcbuf 
 	return 0;
 }
 
-/* The request's end: a chunked body's last chunk. */
+/* Is the stream's request body still going upstream chunked (not answered, not reset)? */
+static int stream_chunking(const struct h2s *s)
+{
+	return s->chunked && (s->x || !s->started) && !s->flow_bad;
+}
+
+/* One field of the request's trailers: into the chunked body's trailer section, behind its
+ * last chunk, when the body goes chunked and the field may cross (h2head_trailer_ok());
+ * else dropped (a body of declared length has no room for trailers over HTTP/1.1). The list
+ * counts against limits.http2_max_header_list with the head's; past it, the rest is dropped.
+ * No room in the stream's input resets the stream, as DATA past its window does. */
+static void request_trailer(struct h2s *s, const char *n, size_t nlen, const char *v, size_t vlen)
+{
+	char line[512];
+	if (!stream_chunking(s) || s->end_stream || !h2head_trailer_ok(n, nlen) ||
+	    s->hlist > s->h->cl->w->conf->limits.h2_max_header_list)
+		return;
+	int k = h2head_trailer_line(line, sizeof(line), n, nlen, v, vlen);
+	struct buf *big = NULL;
+	if (k < 0 && nlen + vlen + 4 > sizeof(line)) {
+		/* a long one: written in a buffer of its own */
+		if (!(big = buf_get(&s->h->cl->w->bufs)))
+			return;
+		k = h2head_trailer_line(big->data, big->cap, n, nlen, v, vlen);
+	}
+	int err = 0;
+	if (k > 0 && !s->trailers)
+		err = stream_in_put(s, "0\r\n", 3);
+	if (k > 0 && !err) {
+		s->trailers = 1;
+		err = stream_in_put(s, big ? big->data : line, (size_t)k);
+	}
+	worker_buf_put(s->h->cl->w, big);
+	if (err) {
+		s->flow_bad = 1;
+		nghttp2_submit_rst_stream(s->h->ss, NGHTTP2_FLAG_NONE, s->id,
+					  NGHTTP2_REFUSED_STREAM);
+	}
+}
+
+/* The request's end: a chunked body's last chunk (already written when trailers came), and
+ * the end of its trailer section. */
 static void stream_end_request(struct h2s *s)
 {
 	s->end_stream = 1;
 	s->run = 1;
-	if (s->chunked && (s->x || !s->started) && stream_in_put(s, "0\r\n\r\n", 5) < 0)
+	if (stream_chunking(s) &&
+	    stream_in_put(s, s->trailers ? "\r\n" : "0\r\n\r\n", s->trailers ? 2 : 5) < 0)
 		s->flow_bad = 1;
 }
 
