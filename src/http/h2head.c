@@ -161,3 +161,27 @@ int h2head_trailer_line(char *p, size_t cap, const char *name, size_t nlen, cons
 	memcpy(p + nlen + 2 + vlen, "\r\n", 2);
 	return (int)(nlen + vlen + 4);
 }
+
+size_t h2head_trailer_fields(char *p, size_t len, struct h2head_field *out, size_t max)
+{
+	char *end = p + len;
+	size_t n = 0;
+	while (p < end && n < max) {
+		char *eol = memchr(p, '\r', (size_t)(end - p));
+		char *colon = eol ? memchr(p, ':', (size_t)(eol - p)) : NULL;
+		if (!colon)
+			break; /* the final CRLF */
+		char *v = colon + 1, *ve = eol;
+		while (v < ve && (*v == ' ' || *v == '\t'))
+			v++;
+		while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
+			ve--;
+		for (char *c = p; c < colon; c++)
+			*c = *c >= 'A' && *c <= 'Z' ? (char)(*c + 32) : *c;
+		if (h2head_trailer_ok(p, (size_t)(colon - p)))
+			out[n++] =
+			    (struct h2head_field){p, v, (size_t)(colon - p), (size_t)(ve - v)};
+		p = eol + 2;
+	}
+	return n;
+}

@@ -55,4 +55,17 @@ int h2head_trailer_ok(const char *name, size_t nlen);
 int h2head_trailer_line(char *p, size_t cap, const char *name, size_t nlen, const char *value,
 			size_t vlen);
 
+/* One field of a trailer section. */
+struct h2head_field {
+	const char *name, *value;
+	size_t nlen, vlen;
+};
+/*
+ * The fields of a chunked body's trailer section p[0..len) (field lines the chunked scanner
+ * found sound, then the final CRLF), names lowered in place, values without their leading and
+ * trailing whitespace, those h2head_trailer_ok() refuses left out: at most <max> into out[].
+ * Returns how many.
+ */
+size_t h2head_trailer_fields(char *p, size_t len, struct h2head_field *out, size_t max);
+
 #endif

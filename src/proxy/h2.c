@@ -424,26 +424,12 @@ static int send_trailers(struct h2s *s)
 {
 	struct worker *w = s->h->cl->w;
 	struct buf *t = s->trail;
+	struct h2head_field f[HTTP_MAX_HEADERS];
 	nghttp2_nv nv[HTTP_MAX_HEADERS];
-	size_t n = 0;
-	char *p = t->data + t->start, *end = t->data + t->end;
-	while (p < end && n < HTTP_MAX_HEADERS) {
-		char *eol = memchr(p, '\r', (size_t)(end - p));
-		char *colon = eol ? memchr(p, ':', (size_t)(eol - p)) : NULL;
-		if (!colon)
-			break; /* the final CRLF */
-		char *v = colon + 1, *ve = eol;
-		while (v < ve && (*v == ' ' || *v == '\t'))
-			v++;
-		while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
-			ve--;
-		for (char *c = p; c < colon; c++)
-			*c = *c >= 'A' && *c <= 'Z' ? (char)(*c + 32) : *c;
-		if (h2head_trailer_ok(p, (size_t)(colon - p)))
-			nv[n++] = (nghttp2_nv){(uint8_t *)p, (uint8_t *)v, (size_t)(colon - p),
-					       (size_t)(ve - v), 0};
-		p = eol + 2;
-	}
+	size_t n = h2head_trailer_fields(buf_head(t), buf_len(t), f, HTTP_MAX_HEADERS);
+	for (size_t i = 0; i < n; i++)
+		nv[i] = (nghttp2_nv){(uint8_t *)f[i].name, (uint8_t *)f[i].value, f[i].nlen,
+				     f[i].vlen, 0};
 	int rc = n ? nghttp2_submit_trailer(s->h->ss, s->id, nv, n) : -1;
 	worker_buf_put(w, s->trail); /* nghttp2 copied the fields */
 	s->trail = NULL;
