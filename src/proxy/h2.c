@@ -28,9 +28,11 @@
  * case; its body stays in the upstream connection's input (up->in) until nghttp2 asks for it
  * (a chunked body's framing dropped as it goes), one copy into the frame nghttp2 writes. A
  * client whose window is closed takes nothing, so up->in stays full and the backend is not
- * read: the proxy never holds more than a buffer of any response. The proxy's own answers
- * are written by the HTTP/1 writers (rewrite_error(), rewrite_json()) into a buffer of the
- * stream and sent from there. A stream reset by the client (RST_STREAM) ends its exchange at
+ * read: the proxy never holds more than a buffer of any response. Trailers cross both ways: a
+ * request's go to the backend in the chunked body's trailer section, a chunked response's
+ * trailer section (kept in trail as take_body passes it) goes out as HTTP/2 trailers. The proxy's
+ * own answers are written by the HTTP/1 writers (rewrite_error(), rewrite_json()) into a buffer of
+ * the stream and sent from there. A stream reset by the client (RST_STREAM) ends its exchange at
  * once: its backend connection is closed, the cancellation an engine understands.
  *
  * Deadlines: a stream's exchange keeps its own (proxy/deadline.h); a stream with none waits on

@@ -693,6 +693,8 @@ static void conn_process(struct up_h2 *c)
 			conn_fail(c, -ECONNRESET, 0);
 	}
 	tell_owners(c);
+	if (!c->dead && c->ready)
+		(void)conn_flush(c); /* what the owners asked meanwhile (a reset, a body) */
 	c->busy--;
 	if (c->busy)
 		return;
@@ -858,13 +860,17 @@ void up_h2_put(struct upconn *up)
 	}
 	list_del(&c->streams, &s->link);
 	list_push_front(&c->spare, &s->link);
-	if (!--c->nstreams) {
-		c->quiet_ms = loop_now(w->loop);
-		if (!c->busy) /* the timer looks at it: idle, or gone */
-			loop_timer_set(w->loop, &c->timer, c->quiet_ms);
-	}
 	if (!c->busy)
 		(void)conn_flush(c);
+	if (!--c->nstreams) {
+		c->quiet_ms = loop_now(w->loop);
+		if (!c->busy && (w->draining || c->dead || c->goaway)) {
+			conn_free(c); /* its last stream: it goes */
+			return;
+		}
+		if (!c->busy) /* the timer looks at it: idle until timeouts.idle_ms */
+			loop_timer_set(w->loop, &c->timer, c->quiet_ms + w->conf->timeouts.idle_ms);
+	}
 }
 
 void up_h2_close_idle(struct worker *w)

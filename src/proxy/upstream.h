@@ -10,6 +10,10 @@
  * started reading and calls it back (the upstream half, up_h1.h); otherwise the owner is
  * called and moves the bytes itself. An owner's reads stop when it lets the connection go.
  *
+ * A backend that speaks HTTP/2 (pools[].protocol) gets no connection per request: a struct
+ * upconn then stands for a stream of one of a few multiplexed connections (h2s: up_h2.h),
+ * which the attempt takes and lets go through up_h2 instead.
+ *
  * For a TLS pool the connection stays "connecting" until its handshake is done: the
  * handshake runs here, one non-blocking step per readiness event, and the owner hears of
  * the connection only when it is ready or has failed, so timeouts.connect_ms covers TCP and
