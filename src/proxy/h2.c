@@ -369,8 +369,9 @@ static ssize_t read_body(nghttp2_session *ss, int32_t id, uint8_t *out, size_t l
 			 nghttp2_data_source *src, void *ud);
 
 /* Submit the response head <h> (an HTTP/1 head, already rewritten for the client) on the
- * stream, its body from read_body. 0, or -1. */
-static int submit_head(struct h2s *s, const struct http_head *h)
+ * stream, its body from read_body; <bodyless>: it has none, and the head ends the stream (a
+ * gRPC trailers-only response stays one). 0, or -1. */
+static int submit_head(struct h2s *s, const struct http_head *h, int bodyless)
 {
 	struct worker *w = s->h->cl->w;
 	nghttp2_nv nv[HTTP_MAX_HEADERS + 1];
@@ -395,11 +396,17 @@ static int submit_head(struct h2s *s, const struct http_head *h)
 				       f->value.len, 0};
 	}
 	nghttp2_data_provider prd = {.source = {.ptr = s}, .read_callback = read_body};
-	int rc = nghttp2_submit_response(s->h->ss, s->id, nv, n, &prd);
+	int rc = nghttp2_submit_response(s->h->ss, s->id, nv, n, bodyless ? NULL : &prd);
 	buf_put(&w->bufs, names); /* nghttp2 copied the fields */
 	if (rc)
 		return -1;
 	s->submitted = 1;
+	if (bodyless) {
+		s->eof = 1;
+		if (!s->end_stream) /* answered before the request ended: no more of it */
+			nghttp2_submit_rst_stream(s->h->ss, NGHTTP2_FLAG_NONE, s->id,
+						  NGHTTP2_NO_ERROR);
+	}
 	return 0;
 }
 
@@ -594,7 +601,7 @@ static enum run stream_answer(struct h2s *s, int status, const char *detail, con
 		worker_buf_put(w, s->own);
 		s->own = b;
 		b = NULL;
-		if (submit_head(s, &w->head) < 0)
+		if (submit_head(s, &w->head, 0) < 0)
 			r = -1;
 	}
 	worker_buf_put(w, b);
@@ -877,7 +884,7 @@ static enum run codec_response_head(struct exchange *x, const struct http_head *
 		return dispatch_failed(x, UP_BAD);
 	}
 	http_chunked_init(&s->dech);
-	int rc = submit_head(s, &w->head);
+	int rc = submit_head(s, &w->head, x->resp.done);
 	buf_put(&w->bufs, b);
 	if (rc < 0)
 		return exchange_abort(x, "out of memory");
