@@ -197,7 +197,8 @@ struct exchange {
 	unsigned tunnel : 1;	    /* a WebSocket handshake its route tunnels (tunnel.h) */
 	unsigned no_cache : 1;	    /* its codec cannot serve the cache's answers (HTTP/2, yet) */
 	uint64_t last_ms;	    /* last progress */
-	struct waiter wt;	    /* waiting in the pool's queue for a slot */
+	uint64_t until_ms; /* the client's own deadline (grpc-timeout), loop's clock; 0: none */
+	struct waiter wt;  /* waiting in the pool's queue for a slot */
 	const struct conf_route *route;
 	struct pool_rt *pool;
 	/* its tries at a backend (attempt.h): the current one, and while hedging a copy of the

@@ -58,6 +58,7 @@
 #include "proxy/h2.h"
 #include "core/clock.h"
 #include "core/log.h"
+#include "http/grpc.h"
 #include "http/h2head.h"
 #include "http/target.h"
 #include "guard/auth.h"
@@ -115,18 +116,20 @@ struct h2s {
 	uint64_t hlist;		  /* its header list's bytes as RFC 9113 6.5.2 counts them */
 	uint64_t since_ms;	  /* its start, or the client last took of the proxy's answer */
 	unsigned interims;
-	unsigned headers_in : 1; /* the request head is whole */
-	unsigned started : 1;	 /* ... and was looked at */
-	unsigned end_stream : 1; /* the request's end came */
-	unsigned chunked : 1;	 /* its body goes upstream chunked */
-	unsigned submitted : 1;	 /* a response head was submitted */
-	unsigned eof : 1;	 /* ... and its body has ended */
-	unsigned deferred : 1;	 /* nghttp2 waits for body bytes (resume it) */
-	unsigned run : 1;	 /* run it when control is back at the connection */
-	unsigned cut : 1;	 /* the backend closed mid-response: reset once sent */
-	unsigned flow_bad : 1;	 /* the client sent past its window: reset */
-	unsigned given_up : 1;	 /* its client took none of the proxy's answer in time: reset */
-	unsigned trailers : 1;	 /* request trailers went upstream: the last chunk is written */
+	unsigned headers_in : 1;  /* the request head is whole */
+	unsigned started : 1;	  /* ... and was looked at */
+	unsigned end_stream : 1;  /* the request's end came */
+	unsigned chunked : 1;	  /* its body goes upstream chunked */
+	unsigned submitted : 1;	  /* a response head was submitted */
+	unsigned eof : 1;	  /* ... and its body has ended */
+	unsigned deferred : 1;	  /* nghttp2 waits for body bytes (resume it) */
+	unsigned run : 1;	  /* run it when control is back at the connection */
+	unsigned cut : 1;	  /* the backend closed mid-response: reset once sent */
+	unsigned flow_bad : 1;	  /* the client sent past its window: reset */
+	unsigned given_up : 1;	  /* its client took none of the proxy's answer in time: reset */
+	unsigned trailers : 1;	  /* request trailers went upstream: the last chunk is written */
+	unsigned grpc : 1;	  /* a gRPC request: the proxy's own answers in gRPC's terms */
+	uint64_t grpc_timeout_ms; /* its grpc-timeout (0: none), its deadline from its start */
 };
 
 /* A token bucket: <per_s> tokens a second, as many at most; kept in thousandths. */
@@ -536,6 +539,30 @@ static void stream_resume(struct h2s *s)
 	nghttp2_session_resume_data(s->h->ss, s->id);
 }
 
+/* A gRPC request's answer from the proxy itself: a trailers-only response (:status 200,
+ * content-type application/grpc) with the gRPC status its HTTP <status> stands for and
+ * <detail> as grpc-message (http/grpc.h). 0, or -1. */
+static int submit_grpc_answer(struct h2s *s, int status, const char *detail, const char *rid)
+{
+	char code[12], msg[256];
+	int k = snprintf(code, sizeof(code), "%d", http_grpc_status(status));
+	size_t m = http_grpc_message(msg, sizeof(msg), detail && detail[0] ? detail : "refused");
+	nghttp2_nv nv[] = {
+	    {(uint8_t *)":status", (uint8_t *)"200", 7, 3, 0},
+	    {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, 0},
+	    {(uint8_t *)"grpc-status", (uint8_t *)code, 11, (size_t)k, 0},
+	    {(uint8_t *)"grpc-message", (uint8_t *)msg, 12, m, 0},
+	    {(uint8_t *)"x-request-id", (uint8_t *)rid, 12, strlen(rid), 0},
+	};
+	if (nghttp2_submit_response(s->h->ss, s->id, nv, sizeof(nv) / sizeof(nv[0]), NULL))
+		return -1;
+	s->submitted = 1;
+	s->eof = 1;
+	if (!s->end_stream) /* answered before the request ended: no more of it */
+		nghttp2_submit_rst_stream(s->h->ss, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_NO_ERROR);
+	return 0;
+}
+
 /*
  * The proxy's own answer on stream <s>: written as the HTTP/1 codec writes it (the route's
  * shape, its request id, Retry-After), then sent as HTTP/2. Ends the exchange, if any.
@@ -589,6 +616,12 @@ static enum run stream_answer(struct h2s *s, int status, const char *detail, con
 		r = http_parse_response(b->data, (size_t)n, (size_t)n, x ? x->meth : HTTP_GET,
 					&w->head);
 	}
+	int grpc = s->grpc && !json && !s->submitted;
+	if (grpc) { /* in gRPC's terms: its client reads no HTTP status */
+		r = submit_grpc_answer(s, status, detail, rid) < 0 ? -1 : 1;
+		worker_buf_put(w, b);
+		b = NULL;
+	}
 	if (x) {
 		exchange_count_response(x, status);
 		x->log.status = status;
@@ -596,7 +629,7 @@ static enum run stream_answer(struct h2s *s, int status, const char *detail, con
 		exchange_free(x);
 		s->x = NULL;
 	}
-	if (r > 0) {
+	if (r > 0 && !grpc) {
 		buf_consume(b, (size_t)r);
 		worker_buf_put(w, s->own);
 		s->own = b;
@@ -986,7 +1019,9 @@ static void stream_start(struct h2s *s)
 	s->x = x;
 	s->pace = (struct xpace){0};
 	x->pace = &s->pace;
-	x->no_cache = 1; /* the cache's answers are not served over HTTP/2 yet */
+	x->no_cache = 1;		   /* the cache's answers are not served over HTTP/2 yet */
+	if (s->grpc && s->grpc_timeout_ms) /* the client's own deadline, from its start */
+		x->until_ms = s->since_ms + s->grpc_timeout_ms;
 	cl->requests++;
 	if (conf->limits.max_uri_bytes && h->path.len > conf->limits.max_uri_bytes) {
 		exchange_reply(x, 414, "request target longer than limits.max_uri_bytes", 0);
@@ -1089,6 +1124,11 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *f, nghttp2_rcbuf 
 		return 0;
 	}
 	head_line(s);
+	if (n.len == 12 && !memcmp(n.base, "content-type", 12))
+		s->grpc = (unsigned)http_grpc_is((const char *)v.base, v.len);
+	if (n.len == 12 && !memcmp(n.base, "grpc-timeout", 12) &&
+	    http_grpc_timeout_ms((const char *)v.base, v.len, &s->grpc_timeout_ms) < 0)
+		s->grpc_timeout_ms = 0; /* malformed: none */
 	if (!s->hh.err)
 		(void)h2head_field(&s->hh, (const char *)n.base, n.len, (const char *)v.base,
 				   v.len);

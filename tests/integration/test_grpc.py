@@ -3,12 +3,14 @@ proxy -> backend h2c, with a tiny service written with grpcio's generic handlers
 serializers (no .proto compiled): unary, server streaming, client streaming and bidi; routes
 on :path; the proxy's own errors as gRPC status codes; grpc-timeout as the deadline."""
 
+import socket
 import threading
 from concurrent import futures
 
 import grpc
 
 from harness import pool_yaml
+from test_h2 import H2Client
 
 SERVICE = "accel.test.Echo"
 
@@ -90,3 +92,68 @@ def test_grpc_all_four_kinds_through_the_proxy(env):
     except grpc.RpcError as e:
         assert e.code() == grpc.StatusCode.FAILED_PRECONDITION, e
         assert e.details() == "the backend says no"
+
+
+def _code(call):
+    try:
+        call()
+    except grpc.RpcError as e:
+        return e.code(), e.details()
+    raise AssertionError("the call succeeded")
+
+
+def test_grpc_proxy_errors_are_grpc_statuses(env):
+    port, calls = grpc_backend(env)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    keys = env.write("keys", "alice alice-secret-key-0123456789\nbob bob-secret-key-0123456789\n")
+    px = env.proxy(
+        "pools:\n" + pool_yaml("g", [port], extra="    protocol: h2c") +
+        pool_yaml("dead", [dead], extra="    protocol: h2c") +
+        "routes:\n"
+        f"  - match: {{path_prefix: /{SERVICE}/}}\n    pool: g\n"
+        "    auth:\n"
+        f"      api_keys_file: {keys}\n"
+        "      tenants: [alice]\n"
+        "  - match: {path_prefix: /accel.test.Dead/}\n    pool: dead\n",
+        extra="limits:\n  max_body_bytes: 64\n")
+    ch = _channel(env, px.port)
+    alice = (("authorization", "Bearer alice-secret-key-0123456789"),)
+    bob = (("authorization", "Bearer bob-secret-key-0123456789"),)
+    unary = _m(ch, "unary_unary", "Unary")
+    assert unary(b"ok", metadata=alice, timeout=10) == b"echo:ok"
+    # no route for the method: UNIMPLEMENTED
+    code, _ = _code(lambda: ch.unary_unary("/other.Service/Method")(b"", timeout=10))
+    assert code == grpc.StatusCode.UNIMPLEMENTED
+    # no backend: UNAVAILABLE
+    code, _ = _code(lambda: ch.unary_unary("/accel.test.Dead/M")(b"", timeout=10))
+    assert code == grpc.StatusCode.UNAVAILABLE
+    # auth: no key UNAUTHENTICATED, a tenant the route does not admit PERMISSION_DENIED
+    code, _ = _code(lambda: unary(b"x", timeout=10))
+    assert code == grpc.StatusCode.UNAUTHENTICATED
+    code, _ = _code(lambda: unary(b"x", metadata=bob, timeout=10))
+    assert code == grpc.StatusCode.PERMISSION_DENIED
+    # a limit (limits.max_body_bytes): RESOURCE_EXHAUSTED, with the proxy's reason
+    code, details = _code(lambda: unary(b"x" * 200, metadata=alice, timeout=10))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "max_body_bytes" in details
+    assert calls == ["unary"]  # none of the refused reached the backend
+
+
+def test_grpc_timeout_is_the_request_deadline(env):
+    """grpc-timeout ends the request at the proxy (DEADLINE_EXCEEDED, from the proxy itself:
+    a raw HTTP/2 client that keeps no deadline of its own sees it) and cancels the backend's
+    stream; grpcio's deadline works through the proxy too."""
+    port, _ = grpc_backend(env)
+    px = env.proxy("pools:\n" + pool_yaml("g", [port], extra="    protocol: h2c"))
+    c = H2Client(px.port)
+    sid = c.send("POST", f"/{SERVICE}/Slow", body=b"\0\0\0\0\0",
+                 headers=[("content-type", "application/grpc"), ("te", "trailers"),
+                          ("grpc-timeout", "300m")])
+    c.wait(lambda: sid in c.ended or sid in c.reset)
+    c.close()
+    hs = c.headers[sid]
+    assert hs["grpc-status"] == "4" and "grpc-timeout" in hs["grpc-message"], hs
+    ch = _channel(env, px.port)
+    code, _ = _code(lambda: _m(ch, "unary_unary", "Slow")(b"", timeout=0.3))
+    assert code == grpc.StatusCode.DEADLINE_EXCEEDED
