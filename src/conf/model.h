@@ -137,6 +137,7 @@ struct conf_health {
 	int enabled; /* a health: block was given */
 	char *path;
 	unsigned interval_ms, timeout_ms, fall, rise;
+	unsigned grpc; /* health.protocol: grpc: grpc.health.v1.Health/Check, not GET path */
 };
 
 /* pools[].engine_metrics: the backends' own Prometheus metrics, scraped as a load signal. */

@@ -283,6 +283,12 @@ static int check_protocol(struct rules_ctx *x, yaml_node_t *item, struct conf_po
 					  "the pool has no tls; use h2c for HTTP/2 over plain TCP, "
 					  "or give pools[].tls",
 					  p->name, b->ep.address);
+		if (p->health.grpc && b->protocol == CONF_PROTO_HTTP1)
+			return rules_fail(
+			    x, item,
+			    "pool '%s': health.protocol: grpc asks over HTTP/2, but "
+			    "backend %s speaks http1 (give the pool protocol: h2c or h2)",
+			    p->name, b->ep.address);
 		if (b->protocol == CONF_PROTO_H2C && p->tls)
 			return rules_fail(x, item,
 					  "pool '%s': backend %s speaks h2c (HTTP/2 over plain "
@@ -344,12 +350,22 @@ static int read_backends(struct rules_ctx *x, const struct rule *r, yaml_node_t 
 			       sizeof(struct conf_backend), read_backend_item);
 }
 
+static int read_health_protocol(struct rules_ctx *x, const struct rule *r, yaml_node_t *v,
+				void *field)
+{
+	static const char *const names[] = {"http", "grpc"};
+	(void)r;
+	return rules_read_choice(x, v, "health: protocol", names, 2, field);
+}
+
 static const struct rule health_rules[] = {
     {"path", RULE_STR, offsetof(struct conf_health, path), 0, 0, NULL, NULL},
     {"interval_ms", RULE_UINT, offsetof(struct conf_health, interval_ms), 10, MS_MAX, NULL, NULL},
     {"timeout_ms", RULE_UINT, offsetof(struct conf_health, timeout_ms), 1, MS_MAX, NULL, NULL},
     {"fall", RULE_UINT, offsetof(struct conf_health, fall), 1, 1000, NULL, NULL},
     {"rise", RULE_UINT, offsetof(struct conf_health, rise), 1, 1000, NULL, NULL},
+    {"protocol", RULE_SECTION, offsetof(struct conf_health, grpc), 0, 0, NULL,
+     read_health_protocol},
     RULES_END,
 };
 

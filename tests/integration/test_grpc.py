@@ -9,7 +9,7 @@ from concurrent import futures
 
 import grpc
 
-from harness import pool_yaml
+from harness import pool_yaml, request, wait_until
 from test_h2 import H2Client
 
 SERVICE = "accel.test.Echo"
@@ -157,3 +157,29 @@ def test_grpc_timeout_is_the_request_deadline(env):
     ch = _channel(env, px.port)
     code, _ = _code(lambda: _m(ch, "unary_unary", "Slow")(b"", timeout=0.3))
     assert code == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+def test_grpc_health_checking_protocol(env):
+    """pools.health.protocol: grpc asks grpc.health.v1.Health/Check: SERVING keeps the
+    backend up, NOT_SERVING takes it out."""
+    state = {"serving": True}
+
+    def check(req, ctx):
+        return b"\x08\x01" if state["serving"] else b"\x08\x02"
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+        "grpc.health.v1.Health",
+        {"Check": grpc.unary_unary_rpc_method_handler(check)}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    env.on_cleanup.append(lambda: server.stop(0))
+    px = env.proxy("pools:\n" + pool_yaml(
+        "g", [port], extra="    protocol: h2c\n"
+        "    health: {protocol: grpc, interval_ms: 50, fall: 1, rise: 1}"), workers=1)
+    ready = lambda: request(px.admin, "GET", "/readyz")[0]  # noqa: E731
+    wait_until(lambda: ready() == 200, "the backend up: SERVING")
+    state["serving"] = False
+    wait_until(lambda: ready() == 503, "the backend down: NOT_SERVING")
+    state["serving"] = True
+    wait_until(lambda: ready() == 200, "the backend up again")

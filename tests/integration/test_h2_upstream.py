@@ -272,6 +272,11 @@ def test_h2_upstream_config_checks(env):
                     "    backends: [127.0.0.1:2]\n")
     out = subprocess.run([BIN, "check", "-c", cfg], capture_output=True, text=True)
     assert out.returncode != 0 and "tls" in out.stderr + out.stdout
+    cfg = env.write("ok.yaml", "listen:\n  - 127.0.0.1:1\npools:\n  - name: p\n    protocol: h2c\n"
+                    "    http2_connections: 4\n    backends:\n"
+                    "      - {address: 127.0.0.1:2, protocol: http1}\n      - 127.0.0.1:3\n")
+    out = subprocess.run([BIN, "check", "-c", cfg], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
 
 
 def _tls_backend_ctx(env, alpn):
@@ -306,3 +311,23 @@ def test_h2_upstream_tls_without_h2_alpn_fails_the_connect(env):
     px = _proxy(env, be, protocol="h2", extra_pool=f"tls: {{ca: {pem}}}", workers=1)
     status, _, _ = request(px.port, "GET", "/x")
     assert status == 502
+
+
+def test_h2_upstream_health_checks_speak_http2(env):
+    state = {"health": "200"}
+
+    def behave(backend, conn, sock, sid, req):
+        if req["headers"][":path"] != "/health":
+            return False
+        conn.send_headers(sid, [(":status", state["health"])], end_stream=True)
+        return True
+
+    be = H2Backend(env, behave=behave)
+    px = _proxy(env, be, workers=1,
+                extra_pool="health: {path: /health, interval_ms: 50, fall: 1, rise: 1}")
+    ready = lambda: request(px.admin, "GET", "/readyz")[0]  # noqa: E731
+    wait_until(lambda: ready() == 200, "the h2c backend up by its HTTP/2 health check")
+    state["health"] = "503"
+    wait_until(lambda: ready() == 503, "the backend down: its check answered 503")
+    state["health"] = "204"
+    wait_until(lambda: ready() == 200, "the backend up again")
