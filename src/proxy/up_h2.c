@@ -428,7 +428,8 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *f, nghttp2_rcbuf 
 			st = st * 10 + (v.base[i] - '0');
 		s->status = st;
 		int k = snprintf(line, sizeof(line), "HTTP/1.1 %03d \r\n", st);
-		err = rin_put(s, line, (size_t)k);
+		/* no 101 over HTTP/2 (RFC 9113 8.6): a stream is never a tunnel */
+		err = st == 101 ? -EPROTO : rin_put(s, line, (size_t)k);
 	} else if (n.len && n.base[0] == ':') {
 		return 0;
 	} else if (s->head_in) {
@@ -834,7 +835,8 @@ struct upconn *up_h2_get(struct worker *w, struct backend *be, int *err)
 	s->up.writable = c->ready;
 	list_push_back(&c->streams, &s->link);
 	c->nstreams++;
-	loop_timer_stop(w->loop, &c->timer);
+	if (!c->told.count) /* not idle any more; a kick still due stays */
+		loop_timer_stop(w->loop, &c->timer);
 	return &s->up;
 }
 
