@@ -185,3 +185,87 @@ size_t h2head_trailer_fields(char *p, size_t len, struct h2head_field *out, size
 	}
 	return n;
 }
+
+static int chunked(const struct h2resp *r)
+{
+	return r->head_in && !r->has_cl && r->status != 204 && r->status != 304;
+}
+
+static int put_at(char *p, size_t cap, const char *s, size_t n)
+{
+	if (n > cap)
+		return -1;
+	memcpy(p, s, n);
+	return (int)n;
+}
+
+int h2resp_field(struct h2resp *r, char *p, size_t cap, const char *name, size_t nlen,
+		 const char *value, size_t vlen)
+{
+	if (nlen == 7 && !memcmp(name, ":status", 7)) {
+		int st = 0;
+		for (size_t i = 0; i < vlen && i < 3; i++)
+			st = st * 10 + (value[i] - '0');
+		if (vlen != 3 || st < 100 || st > 599 || st == 101)
+			return -1; /* no 101 over HTTP/2 (RFC 9113 8.6): never a tunnel */
+		r->status = st;
+		if (cap < 16)
+			return -1;
+		int k = snprintf(p, cap, "HTTP/1.1 %03d \r\n", st);
+		return k > 0 && (size_t)k < cap ? k : -1;
+	}
+	if (nlen && name[0] == ':')
+		return 0;
+	int pre = 0;
+	if (r->head_in) {
+		if (!chunked(r) || !h2head_trailer_ok(name, nlen))
+			return 0;
+		if (!r->trailers) {
+			if ((pre = put_at(p, cap, "0\r\n", 3)) < 0)
+				return -1;
+			r->trailers = 1;
+		}
+	} else if (nlen == 14 && !memcmp(name, "content-length", 14)) {
+		r->has_cl = 1;
+	}
+	int k = h2head_trailer_line(p + pre, cap - (size_t)pre, name, nlen, value, vlen);
+	return k < 0 ? -1 : pre + k;
+}
+
+int h2resp_head_end(struct h2resp *r, char *p, size_t cap, int end_stream)
+{
+	if (!r->status)
+		return -1;
+	if (r->status < 200) {
+		r->has_cl = 0;
+		r->status = 0;
+		return put_at(p, cap, "\r\n", 2); /* an interim: the final head follows */
+	}
+	r->head_in = 1;
+	const char *framing = r->has_cl || r->status == 204 || r->status == 304 ? "\r\n"
+			      : end_stream ? "Content-Length: 0\r\n\r\n"
+					   : "Transfer-Encoding: chunked\r\n\r\n";
+	return put_at(p, cap, framing, strlen(framing));
+}
+
+int h2resp_data_begin(const struct h2resp *r, char *p, size_t cap, size_t len)
+{
+	if (!chunked(r) || !len)
+		return 0;
+	if (cap < 20)
+		return -1;
+	int k = snprintf(p, cap, "%zx\r\n", len);
+	return k > 0 && (size_t)k < cap ? k : -1;
+}
+
+int h2resp_data_end(const struct h2resp *r, char *p, size_t cap, size_t len)
+{
+	return chunked(r) && len ? put_at(p, cap, "\r\n", 2) : 0;
+}
+
+int h2resp_end(struct h2resp *r, char *p, size_t cap)
+{
+	if (!chunked(r))
+		return 0;
+	return r->trailers ? put_at(p, cap, "\r\n", 2) : put_at(p, cap, "0\r\n\r\n", 5);
+}

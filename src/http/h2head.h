@@ -68,4 +68,31 @@ struct h2head_field {
  */
 size_t h2head_trailer_fields(char *p, size_t len, struct h2head_field *out, size_t max);
 
+/*
+ * The other way (proxy/up_h2.c): an HTTP/2 response written as the HTTP/1.1 bytes a backend
+ * would have sent: its status line and fields (interim heads first, each ended), the final
+ * head's framing (the backend's content-length kept, else chunked, or Content-Length: 0 when
+ * the head ends the stream), the body's chunk framing, and its trailers as the trailer
+ * section (none when the body has a content-length). Each call writes into p[0..cap) and
+ * returns its length, or -1: no room, a field no HTTP/1 line may carry, or a 101 (no tunnel
+ * over HTTP/2).
+ */
+struct h2resp {
+	int status;	       /* the head's :status */
+	unsigned has_cl : 1;   /* the final head gave content-length */
+	unsigned head_in : 1;  /* the final head is written: what follows is body, trailers */
+	unsigned trailers : 1; /* the trailer section has begun */
+};
+/* One field of a head or of the trailers (:status makes the status line; other pseudo-header
+ * fields and trailers that may not cross, h2head_trailer_ok(), write nothing). */
+int h2resp_field(struct h2resp *r, char *p, size_t cap, const char *name, size_t nlen,
+		 const char *value, size_t vlen);
+/* A head's end (<end_stream>: it ends the response). */
+int h2resp_head_end(struct h2resp *r, char *p, size_t cap, int end_stream);
+/* What goes before <len> body bytes (a chunk's size line), and after them (its CRLF). */
+int h2resp_data_begin(const struct h2resp *r, char *p, size_t cap, size_t len);
+int h2resp_data_end(const struct h2resp *r, char *p, size_t cap, size_t len);
+/* The response's end: a chunked body's last chunk, or its trailer section's end. */
+int h2resp_end(struct h2resp *r, char *p, size_t cap);
+
 #endif

@@ -57,15 +57,13 @@ struct up_h2s {
 	struct buf *trail;	/* the request's trailer section */
 	struct buf *rin;	/* the response as HTTP/1.1, not yet in up.in */
 	uint64_t unconsumed;	/* response DATA bytes whose credit has not gone back */
-	int status;		/* the response's :status, once it came */
+	struct h2resp rs;	/* the response, as written into rin so far (http/h2head.h) */
 	int err;	       /* the stream failed (-errno): told to the reader once rin drained */
 	unsigned listed : 1;   /* on c->told */
 	unsigned deferred : 1; /* nghttp2 waits for request body bytes */
-	unsigned head_in : 1;  /* the final response head is in rin */
-	unsigned resp_cl : 1;  /* ... with a content-length: the body goes as it comes */
-	unsigned trailers : 1; /* the response's trailer section has begun */
-	unsigned resp_end : 1; /* the response is whole */
-	unsigned closed : 1;   /* nghttp2 closed the stream */
+
+	unsigned resp_end : 1;	 /* the response is whole */
+	unsigned closed : 1;	 /* nghttp2 closed the stream */
 	unsigned ended_told : 1; /* err went to the reader */
 };
 
@@ -106,18 +104,25 @@ static void stream_unmark(struct up_h2s *s)
 	s->listed = 0;
 }
 
-/* Append p[0..n) to the stream's waiting response. 0, or -ENOSPC: the backend sent past
- * what a buffer holds (its window is a quarter of one, so only framing overhead gets here). */
-static int rin_put(struct up_h2s *s, const char *p, size_t n)
+/* The room at the end of the stream's waiting response, *cap bytes (compacted when short);
+ * NULL without a buffer. */
+static char *rin_room(struct up_h2s *s, size_t *cap)
 {
-	struct worker *w = s->up.w;
-	if (!s->rin && !(s->rin = buf_get(&w->bufs)))
-		return -ENOMEM;
-	if (buf_room(s->rin) < n)
+	if (!s->rin && !(s->rin = buf_get(&s->up.w->bufs)))
+		return NULL;
+	if (buf_room(s->rin) < s->rin->cap / 4)
 		buf_compact(s->rin);
-	if (buf_room(s->rin) < n)
-		return -ENOSPC;
-	memcpy(s->rin->data + s->rin->end, p, n);
+	*cap = buf_room(s->rin);
+	return s->rin->data + s->rin->end;
+}
+
+/* An h2resp_* write of <n> bytes into rin_room() went (n < 0: it did not fit, or the backend
+ * sent what HTTP/1.1 cannot carry). 0, or -EPROTO. Its window is a quarter of a buffer, so
+ * only the framing of tiny DATA frames or a huge head gets to no room. */
+static int rin_wrote(struct up_h2s *s, int n)
+{
+	if (n < 0)
+		return -EPROTO;
 	s->rin->end += (uint32_t)n;
 	return 0;
 }
@@ -420,39 +425,10 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *f, nghttp2_rcbuf 
 	if (!s || s->err)
 		return 0;
 	nghttp2_vec n = nghttp2_rcbuf_get_buf(name), v = nghttp2_rcbuf_get_buf(value);
-	char line[64];
-	int err = 0;
-	if (n.len == 7 && !memcmp(n.base, ":status", 7)) {
-		int st = 0;
-		for (size_t i = 0; i < v.len && i < 3; i++)
-			st = st * 10 + (v.base[i] - '0');
-		s->status = st;
-		int k = snprintf(line, sizeof(line), "HTTP/1.1 %03d \r\n", st);
-		/* no 101 over HTTP/2 (RFC 9113 8.6): a stream is never a tunnel */
-		err = st == 101 ? -EPROTO : rin_put(s, line, (size_t)k);
-	} else if (n.len && n.base[0] == ':') {
-		return 0;
-	} else if (s->head_in) {
-		/* trailers: the trailer section, behind the last chunk, of a chunked body */
-		if (s->resp_cl || !h2head_trailer_ok((const char *)n.base, n.len))
-			return 0;
-		if (!s->trailers) {
-			s->trailers = 1;
-			err = rin_put(s, "0\r\n", 3);
-		}
-		if (!err && !(err = rin_put(s, (const char *)n.base, n.len)) &&
-		    !(err = rin_put(s, ": ", 2)) &&
-		    !(err = rin_put(s, (const char *)v.base, v.len)))
-			err = rin_put(s, "\r\n", 2);
-	} else {
-		if (n.len == 14 && !memcmp(n.base, "content-length", 14))
-			s->resp_cl = 1;
-		if (!(err = rin_put(s, (const char *)n.base, n.len)) &&
-		    !(err = rin_put(s, ": ", 2)) &&
-		    !(err = rin_put(s, (const char *)v.base, v.len)))
-			err = rin_put(s, "\r\n", 2);
-	}
-	if (err)
+	size_t cap;
+	char *p = rin_room(s, &cap);
+	if (!p || rin_wrote(s, h2resp_field(&s->rs, p, cap, (const char *)n.base, n.len,
+					    (const char *)v.base, v.len)) < 0)
 		stream_fail(s, -EPROTO);
 	return 0;
 }
@@ -460,32 +436,20 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *f, nghttp2_rcbuf 
 /* A response head's end: its framing, as HTTP/1.1 writes it. */
 static void head_end(struct up_h2s *s, int end_stream)
 {
-	int err;
-	if (s->status < 200) {
-		s->resp_cl = 0;
-		err = rin_put(s, "\r\n", 2); /* an interim: the final head follows */
-	} else {
-		s->head_in = 1;
-		const char *framing = s->resp_cl || s->status == 204 || s->status == 304 ? ""
-				      : end_stream ? "Content-Length: 0\r\n"
-						   : "Transfer-Encoding: chunked\r\n";
-		err = rin_put(s, framing, strlen(framing));
-		if (!err)
-			err = rin_put(s, "\r\n", 2);
-	}
-	if (err)
+	size_t cap;
+	char *p = rin_room(s, &cap);
+	if (!p || rin_wrote(s, h2resp_head_end(&s->rs, p, cap, end_stream)) < 0)
 		stream_fail(s, -EPROTO);
 }
 
 /* The response's end (END_STREAM): a chunked body's last chunk and the end of its trailers. */
 static void resp_end(struct up_h2s *s)
 {
+	size_t cap;
 	s->resp_end = 1;
-	if (s->head_in && !s->resp_cl && s->status != 204 && s->status != 304 && !s->err) {
-		int err = s->trailers ? rin_put(s, "\r\n", 2) : rin_put(s, "0\r\n\r\n", 5);
-		if (err)
-			stream_fail(s, -EPROTO);
-	}
+	char *p = s->err ? NULL : rin_room(s, &cap);
+	if (p && rin_wrote(s, h2resp_end(&s->rs, p, cap)) < 0)
+		stream_fail(s, -EPROTO);
 }
 
 static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
@@ -500,9 +464,10 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
 	if (!s || s->err)
 		return 0;
 	int end = (f->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
-	if (f->hd.type == NGHTTP2_HEADERS && !s->head_in)
+	if (f->hd.type == NGHTTP2_HEADERS && !s->rs.head_in)
 		head_end(s, end);
-	if ((f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) && end && s->head_in)
+	if ((f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) && end && s->rs.head_in &&
+	    !s->err)
 		resp_end(s);
 	stream_mark(s);
 	return 0;
@@ -514,22 +479,22 @@ static int on_data(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t
 	struct up_h2 *c = ud;
 	(void)flags;
 	struct up_h2s *s = stream_of(c, id);
-	if (!s || s->err || !s->head_in) {
+	if (!s || s->err || !s->rs.head_in) {
 		nghttp2_session_consume(ss, id, len);
 		return 0;
 	}
-	char line[24];
-	int err = 0;
-	if (!s->resp_cl && len) {
-		int k = snprintf(line, sizeof(line), "%zx\r\n", len);
-		err = rin_put(s, line, (size_t)k);
-	}
-	if (!err && len)
-		err = rin_put(s, (const char *)data, len);
-	if (!err && !s->resp_cl && len)
-		err = rin_put(s, "\r\n", 2);
 	s->unconsumed += len;
-	if (err)
+	size_t cap;
+	char *p = rin_room(s, &cap);
+	int k = p ? h2resp_data_begin(&s->rs, p, cap, len) : -1;
+	if (k < 0 || cap - (size_t)k < len) {
+		stream_fail(s, -EPROTO);
+		return 0;
+	}
+	memcpy(p + k, data, len);
+	s->rin->end += (uint32_t)((size_t)k + len);
+	p = rin_room(s, &cap);
+	if (!p || rin_wrote(s, h2resp_data_end(&s->rs, p, cap, len)) < 0)
 		stream_fail(s, -EPROTO);
 	return 0;
 }
