@@ -138,6 +138,8 @@ static void stream_fail(struct up_h2s *s, int err)
 	stream_mark(s);
 }
 
+static int conn_flush(struct up_h2 *c);
+
 static void credit_back(struct up_h2s *s)
 {
 	if (!s->unconsumed || !s->c || !s->id || s->closed)
@@ -146,6 +148,8 @@ static void credit_back(struct up_h2s *s)
 		return;
 	nghttp2_session_consume(s->c->ss, s->id, s->unconsumed);
 	s->unconsumed = 0;
+	if (!s->c->busy) /* the WINDOW_UPDATE goes now: the backend waits for it */
+		(void)conn_flush(s->c);
 }
 
 int up_h2_pull(struct upconn *up)
@@ -156,8 +160,12 @@ int up_h2_pull(struct upconn *up)
 	while (nc->reading && nc->rd && s->rin && buf_len(s->rin)) {
 		char *p;
 		size_t room;
-		if (nc->rd->alloc(nc->rd_arg, &p, &room) < 0)
-			break; /* no room: the client has not taken what came */
+		if (nc->rd->alloc(nc->rd_arg, &p, &room) < 0) {
+			/* no room: the client has not taken what came. Reading pauses, as the
+			 * transport's does, so the upstream half starts it (and pulls) again */
+			net_conn_read_stop(nc);
+			break;
+		}
 		size_t k = buf_len(s->rin) < room ? buf_len(s->rin) : room;
 		memcpy(p, buf_head(s->rin), k);
 		buf_consume(s->rin, k);
@@ -313,8 +321,6 @@ static size_t take_body(struct up_h2s *s, const char *p, size_t len)
 	}
 	return took;
 }
-
-static int conn_flush(struct up_h2 *c);
 
 ssize_t up_h2_writev(struct upconn *up, const struct iovec *iov, int n)
 {

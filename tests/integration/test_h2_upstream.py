@@ -331,3 +331,59 @@ def test_h2_upstream_health_checks_speak_http2(env):
     wait_until(lambda: ready() == 503, "the backend down: its check answered 503")
     state["health"] = "204"
     wait_until(lambda: ready() == 200, "the backend up again")
+
+
+def test_h2_upstream_large_response_to_slow_clients(env):
+    """A response many buffers long, to an HTTP/1.1 client and an HTTP/2 one that read in
+    small pieces: it arrives whole, the backend's stream held to the client's pace (its
+    window given back only as the client takes the bytes)."""
+    import time
+    big = bytes(range(256)) * 4096  # 1 MiB
+
+    def behave(backend, conn, sock, sid, req):
+        if req["headers"][":path"] != "/big":
+            return False
+
+        def send():  # as the backend's windows allow
+            conn.send_headers(sid, [(":status", "200")])
+            sent = 0
+            while sent < len(big):
+                room = min(conn.local_flow_control_window(sid), conn.max_outbound_frame_size)
+                if room <= 0:
+                    time.sleep(0.005)
+                    continue
+                conn.send_data(sid, big[sent:sent + room])
+                sent += room
+                sock.sendall(conn.data_to_send())
+            conn.end_stream(sid)
+            sock.sendall(conn.data_to_send())
+        threading.Thread(target=send, daemon=True).start()
+        return True
+
+    be = H2Backend(env, behave=behave)
+    px = _proxy(env, be, workers=1)
+    s = socket.create_connection(("127.0.0.1", px.port), timeout=20)
+    s.sendall(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+    got = b""
+    while b"\r\n\r\n" not in got:
+        got += s.recv(65536)
+    head, body = got.split(b"\r\n\r\n", 1)
+    want = len(big)
+    # chunked: read to the last chunk, a little at a time
+    while not body.endswith(b"0\r\n\r\n"):
+        body += s.recv(4096)
+    s.close()
+    payload, rest = b"", body
+    while True:
+        size_line, rest = rest.split(b"\r\n", 1)
+        n = int(size_line, 16)
+        if not n:
+            break
+        payload += rest[:n]
+        rest = rest[n + 2:]
+    assert len(payload) == want and payload == big
+    c = H2Client(px.port)
+    sid = c.send("GET", "/big")
+    c.wait(lambda: sid in c.ended or sid in c.reset)
+    c.close()
+    assert c.body[sid] == big
