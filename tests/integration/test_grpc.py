@@ -11,6 +11,7 @@ import grpc
 
 from harness import pool_yaml, request, wait_until
 from test_h2 import H2Client
+from test_h2_upstream import H2Backend
 
 SERVICE = "accel.test.Echo"
 
@@ -141,11 +142,12 @@ def test_grpc_proxy_errors_are_grpc_statuses(env):
 
 
 def test_grpc_timeout_is_the_request_deadline(env):
-    """grpc-timeout ends the request at the proxy (DEADLINE_EXCEEDED, from the proxy itself:
-    a raw HTTP/2 client that keeps no deadline of its own sees it) and cancels the backend's
-    stream; grpcio's deadline works through the proxy too."""
-    port, _ = grpc_backend(env)
-    px = env.proxy("pools:\n" + pool_yaml("g", [port], extra="    protocol: h2c"))
+    """grpc-timeout ends the request at the proxy: a backend that never answers (and keeps no
+    deadline of its own) leaves the proxy to answer DEADLINE_EXCEEDED, and its stream is
+    cancelled; a raw HTTP/2 client that keeps no deadline either sees the proxy's answer.
+    grpcio's own deadline works through the proxy too."""
+    silent = H2Backend(env, behave=lambda *a: True)  # takes each request, answers none
+    px = env.proxy("pools:\n" + pool_yaml("g", [silent.port], extra="    protocol: h2c"))
     c = H2Client(px.port)
     sid = c.send("POST", f"/{SERVICE}/Slow", body=b"\0\0\0\0\0",
                  headers=[("content-type", "application/grpc"), ("te", "trailers"),
@@ -154,6 +156,7 @@ def test_grpc_timeout_is_the_request_deadline(env):
     c.close()
     hs = c.headers[sid]
     assert hs["grpc-status"] == "4" and "grpc-timeout" in hs["grpc-message"], hs
+    wait_until(lambda: silent.resets >= 1, "the backend's stream cancelled")
     ch = _channel(env, px.port)
     code, _ = _code(lambda: _m(ch, "unary_unary", "Slow")(b"", timeout=0.3))
     assert code == grpc.StatusCode.DEADLINE_EXCEEDED

@@ -31,7 +31,7 @@ class H2Backend:
         self.port = self.srv.getsockname()[1]
         self.max_streams, self.behave, self.tls = max_streams, behave, tls
         self.accepted, self.requests, self.lock = 0, 0, threading.Lock()
-        self.most_at_once = 0
+        self.most_at_once, self.resets = 0, 0
         env.on_cleanup.append(self.srv.close)
         threading.Thread(target=self.serve, daemon=True).start()
 
@@ -85,6 +85,8 @@ class H2Backend:
                             self.answer(conn, e.stream_id, req)
                     elif isinstance(e, h2.events.StreamReset):
                         open_now.discard(e.stream_id)
+                        with self.lock:
+                            self.resets += 1
                 out = conn.data_to_send()
                 if out:
                     sock.sendall(out)
