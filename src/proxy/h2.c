@@ -25,15 +25,18 @@
  *
  * Responses: the final head goes through the same rewrite as an HTTP/1 client's (X-Request-Id,
  * response_headers) and is submitted with its hop-by-hop fields dropped and names in lower
- * case; its body stays in the upstream connection's input (up->in) until nghttp2 asks for it
+ * case (a response with no body as HEADERS that end the stream, so a gRPC trailers-only answer
+ * stays one); its body stays in the upstream connection's input (up->in) until nghttp2 asks for it
  * (a chunked body's framing dropped as it goes), one copy into the frame nghttp2 writes. A
  * client whose window is closed takes nothing, so up->in stays full and the backend is not
  * read: the proxy never holds more than a buffer of any response. Trailers cross both ways: a
  * request's go to the backend in the chunked body's trailer section, a chunked response's
  * trailer section (kept in trail as take_body passes it) goes out as HTTP/2 trailers. The proxy's
  * own answers are written by the HTTP/1 writers (rewrite_error(), rewrite_json()) into a buffer of
- * the stream and sent from there. A stream reset by the client (RST_STREAM) ends its exchange at
- * once: its backend connection is closed, the cancellation an engine understands.
+ * the stream and sent from there; to a gRPC request they are trailers-only responses with the
+ * gRPC status they stand for (http/grpc.h), and its grpc-timeout is its deadline. A stream
+ * reset by the client (RST_STREAM) ends its exchange at once: its backend connection is closed
+ * (an HTTP/2 backend's stream reset), the cancellation an engine understands.
  *
  * Deadlines: a stream's exchange keeps its own (proxy/deadline.h); a stream with none waits on
  * its client alone, and the connection's timer bounds that too: a header block left unfinished

@@ -5,10 +5,10 @@
  * protocol h2) owned by a struct up_h2 that keeps its nghttp2 client session; the worker keeps
  * them in one list per backend id (w->h2_conns). nghttp2 reads the frames (mem_recv) and calls
  * back; the callbacks only write what came into the stream's waiting input (rin: the response
- * as HTTP/1.1) and mark the stream for its owner. Owners hear of their stream only from the
- * connection's own event or timer, never from within a call they made (a write, a let-go),
- * so no owner is entered twice: what a call changes is told through a kick of the
- * connection's timer. nghttp2 is never entered from its own callbacks.
+ * as HTTP/1.1, written by http/h2head.h's h2resp_*) and mark the stream for its owner. Owners hear
+ * of their stream only from the connection's own event or timer, never from within a call they made
+ * (a write, a let-go), so no owner is entered twice: what a call changes is told through a kick of
+ * the connection's timer. nghttp2 is never entered from its own callbacks.
  *
  * Flow control is ours, as the client codec's (h2.c): nghttp2's automatic WINDOW_UPDATE is
  * off; a stream's window is a quarter of a buffer, and credit goes back only as its response
