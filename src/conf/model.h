@@ -91,10 +91,20 @@ enum conf_discover {
 	DISCOVER_SRV,  /* "NAME": its SRV records' targets, ports and weights */
 };
 
+/* pools[].protocol, backends[].protocol: how the proxy speaks to a backend (proxy/up_h2.h). */
+enum conf_protocol {
+	CONF_PROTO_HTTP1, /* HTTP/1.1 (over TLS with pools[].tls) */
+	CONF_PROTO_H2,	  /* HTTP/2 over TLS, ALPN h2: the pool has tls */
+	CONF_PROTO_H2C,	  /* HTTP/2 over plain TCP, with prior knowledge */
+};
+
 struct conf_backend {
-	struct conf_listen ep;	  /* where the backend listens */
-	unsigned weight;	  /* 1..1000, default 1 */
-	unsigned max_concurrency; /* 0: no cap */
+	struct conf_listen ep;	    /* where the backend listens */
+	unsigned protocol;	    /* enum conf_protocol: its own, else the pool's */
+	unsigned protocol_given;    /* backends[].protocol was given */
+	unsigned http2_connections; /* its pool's: connections to it per worker, for HTTP/2 */
+	unsigned weight;	    /* 1..1000, default 1 */
+	unsigned max_concurrency;   /* 0: no cap */
 	/* backends[].tls: this backend's own sni and verify_name (NULL: the pool's) */
 	struct {
 		char *sni, *verify_name;
@@ -127,6 +137,7 @@ struct conf_health {
 	int enabled; /* a health: block was given */
 	char *path;
 	unsigned interval_ms, timeout_ms, fall, rise;
+	unsigned grpc; /* health.protocol: grpc: grpc.health.v1.Health/Check, not GET path */
 };
 
 /* pools[].engine_metrics: the backends' own Prometheus metrics, scraped as a load signal. */
@@ -197,11 +208,13 @@ struct conf_pool {
 	unsigned retry_budget_pct; /* retries stay under this share of requests */
 	struct conf_outlier outlier;
 	struct conf_hash hash;
-	char *load_header;	       /* a backend's own queue depth, read from its responses */
-	unsigned load_ttl_ms;	       /* ... and believed this long */
-	unsigned hedge_after_ms;       /* send an idempotent request again after this; 0: never */
-	int can_queue;		       /* some backend has max_concurrency: requests may wait */
-	int has_models;		       /* some backend lists backends[].models */
+	char *load_header;	    /* a backend's own queue depth, read from its responses */
+	unsigned load_ttl_ms;	    /* ... and believed this long */
+	unsigned hedge_after_ms;    /* send an idempotent request again after this; 0: never */
+	unsigned protocol;	    /* enum conf_protocol: pools[].protocol (each backend's own) */
+	unsigned http2_connections; /* HTTP/2 backends: connections to each, per worker */
+	int can_queue;		    /* some backend has max_concurrency: requests may wait */
+	int has_models;		    /* some backend lists backends[].models */
 	struct conf_upstream_tls *tls; /* NULL: plain TCP to the backends */
 	struct conf_engine_metrics engine_metrics;
 	struct conf_pd pd; /* disaggregation: */

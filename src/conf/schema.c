@@ -14,6 +14,7 @@
  * it is not.
  */
 #include "conf/schema.h"
+#include "core/container.h"
 #include "conf/pool_policy.h"
 #include "conf/schema_guard.h"
 #include "conf/schema_model.h"
@@ -251,6 +252,52 @@ static int read_trusted_proxies(struct rules_ctx *x, const struct rule *r, yaml_
 
 /* --- pools --- */
 
+static const char *const protocol_names[] = {"http1", "h2", "h2c"};
+
+static int read_protocol(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	(void)r;
+	return rules_read_choice(x, v, "protocol", protocol_names, 3, field);
+}
+
+static int read_backend_protocol(struct rules_ctx *x, const struct rule *r, yaml_node_t *v,
+				 void *field)
+{
+	struct conf_backend *b = container_of(field, struct conf_backend, protocol);
+	b->protocol_given = 1;
+	return read_protocol(x, r, v, field);
+}
+
+/* Each backend's protocol, its own or the pool's; HTTP/2 over TLS needs the pool's tls, and
+ * h2c none. */
+static int check_protocol(struct rules_ctx *x, yaml_node_t *item, struct conf_pool *p)
+{
+	for (size_t j = 0; j < p->nbackends; j++) {
+		struct conf_backend *b = &p->backends[j];
+		if (!b->protocol_given)
+			b->protocol = p->protocol;
+		b->http2_connections = p->http2_connections;
+		if (b->protocol == CONF_PROTO_H2 && !p->tls)
+			return rules_fail(x, item,
+					  "pool '%s': backend %s speaks h2 (HTTP/2 over TLS) but "
+					  "the pool has no tls; use h2c for HTTP/2 over plain TCP, "
+					  "or give pools[].tls",
+					  p->name, b->ep.address);
+		if (p->health.grpc && b->protocol == CONF_PROTO_HTTP1)
+			return rules_fail(
+			    x, item,
+			    "pool '%s': health.protocol: grpc asks over HTTP/2, but "
+			    "backend %s speaks http1 (give the pool protocol: h2c or h2)",
+			    p->name, b->ep.address);
+		if (b->protocol == CONF_PROTO_H2C && p->tls)
+			return rules_fail(x, item,
+					  "pool '%s': backend %s speaks h2c (HTTP/2 over plain "
+					  "TCP) but the pool has tls; use h2 for HTTP/2 over TLS",
+					  p->name, b->ep.address);
+	}
+	return 0;
+}
+
 static const struct rule backend_rules[] = {
     {"address", RULE_SECTION, offsetof(struct conf_backend, ep), 0, 0, NULL,
      schema_read_backend_address},
@@ -259,6 +306,8 @@ static const struct rule backend_rules[] = {
     {"max_backends", RULE_UINT, offsetof(struct conf_backend, discover_max), 1, LB_MAX_BACKENDS,
      NULL, NULL},
     {"weight", RULE_UINT, offsetof(struct conf_backend, weight), 1, 1000, NULL, NULL},
+    {"protocol", RULE_SECTION, offsetof(struct conf_backend, protocol), 0, 0, NULL,
+     read_backend_protocol},
     {"max_concurrency", RULE_UINT, offsetof(struct conf_backend, max_concurrency), 0, 1000000, NULL,
      NULL},
     {"tls", RULE_SECTION, 0, 0, 0, schema_backend_tls_rules, schema_read_backend_tls},
@@ -301,12 +350,22 @@ static int read_backends(struct rules_ctx *x, const struct rule *r, yaml_node_t 
 			       sizeof(struct conf_backend), read_backend_item);
 }
 
+static int read_health_protocol(struct rules_ctx *x, const struct rule *r, yaml_node_t *v,
+				void *field)
+{
+	static const char *const names[] = {"http", "grpc"};
+	(void)r;
+	return rules_read_choice(x, v, "health: protocol", names, 2, field);
+}
+
 static const struct rule health_rules[] = {
     {"path", RULE_STR, offsetof(struct conf_health, path), 0, 0, NULL, NULL},
     {"interval_ms", RULE_UINT, offsetof(struct conf_health, interval_ms), 10, MS_MAX, NULL, NULL},
     {"timeout_ms", RULE_UINT, offsetof(struct conf_health, timeout_ms), 1, MS_MAX, NULL, NULL},
     {"fall", RULE_UINT, offsetof(struct conf_health, fall), 1, 1000, NULL, NULL},
     {"rise", RULE_UINT, offsetof(struct conf_health, rise), 1, 1000, NULL, NULL},
+    {"protocol", RULE_SECTION, offsetof(struct conf_health, grpc), 0, 0, NULL,
+     read_health_protocol},
     RULES_END,
 };
 
@@ -454,6 +513,8 @@ static const struct rule pool_rules[] = {
     {"queue", RULE_SECTION, 0, 0, 0, queue_rules, NULL},
     POOL_UINT("ewma_decay_ms", ewma_decay_ms, 1, MS_MAX),
     POOL_UINT("hedge_after_ms", hedge_after_ms, 0, MS_MAX),
+    {"protocol", RULE_SECTION, offsetof(struct conf_pool, protocol), 0, 0, NULL, read_protocol},
+    POOL_UINT("http2_connections", http2_connections, 1, 64),
     POOL_UINT("spare_backends", spare_backends, 0, LB_MAX_BACKENDS),
     {"load_header", RULE_STR, offsetof(struct conf_pool, load_header), 0, 0, NULL, NULL},
     POOL_UINT("load_ttl_ms", load_ttl_ms, 1, MS_MAX),
@@ -494,6 +555,7 @@ static void pool_set_defaults(struct conf_pool *p)
 	p->ewma_decay_ms = 1000;
 	p->load_ttl_ms = 1000;
 	p->retry_budget_pct = 20;
+	p->http2_connections = 1;
 	p->spare_backends = UINT32_MAX; /* not given: check_spare() chooses */
 	p->outlier = (struct conf_outlier){.ejection_ms = 30000, .max_ejection_pct = 50};
 	p->hash = (struct conf_hash){
@@ -577,8 +639,9 @@ static int check_pool(struct rules_ctx *x, yaml_node_t *item, struct conf_pool *
 		if (p->tls && schema_backend_tls_names(p->tls, &p->backends[j]) < 0)
 			return rules_fail(x, item, "out of memory");
 	}
-	int derr = schema_discovery_check_pool(x, item, p);
-	if (derr || (derr = schema_forward_check_pool(x, item, p)))
+	int derr = check_protocol(x, item, p);
+	if (derr || (derr = schema_discovery_check_pool(x, item, p)) ||
+	    (derr = schema_forward_check_pool(x, item, p)))
 		return derr;
 	if (!p->health.timeout_ms)
 		p->health.timeout_ms = p->health.interval_ms < 2000 ? p->health.interval_ms : 2000;

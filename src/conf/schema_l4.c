@@ -185,6 +185,12 @@ int schema_check_l4(struct rules_ctx *x, yaml_node_t *root, struct conf *c)
 					  "'mode: tcp' connections (HTTP backends hear "
 					  "X-Forwarded-For)",
 					  c->pools[j].name);
+		for (size_t k = 0; c->pools[j].l4 && k < c->pools[j].nbackends; k++)
+			if (c->pools[j].backends[k].protocol != CONF_PROTO_HTTP1)
+				return rules_fail(x, item,
+						  "pools: '%s': protocol is for pools that serve "
+						  "routes ('mode: tcp' relays bytes as they come)",
+						  c->pools[j].name);
 	}
 	if (http && !c->nroutes && c->pools[0].l4)
 		return rules_fail(x, item_of(x, root, "pools", 0),

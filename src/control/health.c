@@ -2,7 +2,9 @@
  * health.c - the checks behind health.h. Each check is a probe (control/probe.h: one HTTP GET
  * to the backend from the main loop, connect, TLS handshake under pools.tls, timers and
  * cleanup) whose answer is judged by its status line alone (a pool that takes listen[].mode:
- * tcp connections is checked by a TCP connect alone: its backends need not speak HTTP);
+ * tcp connections is checked by a TCP connect alone: its backends need not speak HTTP); to a
+ * backend that speaks HTTP/2 the probe asks over HTTP/2, with health.protocol: grpc by gRPC's
+ * health checking protocol, and gives the status it read;
  * what is here is that reading
  * and the verdict, fall and rise. A check that cannot even start because this process is
  * out of descriptors, socket buffers or memory says nothing about the backend: it is
@@ -71,8 +73,8 @@ static void check_skipped(struct probe *p, int err)
 		       p->be->name, p->be->pool->name, strerror(-err));
 }
 
-/* Read up to the status line: 2xx and 3xx pass, anything else fails. An L4 pool's check
- * (no path) passed when its connect did. */
+/* Read up to the status line (over HTTP/2, the answer's status: probe_h2_status): 2xx and
+ * 3xx pass, anything else fails. An L4 pool's check (no path) passed when its connect did. */
 static void check_readable(struct probe *p)
 {
 	struct check *c = container_of(p, struct check, probe);
@@ -80,6 +82,18 @@ static void check_readable(struct probe *p)
 		probe_end(p);
 		check_passed(c);
 		return;
+	}
+	int status = 0;
+	if (p->h2) {
+		const char *no;
+		int r = probe_h2_status(p, &status, &no);
+		if (!r)
+			return;
+		if (r < 0) {
+			probe_fail(p, no);
+			return;
+		}
+		goto judge;
 	}
 	for (;;) {
 		ssize_t n = net_conn_read(&p->nc, c->buf + p->len, sizeof(c->buf) - 1 - p->len);
@@ -91,16 +105,18 @@ static void check_readable(struct probe *p)
 			break;
 	}
 	c->buf[p->len] = '\0';
-	int status = 0;
 	if (p->len >= 12 && memcmp(c->buf, "HTTP/1.", 7) == 0)
 		status = atoi(c->buf + 9);
+judge:
 	if (status >= 200 && status < 400) {
 		probe_end(p);
 		check_passed(c);
 		return;
 	}
 	char why[64];
-	if (status)
+	if (p->grpc)
+		snprintf(why, sizeof(why), "grpc.health.v1 Check: not SERVING");
+	else if (status)
 		snprintf(why, sizeof(why), "%s answered %d", p->path, status);
 	else
 		snprintf(why, sizeof(why), "no HTTP status line");
@@ -141,6 +157,8 @@ int health_start(struct loop *loop, struct runtime *rt, struct health **out)
 			    .headers = "User-Agent: accelnet-health\r\nConnection: close\r\n",
 			    .interval_ms = hc->interval_ms,
 			    .timeout_ms = hc->timeout_ms,
+			    .h2 = pool->backends[j].conf->protocol != CONF_PROTO_HTTP1,
+			    .grpc = hc->grpc != 0,
 			};
 			probe_start(&c->probe); /* the first check runs at once */
 		}

@@ -10,6 +10,11 @@
  * its verdict. An attempt that cannot even start because this process is out of descriptors,
  * socket buffers or memory says nothing about the backend: the owner hears ops->skipped, not
  * ops->failed, and the next attempt runs at the usual interval.
+ *
+ * To a backend that speaks HTTP/2 (h2) the probe sends its request as HTTP/2 (nghttp2's client
+ * session), and the owner asks probe_h2_status() for the answer's status instead of reading a
+ * status line; with grpc it asks the gRPC health checking protocol (grpc.health.v1.Health/
+ * Check for the whole server), whose answer counts as 200 when it says SERVING.
  */
 #ifndef ACCELNET_CONTROL_PROBE_H
 #define ACCELNET_CONTROL_PROBE_H
@@ -49,8 +54,11 @@ struct probe {
 	const char *version; /* "1.0" or "1.1" */
 	const char *headers; /* after Host:, each line ending in \r\n */
 	unsigned interval_ms, timeout_ms;
+	unsigned h2 : 1;   /* speak HTTP/2: h2c, or h2 by ALPN over TLS (the backend's protocol) */
+	unsigned grpc : 1; /* ... and ask grpc.health.v1.Health/Check instead of GET <path> */
 	/* the probe's own */
-	struct loop_io io; /* io.fd is nc.fd while connected, else -1 */
+	struct probe_h2 *h2s; /* h2: its session, while connected */
+	struct loop_io io;    /* io.fd is nc.fd while connected, else -1 */
 	struct net_conn nc;
 	struct ssl_session_st *session; /* pools.tls: the last session, offered next time */
 	struct loop_timer timer;
@@ -71,6 +79,10 @@ void probe_end(struct probe *p);
 void probe_fail(struct probe *p, const char *why);
 /* End the attempt unjudged for want of local resources: probe_end(), then ops->skipped. */
 void probe_skip(struct probe *p, int err);
+/* h2: read what came; once the answer's status is known, *status (a gRPC check: 200 when the
+ * server said SERVING, else 503) and 1; 0: more must come; -1: the connection ended, or the
+ * answer was no answer (*why says what). */
+int probe_h2_status(struct probe *p, int *status, const char **why);
 /* Stop for good: no timer, no connection, no session. */
 void probe_stop(struct probe *p);
 

@@ -29,6 +29,11 @@ int http_chunked_done(const struct http_chunked *c)
 	return c->state == CH_DONE;
 }
 
+int http_chunked_in_trailers(const struct http_chunked *c)
+{
+	return c->state >= CH_TRAILER && c->state <= CH_FINAL_LF;
+}
+
 uint64_t http_chunked_pending(const struct http_chunked *c)
 {
 	return c->state == CH_DATA ? c->remaining : 0;
@@ -87,8 +92,9 @@ ssize_t http_chunked_scan(struct http_chunked *c, const char *p, size_t n, int *
 				return -1;
 			c->digits = 0;
 			if (c->remaining == 0) {
+				/* stop here too: what follows is the trailer section */
 				c->state = CH_TRAILER;
-				break;
+				return (ssize_t)(i + 1);
 			}
 			c->state = CH_DATA;
 			/* stop here: the payload that follows is returned on its own */

@@ -33,13 +33,18 @@ static inline void http_chunked_init(struct http_chunked *c)
 
 /*
  * Scan p[0..n). Returns how many bytes were consumed (stopping early only at the end of the
- * body, or at the end of a payload run), or -1 when the coding is malformed. *is_data is set
- * when the consumed bytes are payload (and nothing else).
+ * body, at the end of a payload run, or where the trailer section begins), or -1 when the
+ * coding is malformed. *is_data is set when the consumed bytes are payload (and nothing
+ * else).
  */
 ssize_t http_chunked_scan(struct http_chunked *c, const char *p, size_t n, int *is_data);
 
 /* Has the final chunk and its trailer section been seen? */
 int http_chunked_done(const struct http_chunked *c);
+
+/* Is the scanner inside the trailer section (the last chunk's line behind it)? The bytes a
+ * scan consumes from here on are trailer field lines and the final CRLF. */
+int http_chunked_in_trailers(const struct http_chunked *c);
 
 /* Payload bytes the current chunk declared and that have not arrived yet (0 between chunks),
  * so a size line can be refused before its payload is relayed. */

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 static int put(struct h2head *hh, const char *s, size_t n)
 {
@@ -101,4 +102,170 @@ int h2head_end(struct h2head *hh, int end_stream)
 	if (put(hh, "\r\n", 2))
 		return hh->err;
 	return (int)hh->len;
+}
+
+/* Fields a trailer may not carry, lower case (h2head.h). */
+static const char *const trailer_refused[] = {
+    "authorization",
+    "connection",
+    "content-encoding",
+    "content-length",
+    "content-range",
+    "content-type",
+    "cookie",
+    "expect",
+    "forwarded",
+    "host",
+    "keep-alive",
+    "max-forwards",
+    "proxy-authorization",
+    "proxy-connection",
+    "set-cookie",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "traceparent",
+    "tracestate",
+    "upgrade",
+    "x-real-ip",
+    "x-request-id",
+};
+
+int h2head_trailer_ok(const char *name, size_t nlen)
+{
+	char low[24];
+	if (!nlen || name[0] == ':')
+		return 0;
+	if (nlen >= 12 && !strncasecmp(name, "x-forwarded-", 12))
+		return 0;
+	if (nlen >= sizeof(low))
+		return 1;
+	for (size_t i = 0; i < nlen; i++)
+		low[i] = name[i] >= 'A' && name[i] <= 'Z' ? (char)(name[i] + 32) : name[i];
+	low[nlen] = 0;
+	for (size_t i = 0; i < sizeof(trailer_refused) / sizeof(trailer_refused[0]); i++)
+		if (!strcmp(low, trailer_refused[i]))
+			return 0;
+	return 1;
+}
+
+int h2head_trailer_line(char *p, size_t cap, const char *name, size_t nlen, const char *value,
+			size_t vlen)
+{
+	if (!nlen || nlen + vlen + 4 > cap || !line_safe(name, nlen) || !line_safe(value, vlen) ||
+	    memchr(name, ':', nlen) || memchr(name, ' ', nlen))
+		return -1;
+	memcpy(p, name, nlen);
+	memcpy(p + nlen, ": ", 2);
+	memcpy(p + nlen + 2, value, vlen);
+	memcpy(p + nlen + 2 + vlen, "\r\n", 2);
+	return (int)(nlen + vlen + 4);
+}
+
+size_t h2head_trailer_fields(char *p, size_t len, struct h2head_field *out, size_t max)
+{
+	char *end = p + len;
+	size_t n = 0;
+	while (p < end && n < max) {
+		char *eol = memchr(p, '\r', (size_t)(end - p));
+		char *colon = eol ? memchr(p, ':', (size_t)(eol - p)) : NULL;
+		if (!colon)
+			break; /* the final CRLF */
+		char *v = colon + 1, *ve = eol;
+		while (v < ve && (*v == ' ' || *v == '\t'))
+			v++;
+		while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
+			ve--;
+		for (char *c = p; c < colon; c++)
+			*c = *c >= 'A' && *c <= 'Z' ? (char)(*c + 32) : *c;
+		if (h2head_trailer_ok(p, (size_t)(colon - p)))
+			out[n++] =
+			    (struct h2head_field){p, v, (size_t)(colon - p), (size_t)(ve - v)};
+		p = eol + 2;
+	}
+	return n;
+}
+
+static int chunked(const struct h2resp *r)
+{
+	return r->head_in && !r->has_cl && r->status != 204 && r->status != 304;
+}
+
+static int put_at(char *p, size_t cap, const char *s, size_t n)
+{
+	if (n > cap)
+		return -1;
+	memcpy(p, s, n);
+	return (int)n;
+}
+
+int h2resp_field(struct h2resp *r, char *p, size_t cap, const char *name, size_t nlen,
+		 const char *value, size_t vlen)
+{
+	if (nlen == 7 && !memcmp(name, ":status", 7)) {
+		int st = 0;
+		for (size_t i = 0; i < vlen && i < 3; i++)
+			st = st * 10 + (value[i] - '0');
+		if (vlen != 3 || st < 100 || st > 599 || st == 101)
+			return -1; /* no 101 over HTTP/2 (RFC 9113 8.6): never a tunnel */
+		r->status = st;
+		if (cap < 16)
+			return -1;
+		int k = snprintf(p, cap, "HTTP/1.1 %03d \r\n", st);
+		return k > 0 && (size_t)k < cap ? k : -1;
+	}
+	if (nlen && name[0] == ':')
+		return 0;
+	int pre = 0;
+	if (r->head_in) {
+		if (!chunked(r) || !h2head_trailer_ok(name, nlen))
+			return 0;
+		if (!r->trailers) {
+			if ((pre = put_at(p, cap, "0\r\n", 3)) < 0)
+				return -1;
+			r->trailers = 1;
+		}
+	} else if (nlen == 14 && !memcmp(name, "content-length", 14)) {
+		r->has_cl = 1;
+	}
+	int k = h2head_trailer_line(p + pre, cap - (size_t)pre, name, nlen, value, vlen);
+	return k < 0 ? -1 : pre + k;
+}
+
+int h2resp_head_end(struct h2resp *r, char *p, size_t cap, int end_stream)
+{
+	if (!r->status)
+		return -1;
+	if (r->status < 200) {
+		r->has_cl = 0;
+		r->status = 0;
+		return put_at(p, cap, "\r\n", 2); /* an interim: the final head follows */
+	}
+	r->head_in = 1;
+	const char *framing = r->has_cl || r->status == 204 || r->status == 304 ? "\r\n"
+			      : end_stream ? "Content-Length: 0\r\n\r\n"
+					   : "Transfer-Encoding: chunked\r\n\r\n";
+	return put_at(p, cap, framing, strlen(framing));
+}
+
+int h2resp_data_begin(const struct h2resp *r, char *p, size_t cap, size_t len)
+{
+	if (!chunked(r) || !len)
+		return 0;
+	if (cap < 20)
+		return -1;
+	int k = snprintf(p, cap, "%zx\r\n", len);
+	return k > 0 && (size_t)k < cap ? k : -1;
+}
+
+int h2resp_data_end(const struct h2resp *r, char *p, size_t cap, size_t len)
+{
+	return chunked(r) && len ? put_at(p, cap, "\r\n", 2) : 0;
+}
+
+int h2resp_end(struct h2resp *r, char *p, size_t cap)
+{
+	if (!chunked(r))
+		return 0;
+	return r->trailers ? put_at(p, cap, "\r\n", 2) : put_at(p, cap, "0\r\n\r\n", 5);
 }

@@ -9,7 +9,9 @@
  * host field is left out when :authority is given), the fields in order, the framing of the
  * body -- and then read by the same strict parser as every HTTP/1 head, so one set of rules
  * judges both protocols. Cookie fields, which HTTP/2 may split (RFC 9113 8.2.3), are joined
- * into one. Pure: no sockets, no clocks.
+ * into one. Trailers (a header section after the body) cross between the protocols field by
+ * field: h2head_trailer_ok() says which may, and h2head_trailer_line() writes one as the
+ * field line of a chunked body's trailer section. Pure: no sockets, no clocks.
  */
 #ifndef ACCELNET_HTTP_H2HEAD_H
 #define ACCELNET_HTTP_H2HEAD_H
@@ -38,5 +40,59 @@ int h2head_field(struct h2head *hh, const char *name, size_t nlen, const char *v
 /* The end of the head: the body's framing (<end_stream>: none will come; else its
  * content-length as given, or chunked) and the blank line. Its length, or -431. */
 int h2head_end(struct h2head *hh, int end_stream);
+
+/*
+ * May a trailer field <name> (any case) cross the proxy, either way? Not the fields that frame
+ * or route a message, nor those that say who asks or that the proxy writes itself in the head
+ * (RFC 9110 6.5.1: a recipient may merge trailers into the head, so a client's trailer must
+ * not stand in for a field the proxy controls). 1 or 0.
+ */
+int h2head_trailer_ok(const char *name, size_t nlen);
+/*
+ * Write the trailer field <name>: <value> as a field line (CRLF-ended) into p[0..cap). Its
+ * length, or -1: no room, or a byte no HTTP/1 line may carry.
+ */
+int h2head_trailer_line(char *p, size_t cap, const char *name, size_t nlen, const char *value,
+			size_t vlen);
+
+/* One field of a trailer section. */
+struct h2head_field {
+	const char *name, *value;
+	size_t nlen, vlen;
+};
+/*
+ * The fields of a chunked body's trailer section p[0..len) (field lines the chunked scanner
+ * found sound, then the final CRLF), names lowered in place, values without their leading and
+ * trailing whitespace, those h2head_trailer_ok() refuses left out: at most <max> into out[].
+ * Returns how many.
+ */
+size_t h2head_trailer_fields(char *p, size_t len, struct h2head_field *out, size_t max);
+
+/*
+ * The other way (proxy/up_h2.c): an HTTP/2 response written as the HTTP/1.1 bytes a backend
+ * would have sent: its status line and fields (interim heads first, each ended), the final
+ * head's framing (the backend's content-length kept, else chunked, or Content-Length: 0 when
+ * the head ends the stream), the body's chunk framing, and its trailers as the trailer
+ * section (none when the body has a content-length). Each call writes into p[0..cap) and
+ * returns its length, or -1: no room, a field no HTTP/1 line may carry, or a 101 (no tunnel
+ * over HTTP/2).
+ */
+struct h2resp {
+	int status;	       /* the head's :status */
+	unsigned has_cl : 1;   /* the final head gave content-length */
+	unsigned head_in : 1;  /* the final head is written: what follows is body, trailers */
+	unsigned trailers : 1; /* the trailer section has begun */
+};
+/* One field of a head or of the trailers (:status makes the status line; other pseudo-header
+ * fields and trailers that may not cross, h2head_trailer_ok(), write nothing). */
+int h2resp_field(struct h2resp *r, char *p, size_t cap, const char *name, size_t nlen,
+		 const char *value, size_t vlen);
+/* A head's end (<end_stream>: it ends the response). */
+int h2resp_head_end(struct h2resp *r, char *p, size_t cap, int end_stream);
+/* What goes before <len> body bytes (a chunk's size line), and after them (its CRLF). */
+int h2resp_data_begin(const struct h2resp *r, char *p, size_t cap, size_t len);
+int h2resp_data_end(const struct h2resp *r, char *p, size_t cap, size_t len);
+/* The response's end: a chunked body's last chunk, or its trailer section's end. */
+int h2resp_end(struct h2resp *r, char *p, size_t cap);
 
 #endif

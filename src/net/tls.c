@@ -172,6 +172,15 @@ int net_tls_attach(struct net_conn *c, struct ssl_ctx_st *ctx, int server, const
 	return 0;
 }
 
+int net_tls_alpn_is(struct net_conn *c, const char *proto)
+{
+	const unsigned char *got = NULL;
+	unsigned len = 0;
+	if (c->ssl)
+		SSL_get0_alpn_selected(c->ssl, &got, &len);
+	return got && len == strlen(proto) && !memcmp(got, proto, len);
+}
+
 int net_tls_attach_client(struct net_conn *c, struct ssl_ctx_st *ctx, const struct net_tls_peer *p)
 {
 	SSL *ssl = SSL_new(ctx);
@@ -183,6 +192,8 @@ int net_tls_attach_client(struct net_conn *c, struct ssl_ctx_st *ctx, const stru
 	if (p->verify_name &&
 	    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), p->verify_name) != 1 &&
 	    SSL_set1_host(ssl, p->verify_name) != 1)
+		goto fail;
+	if (p->alpn && SSL_set_alpn_protos(ssl, p->alpn, p->alpn_len) != 0)
 		goto fail;
 	if (p->session) {
 		if (slot_index >= 0 && SSL_set_ex_data(ssl, slot_index, p->session) != 1)

@@ -71,8 +71,13 @@ int net_tls_attach(struct net_conn *c, struct ssl_ctx_st *ctx, int server, const
 struct net_tls_peer {
 	const char *sni, *verify_name;
 	struct ssl_session_st **session;
+	const unsigned char *alpn; /* ALPN protocols to offer, in wire form; NULL: none */
+	unsigned alpn_len;
 };
 int net_tls_attach_client(struct net_conn *c, struct ssl_ctx_st *ctx, const struct net_tls_peer *p);
+
+/* Did the finished handshake on <c> agree on the ALPN protocol <proto> (1) or not (0)? */
+int net_tls_alpn_is(struct net_conn *c, const char *proto);
 
 /* Was the finished handshake on <c> a resumption (1) or a full one (0)? */
 int net_tls_resumed(struct net_conn *c);

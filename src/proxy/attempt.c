@@ -7,6 +7,7 @@
 #include "core/clock.h"
 #include "core/rand.h"
 #include "proxy/admission.h"
+#include "proxy/up_h2.h"
 #include "runtime/proxy_metric.h"
 
 void attempt_begin(struct attempt *a, struct pool_rt *pool, struct backend *be)
@@ -28,7 +29,8 @@ void attempt_begin(struct attempt *a, struct pool_rt *pool, struct backend *be)
 int attempt_connect(struct attempt *a, struct worker *w, void *owner, void (*on_event)(void *owner))
 {
 	int err = 0;
-	a->up = upconn_get(w, a->be, &err);
+	a->up = a->be->conf->protocol != CONF_PROTO_HTTP1 ? up_h2_get(w, a->be, &err)
+							  : upconn_get(w, a->be, &err);
 	if (!a->up)
 		return err;
 	upconn_own(a->up, owner, on_event);
@@ -59,7 +61,9 @@ void attempt_end(struct attempt *a, struct worker *w, int reuse)
 {
 	struct upconn *up = a->up;
 	a->up = NULL;
-	if (up && reuse && (!up->in || !buf_len(up->in)))
+	if (up && up->h2s)
+		up_h2_put(up); /* a stream of an HTTP/2 connection */
+	else if (up && reuse && (!up->in || !buf_len(up->in)))
 		upconn_release(up);
 	else if (up)
 		upconn_close(up);

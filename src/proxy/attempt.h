@@ -6,7 +6,8 @@
  *
  *   begin      a backend was picked and its slot is held: attempt_begin(), at dispatch (the
  *              slot free at once, or granted from the pool's queue)
- *   connect    an idle keep-alive connection to it is taken, or a new one opened:
+ *   connect    an idle keep-alive connection to it is taken, or a new one opened (for an
+ *              HTTP/2 backend, a new stream on one of its connections: up_h2.h):
  *              attempt_connect(); if this process is out of descriptors the attempt keeps the
  *              slot and looks again (local_wait, bounded by timeouts.connect_ms)
  *   sent       the request goes out on <up>; head_off counts the bytes of the request head

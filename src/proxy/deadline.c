@@ -122,6 +122,8 @@ uint64_t deadline_next(const struct exchange *x, uint64_t now)
 	uint64_t wait_end = llm_wait_end(x);
 	if (wait_end && wait_end < deadline)
 		deadline = wait_end;
+	if (x->until_ms && x->until_ms < deadline)
+		deadline = x->until_ms;
 	return deadline;
 }
 
@@ -136,9 +138,26 @@ static enum run queue_deadline(struct exchange *x, uint64_t now)
 	return exchange_reply(x, 503, "no backend slot freed within queue.timeout_ms", 1);
 }
 
+/* The client's own deadline (grpc-timeout) passed: out of the queue, and 504 (gRPC's
+ * DEADLINE_EXCEEDED) before a response began, the response cut after; the backend's work is
+ * cancelled either way. */
+static enum run client_deadline(struct exchange *x, uint64_t now)
+{
+	if (x->wt.state != W_IDLE) {
+		exchange_note_queue_end(x, now);
+		admission_withdraw(x->pool, &x->wt, now, rand_next(&x->w->rng), WITHDRAW_TIMEOUT);
+	}
+	if (x->resp_head)
+		return exchange_abort(x, "the client's deadline (grpc-timeout) passed");
+	exchange_drop_upstream(x);
+	return exchange_reply(x, 504, "the client's deadline (grpc-timeout) passed", 1);
+}
+
 enum run deadline_fire(struct exchange *x, uint64_t now)
 {
 	struct xpace *p = exchange_pace(x);
+	if (x->until_ms && now >= x->until_ms)
+		return client_deadline(x, now);
 	uint64_t body_due = body_deadline(x), hedge_at;
 	if (body_due && now >= body_due && body_late(x, now)) {
 		/* a body too slow or too late: whatever slot it holds is freed */

@@ -10,7 +10,8 @@
  * (timeouts.body_ms for the whole body, limits.min_body_rate judged over windows of
  * BODY_RATE_WINDOW_MS so an early burst buys no later stall), timeouts.send_ms while the
  * client's socket is full (it takes none of the response: a slow reader), the next
- * heartbeat and the hedge, or LOCAL_WAIT_MS while a connect waits for a free descriptor. A window
+ * heartbeat and the hedge, or LOCAL_WAIT_MS while a connect waits for a free descriptor; and
+ * never past the client's own deadline (until_ms: a gRPC request's grpc-timeout). A window
  * in which the proxy itself held the body back (queued, its buffer full, the backend not taking
  * bytes) is not counted against the client.
  */

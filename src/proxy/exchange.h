@@ -14,7 +14,8 @@
  * the client side what it must pass on through the codec's operations (interim, upgrade,
  * response_head). The codec keeps its own per-exchange state (framing, pacing: pace.h).
  *
- * The upstream side is always HTTP/1 over an upstream connection (upstream.h): the request
+ * The upstream side is HTTP/1 over an upstream connection (upstream.h), or over a stream of
+ * an HTTP/2 connection that stands for one (up_h2.h): the request
  * head rewritten for the backend is kept in uphead until a response starts, so a retry or a
  * hedge can resend it. Each try at a backend is an attempt (attempt.h: the slot, the
  * connection, the clocks); the exchange points to its current one (att) and, while hedging,
@@ -196,7 +197,8 @@ struct exchange {
 	unsigned tunnel : 1;	    /* a WebSocket handshake its route tunnels (tunnel.h) */
 	unsigned no_cache : 1;	    /* its codec cannot serve the cache's answers (HTTP/2, yet) */
 	uint64_t last_ms;	    /* last progress */
-	struct waiter wt;	    /* waiting in the pool's queue for a slot */
+	uint64_t until_ms; /* the client's own deadline (grpc-timeout), loop's clock; 0: none */
+	struct waiter wt;  /* waiting in the pool's queue for a slot */
 	const struct conf_route *route;
 	struct pool_rt *pool;
 	/* its tries at a backend (attempt.h): the current one, and while hedging a copy of the

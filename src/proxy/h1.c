@@ -33,6 +33,7 @@
 #include "proxy/shed.h"
 #include "proxy/stages.h"
 #include "proxy/tunnel.h"
+#include "proxy/up_h2.h"
 #include "proxy/xhooks.h"
 
 #include <errno.h>
@@ -758,6 +759,7 @@ void h1_accept(struct worker *w, const struct listener *l, int fd,
 void h1_close_idle(struct worker *w, int all)
 {
 	upconn_close_idle(w);
+	up_h2_close_idle(w);
 	struct list_node *n = list_first(&w->clients), *next;
 	for (; n; n = next) {
 		next = list_next(&w->clients, n);

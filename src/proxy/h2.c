@@ -25,13 +25,18 @@
  *
  * Responses: the final head goes through the same rewrite as an HTTP/1 client's (X-Request-Id,
  * response_headers) and is submitted with its hop-by-hop fields dropped and names in lower
- * case; its body stays in the upstream connection's input (up->in) until nghttp2 asks for it
+ * case (a response with no body as HEADERS that end the stream, so a gRPC trailers-only answer
+ * stays one); its body stays in the upstream connection's input (up->in) until nghttp2 asks for it
  * (a chunked body's framing dropped as it goes), one copy into the frame nghttp2 writes. A
  * client whose window is closed takes nothing, so up->in stays full and the backend is not
- * read: the proxy never holds more than a buffer of any response. The proxy's own answers
- * are written by the HTTP/1 writers (rewrite_error(), rewrite_json()) into a buffer of the
- * stream and sent from there. A stream reset by the client (RST_STREAM) ends its exchange at
- * once: its backend connection is closed, the cancellation an engine understands.
+ * read: the proxy never holds more than a buffer of any response. Trailers cross both ways: a
+ * request's go to the backend in the chunked body's trailer section, a chunked response's
+ * trailer section (kept in trail as take_body passes it) goes out as HTTP/2 trailers. The proxy's
+ * own answers are written by the HTTP/1 writers (rewrite_error(), rewrite_json()) into a buffer of
+ * the stream and sent from there; to a gRPC request they are trailers-only responses with the
+ * gRPC status they stand for (http/grpc.h), and its grpc-timeout is its deadline. A stream
+ * reset by the client (RST_STREAM) ends its exchange at once: its backend connection is closed
+ * (an HTTP/2 backend's stream reset), the cancellation an engine understands.
  *
  * Deadlines: a stream's exchange keeps its own (proxy/deadline.h); a stream with none waits on
  * its client alone, and the connection's timer bounds that too: a header block left unfinished
@@ -56,6 +61,7 @@
 #include "proxy/h2.h"
 #include "core/clock.h"
 #include "core/log.h"
+#include "http/grpc.h"
 #include "http/h2head.h"
 #include "http/target.h"
 #include "guard/auth.h"
@@ -102,9 +108,10 @@ struct h2s {
 	int32_t id;
 	struct exchange *x; /* its exchange, or NULL (not started, or ended) */
 	struct xpace pace;
-	struct buf *head; /* the request head as HTTP/1.1, until head done */
-	struct buf *in;	  /* the request body as the backend reads it */
-	struct buf *own;  /* the proxy's own answer's body, being sent */
+	struct buf *head;  /* the request head as HTTP/1.1, until head done */
+	struct buf *in;	   /* the request body as the backend reads it */
+	struct buf *own;   /* the proxy's own answer's body, being sent */
+	struct buf *trail; /* a chunked response's trailer section, as the backend sent it */
 	nghttp2_rcbuf *meth, *path, *auth;
 	struct h2head hh;
 	struct http_chunked dech; /* a chunked response's framing, dropped as it goes */
@@ -112,17 +119,20 @@ struct h2s {
 	uint64_t hlist;		  /* its header list's bytes as RFC 9113 6.5.2 counts them */
 	uint64_t since_ms;	  /* its start, or the client last took of the proxy's answer */
 	unsigned interims;
-	unsigned headers_in : 1; /* the request head is whole */
-	unsigned started : 1;	 /* ... and was looked at */
-	unsigned end_stream : 1; /* the request's end came */
-	unsigned chunked : 1;	 /* its body goes upstream chunked */
-	unsigned submitted : 1;	 /* a response head was submitted */
-	unsigned eof : 1;	 /* ... and its body has ended */
-	unsigned deferred : 1;	 /* nghttp2 waits for body bytes (resume it) */
-	unsigned run : 1;	 /* run it when control is back at the connection */
-	unsigned cut : 1;	 /* the backend closed mid-response: reset once sent */
-	unsigned flow_bad : 1;	 /* the client sent past its window: reset */
-	unsigned given_up : 1;	 /* its client took none of the proxy's answer in time: reset */
+	unsigned headers_in : 1;  /* the request head is whole */
+	unsigned started : 1;	  /* ... and was looked at */
+	unsigned end_stream : 1;  /* the request's end came */
+	unsigned chunked : 1;	  /* its body goes upstream chunked */
+	unsigned submitted : 1;	  /* a response head was submitted */
+	unsigned eof : 1;	  /* ... and its body has ended */
+	unsigned deferred : 1;	  /* nghttp2 waits for body bytes (resume it) */
+	unsigned run : 1;	  /* run it when control is back at the connection */
+	unsigned cut : 1;	  /* the backend closed mid-response: reset once sent */
+	unsigned flow_bad : 1;	  /* the client sent past its window: reset */
+	unsigned given_up : 1;	  /* its client took none of the proxy's answer in time: reset */
+	unsigned trailers : 1;	  /* request trailers went upstream: the last chunk is written */
+	unsigned grpc : 1;	  /* a gRPC request: the proxy's own answers in gRPC's terms */
+	uint64_t grpc_timeout_ms; /* its grpc-timeout (0: none), its deadline from its start */
 };
 
 /* A token bucket: <per_s> tokens a second, as many at most; kept in thousandths. */
@@ -246,7 +256,8 @@ static void stream_release(struct h2s *s)
 	worker_buf_put(w, s->head);
 	worker_buf_put(w, s->in);
 	worker_buf_put(w, s->own);
-	s->head = s->in = s->own = NULL;
+	worker_buf_put(w, s->trail);
+	s->head = s->in = s->own = s->trail = NULL;
 	if (s->unconsumed && h->ss)
 		nghttp2_session_consume_connection(h->ss, s->unconsumed);
 	list_del(&h->streams, &s->link);
@@ -364,8 +375,9 @@ static ssize_t read_body(nghttp2_session *ss, int32_t id, uint8_t *out, size_t l
 			 nghttp2_data_source *src, void *ud);
 
 /* Submit the response head <h> (an HTTP/1 head, already rewritten for the client) on the
- * stream, its body from read_body. 0, or -1. */
-static int submit_head(struct h2s *s, const struct http_head *h)
+ * stream, its body from read_body; <bodyless>: it has none, and the head ends the stream (a
+ * gRPC trailers-only response stays one). 0, or -1. */
+static int submit_head(struct h2s *s, const struct http_head *h, int bodyless)
 {
 	struct worker *w = s->h->cl->w;
 	nghttp2_nv nv[HTTP_MAX_HEADERS + 1];
@@ -390,12 +402,53 @@ static int submit_head(struct h2s *s, const struct http_head *h)
 				       f->value.len, 0};
 	}
 	nghttp2_data_provider prd = {.source = {.ptr = s}, .read_callback = read_body};
-	int rc = nghttp2_submit_response(s->h->ss, s->id, nv, n, &prd);
+	int rc = nghttp2_submit_response(s->h->ss, s->id, nv, n, bodyless ? NULL : &prd);
 	buf_put(&w->bufs, names); /* nghttp2 copied the fields */
 	if (rc)
 		return -1;
 	s->submitted = 1;
+	if (bodyless) {
+		s->eof = 1;
+		if (!s->end_stream) /* answered before the request ended: no more of it */
+			nghttp2_submit_rst_stream(s->h->ss, NGHTTP2_FLAG_NONE, s->id,
+						  NGHTTP2_NO_ERROR);
+	}
 	return 0;
+}
+
+/* Bytes of a chunked response's trailer section join s->trail, to go out as HTTP/2 trailers
+ * at the body's end (send_trailers); a section that does not fit a buffer is dropped whole. */
+static void keep_trailer(struct h2s *s, const char *p, size_t n)
+{
+	struct worker *w = s->h->cl->w;
+	if (!s->trail && !(s->trail = buf_get(&w->bufs)))
+		return;
+	if (buf_room(s->trail) < n) {
+		worker_buf_put(w, s->trail);
+		s->trail = NULL;
+		return;
+	}
+	memcpy(s->trail->data + s->trail->end, p, n);
+	s->trail->end += (uint32_t)n;
+}
+
+/* The trailer section kept in s->trail (field lines the chunked scanner found sound, then the
+ * final CRLF) submitted as the stream's trailers, the fields h2head_trailer_ok() refuses
+ * dropped, names in lower case. 0, or -1: none to send (the body ends the stream). */
+static int send_trailers(struct h2s *s)
+{
+	struct worker *w = s->h->cl->w;
+	struct buf *t = s->trail;
+	struct h2head_field f[HTTP_MAX_HEADERS];
+	nghttp2_nv nv[HTTP_MAX_HEADERS];
+	size_t n = h2head_trailer_fields(buf_head(t), buf_len(t), f, HTTP_MAX_HEADERS);
+	for (size_t i = 0; i < n; i++)
+		nv[i] = (nghttp2_nv){(uint8_t *)f[i].name, (uint8_t *)f[i].value, f[i].nlen,
+				     f[i].vlen, 0};
+	int rc = n ? nghttp2_submit_trailer(s->h->ss, s->id, nv, n) : -1;
+	worker_buf_put(w, s->trail); /* nghttp2 copied the fields */
+	s->trail = NULL;
+	return rc ? -1 : 0;
 }
 
 /* Up to <len> bytes of the relayed body at the front of up->in, framing dropped, into <out>.
@@ -409,11 +462,14 @@ static size_t take_body(struct h2s *s, uint8_t *out, size_t len)
 		size_t k = x->resp.ready;
 		int is_data = 1;
 		if (x->resp.framing == HTTP_BODY_CHUNKED) {
+			int trailer = http_chunked_in_trailers(&s->dech);
 			ssize_t r = http_chunked_scan(&s->dech, buf_head(in),
 						      k < len - got ? k : len - got, &is_data);
 			if (r <= 0)
 				break; /* scanned sound by up_h1_scan: never */
 			k = (size_t)r;
+			if (trailer)
+				keep_trailer(s, buf_head(in), k);
 		} else if (k > len - got) {
 			k = len - got;
 		}
@@ -460,6 +516,8 @@ static ssize_t read_body(nghttp2_session *ss, int32_t id, uint8_t *out, size_t l
 	if (x->resp.done && !x->resp.ready) {
 		*flags |= NGHTTP2_DATA_FLAG_EOF;
 		s->eof = 1;
+		if (s->trail && send_trailers(s) == 0)
+			*flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM; /* the trailers end it */
 		if (!s->end_stream) /* answered before the request ended: no more of it */
 			nghttp2_submit_rst_stream(h->ss, NGHTTP2_FLAG_NONE, s->id,
 						  NGHTTP2_NO_ERROR);
@@ -482,6 +540,30 @@ static void stream_resume(struct h2s *s)
 		return;
 	s->deferred = 0;
 	nghttp2_session_resume_data(s->h->ss, s->id);
+}
+
+/* A gRPC request's answer from the proxy itself: a trailers-only response (:status 200,
+ * content-type application/grpc) with the gRPC status its HTTP <status> stands for and
+ * <detail> as grpc-message (http/grpc.h). 0, or -1. */
+static int submit_grpc_answer(struct h2s *s, int status, const char *detail, const char *rid)
+{
+	char code[12], msg[256];
+	int k = snprintf(code, sizeof(code), "%d", http_grpc_status(status));
+	size_t m = http_grpc_message(msg, sizeof(msg), detail && detail[0] ? detail : "refused");
+	nghttp2_nv nv[] = {
+	    {(uint8_t *)":status", (uint8_t *)"200", 7, 3, 0},
+	    {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, 0},
+	    {(uint8_t *)"grpc-status", (uint8_t *)code, 11, (size_t)k, 0},
+	    {(uint8_t *)"grpc-message", (uint8_t *)msg, 12, m, 0},
+	    {(uint8_t *)"x-request-id", (uint8_t *)rid, 12, strlen(rid), 0},
+	};
+	if (nghttp2_submit_response(s->h->ss, s->id, nv, sizeof(nv) / sizeof(nv[0]), NULL))
+		return -1;
+	s->submitted = 1;
+	s->eof = 1;
+	if (!s->end_stream) /* answered before the request ended: no more of it */
+		nghttp2_submit_rst_stream(s->h->ss, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_NO_ERROR);
+	return 0;
 }
 
 /*
@@ -537,6 +619,12 @@ static enum run stream_answer(struct h2s *s, int status, const char *detail, con
 		r = http_parse_response(b->data, (size_t)n, (size_t)n, x ? x->meth : HTTP_GET,
 					&w->head);
 	}
+	int grpc = s->grpc && !json && !s->submitted;
+	if (grpc) { /* in gRPC's terms: its client reads no HTTP status */
+		r = submit_grpc_answer(s, status, detail, rid) < 0 ? -1 : 1;
+		worker_buf_put(w, b);
+		b = NULL;
+	}
 	if (x) {
 		exchange_count_response(x, status);
 		x->log.status = status;
@@ -544,12 +632,12 @@ static enum run stream_answer(struct h2s *s, int status, const char *detail, con
 		exchange_free(x);
 		s->x = NULL;
 	}
-	if (r > 0) {
+	if (r > 0 && !grpc) {
 		buf_consume(b, (size_t)r);
 		worker_buf_put(w, s->own);
 		s->own = b;
 		b = NULL;
-		if (submit_head(s, &w->head) < 0)
+		if (submit_head(s, &w->head, 0) < 0)
 			r = -1;
 	}
 	worker_buf_put(w, b);
@@ -832,7 +920,7 @@ static enum run codec_response_head(struct exchange *x, const struct http_head *
 		return dispatch_failed(x, UP_BAD);
 	}
 	http_chunked_init(&s->dech);
-	int rc = submit_head(s, &w->head);
+	int rc = submit_head(s, &w->head, x->resp.done);
 	buf_put(&w->bufs, b);
 	if (rc < 0)
 		return exchange_abort(x, "out of memory");
@@ -934,7 +1022,9 @@ static void stream_start(struct h2s *s)
 	s->x = x;
 	s->pace = (struct xpace){0};
 	x->pace = &s->pace;
-	x->no_cache = 1; /* the cache's answers are not served over HTTP/2 yet */
+	x->no_cache = 1;		   /* the cache's answers are not served over HTTP/2 yet */
+	if (s->grpc && s->grpc_timeout_ms) /* the client's own deadline, from its start */
+		x->until_ms = s->since_ms + s->grpc_timeout_ms;
 	cl->requests++;
 	if (conf->limits.max_uri_bytes && h->path.len > conf->limits.max_uri_bytes) {
 		exchange_reply(x, 414, "request target longer than limits.max_uri_bytes", 0);
@@ -997,18 +1087,25 @@ static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *f, void *u
 	return 0;
 }
 
+static void request_trailer(struct h2s *s, const char *n, size_t nlen, const char *v, size_t vlen);
+
 static int on_header(nghttp2_session *ss, const nghttp2_frame *f, nghttp2_rcbuf *name,
 		     nghttp2_rcbuf *value, uint8_t flags, void *ud)
 {
 	struct h2 *h = ud;
 	(void)ss, (void)flags;
-	if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
-		return 0; /* trailers: not passed on */
+	if (f->hd.type != NGHTTP2_HEADERS ||
+	    (f->headers.cat != NGHTTP2_HCAT_REQUEST && f->headers.cat != NGHTTP2_HCAT_HEADERS))
+		return 0;
 	struct h2s *s = stream_of(h, f->hd.stream_id);
 	if (!s)
 		return 0;
 	nghttp2_vec n = nghttp2_rcbuf_get_buf(name), v = nghttp2_rcbuf_get_buf(value);
 	s->hlist += n.len + v.len + 32;
+	if (f->headers.cat == NGHTTP2_HCAT_HEADERS) {
+		request_trailer(s, (const char *)n.base, n.len, (const char *)v.base, v.len);
+		return 0;
+	}
 	if (s->hlist > h->cl->w->conf->limits.h2_max_header_list) {
 		/* a long list, or a small block that decodes huge (an HPACK bomb): 431, the rest
 		 * of the list decoded by nghttp2 (its table must stay right) and dropped */
@@ -1030,18 +1127,65 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *f, nghttp2_rcbuf 
 		return 0;
 	}
 	head_line(s);
+	if (n.len == 12 && !memcmp(n.base, "content-type", 12))
+		s->grpc = (unsigned)http_grpc_is((const char *)v.base, v.len);
+	if (n.len == 12 && !memcmp(n.base, "grpc-timeout", 12) &&
+	    http_grpc_timeout_ms((const char *)v.base, v.len, &s->grpc_timeout_ms) < 0)
+		s->grpc_timeout_ms = 0; /* malformed: none */
 	if (!s->hh.err)
 		(void)h2head_field(&s->hh, (const char *)n.base, n.len, (const char *)v.base,
 				   v.len);
 	return 0;
 }
 
-/* The request's end: a chunked body's last chunk. */
+/* Is the stream's request body still going upstream chunked (not answered, not reset)? */
+static int stream_chunking(const struct h2s *s)
+{
+	return s->chunked && (s->x || !s->started) && !s->flow_bad;
+}
+
+/* One field of the request's trailers: into the chunked body's trailer section, behind its
+ * last chunk, when the body goes chunked and the field may cross (h2head_trailer_ok());
+ * else dropped (a body of declared length has no room for trailers over HTTP/1.1). The list
+ * counts against limits.http2_max_header_list with the head's; past it, the rest is dropped.
+ * No room in the stream's input resets the stream, as DATA past its window does. */
+static void request_trailer(struct h2s *s, const char *n, size_t nlen, const char *v, size_t vlen)
+{
+	char line[512];
+	if (!stream_chunking(s) || s->end_stream || !h2head_trailer_ok(n, nlen) ||
+	    s->hlist > s->h->cl->w->conf->limits.h2_max_header_list)
+		return;
+	int k = h2head_trailer_line(line, sizeof(line), n, nlen, v, vlen);
+	struct buf *big = NULL;
+	if (k < 0 && nlen + vlen + 4 > sizeof(line)) {
+		/* a long one: written in a buffer of its own */
+		if (!(big = buf_get(&s->h->cl->w->bufs)))
+			return;
+		k = h2head_trailer_line(big->data, big->cap, n, nlen, v, vlen);
+	}
+	int err = 0;
+	if (k > 0 && !s->trailers)
+		err = stream_in_put(s, "0\r\n", 3);
+	if (k > 0 && !err) {
+		s->trailers = 1;
+		err = stream_in_put(s, big ? big->data : line, (size_t)k);
+	}
+	worker_buf_put(s->h->cl->w, big);
+	if (err) {
+		s->flow_bad = 1;
+		nghttp2_submit_rst_stream(s->h->ss, NGHTTP2_FLAG_NONE, s->id,
+					  NGHTTP2_REFUSED_STREAM);
+	}
+}
+
+/* The request's end: a chunked body's last chunk (already written when trailers came), and
+ * the end of its trailer section. */
 static void stream_end_request(struct h2s *s)
 {
 	s->end_stream = 1;
 	s->run = 1;
-	if (s->chunked && (s->x || !s->started) && stream_in_put(s, "0\r\n\r\n", 5) < 0)
+	if (stream_chunking(s) &&
+	    stream_in_put(s, s->trailers ? "\r\n" : "0\r\n\r\n", s->trailers ? 2 : 5) < 0)
 		s->flow_bad = 1;
 }
 

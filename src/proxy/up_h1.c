@@ -7,6 +7,7 @@
 #include "proxy/caching.h"
 #include "proxy/dispatch.h"
 #include "proxy/forward.h"
+#include "proxy/up_h2.h"
 #include "runtime/pick.h"
 #include "runtime/proxy_metric.h"
 #include "proxy/xhooks.h"
@@ -183,7 +184,7 @@ enum run up_h1_send(struct exchange *x, const char *body, size_t len, size_t *to
 		n = forward_head_iov(x, a, iov);
 	if (len)
 		iov[n++] = (struct iovec){(void *)body, len};
-	ssize_t sent = net_conn_writev(&up->conn, iov, n);
+	ssize_t sent = up->h2s ? up_h2_writev(up, iov, n) : net_conn_writev(&up->conn, iov, n);
 	if (sent == -EAGAIN || sent == -EINTR) {
 		up->writable = 0;
 		return RUN_STAY;
@@ -283,6 +284,8 @@ enum run up_h1_read(struct exchange *x, int *progress, int *cut)
 	struct upconn *up = x->att->up;
 	if (!up->read_end && (up->conn.readable || !up->conn.reading))
 		net_conn_read_start(&up->conn, &up_h1_reads, x);
+	if (up->h2s && !up->read_end)
+		(void)up_h2_pull(up); /* an HTTP/2 stream's response, as HTTP/1.1 */
 	if (up->read_got) {
 		up->read_got = 0;
 		*progress = 1;

@@ -9,6 +9,9 @@
  * so the HTTP/1 client codec (relay.c) and a later HTTP/2 one share it. Failures before a
  * response has started go to dispatch (dispatch_failed: a retry, spillover or an answer).
  *
+ * To an HTTP/2 backend the same half writes into and reads from a stream that takes and gives
+ * HTTP/1.1 bytes (up_h2.h: its up->h2s), so nothing here changes for it.
+ *
  * Bytes are not copied: the request body is written from the caller's buffer, gathered with
  * what is left of the head in one write; the response stays in up->in until the client side
  * has written it.

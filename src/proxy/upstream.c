@@ -103,8 +103,7 @@ static void idle_unlink(struct upconn *up)
 	up->idle = 0;
 }
 
-/* A new connection to <be>, connecting; NULL with *err. */
-static struct upconn *upconn_open(struct worker *w, struct backend *be, int *err)
+struct upconn *upconn_open(struct worker *w, struct backend *be, int *err)
 {
 	unsigned gen = atomic_load_explicit(&be->gen, memory_order_relaxed);
 	int fd = sock_connect(&be->addr);
@@ -131,6 +130,10 @@ static struct upconn *upconn_open(struct worker *w, struct backend *be, int *err
 		struct net_tls_peer peer = {.sni = be->conf->tls_sni,
 					    .verify_name = be->conf->tls_verify_name,
 					    .session = &w->tls_sessions[be->id]};
+		if (be->conf->protocol == CONF_PROTO_H2) { /* HTTP/2, agreed by ALPN */
+			peer.alpn = (const unsigned char *)"\x02h2";
+			peer.alpn_len = 3;
+		}
 		rc = net_tls_attach_client(&up->conn, be->tls, &peer);
 	}
 	if (rc == 0)

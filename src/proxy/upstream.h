@@ -10,6 +10,10 @@
  * started reading and calls it back (the upstream half, up_h1.h); otherwise the owner is
  * called and moves the bytes itself. An owner's reads stop when it lets the connection go.
  *
+ * A backend that speaks HTTP/2 (pools[].protocol) gets no connection per request: a struct
+ * upconn then stands for a stream of one of a few multiplexed connections (h2s: up_h2.h),
+ * which the attempt takes and lets go through up_h2 instead.
+ *
  * For a TLS pool the connection stays "connecting" until its handshake is done: the
  * handshake runs here, one non-blocking step per readiness event, and the owner hears of
  * the connection only when it is ready or has failed, so timeouts.connect_ms covers TCP and
@@ -48,11 +52,17 @@ struct upconn {
 	unsigned served;	  /* exchanges completed on this connection */
 	unsigned gen;		  /* be->gen when opened: an older one's address is gone */
 	char *tls_error;	  /* tls_failed: why, with OpenSSL's reason (freed with it) */
+	/* an HTTP/2 stream standing for a connection (up_h2.h): conn is none (fd -1), and the
+	 * stream's connection owns the socket; NULL for a connection of its own */
+	struct up_h2s *h2s;
 };
 
 /* An idle connection to <be> that the backend has not closed, made to its present address,
  * or a new one (connecting); NULL with *err = -errno. */
 struct upconn *upconn_get(struct worker *w, struct backend *be, int *err);
+/* A new connection to <be>, connecting (never an idle one: HTTP/2's own, up_h2.h); NULL with
+ * *err = -errno. */
+struct upconn *upconn_open(struct worker *w, struct backend *be, int *err);
 /* Owned from now on by <owner>: <on_event> is called on its readiness events. */
 void upconn_own(struct upconn *up, void *owner, void (*on_event)(void *owner));
 /* The exchange on it completed and it may carry another: back to the idle list. */

@@ -205,15 +205,18 @@ int worker_init(struct worker *w, struct worker_shared *sh, unsigned id, unsigne
 		w->rng = (uint64_t)id * 0x9e3779b97f4a7c15u + 1;
 	size_t nidle = sh->rt->nbackends ? sh->rt->nbackends : 1;
 	w->idle = calloc(nidle, sizeof(*w->idle));
+	w->h2_conns = calloc(nidle, sizeof(*w->h2_conns));
 	w->tls_sessions = calloc(nidle, sizeof(*w->tls_sessions));
 	w->nlisteners = worker_count_listeners(sh, id);
 	w->listeners = calloc(w->nlisteners ? w->nlisteners : 1, sizeof(*w->listeners));
-	if (!w->idle || !w->tls_sessions || !w->listeners) {
+	if (!w->idle || !w->h2_conns || !w->tls_sessions || !w->listeners) {
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	for (size_t i = 0; i < nidle; i++)
+	for (size_t i = 0; i < nidle; i++) {
 		list_init(&w->idle[i]);
+		list_init(&w->h2_conns[i]);
+	}
 	for (size_t i = 0; i < w->nlisteners; i++)
 		w->listeners[i].io.fd = -1;
 	if ((rc = loop_create(&w->loop)) < 0) {
@@ -288,6 +291,7 @@ void worker_destroy(struct worker *w)
 	buf_pool_drain(&w->body_bufs);
 	net_pipe_spares_drain(&w->pipes);
 	free(w->idle);
+	free(w->h2_conns);
 	for (size_t i = 0; w->tls_sessions && i < w->rt->nbackends; i++)
 		net_tls_session_free(w->tls_sessions[i]);
 	free(w->tls_sessions);

@@ -124,6 +124,7 @@ struct worker {
 	struct buf_pool body_bufs;    /* limits.body_buffer_bytes each, for bodies read whole */
 	struct net_pipe_spares pipes; /* for response bodies relayed by splice (splice_body.h) */
 	struct list_head *idle;	      /* idle upstream connections, one list per backend id */
+	struct list_head *h2_conns;   /* HTTP/2 connections to backends (up_h2.h), per backend id */
 	struct ssl_session_st **tls_sessions; /* per backend id: the last TLS session (pools.tls) */
 	struct list_head clients;	 /* client connections (the owner's, by their own link) */
 	struct list_head free_exchanges; /* exchanges not in use, for reuse */

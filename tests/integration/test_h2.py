@@ -50,6 +50,7 @@ class H2Client:
         self.flush()
         self.status, self.headers, self.body = {}, {}, {}
         self.ended, self.reset, self.goaway = set(), {}, None
+        self.trailers = {}
         self.auto_ack = window is None
 
     def flush(self):
@@ -95,6 +96,8 @@ class H2Client:
                 self.body[e.stream_id] = self.body.get(e.stream_id, b"") + e.data
                 if self.auto_ack:
                     self.conn.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
+            elif isinstance(e, h2.events.TrailersReceived):
+                self.trailers[e.stream_id] = {k.decode(): v.decode() for k, v in e.headers}
             elif isinstance(e, h2.events.StreamEnded):
                 self.ended.add(e.stream_id)
             elif isinstance(e, h2.events.StreamReset):

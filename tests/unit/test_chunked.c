@@ -128,6 +128,24 @@ static void incomplete_is_not_done(void **state)
 	assert_int_equal(feed("5\r\nhello\r\n0\r\n", 64, payload, &plen), -2);
 }
 
+static void stops_where_the_trailers_begin(void **state)
+{
+	(void)state;
+	struct http_chunked c;
+	int is_data;
+	const char *t = "2\r\nhi\r\n0\r\nX-Sum: 1\r\n\r\n";
+	http_chunked_init(&c);
+	assert_int_equal(http_chunked_scan(&c, t, strlen(t), &is_data), 3);
+	assert_int_equal(http_chunked_scan(&c, t + 3, strlen(t) - 3, &is_data), 2);
+	assert_false(http_chunked_in_trailers(&c));
+	/* the CRLF after the payload and the last chunk's line, then the section alone */
+	assert_int_equal(http_chunked_scan(&c, t + 5, strlen(t) - 5, &is_data), 5);
+	assert_true(http_chunked_in_trailers(&c) && !is_data);
+	assert_int_equal(http_chunked_scan(&c, t + 10, strlen(t) - 10, &is_data), 12);
+	assert_false(http_chunked_in_trailers(&c));
+	assert_true(http_chunked_done(&c));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -136,6 +154,7 @@ int main(void)
 	    cmocka_unit_test(rejects_malformed),
 	    cmocka_unit_test(incomplete_is_not_done),
 	    cmocka_unit_test(pending_is_the_declared_chunk),
+	    cmocka_unit_test(stops_where_the_trailers_begin),
 	};
 	return cmocka_run_group_tests_name("chunked coding", tests, NULL, NULL);
 }

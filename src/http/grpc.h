@@ -1,0 +1,33 @@
+/*
+ * grpc.h - gRPC over HTTP/2 as the proxy sees it: which requests are gRPC, the gRPC status
+ * code each of the proxy's own HTTP answers stands for, the grpc-message that carries its
+ * detail, and a request's grpc-timeout.
+ *
+ * A gRPC client reads only grpc-status and grpc-message (in the trailers, or in a
+ * trailers-only response); an HTTP status of its own means little to it. So the proxy's own
+ * answers to a gRPC request (no backend, a deadline, a limit, auth, no route) go out as
+ * trailers-only responses with the code that says the same thing (docs/http2.md, "gRPC").
+ * Pure: no sockets, no clocks.
+ */
+#ifndef ACCELNET_HTTP_GRPC_H
+#define ACCELNET_HTTP_GRPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Is the content-type value v[0..len) gRPC's ("application/grpc", or "+proto" and the like;
+ * not gRPC-Web)? 1 or 0. */
+int http_grpc_is(const char *v, size_t len);
+
+/* The gRPC status code (0-16) that the proxy's own HTTP answer <status> stands for. */
+int http_grpc_status(int status);
+
+/* <text> as a grpc-message value into out[0..cap) (bytes outside printable ASCII, and '%',
+ * percent-encoded; cut at a whole character when it does not fit). Its length. */
+size_t http_grpc_message(char *out, size_t cap, const char *text);
+
+/* A grpc-timeout value v[0..len) (1 to 8 digits and a unit: H M S m u n) in milliseconds,
+ * rounded up, into *ms: 0; or -1 when it is malformed. */
+int http_grpc_timeout_ms(const char *v, size_t len, uint64_t *ms);
+
+#endif

@@ -1,0 +1,391 @@
+"""HTTP/2 to backends (pools[].protocol: h2c, h2; docs/http2.md): many requests multiplexed
+over few connections with the same answers as over HTTP/1.1, from HTTP/1.1 and HTTP/2
+clients alike; a backend that dies mid-stream, sends GOAWAY, resets a stream or takes one
+stream at a time."""
+
+import concurrent.futures
+import http.server
+import json
+import socket
+import ssl
+import threading
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.settings
+
+from harness import HttpBackend, pool_yaml, request, wait_until
+from test_h2 import H2Client
+
+
+class H2Backend:
+    """A threaded HTTP/2 server (Python h2): each stream answered with JSON naming what it
+    saw (method, path, body, a few headers) once its request ended. Counts its accepted
+    connections. <behave>(backend, conn, sid, request) may answer instead (return True)."""
+
+    def __init__(self, env, max_streams=None, behave=None, tls=None):
+        self.srv = socket.socket()
+        self.srv.bind(("127.0.0.1", 0))
+        self.srv.listen(64)
+        self.port = self.srv.getsockname()[1]
+        self.max_streams, self.behave, self.tls = max_streams, behave, tls
+        self.accepted, self.requests, self.lock = 0, 0, threading.Lock()
+        self.most_at_once, self.resets = 0, 0
+        env.on_cleanup.append(self.srv.close)
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        while True:
+            try:
+                sock, _ = self.srv.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.accepted += 1
+            threading.Thread(target=self.serve_conn, args=(sock,), daemon=True).start()
+
+    def serve_conn(self, sock):
+        if self.tls:
+            try:
+                sock = self.tls.wrap_socket(sock, server_side=True)
+            except (OSError, ssl.SSLError):
+                return
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+        conn.initiate_connection()
+        if self.max_streams:
+            conn.update_settings({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS:
+                                  self.max_streams})
+        sock.sendall(conn.data_to_send())
+        reqs, open_now = {}, set()
+        try:
+            while True:
+                data = sock.recv(65536)
+                if not data:
+                    return
+                for e in conn.receive_data(data):
+                    if isinstance(e, h2.events.RequestReceived):
+                        reqs[e.stream_id] = {"headers": dict((k.decode(), v.decode())
+                                                             for k, v in e.headers),
+                                             "body": b"", "trailers": {}}
+                        open_now.add(e.stream_id)
+                        self.most_at_once = max(self.most_at_once, len(open_now))
+                    elif isinstance(e, h2.events.DataReceived):
+                        reqs[e.stream_id]["body"] += e.data
+                        conn.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
+                    elif isinstance(e, h2.events.TrailersReceived):
+                        reqs[e.stream_id]["trailers"] = dict((k.decode(), v.decode())
+                                                             for k, v in e.headers)
+                    elif isinstance(e, h2.events.StreamEnded):
+                        with self.lock:
+                            self.requests += 1
+                        req = reqs.pop(e.stream_id)
+                        open_now.discard(e.stream_id)
+                        if not (self.behave and self.behave(self, conn, sock, e.stream_id, req)):
+                            self.answer(conn, e.stream_id, req)
+                    elif isinstance(e, h2.events.StreamReset):
+                        open_now.discard(e.stream_id)
+                        with self.lock:
+                            self.resets += 1
+                out = conn.data_to_send()
+                if out:
+                    sock.sendall(out)
+        except (OSError, h2.exceptions.ProtocolError):
+            return
+        finally:
+            sock.close()
+
+    @staticmethod
+    def answer(conn, sid, req, extra=()):
+        h = req["headers"]
+        body = json.dumps({"method": h[":method"], "path": h[":path"],
+                           "authority": h.get(":authority"), "te": h.get("te"),
+                           "body": req["body"].decode(), "trailers": req["trailers"],
+                           "xff": h.get("x-forwarded-for")}).encode()
+        conn.send_headers(sid, [(":status", "200"), ("content-type", "application/json"),
+                                ("x-backend", "h2")] + list(extra))
+        conn.send_data(sid, body, end_stream=True)
+
+
+def _proxy(env, backend, protocol="h2c", extra_pool="", workers=2):
+    extra = f"    protocol: {protocol}" + (f"\n    {extra_pool}" if extra_pool else "")
+    return env.proxy("pools:\n" + pool_yaml("p", [backend.port], extra=extra), workers=workers)
+
+
+def test_h2_upstream_http1_client_gets_the_answer(env):
+    be = H2Backend(env)
+    px = _proxy(env, be)
+    status, headers, body = request(px.port, "POST", "/v1/completions", b'{"prompt":"hi"}',
+                                    headers={"Content-Type": "application/json"})
+    assert status == 200, body
+    got = json.loads(body)
+    assert got["method"] == "POST" and got["path"] == "/v1/completions"
+    assert got["body"] == '{"prompt":"hi"}' and got["xff"] == "127.0.0.1"
+    assert {k.lower(): v for k, v in headers.items()}.get("x-backend") == ["h2"]
+    # a GET, and a body of no declared length (chunked from the client) with trailers
+    status, _, body = request(px.port, "GET", "/v1/models/x?q=1")
+    assert status == 200 and json.loads(body)["path"] == "/v1/models/x?q=1"
+    c = H2Client(px.port)
+    sid = c.send("POST", "/echo", body=b"abc", end=False)
+    c.conn.send_headers(sid, [("x-checksum", "77")], end_stream=True)
+    c.flush()
+    c.wait(lambda: sid in c.ended or sid in c.reset)
+    c.close()
+    got = json.loads(c.body[sid])
+    assert got["body"] == "abc" and got["trailers"] == {"x-checksum": "77"}, got
+
+
+class _H1Twin(http.server.BaseHTTPRequestHandler):
+    """The H2Backend's answer, over HTTP/1.1: what the same requests get from an HTTP/1.1
+    pool."""
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        out = json.dumps({"method": "POST", "path": self.path, "authority": None, "te": None,
+                          "body": body.decode(), "trailers": {},
+                          "xff": self.headers.get("X-Forwarded-For")}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+
+def test_h2_upstream_multiplexes_many_requests_over_few_connections(env):
+    be, twin = H2Backend(env), HttpBackend(_H1Twin)
+    env.on_cleanup.append(twin.close)
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port], extra="    protocol: h2c\n"
+                                          "    http2_connections: 2") +
+                   pool_yaml("h1", [twin.port]) +
+                   "routes:\n  - match: {path_prefix: /h1/}\n    pool: h1\n"
+                   "  - match: {path_prefix: /}\n    pool: p\n", workers=2)
+    # 1,000 requests at once: 10 HTTP/2 client connections of 100 streams each (the
+    # client side's limit per connection), all sent before any answer is read
+    clients, sent = [H2Client(px.port) for _ in range(10)], []
+    for i in range(1000):
+        c = clients[i // 100]
+        sent.append((c, c.send("POST", f"/v1/completions?i={i}", body=json.dumps({"i": i})
+                               .encode())))
+    for c in clients:
+        c.wait(lambda c=c: all(sid in c.ended or sid in c.reset
+                               for cc, sid in sent if cc is c))
+    answers = []
+    for i, (c, sid) in enumerate(sent):
+        assert c.status[sid] == 200, (i, c.reset.get(sid))
+        got = json.loads(c.body[sid])
+        assert got["path"] == f"/v1/completions?i={i}" and json.loads(got["body"]) == {"i": i}
+        answers.append(got)
+    for c in clients:
+        c.close()
+    # 2 workers, 2 connections each at most
+    assert be.accepted <= 4, be.accepted
+    assert be.requests == 1000
+    # the same answers as an HTTP/1.1 backend gives (what HTTP/2 adds aside)
+    for i in range(0, 1000, 97):
+        status, _, body = request(px.port, "POST", f"/h1/v1/completions?i={i}",
+                                  json.dumps({"i": i}).encode())
+        twin_got = json.loads(body)
+        twin_got["path"] = twin_got["path"][3:]
+        mine = dict(answers[i], authority=None, te=None)
+        assert status == 200 and twin_got == mine, (twin_got, mine)
+
+
+def test_h2_upstream_one_stream_at_a_time(env):
+    be = H2Backend(env, max_streams=1)
+    px = _proxy(env, be, workers=1)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=16) as pool:
+        answers = list(pool.map(lambda i: request(px.port, "GET", f"/a?{i}"), range(40)))
+    assert all(a[0] == 200 for a in answers)
+    assert be.most_at_once == 1 and be.accepted == 1
+
+
+def test_h2_upstream_reset_stream_and_goaway(env):
+    def behave(backend, conn, sock, sid, req):
+        path = req["headers"][":path"]
+        if path == "/reset":
+            conn.reset_stream(sid, error_code=2)
+            return True
+        if path == "/goaway":
+            # this stream is answered; the connection takes no more
+            HRespond = H2Backend.answer
+            HRespond(conn, sid, req)
+            conn.close_connection(last_stream_id=sid)
+            return True
+        return False
+
+    be = H2Backend(env, behave=behave)
+    px = _proxy(env, be, workers=1)
+    status, _, _ = request(px.port, "GET", "/reset")
+    assert status == 502
+    status, _, body = request(px.port, "GET", "/goaway")
+    assert status == 200 and json.loads(body)["path"] == "/goaway"
+    # the next request goes on a new connection
+    status, _, body = request(px.port, "GET", "/after")
+    assert status == 200 and json.loads(body)["path"] == "/after"
+    wait_until(lambda: be.accepted >= 2, "a new connection after GOAWAY")
+
+
+def test_h2_upstream_backend_dies_mid_stream(env):
+    def behave(backend, conn, sock, sid, req):
+        if req["headers"][":path"] != "/die":
+            return False
+        conn.send_headers(sid, [(":status", "200")])
+        conn.send_data(sid, b"partial")
+        sock.sendall(conn.data_to_send())
+        sock.shutdown(socket.SHUT_RDWR)
+        return True
+
+    be = H2Backend(env, behave=behave)
+    px = _proxy(env, be, workers=1)
+    c = H2Client(px.port)
+    sid = c.send("GET", "/die")
+    c.wait(lambda: sid in c.ended or sid in c.reset)
+    assert c.status[sid] == 200 and sid in c.reset  # cut, never ended as whole
+    c.close()
+    # the proxy goes on: a new connection for the next request
+    status, _, body = request(px.port, "GET", "/after")
+    assert status == 200 and json.loads(body)["path"] == "/after"
+
+
+def test_h2_upstream_refused_connection_is_retried(env):
+    good = H2Backend(env)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    px = env.proxy("pools:\n" + pool_yaml("p", [dead, good.port], extra="    protocol: h2c"),
+                   workers=1)
+    for _ in range(4):
+        status, _, body = request(px.port, "GET", "/x")
+        assert status == 200, body
+
+
+def test_h2_upstream_config_checks(env):
+    import subprocess
+    from harness import BIN
+    cfg = env.write("bad.yaml", "listen:\n  - 127.0.0.1:1\npools:\n  - name: p\n    protocol: h3\n"
+                    "    backends: [127.0.0.1:2]\n")
+    out = subprocess.run([BIN, "check", "-c", cfg], capture_output=True, text=True)
+    assert out.returncode != 0 and "protocol" in out.stderr + out.stdout
+    cfg = env.write("bad2.yaml", "listen:\n  - 127.0.0.1:1\npools:\n  - name: p\n    protocol: h2\n"
+                    "    backends: [127.0.0.1:2]\n")
+    out = subprocess.run([BIN, "check", "-c", cfg], capture_output=True, text=True)
+    assert out.returncode != 0 and "tls" in out.stderr + out.stdout
+    cfg = env.write("ok.yaml", "listen:\n  - 127.0.0.1:1\npools:\n  - name: p\n    protocol: h2c\n"
+                    "    http2_connections: 4\n    backends:\n"
+                    "      - {address: 127.0.0.1:2, protocol: http1}\n      - 127.0.0.1:3\n")
+    out = subprocess.run([BIN, "check", "-c", cfg], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+def _tls_backend_ctx(env, alpn):
+    import os
+    import subprocess
+    key, pem = os.path.join(env.dir, "be.key"), os.path.join(env.dir, "be.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out", pem, "-days",
+                    "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(pem, key)
+    ctx.set_alpn_protocols(alpn)
+    return ctx, pem
+
+
+def test_h2_upstream_over_tls_with_alpn(env):
+    ctx, pem = _tls_backend_ctx(env, ["h2"])
+    be = H2Backend(env, tls=ctx)
+    px = _proxy(env, be, protocol="h2", extra_pool=f"tls: {{ca: {pem}}}", workers=1)
+    for i in range(3):
+        status, _, body = request(px.port, "POST", f"/v1/x{i}", b"hello")
+        assert status == 200, body
+        got = json.loads(body)
+        assert got["path"] == f"/v1/x{i}" and got["body"] == "hello"
+    assert be.accepted == 1
+
+
+def test_h2_upstream_tls_without_h2_alpn_fails_the_connect(env):
+    ctx, pem = _tls_backend_ctx(env, ["http/1.1"])
+    be = H2Backend(env, tls=ctx)
+    px = _proxy(env, be, protocol="h2", extra_pool=f"tls: {{ca: {pem}}}", workers=1)
+    status, _, _ = request(px.port, "GET", "/x")
+    assert status == 502
+
+
+def test_h2_upstream_health_checks_speak_http2(env):
+    state = {"health": "200"}
+
+    def behave(backend, conn, sock, sid, req):
+        if req["headers"][":path"] != "/health":
+            return False
+        conn.send_headers(sid, [(":status", state["health"])], end_stream=True)
+        return True
+
+    be = H2Backend(env, behave=behave)
+    px = _proxy(env, be, workers=1,
+                extra_pool="health: {path: /health, interval_ms: 50, fall: 1, rise: 1}")
+    ready = lambda: request(px.admin, "GET", "/readyz")[0]  # noqa: E731
+    wait_until(lambda: ready() == 200, "the h2c backend up by its HTTP/2 health check")
+    state["health"] = "503"
+    wait_until(lambda: ready() == 503, "the backend down: its check answered 503")
+    state["health"] = "204"
+    wait_until(lambda: ready() == 200, "the backend up again")
+
+
+def test_h2_upstream_large_response_to_slow_clients(env):
+    """A response many buffers long, to an HTTP/1.1 client and an HTTP/2 one that read in
+    small pieces: it arrives whole, the backend's stream held to the client's pace (its
+    window given back only as the client takes the bytes)."""
+    import time
+    big = bytes(range(256)) * 4096  # 1 MiB
+
+    def behave(backend, conn, sock, sid, req):
+        if req["headers"][":path"] != "/big":
+            return False
+
+        def send():  # as the backend's windows allow
+            conn.send_headers(sid, [(":status", "200")])
+            sent = 0
+            while sent < len(big):
+                room = min(conn.local_flow_control_window(sid), conn.max_outbound_frame_size)
+                if room <= 0:
+                    time.sleep(0.005)
+                    continue
+                conn.send_data(sid, big[sent:sent + room])
+                sent += room
+                sock.sendall(conn.data_to_send())
+            conn.end_stream(sid)
+            sock.sendall(conn.data_to_send())
+        threading.Thread(target=send, daemon=True).start()
+        return True
+
+    be = H2Backend(env, behave=behave)
+    px = _proxy(env, be, workers=1)
+    s = socket.create_connection(("127.0.0.1", px.port), timeout=20)
+    s.sendall(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+    got = b""
+    while b"\r\n\r\n" not in got:
+        got += s.recv(65536)
+    head, body = got.split(b"\r\n\r\n", 1)
+    want = len(big)
+    # chunked: read to the last chunk, a little at a time
+    while not body.endswith(b"0\r\n\r\n"):
+        body += s.recv(4096)
+    s.close()
+    payload, rest = b"", body
+    while True:
+        size_line, rest = rest.split(b"\r\n", 1)
+        n = int(size_line, 16)
+        if not n:
+            break
+        payload += rest[:n]
+        rest = rest[n + 2:]
+    assert len(payload) == want and payload == big
+    c = H2Client(px.port)
+    sid = c.send("GET", "/big")
+    c.wait(lambda: sid in c.ended or sid in c.reset)
+    c.close()
+    assert c.body[sid] == big

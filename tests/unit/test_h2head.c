@@ -1,0 +1,112 @@
+/*
+ * test_h2head.c - trailers across the protocols: which fields may cross, and the field line
+ * one is written as.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "http/h2head.h"
+
+static int ok(const char *name)
+{
+	return h2head_trailer_ok(name, strlen(name));
+}
+
+static void test_trailer_names(void **state)
+{
+	(void)state;
+	static const char *const crossing[] = {"grpc-status", "grpc-message", "x-checksum",
+					       "Server-Timing", "a-very-long-trailer-field-name"};
+	static const char *const refused[] = {"content-length",
+					      "Transfer-Encoding",
+					      "host",
+					      "authorization",
+					      "cookie",
+					      "x-forwarded-for",
+					      "X-Forwarded-Proto",
+					      "x-request-id",
+					      "traceparent",
+					      "trailer",
+					      "te",
+					      "connection",
+					      "content-type",
+					      "set-cookie",
+					      ":status",
+					      ""};
+	for (size_t i = 0; i < sizeof(crossing) / sizeof(crossing[0]); i++)
+		assert_true(ok(crossing[i]));
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+		assert_false(ok(refused[i]));
+}
+
+static void test_trailer_line(void **state)
+{
+	(void)state;
+	char out[32];
+	assert_int_equal(h2head_trailer_line(out, sizeof(out), "x-sum", 5, "42", 2), 11);
+	assert_memory_equal(out, "x-sum: 42\r\n", 11);
+	/* a byte that would end the line, a name that is no token, no room: refused */
+	assert_int_equal(h2head_trailer_line(out, sizeof(out), "x", 1, "a\r\nb", 4), -1);
+	assert_int_equal(h2head_trailer_line(out, sizeof(out), "x y", 3, "a", 1), -1);
+	assert_int_equal(h2head_trailer_line(out, sizeof(out), "x:y", 3, "a", 1), -1);
+	assert_int_equal(h2head_trailer_line(out, 8, "x-sum", 5, "42", 2), -1);
+}
+
+/* A response written as HTTP/1.1: an interim, the final head, two DATA, trailers. */
+static void test_response_as_http1(void **state)
+{
+	(void)state;
+	char out[256];
+	size_t n = 0;
+	struct h2resp r = {0};
+#define W(call) n += (size_t)(call)
+	W(h2resp_field(&r, out + n, sizeof(out) - n, ":status", 7, "103", 3));
+	W(h2resp_field(&r, out + n, sizeof(out) - n, "link", 4, "</a>", 4));
+	W(h2resp_head_end(&r, out + n, sizeof(out) - n, 0));
+	W(h2resp_field(&r, out + n, sizeof(out) - n, ":status", 7, "200", 3));
+	W(h2resp_field(&r, out + n, sizeof(out) - n, "x-a", 3, "1", 1));
+	W(h2resp_head_end(&r, out + n, sizeof(out) - n, 0));
+	W(h2resp_data_begin(&r, out + n, sizeof(out) - n, 2));
+	memcpy(out + n, "hi", 2);
+	n += 2;
+	W(h2resp_data_end(&r, out + n, sizeof(out) - n, 2));
+	W(h2resp_field(&r, out + n, sizeof(out) - n, "grpc-status", 11, "0", 1));
+	W(h2resp_field(&r, out + n, sizeof(out) - n, "content-length", 14, "9", 1)); /* dropped */
+	W(h2resp_end(&r, out + n, sizeof(out) - n));
+#undef W
+	const char *want = "HTTP/1.1 103 \r\nlink: </a>\r\n\r\n"
+			   "HTTP/1.1 200 \r\nx-a: 1\r\nTransfer-Encoding: chunked\r\n\r\n"
+			   "2\r\nhi\r\n0\r\ngrpc-status: 0\r\n\r\n";
+	assert_int_equal(n, strlen(want));
+	assert_memory_equal(out, want, n);
+	/* a content-length body goes as it comes; a head that ends the stream says 0; no 101 */
+	struct h2resp r2 = {0};
+	n = (size_t)h2resp_field(&r2, out, sizeof(out), ":status", 7, "200", 3);
+	assert_int_equal(h2resp_field(&r2, out + n, sizeof(out) - n, "content-length", 14, "2", 1),
+			 19);
+	n += 19;
+	n += (size_t)h2resp_head_end(&r2, out + n, sizeof(out) - n, 0);
+	assert_int_equal(h2resp_data_begin(&r2, out + n, sizeof(out) - n, 2), 0);
+	assert_int_equal(h2resp_end(&r2, out + n, sizeof(out) - n), 0);
+	struct h2resp r3 = {0};
+	n = (size_t)h2resp_field(&r3, out, sizeof(out), ":status", 7, "404", 3);
+	assert_int_equal(h2resp_head_end(&r3, out + n, sizeof(out) - n, 1), 21);
+	assert_memory_equal(out + n, "Content-Length: 0\r\n\r\n", 21);
+	struct h2resp r4 = {0};
+	assert_int_equal(h2resp_field(&r4, out, sizeof(out), ":status", 7, "101", 3), -1);
+	assert_int_equal(h2resp_field(&r4, out, 10, ":status", 7, "200", 3), -1); /* no room */
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_trailer_names),
+	    cmocka_unit_test(test_trailer_line),
+	    cmocka_unit_test(test_response_as_http1),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
