@@ -431,10 +431,7 @@ def main():
         bench.table(*summary_rows(res)), "", bench.table(*ratio_rows(res)), "",
         "By when requests were due (in three-redis-stopped, Redis is away in the middle "
         "third):", "", bench.table(*phase_rows(res)), ""])
-    print(text)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=1)
+    bench.emit(text, res, a.json)
 
 
 if __name__ == "__main__":

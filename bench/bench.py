@@ -1033,6 +1033,14 @@ def ratios_chat(sc):
 
 # --- output -------------------------------------------------------------------------------
 
+def emit(text, res, json_path=None):
+    """Print a bench's report and, given <json_path>, write its raw figures there."""
+    print(text)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(res, f, indent=1)
+
+
 def table(header, rows):
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(r) + " |" for r in rows]

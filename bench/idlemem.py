@@ -95,10 +95,7 @@ def main():
     text = "\n".join([f"# idle keep-alive connections {res['date']}", "",
                       bench.table(["proxy", "growth per connection B"]
                                   + [f"held per connection at {n} B" for n in counts], rows), ""])
-    print(text)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=1)
+    bench.emit(text, res, a.json)
 
 
 if __name__ == "__main__":
