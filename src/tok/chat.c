@@ -172,6 +172,20 @@ static const char *trim(const char *s, size_t *n, unsigned kind)
 	return (const char *)p;
 }
 
+/* Message <i>'s role and content, both strings (no other content is supported): 0, or
+ * -EINVAL with why in <err>. */
+static int message_text(json_t *m, size_t i, json_t **role, json_t **content, char *err,
+			size_t errlen)
+{
+	*role = json_object_get(m, "role");
+	*content = json_object_get(m, "content");
+	if (json_is_string(*role) && json_is_string(*content))
+		return 0;
+	snprintf(err, errlen, "messages[%zu]: %s is not a string (only text content is supported)",
+		 i, json_is_string(*role) ? "content" : "role");
+	return -EINVAL;
+}
+
 static int render_llama3(const struct chat *c, json_t *messages, struct chat_text *out, char *err,
 			 size_t errlen)
 {
@@ -180,14 +194,9 @@ static int render_llama3(const struct chat *c, json_t *messages, struct chat_tex
 	int r = 0;
 	json_array_foreach(messages, i, m)
 	{
-		json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
-		if (!json_is_string(role) || !json_is_string(content)) {
-			snprintf(err, errlen,
-				 "messages[%zu]: %s is not a string (only text content is "
-				 "supported)",
-				 i, json_is_string(role) ? "content" : "role");
+		json_t *role, *content;
+		if (message_text(m, i, &role, &content, err, errlen) < 0)
 			return -EINVAL;
-		}
 		size_t n = json_string_length(content), npy = n;
 		const char *text = trim(json_string_value(content), &n, WS_JS);
 		if (trim(json_string_value(content), &npy, WS_PY) != text || npy != n) {
@@ -273,14 +282,9 @@ static int render_qwen3(json_t *messages, struct chat_text *out, char *err, size
 	int r;
 	json_array_foreach(messages, i, m)
 	{
-		json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
-		if (!json_is_string(role) || !json_is_string(content)) {
-			snprintf(err, errlen,
-				 "messages[%zu]: %s is not a string (only text content is "
-				 "supported)",
-				 i, json_is_string(role) ? "content" : "role");
+		json_t *role, *content;
+		if (message_text(m, i, &role, &content, err, errlen) < 0)
 			return -EINVAL;
-		}
 		json_t *tc = json_object_get(m, "tool_calls");
 		if (json_object_get(m, "reasoning_content") || (tc && !json_is_null(tc))) {
 			snprintf(err, errlen, "messages[%zu]: %s is not supported yet", i,
