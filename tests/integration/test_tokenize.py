@@ -339,6 +339,13 @@ def _chat_compare(env, mods, model, convs):
         f.write(CHAT_JS)
     path = _file(model)
     config = os.path.join(os.path.dirname(path), "tokenizer_config.json")
+    _chat_agrees(js, mods, path, config, convs, model)
+
+
+def _chat_agrees(js, mods, path, config, convs, label):
+    """The reference (the model's own template by @huggingface/jinja, encoded by tokenizers)
+    and `accelnet tokenize --chat --lines` give the same ids for every conversation."""
+    # a line is a JSON string holding the messages array, as --lines reads any text
     text = "".join(json.dumps(json.dumps(c)) + "\n" for c in convs)
     ref = subprocess.run(["node", js, mods, path, config], input=text, capture_output=True,
                          text=True, timeout=120)
@@ -349,7 +356,7 @@ def _chat_compare(env, mods, model, convs):
     want, got = ref.stdout.split("\n"), ours.stdout.split("\n")
     assert len(got) == len(want) == len(convs) + 1, (len(got), len(want))
     bad = [(c, w, g) for c, w, g in zip(convs, want, got) if w != g]
-    assert not bad, (f"{model}: {len(bad)} of {len(convs)} differ; first: "
+    assert not bad, (f"{label}: {len(bad)} of {len(convs)} differ; first: "
                      + "; ".join(f"{c!r}: want {w} got {g}" for c, w, g in bad[:2]))
 
 
@@ -426,19 +433,7 @@ def test_tokenize_chat_matches_jinja_and_tokenizers(env):
     convs = [c for c in _conversations(31, 1200) if all(_trims_agree(m["content"]) for m in c)]
     assert len(convs) >= 1000, len(convs)
     convs = convs[:1000]
-    # a line is a JSON string holding the messages array, as --lines reads any text
-    text = "".join(json.dumps(json.dumps(c)) + "\n" for c in convs)
-    ref = subprocess.run(["node", js, mods, path, config], input=text, capture_output=True,
-                         text=True, timeout=120)
-    assert ref.returncode == 0, ref.stderr
-    ours = subprocess.run([BIN, "tokenize", "--tokenizer", path, "--chat", "--lines"],
-                          input=text, capture_output=True, text=True, timeout=120)
-    assert ours.returncode == 0, ours.stderr
-    want, got = ref.stdout.split("\n"), ours.stdout.split("\n")
-    assert len(got) == len(want) == len(convs) + 1, (len(got), len(want))
-    bad = [(c, w, g) for c, w, g in zip(convs, want, got) if w != g]
-    assert not bad, (f"{len(bad)} of {len(convs)} differ; first: "
-                     + "; ".join(f"{c!r}: want {w} got {g}" for c, w, g in bad[:2]))
+    _chat_agrees(js, mods, path, config, convs, "llama3")
     # white space that Python's trim (the engines' jinja2) and JavaScript's (the reference's)
     # disagree on, at either end: refused, naming the message
     for content in ["\u0085hi", "hi\ufeff", "\x1chi"]:
