@@ -69,13 +69,6 @@ int schema_pd_check_pool(struct rules_ctx *x, yaml_node_t *item, struct conf *c,
 		    "disaggregation: prefill pool '%s' has a disaggregation of its own "
 		    "(a chain or a cycle of pools); a prefill pool is an ordinary pool",
 		    p->pd.prefill_name);
-	for (size_t k = 0; k < c->pools[j].nbackends; k++)
-		if (c->pools[j].backends[k].protocol != CONF_PROTO_HTTP1)
-			return rules_fail(x, n ? n : item,
-					  "disaggregation: prefill pool '%s' speaks HTTP/2 to "
-					  "backend %s; the prefill request goes over HTTP/1.1 only "
-					  "(give that pool protocol: http1)",
-					  p->pd.prefill_name, c->pools[j].backends[k].ep.address);
 	p->pd.prefill_pool = j;
 	return 0;
 }

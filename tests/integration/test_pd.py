@@ -299,10 +299,6 @@ def test_pd_bad_config_refused_with_file_line_col(env):
         (dict(pp="p", proto="vllm",
               more="    disaggregation: {prefill_pool: d, protocol: vllm}\n"),
          ":5:36: ", "has a disaggregation of its own"),
-        # the prefill request goes over HTTP/1.1 only: an HTTP/2 prefill pool would fail
-        # every request with a 502 at run time
-        (dict(pp="p", proto="vllm", more="    protocol: h2c\n"), ":5:36: ",
-         "prefill pool 'p' speaks HTTP/2 to backend 127.0.0.1:9102"),
     ]
     for fill, where, what in cases:
         path, r = _check(env, base.format(**fill))
