@@ -13,12 +13,14 @@
  * Flow control is ours, as the client codec's (h2.c): nghttp2's automatic WINDOW_UPDATE is
  * off; a stream's window is a quarter of a buffer, and credit goes back only as its response
  * moves from rin into the upstream half's input, which the client drains: a client that reads
- * slowly holds the backend's stream back, not the proxy's memory. A request body waits in the
+ * slowly holds the backend's stream back, not the proxy's memory. What a stream has not given
+ * back when it closes or is let go goes back to the connection's window then (a response's
+ * last DATA comes with its END_STREAM, before it moves on). A request body waits in the
  * stream's own buffer (body) until nghttp2 sends it as DATA within the backend's windows; a
  * full buffer is a full socket to the upstream half.
  *
- * Streams come from the connection's spares once it has had as many at once; a stream whose
- * connection died is freed when its attempt lets it go.
+ * Streams come from the connection's spares once it has had as many at once; a connection
+ * that died stays, with its streams, until its last stream's attempt lets it go.
  */
 #include "proxy/up_h2.h"
 #include "core/container.h"
@@ -46,7 +48,7 @@ struct up_h2;
 
 struct up_h2s {
 	struct upconn up;      /* what the attempt holds: up.h2s is this stream */
-	struct up_h2 *c;       /* its connection; NULL once that died */
+	struct up_h2 *c;       /* its connection (freed only once it has no stream) */
 	struct list_node link; /* on c->streams, or c->spare */
 	struct list_node tell; /* on c->told while its owner must hear of it */
 	int32_t id;	       /* 0 until submitted */
@@ -513,6 +515,11 @@ static int on_stream_close(nghttp2_session *ss, int32_t id, uint32_t code, void 
 	if (!s)
 		return 0;
 	s->closed = 1;
+	/* the connection's credit for what came and was not given back yet: no WINDOW_UPDATE
+	 * of the stream's goes any more, and without this the connection's window shrinks by
+	 * that much for good (a response's last DATA, read with its END_STREAM, every time) */
+	if (s->unconsumed)
+		nghttp2_session_consume_connection(c->ss, s->unconsumed);
 	s->unconsumed = 0;
 	nghttp2_session_set_stream_user_data(c->ss, id, NULL);
 	if (!s->resp_end && !s->err) /* reset, refused (GOAWAY), or cut */
@@ -828,8 +835,11 @@ void up_h2_put(struct upconn *up)
 	}
 	if (s->id && !s->closed) {
 		nghttp2_session_set_stream_user_data(c->ss, s->id, NULL);
-		if (!c->dead)
+		if (!c->dead) {
 			nghttp2_submit_rst_stream(c->ss, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_CANCEL);
+			if (s->unconsumed) /* the connection's credit (on_stream_close) */
+				nghttp2_session_consume_connection(c->ss, s->unconsumed);
+		}
 	}
 	list_del(&c->streams, &s->link);
 	list_push_front(&c->spare, &s->link);

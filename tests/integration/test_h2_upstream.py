@@ -52,6 +52,7 @@ class H2Backend:
             except (OSError, ssl.SSLError):
                 return
         conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+        conn.lock = threading.RLock()  # a <behave> thread that writes too takes it
         conn.initiate_connection()
         if self.max_streams:
             conn.update_settings({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS:
@@ -63,6 +64,7 @@ class H2Backend:
                 data = sock.recv(65536)
                 if not data:
                     return
+                conn.lock.acquire()
                 for e in conn.receive_data(data):
                     if isinstance(e, h2.events.RequestReceived):
                         reqs[e.stream_id] = {"headers": dict((k.decode(), v.decode())
@@ -90,6 +92,7 @@ class H2Backend:
                 out = conn.data_to_send()
                 if out:
                     sock.sendall(out)
+                conn.lock.release()
         except (OSError, h2.exceptions.ProtocolError):
             return
         finally:
@@ -389,3 +392,52 @@ def test_h2_upstream_large_response_to_slow_clients(env):
     c.wait(lambda: sid in c.ended or sid in c.reset)
     c.close()
     assert c.body[sid] == big
+
+
+def _keepalive_gets(port, path, count, threads=8):
+    """<count> GETs of <path>, over <threads> kept-alive HTTP/1.1 connections: their statuses
+    and body lengths."""
+    import http.client
+
+    def run(k):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+        got = []
+        for _ in range(k):
+            c.request("GET", path)
+            r = c.getresponse()
+            got.append((r.status, len(r.read())))
+        c.close()
+        return got
+
+    per = [count // threads + (i < count % threads) for i in range(threads)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=threads) as pool:
+        return [g for part in pool.map(run, per) for g in part]
+
+
+def test_h2_upstream_connection_window_comes_back(env):
+    """The connection's credit for every DATA byte goes back to the backend, also for the
+    bytes read with the END_STREAM that closed the stream (a response's last frame, or all of
+    a short one): else the connection's window (16 MiB) shrinks by them for good, and after
+    some thousands of responses the backend can send no byte on that connection, every
+    stream on it stalled. 12 MiB of 4 KiB answers, then the backend's view of the window."""
+    seen = {}
+
+    def behave(backend, conn, sock, sid, req):
+        if req["headers"][":path"] == "/window":
+            seen["window"] = conn.outbound_flow_control_window
+            return False
+        n = min(conn.local_flow_control_window(sid), 4096)
+        conn.send_headers(sid, [(":status", "200"), ("content-length", str(n))])
+        conn.send_data(sid, b"x" * n, end_stream=True)
+        return True
+
+    be = H2Backend(env, behave=behave)
+    px = _proxy(env, be, workers=1)
+    got = _keepalive_gets(px.port, "/tail", 3072)
+    assert all(g == (200, 4096) for g in got), [g for g in got if g != (200, 4096)][:3]
+    status, _, _ = request(px.port, "GET", "/window")
+    assert status == 200
+    # the proxy sends its WINDOW_UPDATE once half the window (8 MiB) is consumed: it came
+    assert seen["window"] > 8 << 20, seen
+    assert be.accepted == 1
+
