@@ -60,6 +60,9 @@ struct up_h2s {
 	struct buf *rin;	/* the response as HTTP/1.1, not yet in up.in */
 	uint64_t unconsumed;	/* response DATA bytes whose credit has not gone back */
 	struct h2resp rs;	/* the response, as written into rin so far (http/h2head.h) */
+	/* the chunk rin ends with, while DATA may join it (join_chunk): its bytes from rin's
+	 * end back to its size line (0: none), and its payload's */
+	uint32_t chunk_back, chunk_len;
 	int err;	       /* the stream failed (-errno): told to the reader once rin drained */
 	unsigned listed : 1;   /* on c->told */
 	unsigned deferred : 1; /* nghttp2 waits for request body bytes */
@@ -120,12 +123,34 @@ static char *rin_room(struct up_h2s *s, size_t *cap)
 
 /* An h2resp_* write of <n> bytes into rin_room() went (n < 0: it did not fit, or the backend
  * sent what HTTP/1.1 cannot carry). 0, or -EPROTO. Its window is a quarter of a buffer, so
- * only the framing of tiny DATA frames or a huge head gets to no room. */
+ * only a huge head (or endless interim heads) gets to no room: tiny DATA frames join one
+ * chunk (join_chunk). */
 static int rin_wrote(struct up_h2s *s, int n)
 {
+	s->chunk_back = 0; /* something follows the last chunk: DATA no longer joins it */
 	if (n < 0)
 		return -EPROTO;
 	s->rin->end += (uint32_t)n;
+	return 0;
+}
+
+/* DATA p[0..len) of a chunked response joins the chunk rin ends with, while its size line
+ * is still in rin (nothing written after it, none of it pulled): a backend's tiny frames (a
+ * few bytes each) would cost a size line and a CRLF each, up to six times their bytes, more
+ * than rin holds of a window's worth. 0, or -1: the bytes need a chunk of their own. */
+static int join_chunk(struct up_h2s *s, const char *p, size_t len)
+{
+	if (!s->chunk_back || !s->rin || buf_len(s->rin) < s->chunk_back)
+		return -1;
+	if (buf_room(s->rin) < len + 8)
+		buf_compact(s->rin); /* (its distance from the end stays) */
+	size_t total = s->chunk_back;
+	char *chunk = s->rin->data + s->rin->end - total;
+	if (h2resp_data_join(chunk, &total, s->chunk_len, p, len, total + buf_room(s->rin)) < 0)
+		return -1;
+	s->rin->end += (uint32_t)(total - s->chunk_back);
+	s->chunk_back = (uint32_t)total;
+	s->chunk_len += (uint32_t)len;
 	return 0;
 }
 
@@ -177,6 +202,7 @@ int up_h2_pull(struct upconn *up)
 	if (s->rin && !buf_len(s->rin)) {
 		buf_put(&up->w->bufs, s->rin);
 		s->rin = NULL;
+		s->chunk_back = 0;
 	}
 	credit_back(s);
 	if (nc->reading && nc->rd && !s->rin && s->err && !s->ended_told) {
@@ -492,6 +518,8 @@ static int on_data(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t
 		return 0;
 	}
 	s->unconsumed += len;
+	if (len && join_chunk(s, (const char *)data, len) == 0)
+		return 0;
 	size_t cap;
 	char *p = rin_room(s, &cap);
 	int k = p ? h2resp_data_begin(&s->rs, p, cap, len) : -1;
@@ -502,8 +530,14 @@ static int on_data(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t
 	memcpy(p + k, data, len);
 	s->rin->end += (uint32_t)((size_t)k + len);
 	p = rin_room(s, &cap);
-	if (!p || rin_wrote(s, h2resp_data_end(&s->rs, p, cap, len)) < 0)
+	if (!p || rin_wrote(s, h2resp_data_end(&s->rs, p, cap, len)) < 0) {
 		stream_fail(s, -EPROTO);
+		return 0;
+	}
+	if (k && len) { /* a chunk: the next DATA may join it */
+		s->chunk_back = (uint32_t)((size_t)k + len + 2);
+		s->chunk_len = (uint32_t)len;
+	}
 	return 0;
 }
 

@@ -441,3 +441,46 @@ def test_h2_upstream_connection_window_comes_back(env):
     assert seen["window"] > 8 << 20, seen
     assert be.accepted == 1
 
+
+def test_h2_upstream_tiny_data_frames(env):
+    """A backend that sends its body a byte a DATA frame, a window's worth at a time: as
+    HTTP/1.1 each frame was a chunk of its own (a size line and a CRLF: six bytes a byte), more
+    than the stream's buffer holds of a window's worth, so the stream failed and the client
+    was cut off mid-body. The frames join one chunk: the body arrives whole."""
+    import http.client
+    import time
+    text = bytes(range(97, 123)) * 2520  # 64 KiB and more, a byte a frame
+
+    def behave(backend, conn, sock, sid, req):
+        if req["headers"][":path"] != "/tiny":
+            return False
+
+        def send():  # each window in one burst (the connection's lock: one writer)
+            with conn.lock:
+                conn.send_headers(sid, [(":status", "200"), ("content-type", "text/plain")])
+            sent = 0
+            while sent < len(text):
+                with conn.lock:
+                    room = min(conn.local_flow_control_window(sid), len(text) - sent)
+                    for i in range(sent, sent + max(room, 0)):
+                        conn.send_data(sid, text[i:i + 1])
+                    sent += max(room, 0)
+                    sock.sendall(conn.data_to_send())
+                if room <= 0:
+                    time.sleep(0.002)
+            with conn.lock:
+                conn.end_stream(sid)
+                sock.sendall(conn.data_to_send())
+        threading.Thread(target=send, daemon=True).start()
+        return True
+
+    be = H2Backend(env, behave=behave)
+    px = _proxy(env, be, workers=1)
+    for _ in range(2):
+        c = http.client.HTTPConnection("127.0.0.1", px.port, timeout=30)
+        c.request("GET", "/tiny")
+        r = c.getresponse()
+        assert r.status == 200
+        assert r.read() == text
+        c.close()
+
