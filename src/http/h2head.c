@@ -245,6 +245,8 @@ int h2resp_head_end(struct h2resp *r, char *p, size_t cap, int end_stream)
 	const char *framing = r->has_cl || r->status == 204 || r->status == 304 ? "\r\n"
 			      : end_stream ? "Content-Length: 0\r\n\r\n"
 					   : "Transfer-Encoding: chunked\r\n\r\n";
+	if (end_stream)
+		r->has_cl = 1; /* its length is said: no last chunk follows at h2resp_end() */
 	return put_at(p, cap, framing, strlen(framing));
 }
 

@@ -96,6 +96,7 @@ static void test_response_as_http1(void **state)
 	n = (size_t)h2resp_field(&r3, out, sizeof(out), ":status", 7, "404", 3);
 	assert_int_equal(h2resp_head_end(&r3, out + n, sizeof(out) - n, 1), 21);
 	assert_memory_equal(out + n, "Content-Length: 0\r\n\r\n", 21);
+	assert_int_equal(h2resp_end(&r3, out + n, sizeof(out) - n), 0); /* no "0\r\n\r\n" after */
 	struct h2resp r4 = {0};
 	assert_int_equal(h2resp_field(&r4, out, sizeof(out), ":status", 7, "101", 3), -1);
 	assert_int_equal(h2resp_field(&r4, out, 10, ":status", 7, "200", 3), -1); /* no room */
