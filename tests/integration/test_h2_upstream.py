@@ -484,3 +484,34 @@ def test_h2_upstream_tiny_data_frames(env):
         assert r.read() == text
         c.close()
 
+
+def test_h2_upstream_data_past_content_length(env):
+    """A backend whose DATA runs past its content-length: nghttp2 refuses the frame that
+    crosses it (the stream reset), so no byte past the declared length reaches the client:
+    the declared body whole when it came in a frame of its own, else the head and a cut."""
+    def behave(backend, conn, sock, sid, req):
+        conn.send_headers(sid, [(":status", "200"), ("content-length", "5")])
+        if req["headers"][":path"] == "/apart":
+            conn.send_data(sid, b"hello")
+            conn.send_data(sid, b" world", end_stream=True)
+        else:
+            conn.send_data(sid, b"hello world", end_stream=True)
+        return True
+
+    be = H2Backend(env, behave=behave)
+    px = _proxy(env, be, workers=1)
+    status, _, body = request(px.port, "GET", "/apart")
+    assert status == 200 and body == b"hello"
+    s = socket.create_connection(("127.0.0.1", px.port), timeout=10)
+    s.sendall(b"GET /across HTTP/1.1\r\nHost: x\r\n\r\n")
+    got = b""
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        got += d
+    s.close()
+    assert b"hello" not in got, got
+    # the proxy goes on
+    status, _, body = request(px.port, "GET", "/apart")
+    assert status == 200 and body == b"hello"
