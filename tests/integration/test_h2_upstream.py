@@ -349,19 +349,23 @@ def test_h2_upstream_large_response_to_slow_clients(env):
         if req["headers"][":path"] != "/big":
             return False
 
-        def send():  # as the backend's windows allow
-            conn.send_headers(sid, [(":status", "200")])
+        def send():  # as the backend's windows allow (the connection's lock: one writer)
+            with conn.lock:
+                conn.send_headers(sid, [(":status", "200")])
             sent = 0
             while sent < len(big):
-                room = min(conn.local_flow_control_window(sid), conn.max_outbound_frame_size)
+                with conn.lock:
+                    room = min(conn.local_flow_control_window(sid),
+                               conn.max_outbound_frame_size)
+                    if room > 0:
+                        conn.send_data(sid, big[sent:sent + room])
+                        sent += room
+                        sock.sendall(conn.data_to_send())
                 if room <= 0:
                     time.sleep(0.005)
-                    continue
-                conn.send_data(sid, big[sent:sent + room])
-                sent += room
+            with conn.lock:
+                conn.end_stream(sid)
                 sock.sendall(conn.data_to_send())
-            conn.end_stream(sid)
-            sock.sendall(conn.data_to_send())
         threading.Thread(target=send, daemon=True).start()
         return True
 
