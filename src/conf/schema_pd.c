@@ -69,6 +69,17 @@ int schema_pd_check_pool(struct rules_ctx *x, yaml_node_t *item, struct conf *c,
 		    "disaggregation: prefill pool '%s' has a disaggregation of its own "
 		    "(a chain or a cycle of pools); a prefill pool is an ordinary pool",
 		    p->pd.prefill_name);
+	/* the prefill request is written and read as HTTP/1.1 on the connection itself (pd.c),
+	 * which an HTTP/2 backend's stream is not: every prefill would fail, and its backend be
+	 * marked failed for it */
+	for (size_t k = 0; k < c->pools[j].nbackends; k++)
+		if (c->pools[j].backends[k].protocol != CONF_PROTO_HTTP1)
+			return rules_fail(
+			    x, n ? n : item,
+			    "disaggregation: prefill pool '%s': backend %s speaks "
+			    "HTTP/2, but the prefill request goes over HTTP/1.1 (give "
+			    "that pool protocol: http1)",
+			    p->pd.prefill_name, c->pools[j].backends[k].ep.address);
 	p->pd.prefill_pool = j;
 	return 0;
 }

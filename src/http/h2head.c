@@ -245,6 +245,8 @@ int h2resp_head_end(struct h2resp *r, char *p, size_t cap, int end_stream)
 	const char *framing = r->has_cl || r->status == 204 || r->status == 304 ? "\r\n"
 			      : end_stream ? "Content-Length: 0\r\n\r\n"
 					   : "Transfer-Encoding: chunked\r\n\r\n";
+	if (end_stream)
+		r->has_cl = 1; /* its length is said: no last chunk follows at h2resp_end() */
 	return put_at(p, cap, framing, strlen(framing));
 }
 
@@ -261,6 +263,23 @@ int h2resp_data_begin(const struct h2resp *r, char *p, size_t cap, size_t len)
 int h2resp_data_end(const struct h2resp *r, char *p, size_t cap, size_t len)
 {
 	return chunked(r) && len ? put_at(p, cap, "\r\n", 2) : 0;
+}
+
+int h2resp_data_join(char *chunk, size_t *total, size_t len, const char *data, size_t add,
+		     size_t cap)
+{
+	char size[24];
+	size_t line = *total - len - 2;
+	int k = snprintf(size, sizeof(size), "%zx\r\n", len + add);
+	if (k <= 0 || (size_t)k < line || (size_t)k + len + add + 2 > cap)
+		return -1;
+	if ((size_t)k != line)
+		memmove(chunk + k, chunk + line, len);
+	memcpy(chunk, size, (size_t)k);
+	memcpy(chunk + k + len, data, add);
+	memcpy(chunk + k + len + add, "\r\n", 2);
+	*total = (size_t)k + len + add + 2;
+	return 0;
 }
 
 int h2resp_end(struct h2resp *r, char *p, size_t cap)

@@ -92,6 +92,13 @@ int h2resp_head_end(struct h2resp *r, char *p, size_t cap, int end_stream);
 /* What goes before <len> body bytes (a chunk's size line), and after them (its CRLF). */
 int h2resp_data_begin(const struct h2resp *r, char *p, size_t cap, size_t len);
 int h2resp_data_end(const struct h2resp *r, char *p, size_t cap, size_t len);
+/* Body bytes data[0..add) joined to the chunk at <chunk> (its size line, <len> bytes of
+ * payload and its CRLF: *total bytes), which may take <cap> bytes from <chunk>: the size line
+ * rewritten (the payload moved when it grows by a digit), the bytes and the CRLF after the
+ * payload. 0 with *total the chunk's new length, or -1 when it does not fit (nothing
+ * changed). Many tiny DATA frames so cost one chunk's framing, not one each. */
+int h2resp_data_join(char *chunk, size_t *total, size_t len, const char *data, size_t add,
+		     size_t cap);
 /* The response's end: a chunked body's last chunk, or its trailer section's end. */
 int h2resp_end(struct h2resp *r, char *p, size_t cap);
 

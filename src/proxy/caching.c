@@ -609,8 +609,10 @@ enum run caching_stage_serve(struct exchange *x)
 			cx->cstatus = CS_BYPASS;
 			return RUN_AGAIN;
 		}
+		void *conn = x->conn;
+		const struct exchange_codec_ops *codec = x->codec;
 		enum run r = look_up(x, key, (size_t)klen, h, &rq, !rq.no_store);
-		if (r != RUN_AGAIN)
+		if (!exchange_goes_on(r, conn, codec, x)) /* (only-if-cached: answered) */
 			return r;
 		if (cx->cobj && cx->hit_kind != HIT_FULL) /* no conditionals on a POST */
 			cx->hit_kind = HIT_FULL, cx->hit_pos = 0, cx->hit_end = UINT64_MAX;

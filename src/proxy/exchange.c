@@ -10,6 +10,11 @@
  * behind once they are answered; malloc would keep the touched pages in its arena, some 3.4
  * KiB for every request the burst held at once. The free list absorbs the steady state, so
  * mmap and munmap run only when the load changes.
+ *
+ * So a pointer to an exchange that outlives exchange_free() may meet an unmapped page. To
+ * find one, build with -DACCELNET_EXCHANGE_POISON (make CFLAGS="-O1 -g
+ * -DACCELNET_EXCHANGE_POISON" BUILD=build-poison): no block is kept or reused, and a freed one
+ * stays mapped with no access, so the first touch after the end faults where it happens.
  */
 #include "proxy/exchange.h"
 #include "runtime/llm.h"
@@ -35,9 +40,19 @@ static size_t block_bytes(void)
 	return (xhooks_block_size() + page - 1) / page * page;
 }
 
+#ifdef ACCELNET_EXCHANGE_POISON
+static const unsigned free_max = 0;
+#else
+static const unsigned free_max = FREE_MAX;
+#endif
+
 static void block_unmap(struct exchange *x)
 {
+#ifdef ACCELNET_EXCHANGE_POISON
+	mprotect(x, block_bytes(), PROT_NONE); /* never reused: any touch faults */
+#else
 	munmap(x, block_bytes());
+#endif
 }
 
 struct exchange *exchange_new(struct worker *w, void *conn, const struct exchange_codec_ops *codec,
@@ -148,7 +163,7 @@ void exchange_free(struct exchange *x)
 	x->uphead = NULL;
 	reqbody_end(&x->reqbody, w);
 	list_del(&w->live_exchanges, &x->link);
-	if (w->free_exchanges.count >= FREE_MAX)
+	if (w->free_exchanges.count >= free_max)
 		block_unmap(x);
 	else
 		list_push_front(&w->free_exchanges, &x->link);

@@ -136,7 +136,23 @@ struct exchange_codec_ops {
 	/* Answer from the cache's object (caching.h); RUN_AGAIN without one when
 	 * it cannot (a fill that failed): the exchange goes on to the backend. */
 	enum run (*serve)(struct exchange *x);
+	/* Is <x> still the exchange under way on <conn>? Compares pointers only, so it may
+	 * be asked after <x> ended (exchange_goes_on()). */
+	int (*live)(void *conn, const struct exchange *x);
 };
+
+/*
+ * <r> came back from a call on <x> that may have answered it (a stage's refusal through
+ * exchange_reply(), a probe's answer): does <x> go on? An answer ends the exchange and still
+ * returns RUN_AGAIN, so that the connection goes on to write it: the exchange's block is then
+ * gone (given back to the kernel past the worker's free list: exchange.c), and the caller
+ * may touch nothing of it. <conn> and <codec> are x->conn and x->codec, kept before the call.
+ */
+static inline int exchange_goes_on(enum run r, void *conn, const struct exchange_codec_ops *codec,
+				   const struct exchange *x)
+{
+	return r == RUN_AGAIN && codec->live(conn, x);
+}
 
 /*
  * An exchange's clocks and what the client got, as the access log, X-Accelnet-Timing, the

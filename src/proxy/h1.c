@@ -382,6 +382,7 @@ static const struct exchange_codec_ops h1_codec = {
     .interim = codec_interim,
     .upgrade = codec_upgrade,
     .response_head = codec_response_head,
+    .live = codec_live,
 };
 
 /* --- the states --- */

@@ -950,6 +950,7 @@ static const struct exchange_codec_ops h2_codec = {
     .interim = codec_interim,
     .upgrade = codec_upgrade,
     .response_head = codec_response_head,
+    .live = codec_live,
 };
 
 /* --- a stream's start --- */

@@ -126,8 +126,10 @@ static enum run guard_limits(struct exchange *x)
 
 enum run quota_guard(struct exchange *x)
 {
+	void *conn = x->conn;
+	const struct exchange_codec_ops *codec = x->codec;
 	enum run r = guard_limits(x);
-	return r == RUN_AGAIN ? spend_guard(x) : r;
+	return exchange_goes_on(r, conn, codec, x) ? spend_guard(x) : r; /* (a 429: answered) */
 }
 
 /* A request asking for <choices> answers of <max_tokens> each (<dflt> when it names none). */
@@ -192,8 +194,10 @@ static enum run reserve_tokens(struct exchange *x)
 
 enum run quota_reserve(struct exchange *x)
 {
+	void *conn = x->conn;
+	const struct exchange_codec_ops *codec = x->codec;
 	enum run r = reserve_tokens(x);
-	return r == RUN_AGAIN ? spend_reserve(x) : r;
+	return exchange_goes_on(r, conn, codec, x) ? spend_reserve(x) : r; /* (a 429: answered) */
 }
 
 /* More response body went through the usage scanner: charge what its tokens now exceed. */

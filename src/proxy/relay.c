@@ -126,9 +126,11 @@ enum run relay_body_in(struct exchange *x, const char *body)
 	    x->req.framing == HTTP_BODY_LENGTH &&
 	    reqbody_read_view(&x->reqbody, body, x->req.ready) < 0 && strict)
 		return exchange_reply(x, 400, x->reqbody.view_why, 0);
+	void *conn = x->conn;
+	const struct exchange_codec_ops *codec = x->codec;
 	enum run r = quota_note_body(x, body);
-	if (r != RUN_AGAIN)
-		return r;
+	if (!exchange_goes_on(r, conn, codec, x))
+		return r; /* (a body the limits or the budget refuse: answered) */
 	xhooks_req_body(x, body, x->req.ready);
 	if (x->reqbody.want_key) {
 		size_t have = x->req.ready < hc->body_max_bytes ? x->req.ready : hc->body_max_bytes;

@@ -59,9 +59,11 @@ static enum run stage_model(struct exchange *x)
 	size_t len;
 	int all;
 	size_t max = c->limits.body_buffer_bytes ? (size_t)c->limits.body_buffer_bytes : SIZE_MAX;
-	enum run r = x->codec->peek_body(x, max, &body, &len, &all);
-	if (r != RUN_AGAIN)
-		return r;
+	void *conn = x->conn;
+	const struct exchange_codec_ops *codec = x->codec;
+	enum run r = codec->peek_body(x, max, &body, &len, &all);
+	if (!exchange_goes_on(r, conn, codec, x))
+		return r; /* (a body refused: answered) */
 	x->reqbody.peeked = 1;
 	if (!all) {
 		x->head = NULL; /* its bytes may move while we wait */
@@ -163,9 +165,11 @@ static enum run route_missed(struct exchange *x)
 
 static enum run stage_route(struct exchange *x)
 {
+	void *conn = x->conn;
+	const struct exchange_codec_ops *codec = x->codec;
 	enum run probed = probes_answer(x); /* probes.listeners: /healthz, /readyz */
-	if (probed != RUN_AGAIN)
-		return probed;
+	if (!exchange_goes_on(probed, conn, codec, x))
+		return probed; /* answered */
 	const struct conf_route *route =
 	    route_match(x->w->conf, x->head, x->peer.tls ? x->peer.tls->sni : NULL,
 			x->wt.has_model ? x->reqbody.model : NULL, x->reqbody.model_len);
@@ -371,8 +375,10 @@ static enum run stage_forward(struct exchange *x)
 
 static enum run stage_head_done(struct exchange *x)
 {
-	enum run r = x->codec->head_done(x);
-	if (r != RUN_AGAIN)
+	void *conn = x->conn;
+	const struct exchange_codec_ops *codec = x->codec;
+	enum run r = codec->head_done(x);
+	if (!exchange_goes_on(r, conn, codec, x))
 		return r;
 	/* a body is read (up to limits.body_buffer_bytes) before the request may take a
 	 * slot, so a client that sends it slowly, or never, holds no accelerator */
@@ -391,9 +397,12 @@ static enum run stage_body(struct exchange *x)
 {
 	if (!exchange_pace(x)->buffering)
 		return RUN_AGAIN;
-	enum run r = x->codec->await_body(x);
-	if (r == RUN_AGAIN)
-		sse_decide(x); /* the body is in: does it ask for a stream? */
+	void *conn = x->conn;
+	const struct exchange_codec_ops *codec = x->codec;
+	enum run r = codec->await_body(x);
+	/* the body is in: does it ask for a stream? (not when it was refused: answered) */
+	if (exchange_goes_on(r, conn, codec, x))
+		sse_decide(x);
 	return r;
 }
 

@@ -13,12 +13,14 @@
  * Flow control is ours, as the client codec's (h2.c): nghttp2's automatic WINDOW_UPDATE is
  * off; a stream's window is a quarter of a buffer, and credit goes back only as its response
  * moves from rin into the upstream half's input, which the client drains: a client that reads
- * slowly holds the backend's stream back, not the proxy's memory. A request body waits in the
+ * slowly holds the backend's stream back, not the proxy's memory. What a stream has not given
+ * back when it closes or is let go goes back to the connection's window then (a response's
+ * last DATA comes with its END_STREAM, before it moves on). A request body waits in the
  * stream's own buffer (body) until nghttp2 sends it as DATA within the backend's windows; a
  * full buffer is a full socket to the upstream half.
  *
- * Streams come from the connection's spares once it has had as many at once; a stream whose
- * connection died is freed when its attempt lets it go.
+ * Streams come from the connection's spares once it has had as many at once; a connection
+ * that died stays, with its streams, until its last stream's attempt lets it go.
  */
 #include "proxy/up_h2.h"
 #include "core/container.h"
@@ -46,7 +48,7 @@ struct up_h2;
 
 struct up_h2s {
 	struct upconn up;      /* what the attempt holds: up.h2s is this stream */
-	struct up_h2 *c;       /* its connection; NULL once that died */
+	struct up_h2 *c;       /* its connection (freed only once it has no stream) */
 	struct list_node link; /* on c->streams, or c->spare */
 	struct list_node tell; /* on c->told while its owner must hear of it */
 	int32_t id;	       /* 0 until submitted */
@@ -58,6 +60,9 @@ struct up_h2s {
 	struct buf *rin;	/* the response as HTTP/1.1, not yet in up.in */
 	uint64_t unconsumed;	/* response DATA bytes whose credit has not gone back */
 	struct h2resp rs;	/* the response, as written into rin so far (http/h2head.h) */
+	/* the chunk rin ends with, while DATA may join it (join_chunk): its bytes from rin's
+	 * end back to its size line (0: none), and its payload's */
+	uint32_t chunk_back, chunk_len;
 	int err;	       /* the stream failed (-errno): told to the reader once rin drained */
 	unsigned listed : 1;   /* on c->told */
 	unsigned deferred : 1; /* nghttp2 waits for request body bytes */
@@ -118,12 +123,34 @@ static char *rin_room(struct up_h2s *s, size_t *cap)
 
 /* An h2resp_* write of <n> bytes into rin_room() went (n < 0: it did not fit, or the backend
  * sent what HTTP/1.1 cannot carry). 0, or -EPROTO. Its window is a quarter of a buffer, so
- * only the framing of tiny DATA frames or a huge head gets to no room. */
+ * only a huge head (or endless interim heads) gets to no room: tiny DATA frames join one
+ * chunk (join_chunk). */
 static int rin_wrote(struct up_h2s *s, int n)
 {
+	s->chunk_back = 0; /* something follows the last chunk: DATA no longer joins it */
 	if (n < 0)
 		return -EPROTO;
 	s->rin->end += (uint32_t)n;
+	return 0;
+}
+
+/* DATA p[0..len) of a chunked response joins the chunk rin ends with, while its size line
+ * is still in rin (nothing written after it, none of it pulled): a backend's tiny frames (a
+ * few bytes each) would cost a size line and a CRLF each, up to six times their bytes, more
+ * than rin holds of a window's worth. 0, or -1: the bytes need a chunk of their own. */
+static int join_chunk(struct up_h2s *s, const char *p, size_t len)
+{
+	if (!s->chunk_back || !s->rin || buf_len(s->rin) < s->chunk_back)
+		return -1;
+	if (buf_room(s->rin) < len + 8)
+		buf_compact(s->rin); /* (its distance from the end stays) */
+	size_t total = s->chunk_back;
+	char *chunk = s->rin->data + s->rin->end - total;
+	if (h2resp_data_join(chunk, &total, s->chunk_len, p, len, total + buf_room(s->rin)) < 0)
+		return -1;
+	s->rin->end += (uint32_t)(total - s->chunk_back);
+	s->chunk_back = (uint32_t)total;
+	s->chunk_len += (uint32_t)len;
 	return 0;
 }
 
@@ -175,6 +202,7 @@ int up_h2_pull(struct upconn *up)
 	if (s->rin && !buf_len(s->rin)) {
 		buf_put(&up->w->bufs, s->rin);
 		s->rin = NULL;
+		s->chunk_back = 0;
 	}
 	credit_back(s);
 	if (nc->reading && nc->rd && !s->rin && s->err && !s->ended_told) {
@@ -490,6 +518,8 @@ static int on_data(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t
 		return 0;
 	}
 	s->unconsumed += len;
+	if (len && join_chunk(s, (const char *)data, len) == 0)
+		return 0;
 	size_t cap;
 	char *p = rin_room(s, &cap);
 	int k = p ? h2resp_data_begin(&s->rs, p, cap, len) : -1;
@@ -500,8 +530,14 @@ static int on_data(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t
 	memcpy(p + k, data, len);
 	s->rin->end += (uint32_t)((size_t)k + len);
 	p = rin_room(s, &cap);
-	if (!p || rin_wrote(s, h2resp_data_end(&s->rs, p, cap, len)) < 0)
+	if (!p || rin_wrote(s, h2resp_data_end(&s->rs, p, cap, len)) < 0) {
 		stream_fail(s, -EPROTO);
+		return 0;
+	}
+	if (k && len) { /* a chunk: the next DATA may join it */
+		s->chunk_back = (uint32_t)((size_t)k + len + 2);
+		s->chunk_len = (uint32_t)len;
+	}
 	return 0;
 }
 
@@ -513,6 +549,11 @@ static int on_stream_close(nghttp2_session *ss, int32_t id, uint32_t code, void 
 	if (!s)
 		return 0;
 	s->closed = 1;
+	/* the connection's credit for what came and was not given back yet: no WINDOW_UPDATE
+	 * of the stream's goes any more, and without this the connection's window shrinks by
+	 * that much for good (a response's last DATA, read with its END_STREAM, every time) */
+	if (s->unconsumed)
+		nghttp2_session_consume_connection(c->ss, s->unconsumed);
 	s->unconsumed = 0;
 	nghttp2_session_set_stream_user_data(c->ss, id, NULL);
 	if (!s->resp_end && !s->err) /* reset, refused (GOAWAY), or cut */
@@ -828,8 +869,11 @@ void up_h2_put(struct upconn *up)
 	}
 	if (s->id && !s->closed) {
 		nghttp2_session_set_stream_user_data(c->ss, s->id, NULL);
-		if (!c->dead)
+		if (!c->dead) {
 			nghttp2_submit_rst_stream(c->ss, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_CANCEL);
+			if (s->unconsumed) /* the connection's credit (on_stream_close) */
+				nghttp2_session_consume_connection(c->ss, s->unconsumed);
+		}
 	}
 	list_del(&c->streams, &s->link);
 	list_push_front(&c->spare, &s->link);

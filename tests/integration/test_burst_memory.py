@@ -48,3 +48,57 @@ def test_a_burst_of_requests_leaves_no_memory_behind(env):
             assert per < 2500, per
     g.stdin.close()
     assert g.wait(15) == 0
+
+
+def test_answers_after_a_burst_touch_no_freed_block(env):
+    """After a burst the worker's free list is full (128 blocks), so each exchange that ends
+    gives its block back to the kernel at once. An answer the proxy gives itself from within
+    a stage ends the exchange and returns RUN_AGAIN (the connection goes on to write it): the
+    stage must touch nothing of the exchange after it. The body stage decided on the event
+    stream of a request whose malformed chunked body it had just refused: a request whose
+    body came while the burst ended read an unmapped page, and brought the whole proxy down
+    (SIGSEGV). Any body refused at that stage did it (413, a body the JSON view or the token
+    limits or the budget refuse)."""
+    import socket
+    from harness import raw
+    n = 200
+    sim = env.sim("s", latency_ms=400, token_ms=0, jitter=0, slots=n + 16)
+    px = env.proxy("probes: {listeners: true}\npools:\n" + pool_yaml("p", [sim.port]),
+                   workers=1)
+    # n requests in flight at once ...
+    socks = [socket.create_connection(("127.0.0.1", px.port), timeout=20) for _ in range(n)]
+    body = b'{"model":"m","prompt":"hi","max_tokens":1}'
+    for s in socks:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                  % (len(body), body))
+    # ... and one whose chunked body is still to come
+    x = socket.create_connection(("127.0.0.1", px.port), timeout=20)
+    x.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+    for s in socks:  # answered: the free list fills, the rest is unmapped
+        got = b""
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            got += d
+        assert got.startswith(b"HTTP/1.1 200"), got[:80]
+        s.close()
+    assert sim_stats(sim.port)["max_active"] > 128  # a burst: past the free list's 128
+    x.sendall(b"zz\r\n")  # malformed: refused, and its block given back to the kernel
+    got = b""
+    while True:
+        d = x.recv(65536)
+        if not d:
+            break
+        got += d
+    x.close()
+    assert got.startswith(b"HTTP/1.1 400"), got
+    for _ in range(3):
+        st, _, answer = request(px.port, "GET", "/healthz")
+        assert st == 200 and b"ok" in answer, (st, answer)
+        out = raw(px.port, b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                  b"\r\nzz\r\n")
+        assert out.startswith(b"HTTP/1.1 400"), out
+    st, _, _ = request(px.port, "POST", "/v1/completions", body)
+    assert st == 200

@@ -52,6 +52,7 @@ class H2Backend:
             except (OSError, ssl.SSLError):
                 return
         conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+        conn.lock = threading.RLock()  # a <behave> thread that writes too takes it
         conn.initiate_connection()
         if self.max_streams:
             conn.update_settings({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS:
@@ -63,6 +64,7 @@ class H2Backend:
                 data = sock.recv(65536)
                 if not data:
                     return
+                conn.lock.acquire()
                 for e in conn.receive_data(data):
                     if isinstance(e, h2.events.RequestReceived):
                         reqs[e.stream_id] = {"headers": dict((k.decode(), v.decode())
@@ -90,6 +92,7 @@ class H2Backend:
                 out = conn.data_to_send()
                 if out:
                     sock.sendall(out)
+                conn.lock.release()
         except (OSError, h2.exceptions.ProtocolError):
             return
         finally:
@@ -346,19 +349,23 @@ def test_h2_upstream_large_response_to_slow_clients(env):
         if req["headers"][":path"] != "/big":
             return False
 
-        def send():  # as the backend's windows allow
-            conn.send_headers(sid, [(":status", "200")])
+        def send():  # as the backend's windows allow (the connection's lock: one writer)
+            with conn.lock:
+                conn.send_headers(sid, [(":status", "200")])
             sent = 0
             while sent < len(big):
-                room = min(conn.local_flow_control_window(sid), conn.max_outbound_frame_size)
+                with conn.lock:
+                    room = min(conn.local_flow_control_window(sid),
+                               conn.max_outbound_frame_size)
+                    if room > 0:
+                        conn.send_data(sid, big[sent:sent + room])
+                        sent += room
+                        sock.sendall(conn.data_to_send())
                 if room <= 0:
                     time.sleep(0.005)
-                    continue
-                conn.send_data(sid, big[sent:sent + room])
-                sent += room
+            with conn.lock:
+                conn.end_stream(sid)
                 sock.sendall(conn.data_to_send())
-            conn.end_stream(sid)
-            sock.sendall(conn.data_to_send())
         threading.Thread(target=send, daemon=True).start()
         return True
 
@@ -389,3 +396,126 @@ def test_h2_upstream_large_response_to_slow_clients(env):
     c.wait(lambda: sid in c.ended or sid in c.reset)
     c.close()
     assert c.body[sid] == big
+
+
+def _keepalive_gets(port, path, count, threads=8):
+    """<count> GETs of <path>, over <threads> kept-alive HTTP/1.1 connections: their statuses
+    and body lengths."""
+    import http.client
+
+    def run(k):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+        got = []
+        for _ in range(k):
+            c.request("GET", path)
+            r = c.getresponse()
+            got.append((r.status, len(r.read())))
+        c.close()
+        return got
+
+    per = [count // threads + (i < count % threads) for i in range(threads)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=threads) as pool:
+        return [g for part in pool.map(run, per) for g in part]
+
+
+def test_h2_upstream_connection_window_comes_back(env):
+    """The connection's credit for every DATA byte goes back to the backend, also for the
+    bytes read with the END_STREAM that closed the stream (a response's last frame, or all of
+    a short one): else the connection's window (16 MiB) shrinks by them for good, and after
+    some thousands of responses the backend can send no byte on that connection, every
+    stream on it stalled. 12 MiB of 4 KiB answers, then the backend's view of the window."""
+    seen = {}
+
+    def behave(backend, conn, sock, sid, req):
+        if req["headers"][":path"] == "/window":
+            seen["window"] = conn.outbound_flow_control_window
+            return False
+        n = min(conn.local_flow_control_window(sid), 4096)
+        conn.send_headers(sid, [(":status", "200"), ("content-length", str(n))])
+        conn.send_data(sid, b"x" * n, end_stream=True)
+        return True
+
+    be = H2Backend(env, behave=behave)
+    px = _proxy(env, be, workers=1)
+    got = _keepalive_gets(px.port, "/tail", 3072)
+    assert all(g == (200, 4096) for g in got), [g for g in got if g != (200, 4096)][:3]
+    status, _, _ = request(px.port, "GET", "/window")
+    assert status == 200
+    # the proxy sends its WINDOW_UPDATE once half the window (8 MiB) is consumed: it came
+    assert seen["window"] > 8 << 20, seen
+    assert be.accepted == 1
+
+
+def test_h2_upstream_tiny_data_frames(env):
+    """A backend that sends its body a byte a DATA frame, a window's worth at a time: as
+    HTTP/1.1 each frame was a chunk of its own (a size line and a CRLF: six bytes a byte), more
+    than the stream's buffer holds of a window's worth, so the stream failed and the client
+    was cut off mid-body. The frames join one chunk: the body arrives whole."""
+    import http.client
+    import time
+    text = bytes(range(97, 123)) * 2520  # 64 KiB and more, a byte a frame
+
+    def behave(backend, conn, sock, sid, req):
+        if req["headers"][":path"] != "/tiny":
+            return False
+
+        def send():  # each window in one burst (the connection's lock: one writer)
+            with conn.lock:
+                conn.send_headers(sid, [(":status", "200"), ("content-type", "text/plain")])
+            sent = 0
+            while sent < len(text):
+                with conn.lock:
+                    room = min(conn.local_flow_control_window(sid), len(text) - sent)
+                    for i in range(sent, sent + max(room, 0)):
+                        conn.send_data(sid, text[i:i + 1])
+                    sent += max(room, 0)
+                    sock.sendall(conn.data_to_send())
+                if room <= 0:
+                    time.sleep(0.002)
+            with conn.lock:
+                conn.end_stream(sid)
+                sock.sendall(conn.data_to_send())
+        threading.Thread(target=send, daemon=True).start()
+        return True
+
+    be = H2Backend(env, behave=behave)
+    px = _proxy(env, be, workers=1)
+    for _ in range(2):
+        c = http.client.HTTPConnection("127.0.0.1", px.port, timeout=30)
+        c.request("GET", "/tiny")
+        r = c.getresponse()
+        assert r.status == 200
+        assert r.read() == text
+        c.close()
+
+
+def test_h2_upstream_data_past_content_length(env):
+    """A backend whose DATA runs past its content-length: nghttp2 refuses the frame that
+    crosses it (the stream reset), so no byte past the declared length reaches the client:
+    the declared body whole when it came in a frame of its own, else the head and a cut."""
+    def behave(backend, conn, sock, sid, req):
+        conn.send_headers(sid, [(":status", "200"), ("content-length", "5")])
+        if req["headers"][":path"] == "/apart":
+            conn.send_data(sid, b"hello")
+            conn.send_data(sid, b" world", end_stream=True)
+        else:
+            conn.send_data(sid, b"hello world", end_stream=True)
+        return True
+
+    be = H2Backend(env, behave=behave)
+    px = _proxy(env, be, workers=1)
+    status, _, body = request(px.port, "GET", "/apart")
+    assert status == 200 and body == b"hello"
+    s = socket.create_connection(("127.0.0.1", px.port), timeout=10)
+    s.sendall(b"GET /across HTTP/1.1\r\nHost: x\r\n\r\n")
+    got = b""
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        got += d
+    s.close()
+    assert b"hello" not in got, got
+    # the proxy goes on
+    status, _, body = request(px.port, "GET", "/apart")
+    assert status == 200 and body == b"hello"

@@ -299,6 +299,10 @@ def test_pd_bad_config_refused_with_file_line_col(env):
         (dict(pp="p", proto="vllm",
               more="    disaggregation: {prefill_pool: d, protocol: vllm}\n"),
          ":5:36: ", "has a disaggregation of its own"),
+        # the prefill goes over HTTP/1.1 on the connection: an HTTP/2 prefill pool failed
+        # every prefill (and marked its backends failed)
+        (dict(pp="p", proto="vllm", more="    protocol: h2c\n"), ":5:36: ",
+         "prefill pool 'p': backend 127.0.0.1:9102 speaks HTTP/2"),
     ]
     for fill, where, what in cases:
         path, r = _check(env, base.format(**fill))

@@ -96,9 +96,26 @@ static void test_response_as_http1(void **state)
 	n = (size_t)h2resp_field(&r3, out, sizeof(out), ":status", 7, "404", 3);
 	assert_int_equal(h2resp_head_end(&r3, out + n, sizeof(out) - n, 1), 21);
 	assert_memory_equal(out + n, "Content-Length: 0\r\n\r\n", 21);
+	assert_int_equal(h2resp_end(&r3, out + n, sizeof(out) - n), 0); /* no "0\r\n\r\n" after */
 	struct h2resp r4 = {0};
 	assert_int_equal(h2resp_field(&r4, out, sizeof(out), ":status", 7, "101", 3), -1);
 	assert_int_equal(h2resp_field(&r4, out, 10, ":status", 7, "200", 3), -1); /* no room */
+}
+
+/* DATA joined to the chunk before it: the size line rewritten, grown by a digit. */
+static void test_data_join(void **state)
+{
+	(void)state;
+	char out[64] = "f\r\n0123456789abcde\r\n";
+	size_t total = strlen(out);
+	assert_int_equal(h2resp_data_join(out, &total, 15, "f", 1, sizeof(out)), 0);
+	assert_int_equal(total, 4 + 16 + 2);
+	assert_memory_equal(out, "10\r\n0123456789abcdef\r\n", total);
+	assert_int_equal(h2resp_data_join(out, &total, 16, "gh", 2, sizeof(out)), 0);
+	assert_memory_equal(out, "12\r\n0123456789abcdefgh\r\n", total);
+	/* no room: nothing changes */
+	assert_int_equal(h2resp_data_join(out, &total, 18, "x", 1, total), -1);
+	assert_memory_equal(out, "12\r\n0123456789abcdefgh\r\n", total);
 }
 
 int main(void)
@@ -107,6 +124,7 @@ int main(void)
 	    cmocka_unit_test(test_trailer_names),
 	    cmocka_unit_test(test_trailer_line),
 	    cmocka_unit_test(test_response_as_http1),
+	    cmocka_unit_test(test_data_join),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
