@@ -8,7 +8,7 @@ import os
 import resource
 import subprocess
 
-from harness import BIN, Skip, pool_yaml, request, rss_kib, sim_stats
+from harness import BIN, Skip, pool_yaml, read_all, request, rss_kib, sim_stats
 
 LOADGEN = os.path.join(os.path.dirname(BIN), "loadgen")
 N = 2000
@@ -76,22 +76,12 @@ def test_answers_after_a_burst_touch_no_freed_block(env):
     x = socket.create_connection(("127.0.0.1", px.port), timeout=20)
     x.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
     for s in socks:  # answered: the free list fills, the rest is unmapped
-        got = b""
-        while True:
-            d = s.recv(65536)
-            if not d:
-                break
-            got += d
+        got = read_all(s)
         assert got.startswith(b"HTTP/1.1 200"), got[:80]
         s.close()
     assert sim_stats(sim.port)["max_active"] > 128  # a burst: past the free list's 128
     x.sendall(b"zz\r\n")  # malformed: refused, and its block given back to the kernel
-    got = b""
-    while True:
-        d = x.recv(65536)
-        if not d:
-            break
-        got += d
+    got = read_all(x)
     x.close()
     assert got.startswith(b"HTTP/1.1 400"), got
     for _ in range(3):

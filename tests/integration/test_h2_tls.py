@@ -12,7 +12,7 @@ import h2.config
 import h2.connection
 import h2.events
 
-from harness import BIN, free_port, lenient_backend, pool_yaml
+from harness import BIN, free_port, lenient_backend, pool_yaml, read_all
 
 
 def _cert(env):
@@ -113,12 +113,7 @@ def test_h2_over_tls_http11_only_client_gets_http11(env):
     env.on_cleanup.append(s.close)
     assert s.selected_alpn_protocol() == "http/1.1"
     s.sendall(b"GET /one HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-    got = b""
-    while True:
-        d = s.recv(65536)
-        if not d:
-            break
-        got += d
+    got = read_all(s)
     assert got.startswith(b"HTTP/1.1 200"), got[:80]
     # and one that offers no ALPN at all
     s2 = tls_socket(port, ca, [])

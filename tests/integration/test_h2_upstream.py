@@ -15,7 +15,7 @@ import h2.connection
 import h2.events
 import h2.settings
 
-from harness import HttpBackend, pool_yaml, request, wait_until
+from harness import HttpBackend, pool_yaml, read_all, request, wait_until
 from test_h2 import H2Client
 
 
@@ -508,12 +508,7 @@ def test_h2_upstream_data_past_content_length(env):
     assert status == 200 and body == b"hello"
     s = socket.create_connection(("127.0.0.1", px.port), timeout=10)
     s.sendall(b"GET /across HTTP/1.1\r\nHost: x\r\n\r\n")
-    got = b""
-    while True:
-        d = s.recv(65536)
-        if not d:
-            break
-        got += d
+    got = read_all(s)
     s.close()
     assert b"hello" not in got, got
     # the proxy goes on
