@@ -338,6 +338,30 @@ def test_h2_upstream_health_checks_speak_http2(env):
     wait_until(lambda: ready() == 200, "the backend up again")
 
 
+def _send_as_windows_allow(conn, sock, sid, headers, body, frame, pause_s):
+    """A test backend's answer on stream <sid>: <headers>, then <body> as the stream's window
+    allows, in frames of <frame> bytes (None: as large as the peer takes), each window's worth
+    sent at once, under the connection's lock (one writer); then the stream's end."""
+    import time
+    with conn.lock:
+        conn.send_headers(sid, headers)
+    sent = 0
+    while sent < len(body):
+        with conn.lock:
+            room = min(conn.local_flow_control_window(sid), conn.max_outbound_frame_size,
+                       len(body) - sent)
+            step = frame or room
+            for i in range(sent, sent + max(room, 0), max(step, 1)):
+                conn.send_data(sid, body[i:min(i + step, sent + room)])
+            sent += max(room, 0)
+            sock.sendall(conn.data_to_send())
+        if room <= 0:
+            time.sleep(pause_s)
+    with conn.lock:
+        conn.end_stream(sid)
+        sock.sendall(conn.data_to_send())
+
+
 def test_h2_upstream_large_response_to_slow_clients(env):
     """A response many buffers long, to an HTTP/1.1 client and an HTTP/2 one that read in
     small pieces: it arrives whole, the backend's stream held to the client's pace (its
@@ -349,23 +373,8 @@ def test_h2_upstream_large_response_to_slow_clients(env):
         if req["headers"][":path"] != "/big":
             return False
 
-        def send():  # as the backend's windows allow (the connection's lock: one writer)
-            with conn.lock:
-                conn.send_headers(sid, [(":status", "200")])
-            sent = 0
-            while sent < len(big):
-                with conn.lock:
-                    room = min(conn.local_flow_control_window(sid),
-                               conn.max_outbound_frame_size)
-                    if room > 0:
-                        conn.send_data(sid, big[sent:sent + room])
-                        sent += room
-                        sock.sendall(conn.data_to_send())
-                if room <= 0:
-                    time.sleep(0.005)
-            with conn.lock:
-                conn.end_stream(sid)
-                sock.sendall(conn.data_to_send())
+        def send():
+            _send_as_windows_allow(conn, sock, sid, [(":status", "200")], big, None, 0.005)
         threading.Thread(target=send, daemon=True).start()
         return True
 
@@ -459,22 +468,10 @@ def test_h2_upstream_tiny_data_frames(env):
         if req["headers"][":path"] != "/tiny":
             return False
 
-        def send():  # each window in one burst (the connection's lock: one writer)
-            with conn.lock:
-                conn.send_headers(sid, [(":status", "200"), ("content-type", "text/plain")])
-            sent = 0
-            while sent < len(text):
-                with conn.lock:
-                    room = min(conn.local_flow_control_window(sid), len(text) - sent)
-                    for i in range(sent, sent + max(room, 0)):
-                        conn.send_data(sid, text[i:i + 1])
-                    sent += max(room, 0)
-                    sock.sendall(conn.data_to_send())
-                if room <= 0:
-                    time.sleep(0.002)
-            with conn.lock:
-                conn.end_stream(sid)
-                sock.sendall(conn.data_to_send())
+        def send():
+            _send_as_windows_allow(conn, sock, sid, [(":status", "200"),
+                                                     ("content-type", "text/plain")],
+                                   text, 1, 0.002)
         threading.Thread(target=send, daemon=True).start()
         return True
 
