@@ -131,12 +131,12 @@ class Server:
 
 class Req:
     __slots__ = ("id", "t", "blocks", "tokens", "conv", "turn", "server", "first",
-                 "queued", "work", "measured", "why", "pred_hit", "home")
+                 "queued", "work", "measured", "why", "pred_hit", "home", "declined")
 
     def __init__(self, rid, t, blocks, tokens, conv, turn, measured):
         self.id, self.t, self.blocks, self.tokens = rid, t, blocks, tokens
         self.conv, self.turn, self.measured = conv, turn, measured
-        self.server = self.first = self.queued = None
+        self.server = self.first = self.queued = self.declined = None
         self.work = 0.0
         self.why = ""
         self.pred_hit = 0
@@ -280,6 +280,9 @@ class Llm(Rule):
         self.placed = [0] * n
         self.decode = [s.spec["token_ms"] * 24 * 1000 for s in fleet.servers]
         self.max_wait = opts.get("max_wait_ms", 2000)
+        # declined=1: max_wait_ms counts from the first free slot the request declined for
+        # its home (admission.c now); 0: from when it joined the line (before)
+        self.declined = bool(opts.get("declined", 1))
         # old=1: as lb_llm.c and prefix_index.c were before issue 27's fix (no count of the
         # requests queued for a backend, no queue share of a missed block's work, an index
         # clock that only new blocks move)
@@ -338,13 +341,17 @@ class Llm(Rule):
                     free_best is None or us < fu or
                     (us == fu and sv[i].active < sv[free_best].active)):
                 free_best, fu = i, us
-        waited = (now - r.queued) * 1000 if r.queued is not None else 0
+        since = r.declined if self.declined else r.queued
+        waited = (now - since) * 1000 if since is not None else 0
         if home_only:
             return best if best == free_best and best is not None and hits[best] else "wait"
         if free_best is None:
             return None
         if best != free_best and waited < self.max_wait:
             self.set_home(r, best)
+            if self.declined and r.declined is None:
+                r.declined = now  # its clock starts: a free slot passed up
+                self.f.at(now + (self.max_wait + 1) / 1000, "maxwait", r)
             return "wait"
         if not any(hits):
             for k in range(n):
@@ -470,7 +477,7 @@ class Fleet:
             return
         r.queued = now
         self.queue.append(r)
-        if isinstance(ru, Llm):
+        if isinstance(ru, Llm) and not ru.declined:
             self.at(now + (ru.max_wait + 1) / 1000, "maxwait", r)
         self.grant(now, self_=r)
 

@@ -53,11 +53,13 @@ struct lb_draw {
 	uint64_t key;	  /* the request's affinity hash, when has_key */
 	unsigned waiting; /* requests that queue ahead of this one */
 	uint8_t has_key;
-	uint32_t blocks;    /* lb_ops.blocks: the prompt's whole blocks (0: no prompt) */
-	uint32_t waited_ms; /* how long it has queued already */
-	uint8_t home_only;  /* llm: take a slot only on a backend that holds part of the prompt */
-	unsigned queued;    /* llm: requests in the pool's queue now */
-	int *wait_for;	    /* out, may be NULL: with LB_WAIT, the backend waited for */
+	uint32_t blocks; /* lb_ops.blocks: the prompt's whole blocks (0: no prompt) */
+	/* llm: how long it has waited for a busy backend since it first passed up a free slot
+	 * for it (max_wait_ms counts this, not its time in a line where no slot was free) */
+	uint32_t waited_ms;
+	uint8_t home_only; /* llm: take a slot only on a backend that holds part of the prompt */
+	unsigned queued;   /* llm: requests in the pool's queue now */
+	int *wait_for;	   /* out, may be NULL: with LB_WAIT, the backend waited for */
 };
 
 enum { LB_NONE = -1, LB_WAIT = -2 };
@@ -133,7 +135,7 @@ struct lb_explain {
 	uint8_t ncand;	    /* kept in cand[] */
 	uint16_t nseen;	    /* candidates that were up (eligible or busy) */
 	uint32_t blocks;    /* the prompt's blocks */
-	uint32_t waited_ms; /* how long it had queued */
+	uint32_t waited_ms; /* how long it had queued (the caller's, like where) */
 	struct lb_estimate cand[LB_EXPLAIN_MAX];
 };
 

@@ -38,10 +38,14 @@
  * Affinity under overload: when the best backend is at its cap but still beats every free
  * one (recomputing the prefix elsewhere costs more than waiting for a slot here), the answer
  * is LB_WAIT and the request queues for it, until it has waited max_wait_ms: then it takes
- * the best free slot, so nobody starves. The queue, when a slot frees, first looks (among
- * the first waiters) for one whose cached prefix is on a backend with a free slot
- * (home_only), so the slot goes to the request that gains most from it, then serves the
- * line in order.
+ * the best free slot, so nobody starves. The wait counts from the first free slot it passed
+ * up (d->waited_ms), not from when it joined the line: a line where no slot is free is no
+ * choice it made, and when the line itself is long, counting it sent every request to the
+ * first slot that freed, so the caches lost the conversations they held, every prefill grew
+ * and the line with it (a collapse, bench/fleets.py's independent shape at 1.37x). The queue, when
+ * a slot frees, first looks (among the first waiters) for one whose cached prefix is on a backend
+ * with a free slot (home_only), so the slot goes to the request that gains most from it, then
+ * serves the line in order.
  *
  * A new prompt (no backend holds any block of it) gains nothing from any cache, so the
  * fits' small differences should not decide it: among the free backends whose expected time
@@ -254,7 +258,7 @@ static void llm_explain(const struct lb_state *st, const struct lb_candidate *c,
 				   .waited = out->waited || r == LB_WAIT,
 				   .nseen = (uint16_t)seen,
 				   .blocks = d->blocks,
-				   .waited_ms = d->waited_ms};
+				   .waited_ms = out->waited_ms};
 	/* (ranked by cost; each shows its expected time, which is what is measured after) */
 	if (ok)
 		out->cand[out->ncand++] = estimate(&c[r], (size_t)r, first_token_us(&c[r], d), d);

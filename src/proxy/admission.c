@@ -43,6 +43,20 @@ static struct waiter *waiter_of(struct qd_item *it)
 	return it ? container_of(it, struct waiter, item) : NULL;
 }
 
+/* balance: llm: how long since a pick for <wt> first passed up a free slot to wait for its
+ * home (0: none has). Its time in a line where no slot was free is not counted: when the
+ * line itself takes max_wait_ms, counting it would send every request to whatever slot
+ * freed first, the caches would lose the conversations they hold, every prefill would
+ * grow and the line with it (bench/fleets.py's independent shape at 1.37x: hits 44 % ->
+ * 34 %, first tokens past 3 s). */
+static uint32_t waiter_declined_ms(const struct waiter *wt, uint64_t now_ms)
+{
+	uint64_t at = atomic_load_explicit(&wt->declined_ms, memory_order_relaxed);
+	if (wt->state != W_QUEUED || !at || now_ms <= at)
+		return 0;
+	return now_ms - at > UINT32_MAX ? UINT32_MAX : (uint32_t)(now_ms - at);
+}
+
 /* What a pick for <wt>, of <pool>, knows. */
 static struct pick_hint hint_of(struct pool_rt *pool, struct waiter *wt, uint64_t now_ms)
 {
@@ -56,6 +70,7 @@ static struct pick_hint hint_of(struct pool_rt *pool, struct waiter *wt, uint64_
 	    .waited_ms = wt->state == W_QUEUED && now_ms > wt->queued_ms
 			     ? (uint32_t)(now_ms - wt->queued_ms)
 			     : 0,
+	    .declined_ms = waiter_declined_ms(wt, now_ms),
 	    .missed = &wt->missed,
 	    .ticks = &wt->ticks,
 	    .work = &wt->work,
@@ -89,6 +104,16 @@ static void waiter_wait_for(struct pool_rt *pool, struct waiter *wt, int idx)
 	wt->home = to;
 }
 
+/* balance: llm: a pick for <wt> passed up a free slot to wait for the busy backend at <idx>
+ * (its wait_for answer): the first time, its max_wait_ms starts (waiter_declined_ms()), and
+ * it is counted waiting for that backend. Under the queue lock. */
+static void waiter_declined(struct pool_rt *pool, struct waiter *wt, int idx, uint64_t now_ms)
+{
+	if (!atomic_load_explicit(&wt->declined_ms, memory_order_relaxed))
+		atomic_store_explicit(&wt->declined_ms, now_ms ? now_ms : 1, memory_order_relaxed);
+	waiter_wait_for(pool, wt, idx);
+}
+
 /* How far behind the head a freed slot looks for the request that gains most from it. */
 #define GRANT_LOOK_BEHIND 32
 
@@ -117,7 +142,7 @@ static struct qd_item *grant_look_behind(struct pool_rt *pool, uint64_t now_ms, 
 			if ((*nb = pool_pick(pool, now_ms, rnd, &h)))
 				return it;
 			if (wait_for >= 0)
-				waiter_wait_for(pool, wt, wait_for);
+				waiter_declined(pool, wt, wait_for, now_ms);
 			if (!would_wait && !wt->has_model)
 				return NULL; /* no backend has a free slot at all */
 		}
@@ -171,7 +196,7 @@ static struct backend *grant_locked(struct pool_rt *pool, uint64_t now_ms, uint6
 			q->qd.ops->pop(&q->qd);
 		} else {
 			if (wait_for >= 0)
-				waiter_wait_for(pool, wt, wait_for);
+				waiter_declined(pool, wt, wait_for, now_ms);
 			struct qd_item *it = NULL;
 			/* (only when a slot frees: a request joining the queue changes
 			 * nothing for those already in it) */
@@ -256,6 +281,7 @@ enum admit_result admission_admit(struct pool_rt *pool, struct waiter *wt, uint6
 		inbox_push(victim->owner, victim);
 	}
 	wt->queued_ms = now_ms;
+	atomic_store_explicit(&wt->declined_ms, 0, memory_order_relaxed);
 	if (q->qd.ops->push(&q->qd, &wt->item) < 0) {
 		queue_changed(q); /* (a push_out above took one out) */
 		pthread_mutex_unlock(&q->lock);
@@ -264,7 +290,7 @@ enum admit_result admission_admit(struct pool_rt *pool, struct waiter *wt, uint6
 	}
 	queue_changed(q);
 	if (wait_for >= 0) /* its first look chose to wait for that one */
-		waiter_wait_for(pool, wt, wait_for);
+		waiter_declined(pool, wt, wait_for, now_ms);
 	wt->state = W_QUEUED;
 	pool_count(pool, PM_POOL_QUEUE_ENQUEUED, 1);
 	/* a slot may have freed since the first look, or the longer queue may now make a

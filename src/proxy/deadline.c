@@ -74,14 +74,28 @@ static int heartbeat_due(const struct exchange *x)
 	return p->sse_hb && !x->resp_head && !p->buffering;
 }
 
-/* balance: llm: when a request queued for its busy home stops waiting for it (max_wait_ms)
- * and must be offered a free slot elsewhere, even if nothing else happens in the pool; 0:
- * not such a request, or already offered. */
-static uint64_t llm_wait_end(const struct exchange *x)
+/* The queue's own deadline: spill over (after spillover.after_ms), or give up
+ * (queue.timeout_ms). */
+static uint64_t queue_due(const struct exchange *x)
+{
+	uint64_t due = x->wt.queued_ms + x->pool->conf->queue_timeout_ms;
+	if (spill_possible(x) && x->wt.queued_ms + x->route->spill_after_ms < due)
+		due = x->wt.queued_ms + x->route->spill_after_ms;
+	return due;
+}
+
+/* balance: llm: when a request queued for its busy home stops waiting for it (max_wait_ms
+ * after a pick first passed up a free slot for it) and must be offered a free slot
+ * elsewhere, even if nothing else happens in the pool; 0: not such a request, or already
+ * offered. A pick made by another worker, as a slot freed there, may start that wait
+ * unheard of here: until it has started, the request looks again max_wait_ms after <now>. */
+static uint64_t llm_wait_end(const struct exchange *x, uint64_t now)
 {
 	if (x->wt.state != W_QUEUED || x->llm_wait_over || !x->pool->conf->balance->blocks)
 		return 0; /* (x->pool is set once it queues: not before its route is known) */
-	return x->wt.queued_ms + x->pool->conf->lb.max_wait_ms + 1;
+	unsigned max_wait = x->pool->conf->lb.max_wait_ms;
+	uint64_t at = atomic_load_explicit(&x->wt.declined_ms, memory_order_relaxed);
+	return max_wait ? (at ? at : now) + max_wait + 1 : 0; /* (0: it never waits) */
 }
 
 uint64_t deadline_next(const struct exchange *x, uint64_t now)
@@ -95,9 +109,7 @@ uint64_t deadline_next(const struct exchange *x, uint64_t now)
 	} else if (a->local_wait) {
 		deadline = now + LOCAL_WAIT_MS; /* bounded in dispatch.c */
 	} else if (x->wt.state != W_IDLE) {
-		deadline = x->wt.queued_ms + x->pool->conf->queue_timeout_ms;
-		if (spill_possible(x) && x->wt.queued_ms + x->route->spill_after_ms < deadline)
-			deadline = x->wt.queued_ms + x->route->spill_after_ms;
+		deadline = queue_due(x);
 	} else if (pd_waiting(x)) {
 		deadline = pd_deadline(x); /* its prefill's */
 	} else if (a->up && a->up->connecting) {
@@ -119,7 +131,7 @@ uint64_t deadline_next(const struct exchange *x, uint64_t now)
 		deadline = hedge_at;
 	if (heartbeat_due(x) && p->hb_next_ms < deadline)
 		deadline = p->hb_next_ms;
-	uint64_t wait_end = llm_wait_end(x);
+	uint64_t wait_end = llm_wait_end(x, now);
 	if (wait_end && wait_end < deadline)
 		deadline = wait_end;
 	if (x->until_ms && x->until_ms < deadline)
@@ -187,15 +199,15 @@ enum run deadline_fire(struct exchange *x, uint64_t now)
 		hedge_start(x); /* no answer yet: ask a second backend too */
 		return RUN_AGAIN;
 	}
-	uint64_t wait_end = llm_wait_end(x);
+	uint64_t wait_end = llm_wait_end(x, now);
 	if (wait_end && now >= wait_end) {
 		/* it has waited for its home long enough: a free slot anywhere will do now */
 		x->llm_wait_over = 1;
 		admission_grant(x->pool, now, rand_next(&x->w->rng));
 		return RUN_AGAIN;
 	}
-	if (x->wt.state != W_IDLE)
-		return queue_deadline(x, now);
+	if (x->wt.state != W_IDLE) /* (before its deadline: llm's look, its wait not started) */
+		return now >= queue_due(x) ? queue_deadline(x, now) : RUN_AGAIN;
 	if (pd_waiting(x))
 		return pd_timeout(x, now);
 	if (x->att->up && x->att->up->connecting)

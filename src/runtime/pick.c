@@ -224,7 +224,7 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 			    .has_key = (uint8_t)h->has_key,
 			    .waiting = h->waiting,
 			    .blocks = h->nblocks,
-			    .waited_ms = h->waited_ms,
+			    .waited_ms = h->declined_ms,
 			    .home_only = (uint8_t)h->home_only,
 			    .queued = h->queued,
 			    .wait_for = h->wait_for};
@@ -244,6 +244,7 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 		 * is read as a pick's answer would be, and says why it was taken) */
 		if (h->explain && lb->explain) {
 			h->explain->where = p;
+			h->explain->waited_ms = h->waited_ms;
 			lb->explain(&p->conf->lb, cand, n, &d, idx, h->explain);
 			if (by_session)
 				h->explain->why = LB_WHY_SESSION;

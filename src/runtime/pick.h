@@ -23,13 +23,16 @@ struct pick_hint {
 	const uint64_t *blocks; /* the prompt's block hashes (http_prompt_blocks) */
 	uint32_t nblocks;
 	uint32_t waited_ms; /* how long it has queued */
-	int home_only;	    /* a freed slot looking for the waiter whose prefix it holds */
-	uint32_t *missed;   /* out, with work: the blocks the chosen backend must compute */
-	uint32_t *ticks;    /* out, with work: its index clock's ticks they took (llm_picked) */
-	uint32_t *work;	    /* out, may be NULL: its expected time there, added to the
-			     * backend's work until llm_done() */
-	int *would_wait;    /* out, may be NULL: set when NULL means "wait", not "nothing" */
-	int *wait_for;	    /* out, may be NULL: with "wait", the index of the backend awaited */
+	/* balance: llm: how long since it first passed up a free slot to wait for its busy
+	 * home (0: never): what max_wait_ms counts */
+	uint32_t declined_ms;
+	int home_only;	  /* a freed slot looking for the waiter whose prefix it holds */
+	uint32_t *missed; /* out, with work: the blocks the chosen backend must compute */
+	uint32_t *ticks;  /* out, with work: its index clock's ticks they took (llm_picked) */
+	uint32_t *work;	  /* out, may be NULL: its expected time there, added to the
+			   * backend's work until llm_done() */
+	int *would_wait;  /* out, may be NULL: set when NULL means "wait", not "nothing" */
+	int *wait_for;	  /* out, may be NULL: with "wait", the index of the backend awaited */
 	/* balance: llm: the backend this request is counted waiting for (llm_wait_for()), whose
 	 * count it is not behind; NULL: none */
 	const struct backend *home;

@@ -37,6 +37,10 @@ struct waiter {
 	/* the owner reads it unlocked; a granting worker writes it under the queue's lock */
 	_Atomic enum waiter_state state;
 	uint64_t queued_ms;
+	/* balance: llm: when a pick for it first passed up a free slot to wait for its home
+	 * (0: none has): what max_wait_ms counts from. A granting worker writes it under the
+	 * queue's lock, the owner reads it for its timer. */
+	_Atomic uint64_t declined_ms;
 	uint64_t key; /* affinity hash for the balancer, when has_key */
 	int has_key;
 	const uint64_t *blocks; /* balance: llm: the prompt's block hashes, owned by the owner */

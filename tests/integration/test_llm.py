@@ -202,6 +202,37 @@ def test_llm_max_wait_is_kept_without_another_event(env):
     assert served_by(hdrs) != home, (took, served_by(hdrs), home)
 
 
+def test_llm_time_in_a_full_line_is_not_max_wait(env):
+    """max_wait_ms counts from the first free slot a request passes up for its home, not
+    from when it joined a line where no slot was free: a request that queued 1.5 s behind
+    two busy backends still goes home when its home frees 0.5 s after the other one (counting
+    its line, it took the first slot that freed, and a long line so lost every cache's
+    conversations at once: bench/fleets.py's independent shape collapsed at 1.37x)."""
+    sims = [env.sim(f"s{i}", latency_ms=1500, cache_hit_ms=300, prefix_cache=16, jitter=0,
+                    tokens=1, token_ms=100) for i in range(2)]
+    px = env.proxy(_pool([s.port for s in sims], 1, ", max_wait_ms: 1000")
+                   .replace("    backends:", "    queue: {max: 10, timeout_ms: 8000}\n    backends:"))
+    mine = _chat("a long shared system prompt, " * 60, "the same question")
+    other = _chat("another system prompt, " * 70, "q")
+    home = served_by(complete(px.port, mine, "/v1/chat/completions")[1])
+    elsewhere = served_by(complete(px.port, other, "/v1/chat/completions")[1])
+    assert home != elsewhere  # a new prompt goes where fewer went
+    assert served_by(complete(px.port, mine, "/v1/chat/completions")[1]) == home
+
+    def lasting(body, tokens):  # a cache hit: 300 ms, then 100 ms a token
+        b = json.loads(body)
+        b["max_tokens"] = tokens
+        return json.dumps(b)
+    with concurrent.futures.ThreadPoolExecutor(3) as ex:
+        f_home = ex.submit(complete, px.port, lasting(mine, 17), "/v1/chat/completions")
+        f_other = ex.submit(complete, px.port, lasting(other, 12), "/v1/chat/completions")
+        wait_until(lambda: _inflight(px) == 2, "both backends busy")  # home 2.0 s, other 1.5 s
+        got = complete(px.port, mine, "/v1/chat/completions")
+        assert [f_home.result()[0], f_other.result()[0], got[0]] == [200, 200, 200]
+    assert served_by(f_home.result()[1]) == home and served_by(f_other.result()[1]) == elsewhere
+    assert served_by(got[1]) == home, (served_by(got[1]), home, _queue(px))
+
+
 def test_llm_work_returns_to_zero(env):
     """REVIEW guard: every llm_picked() is matched by one llm_done(): after queued, abandoned
     and retried requests, no backend carries expected work."""
