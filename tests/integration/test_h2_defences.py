@@ -8,6 +8,8 @@ import socket
 import threading
 import time
 
+import hpack
+
 import hyperframe.frame
 
 from harness import lenient_backend, metrics_text, pool_yaml, prom_samples, request, status, \
@@ -25,22 +27,23 @@ def _defences(px, which):
         ("accelnet_http2_defences_total", (("defence", which),)), 0)
 
 
-def _goaway(s, timeout=10, dec=None, until=None):
+def _goaway(s, timeout=10, dec=None, until=None, data=None):
     """Read frames until a GOAWAY (its error code and last stream id) or the connection ends
     (None). Statuses seen on the way are returned too: (goaway, {sid: status}). <dec>: the
     connection's HPACK decoder, kept across calls; <until>: return once that stream's status
-    came."""
-    import hpack
-    dec, data, seen = dec or hpack.Decoder(), b"", {}
+    came; <data>: a bytearray kept across calls, holding what was read past the frame that
+    ended the call (a response's HEADERS may come in the same read as the GOAWAY)."""
+    dec, seen = dec or hpack.Decoder(), {}
+    data = bytearray() if data is None else data
     s.settimeout(timeout)
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         while len(data) >= 9:
-            f, length = hyperframe.frame.Frame.parse_frame_header(memoryview(data[:9]))
+            f, length = hyperframe.frame.Frame.parse_frame_header(memoryview(bytes(data[:9])))
             if len(data) < 9 + length:
                 break
-            f.parse_body(memoryview(data[9:9 + length]))
-            data = data[9 + length:]
+            f.parse_body(memoryview(bytes(data[9:9 + length])))
+            del data[:9 + length]
             if isinstance(f, hyperframe.frame.HeadersFrame):
                 seen[f.stream_id] = dict(dec.decode(bytes(f.data))).get(":status")
                 if f.stream_id == until:
@@ -204,7 +207,6 @@ def test_h2_hpack_bomb_is_refused_at_the_header_list_limit(env):
     assert len(block) < 6000
     s.sendall(hyperframe.frame.HeadersFrame(1, data=block,
                                             flags=["END_HEADERS", "END_STREAM"]).serialize())
-    import hpack
     dec = hpack.Decoder()
     goaway, seen = _goaway(s, timeout=10, dec=dec, until=1)
     assert seen.get(1) == "431", (seen, goaway)
@@ -299,10 +301,11 @@ def test_h2_stream_ids_running_out_get_goaway(env):
     env.on_cleanup.append(s.close)
     last = 2 ** 31 - 1
     s.sendall(_hf(enc, last, REQ))
-    goaway, seen = _goaway(s)
+    dec, data = hpack.Decoder(), bytearray()
+    goaway, seen = _goaway(s, dec=dec, data=data)
     assert goaway == (0, last), goaway
     if last not in seen:
-        _, more = _goaway(s, timeout=10, until=last)
+        _, more = _goaway(s, timeout=10, dec=dec, until=last, data=data)
         seen.update(more)
     assert seen.get(last) == "200", seen
     wait_until(lambda: _defences(px, "stream_ids") == 1, "counted")
