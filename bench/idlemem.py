@@ -16,7 +16,12 @@ proxy's VmRSS is read once every answer is in. Reported per proxy:
 The connections are to 127.0.0.1 from one load generator; the descriptor limit (ulimit -Hn)
 bounds the counts (two descriptors a connection for a proxy).
 
-Usage: bench/run --only idlemem [--counts 5000,10000] [--json OUT]
+--tls: the same over TLS, each proxy configured as bench/tls.py has them (TLS 1.3,
+TLS_AES_128_GCM_SHA256, X25519, an ECDSA P-256 certificate; session tickets and caches as
+there), the connections opened by `tlsload --mode idle` (a full handshake, one request, then
+idle): what an idle TLS client costs, the TLS library's state for the connection included.
+
+Usage: bench/run --only idlemem [--counts 5000,10000] [--tls] [--json OUT]
 """
 
 import argparse
@@ -29,6 +34,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
+import tls  # noqa: E402  (its proxies' TLS configurations and certificates)
 
 
 def start_origin(run):
@@ -47,14 +53,27 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
     return port
 
 
-def one(run, start, origin, conns):
-    p, port = start(run, [origin])
-    try:
+def warm(port, cert):
+    """One request, so that what the first request sets up is in the base."""
+    if not cert:
         urllib.request.urlopen(f"http://127.0.0.1:{port}/small", timeout=10).read()
+        return
+    out = subprocess.run([tls.TLSLOAD, "--target", f"127.0.0.1:{port}", "--mode", "idle",
+                          "--conns", "1", "--duration", "10"], input="", capture_output=True,
+                         text=True, timeout=30)
+    if json.loads(out.stdout)["ok"] != 1:
+        raise RuntimeError(f"no answer over TLS: {out.stdout} {out.stderr}")
+
+
+def one(run, start, origin, conns, cert=None):
+    p, port = start(run, origin, cert) if cert else start(run, [origin])
+    try:
+        warm(port, cert)
         base = bench.proc_kb(p.pid, "VmRSS")
-        g = subprocess.Popen(["taskset", "-c", bench.LOAD_CPU, bench.LOADGEN, "idle", "--target",
-                              f"127.0.0.1:{port}", "--conns", str(conns), "--path", "/small",
-                              "--timeout-s", "120"], stdin=subprocess.PIPE,
+        gen = ([tls.TLSLOAD, "--mode", "idle", "--duration", "120"] if cert else
+               [bench.LOADGEN, "idle", "--path", "/small", "--timeout-s", "120"])
+        g = subprocess.Popen(["taskset", "-c", bench.LOAD_CPU, *gen, "--target",
+                              f"127.0.0.1:{port}", "--conns", str(conns)], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True, preexec_fn=bench.raise_nofile)
         run.procs.append(g)
         report = json.loads(g.stdout.readline())
@@ -71,17 +90,19 @@ def one(run, start, origin, conns):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--counts", default=f"{bench.IDLE_CONNS // 2},{bench.IDLE_CONNS}")
+    ap.add_argument("--tls", action="store_true", help="TLS connections (see above)")
     ap.add_argument("--json")
     a = ap.parse_args()
     counts = [int(c) for c in a.counts.split(",")]
     bench.raise_nofile()
     run = bench.Run()
     res = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ"),
-           "versions": bench.versions(), "counts": counts, "results": {}}
+           "versions": bench.versions(), "counts": counts, "tls": a.tls, "results": {}}
     try:
         origin = start_origin(run)
-        for name, start in bench.PROXIES.items():
-            res["results"][name] = [one(run, start, origin, n) for n in counts]
+        cert = tls.make_cert(run, "ecdsa") if a.tls else None
+        for name, start in (tls.PROXIES if a.tls else bench.PROXIES).items():
+            res["results"][name] = [one(run, start, origin, n, cert) for n in counts]
     finally:
         run.cleanup()
     rows = []
@@ -92,7 +113,7 @@ def main():
         res.setdefault("growth_per_conn", {})[name] = slope
         rows.append([name, f"{slope:.0f}"] + [f"{r['held_per_conn']:.0f} ({r['ok']} held, "
                                               f"{r['errors']} errors)" for r in rs])
-    text = "\n".join([f"# idle keep-alive connections {res['date']}", "",
+    text = "\n".join([f"# idle keep-alive {'TLS ' if a.tls else ''}connections {res['date']}", "",
                       bench.table(["proxy", "growth per connection B"]
                                   + [f"held per connection at {n} B" for n in counts], rows), ""])
     bench.emit(text, res, a.json)

@@ -2,7 +2,7 @@
  * tlsload.c - the HTTPS load generator of bench/tls.py: many non-blocking TLS connections
  * on one epoll loop, one thread.
  *
- *   tlsload --target H:P --mode keepalive|full|resume --conns N --duration S [--path P]
+ *   tlsload --target H:P --mode keepalive|full|resume|idle --conns N --duration S [--path P]
  *
  *   keepalive  N connections, each sends a request, reads the whole response, sends the
  *              next: HTTPS requests per second over established connections.
@@ -13,6 +13,13 @@
  *              session) its slot received last; `resumed` counts the handshakes the server
  *              accepted the offer for (SSL_session_reused), so a server that never resumes
  *              shows it.
+ *   idle       N connections, each makes one request and then stays open, idle (bench/
+ *              idlemem.py --tls: what an idle TLS client costs a server). Once every one has
+ *              its answer (or failed: a failed one is not opened again), or --duration
+ *              passed, prints {"ok", "errors", "closed"} and holds them until standard input
+ *              ends; "closed" counts idle ones the server closed meanwhile. At most
+ *              --opening (default 64) are being opened at a time, so a server's handshake
+ *              timeout measures nothing of this client's queue (0: all at once).
  *
  * The client offers TLS 1.3 only, TLS_AES_128_GCM_SHA256 and X25519 (--suite, --groups
  * change that), and does not verify the certificate (the server's signature in the handshake
@@ -36,8 +43,8 @@
 #include <time.h>
 #include <unistd.h>
 
-enum mode { M_KEEPALIVE, M_FULL, M_RESUME };
-enum state { S_CONNECT, S_HANDSHAKE, S_SEND, S_RECV };
+enum mode { M_KEEPALIVE, M_FULL, M_RESUME, M_IDLE };
+enum state { S_CONNECT, S_HANDSHAKE, S_SEND, S_RECV, S_IDLE, S_DEAD };
 
 struct conn {
 	int fd;
@@ -56,7 +63,7 @@ static struct {
 	int ep;
 	char req[512];
 	size_t req_len;
-	unsigned long long requests, errors, handshakes, resumed, tickets;
+	unsigned long long requests, errors, handshakes, resumed, tickets, closed;
 	char suite[64], group[32], proto[16];
 } g;
 
@@ -134,6 +141,10 @@ static void conn_fail(struct conn *c)
 	g.errors++;
 	ERR_clear_error();
 	conn_close(c, 1);
+	if (g.mode == M_IDLE) {
+		c->st = S_DEAD; /* counted, never opened again */
+		return;
+	}
 	conn_open(c);
 }
 
@@ -186,6 +197,9 @@ static void conn_step(struct conn *c)
 			if (c->sent == g.req_len)
 				c->st = S_RECV;
 			break;
+		case S_IDLE:
+		case S_DEAD:
+			return; /* (the loop handles an idle one's wake-up) */
 		case S_RECV:
 			ret = SSL_read_ex(c->ssl, c->in + c->in_len, sizeof(c->in) - c->in_len, &n);
 			if (ret <= 0)
@@ -207,6 +221,11 @@ static void conn_step(struct conn *c)
 				return;
 			}
 			g.requests++;
+			if (g.mode == M_IDLE) {
+				c->st = S_IDLE; /* only a close or an error wakes it now */
+				conn_arm(c, EPOLLIN, EPOLL_CTL_MOD);
+				return;
+			}
 			if (g.mode == M_KEEPALIVE) {
 				c->sent = c->got = c->want = c->in_len = 0;
 				c->st = S_SEND;
@@ -232,10 +251,17 @@ static void conn_step(struct conn *c)
 	}
 }
 
+/* Idle mode: open the next of <cs> while fewer than <opening> are being opened. */
+static void idle_open_more(struct conn *cs, unsigned conns, unsigned opening, unsigned *opened)
+{
+	while (*opened < conns && *opened - (unsigned)(g.requests + g.errors) < opening)
+		conn_open(&cs[(*opened)++]);
+}
+
 static void usage(void)
 {
-	fprintf(stderr, "usage: tlsload --target H:P --mode keepalive|full|resume --conns N "
-			"--duration S [--path P] [--suite S] [--groups G]\n");
+	fprintf(stderr, "usage: tlsload --target H:P --mode keepalive|full|resume|idle --conns N "
+			"--duration S [--path P] [--suite S] [--groups G] [--opening N]\n");
 	exit(2);
 }
 
@@ -243,12 +269,12 @@ int main(int argc, char **argv)
 {
 	const char *target = NULL, *path = "/small", *suite = "TLS_AES_128_GCM_SHA256";
 	const char *groups = "X25519";
-	unsigned conns = 16;
+	unsigned conns = 16, opening = 64;
 	double duration = 5;
 	static const struct option opts[] = {
-	    {"target", 1, 0, 't'},   {"mode", 1, 0, 'm'}, {"conns", 1, 0, 'c'},
-	    {"duration", 1, 0, 'd'}, {"path", 1, 0, 'p'}, {"suite", 1, 0, 's'},
-	    {"groups", 1, 0, 'g'},   {0, 0, 0, 0},
+	    {"target", 1, 0, 't'},   {"mode", 1, 0, 'm'},    {"conns", 1, 0, 'c'},
+	    {"duration", 1, 0, 'd'}, {"path", 1, 0, 'p'},    {"suite", 1, 0, 's'},
+	    {"groups", 1, 0, 'g'},   {"opening", 1, 0, 'o'}, {0, 0, 0, 0},
 	};
 	for (int o; (o = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
 		switch (o) {
@@ -259,6 +285,7 @@ int main(int argc, char **argv)
 			g.mode = !strcmp(optarg, "keepalive") ? M_KEEPALIVE
 				 : !strcmp(optarg, "full")    ? M_FULL
 				 : !strcmp(optarg, "resume")  ? M_RESUME
+				 : !strcmp(optarg, "idle")    ? M_IDLE
 							      : (usage(), M_FULL);
 			break;
 		case 'c':
@@ -276,6 +303,9 @@ int main(int argc, char **argv)
 		case 'g':
 			groups = optarg;
 			break;
+		case 'o':
+			opening = (unsigned)atoi(optarg);
+			break;
 		default:
 			usage();
 		}
@@ -284,6 +314,8 @@ int main(int argc, char **argv)
 	const char *colon = target ? strrchr(target, ':') : NULL;
 	if (!colon || conns == 0 || (size_t)(colon - target) >= sizeof(host))
 		usage();
+	if (!opening)
+		opening = conns;
 	memcpy(host, target, (size_t)(colon - target));
 	host[colon - target] = 0;
 	g.addr.sin_family = AF_INET;
@@ -312,24 +344,47 @@ int main(int argc, char **argv)
 	struct conn *cs = calloc(conns, sizeof(*cs));
 	if (!cs)
 		return 1;
-	for (unsigned i = 0; i < conns; i++) {
+	unsigned opened = 0;
+	for (unsigned i = 0; i < conns; i++)
 		cs[i].fd = -1;
-		conn_open(&cs[i]);
-	}
+	if (g.mode == M_IDLE)
+		idle_open_more(cs, conns, opening, &opened);
+	else
+		for (; opened < conns; opened++)
+			conn_open(&cs[opened]);
 	double t0 = now_s(), end = t0 + duration, t;
 	struct epoll_event evs[256];
 	while ((t = now_s()) < end) {
+		if (g.mode == M_IDLE && g.requests + g.errors >= conns)
+			break; /* every one answered or failed */
 		int n = epoll_wait(g.ep, evs, 256, (int)((end - t) * 1000) + 1);
 		for (int i = 0; i < n; i++) {
 			struct conn *c = evs[i].data.ptr;
+			if (c->st == S_IDLE) { /* the server closed it (or sent something) */
+				g.closed++;
+				conn_close(c, 1);
+				c->st = S_DEAD;
+				continue;
+			}
 			if (c->st == S_CONNECT && (evs[i].events & (EPOLLERR | EPOLLHUP))) {
 				conn_fail(c); /* refused */
 				continue;
 			}
 			conn_step(c);
 		}
+		if (g.mode == M_IDLE)
+			idle_open_more(cs, conns, opening, &opened);
 	}
 	t = now_s() - t0;
+	if (g.mode == M_IDLE) {
+		printf("{\"ok\":%llu,\"errors\":%llu,\"closed\":%llu,\"seconds\":%.3f}\n",
+		       g.requests, g.errors, g.closed, t);
+		fflush(stdout);
+		char buf[256];
+		while (read(0, buf, sizeof(buf)) > 0) /* held until standard input ends */
+			;
+		return 0;
+	}
 	printf("{\"requests\":%llu,\"errors\":%llu,\"seconds\":%.3f,\"rps\":%.1f,"
 	       "\"handshakes\":%llu,\"resumed\":%llu,\"tickets\":%llu,\"suite\":\"%s\",\"group\":"
 	       "\"%s\","
