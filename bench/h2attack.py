@@ -25,7 +25,8 @@ and p99 with and without the attack and their ratio, the attacker's requests the
 proxy's `accelnet_http2_defences_total` counts.
 
 Usage: bench/run --only h2attack [--modes rapid-reset,continuation,ping,settings]
-                                 [--rounds 3] [--seconds 8] [--rate 100000] [--json OUT]
+                                 [--rounds 3] [--seconds 8] [--rate 100000]
+                                 [--accept-rate 20/s] [--accelnet BIN] [--json OUT]
 """
 
 import argparse
@@ -171,7 +172,7 @@ http {{ access_log {log}; keepalive_requests 10000000; keepalive_timeout 300s;
     return port, log
 
 
-def start_accelnet(run, origin, accept_rate):
+def start_accelnet(run, origin, accept_rate, binary):
     """accelnet as bench.start_accelnet has it (one worker, plain listener: HTTP/1.1 and h2c),
     with an admin listener and, given <accept_rate>, limits.accept_rate_per_ip."""
     port, admin = bench.free_port(), bench.free_port()
@@ -181,7 +182,7 @@ def start_accelnet(run, origin, accept_rate):
            "timeouts: {first_byte_ms: 300000, between_bytes_ms: 300000, idle_ms: 300000}\n"
            f"limits: {{{limits}}}\n"
            f"pools:\n  - name: b\n    backends:\n      - {{address: 127.0.0.1:{origin}}}\n")
-    p = run.start([bench.ACCELNET, "proxy", "-c", run.write(f"accelnet-{port}.yaml", cfg),
+    p = run.start([binary or bench.ACCELNET, "proxy", "-c", run.write(f"accelnet-{port}.yaml", cfg),
                    "--log-level", "error"], port, name="accelnet")
     p.port, p.admin = port, admin
     return p
@@ -248,6 +249,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=8)
     ap.add_argument("--rate", type=int, default=100000, help="frames (streams) a second")
+    ap.add_argument("--accelnet", metavar="BIN", help="another accelnet build (default build/)")
     ap.add_argument("--json")
     a = ap.parse_args()
     if a.attacker:
@@ -262,7 +264,8 @@ def main():
         origin, origin_log = start_origin(run)
         sink = Sink()
         for conf in ["defaults", f"accept_rate_per_ip {a.accept_rate}"]:
-            px = start_accelnet(run, origin, a.accept_rate if conf != "defaults" else None)
+            px = start_accelnet(run, origin, a.accept_rate if conf != "defaults" else None,
+                                a.accelnet)
             port = px.port
             victims(port, 1)  # warm
             for mode in a.modes.split(","):
