@@ -71,6 +71,7 @@ static const struct {
      "      is refused (the running configuration stays), 2 usage"},
     {"tokenize", cmd_tokenize,
      "tokenize --tokenizer FILE [--chat] TEXT|- | --tokenizer FILE [--chat] --lines [-]\n"
+     "      (or --model NAME --config FILE in place of --tokenizer FILE: the config's models:)\n"
      "      the token ids of TEXT (- reads standard input) as accelnet computes them from a\n"
      "      Hugging Face tokenizer.json, in decimal separated by spaces; --lines: one JSON\n"
      "      string literal a line in, one line of ids out; --chat: TEXT is an OpenAI\n"

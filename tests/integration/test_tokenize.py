@@ -461,3 +461,46 @@ def test_tokenize_chat_matches_jinja_and_tokenizers(env):
     r = subprocess.run([BIN, "tokenize", "--tokenizer", _file("deepseek_v3"), "--chat", "[]"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "chat_template: not one accelnet knows" in r.stderr, r
+
+
+def test_tokenize_models_config(env):
+    """models: in the config names a model's tokenizer: `check` loads it (a file accelnet
+    does not support refused at the key that names it, FILE:LINE:COL), and `tokenize --model
+    NAME --config FILE` gives the ids --tokenizer gives."""
+    good = os.path.join(env.dir, "tokenizer.json")
+    with open(good, "w") as f:
+        json.dump(_tiny(), f)
+    bad = os.path.join(env.dir, "bad", "tokenizer.json")
+    os.makedirs(os.path.dirname(bad))
+    with open(bad, "w") as f:
+        json.dump(_tiny(model__type="Unigram"), f)
+    conf = os.path.join(env.dir, "models.yaml")
+
+    def write(models):
+        with open(conf, "w") as f:
+            f.write("listen: [\"127.0.0.1:1\"]\npools: [{name: p, backends: "
+                    "[{address: \"127.0.0.1:2\"}]}]\nmodels:\n" + models)
+
+    def run(*args):
+        return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=10)
+
+    write(f"  tiny: {{tokenizer: {good}, block_size: 4}}\n")
+    r = run("check", "-c", conf)
+    assert r.returncode == 0, r
+    r = run("tokenize", "--model", "tiny", "--config", conf, "abc ab<s>x")
+    assert (r.returncode, r.stdout) == (0, "257 32 256 258 120\n"), r
+    r = run("tokenize", "--model", "other", "--config", conf, "x")
+    assert r.returncode == 2 and "models: names no such model" in r.stderr, r
+    r = run("tokenize", "--model", "tiny", "--config", conf, "--chat", "[]")
+    assert r.returncode == 2 and "no chat template" in r.stderr, r
+    write(f"  tiny: {{tokenizer: {good}}}\n  broken:\n    tokenizer: {bad}\n")
+    r = run("check", "-c", conf)
+    assert r.returncode == 2, r
+    assert f"{conf}:6:16: models: broken: {bad}: model.type: \"Unigram\" is not supported" \
+        in r.stderr, r.stderr
+    write(f"  tiny: {{tokenizer: {good}, block_size: 0}}\n")
+    r = run("check", "-c", conf)
+    assert r.returncode == 2 and f"{conf}:4:" in r.stderr and "expected 1 to 4096" in r.stderr, r
+    write("  tiny: {chat_template: x.json}\n")
+    r = run("check", "-c", conf)
+    assert r.returncode == 2 and "tokenizer: required" in r.stderr, r
