@@ -1,0 +1,42 @@
+/*
+ * tokprompt.h - a request's prompt as the token ids its engine computes, for a model the
+ * config gives a tokenizer (models:, tok/tokmodel.h): a completion's "prompt" string encoded
+ * with the tokenizer's special tokens (as vLLM encodes it), a chat completion's "messages"
+ * rendered by the model's chat format with the generation prompt and encoded without them
+ * (as apply_chat_template does); then its chain of token-block hashes. The proxy's balance:
+ * llm keys its prefix index on these, and accelnet sim its cache and KV events, so that both
+ * cut the prompt where the engine does.
+ *
+ * Each thread works through its own struct tokprompt: the tokenizer's scratch (grown to the
+ * largest prompt, never per call) for the last model it served, and the chat text.
+ */
+#ifndef ACCELNET_RUNTIME_TOKPROMPT_H
+#define ACCELNET_RUNTIME_TOKPROMPT_H
+
+#include "http/jsonview.h"
+#include "tok/tokmodel.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct tokprompt {
+	struct tok_scratch tok;
+	uint64_t serial; /* the tokmodel <tok> was made for; 0: none yet */
+	struct chat_text chat;
+};
+
+void tokprompt_free(struct tokprompt *p);
+
+/*
+ * The ids of the prompt of <body>[0..len), whose strict view is <v>, under model <m>: *ids
+ * (in <p>, valid until its next call) and *n. 0; -ENOENT when the body has no prompt this
+ * reads (none, a list "prompt", messages without a chat format); -EINVAL when the prompt is
+ * not what the chat format takes or is not UTF-8; -ENOMEM.
+ */
+int tokprompt_ids(struct tokprompt *p, const struct tokmodel *m, const char *body, size_t len,
+		  const struct json_view *v, const uint32_t **ids, size_t *n);
+
+/* The salt of the body's "cache_salt" (0 without): folded into the chain's seed. */
+uint64_t tokprompt_seed(const char *body, const struct json_view *v);
+
+#endif
