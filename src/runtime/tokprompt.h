@@ -8,7 +8,11 @@
  * cut the prompt where the engine does.
  *
  * Each thread works through its own struct tokprompt: the tokenizer's scratch (grown to the
- * largest prompt, never per call) for the last model it served, and the chat text.
+ * largest prompt, never per call) for the last model it served, the chat text, and an arena
+ * the prompt's JSON is decoded into: while a call decodes, jansson's allocations on that
+ * thread come from the arena (its allocator is set once, before main, to functions that fall
+ * through to malloc and free on every other thread and outside such a call), and the arena
+ * is grown after a call that needed more, so that a steady load allocates nothing.
  */
 #ifndef ACCELNET_RUNTIME_TOKPROMPT_H
 #define ACCELNET_RUNTIME_TOKPROMPT_H
@@ -23,6 +27,8 @@ struct tokprompt {
 	struct tok_scratch tok;
 	uint64_t serial; /* the tokmodel <tok> was made for; 0: none yet */
 	struct chat_text chat;
+	char *arena;		  /* the decoded JSON's values, reused by every call */
+	size_t cap, used, wanted; /* wanted: what the last call asked for in all */
 };
 
 void tokprompt_free(struct tokprompt *p);
