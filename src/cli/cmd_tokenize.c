@@ -6,7 +6,8 @@
  * per line, each a JSON string literal ("a\nb"), and prints one line of ids for each, so that
  * one process loads the tokenizer once for thousands of texts. --chat: each text is an
  * OpenAI `messages` array, rendered by the chat format of the tokenizer_config.json beside
- * FILE (tok/chat.h) with the generation prompt, then encoded without the post-processor's ids.
+ * FILE (tok/chat.h) with the generation prompt, then encoded without the post-processor's ids
+ * (or an object {"messages": [...], "tools": [...]}, a request's tools with its messages).
  * --model NAME --config FILE takes the tokenizer and chat format the config's models: gives
  * NAME, loaded as the proxy loads them, so the ids are those the router computes.
  */
@@ -84,7 +85,11 @@ static int tokenize_one(struct tok_scratch *s, const struct chat *chat, struct c
 				je.text);
 			return 2;
 		}
-		r = chat_render(chat, m, ct, err, sizeof(err));
+		/* a messages array, or an object with "messages" and "tools" */
+		r = json_is_object(m)
+			? chat_render(chat, json_object_get(m, "messages"),
+				      json_object_get(m, "tools"), ct, err, sizeof(err))
+			: chat_render(chat, m, NULL, ct, err, sizeof(err));
 		json_decref(m);
 		if (r) {
 			fprintf(stderr, "accelnet tokenize: %s: %s\n", what,

@@ -107,8 +107,10 @@ int tokprompt_ids(struct tokprompt *p, const struct tokmodel *m, const char *bod
 	if (!v->prompt.e || v->prompt.e > len || (v->messages && !m->has_chat))
 		return -ENOENT;
 	arena_begin(p);
-	json_t *j = json_loadb(body + v->prompt.s, v->prompt.e - v->prompt.s,
-			       JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+	/* a chat completion's whole body: its tools too */
+	json_t *j = v->messages ? json_loadb(body, len, JSON_ALLOW_NUL, NULL)
+				: json_loadb(body + v->prompt.s, v->prompt.e - v->prompt.s,
+					     JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
 	if (!j) {
 		arena_end(p);
 		return -ENOENT;
@@ -116,7 +118,8 @@ int tokprompt_ids(struct tokprompt *p, const struct tokmodel *m, const char *bod
 	const char *text;
 	size_t tlen;
 	if (v->messages) {
-		if ((rc = chat_render(&m->chat, j, &p->chat, err, sizeof(err))) < 0)
+		if ((rc = chat_render(&m->chat, json_object_get(j, "messages"),
+				      json_object_get(j, "tools"), &p->chat, err, sizeof(err))) < 0)
 			goto out;
 		text = p->chat.p;
 		tlen = p->chat.len;

@@ -2,7 +2,8 @@
  * tokprompt.h - a request's prompt as the token ids its engine computes, for a model the
  * config gives a tokenizer (models:, tok/tokmodel.h): a completion's "prompt" string encoded
  * with the tokenizer's special tokens (as vLLM encodes it), a chat completion's "messages"
- * rendered by the model's chat format with the generation prompt and encoded without them
+ * (and "tools") rendered by the model's chat format with the generation prompt and encoded
+ * without them
  * (as apply_chat_template does); then its chain of token-block hashes. The proxy's balance:
  * llm keys its prefix index on these, and accelnet sim its cache and KV events, so that both
  * cut the prompt where the engine does.

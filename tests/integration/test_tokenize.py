@@ -431,12 +431,102 @@ def test_tokenize_chat_qwen3_matches_jinja_and_tokenizers(env):
              "messages[1]: content around <think>"),
             ([{"role": "user", "content": "q"},
               {"role": "assistant", "content": "", "tool_calls": [{"id": "1"}]}],
-             "messages[1]: tool_calls is not supported yet"),
+             "messages[1].tool_calls[0]: no function name"),
             ([{"role": "user", "content": [{"type": "text", "text": "q"}]}],
              "messages[0]: content is not a string")]:
         r = subprocess.run([BIN, "tokenize", "--tokenizer", path, "--chat", json.dumps(msgs)],
                            capture_output=True, text=True, timeout=30)
         assert r.returncode == 2 and want in r.stderr, (msgs, r)
+
+
+# The same, for a request with tools: each line a JSON string holding {"messages", "tools"}.
+CHAT_TOOLS_JS = CHAT_JS.replace(
+    "tpl.render({messages: JSON.parse(JSON.parse(l)),",
+    "tpl.render({...JSON.parse(JSON.parse(l)),")
+
+
+def _json_value(rnd, depth=0):
+    """A JSON value of the kinds both tojsons write alike: no reals, no array-index keys."""
+    k = rnd.random()
+    if depth > 2 or k < 0.3:
+        return rnd.choice([_piece(rnd, []), rnd.randrange(-10**9, 10**9), True, False, None,
+                           "tab\there \"quoted\" back\\slash \x01\x1f é 😀 </tool_call>"])
+    if k < 0.6:
+        return [_json_value(rnd, depth + 1) for _ in range(rnd.randint(0, 3))]
+    return {rnd.choice(["type", "description", "properties", "enum", "x-ü", "a b", "items",
+                        "required"]) + str(i): _json_value(rnd, depth + 1)
+            for i in range(rnd.randint(0, 3))}
+
+
+def _qwen_tool_conversations(seed, n):
+    """Qwen 3 conversations with tool definitions, assistant tool calls (arguments as a JSON
+    text or an object) and tool results."""
+    rnd = random.Random(seed)
+    out = []
+    while len(out) < n:
+        tools = [{"type": "function", "function": {
+            "name": f"tool_{i}", "description": _piece(rnd, []),
+            "parameters": {"type": "object", "properties": _json_value(rnd, 1)}}}
+            for i in range(rnd.choice([0, 1, 1, 2, 3]))]
+        msgs = []
+        if rnd.random() < 0.5:
+            msgs.append({"role": "system", "content": _piece(rnd, [])})
+        for _ in range(rnd.randint(1, 3)):
+            msgs.append({"role": "user", "content": _piece(rnd, ["<tool_call>", "<|im_end|>"])})
+            for _ in range(rnd.choice([0, 1, 1, 2])):
+                calls = []
+                for _ in range(rnd.randint(1, 3)):
+                    args = {"q": _piece(rnd, []), "n": rnd.randrange(100),
+                            "deep": _json_value(rnd, 1)}
+                    call = {"name": f"tool_{rnd.randrange(3)}",
+                            "arguments": json.dumps(args) if rnd.random() < 0.5 else args}
+                    calls.append({"id": f"c{len(calls)}", "type": "function", "function": call}
+                                 if rnd.random() < 0.8 else call)
+                content = rnd.choice(["", "", _piece(rnd, []),
+                                      "<think>\n" + _piece(rnd, []) + "\n</think>\n\n"])
+                msgs.append({"role": "assistant", "content": content, "tool_calls": calls})
+                for _ in calls:
+                    msgs.append({"role": "tool", "content": _piece(rnd, [])})
+            if rnd.random() < 0.7:
+                msgs.append({"role": "assistant", "content": _piece(rnd, [])})
+        if all(_strips_agree(m["content"]) for m in msgs if m["role"] == "assistant"):
+            out.append({"messages": msgs, "tools": tools})
+    return out
+
+
+def test_tokenize_chat_qwen3_tools_match_jinja_and_tokenizers(env):
+    mods = _fetch()
+    path = _file("qwen3")
+    config = os.path.join(os.path.dirname(path), "tokenizer_config.json")
+    assert CHAT_TOOLS_JS != CHAT_JS
+    convs = _qwen_tool_conversations(33, 600)
+    text = "".join(json.dumps(json.dumps(c)) + "\n" for c in convs)
+    want = _reference(CHAT_TOOLS_JS, [mods, path, config], text).split("\n")
+    ours = subprocess.run([BIN, "tokenize", "--tokenizer", path, "--chat", "--lines"],
+                          input=text, capture_output=True, text=True, timeout=120)
+    assert ours.returncode == 0, ours.stderr
+    got = ours.stdout.split("\n")
+    assert len(got) == len(want) == len(convs) + 1, (len(got), len(want))
+    bad = [(c, w, g) for c, w, g in zip(convs, want, got) if w != g]
+    assert not bad, (f"{len(bad)} of {len(convs)} differ; first: "
+                     + "; ".join(f"{c!r}: want {w} got {g}" for c, w, g in bad[:1]))
+    # what the two Jinjas' tojson would write differently, and tools on a format without
+    # them: refused, named
+    call = {"role": "assistant", "content": "", "tool_calls": [{"function": {
+        "name": "f", "arguments": {"x": 1.5}}}]}
+    for req, model, want_err in [
+            ({"messages": [{"role": "user", "content": "q"}, call]}, "qwen3",
+             "messages[1].tool_calls[0]: a number with a fraction"),
+            ({"messages": [{"role": "user", "content": "q"}],
+              "tools": [{"type": "function", "function": {"name": "f", "parameters": {
+                  "properties": {"1": {}}}}}]}, "qwen3", "tools[0]: a key that is an array"),
+            ({"messages": [{"role": "user", "content": "q"}], "tools": [{"a": 2**60}]},
+             "qwen3", "tools[0]: an integer past 2^53"),
+            ({"messages": [{"role": "user", "content": "q"}], "tools": [{"a": 1}]},
+             "llama3", "tools: not supported with this chat format yet")]:
+        r = subprocess.run([BIN, "tokenize", "--tokenizer", _file(model), "--chat",
+                            json.dumps(req)], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 2 and want_err in r.stderr, (req, r)
 
 
 def test_tokenize_chat_matches_jinja_and_tokenizers(env):
