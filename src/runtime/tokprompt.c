@@ -12,7 +12,7 @@
 #include <xxhash.h>
 
 #define ARENA_FIRST (64u << 10) /* the arena's first size */
-#define ARENA_MAX (64u << 20)	/* ... and its largest: a prompt past it costs mallocs */
+#define ARENA_MAX (16u << 20)	/* ... and its largest: a prompt past it costs mallocs */
 #define ARENA_ALIGN 16
 
 /* The arena jansson allocates from on this thread now; NULL: malloc and free. */
@@ -100,7 +100,8 @@ static int scratch_for(struct tokprompt *p, const struct tokmodel *m)
 }
 
 int tokprompt_ids(struct tokprompt *p, const struct tokmodel *m, const char *body, size_t len,
-		  const struct json_view *v, const uint32_t **ids, size_t *n)
+		  const struct json_view *v, size_t max_text, const uint32_t **ids, size_t *n,
+		  int *cut)
 {
 	char err[160];
 	int rc = -ENOENT;
@@ -131,6 +132,12 @@ int tokprompt_ids(struct tokprompt *p, const struct tokmodel *m, const char *bod
 	}
 	if ((rc = scratch_for(p, m)) < 0)
 		goto out;
+	*cut = max_text && tlen > max_text;
+	if (*cut) { /* at a character's first byte */
+		tlen = max_text;
+		while (tlen && ((unsigned char)text[tlen] & 0xc0) == 0x80)
+			tlen--;
+	}
 	rc = tok_encode(&p->tok, text, tlen, !v->messages, ids, n);
 	if (rc < 0)
 		rc = rc == -ENOMEM ? rc : -EINVAL;

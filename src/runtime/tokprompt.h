@@ -36,12 +36,15 @@ void tokprompt_free(struct tokprompt *p);
 
 /*
  * The ids of the prompt of <body>[0..len), whose strict view is <v>, under model <m>: *ids
- * (in <p>, valid until its next call) and *n. 0; -ENOENT when the body has no prompt this
- * reads (none, a list "prompt", messages without a chat format); -EINVAL when the prompt is
- * not what the chat format takes or is not UTF-8; -ENOMEM.
+ * (in <p>, valid until its next call) and *n. Of at most the first <max_text> bytes of the
+ * prompt's text (cut at a character; 0: all of it): *cut says whether it was cut, when the
+ * last ids may differ from those of the whole text (a pre-token cut short). 0; -ENOENT when
+ * the body has no prompt this reads (none, a list "prompt", messages without a chat format);
+ * -EINVAL when the prompt is not what the chat format takes or is not UTF-8; -ENOMEM.
  */
 int tokprompt_ids(struct tokprompt *p, const struct tokmodel *m, const char *body, size_t len,
-		  const struct json_view *v, const uint32_t **ids, size_t *n);
+		  const struct json_view *v, size_t max_text, const uint32_t **ids, size_t *n,
+		  int *cut);
 
 /* The salt of the body's "cache_salt" (0 without): folded into the chain's seed. */
 uint64_t tokprompt_seed(const char *body, const struct json_view *v);

@@ -896,8 +896,9 @@ static void take_completion(struct sim *s, struct hsrv_conn *c, int chat, const 
 	long nblocks = 0;
 	size_t text = 0, ntok = 0;
 	const uint32_t *ids = NULL;
+	int cut;
 	if (s->tm && s->blocks &&
-	    tokprompt_ids(&s->tp, s->tm, body, body_len, &view, &ids, &ntok) == 0) {
+	    tokprompt_ids(&s->tp, s->tm, body, body_len, &view, 0, &ids, &ntok, &cut) == 0) {
 		nblocks = (long)sim_token_blocks(s, ids, ntok, scope);
 	} else if (s->blocks) {
 		ids = NULL;
