@@ -62,7 +62,8 @@ def test_token_index_predicts_the_hits_the_engines_report(env):
     tok = _qwen3()
     ports = [free_port() for _ in range(2)]
     sims = [env.sim(f"s{i}", latency_ms=1, jitter=0, tokens=1, token_ms=0,
-                    cache_blocks=SIM_BLOCKS, tokenizer=tok, block_size=BLOCK,
+                    prefill_us_per_block=0, cache_blocks=SIM_BLOCKS, tokenizer=tok,
+                    block_size=BLOCK,
                     kv_events=f"tcp://127.0.0.1:{ports[i]}",
                     **({"kv_events_skip": SKIP} if i == 0 else {})) for i in range(2)]
     addr = [f"127.0.0.1:{s.port}" for s in sims]
@@ -143,3 +144,20 @@ def test_token_index_predicts_the_hits_the_engines_report(env):
     assert abs(predicted - reported) <= 0.02 * reported, (predicted, reported, pairs)
     assert backends()[addr[1]]["gaps"] == 0
     print(f"predicted {predicted} hit blocks, reported {reported}, over {len(pairs)} requests")
+
+    # what the tokenizer does not take is keyed on bytes (content parts), a prompt longer than
+    # the blocks the index reads is tokenized only so far: both served, neither predicting
+    # more than the engine holds
+    long_prompt = " ".join(SYSTEMS) * 600  # ~250 KiB: past what the proxy tokenizes
+    for path, body in [
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": [
+                {"type": "text", "text": SYSTEMS[0]}]}]}),
+            ("/v1/completions", {"prompt": long_prompt}),
+            ("/v1/completions", {"prompt": long_prompt})]:
+        st, hdrs, data = request(px.port, "POST", path, json.dumps(
+            {"model": "qwen3", "max_tokens": 1, **body}), {"Content-Type": "application/json"})
+        assert st == 200, (st, data)
+        m = HIT.search(hdrs["x-accelnet-llm"][0])
+        assert int(m.group(2)) <= int(hdrs["x-sim-cached-blocks"][0]) or \
+            int(m.group(2)) <= int(m.group(1)), hdrs
+        assert int(m.group(1)) <= 1024, hdrs["x-accelnet-llm"]  # LLM_MAX_BLOCKS
