@@ -19,7 +19,7 @@ from test_tokenize import _fetch, _file
 
 BLOCK = 16  # tokens per block, vLLM's default
 SIM_BLOCKS = 24  # each simulator's cache: 384 tokens, a few prompts at a time
-SKIP = 30  # the sequence number sim 0 loses
+SKIP = 12  # the sequence number sim 0 loses (after the warm-up's few)
 
 
 def _qwen3():
@@ -121,7 +121,7 @@ def test_token_index_predicts_the_hits_the_engines_report(env):
         one()
         wait_until(lambda: mirrored() or sim_stats(sims[0].port)["kv_events_dropped"],
                    "the indexes mirroring the caches")
-        assert k < 200, "sim 0 never lost its batch"
+        assert k < 300, "sim 0 never lost its batch"
     assert sum(b["applied"]["removed"] for b in backends().values()) > 0, "no evictions"
     # phase 2: the gap is seen at sim 0's next batch; that backend then learns
     while backends()[addr[0]]["gaps"] == 0:
@@ -135,12 +135,14 @@ def test_token_index_predicts_the_hits_the_engines_report(env):
     reset(0)
     wait_until(lambda: "follows the events alone again" in env.log(px), "exact again")
     wait_until(mirrored, "the indexes mirroring the caches after the reset")
-    # phase 3
-    for _ in range(30):
+    # phase 3: until enough hits were reported for 2 % to mean something
+    for n in range(400):
+        if n >= 30 and sum(r for _, r in pairs) > 100:
+            break
         one()
         wait_until(mirrored, "the indexes mirroring the caches")
     predicted, reported = sum(p for p, _ in pairs), sum(r for _, r in pairs)
-    assert reported > 100, pairs  # (enough hits for 2 % to mean something)
+    assert reported > 100, pairs
     assert abs(predicted - reported) <= 0.02 * reported, (predicted, reported, pairs)
     assert backends()[addr[1]]["gaps"] == 0
     print(f"predicted {predicted} hit blocks, reported {reported}, over {len(pairs)} requests")
