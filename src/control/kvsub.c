@@ -169,9 +169,11 @@ static void apply(struct kvsub_one *s, const struct kvevent_batch *b)
 			forget(s, 0);
 			s->learning = 0;
 			atomic_store_explicit(&s->be->llm->exact, 1, memory_order_relaxed);
-			log_info("KV events of backend %s (pool %s): AllBlocksCleared: its prefix "
-				 "index follows the events alone again",
-				 s->be->name, s->be->pool->name);
+			static struct log_rate again; /* (an engine drives how often) */
+			log_rated(&again, 10000, LOG_INFO,
+				  "KV events of backend %s (pool %s): AllBlocksCleared: its prefix "
+				  "index follows the events alone again",
+				  s->be->name, s->be->pool->name);
 		} else
 			forget(s, 0);
 		metrics_add(metrics_shard_self(s->be->metrics), PM_BACKEND_KV_EVENTS,
