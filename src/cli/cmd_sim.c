@@ -8,6 +8,7 @@
 #include "http/prompt.h"
 #include "sim/lora.h"
 #include "sim/sim.h"
+#include "tok/tokmodel.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -136,6 +137,9 @@ int cmd_sim(int argc, char **argv)
 	    {"kv-events", required_argument, NULL, 'K'},
 	    {"kv-events-topic", required_argument, NULL, 'O'},
 	    {"kv-events-format", required_argument, NULL, 'F'},
+	    {"kv-events-skip", required_argument, NULL, 'k'},
+	    {"tokenizer", required_argument, NULL, 'z'},
+	    {"block-size", required_argument, NULL, 'b'},
 	    {"models", required_argument, NULL, 'M'},
 	    {"extra-load", required_argument, NULL, 'X'},
 	    {"early-headers", no_argument, NULL, 'e'},
@@ -175,6 +179,8 @@ int cmd_sim(int argc, char **argv)
 	    {'C', "--cache-blocks", 0, 4194304, &o.cache_blocks, NULL},
 	    {'B', "--block-bytes", HTTP_PROMPT_BLOCK_MIN, HTTP_PROMPT_BLOCK_MAX, &o.block_bytes,
 	     NULL},
+	    {'k', "--kv-events-skip", 0, 4294967295.0, &o.kv_events_skip, NULL},
+	    {'b', "--block-size", 1, TOKMODEL_BLOCK_MAX, &o.block_size, NULL},
 	    {'U', "--prefill-us-per-block", 0, 60000000, &o.prefill_us_per_block, NULL},
 	    {'X', "--extra-load", 0, SIM_EXTRA_LOAD_MAX, &o.extra_load, NULL},
 	    {'Q', "--kv-pull-us-per-block", 0, 60000000, &o.kv_pull_us_per_block, NULL},
@@ -208,6 +214,15 @@ int cmd_sim(int argc, char **argv)
 				return 2;
 			}
 			o.role = optarg[0] == 'p' ? SIM_ROLE_PREFILL : SIM_ROLE_DECODE;
+			continue;
+		}
+		if (ch == 'z') {
+			if (strlen(optarg) >= sizeof(o.tokenizer)) {
+				fprintf(stderr,
+					"accelnet sim: --tokenizer: a path under 512 bytes\n");
+				return 2;
+			}
+			snprintf(o.tokenizer, sizeof(o.tokenizer), "%s", optarg);
 			continue;
 		}
 		if (ch == 'W') {
@@ -255,6 +270,11 @@ int cmd_sim(int argc, char **argv)
 	if (o.kv_events[0] && !o.cache_blocks) {
 		fprintf(stderr, "accelnet sim: --kv-events publishes the block cache's changes: it "
 				"needs --cache-blocks N\n");
+		return 2;
+	}
+	if (o.tokenizer[0] && !o.cache_blocks) {
+		fprintf(stderr, "accelnet sim: --tokenizer cuts prompts into the block cache's "
+				"blocks: it needs --cache-blocks N\n");
 		return 2;
 	}
 	if (nlora && !o.max_loras)

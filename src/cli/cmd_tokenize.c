@@ -6,12 +6,18 @@
  * per line, each a JSON string literal ("a\nb"), and prints one line of ids for each, so that
  * one process loads the tokenizer once for thousands of texts. --chat: each text is an
  * OpenAI `messages` array, rendered by the chat format of the tokenizer_config.json beside
- * FILE (tok/chat.h) with the generation prompt, then encoded without the post-processor's ids.
+ * FILE (tok/chat.h) with the generation prompt, then encoded without the post-processor's ids
+ * (or an object {"messages": [...], "tools": [...]}, a request's tools with its messages).
+ * --model NAME --config FILE takes the tokenizer and chat format the config's models: gives
+ * NAME, loaded as the proxy loads them, so the ids are those the router computes.
  */
 #include "cli/cli.h"
 
+#include "conf/conf.h"
+#include "conf/schema_tokmodel.h"
 #include "tok/chat.h"
 #include "tok/tokjson.h"
+#include "tok/tokmodel.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -79,7 +85,11 @@ static int tokenize_one(struct tok_scratch *s, const struct chat *chat, struct c
 				je.text);
 			return 2;
 		}
-		r = chat_render(chat, m, ct, err, sizeof(err));
+		/* a messages array, or an object with "messages" and "tools" */
+		r = json_is_object(m)
+			? chat_render(chat, json_object_get(m, "messages"),
+				      json_object_get(m, "tools"), ct, err, sizeof(err))
+			: chat_render(chat, m, NULL, ct, err, sizeof(err));
 		json_decref(m);
 		if (r) {
 			fprintf(stderr, "accelnet tokenize: %s: %s\n", what,
@@ -131,15 +141,23 @@ int cmd_tokenize(int argc, char **argv)
 	static const struct option opts[] = {{"tokenizer", required_argument, NULL, 't'},
 					     {"lines", no_argument, NULL, 'L'},
 					     {"chat", no_argument, NULL, 'C'},
+					     {"model", required_argument, NULL, 'm'},
+					     {"config", required_argument, NULL, 'c'},
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
-	const char *file = NULL;
+	const char *file = NULL, *model = NULL, *config = NULL;
 	int lines = 0, chat_on = 0, c;
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "+t:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+t:c:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 't':
 			file = optarg;
+			break;
+		case 'm':
+			model = optarg;
+			break;
+		case 'c':
+			config = optarg;
 			break;
 		case 'L':
 			lines = 1;
@@ -156,31 +174,53 @@ int cmd_tokenize(int argc, char **argv)
 		}
 	}
 	int nargs = argc - optind;
-	if (!file ||
-	    !(lines ? nargs == 0 || (nargs == 1 && !strcmp(argv[optind], "-")) : nargs == 1)) {
-		fprintf(stderr, "accelnet tokenize: %s\n",
-			!file ? "--tokenizer FILE is required" : "one TEXT, or -, is required");
+	const char *usage =
+	    !file == !model	? "--tokenizer FILE or --model NAME is required"
+	    : !model != !config ? "--model NAME goes with --config FILE"
+	    : (lines ? nargs == 0 || (nargs == 1 && !strcmp(argv[optind], "-")) : nargs == 1)
+		? NULL
+		: "one TEXT, or -, is required";
+	if (usage) {
+		fprintf(stderr, "accelnet tokenize: %s\n", usage);
 		cli_usage(stderr, "tokenize");
 		return 2;
 	}
-	struct tok t;
-	struct tok_scratch s;
+	struct tok t = {0};
+	struct tok_scratch s = {0};
+	struct conf *conf = NULL;
+	const struct tok *tp = &t;
+	const struct chat *chat = NULL;
 	char err[512];
-	int r = tokjson_load(file, &t, err, sizeof(err));
-	if (r) {
+	int rc = 0, r;
+	char *text = NULL, *cfg = NULL;
+	struct chat own_chat;
+	struct chat_text ct = {0};
+	if (model) {
+		struct conf_error cerr;
+		if (conf_load_file(config, &conf, &cerr) < 0) {
+			fprintf(stderr, "%s\n", cerr.msg);
+			return 2;
+		}
+		const struct conf_tokmodel *m = conf_tokmodel_find(conf, model, strlen(model));
+		if (!m || (chat_on && !m->tm->has_chat)) {
+			fprintf(stderr, "accelnet tokenize: %s: %s\n", config,
+				!m ? "models: names no such model"
+				   : "models: this model has no chat template");
+			conf_free(conf);
+			return 2;
+		}
+		tp = &m->tm->tok;
+		chat = chat_on ? &m->tm->chat : NULL;
+	} else if ((r = tokjson_load(file, &t, err, sizeof(err)))) {
 		fprintf(stderr, "accelnet tokenize: %s\n", err);
 		return r == -EINVAL ? 2 : 1;
 	}
-	int rc = 0;
-	char *text = NULL, *cfg = NULL;
-	struct chat chat;
-	struct chat_text ct = {0};
-	if ((r = tok_scratch_init(&s, &t))) {
+	if ((r = tok_scratch_init(&s, tp))) {
 		fprintf(stderr, "accelnet tokenize: %s\n", strerror(-r));
 		rc = 1;
 		goto fail;
 	}
-	if (chat_on) {
+	if (chat_on && !model) {
 		const char *slash = strrchr(file, '/');
 		int dir = slash ? (int)(slash - file + 1) : 0;
 		if (asprintf(&cfg, "%.*stokenizer_config.json", dir, file) < 0) {
@@ -188,14 +228,15 @@ int cmd_tokenize(int argc, char **argv)
 			rc = 1;
 			goto fail;
 		}
-		if ((r = chat_load(cfg, &chat, err, sizeof(err)))) {
+		if ((r = chat_load(cfg, &own_chat, err, sizeof(err)))) {
 			fprintf(stderr, "accelnet tokenize: %s\n", err);
 			rc = r == -EINVAL ? 2 : 1;
 			goto fail;
 		}
+		chat = &own_chat;
 	}
 	if (lines) {
-		rc = tokenize_lines(&s, chat_on ? &chat : NULL, &ct);
+		rc = tokenize_lines(&s, chat, &ct);
 		goto fail;
 	}
 	size_t n;
@@ -208,14 +249,16 @@ int cmd_tokenize(int argc, char **argv)
 	} else {
 		n = strlen(argv[optind]);
 	}
-	rc = tokenize_one(&s, chat_on ? &chat : NULL, &ct, text ? text : argv[optind], n,
-			  "the text");
+	rc = tokenize_one(&s, chat, &ct, text ? text : argv[optind], n, "the text");
 fail:
 	free(text);
 	free(cfg);
 	chat_text_free(&ct);
 	tok_scratch_free(&s);
-	tok_free(&t);
+	if (conf)
+		conf_free(conf);
+	else
+		tok_free(&t);
 	if (fflush(stdout) && !rc)
 		rc = 1;
 	return rc;

@@ -27,7 +27,8 @@ static const struct {
      "      [--tokens N] [--token-ms MS] [--fail-rate F] [--stall-ms MS --stall-every-ms MS]\n"
      "      [--prefix-cache N --cache-hit-ms MS | --cache-blocks N [--block-bytes B]\n"
      "      [--prefill-us-per-block US] [--kv-events tcp://HOST:PORT [--kv-events-topic T]\n"
-     "      [--kv-events-format map|array]]] [--models A,B,...] [--extra-load N]\n"
+     "      [--kv-events-format map|array] [--kv-events-skip SEQ]]\n"
+     "      [--tokenizer FILE [--block-size N]]] [--models A,B,...] [--extra-load N]\n"
      "      [--early-headers] [--role prefill|decode [--pd-secret S]\n"
      "      [--kv-pull-us-per-block US] [--pd-allow-local 0|1]] [--prefill-stalls-decode 0|1]\n"
      "      [--lora A,B,... [--max-loras N] [--lora-load-ms MS]]\n"
@@ -35,6 +36,9 @@ static const struct {
      "      (LRU) of N blocks of B bytes of prompt text (64); the first token comes after\n"
      "      --latency-ms + US (1000) per uncached block; at most 8192 blocks of a prompt\n"
      "      count. --kv-events publishes its changes as vLLM does (ZeroMQ, msgpack).\n"
+     "      --tokenizer: blocks of N tokens (16) of the prompt as that tokenizer.json (and\n"
+     "      the chat template beside it) gives them, published with their token_ids;\n"
+     "      --kv-events-skip: the batch numbered SEQ is lost (a gap, for tests).\n"
      "      --models: the models served (others: 404). --extra-load: N phantom requests\n"
      "      from other clients keep coming back to its queue. --early-headers: a stream's\n"
      "      head goes out as the request arrives, its first event after the prefill (as\n"
@@ -71,6 +75,7 @@ static const struct {
      "      is refused (the running configuration stays), 2 usage"},
     {"tokenize", cmd_tokenize,
      "tokenize --tokenizer FILE [--chat] TEXT|- | --tokenizer FILE [--chat] --lines [-]\n"
+     "      (or --model NAME --config FILE in place of --tokenizer FILE: the config's models:)\n"
      "      the token ids of TEXT (- reads standard input) as accelnet computes them from a\n"
      "      Hugging Face tokenizer.json, in decimal separated by spaces; --lines: one JSON\n"
      "      string literal a line in, one line of ids out; --chat: TEXT is an OpenAI\n"

@@ -12,6 +12,7 @@
 #include "conf/schema.h"
 #include "conf/source.h"
 #include "conf/schema_forward.h"
+#include "conf/schema_tokmodel.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -208,6 +209,7 @@ void conf_free(struct conf *c)
 	for (size_t i = 0; i < c->nprices; i++)
 		free(c->prices[i].model);
 	free(c->prices);
+	schema_tokmodels_free(c);
 	free(c->cache.eviction);
 	free(c->cache.tag_header);
 	free(c->models.json);

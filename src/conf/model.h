@@ -291,6 +291,14 @@ struct conf_rate_limit {
 };
 
 /* prices: a model's prices (policy/spend_math.h), by the exact name clients write. */
+/* models: a model's tokenizer (tok/tokmodel.h), loaded when the config is read */
+struct conf_tokmodel {
+	char *name;
+	char *tokenizer, *chat_template; /* paths; chat_template NULL: beside the tokenizer */
+	unsigned block_size;		 /* tokens per KV-cache block */
+	struct tokmodel *tm;		 /* loaded; NULL only while the config is read */
+};
+
 struct conf_price {
 	char *model;
 	struct spend_price price; /* micro-units per million tokens */
@@ -468,6 +476,8 @@ struct conf {
 	struct conf_cluster cluster;
 	struct conf_price *prices; /* prices:, in the order given */
 	size_t nprices;
+	struct conf_tokmodel *tokmodels; /* models:, in the order given */
+	size_t ntokmodels;
 	/* discovery: how names of backends with discover are resolved (control/discover.h) */
 	struct {
 		char *resolvers; /* "IP:PORT,..." as c-ares takes it; NULL: the system's */

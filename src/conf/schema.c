@@ -25,6 +25,7 @@
 #include "conf/schema_forward.h"
 #include "conf/schema_l4.h"
 #include "conf/schema_spend.h"
+#include "conf/schema_tokmodel.h"
 #include "conf/schema_pd.h"
 #include "conf/schema_tls.h"
 
@@ -988,6 +989,7 @@ static const struct rule top_rules[] = {
     {"cluster", RULE_SECTION, offsetof(struct conf, cluster), 0, 0, schema_cluster_rules,
      schema_read_cluster},
     {"prices", RULE_SECTION, 0, 0, 0, NULL, schema_read_prices},
+    {"models", RULE_SECTION, 0, 0, 0, schema_tokmodel_rules, schema_read_tokmodels},
     RULES_END,
 };
 

@@ -27,11 +27,14 @@
  * of a message being taken (the index is cleared then too).
  */
 #include "control/kvsub.h"
+#include "control/kvmap.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "obs/kvevent.h"
 #include "policy/prefix_index.h"
+#include "runtime/llm.h"
 #include "runtime/proxy_metric.h"
+#include "tok/tokmodel.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -45,6 +48,7 @@
 #define RCV_HWM 8		  /* messages ZeroMQ holds for us (1000 by default: 16 GiB) */
 #define BATCH_EVENTS 4096	  /* events of one batch, at most */
 #define BATCH_HASHES 65536	  /* block hashes of one batch, at most */
+#define BATCH_TOKENS (1u << 20)	  /* ... and token ids */
 #define REST_FACTOR 3		  /* a spent budget rests 3 times as long as it took */
 #define REST_MIN_MS 10		  /* ... and at least this long */
 #define LOOK_MS 1000		  /* the slow look at every socket */
@@ -63,6 +67,8 @@ struct kvsub_one {
 	int busy;      /* <payload> is being taken in parts, <cur> where it stands */
 	zmq_msg_t payload;
 	struct kvevent_cursor cur;
+	struct kvmap *map; /* engine hash -> own, once a BlockStored carried token ids */
+	int learning;	   /* its thread was lost: balance: llm learns, until AllBlocksCleared */
 };
 
 struct kvsub {
@@ -77,21 +83,73 @@ struct kvsub {
 	unsigned msgs, bytes; /* what this turn took so far */
 };
 
+/* What <s> knows of its engine is dropped. An engine whose events carry token ids keeps the
+ * index balance: llm reads: that backend falls back to learning from the prompts sent there
+ * (as without kv_events, the events still applied on top) until the engine's next
+ * AllBlocksCleared says what it holds again. */
+static void forget(struct kvsub_one *s, int lost)
+{
+	prefix_index_clear(s->be->kv_prefix);
+	if (s->map)
+		kvmap_clear(s->map);
+	struct llm_backend *l = s->be->llm;
+	if (lost && s->map && l && l->prefix == s->be->kv_prefix && !s->learning) {
+		s->learning = 1;
+		atomic_store_explicit(&l->exact, 0, memory_order_relaxed);
+	}
+}
+
 /* The index of <s>'s backend no longer mirrors its engine. */
 static void lost_thread(struct kvsub_one *s, const char *why)
 {
-	prefix_index_clear(s->be->kv_prefix);
+	forget(s, 1);
 	backend_count(s->be, PM_BACKEND_KV_GAPS, 1);
-	log_warn_every(10000, "KV events of backend %s (pool %s): %s; its prefix index is cleared",
-		       s->be->name, s->be->pool->name, why);
+	log_warn_every(10000,
+		       "KV events of backend %s (pool %s): %s; its prefix index is cleared%s",
+		       s->be->name, s->be->pool->name, why,
+		       s->learning ? "; balance: llm learns from the prompts sent there until the "
+				     "engine's next AllBlocksCleared"
+				   : "");
 }
 
 static void malformed(struct kvsub_one *s, const char *why)
 {
-	prefix_index_clear(s->be->kv_prefix); /* its events are missed */
+	forget(s, 1); /* its events are missed */
 	backend_count(s->be, PM_BACKEND_KV_MALFORMED, 1);
 	log_warn_every(10000, "KV events of backend %s (pool %s): a message dropped: %s",
 		       s->be->name, s->be->pool->name, why);
+}
+
+/* A BlockStored with the token ids of its blocks: each keyed by our own chain hash of them,
+ * from its parent's (known from an earlier BlockStored, else it cannot be chained and its
+ * blocks stay unknown) or the chain's seed. A LoRA adapter's blocks never match a prompt of
+ * the base model: not kept. */
+static void stored_tokens(struct kvsub_one *s, const struct kvevent_batch *b,
+			  const struct kvevent *e)
+{
+	uint64_t own = TOKMODEL_CHAIN_SEED;
+	if (!s->map && kvmap_new(prefix_index_capacity(s->be->kv_prefix), &s->map) < 0)
+		return;
+	if (e->lora || (e->has_parent && !kvmap_get(s->map, e->parent, &own)))
+		return;
+	for (uint32_t i = 0; i < e->n; i++) {
+		own = tokmodel_block_hash(own, b->tok + e->tok_first + (size_t)i * e->block_size,
+					  e->block_size);
+		if (kvmap_put(s->map, b->hash[e->first + i], own) < 0)
+			return;
+		prefix_index_insert(s->be->kv_prefix, &own, 1);
+	}
+}
+
+static void removed(struct kvsub_one *s, const uint64_t *h, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t own;
+		if (s->map && kvmap_take(s->map, h[i], &own))
+			prefix_index_remove(s->be->kv_prefix, &own, 1);
+		else
+			prefix_index_remove(s->be->kv_prefix, &h[i], 1); /* our hash already */
+	}
 }
 
 static void apply(struct kvsub_one *s, const struct kvevent_batch *b)
@@ -99,12 +157,25 @@ static void apply(struct kvsub_one *s, const struct kvevent_batch *b)
 	for (size_t i = 0; i < b->nev; i++) {
 		const struct kvevent *e = &b->ev[i];
 		const uint64_t *h = b->hash + e->first;
-		if (e->kind == KVEVENT_STORED)
+		if (e->kind == KVEVENT_STORED && e->ntok && e->block_size &&
+		    e->block_size <= TOKMODEL_BLOCK_MAX &&
+		    (uint64_t)e->n * e->block_size == e->ntok)
+			stored_tokens(s, b, e);
+		else if (e->kind == KVEVENT_STORED)
 			prefix_index_insert(s->be->kv_prefix, h, e->n);
 		else if (e->kind == KVEVENT_REMOVED)
-			prefix_index_remove(s->be->kv_prefix, h, e->n);
-		else
-			prefix_index_clear(s->be->kv_prefix);
+			removed(s, h, e->n);
+		else if (s->learning) { /* a fresh state: exact again */
+			forget(s, 0);
+			s->learning = 0;
+			atomic_store_explicit(&s->be->llm->exact, 1, memory_order_relaxed);
+			static struct log_rate again; /* (an engine drives how often) */
+			log_rated(&again, 10000, LOG_INFO,
+				  "KV events of backend %s (pool %s): AllBlocksCleared: its prefix "
+				  "index follows the events alone again",
+				  s->be->name, s->be->pool->name);
+		} else
+			forget(s, 0);
 		metrics_add(metrics_shard_self(s->be->metrics), PM_BACKEND_KV_EVENTS,
 			    s->be->id * KVEVENT_KINDS + e->kind, 1);
 	}
@@ -382,9 +453,12 @@ int kvsub_start(struct loop *loop, struct runtime *rt, struct kvsub **out)
 	k->subs = calloc(want, sizeof(*k->subs));
 	k->batch.ev = calloc(BATCH_EVENTS, sizeof(*k->batch.ev));
 	k->batch.hash = calloc(BATCH_HASHES, sizeof(*k->batch.hash));
+	k->batch.tok = calloc(BATCH_TOKENS, sizeof(*k->batch.tok));
 	k->batch.ev_cap = BATCH_EVENTS;
 	k->batch.hash_cap = BATCH_HASHES;
-	if (!k->subs || !k->batch.ev || !k->batch.hash || !(k->ctx = zmq_ctx_new()))
+	k->batch.tok_cap = BATCH_TOKENS;
+	if (!k->subs || !k->batch.ev || !k->batch.hash || !k->batch.tok ||
+	    !(k->ctx = zmq_ctx_new()))
 		goto fail;
 	for (size_t i = 0; i < rt->nbackends; i++) {
 		struct backend *be = rt->backend_by_id[i];
@@ -428,11 +502,13 @@ void kvsub_stop(struct kvsub *k)
 		if (s->mon)
 			zmq_close(s->mon);
 		zmq_msg_close(&s->payload);
+		kvmap_free(s->map);
 	}
 	if (k->ctx)
 		zmq_ctx_term(k->ctx);
 	free(k->subs);
 	free(k->batch.ev);
 	free(k->batch.hash);
+	free(k->batch.tok);
 	free(k);
 }

@@ -11,6 +11,14 @@
  * malformed (its events are missed). The first message after a connect starts the count.
  * What the engine stored before we subscribed is not known until it stores it again (vLLM's
  * replay socket, which could fill that in, is not used): the index errs toward misses.
+ *
+ * A BlockStored that carries its blocks' token ids (vLLM's do; accelnet sim's with a
+ * tokenizer) is keyed by accelnet's own chain hash of those ids (tok/tokmodel.h), the key the
+ * request path gives a prompt of a model with a tokenizer (models:), and the engine's hashes
+ * are mapped to it (control/kvmap.h) for the parents and removals that name them. When such a
+ * backend's thread is lost its balance: llm index stops being exact: routing learns from the
+ * prompts sent there again (the events still applied) until the engine's next
+ * AllBlocksCleared (vLLM's reset_prefix_cache, a restart) says what it holds.
  * A gap or lost connection counts in accelnet_backend_kv_event_gaps_total, a malformed
  * message in accelnet_backend_kv_events_malformed_total.
  */

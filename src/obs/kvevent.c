@@ -290,6 +290,83 @@ static int read_hashes(struct cur *c, struct kvevent_batch *b, uint32_t *n_out)
 	return 0;
 }
 
+/* parent_block_hash: nil, or a hash. */
+static int read_parent(struct cur *c, struct kvevent *ev)
+{
+	if (left(c) && c->p[c->i] == 0xc0) {
+		c->i++;
+		return 0;
+	}
+	ev->has_parent = 1;
+	return read_hash(c, &ev->parent) < 0 ? -EBADMSG : 0;
+}
+
+/* token_ids: an array of ids below 2^32 appended to <b> (skipped without room for ids). 0,
+ * -EBADMSG or -E2BIG. */
+static int read_tokens(struct cur *c, struct kvevent_batch *b, struct kvevent *ev)
+{
+	uint64_t n, v;
+	if (!b->tok_cap)
+		return skip(c, 2) < 0 ? -EBADMSG : 0;
+	if (read_array(c, &n) < 0)
+		return -EBADMSG;
+	if (n > b->tok_cap - b->ntok)
+		return -E2BIG;
+	ev->tok_first = (uint32_t)b->ntok;
+	for (uint64_t k = 0; k < n; k++) {
+		if (read_int(c, &v) < 0 || v > UINT32_MAX)
+			return -EBADMSG;
+		b->tok[b->ntok++] = (uint32_t)v;
+	}
+	ev->ntok = (uint32_t)n;
+	return 0;
+}
+
+/* block_size: an integer (any other value reads as not given). */
+static int read_block_size(struct cur *c, struct kvevent *ev)
+{
+	uint64_t v;
+	size_t at = c->i;
+	if (read_int(c, &v) == 0) {
+		ev->block_size = v <= UINT32_MAX ? (uint32_t)v : 0;
+		return 0;
+	}
+	c->i = at;
+	return skip(c, 2) < 0 ? -EBADMSG : 0;
+}
+
+/* lora_id or lora_name: nil, or an adapter. */
+static int read_lora(struct cur *c, struct kvevent *ev)
+{
+	if (left(c) && c->p[c->i] == 0xc0) {
+		c->i++;
+		return 0;
+	}
+	ev->lora = 1;
+	return skip(c, 2) < 0 ? -EBADMSG : 0;
+}
+
+/* A BlockStored's field <key> (of a map) or its <index>th (of an array, after the tag and
+ * block_hashes: 0 parent_block_hash, 1 token_ids, 2 block_size, 3 lora_id, 5 lora_name): 1
+ * when it was read, 0 when it is none of them, or -EBADMSG / -E2BIG. */
+static int read_stored_field(struct cur *c, struct kvevent_batch *b, struct kvevent *ev,
+			     const uint8_t *key, size_t key_len, int index)
+{
+	int rc;
+	if (key ? tag_is(key, key_len, "parent_block_hash") : index == 0)
+		rc = read_parent(c, ev);
+	else if (key ? tag_is(key, key_len, "token_ids") : index == 1)
+		rc = read_tokens(c, b, ev);
+	else if (key ? tag_is(key, key_len, "block_size") : index == 2)
+		rc = read_block_size(c, ev);
+	else if (key ? tag_is(key, key_len, "lora_id") || tag_is(key, key_len, "lora_name")
+		     : index == 3 || index == 5)
+		rc = read_lora(c, ev);
+	else
+		return 0;
+	return rc < 0 ? rc : 1;
+}
+
 /* An event written as a map (msgspec tag=True without array_like, current vLLM): the tag
  * under "type", the hashes under "block_hashes", in any order; other keys skipped. */
 static int read_event_map(struct cur *c, struct kvevent_batch *b, struct kvevent *ev)
@@ -312,6 +389,10 @@ static int read_event_map(struct cur *c, struct kvevent_batch *b, struct kvevent
 			if ((rc = read_hashes(c, b, &ev->n)) < 0)
 				return rc;
 			hashed = 1;
+		} else if (typed && ev->kind == KVEVENT_STORED &&
+			   (rc = read_stored_field(c, b, ev, key, key_len, -1)) != 0) {
+			if (rc < 0)
+				return rc; /* (a key given twice: its last value) */
 		} else if (skip(c, 3) < 0)
 			return -EBADMSG;
 	}
@@ -346,9 +427,14 @@ static int read_event(struct cur *c, struct kvevent_batch *b)
 			if ((rc = read_hashes(c, b, &ev.n)) < 0)
 				return rc;
 		}
-		for (uint64_t k = 0; k < fields; k++)
-			if (skip(c, 2) < 0)
+		for (uint64_t k = 0; k < fields; k++) {
+			if (ev.kind == KVEVENT_STORED &&
+			    (rc = read_stored_field(c, b, &ev, NULL, 0, (int)k)) != 0) {
+				if (rc < 0)
+					return rc;
+			} else if (skip(c, 2) < 0)
 				return -EBADMSG;
+		}
 	}
 	if (ev.kind == KVEVENT_KINDS)
 		return 0;
@@ -364,8 +450,11 @@ int kvevent_decode_part(const void *buf, size_t len, struct kvevent_cursor *k,
 	struct cur c = {.p = buf, .n = len, .i = k->at};
 	b->nev = 0;
 	b->nhash = 0;
+	b->ntok = 0;
 	if (b->hash_cap > UINT32_MAX)
 		b->hash_cap = UINT32_MAX;
+	if (b->tok_cap > UINT32_MAX)
+		b->tok_cap = UINT32_MAX;
 	int rc = -EBADMSG;
 	if (!k->begun) {
 		if (read_array(&c, &k->fields) < 0 || k->fields < 2 || read_float(&c, &b->ts) < 0 ||
@@ -375,7 +464,7 @@ int kvevent_decode_part(const void *buf, size_t len, struct kvevent_cursor *k,
 	}
 	size_t start = c.i;
 	while (k->events) {
-		size_t at = c.i, nev = b->nev, nhash = b->nhash;
+		size_t at = c.i, nev = b->nev, nhash = b->nhash, ntok = b->ntok;
 		if (at > start && at - start >= bytes)
 			goto more;
 		if ((rc = read_event(&c, b)) < 0) {
@@ -384,6 +473,7 @@ int kvevent_decode_part(const void *buf, size_t len, struct kvevent_cursor *k,
 			c.i = at; /* no room left in this part: the event starts the next */
 			b->nev = nev;
 			b->nhash = nhash;
+			b->ntok = ntok;
 			goto more;
 		}
 		k->events--;
@@ -402,6 +492,7 @@ more:
 fail:
 	b->nev = 0;
 	b->nhash = 0;
+	b->ntok = 0;
 	return rc;
 }
 
@@ -412,6 +503,7 @@ int kvevent_decode(const void *buf, size_t len, struct kvevent_batch *b)
 	if (rc == 1) { /* the room filled before the batch's end */
 		b->nev = 0;
 		b->nhash = 0;
+		b->ntok = 0;
 		rc = -E2BIG;
 	}
 	return rc;

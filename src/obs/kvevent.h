@@ -15,6 +15,8 @@
  * its kind under "type": {"type": "BlockStored", "block_hashes": [...], ...}; both forms are
  * read, the keys of a map in any order. Trailing fields an engine version adds (medium,
  * lora_name, ...) and the rank are skipped. A block
+ * BlockStored's parent_block_hash, token_ids (each below 2^32), block_size, lora_id and
+ * lora_name are read too (a subscriber keys blocks by their token ids: control/kvmap.h). A block
  * hash is an unsigned integer (accelnet sim publishes our own chain hashes, http/prompt.h);
  * a negative one is taken as its 64-bit pattern, and a byte string (newer vLLM hashes
  * blocks with SHA-256) as its first 8 bytes, big-endian: such hashes never match a prompt's
@@ -33,19 +35,29 @@
 
 enum kvevent_kind { KVEVENT_STORED, KVEVENT_REMOVED, KVEVENT_CLEARED, KVEVENT_KINDS };
 
-/* One event: its block hashes are batch->hash[first .. first + n). */
+/* One event: its block hashes are batch->hash[first .. first + n); a BlockStored's token
+ * ids batch->tok[tok_first .. tok_first + ntok) (none when the batch has no room for ids),
+ * its parent_block_hash (has_parent: not nil), block_size (0: not given) and whether it
+ * names a LoRA adapter (lora_id or lora_name not nil). */
 struct kvevent {
 	enum kvevent_kind kind;
 	uint32_t first, n;
+	uint32_t tok_first, ntok;
+	uint32_t block_size;
+	unsigned has_parent : 1, lora : 1;
+	uint64_t parent;
 };
 
-/* A decoded batch, into arrays the caller owns: ev[ev_cap], hash[hash_cap]. */
+/* A decoded batch, into arrays the caller owns: ev[ev_cap], hash[hash_cap], tok[tok_cap]
+ * (tok_cap 0: token ids are skipped). */
 struct kvevent_batch {
 	double ts;
 	struct kvevent *ev;
 	size_t nev, ev_cap;
 	uint64_t *hash;
 	size_t nhash, hash_cap;
+	uint32_t *tok;
+	size_t ntok, tok_cap;
 };
 
 /*

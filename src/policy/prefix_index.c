@@ -197,6 +197,11 @@ void prefix_index_clear(struct prefix_index *ix)
 	atomic_store_explicit(&ix->taken, 0, memory_order_relaxed);
 }
 
+size_t prefix_index_capacity(const struct prefix_index *ix)
+{
+	return (size_t)ix->capacity;
+}
+
 size_t prefix_index_count(const struct prefix_index *ix)
 {
 	uint64_t now = atomic_load_explicit(&ix->taken, memory_order_relaxed);

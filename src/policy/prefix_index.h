@@ -4,7 +4,8 @@
  * An inference engine keeps the KV state of the prompts it served in fixed-size blocks and
  * reuses it for a new prompt that starts the same way, evicting the least recently used
  * blocks when full. This index mirrors that for one backend, keyed by the chain hashes of
- * http_prompt_blocks() (hash[i] names the whole prefix through block i). It learns in one of
+ * http_prompt_blocks(), or of tokmodel_blocks() for a model with a tokenizer (hash[i] names
+ * the whole prefix through block i). It learns in one of
  * two ways: approximately, from the prompts we route there (prefix_index_insert after each
  * pick), or exactly, from the engine's own KV-cache events (insert on BlockStored, remove on
  * BlockRemoved, clear on AllBlocksCleared).
@@ -64,6 +65,9 @@ void prefix_index_take_back(struct prefix_index *ix, const uint64_t *hash, size_
 
 /* The engine dropped everything (AllBlocksCleared, or it restarted). */
 void prefix_index_clear(struct prefix_index *ix);
+
+/* The <capacity> it was made with. */
+size_t prefix_index_capacity(const struct prefix_index *ix);
 
 /* Blocks it believes held, for /status and tests (a scan: not for the request path). */
 size_t prefix_index_count(const struct prefix_index *ix);

@@ -89,9 +89,11 @@ static int reported(const struct exchange *x, const struct pool_rt *p, uint32_t 
 	const struct usage_scan *u = tally_usage(x);
 	if (!u->has_cached)
 		return 0;
-	uint64_t b = u->cached > UINT64_MAX / LLM_EXPLAIN_BYTES_PER_TOKEN
-			 ? UINT64_MAX
-			 : u->cached * LLM_EXPLAIN_BYTES_PER_TOKEN / p->conf->lb.block_bytes;
+	uint64_t b = x->reqbody.llm_block_tokens /* blocks of tokens (proxy/tokroute.h) */
+			 ? u->cached / x->reqbody.llm_block_tokens
+			 : u->cached > UINT64_MAX / LLM_EXPLAIN_BYTES_PER_TOKEN
+			       ? UINT64_MAX
+			       : u->cached * LLM_EXPLAIN_BYTES_PER_TOKEN / p->conf->lb.block_bytes;
 	*tokens = u->cached;
 	*out = b < blocks ? (uint32_t)b : blocks; /* (never more of our prompt than it has) */
 	return 1;

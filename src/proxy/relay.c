@@ -18,6 +18,7 @@
 #include "proxy/quota.h"
 #include "proxy/splice_body.h"
 #include "proxy/xhooks.h"
+#include "proxy/tokroute.h"
 #include "proxy/tunnel.h"
 #include "proxy/up_h1.h"
 
@@ -59,13 +60,17 @@ static void read_prompt_blocks(struct exchange *x, const char *body, size_t len)
 {
 	if (!x->reqbody.llm_blocks && !(x->reqbody.llm_blocks = llm_blocks_get(&x->w->llm_spares)))
 		return; /* out of memory: balanced as a request without a prompt */
-	long n = http_prompt_blocks(body, len, x->pool->conf->lb.block_bytes, x->reqbody.llm_blocks,
-				    LLM_MAX_BLOCKS, NULL);
+	/* the model's tokenizer's blocks, if it has one; else blocks of prompt bytes */
+	long n = tokroute_blocks(x->w, &x->reqbody, body, len);
+	if (n < 0)
+		n = http_prompt_blocks(body, len, x->pool->conf->lb.block_bytes,
+				       x->reqbody.llm_blocks, LLM_MAX_BLOCKS, NULL);
 	if (n <= 0) { /* no prompt (or not one whole block): nothing to hold */
 		reqbody_end(&x->reqbody, x->w);
 		return;
 	}
-	llm_scope_blocks(x->reqbody.llm_blocks, (uint32_t)n, &x->reqbody.view, body);
+	if (!x->reqbody.llm_block_tokens) /* (token blocks: their seed holds the salt) */
+		llm_scope_blocks(x->reqbody.llm_blocks, (uint32_t)n, &x->reqbody.view, body);
 	x->wt.blocks = x->reqbody.llm_blocks;
 	x->wt.nblocks = (uint32_t)n;
 }

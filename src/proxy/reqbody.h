@@ -39,6 +39,7 @@ struct reqbody {
 	char model[CONF_MODEL_MAX + 1];
 	uint16_t model_len;
 	uint64_t *llm_blocks; /* balance: llm: the prompt's blocks, lent by the worker (llm.h) */
+	uint16_t llm_block_tokens; /* ... of this many tokens (proxy/tokroute.h); 0: of bytes */
 };
 
 /*

@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "net/sock.h"
 #include "net/tls.h"
+#include "runtime/tokprompt.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -290,6 +291,9 @@ void worker_destroy(struct worker *w)
 	buf_pool_drain(&w->bufs);
 	buf_pool_drain(&w->body_bufs);
 	net_pipe_spares_drain(&w->pipes);
+	if (w->tokp)
+		tokprompt_free(w->tokp);
+	free(w->tokp);
 	free(w->idle);
 	free(w->h2_conns);
 	for (size_t i = 0; w->tls_sessions && i < w->rt->nbackends; i++)

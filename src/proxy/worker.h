@@ -146,6 +146,8 @@ struct worker {
 	struct alog_ring *alog_ring; /* its access log ring (proxy/access.h), NULL: off */
 	uint64_t alog_sample_cut;    /* a request is logged when rand < this (UINT64_MAX: all) */
 	struct debugreq_worker *dbg; /* what /debug/requests sees of it (proxy/debugreq.h) */
+	/* models:' tokenizers' scratch (proxy/tokroute.h); NULL: none yet */
+	struct tokprompt *tokp;
 };
 
 /*

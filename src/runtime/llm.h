@@ -39,7 +39,9 @@ struct llm_fit {
 
 struct llm_backend {
 	struct prefix_index *prefix;
-	int exact; /* kept by the engine's KV events: routing adds no guesses */
+	/* kept by the engine's KV events: routing adds no guesses (control/kvsub.c clears it
+	 * while the events' thread is lost) */
+	_Atomic int exact;
 	struct llm_fit
 	    *pool;	    /* the pool's fit over all its backends: used until its own is ready */
 	struct llm_fit fit; /* its own */

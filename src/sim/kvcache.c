@@ -130,6 +130,17 @@ int kvcache_create(size_t capacity, size_t max_prompt_blocks, struct kvcache **o
 	return 0;
 }
 
+void kvcache_clear(struct kvcache *c)
+{
+	for (size_t i = 0; i <= c->mask; i++)
+		c->slots[i] = NIL;
+	for (size_t i = 0; i < c->capacity; i++)
+		c->blocks[i].next = i + 1 < c->capacity ? (uint32_t)(i + 1) : NIL;
+	c->free = 0;
+	c->head = c->tail = NIL;
+	c->used = 0;
+}
+
 void kvcache_destroy(struct kvcache *c)
 {
 	if (!c)

@@ -39,6 +39,8 @@ struct kvcache;
  */
 int kvcache_create(size_t capacity, size_t max_prompt_blocks, struct kvcache **out);
 void kvcache_destroy(struct kvcache *c);
+/* Drop every block (an engine's reset of its prefix cache); no sink is told. */
+void kvcache_clear(struct kvcache *c);
 
 size_t kvcache_capacity(const struct kvcache *c);
 size_t kvcache_used(const struct kvcache *c);

@@ -31,10 +31,11 @@ struct kvevents {
 	char endpoint[256];
 	msgpack_sbuffer body, msg;
 	msgpack_packer body_pk, msg_pk;
-	size_t pending; /* events in body */
-	size_t hashes;	/* block hashes in them */
-	int broken;	/* a pack failed (out of memory): the batch is dropped */
-	uint64_t seq;
+	size_t pending;	    /* events in body */
+	size_t hashes;	    /* block hashes in them */
+	int broken;	    /* a pack failed (out of memory): the batch is dropped */
+	size_t tokens;	    /* token ids in them */
+	uint64_t seq, skip; /* skip: the number of a batch not to send (0: none) */
 	unsigned long batches, dropped;
 };
 
@@ -63,16 +64,20 @@ static void pack_field(struct kvevents *e, const char *key)
 		pack_key(e, key);
 }
 
-/* A batch carries at most this many block hashes (a subscriber bounds what it takes in one:
- * accelnet's proxy 65536); more are sent as another batch. */
+/* A batch carries at most this many block hashes and token ids (a subscriber bounds what it
+ * takes in one: accelnet's proxy 65536 and 1 Mi); more are sent as another batch. */
 #define BATCH_HASHES_MAX 16384
+#define BATCH_TOKENS_MAX 262144
 
-/* Room for <n> more hashes in this batch: flush the batch first when it has too many. */
-static void room_for(struct kvevents *e, size_t n)
+/* Room for <n> more hashes and <tokens> ids in this batch: flush the batch first when it has
+ * too many. */
+static void room_for(struct kvevents *e, size_t n, size_t tokens)
 {
-	if (e->pending && e->hashes + n > BATCH_HASHES_MAX)
+	if (e->pending &&
+	    (e->hashes + n > BATCH_HASHES_MAX || e->tokens + tokens > BATCH_TOKENS_MAX))
 		kvevents_flush(e);
 	e->hashes += n;
+	e->tokens += tokens;
 }
 
 static void pack_hashes(struct kvevents *e, const uint64_t *hash, size_t n)
@@ -89,9 +94,11 @@ static void pack_medium(struct kvevents *e)
 	pack_key(e, "GPU");
 }
 
-void kvevents_stored(struct kvevents *e, const uint64_t *hash, size_t n, const uint64_t *parent)
+void kvevents_stored(struct kvevents *e, const uint64_t *hash, size_t n, const uint64_t *parent,
+		     const uint32_t *ids)
 {
-	room_for(e, n);
+	size_t ntok = ids ? n * e->block_size : 0;
+	room_for(e, n, ntok);
 	/* block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium, lora_name */
 	pack_head(e, "BlockStored", 7);
 	pack_hashes(e, hash, n);
@@ -99,7 +106,9 @@ void kvevents_stored(struct kvevents *e, const uint64_t *hash, size_t n, const u
 	e->broken |=
 	    parent ? msgpack_pack_uint64(&e->body_pk, *parent) : msgpack_pack_nil(&e->body_pk);
 	pack_field(e, "token_ids");
-	e->broken |= msgpack_pack_array(&e->body_pk, 0);
+	e->broken |= msgpack_pack_array(&e->body_pk, ntok);
+	for (size_t i = 0; i < ntok; i++)
+		e->broken |= msgpack_pack_uint32(&e->body_pk, ids[i]);
 	pack_field(e, "block_size");
 	e->broken |= msgpack_pack_unsigned_int(&e->body_pk, e->block_size);
 	pack_field(e, "lora_id");
@@ -111,7 +120,7 @@ void kvevents_stored(struct kvevents *e, const uint64_t *hash, size_t n, const u
 
 void kvevents_removed(struct kvevents *e, const uint64_t *hash, size_t n)
 {
-	room_for(e, n);
+	room_for(e, n, 0);
 	pack_head(e, "BlockRemoved", 2); /* block_hashes, medium */
 	pack_hashes(e, hash, n);
 	pack_medium(e);
@@ -137,6 +146,10 @@ void kvevents_flush(struct kvevents *e)
 	struct timespec now;
 	clock_gettime(CLOCK_REALTIME, &now);
 	uint64_t seq = e->seq++;
+	if (seq && seq == e->skip) { /* lost on the way: a gap in the numbers */
+		e->dropped += e->pending;
+		goto out;
+	}
 	unsigned char seq_be[8];
 	for (int i = 0; i < 8; i++)
 		seq_be[i] = (unsigned char)(seq >> (56 - 8 * i));
@@ -156,9 +169,11 @@ void kvevents_flush(struct kvevents *e)
 		e->dropped += e->pending; /* not after the first frame: zmq sends all or none */
 	else
 		e->batches++;
+out:
 	msgpack_sbuffer_clear(&e->body);
 	e->pending = 0;
 	e->hashes = 0;
+	e->tokens = 0;
 	e->broken = 0;
 }
 
@@ -213,6 +228,11 @@ void kvevents_close(struct kvevents *e)
 const char *kvevents_endpoint(const struct kvevents *e)
 {
 	return e->endpoint;
+}
+
+void kvevents_skip(struct kvevents *e, uint64_t seq)
+{
+	e->skip = seq;
 }
 
 unsigned long kvevents_batches(const struct kvevents *e)

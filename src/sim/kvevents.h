@@ -34,10 +34,16 @@ void kvevents_close(struct kvevents *e);
 /* The endpoint actually bound (the port chosen for a '*'). */
 const char *kvevents_endpoint(const struct kvevents *e);
 
-/* Gather one event for the next batch. */
-void kvevents_stored(struct kvevents *e, const uint64_t *hash, size_t n, const uint64_t *parent);
+/* Gather one event for the next batch; a BlockStored carries ids[0 .. n x block_size), the
+ * blocks' token ids (ids NULL: an empty token_ids, for a cache of prompt-text blocks). */
+void kvevents_stored(struct kvevents *e, const uint64_t *hash, size_t n, const uint64_t *parent,
+		     const uint32_t *ids);
 void kvevents_removed(struct kvevents *e, const uint64_t *hash, size_t n);
 void kvevents_cleared(struct kvevents *e);
+
+/* The batch that would get sequence number <seq> (>= 1) is not sent and its number is
+ * skipped, as a batch lost on the way: for tests of a subscriber's gap handling. */
+void kvevents_skip(struct kvevents *e, uint64_t seq);
 
 /* Publish the gathered events as one batch (nothing when there are none). */
 void kvevents_flush(struct kvevents *e);

@@ -33,6 +33,8 @@
 #include "http/server.h"
 #include "sim/kvcache.h"
 #include "sim/kvevents.h"
+#include "runtime/tokprompt.h"
+#include "tok/tokmodel.h"
 #include "sim/lora.h"
 #include "sim/pd.h"
 
@@ -59,6 +61,7 @@ struct sim_job {
 	char model[SIM_MODEL_NAME]; /* the request's "model", "" when it named none */
 	uint64_t *hash;		    /* block model: the prompt's chain hashes, nhash of them */
 	size_t nhash;
+	uint32_t *ids; /* with a tokenizer: the ids of those blocks, block_size each; else NULL */
 	int partial_block; /* the prompt text ends inside a block */
 	size_t cached;	   /* whole blocks found cached at admission */
 	int stream_usage;  /* stream_options.include_usage: a last chunk with the usage */
@@ -89,9 +92,12 @@ struct sim {
 	struct kvcache *blocks; /* the block model's cache, or NULL */
 	uint64_t *scratch;	/* SIM_PROMPT_BLOCKS hashes: the prompt being read */
 	unsigned long blocks_hit, blocks_missed;
-	struct kvevents *events;  /* or NULL */
-	struct loop_timer flush;  /* due at once while events wait */
-	struct sim_job *phantoms; /* extra_load of them */
+	struct kvevents *events; /* or NULL */
+	struct tokmodel *tm;	 /* --tokenizer: blocks of block_size tokens; NULL: of bytes */
+	struct tokprompt tp;
+	struct sim_job *admitting; /* the job whose blocks the cache is taking in */
+	struct loop_timer flush;   /* due at once while events wait */
+	struct sim_job *phantoms;  /* extra_load of them */
 	unsigned long phantom_runs, unknown_model;
 	time_t created; /* for /v1/models */
 	uint64_t rng;
@@ -119,6 +125,7 @@ void sim_opts_default(struct sim_opts *o)
 	o->tokens = 16;
 	o->token_ms = 20;
 	o->block_bytes = 64;
+	o->block_size = 16;
 	o->prefill_us_per_block = 1000;
 	o->kv_pull_us_per_block = 100;
 	o->lora_load_ms = 100;
@@ -301,7 +308,8 @@ static size_t responses_body(struct sim_job *j, char *body, size_t cap)
 /* The prompt tokens its prefill found cached (sim.h, Tokens): its whole cached blocks. */
 static unsigned cached_tokens(const struct sim_job *j)
 {
-	uint64_t t = (uint64_t)j->cached * j->sim->opts.block_bytes / SIM_BYTES_PER_TOKEN;
+	uint64_t t = j->ids ? (uint64_t)j->cached * j->sim->opts.block_size
+			    : (uint64_t)j->cached * j->sim->opts.block_bytes / SIM_BYTES_PER_TOKEN;
 	return t < j->prompt_tokens ? (unsigned)t : j->prompt_tokens;
 }
 
@@ -472,7 +480,10 @@ static void on_blocks_removed(void *arg, const uint64_t *hash, size_t n)
 static void on_blocks_stored(void *arg, const uint64_t *hash, size_t n, const uint64_t *parent)
 {
 	struct sim *s = arg;
-	kvevents_stored(s->events, hash, n, parent);
+	const struct sim_job *j = s->admitting;
+	const uint32_t *ids =
+	    j && j->ids ? j->ids + (size_t)(hash - j->hash) * s->opts.block_size : NULL;
+	kvevents_stored(s->events, hash, n, parent, ids);
 	events_gathered(s);
 }
 
@@ -484,7 +495,9 @@ static double blocks_prefill_ms(struct sim *s, struct sim_job *j)
 {
 	struct kvcache_sink sink = {on_blocks_removed, on_blocks_stored, s};
 	j->cached = kvcache_match(s->blocks, j->hash, j->nhash);
+	s->admitting = j;
 	kvcache_admit(s->blocks, j->hash, j->nhash, j->cached, s->events ? &sink : NULL);
+	s->admitting = NULL;
 	size_t uncached = j->nhash - j->cached + (j->partial_block ? 1 : 0);
 	s->blocks_hit += j->cached;
 	s->blocks_missed += uncached;
@@ -828,6 +841,31 @@ static int pd_take(struct sim *s, struct sim_job *j, const struct json_view *v, 
 	return -1;
 }
 
+/* The engine's chain hashes of the whole blocks of ids[0..n) into s->scratch: how many. Not
+ * accelnet's own chain (tok/tokmodel.h): a seed of its own, as vLLM's hashes are its own, so
+ * that a subscriber must match blocks by the token ids the events carry. */
+static size_t sim_token_blocks(struct sim *s, const uint32_t *ids, size_t n, uint64_t scope)
+{
+	size_t bs = s->opts.block_size, k = 0;
+	for (uint64_t prev = SIM_ENGINE_SEED ^ scope; k < SIM_PROMPT_BLOCKS && (k + 1) * bs <= n;
+	     k++)
+		prev = s->scratch[k] =
+		    tokmodel_block_hash(prev, ids + k * bs, bs) ^ SIM_ENGINE_SEED;
+	return k;
+}
+
+/* POST /reset_prefix_cache (vLLM's): every block dropped, AllBlocksCleared published. */
+static void answer_reset(struct sim *s, struct hsrv_conn *c)
+{
+	if (s->blocks)
+		kvcache_clear(s->blocks);
+	if (s->events) {
+		kvevents_cleared(s->events);
+		events_gathered(s);
+	}
+	hsrv_respond(c, 200, "text/plain", s->served_by, "ok\n", 3);
+}
+
 /* A completion request: a job on the queue, or a 404 for a model not served. */
 static void take_completion(struct sim *s, struct hsrv_conn *c, int chat, const char *body,
 			    size_t body_len)
@@ -856,15 +894,23 @@ static void take_completion(struct sim *s, struct hsrv_conn *c, int chat, const 
 					   view.cache_salt.e ? body + view.cache_salt.s : NULL,
 					   view.cache_salt.e - view.cache_salt.s);
 	long nblocks = 0;
-	size_t text = 0;
-	if (s->blocks) {
+	size_t text = 0, ntok = 0;
+	const uint32_t *ids = NULL;
+	int cut;
+	if (s->tm && s->blocks &&
+	    tokprompt_ids(&s->tp, s->tm, body, body_len, &view, 0, &ids, &ntok, &cut) == 0) {
+		nblocks = (long)sim_token_blocks(s, ids, ntok, scope);
+	} else if (s->blocks) {
+		ids = NULL;
 		nblocks = http_prompt_blocks(body, body_len, s->opts.block_bytes, s->scratch,
 					     SIM_PROMPT_BLOCKS, &text);
 		if (nblocks < 0)
 			nblocks = 0, text = 0;
 		http_prompt_scope_blocks(s->scratch, (size_t)nblocks, scope);
 	}
-	struct sim_job *j = calloc(1, sizeof(*j) + (size_t)nblocks * sizeof(*j->hash));
+	size_t keep = ids ? (size_t)nblocks * s->opts.block_size : 0; /* the blocks' token ids */
+	struct sim_job *j =
+	    calloc(1, sizeof(*j) + (size_t)nblocks * sizeof(*j->hash) + keep * sizeof(*ids));
 	if (!j) {
 		hsrv_respond(c, 503, "text/plain", s->served_by, "out of memory\n", 14);
 		return;
@@ -879,6 +925,11 @@ static void take_completion(struct sim *s, struct hsrv_conn *c, int chat, const 
 	if (nblocks)
 		memcpy(j->hash, s->scratch, (size_t)nblocks * sizeof(*j->hash));
 	j->partial_block = text > (size_t)nblocks * s->opts.block_bytes;
+	if (ids) {
+		j->ids = (uint32_t *)(j->hash + nblocks);
+		memcpy(j->ids, ids, keep * sizeof(*ids));
+		j->partial_block = ntok > keep;
+	}
 	j->stream = view.stream && chat != SIM_API_RESPONSES; /* (a response: answered whole) */
 	long max_tokens = json_number(body, body_len, "max_tokens");
 	if (max_tokens < 0)
@@ -888,7 +939,7 @@ static void take_completion(struct sim *s, struct hsrv_conn *c, int chat, const 
 	j->stream_usage = j->stream && u && rest >= 4 && memcmp(u, "true", 4) == 0;
 	j->tokens =
 	    max_tokens > 0 ? (unsigned)(max_tokens < 4096 ? max_tokens : 4096) : s->opts.tokens;
-	j->prompt_tokens = (unsigned)(body_len / SIM_BYTES_PER_TOKEN);
+	j->prompt_tokens = ids ? (unsigned)ntok : (unsigned)(body_len / SIM_BYTES_PER_TOKEN);
 	j->has_prefix = http_prompt_key(body, body_len, 1, 256, &j->prefix) == 1;
 	j->prefix ^= scope;
 	j->lora = lora;
@@ -938,6 +989,10 @@ static void sim_on_request(void *arg, struct hsrv_conn *c, const struct http_hea
 			     3);
 		return;
 	}
+	if (http_str_eq(req->path, "/reset_prefix_cache") && req->meth == HTTP_POST) {
+		answer_reset(s, c);
+		return;
+	}
 	if (http_str_eq(req->path, "/sim/stats")) {
 		answer_stats(s, c);
 		return;
@@ -977,6 +1032,9 @@ static void sim_free(struct sim *s)
 	loop_timer_stop(s->loop, &s->flush);
 	kvevents_close(s->events);
 	kvcache_destroy(s->blocks);
+	tokprompt_free(&s->tp);
+	tokmodel_free(s->tm);
+	free(s->tm);
 	free(s->phantoms);
 	free(s->loras);
 	free(s->scratch);
@@ -992,18 +1050,34 @@ static int sim_start_blocks(struct sim *s)
 	int err;
 	if (o->block_bytes < HTTP_PROMPT_BLOCK_MIN || o->block_bytes > HTTP_PROMPT_BLOCK_MAX)
 		return -EINVAL;
+	if (o->tokenizer[0]) {
+		char msg[768];
+		if (!o->block_size || o->block_size > TOKMODEL_BLOCK_MAX)
+			return -EINVAL;
+		if (!(s->tm = calloc(1, sizeof(*s->tm))))
+			return -ENOMEM;
+		if ((err = tokmodel_load(o->tokenizer, NULL, o->block_size, s->tm, msg,
+					 sizeof(msg))) < 0) {
+			free(s->tm);
+			s->tm = NULL;
+			log_error("--tokenizer: %s", msg);
+			return err;
+		}
+	}
 	if ((err = kvcache_create(o->cache_blocks, SIM_PROMPT_BLOCKS, &s->blocks)) < 0)
 		return err;
 	if (!(s->scratch = calloc(SIM_PROMPT_BLOCKS, sizeof(*s->scratch))))
 		return -ENOMEM;
 	if (!o->kv_events[0])
 		return 0;
-	err = kvevents_open(o->kv_events, o->kv_events_topic, o->block_bytes,
-			    o->kv_events_array ? KVEVENTS_ARRAY : KVEVENTS_MAP, &s->events, &why);
+	err =
+	    kvevents_open(o->kv_events, o->kv_events_topic, s->tm ? o->block_size : o->block_bytes,
+			  o->kv_events_array ? KVEVENTS_ARRAY : KVEVENTS_MAP, &s->events, &why);
 	if (err < 0) {
 		log_error("cannot publish KV events on %s: %s", o->kv_events, why);
 		return err;
 	}
+	kvevents_skip(s->events, o->kv_events_skip);
 	s->flush.fn = on_flush;
 	kvevents_cleared(s->events); /* the first batch: a fresh cache, as after a restart */
 	events_gathered(s);

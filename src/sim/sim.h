@@ -36,7 +36,12 @@
  * /sim/stats counts the tokens that waited and the milliseconds they lost (decode_stalls,
  * decode_stall_ms). Answers sent whole are timed when admitted, as before.
  *
- * Tokens: the simulator has no tokenizer and counts SIM_BYTES_PER_TOKEN bytes of the request
+ * Tokens (tokenizer, tok/tokmodel.h): with one, a prompt is its token ids (runtime/
+ * tokprompt.h: a chat completion's messages through the chat template beside the
+ * tokenizer.json), cut into blocks of block_size tokens named by the sim's own chain hash of
+ * the ids (seeded by the scope: not accelnet's chain, as vLLM's hashes are not), and
+ * prompt_tokens and cached_tokens count real tokens; a prompt it cannot tokenize is taken in
+ * bytes as below. Without one, the simulator counts SIM_BYTES_PER_TOKEN bytes of the request
  * body as one token (prompt_tokens: body bytes / 4), so a block of block_bytes of prompt text
  * stands for block_bytes / 4 tokens. Every usage block (a JSON answer's, a stream's last chunk
  * with stream_options.include_usage) carries "prompt_tokens_details": {"cached_tokens": N} as
@@ -67,7 +72,10 @@
  * Block hashes are our chain hashes (msgpack unsigned ints); a BlockStored carries one run of
  * consecutive new blocks of a chain, its parent the block before it (nil for a chain's
  * first); a BlockRemoved the blocks one admission evicted. The first batch is one
- * AllBlocksCleared. Not done: vLLM's replay socket, token ids.
+ * AllBlocksCleared, and POST /reset_prefix_cache (vLLM's) empties the cache and publishes
+ * another. With a tokenizer, block_size is block_size and token_ids the ids of the event's
+ * blocks. kv_events_skip N: the batch numbered N is not sent (a gap, for tests). Not done:
+ * vLLM's replay socket.
  *
  * Models: with models listed, a request naming another "model" gets vLLM's 404
  * ({"error": {"message": "The model `x` does not exist.", "type": "NotFoundError",
@@ -106,6 +114,7 @@
 #define SIM_MODELS 16
 #define SIM_MODEL_NAME 128 /* bytes, with the NUL */
 #define SIM_EXTRA_LOAD_MAX 100000
+#define SIM_ENGINE_SEED 0x656e67696e65ull /* "engine": the sim's token-block hashes */
 
 struct sim_opts {
 	struct net_addr addr;
@@ -123,6 +132,9 @@ struct sim_opts {
 	unsigned block_bytes;		   /* prompt-text bytes per block */
 	unsigned prefill_us_per_block;	   /* prefill time of each uncached block */
 	char kv_events[256];		   /* ZeroMQ endpoint to publish KV events on; "": none */
+	unsigned kv_events_skip; /* the batch of this sequence number is not sent; 0: none */
+	char tokenizer[512];	 /* a tokenizer.json: blocks of block_size tokens; "": bytes */
+	unsigned block_size;	 /* tokens per block, with a tokenizer */
 	char kv_events_topic[128];
 	int kv_events_array; /* events as tagged arrays (vLLM before PR #42892), not maps */
 	char models[SIM_MODELS][SIM_MODEL_NAME];

@@ -275,7 +275,191 @@ static const char *find_last(const char *s, size_t n, const char *pat)
 	return last;
 }
 
-static int render_qwen3(json_t *messages, struct chat_text *out, char *err, size_t errlen)
+/* s[0..n) as a JSON string literal, as Python's json.dumps (ensure_ascii false) and
+ * JavaScript's JSON.stringify both write it: ", \ and the five short escapes, other control
+ * bytes as \u00xx, everything else as it is. */
+static int put_quoted(struct chat_text *t, const char *s, size_t n)
+{
+	char num[8];
+	size_t from = 0;
+	int r;
+	if ((r = puts_(t, "\"")))
+		return r;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)s[i];
+		const char *esc = ch == '"'    ? "\\\""
+				  : ch == '\\' ? "\\\\"
+				  : ch == '\n' ? "\\n"
+				  : ch == '\r' ? "\\r"
+				  : ch == '\t' ? "\\t"
+				  : ch == '\b' ? "\\b"
+				  : ch == '\f' ? "\\f"
+					       : NULL;
+		if (!esc && ch >= 0x20)
+			continue;
+		if (!esc) {
+			snprintf(num, sizeof(num), "\\u%04x", ch);
+			esc = num;
+		}
+		if ((r = put(t, s + from, i - from)) || (r = puts_(t, esc)))
+			return r;
+		from = i + 1;
+	}
+	if ((r = put(t, s + from, n - from)))
+		return r;
+	return puts_(t, "\"");
+}
+
+/* A key JavaScript orders before the others whatever their order (an array index: the
+ * reference's objects keep insertion order but for those). */
+static int index_like(const char *k)
+{
+	size_t n = strlen(k);
+	if (!n || n > 10 || (k[0] == '0' && n > 1) || strspn(k, "0123456789") != n)
+		return 0;
+	return strtoull(k, NULL, 10) < 4294967295ull;
+}
+
+/* <v> as the template's tojson writes it: Python's json.dumps with its default separators
+ * (", ", ": "), keys in their order, non-ASCII as it is; the reference's tojson writes the
+ * same. What the two would write differently is refused: a real number (Python writes 1.0,
+ * JavaScript 1), an integer past 2^53 (JavaScript rounds it), an array-index key (JavaScript
+ * puts those first). 0, -EINVAL with why in err (<where> names the value), or -ENOMEM. */
+static int tojson(struct chat_text *t, json_t *v, const char *where, char *err, size_t errlen,
+		  int depth)
+{
+	char num[32];
+	int r = 0;
+	size_t i = 0;
+	const char *key;
+	json_t *x;
+	if (depth > 64) {
+		snprintf(err, errlen, "%s: nested deeper than 64", where);
+		return -EINVAL;
+	}
+	switch (json_typeof(v)) {
+	case JSON_OBJECT:
+		if ((r = puts_(t, "{")))
+			return r;
+		json_object_foreach(v, key, x)
+		{
+			if (index_like(key)) {
+				snprintf(err, errlen,
+					 "%s: a key that is an array index (\"%s\"): JavaScript "
+					 "orders it first, Python does not",
+					 where, key);
+				return -EINVAL;
+			}
+			if ((i++ && (r = puts_(t, ", "))) ||
+			    (r = put_quoted(t, key, strlen(key))) || (r = puts_(t, ": ")) ||
+			    (r = tojson(t, x, where, err, errlen, depth + 1)))
+				return r;
+		}
+		return puts_(t, "}");
+	case JSON_ARRAY:
+		if ((r = puts_(t, "[")))
+			return r;
+		for (i = 0; i < json_array_size(v); i++)
+			if ((i && (r = puts_(t, ", "))) ||
+			    (r = tojson(t, json_array_get(v, i), where, err, errlen, depth + 1)))
+				return r;
+		return puts_(t, "]");
+	case JSON_STRING:
+		return put_quoted(t, json_string_value(v), json_string_length(v));
+	case JSON_INTEGER:
+		if (json_integer_value(v) > (1ll << 53) || json_integer_value(v) < -(1ll << 53)) {
+			snprintf(err, errlen,
+				 "%s: an integer past 2^53 (JavaScript would round it)", where);
+			return -EINVAL;
+		}
+		snprintf(num, sizeof(num), "%lld", (long long)json_integer_value(v));
+		return puts_(t, num);
+	case JSON_REAL:
+		snprintf(err, errlen,
+			 "%s: a number with a fraction or exponent (Python and JavaScript write "
+			 "them differently)",
+			 where);
+		return -EINVAL;
+	case JSON_TRUE:
+		return puts_(t, "true");
+	case JSON_FALSE:
+		return puts_(t, "false");
+	default:
+		return puts_(t, "null");
+	}
+}
+
+/* The system turn of a request with tools: each tool's tojson, between Qwen's words. */
+static int qwen3_tools(json_t *messages, json_t *tools, struct chat_text *out, char *err,
+		       size_t errlen)
+{
+	int r;
+	size_t i;
+	json_t *tool;
+	char where[32];
+	if ((r = puts_(out, "<|im_start|>system\n")))
+		return r;
+	if (json_array_size(messages) && !strcmp(role_of(messages, 0), "system")) {
+		json_t *c0 = json_object_get(json_array_get(messages, 0), "content");
+		if ((r = put(out, json_string_value(c0), json_string_length(c0))) ||
+		    (r = puts_(out, "\n\n")))
+			return r;
+	}
+	if ((r = puts_(out, "# Tools\n\nYou may call one or more functions to assist with the "
+			    "user query.\n\nYou are provided with function signatures within "
+			    "<tools></tools> XML tags:\n<tools>")))
+		return r;
+	json_array_foreach(tools, i, tool)
+	{
+		snprintf(where, sizeof(where), "tools[%zu]", i);
+		if ((r = puts_(out, "\n")) || (r = tojson(out, tool, where, err, errlen, 0)))
+			return r;
+	}
+	return puts_(out, "\n</tools>\n\nFor each function call, return a json object with "
+			  "function name and arguments within <tool_call></tool_call> XML "
+			  "tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+			  "<args-json-object>}\n</tool_call><|im_end|>\n");
+}
+
+/* An assistant turn's tool_calls (a non-empty array), after its content <cn> bytes long. */
+static int qwen3_tool_calls(json_t *calls, size_t cn, size_t m, struct chat_text *out, char *err,
+			    size_t errlen)
+{
+	size_t i;
+	json_t *call;
+	int r;
+	char where[64];
+	json_array_foreach(calls, i, call)
+	{
+		json_t *f = json_object_get(call, "function");
+		if (json_is_object(f) && json_object_size(f))
+			call = f;
+		json_t *name = json_object_get(call, "name"),
+		       *args = json_object_get(call, "arguments");
+		snprintf(where, sizeof(where), "messages[%zu].tool_calls[%zu]", m, i);
+		if (!json_is_string(name) || !args) {
+			snprintf(err, errlen, "%s: %s", where,
+				 !json_is_string(name) ? "no function name (a string)"
+						       : "no arguments");
+			return -EINVAL;
+		}
+		if (((i || cn) && (r = puts_(out, "\n"))) ||
+		    (r = puts_(out, "<tool_call>\n{\"name\": \"")) ||
+		    (r = put(out, json_string_value(name), json_string_length(name))) ||
+		    (r = puts_(out, "\", \"arguments\": ")))
+			return r;
+		if (json_is_string(args))
+			r = put(out, json_string_value(args), json_string_length(args));
+		else
+			r = tojson(out, args, where, err, errlen, 0);
+		if (r || (r = puts_(out, "}\n</tool_call>")))
+			return r;
+	}
+	return 0;
+}
+
+static int render_qwen3(json_t *messages, json_t *tools, struct chat_text *out, char *err,
+			size_t errlen)
 {
 	size_t n = json_array_size(messages), i, last_query = n - 1;
 	json_t *m;
@@ -283,14 +467,26 @@ static int render_qwen3(json_t *messages, struct chat_text *out, char *err, size
 	json_array_foreach(messages, i, m)
 	{
 		json_t *role, *content;
+		json_t *tc = json_object_get(m, "tool_calls");
+		if (json_is_array(tc) && json_array_size(tc) &&
+		    json_is_null(json_object_get(m, "content")) &&
+		    json_object_set_new(m, "content", json_string("")) < 0)
+			return -ENOMEM; /* a tool call's null content: "", as vLLM reads it */
 		if (message_text(m, i, &role, &content, err, errlen) < 0)
 			return -EINVAL;
-		json_t *tc = json_object_get(m, "tool_calls");
-		if (json_object_get(m, "reasoning_content") || (tc && !json_is_null(tc))) {
-			snprintf(err, errlen, "messages[%zu]: %s is not supported yet", i,
-				 tc && !json_is_null(tc) ? "tool_calls" : "reasoning_content");
+		if (json_object_get(m, "reasoning_content") ||
+		    (tc && !json_is_null(tc) && !json_is_array(tc)) ||
+		    (json_array_size(tc) && strcmp(json_string_value(role), "assistant"))) {
+			snprintf(err, errlen, "messages[%zu]: %s", i,
+				 json_object_get(m, "reasoning_content")
+				     ? "reasoning_content is not supported yet"
+				     : "tool_calls: a list, on an assistant turn only");
 			return -EINVAL;
 		}
+	}
+	if (tools && !json_is_null(tools) && !json_is_array(tools)) {
+		snprintf(err, errlen, "tools: not a list");
+		return -EINVAL;
 	}
 	for (i = n; i-- > 0;) {
 		json_t *content = json_object_get(json_array_get(messages, i), "content");
@@ -303,7 +499,10 @@ static int render_qwen3(json_t *messages, struct chat_text *out, char *err, size
 			break;
 		}
 	}
-	if (n && !strcmp(role_of(messages, 0), "system")) {
+	if (json_array_size(tools)) {
+		if ((r = qwen3_tools(messages, tools, out, err, errlen)))
+			return r;
+	} else if (n && !strcmp(role_of(messages, 0), "system")) {
 		json_t *c0 = json_object_get(json_array_get(messages, 0), "content");
 		if ((r = puts_(out, "<|im_start|>system\n")) ||
 		    (r = put(out, json_string_value(c0), json_string_length(c0))) ||
@@ -323,7 +522,8 @@ static int render_qwen3(json_t *messages, struct chat_text *out, char *err, size
 				return r;
 		} else if (!strcmp(role, "assistant")) {
 			const char *rs = "";
-			size_t rn = 0;
+			size_t rn = 0,
+			       cn_var; /* the template's content, before an lstrip on output */
 			const char *close = memmem(c, cn, "</think>", 8);
 			if (close) {
 				const char *after = find_last(c, cn, "</think>") + 8;
@@ -344,6 +544,7 @@ static int render_qwen3(json_t *messages, struct chat_text *out, char *err, size
 				c = after;
 				cn = an;
 			}
+			cn_var = cn;
 			if (i > last_query && (i == n - 1 || rn)) {
 				if (strip_nl(&rs, &rn, 2) || strip_nl(&c, &cn, 0))
 					return disagree(err, errlen, i);
@@ -355,6 +556,10 @@ static int render_qwen3(json_t *messages, struct chat_text *out, char *err, size
 				   (r = put(out, c, cn))) {
 				return r;
 			}
+			json_t *calls = json_object_get(m, "tool_calls");
+			if (json_array_size(calls) &&
+			    (r = qwen3_tool_calls(calls, cn_var, i, out, err, errlen)))
+				return r;
 			if ((r = puts_(out, "<|im_end|>\n")))
 				return r;
 		} else if (!strcmp(role, "tool")) {
@@ -372,14 +577,18 @@ static int render_qwen3(json_t *messages, struct chat_text *out, char *err, size
 	return puts_(out, "<|im_start|>assistant\n");
 }
 
-int chat_render(const struct chat *c, json_t *messages, struct chat_text *out, char *err,
-		size_t errlen)
+int chat_render(const struct chat *c, json_t *messages, json_t *tools, struct chat_text *out,
+		char *err, size_t errlen)
 {
 	out->len = 0;
 	if (!json_is_array(messages)) {
 		snprintf(err, errlen, "messages: not an array");
 		return -EINVAL;
 	}
-	return c->format == CHAT_QWEN3 ? render_qwen3(messages, out, err, errlen)
+	if (c->format != CHAT_QWEN3 && json_array_size(tools)) {
+		snprintf(err, errlen, "tools: not supported with this chat format yet");
+		return -EINVAL;
+	}
+	return c->format == CHAT_QWEN3 ? render_qwen3(messages, tools, out, err, errlen)
 				       : render_llama3(c, messages, out, err, errlen);
 }

@@ -5,7 +5,7 @@
  * apply_chat_template does. accelnet runs no Jinja: it recognises a model's template, read
  * from the tokenizer_config.json beside its tokenizer.json, by its exact text, and renders
  * that format in C. A template it does not know is refused by name, never rendered as
- * another. Known today: Meta Llama 3's and Qwen 3's (without tools).
+ * another. Known today: Meta Llama 3's (without tools) and Qwen 3's (with them).
  */
 #ifndef ACCELNET_TOK_CHAT_H
 #define ACCELNET_TOK_CHAT_H
@@ -40,10 +40,13 @@ int chat_load(const char *path, struct chat *c, char *err, size_t errlen);
 
 /*
  * The prompt for <messages> (a JSON array of objects with a string role and a string content)
- * into *out, replacing what it held. 0, -EINVAL with a message naming the message and field
- * that is not supported, or -ENOMEM.
+ * and <tools> (the request's "tools", a list; NULL or null: none) into *out, replacing what
+ * it held. Qwen 3: a non-empty tools list makes the system turn that lists them (each as the
+ * template's tojson writes it), and an assistant turn's tool_calls follow its content (a
+ * null content of such a turn is read as "", as vLLM reads it: *messages is changed so).
+ * 0, -EINVAL with a message naming the message and field that is not supported, or -ENOMEM.
  */
-int chat_render(const struct chat *c, json_t *messages, struct chat_text *out, char *err,
-		size_t errlen);
+int chat_render(const struct chat *c, json_t *messages, json_t *tools, struct chat_text *out,
+		char *err, size_t errlen);
 
 #endif

@@ -7,8 +7,9 @@
  * back together are the text (byte-level BPE loses nothing); the same text encoded again,
  * through the pre-token cache, gives the same ids; anything else is refused with -EILSEQ.
  * 2: the rest is a format's letter ('q' Qwen 3, else Llama 3) and JSON: a messages array of
- * strings renders to text that ends with the generation prompt (and for Llama 3 starts with
- * the BOS) or is refused with -EINVAL and a message; anything else is refused.
+ * strings (or an object of messages and tools) renders to text that ends with the generation
+ * prompt (and for Llama 3 starts with the BOS) or is refused with -EINVAL and a message;
+ * anything else is refused.
  */
 #include "tok/bytelevel.h"
 #include "tok/chat.h"
@@ -111,11 +112,14 @@ static void chat_fuzz(const uint8_t *data, size_t size)
 	    size ? json_loadb((const char *)data + 1, size - 1, JSON_ALLOW_NUL, NULL) : NULL;
 	if (!m)
 		return;
-	int r = chat_render(&c, m, &out, err, sizeof(err));
+	/* a messages array, or {"messages": [...], "tools": [...]} */
+	json_t *msgs = json_is_object(m) ? json_object_get(m, "messages") : m;
+	json_t *tools = json_is_object(m) ? json_object_get(m, "tools") : NULL;
+	int r = chat_render(&c, msgs, tools, &out, err, sizeof(err));
 	if (r == 0) {
 		if (out.len < strlen(gen) ||
 		    memcmp(out.p + out.len - strlen(gen), gen, strlen(gen)) ||
-		    (c.format == CHAT_LLAMA3 && json_array_size(m) && memcmp(out.p, "<B>", 3)))
+		    (c.format == CHAT_LLAMA3 && json_array_size(msgs) && memcmp(out.p, "<B>", 3)))
 			abort();
 	} else if (r != -EINVAL || !err[0]) {
 		abort();

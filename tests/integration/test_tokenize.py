@@ -431,12 +431,111 @@ def test_tokenize_chat_qwen3_matches_jinja_and_tokenizers(env):
              "messages[1]: content around <think>"),
             ([{"role": "user", "content": "q"},
               {"role": "assistant", "content": "", "tool_calls": [{"id": "1"}]}],
-             "messages[1]: tool_calls is not supported yet"),
+             "messages[1].tool_calls[0]: no function name"),
             ([{"role": "user", "content": [{"type": "text", "text": "q"}]}],
              "messages[0]: content is not a string")]:
         r = subprocess.run([BIN, "tokenize", "--tokenizer", path, "--chat", json.dumps(msgs)],
                            capture_output=True, text=True, timeout=30)
         assert r.returncode == 2 and want in r.stderr, (msgs, r)
+
+
+# The same, for a request with tools: each line a JSON string holding {"messages", "tools"}.
+CHAT_TOOLS_JS = CHAT_JS.replace(
+    "tpl.render({messages: JSON.parse(JSON.parse(l)),",
+    "tpl.render({...JSON.parse(JSON.parse(l)),")
+
+
+def _json_value(rnd, depth=0):
+    """A JSON value of the kinds both tojsons write alike: no reals, no array-index keys."""
+    k = rnd.random()
+    if depth > 2 or k < 0.3:
+        return rnd.choice([_piece(rnd, []), rnd.randrange(-10**9, 10**9), True, False, None,
+                           "tab\there \"quoted\" back\\slash \x01\x1f é 😀 </tool_call>"])
+    if k < 0.6:
+        return [_json_value(rnd, depth + 1) for _ in range(rnd.randint(0, 3))]
+    return {rnd.choice(["type", "description", "properties", "enum", "x-ü", "a b", "items",
+                        "required"]) + str(i): _json_value(rnd, depth + 1)
+            for i in range(rnd.randint(0, 3))}
+
+
+def _qwen_tool_conversations(seed, n):
+    """Qwen 3 conversations with tool definitions, assistant tool calls (arguments as a JSON
+    text or an object) and tool results."""
+    rnd = random.Random(seed)
+    out = []
+    while len(out) < n:
+        tools = [{"type": "function", "function": {
+            "name": f"tool_{i}", "description": _piece(rnd, []),
+            "parameters": {"type": "object", "properties": _json_value(rnd, 1)}}}
+            for i in range(rnd.choice([0, 1, 1, 2, 3]))]
+        msgs = []
+        if rnd.random() < 0.5:
+            msgs.append({"role": "system", "content": _piece(rnd, [])})
+        for _ in range(rnd.randint(1, 3)):
+            msgs.append({"role": "user", "content": _piece(rnd, ["<tool_call>", "<|im_end|>"])})
+            for _ in range(rnd.choice([0, 1, 1, 2])):
+                calls = []
+                for _ in range(rnd.randint(1, 3)):
+                    args = {"q": _piece(rnd, []), "n": rnd.randrange(100),
+                            "deep": _json_value(rnd, 1)}
+                    call = {"name": f"tool_{rnd.randrange(3)}",
+                            "arguments": json.dumps(args) if rnd.random() < 0.5 else args}
+                    calls.append({"id": f"c{len(calls)}", "type": "function", "function": call}
+                                 if rnd.random() < 0.8 else call)
+                content = rnd.choice(["", "", _piece(rnd, []),
+                                      "<think>\n" + _piece(rnd, []) + "\n</think>\n\n"])
+                msgs.append({"role": "assistant", "content": content, "tool_calls": calls})
+                for _ in calls:
+                    msgs.append({"role": "tool", "content": _piece(rnd, [])})
+            if rnd.random() < 0.7:
+                msgs.append({"role": "assistant", "content": _piece(rnd, [])})
+        if all(_strips_agree(m["content"]) for m in msgs if m["role"] == "assistant"):
+            out.append({"messages": msgs, "tools": tools})
+    return out
+
+
+def test_tokenize_chat_qwen3_tools_match_jinja_and_tokenizers(env):
+    mods = _fetch()
+    path = _file("qwen3")
+    config = os.path.join(os.path.dirname(path), "tokenizer_config.json")
+    assert CHAT_TOOLS_JS != CHAT_JS
+    convs = _qwen_tool_conversations(33, 400)
+    text = "".join(json.dumps(json.dumps(c)) + "\n" for c in convs)
+    want = _reference(CHAT_TOOLS_JS, [mods, path, config], text).split("\n")
+    ours = subprocess.run([BIN, "tokenize", "--tokenizer", path, "--chat", "--lines"],
+                          input=text, capture_output=True, text=True, timeout=120)
+    assert ours.returncode == 0, ours.stderr
+    got = ours.stdout.split("\n")
+    assert len(got) == len(want) == len(convs) + 1, (len(got), len(want))
+    bad = [(c, w, g) for c, w, g in zip(convs, want, got) if w != g]
+    assert not bad, (f"{len(bad)} of {len(convs)} differ; first: "
+                     + "; ".join(f"{c!r}: want {w} got {g}" for c, w, g in bad[:1]))
+    # what the two Jinjas' tojson would write differently, and tools on a format without
+    # them: refused, named (the tiny tokenizer beside each model's tokenizer_config.json: it
+    # loads at once)
+    tiny = {}
+    for model in ("qwen3", "llama3"):
+        d = os.path.join(env.dir, model)
+        os.makedirs(d)
+        shutil.copy(os.path.join(os.path.dirname(_file(model)), "tokenizer_config.json"), d)
+        tiny[model] = os.path.join(d, "tokenizer.json")
+        with open(tiny[model], "w") as f:
+            json.dump(_tiny(), f)
+    call = {"role": "assistant", "content": "", "tool_calls": [{"function": {
+        "name": "f", "arguments": {"x": 1.5}}}]}
+    for req, model, want_err in [
+            ({"messages": [{"role": "user", "content": "q"}, call]}, "qwen3",
+             "messages[1].tool_calls[0]: a number with a fraction"),
+            ({"messages": [{"role": "user", "content": "q"}],
+              "tools": [{"type": "function", "function": {"name": "f", "parameters": {
+                  "properties": {"1": {}}}}}]}, "qwen3", "tools[0]: a key that is an array"),
+            ({"messages": [{"role": "user", "content": "q"}], "tools": [{"a": 2**60}]},
+             "qwen3", "tools[0]: an integer past 2^53"),
+            ({"messages": [{"role": "user", "content": "q"}], "tools": [{"a": 1}]},
+             "llama3", "tools: not supported with this chat format yet")]:
+        r = subprocess.run([BIN, "tokenize", "--tokenizer", tiny[model], "--chat",
+                            json.dumps(req)], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 2 and want_err in r.stderr, (req, r)
 
 
 def test_tokenize_chat_matches_jinja_and_tokenizers(env):
@@ -461,3 +560,46 @@ def test_tokenize_chat_matches_jinja_and_tokenizers(env):
     r = subprocess.run([BIN, "tokenize", "--tokenizer", _file("deepseek_v3"), "--chat", "[]"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "chat_template: not one accelnet knows" in r.stderr, r
+
+
+def test_tokenize_models_config(env):
+    """models: in the config names a model's tokenizer: `check` loads it (a file accelnet
+    does not support refused at the key that names it, FILE:LINE:COL), and `tokenize --model
+    NAME --config FILE` gives the ids --tokenizer gives."""
+    good = os.path.join(env.dir, "tokenizer.json")
+    with open(good, "w") as f:
+        json.dump(_tiny(), f)
+    bad = os.path.join(env.dir, "bad", "tokenizer.json")
+    os.makedirs(os.path.dirname(bad))
+    with open(bad, "w") as f:
+        json.dump(_tiny(model__type="Unigram"), f)
+    conf = os.path.join(env.dir, "models.yaml")
+
+    def write(models):
+        with open(conf, "w") as f:
+            f.write("listen: [\"127.0.0.1:1\"]\npools: [{name: p, backends: "
+                    "[{address: \"127.0.0.1:2\"}]}]\nmodels:\n" + models)
+
+    def run(*args):
+        return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=10)
+
+    write(f"  tiny: {{tokenizer: {good}, block_size: 4}}\n")
+    r = run("check", "-c", conf)
+    assert r.returncode == 0, r
+    r = run("tokenize", "--model", "tiny", "--config", conf, "abc ab<s>x")
+    assert (r.returncode, r.stdout) == (0, "257 32 256 258 120\n"), r
+    r = run("tokenize", "--model", "other", "--config", conf, "x")
+    assert r.returncode == 2 and "models: names no such model" in r.stderr, r
+    r = run("tokenize", "--model", "tiny", "--config", conf, "--chat", "[]")
+    assert r.returncode == 2 and "no chat template" in r.stderr, r
+    write(f"  tiny: {{tokenizer: {good}}}\n  broken:\n    tokenizer: {bad}\n")
+    r = run("check", "-c", conf)
+    assert r.returncode == 2, r
+    assert f"{conf}:6:16: models: broken: {bad}: model.type: \"Unigram\" is not supported" \
+        in r.stderr, r.stderr
+    write(f"  tiny: {{tokenizer: {good}, block_size: 0}}\n")
+    r = run("check", "-c", conf)
+    assert r.returncode == 2 and f"{conf}:4:" in r.stderr and "expected 1 to 4096" in r.stderr, r
+    write("  tiny: {chat_template: x.json}\n")
+    r = run("check", "-c", conf)
+    assert r.returncode == 2 and "tokenizer: required" in r.stderr, r

