@@ -150,6 +150,21 @@ static int source_get(struct xfer_engine *e, uint32_t f, struct xfer_open *o)
 	return rc;
 }
 
+/* <a> then <b>, all of both, in as few writes as the socket takes. 0 or -errno. */
+static int write_two(struct net_conn *io, const void *a, size_t alen, const void *b, size_t blen)
+{
+	struct iovec iov[2] = {{(void *)a, alen}, {(void *)b, blen}};
+	ssize_t n = net_conn_writev(io, iov, 2);
+	if (n < 0)
+		return n == -EAGAIN ? -ETIMEDOUT : (int)n;
+	if ((size_t)n < alen) {
+		int rc = net_conn_write_all(io, (const uint8_t *)a + n, alen - (size_t)n);
+		return rc ? rc : net_conn_write_all(io, b, blen);
+	}
+	return net_conn_write_all(io, (const uint8_t *)b + (n - (ssize_t)alen),
+				  blen - (size_t)(n - (ssize_t)alen));
+}
+
 /* Send one chunk: frame header and meta, then the bytes. */
 static int send_chunk(struct stream *s, uint32_t id)
 {
@@ -171,6 +186,10 @@ static int send_chunk(struct stream *s, uint32_t id)
 		rc = net_conn_write_all(&s->io, head, sizeof(head));
 		if (!rc)
 			rc = net_conn_write_all(&s->io, src->buf + off, len);
+	} else if ((src->small && src->buf == src->small) || (src->fd < 0 && len < NET_ZC_MIN)) {
+		/* a small file (read into a buffer the set reuses: never zero-copy) or buffer:
+		 * frame and bytes in one write */
+		rc = write_two(&s->io, head, sizeof(head), src->buf + off, len);
 	} else {
 		/* the head leaves with the first bytes; a file by sendfile, memory zero-copy */
 		rc = net_zc_send_head(&s->io, head, sizeof(head));

@@ -33,10 +33,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/statvfs.h>
 #include <time.h>
+#include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack: no allocation per chunk */
 #include <xxhash.h>
 
@@ -378,36 +378,44 @@ refuse:
  * error with *lost set when it failed mid-chunk, or 0.
  */
 /*
- * Read a chunk of <len> bytes from <c> into <dst> (its place in the mapped part) and hash it
- * on the way, a piece at a time while the piece is still in the CPU's cache: the bytes are
- * read from memory once, by the kernel's copy, not a second time by the hash. The pages are
- * faulted in first, all at once (a fault per page costs more than the copy on a VM), and
- * unmapped after (the data stays in the file: a shared mapping's pages are the page cache's). With
- * <corrupt>, one byte in the middle is flipped before it is hashed (fault injection for
- * tests). 0 with *hash, or the read's -errno (-EFAULT: the page could not be had).
+ * Read a chunk of <len> bytes from <c> into the part <fd> at <off> through <piece>
+ * (RX_HASH_PIECE bytes), as it arrives (at most a piece a read), hashing what each read
+ * brought while it is still in the CPU's cache: one copy from the socket, one from the piece
+ * into the page cache with pwrite. Receiving
+ * into the shared map instead faulted its pages in and dropped them again, and every map
+ * change of a process with many threads interrupts every CPU it runs on to flush their TLBs
+ * (most of the receiver's CPU, measured). With <corrupt>, one byte in the middle is flipped
+ * before it is hashed (fault injection for tests). 0 with *hash; the read's -errno, *wrote
+ * 0; or the write's -errno (-ENOSPC: the disk is full), *wrote 1, with the whole chunk read.
  */
-static int read_hashed(struct net_conn *c, uint8_t *dst, uint32_t len, int corrupt, uint64_t *hash)
+static int read_hashed(struct net_conn *c, uint8_t *piece, int fd, uint64_t off, uint32_t len,
+		       int corrupt, uint64_t *hash, int *wrote)
 {
 	XXH3_state_t st;
+	int err = 0; /* a failed write: the rest of the chunk is still read, off the wire */
 	XXH3_64bits_reset(&st);
-	(void)madvise((void *)((uintptr_t)dst & ~(uintptr_t)4095), len + ((uintptr_t)dst & 4095),
-		      MADV_POPULATE_WRITE);
-	for (uint32_t off = 0; off < len;) {
-		uint32_t n = len - off < RX_HASH_PIECE ? len - off : RX_HASH_PIECE;
-		int rc = net_conn_read_all(c, dst + off, n);
-		if (rc)
-			return rc;
-		if (corrupt && len / 2 >= off && len / 2 < off + n)
-			dst[len / 2] ^= 0x5a;
-		XXH3_64bits_update(&st, dst + off, n);
-		off += n;
+	*wrote = 0;
+	for (uint32_t at = 0; at < len;) {
+		ssize_t got =
+		    net_conn_read(c, piece, len - at < RX_HASH_PIECE ? len - at : RX_HASH_PIECE);
+		if (got <= 0)
+			return got == 0 ? -ECONNRESET : got == -EAGAIN ? -ETIMEDOUT : (int)got;
+		uint32_t n = (uint32_t)got;
+		if (corrupt && len / 2 >= at && len / 2 < at + n)
+			piece[len / 2 - at] ^= 0x5a;
+		XXH3_64bits_update(&st, piece, n);
+		for (uint32_t done = 0; done < n && !err;) {
+			ssize_t w = pwrite(fd, piece + done, n - done, (off_t)(off + at + done));
+			if (w <= 0)
+				err = w < 0 ? -errno : -EIO;
+			else
+				done += (uint32_t)w;
+		}
+		at += n;
 	}
 	*hash = XXH3_64bits_digest(&st);
-	/* the bytes are in the page cache; the map's page table entries go now, in parallel
-	 * across streams, rather than all at once when the part is released at the end */
-	(void)madvise((void *)((uintptr_t)dst & ~(uintptr_t)4095), len + ((uintptr_t)dst & 4095),
-		      MADV_DONTNEED);
-	return 0;
+	*wrote = err != 0;
+	return err;
 }
 
 static int chunk_write(struct xfer_server_conn *c, struct writer *me, struct xfer_store_file *f,
@@ -417,8 +425,8 @@ static int chunk_write(struct xfer_server_conn *c, struct writer *me, struct xfe
 	struct xfer_server *s = c->srv;
 	struct rx_transfer *rx = c->rx;
 	int rc = 0;
-	uint8_t *dst = xfer_store_chunk(f, cm->chunk);
 	uint64_t have = 0, got = 0;
+	int wrote = 0;
 	int first = 0, verified = xfer_store_verified(f, cm->chunk, &have);
 	int corrupt = !verified && s->corrupt_every &&
 		      atomic_fetch_add(&s->corrupt_seq, 1) % s->corrupt_every == 0;
@@ -435,10 +443,12 @@ static int chunk_write(struct xfer_server_conn *c, struct writer *me, struct xfe
 			atomic_fetch_add(&s->m_bytes, want);
 			cm->hash = have;
 		}
-	} else if ((rc = read_hashed(&c->io, dst, want, corrupt, &got)) == -EFAULT) {
-		a->status = XFER_ACK_IO; /* the page could not be had: disk full */
-		rc = -ENOSPC;
-		*why = "no space left";
+	} else if ((rc = read_hashed(&c->io, c->piece, f->part_fd,
+				     (uint64_t)cm->chunk * f->chunk_size, want, corrupt, &got,
+				     &wrote)) &&
+		   wrote) {
+		a->status = XFER_ACK_IO; /* the write failed: a full disk, most likely */
+		*why = rc == -ENOSPC ? "no space left" : "cannot write it";
 	} else if (rc) {
 		*lost = 1; /* the connection failed mid-chunk */
 	} else {
@@ -649,6 +659,8 @@ void xfer_receiver_loop(struct xfer_server_conn *c, const struct xfer_hello *hel
 	struct xfer_server *s = c->srv;
 	int rc = 0;
 	uint8_t small[64];
+	if (!(c->piece = malloc(RX_HASH_PIECE)))
+		return;
 	while (rc == 0) {
 		struct xfer_hdr h;
 		uint8_t *meta = NULL;
@@ -679,6 +691,8 @@ void xfer_receiver_loop(struct xfer_server_conn *c, const struct xfer_hello *hel
 		if (meta != small)
 			free(meta);
 	}
+	free(c->piece);
+	c->piece = NULL;
 }
 
 unsigned xfer_receiver_count(struct xfer_server *s)

@@ -48,27 +48,38 @@ int xfer_sources_init(struct xfer_sources *s, const struct xfer_source *src, uin
 		s->slot_of[f] = -1;
 	for (unsigned i = 0; i < s->nslots; i++)
 		s->slot[i] = (struct xfer_open){.file = UINT32_MAX, .fd = -1};
+	for (unsigned i = 0; i < s->nslots; i++)
+		if (!(s->slot[i].small = malloc(XFER_SOURCE_SMALL))) {
+			for (unsigned j = 0; j < i; j++)
+				free(s->slot[j].small);
+			free(s->slot_of);
+			free(s->slot);
+			return -ENOMEM;
+		}
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	s->init = 1;
 	return 0;
 }
 
+/* Empty a slot (its small buffer stays). */
 static void slot_close(struct xfer_open *o)
 {
-	if (o->buf)
+	if (o->buf && o->buf != o->small)
 		munmap((void *)o->buf, o->size);
 	if (o->fd >= 0)
 		close(o->fd);
-	*o = (struct xfer_open){.file = UINT32_MAX, .fd = -1};
+	*o = (struct xfer_open){.file = UINT32_MAX, .fd = -1, .small = o->small};
 }
 
 void xfer_sources_free(struct xfer_sources *s)
 {
 	if (!s->init)
 		return;
-	for (unsigned i = 0; i < s->nslots; i++)
+	for (unsigned i = 0; i < s->nslots; i++) {
 		slot_close(&s->slot[i]);
+		free(s->slot[i].small);
+	}
 	free(s->slot);
 	free(s->slot_of);
 	pthread_cond_destroy(&s->cv);
@@ -76,7 +87,8 @@ void xfer_sources_free(struct xfer_sources *s)
 	s->init = 0;
 }
 
-/* Open, check and map <src> into <o>. 0, or -errno with the reason in <err>. */
+/* Open, check and map <src> into <o> (a small file: read into o->small and closed). 0, or
+ * -errno with the reason in <err>. */
 static int source_load(const struct xfer_source *src, struct xfer_open *o, char *err, size_t errlen)
 {
 	struct stat st;
@@ -96,7 +108,18 @@ static int source_load(const struct xfer_source *src, struct xfer_open *o, char 
 		goto fail;
 	}
 	o->size = src->size;
-	if (o->size) {
+	if (o->size && o->size <= XFER_SOURCE_SMALL) {
+		ssize_t n = pread(o->fd, o->small, o->size, 0);
+		if (n != (ssize_t)o->size) {
+			rc = n < 0 ? -errno : -ESTALE;
+			snprintf(err, errlen, "%s: %s", src->path,
+				 n < 0 ? strerror(errno) : "changed since the transfer started");
+			goto fail;
+		}
+		o->buf = o->small;
+		close(o->fd);
+		o->fd = -1;
+	} else if (o->size) {
 		void *map = mmap(NULL, o->size, PROT_READ, MAP_SHARED, o->fd, 0);
 		if (map == MAP_FAILED) {
 			rc = -errno;
@@ -164,12 +187,12 @@ int xfer_sources_get(struct xfer_sources *s, uint32_t f, struct xfer_open *out, 
 	o->fd = OPENING;
 	s->slot_of[f] = i;
 	pthread_mutex_unlock(&s->mu);
-	struct xfer_open got = {.file = f, .fd = -1};
+	struct xfer_open got = {.file = f, .fd = -1, .small = o->small};
 	int rc = source_load(src, &got, err, errlen);
 	pthread_mutex_lock(&s->mu);
 	if (rc) {
 		s->slot_of[f] = -1;
-		*o = (struct xfer_open){.file = UINT32_MAX, .fd = -1};
+		*o = (struct xfer_open){.file = UINT32_MAX, .fd = -1, .small = got.small};
 	} else {
 		got.refs = o->refs;
 		got.used = o->used;

@@ -8,6 +8,10 @@
  * at most one a stream at a time plus a few kept for the next chunk of the same file, the
  * least recently used closed first. A file opened again must still have the size and
  * modification time the manifest gave: one changed since is refused (-ESTALE), not sent.
+ *
+ * A small file (at most XFER_SOURCE_SMALL bytes) is read whole into its slot's buffer and
+ * closed at once: no map to make and undo, no descriptor kept, and the stream sends its
+ * frame and bytes in one write. Each slot's buffer is allocated once, with the set.
  */
 #ifndef ACCELNET_XFER_SOURCE_H
 #define ACCELNET_XFER_SOURCE_H
@@ -15,6 +19,8 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#define XFER_SOURCE_SMALL (64 * 1024)
 
 struct xfer_source {
 	int fd;		    /* sendfile from here, or -1 */
@@ -34,7 +40,8 @@ struct xfer_open {
 	const uint8_t *buf;
 	uint64_t size;
 	unsigned refs;
-	uint64_t used; /* when it was last held: the least recent empty-handed one goes first */
+	uint64_t used;	/* when it was last held: the least recent empty-handed one goes first */
+	uint8_t *small; /* XFER_SOURCE_SMALL bytes: a small file is read here (buf points here) */
 };
 
 struct xfer_sources {

@@ -36,8 +36,8 @@
  * Chunk ownership: the state on disk, not a transfer's memory, says which chunks are verified.
  * A transfer's done[] is a snapshot (taken when its manifest arrived, and its own chunks since),
  * and other transfers of the same file may lock the part in between, above all once it is
- * complete and let go. So a writer, once it holds the lock and before a byte is received into
- * the map, asks the state (xfer_store_verified): a chunk flagged done whose bytes match its
+ * complete and let go. So a writer, once it holds the lock and before a byte is written to
+ * the part, asks the state (xfer_store_verified): a chunk flagged done whose bytes match its
  * recorded hash is never written again, whoever verified it; the copy is read off the wire
  * and answered as a duplicate, and the chunk counted with the hash on disk (if that is not
  * what this transfer's source holds, its whole hash differs at FINISH). A chunk is flagged
@@ -45,7 +45,7 @@
  *
  * Within one transfer the caller counts the writers of each chunk (writers[], under its
  * lock) and flags a chunk that ever had two at once (multi[]): bytes are received into the
- * shared map, so a second writer could change a chunk after the first one's bytes were
+ * part at once, so a second writer could change a chunk after the first one's bytes were
  * verified. xfer_store_finish re-hashes every flagged chunk, and every chunk whose flag or
  * hash in the state is not what this transfer verified; a chunk that no longer matches is
  * marked missing and the file refused: what is renamed into place is what was verified.
@@ -80,8 +80,8 @@ struct xfer_store_file {
 	int known;   /* the part was opened once: part_dev and part_ino say which file it is */
 	int created; /* this transfer created the state (and the part): discard may remove them */
 	uint64_t part_dev, part_ino;
-	uint8_t
-	    *map; /* the part, mapped shared while acquired: chunks are received straight into it */
+	uint8_t *map; /* the part, mapped shared while acquired: read to re-hash chunks, and by a
+			 bcast relay; chunks are written with pwrite (receiver.c says why) */
 	char id[33];
 	char *path; /* borrowed from the manifest */
 	int finished;
@@ -110,11 +110,9 @@ void xfer_store_discard(int dirfd, struct xfer_store_file *f);
 void xfer_store_close(struct xfer_store_file *f);
 
 /*
- * Where chunk <k> lives: callers receive its bytes straight into f->map + k * chunk_size
- * (one copy, from the socket to the page cache; page faults there run in parallel, unlike
- * writes, which the kernel serialises per file; and a fault that cannot be served, a full
- * disk, fails the receive with EFAULT instead of raising SIGBUS, since only the kernel
- * writes the map). The file must be acquired. Once the bytes match <hash>,
+ * Where chunk <k> lives in the map (to read it: callers write its bytes to f->part_fd at
+ * k * chunk_size with pwrite, so a full disk fails that write, never raises SIGBUS).
+ * The file must be acquired. Once the bytes match <hash>,
  * xfer_store_record() writes the state (safe from several threads for different chunks: 0 or
  * -errno), then xfer_store_mark(), under the caller's lock, counts the chunk.
  */
