@@ -96,11 +96,15 @@ struct xfer_store_file {
  */
 int xfer_store_open(int dirfd, const struct xfer_manifest *m, uint32_t idx,
 		    struct xfer_store_file *f, const char **why);
-/* Create (or open) the part and its state, lock and map them: before a chunk is received.
+/* Create (or open) the part and its state and lock them: before a chunk is received.
  * Once the part is known (opened before), it is opened, never created, and must be the same
  * file. Idempotent. 0, or -errno with *why (-EBUSY: another transfer holds the file; -ESTALE:
  * the part vanished or was replaced). */
 int xfer_store_acquire(int dirfd, struct xfer_store_file *f, const char **why);
+/* Map the acquired part (read only) unless it is: acquire does not, since chunks are written
+ * with pwrite; re-hashing a chunk and a bcast relay read the map. Safe from several writers
+ * of one file at once. 0 or -errno. */
+int xfer_store_map(struct xfer_store_file *f);
 /* Unmap and close what acquire opened (the state lock goes too). */
 void xfer_store_release(struct xfer_store_file *f);
 /* Remove the part and state when this transfer created them and no chunk of them is done (a
@@ -110,11 +114,11 @@ void xfer_store_discard(int dirfd, struct xfer_store_file *f);
 void xfer_store_close(struct xfer_store_file *f);
 
 /*
- * Where chunk <k> lives in the map (to read it: callers write its bytes to f->part_fd at
- * k * chunk_size with pwrite, so a full disk fails that write, never raises SIGBUS).
- * The file must be acquired. Once the bytes match <hash>,
- * xfer_store_record() writes the state (safe from several threads for different chunks: 0 or
- * -errno), then xfer_store_mark(), under the caller's lock, counts the chunk.
+ * Where chunk <k> lives in the map, once mapped (to read it: callers write its bytes to f->part_fd
+ * at k * chunk_size with pwrite, so a full disk fails that write, never raises SIGBUS). The file
+ * must be acquired. Once the bytes match <hash>, xfer_store_record() writes the state (safe from
+ * several threads for different chunks: 0 or -errno), then xfer_store_mark(), under the caller's
+ * lock, counts the chunk.
  */
 static inline uint8_t *xfer_store_chunk(const struct xfer_store_file *f, uint32_t k)
 {
@@ -131,7 +135,7 @@ int xfer_store_record(struct xfer_store_file *f, uint32_t k, uint64_t hash);
  * bytes matching the hash recorded there (then in *hash). Call while holding the file (as a
  * writer of the chunk) and before receiving into it: a chunk some transfer verified is not
  * written again. 1, 0, or -errno. */
-int xfer_store_verified(const struct xfer_store_file *f, uint32_t k, uint64_t *hash);
+int xfer_store_verified(struct xfer_store_file *f, uint32_t k, uint64_t *hash);
 /* Returns 1 when the chunk was not counted yet (two copies may arrive at once). */
 int xfer_store_mark(struct xfer_store_file *f, uint32_t k, uint64_t hash);
 
@@ -146,10 +150,23 @@ void xfer_whole_hash(const uint64_t *hashes, uint32_t n, uint8_t out[16]);
  * followed through a symlink), the state removed. Call with no writers. 0, or -errno with *why
  * (-EBADMSG: the whole hash differs; the part is then discarded, when this transfer created
  * it, so the next try starts anew; -ESTALE: the part is gone or is another file, see above;
- * -EBUSY: another transfer holds it).
+ * -EBUSY: another transfer holds it). The files of one FINISH share <dirs>: the directory of
+ * partial files and the last file's directory stay open, so a tree's files, which arrive in
+ * order, have their directories opened once, not once a file.
  */
+struct xfer_store_dirs {
+	int state_fd;			/* DIR/.accelnet-xfer, or -1 */
+	int parent_fd;			/* the directory of the last file completed, or -1 */
+	char parent[XFER_PATH_MAX + 1]; /* its path beneath DIR */
+};
+#define XFER_STORE_DIRS_INIT                                                                       \
+	{                                                                                          \
+		.state_fd = -1, .parent_fd = -1                                                    \
+	}
 int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[16],
-		      uint32_t *bad_chunk, const char **why);
+		      struct xfer_store_dirs *dirs, uint32_t *bad_chunk, const char **why);
+/* Close what xfer_store_finish kept open in <dirs> (the directories files went to). */
+void xfer_store_dirs_close(struct xfer_store_dirs *dirs);
 
 /*
  * Remove the parts (and states) under <dirfd> that nobody holds and that neither changed for
