@@ -383,10 +383,10 @@ refuse:
  * error with *lost set when it failed mid-chunk, or 0.
  */
 /*
- * Read a chunk of <len> bytes from <c> into the part <fd> at <off> through <piece>
- * (RX_HASH_PIECE bytes), as it arrives (at most a piece a read), hashing what each read
- * brought while it is still in the CPU's cache: one copy from the socket, one from the piece
- * into the page cache with pwrite. Receiving
+ * Read a chunk of <len> bytes from <c> into the part <fd> at <off>, a piece at a time through
+ * <piece> (RX_HASH_PIECE bytes, one receive each: on a slow link, a read per arrival cost
+ * three times the CPU), hashing each piece while it is still in the CPU's cache: one copy
+ * from the socket, one from the piece into the page cache with pwrite. Receiving
  * into the shared map instead faulted its pages in and dropped them again, and every map
  * change of a process with many threads interrupts every CPU it runs on to flush their TLBs
  * (most of the receiver's CPU, measured). With <corrupt>, one byte in the middle is flipped
@@ -401,11 +401,10 @@ static int read_hashed(struct net_conn *c, uint8_t *piece, int fd, uint64_t off,
 	XXH3_64bits_reset(&st);
 	*wrote = 0;
 	for (uint32_t at = 0; at < len;) {
-		ssize_t got =
-		    net_conn_read(c, piece, len - at < RX_HASH_PIECE ? len - at : RX_HASH_PIECE);
-		if (got <= 0)
-			return got == 0 ? -ECONNRESET : got == -EAGAIN ? -ETIMEDOUT : (int)got;
-		uint32_t n = (uint32_t)got;
+		uint32_t n = len - at < RX_HASH_PIECE ? len - at : RX_HASH_PIECE;
+		int rc = net_conn_read_all(c, piece, n);
+		if (rc)
+			return rc;
 		if (corrupt && len / 2 >= at && len / 2 < at + n)
 			piece[len / 2 - at] ^= 0x5a;
 		XXH3_64bits_update(&st, piece, n);

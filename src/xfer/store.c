@@ -409,9 +409,10 @@ int xfer_store_record(struct xfer_store_file *f, uint32_t k, uint64_t hash)
 
 int xfer_store_mark(struct xfer_store_file *f, uint32_t k, uint64_t hash)
 {
-	f->hashes[k] = hash;
 	if (f->done[k])
-		return 0;
+		return 0; /* the first verified copy's hash stands: a later writer's bytes are
+			     re-hashed against it at FINISH (multi[]) */
+	f->hashes[k] = hash;
 	f->done[k] = 1;
 	f->ndone++;
 	return 1;

@@ -136,7 +136,8 @@ int xfer_store_record(struct xfer_store_file *f, uint32_t k, uint64_t hash);
  * writer of the chunk) and before receiving into it: a chunk some transfer verified is not
  * written again. 1, 0, or -errno. */
 int xfer_store_verified(struct xfer_store_file *f, uint32_t k, uint64_t *hash);
-/* Returns 1 when the chunk was not counted yet (two copies may arrive at once). */
+/* Returns 1 when the chunk was not counted yet (two copies may arrive at once); a chunk
+ * counted already keeps the hash it was counted with. */
 int xfer_store_mark(struct xfer_store_file *f, uint32_t k, uint64_t hash);
 
 /* XXH3-128 over the chunk hashes of a file, in order, as the manifest's whole hash. */

@@ -484,13 +484,12 @@ def test_second_writer_cannot_forge_verified_chunk(env):
     assert b.hello(session)[0] == OK
     b.send(CHUNK, struct.pack("<IIQ", 0, 0, xxh64(forged)), forged[:chunk // 2], data_len=chunk)
 
-    def first_half_landed():
-        parts = [f for f in os.listdir(state) if f.endswith(".part")] if os.path.exists(state) else []
-        if not parts:
-            return False
-        with open(os.path.join(state, parts[0]), "rb") as f:
-            return f.read(chunk // 2) == forged[:chunk // 2]
-    wait_until(first_half_landed, "the second writer's first half in the part file")
+    def second_writer_holds_the_chunk():
+        # the part is created by the chunk's first writer, which counts itself a writer under
+        # the same lock: from then on the sender's copy arrives as a second writer's. (Its
+        # bytes land a piece at a time, so its first half may not be in the file yet.)
+        return os.path.exists(state) and any(f.endswith(".part") for f in os.listdir(state))
+    wait_until(second_writer_holds_the_chunk, "the second writer holding the chunk")
     a.send(CHUNK, struct.pack("<IIQ", 0, 0, xxh64(good)), good)
     t, meta, _ = a.frame()
     assert t == ACK and meta[8] == 0, (t, meta)  # verified
