@@ -385,7 +385,7 @@ refuse:
 /*
  * Read a chunk of <len> bytes from <c> into the part <fd> at <off>, a piece at a time through
  * <piece> (RX_HASH_PIECE bytes, one receive each: on a slow link, a read per arrival cost
- * three times the CPU), hashing each piece while it is still in the CPU's cache: one copy
+ * about 1.4 times the CPU), hashing each piece while it is still in the CPU's cache: one copy
  * from the socket, one from the piece into the page cache with pwrite. Receiving
  * into the shared map instead faulted its pages in and dropped them again, and every map
  * change of a process with many threads interrupts every CPU it runs on to flush their TLBs
