@@ -724,8 +724,6 @@ void xfer_receiver_loop(struct xfer_server_conn *c, const struct xfer_hello *hel
 	struct xfer_server *s = c->srv;
 	int rc = 0;
 	uint8_t small[64];
-	if (!(c->piece = malloc(RX_HASH_PIECE)))
-		return;
 	while (rc == 0) {
 		struct xfer_hdr h;
 		uint8_t *meta = NULL;
@@ -735,8 +733,13 @@ void xfer_receiver_loop(struct xfer_server_conn *c, const struct xfer_hello *hel
 		case XFER_MANIFEST:
 			rc = on_manifest(c, hello, meta, h.meta_len);
 			break;
-		case XFER_CHUNK:
-			rc = h.meta_len == XFER_CHUNK_LEN ? on_chunk(c, hello, meta, &h) : -EPROTO;
+		case XFER_CHUNK: /* the piece buffer comes with the first chunk, not per connection
+				  */
+			if (!c->piece && !(c->piece = malloc(RX_HASH_PIECE)))
+				rc = -ENOMEM;
+			else
+				rc = h.meta_len == XFER_CHUNK_LEN ? on_chunk(c, hello, meta, &h)
+								  : -EPROTO;
 			break;
 		case XFER_FINISH:
 			rc = on_finish(c, hello, meta, h.meta_len);

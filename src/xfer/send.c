@@ -294,6 +294,8 @@ int xfer_send_items(const struct xfer_send_opts *o, const struct xfer_adopt *ad,
 			src[i].path = items[i].path;
 			src[i].dirfd = dirfd;
 			src[i].mtime_ns = f->mtime_ns;
+			src[i].dev = (uint64_t)st.st_dev;
+			src[i].ino = (uint64_t)st.st_ino;
 		}
 		f->nchunks = xfer_chunks_of(f->size, m.chunk_size);
 	}

@@ -99,11 +99,13 @@ static int source_load(const struct xfer_source *src, struct xfer_open *o, char 
 		snprintf(err, errlen, "%s: %s", src->path, strerror(errno));
 		goto fail;
 	}
-	if ((uint64_t)st.st_size != src->size ||
+	if ((uint64_t)st.st_dev != src->dev || (uint64_t)st.st_ino != src->ino ||
+	    (uint64_t)st.st_size != src->size ||
 	    (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec !=
 		src->mtime_ns) {
 		rc = -ESTALE;
-		snprintf(err, errlen, "%s: changed since the transfer started (size or time)",
+		snprintf(err, errlen,
+			 "%s: changed since the transfer started (replaced, or its size or time)",
 			 src->path);
 		goto fail;
 	}

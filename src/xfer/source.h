@@ -6,8 +6,10 @@
  * so a file named by path is opened (and mapped, for the hash) when a stream needs one of its
  * chunks, and kept in a small set of open files shared by the streams (struct xfer_sources):
  * at most one a stream at a time plus a few kept for the next chunk of the same file, the
- * least recently used closed first. A file opened again must still have the size and
- * modification time the manifest gave: one changed since is refused (-ESTALE), not sent.
+ * least recently used closed first. A file opened again must still be the very file (device
+ * and inode) the manifest was made from, with its size and modification time: one replaced
+ * (a symlink swapped in for a file of a tree, which the walk did not follow, would otherwise
+ * be followed now) or changed since is refused (-ESTALE), not sent.
  *
  * A small file (at most XFER_SOURCE_SMALL bytes) is read whole into its slot's buffer and
  * closed at once: no map to make and undo, no descriptor kept, and the stream sends its
@@ -31,6 +33,7 @@ struct xfer_source {
 	const char *path;
 	int dirfd;
 	uint64_t mtime_ns;
+	uint64_t dev, ino; /* the file the manifest was made from: another one is refused */
 };
 
 /* One file of the open set (fd and buf as in struct xfer_source), held while refs > 0. */
