@@ -13,6 +13,10 @@
  * files shared among a few threads) and answers DONE. What survives
  * a transfer is on disk (see store.h).
  *
+ * Descriptors: a file is held (its part and state open) while its chunks arrive, let go once
+ * it is complete, and let go between chunks too once the transfer holds more than
+ * RX_HELD_MAX files: a sender that starts many files at once costs no more descriptors.
+ *
  * Chunks: a verified chunk is never written again; writers of one chunk are counted, and a
  * chunk that had two at once is re-hashed at FINISH (store.h), after connections still
  * writing into verified chunks are ended.
@@ -43,6 +47,7 @@
 
 #define RX_FINISH_WAIT_S 60	   /* FINISH waits this long for a chunk's last writer to let go */
 #define RX_HASH_PIECE (256 * 1024) /* a chunk is hashed as it arrives, a piece at a time */
+#define RX_HELD_MAX 16		   /* files a transfer keeps open between their chunks */
 #define RX_FINISH_THREADS 4	   /* threads completing the files of one FINISH */
 #define RX_FINISH_RUN 256	   /* files a thread takes at least */
 
@@ -64,6 +69,7 @@ struct rx_transfer {
 	struct xfer_manifest m;
 	struct xfer_store_file *files;
 	uint32_t nopen;
+	uint32_t held; /* files acquired for their chunks (under mu): at most about RX_HELD_MAX */
 	struct xfer_engine *relay;
 	struct xfer_manifest relay_m;
 	struct xfer_path hop[XFER_LINKS_MAX]; /* the next bcast hop, resolved and checked once */
@@ -477,8 +483,13 @@ static int chunk_write(struct xfer_server_conn *c, struct writer *me, struct xfe
 		if (!first)
 			a->status = XFER_ACK_DUP;
 	}
-	if (f->ndone == f->nchunks && !f->busy)
-		xfer_store_release(f); /* every chunk there: no descriptor until FINISH */
+	/* every chunk there: no descriptor until FINISH; or the transfer holds too many files
+	 * between their chunks (a sender may start thousands): this one is opened again */
+	if (!f->busy && f->part_fd >= 0 && !f->pinned &&
+	    (f->ndone == f->nchunks || rx->held > RX_HELD_MAX)) {
+		xfer_store_release(f);
+		rx->held--;
+	}
 	pthread_cond_broadcast(&rx->cv);
 	pthread_mutex_unlock(&rx->mu);
 	if (*lost)
@@ -535,8 +546,10 @@ static int on_chunk(struct xfer_server_conn *c, const struct xfer_hello *hello, 
 	 */
 	pthread_mutex_lock(&rx->mu);
 	crowded = !f->done[cm.chunk] && f->writers[cm.chunk] == UINT8_MAX;
+	int held = f->part_fd >= 0;
 	if (!f->done[cm.chunk] && !crowded && !(rc = xfer_store_acquire(s->dirfd, f, &why))) {
 		mine = 1;
+		rx->held += !held && !f->pinned;
 		if (++f->writers[cm.chunk] > 1)
 			f->multi[cm.chunk] = 1;
 		f->busy++;

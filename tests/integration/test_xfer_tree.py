@@ -5,6 +5,7 @@ import json
 import os
 import resource
 import shutil
+import struct
 import subprocess
 import tempfile
 
@@ -87,3 +88,34 @@ def test_tree_of_more_files_than_descriptors(env):
     rep = json.loads(r.stdout)
     assert rep["ok"] and rep["files"] == 500, rep
     same_tree(os.path.join(src, "tree"), os.path.join(back, "tree"), names)
+
+
+def test_receiver_holds_few_files_between_their_chunks(env):
+    """A sender that starts 100 files before finishing any (the first chunk of each, then the
+    second), against a receiver allowed 64 descriptors: every chunk is acknowledged and the
+    files land whole. The receiver used to keep each started file open until its last chunk,
+    and ran out of descriptors."""
+    from test_xfer_security import ACK, CHUNK, DONE, FINISH, MANIFEST, NEED, OK, Wire, manifest, \
+        whole_hash, xxh64
+    dst = os.path.join(scratch(env), "dst")
+    os.makedirs(dst)
+    port = free_port()
+    serve_limited(env, f"127.0.0.1:{port}", dst)
+    chunk, n = 64 * 1024, 100
+    files = [[os.urandom(chunk), os.urandom(chunk)] for _ in range(n)]
+    w = Wire.dial(port)
+    assert w.hello(os.urandom(16))[0] == OK
+    w.send(MANIFEST, manifest([(f"t/f{i:03d}", 2 * chunk, 0o644) for i in range(n)], chunk=chunk))
+    assert w.frame()[0] == NEED
+    for k in (0, 1):
+        for i in range(n):
+            part = files[i][k]
+            w.send(CHUNK, struct.pack("<IIQ", i, k, xxh64(part)), part)
+            t, meta, _ = w.frame()
+            assert t == ACK and meta[8] == 0, (i, k, t, meta)
+    w.send(FINISH, b"".join(whole_hash([xxh64(p) for p in f]) for f in files))
+    assert w.frame()[0] == DONE
+    w.close()
+    for i in range(n):
+        with open(os.path.join(dst, "t", f"f{i:03d}"), "rb") as f:
+            assert f.read() == files[i][0] + files[i][1], i
