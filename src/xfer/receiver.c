@@ -35,10 +35,12 @@
 #include "xfer/store.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -195,8 +197,31 @@ static int transfer_open(struct xfer_server *s, struct rx_transfer *rx, char *er
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
+	/* what is missing already, looked at once, not once a file: the directory of partial
+	 * files (nothing to resume), and the last directory found missing (nothing in place) */
+	struct stat st;
+	unsigned skip =
+	    fstatat(s->dirfd, XFER_STORE_DIR, &st, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT
+		? XFER_STORE_NO_PARTS
+		: 0;
+	char dir[XFER_PATH_MAX + 1] = "";
+	unsigned not_there = 0; /* for the files of <dir> */
 	for (uint32_t i = 0; i < rx->m.nfiles; i++, rx->nopen++) {
-		int rc = xfer_store_open(s->dirfd, &rx->m, i, &rx->files[i], &why);
+		const char *path = rx->m.files[i].path, *slash = strrchr(path, '/');
+		size_t len = slash ? (size_t)(slash - path) : 0;
+		if (!len || len >= sizeof(dir)) {
+			dir[0] = 0;
+			not_there = 0;
+		} else if (strlen(dir) != len || memcmp(dir, path, len)) {
+			memcpy(dir, path, len);
+			dir[len] = 0;
+			not_there =
+			    fstatat(s->dirfd, dir, &st, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT
+				? XFER_STORE_NOT_THERE
+				: 0;
+		}
+		int rc =
+		    xfer_store_open(s->dirfd, &rx->m, i, skip | not_there, &rx->files[i], &why);
 		if (rc) {
 			snprintf(err, errlen, "'%s': %s: %s", rx->m.files[i].path, why,
 				 strerror(-rc));

@@ -226,7 +226,7 @@ out:
 	return rc;
 }
 
-int xfer_store_open(int dirfd, const struct xfer_manifest *m, uint32_t idx,
+int xfer_store_open(int dirfd, const struct xfer_manifest *m, uint32_t idx, unsigned skip,
 		    struct xfer_store_file *f, const char **why)
 {
 	const struct xfer_file *fi = &m->files[idx];
@@ -251,11 +251,11 @@ int xfer_store_open(int dirfd, const struct xfer_manifest *m, uint32_t idx,
 		rc = -ENOMEM;
 		goto fail;
 	}
-	if (in_place(dirfd, fi, f)) {
+	if (!(skip & XFER_STORE_NOT_THERE) && in_place(dirfd, fi, f)) {
 		f->reserve = 0;
 		return 0;
 	}
-	if ((rc = resume_load(dirfd, f, why)))
+	if (!(skip & XFER_STORE_NO_PARTS) && (rc = resume_load(dirfd, f, why)))
 		goto fail;
 	return 0;
 fail:

@@ -91,10 +91,14 @@ struct xfer_store_file {
  * Look at file <idx> of <m> under the directory <dirfd>: in place already, or a part to
  * resume (chunks found done are re-verified before they count), or nothing yet. Creates
  * nothing and keeps no descriptor. f->reserve is what the part still needs on disk: the
- * caller checks it against the free space (and what other transfers reserved). 0, or -errno
- * with *why (-EBUSY: another transfer of the same file is running).
+ * caller checks it against the free space (and what other transfers reserved). <skip> says
+ * what the caller found missing already, so that a tree of thousands of new files is not looked
+ * for file by file (XFER_STORE_*). 0, or -errno with *why (-EBUSY: another transfer of the same
+ * file is running).
  */
-int xfer_store_open(int dirfd, const struct xfer_manifest *m, uint32_t idx,
+#define XFER_STORE_NOT_THERE 1u /* skip: the file's directory does not exist */
+#define XFER_STORE_NO_PARTS 2u	/* skip: the directory of partial files does not exist */
+int xfer_store_open(int dirfd, const struct xfer_manifest *m, uint32_t idx, unsigned skip,
 		    struct xfer_store_file *f, const char **why);
 /* Create (or open) the part and its state and lock them: before a chunk is received.
  * Once the part is known (opened before), it is opened, never created, and must be the same
