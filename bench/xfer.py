@@ -5,8 +5,10 @@ a 1-to-4 bcast against a 1-to-1 send. Files are received into a tmpfs so that, l
 the figures are network and CPU, not this machine's disk. Prints a table and writes JSON.
 
 usage: bench/xfer.py [--size-mib N] [--rates 2000,1000,500] [--out FILE] [--only NAMES]
+       [--bin OTHER-BUILD/accelnet]
        (NAMES: iperf,xfer,tls,rsync,linkdown,resume,bcast, and tree: a tree of --tree-files
-       4 KiB files over one link, against rsync and tar | nc; not run by default)"""
+       files of --tree-bytes (4 KiB) over the first link, against rsync and tar | nc, with
+       both ends' CPU; not run by default)"""
 
 import argparse
 import hashlib
@@ -198,14 +200,19 @@ def tree(ns, work, nfiles, size):
                            stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "tree.log"), "w"))
     wait_for(lambda: "listening" in open(os.path.join(work, "tree.log")).read(), "serve listening")
     t0 = time.monotonic()
+    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run(ns.cmd(ns.snd, [BIN, "xfer", "send", os.path.join(src, "tree"), f"{addr}:7000",
                                        "--from", ns.sender_addr(0), "--json", "--quiet"]),
                        capture_output=True, text=True, timeout=1200)
     wall = time.monotonic() - t0
+    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    rcpu = cpu_of(srv.pid)
     srv.terminate()
     srv.wait(10)
     rep = json.loads(r.stdout) if r.stdout.strip() else {"ok": False, "error": r.stderr}
-    out["xfer"] = {"ok": rep["ok"], "wall_s": wall, "files_per_s": nfiles / wall, "error": rep.get("error")}
+    out["xfer"] = {"ok": rep["ok"], "wall_s": wall, "files_per_s": nfiles / wall, "error": rep.get("error"),
+                   "sender_cpu_s": (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime),
+                   "receiver_cpu_s": rcpu}
 
     dest = fresh("tree-rsync")
     conf = os.path.join(work, "rsyncd-tree.conf")
@@ -234,6 +241,8 @@ def tree(ns, work, nfiles, size):
     for k in ("xfer", "rsync", "tar_nc"):
         print(f"tree of {nfiles} x {size} B over one link: {k} {out[k]['wall_s']:.2f} s = "
               f"{out[k]['files_per_s']:.0f} files/s" +
+              (f" (CPU s: sender {out[k]['sender_cpu_s']:.2f}, receiver {out[k]['receiver_cpu_s']:.2f})"
+               if "sender_cpu_s" in out[k] else "") +
               ("" if out[k]["ok"] else f" FAILED: {out[k].get('error', '')}"), flush=True)
     shutil.rmtree(src, ignore_errors=True)
     return out
@@ -274,8 +283,13 @@ def main():
     ap.add_argument("--repeat", type=int, default=3, help="xfer runs; the median is reported")
     ap.add_argument("--warmup", type=int, default=1, help="runs before those, shown but not counted")
     ap.add_argument("--tree-files", type=int, default=10000, help="files in the tree (--only tree)")
+    ap.add_argument("--tree-bytes", type=int, default=4096, help="bytes of each file in the tree")
+    ap.add_argument("--bin", default=None, help="another build's accelnet (a before/after run)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
+    if a.bin:
+        global BIN
+        BIN = os.path.abspath(a.bin)
     only = a.only.split(",")
     rates = [int(r) for r in a.rates.split(",")]
     work = tempfile.mkdtemp(prefix="xferbench-", dir="/dev/shm")
@@ -439,7 +453,7 @@ def main():
                   f"({res['resume']['resent_of_read_pct']:.2f}% of what it had read); hash "
                   f"{'ok' if ok else 'WRONG'}", flush=True)
         if "tree" in only:
-            res["tree"] = tree(ns, work, a.tree_files, 4096)
+            res["tree"] = tree(ns, work, a.tree_files, a.tree_bytes)
         ns.close()
         if "bcast" in only:
             res["bcast"] = bcast(work, src, want, min(a.size_mib, 1024), 1000, a.repeat)

@@ -73,6 +73,7 @@ struct stream {
 struct xfer_engine {
 	struct xfer_manifest m;
 	struct xfer_source *src;
+	struct xfer_sources files; /* src opened as chunks are sent, a few at a time */
 	uint32_t nchunks;
 	uint32_t *first;   /* per file: its first chunk id */
 	uint32_t *file_of; /* per chunk id: its file */
@@ -123,16 +124,45 @@ static void chunk_span(const struct xfer_engine *e, uint32_t id, uint32_t *f, ui
 	*len = (uint32_t)(left < e->m.chunk_size ? left : e->m.chunk_size);
 }
 
-static uint64_t chunk_hash(struct xfer_engine *e, uint32_t id)
+/* Chunk <id>'s hash: known, or computed from <buf>, its file's memory. */
+static uint64_t chunk_hash(struct xfer_engine *e, uint32_t id, const uint8_t *buf)
 {
 	if (!atomic_load_explicit(&e->known[id], memory_order_acquire)) {
 		uint32_t f, len;
 		uint64_t off;
 		chunk_span(e, id, &f, &off, &len);
-		e->hash[id] = XXH3_64bits(e->src[f].buf + off, len);
+		e->hash[id] = XXH3_64bits(buf + off, len);
 		atomic_store_explicit(&e->known[id], 1, memory_order_release);
 	}
 	return e->hash[id];
+}
+
+/* File <f>'s source, held until xfer_sources_put: 0, or -errno and the transfer fails (a
+ * file that vanished or changed cannot be sent). */
+static int source_get(struct xfer_engine *e, uint32_t f, struct xfer_open *o)
+{
+	char err[256];
+	int rc = xfer_sources_get(&e->files, f, o, err, sizeof(err));
+	if (rc) {
+		set_error(e, "%s", err);
+		xfer_sched_abort(&e->sched, rc);
+	}
+	return rc;
+}
+
+/* <a> then <b>, all of both, in as few writes as the socket takes. 0 or -errno. */
+static int write_two(struct net_conn *io, const void *a, size_t alen, const void *b, size_t blen)
+{
+	struct iovec iov[2] = {{(void *)a, alen}, {(void *)b, blen}};
+	ssize_t n = net_conn_writev(io, iov, 2);
+	if (n < 0)
+		return n == -EAGAIN ? -ETIMEDOUT : (int)n;
+	if ((size_t)n < alen) {
+		int rc = net_conn_write_all(io, (const uint8_t *)a + n, alen - (size_t)n);
+		return rc ? rc : net_conn_write_all(io, b, blen);
+	}
+	return net_conn_write_all(io, (const uint8_t *)b + (n - (ssize_t)alen),
+				  blen - (size_t)(n - (ssize_t)alen));
 }
 
 /* Send one chunk: frame header and meta, then the bytes. */
@@ -141,18 +171,25 @@ static int send_chunk(struct stream *s, uint32_t id)
 	struct xfer_engine *e = s->e;
 	uint32_t f, len;
 	uint64_t off;
+	struct xfer_open held;
 	chunk_span(e, id, &f, &off, &len);
+	int rc = source_get(e, f, &held);
+	if (rc)
+		return rc;
+	const struct xfer_open *src = &held;
 	struct xfer_chunk_meta cm = {
-	    .file = f, .chunk = id - e->first[f], .hash = chunk_hash(e, id)};
+	    .file = f, .chunk = id - e->first[f], .hash = chunk_hash(e, id, src->buf)};
 	uint8_t head[XFER_HDR_LEN + XFER_CHUNK_LEN];
 	xfer_hdr_encode(head, XFER_CHUNK, XFER_CHUNK_LEN, len);
 	xfer_chunk_encode(head + XFER_HDR_LEN, &cm);
-	const struct xfer_source *src = &e->src[f];
-	int rc;
 	if (s->io.ssl) { /* TLS encrypts in user space: plain writes */
 		rc = net_conn_write_all(&s->io, head, sizeof(head));
 		if (!rc)
 			rc = net_conn_write_all(&s->io, src->buf + off, len);
+	} else if ((src->small && src->buf == src->small) || (src->fd < 0 && len < NET_ZC_MIN)) {
+		/* a small file (read into a buffer the set reuses: never zero-copy) or buffer:
+		 * frame and bytes in one write */
+		rc = write_two(&s->io, head, sizeof(head), src->buf + off, len);
 	} else {
 		/* the head leaves with the first bytes; a file by sendfile, memory zero-copy */
 		rc = net_zc_send_head(&s->io, head, sizeof(head));
@@ -163,6 +200,7 @@ static int send_chunk(struct stream *s, uint32_t id)
 			rc = net_zc_send(&s->zc, &s->io, src->buf + off, len);
 		}
 	}
+	xfer_sources_put(&e->files, f);
 	if (rc)
 		return rc;
 	atomic_fetch_add(&e->bytes_sent, len);
@@ -551,7 +589,8 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 	}
 	e->nstreams = ad ? ad->max_streams : e->nlinks * e->per_link;
 	e->streams = calloc(e->nstreams, sizeof(*e->streams));
-	if (!e->streams) {
+	/* a file at a time per stream, and a few kept open for their next chunks */
+	if (!e->streams || xfer_sources_init(&e->files, e->src, m->nfiles, e->nstreams + 4)) {
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -663,21 +702,40 @@ static unsigned streams_up(struct xfer_engine *e)
 	return n;
 }
 
-/* FINISH on a parked stream (or a fresh connection), then wait for DONE. */
-static int finish_on(struct xfer_engine *e, struct net_conn *io)
+/* FINISH's meta, every file's whole hash (in *meta, malloc'd): chunks not sent in this run
+ * (the receiver had them) are hashed from the file now. 0, or -errno with the error set. */
+static int whole_hashes(struct xfer_engine *e, uint8_t **meta)
 {
 	size_t len = (size_t)e->m.nfiles * XFER_WHOLE_HASH_LEN;
-	uint8_t *meta = malloc(len ? len : 1);
-	if (!meta)
+	uint8_t *out = malloc(len ? len : 1);
+	if (!out)
 		return -ENOMEM;
 	for (uint32_t f = 0; f < e->m.nfiles; f++) {
-		for (uint32_t k = 0; k < e->m.files[f].nchunks; k++)
-			chunk_hash(e, e->first[f] + k);
-		xfer_whole_hash(e->hash + e->first[f], e->m.files[f].nchunks,
-				meta + XFER_WHOLE_HASH_LEN * (size_t)f);
+		uint32_t k = 0, n = e->m.files[f].nchunks;
+		while (k < n && atomic_load(&e->known[e->first[f] + k]))
+			k++;
+		if (k < n) {
+			struct xfer_open o;
+			int rc = source_get(e, f, &o);
+			if (rc) {
+				free(out);
+				return rc;
+			}
+			for (; k < n; k++)
+				chunk_hash(e, e->first[f] + k, o.buf);
+			xfer_sources_put(&e->files, f);
+		}
+		xfer_whole_hash(e->hash + e->first[f], n, out + XFER_WHOLE_HASH_LEN * (size_t)f);
 	}
+	*meta = out;
+	return 0;
+}
+
+/* FINISH (<meta>) on a parked stream (or a fresh connection), then wait for DONE. */
+static int finish_on(struct xfer_engine *e, struct net_conn *io, const uint8_t *meta)
+{
+	size_t len = (size_t)e->m.nfiles * XFER_WHOLE_HASH_LEN;
 	int rc = xfer_frame_send(io, XFER_FINISH, meta, (uint32_t)len);
-	free(meta);
 	if (rc)
 		return rc;
 	xfer_set_timeout(io->fd, XFER_FINISH_TIMEOUT_MS);
@@ -752,23 +810,25 @@ int xfer_engine_finish(struct xfer_engine *e, struct xfer_report *rep)
 			pthread_join(e->streams[i].th, NULL);
 			e->streams[i].started = 0;
 		}
-	if (!rc) {
+	uint8_t *meta = NULL;
+	if (!rc && !(rc = whole_hashes(e, &meta))) {
 		rc = -ECONNRESET;
 		for (unsigned i = 0; i < e->nstreams && rc; i++) {
 			struct stream *s = &e->streams[i];
 			if (atomic_load(&s->state) == ST_PARKED && s->io.fd >= 0)
-				rc = finish_on(e, &s->io);
+				rc = finish_on(e, &s->io, meta);
 		}
 		for (unsigned i = 0; i < e->nstreams && rc && rc != -EBADMSG; i++) {
 			struct stream *s = &e->streams[i];
 			stream_close(e, &s->io);
 			if (stream_dial(s) == 0)
-				rc = finish_on(e, &s->io);
+				rc = finish_on(e, &s->io, meta);
 		}
 		if (rc && !e->error[0])
 			set_error(e, "could not confirm the end of the transfer: %s",
 				  strerror(-rc));
 	}
+	free(meta);
 	fill_report(e, rep, 1);
 	return rc;
 }
@@ -791,6 +851,7 @@ void xfer_engine_free(struct xfer_engine *e)
 	if (e->sched.slots)
 		xfer_sched_destroy(&e->sched);
 	free(e->streams);
+	xfer_sources_free(&e->files);
 	free(e->src);
 	free(e->first);
 	free(e->file_of);

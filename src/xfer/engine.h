@@ -2,7 +2,8 @@
  * engine.h - the sending side of a transfer: links, streams and the chunk scheduler.
  *
  * xfer_send() (send.c) and a bcast relay (receiver.c) both drive one: start it with a manifest
- * and a source per file (a descriptor sent with sendfile, or memory), feed it the chunks that
+ * and a source per file (a descriptor sent with sendfile, memory, or a path opened while its
+ * chunks are sent: source.h), feed it the chunks that
  * are ready (all at once for a sender; one by one as they arrive for a relay), then finish it:
  * wait until the receiver acknowledged every chunk, send FINISH with the whole-file hashes and
  * wait for DONE. Streams are threads (see conn.h for why).
@@ -11,17 +12,12 @@
 #define ACCELNET_XFER_ENGINE_H
 
 #include "accelnet/xfer.h"
+#include "xfer/source.h"
 #include "xfer/wire.h"
 
 #include <stdint.h>
 
 struct xfer_engine;
-
-struct xfer_source {
-	int fd;		    /* sendfile from here, or -1 */
-	const uint8_t *buf; /* memory (a buffer, or the file mapped for hashing), or NULL */
-	uint64_t size;
-};
 
 /*
  * A server sending on connections its client opened (`xfer get`): instead of dialing, each

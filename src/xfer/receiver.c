@@ -9,8 +9,13 @@
  * the addresses checked are the ones dialed), more bytes than the free space less what live
  * transfers reserved, or, pulling, a name the client did not ask for; otherwise the files
  * are looked at, space is reserved and NEED answered. CHUNK is read into its part, hashed
- * as it arrives, and acknowledged. FINISH completes every file and answers DONE. What survives
+ * as it arrives, written with pwrite, and acknowledged. FINISH completes every file (a tree's
+ * files shared among a few threads) and answers DONE. What survives
  * a transfer is on disk (see store.h).
+ *
+ * Descriptors: a file is held (its part and state open) while its chunks arrive, let go once
+ * it is complete, and let go between chunks too once the transfer holds more than
+ * RX_HELD_MAX files: a sender that starts many files at once costs no more descriptors.
  *
  * Chunks: a verified chunk is never written again; writers of one chunk are counted, and a
  * chunk that had two at once is re-hashed at FINISH (store.h), after connections still
@@ -30,18 +35,23 @@
 #include "xfer/store.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
+#include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack: no allocation per chunk */
 #include <xxhash.h>
 
 #define RX_FINISH_WAIT_S 60	   /* FINISH waits this long for a chunk's last writer to let go */
 #define RX_HASH_PIECE (256 * 1024) /* a chunk is hashed as it arrives, a piece at a time */
+#define RX_HELD_MAX 16		   /* files a transfer keeps open between their chunks */
+#define RX_FINISH_THREADS 4	   /* threads completing the files of one FINISH */
+#define RX_FINISH_RUN 256	   /* files a thread takes at least */
 
 /* A connection receiving a chunk into a part (on its stack, listed under the transfer's mu). */
 struct writer {
@@ -61,6 +71,7 @@ struct rx_transfer {
 	struct xfer_manifest m;
 	struct xfer_store_file *files;
 	uint32_t nopen;
+	uint32_t held; /* files acquired for their chunks (under mu): at most about RX_HELD_MAX */
 	struct xfer_engine *relay;
 	struct xfer_manifest relay_m;
 	struct xfer_path hop[XFER_LINKS_MAX]; /* the next bcast hop, resolved and checked once */
@@ -186,8 +197,31 @@ static int transfer_open(struct xfer_server *s, struct rx_transfer *rx, char *er
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
+	/* what is missing already, looked at once, not once a file: the directory of partial
+	 * files (nothing to resume), and the last directory found missing (nothing in place) */
+	struct stat st;
+	unsigned skip =
+	    fstatat(s->dirfd, XFER_STORE_DIR, &st, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT
+		? XFER_STORE_NO_PARTS
+		: 0;
+	char dir[XFER_PATH_MAX + 1] = "";
+	unsigned not_there = 0; /* for the files of <dir> */
 	for (uint32_t i = 0; i < rx->m.nfiles; i++, rx->nopen++) {
-		int rc = xfer_store_open(s->dirfd, &rx->m, i, &rx->files[i], &why);
+		const char *path = rx->m.files[i].path, *slash = strrchr(path, '/');
+		size_t len = slash ? (size_t)(slash - path) : 0;
+		if (!len || len >= sizeof(dir)) {
+			dir[0] = 0;
+			not_there = 0;
+		} else if (strlen(dir) != len || memcmp(dir, path, len)) {
+			memcpy(dir, path, len);
+			dir[len] = 0;
+			not_there =
+			    fstatat(s->dirfd, dir, &st, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT
+				? XFER_STORE_NOT_THERE
+				: 0;
+		}
+		int rc =
+		    xfer_store_open(s->dirfd, &rx->m, i, skip | not_there, &rx->files[i], &why);
 		if (rc) {
 			snprintf(err, errlen, "'%s': %s: %s", rx->m.files[i].path, why,
 				 strerror(-rc));
@@ -237,6 +271,8 @@ static int transfer_relay(struct xfer_server *s, struct rx_transfer *rx, int tls
 	const char *why = NULL;
 	for (uint32_t i = 0; i < rx->m.nfiles; i++) {
 		int rc = xfer_store_acquire(s->dirfd, &rx->files[i], &why);
+		if (!rc && (rc = xfer_store_map(&rx->files[i])))
+			why = "cannot map a partial file";
 		if (rc) {
 			snprintf(err, errlen, "'%s': %s: %s", rx->m.files[i].path, why,
 				 strerror(-rc));
@@ -378,36 +414,43 @@ refuse:
  * error with *lost set when it failed mid-chunk, or 0.
  */
 /*
- * Read a chunk of <len> bytes from <c> into <dst> (its place in the mapped part) and hash it
- * on the way, a piece at a time while the piece is still in the CPU's cache: the bytes are
- * read from memory once, by the kernel's copy, not a second time by the hash. The pages are
- * faulted in first, all at once (a fault per page costs more than the copy on a VM), and
- * unmapped after (the data stays in the file: a shared mapping's pages are the page cache's). With
- * <corrupt>, one byte in the middle is flipped before it is hashed (fault injection for
- * tests). 0 with *hash, or the read's -errno (-EFAULT: the page could not be had).
+ * Read a chunk of <len> bytes from <c> into the part <fd> at <off>, a piece at a time through
+ * <piece> (RX_HASH_PIECE bytes, one receive each: on a slow link, a read per arrival cost
+ * about 1.4 times the CPU), hashing each piece while it is still in the CPU's cache: one copy
+ * from the socket, one from the piece into the page cache with pwrite. Receiving
+ * into the shared map instead faulted its pages in and dropped them again, and every map
+ * change of a process with many threads interrupts every CPU it runs on to flush their TLBs
+ * (most of the receiver's CPU, measured). With <corrupt>, one byte in the middle is flipped
+ * before it is hashed (fault injection for tests). 0 with *hash; the read's -errno, *wrote
+ * 0; or the write's -errno (-ENOSPC: the disk is full), *wrote 1, with the whole chunk read.
  */
-static int read_hashed(struct net_conn *c, uint8_t *dst, uint32_t len, int corrupt, uint64_t *hash)
+static int read_hashed(struct net_conn *c, uint8_t *piece, int fd, uint64_t off, uint32_t len,
+		       int corrupt, uint64_t *hash, int *wrote)
 {
 	XXH3_state_t st;
+	int err = 0; /* a failed write: the rest of the chunk is still read, off the wire */
 	XXH3_64bits_reset(&st);
-	(void)madvise((void *)((uintptr_t)dst & ~(uintptr_t)4095), len + ((uintptr_t)dst & 4095),
-		      MADV_POPULATE_WRITE);
-	for (uint32_t off = 0; off < len;) {
-		uint32_t n = len - off < RX_HASH_PIECE ? len - off : RX_HASH_PIECE;
-		int rc = net_conn_read_all(c, dst + off, n);
+	*wrote = 0;
+	for (uint32_t at = 0; at < len;) {
+		uint32_t n = len - at < RX_HASH_PIECE ? len - at : RX_HASH_PIECE;
+		int rc = net_conn_read_all(c, piece, n);
 		if (rc)
 			return rc;
-		if (corrupt && len / 2 >= off && len / 2 < off + n)
-			dst[len / 2] ^= 0x5a;
-		XXH3_64bits_update(&st, dst + off, n);
-		off += n;
+		if (corrupt && len / 2 >= at && len / 2 < at + n)
+			piece[len / 2 - at] ^= 0x5a;
+		XXH3_64bits_update(&st, piece, n);
+		for (uint32_t done = 0; done < n && !err;) {
+			ssize_t w = pwrite(fd, piece + done, n - done, (off_t)(off + at + done));
+			if (w <= 0)
+				err = w < 0 ? -errno : -EIO;
+			else
+				done += (uint32_t)w;
+		}
+		at += n;
 	}
 	*hash = XXH3_64bits_digest(&st);
-	/* the bytes are in the page cache; the map's page table entries go now, in parallel
-	 * across streams, rather than all at once when the part is released at the end */
-	(void)madvise((void *)((uintptr_t)dst & ~(uintptr_t)4095), len + ((uintptr_t)dst & 4095),
-		      MADV_DONTNEED);
-	return 0;
+	*wrote = err != 0;
+	return err;
 }
 
 static int chunk_write(struct xfer_server_conn *c, struct writer *me, struct xfer_store_file *f,
@@ -417,8 +460,8 @@ static int chunk_write(struct xfer_server_conn *c, struct writer *me, struct xfe
 	struct xfer_server *s = c->srv;
 	struct rx_transfer *rx = c->rx;
 	int rc = 0;
-	uint8_t *dst = xfer_store_chunk(f, cm->chunk);
 	uint64_t have = 0, got = 0;
+	int wrote = 0;
 	int first = 0, verified = xfer_store_verified(f, cm->chunk, &have);
 	int corrupt = !verified && s->corrupt_every &&
 		      atomic_fetch_add(&s->corrupt_seq, 1) % s->corrupt_every == 0;
@@ -435,10 +478,12 @@ static int chunk_write(struct xfer_server_conn *c, struct writer *me, struct xfe
 			atomic_fetch_add(&s->m_bytes, want);
 			cm->hash = have;
 		}
-	} else if ((rc = read_hashed(&c->io, dst, want, corrupt, &got)) == -EFAULT) {
-		a->status = XFER_ACK_IO; /* the page could not be had: disk full */
-		rc = -ENOSPC;
-		*why = "no space left";
+	} else if ((rc = read_hashed(&c->io, c->piece, f->part_fd,
+				     (uint64_t)cm->chunk * f->chunk_size, want, corrupt, &got,
+				     &wrote)) &&
+		   wrote) {
+		a->status = XFER_ACK_IO; /* the write failed: a full disk, most likely */
+		*why = rc == -ENOSPC ? "no space left" : "cannot write it";
 	} else if (rc) {
 		*lost = 1; /* the connection failed mid-chunk */
 	} else {
@@ -463,8 +508,13 @@ static int chunk_write(struct xfer_server_conn *c, struct writer *me, struct xfe
 		if (!first)
 			a->status = XFER_ACK_DUP;
 	}
-	if (f->ndone == f->nchunks && !f->busy)
-		xfer_store_release(f); /* every chunk there: no descriptor until FINISH */
+	/* every chunk there: no descriptor until FINISH; or the transfer holds too many files
+	 * between their chunks (a sender may start thousands): this one is opened again */
+	if (!f->busy && f->part_fd >= 0 && !f->pinned &&
+	    (f->ndone == f->nchunks || rx->held > RX_HELD_MAX)) {
+		xfer_store_release(f);
+		rx->held--;
+	}
 	pthread_cond_broadcast(&rx->cv);
 	pthread_mutex_unlock(&rx->mu);
 	if (*lost)
@@ -521,8 +571,10 @@ static int on_chunk(struct xfer_server_conn *c, const struct xfer_hello *hello, 
 	 */
 	pthread_mutex_lock(&rx->mu);
 	crowded = !f->done[cm.chunk] && f->writers[cm.chunk] == UINT8_MAX;
+	int held = f->part_fd >= 0;
 	if (!f->done[cm.chunk] && !crowded && !(rc = xfer_store_acquire(s->dirfd, f, &why))) {
 		mine = 1;
+		rx->held += !held && !f->pinned;
 		if (++f->writers[cm.chunk] > 1)
 			f->multi[cm.chunk] = 1;
 		f->busy++;
@@ -571,6 +623,83 @@ static int on_chunk(struct xfer_server_conn *c, const struct xfer_hello *hello, 
 	return wrc;
 }
 
+/* A share of FINISH's files: [from, to), the first failure in err (see finish_files). */
+struct finish_share {
+	struct xfer_server *s;
+	struct rx_transfer *rx;
+	const uint8_t *hashes;
+	uint32_t from, to;
+	_Atomic int *failed;
+	pthread_t th;
+	int started;
+	char err[512];
+};
+
+static void *finish_range(void *arg)
+{
+	struct finish_share *sh = arg;
+	struct xfer_store_dirs dirs = XFER_STORE_DIRS_INIT;
+	for (uint32_t i = sh->from; i < sh->to && !atomic_load(sh->failed); i++) {
+		struct xfer_store_file *f = &sh->rx->files[i];
+		const char *why;
+		uint32_t bad = UINT32_MAX;
+		if (f->finished)
+			continue;
+		int rc =
+		    xfer_store_finish(sh->s->dirfd, f, sh->hashes + XFER_WHOLE_HASH_LEN * (size_t)i,
+				      &dirs, &bad, &why);
+		if (rc && bad != UINT32_MAX)
+			snprintf(sh->err, sizeof(sh->err),
+				 "'%s': chunk %u was overwritten by a second writer after it was "
+				 "verified; send again to resume",
+				 f->path, bad);
+		else if (rc)
+			snprintf(sh->err, sizeof(sh->err), "'%s': %s", f->path, why);
+		else
+			atomic_fetch_add(&sh->s->m_files, 1);
+		if (rc)
+			atomic_store(sh->failed, 1);
+	}
+	xfer_store_dirs_close(&dirs);
+	return NULL;
+}
+
+/*
+ * Complete every file of <rx> (no writer left): the files are shared out, in runs of
+ * consecutive files (a directory's files stay together, its descriptor opened once per run),
+ * among up to RX_FINISH_THREADS threads, since each file costs a dozen system calls and two
+ * fsyncs, and a tree has thousands. The first failure stops the others (files completed by
+ * then are verified and in place) and is reported in <err>, the lowest file's first.
+ */
+static void finish_files(struct xfer_server *s, struct rx_transfer *rx, const uint8_t *hashes,
+			 char *err, size_t errlen)
+{
+	struct finish_share sh[RX_FINISH_THREADS];
+	_Atomic int failed = 0;
+	uint32_t n = rx->m.nfiles;
+	unsigned nth = n / RX_FINISH_RUN + 1;
+	if (nth > RX_FINISH_THREADS)
+		nth = RX_FINISH_THREADS;
+	for (unsigned t = 0; t < nth; t++) {
+		sh[t] = (struct finish_share){.s = s,
+					      .rx = rx,
+					      .hashes = hashes,
+					      .from = (uint32_t)((uint64_t)n * t / nth),
+					      .to = (uint32_t)((uint64_t)n * (t + 1) / nth),
+					      .failed = &failed};
+		if (t && pthread_create(&sh[t].th, NULL, finish_range, &sh[t]) == 0)
+			sh[t].started = 1;
+		else if (t)
+			finish_range(&sh[t]); /* no thread: this one does it */
+	}
+	finish_range(&sh[0]);
+	for (unsigned t = 1; t < nth; t++)
+		if (sh[t].started)
+			pthread_join(sh[t].th, NULL);
+	for (unsigned t = 0; t < nth && !err[0]; t++)
+		snprintf(err, errlen, "%s", sh[t].err);
+}
+
 static int on_finish(struct xfer_server_conn *c, const struct xfer_hello *hello,
 		     const uint8_t *meta, uint32_t len)
 {
@@ -607,24 +736,8 @@ static int on_finish(struct xfer_server_conn *c, const struct xfer_hello *hello,
 				    rx->files[i].path);
 				break;
 			}
-	for (uint32_t i = 0; i < rx->m.nfiles && !err[0]; i++) {
-		struct xfer_store_file *f = &rx->files[i];
-		const char *why;
-		uint32_t bad = UINT32_MAX;
-		if (f->finished)
-			continue;
-		int rc = xfer_store_finish(s->dirfd, f, hashes + XFER_WHOLE_HASH_LEN * (size_t)i,
-					   &bad, &why);
-		if (rc && bad != UINT32_MAX)
-			snprintf(err, sizeof(err),
-				 "'%s': chunk %u was overwritten by a second writer after it was "
-				 "verified; send again to resume",
-				 f->path, bad);
-		else if (rc)
-			snprintf(err, sizeof(err), "'%s': %s", f->path, why);
-		else
-			atomic_fetch_add(&s->m_files, 1);
-	}
+	if (!err[0])
+		finish_files(s, rx, hashes, err, sizeof(err));
 	if (!err[0] && rx->relay && !rx->finished) {
 		struct xfer_report rep;
 		if (xfer_engine_finish(rx->relay, &rep))
@@ -658,8 +771,13 @@ void xfer_receiver_loop(struct xfer_server_conn *c, const struct xfer_hello *hel
 		case XFER_MANIFEST:
 			rc = on_manifest(c, hello, meta, h.meta_len);
 			break;
-		case XFER_CHUNK:
-			rc = h.meta_len == XFER_CHUNK_LEN ? on_chunk(c, hello, meta, &h) : -EPROTO;
+		case XFER_CHUNK: /* the piece buffer comes with the first chunk, not per connection
+				  */
+			if (!c->piece && !(c->piece = malloc(RX_HASH_PIECE)))
+				rc = -ENOMEM;
+			else
+				rc = h.meta_len == XFER_CHUNK_LEN ? on_chunk(c, hello, meta, &h)
+								  : -EPROTO;
 			break;
 		case XFER_FINISH:
 			rc = on_finish(c, hello, meta, h.meta_len);
@@ -679,6 +797,8 @@ void xfer_receiver_loop(struct xfer_server_conn *c, const struct xfer_hello *hel
 		if (meta != small)
 			free(meta);
 	}
+	free(c->piece);
+	c->piece = NULL;
 }
 
 unsigned xfer_receiver_count(struct xfer_server *s)

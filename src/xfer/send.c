@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -218,15 +217,19 @@ int xfer_items_beneath(int dirfd, const char *const *names, unsigned n, struct x
 	return 0;
 }
 
-/* Open <path>: as given, or beneath <dirfd> (no symlink may lead out) when dirfd >= 0. */
-static int open_source(int dirfd, const char *path)
+/* What the manifest says of a file: stat'd by path, or opened beneath <dirfd> (no symlink
+ * followed) and closed again when dirfd >= 0. Files are opened again as their chunks are
+ * sent (source.h). 0 or -errno. */
+static int source_stat(int dirfd, const char *path, struct stat *st)
 {
 	if (dirfd < 0)
-		return open(path, O_RDONLY | O_CLOEXEC);
-	struct open_how how = {.flags = O_RDONLY | O_CLOEXEC,
-			       .resolve =
-				   RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
-	return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+		return stat(path, st) < 0 ? -errno : 0;
+	int fd = xfer_source_open(dirfd, path), rc = 0;
+	if (fd < 0 || fstat(fd, st) < 0)
+		rc = -errno;
+	if (fd >= 0)
+		close(fd);
+	return rc;
 }
 
 int xfer_send(const struct xfer_send_opts *o, const struct xfer_item *items, unsigned n,
@@ -278,29 +281,21 @@ int xfer_send_items(const struct xfer_send_opts *o, const struct xfer_adopt *ad,
 			f->mode = 0644;
 		} else {
 			struct stat st;
-			src[i].fd = open_source(dirfd, items[i].path);
-			if (src[i].fd < 0 || fstat(src[i].fd, &st) < 0) {
-				rc = -errno;
+			if ((rc = source_stat(dirfd, items[i].path, &st)) ||
+			    (!S_ISREG(st.st_mode) && (rc = -EINVAL))) {
 				snprintf(rep->error, sizeof(rep->error), "%s: %s", items[i].path,
-					 strerror(errno));
+					 rc == -EINVAL ? "not a regular file" : strerror(-rc));
 				goto out;
 			}
 			f->size = src[i].size = (uint64_t)st.st_size;
 			f->mode = st.st_mode & 07777;
 			f->mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000u +
 				      (uint64_t)st.st_mtim.tv_nsec;
-			if (f->size) {
-				void *map =
-				    mmap(NULL, f->size, PROT_READ, MAP_SHARED, src[i].fd, 0);
-				if (map == MAP_FAILED) {
-					rc = -errno;
-					snprintf(rep->error, sizeof(rep->error), "%s: %s",
-						 items[i].path, strerror(errno));
-					goto out;
-				}
-				madvise(map, f->size, MADV_SEQUENTIAL);
-				src[i].buf = map;
-			}
+			src[i].path = items[i].path;
+			src[i].dirfd = dirfd;
+			src[i].mtime_ns = f->mtime_ns;
+			src[i].dev = (uint64_t)st.st_dev;
+			src[i].ino = (uint64_t)st.st_ino;
 		}
 		f->nchunks = xfer_chunks_of(f->size, m.chunk_size);
 	}
@@ -312,13 +307,6 @@ int xfer_send_items(const struct xfer_send_opts *o, const struct xfer_adopt *ad,
 	rc = xfer_engine_finish(e, rep);
 out:
 	xfer_engine_free(e);
-	for (unsigned i = 0; src && i < n; i++) {
-		if (src[i].fd >= 0) {
-			if (src[i].buf)
-				munmap((void *)src[i].buf, src[i].size);
-			close(src[i].fd);
-		}
-	}
 	free(src);
 	free(m.files);
 	if (rc && !rep->error[0])

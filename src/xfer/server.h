@@ -85,6 +85,7 @@ struct xfer_server_conn {
 	unsigned link; /* the listener (or, pulling, the link) it came by */
 	uint64_t live_id;
 	struct rx_transfer *rx; /* the transfer it carries, once it named one */
+	uint8_t *piece;		/* the receiver loop's buffer for a piece of a chunk */
 };
 
 /* Mutex, condition, lists and the limits from <o> (defaults for those left 0; a puller

@@ -111,18 +111,20 @@ static int open_store_file(int dirfd, const char *id, const char *ext, int flags
 
 /* The part just opened: remember which file it is, or check it is the one remembered. 0, or
  * -ESTALE with *why. */
-static int part_ident(struct xfer_store_file *f, const char **why)
+static int part_ident(struct xfer_store_file *f, struct stat *out, const char **why)
 {
 	struct stat st;
-	if (fstat(f->part_fd, &st) < 0) {
+	if (!out)
+		out = &st;
+	if (fstat(f->part_fd, out) < 0) {
 		*why = "cannot stat a partial file";
 		return -errno;
 	}
 	if (!f->known) {
-		f->part_dev = (uint64_t)st.st_dev;
-		f->part_ino = (uint64_t)st.st_ino;
+		f->part_dev = (uint64_t)out->st_dev;
+		f->part_ino = (uint64_t)out->st_ino;
 		f->known = 1;
-	} else if (f->part_dev != (uint64_t)st.st_dev || f->part_ino != (uint64_t)st.st_ino) {
+	} else if (f->part_dev != (uint64_t)out->st_dev || f->part_ino != (uint64_t)out->st_ino) {
 		*why = part_gone;
 		return -ESTALE;
 	}
@@ -208,7 +210,7 @@ static int resume_load(int dirfd, struct xfer_store_file *f, const char **why)
 	if (f->part_fd < 0 || fstat(f->part_fd, &st) < 0 || (uint64_t)st.st_size != f->size ||
 	    !f->size)
 		goto out; /* nothing usable: received anew */
-	if (part_ident(f, why))
+	if (part_ident(f, NULL, why))
 		goto out;
 	f->map = mmap(NULL, f->size, PROT_READ, MAP_SHARED, f->part_fd, 0);
 	if (f->map == MAP_FAILED) {
@@ -224,7 +226,7 @@ out:
 	return rc;
 }
 
-int xfer_store_open(int dirfd, const struct xfer_manifest *m, uint32_t idx,
+int xfer_store_open(int dirfd, const struct xfer_manifest *m, uint32_t idx, unsigned skip,
 		    struct xfer_store_file *f, const char **why)
 {
 	const struct xfer_file *fi = &m->files[idx];
@@ -249,11 +251,11 @@ int xfer_store_open(int dirfd, const struct xfer_manifest *m, uint32_t idx,
 		rc = -ENOMEM;
 		goto fail;
 	}
-	if (in_place(dirfd, fi, f)) {
+	if (!(skip & XFER_STORE_NOT_THERE) && in_place(dirfd, fi, f)) {
 		f->reserve = 0;
 		return 0;
 	}
-	if ((rc = resume_load(dirfd, f, why)))
+	if (!(skip & XFER_STORE_NO_PARTS) && (rc = resume_load(dirfd, f, why)))
 		goto fail;
 	return 0;
 fail:
@@ -283,12 +285,15 @@ int xfer_store_acquire(int dirfd, struct xfer_store_file *f, const char **why)
 	}
 	/* a part opened before is opened again, never created: see store.h */
 	int create = !f->known, made = 0;
-	if (create && mkdirat(dirfd, XFER_STORE_DIR, 0700) < 0 && errno != EEXIST) {
-		*why = "cannot create the directory for partial files";
-		rc = -errno;
-		goto fail;
-	}
 	f->state_fd = open_store_file(dirfd, f->id, "state", create ? O_CREAT | O_EXCL : 0, why);
+	if (f->state_fd == -ENOENT && create) { /* the directory for partial files, made once */
+		if (mkdirat(dirfd, XFER_STORE_DIR, 0700) < 0 && errno != EEXIST) {
+			*why = "cannot create the directory for partial files";
+			rc = -errno;
+			goto fail;
+		}
+		f->state_fd = open_store_file(dirfd, f->id, "state", O_CREAT | O_EXCL, why);
+	}
 	made = f->state_fd >= 0 && create;
 	if (f->state_fd == -EEXIST)
 		f->state_fd = open_store_file(dirfd, f->id, "state", 0, why);
@@ -302,27 +307,17 @@ int xfer_store_acquire(int dirfd, struct xfer_store_file *f, const char **why)
 	if ((rc = f->part_fd = open_store_file(dirfd, f->id, "part", create ? O_CREAT : 0, why)) <
 	    0)
 		goto gone;
-	if ((rc = part_ident(f, why)))
+	struct stat st;
+	if ((rc = part_ident(f, &st, why)))
 		goto fail;
 	if (made)
 		f->created = 1; /* the state is ours, and so is whatever the part holds */
-	struct stat st;
 	/* a sparse part of the final size: the space was checked (and reserved) by the caller;
 	 * fallocate would reserve it too, but on tmpfs it zeroes every page first */
-	if ((fstat(f->part_fd, &st) < 0 || (uint64_t)st.st_size != f->size) &&
-	    ftruncate(f->part_fd, (off_t)f->size) < 0) {
+	if ((uint64_t)st.st_size != f->size && ftruncate(f->part_fd, (off_t)f->size) < 0) {
 		*why = "cannot size a partial file";
 		rc = -errno;
 		goto fail;
-	}
-	if (f->size) {
-		f->map = mmap(NULL, f->size, PROT_READ | PROT_WRITE, MAP_SHARED, f->part_fd, 0);
-		if (f->map == MAP_FAILED) {
-			f->map = NULL;
-			*why = "cannot map a partial file";
-			rc = -errno;
-			goto fail;
-		}
 	}
 	return 0;
 gone:
@@ -333,6 +328,20 @@ gone:
 fail:
 	xfer_store_release(f);
 	return rc;
+}
+
+int xfer_store_map(struct xfer_store_file *f)
+{
+	if (__atomic_load_n(&f->map, __ATOMIC_ACQUIRE) || !f->size)
+		return 0;
+	uint8_t *map = mmap(NULL, f->size, PROT_READ, MAP_SHARED, f->part_fd, 0), *none = NULL;
+	if (map == MAP_FAILED)
+		return -errno;
+	/* writers of other chunks of the file may map it at the same moment: one map stays */
+	if (!__atomic_compare_exchange_n(&f->map, &none, map, 0, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE))
+		munmap(map, f->size);
+	return 0;
 }
 
 void xfer_store_release(struct xfer_store_file *f)
@@ -400,9 +409,10 @@ int xfer_store_record(struct xfer_store_file *f, uint32_t k, uint64_t hash)
 
 int xfer_store_mark(struct xfer_store_file *f, uint32_t k, uint64_t hash)
 {
-	f->hashes[k] = hash;
 	if (f->done[k])
-		return 0;
+		return 0; /* the first verified copy's hash stands: a later writer's bytes are
+			     re-hashed against it at FINISH (multi[]) */
+	f->hashes[k] = hash;
 	f->done[k] = 1;
 	f->ndone++;
 	return 1;
@@ -438,7 +448,7 @@ static int open_parent(int dirfd, const char *path, const char **base)
 	return cur;
 }
 
-int xfer_store_verified(const struct xfer_store_file *f, uint32_t k, uint64_t *hash)
+int xfer_store_verified(struct xfer_store_file *f, uint32_t k, uint64_t *hash)
 {
 	uint8_t flag = 0, le[8];
 	ssize_t n = pread(f->state_fd, &flag, 1, (off_t)f->nchunks * 8 + k);
@@ -449,6 +459,9 @@ int xfer_store_verified(const struct xfer_store_file *f, uint32_t k, uint64_t *h
 	if (pread(f->state_fd, le, 8, (off_t)k * 8) != 8)
 		return errno ? -errno : -EIO;
 	*hash = wire_get64(le);
+	int rc = xfer_store_map(f);
+	if (rc)
+		return rc;
 	return XXH3_64bits(xfer_store_chunk(f, k), xfer_store_chunk_len(f, k)) == *hash;
 }
 
@@ -475,7 +488,8 @@ static int chunks_check(struct xfer_store_file *f, uint32_t *bad_chunk)
 		if (!f->done[k] || (same && !f->multi[k]))
 			continue;
 		f->multi[k] = 0;
-		if (XXH3_64bits(xfer_store_chunk(f, k), xfer_store_chunk_len(f, k)) == f->hashes[k])
+		if (!xfer_store_map(f) &&
+		    XXH3_64bits(xfer_store_chunk(f, k), xfer_store_chunk_len(f, k)) == f->hashes[k])
 			continue;
 		uint8_t zero = 0;
 		f->done[k] = 0;
@@ -491,8 +505,34 @@ static int chunks_check(struct xfer_store_file *f, uint32_t *bad_chunk)
 	return rc;
 }
 
+/* The parent directory of <path>, from <dirs> when it is the one the last file went to, else
+ * opened (open_parent) and kept there instead: the descriptor, which <dirs> owns, or -errno. */
+static int dirs_parent(int dirfd, struct xfer_store_dirs *dirs, const char *path, const char **base)
+{
+	const char *slash = strrchr(path, '/');
+	size_t len = slash ? (size_t)(slash - path) : 0;
+	if (dirs->parent_fd >= 0 && strlen(dirs->parent) == len &&
+	    !memcmp(dirs->parent, path, len)) {
+		*base = slash ? slash + 1 : path;
+		return dirs->parent_fd;
+	}
+	if (dirs->parent_fd >= 0)
+		close(dirs->parent_fd);
+	dirs->parent_fd = -1;
+	int fd = open_parent(dirfd, path, base);
+	if (fd >= 0 && len < sizeof(dirs->parent)) {
+		memcpy(dirs->parent, path, len);
+		dirs->parent[len] = 0;
+		dirs->parent_fd = fd;
+	} else if (fd >= 0) {
+		close(fd); /* cannot happen: paths are at most XFER_PATH_MAX */
+		fd = -ENAMETOOLONG;
+	}
+	return fd;
+}
+
 int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[16],
-		      uint32_t *bad_chunk, const char **why)
+		      struct xfer_store_dirs *dirs, uint32_t *bad_chunk, const char **why)
 {
 	char name[64];
 	uint8_t got[16];
@@ -547,13 +587,15 @@ int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[
 		goto out;
 	}
 	const char *base;
-	pfd = open_parent(dirfd, f->path, &base);
+	pfd = dirs_parent(dirfd, dirs, f->path, &base);
 	if (pfd < 0) {
 		*why = "cannot create the file's directory (or it leads outside the directory)";
 		rc = pfd;
 		goto out;
 	}
-	sd = open_beneath(dirfd, XFER_STORE_DIR, O_RDONLY | O_DIRECTORY, 0);
+	sd = dirs->state_fd >= 0 ? dirs->state_fd
+				 : open_beneath(dirfd, XFER_STORE_DIR, O_RDONLY | O_DIRECTORY, 0);
+	dirs->state_fd = sd >= 0 ? sd : -1;
 	if (sd < 0 || renameat(sd, name + sizeof(XFER_STORE_DIR), pfd, base) < 0) {
 		rc = -errno;
 		*why = "cannot move the file into place";
@@ -564,12 +606,18 @@ int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[
 		f->finished = 1;
 	}
 out:
-	if (sd >= 0)
-		close(sd);
-	if (pfd >= 0)
-		close(pfd);
 	xfer_store_release(f);
 	return rc;
+}
+
+void xfer_store_dirs_close(struct xfer_store_dirs *dirs)
+{
+	if (dirs->state_fd >= 0)
+		close(dirs->state_fd);
+	if (dirs->parent_fd >= 0)
+		close(dirs->parent_fd);
+	dirs->state_fd = dirs->parent_fd = -1;
+	dirs->parent[0] = 0;
 }
 
 int xfer_store_sweep(int dirfd, uint64_t max_age_s, unsigned *removed)

@@ -36,8 +36,8 @@
  * Chunk ownership: the state on disk, not a transfer's memory, says which chunks are verified.
  * A transfer's done[] is a snapshot (taken when its manifest arrived, and its own chunks since),
  * and other transfers of the same file may lock the part in between, above all once it is
- * complete and let go. So a writer, once it holds the lock and before a byte is received into
- * the map, asks the state (xfer_store_verified): a chunk flagged done whose bytes match its
+ * complete and let go. So a writer, once it holds the lock and before a byte is written to
+ * the part, asks the state (xfer_store_verified): a chunk flagged done whose bytes match its
  * recorded hash is never written again, whoever verified it; the copy is read off the wire
  * and answered as a duplicate, and the chunk counted with the hash on disk (if that is not
  * what this transfer's source holds, its whole hash differs at FINISH). A chunk is flagged
@@ -45,7 +45,7 @@
  *
  * Within one transfer the caller counts the writers of each chunk (writers[], under its
  * lock) and flags a chunk that ever had two at once (multi[]): bytes are received into the
- * shared map, so a second writer could change a chunk after the first one's bytes were
+ * part at once, so a second writer could change a chunk after the first one's bytes were
  * verified. xfer_store_finish re-hashes every flagged chunk, and every chunk whose flag or
  * hash in the state is not what this transfer verified; a chunk that no longer matches is
  * marked missing and the file refused: what is renamed into place is what was verified.
@@ -80,8 +80,8 @@ struct xfer_store_file {
 	int known;   /* the part was opened once: part_dev and part_ino say which file it is */
 	int created; /* this transfer created the state (and the part): discard may remove them */
 	uint64_t part_dev, part_ino;
-	uint8_t
-	    *map; /* the part, mapped shared while acquired: chunks are received straight into it */
+	uint8_t *map; /* the part, mapped shared while acquired: read to re-hash chunks, and by a
+			 bcast relay; chunks are written with pwrite (receiver.c says why) */
 	char id[33];
 	char *path; /* borrowed from the manifest */
 	int finished;
@@ -91,16 +91,24 @@ struct xfer_store_file {
  * Look at file <idx> of <m> under the directory <dirfd>: in place already, or a part to
  * resume (chunks found done are re-verified before they count), or nothing yet. Creates
  * nothing and keeps no descriptor. f->reserve is what the part still needs on disk: the
- * caller checks it against the free space (and what other transfers reserved). 0, or -errno
- * with *why (-EBUSY: another transfer of the same file is running).
+ * caller checks it against the free space (and what other transfers reserved). <skip> says
+ * what the caller found missing already, so that a tree of thousands of new files is not looked
+ * for file by file (XFER_STORE_*). 0, or -errno with *why (-EBUSY: another transfer of the same
+ * file is running).
  */
-int xfer_store_open(int dirfd, const struct xfer_manifest *m, uint32_t idx,
+#define XFER_STORE_NOT_THERE 1u /* skip: the file's directory does not exist */
+#define XFER_STORE_NO_PARTS 2u	/* skip: the directory of partial files does not exist */
+int xfer_store_open(int dirfd, const struct xfer_manifest *m, uint32_t idx, unsigned skip,
 		    struct xfer_store_file *f, const char **why);
-/* Create (or open) the part and its state, lock and map them: before a chunk is received.
+/* Create (or open) the part and its state and lock them: before a chunk is received.
  * Once the part is known (opened before), it is opened, never created, and must be the same
  * file. Idempotent. 0, or -errno with *why (-EBUSY: another transfer holds the file; -ESTALE:
  * the part vanished or was replaced). */
 int xfer_store_acquire(int dirfd, struct xfer_store_file *f, const char **why);
+/* Map the acquired part (read only) unless it is: acquire does not, since chunks are written
+ * with pwrite; re-hashing a chunk and a bcast relay read the map. Safe from several writers
+ * of one file at once. 0 or -errno. */
+int xfer_store_map(struct xfer_store_file *f);
 /* Unmap and close what acquire opened (the state lock goes too). */
 void xfer_store_release(struct xfer_store_file *f);
 /* Remove the part and state when this transfer created them and no chunk of them is done (a
@@ -110,13 +118,11 @@ void xfer_store_discard(int dirfd, struct xfer_store_file *f);
 void xfer_store_close(struct xfer_store_file *f);
 
 /*
- * Where chunk <k> lives: callers receive its bytes straight into f->map + k * chunk_size
- * (one copy, from the socket to the page cache; page faults there run in parallel, unlike
- * writes, which the kernel serialises per file; and a fault that cannot be served, a full
- * disk, fails the receive with EFAULT instead of raising SIGBUS, since only the kernel
- * writes the map). The file must be acquired. Once the bytes match <hash>,
- * xfer_store_record() writes the state (safe from several threads for different chunks: 0 or
- * -errno), then xfer_store_mark(), under the caller's lock, counts the chunk.
+ * Where chunk <k> lives in the map, once mapped (to read it: callers write its bytes to f->part_fd
+ * at k * chunk_size with pwrite, so a full disk fails that write, never raises SIGBUS). The file
+ * must be acquired. Once the bytes match <hash>, xfer_store_record() writes the state (safe from
+ * several threads for different chunks: 0 or -errno), then xfer_store_mark(), under the caller's
+ * lock, counts the chunk.
  */
 static inline uint8_t *xfer_store_chunk(const struct xfer_store_file *f, uint32_t k)
 {
@@ -133,8 +139,9 @@ int xfer_store_record(struct xfer_store_file *f, uint32_t k, uint64_t hash);
  * bytes matching the hash recorded there (then in *hash). Call while holding the file (as a
  * writer of the chunk) and before receiving into it: a chunk some transfer verified is not
  * written again. 1, 0, or -errno. */
-int xfer_store_verified(const struct xfer_store_file *f, uint32_t k, uint64_t *hash);
-/* Returns 1 when the chunk was not counted yet (two copies may arrive at once). */
+int xfer_store_verified(struct xfer_store_file *f, uint32_t k, uint64_t *hash);
+/* Returns 1 when the chunk was not counted yet (two copies may arrive at once); a chunk
+ * counted already keeps the hash it was counted with. */
 int xfer_store_mark(struct xfer_store_file *f, uint32_t k, uint64_t hash);
 
 /* XXH3-128 over the chunk hashes of a file, in order, as the manifest's whole hash. */
@@ -148,10 +155,23 @@ void xfer_whole_hash(const uint64_t *hashes, uint32_t n, uint8_t out[16]);
  * followed through a symlink), the state removed. Call with no writers. 0, or -errno with *why
  * (-EBADMSG: the whole hash differs; the part is then discarded, when this transfer created
  * it, so the next try starts anew; -ESTALE: the part is gone or is another file, see above;
- * -EBUSY: another transfer holds it).
+ * -EBUSY: another transfer holds it). The files of one FINISH share <dirs>: the directory of
+ * partial files and the last file's directory stay open, so a tree's files, which arrive in
+ * order, have their directories opened once, not once a file.
  */
+struct xfer_store_dirs {
+	int state_fd;			/* DIR/.accelnet-xfer, or -1 */
+	int parent_fd;			/* the directory of the last file completed, or -1 */
+	char parent[XFER_PATH_MAX + 1]; /* its path beneath DIR */
+};
+#define XFER_STORE_DIRS_INIT                                                                       \
+	{                                                                                          \
+		.state_fd = -1, .parent_fd = -1                                                    \
+	}
 int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[16],
-		      uint32_t *bad_chunk, const char **why);
+		      struct xfer_store_dirs *dirs, uint32_t *bad_chunk, const char **why);
+/* Close what xfer_store_finish kept open in <dirs> (the directories files went to). */
+void xfer_store_dirs_close(struct xfer_store_dirs *dirs);
 
 /*
  * Remove the parts (and states) under <dirfd> that nobody holds and that neither changed for

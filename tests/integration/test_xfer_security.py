@@ -5,6 +5,7 @@ libxxhash (through ctypes), the same library accelnet links."""
 
 import ctypes
 import fcntl
+import json
 import os
 import select
 import socket
@@ -484,13 +485,12 @@ def test_second_writer_cannot_forge_verified_chunk(env):
     assert b.hello(session)[0] == OK
     b.send(CHUNK, struct.pack("<IIQ", 0, 0, xxh64(forged)), forged[:chunk // 2], data_len=chunk)
 
-    def first_half_landed():
-        parts = [f for f in os.listdir(state) if f.endswith(".part")] if os.path.exists(state) else []
-        if not parts:
-            return False
-        with open(os.path.join(state, parts[0]), "rb") as f:
-            return f.read(chunk // 2) == forged[:chunk // 2]
-    wait_until(first_half_landed, "the second writer's first half in the part file")
+    def second_writer_holds_the_chunk():
+        # the part is created by the chunk's first writer, which counts itself a writer under
+        # the same lock: from then on the sender's copy arrives as a second writer's. (Its
+        # bytes land a piece at a time, so its first half may not be in the file yet.)
+        return os.path.exists(state) and any(f.endswith(".part") for f in os.listdir(state))
+    wait_until(second_writer_holds_the_chunk, "the second writer holding the chunk")
     a.send(CHUNK, struct.pack("<IIQ", 0, 0, xxh64(good)), good)
     t, meta, _ = a.frame()
     assert t == ACK and meta[8] == 0, (t, meta)  # verified
@@ -919,3 +919,57 @@ def test_a_wrong_finish_leaves_anothers_part(env):
     assert t == DONE, (t, meta)
     with open(os.path.join(dst, "x"), "rb") as f:
         assert f.read() == data
+
+
+def test_send_refuses_a_file_replaced_after_the_manifest(env):
+    """Someone who can write into a tree that root sends swaps one of its files, after the
+    manifest, for a symlink to a secret of the same size and modification time (the walk
+    skipped symlinks; the file is opened only when its chunk goes). The sender refuses the
+    file, which is no longer the one the manifest was made from, and the secret's bytes
+    never reach the receiver."""
+    tree = os.path.join(env.dir, "tree")
+    os.makedirs(tree)
+    secret = os.path.join(env.dir, "secret")
+    with open(secret, "wb") as f:
+        f.write(b"S" * 1000)
+    victim = os.path.join(tree, "a.txt")
+    with open(victim, "wb") as f:
+        f.write(b"a" * 1000)
+    st = os.stat(secret)
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(4)
+    env.on_cleanup.append(ls.close)
+    got = {"data": b""}
+
+    def receiver():
+        c, _ = ls.accept()
+        c.settimeout(20)
+        w = Wire(c)
+        try:
+            w.exact(4)
+            w.send(CHALLENGE, os.urandom(32))
+            w.frame()
+            w.send(OK)
+            assert w.frame()[0] == MANIFEST
+            os.unlink(victim)
+            os.symlink(secret, victim)
+            w.send(NEED, b"\x01")  # one file of one chunk, needed
+            while True:
+                t, meta, dlen = w.frame()
+                if t != CHUNK:
+                    break
+                got["data"] += w.exact(dlen)
+                w.send(ACK, meta[:8] + b"\x00")
+        except (OSError, ConnectionError, AssertionError, struct.error):
+            pass
+        c.close()
+    th = threading.Thread(target=receiver, daemon=True)
+    th.start()
+    r = subprocess.run([BIN, "xfer", "send", tree, f"127.0.0.1:{ls.getsockname()[1]}", "--streams", "1",
+                        "--json", "--quiet"], capture_output=True, text=True, timeout=60)
+    th.join(10)
+    assert b"S" * 100 not in got["data"], "the secret was sent"
+    assert r.returncode != 0 and "changed since the transfer started" in json.loads(r.stdout)["error"], \
+        (r.stdout, r.stderr)
