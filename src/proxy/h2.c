@@ -8,12 +8,13 @@
  * stream to run. The streams run after nghttp2 has returned: a stream whose head is whole
  * becomes an exchange (the head parsed by the HTTP/1 parser into the worker's scratch, its
  * target brought to its normal form, as h1.c does) and goes through stages_run(); the
- * relay moves its body upstream and its response back. Then nghttp2 writes
- * (nghttp2_session_mem_send) into the socket, the unwritten rest of a frame into cl->out.
- * nghttp2 is never entered from within a stage: what a stage does to the session (a response
- * submitted, a reset) is sent when control is back at the connection (its event, its timer,
- * a wake). Closing the connection happens there too, so a stream outlives every call chain
- * that reaches it through its exchange.
+ * relay moves its body upstream and its response back. Then nghttp2's frames
+ * (nghttp2_session_mem_send) go to the socket, small ones gathered in cl->out and written
+ * together, the unwritten rest in cl->out. nghttp2 is never entered from within a stage: what
+ * a stage does to the session (a response submitted, a reset) is sent when control is back at
+ * the connection (its event, or its timer, which a stream's wake sets due at once, so that
+ * the streams woken in one turn run in one pass and one write). Closing the connection happens
+ * there too, so a stream outlives every call chain that reaches it through its exchange.
  *
  * Request bodies: a stream's DATA is appended to its input buffer as the HTTP/1 body the
  * backend will read (as sent when the client gave content-length, else chunked), where
@@ -93,6 +94,10 @@
 #define H2_INTERIM_MAX 8
 /* Passes of reads, stream runs and writes in one turn, before the timer takes over. */
 #define H2_PASSES 64
+/* Gathering frames for one write (h2_flush): a frame this large goes on its own, and no more
+ * are gathered once less room is left than a frame of the default largest size takes. */
+#define H2_GATHER_MAX 4096
+#define H2_FRAME_ROOM (16384 + 9)
 /* Draining: a connection with no stream left is closed after this long (GOAWAY sent). */
 #define H2_DRAIN_IDLE_MS 1000
 /* A client stream id past this: GOAWAY (NO_ERROR) with it as the last, so the client moves to
@@ -853,12 +858,16 @@ static enum run codec_relay(struct exchange *x)
 
 static void h2_process(struct h2 *h);
 
+/* A stream has something to do: the connection runs once this turn's events are in (its
+ * timer, due now), so the responses of many streams that came in one turn go out in one pass
+ * and one write, not a pass over every stream and a write for each. */
 static void codec_wake(void *conn)
 {
 	struct h2s *s = conn;
+	struct loop *loop = s->h->cl->w->loop;
 	s->run = 1;
 	if (!s->h->busy)
-		h2_process(s->h);
+		loop_timer_set(loop, &s->h->cl->timer, loop_now(loop));
 }
 
 static void codec_respond(struct exchange *x)
@@ -1324,38 +1333,58 @@ static int h2_read(struct h2 *h)
 	}
 }
 
-/* Write what nghttp2 has for the client while the socket takes it. -1: close. */
+/* Write cl->out, gathered frames or the rest of one, while the socket takes it. 1: all of it
+ * went (cl->out given back), 0: the socket is full, -1: close. */
+static int out_write(struct client *cl)
+{
+	if (client_flush(cl) < 0)
+		return -1;
+	if (client_out_pending(cl))
+		return 0;
+	worker_buf_release(cl->w, &cl->out);
+	return 1;
+}
+
+/* Write what nghttp2 has for the client while the socket takes it. nghttp2 hands out one frame
+ * at a time; small ones (many streams' HEADERS and short DATA in one pass) are gathered in
+ * cl->out while it has room for a whole frame behind them (H2_FRAME_ROOM) and written
+ * together, one write for the lot; a large one that comes first is written from nghttp2's
+ * own buffer, not copied. -1: close. */
 static int h2_flush(struct h2 *h)
 {
 	struct client *cl = h->cl;
-	for (;;) {
-		if (client_out_pending(cl)) {
-			if (client_flush(cl) < 0)
-				return -1;
-			if (client_out_pending(cl))
-				return 0;
-			worker_buf_release(cl->w, &cl->out);
-		}
-		if (!cl->writable)
-			return 0;
+	int r = client_out_pending(cl) ? out_write(cl) : 1;
+	while (r == 1 && cl->writable) {
 		const uint8_t *p;
 		ssize_t n = nghttp2_session_mem_send(h->ss, &p);
 		if (n < 0)
 			return -1;
 		if (!n)
-			return 0;
-		ssize_t k = net_conn_write(&cl->conn, p, (size_t)n);
-		if (k == -EAGAIN || k == -EINTR)
-			k = 0;
-		else if (k < 0)
-			return -1;
-		if (k < n) {
-			cl->writable = 0;
-			if (client_out_put(cl, (const char *)p + k, (size_t)(n - k)) < 0)
+			break;
+		if (!cl->out && n >= H2_GATHER_MAX) {
+			ssize_t k = net_conn_write(&cl->conn, p, (size_t)n);
+			if (k == -EAGAIN || k == -EINTR)
+				k = 0;
+			else if (k < 0)
 				return -1;
-			return 0;
+			if (k < n) {
+				cl->writable = 0;
+				if (client_out_put(cl, (const char *)p + k, (size_t)(n - k)) < 0)
+					return -1;
+			}
+			continue;
 		}
+		if (cl->out && buf_room(cl->out) < (size_t)n && (r = out_write(cl)) < 0)
+			return -1;
+		if (client_out_put(cl, (const char *)p, (size_t)n) < 0)
+			return -1; /* no room even so: a header block past a buffer behind a full
+				      socket */
+		if (buf_room(cl->out) < H2_FRAME_ROOM)
+			r = out_write(cl);
 	}
+	if (r == 1 && client_out_pending(cl))
+		r = out_write(cl);
+	return r < 0 ? -1 : 0;
 }
 
 static int any_to_run(struct h2 *h)
