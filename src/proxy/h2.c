@@ -98,6 +98,8 @@
  * are gathered once less room is left than a frame of the default largest size takes. */
 #define H2_GATHER_MAX 4096
 #define H2_FRAME_ROOM (16384 + 9)
+/* Ranges of stream ids a client skipped that are kept (ids_check); past them, the oldest go. */
+#define H2_GAPS 4
 /* Draining: a connection with no stream left is closed after this long (GOAWAY sent). */
 #define H2_DRAIN_IDLE_MS 1000
 /* A client stream id past this: GOAWAY (NO_ERROR) with it as the last, so the client moves to
@@ -138,6 +140,7 @@ struct h2s {
 	unsigned trailers : 1;	  /* request trailers went upstream: the last chunk is written */
 	unsigned grpc : 1;	  /* a gRPC request: the proxy's own answers in gRPC's terms */
 	uint64_t grpc_timeout_ms; /* its grpc-timeout (0: none), its deadline from its start */
+	int32_t window_before;	  /* its send window as a SETTINGS frame began (window_check) */
 };
 
 /* A token bucket: <per_s> tokens a second, as many at most; kept in thousandths. */
@@ -157,6 +160,10 @@ struct h2 {
 	int calm;     /* a defence sent GOAWAY ENHANCE_YOUR_CALM: nothing more is read */
 	struct h2_bucket resets, control; /* limits.http2_max_resets, _max_control_frames */
 	uint64_t quiet_ms;		  /* when the last stream ended */
+	int32_t peer_window;		  /* the client's SETTINGS_INITIAL_WINDOW_SIZE */
+	int32_t last_id;		  /* the highest stream id a client HEADERS named */
+	int32_t gaps[H2_GAPS][2];	  /* stream ids it skipped (first, last), the latest */
+	unsigned ngaps;
 };
 
 static const struct exchange_codec_ops h2_codec;
@@ -1199,6 +1206,72 @@ static void stream_end_request(struct h2s *s)
 		s->flow_bad = 1;
 }
 
+/* RFC 9113 5.1.1: a stream id lower than one the client already used names a stream that the
+ * first use of the higher one closed; a HEADERS that opens it is a connection error
+ * (PROTOCOL_ERROR). libnghttp2 ignores a HEADERS on a stream it does not know below its last
+ * (it cannot tell one the client never opened from one that closed, whose trailers may cross
+ * the proxy's RST_STREAM). Clients open their ids in order, so the ids one skipped are kept as
+ * ranges (the latest H2_GAPS), and a HEADERS that names one ends the connection. */
+static void ids_check(struct h2 *h, int32_t id)
+{
+	if (!(id & 1))
+		return; /* nghttp2 refuses an even one itself */
+	if (id > h->last_id) {
+		if ((int64_t)id > (int64_t)h->last_id + 2) {
+			int32_t *g = h->gaps[h->ngaps++ % H2_GAPS];
+			g[0] = h->last_id + 2;
+			g[1] = id - 2;
+		}
+		h->last_id = id;
+		return;
+	}
+	unsigned n = h->ngaps < H2_GAPS ? h->ngaps : H2_GAPS;
+	for (unsigned i = 0; i < n; i++)
+		if (id >= h->gaps[i][0] && id <= h->gaps[i][1]) {
+			nghttp2_session_terminate_session(h->ss, NGHTTP2_PROTOCOL_ERROR);
+			return;
+		}
+}
+
+/* RFC 9113 6.9.2: a new SETTINGS_INITIAL_WINDOW_SIZE that takes a stream's send window past
+ * 2^31-1 is a connection error (FLOW_CONTROL_ERROR); libnghttp2 resets that stream alone and
+ * leaves its window as it was. So each stream's window is noted as a SETTINGS frame begins,
+ * and one that the new size should have moved but did not ends the connection. */
+static int on_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *ud)
+{
+	struct h2 *h = ud;
+	if (hd->type == NGHTTP2_HEADERS)
+		ids_check(h, hd->stream_id);
+	if (hd->type != NGHTTP2_SETTINGS || (hd->flags & NGHTTP2_FLAG_ACK))
+		return 0;
+	for (struct list_node *n = list_first(&h->streams); n; n = list_next(&h->streams, n)) {
+		struct h2s *s = container_of(n, struct h2s, link);
+		s->window_before = nghttp2_session_get_stream_remote_window_size(ss, s->id);
+	}
+	return 0;
+}
+
+static void window_check(struct h2 *h, const nghttp2_settings *f)
+{
+	int32_t size = h->peer_window;
+	for (size_t i = 0; i < f->niv; i++)
+		if (f->iv[i].settings_id == NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE &&
+		    f->iv[i].value <= INT32_MAX)
+			size = (int32_t)f->iv[i].value;
+	int64_t delta = (int64_t)size - h->peer_window;
+	h->peer_window = size;
+	if (delta <= 0)
+		return;
+	for (struct list_node *n = list_first(&h->streams); n; n = list_next(&h->streams, n)) {
+		struct h2s *s = container_of(n, struct h2s, link);
+		int32_t now = nghttp2_session_get_stream_remote_window_size(h->ss, s->id);
+		if (now >= 0 && now == s->window_before && now + delta > INT32_MAX) {
+			nghttp2_session_terminate_session(h->ss, NGHTTP2_FLOW_CONTROL_ERROR);
+			return;
+		}
+	}
+}
+
 static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
 {
 	struct h2 *h = ud;
@@ -1211,6 +1284,9 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
 			h2_calm(h, H2_DEFENCE_RAPID_RESET, "streams reset too fast (rapid reset)");
 		break;
 	case NGHTTP2_SETTINGS:
+		if (!(f->hd.flags & NGHTTP2_FLAG_ACK))
+			window_check(h, &f->settings);
+		/* fall through */
 	case NGHTTP2_PING:
 		if (!(f->hd.flags & NGHTTP2_FLAG_ACK))
 			control_frame(h);
@@ -1595,6 +1671,7 @@ void h2_take(struct client *cl)
 	nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
 	nghttp2_session_callbacks_set_on_header_callback2(cb, on_header);
 	nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
+	nghttp2_session_callbacks_set_on_begin_frame_callback(cb, on_begin_frame);
 	nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data);
 	nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
 	nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
@@ -1614,6 +1691,8 @@ void h2_take(struct client *cl)
 	list_init(&h->streams);
 	list_init(&h->spare);
 	h->quiet_ms = loop_now(w->loop);
+	h->peer_window = NGHTTP2_INITIAL_WINDOW_SIZE;
+	h->last_id = -1; /* the first id, 1, skips none */
 	h->resets = (struct h2_bucket){(uint64_t)lim->h2_max_resets * 1000, h->quiet_ms};
 	h->control = (struct h2_bucket){(uint64_t)lim->h2_max_control * 1000, h->quiet_ms};
 	/* a stream's window is at most half a buffer: its input holds what it sends */
