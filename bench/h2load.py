@@ -15,7 +15,7 @@ ratios to HAProxy. The load generator runs on CPU 0, the proxies and the origin 
 bench.py does). Nothing here asserts a timing: this measures, it does not test.
 
 Usage: bench/run --only h2load [--quick] [--rounds N] [--seconds S] [--conns C]
-                               [--report results.json]
+                               [--before OTHER-ACCELNET] [--report results.json]
 """
 
 import argparse
@@ -62,7 +62,7 @@ http {{
     return port
 
 
-def start_accelnet(run, origin, cert):
+def start_accelnet(run, origin, cert, binary=ACCELNET):
     crt, key, _ = cert
     tls_port, plain_port = free_port(), free_port()
     cfg = (f"workers: 1\n"
@@ -72,7 +72,7 @@ def start_accelnet(run, origin, cert):
            "timeouts: {first_byte_ms: 300000, between_bytes_ms: 300000, idle_ms: 300000}\n"
            "limits: {max_connections: 200000}\n"
            f"pools:\n  - name: b\n    backends:\n      - {{address: 127.0.0.1:{origin}}}\n")
-    p = run.start([ACCELNET, "proxy", "-c", run.write(f"accelnet-{tls_port}.yaml", cfg),
+    p = run.start([binary, "proxy", "-c", run.write(f"accelnet-{tls_port}.yaml", cfg),
                    "--log-level", "error"], tls_port, name="accelnet")
     bench.wait_port(plain_port, p)
     return p, tls_port, plain_port
@@ -177,6 +177,9 @@ def main():
     ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("--conns", type=int, default=4)
     ap.add_argument("--only-proxies", default=",".join(PROXIES))
+    ap.add_argument("--before", metavar="BIN",
+                    help="another accelnet binary (a build before a change), run beside as "
+                         "'accelnet before'")
     ap.add_argument("--report")
     a = ap.parse_args()
     if a.quick:
@@ -185,6 +188,10 @@ def main():
         if not shutil.which(tool):
             sys.exit(f"bench/h2load.py needs {tool} (scripts/deps.sh installs it)")
     names = a.only_proxies.split(",")
+    starts = dict(PROXIES)
+    if a.before:
+        starts["accelnet before"] = lambda r, o, c: start_accelnet(r, o, c, binary=a.before)
+        names.append("accelnet before")
     run = bench.Run()
     versions = {"haproxy": subprocess.run(["haproxy", "-v"], capture_output=True,
                                           text=True).stdout.splitlines()[0],
@@ -198,7 +205,7 @@ def main():
     try:
         origin = start_origin(run)
         cert = make_cert(run, "ecdsa")
-        procs = {n: PROXIES[n](run, origin, cert) for n in names}
+        procs = {n: starts[n](run, origin, cert) for n in names}
         rows = {}
         for r in range(a.rounds):
             for transport in ("tls", "h2c"):
