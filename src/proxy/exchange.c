@@ -31,7 +31,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define FREE_MAX 512 /* exchange blocks a worker keeps for reuse */
+#define FREE_MAX 128 /* exchange blocks a worker keeps for reuse */
 
 /* An exchange block's bytes: the hooks' block, in whole pages. */
 static size_t block_bytes(void)
