@@ -1424,8 +1424,8 @@ static int out_write(struct client *cl)
 /* Write what nghttp2 has for the client while the socket takes it. nghttp2 hands out one frame
  * at a time; small ones (many streams' HEADERS and short DATA in one pass) are gathered in
  * cl->out while it has room for a whole frame behind them (H2_FRAME_ROOM) and written
- * together, one write for the lot; a large one that comes first is written from nghttp2's
- * own buffer, not copied. -1: close. */
+ * together, one write for the lot; a large one that comes first (or any, when no buffer is
+ * to be had) is written from nghttp2's own buffer, not copied. -1: close. */
 static int h2_flush(struct h2 *h)
 {
 	struct client *cl = h->cl;
@@ -1437,7 +1437,7 @@ static int h2_flush(struct h2 *h)
 			return -1;
 		if (!n)
 			break;
-		if (!cl->out && n >= H2_GATHER_MAX) {
+		if (!cl->out && (n >= H2_GATHER_MAX || !client_out_buf(cl))) {
 			ssize_t k = net_conn_write(&cl->conn, p, (size_t)n);
 			if (k == -EAGAIN || k == -EINTR)
 				k = 0;
@@ -1460,6 +1460,8 @@ static int h2_flush(struct h2 *h)
 	}
 	if (r == 1 && client_out_pending(cl))
 		r = out_write(cl);
+	if (r >= 0 && !client_out_pending(cl))
+		worker_buf_release(cl->w, &cl->out); /* an idle connection holds no buffer */
 	return r < 0 ? -1 : 0;
 }
 
