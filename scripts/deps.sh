@@ -20,7 +20,7 @@ curl libutf8proc-dev"
 TEST_PKGS="libcmocka-dev wrk nginx-light clang clang-format-14 libclang-rt-14-dev apache2-utils
 python3-zmq python3-msgpack redis-server python3-cryptography python3-websockets prometheus
 chromium iproute2 strace util-linux testssl.sh dnsmasq-base systemd man-db binutils adduser
-podman python3-yaml nghttp2-client python3-h2 python3-grpcio"
+podman python3-yaml nghttp2-client python3-h2 python3-grpcio python3-httpx"
 # the tokenizer's conformance test fetches its reference (Hugging Face's tokenizers) with npm;
 # a nodejs from NodeSource carries its own npm, Debian's does not
 TEST_PKGS="$TEST_PKGS nodejs"

@@ -8,12 +8,13 @@
  * stream to run. The streams run after nghttp2 has returned: a stream whose head is whole
  * becomes an exchange (the head parsed by the HTTP/1 parser into the worker's scratch, its
  * target brought to its normal form, as h1.c does) and goes through stages_run(); the
- * relay moves its body upstream and its response back. Then nghttp2 writes
- * (nghttp2_session_mem_send) into the socket, the unwritten rest of a frame into cl->out.
- * nghttp2 is never entered from within a stage: what a stage does to the session (a response
- * submitted, a reset) is sent when control is back at the connection (its event, its timer,
- * a wake). Closing the connection happens there too, so a stream outlives every call chain
- * that reaches it through its exchange.
+ * relay moves its body upstream and its response back. Then nghttp2's frames
+ * (nghttp2_session_mem_send) go to the socket, small ones gathered in cl->out and written
+ * together, the unwritten rest in cl->out. nghttp2 is never entered from within a stage: what
+ * a stage does to the session (a response submitted, a reset) is sent when control is back at
+ * the connection (its event, or its timer, which a stream's wake sets due at once, so that
+ * the streams woken in one turn run in one pass and one write). Closing the connection happens
+ * there too, so a stream outlives every call chain that reaches it through its exchange.
  *
  * Request bodies: a stream's DATA is appended to its input buffer as the HTTP/1 body the
  * backend will read (as sent when the client gave content-length, else chunked), where
@@ -93,6 +94,12 @@
 #define H2_INTERIM_MAX 8
 /* Passes of reads, stream runs and writes in one turn, before the timer takes over. */
 #define H2_PASSES 64
+/* Gathering frames for one write (h2_flush): a frame this large goes on its own, and no more
+ * are gathered once less room is left than a frame of the default largest size takes. */
+#define H2_GATHER_MAX 4096
+#define H2_FRAME_ROOM (16384 + 9)
+/* Ranges of stream ids a client skipped that are kept (ids_check); past them, the oldest go. */
+#define H2_GAPS 4
 /* Draining: a connection with no stream left is closed after this long (GOAWAY sent). */
 #define H2_DRAIN_IDLE_MS 1000
 /* A client stream id past this: GOAWAY (NO_ERROR) with it as the last, so the client moves to
@@ -133,6 +140,7 @@ struct h2s {
 	unsigned trailers : 1;	  /* request trailers went upstream: the last chunk is written */
 	unsigned grpc : 1;	  /* a gRPC request: the proxy's own answers in gRPC's terms */
 	uint64_t grpc_timeout_ms; /* its grpc-timeout (0: none), its deadline from its start */
+	int32_t window_before;	  /* its send window as a SETTINGS frame began (window_check) */
 };
 
 /* A token bucket: <per_s> tokens a second, as many at most; kept in thousandths. */
@@ -152,6 +160,10 @@ struct h2 {
 	int calm;     /* a defence sent GOAWAY ENHANCE_YOUR_CALM: nothing more is read */
 	struct h2_bucket resets, control; /* limits.http2_max_resets, _max_control_frames */
 	uint64_t quiet_ms;		  /* when the last stream ended */
+	int32_t peer_window;		  /* the client's SETTINGS_INITIAL_WINDOW_SIZE */
+	int32_t last_id;		  /* the highest stream id a client HEADERS named */
+	int32_t gaps[H2_GAPS][2];	  /* stream ids it skipped (first, last), the latest */
+	unsigned ngaps;
 };
 
 static const struct exchange_codec_ops h2_codec;
@@ -853,12 +865,16 @@ static enum run codec_relay(struct exchange *x)
 
 static void h2_process(struct h2 *h);
 
+/* A stream has something to do: the connection runs once this turn's events are in (its
+ * timer, due now), so the responses of many streams that came in one turn go out in one pass
+ * and one write, not a pass over every stream and a write for each. */
 static void codec_wake(void *conn)
 {
 	struct h2s *s = conn;
+	struct loop *loop = s->h->cl->w->loop;
 	s->run = 1;
 	if (!s->h->busy)
-		h2_process(s->h);
+		loop_timer_set(loop, &s->h->cl->timer, loop_now(loop));
 }
 
 static void codec_respond(struct exchange *x)
@@ -1190,6 +1206,72 @@ static void stream_end_request(struct h2s *s)
 		s->flow_bad = 1;
 }
 
+/* RFC 9113 5.1.1: a stream id lower than one the client already used names a stream that the
+ * first use of the higher one closed; a HEADERS that opens it is a connection error
+ * (PROTOCOL_ERROR). libnghttp2 ignores a HEADERS on a stream it does not know below its last
+ * (it cannot tell one the client never opened from one that closed, whose trailers may cross
+ * the proxy's RST_STREAM). Clients open their ids in order, so the ids one skipped are kept as
+ * ranges (the latest H2_GAPS), and a HEADERS that names one ends the connection. */
+static void ids_check(struct h2 *h, int32_t id)
+{
+	if (!(id & 1))
+		return; /* nghttp2 refuses an even one itself */
+	if (id > h->last_id) {
+		if ((int64_t)id > (int64_t)h->last_id + 2) {
+			int32_t *g = h->gaps[h->ngaps++ % H2_GAPS];
+			g[0] = h->last_id + 2;
+			g[1] = id - 2;
+		}
+		h->last_id = id;
+		return;
+	}
+	unsigned n = h->ngaps < H2_GAPS ? h->ngaps : H2_GAPS;
+	for (unsigned i = 0; i < n; i++)
+		if (id >= h->gaps[i][0] && id <= h->gaps[i][1]) {
+			nghttp2_session_terminate_session(h->ss, NGHTTP2_PROTOCOL_ERROR);
+			return;
+		}
+}
+
+/* RFC 9113 6.9.2: a new SETTINGS_INITIAL_WINDOW_SIZE that takes a stream's send window past
+ * 2^31-1 is a connection error (FLOW_CONTROL_ERROR); libnghttp2 resets that stream alone and
+ * leaves its window as it was. So each stream's window is noted as a SETTINGS frame begins,
+ * and one that the new size should have moved but did not ends the connection. */
+static int on_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *ud)
+{
+	struct h2 *h = ud;
+	if (hd->type == NGHTTP2_HEADERS)
+		ids_check(h, hd->stream_id);
+	if (hd->type != NGHTTP2_SETTINGS || (hd->flags & NGHTTP2_FLAG_ACK))
+		return 0;
+	for (struct list_node *n = list_first(&h->streams); n; n = list_next(&h->streams, n)) {
+		struct h2s *s = container_of(n, struct h2s, link);
+		s->window_before = nghttp2_session_get_stream_remote_window_size(ss, s->id);
+	}
+	return 0;
+}
+
+static void window_check(struct h2 *h, const nghttp2_settings *f)
+{
+	int32_t size = h->peer_window;
+	for (size_t i = 0; i < f->niv; i++)
+		if (f->iv[i].settings_id == NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE &&
+		    f->iv[i].value <= INT32_MAX)
+			size = (int32_t)f->iv[i].value;
+	int64_t delta = (int64_t)size - h->peer_window;
+	h->peer_window = size;
+	if (delta <= 0)
+		return;
+	for (struct list_node *n = list_first(&h->streams); n; n = list_next(&h->streams, n)) {
+		struct h2s *s = container_of(n, struct h2s, link);
+		int32_t now = nghttp2_session_get_stream_remote_window_size(h->ss, s->id);
+		if (now >= 0 && now == s->window_before && now + delta > INT32_MAX) {
+			nghttp2_session_terminate_session(h->ss, NGHTTP2_FLOW_CONTROL_ERROR);
+			return;
+		}
+	}
+}
+
 static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
 {
 	struct h2 *h = ud;
@@ -1202,6 +1284,9 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
 			h2_calm(h, H2_DEFENCE_RAPID_RESET, "streams reset too fast (rapid reset)");
 		break;
 	case NGHTTP2_SETTINGS:
+		if (!(f->hd.flags & NGHTTP2_FLAG_ACK))
+			window_check(h, &f->settings);
+		/* fall through */
 	case NGHTTP2_PING:
 		if (!(f->hd.flags & NGHTTP2_FLAG_ACK))
 			control_frame(h);
@@ -1324,38 +1409,60 @@ static int h2_read(struct h2 *h)
 	}
 }
 
-/* Write what nghttp2 has for the client while the socket takes it. -1: close. */
+/* Write cl->out, gathered frames or the rest of one, while the socket takes it. 1: all of it
+ * went (cl->out given back), 0: the socket is full, -1: close. */
+static int out_write(struct client *cl)
+{
+	if (client_flush(cl) < 0)
+		return -1;
+	if (client_out_pending(cl))
+		return 0;
+	worker_buf_release(cl->w, &cl->out);
+	return 1;
+}
+
+/* Write what nghttp2 has for the client while the socket takes it. nghttp2 hands out one frame
+ * at a time; small ones (many streams' HEADERS and short DATA in one pass) are gathered in
+ * cl->out while it has room for a whole frame behind them (H2_FRAME_ROOM) and written
+ * together, one write for the lot; a large one that comes first (or any, when no buffer is
+ * to be had) is written from nghttp2's own buffer, not copied. -1: close. */
 static int h2_flush(struct h2 *h)
 {
 	struct client *cl = h->cl;
-	for (;;) {
-		if (client_out_pending(cl)) {
-			if (client_flush(cl) < 0)
-				return -1;
-			if (client_out_pending(cl))
-				return 0;
-			worker_buf_release(cl->w, &cl->out);
-		}
-		if (!cl->writable)
-			return 0;
+	int r = client_out_pending(cl) ? out_write(cl) : 1;
+	while (r == 1 && cl->writable) {
 		const uint8_t *p;
 		ssize_t n = nghttp2_session_mem_send(h->ss, &p);
 		if (n < 0)
 			return -1;
 		if (!n)
-			return 0;
-		ssize_t k = net_conn_write(&cl->conn, p, (size_t)n);
-		if (k == -EAGAIN || k == -EINTR)
-			k = 0;
-		else if (k < 0)
-			return -1;
-		if (k < n) {
-			cl->writable = 0;
-			if (client_out_put(cl, (const char *)p + k, (size_t)(n - k)) < 0)
+			break;
+		if (!cl->out && (n >= H2_GATHER_MAX || !client_out_buf(cl))) {
+			ssize_t k = net_conn_write(&cl->conn, p, (size_t)n);
+			if (k == -EAGAIN || k == -EINTR)
+				k = 0;
+			else if (k < 0)
 				return -1;
-			return 0;
+			if (k < n) {
+				cl->writable = 0;
+				if (client_out_put(cl, (const char *)p + k, (size_t)(n - k)) < 0)
+					return -1;
+			}
+			continue;
 		}
+		if (cl->out && buf_room(cl->out) < (size_t)n && (r = out_write(cl)) < 0)
+			return -1;
+		if (client_out_put(cl, (const char *)p, (size_t)n) < 0)
+			return -1; /* no room even so: a header block past a buffer behind a full
+				      socket */
+		if (buf_room(cl->out) < H2_FRAME_ROOM)
+			r = out_write(cl);
 	}
+	if (r == 1 && client_out_pending(cl))
+		r = out_write(cl);
+	if (r >= 0 && !client_out_pending(cl))
+		worker_buf_release(cl->w, &cl->out); /* an idle connection holds no buffer */
+	return r < 0 ? -1 : 0;
 }
 
 static int any_to_run(struct h2 *h)
@@ -1566,6 +1673,7 @@ void h2_take(struct client *cl)
 	nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
 	nghttp2_session_callbacks_set_on_header_callback2(cb, on_header);
 	nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
+	nghttp2_session_callbacks_set_on_begin_frame_callback(cb, on_begin_frame);
 	nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data);
 	nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
 	nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
@@ -1585,6 +1693,8 @@ void h2_take(struct client *cl)
 	list_init(&h->streams);
 	list_init(&h->spare);
 	h->quiet_ms = loop_now(w->loop);
+	h->peer_window = NGHTTP2_INITIAL_WINDOW_SIZE;
+	h->last_id = -1; /* the first id, 1, skips none */
 	h->resets = (struct h2_bucket){(uint64_t)lim->h2_max_resets * 1000, h->quiet_ms};
 	h->control = (struct h2_bucket){(uint64_t)lim->h2_max_control * 1000, h->quiet_ms};
 	/* a stream's window is at most half a buffer: its input holds what it sends */

@@ -177,3 +177,31 @@ def test_h2_over_tls_bodies_both_ways(env):
                                    '{"prompt":"x","max_tokens":2000,"stream":true}')
     assert (code, version) == (200, "2"), (code, version)
     assert body.count(b"data: ") == 2001, body[-200:]
+
+
+def test_h2_nghttp_and_httpx_clients_over_tls_and_h2c(env):
+    """nghttp (nghttp2-client) and httpx with http2 (python3-httpx, python3-h2), each over TLS
+    (ALPN h2) and h2c with prior knowledge, on one proxy: a GET and a POST with a JSON body,
+    answered over HTTP/2 with what the backend saw."""
+    import httpx
+    be = lenient_backend(env)
+    plain = free_port()
+    port, ca = tls_proxy(env, be.port, extra=f"  - address: 127.0.0.1:{plain}\n")
+    body = env.write("body.json", '{"model":"m","max_tokens":4}')
+    for base in (f"https://localhost:{port}", f"http://127.0.0.1:{plain}"):
+        out = subprocess.run(["nghttp", f"{base}/ng/get"], capture_output=True, timeout=30)
+        assert out.returncode == 0, out
+        assert json.loads(out.stdout)["path"] == "/ng/get", out.stdout
+        out = subprocess.run(["nghttp", "-d", body, f"{base}/ng/post"], capture_output=True,
+                             timeout=30)
+        seen = json.loads(out.stdout)
+        assert (seen["path"], seen["model"], seen["max_tokens"]) == ("/ng/post", "m", 4), seen
+        tls = base.startswith("https")
+        with httpx.Client(http1=tls, http2=True,  # http1=False: h2c with prior knowledge
+                          verify=ca if tls else False, timeout=30) as c:
+            r = c.get(f"{base}/hx/get")
+            assert (r.status_code, r.http_version) == (200, "HTTP/2"), r
+            assert r.json()["path"] == "/hx/get"
+            r = c.post(f"{base}/hx/post", json={"model": "m", "max_tokens": 5})
+            assert (r.status_code, r.http_version) == (200, "HTTP/2"), r
+            assert (r.json()["model"], r.json()["max_tokens"]) == ("m", 5), r.json()
