@@ -50,7 +50,8 @@
  * client got wrong) and the frames that carry no request (SETTINGS, PING, PRIORITY, empty
  * DATA) each draw on a token bucket of the connection (limits.http2_max_resets,
  * limits.http2_max_control_frames); an empty one, or nghttp2 finding a CONTINUATION flood,
- * ends the connection with GOAWAY ENHANCE_YOUR_CALM and nothing more is read or started. A
+ * ends the connection with GOAWAY ENHANCE_YOUR_CALM and nothing more is read or started (not
+ * even the rest of the read that emptied it: nghttp2 stops at the next frame). A
  * header list is counted as it is decoded and refused 431 past limits.http2_max_header_list
  * (an HPACK bomb decodes into nothing kept). A stream whose response waits on a shut window
  * is a full client to timeouts.send_ms, as a full socket is over HTTP/1.1. A client whose
@@ -1240,6 +1241,8 @@ static void ids_check(struct h2 *h, int32_t id)
 static int on_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *ud)
 {
 	struct h2 *h = ud;
+	if (h->calm) /* a defence ended the connection: the rest of this read is not parsed */
+		return NGHTTP2_ERR_CALLBACK_FAILURE;
 	if (hd->type == NGHTTP2_HEADERS)
 		ids_check(h, hd->stream_id);
 	if (hd->type != NGHTTP2_SETTINGS || (hd->flags & NGHTTP2_FLAG_ACK))
@@ -1388,7 +1391,7 @@ static int h2_read(struct h2 *h)
 				h2_calm(h, H2_DEFENCE_CONTINUATION_FLOOD, "CONTINUATION flood");
 			else if (r == NGHTTP2_ERR_FLOODED)
 				h2_calm(h, H2_DEFENCE_CONTROL_FLOOD, "acknowledgements not read");
-			else if (r < 0) {
+			else if (r < 0 && !h->calm) {
 				log_debug("%s: HTTP/2: %s", cl->ip, nghttp2_strerror((int)r));
 				return -1;
 			}
