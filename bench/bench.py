@@ -124,6 +124,24 @@ class Run:
             shutil.rmtree(d, ignore_errors=True)
 
 
+def start_small_origin(run, access_log=None, cpu=SERVER_CPU):
+    """nginx, one worker, serving /small (2 KiB of random bytes) over keep-alive; with
+    <access_log> (a path) every request is logged there. Its port."""
+    www = os.path.join(run.dir, "www")
+    os.makedirs(www, exist_ok=True)
+    with open(os.path.join(www, "small"), "wb") as f:
+        f.write(os.urandom(2048))
+    port = free_port()
+    cfg = run.write(f"origin-{port}.conf", f"""daemon off; master_process off; worker_processes 1;
+worker_rlimit_nofile {NOFILE}; error_log {run.dir}/origin.err crit; pid {run.dir}/origin-{port}.pid;
+events {{ worker_connections {NOFILE - 50}; }}
+http {{ access_log {access_log or "off"}; keepalive_requests 10000000; keepalive_timeout 300s;
+  server {{ listen 127.0.0.1:{port} backlog=65535; root {www}; }} }}
+""")
+    run.start(["nginx", "-c", cfg, "-e", f"{run.dir}/origin.err"], port, cpu=cpu, name="origin")
+    return port
+
+
 def proc_cpu_s(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()

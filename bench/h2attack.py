@@ -154,24 +154,6 @@ class Sink:
                 pass
 
 
-def start_origin(run):
-    www = os.path.join(run.dir, "www")
-    os.makedirs(www, exist_ok=True)
-    with open(os.path.join(www, "small"), "wb") as f:
-        f.write(os.urandom(2048))
-    port = bench.free_port()
-    log = os.path.join(run.dir, "origin-access.log")
-    cfg = run.write("origin.conf", f"""daemon off; master_process off; worker_processes 1;
-error_log {run.dir}/origin.err crit; pid {run.dir}/origin.pid;
-events {{ worker_connections 4096; }}
-http {{ access_log {log}; keepalive_requests 10000000; keepalive_timeout 300s;
-  server {{ listen 127.0.0.1:{port} backlog=4096; root {www}; }} }}
-""")
-    run.start(["nginx", "-c", cfg, "-e", f"{run.dir}/origin.err"], port, cpu=bench.LOAD_CPU,
-              name="origin")
-    return port, log
-
-
 def start_accelnet(run, origin, accept_rate, binary):
     """accelnet as bench.start_accelnet has it (one worker, plain listener: HTTP/1.1 and h2c),
     with an admin listener and, given <accept_rate>, limits.accept_rate_per_ip."""
@@ -261,7 +243,8 @@ def main():
            "versions": bench.versions(), "rounds": a.rounds, "seconds": a.seconds,
            "rate": a.rate, "load_avg": os.getloadavg()[0], "results": {}}
     try:
-        origin, origin_log = start_origin(run)
+        origin_log = os.path.join(run.dir, "origin-access.log")
+        origin = bench.start_small_origin(run, origin_log, cpu=bench.LOAD_CPU)
         sink = Sink()
         for conf in ["defaults", f"accept_rate_per_ip {a.accept_rate}"]:
             px = start_accelnet(run, origin, a.accept_rate if conf != "defaults" else None,

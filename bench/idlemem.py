@@ -37,22 +37,6 @@ import bench  # noqa: E402
 import tls  # noqa: E402  (its proxies' TLS configurations and certificates)
 
 
-def start_origin(run):
-    www = os.path.join(run.dir, "www")
-    os.makedirs(www, exist_ok=True)
-    with open(os.path.join(www, "small"), "wb") as f:
-        f.write(os.urandom(2048))
-    port = bench.free_port()
-    cfg = run.write("origin.conf", f"""daemon off; master_process off; worker_processes 1;
-worker_rlimit_nofile {bench.NOFILE}; error_log {run.dir}/origin.err crit; pid {run.dir}/origin.pid;
-events {{ worker_connections {bench.NOFILE - 50}; }}
-http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
-  server {{ listen 127.0.0.1:{port} backlog=65535; root {www}; }} }}
-""")
-    run.start(["nginx", "-c", cfg, "-e", f"{run.dir}/origin.err"], port, name="origin")
-    return port
-
-
 def warm(port, cert):
     """One request, so that what the first request sets up is in the base."""
     if not cert:
@@ -99,7 +83,7 @@ def main():
     res = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ"),
            "versions": bench.versions(), "counts": counts, "tls": a.tls, "results": {}}
     try:
-        origin = start_origin(run)
+        origin = bench.start_small_origin(run)
         cert = tls.make_cert(run, "ecdsa") if a.tls else None
         for name, start in (tls.PROXIES if a.tls else bench.PROXIES).items():
             res["results"][name] = [one(run, start, origin, n, cert) for n in counts]

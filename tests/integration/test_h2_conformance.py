@@ -164,22 +164,25 @@ def conn_error(c, code):
             raise Bad(f"{show(f)} where a connection error {NAMES[code]} was due")
 
 
+def ended_with(f, sid, code):
+    """Is <f> the RST_STREAM of <sid> or a GOAWAY? Then its error code must be <code>."""
+    if f[0] == RST and f[2] == sid:
+        what, got = "RST_STREAM", int.from_bytes(f[3], "big")
+    elif f[0] == GOAWAY:
+        what, got = "GOAWAY", int.from_bytes(f[3][4:8], "big")
+    else:
+        return False
+    if got != code:
+        raise Bad(f"{what} {NAMES.get(got, got)}, not {NAMES[code]}")
+    return True
+
+
 def stream_error(c, sid, code):
     """A stream error of <code> on <sid>: RST_STREAM with it; a connection error of the same
     code is also allowed (RFC 9113 5.4.1: an endpoint may treat any error as one)."""
     while True:
         f = c.next()
-        if f is None:
-            return
-        if f[0] == RST and f[2] == sid:
-            got = int.from_bytes(f[3], "big")
-            if got != code:
-                raise Bad(f"RST_STREAM {NAMES.get(got, got)}, not {NAMES[code]}")
-            return
-        if f[0] == GOAWAY:
-            got = int.from_bytes(f[3][4:8], "big")
-            if got != code:
-                raise Bad(f"GOAWAY {NAMES.get(got, got)}, not {NAMES[code]}")
+        if f is None or ended_with(f, sid, code):
             return
         if f[0] in (HEADERS, DATA) and f[2] == sid:
             raise Bad(f"{show(f)} where a stream error {NAMES[code]} was due")
@@ -190,17 +193,7 @@ def malformed(c, sid):
     (a server MAY answer before resetting); never a 2xx, never the backend."""
     while True:
         f = c.next()
-        if f is None:
-            return
-        if f[0] == RST and f[2] == sid:
-            got = int.from_bytes(f[3], "big")
-            if got != PROTOCOL:
-                raise Bad(f"RST_STREAM {NAMES.get(got, got)}, not PROTOCOL_ERROR")
-            return
-        if f[0] == GOAWAY:
-            got = int.from_bytes(f[3][4:8], "big")
-            if got != PROTOCOL:
-                raise Bad(f"GOAWAY {NAMES.get(got, got)}, not PROTOCOL_ERROR")
+        if f is None or ended_with(f, sid, PROTOCOL):
             return
         if f[0] == HEADERS and f[2] == sid:
             status = f[4].get(":status", "")
