@@ -11,6 +11,11 @@ import time
 from harness import (BIN, HttpBackend, backend_state, metrics_text, prom_samples, request,
                      served_by, wait_until)
 
+# Alone under run.py -j: these two time how long the main thread takes to apply an engine's
+# events (a fixed build takes a tenth of the bound, a broken one several times it).
+SERIAL = {"test_kv_event_clears_sweep_nothing",
+          "test_kv_event_hashes_an_engine_lines_up_share_no_probe_run"}
+
 
 class Engine:
     """An engine stand-in: answers every request with X-Served-By, and GET /metrics with
@@ -350,7 +355,7 @@ def test_kv_event_clears_sweep_nothing(env):
         pub.send([["AllBlocksCleared"]] * 50000)
     wait_until(lambda: kv()["applied"]["cleared"] == 100000, "the clears applied", timeout=120)
     took = time.monotonic() - start
-    assert took < 3, f"100,000 AllBlocksCleared took {took:.1f} s to apply"
+    assert took < 5, f"100,000 AllBlocksCleared took {took:.1f} s to apply"
     pub.send([stored([3, 4], parent=None)])
     wait_until(lambda: kv()["blocks"] == 2, "stored after the clears")
     assert kv()["malformed"] == 0 and px.poll() is None
@@ -374,7 +379,7 @@ def test_kv_event_hashes_an_engine_lines_up_share_no_probe_run(env):
         pub.send(events)
     wait_until(lambda: kv()["applied"]["stored"] == n, "the blocks stored", timeout=120)
     took = time.monotonic() - start
-    assert took < 4, f"{n} BlockStored took {took:.1f} s to apply"
+    assert took < 8, f"{n} BlockStored took {took:.1f} s to apply"
     before = kv()["blocks"]
     pub.send([["BlockStored", [1 << 62], 5 << 40, [8] * 16, 16, None, "gpu"]])
     wait_until(lambda: kv()["blocks"] == before + 1, "a child of a mapped block")
