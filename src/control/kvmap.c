@@ -1,33 +1,53 @@
 /*
  * kvmap.c - engine block hash -> own block hash (see kvmap.h).
+ *
+ * The engine picks the keys, so neither a key nor how often the map is cleared may decide
+ * the work: a slot's home is taken from the top bits of a keyed mix of the whole key (a
+ * multiplication's middle bits depend on the key's low bits alone: keys that differ only
+ * above them, i << 40 say, all shared one probe run, and each put walked all of it), and a
+ * clear is a new generation (a slot is used only when its generation is the map's), O(1)
+ * however many slots: an engine's AllBlocksCleared, a gap or a malformed message clears it,
+ * and an engine decides how often those come.
  */
 #include "control/kvmap.h"
 
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/random.h>
+#include <time.h>
 
 struct kvmap_slot {
 	uint64_t engine, own;
-	int used;
+	uint32_t gen; /* used when it is the map's gen (never 0) */
 };
 
 struct kvmap {
 	struct kvmap_slot *slot;
 	size_t mask, capacity, count;
+	unsigned shift; /* 64 - log2(slots) */
+	uint32_t gen;
+	uint64_t key; /* the mix's secret: where a hash lands is not the engine's to choose */
 };
 
 int kvmap_new(size_t capacity, struct kvmap **out)
 {
 	struct kvmap *m = calloc(1, sizeof(*m));
 	size_t n = 16;
+	unsigned bits = 4;
 	if (!m || !capacity)
 		goto fail;
-	while (n < 2 * capacity)
+	while (n < 2 * capacity) {
 		n <<= 1;
+		bits++;
+	}
 	if (!(m->slot = calloc(n, sizeof(*m->slot))))
 		goto fail;
 	m->mask = n - 1;
+	m->shift = 64 - bits;
 	m->capacity = capacity;
+	m->gen = 1;
+	if (getrandom(&m->key, sizeof(m->key), GRND_NONBLOCK) != sizeof(m->key))
+		m->key = (uint64_t)(uintptr_t)m->slot ^ (uint64_t)time(NULL) << 20;
 	*out = m;
 	return 0;
 fail:
@@ -43,16 +63,26 @@ void kvmap_free(struct kvmap *m)
 	free(m);
 }
 
+static int used(const struct kvmap *m, size_t i)
+{
+	return m->slot[i].gen == m->gen;
+}
+
+/* A keyed mix of every bit of <h> (splitmix64's finaliser over h + key); the top bits. */
 static size_t home(const struct kvmap *m, uint64_t h)
 {
-	return (size_t)((h * 0x9e3779b97f4a7c15ull) >> 20) & m->mask;
+	uint64_t x = h + m->key;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	x ^= x >> 31;
+	return (size_t)(x >> m->shift) & m->mask;
 }
 
 /* The slot holding <engine>, or the empty one where it would go. */
 static size_t find(const struct kvmap *m, uint64_t engine)
 {
 	size_t i = home(m, engine);
-	while (m->slot[i].used && m->slot[i].engine != engine)
+	while (used(m, i) && m->slot[i].engine != engine)
 		i = (i + 1) & m->mask;
 	return i;
 }
@@ -60,19 +90,19 @@ static size_t find(const struct kvmap *m, uint64_t engine)
 int kvmap_put(struct kvmap *m, uint64_t engine, uint64_t own)
 {
 	size_t i = find(m, engine);
-	if (!m->slot[i].used) {
+	if (!used(m, i)) {
 		if (m->count >= m->capacity)
 			return -ENOSPC;
 		m->count++;
 	}
-	m->slot[i] = (struct kvmap_slot){engine, own, 1};
+	m->slot[i] = (struct kvmap_slot){engine, own, m->gen};
 	return 0;
 }
 
 int kvmap_get(const struct kvmap *m, uint64_t engine, uint64_t *own)
 {
 	size_t i = find(m, engine);
-	if (!m->slot[i].used)
+	if (!used(m, i))
 		return 0;
 	*own = m->slot[i].own;
 	return 1;
@@ -81,13 +111,13 @@ int kvmap_get(const struct kvmap *m, uint64_t engine, uint64_t *own)
 int kvmap_take(struct kvmap *m, uint64_t engine, uint64_t *own)
 {
 	size_t i = find(m, engine);
-	if (!m->slot[i].used)
+	if (!used(m, i))
 		return 0;
 	*own = m->slot[i].own;
 	/* empty slot i and pull later members of its probe run back over the hole */
 	for (size_t j = i;;) {
 		j = (j + 1) & m->mask;
-		if (!m->slot[j].used)
+		if (!used(m, j))
 			break;
 		size_t k = home(m, m->slot[j].engine);
 		int stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
@@ -96,16 +126,20 @@ int kvmap_take(struct kvmap *m, uint64_t engine, uint64_t *own)
 		m->slot[i] = m->slot[j];
 		i = j;
 	}
-	m->slot[i].used = 0;
+	m->slot[i].gen = 0;
 	m->count--;
 	return 1;
 }
 
 void kvmap_clear(struct kvmap *m)
 {
-	for (size_t i = 0; i <= m->mask; i++)
-		m->slot[i].used = 0;
 	m->count = 0;
+	if (++m->gen)
+		return;
+	/* (after 2^32 - 1 clears: every slot swept once, and the count starts again) */
+	for (size_t i = 0; i <= m->mask; i++)
+		m->slot[i].gen = 0;
+	m->gen = 1;
 }
 
 size_t kvmap_count(const struct kvmap *m)

@@ -7,9 +7,11 @@
  * that a later BlockStored naming a parent and a BlockRemoved naming blocks find them.
  *
  * Memory is fixed when made: an open-addressed table of 2 x <capacity> slots rounded up to
- * a power of two, linear probing, deletion by shifting back (no tombstones). A put into a
- * table holding <capacity> entries fails: the engine holds more blocks than the index it
- * feeds can, and that block stays unknown (a miss, never a false hit). Main thread only.
+ * a power of two, linear probing from a keyed hash of the engine's hash (an engine cannot
+ * line its hashes up in one probe run), deletion by shifting back (no tombstones), a clear in
+ * O(1) (an engine drives how often). A put into a table holding <capacity> entries fails:
+ * the engine holds more blocks than the index it feeds can, and that block stays unknown (a
+ * miss, never a false hit). Main thread only.
  */
 #ifndef ACCELNET_CONTROL_KVMAP_H
 #define ACCELNET_CONTROL_KVMAP_H

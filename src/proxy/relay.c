@@ -55,13 +55,17 @@ static int request_scan(struct client *cl)
 	return relay_scan_body(cl->x, cl->in);
 }
 
-/* balance: llm: the prompt's block hashes, in an array the worker lends (none: no prompt). */
-static void read_prompt_blocks(struct exchange *x, const char *body, size_t len)
+/* balance: llm: the prompt's block hashes, in an array the worker lends (none: no prompt).
+ * Blocks of bytes are read from the first <len> bytes of the body (hash.body_max_bytes); a
+ * tokenizer reads the whole body, <all> bytes, which the strict view has read already: it
+ * tokenizes only the start of a long prompt itself (proxy/tokroute.c), and a prompt cut at
+ * body_max_bytes would be keyed on bytes, which no token block matches. */
+static void read_prompt_blocks(struct exchange *x, const char *body, size_t len, size_t all)
 {
 	if (!x->reqbody.llm_blocks && !(x->reqbody.llm_blocks = llm_blocks_get(&x->w->llm_spares)))
 		return; /* out of memory: balanced as a request without a prompt */
 	/* the model's tokenizer's blocks, if it has one; else blocks of prompt bytes */
-	long n = tokroute_blocks(x->w, &x->reqbody, body, len);
+	long n = tokroute_blocks(x->w, &x->reqbody, body, all);
 	if (n < 0)
 		n = http_prompt_blocks(body, len, x->pool->conf->lb.block_bytes,
 				       x->reqbody.llm_blocks, LLM_MAX_BLOCKS, NULL);
@@ -144,7 +148,7 @@ enum run relay_body_in(struct exchange *x, const char *body)
 			/* not JSON: no prompt (a body too long for the view is keyed on its start,
 			 * which decides nothing but the affinity) */
 		} else if (x->pool->conf->balance->blocks) /* llm reads the blocks, never the key */
-			read_prompt_blocks(x, body, have);
+			read_prompt_blocks(x, body, have, x->req.ready);
 		else
 			x->wt.has_key =
 			    http_prompt_key(body, have, 1, hc->prefix_bytes, &x->wt.key) == 1;

@@ -11,6 +11,11 @@ import time
 from harness import (BIN, HttpBackend, backend_state, metrics_text, prom_samples, request,
                      served_by, wait_until)
 
+# Alone under run.py -j: these two time how long the main thread takes to apply an engine's
+# events (a fixed build takes a tenth of the bound, a broken one several times it).
+SERIAL = {"test_kv_event_clears_sweep_nothing",
+          "test_kv_event_hashes_an_engine_lines_up_share_no_probe_run"}
+
 
 class Engine:
     """An engine stand-in: answers every request with X-Served-By, and GET /metrics with
@@ -321,6 +326,64 @@ def test_kv_events_keep_the_prefix_index(env):
     wait_until(lambda: state()["kv_events"]["blocks"] == 2, "the new engine's blocks")
     assert state()["kv_events"]["gaps"] == 2
     assert px.poll() is None
+
+
+def _kv_proxy(env, pub, pool="balance: least-connections"):
+    """A proxy whose one backend's KV events come from <pub>; its kv_events state."""
+    eng = _engine(env, "e", lambda e: b"")
+    px = env.proxy(
+        f"pools:\n  - name: gpu\n    {pool}\n    backends:\n"
+        f"      - {{address: 127.0.0.1:{eng.port}, kv_events: 'tcp://127.0.0.1:{pub.port}'}}\n",
+        workers=1)
+    pub.wait_subscriber()
+    return px, lambda: backend_state(px.admin, f"127.0.0.1:{eng.port}")["kv_events"]
+
+
+def test_kv_event_clears_sweep_nothing(env):
+    """Review 8: an AllBlocksCleared (like a gap or a malformed message) cleared the map of
+    the engine's hashes (control/kvmap.c) slot by slot, 3 MiB swept at the default index for
+    each event an engine chooses to send: two messages of 50,000 (900 KB each, a turn's
+    budget) held the main thread for seconds, the health checks and the admin API with it.
+    A clear costs the same however large the map: they apply in well under a second."""
+    pub = Publisher()
+    env.on_cleanup.append(pub.close)
+    px, kv = _kv_proxy(env, pub)
+    pub.send([stored([1, 2])])  # with token ids: the map of engine hashes is made
+    wait_until(lambda: kv()["blocks"] == 2, "two blocks stored")
+    start = time.monotonic()
+    for _ in range(2):
+        pub.send([["AllBlocksCleared"]] * 50000)
+    wait_until(lambda: kv()["applied"]["cleared"] == 100000, "the clears applied", timeout=120)
+    took = time.monotonic() - start
+    assert took < 5, f"100,000 AllBlocksCleared took {took:.1f} s to apply"
+    pub.send([stored([3, 4], parent=None)])
+    wait_until(lambda: kv()["blocks"] == 2, "stored after the clears")
+    assert kv()["malformed"] == 0 and px.poll() is None
+
+
+def test_kv_event_hashes_an_engine_lines_up_share_no_probe_run(env):
+    """Review 8: the map of the engine's hashes placed a hash by the middle bits of a product,
+    which only its low bits decide: an engine naming its blocks i << 40 put every one in the
+    same probe run, and each BlockStored walked all of it (120,000 took 15 s of the main
+    thread). Placed by a keyed hash of every bit, they apply at once, and a child still finds
+    its parent among them."""
+    pub = Publisher()
+    env.on_cleanup.append(pub.close)
+    # the map holds as many as the index: 131,072
+    px, kv = _kv_proxy(env, pub, "balance: llm\n    llm: {cache_blocks: 131072}")
+    n, per = 120000, 20000
+    batches = [[["BlockStored", [i << 40], None, [7] * 16, 16, None, "gpu"]
+                for i in range(first, first + per)] for first in range(1, n + 1, per)]
+    start = time.monotonic()
+    for events in batches:
+        pub.send(events)
+    wait_until(lambda: kv()["applied"]["stored"] == n, "the blocks stored", timeout=120)
+    took = time.monotonic() - start
+    assert took < 8, f"{n} BlockStored took {took:.1f} s to apply"
+    before = kv()["blocks"]
+    pub.send([["BlockStored", [1 << 62], 5 << 40, [8] * 16, 16, None, "gpu"]])
+    wait_until(lambda: kv()["blocks"] == before + 1, "a child of a mapped block")
+    assert kv()["malformed"] == 0 and px.poll() is None
 
 
 def _check(env, text):

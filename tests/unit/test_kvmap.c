@@ -1,7 +1,8 @@
 /*
  * test_kvmap.c - engine block hash -> own hash: put, get, take, a full map refusing a new
  * hash (but taking a known one), and many takes in one probe run leaving every other entry
- * findable (deletion by shifting back).
+ * findable (deletion by shifting back), clears that leave nothing behind however many come,
+ * and hashes that differ only in their high bits (an engine's choice) kept apart.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -54,11 +55,54 @@ static void takes_keep_the_rest_findable(void **state)
 	kvmap_free(m);
 }
 
+static void clears_leave_nothing(void **state)
+{
+	(void)state;
+	struct kvmap *m;
+	uint64_t own;
+	assert_int_equal(kvmap_new(8, &m), 0);
+	for (uint64_t round = 0; round < 100000; round++) {
+		assert_int_equal(kvmap_put(m, round, round + 1), 0);
+		assert_int_equal(kvmap_put(m, round + 1000000, 1), 0);
+		assert_true(kvmap_take(m, round + 1000000, &own) && own == 1);
+		assert_int_equal(kvmap_count(m), 1);
+		kvmap_clear(m);
+		assert_int_equal(kvmap_count(m), 0);
+		assert_false(kvmap_get(m, round, &own));
+		assert_false(kvmap_take(m, round, &own));
+	}
+	for (uint64_t i = 0; i < 8; i++) /* the whole capacity again, every one findable */
+		assert_int_equal(kvmap_put(m, i << 50, i), 0);
+	assert_int_equal(kvmap_put(m, 9ull << 50, 9), -ENOSPC);
+	for (uint64_t i = 0; i < 8; i++)
+		assert_true(kvmap_get(m, i << 50, &own) && own == i);
+	kvmap_free(m);
+}
+
+static void high_bit_hashes_kept_apart(void **state)
+{
+	(void)state;
+	struct kvmap *m;
+	uint64_t own;
+	size_t n = 1 << 16;
+	assert_int_equal(kvmap_new(n, &m), 0);
+	for (uint64_t i = 1; i <= n; i++)
+		assert_int_equal(kvmap_put(m, i << 40, i), 0);
+	assert_int_equal(kvmap_put(m, (n + 1) << 40, 0), -ENOSPC);
+	for (uint64_t i = 1; i <= n; i += 2)
+		assert_true(kvmap_take(m, i << 40, &own) && own == i);
+	for (uint64_t i = 1; i <= n; i++)
+		assert_int_equal(kvmap_get(m, i << 40, &own), i % 2 == 0);
+	kvmap_free(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(put_get_take),
 	    cmocka_unit_test(takes_keep_the_rest_findable),
+	    cmocka_unit_test(clears_leave_nothing),
+	    cmocka_unit_test(high_bit_hashes_kept_apart),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
