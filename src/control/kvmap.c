@@ -146,3 +146,14 @@ size_t kvmap_count(const struct kvmap *m)
 {
 	return m->count;
 }
+
+size_t kvmap_longest_probe(const struct kvmap *m)
+{
+	size_t most = 0;
+	for (size_t i = 0; i <= m->mask; i++)
+		if (used(m, i)) {
+			size_t d = (i - home(m, m->slot[i].engine)) & m->mask;
+			most = d > most ? d : most;
+		}
+	return most;
+}

@@ -33,5 +33,8 @@ int kvmap_get(const struct kvmap *m, uint64_t engine, uint64_t *own);
 int kvmap_take(struct kvmap *m, uint64_t engine, uint64_t *own);
 void kvmap_clear(struct kvmap *m);
 size_t kvmap_count(const struct kvmap *m);
+/* The farthest any entry sits from its home slot (a walk of the whole table: for tests and
+ * diagnostics, never the event path): what one put, get or take may have to probe. */
+size_t kvmap_longest_probe(const struct kvmap *m);
 
 #endif

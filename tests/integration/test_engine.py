@@ -374,12 +374,11 @@ def test_kv_event_hashes_an_engine_lines_up_share_no_probe_run(env):
     n, per = 120000, 20000
     batches = [[["BlockStored", [i << 40], None, [7] * 16, 16, None, "gpu"]
                 for i in range(first, first + per)] for first in range(1, n + 1, per)]
-    start = time.monotonic()
     for events in batches:
         pub.send(events)
+    # (how they are spread is tests/unit/test_kvmap.c's high_bit_hashes_kept_apart: a probe
+    # length, not a time; here, that they all apply and still chain)
     wait_until(lambda: kv()["applied"]["stored"] == n, "the blocks stored", timeout=120)
-    took = time.monotonic() - start
-    assert took < 8, f"{n} BlockStored took {took:.1f} s to apply"
     before = kv()["blocks"]
     pub.send([["BlockStored", [1 << 62], 5 << 40, [8] * 16, 16, None, "gpu"]])
     wait_until(lambda: kv()["blocks"] == before + 1, "a child of a mapped block")
