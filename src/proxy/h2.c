@@ -53,9 +53,10 @@
  * ends the connection with GOAWAY ENHANCE_YOUR_CALM and nothing more is read or started (not
  * even the rest of the read that emptied it: nghttp2 stops at the next frame). A
  * header list is counted as it is decoded and refused 431 past limits.http2_max_header_list
- * (an HPACK bomb decodes into nothing kept). A stream whose response waits on a shut window
- * is a full client to timeouts.send_ms, as a full socket is over HTTP/1.1. A client whose
- * stream ids near their end gets GOAWAY (NO_ERROR). Each is counted (PM_PROCESS_H2_DEFENCES).
+ * (an HPACK bomb decodes into nothing kept); one that decodes past H2_BOMB_TIMES the limit
+ * ends the connection, since every value decoded costs a check. A stream whose response waits on a
+ * shut window is a full client to timeouts.send_ms, as a full socket is over HTTP/1.1. A client
+ * whose stream ids near their end gets GOAWAY (NO_ERROR). Each is counted (PM_PROCESS_H2_DEFENCES).
  *
  * Streams come from the connection's spares once it has had as many at once; the exchange
  * from the worker's free list, as every exchange does.
@@ -106,6 +107,10 @@
 /* A client stream id past this: GOAWAY (NO_ERROR) with it as the last, so the client moves to
  * a new connection while ids remain for the streams it has open (at most 1000). */
 #define H2_LAST_IDS (INT32_MAX - 2000)
+/* A header list decoding past this many times limits.http2_max_header_list is no client's
+ * honest mistake (an HPACK bomb: a table entry named over and over): the connection ends.
+ * Below it, a long list is refused 431 and the connection goes on. */
+#define H2_BOMB_TIMES 16
 
 struct h2;
 
@@ -1120,6 +1125,12 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *f, nghttp2_rcbuf 
 		return 0;
 	nghttp2_vec n = nghttp2_rcbuf_get_buf(name), v = nghttp2_rcbuf_get_buf(value);
 	s->hlist += n.len + v.len + 32;
+	if (s->hlist > H2_BOMB_TIMES * (uint64_t)h->cl->w->conf->limits.h2_max_header_list) {
+		/* (nghttp2 checks each value it decodes: 431 per stream and going on let one
+		 * connection keep a worker busy; parsing stops here) */
+		h2_calm(h, H2_DEFENCE_HEADER_LIST, "a header list far past the limit (HPACK bomb)");
+		return NGHTTP2_ERR_CALLBACK_FAILURE;
+	}
 	if (f->headers.cat == NGHTTP2_HCAT_HEADERS) {
 		request_trailer(s, (const char *)n.base, n.len, (const char *)v.base, v.len);
 		return 0;
