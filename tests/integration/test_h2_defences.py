@@ -191,20 +191,29 @@ def test_h2_continuation_flood_is_calmed(env):
     assert request(px.port, "GET", "/after")[0] == 200
 
 
-def test_h2_long_header_list_is_refused_and_the_connection_goes_on(env):
-    """A header list past limits.http2_max_header_list (8 KiB here): one 4 KiB field put in
-    the dynamic table, then named again by its index 4 times (about 20 KiB decoded). Refused
-    431, counted; the backend sees nothing and the connection goes on (its HPACK table
-    intact). (Before: no such key; the proxy refused to start.)"""
+def _named_again(env, times):
+    """A proxy with limits.http2_max_header_list 8 KiB and one raw connection to it, on which
+    stream 1's header block puts a 4 KiB field in the dynamic table (after indexed names from
+    the static table) and names it again by its one-byte index (62) <times> times: about 5 KiB
+    sent for 1,000. (backend, proxy, socket, encoder)."""
     be = lenient_backend(env)
     px = env.proxy("pools:\n" + pool_yaml("p", [be.port]),
                    extra="limits:\n  http2_max_header_list: 8KiB\n")
     s, enc = _raw(px.port)
     env.on_cleanup.append(s.close)
-    # indexed names from the static table, then the dynamic entry (index 62) 4 times
-    block = enc.encoder.encode(REQ + [("x-bomb", "b" * 4000)]) + b"\xbe" * 4
+    block = enc.encoder.encode(REQ + [("x-bomb", "b" * 4000)]) + b"\xbe" * times
+    assert len(block) < 6000
     s.sendall(hyperframe.frame.HeadersFrame(1, data=block,
                                             flags=["END_HEADERS", "END_STREAM"]).serialize())
+    return be, px, s, enc
+
+
+def test_h2_long_header_list_is_refused_and_the_connection_goes_on(env):
+    """A header list past limits.http2_max_header_list (8 KiB here): one 4 KiB field put in
+    the dynamic table, then named again by its index 4 times (about 20 KiB decoded). Refused
+    431, counted; the backend sees nothing and the connection goes on (its HPACK table
+    intact). (Before: no such key; the proxy refused to start.)"""
+    be, px, s, enc = _named_again(env, 4)
     dec = hpack.Decoder()
     goaway, seen = _goaway(s, timeout=10, dec=dec, until=1)
     assert seen.get(1) == "431", (seen, goaway)
@@ -223,15 +232,7 @@ def test_h2_hpack_bomb_ends_the_connection(env):
     nothing reaches the backend. (Before: 431 and the connection went on, so one client
     sending such streams as fast as it could kept a worker busy checking every decoded value:
     bench/h2attack.py --modes hpack-bomb, the other clients' p99 43-97 times higher.)"""
-    be = lenient_backend(env)
-    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]),
-                   extra="limits:\n  http2_max_header_list: 8KiB\n")
-    s, enc = _raw(px.port)
-    env.on_cleanup.append(s.close)
-    block = enc.encoder.encode(REQ + [("x-bomb", "b" * 4000)]) + b"\xbe" * 1000
-    assert len(block) < 6000
-    s.sendall(hyperframe.frame.HeadersFrame(1, data=block,
-                                            flags=["END_HEADERS", "END_STREAM"]).serialize())
+    be, px, s, enc = _named_again(env, 1000)
     goaway, seen = _goaway(s, timeout=10)
     assert goaway is not None and goaway[0] == ENHANCE_YOUR_CALM, (goaway, seen)
     assert seen.get(1) != "200", seen
