@@ -165,11 +165,12 @@ int jwks_parse_keys_file(const char *name, const char *text, size_t len, struct 
 		return fail(k, -ENOMEM, err, errlen, name, 0, "out of memory");
 	size_t blocks = count_of(text, len, "-----BEGIN ");
 	if (!blocks) { /* an HS256 secret */
-		while (len && (text[len - 1] == '\n' || text[len - 1] == '\r'))
-			len--;
+		/* the whole file: a DER key may end in a byte that reads as a line end */
 		const char *pub = public_key_text(text, len);
 		if (pub)
 			return fail(k, -EINVAL, err, errlen, name, 0, pub);
+		while (len && (text[len - 1] == '\n' || text[len - 1] == '\r'))
+			len--;
 		if (len < JWKS_SECRET_MIN || len > JWKS_SECRET_MAX)
 			return fail(k, -EINVAL, err, errlen, name, 0,
 				    "holds no PEM public key, and as an HS256 secret it must be "
