@@ -460,17 +460,22 @@ static int error_object(char *out, size_t cap, const struct rewrite_error_info *
 	return n < 0 || (size_t)n >= cap ? -1 : n;
 }
 
-int rewrite_sse_error(char *out, size_t cap, const struct rewrite_error_info *e)
+int rewrite_sse_error_event(char *out, size_t cap, const struct rewrite_error_info *e)
 {
-	char ev[512], obj[400];
+	char obj[400];
 	const char *rid = e->request_id;
 	if (error_object(obj, sizeof(obj), e) < 0)
 		return -1;
-	int n = snprintf(ev, sizeof(ev), "event: error\ndata: {\"error\":%s%s%s%s}\n\n", obj,
+	int n = snprintf(out, cap, "event: error\ndata: {\"error\":%s%s%s%s}\n\n", obj,
 			 rid ? ",\"request_id\":\"" : "", rid ? rid : "", rid ? "\"" : "");
-	if (n < 0 || (size_t)n >= sizeof(ev))
-		return -1;
-	return chunk(out, cap, ev, n, 1);
+	return n < 0 || (size_t)n >= cap ? -1 : n;
+}
+
+int rewrite_sse_error(char *out, size_t cap, const struct rewrite_error_info *e)
+{
+	char ev[512];
+	int n = rewrite_sse_error_event(ev, sizeof(ev), e);
+	return n < 0 ? -1 : chunk(out, cap, ev, n, 1);
 }
 
 int rewrite_error(char *buf, size_t cap, const struct rewrite_error_info *e)

@@ -154,6 +154,8 @@ int rewrite_sse_comment(char *out, size_t cap, const char *text);
  * it on an OpenAI route, else {"status", "message", "type": "proxy_error"}. Only status,
  * detail, request_id, openai, openai_type and openai_code are read. */
 int rewrite_sse_error(char *out, size_t cap, const struct rewrite_error_info *e);
+/* The same event alone, unframed (an HTTP/2 stream's DATA carries it as it is). */
+int rewrite_sse_error_event(char *out, size_t cap, const struct rewrite_error_info *e);
 
 /*
  * A complete response of the proxy's own with <status> and the JSON body json[0..len)

@@ -35,7 +35,10 @@
  * trailer section (kept in trail as take_body passes it) goes out as HTTP/2 trailers. The proxy's
  * own answers are written by the HTTP/1 writers (rewrite_error(), rewrite_json()) into a buffer of
  * the stream and sent from there; to a gRPC request they are trailers-only responses with the
- * gRPC status they stand for (http/grpc.h), and its grpc-timeout is its deadline. A stream
+ * gRPC status they stand for (http/grpc.h), and its grpc-timeout is its deadline. A streaming
+ * request waiting for its answer (routes.sse_heartbeat_ms, sse.h) gets the proxy's own
+ * event-stream head and SSE comments as DATA from <own> (early), then the backend's events, or an
+ * error event from the same writers. A stream
  * reset by the client (RST_STREAM) ends its exchange at once: its backend connection is closed
  * (an HTTP/2 backend's stream reset), the cancellation an engine understands.
  *
@@ -132,19 +135,20 @@ struct h2s {
 	uint64_t hlist;		  /* its header list's bytes as RFC 9113 6.5.2 counts them */
 	uint64_t since_ms;	  /* its start, or the client last took of the proxy's answer */
 	unsigned interims;
-	unsigned headers_in : 1;  /* the request head is whole */
-	unsigned started : 1;	  /* ... and was looked at */
-	unsigned end_stream : 1;  /* the request's end came */
-	unsigned chunked : 1;	  /* its body goes upstream chunked */
-	unsigned submitted : 1;	  /* a response head was submitted */
-	unsigned eof : 1;	  /* ... and its body has ended */
-	unsigned deferred : 1;	  /* nghttp2 waits for body bytes (resume it) */
-	unsigned run : 1;	  /* run it when control is back at the connection */
-	unsigned cut : 1;	  /* the backend closed mid-response: reset once sent */
-	unsigned flow_bad : 1;	  /* the client sent past its window: reset */
-	unsigned given_up : 1;	  /* its client took none of the proxy's answer in time: reset */
-	unsigned trailers : 1;	  /* request trailers went upstream: the last chunk is written */
-	unsigned grpc : 1;	  /* a gRPC request: the proxy's own answers in gRPC's terms */
+	unsigned headers_in : 1; /* the request head is whole */
+	unsigned started : 1;	 /* ... and was looked at */
+	unsigned end_stream : 1; /* the request's end came */
+	unsigned chunked : 1;	 /* its body goes upstream chunked */
+	unsigned submitted : 1;	 /* a response head was submitted */
+	unsigned eof : 1;	 /* ... and its body has ended */
+	unsigned deferred : 1;	 /* nghttp2 waits for body bytes (resume it) */
+	unsigned run : 1;	 /* run it when control is back at the connection */
+	unsigned cut : 1;	 /* the backend closed mid-response: reset once sent */
+	unsigned flow_bad : 1;	 /* the client sent past its window: reset */
+	unsigned given_up : 1;	 /* its client took none of the proxy's answer in time: reset */
+	unsigned trailers : 1;	 /* request trailers went upstream: the last chunk is written */
+	unsigned grpc : 1;	 /* a gRPC request: the proxy's own answers in gRPC's terms */
+	unsigned early : 1; /* the proxy's own event-stream head went (sse.h): own holds comments */
 	uint64_t grpc_timeout_ms; /* its grpc-timeout (0: none), its deadline from its start */
 	int32_t window_before;	  /* its send window as a SETTINGS frame began (window_check) */
 };
@@ -512,18 +516,23 @@ static ssize_t read_body(nghttp2_session *ss, int32_t id, uint8_t *out, size_t l
 	/* a frame the connection's buffer can hold whole, should the socket take part of it */
 	if (len > w->bufs.size - 64)
 		len = w->bufs.size - 64;
-	if (s->own) {
+	struct exchange *x = s->x;
+	if (s->own && (buf_len(s->own) || !x)) {
 		size_t k = buf_len(s->own) < len ? buf_len(s->own) : len;
 		memcpy(out, buf_head(s->own), k);
 		buf_consume(s->own, k);
 		s->since_ms = loop_now(w->loop);
-		if (!buf_len(s->own)) {
+		if (buf_len(s->own))
+			return (ssize_t)k;
+		if (x) { /* a heartbeat's comment: the backend's events follow */
+			worker_buf_put(w, s->own);
+			s->own = NULL;
+		} else {
 			*flags |= NGHTTP2_DATA_FLAG_EOF;
 			s->eof = 1;
 		}
 		return (ssize_t)k;
 	}
-	struct exchange *x = s->x;
 	if (!x)
 		return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
 	size_t k = take_body(s, out, len);
@@ -625,7 +634,9 @@ static enum run stream_answer(struct h2s *s, int status, const char *detail, con
 		e.timing = timing;
 	struct buf *b = buf_get(&w->bufs);
 	int n = -1, r = -1;
-	if (b && json)
+	if (b && s->early) /* after the proxy's event-stream head: an error event ends it */
+		n = rewrite_sse_error_event(b->data, b->cap, &e);
+	else if (b && json)
 		n = rewrite_json(b->data, b->cap, status, json, jlen, rid, 1);
 	else if (b)
 		n = rewrite_error(b->data, b->cap, &e);
@@ -634,8 +645,9 @@ static enum run stream_answer(struct h2s *s, int status, const char *detail, con
 				   n > 0 ? (uint64_t)n : 0, NULL, 0);
 	if (n > 0) {
 		b->end = (uint32_t)n;
-		r = http_parse_response(b->data, (size_t)n, (size_t)n, x ? x->meth : HTTP_GET,
-					&w->head);
+		r = s->early ? 0
+			     : http_parse_response(b->data, (size_t)n, (size_t)n,
+						   x ? x->meth : HTTP_GET, &w->head);
 	}
 	int grpc = s->grpc && !json && !s->submitted;
 	if (grpc) { /* in gRPC's terms: its client reads no HTTP status */
@@ -650,7 +662,16 @@ static enum run stream_answer(struct h2s *s, int status, const char *detail, con
 		exchange_free(x);
 		s->x = NULL;
 	}
-	if (r > 0 && !grpc) {
+	if (n > 0 && s->early) { /* the event goes as DATA on the head already sent */
+		worker_buf_put(w, s->own);
+		s->own = b;
+		b = NULL;
+		r = 1;
+		if (s->deferred) {
+			s->deferred = 0;
+			nghttp2_session_resume_data(s->h->ss, s->id);
+		}
+	} else if (r > 0 && !grpc) {
 		buf_consume(b, (size_t)r);
 		worker_buf_put(w, s->own);
 		s->own = b;
@@ -888,10 +909,38 @@ static void codec_respond(struct exchange *x)
 	codec_wake(x->conn);
 }
 
+/* routes.sse_heartbeat_ms (sse.h): the proxy's own event-stream head, the first time, then
+ * an SSE comment as DATA; a client that has not taken the last one gets no more. */
 static void codec_heartbeat(struct exchange *x)
 {
-	struct h2s *s = x->conn; /* no heartbeats over HTTP/2 yet: the next one is put off */
-	s->pace.hb_next_ms = loop_now(x->w->loop) + x->route->sse_heartbeat_ms;
+	static const char comment[] = ": waiting\n\n";
+	struct h2s *s = x->conn;
+	struct worker *w = x->w;
+	s->pace.hb_next_ms = loop_now(w->loop) + x->route->sse_heartbeat_ms;
+	if (s->own || (s->submitted && !s->early))
+		return;
+	if (!(s->own = buf_get(&w->bufs)))
+		return;
+	if (!s->early) {
+		int n = rewrite_sse_head(s->own->data, s->own->cap, x->names.reqid);
+		if (n <= 0 ||
+		    http_parse_response(s->own->data, (size_t)n, (size_t)n, x->meth, &w->head) <=
+			0 ||
+		    submit_head(s, &w->head, 0) < 0) {
+			worker_buf_put(w, s->own);
+			s->own = NULL;
+			return;
+		}
+		s->early = 1;
+	}
+	memcpy(s->own->data, comment, sizeof(comment) - 1);
+	s->own->start = 0;
+	s->own->end = sizeof(comment) - 1;
+	if (s->deferred) {
+		s->deferred = 0;
+		nghttp2_session_resume_data(s->h->ss, s->id);
+	}
+	h2_kick(s->h);
 }
 
 static int codec_body_held(const struct exchange *x)
@@ -920,6 +969,24 @@ static enum run codec_upgrade(struct exchange *x, const struct http_head *h, siz
 	return dispatch_failed(x, UP_BAD); /* no tunnels over HTTP/2 */
 }
 
+/* The backend's head <h> came after the proxy began the event stream (sse.h): a 200 event
+ * stream with a body continues it (its events follow the comments); anything else ends it
+ * with an SSE error event. */
+static enum run early_stream_continue(struct h2s *s, const struct http_head *h)
+{
+	struct exchange *x = s->x;
+	if (h->status != 200 || !http_is_event_stream(h) || h->framing == HTTP_BODY_NONE) {
+		char detail[80];
+		snprintf(detail, sizeof(detail), "the backend answered %d%s", h->status,
+			 h->status == 200 ? " without an event stream" : "");
+		return exchange_reply(x, h->status == 200 ? 502 : h->status, detail, 1);
+	}
+	http_chunked_init(&s->dech);
+	s->pace.client_took_ms = loop_now(x->w->loop);
+	exchange_response_started(x);
+	return RUN_AGAIN;
+}
+
 static enum run codec_response_head(struct exchange *x, const struct http_head *h, size_t len)
 {
 	struct h2s *s = x->conn;
@@ -927,6 +994,8 @@ static enum run codec_response_head(struct exchange *x, const struct http_head *
 	char timing[160];
 	struct forward_scratch fs;
 	(void)len;
+	if (s->early)
+		return early_stream_continue(s, h);
 	struct buf *b = buf_get(&w->bufs);
 	if (!b)
 		return exchange_abort(x, "out of memory");

@@ -1,6 +1,6 @@
 /*
  * sse.c - whether a request gets heartbeats (see sse.h); the heartbeats themselves and the
- * hand-over to the backend's stream are HTTP/1 bytes, in relay.c.
+ * hand-over to the backend's stream are the codec's (relay.c, h2.c).
  */
 #include "proxy/sse.h"
 #include "proxy/pace.h"

@@ -7,10 +7,12 @@
  * life while it waits in the queue or for the first token. When the backend's head comes,
  * a 200 text/event-stream continues the stream the proxy began (a chunked body passes as it
  * is, a Content-Length body becomes one chunk); anything else ends it with an SSE error
- * event. HTTP/1.1 clients only, never for HEAD (an answer without a body).
+ * event. HTTP/1.1 and HTTP/2 clients (each head parsed as HTTP/1.1), never for HEAD (an answer
+ * without a body).
  *
  * This file decides who gets heartbeats; writing them, and handing the stream over, is the
- * codec's (relay.c for HTTP/1: relay_heartbeat, and the early head in response_head).
+ * codec's (relay.c for HTTP/1: relay_heartbeat, and the early head in response_head; h2.c:
+ * codec_heartbeat, DATA frames on the stream).
  */
 #ifndef ACCELNET_PROXY_SSE_H
 #define ACCELNET_PROXY_SSE_H
