@@ -104,6 +104,21 @@ int h2head_end(struct h2head *hh, int end_stream)
 	return (int)hh->len;
 }
 
+int h2head_end_sized(struct h2head *hh, uint64_t length)
+{
+	char cl[48];
+	int k = snprintf(cl, sizeof(cl), "Content-Length: %llu\r\n", (unsigned long long)length);
+	if (hh->err)
+		return hh->err;
+	if (!hh->line)
+		return hh->err = -400;
+	if (!hh->has_cl && (length || !hh->bodyless) && put(hh, cl, (size_t)k))
+		return hh->err;
+	if (put(hh, "\r\n", 2))
+		return hh->err;
+	return (int)hh->len;
+}
+
 /* Fields a trailer may not carry, lower case (h2head.h). */
 static const char *const trailer_refused[] = {
     "authorization",

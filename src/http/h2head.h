@@ -40,6 +40,10 @@ int h2head_field(struct h2head *hh, const char *name, size_t nlen, const char *v
 /* The end of the head: the body's framing (<end_stream>: none will come; else its
  * content-length as given, or chunked) and the blank line. Its length, or -431. */
 int h2head_end(struct h2head *hh, int end_stream);
+/* The end of the head of a request whose whole body, <length> bytes, came without a
+ * content-length field: Content-Length: LENGTH (none for an empty body of a bodyless method),
+ * and the blank line. Its length, or -431. */
+int h2head_end_sized(struct h2head *hh, uint64_t length);
 
 /*
  * May a trailer field <name> (any case) cross the proxy, either way? Not the fields that frame

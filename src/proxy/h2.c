@@ -17,7 +17,9 @@
  * there too, so a stream outlives every call chain that reaches it through its exchange.
  *
  * Request bodies: a stream's DATA is appended to its input buffer as the HTTP/1 body the
- * backend will read (as sent when the client gave content-length, else chunked), where
+ * backend will read (as sent when the client gave content-length; without one the stream
+ * waits for its end before it starts, so a whole body gets its length and is read by every
+ * stage as one sent with it, and a body too long or slow for that goes chunked), where
  * x->req tracks it as it tracks an HTTP/1 client's, and up_h1_send() writes it upstream from
  * there. Flow control is ours (nghttp2's automatic WINDOW_UPDATE is off): a stream's
  * window is limits.http2_stream_window, at most half its buffer, and its credit goes back only once
@@ -149,6 +151,7 @@ struct h2s {
 	unsigned trailers : 1;	 /* request trailers went upstream: the last chunk is written */
 	unsigned grpc : 1;	 /* a gRPC request: the proxy's own answers in gRPC's terms */
 	unsigned early : 1; /* the proxy's own event-stream head went (sse.h): own holds comments */
+	unsigned sized : 1; /* no content-length: the head ends at the start (stream_end_head) */
 	uint64_t grpc_timeout_ms; /* its grpc-timeout (0: none), its deadline from its start */
 	int32_t window_before;	  /* its send window as a SETTINGS frame began (window_check) */
 };
@@ -1067,12 +1070,48 @@ static void head_line(struct h2s *s)
 	rcbuf_drop(&s->auth);
 }
 
+/*
+ * A request body that came without content-length (RFC 9113 allows it; gRPC and some clients
+ * do it): its head is ended when the stream starts, so that a body whole by then is framed by
+ * its length, as a client that gave content-length frames it, and every stage reads it (the
+ * model, balance: llm's prompt, a token reservation: a chunked body is read by none). A body
+ * still coming then, or one with trailers, goes chunked, the bytes in hand its first chunk.
+ */
+static void stream_end_head(struct h2s *s)
+{
+	size_t n = s->in ? buf_len(s->in) : 0;
+	s->sized = 0;
+	if (s->end_stream) {
+		(void)h2head_end_sized(&s->hh, n); /* (an error is kept in hh.err) */
+		return;
+	}
+	if (h2head_end(&s->hh, 0) <= 0)
+		return;
+	s->chunked = 1;
+	if (!n)
+		return;
+	char line[24];
+	int k = snprintf(line, sizeof(line), "%zx\r\n", n);
+	if (buf_room(s->in) < (size_t)k + 2) { /* (the window is at most half the buffer) */
+		s->flow_bad = 1;
+		nghttp2_submit_rst_stream(s->h->ss, NGHTTP2_FLAG_NONE, s->id,
+					  NGHTTP2_REFUSED_STREAM);
+		return;
+	}
+	memmove(s->in->data + s->in->start + k, buf_head(s->in), n);
+	memcpy(s->in->data + s->in->start, line, (size_t)k);
+	memcpy(s->in->data + s->in->end + k, "\r\n", 2);
+	s->in->end += (uint32_t)k + 2;
+}
+
 /* The head is whole: it becomes an exchange, which runs its stages. */
 static void stream_start(struct h2s *s)
 {
 	struct client *cl = s->h->cl;
 	struct worker *w = cl->w;
 	const struct conf *conf = w->conf;
+	if (s->sized)
+		stream_end_head(s);
 	s->started = 1;
 	if (s->hh.err) {
 		stream_answer(s, -s->hh.err, "request head not acceptable", NULL, 0);
@@ -1134,11 +1173,25 @@ static void stream_start(struct h2s *s)
 	(void)stages_run(x, codec_live);
 }
 
+/* A body without content-length is waited for before the stream starts (stream_end_head),
+ * as a body is read before admission (stream_in_full: into a body buffer, up to a quarter
+ * of it), until it ends, fills that, leaves the client no window to send more in, or
+ * timeouts.header_ms has passed since the stream began. */
+static int stream_holds(struct h2s *s)
+{
+	const struct worker *w = s->h->cl->w;
+	if (!s->sized || s->end_stream || s->flow_bad ||
+	    loop_now(w->loop) >= s->since_ms + w->conf->timeouts.header_ms)
+		return 0;
+	return !stream_in_full(s) &&
+	       nghttp2_session_get_stream_local_window_size(s->h->ss, s->id) > 0;
+}
+
 static void stream_run(struct h2s *s)
 {
 	s->run = 0;
 	if (!s->x) {
-		if (s->headers_in && !s->started)
+		if (s->headers_in && !s->started && !stream_holds(s))
 			stream_start(s);
 		return;
 	}
@@ -1161,6 +1214,12 @@ static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *f, void *u
 {
 	struct h2 *h = ud;
 	(void)ss;
+	if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_HEADERS) {
+		struct h2s *t = stream_of(h, f->hd.stream_id);
+		if (t && t->sized) /* trailers come: they go upstream behind a chunked body */
+			stream_end_head(t);
+		return 0;
+	}
 	if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
 		return 0;
 	if (h->calm)
@@ -1387,12 +1446,16 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
 		return 0;
 	if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST) {
 		head_line(s);
-		int n = h2head_end(&s->hh, end);
-		s->chunked = n > 0 && !end && !s->hh.has_cl;
 		s->headers_in = 1;
 		s->run = 1;
 		if (end)
 			s->end_stream = 1;
+		if (!end && !s->hh.has_cl && !s->grpc && !s->hh.err && s->hh.line) {
+			s->sized = 1; /* its framing is decided at its start (stream_end_head) */
+			return 0;
+		}
+		int n = h2head_end(&s->hh, end);
+		s->chunked = n > 0 && !end && !s->hh.has_cl;
 		return 0;
 	}
 	if ((f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) && end)
@@ -1596,7 +1659,7 @@ static uint64_t stream_due(const struct h2s *s, const struct conf_timeouts *t)
 {
 	if (s->x || s->given_up)
 		return UINT64_MAX;
-	if (!s->headers_in)
+	if (!s->headers_in || (s->sized && !s->started)) /* (a held body: stream_holds) */
 		return s->since_ms + t->header_ms;
 	if (s->submitted && !s->eof)
 		return s->since_ms + (t->send_ms ? t->send_ms : t->between_bytes_ms);
@@ -1714,7 +1777,9 @@ void h2_on_timer(struct client *cl)
 		if (x && deadline_next(x, now) <= now && deadline_fire(x, now) != RUN_GONE &&
 		    s->x == x)
 			s->run = 1;
-		if (!x && stream_due(s, t) <= now) {
+		if (!x && stream_due(s, t) <= now && s->sized && !s->started) {
+			s->run = 1; /* its body still comes: it goes chunked */
+		} else if (!x && stream_due(s, t) <= now) {
 			if (!s->headers_in) { /* nothing else may come on the connection meanwhile
 					       */
 				log_debug("%s: HTTP/2: a header block not finished in time",
