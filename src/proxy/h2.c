@@ -80,6 +80,7 @@
 #include "proxy/dispatch.h"
 #include "proxy/forward.h"
 #include "proxy/hedge.h"
+#include "proxy/llm_explain.h"
 #include "proxy/pace.h"
 #include "proxy/pd.h"
 #include "proxy/quota.h"
@@ -1007,6 +1008,13 @@ static enum run codec_response_head(struct exchange *x, const struct http_head *
 	    x->names.want_timing && debugreq_timing(x, 0, timing, sizeof(timing)) > 0 ? timing
 										      : NULL,
 	    forward_response(x, &fs));
+	char lines[1536]; /* X-Accelnet-Llm (llm.explain), before the head's final CRLF */
+	int k = n > 0 ? llm_explain_header(x, lines, sizeof(lines)) : 0;
+	if (k > 0 && (size_t)n + (size_t)k <= b->cap) {
+		memcpy(b->data + n - 2, lines, (size_t)k);
+		memcpy(b->data + n - 2 + k, "\r\n", 2);
+		n += k;
+	}
 	/* read back as the client's head (the scratch <h> was is done with) */
 	int r = n > 0 ? http_parse_response(b->data, (size_t)n, (size_t)n, x->meth, &w->head) : -1;
 	if (r <= 0) {

@@ -18,7 +18,7 @@ def _send(c, body, length):
 def test_h2_body_without_content_length_is_read_for_the_prompt(env):
     sims = [env.sim(f"s{i}", latency_ms=200, cache_hit_ms=5, prefix_cache=16, jitter=0,
                     tokens=1, token_ms=0) for i in range(2)]
-    px = env.proxy("pools:\n  - name: gpu\n    balance: llm\n    llm: {block_bytes: 64}\n"
+    px = env.proxy("pools:\n  - name: gpu\n    balance: llm\n    llm: {block_bytes: 64, explain: true}\n"
                    "    backends:\n" +
                    "".join(f"      - {{address: 127.0.0.1:{s.port}, max_concurrency: 4}}\n"
                            for s in sims))
@@ -33,6 +33,8 @@ def test_h2_body_without_content_length_is_read_for_the_prompt(env):
         c.wait(lambda: sid in c.ended)
         assert c.status[sid] == 200, c.status
         served.append(c.headers[sid]["x-served-by"])
+        # llm.explain's header crosses to HTTP/2 clients too (it named the pick)
+        assert f'pick="127.0.0.1:' in c.headers[sid]["x-accelnet-llm"], c.headers[sid]
     c.close()
     # the prompt was read every time: every one went to the backend that holds it
     assert len(set(served)) == 1, served
