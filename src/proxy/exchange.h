@@ -211,7 +211,6 @@ struct exchange {
 	unsigned spilled : 1;	    /* moved to the route's spillover pool */
 	unsigned hedged : 1;	    /* a copy went (or was tried) to a second backend */
 	unsigned tunnel : 1;	    /* a WebSocket handshake its route tunnels (tunnel.h) */
-	unsigned no_cache : 1;	    /* its codec cannot serve the cache's answers (HTTP/2, yet) */
 	uint64_t last_ms;	    /* last progress */
 	uint64_t until_ms; /* the client's own deadline (grpc-timeout), loop's clock; 0: none */
 	struct waiter wt;  /* waiting in the pool's queue for a slot */

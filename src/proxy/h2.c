@@ -80,6 +80,7 @@
 #include "proxy/dispatch.h"
 #include "proxy/forward.h"
 #include "proxy/hedge.h"
+#include "proxy/hit.h"
 #include "proxy/llm_explain.h"
 #include "proxy/pace.h"
 #include "proxy/pd.h"
@@ -153,6 +154,7 @@ struct h2s {
 	unsigned grpc : 1;	 /* a gRPC request: the proxy's own answers in gRPC's terms */
 	unsigned early : 1; /* the proxy's own event-stream head went (sse.h): own holds comments */
 	unsigned sized : 1; /* no content-length: the head ends at the start (stream_end_head) */
+	unsigned hit : 1;   /* answered from the cache (hit.h): its body comes from the object */
 	uint64_t grpc_timeout_ms; /* its grpc-timeout (0: none), its deadline from its start */
 	int32_t window_before;	  /* its send window as a SETTINGS frame began (window_check) */
 };
@@ -298,7 +300,7 @@ static void stream_end_exchange(struct h2s *s, uint32_t code)
 	struct exchange *x = s->x;
 	struct worker *w = x->w;
 	s->x = NULL;
-	if (s->eof && code == NGHTTP2_NO_ERROR && x->resp.done) {
+	if (s->eof && code == NGHTTP2_NO_ERROR && (x->resp.done || s->hit)) {
 		exchange_count_response(x, x->status);
 		x->relayed = 1;
 		exchange_free_slot(x);
@@ -509,6 +511,35 @@ static size_t take_body(struct h2s *s, uint8_t *out, size_t len)
 	return got;
 }
 
+/* The body of an answer from the cache (hit.h): what the object holds past where the answer
+ * is, waiting for a fill under way when it has caught up; a fill that fails resets it. */
+static ssize_t read_hit(struct h2s *s, uint8_t *out, size_t len, uint32_t *flags)
+{
+	struct exchange *x = s->x;
+	for (;;) {
+		int end = 0;
+		size_t k = hit_copy(x, (char *)out, len, &end);
+		if (k)
+			s->pace.client_took_ms = x->last_ms = loop_now(x->w->loop);
+		if (end > 0) {
+			*flags |= NGHTTP2_DATA_FLAG_EOF;
+			s->eof = 1;
+			if (!s->end_stream) /* answered before the request ended: no more of it */
+				nghttp2_submit_rst_stream(s->h->ss, NGHTTP2_FLAG_NONE, s->id,
+							  NGHTTP2_NO_ERROR);
+			return (ssize_t)k;
+		}
+		if (k)
+			return (ssize_t)k;
+		if (end < 0)
+			return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* the fill failed: reset */
+		if (!caching_wait(x, caching_ctx(x)->hit_pos)) {
+			s->deferred = 1; /* the fill's notice wakes the exchange (codec_serve) */
+			return NGHTTP2_ERR_DEFERRED;
+		}
+	}
+}
+
 /* nghttp2 asks for the stream's body: the proxy's own answer, or the relayed response. */
 static ssize_t read_body(nghttp2_session *ss, int32_t id, uint8_t *out, size_t len, uint32_t *flags,
 			 nghttp2_data_source *src, void *ud)
@@ -539,6 +570,8 @@ static ssize_t read_body(nghttp2_session *ss, int32_t id, uint8_t *out, size_t l
 	}
 	if (!x)
 		return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+	if (s->hit)
+		return read_hit(s, out, len, flags);
 	size_t k = take_body(s, out, len);
 	if (k) {
 		s->run = 1; /* up->in has room again: the backend may be read */
@@ -953,9 +986,37 @@ static int codec_body_held(const struct exchange *x)
 	return s->in && buf_len(s->in) >= s->in->cap / 4;
 }
 
+/* The answer comes from the cache (hit.h): its head once the object has one, then its body
+ * as nghttp2 asks for it (read_hit); woken again by a fill's notice. */
 static enum run codec_serve(struct exchange *x)
 {
-	return exchange_reply(x, 502, "cache answers are not served over HTTP/2 yet", 1);
+	struct h2s *s = x->conn;
+	struct worker *w = x->w;
+	struct caching_x *cx = caching_ctx(x);
+	if (!cx->hit_started) {
+		enum run r = hit_await_head(x);
+		if (r != RUN_AGAIN || !caching_answers(x))
+			return r;
+		struct buf *b = buf_get(&w->bufs);
+		int n = b ? hit_head(x, b->data, b->cap, 0, 1) : -1;
+		int bodyless = cx->hit_kind != HIT_FULL && cx->hit_kind != HIT_RANGE;
+		if (n <= 0 ||
+		    http_parse_response(b->data, (size_t)n, (size_t)n, x->meth, &w->head) <= 0 ||
+		    submit_head(s, &w->head, bodyless) < 0) {
+			worker_buf_put(w, b);
+			return exchange_abort(x, "cached head does not fit a buffer");
+		}
+		worker_buf_put(w, b);
+		hit_started(x);
+		s->hit = 1;
+		s->pace.client_took_ms = loop_now(w->loop);
+	}
+	if (s->deferred) { /* a fill moved on */
+		s->deferred = 0;
+		nghttp2_session_resume_data(s->h->ss, s->id);
+	}
+	h2_kick(s->h);
+	return RUN_STAY; /* the stream's close ends the exchange (stream_end_exchange) */
 }
 
 static enum run codec_interim(struct exchange *x, const struct http_head *h, size_t len)
@@ -1008,12 +1069,16 @@ static enum run codec_response_head(struct exchange *x, const struct http_head *
 	    x->names.want_timing && debugreq_timing(x, 0, timing, sizeof(timing)) > 0 ? timing
 										      : NULL,
 	    forward_response(x, &fs));
-	char lines[1536]; /* X-Accelnet-Llm (llm.explain), before the head's final CRLF */
-	int k = n > 0 ? llm_explain_header(x, lines, sizeof(lines)) : 0;
-	if (k > 0 && (size_t)n + (size_t)k <= b->cap) {
-		memcpy(b->data + n - 2, lines, (size_t)k);
-		memcpy(b->data + n - 2 + k, "\r\n", 2);
-		n += k;
+	char lines[1536]; /* Cache-Status, X-Accelnet-Llm (llm.explain): before the final CRLF */
+	for (int i = 0; i < 2 && n > 0; i++) {
+		int k = i		  ? llm_explain_header(x, lines, sizeof(lines))
+			: caching_said(x) ? caching_status_lines(x, lines, sizeof(lines))
+					  : 0;
+		if (k > 0 && (size_t)n + (size_t)k <= b->cap) {
+			memcpy(b->data + n - 2, lines, (size_t)k);
+			memcpy(b->data + n - 2 + k, "\r\n", 2);
+			n += k;
+		}
 	}
 	/* read back as the client's head (the scratch <h> was is done with) */
 	int r = n > 0 ? http_parse_response(b->data, (size_t)n, (size_t)n, x->meth, &w->head) : -1;
@@ -1161,7 +1226,6 @@ static void stream_start(struct h2s *s)
 	s->x = x;
 	s->pace = (struct xpace){0};
 	x->pace = &s->pace;
-	x->no_cache = 1;		   /* the cache's answers are not served over HTTP/2 yet */
 	if (s->grpc && s->grpc_timeout_ms) /* the client's own deadline, from its start */
 		x->until_ms = s->since_ms + s->grpc_timeout_ms;
 	cl->requests++;

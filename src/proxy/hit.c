@@ -1,5 +1,5 @@
 /*
- * hit.c - answering an HTTP/1 client from a cache object (see hit.h).
+ * hit.c - answering a client from a cache object (see hit.h).
  */
 #include "proxy/hit.h"
 #include "core/dec.h"
@@ -30,17 +30,11 @@ static int not_in_304(const char *p, size_t n)
 	       !(n > 16 && strncasecmp(p, "content-location", 16) == 0);
 }
 
-/* Queue the answer's head in cl->out. 0, or -1 when it does not fit. */
-static int queue_head(struct client *cl, int keep)
+int hit_head(struct exchange *x, char *out, size_t cap, int chunked, int keep)
 {
-	struct exchange *x = cl->x;
 	struct caching_x *cx = caching_ctx(x);
 	const struct cache_obj *o = cx->cobj;
-	struct buf *b = client_out_buf(cl);
-	if (!b)
-		return -1;
-	char *out = b->data + b->end;
-	size_t cap = buf_room(b), len = 0;
+	size_t len = 0;
 	const char *fields = memchr(o->head, '\n', o->head_len);
 	size_t flen = fields ? o->head_len - (size_t)(fields + 1 - o->head) : 0;
 	fields = fields ? fields + 1 : o->head + o->head_len;
@@ -82,7 +76,7 @@ static int queue_head(struct client *cl, int keep)
 			n = 16 + (int)dec_u64(line + 16, full);
 			memcpy(line + n, "\r\n", 2);
 			put(out, cap, &len, line, (size_t)n + 2);
-		} else if (cx->hit_kind == HIT_FULL && cl->h1->minor == 1) {
+		} else if (cx->hit_kind == HIT_FULL && chunked) {
 			put(out, cap, &len, "Transfer-Encoding: chunked\r\n", 28);
 			cx->hit_chunked = 1;
 		}
@@ -108,8 +102,18 @@ static int queue_head(struct client *cl, int keep)
 		put(out, cap, &len, "\r\nConnection: close\r\n\r\n", 23);
 	if (len > cap)
 		return -1;
-	b->end += (uint32_t)len;
 	x->log.bytes_out += len;
+	return (int)len;
+}
+
+/* Queue the answer's head in cl->out. 0, or -1 when it does not fit. */
+static int queue_head(struct client *cl, int keep)
+{
+	struct buf *b = client_out_buf(cl);
+	int n = b ? hit_head(cl->x, b->data + b->end, buf_room(b), cl->h1->minor == 1, keep) : -1;
+	if (n < 0)
+		return -1;
+	b->end += (uint32_t)n;
 	return 0;
 }
 
@@ -139,11 +143,8 @@ static enum run give_up(struct exchange *x, const char *why)
 	return RUN_AGAIN;
 }
 
-/* Before the answer's head: the object's head must be here. RUN_AGAIN when it is (or the
- * exchange went on without it: cx->cobj NULL), RUN_STAY to wait for it. */
-static enum run await_head(struct client *cl)
+enum run hit_await_head(struct exchange *x)
 {
-	struct exchange *x = cl->x;
 	struct caching_x *cx = caching_ctx(x);
 	struct cache_obj *o = cx->cobj;
 	for (;;) {
@@ -153,7 +154,7 @@ static enum run await_head(struct client *cl)
 			return give_up(x, st == CACHE_PASS ? "not storable" : "fill failed");
 		if (head)
 			break;
-		if (loop_now(cl->w->loop) >= cx->hit_wait_until)
+		if (loop_now(x->w->loop) >= cx->hit_wait_until)
 			return give_up(x, "fill too slow (routes.cache.wait_ms)");
 		if (!caching_wait(x, UINT64_MAX))
 			return RUN_STAY;
@@ -165,27 +166,61 @@ static enum run await_head(struct client *cl)
 	return RUN_AGAIN;
 }
 
+void hit_started(struct exchange *x)
+{
+	struct caching_x *cx = caching_ctx(x);
+	cx->hit_started = 1;
+	x->resp_head = 1;
+	x->status = cx->hit_kind == HIT_304	? 304
+		    : cx->hit_kind == HIT_416	? 416
+		    : cx->hit_kind == HIT_RANGE ? 206
+						: cx->cobj->status;
+	x->log.status = x->status;
+	x->log.ttfb_ns = x->log.start_ns; /* nothing waited on a backend */
+}
+
+size_t hit_copy(struct exchange *x, char *out, size_t len, int *end)
+{
+	struct caching_x *cx = caching_ctx(x);
+	const struct cache_obj *o = cx->cobj;
+	int body = cx->hit_kind == HIT_FULL || cx->hit_kind == HIT_RANGE;
+	/* the state first: a fill that has ended has all its bytes, but bytes read before its
+	 * end may be fewer than it ended with */
+	enum cache_fill_state st = cache_obj_state(o);
+	uint64_t avail = cache_obj_body_len(o);
+	uint64_t to = body ? (cx->hit_end < avail ? cx->hit_end : avail) : cx->hit_pos;
+	if (to > cx->hit_pos + len)
+		to = cx->hit_pos + len;
+	struct iovec iov[HIT_IOV];
+	int n = body_iov(o, cx->hit_pos, to, iov, HIT_IOV);
+	size_t got = 0;
+	for (int i = 0; i < n; i++) {
+		memcpy(out + got, iov[i].iov_base, iov[i].iov_len);
+		got += iov[i].iov_len;
+	}
+	cx->hit_pos += got;
+	x->log.bytes_out += got;
+	*end = !body || cx->hit_pos >= cx->hit_end || (st == CACHE_COMPLETE && cx->hit_pos >= avail)
+		   ? 1
+	       : st != CACHE_FILLING && cx->hit_pos >= avail ? -1
+							     : 0;
+	return got;
+}
+
 enum run hit_run(struct client *cl)
 {
 	struct exchange *x = cl->x;
 	struct caching_x *cx = caching_ctx(x);
 	struct worker *w = cl->w;
 	if (!cx->hit_started) {
-		enum run r = await_head(cl);
+		enum run r = hit_await_head(x);
 		if (r != RUN_AGAIN || !cx->cobj)
 			return r;
 		cl->h1->client_keep =
 		    !cl->h1->req_close && cl->h1->minor == 1 && !w->draining && x->req.done;
 		if (queue_head(cl, cl->h1->client_keep) < 0)
 			return exchange_abort(x, "cached head does not fit the output buffer");
-		cx->hit_started = 1;
-		x->resp_head = 1;
-		x->status = cx->hit_kind == HIT_304	? 304
-			    : cx->hit_kind == HIT_416	? 416
-			    : cx->hit_kind == HIT_RANGE ? 206
-							: cx->cobj->status;
-		x->log.status = x->status;
-		x->log.ttfb_ns = x->log.start_ns; /* nothing waited on a backend */
+		hit_started(x);
 	}
 	struct cache_obj *o = cx->cobj;
 	int body = cx->hit_kind == HIT_FULL || cx->hit_kind == HIT_RANGE;

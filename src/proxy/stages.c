@@ -325,8 +325,8 @@ static enum run stage_upgrade(struct exchange *x)
 
 static enum run stage_cache(struct exchange *x)
 {
-	if (x->tunnel || x->no_cache)
-		return RUN_AGAIN; /* a tunnel is never the cache's; nor, yet, an HTTP/2 stream */
+	if (x->tunnel)
+		return RUN_AGAIN; /* a tunnel is never the cache's */
 	return caching_stage_lookup(x);
 }
 

@@ -1,0 +1,94 @@
+"""The response cache (docs/cache.md) for HTTP/2 clients: a response stored from one is
+replayed to others as over HTTP/1.1 (Cache-Status, Age, the stored fields), HEAD, a
+conditional's 304 and a Range's 206 answered from the object, and a client waiting on a
+fill under way reads the body as it fills. Before, the cache was never consulted for
+HTTP/2 requests: every one went to the origin."""
+
+import threading
+
+from test_cache import Origin, Reply, cached, start
+from test_h2 import H2Client
+
+
+def _get(c, path, method="GET", headers=()):
+    sid = c.send(method, path, headers=list(headers))
+    c.wait(lambda: sid in c.ended or sid in c.reset)
+    assert sid not in c.reset, c.reset
+    return c.status[sid], c.headers[sid], c.body.get(sid, b"")
+
+
+def test_h2_miss_then_hits_head_304_and_range(env):
+    o = Origin(env)
+    body = bytes(range(256)) * 40
+    o.paths["/a"] = cached(body, ("ETag", '"a1"'), ("Content-Type", "text/plain"))
+    px = start(env, o)
+    c = H2Client(px.port)
+    st, h, b = _get(c, "/a")
+    assert st == 200 and b == body and h["cache-status"] == "accelnet; fwd=miss; stored", h
+    for _ in range(3):
+        st, h, b = _get(c, "/a")
+        assert st == 200 and b == body, (st, len(b))
+        assert h["cache-status"].startswith("accelnet; hit"), h
+        assert h["etag"] == '"a1"' and h["content-length"] == str(len(body)), h
+        assert h["age"].isdigit() and h["x-request-id"], h
+        assert "connection" not in h and "transfer-encoding" not in h, h
+    st, h, b = _get(c, "/a", "HEAD")
+    assert st == 200 and b == b"" and h["content-length"] == str(len(body)), h
+    st, h, b = _get(c, "/a", headers=[("if-none-match", '"a1"')])
+    assert st == 304 and b == b"" and h["cache-status"].startswith("accelnet; hit"), h
+    st, h, b = _get(c, "/a", headers=[("range", "bytes=10-19")])
+    assert st == 206 and b == body[10:20] and h["content-range"] == f"bytes 10-19/{len(body)}"
+    st, h, b = _get(c, "/a", headers=[("range", "bytes=99999-")])
+    assert st == 416 and b == b"", h
+    c.close()
+    assert o.count("/a") == 1 and o.count("/a", "HEAD") == 0
+
+
+def test_h2_waiters_follow_a_fill_as_it_is_generated(env):
+    o = Origin(env)
+    gate = threading.Event()
+    env.on_cleanup.append(gate.set)
+    events = [b"data: %d\n\n" % i for i in range(20)]
+    o.paths["/gen"] = lambda req: Reply(headers=[("Cache-Control", "max-age=60"),
+                                                 ("Content-Type", "text/event-stream")],
+                                        chunks=events, mid_gate=gate)
+    px = start(env, o, workers=2)
+    c = H2Client(px.port)
+    first = c.send("GET", "/gen")
+    c.wait(lambda: b"data: 0\n\n" in c.body.get(first, b""))
+    # a second client and a second stream wait on the fill, and see its first event
+    d = H2Client(px.port)
+    waiters = [c.send("GET", "/gen"), d.send("GET", "/gen")]
+    c.wait(lambda: b"data: 0\n\n" in c.body.get(waiters[0], b""))
+    d.wait(lambda: b"data: 0\n\n" in d.body.get(waiters[1], b""))
+    assert o.count("/gen") == 1
+    gate.set()
+    for cl, sid in ((c, first), (c, waiters[0]), (d, waiters[1])):
+        cl.wait(lambda: sid in cl.ended or sid in cl.reset)
+        assert sid not in cl.reset and cl.body[sid] == b"".join(events), cl.body[sid][-40:]
+    st, h, b = _get(d, "/gen")
+    assert st == 200 and b == b"".join(events) and h["cache-status"].startswith("accelnet; hit")
+    c.close()
+    d.close()
+    assert o.count("/gen") == 1
+
+
+def test_h2_herd_held_before_the_head_makes_one_origin_request(env):
+    o = Origin(env)
+    gate = threading.Event()
+    env.on_cleanup.append(gate.set)
+    o.paths["/slow"] = lambda req: Reply(headers=[("Cache-Control", "max-age=60")],
+                                         body=b"s" * 70000, gate=gate)
+    px = start(env, o, workers=2)
+    clients = [H2Client(px.port) for _ in range(3)]
+    sids = [(c, c.send("GET", "/slow")) for c in clients for _ in range(3)]
+    from harness import wait_until
+    wait_until(lambda: o.count("/slow") == 1, "the first request at the origin")
+    gate.set()
+    for c, sid in sids:
+        c.wait(lambda: sid in c.ended or sid in c.reset)
+        assert sid not in c.reset and c.status[sid] == 200, (c.status, c.reset)
+        assert c.body[sid] == b"s" * 70000, len(c.body[sid])
+    for c in clients:
+        c.close()
+    assert o.count("/slow") == 1
