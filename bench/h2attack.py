@@ -17,6 +17,12 @@ one, and sends at a paced rate:
   hpack-bomb    a 4,000-byte header put in the HPACK table and named 1,000 times in the same
                 block, then RATE / 10 streams a second, each naming it 1,000 times (4 MB
                 decoded from 1 KB sent)
+  slow-read     SETTINGS_INITIAL_WINDOW_SIZE 0 (no response byte may be sent), then RATE / 100
+                GETs of / a second that are never read: each holds a backend request and its
+                answer until timeouts.send_ms (these do reach the origin: they are requests)
+  stream-ids    RATE / 100 GETs of / a second with stream ids from 2,147,481,547 up, past the
+                proxy's GOAWAY point near the end of the id space (50 streams on): its GOAWAY
+                and a reconnection every ~50 streams (these reach the origin: requests)
 
 Each round runs the victims twice: once beside the attacker sending the same bytes to a sink
 (a socket here that reads and drops them: the client side's CPU is the same, the proxy sees
@@ -27,7 +33,7 @@ and p99 with and without the attack and their ratio, the attacker's requests the
 (its path is /, the victims' /small: what the attack cost the backend), the attacker's connections and frames, and the
 proxy's `accelnet_http2_defences_total` counts.
 
-Usage: bench/run --only h2attack [--modes rapid-reset,continuation,ping,settings]
+Usage: bench/run --only h2attack [--modes rapid-reset,continuation,ping,settings,...]
                                  [--rounds 3] [--seconds 8] [--rate 100000]
                                  [--accept-rate 20/s] [--accelnet BIN] [--json OUT]
 """
@@ -72,6 +78,10 @@ class Attacker:
         start = PREFACE + frame(4, 0, 0)  # our SETTINGS
         if self.mode == "continuation":  # the header block that never ends
             start += frame(1, 0x1, 1, BLOCK[:4])  # HEADERS, END_STREAM, no END_HEADERS
+        if self.mode == "slow-read":  # SETTINGS_INITIAL_WINDOW_SIZE = 0: no DATA to us
+            start = PREFACE + frame(4, 0, 0, struct.pack(">HI", 4, 0))
+        if self.mode == "stream-ids":
+            self.sid = 2147481547
         if self.mode == "hpack-bomb":  # stream 1 puts x-bomb: b...b in the table (index 62)
             big = b"\x40\x06x-bomb\x7f\xa1\x1e"  # a new name, its value 4,000 bytes long
             start += frame(1, 0x5, 1, BLOCK + big + b"b" * 4000 + b"\xbe" * 1000)
@@ -95,6 +105,9 @@ class Attacker:
             elif self.mode == "hpack-bomb":
                 out.append(frame(1, 0x5, self.sid, BLOCK + b"\xbe" * 1000))
                 self.sid += 2
+            elif self.mode in ("slow-read", "stream-ids"):
+                out.append(frame(1, 0x5, self.sid, BLOCK))  # a GET (slow-read: never read)
+                self.sid += 2
         return b"".join(out)
 
 
@@ -104,7 +117,9 @@ def attack(target, mode, rate, seconds, source):
     did as JSON (frames counted once written to the socket)."""
     host, port = target.rsplit(":", 1)
     a, conns, sent, closed = Attacker(mode), 0, 0, 0
-    per_batch = max(1, int((rate / 10 if mode == "hpack-bomb" else rate) * BATCH_S))
+    per_s = rate / 10 if mode == "hpack-bomb" else rate / 100 if mode in (
+        "slow-read", "stream-ids") else rate
+    per_batch = max(1, int(per_s * BATCH_S))
     end = time.monotonic() + seconds
     s, due = None, time.monotonic()
     while time.monotonic() < end:
