@@ -181,6 +181,32 @@ static void put_num(FILE *f, int width, double v, int decimals)
 		fprintf(f, " %*.*f", width, decimals, v);
 }
 
+/* The process's counter <key> of the series <name> in <doc> (/status "process"), or -1. */
+static double process_series(const json_t *doc, const char *key, const char *name)
+{
+	const json_t *proc = json_array_get(json_object_get(doc, "process"), 0);
+	const json_t *v = json_object_get(json_object_get(proc, key), name);
+	return json_is_number(v) && json_number_value(v) >= 0 ? json_number_value(v) : -1;
+}
+
+/* The protocol mix: requests a second, and in all, by the protocol clients spoke. */
+static void top_protocols(const struct top *t, FILE *f, const json_t *doc, double dt)
+{
+	static const char *const names[] = {"HTTP/1.0", "HTTP/1.1", "HTTP/2"};
+	fputs("requests by protocol:", f);
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		double n = process_series(doc, "client_requests", names[i]);
+		double p = t->prev ? process_series(t->prev, "client_requests", names[i]) : -1;
+		fprintf(f, "  %s", names[i]);
+		put_num(f, 1, dt > 0 && p >= 0 && n >= p ? (n - p) / dt : -1, 1);
+		if (n >= 0)
+			fprintf(f, "/s (%.0f)", n);
+		else
+			fputs("/s", f);
+	}
+	fputc('\n', f);
+}
+
 /* One frame of <doc> into <f>; <dt> seconds since the previous document (0: no rates). */
 static void top_draw(const struct top *t, FILE *f, const json_t *doc, double dt, int live)
 {
@@ -192,6 +218,7 @@ static void top_draw(const struct top *t, FILE *f, const json_t *doc, double dt,
 		t->interval_ms / 1000.0, live ? "  (q quits)" : "");
 	if (t->err[0])
 		fprintf(f, "last read failed: %s\n", t->err);
+	top_protocols(t, f, doc, dt);
 	const json_t *pools = json_object_get(doc, "pools");
 	size_t rows = 0;
 	for (size_t i = 0; i < json_array_size(pools) && rows < MAX_ROWS; i++) {

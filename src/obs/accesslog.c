@@ -264,6 +264,7 @@ static void format_json(struct out *o, const struct alog_rec *r)
 	JSON_STR(o, "client", r->client);
 	JSON_STR(o, "tenant", r->tenant);
 	JSON_STR(o, "method", r->method);
+	JSON_STR(o, "protocol", r->protocol);
 	if (r->path[0]) {
 		PUT_LIT(o, ",\"path\":\"");
 		put_escaped(o, r->path, 1);
@@ -348,7 +349,8 @@ static void format_combined(struct out *o, const struct alog_rec *r)
 		put_escaped(o, r->method, 0);
 		PUT_LIT(o, " ");
 		put_escaped(o, r->path, 0);
-		puts_(o, r->path_cut ? "... HTTP/1.1" : " HTTP/1.1");
+		puts_(o, r->path_cut ? "... " : " ");
+		puts_(o, r->protocol[0] ? r->protocol : "HTTP/1.1");
 	} else { /* a refused request whose request line could not be read */
 		PUT_LIT(o, "-");
 	}

@@ -47,6 +47,7 @@ struct alog_rec {
 	char client[48];
 	char tenant[65];
 	char method[16];
+	char protocol[12]; /* HTTP/1.0, HTTP/1.1, HTTP/2; "" for a refused request line */
 	char pool[48];
 	char backend[72];
 	char prefill_backend[72]; /* pools.disaggregation: where it was prefilled; "" */

@@ -35,6 +35,7 @@
 #include "proxy/pd.h"
 #include "proxy/spend.h"
 #include "proxy/tally.h"
+#include "runtime/proxy_metric.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -187,6 +188,7 @@ static void access_log_exchange(struct exchange *x, uint64_t now)
 	put_str(r->client, sizeof(r->client), x->peer.ip);
 	put_str(r->tenant, sizeof(r->tenant), x->peer.identity);
 	put_str(r->method, sizeof(r->method), a->method);
+	put_str(r->protocol, sizeof(r->protocol), client_proto_names[x->protocol]);
 	put_str(r->pool, sizeof(r->pool), x->pool ? x->pool->conf->name : NULL);
 	put_str(r->backend, sizeof(r->backend), x->log.backend ? x->log.backend->name : NULL);
 	put_str(r->prefill_backend, sizeof(r->prefill_backend), pd_prefill_backend(x));

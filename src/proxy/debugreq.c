@@ -14,6 +14,7 @@
 #include "proxy/access.h"
 #include "proxy/pace.h"
 #include "proxy/pd.h"
+#include "runtime/proxy_metric.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -97,6 +98,7 @@ static void fill_rec(struct debugreq_rec *r, const struct exchange *x, uint64_t 
 		copy_str(r->path, sizeof(r->path), "");
 		r->path_cut = 0;
 	}
+	r->protocol = client_proto_names[x->protocol];
 	copy_str(r->pool, sizeof(r->pool), x->pool ? x->pool->conf->name : NULL);
 	copy_str(r->backend, sizeof(r->backend), x->log.backend ? x->log.backend->name : NULL);
 	copy_str(r->prefill_backend, sizeof(r->prefill_backend), pd_prefill_backend(x));
@@ -355,6 +357,7 @@ static void put_rec(FILE *f, const struct debugreq_rec *r)
 	}
 	put_str_field(f, "client", r->client);
 	put_str_field(f, "method", r->method);
+	put_str_field(f, "protocol", r->protocol);
 	if (r->path[0]) {
 		fputs(",\"path\":", f);
 		char cut[DEBUGREQ_PATH_MAX + 4];

@@ -51,6 +51,7 @@ struct debugreq_rec {
 	char trace_id[TRACE_ID_HEX + 1];
 	char client[48];
 	char method[16];
+	const char *protocol;		  /* HTTP/1.0, HTTP/1.1, HTTP/2 (a literal) */
 	char path[DEBUGREQ_PATH_MAX + 1]; /* "" unless the access log copied it */
 	char pool[48];
 	char backend[72];

@@ -82,6 +82,10 @@ struct exchange *exchange_new(struct worker *w, void *conn, const struct exchang
 	x->att = &x->tries[0];
 	x->wt.owner = &w->inbox;
 	x->meth = h->meth;
+	x->protocol = codec->http2 ? CLIENT_PROTO_HTTP2
+		      : h->minor   ? CLIENT_PROTO_HTTP11
+				   : CLIENT_PROTO_HTTP10;
+	metrics_add(metrics_shard_self(w->rt->metrics), PM_PROCESS_CLIENT_REQUESTS, x->protocol, 1);
 	http_body_init(&x->req, h->framing, h->content_length);
 	x->log.start_ns = clock_now_ns();
 	x->log.start_ms = loop_now(w->loop);

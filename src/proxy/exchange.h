@@ -139,6 +139,8 @@ struct exchange_codec_ops {
 	/* Is <x> still the exchange under way on <conn>? Compares pointers only, so it may
 	 * be asked after <x> ended (exchange_goes_on()). */
 	int (*live)(void *conn, const struct exchange *x);
+	/* Its requests came over HTTP/2 (else HTTP/1.x, as their heads say). */
+	int http2;
 };
 
 /*
@@ -211,6 +213,7 @@ struct exchange {
 	unsigned spilled : 1;	    /* moved to the route's spillover pool */
 	unsigned hedged : 1;	    /* a copy went (or was tried) to a second backend */
 	unsigned tunnel : 1;	    /* a WebSocket handshake its route tunnels (tunnel.h) */
+	uint8_t protocol;	    /* what the client spoke (enum client_proto) */
 	uint64_t last_ms;	    /* last progress */
 	uint64_t until_ms; /* the client's own deadline (grpc-timeout), loop's clock; 0: none */
 	struct waiter wt;  /* waiting in the pool's queue for a slot */

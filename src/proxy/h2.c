@@ -1118,6 +1118,7 @@ static const struct exchange_codec_ops h2_codec = {
     .upgrade = codec_upgrade,
     .response_head = codec_response_head,
     .live = codec_live,
+    .http2 = 1,
 };
 
 /* --- a stream's start --- */

@@ -40,6 +40,8 @@ static const char *const pd_fail_names[PD_FAILS] = {PD_FAIL_LIST(PD_FAIL_NAME)};
 
 #define H2_DEFENCE_NAME(name, label) [H2_DEFENCE_##name] = label,
 static const char *const h2_defence_names[H2_DEFENCES] = {H2_DEFENCE_LIST(H2_DEFENCE_NAME)};
+#define CLIENT_PROTO_NAME(name, label) [CLIENT_PROTO_##name] = label,
+const char *const client_proto_names[CLIENT_PROTOS] = {CLIENT_PROTO_LIST(CLIENT_PROTO_NAME)};
 #undef H2_DEFENCE_NAME
 
 #define TENANT_FOLD "other" /* the tenant series past metrics.max_tenants */
@@ -932,6 +934,12 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 				NULL, .space = SPACE_PROCESS, .sub_label = "defence",
 				.sub_values = h2_defence_names, .nsub = H2_DEFENCES,
 				.json = "http2_defences", .json_as = MJ_UINT},
+    [PM_PROCESS_CLIENT_REQUESTS] = {"accelnet_client_requests_total", METRIC_COUNTER,
+				    "requests by the protocol the client spoke (HTTP/1.0, "
+				    "HTTP/1.1, HTTP/2): the protocol mix",
+				    "requests", .space = SPACE_PROCESS, .sub_label = "protocol",
+				    .sub_values = client_proto_names, .nsub = CLIENT_PROTOS,
+				    .json = "client_requests", .json_as = MJ_UINT},
     [PM_ROUTE_NAME] = {ROUTE, JSON_ONLY("name", MJ_STRING), .read_str = read_route_name},
     [PM_ROUTE_REQUESTS] = {"accelnet_route_requests_total", METRIC_COUNTER,
 			   "requests by the status class the client got (aborted: cut before "

@@ -127,11 +127,12 @@ enum proxy_metric {
 	PM_PROCESS_CLUSTER_PREFIXES_RECEIVED,
 	PM_PROCESS_CLUSTER_SESSIONS_SENT,
 	PM_PROCESS_CLUSTER_SESSIONS_RECEIVED,
-	PM_PROCESS_TUNNELS_OPEN,   /* WebSocket tunnels (proxy/tunnel.h) */
-	PM_PROCESS_TUNNEL_BYTES,   /* series: enum tunnel_way */
-	PM_PROCESS_TUNNELS_CLOSED, /* series: enum tunnel_end */
-	PM_PROCESS_SPLICED_BYTES,  /* response body bytes moved by splice (proxy/splice_body.h) */
-	PM_PROCESS_H2_DEFENCES,	   /* series: enum h2_defence (proxy/h2.c) */
+	PM_PROCESS_TUNNELS_OPEN,    /* WebSocket tunnels (proxy/tunnel.h) */
+	PM_PROCESS_TUNNEL_BYTES,    /* series: enum tunnel_way */
+	PM_PROCESS_TUNNELS_CLOSED,  /* series: enum tunnel_end */
+	PM_PROCESS_SPLICED_BYTES,   /* response body bytes moved by splice (proxy/splice_body.h) */
+	PM_PROCESS_H2_DEFENCES,	    /* series: enum h2_defence (proxy/h2.c) */
+	PM_PROCESS_CLIENT_REQUESTS, /* series: enum client_proto (proxy/exchange.c) */
 	/* per route (proxy/tally.c) */
 	PM_ROUTE_NAME,
 	PM_ROUTE_REQUESTS, /* series: route index * PM_CLASSES + class */
@@ -191,6 +192,13 @@ enum token_kind { TOKENS_PROMPT, TOKENS_COMPLETION, PM_KINDS };
 #define H2_DEFENCE_ENUM(name, label) H2_DEFENCE_##name,
 enum h2_defence { H2_DEFENCE_LIST(H2_DEFENCE_ENUM) H2_DEFENCES };
 #undef H2_DEFENCE_ENUM
+
+/* The protocol a client's request came in (proxy/exchange.h): the label value. */
+#define CLIENT_PROTO_LIST(X) X(HTTP10, "HTTP/1.0") X(HTTP11, "HTTP/1.1") X(HTTP2, "HTTP/2")
+#define CLIENT_PROTO_ENUM(name, label) CLIENT_PROTO_##name,
+enum client_proto { CLIENT_PROTO_LIST(CLIENT_PROTO_ENUM) CLIENT_PROTOS };
+#undef CLIENT_PROTO_ENUM
+extern const char *const client_proto_names[CLIENT_PROTOS];
 
 /* Why a new client connection was closed as it was accepted (proxy/shed.h). */
 enum shed_reason {

@@ -223,6 +223,8 @@ FAMILIES = {  # name: (type, help)
                                       "that took none of its response (slow_reader), a "
                                       "connection sent GOAWAY as its stream ids ran out "
                                       "(stream_ids)"),
+    "accelnet_client_requests_total": ("counter", "requests by the protocol the client spoke "
+                                       "(HTTP/1.0, HTTP/1.1, HTTP/2): the protocol mix"),
     "accelnet_route_requests_total": ("counter", "requests by the status class the client got "
                                       "(aborted: cut before the whole response)"),
     "accelnet_route_request_duration_seconds": ("histogram", "request head read to the "

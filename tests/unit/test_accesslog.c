@@ -113,6 +113,7 @@ static struct alog_rec sample(void)
 	strcpy(r.span_id, "b7ad6b7169203331");
 	strcpy(r.client, "10.0.0.1");
 	strcpy(r.method, "GET");
+	strcpy(r.protocol, "HTTP/2");
 	strcpy(r.pool, "p");
 	strcpy(r.path, "/a\"b\\c\x01\xc3\xa9");
 	strcpy(r.ua, "u\"a");
@@ -132,7 +133,8 @@ static void json_line_escapes_everything(void **state)
 	    "{\"time\":\"2023-11-14T22:13:20.123Z\",\"request_id\":\"abc\","
 	    "\"trace_id\":\"0af7651916cd43dd8448eb211c80319c\",\"span_id\":\"b7ad6b7169203331\","
 	    "\"client\":\"10.0.0.1\","
-	    "\"tenant\":null,\"method\":\"GET\",\"path\":\"/a\\\"b\\\\c\\u0001\\u00c3\\u00a9\","
+	    "\"tenant\":null,\"method\":\"GET\",\"protocol\":\"HTTP/2\",\"path\":\"/"
+	    "a\\\"b\\\\c\\u0001\\u00c3\\u00a9\","
 	    "\"forwarded_path\":null,\"route\":\"1\",\"pool\":\"p\",\"backend\":null,"
 	    "\"model\":null,\"cache\":null,\"status\":200,\"bytes_in\":80,"
 	    "\"bytes_out\":12,\"queue_ms\":0.000,\"connect_ms\":null,\"ttfb_ms\":1.500,"
@@ -263,7 +265,7 @@ static void combined_line(void **state)
 	out[n] = 0;
 	assert_string_equal(
 	    out, "10.0.0.1 - - [14/Nov/2023:22:13:20 +0000] \"GET "
-		 "/a\\\"b\\\\c\\x01\\xc3\\xa9... HTTP/1.1\" 200 12 \"-\" \"u\\\"a\" "
+		 "/a\\\"b\\\\c\\x01\\xc3\\xa9... HTTP/2\" 200 12 \"-\" \"u\\\"a\" "
 		 "rt=0.003 rid=abc pool=p backend=- trace=0af7651916cd43dd8448eb211c80319c\n");
 }
 
