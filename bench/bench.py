@@ -159,12 +159,12 @@ def proc_kb(pid, field):
 # --- contestants ------------------------------------------------------------------------
 
 def start_accelnet(run, backends, balance="round-robin", weights=None, cap=None, extra="",
-                   binary=None, cpu=SERVER_CPU):
+                   binary=None, cpu=SERVER_CPU, workers=1):
     port = free_port()
     lines = [f"      - {{address: 127.0.0.1:{b}" + (f", weight: {weights[i]}" if weights else "")
              + (f", max_concurrency: {cap}" if cap else "") + "}"
              for i, b in enumerate(backends)]
-    cfg = (f"workers: 1\nlisten: [127.0.0.1:{port}]\n"
+    cfg = (f"workers: {workers}\nlisten: [127.0.0.1:{port}]\n"
            "timeouts: {first_byte_ms: 300000, between_bytes_ms: 300000, idle_ms: 300000}\n"
            "limits: {max_connections: 200000}\n"
            f"pools:\n  - name: b\n    balance: {balance}\n    backends:\n" + "\n".join(lines) + "\n"
@@ -220,14 +220,14 @@ http {{
 
 
 def start_haproxy(run, backends, balance="roundrobin", maxconn=None, streaming=False, extra="",
-                  glob="", defaults=""):
+                  glob="", defaults="", threads=1):
     """HAProxy with its defaults, plus `option http-no-delay` for token streams: without it
     every send carries MSG_MORE and events wait up to 200 ms (research part D)."""
     port = free_port()
     servers = "\n".join(f"    server s{i} 127.0.0.1:{b}" + (f" maxconn {maxconn}" if maxconn else "")
                         for i, b in enumerate(backends))
     cfg = f"""global
-    nbthread 1
+    nbthread {threads}
     maxconn {HAPROXY_MAXCONN}
 {glob}defaults
     mode http
