@@ -120,6 +120,7 @@ enum run dispatch_connect(struct exchange *x, const struct backend *exclude)
 	struct backend *be = NULL;
 	if (x->att->retried)
 		return connect_retry(x, exclude);
+	x->llm_wait_over = 0; /* a new place in a queue (a spill's, a decode's): max_wait anew */
 	switch (admission_admit(x->pool, &x->wt, loop_now(w->loop), rand_next(&w->rng), &be)) {
 	case ADMIT_PICKED:
 		break;
