@@ -12,11 +12,16 @@ from test_h2 import H2Client
 from test_top import _top
 
 
-def test_h2_protocol_mix_in_log_metrics_debug_and_top(env):
+def _logged(env, fmt):
+    """A proxy before an echo backend, its access log in <fmt>: the proxy and the log's path."""
     be = echo_backend(env)
     log = os.path.join(env.dir, "access.log")
-    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]),
-                   extra=f"access_log: {{path: {log}, format: json}}\n")
+    return env.proxy("pools:\n" + pool_yaml("p", [be.port]),
+                     extra=f"access_log: {{path: {log}, format: {fmt}}}\n"), log
+
+
+def test_h2_protocol_mix_in_log_metrics_debug_and_top(env):
+    px, log = _logged(env, "json")
     assert request(px.port, "GET", "/one")[0] == 200
     assert b" 200 " in raw(px.port, b"GET /ten HTTP/1.0\r\nHost: x\r\n\r\n").split(b"\r\n")[0]
     c = H2Client(px.port)
@@ -46,10 +51,7 @@ def test_h2_protocol_mix_in_log_metrics_debug_and_top(env):
 
 
 def test_h2_combined_log_line_names_the_protocol(env):
-    be = echo_backend(env)
-    log = os.path.join(env.dir, "access.log")
-    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]),
-                   extra=f"access_log: {{path: {log}, format: combined}}\n")
+    px, log = _logged(env, "combined")
     assert request(px.port, "GET", "/one")[0] == 200
     c = H2Client(px.port)
     sid = c.send("GET", "/two")

@@ -8,6 +8,7 @@ import json
 
 from harness import ScriptedBackend, complete, status, wait_until
 from test_h2 import H2Client
+from test_sched import waited_then_tokens
 
 
 def _inflight(px):
@@ -40,12 +41,7 @@ def test_h2_sse_heartbeats_while_queued_then_tokens(env):
     assert sid not in c.reset, c.reset
     assert c.status[sid] == 200 and c.headers[sid]["content-type"] == "text/event-stream"
     assert c.headers[sid]["x-request-id"], c.headers[sid]
-    events = c.body[sid].split(b"\n\n")
-    # comments while it waited for the slot and the first token, then the backend's tokens
-    assert events[0] == b": waiting", events
-    first_data = next(i for i, e in enumerate(events) if e.startswith(b"data:"))
-    assert all(e == b": waiting" for e in events[:first_data]), events
-    assert events[-2] == b"data: [DONE]" and sum(e.startswith(b"data: {") for e in events) == 3
+    waited_then_tokens(c.body[sid], 3)
 
 
 def test_h2_sse_heartbeat_then_queue_timeout_is_an_error_event(env):

@@ -394,6 +394,17 @@ def _dechunk(data):
         i = j + 4 + size
 
 
+def waited_then_tokens(payload, tokens):
+    """An early event stream's payload: comments while it waited for the slot and the first
+    token, then the backend's <tokens> events and its [DONE]."""
+    events = payload.split(b"\n\n")
+    assert events[0] == b": waiting", events
+    first_data = next(i for i, e in enumerate(events) if e.startswith(b"data:"))
+    assert all(e == b": waiting" for e in events[:first_data]), events
+    assert events[-2] == b"data: [DONE]", events
+    assert sum(e.startswith(b"data: {") for e in events) == tokens, events
+
+
 def _stream_request(port, body):
     s = socket.create_connection(("127.0.0.1", port), timeout=15)
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -420,12 +431,7 @@ def test_sse_heartbeats_while_queued_then_tokens(env):
     assert head.startswith(b"HTTP/1.1 200 OK") and b"text/event-stream" in head, head
     payload, ended = _dechunk(body)
     assert ended
-    events = payload.split(b"\n\n")
-    # comments while it waited for the slot and the first token, then the backend's tokens
-    assert events[0] == b": waiting", events
-    first_data = next(i for i, e in enumerate(events) if e.startswith(b"data:"))
-    assert all(e == b": waiting" for e in events[:first_data]), events
-    assert events[-2] == b"data: [DONE]" and sum(e.startswith(b"data: {") for e in events) == 3
+    waited_then_tokens(payload, 3)
 
 
 def test_sse_heartbeat_then_queue_timeout_is_an_error_event(env):
