@@ -402,18 +402,12 @@ static int hop_by_hop(const struct http_head *h, struct http_str n)
 static ssize_t read_body(nghttp2_session *ss, int32_t id, uint8_t *out, size_t len, uint32_t *flags,
 			 nghttp2_data_source *src, void *ud);
 
-/* Submit the response head <h> (an HTTP/1 head, already rewritten for the client) on the
- * stream, its body from read_body; <bodyless>: it has none, and the head ends the stream (a
- * gRPC trailers-only response stays one). 0, or -1. */
-static int submit_head(struct h2s *s, const struct http_head *h, int bodyless)
+/* The fields of the HTTP/1 head <h> as HTTP/2's: :status (into <status>, 8 bytes), then
+ * each field but the hop-by-hop ones, names in lower case (written into <names>). How many. */
+static size_t head_fields(const struct http_head *h, nghttp2_nv *nv, char *status,
+			  struct buf *names)
 {
-	struct worker *w = s->h->cl->w;
-	nghttp2_nv nv[HTTP_MAX_HEADERS + 1];
-	char status[8];
-	struct buf *names = buf_get(&w->bufs);
-	if (!names)
-		return -1;
-	snprintf(status, sizeof(status), "%03d", h->status % 1000);
+	snprintf(status, 8, "%03d", h->status % 1000);
 	nv[0] = (nghttp2_nv){(uint8_t *)":status", (uint8_t *)status, 7, 3, 0};
 	size_t n = 1;
 	for (unsigned i = 0; i < h->nheaders; i++) {
@@ -429,6 +423,21 @@ static int submit_head(struct h2s *s, const struct http_head *h, int bodyless)
 		nv[n++] = (nghttp2_nv){(uint8_t *)lower, (uint8_t *)f->value.p, f->name.len,
 				       f->value.len, 0};
 	}
+	return n;
+}
+
+/* Submit the response head <h> (an HTTP/1 head, already rewritten for the client) on the
+ * stream, its body from read_body; <bodyless>: it has none, and the head ends the stream (a
+ * gRPC trailers-only response stays one). 0, or -1. */
+static int submit_head(struct h2s *s, const struct http_head *h, int bodyless)
+{
+	struct worker *w = s->h->cl->w;
+	nghttp2_nv nv[HTTP_MAX_HEADERS + 1];
+	char status[8];
+	struct buf *names = buf_get(&w->bufs);
+	if (!names)
+		return -1;
+	size_t n = head_fields(h, nv, status, names);
 	nghttp2_data_provider prd = {.source = {.ptr = s}, .read_callback = read_body};
 	int rc = nghttp2_submit_response(s->h->ss, s->id, nv, n, bodyless ? NULL : &prd);
 	buf_put(&w->bufs, names); /* nghttp2 copied the fields */
@@ -1019,13 +1028,26 @@ static enum run codec_serve(struct exchange *x)
 	return RUN_STAY; /* the stream's close ends the exchange (stream_end_exchange) */
 }
 
+/* An interim response (103 Early Hints, 100 Continue ...) goes on as a HEADERS frame of its
+ * own before the final one; not once the proxy's own event-stream head went (sse.h), and a
+ * hint that finds no buffer is dropped. */
 static enum run codec_interim(struct exchange *x, const struct http_head *h, size_t len)
 {
 	struct h2s *s = x->conn;
-	(void)h, (void)len;
+	struct worker *w = x->w;
+	(void)len;
 	if (++s->interims > H2_INTERIM_MAX)
 		return dispatch_failed(x, UP_INTERIM);
-	return RUN_AGAIN; /* a hint: not passed on over HTTP/2 yet */
+	struct buf *names = s->submitted || h->status == 101 ? NULL : buf_get(&w->bufs);
+	if (!names)
+		return RUN_AGAIN;
+	nghttp2_nv nv[HTTP_MAX_HEADERS + 1];
+	char status[8];
+	size_t n = head_fields(h, nv, status, names);
+	(void)nghttp2_submit_headers(s->h->ss, NGHTTP2_FLAG_NONE, s->id, NULL, nv, n, NULL);
+	buf_put(&w->bufs, names); /* nghttp2 copied the fields */
+	h2_kick(s->h);
+	return RUN_AGAIN;
 }
 
 static enum run codec_upgrade(struct exchange *x, const struct http_head *h, size_t len)

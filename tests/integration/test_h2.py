@@ -51,6 +51,7 @@ class H2Client:
         self.status, self.headers, self.body = {}, {}, {}
         self.ended, self.reset, self.goaway = set(), {}, None
         self.trailers = {}
+        self.interim = {}  # stream id: the heads of its informational (1xx) responses
         self.auto_ack = window is None
 
     def flush(self):
@@ -88,7 +89,10 @@ class H2Client:
         if not data:
             raise ConnectionError("the proxy closed the connection")
         for e in self.conn.receive_data(data):
-            if isinstance(e, h2.events.ResponseReceived):
+            if isinstance(e, h2.events.InformationalResponseReceived):
+                self.interim.setdefault(e.stream_id, []).append(
+                    {k.decode(): v.decode() for k, v in e.headers})
+            elif isinstance(e, h2.events.ResponseReceived):
                 hs = {k.decode(): v.decode() for k, v in e.headers}
                 self.status[e.stream_id] = int(hs[":status"])
                 self.headers[e.stream_id] = hs

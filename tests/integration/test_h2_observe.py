@@ -63,3 +63,20 @@ def test_h2_combined_log_line_names_the_protocol(env):
             return f.read()
     wait_until(lambda: text().count("\n") == 2, "two lines in the access log")
     assert '"GET /one HTTP/1.1" 200' in text() and '"GET /two HTTP/2" 200' in text(), text()
+
+
+def test_h2_interim_103_goes_before_the_response(env):
+    """A backend's 103 Early Hints reaches an HTTP/2 client as an informational HEADERS frame
+    before the final response (it was dropped), as an HTTP/1.1 client gets it."""
+    from harness import ScriptedBackend
+    be = ScriptedBackend(lambda n, req: (
+        b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", False))
+    env.on_cleanup.append(be.close)
+    px = env.proxy("pools:\n" + pool_yaml("b", [be.port]))
+    c = H2Client(px.port)
+    sid = c.send("GET", "/")
+    c.wait(lambda: sid in c.ended)
+    c.close()
+    assert c.interim.get(sid) == [{":status": "103", "link": "</a.css>; rel=preload"}], c.interim
+    assert c.status[sid] == 200 and c.body[sid] == b"ok"
