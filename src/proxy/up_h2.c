@@ -645,7 +645,7 @@ static int on_data(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t
 			stream_fail(s, -EPROTO);
 		else
 			eng_pump(s);
-		return 0;
+		return 0; /* (on_frame_recv marks it: its pull gives the credit back) */
 	}
 	if (len && join_chunk(s, (const char *)data, len) == 0)
 		return 0;

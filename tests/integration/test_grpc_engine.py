@@ -10,6 +10,7 @@ id per message, so that characters are split across messages."""
 
 import json
 import socket
+import struct
 import subprocess
 import threading
 from concurrent import futures
@@ -139,6 +140,9 @@ class Engine:
                 self.streaming.set()
                 threading.Event().wait(0.05)
             return
+        if r["max_new_tokens"] == 50:  # one message of many windows' worth of ids
+            yield _complete(self.ids * 500, "length", n, len(self.ids) * 500, cached)
+            return
         if not r["stream"]:
             yield _complete(self.ids, "length", n, len(self.ids), cached)
             return
@@ -147,7 +151,18 @@ class Engine:
         yield _complete([], "stop", n, len(self.ids), cached)
 
 
+_IDS = {}
+
+
 def _tokenize(tok, text, chat=False):
+    """accelnet tokenize's ids (kept: each run loads the tokenizer, a second or so)."""
+    key = (tok, text, chat)
+    if key not in _IDS:
+        _IDS[key] = _run_tokenize(tok, text, chat)
+    return _IDS[key]
+
+
+def _run_tokenize(tok, text, chat):
     argv = [BIN, "tokenize", "--tokenizer", tok] + (["--chat"] if chat else []) + [text]
     out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     return [int(x) for x in out.split()]
@@ -183,8 +198,7 @@ def _events(data):
     return out, done
 
 
-def test_chat_completion_streams_end_to_end_through_a_grpc_engine(env):
-    tok, eng, px = _setup(env)
+def _streamed_chat(tok, eng, px):
     body = json.dumps({"model": "qwen3", "messages": MESSAGES, "stream": True, "max_tokens": 64,
                        "temperature": 0.5, "stop": ["\n\n"]})
     st, hdrs, data = request(px.port, "POST", "/v1/chat/completions", body,
@@ -195,8 +209,7 @@ def test_chat_completion_streams_end_to_end_through_a_grpc_engine(env):
     # what the engine was sent: the chat template's ids, the sampling fields
     assert r["ids"] == _tokenize(tok, json.dumps(MESSAGES), chat=True)
     assert r["max_new_tokens"] == 64 and r["stream"] == 1 and r["stop"] == ["\n\n"]
-    assert abs(float.fromhex("0x0p0") + __import__("struct").unpack("<f", r["temperature"])[0]
-               - 0.5) < 1e-6
+    assert struct.unpack("<f", r["temperature"])[0] == 0.5
     events, done = _events(data)
     assert done
     text = "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"])
@@ -214,8 +227,7 @@ def test_chat_completion_streams_end_to_end_through_a_grpc_engine(env):
                for e in events)
 
 
-def test_non_streamed_chat_and_completion_through_a_grpc_engine(env):
-    tok, eng, px = _setup(env)
+def _not_streamed(tok, eng, px):
     st, _, data = request(px.port, "POST", "/v1/chat/completions",
                           json.dumps({"model": "qwen3", "messages": MESSAGES}),
                           {"Content-Type": "application/json"})
@@ -227,6 +239,13 @@ def test_non_streamed_chat_and_completion_through_a_grpc_engine(env):
     n = len(eng.requests[-1]["ids"])
     assert eng.requests[-1]["max_new_tokens"] is None and eng.requests[-1]["stream"] == 0
     assert j["usage"]["prompt_tokens"] == n and j["usage"]["completion_tokens"] == len(eng.ids)
+    # one message larger than the stream's window (8 KiB here) and than a buffer of text
+    st, _, data = request(px.port, "POST", "/v1/chat/completions",
+                          json.dumps({"model": "qwen3", "messages": MESSAGES,
+                                      "max_tokens": 50}),
+                          {"Content-Type": "application/json"})
+    assert st == 200, data
+    assert json.loads(data)["choices"][0]["message"]["content"] == ANSWER * 500
     # a completion: the prompt string encoded as the tokenizer encodes it
     st, _, data = request(px.port, "POST", "/v1/completions",
                           json.dumps({"model": "qwen3", "prompt": "Once upon a time",
@@ -238,8 +257,7 @@ def test_non_streamed_chat_and_completion_through_a_grpc_engine(env):
     assert eng.requests[-1]["ids"] == _tokenize(tok, "Once upon a time")
 
 
-def test_engine_errors_become_openai_errors(env):
-    _, eng, px = _setup(env)
+def _errors(eng, px):
 
     def ask(max_tokens, stream=False):
         return request(px.port, "POST", "/v1/chat/completions",
@@ -265,8 +283,7 @@ def test_engine_errors_become_openai_errors(env):
     assert len(eng.requests) == calls
 
 
-def test_a_client_that_leaves_cancels_the_engines_call(env):
-    _, eng, px = _setup(env)
+def _client_leaves(eng, px):
     s = socket.create_connection(("127.0.0.1", px.port))
     body = json.dumps({"model": "qwen3", "messages": MESSAGES, "stream": True,
                        "max_tokens": 99}).encode()
@@ -278,6 +295,20 @@ def test_a_client_that_leaves_cancels_the_engines_call(env):
     assert not eng.cancelled.is_set()
     s.close()
     wait_until(eng.cancelled.is_set, "the engine's RPC cancelled")
+
+
+def test_chat_and_completion_end_to_end_through_a_grpc_engine(env):
+    """Streamed and not: the text the engine's ids decode to, the usage it counted."""
+    tok, eng, px = _setup(env)
+    _streamed_chat(tok, eng, px)
+    _not_streamed(tok, eng, px)
+
+
+def test_engine_errors_and_a_client_that_leaves(env):
+    """The engine's errors as OpenAI errors; a client that leaves cancels the call."""
+    _, eng, px = _setup(env)
+    _errors(eng, px)
+    _client_leaves(eng, px)
 
 
 def test_check_refuses_an_engine_model_without_a_tokenizer(env):
