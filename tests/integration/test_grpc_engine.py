@@ -18,6 +18,7 @@ from concurrent import futures
 import grpc
 
 from harness import BIN, free_port, request, wait_until
+from test_h2 import H2Client
 from test_tokenize import _fetch, _file
 
 SERVICE = "sglang.grpc.scheduler.SglangScheduler"
@@ -227,6 +228,21 @@ def _streamed_chat(tok, eng, px):
                for e in events)
 
 
+def _over_h2(px):
+    """An HTTP/2 client, its body without a length (it reaches the stream chunked)."""
+    c = H2Client(px.port)
+    sid = c.send("POST", "/v1/chat/completions",
+                 body=json.dumps({"model": "qwen3", "messages": MESSAGES, "stream": True}).encode(),
+                 headers=[("content-type", "application/json")])
+    c.wait(lambda: sid in c.ended)
+    c.close()
+    assert c.status[sid] == 200, c.body.get(sid)
+    events, done = _events(c.body[sid])
+    assert done
+    assert "".join(e["choices"][0]["delta"].get("content", "")
+                   for e in events if e["choices"]) == ANSWER
+
+
 def _not_streamed(tok, eng, px):
     st, _, data = request(px.port, "POST", "/v1/chat/completions",
                           json.dumps({"model": "qwen3", "messages": MESSAGES}),
@@ -301,6 +317,7 @@ def test_chat_and_completion_end_to_end_through_a_grpc_engine(env):
     """Streamed and not: the text the engine's ids decode to, the usage it counted."""
     tok, eng, px = _setup(env)
     _streamed_chat(tok, eng, px)
+    _over_h2(px)
     _not_streamed(tok, eng, px)
 
 
