@@ -122,7 +122,7 @@ int engine_call_begin(struct engine_call *c, struct worker *w, const struct conf
 	if (!w->tokp && !(w->tokp = calloc(1, sizeof(*w->tokp))))
 		return -ENOMEM;
 	struct engine_req r = {.rid = {c->rid, strlen(c->rid)}};
-	char model[ENGINE_MODEL_MAX / 6], why[200];
+	char model[ENGINE_MODEL_MAX], why[200];
 	long n = tokprompt_engine(w->tokp, c->tm, req + hl, len - (size_t)hl, c->chat, &r,
 				  (uint8_t *)out->data + out->end, buf_room(out), model,
 				  sizeof(model), why, sizeof(why));
@@ -135,8 +135,13 @@ int engine_call_begin(struct engine_call *c, struct worker *w, const struct conf
 	out->end += (uint32_t)n;
 	c->stream = r.stream;
 	c->nprompt = r.nids;
-	long m = json_escape(c->model, sizeof(c->model) - 1, model, strlen(model));
-	c->model[m > 0 ? m : 0] = '\0';
+	size_t ml = strlen(model);
+	long m;
+	while ((m = json_escape(c->model, sizeof(c->model) - 1, model, ml)) < 0)
+		do /* cut at a character */
+			ml--;
+		while (ml && ((unsigned char)model[ml] & 0xc0) == 0x80);
+	c->model[m] = '\0';
 	return 1;
 }
 
@@ -353,7 +358,7 @@ static int usage(const struct engine_call *c, char *out, size_t cap)
 /* The end of a good answer, all of it or nothing: 1 written, 0 no room. */
 static int put_end(struct engine_call *c, char *out, size_t cap, size_t *w)
 {
-	char b[2048], u[300], tail[8];
+	char b[4096], u[300], tail[8];
 	struct detok dt = c->dt;
 	size_t tl = detok_end(&dt, tail, sizeof(tail));
 	size_t n = 0;
@@ -361,7 +366,7 @@ static int put_end(struct engine_call *c, char *out, size_t cap, size_t *w)
 	if (usage(c, u, sizeof(u)) < 0)
 		return 0;
 	if (c->stream) {
-		char pre[600], ev[1400];
+		char pre[600], ev[3072];
 		const char *post;
 		int pl = wrap(c, pre, sizeof(pre), &post);
 		int k = 0;

@@ -34,7 +34,7 @@
 #include <stdint.h>
 
 #define ENGINE_RID_MAX 64
-#define ENGINE_MODEL_MAX 128
+#define ENGINE_MODEL_MAX 256 /* the request's "model", JSON-escaped, cut to fit */
 
 struct conf_engine;
 struct tokmodel;

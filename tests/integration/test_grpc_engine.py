@@ -229,10 +229,12 @@ def _streamed_chat(tok, eng, px):
 
 
 def _over_h2(px):
-    """An HTTP/2 client, its body without a length (it reaches the stream chunked)."""
+    """An HTTP/2 client, its body without a length (it reaches the stream chunked), naming
+    a model too long to echo whole (cut, at a character, in every event alike)."""
     c = H2Client(px.port)
+    model = '"q\u00e9' * 100
     sid = c.send("POST", "/v1/chat/completions",
-                 body=json.dumps({"model": "qwen3", "messages": MESSAGES, "stream": True}).encode(),
+                 body=json.dumps({"model": model, "messages": MESSAGES, "stream": True}).encode(),
                  headers=[("content-type", "application/json")])
     c.wait(lambda: sid in c.ended)
     c.close()
@@ -241,6 +243,10 @@ def _over_h2(px):
     assert done
     assert "".join(e["choices"][0]["delta"].get("content", "")
                    for e in events if e["choices"]) == ANSWER
+    echoed = {e["model"] for e in events}
+    assert len(echoed) == 1
+    m = echoed.pop()
+    assert 50 < len(m) < len(model) and model.startswith(m)
 
 
 def _not_streamed(tok, eng, px):
