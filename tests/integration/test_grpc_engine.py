@@ -343,3 +343,11 @@ def test_check_refuses_an_engine_model_without_a_tokenizer(env):
     r = subprocess.run([BIN, "check", "-c", path], capture_output=True, text=True)
     assert r.returncode == 2
     assert f"{path}:6:" in r.stderr and "model 'llama' has no tokenizer" in r.stderr, r.stderr
+    # gRPC needs HTTP/2 to the backends
+    _fetch()
+    path = env.write("d.yaml", f"listen:\n  - address: 127.0.0.1:{port}\n"
+                     f"models:\n  qwen3: {{tokenizer: {_file('qwen3')}}}\npools:\n"
+                     "  - name: gpu\n    engine: {api: sglang-grpc, model: qwen3}\n"
+                     "    backends:\n      - {address: 127.0.0.1:1}\n")
+    r = subprocess.run([BIN, "check", "-c", path], capture_output=True, text=True)
+    assert r.returncode == 2 and f"{path}:7:" in r.stderr and "HTTP/1.1" in r.stderr, r.stderr
