@@ -126,8 +126,8 @@ int engine_call_begin(struct engine_call *c, struct worker *w, const struct conf
 	long n = tokprompt_engine(w->tokp, c->tm, req + hl, len - (size_t)hl, c->chat, &r,
 				  (uint8_t *)out->data + out->end, buf_room(out), model,
 				  sizeof(model), why, sizeof(why));
-	if (n == -ENOMEM)
-		return -ENOMEM;
+	if (n == -ENOMEM || n == -ENOSPC)
+		return (int)n;
 	if (n < 0) {
 		answer(c, 400, why);
 		return 0;

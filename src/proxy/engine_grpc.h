@@ -77,7 +77,8 @@ struct engine_call {
 /*
  * The request req[0..len) (an HTTP/1.1 head and its whole body) for engine <e>: 1 with the
  * Generate call's :path in *path and its message written into <out> (sent as the stream's
- * body); or 0 with an answer of ours waiting (phase ENG_ANSWER: pump it); or -ENOMEM.
+ * body); or 0 with an answer of ours waiting (phase ENG_ANSWER: pump it); or -ENOSPC when
+ * the message does not fit in <out> (nothing written: try a larger one); or -ENOMEM.
  */
 int engine_call_begin(struct engine_call *c, struct worker *w, const struct conf_engine *e,
 		      const char *req, size_t len, struct buf *out);

@@ -344,13 +344,24 @@ static int submit_head(struct up_h2s *s, size_t hlen)
 static int engine_submit(struct up_h2s *s)
 {
 	struct worker *w = s->up.w;
-	struct buf *msg = buf_get(&w->body_bufs);
-	if (!msg)
-		return -ENOMEM;
-	int r = engine_call_begin(&s->eng, w, &s->up.be->pool->engine, buf_head(s->body),
-				  buf_len(s->body), msg);
+	/* the message in a buffer of the common size while it fits (a prompt's ids take at most
+	 * a few bytes each), else in a body buffer */
+	int small = buf_len(s->body) < w->bufs.size / 4, r;
+	struct buf *msg = NULL;
+	do {
+		worker_buf_put(w, msg);
+		if (!(msg = buf_get(small ? &w->bufs : &w->body_bufs)))
+			return -ENOMEM;
+		r = engine_call_begin(&s->eng, w, &s->up.be->pool->engine, buf_head(s->body),
+				      buf_len(s->body), msg);
+	} while (r == -ENOSPC && small-- > 0);
 	worker_buf_put(w, s->body);
 	s->body = msg;
+	if (r == -ENOSPC) {
+		engine_call_refuse(&s->eng, w, 413,
+				   "the engine's request is larger than limits.body_buffer_bytes");
+		r = 0;
+	}
 	if (r < 0)
 		return r;
 	if (r == 0) { /* answered here: no call */
@@ -374,6 +385,26 @@ static int engine_submit(struct up_h2s *s)
 	if (id < 0)
 		return id == NGHTTP2_ERR_STREAM_ID_NOT_AVAILABLE ? -ECONNRESET : -ENOMEM;
 	s->id = id;
+	return 0;
+}
+
+/* An engine pool's request outgrew a buffer of the common size: into a body buffer (it is
+ * read whole). 0, or -ENOSPC (it is one already, or none can be had). */
+static int grow_body(struct up_h2s *s)
+{
+	struct worker *w = s->up.w;
+	if (s->body->cap != w->bufs.size)
+		return -ENOSPC;
+	struct buf *big = buf_get(&w->body_bufs);
+	if (!big || big->cap < buf_len(s->body)) {
+		worker_buf_put(w, big);
+		return -ENOSPC;
+	}
+	memcpy(big->data, buf_head(s->body), buf_len(s->body));
+	big->start = 0;
+	big->end = (uint32_t)buf_len(s->body);
+	buf_put(&w->bufs, s->body);
+	s->body = big;
 	return 0;
 }
 
@@ -446,7 +477,7 @@ ssize_t up_h2_writev(struct upconn *up, const struct iovec *iov, int n)
 	struct up_h2 *c = s->c;
 	if (s->err || !c)
 		return s->err ? s->err : -ECONNRESET;
-	if (!s->body && !(s->body = buf_get(s->engine ? &up->w->body_bufs : &up->w->bufs)))
+	if (!s->body && !(s->body = buf_get(&up->w->bufs)))
 		return -ENOMEM;
 	size_t took = 0;
 	for (int i = 0; i < n; i++) {
@@ -478,6 +509,8 @@ ssize_t up_h2_writev(struct upconn *up, const struct iovec *iov, int n)
 		} else if (k < len && s->req != REQ_HEAD) {
 			enum req_state was = s->req;
 			k += take_body(s, p + k, len - k);
+			if (s->engine && k < len && !buf_room(s->body) && grow_body(s) == 0)
+				k += take_body(s, p + k, len - k);
 			if (s->engine && k < len && !buf_room(s->body)) {
 				/* past limits.body_buffer_bytes: refused here */
 				s->req = REQ_DONE;
@@ -529,6 +562,10 @@ static ssize_t body_read(nghttp2_session *ss, int32_t id, uint8_t *out, size_t l
 	}
 	if (s->req == REQ_DONE && (!s->body || !buf_len(s->body))) {
 		*flags |= NGHTTP2_DATA_FLAG_EOF;
+		if (s->engine) { /* (a body buffer, maybe: not held for the whole answer) */
+			worker_buf_put(c->w, s->body);
+			s->body = NULL;
+		}
 		if (s->trail) {
 			struct h2head_field f[HTTP_MAX_HEADERS];
 			nghttp2_nv nv[HTTP_MAX_HEADERS];

