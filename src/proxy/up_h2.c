@@ -19,6 +19,11 @@
  * stream's own buffer (body) until nghttp2 sends it as DATA within the backend's windows; a
  * full buffer is a full socket to the upstream half.
  *
+ * A stream to an engine pool (engine_grpc.h) keeps the request head and body in body until
+ * they are whole, then sends the call engine_grpc made of them; the engine's fields and DATA
+ * go to the call, and its answer is pumped into rin as the upstream half drains it, so its
+ * credit goes back only while no read message waits for room.
+ *
  * Streams come from the connection's spares once it has had as many at once; a connection
  * that died stays, with its streams, until its last stream's attempt lets it go.
  */
