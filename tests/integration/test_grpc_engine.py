@@ -134,6 +134,10 @@ class Engine:
             # GenerateError{message 1, http_status_code 2}
             yield _len(1, b"r") + _len(4, _len(1, b"prompt too long") + _len(2, b"400"))
             return
+        if r["max_new_tokens"] == 9:  # fails after some text
+            yield _chunk(self.ids[:3], n, 3, 0)
+            yield _len(1, b"r") + _len(4, _len(1, b"the GPU fell over") + _len(2, b"500"))
+            return
         if r["max_new_tokens"] == 99:  # streams until the client leaves
             ctx.add_callback(self.cancelled.set)
             while ctx.is_active():
@@ -205,12 +209,11 @@ def _events(data):
     """The JSON objects of an SSE body, and whether it ended with [DONE]."""
     out, done = [], False
     for block in data.decode().split("\n\n"):
-        if not block.startswith("data: "):
-            continue
-        if block == "data: [DONE]":
-            done = True
-        else:
-            out.append(json.loads(block[6:]))
+        for line in block.split("\n"):
+            if line == "data: [DONE]":
+                done = True
+            elif line.startswith("data: "):
+                out.append(json.loads(line[6:]))
     return out, done
 
 
@@ -315,6 +318,12 @@ def _errors(eng, px):
     st, _, data = ask(8)
     assert st == 400, data
     assert "prompt too long" in json.loads(data)["error"]["message"]
+    # an error after text went out: the stream ends with an SSE error event
+    st, _, data = ask(9, stream=True)
+    assert st == 200
+    events, done = _events(data)
+    assert events[-1]["error"]["message"] == "engine: the GPU fell over" and not done
+    assert b"event: error\n" in data
     # what the proxy refuses itself, without a call
     calls = len(eng.requests)
     st, _, data = request(px.port, "POST", "/v1/chat/completions",
