@@ -178,6 +178,7 @@ void conf_free(struct conf *c)
 		free(p->name);
 		free(p->health.path);
 		free(p->engine_metrics.path);
+		free(p->engine.model);
 		free(p->pd.prefill_name);
 		free(p->hash.header);
 		free(p->session.header);

@@ -148,6 +148,16 @@ struct conf_engine_metrics {
 	uint64_t max_bytes; /* a longer answer is a failed scrape */
 };
 
+/* pools[].engine: the backends are spoken to in their engine's own API, not OpenAI HTTP: the
+ * proxy tokenizes with <model>'s tokenizer (models:) and detokenizes (proxy/engine_grpc.h). */
+enum conf_engine_api { CONF_ENGINE_OPENAI, CONF_ENGINE_SGLANG_GRPC };
+struct conf_tokmodel;
+struct conf_engine {
+	unsigned api;			/* enum conf_engine_api */
+	char *model;			/* the models: entry whose tokenizer it uses */
+	const struct conf_tokmodel *tm; /* ... resolved once the whole config is read */
+};
+
 /* pools[].disaggregation: this pool decodes; a prefill pool prefills first (proxy/pd.h). */
 enum conf_pd_protocol { CONF_PD_VLLM, CONF_PD_SGLANG };
 struct conf_pd {
@@ -217,8 +227,9 @@ struct conf_pool {
 	int has_models;		    /* some backend lists backends[].models */
 	struct conf_upstream_tls *tls; /* NULL: plain TCP to the backends */
 	struct conf_engine_metrics engine_metrics;
-	struct conf_pd pd; /* disaggregation: */
-	int has_kv_events; /* some backend has kv_events */
+	struct conf_engine engine; /* engine: (api openai: none) */
+	struct conf_pd pd;	   /* disaggregation: */
+	int has_kv_events;	   /* some backend has kv_events */
 	/* l4: a listener with mode: tcp relays to it (no route may); proxy_protocol:
 	 * pools[].proxy_protocol, 0 none, else its version (1, 2) */
 	int l4;

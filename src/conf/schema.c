@@ -526,6 +526,8 @@ static const struct rule pool_rules[] = {
     {"session", RULE_SECTION, offsetof(struct conf_pool, session), 0, 0, session_rules,
      read_session},
     {"tls", RULE_SECTION, 0, 0, 0, schema_upstream_tls_rules, schema_read_upstream_tls},
+    {"engine", RULE_SECTION, offsetof(struct conf_pool, engine), 0, 0, schema_engine_rules,
+     schema_read_engine},
     {"engine_metrics", RULE_SECTION, offsetof(struct conf_pool, engine_metrics), 0, 0,
      schema_engine_metrics_rules, schema_read_engine_metrics},
     {"disaggregation", RULE_SECTION, offsetof(struct conf_pool, pd), 0, 0, schema_pd_rules,
@@ -1113,7 +1115,9 @@ static int check_whole(struct rules_ctx *x, yaml_node_t *root)
 		return rules_fail(x, root, "'pools' is required: at least one pool of backends");
 	for (size_t i = 0; i < c->npools; i++)
 		if (schema_pd_check_pool(x, rules_node(x, l->pools->data.sequence.items.start[i]),
-					 c, i) < 0)
+					 c, i) < 0 ||
+		    schema_engine_check_pool(
+			x, rules_node(x, l->pools->data.sequence.items.start[i]), c, i) < 0)
 			return -1;
 	if (schema_check_l4(x, root, c) < 0)
 		return -1;

@@ -1,10 +1,13 @@
 /*
- * schema_engine.c - pools[].engine_metrics and backends[].kv_events (see schema_engine.h).
+ * schema_engine.c - pools[].engine, pools[].engine_metrics and backends[].kv_events (see
+ * schema_engine.h). An engine's model is named, so it is resolved only once the whole config
+ * is read (models: may come after pools:).
  * The metrics path is held to what a request line may carry, as health.path is; the events
  * address to tcp://HOST:PORT, the form an engine's publisher binds (vLLM's
  * --kv-events-config endpoint), so a typo is refused here rather than retried forever.
  */
 #include "conf/schema_engine.h"
+#include "conf/schema_tokmodel.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -92,4 +95,63 @@ int schema_read_kv_events(struct rules_ctx *x, const struct rule *r, yaml_node_t
 				  "kv_events: expected tcp://HOST:PORT, the address the engine "
 				  "publishes its KV-cache events on (e.g. tcp://10.0.0.7:5557)");
 	return rules_read_string(x, v, addr);
+}
+
+static int read_api(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *obj)
+{
+	static const char *const names[] = {"openai", "sglang-grpc"};
+	struct conf_engine *e = obj;
+	(void)r;
+	return rules_read_choice(x, v, "engine: api", names, 2, &e->api);
+}
+
+const struct rule schema_engine_rules[] = {
+    {"api", RULE_SECTION, 0, 0, 0, NULL, read_api},
+    {"model", RULE_STR, offsetof(struct conf_engine, model), 0, 0, NULL, NULL},
+    RULES_END,
+};
+
+int schema_read_engine(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	struct conf_engine *e = field;
+	int err = rules_read_section(x, v, "engine", r->sub, e);
+	if (err)
+		return err;
+	if (e->api != CONF_ENGINE_OPENAI && !e->model)
+		return rules_fail(x, v,
+				  "engine: 'model' is required: the models: entry whose tokenizer "
+				  "turns requests into the engine's token ids");
+	return 0;
+}
+
+int schema_engine_check_pool(struct rules_ctx *x, yaml_node_t *item, struct conf *c, size_t i)
+{
+	struct conf_pool *p = &c->pools[i];
+	if (p->engine.api == CONF_ENGINE_OPENAI)
+		return 0;
+	yaml_node_t *e = rules_value_of(x, item, "engine");
+	yaml_node_t *m = e ? rules_value_of(x, e, "model") : NULL;
+	const struct conf_tokmodel *tm =
+	    conf_tokmodel_find(c, p->engine.model, strlen(p->engine.model));
+	if (!tm)
+		return rules_fail(
+		    x, m ? m : item,
+		    "engine: model '%s' has no tokenizer: give it one under models: "
+		    "({%s: {tokenizer: PATH}}); the proxy tokenizes for a gRPC engine",
+		    p->engine.model, p->engine.model);
+	if (p->pd.enabled)
+		return rules_fail(x, e ? e : item,
+				  "engine: pool '%s' disaggregates, which its gRPC API does not "
+				  "carry here yet; give the pool api: openai",
+				  p->name);
+	for (size_t k = 0; k < p->nbackends; k++)
+		if (p->backends[k].protocol == CONF_PROTO_HTTP1)
+			return rules_fail(
+			    x, e ? e : item,
+			    "engine: api sglang-grpc is gRPC, over HTTP/2: backend %s "
+			    "speaks HTTP/1.1 (give the pool protocol: h2c, or h2 with "
+			    "tls)",
+			    p->backends[k].ep.address);
+	p->engine.tm = tm;
+	return 0;
 }

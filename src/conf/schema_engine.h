@@ -1,5 +1,6 @@
 /*
  * schema_engine.h - the keys by which a pool learns from the inference engines behind it:
+ * pools[].engine (speak the engine's own gRPC API, tokenizing in the proxy),
  * pools[].engine_metrics (scrape their Prometheus metrics as a load signal) and
  * backends[].kv_events (subscribe to a backend's KV-cache events), as rule tables and
  * readers for conf/schema.c's sections.
@@ -16,6 +17,14 @@ int schema_read_engine_metrics(struct rules_ctx *x, const struct rule *r, yaml_n
 
 /* backends[].kv_events: "tcp://HOST:PORT" (field: the char * of struct conf_backend). */
 int schema_read_kv_events(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field);
+
+/* pools[].engine: {api, model} (field: the struct conf_engine). */
+extern const struct rule schema_engine_rules[];
+int schema_read_engine(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field);
+
+/* Once the whole config is read: pool <i>'s engine names a model with a tokenizer, and its
+ * backends speak HTTP/2. 0 or -1 (the failure told, at <item>'s engine). */
+int schema_engine_check_pool(struct rules_ctx *x, yaml_node_t *item, struct conf *c, size_t i);
 
 /* The defaults of pools[].engine_metrics, before a block is read. */
 void schema_engine_metrics_defaults(struct conf_engine_metrics *e);

@@ -12,6 +12,32 @@ int http_grpc_is(const char *v, size_t len)
 	return len == 16 || v[16] == '+' || v[16] == ';';
 }
 
+int http_grpc_to_http(int code)
+{
+	switch (code) {
+	case 3:	 /* INVALID_ARGUMENT */
+	case 9:	 /* FAILED_PRECONDITION */
+	case 11: /* OUT_OF_RANGE */
+		return 400;
+	case 16: /* UNAUTHENTICATED */
+		return 401;
+	case 7: /* PERMISSION_DENIED */
+		return 403;
+	case 5: /* NOT_FOUND */
+		return 404;
+	case 8: /* RESOURCE_EXHAUSTED */
+		return 429;
+	case 12: /* UNIMPLEMENTED */
+		return 501;
+	case 14: /* UNAVAILABLE */
+		return 503;
+	case 4: /* DEADLINE_EXCEEDED */
+		return 504;
+	default: /* CANCELLED, UNKNOWN, ABORTED, INTERNAL, DATA_LOSS, and codes past 16 */
+		return 500;
+	}
+}
+
 int http_grpc_status(int status)
 {
 	switch (status) {

@@ -22,6 +22,11 @@ int http_grpc_is(const char *v, size_t len);
 /* The gRPC status code (0-16) that the proxy's own HTTP answer <status> stands for. */
 int http_grpc_status(int status);
 
+/* The HTTP status an OpenAI client gets for an engine's gRPC status <code> (not 0): 400 for
+ * a request the engine refused as such, 401, 403, 404, 429, 501, 503, 504 as their meanings
+ * go, 500 for the engine's own failures. */
+int http_grpc_to_http(int code);
+
 /* <text> as a grpc-message value into out[0..cap) (bytes outside printable ASCII, and '%',
  * percent-encoded; cut at a whole character when it does not fit). Its length. */
 size_t http_grpc_message(char *out, size_t cap, const char *text);

@@ -19,16 +19,23 @@
  * stream's own buffer (body) until nghttp2 sends it as DATA within the backend's windows; a
  * full buffer is a full socket to the upstream half.
  *
+ * A stream to an engine pool (engine_grpc.h) keeps the request head and body in body until
+ * they are whole, then sends the call engine_grpc made of them; the engine's fields and DATA
+ * go to the call, and its answer is pumped into rin as the upstream half drains it, so its
+ * credit goes back only while no read message waits for room.
+ *
  * Streams come from the connection's spares once it has had as many at once; a connection
  * that died stays, with its streams, until its last stream's attempt lets it go.
  */
 #include "proxy/up_h2.h"
+#include "conf/model.h"
 #include "core/container.h"
 #include "core/log.h"
 #include "http/chunked.h"
 #include "http/h2head.h"
 #include "http/parse.h"
 #include "net/tls.h"
+#include "proxy/engine_grpc.h"
 
 #include <errno.h>
 #include <nghttp2/nghttp2.h>
@@ -67,7 +74,9 @@ struct up_h2s {
 	unsigned listed : 1;   /* on c->told */
 	unsigned deferred : 1; /* nghttp2 waits for request body bytes */
 
-	unsigned resp_end : 1;	 /* the response is whole */
+	unsigned resp_end : 1; /* the response is whole */
+	unsigned engine : 1;   /* pools[].engine: the call below speaks the engine's API */
+	struct engine_call eng;
 	unsigned closed : 1;	 /* nghttp2 closed the stream */
 	unsigned ended_told : 1; /* err went to the reader */
 };
@@ -134,6 +143,33 @@ static int rin_wrote(struct up_h2s *s, int n)
 	return 0;
 }
 
+static void stream_fail(struct up_h2s *s, int err);
+
+/* An engine call's response, as much as rin has room for (engine_grpc.h). */
+static void eng_pump(struct up_h2s *s)
+{
+	if (s->eng.phase == ENG_DONE || s->err)
+		return;
+	size_t cap;
+	if (s->rin && s->rin->start)
+		buf_compact(s->rin);
+	char *p = rin_room(s, &cap);
+	if (!p) {
+		stream_fail(s, -ENOMEM);
+		return;
+	}
+	long n = engine_call_pump(&s->eng, p, cap);
+	if (n < 0) {
+		stream_fail(s, -EPROTO);
+		return;
+	}
+	s->rin->end += (uint32_t)n;
+	if (s->eng.phase == ENG_DONE)
+		s->resp_end = 1;
+	if (n)
+		stream_mark(s);
+}
+
 /* DATA p[0..len) of a chunked response joins the chunk rin ends with, while its size line
  * is still in rin (nothing written after it, none of it pulled): a backend's tiny frames (a
  * few bytes each) would cost a size line and a CRLF each, up to six times their bytes, more
@@ -171,6 +207,8 @@ static void credit_back(struct up_h2s *s)
 {
 	if (!s->unconsumed || !s->c || !s->id || s->closed)
 		return;
+	if (s->engine && engine_call_holding(&s->eng))
+		return; /* read messages wait for room: the engine waits too */
 	if (s->rin && buf_len(s->rin) > s->rin->cap / 4)
 		return;
 	nghttp2_session_consume(s->c->ss, s->id, s->unconsumed);
@@ -184,7 +222,11 @@ int up_h2_pull(struct upconn *up)
 	struct up_h2s *s = up->h2s;
 	struct net_conn *nc = &up->conn;
 	int moved = 0;
-	while (nc->reading && nc->rd && s->rin && buf_len(s->rin)) {
+	for (;;) {
+		if (s->engine)
+			eng_pump(s);
+		if (!(nc->reading && nc->rd && s->rin && buf_len(s->rin)))
+			break;
 		char *p;
 		size_t room;
 		if (nc->rd->alloc(nc->rd_arg, &p, &room) < 0) {
@@ -302,6 +344,90 @@ static int submit_head(struct up_h2s *s, size_t hlen)
 	return 0;
 }
 
+/* An engine pool's request is whole in s->body (head and payload): the engine's call is
+ * submitted in its place, or our own answer waits in rin. 0, or -errno. */
+static int engine_submit(struct up_h2s *s)
+{
+	struct worker *w = s->up.w;
+	/* the message in a buffer of the common size while it fits (a prompt's ids take at most
+	 * a few bytes each), else in a body buffer */
+	int small = buf_len(s->body) < w->bufs.size / 4, r;
+	struct buf *msg = NULL;
+	do {
+		worker_buf_put(w, msg);
+		if (!(msg = buf_get(small ? &w->bufs : &w->body_bufs)))
+			return -ENOMEM;
+		r = engine_call_begin(&s->eng, w, &s->up.be->pool->engine, buf_head(s->body),
+				      buf_len(s->body), msg);
+	} while (r == -ENOSPC && small-- > 0);
+	worker_buf_put(w, s->body);
+	s->body = msg;
+	if (r == -ENOSPC) {
+		engine_call_refuse(&s->eng, w, 413,
+				   "the engine's request is larger than limits.body_buffer_bytes");
+		r = 0;
+	}
+	if (r < 0)
+		return r;
+	if (r == 0) { /* answered here: no call */
+		buf_consume(s->body, buf_len(s->body));
+		eng_pump(s);
+		return 0;
+	}
+	const char *scheme = s->up.be->tls ? "https" : "http";
+	const char *auth = s->up.be->conf->ep.address;
+	nghttp2_nv nv[] = {
+	    {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
+	    {(uint8_t *)":scheme", (uint8_t *)scheme, 7, strlen(scheme), 0},
+	    {(uint8_t *)":authority", (uint8_t *)auth, 10, strlen(auth), 0},
+	    {(uint8_t *)":path", (uint8_t *)ENGINE_GRPC_PATH, 5, sizeof(ENGINE_GRPC_PATH) - 1, 0},
+	    {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, 0},
+	    {(uint8_t *)"te", (uint8_t *)"trailers", 2, 8, 0},
+	};
+	nghttp2_data_provider prd = {.source = {.ptr = s}, .read_callback = body_read};
+	int32_t id =
+	    nghttp2_submit_request(s->c->ss, NULL, nv, sizeof(nv) / sizeof(nv[0]), &prd, s);
+	if (id < 0)
+		return id == NGHTTP2_ERR_STREAM_ID_NOT_AVAILABLE ? -ECONNRESET : -ENOMEM;
+	s->id = id;
+	return 0;
+}
+
+/* An engine pool's request outgrew a buffer of the common size: into a body buffer (it is
+ * read whole). 0, or -ENOSPC (it is one already, or none can be had). */
+static int grow_body(struct up_h2s *s)
+{
+	struct worker *w = s->up.w;
+	if (s->body->cap != w->bufs.size)
+		return -ENOSPC;
+	struct buf *big = buf_get(&w->body_bufs);
+	if (!big || big->cap < buf_len(s->body)) {
+		worker_buf_put(w, big);
+		return -ENOSPC;
+	}
+	memcpy(big->data, buf_head(s->body), buf_len(s->body));
+	big->start = 0;
+	big->end = (uint32_t)buf_len(s->body);
+	buf_put(&w->bufs, s->body);
+	s->body = big;
+	return 0;
+}
+
+/* An engine pool's request head is whole in s->body (<hlen> bytes): kept there, its body to
+ * follow it, until engine_submit(). 0, or -EPROTO. */
+static int engine_head(struct up_h2s *s, size_t hlen)
+{
+	struct http_head h;
+	if (http_parse_request(buf_head(s->body), hlen, hlen, &h) <= 0)
+		return -EPROTO;
+	int body = h.framing == HTTP_BODY_CHUNKED ||
+		   (h.framing == HTTP_BODY_LENGTH && h.content_length > 0);
+	s->req = h.framing == HTTP_BODY_CHUNKED ? REQ_CHUNKED : body ? REQ_LENGTH : REQ_DONE;
+	s->req_left = h.framing == HTTP_BODY_LENGTH ? h.content_length : 0;
+	http_chunked_init(&s->ch);
+	return s->req == REQ_DONE ? engine_submit(s) : 0;
+}
+
 /* Body bytes p[0..len) of the request: the payload into s->body as room allows (a chunked
  * body's framing dropped, its trailer section kept). How many of them were taken. */
 static size_t take_body(struct up_h2s *s, const char *p, size_t len)
@@ -379,12 +505,32 @@ ssize_t up_h2_writev(struct upconn *up, const struct iovec *iov, int n)
 			size_t extra = buf_len(s->body) - hlen; /* body bytes taken with it */
 			s->body->end -= (uint32_t)extra;
 			k += m - extra;
-			int err = submit_head(s, hlen);
+			int err = s->engine ? engine_head(s, hlen) : submit_head(s, hlen);
 			if (err)
 				return err;
 		}
-		if (k < len && s->req != REQ_HEAD)
+		if (k < len && s->req != REQ_HEAD && s->engine && s->eng.w) {
+			k = len; /* answered already (or called): the rest is not the engine's */
+		} else if (k < len && s->req != REQ_HEAD) {
+			enum req_state was = s->req;
 			k += take_body(s, p + k, len - k);
+			if (s->engine && k < len && !buf_room(s->body) && grow_body(s) == 0)
+				k += take_body(s, p + k, len - k);
+			if (s->engine && k < len && !buf_room(s->body)) {
+				/* past limits.body_buffer_bytes: refused here */
+				s->req = REQ_DONE;
+				buf_consume(s->body, buf_len(s->body));
+				engine_call_refuse(&s->eng, up->w, 413,
+						   "the request is larger than "
+						   "limits.body_buffer_bytes");
+				eng_pump(s);
+				k = len;
+			} else if (s->engine && was != REQ_DONE && s->req == REQ_DONE) {
+				int err = engine_submit(s);
+				if (err)
+					return err;
+			}
+		}
 		took += k;
 		if (k < len)
 			break;
@@ -421,6 +567,10 @@ static ssize_t body_read(nghttp2_session *ss, int32_t id, uint8_t *out, size_t l
 	}
 	if (s->req == REQ_DONE && (!s->body || !buf_len(s->body))) {
 		*flags |= NGHTTP2_DATA_FLAG_EOF;
+		if (s->engine) { /* (a body buffer, maybe: not held for the whole answer) */
+			worker_buf_put(c->w, s->body);
+			s->body = NULL;
+		}
 		if (s->trail) {
 			struct h2head_field f[HTTP_MAX_HEADERS];
 			nghttp2_nv nv[HTTP_MAX_HEADERS];
@@ -459,6 +609,11 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *f, nghttp2_rcbuf 
 	if (!s || s->err)
 		return 0;
 	nghttp2_vec n = nghttp2_rcbuf_get_buf(name), v = nghttp2_rcbuf_get_buf(value);
+	if (s->engine) {
+		engine_call_header(&s->eng, (const char *)n.base, n.len, (const char *)v.base,
+				   v.len);
+		return 0;
+	}
 	size_t cap;
 	char *p = rin_room(s, &cap);
 	if (!p || rin_wrote(s, h2resp_field(&s->rs, p, cap, (const char *)n.base, n.len,
@@ -498,6 +653,15 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
 	if (!s || s->err)
 		return 0;
 	int end = (f->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
+	if (s->engine) {
+		s->rs.head_in = 1; /* (its DATA is taken from here on) */
+		if ((f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) && end) {
+			engine_call_end(&s->eng);
+			eng_pump(s);
+		}
+		stream_mark(s);
+		return 0;
+	}
 	if (f->hd.type == NGHTTP2_HEADERS && !s->rs.head_in)
 		head_end(s, end);
 	if ((f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) && end && s->rs.head_in &&
@@ -518,6 +682,13 @@ static int on_data(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t
 		return 0;
 	}
 	s->unconsumed += len;
+	if (s->engine) {
+		if (engine_call_data(&s->eng, data, len) < 0)
+			stream_fail(s, -EPROTO);
+		else
+			eng_pump(s);
+		return 0; /* (on_frame_recv marks it: its pull gives the credit back) */
+	}
 	if (len && join_chunk(s, (const char *)data, len) == 0)
 		return 0;
 	size_t cap;
@@ -556,7 +727,7 @@ static int on_stream_close(nghttp2_session *ss, int32_t id, uint32_t code, void 
 		nghttp2_session_consume_connection(c->ss, s->unconsumed);
 	s->unconsumed = 0;
 	nghttp2_session_set_stream_user_data(c->ss, id, NULL);
-	if (!s->resp_end && !s->err) /* reset, refused (GOAWAY), or cut */
+	if (!s->resp_end && !(s->engine && s->eng.end_in) && !s->err) /* reset, refused, cut */
 		s->err = code == NGHTTP2_REFUSED_STREAM ? -ECONNREFUSED : -ECONNRESET;
 	stream_mark(s);
 	return 0;
@@ -840,6 +1011,7 @@ struct upconn *up_h2_get(struct worker *w, struct backend *be, int *err)
 	s->up.w = w;
 	s->up.be = be;
 	s->up.h2s = s;
+	s->engine = be->pool && be->pool->engine.api != CONF_ENGINE_OPENAI && be->pool->engine.tm;
 	s->up.gen = c->tcp->gen;
 	s->up.served = c->ready; /* on a connection that is up: as a kept-alive one */
 	net_conn_init(&s->up.conn, -1);
@@ -859,7 +1031,9 @@ void up_h2_put(struct upconn *up)
 	struct worker *w = up->w;
 	stream_unmark(s);
 	buf_put(&w->bufs, up->in);
-	buf_put(&w->bufs, s->body);
+	worker_buf_put(w, s->body);
+	if (s->engine)
+		engine_call_free(&s->eng);
 	buf_put(&w->bufs, s->trail);
 	buf_put(&w->bufs, s->rin);
 	free(up->tls_error);

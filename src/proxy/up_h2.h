@@ -12,7 +12,9 @@
  * dropped, its trailer section sent as trailers), and writes the response it gets as the
  * HTTP/1.1 bytes a backend would have sent: the head, the body chunked unless the backend gave
  * a content-length, trailers in the chunked body's trailer section. One copy each way, and
- * everything above stays as it is.
+ * everything above stays as it is. For a pool that speaks its engine's own gRPC API
+ * (pools[].engine) the stream gathers the whole request and sends the engine's call in its
+ * place, and writes the engine's answer as the OpenAI response (engine_grpc.h).
  *
  * A connection that fails before a stream's response began fails the stream as a refused or
  * reset connection fails an attempt (the attempt machinery retries it); within a response,

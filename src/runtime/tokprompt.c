@@ -7,6 +7,8 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -153,4 +155,133 @@ uint64_t tokprompt_seed(const char *body, const struct json_view *v)
 	if (v->cache_salt.e)
 		seed ^= XXH3_64bits(body + v->cache_salt.s, v->cache_salt.e - v->cache_salt.s);
 	return seed;
+}
+
+/* A number field of <j> into *out: 1 when given, 0 when not (or null), -1 when not one. */
+static int number_of(json_t *j, const char *key, double *out)
+{
+	json_t *v = json_object_get(j, key);
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_number(v))
+		return -1;
+	*out = json_number_value(v);
+	return 1;
+}
+
+static int refuse(char *why, size_t whylen, const char *what)
+{
+	snprintf(why, whylen, "%s", what);
+	return -EINVAL;
+}
+
+/* The sampling fields of request <j> into *r. 0, or -EINVAL with why. */
+static int engine_sampling(json_t *j, struct engine_req *r, char *why, size_t whylen)
+{
+	double d = 0;
+	json_t *v = json_object_get(j, "stream");
+	if (v && !json_is_null(v) && !json_is_boolean(v))
+		return refuse(why, whylen, "'stream' must be a boolean");
+	r->stream = json_is_true(v);
+	v = json_object_get(j, "n");
+	if (v && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) != 1))
+		return refuse(why, whylen, "only n: 1 is served by a gRPC engine pool");
+	r->max_tokens = -1;
+	const char *const mt[] = {"max_tokens", "max_completion_tokens"};
+	for (int i = 0; i < 2; i++) {
+		int k = number_of(j, mt[i], &d);
+		if (k < 0 || (k && (d < 0 || d > INT32_MAX || d != (double)(long)d)))
+			return refuse(why, whylen,
+				      "'max_tokens' must be a whole number from 0 to 2^31-1");
+		if (k && (long)d > r->max_tokens)
+			r->max_tokens = (long)d;
+	}
+	int k = number_of(j, "temperature", &d);
+	if (k < 0 || (k && (d < 0 || d > 2)))
+		return refuse(why, whylen, "'temperature' must be a number from 0 to 2");
+	r->has_temperature = k > 0;
+	r->temperature = (float)d;
+	k = number_of(j, "top_p", &d);
+	if (k < 0 || (k && (d <= 0 || d > 1)))
+		return refuse(why, whylen, "'top_p' must be a number above 0, at most 1");
+	r->has_top_p = k > 0;
+	r->top_p = (float)d;
+	v = json_object_get(j, "stop");
+	r->nstop = 0;
+	if (json_is_string(v)) {
+		r->stop[r->nstop++] =
+		    (struct engine_str){json_string_value(v), json_string_length(v)};
+	} else if (json_is_array(v)) {
+		size_t i;
+		json_t *s;
+		if (json_array_size(v) > ENGINE_STOP_MAX)
+			return refuse(why, whylen, "'stop' holds too many strings (16 at most)");
+		json_array_foreach(v, i, s)
+		{
+			if (!json_is_string(s))
+				return refuse(why, whylen, "'stop' must be a string or strings");
+			r->stop[r->nstop++] =
+			    (struct engine_str){json_string_value(s), json_string_length(s)};
+		}
+	} else if (v && !json_is_null(v)) {
+		return refuse(why, whylen, "'stop' must be a string or strings");
+	}
+	return 0;
+}
+
+long tokprompt_engine(struct tokprompt *p, const struct tokmodel *m, const char *body, size_t len,
+		      int chat, struct engine_req *r, uint8_t *out, size_t outcap, char *model,
+		      size_t cap, char *why, size_t whylen)
+{
+	char err[160];
+	long rc;
+	const char *text;
+	size_t tlen;
+	model[0] = '\0';
+	arena_begin(p);
+	json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
+	if (!json_is_object(j)) {
+		rc = refuse(why, whylen, "the body is not a JSON object");
+		goto out;
+	}
+	json_t *mv = json_object_get(j, "model");
+	if (json_is_string(mv))
+		snprintf(model, cap, "%s", json_string_value(mv));
+	if ((rc = engine_sampling(j, r, why, whylen)) < 0)
+		goto out;
+	if (chat) {
+		if (!m->has_chat) {
+			rc = refuse(why, whylen, "the model's tokenizer has no chat template");
+			goto out;
+		}
+		if ((rc = chat_render(&m->chat, json_object_get(j, "messages"),
+				      json_object_get(j, "tools"), &p->chat, err, sizeof(err))) <
+		    0) {
+			snprintf(why, whylen, "messages: %s", err);
+			rc = rc == -ENOMEM ? rc : -EINVAL;
+			goto out;
+		}
+		text = p->chat.p;
+		tlen = p->chat.len;
+	} else {
+		json_t *pr = json_object_get(j, "prompt");
+		if (!json_is_string(pr)) {
+			rc = refuse(why, whylen, "'prompt' must be a string");
+			goto out;
+		}
+		text = json_string_value(pr);
+		tlen = json_string_length(pr);
+	}
+	if ((rc = scratch_for(p, m)) < 0)
+		goto out;
+	rc = tok_encode(&p->tok, text, tlen, !chat, &r->ids, &r->nids);
+	if (rc < 0 && rc != -ENOMEM)
+		rc = refuse(why, whylen, "the prompt is not text the tokenizer takes (UTF-8)");
+	if (rc == 0)
+		rc = engine_pb_write(r, out, outcap); /* (-ENOSPC: the caller's buffer is short) */
+out:
+	r->nstop = 0; /* its strings were the decoded body's */
+	json_decref(j);
+	arena_end(p);
+	return rc;
 }

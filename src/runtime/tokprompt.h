@@ -18,6 +18,7 @@
 #ifndef ACCELNET_RUNTIME_TOKPROMPT_H
 #define ACCELNET_RUNTIME_TOKPROMPT_H
 
+#include "http/engine_pb.h"
 #include "http/jsonview.h"
 #include "tok/tokmodel.h"
 
@@ -45,6 +46,20 @@ void tokprompt_free(struct tokprompt *p);
 int tokprompt_ids(struct tokprompt *p, const struct tokmodel *m, const char *body, size_t len,
 		  const struct json_view *v, size_t max_text, const uint32_t **ids, size_t *n,
 		  int *cut);
+
+/*
+ * The engine's request (pools[].engine: engine_pb.h) for the OpenAI request body[0..len)
+ * under model <m>, written into out[0..outcap): the ids of its prompt (a chat completion's
+ * messages through the chat format, <chat>; else a completion's "prompt" string), its stream,
+ * max_tokens (or max_completion_tokens), temperature, top_p and stop, and r->rid (given by
+ * the caller). *r keeps what was read (ids valid until <p>'s next call; no stop strings); the
+ * request's "model" goes into model[0..cap) (cut; "" without). The message's length, or
+ * -EINVAL with why[0..whylen) saying what the request lacks (for a 400), -ENOSPC when the
+ * message does not fit in <outcap>, or -ENOMEM.
+ */
+long tokprompt_engine(struct tokprompt *p, const struct tokmodel *m, const char *body, size_t len,
+		      int chat, struct engine_req *r, uint8_t *out, size_t outcap, char *model,
+		      size_t cap, char *why, size_t whylen);
 
 /* The salt of the body's "cache_salt" (0 without): folded into the chain's seed. */
 uint64_t tokprompt_seed(const char *body, const struct json_view *v);

@@ -29,6 +29,11 @@ void tok_free(struct tok *t)
 	added_free(&t->raw);
 	added_free(&t->norm);
 	pretok_free(&t->pre);
+	free(t->named);
+	free(t->named_text);
+	t->named = NULL;
+	t->named_text = NULL;
+	t->nnamed = t->named_len = 0;
 }
 
 int tok_scratch_init(struct tok_scratch *s, const struct tok *t)

@@ -26,8 +26,19 @@
 
 #define TOK_MAX_TEMPLATE 8 /* ids a post-processor may put before, and after, the text */
 
+/* An added token as decoding gives it back (detok.h): its text, and whether it is special
+ * (a decode that skips special tokens drops it). Sorted by id. */
+struct tok_named {
+	uint32_t id, off, len;
+	uint8_t special;
+};
+
 struct tok {
 	struct vocab vocab;
+	struct tok_named *named; /* the added tokens, by id; their text in named_text */
+	size_t nnamed;
+	char *named_text;
+	size_t named_len;
 	struct added raw;  /* added tokens matched on the text as given */
 	struct added norm; /* added tokens matched after normalization */
 	struct pretok pre;

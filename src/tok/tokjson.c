@@ -85,6 +85,33 @@ static const char *type_of(json_t *o)
 	return json_is_string(ty) ? json_string_value(ty) : NULL;
 }
 
+/* Added token <id> as decoding gives it back: its content as written, special or not. */
+static int named_add(struct tok *t, json_t *a, uint32_t id, json_t *c)
+{
+	size_t n = json_string_length(c);
+	if (n > UINT32_MAX - t->named_len)
+		return -ENOMEM;
+	struct tok_named *nn = realloc(t->named, (t->nnamed + 1) * sizeof(*nn));
+	if (!nn)
+		return -ENOMEM;
+	t->named = nn;
+	char *text = realloc(t->named_text, t->named_len + n + 1);
+	if (!text)
+		return -ENOMEM;
+	t->named_text = text;
+	memcpy(text + t->named_len, json_string_value(c), n);
+	nn[t->nnamed++] = (struct tok_named){id, (uint32_t)t->named_len, (uint32_t)n,
+					     (uint8_t)json_is_true(json_object_get(a, "special"))};
+	t->named_len += n;
+	return 0;
+}
+
+static int named_cmp(const void *a, const void *b)
+{
+	uint32_t x = ((const struct tok_named *)a)->id, y = ((const struct tok_named *)b)->id;
+	return x < y ? -1 : x > y;
+}
+
 static int read_added(json_t *arr, struct tok *t, char *err, size_t errlen)
 {
 	static const char *const known[] = {"id",     "content",    "single_word", "lstrip",
@@ -122,6 +149,8 @@ static int read_added(json_t *arr, struct tok *t, char *err, size_t errlen)
 			r = must_be_unset(a, where, flags[f], 1, 0, err, errlen);
 		if (r)
 			break;
+		if ((r = named_add(t, a, (uint32_t)json_integer_value(id), c)))
+			break;
 		json_t *nz = json_object_get(a, "normalized");
 		struct added *set = json_is_true(nz) ? &t->norm : &t->raw;
 		const uint8_t *text = (const uint8_t *)json_string_value(c);
@@ -141,6 +170,8 @@ static int read_added(json_t *arr, struct tok *t, char *err, size_t errlen)
 			break;
 	}
 	norm_scratch_free(&ns);
+	if (!r && t->nnamed)
+		qsort(t->named, t->nnamed, sizeof(*t->named), named_cmp);
 	return r;
 }
 

@@ -20,6 +20,7 @@
 
 #include "tok/bytelevel.h"
 #include "tok/chat.h"
+#include "tok/detok.h"
 #include "tok/tokjson.h"
 
 /* A byte-level tokenizer.json: the 256 bytes, <extra_vocab> (e.g. "\"ab\": 256"), <merges>
@@ -296,13 +297,64 @@ static void test_chat_qwen3(void **state)
 	chat_text_free(&out);
 }
 
+/* The text of ids[0..n) as detok_piece() gives it, pieces joined by '|', then detok_end(). */
+static void decoded(const struct tok *t, const uint32_t *ids, size_t n, const char *want)
+{
+	struct detok d = {0};
+	char got[256] = "", piece[64];
+	for (size_t i = 0; i < n; i++) {
+		long k = detok_piece(t, &d, ids[i], piece, sizeof(piece));
+		assert_true(k >= 0);
+		snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%.*s", i ? "|" : "",
+			 (int)k, piece);
+	}
+	size_t k = detok_end(&d, piece, sizeof(piece));
+	snprintf(got + strlen(got), sizeof(got) - strlen(got), "|%.*s", (int)k, piece);
+	if (strcmp(got, want))
+		fail_msg("got \"%s\", want \"%s\"", got, want);
+}
+
+static void test_detok(void **state)
+{
+	(void)state;
+	struct tok t;
+	char *j = tiny("\"ab\": 256", "\"a b\"",
+		       "{\"id\":300,\"content\":\"<s>\",\"special\":true},"
+		       "{\"id\":301,\"content\":\"<think>\",\"special\":false}",
+		       "null", BYTELEVEL, "null", "");
+	load(&t, j);
+	/* a vocabulary token's bytes; the special token dropped, the other added one kept */
+	decoded(&t, (uint32_t[]){300, 256, 301, 'c'}, 4, "|ab|<think>|c|");
+	/* e-acute (c3 a9) split over two tokens: held back, then whole */
+	decoded(&t, (uint32_t[]){0xc3, 0xa9, '!'}, 3, "|\xc3\xa9|!|");
+	/* a 4-byte emoji over four tokens */
+	decoded(&t, (uint32_t[]){0xf0, 0x9f, 0x9a, 0x86}, 4, "|||\xf0\x9f\x9a\x86|");
+	/* bytes that cannot be UTF-8 become U+FFFD, as does a character cut at the end */
+	decoded(&t, (uint32_t[]){0xff, 'a', 0xc3, 'b', 0xe6}, 5,
+		"\xef\xbf\xbd|a||\xef\xbf\xbd"
+		"b||\xef\xbf\xbd");
+	/* an id the tokenizer does not name: nothing */
+	decoded(&t, (uint32_t[]){99999, 'x'}, 2, "|x|");
+	/* no room: nothing written, the state kept */
+	struct detok d = {0};
+	char out[4];
+	assert_int_equal(detok_piece(&t, &d, 256, out, sizeof(out)), -ENOSPC);
+	tok_free(&t);
+	free(j);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_bytelevel_both_ways), cmocka_unit_test(test_merge_order),
-	    cmocka_unit_test(test_ignore_merges),	cmocka_unit_test(test_added_tokens),
-	    cmocka_unit_test(test_split_steps),		cmocka_unit_test(test_refusals),
-	    cmocka_unit_test(test_chat_llama3),		cmocka_unit_test(test_chat_qwen3),
+	    cmocka_unit_test(test_bytelevel_both_ways),
+	    cmocka_unit_test(test_merge_order),
+	    cmocka_unit_test(test_detok),
+	    cmocka_unit_test(test_ignore_merges),
+	    cmocka_unit_test(test_added_tokens),
+	    cmocka_unit_test(test_split_steps),
+	    cmocka_unit_test(test_refusals),
+	    cmocka_unit_test(test_chat_llama3),
+	    cmocka_unit_test(test_chat_qwen3),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
