@@ -245,8 +245,9 @@ static int pick_dup(struct xfer_sched *s, uint8_t link, uint64_t now, uint32_t *
 		const struct xfer_sched_link *on = &s->links[m];
 		double left = ahead[m] - link_across(on, now);
 		double when = on->rate > 0 ? (left > 0 ? left : 0) / on->rate : INFINITY;
-		/* a copy wastes a chunk whichever wins: it must gain at least its own time */
-		double mine = me->rate > 0 ? link_drain(me, x->len, now) + x->len / me->rate : 0;
+		/* a copy wastes a chunk whichever wins: it must gain at least twice its own time */
+		double mine =
+		    me->rate > 0 ? link_drain(me, x->len, now) + 2 * x->len / me->rate : 0;
 		if (mine < when && when > latest) {
 			latest = when;
 			*id = c[j].id;

@@ -16,9 +16,10 @@
  * taking, so every link finishes at about the same time instead of the fastest waiting for the
  * slowest. When the queue is empty and chunks are still in flight (the end game), a stream whose
  * link has less than a chunk's time of its own work left takes a second copy of a chunk in flight
- * on another link only when it would finish that copy at least a chunk's time (on its link) before
- * the other link is expected to finish the original (the chunk expected last first): a copy wastes
- * a chunk whichever wins, so it must gain more than the error of the estimates. The first
+ * on another link only when it would finish that copy at least twice a chunk's time (on its link)
+ * before the other link is expected to finish the original (the chunk expected last first): a
+ * copy wastes a chunk whichever wins, so it must gain more than the error of the estimates (with
+ * one chunk's time, copies still lost to their originals on a loaded host). The first
  * acknowledgement wins, and a link with no rate measured yet is trusted to be fast. A chunk whose
  * stream died goes back to the front of the queue; a chunk the receiver found corrupt is sent
  * again, at most XFER_SCHED_TRIES times.

@@ -4,7 +4,7 @@
  * link, a lost chunk goes back first, a corrupt one is retried then fails the transfer, a
  * relay's chunks become takeable as they arrive, and chunks the receiver has are skipped.
  * With rates measured: a slow link leaves the last chunks to a faster one, an end-game copy is
- * made only where it would finish sooner by at least its own time, and only by a link about
+ * made only where it would finish sooner by at least twice its own time, and only by a link about
  * to run out of work.
  */
 #include <errno.h>
@@ -207,13 +207,13 @@ static void no_copy_of_a_chunk_nearly_across(void **state)
 	/* 1.9 s later link 1 has 50 of its 1000 bytes left (100 ms): 200 ms on link 0 is no sooner
 	 */
 	assert_int_equal(xfer_sched_take(&s, 0, 3900 * MS, &id, &dup), -EAGAIN);
-	/* at 1.5 s it had 250 bytes left (500 ms): a copy is worth it */
-	take_ok(&s, 0, 3500 * MS, 2, 1);
+	/* at 1.3 s it had 350 bytes left (700 ms): a copy is worth it */
+	take_ok(&s, 0, 3300 * MS, 2, 1);
 	xfer_sched_destroy(&s);
 }
 
-/* A copy wastes a chunk whichever wins: one that would arrive less than a chunk's time (on
- * the copying link) before the original is not made. */
+/* A copy wastes a chunk whichever wins: one that would arrive less than twice a chunk's time
+ * (on the copying link) before the original is not made. */
 static void no_copy_that_gains_less_than_its_own_time(void **state)
 {
 	(void)state;
@@ -226,11 +226,11 @@ static void no_copy_that_gains_less_than_its_own_time(void **state)
 	assert_int_equal(xfer_sched_ack(&s, 0, 0, 200 * MS), 1);
 	assert_int_equal(xfer_sched_ack(&s, 1, 1, 2000 * MS), 1);
 	take_ok(&s, 1, 2000 * MS, 2, 0);
-	/* 1.7 s later link 1 has 150 bytes left (300 ms); a copy on link 0 would arrive in 200
-	 * ms, 100 ms sooner: less than its own 200 ms */
-	assert_int_equal(xfer_sched_take(&s, 0, 3700 * MS, &id, &dup), -EAGAIN);
-	/* at 1.4 s it had 300 bytes left (600 ms): 400 ms sooner */
-	take_ok(&s, 0, 3400 * MS, 2, 1);
+	/* 1.55 s later link 1 has 225 bytes left (450 ms); a copy on link 0 would arrive in 200
+	 * ms, 250 ms sooner: less than twice its own 200 ms */
+	assert_int_equal(xfer_sched_take(&s, 0, 3550 * MS, &id, &dup), -EAGAIN);
+	/* at 1.2 s it had 400 bytes left (800 ms): 600 ms sooner */
+	take_ok(&s, 0, 3200 * MS, 2, 1);
 	xfer_sched_destroy(&s);
 }
 
@@ -253,7 +253,7 @@ static void busy_link_takes_no_copy(void **state)
 	/* link 0 holds 400 ms of work; link 1 needs 2 s for chunk 2 */
 	assert_int_equal(xfer_sched_take(&s, 0, 2010 * MS, &id, &dup), -EAGAIN);
 	assert_int_equal(xfer_sched_ack(&s, 3, 0, 2200 * MS), 1);
-	/* 50 ms into its last chunk: less than a chunk's time left, and a copy gains 1.2 s */
+	/* 50 ms into its last chunk: less than a chunk's time left, and a copy gains 1.4 s */
 	take_ok(&s, 0, 2250 * MS, 2, 1);
 	xfer_sched_destroy(&s);
 }
