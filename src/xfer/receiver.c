@@ -50,6 +50,7 @@
 
 #define RX_FINISH_WAIT_S 60	   /* FINISH waits this long for a chunk's last writer to let go */
 #define RX_HASH_PIECE (256 * 1024) /* a chunk is hashed as it arrives, a piece at a time */
+#define RX_LOWAT_MIN (64 * 1024)   /* a smaller piece is read without the mark: 4 calls less */
 #define RX_HELD_MAX 16		   /* files a transfer keeps open between their chunks */
 #define RX_FINISH_THREADS 4	   /* threads completing the files of one FINISH */
 #define RX_FINISH_RUN 256	   /* files a thread takes at least */
@@ -506,7 +507,8 @@ static int read_hashed(struct net_conn *c, uint8_t *piece, int fd, uint64_t off,
 	*wrote = 0;
 	for (uint32_t at = 0; at < len;) {
 		uint32_t n = len - at < RX_HASH_PIECE ? len - at : RX_HASH_PIECE;
-		int rc = c->ssl ? net_conn_read_all(c, piece, n) : read_piece(&lw, piece, n);
+		int rc = c->ssl || n < RX_LOWAT_MIN ? net_conn_read_all(c, piece, n)
+						    : read_piece(&lw, piece, n);
 		if (rc) {
 			lowat_reset(&lw);
 			return rc;
