@@ -99,7 +99,12 @@ build-fuzz/%: tests/fuzz/%.c build-fuzz/libfuzz.a
 	@clang $(filter-out -MMD -MP,$(FUZZ_CFLAGS)) -fsanitize=fuzzer,address,undefined \
 		-o $@ $< build-fuzz/libfuzz.a $(LDLIBS)
 
-bench: $(BUILD)/loadgen $(BUILD)/tlsload $(BUILD)/pickcost $(BUILD)/l4echo $(BUILD)/tokbench
+bench: $(BUILD)/loadgen $(BUILD)/tlsload $(BUILD)/pickcost $(BUILD)/l4echo $(BUILD)/tokbench \
+       $(BUILD)/filecost
+$(BUILD)/filecost: bench/filecost.c
+	@echo "  LD  $@"
+	@mkdir -p $(BUILD)
+	@$(CC) $(filter-out -MMD -MP,$(ALL_CFLAGS)) -o $@ $^
 $(BUILD)/l4echo: bench/l4echo.c
 	@echo "  LD  $@"
 	@mkdir -p $(BUILD)
@@ -123,7 +128,7 @@ $(BUILD)/pickcost: bench/pickcost.c $(BUILD)/libaccelnet.a
 CLANG_FORMAT ?= clang-format-14
 FORMAT_SRC = $(sort $(shell find src include tests/unit tests/fuzz -name '*.[ch]' \
 	     -not -path 'tests/fuzz/corpus/*') bench/loadgen.c bench/tlsload.c bench/pickcost.c \
-	     bench/l4echo.c bench/tokbench.c)
+	     bench/l4echo.c bench/tokbench.c bench/filecost.c)
 format-check:
 	@command -v $(CLANG_FORMAT) >/dev/null || \
 		{ echo "format-check: no $(CLANG_FORMAT) (scripts/deps.sh installs it)"; exit 2; }

@@ -34,6 +34,8 @@ struct xfer_item {
 struct xfer_link_report {
 	char local[64], remote[64];
 	uint64_t bytes;	 /* acknowledged chunk bytes carried by this link */
+	uint64_t sent;	 /* chunk bytes written to its sockets: beyond <bytes>, wasted */
+	unsigned dups;	 /* end-game copies it carried */
 	double gbps;	 /* recent goodput (progress) or the average (final report) */
 	unsigned up;	 /* streams connected now */
 	unsigned failed; /* streams lost (stall, reset) */

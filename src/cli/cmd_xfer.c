@@ -293,8 +293,9 @@ static void print_json(const struct xfer_report *r, int rc)
 		printf(", \"local\": ");
 		json_write_string(stdout, l->local);
 		printf(", \"bytes\": %llu, \"gbit_per_s\": %.3f, \"streams_up\": %u, "
-		       "\"streams_lost\": %u}",
-		       (unsigned long long)l->bytes, l->gbps, l->up, l->failed);
+		       "\"streams_lost\": %u, \"bytes_sent\": %llu, \"chunks_dup\": %u}",
+		       (unsigned long long)l->bytes, l->gbps, l->up, l->failed,
+		       (unsigned long long)l->sent, l->dups);
 	}
 	printf("], \"error\": ");
 	json_write_string(stdout, r->error);

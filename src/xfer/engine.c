@@ -53,8 +53,8 @@ enum stream_state { ST_RUNNING, ST_PARKED, ST_DEAD };
 
 struct link {
 	struct xfer_path path; /* where to dial, from which source address */
-	_Atomic uint64_t bytes;
-	_Atomic unsigned up, failed;
+	_Atomic uint64_t bytes, sent;
+	_Atomic unsigned up, failed, dups;
 	uint64_t last_bytes;
 	double gbps;
 };
@@ -204,6 +204,7 @@ static int send_chunk(struct stream *s, uint32_t id)
 	if (rc)
 		return rc;
 	atomic_fetch_add(&e->bytes_sent, len);
+	atomic_fetch_add(&e->links[s->link].sent, len);
 	return 0;
 }
 
@@ -316,6 +317,8 @@ static int stream_loop(struct stream *s)
 			if (rc == 0) {
 				win[nwin++] = id;
 				atomic_store(&s->holding, nwin);
+				if (dup)
+					atomic_fetch_add(&e->links[s->link].dups, 1);
 				if ((rc = send_chunk(s, id)))
 					break;
 				continue;
@@ -663,6 +666,8 @@ static void fill_report(struct xfer_engine *e, struct xfer_report *r, int final)
 		snprintf(lr->local, sizeof(lr->local), "%s", l->path.lname);
 		snprintf(lr->remote, sizeof(lr->remote), "%s", l->path.rname);
 		lr->bytes = atomic_load(&l->bytes);
+		lr->sent = atomic_load(&l->sent);
+		lr->dups = atomic_load(&l->dups);
 		lr->up = atomic_load(&l->up);
 		lr->failed = atomic_load(&l->failed);
 		if (final) {

@@ -36,6 +36,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,7 @@
 
 #define RX_FINISH_WAIT_S 60	   /* FINISH waits this long for a chunk's last writer to let go */
 #define RX_HASH_PIECE (256 * 1024) /* a chunk is hashed as it arrives, a piece at a time */
+#define RX_LOWAT_MIN (64 * 1024)   /* a smaller piece is read without the mark: 4 calls less */
 #define RX_HELD_MAX 16		   /* files a transfer keeps open between their chunks */
 #define RX_FINISH_THREADS 4	   /* threads completing the files of one FINISH */
 #define RX_FINISH_RUN 256	   /* files a thread takes at least */
@@ -413,10 +415,81 @@ refuse:
  * (and *why when it is XFER_ACK_IO). Returns the error behind XFER_ACK_IO, the connection's
  * error with *lost set when it failed mid-chunk, or 0.
  */
+/* A plain socket's receive low-water mark while a chunk is read (see read_piece). */
+struct lowat {
+	int fd;
+	int now;     /* the mark set on the socket */
+	int wait_ms; /* the socket's receive timeout; -1 until read */
+	int cap;     /* the highest mark that leaves the receive buffer as it is */
+};
+
+/*
+ * Read <n> bytes of a chunk from a plain socket with one wake-up: the low-water mark is set to
+ * what is still wanted and the thread sleeps in poll() until that much has arrived, then takes
+ * it in one receive. A blocking receive of <n> bytes is woken by every segment (the scheduler
+ * then cost a third of the receiver's CPU). The bytes wanted always come (the sender writes
+ * whole chunks), and nothing is taken before they are all there: a read that had taken part
+ * of them would wait for a mark of new bytes beyond the chunk, which need not come. The
+ * kernel wakes a reader early anyway when its receive window closes. A mark above half the
+ * receive buffer would make the kernel grow the buffer and clamp the window to the mark (a
+ * cap on the stream's rate on a long link), so the mark stays at a quarter of the buffer,
+ * as autotuning has grown it, and a piece may take a few wake-ups. 0, or -errno
+ * (-ETIMEDOUT after the socket's receive timeout, -ECONNRESET at the end of the stream).
+ */
+static int read_piece(struct lowat *lw, uint8_t *buf, uint32_t n)
+{
+	if (lw->wait_ms < 0) {
+		struct timeval tv = {0};
+		socklen_t tl = sizeof(tv);
+		lw->wait_ms = getsockopt(lw->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &tl) == 0 &&
+				      (tv.tv_sec || tv.tv_usec)
+				  ? (int)(tv.tv_sec * 1000 + tv.tv_usec / 1000)
+				  : -1;
+		if (lw->wait_ms < 0)
+			lw->wait_ms = XFER_SERVER_IDLE_MS;
+		int room = 0;
+		socklen_t rl = sizeof(room);
+		lw->cap = getsockopt(lw->fd, SOL_SOCKET, SO_RCVBUF, &room, &rl) == 0 && room >= 8
+			      ? room / 4
+			      : 1;
+	}
+	for (uint32_t got = 0; got < n;) {
+		int want = (int)(n - got) < lw->cap ? (int)(n - got) : lw->cap;
+		if (lw->now != want &&
+		    setsockopt(lw->fd, SOL_SOCKET, SO_RCVLOWAT, &want, sizeof(want)) == 0)
+			lw->now = want;
+		struct pollfd p = {.fd = lw->fd, .events = POLLIN};
+		int r = poll(&p, 1, lw->wait_ms);
+		if (r == 0)
+			return -ETIMEDOUT;
+		if (r < 0 && errno != EINTR)
+			return -errno;
+		if (r < 0)
+			continue;
+		ssize_t k = recv(lw->fd, buf + got, n - got, MSG_DONTWAIT);
+		if (k == 0)
+			return -ECONNRESET;
+		if (k < 0 && errno != EAGAIN && errno != EINTR)
+			return -errno;
+		if (k > 0)
+			got += (uint32_t)k;
+	}
+	return 0;
+}
+
+/* Frame heads are read with the usual mark of one byte. */
+static void lowat_reset(struct lowat *lw)
+{
+	int one = 1;
+	if (lw->now != 1 && setsockopt(lw->fd, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof(one)) == 0)
+		lw->now = 1;
+}
+
 /*
  * Read a chunk of <len> bytes from <c> into the part <fd> at <off>, a piece at a time through
- * <piece> (RX_HASH_PIECE bytes, one receive each: on a slow link, a read per arrival cost
- * about 1.4 times the CPU), hashing each piece while it is still in the CPU's cache: one copy
+ * <piece> (RX_HASH_PIECE bytes, woken once or a few times each: see read_piece; on a slow
+ * link, a read per arrival cost about 1.4 times the CPU), hashing each piece while it is
+ * still in the CPU's cache: one copy
  * from the socket, one from the piece into the page cache with pwrite. Receiving
  * into the shared map instead faulted its pages in and dropped them again, and every map
  * change of a process with many threads interrupts every CPU it runs on to flush their TLBs
@@ -429,13 +502,17 @@ static int read_hashed(struct net_conn *c, uint8_t *piece, int fd, uint64_t off,
 {
 	XXH3_state_t st;
 	int err = 0; /* a failed write: the rest of the chunk is still read, off the wire */
+	struct lowat lw = {.fd = c->fd, .now = 1, .wait_ms = -1};
 	XXH3_64bits_reset(&st);
 	*wrote = 0;
 	for (uint32_t at = 0; at < len;) {
 		uint32_t n = len - at < RX_HASH_PIECE ? len - at : RX_HASH_PIECE;
-		int rc = net_conn_read_all(c, piece, n);
-		if (rc)
+		int rc = c->ssl || n < RX_LOWAT_MIN ? net_conn_read_all(c, piece, n)
+						    : read_piece(&lw, piece, n);
+		if (rc) {
+			lowat_reset(&lw);
 			return rc;
+		}
 		if (corrupt && len / 2 >= at && len / 2 < at + n)
 			piece[len / 2 - at] ^= 0x5a;
 		XXH3_64bits_update(&st, piece, n);
@@ -448,6 +525,7 @@ static int read_hashed(struct net_conn *c, uint8_t *piece, int fd, uint64_t off,
 		}
 		at += n;
 	}
+	lowat_reset(&lw);
 	*hash = XXH3_64bits_digest(&st);
 	*wrote = err != 0;
 	return err;

@@ -10,9 +10,10 @@
 #include <string.h>
 #include <time.h>
 
-#define RATE_SAMPLE_NS 200000000ULL /* a link's rate is sampled over at least this long */
-#define LINK_ALIVE_NS 1000000000ULL /* a link idle this long counts as gone */
-#define DUP_CANDIDATES 1024	    /* chunks in flight weighed for an end-game copy */
+#define RATE_SAMPLE_NS 200000000ULL  /* a link's rate is sampled over at least this long */
+#define RATE_WINDOW_NS 2000000000ULL /* and then averaged over the last 2-4 s */
+#define LINK_ALIVE_NS 1000000000ULL  /* a link idle this long counts as gone */
+#define DUP_CANDIDATES 1024	     /* chunks in flight weighed for an end-game copy */
 
 int xfer_sched_init(struct xfer_sched *s, uint32_t n)
 {
@@ -67,8 +68,8 @@ static void copy_out(struct xfer_sched *s, uint32_t id, uint8_t link, uint64_t n
 {
 	struct xfer_sched_link *l = &s->links[link_index(link)];
 	if (!l->inflight) { /* busy again: a new rate sample starts */
-		l->mark_ns = now;
-		l->mark_acked = l->acked;
+		l->mark_ns = l->mid_ns = now;
+		l->mark_acked = l->mid_acked = l->acked;
 	}
 	l->inflight += s->slots[id].len;
 	l->seen_ns = now;
@@ -87,9 +88,18 @@ static void copy_back(struct xfer_sched *s, uint32_t id, uint8_t link, int acked
 	/* <now> was read before the lock: another stream may have marked a later time */
 	if (now > l->mark_ns && now - l->mark_ns >= RATE_SAMPLE_NS) {
 		double r = (double)(l->acked - l->mark_acked) / (double)(now - l->mark_ns);
-		l->rate = l->rate > 0 ? 0.5 * l->rate + 0.5 * r : r;
-		l->mark_ns = now;
-		l->mark_acked = l->acked;
+		int first = l->rate <= 0;
+		l->rate = r;
+		if (first) { /* the first sample holds the ramp up: the average starts after it */
+			l->mark_ns = l->mid_ns = now;
+			l->mark_acked = l->mid_acked = l->acked;
+		} else if (now - l->mid_ns >=
+			   RATE_WINDOW_NS) { /* slide: keep the last 1-2 windows */
+			l->mark_ns = l->mid_ns;
+			l->mark_acked = l->mid_acked;
+			l->mid_ns = now;
+			l->mid_acked = l->acked;
+		}
 	}
 }
 
@@ -220,6 +230,10 @@ static int pick_dup(struct xfer_sched *s, uint8_t link, uint64_t now, uint32_t *
 		return found;
 	qsort(c, k, sizeof(c[0]), by_sent);
 	const struct xfer_sched_link *me = &s->links[link_index(link)];
+	/* while this link has more than a chunk's time of its own work left, both ends of the
+	 * comparison are estimates far ahead: their error is larger than a chunk's time */
+	if (me->rate > 0 && link_drain(me, 0, now) * me->rate > (double)s->slots[*id].len)
+		return 0;
 	double ahead[XFER_SCHED_LINKS] = {0}, latest = -1;
 	found = 0;
 	for (unsigned j = 0; j < k; j++) {
@@ -231,7 +245,9 @@ static int pick_dup(struct xfer_sched *s, uint8_t link, uint64_t now, uint32_t *
 		const struct xfer_sched_link *on = &s->links[m];
 		double left = ahead[m] - link_across(on, now);
 		double when = on->rate > 0 ? (left > 0 ? left : 0) / on->rate : INFINITY;
-		double mine = me->rate > 0 ? link_drain(me, x->len, now) : 0;
+		/* a copy wastes a chunk whichever wins: it must gain at least twice its own time */
+		double mine =
+		    me->rate > 0 ? link_drain(me, x->len, now) + 2 * x->len / me->rate : 0;
 		if (mine < when && when > latest) {
 			latest = when;
 			*id = c[j].id;

@@ -7,18 +7,22 @@
  *
  * The end of a transfer is planned from what each link delivers: the scheduler keeps, per
  * link, the bytes it has in flight and its rate (acknowledged bytes over time, measured while
- * it has work, smoothed). A link takes the next chunk only if it would finish everything it
- * holds plus that chunk no later than the other live links would finish theirs plus the whole
- * queue, or, when that is sooner, than the best of them would finish its own plus this chunk
- * (earliest completion first; the link that would finish a chunk first always may take it,
- * so no chunk waits for nobody): near the end the slow links stop taking, so every link
- * finishes at about the same time instead of the fastest waiting for the slowest. When the
- * queue is empty and chunks are still in flight (the end game), an idle stream takes a second
- * copy of a chunk in flight on another link only when it would finish that copy before the
- * other link is expected to finish the original (the chunk expected last first); the first
- * acknowledgement wins, and a link with no rate measured yet is trusted to be fast. A chunk
- * whose stream died goes back to the front of the queue; a chunk the receiver found corrupt
- * is sent again, at most XFER_SCHED_TRIES times.
+ * it has work, after a first sample that holds the ramp up, over the last 2-4 s: chunks are
+ * acknowledged in bursts, and shorter samples erred by a third on a slow link). A link takes the
+ * next chunk only if it would finish everything it holds plus that chunk no later than the other
+ * live links would finish theirs plus the whole queue, or, when that is sooner, than the best of
+ * them would finish its own plus this chunk (earliest completion first; the link that would finish
+ * a chunk first always may take it, so no chunk waits for nobody): near the end the slow links stop
+ * taking, so every link finishes at about the same time instead of the fastest waiting for the
+ * slowest. When the queue is empty and chunks are still in flight (the end game), a stream whose
+ * link has less than a chunk's time of its own work left takes a second copy of a chunk in flight
+ * on another link only when it would finish that copy at least twice a chunk's time (on its link)
+ * before the other link is expected to finish the original (the chunk expected last first): a
+ * copy wastes a chunk whichever wins, so it must gain more than the error of the estimates (with
+ * one chunk's time, copies still lost to their originals on a loaded host). The first
+ * acknowledgement wins, and a link with no rate measured yet is trusted to be fast. A chunk whose
+ * stream died goes back to the front of the queue; a chunk the receiver found corrupt is sent
+ * again, at most XFER_SCHED_TRIES times.
  *
  * Chunks are numbered 0..n-1 by the caller. A chunk starts absent (a relay's chunk that has
  * not arrived yet), pending, or done (the receiver already has it). Thread-safe: one mutex,
@@ -50,6 +54,7 @@ struct xfer_sched_link {
 	uint64_t inflight;	      /* bytes of the copies it carries now */
 	uint64_t acked;		      /* bytes acknowledged on it */
 	uint64_t mark_acked, mark_ns; /* the start of the current rate sample */
+	uint64_t mid_acked, mid_ns;   /* where the next sample will start */
 	uint64_t seen_ns;	      /* its streams last asked for work or were acknowledged */
 	uint64_t acked_ns;	      /* its last acknowledgement */
 	double rate;		      /* bytes per ns, smoothed; 0 until measured */

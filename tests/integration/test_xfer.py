@@ -648,7 +648,8 @@ def test_metrics_and_docs_agree(env):
 SEND_JSON_KEYS = ["ok", "files", "bytes", "bytes_skipped", "bytes_sent", "bytes_acked", "bytes_dup", "seconds",
                   "gbit_per_s", "chunks", "chunks_resent", "chunks_dup", "chunks_corrupt",
                   "zerocopy_bytes", "zerocopy_copied_bytes", "links", "error"]
-SEND_JSON_LINK_KEYS = ["remote", "local", "bytes", "gbit_per_s", "streams_up", "streams_lost"]
+SEND_JSON_LINK_KEYS = ["remote", "local", "bytes", "gbit_per_s", "streams_up", "streams_lost",
+                       "bytes_sent", "chunks_dup"]
 
 
 def test_send_json_keeps_its_shape(env):

@@ -973,3 +973,30 @@ def test_send_refuses_a_file_replaced_after_the_manifest(env):
     assert b"S" * 100 not in got["data"], "the secret was sent"
     assert r.returncode != 0 and "changed since the transfer started" in json.loads(r.stdout)["error"], \
         (r.stdout, r.stderr)
+
+
+def test_chunk_trickled_in_pieces_is_acknowledged(env):
+    """The receiver sleeps until a piece of a chunk has arrived (a low-water mark on the socket):
+    a chunk sent in uneven bursts, its last bytes alone and nothing after them, is answered
+    without waiting for bytes beyond the chunk, and lands byte-exact."""
+    dst = os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    _, port = start_serve(env, dst)
+    chunk = 1024 * 1024
+    data = os.urandom(chunk)
+    w = Wire.dial(port, timeout=20)
+    assert w.hello(os.urandom(16))[0] == OK
+    w.send(MANIFEST, manifest([("t", len(data), 0o644, 123456789)], chunk=chunk))
+    assert w.frame()[0] == NEED
+    head = struct.pack("<IBBHII", MAGIC, CHUNK, 0, 0, 16, len(data))
+    w.s.sendall(head + struct.pack("<IIQ", 0, 0, xxh64(data)))
+    for a, b in ((0, 300 * 1024), (300 * 1024, 500 * 1024), (500 * 1024, chunk - 1000),
+                 (chunk - 1000, chunk)):
+        w.s.sendall(data[a:b])
+        time.sleep(0.1)  # the next burst comes later: each is read as it stands
+    t, meta, _ = w.frame()  # a receiver waiting for more than the chunk times this out (20 s)
+    assert t == ACK and meta[8] == 0, (t, meta)
+    w.send(FINISH, whole_hash([xxh64(data)]))
+    assert w.frame()[0] == DONE
+    with open(os.path.join(dst, "t"), "rb") as f:
+        assert f.read() == data

@@ -4,7 +4,8 @@
  * link, a lost chunk goes back first, a corrupt one is retried then fails the transfer, a
  * relay's chunks become takeable as they arrive, and chunks the receiver has are skipped.
  * With rates measured: a slow link leaves the last chunks to a faster one, an end-game copy is
- * made only where it would finish sooner.
+ * made only where it would finish sooner by at least twice its own time, and only by a link about
+ * to run out of work.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -206,8 +207,54 @@ static void no_copy_of_a_chunk_nearly_across(void **state)
 	/* 1.9 s later link 1 has 50 of its 1000 bytes left (100 ms): 200 ms on link 0 is no sooner
 	 */
 	assert_int_equal(xfer_sched_take(&s, 0, 3900 * MS, &id, &dup), -EAGAIN);
-	/* at 1.5 s it had 250 bytes left (500 ms): a copy is worth it */
-	take_ok(&s, 0, 3500 * MS, 2, 1);
+	/* at 1.3 s it had 350 bytes left (700 ms): a copy is worth it */
+	take_ok(&s, 0, 3300 * MS, 2, 1);
+	xfer_sched_destroy(&s);
+}
+
+/* A copy wastes a chunk whichever wins: one that would arrive less than twice a chunk's time
+ * (on the copying link) before the original is not made. */
+static void no_copy_that_gains_less_than_its_own_time(void **state)
+{
+	(void)state;
+	struct xfer_sched s;
+	uint32_t id;
+	int dup;
+	fill_sized(&s, 3, 1000);
+	take_ok(&s, 0, 0, 0, 0);
+	take_ok(&s, 1, 0, 1, 0);
+	assert_int_equal(xfer_sched_ack(&s, 0, 0, 200 * MS), 1);
+	assert_int_equal(xfer_sched_ack(&s, 1, 1, 2000 * MS), 1);
+	take_ok(&s, 1, 2000 * MS, 2, 0);
+	/* 1.55 s later link 1 has 225 bytes left (450 ms); a copy on link 0 would arrive in 200
+	 * ms, 250 ms sooner: less than twice its own 200 ms */
+	assert_int_equal(xfer_sched_take(&s, 0, 3550 * MS, &id, &dup), -EAGAIN);
+	/* at 1.2 s it had 400 bytes left (800 ms): 600 ms sooner */
+	take_ok(&s, 0, 3200 * MS, 2, 1);
+	xfer_sched_destroy(&s);
+}
+
+/* A link with more than a chunk's time of its own work left takes no copy, however late the
+ * original: both estimates are far ahead. */
+static void busy_link_takes_no_copy(void **state)
+{
+	(void)state;
+	struct xfer_sched s;
+	uint32_t id;
+	int dup;
+	fill_sized(&s, 5, 1000);
+	take_ok(&s, 0, 0, 0, 0);
+	take_ok(&s, 1, 0, 1, 0);
+	assert_int_equal(xfer_sched_ack(&s, 0, 0, 200 * MS), 1);
+	assert_int_equal(xfer_sched_ack(&s, 1, 1, 2000 * MS), 1);
+	take_ok(&s, 1, 2000 * MS, 2, 0);
+	take_ok(&s, 0, 2000 * MS, 3, 0);
+	take_ok(&s, 0, 2000 * MS, 4, 0);
+	/* link 0 holds 400 ms of work; link 1 needs 2 s for chunk 2 */
+	assert_int_equal(xfer_sched_take(&s, 0, 2010 * MS, &id, &dup), -EAGAIN);
+	assert_int_equal(xfer_sched_ack(&s, 3, 0, 2200 * MS), 1);
+	/* 50 ms into its last chunk: less than a chunk's time left, and a copy gains 1.4 s */
+	take_ok(&s, 0, 2250 * MS, 2, 1);
 	xfer_sched_destroy(&s);
 }
 
@@ -252,6 +299,8 @@ int main(void)
 	    cmocka_unit_test(relay_chunks_arrive_and_skips),
 	    cmocka_unit_test(slow_link_leaves_the_end_to_the_fast_one),
 	    cmocka_unit_test(no_copy_of_a_chunk_nearly_across),
+	    cmocka_unit_test(no_copy_that_gains_less_than_its_own_time),
+	    cmocka_unit_test(busy_link_takes_no_copy),
 	    cmocka_unit_test(late_clock_reading_keeps_the_rate),
 	    cmocka_unit_test(last_chunk_always_taken),
 	};
