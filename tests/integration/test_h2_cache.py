@@ -4,10 +4,16 @@ conditional's 304 and a Range's 206 answered from the object, and a client waiti
 fill under way reads the body as it fills. Before, the cache was never consulted for
 HTTP/2 requests: every one went to the origin."""
 
+import json
+import os
+import socket
 import threading
+import time
+import urllib.request
 
 from test_cache import Origin, Reply, cached, start
 from test_h2 import H2Client
+from harness import wait_until
 
 
 def _get(c, path, method="GET", headers=()):
@@ -92,3 +98,55 @@ def test_h2_herd_held_before_the_head_makes_one_origin_request(env):
     for c in clients:
         c.close()
     assert o.count("/slow") == 1
+
+
+def _in_flight(px):
+    return json.loads(urllib.request.urlopen(
+        f"http://127.0.0.1:{px.admin}/debug/requests").read())["in_flight_count"]
+
+
+def _cpu_s(pid):
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_h2_streaming_waiter_on_a_fill_does_not_spin(env):
+    """A streaming GET (routes.sse_heartbeat_ms, Accept: text/event-stream) waiting on another's
+    fill for the cached head: its heartbeat came due, deadline_fire() saw the wait first and
+    put nothing off, and the worker's timer fired at once, again and again, until the fill's
+    head came (a core busy per waiter: about half a second of CPU a second on a busy machine,
+    against none). Now no heartbeat is due while it waits (the wait is routes.cache.wait_ms at
+    most), and it gets the cache's answer. HTTP/1.1 waiters spun the same way."""
+    o = Origin(env)
+    gate = threading.Event()
+    env.on_cleanup.append(gate.set)
+    events = [b"data: %d\n\n" % i for i in range(3)]
+    o.paths["/ev"] = lambda req: Reply(headers=[("Cache-Control", "max-age=60"),
+                                                ("Content-Type", "text/event-stream")],
+                                       chunks=events, gate=gate)
+    px = start(env, o, route_cache="true, sse_heartbeat_ms: 20")
+    c = H2Client(px.port)
+    accept = [("accept", "text/event-stream")]
+    first = c.send("GET", "/ev", headers=accept)
+    c.wait(lambda: b": waiting" in c.body.get(first, b""))  # the fill waits on its origin
+    waiter = c.send("GET", "/ev", headers=accept)
+    h1 = socket.create_connection(("127.0.0.1", px.port), timeout=20)
+    h1.sendall(b"GET /ev HTTP/1.1\r\nHost: test\r\nAccept: text/event-stream\r\n\r\n")
+    wait_until(lambda: _in_flight(px) == 3, "two waiters on the fill")
+    before = _cpu_s(px.pid)
+    time.sleep(1.5)  # the waiters wait; the proxy has nothing to do meanwhile
+    spent = _cpu_s(px.pid) - before
+    gate.set()
+    assert spent < 0.25, f"the proxy spent {spent:.2f}s of CPU while its waiters waited"
+    for sid in (first, waiter):
+        c.wait(lambda: sid in c.ended or sid in c.reset)
+        assert sid not in c.reset, c.reset
+    assert c.body[waiter] == b"".join(events) and c.status[waiter] == 200, c.body[waiter]
+    assert c.headers[waiter]["cache-status"].startswith("accelnet;"), c.headers[waiter]
+    got = b""
+    while b"data: 2\n\n" not in got:
+        got += h1.recv(65536)
+    assert got.startswith(b"HTTP/1.1 200") and b"Cache-Status" in got, got[:300]
+    c.close()
+    h1.close()
+    assert o.count("/ev") == 1
