@@ -118,6 +118,11 @@
  * honest mistake (an HPACK bomb: a table entry named over and over): the connection ends.
  * Below it, a long list is refused 431 and the connection goes on. */
 #define H2_BOMB_TIMES 16
+/* Body buffers (limits.body_buffer_bytes, BODY_BUFS_MAX a worker) one connection's streams may
+ * hold at once: a client's streams share these as an HTTP/1 client's one request holds one,
+ * so the bodies of one connection, held or sent slowly, never take every buffer of the worker
+ * (its other streams wait for one of these, as a body waits when all are lent). */
+#define H2_BODY_BUFS (BODY_BUFS_MAX / 16)
 
 struct h2;
 
@@ -155,6 +160,7 @@ struct h2s {
 	unsigned early : 1; /* the proxy's own event-stream head went (sse.h): own holds comments */
 	unsigned sized : 1; /* no content-length: the head ends at the start (stream_end_head) */
 	unsigned hit : 1;   /* answered from the cache (hit.h): its body comes from the object */
+	unsigned body_buf : 1;	  /* <in> is a body buffer (H2_BODY_BUFS) */
 	uint64_t grpc_timeout_ms; /* its grpc-timeout (0: none), its deadline from its start */
 	int32_t window_before;	  /* its send window as a SETTINGS frame began (window_check) */
 };
@@ -176,6 +182,7 @@ struct h2 {
 	int calm;     /* a defence sent GOAWAY ENHANCE_YOUR_CALM: nothing more is read */
 	struct h2_bucket resets, control; /* limits.http2_max_resets, _max_control_frames */
 	uint64_t quiet_ms;		  /* when the last stream ended */
+	unsigned body_bufs;		  /* body buffers its streams hold (H2_BODY_BUFS) */
 	int32_t peer_window;		  /* the client's SETTINGS_INITIAL_WINDOW_SIZE */
 	int32_t last_id;		  /* the highest stream id a client HEADERS named */
 	int32_t gaps[H2_GAPS][2];	  /* stream ids it skipped (first, last), the latest */
@@ -273,6 +280,17 @@ static void rcbuf_drop(nghttp2_rcbuf **r)
 	*r = NULL;
 }
 
+/* The stream's input goes back: a body buffer to the connection's count too. */
+static void stream_in_drop(struct h2s *s)
+{
+	struct worker *w = s->h->cl->w;
+	if (s->body_buf)
+		s->h->body_bufs--;
+	s->body_buf = 0;
+	worker_buf_put(w, s->in);
+	s->in = NULL;
+}
+
 /* Everything the stream holds goes back; it joins the spares. */
 static void stream_release(struct h2s *s)
 {
@@ -282,7 +300,7 @@ static void stream_release(struct h2s *s)
 	rcbuf_drop(&s->path);
 	rcbuf_drop(&s->auth);
 	worker_buf_put(w, s->head);
-	worker_buf_put(w, s->in);
+	stream_in_drop(s);
 	worker_buf_put(w, s->own);
 	worker_buf_put(w, s->trail);
 	s->head = s->in = s->own = s->trail = NULL;
@@ -323,17 +341,20 @@ static void h2_kick(struct h2 *h)
 }
 
 /* The stream's input moves to a body buffer (limits.body_buffer_bytes), and its window
- * grows with it. 0, -ENOSPC (it is one), -EBUSY (every body buffer is lent), -ENOMEM. */
+ * grows with it. 0, -ENOSPC (it is one), -EBUSY (every body buffer is lent, or the
+ * connection's H2_BODY_BUFS), -ENOMEM. */
 static int stream_in_grow(struct h2s *s)
 {
 	struct worker *w = s->h->cl->w;
 	if (s->in->cap >= w->body_bufs.size)
 		return -ENOSPC;
-	if (w->body_bufs.live >= BODY_BUFS_MAX)
+	if (w->body_bufs.live >= BODY_BUFS_MAX || s->h->body_bufs >= H2_BODY_BUFS)
 		return -EBUSY;
 	struct buf *b = buf_get(&w->body_bufs);
 	if (!b)
 		return -ENOMEM;
+	s->h->body_bufs++;
+	s->body_buf = 1;
 	memcpy(b->data, buf_head(s->in), buf_len(s->in));
 	b->end = (uint32_t)buf_len(s->in);
 	worker_buf_put(w, s->in);
@@ -720,10 +741,8 @@ static enum run stream_answer(struct h2s *s, int status, const char *detail, con
 	if (r <= 0)
 		nghttp2_submit_rst_stream(s->h->ss, NGHTTP2_FLAG_NONE, s->id,
 					  NGHTTP2_INTERNAL_ERROR);
-	else if (!s->end_stream) { /* the rest of the body is not wanted: read and dropped */
-		worker_buf_put(w, s->in);
-		s->in = NULL;
-	}
+	else if (!s->end_stream) /* the rest of the body is not wanted: read and dropped */
+		stream_in_drop(s);
 	log_debug("%s: stream %d: %d %s", cl->ip, s->id, status, detail);
 	h2_kick(s->h);
 	return RUN_AGAIN;

@@ -4,7 +4,9 @@ picks the backends, balance: llm's prompt, a stream's heartbeats."""
 
 import json
 
-from harness import status
+import h2.events
+
+from harness import echo_backend, pool_yaml, request, status
 from test_h2 import H2Client
 
 
@@ -78,4 +80,29 @@ def test_h2_body_without_content_length_matches_a_model_route(env):
     c.send_body(sid, body)
     c.wait(lambda: sid in c.ended or sid in c.reset)
     assert c.status[sid] == 411, (c.status[sid], c.body.get(sid))
+    c.close()
+
+
+def test_h2_one_connection_cannot_take_every_body_buffer(env):
+    """Bodies a client sends slowly hold body buffers (limits.body_buffer_bytes) while they are
+    read, at most 64 a worker. One HTTP/2 connection's streams each took one: sent without
+    content-length and never ended, each was held (waiting for its end) in a body buffer for
+    timeouts.header_ms, and then read on; 64 of them left none to anyone else, and an
+    HTTP/1.1 client's body waited for as long. Now one connection's streams share a few."""
+    be = echo_backend(env)
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1,
+                   extra="timeouts: {header_ms: 60000}\n")
+    c = H2Client(px.port)
+    sids = [c.send("POST", f"/slow/{i}", body=b"x" * 12000, end=False) for i in range(80)]
+    c.conn.ping(b"12345678")  # its answer comes after every stream's DATA was read
+    c.flush()
+    acked = []
+    while not acked:
+        data = c.sock.recv(65536)
+        assert data, "the proxy closed the connection"
+        acked = [e for e in c.conn.receive_data(data) if isinstance(e, h2.events.PingAckReceived)]
+        c.flush()
+    st, _, body = request(px.port, "POST", "/victim", body=b"y" * 200000, timeout=10)
+    assert st == 200 and len(body) > 200000, (st, len(body))
+    assert not c.reset, c.reset
     c.close()
