@@ -1168,13 +1168,18 @@ static void head_line(struct h2s *s)
  * do it): its head is ended when the stream starts, so that a body whole by then is framed by
  * its length, as a client that gave content-length frames it, and every stage reads it (the
  * model, balance: llm's prompt, a token reservation: a chunked body is read by none). A body
- * still coming then, or one with trailers, goes chunked, the bytes in hand its first chunk.
+ * still coming then, one with trailers, or one longer than what is read before admission (a
+ * quarter of a body buffer: stream_in_full) goes chunked, the bytes in hand its first chunk.
+ * That length is the rule whatever the timing: a client whose window let it send more before
+ * the stream last ran (a read that held the whole body and its end) is framed the same.
  */
 static void stream_end_head(struct h2s *s)
 {
+	const struct worker *w = s->h->cl->w;
 	size_t n = s->in ? buf_len(s->in) : 0;
+	size_t most = (w->body_bufs.size > w->bufs.size ? w->body_bufs.size : w->bufs.size) / 4;
 	s->sized = 0;
-	if (s->end_stream) {
+	if (s->end_stream && n <= most) {
 		(void)h2head_end_sized(&s->hh, n); /* (an error is kept in hh.err) */
 		return;
 	}
@@ -1185,7 +1190,8 @@ static void stream_end_head(struct h2s *s)
 		return;
 	char line[24];
 	int k = snprintf(line, sizeof(line), "%zx\r\n", n);
-	if (buf_room(s->in) < (size_t)k + 2) { /* (the window is at most half the buffer) */
+	size_t last = s->end_stream ? 5 : 0;	      /* its end came: the last chunk too */
+	if (buf_room(s->in) < (size_t)k + 2 + last) { /* (the window is at most half the buffer) */
 		s->flow_bad = 1;
 		nghttp2_submit_rst_stream(s->h->ss, NGHTTP2_FLAG_NONE, s->id,
 					  NGHTTP2_REFUSED_STREAM);
@@ -1193,8 +1199,8 @@ static void stream_end_head(struct h2s *s)
 	}
 	memmove(s->in->data + s->in->start + k, buf_head(s->in), n);
 	memcpy(s->in->data + s->in->start, line, (size_t)k);
-	memcpy(s->in->data + s->in->end + k, "\r\n", 2);
-	s->in->end += (uint32_t)k + 2;
+	memcpy(s->in->data + s->in->end + k, "\r\n0\r\n\r\n", 2 + last);
+	s->in->end += (uint32_t)(k + 2 + last);
 }
 
 /* The head is whole: it becomes an exchange, which runs its stages. */
