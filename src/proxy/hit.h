@@ -27,7 +27,7 @@ enum run hit_run(struct client *cl);
  * it is (or the exchange went on without it: caching_answers() NULL), RUN_STAY to wait.
  * hit_head: the answer's head as HTTP/1.1 (<chunked>: while the fill's length is unknown,
  * chunked framing may be said; <keep>: no Connection: close) into out[0..cap): its length,
- * or -1 when it does not fit.
+ * or -1 when it does not fit (the log counts it where the codec writes it).
  * hit_started: the head went: the exchange's status and log say so.
  * hit_copy: up to <len> body bytes of the answer from where it is into <out>, moved past;
  * *end 1 when the answer is whole, -1 when the fill it reads failed before it was, else 0

@@ -150,3 +150,26 @@ def test_h2_streaming_waiter_on_a_fill_does_not_spin(env):
     c.close()
     h1.close()
     assert o.count("/ev") == 1
+
+
+def test_h2_hit_logs_the_bytes_sent_as_a_miss_does(env):
+    """The access log's bytes_out of an HTTP/2 answer is its body (the head goes as HPACK,
+    counted by no one): a hit counted the HTTP/1.1 head it was written as too (194 bytes more
+    than the same answer relayed, and than were sent)."""
+    o = Origin(env)
+    body = b"b" * 1000
+    o.paths["/l"] = cached(body)
+    log = os.path.join(env.dir, "access.log")
+    px = start(env, o, extra=f"access_log: {{path: {log}, format: json}}\n")
+    c = H2Client(px.port)
+    for _ in range(2):
+        st, _, b = _get(c, "/l")
+        assert st == 200 and b == body
+    c.close()
+
+    def lines():
+        with open(log) as f:
+            return [json.loads(ln) for ln in f if ln.strip()]
+    wait_until(lambda: len(lines()) == 2, "two lines in the access log")
+    got = [(r["cache"], r["bytes_out"]) for r in lines()]
+    assert got == [("miss", len(body)), ("hit", len(body))], got
