@@ -162,6 +162,7 @@ struct h2s {
 	unsigned hit : 1;   /* answered from the cache (hit.h): its body comes from the object */
 	unsigned body_buf : 1;	  /* <in> is a body buffer (H2_BODY_BUFS) */
 	uint64_t grpc_timeout_ms; /* its grpc-timeout (0: none), its deadline from its start */
+	uint64_t buf_retry_ms;	  /* held, waiting for a body buffer: when to look again */
 	int32_t window_before;	  /* its send window as a SETTINGS frame began (window_check) */
 };
 
@@ -1274,15 +1275,23 @@ static void stream_start(struct h2s *s)
 /* A body without content-length is waited for before the stream starts (stream_end_head),
  * as a body is read before admission (stream_in_full: into a body buffer, up to a quarter
  * of it), until it ends, fills that, leaves the client no window to send more in, or
- * timeouts.header_ms has passed since the stream began. */
+ * timeouts.header_ms has passed since the stream began. One whose window closed while no body
+ * buffer could be had (every one lent, or the connection's H2_BODY_BUFS) waits for one, as a
+ * body read before admission does (the timer looks again: stream_due), so that the framing
+ * of a connection's bodies does not depend on how many it sends at once. */
 static int stream_holds(struct h2s *s)
 {
 	const struct worker *w = s->h->cl->w;
 	if (!s->sized || s->end_stream || s->flow_bad ||
 	    loop_now(w->loop) >= s->since_ms + w->conf->timeouts.header_ms)
 		return 0;
-	return !stream_in_full(s) &&
-	       nghttp2_session_get_stream_local_window_size(s->h->ss, s->id) > 0;
+	s->pace.buf_wait = 0;
+	if (stream_in_full(s))
+		return 0;
+	if (s->pace.buf_wait)
+		s->buf_retry_ms = loop_now(w->loop) + BODY_BUF_WAIT_MS;
+	return nghttp2_session_get_stream_local_window_size(s->h->ss, s->id) > 0 ||
+	       s->pace.buf_wait;
 }
 
 static void stream_run(struct h2s *s)
@@ -1757,7 +1766,10 @@ static uint64_t stream_due(const struct h2s *s, const struct conf_timeouts *t)
 {
 	if (s->x || s->given_up)
 		return UINT64_MAX;
-	if (!s->headers_in || (s->sized && !s->started)) /* (a held body: stream_holds) */
+	if (s->sized && !s->started && s->pace.buf_wait && /* (a held body: stream_holds) */
+	    s->buf_retry_ms < s->since_ms + t->header_ms)
+		return s->buf_retry_ms;
+	if (!s->headers_in || (s->sized && !s->started))
 		return s->since_ms + t->header_ms;
 	if (s->submitted && !s->eof)
 		return s->since_ms + (t->send_ms ? t->send_ms : t->between_bytes_ms);
@@ -1872,11 +1884,13 @@ void h2_on_timer(struct client *cl)
 		if (x && s->pace.client_full && t->send_ms &&
 		    now >= s->pace.client_took_ms + t->send_ms)
 			defence_count(h, H2_DEFENCE_SLOW_READER); /* deadline_fire() cuts it */
-		if (x && deadline_next(x, now) <= now && deadline_fire(x, now) != RUN_GONE &&
-		    s->x == x)
+		/* (a body waiting for a body buffer looks again each time: deadline_next() puts
+		 * that BODY_BUF_WAIT_MS from now, always ahead) */
+		if (x && (deadline_next(x, now) <= now || s->pace.buf_wait) &&
+		    deadline_fire(x, now) != RUN_GONE && s->x == x)
 			s->run = 1;
 		if (!x && stream_due(s, t) <= now && s->sized && !s->started) {
-			s->run = 1; /* its body still comes: it goes chunked */
+			s->run = 1; /* a body buffer may be free now; or its time is up: chunked */
 		} else if (!x && stream_due(s, t) <= now) {
 			if (!s->headers_in) { /* nothing else may come on the connection meanwhile
 					       */

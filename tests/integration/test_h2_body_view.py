@@ -106,3 +106,41 @@ def test_h2_one_connection_cannot_take_every_body_buffer(env):
     assert st == 200 and len(body) > 200000, (st, len(body))
     assert not c.reset, c.reset
     c.close()
+
+
+def test_h2_many_bodies_on_one_connection_each_keep_their_length(env):
+    """Twelve 200 KB bodies at once on one connection, half without content-length: each
+    reaches the backend whole, framed by its length. The connection's streams share a few
+    body buffers: a held body (no content-length) whose window closed waits for one, as a
+    body with a length does, rather than going chunked because others held them; and one
+    waiting for a buffer looks again every BODY_BUF_WAIT_MS (it waited for the body-rate
+    window, seconds, before)."""
+    be = echo_backend(env)
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1)
+    c = H2Client(px.port)
+    bodies = {}
+    for i in range(12):
+        body = bytes([65 + i]) * 200000
+        hs = [("content-length", str(len(body)))] if i % 2 else []
+        bodies[c.send("POST", f"/b{i}", headers=hs, end=False)] = body
+    pending = dict(bodies)
+    while pending:  # each stream's body as its window allows, interleaved
+        sent = False
+        for sid, body in list(pending.items()):
+            room = min(c.conn.local_flow_control_window(sid), c.conn.max_outbound_frame_size,
+                       len(body))
+            if room > 0:
+                c.conn.send_data(sid, body[:room], end_stream=room == len(body))
+                pending[sid] = body[room:]
+                sent = True
+                if not pending[sid]:
+                    del pending[sid]
+        c.flush()
+        if not sent:
+            c.pump()
+    for sid, body in bodies.items():
+        c.wait(lambda: sid in c.ended or sid in c.reset)
+        got = c.body.get(sid, b"")
+        assert sid not in c.reset and c.status[sid] == 200, (c.status, c.reset)
+        assert b"Content-Length: 200000\r\n" in got and got.endswith(body), got[:300]
+    c.close()
