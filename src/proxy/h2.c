@@ -1017,16 +1017,20 @@ static enum run codec_serve(struct exchange *x)
 		enum run r = hit_await_head(x);
 		if (r != RUN_AGAIN || !caching_answers(x))
 			return r;
-		struct buf *b = buf_get(&w->bufs);
-		int n = b ? hit_head(x, b->data, b->cap, 0, 1) : -1;
-		int bodyless = cx->hit_kind != HIT_FULL && cx->hit_kind != HIT_RANGE;
-		if (n <= 0 ||
-		    http_parse_response(b->data, (size_t)n, (size_t)n, x->meth, &w->head) <= 0 ||
-		    submit_head(s, &w->head, bodyless) < 0) {
+		if (s->early && !hit_continues_stream(x)) /* the proxy's event stream ends */
+			return exchange_reply(x, 502, "the cached answer is no event stream", 1);
+		if (!s->early) { /* (else its body goes on the proxy's event stream, no head) */
+			struct buf *b = buf_get(&w->bufs);
+			int n = b ? hit_head(x, b->data, b->cap, 0, 1) : -1;
+			int bodyless = cx->hit_kind != HIT_FULL && cx->hit_kind != HIT_RANGE;
+			int bad = n <= 0 ||
+				  http_parse_response(b->data, (size_t)n, (size_t)n, x->meth,
+						      &w->head) <= 0 ||
+				  submit_head(s, &w->head, bodyless) < 0;
 			worker_buf_put(w, b);
-			return exchange_abort(x, "cached head does not fit a buffer");
+			if (bad)
+				return exchange_abort(x, "cached head does not fit a buffer");
 		}
-		worker_buf_put(w, b);
 		hit_started(x);
 		s->hit = 1;
 		s->pace.client_took_ms = loop_now(w->loop);

@@ -207,6 +207,19 @@ size_t hit_copy(struct exchange *x, char *out, size_t len, int *end)
 	return got;
 }
 
+int hit_continues_stream(struct exchange *x)
+{
+	struct worker *w = x->w;
+	struct caching_x *cx = caching_ctx(x);
+	struct buf *b = buf_get(&w->bufs);
+	int n = b ? hit_head(x, b->data, b->cap, 0, 1) : -1;
+	int ok = n > 0 && cx->hit_kind == HIT_FULL &&
+		 http_parse_response(b->data, (size_t)n, (size_t)n, x->meth, &w->head) > 0 &&
+		 w->head.status == 200 && http_is_event_stream(&w->head);
+	worker_buf_put(w, b);
+	return ok;
+}
+
 enum run hit_run(struct client *cl)
 {
 	struct exchange *x = cl->x;

@@ -34,6 +34,12 @@ enum run hit_run(struct client *cl);
  * (caching_wait() for more when none came).
  */
 enum run hit_await_head(struct exchange *x);
+/* After the proxy's own event-stream head went (heartbeats, sse.h) and the cache answers in
+ * the backend's place (a revalidation's 304, stale-if-error; HTTP/2, whose codec consults
+ * the cache on the backend's head before it looks at the early stream): 1 when the answer is
+ * a whole 200 event stream, whose body then continues the stream without a head of its own;
+ * else 0, and the stream ends with an SSE error event. */
+int hit_continues_stream(struct exchange *x);
 int hit_head(struct exchange *x, char *out, size_t cap, int chunked, int keep);
 void hit_started(struct exchange *x);
 size_t hit_copy(struct exchange *x, char *out, size_t len, int *end);

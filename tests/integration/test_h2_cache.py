@@ -11,7 +11,7 @@ import threading
 import time
 import urllib.request
 
-from test_cache import Origin, Reply, cached, start
+from test_cache import Origin, Reply, cached, get, start
 from test_h2 import H2Client
 from harness import wait_until
 
@@ -173,3 +173,28 @@ def test_h2_hit_logs_the_bytes_sent_as_a_miss_does(env):
     wait_until(lambda: len(lines()) == 2, "two lines in the access log")
     got = [(r["cache"], r["bytes_out"]) for r in lines()]
     assert got == [("miss", len(body)), ("hit", len(body))], got
+
+
+def test_h2_stale_if_error_after_heartbeats_continues_the_event_stream(env):
+    """A streaming GET given heartbeats (the proxy's own event-stream head) while its origin
+    thinks, then answered from the cache in the origin's place (stale-if-error on a 503):
+    the cached head was submitted on the stream as a second HEADERS, a protocol error that
+    ended the client's connection (Python h2: "Trailers must have END_STREAM set"). Now the
+    cached event stream's body continues the stream the proxy began."""
+    o = Origin(env)
+    o.paths["/sie"] = cached(b"data: stale\n\n", ("Age", "100"),
+                             ("Content-Type", "text/event-stream"),
+                             cc="max-age=10, stale-if-error=600")
+    px = start(env, o, route_cache="true, sse_heartbeat_ms: 20")
+    assert get(px, "/sie", headers={"Host": "test"})[0] == 200
+    gate = threading.Event()
+    env.on_cleanup.append(gate.set)
+    o.paths["/sie"] = lambda req: Reply(503, [("Content-Type", "text/plain")], b"down", gate=gate)
+    c = H2Client(px.port)
+    sid = c.send("GET", "/sie", headers=[("accept", "text/event-stream")])
+    c.wait(lambda: b": waiting" in c.body.get(sid, b""))
+    gate.set()
+    c.wait(lambda: sid in c.ended or sid in c.reset)
+    assert sid not in c.reset and c.status[sid] == 200, (c.status, c.reset)
+    assert c.body[sid].endswith(b": waiting\n\ndata: stale\n\n"), c.body[sid]
+    c.close()
