@@ -856,9 +856,15 @@ static enum run stream_relay(struct h2s *s)
 
 /* --- what an exchange asks of this codec --- */
 
+static enum run codec_serve(struct exchange *x);
+
 static enum run codec_reply(struct exchange *x, int status, const char *detail, int keep)
 {
 	(void)keep;
+	if (caching_stale_on_error(x, status)) { /* stale-if-error answers in its place */
+		exchange_drop_upstream(x);
+		return codec_serve(x);
+	}
 	return stream_answer(x->conn, status, detail, NULL, 0);
 }
 

@@ -198,3 +198,20 @@ def test_h2_stale_if_error_after_heartbeats_continues_the_event_stream(env):
     assert sid not in c.reset and c.status[sid] == 200, (c.status, c.reset)
     assert c.body[sid].endswith(b": waiting\n\ndata: stale\n\n"), c.body[sid]
     c.close()
+
+
+def test_h2_stale_if_error_when_the_origin_is_gone(env):
+    """stale-if-error when the proxy itself answers 5xx (the origin refuses connections): the
+    HTTP/2 codec's own answers never asked the cache, so an HTTP/2 client got 502 where an
+    HTTP/1.1 client got the stale copy."""
+    o = Origin(env)
+    o.paths["/sie"] = cached(b"stale but there", ("Age", "100"),
+                             cc="max-age=10, stale-if-error=600")
+    px = start(env, o)
+    assert get(px, "/sie", headers={"Host": "test"})[2] == b"stale but there"
+    o.close()  # the origin gone entirely: connections refused
+    c = H2Client(px.port)
+    st, h, b = _get(c, "/sie")
+    assert st == 200 and b == b"stale but there", (st, b)
+    assert h["cache-status"].endswith("; detail=stale-if-error"), h
+    c.close()
