@@ -68,10 +68,15 @@ static uint64_t send_deadline(const struct exchange *x)
 	return p->client_full && send_ms ? p->client_took_ms + send_ms : 0;
 }
 
+/* routes.sse_heartbeat_ms (sse.h): while it waits for its backend. Not while it waits on
+ * another's fill for the cached head (caching.h, bounded by routes.cache.wait_ms): the answer
+ * is the cache's head, not the proxy's event stream, and deadline_fire() ends that wait first,
+ * so a heartbeat due then would never be sent nor put off (the timer firing at once, again
+ * and again: a worker spinning until the fill's head came). */
 static int heartbeat_due(const struct exchange *x)
 {
 	const struct xpace *p = exchange_pace(x);
-	return p->sse_hb && !x->resp_head && !p->buffering;
+	return p->sse_hb && !x->resp_head && !p->buffering && !caching_hit_waiting(x, NULL);
 }
 
 /* The queue's own deadline: spill over (after spillover.after_ms), or give up

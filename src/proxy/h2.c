@@ -118,6 +118,11 @@
  * honest mistake (an HPACK bomb: a table entry named over and over): the connection ends.
  * Below it, a long list is refused 431 and the connection goes on. */
 #define H2_BOMB_TIMES 16
+/* Body buffers (limits.body_buffer_bytes, BODY_BUFS_MAX a worker) one connection's streams may
+ * hold at once: a client's streams share these as an HTTP/1 client's one request holds one,
+ * so the bodies of one connection, held or sent slowly, never take every buffer of the worker
+ * (its other streams wait for one of these, as a body waits when all are lent). */
+#define H2_BODY_BUFS (BODY_BUFS_MAX / 16)
 
 struct h2;
 
@@ -155,7 +160,9 @@ struct h2s {
 	unsigned early : 1; /* the proxy's own event-stream head went (sse.h): own holds comments */
 	unsigned sized : 1; /* no content-length: the head ends at the start (stream_end_head) */
 	unsigned hit : 1;   /* answered from the cache (hit.h): its body comes from the object */
+	unsigned body_buf : 1;	  /* <in> is a body buffer (H2_BODY_BUFS) */
 	uint64_t grpc_timeout_ms; /* its grpc-timeout (0: none), its deadline from its start */
+	uint64_t buf_retry_ms;	  /* held, waiting for a body buffer: when to look again */
 	int32_t window_before;	  /* its send window as a SETTINGS frame began (window_check) */
 };
 
@@ -176,6 +183,7 @@ struct h2 {
 	int calm;     /* a defence sent GOAWAY ENHANCE_YOUR_CALM: nothing more is read */
 	struct h2_bucket resets, control; /* limits.http2_max_resets, _max_control_frames */
 	uint64_t quiet_ms;		  /* when the last stream ended */
+	unsigned body_bufs;		  /* body buffers its streams hold (H2_BODY_BUFS) */
 	int32_t peer_window;		  /* the client's SETTINGS_INITIAL_WINDOW_SIZE */
 	int32_t last_id;		  /* the highest stream id a client HEADERS named */
 	int32_t gaps[H2_GAPS][2];	  /* stream ids it skipped (first, last), the latest */
@@ -273,6 +281,17 @@ static void rcbuf_drop(nghttp2_rcbuf **r)
 	*r = NULL;
 }
 
+/* The stream's input goes back: a body buffer to the connection's count too. */
+static void stream_in_drop(struct h2s *s)
+{
+	struct worker *w = s->h->cl->w;
+	if (s->body_buf)
+		s->h->body_bufs--;
+	s->body_buf = 0;
+	worker_buf_put(w, s->in);
+	s->in = NULL;
+}
+
 /* Everything the stream holds goes back; it joins the spares. */
 static void stream_release(struct h2s *s)
 {
@@ -282,7 +301,7 @@ static void stream_release(struct h2s *s)
 	rcbuf_drop(&s->path);
 	rcbuf_drop(&s->auth);
 	worker_buf_put(w, s->head);
-	worker_buf_put(w, s->in);
+	stream_in_drop(s);
 	worker_buf_put(w, s->own);
 	worker_buf_put(w, s->trail);
 	s->head = s->in = s->own = s->trail = NULL;
@@ -323,17 +342,20 @@ static void h2_kick(struct h2 *h)
 }
 
 /* The stream's input moves to a body buffer (limits.body_buffer_bytes), and its window
- * grows with it. 0, -ENOSPC (it is one), -EBUSY (every body buffer is lent), -ENOMEM. */
+ * grows with it. 0, -ENOSPC (it is one), -EBUSY (every body buffer is lent, or the
+ * connection's H2_BODY_BUFS), -ENOMEM. */
 static int stream_in_grow(struct h2s *s)
 {
 	struct worker *w = s->h->cl->w;
 	if (s->in->cap >= w->body_bufs.size)
 		return -ENOSPC;
-	if (w->body_bufs.live >= BODY_BUFS_MAX)
+	if (w->body_bufs.live >= BODY_BUFS_MAX || s->h->body_bufs >= H2_BODY_BUFS)
 		return -EBUSY;
 	struct buf *b = buf_get(&w->body_bufs);
 	if (!b)
 		return -ENOMEM;
+	s->h->body_bufs++;
+	s->body_buf = 1;
 	memcpy(b->data, buf_head(s->in), buf_len(s->in));
 	b->end = (uint32_t)buf_len(s->in);
 	worker_buf_put(w, s->in);
@@ -729,10 +751,8 @@ static enum run stream_answer(struct h2s *s, int status, const char *detail, con
 	if (r <= 0)
 		nghttp2_submit_rst_stream(s->h->ss, NGHTTP2_FLAG_NONE, s->id,
 					  NGHTTP2_INTERNAL_ERROR);
-	else if (!s->end_stream) { /* the rest of the body is not wanted: read and dropped */
-		worker_buf_put(w, s->in);
-		s->in = NULL;
-	}
+	else if (!s->end_stream) /* the rest of the body is not wanted: read and dropped */
+		stream_in_drop(s);
 	log_debug("%s: stream %d: %d %s", cl->ip, s->id, status, detail);
 	h2_kick(s->h);
 	return RUN_AGAIN;
@@ -845,9 +865,15 @@ static enum run stream_relay(struct h2s *s)
 
 /* --- what an exchange asks of this codec --- */
 
+static enum run codec_serve(struct exchange *x);
+
 static enum run codec_reply(struct exchange *x, int status, const char *detail, int keep)
 {
 	(void)keep;
+	if (caching_stale_on_error(x, status)) { /* stale-if-error answers in its place */
+		exchange_drop_upstream(x);
+		return codec_serve(x);
+	}
 	return stream_answer(x->conn, status, detail, NULL, 0);
 }
 
@@ -1006,16 +1032,20 @@ static enum run codec_serve(struct exchange *x)
 		enum run r = hit_await_head(x);
 		if (r != RUN_AGAIN || !caching_answers(x))
 			return r;
-		struct buf *b = buf_get(&w->bufs);
-		int n = b ? hit_head(x, b->data, b->cap, 0, 1) : -1;
-		int bodyless = cx->hit_kind != HIT_FULL && cx->hit_kind != HIT_RANGE;
-		if (n <= 0 ||
-		    http_parse_response(b->data, (size_t)n, (size_t)n, x->meth, &w->head) <= 0 ||
-		    submit_head(s, &w->head, bodyless) < 0) {
+		if (s->early && !hit_continues_stream(x)) /* the proxy's event stream ends */
+			return exchange_reply(x, 502, "the cached answer is no event stream", 1);
+		if (!s->early) { /* (else its body goes on the proxy's event stream, no head) */
+			struct buf *b = buf_get(&w->bufs);
+			int n = b ? hit_head(x, b->data, b->cap, 0, 1) : -1;
+			int bodyless = cx->hit_kind != HIT_FULL && cx->hit_kind != HIT_RANGE;
+			int bad = n <= 0 ||
+				  http_parse_response(b->data, (size_t)n, (size_t)n, x->meth,
+						      &w->head) <= 0 ||
+				  submit_head(s, &w->head, bodyless) < 0;
 			worker_buf_put(w, b);
-			return exchange_abort(x, "cached head does not fit a buffer");
+			if (bad)
+				return exchange_abort(x, "cached head does not fit a buffer");
 		}
-		worker_buf_put(w, b);
 		hit_started(x);
 		s->hit = 1;
 		s->pace.client_took_ms = loop_now(w->loop);
@@ -1171,13 +1201,18 @@ static void head_line(struct h2s *s)
  * do it): its head is ended when the stream starts, so that a body whole by then is framed by
  * its length, as a client that gave content-length frames it, and every stage reads it (the
  * model, balance: llm's prompt, a token reservation: a chunked body is read by none). A body
- * still coming then, or one with trailers, goes chunked, the bytes in hand its first chunk.
+ * still coming then, one with trailers, or one longer than what is read before admission (a
+ * quarter of a body buffer: stream_in_full) goes chunked, the bytes in hand its first chunk.
+ * That length is the rule whatever the timing: a client whose window let it send more before
+ * the stream last ran (a read that held the whole body and its end) is framed the same.
  */
 static void stream_end_head(struct h2s *s)
 {
+	const struct worker *w = s->h->cl->w;
 	size_t n = s->in ? buf_len(s->in) : 0;
+	size_t most = (w->body_bufs.size > w->bufs.size ? w->body_bufs.size : w->bufs.size) / 4;
 	s->sized = 0;
-	if (s->end_stream) {
+	if (s->end_stream && n <= most) {
 		(void)h2head_end_sized(&s->hh, n); /* (an error is kept in hh.err) */
 		return;
 	}
@@ -1188,7 +1223,8 @@ static void stream_end_head(struct h2s *s)
 		return;
 	char line[24];
 	int k = snprintf(line, sizeof(line), "%zx\r\n", n);
-	if (buf_room(s->in) < (size_t)k + 2) { /* (the window is at most half the buffer) */
+	size_t last = s->end_stream ? 5 : 0;	      /* its end came: the last chunk too */
+	if (buf_room(s->in) < (size_t)k + 2 + last) { /* (the window is at most half the buffer) */
 		s->flow_bad = 1;
 		nghttp2_submit_rst_stream(s->h->ss, NGHTTP2_FLAG_NONE, s->id,
 					  NGHTTP2_REFUSED_STREAM);
@@ -1196,8 +1232,8 @@ static void stream_end_head(struct h2s *s)
 	}
 	memmove(s->in->data + s->in->start + k, buf_head(s->in), n);
 	memcpy(s->in->data + s->in->start, line, (size_t)k);
-	memcpy(s->in->data + s->in->end + k, "\r\n", 2);
-	s->in->end += (uint32_t)k + 2;
+	memcpy(s->in->data + s->in->end + k, "\r\n0\r\n\r\n", 2 + last);
+	s->in->end += (uint32_t)(k + 2 + last);
 }
 
 /* The head is whole: it becomes an exchange, which runs its stages. */
@@ -1271,15 +1307,23 @@ static void stream_start(struct h2s *s)
 /* A body without content-length is waited for before the stream starts (stream_end_head),
  * as a body is read before admission (stream_in_full: into a body buffer, up to a quarter
  * of it), until it ends, fills that, leaves the client no window to send more in, or
- * timeouts.header_ms has passed since the stream began. */
+ * timeouts.header_ms has passed since the stream began. One whose window closed while no body
+ * buffer could be had (every one lent, or the connection's H2_BODY_BUFS) waits for one, as a
+ * body read before admission does (the timer looks again: stream_due), so that the framing
+ * of a connection's bodies does not depend on how many it sends at once. */
 static int stream_holds(struct h2s *s)
 {
 	const struct worker *w = s->h->cl->w;
 	if (!s->sized || s->end_stream || s->flow_bad ||
 	    loop_now(w->loop) >= s->since_ms + w->conf->timeouts.header_ms)
 		return 0;
-	return !stream_in_full(s) &&
-	       nghttp2_session_get_stream_local_window_size(s->h->ss, s->id) > 0;
+	s->pace.buf_wait = 0;
+	if (stream_in_full(s))
+		return 0;
+	if (s->pace.buf_wait)
+		s->buf_retry_ms = loop_now(w->loop) + BODY_BUF_WAIT_MS;
+	return nghttp2_session_get_stream_local_window_size(s->h->ss, s->id) > 0 ||
+	       s->pace.buf_wait;
 }
 
 static void stream_run(struct h2s *s)
@@ -1754,7 +1798,10 @@ static uint64_t stream_due(const struct h2s *s, const struct conf_timeouts *t)
 {
 	if (s->x || s->given_up)
 		return UINT64_MAX;
-	if (!s->headers_in || (s->sized && !s->started)) /* (a held body: stream_holds) */
+	if (s->sized && !s->started && s->pace.buf_wait && /* (a held body: stream_holds) */
+	    s->buf_retry_ms < s->since_ms + t->header_ms)
+		return s->buf_retry_ms;
+	if (!s->headers_in || (s->sized && !s->started))
 		return s->since_ms + t->header_ms;
 	if (s->submitted && !s->eof)
 		return s->since_ms + (t->send_ms ? t->send_ms : t->between_bytes_ms);
@@ -1869,11 +1916,13 @@ void h2_on_timer(struct client *cl)
 		if (x && s->pace.client_full && t->send_ms &&
 		    now >= s->pace.client_took_ms + t->send_ms)
 			defence_count(h, H2_DEFENCE_SLOW_READER); /* deadline_fire() cuts it */
-		if (x && deadline_next(x, now) <= now && deadline_fire(x, now) != RUN_GONE &&
-		    s->x == x)
+		/* (a body waiting for a body buffer looks again each time: deadline_next() puts
+		 * that BODY_BUF_WAIT_MS from now, always ahead) */
+		if (x && (deadline_next(x, now) <= now || s->pace.buf_wait) &&
+		    deadline_fire(x, now) != RUN_GONE && s->x == x)
 			s->run = 1;
 		if (!x && stream_due(s, t) <= now && s->sized && !s->started) {
-			s->run = 1; /* its body still comes: it goes chunked */
+			s->run = 1; /* a body buffer may be free now; or its time is up: chunked */
 		} else if (!x && stream_due(s, t) <= now) {
 			if (!s->headers_in) { /* nothing else may come on the connection meanwhile
 					       */

@@ -27,13 +27,19 @@ enum run hit_run(struct client *cl);
  * it is (or the exchange went on without it: caching_answers() NULL), RUN_STAY to wait.
  * hit_head: the answer's head as HTTP/1.1 (<chunked>: while the fill's length is unknown,
  * chunked framing may be said; <keep>: no Connection: close) into out[0..cap): its length,
- * or -1 when it does not fit.
+ * or -1 when it does not fit (the log counts it where the codec writes it).
  * hit_started: the head went: the exchange's status and log say so.
  * hit_copy: up to <len> body bytes of the answer from where it is into <out>, moved past;
  * *end 1 when the answer is whole, -1 when the fill it reads failed before it was, else 0
  * (caching_wait() for more when none came).
  */
 enum run hit_await_head(struct exchange *x);
+/* After the proxy's own event-stream head went (heartbeats, sse.h) and the cache answers in
+ * the backend's place (a revalidation's 304, stale-if-error; HTTP/2, whose codec consults
+ * the cache on the backend's head before it looks at the early stream): 1 when the answer is
+ * a whole 200 event stream, whose body then continues the stream without a head of its own;
+ * else 0, and the stream ends with an SSE error event. */
+int hit_continues_stream(struct exchange *x);
 int hit_head(struct exchange *x, char *out, size_t cap, int chunked, int keep);
 void hit_started(struct exchange *x);
 size_t hit_copy(struct exchange *x, char *out, size_t len, int *end);

@@ -4,7 +4,9 @@ picks the backends, balance: llm's prompt, a stream's heartbeats."""
 
 import json
 
-from harness import status
+import h2.events
+
+from harness import echo_backend, pool_yaml, request, status
 from test_h2 import H2Client
 
 
@@ -78,4 +80,67 @@ def test_h2_body_without_content_length_matches_a_model_route(env):
     c.send_body(sid, body)
     c.wait(lambda: sid in c.ended or sid in c.reset)
     assert c.status[sid] == 411, (c.status[sid], c.body.get(sid))
+    c.close()
+
+
+def test_h2_one_connection_cannot_take_every_body_buffer(env):
+    """Bodies a client sends slowly hold body buffers (limits.body_buffer_bytes) while they are
+    read, at most 64 a worker. One HTTP/2 connection's streams each took one: sent without
+    content-length and never ended, each was held (waiting for its end) in a body buffer for
+    timeouts.header_ms, and then read on; 64 of them left none to anyone else, and an
+    HTTP/1.1 client's body waited for as long. Now one connection's streams share a few."""
+    be = echo_backend(env)
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1,
+                   extra="timeouts: {header_ms: 60000}\n")
+    c = H2Client(px.port)
+    sids = [c.send("POST", f"/slow/{i}", body=b"x" * 12000, end=False) for i in range(80)]
+    c.conn.ping(b"12345678")  # its answer comes after every stream's DATA was read
+    c.flush()
+    acked = []
+    while not acked:
+        data = c.sock.recv(65536)
+        assert data, "the proxy closed the connection"
+        acked = [e for e in c.conn.receive_data(data) if isinstance(e, h2.events.PingAckReceived)]
+        c.flush()
+    st, _, body = request(px.port, "POST", "/victim", body=b"y" * 200000, timeout=10)
+    assert st == 200 and len(body) > 200000, (st, len(body))
+    assert not c.reset, c.reset
+    c.close()
+
+
+def test_h2_many_bodies_on_one_connection_each_keep_their_length(env):
+    """Twelve 200 KB bodies at once on one connection, half without content-length: each
+    reaches the backend whole, framed by its length. The connection's streams share a few
+    body buffers: a held body (no content-length) whose window closed waits for one, as a
+    body with a length does, rather than going chunked because others held them; and one
+    waiting for a buffer looks again every BODY_BUF_WAIT_MS (it waited for the body-rate
+    window, seconds, before)."""
+    be = echo_backend(env)
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1)
+    c = H2Client(px.port)
+    bodies = {}
+    for i in range(12):
+        body = bytes([65 + i]) * 200000
+        hs = [("content-length", str(len(body)))] if i % 2 else []
+        bodies[c.send("POST", f"/b{i}", headers=hs, end=False)] = body
+    pending = dict(bodies)
+    while pending:  # each stream's body as its window allows, interleaved
+        sent = False
+        for sid, body in list(pending.items()):
+            room = min(c.conn.local_flow_control_window(sid), c.conn.max_outbound_frame_size,
+                       len(body))
+            if room > 0:
+                c.conn.send_data(sid, body[:room], end_stream=room == len(body))
+                pending[sid] = body[room:]
+                sent = True
+                if not pending[sid]:
+                    del pending[sid]
+        c.flush()
+        if not sent:
+            c.pump()
+    for sid, body in bodies.items():
+        c.wait(lambda: sid in c.ended or sid in c.reset)
+        got = c.body.get(sid, b"")
+        assert sid not in c.reset and c.status[sid] == 200, (c.status, c.reset)
+        assert b"Content-Length: 200000\r\n" in got and got.endswith(body), got[:300]
     c.close()
