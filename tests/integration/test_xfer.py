@@ -191,10 +191,12 @@ def send_while(ln, args, at_bytes, action, port=7099):
 
 
 def test_split_adapts_when_a_link_slows(env):
-    """Two equal links; a quarter of the way in, link 0 drops to a sixth of its rate: from
-    then on the other link takes most chunks, so it ends up carrying clearly more."""
+    """Two equal links; an eighth of the way in, link 0 drops to a sixth of its rate: from
+    then on the other link takes most chunks, so it ends up carrying clearly more. (24 MiB:
+    with 12 a poll of the receiver's metrics on a loaded machine could see the switch come
+    near the end, the links then even.)"""
     ln = links(env, [60, 60])
-    src, dst = make_file(os.path.join(env.dir, "f.bin"), 12 << 20), os.path.join(env.dir, "dst")
+    src, dst = make_file(os.path.join(env.dir, "f.bin"), 24 << 20), os.path.join(env.dir, "dst")
     os.makedirs(dst)
     remote = f"{ln.receiver_addr(0)}:7000,{ln.receiver_addr(1)}:7000"
     serve(env, remote, dst, ns=ln, metrics="127.0.0.1:7099")
