@@ -39,6 +39,8 @@ struct xfer_link_report {
 	double gbps;	 /* recent goodput (progress) or the average (final report) */
 	unsigned up;	 /* streams connected now */
 	unsigned failed; /* streams lost (stall, reset) */
+	char iface[16];	 /* the interface it leaves by ("": not known) */
+	int numa_node;	 /* that interface's NUMA node, -1: not shown */
 };
 
 struct xfer_report {

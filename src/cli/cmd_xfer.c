@@ -293,9 +293,18 @@ static void print_json(const struct xfer_report *r, int rc)
 		printf(", \"local\": ");
 		json_write_string(stdout, l->local);
 		printf(", \"bytes\": %llu, \"gbit_per_s\": %.3f, \"streams_up\": %u, "
-		       "\"streams_lost\": %u, \"bytes_sent\": %llu, \"chunks_dup\": %u}",
+		       "\"streams_lost\": %u, \"bytes_sent\": %llu, \"chunks_dup\": %u, "
+		       "\"interface\": ",
 		       (unsigned long long)l->bytes, l->gbps, l->up, l->failed,
 		       (unsigned long long)l->sent, l->dups);
+		if (l->iface[0])
+			json_write_string(stdout, l->iface);
+		else
+			printf("null");
+		if (l->numa_node >= 0)
+			printf(", \"numa_node\": %d}", l->numa_node);
+		else
+			printf(", \"numa_node\": null}");
 	}
 	printf("], \"error\": ");
 	json_write_string(stdout, r->error);
@@ -396,7 +405,8 @@ static int report_result(const struct xfer_report *r, int rc, int json, int quie
 			fprintf(stderr, ", %s sent, %s of it duplicate", sent, dup);
 		}
 		for (unsigned i = 0; i < r->nlinks; i++)
-			fprintf(stderr, "%s %s %.2f Gbit/s", i ? "," : ";", r->links[i].remote,
+			fprintf(stderr, "%s %s%s%s %.2f Gbit/s", i ? "," : ";", r->links[i].remote,
+				r->links[i].iface[0] ? " via " : "", r->links[i].iface,
 				r->links[i].gbps);
 		fprintf(stderr, "\n");
 	}

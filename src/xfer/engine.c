@@ -23,7 +23,9 @@
 #include "xfer/engine.h"
 
 #include "core/clock.h"
+#include "core/log.h"
 #include "net/addr.h"
+#include "net/route.h"
 #include "net/sock.h"
 #include "xfer/conn.h"
 #include "xfer/sched.h"
@@ -53,6 +55,7 @@ enum stream_state { ST_RUNNING, ST_PARKED, ST_DEAD };
 
 struct link {
 	struct xfer_path path; /* where to dial, from which source address */
+	struct net_iface nic;  /* the interface that source address is on */
 	_Atomic uint64_t bytes, sent;
 	_Atomic unsigned up, failed, dups;
 	uint64_t last_bytes;
@@ -404,6 +407,42 @@ static void *stream_main(void *arg)
 	return NULL;
 }
 
+/*
+ * Which source address and interface link <l> leaves by: the one given (--from), else the
+ * source the kernel's route to its receiver has, bound from then on, so that the link keeps
+ * its NIC if the routes change while it runs (a link that goes down fails over to the other
+ * links, never onto their NICs).
+ */
+static void link_route(struct link *l)
+{
+	struct xfer_path *p = &l->path;
+	if (!p->has_local && net_route_source(&p->remote, &p->local) == 0) {
+		char host[INET6_ADDRSTRLEN + 8];
+		p->has_local = 1;
+		snprintf(p->lname, sizeof(p->lname), "%.63s",
+			 net_addr_host((const struct sockaddr *)&p->local.ss, host, sizeof(host)));
+	}
+	if (!p->has_local || net_iface_of(&p->local, &l->nic) < 0)
+		l->nic = (struct net_iface){.numa_node = -1};
+}
+
+/* Two links that leave by one interface (not loopback) share its bandwidth: the split by
+ * measured rate gains nothing from the second. Said once per pair. */
+static void links_share_nic(const struct xfer_engine *e)
+{
+	for (unsigned i = 0; i < e->nlinks; i++)
+		for (unsigned j = i + 1; j < e->nlinks; j++) {
+			const struct net_iface *a = &e->links[i].nic, *b = &e->links[j].nic;
+			if (a->name[0] && !a->loopback && !strcmp(a->name, b->name))
+				log_warn(
+				    "xfer: links %u (%s) and %u (%s) both leave by %s: they share "
+				    "its bandwidth; give receiver addresses routed over other "
+				    "interfaces, or --from",
+				    i + 1, e->links[i].path.rname, j + 1, e->links[j].path.rname,
+				    a->name);
+		}
+}
+
 static int parse_links(struct xfer_engine *e, const struct xfer_send_opts *o,
 		       const struct xfer_path *given, int ngiven)
 {
@@ -417,9 +456,12 @@ static int parse_links(struct xfer_engine *e, const struct xfer_send_opts *o,
 		set_error(e, "%s", n < 0 ? err : "too many links");
 		return -EINVAL;
 	}
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
 		e->links[i].path = paths[i];
+		link_route(&e->links[i]);
+	}
 	e->nlinks = (unsigned)n;
+	links_share_nic(e);
 	return 0;
 }
 
@@ -665,6 +707,8 @@ static void fill_report(struct xfer_engine *e, struct xfer_report *r, int final)
 		struct xfer_link_report *lr = &r->links[i];
 		snprintf(lr->local, sizeof(lr->local), "%s", l->path.lname);
 		snprintf(lr->remote, sizeof(lr->remote), "%s", l->path.rname);
+		snprintf(lr->iface, sizeof(lr->iface), "%s", l->nic.name);
+		lr->numa_node = l->nic.numa_node;
 		lr->bytes = atomic_load(&l->bytes);
 		lr->sent = atomic_load(&l->sent);
 		lr->dups = atomic_load(&l->dups);

@@ -130,6 +130,7 @@ static void get_report(struct xfer_server *s, const struct xfer_path *paths, int
 		struct xfer_link_report *l = &rep->links[i];
 		snprintf(l->remote, sizeof(l->remote), "%s", paths[i].rname);
 		snprintf(l->local, sizeof(l->local), "%s", paths[i].lname);
+		l->numa_node = -1; /* (a pull's links: not looked up) */
 		l->bytes = atomic_load(&s->link_bytes[i]);
 		l->gbps = rep->seconds > 0 ? (double)l->bytes * 8 / rep->seconds / 1e9 : 0;
 		rep->bytes_acked += l->bytes;
