@@ -128,6 +128,13 @@ struct worker {
 	struct ssl_session_st **tls_sessions; /* per backend id: the last TLS session (pools.tls) */
 	struct list_head clients;	 /* client connections (the owner's, by their own link) */
 	struct list_head free_exchanges; /* exchanges not in use, for reuse */
+	/* how many of them, and of bufs, to keep for a load under way (exchange.c) */
+	struct worker_spares {
+		struct loop_timer timer; /* armed while requests begin (every SPARES_TICK_MS) */
+		uint32_t starts;	 /* exchanges begun since the last tick */
+		uint32_t starts_before;	 /* ... in the tick before */
+		uint32_t exchanges;	 /* free exchanges kept beyond FREE_MAX: up to this */
+	} spares;
 	struct list_head live_exchanges; /* exchanges in use, oldest first */
 	/* listen[].mode: tcp connections, and ended ones kept for reuse (proxy/l4.h) */
 	struct list_head l4_conns, l4_spares;
