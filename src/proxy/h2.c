@@ -64,6 +64,7 @@
 #include "proxy/h2.h"
 #include "core/clock.h"
 #include "core/log.h"
+#include "core/smallmem.h"
 #include "http/grpc.h"
 #include "http/h2head.h"
 #include "http/target.h"
@@ -170,7 +171,30 @@ struct h2 {
 	int32_t last_id;		  /* the highest stream id a client HEADERS named */
 	int32_t gaps[H2_GAPS][2];	  /* stream ids it skipped (first, last), the latest */
 	unsigned ngaps;
+	nghttp2_mem mem; /* nghttp2's allocations: the worker's free lists (w->h2mem) */
 };
+
+/* nghttp2 allocates a stream, its headers and each frame it queues: from the worker's free
+ * lists (core/smallmem.h), not malloc, so a request takes no trip through malloc. */
+static void *mem_malloc(size_t size, void *ud)
+{
+	return smallmem_alloc(ud, size);
+}
+
+static void mem_free(void *p, void *ud)
+{
+	smallmem_free(ud, p);
+}
+
+static void *mem_calloc(size_t nmemb, size_t size, void *ud)
+{
+	return smallmem_calloc(ud, nmemb, size);
+}
+
+static void *mem_realloc(void *p, size_t size, void *ud)
+{
+	return smallmem_realloc(ud, p, size);
+}
 
 static const struct exchange_codec_ops h2_codec;
 
@@ -1513,9 +1537,10 @@ static void streams_mark_full(struct h2 *h)
 		struct exchange *x = s->x;
 		if (!x)
 			continue;
-		int shut =
-		    conn_shut || nghttp2_session_get_stream_remote_window_size(h->ss, s->id) <= 0;
-		s->pace.client_full = x->resp_head && x->resp.ready && shut;
+		/* the window is looked up (a hash lookup in nghttp2) only where bytes wait */
+		s->pace.client_full =
+		    x->resp_head && x->resp.ready &&
+		    (conn_shut || nghttp2_session_get_stream_remote_window_size(h->ss, s->id) <= 0);
 	}
 }
 
@@ -1697,7 +1722,12 @@ void h2_take(struct client *cl)
 	if (lim->h2_max_resets)
 		nghttp2_option_set_stream_reset_rate_limit(opt, 4ull * lim->h2_max_resets + 1000,
 							   4ull * lim->h2_max_resets + 33);
-	if (nghttp2_session_server_new2(&h->ss, cb, h, opt))
+	h->mem = (nghttp2_mem){.mem_user_data = &w->h2mem,
+			       .malloc = mem_malloc,
+			       .free = mem_free,
+			       .calloc = mem_calloc,
+			       .realloc = mem_realloc};
+	if (nghttp2_session_server_new3(&h->ss, cb, h, opt, &h->mem))
 		goto fail;
 	nghttp2_session_callbacks_del(cb);
 	nghttp2_option_del(opt);
