@@ -10,6 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define SMALLMEM_BYPASS 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SMALLMEM_BYPASS 1
+#endif
+#endif
+
 #define HEADER 16
 #define LARGE UINT32_MAX
 #define SMALLEST 32
@@ -20,14 +28,7 @@ struct block {
 	uint64_t pad;
 };
 
-#if defined(__SANITIZE_ADDRESS__)
-#define SMALLMEM_BYPASS 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SMALLMEM_BYPASS 1
-#endif
-#endif
-
+#ifndef SMALLMEM_BYPASS
 /* The class that holds <n> bytes, or LARGE. */
 static uint32_t class_of(size_t n)
 {
@@ -42,6 +43,7 @@ static size_t class_bytes(uint32_t k)
 {
 	return (size_t)SMALLEST << k;
 }
+#endif
 
 void *smallmem_alloc(struct smallmem *m, size_t n)
 {
