@@ -1,9 +1,9 @@
 /*
  * worker.h - a worker thread and what it lends the connections it runs: its event loop, its
- * buffer pools, a few empty pipes (splice_body.h), its idle upstream connections (one list per
- * backend) and the last TLS session with each backend (offered on the next connect, so it
- * resumes), its random state, a parse scratch, and the inbox where queued requests are
- * granted slots.
+ * buffer pools, the small blocks nghttp2 takes (core/smallmem.h), a few empty pipes
+ * (splice_body.h), its idle upstream connections (one list per backend) and the last TLS session
+ * with each backend (offered on the next connect, so it resumes), its random state, a parse
+ * scratch, and the inbox where queued requests are granted slots.
  *
  * Everything here belongs to one thread; nothing is locked except the inbox. The worker
  * knows nothing of what runs on it: whoever starts it (proxy.c) gives it a table of owner
