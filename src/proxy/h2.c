@@ -64,8 +64,8 @@
 #include "proxy/h2.h"
 #include "core/clock.h"
 #include "core/log.h"
-#include "core/smallmem.h"
 #include "http/grpc.h"
+#include "http/h2mem.h"
 #include "http/h2head.h"
 #include "http/target.h"
 #include "guard/auth.h"
@@ -173,28 +173,6 @@ struct h2 {
 	unsigned ngaps;
 	nghttp2_mem mem; /* nghttp2's allocations: the worker's free lists (w->h2mem) */
 };
-
-/* nghttp2 allocates a stream, its headers and each frame it queues: from the worker's free
- * lists (core/smallmem.h), not malloc, so a request takes no trip through malloc. */
-static void *mem_malloc(size_t size, void *ud)
-{
-	return smallmem_alloc(ud, size);
-}
-
-static void mem_free(void *p, void *ud)
-{
-	smallmem_free(ud, p);
-}
-
-static void *mem_calloc(size_t nmemb, size_t size, void *ud)
-{
-	return smallmem_calloc(ud, nmemb, size);
-}
-
-static void *mem_realloc(void *p, size_t size, void *ud)
-{
-	return smallmem_realloc(ud, p, size);
-}
 
 static const struct exchange_codec_ops h2_codec;
 
@@ -1722,11 +1700,7 @@ void h2_take(struct client *cl)
 	if (lim->h2_max_resets)
 		nghttp2_option_set_stream_reset_rate_limit(opt, 4ull * lim->h2_max_resets + 1000,
 							   4ull * lim->h2_max_resets + 33);
-	h->mem = (nghttp2_mem){.mem_user_data = &w->h2mem,
-			       .malloc = mem_malloc,
-			       .free = mem_free,
-			       .calloc = mem_calloc,
-			       .realloc = mem_realloc};
+	h2mem_init(&h->mem, &w->h2mem); /* a request takes no trip through malloc */
 	if (nghttp2_session_server_new3(&h->ss, cb, h, opt, &h->mem))
 		goto fail;
 	nghttp2_session_callbacks_del(cb);

@@ -128,7 +128,7 @@ struct worker {
 	struct list_head *h2_conns;   /* HTTP/2 connections to backends (up_h2.h), per backend id */
 	struct ssl_session_st **tls_sessions; /* per backend id: the last TLS session (pools.tls) */
 	struct list_head clients;	 /* client connections (the owner's, by their own link) */
-	struct smallmem h2mem;		 /* what nghttp2 allocates for client sessions (h2.c) */
+	struct smallmem h2mem;		 /* what nghttp2 allocates (http/h2mem.h: h2.c, up_h2.c) */
 	struct list_head free_exchanges; /* exchanges not in use, for reuse */
 	/* how many of them, and of bufs, to keep for a load under way (exchange.c) */
 	struct worker_spares {
