@@ -4,7 +4,10 @@
  * Buffers are whole pages from mmap, not malloc: a buffer beyond the free list's bound goes
  * back to the kernel at once, so memory taken by a burst of busy connections is returned
  * when they go idle (malloc would keep the touched pages in its arena). The free list
- * absorbs the steady state, so mmap and munmap run only when the load changes.
+ * absorbs the steady state, so mmap and munmap run only when the load changes. Its bound is
+ * max_free, or more for a while when the owner says so (buf_pool_keep): a load whose buffers
+ * in use swing by hundreds from one loop turn to the next would otherwise map and unmap a
+ * buffer at each swing, and each munmap costs a TLB shootdown.
  */
 #include "core/buf.h"
 
@@ -25,6 +28,7 @@ void buf_pool_init(struct buf_pool *pool, uint32_t size, uint32_t max_free)
 	pool->map_bytes = (sizeof(struct buf) + size + page - 1) / page * page;
 	pool->nfree = 0;
 	pool->max_free = max_free;
+	pool->keep = 0;
 	pool->live = 0;
 	atomic_init(&pool->lent_bytes, 0);
 }
@@ -44,6 +48,18 @@ void buf_pool_drain(struct buf_pool *pool)
 		munmap(b, buf_bytes(pool));
 	}
 	pool->nfree = 0;
+}
+
+void buf_pool_keep(struct buf_pool *pool, uint32_t n)
+{
+	pool->keep = n;
+	uint32_t bound = n > pool->max_free ? n : pool->max_free;
+	while (pool->nfree > bound) {
+		struct buf *b = pool->free;
+		pool->free = b->next;
+		pool->nfree--;
+		munmap(b, buf_bytes(pool));
+	}
 }
 
 struct buf *buf_get(struct buf_pool *pool)
@@ -73,7 +89,7 @@ void buf_put(struct buf_pool *pool, struct buf *b)
 		return;
 	pool->live--;
 	lent_add(pool, -(int64_t)buf_bytes(pool));
-	if (pool->nfree >= pool->max_free) {
+	if (pool->nfree >= pool->max_free && pool->nfree >= pool->keep) {
 		munmap(b, buf_bytes(pool));
 		return;
 	}

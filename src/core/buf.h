@@ -29,13 +29,20 @@ struct buf_pool {
 	uint32_t size;	   /* capacity of every buffer of this pool */
 	size_t map_bytes;  /* what one buffer takes: its header and data, in whole pages */
 	uint32_t nfree;	   /* buffers on the free list */
-	uint32_t max_free; /* beyond this, returned buffers are freed */
+	uint32_t max_free; /* beyond this (and keep), returned buffers are freed */
+	uint32_t keep;	   /* the owner's bound above max_free for now (buf_pool_keep) */
 	uint64_t live;	   /* buffers handed out and not yet returned */
 	_Atomic uint64_t lent_bytes; /* ... and the memory they take, pages included */
 };
 
 void buf_pool_init(struct buf_pool *pool, uint32_t size, uint32_t max_free);
 void buf_pool_drain(struct buf_pool *pool);
+/*
+ * Keep up to <n> free buffers from now on (never fewer than the pool's max_free), and give
+ * the free ones beyond that back to the kernel now: the owner raises it while a load swings
+ * through more buffers than max_free and lowers it once the load has gone.
+ */
+void buf_pool_keep(struct buf_pool *pool, uint32_t n);
 /* An empty buffer, or NULL when memory is exhausted. */
 struct buf *buf_get(struct buf_pool *pool);
 void buf_put(struct buf_pool *pool, struct buf *b);

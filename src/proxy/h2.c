@@ -70,6 +70,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "http/grpc.h"
+#include "http/h2mem.h"
 #include "http/h2head.h"
 #include "http/target.h"
 #include "guard/auth.h"
@@ -188,6 +189,7 @@ struct h2 {
 	int32_t last_id;		  /* the highest stream id a client HEADERS named */
 	int32_t gaps[H2_GAPS][2];	  /* stream ids it skipped (first, last), the latest */
 	unsigned ngaps;
+	nghttp2_mem mem; /* nghttp2's allocations: the worker's free lists (w->h2mem) */
 };
 
 static const struct exchange_codec_ops h2_codec;
@@ -1784,9 +1786,10 @@ static void streams_mark_full(struct h2 *h)
 		struct exchange *x = s->x;
 		if (!x)
 			continue;
-		int shut =
-		    conn_shut || nghttp2_session_get_stream_remote_window_size(h->ss, s->id) <= 0;
-		s->pace.client_full = x->resp_head && x->resp.ready && shut;
+		/* the window is looked up (a hash lookup in nghttp2) only where bytes wait */
+		s->pace.client_full =
+		    x->resp_head && x->resp.ready &&
+		    (conn_shut || nghttp2_session_get_stream_remote_window_size(h->ss, s->id) <= 0);
 	}
 }
 
@@ -1975,7 +1978,8 @@ void h2_take(struct client *cl)
 	if (lim->h2_max_resets)
 		nghttp2_option_set_stream_reset_rate_limit(opt, 4ull * lim->h2_max_resets + 1000,
 							   4ull * lim->h2_max_resets + 33);
-	if (nghttp2_session_server_new2(&h->ss, cb, h, opt))
+	h2mem_init(&h->mem, &w->h2mem); /* a request takes no trip through malloc */
+	if (nghttp2_session_server_new3(&h->ss, cb, h, opt, &h->mem))
 		goto fail;
 	nghttp2_session_callbacks_del(cb);
 	nghttp2_option_del(opt);

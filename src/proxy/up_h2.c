@@ -32,6 +32,7 @@
 #include "core/container.h"
 #include "core/log.h"
 #include "http/chunked.h"
+#include "http/h2mem.h"
 #include "http/h2head.h"
 #include "http/parse.h"
 #include "net/tls.h"
@@ -94,6 +95,7 @@ struct up_h2 {
 	struct buf *out;   /* what nghttp2 wrote that the socket did not take */
 	unsigned busy;	   /* in process(): it is freed after */
 	unsigned ready : 1, dead : 1, goaway : 1;
+	nghttp2_mem mem; /* nghttp2's allocations: the worker's free lists (w->h2mem) */
 };
 
 /* --- streams and their owners --- */
@@ -930,7 +932,8 @@ static struct up_h2 *conn_open(struct worker *w, struct backend *be, int *err)
 	nghttp2_option_set_no_auto_window_update(opt, 1);
 	nghttp2_option_set_max_send_header_block_length(opt, w->bufs.size);
 	nghttp2_option_set_peer_max_concurrent_streams(opt, 100);
-	if (nghttp2_session_client_new2(&c->ss, cb, c, opt)) {
+	h2mem_init(&c->mem, &w->h2mem); /* a request takes no trip through malloc */
+	if (nghttp2_session_client_new3(&c->ss, cb, c, opt, &c->mem)) {
 		*err = -ENOMEM;
 		goto fail;
 	}

@@ -1,9 +1,9 @@
 /*
  * worker.h - a worker thread and what it lends the connections it runs: its event loop, its
- * buffer pools, a few empty pipes (splice_body.h), its idle upstream connections (one list per
- * backend) and the last TLS session with each backend (offered on the next connect, so it
- * resumes), its random state, a parse scratch, and the inbox where queued requests are
- * granted slots.
+ * buffer pools, the small blocks nghttp2 takes (core/smallmem.h), a few empty pipes
+ * (splice_body.h), its idle upstream connections (one list per backend) and the last TLS session
+ * with each backend (offered on the next connect, so it resumes), its random state, a parse
+ * scratch, and the inbox where queued requests are granted slots.
  *
  * Everything here belongs to one thread; nothing is locked except the inbox. The worker
  * knows nothing of what runs on it: whoever starts it (proxy.c) gives it a table of owner
@@ -17,6 +17,7 @@
 #include "core/buf.h"
 #include "core/list.h"
 #include "core/loop.h"
+#include "core/smallmem.h"
 #include "http/parse.h"
 #include "net/conn.h"
 #include "net/splice.h"
@@ -127,7 +128,15 @@ struct worker {
 	struct list_head *h2_conns;   /* HTTP/2 connections to backends (up_h2.h), per backend id */
 	struct ssl_session_st **tls_sessions; /* per backend id: the last TLS session (pools.tls) */
 	struct list_head clients;	 /* client connections (the owner's, by their own link) */
+	struct smallmem h2mem;		 /* what nghttp2 allocates (http/h2mem.h: h2.c, up_h2.c) */
 	struct list_head free_exchanges; /* exchanges not in use, for reuse */
+	/* how many of them, and of bufs, to keep for a load under way (exchange.c) */
+	struct worker_spares {
+		struct loop_timer timer; /* armed while requests begin (every SPARES_TICK_MS) */
+		uint32_t starts;	 /* exchanges begun since the last tick */
+		uint32_t starts_before;	 /* ... in the tick before */
+		uint32_t exchanges;	 /* free exchanges kept beyond FREE_MAX: up to this */
+	} spares;
 	struct list_head live_exchanges; /* exchanges in use, oldest first */
 	/* listen[].mode: tcp connections, and ended ones kept for reuse (proxy/l4.h) */
 	struct list_head l4_conns, l4_spares;
