@@ -71,11 +71,17 @@ void loop_set_backend(int choice)
 	atomic_store(&backend_wanted, choice);
 }
 
+/* ACCELNET_IO's choice when it names one, else -EINVAL. */
+static int backend_env(void)
+{
+	const char *env = getenv("ACCELNET_IO");
+	return env && *env ? loop_backend_parse(env) : -EINVAL;
+}
+
 /* ACCELNET_IO wins over the config (the tests run the suite over each back end). */
 static int backend_choice(void)
 {
-	const char *env = getenv("ACCELNET_IO");
-	int c = env && *env ? loop_backend_parse(env) : -EINVAL;
+	int c = backend_env();
 	return c >= 0 ? c : atomic_load(&backend_wanted);
 }
 
@@ -98,7 +104,7 @@ out:
 			log_msg(LOG_ERROR,
 				"event loop: io_uring was asked for (%s) and cannot be "
 				"set up: %s",
-				getenv("ACCELNET_IO") ? "ACCELNET_IO" : "tune.io", strerror(-err));
+				backend_env() >= 0 ? "ACCELNET_IO" : "tune.io", strerror(-err));
 		else if (err)
 			log_msg(LOG_INFO, "event loop: epoll (io_uring refused: %s)",
 				strerror(-err));
