@@ -98,14 +98,15 @@ built() { # NAME
 # Each event-loop back end passes the whole suite without a pass of its own: the normal pass
 # runs on epoll and the sanitizer pass on io_uring (ACCELNET_IO, core/loop.h), and the
 # ThreadSanitizer pass takes the default (auto: io_uring where the kernel allows it). Where
-# the kernel refuses io_uring as accelnet sets it up (a container's seccomp profile, a kernel
-# before 6.1), the sanitizer pass says so and runs on auto (epoll) instead.
+# the kernel refuses io_uring or lacks what accelnet's use of it needs (a container's seccomp
+# profile, a kernel before 5.17), the sanitizer pass says so and runs on auto (epoll) instead.
 uring_io=io_uring
 /usr/bin/python3 -c 'import ctypes, os, struct
 p = ctypes.create_string_buffer(120)
-struct.pack_into("I", p, 8, 1 << 12 | 1 << 13)  # SINGLE_ISSUER | DEFER_TASKRUN
 fd = ctypes.CDLL(None, use_errno=True).syscall(425, 8, p)  # io_uring_setup
-os._exit(0 if fd >= 0 else 1)' || uring_io=auto
+need = 1 << 1 | 1 << 8 | 1 << 11  # features NODROP, EXT_ARG, CQE_SKIP (core/loop_uring.c)
+os._exit(0 if fd >= 0 and struct.unpack_from("I", p, 20)[0] & need == need else 1)' ||
+	uring_io=auto
 (
 	built san || exit 0
 	[ "$uring_io" = io_uring ] || echo "io_uring is refused here: the sanitizer pass runs on epoll"

@@ -33,8 +33,6 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #define URING_SQ 512
 #define URING_CQ 4096
@@ -54,7 +52,6 @@ struct uring_done {
 struct uring_be {
 	struct io_uring ring;
 	int ring_ok;
-	int enabled;		  /* by the thread that runs the loop, on its first wait */
 	struct uring_slot *slots; /* by fd */
 	uint32_t nslots;
 	struct uring_done done[URING_BATCH];
@@ -71,10 +68,9 @@ static void uring_destroy(void *arg)
 	struct uring_be *be = arg;
 	if (!be)
 		return;
-	if (be->ring_ok && be->enabled) {
+	if (be->ring_ok) {
 		/* the removals queued last (a listener closed on the way out), submitted and
-		 * completed now, so that their files close with the process, not after it (on
-		 * another thread than the loop's these fail: the ring's teardown does it) */
+		 * completed now, so that their files close with the process, not after it */
 		io_uring_submit(&be->ring);
 		io_uring_get_events(&be->ring);
 	}
@@ -86,27 +82,26 @@ static void uring_destroy(void *arg)
 
 /*
  * Needs what the back end uses: the wait's timeout as an argument (5.11), skipping the
- * completions of successful removals (5.17, after multishot poll in 5.13), and completions
- * run only when the loop waits (DEFER_TASKRUN, 6.1): otherwise the kernel interrupts the
- * thread to post them, and a blocking call the loop's thread makes (the simulator asking a
- * prefill server) fails with EINTR. DEFER_TASKRUN wants a single submitting thread, which is
- * the one that runs the loop, not always the one that creates it: the ring starts disabled
- * and that thread enables it on its first wait.
+ * completions of successful removals (5.17, after multishot poll in 5.13). Completions are
+ * posted cooperatively where the kernel can (COOP_TASKRUN, 5.19: when the thread next enters
+ * the kernel rather than by interrupting it); a blocking call a loop's thread makes may still
+ * see EINTR when one is pending, as with a signal.
  */
 static int uring_create(void **out)
 {
 	struct uring_be *be = calloc(1, sizeof(*be));
 	struct io_uring_params p = {
-	    .flags = IORING_SETUP_CQSIZE | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
-		     IORING_SETUP_R_DISABLED,
+	    .flags = IORING_SETUP_CQSIZE | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG,
 	    .cq_entries = URING_CQ,
 	};
 	int err;
 	if (!be)
 		return -ENOMEM;
 	err = io_uring_queue_init_params(URING_SQ, &be->ring, &p);
-	if (err == -EINVAL)
-		err = -ENOSYS; /* a kernel without one of the flags */
+	if (err == -EINVAL) { /* before 5.19 */
+		p = (struct io_uring_params){.flags = IORING_SETUP_CQSIZE, .cq_entries = URING_CQ};
+		err = io_uring_queue_init_params(URING_SQ, &be->ring, &p);
+	}
 	if (err < 0)
 		goto fail;
 	be->ring_ok = 1;
@@ -122,15 +117,12 @@ fail:
 	return err;
 }
 
-/* A submission entry; when the queue is full, what it holds is submitted first (before the
- * loop runs, the queue holds the descriptors its owner set up: URING_SQ is plenty). */
+/* A submission entry; when the queue is full, what it holds is submitted first. */
 static struct io_uring_sqe *uring_sqe(struct uring_be *be)
 {
 	struct io_uring_sqe *sqe;
-	while (!(sqe = io_uring_get_sqe(&be->ring))) {
-		ASSERT(be->enabled);
+	while (!(sqe = io_uring_get_sqe(&be->ring)))
 		io_uring_submit(&be->ring);
-	}
 	return sqe;
 }
 
@@ -190,12 +182,6 @@ static void uring_wait(void *arg, int timeout_ms)
 	struct io_uring_cqe *cqe;
 	struct __kernel_timespec ts = {.tv_sec = timeout_ms / 1000,
 				       .tv_nsec = (long long)(timeout_ms % 1000) * 1000000};
-	if (!be->enabled) {
-		/* io_uring_enable_rings(), which Debian 12's liburing declares but lacks */
-		CHECK(syscall(__NR_io_uring_register, be->ring.ring_fd,
-			      IORING_REGISTER_ENABLE_RINGS, NULL, 0));
-		be->enabled = 1;
-	}
 	int rc =
 	    io_uring_submit_and_wait_timeout(&be->ring, &cqe, 1, timeout_ms < 0 ? NULL : &ts, NULL);
 	ASSERT(rc >= 0 || rc == -ETIME || rc == -EINTR || rc == -EAGAIN || rc == -EBUSY);
