@@ -19,7 +19,7 @@
  *
  * The poll holds a reference to the file: a descriptor closed before loop_io_del stays open
  * in the kernel until the removal is submitted (the end of the turn), which is why loop.h
- * asks owners to delete before they close. Destroying the loop on its own thread submits the
+ * asks owners to delete before they close. Destroying the loop submits the
  * last removals and runs their completions, so a listener closed on the way out is closed
  * when the process exits; a killed process's ring (and the files its polls hold) is torn
  * down by the kernel a little after the process is gone.
