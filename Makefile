@@ -20,7 +20,7 @@ OPT = -O2
 endif
 
 CC ?= gcc
-PKGS = yaml-0.1 openssl libxxhash jansson libcrypt libzmq msgpack libcares hiredis libpcre2-8 libnghttp2 libutf8proc
+PKGS = yaml-0.1 openssl libxxhash jansson libcrypt libzmq msgpack libcares hiredis libpcre2-8 libnghttp2 libutf8proc liburing
 WARN = -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes -Wpointer-arith \
        -Wformat=2 -Wvla -Wundef -Werror
 CFLAGS ?= $(OPT) -g

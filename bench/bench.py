@@ -10,7 +10,7 @@ a timing: this measures, it does not test.
 Scenarios 10 and 11 (the response cache against nginx proxy_cache, HAProxy's cache and
 Varnish) live in bench/cache.py; `--only cache` runs both.
 
-Usage: bench/run [--quick] [--only 1,2,...|cache] [--obs-rounds N] [--out DIR]
+Usage: bench/run [--quick] [--only 1,2,...|cache] [--io] [--obs-rounds N] [--out DIR]
                  [--report results.json]
 """
 
@@ -289,6 +289,30 @@ def spread(values, fmt="{:.1f}"):
 
 # --- scenarios 1-3: closed loop with wrk against an nginx origin ---------------------------
 
+def syscalls_start(pid):
+    """Count the system calls of every thread of <pid> (perf's raw_syscalls:sys_enter
+    tracepoint, counted in the kernel: no per-call stop as strace has) until syscalls_stop();
+    None where perf cannot (no perf, no tracefs, perf_event_paranoid)."""
+    if not shutil.which("perf"):
+        return None
+    p = subprocess.Popen(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-p", str(pid)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.2)  # attached before the load starts
+    return p if p.poll() is None else None
+
+
+def syscalls_stop(p):
+    if p is None:
+        return None
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=30)
+    for line in err.splitlines():
+        f = line.split(",")
+        if len(f) > 2 and "raw_syscalls:sys_enter" in line and f[0].strip().isdigit():
+            return int(f[0])
+    return None
+
+
 def scenario_wrk(run, res, key, title, path, conns, seconds, rounds, extra=()):
     origin = res["origin"]
     figures = {name: [] for name in PROXIES}
@@ -299,11 +323,15 @@ def scenario_wrk(run, res, key, title, path, conns, seconds, rounds, extra=()):
         order = list(PROXIES) if r % 2 == 0 else list(reversed(PROXIES))
         for name in order:
             p, port = procs[name]
+            sc = syscalls_start(p.pid)
             c0 = proc_cpu_s(p.pid)
             w = wrk(port, path, seconds, conns, extra)
             c1 = proc_cpu_s(p.pid)
+            calls = syscalls_stop(sc)
             w["rps"] = w["requests"] / (w["duration_us"] / 1e6)
             w["cpu_us_per_req"] = (c1 - c0) * 1e6 / max(w["requests"], 1)
+            if calls is not None:  # perf's window starts 0.2 s before and ends after wrk's
+                w["syscalls_per_req"] = calls / max(w["requests"], 1)
             w["round"] = r
             figures[name].append(w)
     for name, (p, port) in procs.items():
@@ -327,9 +355,11 @@ def summarize_wrk(sc):
                      spread([w["p999_ms"] for w in rounds], "{:.2f}"),
                      str(sum(w["errors"] + w["non2xx"] for w in rounds)),
                      spread([w["cpu_us_per_req"] for w in rounds], "{:.1f}"), f"{med(cpu_ratio):.2f}",
+                     spread([w["syscalls_per_req"] for w in rounds if "syscalls_per_req" in w],
+                            "{:.2f}"),
                      f"{rounds[-1]['peak_rss_kb'] / 1024:.1f}"])
     return (["contestant", "req/s", "÷ HAProxy", "p50 ms", "p99 ms", "p99.9 ms", "errors",
-             "CPU µs/req", "÷ HAProxy", "peak RSS MiB"], rows)
+             "CPU µs/req", "÷ HAProxy", "syscalls/req", "peak RSS MiB"], rows)
 
 
 def ratio_row(rounds, ha, getters):
@@ -1178,6 +1208,10 @@ def main():
     ap.add_argument("--baseline", metavar="ACCELNET_BIN",
                     help="scenarios 1-5: also run this (older) accelnet binary as "
                     "'accelnet-base' and report this build's figures as ratios to it")
+    ap.add_argument("--io", action="store_true",
+                    help="scenarios 1-4: run accelnet on each event-loop back end, 'accelnet' "
+                    "on io_uring and 'accelnet-epoll' (tune.io), and report the first as "
+                    "ratios to the second")
     ap.add_argument("--haproxy-splice", action="store_true",
                     help="scenarios 1-5: also run HAProxy with `option splice-response` as "
                     "'haproxy-splice' (kernel splicing of response bodies, as accelnet's "
@@ -1214,6 +1248,9 @@ def main():
     if a.baseline:
         PROXIES["accelnet-base"] = functools.partial(start_accelnet,
                                                      binary=os.path.abspath(a.baseline))
+    if a.io:
+        PROXIES["accelnet"] = functools.partial(start_accelnet, extra="tune: {io: io_uring}\n")
+        PROXIES["accelnet-epoll"] = functools.partial(start_accelnet, extra="tune: {io: epoll}\n")
     if a.haproxy_splice:
         # maxpipes: its default (maxconn / 4) asks for more descriptors than the limit gives
         PROXIES["haproxy-splice"] = functools.partial(start_haproxy, glob="    maxpipes 32\n",
@@ -1308,6 +1345,18 @@ def baseline_rows(sc):
     return (["accelnet ÷ accelnet-base"] + [n for n, _ in getters], [["ratio"] + row])
 
 
+def io_rows(sc):
+    """accelnet on io_uring against accelnet on epoll (--io), same round."""
+    rounds = sc["rounds"]
+    if "accelnet-epoll" not in rounds or sc["kind"] != "wrk":
+        return None
+    getters = [("req/s", lambda w: w["rps"]), ("p50", lambda w: w["p50_ms"]),
+               ("p99", lambda w: w["p99_ms"]), ("CPU/req", lambda w: w["cpu_us_per_req"]),
+               ("syscalls/req", lambda w: w.get("syscalls_per_req", 0))]
+    row = ratio_row(rounds["accelnet"], rounds["accelnet-epoll"], [g for _, g in getters])
+    return (["accelnet (io_uring) ÷ accelnet-epoll"] + [n for n, _ in getters], [["ratio"] + row])
+
+
 def render(res, outdir):
     """summary.md and latency.png from a results dict; returns the markdown."""
     import cache  # noqa: E402
@@ -1348,6 +1397,9 @@ def render(res, outdir):
                    "same trace, same load):" if sc["kind"] == "chat" else
                    "median of same-round ratios):"), "",
                    table(*RATIOS[sc["kind"]](sc)), ""]
+        if io_rows(sc):
+            md += ["The event loops' back ends (tune.io), median of same-round ratios:", "",
+                   table(*io_rows(sc)), ""]
         if sc["kind"] in ("wrk", "sse") and baseline_rows(sc):
             md += [f"This build against the baseline build ({res.get('baseline')}), median of "
                    "same-round ratios:", "", table(*baseline_rows(sc)), ""]

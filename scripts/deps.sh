@@ -15,7 +15,7 @@ set -eu
 # xxd (scripts/embed-assets.sh), python3 (the layering check), curl (the README's tour)
 BUILD_PKGS="gcc make pkg-config libyaml-dev libssl-dev libxxhash-dev libjansson-dev
 libcrypt-dev libzmq3-dev libmsgpack-dev libc-ares-dev libhiredis-dev libpcre2-dev libnghttp2-dev xxd python3
-curl libutf8proc-dev"
+curl libutf8proc-dev liburing-dev"
 # testing and fuzzing
 TEST_PKGS="libcmocka-dev wrk nginx-light clang clang-format-14 libclang-rt-14-dev apache2-utils
 python3-zmq python3-msgpack redis-server python3-cryptography python3-websockets prometheus

@@ -424,6 +424,7 @@ enum conf_path {
 /* tune: how the proxy moves bytes, not what it does with them */
 struct conf_tune {
 	unsigned splice; /* bodies no feature reads go by splice(2) (proxy/splice_body.h) */
+	unsigned io;	 /* the event loops' back end: enum loop_backend_choice (core/loop.h) */
 };
 
 /* access_log: one line per request (obs/accesslog.h) */

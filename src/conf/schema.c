@@ -15,6 +15,7 @@
  */
 #include "conf/schema.h"
 #include "core/container.h"
+#include "core/loop.h"
 #include "conf/pool_policy.h"
 #include "conf/schema_guard.h"
 #include "conf/schema_model.h"
@@ -962,9 +963,20 @@ static const struct rule probes_rules[] = {
     RULES_END,
 };
 
-/* tune: {splice} */
+/* tune.io: auto | epoll | io_uring (core/loop.h's names, in enum loop_backend_choice's order) */
+static int read_tune_io(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field)
+{
+	(void)r;
+	const char *names[LOOP_BACKEND_CHOICES];
+	for (int i = 0; i < LOOP_BACKEND_CHOICES; i++)
+		names[i] = loop_backend_choice_name(i);
+	return rules_read_choice(x, v, "tune: io", names, LOOP_BACKEND_CHOICES, field);
+}
+
+/* tune: {splice, io} */
 static const struct rule tune_rules[] = {
     {"splice", RULE_BOOL, offsetof(struct conf_tune, splice), 0, 0, NULL, NULL},
+    {"io", RULE_SECTION, offsetof(struct conf_tune, io), 0, 0, NULL, read_tune_io},
     RULES_END,
 };
 

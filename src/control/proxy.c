@@ -956,7 +956,8 @@ int proxy_run(const struct conf *conf, const struct proxy_hooks *hooks)
 		return 1;
 	}
 	signals_block();
-	upgrade_exe_path(); /* before a package upgrade replaces the file */
+	upgrade_exe_path();		      /* before a package upgrade replaces the file */
+	loop_set_backend((int)conf->tune.io); /* at start only: a reload keeps the loops */
 	if ((rc = loop_create(&m.loop)) < 0) {
 		log_error("cannot create the main loop: %s", strerror(-rc));
 		return 1;

@@ -1,5 +1,13 @@
 /*
- * loop.c - the epoll back end of loop.h, with a binary heap of timers.
+ * loop.c - what every back end of loop.h shares: the choice of back end, a binary heap of
+ * timers, the wake-up descriptor, the hooks and the order of a turn.
+ *
+ * The back ends (core/loop_backend.h: epoll in loop_epoll.c, io_uring in loop_uring.c) only
+ * watch descriptors and wait. Which one a loop gets is chosen when it is created: the
+ * environment's ACCELNET_IO if set, else what loop_set_backend() was given (the proxy's
+ * tune.io), else "auto": io_uring where the kernel lets this process set up a ring, epoll
+ * where it refuses (a container's seccomp profile: EPERM; an old kernel: ENOSYS). The first
+ * choice is logged once, with the reason when auto fell back.
  *
  * The heap holds pointers to caller-owned timers; each timer remembers its slot so that
  * stopping or re-arming is O(log n) without a search. Slot 0 is unused so that "slot == 0"
@@ -13,30 +21,115 @@
 #include "core/loop.h"
 #include "core/check.h"
 #include "core/clock.h"
+#include "core/log.h"
+#include "core/loop_backend.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
-#include <sys/epoll.h>
+#include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#define LOOP_BATCH 256
-
 struct loop {
-	int epfd;
+	const struct loop_backend_ops *ops;
+	void *be;
 	int stopping;
 	uint64_t now_ms;
 	struct loop_timer **heap; /* heap[1..nheap] */
 	uint32_t nheap, capheap;
 	uint32_t pass; /* the number of the timer pass running or last run */
-	struct epoll_event events[LOOP_BATCH];
-	int nevents, cursor;
 	struct loop_io wake_io;
 	loop_hook_fn wake_fn, after_fn;
 	void *wake_arg, *after_arg;
 };
 
 static void loop_on_wake(struct loop_io *io, unsigned events);
+
+/* --- choosing the back end --- */
+
+const char *const loop_backend_names[LOOP_BACKEND_CHOICES] = {"auto", "epoll", "io_uring"};
+static _Atomic int backend_wanted; /* enum loop_backend_choice */
+static atomic_flag backend_said = ATOMIC_FLAG_INIT;
+static _Atomic(const struct loop_backend_ops *) backend_first;
+
+int loop_backend_parse(const char *name)
+{
+	for (int i = 0; i < LOOP_BACKEND_CHOICES; i++)
+		if (name && strcmp(name, loop_backend_names[i]) == 0)
+			return i;
+	return -EINVAL;
+}
+
+const char *loop_backend_choice_name(int choice)
+{
+	return choice >= 0 && choice < LOOP_BACKEND_CHOICES ? loop_backend_names[choice] : "?";
+}
+
+void loop_set_backend(int choice)
+{
+	atomic_store(&backend_wanted, choice);
+}
+
+/* ACCELNET_IO's choice when it names one, else -EINVAL. */
+static int backend_env(void)
+{
+	const char *env = getenv("ACCELNET_IO");
+	return env && *env ? loop_backend_parse(env) : -EINVAL;
+}
+
+/* ACCELNET_IO wins over the config (the tests run the suite over each back end). */
+static int backend_choice(void)
+{
+	int c = backend_env();
+	return c >= 0 ? c : atomic_load(&backend_wanted);
+}
+
+static int backend_open(struct loop *loop)
+{
+	int choice = backend_choice(), err = 0;
+	if (choice != LOOP_BACKEND_EPOLL) {
+		loop->ops = &loop_uring_ops;
+		err = loop->ops->create(&loop->be);
+		if (!err || choice == LOOP_BACKEND_IO_URING)
+			goto out;
+	}
+	loop->ops = &loop_epoll_ops;
+	int rc = loop->ops->create(&loop->be);
+	if (rc)
+		return rc;
+out:
+	if (!atomic_flag_test_and_set(&backend_said)) {
+		if (err && choice == LOOP_BACKEND_IO_URING)
+			log_msg(LOG_ERROR,
+				"event loop: io_uring was asked for (%s) and cannot be "
+				"set up: %s",
+				backend_env() >= 0 ? "ACCELNET_IO" : "tune.io", strerror(-err));
+		else if (err)
+			log_msg(LOG_INFO, "event loop: epoll (io_uring refused: %s)",
+				strerror(-err));
+		else
+			log_msg(LOG_INFO, "event loop: %s", loop->ops->name);
+	}
+	if (err && choice == LOOP_BACKEND_IO_URING)
+		return err;
+	const struct loop_backend_ops *none = NULL;
+	atomic_compare_exchange_strong(&backend_first, &none, loop->ops);
+	return 0;
+}
+
+const char *loop_backend_name(const struct loop *loop)
+{
+	return loop->ops->name;
+}
+
+const char *loop_backend_in_use(void)
+{
+	const struct loop_backend_ops *ops = atomic_load(&backend_first);
+	return ops ? ops->name : NULL;
+}
+
+/* --- create, descriptors --- */
 
 int loop_create(struct loop **out)
 {
@@ -45,12 +138,16 @@ int loop_create(struct loop **out)
 	if (!loop)
 		return -ENOMEM;
 	loop->wake_io.fd = -1;
-	loop->epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (loop->epfd < 0)
-		goto fail_errno;
+	err = backend_open(loop);
+	if (err) {
+		loop->ops = NULL;
+		goto fail;
+	}
 	loop->wake_io.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (loop->wake_io.fd < 0)
-		goto fail_errno;
+	if (loop->wake_io.fd < 0) {
+		err = -errno;
+		goto fail;
+	}
 	loop->wake_io.fn = loop_on_wake;
 	loop->capheap = 64;
 	loop->heap = calloc(loop->capheap + 1, sizeof(*loop->heap));
@@ -64,8 +161,6 @@ int loop_create(struct loop **out)
 	loop->now_ms = clock_now_ms();
 	*out = loop;
 	return 0;
-fail_errno:
-	err = -errno;
 fail:
 	loop_destroy(loop);
 	return err;
@@ -75,8 +170,8 @@ void loop_destroy(struct loop *loop)
 {
 	if (!loop)
 		return;
-	if (loop->epfd >= 0)
-		close(loop->epfd);
+	if (loop->ops)
+		loop->ops->destroy(loop->be);
 	if (loop->wake_io.fd >= 0)
 		close(loop->wake_io.fd);
 	free(loop->heap);
@@ -85,21 +180,12 @@ void loop_destroy(struct loop *loop)
 
 int loop_io_add(struct loop *loop, struct loop_io *io)
 {
-	struct epoll_event ev = {
-	    .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
-	    .data.ptr = io,
-	};
-	if (epoll_ctl(loop->epfd, EPOLL_CTL_ADD, io->fd, &ev) < 0)
-		return -errno;
-	return 0;
+	return loop->ops->add(loop->be, io);
 }
 
 void loop_io_del(struct loop *loop, struct loop_io *io)
 {
-	epoll_ctl(loop->epfd, EPOLL_CTL_DEL, io->fd, NULL);
-	for (int i = loop->cursor; i < loop->nevents; i++)
-		if (loop->events[i].data.ptr == io)
-			loop->events[i].data.ptr = NULL;
+	loop->ops->del(loop->be, io);
 }
 
 uint64_t loop_now(const struct loop *loop)
@@ -244,28 +330,9 @@ void loop_run(struct loop *loop)
 			uint64_t next = loop->heap[1]->deadline_ms;
 			timeout = next <= loop->now_ms ? 0 : (int)(next - loop->now_ms);
 		}
-		int n = epoll_wait(loop->epfd, loop->events, LOOP_BATCH, timeout);
-		if (n < 0) {
-			ASSERT(errno == EINTR);
-			n = 0;
-		}
+		loop->ops->wait(loop->be, timeout);
 		loop->now_ms = clock_now_ms();
-		loop->nevents = n;
-		for (loop->cursor = 0; loop->cursor < loop->nevents;) {
-			struct epoll_event *ev = &loop->events[loop->cursor++];
-			struct loop_io *io = ev->data.ptr;
-			if (!io)
-				continue;
-			unsigned events = 0;
-			if (ev->events & EPOLLIN)
-				events |= LOOP_READ;
-			if (ev->events & EPOLLOUT)
-				events |= LOOP_WRITE;
-			if (ev->events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
-				events |= LOOP_HUP;
-			io->fn(io, events);
-		}
-		loop->nevents = loop->cursor = 0;
+		loop->ops->dispatch(loop->be);
 		loop_fire_timers(loop);
 		if (loop->after_fn)
 			loop->after_fn(loop->after_arg);

@@ -3,9 +3,14 @@
  *
  * One loop per thread; nothing here is shared except loop_wake(). File descriptors are
  * registered once, edge-triggered, for read, write and peer hang-up together, so a connection
- * costs one epoll_ctl for its whole life; owners keep track of what they are waiting for.
- * Callers embed struct loop_io and struct loop_timer in their own objects and recover the
- * owner with container_of().
+ * costs one registration for its whole life (an epoll_ctl, or a multishot poll queued on the
+ * io_uring and submitted with the turn's wait); owners keep track of what they are waiting
+ * for, and call loop_io_del before they close a descriptor. Callers embed struct loop_io and
+ * struct loop_timer in their own objects and recover the owner with container_of().
+ *
+ * Two back ends (core/loop_backend.h): epoll and io_uring, chosen when a loop is created:
+ * the environment's ACCELNET_IO (epoll | io_uring | auto) if set, else loop_set_backend()'s
+ * choice, else auto (io_uring where the kernel allows it, epoll where it refuses).
  *
  * One turn of loop_run(), in order:
  *   1. wait for readiness, at most until the nearest timer;
@@ -50,12 +55,37 @@ struct loop_timer {
 	loop_timer_fn fn;
 };
 
+enum loop_backend_choice {
+	LOOP_BACKEND_AUTO,
+	LOOP_BACKEND_EPOLL,
+	LOOP_BACKEND_IO_URING,
+	LOOP_BACKEND_CHOICES
+};
+
+/* The choices' names, by enum loop_backend_choice ("auto", "epoll", "io_uring"). */
+extern const char *const loop_backend_names[LOOP_BACKEND_CHOICES];
+
+/* "auto", "epoll", "io_uring": its enum loop_backend_choice, or -EINVAL. */
+int loop_backend_parse(const char *name);
+const char *loop_backend_choice_name(int choice);
+/* The back end of the loops created from now on (before the threads start); ACCELNET_IO in
+ * the environment wins over it. */
+void loop_set_backend(int choice);
+/* "epoll" or "io_uring": what <loop> runs on; loop_backend_in_use(): what this process's
+ * first loop got (NULL before one was created). */
+const char *loop_backend_name(const struct loop *loop);
+const char *loop_backend_in_use(void);
+
+/* A loop on the chosen back end; with io_uring asked for by name and refused by the
+ * kernel, its error (-EPERM, -ENOSYS...): auto falls back to epoll instead. */
 int loop_create(struct loop **out);
 void loop_destroy(struct loop *loop);
 
 /* Watch io->fd (non-blocking) for read, write and hang-up, edge-triggered. */
 int loop_io_add(struct loop *loop, struct loop_io *io);
-/* Stop watching; pending events of the current turn for <io> are dropped. Does not close. */
+/* Stop watching; pending events of the current turn for <io> are dropped. Does not close;
+ * call it before closing (io_uring's poll holds the file open until the removal is
+ * submitted, at the end of the turn). */
 void loop_io_del(struct loop *loop, struct loop_io *io);
 
 /* Arm (or re-arm) <t> to fire once at <deadline_ms> on the monotonic clock. */

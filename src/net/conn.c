@@ -13,6 +13,9 @@
  * socket drained (a TLS read hands out a record at a time, so only -EAGAIN says it; after
  * the peer's hang-up no edge will come, so it reads on to the end). A TLS read that must
  * first write (SSL_ERROR_WANT_WRITE) waits for the write edge instead.
+ *
+ * Over either of the loop's back ends (core/loop.h: epoll, io_uring) the reads and writes here
+ * are system calls on the descriptor; io_uring only reports the readiness.
  */
 #include "net/conn.h"
 #include "core/loop.h"

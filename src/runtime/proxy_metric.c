@@ -9,6 +9,7 @@
 #include "runtime/llm.h"
 #include "cache/store.h"
 #include "core/clock.h"
+#include "core/loop.h"
 #include "guard/apikeys.h"
 #include "obs/accesslog.h"
 #include "obs/kvevent.h"
@@ -261,6 +262,14 @@ static double read_max_fds(const void *ctx, size_t i)
 {
 	(void)ctx, (void)i;
 	return process_max_fds();
+}
+
+/* 1 for the back end the event loops run on (series i: loop_backend_names[1 + i]) */
+static double read_event_loop(const void *ctx, size_t i)
+{
+	(void)ctx;
+	const char *in_use = loop_backend_in_use();
+	return in_use && !strcmp(in_use, loop_backend_names[1 + i]);
 }
 
 static double read_alog_dropped(const void *ctx, size_t i)
@@ -820,6 +829,12 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 			    "most open file descriptors allowed (RLIMIT_NOFILE)", NULL,
 			    .space = SPACE_PROCESS, .json = "max_fds", .json_as = MJ_UINT,
 			    .read = read_max_fds},
+    [PM_PROCESS_EVENT_LOOP] = {"accelnet_event_loop", METRIC_GAUGE,
+			       "1 for the back end the event loops run on (tune.io)", NULL,
+			       .space = SPACE_PROCESS, .sub_label = "backend",
+			       .sub_values = loop_backend_names + 1,
+			       .nsub = LOOP_BACKEND_CHOICES - 1, .json = "event_loop",
+			       .json_as = MJ_UINT, .read = read_event_loop},
     [PM_PROCESS_ALOG_DROPPED] = {"accelnet_access_log_dropped_total", METRIC_COUNTER,
 				 "access log lines dropped: a worker's ring was full or a write "
 				 "failed (access_log)",

@@ -111,6 +111,7 @@ enum proxy_metric {
 	PM_PROCESS_VIRTUAL,
 	PM_PROCESS_OPEN_FDS,
 	PM_PROCESS_MAX_FDS,
+	PM_PROCESS_EVENT_LOOP, /* series: epoll, io_uring (core/loop.h's names after "auto") */
 	PM_PROCESS_ALOG_DROPPED,
 	PM_PROCESS_CONFIG_GENERATION,
 	PM_PROCESS_CONFIG_RELOADS,

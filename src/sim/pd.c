@@ -5,8 +5,10 @@
 #include "sim/pd.h"
 #include "net/addr.h"
 
+#include <errno.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -149,6 +151,38 @@ int sim_pd_room_has(const struct sim_pd_rooms *r, uint64_t room)
 	return 0;
 }
 
+/* A blocking connect that a pending completion of the thread's io_uring (or a signal)
+ * interrupted carries on in the kernel: wait for it. 0 or -1. */
+static int ask_connect(int fd, const struct net_addr *a)
+{
+	if (connect(fd, (const struct sockaddr *)&a->ss, a->len) == 0)
+		return 0;
+	if (errno != EINTR)
+		return -1;
+	struct pollfd p = {.fd = fd, .events = POLLOUT};
+	int rc, err = 0;
+	socklen_t len = sizeof(err);
+	while ((rc = poll(&p, 1, 1000)) < 0 && errno == EINTR)
+		;
+	if (rc != 1 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0 || err)
+		return -1;
+	return 0;
+}
+
+static int ask_write(int fd, const char *p, size_t len)
+{
+	while (len) {
+		ssize_t w = write(fd, p, len);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		p += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
 int sim_pd_room_ask(const char *host, unsigned port, uint64_t room)
 {
 	char text[SIM_PD_HOST + 16], req[160], resp[64];
@@ -168,8 +202,9 @@ int sim_pd_room_ask(const char *host, unsigned port, uint64_t room)
 			 (unsigned long long)room, text);
 	int got = -1;
 	ssize_t k = 0;
-	if (connect(fd, (struct sockaddr *)&a.ss, a.len) == 0 && write(fd, req, (size_t)n) == n)
-		k = read(fd, resp, sizeof(resp) - 1);
+	if (ask_connect(fd, &a) == 0 && ask_write(fd, req, (size_t)n) == 0)
+		while ((k = read(fd, resp, sizeof(resp) - 1)) < 0 && errno == EINTR)
+			;
 	close(fd);
 	if (k >= 12) {
 		resp[k] = 0;

@@ -177,6 +177,7 @@ FAMILIES = {  # name: (type, help)
     "process_virtual_memory_bytes": ("gauge", "virtual memory size"),
     "process_open_fds": ("gauge", "open file descriptors"),
     "process_max_fds": ("gauge", "most open file descriptors allowed (RLIMIT_NOFILE)"),
+    "accelnet_event_loop": ("gauge", "1 for the back end the event loops run on (tune.io)"),
     "accelnet_access_log_dropped_total": ("counter", "access log lines dropped: a worker's ring "
                                           "was full or a write failed (access_log)"),
     "accelnet_config_generation": ("gauge", "the configuration serving new requests: 0 as "
