@@ -97,7 +97,7 @@ built() { # NAME
 # minutes), sanitizer 5-8, ThreadSanitizer 9-10.
 # Each event-loop back end passes the whole suite without a pass of its own: the normal pass
 # runs on epoll and the sanitizer pass on io_uring (ACCELNET_IO, core/loop.h), and the
-# ThreadSanitizer pass takes the default (auto: io_uring where the kernel allows it). Where
+# ThreadSanitizer pass takes the default (epoll). Where
 # the kernel refuses io_uring or lacks what accelnet's use of it needs (a container's seccomp
 # profile, a kernel before 5.17), the sanitizer pass says so and runs on auto (epoll) instead.
 uring_io=io_uring

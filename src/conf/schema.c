@@ -1063,6 +1063,7 @@ void schema_set_defaults(struct conf *c)
 	    .h2_max_control = 100,
 	};
 	c->tune.splice = 1;
+	c->tune.io = LOOP_BACKEND_EPOLL; /* io_uring opt-in (core/loop.c says why) */
 }
 
 /* Index of the pool called <name>, or c->npools. */

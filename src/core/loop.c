@@ -5,9 +5,11 @@
  * The back ends (core/loop_backend.h: epoll in loop_epoll.c, io_uring in loop_uring.c) only
  * watch descriptors and wait. Which one a loop gets is chosen when it is created: the
  * environment's ACCELNET_IO if set, else what loop_set_backend() was given (the proxy's
- * tune.io), else "auto": io_uring where the kernel lets this process set up a ring, epoll
- * where it refuses (a container's seccomp profile: EPERM; an old kernel: ENOSYS). The first
- * choice is logged once, with the reason when auto fell back.
+ * tune.io), else epoll. "auto" asks for io_uring where the kernel lets this process set up a
+ * ring, epoll where it refuses (a container's seccomp profile: EPERM; an old kernel: ENOSYS).
+ * The first choice is logged once, with the reason when auto fell back. epoll is the default
+ * while io_uring only reports readiness (no measured gain yet: docs/benchmarks.md) and a
+ * completion pending on a loop's thread can interrupt a blocking call there with EINTR.
  *
  * The heap holds pointers to caller-owned timers; each timer remembers its slot so that
  * stopping or re-arming is O(log n) without a search. Slot 0 is unused so that "slot == 0"
@@ -49,7 +51,7 @@ static void loop_on_wake(struct loop_io *io, unsigned events);
 /* --- choosing the back end --- */
 
 const char *const loop_backend_names[LOOP_BACKEND_CHOICES] = {"auto", "epoll", "io_uring"};
-static _Atomic int backend_wanted; /* enum loop_backend_choice */
+static _Atomic int backend_wanted = LOOP_BACKEND_EPOLL; /* enum loop_backend_choice */
 static atomic_flag backend_said = ATOMIC_FLAG_INIT;
 static _Atomic(const struct loop_backend_ops *) backend_first;
 

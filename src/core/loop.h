@@ -10,7 +10,7 @@
  *
  * Two back ends (core/loop_backend.h): epoll and io_uring, chosen when a loop is created:
  * the environment's ACCELNET_IO (epoll | io_uring | auto) if set, else loop_set_backend()'s
- * choice, else auto (io_uring where the kernel allows it, epoll where it refuses).
+ * choice, else epoll ("auto": io_uring where the kernel allows it, epoll where it refuses).
  *
  * One turn of loop_run(), in order:
  *   1. wait for readiness, at most until the nearest timer;
