@@ -122,9 +122,13 @@ static const char MEMBERS_LUA[] =
 
 /* KEYS[1]: a pool's slots; ARGV[1]: this instance; ARGV[2]: how long its figures stand, in ms;
  * ARGV[3]: MEMBER_TTL_MAX_MS; then, for each capped backend, its name, the requests this
- * instance has in flight to it, those waiting here for it and its max_concurrency. Each
- * instance's figures are kept as the field "ID NAME" = "INFLIGHT WAITING GRANT EXPIRY";
- * expired fields (and those further ahead than any instance writes) are taken out.
+ * instance has in flight to it, those waiting here for it, its max_concurrency and the slots
+ * this instance may fill now (the deal it last applied: cap less what it counts elsewhere).
+ * Each instance's figures are kept as the field "ID NAME" = "INFLIGHT WAITING GRANT EXPIRY",
+ * GRANT the more of the new deal and the one it may still be filling by: a deal that gives an
+ * instance less is applied there after this script has run, and until its next run says so
+ * the slots it may fill are its own (its in flight, read before the script, may grow in
+ * between). Expired fields (and those further ahead than any instance writes) are taken out.
  *
  * The backend's slots are dealt out here, in one place, so two instances never count one free
  * slot as theirs: each instance wants its in flight plus its waiting; when all want no more
@@ -152,8 +156,9 @@ static const char SLOTS_LUA[] =
     "                             tonumber(g)})\n"
     "  end\n"
     "end\n"
-    "for i = 4, #ARGV - 3, 4 do\n"
+    "for i = 4, #ARGV - 4, 5 do\n"
     "  local f, w, cap = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])\n"
+    "  local applied = tonumber(ARGV[i + 4])\n"
     "  local l, want = per[ARGV[i]] or {}, f + w\n"
     "  local total, held, ahead, give, busy = want, 0, 0, 0, 0\n"
     "  for _, o in ipairs(l) do\n"
@@ -183,7 +188,7 @@ static const char SLOTS_LUA[] =
     "  if give > cap - held then give = cap - held end\n"
     "  if give < 0 then give = 0 end\n"
     "  redis.call('HSET', KEYS[1], id .. ' ' .. ARGV[i],\n"
-    "             string.format('%d %d %d %d', f, w, give, exp))\n"
+    "             string.format('%d %d %d %d', f, w, math.max(give, applied), exp))\n"
     "  out[#out + 1] = give\n"
     "  out[#out + 1] = busy\n"
     "end\n"
@@ -574,16 +579,19 @@ static void append_slots(struct cluster *c)
 			unsigned cap = backend_cap(b);
 			if (!cap || !backend_present(b))
 				continue; /* (a spare slot of the admin API has no name yet) */
-			char(*num)[24] = &ss->num[3 * ss->nsent];
+			char(*num)[24] = &ss->num[4 * ss->nsent];
 			ss->last[j] =
 			    atomic_load_explicit(&b->share->inflight, memory_order_relaxed);
 			snprintf(num[0], sizeof(num[0]), "%u", ss->last[j]);
 			snprintf(num[1], sizeof(num[1]), "%u", waiting_for(b, loose, ncapped));
 			snprintf(num[2], sizeof(num[2]), "%u", cap);
+			unsigned away = atomic_load_explicit(&b->elsewhere, memory_order_relaxed);
+			snprintf(num[3], sizeof(num[3]), "%u", away < cap ? cap - away : 0);
 			ss->argv[argc++] = b->name;
 			ss->argv[argc++] = num[0];
 			ss->argv[argc++] = num[1];
 			ss->argv[argc++] = num[2];
+			ss->argv[argc++] = num[3];
 			ss->cap[ss->nsent] = cap;
 			ss->which[ss->nsent++] = j;
 		}
@@ -1080,8 +1088,8 @@ static int share_slots(struct cluster *c, struct runtime *rt, const char *prefix
 		ss->which = calloc(p->nbackends + 1, sizeof(*ss->which));
 		ss->cap = calloc(p->nbackends + 1, sizeof(*ss->cap));
 		ss->last = calloc(p->nbackends + 1, sizeof(*ss->last));
-		ss->argv = calloc(7 + 4 * p->nbackends, sizeof(*ss->argv));
-		ss->num = calloc(3 * p->nbackends + 1, sizeof(*ss->num));
+		ss->argv = calloc(7 + 5 * p->nbackends, sizeof(*ss->argv));
+		ss->num = calloc(4 * p->nbackends + 1, sizeof(*ss->num));
 		ss->smooth16 = calloc(p->nbackends + 1, sizeof(*ss->smooth16));
 		if (!ss->which || !ss->cap || !ss->last || !ss->argv || !ss->num || !ss->smooth16)
 			return -ENOMEM;
