@@ -365,6 +365,15 @@ int rewrite_edit_fields(char *p, size_t len, size_t cap, const struct rewrite_ed
 	return finish(&o);
 }
 
+int rewrite_head_lines(char *head, size_t len, size_t cap, const char *lines, size_t n)
+{
+	if (len < 2 || n > cap - len)
+		return -1;
+	memcpy(head + len - 2, lines, n);
+	memcpy(head + len - 2 + n, "\r\n", 2);
+	return (int)(len + n);
+}
+
 int rewrite_sse_head(char *out, size_t cap, const char *request_id)
 {
 	int n = snprintf(out, cap,

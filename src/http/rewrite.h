@@ -139,6 +139,11 @@ struct rewrite_error_info {
  */
 int rewrite_error(char *out, size_t cap, const struct rewrite_error_info *e);
 
+/* Field lines lines[0..n) (each CRLF-ended) put in before the final CRLF of the head
+ * head[0..len) whose room is <cap>: the head's new length, or -1 when they do not fit (the
+ * head is left as it was). */
+int rewrite_head_lines(char *head, size_t len, size_t cap, const char *lines, size_t n);
+
 /*
  * Early event streams (routes.sse_heartbeat_ms): the proxy answers a streaming request
  * itself before the backend has, with a chunked text/event-stream head and SSE comments, so

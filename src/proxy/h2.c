@@ -88,6 +88,7 @@
 #include "proxy/quota.h"
 #include "proxy/relay.h"
 #include "proxy/route.h"
+#include "proxy/sse.h"
 #include "proxy/stages.h"
 #include "proxy/up_h1.h"
 #include "runtime/proxy_metric.h"
@@ -1094,12 +1095,10 @@ static enum run codec_upgrade(struct exchange *x, const struct http_head *h, siz
 static enum run early_stream_continue(struct h2s *s, const struct http_head *h)
 {
 	struct exchange *x = s->x;
-	if (h->status != 200 || !http_is_event_stream(h) || h->framing == HTTP_BODY_NONE) {
-		char detail[80];
-		snprintf(detail, sizeof(detail), "the backend answered %d%s", h->status,
-			 h->status == 200 ? " without an event stream" : "");
-		return exchange_reply(x, h->status == 200 ? 502 : h->status, detail, 1);
-	}
+	char detail[80];
+	int status = sse_refusal(h, 1, detail, sizeof(detail));
+	if (status)
+		return exchange_reply(x, status, detail, 1);
 	http_chunked_init(&s->dech);
 	s->pace.client_took_ms = loop_now(x->w->loop);
 	exchange_response_started(x);
@@ -1128,11 +1127,9 @@ static enum run codec_response_head(struct exchange *x, const struct http_head *
 		int k = i		  ? llm_explain_header(x, lines, sizeof(lines))
 			: caching_said(x) ? caching_status_lines(x, lines, sizeof(lines))
 					  : 0;
-		if (k > 0 && (size_t)n + (size_t)k <= b->cap) {
-			memcpy(b->data + n - 2, lines, (size_t)k);
-			memcpy(b->data + n - 2 + k, "\r\n", 2);
-			n += k;
-		}
+		int m =
+		    k > 0 ? rewrite_head_lines(b->data, (size_t)n, b->cap, lines, (size_t)k) : -1;
+		n = m > 0 ? m : n;
 	}
 	/* read back as the client's head (the scratch <h> was is done with) */
 	int r = n > 0 ? http_parse_response(b->data, (size_t)n, (size_t)n, x->meth, &w->head) : -1;

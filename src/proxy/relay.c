@@ -19,6 +19,7 @@
 #include "proxy/splice_body.h"
 #include "proxy/xhooks.h"
 #include "proxy/tokroute.h"
+#include "proxy/sse.h"
 #include "proxy/tunnel.h"
 #include "proxy/up_h1.h"
 
@@ -236,13 +237,10 @@ void relay_heartbeat(struct client *cl)
 static enum run early_stream_continue(struct client *cl, const struct http_head *h)
 {
 	struct exchange *x = cl->x;
-	if (h->status != 200 || !http_is_event_stream(h) || h->framing == HTTP_BODY_CLOSE ||
-	    h->framing == HTTP_BODY_NONE) {
-		char detail[80];
-		snprintf(detail, sizeof(detail), "the backend answered %d%s", h->status,
-			 h->status == 200 ? " without a chunked event stream" : "");
-		return exchange_reply(x, h->status == 200 ? 502 : h->status, detail, 1);
-	}
+	char detail[80];
+	int status = sse_refusal(h, 0, detail, sizeof(detail));
+	if (status)
+		return exchange_reply(x, status, detail, 1);
 	if (h->framing == HTTP_BODY_LENGTH) {
 		cl->h1->wrap_tail = 1;
 		if (h->content_length) {
@@ -265,12 +263,11 @@ static int put_head_lines(struct client *cl, const char *lines, int n)
 	struct buf *b = cl->out;
 	if (n <= 0)
 		return n;
-	if (buf_room(b) < (size_t)n)
+	int len =
+	    rewrite_head_lines(b->data + b->start, buf_len(b), b->cap - b->start, lines, (size_t)n);
+	if (len < 0)
 		return -1;
-	b->end -= 2;
-	memcpy(b->data + b->end, lines, (size_t)n);
-	memcpy(b->data + b->end + n, "\r\n", 2);
-	b->end += (uint32_t)n + 2;
+	b->end = b->start + (uint32_t)len;
 	return 0;
 }
 

@@ -5,6 +5,7 @@
 #include "proxy/sse.h"
 #include "proxy/pace.h"
 
+#include <stdio.h>
 #include <string.h>
 
 void sse_setup(struct exchange *x, const struct http_head *h)
@@ -17,6 +18,18 @@ void sse_setup(struct exchange *x, const struct http_head *h)
 	p->sse_hb = a && memmem(a->value.p, a->value.len, "text/event-stream", 17);
 	p->sse_body = h->framing == HTTP_BODY_LENGTH;
 	p->hb_next_ms = loop_now(x->w->loop) + x->route->sse_heartbeat_ms;
+}
+
+int sse_refusal(const struct http_head *h, int close_ok, char *detail, size_t cap)
+{
+	if (h->status == 200 && http_is_event_stream(h) && h->framing != HTTP_BODY_NONE &&
+	    (close_ok || h->framing != HTTP_BODY_CLOSE))
+		return 0;
+	snprintf(detail, cap, "the backend answered %d%s", h->status,
+		 h->status != 200 ? ""
+		 : close_ok	  ? " without an event stream"
+				  : " without a chunked event stream");
+	return h->status == 200 ? 502 : h->status;
 }
 
 void sse_decide(struct exchange *x)

@@ -27,5 +27,10 @@ void sse_setup(struct exchange *x, const struct http_head *h);
 /* The request body is read (or not buffered): does it ask for a stream? Its strict view says
  * ("stream": true in a whole, valid body); a body the view has not read gets none. */
 void sse_decide(struct exchange *x);
+/* The backend's head <h> came after the proxy began the event stream: 0 when its body goes on
+ * in that stream (a 200 event stream with a body; close-delimited only where <close_ok>, as
+ * HTTP/2's DATA frames carry any), else the status the proxy answers instead, its reason in
+ * detail[0..cap). */
+int sse_refusal(const struct http_head *h, int close_ok, char *detail, size_t cap);
 
 #endif
