@@ -5,7 +5,7 @@ import os
 import re
 import subprocess
 
-from harness import BIN, free_port, port_open, request
+from harness import BIN, free_port, port_open, request, wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -82,10 +82,15 @@ def test_admin_endpoints(env):
     sim = env.sim("s", latency_ms=0)
     px = env.proxy("pools:\n  - name: gpu\n    backends: [127.0.0.1:%d]\n" % sim.port)
     assert request(px.port, "GET", "/x")[0] == 200
+    counted = (f'accelnet_backend_responses_total{{pool="gpu",backend="127.0.0.1:{sim.port}",'
+               f'class="2xx"}} 1')
+    # the worker counts a response once its last bytes are written, so the client may read it
+    # and ask /metrics first (seen under the sanitizer pass's load): wait for the count
+    wait_until(lambda: counted in request(px.admin, "GET", "/metrics")[2].decode(),
+               "the response counted")
     st, h, body = request(px.admin, "GET", "/metrics")
     assert st == 200
     text = body.decode()
     assert f'accelnet_backend_up{{pool="gpu",backend="127.0.0.1:{sim.port}"}} 1' in text, text
-    assert (f'accelnet_backend_responses_total{{pool="gpu",backend="127.0.0.1:{sim.port}",'
-            f'class="2xx"}} 1') in text, text
+    assert counted in text, text
     assert request(px.admin, "GET", "/nope")[0] == 404
