@@ -58,6 +58,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -578,6 +579,30 @@ static size_t live_runtimes(const struct main_state *m, const struct gen *skip,
 	return n;
 }
 
+/*
+ * Wait, at most HANDOVER_WAIT_MS, until <g>'s workers have stopped accepting (they see the
+ * drain on their next loop turn). From then on every new client is the new generation's, so
+ * a reload that says it is loaded means it for the next connection; the listening sockets
+ * stay open in the new generation meanwhile, and no client in their backlogs is lost.
+ */
+#define HANDOVER_WAIT_MS 2000
+static void gen_wait_handover(const struct gen *g)
+{
+	uint64_t waited_us = 0;
+	for (unsigned i = 0; i < g->started; i++) {
+		while (!worker_accept_stopped(&g->workers[i]) &&
+		       waited_us < HANDOVER_WAIT_MS * 1000ull) {
+			struct timespec ts = {0, 200 * 1000};
+			nanosleep(&ts, NULL);
+			waited_us += 200;
+		}
+	}
+	if (waited_us >= HANDOVER_WAIT_MS * 1000ull)
+		log_warn("configuration generation %u: a worker still accepts after %u ms; it may "
+			 "take a few more clients under the old configuration",
+			 g->sh.gen, HANDOVER_WAIT_MS);
+}
+
 #define MAX_GENS 256 /* generations alive at once: reloads beyond it wait for one to end */
 #define RETIRE_CHECK_MS 50
 
@@ -733,6 +758,7 @@ static int proxy_reload(struct main_state *m, const char *why, char *err, size_t
 	if ((rc = creds_watch(&g->sh, g->workers, g->nworkers)) < 0)
 		log_error("%s: cannot watch the TLS files (reload_s): %s", why, strerror(-rc));
 	gen_drain(from);
+	gen_wait_handover(from);
 	from->older = m->older;
 	m->older = from;
 	loop_timer_set(m->loop, &m->retire, loop_now(m->loop) + RETIRE_CHECK_MS);

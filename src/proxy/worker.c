@@ -31,7 +31,8 @@
 /* Accept until the backlog is empty, the cap is reached, or descriptors run out. */
 static void worker_accept(struct worker *w, struct listener *l)
 {
-	while (!w->draining && !w->accept_paused) {
+	/* a drain asked for mid-loop: the clients still queued are the next generation's */
+	while (!w->draining && !w->accept_paused && !atomic_load(&w->drain_requested)) {
 		if (w->nclients >= w->max_clients) {
 			log_warn_every(10000,
 				       "connection limit reached (%u on this worker); "
@@ -115,6 +116,7 @@ static void worker_start_drain(struct worker *w)
 	w->drain_ms = loop_now(w->loop);
 	loop_timer_stop(w->loop, &w->accept_timer);
 	worker_close_listeners(w);
+	atomic_store(&w->accept_stopped, 1);
 	/* idle clients go now; the others finish their exchange first */
 	w->sh->ops->close_idle(w, 0);
 	if (!w->nclients)
@@ -275,6 +277,11 @@ void worker_request_drain(struct worker *w)
 {
 	atomic_store(&w->drain_requested, 1);
 	loop_wake(w->loop);
+}
+
+int worker_accept_stopped(const struct worker *w)
+{
+	return atomic_load(&w->accept_stopped);
 }
 
 void worker_destroy(struct worker *w)

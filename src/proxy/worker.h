@@ -145,6 +145,7 @@ struct worker {
 	uint64_t drain_ms;		/* when it began draining */
 	struct loop_timer accept_timer; /* accepting again after running out of descriptors */
 	atomic_int drain_requested;
+	atomic_int accept_stopped; /* set once it has closed its listeners (draining) */
 	uint64_t rng;
 	struct llm_spares llm_spares; /* prompt block arrays to lend (balance: llm) */
 	atomic_uint_fast64_t turns;   /* loop turns done: written by this worker only */
@@ -168,6 +169,9 @@ int worker_init(struct worker *w, struct worker_shared *sh, unsigned id, unsigne
 int worker_start(struct worker *w);
 /* Ask <w> (from another thread) to stop accepting and finish what it has. */
 void worker_request_drain(struct worker *w);
+/* Whether <w> has stopped accepting since worker_request_drain(): it takes no new client
+ * from then on (read from another thread). */
+int worker_accept_stopped(const struct worker *w);
 /* After the thread has ended (or never started): free everything. */
 void worker_destroy(struct worker *w);
 

@@ -8,7 +8,8 @@ changes nothing."""
 # DRAIN_IDLE_MS), which a machine full of other tests may delay. The others wait on what the
 # proxy says (its log, its counts), which load only slows.
 SERIAL = {"test_twenty_reloads_under_load_lose_no_request_and_no_stream",
-          "test_requests_sent_on_kept_alive_connections_as_the_reload_happens_are_answered"}
+          "test_requests_sent_on_kept_alive_connections_as_the_reload_happens_are_answered",
+          "test_the_first_connection_after_a_reload_meets_the_new_configuration"}
 
 import os
 import signal
@@ -519,3 +520,37 @@ def test_accelnet_reload_says_what_happened(env):
     assert "(configuration generation 2)" not in env.log(px)
     st, hdrs, _ = request(port, "GET", "/x")
     assert st == 200 and served_by(hdrs) == "a"
+
+
+def test_the_first_connection_after_a_reload_meets_the_new_configuration(env):
+    """Once a reload has answered (the admin API's POST /api/reload, as `accelnet reload`
+    uses it), the very next client connection is served by the new configuration: the old
+    workers have stopped accepting by then (they share the listening sockets with the new
+    ones, so a worker slow to see its drain would take it). Forty reloads, each followed at
+    once by a fresh connection."""
+    a, b = env.sim("a", latency_ms=0), env.sim("b", latency_ms=0)
+    port, admin = free_port(), free_port()
+    configs = [_config(port, admin, pool_yaml("one", [a.port]) + pool_yaml("two", [b.port]) +
+                       pool_yaml("sse", [a.port])),
+               _config(port, admin, pool_yaml("one", [b.port]) + pool_yaml("two", [a.port]) +
+                       pool_yaml("sse", [a.port]))]
+    px = _start(env, configs[0])
+    wait_until(lambda: port_open(admin), "admin port")
+    # new connections all the time: the workers are often in the middle of accepting
+    wrk = subprocess.Popen(["wrk", "-t1", "-c16", "-d600s", "-H", "Connection: close",
+                            f"http://127.0.0.1:{port}/load"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, start_new_session=True)
+    env.on_cleanup.append(lambda: wrk.poll() is None and wrk.kill())
+    wait_until(lambda: sim_stats(a.port)["requests"] >= 200, "wrk to be under way")
+    wrong = []
+    for i in range(1, 41):
+        with open(px.path + ".tmp", "w") as f:
+            f.write(configs[i % 2])
+        os.rename(px.path + ".tmp", px.path)
+        st, _, _ = request(admin, "POST", "/api/reload")
+        assert st == 200, st
+        st, hdrs, _ = request(port, "GET", "/check")
+        want = "a" if i % 2 == 0 else "b"
+        if st != 200 or served_by(hdrs) != want:
+            wrong.append((i, st, served_by(hdrs)))
+    assert not wrong, f"served under the old configuration after its reload: {wrong}"
