@@ -230,7 +230,7 @@ static void test_refusals(void **state)
 static void test_chat_llama3(void **state)
 {
 	(void)state;
-	struct chat c = {CHAT_LLAMA3, "<B>"};
+	struct chat c = {CHAT_LLAMA3, "<B>", ""};
 	struct chat_text out = {0};
 	char err[256];
 	json_t *m = json_loads("[{\"role\":\"system\",\"content\":\"\\u00a0 hi\\u3000\\n\"},"
@@ -265,7 +265,7 @@ static void test_chat_llama3(void **state)
 static void test_chat_qwen3(void **state)
 {
 	(void)state;
-	struct chat c = {CHAT_QWEN3, ""};
+	struct chat c = {CHAT_QWEN3, "", ""};
 	struct chat_text out = {0};
 	char err[256];
 	/* the reasoning of the turn after the last query is kept, an earlier one's dropped;
