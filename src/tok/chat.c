@@ -1,13 +1,17 @@
 /*
- * chat.c - the chat formats (chat.h). A template is known by the xxh3 of its exact text: a
- * template that differs by one character (a newer revision of a model's, with tools or a
- * date line) is another template, refused until it is written here and checked against the
- * reference (tests/integration/test_tokenize.py renders the model's own template with
- * @huggingface/jinja and encodes it with `tokenizers`).
+ * chat.c - the chat formats (chat.h): which template a tokenizer_config.json holds, and the
+ * two first families, Llama 3 and Qwen 3 (the others each have a file: chat_deepseek.c,
+ * chat_mistral.c, chat_gemma.c; what they share is in chattext.c). A template is known by the
+ * xxh3 of its exact text: a template that differs by one character (a newer revision of a
+ * model's, with tools or a date line) is another template, refused until it is written here
+ * and checked against the reference (tests/integration/test_tokenize.py and
+ * test_tokenize_chat.py render the model's own template with @huggingface/jinja and encode
+ * it with `tokenizers`).
  *
- * Llama 3: for each message, "<|start_header_id|>ROLE<|end_header_id|>\n\n", its content
+ * Llama 3 (and 3.1, whose template adds the generation prompt only when asked, as accelnet
+ * always asks): for each message, "<|start_header_id|>ROLE<|end_header_id|>\n\n", its content
  * with white space trimmed at both ends, "<|eot_id|>"; the BOS before the first; then the
- * assistant's header, always (the template adds the generation prompt unasked).
+ * assistant's header. Neither template writes tools: a request with tools is refused.
  *
  * Its `trim` is where Jinja engines part: @huggingface/jinja (the reference here) trims as
  * JavaScript does, the engines' Python jinja2 as str.strip() does. They agree but on U+001C
@@ -15,13 +19,14 @@
  * that starts or ends with one of those is refused, rather than given the ids of one engine
  * when the model may be served by the other.
  *
- * Qwen 3: ChatML. The first system message, then each user or later system message as
- * "<|im_start|>ROLE\nCONTENT<|im_end|>\n"; tool results gathered into one user turn; an
- * assistant turn split at "</think>" into reasoning and answer, the reasoning kept (in a
- * <think> block) only after the last real user query (one that is not a <tool_response>
- * alone). The template strips '\n' around the tags; the reference's strip ignores its argument
- * and strips all white space: where the two give different text the message is refused, as
- * for Llama 3's trim. Tools and tool calls are not rendered: tool_calls is refused.
+ * Qwen 3: ChatML. The first system message (or, with tools, a system turn listing them),
+ * then each user or later system message as "<|im_start|>ROLE\nCONTENT<|im_end|>\n"; tool
+ * results gathered into one user turn; an assistant turn split at "</think>" into reasoning
+ * and answer, the reasoning kept (in a <think> block) only after the last real user query
+ * (one that is not a <tool_response> alone), its tool_calls after its content. The template
+ * strips '\n' around the tags; the reference's strip ignores its argument and strips all
+ * white space: where the two give different text the message is refused, as for Llama 3's
+ * trim.
  */
 #include "tok/chat.h"
 
