@@ -24,6 +24,8 @@ podman python3-yaml nghttp2-client python3-h2 python3-grpcio python3-httpx"
 # the tokenizer's conformance test fetches its reference (Hugging Face's tokenizers) with npm;
 # a nodejs from NodeSource carries its own npm, Debian's does not
 TEST_PKGS="$TEST_PKGS nodejs"
+# the chat formats' test also renders the templates' refusals with Python's jinja2 (the engines')
+TEST_PKGS="$TEST_PKGS python3-jinja2"
 command -v npm >/dev/null 2>&1 || TEST_PKGS="$TEST_PKGS npm"
 
 PKGS="$BUILD_PKGS $TEST_PKGS"

@@ -10,6 +10,9 @@
  * (or an object {"messages": [...], "tools": [...]}, a request's tools with its messages).
  * --model NAME --config FILE takes the tokenizer and chat format the config's models: gives
  * NAME, loaded as the proxy loads them, so the ids are those the router computes.
+ * --chat --text prints the rendered prompt itself, as a JSON string on one line, instead of
+ * its ids: the tokenizer.json is then not loaded (only the tokenizer_config.json beside it is
+ * read), so a chat format is checked even where its tokenizer is not supported.
  */
 #include "cli/cli.h"
 
@@ -71,7 +74,7 @@ static const char *encode_error(int r)
 /* What tokenize prints for one text (a messages array with a chat format): 0, or 1/2
  * after saying why on stderr. */
 static int tokenize_one(struct tok_scratch *s, const struct chat *chat, struct chat_text *ct,
-			const char *text, size_t n, const char *what)
+			int text_only, const char *text, size_t n, const char *what)
 {
 	const uint32_t *ids;
 	size_t nids;
@@ -98,6 +101,19 @@ static int tokenize_one(struct tok_scratch *s, const struct chat *chat, struct c
 		}
 		text = ct->p;
 		n = ct->len;
+		if (text_only) {
+			json_t *js = json_stringn_nocheck(text ? text : "", n);
+			char *dump = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
+			json_decref(js);
+			if (!dump) {
+				fprintf(stderr, "accelnet tokenize: %s: %s\n", what,
+					strerror(ENOMEM));
+				return 1;
+			}
+			puts(dump);
+			free(dump);
+			return 0;
+		}
 	}
 	r = tok_encode(s, text, n, !chat, &ids, &nids);
 	if (r) {
@@ -108,7 +124,8 @@ static int tokenize_one(struct tok_scratch *s, const struct chat *chat, struct c
 	return 0;
 }
 
-static int tokenize_lines(struct tok_scratch *s, const struct chat *chat, struct chat_text *ct)
+static int tokenize_lines(struct tok_scratch *s, const struct chat *chat, struct chat_text *ct,
+			  int text_only)
 {
 	char *line = NULL;
 	size_t cap = 0, lineno = 0;
@@ -127,7 +144,8 @@ static int tokenize_lines(struct tok_scratch *s, const struct chat *chat, struct
 		}
 		char what[40];
 		snprintf(what, sizeof(what), "line %zu", lineno);
-		rc = tokenize_one(s, chat, ct, json_string_value(j), json_string_length(j), what);
+		rc = tokenize_one(s, chat, ct, text_only, json_string_value(j),
+				  json_string_length(j), what);
 		json_decref(j);
 		if (rc)
 			break;
@@ -141,12 +159,13 @@ int cmd_tokenize(int argc, char **argv)
 	static const struct option opts[] = {{"tokenizer", required_argument, NULL, 't'},
 					     {"lines", no_argument, NULL, 'L'},
 					     {"chat", no_argument, NULL, 'C'},
+					     {"text", no_argument, NULL, 'T'},
 					     {"model", required_argument, NULL, 'm'},
 					     {"config", required_argument, NULL, 'c'},
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
 	const char *file = NULL, *model = NULL, *config = NULL;
-	int lines = 0, chat_on = 0, c;
+	int lines = 0, chat_on = 0, text_only = 0, c;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "+t:c:h", opts, NULL)) != -1) {
 		switch (c) {
@@ -165,6 +184,9 @@ int cmd_tokenize(int argc, char **argv)
 		case 'C':
 			chat_on = 1;
 			break;
+		case 'T':
+			text_only = 1;
+			break;
 		case 'h':
 			cli_usage(stdout, "tokenize");
 			return 0;
@@ -175,8 +197,9 @@ int cmd_tokenize(int argc, char **argv)
 	}
 	int nargs = argc - optind;
 	const char *usage =
-	    !file == !model	? "--tokenizer FILE or --model NAME is required"
-	    : !model != !config ? "--model NAME goes with --config FILE"
+	    !file == !model	    ? "--tokenizer FILE or --model NAME is required"
+	    : !model != !config	    ? "--model NAME goes with --config FILE"
+	    : text_only && !chat_on ? "--text goes with --chat"
 	    : (lines ? nargs == 0 || (nargs == 1 && !strcmp(argv[optind], "-")) : nargs == 1)
 		? NULL
 		: "one TEXT, or -, is required";
@@ -211,11 +234,11 @@ int cmd_tokenize(int argc, char **argv)
 		}
 		tp = &m->tm->tok;
 		chat = chat_on ? &m->tm->chat : NULL;
-	} else if ((r = tokjson_load(file, &t, err, sizeof(err)))) {
+	} else if (!text_only && (r = tokjson_load(file, &t, err, sizeof(err)))) {
 		fprintf(stderr, "accelnet tokenize: %s\n", err);
 		return r == -EINVAL ? 2 : 1;
 	}
-	if ((r = tok_scratch_init(&s, tp))) {
+	if (!text_only && (r = tok_scratch_init(&s, tp))) {
 		fprintf(stderr, "accelnet tokenize: %s\n", strerror(-r));
 		rc = 1;
 		goto fail;
@@ -236,7 +259,7 @@ int cmd_tokenize(int argc, char **argv)
 		chat = &own_chat;
 	}
 	if (lines) {
-		rc = tokenize_lines(&s, chat, &ct);
+		rc = tokenize_lines(&s, chat, &ct, text_only);
 		goto fail;
 	}
 	size_t n;
@@ -249,7 +272,7 @@ int cmd_tokenize(int argc, char **argv)
 	} else {
 		n = strlen(argv[optind]);
 	}
-	rc = tokenize_one(&s, chat, &ct, text ? text : argv[optind], n, "the text");
+	rc = tokenize_one(&s, chat, &ct, text_only, text ? text : argv[optind], n, "the text");
 fail:
 	free(text);
 	free(cfg);

@@ -74,13 +74,14 @@ static const struct {
      "      exit 0 when the new configuration is in use, 1 with FILE:LINE:COL when the file\n"
      "      is refused (the running configuration stays), 2 usage"},
     {"tokenize", cmd_tokenize,
-     "tokenize --tokenizer FILE [--chat] TEXT|- | --tokenizer FILE [--chat] --lines [-]\n"
+     "tokenize --tokenizer FILE [--chat [--text]] TEXT|- | ... [--chat [--text]] --lines [-]\n"
      "      (or --model NAME --config FILE in place of --tokenizer FILE: the config's models:)\n"
      "      the token ids of TEXT (- reads standard input) as accelnet computes them from a\n"
      "      Hugging Face tokenizer.json, in decimal separated by spaces; --lines: one JSON\n"
      "      string literal a line in, one line of ids out; --chat: TEXT is an OpenAI\n"
      "      messages array, rendered by the chat template of the tokenizer_config.json\n"
-     "      beside FILE with the generation prompt (docs/tokenizers.md)"},
+     "      beside FILE with the generation prompt (docs/tokenizers.md); --chat --text:\n"
+     "      the rendered prompt as a JSON string instead of its ids (FILE is not loaded)"},
     {"xfer", cmd_xfer,
      "xfer serve|send|get|bcast ...         bulk transfer over many streams and links\n"
      "      (accelnet xfer --help)"},

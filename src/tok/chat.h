@@ -5,10 +5,14 @@
  * apply_chat_template does. accelnet runs no Jinja: it recognises a model's template, read
  * from the tokenizer_config.json beside its tokenizer.json, by its exact text, and renders
  * that format in C. A template it does not know is refused by name, never rendered as
- * another. Known today: Meta Llama 3's (without tools) and Qwen 3's (with them).
+ * another. Known today: Meta Llama 3's and 3.1's (without tools: their templates write none),
+ * Qwen 3's (with tools), DeepSeek V3's (with its tool calls and outputs), Mistral Nemo's (with
+ * tools, tool calls and results) and Gemma 3's.
  */
 #ifndef ACCELNET_TOK_CHAT_H
 #define ACCELNET_TOK_CHAT_H
+
+#include "tok/chattext.h"
 
 #include <jansson.h>
 #include <stddef.h>
@@ -16,20 +20,16 @@
 enum chat_format {
 	CHAT_LLAMA3 = 1,
 	CHAT_QWEN3,
+	CHAT_DEEPSEEK3,
+	CHAT_MISTRAL,
+	CHAT_GEMMA3,
 };
 
 struct chat {
 	enum chat_format format;
-	char bos[128]; /* the bos_token the template writes (Llama 3) */
+	char bos[128]; /* the bos_token the template writes (all but Qwen 3) */
+	char eos[128]; /* the eos_token it writes (Mistral) */
 };
-
-/* A growable text, reused from one render to the next. */
-struct chat_text {
-	char *p;
-	size_t len, cap;
-};
-
-void chat_text_free(struct chat_text *t);
 
 /*
  * The format of the tokenizer_config.json at <path>: 0, or -errno with a message naming the
@@ -44,7 +44,11 @@ int chat_load(const char *path, struct chat *c, char *err, size_t errlen);
  * it held. Qwen 3: a non-empty tools list makes the system turn that lists them (each as the
  * template's tojson writes it), and an assistant turn's tool_calls follow its content (a
  * null content of such a turn is read as "", as vLLM reads it: *messages is changed so).
- * 0, -EINVAL with a message naming the message and field that is not supported, or -ENOMEM.
+ * The other families: see docs/tokenizers.md "Chat formats". Where the template would raise
+ * an exception (Mistral's and Gemma's role order, Mistral's tool call ids), where the
+ * reference Jinja and Python's jinja2 would render differently, and what is not supported,
+ * the render is refused. 0, -EINVAL with a message naming the message and field that is
+ * refused (the template's own message where it raises), or -ENOMEM.
  */
 int chat_render(const struct chat *c, json_t *messages, json_t *tools, struct chat_text *out,
 		char *err, size_t errlen);

@@ -6,10 +6,11 @@
  * added tokens, Split steps, the GPT-2 pattern): valid UTF-8 encodes, and the ids' bytes put
  * back together are the text (byte-level BPE loses nothing); the same text encoded again,
  * through the pre-token cache, gives the same ids; anything else is refused with -EILSEQ.
- * 2: the rest is a format's letter ('q' Qwen 3, else Llama 3) and JSON: a messages array of
- * strings (or an object of messages and tools) renders to text that ends with the generation
- * prompt (and for Llama 3 starts with the BOS) or is refused with -EINVAL and a message;
- * anything else is refused.
+ * 2: the rest is a format's letter ('q' Qwen 3, 'd' DeepSeek V3, 'm' Mistral Nemo, 'g' Gemma 3,
+ * else Llama 3) and JSON: a messages array of strings (or an object of messages and tools)
+ * renders to text that starts with the BOS (but for Qwen 3) and ends with the generation
+ * prompt (Mistral's template writes none) or is refused with -EINVAL and a message; anything
+ * else is refused.
  */
 #include "tok/bytelevel.h"
 #include "tok/chat.h"
@@ -100,12 +101,33 @@ static void roundtrip(const uint8_t *text, size_t n)
 	free(first);
 }
 
+/* Whether s[0..n) ends with one of <ends> (up to 2, NULL after the last); true for none. */
+static int ends_with(const char *s, size_t n, const char *const *ends)
+{
+	for (size_t i = 0; i < 2 && ends[i]; i++)
+		if (n >= strlen(ends[i]) &&
+		    !memcmp(s + n - strlen(ends[i]), ends[i], strlen(ends[i])))
+			return 1;
+	return !ends[0];
+}
+
 static void chat_fuzz(const uint8_t *data, size_t size)
 {
-	const char *gen = size && data[0] == 'q'
-			      ? "<|im_start|>assistant\n"
-			      : "<|start_header_id|>assistant<|end_header_id|>\n\n";
-	struct chat c = {size && data[0] == 'q' ? CHAT_QWEN3 : CHAT_LLAMA3, "<B>"};
+	static const struct {
+		char letter;
+		enum chat_format format;
+		const char *ends[2]; /* the generation prompts; none for Mistral */
+	} formats[] = {
+	    {'q', CHAT_QWEN3, {"<|im_start|>assistant\n"}},
+	    {'d', CHAT_DEEPSEEK3, {"<｜Assistant｜>", "<｜tool▁outputs▁end｜>"}},
+	    {'m', CHAT_MISTRAL, {NULL}},
+	    {'g', CHAT_GEMMA3, {"<start_of_turn>model\n"}},
+	    {0, CHAT_LLAMA3, {"<|start_header_id|>assistant<|end_header_id|>\n\n"}},
+	};
+	size_t f = 0;
+	while (formats[f].letter && !(size && data[0] == (uint8_t)formats[f].letter))
+		f++;
+	struct chat c = {formats[f].format, "<B>", "<E>"};
 	struct chat_text out = {0};
 	char err[256] = "";
 	json_t *m =
@@ -117,9 +139,10 @@ static void chat_fuzz(const uint8_t *data, size_t size)
 	json_t *tools = json_is_object(m) ? json_object_get(m, "tools") : NULL;
 	int r = chat_render(&c, msgs, tools, &out, err, sizeof(err));
 	if (r == 0) {
-		if (out.len < strlen(gen) ||
-		    memcmp(out.p + out.len - strlen(gen), gen, strlen(gen)) ||
-		    (c.format == CHAT_LLAMA3 && json_array_size(msgs) && memcmp(out.p, "<B>", 3)))
+		int bos =
+		    c.format != CHAT_QWEN3 && (c.format != CHAT_LLAMA3 || json_array_size(msgs));
+		if (!ends_with(out.p, out.len, formats[f].ends) ||
+		    (bos && (out.len < 3 || memcmp(out.p, "<B>", 3))))
 			abort();
 	} else if (r != -EINVAL || !err[0]) {
 		abort();

