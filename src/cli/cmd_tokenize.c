@@ -226,9 +226,11 @@ int cmd_tokenize(int argc, char **argv)
 		}
 		const struct conf_tokmodel *m = conf_tokmodel_find(conf, model, strlen(model));
 		if (!m || (chat_on && !m->tm->has_chat)) {
-			fprintf(stderr, "accelnet tokenize: %s: %s\n", config,
+			fprintf(stderr, "accelnet tokenize: %s: %s%s%s\n", config,
 				!m ? "models: names no such model"
-				   : "models: this model has no chat template");
+				   : "models: this model has no chat template",
+				m && m->tm->chat_skipped[0] ? ": " : "",
+				m ? m->tm->chat_skipped : "");
 			conf_free(conf);
 			return 2;
 		}
@@ -253,7 +255,7 @@ int cmd_tokenize(int argc, char **argv)
 		}
 		if ((r = chat_load(cfg, &own_chat, err, sizeof(err)))) {
 			fprintf(stderr, "accelnet tokenize: %s\n", err);
-			rc = r == -EINVAL ? 2 : 1;
+			rc = r == -EINVAL || r == -ENOTSUP ? 2 : 1;
 			goto fail;
 		}
 		chat = &own_chat;

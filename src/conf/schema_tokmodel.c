@@ -8,6 +8,7 @@
  * own message (the file and its field); nothing is loaded later on the request path.
  */
 #include "conf/schema_tokmodel.h"
+#include "core/log.h"
 #include "tok/tokmodel.h"
 
 #include <errno.h>
@@ -59,6 +60,10 @@ static int load(struct rules_ctx *x, yaml_node_t *entry, struct conf_tokmodel *m
 		int at_chat = ct && m->chat_template && strstr(err, m->chat_template) == err;
 		return rules_fail(x, at_chat ? ct : tk, "models: %s: %s", m->name, err);
 	}
+	if (m->tm->chat_skipped[0])
+		log_warn("models: %s: %s; its chat requests are keyed on the prompt's bytes (the "
+			 "text index), not its tokens",
+			 m->name, m->tm->chat_skipped);
 	return 0;
 }
 

@@ -87,6 +87,7 @@ int chat_load(const char *path, struct chat *c, char *err, size_t errlen)
 		snprintf(err, errlen, "%s: chat_template: %s", path,
 			 tpl ? "not one string (a list of named templates is not supported)"
 			     : "missing");
+		r = -ENOTSUP;
 		goto fail;
 	}
 	uint64_t h = XXH3_64bits(json_string_value(tpl), json_string_length(tpl));
@@ -101,6 +102,7 @@ int chat_load(const char *path, struct chat *c, char *err, size_t errlen)
 			 "%s: chat_template: not one accelnet knows (%zu bytes, xxh3 "
 			 "%016llx); known: the templates of %s",
 			 path, json_string_length(tpl), (unsigned long long)h, names);
+		r = -ENOTSUP;
 		goto fail;
 	}
 	c->format = known[k].format;

@@ -33,8 +33,9 @@ struct chat {
 
 /*
  * The format of the tokenizer_config.json at <path>: 0, or -errno with a message naming the
- * file and the field in err (no chat_template, a template accelnet does not know, a
- * bos_token that is not a string).
+ * file and the field in err: -ENOTSUP for a file with no chat_template or one accelnet does
+ * not know, -EINVAL for a file that is not JSON or a known template's bos_token or eos_token
+ * that is not a string, -ENOENT for no such file.
  */
 int chat_load(const char *path, struct chat *c, char *err, size_t errlen);
 

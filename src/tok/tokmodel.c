@@ -31,9 +31,14 @@ int tokmodel_load(const char *tokenizer, const char *chat_template, unsigned blo
 			chat_template = beside;
 	}
 	if (chat_template) {
-		if ((rc = chat_load(chat_template, &m->chat, err, errlen)) < 0)
+		rc = chat_load(chat_template, &m->chat, m->chat_skipped, sizeof(m->chat_skipped));
+		if (rc < 0 && rc != -ENOTSUP) {
+			snprintf(err, errlen, "%s", m->chat_skipped);
 			goto fail;
-		m->has_chat = 1;
+		}
+		if (rc == 0)
+			m->chat_skipped[0] = 0;
+		m->has_chat = rc == 0;
 	}
 	m->block_size = block_size;
 	m->serial = atomic_fetch_add(&serials, 1) + 1;

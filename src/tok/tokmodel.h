@@ -29,6 +29,7 @@ struct tokmodel {
 	struct tok tok;
 	struct chat chat;
 	int has_chat;
+	char chat_skipped[384]; /* why a template was passed over (has_chat 0); "": none was */
 	unsigned block_size;
 	uint64_t serial; /* one per load in this process: a thread's scratch knows its tokenizer */
 };
@@ -37,7 +38,9 @@ struct tokmodel {
  * Load the tokenizer.json at <tokenizer> and the chat format of <chat_template> (a
  * tokenizer_config.json; NULL: the one in the tokenizer's folder, when there is one) into
  * *m, with blocks of <block_size> tokens. 0, or -errno with a message naming the file and the
- * field in err (tokjson_load(), chat_load()); on failure *m holds nothing.
+ * field in err (tokjson_load(), chat_load()); on failure *m holds nothing. A template with no
+ * chat_template accelnet knows (chat_load()'s -ENOTSUP) is no failure: the model has no chat
+ * format (has_chat 0) and m->chat_skipped says why, for the caller to tell the operator.
  */
 int tokmodel_load(const char *tokenizer, const char *chat_template, unsigned block_size,
 		  struct tokmodel *m, char *err, size_t errlen);

@@ -615,3 +615,19 @@ def test_tokenize_models_config(env):
     write("  tiny: {chat_template: x.json}\n")
     r = run("check", "-c", conf)
     assert r.returncode == 2 and "tokenizer: required" in r.stderr, r
+    # a chat template accelnet does not know (beside the tokenizer, or named) is said at start
+    # and the model's chat requests fall back to the text index: the config is not refused
+    unknown = os.path.join(env.dir, "tokenizer_config.json")
+    with open(unknown, "w") as f:
+        json.dump({"chat_template": "{{ messages }} not a template accelnet knows"}, f)
+    for entry in (f"{{tokenizer: {good}}}", f"{{tokenizer: {good}, chat_template: {unknown}}}"):
+        write(f"  tiny: {entry}\n")
+        r = run("check", "-c", conf)
+        assert r.returncode == 0, r
+        assert ("models: tiny: " + unknown + ": chat_template: not one accelnet knows") \
+            in r.stderr and "keyed on the prompt's bytes" in r.stderr, r.stderr
+        r = run("tokenize", "--model", "tiny", "--config", conf, "abc ab<s>x")
+        assert (r.returncode, r.stdout) == (0, "257 32 256 258 120\n"), r
+        r = run("tokenize", "--model", "tiny", "--config", conf, "--chat", "[]")
+        assert r.returncode == 2 and "no chat template: " in r.stderr \
+            and "not one accelnet knows" in r.stderr, r
