@@ -62,6 +62,11 @@ int h2head_field(struct h2head *hh, const char *name, size_t nlen, const char *v
 		return hh->err = -400;
 	if (nlen == 4 && !memcmp(name, "host", 4) && hh->has_auth)
 		return 0; /* :authority names the host (RFC 9113 8.3.1) */
+	if (hh->websocket && ((nlen == 17 && !memcmp(name, "sec-websocket-key", 17)) ||
+			      (nlen == 7 && !memcmp(name, "upgrade", 7)) ||
+			      (nlen == 10 && !memcmp(name, "connection", 10)) ||
+			      (nlen == 14 && !memcmp(name, "content-length", 14))))
+		return 0; /* the proxy's own (h2head_websocket) */
 	if (nlen == 14 && !memcmp(name, "content-length", 14))
 		hh->has_cl = 1;
 	if (nlen == 6 && !memcmp(name, "cookie", 6) && hh->cookie) {
@@ -83,6 +88,19 @@ int h2head_field(struct h2head *hh, const char *name, size_t nlen, const char *v
 		hh->cookie_at = hh->len;
 	}
 	return put(hh, "\r\n", 2);
+}
+
+int h2head_websocket(struct h2head *hh, const char *key, size_t klen)
+{
+	if (hh->err)
+		return hh->err;
+	if (!hh->line || !line_safe(key, klen))
+		return hh->err = -400;
+	if (put(hh, "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: ", 60) ||
+	    put(hh, key, klen) || put(hh, "\r\n", 2))
+		return hh->err;
+	hh->websocket = 1;
+	return 0;
 }
 
 int h2head_end(struct h2head *hh, int end_stream)
