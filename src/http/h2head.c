@@ -2,6 +2,7 @@
  * h2head.c - an HTTP/2 request's header list written as an HTTP/1.1 head (see h2head.h).
  */
 #include "http/h2head.h"
+#include "http/grpc.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -232,6 +233,23 @@ static int put_at(char *p, size_t cap, const char *s, size_t n)
 	return (int)n;
 }
 
+/* A trailer field joins gRPC-Web's trailer message (r->web), if it may cross and fits. */
+static int web_trailer(struct h2resp *r, const char *name, size_t nlen, const char *value,
+		       size_t vlen)
+{
+	if (!chunked(r) || !h2head_trailer_ok(name, nlen))
+		return 0;
+	int k = h2head_trailer_line(r->web + r->web_len, sizeof(r->web) - r->web_len, name, nlen,
+				    value, vlen);
+	if (k > 0) { /* "name:value" (RFC 9110's field line without the space) */
+		memmove(r->web + r->web_len + nlen + 1, r->web + r->web_len + nlen + 2,
+			(size_t)k - nlen - 2);
+		r->web_len = (uint16_t)(r->web_len + k - 1);
+	}
+	r->trailers = 1;
+	return 0;
+}
+
 int h2resp_field(struct h2resp *r, char *p, size_t cap, const char *name, size_t nlen,
 		 const char *value, size_t vlen)
 {
@@ -250,6 +268,18 @@ int h2resp_field(struct h2resp *r, char *p, size_t cap, const char *name, size_t
 	if (nlen && name[0] == ':')
 		return 0;
 	int pre = 0;
+	if (r->head_in && r->grpc_web)
+		return web_trailer(r, name, nlen, value, vlen);
+	if (!r->head_in && r->grpc_web && nlen == 12 && !memcmp(name, "content-type", 12) &&
+	    vlen >= 16 && !memcmp(value, "application/grpc", 16) &&
+	    !http_grpc_web_is(value, vlen)) { /* application/grpc-web, and the rest of it */
+		if (vlen + 34 + 4 > cap || !line_safe(value, vlen))
+			return -1;
+		memcpy(p, "content-type: application/grpc-web", 34);
+		memcpy(p + 34, value + 16, vlen - 16);
+		memcpy(p + 34 + vlen - 16, "\r\n", 2);
+		return (int)(34 + vlen - 16 + 2);
+	}
 	if (r->head_in) {
 		if (!chunked(r) || !h2head_trailer_ok(name, nlen))
 			return 0;
@@ -319,5 +349,18 @@ int h2resp_end(struct h2resp *r, char *p, size_t cap)
 {
 	if (!chunked(r))
 		return 0;
+	if (r->grpc_web && r->trailers) { /* 0x80, its length (big-endian), the fields */
+		size_t n = r->web_len;
+		int k = snprintf(p, cap, "%zx\r\n", n + 5);
+		if (k <= 0 || (size_t)k + 5 + n + 7 > cap)
+			return -1;
+		unsigned char *m = (unsigned char *)p + k;
+		m[0] = 0x80;
+		m[1] = (unsigned char)(n >> 24), m[2] = (unsigned char)(n >> 16);
+		m[3] = (unsigned char)(n >> 8), m[4] = (unsigned char)n;
+		memcpy(p + k + 5, r->web, n);
+		memcpy(p + k + 5 + n, "\r\n0\r\n\r\n", 7);
+		return (int)((size_t)k + 5 + n + 7);
+	}
 	return r->trailers ? put_at(p, cap, "\r\n", 2) : put_at(p, cap, "0\r\n\r\n", 5);
 }

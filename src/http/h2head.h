@@ -92,11 +92,21 @@ size_t h2head_trailer_fields(char *p, size_t len, struct h2head_field *out, size
  * returns its length, or -1: no room, a field no HTTP/1 line may carry, or a 101 (no tunnel
  * over HTTP/2).
  */
+/* gRPC-Web's trailer message (h2resp.grpc_web): its fields at most this long. */
+#define H2RESP_WEB_TRAILERS 1024
 struct h2resp {
 	int status;	       /* the head's :status */
 	unsigned has_cl : 1;   /* the final head gave content-length */
 	unsigned head_in : 1;  /* the final head is written: what follows is body, trailers */
 	unsigned trailers : 1; /* the trailer section has begun */
+	/* set by the caller: the response goes to a gRPC-Web client (routes.grpc_web): its
+	 * content-type application/grpc... becomes application/grpc-web..., and its trailers the
+	 * body's last message (flag 0x80, a 4-byte length, "name:value\r\n" lines) written at
+	 * h2resp_end(), where a chunked body has its trailer section; fields past
+	 * H2RESP_WEB_TRAILERS are dropped */
+	unsigned grpc_web : 1;
+	uint16_t web_len;
+	char web[H2RESP_WEB_TRAILERS];
 };
 /* One field of a head or of the trailers (:status makes the status line; other pseudo-header
  * fields and trailers that may not cross, h2head_trailer_ok(), write nothing). */
@@ -114,7 +124,8 @@ int h2resp_data_end(const struct h2resp *r, char *p, size_t cap, size_t len);
  * changed). Many tiny DATA frames so cost one chunk's framing, not one each. */
 int h2resp_data_join(char *chunk, size_t *total, size_t len, const char *data, size_t add,
 		     size_t cap);
-/* The response's end: a chunked body's last chunk, or its trailer section's end. */
+/* The response's end: a chunked body's last chunk, or its trailer section's end (gRPC-Web: the
+ * trailer message as a chunk of its own before the last). */
 int h2resp_end(struct h2resp *r, char *p, size_t cap);
 
 #endif

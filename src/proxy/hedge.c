@@ -45,6 +45,7 @@ void hedge_start(struct exchange *x)
 		attempt_end(copy, w, 0);
 		return;
 	}
+	copy->up->grpc_web = x->grpc_web;
 	x->hedge = copy;
 	backend_count(cur->be, PM_BACKEND_HEDGED, 1);
 }
