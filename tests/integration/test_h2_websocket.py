@@ -236,3 +236,38 @@ def test_h2_websocket_idle_timeout(env):
     assert c.reset[sid] == 8  # CANCEL
     wait_until(lambda: _metric(px, "accelnet_tunnels_closed_total", reason="idle") == 1,
                "the idle tunnel counted")
+
+
+def test_h2_websocket_a_backend_that_does_not_read_holds_the_client_back(env):
+    release = threading.Event()
+    got = [0]
+
+    def after(conn):
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
+        release.wait(60)
+        got[0] = len(read_all(conn))
+    be = RawWsBackend(after)
+    env.on_cleanup.append(be.close)
+    px = _proxy(env, be.port)
+    c = H2Client(px.port, timeout=1)
+    env.on_cleanup.append(c.close)
+    sid = _open(c)
+    assert c.status[sid] == 200
+    total, sent, block = 64 << 20, 0, bytes(16384)
+    while sent < total:  # as the windows allow, until no credit comes back for a second
+        room = min(c.conn.local_flow_control_window(sid), c.conn.max_outbound_frame_size)
+        if room <= 0:
+            try:
+                c.pump()
+            except (TimeoutError, socket.timeout):
+                break
+            continue
+        c.conn.send_data(sid, block[:room])
+        c.flush()
+        sent += room
+    assert sent < total // 8, sent  # held back: socket buffers and a buffer, not its memory
+    assert _samples(px)[("accelnet_buffer_bytes", ())] <= 4 * 33 * 1024
+    release.set()
+    c.sock.settimeout(15)
+    c.send_body(sid, b"x" * 1000, end=True)
+    wait_until(lambda: got[0] == sent + 1000, "every byte the client sent reached the backend")
