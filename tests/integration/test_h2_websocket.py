@@ -8,9 +8,11 @@ import socket
 import struct
 import threading
 
+import h2.config
+import h2.connection
 import h2.settings
 
-from harness import ScriptedBackend, pool_yaml, read_all, wait_until
+from harness import BIN, ScriptedBackend, free_port, pool_yaml, read_all, wait_until
 from test_h2 import H2Client
 from test_websocket import RawWsBackend, WsBackend, _metric, _samples
 
@@ -271,3 +273,25 @@ def test_h2_websocket_a_backend_that_does_not_read_holds_the_client_back(env):
     c.sock.settimeout(15)
     c.send_body(sid, b"x" * 1000, end=True)
     wait_until(lambda: got[0] == sent + 1000, "every byte the client sent reached the backend")
+
+
+def test_h2_websocket_not_on_a_listener_with_http2_off(env):
+    # no HTTP/2, so no extended CONNECT: the preface is read as an HTTP/1.1 request, refused
+    be = WsBackend()
+    env.on_cleanup.append(be.close)
+    port = free_port()
+    path = env.write("off.yaml", f"listen:\n  - address: 127.0.0.1:{port}\n    http2: false\n"
+                     "pools:\n" + pool_yaml("p", [be.port]) +
+                     "routes:\n  - pool: p\n    websocket: true\n")
+    env.start([BIN, "proxy", "-c", path], "proxy", wait_port=port)
+    s = socket.create_connection(("127.0.0.1", port), timeout=15)
+    with s:
+        c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        c.initiate_connection()
+        c.send_headers(1, [(":method", "CONNECT"), (":protocol", "websocket"),
+                           (":scheme", "http"), (":path", "/ws"), (":authority", "x"),
+                           ("sec-websocket-version", "13")])
+        s.sendall(c.data_to_send())
+        got = read_all(s)
+    assert got.startswith(b"HTTP/1.1 505 "), got[:100]  # PRI * HTTP/2.0
+    assert be.handshakes == 0
