@@ -55,7 +55,7 @@ def test_h2_websocket_echo_and_close(env):
     hs = c.headers[sid]
     assert c.status[sid] == 200, hs
     assert "sec-websocket-accept" not in hs and hs.get("x-request-id"), hs
-    assert be.handshakes == 1
+    wait_until(lambda: be.handshakes == 1, "the backend's handler ran")  # (after its 101)
     c.conn.send_data(sid, _frame(b"hello over h2"))
     c.flush()
     c.wait(lambda: len(c.body.get(sid, b"")) >= 15)
@@ -245,10 +245,10 @@ def test_h2_websocket_a_backend_that_does_not_read_holds_the_client_back(env):
     got = [0]
 
     def after(conn):
-        conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
         release.wait(60)
         got[0] = len(read_all(conn))
     be = RawWsBackend(after)
+    be.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)  # (before it accepts)
     env.on_cleanup.append(be.close)
     px = _proxy(env, be.port)
     c = H2Client(px.port, timeout=1)
