@@ -44,6 +44,14 @@
  * reset by the client (RST_STREAM) ends its exchange at once: its backend connection is closed
  * (an HTTP/2 backend's stream reset), the cancellation an engine understands.
  *
+ * WebSocket (RFC 8441, tunnel.h): an extended CONNECT with :protocol websocket is written as
+ * the HTTP/1.1 handshake (http/h2head.h) with a key the proxy makes; the backend's 101, its
+ * accept checked, becomes the stream's 200, and from then the stream is a tunnel: its DATA goes
+ * to the backend as the socket takes it (credit back as s->in drains), the backend's bytes go
+ * out from up->in as the client's window lets them (read_tunnel), each side's end is passed on
+ * once its bytes went, and its clock is timeouts.tunnel_idle_ms (tunnel_due), not the
+ * exchange's deadlines.
+ *
  * Deadlines: a stream's exchange keeps its own (proxy/deadline.h); a stream with none waits on
  * its client alone, and the connection's timer bounds that too: a header block left unfinished
  * (nothing else may come on the connection meanwhile) closes the connection after
