@@ -295,3 +295,25 @@ def test_h2_websocket_not_on_a_listener_with_http2_off(env):
         got = read_all(s)
     assert got.startswith(b"HTTP/1.1 505 "), got[:100]  # PRI * HTTP/2.0
     assert be.handshakes == 0
+
+
+def test_h2_websocket_max_tunnels_answers_503(env):
+    be = WsBackend()
+    env.on_cleanup.append(be.close)
+    px = _proxy(env, be.port, extra="limits: {max_tunnels: 1}\n")
+    c = H2Client(px.port)
+    env.on_cleanup.append(c.close)
+    first = _open(c)
+    assert c.status[first] == 200
+    second = _open(c)  # on the same connection: one tunnel is open already
+    assert c.status.get(second) == 503 and c.headers[second].get("retry-after") == "1", \
+        (c.status, c.headers.get(second))
+    assert _samples(px)[("accelnet_tunnels_open", ())] == 1
+    c.conn.reset_stream(first, error_code=8)
+    c.flush()
+    wait_until(lambda: _samples(px)[("accelnet_tunnels_open", ())] == 0, "the tunnel counted out")
+    third = _open(c)
+    assert c.status[third] == 200
+    c.conn.reset_stream(third, error_code=8)  # (the backend's server then stops at once)
+    c.flush()
+    wait_until(lambda: _samples(px)[("accelnet_tunnels_open", ())] == 0, "the tunnel counted out")
