@@ -369,6 +369,7 @@ struct conf_route {
 	unsigned api;			    /* CONF_API_*: the shape of the proxy's own errors */
 	unsigned access_log;		    /* 0: this route's requests are not logged */
 	unsigned websocket; /* a WebSocket handshake becomes a tunnel (proxy/tunnel.h) */
+	unsigned grpc_web;  /* gRPC-Web requests go to the backend as gRPC (proxy/up_h2.c) */
 	struct conf_route_cache cache;
 	struct conf_fwd *fwd; /* rewrite, request_headers, response_headers; NULL: none */
 };

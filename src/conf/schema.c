@@ -814,6 +814,7 @@ static const struct rule route_rules[] = {
      schema_read_route_cache},
     {"access_log", RULE_BOOL, offsetof(struct conf_route, access_log), 0, 0, NULL, NULL},
     {"websocket", RULE_BOOL, offsetof(struct conf_route, websocket), 0, 0, NULL, NULL},
+    {"grpc_web", RULE_BOOL, offsetof(struct conf_route, grpc_web), 0, 0, NULL, NULL},
     {"rewrite", RULE_SECTION, offsetof(struct conf_route, fwd), 0, 0, schema_rewrite_rules,
      schema_read_rewrite},
     {"request_headers", RULE_SECTION, offsetof(struct conf_route, fwd), 0, 0,

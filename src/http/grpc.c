@@ -12,6 +12,13 @@ int http_grpc_is(const char *v, size_t len)
 	return len == 16 || v[16] == '+' || v[16] == ';';
 }
 
+int http_grpc_web_is(const char *v, size_t len)
+{
+	if (len < 20 || strncmp(v, "application/grpc-web", 20) != 0)
+		return 0;
+	return len == 20 || v[20] == '+' || v[20] == ';';
+}
+
 int http_grpc_to_http(int code)
 {
 	switch (code) {

@@ -7,6 +7,9 @@
  * trailers-only response); an HTTP status of its own means little to it. So the proxy's own
  * answers to a gRPC request (no backend, a deadline, a limit, auth, no route) go out as
  * trailers-only responses with the code that says the same thing (docs/http2.md, "gRPC").
+ * gRPC-Web (routes.grpc_web) is the same calls from browsers, over HTTP/1.1 or HTTP/2: its
+ * content-type says so, and its trailers come as the body's last message, flagged 0x80
+ * (http/h2head.h writes that frame).
  * Pure: no sockets, no clocks.
  */
 #ifndef ACCELNET_HTTP_GRPC_H
@@ -18,6 +21,10 @@
 /* Is the content-type value v[0..len) gRPC's ("application/grpc", or "+proto" and the like;
  * not gRPC-Web)? 1 or 0. */
 int http_grpc_is(const char *v, size_t len);
+
+/* Is it gRPC-Web's, in its binary form ("application/grpc-web", or "+proto" and the like; not
+ * "application/grpc-web-text")? 1 or 0. */
+int http_grpc_web_is(const char *v, size_t len);
 
 /* The gRPC status code (0-16) that the proxy's own HTTP answer <status> stands for. */
 int http_grpc_status(int status);

@@ -2,6 +2,7 @@
  * h2head.c - an HTTP/2 request's header list written as an HTTP/1.1 head (see h2head.h).
  */
 #include "http/h2head.h"
+#include "http/grpc.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -62,6 +63,11 @@ int h2head_field(struct h2head *hh, const char *name, size_t nlen, const char *v
 		return hh->err = -400;
 	if (nlen == 4 && !memcmp(name, "host", 4) && hh->has_auth)
 		return 0; /* :authority names the host (RFC 9113 8.3.1) */
+	if (hh->websocket && ((nlen == 17 && !memcmp(name, "sec-websocket-key", 17)) ||
+			      (nlen == 7 && !memcmp(name, "upgrade", 7)) ||
+			      (nlen == 10 && !memcmp(name, "connection", 10)) ||
+			      (nlen == 14 && !memcmp(name, "content-length", 14))))
+		return 0; /* the proxy's own (h2head_websocket) */
 	if (nlen == 14 && !memcmp(name, "content-length", 14))
 		hh->has_cl = 1;
 	if (nlen == 6 && !memcmp(name, "cookie", 6) && hh->cookie) {
@@ -83,6 +89,19 @@ int h2head_field(struct h2head *hh, const char *name, size_t nlen, const char *v
 		hh->cookie_at = hh->len;
 	}
 	return put(hh, "\r\n", 2);
+}
+
+int h2head_websocket(struct h2head *hh, const char *key, size_t klen)
+{
+	if (hh->err)
+		return hh->err;
+	if (!hh->line || !line_safe(key, klen))
+		return hh->err = -400;
+	if (put(hh, "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: ", 60) ||
+	    put(hh, key, klen) || put(hh, "\r\n", 2))
+		return hh->err;
+	hh->websocket = 1;
+	return 0;
 }
 
 int h2head_end(struct h2head *hh, int end_stream)
@@ -214,6 +233,23 @@ static int put_at(char *p, size_t cap, const char *s, size_t n)
 	return (int)n;
 }
 
+/* A trailer field joins gRPC-Web's trailer message (r->web), if it may cross and fits. */
+static int web_trailer(struct h2resp *r, const char *name, size_t nlen, const char *value,
+		       size_t vlen)
+{
+	if (!chunked(r) || !h2head_trailer_ok(name, nlen))
+		return 0;
+	int k = h2head_trailer_line(r->web + r->web_len, sizeof(r->web) - r->web_len, name, nlen,
+				    value, vlen);
+	if (k > 0) { /* "name:value" (RFC 9110's field line without the space) */
+		memmove(r->web + r->web_len + nlen + 1, r->web + r->web_len + nlen + 2,
+			(size_t)k - nlen - 2);
+		r->web_len = (uint16_t)(r->web_len + k - 1);
+	}
+	r->trailers = 1;
+	return 0;
+}
+
 int h2resp_field(struct h2resp *r, char *p, size_t cap, const char *name, size_t nlen,
 		 const char *value, size_t vlen)
 {
@@ -232,6 +268,18 @@ int h2resp_field(struct h2resp *r, char *p, size_t cap, const char *name, size_t
 	if (nlen && name[0] == ':')
 		return 0;
 	int pre = 0;
+	if (r->head_in && r->grpc_web)
+		return web_trailer(r, name, nlen, value, vlen);
+	if (!r->head_in && r->grpc_web && nlen == 12 && !memcmp(name, "content-type", 12) &&
+	    vlen >= 16 && !memcmp(value, "application/grpc", 16) &&
+	    !http_grpc_web_is(value, vlen)) { /* application/grpc-web, and the rest of it */
+		if (vlen + 34 + 4 > cap || !line_safe(value, vlen))
+			return -1;
+		memcpy(p, "content-type: application/grpc-web", 34);
+		memcpy(p + 34, value + 16, vlen - 16);
+		memcpy(p + 34 + vlen - 16, "\r\n", 2);
+		return (int)(34 + vlen - 16 + 2);
+	}
 	if (r->head_in) {
 		if (!chunked(r) || !h2head_trailer_ok(name, nlen))
 			return 0;
@@ -301,5 +349,18 @@ int h2resp_end(struct h2resp *r, char *p, size_t cap)
 {
 	if (!chunked(r))
 		return 0;
+	if (r->grpc_web && r->trailers) { /* 0x80, its length (big-endian), the fields */
+		size_t n = r->web_len;
+		int k = snprintf(p, cap, "%zx\r\n", n + 5);
+		if (k <= 0 || (size_t)k + 5 + n + 7 > cap)
+			return -1;
+		unsigned char *m = (unsigned char *)p + k;
+		m[0] = 0x80;
+		m[1] = (unsigned char)(n >> 24), m[2] = (unsigned char)(n >> 16);
+		m[3] = (unsigned char)(n >> 8), m[4] = (unsigned char)n;
+		memcpy(p + k + 5, r->web, n);
+		memcpy(p + k + 5 + n, "\r\n0\r\n\r\n", 7);
+		return (int)((size_t)k + 5 + n + 7);
+	}
 	return r->trailers ? put_at(p, cap, "\r\n", 2) : put_at(p, cap, "0\r\n\r\n", 5);
 }

@@ -20,21 +20,32 @@
 #include <stdint.h>
 
 struct h2head {
-	char *p;	       /* the head being written ... */
-	size_t cap, len;       /* ... its room and length */
-	unsigned has_auth : 1; /* :authority was given: a host field is dropped */
-	unsigned line : 1;     /* the request line is written */
-	unsigned has_cl : 1;   /* a content-length field was given */
-	unsigned bodyless : 1; /* the method carries no body by custom (GET, HEAD ...) */
-	size_t cookie_at;      /* where the Cookie line's CRLF is, once one is written */
-	unsigned cookie : 1;   /* ... and there is one */
-	int err;	       /* the first failure: -400, -431 */
+	char *p;		/* the head being written ... */
+	size_t cap, len;	/* ... its room and length */
+	unsigned has_auth : 1;	/* :authority was given: a host field is dropped */
+	unsigned line : 1;	/* the request line is written */
+	unsigned has_cl : 1;	/* a content-length field was given */
+	unsigned bodyless : 1;	/* the method carries no body by custom (GET, HEAD ...) */
+	size_t cookie_at;	/* where the Cookie line's CRLF is, once one is written */
+	unsigned cookie : 1;	/* ... and there is one */
+	unsigned websocket : 1; /* an extended CONNECT written as a WebSocket handshake */
+	int err;		/* the first failure: -400, -431 */
 };
 
 /* Start the head of a request of :method <m>, :path <path>, :authority <auth> (NULL: none)
  * into p[0..cap). 0, or -400 (no method or path), -431 (no room). */
 int h2head_begin(struct h2head *hh, char *p, size_t cap, const char *m, size_t mlen,
 		 const char *path, size_t plen, const char *auth, size_t alen);
+/*
+ * An extended CONNECT (RFC 8441) with :protocol websocket is written as the HTTP/1.1 opening
+ * handshake it stands for (RFC 6455 4.1), so the stages and the backend read one kind of
+ * WebSocket request: call after h2head_begin() with the method "GET". It adds Connection:
+ * Upgrade, Upgrade: websocket and Sec-WebSocket-Key: <key> (the proxy's own: an HTTP/2 client
+ * sends none, and the proxy checks the backend's answer to it); a sec-websocket-key field the
+ * client sends is dropped. End the head with h2head_end(hh, 1): the handshake has no body,
+ * whatever DATA follows is the tunnel's. 0, or -431.
+ */
+int h2head_websocket(struct h2head *hh, const char *key, size_t klen);
 /* One regular field. 0, or -431 (no room), -400 (a byte no HTTP/1 line may carry). */
 int h2head_field(struct h2head *hh, const char *name, size_t nlen, const char *value, size_t vlen);
 /* The end of the head: the body's framing (<end_stream>: none will come; else its
@@ -81,11 +92,21 @@ size_t h2head_trailer_fields(char *p, size_t len, struct h2head_field *out, size
  * returns its length, or -1: no room, a field no HTTP/1 line may carry, or a 101 (no tunnel
  * over HTTP/2).
  */
+/* gRPC-Web's trailer message (h2resp.grpc_web): its fields at most this long. */
+#define H2RESP_WEB_TRAILERS 1024
 struct h2resp {
 	int status;	       /* the head's :status */
 	unsigned has_cl : 1;   /* the final head gave content-length */
 	unsigned head_in : 1;  /* the final head is written: what follows is body, trailers */
 	unsigned trailers : 1; /* the trailer section has begun */
+	/* set by the caller: the response goes to a gRPC-Web client (routes.grpc_web): its
+	 * content-type application/grpc... becomes application/grpc-web..., and its trailers the
+	 * body's last message (flag 0x80, a 4-byte length, "name:value\r\n" lines) written at
+	 * h2resp_end(), where a chunked body has its trailer section; fields past
+	 * H2RESP_WEB_TRAILERS are dropped */
+	unsigned grpc_web : 1;
+	uint16_t web_len;
+	char web[H2RESP_WEB_TRAILERS];
 };
 /* One field of a head or of the trailers (:status makes the status line; other pseudo-header
  * fields and trailers that may not cross, h2head_trailer_ok(), write nothing). */
@@ -103,7 +124,8 @@ int h2resp_data_end(const struct h2resp *r, char *p, size_t cap, size_t len);
  * changed). Many tiny DATA frames so cost one chunk's framing, not one each. */
 int h2resp_data_join(char *chunk, size_t *total, size_t len, const char *data, size_t add,
 		     size_t cap);
-/* The response's end: a chunked body's last chunk, or its trailer section's end. */
+/* The response's end: a chunked body's last chunk, or its trailer section's end (gRPC-Web: the
+ * trailer message as a chunk of its own before the last). */
 int h2resp_end(struct h2resp *r, char *p, size_t cap);
 
 #endif

@@ -52,6 +52,8 @@ static enum run dispatch_attach(struct exchange *x)
 	struct attempt *a = x->att;
 	uint64_t now = loop_now(w->loop);
 	int err = attempt_connect(a, w, x->conn, x->codec->wake);
+	if (!err)
+		a->up->grpc_web = x->grpc_web;
 	if (err) {
 		/* the connect failed at once (refused on loopback, or out of descriptors) */
 		log_debug("backend %s: connect: %s", a->be->name, strerror(-err));

@@ -213,6 +213,7 @@ struct exchange {
 	unsigned spilled : 1;	    /* moved to the route's spillover pool */
 	unsigned hedged : 1;	    /* a copy went (or was tried) to a second backend */
 	unsigned tunnel : 1;	    /* a WebSocket handshake its route tunnels (tunnel.h) */
+	unsigned grpc_web : 1;	    /* gRPC-Web its route turns into gRPC (routes.grpc_web) */
 	uint8_t protocol;	    /* what the client spoke (enum client_proto) */
 	uint64_t last_ms;	    /* last progress */
 	uint64_t until_ms; /* the client's own deadline (grpc-timeout), loop's clock; 0: none */

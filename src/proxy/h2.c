@@ -44,6 +44,14 @@
  * reset by the client (RST_STREAM) ends its exchange at once: its backend connection is closed
  * (an HTTP/2 backend's stream reset), the cancellation an engine understands.
  *
+ * WebSocket (RFC 8441, tunnel.h): an extended CONNECT with :protocol websocket is written as
+ * the HTTP/1.1 handshake (http/h2head.h) with a key the proxy makes; the backend's 101, its
+ * accept checked, becomes the stream's 200, and from then the stream is a tunnel: its DATA goes
+ * to the backend as the socket takes it (credit back as s->in drains), the backend's bytes go
+ * out from up->in as the client's window lets them (read_tunnel), each side's end is passed on
+ * once its bytes went, and its clock is timeouts.tunnel_idle_ms (tunnel_due), not the
+ * exchange's deadlines.
+ *
  * Deadlines: a stream's exchange keeps its own (proxy/deadline.h); a stream with none waits on
  * its client alone, and the connection's timer bounds that too: a header block left unfinished
  * (nothing else may come on the connection meanwhile) closes the connection after
@@ -73,6 +81,7 @@
 #include "http/h2mem.h"
 #include "http/h2head.h"
 #include "http/target.h"
+#include "http/wskey.h"
 #include "guard/auth.h"
 #include "proxy/access.h"
 #include "proxy/caching.h"
@@ -90,6 +99,7 @@
 #include "proxy/route.h"
 #include "proxy/sse.h"
 #include "proxy/stages.h"
+#include "proxy/tunnel.h"
 #include "proxy/up_h1.h"
 #include "runtime/proxy_metric.h"
 
@@ -162,10 +172,18 @@ struct h2s {
 	unsigned early : 1; /* the proxy's own event-stream head went (sse.h): own holds comments */
 	unsigned sized : 1; /* no content-length: the head ends at the start (stream_end_head) */
 	unsigned hit : 1;   /* answered from the cache (hit.h): its body comes from the object */
-	unsigned body_buf : 1;	  /* <in> is a body buffer (H2_BODY_BUFS) */
-	uint64_t grpc_timeout_ms; /* its grpc-timeout (0: none), its deadline from its start */
-	uint64_t buf_retry_ms;	  /* held, waiting for a body buffer: when to look again */
-	int32_t window_before;	  /* its send window as a SETTINGS frame began (window_check) */
+	unsigned body_buf : 1;	   /* <in> is a body buffer (H2_BODY_BUFS) */
+	unsigned ws : 1;	   /* an extended CONNECT for a WebSocket (RFC 8441) */
+	unsigned tun : 1;	   /* ... whose tunnel is open: DATA is its bytes both ways */
+	unsigned tun_eof : 1;	   /* ... the backend ended its side: END_STREAM once sent */
+	unsigned up_shut : 1;	   /* ... the client's end was passed on to the backend */
+	uint8_t protocol;	   /* its :protocol: 0 none, 1 websocket, 2 another */
+	uint8_t tun_end;	   /* 1 + the enum tunnel_end the proxy reset it for, else 0 */
+	uint64_t tun_ms;	   /* a tunnel's byte last moved, either way */
+	char wskey[WSKEY_LEN + 1]; /* the Sec-WebSocket-Key the proxy sent for it */
+	uint64_t grpc_timeout_ms;  /* its grpc-timeout (0: none), its deadline from its start */
+	uint64_t buf_retry_ms;	   /* held, waiting for a body buffer: when to look again */
+	int32_t window_before;	   /* its send window as a SETTINGS frame began (window_check) */
 };
 
 /* A token bucket: <per_s> tokens a second, as many at most; kept in thousandths. */
@@ -316,12 +334,49 @@ static void stream_release(struct h2s *s)
 		h->quiet_ms = loop_now(w->loop);
 }
 
+/* <n> bytes of the tunnel moved <way>: its idle clock, the access log's bytes, the counts. */
+static void tunnel_moved(struct h2s *s, enum tunnel_way way, size_t n)
+{
+	struct exchange *x = s->x;
+	s->tun_ms = loop_now(x->w->loop);
+	if (way == TUNNEL_TO_BACKEND)
+		x->req.sent += n;
+	else
+		x->resp.sent += n;
+	tunnel_count_bytes(x->w, way, n);
+}
+
 /* The exchange of a stream that closed: finished when its response went whole, else cut. */
 static void stream_end_exchange(struct h2s *s, uint32_t code)
 {
 	struct exchange *x = s->x;
 	struct worker *w = x->w;
+	struct upconn *up = x->att->up;
+	if (s->tun && code == NGHTTP2_NO_ERROR && s->in && buf_len(s->in) && up) {
+		/* the client's last bytes came with its end, which closed the stream: they go
+		 * now, as far as the backend's socket takes them (at most the stream's window) */
+		ssize_t k = net_conn_write(&up->conn, buf_head(s->in), buf_len(s->in));
+		if (k > 0)
+			tunnel_moved(s, TUNNEL_TO_BACKEND, (size_t)k);
+	}
 	s->x = NULL;
+	if (s->tun) { /* a tunnel's end: both sides closed, a reset, the proxy's own */
+		enum tunnel_end why = s->tun_end		 ? (enum tunnel_end)(s->tun_end - 1)
+				      : code == NGHTTP2_NO_ERROR ? TUNNEL_END_CLOSED
+				      : w->draining		 ? TUNNEL_END_DRAIN
+								 : TUNNEL_END_ERROR;
+		log_debug("%s: stream %d: tunnel closed (code %u): %llu bytes to the backend, %llu "
+			  "to the client",
+			  s->h->cl->ip, s->id, code, (unsigned long long)x->req.sent,
+			  (unsigned long long)x->resp.sent);
+		tunnel_count_out(w, why);
+		exchange_count_response(x, x->status);
+		x->relayed = 1;
+		exchange_free_slot(x);
+		attempt_end(x->att, w, 0);
+		exchange_free(x);
+		return;
+	}
 	if (s->eof && code == NGHTTP2_NO_ERROR && (x->resp.done || s->hit)) {
 		exchange_count_response(x, x->status);
 		x->relayed = 1;
@@ -574,6 +629,34 @@ static ssize_t read_hit(struct h2s *s, uint8_t *out, size_t len, uint32_t *flags
 	}
 }
 
+/* --- WebSocket over HTTP/2 (RFC 8441): a stream's tunnel --- */
+
+/* The backend's bytes (up->in, as they came) as the stream's DATA; its clean end as
+ * END_STREAM once they went, a failure as a reset. */
+static ssize_t read_tunnel(struct h2s *s, uint8_t *out, size_t len, uint32_t *flags)
+{
+	struct buf *in = s->x->att->up ? s->x->att->up->in : NULL;
+	size_t k = in ? buf_len(in) : 0;
+	if (k > len)
+		k = len;
+	if (k) {
+		memcpy(out, buf_head(in), k);
+		buf_consume(in, k);
+		tunnel_moved(s, TUNNEL_TO_CLIENT, k);
+		s->run = 1; /* up->in has room again: the backend may be read */
+		return (ssize_t)k;
+	}
+	if (s->tun_eof) {
+		*flags |= NGHTTP2_DATA_FLAG_EOF;
+		s->eof = 1;
+		return 0;
+	}
+	if (s->cut)
+		return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+	s->deferred = 1;
+	return NGHTTP2_ERR_DEFERRED;
+}
+
 /* nghttp2 asks for the stream's body: the proxy's own answer, or the relayed response. */
 static ssize_t read_body(nghttp2_session *ss, int32_t id, uint8_t *out, size_t len, uint32_t *flags,
 			 nghttp2_data_source *src, void *ud)
@@ -599,6 +682,9 @@ static ssize_t read_body(nghttp2_session *ss, int32_t id, uint8_t *out, size_t l
 		} else {
 			*flags |= NGHTTP2_DATA_FLAG_EOF;
 			s->eof = 1;
+			if (!s->end_stream) /* answered before the request ended: no more of it */
+				nghttp2_submit_rst_stream(h->ss, NGHTTP2_FLAG_NONE, s->id,
+							  NGHTTP2_NO_ERROR);
 		}
 		return (ssize_t)k;
 	}
@@ -606,6 +692,8 @@ static ssize_t read_body(nghttp2_session *ss, int32_t id, uint8_t *out, size_t l
 		return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
 	if (s->hit)
 		return read_hit(s, out, len, flags);
+	if (s->tun)
+		return read_tunnel(s, out, len, flags);
 	size_t k = take_body(s, out, len);
 	if (k) {
 		s->run = 1; /* up->in has room again: the backend may be read */
@@ -634,7 +722,9 @@ static ssize_t read_body(nghttp2_session *ss, int32_t id, uint8_t *out, size_t l
 static void stream_resume(struct h2s *s)
 {
 	struct exchange *x = s->x;
-	if (!s->deferred || !x || !(x->resp.ready || x->resp.done || s->cut))
+	const struct buf *tin = s->tun && x && x->att->up ? x->att->up->in : NULL;
+	if (!s->deferred || !x ||
+	    !(x->resp.ready || x->resp.done || s->cut || s->tun_eof || (tin && buf_len(tin))))
 		return;
 	s->deferred = 0;
 	nghttp2_session_resume_data(s->h->ss, s->id);
@@ -766,7 +856,7 @@ static enum run stream_answer(struct h2s *s, int status, const char *detail, con
 /* What relay_scan_body() says of the body bytes in the stream's input. */
 static int request_scan(struct h2s *s)
 {
-	return relay_scan_body(s->x, s->in);
+	return s->ws ? 0 : relay_scan_body(s->x, s->in); /* a handshake's DATA is its tunnel's */
 }
 
 /* Client -> backend: the head, and the body bytes ready in the stream's input. */
@@ -834,6 +924,10 @@ static enum run relay_pass(struct h2s *s, int *progress)
 		r = up_h1_head(x);
 		if (r == RUN_GONE || (r == RUN_AGAIN && s->x != x))
 			return r;
+		if (s->tun) { /* a 101: the stream is a tunnel now (codec_upgrade) */
+			*progress = 1;
+			return RUN_STAY;
+		}
 		if (r == RUN_AGAIN)
 			*progress = 1;
 		if (x->att->up != up)
@@ -845,9 +939,78 @@ static enum run relay_pass(struct h2s *s, int *progress)
 	return RUN_STAY;
 }
 
+/* The proxy ends a tunnel (a backend that failed, its idle time, a drain): RST_STREAM, its end
+ * counted for <why> when the stream closes. */
+static enum run tunnel_reset(struct h2s *s, enum tunnel_end why, uint32_t code, const char *what)
+{
+	log_debug("%s: stream %d: tunnel ended: %s", s->h->cl->ip, s->id, what);
+	s->tun_end = (uint8_t)(1 + why);
+	nghttp2_submit_rst_stream(s->h->ss, NGHTTP2_FLAG_NONE, s->id, code);
+	h2_kick(s->h);
+	return RUN_STAY;
+}
+
+/* One pass of a stream's tunnel: the client's DATA (s->in) to the backend as it takes it, the
+ * credit going back as it drains, so a backend that does not read stops the client; its
+ * END_STREAM passed on as a shutdown once its bytes went. The backend read into up->in while
+ * it has room, which read_tunnel() empties as the client's window lets it: a client that does
+ * not read stops the backend. A buffer each way, given back when empty. */
+static enum run tunnel_pass(struct h2s *s, int *progress)
+{
+	struct exchange *x = s->x;
+	struct upconn *up = x->att->up;
+	if (s->in && buf_len(s->in) && up->writable) {
+		ssize_t k = net_conn_write(&up->conn, buf_head(s->in), buf_len(s->in));
+		if (k == -EAGAIN || k == -EINTR) {
+			up->writable = 0;
+		} else if (k < 0) {
+			return tunnel_reset(s, TUNNEL_END_ERROR, NGHTTP2_CONNECT_ERROR,
+					    "writing to the backend failed");
+		} else if (k > 0) {
+			buf_consume(s->in, (size_t)k);
+			if (buf_len(s->in))
+				up->writable = 0; /* a short write: its socket buffer is full */
+			tunnel_moved(s, TUNNEL_TO_BACKEND, (size_t)k);
+			*progress = 1;
+		}
+	}
+	if (s->in && !buf_len(s->in))
+		stream_in_drop(s);
+	stream_credit(s);
+	if (s->end_stream && !s->in && !s->up_shut) {
+		net_conn_shutdown(&up->conn);
+		s->up_shut = 1;
+	}
+	if (!s->tun_eof && !s->cut) {
+		int cut = 0;
+		enum run r =
+		    up_h1_read(x, progress, &cut); /* (its end is a cut: resp has no end) */
+		if (r != RUN_STAY)
+			return r;
+		if (cut && up->read_end != 1)
+			return tunnel_reset(s, TUNNEL_END_ERROR, NGHTTP2_CONNECT_ERROR,
+					    "the backend's connection failed");
+		if (cut)
+			s->tun_eof = 1;
+	}
+	if (up->in && !buf_len(up->in))
+		worker_buf_release(x->w, &up->in);
+	stream_resume(s);
+	return RUN_STAY;
+}
+
 static enum run stream_relay(struct h2s *s)
 {
 	struct exchange *x = s->x;
+	if (s->tun) {
+		int progress = 1;
+		while (progress && !s->tun_end && s->x == x) {
+			progress = 0;
+			if (tunnel_pass(s, &progress) != RUN_STAY)
+				return RUN_GONE;
+		}
+		return RUN_STAY;
+	}
 	if (pd_waiting(x))
 		return pd_run(x);
 	if (x->wt.state != W_IDLE || x->att->local_wait)
@@ -856,6 +1019,8 @@ static enum run stream_relay(struct h2s *s)
 		int progress = 0;
 		if (x->wt.state != W_IDLE || !x->att->up)
 			return RUN_STAY;
+		if (s->tun) /* a 101 opened it in the last pass */
+			return stream_relay(s);
 		if (x->hedge && hedge_run(x))
 			continue;
 		enum run r = relay_pass(s, &progress);
@@ -889,6 +1054,8 @@ static enum run codec_abort(struct exchange *x, const char *why)
 {
 	struct h2s *s = x->conn;
 	log_debug("%s: stream %d aborted: %s", s->h->cl->ip, s->id, why);
+	if (s->tun)
+		tunnel_count_out(x->w, TUNNEL_END_ERROR);
 	if (x->att->be)
 		exchange_count_response(x, 0);
 	exchange_free(x);
@@ -1083,10 +1250,57 @@ static enum run codec_interim(struct exchange *x, const struct http_head *h, siz
 	return RUN_AGAIN;
 }
 
+/*
+ * The backend's 101 <h> (its first <len> bytes in up->in) to an extended CONNECT: the stream's
+ * 200 with the backend's fields (Sec-WebSocket-Protocol, -Extensions ...) but the hop-by-hop
+ * ones and Sec-WebSocket-Accept, which the proxy checks against the key it sent, since its
+ * client cannot; then DATA both ways (tunnel_pass, read_tunnel). A 101 to anything else, or
+ * with a wrong answer, is a malformed response (502), as over HTTP/1.1.
+ */
 static enum run codec_upgrade(struct exchange *x, const struct http_head *h, size_t len)
 {
-	(void)h, (void)len;
-	return dispatch_failed(x, UP_BAD); /* no tunnels over HTTP/2 */
+	struct h2s *s = x->conn;
+	struct worker *w = x->w;
+	const struct http_header *acc = http_find_only_header(h, "sec-websocket-accept");
+	if (!s->ws || s->early || !tunnel_accepts(x, h) || !acc ||
+	    !wskey_accept_ok(s->wskey, WSKEY_LEN, acc->value.p, acc->value.len))
+		return dispatch_failed(x, UP_BAD);
+	if (tunnel_count_in(w) < 0)
+		return exchange_reply(x, 503, "limits.max_tunnels WebSocket tunnels are open", 0);
+	nghttp2_nv nv[HTTP_MAX_HEADERS + 2], keep[HTTP_MAX_HEADERS + 2];
+	char status[8];
+	struct buf *names = buf_get(&w->bufs);
+	size_t n = names ? head_fields(h, nv, status, names) : 0, k = 0;
+	for (size_t i = 0; i < n; i++) {
+		const char *nm = (const char *)nv[i].name;
+		if ((nv[i].namelen == 20 && !memcmp(nm, "sec-websocket-accept", 20)) ||
+		    (nv[i].namelen == 12 && !memcmp(nm, "x-request-id", 12)))
+			continue;
+		keep[k++] = nv[i];
+	}
+	if (k) {
+		keep[0].value = (uint8_t *)"200";
+		keep[k++] = (nghttp2_nv){(uint8_t *)"x-request-id", (uint8_t *)x->names.reqid, 12,
+					 strlen(x->names.reqid), 0};
+	}
+	nghttp2_data_provider prd = {.source = {.ptr = s}, .read_callback = read_body};
+	int rc = k ? nghttp2_submit_response(s->h->ss, s->id, keep, k, &prd) : -1;
+	buf_put(&w->bufs, names); /* nghttp2 copied the fields */
+	if (rc) {
+		tunnel_count_out(w, TUNNEL_END_ERROR);
+		return exchange_abort(x, "out of memory");
+	}
+	buf_consume(x->att->up->in, len);
+	s->submitted = 1;
+	s->tun = 1;
+	s->tun_ms = loop_now(w->loop);
+	x->status = 200; /* what its client got */
+	x->log.ttfb_ns = clock_now_ns();
+	http_body_init(&x->resp, HTTP_BODY_LENGTH, UINT64_MAX); /* no end but the backend's */
+	exchange_response_started(x);
+	log_debug("%s: stream %d: WebSocket tunnel open", s->h->cl->ip, s->id);
+	h2_kick(s->h);
+	return RUN_AGAIN;
 }
 
 /* The backend's head <h> came after the proxy began the event stream (sse.h): a 200 event
@@ -1114,6 +1328,8 @@ static enum run codec_response_head(struct exchange *x, const struct http_head *
 	(void)len;
 	if (s->early)
 		return early_stream_continue(s, h);
+	if (s->ws && h->status >= 200 && h->status < 300) /* its client would read it as a tunnel */
+		return dispatch_failed(x, UP_BAD);
 	struct buf *b = buf_get(&w->bufs);
 	if (!b)
 		return exchange_abort(x, "out of memory");
@@ -1187,9 +1403,18 @@ static void head_line(struct h2s *s)
 	nghttp2_vec m = s->meth ? nghttp2_rcbuf_get_buf(s->meth) : (nghttp2_vec){0};
 	nghttp2_vec p = s->path ? nghttp2_rcbuf_get_buf(s->path) : (nghttp2_vec){0};
 	nghttp2_vec a = s->auth ? nghttp2_rcbuf_get_buf(s->auth) : (nghttp2_vec){0};
+	int connect = m.len == 7 && !memcmp(m.base, "CONNECT", 7);
+	s->ws = connect && s->protocol == 1; /* RFC 8441: written as the HTTP/1.1 handshake */
+	if (s->ws)
+		m = (nghttp2_vec){(uint8_t *)"GET", 3};
 	(void)h2head_begin(&s->hh, s->head->data, s->head->cap, (const char *)m.base, m.len,
 			   (const char *)p.base, p.len, s->auth ? (const char *)a.base : NULL,
 			   a.len);
+	if (s->ws && !s->hh.err)
+		s->hh.err =
+		    wskey_new(s->wskey) < 0 ? -503 : h2head_websocket(&s->hh, s->wskey, WSKEY_LEN);
+	else if (connect) /* a plain CONNECT (no forward proxy), or another :protocol */
+		s->hh.err = s->protocol ? -501 : -405;
 	rcbuf_drop(&s->meth);
 	rcbuf_drop(&s->path);
 	rcbuf_drop(&s->auth);
@@ -1245,7 +1470,13 @@ static void stream_start(struct h2s *s)
 		stream_end_head(s);
 	s->started = 1;
 	if (s->hh.err) {
-		stream_answer(s, -s->hh.err, "request head not acceptable", NULL, 0);
+		stream_answer(s, -s->hh.err,
+			      s->hh.err == -405
+				  ? "CONNECT is not proxied (only an extended CONNECT "
+				    "with :protocol websocket, RFC 8441)"
+			      : s->hh.err == -501 ? "no :protocol but websocket is tunnelled"
+						  : "request head not acceptable",
+			      NULL, 0);
 		return;
 	}
 	s->head->end = (uint32_t)s->hh.len;
@@ -1419,6 +1650,8 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *f, nghttp2_rcbuf 
 			nghttp2_rcbuf_incref(value);
 			*keep = value;
 		}
+		if (n.len == 9 && !memcmp(n.base, ":protocol", 9)) /* (nghttp2: CONNECT's alone) */
+			s->protocol = v.len == 9 && !memcmp(v.base, "websocket", 9) ? 1 : 2;
 		return 0;
 	}
 	head_line(s);
@@ -1588,12 +1821,12 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
 		s->run = 1;
 		if (end)
 			s->end_stream = 1;
-		if (!end && !s->hh.has_cl && !s->grpc && !s->hh.err && s->hh.line) {
+		if (!end && !s->hh.has_cl && !s->grpc && !s->hh.err && s->hh.line && !s->ws) {
 			s->sized = 1; /* its framing is decided at its start (stream_end_head) */
 			return 0;
 		}
-		int n = h2head_end(&s->hh, end);
-		s->chunked = n > 0 && !end && !s->hh.has_cl;
+		int n = h2head_end(&s->hh, end || s->ws); /* (a handshake has no body) */
+		s->chunked = n > 0 && !end && !s->hh.has_cl && !s->ws;
 		return 0;
 	}
 	if ((f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) && end)
@@ -1808,6 +2041,13 @@ static uint64_t stream_due(const struct h2s *s, const struct conf_timeouts *t)
 	return UINT64_MAX;
 }
 
+/* A tunnel's clock: timeouts.tunnel_idle_ms, or its drain's end; nothing once it is reset. */
+static uint64_t tunnel_stream_due(const struct h2s *s)
+{
+	enum tunnel_end why;
+	return s->tun_end || !s->x ? UINT64_MAX : tunnel_due(s->h->cl->w, s->tun_ms, &why);
+}
+
 static uint64_t h2_deadline(struct h2 *h)
 {
 	struct client *cl = h->cl;
@@ -1815,7 +2055,9 @@ static uint64_t h2_deadline(struct h2 *h)
 	uint64_t now = loop_now(cl->w->loop), due = UINT64_MAX;
 	for (struct list_node *n = list_first(&h->streams); n; n = list_next(&h->streams, n)) {
 		struct h2s *s = container_of(n, struct h2s, link);
-		uint64_t d = s->x ? deadline_next(s->x, now) : stream_due(s, t);
+		uint64_t d = s->tun ? tunnel_stream_due(s)
+			     : s->x ? deadline_next(s->x, now)
+				    : stream_due(s, t);
 		if (d < due)
 			due = d;
 	}
@@ -1913,6 +2155,15 @@ void h2_on_timer(struct client *cl)
 	for (struct list_node *n = list_first(&h->streams); n; n = list_next(&h->streams, n)) {
 		struct h2s *s = container_of(n, struct h2s, link);
 		struct exchange *x = s->x;
+		enum tunnel_end why;
+		if (s->tun) {
+			if (tunnel_stream_due(s) <= now) {
+				(void)tunnel_due(w, s->tun_ms, &why);
+				tunnel_reset(s, why, NGHTTP2_CANCEL,
+					     why == TUNNEL_END_IDLE ? "idle" : "draining");
+			}
+			continue;
+		}
 		if (x && s->pace.client_full && t->send_ms &&
 		    now >= s->pace.client_took_ms + t->send_ms)
 			defence_count(h, H2_DEFENCE_SLOW_READER); /* deadline_fire() cuts it */
@@ -1998,6 +2249,7 @@ void h2_take(struct client *cl)
 	    {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, window},
 	    {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)lim->h2_max_header_list},
 	    {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
+	    {NGHTTP2_SETTINGS_ENABLE_CONNECT_PROTOCOL, 1}, /* WebSocket (RFC 8441) */
 	};
 	if (nghttp2_submit_settings(h->ss, NGHTTP2_FLAG_NONE, iv, sizeof(iv) / sizeof(iv[0])) ||
 	    nghttp2_session_set_local_window_size(h->ss, NGHTTP2_FLAG_NONE, 0,

@@ -1,7 +1,10 @@
 /*
  * hedge.h - hedging (pools.hedge_after_ms): an idempotent request without a body that has
  * had no answer for that long is sent again to another backend with a free slot; the first
- * response head wins and the other connection is closed, which cancels the work there.
+ * response head wins and the other connection is closed, which cancels the work there. To an
+ * HTTP/2 backend (pools.protocol h2, h2c) each try is a stream (up_h2.h): the copy's head is
+ * written into its stream and its answer pulled from it, and the loser's stream is reset
+ * (RST_STREAM CANCEL) while its connection goes on carrying the others.
  */
 #ifndef ACCELNET_PROXY_HEDGE_H
 #define ACCELNET_PROXY_HEDGE_H

@@ -2,6 +2,7 @@
  * stages.c - the stage list and its driver (see stages.h).
  */
 #include "proxy/stages.h"
+#include "http/grpc.h"
 #include "core/check.h"
 #include "core/hex.h"
 #include "guard/auth.h"
@@ -341,6 +342,10 @@ static enum run stage_forward(struct exchange *x)
 	char etag[256], lm[256];
 	if (caching_hit_complete(x))
 		return RUN_AGAIN; /* a hit: nothing goes upstream (but a refresh) */
+	const struct http_header *ct = x->route->grpc_web
+					   ? http_find_only_header(x->head, "content-type")
+					   : NULL; /* gRPC-Web, turned into gRPC by up_h2.c */
+	x->grpc_web = ct && http_grpc_web_is(ct->value.p, ct->value.len);
 	struct rewrite_request_info info = {
 	    .client_ip = x->peer.ip,
 	    .request_id = x->names.reqid,

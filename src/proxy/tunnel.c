@@ -60,6 +60,10 @@ static int tunnels_full(const struct worker *w, unsigned open)
 
 enum run tunnel_stage(struct exchange *x)
 {
+	if (x->codec->http2 && !x->route->websocket && asks_websocket(x->head))
+		return exchange_reply(x, 405,
+				      "this route does not tunnel WebSocket (routes.websocket)",
+				      0); /* an extended CONNECT: a plain GET's 200 would open it */
 	if (!x->route->websocket || !asks_websocket(x->head))
 		return RUN_AGAIN;
 	if (tunnels_full(x->w, atomic_load_explicit(&x->w->rt->tunnels, memory_order_relaxed)))
@@ -262,27 +266,57 @@ enum run tunnel_run(struct client *cl)
 }
 
 /* When the drain cuts it: timeouts.tunnel_drain_ms after its worker began draining. */
-static uint64_t drain_end(const struct client *cl)
+static uint64_t drain_end(const struct worker *w)
 {
-	return cl->w->drain_ms + cl->w->conf->timeouts.tunnel_drain_ms;
+	return w->drain_ms + w->conf->timeouts.tunnel_drain_ms;
+}
+
+uint64_t tunnel_due(const struct worker *w, uint64_t last_ms, enum tunnel_end *why)
+{
+	uint64_t idle = last_ms + w->conf->timeouts.tunnel_idle_ms;
+	*why = TUNNEL_END_IDLE;
+	if (w->draining && drain_end(w) < idle) {
+		*why = TUNNEL_END_DRAIN;
+		return drain_end(w);
+	}
+	return idle;
 }
 
 uint64_t tunnel_deadline(const struct client *cl)
 {
-	uint64_t idle = cl->tunnel->last_ms + cl->w->conf->timeouts.tunnel_idle_ms;
-	if (cl->w->draining && drain_end(cl) < idle)
-		return drain_end(cl);
-	return idle;
+	enum tunnel_end why;
+	return tunnel_due(cl->w, cl->tunnel->last_ms, &why);
 }
 
 enum run tunnel_on_timer(struct client *cl)
 {
 	uint64_t now = loop_now(cl->w->loop);
-	if (cl->w->draining && now >= drain_end(cl))
+	if (cl->w->draining && now >= drain_end(cl->w))
 		return tunnel_close(cl, TUNNEL_END_DRAIN);
 	if (now >= cl->tunnel->last_ms + cl->w->conf->timeouts.tunnel_idle_ms)
 		return tunnel_close(cl, TUNNEL_END_IDLE);
 	return RUN_AGAIN; /* it moved since the timer was set */
+}
+
+int tunnel_count_in(struct worker *w)
+{
+	unsigned open = atomic_fetch_add_explicit(&w->rt->tunnels, 1, memory_order_relaxed);
+	if (!tunnels_full(w, open))
+		return 0;
+	atomic_fetch_sub_explicit(&w->rt->tunnels, 1, memory_order_relaxed);
+	return -EBUSY;
+}
+
+void tunnel_count_bytes(struct worker *w, enum tunnel_way way, uint64_t n)
+{
+	if (n)
+		count(w, PM_PROCESS_TUNNEL_BYTES, way, n);
+}
+
+void tunnel_count_out(struct worker *w, enum tunnel_end why)
+{
+	count(w, PM_PROCESS_TUNNELS_CLOSED, why, 1);
+	atomic_fetch_sub_explicit(&w->rt->tunnels, 1, memory_order_relaxed);
 }
 
 void tunnel_free(struct client *cl)

@@ -28,6 +28,14 @@
  * WebSocket to an inference server is a session that occupies it) and is logged when the
  * tunnel ends, status 101 and the bytes each way.
  *
+ * Over HTTP/2 (RFC 8441) a tunnel is one stream, not a connection: h2.c writes an extended
+ * CONNECT with :protocol websocket as the HTTP/1.1 handshake (http/h2head.h), the same stage
+ * marks it, and a backend's 101 becomes the stream's 200, its DATA the tunnel's bytes both
+ * ways; h2.c keeps that pump, with the counts, limits and deadlines below (tunnel_count_in,
+ * tunnel_count_bytes, tunnel_count_out, tunnel_due). An extended CONNECT on a route that does
+ * not tunnel is refused (405) rather than sent on as a plain GET: its client would read a 200
+ * as the tunnel open.
+ *
  * limits.max_tunnels counts the tunnels open in one configuration generation, all workers
  * (rt->tunnels, written only as a tunnel opens or ends); a handshake past it is answered
  * 503. Metrics: accelnet_tunnels_open, accelnet_tunnel_bytes_total{direction},
@@ -37,6 +45,7 @@
 #define ACCELNET_PROXY_TUNNEL_H
 
 #include "proxy/exchange.h"
+#include "runtime/proxy_metric.h"
 
 struct client;
 
@@ -62,6 +71,17 @@ uint64_t tunnel_deadline(const struct client *cl);
 
 /* Its timer fired: close it (idle, or the drain's time is up), unless it moved since. */
 enum run tunnel_on_timer(struct client *cl);
+
+/* A tunnel of an HTTP/2 stream opens: 0, or -EBUSY past limits.max_tunnels (not counted). */
+int tunnel_count_in(struct worker *w);
+/* ... <n> of its bytes went <way> */
+void tunnel_count_bytes(struct worker *w, enum tunnel_way way, uint64_t n);
+/* ... it ended for <why> */
+void tunnel_count_out(struct worker *w, enum tunnel_end why);
+/* When a tunnel whose last byte moved at <last_ms> ends by the clock, and *why then: idle
+ * (timeouts.tunnel_idle_ms), or drain (timeouts.tunnel_drain_ms after its worker began
+ * draining). */
+uint64_t tunnel_due(const struct worker *w, uint64_t last_ms, enum tunnel_end *why);
 
 /* The connection is about to close (the worker ends): count the tunnel out and free it.
  * Nothing for a connection that is not a tunnel. */

@@ -32,6 +32,7 @@
 #include "core/container.h"
 #include "core/log.h"
 #include "http/chunked.h"
+#include "http/grpc.h"
 #include "http/h2mem.h"
 #include "http/h2head.h"
 #include "http/parse.h"
@@ -323,9 +324,21 @@ static int submit_head(struct up_h2s *s, size_t hlen)
 			lower[k] = ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch;
 		}
 		names->end += f->name.len;
-		if (f->name.len == 12 && !memcmp(lower, "content-type", 12) && f->value.len >= 16 &&
-		    !strncmp(f->value.p, "application/grpc", 16))
+		int ctype = f->name.len == 12 && !memcmp(lower, "content-type", 12);
+		if (ctype && f->value.len >= 16 && !strncmp(f->value.p, "application/grpc", 16))
 			grpc = 1;
+		if (ctype && s->up.grpc_web && http_grpc_web_is(f->value.p, f->value.len) &&
+		    buf_room(names) >= f->value.len) {
+			/* gRPC-Web: application/grpc, and the rest of it, to the gRPC server */
+			char *v = names->data + names->end;
+			memcpy(v, "application/grpc", 16);
+			memcpy(v + 16, f->value.p + 20, f->value.len - 20);
+			names->end += f->value.len - 4;
+			s->rs.grpc_web = 1; /* its answer is translated back (h2resp) */
+			nv[n++] =
+			    (nghttp2_nv){(uint8_t *)lower, (uint8_t *)v, 12, f->value.len - 4, 0};
+			continue;
+		}
 		nv[n++] = (nghttp2_nv){(uint8_t *)lower, (uint8_t *)f->value.p, f->name.len,
 				       f->value.len, 0};
 	}

@@ -16,6 +16,10 @@
  * (pools[].engine) the stream gathers the whole request and sends the engine's call in its
  * place, and writes the engine's answer as the OpenAI response (engine_grpc.h).
  *
+ * A gRPC-Web request (routes.grpc_web: up->grpc_web) goes as gRPC (content-type without
+ * "-web"), and its answer is written as gRPC-Web (h2resp.grpc_web: the trailers as the body's
+ * last message), so either client codec relays it as it is.
+ *
  * A connection that fails before a stream's response began fails the stream as a refused or
  * reset connection fails an attempt (the attempt machinery retries it); within a response,
  * the response is cut. GOAWAY from the backend: the streams it did not take end as reset

@@ -49,9 +49,10 @@ struct upconn {
 	unsigned connecting : 1, idle : 1;
 	unsigned handshaking : 1; /* TCP is up, the TLS handshake is not done (still connecting) */
 	unsigned tls_failed : 1;  /* <failed> is the TLS handshake's, not the TCP connect's */
-	unsigned served;	  /* exchanges completed on this connection */
-	unsigned gen;		  /* be->gen when opened: an older one's address is gone */
-	char *tls_error;	  /* tls_failed: why, with OpenSSL's reason (freed with it) */
+	unsigned grpc_web : 1; /* its request is gRPC-Web to translate (routes.grpc_web: up_h2) */
+	unsigned served;       /* exchanges completed on this connection */
+	unsigned gen;	       /* be->gen when opened: an older one's address is gone */
+	char *tls_error;       /* tls_failed: why, with OpenSSL's reason (freed with it) */
 	/* an HTTP/2 stream standing for a connection (up_h2.h): conn is none (fd -1), and the
 	 * stream's connection owns the socket; NULL for a connection of its own */
 	struct up_h2s *h2s;

@@ -6,8 +6,11 @@
  * byte chooses, as reads would bring it. The callbacks do what h2.c's do with a stream's
  * header list: the header-list count against its limit, the pseudo-header fields kept, the
  * HTTP/1.1 head written by http/h2head.c and read back by the strict parser; and the session
- * is asked to write after each piece, as h2.c flushes. Checked: the head written stays in its
- * buffer and parses whole or is refused, and nothing crashes or leaks.
+ * is asked to write after each piece, as h2.c flushes. SETTINGS_ENABLE_CONNECT_PROTOCOL is on, and
+ * an extended CONNECT with :protocol websocket is written as h2.c writes it, the HTTP/1.1 handshake
+ * (h2head_websocket). Checked: the head written stays in its buffer and parses whole or is
+ * refused, a handshake that parses is one (an Upgrade without a body), and nothing crashes or
+ * leaks.
  */
 #include "http/h2head.h"
 #include "http/parse.h"
@@ -31,6 +34,8 @@ struct fstream {
 	size_t mlen, plen, alen;
 	size_t list;
 	int has_auth, line;
+	int websocket; /* :protocol websocket came */
+	int ws;	       /* ... on a CONNECT: written as the handshake */
 };
 
 struct fconn {
@@ -71,8 +76,12 @@ static void line(struct fstream *s)
 	if (s->line || s->hh.err)
 		return;
 	s->line = 1;
-	(void)h2head_begin(&s->hh, s->head, sizeof(s->head), s->meth, s->mlen, s->path, s->plen,
-			   s->has_auth ? s->auth : NULL, s->alen);
+	s->ws = s->websocket && s->mlen == 7 && !memcmp(s->meth, "CONNECT", 7);
+	(void)h2head_begin(&s->hh, s->head, sizeof(s->head), s->ws ? "GET" : s->meth,
+			   s->ws ? 3 : s->mlen, s->path, s->plen, s->has_auth ? s->auth : NULL,
+			   s->alen);
+	if (s->ws)
+		(void)h2head_websocket(&s->hh, "dGhlIHNhbXBsZSBub25jZQ==", 24);
 }
 
 static int on_header(nghttp2_session *ss, const nghttp2_frame *f, nghttp2_rcbuf *name,
@@ -99,6 +108,8 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *f, nghttp2_rcbuf 
 		else if (n.len == 10 && !memcmp(n.base, ":authority", 10)) {
 			keep(s->auth, sizeof(s->auth), &s->alen, v.base, v.len);
 			s->has_auth = 1;
+		} else if (n.len == 9 && !memcmp(n.base, ":protocol", 9)) {
+			s->websocket = v.len == 9 && !memcmp(v.base, "websocket", 9);
 		}
 		return 0;
 	}
@@ -117,7 +128,7 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
 	if (!s || f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
 		return 0;
 	line(s);
-	int n = h2head_end(&s->hh, (f->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0);
+	int n = h2head_end(&s->hh, (f->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0 || s->ws);
 	if (n > 0 && !s->hh.err) {
 		if ((size_t)n > sizeof(s->head) || s->hh.len != (size_t)n)
 			abort();
@@ -127,6 +138,9 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
 			abort();
 		if (r > 0 && c->parsed.nheaders > HTTP_MAX_HEADERS)
 			abort();
+		if (r > 0 && s->ws &&
+		    (!(c->parsed.flags & HTTP_F_UPGRADE) || c->parsed.framing != HTTP_BODY_NONE))
+			abort(); /* a handshake that is none, or carries a body */
 	}
 	return 0;
 }
@@ -178,6 +192,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	    {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, HEAD_CAP / 2},
 	    {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, LIST_MAX},
 	    {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
+	    {NGHTTP2_SETTINGS_ENABLE_CONNECT_PROTOCOL, 1},
 	};
 	if (nghttp2_submit_settings(ss, NGHTTP2_FLAG_NONE, iv, sizeof(iv) / sizeof(iv[0])))
 		goto fail;

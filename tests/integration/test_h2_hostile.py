@@ -192,7 +192,9 @@ def test_h2c_header_tricks_never_reach_the_backend(env):
         s.sendall(_hf(enc, 1, hs))
         got = _answer(s)
         s.close()
-        assert got[0] == "reset" or got == ("status", 400), (name, got)
+        # (a plain CONNECT: 405, the proxy is no forward proxy; test_h2_websocket.py)
+        assert got[0] == "reset" or got == ("status", 405 if name == "CONNECT" else 400), \
+            (name, got)
         seen.append(name)
     # a body longer than its content-length: the stream is reset, nothing relayed
     c = H2Client(px.port, timeout=5)

@@ -15,7 +15,7 @@ import h2.connection
 import h2.events
 import h2.settings
 
-from harness import HttpBackend, pool_yaml, read_all, request, wait_until
+from harness import HttpBackend, backend_state, pool_yaml, read_all, request, wait_until
 from test_h2 import H2Client
 
 
@@ -511,3 +511,28 @@ def test_h2_upstream_data_past_content_length(env):
     # the proxy goes on
     status, _, body = request(px.port, "GET", "/apart")
     assert status == 200 and body == b"hello"
+
+
+def test_h2_upstream_hedging_resets_the_losing_stream(env):
+    # as test_sched's HTTP/1.1 hedging test, over h2c: the stuck backend's stream is reset
+    # (CANCEL) once the copy on the quick one answered, and its connection goes on
+    stuck = H2Backend(env, behave=lambda backend, conn, sock, sid, req: True)  # answers nothing
+    quick = H2Backend(env)
+    px = env.proxy("pools:\n" + pool_yaml("p", [stuck.port, quick.port], extra=
+                                          "    protocol: h2c\n    hedge_after_ms: 100"),
+                   workers=1)
+    for _ in range(2):  # round robin (the copy takes a turn): each starts on the stuck one
+        status, h, body = request(px.port, "GET", "/slow")
+        assert status == 200 and json.loads(body)["path"] == "/slow", (status, body)
+    wait_until(lambda: stuck.resets == 2, "the losing streams reset")
+    s = backend_state(px.admin, f"127.0.0.1:{stuck.port}")
+    q = backend_state(px.admin, f"127.0.0.1:{quick.port}")
+    assert s["hedged"] == 2 and q["hedge_wins"] == 2 and s["inflight"] == 0, (s, q)
+    assert stuck.accepted == 1  # one connection, kept: the resets were the streams'
+    # an HTTP/2 client's stream is hedged the same way
+    c = H2Client(px.port)
+    env.on_cleanup.append(c.close)
+    sid = c.send("GET", "/slow2")
+    c.wait(lambda: sid in c.ended or sid in c.reset)
+    assert c.status[sid] == 200 and json.loads(c.body[sid])["path"] == "/slow2", c.status
+    wait_until(lambda: stuck.resets == 3, "the losing stream reset")

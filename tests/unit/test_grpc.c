@@ -25,6 +25,12 @@ static void test_content_types(void **state)
 	assert_false(is("application/grpc-web"));
 	assert_false(is("application/json"));
 	assert_false(is("application/grp"));
+	/* gRPC-Web, binary only */
+	assert_true(http_grpc_web_is("application/grpc-web", 20));
+	assert_true(http_grpc_web_is("application/grpc-web+proto", 26));
+	assert_false(http_grpc_web_is("application/grpc-web-text", 25));
+	assert_false(http_grpc_web_is("application/grpc", 16));
+	assert_false(http_grpc_web_is("application/grpc-webx", 21));
 }
 
 static void test_status_codes(void **state)

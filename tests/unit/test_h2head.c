@@ -102,6 +102,36 @@ static void test_response_as_http1(void **state)
 	assert_int_equal(h2resp_field(&r4, out, 10, ":status", 7, "200", 3), -1); /* no room */
 }
 
+/* For a gRPC-Web client: content-type renamed, trailers as the body's last message (0x80). */
+static void test_response_as_grpc_web(void **state)
+{
+	(void)state;
+	char out[256];
+	size_t n = 0;
+	struct h2resp r = {.grpc_web = 1};
+#define W(call) n += (size_t)(call)
+	W(h2resp_field(&r, out + n, sizeof(out) - n, ":status", 7, "200", 3));
+	W(h2resp_field(&r, out + n, sizeof(out) - n, "content-type", 12, "application/grpc+proto",
+		       22));
+	W(h2resp_head_end(&r, out + n, sizeof(out) - n, 0));
+	W(h2resp_data_begin(&r, out + n, sizeof(out) - n, 2));
+	memcpy(out + n, "hi", 2);
+	n += 2;
+	W(h2resp_data_end(&r, out + n, sizeof(out) - n, 2));
+	W(h2resp_field(&r, out + n, sizeof(out) - n, "grpc-status", 11, "0", 1));
+	W(h2resp_field(&r, out + n, sizeof(out) - n, "content-type", 12, "x", 1)); /* dropped */
+	W(h2resp_field(&r, out + n, sizeof(out) - n, "grpc-message", 12, "ok", 2));
+	W(h2resp_end(&r, out + n, sizeof(out) - n));
+#undef W
+	static const char want[] = "HTTP/1.1 200 \r\ncontent-type: application/grpc-web+proto\r\n"
+				   "Transfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n"
+				   /* a 37-byte chunk: 0x80, length 32 (a space), the fields */
+				   "25\r\n\x80\0\0\0 grpc-status:0\r\ngrpc-message:ok\r\n\r\n"
+				   "0\r\n\r\n";
+	assert_int_equal(n, sizeof(want) - 1);
+	assert_memory_equal(out, want, n);
+}
+
 /* DATA joined to the chunk before it: the size line rewritten, grown by a digit. */
 static void test_data_join(void **state)
 {
@@ -121,10 +151,9 @@ static void test_data_join(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_trailer_names),
-	    cmocka_unit_test(test_trailer_line),
-	    cmocka_unit_test(test_response_as_http1),
-	    cmocka_unit_test(test_data_join),
+	    cmocka_unit_test(test_trailer_names),	 cmocka_unit_test(test_trailer_line),
+	    cmocka_unit_test(test_response_as_http1),	 cmocka_unit_test(test_data_join),
+	    cmocka_unit_test(test_response_as_grpc_web),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
