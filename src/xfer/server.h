@@ -86,6 +86,7 @@ struct xfer_server_conn {
 	uint64_t live_id;
 	struct rx_transfer *rx; /* the transfer it carries, once it named one */
 	uint8_t *piece;		/* the receiver loop's buffer for a piece of a chunk */
+	uint8_t *batch;		/* and for a BATCH's bytes (XFER_BATCH_BYTES), from the first */
 };
 
 /* Mutex, condition, lists and the limits from <o> (defaults for those left 0; a puller

@@ -170,12 +170,24 @@ struct xfer_store_dirs {
 	}
 int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[16],
 		      struct xfer_store_dirs *dirs, uint32_t *bad_chunk, const char **why);
+/*
+ * A batched file (one chunk, verified, its bytes in <data>): written whole into a new file in
+ * the directory of partial files (ID.SEQ.tmp, a name no other writer uses), given its mode and
+ * time, closed and renamed to its path (parents created as for xfer_store_finish, sharing
+ * <dirs>). Nothing is fsync'd here: the receiver syncs the file system once before it answers
+ * DONE (docs/xfer.md, durability). No state file and no lock: a writer killed before the rename
+ * leaves only the .tmp file, which the sweep removes; the final name only ever holds a whole
+ * file. 0, or -errno with *why (the .tmp removed).
+ */
+int xfer_store_put_whole(int dirfd, struct xfer_store_file *f, const uint8_t *data,
+			 struct xfer_store_dirs *dirs, const char **why);
 /* Close what xfer_store_finish kept open in <dirs> (the directories files went to). */
 void xfer_store_dirs_close(struct xfer_store_dirs *dirs);
 
 /*
  * Remove the parts (and states) under <dirfd> that nobody holds and that neither changed for
- * <max_age_s> seconds: transfers abandoned rather than interrupted. 0 or -errno; the count
+ * <max_age_s> seconds: transfers abandoned rather than interrupted; and batched files left
+ * before their rename (ID.SEQ.tmp) as old. 0 or -errno; the count
  * in *removed.
  */
 int xfer_store_sweep(int dirfd, uint64_t max_age_s, unsigned *removed);
