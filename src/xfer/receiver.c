@@ -819,6 +819,7 @@ static int on_batch(struct xfer_server_conn *c, const struct xfer_hello *hello, 
 	if (rc)
 		return rc;
 	atomic_fetch_add(&s->m_bytes, h->data_len);
+	atomic_fetch_add(&s->m_batches, 1);
 	struct xfer_store_dirs dirs = XFER_STORE_DIRS_INIT;
 	const uint8_t *data = c->batch;
 	uint32_t failed = UINT32_MAX;

@@ -75,7 +75,7 @@ struct xfer_server {
 	_Atomic uint64_t corrupt_seq;
 	/* metrics */
 	_Atomic uint64_t m_bytes, m_chunks, m_dup, m_bad, m_files, m_sessions, m_auth_fail,
-	    m_errors, m_conns_total, m_dup_bytes;
+	    m_errors, m_conns_total, m_dup_bytes, m_batches;
 };
 
 /* One connection of a receiving side, owned by its thread. */
