@@ -19,6 +19,7 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack: no allocation per file */
 #include <xxhash.h>
 
 static int open_beneath(int dirfd, const char *path, int flags, mode_t mode)
@@ -34,17 +35,16 @@ static int open_beneath(int dirfd, const char *path, int flags, mode_t mode)
 
 void xfer_whole_hash(const uint64_t *hashes, uint32_t n, uint8_t out[16])
 {
-	XXH3_state_t *st = XXH3_createState();
-	XXH3_128bits_reset(st);
+	XXH3_state_t st;
+	XXH3_128bits_reset(&st);
 	for (uint32_t i = 0; i < n; i++) {
 		uint8_t le[8];
 		wire_put64(le, hashes[i]);
-		XXH3_128bits_update(st, le, sizeof(le));
+		XXH3_128bits_update(&st, le, sizeof(le));
 	}
 	XXH128_canonical_t c;
-	XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
+	XXH128_canonicalFromHash(&c, XXH3_128bits_digest(&st));
 	memcpy(out, c.digest, 16);
-	XXH3_freeState(st);
 }
 
 static void file_id(const struct xfer_manifest *m, const struct xfer_file *fi, char out[33])
@@ -54,12 +54,11 @@ static void file_id(const struct xfer_manifest *m, const struct xfer_file *fi, c
 	wire_put32(tail + 8, fi->mode);
 	wire_put64(tail + 12, fi->mtime_ns);
 	wire_put32(tail + 20, m->chunk_size);
-	XXH3_state_t *st = XXH3_createState();
-	XXH3_128bits_reset(st);
-	XXH3_128bits_update(st, fi->path, strlen(fi->path) + 1);
-	XXH3_128bits_update(st, tail, sizeof(tail));
-	XXH128_hash_t h = XXH3_128bits_digest(st);
-	XXH3_freeState(st);
+	XXH3_state_t st;
+	XXH3_128bits_reset(&st);
+	XXH3_128bits_update(&st, fi->path, strlen(fi->path) + 1);
+	XXH3_128bits_update(&st, tail, sizeof(tail));
+	XXH128_hash_t h = XXH3_128bits_digest(&st);
 	snprintf(out, 33, "%016llx%016llx", (unsigned long long)h.high64,
 		 (unsigned long long)h.low64);
 }
@@ -243,11 +242,14 @@ int xfer_store_open(int dirfd, const struct xfer_manifest *m, uint32_t idx, unsi
 	f->reserve = fi->size;
 	file_id(m, fi, f->id);
 	size_t n = f->nchunks ? f->nchunks : 1;
-	f->hashes = calloc(n, sizeof(uint64_t));
-	f->done = calloc(n, 1);
-	f->writers = calloc(n, 1);
-	f->multi = calloc(n, 1);
-	if (!f->hashes || !f->done || !f->writers || !f->multi) {
+	/* one block a file (a tree has many): hashes, then done, writers and multi */
+	f->hashes = calloc(n, sizeof(uint64_t) + 3);
+	if (f->hashes) {
+		f->done = (uint8_t *)(f->hashes + n);
+		f->writers = f->done + n;
+		f->multi = f->writers + n;
+	}
+	if (!f->hashes) {
 		*why = "out of memory";
 		rc = -ENOMEM;
 		goto fail;
@@ -388,10 +390,7 @@ void xfer_store_close(struct xfer_store_file *f)
 {
 	f->pinned = 0;
 	xfer_store_release(f);
-	free(f->hashes);
-	free(f->done);
-	free(f->writers);
-	free(f->multi);
+	free(f->hashes); /* done, writers and multi are in its block */
 	f->hashes = NULL;
 	f->done = f->writers = f->multi = NULL;
 }
@@ -637,8 +636,9 @@ int xfer_store_put_whole(int dirfd, struct xfer_store_file *f, const uint8_t *da
 	}
 	for (int tries = 0; fd < 0 && tries < 16; tries++) {
 		snprintf(name, sizeof(name), "%s.%08x.tmp", f->id, atomic_fetch_add(&put_seq, 1));
+		/* created with its mode: f->mode is masked by the umask already, so no fchmod */
 		fd = openat(dirs->state_fd, name,
-			    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+			    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, (mode_t)f->mode);
 		if (fd < 0 && errno != EEXIST)
 			break;
 	}
@@ -658,9 +658,9 @@ int xfer_store_put_whole(int dirfd, struct xfer_store_file *f, const uint8_t *da
 	struct timespec times[2] = {{.tv_nsec = UTIME_OMIT},
 				    {.tv_sec = (time_t)(f->mtime_ns / 1000000000u),
 				     .tv_nsec = (long)(f->mtime_ns % 1000000000u)}};
-	if ((f->mtime_ns && futimens(fd, times) < 0) || fchmod(fd, f->mode) < 0) {
+	if (f->mtime_ns && futimens(fd, times) < 0) {
 		rc = -errno;
-		*why = "cannot set its time or mode";
+		*why = "cannot set its time";
 		goto fail;
 	}
 	close(fd);

@@ -71,7 +71,7 @@ struct xfer_store_file {
 	uint64_t reserve; /* bytes the part still needs on disk, as found by xfer_store_open */
 	int in_place;	  /* already complete at its final path (acquired: part_fd and map are that
 			     file) */
-	uint64_t *hashes; /* as verified on arrival */
+	uint64_t *hashes; /* as verified on arrival; one allocation with the three below */
 	uint8_t *done;
 	uint8_t *writers; /* per chunk: connections receiving into it now (caller's lock) */
 	uint8_t *multi;	  /* per chunk: had two writers at once; re-hashed before the rename */
@@ -172,11 +172,11 @@ int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[
 		      struct xfer_store_dirs *dirs, uint32_t *bad_chunk, const char **why);
 /*
  * A batched file (one chunk, verified, its bytes in <data>): written whole into a new file in
- * the directory of partial files (ID.SEQ.tmp, a name no other writer uses), given its mode and
- * time, closed and renamed to its path (parents created as for xfer_store_finish, sharing
- * <dirs>). Nothing is fsync'd here: the receiver syncs the file system once before it answers
- * DONE (docs/xfer.md, durability). No state file and no lock: a writer killed before the rename
- * leaves only the .tmp file, which the sweep removes; the final name only ever holds a whole
+ * the directory of partial files (ID.SEQ.tmp, a name no other writer uses, created with its
+ * mode), given its time, closed and renamed to its path (parents created as for xfer_store_finish,
+ * sharing <dirs>). Nothing is fsync'd here: the receiver syncs the file system once before it
+ * answers DONE (docs/xfer.md, durability). No state file and no lock: a writer killed before the
+ * rename leaves only the .tmp file, which the sweep removes; the final name only ever holds a whole
  * file. 0, or -errno with *why (the .tmp removed).
  */
 int xfer_store_put_whole(int dirfd, struct xfer_store_file *f, const uint8_t *data,
