@@ -6,6 +6,10 @@
  * chunk from the scheduler while it has fewer than XFER_WINDOW in flight, send it (plain:
  * header and meta with MSG_MORE, the bytes with sendfile or zero-copy from memory; TLS:
  * written through the connection), and read acknowledgements, which come back in order. A
+ * chunk that is a whole small file takes the small files right behind it in the queue along
+ * (while the link would take them, up to XFER_BATCH_FILES or XFER_BATCH_BYTES) into one BATCH,
+ * copied into the stream's buffer and written at once: one window slot and one
+ * acknowledgement for all of them. Not towards a bcast relay, which sends from its parts. A
  * send or a wait for an acknowledgement that makes no progress within the stall timeout
  * loses the stream: its chunks go back to the scheduler and the thread dials again, every
  * second (or every stall timeout, when that is shorter), for as long as the transfer lasts,

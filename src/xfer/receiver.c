@@ -9,8 +9,11 @@
  * the addresses checked are the ones dialed), more bytes than the free space less what live
  * transfers reserved, or, pulling, a name the client did not ask for; otherwise the files
  * are looked at, space is reserved and NEED answered. CHUNK is read into its part, hashed
- * as it arrives, written with pwrite, and acknowledged. FINISH completes every file (a tree's
- * files shared among a few threads) and answers DONE. What survives
+ * as it arrives, written with pwrite, and acknowledged. BATCH (small files whole, checked
+ * against the manifest before its data is read) puts each file in place at once, without a
+ * part or state (store.h, xfer_store_put_whole), and is acknowledged once. FINISH completes
+ * every file (a tree's files shared among a few threads), syncs the file system once when
+ * batched files were renamed unsynced, and answers DONE. What survives
  * a transfer is on disk (see store.h).
  *
  * Descriptors: a file is held (its part and state open) while its chunks arrive, let go once
@@ -734,11 +737,17 @@ static int batch_put(struct xfer_server_conn *c, const struct xfer_batch_file *b
 	}
 	pthread_mutex_lock(&rx->mu);
 	int have = f->done[0]; /* a chunk's writer may be at it too: both land whole */
-	if (!have) {
+	int crowded = !have && f->writers[0] == UINT8_MAX;
+	if (!have && !crowded) {
 		f->writers[0]++;
 		f->busy++;
 	}
 	pthread_mutex_unlock(&rx->mu);
+	if (crowded) {
+		*status = XFER_ACK_IO;
+		*why = "too many copies of one file at once";
+		return -EPROTO;
+	}
 	if (have) {
 		*status = XFER_ACK_DUP;
 		atomic_fetch_add(&s->m_dup, 1);

@@ -13,6 +13,12 @@
  * A file found at its final path with the source's size and modification time (completed
  * files get the source's time) is hashed in place instead of received again.
  *
+ * A small file sent whole in a batch skips all of this (xfer_store_put_whole): it is written
+ * into a temporary file, renamed into place unsynced and then counted as in place; the
+ * receiver syncs the file system once before DONE. A batch's files are either in place whole
+ * or not at their final name at all, so a resumed transfer finds them in place or sends them
+ * again.
+ *
  * Descriptors are held only while a file is being received: opening a manifest's files
  * (xfer_store_open) reads what is there and creates nothing, so a refused manifest leaves
  * nothing behind and a manifest of many files costs no descriptor per file. The part and its
