@@ -730,7 +730,9 @@ static int batch_put(struct xfer_server_conn *c, const struct xfer_batch_file *b
 	struct xfer_store_file *f = &rx->files[bf->file];
 	int rc = 0, first = 0;
 	*status = XFER_ACK_OK;
-	if (XXH3_64bits(data, bf->len) != bf->hash) {
+	int corrupt = s->corrupt_every && /* fault injection for tests, as for a chunk */
+		      atomic_fetch_add(&s->corrupt_seq, 1) % s->corrupt_every == 0;
+	if (corrupt || XXH3_64bits(data, bf->len) != bf->hash) {
 		*status = XFER_ACK_BAD;
 		atomic_fetch_add(&s->m_bad, 1);
 		return 0;
