@@ -5,10 +5,11 @@ a 1-to-4 bcast against a 1-to-1 send. Files are received into a tmpfs so that, l
 the figures are network and CPU, not this machine's disk. Prints a table and writes JSON.
 
 usage: bench/xfer.py [--size-mib N] [--rates 2000,1000,500] [--out FILE] [--only NAMES]
-       [--bin OTHER-BUILD/accelnet]
+       [--bin OTHER-BUILD/accelnet] [--bin-before MAIN-BUILD/accelnet]
        (NAMES: iperf,xfer,tls,rsync,linkdown,resume,bcast, and tree: a tree of --tree-files
        files of --tree-bytes (4 KiB) over the first link, against rsync and tar | nc, with
-       both ends' CPU; not run by default)"""
+       both ends' CPU (and per file), --repeat rounds, each with --bin-before's build first
+       when given; not run by default)"""
 
 import argparse
 import hashlib
@@ -179,29 +180,19 @@ def make_tree(root, nfiles, size):
             f.write(os.urandom(size))
 
 
-def tree(ns, work, nfiles, size):
-    """A tree of many small files over the fastest link: accelnet xfer, rsync (daemon, no ssh)
-    and tar piped through nc, each into an empty directory; files per second (wall time, from
-    the sender's start until every file is on the receiver)."""
-    src = os.path.join(work, "tree-src")
-    make_tree(os.path.join(src, "tree"), nfiles, size)
-    out = {"files": nfiles, "file_bytes": size}
+def tree_xfer(ns, work, src, nfiles, binary, dest):
+    """One `accelnet xfer send` of the tree with <binary>: wall and CPU seconds of each end."""
     addr = ns.receiver_addr(0)
-
-    def fresh(name):
-        d = os.path.join(work, name)
-        shutil.rmtree(d, ignore_errors=True)
-        os.makedirs(d)
-        return d
-
-    dest = fresh("tree-xfer")
-    srv = subprocess.Popen(ns.cmd(ns.rcv, [BIN, "xfer", "serve", "--listen", f"{addr}:7000", "--dir", dest,
+    shutil.rmtree(dest, ignore_errors=True)
+    os.makedirs(dest)
+    log = os.path.join(work, "tree.log")
+    srv = subprocess.Popen(ns.cmd(ns.rcv, [binary, "xfer", "serve", "--listen", f"{addr}:7000", "--dir", dest,
                                            "--insecure", "--max-files", str(nfiles + 10)]),
-                           stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "tree.log"), "w"))
-    wait_for(lambda: "listening" in open(os.path.join(work, "tree.log")).read(), "serve listening")
+                           stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+    wait_for(lambda: "listening" in open(log).read(), "serve listening")
     t0 = time.monotonic()
     c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    r = subprocess.run(ns.cmd(ns.snd, [BIN, "xfer", "send", os.path.join(src, "tree"), f"{addr}:7000",
+    r = subprocess.run(ns.cmd(ns.snd, [binary, "xfer", "send", os.path.join(src, "tree"), f"{addr}:7000",
                                        "--from", ns.sender_addr(0), "--json", "--quiet"]),
                        capture_output=True, text=True, timeout=1200)
     wall = time.monotonic() - t0
@@ -210,40 +201,70 @@ def tree(ns, work, nfiles, size):
     srv.terminate()
     srv.wait(10)
     rep = json.loads(r.stdout) if r.stdout.strip() else {"ok": False, "error": r.stderr}
-    out["xfer"] = {"ok": rep["ok"], "wall_s": wall, "files_per_s": nfiles / wall, "error": rep.get("error"),
-                   "sender_cpu_s": (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime),
-                   "receiver_cpu_s": rcpu}
+    scpu = (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime)
+    return {"ok": rep["ok"], "wall_s": wall, "files_per_s": nfiles / wall, "error": rep.get("error"),
+            "sender_cpu_s": scpu, "receiver_cpu_s": rcpu,
+            "sender_us_per_file": scpu / nfiles * 1e6, "receiver_us_per_file": rcpu / nfiles * 1e6}
 
-    dest = fresh("tree-rsync")
-    conf = os.path.join(work, "rsyncd-tree.conf")
-    with open(conf, "w") as f:
-        f.write(f"use chroot = no\n[dst]\npath = {dest}\nread only = no\nuid = root\ngid = root\n")
-    d = subprocess.Popen(ns.cmd(ns.rcv, ["rsync", "--daemon", "--no-detach", f"--config={conf}",
-                                         f"--address={addr}", "--port=8730"]),
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(0.5)
-    t0 = time.monotonic()
-    rc = subprocess.run(ns.cmd(ns.snd, ["rsync", "-a", "--whole-file", os.path.join(src, "tree"),
-                                        f"rsync://{addr}:8730/dst/"])).returncode
-    wall = time.monotonic() - t0
-    d.terminate()
-    d.wait(10)
-    out["rsync"] = {"ok": rc == 0, "wall_s": wall, "files_per_s": nfiles / wall}
 
-    dest = fresh("tree-tar")
-    rx = subprocess.Popen(ns.cmd(ns.rcv, ["sh", "-c", f"nc -l -s {addr} -p 7101 | tar -x -C {dest}"]))
-    time.sleep(0.5)
-    t0 = time.monotonic()
-    subprocess.run(ns.cmd(ns.snd, ["sh", "-c", f"tar -c -C {src} tree | nc -N {addr} 7101"]), check=True)
-    rx.wait(600)
-    wall = time.monotonic() - t0
-    out["tar_nc"] = {"ok": rx.returncode == 0, "wall_s": wall, "files_per_s": nfiles / wall}
-    for k in ("xfer", "rsync", "tar_nc"):
-        print(f"tree of {nfiles} x {size} B over one link: {k} {out[k]['wall_s']:.2f} s = "
-              f"{out[k]['files_per_s']:.0f} files/s" +
-              (f" (CPU s: sender {out[k]['sender_cpu_s']:.2f}, receiver {out[k]['receiver_cpu_s']:.2f})"
-               if "sender_cpu_s" in out[k] else "") +
-              ("" if out[k]["ok"] else f" FAILED: {out[k].get('error', '')}"), flush=True)
+def tree(ns, work, nfiles, size, before=None, repeat=1):
+    """A tree of many small files over the fastest link: accelnet xfer (and, with <before>,
+    another build's, in the same minutes), rsync (daemon, no ssh) and tar piped through nc, each
+    into an empty directory, <repeat> rounds; files per second (wall time, from the sender's
+    start until every file is on the receiver). A round's figures are in out["runs"]; the first
+    round's also at the top level, as before."""
+    src = os.path.join(work, "tree-src")
+    make_tree(os.path.join(src, "tree"), nfiles, size)
+    out = {"files": nfiles, "file_bytes": size, "runs": []}
+    addr = ns.receiver_addr(0)
+
+    def fresh(name):
+        d = os.path.join(work, name)
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        return d
+
+    for _ in range(repeat):
+        run = {}
+        if before:
+            run["xfer_before"] = tree_xfer(ns, work, src, nfiles, before, os.path.join(work, "tree-xfer"))
+        run["xfer"] = tree_xfer(ns, work, src, nfiles, BIN, os.path.join(work, "tree-xfer"))
+
+        dest = fresh("tree-rsync")
+        conf = os.path.join(work, "rsyncd-tree.conf")
+        with open(conf, "w") as f:
+            f.write(f"use chroot = no\n[dst]\npath = {dest}\nread only = no\nuid = root\ngid = root\n")
+        d = subprocess.Popen(ns.cmd(ns.rcv, ["rsync", "--daemon", "--no-detach", f"--config={conf}",
+                                             f"--address={addr}", "--port=8730"]),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        rc = subprocess.run(ns.cmd(ns.snd, ["rsync", "-a", "--whole-file", os.path.join(src, "tree"),
+                                            f"rsync://{addr}:8730/dst/"])).returncode
+        wall = time.monotonic() - t0
+        d.terminate()
+        d.wait(10)
+        run["rsync"] = {"ok": rc == 0, "wall_s": wall, "files_per_s": nfiles / wall}
+
+        dest = fresh("tree-tar")
+        rx = subprocess.Popen(ns.cmd(ns.rcv, ["sh", "-c", f"nc -l -s {addr} -p 7101 | tar -x -C {dest}"]))
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        subprocess.run(ns.cmd(ns.snd, ["sh", "-c", f"tar -c -C {src} tree | nc -N {addr} 7101"]), check=True)
+        rx.wait(600)
+        wall = time.monotonic() - t0
+        run["tar_nc"] = {"ok": rx.returncode == 0, "wall_s": wall, "files_per_s": nfiles / wall}
+        for k in ("xfer_before", "xfer", "rsync", "tar_nc"):
+            if k not in run:
+                continue
+            print(f"tree of {nfiles} x {size} B over one link: {k} {run[k]['wall_s']:.2f} s = "
+                  f"{run[k]['files_per_s']:.0f} files/s" +
+                  (f" (CPU s: sender {run[k]['sender_cpu_s']:.2f}, receiver {run[k]['receiver_cpu_s']:.2f};"
+                   f" us a file: {run[k]['sender_us_per_file']:.0f} + {run[k]['receiver_us_per_file']:.0f})"
+                   if "sender_cpu_s" in run[k] else "") +
+                  ("" if run[k]["ok"] else f" FAILED: {run[k].get('error', '')}"), flush=True)
+        out["runs"].append(run)
+    out.update(out["runs"][0])
     shutil.rmtree(src, ignore_errors=True)
     return out
 
@@ -285,8 +306,12 @@ def main():
     ap.add_argument("--tree-files", type=int, default=10000, help="files in the tree (--only tree)")
     ap.add_argument("--tree-bytes", type=int, default=4096, help="bytes of each file in the tree")
     ap.add_argument("--bin", default=None, help="another build's accelnet (a before/after run)")
+    ap.add_argument("--bin-before", default=None,
+                    help="--only tree: also this build's accelnet, run before ours in each round")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
+    if a.bin_before:
+        a.bin_before = os.path.abspath(a.bin_before)
     if a.bin:
         global BIN
         BIN = os.path.abspath(a.bin)
@@ -453,7 +478,7 @@ def main():
                   f"({res['resume']['resent_of_read_pct']:.2f}% of what it had read); hash "
                   f"{'ok' if ok else 'WRONG'}", flush=True)
         if "tree" in only:
-            res["tree"] = tree(ns, work, a.tree_files, a.tree_bytes)
+            res["tree"] = tree(ns, work, a.tree_files, a.tree_bytes, a.bin_before, a.repeat)
         ns.close()
         if "bcast" in only:
             res["bcast"] = bcast(work, src, want, min(a.size_mib, 1024), 1000, a.repeat)

@@ -278,7 +278,13 @@ static int xfer_handshake_client(struct net_conn *c, const struct xfer_token *t,
 	if ((rc = xfer_frame_recv(c, &h, meta, sizeof(meta) - 1)))
 		return rc;
 	if (h.type == XFER_ERR) {
-		xfer_err_decode(meta, h.meta_len, err, errlen);
+		size_t n = xfer_err_decode(meta, h.meta_len, err, errlen);
+		/* a peer of version 1 says only this much */
+		if (!strcmp(err, "unsupported protocol version"))
+			snprintf(err + n, errlen - n,
+				 ": the peer runs an older accelnet (xfer protocol 1); this one "
+				 "speaks %u: run the same accelnet release at both ends",
+				 XFER_VERSION);
 		return -EACCES;
 	}
 	uint8_t proof[XFER_MAC_LEN], want[XFER_MAC_LEN];
@@ -313,8 +319,13 @@ int xfer_handshake_server(struct net_conn *c, const struct xfer_token *t, struct
 	if (h.type != XFER_HELLO || xfer_hello_decode(meta, h.meta_len, out))
 		return -EPROTO;
 	if (out->version != XFER_VERSION) {
-		static const char msg[] = "unsupported protocol version";
-		xfer_frame_send(c, XFER_ERR, msg, sizeof(msg) - 1);
+		char msg[200];
+		int n = snprintf(msg, sizeof(msg),
+				 "unsupported protocol version: the peer speaks xfer protocol %u, "
+				 "this one %u (small files in batches): run the same accelnet "
+				 "release at both ends",
+				 out->version, XFER_VERSION);
+		xfer_frame_send(c, XFER_ERR, msg, (uint32_t)n);
 		return -EPROTO;
 	}
 	uint8_t want[XFER_MAC_LEN], ok[XFER_MAC_LEN];

@@ -6,6 +6,10 @@
  * chunk from the scheduler while it has fewer than XFER_WINDOW in flight, send it (plain:
  * header and meta with MSG_MORE, the bytes with sendfile or zero-copy from memory; TLS:
  * written through the connection), and read acknowledgements, which come back in order. A
+ * chunk that is a whole small file takes the small files right behind it in the queue along
+ * (while the link would take them, up to XFER_BATCH_FILES or XFER_BATCH_BYTES) into one BATCH,
+ * copied into the stream's buffer and written at once: one window slot and one
+ * acknowledgement for all of them. Not towards a bcast relay, which sends from its parts. A
  * send or a wait for an acknowledgement that makes no progress within the stall timeout
  * loses the stream: its chunks go back to the scheduler and the thread dials again, every
  * second (or every stall timeout, when that is shorter), for as long as the transfer lasts,
@@ -62,8 +66,15 @@ struct link {
 	double gbps;
 };
 
+/* What a stream has in its window: one chunk, or a batch of small files' chunks. */
+struct unit {
+	uint32_t n; /* ids in ids[]; a batch when above 1 */
+	uint32_t ids[XFER_BATCH_FILES];
+};
+
 struct stream {
 	struct xfer_engine *e;
+	uint8_t *batch; /* a BATCH frame is built here (allocated with the stream's first) */
 	unsigned link;
 	struct net_conn io;
 	pthread_t th;
@@ -102,6 +113,7 @@ struct xfer_engine {
 	struct ssl_ctx_st *tls; /* the transfer runs over TLS */
 	int cancel_fd;		/* an eventfd, readable once the streams should stop dialing */
 	_Atomic int ended;	/* every chunk acknowledged: streams still on copies are cut */
+	int batch;		/* small files go in batches (not to a bcast relay) */
 };
 
 /* The first error wins: later ones are consequences of it. */
@@ -211,31 +223,63 @@ static int send_chunk(struct stream *s, uint32_t id)
 	return 0;
 }
 
-/* Read one acknowledgement and settle its chunk. */
-static int read_ack(struct stream *s, uint32_t id)
+/*
+ * Send a batch: the small files of <u>, each read whole (through the open set, which checks
+ * it is still the file the manifest named) and copied into the stream's frame buffer beside
+ * its hash, then header, meta and bytes in one write.
+ */
+static int send_batch(struct stream *s, const struct unit *u)
 {
 	struct xfer_engine *e = s->e;
-	struct xfer_hdr h;
-	uint8_t meta[300];
-	int rc = xfer_frame_recv(&s->io, &h, meta, sizeof(meta) - 1);
+	struct xfer_batch b = {.count = u->n};
+	uint32_t meta_len = 4 + u->n * XFER_BATCH_ENTRY, total = 0;
+	if (!s->batch &&
+	    !(s->batch = malloc(XFER_HDR_LEN + XFER_BATCH_META_MAX + XFER_BATCH_BYTES)))
+		return -ENOMEM;
+	uint8_t *data = s->batch + XFER_HDR_LEN + meta_len;
+	for (uint32_t i = 0; i < u->n; i++) {
+		uint32_t f, len;
+		uint64_t off;
+		struct xfer_open held;
+		chunk_span(e, u->ids[i], &f, &off, &len);
+		int rc = source_get(e, f, &held);
+		if (rc)
+			return rc;
+		b.f[i] = (struct xfer_batch_file){
+		    .file = f, .len = len, .hash = chunk_hash(e, u->ids[i], held.buf)};
+		memcpy(data + total, held.buf, len);
+		xfer_sources_put(&e->files, f);
+		total += len;
+	}
+	xfer_batch_encode(s->batch + XFER_HDR_LEN, &b);
+	xfer_hdr_encode(s->batch, XFER_BATCH, meta_len, total);
+	int rc = net_conn_write_all(&s->io, s->batch, XFER_HDR_LEN + meta_len + total);
 	if (rc)
 		return rc;
-	char text[sizeof(meta)];
-	if (h.type == XFER_ERR) {
-		xfer_err_decode(meta, h.meta_len, text, sizeof(text));
-		set_error(e, "receiver: %s", text);
-		xfer_sched_abort(&e->sched, -EIO);
-		return -EIO;
-	}
-	struct xfer_ack a;
-	if (h.type != XFER_ACK || xfer_ack_decode(meta, h.meta_len, &a))
-		return -EPROTO;
+	atomic_fetch_add(&e->bytes_sent, total);
+	atomic_fetch_add(&e->links[s->link].sent, total);
+	return 0;
+}
+
+/* An ERR from the receiver: the transfer fails with its text. */
+static int receiver_refused(struct xfer_engine *e, const uint8_t *meta, uint32_t len)
+{
+	char text[300];
+	xfer_err_decode(meta, len, text, sizeof(text));
+	set_error(e, "receiver: %s", text);
+	xfer_sched_abort(&e->sched, -EIO);
+	return -EIO;
+}
+
+/* Settle chunk <id> as the receiver's <status> says: 0, or -EIO (XFER_ACK_IO: the receiver
+ * says why in an ERR that follows, which the caller reads). */
+static int settle(struct stream *s, uint32_t id, uint8_t status)
+{
+	struct xfer_engine *e = s->e;
 	uint32_t f, len;
 	uint64_t off;
 	chunk_span(e, id, &f, &off, &len);
-	if (a.file != f || a.chunk != id - e->first[f])
-		return -EPROTO;
-	switch (a.status) {
+	switch (status) {
 	case XFER_ACK_OK:
 	case XFER_ACK_DUP:
 		if (xfer_sched_ack(&e->sched, id, (uint8_t)s->link, clock_now_ns())) {
@@ -249,15 +293,68 @@ static int read_ack(struct stream *s, uint32_t id)
 			set_error(e, "%s", "a chunk arrived corrupt too many times");
 		return 0;
 	default:
-		/* the receiver says why in an ERR that follows */
-		if (xfer_frame_recv(&s->io, &h, meta, sizeof(meta) - 1) == 0 &&
-		    h.type == XFER_ERR) {
-			xfer_err_decode(meta, h.meta_len, text, sizeof(text));
-			set_error(e, "receiver: %s", text);
-		}
+		return -EIO;
+	}
+}
+
+/* Read one acknowledgement (ACK, or BATCH_ACK for a batch) and settle the chunks of <u>. */
+static int read_ack(struct stream *s, const struct unit *u)
+{
+	struct xfer_engine *e = s->e;
+	struct xfer_hdr h;
+	uint8_t meta[XFER_BATCH_ACK_MAX + 300];
+	int rc = xfer_frame_recv(&s->io, &h, meta, sizeof(meta) - 1);
+	if (rc)
+		return rc;
+	if (h.type == XFER_ERR)
+		return receiver_refused(e, meta, h.meta_len);
+	if (u->n > 1) {
+		struct xfer_batch b = {.count = u->n};
+		for (uint32_t i = 0; i < u->n; i++)
+			b.f[i].file = e->file_of[u->ids[i]];
+		if (h.type != XFER_BATCH_ACK || xfer_batch_ack_decode(meta, h.meta_len, &b))
+			return -EPROTO;
+		for (uint32_t i = 0; i < u->n && !rc; i++)
+			rc = settle(s, u->ids[i], b.status[i]);
+	} else {
+		struct xfer_ack a;
+		uint32_t id = u->ids[0], f = e->file_of[id];
+		if (h.type != XFER_ACK || xfer_ack_decode(meta, h.meta_len, &a))
+			return -EPROTO;
+		if (a.file != f || a.chunk != id - e->first[f])
+			return -EPROTO;
+		rc = settle(s, id, a.status);
+	}
+	if (rc) {
+		if (xfer_frame_recv(&s->io, &h, meta, sizeof(meta) - 1) == 0 && h.type == XFER_ERR)
+			receiver_refused(e, meta, h.meta_len);
 		set_error(e, "%s", "receiver could not write a chunk");
 		xfer_sched_abort(&e->sched, -EIO);
-		return -EIO;
+	}
+	return rc;
+}
+
+/* A chunk that may go in a batch: the whole of a small file. */
+static int batchable(const struct xfer_engine *e, uint32_t id)
+{
+	const struct xfer_file *fi = &e->m.files[e->file_of[id]];
+	return e->batch && fi->nchunks == 1 && fi->size <= XFER_BATCH_FILE_MAX;
+}
+
+/* <u> holds one batchable chunk just taken: add the small files that follow it in the queue,
+ * as long as the link would take them, up to a batch's limits. */
+static void batch_fill(struct stream *s, struct unit *u)
+{
+	struct xfer_engine *e = s->e;
+	uint64_t bytes = e->m.files[e->file_of[u->ids[0]]].size;
+	for (uint32_t next = u->ids[0] + 1;
+	     u->n < XFER_BATCH_FILES && next < e->nchunks && batchable(e, next); next++) {
+		uint64_t len = e->m.files[e->file_of[next]].size;
+		if (bytes + len > XFER_BATCH_BYTES ||
+		    xfer_sched_take_next(&e->sched, (uint8_t)s->link, clock_now_ns(), next))
+			break;
+		u->ids[u->n++] = next;
+		bytes += len;
 	}
 }
 
@@ -308,7 +405,7 @@ static void stream_close(struct xfer_engine *e, struct net_conn *io)
 static int stream_loop(struct stream *s)
 {
 	struct xfer_engine *e = s->e;
-	uint32_t win[XFER_WINDOW];
+	struct unit win[XFER_WINDOW];
 	unsigned nwin = 0;
 	int rc = 0;
 	for (;;) {
@@ -318,11 +415,15 @@ static int stream_loop(struct stream *s)
 			rc =
 			    xfer_sched_take(&e->sched, (uint8_t)s->link, clock_now_ns(), &id, &dup);
 			if (rc == 0) {
-				win[nwin++] = id;
+				struct unit *u = &win[nwin++];
+				u->n = 1;
+				u->ids[0] = id;
+				if (!dup && batchable(e, id))
+					batch_fill(s, u);
 				atomic_store(&s->holding, nwin);
 				if (dup)
 					atomic_fetch_add(&e->links[s->link].dups, 1);
-				if ((rc = send_chunk(s, id)))
+				if ((rc = u->n > 1 ? send_batch(s, u) : send_chunk(s, id)))
 					break;
 				continue;
 			}
@@ -335,14 +436,17 @@ static int stream_loop(struct stream *s)
 				continue;
 			}
 		}
-		if ((rc = read_ack(s, win[0])))
+		if ((rc = read_ack(s, &win[0])))
 			break;
-		memmove(win, win + 1, --nwin * sizeof(win[0]));
+		for (unsigned i = 1; i < nwin; i++) /* a window of three: moved, not ringed */
+			win[i - 1] = win[i];
+		nwin--;
 		atomic_store(&s->holding, nwin);
 		net_zc_reap(&s->zc, &s->io, 0);
 	}
 	for (unsigned i = 0; i < nwin; i++)
-		xfer_sched_lost(&e->sched, win[i], (uint8_t)s->link);
+		for (uint32_t k = 0; k < win[i].n; k++)
+			xfer_sched_lost(&e->sched, win[i].ids[k], (uint8_t)s->link);
 	atomic_store(&s->holding, 0);
 	return rc;
 }
@@ -578,6 +682,7 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 	pthread_mutex_init(&e->err_mu, NULL);
 	e->cancel_fd = eventfd(0, EFD_CLOEXEC);
 	e->m = *m;
+	e->batch = m->nfwd == 0; /* a relay sends from its parts: see receiver.c */
 	e->t0_ns = clock_now_ns();
 	e->per_link = o->streams ? o->streams : XFER_SEND_STREAMS;
 	e->stall_ms = o->stall_ms ? o->stall_ms : XFER_SEND_STALL_MS;
@@ -895,6 +1000,7 @@ void xfer_engine_free(struct xfer_engine *e)
 			if (e->streams[i].started)
 				pthread_join(e->streams[i].th, NULL);
 			stream_close(e, &e->streams[i].io);
+			free(e->streams[i].batch);
 		}
 	}
 	if (e->sched.slots)

@@ -43,6 +43,7 @@ enum xfer_metric_id {
 	XM_RECEIVED_BYTES,
 	XM_CHUNKS,
 	XM_FILES,
+	XM_BATCHES,
 	XM_SESSIONS_TOTAL,
 	XM_SESSIONS,
 	XM_CONNS,
@@ -72,6 +73,12 @@ static double read_files(const void *ctx, size_t i)
 {
 	(void)i;
 	return (double)atomic_load(&((const struct xfer_server *)ctx)->m_files);
+}
+
+static double read_batches(const void *ctx, size_t i)
+{
+	(void)i;
+	return (double)atomic_load(&((const struct xfer_server *)ctx)->m_batches);
 }
 
 static double read_sessions_total(const void *ctx, size_t i)
@@ -147,6 +154,11 @@ static const struct metric_def xfer_metric_defs[XM_COUNT] = {
 		  .help = "Files verified and put in place.",
 		  .space = SPACE_SERVER,
 		  .read = read_files},
+    [XM_BATCHES] = {.name = "accelnet_xfer_batches_total",
+		    .type = METRIC_COUNTER,
+		    .help = "Batches of small files received (each file counts as a chunk too).",
+		    .space = SPACE_SERVER,
+		    .read = read_batches},
     [XM_SESSIONS_TOTAL] = {.name = "accelnet_xfer_sessions_total",
 			   .type = METRIC_COUNTER,
 			   .help = "Transfers whose manifest was accepted.",

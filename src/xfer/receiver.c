@@ -9,8 +9,11 @@
  * the addresses checked are the ones dialed), more bytes than the free space less what live
  * transfers reserved, or, pulling, a name the client did not ask for; otherwise the files
  * are looked at, space is reserved and NEED answered. CHUNK is read into its part, hashed
- * as it arrives, written with pwrite, and acknowledged. FINISH completes every file (a tree's
- * files shared among a few threads) and answers DONE. What survives
+ * as it arrives, written with pwrite, and acknowledged. BATCH (small files whole, checked
+ * against the manifest before its data is read) puts each file in place at once, without a
+ * part or state (store.h, xfer_store_put_whole), and is acknowledged once. FINISH completes
+ * every file (a tree's files shared among a few threads), syncs the file system once when
+ * batched files were renamed unsynced, and answers DONE. What survives
  * a transfer is on disk (see store.h).
  *
  * Descriptors: a file is held (its part and state open) while its chunks arrive, let go once
@@ -79,6 +82,7 @@ struct rx_transfer {
 	struct xfer_path hop[XFER_LINKS_MAX]; /* the next bcast hop, resolved and checked once */
 	int nhop;
 	int finished;
+	_Atomic uint32_t batched; /* files put in place from batches (synced before DONE) */
 };
 
 /*
@@ -701,6 +705,160 @@ static int on_chunk(struct xfer_server_conn *c, const struct xfer_hello *hello, 
 	return wrc;
 }
 
+/* A BATCH's data, whole, into <buf> (at most XFER_BATCH_BYTES): 0 or -errno. */
+static int read_batch(struct net_conn *c, uint8_t *buf, uint32_t len)
+{
+	struct lowat lw = {.fd = c->fd, .now = 1, .wait_ms = -1};
+	int rc = c->ssl || len < RX_LOWAT_MIN ? net_conn_read_all(c, buf, len)
+					      : read_piece(&lw, buf, len);
+	lowat_reset(&lw);
+	return rc;
+}
+
+/*
+ * One file of a batch, its bytes at <data>: put whole in place unless this transfer has it
+ * already (XFER_ACK_DUP) or the bytes do not match the sender's hash (XFER_ACK_BAD). While it
+ * is written the file counts as busy, so FINISH waits for it. 0 with the status, or the
+ * write's -errno (status XFER_ACK_IO, *why set).
+ */
+static int batch_put(struct xfer_server_conn *c, const struct xfer_batch_file *bf,
+		     const uint8_t *data, struct xfer_store_dirs *dirs, uint8_t *status,
+		     const char **why)
+{
+	struct xfer_server *s = c->srv;
+	struct rx_transfer *rx = c->rx;
+	struct xfer_store_file *f = &rx->files[bf->file];
+	int rc = 0, first = 0;
+	*status = XFER_ACK_OK;
+	int corrupt = s->corrupt_every && /* fault injection for tests, as for a chunk */
+		      atomic_fetch_add(&s->corrupt_seq, 1) % s->corrupt_every == 0;
+	if (corrupt || XXH3_64bits(data, bf->len) != bf->hash) {
+		*status = XFER_ACK_BAD;
+		atomic_fetch_add(&s->m_bad, 1);
+		return 0;
+	}
+	pthread_mutex_lock(&rx->mu);
+	int have = f->done[0]; /* a chunk's writer may be at it too: both land whole */
+	int crowded = !have && f->writers[0] == UINT8_MAX;
+	if (!have && !crowded) {
+		f->writers[0]++;
+		f->busy++;
+	}
+	pthread_mutex_unlock(&rx->mu);
+	if (crowded) {
+		*status = XFER_ACK_IO;
+		*why = "too many copies of one file at once";
+		return -EPROTO;
+	}
+	if (have) {
+		*status = XFER_ACK_DUP;
+		atomic_fetch_add(&s->m_dup, 1);
+		atomic_fetch_add(&s->m_dup_bytes, bf->len);
+		return 0;
+	}
+	rc = xfer_store_put_whole(s->dirfd, f, data, dirs, why);
+	pthread_mutex_lock(&rx->mu);
+	f->writers[0]--;
+	f->busy--;
+	if (rc) {
+		*status = XFER_ACK_IO;
+	} else {
+		first = xfer_store_mark(f, 0, bf->hash);
+		f->in_place = 1; /* FINISH compares its whole hash, as for a file found in place */
+	}
+	pthread_cond_broadcast(&rx->cv);
+	pthread_mutex_unlock(&rx->mu);
+	if (first) {
+		atomic_fetch_add(&s->m_chunks, 1);
+		atomic_fetch_add(&s->link_bytes[c->link % XFER_LINKS_MAX], bf->len);
+		atomic_fetch_add(&rx->batched, 1);
+		pthread_mutex_lock(&s->mu);
+		unreserve_locked(s, rx, bf->len);
+		pthread_mutex_unlock(&s->mu);
+	}
+	return rc;
+}
+
+/*
+ * BATCH: small files whole, each checked against the manifest (a file of one chunk, of the
+ * length announced) before a byte of data is read; the data is read whole, then each file is
+ * verified and put in place (xfer_store_put_whole: no part, no state, no lock, no fsync), and
+ * one BATCH_ACK answers for all. A bcast relay sends from its parts, so a transfer with further
+ * hops takes no batch. A failed write ends the transfer as for a CHUNK.
+ */
+static int on_batch(struct xfer_server_conn *c, const struct xfer_hello *hello, const uint8_t *meta,
+		    const struct xfer_hdr *h)
+{
+	struct xfer_server *s = c->srv;
+	if (!c->rx)
+		c->rx = transfer_get(s, hello->session);
+	struct rx_transfer *rx = c->rx;
+	struct xfer_batch b;
+	const char *why = "no such transfer (the receiver restarted?)";
+	char msg[300];
+	if (!rx) {
+		char text[200] = "no such transfer (the receiver restarted?)";
+		pthread_mutex_lock(&s->mu);
+		xfer_server_tomb_find_locked(s, hello->session, text, sizeof(text));
+		pthread_mutex_unlock(&s->mu);
+		xfer_server_refuse(s, &c->io, text);
+		return -EPROTO;
+	}
+	if (xfer_batch_decode(meta, h->meta_len, h->data_len, &b, &why)) {
+		snprintf(msg, sizeof(msg), "bad batch: %s", why);
+		xfer_server_refuse(s, &c->io, msg);
+		return -EPROTO;
+	}
+	if (rx->m.nfwd) {
+		xfer_server_refuse(s, &c->io, "bad batch: a bcast relay takes no batch");
+		return -EPROTO;
+	}
+	for (uint32_t i = 0; i < b.count; i++) {
+		uint32_t fi = b.f[i].file;
+		if (fi >= rx->m.nfiles || rx->files[fi].nchunks != 1 ||
+		    rx->files[fi].size != b.f[i].len) {
+			snprintf(msg, sizeof(msg),
+				 "bad batch: file %u is not in the manifest as a file of %u bytes",
+				 fi, b.f[i].len);
+			xfer_server_refuse(s, &c->io, msg);
+			return -EPROTO;
+		}
+	}
+	if (!c->batch && !(c->batch = malloc(XFER_BATCH_BYTES)))
+		return -ENOMEM;
+	int rc = read_batch(&c->io, c->batch, h->data_len);
+	if (rc)
+		return rc;
+	atomic_fetch_add(&s->m_bytes, h->data_len);
+	atomic_fetch_add(&s->m_batches, 1);
+	struct xfer_store_dirs dirs = XFER_STORE_DIRS_INIT;
+	const uint8_t *data = c->batch;
+	uint32_t failed = UINT32_MAX;
+	for (uint32_t i = 0; i < b.count; data += b.f[i].len, i++) {
+		if (failed != UINT32_MAX) {
+			b.status[i] = XFER_ACK_IO;
+			continue;
+		}
+		if ((rc = batch_put(c, &b.f[i], data, &dirs, &b.status[i], &why)))
+			failed = i;
+	}
+	xfer_store_dirs_close(&dirs);
+	uint8_t out[XFER_BATCH_ACK_MAX];
+	int wrc =
+	    xfer_frame_send(&c->io, XFER_BATCH_ACK, out, (uint32_t)xfer_batch_ack_encode(out, &b));
+	if (failed != UINT32_MAX) {
+		atomic_fetch_add(&s->m_errors, 1);
+		snprintf(msg, sizeof(msg), "cannot write '%.100s': %s: %s",
+			 rx->files[b.f[failed].file].path, why, strerror(-rc));
+		pthread_mutex_lock(&s->mu);
+		xfer_server_tomb_add_locked(s, rx->id, msg);
+		pthread_mutex_unlock(&s->mu);
+		xfer_server_refuse(s, &c->io, msg);
+		return rc;
+	}
+	return wrc;
+}
+
 /* A share of FINISH's files: [from, to), the first failure in err (see finish_files). */
 struct finish_share {
 	struct xfer_server *s;
@@ -816,6 +974,9 @@ static int on_finish(struct xfer_server_conn *c, const struct xfer_hello *hello,
 			}
 	if (!err[0])
 		finish_files(s, rx, hashes, err, sizeof(err));
+	/* batched files were renamed into place without an fsync each: one for them all */
+	if (!err[0] && atomic_load(&rx->batched) && syncfs(s->dirfd) < 0)
+		snprintf(err, sizeof(err), "cannot sync the received files: %s", strerror(errno));
 	if (!err[0] && rx->relay && !rx->finished) {
 		struct xfer_report rep;
 		if (xfer_engine_finish(rx->relay, &rep))
@@ -839,7 +1000,7 @@ void xfer_receiver_loop(struct xfer_server_conn *c, const struct xfer_hello *hel
 {
 	struct xfer_server *s = c->srv;
 	int rc = 0;
-	uint8_t small[64];
+	uint8_t small[XFER_BATCH_META_MAX]; /* a BATCH's meta fits: no allocation per batch */
 	while (rc == 0) {
 		struct xfer_hdr h;
 		uint8_t *meta = NULL;
@@ -856,6 +1017,9 @@ void xfer_receiver_loop(struct xfer_server_conn *c, const struct xfer_hello *hel
 			else
 				rc = h.meta_len == XFER_CHUNK_LEN ? on_chunk(c, hello, meta, &h)
 								  : -EPROTO;
+			break;
+		case XFER_BATCH:
+			rc = on_batch(c, hello, meta, &h);
 			break;
 		case XFER_FINISH:
 			rc = on_finish(c, hello, meta, h.meta_len);
@@ -876,7 +1040,8 @@ void xfer_receiver_loop(struct xfer_server_conn *c, const struct xfer_hello *hel
 			free(meta);
 	}
 	free(c->piece);
-	c->piece = NULL;
+	free(c->batch);
+	c->piece = c->batch = NULL;
 }
 
 unsigned xfer_receiver_count(struct xfer_server *s)

@@ -257,6 +257,33 @@ static int pick_dup(struct xfer_sched *s, uint8_t link, uint64_t now, uint32_t *
 	return found;
 }
 
+/* The chunk at the head of the queue goes out on <link> (under mu). */
+static void take_head(struct xfer_sched *s, uint8_t link, uint64_t now_ns)
+{
+	uint32_t next = s->ring[s->head];
+	struct xfer_slot *c = &s->slots[next];
+	s->head = (s->head + 1) % (s->n + 1);
+	s->waiting -= c->len < s->waiting ? c->len : s->waiting;
+	c->state = XS_INFLIGHT;
+	c->copies = 1;
+	c->link = link;
+	c->sent_ns = now_ns;
+	copy_out(s, next, link, now_ns);
+}
+
+int xfer_sched_take_next(struct xfer_sched *s, uint8_t link, uint64_t now_ns, uint32_t id)
+{
+	int rc = -EAGAIN;
+	pthread_mutex_lock(&s->mu);
+	if (!s->error && s->head != s->tail && s->ring[s->head] == id &&
+	    s->slots[id].state == XS_PENDING && worth_taking(s, link, s->slots[id].len, now_ns)) {
+		take_head(s, link, now_ns);
+		rc = 0;
+	}
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
 int xfer_sched_take(struct xfer_sched *s, uint8_t link, uint64_t now_ns, uint32_t *id, int *dup)
 {
 	int rc = -EAGAIN;
@@ -269,16 +296,9 @@ int xfer_sched_take(struct xfer_sched *s, uint8_t link, uint64_t now_ns, uint32_
 	} else if (s->head != s->tail) {
 		s->links[link_index(link)].seen_ns = now_ns;
 		uint32_t next = s->ring[s->head];
-		struct xfer_slot *c = &s->slots[next];
-		if (worth_taking(s, link, c->len, now_ns)) {
+		if (worth_taking(s, link, s->slots[next].len, now_ns)) {
 			*id = next;
-			s->head = (s->head + 1) % (s->n + 1);
-			s->waiting -= c->len < s->waiting ? c->len : s->waiting;
-			c->state = XS_INFLIGHT;
-			c->copies = 1;
-			c->link = link;
-			c->sent_ns = now_ns;
-			copy_out(s, next, link, now_ns);
+			take_head(s, link, now_ns);
 			rc = 0;
 		}
 	} else if (s->endgame && s->absent == 0 && pick_dup(s, link, now_ns, id)) {

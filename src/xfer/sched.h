@@ -98,6 +98,9 @@ void xfer_sched_add(struct xfer_sched *s, uint32_t id, int have);
  * (even after an abort), or the error set by xfer_sched_abort().
  */
 int xfer_sched_take(struct xfer_sched *s, uint8_t link, uint64_t now_ns, uint32_t *id, int *dup);
+/* A stream filling a batch of small files takes <id> too, but only when it is next in the
+ * queue and the link would take it now (as xfer_sched_take would): 0, or -EAGAIN. */
+int xfer_sched_take_next(struct xfer_sched *s, uint8_t link, uint64_t now_ns, uint32_t id);
 /* The receiver verified the copy of chunk <id> sent on <link>. Returns 1 when this was the
  * first acknowledgement. */
 int xfer_sched_ack(struct xfer_sched *s, uint32_t id, uint8_t link, uint64_t now_ns);

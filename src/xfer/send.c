@@ -75,12 +75,18 @@ static int walk(struct list *l, const char *path, const char *name, int top, cha
 	int rc = 0;
 	struct dirent *de;
 	while (!rc && (de = readdir(d))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
+		/* an entry's type as readdir gives it, where the file system gives one: a regular
+		 * file is listed without an lstat of its own (a tree's files were looked at twice,
+		 * here and again for the manifest) */
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+		    (de->d_type != DT_UNKNOWN && de->d_type != DT_REG && de->d_type != DT_DIR))
+			continue; /* symlinks and special files are skipped */
 		char *p = NULL, *n = NULL;
 		if (asprintf(&p, "%s/%s", path, de->d_name) < 0 ||
 		    asprintf(&n, "%s/%s", name, de->d_name) < 0)
 			rc = -ENOMEM;
+		else if (de->d_type == DT_REG)
+			rc = list_push(l, n, p);
 		else
 			rc = walk(l, p, n, 0, bad, badlen);
 		free(p);
@@ -146,6 +152,9 @@ static int walk_beneath(struct list *l, int dfd, const char *path, const char *n
 	struct dirent *de;
 	while (!rc && (de = readdir(d))) {
 		struct stat st;
+		/* an entry's type as readdir gives it, where the file system gives one: a regular
+		 * file is listed without an lstat of its own (a tree's files were looked at twice,
+		 * here and again for the manifest) */
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
 		    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;

@@ -75,7 +75,7 @@ struct xfer_server {
 	_Atomic uint64_t corrupt_seq;
 	/* metrics */
 	_Atomic uint64_t m_bytes, m_chunks, m_dup, m_bad, m_files, m_sessions, m_auth_fail,
-	    m_errors, m_conns_total, m_dup_bytes;
+	    m_errors, m_conns_total, m_dup_bytes, m_batches;
 };
 
 /* One connection of a receiving side, owned by its thread. */
@@ -86,6 +86,7 @@ struct xfer_server_conn {
 	uint64_t live_id;
 	struct rx_transfer *rx; /* the transfer it carries, once it named one */
 	uint8_t *piece;		/* the receiver loop's buffer for a piece of a chunk */
+	uint8_t *batch;		/* and for a BATCH's bytes (XFER_BATCH_BYTES), from the first */
 };
 
 /* Mutex, condition, lists and the limits from <o> (defaults for those left 0; a puller

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack: no allocation per file */
 #include <xxhash.h>
 
 static int open_beneath(int dirfd, const char *path, int flags, mode_t mode)
@@ -33,17 +35,16 @@ static int open_beneath(int dirfd, const char *path, int flags, mode_t mode)
 
 void xfer_whole_hash(const uint64_t *hashes, uint32_t n, uint8_t out[16])
 {
-	XXH3_state_t *st = XXH3_createState();
-	XXH3_128bits_reset(st);
+	XXH3_state_t st;
+	XXH3_128bits_reset(&st);
 	for (uint32_t i = 0; i < n; i++) {
 		uint8_t le[8];
 		wire_put64(le, hashes[i]);
-		XXH3_128bits_update(st, le, sizeof(le));
+		XXH3_128bits_update(&st, le, sizeof(le));
 	}
 	XXH128_canonical_t c;
-	XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
+	XXH128_canonicalFromHash(&c, XXH3_128bits_digest(&st));
 	memcpy(out, c.digest, 16);
-	XXH3_freeState(st);
 }
 
 static void file_id(const struct xfer_manifest *m, const struct xfer_file *fi, char out[33])
@@ -53,12 +54,11 @@ static void file_id(const struct xfer_manifest *m, const struct xfer_file *fi, c
 	wire_put32(tail + 8, fi->mode);
 	wire_put64(tail + 12, fi->mtime_ns);
 	wire_put32(tail + 20, m->chunk_size);
-	XXH3_state_t *st = XXH3_createState();
-	XXH3_128bits_reset(st);
-	XXH3_128bits_update(st, fi->path, strlen(fi->path) + 1);
-	XXH3_128bits_update(st, tail, sizeof(tail));
-	XXH128_hash_t h = XXH3_128bits_digest(st);
-	XXH3_freeState(st);
+	XXH3_state_t st;
+	XXH3_128bits_reset(&st);
+	XXH3_128bits_update(&st, fi->path, strlen(fi->path) + 1);
+	XXH3_128bits_update(&st, tail, sizeof(tail));
+	XXH128_hash_t h = XXH3_128bits_digest(&st);
 	snprintf(out, 33, "%016llx%016llx", (unsigned long long)h.high64,
 		 (unsigned long long)h.low64);
 }
@@ -242,11 +242,14 @@ int xfer_store_open(int dirfd, const struct xfer_manifest *m, uint32_t idx, unsi
 	f->reserve = fi->size;
 	file_id(m, fi, f->id);
 	size_t n = f->nchunks ? f->nchunks : 1;
-	f->hashes = calloc(n, sizeof(uint64_t));
-	f->done = calloc(n, 1);
-	f->writers = calloc(n, 1);
-	f->multi = calloc(n, 1);
-	if (!f->hashes || !f->done || !f->writers || !f->multi) {
+	/* one block a file (a tree has many): hashes, then done, writers and multi */
+	f->hashes = calloc(n, sizeof(uint64_t) + 3);
+	if (f->hashes) {
+		f->done = (uint8_t *)(f->hashes + n);
+		f->writers = f->done + n;
+		f->multi = f->writers + n;
+	}
+	if (!f->hashes) {
 		*why = "out of memory";
 		rc = -ENOMEM;
 		goto fail;
@@ -387,10 +390,7 @@ void xfer_store_close(struct xfer_store_file *f)
 {
 	f->pinned = 0;
 	xfer_store_release(f);
-	free(f->hashes);
-	free(f->done);
-	free(f->writers);
-	free(f->multi);
+	free(f->hashes); /* done, writers and multi are in its block */
 	f->hashes = NULL;
 	f->done = f->writers = f->multi = NULL;
 }
@@ -610,6 +610,81 @@ out:
 	return rc;
 }
 
+/* Temporary names of batched files: ID.SEQ.tmp, SEQ counted per process (O_EXCL settles a
+ * clash with another process). */
+static _Atomic unsigned put_seq;
+#define TMP_NAME_LEN (32 + 1 + 8 + sizeof(".tmp") - 1)
+
+int xfer_store_put_whole(int dirfd, struct xfer_store_file *f, const uint8_t *data,
+			 struct xfer_store_dirs *dirs, const char **why)
+{
+	char name[64];
+	int rc = 0, fd = -1;
+	if (dirs->state_fd < 0) {
+		if (mkdirat(dirfd, XFER_STORE_DIR, 0700) < 0 && errno != EEXIST) {
+			*why = "cannot create the directory for partial files";
+			return -errno;
+		}
+		dirs->state_fd =
+		    open_beneath(dirfd, XFER_STORE_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0);
+		if (dirs->state_fd < 0) {
+			rc = dirs->state_fd;
+			dirs->state_fd = -1;
+			*why = "cannot open the directory for partial files";
+			return rc;
+		}
+	}
+	for (int tries = 0; fd < 0 && tries < 16; tries++) {
+		snprintf(name, sizeof(name), "%s.%08x.tmp", f->id, atomic_fetch_add(&put_seq, 1));
+		/* created with its mode: f->mode is masked by the umask already, so no fchmod */
+		fd = openat(dirs->state_fd, name,
+			    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, (mode_t)f->mode);
+		if (fd < 0 && errno != EEXIST)
+			break;
+	}
+	if (fd < 0) {
+		*why = "cannot create a file in the directory for partial files";
+		return -errno;
+	}
+	for (uint64_t at = 0; at < f->size;) {
+		ssize_t w = write(fd, data + at, f->size - at);
+		if (w <= 0) {
+			rc = w < 0 ? -errno : -EIO;
+			*why = rc == -ENOSPC ? "no space left" : "cannot write it";
+			goto fail;
+		}
+		at += (uint64_t)w;
+	}
+	struct timespec times[2] = {{.tv_nsec = UTIME_OMIT},
+				    {.tv_sec = (time_t)(f->mtime_ns / 1000000000u),
+				     .tv_nsec = (long)(f->mtime_ns % 1000000000u)}};
+	if (f->mtime_ns && futimens(fd, times) < 0) {
+		rc = -errno;
+		*why = "cannot set its time";
+		goto fail;
+	}
+	close(fd);
+	fd = -1;
+	const char *base;
+	int pfd = dirs_parent(dirfd, dirs, f->path, &base);
+	if (pfd < 0) {
+		rc = pfd;
+		*why = "cannot create the file's directory (or it leads outside the directory)";
+		goto fail;
+	}
+	if (renameat(dirs->state_fd, name, pfd, base) < 0) {
+		rc = -errno;
+		*why = "cannot move the file into place";
+		goto fail;
+	}
+	return 0;
+fail:
+	if (fd >= 0)
+		close(fd);
+	unlinkat(dirs->state_fd, name, 0);
+	return rc;
+}
+
 void xfer_store_dirs_close(struct xfer_store_dirs *dirs)
 {
 	if (dirs->state_fd >= 0)
@@ -635,9 +710,17 @@ int xfer_store_sweep(int dirfd, uint64_t max_age_s, unsigned *removed)
 	struct dirent *de;
 	while ((de = readdir(d))) {
 		size_t n = strlen(de->d_name);
+		struct stat st;
+		if (n == TMP_NAME_LEN && !strcmp(de->d_name + n - 4, ".tmp")) {
+			/* a batched file whose writer was killed before its rename */
+			if (fstatat(sd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    (uint64_t)(now - st.st_mtime) > max_age_s &&
+			    unlinkat(sd, de->d_name, 0) == 0)
+				(*removed)++;
+			continue;
+		}
 		if (n != 32 + sizeof(".state") - 1 || strcmp(de->d_name + 32, ".state"))
 			continue;
-		struct stat st;
 		int fd = openat(sd, de->d_name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
 		if (fd < 0)
 			continue;

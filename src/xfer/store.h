@@ -13,6 +13,12 @@
  * A file found at its final path with the source's size and modification time (completed
  * files get the source's time) is hashed in place instead of received again.
  *
+ * A small file sent whole in a batch skips all of this (xfer_store_put_whole): it is written
+ * into a temporary file, renamed into place unsynced and then counted as in place; the
+ * receiver syncs the file system once before DONE. A batch's files are either in place whole
+ * or not at their final name at all, so a resumed transfer finds them in place or sends them
+ * again.
+ *
  * Descriptors are held only while a file is being received: opening a manifest's files
  * (xfer_store_open) reads what is there and creates nothing, so a refused manifest leaves
  * nothing behind and a manifest of many files costs no descriptor per file. The part and its
@@ -71,7 +77,7 @@ struct xfer_store_file {
 	uint64_t reserve; /* bytes the part still needs on disk, as found by xfer_store_open */
 	int in_place;	  /* already complete at its final path (acquired: part_fd and map are that
 			     file) */
-	uint64_t *hashes; /* as verified on arrival */
+	uint64_t *hashes; /* as verified on arrival; one allocation with the three below */
 	uint8_t *done;
 	uint8_t *writers; /* per chunk: connections receiving into it now (caller's lock) */
 	uint8_t *multi;	  /* per chunk: had two writers at once; re-hashed before the rename */
@@ -170,12 +176,24 @@ struct xfer_store_dirs {
 	}
 int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[16],
 		      struct xfer_store_dirs *dirs, uint32_t *bad_chunk, const char **why);
+/*
+ * A batched file (one chunk, verified, its bytes in <data>): written whole into a new file in
+ * the directory of partial files (ID.SEQ.tmp, a name no other writer uses, created with its
+ * mode), given its time, closed and renamed to its path (parents created as for xfer_store_finish,
+ * sharing <dirs>). Nothing is fsync'd here: the receiver syncs the file system once before it
+ * answers DONE (docs/xfer.md, durability). No state file and no lock: a writer killed before the
+ * rename leaves only the .tmp file, which the sweep removes; the final name only ever holds a whole
+ * file. 0, or -errno with *why (the .tmp removed).
+ */
+int xfer_store_put_whole(int dirfd, struct xfer_store_file *f, const uint8_t *data,
+			 struct xfer_store_dirs *dirs, const char **why);
 /* Close what xfer_store_finish kept open in <dirs> (the directories files went to). */
 void xfer_store_dirs_close(struct xfer_store_dirs *dirs);
 
 /*
  * Remove the parts (and states) under <dirfd> that nobody holds and that neither changed for
- * <max_age_s> seconds: transfers abandoned rather than interrupted. 0 or -errno; the count
+ * <max_age_s> seconds: transfers abandoned rather than interrupted; and batched files left
+ * before their rename (ID.SEQ.tmp) as old. 0 or -errno; the count
  * in *removed.
  */
 int xfer_store_sweep(int dirfd, uint64_t max_age_s, unsigned *removed);

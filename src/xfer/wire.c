@@ -30,7 +30,7 @@ int xfer_hdr_decode(const uint8_t in[XFER_HDR_LEN], struct xfer_hdr *out)
 		return -EPROTO;
 	if (out->meta_len > XFER_META_MAX || out->data_len > XFER_DATA_MAX)
 		return -EPROTO;
-	if (out->data_len && out->type != XFER_CHUNK)
+	if (out->data_len && out->type != XFER_CHUNK && out->type != XFER_BATCH)
 		return -EPROTO;
 	return 0;
 }
@@ -92,6 +92,86 @@ int xfer_ack_decode(const uint8_t *in, size_t len, struct xfer_ack *out)
 	out->status = in[8];
 	if (out->status > XFER_ACK_IO)
 		return -EPROTO;
+	return 0;
+}
+
+size_t xfer_batch_encode(uint8_t *out, const struct xfer_batch *b)
+{
+	wire_put32(out, b->count);
+	uint8_t *p = out + 4;
+	for (uint32_t i = 0; i < b->count; i++, p += XFER_BATCH_ENTRY) {
+		wire_put32(p, b->f[i].file);
+		wire_put32(p + 4, b->f[i].len);
+		wire_put64(p + 8, b->f[i].hash);
+	}
+	return (size_t)(p - out);
+}
+
+int xfer_batch_decode(const uint8_t *in, size_t len, uint32_t data_len, struct xfer_batch *out,
+		      const char **why)
+{
+	*why = "batch is truncated";
+	if (len < 4)
+		return -EPROTO;
+	if (data_len > XFER_BATCH_BYTES) {
+		*why = "batch is larger than XFER_BATCH_BYTES (1 MiB)";
+		return -EPROTO;
+	}
+	uint32_t n = wire_get32(in);
+	if (n == 0 || n > XFER_BATCH_FILES) {
+		*why = "batch has no file or too many";
+		return -EPROTO;
+	}
+	if (len != 4 + (size_t)n * XFER_BATCH_ENTRY) {
+		*why = "batch's file count does not match its length";
+		return -EPROTO;
+	}
+	uint64_t total = 0;
+	const uint8_t *p = in + 4;
+	for (uint32_t i = 0; i < n; i++, p += XFER_BATCH_ENTRY) {
+		struct xfer_batch_file *f = &out->f[i];
+		f->file = wire_get32(p);
+		f->len = wire_get32(p + 4);
+		f->hash = wire_get64(p + 8);
+		if (i && f->file <= out->f[i - 1].file) {
+			*why = "batch's files are out of order or named twice";
+			return -EPROTO;
+		}
+		if (f->len == 0 || f->len > XFER_BATCH_FILE_MAX) {
+			*why = "a batched file is empty or too large";
+			return -EPROTO;
+		}
+		total += f->len;
+	}
+	if (total != data_len) {
+		*why = "batch's lengths do not add up to its data";
+		return -EPROTO;
+	}
+	out->count = n;
+	return 0;
+}
+
+size_t xfer_batch_ack_encode(uint8_t *out, const struct xfer_batch *b)
+{
+	wire_put32(out, b->count);
+	uint8_t *p = out + 4;
+	for (uint32_t i = 0; i < b->count; i++, p += 5) {
+		wire_put32(p, b->f[i].file);
+		p[4] = b->status[i];
+	}
+	return (size_t)(p - out);
+}
+
+int xfer_batch_ack_decode(const uint8_t *in, size_t len, struct xfer_batch *b)
+{
+	if (len < 4 || wire_get32(in) != b->count || len != 4 + (size_t)b->count * 5)
+		return -EPROTO;
+	const uint8_t *p = in + 4;
+	for (uint32_t i = 0; i < b->count; i++, p += 5) {
+		if (wire_get32(p) != b->f[i].file || p[4] > XFER_ACK_IO)
+			return -EPROTO;
+		b->status[i] = p[4];
+	}
 	return 0;
 }
 

@@ -10,9 +10,11 @@
  * conn.h); then the server's CHALLENGE (a random nonce), the client's HELLO (role, transfer
  * id, HMAC-SHA256 of the nonce under the shared token) and the server's OK, which carries the
  * server's own proof of the token when it has one (see conn.h). Every connection of a
- * transfer is alike: the first carries MANIFEST -> NEED, each carries CHUNK -> ACK, and any
- * live one FINISH -> DONE at the end. The parsers here take bytes off the network and are
- * fuzzed (tests/fuzz/fuzz_xfer_wire.c): they check every length before reading.
+ * transfer is alike: the first carries MANIFEST -> NEED, each carries CHUNK -> ACK (or, for
+ * files of one chunk of at most XFER_BATCH_FILE_MAX bytes, BATCH -> BATCH_ACK: up to
+ * XFER_BATCH_FILES whole files in one message), and any live one FINISH -> DONE at the end. The
+ * parsers here take bytes off the network and are fuzzed (tests/fuzz/fuzz_xfer_wire.c): they check
+ * every length before reading.
  */
 #ifndef ACCELNET_XFER_WIRE_H
 #define ACCELNET_XFER_WIRE_H
@@ -24,7 +26,7 @@
 #define XFER_HDR_LEN 16
 #define XFER_META_MAX (64u << 20)
 #define XFER_DATA_MAX (64u << 20)
-#define XFER_VERSION 1
+#define XFER_VERSION 2 /* 2: BATCH and BATCH_ACK; a peer of version 1 is refused */
 #define XFER_NONCE_LEN 32
 #define XFER_SESSION_LEN 16
 #define XFER_MAC_LEN 32
@@ -45,6 +47,8 @@ enum xfer_type {
 	XFER_FINISH,	    /* sender: every chunk acknowledged; per file its whole hash */
 	XFER_DONE,	    /* receiver: files verified and in place */
 	XFER_GET,	    /* puller: the names it wants (then the server sends as above) */
+	XFER_BATCH,	    /* sender: several small files whole; data = their bytes in order */
+	XFER_BATCH_ACK,	    /* receiver: per file of a BATCH, its status */
 	XFER_TYPE_MAX,
 };
 
@@ -83,6 +87,32 @@ struct xfer_ack {
 	uint32_t file;
 	uint32_t chunk;
 	uint8_t status;
+};
+
+/*
+ * BATCH: u32 count, then per file u32 file (its index in the manifest, strictly increasing
+ * within a batch), u32 len, u64 hash (XXH3-64 of its bytes, as a CHUNK's); the data part is
+ * the files' bytes one after the other. A batched file is one chunk: len is its whole size,
+ * 1 to XFER_BATCH_FILE_MAX bytes, and the lengths add up to the frame's data_len, at most
+ * XFER_BATCH_BYTES. BATCH_ACK: u32 count, then per file u32 file, u8 status (enum
+ * xfer_ack_status), in the batch's order.
+ */
+#define XFER_BATCH_FILES 256
+#define XFER_BATCH_FILE_MAX (64u * 1024)
+#define XFER_BATCH_BYTES (1u << 20)
+#define XFER_BATCH_ENTRY 16
+#define XFER_BATCH_META_MAX (4 + XFER_BATCH_FILES * XFER_BATCH_ENTRY)
+#define XFER_BATCH_ACK_MAX (4 + XFER_BATCH_FILES * 5)
+
+struct xfer_batch_file {
+	uint32_t file, len;
+	uint64_t hash;
+};
+
+struct xfer_batch {
+	uint32_t count;
+	struct xfer_batch_file f[XFER_BATCH_FILES];
+	uint8_t status[XFER_BATCH_FILES]; /* BATCH_ACK's */
 };
 
 /* One file of a manifest. */
@@ -134,6 +164,17 @@ int xfer_chunk_decode(const uint8_t *in, size_t len, struct xfer_chunk_meta *out
 size_t xfer_ack_encode(uint8_t *out, const struct xfer_ack *a);
 int xfer_ack_decode(const uint8_t *in, size_t len, struct xfer_ack *out);
 #define XFER_ACK_LEN 9
+/* BATCH's meta (<data_len> from its header): encode returns the length written (at most
+ * XFER_BATCH_META_MAX); decode 0, or -EPROTO with the reason in *why (a count of 0 or over
+ * XFER_BATCH_FILES, a length that does not fit, files out of order or twice, a file's length
+ * of 0 or over XFER_BATCH_FILE_MAX, lengths that do not add up to <data_len>). */
+size_t xfer_batch_encode(uint8_t *out, const struct xfer_batch *b);
+int xfer_batch_decode(const uint8_t *in, size_t len, uint32_t data_len, struct xfer_batch *out,
+		      const char **why);
+/* BATCH_ACK against the batch <b> it answers: the same files in the same order; decode fills
+ * b->status, 0 or -EPROTO. */
+size_t xfer_batch_ack_encode(uint8_t *out, const struct xfer_batch *b);
+int xfer_batch_ack_decode(const uint8_t *in, size_t len, struct xfer_batch *b);
 /* OK: empty (*has = 0), or the server's proof of the token (*has = 1); else -EPROTO. */
 int xfer_ok_decode(const uint8_t *in, size_t len, uint8_t proof[XFER_MAC_LEN], int *has);
 

@@ -1,9 +1,11 @@
 /*
  * fuzz_xfer_wire.c - libFuzzer target: the xfer wire parsers on any bytes (a frame header,
  * then the rest as every kind of meta: HELLO, CHUNK, ACK, OK, CHALLENGE, ERR, GET and its name
- * list, FINISH, the plain preamble, MANIFEST, and NEED against a manifest that decodes). A
- * manifest that decodes must encode back to the same bytes, every path in it and every name
- * of a GET must pass the path check, and a NEED that decodes must encode back to itself.
+ * list, FINISH, the plain preamble, MANIFEST, NEED against a manifest that decodes, BATCH
+ * with a data length from the input, and BATCH_ACK against the batch). A manifest that decodes
+ * must encode back to the same bytes, a BATCH that decodes too, with its lengths adding up, every
+ * path in it and every name of a GET must pass the path check, and a NEED that decodes must encode
+ * back to itself.
  */
 #include "xfer/wire.h"
 
@@ -42,8 +44,34 @@ static void fuzz_need(const struct xfer_manifest *m, const uint8_t *data, size_t
 	free(needed);
 }
 
+/* BATCH: the first 4 bytes say the data length, the rest is the meta; one that decodes must
+ * encode back to itself and be in order within the limits; then BATCH_ACK against it. */
+static void fuzz_batch(const uint8_t *data, size_t size)
+{
+	static struct xfer_batch b;
+	static uint8_t enc[XFER_BATCH_META_MAX];
+	const char *why;
+	if (size < 4)
+		return;
+	uint32_t dlen = wire_get32(data);
+	if (xfer_batch_decode(data + 4, size - 4, dlen, &b, &why) == 0) {
+		uint64_t total = 0;
+		for (uint32_t i = 0; i < b.count; i++) {
+			if ((i && b.f[i].file <= b.f[i - 1].file) || !b.f[i].len ||
+			    b.f[i].len > XFER_BATCH_FILE_MAX)
+				abort();
+			total += b.f[i].len;
+		}
+		if (total != dlen || dlen > XFER_BATCH_BYTES || b.count > XFER_BATCH_FILES ||
+		    xfer_batch_encode(enc, &b) != size - 4 || memcmp(enc, data + 4, size - 4))
+			abort();
+		(void)xfer_batch_ack_decode(data + 4, size - 4, &b);
+	}
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+	fuzz_batch(data, size);
 	struct xfer_hdr h;
 	if (size >= XFER_HDR_LEN)
 		(void)xfer_hdr_decode(data, &h);

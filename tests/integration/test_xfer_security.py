@@ -18,8 +18,10 @@ from harness import BIN, free_port, wait_until
 from test_xfer import digest, make_file, send, serve
 
 MAGIC = 0x31465841
-CHALLENGE, HELLO, OK, ERR, MANIFEST, NEED, CHUNK, ACK, FINISH, DONE, GET = range(1, 12)
+CHALLENGE, HELLO, OK, ERR, MANIFEST, NEED, CHUNK, ACK, FINISH, DONE, GET, BATCH, BATCH_ACK = \
+    range(1, 14)
 ROLE_DATA = 2
+VERSION = 2  # src/xfer/wire.h XFER_VERSION
 
 _xx = ctypes.CDLL("libxxhash.so.0")
 _xx.XXH3_64bits.restype = ctypes.c_uint64
@@ -90,13 +92,13 @@ class Wire:
         n = len(data) if data_len is None else data_len
         self.s.sendall(struct.pack("<IBBHII", MAGIC, t, 0, 0, len(meta), n) + meta + data)
 
-    def hello(self, session, role=ROLE_DATA):
+    def hello(self, session, role=ROLE_DATA, version=VERSION):
         """Client handshake without a token: (type, meta) of the server's answer."""
         self.s.sendall(struct.pack("<I", MAGIC))
         t, _, _ = self.frame()
         if t != CHALLENGE:
             return t, b""
-        self.send(HELLO, struct.pack("<IB", 1, role) + session + bytes(32))
+        self.send(HELLO, struct.pack("<IB", version, role) + session + bytes(32))
         t, meta, _ = self.frame()
         return t, meta
 
@@ -391,7 +393,7 @@ def test_handshake_has_a_total_deadline(env):
     w = Wire.dial(port)
     w.s.sendall(struct.pack("<I", MAGIC))
     assert w.frame()[0] == CHALLENGE
-    hello = struct.pack("<IBBHII", MAGIC, HELLO, 0, 0, 53, 0) + struct.pack("<IB", 1, 2) + bytes(48)
+    hello = struct.pack("<IBBHII", MAGIC, HELLO, 0, 0, 53, 0) + struct.pack("<IB", VERSION, 2) + bytes(48)
     closed = False
     for b in hello[:20]:  # 10 s at this pace
         try:

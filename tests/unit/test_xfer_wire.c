@@ -2,7 +2,8 @@
  * test_xfer_wire.c - the xfer wire format: headers checked, fixed metas round-trip, a
  * manifest round-trips and every truncation or lie about lengths is refused, and paths that
  * would leave the receiver's directory are refused; GET, NEED, FINISH, CHALLENGE, OK, ERR
- * and the plain preamble round-trip and refuse wrong lengths.
+ * and the plain preamble round-trip and refuse wrong lengths; BATCH and BATCH_ACK round-trip
+ * and refuse every count and length that does not fit.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -231,6 +232,72 @@ static void small_messages(void **state)
 	assert_int_equal(xfer_finish_decode(fin, 0, 0, &hashes), 0);
 }
 
+static void batch_round_trip_and_limits(void **state)
+{
+	(void)state;
+	static struct xfer_batch b, b2;
+	static uint8_t buf[XFER_BATCH_META_MAX];
+	const char *why;
+	b.count = 3;
+	b.f[0] = (struct xfer_batch_file){.file = 0, .len = 1, .hash = 11};
+	b.f[1] = (struct xfer_batch_file){.file = 5, .len = XFER_BATCH_FILE_MAX, .hash = 12};
+	b.f[2] = (struct xfer_batch_file){.file = 6, .len = 100, .hash = 13};
+	uint32_t data = 1 + XFER_BATCH_FILE_MAX + 100;
+	size_t n = xfer_batch_encode(buf, &b);
+	assert_int_equal(n, 4 + 3 * XFER_BATCH_ENTRY);
+	assert_int_equal(xfer_batch_decode(buf, n, data, &b2, &why), 0);
+	assert_int_equal(b2.count, 3);
+	assert_memory_equal(b2.f, b.f, 3 * sizeof(b.f[0]));
+	/* lengths that do not add up to the data, a meta cut short or too long */
+	assert_int_equal(xfer_batch_decode(buf, n, data + 1, &b2, &why), -EPROTO);
+	assert_int_equal(xfer_batch_decode(buf, n, data - 1, &b2, &why), -EPROTO);
+	assert_int_equal(xfer_batch_decode(buf, n - 1, data, &b2, &why), -EPROTO);
+	assert_int_equal(xfer_batch_decode(buf, 3, data, &b2, &why), -EPROTO);
+	/* files out of order, twice, empty, too large */
+	b.f[1].file = 0;
+	n = xfer_batch_encode(buf, &b);
+	assert_int_equal(xfer_batch_decode(buf, n, data, &b2, &why), -EPROTO);
+	b.f[1] = (struct xfer_batch_file){.file = 5, .len = 0};
+	n = xfer_batch_encode(buf, &b);
+	assert_int_equal(xfer_batch_decode(buf, n, 101, &b2, &why), -EPROTO);
+	b.f[1].len = XFER_BATCH_FILE_MAX + 1;
+	n = xfer_batch_encode(buf, &b);
+	assert_int_equal(xfer_batch_decode(buf, n, data + 1, &b2, &why), -EPROTO);
+	/* counts of 0 and past the limit; data past XFER_BATCH_BYTES */
+	b.count = 0;
+	n = xfer_batch_encode(buf, &b);
+	assert_int_equal(xfer_batch_decode(buf, n, 0, &b2, &why), -EPROTO);
+	wire_put32(buf, XFER_BATCH_FILES + 1);
+	assert_int_equal(xfer_batch_decode(buf, XFER_BATCH_META_MAX, 0, &b2, &why), -EPROTO);
+	b.count = 1;
+	b.f[0].len = 1;
+	n = xfer_batch_encode(buf, &b);
+	assert_int_equal(xfer_batch_decode(buf, n, XFER_BATCH_BYTES + 1, &b2, &why), -EPROTO);
+	/* BATCH_ACK: the files of the batch it answers, in order, with known statuses */
+	b.count = 2;
+	b.f[0].file = 4, b.f[1].file = 9;
+	b.status[0] = XFER_ACK_OK, b.status[1] = XFER_ACK_BAD;
+	n = xfer_batch_ack_encode(buf, &b);
+	assert_int_equal(n, 4 + 2 * 5);
+	b2 = b;
+	memset(b2.status, 0xff, sizeof(b2.status));
+	assert_int_equal(xfer_batch_ack_decode(buf, n, &b2), 0);
+	assert_int_equal(b2.status[1], XFER_ACK_BAD);
+	assert_int_equal(xfer_batch_ack_decode(buf, n - 1, &b2), -EPROTO);
+	b2.f[1].file = 8;
+	assert_int_equal(xfer_batch_ack_decode(buf, n, &b2), -EPROTO);
+	b2.f[1].file = 9;
+	buf[4 + 5 + 4] = XFER_ACK_IO + 1;
+	assert_int_equal(xfer_batch_ack_decode(buf, n, &b2), -EPROTO);
+	/* only CHUNK and BATCH carry data */
+	uint8_t h[XFER_HDR_LEN];
+	struct xfer_hdr hd;
+	xfer_hdr_encode(h, XFER_BATCH, 20, 100);
+	assert_int_equal(xfer_hdr_decode(h, &hd), 0);
+	xfer_hdr_encode(h, XFER_BATCH_ACK, 9, 1);
+	assert_int_equal(xfer_hdr_decode(h, &hd), -EPROTO);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -243,6 +310,7 @@ int main(void)
 	    cmocka_unit_test(get_round_trip),
 	    cmocka_unit_test(need_round_trip),
 	    cmocka_unit_test(small_messages),
+	    cmocka_unit_test(batch_round_trip_and_limits),
 	};
 	return cmocka_run_group_tests_name("xfer wire", tests, NULL, NULL);
 }
