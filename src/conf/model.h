@@ -150,7 +150,7 @@ struct conf_engine_metrics {
 
 /* pools[].engine: the backends are spoken to in their engine's own API, not OpenAI HTTP: the
  * proxy tokenizes with <model>'s tokenizer (models:) and detokenizes (proxy/engine_grpc.h). */
-enum conf_engine_api { CONF_ENGINE_OPENAI, CONF_ENGINE_SGLANG_GRPC };
+enum conf_engine_api { CONF_ENGINE_OPENAI, CONF_ENGINE_SGLANG_GRPC, CONF_ENGINE_VLLM_GRPC };
 struct conf_tokmodel;
 struct conf_engine {
 	unsigned api;			/* enum conf_engine_api */

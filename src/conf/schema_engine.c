@@ -99,10 +99,10 @@ int schema_read_kv_events(struct rules_ctx *x, const struct rule *r, yaml_node_t
 
 static int read_api(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *obj)
 {
-	static const char *const names[] = {"openai", "sglang-grpc"};
+	static const char *const names[] = {"openai", "sglang-grpc", "vllm-grpc"};
 	struct conf_engine *e = obj;
 	(void)r;
-	return rules_read_choice(x, v, "engine: api", names, 2, &e->api);
+	return rules_read_choice(x, v, "engine: api", names, 3, &e->api);
 }
 
 const struct rule schema_engine_rules[] = {
@@ -148,9 +148,10 @@ int schema_engine_check_pool(struct rules_ctx *x, yaml_node_t *item, struct conf
 		if (p->backends[k].protocol == CONF_PROTO_HTTP1)
 			return rules_fail(
 			    x, e ? e : item,
-			    "engine: api sglang-grpc is gRPC, over HTTP/2: backend %s "
+			    "engine: api %s is gRPC, over HTTP/2: backend %s "
 			    "speaks HTTP/1.1 (give the pool protocol: h2c, or h2 with "
 			    "tls)",
+			    p->engine.api == CONF_ENGINE_VLLM_GRPC ? "vllm-grpc" : "sglang-grpc",
 			    p->backends[k].ep.address);
 	p->engine.tm = tm;
 	return 0;

@@ -1,24 +1,35 @@
 /*
- * engine_pb.c - SGLang's Generate messages (see engine_pb.h).
+ * engine_pb.c - the engines' Generate messages, SGLang's and vLLM's (see engine_pb.h).
  */
 #include "http/engine_pb.h"
 
 #include <errno.h>
 #include <string.h>
 
-/* GenerateRequest and its parts: the engine's field numbers */
+/* GenerateRequest and its parts: the field numbers both engines share */
 enum {
 	REQ_ID = 1,
 	REQ_TOKENIZED = 2,
 	REQ_SAMPLING = 4,
-	REQ_STREAM = 17,
 	TOK_INPUT_IDS = 2,
 	SP_TEMPERATURE = 1,
 	SP_TOP_P = 2,
-	SP_MAX_NEW_TOKENS = 8,
-	SP_STOP = 9,
-	SP_SKIP_SPECIAL = 11,
+	SP_MAX_NEW_TOKENS = 8, /* vLLM's max_tokens */
 };
+
+/* ... and those where they differ: SGLang's, vLLM's */
+static const struct {
+	unsigned stream, stop, skip_special;
+	const char *path;
+} dialects[] = {
+    [ENGINE_SGLANG] = {17, 9, 11, "/sglang.grpc.scheduler.SglangScheduler/Generate"},
+    [ENGINE_VLLM] = {5, 10, 12, "/vllm.grpc.engine.VllmEngine/Generate"},
+};
+
+const char *engine_pb_path(enum engine_dialect d)
+{
+	return dialects[d].path;
+}
 
 /* GenerateResponse and its parts */
 enum {
@@ -51,10 +62,11 @@ long engine_pb_write(const struct engine_req *r, uint8_t *out, size_t cap)
 		pw_put_float(&s, SP_TOP_P, r->top_p);
 	if (r->max_tokens >= 0)
 		pw_put_uint(&s, SP_MAX_NEW_TOKENS, (uint64_t)r->max_tokens);
-	pw_put_uint(&s, SP_SKIP_SPECIAL, 1);
+	pw_put_uint(&s, dialects[r->dialect].skip_special, 1);
 	size_t stop_len = 0;
 	for (size_t i = 0; i < r->nstop; i++)
-		stop_len += 1 + pw_varint_len(r->stop[i].n) + r->stop[i].n;
+		stop_len += pw_varint_len(dialects[r->dialect].stop << 3) +
+			    pw_varint_len(r->stop[i].n) + r->stop[i].n;
 	size_t packed = 0;
 	for (size_t i = 0; i < r->nids; i++)
 		packed += pw_varint_len(r->ids[i]);
@@ -75,9 +87,9 @@ long engine_pb_write(const struct engine_req *r, uint8_t *out, size_t cap)
 		o.err = 1;
 	}
 	for (size_t i = 0; i < r->nstop; i++)
-		pw_put_bytes(&o, SP_STOP, r->stop[i].p, r->stop[i].n);
+		pw_put_bytes(&o, dialects[r->dialect].stop, r->stop[i].p, r->stop[i].n);
 	if (r->stream)
-		pw_put_uint(&o, REQ_STREAM, 1);
+		pw_put_uint(&o, dialects[r->dialect].stream, 1);
 	if (o.err || o.len > UINT32_MAX)
 		return -ENOSPC;
 	out[0] = 0;

@@ -1,12 +1,14 @@
 /*
  * engine_pb.h - the messages of an inference engine's gRPC Generate service that the proxy
  * speaks (pools[].engine, docs/tokenizers.md "gRPC mode"): SGLang's
- * sglang.grpc.scheduler.SglangScheduler/Generate, the service SGLang's router (SMG) uses, where
- * the router tokenizes and detokenizes and the engine takes and gives token ids.
+ * sglang.grpc.scheduler.SglangScheduler/Generate and vLLM's vllm.grpc.engine.VllmEngine/Generate,
+ * the services SGLang's router (SMG) uses, where the router tokenizes and detokenizes and the
+ * engine takes and gives token ids.
  *
  * Written: a GenerateRequest (request_id 1; tokenized 2 {input_ids 2, packed}; sampling_params
  * 4 {temperature 1, top_p 2, max_new_tokens 8, stop 9, skip_special_tokens 11}; stream 17) in a
- * gRPC message frame. Read: a GenerateResponse (request_id 1; one of chunk 2 {token_ids 1,
+ * gRPC message frame; vLLM's numbers stop 10, skip_special_tokens 12 and stream 5, the rest
+ * alike. Read: a GenerateResponse (request_id 1; one of chunk 2 {token_ids 1,
  * prompt_tokens 2, completion_tokens 3, cached_tokens 4}, complete 3 {output_ids 1,
  * finish_reason 2, prompt_tokens 3, completion_tokens 4, cached_tokens 5}, error 4 {message 1,
  * http_status_code 2, details 3}). The field numbers are the engine's; nothing else of its
@@ -24,8 +26,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ENGINE_GRPC_PATH "/sglang.grpc.scheduler.SglangScheduler/Generate"
 #define ENGINE_STOP_MAX 16 /* stop strings sent, at most (OpenAI allows 4) */
+
+/* Whose Generate service: their requests differ in three field numbers and the :path. */
+enum engine_dialect {
+	ENGINE_SGLANG = 0,
+	ENGINE_VLLM,
+};
+
+/* The Generate call's :path for engine <d>. */
+const char *engine_pb_path(enum engine_dialect d);
 
 struct engine_str {
 	const char *p;
@@ -34,6 +44,7 @@ struct engine_str {
 
 /* What a request asks of the engine. */
 struct engine_req {
+	enum engine_dialect dialect;
 	struct engine_str rid; /* request_id */
 	const uint32_t *ids;   /* the prompt's token ids */
 	size_t nids;

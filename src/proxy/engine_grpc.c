@@ -121,7 +121,9 @@ int engine_call_begin(struct engine_call *c, struct worker *w, const struct conf
 			*r = '_';
 	if (!w->tokp && !(w->tokp = calloc(1, sizeof(*w->tokp))))
 		return -ENOMEM;
-	struct engine_req r = {.rid = {c->rid, strlen(c->rid)}};
+	c->vllm = e->api == CONF_ENGINE_VLLM_GRPC;
+	struct engine_req r = {.dialect = c->vllm ? ENGINE_VLLM : ENGINE_SGLANG,
+			       .rid = {c->rid, strlen(c->rid)}};
 	char model[ENGINE_MODEL_MAX], why[200];
 	long n = tokprompt_engine(w->tokp, c->tm, req + hl, len - (size_t)hl, c->chat, &r,
 				  (uint8_t *)out->data + out->end, buf_room(out), model,
@@ -436,7 +438,9 @@ static int read_msg(struct engine_call *c)
 	memset(&c->pos, 0, sizeof(c->pos));
 	if (c->msg.has_prompt)
 		c->prompt = c->msg.prompt_tokens, c->has_prompt = 1;
-	if (c->msg.has_completion)
+	/* vLLM counts a chunk's ids, not the stream's so far, and its closing complete repeats
+	 * the last chunk's: the ids given are its count */
+	if (c->msg.has_completion && !c->vllm)
 		c->completion = c->msg.completion_tokens, c->has_completion = 1;
 	if (c->msg.has_cached)
 		c->cached = c->msg.cached_tokens, c->has_cached = 1;

@@ -50,6 +50,7 @@ struct engine_call {
 	const struct tokmodel *tm;
 	enum engine_phase phase;
 	unsigned chat : 1, stream : 1;
+	unsigned vllm : 1;	/* vLLM's service (its counts are deltas), else SGLang's */
 	unsigned head_out : 1;	/* the response head went out */
 	unsigned end_in : 1;	/* the engine's END_STREAM came */
 	unsigned finished : 1;	/* a complete message came */

@@ -391,11 +391,12 @@ static int engine_submit(struct up_h2s *s)
 	}
 	const char *scheme = s->up.be->tls ? "https" : "http";
 	const char *auth = s->up.be->conf->ep.address;
+	const char *path = engine_pb_path(s->eng.vllm ? ENGINE_VLLM : ENGINE_SGLANG);
 	nghttp2_nv nv[] = {
 	    {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
 	    {(uint8_t *)":scheme", (uint8_t *)scheme, 7, strlen(scheme), 0},
 	    {(uint8_t *)":authority", (uint8_t *)auth, 10, strlen(auth), 0},
-	    {(uint8_t *)":path", (uint8_t *)ENGINE_GRPC_PATH, 5, sizeof(ENGINE_GRPC_PATH) - 1, 0},
+	    {(uint8_t *)":path", (uint8_t *)path, 5, strlen(path), 0},
 	    {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, 0},
 	    {(uint8_t *)"te", (uint8_t *)"trailers", 2, 8, 0},
 	};

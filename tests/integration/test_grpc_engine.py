@@ -385,3 +385,83 @@ def test_check_refuses_an_engine_model_without_a_tokenizer(env):
                      "    backends:\n      - {address: 127.0.0.1:1}\n")
     r = subprocess.run([BIN, "check", "-c", path], capture_output=True, text=True)
     assert r.returncode == 2 and f"{path}:7:" in r.stderr and "HTTP/1.1" in r.stderr, r.stderr
+
+
+VLLM_SERVICE = "vllm.grpc.engine.VllmEngine"
+
+
+class VllmEngine:
+    """vLLM's Generate (package vllm.grpc.engine, service VllmEngine: its .proto's field
+    numbers, written here as its generated code writes them). Its ways, as its servicer has
+    them: a streamed call gets a chunk per step whose completion_tokens count that chunk's
+    ids (deltas), then, when finished, a complete that repeats the last step's ids and
+    count; an unstreamed one gets one complete with every id."""
+
+    def __init__(self, env, ids):
+        self.ids, self.requests = ids, []
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        handler = grpc.method_handlers_generic_handler(VLLM_SERVICE, {
+            "Generate": grpc.unary_stream_rpc_method_handler(
+                self.generate, request_deserializer=None, response_serializer=None)})
+        server.add_generic_rpc_handlers((handler,))
+        self.port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        env.on_cleanup.append(lambda: server.stop(0))
+
+    def generate(self, req, ctx):
+        # GenerateRequest{request_id 1, tokenized 2 {original_text 1, input_ids 2},
+        # sampling_params 4 {temperature 1, top_p 2, ..., max_tokens 8, min_tokens 9, stop 10,
+        # stop_token_ids 11, skip_special_tokens 12, ...}, stream 5}
+        f = _fields(req)
+        sp = _fields(f[4][0]) if 4 in f else {}
+        r = {"ids": _unpack(_fields(f[2][0])[2][0]), "stream": f.get(5, [0])[0],
+             "max_tokens": sp.get(8, [None])[0], "stop": [s.decode() for s in sp.get(10, [])],
+             "unknown": sorted(k for k in f if k not in (1, 2, 4, 5))}
+        self.requests.append(r)
+        n, cached = len(r["ids"]), 2
+        if not r["stream"]:
+            yield _complete(self.ids, "length", n, len(self.ids), cached)
+            return
+        for i in self.ids:
+            yield _chunk([i], n, 1, cached)
+        yield _complete(self.ids[-1:], "stop", n, 1, cached)
+
+
+def test_vllm_grpc_engine_streams_and_counts_as_vllm_does(env):
+    """engine: {api: vllm-grpc}: vLLM's own Generate service and field numbers; its deltas
+    summed (its closing complete repeats the last step, and counts are per chunk), so the
+    text is the answer once and the usage counts every token."""
+    _fetch()
+    tok = _file("qwen3")
+    _tokenize_all(tok, [ANSWER, PROMPT], False)
+    _tokenize_all(tok, [json.dumps(MESSAGES)], True)
+    eng = VllmEngine(env, _tokenize(tok, ANSWER))
+    px = env.proxy(f"models:\n  qwen3: {{tokenizer: {tok}}}\npools:\n  - name: gpu\n"
+                   f"    protocol: h2c\n    engine: {{api: vllm-grpc, model: qwen3}}\n"
+                   f"    backends:\n      - {{address: 127.0.0.1:{eng.port}}}\n"
+                   "routes:\n  - match: {path_prefix: /v1/}\n    pool: gpu\n    api: openai\n",
+                   workers=1)
+    body = json.dumps({"model": "qwen3", "messages": MESSAGES, "stream": True,
+                       "max_tokens": 64, "stop": ["\n\n"]})
+    st, _, data = request(px.port, "POST", "/v1/chat/completions", body,
+                          {"Content-Type": "application/json"})
+    assert st == 200, data
+    r = eng.requests[-1]
+    assert r["ids"] == _tokenize(tok, json.dumps(MESSAGES), chat=True)
+    assert (r["stream"], r["max_tokens"], r["stop"], r["unknown"]) == (1, 64, ["\n\n"], []), r
+    events, done = _events(data)
+    assert done
+    text = "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"])
+    assert text == ANSWER, text
+    assert [e["choices"][0]["finish_reason"] for e in events if e["choices"]][-1] == "stop"
+    n = len(r["ids"])
+    assert events[-1]["usage"] == {"prompt_tokens": n, "completion_tokens": len(eng.ids),
+                                   "total_tokens": n + len(eng.ids),
+                                   "prompt_tokens_details": {"cached_tokens": 2}}
+    st, _, data = request(px.port, "POST", "/v1/completions",
+                          json.dumps({"model": "qwen3", "prompt": PROMPT}),
+                          {"Content-Type": "application/json"})
+    assert st == 200, data
+    j = json.loads(data)
+    assert j["choices"][0]["text"] == ANSWER and eng.requests[-1]["stream"] == 0
+    assert j["usage"]["completion_tokens"] == len(eng.ids), j["usage"]

@@ -58,6 +58,14 @@ static void test_request_bytes(void **state)
 	assert_int_equal(out[4], sizeof(want));
 	assert_memory_equal(out + 5, want, sizeof(want));
 	assert_int_equal(engine_pb_write(&r, out, 10), -ENOSPC);
+	/* vLLM's: skip_special_tokens 12, stop 10, stream 5; the rest alike */
+	r.dialect = ENGINE_VLLM;
+	static const uint8_t vllm[] = {0x0a, 2, 'a',  'b', 0x12, 5, 0x12, 3, 1,	  0xac, 0x02,
+				       0x22, 7, 0x40, 5,   0x60, 1, 0x52, 1, 'x', 0x28, 1};
+	n = engine_pb_write(&r, out, sizeof(out));
+	assert_int_equal(n, 5 + (long)sizeof(vllm));
+	assert_memory_equal(out + 5, vllm, sizeof(vllm));
+	assert_string_equal(engine_pb_path(ENGINE_VLLM), "/vllm.grpc.engine.VllmEngine/Generate");
 }
 
 static void test_chunk_and_ids(void **state)
