@@ -10,7 +10,7 @@ a timing: this measures, it does not test.
 Scenarios 10 and 11 (the response cache against nginx proxy_cache, HAProxy's cache and
 Varnish) live in bench/cache.py; `--only cache` runs both.
 
-Usage: bench/run [--quick] [--only 1,2,...|cache] [--io] [--obs-rounds N] [--out DIR]
+Usage: bench/run [--quick] [--only 1,2,...|cache] [--io] [--obs-rounds N] [--rounds N] [--seconds S] [--out DIR]
                  [--report results.json]
 """
 
@@ -1205,6 +1205,10 @@ def main():
     ap.add_argument("--fleet-loads", type=lambda v: [float(x) for x in v.split(",")],
                     help="scenario 6: loads, e.g. 0.8,0.95 (default 0.5,0.8,0.95; --quick: "
                     "0.95)")
+    ap.add_argument("--rounds", type=int,
+                    help="scenarios 1-3: interleaved rounds (default 5; --quick: 1)")
+    ap.add_argument("--seconds", type=int,
+                    help="scenarios 1-3: seconds of load per contestant and round (default 5)")
     ap.add_argument("--baseline", metavar="ACCELNET_BIN",
                     help="scenarios 1-5: also run this (older) accelnet binary as "
                     "'accelnet-base' and report this build's figures as ratios to it")
@@ -1286,6 +1290,7 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
         run.start(["nginx", "-c", ocfg, "-e", f"{run.dir}/origin.err"], oport, name="origin")
         res["origin"] = oport
         rounds, secs = (1, 2) if q else (5, 5)
+        rounds, secs = a.rounds or rounds, a.seconds or secs
         steps = [
             ("1", lambda: scenario_wrk(run, res, "1", "2 KiB responses, keep-alive, 64 connections",
                                        "/small", 64, secs, rounds)),

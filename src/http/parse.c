@@ -79,7 +79,7 @@ const struct http_header *http_find_header(const struct http_head *h, const char
 int http_is_event_stream(const struct http_head *h)
 {
 	const struct http_header *ct = http_find_header(h, "content-type");
-	return ct && ct->value.len >= 17 && strncasecmp(ct->value.p, "text/event-stream", 17) == 0;
+	return ct && ct->value.len >= 17 && http_ascii_caseeq(ct->value.p, "text/event-stream", 17);
 }
 
 const struct http_header *http_find_only_header(const struct http_head *h, const char *name)
@@ -138,7 +138,7 @@ int http_list_has(struct http_str list, const char *token, size_t toklen)
 	const char *p = list.p, *end = list.p + list.len;
 	struct http_str t;
 	while (field_list_next(&p, end, &t))
-		if (t.len == toklen && strncasecmp(t.p, token, toklen) == 0)
+		if (t.len == toklen && http_ascii_caseeq(t.p, token, toklen))
 			return 1;
 	return 0;
 }
@@ -259,7 +259,7 @@ int http_conn_names(const struct http_head *h, struct http_str name)
 {
 	for (unsigned i = 0; i < h->nconn_tokens; i++)
 		if (h->conn_tokens[i].len == name.len &&
-		    strncasecmp(h->conn_tokens[i].p, name.p, name.len) == 0)
+		    http_ascii_caseeq(h->conn_tokens[i].p, name.p, name.len))
 			return 1;
 	return 0;
 }

@@ -130,6 +130,18 @@ static inline void http_head_reader_reset(struct http_head_reader *r)
 int http_head_read(struct http_head_reader *r, const char *buf, size_t len, size_t max,
 		   struct http_head *h);
 
+/* <a> and <b>, <n> bytes each, equal but for the case of ASCII letters (no locale: what
+ * strncasecmp() does in the C locale, without its call and its locale table per byte). */
+static inline int http_ascii_caseeq(const char *a, const char *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		unsigned char x = (unsigned char)a[i], y = (unsigned char)b[i];
+		if (x != y && ((x | 0x20) != (y | 0x20) || (unsigned char)((x | 0x20) - 'a') > 25))
+			return 0;
+	}
+	return 1;
+}
+
 /*
  * Case-insensitive comparison of a parsed string with a C string. Inline so that, with a
  * literal, the length is known at compile time and most fields are rejected on length alone
@@ -138,7 +150,7 @@ int http_head_read(struct http_head_reader *r, const char *buf, size_t len, size
 static inline int http_str_eq(struct http_str s, const char *lit)
 {
 	size_t n = strlen(lit);
-	return s.len == n && strncasecmp(s.p, lit, n) == 0;
+	return s.len == n && http_ascii_caseeq(s.p, lit, n);
 }
 /* The first header named <name> (case-insensitive), or NULL. */
 const struct http_header *http_find_header(const struct http_head *h, const char *name);

@@ -1,12 +1,12 @@
 /*
  * conn.c - reading and writing a connection, plain or TLS.
  *
- * The plain path is one recv()/sendmsg() per call. The TLS path maps OpenSSL's outcomes onto
- * the same contract: SSL_ERROR_WANT_READ/WRITE become -EAGAIN with want_read/want_write set
- * (on a blocking socket they mean its timeout ran out: -ETIMEDOUT for the *_all helpers),
- * a close_notify becomes the end (0), and anything else -EPROTO or the socket's errno.
- * A gathered TLS write copies the parts into one record-sized buffer when they are small,
- * so a head and a short body still leave in one record.
+ * The plain path is one recv()/sendmsg() per call (send() for a write of one part). The TLS path
+ * maps OpenSSL's outcomes onto the same contract: SSL_ERROR_WANT_READ/WRITE become -EAGAIN with
+ * want_read/want_write set (on a blocking socket they mean its timeout ran out: -ETIMEDOUT for the
+ * *_all helpers), a close_notify becomes the end (0), and anything else -EPROTO or the socket's
+ * errno. A gathered TLS write copies the parts into one record-sized buffer when they are small, so
+ * a head and a short body still leave in one record.
  *
  * The reads for an owner (net_conn_read_start) follow the edges the loop reports: a read edge
  * marks the connection readable until a read says -EAGAIN or a short plain read shows the
@@ -186,7 +186,9 @@ ssize_t net_conn_writev(struct net_conn *c, const struct iovec *iov, int n)
 		return tls_writev(c, iov, n);
 	struct msghdr msg = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)n};
 	for (;;) {
-		ssize_t sent = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+		/* one part: send(), which spares the kernel copying in a msghdr and an iovec */
+		ssize_t sent = n == 1 ? send(c->fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL)
+				      : sendmsg(c->fd, &msg, MSG_NOSIGNAL);
 		if (sent >= 0)
 			return sent;
 		if (errno == EINTR)

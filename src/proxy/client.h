@@ -64,7 +64,8 @@ struct h1_x {
 
 struct client {
 	struct loop_io io;
-	struct loop_timer timer;
+	struct loop_timer timer; /* armed at due_ms or before it (h1.c: h1_arm_timer) */
+	uint64_t due_ms;	 /* when the state's deadline is, while not in C_H2 */
 	struct net_conn conn;
 	struct worker *w;
 	struct list_node link; /* on w->clients */

@@ -618,7 +618,13 @@ static void h1_arm_timer(struct client *cl)
 		deadline = cl->phase_ms + LINGER_MS;
 		break;
 	}
-	loop_timer_set(cl->w->loop, &cl->timer, deadline);
+	/* A deadline put off (every request moves it: the head's, the first byte's, idle again)
+	 * leaves the timer where it is; it fires at the earlier time and h1_on_timer() arms it
+	 * again for due_ms. So the timer heap is touched only when a deadline comes nearer,
+	 * not two or three times a request. */
+	cl->due_ms = deadline;
+	if (!loop_timer_armed(&cl->timer) || deadline < cl->timer.deadline_ms)
+		loop_timer_set(cl->w->loop, &cl->timer, deadline);
 }
 
 /* The connection waits for its next event: reads and the timer as its state wants. Between
@@ -671,6 +677,10 @@ static void h1_on_timer(struct loop_timer *t)
 {
 	struct client *cl = container_of(t, struct client, timer);
 	enum run r;
+	if (cl->state != C_H2 && loop_now(cl->w->loop) < cl->due_ms) {
+		loop_timer_set(cl->w->loop, &cl->timer, cl->due_ms); /* put off (h1_arm_timer) */
+		return;
+	}
 	switch (cl->state) {
 	case C_HEAD:
 		if (cl->in && buf_len(cl->in)) {

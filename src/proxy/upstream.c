@@ -13,6 +13,12 @@
  *
  * A TLS connection closed cleanly sends close_notify first: OpenSSL does not resume a TLS
  * 1.2 session whose connection ended without one.
+ *
+ * The idle timer is left armed while a connection carries a request: a kept-alive one goes
+ * out and comes back every request, and stopping and arming its timer each time moved it in
+ * the loop's timer heap twice a request. So the timer fires at the deadline it was armed for
+ * (or earlier than idle_due_ms, never later): in use, nothing happens (the release arms it
+ * again); idle but put off since, it is armed for idle_due_ms.
  */
 #include "proxy/upstream.h"
 #include "core/log.h"
@@ -94,7 +100,14 @@ static void upconn_on_io(struct loop_io *io, unsigned events)
 
 static void upconn_on_idle_timeout(struct loop_timer *t)
 {
-	upconn_close(container_of(t, struct upconn, timer));
+	struct upconn *up = container_of(t, struct upconn, timer);
+	if (!up->idle)
+		return; /* carrying a request: upconn_release() arms it again */
+	if (loop_now(up->w->loop) < up->idle_due_ms) {
+		loop_timer_set(up->w->loop, &up->timer, up->idle_due_ms);
+		return;
+	}
+	upconn_close(up);
 }
 
 static void idle_unlink(struct upconn *up)
@@ -152,8 +165,7 @@ struct upconn *upconn_get(struct worker *w, struct backend *be, int *err)
 	struct list_node *n;
 	while ((n = list_first(&w->idle[be->id]))) {
 		struct upconn *up = container_of(n, struct upconn, idle_link);
-		idle_unlink(up);
-		loop_timer_stop(w->loop, &up->timer);
+		idle_unlink(up); /* (its timer stays armed: see the top of this file) */
 		/* a plain one the backend closed was seen by the loop (a read event); TLS is
 		 * looked at once more: a ticket or close_notify may sit in OpenSSL's buffer */
 		if (!up->hup && up->gen == atomic_load_explicit(&be->gen, memory_order_relaxed) &&
@@ -189,7 +201,9 @@ void upconn_release(struct upconn *up)
 	up->in = NULL;
 	up->idle = 1;
 	list_push_front(l, &up->idle_link);
-	loop_timer_set(w->loop, &up->timer, loop_now(w->loop) + w->conf->timeouts.idle_ms);
+	up->idle_due_ms = loop_now(w->loop) + w->conf->timeouts.idle_ms;
+	if (!loop_timer_armed(&up->timer) || up->idle_due_ms < up->timer.deadline_ms)
+		loop_timer_set(w->loop, &up->timer, up->idle_due_ms);
 }
 
 void upconn_close(struct upconn *up)

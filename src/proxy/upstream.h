@@ -33,7 +33,8 @@
 
 struct upconn {
 	struct loop_io io;
-	struct loop_timer timer; /* idle expiry while on the idle list */
+	struct loop_timer timer; /* idle expiry, at idle_due_ms or before it (upstream.c) */
+	uint64_t idle_due_ms;	 /* when it is closed if still idle */
 	struct net_conn conn;
 	struct worker *w;
 	struct backend *be;

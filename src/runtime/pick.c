@@ -122,16 +122,24 @@ void backend_observe(struct pool_rt *p, struct backend *b, uint64_t now_ms, uint
 	base = base ? base + (uint32_t)(((int64_t)sample - base) / BASE_WEIGHT) : sample;
 	uint32_t cur = backend_latency_us(b, now_ms);
 	uint32_t v = sample;
+	uint64_t at = atomic_load_explicit(&b->ewma_ms, memory_order_relaxed);
 	if (cur && sample < cur) {
 		/* below the peak: move toward the sample as time passes (racing updates from
-		 * other workers may be lost; each is one sample among many) */
-		uint64_t at = atomic_load_explicit(&b->ewma_ms, memory_order_relaxed);
-		double w = exp(-(double)(now_ms > at ? now_ms - at : 0) / p->conf->ewma_decay_ms);
-		v = (uint32_t)(cur * w + sample * (1 - w));
+		 * other workers may be lost; each is one sample among many); within the same
+		 * millisecond the weight is exp(0), the estimate stays: no exp() a request */
+		double w = now_ms > at ? exp(-(double)(now_ms - at) / p->conf->ewma_decay_ms) : 1;
+		v = w == 1 ? cur : (uint32_t)(cur * w + sample * (1 - w));
 	}
-	atomic_store_explicit(&b->base_us, base ? base : 1, memory_order_relaxed);
-	atomic_store_explicit(&b->ewma_us, v ? v : 1, memory_order_relaxed);
-	atomic_store_explicit(&b->ewma_ms, now_ms, memory_order_relaxed);
+	/* stored only when they change: every worker's requests land here, and a store of
+	 * the same value still takes the line from the other cores */
+	base = base ? base : 1;
+	v = v ? v : 1;
+	if (atomic_load_explicit(&b->base_us, memory_order_relaxed) != base)
+		atomic_store_explicit(&b->base_us, base, memory_order_relaxed);
+	if (atomic_load_explicit(&b->ewma_us, memory_order_relaxed) != v)
+		atomic_store_explicit(&b->ewma_us, v, memory_order_relaxed);
+	if (at != now_ms)
+		atomic_store_explicit(&b->ewma_ms, now_ms, memory_order_relaxed);
 	backend_observe_us(b, PM_BACKEND_TTFB, ttfb_us);
 	if (atomic_load_explicit(&b->connect_failed, memory_order_relaxed))
 		atomic_store_explicit(&b->connect_failed, 0, memory_order_relaxed); /* it answers */

@@ -108,6 +108,28 @@ def test_idle_keepalive_connection_is_closed(env):
     s.close()
 
 
+def test_a_kept_alive_connection_outlives_its_earlier_deadlines(env):
+    """The connection's timer is left where it was armed when a deadline is put off (h1.c:
+    the head's header_ms, then idle_ms once answered; the backend connection's idle expiry
+    armed at its first release): when it fires early it is armed again, and nothing is
+    closed before its own deadline."""
+    sim = env.sim("s")
+    px = env.proxy("pools:\n" + pool_yaml("gpu", [sim.port]),
+                   extra="timeouts: {header_ms: 200, idle_ms: 1500}\n")
+    s = socket.create_connection(("127.0.0.1", px.port), timeout=15)
+    env.on_cleanup.append(s.close)
+    for i in range(3):
+        s.sendall(b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+        got = read_until(s, lambda b: b"\r\n\r\n" in b)
+        head, _, body = got.partition(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        read_until(s, lambda b: len(b) >= length, body)
+        assert got.startswith(b"HTTP/1.1 200"), got
+        time.sleep(0.4)  # past the header_ms the timer was armed for, well inside idle_ms
+    got = read_all(s)  # then the close after idle_ms
+    assert got == b"", got
+
+
 def test_graceful_shutdown_finishes_streams(env):
     sim = env.sim("s", latency_ms=0, tokens=5, token_ms=200)
     px = env.proxy("pools:\n" + pool_yaml("gpu", [sim.port]))
