@@ -137,7 +137,7 @@ static int widen(const char *p, size_t n, char **out, size_t *outn, const char *
 	return 0;
 }
 
-int pretok_add_split(struct pretok *pt, const char *p, size_t n, int literal, int removed,
+int pretok_add_split(struct pretok *pt, const char *p, size_t n, int literal, int behavior,
 		     char *err, size_t errlen)
 {
 	if (pt->n == PRETOK_MAX_STEPS) {
@@ -180,7 +180,7 @@ int pretok_add_split(struct pretok *pt, const char *p, size_t n, int literal, in
 	}
 	pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* the interpreter where JIT is missing */
 	pt->step[pt->n].re = re;
-	pt->step[pt->n].removed = removed;
+	pt->step[pt->n].behavior = behavior;
 	pt->n++;
 	return 0;
 }
@@ -207,8 +207,9 @@ static int split_step(const struct pretok *pt, size_t k, pcre2_match_data *md, c
 {
 	if (k == pt->n)
 		return fn(arg, s, n);
-	size_t prev = 0;
-	int r;
+	size_t prev = 0, pend = SIZE_MAX; /* MergedWithNext: a match waiting for text after it */
+	int beh = pt->step[k].behavior, r;
+#define DOWN(a, b) ((r = split_step(pt, k + 1, md, s + (a), (b) - (a), fn, arg)))
 	while (prev < n) {
 		int rc = pcre2_match(pt->step[k].re, s, n, prev, PCRE2_NO_UTF_CHECK, md, NULL);
 		if (rc == PCRE2_ERROR_NOMATCH)
@@ -219,15 +220,28 @@ static int split_step(const struct pretok *pt, size_t k, pcre2_match_data *md, c
 		size_t ms = ov[0], me = ov[1];
 		if (me <= ms || ms < prev)
 			return -EOVERFLOW; /* refused at load: cannot match empty */
-		if (ms > prev && (r = split_step(pt, k + 1, md, s + prev, ms - prev, fn, arg)))
-			return r;
-		if (!pt->step[k].removed &&
-		    (r = split_step(pt, k + 1, md, s + ms, me - ms, fn, arg)))
-			return r;
+		if (beh == PRETOK_MERGED_WITH_PREVIOUS) {
+			if (DOWN(ms > prev ? prev : ms, me)) /* the text before, and the match */
+				return r;
+		} else if (beh == PRETOK_MERGED_WITH_NEXT) {
+			if (ms > prev && DOWN(pend != SIZE_MAX ? pend : prev, ms))
+				return r;
+			if (ms == prev && pend != SIZE_MAX && DOWN(pend, ms)) /* a match alone */
+				return r;
+			pend = ms;
+		} else {
+			if (ms > prev && DOWN(prev, ms))
+				return r;
+			if (beh == PRETOK_ISOLATED && DOWN(ms, me))
+				return r;
+		}
 		prev = me;
 	}
-	if (prev < n && (r = split_step(pt, k + 1, md, s + prev, n - prev, fn, arg)))
+	if (prev < n && DOWN(pend != SIZE_MAX ? pend : prev, n))
 		return r;
+	if (prev == n && pend != SIZE_MAX && DOWN(pend, n))
+		return r;
+#undef DOWN
 	return 0;
 }
 

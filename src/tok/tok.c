@@ -110,7 +110,8 @@ static int word_emit(void *arg, const uint8_t *w, size_t n)
 	if (whole >= 0) {
 		*out = (uint32_t)whole;
 		k = 1;
-	} else if ((r = bpe_encode_word(&t->vocab, &s->bpe, w, n, out, &k))) {
+	} else if ((r = t->chars ? bpe_encode_chars(&t->vocab, &t->start, &s->bpe, w, n, out, &k)
+				 : bpe_encode_word(&t->vocab, &s->bpe, w, n, out, &k))) {
 		return r;
 	}
 	if (e && k <= CACHE_IDS) {
@@ -137,7 +138,7 @@ static int encode_piece(struct tok_scratch *s, const uint8_t *p, size_t n)
 {
 	const struct tok *t = s->tok;
 	int r;
-	if (t->nfc && (r = norm_nfc(&s->norm, p, n, &p, &n)))
+	if (t->normalizer.n && (r = norm_apply(&t->normalizer, &s->norm, p, n, &p, &n)))
 		return r;
 	size_t at, len;
 	uint32_t id;

@@ -7,10 +7,18 @@
  * pre-token -> ids, so that a word seen before costs one hash and one compare.
  *
  * An encode: the text checked to be UTF-8; the added tokens that are matched on the text as
- * given cut out; each remaining piece normalized (NFC, or not), and the added tokens matched
- * on normalized text cut out of it; the rest split into pre-tokens (pretok.h); each pre-token
- * looked up whole where the model says so (ignore_merges), else merged by BPE (bpe.h); the
- * post-processor's ids (a BOS) put around the whole.
+ * given cut out; each remaining piece normalized (norm.h: NFC; SentencePiece's "▁" put before
+ * it and for its spaces), and the added tokens matched on normalized text cut out of it; the
+ * rest split into pre-tokens (pretok.h; none for Llama 2: the piece is one); each pre-token
+ * looked up whole where the model says so (ignore_merges), else merged by BPE (bpe.h) from
+ * its bytes (byte-level) or its characters (SentencePiece-style); the post-processor's ids (a
+ * BOS) put around the whole.
+ *
+ * The two kinds of BPE differ in what a vocabulary string means: a byte-level file writes raw
+ * bytes in its alphabet (bytelevel.h), decoded at load; a SentencePiece-style one (no ByteLevel
+ * step) writes the text itself, "▁" for a space, and bytes as <0xNN> tokens. Decoding
+ * (detok.h) follows the file's decoder: byte-level's, or Replace "▁" by " ", ByteFallback,
+ * Fuse and Strip (struct tok_decoder).
  */
 #ifndef ACCELNET_TOK_TOK_H
 #define ACCELNET_TOK_TOK_H
@@ -33,6 +41,20 @@ struct tok_named {
 	uint8_t special;
 };
 
+/* A SentencePiece-style decoder (detok.h): each token's Replace steps, then <0xNN> as a byte
+ * (byte_fallback), the whole joined (Fuse), then up to <strip> leading spaces cut. */
+#define TOK_MAX_REPLACE 4
+struct tok_decoder {
+	struct {
+		char from[16], to[16];
+		uint8_t nfrom, nto; /* nto <= nfrom: a piece never grows */
+	} replace[TOK_MAX_REPLACE];
+	size_t nreplace;
+	int byte_fallback;
+	int fused;
+	unsigned strip;
+};
+
 struct tok {
 	struct vocab vocab;
 	struct tok_named *named; /* the added tokens, by id; their text in named_text */
@@ -42,8 +64,11 @@ struct tok {
 	struct added raw;  /* added tokens matched on the text as given */
 	struct added norm; /* added tokens matched after normalization */
 	struct pretok pre;
-	int nfc;	   /* the normalizer: NFC, or none */
-	int ignore_merges; /* a pre-token in the vocabulary is taken whole */
+	struct norm normalizer;
+	int ignore_merges;	/* a pre-token in the vocabulary is taken whole */
+	int chars;		/* SentencePiece-style: BPE from characters (above) */
+	struct bpe_chars start; /* with chars: how a pre-token's characters become symbols */
+	struct tok_decoder dec; /* with chars */
 	uint32_t prefix[TOK_MAX_TEMPLATE], suffix[TOK_MAX_TEMPLATE];
 	size_t nprefix, nsuffix;
 };

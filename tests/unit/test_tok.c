@@ -216,7 +216,8 @@ static void test_refusals(void **state)
 	refused(j, "model.merges[0]: \"a b\" names a token not in model.vocab (the merged one)");
 	free(j);
 	j = tiny("", "", "", "null", "null", "null", "");
-	refused(j, "pre_tokenizer: none");
+	/* no ByteLevel: SentencePiece-style, whose decoder detok must follow */
+	refused(j, "decoder.type: missing is not supported");
 	free(j);
 	j = tiny("", "", "", "null", BYTELEVEL, "null", ",\"continuing_subword_prefix\":\"##\"");
 	refused(j, "model.continuing_subword_prefix: \"##\" is not supported");
