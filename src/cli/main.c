@@ -80,7 +80,9 @@ static const struct {
      "      Hugging Face tokenizer.json, in decimal separated by spaces; --lines: one JSON\n"
      "      string literal a line in, one line of ids out; --chat: TEXT is an OpenAI\n"
      "      messages array, rendered by the chat template of the tokenizer_config.json\n"
-     "      beside FILE with the generation prompt (docs/tokenizers.md)"},
+     "      beside FILE with the generation prompt; --decode --lines: a line of ids in, the\n"
+     "      JSON string of their text out, as the gRPC engine mode decodes them\n"
+     "      (docs/tokenizers.md)"},
     {"xfer", cmd_xfer,
      "xfer serve|send|get|bcast ...         bulk transfer over many streams and links\n"
      "      (accelnet xfer --help)"},

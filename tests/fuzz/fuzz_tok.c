@@ -1,7 +1,9 @@
 /*
  * fuzz_tok.c - libFuzzer target: the tokenizer.json loader and the encoder. The first byte
  * picks one. 0: the rest is a tokenizer.json: it loads (0) or is refused (-EINVAL with a
- * message naming the input, -ENOMEM), and a loaded one encodes a few texts and the input.
+ * message naming the input, -ENOMEM), and a loaded one encodes a few texts and the input,
+ * and decodes the input's ids one by one (detok.h) into whole UTF-8 (the seed
+ * corpus/tok/spm-* is a SentencePiece-style file: normalizers, byte fallback, unk, decoder).
  * Else: the rest is text for a small byte-level tokenizer built once (merges, ignore_merges,
  * added tokens, Split steps, the GPT-2 pattern): valid UTF-8 encodes, and the ids' bytes put
  * back together are the text (byte-level BPE loses nothing); the same text encoded again,
@@ -13,6 +15,7 @@
  */
 #include "tok/bytelevel.h"
 #include "tok/chat.h"
+#include "tok/detok.h"
 #include "tok/tokjson.h"
 
 #include <errno.h>
@@ -158,7 +161,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		size_t n;
 		for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
 			tok_encode(&s, texts[i], strlen(texts[i]), 1, &ids, &n);
-		tok_encode(&s, (const char *)data + 1, size - 1, 1, &ids, &n);
+		if (tok_encode(&s, (const char *)data + 1, size - 1, 1, &ids, &n) == 0) {
+			struct detok d = {0};
+			static char piece[1 << 16];
+			size_t k = 0;
+			for (size_t i = 0; i < n; i++) {
+				long w = detok_room(&t, ids[i]) <= sizeof(piece)
+					     ? detok_piece(&t, &d, ids[i], piece, sizeof(piece))
+					     : 0;
+				if (w < 0)
+					abort();
+				k += (size_t)w;
+			}
+			k += detok_end(&t, &d, piece, sizeof(piece));
+			(void)k;
+		}
 	}
 	tok_scratch_free(&s);
 	tok_free(&t);

@@ -302,14 +302,14 @@ static void test_chat_qwen3(void **state)
 static void decoded(const struct tok *t, const uint32_t *ids, size_t n, const char *want)
 {
 	struct detok d = {0};
-	char got[256] = "", piece[64];
+	char got[512] = "", piece[256];
 	for (size_t i = 0; i < n; i++) {
 		long k = detok_piece(t, &d, ids[i], piece, sizeof(piece));
 		assert_true(k >= 0);
 		snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%.*s", i ? "|" : "",
 			 (int)k, piece);
 	}
-	size_t k = detok_end(&d, piece, sizeof(piece));
+	size_t k = detok_end(t, &d, piece, sizeof(piece));
 	snprintf(got + strlen(got), sizeof(got) - strlen(got), "|%.*s", (int)k, piece);
 	if (strcmp(got, want))
 		fail_msg("got \"%s\", want \"%s\"", got, want);
