@@ -19,7 +19,7 @@
 #include "conf/schema_tokmodel.h"
 #include "tok/chat.h"
 #include "tok/detok.h"
-#include "tok/tokjson.h"
+#include "tok/tokspm.h"
 #include "tok/tokmodel.h"
 
 #include <errno.h>
@@ -275,7 +275,7 @@ int cmd_tokenize(int argc, char **argv)
 		}
 		tp = &m->tm->tok;
 		chat = chat_on ? &m->tm->chat : NULL;
-	} else if ((r = tokjson_load(file, &t, err, sizeof(err)))) {
+	} else if ((r = tok_load(file, &t, err, sizeof(err)))) {
 		fprintf(stderr, "accelnet tokenize: %s\n", err);
 		return r == -EINVAL ? 2 : 1;
 	}

@@ -7,6 +7,8 @@
  */
 #include "tok/tok.h"
 
+#include "tok/spm.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +31,9 @@ void tok_free(struct tok *t)
 	added_free(&t->raw);
 	added_free(&t->norm);
 	pretok_free(&t->pre);
+	if (t->spm)
+		spm_free(t->spm);
+	t->spm = NULL;
 	free(t->named);
 	free(t->named_text);
 	t->named = NULL;
@@ -196,6 +201,19 @@ int tok_encode(struct tok_scratch *s, const char *text, size_t n, int add_specia
 	for (size_t i = 0; add_special && i < t->nprefix; i++)
 		if ((r = push_id(s, t->prefix[i])))
 			return r;
+	if (t->spm) { /* the library's encoding, into the room left */
+		size_t got;
+		while ((r = spm_encode(t->spm, text, n, s->ids + s->nids, s->cap - s->nids,
+				       &got)) == -ENOSPC)
+			if ((r = ids_room(s, got)))
+				return r;
+		if (r)
+			return r;
+		s->nids += got;
+		*ids = s->ids;
+		*nids = s->nids;
+		return 0;
+	}
 	size_t at, len;
 	uint32_t id;
 	while (added_find(&t->raw, p, n, &at, &len, &id)) {

@@ -69,11 +69,13 @@ struct tok {
 	int chars;		/* SentencePiece-style: BPE from characters (above) */
 	struct bpe_chars start; /* with chars: how a pre-token's characters become symbols */
 	struct tok_decoder dec; /* with chars */
+	struct spm_model *spm;	/* a SentencePiece model encodes through the library (spm.h) */
 	uint32_t prefix[TOK_MAX_TEMPLATE], suffix[TOK_MAX_TEMPLATE];
 	size_t nprefix, nsuffix;
 };
 
 struct tok_cache_entry;
+struct spm_model;
 
 struct tok_scratch {
 	const struct tok *tok; /* the cache holds this tokenizer's ids */
@@ -99,7 +101,7 @@ void tok_scratch_free(struct tok_scratch *s);
  * by default; a chat template writes its own BOS, and is encoded without).
  * 0; -EILSEQ when the text is not UTF-8 (overlong forms, surrogates and code points past
  * U+10FFFF included); -EOVERFLOW when the pre-tokenizer's regex engine gave up on it;
- * -ENOMEM.
+ * -EINVAL when libsentencepiece refused it (a SentencePiece model); -ENOMEM.
  */
 int tok_encode(struct tok_scratch *s, const char *text, size_t n, int add_special,
 	       const uint32_t **ids, size_t *nids);

@@ -656,3 +656,94 @@ def test_tokenize_models_config(env):
     write("  tiny: {chat_template: x.json}\n")
     r = run("check", "-c", conf)
     assert r.returncode == 2 and "tokenizer: required" in r.stderr, r
+
+
+def _spm_model(env):
+    """A SentencePiece BPE model (byte fallback on) trained by Debian's spm_train on a seeded
+    corpus of words in several scripts; Skip without the sentencepiece package."""
+    if not shutil.which("spm_train") or not shutil.which("spm_encode"):
+        raise harness.Skip("spm_train and spm_encode (Debian's sentencepiece) are needed")
+    rnd = random.Random(35)
+    alphabets = ["abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOP", "éèàùçôîï",
+                 "абвгдежзиклмнопрст", "你好世界中文分词器测试人工智能模型", "こんにちはカタカナ",
+                 "0123456789", "{}()[];=+-*/<>"]
+    words = ["".join(rnd.choice(a) for _ in range(rnd.randint(1, 7)))
+             for a in alphabets for _ in range(150)]
+    corpus = os.path.join(env.dir, "corpus.txt")
+    with open(corpus, "w", encoding="utf-8") as f:
+        for _ in range(20000):
+            f.write(" ".join(rnd.choice(words) for _ in range(rnd.randint(3, 15))) + "\n")
+    prefix = os.path.join(env.dir, "m")
+    r = subprocess.run(["spm_train", f"--input={corpus}", f"--model_prefix={prefix}",
+                        "--vocab_size=2000", "--hard_vocab_limit=false", "--model_type=bpe",
+                        "--byte_fallback=true", "--character_coverage=0.995",
+                        "--num_threads=1", "--minloglevel=2"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return prefix + ".model"
+
+
+def test_tokenize_sentencepiece_model_matches_spm_encode(env):
+    """A SentencePiece .model file (told by its content, not its name): the ids of 10,000
+    corpus strings are spm_encode's with the BOS (--extra_options=bos), as the tokenizer's
+    default encode adds it; decoding them (--decode) gives spm_decode's text; a file that is
+    neither kind is refused at start, saying what each reading said."""
+    model = _spm_model(env)
+    renamed = os.path.join(env.dir, "tok.bin")  # the content decides, not the name
+    shutil.copy(model, renamed)
+    # spm_encode reads a text a line: none holds a line break
+    strings = [s.replace("\n", " ").replace("\r", " ") for s in _strings(
+        36, ["<s>", "</s>", "<unk>"])]
+    lines = "".join(s + "\n" for s in strings)
+    ref = subprocess.run(["spm_encode", f"--model={model}", "--output_format=id",
+                          "--extra_options=bos"], input=lines, capture_output=True,
+                         text=True, timeout=120)
+    assert ref.returncode == 0, ref.stderr
+    ours = subprocess.run([BIN, "tokenize", "--tokenizer", renamed, "--lines"],
+                          input="".join(json.dumps(s) + "\n" for s in strings),
+                          capture_output=True, text=True, timeout=120)
+    assert ours.returncode == 0, ours.stderr
+    want, got = ref.stdout.split("\n"), ours.stdout.split("\n")
+    assert len(got) == len(want) == len(strings) + 1, (len(got), len(want))
+    bad = [(s, w, g) for s, w, g in zip(strings, want, got) if w != g]
+    assert not bad, (f"{len(bad)} of {len(strings)} differ; first: "
+                     + "; ".join(f"{s[:200]!r}: want {w[:300]} got {g[:300]}"
+                                 for s, w, g in bad[:3]))
+    dec = subprocess.run(["spm_decode", f"--model={model}", "--input_format=id"],
+                         input=ref.stdout, capture_output=True, text=True, timeout=120)
+    assert dec.returncode == 0, dec.stderr
+    ours = subprocess.run([BIN, "tokenize", "--tokenizer", renamed, "--decode", "--lines"],
+                          input=ref.stdout, capture_output=True, text=True, timeout=120)
+    assert ours.returncode == 0, ours.stderr
+    want = dec.stdout.split("\n")[:-1]
+    got = [json.loads(g) for g in ours.stdout.split("\n")[:-1]]
+    assert len(got) == len(want) == len(strings), (len(got), len(want))
+    bad = [(w, g) for w, g in zip(want, got) if w != g]
+    assert not bad, (f"decode: {len(bad)} of {len(strings)} differ; first: "
+                     + "; ".join(f"want {w[:200]!r} got {g[:200]!r}" for w, g in bad[:3]))
+    # broken: garbage, and the model cut short; refused at start by tokenize and check
+    with open(model, "rb") as f:
+        data = f.read()
+    for name, body in [("garbage.model", b"\x00\x01not a model" * 10),
+                       ("cut.model", data[:len(data) // 2])]:
+        bad_path = os.path.join(env.dir, name)
+        with open(bad_path, "wb") as f:
+            f.write(body)
+        r = subprocess.run([BIN, "tokenize", "--tokenizer", bad_path, "x"],
+                           capture_output=True, text=True, timeout=10)
+        assert r.returncode == 2 and r.stdout == "", r
+        assert (f"{bad_path}: neither a tokenizer.json (it does not start with '{{') nor a "
+                "SentencePiece model (libsentencepiece: ") in r.stderr, r.stderr
+    conf = os.path.join(env.dir, "models.yaml")
+    with open(conf, "w") as f:
+        f.write("listen: [\"127.0.0.1:1\"]\npools: [{name: p, backends: "
+                f"[{{address: \"127.0.0.1:2\"}}]}}]\nmodels:\n  m: {{tokenizer: {renamed}}}\n"
+                f"  bad: {{tokenizer: {bad_path}}}\n")
+    r = subprocess.run([BIN, "check", "-c", conf], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "models: bad: " in r.stderr and "SentencePiece" in r.stderr, r
+    with open(conf, "w") as f:
+        f.write("listen: [\"127.0.0.1:1\"]\npools: [{name: p, backends: "
+                f"[{{address: \"127.0.0.1:2\"}}]}}]\nmodels:\n  m: {{tokenizer: {renamed}}}\n")
+    r = subprocess.run([BIN, "tokenize", "--model", "m", "--config", conf, "-"],
+                       input=strings[0], capture_output=True, text=True, timeout=10)
+    assert (r.returncode, r.stdout) == (0, ref.stdout.split("\n")[0] + "\n"), r
