@@ -139,8 +139,10 @@ static size_t strip_start(const struct tok *t, struct detok *d, char *out, size_
 }
 
 /* A SentencePiece-style token: its text after the Replace steps, written at out + room for
- * what the run held may become; then the run handled, the Strip applied. */
-static long piece_chars(const struct tok *t, struct detok *d, const uint8_t *p, size_t n, char *out)
+ * what the run held may become; then the run handled, the Strip applied (not to the text
+ * of a token marked <unstripped>, nor after it). */
+static long piece_chars(const struct tok *t, struct detok *d, const uint8_t *p, size_t n, char *out,
+			int unstripped)
 {
 	char *txt = out + DETOK_END_MAX;
 	size_t tn = n, w = 0;
@@ -164,6 +166,22 @@ static long piece_chars(const struct tok *t, struct detok *d, const uint8_t *p, 
 		w = run_flush(d, out); /* the run, if any, is over */
 		memmove(out + w, txt, tn);
 		w += tn;
+	} else if (t->dec.by_char) { /* whole characters go, a byte that starts none is U+FFFD */
+		d->run[d->nrun++] = (uint8_t)b;
+		while (d->nrun) {
+			size_t whole;
+			int st = run_state(d->run, d->nrun, &whole);
+			size_t go = whole ? whole : st == 1 ? 0 : 1;
+			if (!go)
+				break; /* the start of a character */
+			if (whole)
+				memcpy(out + w, d->run, whole);
+			else
+				memcpy(out + w, fffd, 3);
+			w += whole ? whole : 3;
+			memmove(d->run, d->run + go, d->nrun - go);
+			d->nrun = (uint8_t)(d->nrun - go);
+		}
 	} else if (d->run_bad) {
 		w = put_fffd(out, 1);
 	} else {
@@ -181,6 +199,10 @@ static long piece_chars(const struct tok *t, struct detok *d, const uint8_t *p, 
 			w = whole;
 		}
 	}
+	if (unstripped && w) /* libsentencepiece keeps the space its unknown text starts with */
+		d->started = 1;
+	if (t->dec.by_char) /* and cuts the first space of each piece until one gives text */
+		d->stripped = 0;
 	return (long)strip_start(t, d, out, w);
 }
 
@@ -190,8 +212,12 @@ long detok_piece(const struct tok *t, struct detok *d, uint32_t id, char *out, s
 	size_t n = bytes_of(t, id, &p);
 	if (cap < detok_room(t, id))
 		return -ENOSPC;
+	if (t->chars && n) {
+		const struct tok_named *nm = named_of(t, id);
+		return piece_chars(t, d, p, n, out, nm && nm->unstripped);
+	}
 	if (t->chars)
-		return n ? piece_chars(t, d, p, n, out) : 0; /* a skipped token ends no run */
+		return 0; /* a skipped token ends no run */
 	uint8_t pend[4];
 	unsigned np = d->npend;
 	memcpy(pend, d->pend, np);

@@ -24,6 +24,11 @@
  * lets its whole characters go (the one place this can differ from the reference: a run of
  * more than DETOK_RUN bytes of which a later byte breaks the UTF-8, which only an engine
  * sampling byte tokens at random makes).
+ *
+ * A SentencePiece model file (tokspm.h) decodes as libsentencepiece does instead: a run of
+ * byte pieces read a character at a time (whole characters go at once, a byte that starts
+ * none is one U+FFFD, only the start of a character is held), the first space of each piece
+ * cut until one gives text, and the unknown piece's " ⁇ " kept whole.
  */
 #ifndef ACCELNET_TOK_DETOK_H
 #define ACCELNET_TOK_DETOK_H

@@ -39,6 +39,7 @@
 struct tok_named {
 	uint32_t id, off, len;
 	uint8_t special;
+	uint8_t unstripped; /* no Strip of its text (libsentencepiece's " ⁇ " for unknown) */
 };
 
 /* A SentencePiece-style decoder (detok.h): each token's Replace steps, then <0xNN> as a byte
@@ -51,6 +52,8 @@ struct tok_decoder {
 	} replace[TOK_MAX_REPLACE];
 	size_t nreplace;
 	int byte_fallback;
+	int by_char; /* a run of bytes read character by character, a byte that starts none
+		      * U+FFFD (libsentencepiece's decoding), not whole (ByteFallback's) */
 	int fused;
 	unsigned strip;
 };

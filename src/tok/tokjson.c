@@ -106,8 +106,9 @@ static int named_add(struct tok *t, json_t *a, uint32_t id, json_t *c)
 		return -ENOMEM;
 	t->named_text = text;
 	memcpy(text + t->named_len, json_string_value(c), n);
-	nn[t->nnamed++] = (struct tok_named){id, (uint32_t)t->named_len, (uint32_t)n,
-					     (uint8_t)json_is_true(json_object_get(a, "special"))};
+	nn[t->nnamed++] =
+	    (struct tok_named){id, (uint32_t)t->named_len, (uint32_t)n,
+			       (uint8_t)json_is_true(json_object_get(a, "special")), 0};
 	t->named_len += n;
 	return 0;
 }

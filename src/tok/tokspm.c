@@ -42,8 +42,9 @@ static int pieces_read(struct tok *t, const struct spm_model *m)
 			const char *text = kind == SPM_UNKNOWN ? unk_surface : p;
 			size_t tl = kind == SPM_UNKNOWN ? sizeof(unk_surface) - 1 : len;
 			memcpy(t->named_text + t->named_len, text, tl);
-			t->named[t->nnamed++] = (struct tok_named){
-			    id, (uint32_t)t->named_len, (uint32_t)tl, kind == SPM_CONTROL};
+			t->named[t->nnamed++] =
+			    (struct tok_named){id, (uint32_t)t->named_len, (uint32_t)tl,
+					       kind == SPM_CONTROL, kind == SPM_UNKNOWN};
 			t->named_len += tl;
 		}
 		/* pieces are unique in a model; one that is not (or empty) decodes to nothing */
@@ -68,7 +69,8 @@ static int spm_read(const char *path, struct tok *t, char *err, size_t errlen)
 	}
 	t->spm = m;
 	t->chars = 1;
-	t->dec = (struct tok_decoder){.nreplace = 1, .byte_fallback = 1, .fused = 1, .strip = 1};
+	t->dec = (struct tok_decoder){
+	    .nreplace = 1, .byte_fallback = 1, .by_char = 1, .fused = 1, .strip = 1};
 	memcpy(t->dec.replace[0].from, "\xe2\x96\x81", 3); /* "▁" */
 	memcpy(t->dec.replace[0].to, " ", 1);
 	t->dec.replace[0].nfrom = 3;

@@ -686,8 +686,9 @@ def _spm_model(env):
 def test_tokenize_sentencepiece_model_matches_spm_encode(env):
     """A SentencePiece .model file (told by its content, not its name): the ids of 10,000
     corpus strings are spm_encode's with the BOS (--extra_options=bos), as the tokenizer's
-    default encode adds it; decoding them (--decode) gives spm_decode's text; a file that is
-    neither kind is refused at start, saying what each reading said."""
+    default encode adds it; decoding them (--decode) gives spm_decode's text, also with byte
+    runs cut and broken; a file that is neither kind is refused at start, saying what each
+    reading said."""
     model = _spm_model(env)
     renamed = os.path.join(env.dir, "tok.bin")  # the content decides, not the name
     shutil.copy(model, renamed)
@@ -709,11 +710,20 @@ def test_tokenize_sentencepiece_model_matches_spm_encode(env):
     assert not bad, (f"{len(bad)} of {len(strings)} differ; first: "
                      + "; ".join(f"{s[:200]!r}: want {w[:300]} got {g[:300]}"
                                  for s, w, g in bad[:3]))
+    # decoding: the ids of every string, 2,000 of them with an id dropped, doubled or
+    # replaced by byte pieces, so that runs of bytes are cut and broken (the library reads
+    # them a character at a time: a byte that starts none is U+FFFD)
+    rows = [r.split() for r in ref.stdout.split("\n")[:-1]]
+    rnd = random.Random(41)
+    for r in rows[:2000]:
+        k = rnd.randrange(len(r))
+        r[k:k + 1] = rnd.choice([[], ["200"], ["243", "243"], ["68"], [r[k], r[k]]])
+    ids_text = "".join(" ".join(r) + "\n" for r in rows)
     dec = subprocess.run(["spm_decode", f"--model={model}", "--input_format=id"],
-                         input=ref.stdout, capture_output=True, text=True, timeout=120)
+                         input=ids_text, capture_output=True, text=True, timeout=120)
     assert dec.returncode == 0, dec.stderr
     ours = subprocess.run([BIN, "tokenize", "--tokenizer", renamed, "--decode", "--lines"],
-                          input=ref.stdout, capture_output=True, text=True, timeout=120)
+                          input=ids_text, capture_output=True, text=True, timeout=120)
     assert ours.returncode == 0, ours.stderr
     want = dec.stdout.split("\n")[:-1]
     got = [json.loads(g) for g in ours.stdout.split("\n")[:-1]]
