@@ -58,6 +58,7 @@ void tok_scratch_free(struct tok_scratch *s)
 {
 	bpe_scratch_free(&s->bpe);
 	norm_scratch_free(&s->norm);
+	norm_scratch_free(&s->meta);
 	if (s->md)
 		pretok_match_data_free(s->md);
 	free(s->ids);
@@ -138,8 +139,28 @@ static int push_id(struct tok_scratch *s, uint32_t id)
 	return r;
 }
 
-/* A piece between the added tokens matched on the text as given. */
-static int encode_piece(struct tok_scratch *s, const uint8_t *p, size_t n)
+/* Normalized text p[0..n) between added tokens (<first>: the one the text starts with),
+ * through Metaspace where there is one, then the pre-tokenizer's steps. */
+static int split_piece(struct tok_scratch *s, const uint8_t *p, size_t n, int first)
+{
+	const struct tok *t = s->tok;
+	if (t->meta.on && n) {
+		const struct norm_step *rs = &t->meta.replace;
+		struct norm m = {.n = 1};
+		m.step[0] = *rs;
+		int starts = p[0] == ' ' || (n >= rs->nto && !memcmp(p, rs->to, rs->nto));
+		if (!starts && (t->meta.scheme == TOK_META_ALWAYS ||
+				(t->meta.scheme == TOK_META_FIRST && first)))
+			m.step[m.n++] = t->meta.prepend;
+		int r = norm_apply(&m, &s->meta, p, n, &p, &n);
+		if (r)
+			return r;
+	}
+	return pretok_split(&t->pre, s->md, p, n, word_emit, s);
+}
+
+/* A piece between the added tokens matched on the text as given (<first>: at its start). */
+static int encode_piece(struct tok_scratch *s, const uint8_t *p, size_t n, int first)
 {
 	const struct tok *t = s->tok;
 	int r;
@@ -148,12 +169,13 @@ static int encode_piece(struct tok_scratch *s, const uint8_t *p, size_t n)
 	size_t at, len;
 	uint32_t id;
 	while (added_find(&t->norm, p, n, &at, &len, &id)) {
-		if ((r = pretok_split(&t->pre, s->md, p, at, word_emit, s)) || (r = push_id(s, id)))
+		if ((r = split_piece(s, p, at, first)) || (r = push_id(s, id)))
 			return r;
 		p += at + len;
 		n -= at + len;
+		first = 0;
 	}
-	return pretok_split(&t->pre, s->md, p, n, word_emit, s);
+	return split_piece(s, p, n, first);
 }
 
 static int utf8_valid(const uint8_t *p, size_t n)
@@ -216,13 +238,14 @@ int tok_encode(struct tok_scratch *s, const char *text, size_t n, int add_specia
 	}
 	size_t at, len;
 	uint32_t id;
+	const uint8_t *start = p;
 	while (added_find(&t->raw, p, n, &at, &len, &id)) {
-		if ((r = encode_piece(s, p, at)) || (r = push_id(s, id)))
+		if ((r = encode_piece(s, p, at, p == start)) || (r = push_id(s, id)))
 			return r;
 		p += at + len;
 		n -= at + len;
 	}
-	if ((r = encode_piece(s, p, n)))
+	if ((r = encode_piece(s, p, n, p == start)))
 		return r;
 	for (size_t i = 0; add_special && i < t->nsuffix; i++)
 		if ((r = push_id(s, t->suffix[i])))

@@ -34,6 +34,8 @@
 
 #define TOK_MAX_TEMPLATE 8 /* ids a post-processor may put before, and after, the text */
 
+enum { TOK_META_ALWAYS, TOK_META_FIRST, TOK_META_NEVER };
+
 /* An added token as decoding gives it back (detok.h): its text, and whether it is special
  * (a decode that skips special tokens drops it). Sorted by id. */
 struct tok_named {
@@ -73,6 +75,13 @@ struct tok {
 	struct bpe_chars start; /* with chars: how a pre-token's characters become symbols */
 	struct tok_decoder dec; /* with chars */
 	struct spm_model *spm;	/* a SentencePiece model encodes through the library (spm.h) */
+	/* a Metaspace pre-tokenizer: a piece's spaces made its replacement, the replacement put
+	 * before it (scheme always, or first: the piece the text starts with) unless it starts
+	 * with one; its split is a MergedWithNext step of pre */
+	struct {
+		int on, scheme; /* TOK_META_* */
+		struct norm_step replace, prepend;
+	} meta;
 	uint32_t prefix[TOK_MAX_TEMPLATE], suffix[TOK_MAX_TEMPLATE];
 	size_t nprefix, nsuffix;
 };
@@ -84,6 +93,7 @@ struct tok_scratch {
 	const struct tok *tok; /* the cache holds this tokenizer's ids */
 	struct bpe_scratch bpe;
 	struct norm_scratch norm;
+	struct norm_scratch meta; /* Metaspace's, on what norm gave */
 	struct pcre2_real_match_data_8 *md;
 	uint32_t *ids;
 	size_t nids, cap;

@@ -372,6 +372,48 @@ static int read_pretok(json_t *p, const char *where, struct tok *t, int *bytelev
 		      where, ty ? shown(json_object_get(p, "type"), b, sizeof(b)) : "missing");
 }
 
+/* A Metaspace pre-tokenizer, the whole pre_tokenizer (SentencePiece-style, tok.h). */
+static int read_metaspace(json_t *p, const char *where, struct tok *t, char *err, size_t errlen)
+{
+	static const char *const known[] = {"type", "replacement", "prepend_scheme", "split", NULL};
+	char b[80];
+	int r = keys_known(p, where, known, err, errlen);
+	if (r)
+		return r;
+	struct norm_step *rs = &t->meta.replace, *ps = &t->meta.prepend;
+	memset(rs, 0, sizeof(*rs));
+	memset(ps, 0, sizeof(*ps));
+	if ((r = short_string(p, where, "replacement", 1, rs->to, &rs->nto, err, errlen)))
+		return r;
+	rs->kind = NORM_REPLACE;
+	rs->from[0] = ' ';
+	rs->nfrom = 1;
+	ps->kind = NORM_PREPEND;
+	memcpy(ps->to, rs->to, rs->nto);
+	ps->nto = rs->nto;
+	json_t *sc = json_object_get(p, "prepend_scheme"), *sp = json_object_get(p, "split");
+	const char *scs = json_is_string(sc) ? json_string_value(sc) : "";
+	t->meta.scheme = !strcmp(scs, "always")	 ? TOK_META_ALWAYS
+			 : !strcmp(scs, "first") ? TOK_META_FIRST
+			 : !strcmp(scs, "never") ? TOK_META_NEVER
+						 : -1;
+	if (t->meta.scheme < 0)
+		return refuse(err, errlen,
+			      "%s.prepend_scheme: %s is not supported (always, first or never)",
+			      where, sc ? shown(sc, b, sizeof(b)) : "missing");
+	if (!json_is_boolean(sp))
+		return refuse(err, errlen, "%s.split: %s is not supported (true or false)", where,
+			      sp ? shown(sp, b, sizeof(b)) : "missing");
+	t->meta.on = 1;
+	if (json_is_true(sp)) {
+		char msg[320];
+		if (pretok_add_split(&t->pre, rs->to, rs->nto, 1, PRETOK_MERGED_WITH_NEXT, msg,
+				     sizeof(msg)))
+			return refuse(err, errlen, "%s.replacement: %s", where, msg);
+	}
+	return 0;
+}
+
 /* The bytes a vocabulary string stands for, into buf (room for its length): length or -1. */
 static long token_bytes(const struct tok *t, const char *s, size_t n, uint8_t *buf)
 {
@@ -778,9 +820,14 @@ static int read_all(json_t *root, struct tok *t, char *err, size_t errlen)
 		return r;
 	json_t *pre = json_object_get(root, "pre_tokenizer");
 	int bytelevel = 0;
-	if (pre && !json_is_null(pre) &&
-	    (r = read_pretok(pre, "pre_tokenizer", t, &bytelevel, err, errlen)))
+	const char *pty = json_is_object(pre) ? type_of(pre) : NULL;
+	if (pty && !strcmp(pty, "Metaspace")) {
+		if ((r = read_metaspace(pre, "pre_tokenizer", t, err, errlen)))
+			return r;
+	} else if (pre && !json_is_null(pre) &&
+		   (r = read_pretok(pre, "pre_tokenizer", t, &bytelevel, err, errlen))) {
 		return r;
+	}
 	t->chars = !bytelevel; /* SentencePiece-style: no pre-tokenizer, or Splits only */
 	if ((r = read_model(json_object_get(root, "model"), t, err, errlen)) ||
 	    (r = read_post(json_object_get(root, "post_processor"), "post_processor", t, err,

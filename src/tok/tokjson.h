@@ -6,8 +6,8 @@
  * and its decoder (Replace, ByteFallback, Fuse, Strip); added and special tokens without
  * lstrip, rstrip or single_word; normalizers NFC, Prepend and Replace of a string (a Sequence
  * of those); a pre-tokenizer of Split steps (a regex or a string) ending in ByteLevel without
- * a prefix space, or none; a ByteLevel or TemplateProcessing post-processor (or a Sequence of
- * them). Anything else that would change the ids (another model, normalizer or
+ * a prefix space, or none, or a Metaspace; a ByteLevel or TemplateProcessing post-processor (or a
+ * Sequence of them). Anything else that would change the ids (another model, normalizer or
  * pre-tokenizer, a dropout, a subword prefix, truncation, padding, an option it does not
  * know) is refused with the field and the value, rather than tokenized some other way. A
  * byte-level file's decoder is not read: byte-level decoding is fixed.

@@ -212,6 +212,40 @@ def test_tokenize_matches_hf_tokenizers(env):
             _decode_agrees(mods, model, path, ref_out)
 
 
+def test_tokenize_metaspace_matches_hf_tokenizers(env):
+    """A Metaspace pre-tokenizer (newer conversions of Llama 2 and Mistral write one in place
+    of the Prepend and Replace normalizers): Llama 2's file so rewritten, for each prepend
+    scheme, with and without its split, against the reference on 2,000 strings each."""
+    mods = _fetch()
+    with open(_file("llama2"), encoding="utf-8") as f:
+        doc = json.load(f)
+    doc["normalizer"] = None
+    derived = os.path.join(CACHE, "derived")  # a fixed path: the reference's ids are kept
+    os.makedirs(derived, exist_ok=True)
+    strings = _strings(37, _specials(_file("llama2")))[:2000]
+    text = "".join(json.dumps(s) + "\n" for s in strings)
+    for i, (scheme, split) in enumerate([("first", False), ("always", True),
+                                         ("never", True), ("first", True)]):
+        doc["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581",
+                                "prepend_scheme": scheme, "split": split}
+        path = os.path.join(derived, f"llama2-metaspace-{scheme}-{split}.json")
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f, ensure_ascii=False)
+        os.replace(tmp, path)
+        want = _reference(REFERENCE_JS, [os.path.join(mods, "tokenizers"), path],
+                          text).split("\n")
+        ours = subprocess.run([BIN, "tokenize", "--tokenizer", path, "--lines"], input=text,
+                              capture_output=True, text=True, timeout=120)
+        assert ours.returncode == 0, ours.stderr
+        got = ours.stdout.split("\n")
+        assert len(got) == len(want) == len(strings) + 1, (len(got), len(want))
+        bad = [(s, w, g) for s, w, g in zip(strings, want, got) if w != g]
+        assert not bad, (f"{scheme} {split}: {len(bad)} differ; first: "
+                         + "; ".join(f"{s[:200]!r}: want {w[:300]} got {g[:300]}"
+                                     for s, w, g in bad[:3]))
+
+
 # The reference's decode(ids, skip_special_tokens=True), as the OpenAI servers decode.
 DECODE_JS = r"""
 const { Tokenizer } = require(process.argv[2]);
@@ -313,7 +347,10 @@ def test_tokenize_refuses_what_it_does_not_support(env):
         ({"pre_tokenizer__add_prefix_space": True},
          "pre_tokenizer.add_prefix_space: true is not supported"),
         ({"pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581"}},
-         'pre_tokenizer.type: "Metaspace" is not supported'),
+         "pre_tokenizer.prepend_scheme: missing is not supported"),
+        ({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Metaspace", "replacement": "\u2581"}]}},
+         'pre_tokenizer.pretokenizers[0].type: "Metaspace" is not supported'),
         ({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "a*"},
                             "behavior": "Isolated", "invert": False}},
          "can match the empty string"),
