@@ -11,16 +11,18 @@
 # ACCELNET_APT_LOCK_WAIT seconds (default 600), not failed on.
 set -eu
 
-# building and running: the compiler, pkg-config and the libraries of the Makefile's PKGS,
+# building and running: the compilers (C, and C++ for src/tok/spm_shim.cc), pkg-config and
+# the libraries of the Makefile's PKGS and libsentencepiece (SentencePiece model files),
 # xxd (scripts/embed-assets.sh), python3 (the layering check), curl (the README's tour)
 BUILD_PKGS="gcc make pkg-config libyaml-dev libssl-dev libxxhash-dev libjansson-dev
 libcrypt-dev libzmq3-dev libmsgpack-dev libc-ares-dev libhiredis-dev libpcre2-dev libnghttp2-dev xxd python3
-curl libutf8proc-dev liburing-dev"
+curl libutf8proc-dev liburing-dev g++ libsentencepiece-dev"
 # testing and fuzzing
 TEST_PKGS="libcmocka-dev wrk nginx-light clang clang-format-14 libclang-rt-14-dev apache2-utils
 python3-zmq python3-msgpack redis-server python3-cryptography python3-websockets prometheus
 chromium iproute2 strace util-linux testssl.sh dnsmasq-base systemd man-db binutils adduser
-podman python3-yaml nghttp2-client python3-h2 python3-grpcio python3-httpx"
+podman python3-yaml nghttp2-client python3-h2 python3-grpcio python3-httpx
+sentencepiece"  # spm_train, spm_encode, spm_decode: test_tokenize's SentencePiece model
 # the tokenizer's conformance test fetches its reference (Hugging Face's tokenizers) with npm;
 # a nodejs from NodeSource carries its own npm, Debian's does not
 TEST_PKGS="$TEST_PKGS nodejs"

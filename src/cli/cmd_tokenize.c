@@ -13,13 +13,16 @@
  * --chat --text prints the rendered prompt itself, as a JSON string on one line, instead of
  * its ids: the tokenizer.json is then not loaded (only the tokenizer_config.json beside it is
  * read), so a chat format is checked even where its tokenizer is not supported.
+ * --decode --lines goes the other way: each line a list of ids, printed as the JSON string of
+ * their text, decoded one id at a time as the gRPC engine mode streams it (tok/detok.h).
  */
 #include "cli/cli.h"
 
 #include "conf/conf.h"
 #include "conf/schema_tokmodel.h"
 #include "tok/chat.h"
-#include "tok/tokjson.h"
+#include "tok/detok.h"
+#include "tok/tokspm.h"
 #include "tok/tokmodel.h"
 
 #include <errno.h>
@@ -154,18 +157,75 @@ static int tokenize_lines(struct tok_scratch *s, const struct chat *chat, struct
 	return rc;
 }
 
+/* --decode --lines: each line's ids (decimal, space-separated) as a JSON string of their
+ * text. 0, or 2 for a line that is not ids. */
+static int decode_lines(const struct tok *t)
+{
+	char *line = NULL, *piece = NULL, *text = NULL;
+	size_t cap = 0, lineno = 0, pcap = 0, tcap = 0;
+	ssize_t len;
+	int rc = 0;
+	while (!rc && (len = getline(&line, &cap, stdin)) >= 0) {
+		struct detok d = {0};
+		size_t tn = 0;
+		char *p = line, *end;
+		lineno++;
+		for (;;) {
+			while (*p == ' ')
+				p++;
+			if (*p == '\n' || !*p)
+				break;
+			unsigned long id = strtoul(p, &end, 10);
+			if (end == p || id > UINT32_MAX || (*end && *end != ' ' && *end != '\n')) {
+				fprintf(stderr, "accelnet tokenize: line %zu: not token ids\n",
+					lineno);
+				rc = 2;
+				break;
+			}
+			p = end;
+			size_t room = detok_room(t, (uint32_t)id) + DETOK_END_MAX;
+			if (room > pcap && !(piece = realloc(piece, pcap = room)))
+				abort();
+			long k = detok_piece(t, &d, (uint32_t)id, piece, pcap);
+			if (k < 0 ||
+			    (tn + (size_t)k + DETOK_END_MAX > tcap &&
+			     !(text = realloc(text, tcap = 2 * (tn + (size_t)k + DETOK_END_MAX)))))
+				abort(); /* the room was asked for; out of memory */
+			memcpy(text + tn, piece, (size_t)k);
+			tn += (size_t)k;
+		}
+		if (rc)
+			break;
+		if (tn + DETOK_END_MAX > tcap && !(text = realloc(text, tcap = tn + DETOK_END_MAX)))
+			abort();
+		tn += detok_end(t, &d, text + tn, DETOK_END_MAX);
+		json_t *j = json_stringn(text ? text : "", tn);
+		char *out = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+		if (!out)
+			abort(); /* detok gives whole UTF-8 */
+		puts(out);
+		free(out);
+		json_decref(j);
+	}
+	free(line);
+	free(piece);
+	free(text);
+	return rc;
+}
+
 int cmd_tokenize(int argc, char **argv)
 {
 	static const struct option opts[] = {{"tokenizer", required_argument, NULL, 't'},
 					     {"lines", no_argument, NULL, 'L'},
 					     {"chat", no_argument, NULL, 'C'},
 					     {"text", no_argument, NULL, 'T'},
+					     {"decode", no_argument, NULL, 'D'},
 					     {"model", required_argument, NULL, 'm'},
 					     {"config", required_argument, NULL, 'c'},
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
 	const char *file = NULL, *model = NULL, *config = NULL;
-	int lines = 0, chat_on = 0, text_only = 0, c;
+	int lines = 0, chat_on = 0, text_only = 0, decode = 0, c;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "+t:c:h", opts, NULL)) != -1) {
 		switch (c) {
@@ -187,6 +247,9 @@ int cmd_tokenize(int argc, char **argv)
 		case 'T':
 			text_only = 1;
 			break;
+		case 'D':
+			decode = 1;
+			break;
 		case 'h':
 			cli_usage(stdout, "tokenize");
 			return 0;
@@ -197,9 +260,10 @@ int cmd_tokenize(int argc, char **argv)
 	}
 	int nargs = argc - optind;
 	const char *usage =
-	    !file == !model	    ? "--tokenizer FILE or --model NAME is required"
-	    : !model != !config	    ? "--model NAME goes with --config FILE"
-	    : text_only && !chat_on ? "--text goes with --chat"
+	    !file == !model		    ? "--tokenizer FILE or --model NAME is required"
+	    : !model != !config		    ? "--model NAME goes with --config FILE"
+	    : text_only && !chat_on	    ? "--text goes with --chat"
+	    : decode && (!lines || chat_on) ? "--decode goes with --lines, without --chat"
 	    : (lines ? nargs == 0 || (nargs == 1 && !strcmp(argv[optind], "-")) : nargs == 1)
 		? NULL
 		: "one TEXT, or -, is required";
@@ -236,7 +300,7 @@ int cmd_tokenize(int argc, char **argv)
 		}
 		tp = &m->tm->tok;
 		chat = chat_on ? &m->tm->chat : NULL;
-	} else if (!text_only && (r = tokjson_load(file, &t, err, sizeof(err)))) {
+	} else if (!text_only && (r = tok_load(file, &t, err, sizeof(err)))) {
 		fprintf(stderr, "accelnet tokenize: %s\n", err);
 		return r == -EINVAL ? 2 : 1;
 	}
@@ -259,6 +323,10 @@ int cmd_tokenize(int argc, char **argv)
 			goto fail;
 		}
 		chat = &own_chat;
+	}
+	if (decode) {
+		rc = decode_lines(tp);
+		goto fail;
 	}
 	if (lines) {
 		rc = tokenize_lines(&s, chat, &ct, text_only);

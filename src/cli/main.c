@@ -77,11 +77,14 @@ static const struct {
      "tokenize --tokenizer FILE [--chat [--text]] TEXT|- | ... [--chat [--text]] --lines [-]\n"
      "      (or --model NAME --config FILE in place of --tokenizer FILE: the config's models:)\n"
      "      the token ids of TEXT (- reads standard input) as accelnet computes them from a\n"
-     "      Hugging Face tokenizer.json, in decimal separated by spaces; --lines: one JSON\n"
+     "      Hugging Face tokenizer.json or a SentencePiece model, in decimal separated by\n"
+     "      spaces; --lines: one JSON\n"
      "      string literal a line in, one line of ids out; --chat: TEXT is an OpenAI\n"
      "      messages array, rendered by the chat template of the tokenizer_config.json\n"
      "      beside FILE with the generation prompt (docs/tokenizers.md); --chat --text:\n"
-     "      the rendered prompt as a JSON string instead of its ids (FILE is not loaded)"},
+     "      the rendered prompt as a JSON string instead of its ids (FILE is not loaded);\n"
+     "      --decode --lines: a line of ids in, the JSON string of their text out, as the\n"
+     "      gRPC engine mode decodes them"},
     {"xfer", cmd_xfer,
      "xfer serve|send|get|bcast ...         bulk transfer over many streams and links\n"
      "      (accelnet xfer --help)"},

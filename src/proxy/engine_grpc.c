@@ -360,9 +360,9 @@ static int usage(const struct engine_call *c, char *out, size_t cap)
 /* The end of a good answer, all of it or nothing: 1 written, 0 no room. */
 static int put_end(struct engine_call *c, char *out, size_t cap, size_t *w)
 {
-	char b[4096], u[300], tail[8];
+	char b[4096], u[300], tail[DETOK_END_MAX];
 	struct detok dt = c->dt;
-	size_t tl = detok_end(&dt, tail, sizeof(tail));
+	size_t tl = detok_end(&c->tm->tok, &dt, tail, sizeof(tail));
 	size_t n = 0;
 	const char *fin = c->finish[0] ? c->finish : "stop";
 	if (usage(c, u, sizeof(u)) < 0)

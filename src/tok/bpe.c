@@ -96,21 +96,11 @@ static void push_pair(const struct vocab *v, struct bpe_scratch *s, size_t *nh, 
 		heap_push(s->heap, nh, (struct bpe_item){rank, (uint32_t)pos});
 }
 
-int bpe_encode_word(const struct vocab *v, struct bpe_scratch *s, const uint8_t *w, size_t n,
-		    uint32_t *out, size_t *nout)
+/* Merges the <n> symbols in the scratch (linked in order) and writes their ids out. */
+static void merge_all(const struct vocab *v, struct bpe_scratch *s, size_t n, uint32_t *out,
+		      size_t *nout)
 {
-	if (n > INT32_MAX / 4)
-		return -ENOMEM;
-	int r = scratch_fit(s, n);
-	if (r)
-		return r;
 	struct bpe_sym *sym = s->sym;
-	for (size_t i = 0; i < n; i++) {
-		if (v->byte_id[w[i]] < 0)
-			return -ENOENT;
-		sym[i] = (struct bpe_sym){(uint32_t)v->byte_id[w[i]], (int32_t)i - 1,
-					  i + 1 < n ? (int32_t)i + 1 : -1};
-	}
 	size_t nh = 0;
 	for (size_t i = 0; i + 1 < n; i++)
 		push_pair(v, s, &nh, (int32_t)i);
@@ -133,8 +123,82 @@ int bpe_encode_word(const struct vocab *v, struct bpe_scratch *s, const uint8_t 
 		push_pair(v, s, &nh, (int32_t)it.pos);
 	}
 	size_t k = 0;
-	for (int32_t i = 0; i >= 0; i = sym[i].next)
+	for (int32_t i = n ? 0 : -1; i >= 0; i = sym[i].next)
 		out[k++] = sym[i].id;
 	*nout = k;
+}
+
+/* Symbol <id> appended as the <k>th of the list. */
+static void sym_add(struct bpe_sym *sym, size_t *k, uint32_t id)
+{
+	sym[*k] = (struct bpe_sym){id, (int32_t)*k - 1, -1};
+	if (*k)
+		sym[*k - 1].next = (int32_t)*k;
+	(*k)++;
+}
+
+int bpe_encode_word(const struct vocab *v, struct bpe_scratch *s, const uint8_t *w, size_t n,
+		    uint32_t *out, size_t *nout)
+{
+	if (n > INT32_MAX / 4)
+		return -ENOMEM;
+	int r = scratch_fit(s, n);
+	if (r)
+		return r;
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (v->byte_id[w[i]] < 0)
+			return -ENOENT;
+		sym_add(s->sym, &k, (uint32_t)v->byte_id[w[i]]);
+	}
+	merge_all(v, s, k, out, nout);
+	return 0;
+}
+
+static size_t char_len(uint8_t b)
+{
+	return b < 0x80 ? 1 : b < 0xe0 ? 2 : b < 0xf0 ? 3 : 4;
+}
+
+int bpe_encode_chars(const struct vocab *v, const struct bpe_chars *c, struct bpe_scratch *s,
+		     const uint8_t *w, size_t n, uint32_t *out, size_t *nout)
+{
+	if (n > INT32_MAX / 4)
+		return -ENOMEM;
+	int r = scratch_fit(s, n);
+	if (r)
+		return r;
+	/* the reference holds an unknown token back until a known character or the end, fusing
+	 * the unknown ones met meanwhile; bytes that fell back go in before it */
+	size_t k = 0;
+	int unk_held = 0;
+	for (size_t i = 0; i < n;) {
+		size_t len = char_len(w[i]), j;
+		if (len > n - i)
+			len = n - i; /* valid UTF-8 never ends short: only a guard */
+		int64_t id = vocab_find(v, w + i, len);
+		if (id >= 0) {
+			if (unk_held)
+				sym_add(s->sym, &k, (uint32_t)c->unk);
+			unk_held = 0;
+			sym_add(s->sym, &k, (uint32_t)id);
+			i += len;
+			continue;
+		}
+		for (j = 0; c->byte_fallback && j < len && c->byte_tok[w[i + j]] >= 0; j++)
+			;
+		if (c->byte_fallback && j == len) {
+			for (j = 0; j < len; j++)
+				sym_add(s->sym, &k, (uint32_t)c->byte_tok[w[i + j]]);
+		} else if (c->unk >= 0) {
+			if (unk_held && !c->fuse_unk)
+				sym_add(s->sym, &k, (uint32_t)c->unk);
+			unk_held = 1;
+		}
+		i += len;
+	}
+	if (unk_held)
+		sym_add(s->sym, &k, (uint32_t)c->unk);
+	merge_all(v, s, k, out, nout);
 	return 0;
 }

@@ -9,14 +9,14 @@
  *
  * The reference's regex engine knows a newer Unicode than Debian's libpcre2 (14.0): to it a
  * CJK extension H or I ideograph is a letter, to PCRE2 unassigned, and the two would cut
- * such text differently. So each \p{L}, \p{N}, \p{M}, \p{P} and \p{S} of a pattern is
- * widened, as written, by the code points uninew.c lists for it (in a class, the ranges are
- * added to it; outside one, the property becomes a class of both). \P{...} is refused: its
- * complement cannot be widened that way. \s is written out as Unicode's White_Space, which
- * the reference uses: PCRE2's \s also takes U+180E (MONGOLIAN VOWEL SEPARATOR, white space
- * until Unicode 6.3), and so split "\u180e<div" where the reference does not. The escapes
- * whose meaning differs between the two engines in other ways (\w, \d, \b, \h, \v, \R...)
- * are refused.
+ * such text differently. So each \p{L}, \p{N}, \p{M}, \p{P} and \p{S} of a pattern (and
+ * \p{Lu}, \p{Ll}, \p{Lt}, \p{Lm}, \p{Lo}: Mistral-Nemo's) is widened, as written, by the code
+ * points uninew.c lists for it (in a class, the ranges are added to it; outside one, the property
+ * becomes a class of both). \P{...} is refused: its complement cannot be widened that way. \s is
+ * written out as Unicode's White_Space, which the reference uses: PCRE2's \s also takes U+180E
+ * (MONGOLIAN VOWEL SEPARATOR, white space until Unicode 6.3), and so split "\u180e<div" where the
+ * reference does not. The escapes whose meaning differs between the two engines in other ways (\w,
+ * \d, \b, \h, \v, \R...) are refused.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tok/pretok.h"
@@ -32,20 +32,17 @@
 const char pretok_gpt2_pattern[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
-static const char *uninew_of(char cls)
+/* The new code points of class name[0..n) (L, N, M, P, S, Lu, Ll, Lt, Lm, Lo), or NULL. */
+static const char *uninew_of(const char *name, size_t n)
 {
-	switch (cls) {
-	case 'L':
-		return uninew_L;
-	case 'N':
-		return uninew_N;
-	case 'M':
-		return uninew_M;
-	case 'P':
-		return uninew_P;
-	case 'S':
-		return uninew_S;
-	}
+	static const struct {
+		const char *name, *add;
+	} cls[] = {{"L", uninew_L},   {"N", uninew_N},	 {"M", uninew_M},   {"P", uninew_P},
+		   {"S", uninew_S},   {"Lu", uninew_Lu}, {"Ll", uninew_Ll}, {"Lt", uninew_Lt},
+		   {"Lm", uninew_Lm}, {"Lo", uninew_Lo}};
+	for (size_t i = 0; i < sizeof(cls) / sizeof(cls[0]); i++)
+		if (strlen(cls[i].name) == n && !memcmp(cls[i].name, name, n))
+			return cls[i].add;
 	return NULL;
 }
 
@@ -56,24 +53,28 @@ static const char white_space[] = "\\t\\n\\x0B\\f\\r\\x20\\x85\\xA0\\x{1680}\\x{
 /* Pattern p[0..n) with its \p{X} widened and its \s, \S made Unicode's (above), in a new
  * string (*out, freed by the caller, *outn its length); 0, -ENOMEM, or -EINVAL (*bad says
  * what) for what the two engines read differently or this rewriting cannot follow: \P, a
- * \p other than \p{L}, \p{N}, \p{M}, \p{P}, \p{S} (\pL, \p{Lu}, \p{Han}: PCRE2's older data),
+ * \p other than \p{L}, \p{N}, \p{M}, \p{P}, \p{S}, \p{Lu}, \p{Ll}, \p{Lt}, \p{Lm}, \p{Lo}
+ * (\pL, \p{Nd}, \p{Han}: PCRE2's older data),
  * \S in a class, \w, \W, \d, \D, \b, \B, \h, \H, \v, \V, \R, \X, \Q, a POSIX class. */
 static int widen(const char *p, size_t n, char **out, size_t *outn, const char **bad)
 {
 	size_t extra = 0;
 	for (size_t i = 0; i + 1 < n; i++)
 		if (p[i] == '\\')
-			extra += 4 + strlen(uninew_L) + sizeof(white_space), i++; /* the longest */
+			extra += 5 + strlen(uninew_L) + sizeof(white_space), i++; /* the longest */
 	char *o = malloc(n + extra + 1), *w = o;
 	if (!o)
 		return -ENOMEM;
 	int in_class = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (p[i] == '\\' && i + 1 < n) {
-			const char *add =
-			    i + 4 < n && p[i + 1] == 'p' && p[i + 2] == '{' && p[i + 4] == '}'
-				? uninew_of(p[i + 3])
-				: NULL;
+			/* \p{X} or \p{Xy}: nl letters */
+			size_t nl = i + 4 < n && p[i + 4] == '}'		      ? 1
+				    : i + 5 < n && p[i + 4] != '}' && p[i + 5] == '}' ? 2
+										      : 0;
+			const char *add = nl && p[i + 1] == 'p' && p[i + 2] == '{'
+					      ? uninew_of(p + i + 3, nl)
+					      : NULL;
 			static const char *const what[] = {"\\P", "\\w", "\\W", "\\d", "\\D",
 							   "\\b", "\\B", "\\h", "\\H", "\\v",
 							   "\\V", "\\R", "\\X", "\\Q"};
@@ -83,7 +84,8 @@ static int widen(const char *p, size_t n, char **out, size_t *outn, const char *
 			       : p[i + 1] == 'S' && in_class ? "\\S in a class"
 			       : p[i + 1] == 'p' && !add
 				   ? "a \\p other than \\p{L}, \\p{N}, \\p{M}, "
-				     "\\p{P} and \\p{S}"
+				     "\\p{P}, \\p{S}, \\p{Lu}, \\p{Ll}, \\p{Lt}, \\p{Lm} and "
+				     "\\p{Lo}"
 				   : NULL;
 			if (*bad) {
 				free(o);
@@ -101,13 +103,13 @@ static int widen(const char *p, size_t n, char **out, size_t *outn, const char *
 			if (add) {
 				if (!in_class)
 					*w++ = '[';
-				memcpy(w, p + i, 5);
-				w += 5;
+				memcpy(w, p + i, 4 + nl);
+				w += 4 + nl;
 				memcpy(w, add, strlen(add));
 				w += strlen(add);
 				if (!in_class)
 					*w++ = ']';
-				i += 4;
+				i += 3 + nl;
 				continue;
 			}
 			*w++ = p[i++];
@@ -137,7 +139,7 @@ static int widen(const char *p, size_t n, char **out, size_t *outn, const char *
 	return 0;
 }
 
-int pretok_add_split(struct pretok *pt, const char *p, size_t n, int literal, int removed,
+int pretok_add_split(struct pretok *pt, const char *p, size_t n, int literal, int behavior,
 		     char *err, size_t errlen)
 {
 	if (pt->n == PRETOK_MAX_STEPS) {
@@ -180,7 +182,7 @@ int pretok_add_split(struct pretok *pt, const char *p, size_t n, int literal, in
 	}
 	pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* the interpreter where JIT is missing */
 	pt->step[pt->n].re = re;
-	pt->step[pt->n].removed = removed;
+	pt->step[pt->n].behavior = behavior;
 	pt->n++;
 	return 0;
 }
@@ -207,8 +209,9 @@ static int split_step(const struct pretok *pt, size_t k, pcre2_match_data *md, c
 {
 	if (k == pt->n)
 		return fn(arg, s, n);
-	size_t prev = 0;
-	int r;
+	size_t prev = 0, pend = SIZE_MAX; /* MergedWithNext: a match waiting for text after it */
+	int beh = pt->step[k].behavior, r;
+#define DOWN(a, b) ((r = split_step(pt, k + 1, md, s + (a), (b) - (a), fn, arg)))
 	while (prev < n) {
 		int rc = pcre2_match(pt->step[k].re, s, n, prev, PCRE2_NO_UTF_CHECK, md, NULL);
 		if (rc == PCRE2_ERROR_NOMATCH)
@@ -219,15 +222,28 @@ static int split_step(const struct pretok *pt, size_t k, pcre2_match_data *md, c
 		size_t ms = ov[0], me = ov[1];
 		if (me <= ms || ms < prev)
 			return -EOVERFLOW; /* refused at load: cannot match empty */
-		if (ms > prev && (r = split_step(pt, k + 1, md, s + prev, ms - prev, fn, arg)))
-			return r;
-		if (!pt->step[k].removed &&
-		    (r = split_step(pt, k + 1, md, s + ms, me - ms, fn, arg)))
-			return r;
+		if (beh == PRETOK_MERGED_WITH_PREVIOUS) {
+			if (DOWN(ms > prev ? prev : ms, me)) /* the text before, and the match */
+				return r;
+		} else if (beh == PRETOK_MERGED_WITH_NEXT) {
+			if (ms > prev && DOWN(pend != SIZE_MAX ? pend : prev, ms))
+				return r;
+			if (ms == prev && pend != SIZE_MAX && DOWN(pend, ms)) /* a match alone */
+				return r;
+			pend = ms;
+		} else {
+			if (ms > prev && DOWN(prev, ms))
+				return r;
+			if (beh == PRETOK_ISOLATED && DOWN(ms, me))
+				return r;
+		}
 		prev = me;
 	}
-	if (prev < n && (r = split_step(pt, k + 1, md, s + prev, n - prev, fn, arg)))
+	if (prev < n && DOWN(pend != SIZE_MAX ? pend : prev, n))
 		return r;
+	if (prev == n && pend != SIZE_MAX && DOWN(pend, n))
+		return r;
+#undef DOWN
 	return 0;
 }
 

@@ -2,9 +2,12 @@
  * pretok.h - the pre-tokenizer: the text cut into pre-tokens (words, number groups, runs of
  * spaces...) by the Split steps of a tokenizer.json, each a regular expression run on every
  * piece the step before it left (PCRE2, UTF and Unicode properties on, JIT where available).
- * A step keeps both the matches and the text between them ("Isolated") or drops the matches
- * ("Removed"). ByteLevel's own regex, where a file asks for it, is the GPT-2 pattern as one
- * more Isolated step; its byte-to-character mapping is no step here (bytelevel.h).
+ * A step keeps both the matches and the text between them ("Isolated"), drops the matches
+ * ("Removed"), or glues each match to the text before it ("MergedWithPrevious") or after it
+ * ("MergedWithNext"), as the reference's fold does: a match glued to no text (one at the
+ * edge, or next to another match) stands alone. ByteLevel's own regex, where a file asks for it, is
+ * the GPT-2 pattern as one more Isolated step; its byte-to-character mapping is no step here
+ * (bytelevel.h).
  */
 #ifndef ACCELNET_TOK_PRETOK_H
 #define ACCELNET_TOK_PRETOK_H
@@ -17,10 +20,18 @@
 struct pcre2_real_code_8;
 struct pcre2_real_match_data_8;
 
+/* What a Split step does with its matches; the names of a tokenizer.json's `behavior`. */
+enum pretok_behavior {
+	PRETOK_ISOLATED,
+	PRETOK_REMOVED,
+	PRETOK_MERGED_WITH_PREVIOUS,
+	PRETOK_MERGED_WITH_NEXT,
+};
+
 struct pretok {
 	struct {
 		struct pcre2_real_code_8 *re;
-		int removed;
+		int behavior; /* enum pretok_behavior */
 	} step[PRETOK_MAX_STEPS];
 	size_t n;
 };
@@ -29,11 +40,12 @@ struct pretok {
 extern const char pretok_gpt2_pattern[];
 
 /*
- * Adds a step splitting on pattern p[0..n) (a literal string when <literal>), keeping the
- * matches unless <removed>. 0, or -EINVAL with the reason in err: too many steps, a pattern
- * PCRE2 refuses (with its message and offset) or one that can match the empty string.
+ * Adds a step splitting on pattern p[0..n) (a literal string when <literal>), doing with the
+ * matches what <behavior> (enum pretok_behavior) says. 0, or -EINVAL with the reason in err: too
+ * many steps, a pattern PCRE2 refuses (with its message and offset) or one that can match the empty
+ * string.
  */
-int pretok_add_split(struct pretok *pt, const char *p, size_t n, int literal, int removed,
+int pretok_add_split(struct pretok *pt, const char *p, size_t n, int literal, int behavior,
 		     char *err, size_t errlen);
 void pretok_free(struct pretok *pt);
 

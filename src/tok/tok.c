@@ -7,6 +7,8 @@
  */
 #include "tok/tok.h"
 
+#include "tok/spm.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +31,9 @@ void tok_free(struct tok *t)
 	added_free(&t->raw);
 	added_free(&t->norm);
 	pretok_free(&t->pre);
+	if (t->spm)
+		spm_free(t->spm);
+	t->spm = NULL;
 	free(t->named);
 	free(t->named_text);
 	t->named = NULL;
@@ -53,6 +58,7 @@ void tok_scratch_free(struct tok_scratch *s)
 {
 	bpe_scratch_free(&s->bpe);
 	norm_scratch_free(&s->norm);
+	norm_scratch_free(&s->meta);
 	if (s->md)
 		pretok_match_data_free(s->md);
 	free(s->ids);
@@ -110,7 +116,8 @@ static int word_emit(void *arg, const uint8_t *w, size_t n)
 	if (whole >= 0) {
 		*out = (uint32_t)whole;
 		k = 1;
-	} else if ((r = bpe_encode_word(&t->vocab, &s->bpe, w, n, out, &k))) {
+	} else if ((r = t->chars ? bpe_encode_chars(&t->vocab, &t->start, &s->bpe, w, n, out, &k)
+				 : bpe_encode_word(&t->vocab, &s->bpe, w, n, out, &k))) {
 		return r;
 	}
 	if (e && k <= CACHE_IDS) {
@@ -132,22 +139,43 @@ static int push_id(struct tok_scratch *s, uint32_t id)
 	return r;
 }
 
-/* A piece between the added tokens matched on the text as given. */
-static int encode_piece(struct tok_scratch *s, const uint8_t *p, size_t n)
+/* Normalized text p[0..n) between added tokens (<first>: the one the text starts with),
+ * through Metaspace where there is one, then the pre-tokenizer's steps. */
+static int split_piece(struct tok_scratch *s, const uint8_t *p, size_t n, int first)
+{
+	const struct tok *t = s->tok;
+	if (t->meta.on && n) {
+		const struct norm_step *rs = &t->meta.replace;
+		struct norm m = {.n = 1};
+		m.step[0] = *rs;
+		int starts = p[0] == ' ' || (n >= rs->nto && !memcmp(p, rs->to, rs->nto));
+		if (!starts && (t->meta.scheme == TOK_META_ALWAYS ||
+				(t->meta.scheme == TOK_META_FIRST && first)))
+			m.step[m.n++] = t->meta.prepend;
+		int r = norm_apply(&m, &s->meta, p, n, &p, &n);
+		if (r)
+			return r;
+	}
+	return pretok_split(&t->pre, s->md, p, n, word_emit, s);
+}
+
+/* A piece between the added tokens matched on the text as given (<first>: at its start). */
+static int encode_piece(struct tok_scratch *s, const uint8_t *p, size_t n, int first)
 {
 	const struct tok *t = s->tok;
 	int r;
-	if (t->nfc && (r = norm_nfc(&s->norm, p, n, &p, &n)))
+	if (t->normalizer.n && (r = norm_apply(&t->normalizer, &s->norm, p, n, &p, &n)))
 		return r;
 	size_t at, len;
 	uint32_t id;
 	while (added_find(&t->norm, p, n, &at, &len, &id)) {
-		if ((r = pretok_split(&t->pre, s->md, p, at, word_emit, s)) || (r = push_id(s, id)))
+		if ((r = split_piece(s, p, at, first)) || (r = push_id(s, id)))
 			return r;
 		p += at + len;
 		n -= at + len;
+		first = 0;
 	}
-	return pretok_split(&t->pre, s->md, p, n, word_emit, s);
+	return split_piece(s, p, n, first);
 }
 
 static int utf8_valid(const uint8_t *p, size_t n)
@@ -195,15 +223,29 @@ int tok_encode(struct tok_scratch *s, const char *text, size_t n, int add_specia
 	for (size_t i = 0; add_special && i < t->nprefix; i++)
 		if ((r = push_id(s, t->prefix[i])))
 			return r;
+	if (t->spm) { /* the library's encoding, into the room left */
+		size_t got;
+		while ((r = spm_encode(t->spm, text, n, s->ids + s->nids, s->cap - s->nids,
+				       &got)) == -ENOSPC)
+			if ((r = ids_room(s, got)))
+				return r;
+		if (r)
+			return r;
+		s->nids += got;
+		*ids = s->ids;
+		*nids = s->nids;
+		return 0;
+	}
 	size_t at, len;
 	uint32_t id;
+	const uint8_t *start = p;
 	while (added_find(&t->raw, p, n, &at, &len, &id)) {
-		if ((r = encode_piece(s, p, at)) || (r = push_id(s, id)))
+		if ((r = encode_piece(s, p, at, p == start)) || (r = push_id(s, id)))
 			return r;
 		p += at + len;
 		n -= at + len;
 	}
-	if ((r = encode_piece(s, p, n)))
+	if ((r = encode_piece(s, p, n, p == start)))
 		return r;
 	for (size_t i = 0; add_special && i < t->nsuffix; i++)
 		if ((r = push_id(s, t->suffix[i])))

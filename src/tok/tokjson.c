@@ -2,11 +2,17 @@
  * tokjson.c - reading a tokenizer.json (tokjson.h). The file is parsed whole by jansson
  * (duplicate keys refused), then each top-level part is read by its own function: the
  * normalizer, the added tokens (those matched on normalized text are normalized first, as
- * the reference does), pre-tokenizer, model, post-processor.
- * Every function checks the keys it knows and refuses one it does not, so that a field a
- * newer file adds cannot change the ids unseen. The vocabulary's strings are decoded from the
- * byte-level alphabet once, here; a string outside the alphabet names a token no byte-level
- * input can reach, so it and the merges that use it are left out, as unreachable.
+ * the reference does), pre-tokenizer, model, post-processor, and for a SentencePiece-style
+ * file the decoder. Every function checks the keys it knows and refuses one it does not, so
+ * that a field a newer file adds cannot change the ids unseen.
+ *
+ * Which BPE it is follows from the pre-tokenizer: with a ByteLevel step, the vocabulary's
+ * strings are decoded from the byte-level alphabet once, here (a string outside the alphabet
+ * names a token no byte-level input can reach, so it and the merges that use it are left out,
+ * as unreachable), and every byte must have a token; without one, the strings are the text
+ * itself and encoding starts from characters (SentencePiece-style: Llama 2, Gemma), where an
+ * unknown token, byte fallback (the <0xNN> tokens there are) and fuse_unk take part,
+ * and the decoder is read, since detok.c must undo exactly it.
  */
 #include "tok/tokjson.h"
 
@@ -100,8 +106,9 @@ static int named_add(struct tok *t, json_t *a, uint32_t id, json_t *c)
 		return -ENOMEM;
 	t->named_text = text;
 	memcpy(text + t->named_len, json_string_value(c), n);
-	nn[t->nnamed++] = (struct tok_named){id, (uint32_t)t->named_len, (uint32_t)n,
-					     (uint8_t)json_is_true(json_object_get(a, "special"))};
+	nn[t->nnamed++] =
+	    (struct tok_named){id, (uint32_t)t->named_len, (uint32_t)n,
+			       (uint8_t)json_is_true(json_object_get(a, "special")), 0};
 	t->named_len += n;
 	return 0;
 }
@@ -157,7 +164,7 @@ static int read_added(json_t *arr, struct tok *t, char *err, size_t errlen)
 		size_t n = json_string_length(c);
 		/* a normalized token is matched on normalized text: as the reference, normalize it
 		 */
-		if (set == &t->norm && t->nfc && (r = norm_nfc(&ns, text, n, &text, &n))) {
+		if (set == &t->norm && (r = norm_apply(&t->normalizer, &ns, text, n, &text, &n))) {
 			if (r == -EILSEQ)
 				r = refuse(err, errlen, "%s.content: not UTF-8", where);
 			break;
@@ -175,15 +182,72 @@ static int read_added(json_t *arr, struct tok *t, char *err, size_t errlen)
 	return r;
 }
 
+/* A string field of at most NORM_MAX_STR bytes into to[] (*n its length). */
+static int short_string(json_t *o, const char *where, const char *key, int nonempty, char *to,
+			uint8_t *n, char *err, size_t errlen)
+{
+	json_t *v = json_object_get(o, key);
+	char b[80];
+	if (!json_is_string(v) || json_string_length(v) > NORM_MAX_STR ||
+	    (nonempty && !json_string_length(v)))
+		return refuse(err, errlen, "%s.%s: %s is not supported (a string of %s%d bytes)",
+			      where, key, v ? shown(v, b, sizeof(b)) : "missing",
+			      nonempty ? "1 to " : "up to ", NORM_MAX_STR);
+	memcpy(to, json_string_value(v), json_string_length(v));
+	*n = (uint8_t)json_string_length(v);
+	return 0;
+}
+
+/* A Replace's {"String": "..."} pattern (a Regex is not supported). */
+static int replace_pattern(json_t *o, const char *where, char *to, uint8_t *n, char *err,
+			   size_t errlen)
+{
+	json_t *pat = json_object_get(o, "pattern");
+	char b[80], w[120];
+	if (!json_is_object(pat) || json_object_size(pat) != 1 || !json_object_get(pat, "String"))
+		return refuse(err, errlen,
+			      "%s.pattern: %s is not supported (only {\"String\": ...})", where,
+			      pat ? shown(pat, b, sizeof(b)) : "missing");
+	snprintf(w, sizeof(w), "%s.pattern", where);
+	return short_string(pat, w, "String", 1, to, n, err, errlen);
+}
+
 static int read_normalizer(json_t *n, const char *where, struct tok *t, char *err, size_t errlen)
 {
 	if (!n || json_is_null(n))
 		return 0;
 	const char *ty = json_is_object(n) ? type_of(n) : NULL;
-	if (ty && !strcmp(ty, "NFC")) {
-		static const char *const known[] = {"type", NULL};
-		t->nfc = 1;
-		return keys_known(n, where, known, err, errlen);
+	struct norm *nm = &t->normalizer;
+	if (ty && (!strcmp(ty, "NFC") || !strcmp(ty, "Prepend") || !strcmp(ty, "Replace"))) {
+		static const char *const nfc[] = {"type", NULL}, *const prepend[] = {
+								     "type", "prepend", NULL};
+		static const char *const replace[] = {"type", "pattern", "content", NULL};
+		int r = keys_known(n, where,
+				   !strcmp(ty, "NFC")	    ? nfc
+				   : !strcmp(ty, "Prepend") ? prepend
+							    : replace,
+				   err, errlen);
+		if (r)
+			return r;
+		if (nm->n == NORM_MAX_STEPS)
+			return refuse(err, errlen, "%s: more than %d normalizers", where,
+				      NORM_MAX_STEPS);
+		struct norm_step *st = &nm->step[nm->n];
+		memset(st, 0, sizeof(*st));
+		if (!strcmp(ty, "NFC")) {
+			st->kind = NORM_NFC;
+		} else if (!strcmp(ty, "Prepend")) {
+			st->kind = NORM_PREPEND;
+			r = short_string(n, where, "prepend", 0, st->to, &st->nto, err, errlen);
+		} else {
+			st->kind = NORM_REPLACE;
+			if (!(r = replace_pattern(n, where, st->from, &st->nfrom, err, errlen)))
+				r = short_string(n, where, "content", 0, st->to, &st->nto, err,
+						 errlen);
+		}
+		if (!r)
+			nm->n++;
+		return r;
 	}
 	if (ty && !strcmp(ty, "Sequence")) {
 		static const char *const known[] = {"type", "normalizers", NULL};
@@ -206,8 +270,9 @@ static int read_normalizer(json_t *n, const char *where, struct tok *t, char *er
 		return 0;
 	}
 	char b[80];
-	return refuse(err, errlen, "%s.type: %s is not supported (NFC, Sequence or null)", where,
-		      ty ? shown(json_object_get(n, "type"), b, sizeof(b)) : "missing");
+	return refuse(err, errlen,
+		      "%s.type: %s is not supported (NFC, Prepend, Replace, Sequence or null)",
+		      where, ty ? shown(json_object_get(n, "type"), b, sizeof(b)) : "missing");
 }
 
 static int read_split(json_t *p, const char *where, struct tok *t, char *err, size_t errlen)
@@ -219,9 +284,18 @@ static int read_split(json_t *p, const char *where, struct tok *t, char *err, si
 	char b[80];
 	json_t *beh = json_object_get(p, "behavior"), *inv = json_object_get(p, "invert");
 	const char *bs = json_is_string(beh) ? json_string_value(beh) : "";
-	int removed = !strcmp(bs, "Removed");
-	if (!removed && strcmp(bs, "Isolated"))
-		return refuse(err, errlen, "%s.behavior: %s is not supported (Isolated or Removed)",
+	static const char *const behaviors[] = {[PRETOK_ISOLATED] = "Isolated",
+						[PRETOK_REMOVED] = "Removed",
+						[PRETOK_MERGED_WITH_PREVIOUS] =
+						    "MergedWithPrevious",
+						[PRETOK_MERGED_WITH_NEXT] = "MergedWithNext"};
+	int behavior = 0;
+	while (behavior < 4 && strcmp(bs, behaviors[behavior]))
+		behavior++;
+	if (behavior == 4)
+		return refuse(err, errlen,
+			      "%s.behavior: %s is not supported (Isolated, Removed, "
+			      "MergedWithPrevious or MergedWithNext)",
 			      where, beh ? shown(beh, b, sizeof(b)) : "missing");
 	if (inv && !json_is_false(inv))
 		return refuse(err, errlen, "%s.invert: %s is not supported (only false)", where,
@@ -234,7 +308,7 @@ static int read_split(json_t *p, const char *where, struct tok *t, char *err, si
 			      where, pat ? shown(pat, b, sizeof(b)) : "missing");
 	json_t *s = re ? re : str;
 	char msg[320];
-	r = pretok_add_split(&t->pre, json_string_value(s), json_string_length(s), !re, removed,
+	r = pretok_add_split(&t->pre, json_string_value(s), json_string_length(s), !re, behavior,
 			     msg, sizeof(msg));
 	if (r)
 		return refuse(err, errlen, "%s.pattern: %s", where, msg);
@@ -298,15 +372,62 @@ static int read_pretok(json_t *p, const char *where, struct tok *t, int *bytelev
 		      where, ty ? shown(json_object_get(p, "type"), b, sizeof(b)) : "missing");
 }
 
-/* The bytes a vocabulary string stands for, into buf (room for its length): length or -1. */
-static long token_bytes(const char *s, size_t n, uint8_t *buf)
+/* A Metaspace pre-tokenizer, the whole pre_tokenizer (SentencePiece-style, tok.h). */
+static int read_metaspace(json_t *p, const char *where, struct tok *t, char *err, size_t errlen)
 {
+	static const char *const known[] = {"type", "replacement", "prepend_scheme", "split", NULL};
+	char b[80];
+	int r = keys_known(p, where, known, err, errlen);
+	if (r)
+		return r;
+	struct norm_step *rs = &t->meta.replace, *ps = &t->meta.prepend;
+	memset(rs, 0, sizeof(*rs));
+	memset(ps, 0, sizeof(*ps));
+	if ((r = short_string(p, where, "replacement", 1, rs->to, &rs->nto, err, errlen)))
+		return r;
+	rs->kind = NORM_REPLACE;
+	rs->from[0] = ' ';
+	rs->nfrom = 1;
+	ps->kind = NORM_PREPEND;
+	memcpy(ps->to, rs->to, rs->nto);
+	ps->nto = rs->nto;
+	json_t *sc = json_object_get(p, "prepend_scheme"), *sp = json_object_get(p, "split");
+	const char *scs = json_is_string(sc) ? json_string_value(sc) : "";
+	t->meta.scheme = !strcmp(scs, "always")	 ? TOK_META_ALWAYS
+			 : !strcmp(scs, "first") ? TOK_META_FIRST
+			 : !strcmp(scs, "never") ? TOK_META_NEVER
+						 : -1;
+	if (t->meta.scheme < 0)
+		return refuse(err, errlen,
+			      "%s.prepend_scheme: %s is not supported (always, first or never)",
+			      where, sc ? shown(sc, b, sizeof(b)) : "missing");
+	if (!json_is_boolean(sp))
+		return refuse(err, errlen, "%s.split: %s is not supported (true or false)", where,
+			      sp ? shown(sp, b, sizeof(b)) : "missing");
+	t->meta.on = 1;
+	if (json_is_true(sp)) {
+		char msg[320];
+		if (pretok_add_split(&t->pre, rs->to, rs->nto, 1, PRETOK_MERGED_WITH_NEXT, msg,
+				     sizeof(msg)))
+			return refuse(err, errlen, "%s.replacement: %s", where, msg);
+	}
+	return 0;
+}
+
+/* The bytes a vocabulary string stands for, into buf (room for its length): length or -1. */
+static long token_bytes(const struct tok *t, const char *s, size_t n, uint8_t *buf)
+{
+	if (t->chars) {
+		memcpy(buf, s, n);
+		return (long)n;
+	}
 	return bytelevel_decode(s, n, buf);
 }
 
-static int read_merge(json_t *m, size_t i, struct vocab *v, uint8_t *buf, size_t longest, char *err,
+static int read_merge(json_t *m, size_t i, struct tok *t, uint8_t *buf, size_t longest, char *err,
 		      size_t errlen)
 {
+	struct vocab *v = &t->vocab;
 	const char *a, *b;
 	size_t na, nb;
 	char sb[80];
@@ -332,7 +453,7 @@ static int read_merge(json_t *m, size_t i, struct vocab *v, uint8_t *buf, size_t
 	if (na > longest || nb > longest) /* longer than any token */
 		return refuse(err, errlen, "model.merges[%zu]: %s names a token not in model.vocab",
 			      i, shown(m, sb, sizeof(sb)));
-	long la = token_bytes(a, na, buf), lb = la < 0 ? -1 : token_bytes(b, nb, buf + la);
+	long la = token_bytes(t, a, na, buf), lb = la < 0 ? -1 : token_bytes(t, b, nb, buf + la);
 	if (la < 0 || lb < 0)
 		return 0; /* a token outside the alphabet: unreachable */
 	int64_t ia = vocab_find(v, buf, (size_t)la), ib = vocab_find(v, buf + la, (size_t)lb);
@@ -366,11 +487,24 @@ static int read_model(json_t *m, struct tok *t, char *err, size_t errlen)
 			      ty ? shown(json_object_get(m, "type"), b, sizeof(b)) : "missing");
 	int r = keys_known(m, "model", known, err, errlen);
 	if (r || (r = must_be_unset(m, "model", "dropout", 0, 0, err, errlen)) ||
-	    (r = must_be_unset(m, "model", "unk_token", 0, 0, err, errlen)) ||
 	    (r = must_be_unset(m, "model", "continuing_subword_prefix", 0, 1, err, errlen)) ||
-	    (r = must_be_unset(m, "model", "end_of_word_suffix", 0, 1, err, errlen)) ||
-	    (r = must_be_unset(m, "model", "byte_fallback", 1, 0, err, errlen)))
+	    (r = must_be_unset(m, "model", "end_of_word_suffix", 0, 1, err, errlen)))
 		return r;
+	/* byte-level: every byte has a token, so neither an unknown token nor byte fallback can
+	 * play a part; the reference would take them, accelnet keeps to what it tests */
+	if (!t->chars && ((r = must_be_unset(m, "model", "unk_token", 0, 0, err, errlen)) ||
+			  (r = must_be_unset(m, "model", "byte_fallback", 1, 0, err, errlen))))
+		return r;
+	json_t *bf = json_object_get(m, "byte_fallback"), *fu = json_object_get(m, "fuse_unk");
+	json_t *unk = json_object_get(m, "unk_token");
+	if ((bf && !json_is_boolean(bf)) || (fu && !json_is_boolean(fu)))
+		return refuse(err, errlen, "model.%s: not a boolean",
+			      bf && !json_is_boolean(bf) ? "byte_fallback" : "fuse_unk");
+	if (unk && !json_is_null(unk) && !json_is_string(unk))
+		return refuse(err, errlen, "model.unk_token: not a string or null");
+	t->start.byte_fallback = json_is_true(bf);
+	t->start.fuse_unk = json_is_true(fu);
+	t->start.unk = -1;
 	json_t *im = json_object_get(m, "ignore_merges");
 	if (im && !json_is_boolean(im))
 		return refuse(err, errlen, "model.ignore_merges: not a boolean");
@@ -405,7 +539,7 @@ static int read_model(json_t *m, struct tok *t, char *err, size_t errlen)
 		return -ENOMEM;
 	json_object_foreach(vocab, k, v)
 	{
-		long n = token_bytes(k, strlen(k), buf);
+		long n = token_bytes(t, k, strlen(k), buf);
 		if (n == 0) {
 			r = refuse(err, errlen, "model.vocab: the empty string is a token");
 			goto fail;
@@ -421,7 +555,22 @@ static int read_model(json_t *m, struct tok *t, char *err, size_t errlen)
 		if (r)
 			goto fail;
 	}
-	for (int c = 0; c < 256; c++) {
+	for (int c = 0; c < 256 && t->chars; c++) {
+		char name[8];
+		snprintf(name, sizeof(name), "<0x%02X>", c);
+		int64_t id = vocab_find(&t->vocab, (const uint8_t *)name, 6);
+		t->start.byte_tok[c] = (int32_t)id;
+	}
+	if (t->chars && json_is_string(unk)) {
+		t->start.unk = vocab_find(&t->vocab, (const uint8_t *)json_string_value(unk),
+					  json_string_length(unk));
+		if (t->start.unk < 0) {
+			r = refuse(err, errlen, "model.unk_token: %s is not in model.vocab",
+				   shown(unk, b, sizeof(b)));
+			goto fail;
+		}
+	}
+	for (int c = 0; c < 256 && !t->chars; c++) {
 		if (t->vocab.byte_id[c] < 0) {
 			char ch[3] = {0};
 			bytelevel_encode_byte((uint8_t)c, ch);
@@ -439,7 +588,7 @@ static int read_model(json_t *m, struct tok *t, char *err, size_t errlen)
 			r = refuse(err, errlen, "model.merges: too many");
 			goto fail;
 		}
-		if ((r = read_merge(v, i, &t->vocab, buf, longest, err, errlen)))
+		if ((r = read_merge(v, i, t, buf, longest, err, errlen)))
 			goto fail;
 	}
 	r = 0;
@@ -553,6 +702,108 @@ static int read_post(json_t *p, const char *where, struct tok *t, char *err, siz
 		      where, ty ? shown(json_object_get(p, "type"), b, sizeof(b)) : "missing");
 }
 
+/*
+ * The decoder of a SentencePiece-style file, which detok.c follows: Replace steps of a string
+ * by one no longer, ByteFallback, Fuse, and a Strip of leading spaces after Fuse, in that
+ * order (a Sequence of them, or one alone). *stage counts how far along that order it is.
+ */
+static int read_dec_step(json_t *d, const char *where, struct tok *t, int *stage, char *err,
+			 size_t errlen)
+{
+	char b[80];
+	const char *ty = json_is_object(d) ? type_of(d) : NULL;
+	struct tok_decoder *dec = &t->dec;
+	static const char *const order[] = {"Replace", "ByteFallback", "Fuse", "Strip"};
+	int at = 0;
+	while (ty && at < 4 && strcmp(ty, order[at]))
+		at++;
+	if (!ty || at == 4)
+		return refuse(err, errlen,
+			      "%s.type: %s is not supported (Replace, ByteFallback, Fuse, Strip or "
+			      "a Sequence of them)",
+			      where,
+			      ty ? shown(json_object_get(d, "type"), b, sizeof(b)) : "missing");
+	if (at < *stage || (at == *stage && at))
+		return refuse(err, errlen,
+			      "%s: %s here is not supported (Replace, ByteFallback, Fuse, Strip "
+			      "in that order, each once but Replace)",
+			      where, ty);
+	*stage = at;
+	static const char *const plain[] = {"type", NULL};
+	static const char *const replace[] = {"type", "pattern", "content", NULL};
+	static const char *const strip[] = {"type", "content", "start", "stop", NULL};
+	int r = keys_known(d, where, at == 0 ? replace : at == 3 ? strip : plain, err, errlen);
+	if (r)
+		return r;
+	if (at == 0) {
+		if (dec->nreplace == TOK_MAX_REPLACE)
+			return refuse(err, errlen, "%s: more than %d Replace steps", where,
+				      TOK_MAX_REPLACE);
+		uint8_t nf, nt;
+		char from[NORM_MAX_STR], to[NORM_MAX_STR];
+		if ((r = replace_pattern(d, where, from, &nf, err, errlen)) ||
+		    (r = short_string(d, where, "content", 0, to, &nt, err, errlen)))
+			return r;
+		if (nt > nf)
+			return refuse(err, errlen,
+				      "%s.content: longer than the pattern is not supported",
+				      where);
+		memcpy(dec->replace[dec->nreplace].from, from, nf);
+		memcpy(dec->replace[dec->nreplace].to, to, nt);
+		dec->replace[dec->nreplace].nfrom = nf;
+		dec->replace[dec->nreplace].nto = nt;
+		dec->nreplace++;
+	} else if (at == 1) {
+		dec->byte_fallback = 1;
+	} else if (at == 3) {
+		json_t *c = json_object_get(d, "content"), *st = json_object_get(d, "start"),
+		       *sp = json_object_get(d, "stop");
+		if (!json_is_string(c) || strcmp(json_string_value(c), " "))
+			return refuse(err, errlen, "%s.content: %s is not supported (only \" \")",
+				      where, c ? shown(c, b, sizeof(b)) : "missing");
+		if (!json_is_integer(st) || json_integer_value(st) < 0 ||
+		    json_integer_value(st) > 64)
+			return refuse(err, errlen, "%s.start: %s is not supported (0 to 64)", where,
+				      st ? shown(st, b, sizeof(b)) : "missing");
+		if (!json_is_integer(sp) || json_integer_value(sp) != 0)
+			return refuse(err, errlen, "%s.stop: %s is not supported (only 0)", where,
+				      sp ? shown(sp, b, sizeof(b)) : "missing");
+		if (*stage != 3 || !t->dec.fused)
+			return refuse(err, errlen,
+				      "%s: a Strip without Fuse before it is not "
+				      "supported",
+				      where);
+		dec->strip = (unsigned)json_integer_value(st);
+	} else {
+		dec->fused = 1;
+	}
+	return 0;
+}
+
+static int read_decoder(json_t *d, const char *where, struct tok *t, char *err, size_t errlen)
+{
+	int stage = 0;
+	const char *ty = json_is_object(d) ? type_of(d) : NULL;
+	if (!ty || strcmp(ty, "Sequence"))
+		return read_dec_step(d, where, t, &stage, err, errlen);
+	static const char *const known[] = {"type", "decoders", NULL};
+	int r = keys_known(d, where, known, err, errlen);
+	json_t *list = json_object_get(d, "decoders"), *e;
+	if (r)
+		return r;
+	if (!json_is_array(list))
+		return refuse(err, errlen, "%s.decoders: not an array", where);
+	size_t i;
+	json_array_foreach(list, i, e)
+	{
+		char w[64];
+		snprintf(w, sizeof(w), "%s.decoders[%zu]", where, i);
+		if ((r = read_dec_step(e, w, t, &stage, err, errlen)))
+			return r;
+	}
+	return 0;
+}
+
 static int read_all(json_t *root, struct tok *t, char *err, size_t errlen)
 {
 	static const char *const known[] = {
@@ -569,18 +820,21 @@ static int read_all(json_t *root, struct tok *t, char *err, size_t errlen)
 		return r;
 	json_t *pre = json_object_get(root, "pre_tokenizer");
 	int bytelevel = 0;
-	if (!pre || json_is_null(pre))
-		return refuse(err, errlen,
-			      "pre_tokenizer: none; a byte-level BPE needs ByteLevel (a "
-			      "SentencePiece-style file is not supported)");
-	if ((r = read_pretok(pre, "pre_tokenizer", t, &bytelevel, err, errlen)))
+	const char *pty = json_is_object(pre) ? type_of(pre) : NULL;
+	if (pty && !strcmp(pty, "Metaspace")) {
+		if ((r = read_metaspace(pre, "pre_tokenizer", t, err, errlen)))
+			return r;
+	} else if (pre && !json_is_null(pre) &&
+		   (r = read_pretok(pre, "pre_tokenizer", t, &bytelevel, err, errlen))) {
 		return r;
-	if (!bytelevel)
-		return refuse(err, errlen,
-			      "pre_tokenizer: no ByteLevel step; only byte-level BPE is supported");
-	if ((r = read_model(json_object_get(root, "model"), t, err, errlen)))
+	}
+	t->chars = !bytelevel; /* SentencePiece-style: no pre-tokenizer, or Splits only */
+	if ((r = read_model(json_object_get(root, "model"), t, err, errlen)) ||
+	    (r = read_post(json_object_get(root, "post_processor"), "post_processor", t, err,
+			   errlen)))
 		return r;
-	return read_post(json_object_get(root, "post_processor"), "post_processor", t, err, errlen);
+	return t->chars ? read_decoder(json_object_get(root, "decoder"), "decoder", t, err, errlen)
+			: 0;
 }
 
 static int load_json(json_t *root, json_error_t *je, const char *name, struct tok *t, char *err,

@@ -1,14 +1,16 @@
 /*
  * tokjson.h - loading a Hugging Face tokenizer.json into a struct tok (tok.h). What it takes:
  * a byte-level BPE model (Llama 3, Qwen 2/3, DeepSeek V3, GPT-2 style) with its vocabulary,
- * merges (as "a b" strings or [a, b] pairs), ignore_merges; added and special tokens without
- * lstrip, rstrip or single_word; the NFC normalizer or none (a Sequence of those); a
- * pre-tokenizer of Split steps (Isolated or Removed, a regex or a string) ending in ByteLevel
- * without a prefix space; a ByteLevel or TemplateProcessing post-processor (or a Sequence of
- * them). Anything else that would change the ids (another model, normalizer or
- * pre-tokenizer, a dropout, an unk token, byte fallback, a subword prefix, truncation,
- * padding, an option it does not know) is refused with the field and the value, rather than
- * tokenized some other way. The decoder is not read: it plays no part in encoding.
+ * merges (as "a b" strings or [a, b] pairs), ignore_merges; or a SentencePiece-style one
+ * (Llama 2, Gemma 2/3: no ByteLevel step) with its unknown token, byte fallback and fuse_unk,
+ * and its decoder (Replace, ByteFallback, Fuse, Strip); added and special tokens without
+ * lstrip, rstrip or single_word; normalizers NFC, Prepend and Replace of a string (a Sequence
+ * of those); a pre-tokenizer of Split steps (a regex or a string) ending in ByteLevel without
+ * a prefix space, or none, or a Metaspace; a ByteLevel or TemplateProcessing post-processor (or a
+ * Sequence of them). Anything else that would change the ids (another model, normalizer or
+ * pre-tokenizer, a dropout, a subword prefix, truncation, padding, an option it does not
+ * know) is refused with the field and the value, rather than tokenized some other way. A
+ * byte-level file's decoder is not read: byte-level decoding is fixed.
  */
 #ifndef ACCELNET_TOK_TOKJSON_H
 #define ACCELNET_TOK_TOKJSON_H

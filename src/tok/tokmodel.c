@@ -2,7 +2,7 @@
  * tokmodel.c - a model's tokenizer, chat format and block size (see tokmodel.h).
  */
 #include "tok/tokmodel.h"
-#include "tok/tokjson.h"
+#include "tok/tokspm.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -19,7 +19,7 @@ int tokmodel_load(const char *tokenizer, const char *chat_template, unsigned blo
 {
 	char beside[4096];
 	memset(m, 0, sizeof(*m));
-	int rc = tokjson_load(tokenizer, &m->tok, err, errlen);
+	int rc = tok_load(tokenizer, &m->tok, err, errlen);
 	if (rc < 0)
 		return rc;
 	if (!chat_template) {

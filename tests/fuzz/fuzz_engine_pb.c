@@ -105,7 +105,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		free(m);
 		at += 5 + len;
 	}
-	size_t k = detok_end(&d, piece, sizeof(piece));
+	size_t k = detok_end(t, &d, piece, sizeof(piece));
 	if (!utf8_whole((unsigned char *)piece, k))
 		abort();
 	return 0;

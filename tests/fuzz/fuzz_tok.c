@@ -1,7 +1,9 @@
 /*
  * fuzz_tok.c - libFuzzer target: the tokenizer.json loader and the encoder. The first byte
  * picks one. 0: the rest is a tokenizer.json: it loads (0) or is refused (-EINVAL with a
- * message naming the input, -ENOMEM), and a loaded one encodes a few texts and the input.
+ * message naming the input, -ENOMEM), and a loaded one encodes a few texts and the input,
+ * and decodes the input's ids one by one (detok.h) into whole UTF-8 (the seed
+ * corpus/tok/spm-* is a SentencePiece-style file: normalizers, byte fallback, unk, decoder).
  * Else: the rest is text for a small byte-level tokenizer built once (merges, ignore_merges,
  * added tokens, Split steps, the GPT-2 pattern): valid UTF-8 encodes, and the ids' bytes put
  * back together are the text (byte-level BPE loses nothing); the same text encoded again,
@@ -11,16 +13,23 @@
  * renders to text that starts with the BOS (but for Qwen 3) and ends with the generation
  * prompt (Mistral's template writes none) or is refused with -EINVAL and a message; anything
  * else is refused.
+ * 3: the rest is a tokenizer file of either kind, loaded by content (tokspm.h: a
+ * SentencePiece model through libsentencepiece when it does not start with '{'): it loads
+ * and encodes and decodes a text, or is refused with a message naming the file.
  */
 #include "tok/bytelevel.h"
 #include "tok/chat.h"
+#include "tok/detok.h"
 #include "tok/tokjson.h"
+#include "tok/tokspm.h"
 
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -151,6 +160,49 @@ static void chat_fuzz(const uint8_t *data, size_t size)
 	json_decref(m);
 }
 
+/* Encodes a few texts with <t> and decodes their ids one by one. */
+static void use(const struct tok *t, const uint8_t *text, size_t n)
+{
+	struct tok_scratch s;
+	if (tok_scratch_init(&s, t) == 0) {
+		static const char *texts[] = {"", "hello world", "  12345 <s> é\n\n", "\xff"};
+		const uint32_t *ids;
+		size_t nids;
+		for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
+			tok_encode(&s, texts[i], strlen(texts[i]), 1, &ids, &nids);
+		if (tok_encode(&s, (const char *)text, n, 1, &ids, &nids) == 0) {
+			struct detok d = {0};
+			static char piece[1 << 16];
+			for (size_t i = 0; i < nids; i++)
+				if (detok_room(t, ids[i]) <= sizeof(piece) &&
+				    detok_piece(t, &d, ids[i], piece, sizeof(piece)) < 0)
+					abort();
+			detok_end(t, &d, piece, sizeof(piece));
+		}
+	}
+	tok_scratch_free(&s);
+}
+
+/* The input as a file of either kind, through tok_load(). */
+static void file_fuzz(const uint8_t *data, size_t size)
+{
+	int fd = memfd_create("fuzz_tok", 0);
+	if (fd < 0 || write(fd, data, size) != (ssize_t)size)
+		abort();
+	char path[64], err[1024] = "";
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	struct tok t;
+	int r = tok_load(path, &t, err, sizeof(err));
+	close(fd);
+	if (r) {
+		if ((r != -EINVAL && r != -ENOMEM) || strncmp(err, path, strlen(path)))
+			abort();
+		return;
+	}
+	use(&t, data, size);
+	tok_free(&t);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (!tiny_s.tok)
@@ -159,6 +211,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	if (data[0] == 2) {
 		chat_fuzz(data + 1, size - 1);
+		return 0;
+	}
+	if (data[0] == 3) {
+		file_fuzz(data + 1, size - 1);
 		return 0;
 	}
 	if (data[0] != 0) {
@@ -174,16 +230,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 		return 0;
 	}
-	struct tok_scratch s;
-	if (tok_scratch_init(&s, &t) == 0) {
-		static const char *texts[] = {"", "hello world", "  12345 <s> é\n\n", "\xff"};
-		const uint32_t *ids;
-		size_t n;
-		for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
-			tok_encode(&s, texts[i], strlen(texts[i]), 1, &ids, &n);
-		tok_encode(&s, (const char *)data + 1, size - 1, 1, &ids, &n);
-	}
-	tok_scratch_free(&s);
+	use(&t, data + 1, size - 1);
 	tok_free(&t);
 	return 0;
 }

