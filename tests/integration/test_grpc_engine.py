@@ -104,20 +104,27 @@ def _complete(ids, finish, prompt, done, cached):
                                 _uint(3, prompt) + _uint(4, done) + _uint(5, cached))
 
 
+def _serve(env, service, generate):
+    """A gRPC server on a free port whose <service>'s Generate is <generate> (raw bytes in,
+    raw messages out), stopped at cleanup: its port."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    handler = grpc.method_handlers_generic_handler(service, {
+        "Generate": grpc.unary_stream_rpc_method_handler(
+            generate, request_deserializer=None, response_serializer=None)})
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    env.on_cleanup.append(lambda: server.stop(0))
+    return port
+
+
 class Engine:
     """The stub engine: records each GenerateRequest as read, answers with <ids>."""
 
     def __init__(self, env, ids):
         self.ids, self.requests, self.cancelled = ids, [], threading.Event()
         self.streaming = threading.Event()
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-        handler = grpc.method_handlers_generic_handler(SERVICE, {
-            "Generate": grpc.unary_stream_rpc_method_handler(
-                self.generate, request_deserializer=None, response_serializer=None)})
-        server.add_generic_rpc_handlers((handler,))
-        self.port = server.add_insecure_port("127.0.0.1:0")
-        server.start()
-        env.on_cleanup.append(lambda: server.stop(0))
+        self.port = _serve(env, SERVICE, self.generate)
 
     def generate(self, req, ctx):
         f = _fields(req)
@@ -399,14 +406,7 @@ class VllmEngine:
 
     def __init__(self, env, ids):
         self.ids, self.requests = ids, []
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        handler = grpc.method_handlers_generic_handler(VLLM_SERVICE, {
-            "Generate": grpc.unary_stream_rpc_method_handler(
-                self.generate, request_deserializer=None, response_serializer=None)})
-        server.add_generic_rpc_handlers((handler,))
-        self.port = server.add_insecure_port("127.0.0.1:0")
-        server.start()
-        env.on_cleanup.append(lambda: server.stop(0))
+        self.port = _serve(env, VLLM_SERVICE, self.generate)
 
     def generate(self, req, ctx):
         # GenerateRequest{request_id 1, tokenized 2 {original_text 1, input_ids 2},
