@@ -3,7 +3,6 @@
 stream's DATA is the tunnel's bytes both ways. Clients: Python h2 (python3-h2), frames by hand;
 backends: Python websockets (echo) and raw sockets."""
 
-import os
 import socket
 import struct
 import threading
@@ -14,7 +13,7 @@ import h2.settings
 
 from harness import BIN, ScriptedBackend, free_port, pool_yaml, read_all, wait_until
 from test_h2 import H2Client
-from test_websocket import RawWsBackend, WsBackend, _metric, _samples
+from test_websocket import RawWsBackend, WsBackend, _metric, _samples, flooding_backend
 
 WS_HEADERS = [(":protocol", "websocket"), ("sec-websocket-version", "13")]
 
@@ -122,23 +121,7 @@ def test_h2_websocket_backend_close_and_client_reset(env):
 
 def test_h2_websocket_a_client_that_does_not_read_stops_the_backend(env):
     total = 24 << 20
-    pushed = [0]
-    stalled = threading.Event()
-
-    def after(conn):
-        block = memoryview(os.urandom(1 << 16))
-        conn.settimeout(1)  # no byte taken for this long: the pipe is full
-        while pushed[0] < total:
-            try:
-                pushed[0] += conn.send(block[:min(len(block), total - pushed[0])])
-            except socket.timeout:
-                if stalled.is_set():
-                    raise
-                stalled.set()
-                conn.settimeout(60)
-        conn.shutdown(socket.SHUT_WR)
-    be = RawWsBackend(after)
-    env.on_cleanup.append(be.close)
+    be, pushed, stalled = flooding_backend(env, total, 1)
     px = _proxy(env, be.port)
     c = H2Client(px.port, window=65535)  # its credit goes back only as this test says
     env.on_cleanup.append(c.close)

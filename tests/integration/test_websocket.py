@@ -445,14 +445,16 @@ def test_half_close_is_passed_on_and_the_other_way_stays_open(env):
                "the tunnel closed when both sides had ended")
 
 
-def test_backpressure_a_client_that_does_not_read_stops_the_backend(env):
-    total = 200 << 20
+def flooding_backend(env, total, stall_s):
+    """A tunnel backend that sends <total> random bytes as fast as they are taken, then ends
+    its side: (backend, [bytes pushed so far], an Event set once no byte was taken for
+    <stall_s> seconds, the pipe full)."""
     pushed = [0]
     stalled = threading.Event()
 
     def after(conn):
         block = memoryview(os.urandom(1 << 16))
-        conn.settimeout(3)  # no byte taken for this long: the pipe is full
+        conn.settimeout(stall_s)
         while pushed[0] < total:
             try:
                 pushed[0] += conn.send(block[:min(len(block), total - pushed[0])])
@@ -464,6 +466,12 @@ def test_backpressure_a_client_that_does_not_read_stops_the_backend(env):
         conn.shutdown(socket.SHUT_WR)
     be = RawWsBackend(after)
     env.on_cleanup.append(be.close)
+    return be, pushed, stalled
+
+
+def test_backpressure_a_client_that_does_not_read_stops_the_backend(env):
+    total = 200 << 20
+    be, pushed, stalled = flooding_backend(env, total, 3)
     px = _proxy(env, be)
     s, early = _raw_handshake(px.port)
     with s:
