@@ -80,13 +80,8 @@ static int tools_text(json_t *tools, struct chat_text *out, char *err, size_t er
 		json_object_foreach(f, key, val)
 		{
 			snprintf(where, sizeof(where), "tools[%zu].function", i);
-			if (chat_index_like(key)) {
-				snprintf(err, errlen,
-					 "%s: a key that is an array index (\"%s\"): JavaScript "
-					 "orders it first, Python does not",
-					 where, key);
-				return -EINVAL;
-			}
+			if ((r = chat_refuse_index_key(where, key, err, errlen)))
+				return r;
 			if (!strcmp(key, "return"))
 				continue;
 			if ((k++ && (r = chat_puts(out, ", "))) || (r = chat_puts(out, "\"")) ||

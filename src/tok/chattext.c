@@ -171,6 +171,17 @@ int chat_index_like(const char *k)
 	return strtoull(k, NULL, 10) < 4294967295ull;
 }
 
+int chat_refuse_index_key(const char *where, const char *key, char *err, size_t errlen)
+{
+	if (!chat_index_like(key))
+		return 0;
+	snprintf(err, errlen,
+		 "%s: a key that is an array index (\"%s\"): JavaScript orders it first, Python "
+		 "does not",
+		 where, key);
+	return -EINVAL;
+}
+
 /* <v> as the template's tojson writes it: Python's json.dumps with its default separators
  * (", ", ": "), keys in their order, non-ASCII as it is; the reference's tojson writes the
  * same. What the two would write differently is refused: a real number (Python writes 1.0,
@@ -194,13 +205,8 @@ int chat_tojson(struct chat_text *t, json_t *v, const char *where, char *err, si
 			return r;
 		json_object_foreach(v, key, x)
 		{
-			if (chat_index_like(key)) {
-				snprintf(err, errlen,
-					 "%s: a key that is an array index (\"%s\"): JavaScript "
-					 "orders it first, Python does not",
-					 where, key);
-				return -EINVAL;
-			}
+			if ((r = chat_refuse_index_key(where, key, err, errlen)))
+				return r;
 			if ((i++ && (r = chat_puts(t, ", "))) ||
 			    (r = chat_put_quoted(t, key, strlen(key))) ||
 			    (r = chat_puts(t, ": ")) ||

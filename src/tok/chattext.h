@@ -50,6 +50,10 @@ int chat_put_quoted(struct chat_text *t, const char *s, size_t n);
  * the reference's objects keep insertion order but for those). */
 int chat_index_like(const char *k);
 
+/* -EINVAL with <err> saying why when <key> (in <where>) is index-like (the two engines would
+ * order it differently), else 0. */
+int chat_refuse_index_key(const char *where, const char *key, char *err, size_t errlen);
+
 /*
  * <v> as the template's tojson writes it: Python's json.dumps with its default separators
  * (", ", ": "), keys in their order, non-ASCII as it is; the reference's tojson writes the
