@@ -83,6 +83,7 @@ void tokprompt_free(struct tokprompt *p)
 		tok_scratch_free(&p->tok);
 	chat_text_free(&p->chat);
 	free(p->arena);
+	free(p->given);
 	memset(p, 0, sizeof(*p));
 }
 
@@ -98,6 +99,34 @@ static int scratch_for(struct tokprompt *p, const struct tokmodel *m)
 	if (rc < 0)
 		return rc;
 	p->serial = m->serial;
+	return 0;
+}
+
+/* A prompt of token ids ([9707, 11, 1879], as vLLM takes one): the ids as given, copied out
+ * of the decoded JSON into p->given. 0; -ENOENT when <list> is empty or holds anything but
+ * ids (several prompts: strings or lists), which no one block chain describes; -ENOMEM. */
+static int given_ids(struct tokprompt *p, json_t *list, const uint32_t **ids, size_t *n)
+{
+	size_t k = json_array_size(list), i;
+	json_t *x;
+	if (!json_is_array(list) || !k)
+		return -ENOENT;
+	if (k > p->given_cap) {
+		uint32_t *g = realloc(p->given, k * sizeof(*g));
+		if (!g)
+			return -ENOMEM;
+		p->given = g;
+		p->given_cap = k;
+	}
+	json_array_foreach(list, i, x)
+	{
+		json_int_t v = json_is_integer(x) ? json_integer_value(x) : -1;
+		if (v < 0 || v > (json_int_t)UINT32_MAX)
+			return -ENOENT;
+		p->given[i] = (uint32_t)v;
+	}
+	*ids = p->given;
+	*n = k;
 	return 0;
 }
 
@@ -130,7 +159,9 @@ int tokprompt_ids(struct tokprompt *p, const struct tokmodel *m, const char *bod
 		text = json_string_value(j);
 		tlen = json_string_length(j);
 	} else {
-		goto out; /* a list: token ids or several prompts */
+		rc = given_ids(p, j, ids, n);
+		*cut = 0;
+		goto out;
 	}
 	if ((rc = scratch_for(p, m)) < 0)
 		goto out;

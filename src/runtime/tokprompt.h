@@ -31,6 +31,8 @@ struct tokprompt {
 	struct chat_text chat;
 	char *arena;		  /* the decoded JSON's values, reused by every call */
 	size_t cap, used, wanted; /* wanted: what the last call asked for in all */
+	uint32_t *given;	  /* a prompt given as token ids, copied out; grown, never shrunk */
+	size_t given_cap;
 };
 
 void tokprompt_free(struct tokprompt *p);
@@ -39,9 +41,11 @@ void tokprompt_free(struct tokprompt *p);
  * The ids of the prompt of <body>[0..len), whose strict view is <v>, under model <m>: *ids
  * (in <p>, valid until its next call) and *n. Of at most the first <max_text> bytes of the
  * prompt's text (cut at a character; 0: all of it): *cut says whether it was cut, when the
- * last ids may differ from those of the whole text (a pre-token cut short). 0; -ENOENT when
- * the body has no prompt this reads (none, a list "prompt", messages without a chat format);
- * -EINVAL when the prompt is not what the chat format takes or is not UTF-8; -ENOMEM.
+ * last ids may differ from those of the whole text (a pre-token cut short). A "prompt" that
+ * is a list of token ids (as vLLM takes one) is used as given, whole. 0; -ENOENT when the
+ * body has no prompt this reads (none, a list of anything but ids, such as several prompts,
+ * messages without a chat format); -EINVAL when the prompt is not what the chat format takes
+ * or is not UTF-8; -ENOMEM.
  */
 int tokprompt_ids(struct tokprompt *p, const struct tokmodel *m, const char *body, size_t len,
 		  const struct json_view *v, size_t max_text, const uint32_t **ids, size_t *n,

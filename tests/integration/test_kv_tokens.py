@@ -12,8 +12,9 @@ gives a fresh state, after which predictions match again."""
 
 import json
 import re
+import subprocess
 
-from harness import free_port, request, sim_stats, status, wait_until
+from harness import BIN, free_port, request, sim_stats, status, wait_until
 
 from test_tokenize import _fetch, _file
 
@@ -201,4 +202,38 @@ def test_a_prompt_past_body_max_bytes_is_keyed_on_its_tokens(env):
     assert blocks("hello world " * 2000) == 1024
     # past what is tokenized (8 bytes a token of those blocks): cut, its last block dropped
     assert blocks("hello world " * 4000) == 1023
+    assert px.poll() is None
+
+
+def test_a_prompt_of_token_ids_is_keyed_on_the_ids_as_given(env):
+    """A completion's prompt given as token ids (a list, as vLLM takes it) is keyed on those
+    ids: the blocks of the same text's ids, so a text and its ids share a cache, and a list
+    that is not one prompt's ids (several prompts) is keyed on bytes as before."""
+    from test_tokenize import _tiny
+    tok = env.write("tokenizer.json", json.dumps(_tiny()))
+    sim = env.sim("s0", latency_ms=1, jitter=0, tokens=1, token_ms=0)
+    px = env.proxy(f"models:\n  tiny: {{tokenizer: {tok}, block_size: 4}}\n"
+                   "pools:\n  - name: gpu\n    balance: llm\n    llm: {explain: true}\n"
+                   f"    backends:\n      - {{address: 127.0.0.1:{sim.port}}}\n", workers=1)
+
+    def ask(prompt):
+        st, hdrs, data = request(px.port, "POST", "/v1/completions",
+                                 json.dumps({"model": "tiny", "max_tokens": 1,
+                                             "prompt": prompt}),
+                                 {"Content-Type": "application/json"})
+        assert st == 200, (st, data)
+        return hdrs["x-accelnet-llm"][0]
+
+    text = "hello world " * 10  # 120 tokens of the tiny tokenizer: 30 blocks of 4
+    r = subprocess.run([BIN, "tokenize", "--tokenizer", tok, text], capture_output=True,
+                       text=True, timeout=30)
+    ids = [int(x) for x in r.stdout.split()]
+    assert len(ids) == 120, r
+    ask(text)  # its blocks learnt at the pick
+    said = ask(ids)
+    assert ";blocks=30" in said and re.search(r';hit=30\b', said), said
+    said = ask(ids[:41])  # 10 whole blocks of those ids, all cached
+    assert ";blocks=10" in said and re.search(r';hit=10\b', said), said
+    said = ask([text, text])  # two prompts: no one chain of ids, keyed on bytes
+    assert ";blocks=30" not in said, said
     assert px.poll() is None
