@@ -337,10 +337,11 @@ static int stream_transport(struct stream *s)
 	s->tp.io = &s->io;
 	s->tp.zc = &s->zc;
 	s->tp.zc_bytes = &e->zc_bytes;
-	int rc = s->tp.ops->connect(&s->tp, e->m.chunk_size, XFER_WINDOW);
+	char err[300];
+	int rc = s->tp.ops->connect(&s->tp, e->m.chunk_size, XFER_WINDOW, err, sizeof(err));
 	if (rc) {
 		set_error(e, "transport %s: no data path to the receiver: %s", s->tp.ops->name,
-			  strerror(-rc));
+			  err);
 		xfer_sched_abort(&e->sched, -EPROTO);
 		stream_close(e, &s->io);
 		return -EACCES;

@@ -43,9 +43,10 @@ static int write_two(struct net_conn *io, const void *a, size_t alen, const void
 				  blen - (size_t)(n - (ssize_t)alen));
 }
 
-static int tcp_connect(struct xfer_tp *tp, uint32_t chunk_size, unsigned window)
+static int tcp_connect(struct xfer_tp *tp, uint32_t chunk_size, unsigned window, char *err,
+		       size_t errlen)
 {
-	(void)tp, (void)chunk_size, (void)window;
+	(void)tp, (void)chunk_size, (void)window, (void)err, (void)errlen;
 	return 0;
 }
 
@@ -128,30 +129,48 @@ static int region_open(const struct xfer_region *r, uint64_t need)
 	return fd;
 }
 
-static int loop_connect(struct xfer_tp *tp, uint32_t chunk_size, unsigned window)
+static int loop_connect(struct xfer_tp *tp, uint32_t chunk_size, unsigned window, char *err,
+			size_t errlen)
 {
 	uint8_t ask[XFER_REGION_ASK_LEN], meta[XFER_REGION_LEN + 300];
 	struct xfer_hdr h;
 	struct xfer_region r;
 	uint64_t need = (uint64_t)chunk_size * window;
 	loop_close(tp);
-	if (tp->io->ssl)
+	if (tp->io->ssl) {
+		snprintf(err, errlen, "%s", "not over TLS");
 		return -EPROTONOSUPPORT;
+	}
 	wire_put64(ask, need);
 	int rc = xfer_frame_send(tp->io, XFER_REGION, ask, sizeof(ask));
 	if (!rc)
 		rc = xfer_frame_recv(tp->io, &h, meta, sizeof(meta) - 1);
-	if (rc)
+	if (rc) {
+		snprintf(err, errlen, "%s", strerror(-rc));
 		return rc;
-	if (h.type != XFER_REGION || xfer_region_decode(meta, h.meta_len, &r))
+	}
+	if (h.type == XFER_ERR) {
+		char text[300];
+		xfer_err_decode(meta, h.meta_len, text, sizeof(text));
+		snprintf(err, errlen, "receiver: %s", text);
 		return -EPROTO;
+	}
+	if (h.type != XFER_REGION || xfer_region_decode(meta, h.meta_len, &r)) {
+		snprintf(err, errlen, "%s", "the receiver's REGION is malformed");
+		return -EPROTO;
+	}
 	int fd = region_open(&r, need);
-	if (fd < 0)
+	if (fd < 0) {
+		snprintf(err, errlen, "cannot map the receiver's region: %s", strerror(-fd));
 		return fd;
+	}
 	void *p = mmap(NULL, r.len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	close(fd);
-	if (p == MAP_FAILED)
-		return -errno;
+	if (p == MAP_FAILED) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot map the receiver's region: %s", strerror(-rc));
+		return rc;
+	}
 	tp->map = p;
 	tp->map_len = r.len;
 	tp->slot_len = chunk_size;

@@ -62,7 +62,9 @@ struct xfer_tp {
 
 struct xfer_transport_ops {
 	const char *name;
-	int (*connect)(struct xfer_tp *tp, uint32_t chunk_size, unsigned window);
+	/* 0, or -errno with why in <err> */
+	int (*connect)(struct xfer_tp *tp, uint32_t chunk_size, unsigned window, char *err,
+		       size_t errlen);
 	int (*send_chunk)(struct xfer_tp *tp, const struct xfer_chunk_meta *cm,
 			  const struct xfer_open *src, uint64_t off, uint32_t len);
 	int (*complete)(struct xfer_tp *tp, struct xfer_hdr *h, uint8_t *meta, uint32_t max);
