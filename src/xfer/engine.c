@@ -34,6 +34,7 @@
 #include "xfer/conn.h"
 #include "xfer/sched.h"
 #include "xfer/store.h"
+#include "xfer/transport.h"
 #include "net/tls.h"
 #include "net/zc.h"
 
@@ -82,6 +83,7 @@ struct stream {
 	_Atomic int state;
 	_Atomic unsigned holding; /* chunks in its window */
 	struct net_zc zc;
+	struct xfer_tp tp; /* how its chunks' bytes travel (transport.h) */
 };
 
 struct xfer_engine {
@@ -114,6 +116,7 @@ struct xfer_engine {
 	int cancel_fd;		/* an eventfd, readable once the streams should stop dialing */
 	_Atomic int ended;	/* every chunk acknowledged: streams still on copies are cut */
 	int batch;		/* small files go in batches (not to a bcast relay) */
+	const struct xfer_transport_ops *tp_ops;
 };
 
 /* The first error wins: later ones are consequences of it. */
@@ -165,21 +168,6 @@ static int source_get(struct xfer_engine *e, uint32_t f, struct xfer_open *o)
 	return rc;
 }
 
-/* <a> then <b>, all of both, in as few writes as the socket takes. 0 or -errno. */
-static int write_two(struct net_conn *io, const void *a, size_t alen, const void *b, size_t blen)
-{
-	struct iovec iov[2] = {{(void *)a, alen}, {(void *)b, blen}};
-	ssize_t n = net_conn_writev(io, iov, 2);
-	if (n < 0)
-		return n == -EAGAIN ? -ETIMEDOUT : (int)n;
-	if ((size_t)n < alen) {
-		int rc = net_conn_write_all(io, (const uint8_t *)a + n, alen - (size_t)n);
-		return rc ? rc : net_conn_write_all(io, b, blen);
-	}
-	return net_conn_write_all(io, (const uint8_t *)b + (n - (ssize_t)alen),
-				  blen - (size_t)(n - (ssize_t)alen));
-}
-
 /* Send one chunk: frame header and meta, then the bytes. */
 static int send_chunk(struct stream *s, uint32_t id)
 {
@@ -191,30 +179,9 @@ static int send_chunk(struct stream *s, uint32_t id)
 	int rc = source_get(e, f, &held);
 	if (rc)
 		return rc;
-	const struct xfer_open *src = &held;
 	struct xfer_chunk_meta cm = {
-	    .file = f, .chunk = id - e->first[f], .hash = chunk_hash(e, id, src->buf)};
-	uint8_t head[XFER_HDR_LEN + XFER_CHUNK_LEN];
-	xfer_hdr_encode(head, XFER_CHUNK, XFER_CHUNK_LEN, len);
-	xfer_chunk_encode(head + XFER_HDR_LEN, &cm);
-	if (s->io.ssl) { /* TLS encrypts in user space: plain writes */
-		rc = net_conn_write_all(&s->io, head, sizeof(head));
-		if (!rc)
-			rc = net_conn_write_all(&s->io, src->buf + off, len);
-	} else if ((src->small && src->buf == src->small) || (src->fd < 0 && len < NET_ZC_MIN)) {
-		/* a small file (read into a buffer the set reuses: never zero-copy) or buffer:
-		 * frame and bytes in one write */
-		rc = write_two(&s->io, head, sizeof(head), src->buf + off, len);
-	} else {
-		/* the head leaves with the first bytes; a file by sendfile, memory zero-copy */
-		rc = net_zc_send_head(&s->io, head, sizeof(head));
-		if (!rc && src->fd >= 0) {
-			if (!(rc = net_zc_sendfile(&s->io, src->fd, (off_t)off, len)))
-				atomic_fetch_add(&e->zc_bytes, len);
-		} else if (!rc) {
-			rc = net_zc_send(&s->zc, &s->io, src->buf + off, len);
-		}
-	}
+	    .file = f, .chunk = id - e->first[f], .hash = chunk_hash(e, id, held.buf)};
+	rc = s->tp.ops->send_chunk(&s->tp, &cm, &held, off, len);
 	xfer_sources_put(&e->files, f);
 	if (rc)
 		return rc;
@@ -303,7 +270,7 @@ static int read_ack(struct stream *s, const struct unit *u)
 	struct xfer_engine *e = s->e;
 	struct xfer_hdr h;
 	uint8_t meta[XFER_BATCH_ACK_MAX + 300];
-	int rc = xfer_frame_recv(&s->io, &h, meta, sizeof(meta) - 1);
+	int rc = s->tp.ops->complete(&s->tp, &h, meta, sizeof(meta) - 1);
 	if (rc)
 		return rc;
 	if (h.type == XFER_ERR)
@@ -358,6 +325,30 @@ static void batch_fill(struct stream *s, struct unit *u)
 	}
 }
 
+static void stream_close(struct xfer_engine *e, struct net_conn *io);
+
+/* Set up the data path of a stream just connected (transport.h). A transport the receiver
+ * does not offer ends the transfer: dialing again would not change it. */
+static int stream_transport(struct stream *s)
+{
+	struct xfer_engine *e = s->e;
+	net_zc_init(&s->zc, &s->io);
+	s->tp.ops = e->tp_ops;
+	s->tp.io = &s->io;
+	s->tp.zc = &s->zc;
+	s->tp.zc_bytes = &e->zc_bytes;
+	char err[300];
+	int rc = s->tp.ops->connect(&s->tp, e->m.chunk_size, XFER_WINDOW, err, sizeof(err));
+	if (rc) {
+		set_error(e, "transport %s: no data path to the receiver: %s", s->tp.ops->name,
+			  err);
+		xfer_sched_abort(&e->sched, -EPROTO);
+		stream_close(e, &s->io);
+		return -EACCES;
+	}
+	return 0;
+}
+
 static int stream_dial(struct stream *s)
 {
 	struct xfer_engine *e = s->e;
@@ -367,8 +358,7 @@ static int stream_dial(struct stream *s)
 			return -ENOTCONN;
 		s->link = link < e->nlinks ? link : 0;
 		xfer_set_timeout(s->io.fd, (int)e->stall_ms);
-		net_zc_init(&s->zc, &s->io);
-		return 0;
+		return stream_transport(s);
 	}
 	/* a connect gets at least 3 s, so a lost SYN can be sent again (its first retry is at 1 s);
 	 * the stall timeout then bounds every send and receive */
@@ -388,8 +378,7 @@ static int stream_dial(struct stream *s)
 	}
 	if (rc)
 		return rc;
-	net_zc_init(&s->zc, &s->io);
-	return 0;
+	return stream_transport(s);
 }
 
 /* Close a stream's connection: an adopted one goes back to its lender, which closes it. */
@@ -682,7 +671,9 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 	pthread_mutex_init(&e->err_mu, NULL);
 	e->cancel_fd = eventfd(0, EFD_CLOEXEC);
 	e->m = *m;
-	e->batch = m->nfwd == 0; /* a relay sends from its parts: see receiver.c */
+	e->tp_ops = ad ? &xfer_tcp_ops : xfer_transport_pick();
+	/* a relay sends from its parts (see receiver.c); the stand-in moves chunks only */
+	e->batch = m->nfwd == 0 && e->tp_ops == &xfer_tcp_ops;
 	e->t0_ns = clock_now_ns();
 	e->per_link = o->streams ? o->streams : XFER_SEND_STREAMS;
 	e->stall_ms = o->stall_ms ? o->stall_ms : XFER_SEND_STALL_MS;
@@ -1000,6 +991,8 @@ void xfer_engine_free(struct xfer_engine *e)
 			if (e->streams[i].started)
 				pthread_join(e->streams[i].th, NULL);
 			stream_close(e, &e->streams[i].io);
+			if (e->streams[i].tp.ops)
+				e->streams[i].tp.ops->close(&e->streams[i].tp);
 			free(e->streams[i].batch);
 		}
 	}

@@ -36,6 +36,7 @@
 #include "xfer/engine.h"
 #include "xfer/server.h"
 #include "xfer/store.h"
+#include "xfer/transport.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -500,9 +501,10 @@ static void lowat_reset(struct lowat *lw)
  * (most of the receiver's CPU, measured). With <corrupt>, one byte in the middle is flipped
  * before it is hashed (fault injection for tests). 0 with *hash; the read's -errno, *wrote
  * 0; or the write's -errno (-ENOSPC: the disk is full), *wrote 1, with the whole chunk read.
+ * With <mem> (a chunk WRITTEN into the loopback stand-in's region), the bytes come from there.
  */
-static int read_hashed(struct net_conn *c, uint8_t *piece, int fd, uint64_t off, uint32_t len,
-		       int corrupt, uint64_t *hash, int *wrote)
+static int read_hashed(struct net_conn *c, const uint8_t *mem, uint8_t *piece, int fd, uint64_t off,
+		       uint32_t len, int corrupt, uint64_t *hash, int *wrote)
 {
 	XXH3_state_t st;
 	int err = 0; /* a failed write: the rest of the chunk is still read, off the wire */
@@ -511,8 +513,12 @@ static int read_hashed(struct net_conn *c, uint8_t *piece, int fd, uint64_t off,
 	*wrote = 0;
 	for (uint32_t at = 0; at < len;) {
 		uint32_t n = len - at < RX_HASH_PIECE ? len - at : RX_HASH_PIECE;
-		int rc = c->ssl || n < RX_LOWAT_MIN ? net_conn_read_all(c, piece, n)
-						    : read_piece(&lw, piece, n);
+		int rc = 0;
+		if (mem) /* the loopback stand-in's region: copied out before it is hashed */
+			memcpy(piece, mem + at, n);
+		else
+			rc = c->ssl || n < RX_LOWAT_MIN ? net_conn_read_all(c, piece, n)
+							: read_piece(&lw, piece, n);
 		if (rc) {
 			lowat_reset(&lw);
 			return rc;
@@ -536,8 +542,8 @@ static int read_hashed(struct net_conn *c, uint8_t *piece, int fd, uint64_t off,
 }
 
 static int chunk_write(struct xfer_server_conn *c, struct writer *me, struct xfer_store_file *f,
-		       struct xfer_chunk_meta *cm, uint32_t want, struct xfer_ack *a,
-		       const char **why, int *lost)
+		       struct xfer_chunk_meta *cm, uint32_t want, const uint8_t *mem,
+		       struct xfer_ack *a, const char **why, int *lost)
 {
 	struct xfer_server *s = c->srv;
 	struct rx_transfer *rx = c->rx;
@@ -549,7 +555,7 @@ static int chunk_write(struct xfer_server_conn *c, struct writer *me, struct xfe
 		      atomic_fetch_add(&s->corrupt_seq, 1) % s->corrupt_every == 0;
 	if (verified) {
 		/* verified by another transfer of the file: keep its bytes, count its hash */
-		rc = xfer_discard(&c->io, want);
+		rc = mem ? 0 : xfer_discard(&c->io, want);
 		if (rc)
 			*lost = 1;
 		else if (verified < 0) {
@@ -560,7 +566,7 @@ static int chunk_write(struct xfer_server_conn *c, struct writer *me, struct xfe
 			atomic_fetch_add(&s->m_bytes, want);
 			cm->hash = have;
 		}
-	} else if ((rc = read_hashed(&c->io, c->piece, f->part_fd,
+	} else if ((rc = read_hashed(&c->io, mem, c->piece, f->part_fd,
 				     (uint64_t)cm->chunk * f->chunk_size, want, corrupt, &got,
 				     &wrote)) &&
 		   wrote) {
@@ -616,14 +622,20 @@ static int chunk_write(struct xfer_server_conn *c, struct writer *me, struct xfe
 	return rc;
 }
 
+/*
+ * A chunk (CHUNK: <h>'s data follows on the socket; WRITTEN: it lies in <region> at <roff>,
+ * checked against the region before anything is read).
+ */
 static int on_chunk(struct xfer_server_conn *c, const struct xfer_hello *hello, const uint8_t *meta,
-		    const struct xfer_hdr *h)
+		    const struct xfer_hdr *h, const struct xfer_rx_region *region)
 {
 	struct xfer_server *s = c->srv;
 	if (!c->rx)
 		c->rx = transfer_get(s, hello->session);
 	struct rx_transfer *rx = c->rx;
 	struct xfer_chunk_meta cm;
+	uint64_t roff = 0;
+	const uint8_t *mem = NULL;
 	if (!rx) {
 		char why[200] = "no such transfer (the receiver restarted?)";
 		pthread_mutex_lock(&s->mu);
@@ -632,14 +644,19 @@ static int on_chunk(struct xfer_server_conn *c, const struct xfer_hello *hello, 
 		xfer_server_refuse(s, &c->io, why);
 		return -EPROTO;
 	}
-	if (xfer_chunk_decode(meta, h->meta_len, &cm) || cm.file >= rx->m.nfiles ||
-	    cm.chunk >= rx->files[cm.file].nchunks) {
+	if ((region ? xfer_written_decode(meta, h->meta_len, &cm, &roff)
+		    : xfer_chunk_decode(meta, h->meta_len, &cm)) ||
+	    cm.file >= rx->m.nfiles || cm.chunk >= rx->files[cm.file].nchunks) {
 		xfer_server_refuse(s, &c->io, "chunk outside the manifest");
 		return -EPROTO;
 	}
 	struct xfer_store_file *f = &rx->files[cm.file];
 	uint32_t want = xfer_store_chunk_len(f, cm.chunk);
-	if (h->data_len != want) {
+	if (region && xfer_region_bytes(region, roff, want, &mem)) {
+		xfer_server_refuse(s, &c->io, "chunk written outside the region");
+		return -EPROTO;
+	}
+	if (!region && h->data_len != want) {
 		xfer_server_refuse(s, &c->io, "chunk has the wrong length");
 		return -EPROTO;
 	}
@@ -670,7 +687,7 @@ static int on_chunk(struct xfer_server_conn *c, const struct xfer_hello *hello, 
 	}
 	if (!mine) {
 		/* a copy from the end game or a resend: read it off the wire, keep what we have */
-		int drc = xfer_discard(&c->io, want);
+		int drc = mem ? 0 : xfer_discard(&c->io, want);
 		if (drc)
 			return drc;
 		atomic_fetch_add(&s->m_bytes, want);
@@ -683,7 +700,7 @@ static int on_chunk(struct xfer_server_conn *c, const struct xfer_hello *hello, 
 		}
 	} else {
 		int lost = 0;
-		rc = chunk_write(c, &me, f, &cm, want, &a, &why, &lost);
+		rc = chunk_write(c, &me, f, &cm, want, mem, &a, &why, &lost);
 		if (lost)
 			return rc;
 	}
@@ -996,11 +1013,32 @@ static int on_finish(struct xfer_server_conn *c, const struct xfer_hello *hello,
 	return xfer_frame_send(&c->io, XFER_DONE, NULL, 0);
 }
 
+/* REGION: register a region for this connection's chunks and advertise it (post_recv), when
+ * this receiver offers the loopback stand-in; refused otherwise, as an unknown message is. */
+static int on_region(struct xfer_server_conn *c, struct xfer_rx_region *r, const uint8_t *meta,
+		     uint32_t len)
+{
+	struct xfer_server *s = c->srv;
+	struct xfer_region adv;
+	uint8_t out[XFER_REGION_LEN];
+	if (!xfer_region_offered() || c->io.ssl) {
+		xfer_server_refuse(s, &c->io, "unexpected message");
+		return -EPROTO;
+	}
+	if (len != XFER_REGION_ASK_LEN || xfer_region_post(r, wire_get64(meta), &adv)) {
+		xfer_server_refuse(s, &c->io, "cannot register a region of that size");
+		return -EPROTO;
+	}
+	xfer_region_encode(out, &adv);
+	return xfer_frame_send(&c->io, XFER_REGION, out, sizeof(out));
+}
+
 void xfer_receiver_loop(struct xfer_server_conn *c, const struct xfer_hello *hello)
 {
 	struct xfer_server *s = c->srv;
 	int rc = 0;
 	uint8_t small[XFER_BATCH_META_MAX]; /* a BATCH's meta fits: no allocation per batch */
+	struct xfer_rx_region region = {.fd = -1};
 	while (rc == 0) {
 		struct xfer_hdr h;
 		uint8_t *meta = NULL;
@@ -1015,8 +1053,22 @@ void xfer_receiver_loop(struct xfer_server_conn *c, const struct xfer_hello *hel
 			if (!c->piece && !(c->piece = malloc(RX_HASH_PIECE)))
 				rc = -ENOMEM;
 			else
-				rc = h.meta_len == XFER_CHUNK_LEN ? on_chunk(c, hello, meta, &h)
-								  : -EPROTO;
+				rc = h.meta_len == XFER_CHUNK_LEN
+					 ? on_chunk(c, hello, meta, &h, NULL)
+					 : -EPROTO;
+			break;
+		case XFER_REGION: /* the loopback stand-in (transport.h), when offered */
+			rc = on_region(c, &region, meta, h.meta_len);
+			break;
+		case XFER_WRITTEN:
+			if (!region.map) {
+				xfer_server_refuse(s, &c->io, "chunk written before a region");
+				rc = -EPROTO;
+			} else if (!c->piece && !(c->piece = malloc(RX_HASH_PIECE))) {
+				rc = -ENOMEM;
+			} else {
+				rc = on_chunk(c, hello, meta, &h, &region);
+			}
 			break;
 		case XFER_BATCH:
 			rc = on_batch(c, hello, meta, &h);
@@ -1039,6 +1091,7 @@ void xfer_receiver_loop(struct xfer_server_conn *c, const struct xfer_hello *hel
 		if (meta != small)
 			free(meta);
 	}
+	xfer_region_close(&region);
 	free(c->piece);
 	free(c->batch);
 	c->piece = c->batch = NULL;

@@ -584,3 +584,38 @@ int xfer_finish_decode(const uint8_t *in, size_t len, uint32_t nfiles, const uin
 	*hashes = in;
 	return 0;
 }
+
+size_t xfer_region_encode(uint8_t *out, const struct xfer_region *r)
+{
+	wire_put64(out, r->key);
+	wire_put64(out + 8, r->len);
+	wire_put32(out + 16, r->pid);
+	wire_put32(out + 20, r->fd);
+	return XFER_REGION_LEN;
+}
+
+int xfer_region_decode(const uint8_t *in, size_t len, struct xfer_region *out)
+{
+	if (len != XFER_REGION_LEN)
+		return -EPROTO;
+	out->key = wire_get64(in);
+	out->len = wire_get64(in + 8);
+	out->pid = wire_get32(in + 16);
+	out->fd = wire_get32(in + 20);
+	return 0;
+}
+
+size_t xfer_written_encode(uint8_t *out, const struct xfer_chunk_meta *c, uint64_t off)
+{
+	xfer_chunk_encode(out, c);
+	wire_put64(out + XFER_CHUNK_LEN, off);
+	return XFER_WRITTEN_LEN;
+}
+
+int xfer_written_decode(const uint8_t *in, size_t len, struct xfer_chunk_meta *c, uint64_t *off)
+{
+	if (len != XFER_WRITTEN_LEN || xfer_chunk_decode(in, XFER_CHUNK_LEN, c))
+		return -EPROTO;
+	*off = wire_get64(in + XFER_CHUNK_LEN);
+	return 0;
+}

@@ -49,6 +49,8 @@ enum xfer_type {
 	XFER_GET,	    /* puller: the names it wants (then the server sends as above) */
 	XFER_BATCH,	    /* sender: several small files whole; data = their bytes in order */
 	XFER_BATCH_ACK,	    /* receiver: per file of a BATCH, its status */
+	XFER_REGION,	    /* loopback stand-in (transport.h): sender asks, receiver advertises */
+	XFER_WRITTEN,	    /* loopback stand-in: a chunk written into the receiver's region */
 	XFER_TYPE_MAX,
 };
 
@@ -175,6 +177,24 @@ int xfer_batch_decode(const uint8_t *in, size_t len, uint32_t data_len, struct x
  * b->status, 0 or -EPROTO. */
 size_t xfer_batch_ack_encode(uint8_t *out, const struct xfer_batch *b);
 int xfer_batch_ack_decode(const uint8_t *in, size_t len, struct xfer_batch *b);
+/*
+ * The loopback stand-in's frames (transport.h; a test transport, off unless both ends are told).
+ * REGION from the sender: u64 bytes wanted. REGION from the receiver: u64 key, u64 len, u32 pid,
+ * u32 fd: the region it registered (a sealed memfd named after the key, held open as <fd> by
+ * process <pid>). WRITTEN: a CHUNK's meta, then u64 offset: the chunk's bytes lie in the region
+ * at that offset (no data part). decode 0, or -EPROTO.
+ */
+struct xfer_region {
+	uint64_t key, len;
+	uint32_t pid, fd;
+};
+#define XFER_REGION_ASK_LEN 8
+#define XFER_REGION_LEN 24
+#define XFER_WRITTEN_LEN (XFER_CHUNK_LEN + 8)
+size_t xfer_region_encode(uint8_t *out, const struct xfer_region *r);
+int xfer_region_decode(const uint8_t *in, size_t len, struct xfer_region *out);
+size_t xfer_written_encode(uint8_t *out, const struct xfer_chunk_meta *c, uint64_t off);
+int xfer_written_decode(const uint8_t *in, size_t len, struct xfer_chunk_meta *c, uint64_t *off);
 /* OK: empty (*has = 0), or the server's proof of the token (*has = 1); else -EPROTO. */
 int xfer_ok_decode(const uint8_t *in, size_t len, uint8_t proof[XFER_MAC_LEN], int *has);
 

@@ -2,7 +2,8 @@
  * fuzz_xfer_wire.c - libFuzzer target: the xfer wire parsers on any bytes (a frame header,
  * then the rest as every kind of meta: HELLO, CHUNK, ACK, OK, CHALLENGE, ERR, GET and its name
  * list, FINISH, the plain preamble, MANIFEST, NEED against a manifest that decodes, BATCH
- * with a data length from the input, and BATCH_ACK against the batch). A manifest that decodes
+ * with a data length from the input, BATCH_ACK against the batch, and the loopback stand-in's
+ * REGION and WRITTEN, which must encode back to themselves). A manifest that decodes
  * must encode back to the same bytes, a BATCH that decodes too, with its lengths adding up, every
  * path in it and every name of a GET must pass the path check, and a NEED that decodes must encode
  * back to itself.
@@ -81,6 +82,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	(void)xfer_hello_decode(data, size, &hello);
 	(void)xfer_chunk_decode(data, size, &cm);
 	(void)xfer_ack_decode(data, size, &ack);
+	/* the loopback stand-in's REGION and WRITTEN round-trip */
+	struct xfer_region rg;
+	uint8_t renc[XFER_REGION_LEN > XFER_WRITTEN_LEN ? XFER_REGION_LEN : XFER_WRITTEN_LEN];
+	if (xfer_region_decode(data, size, &rg) == 0 &&
+	    (xfer_region_encode(renc, &rg) != size || memcmp(renc, data, size)))
+		abort();
+	uint64_t roff;
+	if (xfer_written_decode(data, size, &cm, &roff) == 0 &&
+	    (xfer_written_encode(renc, &cm, roff) != size || memcmp(renc, data, size)))
+		abort();
 	uint8_t proof[XFER_MAC_LEN];
 	int has;
 	if (xfer_ok_decode(data, size, proof, &has) == 0 && has != (size != 0))

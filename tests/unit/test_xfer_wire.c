@@ -14,6 +14,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "xfer/transport.h"
 #include "xfer/wire.h"
 
 static void header_checks(void **state)
@@ -298,6 +299,44 @@ static void batch_round_trip_and_limits(void **state)
 	assert_int_equal(xfer_hdr_decode(h, &hd), -EPROTO);
 }
 
+/* The loopback stand-in: REGION and WRITTEN round-trip and refuse other lengths; a region's
+ * bytes are handed out only inside it, whatever offset and length are asked. */
+static void region_round_trip_and_bounds(void **state)
+{
+	(void)state;
+	uint8_t buf[XFER_WRITTEN_LEN + 1];
+	struct xfer_region r = {.key = 0x1122334455667788ull, .len = 12288, .pid = 7, .fd = 9}, r2;
+	assert_int_equal(xfer_region_encode(buf, &r), XFER_REGION_LEN);
+	assert_int_equal(xfer_region_decode(buf, XFER_REGION_LEN, &r2), 0);
+	assert_memory_equal(&r, &r2, sizeof(r));
+	assert_int_equal(xfer_region_decode(buf, XFER_REGION_LEN - 1, &r2), -EPROTO);
+	struct xfer_chunk_meta cm = {.file = 3, .chunk = 4, .hash = 5}, cm2;
+	uint64_t off;
+	assert_int_equal(xfer_written_encode(buf, &cm, 8192), XFER_WRITTEN_LEN);
+	assert_int_equal(xfer_written_decode(buf, XFER_WRITTEN_LEN, &cm2, &off), 0);
+	assert_true(cm2.file == 3 && cm2.chunk == 4 && cm2.hash == 5 && off == 8192);
+	assert_int_equal(xfer_written_decode(buf, XFER_WRITTEN_LEN + 1, &cm2, &off), -EPROTO);
+	assert_int_equal(xfer_written_decode(buf, XFER_CHUNK_LEN, &cm2, &off), -EPROTO);
+
+	struct xfer_rx_region rx = {.fd = -1};
+	const uint8_t *bytes;
+	assert_int_equal(xfer_region_bytes(&rx, 0, 1, &bytes), -EPROTO); /* none posted */
+	assert_int_equal(xfer_region_post(&rx, 0, &r), -EINVAL);
+	assert_int_equal(xfer_region_post(&rx, XFER_REGION_MAX + 1, &r), -EINVAL);
+	assert_int_equal(xfer_region_post(&rx, 12288, &r), 0);
+	assert_true(r.len == 12288 && r.key == rx.key && (int)r.fd == rx.fd);
+	assert_int_equal(xfer_region_bytes(&rx, 0, 12288, &bytes), 0);
+	assert_ptr_equal(bytes, rx.map);
+	assert_int_equal(xfer_region_bytes(&rx, 8192, 4096, &bytes), 0);
+	assert_int_equal(xfer_region_bytes(&rx, 8193, 4096, &bytes), -EPROTO);
+	assert_int_equal(xfer_region_bytes(&rx, 12288, 1, &bytes), -EPROTO);
+	assert_int_equal(xfer_region_bytes(&rx, UINT64_MAX, 4096, &bytes), -EPROTO);
+	assert_int_equal(xfer_region_bytes(&rx, UINT64_MAX - 100, UINT32_MAX, &bytes), -EPROTO);
+	xfer_region_close(&rx);
+	assert_int_equal(rx.fd, -1);
+	assert_int_equal(xfer_region_bytes(&rx, 0, 1, &bytes), -EPROTO);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -311,6 +350,7 @@ int main(void)
 	    cmocka_unit_test(need_round_trip),
 	    cmocka_unit_test(small_messages),
 	    cmocka_unit_test(batch_round_trip_and_limits),
+	    cmocka_unit_test(region_round_trip_and_bounds),
 	};
 	return cmocka_run_group_tests_name("xfer wire", tests, NULL, NULL);
 }
