@@ -175,40 +175,10 @@ def test_token_index_predicts_the_hits_the_engines_report(env):
         assert int(m.group(1)) <= 1024, hdrs["x-accelnet-llm"]  # LLM_MAX_BLOCKS
 
 
-def test_a_prompt_past_body_max_bytes_is_keyed_on_its_tokens(env):
-    """Review 8: a request of a model with a tokenizer was tokenized only when its whole body
-    fit in hash.body_max_bytes (16 KiB by default): a longer prompt, where a cache matters
-    most, was keyed on blocks of bytes, which no token block an engine reports (nor one the
-    index learned) ever matches, and "only the start of a long prompt is tokenized" never
-    ran. The body is in memory whole (the strict view read it): its prompt is tokenized up
-    to the blocks the index reads. The tiny tokenizer gives a token per byte here."""
-    from test_tokenize import _tiny
-    tok = env.write("tokenizer.json", json.dumps(_tiny()))
-    sim = env.sim("s0", latency_ms=1, jitter=0, tokens=1, token_ms=0)
-    px = env.proxy(f"models:\n  tiny: {{tokenizer: {tok}, block_size: 4}}\n"
-                   "pools:\n  - name: gpu\n    balance: llm\n    llm: {explain: true}\n"
-                   f"    backends:\n      - {{address: 127.0.0.1:{sim.port}}}\n", workers=1)
-
-    def blocks(prompt):
-        st, hdrs, data = request(px.port, "POST", "/v1/completions",
-                                 json.dumps({"model": "tiny", "max_tokens": 1,
-                                             "prompt": prompt}),
-                                 {"Content-Type": "application/json"})
-        assert st == 200, (st, data)
-        return int(re.search(r";blocks=(\d+)", hdrs["x-accelnet-llm"][0]).group(1))
-
-    assert blocks("hello world " * 10) == 30  # 120 tokens (bytes: under one 256-byte block)
-    # 24,000 tokens: the first 1,024 blocks (LLM_MAX_BLOCKS), not 63 blocks of 256 bytes
-    assert blocks("hello world " * 2000) == 1024
-    # past what is tokenized (8 bytes a token of those blocks): cut, its last block dropped
-    assert blocks("hello world " * 4000) == 1023
-    assert px.poll() is None
-
-
-def test_a_prompt_of_token_ids_is_keyed_on_the_ids_as_given(env):
-    """A completion's prompt given as token ids (a list, as vLLM takes it) is keyed on those
-    ids: the blocks of the same text's ids, so a text and its ids share a cache, and a list
-    that is not one prompt's ids (several prompts) is keyed on bytes as before."""
+def _tiny_proxy(env):
+    """A balance: llm proxy (explain on) of model "tiny" (the tiny tokenizer: a token a byte,
+    blocks of 4) before one simulator: (tokenizer path, proxy, ask), ask(prompt) sending a
+    completion of that prompt and giving its X-Accelnet-Llm."""
     from test_tokenize import _tiny
     tok = env.write("tokenizer.json", json.dumps(_tiny()))
     sim = env.sim("s0", latency_ms=1, jitter=0, tokens=1, token_ms=0)
@@ -223,7 +193,34 @@ def test_a_prompt_of_token_ids_is_keyed_on_the_ids_as_given(env):
                                  {"Content-Type": "application/json"})
         assert st == 200, (st, data)
         return hdrs["x-accelnet-llm"][0]
+    return tok, px, ask
 
+
+def test_a_prompt_past_body_max_bytes_is_keyed_on_its_tokens(env):
+    """Review 8: a request of a model with a tokenizer was tokenized only when its whole body
+    fit in hash.body_max_bytes (16 KiB by default): a longer prompt, where a cache matters
+    most, was keyed on blocks of bytes, which no token block an engine reports (nor one the
+    index learned) ever matches, and "only the start of a long prompt is tokenized" never
+    ran. The body is in memory whole (the strict view read it): its prompt is tokenized up
+    to the blocks the index reads. The tiny tokenizer gives a token per byte here."""
+    _, px, ask = _tiny_proxy(env)
+
+    def blocks(prompt):
+        return int(re.search(r";blocks=(\d+)", ask(prompt)).group(1))
+
+    assert blocks("hello world " * 10) == 30  # 120 tokens (bytes: under one 256-byte block)
+    # 24,000 tokens: the first 1,024 blocks (LLM_MAX_BLOCKS), not 63 blocks of 256 bytes
+    assert blocks("hello world " * 2000) == 1024
+    # past what is tokenized (8 bytes a token of those blocks): cut, its last block dropped
+    assert blocks("hello world " * 4000) == 1023
+    assert px.poll() is None
+
+
+def test_a_prompt_of_token_ids_is_keyed_on_the_ids_as_given(env):
+    """A completion's prompt given as token ids (a list, as vLLM takes it) is keyed on those
+    ids: the blocks of the same text's ids, so a text and its ids share a cache, and a list
+    that is not one prompt's ids (several prompts) is keyed on bytes as before."""
+    tok, px, ask = _tiny_proxy(env)
     text = "hello world " * 10  # 120 tokens of the tiny tokenizer: 30 blocks of 4
     r = subprocess.run([BIN, "tokenize", "--tokenizer", tok, text], capture_output=True,
                        text=True, timeout=30)
