@@ -317,7 +317,7 @@ int cmd_tokenize(int argc, char **argv)
 			rc = 1;
 			goto fail;
 		}
-		if ((r = chat_load(cfg, &own_chat, err, sizeof(err)))) {
+		if ((r = chat_load(cfg, NULL, &own_chat, err, sizeof(err)))) {
 			fprintf(stderr, "accelnet tokenize: %s\n", err);
 			rc = r == -EINVAL || r == -ENOTSUP ? 2 : 1;
 			goto fail;

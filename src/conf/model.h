@@ -306,6 +306,7 @@ struct conf_rate_limit {
 struct conf_tokmodel {
 	char *name;
 	char *tokenizer, *chat_template; /* paths; chat_template NULL: beside the tokenizer */
+	char *chat_format;		 /* a format by name; NULL: known by the template */
 	unsigned block_size;		 /* tokens per KV-cache block */
 	struct tokmodel *tm;		 /* loaded; NULL only while the config is read */
 };

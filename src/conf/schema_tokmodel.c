@@ -21,6 +21,7 @@
 const struct rule schema_tokmodel_rules[] = {
     {"tokenizer", RULE_STR, offsetof(struct conf_tokmodel, tokenizer), 0, 0, NULL, NULL},
     {"chat_template", RULE_STR, offsetof(struct conf_tokmodel, chat_template), 0, 0, NULL, NULL},
+    {"chat_format", RULE_STR, offsetof(struct conf_tokmodel, chat_format), 0, 0, NULL, NULL},
     {"block_size", RULE_UINT, offsetof(struct conf_tokmodel, block_size), 1, TOKMODEL_BLOCK_MAX,
      NULL, NULL},
     RULES_END,
@@ -33,6 +34,7 @@ void schema_tokmodels_free(struct conf *c)
 		free(m->name);
 		free(m->tokenizer);
 		free(m->chat_template);
+		free(m->chat_format);
 		tokmodel_free(m->tm);
 		free(m->tm);
 	}
@@ -51,14 +53,20 @@ static int load(struct rules_ctx *x, yaml_node_t *entry, struct conf_tokmodel *m
 				  m->name);
 	if (!(m->tm = calloc(1, sizeof(*m->tm))))
 		return rules_fail(x, entry, "out of memory");
-	if (tokmodel_load(m->tokenizer, m->chat_template, m->block_size, m->tm, err, sizeof(err)) <
-	    0) {
+	if (tokmodel_load(m->tokenizer, m->chat_template, m->chat_format, m->block_size, m->tm, err,
+			  sizeof(err)) < 0) {
 		yaml_node_t *ct = rules_value_of(x, entry, "chat_template");
+		yaml_node_t *cf = rules_value_of(x, entry, "chat_format");
 		free(m->tm);
 		m->tm = NULL;
-		/* a message naming the template file is the template key's */
+		/* a message naming the template file is the template key's, chat_format's its */
 		int at_chat = ct && m->chat_template && strstr(err, m->chat_template) == err;
-		return rules_fail(x, at_chat ? ct : tk, "models: %s: %s", m->name, err);
+		int at_format = cf && !strncmp(err, "chat_format:", 12);
+		return rules_fail(x,
+				  at_format ? cf
+				  : at_chat ? ct
+					    : tk,
+				  "models: %s: %s", m->name, err);
 	}
 	if (m->tm->chat_skipped[0])
 		log_warn("models: %s: %s; its chat requests are keyed on the prompt's bytes (the "

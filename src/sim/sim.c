@@ -1056,7 +1056,7 @@ static int sim_start_blocks(struct sim *s)
 			return -EINVAL;
 		if (!(s->tm = calloc(1, sizeof(*s->tm))))
 			return -ENOMEM;
-		if ((err = tokmodel_load(o->tokenizer, NULL, o->block_size, s->tm, msg,
+		if ((err = tokmodel_load(o->tokenizer, NULL, NULL, o->block_size, s->tm, msg,
 					 sizeof(msg))) < 0) {
 			free(s->tm);
 			s->tm = NULL;

@@ -61,7 +61,7 @@ static const struct {
     {0x6d23022eb1773ed6ull, 1532, CHAT_GEMMA3, "gemma3", NEEDS_BOS},
 };
 
-int chat_load(const char *path, struct chat *c, char *err, size_t errlen)
+int chat_load(const char *path, const char *format, struct chat *c, char *err, size_t errlen)
 {
 	json_error_t je;
 	/* model_max_length is often 1e30 written as an integer: read integers as reals */
@@ -83,6 +83,21 @@ int chat_load(const char *path, struct chat *c, char *err, size_t errlen)
 		bos = json_object_get(bos, "content");
 	if (json_is_object(eos))
 		eos = json_object_get(eos, "content");
+	if (format) { /* chosen by name: the template's text is not compared */
+		for (k = 0; k < sizeof(known) / sizeof(known[0]); k++) {
+			if (!strcmp(known[k].name, format))
+				break;
+			used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%s",
+						 k ? ", " : "", known[k].name);
+		}
+		if (k == sizeof(known) / sizeof(known[0])) {
+			snprintf(err, errlen,
+				 "chat_format: '%s' is not one accelnet renders; known: %s", format,
+				 names);
+			goto fail;
+		}
+		goto found;
+	}
 	if (!json_is_string(tpl)) {
 		snprintf(err, errlen, "%s: chat_template: %s", path,
 			 tpl ? "not one string (a list of named templates is not supported)"
@@ -105,6 +120,7 @@ int chat_load(const char *path, struct chat *c, char *err, size_t errlen)
 		r = -ENOTSUP;
 		goto fail;
 	}
+found:
 	c->format = known[k].format;
 	if (((known[k].needs & NEEDS_BOS) &&
 	     (!json_is_string(bos) || json_string_length(bos) >= sizeof(c->bos))) ||

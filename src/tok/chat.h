@@ -35,9 +35,11 @@ struct chat {
  * The format of the tokenizer_config.json at <path>: 0, or -errno with a message naming the
  * file and the field in err: -ENOTSUP for a file with no chat_template or one accelnet does
  * not know, -EINVAL for a file that is not JSON or a known template's bos_token or eos_token
- * that is not a string, -ENOENT for no such file.
+ * that is not a string, -ENOENT for no such file. <format> (NULL: by the template) names the
+ * format instead (the names the "known:" list gives): the template's text is then not read,
+ * only the file's bos_token and eos_token; a name accelnet does not render is -EINVAL.
  */
-int chat_load(const char *path, struct chat *c, char *err, size_t errlen);
+int chat_load(const char *path, const char *format, struct chat *c, char *err, size_t errlen);
 
 /*
  * The prompt for <messages> (a JSON array of objects with a string role and a string content)

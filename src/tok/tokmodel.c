@@ -14,8 +14,8 @@
 
 static _Atomic uint64_t serials;
 
-int tokmodel_load(const char *tokenizer, const char *chat_template, unsigned block_size,
-		  struct tokmodel *m, char *err, size_t errlen)
+int tokmodel_load(const char *tokenizer, const char *chat_template, const char *chat_format,
+		  unsigned block_size, struct tokmodel *m, char *err, size_t errlen)
 {
 	char beside[4096];
 	memset(m, 0, sizeof(*m));
@@ -30,8 +30,16 @@ int tokmodel_load(const char *tokenizer, const char *chat_template, unsigned blo
 		if (n > 0 && (size_t)n < sizeof(beside) && access(beside, F_OK) == 0)
 			chat_template = beside;
 	}
+	if (chat_format && !chat_template) {
+		snprintf(err, errlen,
+			 "chat_format: needs a tokenizer_config.json (chat_template: PATH, or one "
+			 "beside the tokenizer) for the tokens the format writes");
+		rc = -EINVAL;
+		goto fail;
+	}
 	if (chat_template) {
-		rc = chat_load(chat_template, &m->chat, m->chat_skipped, sizeof(m->chat_skipped));
+		rc = chat_load(chat_template, chat_format, &m->chat, m->chat_skipped,
+			       sizeof(m->chat_skipped));
 		if (rc < 0 && rc != -ENOTSUP) {
 			snprintf(err, errlen, "%s", m->chat_skipped);
 			goto fail;

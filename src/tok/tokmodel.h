@@ -41,9 +41,11 @@ struct tokmodel {
  * field in err (tokjson_load(), chat_load()); on failure *m holds nothing. A template with no
  * chat_template accelnet knows (chat_load()'s -ENOTSUP) is no failure: the model has no chat
  * format (has_chat 0) and m->chat_skipped says why, for the caller to tell the operator.
+ * <chat_format> (NULL: by the template) chooses the format by name (chat_load()); it needs
+ * the tokenizer_config.json all the same, for the tokens the format writes.
  */
-int tokmodel_load(const char *tokenizer, const char *chat_template, unsigned block_size,
-		  struct tokmodel *m, char *err, size_t errlen);
+int tokmodel_load(const char *tokenizer, const char *chat_template, const char *chat_format,
+		  unsigned block_size, struct tokmodel *m, char *err, size_t errlen);
 void tokmodel_free(struct tokmodel *m);
 
 /* The hash of the block of ids[0..block_size) that follows the block named <prev>. */

@@ -725,6 +725,20 @@ def test_tokenize_models_config(env):
         r = run("tokenize", "--model", "tiny", "--config", conf, "--chat", "[]")
         assert r.returncode == 2 and "no chat template: " in r.stderr \
             and "not one accelnet knows" in r.stderr, r
+    # chat_format chooses a format by name (the template's text is not compared): the file's
+    # bos_token is what it takes from it; a name accelnet does not render is refused there
+    with open(unknown, "w") as f:
+        json.dump({"chat_template": "{{ messages }} a revision", "bos_token": "<s>"}, f)
+    write(f"  tiny: {{tokenizer: {good}, chat_format: llama3}}\n")
+    r = run("check", "-c", conf)
+    assert r.returncode == 0 and "chat_template" not in r.stderr, r
+    hi = '[{"role": "user", "content": "ab"}]'
+    r = run("tokenize", "--model", "tiny", "--config", conf, "--chat", hi)
+    assert r.returncode == 0 and r.stdout.split()[0] == "258", r  # the BOS, then the turn
+    write(f"  tiny: {{tokenizer: {good}, chat_format: llama9}}\n")
+    r = run("check", "-c", conf)
+    assert r.returncode == 2 and f"{conf}:4:" in r.stderr \
+        and "chat_format: 'llama9' is not one accelnet renders; known: llama3" in r.stderr, r
 
 
 def _spm_model(env):
