@@ -298,6 +298,8 @@ int h2resp_field(struct h2resp *r, char *p, size_t cap, const char *name, size_t
 			r->trailers = 1;
 		}
 	} else if (nlen == 14 && !memcmp(name, "content-length", 14)) {
+		if (r->grpc_web) /* the trailer message makes the body longer: it goes chunked */
+			return 0;
 		r->has_cl = 1;
 	}
 	int k = h2head_trailer_line(p + pre, cap - (size_t)pre, name, nlen, value, vlen);
