@@ -233,18 +233,27 @@ static int put_at(char *p, size_t cap, const char *s, size_t n)
 	return (int)n;
 }
 
+/* Room in gRPC-Web's trailer message that only grpc-status may take ("grpc-status: N\r\n"
+ * as h2head_trailer_line() writes it, before its space goes), so a backend's long metadata
+ * ahead of it never pushes out the one field a client must have. */
+#define WEB_STATUS_ROOM 32
+
 /* A trailer field joins gRPC-Web's trailer message (r->web), if it may cross and fits. */
 static int web_trailer(struct h2resp *r, const char *name, size_t nlen, const char *value,
 		       size_t vlen)
 {
 	if (!chunked(r) || !h2head_trailer_ok(name, nlen))
 		return 0;
-	int k = h2head_trailer_line(r->web + r->web_len, sizeof(r->web) - r->web_len, name, nlen,
-				    value, vlen);
+	int status = nlen == 11 && !memcmp(name, "grpc-status", 11);
+	size_t room = sizeof(r->web) - r->web_len;
+	if (!status && !r->web_status)
+		room = room > WEB_STATUS_ROOM ? room - WEB_STATUS_ROOM : 0;
+	int k = h2head_trailer_line(r->web + r->web_len, room, name, nlen, value, vlen);
 	if (k > 0) { /* "name:value" (RFC 9110's field line without the space) */
 		memmove(r->web + r->web_len + nlen + 1, r->web + r->web_len + nlen + 2,
 			(size_t)k - nlen - 2);
 		r->web_len = (uint16_t)(r->web_len + k - 1);
+		r->web_status |= (unsigned)status;
 	}
 	r->trailers = 1;
 	return 0;
@@ -289,6 +298,8 @@ int h2resp_field(struct h2resp *r, char *p, size_t cap, const char *name, size_t
 			r->trailers = 1;
 		}
 	} else if (nlen == 14 && !memcmp(name, "content-length", 14)) {
+		if (r->grpc_web) /* the trailer message makes the body longer: it goes chunked */
+			return 0;
 		r->has_cl = 1;
 	}
 	int k = h2head_trailer_line(p + pre, cap - (size_t)pre, name, nlen, value, vlen);

@@ -103,8 +103,10 @@ struct h2resp {
 	 * content-type application/grpc... becomes application/grpc-web..., and its trailers the
 	 * body's last message (flag 0x80, a 4-byte length, "name:value\r\n" lines) written at
 	 * h2resp_end(), where a chunked body has its trailer section; fields past
-	 * H2RESP_WEB_TRAILERS are dropped */
+	 * H2RESP_WEB_TRAILERS are dropped, room kept for grpc-status whenever it comes; the
+	 * backend's content-length is dropped too (the body goes chunked: that message grows it) */
 	unsigned grpc_web : 1;
+	unsigned web_status : 1; /* grpc-status is in web[] */
 	uint16_t web_len;
 	char web[H2RESP_WEB_TRAILERS];
 };

@@ -1253,9 +1253,11 @@ static enum run codec_interim(struct exchange *x, const struct http_head *h, siz
 /*
  * The backend's 101 <h> (its first <len> bytes in up->in) to an extended CONNECT: the stream's
  * 200 with the backend's fields (Sec-WebSocket-Protocol, -Extensions ...) but the hop-by-hop
- * ones and Sec-WebSocket-Accept, which the proxy checks against the key it sent, since its
- * client cannot; then DATA both ways (tunnel_pass, read_tunnel). A 101 to anything else, or
- * with a wrong answer, is a malformed response (502), as over HTTP/1.1.
+ * ones, Content-Length (no 2xx to a CONNECT has one, RFC 9110 9.3.6: the client would take
+ * the tunnel's bytes for a body past its length) and Sec-WebSocket-Accept, which the proxy
+ * checks against the key it sent, since its client cannot; then DATA both ways (tunnel_pass,
+ * read_tunnel). A 101 to anything else, or with a wrong answer, is a malformed response (502), as
+ * over HTTP/1.1.
  */
 static enum run codec_upgrade(struct exchange *x, const struct http_head *h, size_t len)
 {
@@ -1274,7 +1276,8 @@ static enum run codec_upgrade(struct exchange *x, const struct http_head *h, siz
 	for (size_t i = 0; i < n; i++) {
 		const char *nm = (const char *)nv[i].name;
 		if ((nv[i].namelen == 20 && !memcmp(nm, "sec-websocket-accept", 20)) ||
-		    (nv[i].namelen == 12 && !memcmp(nm, "x-request-id", 12)))
+		    (nv[i].namelen == 12 && !memcmp(nm, "x-request-id", 12)) ||
+		    (nv[i].namelen == 14 && !memcmp(nm, "content-length", 14)))
 			continue;
 		keep[k++] = nv[i];
 	}

@@ -712,9 +712,11 @@ int xfer_store_sweep(int dirfd, uint64_t max_age_s, unsigned *removed)
 		size_t n = strlen(de->d_name);
 		struct stat st;
 		if (n == TMP_NAME_LEN && !strcmp(de->d_name + n - 4, ".tmp")) {
-			/* a batched file whose writer was killed before its rename */
+			/* a batched file whose writer was killed before its rename; judged by its
+			 * ctime, since its mtime is the sender's (futimens) before the rename: a
+			 * live writer's copy from an old source must not go under its rename */
 			if (fstatat(sd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-			    (uint64_t)(now - st.st_mtime) > max_age_s &&
+			    (uint64_t)(now - st.st_ctime) > max_age_s &&
 			    unlinkat(sd, de->d_name, 0) == 0)
 				(*removed)++;
 			continue;

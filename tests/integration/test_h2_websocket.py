@@ -11,9 +11,10 @@ import h2.config
 import h2.connection
 import h2.settings
 
-from harness import BIN, ScriptedBackend, free_port, pool_yaml, read_all, wait_until
+from harness import BIN, ScriptedBackend, free_port, pool_yaml, read_all, read_until, wait_until
 from test_h2 import H2Client
-from test_websocket import RawWsBackend, WsBackend, _metric, _samples, flooding_backend
+from test_websocket import (RawWsBackend, WsBackend, _metric, _samples, flooding_backend,
+                            ws_accept)
 
 WS_HEADERS = [(":protocol", "websocket"), ("sec-websocket-version", "13")]
 
@@ -300,3 +301,32 @@ def test_h2_websocket_max_tunnels_answers_503(env):
     c.conn.reset_stream(third, error_code=8)  # (the backend's server then stops at once)
     c.flush()
     wait_until(lambda: _samples(px)[("accelnet_tunnels_open", ())] == 0, "the tunnel counted out")
+
+
+def test_h2_websocket_a_101_with_content_length_is_no_body(env):
+    # a backend's 101 saying Content-Length: 0: the client's 200 must not say it (no 2xx to a
+    # CONNECT has a length, RFC 9110 9.3.6), or it reads the tunnel's bytes as a body too long
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    env.on_cleanup.append(srv.close)
+
+    def serve():
+        conn, _ = srv.accept()
+        with conn:
+            head = read_until(conn, lambda b: b"\r\n\r\n" in b)
+            conn.sendall(ws_accept(head)[:-2] + b"Content-Length: 0\r\n\r\nhello")
+            conn.shutdown(socket.SHUT_WR)
+            read_all(conn)
+    threading.Thread(target=serve, daemon=True).start()
+    px = _proxy(env, srv.getsockname()[1])
+    c = H2Client(px.port)
+    env.on_cleanup.append(c.close)
+    sid = _open(c)  # (before: h2 refused the DATA past content-length 0)
+    assert c.status[sid] == 200 and "content-length" not in c.headers[sid], c.headers[sid]
+    c.wait(lambda: sid in c.ended or sid in c.reset)
+    assert c.body.get(sid) == b"hello" and sid not in c.reset, (c.body, c.reset)
+    c.conn.end_stream(sid)  # our side too: the tunnel is closed (no drain at the proxy's stop)
+    c.flush()
+    wait_until(lambda: _metric(px, "accelnet_tunnels_closed_total", reason="closed") == 1,
+               "the tunnel counted closed")

@@ -132,6 +132,61 @@ static void test_response_as_grpc_web(void **state)
 	assert_memory_equal(out, want, n);
 }
 
+/* A backend's trailers longer than gRPC-Web's message holds: the fields past it are dropped,
+ * but never grpc-status, however late it comes. */
+static void test_grpc_web_long_trailers_keep_the_status(void **state)
+{
+	(void)state;
+	static char out[4096];
+	char value[121];
+	memset(value, 'v', sizeof(value));
+	size_t n = 0;
+	struct h2resp r = {.grpc_web = 1};
+#define W(call) n += (size_t)(call)
+	W(h2resp_field(&r, out + n, sizeof(out) - n, ":status", 7, "200", 3));
+	W(h2resp_field(&r, out + n, sizeof(out) - n, "content-type", 12, "application/grpc", 16));
+	W(h2resp_head_end(&r, out + n, sizeof(out) - n, 0));
+	for (int i = 0; i < 20; i++) /* 7 x 128 bytes and one of 127 leave 1 of 1024 */
+		W(h2resp_field(&r, out + n, sizeof(out) - n, "x-md", 4, value,
+			       sizeof(value) - (i == 7)));
+	W(h2resp_field(&r, out + n, sizeof(out) - n, "grpc-status", 11, "13", 2));
+	W(h2resp_field(&r, out + n, sizeof(out) - n, "x-late", 6, "y", 1)); /* fits: kept */
+	size_t end = n;
+	W(h2resp_end(&r, out + n, sizeof(out) - n));
+#undef W
+	out[n] = 0;
+	const char *msg = strstr(out + end, "\r\n") + 2;
+	assert_int_equal((unsigned char)msg[0], 0x80);
+	size_t len = (size_t)(unsigned char)msg[3] << 8 | (unsigned char)msg[4];
+	assert_true(len <= H2RESP_WEB_TRAILERS);
+	assert_memory_equal(msg + 5 + len - 26, "grpc-status:13\r\nx-late:y\r\n", 26);
+}
+
+/* A gRPC backend's content-length does not hold once the trailers join the body: dropped,
+ * the body chunked, the trailers its last message. */
+static void test_grpc_web_content_length_goes_chunked(void **state)
+{
+	(void)state;
+	char out[256];
+	size_t n = 0;
+	struct h2resp r = {.grpc_web = 1};
+#define W(call) n += (size_t)(call)
+	W(h2resp_field(&r, out + n, sizeof(out) - n, ":status", 7, "200", 3));
+	W(h2resp_field(&r, out + n, sizeof(out) - n, "content-length", 14, "2", 1));
+	W(h2resp_head_end(&r, out + n, sizeof(out) - n, 0));
+	W(h2resp_data_begin(&r, out + n, sizeof(out) - n, 2));
+	memcpy(out + n, "hi", 2);
+	n += 2;
+	W(h2resp_data_end(&r, out + n, sizeof(out) - n, 2));
+	W(h2resp_field(&r, out + n, sizeof(out) - n, "grpc-status", 11, "0", 1));
+	W(h2resp_end(&r, out + n, sizeof(out) - n));
+#undef W
+	static const char want[] = "HTTP/1.1 200 \r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n"
+				   "14\r\n\x80\0\0\0\x0fgrpc-status:0\r\n\r\n0\r\n\r\n";
+	assert_int_equal(n, sizeof(want) - 1);
+	assert_memory_equal(out, want, n);
+}
+
 /* DATA joined to the chunk before it: the size line rewritten, grown by a digit. */
 static void test_data_join(void **state)
 {
@@ -151,9 +206,13 @@ static void test_data_join(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_trailer_names),	 cmocka_unit_test(test_trailer_line),
-	    cmocka_unit_test(test_response_as_http1),	 cmocka_unit_test(test_data_join),
+	    cmocka_unit_test(test_trailer_names),
+	    cmocka_unit_test(test_trailer_line),
+	    cmocka_unit_test(test_response_as_http1),
+	    cmocka_unit_test(test_data_join),
 	    cmocka_unit_test(test_response_as_grpc_web),
+	    cmocka_unit_test(test_grpc_web_long_trailers_keep_the_status),
+	    cmocka_unit_test(test_grpc_web_content_length_goes_chunked),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
