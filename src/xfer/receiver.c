@@ -622,6 +622,23 @@ static int chunk_write(struct xfer_server_conn *c, struct writer *me, struct xfe
 	return rc;
 }
 
+/* The transfer <c> works for (looked up once a connection): NULL, refused with why (the
+ * tomb of one that ended says how), when there is none. */
+static struct rx_transfer *conn_transfer(struct xfer_server_conn *c, const struct xfer_hello *hello)
+{
+	struct xfer_server *s = c->srv;
+	if (!c->rx)
+		c->rx = transfer_get(s, hello->session);
+	if (!c->rx) {
+		char why[200] = "no such transfer (the receiver restarted?)";
+		pthread_mutex_lock(&s->mu);
+		xfer_server_tomb_find_locked(s, hello->session, why, sizeof(why));
+		pthread_mutex_unlock(&s->mu);
+		xfer_server_refuse(s, &c->io, why);
+	}
+	return c->rx;
+}
+
 /*
  * A chunk (CHUNK: <h>'s data follows on the socket; WRITTEN: it lies in <region> at <roff>,
  * checked against the region before anything is read).
@@ -630,20 +647,12 @@ static int on_chunk(struct xfer_server_conn *c, const struct xfer_hello *hello, 
 		    const struct xfer_hdr *h, const struct xfer_rx_region *region)
 {
 	struct xfer_server *s = c->srv;
-	if (!c->rx)
-		c->rx = transfer_get(s, hello->session);
-	struct rx_transfer *rx = c->rx;
+	struct rx_transfer *rx = conn_transfer(c, hello);
 	struct xfer_chunk_meta cm;
 	uint64_t roff = 0;
 	const uint8_t *mem = NULL;
-	if (!rx) {
-		char why[200] = "no such transfer (the receiver restarted?)";
-		pthread_mutex_lock(&s->mu);
-		xfer_server_tomb_find_locked(s, hello->session, why, sizeof(why));
-		pthread_mutex_unlock(&s->mu);
-		xfer_server_refuse(s, &c->io, why);
+	if (!rx)
 		return -EPROTO;
-	}
 	if ((region ? xfer_written_decode(meta, h->meta_len, &cm, &roff)
 		    : xfer_chunk_decode(meta, h->meta_len, &cm)) ||
 	    cm.file >= rx->m.nfiles || cm.chunk >= rx->files[cm.file].nchunks) {
@@ -807,20 +816,12 @@ static int on_batch(struct xfer_server_conn *c, const struct xfer_hello *hello, 
 		    const struct xfer_hdr *h)
 {
 	struct xfer_server *s = c->srv;
-	if (!c->rx)
-		c->rx = transfer_get(s, hello->session);
-	struct rx_transfer *rx = c->rx;
+	struct rx_transfer *rx = conn_transfer(c, hello);
 	struct xfer_batch b;
-	const char *why = "no such transfer (the receiver restarted?)";
+	const char *why = "";
 	char msg[300];
-	if (!rx) {
-		char text[200] = "no such transfer (the receiver restarted?)";
-		pthread_mutex_lock(&s->mu);
-		xfer_server_tomb_find_locked(s, hello->session, text, sizeof(text));
-		pthread_mutex_unlock(&s->mu);
-		xfer_server_refuse(s, &c->io, text);
+	if (!rx)
 		return -EPROTO;
-	}
 	if (xfer_batch_decode(meta, h->meta_len, h->data_len, &b, &why)) {
 		snprintf(msg, sizeof(msg), "bad batch: %s", why);
 		xfer_server_refuse(s, &c->io, msg);
