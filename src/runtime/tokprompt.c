@@ -102,15 +102,21 @@ static int scratch_for(struct tokprompt *p, const struct tokmodel *m)
 	return 0;
 }
 
-/* A prompt of token ids ([9707, 11, 1879], as vLLM takes one): the ids as given, copied out
- * of the decoded JSON into p->given. 0; -ENOENT when <list> is empty or holds anything but
- * ids (several prompts: strings or lists), which no one block chain describes; -ENOMEM. */
-static int given_ids(struct tokprompt *p, json_t *list, const uint32_t **ids, size_t *n)
+/* A prompt of token ids ([9707, 11, 1879], as vLLM takes one): the ids as given, at most
+ * <max> of them (0: all), copied out of the decoded JSON into p->given. 0; -ENOENT when
+ * <list> is empty or holds anything but ids (several prompts: strings or lists), which no one
+ * block chain describes; -ENOMEM. */
+static int given_ids(struct tokprompt *p, json_t *list, size_t max, const uint32_t **ids, size_t *n)
 {
 	size_t k = json_array_size(list), i;
 	json_t *x;
 	if (!json_is_array(list) || !k)
 		return -ENOENT;
+	json_array_foreach(list, i, x) /* every one an id, past <max> too */
+	    if (!json_is_integer(x) || json_integer_value(x) < 0 ||
+		json_integer_value(x) > (json_int_t)UINT32_MAX) return -ENOENT;
+	if (max && k > max)
+		k = max;
 	if (k > p->given_cap) {
 		uint32_t *g = realloc(p->given, k * sizeof(*g));
 		if (!g)
@@ -118,13 +124,8 @@ static int given_ids(struct tokprompt *p, json_t *list, const uint32_t **ids, si
 		p->given = g;
 		p->given_cap = k;
 	}
-	json_array_foreach(list, i, x)
-	{
-		json_int_t v = json_is_integer(x) ? json_integer_value(x) : -1;
-		if (v < 0 || v > (json_int_t)UINT32_MAX)
-			return -ENOENT;
-		p->given[i] = (uint32_t)v;
-	}
+	for (i = 0; i < k; i++)
+		p->given[i] = (uint32_t)json_integer_value(json_array_get(list, i));
 	*ids = p->given;
 	*n = k;
 	return 0;
@@ -159,7 +160,7 @@ int tokprompt_ids(struct tokprompt *p, const struct tokmodel *m, const char *bod
 		text = json_string_value(j);
 		tlen = json_string_length(j);
 	} else {
-		rc = given_ids(p, j, ids, n);
+		rc = given_ids(p, j, max_text, ids, n); /* (a token: at least a byte of text) */
 		*cut = 0;
 		goto out;
 	}

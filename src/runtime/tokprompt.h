@@ -42,10 +42,10 @@ void tokprompt_free(struct tokprompt *p);
  * (in <p>, valid until its next call) and *n. Of at most the first <max_text> bytes of the
  * prompt's text (cut at a character; 0: all of it): *cut says whether it was cut, when the
  * last ids may differ from those of the whole text (a pre-token cut short). A "prompt" that
- * is a list of token ids (as vLLM takes one) is used as given, whole. 0; -ENOENT when the
- * body has no prompt this reads (none, a list of anything but ids, such as several prompts,
- * messages without a chat format); -EINVAL when the prompt is not what the chat format takes
- * or is not UTF-8; -ENOMEM.
+ * is a list of token ids (as vLLM takes one) is used as given (its first <max_text> ids). 0;
+ * -ENOENT when the body has no prompt this reads (none, a list of anything but ids, such as
+ * several prompts, messages without a chat format); -EINVAL when the prompt is not what the
+ * chat format takes or is not UTF-8; -ENOMEM.
  */
 int tokprompt_ids(struct tokprompt *p, const struct tokmodel *m, const char *body, size_t len,
 		  const struct json_view *v, size_t max_text, const uint32_t **ids, size_t *n,
