@@ -95,6 +95,11 @@ built() { # NAME
 # ENVIRONMENT) run once too: ACCELNET_ENVIRONMENT_TESTS=0. Each pass's runners take ports from
 # slots of their own (run.py: 11 in all): normal 0-4 (five: the TLS scan holds one of them for
 # minutes), sanitizer 5-8, ThreadSanitizer 9-10.
+# The sanitizer pass's tokenizer comparisons (test_tokenize, test_tokenize_chat) run accelnet on
+# the first 1,000 strings and conversations of each (ACCELNET_TOK_SAMPLE), against the same
+# lines of the whole reference: the normal pass compares all of them (10,000 strings a file),
+# and a sample finds a memory error at a tenth of the sanitizer's CPU (60 s of it, the pass's
+# costliest module, on 2026-12-07).
 # Every pass runs on epoll, the default event loop (tune.io). The io_uring back end (opt-in) is
 # tested by test_loop (unit: each back end) and test_event_loop (it serves, falls back, refuses);
 # the whole suite on io_uring is not part of CI yet: the sanitizer pass on it failed two tests
@@ -104,6 +109,7 @@ built() { # NAME
 	built san || exit 0
 	ACCELNET_FORMAT_CHECK=0 ACCELNET_LAYERS_CHECK=0 ACCELNET_ENVIRONMENT_TESTS=0 \
 		ACCELNET_TEST_JOBS=4 ACCELNET_PORT_SLOT_BASE=5 ACCELNET_IO=epoll \
+		ACCELNET_TOK_SAMPLE=1000 \
 		ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
 		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		tests/run.sh build-san
