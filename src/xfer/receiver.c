@@ -622,6 +622,21 @@ static int chunk_write(struct xfer_server_conn *c, struct writer *me, struct xfe
 	return rc;
 }
 
+/* A file of <rx> could not be written (<why>, -errno <rc>): the transfer ends, its tomb and
+ * the peer told so. <rc>. */
+static int write_failed(struct xfer_server_conn *c, struct rx_transfer *rx, const char *path,
+			const char *why, int rc)
+{
+	struct xfer_server *s = c->srv;
+	char msg[200];
+	snprintf(msg, sizeof(msg), "cannot write '%.100s': %s: %s", path, why, strerror(-rc));
+	pthread_mutex_lock(&s->mu);
+	xfer_server_tomb_add_locked(s, rx->id, msg);
+	pthread_mutex_unlock(&s->mu);
+	xfer_server_refuse(s, &c->io, msg);
+	return rc;
+}
+
 /* The transfer <c> works for (looked up once a connection): NULL, refused with why (the
  * tomb of one that ended says how), when there is none. */
 static struct rx_transfer *conn_transfer(struct xfer_server_conn *c, const struct xfer_hello *hello)
@@ -718,16 +733,8 @@ static int on_chunk(struct xfer_server_conn *c, const struct xfer_hello *hello, 
 	uint8_t out[XFER_ACK_LEN];
 	xfer_ack_encode(out, &a);
 	int wrc = xfer_frame_send(&c->io, XFER_ACK, out, sizeof(out));
-	if (a.status == XFER_ACK_IO) {
-		char msg[200];
-		snprintf(msg, sizeof(msg), "cannot write '%.100s': %s: %s", f->path, why,
-			 strerror(-rc));
-		pthread_mutex_lock(&s->mu);
-		xfer_server_tomb_add_locked(s, rx->id, msg);
-		pthread_mutex_unlock(&s->mu);
-		xfer_server_refuse(s, &c->io, msg);
-		return rc;
-	}
+	if (a.status == XFER_ACK_IO)
+		return write_failed(c, rx, f->path, why, rc);
 	return wrc;
 }
 
@@ -866,13 +873,7 @@ static int on_batch(struct xfer_server_conn *c, const struct xfer_hello *hello, 
 	    xfer_frame_send(&c->io, XFER_BATCH_ACK, out, (uint32_t)xfer_batch_ack_encode(out, &b));
 	if (failed != UINT32_MAX) {
 		atomic_fetch_add(&s->m_errors, 1);
-		snprintf(msg, sizeof(msg), "cannot write '%.100s': %s: %s",
-			 rx->files[b.f[failed].file].path, why, strerror(-rc));
-		pthread_mutex_lock(&s->mu);
-		xfer_server_tomb_add_locked(s, rx->id, msg);
-		pthread_mutex_unlock(&s->mu);
-		xfer_server_refuse(s, &c->io, msg);
-		return rc;
+		return write_failed(c, rx, rx->files[b.f[failed].file].path, why, rc);
 	}
 	return wrc;
 }
