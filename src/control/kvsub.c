@@ -206,8 +206,10 @@ static void feed(struct kvsub_one *s)
 		return;
 	}
 	apply(s, &k->batch);
-	if (rc == 0)
+	if (rc == 0) {
+		atomic_store_explicit(&s->be->kv_next_seq, s->next_seq, memory_order_relaxed);
 		done(s);
+	}
 }
 
 /* One message of frames <f>[0..nf) (nf is 4 when there were more than 3). */

@@ -116,6 +116,9 @@ struct backend {
 	/* backends.kv_events: the prefix index its engine's KV events keep (control/kvsub.c):
 	 * its llm's (then llm->exact), or one of its own; NULL without kv_events */
 	struct prefix_index *kv_prefix;
+	/* ... and the sequence number its next batch should carry: one past the last one
+	 * applied whole (0 before the first; the main thread writes it) */
+	atomic_uint_fast64_t kv_next_seq;
 	/* what its engine last said of its LoRA adapters (control/scrape.c writes it,
 	 * policy/lora.h) */
 	struct lora_snap lora;

@@ -234,6 +234,12 @@ static double read_be_kv_blocks(const void *ctx, size_t i)
 	return b->kv_prefix ? (double)prefix_index_count(b->kv_prefix) : 0;
 }
 
+static double read_be_kv_next_seq(const void *ctx, size_t i)
+{
+	const struct backend *b = be_at(ctx, i);
+	return (double)atomic_load_explicit(&b->kv_next_seq, memory_order_relaxed);
+}
+
 static double read_cpu(const void *ctx, size_t i)
 {
 	(void)ctx, (void)i;
@@ -708,6 +714,13 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 			      "(backends.kv_events; 0 without)",
 			      NULL, BE, .json = "kv_events.blocks", .json_as = MJ_UINT,
 			      .read = read_be_kv_blocks},
+    [PM_BACKEND_KV_NEXT_SEQ] = {"accelnet_backend_kv_events_next_seq", METRIC_GAUGE,
+				"the sequence number the backend's next KV-event batch should "
+				"carry: one past the last batch applied whole (0 before the "
+				"first); the engine's own count caught up with it means the "
+				"index has seen all it said",
+				NULL, BE, .json = "kv_events.next_seq", .json_as = MJ_UINT,
+				.read = read_be_kv_next_seq},
     [PM_POOL_NAME] = {POOL, JSON_ONLY("name", MJ_STRING), .read_str = read_pool_name},
     [PM_POOL_BALANCE] = {POOL, JSON_ONLY("balance", MJ_STRING), .read_str = read_pool_balance},
     [PM_POOL_UNAVAILABLE] = {"accelnet_pool_unavailable_total", METRIC_COUNTER,

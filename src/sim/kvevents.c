@@ -244,3 +244,8 @@ unsigned long kvevents_dropped(const struct kvevents *e)
 {
 	return e->dropped;
 }
+
+uint64_t kvevents_next_seq(const struct kvevents *e)
+{
+	return e->seq;
+}

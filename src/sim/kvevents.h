@@ -51,5 +51,7 @@ void kvevents_flush(struct kvevents *e);
 /* Batches published, and events dropped because the socket would have blocked. */
 unsigned long kvevents_batches(const struct kvevents *e);
 unsigned long kvevents_dropped(const struct kvevents *e);
+/* The number the next batch gets: the batches numbered so far, lost ones included. */
+uint64_t kvevents_next_seq(const struct kvevents *e);
 
 #endif

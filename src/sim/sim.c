@@ -727,7 +727,8 @@ static void answer_stats(struct sim *s, struct hsrv_conn *c)
 	    "\"stalled\":%s,\"cache_hits\":%lu,\"cache_misses\":%lu,\"cache_partials\":%lu,"
 	    "\"blocks_hit\":%lu,\"blocks_missed\":%lu,\"cache_blocks\":%u,"
 	    "\"cache_blocks_used\":%zu,\"kv_events_endpoint\":\"%s\",\"kv_events_batches\":%lu,"
-	    "\"kv_events_dropped\":%lu,\"unknown_model\":%lu,\"extra_load\":%u,"
+	    "\"kv_events_dropped\":%lu,\"kv_events_next_seq\":%llu,\"unknown_model\":%lu,\"extra_"
+	    "load\":%u,"
 	    "\"phantom_runs\":%lu,\"role\":\"%s\",\"pd_valid\":%lu,\"pd_refused\":%lu,"
 	    "\"pd_local\":%lu,\"pd_issued\":%lu,\"pd_rooms\":%lu,\"decode_stalls\":%lu,"
 	    "\"decode_stall_ms\":%lu,\"base_requests\":%lu",
@@ -737,8 +738,9 @@ static void answer_stats(struct sim *s, struct hsrv_conn *c)
 	    s->cache_partials, s->blocks_hit, s->blocks_missed, s->opts.cache_blocks,
 	    s->blocks ? kvcache_used(s->blocks) : 0, sim_kv_events_endpoint(s),
 	    s->events ? kvevents_batches(s->events) : 0,
-	    s->events ? kvevents_dropped(s->events) : 0, s->unknown_model, s->opts.extra_load,
-	    s->phantom_runs,
+	    s->events ? kvevents_dropped(s->events) : 0,
+	    s->events ? (unsigned long long)kvevents_next_seq(s->events) : 0ull, s->unknown_model,
+	    s->opts.extra_load, s->phantom_runs,
 	    s->opts.role == SIM_ROLE_PREFILL  ? "prefill"
 	    : s->opts.role == SIM_ROLE_DECODE ? "decode"
 					      : "both",

@@ -341,10 +341,14 @@ def _chat(k, turns=1):
 def test_llm_with_kv_events_holds_affinity_across_instances(env):
     """balance: llm with kv_events: every instance subscribes to every engine's KV events,
     so each holds the same index, and a conversation whose turns arrive at different
-    instances follows its cached prefix to one backend."""
+    instances follows its cached prefix to one backend. A missed block costs the simulators
+    10 ms (the prompts are ~10 blocks): the cache is worth more than the noise of a busy or
+    sanitized build, whose TTFT scatter at 1 ms a block can fit the per-block cost at 0 (then
+    a cached prefix rightly counts for nothing)."""
     ports = [free_port() for _ in range(3)]
     sims = [env.sim(f"s{i}", latency_ms=1, jitter=0, tokens=1, token_ms=0, cache_blocks=4096,
-                    block_bytes=64, kv_events=f"tcp://127.0.0.1:{ports[i]}") for i in range(3)]
+                    block_bytes=64, prefill_us_per_block=10000,
+                    kv_events=f"tcp://127.0.0.1:{ports[i]}") for i in range(3)]
     lines = ["pools:", "  - name: gpu", "    balance: llm",
              "    llm: {block_bytes: 64, cache_blocks: 4096}", "    backends:"]
     lines += [f"      - {{address: 127.0.0.1:{s.port}, max_concurrency: 4, "

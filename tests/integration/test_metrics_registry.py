@@ -77,6 +77,11 @@ FAMILIES = {  # name: (type, help)
     "accelnet_backend_kv_events_blocks": ("gauge", "prompt blocks in the backend's KV cache by "
                                           "its KV-cache events (backends.kv_events; 0 "
                                           "without)"),
+    "accelnet_backend_kv_events_next_seq": ("gauge", "the sequence number the backend's next "
+                                            "KV-event batch should carry: one past the last "
+                                            "batch applied whole (0 before the first); the "
+                                            "engine's own count caught up with it means the "
+                                            "index has seen all it said"),
     "accelnet_backend_ttfb_seconds": ("histogram",
                                       "request sent to response head (time to first token)"),
     "accelnet_backend_gap_seconds": ("histogram",
