@@ -407,6 +407,12 @@ class ScriptedBackend:
             threading.Thread(target=self._conn, args=(conn,), daemon=True).start()
 
     def _conn(self, conn):
+        try:
+            self._exchange(conn)
+        except OSError:  # the proxy cut the connection (a reset): it ends here, quietly
+            pass
+
+    def _exchange(self, conn):
         buf = b""
         with conn:
             while True:
