@@ -36,8 +36,9 @@
  * GET /healthz and /readyz are the probes of a load balancer or Kubernetes, which carry no
  * token and may name the listener by any Host: they are answered before both checks. They
  * say only whether the process answers (/healthz: 200 "ok") and whether it should be sent
- * traffic (/readyz: 200 "ready", or 503 saying why not: draining, or a pool with fewer than
- * probes.min_up backends up; proxy/probes.h). Which pools those are is told only to a
+ * traffic (/readyz: 200 "ready", followed by the models whose tokenizer is degraded, or 503
+ * saying why not: draining, a pool with fewer than probes.min_up backends up, a model whose
+ * tokenizer is failing; proxy/probes.h). Which pools and models those are is told only to a
  * request that could read /status: with a token, one that carries it (a connection without
  * it is closed after one probe, as after a dashboard file). Once the process
  * drains to exit, the endpoint keeps listening (admin_set_draining) so probes hear the 503.
@@ -353,8 +354,10 @@ static int admin_serve_probe(const struct admin *a, struct hsrv_conn *c,
 		return 1;
 	}
 	probes_ready_why(a->rt, a->ready_min_up, named, why, sizeof(why) - 64);
-	if (!why[0]) {
-		hsrv_respond(c, 200, "text/plain", nocache, "ready\n", 6);
+	if (!why[0]) { /* "ready", then the degraded models, a line each */
+		memcpy(why, "ready\n", 6);
+		probes_degraded(a->rt, named, why + 6, sizeof(why) - 6);
+		hsrv_respond(c, 200, "text/plain", nocache, why, strlen(why));
 		return 1;
 	}
 	if (!named && !atomic_load(&a->rt->stopping))

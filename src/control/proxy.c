@@ -42,6 +42,7 @@
 #include "control/cluster.h"
 #include "control/kvsub.h"
 #include "control/scrape.h"
+#include "control/tokwatch.h"
 #include "proxy/h1.h"
 #include "proxy/l4.h"
 #include "proxy/pd.h"
@@ -115,7 +116,8 @@ struct gen {
 	struct discover *discover;
 	struct scrape *scrape;
 	struct kvsub *kvsub;
-	struct cluster *cluster; /* cluster: its limits' sync with Redis */
+	struct tokwatch *tokwatch; /* models: their tokenizers' health */
+	struct cluster *cluster;   /* cluster: its limits' sync with Redis */
 	struct admin *admin;
 	struct debugreq_board *debug;
 	struct gen *older;	 /* the draining generations, newest first */
@@ -331,6 +333,7 @@ static void gen_quiet(struct gen *g)
 	discover_stop(g->discover);
 	scrape_stop(g->scrape);
 	kvsub_stop(g->kvsub);
+	tokwatch_stop(g->tokwatch);
 	if (g->sh.rt)
 		g->sh.rt->cluster = NULL;
 	cluster_stop(g->cluster);
@@ -338,6 +341,7 @@ static void gen_quiet(struct gen *g)
 	g->discover = NULL;
 	g->scrape = NULL;
 	g->kvsub = NULL;
+	g->tokwatch = NULL;
 	g->cluster = NULL;
 	admin_stop_listening(g->admin);
 }
@@ -521,6 +525,10 @@ static struct gen *gen_build(struct main_state *m, const struct conf *conf, int 
 	}
 	if ((rc = kvsub_start(m->loop, g->sh.rt, &g->kvsub)) < 0) {
 		snprintf(err, errlen, "cannot subscribe to KV events (the log says why)");
+		goto fail;
+	}
+	if ((rc = tokwatch_start(m->loop, g->sh.rt, &g->tokwatch)) < 0) {
+		snprintf(err, errlen, "cannot watch the tokenizers: %s", strerror(-rc));
 		goto fail;
 	}
 	if ((rc = cluster_start(conf, g->sh.rt, g->sh.limits, g->sh.budgets, &g->cluster)) < 0) {

@@ -13,9 +13,42 @@
 #include "proxy/probes.h"
 #include "core/clock.h"
 #include "proxy/worker.h"
+#include "runtime/tokhealth.h"
+#include "tok/tokmodel.h"
 
 #include <stdio.h>
 #include <string.h>
+
+/* The models whose tokenizer is failing (tokhealth.h), after what out[0..used) says already
+ * (<any>: something). */
+static void tokenizers_failing(const struct runtime *rt, int named, int any, char *out,
+			       size_t outlen, size_t used)
+{
+	size_t failing = 0;
+	for (size_t i = 0; i < rt->conf->ntokmodels; i++) {
+		const struct tokhealth *h = &rt->tokhealth[i];
+		if (tokhealth_state(h) != TOKHEALTH_FAILING)
+			continue;
+		if (named && used < outlen) {
+			int n = snprintf(
+			    out + used, outlen - used,
+			    "%smodel %s's tokenizer is failing (%llu of %llu prompts in the last "
+			    "%u s "
+			    "could not be encoded)",
+			    any || failing ? "; " : "not ready: ", rt->conf->tokmodels[i].name,
+			    (unsigned long long)atomic_load_explicit(&h->win_failed,
+								     memory_order_relaxed),
+			    (unsigned long long)atomic_load_explicit(&h->win_tried,
+								     memory_order_relaxed),
+			    TOKHEALTH_WINDOW * TOKHEALTH_TICK_MS / 1000);
+			used += n > 0 ? (size_t)n : 0;
+		}
+		failing++;
+	}
+	if (failing && !named && used < outlen)
+		snprintf(out + used, outlen - used, "%s%zu model%s tokenizer failing",
+			 any ? "; " : "not ready: ", failing, failing == 1 ? "'s" : "s'");
+}
 
 void probes_ready_why(const struct runtime *rt, unsigned min_up, int named, char *out,
 		      size_t outlen)
@@ -42,13 +75,40 @@ void probes_ready_why(const struct runtime *rt, unsigned min_up, int named, char
 		}
 		short_pools++;
 	}
-	if (!short_pools)
-		return;
-	if (!named)
-		snprintf(out, outlen, "not ready: %zu pool%s with fewer than %u backend%s up",
-			 short_pools, short_pools == 1 ? "" : "s", min_up, min_up == 1 ? "" : "s");
-	else if (used < outlen)
-		snprintf(out + used, outlen - used, " (probes.min_up: %u)", min_up);
+	if (short_pools && !named) {
+		int n = snprintf(
+		    out, outlen, "not ready: %zu pool%s with fewer than %u backend%s up",
+		    short_pools, short_pools == 1 ? "" : "s", min_up, min_up == 1 ? "" : "s");
+		used = n > 0 ? (size_t)n : 0;
+	} else if (short_pools && used < outlen) {
+		int n = snprintf(out + used, outlen - used, " (probes.min_up: %u)", min_up);
+		used += n > 0 ? (size_t)n : 0;
+	}
+	tokenizers_failing(rt, named, short_pools != 0, out, outlen, used);
+}
+
+void probes_degraded(const struct runtime *rt, int named, char *out, size_t outlen)
+{
+	size_t used = 0, degraded = 0;
+	out[0] = '\0';
+	for (size_t i = 0; i < rt->conf->ntokmodels; i++) {
+		if (tokhealth_state(&rt->tokhealth[i]) != TOKHEALTH_DEGRADED)
+			continue;
+		const struct conf_tokmodel *m = &rt->conf->tokmodels[i];
+		if (named && used < outlen) {
+			int n = snprintf(
+			    out + used, outlen - used,
+			    "degraded: model %s's chats are keyed on text (%s)\n", m->name,
+			    m->tm->chat_skipped[0] ? "its chat template is not one accelnet "
+						     "knows"
+						   : "it has no chat template");
+			used += n > 0 ? (size_t)n : 0;
+		}
+		degraded++;
+	}
+	if (degraded && !named)
+		snprintf(out, outlen, "degraded: %zu model%s chats keyed on text\n", degraded,
+			 degraded == 1 ? "'s" : "s'");
 }
 
 enum run probes_answer(struct exchange *x)

@@ -17,7 +17,9 @@
  * block array (lent already):
  * how many (0: a prompt under one block), or -1 when the request's model has no tokenizer,
  * or its prompt cannot be tokenized (no prompt the tokenizer takes, a chat message the format
- * refuses): the caller then reads blocks of bytes. Sets reqbody.llm_block_tokens.
+ * refuses, the tokenizer failed on it): the caller then reads blocks of bytes. Sets
+ * reqbody.llm_block_tokens. A prompt of a model with a tokenizer is counted by how it was
+ * keyed (runtime/proxy_metric.h, enum tok_keyed), a body without a prompt not at all.
  */
 long tokroute_blocks(struct worker *w, struct reqbody *rb, const char *body, size_t len);
 

@@ -160,9 +160,12 @@ struct runtime {
 	const char **pool_labels, **backend_labels, **listen_labels, **route_labels;
 	char (*route_index)[24]; /* the labels of routes without a name: their index */
 	size_t *backend_pool;
-	struct name_table *tenants; /* tenants met so far, metrics.max_tenants, then "other" */
-	/* backends, pools, listeners, the process, routes, tenants */
-	struct metric_space metric_spaces[7]; /* proxy_metric.c's SPACE_COUNT */
+	struct name_table *tenants;   /* tenants met so far, metrics.max_tenants, then "other" */
+	const char **tokmodel_labels; /* the names of conf->tokmodels */
+	/* backends, pools, listeners, the process, routes, tenants, priced and tokenized models */
+	struct metric_space metric_spaces[8]; /* proxy_metric.c's SPACE_COUNT */
+	/* per model of conf->tokmodels: is its tokenizer working (runtime/tokhealth.h)? */
+	struct tokhealth *tokhealth;
 	/* the bytes of buffers the workers have lent (proxy/shed.h), set once they exist */
 	uint64_t (*buffer_bytes)(const void *arg);
 	const void *buffer_arg;

@@ -17,6 +17,7 @@
 #include "policy/lb.h"
 #include "policy/prefix_index.h"
 #include "policy/qdisc.h"
+#include "runtime/tokhealth.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -39,6 +40,10 @@ static const char *const kvevent_names[KVEVENT_KINDS] = {
 static const char *const pd_fail_names[PD_FAILS] = {PD_FAIL_LIST(PD_FAIL_NAME)};
 #undef PD_FAIL_NAME
 
+#define TOK_KEYED_NAME(name, label) [TOK_KEYED_##name] = label,
+static const char *const tok_keyed_names[TOK_KEYEDS] = {TOK_KEYED_LIST(TOK_KEYED_NAME)};
+#undef TOK_KEYED_NAME
+
 #define H2_DEFENCE_NAME(name, label) [H2_DEFENCE_##name] = label,
 static const char *const h2_defence_names[H2_DEFENCES] = {H2_DEFENCE_LIST(H2_DEFENCE_NAME)};
 #define CLIENT_PROTO_NAME(name, label) [CLIENT_PROTO_##name] = label,
@@ -55,6 +60,7 @@ enum {
 	SPACE_ROUTE,
 	SPACE_TENANT,
 	SPACE_MODEL,
+	SPACE_TOKMODEL,
 	SPACE_COUNT
 };
 _Static_assert(sizeof(((struct runtime *)0)->metric_spaces) ==
@@ -502,10 +508,46 @@ static const char *read_model_name(const void *ctx, size_t i)
 	return model_label(ctx, i, 0);
 }
 
+static const struct tokhealth *tokhealth_at(const void *ctx, size_t i)
+{
+	return &((const struct runtime *)ctx)->tokhealth[i];
+}
+
+static const char *read_tokmodel_name(const void *ctx, size_t i)
+{
+	return ((const struct runtime *)ctx)->tokmodel_labels[i];
+}
+
+static const char *read_tokmodel_tokenizer(const void *ctx, size_t i)
+{
+	return tokhealth_state_name(tokhealth_state(tokhealth_at(ctx, i)));
+}
+
+static double read_tokmodel_up(const void *ctx, size_t i)
+{
+	return tokhealth_state(tokhealth_at(ctx, i)) != TOKHEALTH_FAILING;
+}
+
+static double read_tokmodel_degraded(const void *ctx, size_t i)
+{
+	return tokhealth_at(ctx, i)->degraded;
+}
+
+static double read_tokmodel_window_tried(const void *ctx, size_t i)
+{
+	return RELAXED(tokhealth_at(ctx, i)->win_tried);
+}
+
+static double read_tokmodel_window_failed(const void *ctx, size_t i)
+{
+	return RELAXED(tokhealth_at(ctx, i)->win_failed);
+}
+
 #define BE .space = SPACE_BACKEND
 #define ROUTE .space = SPACE_ROUTE
 #define TENANT .space = SPACE_TENANT
 #define MODEL .space = SPACE_MODEL
+#define TOKMODEL .space = SPACE_TOKMODEL
 #define POOL .space = SPACE_POOL
 #define LISTENER .space = SPACE_LISTENER
 #define JSON_ONLY(key, as) .type = METRIC_GAUGE, .json = key, .json_as = as
@@ -1026,6 +1068,34 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 			"what requests for a priced model on routes with a budget cost, in "
 			"millionths of the prices' currency",
 			"micros", MODEL, .json = "spend_micros", .json_as = MJ_UINT},
+    [PM_TOKMODEL_NAME] = {TOKMODEL, JSON_ONLY("name", MJ_STRING), .read_str = read_tokmodel_name},
+    [PM_TOKMODEL_TOKENIZER] = {TOKMODEL, JSON_ONLY("tokenizer", MJ_STRING),
+			       .read_str = read_tokmodel_tokenizer},
+    [PM_TOKMODEL_TOKENIZER_UP] =
+	{"accelnet_model_tokenizer_up", METRIC_GAUGE,
+	 "1 while the model's tokenizer works (degraded included), 0 while "
+	 "it is failing: most of the prompts it was asked to encode in the "
+	 "last 10 s failed (GET /readyz answers 503)",
+	 NULL, TOKMODEL, .json = "tokenizer_up", .json_as = MJ_BOOL, .read = read_tokmodel_up},
+    [PM_TOKMODEL_DEGRADED] = {"accelnet_model_tokenizer_degraded", METRIC_GAUGE,
+			      "1 when the model has no chat format (its chat template is one "
+			      "accelnet does not know, or it has none): its chat requests are "
+			      "keyed on text, not tokens",
+			      NULL, TOKMODEL, .json = "tokenizer_degraded", .json_as = MJ_BOOL,
+			      .read = read_tokmodel_degraded},
+    [PM_TOKMODEL_WINDOW_TRIED] = {TOKMODEL, JSON_ONLY("window.tried", MJ_UINT),
+				  .read = read_tokmodel_window_tried},
+    [PM_TOKMODEL_WINDOW_FAILED] = {TOKMODEL, JSON_ONLY("window.failed", MJ_UINT),
+				   .read = read_tokmodel_window_failed},
+    [PM_TOKMODEL_PROMPTS] =
+	{"accelnet_model_prompts_total", METRIC_COUNTER,
+	 "prompts of a model with a tokenizer by how balance: llm keyed them: "
+	 "tokens, else on the text's bytes because the model has no chat format "
+	 "(template_unknown), the chat format does not take the messages "
+	 "(content_unsupported), the prompt is not one text or one list of ids "
+	 "(prompt_unsupported), or the tokenizer failed on it (encode_failed)",
+	 "prompts", TOKMODEL, .sub_label = "keyed", .sub_values = tok_keyed_names,
+	 .nsub = TOK_KEYEDS, .json = "prompts", .json_as = MJ_UINT},
 };
 
 /* The label spaces of <rt>'s series, and its registry over proxy_metric_defs. */
@@ -1040,8 +1110,9 @@ int proxy_metric_create(struct runtime *rt)
 	rt->listen_labels = calloc(conf->nlistens + 1, sizeof(*rt->listen_labels));
 	rt->route_labels = calloc(conf->nroutes + 1, sizeof(*rt->route_labels));
 	rt->route_index = calloc(conf->nroutes + 1, sizeof(*rt->route_index));
-	if (!rt->backend_by_id || !rt->pool_labels || !rt->backend_labels || !rt->backend_pool ||
-	    !rt->listen_labels || !rt->route_labels || !rt->route_index ||
+	rt->tokmodel_labels = calloc(conf->ntokmodels + 1, sizeof(*rt->tokmodel_labels));
+	if (!rt->tokmodel_labels || !rt->backend_by_id || !rt->pool_labels || !rt->backend_labels ||
+	    !rt->backend_pool || !rt->listen_labels || !rt->route_labels || !rt->route_index ||
 	    names_create(conf->metrics.max_tenants, APIKEYS_TENANT_MAX, TENANT_FOLD, &rt->tenants) <
 		0)
 		return -ENOMEM;
@@ -1052,6 +1123,8 @@ int proxy_metric_create(struct runtime *rt)
 	}
 	for (size_t i = 0; i < conf->nlistens; i++)
 		rt->listen_labels[i] = conf->listens[i].address;
+	for (size_t i = 0; i < conf->ntokmodels; i++)
+		rt->tokmodel_labels[i] = conf->tokmodels[i].name;
 	for (size_t i = 0; i < rt->npools; i++) {
 		struct pool_rt *p = &rt->pools[i];
 		rt->pool_labels[i] = p->conf->name;
@@ -1102,6 +1175,12 @@ int proxy_metric_create(struct runtime *rt)
 						    .n = conf->nprices,
 						    .label = model_label,
 						    .parent = -1};
+	spaces[SPACE_TOKMODEL] = (struct metric_space){.json = "models",
+						       .labels = {"model"},
+						       .nlabels = 1,
+						       .n = conf->ntokmodels,
+						       .values = rt->tokmodel_labels,
+						       .parent = -1};
 	struct metrics_config mc = {.defs = proxy_metric_defs,
 				    .ndefs = PM_COUNT,
 				    .spaces = spaces,
@@ -1128,6 +1207,7 @@ void proxy_metric_destroy(struct runtime *rt)
 	free(rt->listen_labels);
 	free(rt->route_labels);
 	free(rt->route_index);
+	free(rt->tokmodel_labels);
 	names_destroy(rt->tenants);
 	free(rt->backend_labels);
 	free(rt->backend_pool);

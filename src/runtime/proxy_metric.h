@@ -155,6 +155,14 @@ enum proxy_metric {
 	/* per priced model: series conf->prices' index (proxy/spend.c) */
 	PM_MODEL_NAME,
 	PM_MODEL_SPEND, /* micro-units */
+	/* per model with a tokenizer (models:): series its index in conf->tokmodels */
+	PM_TOKMODEL_NAME,
+	PM_TOKMODEL_TOKENIZER,	   /* "up", "degraded", "failing" (runtime/tokhealth.h) */
+	PM_TOKMODEL_TOKENIZER_UP,  /* 1 up or degraded, 0 failing */
+	PM_TOKMODEL_DEGRADED,	   /* 1: its chats are keyed on text */
+	PM_TOKMODEL_WINDOW_TRIED,  /* /status: the prompts of tokhealth's last window ... */
+	PM_TOKMODEL_WINDOW_FAILED, /* ... and those of them that failed */
+	PM_TOKMODEL_PROMPTS,	   /* series: model index * TOK_KEYEDS + enum tok_keyed */
 	PM_COUNT
 };
 
@@ -224,6 +232,20 @@ enum shed_reason {
 #define PD_FAIL_ENUM(name, label, text) PD_FAIL_##name,
 enum pd_fail { PD_FAIL_LIST(PD_FAIL_ENUM) PD_FAILS };
 #undef PD_FAIL_ENUM
+
+/* How balance: llm keyed a prompt of a model with a tokenizer (proxy/tokroute.c): on its
+ * tokens, or on its text's bytes and why; the label value. Only encode_failed says the
+ * tokenizer broke (runtime/tokhealth.h); the others are the request's shape or the model's
+ * chat template. */
+#define TOK_KEYED_LIST(X)                                                                          \
+	X(TOKENS, "tokens")                                                                        \
+	X(TEMPLATE_UNKNOWN, "template_unknown")                                                    \
+	X(CONTENT_UNSUPPORTED, "content_unsupported")                                              \
+	X(PROMPT_UNSUPPORTED, "prompt_unsupported")                                                \
+	X(ENCODE_FAILED, "encode_failed")
+#define TOK_KEYED_ENUM(name, label) TOK_KEYED_##name,
+enum tok_keyed { TOK_KEYED_LIST(TOK_KEYED_ENUM) TOK_KEYEDS };
+#undef TOK_KEYED_ENUM
 
 #define PM_CLASSES 6 /* response classes: [0] aborted, [1] 1xx ... [5] 5xx */
 

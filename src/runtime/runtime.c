@@ -1,14 +1,15 @@
 /*
  * runtime.c - building the shared runtime from a config: each pool's backends, the slots
  * of its discovered names and its spare ones, its queue, TLS context, TTFT fit and model
- * set; each backend's prefix index; the response cache; and the metrics' registry
- * (runtime/proxy_metric.h).
+ * set; each backend's prefix index; the response cache; each tokenized model's health
+ * (runtime/tokhealth.h); and the metrics' registry (runtime/proxy_metric.h).
  */
 #include "runtime/runtime.h"
 #include "runtime/llm.h"
 #include "runtime/pick.h"
 #include "runtime/pool.h"
 #include "runtime/proxy_metric.h"
+#include "runtime/tokhealth.h"
 #include "conf/schema_discovery.h"
 #include "conf/tls.h"
 #include "core/log.h"
@@ -16,6 +17,7 @@
 #include "policy/prefix_index.h"
 #include "policy/evict.h"
 #include "policy/stick.h"
+#include "tok/tokmodel.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -102,6 +104,10 @@ int runtime_create(const struct conf *conf, struct runtime **out)
 	if (!rt)
 		return -ENOMEM;
 	rt->conf = conf;
+	if (!(rt->tokhealth = calloc(conf->ntokmodels + 1, sizeof(*rt->tokhealth))))
+		goto fail;
+	for (size_t i = 0; i < conf->ntokmodels; i++)
+		tokhealth_init(&rt->tokhealth[i], !conf->tokmodels[i].tm->has_chat);
 	rt->npools = conf->npools;
 	rt->pools = calloc(conf->npools, sizeof(*rt->pools));
 	if (!rt->pools)
@@ -209,5 +215,6 @@ void runtime_destroy(struct runtime *rt)
 	free(rt->pools);
 	cache_store_free(rt->cache);
 	proxy_metric_destroy(rt);
+	free(rt->tokhealth);
 	free(rt);
 }

@@ -137,23 +137,28 @@ int tokprompt_ids(struct tokprompt *p, const struct tokmodel *m, const char *bod
 {
 	char err[160];
 	int rc = -ENOENT;
-	if (!v->prompt.e || v->prompt.e > len || (v->messages && !m->has_chat))
+	if (!v->prompt.e || v->prompt.e > len)
 		return -ENOENT;
+	if (v->messages && !m->has_chat)
+		return -ENOTSUP;
 	arena_begin(p);
 	/* a chat completion's whole body: its tools too */
 	json_t *j = v->messages ? json_loadb(body, len, JSON_ALLOW_NUL, NULL)
 				: json_loadb(body + v->prompt.s, v->prompt.e - v->prompt.s,
 					     JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
-	if (!j) {
+	if (!j) { /* (the strict view took it: deeper than jansson goes, or out of memory) */
 		arena_end(p);
-		return -ENOENT;
+		return -EBADMSG;
 	}
 	const char *text;
 	size_t tlen;
 	if (v->messages) {
 		if ((rc = chat_render(&m->chat, json_object_get(j, "messages"),
-				      json_object_get(j, "tools"), &p->chat, err, sizeof(err))) < 0)
+				      json_object_get(j, "tools"), &p->chat, err, sizeof(err))) <
+		    0) {
+			rc = rc == -ENOMEM ? rc : -EINVAL;
 			goto out;
+		}
 		text = p->chat.p;
 		tlen = p->chat.len;
 	} else if (json_is_string(j)) {
@@ -161,6 +166,7 @@ int tokprompt_ids(struct tokprompt *p, const struct tokmodel *m, const char *bod
 		tlen = json_string_length(j);
 	} else {
 		rc = given_ids(p, j, max_text, ids, n); /* (a token: at least a byte of text) */
+		rc = rc == -ENOENT ? -EBADMSG : rc;
 		*cut = 0;
 		goto out;
 	}
@@ -174,7 +180,7 @@ int tokprompt_ids(struct tokprompt *p, const struct tokmodel *m, const char *bod
 	}
 	rc = tok_encode(&p->tok, text, tlen, !v->messages, ids, n);
 	if (rc < 0)
-		rc = rc == -ENOMEM ? rc : -EINVAL;
+		rc = rc == -ENOMEM ? rc : -EIO;
 out:
 	json_decref(j);
 	arena_end(p);

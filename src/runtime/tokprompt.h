@@ -43,9 +43,14 @@ void tokprompt_free(struct tokprompt *p);
  * prompt's text (cut at a character; 0: all of it): *cut says whether it was cut, when the
  * last ids may differ from those of the whole text (a pre-token cut short). A "prompt" that
  * is a list of token ids (as vLLM takes one) is used as given (its first <max_text> ids). 0;
- * -ENOENT when the body has no prompt this reads (none, a list of anything but ids, such as
- * several prompts, messages without a chat format); -EINVAL when the prompt is not what the
- * chat format takes or is not UTF-8; -ENOMEM.
+ * or why not, each a reason the caller counts (proxy/tokroute.c):
+ *   -ENOENT   the body has no "prompt" nor "messages"
+ *   -ENOTSUP  "messages", and the model has no chat format
+ *   -EINVAL   messages the chat format does not take (a content part, a role, tools)
+ *   -EBADMSG  a "prompt" that is neither a string nor one list of ids (several prompts)
+ *   -EIO      the tokenizer failed on the text (tok_encode(): not UTF-8, the
+ *             pre-tokenizer's regex gave up, libsentencepiece refused it)
+ *   -ENOMEM
  */
 int tokprompt_ids(struct tokprompt *p, const struct tokmodel *m, const char *body, size_t len,
 		  const struct json_view *v, size_t max_text, const uint32_t **ids, size_t *n,

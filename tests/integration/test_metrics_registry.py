@@ -267,6 +267,21 @@ FAMILIES = {  # name: (type, help)
     "accelnet_model_spend_micros_total": ("counter", "what requests for a priced model on "
                                           "routes with a budget cost, in millionths of the "
                                           "prices' currency"),
+    "accelnet_model_tokenizer_up": ("gauge", "1 while the model's tokenizer works (degraded "
+                                    "included), 0 while it is failing: most of the prompts it "
+                                    "was asked to encode in the last 10 s failed (GET /readyz "
+                                    "answers 503)"),
+    "accelnet_model_tokenizer_degraded": ("gauge", "1 when the model has no chat format (its "
+                                          "chat template is one accelnet does not know, or it "
+                                          "has none): its chat requests are keyed on text, not "
+                                          "tokens"),
+    "accelnet_model_prompts_total": ("counter", "prompts of a model with a tokenizer by how "
+                                     "balance: llm keyed them: tokens, else on the text's bytes "
+                                     "because the model has no chat format (template_unknown), "
+                                     "the chat format does not take the messages "
+                                     "(content_unsupported), the prompt is not one text or one "
+                                     "list of ids (prompt_unsupported), or the tokenizer failed "
+                                     "on it (encode_failed)"),
 }
 
 POOL_KEYS = ["name", "balance", "unavailable", "retries_denied", "spilled_in", "session_hits",
@@ -382,3 +397,37 @@ def test_counts_from_several_workers_add_up(env):
     assert sum(be["responses"]["2xx"] for be in bes) == n, bes
     assert sum(be["ttfb_ms"]["count"] for be in bes) == n, bes
     json.dumps(st)  # plain JSON all the way down
+
+
+MODEL_KEYS = ["name", "tokenizer", "tokenizer_up", "tokenizer_degraded", "window", "prompts"]
+KEYED = ["tokens", "template_unknown", "content_unsupported", "prompt_unsupported",
+         "encode_failed"]
+
+
+def test_model_series_of_a_tokenizer(env):
+    """A model with a tokenizer (models:) has its series under the label model: its prompts
+    by how they were keyed (every label value, 0 included), whether its tokenizer is up and
+    degraded; /status lists it under "models" with the same counts."""
+    from test_tokenize import _tiny
+    tok = env.write("tokenizer.json", json.dumps(_tiny()))
+    a = env.sim("a", latency_ms=1, jitter=0, token_ms=0)
+    px = env.proxy(f"models:\n  tiny: {{tokenizer: {tok}, block_size: 2}}\npools:\n"
+                   + pool_yaml("gpu", [a.port], balance="llm"))
+    for prompt in ("abc ab", "ab ab abc", ["x", "y"]):
+        assert complete(px.port, json.dumps({"model": "tiny", "prompt": prompt}))[0] == 200
+    text = metrics_text(px.admin)
+    got = prom_samples(text)
+    want = {"tokens": 2, "prompt_unsupported": 1}
+    for keyed in KEYED:
+        assert got[("accelnet_model_prompts_total", _key(model="tiny", keyed=keyed))] == \
+            want.get(keyed, 0), keyed
+    assert got[("accelnet_model_tokenizer_up", _key(model="tiny"))] == 1
+    # no tokenizer_config.json: no chat format, its chats keyed on text
+    assert got[("accelnet_model_tokenizer_degraded", _key(model="tiny"))] == 1
+    [m] = status(px.admin)["models"]
+    assert list(m) == MODEL_KEYS, list(m)
+    assert (m["name"], m["tokenizer"], m["tokenizer_up"], m["tokenizer_degraded"]) == \
+        ("tiny", "degraded", True, True), m
+    assert m["prompts"] == {k: want.get(k, 0) for k in KEYED}, m
+    assert list(m["window"]) == ["tried", "failed"], m
+    promtool_clean(text)

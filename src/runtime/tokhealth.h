@@ -1,0 +1,70 @@
+/*
+ * tokhealth.h - is a model's tokenizer working? For each model of models: (tok/tokmodel.h)
+ * one of three states, which /readyz, /status and /metrics read:
+ *
+ *   up        its prompts are tokenized (or too few failed to say otherwise)
+ *   degraded  the model has no chat format (its template is one accelnet does not know, or
+ *             it has none): its chat requests are keyed on text, its completions on tokens;
+ *             fixed at load, never a reason to be unready
+ *   failing   most of its recent prompts could not be encoded (tok_encode() failed: the
+ *             pre-tokenizer's regex gave up, libsentencepiece refused the text, out of
+ *             memory): routing on it has silently become routing on bytes
+ *
+ * Failing is judged on a window of the last TOKHEALTH_WINDOW ticks (a tick a second: the
+ * last 10 s) over the prompts the tokenizer was asked to encode (keyed on tokens, or
+ * encode_failed; a prompt keyed on text for its shape or its template is not the
+ * tokenizer's fault and is not counted): a model turns failing when at least
+ * TOKHEALTH_MIN_TRIED of them were tried in the window and more than half failed, and up
+ * again once at most a quarter of those in the window failed, or fewer than
+ * TOKHEALTH_MIN_TRIED were tried (a window with too few prompts says nothing: a proxy taken
+ * out of rotation gets none, and must come back to be tried). One odd prompt never turns
+ * it, and the gap between a half and a quarter keeps it from flapping at the edge.
+ *
+ * The counts are the registry's per-worker counters (accelnet_model_prompts_total), summed by
+ * the one thread that ticks (control/tokwatch.c); the request path writes nothing here. The
+ * state is an atomic the ticking thread stores and any thread (a probe on a worker, the admin
+ * endpoint) loads.
+ */
+#ifndef ACCELNET_RUNTIME_TOKHEALTH_H
+#define ACCELNET_RUNTIME_TOKHEALTH_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TOKHEALTH_WINDOW 10    /* ticks in the window */
+#define TOKHEALTH_TICK_MS 1000 /* ... of this long */
+#define TOKHEALTH_MIN_TRIED 10 /* prompts tried in the window before it may judge failing */
+
+enum tokhealth_state { TOKHEALTH_UP, TOKHEALTH_DEGRADED, TOKHEALTH_FAILING };
+
+struct tokhealth {
+	/* the ticking thread's: the cumulative counts at each of the last ticks, a ring */
+	uint64_t tried[TOKHEALTH_WINDOW + 1], failed[TOKHEALTH_WINDOW + 1];
+	unsigned at, ticks;
+	int failing;
+	/* what any thread reads: enum tokhealth_state, and the window's counts behind it */
+	atomic_int state;
+	_Atomic uint64_t win_tried, win_failed;
+	int degraded; /* fixed at load: no chat format */
+};
+
+/* A model's state before its first tick: degraded when it has no chat format, else up. */
+void tokhealth_init(struct tokhealth *h, int degraded);
+
+/*
+ * One tick: <tried> prompts the tokenizer was asked to encode since the start, <failed> of
+ * them in vain (cumulative counts, never smaller than the last tick's). Updates the window
+ * and the state; answers the state.
+ */
+enum tokhealth_state tokhealth_tick(struct tokhealth *h, uint64_t tried, uint64_t failed);
+
+static inline enum tokhealth_state tokhealth_state(const struct tokhealth *h)
+{
+	return (enum tokhealth_state)atomic_load_explicit(&h->state, memory_order_relaxed);
+}
+
+/* "up", "degraded", "failing". */
+const char *tokhealth_state_name(enum tokhealth_state s);
+
+#endif
