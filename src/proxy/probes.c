@@ -5,10 +5,10 @@
  * {"status": "not ready", "reason": "..."} with 503, through the codec's reply_json (the same
  * path as GET /v1/models): fixed bytes but for the reason, which there only counts the short
  * pools and the failing tokenizers (a data listener is the public side; the admin endpoint
- * names them to those with its token), and a degraded tokenizer is not told there. Only GET is answered there, on the path exactly (its case counts, as a route's
- * does; a query does not, so /healthz?x=1 never reaches a backend's /healthz): any other
- * method on those paths, or /HEALTHZ, is routed as before.
- * The check costs one flag test per request where probes.listeners is off.
+ * names them to those with its token), and a degraded tokenizer is not told there. Only GET is
+ * answered there, on the path exactly (its case counts, as a route's does; a query does not, so
+ * /healthz?x=1 never reaches a backend's /healthz): any other method on those paths, or /HEALTHZ,
+ * is routed as before. The check costs one flag test per request where probes.listeners is off.
  */
 #include "proxy/probes.h"
 #include "core/clock.h"

@@ -201,7 +201,7 @@ static long piece_chars(const struct tok *t, struct detok *d, const uint8_t *p, 
 	}
 	if (unstripped && w) /* libsentencepiece keeps the space its unknown text starts with */
 		d->started = 1;
-	if (t->dec.by_char) /* and cuts the first space of each piece until one gives text */
+	if (t->dec.strip_each) /* and cuts the first space of each piece until one gives text */
 		d->stripped = 0;
 	return (long)strip_start(t, d, out, w);
 }

@@ -34,6 +34,13 @@ int spm_encode(const struct spm_model *m, const char *text, size_t n, uint32_t *
 size_t spm_vocab_size(const struct spm_model *m);
 /* Piece <id> (below spm_vocab_size()): its text (*len bytes, not NUL-ended) and kind. */
 const char *spm_piece(const struct spm_model *m, uint32_t id, size_t *len, int *kind);
+/* What the model's normalizer does with spaces, which decoding must undo as the library's
+ * does: *dummy_prefix, a "▁" put before the text (add_dummy_prefix); *remove_spaces, the
+ * spaces at its ends and runs of them cut to one (remove_extra_whitespaces). The protobuf
+ * fields are not in the library's public header, so they are read off its encoding of "a"
+ * and " a". 0; -EINVAL when the library refuses those; -ENOMEM. */
+int spm_normalizer_flags(const struct spm_model *m, int *dummy_prefix, int *remove_spaces);
+
 /* The BOS id, or -1 when the model has none. */
 int spm_bos_id(const struct spm_model *m);
 

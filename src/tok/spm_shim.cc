@@ -81,6 +81,34 @@ extern "C" const char *spm_piece(const struct spm_model *m, uint32_t id, size_t 
 	return p.data();
 }
 
+/* The normalized text of <text>: its pieces joined (an unknown piece is the text it covers),
+ * or "" when the library refuses it. */
+static std::string normalized(const struct spm_model *m, const char *text)
+{
+	std::vector<std::string> pieces;
+	std::string out;
+	if (!m->sp.Encode(text, &pieces).ok())
+		return out;
+	for (const auto &p : pieces)
+		out += p;
+	return out;
+}
+
+extern "C" int spm_normalizer_flags(const struct spm_model *m, int *dummy_prefix,
+				    int *remove_spaces)
+{
+	try {
+		std::string a = normalized(m, "a"), sa = normalized(m, " a");
+		if (a.empty() || sa.empty())
+			return -EINVAL;
+		*dummy_prefix = a.compare(0, 3, "\xe2\x96\x81") == 0; /* "▁a" */
+		*remove_spaces = a == sa;
+		return 0;
+	} catch (const std::bad_alloc &) {
+		return -ENOMEM;
+	}
+}
+
 extern "C" int spm_bos_id(const struct spm_model *m)
 {
 	int id = m->sp.bos_id();

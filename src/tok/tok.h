@@ -58,6 +58,9 @@ struct tok_decoder {
 		      * U+FFFD (libsentencepiece's decoding), not whole (ByteFallback's) */
 	int fused;
 	unsigned strip;
+	int strip_each; /* the Strip again for each piece until one gives text (libsentencepiece's,
+			 * for a model that removes extra spaces; one that keeps them cuts only
+			 * the space its dummy prefix put first) */
 };
 
 struct tok {

@@ -67,10 +67,25 @@ static int spm_read(const char *path, struct tok *t, char *err, size_t errlen)
 			 path, why);
 		return r;
 	}
+	int dummy, remove;
 	t->spm = m;
 	t->chars = 1;
-	t->dec = (struct tok_decoder){
-	    .nreplace = 1, .byte_fallback = 1, .by_char = 1, .fused = 1, .strip = 1};
+	if ((r = spm_normalizer_flags(m, &dummy, &remove))) {
+		snprintf(err, errlen, "%s: libsentencepiece cannot encode \"a\" with it", path);
+		tok_free(t);
+		memset(t, 0, sizeof(*t));
+		return r;
+	}
+	/* the library cuts the first space of the decoded text only where its normalizer put
+	 * one there or would have cut it: of each piece until text comes when it removes extra
+	 * spaces, else of the first piece only (Llama 2's model keeps spaces, Gemma's has no
+	 * dummy prefix either) */
+	t->dec = (struct tok_decoder){.nreplace = 1,
+				      .byte_fallback = 1,
+				      .by_char = 1,
+				      .fused = 1,
+				      .strip = dummy || remove,
+				      .strip_each = remove};
 	memcpy(t->dec.replace[0].from, "\xe2\x96\x81", 3); /* "▁" */
 	memcpy(t->dec.replace[0].to, " ", 1);
 	t->dec.replace[0].nfrom = 3;

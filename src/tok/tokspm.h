@@ -4,7 +4,9 @@
  * the name: a JSON object starts with '{' (after white space); anything else is given to
  * libsentencepiece, whose encoding a SentencePiece model's struct tok then uses. Its
  * decoding is detok.h's SentencePiece-style one, set up from the model's pieces: "▁" a space,
- * the first space of the text cut, byte pieces joined (character by character, as the
+ * the space its normalizer put first cut as the library cuts it (spm_normalizer_flags():
+ * the first of each piece until text comes, of the first piece only, or none), byte pieces
+ * joined (character by character, as the
  * library does, not whole runs), control pieces (<s>, </s>) nothing,
  * the unknown piece " ⁇ " (the library's own), and the BOS before the ids when an encode
  * asks for the special tokens (as Llama 2's and Mistral's tokenizers add it).

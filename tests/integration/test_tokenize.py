@@ -765,9 +765,11 @@ def test_tokenize_models_config(env):
         and "chat_format: 'llama9' is not one accelnet renders; known: llama3" in r.stderr, r
 
 
-def _spm_model(env, model_type="bpe", vocab_size=2000, byte_fallback=True):
+def _spm_model(env, model_type="bpe", vocab_size=2000, byte_fallback=True, name=None,
+               extra=()):
     """A SentencePiece model of <model_type> (bpe, unigram) trained by Debian's spm_train on a
-    seeded corpus of words in several scripts; Skip without the sentencepiece package."""
+    seeded corpus of words in several scripts, with <extra> options (the normalizer's);
+    Skip without the sentencepiece package."""
     if not shutil.which("spm_train") or not shutil.which("spm_encode"):
         raise harness.Skip("spm_train and spm_encode (Debian's sentencepiece) are needed")
     rnd = random.Random(35)
@@ -780,12 +782,13 @@ def _spm_model(env, model_type="bpe", vocab_size=2000, byte_fallback=True):
     with open(corpus, "w", encoding="utf-8") as f:
         for _ in range(20000):
             f.write(" ".join(rnd.choice(words) for _ in range(rnd.randint(3, 15))) + "\n")
-    prefix = os.path.join(env.dir, model_type)
+    prefix = os.path.join(env.dir, name or model_type)
     r = subprocess.run(["spm_train", f"--input={corpus}", f"--model_prefix={prefix}",
                         f"--vocab_size={vocab_size}", "--hard_vocab_limit=false",
                         f"--model_type={model_type}",
                         f"--byte_fallback={'true' if byte_fallback else 'false'}",
-                        "--character_coverage=0.995", "--num_threads=1", "--minloglevel=2"],
+                        "--character_coverage=0.995", "--num_threads=1", "--minloglevel=2",
+                        *extra],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return prefix + ".model"
@@ -848,10 +851,11 @@ def _spm_agrees(env, model, sample=False):
 
 
 def test_tokenize_sentencepiece_model_matches_spm_encode(env):
-    """A SentencePiece BPE .model file (told by its content, not its name) agrees with
-    spm_encode and spm_decode on 10,000 strings (_spm_agrees); a file that is neither kind is
-    refused at start, saying what each reading said."""
-    model = _spm_model(env)
+    """A SentencePiece BPE .model file (told by its content, not its name) with byte fallback
+    and Llama 2's normalizer (a dummy prefix, spaces kept: decoding cuts only the first
+    piece's space) agrees with spm_encode and spm_decode on 10,000 strings (_spm_agrees); a
+    file that is neither kind is refused at start, saying what each reading said."""
+    model = _spm_model(env, extra=["--remove_extra_whitespaces=false"])
     renamed, strings, ref = _spm_agrees(env, model)
     # broken: garbage, and the model cut short; refused at start by tokenize and check
     with open(model, "rb") as f:
@@ -882,10 +886,16 @@ def test_tokenize_sentencepiece_model_matches_spm_encode(env):
 
 
 def test_tokenize_unigram_model_matches_spm_encode(env):
-    """A SentencePiece Unigram .model (T5's, ALBERT's and XLNet's kind: the library's
-    Viterbi search over piece scores, not merges; no byte fallback, as theirs: a character
-    outside the pieces is the unknown piece, decoded " ⁇ ") loads and agrees with spm_encode
-    and spm_decode on the same 10,000 strings (a small vocabulary, 1,000 pieces: trained in a
-    second); the sanitizer pass reads its ACCELNET_TOK_SAMPLE first strings."""
+    """SentencePiece Unigram .model files (T5's, ALBERT's and XLNet's kind: the library's
+    Viterbi search over piece scores, not merges) load and agree with spm_encode and
+    spm_decode on the same 10,000 strings: one as theirs (no byte fallback: a character
+    outside the pieces is the unknown piece, decoded " ⁇ "; the default normalizer: spaces at
+    the ends cut, runs of them made one, decoding cuts the first space of each piece until
+    text comes), one with Gemma's normalizer (no dummy prefix, spaces kept: decoding cuts
+    none). Small vocabularies, 1,000 pieces: each trained in a second; the sanitizer pass
+    reads the ACCELNET_TOK_SAMPLE first strings."""
     model = _spm_model(env, "unigram", 1000, byte_fallback=False)
+    _spm_agrees(env, model, sample=True)
+    model = _spm_model(env, "unigram", 1000, name="unigram-kept", extra=[
+        "--add_dummy_prefix=false", "--remove_extra_whitespaces=false"])
     _spm_agrees(env, model, sample=True)
