@@ -5,6 +5,7 @@ accelnet_backend_up right for a killed backend with passive checks only; the sta
 process_* figures."""
 
 import concurrent.futures
+import json
 import os
 import re
 import socket
@@ -196,11 +197,14 @@ def test_every_proxy_family_is_documented(env):
     """A proxy with every feature that adds families or labels (health checks, caps and a
     queue, spillover, hedging, named routes, authenticated tenants with token budgets and
     more than metrics.max_tenants of them, an OpenAI route read for tokens, a streamed answer,
-    the access log) under a little traffic: each family it writes is in the docs' tables with
-    its type and labels, and the tables list nothing it does not write."""
+    the access log, prices, a model with a tokenizer) under a little traffic: each family it
+    writes is in the docs' tables with its type and labels, and the tables list nothing it
+    does not write."""
     a = env.sim("a", latency_ms=1, jitter=0, token_ms=1, tokens=3)
     b = env.sim("b", latency_ms=1, jitter=0, token_ms=1, tokens=3)
     keys = env.write("keys.txt", "acme sk-acme-0123456789abcdef\nbeta sk-beta-0123456789abcdef\n")
+    from test_tokenize import _tiny
+    tok = env.write("tokenizer.json", json.dumps(_tiny()))
     px = env.proxy(
         "pools:\n"
         + pool_yaml("gpu", [a.port], health={"path": "/health", "interval_ms": 200},
@@ -214,7 +218,8 @@ def test_every_proxy_family_is_documented(env):
         "  - match: {path_prefix: /}\n    pool: spare\n    tenant_header: X-Tenant\n",
         extra=f"access_log: {{path: {os.path.join(env.dir, 'access.log')}}}\n"
               "metrics: {max_tenants: 1}\n"
-              "prices: {m: {input: 0.15, output: 0.60}}\n")  # the priced models' series
+              "prices: {m: {input: 0.15, output: 0.60}}\n"  # the priced models' series
+              f"models: {{m: {{tokenizer: {tok}}}}}\n")  # the tokenized models' series
     auth = {"Authorization": "Bearer sk-acme-0123456789abcdef",
             "Content-Type": "application/json"}
     assert request(px.port, "POST", "/v1/completions", body=b'{"prompt":"hi","stream":true}',
