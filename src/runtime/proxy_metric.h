@@ -6,8 +6,9 @@
  * PM_..., series, n)); gauges are read from the runtime's atomics at scrape time. A
  * backend's series is its id; a pool's, its index; a response's, backend id * PM_CLASSES +
  * status class; a route's, its index in conf->routes; a tenant's, what
- * names_intern(rt->tenants, ...) answers. No counter here is a shared atomic: each worker
- * bumps its own shard, summed when scraped.
+ * names_intern(rt->tenants, ...) answers; a model with a tokenizer's, its index in
+ * conf->tokmodels (times TOK_KEYEDS, plus how its prompt was keyed). No counter here is a shared
+ * atomic: each worker bumps its own shard, summed when scraped.
  */
 #ifndef ACCELNET_RUNTIME_PROXY_METRIC_H
 #define ACCELNET_RUNTIME_PROXY_METRIC_H
