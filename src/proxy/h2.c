@@ -32,13 +32,15 @@
  * stays one); its body stays in the upstream connection's input (up->in) until nghttp2 asks for it
  * (a chunked body's framing dropped as it goes), one copy into the frame nghttp2 writes. A
  * client whose window is closed takes nothing, so up->in stays full and the backend is not
- * read: the proxy never holds more than a buffer of any response. Trailers cross both ways: a
- * request's go to the backend in the chunked body's trailer section, a chunked response's
- * trailer section (kept in trail as take_body passes it) goes out as HTTP/2 trailers. The proxy's
- * own answers are written by the HTTP/1 writers (rewrite_error(), rewrite_json()) into a buffer of
- * the stream and sent from there; to a gRPC request they are trailers-only responses with the
- * gRPC status they stand for (http/grpc.h), and its grpc-timeout is its deadline. A streaming
- * request waiting for its answer (routes.sse_heartbeat_ms, sse.h) gets the proxy's own
+ * read: the proxy never holds more than a buffer of any response -- but one a feature keeps
+ * for the client (xhooks.h: the cache's fill, bounded by cache.max_object), which leaves up->in
+ * as it comes and goes out from there (read_kept), whatever the client's window. Trailers cross
+ * both ways: a request's go to the backend in the chunked body's trailer section, a chunked
+ * response's trailer section (kept in trail as take_body passes it) goes out as HTTP/2 trailers.
+ * The proxy's own answers are written by the HTTP/1 writers (rewrite_error(), rewrite_json()) into
+ * a buffer of the stream and sent from there; to a gRPC request they are trailers-only responses
+ * with the gRPC status they stand for (http/grpc.h), and its grpc-timeout is its deadline. A
+ * streaming request waiting for its answer (routes.sse_heartbeat_ms, sse.h) gets the proxy's own
  * event-stream head and SSE comments as DATA from <own> (early), then the backend's events, or an
  * error event from the same writers. A stream
  * reset by the client (RST_STREAM) ends its exchange at once: its backend connection is closed
