@@ -10,6 +10,7 @@ The body is larger than what the sockets between the origin and a client that do
 can hold (the kernel's buffers on both connections), so before the change the origin could not
 finish while the filler's client read nothing."""
 
+import selectors
 import socket
 import threading
 
@@ -66,6 +67,29 @@ def _read_to_close(s):
         out += b
 
 
+def _read_all_at_once(socks):
+    """Read every socket to its close as its bytes come; what each read."""
+    sel = selectors.DefaultSelector()
+    got = [bytearray() for _ in socks]
+    for i, s in enumerate(socks):
+        s.setblocking(False)
+        sel.register(s, selectors.EVENT_READ, i)
+    left = len(socks)
+    while left:
+        events = sel.select(20)
+        assert events, f"{left} answers unfinished"
+        for key, _ in events:
+            d = key.fileobj.recv(1 << 20)
+            if d:
+                got[key.data] += d
+            else:
+                sel.unregister(key.fileobj)
+                key.fileobj.close()
+                left -= 1
+    sel.close()
+    return [bytes(g) for g in got]
+
+
 def _h2_done(c, sid):
     c.wait(lambda: sid in c.ended or sid in c.reset)
     assert sid not in c.reset, c.reset
@@ -100,6 +124,32 @@ def test_http11_filler_that_stops_reading_holds_no_waiter(env):
         s.close()
     st, h, b = parse_response(_read_to_close(filler))  # and the filler's own is whole too
     assert st == 200 and b == BIG and h["cache-status"] == ["accelnet; fwd=miss; stored"], h
+    assert o.count("/big") == 1
+
+
+def test_http11_filler_that_stops_reading_is_cut_alone(env):
+    o, gate = _held_origin(env)
+    px = start(env, o, cache=CACHE, extra="timeouts: {send_ms: 2000}\n")
+    filler = socket.socket()
+    filler.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    filler.settimeout(20)
+    filler.connect(("127.0.0.1", px.port))
+    filler.sendall(b"GET /big HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % host(px))
+    wait_until(lambda: o.count("/big") == 1, "the filler's request at the origin")
+    waiters = [_get1(px, b"/big") for _ in range(3)]
+    wait_until(lambda: _in_flight(px) == 4, "three waiters on the fill")
+    gate.set()
+    for g in _read_all_at_once(waiters):  # the others, read as their bytes come: whole
+        st, h, b = parse_response(g)
+        assert st == 200 and b == BIG, (st, len(b))
+    wait_until(lambda: _in_flight(px) == 0, "the filler cut (timeouts.send_ms)")
+    try:
+        got = _read_to_close(filler)
+    except ConnectionResetError:
+        got = b""
+    assert len(got) < len(BIG), len(got)  # the filler itself was cut
+    st, h, b = parse_response(_read_to_close(_get1(px, b"/big")))
+    assert st == 200 and b == BIG and is_hit(h), h
     assert o.count("/big") == 1
 
 
