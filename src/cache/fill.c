@@ -170,20 +170,34 @@ fail:
 
 int cache_fill_bytes(struct cache_fill_ctx *c, struct cache_obj *o, const char *p, size_t n)
 {
-	if (c->framing != HTTP_BODY_CHUNKED)
-		return cache_fill_body(c->store, o, p, n);
+	c->took = 0;
+	c->at = c->ch;
+	if (c->framing != HTTP_BODY_CHUNKED) {
+		int err = cache_fill_body(c->store, o, p, n);
+		c->took = err ? 0 : n;
+		return err;
+	}
+	size_t all = n;
 	while (n) {
 		int data;
+		struct http_chunked before = c->ch;
 		ssize_t k = http_chunked_scan(&c->ch, p, n, &data);
+		if (k <= 0 && !http_chunked_done(&c->ch))
+			return -EINVAL;
 		if (k <= 0)
-			return http_chunked_done(&c->ch) ? 0 : -EINVAL;
+			break;
 		if (data) {
 			int err = cache_fill_body(c->store, o, p, (size_t)k);
-			if (err)
+			if (err) {
+				c->at = before; /* the run's bytes are the caller's again */
 				return err;
+			}
 		}
 		p += k;
 		n -= (size_t)k;
+		c->took += (size_t)k;
 	}
+	c->took = all;
+	c->at = c->ch;
 	return 0;
 }

@@ -45,6 +45,12 @@ struct cache_fill_ctx {
 	char scope[CACHE_SCOPE_MAX];
 	struct http_chunked ch; /* a chunked body's scanner, for the payload */
 	enum http_framing framing;
+	/* what the last cache_fill_bytes() took: all <n> bytes, or after a failure those before
+	 * the payload run that failed (none of whose bytes went in), and the scanner as it was at
+	 * that run's start (a relay that goes on with the bytes the fill did not take reads them
+	 * from there) */
+	size_t took;
+	struct http_chunked at;
 };
 
 /*
@@ -66,7 +72,8 @@ int cache_fill_304(struct cache_fill_ctx *c, struct cache_obj *o, struct cache_o
 		   const struct http_head *h);
 
 /* Body bytes p[0..n) of the response (framing and all). 0, or -errno (the fill is then to be
- * ended, failed: -EFBIG too large, -EINVAL a malformed chunked body, -ENOMEM). */
+ * ended, failed: -EFBIG too large, -EINVAL a malformed chunked body, -ENOMEM); c->took and
+ * c->at say where it stopped. */
 int cache_fill_bytes(struct cache_fill_ctx *c, struct cache_obj *o, const char *p, size_t n);
 
 #endif

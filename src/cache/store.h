@@ -37,6 +37,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 enum cache_fill_state {
 	CACHE_FILLING,	/* being fetched; head and body may still come */
@@ -211,6 +212,24 @@ static inline void cache_obj_get(struct cache_obj *o)
 static inline const struct cache_seg *cache_obj_body(const struct cache_obj *o)
 {
 	return o->body_of ? o->body_of->first : o->first;
+}
+/* The body bytes of <o> in [from, to) (within cache_obj_body_len()) as up to <max> iovecs
+ * from <iov>: how many. */
+static inline int cache_obj_iov(const struct cache_obj *o, uint64_t from, uint64_t to,
+				struct iovec *iov, int max)
+{
+	int n = 0;
+	uint64_t at = 0;
+	for (const struct cache_seg *g = cache_obj_body(o); g && at < to && n < max; g = g->next) {
+		uint64_t end = at + g->len;
+		if (end > from) {
+			uint64_t a = from > at ? from - at : 0;
+			uint64_t b = (to < end ? to : end) - at;
+			iov[n++] = (struct iovec){(void *)(g->data + a), (size_t)(b - a)};
+		}
+		at = end;
+	}
+	return n;
 }
 static inline uint64_t cache_obj_body_len(const struct cache_obj *o)
 {

@@ -626,6 +626,8 @@ enum run caching_stage_serve(struct exchange *x)
 
 /* --- the response from the backend ------------------------------------------------ */
 
+static const struct xkeep caching_keep;
+
 /* Drop the fill (it will not complete): waiters go on to the backend themselves. */
 static void fill_fail(struct exchange *x)
 {
@@ -751,6 +753,11 @@ int caching_response_head(struct exchange *x, const struct http_head *h)
 	if (cx->cfill && cache_fill_start(&cx->cfx, cx->cfill, h, &req, &cx->cwhy)) {
 		cx->cstored = 1;
 		xhooks_want_body(x, &caching_hook); /* its bytes go into the fill */
+		if (h->framing != HTTP_BODY_NONE) { /* ... and the client may read them there */
+			cache_obj_get(cx->cfill);
+			cx->cfeed = cx->cfill;
+			xhooks_keep_body(x, &caching_keep);
+		}
 	} else if (cx->cfill) {
 		cache_obj_put(store_of(x), cx->cfill);
 		cx->cfill = NULL;
@@ -758,18 +765,90 @@ int caching_response_head(struct exchange *x, const struct http_head *h)
 	return 0;
 }
 
-/* The resp_body hook: body bytes p[0..n) as they are scanned go into the fill. */
+/* The resp_body hook: body bytes p[0..n) as they are scanned go into the fill. Those it took
+ * the codec may let go (caching_keep); should it fail, the rest of them is the codec's again
+ * from where the fill stopped. */
 static void caching_response_body(struct exchange *x, const char *p, size_t n)
 {
 	struct caching_x *cx = caching_ctx(x);
 	if (!cx->cfill)
 		return;
 	int err = cache_fill_bytes(&cx->cfx, cx->cfill, p, n);
+	cx->ctaken += cx->cfx.took;
 	if (err) {
 		cx->cwhy = err == -EFBIG ? "too large" : "body";
 		cx->cstored = 0;
+		cx->cresume = cx->cfx.at;
+		cx->cstopped = 1;
 		fill_fail(x);
 	}
+}
+
+/* --- the fill as the client's source (xhooks.h) ------------------------------------------ */
+
+static size_t keep_taken(struct exchange *x)
+{
+	struct caching_x *cx = caching_ctx(x);
+	size_t k = cx->ctaken;
+	cx->ctaken = 0;
+	return k;
+}
+
+static uint64_t keep_kept(const struct exchange *x, int *state)
+{
+	const struct caching_x *cx = caching_ctx(x);
+	/* the state first: a fill that has ended has all its bytes, but bytes read before its
+	 * end may be fewer than it ended with */
+	enum cache_fill_state st = cache_obj_state(cx->cfeed);
+	*state = cx->cstopped || (st != CACHE_FILLING && st != CACHE_COMPLETE) ? -1
+		 : st == CACHE_COMPLETE					       ? 0
+									       : 1;
+	return cache_obj_body_len(cx->cfeed);
+}
+
+static int keep_iov(const struct exchange *x, uint64_t from, uint64_t to, struct iovec *iov,
+		    int max)
+{
+	return cache_obj_iov(caching_ctx(x)->cfeed, from, to, iov, max);
+}
+
+static const struct http_chunked *keep_resume(const struct exchange *x)
+{
+	const struct caching_x *cx = caching_ctx(x);
+	return cx->cstopped ? &cx->cresume : &cx->cfx.ch;
+}
+
+static const struct xkeep caching_keep = {
+    .taken = keep_taken,
+    .kept = keep_kept,
+    .iov = keep_iov,
+    .resume = keep_resume,
+};
+
+/* The exchange ends with its fill under way, the backend's connection sound: the rest of the
+ * response goes into the fill without the client (refresh.h), on the same connection and
+ * slot. 1 when it does. */
+static int fill_go_on(struct exchange *x)
+{
+	struct caching_x *cx = caching_ctx(x);
+	struct upconn *up;
+	struct pool_rt *pool;
+	struct backend *be;
+	if (!cx->cfill || !cx->cstored || !x->resp_head || x->resp.done || x->cut_why)
+		return 0;
+	int reusable = x->att->reusable;
+	if (exchange_take_upstream(x, &up, &pool, &be) < 0)
+		return 0;
+	/* the bytes scanned and not relayed are in the fill already */
+	struct http_body body = x->resp;
+	if (body.ready)
+		buf_consume(up->in, body.ready);
+	body.ready = 0;
+	if (refresh_adopt(x->w, pool, be, up, reusable, &body, cx->cfill, &cx->cfx) < 0)
+		return 0; /* (it let them go) */
+	cache_obj_put(store_of(x), cx->cfill);
+	cx->cfill = NULL;
+	return 1;
 }
 
 /* The resp_done hook: the response is whole, so is the fill. */
@@ -946,8 +1025,11 @@ static void caching_end(struct exchange *x, uint64_t now_ns)
 	}
 	if (cx->cstale)
 		cache_obj_put(s, cx->cstale);
-	cx->cobj = cx->cstale = NULL;
-	fill_fail(x);
+	if (cx->cfeed)
+		cache_obj_put(s, cx->cfeed);
+	cx->cobj = cx->cstale = cx->cfeed = NULL;
+	if (!fill_go_on(x))
+		fill_fail(x);
 }
 
 void caching_give_up(struct exchange *x, const char *why)

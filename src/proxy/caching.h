@@ -19,10 +19,14 @@
  *     may be answered stale: stale-if-error) and what the fill keeps (storable? its head,
  *     freshness, Vary).
  *   its hooks (caching_hook, xhooks.h): the request body read before admission is keyed
- *     (an inference POST); response body bytes go into the fill as they go to the client
- *     (a chunked body's payload only); the whole response completes it; the end of the
- *     exchange lets go of what it holds of the cache (a fill not complete fails) and counts
- *     what the cache did for it.
+ *     (an inference POST); response body bytes go into the fill as they are scanned (a
+ *     chunked body's payload only), and the fill is offered to the codec as the client's
+ *     source (xhooks_keep_body): the backend is then read at its own pace into the object,
+ *     whatever the filler's client does, and that client reads the object as a waiter does;
+ *     the whole response completes it; the end of the exchange lets go of what it holds of
+ *     the cache -- a fill under way whose client went away goes on without it, to the end,
+ *     on the same upstream connection and slot (refresh.h, refresh_adopt), else it fails --
+ *     and counts what the cache did for it.
  *
  * Its context per exchange is struct caching_x, shared by caching.c and hit.c (the answer
  * from an object) alone: the other rooms ask through the functions below.
@@ -138,6 +142,13 @@ struct caching_x {
 	uint64_t hit_wait_until;     /* a wait for a fill's head ends (loop ms) */
 	uint64_t canon[2];	     /* an inference body's canonical hash */
 	struct cache_fill_ctx cfx;   /* its fill (cfill): rules, request time, chunked payload */
+	/* its fill as the client's source (xhooks.h, struct xkeep): the object (referenced until
+	 * the end, though the fill may end before the client has it all), the raw bytes taken
+	 * since the codec last asked, and where the raw bytes resume should the fill stop */
+	struct cache_obj *cfeed;
+	size_t ctaken;
+	struct http_chunked cresume;
+	unsigned cstopped : 1;
 };
 
 extern size_t caching_ctx_off; /* where it lies in an exchange's block (xhooks_setup()) */

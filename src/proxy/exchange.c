@@ -185,6 +185,25 @@ void exchange_drop_upstream(struct exchange *x)
 	attempt_end(x->att, x->w, 0);
 }
 
+int exchange_take_upstream(struct exchange *x, struct upconn **up, struct pool_rt **pool,
+			   struct backend **be)
+{
+	struct attempt *a = x->att;
+	if (!a->up || !a->be || a->slot_freed || a->up->h2s || a->up->failed || a->up->read_end ||
+	    a->up->connecting)
+		return -1;
+	exchange_drop_hedge(x);
+	slot_work_done(x);
+	net_conn_read_stop(&a->up->conn);
+	*up = a->up;
+	*pool = a->pool;
+	*be = a->be;
+	a->up = NULL;
+	a->be = NULL;
+	a->reusable = 0;
+	return 0;
+}
+
 void exchange_free_slot(struct exchange *x)
 {
 	if (!x->att->be || x->att->slot_freed)

@@ -235,6 +235,16 @@ struct exchange {
 	/* a resp_body hook (xhooks.h) asks that the response end before the bytes it saw reach
 	 * the client (a tenant's budget spent: spend.h): why, for the log */
 	const char *cut_why;
+	/* the codec writes the body from what a feature keeps (xhooks_keeper()), not up->in */
+	struct {
+		uint64_t pos;	      /* kept bytes written to the client */
+		uint64_t chunk_left;  /* ... of the chunk of our own being written (chunked) */
+		unsigned on : 1;      /* the offer was taken */
+		unsigned chunked : 1; /* the client's head says chunked: chunks of our own */
+		unsigned raw : 1;     /* the feature stopped: the rest goes from up->in */
+		unsigned ended : 1;   /* the last chunk is queued */
+		unsigned done : 1;    /* the whole body is queued */
+	} feed;
 
 	unsigned relayed : 1; /* the response went out whole */
 	struct exchange_log log;
@@ -287,6 +297,16 @@ void exchange_drain_free(struct worker *w);
 /* End its attempts: the backend slots and upstream connections let go (closed, never
  * reused). The current attempt keeps its retry facts. */
 void exchange_drop_upstream(struct exchange *x);
+/*
+ * A feature goes on with the response under way without the exchange (proxy/refresh.h: a
+ * cache fill whose client left): the current attempt's HTTP/1 connection to the backend
+ * (its reads stopped, the bytes in its input with it), its pool and the slot it holds are
+ * the caller's from now on (the slot to give back with admission_release); the exchange
+ * holds none. 0, or -1 when there is nothing to take (no connection, an HTTP/2 backend's
+ * stream, the slot given back, the connection failed or at its end).
+ */
+int exchange_take_upstream(struct exchange *x, struct upconn **up, struct pool_rt **pool,
+			   struct backend **be);
 /* End the hedged copy of the request, if any: closed, its slot given back. */
 void exchange_drop_hedge(struct exchange *x);
 

@@ -32,13 +32,15 @@
  * stays one); its body stays in the upstream connection's input (up->in) until nghttp2 asks for it
  * (a chunked body's framing dropped as it goes), one copy into the frame nghttp2 writes. A
  * client whose window is closed takes nothing, so up->in stays full and the backend is not
- * read: the proxy never holds more than a buffer of any response. Trailers cross both ways: a
- * request's go to the backend in the chunked body's trailer section, a chunked response's
- * trailer section (kept in trail as take_body passes it) goes out as HTTP/2 trailers. The proxy's
- * own answers are written by the HTTP/1 writers (rewrite_error(), rewrite_json()) into a buffer of
- * the stream and sent from there; to a gRPC request they are trailers-only responses with the
- * gRPC status they stand for (http/grpc.h), and its grpc-timeout is its deadline. A streaming
- * request waiting for its answer (routes.sse_heartbeat_ms, sse.h) gets the proxy's own
+ * read: the proxy never holds more than a buffer of any response -- but one a feature keeps
+ * for the client (xhooks.h: the cache's fill, bounded by cache.max_object), which leaves up->in
+ * as it comes and goes out from there (read_kept), whatever the client's window. Trailers cross
+ * both ways: a request's go to the backend in the chunked body's trailer section, a chunked
+ * response's trailer section (kept in trail as take_body passes it) goes out as HTTP/2 trailers.
+ * The proxy's own answers are written by the HTTP/1 writers (rewrite_error(), rewrite_json()) into
+ * a buffer of the stream and sent from there; to a gRPC request they are trailers-only responses
+ * with the gRPC status they stand for (http/grpc.h), and its grpc-timeout is its deadline. A
+ * streaming request waiting for its answer (routes.sse_heartbeat_ms, sse.h) gets the proxy's own
  * event-stream head and SSE comments as DATA from <own> (early), then the backend's events, or an
  * error event from the same writers. A stream
  * reset by the client (RST_STREAM) ends its exchange at once: its backend connection is closed
@@ -629,6 +631,54 @@ static ssize_t read_hit(struct h2s *s, uint8_t *out, size_t len, uint32_t *flags
 	}
 }
 
+/* Has the feature that keeps the body (xhooks.h) bytes the client has not had (<any>: or
+ * news: the body's end, or its stop)? */
+static int kept_ahead(const struct exchange *x, int any)
+{
+	int state;
+	uint64_t kept = xhooks_keeper(x)->kept(x, &state);
+	return kept > x->feed.pos || (any && state != 1);
+}
+
+/* The body of a relayed response from what a feature keeps (xhooks.h: the cache's fill), so
+ * that the backend is read at its own pace whatever the client's window; should the feature
+ * stop keeping, x->feed.raw: the rest comes from up->in, dechunked from where it stopped. */
+static ssize_t read_kept(struct h2s *s, uint8_t *out, size_t len, uint32_t *flags)
+{
+	struct exchange *x = s->x;
+	const struct xkeep *kp = xhooks_keeper(x);
+	int state;
+	uint64_t kept = kp->kept(x, &state);
+	if (x->feed.pos < kept) {
+		uint64_t to = kept - x->feed.pos > len ? x->feed.pos + len : kept;
+		struct iovec iov[16];
+		int n = kp->iov(x, x->feed.pos, to, iov, 16);
+		size_t k = 0;
+		for (int i = 0; i < n; i++) {
+			memcpy(out + k, iov[i].iov_base, iov[i].iov_len);
+			k += iov[i].iov_len;
+		}
+		x->feed.pos += k;
+		x->resp.sent += k; /* the access log's bytes */
+		s->pace.client_took_ms = x->last_ms = loop_now(x->w->loop);
+		return (ssize_t)k;
+	}
+	if (state > 0) {
+		s->deferred = 1; /* the next read of the backend resumes it (stream_resume) */
+		return NGHTTP2_ERR_DEFERRED;
+	}
+	if (state < 0) {
+		x->feed.raw = 1;
+		s->dech = *kp->resume(x);
+		return 0;
+	}
+	*flags |= NGHTTP2_DATA_FLAG_EOF;
+	s->eof = 1;
+	if (!s->end_stream) /* answered before the request ended: no more of it */
+		nghttp2_submit_rst_stream(s->h->ss, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_NO_ERROR);
+	return 0;
+}
+
 /* --- WebSocket over HTTP/2 (RFC 8441): a stream's tunnel --- */
 
 /* The backend's bytes (up->in, as they came) as the stream's DATA; its clean end as
@@ -694,6 +744,11 @@ static ssize_t read_body(nghttp2_session *ss, int32_t id, uint8_t *out, size_t l
 		return read_hit(s, out, len, flags);
 	if (s->tun)
 		return read_tunnel(s, out, len, flags);
+	if (x->feed.on && !x->feed.raw) {
+		ssize_t r = read_kept(s, out, len, flags);
+		if (!x->feed.raw)
+			return r;
+	}
 	size_t k = take_body(s, out, len);
 	if (k) {
 		s->run = 1; /* up->in has room again: the backend may be read */
@@ -724,7 +779,8 @@ static void stream_resume(struct h2s *s)
 	struct exchange *x = s->x;
 	const struct buf *tin = s->tun && x && x->att->up ? x->att->up->in : NULL;
 	if (!s->deferred || !x ||
-	    !(x->resp.ready || x->resp.done || s->cut || s->tun_eof || (tin && buf_len(tin))))
+	    !(x->resp.ready || x->resp.done || s->cut || s->tun_eof || (tin && buf_len(tin)) ||
+	      (x->feed.on && !x->feed.raw && kept_ahead(x, 1))))
 		return;
 	s->deferred = 0;
 	nghttp2_session_resume_data(s->h->ss, s->id);
@@ -1357,6 +1413,7 @@ static enum run codec_response_head(struct exchange *x, const struct http_head *
 		return dispatch_failed(x, UP_BAD);
 	}
 	http_chunked_init(&s->dech);
+	x->feed.on = xhooks_keeper(x) != NULL; /* the body from what a feature keeps */
 	int rc = submit_head(s, &w->head, x->resp.done);
 	buf_put(&w->bufs, b);
 	if (rc < 0)
@@ -2021,7 +2078,8 @@ static void streams_mark_full(struct h2 *h)
 			continue;
 		/* the window is looked up (a hash lookup in nghttp2) only where bytes wait */
 		s->pace.client_full =
-		    x->resp_head && x->resp.ready &&
+		    x->resp_head &&
+		    (x->resp.ready || (x->feed.on && !x->feed.raw && kept_ahead(x, 0))) &&
 		    (conn_shut || nghttp2_session_get_stream_remote_window_size(h->ss, s->id) <= 0);
 	}
 }

@@ -117,24 +117,6 @@ static int queue_head(struct client *cl, int keep)
 	return 0;
 }
 
-/* The body bytes of <o> in [from, to), as up to <max> iovecs from <iov>; how many. */
-static int body_iov(const struct cache_obj *o, uint64_t from, uint64_t to, struct iovec *iov,
-		    int max)
-{
-	int n = 0;
-	uint64_t at = 0;
-	for (const struct cache_seg *g = cache_obj_body(o); g && at < to && n < max; g = g->next) {
-		uint64_t end = at + g->len;
-		if (end > from) {
-			uint64_t a = from > at ? from - at : 0;
-			uint64_t b = (to < end ? to : end) - at;
-			iov[n++] = (struct iovec){(void *)(g->data + a), (size_t)(b - a)};
-		}
-		at = end;
-	}
-	return n;
-}
-
 /* The fill under a coalesced wait is of no use (failed, not storable, another variant, or
  * its head late): the exchange goes on to the backend. */
 static enum run give_up(struct exchange *x, const char *why)
@@ -192,7 +174,7 @@ size_t hit_copy(struct exchange *x, char *out, size_t len, int *end)
 	if (to > cx->hit_pos + len)
 		to = cx->hit_pos + len;
 	struct iovec iov[HIT_IOV];
-	int n = body_iov(o, cx->hit_pos, to, iov, HIT_IOV);
+	int n = cache_obj_iov(o, cx->hit_pos, to, iov, HIT_IOV);
 	size_t got = 0;
 	for (int i = 0; i < n; i++) {
 		memcpy(out + got, iov[i].iov_base, iov[i].iov_len);
@@ -278,7 +260,7 @@ enum run hit_run(struct client *cl)
 		int n = 0;
 		if (pending)
 			iov[n++] = (struct iovec){buf_head(cl->out), pending};
-		n += body_iov(o, cx->hit_pos, to, iov + n, HIT_IOV - n);
+		n += cache_obj_iov(o, cx->hit_pos, to, iov + n, HIT_IOV - n);
 		size_t offered = 0;
 		for (int i = 0; i < n; i++)
 			offered += iov[i].iov_len;

@@ -1,5 +1,6 @@
 /*
- * refresh.c - background refreshes for stale-while-revalidate (see refresh.h).
+ * refresh.c - background refreshes for stale-while-revalidate, and fills whose client left
+ * (see refresh.h).
  */
 #include "proxy/refresh.h"
 #include "core/container.h"
@@ -30,6 +31,7 @@ struct refresh {
 	struct http_body body;
 	int head_done, storing;
 	int reusable;	   /* the connection may carry another request after this answer */
+	uint64_t wait_ms;  /* the most time between two signs of progress */
 	unsigned interims; /* interim responses skipped */
 	struct loop_timer timer;
 };
@@ -40,7 +42,7 @@ static void refresh_free(struct refresh *r, int ok)
 	struct cache_store *s = r->cfx.store;
 	loop_timer_stop(w->loop, &r->timer);
 	if (r->up) {
-		if (ok && r->body.done && r->reusable && !buf_len(r->up->in))
+		if (ok && r->body.done && r->reusable && (!r->up->in || !buf_len(r->up->in)))
 			upconn_release(r->up);
 		else
 			upconn_close(r->up);
@@ -51,9 +53,10 @@ static void refresh_free(struct refresh *r, int ok)
 		cache_fill_end(s, r->fill, ok && r->storing);
 		cache_obj_put(s, r->fill);
 	}
-	if (!ok)
+	if (r->stale && !ok)
 		atomic_flag_clear(&r->stale->refreshing); /* a later request may try again */
-	cache_obj_put(s, r->stale);
+	if (r->stale)
+		cache_obj_put(s, r->stale);
 	buf_put(&w->bufs, r->req);
 	list_del(&w->refreshes, &r->link);
 	free(r);
@@ -108,6 +111,22 @@ static int on_head(struct refresh *r)
 	return 0;
 }
 
+/* The body bytes in up->in into the fill. 0, or -1 when the fill failed. */
+static int body_in(struct refresh *r)
+{
+	struct upconn *up = r->up;
+	if (!up->in || !buf_len(up->in) || r->body.done)
+		return 0;
+	if (http_body_scan(&r->body, buf_head(up->in), buf_len(up->in), 0) < 0)
+		return -1;
+	if (r->body.ready &&
+	    cache_fill_bytes(&r->cfx, r->fill, buf_head(up->in), r->body.ready) < 0)
+		return -1;
+	buf_consume(up->in, r->body.ready);
+	http_body_sent(&r->body, r->body.ready);
+	return 0;
+}
+
 /* Move what can move. 1: done well; 0: wait; -1: failed. */
 static int step(struct refresh *r)
 {
@@ -116,7 +135,7 @@ static int step(struct refresh *r)
 		return -1;
 	size_t cl = 0; /* the backend's credential line (forward.h) goes with the head */
 	const char *cred = forward_cred(r->be, &cl);
-	if (!up->connecting && up->writable && r->sent < buf_len(r->req) + cl) {
+	if (r->req && !up->connecting && up->writable && r->sent < buf_len(r->req) + cl) {
 		struct iovec iov[3];
 		int k = forward_iov(buf_head(r->req), buf_len(r->req), r->sent, cred, cl, iov);
 		ssize_t n = net_conn_writev(&up->conn, iov, k);
@@ -127,7 +146,9 @@ static int step(struct refresh *r)
 		if (r->sent < buf_len(r->req) + cl)
 			up->writable = 0;
 	}
-	while (!up->connecting && up->readable) {
+	if (r->head_done && body_in(r) < 0)
+		return -1; /* (an adopted fill's bytes read before it was) */
+	while (!up->connecting && up->readable && !r->body.done) {
 		ssize_t n = worker_read(r->w, &up->conn, &up->in, &up->readable, up->hup);
 		if (n == -EAGAIN)
 			break;
@@ -142,22 +163,12 @@ static int step(struct refresh *r)
 			if (k)
 				return k;
 		}
-		if (r->head_done && up->in && buf_len(up->in)) {
-			if (http_body_scan(&r->body, buf_head(up->in), buf_len(up->in), 0) < 0)
-				return -1;
-			if (r->body.ready &&
-			    cache_fill_bytes(&r->cfx, r->fill, buf_head(up->in), r->body.ready) < 0)
-				return -1;
-			buf_consume(up->in, r->body.ready);
-			http_body_sent(&r->body, r->body.ready);
-		}
-		if (r->body.done)
-			break;
+		if (r->head_done && body_in(r) < 0)
+			return -1;
 	}
 	if (r->head_done && r->body.done)
 		return 1;
-	loop_timer_set(r->w->loop, &r->timer,
-		       loop_now(r->w->loop) + r->w->conf->timeouts.first_byte_ms);
+	loop_timer_set(r->w->loop, &r->timer, loop_now(r->w->loop) + r->wait_ms);
 	return 0;
 }
 
@@ -203,12 +214,44 @@ int refresh_start(struct worker *w, struct pool_rt *pool, struct buf *req, struc
 	r->cfx = *cfx;
 	cache_obj_get(fill);
 	cache_obj_get(stale);
+	r->wait_ms = w->conf->timeouts.first_byte_ms;
 	r->timer.fn = on_timer;
 	list_push_back(&w->refreshes, &r->link);
 	upconn_own(up, r, on_event);
 	loop_timer_set(w->loop, &r->timer,
 		       loop_now(w->loop) + w->conf->timeouts.connect_ms +
 			   w->conf->timeouts.first_byte_ms);
+	on_event(r);
+	return 0;
+}
+
+int refresh_adopt(struct worker *w, struct pool_rt *pool, struct backend *be, struct upconn *up,
+		  int reusable, const struct http_body *body, struct cache_obj *fill,
+		  const struct cache_fill_ctx *cfx)
+{
+	struct refresh *r = calloc(1, sizeof(*r));
+	if (!r) {
+		upconn_close(up);
+		admission_release(pool, be, loop_now(w->loop), rand_next(&w->rng));
+		return -ENOMEM;
+	}
+	r->w = w;
+	r->pool = pool;
+	r->be = be;
+	r->up = up;
+	r->fill = fill;
+	r->cfx = *cfx;
+	r->body = *body;
+	r->head_done = r->storing = 1;
+	r->reusable = reusable;
+	r->wait_ms = w->conf->timeouts.between_bytes_ms ? w->conf->timeouts.between_bytes_ms
+							: w->conf->timeouts.first_byte_ms;
+	cache_obj_get(fill);
+	r->timer.fn = on_timer;
+	list_push_back(&w->refreshes, &r->link);
+	upconn_own(up, r, on_event);
+	up->readable = 1; /* whatever edge the transport had not drained: the read says */
+	loop_timer_set(w->loop, &r->timer, loop_now(w->loop) + r->wait_ms);
 	on_event(r);
 	return 0;
 }

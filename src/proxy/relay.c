@@ -24,6 +24,7 @@
 #include "proxy/up_h1.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -31,6 +32,8 @@
 /* Interim responses (100, 103) relayed per exchange, at most; more is a hostile backend. */
 #define INTERIM_MAX 8
 #define INTERIM_BYTES_MAX 16384
+/* iovecs of one write of kept bytes (send_kept) */
+#define FEED_IOV 16
 
 int relay_scan_body(struct exchange *x, struct buf *in)
 {
@@ -322,7 +325,12 @@ enum run relay_response_head(struct client *cl, const struct http_head *h)
 	if (caching_said(x))
 		(void)put_cache_status(cl);
 	(void)put_llm_explain(cl); /* likewise X-Accelnet-Llm (llm.explain) */
-	(void)splice_body_begin(cl, h);
+	if (xhooks_keeper(x)) {	   /* the body from what a feature keeps (xhooks.h) */
+		x->feed.on = 1;
+		x->feed.chunked = h->framing == HTTP_BODY_CHUNKED;
+	} else {
+		(void)splice_body_begin(cl, h);
+	}
 	exchange_response_started(x);
 	return RUN_AGAIN;
 }
@@ -413,6 +421,109 @@ static enum run send_client(struct client *cl, int *progress)
 	return RUN_STAY;
 }
 
+/* The client's socket is full: timeouts.send_ms runs from the last bytes it took. */
+static void client_full(struct client *cl)
+{
+	cl->writable = 0;
+	if (!cl->h1->pace.client_full) {
+		cl->h1->pace.client_full = 1;
+		if (!cl->h1->pace.client_took_ms)
+			cl->h1->pace.client_took_ms = loop_now(cl->w->loop);
+	}
+}
+
+/* Queue a chunk's size line for <n> bytes in cl->out. 0, or -1 without room. */
+static int put_chunk_size(struct client *cl, uint64_t n)
+{
+	char line[24];
+	int k = snprintf(line, sizeof(line), "%" PRIx64 "\r\n", n);
+	return client_out_put(cl, line, (size_t)k);
+}
+
+/*
+ * The response body from what a feature keeps (xhooks.h: the cache's fill), gathered with
+ * queued heads in one writev; a chunked response in chunks of our own (its trailers are not
+ * kept). The backend is read meanwhile whatever the client takes. Should the feature stop
+ * keeping, the client gets what it kept, then the bytes left in up->in (x->feed.raw): a
+ * chunked body goes on inside the chunk the feature stopped in, announced by a size line of
+ * our own for what is left of it, then byte for byte.
+ */
+static enum run send_kept(struct client *cl, int *progress)
+{
+	struct exchange *x = cl->x;
+	const struct xkeep *kp = xhooks_keeper(x);
+	for (;;) {
+		int state;
+		uint64_t kept = kp->kept(x, &state), to = kept;
+		if (x->feed.chunked && !x->feed.chunk_left && x->feed.pos < kept) {
+			if (put_chunk_size(cl, kept - x->feed.pos) < 0)
+				return exchange_abort(x, "out of memory");
+			x->feed.chunk_left = kept - x->feed.pos;
+		}
+		if (x->feed.chunked)
+			to = x->feed.pos + x->feed.chunk_left;
+		size_t pending = client_out_pending(cl);
+		if (!pending && x->feed.pos >= to) {
+			if (x->feed.pos < kept || state > 0)
+				return RUN_STAY; /* more is coming */
+			if (state < 0) {	 /* stopped: the rest from up->in */
+				uint64_t left =
+				    x->feed.chunked ? http_chunked_pending(kp->resume(x)) : 0;
+				if (left && put_chunk_size(cl, left) < 0)
+					return exchange_abort(x, "out of memory");
+				x->feed.raw = 1;
+				return RUN_STAY;
+			}
+			if (x->feed.chunked && !x->feed.ended) {
+				if (client_out_put(cl, "0\r\n\r\n", 5) < 0)
+					return exchange_abort(x, "out of memory");
+				x->feed.ended = 1;
+				continue;
+			}
+			x->feed.done = 1;
+			return RUN_STAY;
+		}
+		if (!cl->writable)
+			return RUN_STAY;
+		struct iovec iov[FEED_IOV];
+		int n = 0;
+		if (pending)
+			iov[n++] = (struct iovec){buf_head(cl->out), pending};
+		if (x->feed.pos < to)
+			n += kp->iov(x, x->feed.pos, to, iov + n, FEED_IOV - n);
+		size_t offered = 0;
+		for (int i = 0; i < n; i++)
+			offered += iov[i].iov_len;
+		ssize_t sent = net_conn_writev(&cl->conn, iov, n);
+		if (sent == -EAGAIN || sent == -EINTR) {
+			client_full(cl);
+			return RUN_STAY;
+		}
+		if (sent < 0)
+			return exchange_abort(x, "client went away");
+		size_t k = (size_t)sent, from_out = k < pending ? k : pending;
+		if (from_out)
+			buf_consume(cl->out, from_out);
+		k -= from_out;
+		x->feed.pos += k;
+		x->resp.sent += k; /* the access log's bytes */
+		if (x->feed.chunked && k) {
+			x->feed.chunk_left -= k;
+			if (!x->feed.chunk_left && client_out_put(cl, "\r\n", 2) < 0)
+				return exchange_abort(x, "out of memory");
+		}
+		cl->h1->pace.client_full = 0;
+		cl->h1->pace.client_took_ms = x->last_ms = loop_now(cl->w->loop);
+		*progress = 1;
+		if ((size_t)sent < offered) {
+			client_full(cl); /* a short write: the socket buffer is full */
+			cl->h1->pace.client_took_ms = x->last_ms;
+			return RUN_STAY;
+		}
+		worker_buf_release(cl->w, &cl->out);
+	}
+}
+
 /* Backend -> proxy: one read of the response (up_h1.h); a backend that closed mid-response
  * leaves the client with what arrived, then cut off. */
 static enum run read_upstream(struct client *cl, int *progress)
@@ -489,7 +600,10 @@ static enum run relay_pass(struct client *cl, int *progress)
 	if (x->resp_head && up_h1_scan(x) < 0)
 		return exchange_abort(x, x->cut_why ? x->cut_why
 						    : "backend sent a malformed chunked body");
-	if (cl->writable && (client_out_pending(cl) || x->resp.ready) &&
+	if (x->feed.on && !x->feed.raw && x->resp_head && (r = send_kept(cl, progress)) != RUN_STAY)
+		return r;
+	if ((!x->feed.on || x->feed.raw) && cl->writable &&
+	    (client_out_pending(cl) || x->resp.ready) &&
 	    (r = send_client(cl, progress)) != RUN_STAY)
 		return r;
 	if (splice_body_on(x) && (r = splice_body_move(cl, progress)) != RUN_STAY)
@@ -537,7 +651,7 @@ enum run relay_run(struct client *cl)
 		if (r != RUN_STAY)
 			return r;
 		if (x->resp_head && x->resp.done && !client_out_pending(cl) && !x->resp.ready &&
-		    !splice_body_held(x))
+		    !splice_body_held(x) && (!x->feed.on || x->feed.raw || x->feed.done))
 			return client_finish(cl);
 		if (!progress)
 			return RUN_STAY;

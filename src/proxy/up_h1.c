@@ -32,6 +32,11 @@ int up_h1_scan(struct exchange *x)
 			return -1;
 		if (x->resp.ready > before)
 			xhooks_resp_body(x, buf_head(in) + before, x->resp.ready - before);
+		if (x->feed.on) { /* what a feature keeps for the client leaves up->in now */
+			size_t k = xhooks_keeper(x)->taken(x);
+			buf_consume(in, k);
+			x->resp.ready -= k; /* (not sent: x->feed.pos counts what the client got) */
+		}
 	}
 	if (x->cut_why)
 		return -1; /* a feature ends it here, before the client sees these (exchange.h) */

@@ -14,7 +14,9 @@
  *
  * Bytes are not copied: the request body is written from the caller's buffer, gathered with
  * what is left of the head in one write; the response stays in up->in until the client side
- * has written it.
+ * has written it -- but when a feature keeps it for the client (xhooks.h, x->feed.on: the
+ * cache's fill), what the feature took leaves up->in as it is scanned, and the backend is
+ * read at its own pace.
  */
 #ifndef ACCELNET_PROXY_UP_H1_H
 #define ACCELNET_PROXY_UP_H1_H
@@ -49,7 +51,8 @@ enum run up_h1_read(struct exchange *x, int *progress, int *cut);
  */
 enum run up_h1_head(struct exchange *x);
 
-/* Extend x->resp.ready over the body bytes now in up->in, through the body hooks; once the
+/* Extend x->resp.ready over the body bytes now in up->in, through the body hooks (with
+ * x->feed.on, what the keeping feature took then leaves up->in and x->resp.ready); once the
  * response is whole (at its head for a body that has none), once: the resp_done hooks, the
  * slot given back, reading stopped. -1: the body is malformed, or a body hook asked to cut
  * the response off (x->cut_why). */

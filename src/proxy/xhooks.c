@@ -2,9 +2,10 @@
  * xhooks.c - the hook lists and the context layout of an exchange's block (see xhooks.h).
  *
  * One array of function pointers per point, filled once by xhooks_setup() before the workers
- * start and only read afterwards, so the walks need no lock. Behind the exchange comes a word
- * of this room's, a bit per feature (its index in the list) that wants the response body,
- * then the contexts, each on a 16-byte boundary (malloc's), in the order of the list.
+ * start and only read afterwards, so the walks need no lock. Behind the exchange comes this
+ * room's own: a bit per feature (its index in the list) that wants the response body, and
+ * the feature's offer to keep the body for the client (struct xkeep), then the contexts, each on a
+ * 16-byte boundary (malloc's), in the order of the list.
  */
 #include "proxy/xhooks.h"
 
@@ -15,7 +16,7 @@
 static struct {
 	const struct xhook *const *list;
 	size_t n, block;
-	size_t body_off; /* the word of bits: which features want the response body */
+	size_t body_off; /* struct room: which features want the response body, who keeps it */
 	void (*head[XHOOKS_MAX])(struct exchange *, const struct http_head *);
 	void (*req_body[XHOOKS_MAX])(struct exchange *, const char *, size_t);
 	void (*resp_head[XHOOKS_MAX])(struct exchange *, const struct http_head *);
@@ -23,6 +24,11 @@ static struct {
 	void (*end[XHOOKS_MAX])(struct exchange *, uint64_t);
 	unsigned nhead, nreq_body, nresp_head, nresp_done, nend;
 } hooks;
+
+struct room {
+	uint32_t body_bits;
+	const struct xkeep *keep;
+};
 
 static size_t align_up(size_t n)
 {
@@ -38,7 +44,7 @@ int xhooks_setup(const struct xhook *const *list, size_t n, size_t exchange_size
 	if (hooks.list)
 		return -EBUSY;
 	hooks.body_off = align_up(exchange_size);
-	size_t off = align_up(hooks.body_off + sizeof(uint32_t));
+	size_t off = align_up(hooks.body_off + sizeof(struct room));
 	hooks.list = list;
 	hooks.n = n;
 	for (size_t i = 0; i < n; i++) {
@@ -101,9 +107,24 @@ void xhooks_resp_head(struct exchange *x, const struct http_head *h)
 		walk_heads(hooks.resp_head, hooks.nresp_head, x, h);
 }
 
-static uint32_t *body_bits(const struct exchange *x)
+static struct room *room_of(const struct exchange *x)
 {
 	return xhooks_ctx(x, hooks.body_off);
+}
+
+static uint32_t *body_bits(const struct exchange *x)
+{
+	return &room_of(x)->body_bits;
+}
+
+void xhooks_keep_body(struct exchange *x, const struct xkeep *k)
+{
+	room_of(x)->keep = k;
+}
+
+const struct xkeep *xhooks_keeper(const struct exchange *x)
+{
+	return room_of(x)->keep;
 }
 
 void xhooks_want_body(struct exchange *x, const struct xhook *f)

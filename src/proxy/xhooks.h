@@ -24,9 +24,10 @@
  *
  * Contexts: an exchange and the contexts of every feature are one block, from the worker's
  * free list (whole pages, mapped only while the list is cold: exchange.c), zeroed when the
- * exchange starts: first this room's own word (which features want the response body), then
- * each feature's. A feature finds its context at xhooks_ctx(x, its offset); exchange.h never
- * sees its type. A codec may keep its state for the exchange there too (h1.h).
+ * exchange starts: first this room's own (which features want the response body, and the
+ * one that keeps it for the client, if any), then each feature's. A feature finds its context at
+ * xhooks_ctx(x, its offset); exchange.h never sees its type. A codec may keep its state for the
+ * exchange there too (h1.h).
  */
 #ifndef ACCELNET_PROXY_XHOOKS_H
 #define ACCELNET_PROXY_XHOOKS_H
@@ -75,6 +76,39 @@ static inline struct exchange *xhooks_exchange_of(void *ctx, size_t off)
 void xhooks_want_body(struct exchange *x, const struct xhook *f);
 /* Does any feature want the response body of <x> (a body nobody reads may bypass them)? */
 int xhooks_body_wanted(const struct exchange *x);
+
+/*
+ * A feature that keeps the response body as it comes (the cache's fill: its object) may offer
+ * it as the client's source, so that the backend is read at its own pace, not the client's:
+ * the codec that takes the offer lets the bytes the feature took leave its buffer at once
+ * and writes the client's answer from what the feature keeps (framed as the response head
+ * it relayed says). Should the feature stop keeping before the body ends (too large), the
+ * codec writes what was kept, then goes on with the bytes still in its buffer, from where the
+ * feature stopped.
+ */
+struct http_chunked;
+struct iovec;
+struct xkeep {
+	/* Raw response bytes (of those its resp_body hook was given) it holds now, since it was
+	 * last asked: they may leave the codec's buffer. */
+	size_t (*taken)(struct exchange *x);
+	/* Body bytes it keeps (the payload: a chunked body's framing dropped); *state 1 while
+	 * more may come, 0 once it keeps the whole body, -1 once it stopped keeping. */
+	uint64_t (*kept)(const struct exchange *x, int *state);
+	/* Its bytes [from, to) (within kept()) as up to <max> iovecs into <iov>: how many. */
+	int (*iov)(const struct exchange *x, uint64_t from, uint64_t to, struct iovec *iov,
+		   int max);
+	/* After a stop: the chunked scanner's state where the bytes left in the codec's buffer
+	 * resume (a chunked body's; for another framing the bytes are payload as they are). */
+	const struct http_chunked *(*resume)(const struct exchange *x);
+};
+
+/* <k> (of a feature that keeps the response body of <x>) is offered as the client's source;
+ * the codec takes the offer or not (xhooks_keeper()). Once per exchange, at its response
+ * head. */
+void xhooks_keep_body(struct exchange *x, const struct xkeep *k);
+/* The offer, or NULL. */
+const struct xkeep *xhooks_keeper(const struct exchange *x);
 
 /* The walks (the points above). */
 void xhooks_head(struct exchange *x, const struct http_head *h);

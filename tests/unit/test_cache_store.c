@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "cache/fill.h"
 #include "cache/store.h"
 
 #include <errno.h>
@@ -753,6 +754,50 @@ static void too_large_refused(void **state)
 /* max_object may be 4 GiB (the config's most): a body said to be that long is taken in
  * growing segments, not one (whose 32-bit cap could not say its length); and a piece whose
  * length would wrap the count is refused, not copied. */
+/* A fill that stops mid-body says where (cache_fill_ctx.took, .at): the bytes before the
+ * payload run it refused, and the chunked scanner as it was there, so that whoever relays the
+ * rest goes on from that byte (proxy/relay.c) and loses none. */
+static void fill_bytes_say_where_they_stop(void **state)
+{
+	(void)state;
+	struct cache_store *s = store_make(256 << 10, 100, 1, &evict_sieve);
+	struct cache_obj *o = begin_hash(s, "/c", 2, cache_key_hash("/c", 2), NULL, UINT64_MAX);
+	struct cache_fill_ctx c = {.store = s, .framing = HTTP_BODY_CHUNKED};
+	http_chunked_init(&c.ch);
+	char raw[256];
+	size_t n = 0;
+	n += (size_t)sprintf(raw + n, "3c\r\n");
+	memset(raw + n, 'a', 60), n += 60;
+	n += (size_t)sprintf(raw + n, "\r\n32\r\n");
+	memset(raw + n, 'b', 50), n += 50;
+	n += (size_t)sprintf(raw + n, "\r\n0\r\n\r\n");
+	/* a first part whole: taken whole */
+	assert_int_equal(cache_fill_bytes(&c, o, raw, 30), 0);
+	assert_int_equal(c.took, 30);
+	/* the rest passes max_object (100) in the second chunk's payload */
+	assert_int_equal(cache_fill_bytes(&c, o, raw + 30, n - 30), -EFBIG);
+	assert_int_equal(c.took, 4 + 60 + 2 + 4 - 30); /* up to the refused run */
+	assert_int_equal(cache_obj_body_len(o), 60);
+	assert_int_equal(http_chunked_pending(&c.at), 50); /* inside the second chunk */
+	/* from there, the scanner as it was reads the rest: the 50 bytes, then the end */
+	struct http_chunked ch = c.at;
+	const char *p = raw + 30 + c.took;
+	size_t left = n - 30 - c.took, payload = 0;
+	while (left) {
+		int data;
+		ssize_t k = http_chunked_scan(&ch, p, left, &data);
+		assert_true(k > 0);
+		if (data)
+			payload += (size_t)k, assert_int_equal(p[0], 'b');
+		p += k, left -= (size_t)k;
+	}
+	assert_int_equal(payload, 50);
+	assert_true(http_chunked_done(&ch));
+	cache_fill_end(s, o, 0);
+	cache_obj_put(s, o);
+	cache_store_free(s);
+}
+
 static void four_gib_and_wrapping_lengths(void **state)
 {
 	(void)state;
@@ -1587,6 +1632,7 @@ int main(void)
 	    cmocka_unit_test(purge_gives_every_byte_back),
 	    cmocka_unit_test(sieve_keeps_a_reused_object_through_a_scan),
 	    cmocka_unit_test(too_large_refused),
+	    cmocka_unit_test(fill_bytes_say_where_they_stop),
 	    cmocka_unit_test(four_gib_and_wrapping_lengths),
 	    cmocka_unit_test(references_outlive_the_store),
 	    cmocka_unit_test(purged_while_filling),

@@ -97,6 +97,15 @@ static void contexts_laid_out_and_hooks_walked_in_order(void **state)
 	assert_false(xhooks_body_wanted(x)); /* a body nobody reads (may be spliced) */
 	xhooks_want_body(x, &fc);
 	assert_true(xhooks_body_wanted(x));
+	/* a feature's offer to keep the body for the client: the exchange's own, beside the
+	 * contexts (none of which it overlaps) */
+	static const struct xkeep keep;
+	assert_null(xhooks_keeper(x));
+	memset(xhooks_ctx(x, c_off), 0xff, 100);
+	xhooks_keep_body(x, &keep);
+	assert_ptr_equal(xhooks_keeper(x), &keep);
+	assert_true(xhooks_body_wanted(x));
+	memset(xhooks_ctx(x, c_off), 0, 100);
 	xhooks_resp_body(x, "abc", 3);
 	xhooks_resp_head(x, NULL); /* nobody's */
 	xhooks_resp_done(x);
@@ -108,6 +117,7 @@ static void contexts_laid_out_and_hooks_walked_in_order(void **state)
 	/* another exchange in the same block, zeroed: asks for nothing yet */
 	memset(x, 0, xhooks_block_size());
 	assert_false(xhooks_body_wanted(x));
+	assert_null(xhooks_keeper(x));
 	norder = 0, order[0] = 0;
 	xhooks_resp_body(x, "abc", 3);
 	assert_string_equal(order, "");
