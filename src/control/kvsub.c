@@ -19,7 +19,8 @@
  *
  * Memory: ZeroMQ holds at most RCV_HWM messages of at most MAX_MSG bytes per socket (what
  * arrives beyond that waits in the kernel and the publisher's queue), and the decoder's
- * room is fixed: a flood costs at most RCV_HWM * MAX_MSG per backend.
+ * room is fixed: a flood costs at most RCV_HWM * MAX_MSG per backend (and during a replay
+ * REPLAY_HWM + 1 more messages: the answer's queue and the batch held).
  *
  * A message is [topic, seq, payload]: anything else is malformed. The topic is not looked
  * at (we subscribe to all). ZMQ_MAXMSGSIZE bounds a payload, and the decoder's room bounds

@@ -120,6 +120,33 @@ def test_a_replay_that_cannot_fill_the_gap_falls_back(env):
     assert "the engine no longer keeps the batches missed" in env.log(px)
 
 
+def test_the_simulator_answers_replays_as_vllm(env):
+    """vLLM's wire: [empty, START] from a DEALER gets [empty, seq, payload] for each kept batch
+    from START on, then [empty, -1, empty]; a request of another shape gets nothing."""
+    import msgpack
+    import zmq
+    ev, rp = free_port(), free_port()
+    sim = env.sim("s0", cache_blocks=8, kv_events=f"tcp://127.0.0.1:{ev}",
+                  kv_events_replay=f"tcp://127.0.0.1:{rp}", kv_events_buffer=3)
+    for _ in range(5):  # with the first, six batches of one AllBlocksCleared each
+        assert request(sim.port, "POST", "/reset_prefix_cache")[0] == 200
+    wait_until(lambda: sim_stats(sim.port)["kv_events_next_seq"] == 6, "six batches")
+    d = zmq.Context.instance().socket(zmq.DEALER)
+    env.on_cleanup.append(lambda: d.close(0))
+    d.setsockopt(zmq.RCVTIMEO, 15000)
+    d.connect(f"tcp://127.0.0.1:{rp}")
+    d.send_multipart([(0).to_bytes(8, "big")])  # no empty frame: not vLLM's shape, ignored
+    d.send_multipart([b"", (4).to_bytes(8, "big")])
+    got = [d.recv_multipart() for _ in range(3)]
+    assert [f[:2] for f in got] == [[b"", (4).to_bytes(8, "big")], [b"", (5).to_bytes(8, "big")],
+                                    [b"", b"\xff" * 8]], got
+    assert got[2][2] == b"" and msgpack.unpackb(got[0][2])[1] == [{"type": "AllBlocksCleared"}]
+    d.send_multipart([b"", (0).to_bytes(8, "big")])  # older than kept: what is kept
+    got = [d.recv_multipart()[1] for _ in range(4)]
+    assert got == [q.to_bytes(8, "big") for q in (3, 4, 5)] + [b"\xff" * 8], got
+    assert sim_stats(sim.port)["kv_events_replays"] == 2
+
+
 class ReplayPeer:
     """A replay socket (ROUTER) answering each request with <answer>(ident, start), a list of
     multipart messages (the identity is prepended), or a generator sending until closed."""
