@@ -488,6 +488,8 @@ static void watch(struct kvsub_one *s)
 			replay_count(s, KV_REPLAY_ABANDONED);
 			zmq_msg_close(&s->held);
 			zmq_msg_init(&s->held);
+			if (what == ZMQ_EVENT_CONNECTED) /* (a disconnect clears below) */
+				lost_thread(s, "connected again during a replay");
 		}
 		if (s->busy && (what == ZMQ_EVENT_CONNECTED || what == ZMQ_EVENT_DISCONNECTED))
 			done(s); /* the rest of a message from before: its thread is lost */

@@ -190,11 +190,12 @@ END = [b"", b"\xff" * 8, b""]
 
 
 def test_hostile_replay_peers_fall_back_without_a_hang(env):
-    """Five engines, each losing batch 2; their replay sockets answer as vLLM does (from the
+    """Six engines, each losing batch 2; their replay sockets answer as vLLM does (from the
     first number wanted, then the end), with garbage frames, with an endless stream of a batch
-    already taken, with one frame over the proxy's 16 MiB bound, or never. The first keeps its
-    index; the others are cleared (the held batch applied after), each once, counted by
-    outcome, while /status keeps answering."""
+    already taken, with one frame over the proxy's 16 MiB bound, or never (twice: the last
+    engine's publisher goes away meanwhile). The first keeps its index; the others are
+    cleared (the held batch applied after, but for the one whose connection was lost), each
+    once, counted by outcome, while /status keeps answering."""
     kept = {}  # seq -> payload, as vLLM's buffer
 
     def vllm(start):
@@ -214,7 +215,7 @@ def test_hostile_replay_peers_fall_back_without_a_hang(env):
     def silent(start):
         return []
 
-    answers = [vllm, garbage, endless, huge, silent]
+    answers = [vllm, garbage, endless, huge, silent, silent]  # the last: its publisher goes
     pubs, peers = [Publisher() for _ in answers], [ReplayPeer(a) for a in answers]
     for x in pubs + peers:
         env.on_cleanup.append(x.close)
@@ -241,7 +242,9 @@ def test_hostile_replay_peers_fall_back_without_a_hang(env):
     wait_until(lambda: all(s["next_seq"] == 2 for s in state()), "batches 0 and 1 taken")
     for p in pubs:  # batch 2 lost on the way
         p.send(batches[3], seq=3)
-    outcomes = ["filled", "malformed", "timeout", "timeout", "timeout"]
+    outcomes = ["filled", "malformed", "timeout", "timeout", "timeout", "abandoned"]
+    wait_until(lambda: peers[5].requests, "the last replay asked for")
+    pubs[5].close()  # the connection lost during the replay: abandoned, the held batch too
     t0 = time.monotonic()
     while not all(sum(s["replays"].values()) == 1 for s in state()):
         assert time.monotonic() - t0 < 15, state()  # (each answer is bounded in time)
@@ -249,7 +252,7 @@ def test_hostile_replay_peers_fall_back_without_a_hang(env):
     now = state()
     for s, want in zip(now, outcomes):
         assert s["replays"][want] == 1, (want, s)
-        assert s["next_seq"] == 4, s
+        assert s["next_seq"] == (2 if want == "abandoned" else 4), s
     assert now[0]["gaps"] == 0 and now[0]["blocks"] == 5, now[0]  # 1..5, nothing cleared
     for s in now[1:]:
         assert s["gaps"] == 1 and s["blocks"] == 0, s  # cleared (the held batch: no parent)
@@ -257,9 +260,9 @@ def test_hostile_replay_peers_fall_back_without_a_hang(env):
     for r in peers:
         assert r.requests[0] == [b"", (2).to_bytes(8, "big")], r.requests
     # the publishers go on: every backend takes its next batch as before
-    for p in pubs:
+    for p in pubs[:5]:
         p.send([stored([9])])
-    wait_until(lambda: all(s["next_seq"] == 5 for s in state()), "batch 4 taken")
+    wait_until(lambda: all(s["next_seq"] == 5 for s in state()[:5]), "batch 4 taken")
     assert px.poll() is None
 
 
