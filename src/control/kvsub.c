@@ -261,9 +261,6 @@ static void begin(struct kvsub_one *s, zmq_msg_t *m, uint64_t seq)
  * backend, one message held: memory stays within RCV_HWM + REPLAY_HWM messages of at most
  * MAX_MSG. */
 
-static void on_replay_io(struct loop_io *io, unsigned events);
-static void on_replay_timeout(struct loop_timer *t);
-
 static void replay_count(struct kvsub_one *s, enum kv_replay outcome)
 {
 	metrics_add(metrics_shard_self(s->be->metrics), PM_BACKEND_KV_REPLAYS,
