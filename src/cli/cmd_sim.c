@@ -6,6 +6,7 @@
 #include "core/log.h"
 #include "core/signals.h"
 #include "http/prompt.h"
+#include "sim/kvreplay.h"
 #include "sim/lora.h"
 #include "sim/sim.h"
 #include "tok/tokmodel.h"
@@ -81,7 +82,8 @@ static int parse_lora(const char *text, struct sim_opts *o)
 	return n + 1;
 }
 
-/* The options that take words: --kv-events, --kv-events-topic, --kv-events-format, --models. */
+/* The options that take words: --kv-events, --kv-events-replay, --kv-events-topic,
+ * --kv-events-format, --models. */
 static int parse_text(int ch, const char *text, struct sim_opts *o)
 {
 	if (ch == 'M')
@@ -96,13 +98,18 @@ static int parse_text(int ch, const char *text, struct sim_opts *o)
 		o->kv_events_array = !strcmp(text, "array");
 		return 0;
 	}
-	char *to = ch == 'K' ? o->kv_events : o->kv_events_topic;
-	size_t cap = ch == 'K' ? sizeof(o->kv_events) : sizeof(o->kv_events_topic);
+	int endpoint = ch == 'K' || ch == 'r';
+	char *to = ch == 'K' ? o->kv_events : ch == 'r' ? o->kv_events_replay : o->kv_events_topic;
+	size_t cap = ch == 'K'	 ? sizeof(o->kv_events)
+		     : ch == 'r' ? sizeof(o->kv_events_replay)
+				 : sizeof(o->kv_events_topic);
 	if (strlen(text) >= cap ||
-	    (ch == 'K' && strncmp(text, "tcp://", 6) && strncmp(text, "ipc://", 6))) {
+	    (endpoint && strncmp(text, "tcp://", 6) && strncmp(text, "ipc://", 6))) {
 		fprintf(stderr, "accelnet sim: %s takes %s of less than %zu bytes, not '%s'\n",
-			ch == 'K' ? "--kv-events" : "--kv-events-topic",
-			ch == 'K' ? "a ZeroMQ endpoint (tcp://127.0.0.1:5557)" : "a topic", cap,
+			ch == 'K'   ? "--kv-events"
+			: ch == 'r' ? "--kv-events-replay"
+				    : "--kv-events-topic",
+			endpoint ? "a ZeroMQ endpoint (tcp://127.0.0.1:5557)" : "a topic", cap,
 			text);
 		return -1;
 	}
@@ -138,6 +145,8 @@ int cmd_sim(int argc, char **argv)
 	    {"kv-events-topic", required_argument, NULL, 'O'},
 	    {"kv-events-format", required_argument, NULL, 'F'},
 	    {"kv-events-skip", required_argument, NULL, 'k'},
+	    {"kv-events-replay", required_argument, NULL, 'r'},
+	    {"kv-events-buffer", required_argument, NULL, 'G'},
 	    {"tokenizer", required_argument, NULL, 'z'},
 	    {"block-size", required_argument, NULL, 'b'},
 	    {"models", required_argument, NULL, 'M'},
@@ -180,6 +189,7 @@ int cmd_sim(int argc, char **argv)
 	    {'B', "--block-bytes", HTTP_PROMPT_BLOCK_MIN, HTTP_PROMPT_BLOCK_MAX, &o.block_bytes,
 	     NULL},
 	    {'k', "--kv-events-skip", 0, 4294967295.0, &o.kv_events_skip, NULL},
+	    {'G', "--kv-events-buffer", 0, KVREPLAY_STEPS_MAX, &o.kv_events_buffer, NULL},
 	    {'b', "--block-size", 1, TOKMODEL_BLOCK_MAX, &o.block_size, NULL},
 	    {'U', "--prefill-us-per-block", 0, 60000000, &o.prefill_us_per_block, NULL},
 	    {'X', "--extra-load", 0, SIM_EXTRA_LOAD_MAX, &o.extra_load, NULL},
@@ -238,7 +248,7 @@ int cmd_sim(int argc, char **argv)
 				return 2;
 			continue;
 		}
-		if (ch == 'K' || ch == 'O' || ch == 'F' || ch == 'M') {
+		if (ch == 'K' || ch == 'r' || ch == 'O' || ch == 'F' || ch == 'M') {
 			if (parse_text(ch, optarg, &o) < 0)
 				return 2;
 			continue;
@@ -270,6 +280,11 @@ int cmd_sim(int argc, char **argv)
 	if (o.kv_events[0] && !o.cache_blocks) {
 		fprintf(stderr, "accelnet sim: --kv-events publishes the block cache's changes: it "
 				"needs --cache-blocks N\n");
+		return 2;
+	}
+	if (o.kv_events_replay[0] && !o.kv_events[0]) {
+		fprintf(stderr, "accelnet sim: --kv-events-replay replays the batches --kv-events "
+				"publishes: it needs --kv-events ENDPOINT\n");
 		return 2;
 	}
 	if (o.tokenizer[0] && !o.cache_blocks) {
@@ -319,6 +334,9 @@ int cmd_sim(int argc, char **argv)
 	if (sim_kv_events_endpoint(sim)[0])
 		log_info("KV events on %s (topic '%s', events as %ss)", sim_kv_events_endpoint(sim),
 			 o.kv_events_topic, o.kv_events_array ? "array" : "map");
+	if (sim_kv_events_replay_endpoint(sim)[0])
+		log_info("KV event replays on %s (the last %u batches)",
+			 sim_kv_events_replay_endpoint(sim), o.kv_events_buffer);
 	loop_run(loop);
 	sim_stop(sim);
 	loop_destroy(loop);

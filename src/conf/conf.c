@@ -171,6 +171,7 @@ void conf_free(struct conf *c)
 				free(p->backends[j].models[k]);
 			free(p->backends[j].models);
 			free(p->backends[j].kv_events);
+			free(p->backends[j].kv_events_replay);
 			free(p->backends[j].discover_name);
 			conf_fwd_free(p->backends[j].fwd);
 		}

@@ -117,7 +117,8 @@ struct conf_backend {
 	 * any model (see docs/config.md for how a pool chooses) */
 	char **models;
 	size_t nmodels;
-	char *kv_events; /* backends[].kv_events: "tcp://HOST:PORT" of its KV-cache events */
+	char *kv_events;	/* backends[].kv_events: "tcp://HOST:PORT" of its KV-cache events */
+	char *kv_events_replay; /* backends[].kv_events_replay: its replay socket, or NULL */
 	/* backends[].discover: the address is a DNS name, re-resolved while running
 	 * (control/discover.h) into up to discover_max backends of the pool */
 	enum conf_discover discover;

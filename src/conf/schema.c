@@ -316,6 +316,8 @@ static const struct rule backend_rules[] = {
     {"models", RULE_SECTION, 0, 0, 0, NULL, schema_read_backend_models},
     {"kv_events", RULE_SECTION, offsetof(struct conf_backend, kv_events), 0, 0, NULL,
      schema_read_kv_events},
+    {"kv_events_replay", RULE_SECTION, offsetof(struct conf_backend, kv_events_replay), 0, 0, NULL,
+     schema_read_kv_events_replay},
     {"api_key_file", RULE_SECTION, offsetof(struct conf_backend, fwd), 0, 0, NULL,
      schema_read_api_key_file},
     {"api_key_header", RULE_SECTION, offsetof(struct conf_backend, fwd), 0, 0, NULL,
@@ -338,7 +340,7 @@ static int read_backend_item(struct rules_ctx *x, yaml_node_t *item, void *obj, 
 	int err = rules_read_section(x, item, "backends", backend_rules, b);
 	if (!err && !b->ep.address)
 		return rules_fail(x, item, "backends: 'address' is required, e.g. 127.0.0.1:9101");
-	return err;
+	return err ? err : schema_engine_check_backend(x, item, b);
 }
 
 static int read_backends(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *obj)

@@ -1,10 +1,12 @@
 /*
- * schema_engine.c - pools[].engine, pools[].engine_metrics and backends[].kv_events (see
+ * schema_engine.c - pools[].engine, pools[].engine_metrics and backends[].kv_events and
+ * kv_events_replay (see
  * schema_engine.h). An engine's model is named, so it is resolved only once the whole config
  * is read (models: may come after pools:).
  * The metrics path is held to what a request line may carry, as health.path is; the events
  * address to tcp://HOST:PORT, the form an engine's publisher binds (vLLM's
- * --kv-events-config endpoint), so a typo is refused here rather than retried forever.
+ * --kv-events-config endpoint; the replay socket's its replay_endpoint), so a typo is
+ * refused here rather than retried forever.
  */
 #include "conf/schema_engine.h"
 #include "conf/schema_tokmodel.h"
@@ -95,6 +97,34 @@ int schema_read_kv_events(struct rules_ctx *x, const struct rule *r, yaml_node_t
 				  "kv_events: expected tcp://HOST:PORT, the address the engine "
 				  "publishes its KV-cache events on (e.g. tcp://10.0.0.7:5557)");
 	return rules_read_string(x, v, addr);
+}
+
+int schema_read_kv_events_replay(struct rules_ctx *x, const struct rule *r, yaml_node_t *v,
+				 void *field)
+{
+	char **addr = field;
+	const char *s = rules_scalar(v);
+	(void)r;
+	if (!s || strncmp(s, "tcp://", 6) != 0 || strlen(s) > KV_EVENTS_MAX || !host_port_ok(s + 6))
+		return rules_fail(x, v,
+				  "kv_events_replay: expected tcp://HOST:PORT, the address of the "
+				  "engine's KV-event replay socket (vLLM's replay_endpoint, e.g. "
+				  "tcp://10.0.0.7:5558)");
+	return rules_read_string(x, v, addr);
+}
+
+int schema_engine_check_backend(struct rules_ctx *x, yaml_node_t *item,
+				const struct conf_backend *b)
+{
+	if (b->kv_events_replay && !b->kv_events)
+		return rules_fail(x, rules_value_of(x, item, "kv_events_replay"),
+				  "kv_events_replay: it asks the engine again for the KV events "
+				  "lost on the way from kv_events: give kv_events too");
+	if (b->kv_events_replay && !strcmp(b->kv_events_replay, b->kv_events))
+		return rules_fail(x, rules_value_of(x, item, "kv_events_replay"),
+				  "kv_events_replay: the replay socket is another port than "
+				  "kv_events' (vLLM's replay_endpoint, e.g. tcp://10.0.0.7:5558)");
+	return 0;
 }
 
 static int read_api(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *obj)

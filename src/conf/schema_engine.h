@@ -17,6 +17,13 @@ int schema_read_engine_metrics(struct rules_ctx *x, const struct rule *r, yaml_n
 
 /* backends[].kv_events: "tcp://HOST:PORT" (field: the char * of struct conf_backend). */
 int schema_read_kv_events(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field);
+/* backends[].kv_events_replay: "tcp://HOST:PORT" of the engine's replay socket. */
+int schema_read_kv_events_replay(struct rules_ctx *x, const struct rule *r, yaml_node_t *v,
+				 void *field);
+/* A backend entry <item> read whole: kv_events_replay only with kv_events, on another
+ * address. 0 or the error reported. */
+int schema_engine_check_backend(struct rules_ctx *x, yaml_node_t *item,
+				const struct conf_backend *b);
 
 /* pools[].engine: {api, model} (field: the struct conf_engine). */
 extern const struct rule schema_engine_rules[];

@@ -12,12 +12,15 @@
  * a quarter of the main thread and BYTES_PER_TURN per REST_MIN_MS (100 MiB/s; an engine's
  * batches are kilobytes), and the health checks, the admin API and the rest of the main
  * thread keep their turns (what cannot be taken waits in ZeroMQ's queue, then the
- * publisher's, which drops: a gap, and the index is cleared). A slow timer also looks at
- * every socket now and then, in case an edge was missed.
+ * publisher's, which drops: a gap, and the index is cleared unless a replay fills it). A
+ * slow timer also looks at every socket now and then, in case an edge was missed. A replay's
+ * DEALER (below, "the replay after a gap") is taken in the same turns and budget, in place
+ * of its SUB socket while it lasts.
  *
  * Memory: ZeroMQ holds at most RCV_HWM messages of at most MAX_MSG bytes per socket (what
  * arrives beyond that waits in the kernel and the publisher's queue), and the decoder's
- * room is fixed: a flood costs at most RCV_HWM * MAX_MSG per backend.
+ * room is fixed: a flood costs at most RCV_HWM * MAX_MSG per backend (and during a replay
+ * REPLAY_HWM + 1 more messages: the answer's queue and the batch held).
  *
  * A message is [topic, seq, payload]: anything else is malformed. The topic is not looked
  * at (we subscribe to all). ZMQ_MAXMSGSIZE bounds a payload, and the decoder's room bounds
@@ -54,6 +57,9 @@
 #define LOOK_MS 1000		  /* the slow look at every socket */
 #define RECONNECT_MS 500	  /* ZeroMQ's first wait before reconnecting */
 #define RECONNECT_MAX_MS 5000	  /* ... and its longest */
+#define REPLAY_MS 2000		  /* a replay's whole answer, at most */
+#define REPLAY_GAP_MAX 10000	  /* batches a replay may fill (vLLM keeps 10000 by default) */
+#define REPLAY_HWM 8		  /* replayed messages ZeroMQ holds for us */
 
 struct kvsub_one {
 	struct loop_io io;     /* the SUB socket's ZMQ_FD */
@@ -69,6 +75,14 @@ struct kvsub_one {
 	struct kvevent_cursor cur;
 	struct kvmap *map; /* engine hash -> own, once a BlockStored carried token ids */
 	int learning;	   /* its thread was lost: balance: llm learns, until AllBlocksCleared */
+	/* a replay under way (kv_events_replay): the batches from <gap_from> to <held_seq> were
+	 * missed; they are asked for on <rsock> and applied as they come (<next_seq> the next
+	 * wanted), then <held>, the batch numbered <held_seq> that showed the gap */
+	void *rsock; /* the DEALER; NULL: none under way */
+	struct loop_io rio;
+	struct loop_timer rtimer; /* its deadline */
+	uint64_t gap_from, held_seq;
+	zmq_msg_t held;
 };
 
 struct kvsub {
@@ -189,9 +203,14 @@ static void done(struct kvsub_one *s)
 	s->busy = 0;
 }
 
+static void replay_failed(struct kvsub_one *s, enum kv_replay why);
+static void replay_filled(struct kvsub_one *s);
+static int take_frames(struct kvsub_one *s, void *sock,
+		       void (*fn)(struct kvsub_one *s, zmq_msg_t *f, int nf));
+
 /* The next part of <s>'s payload, within what is left of the turn's bytes: applied. Events
  * of a batch found malformed further on were applied already: the index is cleared then, as
- * for any malformed message. */
+ * for any malformed message (a replayed one ends its replay too). */
 static void feed(struct kvsub_one *s)
 {
 	struct kvsub *k = s->k;
@@ -203,13 +222,160 @@ static void feed(struct kvsub_one *s)
 		malformed(s, rc == -E2BIG ? "an event with more block hashes than a batch may hold"
 					  : "the payload is not a KVEventBatch");
 		done(s);
+		if (s->rsock)
+			replay_failed(s, KV_REPLAY_MALFORMED);
 		return;
 	}
 	apply(s, &k->batch);
 	if (rc == 0) {
 		atomic_store_explicit(&s->be->kv_next_seq, s->next_seq, memory_order_relaxed);
 		done(s);
+		if (s->rsock && s->next_seq == s->held_seq)
+			replay_filled(s);
 	}
+}
+
+/* <s>'s payload becomes <m> (moved), batch <seq>, taken from its first event. */
+static void begin(struct kvsub_one *s, zmq_msg_t *m, uint64_t seq)
+{
+	s->next_seq = seq + 1;
+	zmq_msg_move(&s->payload, m);
+	s->cur = (struct kvevent_cursor){0};
+	s->busy = 1;
+}
+
+/* --- the replay after a gap --------------------------------------------------------------
+ * An engine that keeps its last batches for a replay (vLLM's replay_endpoint and
+ * buffer_steps) answers a DEALER's [empty, first sequence number wanted] with each kept
+ * batch from there on as [empty, seq, payload], then [empty, -1, empty] (obs/kvevent.h,
+ * kvevent_replay_frame). On a gap <s> holds the message that showed it, stops taking its
+ * SUB socket's (they wait in ZeroMQ's queue of RCV_HWM), asks a DEALER of its own for the
+ * missed ones, and applies them in order as they come, in the same turns and budget as the
+ * SUB socket's; the last one applied, the held message follows and the SUB socket's again,
+ * the index never cleared. Batches the answer repeats are skipped; past the held one it is
+ * not read further (the DEALER is closed, what else comes dropped). The answer fails -- the
+ * index is then cleared and the held message applied as without a replay -- when it skips
+ * a number wanted (the engine no longer keeps it, or dropped some of its answer at a full
+ * queue), ends first, is malformed (a frame or a payload), or is not whole within
+ * REPLAY_MS; a gap wider than REPLAY_GAP_MAX is not asked for. One replay at a time per
+ * backend, one message held: memory stays within RCV_HWM + REPLAY_HWM messages of at most
+ * MAX_MSG. */
+
+static void replay_count(struct kvsub_one *s, enum kv_replay outcome)
+{
+	metrics_add(metrics_shard_self(s->be->metrics), PM_BACKEND_KV_REPLAYS,
+		    s->be->id * KV_REPLAY_OUTCOMES + outcome, 1);
+}
+
+/* The DEALER closed: nothing of the answer is read any more. */
+static void replay_close(struct kvsub_one *s)
+{
+	if (!s->rsock)
+		return;
+	loop_timer_stop(s->k->loop, &s->rtimer);
+	if (s->rio.fd >= 0)
+		loop_io_del(s->k->loop, &s->rio);
+	s->rio.fd = -1;
+	zmq_close(s->rsock);
+	s->rsock = NULL;
+}
+
+#define KV_REPLAY_TEXT(name, label, text) [KV_REPLAY_##name] = text,
+static const char *const replay_words[KV_REPLAY_OUTCOMES] = {KV_REPLAY_LIST(KV_REPLAY_TEXT)};
+#undef KV_REPLAY_TEXT
+
+/* The replay could not fill the gap: cleared as without one, then the held message. */
+static void replay_failed(struct kvsub_one *s, enum kv_replay why)
+{
+	char text[192];
+	replay_close(s);
+	if (s->busy)
+		done(s); /* the rest of a replayed batch */
+	replay_count(s, why);
+	snprintf(text, sizeof(text),
+		 "sequence number %llu where %llu was next, and the replay could not fill the "
+		 "gap (%s)",
+		 (unsigned long long)s->held_seq, (unsigned long long)s->gap_from,
+		 replay_words[why]);
+	lost_thread(s, text);
+	begin(s, &s->held, s->held_seq);
+}
+
+/* Every batch missed is applied: the held one next. */
+static void replay_filled(struct kvsub_one *s)
+{
+	replay_close(s);
+	replay_count(s, KV_REPLAY_FILLED);
+	static struct log_rate filled; /* (an engine drives how often) */
+	log_rated(&filled, 10000, LOG_INFO,
+		  "KV events of backend %s (pool %s): sequence number %llu where %llu was next: "
+		  "the %llu batches missed replayed from %s, the prefix index kept",
+		  s->be->name, s->be->pool->name, (unsigned long long)s->held_seq,
+		  (unsigned long long)s->gap_from, (unsigned long long)(s->held_seq - s->gap_from),
+		  s->be->conf->kv_events_replay);
+	begin(s, &s->held, s->held_seq);
+}
+
+/* A gap: batches next_seq .. seq - 1 were missed, <m> is batch <seq>. 0: a replay is under
+ * way and holds <m>; -1: none could be asked for (the caller goes on as without one). */
+static int replay_start(struct kvsub_one *s, uint64_t seq, zmq_msg_t *m)
+{
+	int zero = 0, hwm = REPLAY_HWM;
+	int64_t max = MAX_MSG;
+	unsigned char want[8];
+	if (seq - s->next_seq > REPLAY_GAP_MAX) {
+		replay_count(s, KV_REPLAY_TOO_WIDE);
+		return -1;
+	}
+	for (int i = 0; i < 8; i++)
+		want[i] = (unsigned char)(s->next_seq >> (56 - 8 * i));
+	size_t len = sizeof(s->rio.fd);
+	if (!(s->rsock = zmq_socket(s->k->ctx, ZMQ_DEALER)) ||
+	    zmq_setsockopt(s->rsock, ZMQ_LINGER, &zero, sizeof(zero)) < 0 ||
+	    zmq_setsockopt(s->rsock, ZMQ_MAXMSGSIZE, &max, sizeof(max)) < 0 ||
+	    zmq_setsockopt(s->rsock, ZMQ_RCVHWM, &hwm, sizeof(hwm)) < 0 ||
+	    zmq_connect(s->rsock, s->be->conf->kv_events_replay) < 0 ||
+	    zmq_send(s->rsock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+	    zmq_send(s->rsock, want, sizeof(want), ZMQ_DONTWAIT) < 0 ||
+	    zmq_getsockopt(s->rsock, ZMQ_FD, &s->rio.fd, &len) < 0 ||
+	    loop_io_add(s->k->loop, &s->rio) < 0) {
+		log_warn_every(10000, "KV events of backend %s: cannot ask %s for a replay: %s",
+			       s->be->name, s->be->conf->kv_events_replay, zmq_strerror(errno));
+		s->rio.fd = -1;
+		if (s->rsock)
+			zmq_close(s->rsock);
+		s->rsock = NULL;
+		return -1;
+	}
+	s->gap_from = s->next_seq;
+	s->held_seq = seq;
+	zmq_msg_move(&s->held, m);
+	loop_timer_set(s->k->loop, &s->rtimer, loop_now(s->k->loop) + REPLAY_MS);
+	return 0;
+}
+
+/* One message of frames <f>[0..nf) of the answer. */
+static void replay_take(struct kvsub_one *s, zmq_msg_t *f, int nf)
+{
+	size_t size[3] = {0, 0, 0};
+	uint64_t seq;
+	for (int i = 0; i < 3 && i < nf; i++)
+		size[i] = zmq_msg_size(&f[i]);
+	int rc = kvevent_replay_frame(nf, size, nf > 1 ? zmq_msg_data(&f[1]) : NULL, &seq);
+	if (rc < 0)
+		replay_failed(s, KV_REPLAY_MALFORMED);
+	else if (rc == 0 || seq > s->next_seq)
+		replay_failed(s, KV_REPLAY_NOT_KEPT); /* the end first, or a number skipped */
+	else if (seq == s->next_seq) {
+		begin(s, &f[2], seq);
+		feed(s);
+	} /* else a batch taken already */
+}
+
+/* Read one whole message of <s>'s replay answer: 1 taken, 0 none waiting. */
+static int replay_take_one(struct kvsub_one *s)
+{
+	return take_frames(s, s->rsock, replay_take);
 }
 
 /* One message of frames <f>[0..nf) (nf is 4 when there were more than 3). */
@@ -220,6 +386,9 @@ static void take(struct kvsub_one *s, zmq_msg_t *f, int nf)
 		malformed(s, "not [topic, 8-byte sequence number, payload]");
 		return;
 	}
+	if (s->counting && seq > s->next_seq && s->be->conf->kv_events_replay &&
+	    replay_start(s, seq, &f[2]) == 0)
+		return; /* <f>[2] held until the batches missed are in */
 	if (s->counting && seq != s->next_seq) {
 		char why[96];
 		snprintf(why, sizeof(why), "sequence number %llu where %llu was next",
@@ -227,15 +396,14 @@ static void take(struct kvsub_one *s, zmq_msg_t *f, int nf)
 		lost_thread(s, why);
 	}
 	s->counting = 1;
-	s->next_seq = seq + 1;
-	zmq_msg_move(&s->payload, &f[2]);
-	s->cur = (struct kvevent_cursor){0};
-	s->busy = 1;
+	begin(s, &f[2], seq);
 	feed(s);
 }
 
-/* Read one whole message: 1 taken, 0 none waiting, -1 the socket failed. */
-static int take_one(struct kvsub_one *s)
+/* Read one whole message from <sock> and give it to <fn>: 1 taken, 0 none waiting, -1 the
+ * socket failed. */
+static int take_frames(struct kvsub_one *s, void *sock,
+		       void (*fn)(struct kvsub_one *s, zmq_msg_t *f, int nf))
 {
 	zmq_msg_t f[4];
 	int nf = 0, more = 1, rc = 1;
@@ -247,7 +415,7 @@ static int take_one(struct kvsub_one *s)
 			zmq_msg_close(m);
 			zmq_msg_init(m);
 		}
-		if (zmq_msg_recv(m, s->sock, ZMQ_DONTWAIT) < 0) {
+		if (zmq_msg_recv(m, sock, ZMQ_DONTWAIT) < 0) {
 			/* a multipart message arrives whole: only the first frame can be missing */
 			rc = errno == EAGAIN && nf == 0 ? 0 : -1;
 			goto out;
@@ -256,11 +424,17 @@ static int take_one(struct kvsub_one *s)
 			nf++;
 		more = zmq_msg_more(m);
 	}
-	take(s, f, nf);
+	fn(s, f, nf);
 out:
 	for (int i = 0; i < 4; i++)
 		zmq_msg_close(&f[i]);
 	return rc;
+}
+
+/* Read one whole message of the SUB socket: as take_frames. */
+static int take_one(struct kvsub_one *s)
+{
+	return take_frames(s, s->sock, take);
 }
 
 static int spent(const struct kvsub *k)
@@ -277,7 +451,7 @@ static int drain(struct kvsub_one *s)
 			continue;
 		}
 		s->k->msgs++;
-		int rc = take_one(s);
+		int rc = s->rsock ? replay_take_one(s) : take_one(s);
 		if (rc < 0)
 			log_warn_every(10000, "KV events of backend %s: %s", s->be->name,
 				       zmq_strerror(errno));
@@ -306,6 +480,14 @@ static void watch(struct kvsub_one *s)
 			(void)zmq_msg_recv(&addr, s->mon, ZMQ_DONTWAIT);
 		zmq_msg_close(&ev);
 		zmq_msg_close(&addr);
+		if (s->rsock && (what == ZMQ_EVENT_CONNECTED || what == ZMQ_EVENT_DISCONNECTED)) {
+			replay_close(s); /* its thread is lost: so is what it held */
+			replay_count(s, KV_REPLAY_ABANDONED);
+			zmq_msg_close(&s->held);
+			zmq_msg_init(&s->held);
+			if (what == ZMQ_EVENT_CONNECTED) /* (a disconnect clears below) */
+				lost_thread(s, "connected again during a replay");
+		}
 		if (s->busy && (what == ZMQ_EVENT_CONNECTED || what == ZMQ_EVENT_DISCONNECTED))
 			done(s); /* the rest of a message from before: its thread is lost */
 		if (what == ZMQ_EVENT_CONNECTED) {
@@ -333,7 +515,7 @@ static int service(struct kvsub_one *s)
 	if (pending(s->mon))
 		watch(s);
 	int more = 0;
-	while (s->busy || pending(s->sock))
+	while (s->busy || pending(s->rsock ? s->rsock : s->sock))
 		if ((more = drain(s)))
 			break;
 	if (pending(s->mon))
@@ -375,6 +557,22 @@ static void on_mon_io(struct loop_io *io, unsigned events)
 {
 	(void)events;
 	wake(container_of(io, struct kvsub_one, mon_io));
+}
+
+static void on_replay_io(struct loop_io *io, unsigned events)
+{
+	(void)events;
+	wake(container_of(io, struct kvsub_one, rio));
+}
+
+/* The replay's deadline: the gap unfilled, the held message and the SUB socket's follow. */
+static void on_replay_timeout(struct loop_timer *t)
+{
+	struct kvsub_one *s = container_of(t, struct kvsub_one, rtimer);
+	if (!s->rsock)
+		return;
+	replay_failed(s, KV_REPLAY_TIMEOUT);
+	wake(s);
 }
 
 static void on_look(struct loop_timer *t)
@@ -470,8 +668,11 @@ int kvsub_start(struct loop *loop, struct runtime *rt, struct kvsub **out)
 		*s = (struct kvsub_one){.k = k,
 					.be = be,
 					.io = {.fd = -1, .fn = on_io},
-					.mon_io = {.fd = -1, .fn = on_mon_io}};
+					.mon_io = {.fd = -1, .fn = on_mon_io},
+					.rio = {.fd = -1, .fn = on_replay_io},
+					.rtimer = {.fn = on_replay_timeout}};
 		zmq_msg_init(&s->payload);
+		zmq_msg_init(&s->held);
 		if ((rc = subscribe(k, s, i)) < 0) {
 			log_error("KV events of backend %s: cannot subscribe to %s: %s", be->name,
 				  be->conf->kv_events, strerror(-rc));
@@ -493,6 +694,8 @@ void kvsub_stop(struct kvsub *k)
 	loop_timer_stop(k->loop, &k->look);
 	for (size_t i = 0; i < k->n; i++) {
 		struct kvsub_one *s = &k->subs[i];
+		replay_close(s);
+		zmq_msg_close(&s->held);
 		if (s->io.fd >= 0)
 			loop_io_del(k->loop, &s->io);
 		if (s->mon_io.fd >= 0)

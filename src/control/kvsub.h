@@ -9,8 +9,11 @@
  * queue, the engine restarted and counting from 0 again), the connection to the publisher
  * lost (ZeroMQ reconnects by itself; the socket monitor tells us), or a message dropped as
  * malformed (its events are missed). The first message after a connect starts the count.
- * What the engine stored before we subscribed is not known until it stores it again (vLLM's
- * replay socket, which could fill that in, is not used): the index errs toward misses.
+ * With kv_events_replay (vLLM's replay socket) a gap is first asked for again: the batches
+ * missed are applied in order, then the one that showed the gap, and the index is kept; only
+ * a replay that cannot fill it (the engine no longer keeps them, no whole answer in time, a
+ * malformed answer) clears it as above. What the engine stored before we subscribed is not
+ * known until it stores it again (not replayed): the index errs toward misses.
  *
  * A BlockStored that carries its blocks' token ids (vLLM's do; accelnet sim's with a
  * tokenizer) is keyed by accelnet's own chain hash of those ids (tok/tokmodel.h), the key the
@@ -19,8 +22,10 @@
  * backend's thread is lost its balance: llm index stops being exact: routing learns from the
  * prompts sent there again (the events still applied) until the engine's next
  * AllBlocksCleared (vLLM's reset_prefix_cache, a restart) says what it holds.
- * A gap or lost connection counts in accelnet_backend_kv_event_gaps_total, a malformed
- * message in accelnet_backend_kv_events_malformed_total.
+ * A gap or lost connection that cleared the index counts in
+ * accelnet_backend_kv_event_gaps_total, a malformed message in
+ * accelnet_backend_kv_events_malformed_total, a replay in
+ * accelnet_backend_kv_event_replays_total by outcome.
  */
 #ifndef ACCELNET_CONTROL_KVSUB_H
 #define ACCELNET_CONTROL_KVSUB_H

@@ -516,3 +516,12 @@ int kvevent_seq(const void *buf, size_t len, uint64_t *seq)
 		return -EBADMSG;
 	return take_be(&c, 8, seq) < 0 ? -EBADMSG : 0;
 }
+
+int kvevent_replay_frame(int nf, const size_t *size, const void *seqbuf, uint64_t *seq)
+{
+	if (nf != 3 || size[0] != 0 || kvevent_seq(seqbuf, size[1], seq) < 0)
+		return -EBADMSG;
+	if (*seq != UINT64_MAX)
+		return 1;
+	return size[2] == 0 ? 0 : -EBADMSG; /* the end carries an empty payload */
+}

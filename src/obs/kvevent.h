@@ -90,4 +90,13 @@ int kvevent_decode_part(const void *buf, size_t len, struct kvevent_cursor *k,
 /* The sequence number frame: 8 bytes, big-endian. 0, or -EBADMSG for another length. */
 int kvevent_seq(const void *buf, size_t len, uint64_t *seq);
 
+/*
+ * One message of an answer from an engine's replay socket (vLLM's replay_endpoint, a ROUTER)
+ * as a DEALER receives it: <nf> frames (more than 3 may be given as 4) of sizes
+ * <size>[0..min(nf, 3)), <seqbuf> the second's bytes. A batch is [empty, sequence number
+ * (8 bytes, big-endian), payload]: 1, *seq its number; the end of the answer is [empty,
+ * ff ff ff ff ff ff ff ff (-1), empty]: 0; anything else -EBADMSG.
+ */
+int kvevent_replay_frame(int nf, const size_t *size, const void *seqbuf, uint64_t *seq);
+
 #endif

@@ -36,6 +36,10 @@ static const char *const why_names[LB_WHYS] = {LB_WHY_LIST(WHY_NAME)};
 static const char *const kvevent_names[KVEVENT_KINDS] = {
     [KVEVENT_STORED] = "stored", [KVEVENT_REMOVED] = "removed", [KVEVENT_CLEARED] = "cleared"};
 
+#define KV_REPLAY_NAME(name, label, text) [KV_REPLAY_##name] = label,
+static const char *const kv_replay_names[KV_REPLAY_OUTCOMES] = {KV_REPLAY_LIST(KV_REPLAY_NAME)};
+#undef KV_REPLAY_NAME
+
 #define PD_FAIL_NAME(name, label, text) [PD_FAIL_##name] = label,
 static const char *const pd_fail_names[PD_FAILS] = {PD_FAIL_LIST(PD_FAIL_NAME)};
 #undef PD_FAIL_NAME
@@ -763,6 +767,13 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 				"index has seen all it said",
 				NULL, BE, .json = "kv_events.next_seq", .json_as = MJ_UINT,
 				.read = read_be_kv_next_seq},
+    [PM_BACKEND_KV_REPLAYS] = {"accelnet_backend_kv_event_replays_total", METRIC_COUNTER,
+			       "replays the backend's engine was asked for after a gap in its "
+			       "KV-cache events (backends.kv_events_replay), by outcome: filled "
+			       "(the index kept), else it was cleared",
+			       NULL, BE, .sub_label = "outcome", .sub_values = kv_replay_names,
+			       .nsub = KV_REPLAY_OUTCOMES, .json = "kv_events.replays",
+			       .json_as = MJ_UINT},
     [PM_POOL_NAME] = {POOL, JSON_ONLY("name", MJ_STRING), .read_str = read_pool_name},
     [PM_POOL_BALANCE] = {POOL, JSON_ONLY("balance", MJ_STRING), .read_str = read_pool_balance},
     [PM_POOL_UNAVAILABLE] = {"accelnet_pool_unavailable_total", METRIC_COUNTER,

@@ -75,6 +75,7 @@ enum proxy_metric {
 	PM_BACKEND_KV_MALFORMED,
 	PM_BACKEND_KV_BLOCKS,
 	PM_BACKEND_KV_NEXT_SEQ,
+	PM_BACKEND_KV_REPLAYS, /* series: backend id * KV_REPLAY_OUTCOMES + enum kv_replay */
 	/* per pool */
 	PM_POOL_NAME,
 	PM_POOL_BALANCE,
@@ -247,6 +248,19 @@ enum pd_fail { PD_FAIL_LIST(PD_FAIL_ENUM) PD_FAILS };
 #define TOK_KEYED_ENUM(name, label) TOK_KEYED_##name,
 enum tok_keyed { TOK_KEYED_LIST(TOK_KEYED_ENUM) TOK_KEYEDS };
 #undef TOK_KEYED_ENUM
+
+/* How a replay of KV events missed in a gap ended (control/kvsub.c): the label value and the
+ * log's words. */
+#define KV_REPLAY_LIST(X)                                                                          \
+	X(FILLED, "filled", "the gap filled")                                                      \
+	X(NOT_KEPT, "not_kept", "the engine no longer keeps the batches missed")                   \
+	X(TIMEOUT, "timeout", "no whole answer in time")                                           \
+	X(MALFORMED, "malformed", "a malformed answer")                                            \
+	X(TOO_WIDE, "too_wide", "a gap wider than a replay may fill")                              \
+	X(ABANDONED, "abandoned", "the connection to the publisher lost meanwhile")
+#define KV_REPLAY_ENUM(name, label, text) KV_REPLAY_##name,
+enum kv_replay { KV_REPLAY_LIST(KV_REPLAY_ENUM) KV_REPLAY_OUTCOMES };
+#undef KV_REPLAY_ENUM
 
 #define PM_CLASSES 6 /* response classes: [0] aborted, [1] 1xx ... [5] 5xx */
 

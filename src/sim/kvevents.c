@@ -10,8 +10,14 @@
  * subscriber's queue is full it says EAGAIN instead of dropping silently, which lets the
  * drops be counted. The subscriptions it receives in exchange are read and discarded at
  * every flush.
+ *
+ * With a replay socket (kvevents_replay, sim/kvreplay.h) every batch numbered is kept there
+ * as its payload was packed, sent or not (the one --kv-events-skip loses too: it was lost on
+ * the way, not never made), and requests waiting are answered at every flush, before the
+ * batch, as well as whenever its descriptor wakes the loop.
  */
 #include "sim/kvevents.h"
+#include "sim/kvreplay.h"
 
 #include <errno.h>
 #include <msgpack.h>
@@ -31,11 +37,12 @@ struct kvevents {
 	char endpoint[256];
 	msgpack_sbuffer body, msg;
 	msgpack_packer body_pk, msg_pk;
-	size_t pending;	    /* events in body */
-	size_t hashes;	    /* block hashes in them */
-	int broken;	    /* a pack failed (out of memory): the batch is dropped */
-	size_t tokens;	    /* token ids in them */
-	uint64_t seq, skip; /* skip: the number of a batch not to send (0: none) */
+	size_t pending;		 /* events in body */
+	size_t hashes;		 /* block hashes in them */
+	int broken;		 /* a pack failed (out of memory): the batch is dropped */
+	size_t tokens;		 /* token ids in them */
+	uint64_t seq, skip;	 /* skip: the number of a batch not to send (0: none) */
+	struct kvreplay *replay; /* or NULL */
 	unsigned long batches, dropped;
 };
 
@@ -143,13 +150,11 @@ void kvevents_flush(struct kvevents *e)
 	if (!e->pending)
 		return;
 	drain_subscriptions(e);
+	if (e->replay)
+		kvreplay_serve(e->replay); /* requests that came before this batch */
 	struct timespec now;
 	clock_gettime(CLOCK_REALTIME, &now);
 	uint64_t seq = e->seq++;
-	if (seq && seq == e->skip) { /* lost on the way: a gap in the numbers */
-		e->dropped += e->pending;
-		goto out;
-	}
 	unsigned char seq_be[8];
 	for (int i = 0; i < 8; i++)
 		seq_be[i] = (unsigned char)(seq >> (56 - 8 * i));
@@ -161,15 +166,19 @@ void kvevents_flush(struct kvevents *e)
 	broken |= msgpack_pack_array(&e->msg_pk, e->pending);
 	broken |= msgpack_sbuffer_write(&e->msg, e->body.data, e->body.size);
 	broken |= msgpack_pack_int(&e->msg_pk, 0);
+	/* kept whether or not it goes out, as vLLM keeps what its PUB socket dropped */
+	if (!broken && e->replay)
+		kvreplay_keep(e->replay, seq, e->msg.data, e->msg.size);
 	size_t tlen = strlen(e->topic);
-	if (broken || zmq_send(e->sock, e->topic, tlen, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+	if (seq && seq == e->skip) /* lost on the way: a gap in the numbers */
+		e->dropped += e->pending;
+	else if (broken || zmq_send(e->sock, e->topic, tlen, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
 		e->dropped += e->pending;
 	else if (zmq_send(e->sock, seq_be, 8, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
 		 zmq_send(e->sock, e->msg.data, e->msg.size, ZMQ_DONTWAIT) < 0)
 		e->dropped += e->pending; /* not after the first frame: zmq sends all or none */
 	else
 		e->batches++;
-out:
 	msgpack_sbuffer_clear(&e->body);
 	e->pending = 0;
 	e->hashes = 0;
@@ -216,6 +225,7 @@ void kvevents_close(struct kvevents *e)
 {
 	if (!e)
 		return;
+	kvreplay_close(e->replay);
 	if (e->sock)
 		zmq_close(e->sock);
 	if (e->ctx)
@@ -248,4 +258,30 @@ unsigned long kvevents_dropped(const struct kvevents *e)
 uint64_t kvevents_next_seq(const struct kvevents *e)
 {
 	return e->seq;
+}
+
+int kvevents_replay(struct kvevents *e, const char *endpoint, unsigned steps, const char **why)
+{
+	return kvreplay_open(e->ctx, endpoint, steps, &e->replay, why);
+}
+
+int kvevents_replay_fd(const struct kvevents *e)
+{
+	return e->replay ? kvreplay_fd(e->replay) : -1;
+}
+
+void kvevents_replay_serve(struct kvevents *e)
+{
+	if (e->replay)
+		kvreplay_serve(e->replay);
+}
+
+const char *kvevents_replay_endpoint(const struct kvevents *e)
+{
+	return e->replay ? kvreplay_endpoint(e->replay) : "";
+}
+
+unsigned long kvevents_replays(const struct kvevents *e)
+{
+	return e->replay ? kvreplay_requests(e->replay) : 0;
 }

@@ -7,7 +7,8 @@
  * Events are gathered as the cache changes and published together by kvevents_flush(), one
  * ZeroMQ message per batch. Publishing never blocks: a batch that the socket will not take at
  * once (a subscriber's queue is full) is dropped and counted, and its sequence number is
- * skipped, so a subscriber sees the gap as vLLM's subscribers do.
+ * skipped, so a subscriber sees the gap as vLLM's subscribers do; with a replay socket, as
+ * vLLM's, the subscriber can ask for it again.
  */
 #ifndef ACCELNET_SIM_KVEVENTS_H
 #define ACCELNET_SIM_KVEVENTS_H
@@ -44,6 +45,16 @@ void kvevents_cleared(struct kvevents *e);
 /* The batch that would get sequence number <seq> (>= 1) is not sent and its number is
  * skipped, as a batch lost on the way: for tests of a subscriber's gap handling. */
 void kvevents_skip(struct kvevents *e, uint64_t seq);
+
+/* Answer replay requests on <endpoint> (sim/kvreplay.h, vLLM's replay_endpoint) from the
+ * last <steps> batches (vLLM's buffer_steps). 0 or -errno, *why in words. */
+int kvevents_replay(struct kvevents *e, const char *endpoint, unsigned steps, const char **why);
+/* Its descriptor (ZMQ_FD, edge-style; -1 without), what answers the requests waiting, the
+ * endpoint bound ("" without) and the requests answered. */
+int kvevents_replay_fd(const struct kvevents *e);
+void kvevents_replay_serve(struct kvevents *e);
+const char *kvevents_replay_endpoint(const struct kvevents *e);
+unsigned long kvevents_replays(const struct kvevents *e);
 
 /* Publish the gathered events as one batch (nothing when there are none). */
 void kvevents_flush(struct kvevents *e);

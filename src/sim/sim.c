@@ -33,6 +33,7 @@
 #include "http/server.h"
 #include "sim/kvcache.h"
 #include "sim/kvevents.h"
+#include "sim/kvreplay.h"
 #include "runtime/tokprompt.h"
 #include "tok/tokmodel.h"
 #include "sim/lora.h"
@@ -97,6 +98,7 @@ struct sim {
 	struct tokprompt tp;
 	struct sim_job *admitting; /* the job whose blocks the cache is taking in */
 	struct loop_timer flush;   /* due at once while events wait */
+	struct loop_io replay_io;  /* kv_events_replay: the replay socket's requests */
 	struct sim_job *phantoms;  /* extra_load of them */
 	unsigned long phantom_runs, unknown_model;
 	time_t created; /* for /v1/models */
@@ -129,6 +131,7 @@ void sim_opts_default(struct sim_opts *o)
 	o->prefill_us_per_block = 1000;
 	o->kv_pull_us_per_block = 100;
 	o->lora_load_ms = 100;
+	o->kv_events_buffer = KVREPLAY_STEPS_DEFAULT;
 	snprintf(o->pd_secret, sizeof(o->pd_secret), "accelnet-sim");
 }
 
@@ -457,6 +460,12 @@ static int prefix_cached(struct sim *s, const struct sim_job *j)
 	return hit;
 }
 
+static void on_replay_io(struct loop_io *io, unsigned events)
+{
+	(void)events;
+	kvevents_replay_serve(container_of(io, struct sim, replay_io)->events);
+}
+
 static void on_flush(struct loop_timer *t)
 {
 	struct sim *s = container_of(t, struct sim, flush);
@@ -727,7 +736,8 @@ static void answer_stats(struct sim *s, struct hsrv_conn *c)
 	    "\"stalled\":%s,\"cache_hits\":%lu,\"cache_misses\":%lu,\"cache_partials\":%lu,"
 	    "\"blocks_hit\":%lu,\"blocks_missed\":%lu,\"cache_blocks\":%u,"
 	    "\"cache_blocks_used\":%zu,\"kv_events_endpoint\":\"%s\",\"kv_events_batches\":%lu,"
-	    "\"kv_events_dropped\":%lu,\"kv_events_next_seq\":%llu,\"unknown_model\":%lu,\"extra_"
+	    "\"kv_events_dropped\":%lu,\"kv_events_next_seq\":%llu,\"kv_events_replays\":%lu,"
+	    "\"unknown_model\":%lu,\"extra_"
 	    "load\":%u,"
 	    "\"phantom_runs\":%lu,\"role\":\"%s\",\"pd_valid\":%lu,\"pd_refused\":%lu,"
 	    "\"pd_local\":%lu,\"pd_issued\":%lu,\"pd_rooms\":%lu,\"decode_stalls\":%lu,"
@@ -739,8 +749,9 @@ static void answer_stats(struct sim *s, struct hsrv_conn *c)
 	    s->blocks ? kvcache_used(s->blocks) : 0, sim_kv_events_endpoint(s),
 	    s->events ? kvevents_batches(s->events) : 0,
 	    s->events ? kvevents_dropped(s->events) : 0,
-	    s->events ? (unsigned long long)kvevents_next_seq(s->events) : 0ull, s->unknown_model,
-	    s->opts.extra_load, s->phantom_runs,
+	    s->events ? (unsigned long long)kvevents_next_seq(s->events) : 0ull,
+	    s->events ? kvevents_replays(s->events) : 0, s->unknown_model, s->opts.extra_load,
+	    s->phantom_runs,
 	    s->opts.role == SIM_ROLE_PREFILL  ? "prefill"
 	    : s->opts.role == SIM_ROLE_DECODE ? "decode"
 					      : "both",
@@ -1032,6 +1043,8 @@ static void sim_free(struct sim *s)
 		for (unsigned i = 0; i < s->opts.extra_load; i++)
 			loop_timer_stop(s->loop, &s->phantoms[i].timer);
 	loop_timer_stop(s->loop, &s->flush);
+	if (s->replay_io.fd >= 0)
+		loop_io_del(s->loop, &s->replay_io);
 	kvevents_close(s->events);
 	kvcache_destroy(s->blocks);
 	tokprompt_free(&s->tp);
@@ -1080,6 +1093,19 @@ static int sim_start_blocks(struct sim *s)
 		return err;
 	}
 	kvevents_skip(s->events, o->kv_events_skip);
+	if (o->kv_events_replay[0]) {
+		err = kvevents_replay(s->events, o->kv_events_replay, o->kv_events_buffer, &why);
+		if (err < 0) {
+			log_error("cannot answer KV event replays on %s: %s", o->kv_events_replay,
+				  why);
+			return err;
+		}
+		s->replay_io.fd = kvevents_replay_fd(s->events);
+		if ((err = loop_io_add(s->loop, &s->replay_io)) < 0) {
+			s->replay_io.fd = -1;
+			return err;
+		}
+	}
 	s->flush.fn = on_flush;
 	kvevents_cleared(s->events); /* the first batch: a fresh cache, as after a restart */
 	events_gathered(s);
@@ -1097,6 +1123,7 @@ int sim_start(struct loop *loop, const struct sim_opts *o, struct sim **out)
 		return -ENOMEM;
 	list_init(&s->queue);
 	s->opts = *o;
+	s->replay_io = (struct loop_io){.fd = -1, .fn = on_replay_io};
 	if (!s->opts.slots)
 		s->opts.slots = 1;
 	s->loop = loop;
@@ -1152,6 +1179,11 @@ int sim_port(const struct sim *s)
 const char *sim_kv_events_endpoint(const struct sim *s)
 {
 	return s->events ? kvevents_endpoint(s->events) : "";
+}
+
+const char *sim_kv_events_replay_endpoint(const struct sim *s)
+{
+	return s->events ? kvevents_replay_endpoint(s->events) : "";
 }
 
 void sim_stop(struct sim *s)

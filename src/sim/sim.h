@@ -74,8 +74,11 @@
  * first); a BlockRemoved the blocks one admission evicted. The first batch is one
  * AllBlocksCleared, and POST /reset_prefix_cache (vLLM's) empties the cache and publishes
  * another. With a tokenizer, block_size is block_size and token_ids the ids of the event's
- * blocks. kv_events_skip N: the batch numbered N is not sent (a gap, for tests). Not done:
- * vLLM's replay socket.
+ * blocks. kv_events_skip N: the batch numbered N is not sent (a gap, for tests).
+ * kv_events_replay: vLLM's replay socket (sim/kvreplay.h), a ROUTER on an endpoint of its
+ * own answering a subscriber's request for the batches from a sequence number on, out of
+ * the last kv_events_buffer numbered (vLLM's buffer_steps, 10000 by default) -- the one
+ * kv_events_skip loses among them; /sim/stats counts the requests in kv_events_replays.
  *
  * Models: with models listed, a request naming another "model" gets vLLM's 404
  * ({"error": {"message": "The model `x` does not exist.", "type": "NotFoundError",
@@ -132,9 +135,11 @@ struct sim_opts {
 	unsigned block_bytes;		   /* prompt-text bytes per block */
 	unsigned prefill_us_per_block;	   /* prefill time of each uncached block */
 	char kv_events[256];		   /* ZeroMQ endpoint to publish KV events on; "": none */
-	unsigned kv_events_skip; /* the batch of this sequence number is not sent; 0: none */
-	char tokenizer[512];	 /* a tokenizer.json: blocks of block_size tokens; "": bytes */
-	unsigned block_size;	 /* tokens per block, with a tokenizer */
+	unsigned kv_events_skip;    /* the batch of this sequence number is not sent; 0: none */
+	char kv_events_replay[256]; /* ZeroMQ endpoint of the replay socket; "": none */
+	unsigned kv_events_buffer;  /* batches kept for replays (vLLM's buffer_steps) */
+	char tokenizer[512];	    /* a tokenizer.json: blocks of block_size tokens; "": bytes */
+	unsigned block_size;	    /* tokens per block, with a tokenizer */
 	char kv_events_topic[128];
 	int kv_events_array; /* events as tagged arrays (vLLM before PR #42892), not maps */
 	char models[SIM_MODELS][SIM_MODEL_NAME];
@@ -162,6 +167,8 @@ int sim_start(struct loop *loop, const struct sim_opts *o, struct sim **out);
 int sim_port(const struct sim *s);
 /* The KV events endpoint bound ("" without one). */
 const char *sim_kv_events_endpoint(const struct sim *s);
+/* The replay endpoint bound ("" without one). */
+const char *sim_kv_events_replay_endpoint(const struct sim *s);
 void sim_stop(struct sim *s);
 
 #endif

@@ -4,6 +4,8 @@
  * hashes lie inside the hashes decoded; one it refuses must hold nothing. Decoded in parts
  * of a few bytes each (kvevent_decode_part), the same bytes give the same events in order,
  * every part within its room (token ids too), and the parts end as the whole decode does.
+ * The same bytes read as a replay answer's frames (kvevent_replay_frame): only [empty,
+ * 8-byte number, payload] taken, the end only with an empty payload.
  */
 #include "obs/kvevent.h"
 
@@ -76,6 +78,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint64_t seq;
 	if (kvevent_seq(p, size, &seq) != (size == 8 ? 0 : -EBADMSG))
 		abort();
+	/* the same bytes as a replay answer's frames: the first 4 bytes their count and sizes */
+	if (size >= 4) {
+		size_t fs[3] = {p[1] % 3, p[2] % 10, (size_t)p[3] * 1000};
+		int nf = p[0] % 6,
+		    end = size >= 12 && !memcmp(p + 4, "\xff\xff\xff\xff\xff\xff\xff\xff", 8);
+		const void *sb = fs[1] <= size - 4 ? p + 4 : p;
+		if (fs[1] > size - 4)
+			fs[1] = 0;
+		int r = kvevent_replay_frame(nf, fs, sb, &seq);
+		int ok = nf == 3 && !fs[0] && fs[1] == 8;
+		if (r != (!ok ? -EBADMSG : !end ? 1 : fs[2] ? -EBADMSG : 0))
+			abort();
+	}
 	free(p);
 	return 0;
 }

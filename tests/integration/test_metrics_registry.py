@@ -82,6 +82,10 @@ FAMILIES = {  # name: (type, help)
                                             "batch applied whole (0 before the first); the "
                                             "engine's own count caught up with it means the "
                                             "index has seen all it said"),
+    "accelnet_backend_kv_event_replays_total": ("counter", "replays the backend's engine was "
+                                                "asked for after a gap in its KV-cache events "
+                                                "(backends.kv_events_replay), by outcome: "
+                                                "filled (the index kept), else it was cleared"),
     "accelnet_backend_ttfb_seconds": ("histogram",
                                       "request sent to response head (time to first token)"),
     "accelnet_backend_gap_seconds": ("histogram",

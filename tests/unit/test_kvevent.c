@@ -216,6 +216,29 @@ static void token_ids_with_their_blocks(void **state)
 	assert_int_equal(b.ev[1].n, 1);
 }
 
+/* A replay answer's messages (vLLM's replay socket, as a DEALER receives them). */
+static void replay_frames(void **state)
+{
+	(void)state;
+	const unsigned char seven[8] = {0, 0, 0, 0, 0, 0, 0, 7};
+	const unsigned char end[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+	const unsigned char nine[9] = {0};
+	uint64_t seq = 0;
+	assert_int_equal(kvevent_replay_frame(3, (size_t[]){0, 8, 40}, seven, &seq), 1);
+	assert_int_equal(seq, 7);
+	assert_int_equal(kvevent_replay_frame(3, (size_t[]){0, 8, 0}, seven, &seq), 1);
+	assert_int_equal(kvevent_replay_frame(3, (size_t[]){0, 8, 0}, end, &seq), 0);
+	/* the end with a payload, a delimiter that is not empty, a short or long number, a
+	 * frame missing or one too many: refused */
+	assert_int_equal(kvevent_replay_frame(3, (size_t[]){0, 8, 1}, end, &seq), -EBADMSG);
+	assert_int_equal(kvevent_replay_frame(3, (size_t[]){1, 8, 4}, seven, &seq), -EBADMSG);
+	assert_int_equal(kvevent_replay_frame(3, (size_t[]){0, 7, 4}, seven, &seq), -EBADMSG);
+	assert_int_equal(kvevent_replay_frame(3, (size_t[]){0, 9, 4}, nine, &seq), -EBADMSG);
+	assert_int_equal(kvevent_replay_frame(2, (size_t[]){8, 4, 0}, seven, &seq), -EBADMSG);
+	assert_int_equal(kvevent_replay_frame(4, (size_t[]){0, 8, 4}, seven, &seq), -EBADMSG);
+	assert_int_equal(kvevent_replay_frame(0, (size_t[]){0, 0, 0}, seven, &seq), -EBADMSG);
+}
+
 static void sequence_numbers(void **state)
 {
 	(void)state;
@@ -228,10 +251,15 @@ static void sequence_numbers(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(a_whole_batch),	     cmocka_unit_test(a_batch_of_maps),
-	    cmocka_unit_test(every_cut_is_refused),  cmocka_unit_test(hashes_of_every_form),
-	    cmocka_unit_test(lies_and_wrong_shapes), cmocka_unit_test(room_runs_out),
-	    cmocka_unit_test(sequence_numbers),	     cmocka_unit_test(token_ids_with_their_blocks),
+	    cmocka_unit_test(a_whole_batch),
+	    cmocka_unit_test(a_batch_of_maps),
+	    cmocka_unit_test(every_cut_is_refused),
+	    cmocka_unit_test(hashes_of_every_form),
+	    cmocka_unit_test(lies_and_wrong_shapes),
+	    cmocka_unit_test(room_runs_out),
+	    cmocka_unit_test(replay_frames),
+	    cmocka_unit_test(sequence_numbers),
+	    cmocka_unit_test(token_ids_with_their_blocks),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
