@@ -6,6 +6,7 @@
 #include "core/log.h"
 #include "core/signals.h"
 #include "http/prompt.h"
+#include "sim/kvevents.h"
 #include "sim/kvreplay.h"
 #include "sim/lora.h"
 #include "sim/sim.h"
@@ -89,14 +90,18 @@ static int parse_text(int ch, const char *text, struct sim_opts *o)
 	if (ch == 'M')
 		return parse_models(text, o);
 	if (ch == 'F') {
-		if (strcmp(text, "map") && strcmp(text, "array")) {
-			fprintf(stderr,
-				"accelnet sim: --kv-events-format is map or array, not '%s'\n",
-				text);
-			return -1;
-		}
-		o->kv_events_array = !strcmp(text, "array");
-		return 0;
+		static const char *const names[] = {[KVEVENTS_MAP] = "map",
+						    [KVEVENTS_ARRAY] = "array",
+						    [KVEVENTS_SGLANG] = "sglang"};
+		for (unsigned i = 0; i < sizeof(names) / sizeof(*names); i++)
+			if (!strcmp(text, names[i])) {
+				o->kv_events_format = i;
+				return 0;
+			}
+		fprintf(stderr,
+			"accelnet sim: --kv-events-format is map, array or sglang, not '%s'\n",
+			text);
+		return -1;
 	}
 	int endpoint = ch == 'K' || ch == 'r';
 	char *to = ch == 'K' ? o->kv_events : ch == 'r' ? o->kv_events_replay : o->kv_events_topic;
@@ -333,7 +338,10 @@ int cmd_sim(int argc, char **argv)
 		 o.block_bytes, o.prefill_us_per_block, o.extra_load);
 	if (sim_kv_events_endpoint(sim)[0])
 		log_info("KV events on %s (topic '%s', events as %ss)", sim_kv_events_endpoint(sim),
-			 o.kv_events_topic, o.kv_events_array ? "array" : "map");
+			 o.kv_events_topic,
+			 o.kv_events_format == KVEVENTS_SGLANG	? "SGLang's array"
+			 : o.kv_events_format == KVEVENTS_ARRAY ? "array"
+								: "map");
 	if (sim_kv_events_replay_endpoint(sim)[0])
 		log_info("KV event replays on %s (the last %u batches)",
 			 sim_kv_events_replay_endpoint(sim), o.kv_events_buffer);

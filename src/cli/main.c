@@ -27,7 +27,7 @@ static const struct {
      "      [--tokens N] [--token-ms MS] [--fail-rate F] [--stall-ms MS --stall-every-ms MS]\n"
      "      [--prefix-cache N --cache-hit-ms MS | --cache-blocks N [--block-bytes B]\n"
      "      [--prefill-us-per-block US] [--kv-events tcp://HOST:PORT [--kv-events-topic T]\n"
-     "      [--kv-events-format map|array] [--kv-events-skip SEQ]\n"
+     "      [--kv-events-format map|array|sglang] [--kv-events-skip SEQ]\n"
      "      [--kv-events-replay tcp://HOST:PORT [--kv-events-buffer N]]]\n"
      "      [--tokenizer FILE [--block-size N]]] [--models A,B,...] [--extra-load N]\n"
      "      [--early-headers] [--role prefill|decode [--pd-secret S]\n"

@@ -65,6 +65,12 @@ static void pack_head(struct kvevents *e, const char *tag, size_t fields)
 	e->pending++;
 }
 
+/* The fields after a BlockStored's hashes and a BlockRemoved's that SGLang's events lack. */
+static int sglang(const struct kvevents *e)
+{
+	return e->format == KVEVENTS_SGLANG;
+}
+
 static void pack_field(struct kvevents *e, const char *key)
 {
 	if (e->format == KVEVENTS_MAP)
@@ -92,11 +98,14 @@ static void pack_hashes(struct kvevents *e, const uint64_t *hash, size_t n)
 	pack_field(e, "block_hashes");
 	e->broken |= msgpack_pack_array(&e->body_pk, n);
 	for (size_t i = 0; i < n; i++)
-		e->broken |= msgpack_pack_uint64(&e->body_pk, hash[i]);
+		e->broken |= sglang(e) ? msgpack_pack_int64(&e->body_pk, (int64_t)hash[i])
+				       : msgpack_pack_uint64(&e->body_pk, hash[i]);
 }
 
 static void pack_medium(struct kvevents *e)
 {
+	if (sglang(e))
+		return;
 	pack_field(e, "medium");
 	pack_key(e, "GPU");
 }
@@ -106,12 +115,16 @@ void kvevents_stored(struct kvevents *e, const uint64_t *hash, size_t n, const u
 {
 	size_t ntok = ids ? n * e->block_size : 0;
 	room_for(e, n, ntok);
-	/* block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium, lora_name */
-	pack_head(e, "BlockStored", 7);
+	/* block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium, lora_name
+	 * (SGLang's: the first five) */
+	pack_head(e, "BlockStored", sglang(e) ? 5 : 7);
 	pack_hashes(e, hash, n);
 	pack_field(e, "parent_block_hash");
-	e->broken |=
-	    parent ? msgpack_pack_uint64(&e->body_pk, *parent) : msgpack_pack_nil(&e->body_pk);
+	if (!parent)
+		e->broken |= msgpack_pack_nil(&e->body_pk);
+	else
+		e->broken |= sglang(e) ? msgpack_pack_int64(&e->body_pk, (int64_t)*parent)
+				       : msgpack_pack_uint64(&e->body_pk, *parent);
 	pack_field(e, "token_ids");
 	e->broken |= msgpack_pack_array(&e->body_pk, ntok);
 	for (size_t i = 0; i < ntok; i++)
@@ -121,6 +134,8 @@ void kvevents_stored(struct kvevents *e, const uint64_t *hash, size_t n, const u
 	pack_field(e, "lora_id");
 	e->broken |= msgpack_pack_nil(&e->body_pk);
 	pack_medium(e);
+	if (sglang(e))
+		return;
 	pack_field(e, "lora_name");
 	e->broken |= msgpack_pack_nil(&e->body_pk);
 }
@@ -128,7 +143,7 @@ void kvevents_stored(struct kvevents *e, const uint64_t *hash, size_t n, const u
 void kvevents_removed(struct kvevents *e, const uint64_t *hash, size_t n)
 {
 	room_for(e, n, 0);
-	pack_head(e, "BlockRemoved", 2); /* block_hashes, medium */
+	pack_head(e, "BlockRemoved", sglang(e) ? 1 : 2); /* block_hashes, medium */
 	pack_hashes(e, hash, n);
 	pack_medium(e);
 }
@@ -158,14 +173,15 @@ void kvevents_flush(struct kvevents *e)
 	unsigned char seq_be[8];
 	for (int i = 0; i < 8; i++)
 		seq_be[i] = (unsigned char)(seq >> (56 - 8 * i));
-	/* [ts, events, data_parallel_rank] */
+	/* [ts, events, data_parallel_rank] (SGLang's: [ts, events]) */
 	msgpack_sbuffer_clear(&e->msg);
 	int broken = e->broken;
-	broken |= msgpack_pack_array(&e->msg_pk, 3);
+	broken |= msgpack_pack_array(&e->msg_pk, sglang(e) ? 2 : 3);
 	broken |= msgpack_pack_double(&e->msg_pk, (double)now.tv_sec + now.tv_nsec / 1e9);
 	broken |= msgpack_pack_array(&e->msg_pk, e->pending);
 	broken |= msgpack_sbuffer_write(&e->msg, e->body.data, e->body.size);
-	broken |= msgpack_pack_int(&e->msg_pk, 0);
+	if (!sglang(e))
+		broken |= msgpack_pack_int(&e->msg_pk, 0);
 	/* kept whether or not it goes out, as vLLM keeps what its PUB socket dropped */
 	if (!broken && e->replay)
 		kvreplay_keep(e->replay, seq, e->msg.data, e->msg.size);

@@ -17,8 +17,11 @@
 #include <stdint.h>
 
 enum kvevents_format {
-	KVEVENTS_MAP,	/* each event a msgpack map tagged "type" (vLLM since PR #42892) */
-	KVEVENTS_ARRAY, /* each event a tagged msgpack array (vLLM before it) */
+	KVEVENTS_MAP,	 /* each event a msgpack map tagged "type" (vLLM since PR #42892) */
+	KVEVENTS_ARRAY,	 /* each event a tagged msgpack array (vLLM before it) */
+	KVEVENTS_SGLANG, /* SGLang's (sglang/srt/disaggregation/kv_events.py): tagged arrays
+			  * without medium or lora_name, the batch [ts, events] without a
+			  * data-parallel rank, block hashes signed 64-bit (Python's hash()) */
 };
 
 struct kvevents;

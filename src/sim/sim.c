@@ -1087,7 +1087,7 @@ static int sim_start_blocks(struct sim *s)
 		return 0;
 	err =
 	    kvevents_open(o->kv_events, o->kv_events_topic, s->tm ? o->block_size : o->block_bytes,
-			  o->kv_events_array ? KVEVENTS_ARRAY : KVEVENTS_MAP, &s->events, &why);
+			  (enum kvevents_format)o->kv_events_format, &s->events, &why);
 	if (err < 0) {
 		log_error("cannot publish KV events on %s: %s", o->kv_events, why);
 		return err;

@@ -69,6 +69,8 @@
  * -- or, with kv_events_array, as vLLM encoded it before (array_like=True, the tag first):
  *     ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id,
  *      medium, lora_name]; ["BlockRemoved", block_hashes, medium]; ["AllBlocksCleared"].
+ * -- or as SGLang encodes them (kv_events_format sglang): the same arrays without medium and
+ * lora_name, block hashes as signed 64-bit ints, the batch [ts, events] without the rank.
  * Block hashes are our chain hashes (msgpack unsigned ints); a BlockStored carries one run of
  * consecutive new blocks of a chain, its parent the block before it (nil for a chain's
  * first); a BlockRemoved the blocks one admission evicted. The first batch is one
@@ -141,7 +143,8 @@ struct sim_opts {
 	char tokenizer[512];	    /* a tokenizer.json: blocks of block_size tokens; "": bytes */
 	unsigned block_size;	    /* tokens per block, with a tokenizer */
 	char kv_events_topic[128];
-	int kv_events_array; /* events as tagged arrays (vLLM before PR #42892), not maps */
+	unsigned kv_events_format; /* enum kvevents_format: vLLM's maps (0), vLLM's tagged arrays
+				    * before PR #42892, or SGLang's arrays */
 	char models[SIM_MODELS][SIM_MODEL_NAME];
 	unsigned nmodels;    /* 0: any model */
 	unsigned extra_load; /* phantom requests from other clients */

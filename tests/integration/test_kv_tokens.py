@@ -60,11 +60,22 @@ HIT = re.compile(r'pick="[^"]*";reason=[a-z-]+;blocks=(\d+)[^,]*, "[^"]*";hit=(\
 
 
 def test_token_index_predicts_the_hits_the_engines_report(env):
+    _index_predicts_the_hits(env, "map")
+
+
+def test_token_index_predicts_the_hits_from_sglangs_events(env):
+    """The same with SGLang's events (sglang/srt/disaggregation/kv_events.py): its batch
+    without a data-parallel rank, its BlockStored without medium and lora_name, its hashes
+    signed; with its --page-size the model's block_size, the same exact index."""
+    _index_predicts_the_hits(env, "sglang", bytes_too=False)
+
+
+def _index_predicts_the_hits(env, fmt, bytes_too=True):
     tok = _qwen3()
     ports = [free_port() for _ in range(2)]
     sims = [env.sim(f"s{i}", latency_ms=1, jitter=0, tokens=1, token_ms=0,
                     prefill_us_per_block=0, cache_blocks=SIM_BLOCKS, tokenizer=tok,
-                    block_size=BLOCK,
+                    block_size=BLOCK, kv_events_format=fmt,
                     kv_events=f"tcp://127.0.0.1:{ports[i]}",
                     **({"kv_events_skip": SKIP} if i == 0 else {})) for i in range(2)]
     addr = [f"127.0.0.1:{s.port}" for s in sims]
@@ -171,6 +182,8 @@ def test_token_index_predicts_the_hits_the_engines_report(env):
     assert abs(predicted - reported) <= 0.02 * reported, (predicted, reported, pairs)
     assert backends()[addr[1]]["gaps"] == 0
     print(f"predicted {predicted} hit blocks, reported {reported}, over {len(pairs)} requests")
+    if not bytes_too:
+        return
 
     # what the tokenizer does not take is keyed on bytes (content parts), a prompt longer than
     # the blocks the index reads is tokenized only so far: both served, neither predicting

@@ -218,7 +218,7 @@ def test_sim_cache_flags_refused(env):
                         (["--kv-events", "tcp://127.0.0.1:1"], "needs --cache-blocks"),
                         (["--block-bytes", "8", "--cache-blocks", "8"], "--block-bytes"),
                         (["--models", "a,,b"], "--models"),
-                        (["--kv-events-format", "json"], "map or array")):
+                        (["--kv-events-format", "json"], "map, array or sglang")):
         r = subprocess.run([BIN, "sim", "--listen", "127.0.0.1:1"] + extra,
                            capture_output=True, timeout=15, check=False)
         assert r.returncode == 2 and says in r.stderr.decode(), (extra, r.stderr)
@@ -249,16 +249,17 @@ def _kv_subscriber(sim, topic=b""):
             return sub, last + 1
 
 
-def _kv_batch(sub, seq, topic=b""):
-    """The next batch: checked frames and envelope, returns its events."""
+def _kv_batch(sub, seq, topic=b"", sglang=False):
+    """The next batch: checked frames and envelope ([ts, events, rank], SGLang's [ts,
+    events]), returns its events."""
     import msgpack
     assert sub.poll(15000), f"no KV event batch {seq}"
     frames = sub.recv_multipart()
     assert len(frames) == 3 and frames[0] == topic and len(frames[1]) == 8, frames
     assert int.from_bytes(frames[1], "big") == seq
     batch = msgpack.unpackb(frames[2], raw=False)
-    assert isinstance(batch, list) and len(batch) == 3, batch
-    ts, events, rank = batch
+    assert isinstance(batch, list) and len(batch) == (2 if sglang else 3), batch
+    ts, events, rank = batch if not sglang else batch + [0]
     assert isinstance(ts, float) and ts > 1.6e9 and rank == 0, batch
     return events
 
@@ -315,6 +316,31 @@ def test_sim_kv_events_as_arrays(env):
         tag, hashes, parent, tokens, size, lora_id, medium, lora_name = events[0]
         assert len(hashes) == 2 and parent is None and tokens == [] and size == 32
         assert (lora_id, medium, lora_name) == (None, "GPU", None)
+    finally:
+        sub.close()
+
+
+def test_sim_kv_events_as_sglang_sends_them(env):
+    """SGLang's KVEventBatch (sglang/srt/disaggregation/kv_events.py): [ts, events], each
+    event a tagged array without medium or lora_name, hashes signed (Python's hash())."""
+    sim = env.sim("kv", cache_blocks=4096, block_bytes=32, latency_ms=0, jitter=0, token_ms=0,
+                  tokens=1, kv_events="tcp://127.0.0.1:*", kv_events_format="sglang")
+    sub, seq = _kv_subscriber(sim)
+    try:
+        signed = []
+        for k in range(40):  # until a hash with the top bit set has come, as a negative int
+            complete(sim.port, json.dumps({"prompt": f"{k:02d}" * 32}))
+            events = _kv_batch(sub, seq + k, sglang=True)
+            assert len(events) == 1 and events[0][0] == "BlockStored", events
+            tag, hashes, parent, tokens, size, lora_id = events[0]
+            assert len(hashes) == 2 and parent is None and tokens == [] and size == 32
+            assert lora_id is None and all(-2**63 <= h < 2**63 for h in hashes), events
+            signed += [h for h in hashes if h < 0]
+            if signed:
+                break
+        assert signed, "40 prompts and no hash over 2^63"
+        request(sim.port, "POST", "/reset_prefix_cache")
+        assert _kv_batch(sub, seq + k + 1, sglang=True) == [["AllBlocksCleared"]]
     finally:
         sub.close()
 
