@@ -11,7 +11,8 @@ each:
   the index is keyed on the engines' token blocks, learned from the prompts it sends;
 - accelnet llm, token blocks, kv events: the same index fed by the engines' own KV events
   (and nothing else) instead;
-- haproxy leastconn maxconn 4, where HAProxy is installed, as scenario 9's anchor.
+- haproxy leastconn maxconn 4 and nginx least_conn, where installed, as scenario 9's
+  anchors.
 
 Per run: goodput at scenario 9's SLO, TTFT p50/p90, the engines' share of prompt blocks found
 cached, and for accelnet the hit blocks its decisions predicted against those the engines
@@ -103,6 +104,7 @@ CONTESTANTS = {
     "accelnet llm, token blocks, learned": ("tokens", None),
     "accelnet llm, token blocks, kv events": ("events", None),
     "haproxy leastconn maxconn 4": (None, bench.CHAT_CONTESTANTS["haproxy leastconn maxconn 4"]),
+    "nginx least_conn": (None, bench.CHAT_CONTESTANTS["nginx least_conn"]),
 }
 
 
@@ -130,7 +132,7 @@ def main():
         for name, (mode, starter) in CONTESTANTS.items():
             if a.pick and not re.search(a.pick, name):
                 continue
-            if starter and not shutil.which("haproxy"):
+            if starter and not shutil.which(name.split()[0]):  # haproxy, nginx
                 continue
             g = bench.fleet_run(run, start_token_sims, starter or start_llm(mode), rate,
                                 a.seconds, trace, 10, bench.CHAT_SLO_MS,
