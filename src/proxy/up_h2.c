@@ -852,7 +852,7 @@ static int on_data(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t
 	for (size_t at = 0; at < len; at += GRPC_WEB_PIECE) {
 		size_t k = len - at < GRPC_WEB_PIECE ? len - at : GRPC_WEB_PIECE;
 		size_t n = grpc_web_encode(&s->enc, data + at, k, b64);
-		if (rin_data(s, b64, n) < 0) {
+		if (n && rin_data(s, b64, n) < 0) { /* (none: its bytes wait for a quantum) */
 			stream_fail(s, -EPROTO);
 			return 0;
 		}
