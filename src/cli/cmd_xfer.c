@@ -24,7 +24,8 @@ static volatile int stop_flag;
 static void on_signal(int sig)
 {
 	(void)sig;
-	stop_flag = 1;
+	/* atomic: --metrics' thread reads it too (an int's atomic store is signal-safe) */
+	__atomic_store_n(&stop_flag, 1, __ATOMIC_RELAXED);
 }
 
 /*
