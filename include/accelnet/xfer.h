@@ -104,6 +104,8 @@ int xfer_get(const struct xfer_send_opts *o, const char *const *names, unsigned 
 #define XFER_SERVE_MAX_CONNS_PER_ADDR 128 /* connections at once from one address */
 #define XFER_SERVE_MAX_FILES 10000	  /* files in one transfer (also what `get` accepts) */
 #define XFER_SERVE_HANDSHAKE_MS 10000	  /* from accept to the end of the handshake, in all */
+#define XFER_SERVE_FRAME_MS 60000	  /* a frame, from its first byte to its last, in all ... */
+#define XFER_SERVE_MIN_RATE_KIB 32	  /* ... and a second more for each this many KiB of it */
 #define XFER_SERVE_KEEP_PARTS_HOURS 72	  /* an untouched partial file is removed after this */
 
 struct xfer_serve_opts {
@@ -118,7 +120,8 @@ struct xfer_serve_opts {
 	unsigned keep_parts_hours; /* partial files untouched this long are removed; 0:
 				      XFER_SERVE_KEEP_PARTS_HOURS */
 	unsigned max_conns, max_conns_per_addr, max_files, handshake_ms; /* 0: the defaults above */
-	volatile int *stop; /* set non-zero (e.g. from a signal handler) to return */
+	unsigned frame_ms, min_rate_kib; /* a frame's deadline (0: the defaults above) */
+	volatile int *stop;		 /* set non-zero (e.g. from a signal handler) to return */
 	void (*ready)(const int *ports, unsigned n, void *arg); /* after binding (port 0 works) */
 	void *arg;
 };

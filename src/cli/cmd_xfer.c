@@ -24,7 +24,8 @@ static volatile int stop_flag;
 static void on_signal(int sig)
 {
 	(void)sig;
-	stop_flag = 1;
+	/* atomic: --metrics' thread reads it too (an int's atomic store is signal-safe) */
+	__atomic_store_n(&stop_flag, 1, __ATOMIC_RELAXED);
 }
 
 /*
@@ -71,6 +72,8 @@ static const struct flag serve_flags[] = {
      XFER_SERVE_MAX_CONNS_PER_ADDR, "N", 0, 0},
     {"max-files", FLAG_UINT, SERVE(max_files), 100000000, XFER_SERVE_MAX_FILES, "N", 0, 0},
     {"handshake-ms", FLAG_UINT, SERVE(handshake_ms), 3600000, XFER_SERVE_HANDSHAKE_MS, "MS", 0, 0},
+    {"frame-ms", FLAG_UINT, SERVE(frame_ms), 3600000, XFER_SERVE_FRAME_MS, "MS", 0, 0},
+    {"min-rate-kib", FLAG_UINT, SERVE(min_rate_kib), 1048576, XFER_SERVE_MIN_RATE_KIB, "N", 0, 0},
 };
 
 static const struct flag push_flags[] = {

@@ -4,19 +4,38 @@
 #include "http/grpc.h"
 
 #include <string.h>
+#include <strings.h>
+
+/* Does v[0..len) begin with the media type <type> (any case), followed by its end, a
+ * "+suffix", or parameters (';', whitespace before it allowed)? */
+static int type_is(const char *v, size_t len, const char *type)
+{
+	size_t n = strlen(type);
+	if (len < n || strncasecmp(v, type, n) != 0)
+		return 0;
+	if (len == n || v[n] == '+' || v[n] == ';')
+		return 1;
+	while (n < len && (v[n] == ' ' || v[n] == '\t'))
+		n++;
+	return n < len && v[n] == ';';
+}
 
 int http_grpc_is(const char *v, size_t len)
 {
-	if (len < 16 || strncmp(v, "application/grpc", 16) != 0)
-		return 0;
-	return len == 16 || v[16] == '+' || v[16] == ';';
+	return type_is(v, len, "application/grpc");
 }
 
-int http_grpc_web_is(const char *v, size_t len)
+enum http_grpc_web http_grpc_web_kind(const char *v, size_t len, size_t *rest)
 {
-	if (len < 20 || strncmp(v, "application/grpc-web", 20) != 0)
-		return 0;
-	return len == 20 || v[20] == '+' || v[20] == ';';
+	if (type_is(v, len, "application/grpc-web")) {
+		*rest = 20;
+		return HTTP_GRPC_WEB_BINARY;
+	}
+	if (type_is(v, len, "application/grpc-web-text")) {
+		*rest = 25;
+		return HTTP_GRPC_WEB_TEXT;
+	}
+	return HTTP_GRPC_WEB_NONE;
 }
 
 int http_grpc_to_http(int code)

@@ -9,7 +9,7 @@
  * trailers-only responses with the code that says the same thing (docs/http2.md, "gRPC").
  * gRPC-Web (routes.grpc_web) is the same calls from browsers, over HTTP/1.1 or HTTP/2: its
  * content-type says so, and its trailers come as the body's last message, flagged 0x80
- * (http/h2head.h writes that frame).
+ * (http/h2head.h writes that frame); its text mode's bodies are base64 (http/grpc_web.h).
  * Pure: no sockets, no clocks.
  */
 #ifndef ACCELNET_HTTP_GRPC_H
@@ -18,13 +18,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Is the content-type value v[0..len) gRPC's ("application/grpc", or "+proto" and the like;
- * not gRPC-Web)? 1 or 0. */
+/* Is the content-type value v[0..len) gRPC's ("application/grpc", or "+proto" and the like,
+ * parameters after ';' aside, in any case; not gRPC-Web)? 1 or 0. */
 int http_grpc_is(const char *v, size_t len);
 
-/* Is it gRPC-Web's, in its binary form ("application/grpc-web", or "+proto" and the like; not
- * "application/grpc-web-text")? 1 or 0. */
-int http_grpc_web_is(const char *v, size_t len);
+enum http_grpc_web {
+	HTTP_GRPC_WEB_NONE,
+	HTTP_GRPC_WEB_BINARY, /* application/grpc-web */
+	HTTP_GRPC_WEB_TEXT,   /* application/grpc-web-text: the body in base64 (grpc_web.h) */
+};
+/* Is it gRPC-Web's ("application/grpc-web" or "application/grpc-web-text", then nothing, a
+ * "+proto" and the like, or parameters after ';', in any case), and which? *rest: where what
+ * follows the type begins (its suffix and parameters, which gRPC keeps). */
+enum http_grpc_web http_grpc_web_kind(const char *v, size_t len, size_t *rest);
 
 /* The gRPC status code (0-16) that the proxy's own HTTP answer <status> stands for. */
 int http_grpc_status(int status);

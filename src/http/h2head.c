@@ -3,6 +3,7 @@
  */
 #include "http/h2head.h"
 #include "http/grpc.h"
+#include "http/grpc_web.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -280,14 +281,17 @@ int h2resp_field(struct h2resp *r, char *p, size_t cap, const char *name, size_t
 	if (r->head_in && r->grpc_web)
 		return web_trailer(r, name, nlen, value, vlen);
 	if (!r->head_in && r->grpc_web && nlen == 12 && !memcmp(name, "content-type", 12) &&
-	    vlen >= 16 && !memcmp(value, "application/grpc", 16) &&
-	    !http_grpc_web_is(value, vlen)) { /* application/grpc-web, and the rest of it */
-		if (vlen + 34 + 4 > cap || !line_safe(value, vlen))
+	    http_grpc_is(value, vlen)) { /* application/grpc-web(-text), and the rest of it */
+		const char *ct = r->grpc_web_text ? "content-type: application/grpc-web-text"
+						  : "content-type: application/grpc-web";
+		size_t n = strlen(ct);
+		if (vlen + n + 4 > cap || !line_safe(value, vlen))
 			return -1;
-		memcpy(p, "content-type: application/grpc-web", 34);
-		memcpy(p + 34, value + 16, vlen - 16);
-		memcpy(p + 34 + vlen - 16, "\r\n", 2);
-		return (int)(34 + vlen - 16 + 2);
+		memcpy(p, ct, n);
+		memcpy(p + n, value + 16, vlen - 16);
+		memcpy(p + n + vlen - 16, "\r\n", 2);
+		r->web_text_body = r->grpc_web_text;
+		return (int)(n + vlen - 16 + 2);
 	}
 	if (r->head_in) {
 		if (!chunked(r) || !h2head_trailer_ok(name, nlen))
@@ -362,16 +366,22 @@ int h2resp_end(struct h2resp *r, char *p, size_t cap)
 		return 0;
 	if (r->grpc_web && r->trailers) { /* 0x80, its length (big-endian), the fields */
 		size_t n = r->web_len;
-		int k = snprintf(p, cap, "%zx\r\n", n + 5);
-		if (k <= 0 || (size_t)k + 5 + n + 7 > cap)
-			return -1;
-		unsigned char *m = (unsigned char *)p + k;
+		unsigned char m[5 + sizeof(r->web)];
 		m[0] = 0x80;
 		m[1] = (unsigned char)(n >> 24), m[2] = (unsigned char)(n >> 16);
 		m[3] = (unsigned char)(n >> 8), m[4] = (unsigned char)n;
-		memcpy(p + k + 5, r->web, n);
-		memcpy(p + k + 5 + n, "\r\n0\r\n\r\n", 7);
-		return (int)((size_t)k + 5 + n + 7);
+		memcpy(m + 5, r->web, n);
+		/* a text client's: base64, a run of its own (its padding ends it) */
+		size_t len = r->web_text_body ? (n + 5 + 2) / 3 * 4 : n + 5;
+		int k = snprintf(p, cap, "%zx\r\n", len);
+		if (k <= 0 || (size_t)k + len + 7 > cap)
+			return -1;
+		if (r->web_text_body)
+			grpc_web_b64(m, n + 5, p + k);
+		else
+			memcpy(p + k, m, n + 5);
+		memcpy(p + k + len, "\r\n0\r\n\r\n", 7);
+		return (int)((size_t)k + len + 7);
 	}
 	return r->trailers ? put_at(p, cap, "\r\n", 2) : put_at(p, cap, "0\r\n\r\n", 5);
 }

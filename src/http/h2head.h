@@ -106,6 +106,12 @@ struct h2resp {
 	 * H2RESP_WEB_TRAILERS are dropped, room kept for grpc-status whenever it comes; the
 	 * backend's content-length is dropped too (the body goes chunked: that message grows it) */
 	unsigned grpc_web : 1;
+	/* set by the caller with grpc_web: the client speaks gRPC-Web's text mode
+	 * (application/grpc-web-text): the content-type becomes application/grpc-web-text...,
+	 * and then (web_text_body) the caller writes the body's messages in base64
+	 * (grpc_web.h) and h2resp_end() the trailer message */
+	unsigned grpc_web_text : 1;
+	unsigned web_text_body : 1;
 	unsigned web_status : 1; /* grpc-status is in web[] */
 	uint16_t web_len;
 	char web[H2RESP_WEB_TRAILERS];

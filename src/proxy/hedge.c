@@ -17,7 +17,7 @@
 int hedge_due(const struct exchange *x, uint64_t *when)
 {
 	unsigned after = x->pool ? x->pool->conf->hedge_after_ms : 0; /* none before the route */
-	if (!after || x->hedged || x->resp_head || !x->att->up ||
+	if (!after || x->hedged || x->tunnel || x->resp_head || !x->att->up ||
 	    x->req.framing != HTTP_BODY_NONE || !http_method_idempotent(x->meth) || !x->uphead)
 		return 0;
 	*when = x->att->connect_ms + after;

@@ -345,7 +345,8 @@ static enum run stage_forward(struct exchange *x)
 	const struct http_header *ct = x->route->grpc_web
 					   ? http_find_only_header(x->head, "content-type")
 					   : NULL; /* gRPC-Web, turned into gRPC by up_h2.c */
-	x->grpc_web = ct && http_grpc_web_is(ct->value.p, ct->value.len);
+	size_t rest;
+	x->grpc_web = ct && http_grpc_web_kind(ct->value.p, ct->value.len, &rest);
 	struct rewrite_request_info info = {
 	    .client_ip = x->peer.ip,
 	    .request_id = x->names.reqid,

@@ -33,6 +33,7 @@
 #include "core/log.h"
 #include "http/chunked.h"
 #include "http/grpc.h"
+#include "http/grpc_web.h"
 #include "http/h2mem.h"
 #include "http/h2head.h"
 #include "http/parse.h"
@@ -81,6 +82,13 @@ struct up_h2s {
 	struct engine_call eng;
 	unsigned closed : 1;	 /* nghttp2 closed the stream */
 	unsigned ended_told : 1; /* err went to the reader */
+	/* gRPC-Web's text mode (routes.grpc_web, http/grpc_web.h): the request body is decoded
+	 * from base64 as it comes (dec), the response's messages encoded (enc); a body that is
+	 * not base64 is answered here (refused: the rest of the request is swallowed) */
+	unsigned text : 1;
+	unsigned refused : 1;
+	struct grpc_web_dec dec;
+	struct grpc_web_enc enc;
 };
 
 struct up_h2 {
@@ -314,10 +322,18 @@ static int submit_head(struct up_h2s *s, size_t hlen)
 	nv[n++] = (nghttp2_nv){(uint8_t *)":authority", (uint8_t *)auth, 10, alen, 0};
 	nv[n++] = (nghttp2_nv){(uint8_t *)":path", (uint8_t *)h.path.p, 5, h.path.len, 0};
 	int grpc = 0;
+	size_t rest = 0;
+	const struct http_header *ct = http_find_only_header(&h, "content-type");
+	enum http_grpc_web web = s->up.grpc_web && ct
+				     ? http_grpc_web_kind(ct->value.p, ct->value.len, &rest)
+				     : HTTP_GRPC_WEB_NONE;
+	s->text = web == HTTP_GRPC_WEB_TEXT;
 	for (unsigned i = 0; i < h.nheaders && n < HTTP_MAX_HEADERS + 4; i++) {
 		const struct http_header *f = &h.headers[i];
 		if (hop_by_hop(&h, f->name) || buf_room(names) < f->name.len)
 			continue;
+		if (s->text && http_str_eq(f->name, "content-length"))
+			continue; /* the base64's: the messages it decodes to are shorter */
 		char *lower = names->data + names->end;
 		for (uint32_t k = 0; k < f->name.len; k++) {
 			char ch = f->name.p[k];
@@ -327,16 +343,17 @@ static int submit_head(struct up_h2s *s, size_t hlen)
 		int ctype = f->name.len == 12 && !memcmp(lower, "content-type", 12);
 		if (ctype && f->value.len >= 16 && !strncmp(f->value.p, "application/grpc", 16))
 			grpc = 1;
-		if (ctype && s->up.grpc_web && http_grpc_web_is(f->value.p, f->value.len) &&
-		    buf_room(names) >= f->value.len) {
+		if (ctype && f == ct && web && buf_room(names) >= f->value.len) {
 			/* gRPC-Web: application/grpc, and the rest of it, to the gRPC server */
 			char *v = names->data + names->end;
+			size_t vlen = 16 + f->value.len - rest;
 			memcpy(v, "application/grpc", 16);
-			memcpy(v + 16, f->value.p + 20, f->value.len - 20);
-			names->end += f->value.len - 4;
+			memcpy(v + 16, f->value.p + rest, f->value.len - rest);
+			names->end += vlen;
 			s->rs.grpc_web = 1; /* its answer is translated back (h2resp) */
-			nv[n++] =
-			    (nghttp2_nv){(uint8_t *)lower, (uint8_t *)v, 12, f->value.len - 4, 0};
+			s->rs.grpc_web_text = s->text;
+			nv[n++] = (nghttp2_nv){(uint8_t *)lower, (uint8_t *)v, 12, vlen, 0};
+			grpc = 1;
 			continue;
 		}
 		nv[n++] = (nghttp2_nv){(uint8_t *)lower, (uint8_t *)f->value.p, f->name.len,
@@ -444,38 +461,112 @@ static int engine_head(struct up_h2s *s, size_t hlen)
 	return s->req == REQ_DONE ? engine_submit(s) : 0;
 }
 
+/* A gRPC-Web text request's body is not base64 (s->dec.why): the backend's stream is reset
+ * and the client answered here, in gRPC's terms (trailers-only: grpc-status 3,
+ * INVALID_ARGUMENT, and why), unless the backend's answer has begun (then it is cut); what
+ * is left of the request is swallowed. */
+static void refuse_text(struct up_h2s *s)
+{
+	struct up_h2 *c = s->c;
+	char code[8], msg[160];
+	size_t cap;
+	s->req = REQ_DONE;
+	if (s->rs.status || s->rs.head_in || (s->rin && buf_len(s->rin))) {
+		stream_fail(s, -EPROTO);
+		return;
+	}
+	s->refused = 1;
+	if (c && s->id && !s->closed) {
+		nghttp2_session_set_stream_user_data(c->ss, s->id, NULL);
+		nghttp2_submit_rst_stream(c->ss, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_CANCEL);
+		if (s->unconsumed) /* the connection's credit (on_stream_close) */
+			nghttp2_session_consume_connection(c->ss, s->unconsumed);
+		s->unconsumed = 0;
+		s->closed = 1;
+	}
+	int k = snprintf(code, sizeof(code), "%d", 3);
+	size_t m = http_grpc_message(msg, sizeof(msg), s->dec.why);
+	struct {
+		const char *name, *value;
+		size_t vlen;
+	} f[] = {{":status", "200", 3},
+		 {"content-type", "application/grpc", 16},
+		 {"grpc-status", code, (size_t)k},
+		 {"grpc-message", msg, m}};
+	for (size_t i = 0; i <= sizeof(f) / sizeof(f[0]); i++) {
+		char *p = rin_room(s, &cap);
+		int n = !p ? -1
+			: i < sizeof(f) / sizeof(f[0])
+			    ? h2resp_field(&s->rs, p, cap, f[i].name, strlen(f[i].name), f[i].value,
+					   f[i].vlen)
+			    : h2resp_head_end(&s->rs, p, cap, 1);
+		if (rin_wrote(s, n) < 0) {
+			stream_fail(s, -EPROTO);
+			return;
+		}
+	}
+	s->resp_end = 1;
+	stream_mark(s);
+}
+
+/* Payload bytes q[0..k) into s->body's room[0..room): copied, or decoded from base64 for a
+ * gRPC-Web text request. How many of them were taken; -1 when they are not base64. */
+static long put_body(struct up_h2s *s, const char *q, size_t k, size_t room)
+{
+	char *at = s->body->data + s->body->end;
+	if (!s->text) {
+		k = k < room ? k : room;
+		memcpy(at, q, k);
+		s->body->end += (uint32_t)k;
+		return (long)k;
+	}
+	size_t used;
+	long n = grpc_web_decode(&s->dec, q, k, &used, at, room);
+	if (n < 0)
+		return -1;
+	s->body->end += (uint32_t)n;
+	return (long)used;
+}
+
 /* Body bytes p[0..len) of the request: the payload into s->body as room allows (a chunked
  * body's framing dropped, its trailer section kept). How many of them were taken. */
 static size_t take_body(struct up_h2s *s, const char *p, size_t len)
 {
+	/* a text body's room: a quantum's 3 bytes and what the characters scanned decode to */
+	size_t least = s->text ? 16 : 1;
 	size_t took = 0;
 	while (took < len && s->req != REQ_DONE) {
 		size_t room = buf_room(s->body);
-		if (!room) {
+		if (room < least) {
 			buf_compact(s->body);
-			if (!(room = buf_room(s->body)))
+			if ((room = buf_room(s->body)) < least)
 				break;
 		}
 		const char *q = p + took;
 		size_t k = len - took;
 		if (s->req == REQ_LENGTH) {
 			k = k < s->req_left ? k : (size_t)s->req_left;
-			k = k < room ? k : room;
-			memcpy(s->body->data + s->body->end, q, k);
-			s->body->end += (uint32_t)k;
+			long n = put_body(s, q, k, room);
+			if (n < 0)
+				goto refuse;
+			if (!n && k)
+				break; /* (never: room holds a quantum) */
+			k = (size_t)n;
 			s->req_left -= k;
 			if (!s->req_left)
 				s->req = REQ_DONE;
 		} else {
+			/* what is scanned is taken whole: a text body's characters, with the
+			 * three a quantum may hold, decode to less than room */
+			size_t most = s->text ? room - 8 : room;
 			int is_data, trailer = http_chunked_in_trailers(&s->ch);
-			ssize_t r = http_chunked_scan(&s->ch, q, k < room ? k : room, &is_data);
+			ssize_t r = http_chunked_scan(&s->ch, q, k < most ? k : most, &is_data);
 			if (r <= 0)
 				break; /* written sound by the client side: never */
 			k = (size_t)r;
-			if (is_data) {
-				memcpy(s->body->data + s->body->end, q, k);
-				s->body->end += (uint32_t)k;
-			} else if (trailer) {
+			if (is_data && put_body(s, q, k, room) < 0)
+				goto refuse;
+			if (!is_data && trailer) {
 				struct worker *w = s->up.w;
 				if (!s->trail)
 					s->trail = buf_get(&w->bufs);
@@ -489,7 +580,12 @@ static size_t take_body(struct up_h2s *s, const char *p, size_t len)
 		}
 		took += k;
 	}
+	if (s->text && s->req == REQ_DONE && grpc_web_decode_end(&s->dec) < 0)
+		goto refuse;
 	return took;
+refuse:
+	refuse_text(s);
+	return len;
 }
 
 ssize_t up_h2_writev(struct upconn *up, const struct iovec *iov, int n)
@@ -498,6 +594,12 @@ ssize_t up_h2_writev(struct upconn *up, const struct iovec *iov, int n)
 	struct up_h2 *c = s->c;
 	if (s->err || !c)
 		return s->err ? s->err : -ECONNRESET;
+	if (s->refused) { /* answered here (refuse_text): the rest goes nowhere */
+		size_t all = 0;
+		for (int i = 0; i < n; i++)
+			all += iov[i].iov_len;
+		return (ssize_t)all;
+	}
 	if (!s->body && !(s->body = buf_get(&up->w->bufs)))
 		return -ENOMEM;
 	size_t took = 0;
@@ -638,6 +740,35 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *f, nghttp2_rcbuf 
 	return 0;
 }
 
+/* Body bytes p[0..len) into rin: joined to the chunk it ends with, or a chunk (or as they
+ * are, with a content-length) of their own. 0, or -1 (no room). */
+static int rin_data(struct up_h2s *s, const char *data, size_t len)
+{
+	if (len && join_chunk(s, data, len) == 0)
+		return 0;
+	size_t cap;
+	char *p = rin_room(s, &cap);
+	int k = p ? h2resp_data_begin(&s->rs, p, cap, len) : -1;
+	if (k < 0 || cap - (size_t)k < len)
+		return -1;
+	memcpy(p + k, data, len);
+	s->rin->end += (uint32_t)((size_t)k + len);
+	p = rin_room(s, &cap);
+	if (!p || rin_wrote(s, h2resp_data_end(&s->rs, p, cap, len)) < 0)
+		return -1;
+	if (k && len) { /* a chunk: the next DATA may join it */
+		s->chunk_back = (uint32_t)((size_t)k + len + 2);
+		s->chunk_len = (uint32_t)len;
+	}
+	return 0;
+}
+
+/* gRPC-Web text: a response's DATA is encoded this many bytes at a time, into a buffer on
+ * the stack of this size */
+#define GRPC_WEB_PIECE 1536
+#define GRPC_WEB_PIECE_OUT 3328
+_Static_assert(GRPC_WEB_ENCODE_ROOM(GRPC_WEB_PIECE) <= GRPC_WEB_PIECE_OUT, "its room");
+
 /* A response head's end: its framing, as HTTP/1.1 writes it. */
 static void head_end(struct up_h2s *s, int end_stream)
 {
@@ -652,6 +783,12 @@ static void resp_end(struct up_h2s *s)
 {
 	size_t cap;
 	s->resp_end = 1;
+	if (s->rs.web_text_body && !s->err) { /* the last bytes' quantum, padded */
+		char b64[GRPC_WEB_FLUSH_ROOM];
+		size_t n = grpc_web_encode_flush(&s->enc, b64);
+		if (n && rin_data(s, b64, n) < 0)
+			stream_fail(s, -EPROTO);
+	}
 	char *p = s->err ? NULL : rin_room(s, &cap);
 	if (p && rin_wrote(s, h2resp_end(&s->rs, p, cap)) < 0)
 		stream_fail(s, -EPROTO);
@@ -705,25 +842,20 @@ static int on_data(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t
 			eng_pump(s);
 		return 0; /* (on_frame_recv marks it: its pull gives the credit back) */
 	}
-	if (len && join_chunk(s, (const char *)data, len) == 0)
-		return 0;
-	size_t cap;
-	char *p = rin_room(s, &cap);
-	int k = p ? h2resp_data_begin(&s->rs, p, cap, len) : -1;
-	if (k < 0 || cap - (size_t)k < len) {
-		stream_fail(s, -EPROTO);
+	if (!s->rs.web_text_body) {
+		if (rin_data(s, (const char *)data, len) < 0)
+			stream_fail(s, -EPROTO);
 		return 0;
 	}
-	memcpy(p + k, data, len);
-	s->rin->end += (uint32_t)((size_t)k + len);
-	p = rin_room(s, &cap);
-	if (!p || rin_wrote(s, h2resp_data_end(&s->rs, p, cap, len)) < 0) {
-		stream_fail(s, -EPROTO);
-		return 0;
-	}
-	if (k && len) { /* a chunk: the next DATA may join it */
-		s->chunk_back = (uint32_t)((size_t)k + len + 2);
-		s->chunk_len = (uint32_t)len;
+	/* a gRPC-Web text client's: base64, a piece at a time (grpc_web.h) */
+	char b64[GRPC_WEB_PIECE_OUT];
+	for (size_t at = 0; at < len; at += GRPC_WEB_PIECE) {
+		size_t k = len - at < GRPC_WEB_PIECE ? len - at : GRPC_WEB_PIECE;
+		size_t n = grpc_web_encode(&s->enc, data + at, k, b64);
+		if (n && rin_data(s, b64, n) < 0) { /* (none: its bytes wait for a quantum) */
+			stream_fail(s, -EPROTO);
+			return 0;
+		}
 	}
 	return 0;
 }

@@ -18,7 +18,10 @@
  *
  * A gRPC-Web request (routes.grpc_web: up->grpc_web) goes as gRPC (content-type without
  * "-web"), and its answer is written as gRPC-Web (h2resp.grpc_web: the trailers as the body's
- * last message), so either client codec relays it as it is.
+ * last message), so either client codec relays it as it is. In text mode ("-web-text") the
+ * request body is decoded from base64 as it is written and the answer's body encoded as it
+ * comes (http/grpc_web.h); a body that is not base64 is answered by the stream itself, in
+ * gRPC's terms, its backend stream reset.
  *
  * A connection that fails before a stream's response began fails the stream as a refused or
  * reset connection fails an attempt (the attempt machinery retries it); within a response,

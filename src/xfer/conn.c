@@ -56,6 +56,28 @@ int xfer_frame_send(struct net_conn *c, uint8_t type, const void *meta, uint32_t
 	return rc ? rc : net_conn_write_all(c, meta, meta_len);
 }
 
+int xfer_frame_wait(struct net_conn *c)
+{
+	struct timeval tv = {0};
+	socklen_t tl = sizeof(tv);
+	if (net_conn_pending(c))
+		return 0;
+	int ms =
+	    getsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &tl) == 0 && (tv.tv_sec || tv.tv_usec)
+		? (int)(tv.tv_sec * 1000 + tv.tv_usec / 1000)
+		: -1;
+	for (;;) {
+		struct pollfd p = {.fd = c->fd, .events = POLLIN};
+		int r = poll(&p, 1, ms);
+		if (r > 0)
+			return 0; /* (an end or an error: the read says which) */
+		if (r == 0)
+			return -ETIMEDOUT;
+		if (errno != EINTR)
+			return -errno;
+	}
+}
+
 static int recv_hdr(struct net_conn *c, struct xfer_hdr *h)
 {
 	uint8_t raw[XFER_HDR_LEN];
@@ -75,13 +97,23 @@ int xfer_frame_recv(struct net_conn *c, struct xfer_hdr *h, uint8_t *meta, uint3
 	return h->meta_len ? net_conn_read_all(c, meta, h->meta_len) : 0;
 }
 
+int xfer_frame_recv_head(struct net_conn *c, struct xfer_hdr *h)
+{
+	return recv_hdr(c, h);
+}
+
 int xfer_frame_recv_into(struct net_conn *c, struct xfer_hdr *h, uint8_t *small, uint32_t cap,
 			 uint8_t **meta)
 {
 	*meta = NULL;
 	int rc = recv_hdr(c, h);
-	if (rc)
-		return rc;
+	return rc ? rc : xfer_frame_recv_meta(c, h, small, cap, meta);
+}
+
+int xfer_frame_recv_meta(struct net_conn *c, const struct xfer_hdr *h, uint8_t *small, uint32_t cap,
+			 uint8_t **meta)
+{
+	int rc;
 	*meta = h->meta_len < cap ? small : malloc(h->meta_len + 1);
 	if (!*meta)
 		return -ENOMEM;

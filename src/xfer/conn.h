@@ -37,6 +37,16 @@ int xfer_token_load(const char *path, struct xfer_token *t, const char **why);
 
 /* Send a frame without data: header and meta in one write. */
 int xfer_frame_send(struct net_conn *c, uint8_t type, const void *meta, uint32_t meta_len);
+/* Wait until the next frame's first byte has come (on the socket, or in TLS's buffer), at
+ * most the socket's receive timeout: 0, -ETIMEDOUT, or -errno. A frame's deadline starts
+ * there (server.h), not while the peer has nothing to say. */
+int xfer_frame_wait(struct net_conn *c);
+/* A frame's header alone: 0, or -errno (-EPROTO: not a header). */
+int xfer_frame_recv_head(struct net_conn *c, struct xfer_hdr *h);
+/* Its meta (h->meta_len bytes), into <small> when it fits (shorter than <cap>), else a buffer
+ * malloc'd to its size (the caller frees *meta when it is not <small>). 0 or -errno. */
+int xfer_frame_recv_meta(struct net_conn *c, const struct xfer_hdr *h, uint8_t *small, uint32_t cap,
+			 uint8_t **meta);
 /* Read a header and its meta into <meta> (at most <max> bytes, else -EPROTO). Data, if any,
  * is left on the socket for the caller. */
 int xfer_frame_recv(struct net_conn *c, struct xfer_hdr *h, uint8_t *meta, uint32_t max);

@@ -9,7 +9,9 @@
  * Who may use it: serve needs a token or a client CA unless told --insecure. The accept loop
  * holds the caps (connections in all and per address: over them a connection gets ERR and is
  * closed; a `get` connection handed to a pull counts until the pull closes it), cuts a
- * handshake at its total deadline however slowly it trickles, and, out of descriptors, stops
+ * handshake at its total deadline however slowly it trickles, and a sender's connection whose
+ * frame runs past its own deadline (--frame-ms, --min-rate-kib: server.h), and, out of
+ * descriptors, stops
  * polling the listeners until a connection ends (an eventfd) or a second passes, rather than
  * spinning. --metrics is answered on its own thread (metrics.c).
  */
@@ -78,10 +80,13 @@ static void *conn_main(void *arg)
 	if (rc == -EACCES)
 		atomic_fetch_add(&s->m_auth_fail, 1);
 	xfer_set_timeout(c->io.fd, XFER_SERVER_IDLE_MS);
-	if (rc == 0 && hello.role == XFER_ROLE_PULL)
+	if (rc == 0 && hello.role == XFER_ROLE_PULL) {
 		handed = xfer_pull_serve(c, &hello);
-	else if (rc == 0)
+	} else if (rc == 0) {
+		xfer_server_watch(s, c->live_id, c); /* each frame has a deadline (server.h) */
 		xfer_receiver_loop(c, &hello);
+		xfer_server_watch(s, c->live_id, NULL);
+	}
 	if (c->rx)
 		xfer_receiver_put(s, c->rx);
 	struct net_conn io = c->io;

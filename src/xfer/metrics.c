@@ -52,6 +52,7 @@ enum xfer_metric_id {
 	XM_ERRORS,
 	XM_DUP_BYTES,
 	XM_LINK_BYTES,
+	XM_SLOW_FRAMES,
 	XM_COUNT,
 };
 
@@ -125,6 +126,12 @@ static double read_dup_bytes(const void *ctx, size_t i)
 {
 	(void)i;
 	return (double)atomic_load(&((const struct xfer_server *)ctx)->m_dup_bytes);
+}
+
+static double read_slow_frames(const void *ctx, size_t i)
+{
+	(void)i;
+	return (double)atomic_load(&((const struct xfer_server *)ctx)->m_slow_frames);
 }
 
 static double read_link_bytes(const void *ctx, size_t i)
@@ -202,6 +209,12 @@ static const struct metric_def xfer_metric_defs[XM_COUNT] = {
 		       .unit = "bytes",
 		       .space = SPACE_LINKS,
 		       .read = read_link_bytes},
+    [XM_SLOW_FRAMES] = {.name = "accelnet_xfer_slow_frames_total",
+			.type = METRIC_COUNTER,
+			.help = "Connections cut because a frame did not come whole in time "
+				"(serve --frame-ms, --min-rate-kib).",
+			.space = SPACE_SERVER,
+			.read = read_slow_frames},
 };
 
 static void on_request(void *arg, struct hsrv_conn *c, const struct http_head *req,

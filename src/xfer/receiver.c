@@ -16,6 +16,11 @@
  * batched files were renamed unsynced, and answers DONE. What survives
  * a transfer is on disk (see store.h).
  *
+ * Deadlines: each frame must come whole within serve --frame-ms of its first byte, longer by
+ * its length at --min-rate-kib (server.h: the accept loop cuts the connection past it), so a
+ * peer that trickles a CHUNK or BATCH cannot hold a connection and its thread; the deadline
+ * ends when the frame's bytes are in, before the disk is written or the answer sent.
+ *
  * Descriptors: a file is held (its part and state open) while its chunks arrive, let go once
  * it is complete, and let go between chunks too once the transfer holds more than
  * RX_HELD_MAX files: a sender that starts many files at once costs no more descriptors.
@@ -728,6 +733,7 @@ static int on_chunk(struct xfer_server_conn *c, const struct xfer_hello *hello, 
 		if (lost)
 			return rc;
 	}
+	xfer_server_frame_end(c); /* its bytes are in: the answer is ours */
 	if (a.status == XFER_ACK_IO)
 		atomic_fetch_add(&s->m_errors, 1);
 	uint8_t out[XFER_ACK_LEN];
@@ -854,6 +860,7 @@ static int on_batch(struct xfer_server_conn *c, const struct xfer_hello *hello, 
 	int rc = read_batch(&c->io, c->batch, h->data_len);
 	if (rc)
 		return rc;
+	xfer_server_frame_end(c); /* its bytes are in: putting the files in place is ours */
 	atomic_fetch_add(&s->m_bytes, h->data_len);
 	atomic_fetch_add(&s->m_batches, 1);
 	struct xfer_store_dirs dirs = XFER_STORE_DIRS_INIT;
@@ -1044,8 +1051,19 @@ void xfer_receiver_loop(struct xfer_server_conn *c, const struct xfer_hello *hel
 	while (rc == 0) {
 		struct xfer_hdr h;
 		uint8_t *meta = NULL;
-		if ((rc = xfer_frame_recv_into(&c->io, &h, small, sizeof(small), &meta)))
+		/* the frame's deadline (server.h): from its first byte, longer by its length once
+		 * its header says it; over once its bytes are in (a CHUNK's and a BATCH's data:
+		 * in their handlers, before the disk is written or the answer sent) */
+		if ((rc = xfer_frame_wait(&c->io)))
 			break;
+		xfer_server_frame_begin(c);
+		if ((rc = xfer_frame_recv_head(&c->io, &h)))
+			break;
+		xfer_server_frame_length(c, (uint64_t)h.meta_len + h.data_len);
+		if ((rc = xfer_frame_recv_meta(&c->io, &h, small, sizeof(small), &meta)))
+			break;
+		if (!h.data_len || (h.type != XFER_CHUNK && h.type != XFER_BATCH))
+			xfer_server_frame_end(c);
 		switch (h.type) {
 		case XFER_MANIFEST:
 			rc = on_manifest(c, hello, meta, h.meta_len);
@@ -1090,9 +1108,11 @@ void xfer_receiver_loop(struct xfer_server_conn *c, const struct xfer_hello *hel
 			xfer_server_refuse(s, &c->io, "unexpected message");
 			rc = -EPROTO;
 		}
+		xfer_server_frame_end(c); /* (a handler that ended it early did no harm) */
 		if (meta != small)
 			free(meta);
 	}
+	xfer_server_frame_end(c);
 	xfer_region_close(&region);
 	free(c->piece);
 	free(c->batch);

@@ -26,6 +26,8 @@ struct live {
 	sa_family_t family;
 	uint8_t addr[16];
 	uint64_t deadline_ms;
+	struct xfer_server_conn
+	    *frames; /* its frames' deadline, once watched (xfer_server_watch) */
 };
 
 static void peer_key(const struct sockaddr_storage *ss, sa_family_t *family, uint8_t addr[16])
@@ -91,15 +93,49 @@ void xfer_server_settle(struct xfer_server *s, uint64_t id)
 	pthread_mutex_unlock(&s->mu);
 }
 
-/* Cut off the connections whose handshake ran past its deadline (however they trickle). */
-void xfer_server_expire(struct xfer_server *s, uint64_t now)
+void xfer_server_watch(struct xfer_server *s, uint64_t id, struct xfer_server_conn *c)
 {
 	pthread_mutex_lock(&s->mu);
 	for (unsigned i = 0; i < s->nlive; i++)
-		if (s->live[i].deadline_ms && now >= s->live[i].deadline_ms) {
-			sock_abort(s->live[i].fd);
-			s->live[i].deadline_ms = 0;
+		if (s->live[i].id == id)
+			s->live[i].frames = c;
+	pthread_mutex_unlock(&s->mu);
+}
+
+void xfer_server_frame_begin(struct xfer_server_conn *c)
+{
+	atomic_store_explicit(&c->frame_due, clock_now_ms() + c->srv->frame_ms,
+			      memory_order_relaxed);
+}
+
+void xfer_server_frame_length(struct xfer_server_conn *c, uint64_t bytes)
+{
+	uint64_t due = atomic_load_explicit(&c->frame_due, memory_order_relaxed);
+	if (due) /* (bytes < 2^33: no overflow) */
+		atomic_store_explicit(&c->frame_due, due + bytes * 1000 / c->srv->min_rate,
+				      memory_order_relaxed);
+}
+
+/* Cut off the connections whose handshake or frame ran past its deadline (however they
+ * trickle). */
+void xfer_server_expire(struct xfer_server *s, uint64_t now)
+{
+	pthread_mutex_lock(&s->mu);
+	for (unsigned i = 0; i < s->nlive; i++) {
+		struct live *l = &s->live[i];
+		if (l->deadline_ms && now >= l->deadline_ms) {
+			sock_abort(l->fd);
+			l->deadline_ms = 0;
 		}
+		uint64_t due =
+		    l->frames ? atomic_load_explicit(&l->frames->frame_due, memory_order_relaxed)
+			      : 0;
+		if (due && now >= due) {
+			sock_abort(l->fd); /* its thread's read fails, and it ends */
+			l->frames = NULL;
+			atomic_fetch_add(&s->m_slow_frames, 1);
+		}
+	}
 	pthread_mutex_unlock(&s->mu);
 }
 
@@ -192,6 +228,8 @@ void xfer_server_init(struct xfer_server *s, const struct xfer_serve_opts *o)
 	    o->max_conns_per_addr ? o->max_conns_per_addr : XFER_SERVE_MAX_CONNS_PER_ADDR;
 	s->max_files = o->max_files ? o->max_files : XFER_SERVE_MAX_FILES;
 	s->handshake_ms = o->handshake_ms ? (int)o->handshake_ms : XFER_SERVE_HANDSHAKE_MS;
+	s->frame_ms = o->frame_ms ? o->frame_ms : XFER_SERVE_FRAME_MS;
+	s->min_rate = 1024ull * (o->min_rate_kib ? o->min_rate_kib : XFER_SERVE_MIN_RATE_KIB);
 }
 
 void xfer_server_destroy(struct xfer_server *s)

@@ -11,7 +11,8 @@
  * Connections are counted from accept until their descriptor is closed, in all and per peer
  * address, and found by an id, never by descriptor number (a number is reused as soon as it
  * is closed): admitted (xfer_server_admit), their handshake deadline lifted once it is over
- * (settle), unlisted before the descriptor is closed (nothing may touch it after), and their
+ * (settle), their frames watched for a deadline of their own once the handshake is over
+ * (watch), unlisted before the descriptor is closed (nothing may touch it after), and their
  * count given back after (release). Everything here is under s->mu unless it says otherwise.
  */
 #ifndef ACCELNET_XFER_SERVER_H
@@ -37,6 +38,8 @@ struct xfer_server {
 	const struct xfer_serve_opts *o;
 	unsigned max_conns, max_per_addr, max_files;
 	int handshake_ms;
+	unsigned frame_ms; /* a frame's deadline: this, and a second per min_rate bytes of it */
+	uint64_t min_rate; /* bytes per second (serve --min-rate-kib) */
 	struct net_cidr relay[64]; /* --relay-to */
 	unsigned nrelay;
 	const char *const *asked; /* puller: the names it asked for */
@@ -75,7 +78,7 @@ struct xfer_server {
 	_Atomic uint64_t corrupt_seq;
 	/* metrics */
 	_Atomic uint64_t m_bytes, m_chunks, m_dup, m_bad, m_files, m_sessions, m_auth_fail,
-	    m_errors, m_conns_total, m_dup_bytes, m_batches;
+	    m_errors, m_conns_total, m_dup_bytes, m_batches, m_slow_frames;
 };
 
 /* One connection of a receiving side, owned by its thread. */
@@ -87,6 +90,10 @@ struct xfer_server_conn {
 	struct rx_transfer *rx; /* the transfer it carries, once it named one */
 	uint8_t *piece;		/* the receiver loop's buffer for a piece of a chunk */
 	uint8_t *batch;		/* and for a BATCH's bytes (XFER_BATCH_BYTES), from the first */
+	/* when the frame being read must have come whole (clock_now_ms(); 0: none is being
+	 * read): set and cleared by its thread alone (xfer_server_frame_*), read by the accept
+	 * loop, which cuts the connection past it (xfer_server_expire) */
+	_Atomic uint64_t frame_due;
 };
 
 /* Mutex, condition, lists and the limits from <o> (defaults for those left 0; a puller
@@ -101,7 +108,26 @@ const char *xfer_server_admit(struct xfer_server *s, int fd, const struct sockad
 			      uint64_t *id);
 /* The handshake of connection <id> is over (either way): the deadline no longer applies. */
 void xfer_server_settle(struct xfer_server *s, uint64_t id);
-/* Cut off the connections whose handshake ran past its deadline (however they trickle). */
+/*
+ * A frame's deadline (serve --frame-ms, --min-rate-kib). Timeouts are per read, so a peer
+ * sending a frame a byte every few seconds would hold its connection, and its thread, for
+ * ever; instead a frame must come whole within frame_ms of its first byte, and a second more
+ * for each min_rate bytes it says it carries. The time between frames does not count (the
+ * idle timeout is for that). Watched connections (the daemon's: xfer_server_watch) are cut
+ * by xfer_server_expire() past it; a get's receiving half is not watched (its peer is the
+ * server it chose). The connection's thread marks the frame's first byte, its length once its
+ * header is read, and its last byte.
+ */
+void xfer_server_frame_begin(struct xfer_server_conn *c);
+void xfer_server_frame_length(struct xfer_server_conn *c, uint64_t bytes);
+static inline void xfer_server_frame_end(struct xfer_server_conn *c)
+{
+	atomic_store_explicit(&c->frame_due, 0, memory_order_relaxed);
+}
+/* Connection <id>'s frames are watched through <c> (NULL: no more, before <c> is freed). */
+void xfer_server_watch(struct xfer_server *s, uint64_t id, struct xfer_server_conn *c);
+/* Cut off the connections whose handshake, or a frame, ran past its deadline (however they
+ * trickle). */
 void xfer_server_expire(struct xfer_server *s, uint64_t now_ms);
 /* Before closing connection <id>: it leaves the list. The _locked form under s->mu. */
 void xfer_server_unlist(struct xfer_server *s, uint64_t id);

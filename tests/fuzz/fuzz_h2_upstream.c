@@ -6,7 +6,8 @@
  * The callbacks do what up_h2.c's do: each response written as HTTP/1.1 by http/h2head.c's
  * h2resp_* into the stream's buffer (a stream whose response does not fit, or cannot be
  * carried, fails); every other stream's as for a gRPC-Web client (h2resp.grpc_web: its
- * content-type renamed, its trailers the body's last message). Checked: every write stays in its
+ * content-type renamed, its trailers the body's last message; one of them a text-mode client's,
+ * that message in base64). Checked: every write stays in its
  * buffer; a response that ended whole
  * parses with the strict response parser or is refused, and when its head parses its body's
  * framing is sound and complete; nothing crashes or leaks.
@@ -178,6 +179,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			goto fail;
 		c.s[i].id = id;
 		c.s[i].rs.grpc_web = i & 1;
+		c.s[i].rs.grpc_web_text = (i & 3) == 3; /* its trailer message in base64 */
 	}
 	const uint8_t *out;
 	while (nghttp2_session_mem_send(ss, &out) > 0)

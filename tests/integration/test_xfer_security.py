@@ -15,7 +15,7 @@ import threading
 import time
 
 from harness import BIN, free_port, wait_until
-from test_xfer import digest, make_file, send, serve
+from test_xfer import digest, make_file, metric, send, serve
 
 MAGIC = 0x31465841
 CHALLENGE, HELLO, OK, ERR, MANIFEST, NEED, CHUNK, ACK, FINISH, DONE, GET, BATCH, BATCH_ACK = \
@@ -409,6 +409,49 @@ def test_handshake_has_a_total_deadline(env):
                 closed = True
             break
     assert closed, "serve still holds a connection that has trickled its handshake for 10 s"
+
+
+def test_a_frame_has_a_deadline_however_it_trickles(env):
+    """Issue 32: timeouts are per read, so a sender trickling a BATCH (or a CHUNK) a byte every
+    few seconds held its connection, and a receiver thread, for ever. A frame must come whole
+    within --frame-ms of its first byte (and a second more per --min-rate-kib KiB it carries):
+    the connection is cut, and counted. The time between frames does not count. ~4 s."""
+    dst = os.path.join(env.dir, "dst")
+    os.makedirs(dst)
+    mport = free_port()
+    _, port = start_serve(env, dst, ["--frame-ms", "1000", "--metrics", f"127.0.0.1:{mport}"])
+    data = os.urandom(64)
+    w, t, _ = hold_manifest(port, [("a", len(data), 0o644)])
+    assert t == NEED, t
+    # idle between frames for longer than --frame-ms: not cut
+    r, _, _ = select.select([w.s], [], [], 1.5)
+    assert not r, "serve cut a connection that was idle between frames"
+    # a BATCH of one file: its head and meta at once, then its data a byte every 0.25 s
+    w.s.sendall(struct.pack("<IBBHII", MAGIC, BATCH, 0, 0, 20, len(data)) +
+                struct.pack("<IIIQ", 1, 0, len(data), xxh64(data)))
+    closed = False
+    for b in data[:40]:  # 10 s at this pace
+        try:
+            w.s.sendall(bytes([b]))
+        except OSError:
+            closed = True
+            break
+        r, _, _ = select.select([w.s], [], [], 0.25)  # the pace: a byte every quarter second
+        if r:
+            try:
+                closed = w.s.recv(1) == b""
+            except OSError:
+                closed = True
+            break
+    assert closed, "serve still holds a connection that has trickled one frame for 10 s"
+    wait_until(lambda: metric(mport, "accelnet_xfer_slow_frames_total") == 1,
+               "the cut connection counted")
+    # a sender at full speed is not troubled by the deadline
+    src = os.path.join(env.dir, "f.bin")
+    make_file(src, 3 * 1024 * 1024 + 7)
+    send([src, f"127.0.0.1:{port}", "--streams", "2", "--chunk-kib", "256"])
+    assert digest(os.path.join(dst, "f.bin")) == digest(src)
+    assert metric(mport, "accelnet_xfer_slow_frames_total") == 1
 
 
 def hold_manifest(port, files, chunk=64 * 1024):

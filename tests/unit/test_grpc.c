@@ -25,12 +25,37 @@ static void test_content_types(void **state)
 	assert_false(is("application/grpc-web"));
 	assert_false(is("application/json"));
 	assert_false(is("application/grp"));
-	/* gRPC-Web, binary only */
-	assert_true(http_grpc_web_is("application/grpc-web", 20));
-	assert_true(http_grpc_web_is("application/grpc-web+proto", 26));
-	assert_false(http_grpc_web_is("application/grpc-web-text", 25));
-	assert_false(http_grpc_web_is("application/grpc", 16));
-	assert_false(http_grpc_web_is("application/grpc-webx", 21));
+	assert_true(is("Application/GRPC+proto"));
+	assert_true(is("application/grpc ; charset=utf-8"));
+	assert_false(is("application/grpc x"));
+}
+
+static enum http_grpc_web web(const char *v, size_t *rest)
+{
+	return http_grpc_web_kind(v, strlen(v), rest);
+}
+
+static void test_grpc_web_content_types(void **state)
+{
+	(void)state;
+	size_t rest = 0;
+	assert_int_equal(web("application/grpc-web", &rest), HTTP_GRPC_WEB_BINARY);
+	assert_int_equal(rest, 20);
+	assert_int_equal(web("application/grpc-web+proto", &rest), HTTP_GRPC_WEB_BINARY);
+	assert_int_equal(web("application/grpc-web-text", &rest), HTTP_GRPC_WEB_TEXT);
+	assert_int_equal(rest, 25);
+	/* any case, with a suffix and parameters (whitespace before ';' allowed) */
+	assert_int_equal(web("Application/gRPC-Web-Text+proto; charset=utf-8", &rest),
+			 HTTP_GRPC_WEB_TEXT);
+	assert_int_equal(rest, 25);
+	assert_int_equal(web("APPLICATION/GRPC-WEB+proto ;charset=x", &rest), HTTP_GRPC_WEB_BINARY);
+	assert_int_equal(web("application/grpc-web\t; a=b", &rest), HTTP_GRPC_WEB_BINARY);
+	/* not gRPC-Web */
+	assert_int_equal(web("application/grpc", &rest), HTTP_GRPC_WEB_NONE);
+	assert_int_equal(web("application/grpc-webx", &rest), HTTP_GRPC_WEB_NONE);
+	assert_int_equal(web("application/grpc-web-textx", &rest), HTTP_GRPC_WEB_NONE);
+	assert_int_equal(web("application/grpc-web x", &rest), HTTP_GRPC_WEB_NONE);
+	assert_int_equal(web("application/grpc-web-text-base64", &rest), HTTP_GRPC_WEB_NONE);
 }
 
 static void test_status_codes(void **state)
@@ -78,9 +103,8 @@ static void test_timeouts(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_content_types),
-	    cmocka_unit_test(test_status_codes),
-	    cmocka_unit_test(test_messages),
+	    cmocka_unit_test(test_content_types), cmocka_unit_test(test_grpc_web_content_types),
+	    cmocka_unit_test(test_status_codes),  cmocka_unit_test(test_messages),
 	    cmocka_unit_test(test_timeouts),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

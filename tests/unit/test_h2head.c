@@ -132,6 +132,36 @@ static void test_response_as_grpc_web(void **state)
 	assert_memory_equal(out, want, n);
 }
 
+/* For a gRPC-Web text client: its content-type, and the trailer message in base64 (the body's
+ * messages are the caller's to encode). A backend's content-type that is not gRPC's keeps its
+ * name, and the body then goes as it is. */
+static void test_response_as_grpc_web_text(void **state)
+{
+	(void)state;
+	char out[256];
+	size_t n = 0;
+	struct h2resp r = {.grpc_web = 1, .grpc_web_text = 1};
+#define W(call) n += (size_t)(call)
+	W(h2resp_field(&r, out + n, sizeof(out) - n, ":status", 7, "200", 3));
+	W(h2resp_field(&r, out + n, sizeof(out) - n, "content-type", 12, "Application/GRPC+proto",
+		       22));
+	W(h2resp_head_end(&r, out + n, sizeof(out) - n, 0));
+	W(h2resp_field(&r, out + n, sizeof(out) - n, "grpc-status", 11, "0", 1));
+	W(h2resp_end(&r, out + n, sizeof(out) - n));
+#undef W
+	assert_true(r.web_text_body);
+	static const char want[] = "HTTP/1.1 200 \r\ncontent-type: application/grpc-web-text+proto"
+				   "\r\nTransfer-Encoding: chunked\r\n\r\n"
+				   "1c\r\ngAAAAA9ncnBjLXN0YXR1czowDQo=\r\n0\r\n\r\n";
+	assert_int_equal(n, sizeof(want) - 1);
+	assert_memory_equal(out, want, n);
+	struct h2resp r2 = {.grpc_web = 1, .grpc_web_text = 1};
+	n = (size_t)h2resp_field(&r2, out, sizeof(out), ":status", 7, "503", 3);
+	assert_int_equal(h2resp_field(&r2, out, sizeof(out), "content-type", 12, "text/html", 9),
+			 25);
+	assert_false(r2.web_text_body);
+}
+
 /* A backend's trailers longer than gRPC-Web's message holds: the fields past it are dropped,
  * but never grpc-status, however late it comes. */
 static void test_grpc_web_long_trailers_keep_the_status(void **state)
@@ -211,6 +241,7 @@ int main(void)
 	    cmocka_unit_test(test_response_as_http1),
 	    cmocka_unit_test(test_data_join),
 	    cmocka_unit_test(test_response_as_grpc_web),
+	    cmocka_unit_test(test_response_as_grpc_web_text),
 	    cmocka_unit_test(test_grpc_web_long_trailers_keep_the_status),
 	    cmocka_unit_test(test_grpc_web_content_length_goes_chunked),
 	};
