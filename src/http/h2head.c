@@ -165,6 +165,12 @@ static const char *const trailer_refused[] = {
     "x-request-id",
 };
 
+int h2head_unique_field(const char *name, size_t nlen)
+{
+	return (nlen == 12 && !memcmp(name, "x-request-id", 12)) ||
+	       (nlen == 11 && !memcmp(name, "traceparent", 11));
+}
+
 int h2head_trailer_ok(const char *name, size_t nlen)
 {
 	char low[24];

@@ -64,6 +64,15 @@ int h2head_end_sized(struct h2head *hh, uint64_t length);
  */
 int h2head_trailer_ok(const char *name, size_t nlen);
 /*
+ * Is <name> (lower case) a field the proxy writes anew for every message, its value never
+ * repeated (x-request-id, traceparent)? An HPACK encoder should never index it (RFC 7541
+ * 7.1.3's never-indexed literal): indexed, each value would take a place in the dynamic table,
+ * push out a field that does repeat (server, content-type ...), and make the encoder compare
+ * every later one with each value still in the table (libnghttp2 chains entries by name).
+ * 1 or 0.
+ */
+int h2head_unique_field(const char *name, size_t nlen);
+/*
  * Write the trailer field <name>: <value> as a field line (CRLF-ended) into p[0..cap). Its
  * length, or -1: no room, or a byte no HTTP/1 line may carry.
  */

@@ -487,7 +487,11 @@ static ssize_t read_body(nghttp2_session *ss, int32_t id, uint8_t *out, size_t l
 static size_t head_fields(const struct http_head *h, nghttp2_nv *nv, char *status,
 			  struct buf *names)
 {
-	snprintf(status, 8, "%03d", h->status % 1000);
+	unsigned code = (unsigned)h->status % 1000;
+	status[0] = (char)('0' + code / 100);
+	status[1] = (char)('0' + code / 10 % 10);
+	status[2] = (char)('0' + code % 10);
+	status[3] = '\0';
 	nv[0] = (nghttp2_nv){(uint8_t *)":status", (uint8_t *)status, 7, 3, 0};
 	size_t n = 1;
 	for (unsigned i = 0; i < h->nheaders; i++) {
@@ -500,8 +504,10 @@ static size_t head_fields(const struct http_head *h, nghttp2_nv *nv, char *statu
 			lower[k] = c >= 'A' && c <= 'Z' ? (char)(c + 32) : c;
 		}
 		names->end += f->name.len;
-		nv[n++] = (nghttp2_nv){(uint8_t *)lower, (uint8_t *)f->value.p, f->name.len,
-				       f->value.len, 0};
+		nv[n++] =
+		    (nghttp2_nv){(uint8_t *)lower, (uint8_t *)f->value.p, f->name.len, f->value.len,
+				 h2head_unique_field(lower, f->name.len) ? NGHTTP2_NV_FLAG_NO_INDEX
+									 : NGHTTP2_NV_FLAG_NONE};
 	}
 	return n;
 }
@@ -743,7 +749,7 @@ static int submit_grpc_answer(struct h2s *s, int status, const char *detail, con
 	    {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, 0},
 	    {(uint8_t *)"grpc-status", (uint8_t *)code, 11, (size_t)k, 0},
 	    {(uint8_t *)"grpc-message", (uint8_t *)msg, 12, m, 0},
-	    {(uint8_t *)"x-request-id", (uint8_t *)rid, 12, strlen(rid), 0},
+	    {(uint8_t *)"x-request-id", (uint8_t *)rid, 12, strlen(rid), NGHTTP2_NV_FLAG_NO_INDEX},
 	};
 	if (nghttp2_submit_response(s->h->ss, s->id, nv, sizeof(nv) / sizeof(nv[0]), NULL))
 		return -1;
@@ -1284,7 +1290,7 @@ static enum run codec_upgrade(struct exchange *x, const struct http_head *h, siz
 	if (k) {
 		keep[0].value = (uint8_t *)"200";
 		keep[k++] = (nghttp2_nv){(uint8_t *)"x-request-id", (uint8_t *)x->names.reqid, 12,
-					 strlen(x->names.reqid), 0};
+					 strlen(x->names.reqid), NGHTTP2_NV_FLAG_NO_INDEX};
 	}
 	nghttp2_data_provider prd = {.source = {.ptr = s}, .read_callback = read_body};
 	int rc = k ? nghttp2_submit_response(s->h->ss, s->id, keep, k, &prd) : -1;

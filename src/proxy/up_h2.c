@@ -339,8 +339,10 @@ static int submit_head(struct up_h2s *s, size_t hlen)
 			    (nghttp2_nv){(uint8_t *)lower, (uint8_t *)v, 12, f->value.len - 4, 0};
 			continue;
 		}
-		nv[n++] = (nghttp2_nv){(uint8_t *)lower, (uint8_t *)f->value.p, f->name.len,
-				       f->value.len, 0};
+		nv[n++] =
+		    (nghttp2_nv){(uint8_t *)lower, (uint8_t *)f->value.p, f->name.len, f->value.len,
+				 h2head_unique_field(lower, f->name.len) ? NGHTTP2_NV_FLAG_NO_INDEX
+									 : NGHTTP2_NV_FLAG_NONE};
 	}
 	if (grpc) /* gRPC servers want it: the client's own was hop-by-hop */
 		nv[n++] = (nghttp2_nv){(uint8_t *)"te", (uint8_t *)"trailers", 2, 8, 0};

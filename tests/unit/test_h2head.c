@@ -203,6 +203,18 @@ static void test_data_join(void **state)
 	assert_memory_equal(out, "12\r\n0123456789abcdefgh\r\n", total);
 }
 
+/* The fields written anew for each message are never indexed by HPACK; the rest may be. */
+static void test_unique_fields_are_the_ids(void **state)
+{
+	(void)state;
+	assert_true(h2head_unique_field("x-request-id", 12));
+	assert_true(h2head_unique_field("traceparent", 11));
+	assert_false(h2head_unique_field("x-request-i", 11));
+	assert_false(h2head_unique_field("tracestate", 10));
+	assert_false(h2head_unique_field("content-type", 12));
+	assert_false(h2head_unique_field("server", 6));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -213,6 +225,7 @@ int main(void)
 	    cmocka_unit_test(test_response_as_grpc_web),
 	    cmocka_unit_test(test_grpc_web_long_trailers_keep_the_status),
 	    cmocka_unit_test(test_grpc_web_content_length_goes_chunked),
+	    cmocka_unit_test(test_unique_fields_are_the_ids),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
