@@ -52,11 +52,13 @@
  * once its bytes went, and its clock is timeouts.tunnel_idle_ms (tunnel_due), not the
  * exchange's deadlines.
  *
- * Deadlines: a stream's exchange keeps its own (proxy/deadline.h); a stream with none waits on
- * its client alone, and the connection's timer bounds that too: a header block left unfinished
- * (nothing else may come on the connection meanwhile) closes the connection after
- * timeouts.header_ms, and a proxy's own answer the client takes none of (its window shut) for
- * timeouts.send_ms is reset, so no stream outlives every deadline.
+ * Deadlines: a stream's exchange keeps its own (proxy/deadline.h), and the connection's timer
+ * is set to the earliest; each stream keeps its exchange's next one between the runs that
+ * can move it (h2s.due), so a pass over the connection's streams touches no exchange that did
+ * not run. A stream with no exchange waits on its client alone, and the timer bounds that too: a
+ * header block left unfinished (nothing else may come on the connection meanwhile) closes the
+ * connection after timeouts.header_ms, and a proxy's own answer the client takes none of (its
+ * window shut) for timeouts.send_ms is reset, so no stream outlives every deadline.
  *
  * Defences (docs/http2.md): the counting and the policy are ours, nghttp2's own limits stay
  * behind them as a backstop. RST_STREAM (the client's, and the proxy's own for a stream the
@@ -184,6 +186,12 @@ struct h2s {
 	uint64_t grpc_timeout_ms;  /* its grpc-timeout (0: none), its deadline from its start */
 	uint64_t buf_retry_ms;	   /* held, waiting for a body buffer: when to look again */
 	int32_t window_before;	   /* its send window as a SETTINGS frame began (window_check) */
+	/* its exchange's next deadline as last computed (deadline_next), never later than the
+	 * one it has now unless due_stale: set whenever the exchange may have moved (the stream
+	 * ran, its client's window shut). A deadline that moves on its own moves later (the
+	 * client took bytes, time passed), so a kept one can only wake the connection early. */
+	uint64_t due;
+	unsigned due_stale : 1;
 };
 
 /* A token bucket: <per_s> tokens a second, as many at most; kept in thousandths. */
@@ -290,6 +298,7 @@ static struct h2s *stream_new(struct h2 *h, int32_t id)
 	s->h = h;
 	s->id = id;
 	s->since_ms = loop_now(h->cl->w->loop);
+	s->due_stale = 1;
 	list_push_back(&h->streams, &s->link);
 	h->nstreams++;
 	return s;
@@ -1568,6 +1577,7 @@ static int stream_holds(struct h2s *s)
 static void stream_run(struct h2s *s)
 {
 	s->run = 0;
+	s->due_stale = 1;
 	if (!s->x) {
 		if (s->headers_in && !s->started && !stream_holds(s))
 			stream_start(s);
@@ -2025,10 +2035,14 @@ static void streams_mark_full(struct h2 *h)
 		struct exchange *x = s->x;
 		if (!x)
 			continue;
-		/* the window is looked up (a hash lookup in nghttp2) only where bytes wait */
-		s->pace.client_full =
-		    x->resp_head && x->resp.ready &&
+		/* the window is looked up (a hash lookup in nghttp2) only where bytes wait; no
+		 * response head submitted, none wait (and the exchange is not touched) */
+		unsigned full =
+		    s->submitted && x->resp_head && x->resp.ready &&
 		    (conn_shut || nghttp2_session_get_stream_remote_window_size(h->ss, s->id) <= 0);
+		if (full != s->pace.client_full)
+			s->due_stale = 1; /* send_deadline() starts, or stops */
+		s->pace.client_full = full;
 	}
 }
 
@@ -2050,6 +2064,18 @@ static uint64_t stream_due(const struct h2s *s, const struct conf_timeouts *t)
 	return UINT64_MAX;
 }
 
+/* The next deadline of the stream's exchange <s->x>: the one kept, or computed afresh when
+ * it may have moved or has come (s->due). A stream marked to run has not moved yet: what
+ * woke it (its backend's bytes, a slot) moves it when it runs, which marks the due stale. */
+static uint64_t stream_exchange_due(struct h2s *s, uint64_t now)
+{
+	if (s->due_stale || s->due <= now) {
+		s->due = deadline_next(s->x, now);
+		s->due_stale = 0;
+	}
+	return s->due;
+}
+
 /* A tunnel's clock: timeouts.tunnel_idle_ms, or its drain's end; nothing once it is reset. */
 static uint64_t tunnel_stream_due(const struct h2s *s)
 {
@@ -2065,7 +2091,7 @@ static uint64_t h2_deadline(struct h2 *h)
 	for (struct list_node *n = list_first(&h->streams); n; n = list_next(&h->streams, n)) {
 		struct h2s *s = container_of(n, struct h2s, link);
 		uint64_t d = s->tun ? tunnel_stream_due(s)
-			     : s->x ? deadline_next(s->x, now)
+			     : s->x ? stream_exchange_due(s, now)
 				    : stream_due(s, t);
 		if (d < due)
 			due = d;
@@ -2177,10 +2203,13 @@ void h2_on_timer(struct client *cl)
 		    now >= s->pace.client_took_ms + t->send_ms)
 			defence_count(h, H2_DEFENCE_SLOW_READER); /* deadline_fire() cuts it */
 		/* (a body waiting for a body buffer looks again each time: deadline_next() puts
-		 * that BODY_BUF_WAIT_MS from now, always ahead) */
-		if (x && (deadline_next(x, now) <= now || s->pace.buf_wait) &&
-		    deadline_fire(x, now) != RUN_GONE && s->x == x)
-			s->run = 1;
+		 * that BODY_BUF_WAIT_MS from now, always ahead; a kept due in the future is no
+		 * later than the exchange's own, so that one has not come either) */
+		if (x && (stream_exchange_due(s, now) <= now || s->pace.buf_wait)) {
+			s->due_stale = 1;
+			if (deadline_fire(x, now) != RUN_GONE && s->x == x)
+				s->run = 1;
+		}
 		if (!x && stream_due(s, t) <= now && s->sized && !s->started) {
 			s->run = 1; /* a body buffer may be free now; or its time is up: chunked */
 		} else if (!x && stream_due(s, t) <= now) {
