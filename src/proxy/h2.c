@@ -483,9 +483,21 @@ static int stream_in_full(struct h2s *s)
 
 static int hop_by_hop(const struct http_head *h, struct http_str n)
 {
-	return http_str_eq(n, "connection") || http_str_eq(n, "keep-alive") ||
-	       http_str_eq(n, "proxy-connection") || http_str_eq(n, "transfer-encoding") ||
-	       http_str_eq(n, "upgrade") || http_str_eq(n, "te") || http_conn_names(h, n);
+	switch (n.len) { /* (one comparison a field, not six) */
+	case 2:
+		return http_str_eq(n, "te") || http_conn_names(h, n);
+	case 7:
+		return http_str_eq(n, "upgrade") || http_conn_names(h, n);
+	case 10:
+		return http_str_eq(n, "connection") || http_str_eq(n, "keep-alive") ||
+		       http_conn_names(h, n);
+	case 16:
+		return http_str_eq(n, "proxy-connection") || http_conn_names(h, n);
+	case 17:
+		return http_str_eq(n, "transfer-encoding") || http_conn_names(h, n);
+	default:
+		return h->nconn_tokens && http_conn_names(h, n);
+	}
 }
 
 static ssize_t read_body(nghttp2_session *ss, int32_t id, uint8_t *out, size_t len, uint32_t *flags,
@@ -508,10 +520,7 @@ static size_t head_fields(const struct http_head *h, nghttp2_nv *nv, char *statu
 		if (hop_by_hop(h, f->name) || buf_room(names) < f->name.len)
 			continue;
 		char *lower = names->data + names->end;
-		for (uint32_t k = 0; k < f->name.len; k++) {
-			char c = f->name.p[k];
-			lower[k] = c >= 'A' && c <= 'Z' ? (char)(c + 32) : c;
-		}
+		h2head_lower(lower, f->name.p, f->name.len);
 		names->end += f->name.len;
 		nv[n++] =
 		    (nghttp2_nv){(uint8_t *)lower, (uint8_t *)f->value.p, f->name.len, f->value.len,

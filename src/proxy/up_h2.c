@@ -319,10 +319,7 @@ static int submit_head(struct up_h2s *s, size_t hlen)
 		if (hop_by_hop(&h, f->name) || buf_room(names) < f->name.len)
 			continue;
 		char *lower = names->data + names->end;
-		for (uint32_t k = 0; k < f->name.len; k++) {
-			char ch = f->name.p[k];
-			lower[k] = ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch;
-		}
+		h2head_lower(lower, f->name.p, f->name.len);
 		names->end += f->name.len;
 		int ctype = f->name.len == 12 && !memcmp(lower, "content-type", 12);
 		if (ctype && f->value.len >= 16 && !strncmp(f->value.p, "application/grpc", 16))
