@@ -15,6 +15,7 @@ ratios to HAProxy. The load generator runs on CPU 0, the proxies and the origin 
 bench.py does). Nothing here asserts a timing: this measures, it does not test.
 
 Usage: bench/run --only h2load [--quick] [--rounds N] [--seconds S] [--conns C]
+                               [--sizes small,large] [--transports tls,h2c]
                                [--before OTHER-ACCELNET] [--report results.json]
 """
 
@@ -177,6 +178,9 @@ def main():
     ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("--conns", type=int, default=4)
     ap.add_argument("--only-proxies", default=",".join(PROXIES))
+    ap.add_argument("--sizes", default=",".join(SIZES),
+                    help="the responses to measure (small: 12 bytes, large: 1 MiB)")
+    ap.add_argument("--transports", default="tls,h2c")
     ap.add_argument("--before", metavar="BIN",
                     help="another accelnet binary (a build before a change), run beside as "
                          "'accelnet before'")
@@ -201,6 +205,7 @@ def main():
                                          text=True).stdout.strip()}
     results = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
                "rounds": a.rounds, "seconds": a.seconds, "conns": a.conns, "streams": STREAMS,
+               "sizes": a.sizes, "transports": a.transports,
                "versions": versions, "load_before": os.getloadavg(), "rows": {}}
     try:
         origin = start_origin(run)
@@ -208,8 +213,9 @@ def main():
         procs = {n: starts[n](run, origin, cert) for n in names}
         rows = {}
         for r in range(a.rounds):
-            for transport in ("tls", "h2c"):
-                for size, (path, _) in SIZES.items():
+            for transport in a.transports.split(","):
+                for size in a.sizes.split(","):
+                    path = SIZES[size][0]
                     key = f"{transport} {size}"
                     for n in (names if r % 2 == 0 else names[::-1]):
                         p, tls_port, plain_port = procs[n]

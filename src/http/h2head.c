@@ -166,6 +166,29 @@ static const char *const trailer_refused[] = {
     "x-request-id",
 };
 
+int h2head_unique_field(const char *name, size_t nlen)
+{
+	return (nlen == 12 && !memcmp(name, "x-request-id", 12)) ||
+	       (nlen == 11 && !memcmp(name, "traceparent", 11));
+}
+
+void h2head_lower(char *dst, const char *src, size_t n)
+{
+	const uint64_t high = 0x8080808080808080ull;
+	size_t k = 0;
+	for (; k + 8 <= n; k += 8) {
+		uint64_t x;
+		memcpy(&x, src + k, 8);
+		uint64_t low7 = x & ~high;			/* each byte's low seven bits ... */
+		uint64_t from_a = low7 + 0x3f3f3f3f3f3f3f3full; /* ... reach 0x80 from 'A' */
+		uint64_t past_z = low7 + 0x2525252525252525ull; /* ... and from past 'Z' */
+		x |= (from_a & ~past_z & ~x & high) >> 2;	/* 0x20 on 'A'..'Z' alone */
+		memcpy(dst + k, &x, 8);
+	}
+	for (; k < n; k++)
+		dst[k] = src[k] >= 'A' && src[k] <= 'Z' ? (char)(src[k] + 32) : src[k];
+}
+
 int h2head_trailer_ok(const char *name, size_t nlen)
 {
 	char low[24];

@@ -11,7 +11,9 @@
  * judges both protocols. Cookie fields, which HTTP/2 may split (RFC 9113 8.2.3), are joined
  * into one. Trailers (a header section after the body) cross between the protocols field by
  * field: h2head_trailer_ok() says which may, and h2head_trailer_line() writes one as the
- * field line of a chunked body's trailer section. Pure: no sockets, no clocks.
+ * field line of a chunked body's trailer section. Fields going out as HTTP/2 have their
+ * names lowered (h2head_lower), and those the proxy writes anew for each message are never
+ * indexed by HPACK (h2head_unique_field). Pure: no sockets, no clocks.
  */
 #ifndef ACCELNET_HTTP_H2HEAD_H
 #define ACCELNET_HTTP_H2HEAD_H
@@ -63,6 +65,18 @@ int h2head_end_sized(struct h2head *hh, uint64_t length);
  * not stand in for a field the proxy controls). 1 or 0.
  */
 int h2head_trailer_ok(const char *name, size_t nlen);
+/*
+ * Is <name> (lower case) a field the proxy writes anew for every message, its value never
+ * repeated (x-request-id, traceparent)? An HPACK encoder should never index it (RFC 7541
+ * 7.1.3's never-indexed literal): indexed, each value would take a place in the dynamic table,
+ * push out a field that does repeat (server, content-type ...), and make the encoder compare
+ * every later one with each value still in the table (libnghttp2 chains entries by name).
+ * 1 or 0.
+ */
+int h2head_unique_field(const char *name, size_t nlen);
+/* The field name src[0..n) into dst[0..n) in lower case, as HTTP/2 carries names (ASCII
+ * letters lowered, every other byte as it is), eight bytes at a time. */
+void h2head_lower(char *dst, const char *src, size_t n);
 /*
  * Write the trailer field <name>: <value> as a field line (CRLF-ended) into p[0..cap). Its
  * length, or -1: no room, or a byte no HTTP/1 line may carry.

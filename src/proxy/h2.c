@@ -54,11 +54,13 @@
  * once its bytes went, and its clock is timeouts.tunnel_idle_ms (tunnel_due), not the
  * exchange's deadlines.
  *
- * Deadlines: a stream's exchange keeps its own (proxy/deadline.h); a stream with none waits on
- * its client alone, and the connection's timer bounds that too: a header block left unfinished
- * (nothing else may come on the connection meanwhile) closes the connection after
- * timeouts.header_ms, and a proxy's own answer the client takes none of (its window shut) for
- * timeouts.send_ms is reset, so no stream outlives every deadline.
+ * Deadlines: a stream's exchange keeps its own (proxy/deadline.h), and the connection's timer
+ * is set to the earliest; each stream keeps its exchange's next one between the runs that
+ * can move it (h2s.due), so a pass over the connection's streams touches no exchange that did
+ * not run. A stream with no exchange waits on its client alone, and the timer bounds that too: a
+ * header block left unfinished (nothing else may come on the connection meanwhile) closes the
+ * connection after timeouts.header_ms, and a proxy's own answer the client takes none of (its
+ * window shut) for timeouts.send_ms is reset, so no stream outlives every deadline.
  *
  * Defences (docs/http2.md): the counting and the policy are ours, nghttp2's own limits stay
  * behind them as a backstop. RST_STREAM (the client's, and the proxy's own for a stream the
@@ -186,6 +188,12 @@ struct h2s {
 	uint64_t grpc_timeout_ms;  /* its grpc-timeout (0: none), its deadline from its start */
 	uint64_t buf_retry_ms;	   /* held, waiting for a body buffer: when to look again */
 	int32_t window_before;	   /* its send window as a SETTINGS frame began (window_check) */
+	/* its exchange's next deadline as last computed (deadline_next), never later than the
+	 * one it has now unless due_stale: set whenever the exchange may have moved (the stream
+	 * ran, its client's window shut). A deadline that moves on its own moves later (the
+	 * client took bytes, time passed), so a kept one can only wake the connection early. */
+	uint64_t due;
+	unsigned due_stale : 1;
 };
 
 /* A token bucket: <per_s> tokens a second, as many at most; kept in thousandths. */
@@ -292,6 +300,7 @@ static struct h2s *stream_new(struct h2 *h, int32_t id)
 	s->h = h;
 	s->id = id;
 	s->since_ms = loop_now(h->cl->w->loop);
+	s->due_stale = 1;
 	list_push_back(&h->streams, &s->link);
 	h->nstreams++;
 	return s;
@@ -476,9 +485,21 @@ static int stream_in_full(struct h2s *s)
 
 static int hop_by_hop(const struct http_head *h, struct http_str n)
 {
-	return http_str_eq(n, "connection") || http_str_eq(n, "keep-alive") ||
-	       http_str_eq(n, "proxy-connection") || http_str_eq(n, "transfer-encoding") ||
-	       http_str_eq(n, "upgrade") || http_str_eq(n, "te") || http_conn_names(h, n);
+	switch (n.len) { /* (one comparison a field, not six) */
+	case 2:
+		return http_str_eq(n, "te") || http_conn_names(h, n);
+	case 7:
+		return http_str_eq(n, "upgrade") || http_conn_names(h, n);
+	case 10:
+		return http_str_eq(n, "connection") || http_str_eq(n, "keep-alive") ||
+		       http_conn_names(h, n);
+	case 16:
+		return http_str_eq(n, "proxy-connection") || http_conn_names(h, n);
+	case 17:
+		return http_str_eq(n, "transfer-encoding") || http_conn_names(h, n);
+	default:
+		return h->nconn_tokens && http_conn_names(h, n);
+	}
 }
 
 static ssize_t read_body(nghttp2_session *ss, int32_t id, uint8_t *out, size_t len, uint32_t *flags,
@@ -489,7 +510,11 @@ static ssize_t read_body(nghttp2_session *ss, int32_t id, uint8_t *out, size_t l
 static size_t head_fields(const struct http_head *h, nghttp2_nv *nv, char *status,
 			  struct buf *names)
 {
-	snprintf(status, 8, "%03d", h->status % 1000);
+	unsigned code = (unsigned)h->status % 1000;
+	status[0] = (char)('0' + code / 100);
+	status[1] = (char)('0' + code / 10 % 10);
+	status[2] = (char)('0' + code % 10);
+	status[3] = '\0';
 	nv[0] = (nghttp2_nv){(uint8_t *)":status", (uint8_t *)status, 7, 3, 0};
 	size_t n = 1;
 	for (unsigned i = 0; i < h->nheaders; i++) {
@@ -497,13 +522,12 @@ static size_t head_fields(const struct http_head *h, nghttp2_nv *nv, char *statu
 		if (hop_by_hop(h, f->name) || buf_room(names) < f->name.len)
 			continue;
 		char *lower = names->data + names->end;
-		for (uint32_t k = 0; k < f->name.len; k++) {
-			char c = f->name.p[k];
-			lower[k] = c >= 'A' && c <= 'Z' ? (char)(c + 32) : c;
-		}
+		h2head_lower(lower, f->name.p, f->name.len);
 		names->end += f->name.len;
-		nv[n++] = (nghttp2_nv){(uint8_t *)lower, (uint8_t *)f->value.p, f->name.len,
-				       f->value.len, 0};
+		nv[n++] =
+		    (nghttp2_nv){(uint8_t *)lower, (uint8_t *)f->value.p, f->name.len, f->value.len,
+				 h2head_unique_field(lower, f->name.len) ? NGHTTP2_NV_FLAG_NO_INDEX
+									 : NGHTTP2_NV_FLAG_NONE};
 	}
 	return n;
 }
@@ -799,7 +823,7 @@ static int submit_grpc_answer(struct h2s *s, int status, const char *detail, con
 	    {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, 0},
 	    {(uint8_t *)"grpc-status", (uint8_t *)code, 11, (size_t)k, 0},
 	    {(uint8_t *)"grpc-message", (uint8_t *)msg, 12, m, 0},
-	    {(uint8_t *)"x-request-id", (uint8_t *)rid, 12, strlen(rid), 0},
+	    {(uint8_t *)"x-request-id", (uint8_t *)rid, 12, strlen(rid), NGHTTP2_NV_FLAG_NO_INDEX},
 	};
 	if (nghttp2_submit_response(s->h->ss, s->id, nv, sizeof(nv) / sizeof(nv[0]), NULL))
 		return -1;
@@ -1340,7 +1364,7 @@ static enum run codec_upgrade(struct exchange *x, const struct http_head *h, siz
 	if (k) {
 		keep[0].value = (uint8_t *)"200";
 		keep[k++] = (nghttp2_nv){(uint8_t *)"x-request-id", (uint8_t *)x->names.reqid, 12,
-					 strlen(x->names.reqid), 0};
+					 strlen(x->names.reqid), NGHTTP2_NV_FLAG_NO_INDEX};
 	}
 	nghttp2_data_provider prd = {.source = {.ptr = s}, .read_callback = read_body};
 	int rc = k ? nghttp2_submit_response(s->h->ss, s->id, keep, k, &prd) : -1;
@@ -1619,6 +1643,7 @@ static int stream_holds(struct h2s *s)
 static void stream_run(struct h2s *s)
 {
 	s->run = 0;
+	s->due_stale = 1;
 	if (!s->x) {
 		if (s->headers_in && !s->started && !stream_holds(s))
 			stream_start(s);
@@ -2076,11 +2101,16 @@ static void streams_mark_full(struct h2 *h)
 		struct exchange *x = s->x;
 		if (!x)
 			continue;
-		/* the window is looked up (a hash lookup in nghttp2) only where bytes wait */
-		s->pace.client_full =
-		    x->resp_head &&
+		/* the window is looked up (a hash lookup in nghttp2) only where bytes wait (ready,
+		 * or kept in the cache object ahead of the client); no response head submitted,
+		 * none wait (and the exchange is not touched) */
+		unsigned full =
+		    s->submitted && x->resp_head &&
 		    (x->resp.ready || (x->feed.on && !x->feed.raw && kept_ahead(x, 0))) &&
 		    (conn_shut || nghttp2_session_get_stream_remote_window_size(h->ss, s->id) <= 0);
+		if (full != s->pace.client_full)
+			s->due_stale = 1; /* send_deadline() starts, or stops */
+		s->pace.client_full = full;
 	}
 }
 
@@ -2102,6 +2132,18 @@ static uint64_t stream_due(const struct h2s *s, const struct conf_timeouts *t)
 	return UINT64_MAX;
 }
 
+/* The next deadline of the stream's exchange <s->x>: the one kept, or computed afresh when
+ * it may have moved or has come (s->due). A stream marked to run has not moved yet: what
+ * woke it (its backend's bytes, a slot) moves it when it runs, which marks the due stale. */
+static uint64_t stream_exchange_due(struct h2s *s, uint64_t now)
+{
+	if (s->due_stale || s->due <= now) {
+		s->due = deadline_next(s->x, now);
+		s->due_stale = 0;
+	}
+	return s->due;
+}
+
 /* A tunnel's clock: timeouts.tunnel_idle_ms, or its drain's end; nothing once it is reset. */
 static uint64_t tunnel_stream_due(const struct h2s *s)
 {
@@ -2117,7 +2159,7 @@ static uint64_t h2_deadline(struct h2 *h)
 	for (struct list_node *n = list_first(&h->streams); n; n = list_next(&h->streams, n)) {
 		struct h2s *s = container_of(n, struct h2s, link);
 		uint64_t d = s->tun ? tunnel_stream_due(s)
-			     : s->x ? deadline_next(s->x, now)
+			     : s->x ? stream_exchange_due(s, now)
 				    : stream_due(s, t);
 		if (d < due)
 			due = d;
@@ -2229,10 +2271,13 @@ void h2_on_timer(struct client *cl)
 		    now >= s->pace.client_took_ms + t->send_ms)
 			defence_count(h, H2_DEFENCE_SLOW_READER); /* deadline_fire() cuts it */
 		/* (a body waiting for a body buffer looks again each time: deadline_next() puts
-		 * that BODY_BUF_WAIT_MS from now, always ahead) */
-		if (x && (deadline_next(x, now) <= now || s->pace.buf_wait) &&
-		    deadline_fire(x, now) != RUN_GONE && s->x == x)
-			s->run = 1;
+		 * that BODY_BUF_WAIT_MS from now, always ahead; a kept due in the future is no
+		 * later than the exchange's own, so that one has not come either) */
+		if (x && (stream_exchange_due(s, now) <= now || s->pace.buf_wait)) {
+			s->due_stale = 1;
+			if (deadline_fire(x, now) != RUN_GONE && s->x == x)
+				s->run = 1;
+		}
 		if (!x && stream_due(s, t) <= now && s->sized && !s->started) {
 			s->run = 1; /* a body buffer may be free now; or its time is up: chunked */
 		} else if (!x && stream_due(s, t) <= now) {

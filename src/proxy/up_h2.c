@@ -335,10 +335,7 @@ static int submit_head(struct up_h2s *s, size_t hlen)
 		if (s->text && http_str_eq(f->name, "content-length"))
 			continue; /* the base64's: the messages it decodes to are shorter */
 		char *lower = names->data + names->end;
-		for (uint32_t k = 0; k < f->name.len; k++) {
-			char ch = f->name.p[k];
-			lower[k] = ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch;
-		}
+		h2head_lower(lower, f->name.p, f->name.len);
 		names->end += f->name.len;
 		int ctype = f->name.len == 12 && !memcmp(lower, "content-type", 12);
 		if (ctype && f->value.len >= 16 && !strncmp(f->value.p, "application/grpc", 16))
@@ -356,8 +353,10 @@ static int submit_head(struct up_h2s *s, size_t hlen)
 			grpc = 1;
 			continue;
 		}
-		nv[n++] = (nghttp2_nv){(uint8_t *)lower, (uint8_t *)f->value.p, f->name.len,
-				       f->value.len, 0};
+		nv[n++] =
+		    (nghttp2_nv){(uint8_t *)lower, (uint8_t *)f->value.p, f->name.len, f->value.len,
+				 h2head_unique_field(lower, f->name.len) ? NGHTTP2_NV_FLAG_NO_INDEX
+									 : NGHTTP2_NV_FLAG_NONE};
 	}
 	if (grpc) /* gRPC servers want it: the client's own was hop-by-hop */
 		nv[n++] = (nghttp2_nv){(uint8_t *)"te", (uint8_t *)"trailers", 2, 8, 0};

@@ -3,6 +3,7 @@ credit back, never finishes a header block, resets streams or sends odd frames c
 proxy do. Each test says what a user would see."""
 
 import socket
+import threading
 import time
 
 import h2.config
@@ -275,3 +276,44 @@ def test_h2_preface_inside_tls_gets_http1(env):
     except (socket.timeout, ssl.SSLError):
         pass
     assert got.startswith(b"HTTP/1.1 "), got[:40]
+
+
+def test_h2c_a_stream_whose_backend_never_answers_gets_504_while_others_go_on(env):
+    """One stream's backend takes the request and never answers; the connection's other
+    streams are answered meanwhile, one after another, each a run of the connection that
+    ends with its next deadline worked out again. The silent one is still answered 504 once
+    timeouts.first_byte_ms has passed, on the same connection, which goes on serving. (The
+    connection keeps each stream's next deadline between the runs that move it; one kept from
+    an earlier phase, the connect's timeouts.connect_ms, long here, would hold it past the
+    client's patience.)"""
+    got = threading.Event()
+
+    def answer(conn):
+        got.set()
+        conn.settimeout(30)
+        try:
+            conn.recv(65536)  # never answers: the proxy's 504 closes this connection
+        except OSError:
+            pass
+
+    silent = one_shot_backend(env, answer)
+    be = lenient_backend(env)
+    px = env.proxy("pools:\n" + pool_yaml("silent", [silent]) + pool_yaml("p", [be.port]) +
+                   "routes:\n  - match: {path_prefix: /silent}\n    pool: silent\n"
+                   "  - pool: p\n",
+                   extra="timeouts:\n  first_byte_ms: 800\n  connect_ms: 60000\n")
+    c = H2Client(px.port)
+    slow = c.send("GET", "/silent")
+    assert got.wait(10), "the request never reached its backend"
+    answered = 0
+    while slow not in c.status:
+        sid = c.send("GET", f"/fast?{answered}")
+        c.wait(lambda: sid in c.ended)
+        assert c.status[sid] == 200, c.status[sid]
+        answered += 1
+    c.wait(lambda: slow in c.ended)
+    assert c.status[slow] == 504, c.status[slow]
+    sid = c.send("GET", "/fast/after")
+    c.wait(lambda: sid in c.ended)
+    assert c.status[sid] == 200, c.status[sid]
+    c.close()

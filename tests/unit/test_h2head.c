@@ -233,6 +233,39 @@ static void test_data_join(void **state)
 	assert_memory_equal(out, "12\r\n0123456789abcdefgh\r\n", total);
 }
 
+/* The fields written anew for each message are never indexed by HPACK; the rest may be. */
+static void test_unique_fields_are_the_ids(void **state)
+{
+	(void)state;
+	assert_true(h2head_unique_field("x-request-id", 12));
+	assert_true(h2head_unique_field("traceparent", 11));
+	assert_false(h2head_unique_field("x-request-i", 11));
+	assert_false(h2head_unique_field("tracestate", 10));
+	assert_false(h2head_unique_field("content-type", 12));
+	assert_false(h2head_unique_field("server", 6));
+}
+
+/* Names lowered eight bytes at a time: every byte value, at every length and alignment,
+ * as the one-byte rule has it (ASCII letters lowered, all else as it is). */
+static void test_lower_every_byte(void **state)
+{
+	(void)state;
+	char src[300], dst[300], want[300];
+	for (int i = 0; i < 256; i++)
+		src[i] = (char)i;
+	for (int i = 256; i < 300; i++)
+		src[i] = (char)("Content-TYPE-X"[i % 14]);
+	for (size_t off = 0; off < 9; off++)
+		for (size_t n = 0; n + off <= sizeof(src); n += 1 + n / 8) {
+			for (size_t k = 0; k < n; k++) {
+				char c = src[off + k];
+				want[k] = c >= 'A' && c <= 'Z' ? (char)(c + 32) : c;
+			}
+			h2head_lower(dst, src + off, n);
+			assert_memory_equal(dst, want, n);
+		}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -244,6 +277,8 @@ int main(void)
 	    cmocka_unit_test(test_response_as_grpc_web_text),
 	    cmocka_unit_test(test_grpc_web_long_trailers_keep_the_status),
 	    cmocka_unit_test(test_grpc_web_content_length_goes_chunked),
+	    cmocka_unit_test(test_unique_fields_are_the_ids),
+	    cmocka_unit_test(test_lower_every_byte),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
