@@ -36,6 +36,66 @@ int xfer_sched_init(struct xfer_sched *s, uint32_t n)
 	return 0;
 }
 
+void xfer_sched_open(struct xfer_sched *s)
+{
+	pthread_mutex_lock(&s->mu);
+	s->open = 1;
+	pthread_mutex_unlock(&s->mu);
+}
+
+int xfer_sched_grow(struct xfer_sched *s, uint32_t n)
+{
+	pthread_mutex_lock(&s->mu);
+	int rc = 0;
+	if (n > s->n) {
+		struct xfer_slot *slots = realloc(s->slots, (size_t)n * sizeof(*slots));
+		uint32_t *ring = malloc(((size_t)n + 1) * sizeof(*ring));
+		struct xfer_sched_candidate *cand =
+		    s->ncand < DUP_CANDIDATES ? calloc(DUP_CANDIDATES, sizeof(*cand)) : NULL;
+		if (slots)
+			s->slots = slots;
+		if (!slots || !ring || (s->ncand < DUP_CANDIDATES && !cand)) {
+			free(ring);
+			free(cand);
+			rc = -ENOMEM;
+		} else {
+			memset(slots + s->n, 0, (size_t)(n - s->n) * sizeof(*slots));
+			uint32_t k = 0; /* the queue, unwrapped into the larger ring */
+			for (uint32_t i = s->head; i != s->tail; i = (i + 1) % (s->n + 1))
+				ring[k++] = s->ring[i];
+			free(s->ring);
+			s->ring = ring;
+			s->head = 0;
+			s->tail = k;
+			if (cand) {
+				free(s->cand);
+				s->cand = cand;
+				s->ncand = DUP_CANDIDATES;
+			}
+			s->absent += n - s->n;
+			s->n = n;
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+void xfer_sched_close(struct xfer_sched *s)
+{
+	pthread_mutex_lock(&s->mu);
+	s->open = 0;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+int xfer_sched_over(struct xfer_sched *s)
+{
+	pthread_mutex_lock(&s->mu);
+	int over = s->done == s->n && !s->open;
+	pthread_mutex_unlock(&s->mu);
+	return over;
+}
+
 void xfer_sched_destroy(struct xfer_sched *s)
 {
 	pthread_mutex_destroy(&s->mu);
@@ -289,7 +349,7 @@ int xfer_sched_take(struct xfer_sched *s, uint8_t link, uint64_t now_ns, uint32_
 	int rc = -EAGAIN;
 	pthread_mutex_lock(&s->mu);
 	*dup = 0;
-	if (s->done == s->n) {
+	if (s->done == s->n && !s->open) {
 		rc = -ENODATA;
 	} else if (s->error) {
 		rc = s->error;
@@ -301,7 +361,7 @@ int xfer_sched_take(struct xfer_sched *s, uint8_t link, uint64_t now_ns, uint32_
 			take_head(s, link, now_ns);
 			rc = 0;
 		}
-	} else if (s->endgame && s->absent == 0 && pick_dup(s, link, now_ns, id)) {
+	} else if (s->endgame && !s->open && s->absent == 0 && pick_dup(s, link, now_ns, id)) {
 		s->slots[*id].copies++;
 		s->dups++;
 		copy_out(s, *id, link, now_ns);
@@ -410,7 +470,7 @@ void xfer_sched_wait(struct xfer_sched *s, int ms)
 	pthread_mutex_lock(&s->mu);
 	/* the last acknowledgement may have been broadcast before this waiter came: the end
 	 * is a state, not only an event, so it is never slept through */
-	if (s->done != s->n && !s->error)
+	if ((s->done != s->n || s->open) && !s->error)
 		pthread_cond_timedwait(&s->cv, &s->mu, &ts);
 	pthread_mutex_unlock(&s->mu);
 }

@@ -24,7 +24,9 @@
  * stream died goes back to the front of the queue; a chunk the receiver found corrupt is sent
  * again, at most XFER_SCHED_TRIES times.
  *
- * Chunks are numbered 0..n-1 by the caller. A chunk starts absent (a relay's chunk that has
+ * Chunks are numbered 0..n-1 by the caller; while a sender still lists its files (a streamed
+ * manifest) the scheduler is open: xfer_sched_grow() adds chunks, and it is not done when every
+ * chunk it has is, until xfer_sched_close(). A chunk starts absent (a relay's chunk that has
  * not arrived yet), pending, or done (the receiver already has it). Thread-safe: one mutex,
  * and a condition variable that xfer_sched_wait() sleeps on.
  */
@@ -80,11 +82,19 @@ struct xfer_sched {
 	struct xfer_sched_candidate *cand; /* room for the end game's weighing */
 	unsigned ncand;
 	int endgame; /* 0 turns end-game copies off */
+	int open;    /* more chunks may come (xfer_sched_grow): done is not the end */
 	int error;   /* first fatal error, -errno; takers see it */
 };
 
 /* All chunks start absent. 0 or -ENOMEM. */
 int xfer_sched_init(struct xfer_sched *s, uint32_t n);
+/* An open scheduler: chunks <n> onwards come later (xfer_sched_grow), until xfer_sched_close.
+ * Grow to <n> chunks, the new ones absent: 0 or -ENOMEM (nothing changed). */
+void xfer_sched_open(struct xfer_sched *s);
+int xfer_sched_grow(struct xfer_sched *s, uint32_t n);
+void xfer_sched_close(struct xfer_sched *s);
+/* Every chunk acknowledged, and no more to come. */
+int xfer_sched_over(struct xfer_sched *s);
 void xfer_sched_destroy(struct xfer_sched *s);
 
 /* Chunk <id> is <len> bytes (before it is added; a chunk never sized counts as 0). */

@@ -338,10 +338,11 @@ def raw_manifest(port, path):
 
     s.sendall(struct.pack("<I", 0x31465841))  # plain, not TLS
     assert recv_frame()[0] == 1  # CHALLENGE
-    s.sendall(frame(2, struct.pack("<IB", 2, 2) + os.urandom(16) + bytes(32)))  # HELLO, version 2
+    s.sendall(frame(2, struct.pack("<IB", 3, 2) + os.urandom(16) + bytes(32)))  # HELLO, version 3
     assert recv_frame()[0] == 3  # OK
     p = path.encode()
     man = struct.pack("<III", 1 << 20, 1, 0) + struct.pack("<H", len(p)) + p + struct.pack("<QIQ", 5, 0o644, 0)
+    man += struct.pack("<BIQ", 1, 1, 5)  # the last part: 1 file, 5 bytes in all
     s.sendall(frame(5, man))
     t, meta = recv_frame()
     s.close()
