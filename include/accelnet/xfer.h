@@ -53,6 +53,7 @@ struct xfer_report {
 	int listing;		  /* files are still being listed: files, chunks and bytes_total
 				     are what was listed so far, not the transfer's totals */
 	double listing_seconds;	  /* from the start until the last file was listed (so far) */
+	uint32_t parts;		  /* parts the manifest went in (1: whole, as before protocol 3) */
 	uint64_t zc_bytes;	  /* sent without a user-space copy (sendfile, MSG_ZEROCOPY) */
 	uint64_t zc_copied_bytes; /* of those, MSG_ZEROCOPY bytes the kernel copied anyway */
 	double seconds;

@@ -289,18 +289,21 @@ static void progress_bar(const struct xfer_report *r, void *arg)
 static void print_json(const struct xfer_report *r, int rc)
 {
 	double gbps = r->seconds > 0 ? (double)r->bytes_acked * 8 / r->seconds / 1e9 : 0;
-	printf("{\"ok\": %s, \"files\": %u, \"bytes\": %llu, \"bytes_skipped\": %llu, "
-	       "\"bytes_sent\": %llu, "
-	       "\"bytes_acked\": %llu, \"bytes_dup\": %llu, \"seconds\": %.3f, "
-	       "\"gbit_per_s\": %.3f, \"chunks\": %u, "
-	       "\"chunks_resent\": %u, \"chunks_dup\": %u, \"chunks_corrupt\": %u, "
-	       "\"zerocopy_bytes\": %llu, "
-	       "\"zerocopy_copied_bytes\": %llu, \"links\": [",
-	       rc ? "false" : "true", r->files, (unsigned long long)r->bytes_total,
-	       (unsigned long long)r->bytes_skipped, (unsigned long long)r->bytes_sent,
-	       (unsigned long long)r->bytes_acked, (unsigned long long)r->bytes_dup, r->seconds,
-	       gbps, r->chunks, r->chunks_resent, r->chunks_dup, r->chunks_bad,
-	       (unsigned long long)r->zc_bytes, (unsigned long long)r->zc_copied_bytes);
+	printf(
+	    "{\"ok\": %s, \"files\": %u, \"bytes\": %llu, \"bytes_skipped\": %llu, "
+	    "\"bytes_sent\": %llu, "
+	    "\"bytes_acked\": %llu, \"bytes_dup\": %llu, \"seconds\": %.3f, "
+	    "\"gbit_per_s\": %.3f, \"chunks\": %u, "
+	    "\"chunks_resent\": %u, \"chunks_dup\": %u, \"chunks_corrupt\": %u, "
+	    "\"zerocopy_bytes\": %llu, "
+	    "\"zerocopy_copied_bytes\": %llu, \"manifest_parts\": %u, \"listing_seconds\": %.3f, "
+	    "\"links\": [",
+	    rc ? "false" : "true", r->files, (unsigned long long)r->bytes_total,
+	    (unsigned long long)r->bytes_skipped, (unsigned long long)r->bytes_sent,
+	    (unsigned long long)r->bytes_acked, (unsigned long long)r->bytes_dup, r->seconds, gbps,
+	    r->chunks, r->chunks_resent, r->chunks_dup, r->chunks_bad,
+	    (unsigned long long)r->zc_bytes, (unsigned long long)r->zc_copied_bytes, r->parts,
+	    r->listing_seconds);
 	for (unsigned i = 0; i < r->nlinks; i++) {
 		const struct xfer_link_report *l = &r->links[i];
 		printf("%s{\"remote\": ", i ? ", " : "");

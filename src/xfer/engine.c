@@ -112,6 +112,7 @@ struct xfer_engine {
 	_Atomic uint32_t nchunks;  /* chunks listed (released once their entries are filled) */
 	int listing;		   /* parts of the manifest still to come (xfer_engine_list) */
 	uint64_t next_progress_ns; /* while listing: when xfer_engine_tick reports next */
+	uint32_t parts;		   /* parts of the manifest answered */
 	uint64_t t_listed_ns;	   /* when the last part was answered */
 	struct xfer_sched sched;
 	struct xfer_token token;
@@ -811,6 +812,7 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 	if ((rc = engine_first_link(e, ad, &first, nchunks)))
 		goto fail;
 	count_skipped(e, 0, nchunks);
+	e->parts = 1;
 	/* while parts are still to come, stream 0's connection is the manifest's */
 	for (unsigned i = 0; i < (ad ? e->nstreams : 1) && !more; i++)
 		stream_start(&e->streams[i]);
@@ -850,6 +852,7 @@ int xfer_engine_list(struct xfer_engine *e, struct xfer_manifest *p, const struc
 		return rc;
 	}
 	count_skipped(e, id0, nchunks);
+	e->parts++;
 	if (p->last) {
 		e->listing = 0;
 		e->t_listed_ns = clock_now_ns();
@@ -900,6 +903,7 @@ static void fill_report(struct xfer_engine *e, struct xfer_report *r, int final)
 	r->files = e->m.nfiles;
 	r->chunks = atomic_load(&e->nchunks);
 	r->listing = e->listing;
+	r->parts = e->parts;
 	r->listing_seconds = (double)((e->t_listed_ns ? e->t_listed_ns : now) - e->t0_ns) / 1e9;
 	pthread_mutex_lock(&e->sched.mu);
 	r->chunks_resent = e->sched.resends;

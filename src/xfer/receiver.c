@@ -555,10 +555,10 @@ static int on_manifest(struct xfer_server_conn *c, const struct xfer_hello *hell
 	}
 	const char *bad = !first && p.chunk_size != rx->m.chunk_size
 			      ? "its parts disagree on the chunk size"
-			  : !first && p.nfwd	       ? "bcast hops come in its first part only"
-			  : first && p.nfwd && !p.last ? "a bcast manifest comes in one part"
-			  : !p.last && !p.nfiles       ? "a part other than the last lists no file"
-						       : NULL;
+			  : !first && p.nfwd ? "bcast hops come in its first part only"
+			  : first && rx->m.nfwd && !p.last ? "a bcast manifest comes in one part"
+			  : !p.last && !p.nfiles ? "a part other than the last lists no file"
+						 : NULL;
 	if (bad) {
 		snprintf(err, sizeof(err), "bad manifest: %s", bad);
 		xfer_manifest_free(&p);
