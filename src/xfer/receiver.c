@@ -98,6 +98,9 @@ struct rx_transfer {
 	uint32_t names_cap;	 /* a power of two, above twice the files listed */
 	struct xfer_server_conn *lister; /* the connection the manifest's parts come on */
 	int complete;			 /* the last part was taken: FINISH may come */
+	unsigned no_parts;		 /* XFER_STORE_NO_PARTS when its first part came */
+	char dir[XFER_PATH_MAX + 1];	 /* the last directory looked at, */
+	unsigned not_there;		 /* and XFER_STORE_NOT_THERE when it was missing */
 	uint32_t held; /* files acquired for their chunks (under mu): at most about RX_HELD_MAX */
 	struct xfer_engine *relay;
 	struct xfer_manifest relay_m;
@@ -284,32 +287,37 @@ static int part_open(struct xfer_server *s, struct rx_transfer *rx, uint32_t fro
 {
 	const char *why = NULL;
 	/* what is missing already, looked at once, not once a file: the directory of partial
-	 * files (nothing to resume), and the last directory found missing (nothing in place) */
+	 * files (nothing to resume), and the last directory found missing (nothing in place). Both
+	 * as they were when the transfer's first part (or the directory's first file) came: the
+	 * transfer's own batches create them meanwhile, and a part or file another transfer puts
+	 * there later is met as it would be after a whole manifest (store.h: the writer's lock) */
 	struct stat st;
-	unsigned skip =
-	    fstatat(s->dirfd, XFER_STORE_DIR, &st, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT
-		? XFER_STORE_NO_PARTS
-		: 0;
-	char dir[XFER_PATH_MAX + 1] = "";
-	unsigned not_there = 0; /* for the files of <dir> */
+	if (from == 0)
+		rx->no_parts = fstatat(s->dirfd, XFER_STORE_DIR, &st, AT_SYMLINK_NOFOLLOW) < 0 &&
+				       errno == ENOENT
+				   ? XFER_STORE_NO_PARTS
+				   : 0;
+	unsigned skip = rx->no_parts;
+	char *dir = rx->dir;
 	for (uint32_t i = from; i < to; i++, rx->nopen++) {
 		struct xfer_file *mf = &rx_entry(rx, i)->mf;
 		const char *path = mf->path, *slash = strrchr(path, '/');
 		size_t len = slash ? (size_t)(slash - path) : 0;
-		if (!len || len >= sizeof(dir)) {
+		if (!len || len >= sizeof(rx->dir)) {
 			dir[0] = 0;
-			not_there = 0;
+			rx->not_there = 0;
 		} else if (strlen(dir) != len || memcmp(dir, path, len)) {
 			memcpy(dir, path, len);
 			dir[len] = 0;
-			not_there =
+			rx->not_there =
 			    fstatat(s->dirfd, dir, &st, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT
 				? XFER_STORE_NOT_THERE
 				: 0;
 		}
 		struct xfer_manifest one = {
 		    .chunk_size = rx->m.chunk_size, .nfiles = 1, .files = mf};
-		int rc = xfer_store_open(s->dirfd, &one, 0, skip | not_there, rx_file(rx, i), &why);
+		int rc =
+		    xfer_store_open(s->dirfd, &one, 0, skip | rx->not_there, rx_file(rx, i), &why);
 		if (rc) {
 			snprintf(err, errlen, "'%s': %s: %s", path, why, strerror(-rc));
 			return rc;
