@@ -57,6 +57,7 @@
 #include <xxhash.h>
 
 #define XFER_WINDOW 3
+#define XFER_PARTS_AHEAD 4 /* manifest parts sent before the oldest one's NEED is read */
 _Static_assert(XFER_SCHED_LINKS == XFER_LINKS_MAX, "the scheduler keeps a rate per link");
 #define XFER_FINISH_TIMEOUT_MS 600000
 
@@ -112,8 +113,19 @@ struct xfer_engine {
 	_Atomic uint32_t nchunks;  /* chunks listed (released once their entries are filled) */
 	int listing;		   /* parts of the manifest still to come (xfer_engine_list) */
 	uint64_t next_progress_ns; /* while listing: when xfer_engine_tick reports next */
-	uint32_t parts;		   /* parts of the manifest answered */
-	uint64_t t_listed_ns;	   /* when the last part was answered */
+	_Atomic uint32_t parts;	   /* parts of the manifest answered */
+	/* parts sent and not answered yet (xfer_engine_list), oldest first, under parts_mu; the
+	 * NEED reader (need_main) answers them in order and feeds their chunks */
+	pthread_mutex_t parts_mu;
+	pthread_cond_t parts_cv;
+	struct part_out {
+		uint32_t first_file, nfiles, first_id, nchunks;
+	} out[XFER_PARTS_AHEAD];
+	unsigned nout;
+	int reader_failed, reader_stop;
+	pthread_t reader;
+	int reader_started;
+	uint64_t t_listed_ns; /* when the last part was answered */
 	struct xfer_sched sched;
 	struct xfer_token token;
 	uint8_t session[XFER_SESSION_LEN];
@@ -123,7 +135,8 @@ struct xfer_engine {
 	unsigned nstreams;
 	_Atomic uint64_t bytes_sent, bytes_acked, zc_bytes, zc_copied;
 	_Atomic uint32_t chunks_bad;
-	uint64_t bytes_skipped, bytes_total;
+	_Atomic uint64_t bytes_skipped; /* the NEED reader adds while listing */
+	uint64_t bytes_total;
 	uint64_t t0_ns;
 	pthread_mutex_t err_mu;
 	char error[256];
@@ -588,16 +601,11 @@ static int parse_links(struct xfer_engine *e, const struct xfer_send_opts *o,
 	return 0;
 }
 
-/*
- * Send part <p> of the manifest on <io> and read its NEED into the chunks of the part (ids
- * from <first_id> on). 0, or -errno with the error set when the receiver said why.
- */
-static int exchange_manifest(struct xfer_engine *e, struct net_conn *io,
-			     const struct xfer_manifest *p, uint32_t first_id, uint32_t nchunks)
+/* Send part <p> of the manifest on <io>: 0 or -errno (the error set when it is too large). */
+static int manifest_send(struct xfer_engine *e, struct net_conn *io, const struct xfer_manifest *p)
 {
-	uint8_t *enc = NULL, *meta = NULL, *needed = NULL;
+	uint8_t *enc = NULL;
 	size_t len;
-	struct xfer_hdr h;
 	int rc = xfer_manifest_encode(p, &enc, &len);
 	if (rc) {
 		set_error(e, "%s", "manifest too large");
@@ -605,11 +613,21 @@ static int exchange_manifest(struct xfer_engine *e, struct net_conn *io,
 	}
 	rc = xfer_frame_send(io, XFER_MANIFEST, enc, (uint32_t)len);
 	free(enc);
-	if (rc)
-		return rc;
+	return rc;
+}
+
+/*
+ * Read the NEED that answers part <p> (its files as the manifest has them) into the part's
+ * chunks (ids from <first_id> on). 0, or -errno with the error set when the receiver said why.
+ */
+static int need_recv(struct xfer_engine *e, struct net_conn *io, const struct xfer_manifest *p,
+		     uint32_t first_id, uint32_t nchunks)
+{
+	uint8_t *meta = NULL, *needed = NULL;
+	struct xfer_hdr h;
 	xfer_set_timeout(io->fd,
 			 XFER_FINISH_TIMEOUT_MS); /* the receiver re-hashes a resumed part */
-	rc = xfer_frame_recv_alloc(io, &h, &meta);
+	int rc = xfer_frame_recv_alloc(io, &h, &meta);
 	xfer_set_timeout(io->fd, (int)e->stall_ms);
 	if (rc)
 		return rc;
@@ -629,6 +647,13 @@ static int exchange_manifest(struct xfer_engine *e, struct net_conn *io,
 	free(needed);
 	free(meta);
 	return rc;
+}
+
+static int exchange_manifest(struct xfer_engine *e, struct net_conn *io,
+			     const struct xfer_manifest *p, uint32_t first_id, uint32_t nchunks)
+{
+	int rc = manifest_send(e, io, p);
+	return rc ? rc : need_recv(e, io, p, first_id, nchunks);
 }
 
 /*
@@ -740,6 +765,8 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 	if (!e)
 		return -ENOMEM;
 	pthread_mutex_init(&e->err_mu, NULL);
+	pthread_mutex_init(&e->parts_mu, NULL);
+	pthread_cond_init(&e->parts_cv, NULL);
 	e->cancel_fd = eventfd(0, EFD_CLOEXEC);
 	e->m = *m;
 	e->m.nfiles = 0;
@@ -826,10 +853,134 @@ fail:
 	return rc;
 }
 
+/* A part answered (its NEED read into its chunks): what the receiver has counts as skipped,
+ * the rest goes to the streams. */
+static int feed_run(struct xfer_engine *e, uint32_t first, uint32_t n)
+{
+	uint8_t *have = malloc(n ? n : 1);
+	if (!have)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++)
+		have[i] = !ec(e, first + i)->need;
+	/* all at once: a stream that took the first alone would send it as a chunk, not in a
+	 * batch with the small files behind it */
+	xfer_sched_add_run(&e->sched, first, n, have);
+	free(have);
+	return 0;
+}
+
+static int part_answered(struct xfer_engine *e, const struct part_out *po)
+{
+	count_skipped(e, po->first_id, po->nchunks);
+	atomic_fetch_add(&e->parts, 1);
+	return feed_run(e, po->first_id, po->nchunks);
+}
+
+/* The NEED of part <po>, read on the manifest's connection: 0 or -errno. */
+static int part_need(struct xfer_engine *e, const struct part_out *po)
+{
+	struct xfer_manifest view = {
+	    .chunk_size = e->m.chunk_size,
+	    .nfiles = po->nfiles,
+	    .files = malloc((po->nfiles ? po->nfiles : 1) * sizeof(struct xfer_file))};
+	if (!view.files)
+		return -ENOMEM;
+	for (uint32_t f = 0; f < po->nfiles; f++)
+		view.files[f] = ef(e, po->first_file + f)->f;
+	int rc = need_recv(e, &e->streams[0].io, &view, po->first_id, po->nchunks);
+	free(view.files);
+	return rc;
+}
+
+/*
+ * The NEED reader: while the caller lists and sends the next parts, it reads the NEED of each
+ * part sent, in order, and feeds that part's chunks. A failure fails the transfer (the caller
+ * sees it at its next part or at the end).
+ */
+static void *need_main(void *arg)
+{
+	struct xfer_engine *e = arg;
+	for (;;) {
+		pthread_mutex_lock(&e->parts_mu);
+		while (!e->nout && !e->reader_stop)
+			pthread_cond_wait(&e->parts_cv, &e->parts_mu);
+		if (!e->nout) {
+			pthread_mutex_unlock(&e->parts_mu);
+			return NULL;
+		}
+		struct part_out po = e->out[0];
+		pthread_mutex_unlock(&e->parts_mu);
+		int rc = part_need(e, &po);
+		if (!rc)
+			rc = part_answered(e, &po);
+		if (rc) {
+			if (!e->error[0])
+				set_error(e, "lost the connection carrying the manifest: %s",
+					  strerror(-rc));
+			xfer_sched_abort(&e->sched, rc);
+		}
+		pthread_mutex_lock(&e->parts_mu);
+		memmove(e->out, e->out + 1, (e->nout - 1) * sizeof(e->out[0]));
+		e->nout--;
+		e->reader_failed |= rc != 0;
+		pthread_cond_broadcast(&e->parts_cv);
+		pthread_mutex_unlock(&e->parts_mu);
+		if (rc)
+			return NULL;
+	}
+}
+
+/* Stop the NEED reader once every part sent is answered (or it failed). */
+static void reader_join(struct xfer_engine *e)
+{
+	if (!e->reader_started)
+		return;
+	pthread_mutex_lock(&e->parts_mu);
+	e->reader_stop = 1;
+	pthread_cond_broadcast(&e->parts_cv);
+	pthread_mutex_unlock(&e->parts_mu);
+	pthread_join(e->reader, NULL);
+	e->reader_started = 0;
+}
+
+/*
+ * Send part <p> (appended already as <po>) and leave its NEED to the reader, once fewer than
+ * XFER_PARTS_AHEAD parts wait for theirs. Over TLS (one connection object may not be read and
+ * written by two threads at once), the NEED is read here, before the next part is listed.
+ */
+static int part_send(struct xfer_engine *e, const struct xfer_manifest *p,
+		     const struct part_out *po)
+{
+	struct net_conn *io = &e->streams[0].io;
+	int rc;
+	if (io->ssl) {
+		if (!(rc = exchange_manifest(e, io, p, po->first_id, po->nchunks)))
+			rc = part_answered(e, po);
+		return rc;
+	}
+	if (!e->reader_started) {
+		if (pthread_create(&e->reader, NULL, need_main, e))
+			return -EAGAIN;
+		e->reader_started = 1;
+	}
+	pthread_mutex_lock(&e->parts_mu);
+	while (e->nout == XFER_PARTS_AHEAD && !e->reader_failed)
+		pthread_cond_wait(&e->parts_cv, &e->parts_mu);
+	rc = e->reader_failed ? -EIO : 0;
+	pthread_mutex_unlock(&e->parts_mu);
+	if (rc || (rc = manifest_send(e, io, p)))
+		return rc;
+	pthread_mutex_lock(&e->parts_mu);
+	e->out[e->nout++] = *po;
+	pthread_cond_broadcast(&e->parts_cv);
+	pthread_mutex_unlock(&e->parts_mu);
+	return 0;
+}
+
 int xfer_engine_list(struct xfer_engine *e, struct xfer_manifest *p, const struct xfer_source *src,
 		     struct xfer_report *rep)
 {
-	uint32_t id0, nchunks;
+	struct part_out po = {.first_file = e->m.nfiles, .nfiles = p->nfiles};
 	int rc = -EINVAL;
 	p->chunk_size = e->m.chunk_size;
 	p->nfwd = 0; /* the hops are in the first part */
@@ -841,18 +992,24 @@ int xfer_engine_list(struct xfer_engine *e, struct xfer_manifest *p, const struc
 		set_error(e, "%s", strerror(-failed));
 	} else if (!e->listing) {
 		set_error(e, "%s", "the manifest was complete already");
-	} else if (!(rc = engine_append(e, p, src, &id0, &nchunks))) {
-		if ((rc = exchange_manifest(e, &e->streams[0].io, p, id0, nchunks)) && !e->error[0])
-			set_error(e, "lost the connection carrying the manifest: %s",
-				  strerror(-rc));
+	} else if (!(rc = engine_append(e, p, src, &po.first_id, &po.nchunks)) &&
+		   (rc = part_send(e, p, &po)) && !e->error[0]) {
+		set_error(e, "lost the connection carrying the manifest: %s", strerror(-rc));
+	}
+	if (!rc && p->last) {
+		/* every part answered before stream 0 reads its connection for acknowledgements */
+		reader_join(e);
+		pthread_mutex_lock(&e->sched.mu);
+		rc = e->sched.error;
+		pthread_mutex_unlock(&e->sched.mu);
+		if (rc && !e->error[0])
+			set_error(e, "%s", strerror(-rc));
 	}
 	if (rc) {
 		xfer_sched_abort(&e->sched, rc);
 		snprintf(rep->error, sizeof(rep->error), "%s", e->error);
 		return rc;
 	}
-	count_skipped(e, id0, nchunks);
-	e->parts++;
 	if (p->last) {
 		e->listing = 0;
 		e->t_listed_ns = clock_now_ns();
@@ -883,6 +1040,11 @@ void xfer_engine_tick(struct xfer_engine *e, struct xfer_report *rep)
 	e->next_progress_ns = now + (uint64_t)e->progress_ms * 1000000;
 	fill_report(e, rep, 0);
 	e->progress(rep, e->arg);
+}
+
+int xfer_engine_feed_files(struct xfer_engine *e, uint32_t nfiles)
+{
+	return feed_run(e, 0, nfiles ? ef(e, nfiles - 1)->first + ef(e, nfiles - 1)->f.nchunks : 0);
 }
 
 void xfer_engine_abort(struct xfer_engine *e, int err, const char *why)
@@ -1114,6 +1276,11 @@ void xfer_engine_free(struct xfer_engine *e)
 {
 	if (!e)
 		return;
+	if (e->reader_started) { /* a transfer given up while listing: its reader reads no more */
+		if (e->streams[0].io.fd >= 0)
+			sock_abort(e->streams[0].io.fd);
+		reader_join(e);
+	}
 	if (e->streams) {
 		xfer_sched_abort(&e->sched, -ECANCELED);
 		stop_dialing(e);
@@ -1140,5 +1307,7 @@ void xfer_engine_free(struct xfer_engine *e)
 	if (e->cancel_fd >= 0)
 		close(e->cancel_fd);
 	pthread_mutex_destroy(&e->err_mu);
+	pthread_mutex_destroy(&e->parts_mu);
+	pthread_cond_destroy(&e->parts_cv);
 	free(e);
 }

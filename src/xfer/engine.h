@@ -55,8 +55,10 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 /*
  * The next part <p> of a streamed manifest (p->last: the last one; the engine sets its totals),
  * its files numbered after those listed before, with <src> (one entry per file, copied; paths
- * borrowed): sent, and answered by NEED before this returns; then feed its chunks. 0, or
- * -errno with rep->error set (the transfer has failed: finish or free the engine).
+ * borrowed): sent; a thread of the engine reads its NEED and feeds its chunks meanwhile (up to
+ * XFER_PARTS_AHEAD parts wait for theirs; over TLS, each is read before this returns). The
+ * last part returns once every part is answered. 0, or -errno with rep->error set (the
+ * transfer has failed: finish or free the engine).
  */
 int xfer_engine_list(struct xfer_engine *e, struct xfer_manifest *p, const struct xfer_source *src,
 		     struct xfer_report *rep);
@@ -65,6 +67,9 @@ int xfer_engine_list(struct xfer_engine *e, struct xfer_manifest *p, const struc
 void xfer_engine_feed(struct xfer_engine *e, uint32_t f, uint32_t k, uint64_t hash, int known);
 /* While listing: call the progress callback (o->progress) if it is due. */
 void xfer_engine_tick(struct xfer_engine *e, struct xfer_report *rep);
+/* Every chunk of files [0, nfiles) is ready to send (hashes computed when sent), fed at once:
+ * 0 or -ENOMEM. */
+int xfer_engine_feed_files(struct xfer_engine *e, uint32_t nfiles);
 /* Give up (a relay whose upstream went away): streams stop. */
 void xfer_engine_abort(struct xfer_engine *e, int err, const char *why);
 /* Wait for every chunk, then FINISH and DONE. 0, or -errno with rep->error set. The report is

@@ -235,9 +235,8 @@ void xfer_sched_size(struct xfer_sched *s, uint32_t id, uint32_t len)
 	pthread_mutex_unlock(&s->mu);
 }
 
-void xfer_sched_add(struct xfer_sched *s, uint32_t id, int have)
+static void add_locked(struct xfer_sched *s, uint32_t id, int have)
 {
-	pthread_mutex_lock(&s->mu);
 	struct xfer_slot *c = id < s->n ? &s->slots[id] : NULL;
 	if (c && c->state == XS_ABSENT) {
 		s->absent--;
@@ -251,6 +250,20 @@ void xfer_sched_add(struct xfer_sched *s, uint32_t id, int have)
 		}
 		pthread_cond_broadcast(&s->cv);
 	}
+}
+
+void xfer_sched_add(struct xfer_sched *s, uint32_t id, int have)
+{
+	pthread_mutex_lock(&s->mu);
+	add_locked(s, id, have);
+	pthread_mutex_unlock(&s->mu);
+}
+
+void xfer_sched_add_run(struct xfer_sched *s, uint32_t first, uint32_t n, const uint8_t *have)
+{
+	pthread_mutex_lock(&s->mu);
+	for (uint32_t i = 0; i < n; i++)
+		add_locked(s, first + i, have[i]);
 	pthread_mutex_unlock(&s->mu);
 }
 

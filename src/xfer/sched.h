@@ -101,6 +101,9 @@ void xfer_sched_destroy(struct xfer_sched *s);
 void xfer_sched_size(struct xfer_sched *s, uint32_t id, uint32_t len);
 /* Make chunk <id> pending (at the back), or done when <have> (the receiver has it). */
 void xfer_sched_add(struct xfer_sched *s, uint32_t id, int have);
+/* Chunks [first, first + n) at once, <have>[i] for chunk first + i: a stream never takes the
+ * first of them alone (a batch of small files takes those behind it in the queue). */
+void xfer_sched_add_run(struct xfer_sched *s, uint32_t first, uint32_t n, const uint8_t *have);
 
 /*
  * Take a chunk for a stream on <link>: 0 with *id (and *dup = 1 for an end-game copy),

@@ -335,10 +335,8 @@ int xfer_send_items(const struct xfer_send_opts *o, const struct xfer_adopt *ad,
 	}
 	if ((rc = xfer_engine_start(o, ad, NULL, 0, &m, src, 0, &e, rep)))
 		goto out;
-	for (uint32_t f = 0; f < m.nfiles; f++)
-		for (uint32_t k = 0; k < m.files[f].nchunks; k++)
-			xfer_engine_feed(e, f, k, 0, 0);
-	rc = xfer_engine_finish(e, rep);
+	if (!(rc = xfer_engine_feed_files(e, m.nfiles)))
+		rc = xfer_engine_finish(e, rep);
 out:
 	xfer_engine_free(e);
 	free(src);
@@ -438,9 +436,8 @@ static int part_flush(struct xfer_sending *x, int last, struct xfer_report *rep)
 	}
 	if (rc)
 		return rc;
-	for (uint32_t f = 0; f < x->n; f++)
-		for (uint32_t k = 0; k < x->files[f].nchunks; k++)
-			xfer_engine_feed(x->e, x->listed + f, k, 0, 0);
+	if (x->listed == 0 && (rc = xfer_engine_feed_files(x->e, x->n))) /* later: the engine's */
+		return rc;
 	x->listed += x->n;
 	x->n = 0;
 	x->last_ns = clock_now_ns();
