@@ -20,11 +20,13 @@
  *
  * Start and end: every stream but the first dials while the first sends the manifest, so
  * each link carries chunks as soon as NEED is answered. A streamed manifest (a tree walked
- * while it is sent) comes in parts on the first stream's connection, each answered by its own
- * NEED before its chunks are fed; the per-file and per-chunk entries live in tables that grow
- * without moving (table.h), the scheduler stays open (not done when every chunk it has is)
- * until the last part, and the first stream carries chunks only from then on. Once every chunk is
- * acknowledged, a stream still holding chunks holds only end-game copies whose twins won: its
+ * while it is sent) comes in parts on the first stream's connection; a thread of the engine
+ * reads each part's NEED while the next parts go out (up to XFER_PARTS_AHEAD ahead; over TLS
+ * one at a time, since a TLS connection is not read and written by two threads) and feeds
+ * that part's chunks to the scheduler at once; the per-file and per-chunk entries live in tables
+ * that grow without moving (table.h), the scheduler stays open (not done when every chunk it has
+ * is) until the last part, and the first stream carries chunks only from then on. Once every chunk
+ * is acknowledged, a stream still holding chunks holds only end-game copies whose twins won: its
  * connection is cut rather than waited for (not counted as lost; never the manifest's, which keeps
  * the transfer alive on the receiver), and FINISH goes on a parked stream.
  */
@@ -675,10 +677,11 @@ static int engine_append(struct xfer_engine *e, struct xfer_manifest *p,
 		set_error(e, "more than 2^31 chunks in one transfer: use a larger --chunk-kib");
 		return -E2BIG;
 	}
-	if (xfer_table_grow(&e->fil, (uint64_t)nfiles + p->nfiles) ||
+	uint32_t *lens = malloc((chunks ? chunks : 1) * sizeof(*lens));
+	if (!lens || xfer_table_grow(&e->fil, (uint64_t)nfiles + p->nfiles) ||
 	    xfer_table_grow(&e->chk, (uint64_t)id + chunks) ||
-	    (e->files.init && xfer_sources_add(&e->files, src, p->nfiles)) ||
-	    xfer_sched_grow(&e->sched, (uint32_t)(id + chunks))) {
+	    (e->files.init && xfer_sources_add(&e->files, src, p->nfiles))) {
+		free(lens);
 		set_error(e, "%s", "out of memory");
 		return -ENOMEM;
 	}
@@ -686,13 +689,19 @@ static int engine_append(struct xfer_engine *e, struct xfer_manifest *p,
 	*nchunks = (uint32_t)chunks;
 	for (uint32_t f = 0; f < p->nfiles; f++) {
 		*ef(e, nfiles + f) = (struct efile){.f = p->files[f], .first = id};
-		for (uint32_t k = 0; k < p->files[f].nchunks; k++) {
+		for (uint32_t k = 0; k < p->files[f].nchunks; k++, id++) {
 			*ec(e, id) = (struct echunk){.file = nfiles + f};
-			uint32_t ff, len;
+			uint32_t ff;
 			uint64_t off;
-			chunk_span(e, id, &ff, &off, &len);
-			xfer_sched_size(&e->sched, id++, len);
+			chunk_span(e, id, &ff, &off, &lens[id - *first_id]);
 		}
+	}
+	/* the scheduler plans the end in bytes: every chunk's length, all under one lock */
+	int rc = xfer_sched_grow(&e->sched, id, lens);
+	free(lens);
+	if (rc) {
+		set_error(e, "%s", "out of memory");
+		return rc;
 	}
 	e->m.nfiles += p->nfiles;
 	e->bytes_total += bytes;

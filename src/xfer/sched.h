@@ -72,7 +72,8 @@ struct xfer_sched {
 	pthread_cond_t cv;
 	uint32_t n;
 	struct xfer_slot *slots;
-	uint32_t *ring; /* pending chunk ids; capacity n + 1 */
+	uint32_t *ring; /* pending chunk ids; capacity cap (> n) */
+	uint32_t cap;	/* slots and ring entries allocated */
 	uint32_t head, tail;
 	uint64_t waiting; /* bytes of the chunks absent or pending: not yet taken */
 	uint32_t done, absent;
@@ -89,9 +90,11 @@ struct xfer_sched {
 /* All chunks start absent. 0 or -ENOMEM. */
 int xfer_sched_init(struct xfer_sched *s, uint32_t n);
 /* An open scheduler: chunks <n> onwards come later (xfer_sched_grow), until xfer_sched_close.
- * Grow to <n> chunks, the new ones absent: 0 or -ENOMEM (nothing changed). */
+ * Grow to <n> chunks, the new ones absent and of <lens> bytes (lens[0] for the first new one):
+ * 0 or -ENOMEM (nothing changed). Room grows twice what is asked, so parts cost no copy each. */
+#define XFER_SCHED_MAX (1u << 31) /* chunks, at most (XFER_CHUNKS_MAX) */
 void xfer_sched_open(struct xfer_sched *s);
-int xfer_sched_grow(struct xfer_sched *s, uint32_t n);
+int xfer_sched_grow(struct xfer_sched *s, uint32_t n, const uint32_t *lens);
 void xfer_sched_close(struct xfer_sched *s);
 /* Every chunk acknowledged, and no more to come. */
 int xfer_sched_over(struct xfer_sched *s);

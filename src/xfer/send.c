@@ -350,8 +350,8 @@ out:
  * The streamed sender. Files are listed into a pending part; a part goes out when it holds
  * part_max files (XFER_PART_FIRST for the first, so data starts early, then twice as many each
  * time up to XFER_PART_MAX) or when XFER_PART_MS passed since the last one while files wait;
- * its chunks are fed as soon as its NEED is back, while the caller lists on. The first part
- * starts the engine; a bcast chain takes the manifest whole (a relay starts its next hop from
+ * its chunks are fed as soon as its NEED is back (engine.h), while the caller lists on. The first
+ * part starts the engine; a bcast chain takes the manifest whole (a relay starts its next hop from
  * the whole of it), so nothing goes out before xfer_send_end.
  */
 #define XFER_PART_FIRST 64
