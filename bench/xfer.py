@@ -8,8 +8,9 @@ usage: bench/xfer.py [--size-mib N] [--rates 2000,1000,500] [--out FILE] [--only
        [--bin OTHER-BUILD/accelnet] [--bin-before MAIN-BUILD/accelnet]
        (NAMES: iperf,xfer,tls,rsync,linkdown,resume,bcast, and tree: a tree of --tree-files
        files of --tree-bytes (4 KiB) over the first link, against rsync and tar | nc, with
-       both ends' CPU (and per file), --repeat rounds, each with --bin-before's build first
-       when given; not run by default)"""
+       both ends' CPU (and per file), when the first file was in place on the receiver and
+       how long the sender listed the tree (in how many manifest parts), --repeat rounds, each
+       with --bin-before's build first when given; not run by default)"""
 
 import argparse
 import hashlib
