@@ -8,8 +8,9 @@ usage: bench/xfer.py [--size-mib N] [--rates 2000,1000,500] [--out FILE] [--only
        [--bin OTHER-BUILD/accelnet] [--bin-before MAIN-BUILD/accelnet]
        (NAMES: iperf,xfer,tls,rsync,linkdown,resume,bcast, and tree: a tree of --tree-files
        files of --tree-bytes (4 KiB) over the first link, against rsync and tar | nc, with
-       both ends' CPU (and per file), --repeat rounds, each with --bin-before's build first
-       when given; not run by default)"""
+       both ends' CPU (and per file), when the first file was in place on the receiver and
+       how long the sender listed the tree (in how many manifest parts), --repeat rounds, each
+       with --bin-before's build first when given; not run by default)"""
 
 import argparse
 import hashlib
@@ -22,6 +23,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -190,12 +192,29 @@ def tree_xfer(ns, work, src, nfiles, binary, dest):
                                            "--insecure", "--max-files", str(nfiles + 10)]),
                            stdout=subprocess.DEVNULL, stderr=open(log, "w"))
     wait_for(lambda: "listening" in open(log).read(), "serve listening")
+    first = {}
+    done = threading.Event()
+
+    def first_file():
+        """When the first file of the tree is in place on the receiver (every 10 ms)."""
+        root = os.path.join(dest, "tree")
+        while not done.is_set() and "s" not in first:
+            try:
+                if any(os.listdir(os.path.join(root, d)) for d in os.listdir(root)):
+                    first["s"] = time.monotonic() - t0
+            except OSError:
+                pass
+            time.sleep(0.01)
     t0 = time.monotonic()
+    watcher = threading.Thread(target=first_file, daemon=True)
+    watcher.start()
     c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run(ns.cmd(ns.snd, [binary, "xfer", "send", os.path.join(src, "tree"), f"{addr}:7000",
                                        "--from", ns.sender_addr(0), "--json", "--quiet"]),
                        capture_output=True, text=True, timeout=1200)
     wall = time.monotonic() - t0
+    done.set()
+    watcher.join()
     c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     rcpu = cpu_of(srv.pid)
     srv.terminate()
@@ -203,6 +222,8 @@ def tree_xfer(ns, work, src, nfiles, binary, dest):
     rep = json.loads(r.stdout) if r.stdout.strip() else {"ok": False, "error": r.stderr}
     scpu = (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime)
     return {"ok": rep["ok"], "wall_s": wall, "files_per_s": nfiles / wall, "error": rep.get("error"),
+            "first_file_s": first.get("s"), "listing_s": rep.get("listing_seconds"),
+            "manifest_parts": rep.get("manifest_parts"),
             "sender_cpu_s": scpu, "receiver_cpu_s": rcpu,
             "sender_us_per_file": scpu / nfiles * 1e6, "receiver_us_per_file": rcpu / nfiles * 1e6}
 
@@ -260,7 +281,10 @@ def tree(ns, work, nfiles, size, before=None, repeat=1):
             print(f"tree of {nfiles} x {size} B over one link: {k} {run[k]['wall_s']:.2f} s = "
                   f"{run[k]['files_per_s']:.0f} files/s" +
                   (f" (CPU s: sender {run[k]['sender_cpu_s']:.2f}, receiver {run[k]['receiver_cpu_s']:.2f};"
-                   f" us a file: {run[k]['sender_us_per_file']:.0f} + {run[k]['receiver_us_per_file']:.0f})"
+                   f" us a file: {run[k]['sender_us_per_file']:.0f} + {run[k]['receiver_us_per_file']:.0f};"
+                   f" first file in place at {run[k]['first_file_s'] or 0:.2f} s"
+                   + (f", listing {run[k]['listing_s']:.2f} s in {run[k]['manifest_parts']} parts"
+                      if run[k].get("listing_s") is not None else "") + ")"
                    if "sender_cpu_s" in run[k] else "") +
                   ("" if run[k]["ok"] else f" FAILED: {run[k].get('error', '')}"), flush=True)
         out["runs"].append(run)

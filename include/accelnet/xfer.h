@@ -50,6 +50,10 @@ struct xfer_report {
 	uint64_t bytes_acked;	/* chunk bytes the receiver verified in this run */
 	uint64_t bytes_dup;	/* bytes_sent beyond bytes_acked: copies and resends, wasted */
 	uint32_t files, chunks, chunks_resent, chunks_dup, chunks_bad;
+	int listing;		  /* files are still being listed: files, chunks and bytes_total
+				     are what was listed so far, not the transfer's totals */
+	double listing_seconds;	  /* from the start until the last file was listed (so far) */
+	uint32_t parts;		  /* parts the manifest went in (1: whole, as before protocol 3) */
 	uint64_t zc_bytes;	  /* sent without a user-space copy (sendfile, MSG_ZEROCOPY) */
 	uint64_t zc_copied_bytes; /* of those, MSG_ZEROCOPY bytes the kernel copied anyway */
 	double seconds;
@@ -81,6 +85,26 @@ struct xfer_send_opts {
  * with rep->error saying why. <rep> is filled in either case. */
 int xfer_send(const struct xfer_send_opts *o, const struct xfer_item *items, unsigned n,
 	      struct xfer_report *rep);
+
+/*
+ * A streamed send: the manifest goes out in parts while the caller is still listing, and the
+ * chunks of the files listed flow meanwhile (a tree of 100,000 files starts moving data after
+ * its first files, not after its walk). begin: nothing is sent yet. add: one item (its name and
+ * path copied; a buffer must stay untouched until end returns); 0, or -errno once the transfer
+ * has failed (call end for the report). end: the last part, then as xfer_send (0 when every
+ * item is verified in place); frees <x>. A bcast chain (o->nbcast) gets its manifest whole at
+ * end. While files are listed, progress reports say so (r->listing): the totals are not known.
+ */
+struct xfer_sending;
+int xfer_send_begin(const struct xfer_send_opts *o, struct xfer_sending **x);
+int xfer_send_add(struct xfer_sending *x, const struct xfer_item *it, struct xfer_report *rep);
+int xfer_send_end(struct xfer_sending *x, struct xfer_report *rep);
+
+/* Send the files and trees at <paths> (named as xfer_items_from_paths names them) while they
+ * are walked (a streamed send, above). 0, or -errno with rep->error set (a path that cannot be
+ * read: its name and why). */
+int xfer_send_paths(const struct xfer_send_opts *o, const char *const *paths, unsigned n,
+		    const char *to, struct xfer_report *rep);
 
 /* Expand paths (files and directory trees) into items named as on the receiver: a path's
  * last component, or <to> in its place when one path is given, or <to>/... for several.

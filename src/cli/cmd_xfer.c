@@ -249,10 +249,25 @@ static void human(double bytes, char *out, size_t len)
 	snprintf(out, len, u ? "%.1f %s" : "%.0f %s", bytes, unit[u]);
 }
 
-/* A one-line bar on stderr: share done, bytes, rate per link, ETA. */
+/* A one-line bar on stderr: share done, bytes, rate per link, ETA. While files are still being
+ * listed the total is not known: the bar says so, with what was listed so far and no share or
+ * ETA. */
 static void progress_bar(const struct xfer_report *r, void *arg)
 {
 	(void)arg;
+	if (r->listing) {
+		char done[32], listed[32];
+		double gbps = 0;
+		for (unsigned i = 0; i < r->nlinks; i++)
+			gbps += r->links[i].gbps;
+		human((double)(r->bytes_acked + r->bytes_skipped), done, sizeof(done));
+		human((double)r->bytes_total, listed, sizeof(listed));
+		fprintf(stderr,
+			"\r[listing: %u files, %s so far; total not known yet] %s done %.2f "
+			"Gbit/s\033[K",
+			r->files, listed, done, gbps);
+		return;
+	}
 	uint64_t want = r->bytes_total - r->bytes_skipped;
 	double frac = want ? (double)r->bytes_acked / (double)want : 1;
 	double gbps = 0;
@@ -277,18 +292,21 @@ static void progress_bar(const struct xfer_report *r, void *arg)
 static void print_json(const struct xfer_report *r, int rc)
 {
 	double gbps = r->seconds > 0 ? (double)r->bytes_acked * 8 / r->seconds / 1e9 : 0;
-	printf("{\"ok\": %s, \"files\": %u, \"bytes\": %llu, \"bytes_skipped\": %llu, "
-	       "\"bytes_sent\": %llu, "
-	       "\"bytes_acked\": %llu, \"bytes_dup\": %llu, \"seconds\": %.3f, "
-	       "\"gbit_per_s\": %.3f, \"chunks\": %u, "
-	       "\"chunks_resent\": %u, \"chunks_dup\": %u, \"chunks_corrupt\": %u, "
-	       "\"zerocopy_bytes\": %llu, "
-	       "\"zerocopy_copied_bytes\": %llu, \"links\": [",
-	       rc ? "false" : "true", r->files, (unsigned long long)r->bytes_total,
-	       (unsigned long long)r->bytes_skipped, (unsigned long long)r->bytes_sent,
-	       (unsigned long long)r->bytes_acked, (unsigned long long)r->bytes_dup, r->seconds,
-	       gbps, r->chunks, r->chunks_resent, r->chunks_dup, r->chunks_bad,
-	       (unsigned long long)r->zc_bytes, (unsigned long long)r->zc_copied_bytes);
+	printf(
+	    "{\"ok\": %s, \"files\": %u, \"bytes\": %llu, \"bytes_skipped\": %llu, "
+	    "\"bytes_sent\": %llu, "
+	    "\"bytes_acked\": %llu, \"bytes_dup\": %llu, \"seconds\": %.3f, "
+	    "\"gbit_per_s\": %.3f, \"chunks\": %u, "
+	    "\"chunks_resent\": %u, \"chunks_dup\": %u, \"chunks_corrupt\": %u, "
+	    "\"zerocopy_bytes\": %llu, "
+	    "\"zerocopy_copied_bytes\": %llu, \"manifest_parts\": %u, \"listing_seconds\": %.3f, "
+	    "\"links\": [",
+	    rc ? "false" : "true", r->files, (unsigned long long)r->bytes_total,
+	    (unsigned long long)r->bytes_skipped, (unsigned long long)r->bytes_sent,
+	    (unsigned long long)r->bytes_acked, (unsigned long long)r->bytes_dup, r->seconds, gbps,
+	    r->chunks, r->chunks_resent, r->chunks_dup, r->chunks_bad,
+	    (unsigned long long)r->zc_bytes, (unsigned long long)r->zc_copied_bytes, r->parts,
+	    r->listing_seconds);
 	for (unsigned i = 0; i < r->nlinks; i++) {
 		const struct xfer_link_report *l = &r->links[i];
 		printf("%s{\"remote\": ", i ? ", " : "");
@@ -358,22 +376,14 @@ static int cmd_push(int argc, char **argv, enum push_kind kind)
 		npaths = npos - 1;
 		o->remote = pos[npos - 1];
 	}
-	struct xfer_item *items;
-	unsigned nitems;
-	char bad[4096];
-	rc = xfer_items_from_paths(pos, npaths, to, &items, &nitems, bad, sizeof(bad));
-	if (rc) {
-		fprintf(stderr, "accelnet xfer: %s: %s\n", bad, strerror(-rc));
-		return 1;
-	}
 	if (!quiet && isatty(2))
 		o->progress = progress_bar;
 	signal(SIGPIPE, SIG_IGN);
 	struct xfer_report r;
-	rc = xfer_send(o, items, nitems, &r);
+	/* the tree is walked while it is sent: data flows before the walk ends */
+	rc = xfer_send_paths(o, pos, npaths, to, &r);
 	if (o->progress)
 		fprintf(stderr, "\r\033[K");
-	xfer_items_free(items, nitems);
 	return report_result(&r, rc, json, quiet);
 }
 

@@ -354,7 +354,7 @@ int xfer_handshake_server(struct net_conn *c, const struct xfer_token *t, struct
 		char msg[200];
 		int n = snprintf(msg, sizeof(msg),
 				 "unsupported protocol version: the peer speaks xfer protocol %u, "
-				 "this one %u (small files in batches): run the same accelnet "
+				 "this one %u (a manifest sent in parts): run the same accelnet "
 				 "release at both ends",
 				 out->version, XFER_VERSION);
 		xfer_frame_send(c, XFER_ERR, msg, (uint32_t)n);

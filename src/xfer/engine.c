@@ -19,10 +19,16 @@
  * timeout (at least 3 s), or when no stream thread is left.
  *
  * Start and end: every stream but the first dials while the first sends the manifest, so
- * each link carries chunks as soon as NEED is answered. Once every chunk is acknowledged, a
- * stream still holding chunks holds only end-game copies whose twins won: its connection is
- * cut rather than waited for (not counted as lost; never the manifest's, which keeps the
- * transfer alive on the receiver), and FINISH goes on a parked stream.
+ * each link carries chunks as soon as NEED is answered. A streamed manifest (a tree walked
+ * while it is sent) comes in parts on the first stream's connection; a thread of the engine
+ * reads each part's NEED while the next parts go out (up to XFER_PARTS_AHEAD ahead; over TLS
+ * one at a time, since a TLS connection is not read and written by two threads) and feeds
+ * that part's chunks to the scheduler at once; the per-file and per-chunk entries live in tables
+ * that grow without moving (table.h), the scheduler stays open (not done when every chunk it has
+ * is) until the last part, and the first stream carries chunks only from then on. Once every chunk
+ * is acknowledged, a stream still holding chunks holds only end-game copies whose twins won: its
+ * connection is cut rather than waited for (not counted as lost; never the manifest's, which keeps
+ * the transfer alive on the receiver), and FINISH goes on a parked stream.
  */
 #include "xfer/engine.h"
 
@@ -53,6 +59,7 @@
 #include <xxhash.h>
 
 #define XFER_WINDOW 3
+#define XFER_PARTS_AHEAD 4 /* manifest parts sent before the oldest one's NEED is read */
 _Static_assert(XFER_SCHED_LINKS == XFER_LINKS_MAX, "the scheduler keeps a rate per link");
 #define XFER_FINISH_TIMEOUT_MS 600000
 
@@ -86,16 +93,41 @@ struct stream {
 	struct xfer_tp tp; /* how its chunks' bytes travel (transport.h) */
 };
 
+/* What the engine keeps per file and per chunk, in tables that grow with a streamed manifest
+ * while the streams read them (table.h): a stream reads only what the scheduler gave it. */
+struct efile {
+	struct xfer_file f;
+	uint32_t first; /* its first chunk id */
+};
+
+struct echunk {
+	uint64_t hash;
+	uint32_t file;
+	_Atomic uint8_t known; /* hash is set */
+	uint8_t need;	       /* the receiver lacks it */
+};
+
 struct xfer_engine {
-	struct xfer_manifest m;
-	struct xfer_source *src;
-	struct xfer_sources files; /* src opened as chunks are sent, a few at a time */
-	uint32_t nchunks;
-	uint32_t *first;   /* per file: its first chunk id */
-	uint32_t *file_of; /* per chunk id: its file */
-	uint64_t *hash;
-	_Atomic uint8_t *known;
-	uint8_t *need;
+	struct xfer_manifest m;	   /* chunk size, hops; nfiles: listed so far; no files */
+	struct xfer_table fil;	   /* struct efile */
+	struct xfer_table chk;	   /* struct echunk */
+	struct xfer_sources files; /* the sources, opened as chunks are sent, a few at a time */
+	_Atomic uint32_t nchunks;  /* chunks listed (released once their entries are filled) */
+	int listing;		   /* parts of the manifest still to come (xfer_engine_list) */
+	uint64_t next_progress_ns; /* while listing: when xfer_engine_tick reports next */
+	_Atomic uint32_t parts;	   /* parts of the manifest answered */
+	/* parts sent and not answered yet (xfer_engine_list), oldest first, under parts_mu; the
+	 * NEED reader (need_main) answers them in order and feeds their chunks */
+	pthread_mutex_t parts_mu;
+	pthread_cond_t parts_cv;
+	struct part_out {
+		uint32_t first_file, nfiles, first_id, nchunks;
+	} out[XFER_PARTS_AHEAD];
+	unsigned nout;
+	int reader_failed, reader_stop;
+	pthread_t reader;
+	int reader_started;
+	uint64_t t_listed_ns; /* when the last part was answered */
 	struct xfer_sched sched;
 	struct xfer_token token;
 	uint8_t session[XFER_SESSION_LEN];
@@ -105,7 +137,8 @@ struct xfer_engine {
 	unsigned nstreams;
 	_Atomic uint64_t bytes_sent, bytes_acked, zc_bytes, zc_copied;
 	_Atomic uint32_t chunks_bad;
-	uint64_t bytes_skipped, bytes_total;
+	_Atomic uint64_t bytes_skipped; /* the NEED reader adds while listing */
+	uint64_t bytes_total;
 	uint64_t t0_ns;
 	pthread_mutex_t err_mu;
 	char error[256];
@@ -132,27 +165,38 @@ __attribute__((format(printf, 2, 3))) static void set_error(struct xfer_engine *
 	va_end(ap);
 }
 
+static struct efile *ef(const struct xfer_engine *e, uint32_t f)
+{
+	return xfer_table_at(&e->fil, f);
+}
+
+static struct echunk *ec(const struct xfer_engine *e, uint32_t id)
+{
+	return xfer_table_at(&e->chk, id);
+}
+
 static void chunk_span(const struct xfer_engine *e, uint32_t id, uint32_t *f, uint64_t *off,
 		       uint32_t *len)
 {
-	*f = e->file_of[id];
-	uint32_t k = id - e->first[*f];
+	*f = ec(e, id)->file;
+	uint32_t k = id - ef(e, *f)->first;
 	*off = (uint64_t)k * e->m.chunk_size;
-	uint64_t left = e->m.files[*f].size - *off;
+	uint64_t left = ef(e, *f)->f.size - *off;
 	*len = (uint32_t)(left < e->m.chunk_size ? left : e->m.chunk_size);
 }
 
 /* Chunk <id>'s hash: known, or computed from <buf>, its file's memory. */
 static uint64_t chunk_hash(struct xfer_engine *e, uint32_t id, const uint8_t *buf)
 {
-	if (!atomic_load_explicit(&e->known[id], memory_order_acquire)) {
+	struct echunk *c = ec(e, id);
+	if (!atomic_load_explicit(&c->known, memory_order_acquire)) {
 		uint32_t f, len;
 		uint64_t off;
 		chunk_span(e, id, &f, &off, &len);
-		e->hash[id] = XXH3_64bits(buf + off, len);
-		atomic_store_explicit(&e->known[id], 1, memory_order_release);
+		c->hash = XXH3_64bits(buf + off, len);
+		atomic_store_explicit(&c->known, 1, memory_order_release);
 	}
-	return e->hash[id];
+	return c->hash;
 }
 
 /* File <f>'s source, held until xfer_sources_put: 0, or -errno and the transfer fails (a
@@ -180,7 +224,7 @@ static int send_chunk(struct stream *s, uint32_t id)
 	if (rc)
 		return rc;
 	struct xfer_chunk_meta cm = {
-	    .file = f, .chunk = id - e->first[f], .hash = chunk_hash(e, id, held.buf)};
+	    .file = f, .chunk = id - ef(e, f)->first, .hash = chunk_hash(e, id, held.buf)};
 	rc = s->tp.ops->send_chunk(&s->tp, &cm, &held, off, len);
 	xfer_sources_put(&e->files, f);
 	if (rc)
@@ -278,17 +322,17 @@ static int read_ack(struct stream *s, const struct unit *u)
 	if (u->n > 1) {
 		struct xfer_batch b = {.count = u->n};
 		for (uint32_t i = 0; i < u->n; i++)
-			b.f[i].file = e->file_of[u->ids[i]];
+			b.f[i].file = ec(e, u->ids[i])->file;
 		if (h.type != XFER_BATCH_ACK || xfer_batch_ack_decode(meta, h.meta_len, &b))
 			return -EPROTO;
 		for (uint32_t i = 0; i < u->n && !rc; i++)
 			rc = settle(s, u->ids[i], b.status[i]);
 	} else {
 		struct xfer_ack a;
-		uint32_t id = u->ids[0], f = e->file_of[id];
+		uint32_t id = u->ids[0], f = ec(e, id)->file;
 		if (h.type != XFER_ACK || xfer_ack_decode(meta, h.meta_len, &a))
 			return -EPROTO;
-		if (a.file != f || a.chunk != id - e->first[f])
+		if (a.file != f || a.chunk != id - ef(e, f)->first)
 			return -EPROTO;
 		rc = settle(s, id, a.status);
 	}
@@ -304,7 +348,7 @@ static int read_ack(struct stream *s, const struct unit *u)
 /* A chunk that may go in a batch: the whole of a small file. */
 static int batchable(const struct xfer_engine *e, uint32_t id)
 {
-	const struct xfer_file *fi = &e->m.files[e->file_of[id]];
+	const struct xfer_file *fi = &ef(e, ec(e, id)->file)->f;
 	return e->batch && fi->nchunks == 1 && fi->size <= XFER_BATCH_FILE_MAX;
 }
 
@@ -313,10 +357,11 @@ static int batchable(const struct xfer_engine *e, uint32_t id)
 static void batch_fill(struct stream *s, struct unit *u)
 {
 	struct xfer_engine *e = s->e;
-	uint64_t bytes = e->m.files[e->file_of[u->ids[0]]].size;
+	uint64_t bytes = ef(e, ec(e, u->ids[0])->file)->f.size;
+	uint32_t listed = atomic_load_explicit(&e->nchunks, memory_order_acquire);
 	for (uint32_t next = u->ids[0] + 1;
-	     u->n < XFER_BATCH_FILES && next < e->nchunks && batchable(e, next); next++) {
-		uint64_t len = e->m.files[e->file_of[next]].size;
+	     u->n < XFER_BATCH_FILES && next < listed && batchable(e, next); next++) {
+		uint64_t len = ef(e, ec(e, next)->file)->f.size;
 		if (bytes + len > XFER_BATCH_BYTES ||
 		    xfer_sched_take_next(&e->sched, (uint8_t)s->link, clock_now_ns(), next))
 			break;
@@ -444,7 +489,7 @@ static int stream_loop(struct stream *s)
 static int transfer_over(struct xfer_engine *e)
 {
 	pthread_mutex_lock(&e->sched.mu);
-	int over = e->sched.done == e->sched.n || e->sched.error;
+	int over = (e->sched.done == e->sched.n && !e->sched.open) || e->sched.error;
 	pthread_mutex_unlock(&e->sched.mu);
 	return over;
 }
@@ -558,23 +603,33 @@ static int parse_links(struct xfer_engine *e, const struct xfer_send_opts *o,
 	return 0;
 }
 
-static int exchange_manifest(struct xfer_engine *e, struct net_conn *io)
+/* Send part <p> of the manifest on <io>: 0 or -errno (the error set when it is too large). */
+static int manifest_send(struct xfer_engine *e, struct net_conn *io, const struct xfer_manifest *p)
 {
-	uint8_t *enc = NULL, *meta = NULL;
+	uint8_t *enc = NULL;
 	size_t len;
-	struct xfer_hdr h;
-	int rc = xfer_manifest_encode(&e->m, &enc, &len);
+	int rc = xfer_manifest_encode(p, &enc, &len);
 	if (rc) {
 		set_error(e, "%s", "manifest too large");
 		return rc;
 	}
 	rc = xfer_frame_send(io, XFER_MANIFEST, enc, (uint32_t)len);
 	free(enc);
-	if (rc)
-		return rc;
+	return rc;
+}
+
+/*
+ * Read the NEED that answers part <p> (its files as the manifest has them) into the part's
+ * chunks (ids from <first_id> on). 0, or -errno with the error set when the receiver said why.
+ */
+static int need_recv(struct xfer_engine *e, struct net_conn *io, const struct xfer_manifest *p,
+		     uint32_t first_id, uint32_t nchunks)
+{
+	uint8_t *meta = NULL, *needed = NULL;
+	struct xfer_hdr h;
 	xfer_set_timeout(io->fd,
 			 XFER_FINISH_TIMEOUT_MS); /* the receiver re-hashes a resumed part */
-	rc = xfer_frame_recv_alloc(io, &h, &meta);
+	int rc = xfer_frame_recv_alloc(io, &h, &meta);
 	xfer_set_timeout(io->fd, (int)e->stall_ms);
 	if (rc)
 		return rc;
@@ -583,50 +638,98 @@ static int exchange_manifest(struct xfer_engine *e, struct net_conn *io)
 		xfer_err_decode(meta, h.meta_len, text, sizeof(text));
 		set_error(e, "receiver: %s", text);
 		rc = -EIO;
-	} else if (h.type != XFER_NEED || xfer_need_decode(meta, h.meta_len, &e->m, e->need)) {
-		rc = -EPROTO; /* e->need: chunk ids are numbered file after file, as NEED lists them
-			       */
+	} else if (h.type != XFER_NEED || !(needed = malloc(nchunks ? nchunks : 1)) ||
+		   xfer_need_decode(meta, h.meta_len, p, needed)) {
+		rc = needed || h.type != XFER_NEED ? -EPROTO : -ENOMEM;
+	} else {
+		/* chunk ids are numbered file after file, as NEED lists them */
+		for (uint32_t i = 0; i < nchunks; i++)
+			ec(e, first_id + i)->need = needed[i];
 	}
+	free(needed);
 	free(meta);
 	return rc;
 }
 
-/* The chunk index of manifest <m>: each file's first chunk id, each chunk's file, room for
- * hashes and the NEED bits; <src> copied. 0 or -ENOMEM (freed by xfer_engine_free). */
-static int engine_index(struct xfer_engine *e, const struct xfer_manifest *m,
-			const struct xfer_source *src)
+static int exchange_manifest(struct xfer_engine *e, struct net_conn *io,
+			     const struct xfer_manifest *p, uint32_t first_id, uint32_t nchunks)
 {
-	e->src = calloc(m->nfiles ? m->nfiles : 1, sizeof(*e->src));
-	e->first = calloc(m->nfiles ? m->nfiles : 1, sizeof(uint32_t));
-	e->file_of = calloc(e->nchunks ? e->nchunks : 1, sizeof(uint32_t));
-	e->hash = calloc(e->nchunks ? e->nchunks : 1, sizeof(uint64_t));
-	e->known = calloc(e->nchunks ? e->nchunks : 1, 1);
-	e->need = calloc(e->nchunks ? e->nchunks : 1, 1);
-	if (!e->src || !e->first || !e->file_of || !e->hash || !e->known || !e->need)
+	int rc = manifest_send(e, io, p);
+	return rc ? rc : need_recv(e, io, p, first_id, nchunks);
+}
+
+/*
+ * Append the files of part <p> (and their sources <src>, copied) to the engine's tables, the
+ * scheduler (absent until fed) and the open set: its chunks get the ids from *first_id on, and
+ * <p>'s totals are set when it is the last. 0, or -errno with the error set.
+ */
+static int engine_append(struct xfer_engine *e, struct xfer_manifest *p,
+			 const struct xfer_source *src, uint32_t *first_id, uint32_t *nchunks)
+{
+	uint64_t chunks = 0, bytes = 0;
+	uint32_t nfiles = e->m.nfiles, id = atomic_load(&e->nchunks);
+	for (uint32_t f = 0; f < p->nfiles; f++) {
+		chunks += p->files[f].nchunks;
+		bytes += p->files[f].size;
+	}
+	if ((uint64_t)id + chunks > XFER_CHUNKS_MAX) {
+		/* chunk ids are 32-bit, and the scheduler's ring holds n + 1 */
+		set_error(e, "more than 2^31 chunks in one transfer: use a larger --chunk-kib");
+		return -E2BIG;
+	}
+	uint32_t *lens = malloc((chunks ? chunks : 1) * sizeof(*lens));
+	if (!lens || xfer_table_grow(&e->fil, (uint64_t)nfiles + p->nfiles) ||
+	    xfer_table_grow(&e->chk, (uint64_t)id + chunks) ||
+	    (e->files.init && xfer_sources_add(&e->files, src, p->nfiles))) {
+		free(lens);
+		set_error(e, "%s", "out of memory");
 		return -ENOMEM;
-	memcpy(e->src, src, m->nfiles * sizeof(*src));
-	for (uint32_t f = 0, id = 0; f < m->nfiles; f++) {
-		e->first[f] = id;
-		for (uint32_t k = 0; k < m->files[f].nchunks; k++)
-			e->file_of[id++] = f;
+	}
+	*first_id = id;
+	*nchunks = (uint32_t)chunks;
+	for (uint32_t f = 0; f < p->nfiles; f++) {
+		*ef(e, nfiles + f) = (struct efile){.f = p->files[f], .first = id};
+		for (uint32_t k = 0; k < p->files[f].nchunks; k++, id++) {
+			*ec(e, id) = (struct echunk){.file = nfiles + f};
+			uint32_t ff;
+			uint64_t off;
+			chunk_span(e, id, &ff, &off, &lens[id - *first_id]);
+		}
+	}
+	/* the scheduler plans the end in bytes: every chunk's length, all under one lock */
+	int rc = xfer_sched_grow(&e->sched, id, lens);
+	free(lens);
+	if (rc) {
+		set_error(e, "%s", "out of memory");
+		return rc;
+	}
+	e->m.nfiles += p->nfiles;
+	e->bytes_total += bytes;
+	atomic_store_explicit(&e->nchunks, id, memory_order_release);
+	if (p->last) {
+		p->total_files = e->m.nfiles;
+		p->total_bytes = e->bytes_total;
 	}
 	return 0;
 }
 
-/* The scheduler plans the end in bytes: every chunk's length. */
-static void engine_size_chunks(struct xfer_engine *e)
+/* What the receiver has of chunks [first, first + n) counts as skipped. */
+static void count_skipped(struct xfer_engine *e, uint32_t first, uint32_t n)
 {
-	for (uint32_t id = 0; id < e->nchunks; id++) {
-		uint32_t f, len;
-		uint64_t off;
-		chunk_span(e, id, &f, &off, &len);
-		xfer_sched_size(&e->sched, id, len);
-	}
+	for (uint32_t id = first; id < first + n; id++)
+		if (!ec(e, id)->need) {
+			uint32_t f, len;
+			uint64_t off;
+			chunk_span(e, id, &f, &off, &len);
+			e->bytes_skipped += len;
+		}
 }
 
-/* The manifest goes on the first link that answers (or the first adopted connection), on
- * stream 0, which then carries chunks on that link. 0, or -errno with the error set. */
-static int engine_first_link(struct xfer_engine *e, const struct xfer_adopt *ad)
+/* The manifest's first part goes on the first link that answers (or the first adopted
+ * connection), on stream 0, which then carries chunks on that link (once the last part is
+ * answered). 0, or -errno with the error set. */
+static int engine_first_link(struct xfer_engine *e, const struct xfer_adopt *ad,
+			     const struct xfer_manifest *p, uint32_t nchunks)
 {
 	int rc = -EHOSTUNREACH;
 	struct stream *s = &e->streams[0];
@@ -637,7 +740,7 @@ static int engine_first_link(struct xfer_engine *e, const struct xfer_adopt *ad)
 				return rc;
 			continue;
 		}
-		if ((rc = exchange_manifest(e, &s->io))) {
+		if ((rc = exchange_manifest(e, &s->io, p, 0, nchunks))) {
 			stream_close(e, &s->io);
 			if (e->error[0])
 				return rc;
@@ -660,17 +763,25 @@ static void stream_start(struct stream *s)
 
 int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *ad,
 		      const struct xfer_path *links, int nlinks, const struct xfer_manifest *m,
-		      const struct xfer_source *src, struct xfer_engine **out,
+		      const struct xfer_source *src, int more, struct xfer_engine **out,
 		      struct xfer_report *rep)
 {
 	struct xfer_engine *e = calloc(1, sizeof(*e));
+	struct xfer_manifest first = *m;
+	uint32_t id0 = 0, nchunks = 0;
 	int rc = -ENOMEM;
 	memset(rep, 0, sizeof(*rep));
 	if (!e)
 		return -ENOMEM;
 	pthread_mutex_init(&e->err_mu, NULL);
+	pthread_mutex_init(&e->parts_mu, NULL);
+	pthread_cond_init(&e->parts_cv, NULL);
 	e->cancel_fd = eventfd(0, EFD_CLOEXEC);
 	e->m = *m;
+	e->m.nfiles = 0;
+	e->m.files = NULL; /* the engine's files are in e->fil */
+	xfer_table_init(&e->fil, sizeof(struct efile));
+	xfer_table_init(&e->chk, sizeof(struct echunk));
 	e->tp_ops = ad ? &xfer_tcp_ops : xfer_transport_pick();
 	/* a relay sends from its parts (see receiver.c); the stand-in moves chunks only */
 	e->batch = m->nfwd == 0 && e->tp_ops == &xfer_tcp_ops;
@@ -680,23 +791,12 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 	e->progress_ms = o->progress_ms ? o->progress_ms : 250;
 	e->progress = o->progress;
 	e->arg = o->arg;
-	uint64_t total = 0;
-	for (uint32_t f = 0; f < m->nfiles; f++) {
-		total += m->files[f].nchunks;
-		e->bytes_total += m->files[f].size;
-	}
-	if (total >
-	    XFER_CHUNKS_MAX) { /* chunk ids are 32-bit, and the scheduler's ring holds n + 1 */
-		set_error(e, "more than 2^31 chunks in one transfer: use a larger --chunk-kib");
-		rc = -E2BIG;
+	e->listing = more;
+	first.last = !more;
+	if ((rc = xfer_sched_init(&e->sched, 0)))
 		goto fail;
-	}
-	e->nchunks = (uint32_t)total;
-	if ((rc = engine_index(e, m, src)))
-		goto fail;
-	if ((rc = xfer_sched_init(&e->sched, e->nchunks)))
-		goto fail;
-	engine_size_chunks(e);
+	if (more)
+		xfer_sched_open(&e->sched);
 	if (o->token_file) {
 		const char *why;
 		if ((rc = xfer_token_load(o->token_file, &e->token, &why))) {
@@ -731,10 +831,12 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 	e->nstreams = ad ? ad->max_streams : e->nlinks * e->per_link;
 	e->streams = calloc(e->nstreams, sizeof(*e->streams));
 	/* a file at a time per stream, and a few kept open for their next chunks */
-	if (!e->streams || xfer_sources_init(&e->files, e->src, m->nfiles, e->nstreams + 4)) {
+	if (!e->streams || xfer_sources_init(&e->files, NULL, 0, e->nstreams + 4)) {
 		rc = -ENOMEM;
 		goto fail;
 	}
+	if ((rc = engine_append(e, &first, src, &id0, &nchunks)))
+		goto fail;
 	for (unsigned i = 0; i < e->nstreams; i++) {
 		e->streams[i] = (struct stream){.e = e, .link = i % e->nlinks, .io = {.fd = -1}};
 		atomic_init(&e->streams[i].state, ST_RUNNING);
@@ -743,17 +845,15 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 	 * carries chunks as soon as they are fed (adopted connections come one by one) */
 	for (unsigned i = 1; i < e->nstreams && !ad; i++)
 		stream_start(&e->streams[i]);
-	if ((rc = engine_first_link(e, ad)))
+	if ((rc = engine_first_link(e, ad, &first, nchunks)))
 		goto fail;
-	for (uint32_t id = 0; id < e->nchunks; id++)
-		if (!e->need[id]) {
-			uint32_t f, len;
-			uint64_t off;
-			chunk_span(e, id, &f, &off, &len);
-			e->bytes_skipped += len;
-		}
-	for (unsigned i = 0; i < (ad ? e->nstreams : 1); i++)
+	count_skipped(e, 0, nchunks);
+	e->parts = 1;
+	/* while parts are still to come, stream 0's connection is the manifest's */
+	for (unsigned i = 0; i < (ad ? e->nstreams : 1) && !more; i++)
 		stream_start(&e->streams[i]);
+	if (!more)
+		e->t_listed_ns = clock_now_ns();
 	*out = e;
 	return 0;
 fail:
@@ -762,14 +862,198 @@ fail:
 	return rc;
 }
 
+/* A part answered (its NEED read into its chunks): what the receiver has counts as skipped,
+ * the rest goes to the streams. */
+static int feed_run(struct xfer_engine *e, uint32_t first, uint32_t n)
+{
+	uint8_t *have = malloc(n ? n : 1);
+	if (!have)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++)
+		have[i] = !ec(e, first + i)->need;
+	/* all at once: a stream that took the first alone would send it as a chunk, not in a
+	 * batch with the small files behind it */
+	xfer_sched_add_run(&e->sched, first, n, have);
+	free(have);
+	return 0;
+}
+
+static int part_answered(struct xfer_engine *e, const struct part_out *po)
+{
+	count_skipped(e, po->first_id, po->nchunks);
+	atomic_fetch_add(&e->parts, 1);
+	return feed_run(e, po->first_id, po->nchunks);
+}
+
+/* The NEED of part <po>, read on the manifest's connection: 0 or -errno. */
+static int part_need(struct xfer_engine *e, const struct part_out *po)
+{
+	struct xfer_manifest view = {
+	    .chunk_size = e->m.chunk_size,
+	    .nfiles = po->nfiles,
+	    .files = malloc((po->nfiles ? po->nfiles : 1) * sizeof(struct xfer_file))};
+	if (!view.files)
+		return -ENOMEM;
+	for (uint32_t f = 0; f < po->nfiles; f++)
+		view.files[f] = ef(e, po->first_file + f)->f;
+	int rc = need_recv(e, &e->streams[0].io, &view, po->first_id, po->nchunks);
+	free(view.files);
+	return rc;
+}
+
+/*
+ * The NEED reader: while the caller lists and sends the next parts, it reads the NEED of each
+ * part sent, in order, and feeds that part's chunks. A failure fails the transfer (the caller
+ * sees it at its next part or at the end).
+ */
+static void *need_main(void *arg)
+{
+	struct xfer_engine *e = arg;
+	for (;;) {
+		pthread_mutex_lock(&e->parts_mu);
+		while (!e->nout && !e->reader_stop)
+			pthread_cond_wait(&e->parts_cv, &e->parts_mu);
+		if (!e->nout) {
+			pthread_mutex_unlock(&e->parts_mu);
+			return NULL;
+		}
+		struct part_out po = e->out[0];
+		pthread_mutex_unlock(&e->parts_mu);
+		int rc = part_need(e, &po);
+		if (!rc)
+			rc = part_answered(e, &po);
+		if (rc) {
+			if (!e->error[0])
+				set_error(e, "lost the connection carrying the manifest: %s",
+					  strerror(-rc));
+			xfer_sched_abort(&e->sched, rc);
+		}
+		pthread_mutex_lock(&e->parts_mu);
+		memmove(e->out, e->out + 1, (e->nout - 1) * sizeof(e->out[0]));
+		e->nout--;
+		e->reader_failed |= rc != 0;
+		pthread_cond_broadcast(&e->parts_cv);
+		pthread_mutex_unlock(&e->parts_mu);
+		if (rc)
+			return NULL;
+	}
+}
+
+/* Stop the NEED reader once every part sent is answered (or it failed). */
+static void reader_join(struct xfer_engine *e)
+{
+	if (!e->reader_started)
+		return;
+	pthread_mutex_lock(&e->parts_mu);
+	e->reader_stop = 1;
+	pthread_cond_broadcast(&e->parts_cv);
+	pthread_mutex_unlock(&e->parts_mu);
+	pthread_join(e->reader, NULL);
+	e->reader_started = 0;
+}
+
+/*
+ * Send part <p> (appended already as <po>) and leave its NEED to the reader, once fewer than
+ * XFER_PARTS_AHEAD parts wait for theirs. Over TLS (one connection object may not be read and
+ * written by two threads at once), the NEED is read here, before the next part is listed.
+ */
+static int part_send(struct xfer_engine *e, const struct xfer_manifest *p,
+		     const struct part_out *po)
+{
+	struct net_conn *io = &e->streams[0].io;
+	int rc;
+	if (io->ssl) {
+		if (!(rc = exchange_manifest(e, io, p, po->first_id, po->nchunks)))
+			rc = part_answered(e, po);
+		return rc;
+	}
+	if (!e->reader_started) {
+		if (pthread_create(&e->reader, NULL, need_main, e))
+			return -EAGAIN;
+		e->reader_started = 1;
+	}
+	pthread_mutex_lock(&e->parts_mu);
+	while (e->nout == XFER_PARTS_AHEAD && !e->reader_failed)
+		pthread_cond_wait(&e->parts_cv, &e->parts_mu);
+	rc = e->reader_failed ? -EIO : 0;
+	pthread_mutex_unlock(&e->parts_mu);
+	if (rc || (rc = manifest_send(e, io, p)))
+		return rc;
+	pthread_mutex_lock(&e->parts_mu);
+	e->out[e->nout++] = *po;
+	pthread_cond_broadcast(&e->parts_cv);
+	pthread_mutex_unlock(&e->parts_mu);
+	return 0;
+}
+
+int xfer_engine_list(struct xfer_engine *e, struct xfer_manifest *p, const struct xfer_source *src,
+		     struct xfer_report *rep)
+{
+	struct part_out po = {.first_file = e->m.nfiles, .nfiles = p->nfiles};
+	int rc = -EINVAL;
+	p->chunk_size = e->m.chunk_size;
+	p->nfwd = 0; /* the hops are in the first part */
+	pthread_mutex_lock(&e->sched.mu);
+	int failed = e->sched.error;
+	pthread_mutex_unlock(&e->sched.mu);
+	if (failed) {
+		rc = failed;
+		set_error(e, "%s", strerror(-failed));
+	} else if (!e->listing) {
+		set_error(e, "%s", "the manifest was complete already");
+	} else if (!(rc = engine_append(e, p, src, &po.first_id, &po.nchunks)) &&
+		   (rc = part_send(e, p, &po)) && !e->error[0]) {
+		set_error(e, "lost the connection carrying the manifest: %s", strerror(-rc));
+	}
+	if (!rc && p->last) {
+		/* every part answered before stream 0 reads its connection for acknowledgements */
+		reader_join(e);
+		pthread_mutex_lock(&e->sched.mu);
+		rc = e->sched.error;
+		pthread_mutex_unlock(&e->sched.mu);
+		if (rc && !e->error[0])
+			set_error(e, "%s", strerror(-rc));
+	}
+	if (rc) {
+		xfer_sched_abort(&e->sched, rc);
+		snprintf(rep->error, sizeof(rep->error), "%s", e->error);
+		return rc;
+	}
+	if (p->last) {
+		e->listing = 0;
+		e->t_listed_ns = clock_now_ns();
+		xfer_sched_close(&e->sched);
+		stream_start(&e->streams[0]);
+	}
+	return 0;
+}
+
 void xfer_engine_feed(struct xfer_engine *e, uint32_t f, uint32_t k, uint64_t hash, int known)
 {
-	uint32_t id = e->first[f] + k;
+	uint32_t id = ef(e, f)->first + k;
+	struct echunk *c = ec(e, id);
 	if (known) {
-		e->hash[id] = hash;
-		atomic_store_explicit(&e->known[id], 1, memory_order_release);
+		c->hash = hash;
+		atomic_store_explicit(&c->known, 1, memory_order_release);
 	}
-	xfer_sched_add(&e->sched, id, !e->need[id]);
+	xfer_sched_add(&e->sched, id, !c->need);
+}
+
+static void fill_report(struct xfer_engine *e, struct xfer_report *r, int final);
+
+void xfer_engine_tick(struct xfer_engine *e, struct xfer_report *rep)
+{
+	uint64_t now = clock_now_ns();
+	if (!e->progress || now < e->next_progress_ns)
+		return;
+	e->next_progress_ns = now + (uint64_t)e->progress_ms * 1000000;
+	fill_report(e, rep, 0);
+	e->progress(rep, e->arg);
+}
+
+int xfer_engine_feed_files(struct xfer_engine *e, uint32_t nfiles)
+{
+	return feed_run(e, 0, nfiles ? ef(e, nfiles - 1)->first + ef(e, nfiles - 1)->f.nchunks : 0);
 }
 
 void xfer_engine_abort(struct xfer_engine *e, int err, const char *why)
@@ -788,7 +1072,10 @@ static void fill_report(struct xfer_engine *e, struct xfer_report *r, int final)
 	r->bytes_acked = atomic_load(&e->bytes_acked);
 	r->bytes_dup = r->bytes_sent > r->bytes_acked ? r->bytes_sent - r->bytes_acked : 0;
 	r->files = e->m.nfiles;
-	r->chunks = e->nchunks;
+	r->chunks = atomic_load(&e->nchunks);
+	r->listing = e->listing;
+	r->parts = e->parts;
+	r->listing_seconds = (double)((e->t_listed_ns ? e->t_listed_ns : now) - e->t0_ns) / 1e9;
 	pthread_mutex_lock(&e->sched.mu);
 	r->chunks_resent = e->sched.resends;
 	r->chunks_dup = e->sched.dups;
@@ -855,23 +1142,39 @@ static int whole_hashes(struct xfer_engine *e, uint8_t **meta)
 	uint8_t *out = malloc(len ? len : 1);
 	if (!out)
 		return -ENOMEM;
+	uint64_t *hashes = NULL;
+	size_t cap = 0;
 	for (uint32_t f = 0; f < e->m.nfiles; f++) {
-		uint32_t k = 0, n = e->m.files[f].nchunks;
-		while (k < n && atomic_load(&e->known[e->first[f] + k]))
+		uint32_t k = 0, n = ef(e, f)->f.nchunks, first = ef(e, f)->first;
+		while (k < n && atomic_load(&ec(e, first + k)->known))
 			k++;
 		if (k < n) {
 			struct xfer_open o;
 			int rc = source_get(e, f, &o);
 			if (rc) {
 				free(out);
+				free(hashes);
 				return rc;
 			}
 			for (; k < n; k++)
-				chunk_hash(e, e->first[f] + k, o.buf);
+				chunk_hash(e, first + k, o.buf);
 			xfer_sources_put(&e->files, f);
 		}
-		xfer_whole_hash(e->hash + e->first[f], n, out + XFER_WHOLE_HASH_LEN * (size_t)f);
+		if (n > cap) {
+			uint64_t *h = realloc(hashes, n * sizeof(*h));
+			if (!h) {
+				free(out);
+				free(hashes);
+				return -ENOMEM;
+			}
+			hashes = h;
+			cap = n;
+		}
+		for (k = 0; k < n; k++) /* the table's entries need not be consecutive */
+			hashes[k] = ec(e, first + k)->hash;
+		xfer_whole_hash(hashes, n, out + XFER_WHOLE_HASH_LEN * (size_t)f);
 	}
+	free(hashes);
 	*meta = out;
 	return 0;
 }
@@ -907,7 +1210,7 @@ int xfer_engine_finish(struct xfer_engine *e, struct xfer_report *rep)
 	int rc = 0;
 	for (;;) {
 		pthread_mutex_lock(&e->sched.mu);
-		int done = e->sched.done == e->sched.n, err = e->sched.error;
+		int done = e->sched.done == e->sched.n && !e->sched.open, err = e->sched.error;
 		pthread_mutex_unlock(&e->sched.mu);
 		if (done)
 			break;
@@ -982,6 +1285,11 @@ void xfer_engine_free(struct xfer_engine *e)
 {
 	if (!e)
 		return;
+	if (e->reader_started) { /* a transfer given up while listing: its reader reads no more */
+		if (e->streams[0].io.fd >= 0)
+			sock_abort(e->streams[0].io.fd);
+		reader_join(e);
+	}
 	if (e->streams) {
 		xfer_sched_abort(&e->sched, -ECANCELED);
 		stop_dialing(e);
@@ -1000,17 +1308,15 @@ void xfer_engine_free(struct xfer_engine *e)
 		xfer_sched_destroy(&e->sched);
 	free(e->streams);
 	xfer_sources_free(&e->files);
-	free(e->src);
-	free(e->first);
-	free(e->file_of);
-	free(e->hash);
-	free((void *)e->known);
-	free(e->need);
+	xfer_table_free(&e->fil);
+	xfer_table_free(&e->chk);
 	OPENSSL_cleanse(&e->token, sizeof(e->token));
 	if (e->tls)
 		net_tls_ctx_free(e->tls);
 	if (e->cancel_fd >= 0)
 		close(e->cancel_fd);
 	pthread_mutex_destroy(&e->err_mu);
+	pthread_mutex_destroy(&e->parts_mu);
+	pthread_cond_destroy(&e->parts_cv);
 	free(e);
 }

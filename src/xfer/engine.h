@@ -37,9 +37,12 @@ struct xfer_adopt {
 };
 
 /*
- * Connect to the first live link (or adopt the first connection, with <ad>), send <m> (which the
- * engine keeps; the caller must not free it before xfer_engine_free), read NEED, and start the
- * streams. <src> has one entry per file (copied). <links> (<nlinks> of them), when not NULL, are
+ * Connect to the first live link (or adopt the first connection, with <ad>), send <m> (its files
+ * are copied, their paths borrowed until xfer_engine_free), read NEED, and start the streams.
+ * With <more>, <m> is the first part of a streamed manifest: the next ones follow through
+ * xfer_engine_list on the same connection (stream 0's, which carries chunks once the last part
+ * is answered; the other streams carry the chunks fed meanwhile). <src> has one entry per
+ * file (copied). <links> (<nlinks> of them), when not NULL, are
  * o->remote already parsed and resolved: the engine dials those very addresses (a bcast relay
  * checked them against
  * --relay-to; resolving the names again could give others). 0, or -errno with rep->error set.
@@ -47,11 +50,26 @@ struct xfer_adopt {
 struct xfer_path;
 int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *ad,
 		      const struct xfer_path *links, int nlinks, const struct xfer_manifest *m,
-		      const struct xfer_source *src, struct xfer_engine **out,
+		      const struct xfer_source *src, int more, struct xfer_engine **out,
 		      struct xfer_report *rep);
+/*
+ * The next part <p> of a streamed manifest (p->last: the last one; the engine sets its totals),
+ * its files numbered after those listed before, with <src> (one entry per file, copied; paths
+ * borrowed): sent; a thread of the engine reads its NEED and feeds its chunks meanwhile (up to
+ * XFER_PARTS_AHEAD parts wait for theirs; over TLS, each is read before this returns). The
+ * last part returns once every part is answered. 0, or -errno with rep->error set (the
+ * transfer has failed: finish or free the engine).
+ */
+int xfer_engine_list(struct xfer_engine *e, struct xfer_manifest *p, const struct xfer_source *src,
+		     struct xfer_report *rep);
 /* Chunk <k> of file <f> is ready to send; <hash> is its XXH3-64 when <known>, else computed
  * from the source's memory when sent. */
 void xfer_engine_feed(struct xfer_engine *e, uint32_t f, uint32_t k, uint64_t hash, int known);
+/* While listing: call the progress callback (o->progress) if it is due. */
+void xfer_engine_tick(struct xfer_engine *e, struct xfer_report *rep);
+/* Every chunk of files [0, nfiles) is ready to send (hashes computed when sent), fed at once:
+ * 0 or -ENOMEM. */
+int xfer_engine_feed_files(struct xfer_engine *e, uint32_t nfiles);
 /* Give up (a relay whose upstream went away): streams stop. */
 void xfer_engine_abort(struct xfer_engine *e, int err, const char *why);
 /* Wait for every chunk, then FINISH and DONE. 0, or -errno with rep->error set. The report is

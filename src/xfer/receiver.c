@@ -4,15 +4,22 @@
  *
  * MANIFEST opens or joins the transfer named by the HELLO's session id (a struct
  * rx_transfer, shared by all the connections of one transfer, across links, and alive as
- * long as one of them holds it): the manifest is refused before anything is created when it
- * has too many files, a name twice, a bcast hop outside --relay-to (its names resolved once:
- * the addresses checked are the ones dialed), more bytes than the free space less what live
- * transfers reserved, or, pulling, a name the client did not ask for; otherwise the files
- * are looked at, space is reserved and NEED answered. CHUNK is read into its part, hashed
- * as it arrives, written with pwrite, and acknowledged. BATCH (small files whole, checked
- * against the manifest before its data is read) puts each file in place at once, without a
- * part or state (store.h, xfer_store_put_whole), and is acknowledged once. FINISH completes
- * every file (a tree's files shared among a few threads), syncs the file system once when
+ * long as one of them holds it). The manifest comes in parts, on the connection that sent
+ * the first (the sender lists a tree as it sends it); each part is refused before anything is
+ * created for it when the files so far would be too many, a name comes twice (in it, or in an
+ * earlier part: a set of the names, bounded as the files are), a bcast hop lies outside
+ * --relay-to (its names resolved once: the addresses checked are the ones dialed; a bcast
+ * manifest comes in one part), its files need more bytes than the free space less what live
+ * transfers reserved, or, pulling, it names what the client did not ask for; a part after
+ * the last, a chunk size that differs from the first part's, and a last part whose totals
+ * are not what the parts added up to are refused too. Otherwise its files are looked at,
+ * space is reserved, they become visible to CHUNK and BATCH, and the part's NEED is answered.
+ * The files live in a table that grows part by part without moving (table.h), since other
+ * connections write chunks of the files listed before. FINISH waits for the last part. CHUNK is
+ * read into its part, hashed as it arrives, written with pwrite, and acknowledged. BATCH (small
+ * files whole, checked against the manifest before its data is read) puts each file in place at
+ * once, without a part or state (store.h, xfer_store_put_whole), and is acknowledged once. FINISH
+ * completes every file (a tree's files shared among a few threads), syncs the file system once when
  * batched files were renamed unsynced, and answers DONE. What survives
  * a transfer is on disk (see store.h).
  *
@@ -41,6 +48,7 @@
 #include "xfer/engine.h"
 #include "xfer/server.h"
 #include "xfer/store.h"
+#include "xfer/table.h"
 #include "xfer/transport.h"
 
 #include <errno.h>
@@ -71,17 +79,33 @@ struct writer {
 	uint32_t file, chunk;
 };
 
+/* One file of a transfer: as its manifest says, and as the store keeps it. */
+struct rx_file {
+	struct xfer_file mf; /* its path owned here */
+	struct xfer_store_file sf;
+};
+
 struct rx_transfer {
 	struct list_node node;	  /* on srv->transfers */
 	struct list_head writers; /* struct writer, under mu */
 	uint8_t id[XFER_SESSION_LEN];
 	unsigned refs;
 	pthread_mutex_t mu;
-	pthread_cond_t cv; /* under mu: a chunk's writer finished */
-	uint64_t reserved; /* bytes of free space counted as this transfer's (under srv->mu) */
-	struct xfer_manifest m;
-	struct xfer_store_file *files;
-	uint32_t nopen;
+	pthread_cond_t cv;	/* under mu: a chunk's writer finished */
+	uint64_t reserved;	/* bytes of free space counted as this transfer's (under srv->mu) */
+	struct xfer_manifest m; /* chunk size and hops; nfiles: files listed (under mu); no files */
+	struct xfer_table files; /* struct rx_file: grows part by part (table.h) */
+	_Atomic uint32_t listed; /* files a CHUNK or BATCH may name (released once opened) */
+	uint32_t nalloc;	 /* entries whose path the table owns (freed with it) */
+	uint32_t nopen;		 /* entries the store opened (closed with it) */
+	uint64_t listed_bytes;	 /* the files' sizes, for the last part's totals */
+	uint32_t *names;	 /* open addressing: file + 1 per slot, 0 empty: no name twice */
+	uint32_t names_cap;	 /* a power of two, above twice the files listed */
+	struct xfer_server_conn *lister; /* the connection the manifest's parts come on */
+	int complete;			 /* the last part was taken: FINISH may come */
+	unsigned no_parts;		 /* XFER_STORE_NO_PARTS when its first part came */
+	char dir[XFER_PATH_MAX + 1];	 /* the last directory looked at, */
+	unsigned not_there;		 /* and XFER_STORE_NOT_THERE when it was missing */
 	uint32_t held; /* files acquired for their chunks (under mu): at most about RX_HELD_MAX */
 	struct xfer_engine *relay;
 	struct xfer_manifest relay_m;
@@ -90,6 +114,16 @@ struct rx_transfer {
 	int finished;
 	_Atomic uint32_t batched; /* files put in place from batches (synced before DONE) */
 };
+
+static struct rx_file *rx_entry(const struct rx_transfer *rx, uint32_t i)
+{
+	return xfer_table_at(&rx->files, i);
+}
+
+static struct xfer_store_file *rx_file(const struct rx_transfer *rx, uint32_t i)
+{
+	return &rx_entry(rx, i)->sf;
+}
 
 /*
  * Every address of a bcast hop ("HOST:PORT[,...]") inside --relay-to: the number of addresses,
@@ -135,13 +169,17 @@ static void transfer_free(struct xfer_server *s, struct rx_transfer *rx, int ref
 	}
 	for (uint32_t i = 0; i < rx->nopen; i++) {
 		if (refused)
-			xfer_store_discard(s->dirfd, &rx->files[i]);
-		xfer_store_close(&rx->files[i]);
+			xfer_store_discard(s->dirfd, rx_file(rx, i));
+		xfer_store_close(rx_file(rx, i));
 	}
 	pthread_mutex_lock(&s->mu);
 	unreserve_locked(s, rx, rx->reserved);
 	pthread_mutex_unlock(&s->mu);
-	free(rx->files);
+	for (uint32_t i = 0; i < rx->nalloc; i++)
+		free(rx_entry(rx, i)->mf.path);
+	xfer_table_free(&rx->files);
+	free(rx->names);
+	free(rx->relay_m.files);
 	xfer_manifest_free(&rx->m);
 	pthread_cond_destroy(&rx->cv);
 	pthread_mutex_destroy(&rx->mu);
@@ -159,84 +197,134 @@ void xfer_receiver_put(struct xfer_server *s, struct rx_transfer *rx)
 		transfer_free(s, rx, 0);
 }
 
-static int path_cmp(const void *a, const void *b)
+/*
+ * Note file <f>'s name, refusing one the transfer listed already, in this part or an earlier
+ * one: an open-addressing set of file indices, grown to stay under half full (it holds at most
+ * --max-files names). 0, -EEXIST, or -ENOMEM.
+ */
+static int name_note(struct rx_transfer *rx, uint32_t f)
 {
-	return strcmp(*(char *const *)a, *(char *const *)b);
+	const char *path = rx_entry(rx, f)->mf.path;
+	if ((uint64_t)(f + 1) * 2 > rx->names_cap) {
+		uint32_t cap = rx->names_cap ? rx->names_cap * 2 : 1024;
+		uint32_t *v = calloc(cap, sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		for (uint32_t i = 0; i < rx->names_cap; i++) {
+			if (!rx->names[i])
+				continue;
+			const char *p = rx_entry(rx, rx->names[i] - 1)->mf.path;
+			uint32_t h = (uint32_t)XXH3_64bits(p, strlen(p)) & (cap - 1);
+			while (v[h])
+				h = (h + 1) & (cap - 1);
+			v[h] = rx->names[i];
+		}
+		free(rx->names);
+		rx->names = v;
+		rx->names_cap = cap;
+	}
+	uint32_t h = (uint32_t)XXH3_64bits(path, strlen(path)) & (rx->names_cap - 1);
+	for (; rx->names[h]; h = (h + 1) & (rx->names_cap - 1))
+		if (!strcmp(rx_entry(rx, rx->names[h] - 1)->mf.path, path))
+			return -EEXIST;
+	rx->names[h] = f + 1;
+	return 0;
 }
 
 /*
- * What a manifest may ask before anything is looked at (at most max_files files is checked
- * by the decoder, as soon as it reads the count): no name twice, bcast hops only inside --relay-to,
- * and for `get` only names that were asked for. 0, or -errno with the reason in <err>.
+ * Take the files of part <p> into the transfer's table (the paths move there; p->files is
+ * freed) and check what a part may ask before anything is looked at (at most max_files files in
+ * all is checked by the decoder, as soon as it reads the count): no name twice, in this part or
+ * an earlier one; for `get` only names that were asked for; and in the last part, totals that
+ * are what the parts added up to. The files are [rx->m.nfiles, rx->m.nfiles + p->nfiles). 0, or
+ * -errno with the reason in <err>.
  */
-static int manifest_admit(const struct xfer_server *s, struct rx_transfer *rx, char *err,
-			  size_t errlen)
+static int part_admit(const struct xfer_server *s, struct rx_transfer *rx, struct xfer_manifest *p,
+		      char *err, size_t errlen)
 {
-	const struct xfer_manifest *m = &rx->m;
-	if (m->nfwd && (rx->nhop = relay_allowed(s, m->fwd[0], rx->hop, err, errlen)) < 0)
-		return rx->nhop;
-	for (uint32_t i = 0; s->puller && i < m->nfiles; i++)
-		if (!xfer_name_asked(m->files[i].path, s->asked, s->nasked)) {
+	uint32_t from = rx->m.nfiles, n = p->nfiles;
+	if (xfer_table_grow(&rx->files, (uint64_t)from + n)) {
+		snprintf(err, errlen, "out of memory");
+		xfer_manifest_free(p);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		rx_entry(rx, from + i)->mf = p->files[i];
+		p->files[i].path = NULL;
+	}
+	rx->nalloc = from + n;
+	uint8_t last = p->last;
+	uint32_t total_files = p->total_files;
+	uint64_t total_bytes = p->total_bytes, bytes = rx->listed_bytes;
+	xfer_manifest_free(p);
+	for (uint32_t i = from; i < from + n; i++) {
+		const struct xfer_file *f = &rx_entry(rx, i)->mf;
+		if (s->puller && !xfer_name_asked(f->path, s->asked, s->nasked)) {
 			snprintf(err, errlen,
-				 "the server offered '%.200s', which was not asked for",
-				 m->files[i].path);
+				 "the server offered '%.200s', which was not asked for", f->path);
 			return -EPERM;
 		}
-	char **sorted = malloc((m->nfiles ? m->nfiles : 1) * sizeof(char *));
-	if (!sorted) {
-		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
-	for (uint32_t i = 0; i < m->nfiles; i++)
-		sorted[i] = m->files[i].path;
-	qsort(sorted, m->nfiles, sizeof(char *), path_cmp);
-	int rc = 0;
-	for (uint32_t i = 1; i < m->nfiles && !rc; i++)
-		if (!strcmp(sorted[i], sorted[i - 1])) {
-			snprintf(err, errlen, "'%.200s' appears twice in the manifest", sorted[i]);
-			rc = -EINVAL;
+		int rc = name_note(rx, i);
+		if (rc) {
+			snprintf(err, errlen,
+				 rc == -EEXIST ? "'%.200s' appears twice in the manifest"
+					       : "out of memory",
+				 f->path);
+			return rc == -EEXIST ? -EINVAL : rc;
 		}
-	free(sorted);
-	return rc;
+		bytes = f->size > UINT64_MAX - bytes ? UINT64_MAX : bytes + f->size;
+	}
+	if (last && (total_files != from + n || total_bytes != bytes)) {
+		snprintf(err, errlen,
+			 "bad manifest: its last part says %u files and %llu bytes in all, its "
+			 "parts listed %u files and %llu bytes",
+			 total_files, (unsigned long long)total_bytes, from + n,
+			 (unsigned long long)bytes);
+		return -EINVAL;
+	}
+	rx->listed_bytes = bytes;
+	return 0;
 }
 
-/* Look at every file of the manifest (creating nothing). */
-static int transfer_open(struct xfer_server *s, struct rx_transfer *rx, char *err, size_t errlen)
+/* Look at files [from, to) of the transfer (creating nothing). */
+static int part_open(struct xfer_server *s, struct rx_transfer *rx, uint32_t from, uint32_t to,
+		     char *err, size_t errlen)
 {
 	const char *why = NULL;
-	rx->files = calloc(rx->m.nfiles ? rx->m.nfiles : 1, sizeof(*rx->files));
-	if (!rx->files) {
-		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
 	/* what is missing already, looked at once, not once a file: the directory of partial
-	 * files (nothing to resume), and the last directory found missing (nothing in place) */
+	 * files (nothing to resume), and the last directory found missing (nothing in place). Both
+	 * as they were when the transfer's first part (or the directory's first file) came: the
+	 * transfer's own batches create them meanwhile, and a part or file another transfer puts
+	 * there later is met as it would be after a whole manifest (store.h: the writer's lock) */
 	struct stat st;
-	unsigned skip =
-	    fstatat(s->dirfd, XFER_STORE_DIR, &st, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT
-		? XFER_STORE_NO_PARTS
-		: 0;
-	char dir[XFER_PATH_MAX + 1] = "";
-	unsigned not_there = 0; /* for the files of <dir> */
-	for (uint32_t i = 0; i < rx->m.nfiles; i++, rx->nopen++) {
-		const char *path = rx->m.files[i].path, *slash = strrchr(path, '/');
+	if (from == 0)
+		rx->no_parts = fstatat(s->dirfd, XFER_STORE_DIR, &st, AT_SYMLINK_NOFOLLOW) < 0 &&
+				       errno == ENOENT
+				   ? XFER_STORE_NO_PARTS
+				   : 0;
+	unsigned skip = rx->no_parts;
+	char *dir = rx->dir;
+	for (uint32_t i = from; i < to; i++, rx->nopen++) {
+		struct xfer_file *mf = &rx_entry(rx, i)->mf;
+		const char *path = mf->path, *slash = strrchr(path, '/');
 		size_t len = slash ? (size_t)(slash - path) : 0;
-		if (!len || len >= sizeof(dir)) {
+		if (!len || len >= sizeof(rx->dir)) {
 			dir[0] = 0;
-			not_there = 0;
+			rx->not_there = 0;
 		} else if (strlen(dir) != len || memcmp(dir, path, len)) {
 			memcpy(dir, path, len);
 			dir[len] = 0;
-			not_there =
+			rx->not_there =
 			    fstatat(s->dirfd, dir, &st, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT
 				? XFER_STORE_NOT_THERE
 				: 0;
 		}
+		struct xfer_manifest one = {
+		    .chunk_size = rx->m.chunk_size, .nfiles = 1, .files = mf};
 		int rc =
-		    xfer_store_open(s->dirfd, &rx->m, i, skip | not_there, &rx->files[i], &why);
+		    xfer_store_open(s->dirfd, &one, 0, skip | rx->not_there, rx_file(rx, i), &why);
 		if (rc) {
-			snprintf(err, errlen, "'%s': %s: %s", rx->m.files[i].path, why,
-				 strerror(-rc));
+			snprintf(err, errlen, "'%s': %s: %s", path, why, strerror(-rc));
 			return rc;
 		}
 	}
@@ -244,16 +332,18 @@ static int transfer_open(struct xfer_server *s, struct rx_transfer *rx, char *er
 }
 
 /*
- * Count the space the transfer's parts still need as reserved, if it fits in the free space
- * less what other live transfers reserved (an account, not an allocation: fallocate would
- * zero every page on tmpfs). 0, or -ENOSPC with the figures in <err>.
+ * Count the space files [from, to) still need as reserved, if it fits in the free space less
+ * what live transfers reserved (this one's earlier parts included: an account, not an
+ * allocation: fallocate would zero every page on tmpfs). 0, or -ENOSPC with the figures in
+ * <err>.
  */
-static int transfer_reserve(struct xfer_server *s, struct rx_transfer *rx, char *err, size_t errlen)
+static int part_reserve(struct xfer_server *s, struct rx_transfer *rx, uint32_t from, uint32_t to,
+			char *err, size_t errlen)
 {
 	uint64_t need = 0;
-	for (uint32_t i = 0; i < rx->m.nfiles; i++) /* saturating: a peer picks the sizes */
-		need = rx->files[i].reserve > UINT64_MAX - need ? UINT64_MAX
-								: need + rx->files[i].reserve;
+	for (uint32_t i = from; i < to; i++) /* saturating: a peer picks the sizes */
+		need = rx_file(rx, i)->reserve > UINT64_MAX - need ? UINT64_MAX
+								   : need + rx_file(rx, i)->reserve;
 	struct statvfs v;
 	if (fstatvfs(s->dirfd, &v) < 0)
 		return 0; /* no figures: the writes will tell */
@@ -270,37 +360,45 @@ static int transfer_reserve(struct xfer_server *s, struct rx_transfer *rx, char 
 		rc = -ENOSPC;
 	} else {
 		s->reserved += need;
-		rx->reserved = need;
+		rx->reserved += need;
 	}
 	pthread_mutex_unlock(&s->mu);
 	return rc;
 }
 
-/* bcast: start the engine to the next hop, sending from this receiver's parts. */
+/* bcast (a manifest of one part): start the engine to the next hop, sending from this
+ * receiver's parts. */
 static int transfer_relay(struct xfer_server *s, struct rx_transfer *rx, int tls, char *err,
 			  size_t errlen)
 {
 	const char *why = NULL;
-	for (uint32_t i = 0; i < rx->m.nfiles; i++) {
-		int rc = xfer_store_acquire(s->dirfd, &rx->files[i], &why);
-		if (!rc && (rc = xfer_store_map(&rx->files[i])))
+	uint32_t n = rx->m.nfiles;
+	for (uint32_t i = 0; i < n; i++) {
+		int rc = xfer_store_acquire(s->dirfd, rx_file(rx, i), &why);
+		if (!rc && (rc = xfer_store_map(rx_file(rx, i))))
 			why = "cannot map a partial file";
 		if (rc) {
-			snprintf(err, errlen, "'%s': %s: %s", rx->m.files[i].path, why,
+			snprintf(err, errlen, "'%s': %s: %s", rx_file(rx, i)->path, why,
 				 strerror(-rc));
 			return rc;
 		}
-		rx->files[i].pinned = 1; /* the relay reads the map until the transfer ends */
+		rx_file(rx, i)->pinned = 1; /* the relay reads the map until the transfer ends */
 	}
 	rx->relay_m = rx->m;
 	rx->relay_m.nfwd = rx->m.nfwd - 1;
+	rx->relay_m.last = 1;
 	memmove(rx->relay_m.fwd, rx->m.fwd + 1, rx->relay_m.nfwd * sizeof(char *));
-	struct xfer_source *src = calloc(rx->m.nfiles ? rx->m.nfiles : 1, sizeof(*src));
-	if (!src)
+	rx->relay_m.files = calloc(n ? n : 1, sizeof(struct xfer_file));
+	struct xfer_source *src = calloc(n ? n : 1, sizeof(*src));
+	if (!src || !rx->relay_m.files) {
+		free(src);
 		return -ENOMEM;
-	for (uint32_t i = 0; i < rx->m.nfiles; i++)
-		src[i] = (struct xfer_source){
-		    .fd = rx->files[i].part_fd, .buf = rx->files[i].map, .size = rx->files[i].size};
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		struct xfer_store_file *f = rx_file(rx, i);
+		rx->relay_m.files[i] = rx_entry(rx, i)->mf;
+		src[i] = (struct xfer_source){.fd = f->part_fd, .buf = f->map, .size = f->size};
+	}
 	struct xfer_send_opts o = {
 	    .remote = rx->m.fwd[0],
 	    .bcast = (const char *const *)rx->relay_m.fwd,
@@ -314,37 +412,47 @@ static int transfer_relay(struct xfer_server *s, struct rx_transfer *rx, int tls
 	};
 	struct xfer_report rep;
 	int rc =
-	    xfer_engine_start(&o, NULL, rx->hop, rx->nhop, &rx->relay_m, src, &rx->relay, &rep);
+	    xfer_engine_start(&o, NULL, rx->hop, rx->nhop, &rx->relay_m, src, 0, &rx->relay, &rep);
 	free(src);
 	if (rc) {
 		snprintf(err, errlen, "next bcast hop %s: %s", rx->m.fwd[0], rep.error);
 		return rc;
 	}
-	for (uint32_t f = 0; f < rx->m.nfiles; f++)
-		for (uint32_t k = 0; k < rx->files[f].nchunks; k++)
-			if (rx->files[f].done[k])
-				xfer_engine_feed(rx->relay, f, k, rx->files[f].hashes[k], 1);
+	for (uint32_t f = 0; f < n; f++)
+		for (uint32_t k = 0; k < rx_file(rx, f)->nchunks; k++)
+			if (rx_file(rx, f)->done[k])
+				xfer_engine_feed(rx->relay, f, k, rx_file(rx, f)->hashes[k], 1);
 	return 0;
 }
 
-static int reply_need(struct xfer_server_conn *c)
+/* NEED for files [from, to): the chunks of each that the receiver still lacks. */
+static int reply_need(struct xfer_server_conn *c, uint32_t from, uint32_t to)
 {
 	struct rx_transfer *rx = c->rx;
 	uint64_t total = 0;
-	for (uint32_t f = 0; f < rx->m.nfiles; f++)
-		total += rx->m.files[f].nchunks;
+	for (uint32_t f = from; f < to; f++)
+		total += rx_file(rx, f)->nchunks;
+	struct xfer_manifest view = {
+	    .chunk_size = rx->m.chunk_size,
+	    .nfiles = to - from,
+	    .files = malloc((to - from ? to - from : 1) * sizeof(struct xfer_file))};
 	uint8_t *needed = malloc(total ? total : 1), *need = NULL, *p = needed;
 	size_t len;
-	if (!needed)
-		return -ENOMEM;
+	int rc = -ENOMEM;
+	if (!needed || !view.files)
+		goto out;
 	pthread_mutex_lock(&rx->mu);
-	for (uint32_t f = 0; f < rx->m.nfiles; f++)
-		for (uint32_t k = 0; k < rx->m.files[f].nchunks; k++)
-			*p++ = !rx->files[f].done[k];
+	for (uint32_t f = from; f < to; f++) {
+		view.files[f - from] = rx_entry(rx, f)->mf;
+		for (uint32_t k = 0; k < rx_file(rx, f)->nchunks; k++)
+			*p++ = !rx_file(rx, f)->done[k];
+	}
 	pthread_mutex_unlock(&rx->mu);
-	int rc = xfer_need_encode(&rx->m, needed, &need, &len);
+	rc = xfer_need_encode(&view, needed, &need, &len);
 	if (!rc)
 		rc = xfer_frame_send(&c->io, XFER_NEED, need, (uint32_t)len);
+out:
+	free(view.files);
 	free(needed);
 	free(need);
 	return rc;
@@ -367,30 +475,82 @@ static struct rx_transfer *transfer_get(struct xfer_server *s, const uint8_t id[
 	return found;
 }
 
+/*
+ * A part of the manifest, decoded into <p>, for the transfer <rx>: admitted (part_admit), its
+ * files looked at and their space reserved, then published to CHUNK and BATCH (rx->listed) and
+ * answered with their NEED. The first part starts a bcast relay (a bcast manifest is one part).
+ * 0, or -errno with the reason in <err> (the files it took stay in the table, unpublished, until
+ * the transfer is freed).
+ */
+static int part_take(struct xfer_server_conn *c, struct rx_transfer *rx, struct xfer_manifest *p,
+		     char *err, size_t errlen)
+{
+	struct xfer_server *s = c->srv;
+	uint32_t from = rx->m.nfiles, to = from + p->nfiles;
+	uint64_t bytes = rx->listed_bytes;
+	int last = p->last, rc;
+	if ((rc = part_admit(s, rx, p, err, errlen)) ||
+	    (rc = part_open(s, rx, from, to, err, errlen)) ||
+	    (rc = part_reserve(s, rx, from, to, err, errlen)))
+		return rc;
+	pthread_mutex_lock(&rx->mu);
+	rx->m.nfiles = to;
+	rx->complete = last;
+	pthread_mutex_unlock(&rx->mu);
+	if (rx->m.nfwd && (rc = transfer_relay(s, rx, c->io.ssl != NULL, err, errlen)))
+		return rc;
+	atomic_store_explicit(&rx->listed, to, memory_order_release);
+	s->total_bytes += rx->listed_bytes - bytes;
+	return 0;
+}
+
+/*
+ * MANIFEST: the first part opens the transfer named by the HELLO's session id, and this
+ * connection carries the next parts; another connection naming a transfer whose manifest is
+ * complete gets the NEED of all its files (a sender trying its next link).
+ */
 static int on_manifest(struct xfer_server_conn *c, const struct xfer_hello *hello, uint8_t *meta,
 		       uint32_t len)
 {
 	struct xfer_server *s = c->srv;
-	if (c->rx) {
-		xfer_server_refuse(s, &c->io, "a connection sends one manifest");
-		return -EPROTO;
-	}
-	struct rx_transfer *rx = transfer_get(s, hello->session);
-	if (rx) {
-		c->rx = rx;
-		return reply_need(c);
-	}
-	rx = calloc(1, sizeof(*rx));
-	if (!rx)
-		return -ENOMEM;
-	pthread_mutex_init(&rx->mu, NULL);
-	pthread_cond_init(&rx->cv, NULL);
-	list_init(&rx->writers);
-	memcpy(rx->id, hello->session, XFER_SESSION_LEN);
-	rx->refs = 1;
+	struct rx_transfer *rx = c->rx;
+	struct xfer_manifest p;
 	const char *why;
 	char err[512];
-	int drc = xfer_manifest_decode(meta, len, s->max_files, &rx->m, &why);
+	int first = 0;
+	if (rx && (rx->lister != c || rx->complete)) {
+		xfer_server_refuse(s, &c->io,
+				   rx->lister != c ? "a connection sends one manifest"
+						   : "bad manifest: a part after the last one");
+		return -EPROTO;
+	}
+	if (!rx && (rx = transfer_get(s, hello->session))) {
+		c->rx = rx;
+		pthread_mutex_lock(&rx->mu);
+		int complete = rx->complete;
+		pthread_mutex_unlock(&rx->mu);
+		if (!complete) {
+			xfer_server_refuse(s, &c->io,
+					   "the transfer's manifest is still coming on another "
+					   "connection");
+			return -EPROTO;
+		}
+		return reply_need(c, 0, rx->m.nfiles);
+	}
+	if (!rx) {
+		first = 1;
+		if (!(rx = calloc(1, sizeof(*rx))))
+			return -ENOMEM;
+		pthread_mutex_init(&rx->mu, NULL);
+		pthread_cond_init(&rx->cv, NULL);
+		list_init(&rx->writers);
+		xfer_table_init(&rx->files, sizeof(struct rx_file));
+		memcpy(rx->id, hello->session, XFER_SESSION_LEN);
+		rx->refs = 1;
+		rx->lister = c;
+	}
+	uint32_t room = s->max_files - (rx->m.nfiles < s->max_files ? rx->m.nfiles : s->max_files);
+	int drc = xfer_manifest_decode(meta, len, room, &p, &why);
 	if (drc == -E2BIG) {
 		snprintf(err, sizeof(err),
 			 "too many files in one transfer (at most %u: serve --max-files)",
@@ -400,22 +560,44 @@ static int on_manifest(struct xfer_server_conn *c, const struct xfer_hello *hell
 		snprintf(err, sizeof(err), "bad manifest: %s", why);
 		goto refuse;
 	}
-	if (manifest_admit(s, rx, err, sizeof(err)) || transfer_open(s, rx, err, sizeof(err)) ||
-	    transfer_reserve(s, rx, err, sizeof(err)) ||
-	    (rx->m.nfwd && transfer_relay(s, rx, c->io.ssl != NULL, err, sizeof(err))))
+	if (first) {
+		rx->m.chunk_size = p.chunk_size;
+		rx->m.nfwd = p.nfwd; /* the hops move to the transfer */
+		memcpy(rx->m.fwd, p.fwd, sizeof(p.fwd));
+		p.nfwd = 0;
+	}
+	const char *bad = !first && p.chunk_size != rx->m.chunk_size
+			      ? "its parts disagree on the chunk size"
+			  : !first && p.nfwd ? "bcast hops come in its first part only"
+			  : first && rx->m.nfwd && !p.last ? "a bcast manifest comes in one part"
+			  : !p.last && !p.nfiles ? "a part other than the last lists no file"
+						 : NULL;
+	if (bad) {
+		snprintf(err, sizeof(err), "bad manifest: %s", bad);
+		xfer_manifest_free(&p);
 		goto refuse;
-	pthread_mutex_lock(&s->mu);
-	list_push_front(&s->transfers, &rx->node);
-	pthread_mutex_unlock(&s->mu);
-	atomic_fetch_add(&s->m_sessions, 1);
-	for (uint32_t i = 0; i < rx->m.nfiles; i++)
-		s->total_bytes += rx->m.files[i].size;
-	c->rx = rx;
-	return reply_need(c);
+	}
+	if (first && rx->m.nfwd &&
+	    (rx->nhop = relay_allowed(s, rx->m.fwd[0], rx->hop, err, sizeof(err))) < 0) {
+		xfer_manifest_free(&p);
+		goto refuse;
+	}
+	uint32_t from = rx->m.nfiles;
+	if (part_take(c, rx, &p, err, sizeof(err)))
+		goto refuse;
+	if (first) {
+		pthread_mutex_lock(&s->mu);
+		list_push_front(&s->transfers, &rx->node);
+		pthread_mutex_unlock(&s->mu);
+		atomic_fetch_add(&s->m_sessions, 1);
+		c->rx = rx;
+	}
+	return reply_need(c, from, rx->m.nfiles);
 refuse:
 	atomic_fetch_add(&s->m_errors, 1);
 	xfer_server_refuse(s, &c->io, err);
-	transfer_free(s, rx, 1);
+	if (first)
+		transfer_free(s, rx, 1);
 	return -EINVAL;
 }
 
@@ -675,11 +857,12 @@ static int on_chunk(struct xfer_server_conn *c, const struct xfer_hello *hello, 
 		return -EPROTO;
 	if ((region ? xfer_written_decode(meta, h->meta_len, &cm, &roff)
 		    : xfer_chunk_decode(meta, h->meta_len, &cm)) ||
-	    cm.file >= rx->m.nfiles || cm.chunk >= rx->files[cm.file].nchunks) {
+	    cm.file >= atomic_load_explicit(&rx->listed, memory_order_acquire) ||
+	    cm.chunk >= rx_file(rx, cm.file)->nchunks) {
 		xfer_server_refuse(s, &c->io, "chunk outside the manifest");
 		return -EPROTO;
 	}
-	struct xfer_store_file *f = &rx->files[cm.file];
+	struct xfer_store_file *f = rx_file(rx, cm.file);
 	uint32_t want = xfer_store_chunk_len(f, cm.chunk);
 	if (region && xfer_region_bytes(region, roff, want, &mem)) {
 		xfer_server_refuse(s, &c->io, "chunk written outside the region");
@@ -766,7 +949,7 @@ static int batch_put(struct xfer_server_conn *c, const struct xfer_batch_file *b
 {
 	struct xfer_server *s = c->srv;
 	struct rx_transfer *rx = c->rx;
-	struct xfer_store_file *f = &rx->files[bf->file];
+	struct xfer_store_file *f = rx_file(rx, bf->file);
 	int rc = 0, first = 0;
 	*status = XFER_ACK_OK;
 	int corrupt = s->corrupt_every && /* fault injection for tests, as for a chunk */
@@ -844,10 +1027,11 @@ static int on_batch(struct xfer_server_conn *c, const struct xfer_hello *hello, 
 		xfer_server_refuse(s, &c->io, "bad batch: a bcast relay takes no batch");
 		return -EPROTO;
 	}
+	uint32_t listed = atomic_load_explicit(&rx->listed, memory_order_acquire);
 	for (uint32_t i = 0; i < b.count; i++) {
 		uint32_t fi = b.f[i].file;
-		if (fi >= rx->m.nfiles || rx->files[fi].nchunks != 1 ||
-		    rx->files[fi].size != b.f[i].len) {
+		if (fi >= listed || rx_file(rx, fi)->nchunks != 1 ||
+		    rx_file(rx, fi)->size != b.f[i].len) {
 			snprintf(msg, sizeof(msg),
 				 "bad batch: file %u is not in the manifest as a file of %u bytes",
 				 fi, b.f[i].len);
@@ -880,7 +1064,7 @@ static int on_batch(struct xfer_server_conn *c, const struct xfer_hello *hello, 
 	    xfer_frame_send(&c->io, XFER_BATCH_ACK, out, (uint32_t)xfer_batch_ack_encode(out, &b));
 	if (failed != UINT32_MAX) {
 		atomic_fetch_add(&s->m_errors, 1);
-		return write_failed(c, rx, rx->files[b.f[failed].file].path, why, rc);
+		return write_failed(c, rx, rx_file(rx, b.f[failed].file)->path, why, rc);
 	}
 	return wrc;
 }
@@ -902,7 +1086,7 @@ static void *finish_range(void *arg)
 	struct finish_share *sh = arg;
 	struct xfer_store_dirs dirs = XFER_STORE_DIRS_INIT;
 	for (uint32_t i = sh->from; i < sh->to && !atomic_load(sh->failed); i++) {
-		struct xfer_store_file *f = &sh->rx->files[i];
+		struct xfer_store_file *f = rx_file(sh->rx, i);
 		const char *why;
 		uint32_t bad = UINT32_MAX;
 		if (f->finished)
@@ -971,7 +1155,19 @@ static int on_finish(struct xfer_server_conn *c, const struct xfer_hello *hello,
 	struct rx_transfer *rx = c->rx;
 	char err[512] = "";
 	const uint8_t *hashes;
-	if (!rx || xfer_finish_decode(meta, len, rx->m.nfiles, &hashes)) {
+	int complete = 0;
+	uint32_t nfiles = 0;
+	if (rx) {
+		pthread_mutex_lock(&rx->mu);
+		complete = rx->complete;
+		nfiles = rx->m.nfiles;
+		pthread_mutex_unlock(&rx->mu);
+	}
+	if (rx && !complete) {
+		xfer_server_refuse(s, &c->io, "FINISH before the manifest's last part");
+		return -EPROTO;
+	}
+	if (!rx || xfer_finish_decode(meta, len, nfiles, &hashes)) {
 		xfer_server_refuse(s, &c->io, "FINISH does not match the manifest");
 		return -EPROTO;
 	}
@@ -983,19 +1179,19 @@ static int on_finish(struct xfer_server_conn *c, const struct xfer_hello *hello,
 	 */
 	for (struct list_node *n = list_first(&rx->writers); n; n = list_next(&rx->writers, n)) {
 		struct writer *w = container_of(n, struct writer, node);
-		if (rx->files[w->file].done[w->chunk])
+		if (rx_file(rx, w->file)->done[w->chunk])
 			sock_abort(w->fd);
 	}
 	struct timespec until;
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += RX_FINISH_WAIT_S;
 	for (uint32_t i = 0; i < rx->m.nfiles; i++)
-		while (rx->files[i].busy)
+		while (rx_file(rx, i)->busy)
 			if (pthread_cond_timedwait(&rx->cv, &rx->mu, &until)) {
 				snprintf(
 				    err, sizeof(err),
 				    "'%s': a chunk is still being written by another connection",
-				    rx->files[i].path);
+				    rx_file(rx, i)->path);
 				break;
 			}
 	if (!err[0])

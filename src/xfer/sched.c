@@ -20,6 +20,7 @@ int xfer_sched_init(struct xfer_sched *s, uint32_t n)
 	memset(s, 0, sizeof(*s));
 	s->slots = calloc(n ? n : 1, sizeof(*s->slots));
 	s->ring = calloc((size_t)n + 1, sizeof(*s->ring));
+	s->cap = n + 1;
 	s->ncand = n < DUP_CANDIDATES ? (n ? n : 1) : DUP_CANDIDATES;
 	s->cand = calloc(s->ncand, sizeof(*s->cand));
 	if (!s->slots || !s->ring || !s->cand) {
@@ -36,6 +37,77 @@ int xfer_sched_init(struct xfer_sched *s, uint32_t n)
 	return 0;
 }
 
+void xfer_sched_open(struct xfer_sched *s)
+{
+	pthread_mutex_lock(&s->mu);
+	s->open = 1;
+	pthread_mutex_unlock(&s->mu);
+}
+
+int xfer_sched_grow(struct xfer_sched *s, uint32_t n, const uint32_t *lens)
+{
+	pthread_mutex_lock(&s->mu);
+	int rc = 0;
+	if (n > s->n && n >= s->cap) {
+		/* room for twice as many: a streamed manifest grows part by part */
+		uint64_t want = (uint64_t)n * 2 + 1;
+		uint32_t cap =
+		    want > (uint64_t)XFER_SCHED_MAX + 1 ? XFER_SCHED_MAX + 1 : (uint32_t)want;
+		struct xfer_slot *slots = realloc(s->slots, (size_t)cap * sizeof(*slots));
+		uint32_t *ring = malloc((size_t)cap * sizeof(*ring));
+		struct xfer_sched_candidate *cand =
+		    s->ncand < DUP_CANDIDATES ? calloc(DUP_CANDIDATES, sizeof(*cand)) : NULL;
+		if (slots)
+			s->slots = slots;
+		if (!slots || !ring || (s->ncand < DUP_CANDIDATES && !cand)) {
+			free(ring);
+			free(cand);
+			rc = -ENOMEM;
+		} else {
+			uint32_t k = 0; /* the queue, unwrapped into the larger ring */
+			for (uint32_t i = s->head; i != s->tail; i = (i + 1) % s->cap)
+				ring[k++] = s->ring[i];
+			free(s->ring);
+			s->ring = ring;
+			s->head = 0;
+			s->tail = k;
+			s->cap = cap;
+			if (cand) {
+				free(s->cand);
+				s->cand = cand;
+				s->ncand = DUP_CANDIDATES;
+			}
+		}
+	}
+	if (!rc && n > s->n) {
+		memset(s->slots + s->n, 0, (size_t)(n - s->n) * sizeof(*s->slots));
+		for (uint32_t id = s->n; id < n; id++) { /* absent, and sized */
+			s->slots[id].len = lens[id - s->n];
+			s->waiting += lens[id - s->n];
+		}
+		s->absent += n - s->n;
+		s->n = n;
+	}
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+void xfer_sched_close(struct xfer_sched *s)
+{
+	pthread_mutex_lock(&s->mu);
+	s->open = 0;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+int xfer_sched_over(struct xfer_sched *s)
+{
+	pthread_mutex_lock(&s->mu);
+	int over = s->done == s->n && !s->open;
+	pthread_mutex_unlock(&s->mu);
+	return over;
+}
+
 void xfer_sched_destroy(struct xfer_sched *s)
 {
 	pthread_mutex_destroy(&s->mu);
@@ -49,12 +121,12 @@ void xfer_sched_destroy(struct xfer_sched *s)
 static void push_back(struct xfer_sched *s, uint32_t id)
 {
 	s->ring[s->tail] = id;
-	s->tail = (s->tail + 1) % (s->n + 1);
+	s->tail = (s->tail + 1) % s->cap;
 }
 
 static void push_front(struct xfer_sched *s, uint32_t id)
 {
-	s->head = (s->head + s->n) % (s->n + 1);
+	s->head = (s->head + s->cap - 1) % s->cap;
 	s->ring[s->head] = id;
 }
 
@@ -175,9 +247,8 @@ void xfer_sched_size(struct xfer_sched *s, uint32_t id, uint32_t len)
 	pthread_mutex_unlock(&s->mu);
 }
 
-void xfer_sched_add(struct xfer_sched *s, uint32_t id, int have)
+static void add_locked(struct xfer_sched *s, uint32_t id, int have)
 {
-	pthread_mutex_lock(&s->mu);
 	struct xfer_slot *c = id < s->n ? &s->slots[id] : NULL;
 	if (c && c->state == XS_ABSENT) {
 		s->absent--;
@@ -191,6 +262,20 @@ void xfer_sched_add(struct xfer_sched *s, uint32_t id, int have)
 		}
 		pthread_cond_broadcast(&s->cv);
 	}
+}
+
+void xfer_sched_add(struct xfer_sched *s, uint32_t id, int have)
+{
+	pthread_mutex_lock(&s->mu);
+	add_locked(s, id, have);
+	pthread_mutex_unlock(&s->mu);
+}
+
+void xfer_sched_add_run(struct xfer_sched *s, uint32_t first, uint32_t n, const uint8_t *have)
+{
+	pthread_mutex_lock(&s->mu);
+	for (uint32_t i = 0; i < n; i++)
+		add_locked(s, first + i, have[i]);
 	pthread_mutex_unlock(&s->mu);
 }
 
@@ -262,7 +347,7 @@ static void take_head(struct xfer_sched *s, uint8_t link, uint64_t now_ns)
 {
 	uint32_t next = s->ring[s->head];
 	struct xfer_slot *c = &s->slots[next];
-	s->head = (s->head + 1) % (s->n + 1);
+	s->head = (s->head + 1) % s->cap;
 	s->waiting -= c->len < s->waiting ? c->len : s->waiting;
 	c->state = XS_INFLIGHT;
 	c->copies = 1;
@@ -289,7 +374,7 @@ int xfer_sched_take(struct xfer_sched *s, uint8_t link, uint64_t now_ns, uint32_
 	int rc = -EAGAIN;
 	pthread_mutex_lock(&s->mu);
 	*dup = 0;
-	if (s->done == s->n) {
+	if (s->done == s->n && !s->open) {
 		rc = -ENODATA;
 	} else if (s->error) {
 		rc = s->error;
@@ -301,7 +386,7 @@ int xfer_sched_take(struct xfer_sched *s, uint8_t link, uint64_t now_ns, uint32_
 			take_head(s, link, now_ns);
 			rc = 0;
 		}
-	} else if (s->endgame && s->absent == 0 && pick_dup(s, link, now_ns, id)) {
+	} else if (s->endgame && !s->open && s->absent == 0 && pick_dup(s, link, now_ns, id)) {
 		s->slots[*id].copies++;
 		s->dups++;
 		copy_out(s, *id, link, now_ns);
@@ -328,10 +413,10 @@ int xfer_sched_ack(struct xfer_sched *s, uint32_t id, uint8_t link, uint64_t now
 			/* acknowledged while requeued (a late ack after its stream was given up):
 			 * it stays in the ring and take() skips nothing, so mark it and let the
 			 * ring hold a stale id that take() drops */
-			for (uint32_t k = s->head; k != s->tail; k = (k + 1) % (s->n + 1))
+			for (uint32_t k = s->head; k != s->tail; k = (k + 1) % s->cap)
 				if (s->ring[k] == id) {
 					s->ring[k] = s->ring[s->head];
-					s->head = (s->head + 1) % (s->n + 1);
+					s->head = (s->head + 1) % s->cap;
 					s->waiting -= c->len < s->waiting ? c->len : s->waiting;
 					break;
 				}
@@ -410,7 +495,7 @@ void xfer_sched_wait(struct xfer_sched *s, int ms)
 	pthread_mutex_lock(&s->mu);
 	/* the last acknowledgement may have been broadcast before this waiter came: the end
 	 * is a state, not only an event, so it is never slept through */
-	if (s->done != s->n && !s->error)
+	if ((s->done != s->n || s->open) && !s->error)
 		pthread_cond_timedwait(&s->cv, &s->mu, &ts);
 	pthread_mutex_unlock(&s->mu);
 }

@@ -24,7 +24,9 @@
  * stream died goes back to the front of the queue; a chunk the receiver found corrupt is sent
  * again, at most XFER_SCHED_TRIES times.
  *
- * Chunks are numbered 0..n-1 by the caller. A chunk starts absent (a relay's chunk that has
+ * Chunks are numbered 0..n-1 by the caller; while a sender still lists its files (a streamed
+ * manifest) the scheduler is open: xfer_sched_grow() adds chunks, and it is not done when every
+ * chunk it has is, until xfer_sched_close(). A chunk starts absent (a relay's chunk that has
  * not arrived yet), pending, or done (the receiver already has it). Thread-safe: one mutex,
  * and a condition variable that xfer_sched_wait() sleeps on.
  */
@@ -70,7 +72,8 @@ struct xfer_sched {
 	pthread_cond_t cv;
 	uint32_t n;
 	struct xfer_slot *slots;
-	uint32_t *ring; /* pending chunk ids; capacity n + 1 */
+	uint32_t *ring; /* pending chunk ids; capacity cap (> n) */
+	uint32_t cap;	/* slots and ring entries allocated */
 	uint32_t head, tail;
 	uint64_t waiting; /* bytes of the chunks absent or pending: not yet taken */
 	uint32_t done, absent;
@@ -80,17 +83,30 @@ struct xfer_sched {
 	struct xfer_sched_candidate *cand; /* room for the end game's weighing */
 	unsigned ncand;
 	int endgame; /* 0 turns end-game copies off */
+	int open;    /* more chunks may come (xfer_sched_grow): done is not the end */
 	int error;   /* first fatal error, -errno; takers see it */
 };
 
 /* All chunks start absent. 0 or -ENOMEM. */
 int xfer_sched_init(struct xfer_sched *s, uint32_t n);
+/* An open scheduler: chunks <n> onwards come later (xfer_sched_grow), until xfer_sched_close.
+ * Grow to <n> chunks, the new ones absent and of <lens> bytes (lens[0] for the first new one):
+ * 0 or -ENOMEM (nothing changed). Room grows twice what is asked, so parts cost no copy each. */
+#define XFER_SCHED_MAX (1u << 31) /* chunks, at most (XFER_CHUNKS_MAX) */
+void xfer_sched_open(struct xfer_sched *s);
+int xfer_sched_grow(struct xfer_sched *s, uint32_t n, const uint32_t *lens);
+void xfer_sched_close(struct xfer_sched *s);
+/* Every chunk acknowledged, and no more to come. */
+int xfer_sched_over(struct xfer_sched *s);
 void xfer_sched_destroy(struct xfer_sched *s);
 
 /* Chunk <id> is <len> bytes (before it is added; a chunk never sized counts as 0). */
 void xfer_sched_size(struct xfer_sched *s, uint32_t id, uint32_t len);
 /* Make chunk <id> pending (at the back), or done when <have> (the receiver has it). */
 void xfer_sched_add(struct xfer_sched *s, uint32_t id, int have);
+/* Chunks [first, first + n) at once, <have>[i] for chunk first + i: a stream never takes the
+ * first of them alone (a batch of small files takes those behind it in the queue). */
+void xfer_sched_add_run(struct xfer_sched *s, uint32_t first, uint32_t n, const uint8_t *have);
 
 /*
  * Take a chunk for a stream on <link>: 0 with *id (and *dup = 1 for an end-game copy),

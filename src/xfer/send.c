@@ -1,10 +1,14 @@
 /*
- * send.c - xfer_send(): items to a manifest and sources, then one engine run; and the
- * expansion of paths (files and directory trees) into items: a sender's own paths as given,
- * or, for a server answering GET, names resolved beneath its directory and never outside.
+ * send.c - xfer_send(): items to a manifest and sources, then one engine run; the streamed
+ * sender (xfer_send_begin/add/end, and xfer_send_paths over it), which sends the manifest in
+ * parts as its caller lists files, so chunks of the files listed flow while a tree is still
+ * walked; and the expansion of paths (files and directory trees) into items: a sender's own
+ * paths as given, or, for a server answering GET, names resolved beneath its directory and
+ * never outside.
  */
 #include "xfer/send.h"
 #include "accelnet/xfer.h"
+#include "core/clock.h"
 #include "xfer/engine.h"
 
 #include <dirent.h>
@@ -23,8 +27,15 @@ struct list {
 	unsigned n, cap;
 };
 
-static int list_push(struct list *l, const char *name, const char *path)
+/* Where a walk puts what it finds: <add>(<arg>, name, path) for each regular file. */
+struct sink {
+	int (*add)(void *arg, const char *name, const char *path);
+	void *arg;
+};
+
+static int list_push(void *arg, const char *name, const char *path)
 {
+	struct list *l = arg;
 	if (l->n == l->cap) {
 		unsigned cap = l->cap ? 2 * l->cap : 16;
 		struct xfer_item *v = realloc(l->v, cap * sizeof(*v));
@@ -51,7 +62,7 @@ static int list_push(struct list *l, const char *name, const char *path)
  * given are followed when they are symlinks (as cp and rsync do); symlinks and special files
  * inside a tree are skipped, so a link loop cannot send us round for ever.
  */
-static int walk(struct list *l, const char *path, const char *name, int top, char *bad,
+static int walk(const struct sink *l, const char *path, const char *name, int top, char *bad,
 		size_t badlen)
 {
 	struct stat st;
@@ -59,8 +70,12 @@ static int walk(struct list *l, const char *path, const char *name, int top, cha
 		snprintf(bad, badlen, "%s", path);
 		return -errno;
 	}
-	if (S_ISREG(st.st_mode))
-		return list_push(l, name, path);
+	if (S_ISREG(st.st_mode)) {
+		int rc = l->add(l->arg, name, path);
+		if (rc && !bad[0])
+			snprintf(bad, badlen, "%s", path);
+		return rc;
+	}
 	if (!top && !S_ISDIR(st.st_mode))
 		return 0;
 	if (!S_ISDIR(st.st_mode)) {
@@ -85,9 +100,9 @@ static int walk(struct list *l, const char *path, const char *name, int top, cha
 		if (asprintf(&p, "%s/%s", path, de->d_name) < 0 ||
 		    asprintf(&n, "%s/%s", name, de->d_name) < 0)
 			rc = -ENOMEM;
-		else if (de->d_type == DT_REG)
-			rc = list_push(l, n, p);
-		else
+		else if (de->d_type == DT_REG && (rc = l->add(l->arg, n, p)) && !bad[0])
+			snprintf(bad, badlen, "%s", p);
+		else if (de->d_type != DT_REG)
 			rc = walk(l, p, n, 0, bad, badlen);
 		free(p);
 		free(n);
@@ -96,11 +111,12 @@ static int walk(struct list *l, const char *path, const char *name, int top, cha
 	return rc;
 }
 
-int xfer_items_from_paths(const char *const *paths, unsigned n, const char *to,
-			  struct xfer_item **items, unsigned *nitems, char *bad, size_t badlen)
+/* Walk <paths> as xfer_items_from_paths names them, into <sink>. */
+static int walk_paths(const struct sink *sink, const char *const *paths, unsigned n, const char *to,
+		      char *bad, size_t badlen)
 {
-	struct list l = {0};
 	int rc = 0;
+	bad[0] = 0;
 	for (unsigned i = 0; i < n && !rc; i++) {
 		char buf[4096];
 		snprintf(buf, sizeof(buf), "%s", paths[i]);
@@ -112,9 +128,18 @@ int xfer_items_from_paths(const char *const *paths, unsigned n, const char *to,
 		if (asprintf(&name, "%s%s%s", to ? to : "", to && n > 1 ? "/" : "",
 			     to && n == 1 ? "" : base) < 0)
 			return -ENOMEM;
-		rc = walk(&l, buf, name, 1, bad, badlen);
+		rc = walk(sink, buf, name, 1, bad, badlen);
 		free(name);
 	}
+	return rc;
+}
+
+int xfer_items_from_paths(const char *const *paths, unsigned n, const char *to,
+			  struct xfer_item **items, unsigned *nitems, char *bad, size_t badlen)
+{
+	struct list l = {0};
+	struct sink sink = {.add = list_push, .arg = &l};
+	int rc = walk_paths(&sink, paths, n, to, bad, badlen);
 	if (rc) {
 		xfer_items_free(l.v, l.n);
 		return rc;
@@ -308,12 +333,10 @@ int xfer_send_items(const struct xfer_send_opts *o, const struct xfer_adopt *ad,
 		}
 		f->nchunks = xfer_chunks_of(f->size, m.chunk_size);
 	}
-	if ((rc = xfer_engine_start(o, ad, NULL, 0, &m, src, &e, rep)))
+	if ((rc = xfer_engine_start(o, ad, NULL, 0, &m, src, 0, &e, rep)))
 		goto out;
-	for (uint32_t f = 0; f < m.nfiles; f++)
-		for (uint32_t k = 0; k < m.files[f].nchunks; k++)
-			xfer_engine_feed(e, f, k, 0, 0);
-	rc = xfer_engine_finish(e, rep);
+	if (!(rc = xfer_engine_feed_files(e, m.nfiles)))
+		rc = xfer_engine_finish(e, rep);
 out:
 	xfer_engine_free(e);
 	free(src);
@@ -321,4 +344,229 @@ out:
 	if (rc && !rep->error[0])
 		snprintf(rep->error, sizeof(rep->error), "%s", strerror(-rc));
 	return rc;
+}
+
+/*
+ * The streamed sender. Files are listed into a pending part; a part goes out when it holds
+ * part_max files (XFER_PART_FIRST for the first, so data starts early, then twice as many each
+ * time up to XFER_PART_MAX) or when XFER_PART_MS passed since the last one while files wait;
+ * its chunks are fed as soon as its NEED is back (engine.h), while the caller lists on. The first
+ * part starts the engine; a bcast chain takes the manifest whole (a relay starts its next hop from
+ * the whole of it), so nothing goes out before xfer_send_end.
+ */
+#define XFER_PART_FIRST 64
+#define XFER_PART_MAX 4096
+#define XFER_PART_MS 100
+
+struct xfer_sending {
+	struct xfer_send_opts o;
+	struct xfer_engine *e;
+	struct xfer_file *files; /* the pending part */
+	struct xfer_source *src;
+	uint32_t n, cap, part_max;
+	uint32_t listed; /* files in the parts sent */
+	uint64_t last_ns;
+	char **owned; /* every name and path handed to the engine: freed with it */
+	size_t nowned, capowned;
+	int failed;
+	struct xfer_report rep; /* progress while listing */
+};
+
+int xfer_send_begin(const struct xfer_send_opts *o, struct xfer_sending **out)
+{
+	struct xfer_sending *x = calloc(1, sizeof(*x));
+	if (!x)
+		return -ENOMEM;
+	x->o = *o;
+	x->part_max = XFER_PART_FIRST;
+	x->last_ns = clock_now_ns();
+	*out = x;
+	return 0;
+}
+
+static int own(struct xfer_sending *x, char *s)
+{
+	if (!s)
+		return -ENOMEM;
+	if (x->nowned == x->capowned) {
+		size_t cap = x->capowned ? 2 * x->capowned : 256;
+		char **v = realloc(x->owned, cap * sizeof(*v));
+		if (!v) {
+			free(s);
+			return -ENOMEM;
+		}
+		x->owned = v;
+		x->capowned = cap;
+	}
+	x->owned[x->nowned++] = s;
+	return 0;
+}
+
+/* Send the pending part (the last when <last>) and feed its chunks. 0, or -errno with
+ * rep->error set. */
+static int part_flush(struct xfer_sending *x, int last, struct xfer_report *rep)
+{
+	struct xfer_manifest p = {
+	    .chunk_size = (x->o.chunk_kib ? x->o.chunk_kib : XFER_SEND_CHUNK_KIB) * 1024u,
+	    .nfiles = x->n,
+	    .files = x->files,
+	    .last = (uint8_t)last};
+	int rc;
+	if (!x->e) {
+		if (p.chunk_size < 4096 || p.chunk_size > XFER_DATA_MAX) {
+			snprintf(rep->error, sizeof(rep->error),
+				 "chunk size must be 4 KiB to 64 MiB");
+			return -EINVAL;
+		}
+		for (unsigned i = 0; i < x->o.nbcast; i++) {
+			if (i == XFER_FWD_MAX) {
+				snprintf(rep->error, sizeof(rep->error), "at most %d bcast hops",
+					 XFER_FWD_MAX + 1);
+				return -EINVAL;
+			}
+			p.fwd[p.nfwd++] = (char *)x->o.bcast[i];
+		}
+		for (uint32_t i = 0; i < x->n; i++)
+			x->files[i].nchunks = xfer_chunks_of(x->files[i].size, p.chunk_size);
+		rc = xfer_engine_start(&x->o, NULL, NULL, 0, &p, x->src, !last, &x->e, rep);
+	} else {
+		for (uint32_t i = 0; i < x->n; i++)
+			x->files[i].nchunks = xfer_chunks_of(x->files[i].size, p.chunk_size);
+		rc = xfer_engine_list(x->e, &p, x->src, rep);
+	}
+	if (rc)
+		return rc;
+	if (x->listed == 0 && (rc = xfer_engine_feed_files(x->e, x->n))) /* later: the engine's */
+		return rc;
+	x->listed += x->n;
+	x->n = 0;
+	x->last_ns = clock_now_ns();
+	if (x->part_max < XFER_PART_MAX)
+		x->part_max *= 2;
+	return 0;
+}
+
+int xfer_send_add(struct xfer_sending *x, const struct xfer_item *it, struct xfer_report *rep)
+{
+	if (x->failed)
+		return x->failed;
+	int rc = -ENOMEM;
+	char *name = strdup(it->name), *path = it->path ? strdup(it->path) : NULL;
+	if (own(x, name) || (it->path && own(x, path)))
+		goto fail;
+	if (x->n == x->cap) {
+		uint32_t cap = x->cap ? 2 * x->cap : 64;
+		struct xfer_file *f = realloc(x->files, cap * sizeof(*f));
+		if (f)
+			x->files = f;
+		struct xfer_source *s = f ? realloc(x->src, cap * sizeof(*s)) : NULL;
+		if (!s)
+			goto fail;
+		x->src = s;
+		x->cap = cap;
+	}
+	const char *why;
+	if (xfer_path_check(name, strlen(name), &why)) {
+		snprintf(rep->error, sizeof(rep->error), "'%s': %s", name, why);
+		rc = -EINVAL;
+		goto fail;
+	}
+	struct xfer_file *f = &x->files[x->n];
+	struct xfer_source *src = &x->src[x->n];
+	*f = (struct xfer_file){.path = name};
+	*src = (struct xfer_source){.fd = -1};
+	if (!path) {
+		src->buf = it->buf;
+		f->size = src->size = it->len;
+		f->mode = 0644;
+	} else {
+		struct stat st;
+		if ((rc = source_stat(-1, path, &st)) || (!S_ISREG(st.st_mode) && (rc = -EINVAL))) {
+			snprintf(rep->error, sizeof(rep->error), "%s: %s", path,
+				 rc == -EINVAL ? "not a regular file" : strerror(-rc));
+			goto fail;
+		}
+		f->size = src->size = (uint64_t)st.st_size;
+		f->mode = st.st_mode & 07777;
+		f->mtime_ns =
+		    (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
+		*src = (struct xfer_source){.fd = -1,
+					    .path = path,
+					    .dirfd = -1,
+					    .size = f->size,
+					    .mtime_ns = f->mtime_ns,
+					    .dev = (uint64_t)st.st_dev,
+					    .ino = (uint64_t)st.st_ino};
+	}
+	x->n++;
+	if (x->e)
+		xfer_engine_tick(x->e, &x->rep);
+	if (!x->o.nbcast &&
+	    (x->n >= x->part_max || (clock_now_ns() - x->last_ns) / 1000000 >= XFER_PART_MS) &&
+	    (rc = part_flush(x, 0, rep)))
+		goto fail;
+	return 0;
+fail:
+	x->failed = rc;
+	return rc;
+}
+
+int xfer_send_end(struct xfer_sending *x, struct xfer_report *rep)
+{
+	int rc = x->failed;
+	if (!rc)
+		rc = part_flush(x, 1, rep);
+	if (!rc) {
+		rc = xfer_engine_finish(x->e, rep);
+	} else if (x->e) {
+		/* the transfer failed while listing: the engine's figures, the first error */
+		char why[sizeof(rep->error)];
+		snprintf(why, sizeof(why), "%s", rep->error);
+		xfer_engine_abort(x->e, rc, why);
+		xfer_engine_finish(x->e, rep);
+		if (why[0])
+			snprintf(rep->error, sizeof(rep->error), "%s", why);
+	}
+	if (rc && !rep->error[0])
+		snprintf(rep->error, sizeof(rep->error), "%s", strerror(-rc));
+	xfer_engine_free(x->e);
+	for (size_t i = 0; i < x->nowned; i++)
+		free(x->owned[i]);
+	free(x->owned);
+	free(x->files);
+	free(x->src);
+	free(x);
+	return rc;
+}
+
+/* The walk's sink for xfer_send_paths: each file goes straight to the streamed sender. */
+struct paths_sink {
+	struct xfer_sending *x;
+	struct xfer_report *rep;
+};
+
+static int paths_add(void *arg, const char *name, const char *path)
+{
+	struct paths_sink *ps = arg;
+	struct xfer_item it = {.name = name, .path = path};
+	return xfer_send_add(ps->x, &it, ps->rep);
+}
+
+int xfer_send_paths(const struct xfer_send_opts *o, const char *const *paths, unsigned n,
+		    const char *to, struct xfer_report *rep)
+{
+	struct xfer_sending *x;
+	char bad[4096];
+	memset(rep, 0, sizeof(*rep));
+	int rc = xfer_send_begin(o, &x);
+	if (rc)
+		return rc;
+	struct paths_sink ps = {.x = x, .rep = rep};
+	struct sink sink = {.add = paths_add, .arg = &ps};
+	if ((rc = walk_paths(&sink, paths, n, to, bad, sizeof(bad))) && !x->failed) {
+		/* the walk's own failure (not the transfer's): a path it could not read */
+		snprintf(rep->error, sizeof(rep->error), "%.200s: %s", bad, strerror(-rc));
+		x->failed = rc;
+	}
+	return xfer_send_end(x, rep);
 }

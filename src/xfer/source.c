@@ -30,29 +30,49 @@ int xfer_source_open(int dirfd, const char *path)
 	return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
 }
 
+static struct xfer_source *src_of(const struct xfer_sources *s, uint32_t f)
+{
+	return xfer_table_at(&s->src, f);
+}
+
+static int32_t *slot_of(const struct xfer_sources *s, uint32_t f)
+{
+	return xfer_table_at(&s->slot_of, f);
+}
+
+int xfer_sources_add(struct xfer_sources *s, const struct xfer_source *src, uint32_t n)
+{
+	if (xfer_table_grow(&s->src, (uint64_t)s->nfiles + n) ||
+	    xfer_table_grow(&s->slot_of, (uint64_t)s->nfiles + n))
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++)
+		*src_of(s, s->nfiles + i) = src[i];
+	s->nfiles += n;
+	return 0;
+}
+
 int xfer_sources_init(struct xfer_sources *s, const struct xfer_source *src, uint32_t nfiles,
 		      unsigned nslots)
 {
 	memset(s, 0, sizeof(*s));
-	s->src = src;
-	s->nfiles = nfiles;
+	xfer_table_init(&s->src, sizeof(struct xfer_source));
+	xfer_table_init(&s->slot_of, sizeof(int32_t));
 	s->nslots = nslots ? nslots : 1;
-	s->slot_of = malloc((nfiles ? nfiles : 1) * sizeof(*s->slot_of));
 	s->slot = calloc(s->nslots, sizeof(*s->slot));
-	if (!s->slot_of || !s->slot) {
-		free(s->slot_of);
+	if (!s->slot || xfer_sources_add(s, src, nfiles)) {
+		xfer_table_free(&s->src);
+		xfer_table_free(&s->slot_of);
 		free(s->slot);
 		return -ENOMEM;
 	}
-	for (uint32_t f = 0; f < nfiles; f++)
-		s->slot_of[f] = -1;
 	for (unsigned i = 0; i < s->nslots; i++)
 		s->slot[i] = (struct xfer_open){.file = UINT32_MAX, .fd = -1};
 	for (unsigned i = 0; i < s->nslots; i++)
 		if (!(s->slot[i].small = malloc(XFER_SOURCE_SMALL))) {
 			for (unsigned j = 0; j < i; j++)
 				free(s->slot[j].small);
-			free(s->slot_of);
+			xfer_table_free(&s->src);
+			xfer_table_free(&s->slot_of);
 			free(s->slot);
 			return -ENOMEM;
 		}
@@ -81,7 +101,8 @@ void xfer_sources_free(struct xfer_sources *s)
 		free(s->slot[i].small);
 	}
 	free(s->slot);
-	free(s->slot_of);
+	xfer_table_free(&s->src);
+	xfer_table_free(&s->slot_of);
 	pthread_cond_destroy(&s->cv);
 	pthread_mutex_destroy(&s->mu);
 	s->init = 0;
@@ -152,7 +173,7 @@ static int slot_free(struct xfer_sources *s)
 			best = (int)i;
 	}
 	if (best >= 0) {
-		s->slot_of[s->slot[best].file] = -1;
+		*slot_of(s, s->slot[best].file) = 0;
 		slot_close(&s->slot[best]);
 	}
 	return best;
@@ -161,7 +182,7 @@ static int slot_free(struct xfer_sources *s)
 int xfer_sources_get(struct xfer_sources *s, uint32_t f, struct xfer_open *out, char *err,
 		     size_t errlen)
 {
-	const struct xfer_source *src = &s->src[f];
+	const struct xfer_source *src = src_of(s, f);
 	if (!src->path) {
 		*out = (struct xfer_open){
 		    .file = f, .fd = src->fd, .buf = src->buf, .size = src->size};
@@ -170,7 +191,7 @@ int xfer_sources_get(struct xfer_sources *s, uint32_t f, struct xfer_open *out, 
 	pthread_mutex_lock(&s->mu);
 	int i;
 	for (;;) {
-		i = s->slot_of[f];
+		i = *slot_of(s, f) - 1;
 		if (i >= 0 && s->slot[i].fd != OPENING)
 			break;
 		if (i < 0 && (i = slot_free(s)) >= 0)
@@ -187,13 +208,13 @@ int xfer_sources_get(struct xfer_sources *s, uint32_t f, struct xfer_open *out, 
 	}
 	o->file = f;
 	o->fd = OPENING;
-	s->slot_of[f] = i;
+	*slot_of(s, f) = i + 1;
 	pthread_mutex_unlock(&s->mu);
 	struct xfer_open got = {.file = f, .fd = -1, .small = o->small};
 	int rc = source_load(src, &got, err, errlen);
 	pthread_mutex_lock(&s->mu);
 	if (rc) {
-		s->slot_of[f] = -1;
+		*slot_of(s, f) = 0;
 		*o = (struct xfer_open){.file = UINT32_MAX, .fd = -1, .small = got.small};
 	} else {
 		got.refs = o->refs;
@@ -208,10 +229,10 @@ int xfer_sources_get(struct xfer_sources *s, uint32_t f, struct xfer_open *out, 
 
 void xfer_sources_put(struct xfer_sources *s, uint32_t f)
 {
-	if (!s->src[f].path)
+	if (!src_of(s, f)->path)
 		return;
 	pthread_mutex_lock(&s->mu);
-	int i = s->slot_of[f];
+	int i = *slot_of(s, f) - 1;
 	if (i >= 0 && s->slot[i].refs && --s->slot[i].refs == 0)
 		pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);

@@ -18,6 +18,8 @@
 #ifndef ACCELNET_XFER_SOURCE_H
 #define ACCELNET_XFER_SOURCE_H
 
+#include "xfer/table.h"
+
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -49,20 +51,23 @@ struct xfer_open {
 
 struct xfer_sources {
 	pthread_mutex_t mu;
-	pthread_cond_t cv; /* under mu: a slot was let go */
-	const struct xfer_source *src;
+	pthread_cond_t cv;     /* under mu: a slot was let go */
+	struct xfer_table src; /* struct xfer_source, per file (a copy; paths borrowed) */
 	uint32_t nfiles;
-	int32_t *slot_of; /* per file: its slot, or -1 */
+	struct xfer_table slot_of; /* int32_t, per file: its slot + 1, or 0 */
 	struct xfer_open *slot;
 	unsigned nslots;
 	uint64_t tick;
 	int init;
 };
 
-/* <src> (<nfiles> entries, borrowed) opened through at most <nslots> descriptors at once. 0 or
- * -ENOMEM. */
+/* <src> (<nfiles> entries, copied; their paths borrowed) opened through at most <nslots>
+ * descriptors at once. 0 or -ENOMEM. */
 int xfer_sources_init(struct xfer_sources *s, const struct xfer_source *src, uint32_t nfiles,
 		      unsigned nslots);
+/* Files <nfiles> onwards (a part of a streamed manifest), before any stream asks for them. 0 or
+ * -ENOMEM. */
+int xfer_sources_add(struct xfer_sources *s, const struct xfer_source *src, uint32_t n);
 void xfer_sources_free(struct xfer_sources *s);
 
 /*

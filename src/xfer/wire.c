@@ -330,6 +330,16 @@ int xfer_manifest_decode(const uint8_t *in, size_t len, uint32_t max_files,
 		}
 		f->nchunks = (uint32_t)n;
 	}
+	const uint8_t *last = rd_take(&r, 1);
+	out->last = last ? *last : 0;
+	if (out->last > 1) {
+		*why = "manifest part's last flag is neither 0 nor 1";
+		goto fail;
+	}
+	if (out->last) {
+		out->total_files = rd_u32(&r);
+		out->total_bytes = rd_u64(&r);
+	}
 	if (r.bad)
 		goto fail;
 	if (r.left) {
@@ -360,6 +370,7 @@ int xfer_manifest_encode(const struct xfer_manifest *m, uint8_t **out, size_t *l
 		n += 2 + strlen(m->fwd[i]);
 	for (uint32_t i = 0; i < m->nfiles; i++)
 		n += 2 + strlen(m->files[i].path) + 8 + 4 + 8;
+	n += m->last ? 1 + 4 + 8 : 1;
 	if (n > XFER_META_MAX)
 		return -E2BIG;
 	uint8_t *b = malloc(n), *p = b;
@@ -378,6 +389,11 @@ int xfer_manifest_encode(const struct xfer_manifest *m, uint8_t **out, size_t *l
 		wire_put32(p + 8, f->mode);
 		wire_put64(p + 12, f->mtime_ns);
 		p += 20;
+	}
+	*p++ = m->last ? 1 : 0;
+	if (m->last) {
+		wire_put32(p, m->total_files);
+		wire_put64(p + 4, m->total_bytes);
 	}
 	*out = b;
 	*len = n;

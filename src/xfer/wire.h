@@ -10,7 +10,8 @@
  * conn.h); then the server's CHALLENGE (a random nonce), the client's HELLO (role, transfer
  * id, HMAC-SHA256 of the nonce under the shared token) and the server's OK, which carries the
  * server's own proof of the token when it has one (see conn.h). Every connection of a
- * transfer is alike: the first carries MANIFEST -> NEED, each carries CHUNK -> ACK (or, for
+ * transfer is alike: the first carries MANIFEST -> NEED, one part of the manifest after the
+ * other (the sender lists a tree as it sends it), each carries CHUNK -> ACK (or, for
  * files of one chunk of at most XFER_BATCH_FILE_MAX bytes, BATCH -> BATCH_ACK: up to
  * XFER_BATCH_FILES whole files in one message), and any live one FINISH -> DONE at the end. The
  * parsers here take bytes off the network and are fuzzed (tests/fuzz/fuzz_xfer_wire.c): they check
@@ -26,7 +27,8 @@
 #define XFER_HDR_LEN 16
 #define XFER_META_MAX (64u << 20)
 #define XFER_DATA_MAX (64u << 20)
-#define XFER_VERSION 2 /* 2: BATCH and BATCH_ACK; a peer of version 1 is refused */
+#define XFER_VERSION                                                                               \
+	3 /* 2: BATCH and BATCH_ACK; 3: the manifest in parts; older peers are refused */
 #define XFER_NONCE_LEN 32
 #define XFER_SESSION_LEN 16
 #define XFER_MAC_LEN 32
@@ -126,12 +128,16 @@ struct xfer_file {
 	uint32_t nchunks;  /* follows from size and the manifest's chunk size */
 };
 
+/* A manifest, or one part of it (see xfer_manifest_encode). */
 struct xfer_manifest {
 	uint32_t chunk_size;
 	uint32_t nfiles;
 	struct xfer_file *files;
 	uint32_t nfwd;		 /* bcast: the hops after the receiver, in order */
 	char *fwd[XFER_FWD_MAX]; /* each "HOST:PORT[,HOST:PORT...]" */
+	uint8_t last;		 /* the last part: the totals below are the whole manifest's */
+	uint32_t total_files;
+	uint64_t total_bytes;
 };
 
 static inline void wire_put32(uint8_t *p, uint32_t v)
@@ -199,14 +205,19 @@ int xfer_written_decode(const uint8_t *in, size_t len, struct xfer_chunk_meta *c
 int xfer_ok_decode(const uint8_t *in, size_t len, uint8_t proof[XFER_MAC_LEN], int *has);
 
 /*
- * A manifest's encoding: u32 chunk_size, u32 nfiles, u32 nfwd, nfwd × (u16 len, bytes), then
- * per file u16 path_len, path, u64 size, u32 mode, u64 mtime_ns. Chunk hashes are not in it:
+ * A manifest part's encoding: u32 chunk_size, u32 nfiles, u32 nfwd, nfwd × (u16 len, bytes), then
+ * per file u16 path_len, path, u64 size, u32 mode, u64 mtime_ns, then u8 last (0: more parts
+ * follow; 1: this is the last) and, in the last part only, u32 total_files and u64 total_bytes:
+ * the whole manifest's, which the receiver checks against the parts it took. A sender lists a
+ * tree as it sends it: the files of a part are numbered after those of the parts before it, and
+ * every part is answered by a NEED of its own files. Chunk hashes are not in it:
  * each CHUNK carries its own, and FINISH carries each file's whole hash (XXH3-128 over the
  * file's chunk hashes in order), so sending starts without reading the files twice. encode
  * mallocs *out (caller frees). decode builds a manifest that owns its memory (free with
  * xfer_manifest_free); it refuses unsafe paths, chunk sizes outside [4 KiB, 64 MiB], more
- * than XFER_CHUNKS_MAX chunks in all, and more than <max_files> files (-E2BIG, as soon as the
- * count is read, before anything is allocated for them; else -EPROTO).
+ * than XFER_CHUNKS_MAX chunks in the part, and more than <max_files> files (-E2BIG, as soon as
+ * the count is read, before anything is allocated for them; else -EPROTO); what parts may say
+ * together (chunk sizes alike, names not twice, totals) is the receiver's to check.
  */
 int xfer_manifest_encode(const struct xfer_manifest *m, uint8_t **out, size_t *len);
 int xfer_manifest_decode(const uint8_t *in, size_t len, uint32_t max_files,

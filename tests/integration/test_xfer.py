@@ -338,10 +338,11 @@ def raw_manifest(port, path):
 
     s.sendall(struct.pack("<I", 0x31465841))  # plain, not TLS
     assert recv_frame()[0] == 1  # CHALLENGE
-    s.sendall(frame(2, struct.pack("<IB", 2, 2) + os.urandom(16) + bytes(32)))  # HELLO, version 2
+    s.sendall(frame(2, struct.pack("<IB", 3, 2) + os.urandom(16) + bytes(32)))  # HELLO, version 3
     assert recv_frame()[0] == 3  # OK
     p = path.encode()
     man = struct.pack("<III", 1 << 20, 1, 0) + struct.pack("<H", len(p)) + p + struct.pack("<QIQ", 5, 0o644, 0)
+    man += struct.pack("<BIQ", 1, 1, 5)  # the last part: 1 file, 5 bytes in all
     s.sendall(frame(5, man))
     t, meta = recv_frame()
     s.close()
@@ -649,7 +650,8 @@ def test_metrics_and_docs_agree(env):
 
 SEND_JSON_KEYS = ["ok", "files", "bytes", "bytes_skipped", "bytes_sent", "bytes_acked", "bytes_dup", "seconds",
                   "gbit_per_s", "chunks", "chunks_resent", "chunks_dup", "chunks_corrupt",
-                  "zerocopy_bytes", "zerocopy_copied_bytes", "links", "error"]
+                  "zerocopy_bytes", "zerocopy_copied_bytes", "manifest_parts", "listing_seconds", "links",
+                  "error"]
 SEND_JSON_LINK_KEYS = ["remote", "local", "bytes", "gbit_per_s", "streams_up", "streams_lost",
                        "bytes_sent", "chunks_dup", "interface", "numa_node"]
 
@@ -666,7 +668,7 @@ def test_send_json_keeps_its_shape(env):
     del rep["rc"], rep["stderr"]
     assert list(rep) == SEND_JSON_KEYS, list(rep)
     assert rep["ok"] is True and rep["error"] == "" and rep["bytes"] == 2 * 1024 * 1024 + 3
-    for k in SEND_JSON_KEYS[1:15]:
+    for k in SEND_JSON_KEYS[1:17]:
         assert isinstance(rep[k], (int, float)) and not isinstance(rep[k], bool), (k, rep[k])
     assert len(rep["links"]) == 2
     for link in rep["links"]:

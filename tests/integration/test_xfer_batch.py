@@ -209,6 +209,6 @@ def test_protocol_1_peer_is_refused(env):
     w = Wire.dial(port)
     t, text = w.hello(os.urandom(16), version=1)
     assert t == ERR, (t, text)
-    assert b"protocol 1" in text and b"this one 2" in text and b"same accelnet release" in text, text
+    assert b"protocol 1" in text and b"this one 3" in text and b"same accelnet release" in text, text
     w.close()
     assert os.listdir(dst) == []

@@ -21,7 +21,7 @@ MAGIC = 0x31465841
 CHALLENGE, HELLO, OK, ERR, MANIFEST, NEED, CHUNK, ACK, FINISH, DONE, GET, BATCH, BATCH_ACK = \
     range(1, 14)
 ROLE_DATA = 2
-VERSION = 2  # src/xfer/wire.h XFER_VERSION
+VERSION = 3  # src/xfer/wire.h XFER_VERSION
 
 _xx = ctypes.CDLL("libxxhash.so.0")
 _xx.XXH3_64bits.restype = ctypes.c_uint64
@@ -51,15 +51,20 @@ def chunks_of(data, chunk):
     return [data[i:i + chunk] for i in range(0, len(data), chunk)]
 
 
-def manifest(files, chunk=64 * 1024, fwd=()):
-    """files: [(path, size, mode[, mtime_ns])] -> MANIFEST meta."""
+def manifest(files, chunk=64 * 1024, fwd=(), last=True, totals=None):
+    """files: [(path, size, mode[, mtime_ns])] -> MANIFEST meta: the whole manifest in one part,
+    or one part of several (last=False; the last part carries <totals>, (files, bytes) over all
+    parts, by default this part's own)."""
     out = struct.pack("<III", chunk, len(files), len(fwd))
     for hop in fwd:
         out += struct.pack("<H", len(hop)) + hop.encode()
     for path, size, mode, *mtime in files:
         p = path.encode()
         out += struct.pack("<H", len(p)) + p + struct.pack("<QIQ", size, mode, mtime[0] if mtime else 0)
-    return out
+    if not last:
+        return out + b"\x00"
+    nfiles, nbytes = totals or (len(files), sum(f[1] for f in files))
+    return out + struct.pack("<BIQ", 1, nfiles, nbytes)
 
 
 class Wire:

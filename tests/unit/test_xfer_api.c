@@ -2,7 +2,9 @@
  * test_xfer_api.c - the public API of include/accelnet/xfer.h as another program uses it: a
  * receiver (xfer_serve) on a thread, a memory buffer and a file sent with xfer_send, the
  * report's figures, and the zero-copy accounting of the buffer (MSG_ZEROCOPY; on loopback the
- * kernel copies anyway, and the report must say so rather than claim zero copy).
+ * kernel copies anyway, and the report must say so rather than claim zero copy); and a streamed
+ * send (xfer_send_begin/add/end) whose first file is in place on the receiver while the caller
+ * is still listing, with progress that says the total is not known yet.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -161,11 +163,108 @@ static void refused_without_receiver(void **state)
 	assert_non_null(strstr(r.error, ".."));
 }
 
+struct seen {
+	int listing_reports; /* progress reports while files were still being listed */
+	uint32_t listed;     /* the files those reports said were listed, at most */
+};
+
+static void on_progress(const struct xfer_report *r, void *arg)
+{
+	struct seen *seen = arg;
+	if (r->listing) {
+		seen->listing_reports++;
+		seen->listed = r->files > seen->listed ? r->files : seen->listed;
+	}
+}
+
+/*
+ * The caller lists 100 files, then stops listing until the first one is in place on the
+ * receiver: a sender that sent nothing before the listing ended would wait here for ever (the
+ * deadline fails the test). Then the rest, and every file byte for byte.
+ */
+static void streamed_data_before_listing_ends(void **state)
+{
+	(void)state;
+	snprintf(dir, sizeof(dir), "/tmp/accelnet-xfer-stream-XXXXXX");
+	assert_non_null(mkdtemp(dir));
+	__atomic_store_n(&stop, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&port, 0, __ATOMIC_RELAXED);
+	snprintf(listen_addr, sizeof(listen_addr), "127.0.0.1:%d", free_port());
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, serve_main, NULL), 0);
+	while (!__atomic_load_n(&port, __ATOMIC_ACQUIRE))
+		usleep(1000);
+	assert_true(port > 0);
+	char remote[64];
+	snprintf(remote, sizeof(remote), "127.0.0.1:%d", port);
+
+	enum { N = 300, EACH = 1500 };
+	uint8_t *buf = malloc((size_t)N * EACH);
+	for (size_t i = 0; i < (size_t)N * EACH; i++)
+		buf[i] = (uint8_t)(i * 2654435761u >> 11);
+	struct seen seen = {0};
+	struct xfer_send_opts o = {.remote = remote,
+				   .streams = 2,
+				   .progress = on_progress,
+				   .arg = &seen,
+				   .progress_ms = 1};
+	struct xfer_sending *x;
+	struct xfer_report r;
+	memset(&r, 0, sizeof(r));
+	assert_int_equal(xfer_send_begin(&o, &x), 0);
+	char names[N][32];
+	for (int i = 0; i < N; i++)
+		snprintf(names[i], sizeof(names[i]), "s/d%d/f%03d", i / 100, i);
+	for (int i = 0; i < 100; i++) {
+		struct xfer_item it = {
+		    .name = names[i], .buf = buf + (size_t)i * EACH, .len = EACH};
+		assert_int_equal(xfer_send_add(x, &it, &r), 0);
+	}
+	char first[160];
+	struct stat st;
+	snprintf(first, sizeof(first), "%s/s/d0/f000", dir);
+	for (int waited = 0; stat(first, &st) < 0 && waited < 20000; waited++)
+		usleep(1000);		       /* a readiness check with a deadline: 20 s */
+	assert_int_equal(stat(first, &st), 0); /* in place while the listing goes on */
+	assert_int_equal(st.st_size, EACH);
+	assert_true(seen.listing_reports > 0); /* and the progress said: total not known yet */
+	assert_true(seen.listed >= 64 && seen.listed <= 100);
+	for (int i = 100; i < N; i++) {
+		struct xfer_item it = {
+		    .name = names[i], .buf = buf + (size_t)i * EACH, .len = EACH};
+		assert_int_equal(xfer_send_add(x, &it, &r), 0);
+	}
+	assert_int_equal(xfer_send_end(x, &r), 0);
+	assert_string_equal(r.error, "");
+	assert_int_equal(r.listing, 0);
+	assert_int_equal(r.files, N);
+	assert_int_equal(r.bytes_total, (uint64_t)N * EACH);
+	for (int i = 0; i < N; i++) {
+		char path[160];
+		size_t got;
+		snprintf(path, sizeof(path), "%s/%.31s", dir, names[i]);
+		uint8_t *back = read_file(path, &got);
+		assert_non_null(back);
+		assert_int_equal(got, EACH);
+		assert_memory_equal(back, buf + (size_t)i * EACH, EACH);
+		free(back);
+	}
+	__atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
+	void *ret;
+	pthread_join(th, &ret);
+	assert_int_equal((intptr_t)ret, 0);
+	free(buf);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(buffer_and_file),
 	    cmocka_unit_test(refused_without_receiver),
+	    cmocka_unit_test(streamed_data_before_listing_ends),
 	};
 	return cmocka_run_group_tests_name("xfer API", tests, NULL, NULL);
 }

@@ -1,0 +1,161 @@
+"""accelnet xfer: the manifest streamed in parts (protocol 3, src/xfer/wire.h). A tree of a few
+thousand files goes in several parts and lands byte-exact with its modes and times; a transfer
+cut after its first part and some of its files, then run again, is sent only what the receiver
+did not have; hostile parts are refused with a reason: a part after the last, a name twice
+across parts, totals that lie, more files than --max-files across parts, a chunk size that
+changes, an empty part, a bcast manifest in parts, FINISH or a chunk of a file not listed yet,
+and a second connection joining a manifest still coming. (That data flows before the listing
+ends is shown deterministically by tests/unit/test_xfer_api.c, whose caller stops listing
+until the first file is in place.)"""
+
+import os
+import struct
+
+from harness import free_port
+from test_xfer import send, serve
+from test_xfer_batch import batch_meta, make_small_tree, scratch
+from test_xfer_security import (BATCH, BATCH_ACK, CHUNK, ERR, FINISH, MANIFEST, NEED, OK, Wire, manifest,
+                                xxh64)
+
+
+def test_tree_in_parts_arrives_whole(env):
+    """3,000 small files (and an empty one, and one of several chunks) go in several manifest
+    parts and land byte-exact with the source's permission bits and modification times; the
+    summary says how many parts and how long the listing took, and nothing is left behind."""
+    work = scratch(env)
+    src, dst = os.path.join(work, "src", "tree"), os.path.join(work, "dst")
+    os.makedirs(dst)
+    files = make_small_tree(src, 3000)
+    port = free_port()
+    serve(env, f"127.0.0.1:{port}", dst)
+    rep = send([src, f"127.0.0.1:{port}", "--chunk-kib", "64"])
+    assert rep["files"] == len(files) and rep["bytes_dup"] == 0, rep
+    assert rep["manifest_parts"] > 1, rep  # 64 files first, then twice as many a part
+    assert 0 < rep["listing_seconds"] <= rep["seconds"], rep
+    for rel, data in files:
+        a, b = os.path.join(src, rel), os.path.join(dst, "tree", rel)
+        with open(b, "rb") as f:
+            assert f.read() == data, rel
+        sa, sb = os.stat(a), os.stat(b)
+        assert sa.st_mode & 0o777 == sb.st_mode & 0o777, (rel, oct(sa.st_mode), oct(sb.st_mode))
+        assert sa.st_mtime_ns == sb.st_mtime_ns, rel
+    assert os.listdir(os.path.join(dst, ".accelnet-xfer")) == []
+
+
+def part(files, last=False, totals=None, chunk=65536, fwd=()):
+    return manifest(files, chunk=chunk, fwd=fwd, last=last, totals=totals)
+
+
+def opened(port):
+    w = Wire.dial(port)
+    assert w.hello(os.urandom(16))[0] == OK
+    return w
+
+
+def test_cut_mid_manifest_resumes(env):
+    """A sender cut after the first part of its manifest and a batch of its files (the
+    connection closed, the rest of the tree never listed): the files of that batch are in place,
+    and the real sender, run again over the whole tree, is sent everything but them."""
+    work = scratch(env)
+    src, dst = os.path.join(work, "src", "tree"), os.path.join(work, "dst")
+    os.makedirs(dst)
+    files = make_small_tree(src, 400)
+    port = free_port()
+    serve(env, f"127.0.0.1:{port}", dst)
+    # the first part as the real sender lists it: names under "tree/", the source's identity
+    first = []
+    for rel, data in sorted(files)[:100]:
+        st = os.stat(os.path.join(src, rel))
+        first.append((f"tree/{rel}", len(data), st.st_mode & 0o7777, st.st_mtime_ns, data))
+    w = opened(port)
+    w.send(MANIFEST, part([f[:4] for f in first]))
+    t, meta, _ = w.frame()
+    assert t == NEED, (t, meta)
+    small = [(i, f) for i, f in enumerate(first) if 0 < f[1] <= 65536][:20]
+    w.send(BATCH, batch_meta([(i, f[1], xxh64(f[4])) for i, f in small]), b"".join(f[4] for _, f in small))
+    t, meta, _ = w.frame()
+    assert t == BATCH_ACK and all(meta[4 + 5 * k + 4] == 0 for k in range(len(small))), (t, meta)
+    w.close()  # killed mid-manifest
+    for _, f in small:
+        with open(os.path.join(dst, f[0]), "rb") as fh:
+            assert fh.read() == f[4], f[0]
+    rep = send([src, f"127.0.0.1:{port}", "--chunk-kib", "64"])
+    assert rep["bytes_skipped"] == sum(f[1] for _, f in small), rep
+    assert rep["bytes_skipped"] + rep["bytes_acked"] == rep["bytes"], rep
+    for rel, data in files:
+        with open(os.path.join(dst, "tree", rel), "rb") as fh:
+            assert fh.read() == data, rel
+
+
+def refused(w, why):
+    t, meta, _ = w.frame()
+    assert t == ERR and why.encode() in meta, (t, meta)
+    w.close()
+
+
+def test_hostile_manifest_parts_are_refused(env):
+    """Each hostile part is answered with ERR and its reason; nothing is created for it."""
+    dst = os.path.join(scratch(env), "dst")
+    os.makedirs(dst)
+    port = free_port()
+    serve(env, f"127.0.0.1:{port}", dst, extra=["--max-files", "10"])
+
+    def after_first(files, last=False):
+        w = opened(port)
+        w.send(MANIFEST, part(files, last=last))
+        t, meta, _ = w.frame()
+        assert t == NEED, (t, meta)
+        return w
+
+    a, b, c = ("a", 5, 0o644), ("b", 7, 0o644), ("c", 9, 0o644)
+    # a part after the last
+    w = after_first([a], last=True)
+    w.send(MANIFEST, part([b], last=True, totals=(2, 12)))
+    refused(w, "a part after the last one")
+    # the same name in two parts
+    w = after_first([a, b])
+    w.send(MANIFEST, part([("c", 1, 0o644), a], last=True, totals=(4, 18)))
+    refused(w, "'a' appears twice in the manifest")
+    # totals that lie: files, then bytes
+    w = after_first([a, b])
+    w.send(MANIFEST, part([c], last=True, totals=(4, 21)))
+    refused(w, "its last part says 4 files and 21 bytes in all, its parts listed 3 files and 21 bytes")
+    w = after_first([a, b])
+    w.send(MANIFEST, part([c], last=True, totals=(3, 20)))
+    refused(w, "its parts listed 3 files and 21 bytes")
+    # more files than --max-files, across parts (each part alone is within it)
+    w = after_first([(f"x{i}", 1, 0o644) for i in range(6)])
+    w.send(MANIFEST, part([(f"y{i}", 1, 0o644) for i in range(6)], last=True, totals=(12, 12)))
+    refused(w, "too many files in one transfer (at most 10: serve --max-files)")
+    # a chunk size that changes, an empty part that is not the last
+    w = after_first([a])
+    w.send(MANIFEST, part([b], chunk=4096))
+    refused(w, "its parts disagree on the chunk size")
+    w = after_first([a])
+    w.send(MANIFEST, part([]))
+    refused(w, "a part other than the last lists no file")
+    # a bcast manifest in parts
+    w = opened(port)
+    w.send(MANIFEST, part([a], fwd=["127.0.0.1:1"]))
+    refused(w, "a bcast manifest comes in one part")
+    # FINISH before the last part; a chunk of a file not listed yet
+    w = after_first([a])
+    w.send(FINISH, bytes(16))
+    refused(w, "FINISH before the manifest's last part")
+    w = after_first([a])
+    w.send(CHUNK, struct.pack("<IIQ", 1, 0, xxh64(b"x" * 7)), b"x" * 7)
+    refused(w, "chunk outside the manifest")
+    # a second connection sending a manifest for a transfer whose manifest is still coming
+    session = os.urandom(16)
+    w = Wire.dial(port)
+    assert w.hello(session)[0] == OK
+    w.send(MANIFEST, part([a]))
+    assert w.frame()[0] == NEED
+    v = Wire.dial(port)
+    assert v.hello(session)[0] == OK
+    v.send(MANIFEST, part([b], last=True, totals=(2, 12)))
+    refused(v, "the transfer's manifest is still coming on another connection")
+    w.close()
+    state = os.path.join(dst, ".accelnet-xfer")
+    assert os.listdir(dst) in ([], [".accelnet-xfer"]), os.listdir(dst)
+    assert not os.path.isdir(state) or os.listdir(state) == [], os.listdir(state)
