@@ -89,6 +89,9 @@ struct stream {
 	int started;
 	_Atomic int state;
 	_Atomic unsigned holding; /* chunks in its window */
+	/* io.fd while its connection is open, for the engine's thread to abort it with (the
+	 * stream's own thread opens and closes io): -1 when closed */
+	_Atomic int live_fd;
 	struct net_zc zc;
 	struct xfer_tp tp; /* how its chunks' bytes travel (transport.h) */
 };
@@ -370,7 +373,7 @@ static void batch_fill(struct stream *s, struct unit *u)
 	}
 }
 
-static void stream_close(struct xfer_engine *e, struct net_conn *io);
+static void stream_close(struct stream *s);
 
 /* Set up the data path of a stream just connected (transport.h). A transport the receiver
  * does not offer ends the transfer: dialing again would not change it. */
@@ -388,7 +391,7 @@ static int stream_transport(struct stream *s)
 		set_error(e, "transport %s: no data path to the receiver: %s", s->tp.ops->name,
 			  err);
 		xfer_sched_abort(&e->sched, -EPROTO);
-		stream_close(e, &s->io);
+		stream_close(s);
 		return -EACCES;
 	}
 	return 0;
@@ -401,6 +404,7 @@ static int stream_dial(struct stream *s)
 		unsigned link = 0;
 		if (e->adopt->take(e->adopt->arg, &link, &s->io) < 0)
 			return -ENOTCONN;
+		atomic_store(&s->live_fd, s->io.fd);
 		s->link = link < e->nlinks ? link : 0;
 		xfer_set_timeout(s->io.fd, (int)e->stall_ms);
 		return stream_transport(s);
@@ -423,16 +427,27 @@ static int stream_dial(struct stream *s)
 	}
 	if (rc)
 		return rc;
+	atomic_store(&s->live_fd, s->io.fd);
 	return stream_transport(s);
 }
 
 /* Close a stream's connection: an adopted one goes back to its lender, which closes it. */
-static void stream_close(struct xfer_engine *e, struct net_conn *io)
+static void stream_close(struct stream *s)
 {
-	if (io->fd >= 0 && e->adopt && e->adopt->put)
-		e->adopt->put(e->adopt->arg, io);
+	struct xfer_engine *e = s->e;
+	atomic_store(&s->live_fd, -1);
+	if (s->io.fd >= 0 && e->adopt && e->adopt->put)
+		e->adopt->put(e->adopt->arg, &s->io);
 	else
-		net_conn_close(io);
+		net_conn_close(&s->io);
+}
+
+/* Cut <s>'s connection from another thread: its own thread's next read or write fails. */
+static void stream_abort(struct stream *s)
+{
+	int fd = atomic_load(&s->live_fd);
+	if (fd >= 0)
+		sock_abort(fd);
 }
 
 /* One stream's life: see the essay above. */
@@ -532,12 +547,12 @@ static void *stream_main(void *arg)
 			return NULL;
 		}
 		if (atomic_load(&e->ended)) { /* cut on purpose: its copies were not needed */
-			stream_close(e, &s->io);
+			stream_close(s);
 			break;
 		}
 		atomic_fetch_sub(&l->up, 1);
 		atomic_fetch_add(&l->failed, 1);
-		stream_close(e, &s->io);
+		stream_close(s);
 		xfer_sched_wake(&e->sched);
 	}
 	atomic_store(&s->state, ST_DEAD);
@@ -741,7 +756,7 @@ static int engine_first_link(struct xfer_engine *e, const struct xfer_adopt *ad,
 			continue;
 		}
 		if ((rc = exchange_manifest(e, &s->io, p, 0, nchunks))) {
-			stream_close(e, &s->io);
+			stream_close(s);
 			if (e->error[0])
 				return rc;
 		}
@@ -840,6 +855,7 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 	for (unsigned i = 0; i < e->nstreams; i++) {
 		e->streams[i] = (struct stream){.e = e, .link = i % e->nlinks, .io = {.fd = -1}};
 		atomic_init(&e->streams[i].state, ST_RUNNING);
+		atomic_init(&e->streams[i].live_fd, -1);
 	}
 	/* every stream but the manifest's dials now, while the manifest is answered: each link
 	 * carries chunks as soon as they are fed (adopted connections come one by one) */
@@ -1248,13 +1264,13 @@ int xfer_engine_finish(struct xfer_engine *e, struct xfer_report *rep)
 		 * transfer (which FINISH names) while a connection that joined it is open */
 		atomic_store(&e->ended, 1);
 		for (unsigned i = 1; i < e->nstreams; i++)
-			if (atomic_load(&e->streams[i].holding) && e->streams[i].io.fd >= 0)
-				sock_abort(e->streams[i].io.fd);
+			if (atomic_load(&e->streams[i].holding))
+				stream_abort(&e->streams[i]);
 	}
 	for (unsigned i = 0; i < e->nstreams; i++)
 		if (e->streams[i].started) {
-			if (rc && e->streams[i].io.fd >= 0)
-				sock_abort(e->streams[i].io.fd);
+			if (rc)
+				stream_abort(&e->streams[i]);
 			pthread_join(e->streams[i].th, NULL);
 			e->streams[i].started = 0;
 		}
@@ -1268,7 +1284,7 @@ int xfer_engine_finish(struct xfer_engine *e, struct xfer_report *rep)
 		}
 		for (unsigned i = 0; i < e->nstreams && rc && rc != -EBADMSG; i++) {
 			struct stream *s = &e->streams[i];
-			stream_close(e, &s->io);
+			stream_close(s);
 			if (stream_dial(s) == 0)
 				rc = finish_on(e, &s->io, meta);
 		}
@@ -1286,19 +1302,17 @@ void xfer_engine_free(struct xfer_engine *e)
 	if (!e)
 		return;
 	if (e->reader_started) { /* a transfer given up while listing: its reader reads no more */
-		if (e->streams[0].io.fd >= 0)
-			sock_abort(e->streams[0].io.fd);
+		stream_abort(&e->streams[0]);
 		reader_join(e);
 	}
 	if (e->streams) {
 		xfer_sched_abort(&e->sched, -ECANCELED);
 		stop_dialing(e);
 		for (unsigned i = 0; i < e->nstreams; i++) {
-			if (e->streams[i].io.fd >= 0)
-				sock_abort(e->streams[i].io.fd);
+			stream_abort(&e->streams[i]);
 			if (e->streams[i].started)
 				pthread_join(e->streams[i].th, NULL);
-			stream_close(e, &e->streams[i].io);
+			stream_close(&e->streams[i]);
 			if (e->streams[i].tp.ops)
 				e->streams[i].tp.ops->close(&e->streams[i].tp);
 			free(e->streams[i].batch);
