@@ -48,8 +48,8 @@ struct llm_fit {
 
 struct llm_backend {
 	struct prefix_index *prefix;
-	/* kept by the engine's KV events: routing adds no guesses (control/kvsub.c clears it
-	 * while the events' thread is lost) */
+	/* kept by the engine's KV events: routing's guesses go to <pending> (control/kvsub.c
+	 * clears it while the events' thread is lost) */
 	_Atomic int exact;
 	/* with the engine's events: the blocks sent there that they have not confirmed yet,
 	 * read with the index while exact (control/kvsub.c confirms, drops and clears them);
