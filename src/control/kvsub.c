@@ -35,6 +35,7 @@
 #include "core/log.h"
 #include "obs/kvevent.h"
 #include "policy/prefix_index.h"
+#include "policy/prefix_pending.h"
 #include "runtime/llm.h"
 #include "runtime/proxy_metric.h"
 #include "tok/tokmodel.h"
@@ -97,6 +98,22 @@ struct kvsub {
 	unsigned msgs, bytes; /* what this turn took so far */
 };
 
+/* The pending table beside <s>'s index: the blocks balance: llm sent there that the events
+ * have not confirmed (NULL: none, the index is not the one a balancer reads). */
+static struct prefix_pending *pending_of(const struct kvsub_one *s)
+{
+	const struct llm_backend *l = s->be->llm;
+	return l && l->prefix == s->be->kv_prefix ? l->pending : NULL;
+}
+
+/* The index now holds these blocks, as the engine said: no longer a guess. */
+static void confirmed(struct kvsub_one *s, const uint64_t *h, uint32_t n)
+{
+	struct prefix_pending *p = pending_of(s);
+	if (p)
+		prefix_pending_remove(p, h, n);
+}
+
 /* What <s> knows of its engine is dropped. An engine whose events carry token ids keeps the
  * index balance: llm reads: that backend falls back to learning from the prompts sent there
  * (as without kv_events, the events still applied on top) until the engine's next
@@ -104,6 +121,8 @@ struct kvsub {
 static void forget(struct kvsub_one *s, int lost)
 {
 	prefix_index_clear(s->be->kv_prefix);
+	if (pending_of(s))
+		prefix_pending_clear(pending_of(s), clock_now_ms());
 	if (s->map)
 		kvmap_clear(s->map);
 	struct llm_backend *l = s->be->llm;
@@ -152,17 +171,18 @@ static void stored_tokens(struct kvsub_one *s, const struct kvevent_batch *b,
 		if (kvmap_put(s->map, b->hash[e->first + i], own) < 0)
 			return;
 		prefix_index_insert(s->be->kv_prefix, &own, 1);
+		confirmed(s, &own, 1);
 	}
 }
 
 static void removed(struct kvsub_one *s, const uint64_t *h, uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++) {
-		uint64_t own;
-		if (s->map && kvmap_take(s->map, h[i], &own))
-			prefix_index_remove(s->be->kv_prefix, &own, 1);
-		else
-			prefix_index_remove(s->be->kv_prefix, &h[i], 1); /* our hash already */
+		uint64_t own = h[i]; /* our hash already, unless the map knows it */
+		if (s->map)
+			kvmap_take(s->map, h[i], &own);
+		prefix_index_remove(s->be->kv_prefix, &own, 1);
+		confirmed(s, &own, 1); /* (gone, not pending either) */
 	}
 }
 
@@ -175,9 +195,10 @@ static void apply(struct kvsub_one *s, const struct kvevent_batch *b)
 		    e->block_size <= TOKMODEL_BLOCK_MAX &&
 		    (uint64_t)e->n * e->block_size == e->ntok)
 			stored_tokens(s, b, e);
-		else if (e->kind == KVEVENT_STORED)
+		else if (e->kind == KVEVENT_STORED) {
 			prefix_index_insert(s->be->kv_prefix, h, e->n);
-		else if (e->kind == KVEVENT_REMOVED)
+			confirmed(s, h, e->n);
+		} else if (e->kind == KVEVENT_REMOVED)
 			removed(s, h, e->n);
 		else if (s->learning) { /* a fresh state: exact again */
 			forget(s, 0);

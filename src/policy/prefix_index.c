@@ -103,6 +103,11 @@ static int held(const struct prefix_index *ix, uint64_t h, uint64_t now)
 	return now < at || now - at < ix->capacity;
 }
 
+int prefix_index_holds(const struct prefix_index *ix, uint64_t h)
+{
+	return held(ix, h, atomic_load_explicit(&ix->taken, memory_order_relaxed));
+}
+
 size_t prefix_index_match(const struct prefix_index *ix, const uint64_t *hash, size_t n)
 {
 	uint64_t now = atomic_load_explicit(&ix->taken, memory_order_relaxed);

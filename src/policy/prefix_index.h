@@ -47,6 +47,9 @@ int prefix_index_copy(struct prefix_index *to, const struct prefix_index *from);
 /* How many of the first <n> blocks of <hash> the backend holds: the longest cached prefix. */
 size_t prefix_index_match(const struct prefix_index *ix, const uint64_t *hash, size_t n);
 
+/* Does the backend hold block <h> (one probe)? */
+int prefix_index_holds(const struct prefix_index *ix, uint64_t h);
+
 /* The blocks are in the cache now (a prompt served there, or BlockStored): refresh the ones
  * known, add the rest. The clock's ticks this took (for prefix_index_take_back). */
 uint64_t prefix_index_insert(struct prefix_index *ix, const uint64_t *hash, size_t n);

@@ -2,6 +2,7 @@
  * llm.c - per-backend prefix index and TTFT fit, per-request block arrays (see llm.h).
  */
 #include "runtime/llm.h"
+#include "core/clock.h"
 #include "http/prompt.h"
 
 #include <errno.h>
@@ -49,8 +50,19 @@ void llm_backend_free(struct llm_backend *l)
 	if (!l)
 		return;
 	prefix_index_free(l->prefix);
+	prefix_pending_free(l->pending);
 	prefix_feed_free(l->feed);
 	free(l);
+}
+
+int llm_follow_events(struct llm_backend *l)
+{
+	size_t entries = prefix_index_capacity(l->prefix) / LLM_PENDING_SHARE;
+	if (!l->pending && prefix_pending_new(entries > LLM_MAX_BLOCKS ? entries : LLM_MAX_BLOCKS,
+					      LLM_PENDING_MS, &l->pending) < 0)
+		return -ENOMEM;
+	l->exact = 1;
+	return 0;
 }
 
 int llm_share(struct llm_backend *l)
@@ -71,7 +83,13 @@ void llm_candidate(const struct llm_backend *l, const uint64_t *blocks, uint32_t
 		   struct lb_candidate *c)
 {
 	const struct llm_fit *f = fit_of(l);
-	c->hit_blocks = n ? (uint32_t)prefix_index_match(l->prefix, blocks, n) : 0;
+	if (!n)
+		c->hit_blocks = 0;
+	else if (l->pending && atomic_load_explicit(&l->exact, memory_order_relaxed))
+		c->hit_blocks = (uint32_t)prefix_pending_match(l->prefix, l->pending, blocks, n,
+							       clock_now_ms());
+	else
+		c->hit_blocks = (uint32_t)prefix_index_match(l->prefix, blocks, n);
 	c->base_us = atomic_load_explicit(&f->base_us, memory_order_relaxed);
 	c->block_us = atomic_load_explicit(&f->block_us, memory_order_relaxed);
 	/* a slot frees after about the mean of what holds them */
@@ -111,7 +129,8 @@ uint32_t llm_picked(struct llm_backend *l, const uint64_t *blocks, uint32_t n, u
 	if (n && !l->exact) {
 		took = prefix_index_insert(l->prefix, blocks, n);
 		share(l, blocks, n);
-	}
+	} else if (n > hit && l->pending) /* (hit <= n: the pick's match) */
+		prefix_pending_add(l->pending, blocks + hit, n - hit, clock_now_ms());
 	if (ticks)
 		*ticks = took > UINT32_MAX ? UINT32_MAX : (uint32_t)took;
 	atomic_fetch_add_explicit(&l->prompt_blocks, n, memory_order_relaxed);
@@ -129,8 +148,12 @@ uint32_t llm_picked(struct llm_backend *l, const uint64_t *blocks, uint32_t n, u
 void llm_unpicked(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t missed,
 		  uint32_t ticks)
 {
-	if (!l->exact && blocks && missed <= n)
+	if (!blocks || missed > n)
+		return;
+	if (!l->exact)
 		prefix_index_take_back(l->prefix, blocks + (n - missed), missed, ticks);
+	else if (l->pending)
+		prefix_pending_remove(l->pending, blocks + (n - missed), missed);
 }
 
 void llm_done(struct llm_backend *l, uint32_t work_us)

@@ -3,7 +3,9 @@
  *
  * Per backend: a prefix index (policy/prefix_index.h) of the prompt blocks its KV cache
  * holds, fed by the prompts sent to it (or, when exact is set, by the engine's own events:
- * then routing adds no guesses), and a fit of its time to first token against the
+ * then routing adds its guesses apart, as pending blocks (policy/prefix_pending.h) that the
+ * events confirm or that expire, so that a request close behind a similar one finds its
+ * blocks before the engine has reported them), and a fit of its time to first token against the
  * blocks it had to compute (policy/ttft_fit.h), its mean time from first byte to end, and
  * the expected service times of the requests it serves for us now (each one's prefill as
  * fitted for the blocks it missed, plus the mean decode), which the pick reads as plain
@@ -21,12 +23,19 @@
 #include "policy/lb.h"
 #include "policy/prefix_feed.h"
 #include "policy/prefix_index.h"
+#include "policy/prefix_pending.h"
 #include "policy/ttft_fit.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
 
 #define LLM_MAX_BLOCKS 1024 /* blocks read from one prompt: 256 KiB at 256-byte blocks */
+/* With kv_events: how long the blocks a pick sent stay pending without the engine's
+ * BlockStored (its queue, its prefill and the events' batching, with room to spare), and the
+ * table's room, per block of the index (a backend's blocks in flight are a small share of
+ * its cache) */
+#define LLM_PENDING_MS 5000
+#define LLM_PENDING_SHARE 4 /* cache_blocks / 4 entries, and at least LLM_MAX_BLOCKS */
 
 /* A fit of time to first token, shared by the workers. */
 struct llm_fit {
@@ -39,9 +48,13 @@ struct llm_fit {
 
 struct llm_backend {
 	struct prefix_index *prefix;
-	/* kept by the engine's KV events: routing adds no guesses (control/kvsub.c clears it
-	 * while the events' thread is lost) */
+	/* kept by the engine's KV events: routing's guesses go to <pending> (control/kvsub.c
+	 * clears it while the events' thread is lost) */
 	_Atomic int exact;
+	/* with the engine's events: the blocks sent there that they have not confirmed yet,
+	 * read with the index while exact (control/kvsub.c confirms, drops and clears them);
+	 * NULL without kv_events */
+	struct prefix_pending *pending;
 	struct llm_fit
 	    *pool;	    /* the pool's fit over all its backends: used until its own is ready */
 	struct llm_fit fit; /* its own */
@@ -60,6 +73,9 @@ int llm_fit_new(struct llm_fit **out);
  * pool's fit <pool>. 0 or -ENOMEM. */
 int llm_backend_new(const struct lb_state *st, struct llm_fit *pool, struct llm_backend **out);
 void llm_backend_free(struct llm_backend *l);
+/* <l>'s index is kept by its engine's events from now on (kv_events): exact, with a table of
+ * the blocks the picks sent there pending. 0 or -ENOMEM. */
+int llm_follow_events(struct llm_backend *l);
 /* Share what <l> learns from routing with other instances (control/cluster.c): give it a feed,
  * before any worker routes. 0 (also when its index is the engine's: nothing to share) or
  * -ENOMEM. */
@@ -80,13 +96,16 @@ void llm_candidate(const struct llm_backend *l, const uint64_t *blocks, uint32_t
  * prefix finds it there; an index that learned only at the first token sent such requests
  * elsewhere for a whole prefill, each copying the prefix into another cache (scenario 9: 57 %
  * of blocks hit instead of 83 %; and through three instances, 60 % where one had 82 %).
+ * When the engine's events keep the index, the blocks past <hit> go to its pending table
+ * instead, for the same reason: the events come only after the engine admitted the prompt.
  * *<ticks> (may be NULL): the index clock's ticks that insert took, for llm_unpicked().
  */
 uint32_t llm_picked(struct llm_backend *l, const uint64_t *blocks, uint32_t n, uint32_t hit,
 		    uint32_t *ticks);
 /* That request got no answer from the backend (it failed, was refused with 400 or more, was
  * cancelled or moved to a hedge): the blocks its pick added, the last <missed> of the <n>,
- * are taken out of this instance's index again, and the index clock turns back by the
+ * are taken out of this instance's index (or its pending table) again, and the index clock
+ * turns back by the
  * <ticks> its pick's insert took (llm_picked's *ticks), so that a prompt without an answer
  * ages nothing (those held before stay; other instances keep what they were told until it
  * ages out there). */

@@ -244,6 +244,14 @@ static double read_be_kv_blocks(const void *ctx, size_t i)
 	return b->kv_prefix ? (double)prefix_index_count(b->kv_prefix) : 0;
 }
 
+static double read_be_kv_pending(const void *ctx, size_t i)
+{
+	const struct backend *b = be_at(ctx, i);
+	return b->llm && b->llm->pending && b->kv_prefix == b->llm->prefix
+		   ? (double)prefix_pending_count(b->llm->pending, clock_now_ms())
+		   : 0;
+}
+
 static double read_be_kv_next_seq(const void *ctx, size_t i)
 {
 	const struct backend *b = be_at(ctx, i);
@@ -760,6 +768,12 @@ static const struct metric_def proxy_metric_defs[PM_COUNT] = {
 			      "(backends.kv_events; 0 without)",
 			      NULL, BE, .json = "kv_events.blocks", .json_as = MJ_UINT,
 			      .read = read_be_kv_blocks},
+    [PM_BACKEND_KV_PENDING] = {"accelnet_backend_kv_events_pending", METRIC_GAUGE,
+			       "prompt blocks balance: llm sent to the backend that its KV-cache "
+			       "events have not confirmed yet, counted as held for a few seconds "
+			       "(backends.kv_events; 0 without)",
+			       NULL, BE, .json = "kv_events.pending", .json_as = MJ_UINT,
+			       .read = read_be_kv_pending},
     [PM_BACKEND_KV_NEXT_SEQ] = {"accelnet_backend_kv_events_next_seq", METRIC_GAUGE,
 				"the sequence number the backend's next KV-event batch should "
 				"carry: one past the last batch applied whole (0 before the "

@@ -74,6 +74,7 @@ enum proxy_metric {
 	PM_BACKEND_KV_GAPS,
 	PM_BACKEND_KV_MALFORMED,
 	PM_BACKEND_KV_BLOCKS,
+	PM_BACKEND_KV_PENDING,
 	PM_BACKEND_KV_NEXT_SEQ,
 	PM_BACKEND_KV_REPLAYS, /* series: backend id * KV_REPLAY_OUTCOMES + enum kv_replay */
 	/* per pool */

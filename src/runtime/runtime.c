@@ -83,16 +83,16 @@ static int runtime_pool_models(struct pool_rt *p)
 /*
  * A backend with kv_events keeps an exact prefix index, fed by its engine's events
  * (control/kvsub.c): in a pool balanced by llm, the one balancing reads (marked exact: routing
- * adds no guesses to it); elsewhere one of its own, of KV_EVENTS_INDEX_BLOCKS blocks.
+ * adds its guesses to a pending table beside it, which the events confirm); elsewhere one of its
+ * own, of KV_EVENTS_INDEX_BLOCKS blocks.
  */
 static int runtime_backend_engine(struct backend *b)
 {
 	if (!b->conf->kv_events)
 		return 0;
 	if (b->llm) {
-		b->llm->exact = 1;
 		b->kv_prefix = b->llm->prefix;
-		return 0;
+		return llm_follow_events(b->llm);
 	}
 	return prefix_index_new(KV_EVENTS_INDEX_BLOCKS, &b->kv_prefix);
 }

@@ -472,11 +472,12 @@ static void on_flush(struct loop_timer *t)
 	kvevents_flush(s->events);
 }
 
-/* Events wait for the end of the turn: a timer due now fires after this turn's I/O. */
+/* Events wait for the end of the turn (a timer due now fires after this turn's I/O), or
+ * kv_events_delay_ms more. */
 static void events_gathered(struct sim *s)
 {
 	if (!loop_timer_armed(&s->flush))
-		loop_timer_set(s->loop, &s->flush, loop_now(s->loop));
+		loop_timer_set(s->loop, &s->flush, loop_now(s->loop) + s->opts.kv_events_delay_ms);
 }
 
 static void on_blocks_removed(void *arg, const uint64_t *hash, size_t n)

@@ -77,6 +77,8 @@
  * AllBlocksCleared, and POST /reset_prefix_cache (vLLM's) empties the cache and publishes
  * another. With a tokenizer, block_size is block_size and token_ids the ids of the event's
  * blocks. kv_events_skip N: the batch numbered N is not sent (a gap, for tests).
+ * kv_events_delay_ms: a batch is published that long after its first event (an engine's
+ * queue and batching, for tests of what a subscriber knows meanwhile).
  * kv_events_replay: vLLM's replay socket (sim/kvreplay.h), a ROUTER on an endpoint of its
  * own answering a subscriber's request for the batches from a sequence number on, out of
  * the last kv_events_buffer numbered (vLLM's buffer_steps, 10000 by default) -- the one
@@ -137,11 +139,12 @@ struct sim_opts {
 	unsigned block_bytes;		   /* prompt-text bytes per block */
 	unsigned prefill_us_per_block;	   /* prefill time of each uncached block */
 	char kv_events[256];		   /* ZeroMQ endpoint to publish KV events on; "": none */
-	unsigned kv_events_skip;    /* the batch of this sequence number is not sent; 0: none */
-	char kv_events_replay[256]; /* ZeroMQ endpoint of the replay socket; "": none */
-	unsigned kv_events_buffer;  /* batches kept for replays (vLLM's buffer_steps) */
-	char tokenizer[512];	    /* a tokenizer.json: blocks of block_size tokens; "": bytes */
-	unsigned block_size;	    /* tokens per block, with a tokenizer */
+	unsigned kv_events_skip;     /* the batch of this sequence number is not sent; 0: none */
+	unsigned kv_events_delay_ms; /* events wait this long before their batch is published */
+	char kv_events_replay[256];  /* ZeroMQ endpoint of the replay socket; "": none */
+	unsigned kv_events_buffer;   /* batches kept for replays (vLLM's buffer_steps) */
+	char tokenizer[512];	     /* a tokenizer.json: blocks of block_size tokens; "": bytes */
+	unsigned block_size;	     /* tokens per block, with a tokenizer */
 	char kv_events_topic[128];
 	unsigned kv_events_format; /* enum kvevents_format: vLLM's maps (0), vLLM's tagged arrays
 				    * before PR #42892, or SGLang's arrays */

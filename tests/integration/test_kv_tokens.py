@@ -262,3 +262,82 @@ def test_a_prompt_of_token_ids_is_keyed_on_the_ids_as_given(env):
     said = ask([text, text])  # two prompts: no one chain of ids, keyed on bytes
     assert ";blocks=30" not in said, said
     assert px.poll() is None
+
+
+def test_a_request_close_behind_finds_the_blocks_its_events_have_not_confirmed(env):
+    """Issue 30's event lag: an engine reports a prompt's blocks only after it admitted the
+    prompt (its queue, its batching), so an index fed by the events alone sent a similar
+    request that came within that time where its prefix was not, or predicted a miss where
+    the engine then hit. The simulators here hold each event batch 3 s (--kv-events-delay-ms):
+    each second request, sent right after the first of its prefix, goes to the backend the
+    first went to with the blocks the pick sent there counted (pending), exactly what the
+    engine reports; then the events come and confirm them (the indexes mirror the caches,
+    nothing pending is left) and a third request is predicted from the index alone. The tiny
+    tokenizer (a token a byte, blocks of 4) keeps it offline; about 8 s."""
+    from test_tokenize import _tiny
+    tok = env.write("tokenizer.json", json.dumps(_tiny()))
+    ports = [free_port() for _ in range(2)]
+    # a block's prefill (2 ms) outweighs the noise of a busy machine in the fitted times
+    sims = [env.sim(f"s{i}", latency_ms=1, jitter=0, tokens=1, token_ms=0,
+                    prefill_us_per_block=2000, cache_blocks=256, tokenizer=tok, block_size=4,
+                    kv_events=f"tcp://127.0.0.1:{ports[i]}", kv_events_delay_ms=3000)
+            for i in range(2)]
+    addr = [f"127.0.0.1:{s.port}" for s in sims]
+    lines = ["models:\n  tiny: {tokenizer: " + tok + ", block_size: 4}", "pools:",
+             "  - name: gpu", "    balance: llm", "    llm: {cache_blocks: 1024, explain: true}",
+             "    backends:"]
+    lines += [f"      - {{address: {a}, max_concurrency: 4, kv_events: 'tcp://127.0.0.1:{p}'}}"
+              for a, p in zip(addr, ports)]
+    px = env.proxy("\n".join(lines) + "\n", workers=2)
+
+    def backends():
+        return {b["address"]: b["kv_events"] for b in status(px.admin)["pools"][0]["backends"]}
+
+    def both_heard():
+        for s in sims:
+            assert request(s.port, "POST", "/reset_prefix_cache")[0] == 200
+        return all(b["applied"]["cleared"] for b in backends().values())
+
+    wait_until(both_heard, "AllBlocksCleared from both simulators", timeout=30)
+
+    def mirrored():
+        now = backends()
+        return all(now[a]["next_seq"] == st["kv_events_next_seq"]
+                   and now[a]["blocks"] == st["cache_blocks_used"]
+                   for a, st in zip(addr, (sim_stats(s.port) for s in sims)))
+
+    wait_until(mirrored, "empty indexes", timeout=30)
+
+    def ask(prompt):
+        st, hdrs, data = request(px.port, "POST", "/v1/completions",
+                                 json.dumps({"model": "tiny", "max_tokens": 1,
+                                             "prompt": prompt}),
+                                 {"Content-Type": "application/json"})
+        assert st == 200, (st, data)
+        m = HIT.search(hdrs["x-accelnet-llm"][0])
+        assert m, hdrs["x-accelnet-llm"]
+        return (hdrs["x-served-by"][0], int(m.group(2)),
+                int(hdrs["x-sim-cached-blocks"][0]))
+
+    seqs = [sim_stats(s.port)["kv_events_next_seq"] for s in sims]
+    # four prefixes of 16 blocks each (64 bytes: 16 tokens of 4), each asked twice in a row
+    prefixes = [(f"{k}" * 64) for k in "wxyz"]
+    homes = []
+    for p in prefixes:
+        first, hit, cached = ask(p + " first question?")
+        assert hit == 0 and cached == 0, (p, hit, cached)
+        second, hit, cached = ask(p + " a second, longer question?")
+        assert second == first, (p, first, second)
+        assert hit == cached >= 16, (p, hit, cached)  # pending, and what the engine hit
+        homes.append(first)
+    # all of it before any of the simulators' events could come
+    assert [sim_stats(s.port)["kv_events_next_seq"] for s in sims] == seqs
+    assert sum(b["pending"] for b in backends().values()) > 0
+    # the events come: the index holds what was pending, nothing is pending any more
+    wait_until(mirrored, "the delayed events", timeout=30)
+    assert all(b["pending"] == 0 for b in backends().values()), backends()
+    assert sum(b["blocks"] for b in backends().values()) >= 4 * 16
+    for p, home in zip(prefixes, homes):
+        there, hit, cached = ask(p + " third?")
+        assert there == home and hit == cached >= 16, (p, home, there, hit, cached)
+    assert px.poll() is None

@@ -77,6 +77,10 @@ FAMILIES = {  # name: (type, help)
     "accelnet_backend_kv_events_blocks": ("gauge", "prompt blocks in the backend's KV cache by "
                                           "its KV-cache events (backends.kv_events; 0 "
                                           "without)"),
+    "accelnet_backend_kv_events_pending": ("gauge", "prompt blocks balance: llm sent to the "
+                                           "backend that its KV-cache events have not "
+                                           "confirmed yet, counted as held for a few seconds "
+                                           "(backends.kv_events; 0 without)"),
     "accelnet_backend_kv_events_next_seq": ("gauge", "the sequence number the backend's next "
                                             "KV-event batch should carry: one past the last "
                                             "batch applied whole (0 before the first); the "
