@@ -79,26 +79,42 @@ static void arena_end(struct tokprompt *p)
 
 void tokprompt_free(struct tokprompt *p)
 {
-	if (p->serial)
-		tok_scratch_free(&p->tok);
+	for (size_t i = 0; i < TOKPROMPT_MODELS; i++)
+		if (p->scratch[i].serial)
+			tok_scratch_free(&p->scratch[i].tok);
 	chat_text_free(&p->chat);
 	free(p->arena);
 	free(p->given);
 	memset(p, 0, sizeof(*p));
 }
 
-/* The scratch, made for <m>'s tokenizer (again when the thread last served another). */
-static int scratch_for(struct tokprompt *p, const struct tokmodel *m)
+/* The scratch for <m>'s tokenizer in *out: the one made for it, else a new one in place of
+ * an unused or the least recently used. */
+static int scratch_for(struct tokprompt *p, const struct tokmodel *m, struct tok_scratch **out)
 {
-	if (p->serial == m->serial)
-		return 0;
-	if (p->serial)
-		tok_scratch_free(&p->tok);
-	p->serial = 0;
-	int rc = tok_scratch_init(&p->tok, &m->tok);
-	if (rc < 0)
+	size_t pick = 0;
+	p->calls++;
+	for (size_t i = 0; i < TOKPROMPT_MODELS; i++) {
+		if (p->scratch[i].serial == m->serial) {
+			p->scratch[i].used = p->calls;
+			*out = &p->scratch[i].tok;
+			return 0;
+		}
+		if (p->scratch[i].used < p->scratch[pick].used)
+			pick = i;
+	}
+	if (p->scratch[pick].serial)
+		tok_scratch_free(&p->scratch[pick].tok);
+	p->scratch[pick].serial = 0;
+	p->scratch[pick].used = 0;
+	int rc = tok_scratch_init(&p->scratch[pick].tok, &m->tok);
+	if (rc < 0) {
+		tok_scratch_free(&p->scratch[pick].tok);
 		return rc;
-	p->serial = m->serial;
+	}
+	p->scratch[pick].serial = m->serial;
+	p->scratch[pick].used = p->calls;
+	*out = &p->scratch[pick].tok;
 	return 0;
 }
 
@@ -170,7 +186,8 @@ int tokprompt_ids(struct tokprompt *p, const struct tokmodel *m, const char *bod
 		*cut = 0;
 		goto out;
 	}
-	if ((rc = scratch_for(p, m)) < 0)
+	struct tok_scratch *ts;
+	if ((rc = scratch_for(p, m, &ts)) < 0)
 		goto out;
 	*cut = max_text && tlen > max_text;
 	if (*cut) { /* at a character's first byte */
@@ -178,7 +195,7 @@ int tokprompt_ids(struct tokprompt *p, const struct tokmodel *m, const char *bod
 		while (tlen && ((unsigned char)text[tlen] & 0xc0) == 0x80)
 			tlen--;
 	}
-	rc = tok_encode(&p->tok, text, tlen, !v->messages, ids, n);
+	rc = tok_encode(ts, text, tlen, !v->messages, ids, n);
 	if (rc < 0)
 		rc = rc == -ENOMEM ? rc : -EIO;
 out:
@@ -310,9 +327,10 @@ long tokprompt_engine(struct tokprompt *p, const struct tokmodel *m, const char 
 		text = json_string_value(pr);
 		tlen = json_string_length(pr);
 	}
-	if ((rc = scratch_for(p, m)) < 0)
+	struct tok_scratch *ts;
+	if ((rc = scratch_for(p, m, &ts)) < 0)
 		goto out;
-	rc = tok_encode(&p->tok, text, tlen, !chat, &r->ids, &r->nids);
+	rc = tok_encode(ts, text, tlen, !chat, &r->ids, &r->nids);
 	if (rc < 0 && rc != -ENOMEM)
 		rc = refuse(why, whylen, "the prompt is not text the tokenizer takes (UTF-8)");
 	if (rc == 0)

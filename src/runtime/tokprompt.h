@@ -8,8 +8,10 @@
  * llm keys its prefix index on these, and accelnet sim its cache and KV events, so that both
  * cut the prompt where the engine does.
  *
- * Each thread works through its own struct tokprompt: the tokenizer's scratch (grown to the
- * largest prompt, never per call) for the last model it served, the chat text, and an arena
+ * Each thread works through its own struct tokprompt: a tokenizer's scratch (grown to the
+ * largest prompt, never per call, with its cache of a conversation's segments: tok.h) for each
+ * of the last TOKPROMPT_MODELS models it served, so that a router of several models does not
+ * empty it at each switch, the chat text, and an arena
  * the prompt's JSON is decoded into: while a call decodes, jansson's allocations on that
  * thread come from the arena (its allocator is set once, before main, to functions that fall
  * through to malloc and free on every other thread and outside such a call), and the arena
@@ -25,9 +27,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define TOKPROMPT_MODELS 4 /* scratches a thread keeps; the least recently used is replaced */
+
 struct tokprompt {
-	struct tok_scratch tok;
-	uint64_t serial; /* the tokmodel <tok> was made for; 0: none yet */
+	struct {
+		struct tok_scratch tok;
+		uint64_t serial; /* the tokmodel <tok> was made for; 0: none yet */
+		uint64_t used;	 /* the call that used it last */
+	} scratch[TOKPROMPT_MODELS];
+	uint64_t calls;
 	struct chat_text chat;
 	char *arena;		  /* the decoded JSON's values, reused by every call */
 	size_t cap, used, wanted; /* wanted: what the last call asked for in all */

@@ -4,6 +4,11 @@
  * pre-tokens of up to 30 bytes that encode to at most 6 ids (nearly every word of prose and
  * code), a newer one overwriting an older in its slot. It belongs to one scratch, hence one
  * thread: nothing is shared or locked on the hot path. Single bytes go straight to their id.
+ *
+ * Above it, the segment cache (segcache.h): tok_encode() chains a hash over the text as it
+ * cuts it at added tokens, each segment's key the hash of the segment seeded with the chain
+ * so far, the chain then carried on over the added token's bytes; a segment the cache holds
+ * under that key, with the same bytes and the same place at the start or not, is copied.
  */
 #include "tok/tok.h"
 
@@ -48,7 +53,8 @@ int tok_scratch_init(struct tok_scratch *s, const struct tok *t)
 	s->md = pretok_match_data_new();
 	s->cache = calloc(CACHE_SLOTS, sizeof(*s->cache));
 	s->cap = 256;
-	s->ids = malloc(s->cap * sizeof(*s->ids)); /* never NULL, even for no ids */
+	s->ids = malloc(s->cap * sizeof(*s->ids));	      /* never NULL, even for no ids */
+	segcache_init(&s->seg, t->spm ? 0 : SEGCACHE_BUDGET); /* (its memory at its first put) */
 	if (!s->md || !s->cache || !s->ids)
 		return -ENOMEM;
 	return 0;
@@ -63,7 +69,14 @@ void tok_scratch_free(struct tok_scratch *s)
 		pretok_match_data_free(s->md);
 	free(s->ids);
 	free(s->cache);
+	segcache_free(&s->seg);
 	memset(s, 0, sizeof(*s));
+}
+
+void tok_scratch_segment_budget(struct tok_scratch *s, size_t bytes)
+{
+	segcache_free(&s->seg);
+	segcache_init(&s->seg, s->tok->spm ? 0 : bytes);
 }
 
 /* Room for <more> ids past those held. */
@@ -178,6 +191,31 @@ static int encode_piece(struct tok_scratch *s, const uint8_t *p, size_t n, int f
 	return split_piece(s, p, n, first);
 }
 
+#define CHAIN_SEED 0x746f6b7365676d31ull
+
+/* Segment p[0..n) (<first>: at the text's start) from the segment cache under the chain's
+ * <key>, else encoded and kept there. */
+static int encode_segment(struct tok_scratch *s, const uint8_t *p, size_t n, int first,
+			  uint64_t key)
+{
+	const uint32_t *got;
+	size_t k, before = s->nids;
+	int r;
+	if (!segcache_keeps(&s->seg, n))
+		return encode_piece(s, p, n, first);
+	if (segcache_find(&s->seg, key, first, p, n, &got, &k)) {
+		if ((r = ids_room(s, k)))
+			return r;
+		memcpy(s->ids + s->nids, got, k * sizeof(*got));
+		s->nids += k;
+		return 0;
+	}
+	if ((r = encode_piece(s, p, n, first)))
+		return r;
+	r = segcache_put(&s->seg, key, first, p, n, s->ids + before, s->nids - before);
+	return r == -E2BIG || r == -ENOMEM ? 0 : r; /* (not kept: the ids stand) */
+}
+
 static int utf8_valid(const uint8_t *p, size_t n)
 {
 	const uint8_t *end = p + n;
@@ -239,13 +277,21 @@ int tok_encode(struct tok_scratch *s, const char *text, size_t n, int add_specia
 	size_t at, len;
 	uint32_t id;
 	const uint8_t *start = p;
+	uint64_t chain = CHAIN_SEED, key = 0;
+	int keyed = s->seg.budget != 0; /* (no hashing when the cache is off) */
 	while (added_find(&t->raw, p, n, &at, &len, &id)) {
-		if ((r = encode_piece(s, p, at, p == start)) || (r = push_id(s, id)))
+		if (keyed)
+			key = XXH3_64bits_withSeed(p, at, chain);
+		if ((r = encode_segment(s, p, at, p == start, key)) || (r = push_id(s, id)))
 			return r;
+		if (keyed)
+			chain = XXH3_64bits_withSeed(p + at, len, key);
 		p += at + len;
 		n -= at + len;
 	}
-	if ((r = encode_piece(s, p, n, p == start)))
+	if (keyed)
+		key = XXH3_64bits_withSeed(p, n, chain);
+	if ((r = encode_segment(s, p, n, p == start, key)))
 		return r;
 	for (size_t i = 0; add_special && i < t->nsuffix; i++)
 		if ((r = push_id(s, t->suffix[i])))

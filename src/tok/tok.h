@@ -14,6 +14,14 @@
  * its bytes (byte-level) or its characters (SentencePiece-style); the post-processor's ids (a
  * BOS) put around the whole.
  *
+ * A piece between two added tokens matched on the text as given (a segment) encodes the same
+ * wherever it stands, but for the one the text starts with (Metaspace's prepend "first"): a
+ * chat template puts special tokens between its messages, so a conversation's turn is its
+ * last turn's segments and a few new ones. The scratch keeps the ids of segments it encoded
+ * (segcache.h), keyed by a hash chained over everything before the segment and the segment
+ * itself, checked on a hit against the segment's bytes; a hit copies the ids. A SentencePiece
+ * model encodes through libsentencepiece, whole, without it.
+ *
  * The two kinds of BPE differ in what a vocabulary string means: a byte-level file writes raw
  * bytes in its alphabet (bytelevel.h), decoded at load; a SentencePiece-style one (no ByteLevel
  * step) writes the text itself, "▁" for a space, and bytes as <0xNN> tokens. Decoding
@@ -27,6 +35,7 @@
 #include "tok/bpe.h"
 #include "tok/norm.h"
 #include "tok/pretok.h"
+#include "tok/segcache.h"
 #include "tok/vocab.h"
 
 #include <stddef.h>
@@ -102,6 +111,7 @@ struct tok_scratch {
 	size_t nids, cap;
 	struct tok_cache_entry *cache;
 	uint64_t hits, misses; /* of the pre-token cache, for the bench */
+	struct segcache seg;   /* the ids of whole segments (above) */
 };
 
 /* Releases what a tokenizer holds (one tokjson_load() made, or one half built). */
@@ -110,6 +120,9 @@ void tok_free(struct tok *t);
 /* A scratch for encoding with <t>: 0 or -ENOMEM; tok_scratch_free() either way. */
 int tok_scratch_init(struct tok_scratch *s, const struct tok *t);
 void tok_scratch_free(struct tok_scratch *s);
+
+/* Sets the segment cache's budget in bytes (0: off), emptying it; before or between encodes. */
+void tok_scratch_segment_budget(struct tok_scratch *s, size_t bytes);
 
 /*
  * The ids of text[0..n): *ids (in the scratch, valid until its next encode, never NULL) and

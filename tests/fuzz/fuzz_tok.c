@@ -7,7 +7,9 @@
  * Else: the rest is text for a small byte-level tokenizer built once (merges, ignore_merges,
  * added tokens, Split steps, the GPT-2 pattern): valid UTF-8 encodes, and the ids' bytes put
  * back together are the text (byte-level BPE loses nothing); the same text encoded again,
- * through the pre-token cache, gives the same ids; anything else is refused with -EILSEQ.
+ * through the pre-token and segment caches, gives the same ids, and so does a scratch without
+ * the segment cache (the first encode may have hit earlier inputs' segments; a 64 KiB budget,
+ * so that the ring wraps); anything else is refused with -EILSEQ.
  * 2: the rest is a format's letter ('q' Qwen 3, 'd' DeepSeek V3, 'm' Mistral Nemo, 'g' Gemma 3,
  * else Llama 3) and JSON: a messages array of strings (or an object of messages and tools)
  * renders to text that starts with the BOS (but for Qwen 3) and ends with the generation
@@ -34,7 +36,8 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static struct tok tiny;
-static struct tok_scratch tiny_s;
+static struct tok_scratch tiny_s;   /* a small segment cache, so that it wraps */
+static struct tok_scratch tiny_off; /* the segment cache off */
 static const char *added[] = {"<s>", "<|im_start|>", "<|im_end|>"};
 
 static void tiny_build(void)
@@ -63,10 +66,12 @@ static void tiny_build(void)
 	    "\"\xc4\xa0 a\",\"t h\",\"th e\",\"\xc4\xa0 the\",\"1 2\"]}}");
 	char err[512];
 	if (tokjson_load_buffer(s, n, "tiny", &tiny, err, sizeof(err)) ||
-	    tok_scratch_init(&tiny_s, &tiny)) {
+	    tok_scratch_init(&tiny_s, &tiny) || tok_scratch_init(&tiny_off, &tiny)) {
 		fprintf(stderr, "fuzz_tok: %s\n", err);
 		abort();
 	}
+	tok_scratch_segment_budget(&tiny_s, 1 << 16);
+	tok_scratch_segment_budget(&tiny_off, 0);
 	free(s);
 }
 
@@ -106,6 +111,9 @@ static void roundtrip(const uint8_t *text, size_t n)
 	if (tok_encode(&tiny_s, (const char *)text, n, 1, &ids, &nids) || nids != nfirst ||
 	    memcmp(ids, first, nids * sizeof(*ids)))
 		abort(); /* the cache changed the answer */
+	if (tok_encode(&tiny_off, (const char *)text, n, 1, &ids, &nids) || nids != nfirst ||
+	    memcmp(ids, first, nids * sizeof(*ids)))
+		abort(); /* the segment cache (earlier inputs' segments) changed the answer */
 	free(back);
 	free(first);
 }

@@ -231,27 +231,33 @@ def test_tokenize_matches_hf_tokenizers(env):
             _decode_agrees(mods, model, path, ref_out)
 
 
-def test_tokenize_metaspace_matches_hf_tokenizers(env):
-    """A Metaspace pre-tokenizer (newer conversions of Llama 2 and Mistral write one in place
-    of the Prepend and Replace normalizers): Llama 2's file so rewritten, for each prepend
-    scheme, with and without its split, against the reference on 2,000 strings each."""
-    mods = _fetch()
+def _metaspace_file(scheme, split):
+    """Llama 2's tokenizer.json with a Metaspace pre-tokenizer in place of its normalizers."""
     with open(_file("llama2"), encoding="utf-8") as f:
         doc = json.load(f)
     doc["normalizer"] = None
     derived = os.path.join(CACHE, "derived")  # a fixed path: the reference's ids are kept
     os.makedirs(derived, exist_ok=True)
+    doc["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581",
+                            "prepend_scheme": scheme, "split": split}
+    path = os.path.join(derived, f"llama2-metaspace-{scheme}-{split}.json")
+    tmp = f"{path}.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False)
+    os.replace(tmp, path)
+    return path
+
+
+def test_tokenize_metaspace_matches_hf_tokenizers(env):
+    """A Metaspace pre-tokenizer (newer conversions of Llama 2 and Mistral write one in place
+    of the Prepend and Replace normalizers): Llama 2's file so rewritten, for each prepend
+    scheme, with and without its split, against the reference on 2,000 strings each."""
+    mods = _fetch()
     strings = _strings(37, _specials(_file("llama2")))[:2000]
     text = "".join(json.dumps(s) + "\n" for s in strings)
     for i, (scheme, split) in enumerate([("first", False), ("always", True),
                                          ("never", True), ("first", True)]):
-        doc["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581",
-                                "prepend_scheme": scheme, "split": split}
-        path = os.path.join(derived, f"llama2-metaspace-{scheme}-{split}.json")
-        tmp = f"{path}.{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(doc, f, ensure_ascii=False)
-        os.replace(tmp, path)
+        path = _metaspace_file(scheme, split)
         want = _reference(REFERENCE_JS, [os.path.join(mods, "tokenizers"), path],
                           text).split("\n")
         ours = subprocess.run([BIN, "tokenize", "--tokenizer", path, "--lines"], input=text,
@@ -690,6 +696,44 @@ def test_tokenize_chat_matches_jinja_and_tokenizers(env):
     r = subprocess.run([BIN, "tokenize", "--tokenizer", tiny, "--chat", "[]"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "chat_template: not one accelnet knows" in r.stderr, r
+
+
+def _grown(convs):
+    """Each conversation turn by turn, as a chat sends it: its first message, its first two,
+    and so on; turn k is turn k-1 and a message."""
+    return [c[:k] for c in convs for k in range(1, len(c) + 1)]
+
+
+def test_tokenize_grown_conversations_match(env):
+    """Texts that extend each other, through one `tokenize --lines` (one scratch): each turn
+    finds the last turn's segments in the segment cache (docs/tokenizers.md "Speed"), and the
+    ids stay the reference's. Chats of Qwen 3 and Llama 3 (byte-level); texts grown an added
+    token and a piece at a time for Llama 2 (SentencePiece-style) and its Metaspace "first"
+    variant, where only the text's first segment has the "\u2581" put before it."""
+    mods = _fetch()
+    _chat_compare(env, mods, "qwen3", _grown(_qwen_conversations(34, 60)))
+    convs = [c for c in _conversations(35, 80) if all(_trims_agree(m["content"]) for m in c)]
+    _chat_compare(env, mods, "llama3", _grown(convs[:60]))
+    rnd = random.Random(36)
+    strings = []
+    for _ in range(30):
+        s = _piece(rnd, [])
+        for _ in range(6):
+            strings.append(s)
+            s += rnd.choice(["</s>", "<s>", "<unk>"]) + rnd.choice(["", " ", "\n"]) + _piece(
+                rnd, [])
+    text = "".join(json.dumps(s) + "\n" for s in strings)
+    for path in (_file("llama2"), _metaspace_file("first", True)):
+        want = _reference(REFERENCE_JS, [os.path.join(mods, "tokenizers"), path], text)
+        ours = subprocess.run([BIN, "tokenize", "--tokenizer", path, "--lines"], input=text,
+                              capture_output=True, text=True, timeout=120)
+        assert ours.returncode == 0, ours.stderr
+        got, want = ours.stdout.split("\n"), want.split("\n")
+        assert len(got) == len(want) == len(strings) + 1, (len(got), len(want))
+        bad = [(s, w, g) for s, w, g in zip(strings, want, got) if w != g]
+        assert not bad, (f"{path}: {len(bad)} differ; first: "
+                         + "; ".join(f"{s[:200]!r}: want {w[:300]} got {g[:300]}"
+                                     for s, w, g in bad[:2]))
 
 
 def test_tokenize_models_config(env):

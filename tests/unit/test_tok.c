@@ -3,7 +3,9 @@
  * alphabet both ways, BPE's merge order (lowest rank first, leftmost of equals, a long run),
  * ignore_merges, added tokens (leftmost then longest, raw and normalized ones, cut short),
  * NFC, Split steps, the template's ids around the text, the pre-token cache giving the same
- * ids on a second encode, text that is not UTF-8 refused, and files refused by field; the
+ * ids on a second encode, the segment cache (a conversation grown a message at a time gives
+ * the ids an encode without it gives, its keys made to collide too, Metaspace's first segment
+ * told apart), text that is not UTF-8 refused, and files refused by field; the
  * SentencePiece-style file (normalizers, byte fallback, the unknown token, its decoding); the
  * Llama 3 chat format (the two trims, the BOS once, the generation prompt) and Qwen 3's
  * (reasoning kept after the last query only, tool results grouped, the strips refused where
@@ -497,6 +499,103 @@ static void test_sentencepiece_style(void **state)
 	tok_free(&t);
 }
 
+/* The ids of text[0..n) as a string of decimals. */
+static void ids_of(struct tok_scratch *s, const char *text, size_t n, int special, char *out,
+		   size_t cap)
+{
+	const uint32_t *ids;
+	size_t k;
+	assert_int_equal(tok_encode(s, text, n, special, &ids, &k), 0);
+	out[0] = '\0';
+	for (size_t i = 0; i < k; i++)
+		snprintf(out + strlen(out), cap - strlen(out), i ? " %u" : "%u", ids[i]);
+}
+
+/* A conversation grown a message at a time, each turn encoded by <on> (the segment cache on;
+ * its keys all made one when <collide>) and by a scratch with it off: the same ids, and the
+ * cache hit from the second turn on. */
+static void grown_agrees(const struct tok *t, const char *const *msgs, size_t nmsgs,
+			 const char *sep, int collide)
+{
+	struct tok_scratch on, off;
+	assert_int_equal(tok_scratch_init(&on, t), 0);
+	assert_int_equal(tok_scratch_init(&off, t), 0);
+	tok_scratch_segment_budget(&off, 0);
+	if (collide)
+		on.seg.key_mask = 0;
+	char text[4096] = "", want[4096], got[4096];
+	size_t ends[16];
+	assert_true(nmsgs <= 16);
+	for (size_t i = 0; i < nmsgs; i++) {
+		snprintf(text + strlen(text), sizeof(text) - strlen(text), "%s%s", i ? sep : "",
+			 msgs[i]);
+		ends[i] = strlen(text);
+	}
+	for (int pass = 0; pass < 2; pass++) /* the second: every turn seen before */
+		for (size_t i = 0; i < nmsgs; i++) {
+			ids_of(&off, text, ends[i], 0, want, sizeof(want));
+			ids_of(&on, text, ends[i], 0, got, sizeof(got));
+			if (strcmp(want, got))
+				fail_msg("turn %zu%s: got %s, want %s", i,
+					 collide ? " (collide)" : "", got, want);
+		}
+	assert_true(on.seg.hits >= nmsgs - 1);
+	assert_int_equal(off.seg.hits, 0);
+	tok_scratch_free(&on);
+	tok_scratch_free(&off);
+}
+
+static void test_segment_cache(void **state)
+{
+	(void)state;
+	struct tok t;
+	/* byte-level, with added tokens between the messages */
+	char *j = tiny("\"ab\":256,\"\\u0120\\u0120\":257", "\"a b\",\"\\u0120 \\u0120\"",
+		       "{\"id\":300,\"content\":\"<s>\",\"special\":true},"
+		       "{\"id\":301,\"content\":\"<|x|>\",\"special\":true}",
+		       "null", BYTELEVEL, "null", "");
+	load(&t, j);
+	static const char *const msgs[] = {
+	    "ab ab abab cab ab, said the first",
+	    "user\n\nab  ab   ab ab: a second message",
+	    "short",
+	    "<s>another ab ab with an added token inside<s>",
+	    "ab ab abab cab ab, said the first", /* the first's bytes, elsewhere */
+	    "ab ab abab cab ab, said the fifth", /* its length, other bytes */
+	    "\xc3\xa9t\xc3\xa9 ab ab ab ab ab ab ab ab"};
+	grown_agrees(&t, msgs, 7, "<|x|>", 0);
+	grown_agrees(&t, msgs, 7, "<|x|>", 1);
+	tok_free(&t);
+	free(j);
+	/* SentencePiece-style with Metaspace's prepend "first": the segment the text starts
+	 * with differs from the same bytes after an added token */
+	static const char m[] =
+	    "{\"added_tokens\": [{\"id\": 9, \"content\": \"<x>\", \"special\": true}], "
+	    "\"normalizer\": null, \"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": "
+	    "\"▁\", \"prepend_scheme\": \"first\", \"split\": false}, \"post_processor\": null, "
+	    "\"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", "
+	    "\"pattern\": {\"String\": \"▁\"}, \"content\": \" \"}, {\"type\": \"ByteFallback\"}, "
+	    "{\"type\": \"Fuse\"}, {\"type\": \"Strip\", \"content\": \" \", \"start\": 1, "
+	    "\"stop\": 0}]}, \"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\", "
+	    "\"fuse_unk\": true, \"byte_fallback\": true, \"vocab\": {\"<unk>\": 0, \"▁\": 1, "
+	    "\"a\": 2, \"b\": 3, \"▁a\": 4, \"ab\": 5, \"▁ab\": 6, \"<0xC3>\": 7, \"<0xA9>\": 8, "
+	    "\"<x>\": 9}, \"merges\": [\"▁ a\", \"a b\", \"▁a b\"]}}";
+	load(&t, m);
+	static const char *const sp[] = {"abab ab ab ab ab ab", "abab ab ab ab ab ab",
+					 "ab \xc3\xa9 ab ab ab ab ab ab", "abab ab ab ab ab ab"};
+	grown_agrees(&t, sp, 4, "<x>", 0);
+	grown_agrees(&t, sp, 4, "<x>", 1);
+	struct tok_scratch s;
+	assert_int_equal(tok_scratch_init(&s, &t), 0);
+	s.seg.key_mask = 0; /* the same key, the same bytes: only the place tells them apart */
+	expect(&s, "abab ab ab ab ab ab", "6 5 6 6 6 6 6");
+	expect(&s, "<x>abab ab ab ab ab ab", "9 5 5 6 6 6 6 6");
+	expect(&s, "abab ab ab ab ab ab", "6 5 6 6 6 6 6");
+	assert_int_equal(s.seg.hits, 1);
+	tok_scratch_free(&s);
+	tok_free(&t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -507,6 +606,7 @@ int main(void)
 	    cmocka_unit_test(test_ignore_merges),
 	    cmocka_unit_test(test_added_tokens),
 	    cmocka_unit_test(test_split_steps),
+	    cmocka_unit_test(test_segment_cache),
 	    cmocka_unit_test(test_refusals),
 	    cmocka_unit_test(test_chat_llama3),
 	    cmocka_unit_test(test_chat_qwen3),
