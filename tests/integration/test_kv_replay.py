@@ -289,3 +289,28 @@ def test_config_errors_name_their_place(env):
     _, r = _check(env, base + "      - {address: 127.0.0.1:9101, kv_events: 'tcp://h:5557', "
                   "kv_events_replay: 'tcp://h:5558'}\n")
     assert r.returncode == 0, r.stderr
+
+
+def test_config_refuses_a_replay_socket_of_another_engine(env):
+    """A replay socket is one engine's: backend b giving a's kv_events_replay with kv_events
+    of its own would have its gaps filled with a's engine's events, an index of blocks its
+    engine never held; one backend's publisher as another's replay socket is a typo alike.
+    Both refused at their place, in the same pool or another; the same engine in two pools
+    (both addresses alike) is no clash."""
+    from test_engine import _check
+
+    def be(port, ev, rp):
+        return (f"      - {{address: 127.0.0.1:{port}, kv_events: 'tcp://{ev}', "
+                f"kv_events_replay: 'tcp://{rp}'}}\n")
+    head = "listen: [127.0.0.1:8080]\npools:\n"
+    a = "  - name: a\n    backends:\n" + be(9101, "h:5557", "h:5558")
+    path, r = _check(env, head + a + be(9102, "g:5557", "h:5558"))
+    assert r.returncode == 2 and r.stderr.startswith(f"{path}:5:7:") and \
+        "pool 'a': backend 127.0.0.1:9102 beside backend 127.0.0.1:9101 of pool 'a': its " \
+        "kv_events_replay is also that backend's, whose kv_events differ" in r.stderr, r.stderr
+    path, r = _check(env, head + a + "  - name: b\n    backends:\n" + be(9102, "g:5557", "h:5557"))
+    assert r.returncode == 2 and "pool 'b': backend 127.0.0.1:9102 beside backend " \
+        "127.0.0.1:9101 of pool 'a': one's kv_events is the other's kv_events_replay" \
+        in r.stderr, r.stderr
+    _, r = _check(env, head + a + "  - name: b\n    backends:\n" + be(9101, "h:5557", "h:5558"))
+    assert r.returncode == 0, r.stderr
