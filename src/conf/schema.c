@@ -647,6 +647,7 @@ static int check_pool(struct rules_ctx *x, yaml_node_t *item, struct conf_pool *
 	}
 	int derr = check_protocol(x, item, p);
 	if (derr || (derr = schema_discovery_check_pool(x, item, p)) ||
+	    (derr = schema_engine_check_kv_sockets(x, item, c, i, p)) ||
 	    (derr = schema_forward_check_pool(x, item, p)))
 		return derr;
 	if (!p->health.timeout_ms)

@@ -127,6 +127,44 @@ int schema_engine_check_backend(struct rules_ctx *x, yaml_node_t *item,
 	return 0;
 }
 
+/* What is wrong with backend <b>'s event sockets beside backend <o>'s, or NULL. */
+static const char *kv_clash(const struct conf_backend *b, const struct conf_backend *o)
+{
+	if (!b->kv_events || !o->kv_events)
+		return NULL;
+	if (b->kv_events_replay && o->kv_events_replay &&
+	    !strcmp(b->kv_events_replay, o->kv_events_replay) && strcmp(b->kv_events, o->kv_events))
+		return "its kv_events_replay is also that backend's, whose kv_events differ: a gap "
+		       "would be filled with another engine's KV events";
+	if ((b->kv_events_replay && !strcmp(b->kv_events_replay, o->kv_events)) ||
+	    (o->kv_events_replay && !strcmp(o->kv_events_replay, b->kv_events)))
+		return "one's kv_events is the other's kv_events_replay: an engine's publisher and "
+		       "its replay socket are two ports";
+	return NULL;
+}
+
+int schema_engine_check_kv_sockets(struct rules_ctx *x, yaml_node_t *item, const struct conf *c,
+				   size_t i, const struct conf_pool *p)
+{
+	for (size_t j = 0; j < p->nbackends; j++) {
+		const struct conf_backend *b = &p->backends[j];
+		for (size_t k = 0; k <= i; k++) {
+			const struct conf_pool *q = k < i ? &c->pools[k] : p;
+			size_t n = k < i ? q->nbackends : j;
+			for (size_t l = 0; l < n; l++) {
+				const char *why = kv_clash(b, &q->backends[l]);
+				if (why)
+					return rules_fail(x, rules_value_of(x, item, "backends"),
+							  "pool '%s': backend %s beside backend %s "
+							  "of pool '%s': %s",
+							  p->name, b->ep.address,
+							  q->backends[l].ep.address, q->name, why);
+			}
+		}
+	}
+	return 0;
+}
+
 static int read_api(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *obj)
 {
 	static const char *const names[] = {"openai", "sglang-grpc", "vllm-grpc"};

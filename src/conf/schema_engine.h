@@ -25,6 +25,14 @@ int schema_read_kv_events_replay(struct rules_ctx *x, const struct rule *r, yaml
 int schema_engine_check_backend(struct rules_ctx *x, yaml_node_t *item,
 				const struct conf_backend *b);
 
+/* Pool <p> (entry <item>, pools[<i>] of <c>) read whole: its backends' kv_events sockets
+ * against those of every backend before them, the earlier pools' included: a replay socket
+ * is one engine's, so two backends give the same kv_events_replay only with the same
+ * kv_events (the same engine, in two pools), and no backend's kv_events is another's
+ * kv_events_replay. 0 or the error reported. */
+int schema_engine_check_kv_sockets(struct rules_ctx *x, yaml_node_t *item, const struct conf *c,
+				   size_t i, const struct conf_pool *p);
+
 /* pools[].engine: {api, model} (field: the struct conf_engine). */
 extern const struct rule schema_engine_rules[];
 int schema_read_engine(struct rules_ctx *x, const struct rule *r, yaml_node_t *v, void *field);

@@ -61,6 +61,7 @@
 #define REPLAY_MS 2000		  /* a replay's whole answer, at most */
 #define REPLAY_GAP_MAX 10000	  /* batches a replay may fill (vLLM keeps 10000 by default) */
 #define REPLAY_HWM 8		  /* replayed messages ZeroMQ holds for us */
+#define REPLAY_BACKOFF_MS 1000	  /* after a replay that did not fill its gap, none this long */
 
 struct kvsub_one {
 	struct loop_io io;     /* the SUB socket's ZMQ_FD */
@@ -84,6 +85,7 @@ struct kvsub_one {
 	struct loop_timer rtimer; /* its deadline */
 	uint64_t gap_from, held_seq;
 	zmq_msg_t held;
+	uint64_t replay_after; /* no replay asked before (loop ms): one failed just before */
 };
 
 struct kvsub {
@@ -278,12 +280,17 @@ static void begin(struct kvsub_one *s, zmq_msg_t *m, uint64_t seq)
  * index is then cleared and the held message applied as without a replay -- when it skips
  * a number wanted (the engine no longer keeps it, or dropped some of its answer at a full
  * queue), ends first, is malformed (a frame or a payload), or is not whole within
- * REPLAY_MS; a gap wider than REPLAY_GAP_MAX is not asked for. One replay at a time per
+ * REPLAY_MS; a gap wider than REPLAY_GAP_MAX is not asked for, nor one within
+ * REPLAY_BACKOFF_MS of a replay that did not fill its gap (a publisher whose every batch
+ * makes a gap, and a replay socket that cannot fill them, would otherwise cost a new
+ * connection to the engine per batch: thousands a second). One replay at a time per
  * backend, one message held: memory stays within RCV_HWM + REPLAY_HWM messages of at most
  * MAX_MSG. */
 
 static void replay_count(struct kvsub_one *s, enum kv_replay outcome)
 {
+	if (outcome != KV_REPLAY_FILLED && outcome != KV_REPLAY_BACKOFF)
+		s->replay_after = loop_now(s->k->loop) + REPLAY_BACKOFF_MS;
 	metrics_add(metrics_shard_self(s->be->metrics), PM_BACKEND_KV_REPLAYS,
 		    s->be->id * KV_REPLAY_OUTCOMES + outcome, 1);
 }
@@ -346,6 +353,10 @@ static int replay_start(struct kvsub_one *s, uint64_t seq, zmq_msg_t *m)
 	unsigned char want[8];
 	if (seq - s->next_seq > REPLAY_GAP_MAX) {
 		replay_count(s, KV_REPLAY_TOO_WIDE);
+		return -1;
+	}
+	if (loop_now(s->k->loop) < s->replay_after) {
+		replay_count(s, KV_REPLAY_BACKOFF);
 		return -1;
 	}
 	for (int i = 0; i < 8; i++)

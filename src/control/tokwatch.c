@@ -6,6 +6,7 @@
 #include "core/log.h"
 #include "runtime/proxy_metric.h"
 #include "runtime/tokhealth.h"
+#include "tok/tokmodel.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -15,6 +16,21 @@ struct tokwatch {
 	struct runtime *rt;
 	struct loop_timer timer;
 };
+
+/* tokhealth_plain_fn: does the model's tokenizer encode TOKHEALTH_PLAIN? On this thread's
+ * own scratch, made for the question (asked only while most of a model's prompts fail). */
+static int encodes_plain(void *arg)
+{
+	const struct tokmodel *m = arg;
+	struct tok_scratch s;
+	const uint32_t *ids;
+	size_t n;
+	int rc = tok_scratch_init(&s, &m->tok);
+	if (rc == 0)
+		rc = tok_encode(&s, TOKHEALTH_PLAIN, sizeof(TOKHEALTH_PLAIN) - 1, 1, &ids, &n);
+	tok_scratch_free(&s);
+	return rc == 0;
+}
 
 static void tokwatch_on_timer(struct loop_timer *lt)
 {
@@ -27,8 +43,16 @@ static void tokwatch_on_timer(struct loop_timer *lt)
 		uint64_t failed = metrics_count(t->rt->metrics, PM_TOKMODEL_PROMPTS,
 						base + TOK_KEYED_ENCODE_FAILED);
 		struct tokhealth *h = &t->rt->tokhealth[i];
-		int was = h->failing;
-		tokhealth_tick(h, ok + failed, failed);
+		int was = h->failing, texts_were = h->texts_failing;
+		tokhealth_tick(h, ok + failed, failed, encodes_plain, c->tokmodels[i].tm);
+		if (h->texts_failing && !texts_were)
+			log_warn("models: %s: %llu of %llu prompts in the last %u s could not be "
+				 "encoded, but its tokenizer encodes a plain text: the texts' "
+				 "failures, keyed on bytes (GET /readyz stays 200)",
+				 c->tokmodels[i].name,
+				 (unsigned long long)atomic_load(&h->win_failed),
+				 (unsigned long long)atomic_load(&h->win_tried),
+				 TOKHEALTH_WINDOW * TOKHEALTH_TICK_MS / 1000);
 		if (h->failing != was)
 			log_warn(
 			    was ? "models: %s: its tokenizer works again (%llu of %llu prompts "

@@ -834,7 +834,8 @@ static int fill_go_on(struct exchange *x)
 	struct upconn *up;
 	struct pool_rt *pool;
 	struct backend *be;
-	if (!cx->cfill || !cx->cstored || !x->resp_head || x->resp.done || x->cut_why)
+	if (!cx->cfill || !cx->cstored || !x->resp_head || x->resp.done || x->cut_why ||
+	    x->up_stalled) /* (a stalled backend: the fill fails, its waiters go on without) */
 		return 0;
 	int reusable = x->att->reusable;
 	if (exchange_take_upstream(x, &up, &pool, &be) < 0)

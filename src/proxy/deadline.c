@@ -221,5 +221,6 @@ enum run deadline_fire(struct exchange *x, uint64_t now)
 		return dispatch_failed(x, UP_TIMEOUT);
 	if (!x->resp_head)
 		return exchange_reply(x, 408, "request body not received in time", 0);
+	x->up_stalled = 1;
 	return exchange_abort(x, "no bytes within between_bytes_ms");
 }

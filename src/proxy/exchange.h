@@ -247,6 +247,9 @@ struct exchange {
 	} feed;
 
 	unsigned relayed : 1; /* the response went out whole */
+	/* the backend sent nothing within timeouts.between_bytes_ms (nor did the client take any):
+	 * its connection is not handed on to finish a fill (caching.c, fill_go_on) */
+	unsigned up_stalled : 1;
 	struct exchange_log log;
 	/* the features' contexts follow the struct, in the same block (xhooks.h) */
 };

@@ -258,7 +258,8 @@ enum tok_keyed { TOK_KEYED_LIST(TOK_KEYED_ENUM) TOK_KEYEDS };
 	X(TIMEOUT, "timeout", "no whole answer in time")                                           \
 	X(MALFORMED, "malformed", "a malformed answer")                                            \
 	X(TOO_WIDE, "too_wide", "a gap wider than a replay may fill")                              \
-	X(ABANDONED, "abandoned", "the connection to the publisher lost meanwhile")
+	X(ABANDONED, "abandoned", "the connection to the publisher lost meanwhile")                \
+	X(BACKOFF, "backoff", "a replay failed less than a second before: not asked")
 #define KV_REPLAY_ENUM(name, label, text) KV_REPLAY_##name,
 enum kv_replay { KV_REPLAY_LIST(KV_REPLAY_ENUM) KV_REPLAY_OUTCOMES };
 #undef KV_REPLAY_ENUM

@@ -13,7 +13,8 @@ void tokhealth_init(struct tokhealth *h, int degraded)
 			      memory_order_relaxed);
 }
 
-enum tokhealth_state tokhealth_tick(struct tokhealth *h, uint64_t tried, uint64_t failed)
+enum tokhealth_state tokhealth_tick(struct tokhealth *h, uint64_t tried, uint64_t failed,
+				    tokhealth_plain_fn plain, void *arg)
 {
 	h->at = (h->at + 1) % (TOKHEALTH_WINDOW + 1);
 	h->tried[h->at] = tried;
@@ -25,12 +26,16 @@ enum tokhealth_state tokhealth_tick(struct tokhealth *h, uint64_t tried, uint64_
 	uint64_t t = tried - h->tried[old], f = failed - h->failed[old];
 	if (f > t)
 		f = t; /* (the two are summed a moment apart) */
+	int most;      /* the window says the tokenizer fails */
 	if (t < TOKHEALTH_MIN_TRIED)
-		h->failing = 0;
-	else if (!h->failing)
-		h->failing = f * 2 > t;
+		most = 0;
+	else if (!h->failing && !h->texts_failing)
+		most = f * 2 > t;
 	else
-		h->failing = f * 4 > t;
+		most = f * 4 > t;
+	/* ... and it fails on a plain text too, or the failures were the texts' */
+	h->failing = most && !plain(arg);
+	h->texts_failing = most && !h->failing;
 	enum tokhealth_state s = h->failing    ? TOKHEALTH_FAILING
 				 : h->degraded ? TOKHEALTH_DEGRADED
 					       : TOKHEALTH_UP;

@@ -246,3 +246,20 @@ def test_h2_filler_of_a_response_past_max_object_gets_every_byte(env):
         assert st == 200 and b == body, (st, len(b), b[-10:])
     c.close()
     assert o.count("/over") == 2
+
+
+def test_a_stalled_origin_is_not_handed_on_to_finish_the_fill(env):
+    """The origin sends the head and the body's start, then nothing: the filler's exchange is
+    cut at timeouts.between_bytes_ms for the origin's stall, and its fill fails there, so that
+    the next request goes to the origin afresh. Before, the stalled connection was handed on
+    to finish the fill without a client (as for a filler that left), holding the backend's
+    slot another between_bytes_ms, and the next request collapsed onto that doomed fill, cut
+    off in its turn with the same few bytes (the origin never asked again)."""
+    o, gate = _held_origin(env, body=SMALL, gates=("mid_gate",), mid_at=1000)
+    px = start(env, o, cache=CACHE, extra="timeouts: {between_bytes_ms: 1000}\n")
+    first = _read_to_close(_get1(px, b"/big"))
+    assert first.endswith(SMALL[:1000]), first[-100:]  # cut after the start
+    second = _get1(px, b"/big")
+    wait_until(lambda: o.count("/big") == 2, "the next request at the origin")
+    second.close()
+    gate.set()

@@ -6,8 +6,11 @@ keyed on text) or failing, and GET /readyz answers 503 while one is failing, nam
 
 The failure is a real one a user can meet: a tokenizer.json whose Split pre-tokenizer
 pattern backtracks without bound on some text (here "(?:a|aa)+b" on a run of a's): PCRE2
-gives up at its match limit, and accelnet's encode fails, on that text only. Small
-tokenizer files written here (test_tokenize's tiny byte-level BPE): no download."""
+gives up at its match limit, and accelnet's encode fails, on that text only. Such failures
+are the texts' (a client sending them must not make every replica unready): a tokenizer is
+failing only when it fails on a plain text too, as one whose pattern gives up on any run of
+40 or so characters does. Small tokenizer files written here (test_tokenize's tiny
+byte-level BPE): no download."""
 
 import json
 import os
@@ -24,19 +27,28 @@ BACKTRACKS = {"type": "Sequence", "pretokenizers": [
     {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
      "use_regex": False}]}
 BAD = "a" * 60  # ... such a run
+# a pre-tokenizer that gives up on any run of 40 or so characters without a "!": on plain text
+FAILS_PLAIN = {"type": "Sequence", "pretokenizers": [
+    {"type": "Split", "pattern": {"Regex": "(?:[^!]|[^!][^!])+!|[^!]|!"},
+     "behavior": "Isolated", "invert": False},
+    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+     "use_regex": False}]}
 KEYED = ["tokens", "template_unknown", "content_unsupported", "prompt_unsupported",
          "encode_failed"]
 
 
-def _models(env):
+def _models(env, fails_plain=False):
     """Two models: "bt" (the pre-tokenizer above, chat format llama3 by name) and "plain"
-    (beside a tokenizer_config.json whose template accelnet does not know: degraded)."""
+    (beside a tokenizer_config.json whose template accelnet does not know: degraded); with
+    <fails_plain>, a third, "ft", whose tokenizer fails on plain text (FAILS_PLAIN)."""
     lines = ["models:"]
+    ft = [("ft", _tiny(pre_tokenizer=FAILS_PLAIN), {}, "")] if fails_plain else []
     for name, doc, config, extra in [
             ("bt", _tiny(pre_tokenizer=BACKTRACKS),
              {"chat_template": "{{ messages }} a revision", "bos_token": "<s>"},
              ", chat_format: llama3"),
-            ("plain", _tiny(), {"chat_template": "{{ messages }} not one accelnet knows"}, "")]:
+            ("plain", _tiny(), {"chat_template": "{{ messages }} not one accelnet knows"},
+             "")] + ft:
         folder = os.path.join(env.dir, name)
         os.makedirs(folder)
         with open(os.path.join(folder, "tokenizer.json"), "w") as f:
@@ -47,9 +59,9 @@ def _models(env):
     return "\n".join(lines) + "\n"
 
 
-def _proxy(env, extra=""):
+def _proxy(env, extra="", fails_plain=False):
     sim = env.sim("s", latency_ms=1, jitter=0, tokens=1, token_ms=0)
-    return env.proxy(_models(env) + "pools:\n  - name: gpu\n    balance: llm\n    backends:\n"
+    return env.proxy(_models(env, fails_plain) + "pools:\n  - name: gpu\n    balance: llm\n    backends:\n"
                      f"      - {{address: 127.0.0.1:{sim.port}}}\n", extra=extra)
 
 
@@ -127,31 +139,57 @@ def test_prompts_counted_by_how_they_were_keyed(env):
 
 
 def test_readyz_while_a_tokenizer_fails_and_after(env):
-    """Most of bt's prompts fail to encode: within a tick /readyz answers 503 naming the model
-    and its window (the admin endpoint), counting it (a data listener), the gauge is 0 and
-    /status says failing; the completions themselves are still answered (keyed on bytes).
-    Its prompts tokenize again: /readyz is 200 by itself, without a restart."""
-    px = _proxy(env, extra="probes: {listeners: true}\n")
+    """Most of ft's prompts fail to encode, and so does a plain text (its tokenizer gives up on
+    any run of 40 or so characters without a "!"): within a tick /readyz answers 503 naming
+    the model and its window (the admin endpoint), counting it (a data listener), the gauge is
+    0 and /status says failing; the completions themselves are still answered (keyed on
+    bytes). Its prompts tokenize again: /readyz is 200 by itself, without a restart."""
+    px = _proxy(env, extra="probes: {listeners: true}\n", fails_plain=True)
     for i in range(12):
-        _post(px, "bt", prompt=BAD + "x" * i)
-    wait_until(lambda: _readyz(px.admin)[0] == 503, "not ready: bt's tokenizer failing")
+        _post(px, "ft", prompt="b" * 60 + "x" * i)
+    wait_until(lambda: _readyz(px.admin)[0] == 503, "not ready: ft's tokenizer failing")
     st, body = _readyz(px.admin)
     # (the tick may come between two of the prompts: from 10 of 10 on)
-    assert re.fullmatch(r"not ready: model bt's tokenizer is failing \((1[0-2]) of \1 prompts "
+    assert re.fullmatch(r"not ready: model ft's tokenizer is failing \((1[0-2]) of \1 prompts "
                         r"in the last 10 s could not be encoded\)\n", body), body
-    assert "plain" not in body, body
+    assert "plain" not in body and "bt" not in body, body
     st, _, data = request(px.port, "GET", "/readyz")
     assert (st, json.loads(data)) == (503, {"status": "not ready",
                                             "reason": "1 model's tokenizer failing"}), data
     got = prom_samples(metrics_text(px.admin))
-    assert got[("accelnet_model_tokenizer_up", (("model", "bt"),))] == 0
-    assert got[("accelnet_model_tokenizer_up", (("model", "plain"),))] == 1
-    assert _model(px.admin, "bt")["tokenizer"] == "failing"
+    assert got[("accelnet_model_tokenizer_up", (("model", "ft"),))] == 0
+    assert got[("accelnet_model_tokenizer_up", (("model", "bt"),))] == 1
+    assert _model(px.admin, "ft")["tokenizer"] == "failing"
     # its prompts tokenize again: three good for each bad in the window, or the bad ones aged
-    # out of it; either way it comes back by itself
+    # out of it; either way it comes back by itself (degraded: it has no chat format)
     for i in range(40):
-        _post(px, "bt", prompt=f"abc {i}")
+        _post(px, "ft", prompt=f"abc {i}")
     wait_until(lambda: _readyz(px.admin)[0] == 200, "ready again")
+    assert _model(px.admin, "ft")["tokenizer"] == "degraded"
+    st, _, data = request(px.port, "GET", "/readyz")
+    assert (st, json.loads(data))[0] == 200, data
+
+
+def test_a_client_cannot_make_it_unready_with_texts_that_fail(env):
+    """A client sends bt only texts its tokenizer gives up on (runs of a's): every replica
+    with that file fails on them alike, so a 503 would only take every replica out of the
+    load balancer together. bt's tokenizer still encodes a plain text, so the failures are
+    the texts': counted (encode_failed, the window), keyed on bytes, and /readyz stays 200
+    (before: 503 within a second, the attack a denial of service through the load
+    balancer)."""
+    px = _proxy(env, extra="probes: {listeners: true}\n")
+    for i in range(12):
+        _post(px, "bt", prompt=BAD + "x" * i)
+    wait_until(lambda: _model(px.admin, "bt")["window"]["failed"] == 12,
+               "the window holding bt's 12 failed prompts")
+    assert _readyz(px.admin)[0] == 200, _readyz(px.admin)
     assert _model(px.admin, "bt")["tokenizer"] == "up"
     st, _, data = request(px.port, "GET", "/readyz")
-    assert (st, json.loads(data)) == (200, {"status": "ready"}), data
+    assert st == 200, data
+    got = prom_samples(metrics_text(px.admin))
+    assert got[("accelnet_model_tokenizer_up", (("model", "bt"),))] == 1
+    assert got[("accelnet_model_prompts_total",
+                (("keyed", "encode_failed"), ("model", "bt")))] == 12
+    said = re.compile(r"models: bt: 12 of 12 prompts in the last 10 s could not be encoded, "
+                      r"but its tokenizer encodes a plain text")
+    wait_until(lambda: said.search(env.log(px)), "the log saying so")

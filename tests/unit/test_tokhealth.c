@@ -2,7 +2,9 @@
  * test_tokhealth.c - a model's tokenizer state from its counts (runtime/tokhealth.h): a
  * degraded model stays degraded, too few prompts never judge, more than half failing in the
  * window turns it failing, it stays so down to a quarter and comes back below, and the window
- * forgets what is older than TOKHEALTH_WINDOW ticks (an idle proxy comes back by itself).
+ * forgets what is older than TOKHEALTH_WINDOW ticks (an idle proxy comes back by itself);
+ * a window of failures whose tokenizer still encodes a plain text is the texts', never
+ * failing, and the plain text is asked for only when the window says most failed.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,13 +14,28 @@
 
 #include "runtime/tokhealth.h"
 
+/* The tokenizer of these tests: does it encode the plain text (*arg), counting the asks. */
+struct plain {
+	int ok, asked;
+};
+
+static int plain_answer(void *arg)
+{
+	struct plain *p = arg;
+	p->asked++;
+	return p->ok;
+}
+
+/* A tokenizer that fails on the plain text too, as the tests below but the last assume. */
+static struct plain fails_plain;
+
 /* The state after one more tick with <tried> and <failed> more prompts. */
 static enum tokhealth_state step(struct tokhealth *h, uint64_t *t, uint64_t *f, uint64_t tried,
 				 uint64_t failed)
 {
 	*t += tried;
 	*f += failed;
-	return tokhealth_tick(h, *t, *f);
+	return tokhealth_tick(h, *t, *f, plain_answer, &fails_plain);
 }
 
 static void test_degraded_and_too_few(void **state)
@@ -74,12 +91,39 @@ static void test_window_forgets(void **state)
 		assert_int_equal(step(&h, &t, &f, i % 2, i % 2), TOKHEALTH_UP);
 }
 
+static void test_texts_that_fail_are_not_the_tokenizers(void **state)
+{
+	(void)state;
+	struct tokhealth h;
+	struct plain p = {.ok = 1};
+	uint64_t t = 0, f = 0;
+	tokhealth_init(&h, 0);
+	/* a few failed, or half: the plain text is not asked for */
+	assert_int_equal(tokhealth_tick(&h, t += 20, f += 10, plain_answer, &p), TOKHEALTH_UP);
+	assert_int_equal(p.asked, 0);
+	/* all of a client's texts fail, the tokenizer encodes the plain one: up, the texts' */
+	assert_int_equal(tokhealth_tick(&h, t += 30, f += 30, plain_answer, &p), TOKHEALTH_UP);
+	assert_int_equal(p.asked, 1);
+	assert_true(h.texts_failing);
+	assert_int_equal(atomic_load(&h.win_failed), 40);
+	/* the plain text fails too (the tokenizer broke): failing, from the quarter it keeps */
+	p.ok = 0;
+	assert_int_equal(tokhealth_tick(&h, t += 10, f += 0, plain_answer, &p), TOKHEALTH_FAILING);
+	assert_false(h.texts_failing);
+	/* under a quarter: up, and nothing asked */
+	int asked = p.asked;
+	assert_int_equal(tokhealth_tick(&h, t += 200, f, plain_answer, &p), TOKHEALTH_UP);
+	assert_int_equal(p.asked, asked);
+	assert_false(h.texts_failing);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_degraded_and_too_few),
 	    cmocka_unit_test(test_half_in_a_quarter_out),
 	    cmocka_unit_test(test_window_forgets),
+	    cmocka_unit_test(test_texts_that_fail_are_not_the_tokenizers),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
