@@ -2,20 +2,11 @@
  * b64.c - strict base64 and base64url decoding (see b64.h).
  */
 #include "guard/b64.h"
+#include "core/b64digit.h"
 
 static int b64_value(enum b64_alphabet a, unsigned char c)
 {
-	if (c >= 'A' && c <= 'Z')
-		return c - 'A';
-	if (c >= 'a' && c <= 'z')
-		return c - 'a' + 26;
-	if (c >= '0' && c <= '9')
-		return c - '0' + 52;
-	if (c == (a == B64_URL ? '-' : '+'))
-		return 62;
-	if (c == (a == B64_URL ? '_' : '/'))
-		return 63;
-	return -1;
+	return a == B64_URL ? b64_digit(c, '-', '_') : b64_digit(c, '+', '/');
 }
 
 long b64_decode(enum b64_alphabet a, const char *in, size_t len, unsigned char *out, size_t cap)

@@ -2,22 +2,13 @@
  * grpc_web.c - gRPC-Web's text mode: streamed base64 both ways (see grpc_web.h).
  */
 #include "http/grpc_web.h"
+#include "core/b64digit.h"
 
 static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 static int value(unsigned char c)
 {
-	if (c >= 'A' && c <= 'Z')
-		return c - 'A';
-	if (c >= 'a' && c <= 'z')
-		return c - 'a' + 26;
-	if (c >= '0' && c <= '9')
-		return c - '0' + 52;
-	if (c == '+')
-		return 62;
-	if (c == '/')
-		return 63;
-	return -1;
+	return b64_digit(c, '+', '/');
 }
 
 static long refuse(struct grpc_web_dec *d, const char *why)
