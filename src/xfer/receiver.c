@@ -66,6 +66,7 @@
 #include <xxhash.h>
 
 #define RX_FINISH_WAIT_S 60	   /* FINISH waits this long for a chunk's last writer to let go */
+#define RX_JOIN_WAIT_S 10	   /* a link joining waits this long for the manifest's last part */
 #define RX_HASH_PIECE (256 * 1024) /* a chunk is hashed as it arrives, a piece at a time */
 #define RX_LOWAT_MIN (64 * 1024)   /* a smaller piece is read without the mark: 4 calls less */
 #define RX_HELD_MAX 16		   /* files a transfer keeps open between their chunks */
@@ -496,6 +497,8 @@ static int part_take(struct xfer_server_conn *c, struct rx_transfer *rx, struct 
 	pthread_mutex_lock(&rx->mu);
 	rx->m.nfiles = to;
 	rx->complete = last;
+	if (last) /* connections of the transfer waiting to join */
+		pthread_cond_broadcast(&rx->cv);
 	pthread_mutex_unlock(&rx->mu);
 	if (rx->m.nfwd && (rc = transfer_relay(s, rx, c->io.ssl != NULL, err, errlen)))
 		return rc;
@@ -526,7 +529,14 @@ static int on_manifest(struct xfer_server_conn *c, const struct xfer_hello *hell
 	}
 	if (!rx && (rx = transfer_get(s, hello->session))) {
 		c->rx = rx;
+		/* a link that came up while the first connection's manifest is still being taken
+		 * (xfer get's connections all dial at once): wait for its last part, a while */
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += RX_JOIN_WAIT_S;
 		pthread_mutex_lock(&rx->mu);
+		while (!rx->complete && !pthread_cond_timedwait(&rx->cv, &rx->mu, &until))
+			;
 		int complete = rx->complete;
 		pthread_mutex_unlock(&rx->mu);
 		if (!complete) {
