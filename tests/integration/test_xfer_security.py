@@ -190,6 +190,23 @@ def umask_now():
 
 # item 7: xfer get trusts the server
 
+
+def _trickled_until_cut(sock, data, pace):
+    """Send <data> a byte every <pace> seconds; True as soon as the peer cuts the connection,
+    False when every byte went and it still holds it."""
+    for b in data:
+        try:
+            sock.sendall(bytes([b]))
+        except OSError:
+            return True
+        r, _, _ = select.select([sock], [], [], pace)
+        if r:
+            try:
+                return sock.recv(1) == b""
+            except OSError:
+                return True
+    return False
+
 def test_get_refuses_names_not_asked_for(env):
     """A fake server answering `get models/m1` with .bashrc and .ssh/authorized_keys (setuid
     modes): the client refuses the manifest, writes nothing and exits non-zero."""
@@ -399,20 +416,7 @@ def test_handshake_has_a_total_deadline(env):
     w.s.sendall(struct.pack("<I", MAGIC))
     assert w.frame()[0] == CHALLENGE
     hello = struct.pack("<IBBHII", MAGIC, HELLO, 0, 0, 53, 0) + struct.pack("<IB", VERSION, 2) + bytes(48)
-    closed = False
-    for b in hello[:20]:  # 10 s at this pace
-        try:
-            w.s.sendall(bytes([b]))
-        except OSError:
-            closed = True
-            break
-        r, _, _ = select.select([w.s], [], [], 0.5)  # the pace: a byte every half second
-        if r:
-            try:
-                closed = w.s.recv(1) == b""
-            except OSError:
-                closed = True
-            break
+    closed = _trickled_until_cut(w.s, hello[:20], 0.5)  # a byte every half second: 10 s
     assert closed, "serve still holds a connection that has trickled its handshake for 10 s"
 
 
@@ -434,20 +438,7 @@ def test_a_frame_has_a_deadline_however_it_trickles(env):
     # a BATCH of one file: its head and meta at once, then its data a byte every 0.25 s
     w.s.sendall(struct.pack("<IBBHII", MAGIC, BATCH, 0, 0, 20, len(data)) +
                 struct.pack("<IIIQ", 1, 0, len(data), xxh64(data)))
-    closed = False
-    for b in data[:40]:  # 10 s at this pace
-        try:
-            w.s.sendall(bytes([b]))
-        except OSError:
-            closed = True
-            break
-        r, _, _ = select.select([w.s], [], [], 0.25)  # the pace: a byte every quarter second
-        if r:
-            try:
-                closed = w.s.recv(1) == b""
-            except OSError:
-                closed = True
-            break
+    closed = _trickled_until_cut(w.s, data[:40], 0.25)  # a byte every quarter second: 10 s
     assert closed, "serve still holds a connection that has trickled one frame for 10 s"
     wait_until(lambda: metric(mport, "accelnet_xfer_slow_frames_total") == 1,
                "the cut connection counted")
