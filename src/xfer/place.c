@@ -59,7 +59,9 @@ void xfer_place_conn(int fd, int dirfd, int off)
 	struct net_iface nic;
 	cpu_set_t cpus;
 	struct stat st;
-	if (off || getsockname(fd, (struct sockaddr *)&local.ss, &local.len) < 0 ||
+	/* one node (most machines): not even the interface is looked up */
+	if (off || numa_count_nodes() <= 1 ||
+	    getsockname(fd, (struct sockaddr *)&local.ss, &local.len) < 0 ||
 	    net_iface_of(&local, &nic) < 0 || numa_pick_cpus(nic.numa_node, &cpus))
 		return;
 	int rc = numa_pin_thread(&cpus, NULL);
