@@ -147,8 +147,8 @@ struct xfer_serve_opts {
 				      XFER_SERVE_KEEP_PARTS_HOURS */
 	unsigned max_conns, max_conns_per_addr, max_files, handshake_ms; /* 0: the defaults above */
 	unsigned frame_ms, min_rate_kib; /* a frame's deadline (0: the defaults above) */
-	int numa_off; /* leave connection threads unpinned (else on their NIC's node's CPUs) */
-	volatile int *stop; /* set non-zero (e.g. from a signal handler) to return */
+	int numa_off;			 /* connection threads not pinned to their NIC's node */
+	volatile int *stop;		 /* set non-zero (e.g. from a signal handler) to return */
 	void (*ready)(const int *ports, unsigned n, void *arg); /* after binding (port 0 works) */
 	void *arg;
 };

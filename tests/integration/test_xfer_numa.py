@@ -103,8 +103,9 @@ def test_threads_run_on_their_nics_node(env):
     port = free_port()
     p = serve(env, f"127.0.0.1:{port}", dst, envvars={"ACCELNET_SYSFS_ROOT": root})
     cpus = connection_thread_cpus(port, p.pid)
-    assert cpus.pop(p.pid) == allowed, cpus
-    assert list(cpus.values()) == ["1"], cpus
+    assert cpus[p.pid] == allowed, cpus
+    # the connection's thread; the others (a sanitizer's own, under TSan) keep every CPU
+    assert sorted(c for c in cpus.values() if c != allowed) == ["1"], cpus
     rep = sendv([src, f"127.0.0.1:{port}", "--chunk-kib", "256", "--streams", "2"], root)
     (link,) = rep["links"]
     assert (link["interface"], link["numa_node"], link["cpus"]) == ("lo", 1, [1]), link
