@@ -1,7 +1,7 @@
 /*
  * fuzz_cpulist.c - libFuzzer target: the sysfs cpulist parser (net/numa.h) on any bytes. What
- * it takes must read back the same set once written and parsed again, and a list it writes
- * must be no longer than the canonical form of what it read (ranges merged).
+ * it takes must read back as the same set once written and parsed again, and what it writes
+ * (the canonical form: ranges merged) is never longer than the strict list it read.
  */
 #include "net/numa.h"
 
