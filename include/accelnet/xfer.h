@@ -41,6 +41,7 @@ struct xfer_link_report {
 	unsigned failed; /* streams lost (stall, reset) */
 	char iface[16];	 /* the interface it leaves by ("": not known) */
 	int numa_node;	 /* that interface's NUMA node, -1: not shown */
+	char cpus[128];	 /* the CPUs its stream threads run on, as "0-3,8" ("": not pinned) */
 };
 
 struct xfer_report {
@@ -76,6 +77,7 @@ struct xfer_send_opts {
 	const char *tls_ca;   /* verify the server against this CA (default: the system's) */
 	const char *tls_cert, *tls_key; /* a client certificate, for servers that require one */
 	int tls_insecure;		/* encrypt without verifying the server (testing only) */
+	int numa_off; /* leave stream threads unpinned (else on their NIC's NUMA node's CPUs) */
 	void (*progress)(const struct xfer_report *r, void *arg);
 	void *arg;
 };
@@ -145,6 +147,7 @@ struct xfer_serve_opts {
 				      XFER_SERVE_KEEP_PARTS_HOURS */
 	unsigned max_conns, max_conns_per_addr, max_files, handshake_ms; /* 0: the defaults above */
 	unsigned frame_ms, min_rate_kib; /* a frame's deadline (0: the defaults above) */
+	int numa_off;			 /* connection threads not pinned to their NIC's node */
 	volatile int *stop;		 /* set non-zero (e.g. from a signal handler) to return */
 	void (*ready)(const int *ports, unsigned n, void *arg); /* after binding (port 0 works) */
 	void *arg;

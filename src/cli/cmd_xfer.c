@@ -7,6 +7,7 @@
 #include "cli/cli.h"
 
 #include "core/check.h"
+#include "net/numa.h"
 #include "obs/json.h"
 
 #include <errno.h>
@@ -33,7 +34,8 @@ static void on_signal(int sig)
  * only), the bounds of numbers, their defaults (the library's own constants) and the usage
  * text are all read from it, so a flag is added in one line.
  */
-enum flag_kind { FLAG_STR, FLAG_UINT, FLAG_ON };
+/* FLAG_CHOICE: one of the words of <arg> ("auto|off"), stored as its index (an int) */
+enum flag_kind { FLAG_STR, FLAG_UINT, FLAG_ON, FLAG_CHOICE };
 enum { USAGE_REQUIRED = 1 }; /* shown without brackets */
 
 struct flag {
@@ -74,6 +76,7 @@ static const struct flag serve_flags[] = {
     {"handshake-ms", FLAG_UINT, SERVE(handshake_ms), 3600000, XFER_SERVE_HANDSHAKE_MS, "MS", 0, 0},
     {"frame-ms", FLAG_UINT, SERVE(frame_ms), 3600000, XFER_SERVE_FRAME_MS, "MS", 0, 0},
     {"min-rate-kib", FLAG_UINT, SERVE(min_rate_kib), 1048576, XFER_SERVE_MIN_RATE_KIB, "N", 0, 0},
+    {"numa", FLAG_CHOICE, SERVE(numa_off), 0, 0, "auto|off", 0, 0},
 };
 
 static const struct flag push_flags[] = {
@@ -90,6 +93,7 @@ static const struct flag push_flags[] = {
     {"tls-cert", FLAG_STR, PUSH(o.tls_cert), 0, 0, "FILE", 0, 1},
     {"tls-key", FLAG_STR, PUSH(o.tls_key), 0, 0, "FILE", 0, 1},
     {"tls-insecure", FLAG_ON, PUSH(o.tls_insecure), 0, 0, NULL, 0, 1},
+    {"numa", FLAG_CHOICE, PUSH(o.numa_off), 0, 0, "auto|off", 0, 0},
 };
 
 #define NFLAGS(t) (sizeof(t) / sizeof((t)[0]))
@@ -150,6 +154,22 @@ __attribute__((format(printf, 1, 2))) static int bad_usage(const char *fmt, ...)
 	return 2;
 }
 
+/* The index of <word> among the '|'-separated words of <choices>, or -EINVAL. */
+static int parse_choice(const char *word, const char *choices)
+{
+	size_t n = strlen(word);
+	int i = 0;
+	for (const char *p = choices;; i++) {
+		const char *bar = strchr(p, '|');
+		size_t len = bar ? (size_t)(bar - p) : strlen(p);
+		if (len == n && !strncmp(p, word, n))
+			return i;
+		if (!bar)
+			return -EINVAL;
+		p = bar + 1;
+	}
+}
+
 static int parse_uint(const char *s, unsigned max, unsigned *out)
 {
 	char *end;
@@ -205,7 +225,12 @@ static int parse_flags(int argc, char **argv, const char *cmd, const struct flag
 			*(const char **)(void *)field = optarg;
 		else if (fl->kind == FLAG_ON)
 			*(int *)(void *)field = 1;
-		else if (parse_uint(optarg, fl->max, (unsigned *)(void *)field))
+		else if (fl->kind == FLAG_CHOICE) {
+			int v = parse_choice(optarg, fl->arg);
+			if (v < 0)
+				return bad_usage("--%s takes one of %s", fl->name, fl->arg);
+			*(int *)(void *)field = v;
+		} else if (parse_uint(optarg, fl->max, (unsigned *)(void *)field))
 			return bad_usage("--%s needs a number from 1 to %u", fl->name, fl->max);
 		if (fl->implies_tls && tls)
 			*tls = 1;
@@ -289,6 +314,24 @@ static void progress_bar(const struct xfer_report *r, void *arg)
 	fprintf(stderr, "\033[K");
 }
 
+/* ", \"cpus\": [0, 1, 2]" from a cpulist, or null when there is none. */
+static void print_cpus(const char *list)
+{
+	cpu_set_t set;
+	printf(", \"cpus\": ");
+	if (!list[0] || numa_parse_cpulist(list, strlen(list), &set)) {
+		printf("null");
+		return;
+	}
+	const char *sep = "[";
+	for (int c = 0; c < NUMA_CPUS_MAX; c++)
+		if (CPU_ISSET(c, &set)) {
+			printf("%s%d", sep, c);
+			sep = ", ";
+		}
+	printf("]");
+}
+
 static void print_json(const struct xfer_report *r, int rc)
 {
 	double gbps = r->seconds > 0 ? (double)r->bytes_acked * 8 / r->seconds / 1e9 : 0;
@@ -323,9 +366,11 @@ static void print_json(const struct xfer_report *r, int rc)
 		else
 			printf("null");
 		if (l->numa_node >= 0)
-			printf(", \"numa_node\": %d}", l->numa_node);
+			printf(", \"numa_node\": %d", l->numa_node);
 		else
-			printf(", \"numa_node\": null}");
+			printf(", \"numa_node\": null");
+		print_cpus(l->cpus);
+		printf("}");
 	}
 	printf("], \"error\": ");
 	json_write_string(stdout, r->error);

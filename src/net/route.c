@@ -3,6 +3,8 @@
  */
 #include "net/route.h"
 
+#include "net/numa.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
@@ -52,26 +54,6 @@ static int same_host(const struct sockaddr *a, const struct sockaddr *b)
 	return 0;
 }
 
-/* The NUMA node sysfs shows for interface <name>'s device, or -1. */
-static int iface_numa(const char *name)
-{
-	char path[96], text[16];
-	if (strchr(name, '/') || snprintf(path, sizeof(path), "/sys/class/net/%s/device/numa_node",
-					  name) >= (int)sizeof(path))
-		return -1;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	ssize_t n = read(fd, text, sizeof(text) - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	text[n] = 0;
-	char *end;
-	long v = strtol(text, &end, 10);
-	return end != text && v >= 0 && v < 4096 ? (int)v : -1;
-}
-
 int net_iface_of(const struct net_addr *a, struct net_iface *out)
 {
 	struct ifaddrs *all;
@@ -84,7 +66,7 @@ int net_iface_of(const struct net_addr *a, struct net_iface *out)
 			continue;
 		snprintf(out->name, sizeof(out->name), "%s", i->ifa_name);
 		out->loopback = !!(i->ifa_flags & IFF_LOOPBACK);
-		out->numa_node = iface_numa(out->name);
+		out->numa_node = numa_read_nic_node(out->name);
 		rc = 0;
 		break;
 	}

@@ -5,9 +5,9 @@
  * connection to it (routing table, policy rules, the outgoing interface's source address) and
  * send nothing; getsockname() then names the source address it chose. getifaddrs() names the
  * interface that holds a source address, and sysfs the NUMA node of that interface's device
- * (/sys/class/net/IFNAME/device/numa_node; -1 where none is shown: virtual interfaces, machines
- * of one node). xfer uses it to bind each link to the source address its route has, to say
- * which NIC each link leaves by, and to warn when two links share one.
+ * (class/net/IFNAME/device/numa_node under the sysfs root, net/numa.h; -1 where none is shown:
+ * virtual interfaces, machines of one node). xfer uses it to bind each link to the source address
+ * its route has, to say which NIC each link leaves by, and to warn when two links share one.
  */
 #ifndef ACCELNET_NET_ROUTE_H
 #define ACCELNET_NET_ROUTE_H

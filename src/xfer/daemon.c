@@ -23,6 +23,7 @@
 #include "net/tls.h"
 #include "xfer/conn.h"
 #include "xfer/metrics.h"
+#include "xfer/place.h"
 #include "xfer/pull.h"
 #include "xfer/receiver.h"
 #include "xfer/server.h"
@@ -69,6 +70,7 @@ static void *conn_main(void *arg)
 	struct xfer_hello hello;
 	int handed = 0;
 	const char *why = NULL;
+	xfer_place_conn(c->io.fd, s->dirfd, s->o->numa_off); /* before its first read */
 	xfer_server_keepalive(c->io.fd);
 	/* each read waits at most the handshake's time, and the accept loop cuts the connection
 	 * at its deadline however it trickles (xfer_server_expire) */

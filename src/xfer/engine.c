@@ -38,6 +38,7 @@
 #include "net/route.h"
 #include "net/sock.h"
 #include "xfer/conn.h"
+#include "xfer/place.h"
 #include "xfer/sched.h"
 #include "xfer/store.h"
 #include "xfer/transport.h"
@@ -66,8 +67,9 @@ _Static_assert(XFER_SCHED_LINKS == XFER_LINKS_MAX, "the scheduler keeps a rate p
 enum stream_state { ST_RUNNING, ST_PARKED, ST_DEAD };
 
 struct link {
-	struct xfer_path path; /* where to dial, from which source address */
-	struct net_iface nic;  /* the interface that source address is on */
+	struct xfer_path path;	 /* where to dial, from which source address */
+	struct net_iface nic;	 /* the interface that source address is on */
+	struct xfer_place place; /* the CPUs of that NIC's node its streams run on */
 	_Atomic uint64_t bytes, sent;
 	_Atomic unsigned up, failed, dups;
 	uint64_t last_bytes;
@@ -519,6 +521,7 @@ static void *stream_main(void *arg)
 	struct stream *s = arg;
 	struct xfer_engine *e = s->e;
 	unsigned retry_ms = e->stall_ms < 1000 ? e->stall_ms : 1000;
+	xfer_place_enter(&e->links[s->link].place);
 	for (int attempt = 0;; attempt++) {
 		if (s->io.fd < 0) {
 			if (attempt && (e->adopt || transfer_over(e)))
@@ -566,7 +569,7 @@ static void *stream_main(void *arg)
  * its NIC if the routes change while it runs (a link that goes down fails over to the other
  * links, never onto their NICs).
  */
-static void link_route(struct link *l)
+static void link_route(struct link *l, int numa_off)
 {
 	struct xfer_path *p = &l->path;
 	if (!p->has_local && net_route_source(&p->remote, &p->local) == 0) {
@@ -577,6 +580,7 @@ static void link_route(struct link *l)
 	}
 	if (!p->has_local || net_iface_of(&p->local, &l->nic) < 0)
 		l->nic = (struct net_iface){.numa_node = -1};
+	xfer_place_plan(&l->place, l->nic.numa_node, numa_off);
 }
 
 /* Two links that leave by one interface (not loopback) share its bandwidth: the split by
@@ -611,7 +615,7 @@ static int parse_links(struct xfer_engine *e, const struct xfer_send_opts *o,
 	}
 	for (int i = 0; i < n; i++) {
 		e->links[i].path = paths[i];
-		link_route(&e->links[i]);
+		link_route(&e->links[i], o->numa_off);
 	}
 	e->nlinks = (unsigned)n;
 	links_share_nic(e);
@@ -718,6 +722,8 @@ static int engine_append(struct xfer_engine *e, struct xfer_manifest *p,
 		set_error(e, "%s", "out of memory");
 		return rc;
 	}
+	for (unsigned i = 0; i < e->nlinks && src; i++)
+		xfer_place_check_files(&e->links[i].place, src, p->nfiles, &e->links[i].nic, i);
 	e->m.nfiles += p->nfiles;
 	e->bytes_total += bytes;
 	atomic_store_explicit(&e->nchunks, id, memory_order_release);
@@ -1108,6 +1114,7 @@ static void fill_report(struct xfer_engine *e, struct xfer_report *r, int final)
 		snprintf(lr->remote, sizeof(lr->remote), "%s", l->path.rname);
 		snprintf(lr->iface, sizeof(lr->iface), "%s", l->nic.name);
 		lr->numa_node = l->nic.numa_node;
+		xfer_place_cpus(&l->place, lr->cpus, sizeof(lr->cpus));
 		lr->bytes = atomic_load(&l->bytes);
 		lr->sent = atomic_load(&l->sent);
 		lr->dups = atomic_load(&l->dups);

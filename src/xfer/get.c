@@ -15,6 +15,7 @@
 #include "core/clock.h"
 #include "net/tls.h"
 #include "xfer/conn.h"
+#include "xfer/place.h"
 #include "xfer/receiver.h"
 #include "xfer/server.h"
 
@@ -39,6 +40,7 @@ static void *get_main(void *arg)
 	struct get_stream *g = arg;
 	struct xfer_server_conn *c = g->c;
 	struct xfer_server *s = c->srv;
+	xfer_place_conn(c->io.fd, s->dirfd, s->o->numa_off);
 	xfer_receiver_loop(c, &g->hello);
 	if (c->rx)
 		xfer_receiver_put(s, c->rx);
@@ -144,7 +146,7 @@ int xfer_get(const struct xfer_send_opts *o, const char *const *names, unsigned 
 	     struct xfer_report *rep)
 {
 	struct xfer_server s = {0};
-	struct xfer_serve_opts so = {.dir = dest};
+	struct xfer_serve_opts so = {.dir = dest, .numa_off = o->numa_off};
 	struct xfer_path paths[XFER_LINKS_MAX];
 	struct xfer_hello hello;
 	struct get_stream *gs = NULL;

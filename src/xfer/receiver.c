@@ -410,6 +410,7 @@ static int transfer_relay(struct xfer_server *s, struct rx_transfer *rx, int tls
 	    .tls_ca = s->o->tls_ca,
 	    .tls_cert = s->o->tls_cert,
 	    .tls_key = s->o->tls_key,
+	    .numa_off = s->o->numa_off,
 	};
 	struct xfer_report rep;
 	int rc =

@@ -653,7 +653,7 @@ SEND_JSON_KEYS = ["ok", "files", "bytes", "bytes_skipped", "bytes_sent", "bytes_
                   "zerocopy_bytes", "zerocopy_copied_bytes", "manifest_parts", "listing_seconds", "links",
                   "error"]
 SEND_JSON_LINK_KEYS = ["remote", "local", "bytes", "gbit_per_s", "streams_up", "streams_lost",
-                       "bytes_sent", "chunks_dup", "interface", "numa_node"]
+                       "bytes_sent", "chunks_dup", "interface", "numa_node", "cpus"]
 
 
 def test_send_json_keeps_its_shape(env):
