@@ -117,11 +117,15 @@ build-fuzz/%: tests/fuzz/%.c build-fuzz/libfuzz.a
 		-o $@ $< build-fuzz/libfuzz.a $(LDLIBS)
 
 bench: $(BUILD)/loadgen $(BUILD)/tlsload $(BUILD)/pickcost $(BUILD)/l4echo $(BUILD)/tokbench \
-       $(BUILD)/filecost
+       $(BUILD)/filecost $(BUILD)/fdcost
 $(BUILD)/filecost: bench/filecost.c
 	@echo "  LD  $@"
 	@mkdir -p $(BUILD)
 	@$(CC) $(filter-out -MMD -MP,$(ALL_CFLAGS)) -o $@ $^
+$(BUILD)/fdcost: bench/fdcost.c
+	@echo "  LD  $@"
+	@mkdir -p $(BUILD)
+	@$(CC) $(filter-out -MMD -MP,$(ALL_CFLAGS)) -o $@ $^ -lpthread
 $(BUILD)/l4echo: bench/l4echo.c
 	@echo "  LD  $@"
 	@mkdir -p $(BUILD)
@@ -145,7 +149,7 @@ $(BUILD)/pickcost: bench/pickcost.c $(BUILD)/libaccelnet.a
 CLANG_FORMAT ?= clang-format-14
 FORMAT_SRC = $(sort $(shell find src include tests/unit tests/fuzz -name '*.[ch]' \
 	     -not -path 'tests/fuzz/corpus/*') bench/loadgen.c bench/tlsload.c bench/pickcost.c \
-	     bench/l4echo.c bench/tokbench.c bench/filecost.c)
+	     bench/l4echo.c bench/tokbench.c bench/filecost.c bench/fdcost.c)
 format-check:
 	@command -v $(CLANG_FORMAT) >/dev/null || \
 		{ echo "format-check: no $(CLANG_FORMAT) (scripts/deps.sh installs it)"; exit 2; }
