@@ -296,7 +296,8 @@ static void llm_explain(const struct lb_state *st, const struct lb_candidate *c,
 	else if (best_us < ur && c[best].busy && d->waited_ms >= st->max_wait_ms)
 		why = LB_WHY_MAX_WAIT;
 	else if (!any_hit && free_best != LB_NONE &&
-		 rendezvous(c, n, d, share, free_us, free_best, &among) == r && among > 1)
+		 rendezvous(c, n, d, share, free_us, free_best, &among) == r &&
+		 (among > 1 || ur != free_us)) /* (the quickest free was much busier) */
 		why = LB_WHY_RENDEZVOUS;
 	else if (free_best != LB_NONE && ur == free_us)
 		why = !tie ? LB_WHY_LEAST : tie_draw ? LB_WHY_TIE_DRAW : LB_WHY_TIE_LOAD;

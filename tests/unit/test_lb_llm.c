@@ -355,6 +355,12 @@ static void explain_reads_each_reason_back(void **state)
 	}
 	assert_int_equal(e.cand[0].backend, r);
 	assert_int_equal(e.cand[1].backend, 0); /* the quickest comes next */
+	/* the quickest much busier than one about as quick: that one, by the rendezvous */
+	c[0].inflight = 3;
+	c[1].inflight = c[2].inflight = 3;
+	assert_int_equal(explained(c, 4, &d, &st, &e), 3);
+	assert_int_equal(e.why, LB_WHY_RENDEZVOUS);
+	c[0].inflight = c[1].inflight = c[2].inflight = 0;
 	/* alone within the margin: the least, not the hash's */
 	c[0].base_us = 5000;
 	assert_int_equal(explained(c, 4, &d, &st, &e), 0);
