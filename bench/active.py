@@ -190,6 +190,15 @@ class RedisOutage(threading.Thread):
             self.error = repr(e)
 
 
+def _cpu_s_or(pid, before):
+    """<pid>'s CPU seconds, or <before> when it has ended and been reaped (the Redis an outage
+    killed: reading it failed every three-redis-stopped run)."""
+    try:
+        return bench.proc_cpu_s(pid)
+    except FileNotFoundError:
+        return before
+
+
 def one_variant(run, variant, rate, seconds, trace, timeout_s):
     """One variant on a fresh, cold fleet: the loadgen's figures, the simulators' and the
     instances'; {"failed": why} when something did not start."""
@@ -224,9 +233,10 @@ def one_variant(run, variant, rate, seconds, trace, timeout_s):
         g0 = [bench.proc_cpu_s(x.pid) for x in procs + sims]
         load_avg = os.getloadavg()[0]
         g = loadgen_multi([port for _, port in insts], rate, seconds, trace, timeout_s)
-        g1 = [bench.proc_cpu_s(x.pid) for x in procs + sims]
-        # CPU seconds of the run: the instances, Redis (the first one: an outage's second
-        # Redis is not counted) and the simulators; the load average before it
+        g1 = [_cpu_s_or(x.pid, a) for x, a in zip(procs + sims, g0)]
+        # CPU seconds of the run: the instances, Redis (the first one, 0 when an outage
+        # killed it: gone, it says nothing; the second is not counted) and the simulators;
+        # the load average before it
         np_ = len(procs)
         g["instances_cpu_s"] = round(sum(b - a for a, b, x in zip(g0, g1, procs)
                                          if x is not redis and not getattr(x, "burner", 0)),

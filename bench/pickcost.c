@@ -177,8 +177,11 @@ int main(int argc, char **argv)
 		llm_scope_blocks(h, n > 0 ? (uint32_t)n : 0, &view, in);
 		uint64_t t1 = now_ns();
 		for (unsigned b = 0; b < nb; b++) {
-			cand[b] = (struct lb_candidate){
-			    .weight = 1, .slots = 4, .inflight = (r + b) % 4, .eligible = 1};
+			cand[b] = (struct lb_candidate){.weight = 1,
+							.slots = 4,
+							.inflight = (r + b) % 4,
+							.eligible = 1,
+							.id = b * 0x9e3779b97f4a7c15u};
 			llm_candidate(be[b], h, (uint32_t)n, &cand[b]);
 			if (queued) /* (a loaded pool: every other backend at its cap) */
 				cand[b] = (struct lb_candidate){.weight = 1,
@@ -190,13 +193,16 @@ int main(int argc, char **argv)
 								.base_us = cand[b].base_us,
 								.block_us = cand[b].block_us,
 								.service_us = cand[b].service_us,
-								.placed = cand[b].placed,
+								.id = b * 0x9e3779b97f4a7c15u,
 								.waiting = (r + b) % 3};
 		}
 		if (lora)
 			lora_prefer(snap, model, cand, nb);
-		struct lb_draw d = {
-		    .rnd = r * 0x9e3779b97f4a7c15u, .blocks = (uint32_t)n, .queued = queued};
+		struct lb_draw d = {.rnd = r * 0x9e3779b97f4a7c15u,
+				    .key = n > 0 ? h[0] : 0, /* (as pool_pick names the prompt) */
+				    .has_key = n > 0,
+				    .blocks = (uint32_t)n,
+				    .queued = queued};
 		int idx = lb_llm.pick(&st, cand, nb, &d);
 		uint64_t t2 = now_ns();
 		if (explain) { /* what the proxy adds for a decision it shows: read back once */

@@ -42,7 +42,7 @@ struct lb_candidate {
 	uint32_t base_us;    /* its fitted time to first token with everything cached */
 	uint32_t block_us;   /* ... plus this per block it must compute */
 	uint32_t service_us; /* its mean time to serve a whole request */
-	uint64_t placed;     /* prompt blocks sent to it so far (llm: where new prompts go) */
+	uint64_t id;	     /* llm: a hash of its address, the same at every instance */
 	unsigned waiting;    /* requests queued for it by earlier picks (LB_WAIT), not this one */
 };
 
@@ -50,7 +50,8 @@ struct lb_candidate {
 struct lb_draw {
 	uint64_t ticket;  /* one per pick, shared by all threads */
 	uint64_t rnd;	  /* fresh random bits */
-	uint64_t key;	  /* the request's affinity hash, when has_key */
+	uint64_t key;	  /* the request's affinity hash, when has_key (llm: the prompt's first
+			   * block's, which names a new prompt) */
 	unsigned waiting; /* requests that queue ahead of this one */
 	uint8_t has_key;
 	uint32_t blocks; /* lb_ops.blocks: the prompt's whole blocks (0: no prompt) */
@@ -94,17 +95,17 @@ struct lb_state {
  * decides otherwise later still gets a truthful LB_WHY_OTHER rather than a stale story.
  */
 #define LB_WHY_LIST(X)                                                                             \
-	X(NONE, "none")		  /* no backend could take it */                                   \
-	X(LEAST, "least")	  /* the least expected time among the free backends */            \
-	X(TIE_LOAD, "tie-load")	  /* ... tied with another: the less loaded */                     \
-	X(TIE_DRAW, "tie-draw")	  /* ... tied in time and load: the draw */                        \
-	X(SPREAD, "spread")	  /* a new prompt: where the fewest blocks went, about as quick */ \
-	X(WAIT, "wait")		  /* a busy backend holds it and is quicker: wait for it */        \
-	X(MAX_WAIT, "max-wait")	  /* waited max_wait_ms for a busy one: the best free slot */      \
-	X(NO_PROMPT, "no-prompt") /* no prompt: the least expected wait */                         \
-	X(HOME, "home")		  /* a freed slot went to the waiter whose prefix it holds */      \
-	X(SESSION, "session")	  /* the conversation's backend (pools[].session): no pick */      \
-	X(OTHER, "other")	  /* none of these: the policy decided on something else */
+	X(NONE, "none")		    /* no backend could take it */                                 \
+	X(LEAST, "least")	    /* the least expected time among the free backends */          \
+	X(TIE_LOAD, "tie-load")	    /* ... tied with another: the less loaded */                   \
+	X(TIE_DRAW, "tie-draw")	    /* ... tied in time and load: the draw */                      \
+	X(RENDEZVOUS, "rendezvous") /* a new prompt: its hash's choice, about as quick */          \
+	X(WAIT, "wait")		    /* a busy backend holds it and is quicker: wait for it */      \
+	X(MAX_WAIT, "max-wait")	    /* waited max_wait_ms for a busy one: the best free slot */    \
+	X(NO_PROMPT, "no-prompt")   /* no prompt: the least expected wait */                       \
+	X(HOME, "home")		    /* a freed slot went to the waiter whose prefix it holds */    \
+	X(SESSION, "session")	    /* the conversation's backend (pools[].session): no pick */    \
+	X(OTHER, "other")	    /* none of these: the policy decided on something else */
 #define LB_WHY_ENUM(name, text) LB_WHY_##name,
 enum lb_why { LB_WHY_LIST(LB_WHY_ENUM) LB_WHYS };
 #undef LB_WHY_ENUM

@@ -48,11 +48,18 @@
  * serves the line in order.
  *
  * A new prompt (no backend holds any block of it) gains nothing from any cache, so the
- * fits' small differences should not decide it: among the free backends whose expected time
- * is within LLM_NEW_SLACK_PCT of the best free one's, it goes to the one that has been sent
- * the fewest prompt blocks so far. New conversations so spread their prefixes over the pool
- * (one backend whose fit learned first would otherwise win every new prompt by a hair and
- * hold every cache), while a clearly faster backend still wins them.
+ * fits' small differences should not decide it, and neither should anything one instance
+ * alone knows: among the free backends whose expected time is within LLM_NEW_SLACK_PCT of
+ * the best free one's, and whose share of their slots taken is within half of the least
+ * loaded one's, it goes to the one whose stable id (a hash of its address) hashed with the
+ * prompt's first block weighs most (rendezvous, or highest-random-weight, hashing). Every
+ * instance of a fleet, every restart of one, and every instance while the Redis they share
+ * is away so sends the same new prompt to the same backend while loads are even, where a
+ * draw or a count of what each had placed itself sent it to a different backend at each
+ * (scenario 9 through three instances with Redis stopped: each index learnt alone, hits
+ * fell). Different prompts spread evenly over the pool (one backend whose fit learned first
+ * would otherwise win every new prompt by a hair and hold every cache), while a clearly
+ * faster backend still wins them, and a much busier one never does.
  *
  * Without a prompt (blocks 0: none, a chunked body, a body over hash.body_max_bytes before
  * its prompt) every backend misses alike and nothing is worth waiting for: the least
@@ -65,8 +72,13 @@
  */
 #include "policy/lb.h"
 
+#include <xxhash.h>
+
 #define LLM_UNCAPPED_SLOTS 8
 #define LLM_NEW_SLACK_PCT 10
+/* a new prompt: a backend with more of its slots taken than the least loaded, by this share,
+ * is too busy for the hash */
+#define LLM_NEW_LOAD_SLACK_PCT 50
 
 /* Requests side by side on <c>. */
 static unsigned slots_of(const struct lb_candidate *c)
@@ -125,6 +137,45 @@ static int better(const struct lb_candidate *a, double ca, const struct lb_candi
 	return lb_less_loaded(a, b);
 }
 
+/* <c>'s rendezvous weight for the prompt named <key>: the same at every instance. */
+static uint64_t rendezvous_weight(const struct lb_candidate *c, uint64_t key)
+{
+	return XXH3_64bits_withSeed(&c->id, sizeof(c->id), key);
+}
+
+/*
+ * A new prompt's backend (the essay): among the free ones about as quick as the best free
+ * one (<free_us>) and about as loaded as the least loaded of those, the one whose
+ * rendezvous weight for the prompt's first block is highest; <*among> says how many were
+ * about as quick and loaded. <free_best> itself qualifies, so the answer is never LB_NONE.
+ */
+static int rendezvous(const struct lb_candidate *c, size_t n, const struct lb_draw *d, double share,
+		      double free_us, int free_best, size_t *among)
+{
+	double limit = free_us * (100 + LLM_NEW_SLACK_PCT) / 100, least = -1;
+	for (size_t i = 0; i < n; i++)
+		if (c[i].eligible && cost_us(&c[i], d, share) <= limit) {
+			double used = (double)c[i].inflight / slots_of(&c[i]);
+			least = least < 0 || used < least ? used : least;
+		}
+	int pick = free_best;
+	uint64_t top = 0;
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!c[i].eligible || cost_us(&c[i], d, share) > limit ||
+		    (double)c[i].inflight / slots_of(&c[i]) >
+			least + LLM_NEW_LOAD_SLACK_PCT / 100.0)
+			continue;
+		uint64_t w = rendezvous_weight(&c[i], d->key);
+		if (!k++ || w > top || (w == top && c[i].id < c[pick].id)) {
+			pick = (int)i;
+			top = w;
+		}
+	}
+	*among = k;
+	return pick;
+}
+
 static int llm_pick(const struct lb_state *st, const struct lb_candidate *c, size_t n,
 		    const struct lb_draw *d)
 {
@@ -156,13 +207,9 @@ static int llm_pick(const struct lb_state *st, const struct lb_candidate *c, siz
 			*d->wait_for = best;
 		return LB_WAIT; /* a busy backend holds it and will be quicker: wait for it */
 	}
-	if (d->blocks && !any_hit) /* a new prompt: where the fewest prompts went, about as quick */
-		for (size_t k = 0; k < n; k++) {
-			size_t i = (start + k) % n;
-			if (c[i].eligible && c[i].placed < c[free_best].placed &&
-			    cost_us(&c[i], d, share) * 100 <= free_us * (100 + LLM_NEW_SLACK_PCT))
-				free_best = (int)i;
-		}
+	size_t among;
+	if (d->blocks && !any_hit) /* a new prompt: the rendezvous among the about as quick */
+		free_best = rendezvous(c, n, d, share, free_us, free_best, &among);
 	return free_best;
 }
 
@@ -204,7 +251,7 @@ static void llm_explain(const struct lb_state *st, const struct lb_candidate *c,
 	double share = queue_share(c, n, d);
 	double ur = ok ? cost_us(&c[r], d, share) : 0, best_us = 0, free_us = 0;
 	int best = LB_NONE, free_best = LB_NONE, any_hit = 0, tie = 0, tie_draw = 0;
-	size_t seen = 0, ntop = 0, cap = ok ? LB_EXPLAIN_MAX - 1 : LB_EXPLAIN_MAX;
+	size_t seen = 0, ntop = 0, cap = ok ? LB_EXPLAIN_MAX - 1 : LB_EXPLAIN_MAX, among = 0;
 	size_t top[LB_EXPLAIN_MAX];
 	double top_us[LB_EXPLAIN_MAX];
 	for (size_t i = 0; i < n; i++) {
@@ -248,10 +295,12 @@ static void llm_explain(const struct lb_state *st, const struct lb_candidate *c,
 		why = LB_WHY_NO_PROMPT;
 	else if (best_us < ur && c[best].busy && d->waited_ms >= st->max_wait_ms)
 		why = LB_WHY_MAX_WAIT;
+	else if (!any_hit && free_best != LB_NONE &&
+		 rendezvous(c, n, d, share, free_us, free_best, &among) == r &&
+		 (among > 1 || ur != free_us)) /* (the quickest free was much busier) */
+		why = LB_WHY_RENDEZVOUS;
 	else if (free_best != LB_NONE && ur == free_us)
 		why = !tie ? LB_WHY_LEAST : tie_draw ? LB_WHY_TIE_DRAW : LB_WHY_TIE_LOAD;
-	else if (!any_hit)
-		why = LB_WHY_SPREAD;
 	*out = (struct lb_explain){.where = out->where,
 				   .result = r,
 				   .why = why,

@@ -98,7 +98,6 @@ void llm_candidate(const struct llm_backend *l, const uint64_t *blocks, uint32_t
 	c->service_us =
 	    working ? (uint32_t)(work / working)
 		    : c->base_us + atomic_load_explicit(&l->decode_us, memory_order_relaxed);
-	c->placed = atomic_load_explicit(&l->prompt_blocks, memory_order_relaxed);
 	c->waiting = atomic_load_explicit(&l->waiting, memory_order_relaxed);
 }
 

@@ -219,6 +219,7 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 		};
 		if (lb->blocks && (cand[i].eligible || cand[i].busy)) {
 			llm_candidate(b->llm, h->blocks, h->nblocks, &cand[i]);
+			cand[i].id = atomic_load_explicit(&b->addr_hash, memory_order_relaxed);
 			if (b == h->home && cand[i].waiting)
 				cand[i].waiting--; /* (not behind itself) */
 		}
@@ -227,9 +228,11 @@ struct backend *pool_pick(struct pool_rt *p, uint64_t now_ms, uint64_t rnd,
 	}
 	if (adapters) /* a LoRA adapter: its backends while they have room (policy/lora.h) */
 		lora_prefer(lora, h->model, cand, n);
+	/* llm: a prompt is named by its first block (the rendezvous of a new one) */
+	int first = lb->blocks && h->nblocks;
 	struct lb_draw d = {.rnd = rnd,
-			    .key = h->key,
-			    .has_key = (uint8_t)h->has_key,
+			    .key = first ? h->blocks[0] : h->key,
+			    .has_key = (uint8_t)(first || h->has_key),
 			    .waiting = h->waiting,
 			    .blocks = h->nblocks,
 			    .waited_ms = h->declined_ms,

@@ -7,6 +7,8 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
+#include <xxhash.h>
 
 static const char *const admin_names[BACKEND_STATES] = {[BACKEND_ENABLED] = "enabled",
 							[BACKEND_DRAINING] = "draining",
@@ -87,6 +89,7 @@ void backend_fill(struct backend *b, const struct net_addr *a, const char *text,
 	int at = (atomic_load(&b->addr_at) & 1) ^ 1;
 	snprintf(b->addr_text[at], sizeof(b->addr_text[at]), "%s", text);
 	atomic_store_explicit(&b->addr_at, at, memory_order_release);
+	atomic_store(&b->addr_hash, XXH3_64bits(text, strlen(text)));
 	atomic_store(&b->weight, weight);
 	/* nothing of what the slot held before holds for this one */
 	atomic_store(&b->down_until_ms, 0);

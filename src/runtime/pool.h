@@ -79,6 +79,9 @@ struct backend {
 	 * changes with the address: idle connections made before are closed, not reused.
 	 */
 	struct net_addr addr;
+	/* a hash of its address as configured or filled in (backend_fill), the same at every
+	 * instance: balance: llm's rendezvous for a new prompt */
+	atomic_uint_fast64_t addr_hash;
 	atomic_int present;
 	atomic_uint gen;
 	atomic_uint weight;	    /* conf's, the SRV record's, or the admin API's */

@@ -22,6 +22,8 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
 
 /* A backend with kv_events whose pool keeps no index of its own (llm.cache_blocks) gets one
  * of this many blocks. */
@@ -159,6 +161,8 @@ int runtime_create(const struct conf *conf, struct runtime **out)
 			} else {
 				snprintf(b->name, sizeof(b->name), "%s", cb->ep.address);
 				b->addr = cb->ep.addr;
+				atomic_init(&b->addr_hash,
+					    XXH3_64bits(cb->ep.address, strlen(cb->ep.address)));
 				atomic_init(&b->present, 1);
 				k++;
 			}

@@ -3,7 +3,8 @@ one per-tenant rate between them; with Redis stopped they keep serving, each at 
 limit, and say so in their metrics; with Redis back they share again; a token budget spent
 on one instance is spent on the others; balance: consistent-hash, prefix-affinity, llm with
 kv_events and llm learning from routing (shared through a Redis stream) send one
-conversation to one backend through any instance; a backend's max_concurrency is dealt out
+conversation to one backend through any instance, and llm a new prompt to one backend through
+instances that never talk; a backend's max_concurrency is dealt out
 between the instances (never one free slot to two, the slots where the requests wait); a
 password, a Redis that never answers and a reload; bad cluster: sections are refused with
 FILE:LINE:COL."""
@@ -489,6 +490,30 @@ def test_llm_a_prompt_reaches_the_other_instances_while_it_is_prefilled(env):
     finally:
         first.join()
     assert second == got["first"], (got, second)
+
+
+def test_llm_a_new_prompt_goes_to_one_backend_through_instances_that_never_talk(env):
+    """Two instances with no cluster: (as while Redis is away) each learn alone, yet a new
+    prompt, one no backend holds, goes to the same backend through either: balance: llm ranks
+    the backends about as quick and as loaded by a hash of the prompt's first block and each
+    backend's address (rendezvous), where before each instance drew its own (or sent it where
+    it had itself sent the fewest blocks), and the three instances of scenario 9 placed one
+    new prompt on three backends while Redis was away (docs/benchmarks.md, active-active)."""
+    sims = [env.sim(f"s{i}", latency_ms=100, jitter=0, token_ms=0, tokens=1) for i in range(4)]
+    lines = ["pools:", "  - name: gpu", "    balance: llm", "    llm: {block_bytes: 64}",
+             "    backends:"]
+    lines += [f"      - {{address: 127.0.0.1:{s.port}, max_concurrency: 4}}" for s in sims]
+    procs = []
+    for i in range(2):
+        port = free_port()
+        path = env.write(f"alone{i}.yaml", f"workers: 2\nlisten:\n  - address: 127.0.0.1:{port}\n"
+                         + "\n".join(lines) + "\n")
+        procs.append(env.start([BIN, "proxy", "-c", path], f"proxy{i}", wait_port=port))
+        procs[-1].port = port
+    for k in range(6):  # each one new to both: neither has sent it before, nor heard of it
+        a = _served_by(procs[0], _chat(k))
+        b = _served_by(procs[1], _chat(k))
+        assert a == b, (k, a, b)
 
 
 def test_a_backends_slots_are_counted_across_instances(env):

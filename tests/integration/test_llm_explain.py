@@ -13,7 +13,7 @@ from harness import (ScriptedBackend, metrics_text, prom_samples, request, serve
                      wait_until)
 
 BLOCK = 64  # the proxy's llm.block_bytes and the sims' --block-bytes: one notion of a block
-REASONS = {"none", "least", "tie-load", "tie-draw", "spread", "wait", "max-wait", "no-prompt",
+REASONS = {"none", "least", "tie-load", "tie-draw", "rendezvous", "wait", "max-wait", "no-prompt",
            "home", "session", "other"}
 
 
@@ -117,7 +117,7 @@ def test_debug_requests_show_the_decision_and_a_repeat_predicts_its_hits(env):
     st, hdrs, _ = _post(px.port, body)
     assert st == 200 and "x-accelnet-llm" not in hdrs  # llm.explain is off by default
     first = _ended(px, hdrs["x-request-id"][0])["llm"]
-    assert first["reason"] in REASONS and first["reason"] in {"least", "spread", "tie-load",
+    assert first["reason"] in REASONS and first["reason"] in {"least", "rendezvous", "tie-load",
                                                               "tie-draw"}, first
     assert first["candidates_up"] == 3 and len(first["candidates"]) == 3
     names = {c["backend"] for c in first["candidates"]}

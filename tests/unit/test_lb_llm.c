@@ -3,9 +3,10 @@
  * it has a slot; a long queue there sends it elsewhere; a busy home is waited for only while
  * waiting is cheaper and for at most max_wait_ms, counting those queued for it and what a
  * prefill elsewhere costs the queue; a freed slot's home_only question; without a
- * prompt, the least loaded; a new prompt where the fewest prompts went. And the TTFT fit: the
- * prior, then a line through the samples. And each decision read back (explain): its reason
- * and each candidate's estimate, the pick first.
+ * prompt, the least loaded; a new prompt where its hash and the backends' ids meet, the
+ * same at two instances whatever each drew, spread evenly, never a much busier backend. And
+ * the TTFT fit: the prior, then a line through the samples. And each decision read back
+ * (explain): its reason and each candidate's estimate, the pick first.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -211,31 +212,87 @@ static void fit_learns_a_line(void **state)
 	ttft_fit_add(&f, -1, 5); /* ignored */
 }
 
-static void new_prompt_goes_where_the_fewest_prompts_went(void **state)
+/* n backends as fleet() with stable ids, as two instances see them: each its own fits, a
+ * few percent apart (each learnt from its own answers). */
+static void fleet_ids(struct lb_candidate *c, size_t n, uint32_t base_us)
+{
+	fleet(c, n);
+	for (size_t i = 0; i < n; i++) {
+		c[i].id = 0x9e3779b97f4a7c15u * (i + 1);
+		c[i].base_us = base_us + 1000 * (uint32_t)(i % 2);
+	}
+}
+
+static void new_prompt_same_backend_at_every_instance(void **state)
 {
 	(void)state;
-	struct lb_candidate c[3];
-	fleet(c, 3);
-	struct lb_draw d = {.blocks = 40};
-	c[0].base_us = 19000; /* its fit learned first, a hair quicker: 59 ms against 60 */
-	c[0].placed = 400;
-	c[1].placed = 100;
-	c[2].placed = 200;
-	for (uint64_t r = 0; r < 6; r++) { /* whatever the draw meets first */
-		d.rnd = r;
-		assert_int_equal(lb_llm.pick(&st, c, 3, &d), 1);
+	struct lb_candidate a[4], b[4];
+	fleet_ids(a, 4, 20000);
+	fleet_ids(b, 4, 21000);
+	unsigned got[4] = {0};
+	for (uint64_t k = 1; k <= 1000; k++) { /* 1,000 distinct new prompts */
+		uint64_t key = k * 0xff51afd7ed558ccdu;
+		struct lb_draw da = {.blocks = 40, .key = key, .has_key = 1, .rnd = k};
+		struct lb_draw db = {.blocks = 40, .key = key, .has_key = 1, .rnd = ~k * 7};
+		int pa = lb_llm.pick(&st, a, 4, &da);
+		assert_true(pa >= 0);
+		assert_int_equal(lb_llm.pick(&st, b, 4, &db), pa); /* whatever each one drew */
+		got[pa]++;
+	}
+	for (int i = 0; i < 4; i++) /* spread: each 15-35 % */
+		assert_true(got[i] >= 150 && got[i] <= 350);
+}
+
+static void new_prompt_load_still_wins(void **state)
+{
+	(void)state;
+	struct lb_candidate c[4];
+	fleet_ids(c, 4, 20000);
+	c[2].inflight = 3; /* a slot free, but three of four taken where the rest hold none */
+	unsigned got[4] = {0};
+	for (uint64_t k = 1; k <= 400; k++) {
+		struct lb_draw d = {.blocks = 40, .key = k * 0xc4ceb9fe1a85ec53u, .has_key = 1};
+		got[lb_llm.pick(&st, c, 4, &d)]++;
+	}
+	assert_int_equal(got[2], 0);
+	assert_true(got[0] && got[1] && got[3]);
+	/* one taken of four where the rest hold none: about as loaded, still the hash's */
+	c[2].inflight = 1;
+	memset(got, 0, sizeof(got));
+	for (uint64_t k = 1; k <= 400; k++) {
+		struct lb_draw d = {.blocks = 40, .key = k * 0xc4ceb9fe1a85ec53u, .has_key = 1};
+		got[lb_llm.pick(&st, c, 4, &d)]++;
+	}
+	assert_true(got[2] > 0);
+	/* without a cap the wait is in the expected time: a backend sharing itself among many
+	 * is more than LLM_NEW_SLACK_PCT slower, never the hash's */
+	fleet_ids(c, 4, 20000);
+	for (int i = 0; i < 4; i++)
+		c[i].slots = 0;
+	c[1].inflight = 2; /* 2 x 300 / 8 = 75 ms more */
+	for (uint64_t k = 1; k <= 400; k++) {
+		struct lb_draw d = {.blocks = 40, .key = k * 0xc4ceb9fe1a85ec53u, .has_key = 1};
+		assert_int_not_equal(lb_llm.pick(&st, c, 4, &d), 1);
 	}
 	/* clearly quicker (more than LLM_NEW_SLACK_PCT): speed still wins a new prompt */
+	fleet_ids(c, 3, 20000);
 	c[0].base_us = 5000;
+	struct lb_draw d = {.blocks = 40, .key = 12345, .has_key = 1};
 	assert_int_equal(lb_llm.pick(&st, c, 3, &d), 0);
 	/* not a new prompt once any backend holds part of it: the cost decides */
-	c[0].base_us = 19000;
+	c[0].base_us = 20000;
 	c[2].hit_blocks = 1;
 	assert_int_equal(lb_llm.pick(&st, c, 3, &d), 2);
-	/* a backend at its cap is never the spread's answer */
+	/* a backend at its cap is never the hash's answer */
 	c[2].hit_blocks = 0;
-	busy(&c[1]);
-	assert_int_equal(lb_llm.pick(&st, c, 3, &d), 2);
+	for (uint64_t k = 1; k <= 100; k++) {
+		d.key = k;
+		int r = lb_llm.pick(&st, c, 3, &d);
+		busy(&c[r]);
+		assert_int_not_equal(lb_llm.pick(&st, c, 3, &d), r);
+		fleet_ids(c, 3, 20000);
+		c[0].base_us = 19000;
+	}
 }
 
 /* Pick, then read the pick back: the reason and the estimates. */
@@ -286,16 +343,28 @@ static void explain_reads_each_reason_back(void **state)
 	c[3].inflight = 1; /* time and load alike: the draw */
 	assert_true(explained(c, 4, &d, &st, &e) >= 0);
 	assert_int_equal(e.why, LB_WHY_TIE_DRAW);
-	/* a new prompt spread to where the fewest blocks went, a hair slower */
-	fleet(c, 4);
+	/* a new prompt: the rendezvous, even where it is a hair slower */
+	fleet_ids(c, 4, 20000);
 	c[0].base_us = 19000;
-	c[0].placed = 1000;
-	d = (struct lb_draw){.blocks = 50};
-	int r = explained(c, 4, &d, &st, &e);
-	assert_true(r > 0);
-	assert_int_equal(e.why, LB_WHY_SPREAD);
+	int r = -1;
+	for (uint64_t k = 1; r <= 0; k++) { /* a prompt whose hash ranks another first */
+		d = (struct lb_draw){.blocks = 50, .key = k, .has_key = 1};
+		r = explained(c, 4, &d, &st, &e);
+		assert_int_equal(e.why, LB_WHY_RENDEZVOUS);
+		assert_string_equal(lb_why_name(e.why), "rendezvous");
+	}
 	assert_int_equal(e.cand[0].backend, r);
 	assert_int_equal(e.cand[1].backend, 0); /* the quickest comes next */
+	/* the quickest much busier than one about as quick: that one, by the rendezvous */
+	c[0].inflight = 3;
+	c[1].inflight = c[2].inflight = 3;
+	assert_int_equal(explained(c, 4, &d, &st, &e), 3);
+	assert_int_equal(e.why, LB_WHY_RENDEZVOUS);
+	c[0].inflight = c[1].inflight = c[2].inflight = 0;
+	/* alone within the margin: the least, not the hash's */
+	c[0].base_us = 5000;
+	assert_int_equal(explained(c, 4, &d, &st, &e), 0);
+	assert_int_equal(e.why, LB_WHY_LEAST);
 	/* a busy home: wait, then max-wait once waited long enough */
 	fleet(c, 4);
 	c[2].hit_blocks = 200;
@@ -371,7 +440,8 @@ int main(void)
 	    cmocka_unit_test(a_queue_for_the_home_counts_and_so_does_the_pools),
 	    cmocka_unit_test(a_queue_for_another_backend_takes_nothing_from_a_free_one),
 	    cmocka_unit_test(no_prompt_is_least_loaded),
-	    cmocka_unit_test(new_prompt_goes_where_the_fewest_prompts_went),
+	    cmocka_unit_test(new_prompt_same_backend_at_every_instance),
+	    cmocka_unit_test(new_prompt_load_still_wins),
 	    cmocka_unit_test(fit_learns_a_line),
 	    cmocka_unit_test(explain_reads_each_reason_back),
 	    cmocka_unit_test(explain_keeps_the_pick_and_the_quickest),
