@@ -26,23 +26,25 @@
  * the buffer has drained to a quarter, so a client sends no faster than the backend takes; a body
  * read before admission (limits.body_buffer_bytes) moves to a body buffer as an HTTP/1 one does.
  *
- * Responses: the final head goes through the same rewrite as an HTTP/1 client's (X-Request-Id,
- * response_headers) and is submitted with its hop-by-hop fields dropped and names in lower
- * case (a response with no body as HEADERS that end the stream, so a gRPC trailers-only answer
- * stays one); its body stays in the upstream connection's input (up->in) until nghttp2 asks for it
- * (a chunked body's framing dropped as it goes), one copy into the frame nghttp2 writes. A
- * client whose window is closed takes nothing, so up->in stays full and the backend is not
- * read: the proxy never holds more than a buffer of any response -- but one a feature keeps
- * for the client (xhooks.h: the cache's fill, bounded by cache.max_object), which leaves up->in
- * as it comes and goes out from there (read_kept), whatever the client's window. Trailers cross
- * both ways: a request's go to the backend in the chunked body's trailer section, a chunked
- * response's trailer section (kept in trail as take_body passes it) goes out as HTTP/2 trailers.
- * The proxy's own answers are written by the HTTP/1 writers (rewrite_error(), rewrite_json()) into
- * a buffer of the stream and sent from there; to a gRPC request they are trailers-only responses
- * with the gRPC status they stand for (http/grpc.h), and its grpc-timeout is its deadline. A
- * streaming request waiting for its answer (routes.sse_heartbeat_ms, sse.h) gets the proxy's own
- * event-stream head and SSE comments as DATA from <own> (early), then the backend's events, or an
- * error event from the same writers. A stream
+ * Responses: the final head goes through the same rules as an HTTP/1 client's (X-Request-Id,
+ * response_headers: rewrite_response_fields()), field by field into the HTTP/2 field list, no
+ * HTTP/1 text written and parsed back between, with its hop-by-hop fields dropped and names in
+ * lower case; the names and values lie in a buffer the stream holds until that HEADERS frame
+ * has gone, so nghttp2 does not copy them again (a response with no body as HEADERS that end
+ * the stream, so a gRPC trailers-only answer stays one); its body stays in the upstream
+ * connection's input (up->in) until nghttp2 asks for it (a chunked body's framing dropped as it
+ * goes), one copy into the frame nghttp2 writes. A client whose window is closed takes nothing, so
+ * up->in stays full and the backend is not read: the proxy never holds more than a buffer of any
+ * response -- but one a feature keeps for the client (xhooks.h: the cache's fill, bounded by
+ * cache.max_object), which leaves up->in as it comes and goes out from there (read_kept), whatever
+ * the client's window. Trailers cross both ways: a request's go to the backend in the chunked
+ * body's trailer section, a chunked response's trailer section (kept in trail as take_body passes
+ * it) goes out as HTTP/2 trailers. The proxy's own answers are written by the HTTP/1 writers
+ * (rewrite_error(), rewrite_json()) into a buffer of the stream and sent from there; to a gRPC
+ * request they are trailers-only responses with the gRPC status they stand for (http/grpc.h), and
+ * its grpc-timeout is its deadline. A streaming request waiting for its answer
+ * (routes.sse_heartbeat_ms, sse.h) gets the proxy's own event-stream head and SSE comments as DATA
+ * from <own> (early), then the backend's events, or an error event from the same writers. A stream
  * reset by the client (RST_STREAM) ends its exchange at once: its backend connection is closed
  * (an HTTP/2 backend's stream reset), the cancellation an engine understands.
  *
@@ -149,10 +151,11 @@ struct h2s {
 	int32_t id;
 	struct exchange *x; /* its exchange, or NULL (not started, or ended) */
 	struct xpace pace;
-	struct buf *head;  /* the request head as HTTP/1.1, until head done */
-	struct buf *in;	   /* the request body as the backend reads it */
-	struct buf *own;   /* the proxy's own answer's body, being sent */
-	struct buf *trail; /* a chunked response's trailer section, as the backend sent it */
+	struct buf *head;   /* the request head as HTTP/1.1, until head done */
+	struct buf *in;	    /* the request body as the backend reads it */
+	struct buf *own;    /* the proxy's own answer's body, being sent */
+	struct buf *trail;  /* a chunked response's trailer section, as the backend sent it */
+	struct buf *fields; /* its response head's names and values, until its HEADERS went */
 	nghttp2_rcbuf *meth, *path, *auth;
 	struct h2head hh;
 	struct http_chunked dech; /* a chunked response's framing, dropped as it goes */
@@ -336,7 +339,8 @@ static void stream_release(struct h2s *s)
 	stream_in_drop(s);
 	worker_buf_put(w, s->own);
 	worker_buf_put(w, s->trail);
-	s->head = s->in = s->own = s->trail = NULL;
+	worker_buf_put(w, s->fields); /* (a HEADERS never sent: nghttp2 reads it no more) */
+	s->head = s->in = s->own = s->trail = s->fields = NULL;
 	if (s->unconsumed && h->ss)
 		nghttp2_session_consume_connection(h->ss, s->unconsumed);
 	list_del(&h->streams, &s->link);
@@ -505,48 +509,132 @@ static int hop_by_hop(const struct http_head *h, struct http_str n)
 static ssize_t read_body(nghttp2_session *ss, int32_t id, uint8_t *out, size_t len, uint32_t *flags,
 			 nghttp2_data_source *src, void *ud);
 
-/* The fields of the HTTP/1 head <h> as HTTP/2's: :status (into <status>, 8 bytes), then
- * each field but the hop-by-hop ones, names in lower case (written into <names>). How many. */
-static size_t head_fields(const struct http_head *h, nghttp2_nv *nv, char *status,
-			  struct buf *names)
+/*
+ * A response head's fields gathered for nghttp2, :status first, names in lower case. With
+ * <copy>, names and values are copied into <b> and, with <held>, the stream keeps <b>
+ * (s->fields) until that HEADERS frame has gone (on_frame_send) or the stream has, so that
+ * nghttp2 takes them as they lie (NGHTTP2_NV_FLAG_NO_COPY_*) instead of copying each again;
+ * without <copy> only the names are written into <b> and nghttp2 copies the fields at once.
+ */
+struct head_out {
+	nghttp2_nv nv[HTTP_MAX_HEADERS + 1];
+	size_t n;
+	unsigned lines; /* fields an HTTP/1 head would have had (HTTP_MAX_HEADERS at most) */
+	struct buf *b;
+	uint8_t copy, held;
+};
+
+static int head_begin(struct head_out *o, struct buf *b, int copy, int held, int status)
 {
-	unsigned code = (unsigned)h->status % 1000;
-	status[0] = (char)('0' + code / 100);
-	status[1] = (char)('0' + code / 10 % 10);
-	status[2] = (char)('0' + code % 10);
-	status[3] = '\0';
-	nv[0] = (nghttp2_nv){(uint8_t *)":status", (uint8_t *)status, 7, 3, 0};
-	size_t n = 1;
-	for (unsigned i = 0; i < h->nheaders; i++) {
-		const struct http_header *f = &h->headers[i];
-		if (hop_by_hop(h, f->name) || buf_room(names) < f->name.len)
-			continue;
-		char *lower = names->data + names->end;
-		h2head_lower(lower, f->name.p, f->name.len);
-		names->end += f->name.len;
-		nv[n++] =
-		    (nghttp2_nv){(uint8_t *)lower, (uint8_t *)f->value.p, f->name.len, f->value.len,
-				 h2head_unique_field(lower, f->name.len) ? NGHTTP2_NV_FLAG_NO_INDEX
-									 : NGHTTP2_NV_FLAG_NONE};
-	}
-	return n;
+	unsigned code = (unsigned)status % 1000;
+	o->n = o->lines = 0;
+	o->b = b;
+	o->copy = (uint8_t)copy;
+	o->held = (uint8_t)(copy && held);
+	if (buf_room(b) < 3)
+		return -1;
+	char *st = b->data + b->end;
+	st[0] = (char)('0' + code / 100);
+	st[1] = (char)('0' + code / 10 % 10);
+	st[2] = (char)('0' + code % 10);
+	b->end += 3;
+	o->nv[o->n++] = (nghttp2_nv){
+	    (uint8_t *)":status", (uint8_t *)st, 7, 3,
+	    o->held ? NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE : 0};
+	return 0;
 }
 
-/* Submit the response head <h> (an HTTP/1 head, already rewritten for the client) on the
- * stream, its body from read_body; <bodyless>: it has none, and the head ends the stream (a
- * gRPC trailers-only response stays one). 0, or -1. */
-static int submit_head(struct h2s *s, const struct http_head *h, int bodyless)
+/* One field of the head (rewrite_field_fn): a field of the HTTP/1 hop alone is left out, a
+ * configured value has its bytes outside printable ASCII as '?' and its spaces around it
+ * dropped, as the HTTP/1 head it was once written as and parsed back had. 0, or -1: no
+ * room, or more fields than an HTTP/1 head may have. */
+static int head_put(void *ctx, enum rewrite_kind kind, const char *name, size_t nlen,
+		    const char *value, size_t vlen)
+{
+	struct head_out *o = ctx;
+	if (++o->lines > HTTP_MAX_HEADERS)
+		return -1;
+	if (kind == REWRITE_HOP)
+		return 0;
+	if (kind == REWRITE_SAFE) {
+		while (vlen && value[0] == ' ')
+			value++, vlen--;
+		while (vlen && value[vlen - 1] == ' ')
+			vlen--;
+	}
+	if (buf_room(o->b) < nlen + (o->copy ? vlen : 0) || o->n == HTTP_MAX_HEADERS + 1)
+		return -1;
+	char *lower = o->b->data + o->b->end, *v = (char *)value;
+	h2head_lower(lower, name, nlen);
+	o->b->end += (uint32_t)nlen;
+	if (o->copy) {
+		v = o->b->data + o->b->end;
+		if (kind == REWRITE_SAFE)
+			rewrite_safe_copy(v, value, vlen);
+		else
+			memcpy(v, value, vlen);
+		o->b->end += (uint32_t)vlen;
+	}
+	uint8_t flags = h2head_unique_field(lower, nlen) ? NGHTTP2_NV_FLAG_NO_INDEX : 0;
+	if (o->held)
+		flags |= NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE;
+	o->nv[o->n++] = (nghttp2_nv){(uint8_t *)lower, (uint8_t *)v, nlen, vlen, flags};
+	return 0;
+}
+
+/* The field lines p[0..len) ("Name: value", each CRLF-ended: the proxy's own, as
+ * caching_status_lines() writes them) into the head; none of them when they do not all fit,
+ * as an HTTP/1 head leaves them out. */
+static void head_put_lines(struct head_out *o, const char *p, size_t len)
+{
+	size_t n = o->n, end = o->b->end;
+	unsigned lines = o->lines;
+	for (const char *e = p + len; p < e;) {
+		const char *eol = memchr(p, '\r', (size_t)(e - p));
+		const char *colon = eol ? memchr(p, ':', (size_t)(eol - p)) : NULL;
+		if (!colon)
+			break;
+		const char *v = colon + 1, *ve = eol;
+		while (v < ve && (*v == ' ' || *v == '\t'))
+			v++;
+		while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
+			ve--;
+		if (head_put(o, REWRITE_OWN, p, (size_t)(colon - p), v, (size_t)(ve - v)) < 0) {
+			o->n = n;
+			o->b->end = (uint32_t)end;
+			o->lines = lines;
+			return;
+		}
+		p = eol + 2;
+	}
+}
+
+/* The fields of the HTTP/1 head <h> (an answer of the proxy's own, a cached one, an interim
+ * or a 101 from the backend) but the hop-by-hop ones. 0, or -1 (no room). */
+static int head_fields(struct head_out *o, const struct http_head *h)
+{
+	for (unsigned i = 0; i < h->nheaders; i++) {
+		const struct http_header *f = &h->headers[i];
+		if (!hop_by_hop(h, f->name) &&
+		    head_put(o, REWRITE_RELAYED, f->name.p, f->name.len, f->value.p, f->value.len))
+			return -1;
+	}
+	return 0;
+}
+
+/* Submit the response head gathered in <o> (its buffer the stream's now, or given back) on
+ * the stream, its body from read_body; <bodyless>: it has none, and the head ends the stream
+ * (a gRPC trailers-only response stays one). 0, or -1. */
+static int submit_fields(struct h2s *s, struct head_out *o, int bodyless)
 {
 	struct worker *w = s->h->cl->w;
-	nghttp2_nv nv[HTTP_MAX_HEADERS + 1];
-	char status[8];
-	struct buf *names = buf_get(&w->bufs);
-	if (!names)
-		return -1;
-	size_t n = head_fields(h, nv, status, names);
 	nghttp2_data_provider prd = {.source = {.ptr = s}, .read_callback = read_body};
-	int rc = nghttp2_submit_response(s->h->ss, s->id, nv, n, bodyless ? NULL : &prd);
-	buf_put(&w->bufs, names); /* nghttp2 copied the fields */
+	int rc = nghttp2_submit_response(s->h->ss, s->id, o->nv, o->n, bodyless ? NULL : &prd);
+	if (!rc && o->held)
+		s->fields = o->b; /* until its HEADERS went (on_frame_send) */
+	else
+		worker_buf_put(w, o->b); /* nghttp2 copied the fields, or has none */
+	o->b = NULL;
 	if (rc)
 		return -1;
 	s->submitted = 1;
@@ -557,6 +645,30 @@ static int submit_head(struct h2s *s, const struct http_head *h, int bodyless)
 						  NGHTTP2_NO_ERROR);
 	}
 	return 0;
+}
+
+/* A buffer for a response head's fields (head_begin): held by the stream unless it holds
+ * one already (a HEADERS not yet gone), then nghttp2 copies. NULL: none to be had. */
+static struct buf *fields_buf(struct h2s *s, int *held)
+{
+	*held = !s->fields;
+	return buf_get(&s->h->cl->w->bufs);
+}
+
+/* Submit the response head <h> (an HTTP/1 head, already rewritten for the client). 0, or
+ * -1. */
+static int submit_head(struct h2s *s, const struct http_head *h, int bodyless)
+{
+	int held;
+	struct buf *b = fields_buf(s, &held);
+	struct head_out o;
+	if (!b)
+		return -1;
+	if (head_begin(&o, b, 1, held, h->status) < 0 || head_fields(&o, h) < 0) {
+		worker_buf_put(s->h->cl->w, b);
+		return -1;
+	}
+	return submit_fields(s, &o, bodyless);
 }
 
 /* Bytes of a chunked response's trailer section join s->trail, to go out as HTTP/2 trailers
@@ -1319,12 +1431,12 @@ static enum run codec_interim(struct exchange *x, const struct http_head *h, siz
 	if (++s->interims > H2_INTERIM_MAX)
 		return dispatch_failed(x, UP_INTERIM);
 	struct buf *names = s->submitted || h->status == 101 ? NULL : buf_get(&w->bufs);
+	struct head_out o;
 	if (!names)
 		return RUN_AGAIN;
-	nghttp2_nv nv[HTTP_MAX_HEADERS + 1];
-	char status[8];
-	size_t n = head_fields(h, nv, status, names);
-	(void)nghttp2_submit_headers(s->h->ss, NGHTTP2_FLAG_NONE, s->id, NULL, nv, n, NULL);
+	if (head_begin(&o, names, 0, 0, h->status) == 0 && head_fields(&o, h) == 0)
+		(void)nghttp2_submit_headers(s->h->ss, NGHTTP2_FLAG_NONE, s->id, NULL, o.nv, o.n,
+					     NULL);
 	buf_put(&w->bufs, names); /* nghttp2 copied the fields */
 	h2_kick(s->h);
 	return RUN_AGAIN;
@@ -1349,10 +1461,14 @@ static enum run codec_upgrade(struct exchange *x, const struct http_head *h, siz
 		return dispatch_failed(x, UP_BAD);
 	if (tunnel_count_in(w) < 0)
 		return exchange_reply(x, 503, "limits.max_tunnels WebSocket tunnels are open", 0);
-	nghttp2_nv nv[HTTP_MAX_HEADERS + 2], keep[HTTP_MAX_HEADERS + 2];
-	char status[8];
+	nghttp2_nv keep[HTTP_MAX_HEADERS + 2];
+	struct head_out o;
 	struct buf *names = buf_get(&w->bufs);
-	size_t n = names ? head_fields(h, nv, status, names) : 0, k = 0;
+	size_t n = names && head_begin(&o, names, 0, 0, h->status) == 0 && head_fields(&o, h) == 0
+		       ? o.n
+		       : 0,
+	       k = 0;
+	const nghttp2_nv *nv = o.nv;
 	for (size_t i = 0; i < n; i++) {
 		const char *nm = (const char *)nv[i].name;
 		if ((nv[i].namelen == 20 && !memcmp(nm, "sec-websocket-accept", 20)) ||
@@ -1413,34 +1529,34 @@ static enum run codec_response_head(struct exchange *x, const struct http_head *
 		return early_stream_continue(s, h);
 	if (s->ws && h->status >= 200 && h->status < 300) /* its client would read it as a tunnel */
 		return dispatch_failed(x, UP_BAD);
-	struct buf *b = buf_get(&w->bufs);
+	/* the rewrite's fields for the client as HTTP/2's, no HTTP/1 text between */
+	int held;
+	struct buf *b = fields_buf(s, &held);
+	struct head_out o;
 	if (!b)
 		return exchange_abort(x, "out of memory");
-	int n = rewrite_response_edit(
-	    b->data, b->cap, h, 1, x->names.reqid,
-	    x->names.want_timing && debugreq_timing(x, 0, timing, sizeof(timing)) > 0 ? timing
-										      : NULL,
-	    forward_response(x, &fs));
-	char lines[1536]; /* Cache-Status, X-Accelnet-Llm (llm.explain): before the final CRLF */
-	for (int i = 0; i < 2 && n > 0; i++) {
+	int bad = head_begin(&o, b, 1, held, h->status) < 0 ||
+		  rewrite_response_fields(h, 1, x->names.reqid,
+					  x->names.want_timing &&
+						  debugreq_timing(x, 0, timing, sizeof(timing)) > 0
+					      ? timing
+					      : NULL,
+					  forward_response(x, &fs), head_put, &o);
+	char lines[1536]; /* Cache-Status, X-Accelnet-Llm (llm.explain): after the rest */
+	for (int i = 0; i < 2 && !bad; i++) {
 		int k = i		  ? llm_explain_header(x, lines, sizeof(lines))
 			: caching_said(x) ? caching_status_lines(x, lines, sizeof(lines))
 					  : 0;
-		int m =
-		    k > 0 ? rewrite_head_lines(b->data, (size_t)n, b->cap, lines, (size_t)k) : -1;
-		n = m > 0 ? m : n;
+		if (k > 0)
+			head_put_lines(&o, lines, (size_t)k);
 	}
-	/* read back as the client's head (the scratch <h> was is done with) */
-	int r = n > 0 ? http_parse_response(b->data, (size_t)n, (size_t)n, x->meth, &w->head) : -1;
-	if (r <= 0) {
-		buf_put(&w->bufs, b);
+	if (bad) {
+		worker_buf_put(w, b);
 		return dispatch_failed(x, UP_BAD);
 	}
 	http_chunked_init(&s->dech);
 	x->feed.on = xhooks_keeper(x) != NULL; /* the body from what a feature keeps */
-	int rc = submit_head(s, &w->head, x->resp.done);
-	buf_put(&w->bufs, b);
-	if (rc < 0)
+	if (submit_fields(s, &o, x->resp.done) < 0)
 		return exchange_abort(x, "out of memory");
 	s->pace.client_took_ms = loop_now(w->loop); /* timeouts.send_ms counts from here */
 	exchange_response_started(x);
@@ -1968,6 +2084,15 @@ static int on_frame_send(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
 {
 	struct h2 *h = ud;
 	(void)ss;
+	if (f->hd.type == NGHTTP2_HEADERS && f->headers.nvlen) { /* a head whose fields it held */
+		struct h2s *s = stream_of(h, f->hd.stream_id);
+		const char *st = (const char *)f->headers.nva[0].value;
+		if (s && s->fields && st >= s->fields->data &&
+		    st < s->fields->data + s->fields->cap) {
+			worker_buf_put(h->cl->w, s->fields);
+			s->fields = NULL;
+		}
+	}
 	if (f->hd.type == NGHTTP2_RST_STREAM && client_fault(f->rst_stream.error_code) &&
 	    bucket_take(&h->resets, h->cl->w->conf->limits.h2_max_resets,
 			loop_now(h->cl->w->loop)) < 0)
