@@ -29,24 +29,24 @@
  * Responses: the final head goes through the same rules as an HTTP/1 client's (X-Request-Id,
  * response_headers: rewrite_response_fields()), field by field into the HTTP/2 field list, no
  * HTTP/1 text written and parsed back between, with its hop-by-hop fields dropped and names in
- * lower case; the names and values lie in a buffer the stream holds until that HEADERS frame
- * has gone, so nghttp2 does not copy them again (a response with no body as HEADERS that end
- * the stream, so a gRPC trailers-only answer stays one); its body stays in the upstream
- * connection's input (up->in) until nghttp2 asks for it (a chunked body's framing dropped as it
- * goes), one copy into the frame nghttp2 writes. A client whose window is closed takes nothing, so
- * up->in stays full and the backend is not read: the proxy never holds more than a buffer of any
- * response -- but one a feature keeps for the client (xhooks.h: the cache's fill, bounded by
- * cache.max_object), which leaves up->in as it comes and goes out from there (read_kept), whatever
- * the client's window. Trailers cross both ways: a request's go to the backend in the chunked
- * body's trailer section, a chunked response's trailer section (kept in trail as take_body passes
- * it) goes out as HTTP/2 trailers. The proxy's own answers are written by the HTTP/1 writers
- * (rewrite_error(), rewrite_json()) into a buffer of the stream and sent from there; to a gRPC
- * request they are trailers-only responses with the gRPC status they stand for (http/grpc.h), and
- * its grpc-timeout is its deadline. A streaming request waiting for its answer
+ * lower case; the names and values lie in a buffer of the connection's, held until the HEADERS
+ * frames whose fields it has are gone, so nghttp2 does not copy them again (a response with no body
+ * as HEADERS that end the stream, so a gRPC trailers-only answer stays one); its body stays in the
+ * upstream connection's input (up->in) until nghttp2 asks for it (a chunked body's framing dropped
+ * as it goes), one copy into the frame nghttp2 writes. A client whose window is closed takes
+ * nothing, so up->in stays full and the backend is not read: the proxy never holds more than a
+ * buffer of any response -- but one a feature keeps for the client (xhooks.h: the cache's fill,
+ * bounded by cache.max_object), which leaves up->in as it comes and goes out from there
+ * (read_kept), whatever the client's window. Trailers cross both ways: a request's go to the
+ * backend in the chunked body's trailer section, a chunked response's trailer section (kept in
+ * trail as take_body passes it) goes out as HTTP/2 trailers. The proxy's own answers are written by
+ * the HTTP/1 writers (rewrite_error(), rewrite_json()) into a buffer of the stream and sent from
+ * there; to a gRPC request they are trailers-only responses with the gRPC status they stand for
+ * (http/grpc.h), and its grpc-timeout is its deadline. A streaming request waiting for its answer
  * (routes.sse_heartbeat_ms, sse.h) gets the proxy's own event-stream head and SSE comments as DATA
  * from <own> (early), then the backend's events, or an error event from the same writers. A stream
- * reset by the client (RST_STREAM) ends its exchange at once: its backend connection is closed
- * (an HTTP/2 backend's stream reset), the cancellation an engine understands.
+ * reset by the client (RST_STREAM) ends its exchange at once: its backend connection is closed (an
+ * HTTP/2 backend's stream reset), the cancellation an engine understands.
  *
  * WebSocket (RFC 8441, tunnel.h): an extended CONNECT with :protocol websocket is written as
  * the HTTP/1.1 handshake (http/h2head.h) with a key the proxy makes; the backend's 101, its
@@ -151,11 +151,10 @@ struct h2s {
 	int32_t id;
 	struct exchange *x; /* its exchange, or NULL (not started, or ended) */
 	struct xpace pace;
-	struct buf *head;   /* the request head as HTTP/1.1, until head done */
-	struct buf *in;	    /* the request body as the backend reads it */
-	struct buf *own;    /* the proxy's own answer's body, being sent */
-	struct buf *trail;  /* a chunked response's trailer section, as the backend sent it */
-	struct buf *fields; /* its response head's names and values, until its HEADERS went */
+	struct buf *head;  /* the request head as HTTP/1.1, until head done */
+	struct buf *in;	   /* the request body as the backend reads it */
+	struct buf *own;   /* the proxy's own answer's body, being sent */
+	struct buf *trail; /* a chunked response's trailer section, as the backend sent it */
 	nghttp2_rcbuf *meth, *path, *auth;
 	struct h2head hh;
 	struct http_chunked dech; /* a chunked response's framing, dropped as it goes */
@@ -179,6 +178,7 @@ struct h2s {
 	unsigned early : 1; /* the proxy's own event-stream head went (sse.h): own holds comments */
 	unsigned sized : 1; /* no content-length: the head ends at the start (stream_end_head) */
 	unsigned hit : 1;   /* answered from the cache (hit.h): its body comes from the object */
+	unsigned held : 1;  /* its response head's fields lie in h->fields until its HEADERS went */
 	unsigned body_buf : 1;	   /* <in> is a body buffer (H2_BODY_BUFS) */
 	unsigned ws : 1;	   /* an extended CONNECT for a WebSocket (RFC 8441) */
 	unsigned tun : 1;	   /* ... whose tunnel is open: DATA is its bytes both ways */
@@ -222,6 +222,10 @@ struct h2 {
 	int32_t gaps[H2_GAPS][2];	  /* stream ids it skipped (first, last), the latest */
 	unsigned ngaps;
 	nghttp2_mem mem; /* nghttp2's allocations: the worker's free lists (w->h2mem) */
+	/* the names and values of response heads submitted and not yet sent (h2s.held: <nheld>
+	 * of them), which nghttp2 does not copy; back to the worker once none is left */
+	struct buf *fields;
+	unsigned nheld;
 };
 
 static const struct exchange_codec_ops h2_codec;
@@ -327,6 +331,20 @@ static void stream_in_drop(struct h2s *s)
 	s->in = NULL;
 }
 
+/* The stream's response head is sent (or never will be): its fields' room in h->fields is
+ * done with, and the buffer goes back once no head there waits. */
+static void fields_unhold(struct h2s *s)
+{
+	struct h2 *h = s->h;
+	if (!s->held)
+		return;
+	s->held = 0;
+	if (!--h->nheld) {
+		worker_buf_put(h->cl->w, h->fields);
+		h->fields = NULL;
+	}
+}
+
 /* Everything the stream holds goes back; it joins the spares. */
 static void stream_release(struct h2s *s)
 {
@@ -339,8 +357,8 @@ static void stream_release(struct h2s *s)
 	stream_in_drop(s);
 	worker_buf_put(w, s->own);
 	worker_buf_put(w, s->trail);
-	worker_buf_put(w, s->fields); /* (a HEADERS never sent: nghttp2 reads it no more) */
-	s->head = s->in = s->own = s->trail = s->fields = NULL;
+	s->head = s->in = s->own = s->trail = NULL;
+	fields_unhold(s); /* (a HEADERS never sent: nghttp2 reads it no more) */
 	if (s->unconsumed && h->ss)
 		nghttp2_session_consume_connection(h->ss, s->unconsumed);
 	list_del(&h->streams, &s->link);
@@ -511,10 +529,11 @@ static ssize_t read_body(nghttp2_session *ss, int32_t id, uint8_t *out, size_t l
 
 /*
  * A response head's fields gathered for nghttp2, :status first, names in lower case. With
- * <copy>, names and values are copied into <b> and, with <held>, the stream keeps <b>
- * (s->fields) until that HEADERS frame has gone (on_frame_send) or the stream has, so that
- * nghttp2 takes them as they lie (NGHTTP2_NV_FLAG_NO_COPY_*) instead of copying each again;
- * without <copy> only the names are written into <b> and nghttp2 copies the fields at once.
+ * <copy>, names and values are copied into <b>; with <held>, <b> is the connection's
+ * h->fields, kept until that HEADERS frame has gone (on_frame_send) or its stream has, so
+ * that nghttp2 takes them as they lie (NGHTTP2_NV_FLAG_NO_COPY_*) instead of copying each
+ * again -- one buffer for the heads of all the streams run in a pass, not one each. Without
+ * <copy> only the names are written into <b> and nghttp2 copies the fields at once.
  */
 struct head_out {
 	nghttp2_nv nv[HTTP_MAX_HEADERS + 1];
@@ -622,53 +641,72 @@ static int head_fields(struct head_out *o, const struct http_head *h)
 	return 0;
 }
 
-/* Submit the response head gathered in <o> (its buffer the stream's now, or given back) on
- * the stream, its body from read_body; <bodyless>: it has none, and the head ends the stream
- * (a gRPC trailers-only response stays one). 0, or -1. */
-static int submit_fields(struct h2s *s, struct head_out *o, int bodyless)
+/* What builds a response head's fields after its :status: the parsed head's (head_fields),
+ * or the rewrite's for the client (rewrite_fields). 0, or -1: they do not fit. */
+typedef int head_build_fn(struct head_out *o, const void *arg);
+
+static int parsed_fields(struct head_out *o, const void *arg)
 {
-	struct worker *w = s->h->cl->w;
-	nghttp2_data_provider prd = {.source = {.ptr = s}, .read_callback = read_body};
-	int rc = nghttp2_submit_response(s->h->ss, s->id, o->nv, o->n, bodyless ? NULL : &prd);
-	if (!rc && o->held)
-		s->fields = o->b; /* until its HEADERS went (on_frame_send) */
-	else
-		worker_buf_put(w, o->b); /* nghttp2 copied the fields, or has none */
-	o->b = NULL;
+	return head_fields(o, arg);
+}
+
+/*
+ * Build the stream's response head of <status> with <build> and submit it, its body from
+ * read_body; <bodyless>: it has none, and the head ends the stream (a gRPC trailers-only
+ * response stays one). The fields go into h->fields, held there until sent; a head that
+ * does not fit what is left of it goes into a buffer of its own, which nghttp2 copies.
+ * 0; -2: the head fits no buffer; -1: no memory.
+ */
+static int submit_built(struct h2s *s, int status, head_build_fn *build, const void *arg,
+			int bodyless)
+{
+	struct h2 *h = s->h;
+	struct worker *w = h->cl->w;
+	struct head_out o;
+	struct buf *own = NULL;
+	if (!h->fields && !s->held)
+		h->fields = buf_get(&w->bufs);
+	uint32_t mark = h->fields ? h->fields->end : 0;
+	int held = !s->held && h->fields && head_begin(&o, h->fields, 1, 1, status) == 0 &&
+		   build(&o, arg) == 0;
+	if (!held && h->fields)
+		h->fields->end = mark;
+	int rc = held ? 0 : !(own = buf_get(&w->bufs)) ? -1 : 0;
+	if (!held && !rc && (head_begin(&o, own, 1, 0, status) < 0 || build(&o, arg) < 0))
+		rc = -2;
+	if (!rc) {
+		nghttp2_data_provider prd = {.source = {.ptr = s}, .read_callback = read_body};
+		rc = nghttp2_submit_response(h->ss, s->id, o.nv, o.n, bodyless ? NULL : &prd) ? -1
+											      : 0;
+	}
+	worker_buf_put(w, own); /* nghttp2 copied those fields */
+	if (held && !rc) {
+		s->held = 1; /* until its HEADERS went (on_frame_send) */
+		h->nheld++;
+	} else if (held) {
+		h->fields->end = mark;
+	}
+	if (!h->nheld) {
+		worker_buf_put(w, h->fields);
+		h->fields = NULL;
+	}
 	if (rc)
-		return -1;
+		return rc;
 	s->submitted = 1;
 	if (bodyless) {
 		s->eof = 1;
 		if (!s->end_stream) /* answered before the request ended: no more of it */
-			nghttp2_submit_rst_stream(s->h->ss, NGHTTP2_FLAG_NONE, s->id,
+			nghttp2_submit_rst_stream(h->ss, NGHTTP2_FLAG_NONE, s->id,
 						  NGHTTP2_NO_ERROR);
 	}
 	return 0;
-}
-
-/* A buffer for a response head's fields (head_begin): held by the stream unless it holds
- * one already (a HEADERS not yet gone), then nghttp2 copies. NULL: none to be had. */
-static struct buf *fields_buf(struct h2s *s, int *held)
-{
-	*held = !s->fields;
-	return buf_get(&s->h->cl->w->bufs);
 }
 
 /* Submit the response head <h> (an HTTP/1 head, already rewritten for the client). 0, or
  * -1. */
 static int submit_head(struct h2s *s, const struct http_head *h, int bodyless)
 {
-	int held;
-	struct buf *b = fields_buf(s, &held);
-	struct head_out o;
-	if (!b)
-		return -1;
-	if (head_begin(&o, b, 1, held, h->status) < 0 || head_fields(&o, h) < 0) {
-		worker_buf_put(s->h->cl->w, b);
-		return -1;
-	}
-	return submit_fields(s, &o, bodyless);
+	return submit_built(s, h->status, parsed_fields, h, bodyless) < 0 ? -1 : 0;
 }
 
 /* Bytes of a chunked response's trailer section join s->trail, to go out as HTTP/2 trailers
@@ -1518,6 +1556,33 @@ static enum run early_stream_continue(struct h2s *s, const struct http_head *h)
 	return RUN_AGAIN;
 }
 
+/* The backend's final head <h> as its client gets it (rewrite_fields' argument). */
+struct client_head {
+	struct exchange *x;
+	const struct http_head *h;
+	const char *timing;
+	const struct rewrite_edit *edit;
+};
+
+/* The rewrite's fields for the client (rewrite_response_fields, the rules an HTTP/1 client's
+ * head follows), then Cache-Status and X-Accelnet-Llm (llm.explain) last. */
+static int client_fields(struct head_out *o, const void *arg)
+{
+	const struct client_head *ch = arg;
+	char lines[1536];
+	if (rewrite_response_fields(ch->h, 1, ch->x->names.reqid, ch->timing, ch->edit, head_put,
+				    o))
+		return -1;
+	for (int i = 0; i < 2; i++) {
+		int k = i		      ? llm_explain_header(ch->x, lines, sizeof(lines))
+			: caching_said(ch->x) ? caching_status_lines(ch->x, lines, sizeof(lines))
+					      : 0;
+		if (k > 0)
+			head_put_lines(o, lines, (size_t)k);
+	}
+	return 0;
+}
+
 static enum run codec_response_head(struct exchange *x, const struct http_head *h, size_t len)
 {
 	struct h2s *s = x->conn;
@@ -1530,34 +1595,21 @@ static enum run codec_response_head(struct exchange *x, const struct http_head *
 	if (s->ws && h->status >= 200 && h->status < 300) /* its client would read it as a tunnel */
 		return dispatch_failed(x, UP_BAD);
 	/* the rewrite's fields for the client as HTTP/2's, no HTTP/1 text between */
-	int held;
-	struct buf *b = fields_buf(s, &held);
-	struct head_out o;
-	if (!b)
-		return exchange_abort(x, "out of memory");
-	int bad = head_begin(&o, b, 1, held, h->status) < 0 ||
-		  rewrite_response_fields(h, 1, x->names.reqid,
-					  x->names.want_timing &&
-						  debugreq_timing(x, 0, timing, sizeof(timing)) > 0
-					      ? timing
-					      : NULL,
-					  forward_response(x, &fs), head_put, &o);
-	char lines[1536]; /* Cache-Status, X-Accelnet-Llm (llm.explain): after the rest */
-	for (int i = 0; i < 2 && !bad; i++) {
-		int k = i		  ? llm_explain_header(x, lines, sizeof(lines))
-			: caching_said(x) ? caching_status_lines(x, lines, sizeof(lines))
-					  : 0;
-		if (k > 0)
-			head_put_lines(&o, lines, (size_t)k);
-	}
-	if (bad) {
-		worker_buf_put(w, b);
+	struct client_head ch = {
+	    .x = x,
+	    .h = h,
+	    .timing = x->names.want_timing && debugreq_timing(x, 0, timing, sizeof(timing)) > 0
+			  ? timing
+			  : NULL,
+	    .edit = forward_response(x, &fs),
+	};
+	int rc = submit_built(s, h->status, client_fields, &ch, x->resp.done);
+	if (rc == -2)
 		return dispatch_failed(x, UP_BAD);
-	}
-	http_chunked_init(&s->dech);
-	x->feed.on = xhooks_keeper(x) != NULL; /* the body from what a feature keeps */
-	if (submit_fields(s, &o, x->resp.done) < 0)
+	if (rc < 0)
 		return exchange_abort(x, "out of memory");
+	http_chunked_init(&s->dech); /* (nghttp2 asks for the body once control is back) */
+	x->feed.on = xhooks_keeper(x) != NULL;	    /* the body from what a feature keeps */
 	s->pace.client_took_ms = loop_now(w->loop); /* timeouts.send_ms counts from here */
 	exchange_response_started(x);
 	return RUN_AGAIN;
@@ -2087,11 +2139,8 @@ static int on_frame_send(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
 	if (f->hd.type == NGHTTP2_HEADERS && f->headers.nvlen) { /* a head whose fields it held */
 		struct h2s *s = stream_of(h, f->hd.stream_id);
 		const char *st = (const char *)f->headers.nva[0].value;
-		if (s && s->fields && st >= s->fields->data &&
-		    st < s->fields->data + s->fields->cap) {
-			worker_buf_put(h->cl->w, s->fields);
-			s->fields = NULL;
-		}
+		if (s && s->held && st >= h->fields->data && st < h->fields->data + h->fields->cap)
+			fields_unhold(s);
 	}
 	if (f->hd.type == NGHTTP2_RST_STREAM && client_fault(f->rst_stream.error_code) &&
 	    bucket_take(&h->resets, h->cl->w->conf->limits.h2_max_resets,
@@ -2316,6 +2365,7 @@ static void h2_free(struct client *cl)
 	}
 	nghttp2_session_del(h->ss);
 	h->ss = NULL;
+	worker_buf_put(cl->w, h->fields); /* (none: its streams' release gave it back) */
 	while ((n = list_pop_front(&h->spare)))
 		free(container_of(n, struct h2s, link));
 	free(h);
