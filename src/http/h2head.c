@@ -172,18 +172,42 @@ int h2head_unique_field(const char *name, size_t nlen)
 	       (nlen == 11 && !memcmp(name, "traceparent", 11));
 }
 
-void h2head_lower(char *dst, const char *src, size_t n)
+/* The ASCII letters of the bytes packed in <x> lowered, every other byte as it is. */
+static inline uint64_t lower_word(uint64_t x)
 {
 	const uint64_t high = 0x8080808080808080ull;
+	uint64_t low7 = x & ~high;			/* each byte's low seven bits ... */
+	uint64_t from_a = low7 + 0x3f3f3f3f3f3f3f3full; /* ... reach 0x80 from 'A' */
+	uint64_t past_z = low7 + 0x2525252525252525ull; /* ... and from past 'Z' */
+	return x | (from_a & ~past_z & ~x & high) >> 2; /* 0x20 on 'A'..'Z' alone */
+}
+
+void h2head_lower(char *dst, const char *src, size_t n)
+{
+	uint64_t x;
 	size_t k = 0;
 	for (; k + 8 <= n; k += 8) {
-		uint64_t x;
 		memcpy(&x, src + k, 8);
-		uint64_t low7 = x & ~high;			/* each byte's low seven bits ... */
-		uint64_t from_a = low7 + 0x3f3f3f3f3f3f3f3full; /* ... reach 0x80 from 'A' */
-		uint64_t past_z = low7 + 0x2525252525252525ull; /* ... and from past 'Z' */
-		x |= (from_a & ~past_z & ~x & high) >> 2;	/* 0x20 on 'A'..'Z' alone */
+		x = lower_word(x);
 		memcpy(dst + k, &x, 8);
+	}
+	if (k == n)
+		return;
+	if (n >= 8) { /* the tail as the last eight bytes (those before it lowered again) */
+		memcpy(&x, src + n - 8, 8);
+		x = lower_word(x);
+		memcpy(dst + n - 8, &x, 8);
+		return;
+	}
+	if (n >= 4) { /* four to seven: two words of four, overlapping */
+		uint32_t a, b;
+		memcpy(&a, src, 4);
+		memcpy(&b, src + n - 4, 4);
+		a = (uint32_t)lower_word(a);
+		b = (uint32_t)lower_word(b);
+		memcpy(dst, &a, 4);
+		memcpy(dst + n - 4, &b, 4);
+		return;
 	}
 	for (; k < n; k++)
 		dst[k] = src[k] >= 'A' && src[k] <= 'Z' ? (char)(src[k] + 32) : src[k];

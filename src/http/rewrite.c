@@ -179,10 +179,8 @@ static void put_safe_field(struct out *o, const char *name, const char *value)
 		o->overflow = 1;
 		return;
 	}
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)value[i];
-		o->p[o->len++] = c >= 0x20 && c < 0x7f ? (char)c : '?';
-	}
+	rewrite_safe_copy(o->p + o->len, value, n);
+	o->len += n;
 	put(o, "\r\n", 2);
 }
 
@@ -290,6 +288,129 @@ int rewrite_response(char *buf, size_t cap, const struct http_head *resp, int ke
 	return rewrite_response_edit(buf, cap, resp, keep_alive, request_id, timing, NULL);
 }
 
+/* Is the backend's field <name> one the client's head never carries as it came: hop-by-hop
+ * (rewrite_is_hop_by_hop), framing (is_framing), the proxy's own (X-Request-Id,
+ * X-Accelnet-Timing, X-Accelnet-Llm) or edited? Told by its length first: one comparison a
+ * field, not nine. */
+static int response_field_dropped(const struct http_head *resp, struct http_str name,
+				  const struct rewrite_edit *edit)
+{
+	switch (name.len) {
+	case 2:
+		if (NAME_IS(name, "te"))
+			return 1;
+		break;
+	case 7:
+		if (NAME_IS(name, "upgrade"))
+			return 1;
+		break;
+	case 10:
+		if (NAME_IS(name, "connection") || NAME_IS(name, "keep-alive"))
+			return 1;
+		break;
+	case 12:
+		if (NAME_IS(name, "x-request-id"))
+			return 1;
+		break;
+	case 14:
+		if (NAME_IS(name, "content-length") || NAME_IS(name, "x-accelnet-llm"))
+			return 1;
+		break;
+	case 16:
+		if (NAME_IS(name, "proxy-connection"))
+			return 1;
+		break;
+	case 17:
+		if (NAME_IS(name, "transfer-encoding") || NAME_IS(name, "x-accelnet-timing"))
+			return 1;
+		break;
+	default:
+		break;
+	}
+	return (resp->nconn_tokens && http_conn_names(resp, name)) || is_edited(edit, name);
+}
+
+/* The fields of the client's response head, in the order they are written: the rules of
+ * rewrite_response_fields(), which the HTTP/1 writer below and the HTTP/2 codec share. */
+static int walk_response(const struct http_head *resp, int keep_alive, const char *request_id,
+			 const char *timing, const struct rewrite_edit *edit,
+			 rewrite_field_fn *emit, void *ctx)
+{
+	int rc = 0;
+	for (unsigned i = 0; i < resp->nheaders && !rc; i++) {
+		const struct http_header *f = &resp->headers[i];
+		if (response_field_dropped(resp, f->name, edit))
+			continue;
+		rc = emit(ctx, REWRITE_RELAYED, f->name.p, f->name.len, f->value.p, f->value.len);
+	}
+	for (unsigned i = 0; edit && i < edit->nset && !rc; i++)
+		if (edit->set[i].value)
+			rc = emit(ctx, REWRITE_SAFE, edit->set[i].name, strlen(edit->set[i].name),
+				  edit->set[i].value, strlen(edit->set[i].value));
+	for (unsigned i = 0; edit && i < edit->nadd && !rc; i++)
+		rc = emit(ctx, REWRITE_SAFE, edit->add[i].name, strlen(edit->add[i].name),
+			  edit->add[i].value, strlen(edit->add[i].value));
+	/* a 1xx or 204 has no body and may not declare one; a HEAD or 304 answer declares
+	 * the length the body would have */
+	if (!rc && resp->status >= 200 && resp->status != 204) {
+		if (resp->flags & HTTP_F_HAS_TE) {
+			rc = emit(ctx, REWRITE_HOP, "Transfer-Encoding", 17, "chunked", 7);
+		} else if (resp->flags & HTTP_F_HAS_CL) {
+			char num[24];
+			size_t k = sizeof(num);
+			uint64_t n = resp->content_length;
+			do
+				num[--k] = (char)('0' + n % 10);
+			while ((n /= 10));
+			rc = emit(ctx, REWRITE_OWN, "Content-Length", 14, num + k, sizeof(num) - k);
+		}
+	}
+	if (!rc && request_id)
+		rc = emit(ctx, REWRITE_OWN, "X-Request-Id", 12, request_id, strlen(request_id));
+	if (!rc && timing)
+		rc = emit(ctx, REWRITE_OWN, "X-Accelnet-Timing", 17, timing, strlen(timing));
+	if (!rc && resp->status == 101)
+		rc = emit(ctx, REWRITE_HOP, "Connection", 10, "Upgrade", 7) ||
+		     emit(ctx, REWRITE_HOP, "Upgrade", 7, "websocket", 9);
+	else if (!rc && !keep_alive)
+		rc = emit(ctx, REWRITE_HOP, "Connection", 10, "close", 5);
+	return rc;
+}
+
+int rewrite_response_fields(const struct http_head *resp, int keep_alive, const char *request_id,
+			    const char *timing, const struct rewrite_edit *edit,
+			    rewrite_field_fn *emit, void *ctx)
+{
+	return walk_response(resp, keep_alive, request_id, timing, edit, emit, ctx);
+}
+
+void rewrite_safe_copy(char *dst, const char *src, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)src[i];
+		dst[i] = c >= 0x20 && c < 0x7f ? (char)c : '?';
+	}
+}
+
+/* The HTTP/1 writer's sink: each field as its line. */
+static int put_line(void *ctx, enum rewrite_kind kind, const char *name, size_t nlen,
+		    const char *value, size_t vlen)
+{
+	struct out *o = ctx;
+	put(o, name, nlen);
+	put(o, ": ", 2);
+	if (kind != REWRITE_SAFE) {
+		put(o, value, vlen);
+	} else if (!o->overflow && o->cap - o->len >= vlen) {
+		rewrite_safe_copy(o->p + o->len, value, vlen);
+		o->len += vlen;
+	} else {
+		o->overflow = 1;
+	}
+	put(o, "\r\n", 2);
+	return o->overflow;
+}
+
 int rewrite_response_edit(char *buf, size_t cap, const struct http_head *resp, int keep_alive,
 			  const char *request_id, const char *timing,
 			  const struct rewrite_edit *edit)
@@ -311,37 +432,7 @@ int rewrite_response_edit(char *buf, size_t cap, const struct http_head *resp, i
 	else
 		puts_(&o, http_status_text(resp->status));
 	put(&o, "\r\n", 2);
-	for (unsigned i = 0; i < resp->nheaders; i++) {
-		const struct http_header *f = &resp->headers[i];
-		if (rewrite_is_hop_by_hop(resp, f->name) || is_framing(f->name) ||
-		    NAME_IS(f->name, "x-request-id") || NAME_IS(f->name, "x-accelnet-timing") ||
-		    NAME_IS(f->name, "x-accelnet-llm") || is_edited(edit, f->name))
-			continue;
-		put_field(&o, f->name, f->value);
-	}
-	put_edit(&o, edit);
-	/* a 1xx or 204 has no body and may not declare one; a HEAD or 304 answer declares
-	 * the length the body would have */
-	if (resp->status >= 200 && resp->status != 204) {
-		if (resp->flags & HTTP_F_HAS_TE)
-			PUT_LIT(&o, "Transfer-Encoding: chunked\r\n");
-		else if (resp->flags & HTTP_F_HAS_CL)
-			put_content_length(&o, resp->content_length);
-	}
-	if (request_id) {
-		PUT_LIT(&o, "X-Request-Id: ");
-		puts_(&o, request_id);
-		put(&o, "\r\n", 2);
-	}
-	if (timing) {
-		PUT_LIT(&o, "X-Accelnet-Timing: ");
-		puts_(&o, timing);
-		put(&o, "\r\n", 2);
-	}
-	if (resp->status == 101)
-		PUT_LIT(&o, "Connection: Upgrade\r\nUpgrade: websocket\r\n");
-	else if (!keep_alive)
-		PUT_LIT(&o, "Connection: close\r\n");
+	(void)walk_response(resp, keep_alive, request_id, timing, edit, put_line, &o);
 	put(&o, "\r\n", 2);
 	return finish(&o);
 }

@@ -1,6 +1,7 @@
 /*
  * rewrite.h - the HTTP/1 heads the proxy writes: the request it sends upstream, the response head
- * it sends the client, and its own short error responses.
+ * it sends the client, and its own short error responses. The response head's rules also walk
+ * field by field (rewrite_response_fields), for the HTTP/2 codec, which carries fields.
  *
  * Pure functions from a parsed head to bytes in a caller's buffer, so the unit tests check
  * exactly what goes on the wire. Hop-by-hop fields (RFC 9110 section 7.6.1: Connection and
@@ -98,6 +99,28 @@ int rewrite_response(char *out, size_t cap, const struct http_head *resp, int ke
 int rewrite_response_edit(char *out, size_t cap, const struct http_head *resp, int keep_alive,
 			  const char *request_id, const char *timing,
 			  const struct rewrite_edit *edit);
+
+/*
+ * The same head as fields, for a codec that carries fields rather than lines (HTTP/2): the
+ * rules of rewrite_response_edit() -- which of the backend's fields pass, the edit, the
+ * framing, the request id, the timing -- hand each field it would write, in the same order,
+ * to <put>. <kind> says what the value is; name and value last only for the call. The
+ * status line is the caller's. Returns 0, or the first non-zero <put> returned (which stops
+ * the walk).
+ */
+enum rewrite_kind {
+	REWRITE_RELAYED, /* the backend's field, as it came */
+	REWRITE_SAFE,	 /* a configured value: bytes outside printable ASCII go as '?' */
+	REWRITE_OWN,	 /* the proxy's own (Content-Length, X-Request-Id, X-Accelnet-Timing) */
+	REWRITE_HOP,	 /* of this HTTP/1 hop alone (Transfer-Encoding, Connection, Upgrade) */
+};
+typedef int rewrite_field_fn(void *ctx, enum rewrite_kind kind, const char *name, size_t nlen,
+			     const char *value, size_t vlen);
+int rewrite_response_fields(const struct http_head *resp, int keep_alive, const char *request_id,
+			    const char *timing, const struct rewrite_edit *edit,
+			    rewrite_field_fn *put, void *ctx);
+/* src[0..n) into dst[0..n), each byte outside printable ASCII as '?' (REWRITE_SAFE). */
+void rewrite_safe_copy(char *dst, const char *src, size_t n);
 
 /*
  * The field lines p[0..len) (each ending in LF) less those <edit> sets or removes, then its

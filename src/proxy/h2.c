@@ -26,25 +26,27 @@
  * the buffer has drained to a quarter, so a client sends no faster than the backend takes; a body
  * read before admission (limits.body_buffer_bytes) moves to a body buffer as an HTTP/1 one does.
  *
- * Responses: the final head goes through the same rewrite as an HTTP/1 client's (X-Request-Id,
- * response_headers) and is submitted with its hop-by-hop fields dropped and names in lower
- * case (a response with no body as HEADERS that end the stream, so a gRPC trailers-only answer
- * stays one); its body stays in the upstream connection's input (up->in) until nghttp2 asks for it
- * (a chunked body's framing dropped as it goes), one copy into the frame nghttp2 writes. A
- * client whose window is closed takes nothing, so up->in stays full and the backend is not
- * read: the proxy never holds more than a buffer of any response -- but one a feature keeps
- * for the client (xhooks.h: the cache's fill, bounded by cache.max_object), which leaves up->in
- * as it comes and goes out from there (read_kept), whatever the client's window. Trailers cross
- * both ways: a request's go to the backend in the chunked body's trailer section, a chunked
- * response's trailer section (kept in trail as take_body passes it) goes out as HTTP/2 trailers.
- * The proxy's own answers are written by the HTTP/1 writers (rewrite_error(), rewrite_json()) into
- * a buffer of the stream and sent from there; to a gRPC request they are trailers-only responses
- * with the gRPC status they stand for (http/grpc.h), and its grpc-timeout is its deadline. A
- * streaming request waiting for its answer (routes.sse_heartbeat_ms, sse.h) gets the proxy's own
- * event-stream head and SSE comments as DATA from <own> (early), then the backend's events, or an
- * error event from the same writers. A stream
- * reset by the client (RST_STREAM) ends its exchange at once: its backend connection is closed
- * (an HTTP/2 backend's stream reset), the cancellation an engine understands.
+ * Responses: the final head goes through the same rules as an HTTP/1 client's (X-Request-Id,
+ * response_headers: rewrite_response_fields()), field by field into the HTTP/2 field list, no
+ * HTTP/1 text written and parsed back between, with its hop-by-hop fields dropped and names in
+ * lower case; the names and values lie in a buffer of the connection's, held until the HEADERS
+ * frames whose fields it has are gone, so nghttp2 does not copy them again (a response with no body
+ * as HEADERS that end the stream, so a gRPC trailers-only answer stays one); its body stays in the
+ * upstream connection's input (up->in) until nghttp2 asks for it (a chunked body's framing dropped
+ * as it goes), one copy into the frame nghttp2 writes. A client whose window is closed takes
+ * nothing, so up->in stays full and the backend is not read: the proxy never holds more than a
+ * buffer of any response -- but one a feature keeps for the client (xhooks.h: the cache's fill,
+ * bounded by cache.max_object), which leaves up->in as it comes and goes out from there
+ * (read_kept), whatever the client's window. Trailers cross both ways: a request's go to the
+ * backend in the chunked body's trailer section, a chunked response's trailer section (kept in
+ * trail as take_body passes it) goes out as HTTP/2 trailers. The proxy's own answers are written by
+ * the HTTP/1 writers (rewrite_error(), rewrite_json()) into a buffer of the stream and sent from
+ * there; to a gRPC request they are trailers-only responses with the gRPC status they stand for
+ * (http/grpc.h), and its grpc-timeout is its deadline. A streaming request waiting for its answer
+ * (routes.sse_heartbeat_ms, sse.h) gets the proxy's own event-stream head and SSE comments as DATA
+ * from <own> (early), then the backend's events, or an error event from the same writers. A stream
+ * reset by the client (RST_STREAM) ends its exchange at once: its backend connection is closed (an
+ * HTTP/2 backend's stream reset), the cancellation an engine understands.
  *
  * WebSocket (RFC 8441, tunnel.h): an extended CONNECT with :protocol websocket is written as
  * the HTTP/1.1 handshake (http/h2head.h) with a key the proxy makes; the backend's 101, its
@@ -176,6 +178,7 @@ struct h2s {
 	unsigned early : 1; /* the proxy's own event-stream head went (sse.h): own holds comments */
 	unsigned sized : 1; /* no content-length: the head ends at the start (stream_end_head) */
 	unsigned hit : 1;   /* answered from the cache (hit.h): its body comes from the object */
+	unsigned held : 1;  /* its response head's fields lie in h->fields until its HEADERS went */
 	unsigned body_buf : 1;	   /* <in> is a body buffer (H2_BODY_BUFS) */
 	unsigned ws : 1;	   /* an extended CONNECT for a WebSocket (RFC 8441) */
 	unsigned tun : 1;	   /* ... whose tunnel is open: DATA is its bytes both ways */
@@ -219,6 +222,10 @@ struct h2 {
 	int32_t gaps[H2_GAPS][2];	  /* stream ids it skipped (first, last), the latest */
 	unsigned ngaps;
 	nghttp2_mem mem; /* nghttp2's allocations: the worker's free lists (w->h2mem) */
+	/* the names and values of response heads submitted and not yet sent (h2s.held: <nheld>
+	 * of them), which nghttp2 does not copy; back to the worker once none is left */
+	struct buf *fields;
+	unsigned nheld;
 };
 
 static const struct exchange_codec_ops h2_codec;
@@ -324,6 +331,20 @@ static void stream_in_drop(struct h2s *s)
 	s->in = NULL;
 }
 
+/* The stream's response head is sent (or never will be): its fields' room in h->fields is
+ * done with, and the buffer goes back once no head there waits. */
+static void fields_unhold(struct h2s *s)
+{
+	struct h2 *h = s->h;
+	if (!s->held)
+		return;
+	s->held = 0;
+	if (!--h->nheld) {
+		worker_buf_put(h->cl->w, h->fields);
+		h->fields = NULL;
+	}
+}
+
 /* Everything the stream holds goes back; it joins the spares. */
 static void stream_release(struct h2s *s)
 {
@@ -337,6 +358,7 @@ static void stream_release(struct h2s *s)
 	worker_buf_put(w, s->own);
 	worker_buf_put(w, s->trail);
 	s->head = s->in = s->own = s->trail = NULL;
+	fields_unhold(s); /* (a HEADERS never sent: nghttp2 reads it no more) */
 	if (s->unconsumed && h->ss)
 		nghttp2_session_consume_connection(h->ss, s->unconsumed);
 	list_del(&h->streams, &s->link);
@@ -505,58 +527,186 @@ static int hop_by_hop(const struct http_head *h, struct http_str n)
 static ssize_t read_body(nghttp2_session *ss, int32_t id, uint8_t *out, size_t len, uint32_t *flags,
 			 nghttp2_data_source *src, void *ud);
 
-/* The fields of the HTTP/1 head <h> as HTTP/2's: :status (into <status>, 8 bytes), then
- * each field but the hop-by-hop ones, names in lower case (written into <names>). How many. */
-static size_t head_fields(const struct http_head *h, nghttp2_nv *nv, char *status,
-			  struct buf *names)
+/*
+ * A response head's fields gathered for nghttp2, :status first, names in lower case. With
+ * <copy>, names and values are copied into <b>; with <held>, <b> is the connection's
+ * h->fields, kept until that HEADERS frame has gone (on_frame_send) or its stream has, so
+ * that nghttp2 takes them as they lie (NGHTTP2_NV_FLAG_NO_COPY_*) instead of copying each
+ * again -- one buffer for the heads of all the streams run in a pass, not one each. Without
+ * <copy> only the names are written into <b> and nghttp2 copies the fields at once.
+ */
+struct head_out {
+	nghttp2_nv nv[HTTP_MAX_HEADERS + 1];
+	size_t n;
+	unsigned lines; /* fields an HTTP/1 head would have had (HTTP_MAX_HEADERS at most) */
+	struct buf *b;
+	uint8_t copy, held;
+};
+
+static int head_begin(struct head_out *o, struct buf *b, int copy, int held, int status)
 {
-	unsigned code = (unsigned)h->status % 1000;
-	status[0] = (char)('0' + code / 100);
-	status[1] = (char)('0' + code / 10 % 10);
-	status[2] = (char)('0' + code % 10);
-	status[3] = '\0';
-	nv[0] = (nghttp2_nv){(uint8_t *)":status", (uint8_t *)status, 7, 3, 0};
-	size_t n = 1;
-	for (unsigned i = 0; i < h->nheaders; i++) {
-		const struct http_header *f = &h->headers[i];
-		if (hop_by_hop(h, f->name) || buf_room(names) < f->name.len)
-			continue;
-		char *lower = names->data + names->end;
-		h2head_lower(lower, f->name.p, f->name.len);
-		names->end += f->name.len;
-		nv[n++] =
-		    (nghttp2_nv){(uint8_t *)lower, (uint8_t *)f->value.p, f->name.len, f->value.len,
-				 h2head_unique_field(lower, f->name.len) ? NGHTTP2_NV_FLAG_NO_INDEX
-									 : NGHTTP2_NV_FLAG_NONE};
-	}
-	return n;
+	unsigned code = (unsigned)status % 1000;
+	o->n = o->lines = 0;
+	o->b = b;
+	o->copy = (uint8_t)copy;
+	o->held = (uint8_t)(copy && held);
+	if (buf_room(b) < 3)
+		return -1;
+	char *st = b->data + b->end;
+	st[0] = (char)('0' + code / 100);
+	st[1] = (char)('0' + code / 10 % 10);
+	st[2] = (char)('0' + code % 10);
+	b->end += 3;
+	o->nv[o->n++] = (nghttp2_nv){
+	    (uint8_t *)":status", (uint8_t *)st, 7, 3,
+	    o->held ? NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE : 0};
+	return 0;
 }
 
-/* Submit the response head <h> (an HTTP/1 head, already rewritten for the client) on the
- * stream, its body from read_body; <bodyless>: it has none, and the head ends the stream (a
- * gRPC trailers-only response stays one). 0, or -1. */
-static int submit_head(struct h2s *s, const struct http_head *h, int bodyless)
+/* One field of the head (rewrite_field_fn): a field of the HTTP/1 hop alone is left out, a
+ * configured value has its bytes outside printable ASCII as '?' and its spaces around it
+ * dropped, as the HTTP/1 head it was once written as and parsed back had. 0, or -1: no
+ * room, or more fields than an HTTP/1 head may have. */
+static int head_put(void *ctx, enum rewrite_kind kind, const char *name, size_t nlen,
+		    const char *value, size_t vlen)
 {
-	struct worker *w = s->h->cl->w;
-	nghttp2_nv nv[HTTP_MAX_HEADERS + 1];
-	char status[8];
-	struct buf *names = buf_get(&w->bufs);
-	if (!names)
+	struct head_out *o = ctx;
+	if (++o->lines > HTTP_MAX_HEADERS)
 		return -1;
-	size_t n = head_fields(h, nv, status, names);
-	nghttp2_data_provider prd = {.source = {.ptr = s}, .read_callback = read_body};
-	int rc = nghttp2_submit_response(s->h->ss, s->id, nv, n, bodyless ? NULL : &prd);
-	buf_put(&w->bufs, names); /* nghttp2 copied the fields */
+	if (kind == REWRITE_HOP)
+		return 0;
+	if (kind == REWRITE_SAFE) {
+		while (vlen && value[0] == ' ')
+			value++, vlen--;
+		while (vlen && value[vlen - 1] == ' ')
+			vlen--;
+	}
+	if (buf_room(o->b) < nlen + (o->copy ? vlen : 0) || o->n == HTTP_MAX_HEADERS + 1)
+		return -1;
+	char *lower = o->b->data + o->b->end, *v = (char *)value;
+	h2head_lower(lower, name, nlen);
+	o->b->end += (uint32_t)nlen;
+	if (o->copy) {
+		v = o->b->data + o->b->end;
+		if (kind == REWRITE_SAFE)
+			rewrite_safe_copy(v, value, vlen);
+		else
+			memcpy(v, value, vlen);
+		o->b->end += (uint32_t)vlen;
+	}
+	uint8_t flags = h2head_unique_field(lower, nlen) ? NGHTTP2_NV_FLAG_NO_INDEX : 0;
+	if (o->held)
+		flags |= NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE;
+	o->nv[o->n++] = (nghttp2_nv){(uint8_t *)lower, (uint8_t *)v, nlen, vlen, flags};
+	return 0;
+}
+
+/* The field lines p[0..len) ("Name: value", each CRLF-ended: the proxy's own, as
+ * caching_status_lines() writes them) into the head; none of them when they do not all fit,
+ * as an HTTP/1 head leaves them out. */
+static void head_put_lines(struct head_out *o, const char *p, size_t len)
+{
+	size_t n = o->n, end = o->b->end;
+	unsigned lines = o->lines;
+	for (const char *e = p + len; p < e;) {
+		const char *eol = memchr(p, '\r', (size_t)(e - p));
+		const char *colon = eol ? memchr(p, ':', (size_t)(eol - p)) : NULL;
+		if (!colon)
+			break;
+		const char *v = colon + 1, *ve = eol;
+		while (v < ve && (*v == ' ' || *v == '\t'))
+			v++;
+		while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
+			ve--;
+		if (head_put(o, REWRITE_OWN, p, (size_t)(colon - p), v, (size_t)(ve - v)) < 0) {
+			o->n = n;
+			o->b->end = (uint32_t)end;
+			o->lines = lines;
+			return;
+		}
+		p = eol + 2;
+	}
+}
+
+/* The fields of the HTTP/1 head <h> (an answer of the proxy's own, a cached one, an interim
+ * or a 101 from the backend) but the hop-by-hop ones. 0, or -1 (no room). */
+static int head_fields(struct head_out *o, const struct http_head *h)
+{
+	for (unsigned i = 0; i < h->nheaders; i++) {
+		const struct http_header *f = &h->headers[i];
+		if (!hop_by_hop(h, f->name) &&
+		    head_put(o, REWRITE_RELAYED, f->name.p, f->name.len, f->value.p, f->value.len))
+			return -1;
+	}
+	return 0;
+}
+
+/* What builds a response head's fields after its :status: the parsed head's (head_fields),
+ * or the rewrite's for the client (rewrite_fields). 0, or -1: they do not fit. */
+typedef int head_build_fn(struct head_out *o, const void *arg);
+
+static int parsed_fields(struct head_out *o, const void *arg)
+{
+	return head_fields(o, arg);
+}
+
+/*
+ * Build the stream's response head of <status> with <build> and submit it, its body from
+ * read_body; <bodyless>: it has none, and the head ends the stream (a gRPC trailers-only
+ * response stays one). The fields go into h->fields, held there until sent; a head that
+ * does not fit what is left of it goes into a buffer of its own, which nghttp2 copies.
+ * 0; -2: the head fits no buffer; -1: no memory.
+ */
+static int submit_built(struct h2s *s, int status, head_build_fn *build, const void *arg,
+			int bodyless)
+{
+	struct h2 *h = s->h;
+	struct worker *w = h->cl->w;
+	struct head_out o;
+	struct buf *own = NULL;
+	if (!h->fields && !s->held)
+		h->fields = buf_get(&w->bufs);
+	uint32_t mark = h->fields ? h->fields->end : 0;
+	int held = !s->held && h->fields && head_begin(&o, h->fields, 1, 1, status) == 0 &&
+		   build(&o, arg) == 0;
+	if (!held && h->fields)
+		h->fields->end = mark;
+	int rc = held ? 0 : !(own = buf_get(&w->bufs)) ? -1 : 0;
+	if (!held && !rc && (head_begin(&o, own, 1, 0, status) < 0 || build(&o, arg) < 0))
+		rc = -2;
+	if (!rc) {
+		nghttp2_data_provider prd = {.source = {.ptr = s}, .read_callback = read_body};
+		rc = nghttp2_submit_response(h->ss, s->id, o.nv, o.n, bodyless ? NULL : &prd) ? -1
+											      : 0;
+	}
+	worker_buf_put(w, own); /* nghttp2 copied those fields */
+	if (held && !rc) {
+		s->held = 1; /* until its HEADERS went (on_frame_send) */
+		h->nheld++;
+	} else if (held) {
+		h->fields->end = mark;
+	}
+	if (!h->nheld) {
+		worker_buf_put(w, h->fields);
+		h->fields = NULL;
+	}
 	if (rc)
-		return -1;
+		return rc;
 	s->submitted = 1;
 	if (bodyless) {
 		s->eof = 1;
 		if (!s->end_stream) /* answered before the request ended: no more of it */
-			nghttp2_submit_rst_stream(s->h->ss, NGHTTP2_FLAG_NONE, s->id,
+			nghttp2_submit_rst_stream(h->ss, NGHTTP2_FLAG_NONE, s->id,
 						  NGHTTP2_NO_ERROR);
 	}
 	return 0;
+}
+
+/* Submit the response head <h> (an HTTP/1 head, already rewritten for the client). 0, or
+ * -1. */
+static int submit_head(struct h2s *s, const struct http_head *h, int bodyless)
+{
+	return submit_built(s, h->status, parsed_fields, h, bodyless) < 0 ? -1 : 0;
 }
 
 /* Bytes of a chunked response's trailer section join s->trail, to go out as HTTP/2 trailers
@@ -1319,12 +1469,12 @@ static enum run codec_interim(struct exchange *x, const struct http_head *h, siz
 	if (++s->interims > H2_INTERIM_MAX)
 		return dispatch_failed(x, UP_INTERIM);
 	struct buf *names = s->submitted || h->status == 101 ? NULL : buf_get(&w->bufs);
+	struct head_out o;
 	if (!names)
 		return RUN_AGAIN;
-	nghttp2_nv nv[HTTP_MAX_HEADERS + 1];
-	char status[8];
-	size_t n = head_fields(h, nv, status, names);
-	(void)nghttp2_submit_headers(s->h->ss, NGHTTP2_FLAG_NONE, s->id, NULL, nv, n, NULL);
+	if (head_begin(&o, names, 0, 0, h->status) == 0 && head_fields(&o, h) == 0)
+		(void)nghttp2_submit_headers(s->h->ss, NGHTTP2_FLAG_NONE, s->id, NULL, o.nv, o.n,
+					     NULL);
 	buf_put(&w->bufs, names); /* nghttp2 copied the fields */
 	h2_kick(s->h);
 	return RUN_AGAIN;
@@ -1349,10 +1499,14 @@ static enum run codec_upgrade(struct exchange *x, const struct http_head *h, siz
 		return dispatch_failed(x, UP_BAD);
 	if (tunnel_count_in(w) < 0)
 		return exchange_reply(x, 503, "limits.max_tunnels WebSocket tunnels are open", 0);
-	nghttp2_nv nv[HTTP_MAX_HEADERS + 2], keep[HTTP_MAX_HEADERS + 2];
-	char status[8];
+	nghttp2_nv keep[HTTP_MAX_HEADERS + 2];
+	struct head_out o;
 	struct buf *names = buf_get(&w->bufs);
-	size_t n = names ? head_fields(h, nv, status, names) : 0, k = 0;
+	size_t n = names && head_begin(&o, names, 0, 0, h->status) == 0 && head_fields(&o, h) == 0
+		       ? o.n
+		       : 0,
+	       k = 0;
+	const nghttp2_nv *nv = o.nv;
 	for (size_t i = 0; i < n; i++) {
 		const char *nm = (const char *)nv[i].name;
 		if ((nv[i].namelen == 20 && !memcmp(nm, "sec-websocket-accept", 20)) ||
@@ -1402,6 +1556,33 @@ static enum run early_stream_continue(struct h2s *s, const struct http_head *h)
 	return RUN_AGAIN;
 }
 
+/* The backend's final head <h> as its client gets it (rewrite_fields' argument). */
+struct client_head {
+	struct exchange *x;
+	const struct http_head *h;
+	const char *timing;
+	const struct rewrite_edit *edit;
+};
+
+/* The rewrite's fields for the client (rewrite_response_fields, the rules an HTTP/1 client's
+ * head follows), then Cache-Status and X-Accelnet-Llm (llm.explain) last. */
+static int client_fields(struct head_out *o, const void *arg)
+{
+	const struct client_head *ch = arg;
+	char lines[1536];
+	if (rewrite_response_fields(ch->h, 1, ch->x->names.reqid, ch->timing, ch->edit, head_put,
+				    o))
+		return -1;
+	for (int i = 0; i < 2; i++) {
+		int k = i		      ? llm_explain_header(ch->x, lines, sizeof(lines))
+			: caching_said(ch->x) ? caching_status_lines(ch->x, lines, sizeof(lines))
+					      : 0;
+		if (k > 0)
+			head_put_lines(o, lines, (size_t)k);
+	}
+	return 0;
+}
+
 static enum run codec_response_head(struct exchange *x, const struct http_head *h, size_t len)
 {
 	struct h2s *s = x->conn;
@@ -1413,35 +1594,22 @@ static enum run codec_response_head(struct exchange *x, const struct http_head *
 		return early_stream_continue(s, h);
 	if (s->ws && h->status >= 200 && h->status < 300) /* its client would read it as a tunnel */
 		return dispatch_failed(x, UP_BAD);
-	struct buf *b = buf_get(&w->bufs);
-	if (!b)
-		return exchange_abort(x, "out of memory");
-	int n = rewrite_response_edit(
-	    b->data, b->cap, h, 1, x->names.reqid,
-	    x->names.want_timing && debugreq_timing(x, 0, timing, sizeof(timing)) > 0 ? timing
-										      : NULL,
-	    forward_response(x, &fs));
-	char lines[1536]; /* Cache-Status, X-Accelnet-Llm (llm.explain): before the final CRLF */
-	for (int i = 0; i < 2 && n > 0; i++) {
-		int k = i		  ? llm_explain_header(x, lines, sizeof(lines))
-			: caching_said(x) ? caching_status_lines(x, lines, sizeof(lines))
-					  : 0;
-		int m =
-		    k > 0 ? rewrite_head_lines(b->data, (size_t)n, b->cap, lines, (size_t)k) : -1;
-		n = m > 0 ? m : n;
-	}
-	/* read back as the client's head (the scratch <h> was is done with) */
-	int r = n > 0 ? http_parse_response(b->data, (size_t)n, (size_t)n, x->meth, &w->head) : -1;
-	if (r <= 0) {
-		buf_put(&w->bufs, b);
+	/* the rewrite's fields for the client as HTTP/2's, no HTTP/1 text between */
+	struct client_head ch = {
+	    .x = x,
+	    .h = h,
+	    .timing = x->names.want_timing && debugreq_timing(x, 0, timing, sizeof(timing)) > 0
+			  ? timing
+			  : NULL,
+	    .edit = forward_response(x, &fs),
+	};
+	int rc = submit_built(s, h->status, client_fields, &ch, x->resp.done);
+	if (rc == -2)
 		return dispatch_failed(x, UP_BAD);
-	}
-	http_chunked_init(&s->dech);
-	x->feed.on = xhooks_keeper(x) != NULL; /* the body from what a feature keeps */
-	int rc = submit_head(s, &w->head, x->resp.done);
-	buf_put(&w->bufs, b);
 	if (rc < 0)
 		return exchange_abort(x, "out of memory");
+	http_chunked_init(&s->dech); /* (nghttp2 asks for the body once control is back) */
+	x->feed.on = xhooks_keeper(x) != NULL;	    /* the body from what a feature keeps */
 	s->pace.client_took_ms = loop_now(w->loop); /* timeouts.send_ms counts from here */
 	exchange_response_started(x);
 	return RUN_AGAIN;
@@ -1968,6 +2136,12 @@ static int on_frame_send(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
 {
 	struct h2 *h = ud;
 	(void)ss;
+	if (f->hd.type == NGHTTP2_HEADERS && f->headers.nvlen) { /* a head whose fields it held */
+		struct h2s *s = stream_of(h, f->hd.stream_id);
+		const char *st = (const char *)f->headers.nva[0].value;
+		if (s && s->held && st >= h->fields->data && st < h->fields->data + h->fields->cap)
+			fields_unhold(s);
+	}
 	if (f->hd.type == NGHTTP2_RST_STREAM && client_fault(f->rst_stream.error_code) &&
 	    bucket_take(&h->resets, h->cl->w->conf->limits.h2_max_resets,
 			loop_now(h->cl->w->loop)) < 0)
@@ -2191,6 +2365,7 @@ static void h2_free(struct client *cl)
 	}
 	nghttp2_session_del(h->ss);
 	h->ss = NULL;
+	worker_buf_put(cl->w, h->fields); /* (none: its streams' release gave it back) */
 	while ((n = list_pop_front(&h->spare)))
 		free(container_of(n, struct h2s, link));
 	free(h);

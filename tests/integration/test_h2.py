@@ -50,6 +50,7 @@ class H2Client:
             self.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window})
         self.flush()
         self.status, self.headers, self.body = {}, {}, {}
+        self.fields = {}  # stream id: its response head's fields, in order, repeats kept
         self.ended, self.reset, self.goaway = set(), {}, None
         self.trailers = {}
         self.interim = {}  # stream id: the heads of its informational (1xx) responses
@@ -97,6 +98,7 @@ class H2Client:
                 hs = {k.decode(): v.decode() for k, v in e.headers}
                 self.status[e.stream_id] = int(hs[":status"])
                 self.headers[e.stream_id] = hs
+                self.fields[e.stream_id] = [(k.decode(), v.decode()) for k, v in e.headers]
             elif isinstance(e, h2.events.DataReceived):
                 self.body[e.stream_id] = self.body.get(e.stream_id, b"") + e.data
                 if self.auto_ack:
@@ -154,6 +156,54 @@ def test_h2c_streams_carry_their_own_requests(env):
         assert seen["headers"]["cookie"] == ["a=1; b=2"], seen["headers"]
         assert seen["headers"]["host"] == ["test"], seen["headers"]
         assert c.headers[sid].get("x-request-id"), c.headers[sid]
+    c.close()
+
+
+def test_h2c_response_head_follows_the_http1_rules(env):
+    """The fields an HTTP/2 client gets are those an HTTP/1.1 client gets from the same
+    route, in the same order, but the connection-specific ones: the backend's hop-by-hop
+    fields (and those its Connection names) dropped, its X-Request-Id and X-Accelnet-Llm
+    replaced or dropped, response_headers applied (a configured value's padding gone as
+    HTTP/1.1 readers drop it), repeated fields kept apart; a HEAD declares the length."""
+    from harness import ScriptedBackend
+
+    def script(n, req):
+        body = b"" if req.startswith(b"HEAD ") else b"ok"
+        return (b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Hop\r\nX-Hop: secret\r\n"
+                b"Keep-Alive: timeout=5\r\nProxy-Connection: keep-alive\r\nTE: trailers\r\n"
+                b"X-Request-Id: backend-id\r\nX-Accelnet-Llm: forged\r\n"
+                b"X-Internal: secret\r\nServer: upstream\r\nSet-Cookie: a=1\r\n"
+                b"Set-Cookie: b=2\r\nContent-Length: 2\r\n\r\n" + body, False)
+    be = ScriptedBackend(script)
+    env.on_cleanup.append(be.close)
+    px = env.proxy(
+        f"pools:\n  - name: p\n    backends: [{{address: 127.0.0.1:{be.port}}}]\n"
+        "routes:\n  - match: {path_prefix: /}\n    pool: p\n"
+        "    response_headers:\n"
+        "      set: {Server: accelnet}\n"
+        "      add: {X-Served-By: '%{backend}', X-Padded: '  padded value  '}\n"
+        "      remove: [X-Internal]\n")
+    c = H2Client(px.port)
+    get, head = c.send("GET", "/x"), c.send("HEAD", "/x")
+    c.wait(lambda: {get, head} <= c.ended)
+    st, h1, data = request(px.port, "GET", "/x")
+    assert st == 200 and data == b"ok", (st, data)
+    for sid in (get, head):
+        f = c.fields[sid]
+        assert f[0] == (":status", "200"), f
+        rid = [v for k, v in f if k == "x-request-id"]
+        assert len(rid) == 1 and rid[0] != "backend-id", f
+        assert [k for k, _ in f[1:]] == ["set-cookie", "set-cookie", "server", "x-served-by",
+                                         "x-padded", "content-length", "x-request-id"], f
+        assert f[1:6] == [("set-cookie", "a=1"), ("set-cookie", "b=2"), ("server", "accelnet"),
+                          ("x-served-by", f"127.0.0.1:{be.port}"),
+                          ("x-padded", "padded value")], f
+        assert ("content-length", "2") in f, f
+        # what the HTTP/1.1 client got, but Connection and the request id
+        seen = {(k, v.strip()) for k, vs in h1.items() for v in vs
+                if k not in ("connection", "keep-alive", "x-request-id")}
+        assert seen == {(k, v) for k, v in f[1:] if k != "x-request-id"}, (seen, f)
+    assert c.body.get(get) == b"ok" and not c.body.get(head), c.body
     c.close()
 
 
