@@ -40,8 +40,8 @@ struct xfer_adopt {
  * Connect to the first live link (or adopt the first connection, with <ad>), send <m> (its files
  * are copied, their paths borrowed until xfer_engine_free), read NEED, and start the streams.
  * With <more>, <m> is the first part of a streamed manifest: the next ones follow through
- * xfer_engine_list on the same connection (stream 0's, which carries chunks once the last part
- * is answered; the other streams carry the chunks fed meanwhile). <src> has one entry per
+ * xfer_engine_list on the same connection (stream 0's, which carries chunks between them, as
+ * the other streams do). <src> has one entry per
  * file (copied). <links> (<nlinks> of them), when not NULL, are
  * o->remote already parsed and resolved: the engine dials those very addresses (a bcast relay
  * checked them against
@@ -55,9 +55,9 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 /*
  * The next part <p> of a streamed manifest (p->last: the last one; the engine sets its totals),
  * its files numbered after those listed before, with <src> (one entry per file, copied; paths
- * borrowed): sent; a thread of the engine reads its NEED and feeds its chunks meanwhile (up to
- * XFER_PARTS_AHEAD parts wait for theirs; over TLS, each is read before this returns). The
- * last part returns once every part is answered. 0, or -errno with rep->error set (the
+ * borrowed): queued for stream 0, which sends it between its chunks, reads its NEED and feeds
+ * its chunks (up to XFER_PARTS_AHEAD parts wait for theirs: past that, this waits). The last
+ * part returns once every part is answered. 0, or -errno with rep->error set (the
  * transfer has failed: finish or free the engine).
  */
 int xfer_engine_list(struct xfer_engine *e, struct xfer_manifest *p, const struct xfer_source *src,
