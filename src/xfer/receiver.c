@@ -595,6 +595,7 @@ static int on_manifest(struct xfer_server_conn *c, const struct xfer_hello *hell
 	uint32_t from = rx->m.nfiles;
 	if (part_take(c, rx, &p, err, sizeof(err)))
 		goto refuse;
+	atomic_fetch_add(&s->parts, 1);
 	if (first) {
 		pthread_mutex_lock(&s->mu);
 		list_push_front(&s->transfers, &rx->node);
