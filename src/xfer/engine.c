@@ -112,7 +112,13 @@ struct echunk {
 	uint32_t file;
 	_Atomic uint8_t known; /* hash is set */
 	uint8_t need;	       /* the receiver lacks it */
+	_Atomic uint8_t st;    /* a relay's: CHUNK_FED, CHUNK_ANSWERED */
 };
+
+/* A relay feeds chunks as they arrive, and its parts are answered by the next hop meanwhile: a
+ * chunk goes to the scheduler once both happened, by whichever came second. */
+#define CHUNK_FED 1
+#define CHUNK_ANSWERED 2
 
 struct xfer_engine {
 	struct xfer_manifest m;	   /* chunk size, hops; nfiles: listed so far; no files */
@@ -161,6 +167,7 @@ struct xfer_engine {
 	int cancel_fd;		/* an eventfd, readable once the streams should stop dialing */
 	_Atomic int ended;	/* every chunk acknowledged: streams still on copies are cut */
 	int batch;		/* small files go in batches (not to a bcast relay) */
+	int singly;		/* chunks are fed one by one as they arrive (a relay) */
 	const struct xfer_transport_ops *tp_ops;
 };
 
@@ -781,6 +788,17 @@ static void count_skipped(struct xfer_engine *e, uint32_t first, uint32_t n)
 		}
 }
 
+/* Chunks [first, first + n) answered by the receiver: a relay's go to the scheduler as they
+ * were fed already (the others when they are: xfer_engine_feed). */
+static void relay_answered(struct xfer_engine *e, uint32_t first, uint32_t n)
+{
+	for (uint32_t id = first; id < first + n; id++) {
+		struct echunk *c = ec(e, id);
+		if (atomic_fetch_or(&c->st, CHUNK_ANSWERED) & CHUNK_FED)
+			xfer_sched_add(&e->sched, id, !c->need);
+	}
+}
+
 /* The manifest's first part goes on the first link that answers (or the first adopted
  * connection), on stream 0, which then carries chunks on that link (once the last part is
  * answered). 0, or -errno with the error set. */
@@ -825,9 +843,10 @@ static void stream_start(struct stream *s)
 
 int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *ad,
 		      const struct xfer_path *links, int nlinks, const struct xfer_manifest *m,
-		      const struct xfer_source *src, int more, struct xfer_engine **out,
+		      const struct xfer_source *src, unsigned flags, struct xfer_engine **out,
 		      struct xfer_report *rep)
 {
+	int more = (flags & XFER_ENGINE_MORE) != 0;
 	struct xfer_engine *e = calloc(1, sizeof(*e));
 	struct xfer_manifest first = *m;
 	uint32_t id0 = 0, nchunks = 0;
@@ -855,6 +874,7 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 	e->progress = o->progress;
 	e->arg = o->arg;
 	e->listing = more;
+	e->singly = (flags & XFER_ENGINE_RELAY) != 0;
 	atomic_init(&e->parts_open, more);
 	first.last = !more;
 	if ((rc = xfer_sched_init(&e->sched, 0)))
@@ -913,6 +933,8 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 	if ((rc = engine_first_link(e, ad, &first, nchunks)))
 		goto fail;
 	count_skipped(e, 0, nchunks);
+	if (e->singly)
+		relay_answered(e, 0, nchunks); /* nothing fed yet */
 	e->parts = 1;
 	/* stream 0 carries chunks at once; while parts are still to come, it sends them too */
 	for (unsigned i = 0; i < (ad ? e->nstreams : 1); i++)
@@ -947,6 +969,10 @@ static int part_answered(struct xfer_engine *e, const struct part_out *po)
 {
 	count_skipped(e, po->first_id, po->nchunks);
 	atomic_fetch_add(&e->parts, 1);
+	if (e->singly) {
+		relay_answered(e, po->first_id, po->nchunks);
+		return 0;
+	}
 	return feed_run(e, po->first_id, po->nchunks);
 }
 
@@ -1123,6 +1149,8 @@ void xfer_engine_feed(struct xfer_engine *e, uint32_t f, uint32_t k, uint64_t ha
 		c->hash = hash;
 		atomic_store_explicit(&c->known, 1, memory_order_release);
 	}
+	if (e->singly && !(atomic_fetch_or(&c->st, CHUNK_FED) & CHUNK_ANSWERED))
+		return; /* its part's NEED is not in yet: fed once it is */
 	xfer_sched_add(&e->sched, id, !c->need);
 }
 

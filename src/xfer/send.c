@@ -352,8 +352,8 @@ out:
  * part_max files (XFER_PART_FIRST for the first, so data starts early, then twice as many each
  * time up to XFER_PART_MAX) or when XFER_PART_MS passed since the last one while files wait;
  * its chunks are fed as soon as its NEED is back (engine.h), while the caller lists on. The first
- * part starts the engine; a bcast chain takes the manifest whole (a relay starts its next hop from
- * the whole of it), so nothing goes out before xfer_send_end.
+ * part starts the engine. A bcast chain takes the parts as they come too: each relay forwards a
+ * part to its next hop as it arrives (receiver.c).
  */
 #define XFER_PART_FIRST 64
 #define XFER_PART_MAX 4096
@@ -418,7 +418,7 @@ static int hold_last_part(struct xfer_report *rep)
 	const char *pattern = getenv(XFER_HOLD_ENV);
 	if (!pattern || !*pattern)
 		return 0;
-	for (int waited = 0; waited < 20000; waited += 5) {
+	for (uint64_t until = clock_now_ns() + 20000000000ull; clock_now_ns() < until;) {
 		glob_t g;
 		int found = glob(pattern, GLOB_NOSORT, NULL, &g) == 0 && g.gl_pathc > 0;
 		globfree(&g);
@@ -460,7 +460,8 @@ static int part_flush(struct xfer_sending *x, int last, struct xfer_report *rep)
 		}
 		for (uint32_t i = 0; i < x->n; i++)
 			x->files[i].nchunks = xfer_chunks_of(x->files[i].size, p.chunk_size);
-		rc = xfer_engine_start(&x->o, x->ad, NULL, 0, &p, x->src, !last, &x->e, rep);
+		rc = xfer_engine_start(&x->o, x->ad, NULL, 0, &p, x->src,
+				       last ? 0 : XFER_ENGINE_MORE, &x->e, rep);
 	} else {
 		for (uint32_t i = 0; i < x->n; i++)
 			x->files[i].nchunks = xfer_chunks_of(x->files[i].size, p.chunk_size);
@@ -534,8 +535,7 @@ int xfer_send_add(struct xfer_sending *x, const struct xfer_item *it, struct xfe
 	x->n++;
 	if (x->e)
 		xfer_engine_tick(x->e, &x->rep);
-	if (!x->o.nbcast &&
-	    (x->n >= x->part_max || (clock_now_ns() - x->last_ns) / 1000000 >= XFER_PART_MS) &&
+	if ((x->n >= x->part_max || (clock_now_ns() - x->last_ns) / 1000000 >= XFER_PART_MS) &&
 	    (rc = part_flush(x, 0, rep)))
 		goto fail;
 	return 0;

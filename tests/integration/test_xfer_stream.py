@@ -3,10 +3,11 @@ thousand files goes in several parts and lands byte-exact with its modes and tim
 cut after its first part and some of its files, then run again, is sent only what the receiver
 did not have; hostile parts are refused with a reason: a part after the last, a name twice
 across parts, totals that lie, more files than --max-files across parts, a chunk size that
-changes, an empty part, a bcast manifest in parts, FINISH or a chunk of a file not listed yet,
+changes, an empty part, a bcast hop not allowed, FINISH or a chunk of a file not listed yet,
 and a second connection joining a manifest still coming. Data flows before the listing ends,
 on the connection that carries the parts too (--streams 1), and `xfer get`'s server streams its
-manifest the same way: shown without timing anything by ACCELNET_XFER_HOLD_LAST_PART, which
+manifest the same way, and so does a bcast chain, each relay forwarding a part as it comes
+(with the receiver's checks at each relay, and at the get client): shown without timing anything by ACCELNET_XFER_HOLD_LAST_PART, which
 holds a sender's last part until a path matches (and fails the transfer after 20 s if none
 does); tests/unit/test_xfer_api.c shows it through the API."""
 
@@ -141,10 +142,10 @@ def test_hostile_manifest_parts_are_refused(env):
     w = after_first([a])
     w.send(MANIFEST, part([]))
     refused(w, "a part other than the last lists no file")
-    # a bcast manifest in parts
+    # a bcast first part (parts are forwarded now) to a hop this server may not dial
     w = opened(port)
     w.send(MANIFEST, part([a], fwd=["127.0.0.1:1"]))
-    refused(w, "a bcast manifest comes in one part")
+    refused(w, "does not relay to 127.0.0.1:1")
     # FINISH before the last part; a chunk of a file not listed yet
     w = after_first([a])
     w.send(FINISH, bytes(16))
@@ -309,3 +310,60 @@ def test_get_client_refuses_a_name_twice_across_parts(env):
 def test_get_client_refuses_totals_that_lie(env):
     get_refuses(env, [part([A, B]), part([C], last=True, totals=(3, 20))],
                 "its last part says 3 files and 20 bytes in all, its parts listed 3 files and 21 bytes")
+
+
+def test_bcast_chain_streams_its_manifest(env):
+    """A chain of three: each relay forwards the source's parts as they arrive, so the last hop
+    has files in place while the source still holds its last part; every hop gets the tree
+    whole (before, the chain took the manifest in one part)."""
+    work = scratch(env)
+    src = os.path.join(work, "src", "tree")
+    files = make_small_tree(src, 300)
+    hops = []
+    for i in range(3):
+        d = os.path.join(work, f"r{i}")
+        os.makedirs(d)
+        port = free_port()
+        serve(env, f"127.0.0.1:{port}", d, name=f"serve{i}", extra=["--relay-to", "127.0.0.0/8"])
+        hops.append((d, f"127.0.0.1:{port}"))
+    rep = held(os.path.join(hops[-1][0], "tree", "d*", "f*"), send,
+               [src] + [h for _, h in hops] + ["--chunk-kib", "64"], cmd="bcast", check=False)
+    assert rep["rc"] == 0, rep
+    assert rep["manifest_parts"] > 1 and rep["files"] == len(files), rep
+    for d, _ in hops:
+        same_tree(files, os.path.join(d, "tree"))
+
+
+def relay_refuses(env, first, hostile, why, first_last=False):
+    """A relay (serve with --relay-to) takes a first part naming a next hop, and forwards it;
+    the hostile part after it is refused with ERR <why>, and nothing lands at the next hop."""
+    work = scratch(env)
+    d1, d2 = os.path.join(work, "relay"), os.path.join(work, "next")
+    os.makedirs(d1)
+    os.makedirs(d2)
+    p1, p2 = free_port(), free_port()
+    serve(env, f"127.0.0.1:{p2}", d2, name="next")
+    serve(env, f"127.0.0.1:{p1}", d1, name="relay", extra=["--relay-to", "127.0.0.0/8"])
+    w = opened(p1)
+    w.send(MANIFEST, part(first, last=first_last, fwd=[f"127.0.0.1:{p2}"]))
+    t, meta, _ = w.frame()
+    assert t == NEED, (t, meta)
+    w.send(MANIFEST, hostile)
+    refused(w, why)
+    for d in (d1, d2):
+        assert not os.path.exists(os.path.join(d, "t")), os.listdir(d)
+
+
+def test_relay_refuses_a_part_after_the_last(env):
+    relay_refuses(env, [A], part([B], last=True, totals=(2, 12)), "a part after the last one",
+                  first_last=True)
+
+
+def test_relay_refuses_a_name_twice_across_parts(env):
+    relay_refuses(env, [A, B], part([C, A], last=True, totals=(4, 26)),
+                  "'t/a' appears twice in the manifest")
+
+
+def test_relay_refuses_totals_that_lie(env):
+    relay_refuses(env, [A, B], part([C], last=True, totals=(3, 20)),
+                  "its last part says 3 files and 20 bytes in all, its parts listed 3 files and 21 bytes")
