@@ -4,11 +4,11 @@
  *
  * Every one of the client's connections says GET with the same names and session id. The
  * first becomes the sending side: the names are found beneath the served directory (never
- * leaving it), and an engine runs over adopted connections (engine.h, struct xfer_adopt)
- * instead of dialing; the others queue in the struct pull until a stream takes them. A
- * connection handed to a pull stays counted by the daemon until the pull closes it. When the
- * GET is over its session id is remembered (a tomb), so a connection arriving late does not
- * start it again.
+ * leaving it) and the trees walked while their manifest goes out in parts (send.c), by an
+ * engine over adopted connections (engine.h, struct xfer_adopt) instead of dialing; the others
+ * queue in the struct pull until a stream takes them. A connection handed to a pull stays counted
+ * by the daemon until the pull closes it. When the GET is over its session id is remembered (a
+ * tomb), so a connection arriving late does not start it again.
  */
 #include "xfer/pull.h"
 

@@ -2,9 +2,9 @@
  * send.c - xfer_send(): items to a manifest and sources, then one engine run; the streamed
  * sender (xfer_send_begin/add/end, and xfer_send_paths over it), which sends the manifest in
  * parts as its caller lists files, so chunks of the files listed flow while a tree is still
- * walked; and the expansion of paths (files and directory trees) into items: a sender's own
- * paths as given, or, for a server answering GET, names resolved beneath its directory and
- * never outside.
+ * walked; the expansion of paths (files and directory trees) into items; and, for a server
+ * answering GET, the same streamed send of names resolved beneath its directory and never
+ * outside (xfer_send_beneath).
  */
 #include "xfer/send.h"
 #include "accelnet/xfer.h"
