@@ -9,13 +9,13 @@
  * chunk that is a whole small file takes the small files right behind it in the queue along
  * (while the link would take them, up to XFER_BATCH_FILES or XFER_BATCH_BYTES) into one BATCH,
  * copied into the stream's buffer and written at once: one window slot and one
- * acknowledgement for all of them. Not towards a bcast relay, which sends from its parts. A
- * send or a wait for an acknowledgement that makes no progress within the stall timeout
- * loses the stream: its chunks go back to the scheduler and the thread dials again, every
- * second (or every stall timeout, when that is shorter), for as long as the transfer lasts,
- * not once: a link that comes back is used again. A refusal (-EACCES: token, certificate)
- * ends the transfer instead; adopted connections (get) are not redialed. A link whose
- * streams are all gone is down. The transfer fails when no stream is up for twice the stall
+ * acknowledgement for all of them (a batch of one when another stream took those behind it). Not
+ * towards a bcast relay, which sends from its parts. A send or a wait for an acknowledgement that
+ * makes no progress within the stall timeout loses the stream: its chunks go back to the scheduler
+ * and the thread dials again, every second (or every stall timeout, when that is shorter), for as
+ * long as the transfer lasts, not once: a link that comes back is used again. A refusal (-EACCES:
+ * token, certificate) ends the transfer instead; adopted connections (get) are not redialed. A link
+ * whose streams are all gone is down. The transfer fails when no stream is up for twice the stall
  * timeout (at least 3 s), or when no stream thread is left.
  *
  * Start and end: every stream but the first dials while the first sends the manifest, so
@@ -80,7 +80,8 @@ struct link {
 /* What a stream has in its window: one chunk, a batch of small files' chunks, or (stream 0,
  * while the manifest is listed) a part of the manifest waiting for its NEED. */
 struct unit {
-	uint32_t n; /* ids in ids[]; a batch when above 1; a manifest part when 0 */
+	uint32_t n;    /* ids in ids[]; a manifest part when 0 */
+	uint8_t batch; /* sent as a BATCH (small files whole, one of them or more) */
 	uint32_t ids[XFER_BATCH_FILES];
 };
 
@@ -347,7 +348,7 @@ static int read_ack(struct stream *s, const struct unit *u)
 		return rc;
 	if (h.type == XFER_ERR)
 		return receiver_refused(e, meta, h.meta_len);
-	if (u->n > 1) {
+	if (u->batch) {
 		struct xfer_batch b = {.count = u->n};
 		for (uint32_t i = 0; i < u->n; i++)
 			b.f[i].file = ec(e, u->ids[i])->file;
@@ -499,12 +500,15 @@ static int stream_loop(struct stream *s)
 				struct unit *u = &win[nwin++];
 				u->n = 1;
 				u->ids[0] = id;
-				if (!dup && batchable(e, id))
+				/* a small file goes in a batch even alone (another stream took the
+				 * files behind it): as a chunk it would land only at FINISH */
+				u->batch = !dup && batchable(e, id);
+				if (u->batch)
 					batch_fill(s, u);
 				atomic_store(&s->holding, ++ndata);
 				if (dup)
 					atomic_fetch_add(&e->links[s->link].dups, 1);
-				if ((rc = u->n > 1 ? send_batch(s, u) : send_chunk(s, id)))
+				if ((rc = u->batch ? send_batch(s, u) : send_chunk(s, id)))
 					break;
 				continue;
 			}
