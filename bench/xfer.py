@@ -182,8 +182,9 @@ def make_tree(root, nfiles, size):
             f.write(os.urandom(size))
 
 
-def tree_xfer(ns, work, src, nfiles, binary, dest):
-    """One `accelnet xfer send` of the tree with <binary>: wall and CPU seconds of each end."""
+def tree_xfer(ns, work, src, nfiles, binary, dest, streams="4"):
+    """One `accelnet xfer send` of the tree with <binary> (<streams> a link): wall and CPU seconds
+    of each end."""
     addr = ns.receiver_addr(0)
     shutil.rmtree(dest, ignore_errors=True)
     os.makedirs(dest)
@@ -210,7 +211,8 @@ def tree_xfer(ns, work, src, nfiles, binary, dest):
     watcher.start()
     c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run(ns.cmd(ns.snd, [binary, "xfer", "send", os.path.join(src, "tree"), f"{addr}:7000",
-                                       "--from", ns.sender_addr(0), "--json", "--quiet"]),
+                                       "--from", ns.sender_addr(0), "--streams", streams, "--json",
+                                       "--quiet"]),
                        capture_output=True, text=True, timeout=1200)
     wall = time.monotonic() - t0
     done.set()
@@ -228,7 +230,7 @@ def tree_xfer(ns, work, src, nfiles, binary, dest):
             "sender_us_per_file": scpu / nfiles * 1e6, "receiver_us_per_file": rcpu / nfiles * 1e6}
 
 
-def tree(ns, work, nfiles, size, before=None, repeat=1):
+def tree(ns, work, nfiles, size, before=None, repeat=1, streams="4"):
     """A tree of many small files over the fastest link: accelnet xfer (and, with <before>,
     another build's, in the same minutes), rsync (daemon, no ssh) and tar piped through nc, each
     into an empty directory, <repeat> rounds; files per second (wall time, from the sender's
@@ -248,8 +250,9 @@ def tree(ns, work, nfiles, size, before=None, repeat=1):
     for _ in range(repeat):
         run = {}
         if before:
-            run["xfer_before"] = tree_xfer(ns, work, src, nfiles, before, os.path.join(work, "tree-xfer"))
-        run["xfer"] = tree_xfer(ns, work, src, nfiles, BIN, os.path.join(work, "tree-xfer"))
+            run["xfer_before"] = tree_xfer(ns, work, src, nfiles, before, os.path.join(work, "tree-xfer"),
+                                           streams)
+        run["xfer"] = tree_xfer(ns, work, src, nfiles, BIN, os.path.join(work, "tree-xfer"), streams)
 
         dest = fresh("tree-rsync")
         conf = os.path.join(work, "rsyncd-tree.conf")
@@ -502,7 +505,7 @@ def main():
                   f"({res['resume']['resent_of_read_pct']:.2f}% of what it had read); hash "
                   f"{'ok' if ok else 'WRONG'}", flush=True)
         if "tree" in only:
-            res["tree"] = tree(ns, work, a.tree_files, a.tree_bytes, a.bin_before, a.repeat)
+            res["tree"] = tree(ns, work, a.tree_files, a.tree_bytes, a.bin_before, a.repeat, a.streams)
         ns.close()
         if "bcast" in only:
             res["bcast"] = bcast(work, src, want, min(a.size_mib, 1024), 1000, a.repeat)

@@ -9,23 +9,25 @@
  * chunk that is a whole small file takes the small files right behind it in the queue along
  * (while the link would take them, up to XFER_BATCH_FILES or XFER_BATCH_BYTES) into one BATCH,
  * copied into the stream's buffer and written at once: one window slot and one
- * acknowledgement for all of them. Not towards a bcast relay, which sends from its parts. A
- * send or a wait for an acknowledgement that makes no progress within the stall timeout
- * loses the stream: its chunks go back to the scheduler and the thread dials again, every
- * second (or every stall timeout, when that is shorter), for as long as the transfer lasts,
- * not once: a link that comes back is used again. A refusal (-EACCES: token, certificate)
- * ends the transfer instead; adopted connections (get) are not redialed. A link whose
- * streams are all gone is down. The transfer fails when no stream is up for twice the stall
+ * acknowledgement for all of them (a batch of one when another stream took those behind it). Not
+ * towards a bcast relay, which sends from its parts. A send or a wait for an acknowledgement that
+ * makes no progress within the stall timeout loses the stream: its chunks go back to the scheduler
+ * and the thread dials again, every second (or every stall timeout, when that is shorter), for as
+ * long as the transfer lasts, not once: a link that comes back is used again. A refusal (-EACCES:
+ * token, certificate) ends the transfer instead; adopted connections (get) are not redialed. A link
+ * whose streams are all gone is down. The transfer fails when no stream is up for twice the stall
  * timeout (at least 3 s), or when no stream thread is left.
  *
  * Start and end: every stream but the first dials while the first sends the manifest, so
  * each link carries chunks as soon as NEED is answered. A streamed manifest (a tree walked
- * while it is sent) comes in parts on the first stream's connection; a thread of the engine
- * reads each part's NEED while the next parts go out (up to XFER_PARTS_AHEAD ahead; over TLS
- * one at a time, since a TLS connection is not read and written by two threads) and feeds
- * that part's chunks to the scheduler at once; the per-file and per-chunk entries live in tables
- * that grow without moving (table.h), the scheduler stays open (not done when every chunk it has
- * is) until the last part, and the first stream carries chunks only from then on. Once every chunk
+ * while it is sent) comes in parts on the first stream's connection, and that stream carries
+ * chunks meanwhile: the caller queues each part (up to XFER_PARTS_AHEAD waiting for their NEED),
+ * stream 0's thread sends it between its chunks and batches and reads its NEED in its turn among
+ * the acknowledgements (the receiver answers a connection's messages in order), then feeds that
+ * part's chunks to the scheduler at once. One thread reads and writes the connection, TLS or
+ * not; waiting for a NEED it also wakes for a part to send (an eventfd). The per-file and
+ * per-chunk entries live in tables that grow without moving (table.h), and the scheduler stays
+ * open (not done when every chunk it has is) until the last part is answered. Once every chunk
  * is acknowledged, a stream still holding chunks holds only end-game copies whose twins won: its
  * connection is cut rather than waited for (not counted as lost; never the manifest's, which keeps
  * the transfer alive on the receiver), and FINISH goes on a parked stream.
@@ -54,6 +56,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -76,9 +79,11 @@ struct link {
 	double gbps;
 };
 
-/* What a stream has in its window: one chunk, or a batch of small files' chunks. */
+/* What a stream has in its window: one chunk, a batch of small files' chunks, or (stream 0,
+ * while the manifest is listed) a part of the manifest waiting for its NEED. */
 struct unit {
-	uint32_t n; /* ids in ids[]; a batch when above 1 */
+	uint32_t n;    /* ids in ids[]; a manifest part when 0 */
+	uint8_t batch; /* sent as a BATCH (small files whole, one of them or more) */
 	uint32_t ids[XFER_BATCH_FILES];
 };
 
@@ -110,7 +115,13 @@ struct echunk {
 	uint32_t file;
 	_Atomic uint8_t known; /* hash is set */
 	uint8_t need;	       /* the receiver lacks it */
+	_Atomic uint8_t st;    /* a relay's: CHUNK_FED, CHUNK_ANSWERED */
 };
+
+/* A relay feeds chunks as they arrive, and its parts are answered by the next hop meanwhile: a
+ * chunk goes to the scheduler once both happened, by whichever came second. */
+#define CHUNK_FED 1
+#define CHUNK_ANSWERED 2
 
 struct xfer_engine {
 	struct xfer_manifest m;	   /* chunk size, hops; nfiles: listed so far; no files */
@@ -121,17 +132,22 @@ struct xfer_engine {
 	int listing;		   /* parts of the manifest still to come (xfer_engine_list) */
 	uint64_t next_progress_ns; /* while listing: when xfer_engine_tick reports next */
 	_Atomic uint32_t parts;	   /* parts of the manifest answered */
-	/* parts sent and not answered yet (xfer_engine_list), oldest first, under parts_mu; the
-	 * NEED reader (need_main) answers them in order and feeds their chunks */
+	/* parts listed (xfer_engine_list) and not answered yet, oldest first, under parts_mu: the
+	 * first <nsent> went out on stream 0's connection, which sends the others between its
+	 * chunks, reads each NEED in its turn among its acknowledgements and feeds that part's
+	 * chunks; <parts_fd> (an eventfd) wakes it when one is queued while it waits for a NEED */
 	pthread_mutex_t parts_mu;
 	pthread_cond_t parts_cv;
 	struct part_out {
 		uint32_t first_file, nfiles, first_id, nchunks;
+		uint8_t last;
+		uint8_t *enc; /* the encoded part, until sent */
+		size_t len;
 	} out[XFER_PARTS_AHEAD];
-	unsigned nout;
-	int reader_failed, reader_stop;
-	pthread_t reader;
-	int reader_started;
+	unsigned nout, nsent;
+	int parts_failed;	/* stream 0 lost the manifest's connection: no part goes out */
+	_Atomic int parts_open; /* parts may still come or wait for their NEED */
+	int parts_fd;
 	uint64_t t_listed_ns; /* when the last part was answered */
 	struct xfer_sched sched;
 	struct xfer_token token;
@@ -142,7 +158,7 @@ struct xfer_engine {
 	unsigned nstreams;
 	_Atomic uint64_t bytes_sent, bytes_acked, zc_bytes, zc_copied;
 	_Atomic uint32_t chunks_bad;
-	_Atomic uint64_t bytes_skipped; /* the NEED reader adds while listing */
+	_Atomic uint64_t bytes_skipped; /* stream 0 adds while listing */
 	uint64_t bytes_total;
 	uint64_t t0_ns;
 	pthread_mutex_t err_mu;
@@ -154,6 +170,7 @@ struct xfer_engine {
 	int cancel_fd;		/* an eventfd, readable once the streams should stop dialing */
 	_Atomic int ended;	/* every chunk acknowledged: streams still on copies are cut */
 	int batch;		/* small files go in batches (not to a bcast relay) */
+	int singly;		/* chunks are fed one by one as they arrive (a relay) */
 	const struct xfer_transport_ops *tp_ops;
 };
 
@@ -168,6 +185,15 @@ __attribute__((format(printf, 2, 3))) static void set_error(struct xfer_engine *
 		vsnprintf(e->error, sizeof(e->error), fmt, ap);
 	pthread_mutex_unlock(&e->err_mu);
 	va_end(ap);
+}
+
+/* Stream 0 lost the manifest's connection while parts were still to go: the lister stops. */
+static void parts_fail(struct xfer_engine *e)
+{
+	pthread_mutex_lock(&e->parts_mu);
+	e->parts_failed = 1;
+	pthread_cond_broadcast(&e->parts_cv);
+	pthread_mutex_unlock(&e->parts_mu);
 }
 
 static struct efile *ef(const struct xfer_engine *e, uint32_t f)
@@ -324,7 +350,7 @@ static int read_ack(struct stream *s, const struct unit *u)
 		return rc;
 	if (h.type == XFER_ERR)
 		return receiver_refused(e, meta, h.meta_len);
-	if (u->n > 1) {
+	if (u->batch) {
 		struct xfer_batch b = {.count = u->n};
 		for (uint32_t i = 0; i < u->n; i++)
 			b.f[i].file = ec(e, u->ids[i])->file;
@@ -452,15 +478,22 @@ static void stream_abort(struct stream *s)
 		sock_abort(fd);
 }
 
-/* One stream's life: see the essay above. */
+static int parts_send(struct stream *s, struct unit *win, unsigned *nwin);
+static int part_read(struct stream *s, int *woken);
+
+/* One stream's life: see the essay above. Answers come back in the order their messages went,
+ * so the window is one queue: chunks and batches (at most XFER_WINDOW) and, on stream 0 while
+ * the manifest is listed, the parts sent between them. */
 static int stream_loop(struct stream *s)
 {
 	struct xfer_engine *e = s->e;
-	struct unit win[XFER_WINDOW];
-	unsigned nwin = 0;
-	int rc = 0;
+	struct unit win[XFER_WINDOW + XFER_PARTS_AHEAD];
+	unsigned nwin = 0, ndata = 0;
+	int rc = 0, lister = s == e->streams;
 	for (;;) {
-		if (nwin < XFER_WINDOW) {
+		if (lister && atomic_load(&e->parts_open) && (rc = parts_send(s, win, &nwin)))
+			break;
+		if (ndata < XFER_WINDOW) {
 			uint32_t id;
 			int dup;
 			rc =
@@ -469,12 +502,15 @@ static int stream_loop(struct stream *s)
 				struct unit *u = &win[nwin++];
 				u->n = 1;
 				u->ids[0] = id;
-				if (!dup && batchable(e, id))
+				/* a small file goes in a batch even alone (another stream took the
+				 * files behind it): as a chunk it would land only at FINISH */
+				u->batch = !dup && batchable(e, id);
+				if (u->batch)
 					batch_fill(s, u);
-				atomic_store(&s->holding, nwin);
+				atomic_store(&s->holding, ++ndata);
 				if (dup)
 					atomic_fetch_add(&e->links[s->link].dups, 1);
-				if ((rc = u->n > 1 ? send_batch(s, u) : send_chunk(s, id)))
+				if ((rc = u->batch ? send_batch(s, u) : send_chunk(s, id)))
 					break;
 				continue;
 			}
@@ -487,12 +523,21 @@ static int stream_loop(struct stream *s)
 				continue;
 			}
 		}
-		if ((rc = read_ack(s, &win[0])))
+		if (win[0].n == 0) {
+			int woken = 0;
+			if ((rc = part_read(s, &woken)))
+				break;
+			if (woken) /* a part to send first */
+				continue;
+		} else if ((rc = read_ack(s, &win[0]))) {
 			break;
-		for (unsigned i = 1; i < nwin; i++) /* a window of three: moved, not ringed */
+		} else {
+			ndata--;
+		}
+		for (unsigned i = 1; i < nwin; i++) /* a window of a few: moved, not ringed */
 			win[i - 1] = win[i];
 		nwin--;
-		atomic_store(&s->holding, nwin);
+		atomic_store(&s->holding, ndata);
 		net_zc_reap(&s->zc, &s->io, 0);
 	}
 	for (unsigned i = 0; i < nwin; i++)
@@ -552,6 +597,13 @@ static void *stream_main(void *arg)
 		if (atomic_load(&e->ended)) { /* cut on purpose: its copies were not needed */
 			stream_close(s);
 			break;
+		}
+		if (s == e->streams && atomic_load(&e->parts_open)) {
+			/* the receiver takes parts only on the connection that sent the first */
+			set_error(e, "lost the connection carrying the manifest: %s",
+				  strerror(-rc));
+			xfer_sched_abort(&e->sched, rc);
+			parts_fail(e);
 		}
 		atomic_fetch_sub(&l->up, 1);
 		atomic_fetch_add(&l->failed, 1);
@@ -746,6 +798,17 @@ static void count_skipped(struct xfer_engine *e, uint32_t first, uint32_t n)
 		}
 }
 
+/* Chunks [first, first + n) answered by the receiver: a relay's go to the scheduler as they
+ * were fed already (the others when they are: xfer_engine_feed). */
+static void relay_answered(struct xfer_engine *e, uint32_t first, uint32_t n)
+{
+	for (uint32_t id = first; id < first + n; id++) {
+		struct echunk *c = ec(e, id);
+		if (atomic_fetch_or(&c->st, CHUNK_ANSWERED) & CHUNK_FED)
+			xfer_sched_add(&e->sched, id, !c->need);
+	}
+}
+
 /* The manifest's first part goes on the first link that answers (or the first adopted
  * connection), on stream 0, which then carries chunks on that link (once the last part is
  * answered). 0, or -errno with the error set. */
@@ -776,17 +839,24 @@ static int engine_first_link(struct xfer_engine *e, const struct xfer_adopt *ad,
 
 static void stream_start(struct stream *s)
 {
-	if (pthread_create(&s->th, NULL, stream_main, s) == 0)
+	if (pthread_create(&s->th, NULL, stream_main, s) == 0) {
 		s->started = 1;
-	else
+	} else {
 		atomic_store(&s->state, ST_DEAD);
+		if (s == s->e->streams && atomic_load(&s->e->parts_open)) {
+			set_error(s->e, "%s", "cannot start a thread for the manifest's stream");
+			xfer_sched_abort(&s->e->sched, -EAGAIN);
+			parts_fail(s->e);
+		}
+	}
 }
 
 int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *ad,
 		      const struct xfer_path *links, int nlinks, const struct xfer_manifest *m,
-		      const struct xfer_source *src, int more, struct xfer_engine **out,
+		      const struct xfer_source *src, unsigned flags, struct xfer_engine **out,
 		      struct xfer_report *rep)
 {
+	int more = (flags & XFER_ENGINE_MORE) != 0;
 	struct xfer_engine *e = calloc(1, sizeof(*e));
 	struct xfer_manifest first = *m;
 	uint32_t id0 = 0, nchunks = 0;
@@ -798,6 +868,7 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 	pthread_mutex_init(&e->parts_mu, NULL);
 	pthread_cond_init(&e->parts_cv, NULL);
 	e->cancel_fd = eventfd(0, EFD_CLOEXEC);
+	e->parts_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	e->m = *m;
 	e->m.nfiles = 0;
 	e->m.files = NULL; /* the engine's files are in e->fil */
@@ -813,6 +884,8 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 	e->progress = o->progress;
 	e->arg = o->arg;
 	e->listing = more;
+	e->singly = (flags & XFER_ENGINE_RELAY) != 0;
+	atomic_init(&e->parts_open, more);
 	first.last = !more;
 	if ((rc = xfer_sched_init(&e->sched, 0)))
 		goto fail;
@@ -870,9 +943,11 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 	if ((rc = engine_first_link(e, ad, &first, nchunks)))
 		goto fail;
 	count_skipped(e, 0, nchunks);
+	if (e->singly)
+		relay_answered(e, 0, nchunks); /* nothing fed yet */
 	e->parts = 1;
-	/* while parts are still to come, stream 0's connection is the manifest's */
-	for (unsigned i = 0; i < (ad ? e->nstreams : 1) && !more; i++)
+	/* stream 0 carries chunks at once; while parts are still to come, it sends them too */
+	for (unsigned i = 0; i < (ad ? e->nstreams : 1); i++)
 		stream_start(&e->streams[i]);
 	if (!more)
 		e->t_listed_ns = clock_now_ns();
@@ -904,6 +979,10 @@ static int part_answered(struct xfer_engine *e, const struct part_out *po)
 {
 	count_skipped(e, po->first_id, po->nchunks);
 	atomic_fetch_add(&e->parts, 1);
+	if (e->singly) {
+		relay_answered(e, po->first_id, po->nchunks);
+		return 0;
+	}
 	return feed_run(e, po->first_id, po->nchunks);
 }
 
@@ -923,95 +1002,114 @@ static int part_need(struct xfer_engine *e, const struct part_out *po)
 	return rc;
 }
 
-/*
- * The NEED reader: while the caller lists and sends the next parts, it reads the NEED of each
- * part sent, in order, and feeds that part's chunks. A failure fails the transfer (the caller
- * sees it at its next part or at the end).
- */
-static void *need_main(void *arg)
+/* Stream 0: send the parts listed and not sent yet, each taking its place in the window (its
+ * NEED comes back in its turn among the acknowledgements). 0 or -errno. */
+static int parts_send(struct stream *s, struct unit *win, unsigned *nwin)
 {
-	struct xfer_engine *e = arg;
-	for (;;) {
-		pthread_mutex_lock(&e->parts_mu);
-		while (!e->nout && !e->reader_stop)
-			pthread_cond_wait(&e->parts_cv, &e->parts_mu);
-		if (!e->nout) {
-			pthread_mutex_unlock(&e->parts_mu);
-			return NULL;
-		}
-		struct part_out po = e->out[0];
-		pthread_mutex_unlock(&e->parts_mu);
-		int rc = part_need(e, &po);
-		if (!rc)
-			rc = part_answered(e, &po);
-		if (rc) {
-			if (!e->error[0])
-				set_error(e, "lost the connection carrying the manifest: %s",
-					  strerror(-rc));
-			xfer_sched_abort(&e->sched, rc);
-		}
-		pthread_mutex_lock(&e->parts_mu);
-		memmove(e->out, e->out + 1, (e->nout - 1) * sizeof(e->out[0]));
-		e->nout--;
-		e->reader_failed |= rc != 0;
-		pthread_cond_broadcast(&e->parts_cv);
-		pthread_mutex_unlock(&e->parts_mu);
-		if (rc)
-			return NULL;
-	}
-}
-
-/* Stop the NEED reader once every part sent is answered (or it failed). */
-static void reader_join(struct xfer_engine *e)
-{
-	if (!e->reader_started)
-		return;
+	struct xfer_engine *e = s->e;
+	int rc = 0;
 	pthread_mutex_lock(&e->parts_mu);
-	e->reader_stop = 1;
-	pthread_cond_broadcast(&e->parts_cv);
+	while (!rc && e->nsent < e->nout) {
+		struct part_out *po = &e->out[e->nsent]; /* only this thread moves out[] */
+		pthread_mutex_unlock(&e->parts_mu);
+		rc = xfer_frame_send(&s->io, XFER_MANIFEST, po->enc, (uint32_t)po->len);
+		pthread_mutex_lock(&e->parts_mu);
+		if (!rc) {
+			free(po->enc);
+			po->enc = NULL;
+			e->nsent++;
+			win[(*nwin)++] = (struct unit){.n = 0};
+		}
+	}
 	pthread_mutex_unlock(&e->parts_mu);
-	pthread_join(e->reader, NULL);
-	e->reader_started = 0;
+	return rc;
 }
 
 /*
- * Send part <p> (appended already as <po>) and leave its NEED to the reader, once fewer than
- * XFER_PARTS_AHEAD parts wait for theirs. Over TLS (one connection object may not be read and
- * written by two threads at once), the NEED is read here, before the next part is listed.
+ * Stream 0: the oldest part sent is next to be answered. While its NEED is not in (the receiver
+ * looks at the part's files), wait for it or for a part to send (*woken set: send it, then wait
+ * again); then read it and feed that part's chunks. The last part's NEED ends the listing on
+ * this connection. 0 or -errno.
  */
-static int part_send(struct xfer_engine *e, const struct xfer_manifest *p,
-		     const struct part_out *po)
+static int part_read(struct stream *s, int *woken)
 {
-	struct net_conn *io = &e->streams[0].io;
-	int rc;
-	if (io->ssl) {
-		if (!(rc = exchange_manifest(e, io, p, po->first_id, po->nchunks)))
-			rc = part_answered(e, po);
-		return rc;
-	}
-	if (!e->reader_started) {
-		if (pthread_create(&e->reader, NULL, need_main, e))
-			return -EAGAIN;
-		e->reader_started = 1;
+	struct xfer_engine *e = s->e;
+	if (!net_conn_pending(&s->io)) {
+		struct pollfd pf[2] = {{.fd = s->io.fd, .events = POLLIN},
+				       {.fd = e->parts_fd, .events = POLLIN}};
+		int n = poll(pf, 2, XFER_FINISH_TIMEOUT_MS); /* a resumed part is re-hashed */
+		if (n < 0)
+			return errno == EINTR ? (*woken = 1, 0) : -errno;
+		if (n == 0)
+			return -ETIMEDOUT;
+		if (pf[1].revents & POLLIN) {
+			uint64_t v;
+			ssize_t got = read(e->parts_fd, &v, sizeof(v));
+			(void)got; /* drained; a part queued meanwhile writes it again */
+		}
+		if (!(pf[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+			*woken = 1;
+			return 0;
+		}
 	}
 	pthread_mutex_lock(&e->parts_mu);
-	while (e->nout == XFER_PARTS_AHEAD && !e->reader_failed)
-		pthread_cond_wait(&e->parts_cv, &e->parts_mu);
-	rc = e->reader_failed ? -EIO : 0;
+	struct part_out po = e->out[0];
 	pthread_mutex_unlock(&e->parts_mu);
-	if (rc || (rc = manifest_send(e, io, p)))
+	int rc = part_need(e, &po);
+	if (!rc)
+		rc = part_answered(e, &po);
+	if (rc) {
+		if (!e->error[0])
+			set_error(e, "lost the connection carrying the manifest: %s",
+				  strerror(-rc));
 		return rc;
+	}
 	pthread_mutex_lock(&e->parts_mu);
-	e->out[e->nout++] = *po;
+	memmove(e->out, e->out + 1, (e->nout - 1) * sizeof(e->out[0]));
+	e->nout--;
+	e->nsent--;
+	if (po.last)
+		atomic_store(&e->parts_open, 0);
 	pthread_cond_broadcast(&e->parts_cv);
 	pthread_mutex_unlock(&e->parts_mu);
 	return 0;
 }
 
+/*
+ * Queue part <p> (appended already as <po>) for stream 0 to send between its chunks, once fewer
+ * than XFER_PARTS_AHEAD parts wait for their NEED: the caller lists on meanwhile. One thread
+ * reads and writes the connection (TLS allows no more). 0 or -errno.
+ */
+static int part_queue(struct xfer_engine *e, const struct xfer_manifest *p, struct part_out *po)
+{
+	int rc = xfer_manifest_encode(p, &po->enc, &po->len);
+	if (rc) {
+		set_error(e, "%s", "manifest too large");
+		return rc;
+	}
+	pthread_mutex_lock(&e->parts_mu);
+	while (e->nout == XFER_PARTS_AHEAD && !e->parts_failed)
+		pthread_cond_wait(&e->parts_cv, &e->parts_mu);
+	if (e->parts_failed) {
+		rc = -EIO;
+		free(po->enc);
+	} else {
+		e->out[e->nout++] = *po;
+	}
+	pthread_mutex_unlock(&e->parts_mu);
+	if (!rc) {
+		uint64_t one = 1;
+		ssize_t n = write(e->parts_fd, &one, sizeof(one));
+		(void)n;		    /* an eventfd write cannot fail short of overflow */
+		xfer_sched_wake(&e->sched); /* stream 0 may be waiting for chunks */
+	}
+	return rc;
+}
+
 int xfer_engine_list(struct xfer_engine *e, struct xfer_manifest *p, const struct xfer_source *src,
 		     struct xfer_report *rep)
 {
-	struct part_out po = {.first_file = e->m.nfiles, .nfiles = p->nfiles};
+	struct part_out po = {.first_file = e->m.nfiles, .nfiles = p->nfiles, .last = p->last};
 	int rc = -EINVAL;
 	p->chunk_size = e->m.chunk_size;
 	p->nfwd = 0; /* the hops are in the first part */
@@ -1024,14 +1122,18 @@ int xfer_engine_list(struct xfer_engine *e, struct xfer_manifest *p, const struc
 	} else if (!e->listing) {
 		set_error(e, "%s", "the manifest was complete already");
 	} else if (!(rc = engine_append(e, p, src, &po.first_id, &po.nchunks)) &&
-		   (rc = part_send(e, p, &po)) && !e->error[0]) {
+		   (rc = part_queue(e, p, &po)) && !e->error[0]) {
 		set_error(e, "lost the connection carrying the manifest: %s", strerror(-rc));
 	}
 	if (!rc && p->last) {
-		/* every part answered before stream 0 reads its connection for acknowledgements */
-		reader_join(e);
+		/* every part answered: then the scheduler closes */
+		pthread_mutex_lock(&e->parts_mu);
+		while (e->nout && !e->parts_failed)
+			pthread_cond_wait(&e->parts_cv, &e->parts_mu);
+		int lost = e->parts_failed;
+		pthread_mutex_unlock(&e->parts_mu);
 		pthread_mutex_lock(&e->sched.mu);
-		rc = e->sched.error;
+		rc = e->sched.error ? e->sched.error : lost ? -EIO : 0;
 		pthread_mutex_unlock(&e->sched.mu);
 		if (rc && !e->error[0])
 			set_error(e, "%s", strerror(-rc));
@@ -1045,7 +1147,6 @@ int xfer_engine_list(struct xfer_engine *e, struct xfer_manifest *p, const struc
 		e->listing = 0;
 		e->t_listed_ns = clock_now_ns();
 		xfer_sched_close(&e->sched);
-		stream_start(&e->streams[0]);
 	}
 	return 0;
 }
@@ -1058,6 +1159,8 @@ void xfer_engine_feed(struct xfer_engine *e, uint32_t f, uint32_t k, uint64_t ha
 		c->hash = hash;
 		atomic_store_explicit(&c->known, 1, memory_order_release);
 	}
+	if (e->singly && !(atomic_fetch_or(&c->st, CHUNK_FED) & CHUNK_ANSWERED))
+		return; /* its part's NEED is not in yet: fed once it is */
 	xfer_sched_add(&e->sched, id, !c->need);
 }
 
@@ -1308,10 +1411,6 @@ void xfer_engine_free(struct xfer_engine *e)
 {
 	if (!e)
 		return;
-	if (e->reader_started) { /* a transfer given up while listing: its reader reads no more */
-		stream_abort(&e->streams[0]);
-		reader_join(e);
-	}
 	if (e->streams) {
 		xfer_sched_abort(&e->sched, -ECANCELED);
 		stop_dialing(e);
@@ -1336,6 +1435,10 @@ void xfer_engine_free(struct xfer_engine *e)
 		net_tls_ctx_free(e->tls);
 	if (e->cancel_fd >= 0)
 		close(e->cancel_fd);
+	if (e->parts_fd >= 0)
+		close(e->parts_fd);
+	for (unsigned i = 0; i < e->nout; i++)
+		free(e->out[i].enc);
 	pthread_mutex_destroy(&e->err_mu);
 	pthread_mutex_destroy(&e->parts_mu);
 	pthread_cond_destroy(&e->parts_cv);

@@ -39,25 +39,28 @@ struct xfer_adopt {
 /*
  * Connect to the first live link (or adopt the first connection, with <ad>), send <m> (its files
  * are copied, their paths borrowed until xfer_engine_free), read NEED, and start the streams.
- * With <more>, <m> is the first part of a streamed manifest: the next ones follow through
- * xfer_engine_list on the same connection (stream 0's, which carries chunks once the last part
- * is answered; the other streams carry the chunks fed meanwhile). <src> has one entry per
- * file (copied). <links> (<nlinks> of them), when not NULL, are
- * o->remote already parsed and resolved: the engine dials those very addresses (a bcast relay
- * checked them against
+ * With XFER_ENGINE_MORE in <flags>, <m> is the first part of a streamed manifest: the next ones
+ * follow through xfer_engine_list on the same connection (stream 0's, which carries chunks between
+ * them, as the other streams do). <src> has one entry per file (copied). <links> (<nlinks> of
+ * them), when not NULL, are o->remote already parsed and resolved: the engine dials those very
+ * addresses (a bcast relay checked them against
  * --relay-to; resolving the names again could give others). 0, or -errno with rep->error set.
  */
 struct xfer_path;
 int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *ad,
 		      const struct xfer_path *links, int nlinks, const struct xfer_manifest *m,
-		      const struct xfer_source *src, int more, struct xfer_engine **out,
+		      const struct xfer_source *src, unsigned flags, struct xfer_engine **out,
 		      struct xfer_report *rep);
+/* XFER_ENGINE_RELAY: chunks are fed one by one as they arrive (xfer_engine_feed); each goes out
+ * once it is fed and its part answered, whichever comes last. */
+#define XFER_ENGINE_MORE 1 /* more parts of the manifest follow (xfer_engine_list) */
+#define XFER_ENGINE_RELAY 2
 /*
  * The next part <p> of a streamed manifest (p->last: the last one; the engine sets its totals),
  * its files numbered after those listed before, with <src> (one entry per file, copied; paths
- * borrowed): sent; a thread of the engine reads its NEED and feeds its chunks meanwhile (up to
- * XFER_PARTS_AHEAD parts wait for theirs; over TLS, each is read before this returns). The
- * last part returns once every part is answered. 0, or -errno with rep->error set (the
+ * borrowed): queued for stream 0, which sends it between its chunks, reads its NEED and feeds
+ * its chunks (up to XFER_PARTS_AHEAD parts wait for theirs: past that, this waits). The last
+ * part returns once every part is answered. 0, or -errno with rep->error set (the
  * transfer has failed: finish or free the engine).
  */
 int xfer_engine_list(struct xfer_engine *e, struct xfer_manifest *p, const struct xfer_source *src,

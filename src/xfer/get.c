@@ -126,6 +126,7 @@ static void get_report(struct xfer_server *s, const struct xfer_path *paths, int
 {
 	rep->seconds = (double)(clock_now_ns() - t0) / 1e9;
 	rep->files = (uint32_t)atomic_load(&s->m_files);
+	rep->parts = atomic_load(&s->parts);
 	rep->chunks_bad = (uint32_t)atomic_load(&s->m_bad);
 	rep->nlinks = np > 0 ? (unsigned)np : 0;
 	for (unsigned i = 0; i < rep->nlinks; i++) {

@@ -4,11 +4,11 @@
  *
  * Every one of the client's connections says GET with the same names and session id. The
  * first becomes the sending side: the names are found beneath the served directory (never
- * leaving it), and an engine runs over adopted connections (engine.h, struct xfer_adopt)
- * instead of dialing; the others queue in the struct pull until a stream takes them. A
- * connection handed to a pull stays counted by the daemon until the pull closes it. When the
- * GET is over its session id is remembered (a tomb), so a connection arriving late does not
- * start it again.
+ * leaving it) and the trees walked while their manifest goes out in parts (send.c), by an
+ * engine over adopted connections (engine.h, struct xfer_adopt) instead of dialing; the others
+ * queue in the struct pull until a stream takes them. A connection handed to a pull stays counted
+ * by the daemon until the pull closes it. When the GET is over its session id is remembered (a
+ * tomb), so a connection arriving late does not start it again.
  */
 #include "xfer/pull.h"
 
@@ -97,54 +97,46 @@ static void pull_put(void *arg, struct net_conn *io)
 }
 
 /*
- * Answer GET <names> as the sending side: the files found beneath DIR, sent by an engine
- * over the client's connections (adopted from <p>). The reason it could not start goes to
- * <err>. Returns 1 when the engine took the first connection (it is no longer ours).
+ * Answer GET <names> as the sending side: the files found beneath DIR (each name looked at
+ * first, then the trees walked while their manifest goes out in parts), sent by an engine over
+ * the client's connections (adopted from <p>). The reason it could not start goes to <err>.
+ * Returns 1 when the engine took the first connection (it is no longer ours).
  */
 static int pull_answer(struct xfer_server_conn *c, struct pull *p, char **names, unsigned nnames,
 		       unsigned expected, char *err, size_t errlen)
 {
 	struct xfer_server *s = c->srv;
-	/* what to send: each name, a file or a tree, found beneath DIR without leaving it */
-	struct xfer_item *items = NULL;
-	unsigned nitems = 0;
-	xfer_items_beneath(s->dirfd, (const char *const *)names, nnames, &items, &nitems, err,
-			   errlen);
 	int handed = 0;
-	if (err[0]) {
-		xfer_server_refuse(s, &c->io, err);
+	struct xfer_adopt ad = {.take = pull_take,
+				.put = pull_put,
+				.arg = p,
+				.nlinks = s->nlisten,
+				.max_streams = expected};
+	for (unsigned i = 0; i < s->nlisten; i++)
+		ad.names[i] = s->listen_names[i];
+	struct xfer_send_opts o = {0};
+	struct xfer_report rep;
+	if (xfer_send_beneath(&o, &ad, s->dirfd, (const char *const *)names, nnames, &rep)) {
+		char clean[sizeof(
+		    rep.error)]; /* it may quote the client's ERR: no control characters */
+		size_t k = 0;
+		for (; rep.error[k]; k++)
+			clean[k] = (unsigned char)rep.error[k] < 0x20 || rep.error[k] == 0x7f
+				       ? '?'
+				       : rep.error[k];
+		clean[k] = 0;
+		log_warn("xfer get: %s", clean);
+		/* the first connection is still ours when the engine never started */
+		pthread_mutex_lock(&s->mu);
+		handed = p->head > 0;
+		pthread_mutex_unlock(&s->mu);
+		if (!handed && rep.error[0])
+			xfer_server_refuse(s, &c->io, rep.error);
+		if (!handed)
+			snprintf(err, errlen, "%s", rep.error);
 	} else {
-		struct xfer_adopt ad = {.take = pull_take,
-					.put = pull_put,
-					.arg = p,
-					.nlinks = s->nlisten,
-					.max_streams = expected};
-		for (unsigned i = 0; i < s->nlisten; i++)
-			ad.names[i] = s->listen_names[i];
-		struct xfer_send_opts o = {0};
-		struct xfer_report rep;
-		if (xfer_send_items(&o, &ad, s->dirfd, items, nitems, &rep)) {
-			char clean[sizeof(
-			    rep.error)]; /* it may quote the client's ERR: no control characters */
-			size_t k = 0;
-			for (; rep.error[k]; k++)
-				clean[k] =
-				    (unsigned char)rep.error[k] < 0x20 || rep.error[k] == 0x7f
-					? '?'
-					: rep.error[k];
-			clean[k] = 0;
-			log_warn("xfer get: %s", clean);
-			/* the first connection is still ours when the engine never started */
-			pthread_mutex_lock(&s->mu);
-			handed = p->head > 0;
-			pthread_mutex_unlock(&s->mu);
-			if (!handed && rep.error[0])
-				xfer_server_refuse(s, &c->io, rep.error);
-		} else {
-			handed = 1;
-		}
+		handed = 1;
 	}
-	xfer_items_free(items, nitems);
 	return handed;
 }
 

@@ -8,20 +8,19 @@
  * the first (the sender lists a tree as it sends it); each part is refused before anything is
  * created for it when the files so far would be too many, a name comes twice (in it, or in an
  * earlier part: a set of the names, bounded as the files are), a bcast hop lies outside
- * --relay-to (its names resolved once: the addresses checked are the ones dialed; a bcast
- * manifest comes in one part), its files need more bytes than the free space less what live
- * transfers reserved, or, pulling, it names what the client did not ask for; a part after
- * the last, a chunk size that differs from the first part's, and a last part whose totals
- * are not what the parts added up to are refused too. Otherwise its files are looked at,
- * space is reserved, they become visible to CHUNK and BATCH, and the part's NEED is answered.
- * The files live in a table that grows part by part without moving (table.h), since other
- * connections write chunks of the files listed before. FINISH waits for the last part. CHUNK is
- * read into its part, hashed as it arrives, written with pwrite, and acknowledged. BATCH (small
- * files whole, checked against the manifest before its data is read) puts each file in place at
- * once, without a part or state (store.h, xfer_store_put_whole), and is acknowledged once. FINISH
- * completes every file (a tree's files shared among a few threads), syncs the file system once when
- * batched files were renamed unsynced, and answers DONE. What survives
- * a transfer is on disk (see store.h).
+ * --relay-to (its names resolved once: the addresses checked are the ones dialed), its files need
+ * more bytes than the free space less what live transfers reserved, or, pulling, it names what the
+ * client did not ask for; a part after the last, a chunk size that differs from the first part's,
+ * and a last part whose totals are not what the parts added up to are refused too. Otherwise its
+ * files are looked at, space is reserved, they become visible to CHUNK and BATCH, and the part's
+ * NEED is answered. The files live in a table that grows part by part without moving (table.h),
+ * since other connections write chunks of the files listed before. FINISH waits for the last part.
+ * CHUNK is read into its part, hashed as it arrives, written with pwrite, and acknowledged. BATCH
+ * (small files whole, checked against the manifest before its data is read) puts each file in place
+ * at once, without a part or state (store.h, xfer_store_put_whole), and is acknowledged once.
+ * FINISH completes every file (a tree's files shared among a few threads), syncs the file system
+ * once when batched files were renamed unsynced, and answers DONE. What survives a transfer is on
+ * disk (see store.h).
  *
  * Deadlines: each frame must come whole within serve --frame-ms of its first byte, longer by
  * its length at --min-rate-kib (server.h: the accept loop cuts the connection past it), so a
@@ -36,10 +35,11 @@
  * chunk that had two at once is re-hashed at FINISH (store.h), after connections still
  * writing into verified chunks are ended.
  *
- * bcast: a manifest with further hops makes this receiver also a sender. Before answering
- * NEED it starts an engine to the next hop (with the remaining hops), and feeds it each chunk
- * once written, so chunks flow down the chain as they arrive; DONE goes upstream only when
- * the next hop said DONE.
+ * bcast: a manifest with further hops makes this receiver also a sender. Before answering a
+ * part's NEED it forwards the part to the next hop (the first part starts an engine to it, with
+ * the remaining hops; the later ones are listed to it as they arrive), and feeds it each chunk
+ * once written, so parts and chunks flow down the chain as they arrive; DONE goes upstream only
+ * when the next hop said DONE.
  */
 #include "xfer/receiver.h"
 
@@ -367,14 +367,18 @@ static int part_reserve(struct xfer_server *s, struct rx_transfer *rx, uint32_t 
 	return rc;
 }
 
-/* bcast (a manifest of one part): start the engine to the next hop, sending from this
- * receiver's parts. */
-static int transfer_relay(struct xfer_server *s, struct rx_transfer *rx, int tls, char *err,
-			  size_t errlen)
+/*
+ * bcast: files [from, to) as the relay's engine sends them, from this receiver's parts (each
+ * acquired and mapped, and pinned until the transfer ends): their manifest entries in
+ * *files and sources in *src (both malloc'd). 0, or -errno with the reason in <err>.
+ */
+static int relay_sources(struct xfer_server *s, struct rx_transfer *rx, uint32_t from, uint32_t to,
+			 struct xfer_file **files, struct xfer_source **src, char *err,
+			 size_t errlen)
 {
 	const char *why = NULL;
-	uint32_t n = rx->m.nfiles;
-	for (uint32_t i = 0; i < n; i++) {
+	uint32_t n = to - from;
+	for (uint32_t i = from; i < to; i++) {
 		int rc = xfer_store_acquire(s->dirfd, rx_file(rx, i), &why);
 		if (!rc && (rc = xfer_store_map(rx_file(rx, i))))
 			why = "cannot map a partial file";
@@ -385,45 +389,84 @@ static int transfer_relay(struct xfer_server *s, struct rx_transfer *rx, int tls
 		}
 		rx_file(rx, i)->pinned = 1; /* the relay reads the map until the transfer ends */
 	}
-	rx->relay_m = rx->m;
-	rx->relay_m.nfwd = rx->m.nfwd - 1;
-	rx->relay_m.last = 1;
-	memmove(rx->relay_m.fwd, rx->m.fwd + 1, rx->relay_m.nfwd * sizeof(char *));
-	rx->relay_m.files = calloc(n ? n : 1, sizeof(struct xfer_file));
-	struct xfer_source *src = calloc(n ? n : 1, sizeof(*src));
-	if (!src || !rx->relay_m.files) {
-		free(src);
+	*files = calloc(n ? n : 1, sizeof(struct xfer_file));
+	*src = calloc(n ? n : 1, sizeof(struct xfer_source));
+	if (!*files || !*src) {
+		free(*files);
+		free(*src);
+		*files = NULL;
+		*src = NULL;
 		return -ENOMEM;
 	}
-	for (uint32_t i = 0; i < n; i++) {
+	for (uint32_t i = from; i < to; i++) {
 		struct xfer_store_file *f = rx_file(rx, i);
-		rx->relay_m.files[i] = rx_entry(rx, i)->mf;
-		src[i] = (struct xfer_source){.fd = f->part_fd, .buf = f->map, .size = f->size};
+		(*files)[i - from] = rx_entry(rx, i)->mf;
+		(*src)[i - from] =
+		    (struct xfer_source){.fd = f->part_fd, .buf = f->map, .size = f->size};
 	}
-	struct xfer_send_opts o = {
-	    .remote = rx->m.fwd[0],
-	    .bcast = (const char *const *)rx->relay_m.fwd,
-	    .nbcast = rx->relay_m.nfwd,
-	    .token_file = s->o->token_file,
-	    /* a chain that came in over TLS goes on over TLS, this node's certificate its own */
-	    .tls = tls,
-	    .tls_ca = s->o->tls_ca,
-	    .tls_cert = s->o->tls_cert,
-	    .tls_key = s->o->tls_key,
-	    .numa_off = s->o->numa_off,
-	};
+	return 0;
+}
+
+/* bcast: the chunks of files [from, to) this receiver has already (a resume) go to the relay. */
+static void relay_feed_done(struct rx_transfer *rx, uint32_t from, uint32_t to)
+{
+	for (uint32_t f = from; f < to; f++)
+		for (uint32_t k = 0; k < rx_file(rx, f)->nchunks; k++)
+			if (rx_file(rx, f)->done[k])
+				xfer_engine_feed(rx->relay, f, k, rx_file(rx, f)->hashes[k], 1);
+}
+
+/*
+ * bcast: forward files [from, to), the part just taken, to the next hop: the first part starts
+ * the engine to it (with the remaining hops), each later one is listed to it as it arrives (the
+ * last waits until the next hop answered every part), so the next hop starts writing while this
+ * one's manifest is still coming. Its chunks go on as they are written here (chunk_write).
+ */
+static int transfer_relay(struct xfer_server *s, struct rx_transfer *rx, uint32_t from, uint32_t to,
+			  int last, int tls, char *err, size_t errlen)
+{
+	struct xfer_file *files = NULL;
+	struct xfer_source *src = NULL;
 	struct xfer_report rep;
-	int rc =
-	    xfer_engine_start(&o, NULL, rx->hop, rx->nhop, &rx->relay_m, src, 0, &rx->relay, &rep);
+	int rc = relay_sources(s, rx, from, to, &files, &src, err, errlen);
+	if (rc)
+		return rc;
+	if (from == 0) {
+		rx->relay_m = rx->m;
+		rx->relay_m.nfwd = rx->m.nfwd - 1;
+		rx->relay_m.nfiles = to;
+		rx->relay_m.last = (uint8_t)last;
+		memmove(rx->relay_m.fwd, rx->m.fwd + 1, rx->relay_m.nfwd * sizeof(char *));
+		rx->relay_m.files = files;
+		files = NULL;
+		struct xfer_send_opts o = {
+		    .remote = rx->m.fwd[0],
+		    .bcast = (const char *const *)rx->relay_m.fwd,
+		    .nbcast = rx->relay_m.nfwd,
+		    .token_file = s->o->token_file,
+		    /* a chain that came in over TLS goes on over TLS, this node's certificate its
+		     * own */
+		    .tls = tls,
+		    .tls_ca = s->o->tls_ca,
+		    .tls_cert = s->o->tls_cert,
+		    .tls_key = s->o->tls_key,
+		    .numa_off = s->o->numa_off,
+		};
+		rc = xfer_engine_start(&o, NULL, rx->hop, rx->nhop, &rx->relay_m, src,
+				       XFER_ENGINE_RELAY | (last ? 0 : XFER_ENGINE_MORE),
+				       &rx->relay, &rep);
+	} else {
+		struct xfer_manifest p = {
+		    .nfiles = to - from, .files = files, .last = (uint8_t)last};
+		rc = xfer_engine_list(rx->relay, &p, src, &rep);
+	}
+	free(files);
 	free(src);
 	if (rc) {
 		snprintf(err, errlen, "next bcast hop %s: %s", rx->m.fwd[0], rep.error);
 		return rc;
 	}
-	for (uint32_t f = 0; f < n; f++)
-		for (uint32_t k = 0; k < rx_file(rx, f)->nchunks; k++)
-			if (rx_file(rx, f)->done[k])
-				xfer_engine_feed(rx->relay, f, k, rx_file(rx, f)->hashes[k], 1);
+	relay_feed_done(rx, from, to);
 	return 0;
 }
 
@@ -480,7 +523,7 @@ static struct rx_transfer *transfer_get(struct xfer_server *s, const uint8_t id[
 /*
  * A part of the manifest, decoded into <p>, for the transfer <rx>: admitted (part_admit), its
  * files looked at and their space reserved, then published to CHUNK and BATCH (rx->listed) and
- * answered with their NEED. The first part starts a bcast relay (a bcast manifest is one part).
+ * answered with their NEED. A bcast relay forwards the part to its next hop first.
  * 0, or -errno with the reason in <err> (the files it took stay in the table, unpublished, until
  * the transfer is freed).
  */
@@ -501,7 +544,8 @@ static int part_take(struct xfer_server_conn *c, struct rx_transfer *rx, struct 
 	if (last) /* connections of the transfer waiting to join */
 		pthread_cond_broadcast(&rx->cv);
 	pthread_mutex_unlock(&rx->mu);
-	if (rx->m.nfwd && (rc = transfer_relay(s, rx, c->io.ssl != NULL, err, errlen)))
+	if (rx->m.nfwd &&
+	    (rc = transfer_relay(s, rx, from, to, last, c->io.ssl != NULL, err, errlen)))
 		return rc;
 	atomic_store_explicit(&rx->listed, to, memory_order_release);
 	s->total_bytes += rx->listed_bytes - bytes;
@@ -579,8 +623,7 @@ static int on_manifest(struct xfer_server_conn *c, const struct xfer_hello *hell
 	}
 	const char *bad = !first && p.chunk_size != rx->m.chunk_size
 			      ? "its parts disagree on the chunk size"
-			  : !first && p.nfwd ? "bcast hops come in its first part only"
-			  : first && rx->m.nfwd && !p.last ? "a bcast manifest comes in one part"
+			  : !first && p.nfwd	 ? "bcast hops come in its first part only"
 			  : !p.last && !p.nfiles ? "a part other than the last lists no file"
 						 : NULL;
 	if (bad) {
@@ -596,6 +639,7 @@ static int on_manifest(struct xfer_server_conn *c, const struct xfer_hello *hell
 	uint32_t from = rx->m.nfiles;
 	if (part_take(c, rx, &p, err, sizeof(err)))
 		goto refuse;
+	atomic_fetch_add(&s->parts, 1);
 	if (first) {
 		pthread_mutex_lock(&s->mu);
 		list_push_front(&s->transfers, &rx->node);

@@ -2,9 +2,9 @@
  * send.c - xfer_send(): items to a manifest and sources, then one engine run; the streamed
  * sender (xfer_send_begin/add/end, and xfer_send_paths over it), which sends the manifest in
  * parts as its caller lists files, so chunks of the files listed flow while a tree is still
- * walked; and the expansion of paths (files and directory trees) into items: a sender's own
- * paths as given, or, for a server answering GET, names resolved beneath its directory and
- * never outside.
+ * walked; the expansion of paths (files and directory trees) into items; and, for a server
+ * answering GET, the same streamed send of names resolved beneath its directory and never
+ * outside (xfer_send_beneath).
  */
 #include "xfer/send.h"
 #include "accelnet/xfer.h"
@@ -12,6 +12,7 @@
 #include "xfer/engine.h"
 
 #include <dirent.h>
+#include <glob.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
@@ -162,7 +163,8 @@ void xfer_items_free(struct xfer_item *items, unsigned n)
 
 /* Every regular file beneath the open directory <dfd> (closed here), as <name>/... and
  * <path>/...; symlinks and special files are skipped. */
-static int walk_beneath(struct list *l, int dfd, const char *path, const char *name, unsigned depth)
+static int walk_beneath(const struct sink *l, int dfd, const char *path, const char *name,
+			unsigned depth)
 {
 	if (depth > BENEATH_DEPTH_MAX) {
 		close(dfd);
@@ -188,7 +190,7 @@ static int walk_beneath(struct list *l, int dfd, const char *path, const char *n
 		    asprintf(&n, "%s/%s", name, de->d_name) < 0) {
 			rc = -ENOMEM;
 		} else if (S_ISREG(st.st_mode)) {
-			rc = list_push(l, n, p);
+			rc = l->add(l->arg, n, p);
 		} else if (S_ISDIR(st.st_mode)) {
 			int sub = openat(dirfd(d), de->d_name,
 					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -202,13 +204,18 @@ static int walk_beneath(struct list *l, int dfd, const char *path, const char *n
 	return rc;
 }
 
-int xfer_items_beneath(int dirfd, const char *const *names, unsigned n, struct xfer_item **items,
-		       unsigned *nitems, char *err, size_t errlen)
+/*
+ * Each of <names> beneath <dirfd>: its descriptor in fds[i] (a directory, kept for the walk) or
+ * -1 (a file), all looked at before anything is sent, so a name that cannot be served fails the
+ * GET before the first part. 0, or -errno with the reason in <err>.
+ */
+static int names_open(int dirfd, const char *const *names, unsigned n, int *fds, char *err,
+		      size_t errlen)
 {
-	struct list l = {0};
 	int rc = 0;
+	for (unsigned i = 0; i < n; i++)
+		fds[i] = -1;
 	for (unsigned i = 0; i < n && !rc; i++) {
-		const char *base = strrchr(names[i], '/') ? strrchr(names[i], '/') + 1 : names[i];
 		/* no symlink is followed, as none is inside a tree: one could lead outside DIR, or
 		 * to DIR itself or its partial files (XFER_STATE_DIR) */
 		struct open_how how = {.flags = O_RDONLY | O_CLOEXEC,
@@ -227,28 +234,22 @@ int xfer_items_beneath(int dirfd, const char *const *names, unsigned n, struct x
 				: strerror(-rc));
 			if (fd >= 0)
 				close(fd);
-		} else if (S_ISREG(st.st_mode)) {
-			close(fd);
-			rc = list_push(&l, base, names[i]);
 		} else if (S_ISDIR(st.st_mode)) {
-			rc = walk_beneath(&l, fd, names[i], base, 0);
-			if (rc)
-				snprintf(err, errlen, "'%s': %s", names[i], strerror(-rc));
+			fds[i] = fd;
 		} else {
 			close(fd);
-			rc = -EINVAL;
-			snprintf(err, errlen, "'%s': neither a file nor a directory", names[i]);
+			if (!S_ISREG(st.st_mode)) {
+				rc = -EINVAL;
+				snprintf(err, errlen, "'%s': neither a file nor a directory",
+					 names[i]);
+			}
 		}
 	}
-	if (rc) {
-		if (!err[0])
-			snprintf(err, errlen, "%s", strerror(-rc));
-		xfer_items_free(l.v, l.n);
-		return rc;
-	}
-	*items = l.v;
-	*nitems = l.n;
-	return 0;
+	if (rc)
+		for (unsigned i = 0; i < n; i++)
+			if (fds[i] >= 0)
+				close(fds[i]);
+	return rc;
 }
 
 /* What the manifest says of a file: stat'd by path, or opened beneath <dirfd> (no symlink
@@ -351,15 +352,18 @@ out:
  * part_max files (XFER_PART_FIRST for the first, so data starts early, then twice as many each
  * time up to XFER_PART_MAX) or when XFER_PART_MS passed since the last one while files wait;
  * its chunks are fed as soon as its NEED is back (engine.h), while the caller lists on. The first
- * part starts the engine; a bcast chain takes the manifest whole (a relay starts its next hop from
- * the whole of it), so nothing goes out before xfer_send_end.
+ * part starts the engine. A bcast chain takes the parts as they come too: each relay forwards a
+ * part to its next hop as it arrives (receiver.c).
  */
 #define XFER_PART_FIRST 64
 #define XFER_PART_MAX 4096
 #define XFER_PART_MS 100
+#define XFER_HOLD_ENV "ACCELNET_XFER_HOLD_LAST_PART"
 
 struct xfer_sending {
 	struct xfer_send_opts o;
+	const struct xfer_adopt *ad; /* a server answering GET: the client's connections */
+	int dirfd;		     /* and item paths beneath it (-1: as given) */
 	struct xfer_engine *e;
 	struct xfer_file *files; /* the pending part */
 	struct xfer_source *src;
@@ -378,6 +382,7 @@ int xfer_send_begin(const struct xfer_send_opts *o, struct xfer_sending **out)
 	if (!x)
 		return -ENOMEM;
 	x->o = *o;
+	x->dirfd = -1;
 	x->part_max = XFER_PART_FIRST;
 	x->last_ns = clock_now_ns();
 	*out = x;
@@ -402,6 +407,31 @@ static int own(struct xfer_sending *x, char *s)
 	return 0;
 }
 
+/*
+ * For tests: with ACCELNET_XFER_HOLD_LAST_PART set to a glob(3) pattern, a manifest in several
+ * parts holds its last part until a path matches it (a file the receiver puts in place), for
+ * at most 20 s, and fails the transfer if none did: a test sees that data flowed while the
+ * manifest was still being listed, without timing anything. 0 or -ETIMEDOUT.
+ */
+static int hold_last_part(struct xfer_report *rep)
+{
+	const char *pattern = getenv(XFER_HOLD_ENV);
+	if (!pattern || !*pattern)
+		return 0;
+	for (uint64_t until = clock_now_ns() + 20000000000ull; clock_now_ns() < until;) {
+		glob_t g;
+		int found = glob(pattern, GLOB_NOSORT, NULL, &g) == 0 && g.gl_pathc > 0;
+		globfree(&g);
+		if (found)
+			return 0;
+		usleep(5000);
+	}
+	snprintf(rep->error, sizeof(rep->error),
+		 "%s: nothing matched '%.150s' before the manifest's last part", XFER_HOLD_ENV,
+		 pattern);
+	return -ETIMEDOUT;
+}
+
 /* Send the pending part (the last when <last>) and feed its chunks. 0, or -errno with
  * rep->error set. */
 static int part_flush(struct xfer_sending *x, int last, struct xfer_report *rep)
@@ -412,6 +442,8 @@ static int part_flush(struct xfer_sending *x, int last, struct xfer_report *rep)
 	    .files = x->files,
 	    .last = (uint8_t)last};
 	int rc;
+	if (last && x->e && (rc = hold_last_part(rep)))
+		return rc;
 	if (!x->e) {
 		if (p.chunk_size < 4096 || p.chunk_size > XFER_DATA_MAX) {
 			snprintf(rep->error, sizeof(rep->error),
@@ -428,7 +460,8 @@ static int part_flush(struct xfer_sending *x, int last, struct xfer_report *rep)
 		}
 		for (uint32_t i = 0; i < x->n; i++)
 			x->files[i].nchunks = xfer_chunks_of(x->files[i].size, p.chunk_size);
-		rc = xfer_engine_start(&x->o, NULL, NULL, 0, &p, x->src, !last, &x->e, rep);
+		rc = xfer_engine_start(&x->o, x->ad, NULL, 0, &p, x->src,
+				       last ? 0 : XFER_ENGINE_MORE, &x->e, rep);
 	} else {
 		for (uint32_t i = 0; i < x->n; i++)
 			x->files[i].nchunks = xfer_chunks_of(x->files[i].size, p.chunk_size);
@@ -481,7 +514,8 @@ int xfer_send_add(struct xfer_sending *x, const struct xfer_item *it, struct xfe
 		f->mode = 0644;
 	} else {
 		struct stat st;
-		if ((rc = source_stat(-1, path, &st)) || (!S_ISREG(st.st_mode) && (rc = -EINVAL))) {
+		if ((rc = source_stat(x->dirfd, path, &st)) ||
+		    (!S_ISREG(st.st_mode) && (rc = -EINVAL))) {
 			snprintf(rep->error, sizeof(rep->error), "%s: %s", path,
 				 rc == -EINVAL ? "not a regular file" : strerror(-rc));
 			goto fail;
@@ -492,7 +526,7 @@ int xfer_send_add(struct xfer_sending *x, const struct xfer_item *it, struct xfe
 		    (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
 		*src = (struct xfer_source){.fd = -1,
 					    .path = path,
-					    .dirfd = -1,
+					    .dirfd = x->dirfd,
 					    .size = f->size,
 					    .mtime_ns = f->mtime_ns,
 					    .dev = (uint64_t)st.st_dev,
@@ -501,8 +535,7 @@ int xfer_send_add(struct xfer_sending *x, const struct xfer_item *it, struct xfe
 	x->n++;
 	if (x->e)
 		xfer_engine_tick(x->e, &x->rep);
-	if (!x->o.nbcast &&
-	    (x->n >= x->part_max || (clock_now_ns() - x->last_ns) / 1000000 >= XFER_PART_MS) &&
+	if ((x->n >= x->part_max || (clock_now_ns() - x->last_ns) / 1000000 >= XFER_PART_MS) &&
 	    (rc = part_flush(x, 0, rep)))
 		goto fail;
 	return 0;
@@ -568,5 +601,48 @@ int xfer_send_paths(const struct xfer_send_opts *o, const char *const *paths, un
 		snprintf(rep->error, sizeof(rep->error), "%.200s: %s", bad, strerror(-rc));
 		x->failed = rc;
 	}
+	return xfer_send_end(x, rep);
+}
+
+int xfer_send_beneath(const struct xfer_send_opts *o, const struct xfer_adopt *ad, int dirfd,
+		      const char *const *names, unsigned n, struct xfer_report *rep)
+{
+	struct xfer_sending *x;
+	memset(rep, 0, sizeof(*rep));
+	int *fds = calloc(n ? n : 1, sizeof(*fds));
+	if (!fds)
+		return -ENOMEM;
+	int rc = names_open(dirfd, names, n, fds, rep->error, sizeof(rep->error));
+	if (rc || (rc = xfer_send_begin(o, &x))) {
+		if (!rc)
+			for (unsigned i = 0; i < n; i++)
+				if (fds[i] >= 0)
+					close(fds[i]);
+		free(fds);
+		return rc;
+	}
+	x->ad = ad;
+	x->dirfd = dirfd;
+	struct paths_sink ps = {.x = x, .rep = rep};
+	struct sink sink = {.add = paths_add, .arg = &ps};
+	for (unsigned i = 0; i < n; i++) {
+		const char *base = strrchr(names[i], '/') ? strrchr(names[i], '/') + 1 : names[i];
+		int fd = fds[i];
+		fds[i] = -1;
+		if (rc || x->failed) {
+			if (fd >= 0)
+				close(fd);
+			continue;
+		}
+		rc = fd < 0 ? paths_add(&ps, base, names[i])
+			    : walk_beneath(&sink, fd, names[i], base, 0); /* closes fd */
+		if (rc && !x->failed) {
+			/* the walk's own failure (not the transfer's) */
+			snprintf(rep->error, sizeof(rep->error), "'%.200s': %s", names[i],
+				 strerror(-rc));
+			x->failed = rc;
+		}
+	}
+	free(fds);
 	return xfer_send_end(x, rep);
 }

@@ -79,6 +79,7 @@ struct xfer_server {
 	/* metrics */
 	_Atomic uint64_t m_bytes, m_chunks, m_dup, m_bad, m_files, m_sessions, m_auth_fail,
 	    m_errors, m_conns_total, m_dup_bytes, m_batches, m_slow_frames;
+	_Atomic uint32_t parts; /* manifest parts taken (a get client reports them) */
 };
 
 /* One connection of a receiving side, owned by its thread. */

@@ -3,19 +3,27 @@ thousand files goes in several parts and lands byte-exact with its modes and tim
 cut after its first part and some of its files, then run again, is sent only what the receiver
 did not have; hostile parts are refused with a reason: a part after the last, a name twice
 across parts, totals that lie, more files than --max-files across parts, a chunk size that
-changes, an empty part, a bcast manifest in parts, FINISH or a chunk of a file not listed yet,
-and a second connection joining a manifest still coming. (That data flows before the listing
-ends is shown deterministically by tests/unit/test_xfer_api.c, whose caller stops listing
-until the first file is in place.)"""
+changes, an empty part, a bcast hop not allowed, FINISH or a chunk of a file not listed yet,
+and a second connection joining a manifest still coming. Data flows before the listing ends,
+on the connection that carries the parts too (--streams 1), and `xfer get`'s server streams its
+manifest the same way, and so does a bcast chain, each relay forwarding a part as it comes
+(with the receiver's checks at each relay, and at the get client): shown without timing anything by ACCELNET_XFER_HOLD_LAST_PART, which
+holds a sender's last part until a path matches (and fails the transfer after 20 s if none
+does); tests/unit/test_xfer_api.c shows it through the API."""
 
+import glob
 import os
+import signal
 import struct
+import socket
+import subprocess
+import threading
 
-from harness import free_port
+from harness import BIN, free_port, wait_until
 from test_xfer import send, serve
 from test_xfer_batch import batch_meta, make_small_tree, scratch
-from test_xfer_security import (BATCH, BATCH_ACK, CHUNK, ERR, FINISH, MANIFEST, NEED, OK, Wire, manifest,
-                                xxh64)
+from test_xfer_security import (BATCH, BATCH_ACK, CHALLENGE, CHUNK, ERR, FINISH, MANIFEST, NEED, OK, Wire,
+                                manifest, xxh64)
 
 
 def test_tree_in_parts_arrives_whole(env):
@@ -134,10 +142,10 @@ def test_hostile_manifest_parts_are_refused(env):
     w = after_first([a])
     w.send(MANIFEST, part([]))
     refused(w, "a part other than the last lists no file")
-    # a bcast manifest in parts
+    # a bcast first part (parts are forwarded now) to a hop this server may not dial
     w = opened(port)
     w.send(MANIFEST, part([a], fwd=["127.0.0.1:1"]))
-    refused(w, "a bcast manifest comes in one part")
+    refused(w, "does not relay to 127.0.0.1:1")
     # FINISH before the last part; a chunk of a file not listed yet
     w = after_first([a])
     w.send(FINISH, bytes(16))
@@ -159,3 +167,203 @@ def test_hostile_manifest_parts_are_refused(env):
     state = os.path.join(dst, ".accelnet-xfer")
     assert os.listdir(dst) in ([], [".accelnet-xfer"]), os.listdir(dst)
     assert not os.path.isdir(state) or os.listdir(state) == [], os.listdir(state)
+
+
+HOLD = "ACCELNET_XFER_HOLD_LAST_PART"
+
+
+def held(pattern, fn, *args, **kw):
+    """Run fn with the hold knob set to <pattern> in the environment of what it starts."""
+    old = os.environ.get(HOLD)
+    os.environ[HOLD] = pattern
+    try:
+        return fn(*args, **kw)
+    finally:
+        if old is None:
+            del os.environ[HOLD]
+        else:
+            os.environ[HOLD] = old
+
+
+def same_tree(files, root):
+    for rel, data in files:
+        with open(os.path.join(root, rel), "rb") as f:
+            assert f.read() == data, rel
+
+
+def test_one_stream_carries_data_while_listing(env):
+    """--streams 1 on one link: the connection that carries the manifest's parts carries the
+    files too, so the receiver has files in place while the sender still holds its last part
+    (before, that connection carried nothing until the last part was answered: the hold timed
+    out and the transfer failed)."""
+    work = scratch(env)
+    src, dst = os.path.join(work, "src", "tree"), os.path.join(work, "dst")
+    os.makedirs(dst)
+    files = make_small_tree(src, 300)
+    port = free_port()
+    serve(env, f"127.0.0.1:{port}", dst)
+    rep = held(os.path.join(dst, "tree", "d*", "f*"), send,
+               [src, f"127.0.0.1:{port}", "--streams", "1", "--chunk-kib", "64"], check=False)
+    assert rep["rc"] == 0, rep
+    assert rep["manifest_parts"] > 1 and rep["files"] == len(files), rep
+    same_tree(files, os.path.join(dst, "tree"))
+
+
+def test_get_streams_its_manifest_and_resumes(env):
+    """`xfer get`: the server walks the tree while it sends it, in parts. Its last part held
+    (until the test says go), the client already has files in place; the client killed then,
+    mid-manifest, and run again, is sent only what it lacked, and every file lands whole."""
+    work = scratch(env)
+    served, dst = os.path.join(work, "served"), os.path.join(work, "dst")
+    os.makedirs(dst)
+    files = make_small_tree(os.path.join(served, "tree"), 300)
+    go = os.path.join(work, "go")
+    os.makedirs(go)
+    port = free_port()
+    held(os.path.join(go, "*"), serve, env, f"127.0.0.1:{port}", served)
+    argv = [BIN, "xfer", "get", f"127.0.0.1:{port}", "tree", "--to", dst, "--chunk-kib", "64",
+            "--json"]
+    first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    env.on_cleanup.append(lambda: first.poll() is None and first.kill())
+    wait_until(lambda: glob.glob(os.path.join(dst, "tree", "d*", "f*")) or first.poll() is not None,
+               "a file in place")
+    assert first.poll() is None, first.communicate()  # the server still holds its last part
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    had = glob.glob(os.path.join(dst, "tree", "d*", "f*"))
+    assert had and len(had) < len(files), len(had)
+    open(os.path.join(go, "now"), "w").close()
+    rep = send([f"127.0.0.1:{port}", "tree", "--to", dst, "--chunk-kib", "64"], cmd="get")
+    assert rep["manifest_parts"] > 1 and rep["files"] == len(files), rep
+    assert rep["bytes_skipped"] >= sum(os.path.getsize(p) for p in had) > 0, rep
+    same_tree(files, os.path.join(dst, "tree"))
+
+
+class PartsServer:
+    """A hostile server for `xfer get`: after the handshake and the GET, it sends the MANIFEST
+    parts <parts> one by one, reading the client's answer to each; .answers holds them
+    [(type, meta)] (the client's ERR says why it refused)."""
+
+    def __init__(self, env, parts):
+        self.parts, self.answers = parts, []
+        self.ls = socket.socket()
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(16)
+        self.port = self.ls.getsockname()[1]
+        self.th = threading.Thread(target=self.run, daemon=True)
+        self.th.start()
+        env.on_cleanup.append(self.close)
+
+    def run(self):
+        try:
+            c, _ = self.ls.accept()
+            c.settimeout(20)
+            w = Wire(c)
+            w.exact(4)
+            w.send(CHALLENGE, os.urandom(32))
+            w.frame()  # HELLO
+            w.send(OK)
+            w.frame()  # GET
+            for meta in self.parts:
+                w.send(MANIFEST, meta)
+                t, meta, _ = w.frame()
+                self.answers.append((t, meta))
+                if t != NEED:
+                    break
+            c.close()
+        except (OSError, ConnectionError, AssertionError, struct.error):
+            pass
+
+    def close(self):
+        self.ls.close()
+        self.th.join(10)
+
+
+def get_refuses(env, parts, why):
+    """`xfer get t` from a PartsServer sending <parts>: the client refuses the last of them with
+    ERR <why>, exits non-zero saying so, and nothing lands."""
+    to = os.path.join(scratch(env), "to")
+    os.makedirs(to)
+    fake = PartsServer(env, parts)
+    r = subprocess.run([BIN, "xfer", "get", f"127.0.0.1:{fake.port}", "t", "--to", to, "--streams",
+                        "1", "--quiet"], capture_output=True, text=True, timeout=60)
+    fake.close()
+    assert r.returncode != 0 and why in r.stderr, (r.returncode, r.stderr)
+    assert [t for t, _ in fake.answers] == [NEED] * (len(parts) - 1) + [ERR], fake.answers
+    assert why.encode() in fake.answers[-1][1], fake.answers
+    assert not os.path.exists(os.path.join(to, "t")), os.listdir(to)
+
+
+A, B, C = ("t/a", 5, 0o644), ("t/b", 7, 0o644), ("t/c", 9, 0o644)
+
+
+def test_get_client_refuses_a_part_after_the_last(env):
+    get_refuses(env, [part([A], last=True), part([B], last=True, totals=(2, 12))],
+                "a part after the last one")
+
+
+def test_get_client_refuses_a_name_twice_across_parts(env):
+    get_refuses(env, [part([A, B]), part([C, A], last=True, totals=(4, 26))],
+                "'t/a' appears twice in the manifest")
+
+
+def test_get_client_refuses_totals_that_lie(env):
+    get_refuses(env, [part([A, B]), part([C], last=True, totals=(3, 20))],
+                "its last part says 3 files and 20 bytes in all, its parts listed 3 files and 21 bytes")
+
+
+def test_bcast_chain_streams_its_manifest(env):
+    """A chain of three: each relay forwards the source's parts as they arrive, so the last hop
+    has files in place while the source still holds its last part; every hop gets the tree
+    whole (before, the chain took the manifest in one part)."""
+    work = scratch(env)
+    src = os.path.join(work, "src", "tree")
+    files = make_small_tree(src, 300)
+    hops = []
+    for i in range(3):
+        d = os.path.join(work, f"r{i}")
+        os.makedirs(d)
+        port = free_port()
+        serve(env, f"127.0.0.1:{port}", d, name=f"serve{i}", extra=["--relay-to", "127.0.0.0/8"])
+        hops.append((d, f"127.0.0.1:{port}"))
+    rep = held(os.path.join(hops[-1][0], "tree", "d*", "f*"), send,
+               [src] + [h for _, h in hops] + ["--chunk-kib", "64"], cmd="bcast", check=False)
+    assert rep["rc"] == 0, rep
+    assert rep["manifest_parts"] > 1 and rep["files"] == len(files), rep
+    for d, _ in hops:
+        same_tree(files, os.path.join(d, "tree"))
+
+
+def relay_refuses(env, first, hostile, why, first_last=False):
+    """A relay (serve with --relay-to) takes a first part naming a next hop, and forwards it;
+    the hostile part after it is refused with ERR <why>, and nothing lands at the next hop."""
+    work = scratch(env)
+    d1, d2 = os.path.join(work, "relay"), os.path.join(work, "next")
+    os.makedirs(d1)
+    os.makedirs(d2)
+    p1, p2 = free_port(), free_port()
+    serve(env, f"127.0.0.1:{p2}", d2, name="next")
+    serve(env, f"127.0.0.1:{p1}", d1, name="relay", extra=["--relay-to", "127.0.0.0/8"])
+    w = opened(p1)
+    w.send(MANIFEST, part(first, last=first_last, fwd=[f"127.0.0.1:{p2}"]))
+    t, meta, _ = w.frame()
+    assert t == NEED, (t, meta)
+    w.send(MANIFEST, hostile)
+    refused(w, why)
+    for d in (d1, d2):
+        assert not os.path.exists(os.path.join(d, "t")), os.listdir(d)
+
+
+def test_relay_refuses_a_part_after_the_last(env):
+    relay_refuses(env, [A], part([B], last=True, totals=(2, 12)), "a part after the last one",
+                  first_last=True)
+
+
+def test_relay_refuses_a_name_twice_across_parts(env):
+    relay_refuses(env, [A, B], part([C, A], last=True, totals=(4, 26)),
+                  "'t/a' appears twice in the manifest")
+
+
+def test_relay_refuses_totals_that_lie(env):
+    relay_refuses(env, [A, B], part([C], last=True, totals=(3, 20)),
+                  "its last part says 3 files and 20 bytes in all, its parts listed 3 files and 21 bytes")

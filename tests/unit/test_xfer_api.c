@@ -180,11 +180,11 @@ static void on_progress(const struct xfer_report *r, void *arg)
 /*
  * The caller lists 100 files, then stops listing until the first one is in place on the
  * receiver: a sender that sent nothing before the listing ended would wait here for ever (the
- * deadline fails the test). Then the rest, and every file byte for byte.
+ * deadline fails the test). Then the rest, and every file byte for byte. With one stream, the
+ * connection that carries the parts carries the chunks too.
  */
-static void streamed_data_before_listing_ends(void **state)
+static void streamed_until_first_in_place(unsigned streams)
 {
-	(void)state;
 	snprintf(dir, sizeof(dir), "/tmp/accelnet-xfer-stream-XXXXXX");
 	assert_non_null(mkdtemp(dir));
 	__atomic_store_n(&stop, 0, __ATOMIC_RELAXED);
@@ -204,7 +204,7 @@ static void streamed_data_before_listing_ends(void **state)
 		buf[i] = (uint8_t)(i * 2654435761u >> 11);
 	struct seen seen = {0};
 	struct xfer_send_opts o = {.remote = remote,
-				   .streams = 2,
+				   .streams = streams,
 				   .progress = on_progress,
 				   .arg = &seen,
 				   .progress_ms = 1};
@@ -259,12 +259,25 @@ static void streamed_data_before_listing_ends(void **state)
 	assert_int_equal(system(cmd), 0);
 }
 
+static void streamed_data_before_listing_ends(void **state)
+{
+	(void)state;
+	streamed_until_first_in_place(2);
+}
+
+static void streamed_on_one_stream(void **state)
+{
+	(void)state;
+	streamed_until_first_in_place(1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(buffer_and_file),
 	    cmocka_unit_test(refused_without_receiver),
 	    cmocka_unit_test(streamed_data_before_listing_ends),
+	    cmocka_unit_test(streamed_on_one_stream),
 	};
 	return cmocka_run_group_tests_name("xfer API", tests, NULL, NULL);
 }
