@@ -24,9 +24,13 @@ PKGS = yaml-0.1 openssl libxxhash jansson libcrypt libzmq msgpack libcares hired
 WARN = -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes -Wpointer-arith \
        -Wformat=2 -Wvla -Wundef -Werror
 CFLAGS ?= $(OPT) -g
+# asked of pkg-config once a make, not once a compile (a recursive variable runs its shell
+# each time it is expanded)
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
+PKG_LIBS := $(shell pkg-config --libs $(PKGS))
 ALL_CFLAGS = -std=c17 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) -Isrc -Iinclude -MMD -MP \
-	     $(shell pkg-config --cflags $(PKGS))
-LDLIBS = $(shell pkg-config --libs $(PKGS)) -lsentencepiece -lstdc++ -lpthread -lm
+	     $(PKG_CFLAGS)
+LDLIBS = $(PKG_LIBS) -lsentencepiece -lstdc++ -lpthread -lm
 # SentencePiece models go through libsentencepiece, a C++ library: one C++ file of ours,
 # src/tok/spm_shim.cc, calls it behind a C interface (src/tok/spm.h); all else is C. The
 # programs link with the C compiler, so UBSan's C++-only vptr check (its runtime is C++'s) is off
@@ -96,7 +100,7 @@ FUZZ_LIB = $(filter-out src/sim/% src/proxy/% src/runtime/% src/control/% src/ob
 # The library the fuzz targets share is compiled once (instrumented for coverage, ASan and UBSan)
 # into build-fuzz/libfuzz.a; each target is then one compile and a link.
 FUZZ_DEBUG ?= -g
-FUZZ_CFLAGS = -std=c17 -D_GNU_SOURCE $(FUZZ_DEBUG) -O1 -Isrc -Iinclude -MMD -MP $(shell pkg-config --cflags $(PKGS))
+FUZZ_CFLAGS = -std=c17 -D_GNU_SOURCE $(FUZZ_DEBUG) -O1 -Isrc -Iinclude -MMD -MP $(PKG_CFLAGS)
 FUZZ_OBJ = $(FUZZ_LIB:%.c=build-fuzz/obj/%.o) $(CXX_SRC:%.cc=build-fuzz/obj/%.o)
 fuzz: $(FUZZ_BIN)
 build-fuzz/obj/%.o: %.c

@@ -201,9 +201,22 @@ def _strings(seed, specials):
 
 
 def _specials(path):
+    """The first 64 added tokens of a tokenizer.json, kept in the cache beside it by the
+    file's size and time (Python takes 1-2.4 s to read a whole file for them, in each pass)."""
+    st = os.stat(path)
+    kept = os.path.join(CACHE, "specials", hashlib.sha256(
+        f"{path}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest())
+    if os.path.exists(kept):
+        with open(kept, encoding="utf-8") as f:
+            return json.load(f)
     with open(path, encoding="utf-8") as f:
-        added = json.load(f)["added_tokens"]
-    return [a["content"] for a in added][:64]
+        added = [a["content"] for a in json.load(f)["added_tokens"]][:64]
+    os.makedirs(os.path.dirname(kept), exist_ok=True)
+    tmp = f"{kept}.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(added, f)
+    os.replace(tmp, kept)  # whole or not at all: two passes may write it at once
+    return added
 
 
 def test_tokenize_matches_hf_tokenizers(env):
