@@ -14,36 +14,20 @@ Usage: /usr/bin/python3 bench/ab.py A_BIN B_BIN [--rounds 8] [--seconds 3] [--wo
 
 import argparse
 import json
-import signal
 import statistics
-import subprocess
 import sys
-import time
 
 import bench as B
 
 
 def task_clock_start(pid):
-    p = subprocess.Popen(["perf", "stat", "-x,", "-e", "task-clock", "-p", str(pid)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.2)  # attached before the load starts
-    return p if p.poll() is None else None
+    return B.perf_count_start(pid, "task-clock")
 
 
 def task_clock_stop(p):
     """Milliseconds of CPU the pid's threads used, or None where perf could not count."""
-    if p is None:
-        return None
-    p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=30)
-    for line in err.splitlines():
-        f = line.split(",")
-        if "task-clock" in line:
-            try:
-                return float(f[0])
-            except ValueError:
-                return None
-    return None
+    return B.perf_count_stop(p, "task-clock")
+
 
 
 def main():

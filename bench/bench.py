@@ -289,28 +289,42 @@ def spread(values, fmt="{:.1f}"):
 
 # --- scenarios 1-3: closed loop with wrk against an nginx origin ---------------------------
 
-def syscalls_start(pid):
-    """Count the system calls of every thread of <pid> (perf's raw_syscalls:sys_enter
-    tracepoint, counted in the kernel: no per-call stop as strace has) until syscalls_stop();
-    None where perf cannot (no perf, no tracefs, perf_event_paranoid)."""
+def perf_count_start(pid, event):
+    """Count <event> over every thread of <pid> with `perf stat`, counted in the kernel, until
+    perf_count_stop(); None where perf cannot (no perf, no tracefs, perf_event_paranoid)."""
     if not shutil.which("perf"):
         return None
-    p = subprocess.Popen(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-p", str(pid)],
+    p = subprocess.Popen(["perf", "stat", "-x,", "-e", event, "-p", str(pid)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     time.sleep(0.2)  # attached before the load starts
     return p if p.poll() is None else None
 
 
-def syscalls_stop(p):
+def perf_count_stop(p, event):
+    """The count perf_count_start() took (a float: task-clock counts milliseconds), or None."""
     if p is None:
         return None
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=30)
     for line in err.splitlines():
         f = line.split(",")
-        if len(f) > 2 and "raw_syscalls:sys_enter" in line and f[0].strip().isdigit():
-            return int(f[0])
+        if len(f) > 2 and event in line:
+            try:
+                return float(f[0])
+            except ValueError:
+                return None
     return None
+
+
+def syscalls_start(pid):
+    """Count the system calls of every thread of <pid> (perf's raw_syscalls:sys_enter
+    tracepoint: no per-call stop as strace has) until syscalls_stop()."""
+    return perf_count_start(pid, "raw_syscalls:sys_enter")
+
+
+def syscalls_stop(p):
+    n = perf_count_stop(p, "raw_syscalls:sys_enter")
+    return None if n is None else int(n)
 
 
 def scenario_wrk(run, res, key, title, path, conns, seconds, rounds, extra=()):

@@ -97,6 +97,15 @@ class Wire:
         n = len(data) if data_len is None else data_len
         self.s.sendall(struct.pack("<IBBHII", MAGIC, t, 0, 0, len(meta), n) + meta + data)
 
+    def welcome(self, answer=OK, meta=b""):
+        """Server handshake: the client's magic, a CHALLENGE, its HELLO, then <answer>
+        (with <meta>); the HELLO's meta."""
+        self.exact(4)
+        self.send(CHALLENGE, os.urandom(32))
+        _, hello, _ = self.frame()
+        self.send(answer, meta)
+        return hello
+
     def hello(self, session, role=ROLE_DATA, version=VERSION):
         """Client handshake without a token: (type, meta) of the server's answer."""
         self.s.sendall(struct.pack("<I", MAGIC))
@@ -147,10 +156,7 @@ class FakeServer:
             c, _ = self.ls.accept()
             c.settimeout(20)
             w = Wire(c)
-            w.exact(4)
-            w.send(CHALLENGE, os.urandom(32))
-            t, _, _ = w.frame()
-            w.send(OK, self.proof)
+            w.welcome(OK, self.proof)
             t, meta, _ = w.frame()
             self.asked = meta
             man = manifest([(n, len(b), m) for n, b, m in self.files], chunk=self.chunk)
@@ -864,10 +870,7 @@ def test_peer_error_text_is_not_printed_raw(env):
         c, _ = ls.accept()
         c.settimeout(20)
         w = Wire(c)
-        w.exact(4)
-        w.send(CHALLENGE, os.urandom(32))
-        w.frame()
-        w.send(ERR, evil)
+        w.welcome(ERR, evil)
         c.close()
     th = threading.Thread(target=fake, daemon=True)
     th.start()
@@ -989,10 +992,7 @@ def test_send_refuses_a_file_replaced_after_the_manifest(env):
         c.settimeout(20)
         w = Wire(c)
         try:
-            w.exact(4)
-            w.send(CHALLENGE, os.urandom(32))
-            w.frame()
-            w.send(OK)
+            w.welcome()
             assert w.frame()[0] == MANIFEST
             os.unlink(victim)
             os.symlink(secret, victim)

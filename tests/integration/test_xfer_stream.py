@@ -22,7 +22,7 @@ import threading
 from harness import BIN, free_port, wait_until
 from test_xfer import send, serve
 from test_xfer_batch import batch_meta, make_small_tree, scratch
-from test_xfer_security import (BATCH, BATCH_ACK, CHALLENGE, CHUNK, ERR, FINISH, MANIFEST, NEED, OK, Wire,
+from test_xfer_security import (BATCH, BATCH_ACK, CHUNK, ERR, FINISH, MANIFEST, NEED, OK, Wire,
                                 manifest, xxh64)
 
 
@@ -259,10 +259,7 @@ class PartsServer:
             c, _ = self.ls.accept()
             c.settimeout(20)
             w = Wire(c)
-            w.exact(4)
-            w.send(CHALLENGE, os.urandom(32))
-            w.frame()  # HELLO
-            w.send(OK)
+            w.welcome()
             w.frame()  # GET
             for meta in self.parts:
                 w.send(MANIFEST, meta)
