@@ -8,12 +8,33 @@
  * max_free, or more for a while when the owner says so (buf_pool_keep): a load whose buffers
  * in use swing by hundreds from one loop turn to the next would otherwise map and unmap a
  * buffer at each swing, and each munmap costs a TLB shootdown.
+ *
+ * Under AddressSanitizer a buffer's bytes are poisoned while it lies on the free list, so a
+ * read or write of a buffer given back (one a peer's timing made outlive its owner's hold) is
+ * reported as a use after free, as malloc'd memory's would be, not met as another buffer's
+ * bytes.
  */
 #include "core/buf.h"
 
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define BUF_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define BUF_ASAN 1
+#endif
+#endif
+#ifdef BUF_ASAN
+#include <sanitizer/asan_interface.h>
+#define BUF_POISON(b, n) ASAN_POISON_MEMORY_REGION((b)->data, (n))
+#define BUF_UNPOISON(b, n) ASAN_UNPOISON_MEMORY_REGION((b)->data, (n))
+#else
+#define BUF_POISON(b, n) ((void)(b), (void)(n))
+#define BUF_UNPOISON(b, n) ((void)(b), (void)(n))
+#endif
 
 static size_t buf_bytes(const struct buf_pool *pool)
 {
@@ -45,6 +66,7 @@ void buf_pool_drain(struct buf_pool *pool)
 	while (pool->free) {
 		struct buf *b = pool->free;
 		pool->free = b->next;
+		BUF_UNPOISON(b, b->cap);
 		munmap(b, buf_bytes(pool));
 	}
 	pool->nfree = 0;
@@ -58,6 +80,7 @@ void buf_pool_keep(struct buf_pool *pool, uint32_t n)
 		struct buf *b = pool->free;
 		pool->free = b->next;
 		pool->nfree--;
+		BUF_UNPOISON(b, b->cap);
 		munmap(b, buf_bytes(pool));
 	}
 }
@@ -76,6 +99,7 @@ struct buf *buf_get(struct buf_pool *pool)
 		b = p;
 		b->cap = pool->size;
 	}
+	BUF_UNPOISON(b, b->cap);
 	b->next = NULL;
 	b->start = b->end = 0;
 	pool->live++;
@@ -93,6 +117,7 @@ void buf_put(struct buf_pool *pool, struct buf *b)
 		munmap(b, buf_bytes(pool));
 		return;
 	}
+	BUF_POISON(b, b->cap);
 	b->next = pool->free;
 	pool->free = b;
 	pool->nfree++;

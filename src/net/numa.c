@@ -24,17 +24,26 @@
 
 const char *numa_sysfs_root(void)
 {
-	const char *root = getenv("ACCELNET_SYSFS_ROOT");
+	/* (not honoured where the process gained privileges: set-user-ID, capabilities) */
+	const char *root = secure_getenv("ACCELNET_SYSFS_ROOT");
 	return root && root[0] ? root : "/sys";
 }
 
 /* Read <path> into <buf>, terminated: its length, or -errno (-EFBIG when it holds <len> - 1
- * bytes or more). */
+ * bytes or more; -EINVAL when it is not a regular file, as every sysfs attribute is: a FIFO or
+ * a terminal put where one was expected must not block the reader, so it is opened without
+ * waiting and looked at before any read). */
 static ssize_t read_small(const char *path, char *buf, size_t len)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0)
 		return -errno;
+	int bad = fstat(fd, &st) < 0 ? errno : !S_ISREG(st.st_mode) ? EINVAL : 0;
+	if (bad) {
+		close(fd);
+		return -bad;
+	}
 	size_t n = 0;
 	ssize_t r = 0;
 	while (n < len - 1 && (r = read(fd, buf + n, len - 1 - n)) > 0)

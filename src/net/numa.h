@@ -9,7 +9,10 @@
  * and which CPUs each node has (devices/system/node/nodeN/cpulist, a list of ranges such as
  * "0-3,8-11"). Everything is read under a sysfs root, "/sys", that the environment variable
  * ACCELNET_SYSFS_ROOT replaces: for tests only, which build a fake tree of two nodes on a
- * machine of one.
+ * machine of one (a process that gained privileges, set-user-ID or file capabilities, ignores
+ * it). What is read there is read as a peer's: regular files only (a FIFO or a device is
+ * refused before any read, never waited on), a few KiB at most, links that loop or lead out of
+ * the devices tree not followed, and the device's node taken as unknown on anything odd.
  *
  * The choice never leaves what the process may use: a node's CPUs are intersected with the
  * CPUs its main thread may run on (taskset and a cgroup's cpuset set those for every thread),

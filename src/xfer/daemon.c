@@ -343,6 +343,11 @@ int xfer_serve(const struct xfer_serve_opts *o)
 			 "anyone who can reach "
 			 "%s can read and overwrite every file under %s",
 			 o->listen, o->dir);
+	if (getenv("ACCELNET_XFER_HOLD_LAST_PART")) /* send.c's test knob, which GET answers use */
+		log_warn("xfer serve: warning: ACCELNET_XFER_HOLD_LAST_PART is set: a knob for "
+			 "tests, never for service: every GET's manifest holds its last part until "
+			 "a path matches '%.100s', and fails after 20 s if none does",
+			 getenv("ACCELNET_XFER_HOLD_LAST_PART"));
 	if (o->ready)
 		o->ready(ports, s.nlisten, o->arg);
 	serve_accept_loop(&s, o, lfd);

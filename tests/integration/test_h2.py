@@ -207,6 +207,63 @@ def test_h2c_response_head_follows_the_http1_rules(env):
     c.close()
 
 
+def test_h2c_heads_reset_before_they_went(env):
+    """Response heads submitted while the client reads nothing (the proxy's writes blocked
+    behind a large body), their streams then reset by the client before their HEADERS went,
+    then new streams: each new stream gets its own head whole (the heads' fields lie in a
+    buffer nghttp2 reads without copying, given back only once no HEADERS of it waits), and a
+    second connection closed outright with such heads waiting leaves the proxy serving. Under
+    ASan pooled buffers are poisoned while free (core/buf.c), so a read of a given-back head
+    is reported there."""
+    from harness import ScriptedBackend
+    big = 16 << 20
+
+    def script(n, req):
+        path = req.split(b" ", 2)[1]
+        if path == b"/big":
+            return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % big + b"x" * big, False
+        fields = b"".join(b"X-F%d: %s-%d\r\n" % (k, path, k) for k in range(40))
+        return b"HTTP/1.1 200 OK\r\n" + fields + b"Content-Length: 2\r\n\r\nok", False
+    be = ScriptedBackend(script)
+    env.on_cleanup.append(be.close)
+    px = env.proxy(f"pools:\n  - name: p\n    backends: [{{address: 127.0.0.1:{be.port}}}]\n"
+                   "routes:\n  - match: {path_prefix: /}\n    pool: p\n")
+
+    def blocked():
+        """A connection whose client reads nothing while a large body fills every buffer."""
+        c = H2Client(px.port, window=2**31 - 1)
+        c.conn.increment_flow_control_window(2**30)
+        c.flush()
+        c.send("GET", "/big")
+        wait_until(lambda: be.count >= 1, "the large body requested")
+        return c
+
+    c = blocked()
+    first = be.count
+    reset = [c.send("GET", f"/r{i}") for i in range(8)]
+    wait_until(lambda: be.count >= first + len(reset), "the backend answered every stream")
+    for sid in reset:
+        c.conn.reset_stream(sid, error_code=8)  # CANCEL
+    c.flush()
+    fresh = {c.send("GET", f"/n{i}"): i for i in range(8)}
+    c.auto_ack = True  # read everything now
+    c.wait(lambda: set(fresh) <= c.ended)
+    for sid, i in fresh.items():
+        assert c.status[sid] == 200 and c.body.get(sid) == b"ok", (sid, c.status.get(sid))
+        got = {k: v for k, v in c.fields[sid] if k.startswith("x-f")}
+        assert got == {f"x-f{k}": f"/n{i}-{k}" for k in range(40)}, (i, got)
+    c.close()
+    # heads waiting when the client goes away
+    c = blocked()
+    first = be.count
+    for i in range(8):
+        c.send("GET", f"/g{i}")
+    wait_until(lambda: be.count >= first + 8, "the backend answered every stream")
+    c.sock.close()
+    st, _, data = request(px.port, "GET", "/after")
+    assert st == 200 and data == b"ok", (st, data)
+
+
 def test_h2c_bodies_both_ways_past_every_window(env):
     # 64 KiB read before admission, the rest streamed under the stream's window
     sim, px = _sim_proxy(env, extra="limits:\n  body_buffer_bytes: 64KiB\n")

@@ -220,7 +220,9 @@ def test_get_streams_its_manifest_and_resumes(env):
     go = os.path.join(work, "go")
     os.makedirs(go)
     port = free_port()
-    held(os.path.join(go, "*"), serve, env, f"127.0.0.1:{port}", served)
+    srv = held(os.path.join(go, "*"), serve, env, f"127.0.0.1:{port}", served)
+    # a knob for tests: a daemon that has it says so at once
+    assert "ACCELNET_XFER_HOLD_LAST_PART is set: a knob for tests" in env.log(srv), env.log(srv)
     argv = [BIN, "xfer", "get", f"127.0.0.1:{port}", "tree", "--to", dst, "--chunk-kib", "64",
             "--json"]
     first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

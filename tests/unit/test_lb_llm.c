@@ -295,6 +295,54 @@ static void new_prompt_load_still_wins(void **state)
 	}
 }
 
+/*
+ * A hostile client that knows the backends' addresses (their ids are a public hash of them)
+ * and the block hash (unseeded) crafts new prompts whose first block weighs most at backend 0:
+ * each such prompt goes there only while backend 0's share of its slots taken is within half
+ * of the least loaded one's (LLM_NEW_LOAD_SLACK_PCT); past that, the others take them. So the
+ * bound on what the hash alone can pile on one backend: its slots' share at most the least
+ * loaded's + 50 %, plus the one request that crossed it (5 of 8 slots on an idle fleet).
+ */
+static void crafted_new_prompts_stay_within_the_load_bound(void **state)
+{
+	(void)state;
+	struct lb_candidate c[4], idle[4];
+	uint64_t keys[48];
+	size_t nkeys = 0;
+	fleet_ids(idle, 4, 20000);
+	for (size_t i = 0; i < 4; i++)
+		idle[i].slots = 8;
+	for (uint64_t k = 1; nkeys < 48; k++) { /* the attacker's search, offline */
+		struct lb_draw d = {.blocks = 40, .key = k * 0x9e3779b97f4a7c15u, .has_key = 1};
+		if (lb_llm.pick(&st, idle, 4, &d) == 0)
+			keys[nkeys++] = d.key;
+	}
+	memcpy(c, idle, sizeof(c));
+	unsigned to0 = 0;
+	for (size_t i = 0; i < nkeys; i++) {
+		struct lb_draw d = {.blocks = 40, .key = keys[i], .has_key = 1};
+		unsigned least = 8;
+		for (size_t b = 0; b < 4; b++)
+			least = c[b].inflight < least ? c[b].inflight : least;
+		int r = lb_llm.pick(&st, c, 4, &d);
+		if (r < 0)
+			break; /* every slot taken */
+		if (r == 0) {
+			/* chosen by the hash only while within half of the least loaded's share */
+			assert_true(c[0].inflight * 2 <= least * 2 + c[0].slots);
+			to0++;
+		}
+		if (++c[r].inflight == c[r].slots)
+			busy(&c[r]);
+		assert_true(c[0].inflight * 2 <= (least + 1) * 2 + c[0].slots + 2);
+		if (i == 4) /* on an idle fleet the first five all steered there */
+			assert_int_equal(to0, 5);
+		if (i == 5) /* the sixth not: 5 of 8 taken there, none elsewhere */
+			assert_int_equal(to0, 5);
+	}
+	assert_int_equal(c[0].inflight, 8); /* (every slot of the fleet taken in the end) */
+}
+
 /* Pick, then read the pick back: the reason and the estimates. */
 static int explained(struct lb_candidate *c, size_t n, const struct lb_draw *d,
 		     const struct lb_state *s, struct lb_explain *e)
@@ -442,6 +490,7 @@ int main(void)
 	    cmocka_unit_test(no_prompt_is_least_loaded),
 	    cmocka_unit_test(new_prompt_same_backend_at_every_instance),
 	    cmocka_unit_test(new_prompt_load_still_wins),
+	    cmocka_unit_test(crafted_new_prompts_stay_within_the_load_bound),
 	    cmocka_unit_test(fit_learns_a_line),
 	    cmocka_unit_test(explain_reads_each_reason_back),
 	    cmocka_unit_test(explain_keeps_the_pick_and_the_quickest),

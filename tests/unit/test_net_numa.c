@@ -4,7 +4,9 @@
  * node on the PCI function above), a partition of it, a disk with none; the CPUs chosen for a
  * device on node 1 within what the process may use; and the cpulist parser on good lists and
  * hostile ones (signs, spaces, leading zeros, reversed or overlapping ranges, CPUs past
- * NUMA_CPUS_MAX, numbers that overflow, stray bytes), with each list written back as read.
+ * NUMA_CPUS_MAX, numbers that overflow, stray bytes), with each list written back as read;
+ * hostile files where sysfs has attributes (a FIFO, a directory, a device, a symlink loop, a
+ * file too large, no newline) read as "no node", never a hang (an alarm would end the test).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <signal.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -235,6 +238,48 @@ static void refuses_hostile_lists(void **state)
 			 -EINVAL);
 }
 
+/* Hostile files where sysfs has attributes: each read as "no node" (or refused), at once. A
+ * FIFO with no writer blocked open(2) forever before (the alarm ends the test then). */
+static void hostile_files_are_no_node(void **state)
+{
+	(void)state;
+	char path[256], big[16384];
+	cpu_set_t cpus;
+	alarm(20);
+	snprintf(path, sizeof(path), "%s/class/net/fifo0/device/numa_node", root);
+	mkparent(path);
+	assert_int_equal(mkfifo(path, 0600), 0);
+	assert_int_equal(numa_read_nic_node("fifo0"), -1);
+	snprintf(path, sizeof(path), "%s/class/net/dir0/device/numa_node/x", root);
+	mkparent(path); /* numa_node a directory */
+	assert_int_equal(numa_read_nic_node("dir0"), -1);
+	link_to("class/net/dev0/device/numa_node", "/dev/zero");
+	assert_int_equal(numa_read_nic_node("dev0"), -1);
+	link_to("class/net/loop0/device/numa_node", "numa_node"); /* a link to itself */
+	assert_int_equal(numa_read_nic_node("loop0"), -1);
+	memset(big, '1', sizeof(big) - 1);
+	big[sizeof(big) - 1] = 0;
+	put("class/net/big0/device/numa_node", big);
+	assert_int_equal(numa_read_nic_node("big0"), -1);
+	put("class/net/nonl0/device/numa_node", "1"); /* no newline: still a node */
+	assert_int_equal(numa_read_nic_node("nonl0"), 1);
+	/* a node's cpulist and the online list as FIFOs: refused, never waited on */
+	snprintf(path, sizeof(path), "%s/devices/system/node/node5/cpulist", root);
+	mkparent(path);
+	assert_int_equal(mkfifo(path, 0600), 0);
+	assert_int_equal(numa_read_node_cpus(5, &cpus), -EINVAL);
+	snprintf(path, sizeof(path), "%s/devices/system/node/online", root);
+	char moved[272];
+	snprintf(moved, sizeof(moved), "%s.real", path);
+	assert_int_equal(rename(path, moved), 0);
+	assert_int_equal(mkfifo(path, 0600), 0);
+	assert_int_equal(numa_count_nodes(), 1); /* unknown: one node, nothing pinned */
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(rename(moved, path), 0);
+	assert_int_equal(numa_count_nodes(), 2);
+	alarm(0);
+}
+
 static void formats_within_its_room(void **state)
 {
 	(void)state;
@@ -271,6 +316,7 @@ int main(void)
 	    cmocka_unit_test(one_node_pins_nothing),
 	    cmocka_unit_test(parses_good_lists),
 	    cmocka_unit_test(refuses_hostile_lists),
+	    cmocka_unit_test(hostile_files_are_no_node),
 	    cmocka_unit_test(formats_within_its_room),
 	    cmocka_unit_test(pins_the_calling_thread),
 	};
