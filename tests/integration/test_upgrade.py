@@ -137,6 +137,16 @@ def test_the_new_process_gets_the_listening_sockets_and_nothing_else(env):
     wait_until(lambda: not _pid_alive(new), "the new process to exit")
 
 
+def _cmdline(pid):
+    """A process's command line; b"" once it has gone (any process of the machine's, listed a
+    moment before, may end before it is read: ENOENT or ESRCH)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
 def test_sigterm_while_an_upgrade_starts_stops_both(env):
     """SIGTERM right after SIGUSR2: the service stops; the process that was starting is told
     to stop too, and does not serve on alone."""
@@ -151,6 +161,5 @@ def test_sigterm_while_an_upgrade_starts_stops_both(env):
     assert "upgrade: started" in env.log(px) and "told to stop" in env.log(px), env.log(px)
     started = set(int(p) for p in os.listdir("/proc") if p.isdigit())
     wait_until(lambda: not port_open(port), "nothing to accept on the port")
-    left = [p for p in started if _pid_alive(p) and os.path.exists(f"/proc/{p}/cmdline") and
-            px.path.encode() in open(f"/proc/{p}/cmdline", "rb").read()]
+    left = [p for p in started if px.path.encode() in _cmdline(p)]
     assert not left, left
