@@ -78,6 +78,10 @@ struct xfer_send_opts {
 	const char *tls_cert, *tls_key; /* a client certificate, for servers that require one */
 	int tls_insecure;		/* encrypt without verifying the server (testing only) */
 	int numa_off; /* leave stream threads unpinned (else on their NIC's NUMA node's CPUs) */
+	/* the receiver's answer to a manifest part, once its first byte came, must come whole
+	 * within frame_ms and a second more per min_rate_kib KiB of it (0: XFER_SERVE_FRAME_MS,
+	 * XFER_SERVE_MIN_RATE_KIB; a relay passes its serve's --frame-ms, --min-rate-kib) */
+	unsigned frame_ms, min_rate_kib;
 	void (*progress)(const struct xfer_report *r, void *arg);
 	void *arg;
 };

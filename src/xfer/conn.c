@@ -2,6 +2,7 @@
  * conn.c - blocking frame I/O, dialing and the handshake of xfer connections (see conn.h).
  */
 #include "xfer/conn.h"
+#include "core/clock.h"
 #include "core/secret.h"
 #include "net/tls.h"
 
@@ -129,6 +130,51 @@ int xfer_frame_recv_meta(struct net_conn *c, const struct xfer_hdr *h, uint8_t *
 int xfer_frame_recv_alloc(struct net_conn *c, struct xfer_hdr *h, uint8_t **meta)
 {
 	return xfer_frame_recv_into(c, h, NULL, 0, meta);
+}
+
+/* Read <len> bytes by <due_ms> (clock_now_ms()): each read waits only for the time left. */
+static int read_all_by(struct net_conn *c, void *buf, size_t len, uint64_t due_ms)
+{
+	char *p = buf;
+	while (len) {
+		uint64_t now = clock_now_ms();
+		if (now >= due_ms)
+			return -ETIMEDOUT;
+		xfer_set_timeout(c->fd, (int)(due_ms - now));
+		ssize_t n = net_conn_read(c, p, len);
+		if (n == -EINTR)
+			continue;
+		if (n <= 0)
+			return n == -EAGAIN || n == -EWOULDBLOCK ? -ETIMEDOUT
+			       : n == 0				 ? -ECONNRESET
+								 : (int)n;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int xfer_frame_recv_timed(struct net_conn *c, struct xfer_hdr *h, uint8_t **meta, unsigned frame_ms,
+			  uint64_t min_rate)
+{
+	uint8_t raw[XFER_HDR_LEN];
+	*meta = NULL;
+	int rc = xfer_frame_wait(c);
+	if (rc)
+		return rc;
+	uint64_t due = clock_now_ms() + frame_ms;
+	if ((rc = read_all_by(c, raw, sizeof(raw), due)) || (rc = xfer_hdr_decode(raw, h)))
+		return rc;
+	due += 1000 * ((uint64_t)h->meta_len / (min_rate ? min_rate : 1));
+	if (!h->meta_len)
+		return 0;
+	if (!(*meta = malloc(h->meta_len + 1)))
+		return -ENOMEM;
+	if ((rc = read_all_by(c, *meta, h->meta_len, due))) {
+		free(*meta);
+		*meta = NULL;
+	}
+	return rc;
 }
 
 int xfer_paths_parse(const char *remote, const char *local, struct xfer_path *out, int max,

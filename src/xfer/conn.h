@@ -52,6 +52,14 @@ int xfer_frame_recv_meta(struct net_conn *c, const struct xfer_hdr *h, uint8_t *
 int xfer_frame_recv(struct net_conn *c, struct xfer_hdr *h, uint8_t *meta, uint32_t max);
 /* The same, with the meta in a buffer malloc'd to its size (caller frees *meta). */
 int xfer_frame_recv_alloc(struct net_conn *c, struct xfer_hdr *h, uint8_t **meta);
+/*
+ * xfer_frame_recv_alloc() for a frame a peer may trickle: once its first byte has come (the
+ * wait for it is the socket's timeout, as before), the whole frame within <frame_ms> of it and
+ * a second more for each <min_rate> bytes of meta its header declares. -ETIMEDOUT past either; the
+ * socket's timeouts are left at the time that was left (the caller sets its own after).
+ */
+int xfer_frame_recv_timed(struct net_conn *c, struct xfer_hdr *h, uint8_t **meta, unsigned frame_ms,
+			  uint64_t min_rate);
 /* The same, with the meta in <small> when it fits (shorter than <cap>): no allocation per
  * chunk. The caller frees *meta only when it is not <small>. */
 int xfer_frame_recv_into(struct net_conn *c, struct xfer_hdr *h, uint8_t *small, uint32_t cap,

@@ -153,6 +153,8 @@ struct xfer_engine {
 	struct xfer_token token;
 	uint8_t session[XFER_SESSION_LEN];
 	unsigned nlinks, per_link, stall_ms, progress_ms;
+	unsigned need_frame_ms; /* a NEED, from its first byte (xfer_frame_recv_timed) ... */
+	uint64_t need_min_rate; /* ... and a second more per this many bytes */
 	struct link links[XFER_LINKS_MAX];
 	struct stream *streams;
 	unsigned nstreams;
@@ -698,10 +700,14 @@ static int need_recv(struct xfer_engine *e, struct net_conn *io, const struct xf
 {
 	uint8_t *meta = NULL, *needed = NULL;
 	struct xfer_hdr h;
-	xfer_set_timeout(io->fd,
-			 XFER_FINISH_TIMEOUT_MS); /* the receiver re-hashes a resumed part */
-	int rc = xfer_frame_recv_alloc(io, &h, &meta);
+	/* the first byte may take long (the receiver re-hashes a resumed part); the frame, from
+	 * it, has a deadline: a next hop trickling its NEED would hold a relay's thread, and the
+	 * transfer's reservation, a read's timeout at a time */
+	xfer_set_timeout(io->fd, XFER_FINISH_TIMEOUT_MS);
+	int rc = xfer_frame_recv_timed(io, &h, &meta, e->need_frame_ms, e->need_min_rate);
 	xfer_set_timeout(io->fd, (int)e->stall_ms);
+	if (rc == -ETIMEDOUT && !e->error[0])
+		set_error(e, "%s", "no whole answer (NEED) to a manifest part in time");
 	if (rc)
 		return rc;
 	if (h.type == XFER_ERR) {
@@ -880,6 +886,8 @@ int xfer_engine_start(const struct xfer_send_opts *o, const struct xfer_adopt *a
 	e->t0_ns = clock_now_ns();
 	e->per_link = o->streams ? o->streams : XFER_SEND_STREAMS;
 	e->stall_ms = o->stall_ms ? o->stall_ms : XFER_SEND_STALL_MS;
+	e->need_frame_ms = o->frame_ms ? o->frame_ms : XFER_SERVE_FRAME_MS;
+	e->need_min_rate = 1024ull * (o->min_rate_kib ? o->min_rate_kib : XFER_SERVE_MIN_RATE_KIB);
 	e->progress_ms = o->progress_ms ? o->progress_ms : 250;
 	e->progress = o->progress;
 	e->arg = o->arg;

@@ -451,6 +451,9 @@ static int transfer_relay(struct xfer_server *s, struct rx_transfer *rx, uint32_
 		    .tls_cert = s->o->tls_cert,
 		    .tls_key = s->o->tls_key,
 		    .numa_off = s->o->numa_off,
+		    /* the next hop's answers to the parts have this serve's frame deadline */
+		    .frame_ms = s->o->frame_ms,
+		    .min_rate_kib = s->o->min_rate_kib,
 		};
 		rc = xfer_engine_start(&o, NULL, rx->hop, rx->nhop, &rx->relay_m, src,
 				       XFER_ENGINE_RELAY | (last ? 0 : XFER_ENGINE_MORE),

@@ -18,12 +18,13 @@ import struct
 import socket
 import subprocess
 import threading
+import time
 
 from harness import BIN, free_port, wait_until
 from test_xfer import send, serve
 from test_xfer_batch import batch_meta, make_small_tree, scratch
-from test_xfer_security import (BATCH, BATCH_ACK, CHUNK, ERR, FINISH, MANIFEST, NEED, OK, Wire,
-                                manifest, xxh64)
+from test_xfer_security import (BATCH, BATCH_ACK, CHUNK, ERR, FINISH, MAGIC, MANIFEST, NEED, OK,
+                                Wire, manifest, xxh64)
 
 
 def test_tree_in_parts_arrives_whole(env):
@@ -366,3 +367,72 @@ def test_relay_refuses_a_name_twice_across_parts(env):
 def test_relay_refuses_totals_that_lie(env):
     relay_refuses(env, [A, B], part([C], last=True, totals=(3, 20)),
                   "its last part says 3 files and 20 bytes in all, its parts listed 3 files and 21 bytes")
+
+
+class TricklingHop:
+    """A bcast next hop that answers the handshakes, takes the relay's first manifest part, then
+    sends its NEED a byte every 0.4 s (the header alone would take 6.4 s); `cut` is set when the
+    relay closes that connection. Other connections (the relay's data streams) are held open."""
+
+    def __init__(self, env):
+        self.ls = socket.socket()
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(16)
+        self.port = self.ls.getsockname()[1]
+        self.cut, self.trickling, self.conns = threading.Event(), threading.Event(), []
+        threading.Thread(target=self.accept, daemon=True).start()
+        env.on_cleanup.append(self.close)
+
+    def accept(self):
+        while True:
+            try:
+                c, _ = self.ls.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+            threading.Thread(target=self.run, args=(c,), daemon=True).start()
+
+    def run(self, c):
+        c.settimeout(60)
+        w = Wire(c)
+        try:
+            w.welcome()
+            t, _, _ = w.frame()
+            if t != MANIFEST:
+                c.recv(1)  # a data stream: held until the relay lets go
+                return
+            self.trickling.set()
+            need = struct.pack("<IBBHII", MAGIC, NEED, 0, 0, 64, 0) + bytes(64)
+            for b in need:
+                c.sendall(bytes([b]))
+                time.sleep(0.4)
+        except OSError:
+            self.cut.set()
+
+    def close(self):
+        self.ls.close()
+        for c in self.conns:
+            c.close()
+
+
+def test_relay_cuts_a_next_hop_that_trickles_its_need(env):
+    """A bcast relay waits for its next hop's NEED before it answers its own (each part). A next
+    hop sending that NEED a byte at a time held the relay's thread, and the transfer's disk
+    reservation, a read's timeout (600 s) per byte. Now the NEED, from its first byte, has the
+    relay's --frame-ms (and a second per --min-rate-kib KiB): the relay cuts the hop and says why
+    to the source. ~2 s."""
+    work = scratch(env)
+    src = os.path.join(work, "src", "tree")
+    make_small_tree(src, 20)
+    d = os.path.join(work, "relay")
+    os.makedirs(d)
+    hop = TricklingHop(env)
+    port = free_port()
+    serve(env, f"127.0.0.1:{port}", d, name="relay",
+          extra=["--relay-to", "127.0.0.0/8", "--frame-ms", "1000"])
+    rep = send([src, f"127.0.0.1:{port}", f"127.0.0.1:{hop.port}"], cmd="bcast", check=False,
+               timeout=60)
+    assert hop.trickling.is_set(), "the hop never got the relay's manifest part"
+    assert rep["rc"] != 0 and "no whole answer (NEED) to a manifest part in time" in \
+        rep["stderr"], rep
+    wait_until(hop.cut.is_set, "the relay to cut the trickling hop")
