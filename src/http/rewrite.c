@@ -68,12 +68,27 @@ static inline int name_is(struct http_str name, const char *lit, size_t len)
 }
 #define NAME_IS(name, lit) name_is((name), (lit), sizeof(lit) - 1)
 
+/* The hop-by-hop fields every head has by name (those its Connection names aside), told by
+ * length first: one comparison a field. */
+static int hop_by_hop_name(struct http_str name)
+{
+	switch (name.len) {
+	case 2:
+		return NAME_IS(name, "te");
+	case 7:
+		return NAME_IS(name, "upgrade");
+	case 10:
+		return NAME_IS(name, "connection") || NAME_IS(name, "keep-alive");
+	case 16:
+		return NAME_IS(name, "proxy-connection");
+	default:
+		return 0;
+	}
+}
+
 int rewrite_is_hop_by_hop(const struct http_head *h, struct http_str name)
 {
-	if (NAME_IS(name, "connection") || NAME_IS(name, "keep-alive") ||
-	    NAME_IS(name, "proxy-connection") || NAME_IS(name, "te") || NAME_IS(name, "upgrade"))
-		return 1;
-	return h->nconn_tokens && http_conn_names(h, name);
+	return hop_by_hop_name(name) || (h->nconn_tokens && http_conn_names(h, name));
 }
 
 /* Framing fields are never copied: they are written from what the parser decided. */
@@ -295,29 +310,15 @@ int rewrite_response(char *buf, size_t cap, const struct http_head *resp, int ke
 static int response_field_dropped(const struct http_head *resp, struct http_str name,
 				  const struct rewrite_edit *edit)
 {
+	if (rewrite_is_hop_by_hop(resp, name))
+		return 1;
 	switch (name.len) {
-	case 2:
-		if (NAME_IS(name, "te"))
-			return 1;
-		break;
-	case 7:
-		if (NAME_IS(name, "upgrade"))
-			return 1;
-		break;
-	case 10:
-		if (NAME_IS(name, "connection") || NAME_IS(name, "keep-alive"))
-			return 1;
-		break;
 	case 12:
 		if (NAME_IS(name, "x-request-id"))
 			return 1;
 		break;
 	case 14:
 		if (NAME_IS(name, "content-length") || NAME_IS(name, "x-accelnet-llm"))
-			return 1;
-		break;
-	case 16:
-		if (NAME_IS(name, "proxy-connection"))
 			return 1;
 		break;
 	case 17:
@@ -327,7 +328,7 @@ static int response_field_dropped(const struct http_head *resp, struct http_str 
 	default:
 		break;
 	}
-	return (resp->nconn_tokens && http_conn_names(resp, name)) || is_edited(edit, name);
+	return is_edited(edit, name);
 }
 
 /* The fields of the client's response head, in the order they are written: the rules of
