@@ -34,6 +34,7 @@
 #include "tok/chat_gemma.h"
 #include "tok/chat_mistral.h"
 #include "tok/chattext.h"
+#include "tok/tokjson.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -63,18 +64,13 @@ static const struct {
 
 int chat_load(const char *path, const char *format, struct chat *c, char *err, size_t errlen)
 {
-	json_error_t je;
+	int r;
 	/* model_max_length is often 1e30 written as an integer: read integers as reals */
-	json_t *root = json_load_file(path, JSON_DECODE_INT_AS_REAL, &je);
-	int r = -EINVAL;
+	json_t *root = tokjson_read_file(path, JSON_DECODE_INT_AS_REAL, &r, err, errlen);
 	memset(c, 0, sizeof(*c));
-	if (!root) {
-		if (je.line < 0)
-			snprintf(err, errlen, "%s", je.text);
-		else
-			snprintf(err, errlen, "%s:%d:%d: %s", path, je.line, je.column, je.text);
-		return json_error_code(&je) == json_error_cannot_open_file ? -ENOENT : -EINVAL;
-	}
+	if (!root)
+		return r;
+	r = -EINVAL;
 	json_t *tpl = json_object_get(root, "chat_template");
 	json_t *bos = json_object_get(root, "bos_token"), *eos = json_object_get(root, "eos_token");
 	char names[128] = "";

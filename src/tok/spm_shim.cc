@@ -1,13 +1,16 @@
 /*
  * spm_shim.cc - the one C++ file: spm.h's calls on libsentencepiece's
  * SentencePieceProcessor. Nothing here throws past the C interface: the library reports by
- * util::Status, and an allocation that fails is caught and said as -ENOMEM.
+ * util::Status, an allocation that fails is caught and said as -ENOMEM, and anything else
+ * it throws while loading (its file reader throws on a directory) as -EINVAL.
  */
 #include "tok/spm.h"
 
 #include <errno.h>
 #include <stdio.h>
 
+#include <exception>
+#include <memory>
 #include <new>
 #include <sentencepiece_processor.h>
 #include <string>
@@ -20,23 +23,24 @@ struct spm_model {
 extern "C" int spm_load(const char *path, struct spm_model **out, char *err, size_t errlen)
 {
 	try {
-		spm_model *m = new spm_model;
+		std::unique_ptr<spm_model> m(new spm_model);
 		auto st = m->sp.Load(path);
 		if (!st.ok()) {
 			snprintf(err, errlen, "%s", st.ToString().c_str());
-			delete m;
 			return -EINVAL;
 		}
 		if (m->sp.GetPieceSize() <= 0) {
 			snprintf(err, errlen, "no pieces");
-			delete m;
 			return -EINVAL;
 		}
-		*out = m;
+		*out = m.release();
 		return 0;
 	} catch (const std::bad_alloc &) {
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
+	} catch (const std::exception &e) { /* the library reading a file it cannot */
+		snprintf(err, errlen, "%s", e.what());
+		return -EINVAL;
 	}
 }
 

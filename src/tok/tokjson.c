@@ -19,11 +19,15 @@
 #include "tok/bytelevel.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* Vocabularies hold up to some 262,000 tokens (Gemma); an id past this names no real one
  * and would only size the tables. */
@@ -837,19 +841,12 @@ static int read_all(json_t *root, struct tok *t, char *err, size_t errlen)
 			: 0;
 }
 
-static int load_json(json_t *root, json_error_t *je, const char *name, struct tok *t, char *err,
-		     size_t errlen)
+/* *t from the parsed file <root> (taken: freed here), <name> standing for it in messages. */
+static int load_json(json_t *root, const char *name, struct tok *t, char *err, size_t errlen)
 {
 	char msg[400];
 	int r;
 	memset(t, 0, sizeof(*t));
-	if (!root) {
-		if (je->line < 0)
-			snprintf(err, errlen, "%s", je->text); /* names the file */
-		else
-			snprintf(err, errlen, "%s:%d:%d: %s", name, je->line, je->column, je->text);
-		return json_error_code(je) == json_error_cannot_open_file ? -ENOENT : -EINVAL;
-	}
 	msg[0] = 0;
 	r = read_all(root, t, msg, sizeof(msg));
 	json_decref(root);
@@ -863,11 +860,55 @@ static int load_json(json_t *root, json_error_t *je, const char *name, struct to
 	return r;
 }
 
+struct json_t *tokjson_read_file(const char *path, size_t flags, int *rc, char *err, size_t errlen)
+{
+	struct stat st;
+	void *map = MAP_FAILED;
+	json_t *root = NULL;
+	json_error_t je;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		*rc = -errno;
+		snprintf(err, errlen, "%s: %s", path, strerror(-*rc));
+		goto out;
+	}
+	*rc = -EINVAL;
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "%s: not a regular file", path);
+		goto out;
+	}
+	if (!st.st_size) {
+		snprintf(err, errlen, "%s: empty file", path);
+		goto out;
+	}
+	map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (map == MAP_FAILED) {
+		*rc = -errno;
+		snprintf(err, errlen, "%s: %s", path, strerror(-*rc));
+		goto out;
+	}
+	root = json_loadb(map, (size_t)st.st_size, flags, &je);
+	if (!root)
+		snprintf(err, errlen, "%s:%d:%d: %s", path, je.line, je.column, je.text);
+	else
+		*rc = 0;
+out:
+	if (map != MAP_FAILED)
+		munmap(map, (size_t)st.st_size);
+	if (fd >= 0)
+		close(fd);
+	return root;
+}
+
 int tokjson_load(const char *path, struct tok *t, char *err, size_t errlen)
 {
-	json_error_t je;
-	json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-	return load_json(root, &je, path, t, err, errlen);
+	int r;
+	json_t *root = tokjson_read_file(path, JSON_REJECT_DUPLICATES, &r, err, errlen);
+	if (!root) {
+		memset(t, 0, sizeof(*t));
+		return r;
+	}
+	return load_json(root, path, t, err, errlen);
 }
 
 int tokjson_load_buffer(const char *buf, size_t n, const char *name, struct tok *t, char *err,
@@ -875,5 +916,10 @@ int tokjson_load_buffer(const char *buf, size_t n, const char *name, struct tok 
 {
 	json_error_t je;
 	json_t *root = json_loadb(buf, n, JSON_REJECT_DUPLICATES, &je);
-	return load_json(root, &je, name, t, err, errlen);
+	if (!root) {
+		memset(t, 0, sizeof(*t));
+		snprintf(err, errlen, "%s:%d:%d: %s", name, je.line, je.column, je.text);
+		return -EINVAL;
+	}
+	return load_json(root, name, t, err, errlen);
 }

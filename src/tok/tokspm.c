@@ -9,9 +9,12 @@
 #include "tok/tokjson.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const char unk_surface[] = " \xe2\x81\x87 "; /* " ⁇ ", libsentencepiece's */
 
@@ -103,17 +106,29 @@ static int spm_read(const char *path, struct tok *t, char *err, size_t errlen)
 
 int tok_load(const char *path, struct tok *t, char *err, size_t errlen)
 {
-	FILE *f = fopen(path, "rb");
-	if (!f) {
+	/* not blocking on a FIFO, and only a regular file: libsentencepiece throws on a
+	 * directory and would read a device without end */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	struct stat st;
+	char buf[4096], c = 0;
+	ssize_t n;
+	memset(t, 0, sizeof(*t));
+	if (fd < 0 || fstat(fd, &st) < 0) {
 		int e = errno;
 		snprintf(err, errlen, "%s: %s", path, strerror(e));
-		memset(t, 0, sizeof(*t));
+		if (fd >= 0)
+			close(fd);
 		return -e;
 	}
-	int c;
-	while ((c = fgetc(f)) == ' ' || c == '\t' || c == '\n' || c == '\r')
-		;
-	fclose(f);
+	while (S_ISREG(st.st_mode) && !c && (n = read(fd, buf, sizeof(buf))) > 0)
+		for (ssize_t i = 0; i < n && !c; i++)
+			if (buf[i] != ' ' && buf[i] != '\t' && buf[i] != '\n' && buf[i] != '\r')
+				c = buf[i];
+	close(fd);
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "%s: not a regular file", path);
+		return -EINVAL;
+	}
 	if (c == '{')
 		return tokjson_load(path, t, err, errlen);
 	return spm_read(path, t, err, errlen);

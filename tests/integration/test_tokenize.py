@@ -784,6 +784,17 @@ def test_tokenize_models_config(env):
     assert r.returncode == 2, r
     assert f"{conf}:6:16: models: broken: {bad}: model.type: \"Unigram\" is not supported" \
         in r.stderr, r.stderr
+    # a directory crashed the proxy at start (libsentencepiece threw reading it) and a FIFO
+    # held it there, waiting for a writer: both refused at the key, as the file above
+    fifo = os.path.join(env.dir, "fifo")
+    os.mkfifo(fifo)
+    for odd in (os.path.dirname(bad), fifo):
+        write(f"  tiny: {{tokenizer: {odd}}}\n")
+        r = run("check", "-c", conf)
+        assert r.returncode == 2, r
+        assert f"{conf}:4:21: models: tiny: {odd}: not a regular file" in r.stderr, r.stderr
+        r = run("tokenize", "--tokenizer", odd, "x")
+        assert r.returncode == 2 and f"{odd}: not a regular file" in r.stderr, r
     write(f"  tiny: {{tokenizer: {good}, block_size: 0}}\n")
     r = run("check", "-c", conf)
     assert r.returncode == 2 and f"{conf}:4:" in r.stderr and "expected 1 to 4096" in r.stderr, r
