@@ -25,13 +25,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 /* Vocabularies hold up to some 262,000 tokens (Gemma); an id past this names no real one
  * and would only size the tables. */
 #define TOKJSON_MAX_ID (1 << 24)
+
+/* The largest tokenizer file read (Gemma 3's is 33 MB). */
+#define TOKJSON_MAX_FILE (1L << 30)
 
 static int refuse(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -863,38 +865,48 @@ static int load_json(json_t *root, const char *name, struct tok *t, char *err, s
 struct json_t *tokjson_read_file(const char *path, size_t flags, int *rc, char *err, size_t errlen)
 {
 	struct stat st;
-	void *map = MAP_FAILED;
+	char *text = NULL;
+	size_t got = 0;
 	json_t *root = NULL;
 	json_error_t je;
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	if (fd < 0 || fstat(fd, &st) < 0) {
-		*rc = -errno;
-		snprintf(err, errlen, "%s: %s", path, strerror(-*rc));
-		goto out;
-	}
+	if (fd < 0 || fstat(fd, &st) < 0)
+		goto failed;
 	*rc = -EINVAL;
-	if (!S_ISREG(st.st_mode)) {
-		snprintf(err, errlen, "%s: not a regular file", path);
+	if (!S_ISREG(st.st_mode) || !st.st_size || st.st_size > TOKJSON_MAX_FILE) {
+		snprintf(err, errlen, "%s: %s", path,
+			 !S_ISREG(st.st_mode) ? "not a regular file"
+			 : !st.st_size	      ? "empty file"
+					      : "larger than 1 GiB");
 		goto out;
 	}
-	if (!st.st_size) {
-		snprintf(err, errlen, "%s: empty file", path);
-		goto out;
+	/* read, not mapped: a file cut short while it loads (a deploy writing it in place) must
+	 * not be a SIGBUS */
+	if (!(text = malloc((size_t)st.st_size))) {
+		errno = ENOMEM;
+		goto failed;
 	}
-	map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-	if (map == MAP_FAILED) {
-		*rc = -errno;
-		snprintf(err, errlen, "%s: %s", path, strerror(-*rc));
-		goto out;
+	while (got < (size_t)st.st_size) {
+		ssize_t n = read(fd, text + got, (size_t)st.st_size - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			goto failed;
+		if (!n)
+			break;
+		got += (size_t)n;
 	}
-	root = json_loadb(map, (size_t)st.st_size, flags, &je);
+	root = json_loadb(text, got, flags, &je);
 	if (!root)
 		snprintf(err, errlen, "%s:%d:%d: %s", path, je.line, je.column, je.text);
 	else
 		*rc = 0;
+	goto out;
+failed:
+	*rc = -errno;
+	snprintf(err, errlen, "%s: %s", path, strerror(errno));
 out:
-	if (map != MAP_FAILED)
-		munmap(map, (size_t)st.st_size);
+	free(text);
 	if (fd >= 0)
 		close(fd);
 	return root;

@@ -30,11 +30,11 @@ struct json_t;
 int tokjson_load(const char *path, struct tok *t, char *err, size_t errlen);
 
 /*
- * The JSON at <path> parsed by jansson with <flags> (JSON_* of jansson.h): the file mapped,
- * not read a character at a time (a tokenizer.json of 33 MB loaded a quarter faster), and only
- * a regular file (a FIFO would hold the caller waiting for a writer; libsentencepiece throws
- * on a directory). NULL with -errno in *rc and a message in err[0..errlen) naming the file,
- * FILE:LINE:COL where its JSON is wrong.
+ * The JSON at <path> parsed by jansson with <flags> (JSON_* of jansson.h): the file read whole,
+ * not a character at a time (a tokenizer.json of 33 MB loaded a quarter faster), and only
+ * a regular file of at most 1 GiB (a FIFO would hold the caller waiting for a writer;
+ * libsentencepiece throws on a directory). NULL with -errno in *rc and a message in err[0..errlen)
+ * naming the file, FILE:LINE:COL where its JSON is wrong.
  */
 struct json_t *tokjson_read_file(const char *path, size_t flags, int *rc, char *err, size_t errlen);
 
