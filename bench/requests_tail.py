@@ -14,7 +14,9 @@ backend, ttfb_ms). This joins the two on the id and splits each request's TTFT i
   latency, 1 ms a block it did not hold, the jitter);
 - rest: what is left (the proxy's own handling, the connections, the loops' delays),
 
-and, of the queue, the part during which the backend the request went to held fewer than its
+and the queue split by why: a pick said "wait for the busy backend holding the prompt"
+(`;waited` in X-Accelnet-Llm), or no slot this instance may fill was free at all; and, of
+the queue, the part during which the backend the request went to held fewer than its
 max_concurrency requests from all instances together (a slot there was free while it waited:
 from every request's time at its backend, in at due + lag + queue, out at its end),
 
@@ -70,6 +72,7 @@ def load(d):
                  "cached": int(r["cached_blocks"]), "prompt": int(r["prompt_blocks"]),
                  "backend": e.get("backend") or r.get("served_by"), "reason": reason,
                  "instance": e.get("instance", int(r["target"])),
+                 "affinity": ";waited" in llm.split(",")[0],
                  "llm": llm}
             x["missed"] = max(0, x["prompt"] - x["cached"])
             x["rest"] = x["ttft"] - x["lag"] - x["queue"] - x["sim_wait"] - x["prefill"]
@@ -163,6 +166,11 @@ def summarize(reqs, share):
     out["queue_when_queued"] = statistics.mean(queued) if queued else 0.0
     for k in ("idle_wait", "other_free", "all_full"):
         out[k] = statistics.mean(r.get(k, 0.0) for r in tail)
+    q = [r for r in tail if r["queue"] > 0.05]
+    aff = [r for r in q if r["affinity"]]
+    out["affinity_share"] = len(aff) / len(q) if q else 0.0
+    out["queue_affinity"] = sum(r["queue"] for r in aff) / len(tail)
+    out["queue_noslot"] = sum(r["queue"] for r in q if not r["affinity"]) / len(tail)
     for k in ("ahead_here", "ahead_elsewhere"):  # over those that queued
         v = [r[k] for r in tail if r["queue"] > 0.05]
         out[k] = statistics.mean(v) if v else 0.0
@@ -198,13 +206,16 @@ def rows(named):
                        + [f"{s['queued_share'] * 100:.0f} %", f"{s['queue_when_queued']:.0f}",
                           f"{s['idle_wait']:.1f} / {s['other_free']:.1f} / {s['all_full']:.1f}",
                           f"{s['ahead_here']:.2f} / {s['ahead_elsewhere']:.2f}",
+                          f"{s['queue_affinity']:.1f} / {s['queue_noslot']:.1f} "
+                          f"({s['affinity_share'] * 100:.0f} % of queued)",
                           f"{s['missed']:.1f}/{s['prompt']:.0f}",
                           " ".join(f"{k} {v * 100:.0f}%" for k, v in
                                    list(s["reasons"].items())[:3])])
     return (["run", "slice", "n", "TTFT from ms", "TTFT mean", "lag", "queue", "sim wait",
              "prefill", "rest", "queued", "queue if queued",
              "of queue: its backend not full / full, another not / all full",
-             "queued for its backend before it: here / at other instances", "missed/prompt blocks",
+             "queued for its backend before it: here / at other instances",
+             "queue: waiting for a busy home (llm wait) / for any slot here", "missed/prompt blocks",
              "reasons"], out)
 
 
