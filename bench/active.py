@@ -34,7 +34,11 @@ instance's cluster counters (prefixes sent and received through Redis, failed sy
 
 Usage: bench/run --only active [--quick] [--seconds S] [--load X] [--repeat N]
                  [--variants one,three,three-redis-stopped] [--sync-ms MS] [--accelnet BIN]
-                 [--json OUT]
+                 [--samples DIR] [--json OUT]
+
+--samples DIR keeps every request's record (the load generator's, with what its response
+head said, and each instance's access log, joined on the request id) in DIR/VARIANT-N/ and
+prints the slowest requests' TTFT taken apart (bench/requests_tail.py).
 """
 
 import argparse
