@@ -34,7 +34,11 @@ instance's cluster counters (prefixes sent and received through Redis, failed sy
 
 Usage: bench/run --only active [--quick] [--seconds S] [--load X] [--repeat N]
                  [--variants one,three,three-redis-stopped] [--sync-ms MS] [--accelnet BIN]
-                 [--json OUT]
+                 [--samples DIR] [--json OUT]
+
+--samples DIR keeps every request's record (the load generator's, with what its response
+head said, and each instance's access log, joined on the request id) in DIR/VARIANT-N/ and
+prints the slowest requests' TTFT taken apart (bench/requests_tail.py).
 """
 
 import argparse
@@ -53,6 +57,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402  (the run, the fleet, the starters)
 import chattrace  # noqa: E402
+import requests_tail as requests  # noqa: E402  (--samples: the slowest requests taken apart)
 
 # what is kept of each instance's /metrics at the end of a run
 INSTANCE_SERIES = ("accelnet_cluster_", "accelnet_llm_predict_decisions_total",
@@ -82,6 +87,8 @@ PROXY_BIN = None  # the proxies' accelnet (--accelnet; None: build/accelnet, as 
 SYNC_MS = 10  # cluster.sync_ms (--sync-ms; 0: its default, 100)
 PROXY_CPU = bench.SERVER_CPU  # where the instances and Redis run (--proxy-cpu)
 BURN = 0.27  # the share of a CPU one-busy's burner takes (--burn)
+SAMPLE_RUN = {v: 1 for v in VARIANTS}  # the next run's number, per variant
+SAMPLES = None  # --samples DIR: per-request records of every run kept here (None: none)
 
 
 def start_instance(run, ports, redis_port):
@@ -89,14 +96,20 @@ def start_instance(run, ports, redis_port):
     and, given <redis_port>, `cluster:`: (process, port); process.admin is its admin port."""
     f = bench.CHAT_FLEET
     admin = bench.free_port()
-    extra = (f"    llm: {{block_bytes: {f['block_bytes']}, cache_blocks: {f['cache_blocks']}}}\n"
-             + EXTRA + f"admin: {{address: 127.0.0.1:{admin}}}\n")
+    explain = ", explain: true" if SAMPLES else ""
+    extra = (f"    llm: {{block_bytes: {f['block_bytes']}, cache_blocks: {f['cache_blocks']}"
+             f"{explain}}}\n" + EXTRA + f"admin: {{address: 127.0.0.1:{admin}}}\n")
+    log = None
+    if SAMPLES:  # the loadgen's request ids kept (trusted), each request's line in a file
+        log = os.path.join(run.dir, f"access-{admin}.log")
+        extra += (f"access_log: {{path: {log}, format: json}}\n"
+                  "trusted_proxies: [127.0.0.1]\n")
     if redis_port:
         extra += (f"cluster: {{redis: 127.0.0.1:{redis_port}"
                   + (f", sync_ms: {SYNC_MS}" if SYNC_MS else "") + "}\n")
     p, port = bench.start_accelnet(run, ports, "llm", cap=CAP, extra=extra, binary=PROXY_BIN,
                                    cpu=PROXY_CPU)
-    p.admin = admin
+    p.admin, p.access_log = admin, log
     return p, port
 
 
@@ -142,8 +155,10 @@ def sim_stats(ports):
     return out
 
 
-def loadgen_multi(targets, rate, seconds, trace, timeout_s):
+def loadgen_multi(targets, rate, seconds, trace, timeout_s, samples=None):
     argv = ["taskset", "-c", bench.LOAD_CPU, bench.LOADGEN, "open"]
+    if samples:
+        argv += ["--samples", samples]
     for port in targets:
         argv += ["--target", f"127.0.0.1:{port}"]
     argv += ["--rate", f"{rate:.2f}", "--duration", str(seconds), "--path",
@@ -232,7 +247,8 @@ def one_variant(run, variant, rate, seconds, trace, timeout_s):
             outage.start()
         g0 = [bench.proc_cpu_s(x.pid) for x in procs + sims]
         load_avg = os.getloadavg()[0]
-        g = loadgen_multi([port for _, port in insts], rate, seconds, trace, timeout_s)
+        tsv = os.path.join(run.dir, "samples.tsv") if SAMPLES else None
+        g = loadgen_multi([port for _, port in insts], rate, seconds, trace, timeout_s, tsv)
         g1 = [_cpu_s_or(x.pid, a) for x, a in zip(procs + sims, g0)]
         # CPU seconds of the run: the instances, Redis (the first one, 0 when an outage
         # killed it: gone, it says nothing; the second is not counted) and the simulators;
@@ -263,6 +279,16 @@ def one_variant(run, variant, rate, seconds, trace, timeout_s):
         g["hit_share"] = hit / (hit + missed) if hit + missed else 0.0
         g["served"] = [s["requests"] for s in st]
         g["instances"] = [{"metrics": metrics(p.admin, INSTANCE_SERIES)} for p, _ in insts]
+        if SAMPLES:  # kept before the run's directory goes: DIR/VARIANT-N/
+            d = os.path.join(SAMPLES, f"{variant}-{SAMPLE_RUN[variant]}")
+            SAMPLE_RUN[variant] += 1
+            os.makedirs(d, exist_ok=True)
+            shutil.copy(tsv, os.path.join(d, "samples.tsv"))
+            for k, (p, _) in enumerate(insts):
+                run.stop(p)  # its access log written out whole
+                shutil.copy(p.access_log, os.path.join(d, f"access-{k}.log"))
+            g["samples_dir"] = d
+            g["tail"] = requests.decompose(d)
         return g
     finally:
         for p in procs:
@@ -393,8 +419,15 @@ def main():
                     help="one-busy: the share of the instances' CPU a burner takes beside one "
                     "instance, in 1 ms bursts (default 0.27: what three instances and Redis "
                     "used beyond one, measured)")
+    ap.add_argument("--samples", metavar="DIR",
+                    help="keep every request's record here (the load generator's and each "
+                    "instance's access log, DIR/VARIANT-N/) and take the slowest requests "
+                    "apart (bench/requests_tail.py); turns on llm.explain and trusts the "
+                    "load generator's request ids")
     ap.add_argument("--json", help="write the results here too")
     a = ap.parse_args()
+    global SAMPLES
+    SAMPLES = os.path.abspath(a.samples) if a.samples else None
     global CAP, EXTRA, SYNC_MS, PROXY_CPU, BURN
     CAP, EXTRA, SYNC_MS, PROXY_CPU, BURN = a.cap, a.pool_extra, a.sync_ms, a.proxy_cpu, a.burn
     variants = [v for v in a.variants.split(",") if v]
@@ -440,7 +473,12 @@ def main():
         f"{a.load}x ({rate:.0f} req/s), {seconds} s a run, {a.repeat} run(s) each", "",
         bench.table(*summary_rows(res)), "", bench.table(*ratio_rows(res)), "",
         "By when requests were due (in three-redis-stopped, Redis is away in the middle "
-        "third):", "", bench.table(*phase_rows(res)), ""])
+        "third):", "", bench.table(*phase_rows(res)), ""]
+        + (["TTFT taken apart (--samples; ms, means over the slice; rest = TTFT - lag - queue "
+            "- sim wait - prefill):", "", bench.table(*requests.rows(
+                [(os.path.basename(g["samples_dir"]), g["tail"]) for v in res["variants"]
+                 for g in res["results"].get(v, []) if "tail" in g])), ""]
+           if SAMPLES else []))
     bench.emit(text, res, a.json)
 
 

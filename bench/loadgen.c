@@ -32,6 +32,14 @@
  *       target i mod N, each on that target's own connections; the figures are of all the
  *       requests together (percentiles of the merged samples), and "per_target" says how
  *       many each was sent and answered 200 (the warm-up's included).
+ *   loadgen open ... --bodies FILE --samples OUT
+ *       Also one line per request into OUT at the end (tab-separated, a header line first):
+ *       its index, target, when it was due (ms after the start), how late it was sent, its
+ *       status, TTFT, the response head's and the end's time after due (ms), and what the
+ *       head said of it: X-Sim-Wait-Ms, X-Sim-Service-Ms, X-Sim-Cached-Blocks,
+ *       X-Sim-Prompt-Blocks, X-Served-By and X-Accelnet-Llm (cut at 200 bytes). Each request
+ *       then carries X-Request-Id: lg-INDEX, so a proxy that trusts the client logs it under
+ *       that id (its access log's queue wait, backend and times join on it).
  *   In open mode "per_second" gives, for each second of sending (by when requests were due),
  *   the requests due in it and those of them that counted towards goodput_slo: an outage in
  *   the middle of a run shows where it begins and where the figures recover.
@@ -76,7 +84,7 @@ struct conn {
 	size_t req_len;
 	const char *body; /* --bodies: sent after req (the head, formatted into reqhead[]) */
 	size_t body_len;
-	char reqhead[256];
+	char reqhead[320];
 	int connecting, busy, head_done;
 	uint64_t due_ns, start_ns;
 	struct http_head head;
@@ -88,10 +96,19 @@ struct conn {
 	size_t ev_len, ev_cap;
 	int got_token;
 	double ttft_ms;
+	size_t idx; /* --bodies: the request's line */
 	/* open: the stream's events (itl_ms) */
 	int ev_nl;	     /* the last body byte was a '\n' */
 	unsigned events;     /* events ended so far */
 	uint64_t ev_last_ns; /* when the last one ended */
+};
+
+/* --samples: what one request did, and what its response's head said of it */
+struct sample {
+	uint64_t due_ns, start_ns, head_ns, first_ns, end_ns;
+	int status, sim_wait_ms, sim_service_ms, cached, prompt;
+	unsigned target;
+	char served[24], llm[200];
 };
 
 static struct {
@@ -131,6 +148,7 @@ static struct {
 	double *itl; /* open: gaps between a stream's events */
 	size_t nitl, capitl;
 	int done_sending;
+	struct sample *samples; /* --samples: one per body */
 } g;
 
 static void record(double **arr, size_t *n, size_t *cap, double v)
@@ -239,6 +257,70 @@ static void conn_send(struct conn *c)
 	}
 }
 
+static int header_int(const struct http_head *h, const char *name)
+{
+	const struct http_header *f = http_find_header(h, name);
+	return f ? atoi(f->value.p) : -1; /* the value ends at the field's CRLF */
+}
+
+static void header_copy(const struct http_head *h, const char *name, char *out, size_t len)
+{
+	const struct http_header *f = http_find_header(h, name);
+	size_t n = f ? (f->value.len < len - 1 ? f->value.len : len - 1) : 0;
+	if (f)
+		memcpy(out, f->value.p, n);
+	out[n] = 0;
+	for (size_t i = 0; i < n; i++)
+		if (out[i] == '\t' || out[i] == '\n')
+			out[i] = ' ';
+}
+
+/* --samples: the response head of request <c> came at <now>. */
+static void sample_head(struct conn *c, uint64_t now)
+{
+	if (!g.samples)
+		return;
+	struct sample *s = &g.samples[c->idx];
+	s->head_ns = now;
+	s->status = c->head.status;
+	s->sim_wait_ms = header_int(&c->head, "x-sim-wait-ms");
+	s->sim_service_ms = header_int(&c->head, "x-sim-service-ms");
+	s->cached = header_int(&c->head, "x-sim-cached-blocks");
+	s->prompt = header_int(&c->head, "x-sim-prompt-blocks");
+	header_copy(&c->head, "x-served-by", s->served, sizeof(s->served));
+	header_copy(&c->head, "x-accelnet-llm", s->llm, sizeof(s->llm));
+}
+
+static double ms_after(uint64_t t, uint64_t due)
+{
+	return t ? (double)(int64_t)(t - due) / 1e6 : -1;
+}
+
+/* --samples: every request's line into <path>. */
+static int samples_write(const char *path)
+{
+	FILE *f = fopen(path, "w");
+	if (!f) {
+		perror(path);
+		return -1;
+	}
+	fprintf(f, "i\ttarget\tdue_ms\tsend_lag_ms\tstatus\tttft_ms\thead_ms\tend_ms\tsim_wait_ms\t"
+		   "sim_service_ms\tcached_blocks\tprompt_blocks\tserved_by\tllm\n");
+	for (size_t i = 0; i < g.next_i && i < g.nbodies; i++) {
+		const struct sample *s = &g.samples[i];
+		if (!s->due_ns)
+			continue;
+		fprintf(f, "%zu\t%u\t%.3f\t%.3f\t%d\t%.3f\t%.3f\t%.3f\t%d\t%d\t%d\t%d\t%s\t%s\n", i,
+			s->target, (double)(s->due_ns - g.start_ns) / 1e6,
+			ms_after(s->start_ns, s->due_ns), s->status,
+			ms_after(s->first_ns, s->due_ns), ms_after(s->head_ns, s->due_ns),
+			ms_after(s->end_ns, s->due_ns), s->sim_wait_ms, s->sim_service_ms,
+			s->cached, s->prompt, s->served[0] ? s->served : "-",
+			s->llm[0] ? s->llm : "-");
+	}
+	return fclose(f) ? -1 : 0;
+}
+
 /*
  * Open mode: the first bytes of the response body arrived, its time to first token; only a
  * 200's (an error's body is no token: a request that got one never got its first token).
@@ -249,6 +331,8 @@ static void first_token(struct conn *c, uint64_t now)
 		return;
 	c->got_token = 1;
 	c->ttft_ms = (double)(now - c->due_ns) / 1e6;
+	if (g.samples)
+		g.samples[c->idx].first_ns = now;
 	if (!in_warmup(c->due_ns))
 		record(&g.ttft, &g.nttft, &g.capttft, c->ttft_ms);
 }
@@ -310,6 +394,8 @@ static void conn_done(struct conn *c, uint64_t now)
 {
 	int status = c->head.status, counted = g.mode != M_OPEN || !in_warmup(c->due_ns);
 	g.target_ok[c->target] += status == 200;
+	if (g.samples)
+		g.samples[c->idx].end_ns = now;
 	if (counted) {
 		g.status[status / 100 < 6 ? status / 100 : 0]++;
 		if (status == 200)
@@ -387,6 +473,7 @@ static void conn_read(struct conn *c)
 			}
 			c->head_done = 1;
 			c->head_len = (size_t)r;
+			sample_head(c, now);
 			c->body_left = c->head.content_length;
 			http_chunked_init(&c->ch);
 			memmove(c->in, c->in + r, c->in_len - (size_t)r);
@@ -518,10 +605,22 @@ static void start_request(uint64_t due_ns)
 		size_t i = (size_t)(g.next_i - 1);
 		c->body = g.body[i];
 		c->body_len = g.body_len[i];
+		char rid[40] = "";
+		if (g.samples)
+			snprintf(rid, sizeof(rid), "X-Request-Id: lg-%zu\r\n", i);
 		int n = snprintf(c->reqhead, sizeof(c->reqhead),
-				 "POST %s HTTP/1.1\r\nHost: bench\r\nContent-Type: "
+				 "POST %s HTTP/1.1\r\nHost: bench\r\n%sContent-Type: "
 				 "application/json\r\nContent-Length: %zu\r\n\r\n",
-				 g.path, c->body_len);
+				 g.path, rid, c->body_len);
+		c->idx = i;
+		if (g.samples)
+			g.samples[i] = (struct sample){.due_ns = due_ns,
+						       .start_ns = clock_now_ns(),
+						       .target = t,
+						       .sim_wait_ms = -1,
+						       .sim_service_ms = -1,
+						       .cached = -1,
+						       .prompt = -1};
 		c->req = c->reqhead;
 		c->req_len = (size_t)n;
 	} else {
@@ -664,23 +763,32 @@ static void usage(void)
 		"  [--bodies FILE] (open: request i carries line i of FILE as its body)\n"
 		"  [--slo-ms MS]   (open: goodput_slo counts TTFT <= MS; default 1000)\n"
 		"  [--at TIMES]    (open, with --bodies: request i is due at line i seconds)\n"
-		"  [--warmup W]    (open: requests due in the first W seconds count nowhere)\n");
+		"  [--warmup W]    (open: requests due in the first W seconds count nowhere)\n"
+		"  [--samples OUT] (open, with --bodies: one line per request into OUT)\n");
 	exit(2);
 }
 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-	    {"target", required_argument, NULL, 't'},	{"path", required_argument, NULL, 'p'},
-	    {"body", required_argument, NULL, 'b'},	{"rate", required_argument, NULL, 'r'},
-	    {"duration", required_argument, NULL, 'd'}, {"streams", required_argument, NULL, 's'},
-	    {"conns", required_argument, NULL, 'c'},	{"timeout-s", required_argument, NULL, 'T'},
-	    {"prefixes", required_argument, NULL, 'P'}, {"bodies", required_argument, NULL, 'B'},
-	    {"slo-ms", required_argument, NULL, 'L'},	{"at", required_argument, NULL, 'A'},
-	    {"warmup", required_argument, NULL, 'W'},	{NULL, 0, NULL, 0},
+	    {"target", required_argument, NULL, 't'},
+	    {"path", required_argument, NULL, 'p'},
+	    {"body", required_argument, NULL, 'b'},
+	    {"rate", required_argument, NULL, 'r'},
+	    {"duration", required_argument, NULL, 'd'},
+	    {"streams", required_argument, NULL, 's'},
+	    {"conns", required_argument, NULL, 'c'},
+	    {"timeout-s", required_argument, NULL, 'T'},
+	    {"prefixes", required_argument, NULL, 'P'},
+	    {"bodies", required_argument, NULL, 'B'},
+	    {"slo-ms", required_argument, NULL, 'L'},
+	    {"at", required_argument, NULL, 'A'},
+	    {"warmup", required_argument, NULL, 'W'},
+	    {"samples", required_argument, NULL, 'S'},
+	    {NULL, 0, NULL, 0},
 	};
 	const char *path = "/v1/completions", *body = "{\"prompt\":\"hi\"}", *why;
-	const char *bodies = NULL, *at = NULL;
+	const char *bodies = NULL, *at = NULL, *samples = NULL;
 	double timeout_s = 30;
 	unsigned prefixes = 0;
 	g.slo_ms = 1000;
@@ -740,6 +848,9 @@ int main(int argc, char **argv)
 		case 'W':
 			g.warm_ns = (uint64_t)(atof(optarg) * 1e9);
 			break;
+		case 'S':
+			samples = optarg;
+			break;
 		default:
 			usage();
 		}
@@ -761,6 +872,8 @@ int main(int argc, char **argv)
 	if (bodies && (g.mode != M_OPEN || strlen(path) > 128 || load_bodies(bodies) < 0))
 		usage();
 	if (at && (!bodies || load_at(at) < 0))
+		usage();
+	if (samples && (!bodies || !(g.samples = calloc(g.nbodies, sizeof(*g.samples)))))
 		usage();
 	static const char *const questions[] = {"what now?", "why is that so?", "how?",
 						"and what comes after that one?"};
@@ -867,6 +980,8 @@ int main(int argc, char **argv)
 	}
 	printf("}\n");
 	fflush(stdout);
+	if (samples && samples_write(samples) < 0)
+		return 1;
 	if (g.mode == M_IDLE) {
 		/* hold the connections until told to let go */
 		char b[64];
@@ -888,6 +1003,7 @@ int main(int argc, char **argv)
 	free(g.lat);
 	free(g.ttft);
 	free(g.itl);
+	free(g.samples);
 	for (unsigned k = 0; k < g.nreqs; k++)
 		free(g.reqs[k]);
 	free(g.reqs);

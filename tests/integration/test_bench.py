@@ -12,7 +12,8 @@ build/, a no-op once it is there).
 bench/fleets.py (issue 27) gets two cheap checks: its trace generator's arithmetic on every
 shape (rate, order, whole conversations, popularity, calibration), and a tiny run (one shape,
 one light load, two accelnet contestants, 2 s measured) whose result JSON and tables must
-hold what a reader of them looks for."""
+hold what a reader of them looks for. bench/active.py's per-request records (issue 28): the
+load generator's line for each request and the proxy's access log join on the request id."""
 
 ENVIRONMENT = True  # runs the bench's tools (nginx, HAProxy, wrk) on the normal build
 
@@ -169,3 +170,58 @@ def test_fleets_tiny_run_reports_capacity_and_hits(env):
         assert g["metrics_samples"] > 0 and "_error" not in g["predict"], g["predict"]
     assert "| independent |" in r.stdout and "0.30x" in r.stdout
     assert "Capacity at SLO" in r.stdout
+
+
+def test_loadgen_samples_take_each_request_apart(env):
+    """bench/active.py --samples (issue 28's active-active): `loadgen open --samples` writes a
+    line for every request with what its response head said (the simulator's cached and
+    prompt blocks, its planned time, the proxy's llm decision), and a proxy that trusts the
+    load generator logs each request under the id it sent, so that requests_tail.py can join
+    the two and take each TTFT apart (queue, prefill, rest)."""
+    import json
+    import sys
+    loadgen = os.path.join(ROOT, "build", "loadgen")
+    if not os.path.exists(loadgen):
+        raise Skip("no build/loadgen (make bench)")
+    from harness import BIN, free_port
+    sims = [env.sim(f"s{i}", slots=2, cache_blocks=64, block_bytes=64, latency_ms=20,
+                    prefill_us_per_block=1000, tokens=2, token_ms=1, jitter=0)
+            for i in range(2)]
+    port, log = free_port(), os.path.join(env.dir, "access-0.log")
+    cfg = env.write("p.yaml", f"listen: [127.0.0.1:{port}]\n"
+                    f"access_log: {{path: {log}, format: json}}\n"
+                    "trusted_proxies: [127.0.0.1]\n"
+                    "pools:\n  - name: b\n    balance: llm\n"
+                    "    llm: {block_bytes: 64, explain: true}\n    backends:\n"
+                    + "".join(f"      - {{address: 127.0.0.1:{s.port}, max_concurrency: 1}}\n"
+                              for s in sims))
+    proxy = env.start([BIN, "proxy", "-c", cfg], "proxy", wait_port=port)
+    system = "a system prompt long enough to fill some blocks. " * 8
+    trace = env.write("t.jsonl", "".join(json.dumps(
+        {"model": "m", "stream": True, "messages": [{"role": "system", "content": system},
+                                                     {"role": "user", "content": f"q{i}"}]})
+        + "\n" for i in range(12)))
+    d = os.path.join(env.dir, "run-1")
+    os.makedirs(d)
+    r = subprocess.run([loadgen, "open", "--target", f"127.0.0.1:{port}", "--rate", "100",
+                        "--duration", "1", "--path", "/v1/chat/completions", "--bodies", trace,
+                        "--samples", os.path.join(d, "samples.tsv"), "--timeout-s", "10"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1])["ok"] == 12
+    proxy.send_signal(signal.SIGTERM)  # its access log written out whole
+    proxy.wait(10)
+    os.rename(log, os.path.join(d, "access-0.log"))
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import requests_tail
+    reqs = requests_tail.load(d)
+    assert sorted(x["i"] for x in reqs) == list(range(12))
+    assert all(x["logged"] for x in reqs), "a request not found in the access log by its id"
+    assert all(x["prompt"] > 0 and 0 <= x["cached"] <= x["prompt"] for x in reqs)
+    assert all(x["reason"] != "-" for x in reqs)  # the llm decision came with each answer
+    assert any(x["cached"] > 0 for x in reqs)  # the shared system prompt hit after the first
+    assert any(x["queue"] > 0 for x in reqs)  # 100 a second at 2 slots of 30 ms: some queued
+    for x in reqs:  # the terms add up to the TTFT the load generator measured
+        assert x["prefill"] >= 20 and x["rest"] > -2, x
+    dec = requests_tail.decompose(d)
+    assert dec["all"]["n"] == 12 and dec["p90+"]["n"] >= 1
