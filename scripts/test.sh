@@ -9,7 +9,7 @@
 # compile one after another beside them; each pass starts as soon as its build is done, the
 # fuzz targets last, two at a time. ACCELNET_BUILD_NICE=N runs the builds at nice N (default 0:
 # on a machine shared with other work, a nice build waits behind it), the fuzz build and targets
-# at N + 10 (below).
+# at N + 5 (below).
 # The passes' tests share the machine through one turn (ACCELNET_TEST_LOCK,
 # tests/integration/run.py): a test marked SERIAL still runs alone among the tests of every
 # pass (the builds, the fuzz targets and the tool tests marked ENVIRONMENT load the machine
@@ -66,7 +66,7 @@ since() { echo $(($(date +%s) - t0)); }
 	}
 	build san SAN=1 CFLAGS="-O1 -g1" all unit bench
 	build tsan TSAN=1 CFLAGS="-O1 -g1" all unit
-	nice=$((nice + 10)) build fuzz FUZZ_DEBUG=-g1 fuzz
+	nice=$((nice + 5)) build fuzz FUZZ_DEBUG=-g1 fuzz
 ) &
 
 echo "== normal build =="
@@ -137,7 +137,7 @@ asan=$!
 ) >"$work/tsan.log" 2>&1 &
 tsan=$!
 
-# The fuzz targets, ${FUZZ_SECONDS:-2} s each, and their build, at the builds' priority less 10:
+# The fuzz targets, ${FUZZ_SECONDS:-2} s each, and their build, at the builds' priority less 5:
 # each keeps a CPU busy where the tests mostly wait, and no pass waits on them (they were done
 # at 444 s of a 984 s run at the same priority as the sanitizer pass, the run's longest, whose
 # tests they slowed), so they take the CPU the tests leave. CI's run is a smoke test of each
@@ -146,7 +146,7 @@ tsan=$!
 # whoever makes it (`make fuzz && tests/fuzz/run.sh 300`).
 (
 	built fuzz || exit 0
-	nice -n $((nice + 10)) tests/fuzz/run.sh "${FUZZ_SECONDS:-2}"
+	nice -n $((nice + 5)) tests/fuzz/run.sh "${FUZZ_SECONDS:-2}"
 	echo "(done at $(since) s)"
 ) >"$work/fuzz.log" 2>&1 &
 fuzz=$!
