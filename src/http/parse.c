@@ -264,6 +264,46 @@ int http_conn_names(const struct http_head *h, struct http_str name)
 	return 0;
 }
 
+/* The index of the first byte of a word (loaded with memcpy) whose high bit is set in
+ * <mask>, which has one. */
+static inline unsigned first_marked_byte(uint64_t mask)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	return (unsigned)__builtin_ctzll(mask) / 8;
+#else
+	return (unsigned)__builtin_clzll(mask) / 8;
+#endif
+}
+
+/*
+ * The end of the run of field-value bytes (is_value_char) from <q>: the first byte before <e>
+ * that is not one, or <e>. Eight bytes at a time while eight are left: a byte is refused when
+ * it is below 0x80 and either a control other than HTAB (under 0x20) or DEL; each test works
+ * on seven bits of a byte, so no carry crosses into its neighbour and every byte is judged
+ * exactly as the table judges it. A value is most of a head's bytes (a date, a user agent,
+ * a cookie), and the table costs some five instructions a byte.
+ */
+static const unsigned char *value_span(const unsigned char *q, const unsigned char *e)
+{
+	const uint64_t high = 0x8080808080808080ull, low7 = 0x7f7f7f7f7f7f7f7full;
+	while (e - q >= 8) {
+		uint64_t x;
+		memcpy(&x, q, 8);
+		uint64_t low = x & low7;
+		uint64_t from_sp = low + 0x6060606060606060ull; /* high bit: low >= 0x20 */
+		uint64_t del = low + 0x0101010101010101ull;	/* high bit: low == 0x7f */
+		uint64_t t = low ^ 0x0909090909090909ull;
+		uint64_t not_tab = (t + low7) | t; /* high bit: byte != HTAB */
+		uint64_t bad = ((~from_sp & not_tab) | del) & ~x & high;
+		if (bad)
+			return q + first_marked_byte(bad);
+		q += 8;
+	}
+	while (q < e && (byte_class[*q] & C_VALUE))
+		q++;
+	return q;
+}
+
 /*
  * The common case of one field line at <p>: a token, a colon, OWS, value bytes, CRLF, all in
  * the buffer and inside <max_head>. Fills *f and returns the start of the next line, or NULL
@@ -283,8 +323,7 @@ static const char *field_line_fast(const char *buf, const char *p, const char *e
 	while (q < e && (*q == ' ' || *q == '\t'))
 		q++;
 	const unsigned char *v = q;
-	while (q < e && (byte_class[*q] & C_VALUE))
-		q++;
+	q = value_span(q, e);
 	if (e - q < 2 || q[0] != '\r' || q[1] != '\n' ||
 	    (size_t)((const char *)q + 2 - buf) > max_head)
 		return NULL;

@@ -147,6 +147,83 @@ static void rejects_bad_syntax(void **state)
 	assert_int_equal(req("GET / HTTP/1.1\r\nHost: a\r\nExpect: magic\r\n\r\n"), -417);
 }
 
+/* <pre>, then v[0..vlen), then "\r\n\r\n" into t (a value may hold a NUL). Its length. */
+static size_t with_value(char *t, const char *pre, const char *v, size_t vlen)
+{
+	size_t n = strlen(pre);
+	memcpy(t, pre, n);
+	memcpy(t + n, v, vlen);
+	memcpy(t + n + vlen, "\r\n\r\n", 4);
+	return n + vlen + 4;
+}
+
+/* Every byte, at every place of a value long enough to be read a word at a time (and in its
+ * tail), is taken or refused as RFC 9110's field-value grammar says: VCHAR, obs-text, SP and
+ * HTAB taken (SP and HTAB at the ends trimmed), any other control and DEL refused; the same in
+ * a response. */
+static void value_bytes(void **state)
+{
+	(void)state;
+	char t[128], v[24];
+	for (int c = 0; c < 256; c++) {
+		int ok = c == '\t' || (c >= 0x20 && c != 0x7f);
+		if (c == '\r' || c == '\n')
+			continue; /* a line's end: the bare-CR and bare-LF cases above */
+		for (size_t at = 0; at < sizeof(v); at++) {
+			memset(v, 'x', sizeof(v));
+			v[at] = (char)c;
+			size_t n =
+			    with_value(t, "GET / HTTP/1.1\r\nHost: a\r\nX-V: ", v, sizeof(v));
+			int r = http_parse_request(t, n, MAX_HEAD, &h);
+			assert_int_equal(r, ok ? (int)n : -400);
+			if (ok) {
+				int edge =
+				    (c == ' ' || c == '\t') && (at == 0 || at == sizeof(v) - 1);
+				assert_int_equal(h.headers[1].value.len, sizeof(v) - (size_t)edge);
+			}
+			n = with_value(t, "HTTP/1.1 200 OK\r\nX-V: ", v, sizeof(v));
+			r = http_parse_response(t, n, MAX_HEAD, HTTP_GET, &h);
+			assert_int_equal(r, ok ? (int)n : -502);
+		}
+	}
+}
+
+/* Every byte, at every place of a field name long enough to be read a word at a time (and
+ * in its tail), is taken or refused as a token's grammar says (RFC 9110 5.1: tchars only; a
+ * colon ends the name), in a request and in a response. */
+static void name_bytes(void **state)
+{
+	(void)state;
+	static const char tchars[] = "!#$%&'*+-.^_`|~";
+	char t[128], name[24];
+	for (int c = 1; c < 256; c++) {
+		int tchar = (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') ||
+			    (c >= 'a' && c <= 'z') || strchr(tchars, c);
+		if (c == '\r' || c == '\n')
+			continue;
+		for (size_t at = 0; at < sizeof(name); at++) {
+			memset(name, 'N', sizeof(name));
+			name[at] = (char)c;
+			size_t len = c == ':' ? at : sizeof(name); /* the name as read */
+			int ok = (tchar || c == ':') && len > 0;
+			const char *pre[] = {"GET / HTTP/1.1\r\nHost: a\r\n",
+					     "HTTP/1.1 200 OK\r\n"};
+			for (int resp_ = 0; resp_ < 2; resp_++) {
+				size_t n = strlen(pre[resp_]);
+				memcpy(t, pre[resp_], n);
+				memcpy(t + n, name, sizeof(name));
+				memcpy(t + n + sizeof(name), ": v\r\n\r\n", 7);
+				n += sizeof(name) + 7;
+				int r = resp_ ? http_parse_response(t, n, MAX_HEAD, HTTP_GET, &h)
+					      : http_parse_request(t, n, MAX_HEAD, &h);
+				assert_int_equal(r, ok ? (int)n : resp_ ? -502 : -400);
+				if (ok)
+					assert_int_equal(h.headers[h.nheaders - 1].name.len, len);
+			}
+		}
+	}
+}
+
 static void rejects_oversize(void **state)
 {
 	(void)state;
@@ -313,6 +390,8 @@ int main(void)
 	    cmocka_unit_test(body_framing),
 	    cmocka_unit_test(rejects_smuggling),
 	    cmocka_unit_test(rejects_bad_syntax),
+	    cmocka_unit_test(value_bytes),
+	    cmocka_unit_test(name_bytes),
 	    cmocka_unit_test(rejects_oversize),
 	    cmocka_unit_test(connection_semantics),
 	    cmocka_unit_test(head_end_detection),
