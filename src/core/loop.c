@@ -317,6 +317,58 @@ static void loop_on_wake(struct loop_io *io, unsigned events)
 		loop->wake_fn(loop->wake_arg);
 }
 
+/* --- receives and sends through the back end --- */
+
+static _Thread_local struct loop *loop_running;
+
+struct loop *loop_current(void)
+{
+	return loop_running;
+}
+
+int loop_ring_attach(struct loop *loop, int fd, struct loop_ring_io *r)
+{
+	if (!loop->ops->ring_attach)
+		return -ENOTSUP;
+	int rc = loop->ops->ring_attach(loop->be, fd, r);
+	if (!rc)
+		r->loop = loop;
+	return rc;
+}
+
+size_t loop_ring_take(struct loop_ring_io *r, void *buf, size_t len)
+{
+	return r->held ? r->loop->ops->ring_take(r->loop->be, r, buf, len, 1) : 0;
+}
+
+size_t loop_ring_peek(const struct loop_ring_io *r, void *buf, size_t len)
+{
+	struct loop_ring_io *w = (struct loop_ring_io *)r; /* not written when not consuming */
+	return r->held ? r->loop->ops->ring_take(r->loop->be, w, buf, len, 0) : 0;
+}
+
+int loop_ring_rearm(struct loop_ring_io *r, int fd)
+{
+	return r->loop->ops->ring_rearm(r->loop->be, r, fd);
+}
+
+ssize_t loop_ring_send(struct loop_ring_io *r, int fd, const struct iovec *iov, int n)
+{
+	return r->loop->ops->ring_send(r->loop->be, r, fd, iov, n);
+}
+
+void loop_ring_shutdown(struct loop_ring_io *r, int fd)
+{
+	r->loop->ops->ring_shutdown(r->loop->be, r, fd);
+}
+
+void loop_ring_detach(struct loop_ring_io *r, int fd)
+{
+	if (r->loop)
+		r->loop->ops->ring_detach(r->loop->be, r, fd);
+	*r = (struct loop_ring_io){0};
+}
+
 void loop_stop(struct loop *loop)
 {
 	loop->stopping = 1;
@@ -324,6 +376,8 @@ void loop_stop(struct loop *loop)
 
 void loop_run(struct loop *loop)
 {
+	struct loop *outer = loop_running;
+	loop_running = loop;
 	loop->stopping = 0;
 	while (!loop->stopping) {
 		int timeout = -1;
@@ -339,4 +393,5 @@ void loop_run(struct loop *loop)
 		if (loop->after_fn)
 			loop->after_fn(loop->after_arg);
 	}
+	loop_running = outer;
 }

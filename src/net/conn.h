@@ -80,6 +80,7 @@ struct net_conn {
 	unsigned read_on_write : 1;	    /* TLS: the last read waits for a write edge */
 	const struct net_conn_read_ops *rd; /* while reading */
 	void *rd_arg;
+	struct loop_ring_io ring; /* receiving and sending through the loop's io_uring */
 };
 
 /* A plain connection over <fd> (owned from now on). */
@@ -90,6 +91,9 @@ static inline void net_conn_init(struct net_conn *c, int fd)
 
 /* The reading halves of net_conn_read_start() and net_conn_ready(), when an edge waits. */
 int net_conn_read_pass(struct net_conn *c);
+/* A plain connection read for an owner on a loop running on io_uring: its receives and sends
+ * go through the ring from now on (silently not where the loop does not offer it). */
+void net_conn_ring_try(struct net_conn *c);
 int net_conn_ready_read(struct net_conn *c);
 
 /*
@@ -104,6 +108,8 @@ static inline int net_conn_read_start(struct net_conn *c, const struct net_conn_
 	c->rd = ops;
 	c->rd_arg = arg;
 	c->reading = 1;
+	if (!c->ring.loop && !c->ssl && ops->alloc)
+		net_conn_ring_try(c);
 	return c->readable ? net_conn_read_pass(c) : 0;
 }
 
