@@ -7,9 +7,11 @@
  * environment's ACCELNET_IO if set, else what loop_set_backend() was given (the proxy's
  * tune.io), else epoll. "auto" asks for io_uring where the kernel lets this process set up a
  * ring, epoll where it refuses (a container's seccomp profile: EPERM; an old kernel: ENOSYS).
- * The first choice is logged once, with the reason when auto fell back. epoll is the default
- * while io_uring only reports readiness (no measured gain yet: docs/benchmarks.md) and a
- * completion pending on a loop's thread can interrupt a blocking call there with EINTR.
+ * The first choice is logged once, with the reason when auto fell back. epoll is the default:
+ * io_uring carries plain connections' receives and sends (loop_ring_*, which net/conn.c uses;
+ * docs/benchmarks.md measures it) but is new, and a completion pending on a loop's thread can
+ * interrupt a blocking call there with EINTR. loop_current() is the loop running on the
+ * thread, so the transport finds its loop without its owners passing it.
  *
  * The heap holds pointers to caller-owned timers; each timer remembers its slot so that
  * stopping or re-arming is O(log n) without a search. Slot 0 is unused so that "slot == 0"

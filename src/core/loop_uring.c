@@ -23,9 +23,32 @@
  * last removals and runs their completions, so a listener closed on the way out is closed
  * when the process exits; a killed process's ring (and the files its polls hold) is torn
  * down by the kernel a little after the process is gone.
+ *
+ * The data path (loop.h: loop_ring_*, for net/conn.c): a connection read for an owner is
+ * attached to its descriptor's slot, and its bytes come as IORING_OP_RECV entries that pick a
+ * buffer from a provided buffer ring of the loop's (RX_BUFS of RX_BUF bytes, registered at the
+ * first attach): one receive in the ring at a time, queued again at its completion, with
+ * POLL_FIRST (the peer answers what was just read, so nothing waits yet), while the
+ * connection holds at most RX_HOLD_MAX; the buffers are held by the connection as a list, in
+ * order, until the owner takes their bytes, and go back to the ring as they empty. (One
+ * multishot receive was tried first: it cannot be held back, a cancellation does not find it
+ * while data keeps coming, and one connection whose owner had no room took all the buffers.)
+ * A receive that found the buffers all held (-ENOBUFS), or a connection holding too much,
+ * stops; the connection reads the socket itself until it is drained, then receives through
+ * the ring again. A send is a copy into a TX_BUF buffer of the loop's (a pool as large as the
+ * connections sending at once, kept) queued as IORING_OP_SEND with MSG_WAITALL, one in flight
+ * a connection; its completion frees the buffer and gives the io a write event. All of it is
+ * submitted with the turn's wait: a turn's receives and sends for all its connections cost one
+ * io_uring_enter. A connection detached (closed) with entries in flight: its receive is
+ * cancelled and its reading side shut (a receive running at that moment escapes the
+ * cancellation), the completions then find no connection and give their buffers back; its
+ * send goes on (the ring holds the file) and frees its buffer at its completion. Destroying the
+ * loop cancels what is still in flight and waits for the completions before freeing the
+ * buffers.
  */
 #include "core/loop_backend.h"
 #include "core/check.h"
+#include "core/log.h"
 #include "core/loop.h"
 
 #include <errno.h>
@@ -86,7 +109,8 @@ struct uring_be {
 	uint32_t rx_len[RX_BUFS];
 	struct uring_tx **tx;
 	uint32_t ntx, tx_free;
-	uint32_t inflight; /* receives and sends whose last completion has not come */
+	uint32_t inflight; /* receives and sends whose completion has not come */
+	int rx_refused;	   /* the buffer ring could not be set up: -errno */
 };
 
 static uint64_t slot_ud(uint32_t gen, int fd)
@@ -204,10 +228,14 @@ static struct io_uring_sqe *uring_sqe(struct uring_be *be)
 	return sqe;
 }
 
+/* What a slot's poll watches: its receives in the ring tell it of bytes and of the end */
+#define POLL_ALL (POLLIN | POLLOUT | POLLRDHUP)
+#define POLL_RING (POLLOUT | POLLRDHUP)
+
 static void uring_arm(struct uring_be *be, int fd, uint64_t ud)
 {
 	struct io_uring_sqe *sqe = uring_sqe(be);
-	io_uring_prep_poll_multishot(sqe, fd, POLLIN | POLLOUT | POLLRDHUP);
+	io_uring_prep_poll_multishot(sqe, fd, be->slots[fd].r ? POLL_RING : POLL_ALL);
 	io_uring_sqe_set_data64(sqe, ud);
 }
 
@@ -447,6 +475,10 @@ static int rx_setup(struct uring_be *be)
 	if (rc < 0) {
 		free(mem);
 		munmap(br, size);
+		be->rx_refused = rc;
+		log_msg(LOG_INFO,
+			"event loop: io_uring reports readiness only (buffer ring refused: %s)",
+			strerror(-rc));
 		return rc;
 	}
 	be->br = br;
@@ -464,6 +496,8 @@ static int ring_attach(void *arg, int fd, struct loop_ring_io *r)
 	struct uring_be *be = arg;
 	if (fd < 0 || (uint32_t)fd >= be->nslots || !be->slots[fd].io || be->slots[fd].r)
 		return -EINVAL;
+	if (be->rx_refused)
+		return be->rx_refused;
 	if (!be->br) {
 		int rc = rx_setup(be);
 		if (rc < 0)
@@ -473,6 +507,13 @@ static int ring_attach(void *arg, int fd, struct loop_ring_io *r)
 	s->r = r;
 	r->rx_ud = UD_RECV << 62 | slot_ud(s->gen, fd);
 	recv_arm(be, r, fd, 0);
+	/* the poll no longer wakes for bytes (each would be told twice); a failure (the poll
+	 * ended, to be armed again) posts a completion of no one's */
+	struct io_uring_sqe *sqe = uring_sqe(be);
+	io_uring_prep_poll_update(sqe, slot_ud(s->gen, fd), 0, POLL_RING,
+				  IORING_POLL_UPDATE_EVENTS | IORING_POLL_ADD_MULTI);
+	io_uring_sqe_set_data64(sqe, 0);
+	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
 	return 0;
 }
 
@@ -587,8 +628,13 @@ static void ring_detach(void *arg, struct loop_ring_io *r, int fd)
 		rx_recycle(be, b - 1);
 		b = next;
 	}
-	if (r->tx)
-		be->tx[r->tx - 1]->r = NULL; /* the send goes on; its buffer is freed when done */
+	if (r->tx) {
+		/* the send goes on, its buffer freed when it is done; submitted now if it was still
+		 * queued, since the descriptor is looked up at submission and is about to close
+		 * (the ring then holds the file until the send completes) */
+		be->tx[r->tx - 1]->r = NULL;
+		io_uring_submit(&be->ring);
+	}
 }
 
 const struct loop_backend_ops loop_uring_ops = {

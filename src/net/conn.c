@@ -14,8 +14,12 @@
  * the peer's hang-up no edge will come, so it reads on to the end). A TLS read that must
  * first write (SSL_ERROR_WANT_WRITE) waits for the write edge instead.
  *
- * Over either of the loop's back ends (core/loop.h: epoll, io_uring) the reads and writes here
- * are system calls on the descriptor; io_uring only reports the readiness.
+ * On a loop running on io_uring a plain connection read for an owner is attached to the ring
+ * at net_conn_read_start (net_conn_ring_try): its reads take what the ring received (and,
+ * where the ring stopped receiving, read the socket until it is drained and start the ring
+ * again), its writes are queued sends, its shutdown waits for the send in flight, its peek and
+ * pending look at the bytes held first, and closing detaches it. Elsewhere the reads and
+ * writes are system calls on the descriptor.
  */
 #include "net/conn.h"
 #include "core/loop.h"
@@ -105,8 +109,8 @@ static ssize_t ring_read(struct net_conn *c, void *buf, size_t len)
 		return -EAGAIN;
 	}
 	ssize_t rc = plain_recv(c, buf, len, 0);
-	if (rc == -EAGAIN)
-		loop_ring_rearm(&c->ring, c->fd);
+	if (rc == -EAGAIN || (rc > 0 && (size_t)rc < len))
+		loop_ring_rearm(&c->ring, c->fd); /* drained: the ring tells of what comes next */
 	return rc;
 }
 

@@ -13,18 +13,23 @@
  * transport keeps what it knows of the socket (an edge not drained, the peer's hang-up, a TLS
  * read waiting for a write edge), reads while the owner has room, all of what TLS has
  * decrypted too, and tells the owner. So where bytes come from and when they are read is the
- * transport's, and another one (io_uring) changes this file, not the owners.
+ * transport's: on a loop running on io_uring (core/loop.h: loop_ring_*) a plain connection
+ * read for an owner receives and sends through the ring (the bytes received wait in the
+ * loop's buffers, held by the connection, until the owner has room; a write is copied and
+ * queued, and -EAGAIN until that one is sent, then a write event), with no change to the
+ * owners. TLS connections, and owners that splice below the transport, keep the readiness
+ * path.
  *
- * Non-blocking writes: net_conn_writev() returns what one call moved, -EAGAIN when the socket
- * (or TLS) must wait. net_conn_read() is the one read, for the transport's own use and for
- * those that still read for themselves (the control plane's probes, xfer, the proxy's idle
- * check, hedged copy and background refresh).
- * TLS can need the other direction than the one asked for (a write waiting for a handshake
- * message to arrive, a read that must send one): then the call returns -EAGAIN and sets
- * want_read or want_write, and the owner waits for that readiness before calling again.
- * A TLS write that returned -EAGAIN must be repeated with at least the bytes it was given
- * (OpenSSL holds a partly sent record); the proxy's buffers only grow at the end, so
- * repeating the write of what is pending does that.
+ * Non-blocking writes: net_conn_writev() returns what one call moved (on the ring: what was
+ * queued, which leaves even if the connection is closed next), -EAGAIN when the socket (or
+ * TLS, or the ring's send in flight) must wait. net_conn_read() is the one read, for the
+ * transport's own use and for those that still read for themselves (the control plane's probes,
+ * xfer, the proxy's idle check, hedged copy and background refresh). TLS can need the other
+ * direction than the one asked for (a write waiting for a handshake message to arrive, a read that
+ * must send one): then the call returns -EAGAIN and sets want_read or want_write, and the owner
+ * waits for that readiness before calling again. A TLS write that returned -EAGAIN must be repeated
+ * with at least the bytes it was given (OpenSSL holds a partly sent record); the proxy's buffers
+ * only grow at the end, so repeating the write of what is pending does that.
  *
  * Blocking use (xfer, one thread per stream): net_conn_read_all() / net_conn_write_all() loop
  * until the whole buffer moved; a socket timeout (SO_RCVTIMEO/SO_SNDTIMEO) shows as

@@ -5,8 +5,9 @@
  * leaves the bytes held by the connection, a bounded amount however much the peer sends
  * (the rest waits in the socket), and reads them all, in order, once it has room; a second
  * write waits for the first's completion (-EAGAIN, then a write event); the peer's end read
- * as 0; a connection closed with a send in flight: the bytes still reach the peer, then the
- * end, and the loop frees its buffer (ASan sees no leak, no use after free). Skipped where the
+ * as 0; a connection closed with a send in flight, or with one queued in the same turn: the
+ * bytes still reach the peer, then the end, and the loop frees its buffer (ASan sees no leak,
+ * no use after free). Skipped where the
  * kernel refuses io_uring.
  */
 #include <errno.h>
@@ -299,6 +300,28 @@ static void closed_with_a_send_in_flight_still_delivers(void **state)
 	free(buf);
 }
 
+static void write_and_close(struct owner *o)
+{
+	wrote = (int)net_conn_write(&o->c, "last words", 10);
+	loop_io_del(o->loop, &o->io);
+	net_conn_close(&o->c); /* in the same turn: the send was queued, not submitted yet */
+}
+
+static void written_and_closed_in_one_turn_still_delivers(void **state)
+{
+	struct owner *o = *state;
+	char buf[16];
+	int end;
+	if (!o)
+		skip();
+	turns(o, start_reading, 0, 1);
+	turns(o, write_and_close, 0, 1);
+	assert_int_equal(wrote, 10);
+	assert_int_equal(peer_read(o, buf, sizeof(buf), &end), 10);
+	assert_memory_equal(buf, "last words", 10);
+	assert_true(end);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -306,6 +329,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(owner_without_room_leaves_the_rest_in_the_socket, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(closed_with_a_send_in_flight_still_delivers, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(written_and_closed_in_one_turn_still_delivers, setup,
 					    teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
