@@ -95,23 +95,29 @@ void net_conn_ring_try(struct net_conn *c)
 		c->ring = (struct loop_ring_io){0};
 }
 
-/* A read of what the ring received; when it stopped receiving (its buffers ran out, or too
- * much was held), the socket's own bytes after those, and then the ring again. */
+/* A read of what the ring received; where it stopped receiving (its buffers ran out, or too
+ * much was held), the socket's own bytes after those, until it is drained (a short read or
+ * -EAGAIN), and then the ring again: so a short read says the socket is drained, as for a
+ * plain one. */
 static ssize_t ring_read(struct net_conn *c, void *buf, size_t len)
 {
 	size_t n = loop_ring_take(&c->ring, buf, len);
-	if (n)
+	if (n == len || (n && c->ring.armed))
 		return (ssize_t)n;
-	if (c->ring.end)
+	if (c->ring.end && !n)
 		return c->ring.end == 1 ? 0 : c->ring.end;
-	if (c->ring.armed) {
+	if (c->ring.armed || c->ring.end) {
+		if (n)
+			return (ssize_t)n;
 		c->want_read = 1;
 		return -EAGAIN;
 	}
-	ssize_t rc = plain_recv(c, buf, len, 0);
-	if (rc == -EAGAIN || (rc > 0 && (size_t)rc < len))
+	ssize_t rc = plain_recv(c, (char *)buf + n, len - n, 0);
+	if (rc == -EAGAIN || (rc > 0 && (size_t)rc < len - n))
 		loop_ring_rearm(&c->ring, c->fd); /* drained: the ring tells of what comes next */
-	return rc;
+	if (rc > 0)
+		return (ssize_t)n + rc;
+	return n ? (ssize_t)n : rc; /* the end or a failure after the bytes: at the next read */
 }
 
 ssize_t net_conn_read(struct net_conn *c, void *buf, size_t len)

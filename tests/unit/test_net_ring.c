@@ -258,7 +258,7 @@ static void owner_without_room_leaves_the_rest_in_the_socket(void **state)
 	assert_true(o->c.ring.held < 512 * 1024);
 	assert_true(o->c.ring.held > 0);
 	assert_int_equal(o->got, 0);
-	o->room = 4096;
+	o->room = 3000; /* not a multiple of the buffers: the last take of what is held is short */
 	turns(o, start_reading, sent, 5000);
 	assert_int_equal(o->got, sent);
 	for (size_t i = 0; i < sent; i++)
