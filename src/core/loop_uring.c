@@ -70,8 +70,8 @@
 #define UD_KIND(ud) ((ud) >> 62)
 #define GEN_MAX 0x3fffffffu
 
-#define RX_BUFS 1024	  /* the loop's receive buffers (a power of two) */
-#define RX_BUF 4096	  /* bytes each */
+#define RX_BUFS 256 /* the loop's receive buffers (a power of two): 1 MiB, each touched in turn */
+#define RX_BUF 4096 /* bytes each */
 #define RX_HOLD_MAX 65536 /* a connection holding more stops receiving until it is read */
 #define RX_GROUP 0
 #define TX_BUF 16384 /* what one queued send copies at most */

@@ -72,14 +72,20 @@ static void read_on(struct owner *o)
 	}
 }
 
+/* What the test waits for came: the loop stops. */
+static void stop_when_done(struct owner *o)
+{
+	if (o->ended || (o->want && o->got >= o->want))
+		loop_stop(o->loop);
+}
+
 static void on_io(struct loop_io *io, unsigned events)
 {
 	struct owner *o = container_of(io, struct owner, io);
 	(void)net_conn_ready(&o->c, events);
 	if (o->c.reading)
 		read_on(o);
-	if (o->ended || (o->want && o->got >= o->want))
-		loop_stop(o->loop);
+	stop_when_done(o);
 }
 
 static void on_step(struct loop_timer *t)
@@ -158,6 +164,7 @@ static void start_reading(struct owner *o)
 {
 	net_conn_read_start(&o->c, &reads, o);
 	read_on(o);
+	stop_when_done(o);
 }
 
 static int wrote, wrote_again;
@@ -254,8 +261,8 @@ static void owner_without_room_leaves_the_rest_in_the_socket(void **state)
 	}
 	/* the connection holds a bounded part (it stopped receiving), the socket the rest: the
 	 * peer is held back as the socket's own buffer would hold it */
-	assert_true(sent < 2 * (size_t)BIG);
-	assert_true(o->c.ring.held < 512 * 1024);
+	assert_true(sent < (size_t)BIG);
+	assert_true(o->c.ring.held <= 128 * 1024); /* 64 KiB and the receive in flight */
 	assert_true(o->c.ring.held > 0);
 	assert_int_equal(o->got, 0);
 	o->room = 3000; /* not a multiple of the buffers: the last take of what is held is short */
