@@ -142,7 +142,8 @@ size_t loop_ring_take(struct loop_ring_io *r, void *buf, size_t len);
 size_t loop_ring_peek(const struct loop_ring_io *r, void *buf, size_t len);
 /* Receive again after the receive ended (the loop's buffers ran out, too much held). */
 int loop_ring_rearm(struct loop_ring_io *r, int fd);
-/* Queue a send of <iov>: the count copied and queued, -EAGAIN while one is in flight. */
+/* Queue a send of <iov>: the count copied and queued, -EAGAIN while one is in flight,
+ * -EMSGSIZE when it is too large for one (nothing in flight: the caller may send it itself). */
 ssize_t loop_ring_send(struct loop_ring_io *r, int fd, const struct iovec *iov, int n);
 /* Shut the sending side of <fd> after the send in flight, if any. */
 void loop_ring_shutdown(struct loop_ring_io *r, int fd);

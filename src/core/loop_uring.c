@@ -37,7 +37,9 @@
  * stops; the connection reads the socket itself until it is drained, then receives through
  * the ring again. A send is a copy into a TX_BUF buffer of the loop's (a pool as large as the
  * connections sending at once, kept) queued as IORING_OP_SEND with MSG_WAITALL, one in flight
- * a connection; its completion frees the buffer and gives the io a write event. All of it is
+ * a connection; its completion frees the buffer and gives the io a write event. A write larger
+ * than TX_BUF is refused (-EMSGSIZE) for the connection to make itself, nothing being in flight
+ * (a bulk body sent 16 KiB a turn cost five times epoll's CPU). All of it is
  * submitted with the turn's wait: a turn's receives and sends for all its connections cost one
  * io_uring_enter. A connection detached (closed) with entries in flight: its receive is
  * cancelled and its reading side shut (a receive running at that moment escapes the
@@ -70,8 +72,8 @@
 #define UD_KIND(ud) ((ud) >> 62)
 #define GEN_MAX 0x3fffffffu
 
-#define RX_BUFS 256 /* the loop's receive buffers (a power of two): 1 MiB, each touched in turn */
-#define RX_BUF 4096 /* bytes each */
+#define RX_BUFS 64   /* the loop's receive buffers (a power of two): 1 MiB, each touched in turn */
+#define RX_BUF 16384 /* bytes each */
 #define RX_HOLD_MAX 65536 /* a connection holding more stops receiving until it is read */
 #define RX_GROUP 0
 #define TX_BUF 16384 /* what one queued send copies at most */
@@ -566,6 +568,11 @@ static ssize_t ring_send(void *arg, struct loop_ring_io *r, int fd, const struct
 		return -EAGAIN;
 	if ((uint32_t)fd >= be->nslots || be->slots[fd].r != r)
 		return -EBADF;
+	size_t total = 0;
+	for (int i = 0; i < n; i++)
+		total += iov[i].iov_len;
+	if (total > TX_BUF)
+		return -EMSGSIZE; /* bulk: the caller sends it itself, nothing being in flight */
 	uint32_t id;
 	if (be->tx_free) {
 		id = be->tx_free - 1;

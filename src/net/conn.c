@@ -27,6 +27,7 @@
 #include <errno.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -85,14 +86,20 @@ static ssize_t plain_recv(struct net_conn *c, void *buf, size_t len, int flags)
 
 void net_conn_ring_try(struct net_conn *c)
 {
-	static int off = -1; /* ACCELNET_IO_RING=0: the io_uring loop reports readiness only */
-	if (off < 0) {
+	/* ACCELNET_IO_RING=0: the io_uring loop reports readiness only (to compare the two);
+	 * read once, by whichever worker comes first */
+	static _Atomic int off = -1;
+	int o = atomic_load_explicit(&off, memory_order_relaxed);
+	if (o < 0) {
 		const char *e = getenv("ACCELNET_IO_RING");
-		off = e && strcmp(e, "0") == 0;
+		o = e && strcmp(e, "0") == 0;
+		atomic_store_explicit(&off, o, memory_order_relaxed);
 	}
-	struct loop *loop = off ? NULL : loop_current();
-	if (loop && c->fd >= 0 && loop_ring_attach(loop, c->fd, &c->ring) < 0)
+	struct loop *loop = o ? NULL : loop_current();
+	if (!loop || c->fd < 0 || loop_ring_attach(loop, c->fd, &c->ring) < 0) {
 		c->ring = (struct loop_ring_io){0};
+		c->ring_no = 1;
+	}
 }
 
 /* A read of what the ring received; where it stopped receiving (its buffers ran out, or too
@@ -232,7 +239,9 @@ ssize_t net_conn_writev(struct net_conn *c, const struct iovec *iov, int n)
 		ssize_t rc = loop_ring_send(&c->ring, c->fd, iov, n);
 		if (rc == -EAGAIN)
 			c->want_write = 1;
-		return rc;
+		if (rc != -EMSGSIZE)
+			return rc;
+		/* bulk, nothing in flight: sent here, in order, without the copy */
 	}
 	struct msghdr msg = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)n};
 	for (;;) {

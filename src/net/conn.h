@@ -83,6 +83,7 @@ struct net_conn {
 	unsigned hup : 1;	 /* the peer shut its side: read on to its end */
 	unsigned reading : 1; /* between net_conn_read_start and net_conn_read_stop (or the end) */
 	unsigned read_on_write : 1;	    /* TLS: the last read waits for a write edge */
+	unsigned ring_no : 1;		    /* not on the ring: asked once (net_conn_ring_try) */
 	const struct net_conn_read_ops *rd; /* while reading */
 	void *rd_arg;
 	struct loop_ring_io ring; /* receiving and sending through the loop's io_uring */
@@ -113,7 +114,7 @@ static inline int net_conn_read_start(struct net_conn *c, const struct net_conn_
 	c->rd = ops;
 	c->rd_arg = arg;
 	c->reading = 1;
-	if (!c->ring.loop && !c->ssl && ops->alloc)
+	if (!c->ring.loop && !c->ring_no && !c->ssl && ops->alloc)
 		net_conn_ring_try(c);
 	return c->readable ? net_conn_read_pass(c) : 0;
 }
