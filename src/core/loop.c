@@ -7,9 +7,11 @@
  * environment's ACCELNET_IO if set, else what loop_set_backend() was given (the proxy's
  * tune.io), else epoll. "auto" asks for io_uring where the kernel lets this process set up a
  * ring, epoll where it refuses (a container's seccomp profile: EPERM; an old kernel: ENOSYS).
- * The first choice is logged once, with the reason when auto fell back. epoll is the default
- * while io_uring only reports readiness (no measured gain yet: docs/benchmarks.md) and a
- * completion pending on a loop's thread can interrupt a blocking call there with EINTR.
+ * The first choice is logged once, with the reason when auto fell back. epoll is the default:
+ * io_uring carries plain connections' receives and sends (loop_ring_*, which net/conn.c uses;
+ * docs/benchmarks.md measures it) but is new, and a completion pending on a loop's thread can
+ * interrupt a blocking call there with EINTR. loop_current() is the loop running on the
+ * thread, so the transport finds its loop without its owners passing it.
  *
  * The heap holds pointers to caller-owned timers; each timer remembers its slot so that
  * stopping or re-arming is O(log n) without a search. Slot 0 is unused so that "slot == 0"
@@ -317,6 +319,58 @@ static void loop_on_wake(struct loop_io *io, unsigned events)
 		loop->wake_fn(loop->wake_arg);
 }
 
+/* --- receives and sends through the back end --- */
+
+static _Thread_local struct loop *loop_running;
+
+struct loop *loop_current(void)
+{
+	return loop_running;
+}
+
+int loop_ring_attach(struct loop *loop, int fd, struct loop_ring_io *r)
+{
+	if (!loop->ops->ring_attach)
+		return -ENOTSUP;
+	int rc = loop->ops->ring_attach(loop->be, fd, r);
+	if (!rc)
+		r->loop = loop;
+	return rc;
+}
+
+size_t loop_ring_take(struct loop_ring_io *r, void *buf, size_t len)
+{
+	return r->held ? r->loop->ops->ring_take(r->loop->be, r, buf, len, 1) : 0;
+}
+
+size_t loop_ring_peek(const struct loop_ring_io *r, void *buf, size_t len)
+{
+	struct loop_ring_io *w = (struct loop_ring_io *)r; /* not written when not consuming */
+	return r->held ? r->loop->ops->ring_take(r->loop->be, w, buf, len, 0) : 0;
+}
+
+int loop_ring_rearm(struct loop_ring_io *r, int fd)
+{
+	return r->loop->ops->ring_rearm(r->loop->be, r, fd);
+}
+
+ssize_t loop_ring_send(struct loop_ring_io *r, int fd, const struct iovec *iov, int n)
+{
+	return r->loop->ops->ring_send(r->loop->be, r, fd, iov, n);
+}
+
+void loop_ring_shutdown(struct loop_ring_io *r, int fd)
+{
+	r->loop->ops->ring_shutdown(r->loop->be, r, fd);
+}
+
+void loop_ring_detach(struct loop_ring_io *r, int fd)
+{
+	if (r->loop)
+		r->loop->ops->ring_detach(r->loop->be, r, fd);
+	*r = (struct loop_ring_io){0};
+}
+
 void loop_stop(struct loop *loop)
 {
 	loop->stopping = 1;
@@ -324,6 +378,8 @@ void loop_stop(struct loop *loop)
 
 void loop_run(struct loop *loop)
 {
+	struct loop *outer = loop_running;
+	loop_running = loop;
 	loop->stopping = 0;
 	while (!loop->stopping) {
 		int timeout = -1;
@@ -339,4 +395,5 @@ void loop_run(struct loop *loop)
 		if (loop->after_fn)
 			loop->after_fn(loop->after_arg);
 	}
+	loop_running = outer;
 }

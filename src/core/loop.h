@@ -28,6 +28,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
 
 enum loop_event {
 	LOOP_READ = 1u << 0,
@@ -107,5 +109,46 @@ void loop_set_after_hook(struct loop *loop, loop_hook_fn fn, void *arg);
 /* Run turns until loop_stop() is called from a callback. */
 void loop_run(struct loop *loop);
 void loop_stop(struct loop *loop);
+
+/*
+ * A connection's receives and sends through the loop itself (the io_uring back end only: the
+ * others answer -ENOTSUP), for net/conn.c. Attached to a descriptor registered with
+ * loop_io_add, a multishot receive lands the peer's bytes in the loop's buffers, held here in
+ * order until taken, and the io's fn is called with LOOP_READ when some came (or the end);
+ * a send is copied into a buffer of the loop's and queued, submitted with the turn's wait,
+ * the io's fn called with LOOP_WRITE when it is done. Zeroed (all 0) means not attached.
+ */
+struct loop_ring_io {
+	struct loop *loop;   /* NULL: not attached */
+	uint32_t head, tail; /* received buffers held, in order, as id + 1 (0: none) */
+	uint32_t off;	     /* bytes of head already taken */
+	uint32_t held;	     /* bytes held */
+	int32_t end;	     /* 0: open; 1: the peer's end came; -errno: the receive failed */
+	int32_t tx_err;	     /* a send's failure, told by the next write */
+	uint32_t tx;	     /* the send in flight, as id + 1 (0: none) */
+	uint64_t rx_ud;	     /* the receive's tag in the ring */
+	uint8_t armed;	     /* a multishot receive is in the ring */
+	uint8_t cancelling;  /* ... and its cancellation is asked for */
+	uint8_t shut;	     /* shut the sending side once the send in flight is done */
+};
+
+/* The loop running on this thread (inside loop_run), or NULL. */
+struct loop *loop_current(void);
+/* Attach <r> to registered descriptor <fd> and start receiving: 0, or -errno (-ENOTSUP). */
+int loop_ring_attach(struct loop *loop, int fd, struct loop_ring_io *r);
+/* Up to <len> bytes held, consumed: a count, 0 when none is held. */
+size_t loop_ring_take(struct loop_ring_io *r, void *buf, size_t len);
+/* Copy up to <len> held bytes without consuming them: a count. */
+size_t loop_ring_peek(const struct loop_ring_io *r, void *buf, size_t len);
+/* Receive again after the receive ended (the loop's buffers ran out, too much held). */
+int loop_ring_rearm(struct loop_ring_io *r, int fd);
+/* Queue a send of <iov>: the count copied and queued, -EAGAIN while one is in flight,
+ * -EMSGSIZE when it is too large for one (nothing in flight: the caller may send it itself). */
+ssize_t loop_ring_send(struct loop_ring_io *r, int fd, const struct iovec *iov, int n);
+/* Shut the sending side of <fd> after the send in flight, if any. */
+void loop_ring_shutdown(struct loop_ring_io *r, int fd);
+/* Detach before <fd> is closed: the receive cancelled, the buffers held given back, a send in
+ * flight left to finish (its buffer is the loop's, freed at its completion). */
+void loop_ring_detach(struct loop_ring_io *r, int fd);
 
 #endif

@@ -16,7 +16,11 @@
 #ifndef ACCELNET_CORE_LOOP_BACKEND_H
 #define ACCELNET_CORE_LOOP_BACKEND_H
 
-struct loop_io; /* core/loop.h */
+#include <sys/types.h>
+
+struct iovec;
+struct loop_io;	     /* core/loop.h */
+struct loop_ring_io; /* core/loop.h */
 
 struct loop_backend_ops {
 	const char *name;
@@ -26,6 +30,14 @@ struct loop_backend_ops {
 	void (*del)(void *be, struct loop_io *io);
 	void (*wait)(void *be, int timeout_ms);
 	void (*dispatch)(void *be);
+	/* receives and sends through the back end (loop.h: loop_ring_*); NULL: not offered */
+	int (*ring_attach)(void *be, int fd, struct loop_ring_io *r);
+	size_t (*ring_take)(void *be, struct loop_ring_io *r, void *buf, size_t len, int consume);
+	int (*ring_rearm)(void *be, struct loop_ring_io *r, int fd);
+	ssize_t (*ring_send)(void *be, struct loop_ring_io *r, int fd, const struct iovec *iov,
+			     int n);
+	void (*ring_shutdown)(void *be, struct loop_ring_io *r, int fd);
+	void (*ring_detach)(void *be, struct loop_ring_io *r, int fd);
 };
 
 extern const struct loop_backend_ops loop_epoll_ops;

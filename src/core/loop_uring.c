@@ -23,9 +23,34 @@
  * last removals and runs their completions, so a listener closed on the way out is closed
  * when the process exits; a killed process's ring (and the files its polls hold) is torn
  * down by the kernel a little after the process is gone.
+ *
+ * The data path (loop.h: loop_ring_*, for net/conn.c): a connection read for an owner is
+ * attached to its descriptor's slot, and its bytes come as IORING_OP_RECV entries that pick a
+ * buffer from a provided buffer ring of the loop's (RX_BUFS of RX_BUF bytes, registered at the
+ * first attach): one receive in the ring at a time, queued again at its completion, with
+ * POLL_FIRST (the peer answers what was just read, so nothing waits yet), while the
+ * connection holds at most RX_HOLD_MAX; the buffers are held by the connection as a list, in
+ * order, until the owner takes their bytes, and go back to the ring as they empty. (One
+ * multishot receive was tried first: it cannot be held back, a cancellation does not find it
+ * while data keeps coming, and one connection whose owner had no room took all the buffers.)
+ * A receive that found the buffers all held (-ENOBUFS), or a connection holding too much,
+ * stops; the connection reads the socket itself until it is drained, then receives through
+ * the ring again. A send is a copy into a TX_BUF buffer of the loop's (a pool as large as the
+ * connections sending at once, kept) queued as IORING_OP_SEND with MSG_WAITALL, one in flight
+ * a connection; its completion frees the buffer and gives the io a write event. A write larger
+ * than TX_BUF is refused (-EMSGSIZE) for the connection to make itself, nothing being in flight
+ * (a bulk body sent 16 KiB a turn cost five times epoll's CPU). All of it is
+ * submitted with the turn's wait: a turn's receives and sends for all its connections cost one
+ * io_uring_enter. A connection detached (closed) with entries in flight: its receive is
+ * cancelled and its reading side shut (a receive running at that moment escapes the
+ * cancellation), the completions then find no connection and give their buffers back; its
+ * send goes on (the ring holds the file) and frees its buffer at its completion. Destroying the
+ * loop cancels what is still in flight and waits for the completions before freeing the
+ * buffers.
  */
 #include "core/loop_backend.h"
 #include "core/check.h"
+#include "core/log.h"
 #include "core/loop.h"
 
 #include <errno.h>
@@ -33,14 +58,37 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 
 #define URING_SQ 512
 #define URING_CQ 4096
 #define URING_BATCH 256
 
+/* user_data: the kind in the top two bits; a poll's or a receive's generation and fd below */
+#define UD_POLL 0ull
+#define UD_RECV 1ull
+#define UD_SEND 2ull
+#define UD_KIND(ud) ((ud) >> 62)
+#define GEN_MAX 0x3fffffffu
+
+#define RX_BUFS 64   /* the loop's receive buffers (a power of two): 1 MiB, each touched in turn */
+#define RX_BUF 16384 /* bytes each */
+#define RX_HOLD_MAX 65536 /* a connection holding more stops receiving until it is read */
+#define RX_GROUP 0
+#define TX_BUF 16384 /* what one queued send copies at most */
+
 struct uring_slot {
-	struct loop_io *io; /* NULL: no registration */
-	uint32_t gen;	    /* of the registration now, or of the next one */
+	struct loop_io *io;	/* NULL: no registration */
+	uint32_t gen;		/* of the registration now, or of the next one */
+	struct loop_ring_io *r; /* receiving through the ring */
+};
+
+struct uring_tx {
+	struct loop_ring_io *r; /* NULL: its connection is gone; freed at its completion */
+	int fd;
+	uint32_t gen, len, off, next_free; /* next_free: id + 1 */
+	char data[TX_BUF];
 };
 
 struct uring_done {
@@ -56,11 +104,59 @@ struct uring_be {
 	uint32_t nslots;
 	struct uring_done done[URING_BATCH];
 	unsigned ndone;
+	/* receiving and sending through the ring (set up at the first attach) */
+	struct io_uring_buf_ring *br; /* NULL: not set up */
+	char *rx_mem;
+	uint32_t rx_next[RX_BUFS]; /* the next buffer held by the same connection, id + 1 */
+	uint32_t rx_len[RX_BUFS];
+	struct uring_tx **tx;
+	uint32_t ntx, tx_free;
+	uint32_t inflight; /* receives and sends whose completion has not come */
+	int rx_refused;	   /* the buffer ring could not be set up: -errno */
 };
 
 static uint64_t slot_ud(uint32_t gen, int fd)
 {
 	return (uint64_t)gen << 32 | (uint32_t)fd;
+}
+
+static void rx_recycle(struct uring_be *be, uint32_t bid)
+{
+	io_uring_buf_ring_add(be->br, be->rx_mem + (size_t)bid * RX_BUF, RX_BUF,
+			      (unsigned short)bid, io_uring_buf_ring_mask(RX_BUFS), 0);
+	io_uring_buf_ring_advance(be->br, 1);
+}
+
+static void tx_free(struct uring_be *be, uint32_t id)
+{
+	be->tx[id]->r = NULL;
+	be->tx[id]->next_free = be->tx_free;
+	be->tx_free = id + 1;
+}
+
+/* Cancel what is in flight and wait for the completions, so that no buffer is written or
+ * read by the kernel after it is freed. */
+static void ring_drain(struct uring_be *be)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&be->ring);
+	if (sqe) {
+		io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
+		io_uring_sqe_set_data64(sqe, 0);
+	}
+	for (int tries = 0; be->inflight && tries < 100; tries++) {
+		struct io_uring_cqe *cqe;
+		struct __kernel_timespec ts = {.tv_nsec = 10000000};
+		io_uring_submit_and_wait_timeout(&be->ring, &cqe, 1, &ts, NULL);
+		unsigned head, n = 0;
+		io_uring_for_each_cqe(&be->ring, head, cqe)
+		{
+			n++;
+			uint64_t kind = UD_KIND(cqe->user_data);
+			if (kind == UD_SEND || kind == UD_RECV)
+				be->inflight--;
+		}
+		io_uring_cq_advance(&be->ring, n);
+	}
 }
 
 static void uring_destroy(void *arg)
@@ -73,9 +169,17 @@ static void uring_destroy(void *arg)
 		 * completed now, so that their files close with the process, not after it */
 		io_uring_submit(&be->ring);
 		io_uring_get_events(&be->ring);
+		if (be->inflight)
+			ring_drain(be);
 	}
 	if (be->ring_ok)
 		io_uring_queue_exit(&be->ring);
+	if (be->br)
+		munmap(be->br, RX_BUFS * sizeof(struct io_uring_buf));
+	free(be->rx_mem);
+	for (uint32_t i = 0; i < be->ntx; i++)
+		free(be->tx[i]);
+	free(be->tx);
 	free(be->slots);
 	free(be);
 }
@@ -126,10 +230,14 @@ static struct io_uring_sqe *uring_sqe(struct uring_be *be)
 	return sqe;
 }
 
+/* What a slot's poll watches: its receives in the ring tell it of bytes and of the end */
+#define POLL_ALL (POLLIN | POLLOUT | POLLRDHUP)
+#define POLL_RING (POLLOUT | POLLRDHUP)
+
 static void uring_arm(struct uring_be *be, int fd, uint64_t ud)
 {
 	struct io_uring_sqe *sqe = uring_sqe(be);
-	io_uring_prep_poll_multishot(sqe, fd, POLLIN | POLLOUT | POLLRDHUP);
+	io_uring_prep_poll_multishot(sqe, fd, be->slots[fd].r ? POLL_RING : POLL_ALL);
 	io_uring_sqe_set_data64(sqe, ud);
 }
 
@@ -153,7 +261,7 @@ static int uring_add(void *arg, struct loop_io *io)
 	struct uring_slot *s = &be->slots[fd];
 	if (s->io)
 		return -EEXIST;
-	if (++s->gen == 0)
+	if (++s->gen > GEN_MAX)
 		s->gen = 1;
 	s->io = io;
 	uring_arm(be, fd, slot_ud(s->gen, fd));
@@ -172,7 +280,8 @@ static void uring_del(void *arg, struct loop_io *io)
 	io_uring_sqe_set_data64(sqe, 0);
 	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
 	s->io = NULL;
-	if (++s->gen == 0)
+	s->r = NULL; /* its receive's completions, if any, are dropped from now on */
+	if (++s->gen > GEN_MAX)
 		s->gen = 1;
 }
 
@@ -196,36 +305,343 @@ static void uring_wait(void *arg, int timeout_ms)
 	be->ndone = n;
 }
 
+/* The io registered on <fd> under generation <gen>, or NULL (deleted since). */
+static struct loop_io *slot_io(struct uring_be *be, int fd, uint32_t gen)
+{
+	if (fd < 0 || (uint32_t)fd >= be->nslots || be->slots[fd].gen != gen)
+		return NULL;
+	return be->slots[fd].io;
+}
+
+/* One receive into a buffer the kernel picks from the loop's; <wait>: it waits for the socket
+ * to be readable before trying (the peer answers what was just read: nothing waits yet). */
+static void recv_arm(struct uring_be *be, struct loop_ring_io *r, int fd, int wait)
+{
+	struct io_uring_sqe *sqe = uring_sqe(be);
+	io_uring_prep_recv(sqe, fd, NULL, RX_BUF, 0);
+	sqe->flags |= IOSQE_BUFFER_SELECT;
+	sqe->buf_group = RX_GROUP;
+	if (wait)
+		sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
+	io_uring_sqe_set_data64(sqe, r->rx_ud);
+	r->armed = 1;
+	r->cancelling = 0;
+	be->inflight++;
+}
+
+static void recv_cancel(struct uring_be *be, struct loop_ring_io *r)
+{
+	struct io_uring_sqe *sqe = uring_sqe(be);
+	io_uring_prep_cancel64(sqe, r->rx_ud, 0);
+	io_uring_sqe_set_data64(sqe, 0);
+	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+	r->cancelling = 1;
+}
+
+/* A receive's completion: its bytes held by its connection (or given back if it is gone), and
+ * the next receive queued while the connection holds little. */
+static void recv_done(struct uring_be *be, const struct uring_done *d)
+{
+	int fd = (int)(uint32_t)d->ud;
+	uint32_t gen = (uint32_t)(d->ud >> 32) & GEN_MAX;
+	struct loop_io *io = slot_io(be, fd, gen);
+	struct loop_ring_io *r = io ? be->slots[fd].r : NULL;
+	be->inflight--;
+	if (r && r->rx_ud != d->ud)
+		r = NULL;
+	if (d->res > 0 && (d->flags & IORING_CQE_F_BUFFER)) {
+		uint32_t bid = d->flags >> IORING_CQE_BUFFER_SHIFT;
+		if (!r) {
+			rx_recycle(be, bid);
+			return;
+		}
+		be->rx_len[bid] = (uint32_t)d->res;
+		be->rx_next[bid] = 0;
+		if (r->tail)
+			be->rx_next[r->tail - 1] = bid + 1;
+		else
+			r->head = bid + 1;
+		r->tail = bid + 1;
+		r->held += (uint32_t)d->res;
+	}
+	if (!r)
+		return;
+	r->armed = r->cancelling = 0;
+	if (d->res == 0) {
+		r->end = 1;
+	} else if (d->res == -ECANCELED) {
+		return;
+	} else if (d->res < 0 && d->res != -ENOBUFS && d->res != -EAGAIN && d->res != -EINTR) {
+		r->end = d->res;
+	} else if (d->res > 0 && r->held <= RX_HOLD_MAX) {
+		recv_arm(be, r, fd, 1); /* the next; more than that held: once it is read */
+	}
+	/* -ENOBUFS (the loop's buffers are all held) too: the connection reads the socket */
+	io->fn(io, LOOP_READ);
+}
+
+static void send_queue(struct uring_be *be, uint32_t id)
+{
+	struct uring_tx *t = be->tx[id];
+	struct io_uring_sqe *sqe = uring_sqe(be);
+	io_uring_prep_send(sqe, t->fd, t->data + t->off, t->len - t->off,
+			   MSG_NOSIGNAL | MSG_WAITALL);
+	io_uring_sqe_set_data64(sqe, UD_SEND << 62 | id);
+	be->inflight++;
+}
+
+static void send_done(struct uring_be *be, const struct uring_done *d)
+{
+	uint32_t id = (uint32_t)d->ud;
+	struct uring_tx *t = be->tx[id];
+	struct loop_ring_io *r = t->r;
+	int fd = t->fd;
+	uint32_t gen = t->gen;
+	be->inflight--;
+	if (r && d->res > 0 && t->off + (uint32_t)d->res < t->len) {
+		t->off += (uint32_t)d->res; /* short (a signal): the rest */
+		send_queue(be, id);
+		return;
+	}
+	tx_free(be, id);
+	if (!r)
+		return; /* its connection is gone */
+	r->tx = 0;
+	if (d->res < 0)
+		r->tx_err = d->res;
+	if (r->shut) {
+		r->shut = 0;
+		shutdown(fd, SHUT_WR);
+	}
+	struct loop_io *io = slot_io(be, fd, gen);
+	if (io)
+		io->fn(io, LOOP_WRITE);
+}
+
+static void poll_done(struct uring_be *be, const struct uring_done *d)
+{
+	int fd = (int)(uint32_t)d->ud;
+	uint32_t gen = (uint32_t)(d->ud >> 32);
+	struct loop_io *io = d->ud ? slot_io(be, fd, gen) : NULL;
+	if (!io)
+		return; /* a removal's failure, or an io deleted since */
+	unsigned events = 0;
+	if (d->res < 0) {
+		/* the poll failed: let the owner try the socket and meet the error */
+		events = LOOP_READ | LOOP_WRITE | LOOP_HUP;
+	} else {
+		if (!(d->flags & IORING_CQE_F_MORE))
+			uring_arm(be, fd, d->ud);
+		if (d->res & POLLIN)
+			events |= LOOP_READ;
+		if (d->res & POLLOUT)
+			events |= LOOP_WRITE;
+		if (d->res & (POLLRDHUP | POLLHUP | POLLERR))
+			events |= LOOP_HUP;
+		if (!events)
+			return;
+	}
+	io->fn(io, events);
+}
+
 static void uring_dispatch(void *arg)
 {
 	struct uring_be *be = arg;
 	for (unsigned i = 0; i < be->ndone; i++) {
 		const struct uring_done *d = &be->done[i];
-		int fd = (int)(uint32_t)d->ud;
-		uint32_t gen = (uint32_t)(d->ud >> 32);
-		if (!d->ud || (uint32_t)fd >= be->nslots || be->slots[fd].gen != gen ||
-		    !be->slots[fd].io)
-			continue; /* a removal's failure, or an io deleted since */
-		struct loop_io *io = be->slots[fd].io;
-		unsigned events = 0;
-		if (d->res < 0) {
-			/* the poll failed: let the owner try the socket and meet the error */
-			events = LOOP_READ | LOOP_WRITE | LOOP_HUP;
-		} else {
-			if (!(d->flags & IORING_CQE_F_MORE))
-				uring_arm(be, fd, d->ud);
-			if (d->res & POLLIN)
-				events |= LOOP_READ;
-			if (d->res & POLLOUT)
-				events |= LOOP_WRITE;
-			if (d->res & (POLLRDHUP | POLLHUP | POLLERR))
-				events |= LOOP_HUP;
-			if (!events)
-				continue;
+		switch (UD_KIND(d->ud)) {
+		case UD_RECV:
+			recv_done(be, d);
+			break;
+		case UD_SEND:
+			send_done(be, d);
+			break;
+		default:
+			poll_done(be, d);
 		}
-		io->fn(io, events);
 	}
 	be->ndone = 0;
+}
+
+/* The receive buffers, registered with the ring at the first attach: 0 or -errno. */
+static int rx_setup(struct uring_be *be)
+{
+	size_t size = RX_BUFS * sizeof(struct io_uring_buf);
+	void *br = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (br == MAP_FAILED)
+		return -ENOMEM;
+	char *mem = malloc((size_t)RX_BUFS * RX_BUF);
+	struct io_uring_buf_reg reg = {
+	    .ring_addr = (unsigned long)br, .ring_entries = RX_BUFS, .bgid = RX_GROUP};
+	int rc = mem ? io_uring_register_buf_ring(&be->ring, &reg, 0) : -ENOMEM;
+	if (rc < 0) {
+		free(mem);
+		munmap(br, size);
+		be->rx_refused = rc;
+		log_msg(LOG_INFO,
+			"event loop: io_uring reports readiness only (buffer ring refused: %s)",
+			strerror(-rc));
+		return rc;
+	}
+	be->br = br;
+	be->rx_mem = mem;
+	io_uring_buf_ring_init(be->br);
+	for (uint32_t i = 0; i < RX_BUFS; i++)
+		io_uring_buf_ring_add(be->br, mem + (size_t)i * RX_BUF, RX_BUF, (unsigned short)i,
+				      io_uring_buf_ring_mask(RX_BUFS), (int)i);
+	io_uring_buf_ring_advance(be->br, RX_BUFS);
+	return 0;
+}
+
+static int ring_attach(void *arg, int fd, struct loop_ring_io *r)
+{
+	struct uring_be *be = arg;
+	if (fd < 0 || (uint32_t)fd >= be->nslots || !be->slots[fd].io || be->slots[fd].r)
+		return -EINVAL;
+	if (be->rx_refused)
+		return be->rx_refused;
+	if (!be->br) {
+		int rc = rx_setup(be);
+		if (rc < 0)
+			return rc;
+	}
+	struct uring_slot *s = &be->slots[fd];
+	s->r = r;
+	r->rx_ud = UD_RECV << 62 | slot_ud(s->gen, fd);
+	recv_arm(be, r, fd, 0);
+	/* the poll no longer wakes for bytes (each would be told twice); a failure (the poll
+	 * ended, to be armed again) posts a completion of no one's */
+	struct io_uring_sqe *sqe = uring_sqe(be);
+	io_uring_prep_poll_update(sqe, slot_ud(s->gen, fd), 0, POLL_RING,
+				  IORING_POLL_UPDATE_EVENTS | IORING_POLL_ADD_MULTI);
+	io_uring_sqe_set_data64(sqe, 0);
+	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+	return 0;
+}
+
+static size_t ring_take(void *arg, struct loop_ring_io *r, void *buf, size_t len, int consume)
+{
+	struct uring_be *be = arg;
+	uint32_t b = r->head, off = r->off;
+	size_t got = 0;
+	while (b && got < len) {
+		uint32_t bid = b - 1, avail = be->rx_len[bid] - off;
+		size_t take = len - got < avail ? len - got : avail;
+		memcpy((char *)buf + got, be->rx_mem + (size_t)bid * RX_BUF + off, take);
+		got += take;
+		off += (uint32_t)take;
+		if (off < be->rx_len[bid])
+			break;
+		b = be->rx_next[bid];
+		off = 0;
+		if (consume)
+			rx_recycle(be, bid);
+	}
+	if (consume) {
+		r->head = b;
+		if (!b)
+			r->tail = 0;
+		r->off = off;
+		r->held -= (uint32_t)got;
+	}
+	return got;
+}
+
+static int ring_rearm(void *arg, struct loop_ring_io *r, int fd)
+{
+	struct uring_be *be = arg;
+	if (r->armed || r->end)
+		return 0;
+	if ((uint32_t)fd >= be->nslots || be->slots[fd].r != r)
+		return -EINVAL;
+	r->rx_ud = UD_RECV << 62 | slot_ud(be->slots[fd].gen, fd);
+	recv_arm(be, r, fd, 1); /* the socket was just drained */
+	return 0;
+}
+
+static ssize_t ring_send(void *arg, struct loop_ring_io *r, int fd, const struct iovec *iov, int n)
+{
+	struct uring_be *be = arg;
+	if (r->tx_err)
+		return r->tx_err;
+	if (r->tx)
+		return -EAGAIN;
+	if ((uint32_t)fd >= be->nslots || be->slots[fd].r != r)
+		return -EBADF;
+	size_t total = 0;
+	for (int i = 0; i < n; i++)
+		total += iov[i].iov_len;
+	if (total > TX_BUF)
+		return -EMSGSIZE; /* bulk: the caller sends it itself, nothing being in flight */
+	uint32_t id;
+	if (be->tx_free) {
+		id = be->tx_free - 1;
+		be->tx_free = be->tx[id]->next_free;
+	} else { /* the pool grows to the connections sending at once; kept for reuse */
+		struct uring_tx **tx = realloc(be->tx, (be->ntx + 1) * sizeof(*tx));
+		if (!tx)
+			return -ENOMEM;
+		be->tx = tx;
+		if (!(tx[be->ntx] = malloc(sizeof(**tx))))
+			return -ENOMEM;
+		id = be->ntx++;
+	}
+	struct uring_tx *t = be->tx[id];
+	size_t len = 0;
+	for (int i = 0; i < n && len < TX_BUF; i++) {
+		size_t take = iov[i].iov_len < TX_BUF - len ? iov[i].iov_len : TX_BUF - len;
+		memcpy(t->data + len, iov[i].iov_base, take);
+		len += take;
+	}
+	if (!len) {
+		tx_free(be, id);
+		return 0;
+	}
+	t->r = r; /* fields one by one: a compound literal would clear the bytes copied */
+	t->fd = fd;
+	t->gen = be->slots[fd].gen;
+	t->len = (uint32_t)len;
+	t->off = 0;
+	send_queue(be, id);
+	r->tx = id + 1;
+	return (ssize_t)len;
+}
+
+static void ring_shutdown(void *arg, struct loop_ring_io *r, int fd)
+{
+	(void)arg;
+	if (r->tx)
+		r->shut = 1;
+	else
+		shutdown(fd, SHUT_WR);
+}
+
+static void ring_detach(void *arg, struct loop_ring_io *r, int fd)
+{
+	struct uring_be *be = arg;
+	if (r->armed) {
+		/* cancelled; and since a receive running at that moment is not found by the
+		 * cancellation (-ENOENT) and could wait on, holding the file open, the reading side
+		 * is shut too: a receive ends at the end it then meets (TCP tells the peer
+		 * nothing of it) */
+		if (!r->cancelling)
+			recv_cancel(be, r);
+		shutdown(fd, SHUT_RD);
+	}
+	if (fd >= 0 && (uint32_t)fd < be->nslots && be->slots[fd].r == r)
+		be->slots[fd].r = NULL;
+	for (uint32_t b = r->head; b;) {
+		uint32_t next = be->rx_next[b - 1];
+		rx_recycle(be, b - 1);
+		b = next;
+	}
+	if (r->tx) {
+		/* the send goes on, its buffer freed when it is done; submitted now if it was still
+		 * queued, since the descriptor is looked up at submission and is about to close
+		 * (the ring then holds the file until the send completes) */
+		be->tx[r->tx - 1]->r = NULL;
+		io_uring_submit(&be->ring);
+	}
 }
 
 const struct loop_backend_ops loop_uring_ops = {
@@ -236,4 +652,10 @@ const struct loop_backend_ops loop_uring_ops = {
     .del = uring_del,
     .wait = uring_wait,
     .dispatch = uring_dispatch,
+    .ring_attach = ring_attach,
+    .ring_take = ring_take,
+    .ring_rearm = ring_rearm,
+    .ring_send = ring_send,
+    .ring_shutdown = ring_shutdown,
+    .ring_detach = ring_detach,
 };

@@ -14,8 +14,12 @@
  * the peer's hang-up no edge will come, so it reads on to the end). A TLS read that must
  * first write (SSL_ERROR_WANT_WRITE) waits for the write edge instead.
  *
- * Over either of the loop's back ends (core/loop.h: epoll, io_uring) the reads and writes here
- * are system calls on the descriptor; io_uring only reports the readiness.
+ * On a loop running on io_uring a plain connection read for an owner is attached to the ring
+ * at net_conn_read_start (net_conn_ring_try): its reads take what the ring received (and,
+ * where the ring stopped receiving, read the socket until it is drained and start the ring
+ * again), its writes are queued sends, its shutdown waits for the send in flight, its peek and
+ * pending look at the bytes held first, and closing detaches it. Elsewhere the reads and
+ * writes are system calls on the descriptor.
  */
 #include "net/conn.h"
 #include "core/loop.h"
@@ -23,6 +27,8 @@
 #include <errno.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -78,9 +84,54 @@ static ssize_t plain_recv(struct net_conn *c, void *buf, size_t len, int flags)
 	}
 }
 
+void net_conn_ring_try(struct net_conn *c)
+{
+	/* ACCELNET_IO_RING=0: the io_uring loop reports readiness only (to compare the two);
+	 * read once, by whichever worker comes first */
+	static _Atomic int off = -1;
+	int o = atomic_load_explicit(&off, memory_order_relaxed);
+	if (o < 0) {
+		const char *e = getenv("ACCELNET_IO_RING");
+		o = e && strcmp(e, "0") == 0;
+		atomic_store_explicit(&off, o, memory_order_relaxed);
+	}
+	struct loop *loop = o ? NULL : loop_current();
+	if (!loop || c->fd < 0 || loop_ring_attach(loop, c->fd, &c->ring) < 0) {
+		c->ring = (struct loop_ring_io){0};
+		c->ring_no = 1;
+	}
+}
+
+/* A read of what the ring received; where it stopped receiving (its buffers ran out, or too
+ * much was held), the socket's own bytes after those, until it is drained (a short read or
+ * -EAGAIN), and then the ring again: so a short read says the socket is drained, as for a
+ * plain one. */
+static ssize_t ring_read(struct net_conn *c, void *buf, size_t len)
+{
+	size_t n = loop_ring_take(&c->ring, buf, len);
+	if (n == len || (n && c->ring.armed))
+		return (ssize_t)n;
+	if (c->ring.end && !n)
+		return c->ring.end == 1 ? 0 : c->ring.end;
+	if (c->ring.armed || c->ring.end) {
+		if (n)
+			return (ssize_t)n;
+		c->want_read = 1;
+		return -EAGAIN;
+	}
+	ssize_t rc = plain_recv(c, (char *)buf + n, len - n, 0);
+	if (rc == -EAGAIN || (rc > 0 && (size_t)rc < len - n))
+		loop_ring_rearm(&c->ring, c->fd); /* drained: the ring tells of what comes next */
+	if (rc > 0)
+		return (ssize_t)n + rc;
+	return n ? (ssize_t)n : rc; /* the end or a failure after the bytes: at the next read */
+}
+
 ssize_t net_conn_read(struct net_conn *c, void *buf, size_t len)
 {
 	c->want_read = c->want_write = 0;
+	if (c->ring.loop)
+		return ring_read(c, buf, len);
 	if (c->ssl) {
 		size_t n;
 		tls_errors_clear();
@@ -184,6 +235,14 @@ ssize_t net_conn_writev(struct net_conn *c, const struct iovec *iov, int n)
 	c->want_read = c->want_write = 0;
 	if (c->ssl)
 		return tls_writev(c, iov, n);
+	if (c->ring.loop) {
+		ssize_t rc = loop_ring_send(&c->ring, c->fd, iov, n);
+		if (rc == -EAGAIN)
+			c->want_write = 1;
+		if (rc != -EMSGSIZE)
+			return rc;
+		/* bulk, nothing in flight: sent here, in order, without the copy */
+	}
 	struct msghdr msg = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)n};
 	for (;;) {
 		/* one part: send(), which spares the kernel copying in a msghdr and an iovec */
@@ -209,12 +268,23 @@ ssize_t net_conn_write(struct net_conn *c, const void *buf, size_t len)
 
 ssize_t net_conn_peek(struct net_conn *c, void *buf, size_t len)
 {
+	if (c->ring.loop) {
+		size_t n = loop_ring_peek(&c->ring, buf, len);
+		if (n)
+			return (ssize_t)n;
+		if (c->ring.end)
+			return c->ring.end == 1 ? 0 : c->ring.end;
+	}
 	return plain_recv(c, buf, len, MSG_PEEK);
 }
 
 int net_conn_peer_closed(struct net_conn *c)
 {
 	char b;
+	if (c->ring.loop && c->ring.held)
+		return 0;
+	if (c->ring.loop && c->ring.end)
+		return 1;
 	ssize_t n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
 	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
@@ -223,6 +293,8 @@ int net_conn_pending(const struct net_conn *c)
 {
 	int n = 0;
 	if (c->ssl && SSL_pending(c->ssl) > 0)
+		return 1;
+	if (c->ring.held)
 		return 1;
 	return ioctl(c->fd, FIONREAD, &n) == 0 && n > 0;
 }
@@ -235,7 +307,10 @@ void net_conn_shutdown(struct net_conn *c)
 		ERR_clear_error();
 		SSL_shutdown(c->ssl); /* our close_notify; the peer's is not waited for */
 	}
-	shutdown(c->fd, SHUT_WR);
+	if (c->ring.loop)
+		loop_ring_shutdown(&c->ring, c->fd); /* after the send in flight */
+	else
+		shutdown(c->fd, SHUT_WR);
 }
 
 void net_conn_close(struct net_conn *c)
@@ -244,6 +319,7 @@ void net_conn_close(struct net_conn *c)
 		SSL_free(c->ssl);
 		c->ssl = NULL;
 	}
+	loop_ring_detach(&c->ring, c->fd);
 	if (c->fd >= 0)
 		close(c->fd);
 	*c = (struct net_conn){.fd = -1};

@@ -13,18 +13,23 @@
  * transport keeps what it knows of the socket (an edge not drained, the peer's hang-up, a TLS
  * read waiting for a write edge), reads while the owner has room, all of what TLS has
  * decrypted too, and tells the owner. So where bytes come from and when they are read is the
- * transport's, and another one (io_uring) changes this file, not the owners.
+ * transport's: on a loop running on io_uring (core/loop.h: loop_ring_*) a plain connection
+ * read for an owner receives and sends through the ring (the bytes received wait in the
+ * loop's buffers, held by the connection, until the owner has room; a write is copied and
+ * queued, and -EAGAIN until that one is sent, then a write event), with no change to the
+ * owners. TLS connections, and owners that splice below the transport, keep the readiness
+ * path.
  *
- * Non-blocking writes: net_conn_writev() returns what one call moved, -EAGAIN when the socket
- * (or TLS) must wait. net_conn_read() is the one read, for the transport's own use and for
- * those that still read for themselves (the control plane's probes, xfer, the proxy's idle
- * check, hedged copy and background refresh).
- * TLS can need the other direction than the one asked for (a write waiting for a handshake
- * message to arrive, a read that must send one): then the call returns -EAGAIN and sets
- * want_read or want_write, and the owner waits for that readiness before calling again.
- * A TLS write that returned -EAGAIN must be repeated with at least the bytes it was given
- * (OpenSSL holds a partly sent record); the proxy's buffers only grow at the end, so
- * repeating the write of what is pending does that.
+ * Non-blocking writes: net_conn_writev() returns what one call moved (on the ring: what was
+ * queued, which leaves even if the connection is closed next), -EAGAIN when the socket (or
+ * TLS, or the ring's send in flight) must wait. net_conn_read() is the one read, for the
+ * transport's own use and for those that still read for themselves (the control plane's probes,
+ * xfer, the proxy's idle check, hedged copy and background refresh). TLS can need the other
+ * direction than the one asked for (a write waiting for a handshake message to arrive, a read that
+ * must send one): then the call returns -EAGAIN and sets want_read or want_write, and the owner
+ * waits for that readiness before calling again. A TLS write that returned -EAGAIN must be repeated
+ * with at least the bytes it was given (OpenSSL holds a partly sent record); the proxy's buffers
+ * only grow at the end, so repeating the write of what is pending does that.
  *
  * Blocking use (xfer, one thread per stream): net_conn_read_all() / net_conn_write_all() loop
  * until the whole buffer moved; a socket timeout (SO_RCVTIMEO/SO_SNDTIMEO) shows as
@@ -78,8 +83,10 @@ struct net_conn {
 	unsigned hup : 1;	 /* the peer shut its side: read on to its end */
 	unsigned reading : 1; /* between net_conn_read_start and net_conn_read_stop (or the end) */
 	unsigned read_on_write : 1;	    /* TLS: the last read waits for a write edge */
+	unsigned ring_no : 1;		    /* not on the ring: asked once (net_conn_ring_try) */
 	const struct net_conn_read_ops *rd; /* while reading */
 	void *rd_arg;
+	struct loop_ring_io ring; /* receiving and sending through the loop's io_uring */
 };
 
 /* A plain connection over <fd> (owned from now on). */
@@ -90,6 +97,9 @@ static inline void net_conn_init(struct net_conn *c, int fd)
 
 /* The reading halves of net_conn_read_start() and net_conn_ready(), when an edge waits. */
 int net_conn_read_pass(struct net_conn *c);
+/* A plain connection read for an owner on a loop running on io_uring: its receives and sends
+ * go through the ring from now on (silently not where the loop does not offer it). */
+void net_conn_ring_try(struct net_conn *c);
 int net_conn_ready_read(struct net_conn *c);
 
 /*
@@ -104,6 +114,8 @@ static inline int net_conn_read_start(struct net_conn *c, const struct net_conn_
 	c->rd = ops;
 	c->rd_arg = arg;
 	c->reading = 1;
+	if (!c->ring.loop && !c->ring_no && !c->ssl && ops->alloc)
+		net_conn_ring_try(c);
 	return c->readable ? net_conn_read_pass(c) : 0;
 }
 

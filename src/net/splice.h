@@ -45,7 +45,8 @@ struct net_pipe_spares {
 /* May bytes go from <from> to <to> by splice? Both plain TCP (no TLS session). */
 static inline int net_splice_able(const struct net_conn *from, const struct net_conn *to)
 {
-	return !from->ssl && !to->ssl && from->fd >= 0 && to->fd >= 0;
+	return !from->ssl && !to->ssl && from->fd >= 0 && to->fd >= 0 && !from->ring.loop &&
+	       !to->ring.loop; /* bytes through the ring go through buffers */
 }
 
 /* A non-blocking pipe of about <size> bytes (F_SETPIPE_SZ where the system allows it; the

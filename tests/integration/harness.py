@@ -122,9 +122,9 @@ class Env:
             f.write(text)
         return path
 
-    def proxy(self, yaml_body, workers=2, admin=True, extra=""):
-        """Start accelnet proxy; yaml_body holds pools/routes. Returns the process with
-        .port and .admin set."""
+    def proxy(self, yaml_body, workers=2, admin=True, extra="", environ=None):
+        """Start accelnet proxy; yaml_body holds pools/routes (<environ>: variables added to
+        its environment). Returns the process with .port and .admin set."""
         port = free_port()
         admin_port = free_port()
         text = f"workers: {workers}\nlisten:\n  - address: 127.0.0.1:{port}\n"
@@ -132,7 +132,7 @@ class Env:
             text += f"admin:\n  address: 127.0.0.1:{admin_port}\n"
         text += extra + yaml_body
         path = self.write("proxy.yaml", text)
-        p = self.start([BIN, "proxy", "-c", path], "proxy", wait_port=port)
+        p = self.start([BIN, "proxy", "-c", path], "proxy", wait_port=port, environ=environ)
         p.port = port
         p.admin = admin_port
         if admin:

@@ -3,7 +3,11 @@ feature reads goes from the backend's socket to the client's through a pipe, nev
 the proxy's buffers; accelnet_spliced_bytes_total counts those bytes. A body some feature
 reads (the cache's fill, the token tally of an OpenAI route), or one with TLS on either side,
 is copied as before. Each test checks what the client gets (sha256 of the body) and what
-the metric says moved by splice."""
+the metric says moved by splice.
+
+Splice is the epoll loop's: on io_uring the bytes of plain connections come and go through the
+ring (tune.io), so the proxies here run on epoll whatever the pass asks for (ACCELNET_IO), and
+one case checks that on io_uring a body large enough to splice is copied, whole."""
 
 import hashlib
 import http.client
@@ -13,11 +17,17 @@ import random
 import socket
 import time
 
-from harness import (BIN, ScriptedBackend, free_port, prom_samples, metrics_text, pool_yaml,
-                     read_all, read_until, request, rss_kib, wait_until)
+from harness import (BIN, ScriptedBackend, Skip, free_port, prom_samples, metrics_text,
+                     pool_yaml, read_all, read_until, request, rss_kib, wait_until)
 
 MiB = 1 << 20
 _bodies = {}
+EPOLL = {"ACCELNET_IO": "epoll"}
+
+
+def _proxy(env, yaml_body, **kw):
+    """env.proxy on epoll (the module's docstring)."""
+    return env.proxy(yaml_body, environ=kw.pop("environ", EPOLL), **kw)
 
 
 def _body(size):
@@ -89,7 +99,7 @@ COPIED_MAX = 33 * 1024 + 1024
 
 def test_splice_carries_large_bodies_intact(env):
     be = _sized_backend(env)
-    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1)
+    px = _proxy(env, "pools:\n" + pool_yaml("p", [be.port]), workers=1)
     _intact(_get(px.port, 1024), 1024)  # short: copied
     _intact(_get(px.port, 256 * 1024), 256 * 1024)  # below SPLICE_MIN_BYTES: copied
     assert _spliced(px) == 0
@@ -101,10 +111,22 @@ def test_splice_carries_large_bodies_intact(env):
     assert 100 * MiB - COPIED_MAX <= hundred <= 100 * MiB, hundred
 
 
+def test_splice_not_on_io_uring_the_body_copied_whole(env):
+    be = _sized_backend(env)
+    px = _proxy(env, "pools:\n" + pool_yaml("p", [be.port]), workers=1,
+                environ={"ACCELNET_IO": "auto"})
+    samples = prom_samples(metrics_text(px.admin))
+    if samples.get(("accelnet_event_loop", (("backend", "io_uring"),))) != 1:
+        raise Skip("this kernel refuses io_uring")
+    for size in (MiB, 8 * MiB):
+        _intact(_get(px.port, size), size)
+    assert _spliced(px) == 0
+
+
 def test_splice_access_log_counts_spliced_bytes(env):
     be = _sized_backend(env)
     log = os.path.join(env.dir, "access.log")
-    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1,
+    px = _proxy(env, "pools:\n" + pool_yaml("p", [be.port]), workers=1,
                    extra=f"access_log: {{path: {log}}}\n")
     _intact(_get(px.port, 3 * MiB), 3 * MiB)
     assert _spliced(px) > 2 * MiB
@@ -123,7 +145,7 @@ def test_splice_access_log_counts_spliced_bytes(env):
 
 def test_splice_keep_alive_reuse_after_a_spliced_body(env):
     be = _sized_backend(env)
-    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1)
+    px = _proxy(env, "pools:\n" + pool_yaml("p", [be.port]), workers=1)
     c = http.client.HTTPConnection("127.0.0.1", px.port, timeout=60)
     try:
         for size in (MiB, 2 * MiB, 100, MiB):
@@ -140,7 +162,7 @@ def test_splice_keep_alive_reuse_after_a_spliced_body(env):
 
 def test_splice_off_copies(env):
     be = _sized_backend(env)
-    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1,
+    px = _proxy(env, "pools:\n" + pool_yaml("p", [be.port]), workers=1,
                    extra="tune: {splice: false}\n")
     _intact(_get(px.port, MiB), MiB)
     assert _spliced(px) == 0
@@ -148,7 +170,7 @@ def test_splice_off_copies(env):
 
 def test_splice_not_when_the_cache_fills(env):
     be = _sized_backend(env, extra_head=b"Cache-Control: max-age=60\r\n")
-    px = env.proxy("cache: {max_object: 4MiB}\npools:\n" + pool_yaml("p", [be.port])
+    px = _proxy(env, "cache: {max_object: 4MiB}\npools:\n" + pool_yaml("p", [be.port])
                    + "routes:\n  - {match: {path_prefix: /}, pool: p, cache: true}\n",
                    workers=1)
     _intact(_get(px.port, MiB), MiB)  # filled: every byte went through the fill
@@ -161,7 +183,7 @@ def test_splice_not_when_the_cache_fills(env):
 
 def test_splice_not_on_a_tallied_openai_route(env):
     be = _sized_backend(env)
-    px = env.proxy("pools:\n" + pool_yaml("p", [be.port])
+    px = _proxy(env, "pools:\n" + pool_yaml("p", [be.port])
                    + "routes:\n  - {match: {path_prefix: /}, pool: p, api: openai}\n",
                    workers=1)
     _intact(_get(px.port, MiB), MiB)
@@ -182,7 +204,7 @@ def test_splice_not_on_a_tls_listener(env):
                      f"  - address: 127.0.0.1:{tport}\n    tls: {{cert: {pem}, key: {key}}}\n"
                      f"admin:\n  address: 127.0.0.1:{admin}\npools:\n"
                      + pool_yaml("p", [be.port]))
-    px = env.start([BIN, "proxy", "-c", path], "proxy", wait_port=port)
+    px = env.start([BIN, "proxy", "-c", path], "proxy", wait_port=port, environ=EPOLL)
     px.port, px.admin = port, admin
     wait_until(lambda: _port_up(tport) and _port_up(admin), "the TLS listener")
     ctx = ssl.create_default_context(cafile=pem)
@@ -213,7 +235,7 @@ def test_splice_not_with_tls_to_the_backend(env):
     ng = _nginx_tls(env, ca.issue("srv", "localhost", "DNS:localhost"))
     with open(os.path.join(ng.root, "big"), "wb") as f:
         f.write(_body(MiB))
-    px = env.proxy("pools:\n  - name: secure\n    backends:\n"
+    px = _proxy(env, "pools:\n  - name: secure\n    backends:\n"
                    f"      - {{address: localhost:{ng.port}}}\n    tls: {{ca: {ca.pem}}}\n",
                    workers=1)
     st, _, data = request(px.port, "GET", "/big", timeout=60)
@@ -225,7 +247,7 @@ def test_splice_not_with_tls_to_the_backend(env):
 def test_splice_backend_closing_mid_body_cuts_the_client(env):
     be = _sized_backend(env, cut_at=300 * 1024)
     ok = _sized_backend(env)
-    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]) + pool_yaml("ok", [ok.port])
+    px = _proxy(env, "pools:\n" + pool_yaml("p", [be.port]) + pool_yaml("ok", [ok.port])
                    + "routes:\n  - {match: {path_prefix: /ok/}, pool: ok}\n"
                    "  - {match: {path_prefix: /}, pool: p}\n", workers=1)
     with socket.create_connection(("127.0.0.1", px.port), timeout=30) as s:
@@ -242,7 +264,7 @@ def test_splice_backend_closing_mid_body_cuts_the_client(env):
 
 def test_splice_slow_reader_gets_it_all_and_memory_stays_bounded(env):
     be = _sized_backend(env)
-    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1)
+    px = _proxy(env, "pools:\n" + pool_yaml("p", [be.port]), workers=1)
     _intact(_get(px.port, MiB), MiB)  # warm: buffers and a pipe made
     rss0 = rss_kib(px.pid)
     size = 64 * MiB
@@ -266,7 +288,7 @@ def test_splice_between_bytes_timeout_still_applies(env):
                 + _body(MiB)[:200 * 1024], False)  # then silence, the connection open
     be = ScriptedBackend(script)
     env.on_cleanup.append(be.close)
-    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1,
+    px = _proxy(env, "pools:\n" + pool_yaml("p", [be.port]), workers=1,
                    extra="timeouts: {between_bytes_ms: 500}\n")
     t0 = time.monotonic()
     with socket.create_connection(("127.0.0.1", px.port), timeout=30) as s:
@@ -292,7 +314,7 @@ def test_splice_backend_bytes_past_the_body_never_answer_the_next_request(env):
         return out, False
     be = ScriptedBackend(script)
     env.on_cleanup.append(be.close)
-    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1)
+    px = _proxy(env, "pools:\n" + pool_yaml("p", [be.port]), workers=1)
     size = 4 * MiB
     # a client that reads late: the backend's bytes, the extra response too, wait in the
     # proxy's socket before it reads the body's last ones
@@ -313,7 +335,7 @@ def test_splice_head_request_has_no_body(env):
         return (head if req.startswith(b"HEAD ") else head + _body(MiB)), False
     be = ScriptedBackend(script)
     env.on_cleanup.append(be.close)
-    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1)
+    px = _proxy(env, "pools:\n" + pool_yaml("p", [be.port]), workers=1)
     c = http.client.HTTPConnection("127.0.0.1", px.port, timeout=30)
     try:
         for method in ("HEAD", "GET", "HEAD"):
@@ -330,7 +352,7 @@ def test_splice_client_leaving_mid_body_leaks_no_pipe(env):
     """Clients that read the head and go: each exchange is cut, its pipe (bytes still in it)
     closed, and the proxy's descriptors come back to what they were."""
     be = _sized_backend(env)
-    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1)
+    px = _proxy(env, "pools:\n" + pool_yaml("p", [be.port]), workers=1)
     _intact(_get(px.port, MiB), MiB)  # warm: one spare pipe kept
 
     def fds():
@@ -352,7 +374,7 @@ def test_splice_seventy_slow_clients_at_once(env):
     a body, so exchanges end and give their pipes back before the worker's 64
     (SPLICE_PIPES_MAX) are all lent: the cap itself is tests/unit/test_net_splice.c's.)"""
     be = _sized_backend(env)
-    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1)
+    px = _proxy(env, "pools:\n" + pool_yaml("p", [be.port]), workers=1)
     socks = []
     try:
         for _ in range(70):
