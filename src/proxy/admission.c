@@ -297,14 +297,23 @@ enum admit_result admission_admit(struct pool_rt *pool, struct waiter *wt, uint6
 	 * slower backend worth it: grant in queue order, which may be this request */
 	*out = grant_locked(pool, now_ms, rand_next(&rnd), wt);
 	pthread_mutex_unlock(&q->lock);
-	return *out ? ADMIT_PICKED : ADMIT_QUEUED;
+	if (*out)
+		return ADMIT_PICKED;
+	pool_queue_wake(q); /* cluster: it asks for a slot now, not at the next tick */
+	return ADMIT_QUEUED;
 }
 
 void admission_release(struct pool_rt *pool, struct backend *be, uint64_t now_ms, uint64_t rnd)
 {
 	atomic_fetch_sub_explicit(&be->share->inflight, 1, memory_order_relaxed);
-	if (backend_cap(be)) /* an uncapped backend never made anyone wait here */
+	unsigned cap = backend_cap(be);
+	if (cap) { /* an uncapped backend never made anyone wait here */
 		admission_grant(pool, now_ms, rnd);
+		/* cluster: other instances wait for its slots: the sync thread says now, not at
+		 * its next tick, that this one let a slot go (control/cluster.c) */
+		if (atomic_load_explicit(&be->others_waiting, memory_order_relaxed))
+			pool_queue_wake(&pool->queue);
+	}
 	/* the other configurations holding it (a reload), whatever this one's cap: a request
 	 * may wait for this slot in any of their queues */
 	for (size_t i = 0; i < SHARE_POOLS; i++) {
