@@ -151,9 +151,9 @@ static const char MEMBERS_LUA[] =
  * holding some, whose thread runs this script at once: the holders learn that others wait
  * (and let a slot go the moment it frees), the waiters take what was let go. A wake is sent
  * only for a change of the caller's own figures, so two instances never wake each other in
- * turn for nothing. Answered: for each backend sent, in
- * order, the slots this instance may fill, the others' requests in flight there and those
- * waiting for it at the others. */
+ * turn for nothing. (pcall: a Redis whose ACL refuses PUBLISH still deals; the ticks carry.)
+ * Answered: for each backend sent, in order, the slots this instance may fill, the others' requests
+ * in flight there and those waiting for it at the others. */
 static const char SLOTS_LUA[] =
     "local t = redis.call('TIME')\n"
     "local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
@@ -218,7 +218,7 @@ static const char SLOTS_LUA[] =
     "  out[#out + 1] = owait\n"
     "end\n"
     "for o in pairs(wake) do\n"
-    "  redis.call('PUBLISH', KEYS[1] .. ' wake ' .. o, '1')\n"
+    "  redis.pcall('PUBLISH', KEYS[1] .. ' wake ' .. o, '1')\n"
     "end\n"
     "redis.call('PEXPIRE', KEYS[1], ARGV[3])\n"
     "return out\n";
@@ -255,7 +255,9 @@ struct shared_pool {
 /* A pool's backend slots (max_concurrency) as shared by the instances: the backends sent in the
  * last sync (<which>, <nsent> of them, each with the cap it was sent with), the arguments of
  * its script (three numbers a backend), and per backend the other instances' requests in
- * flight there, smoothed over the script's runs (x 16), for while Redis is away. */
+ * flight there, smoothed over the ticks' runs of the script (x 16; a run for a wake leaves it: a
+ * smoothing by the number of wakes would follow the load, not the time), for while Redis is away.
+ */
 struct shared_slots {
 	struct pool_rt *p;
 	char key[KEY_MAX];
@@ -308,6 +310,7 @@ struct cluster {
 	uint64_t last_sub_ms;
 	int stop_fd;	    /* cluster_stop() writes it: the thread's wait ends */
 	int shrank;	    /* a deal just gave this instance less: say so at once (the slots go) */
+	int woken;	    /* the slots script runs for a wake, not a tick: smoothing stays */
 	struct pollfd *pfd; /* the thread's wait: stop_fd, the queues' wakes, the subscription */
 	char charge_sha[48], members_sha[48], spend_sha[48], slots_sha[48];
 	uint64_t last_connect_ms;
@@ -751,7 +754,7 @@ static void take_slots(struct cluster *c, struct shared_slots *ss, const redisRe
 		uint32_t s16 = busy > 65535 ? 65535u * 16 : (uint32_t)busy * 16;
 		if (settle) /* (what it held away stands meanwhile) */
 			n = n < alone(ss->smooth16[j]) ? alone(ss->smooth16[j]) : n;
-		else
+		else if (!c->woken)
 			ss->smooth16[j] =
 			    ss->smooth16[j] + (uint32_t)(((int64_t)s16 - ss->smooth16[j]) / 8);
 		atomic_store_explicit(&b->others_waiting, owait > 65535 ? 65535u : (unsigned)owait,
@@ -1140,9 +1143,11 @@ static void wait_until(struct cluster *c, const struct timespec *next)
 		}
 		if (c->sub && sub_at < n && pf[sub_at].revents)
 			read_sub(c);
+		c->woken = 1;
 		slots_turn(c, 0);
 		if (c->shrank)
 			slots_turn(c, 1);
+		c->woken = 0;
 	}
 }
 
