@@ -128,10 +128,14 @@ static const char MEMBERS_LUA[] =
 
 #define SESSIONS_PER_SYNC 4096 /* sessions one sync sends at most, all pools */
 
-/* KEYS[1]: a pool's slots; ARGV[1]: this instance; ARGV[2]: how long its figures stand, in ms;
- * ARGV[3]: MEMBER_TTL_MAX_MS; then, for each capped backend, its name, the requests this
- * instance has in flight to it, those waiting here for it, its max_concurrency and the slots
- * this instance may fill now (the deal it last applied: cap less what it counts elsewhere).
+/* KEYS[1]: a pool's slots; KEYS[2]: its line (when each instance's oldest waiter for each
+ * backend began to wait, on Redis's clock: "ID NAME" = "SINCE EXPIRY"); ARGV[1]: this instance;
+ * ARGV[2]: how long its figures stand, in ms; ARGV[3]: MEMBER_TTL_MAX_MS; then, for each capped
+ * backend, its name, the requests this instance has in flight to it, those waiting here for
+ * it, its max_concurrency, the slots this instance may fill now (the deal it last applied:
+ * cap less what it counts elsewhere) and how long its oldest waiter for it has waited (ms, 0:
+ * none). (The line is a hash of its own so that the fields of KEYS[1] stay as a version
+ * without it reads them.)
  * Each instance's figures are kept as the field "ID NAME" = "INFLIGHT WAITING GRANT EXPIRY",
  * GRANT the more of the new deal and the one it may still be filling by: a deal that gives an
  * instance less is applied there after this script has run, and until its next run says so
@@ -142,7 +146,10 @@ static const char MEMBERS_LUA[] =
  * slot as theirs: each instance wants its in flight plus its waiting; when all want no more
  * than the slots, each gets what it wants and the rest is split evenly (the remainder to the
  * first ids), else each gets its share in proportion to what it wants (the slots left by
- * rounding down to the largest remainders, then the most waiting, then the first ids). What
+ * rounding down to the instances in the order their oldest waiters began to wait, then,
+ * among those with none waiting, to the largest remainders, the most waiting and the first
+ * ids: a slot the instances contend for goes to the oldest waiter at any of them, so their
+ * queues are served as one line). What
  * the others hold (the more of their grant and their in flight) is never given: a slot moves
  * once its holder's next run of this script has let it go. A run that lets go of slots
  * another instance's requests wait for (what this instance holds, the more of its in flight
@@ -174,9 +181,26 @@ static const char SLOTS_LUA[] =
     "                             tonumber(g)})\n"
     "  end\n"
     "end\n"
-    "for i = 4, #ARGV - 4, 5 do\n"
+    "local line = {}\n"
+    "all = redis.call('HGETALL', KEYS[2])\n"
+    "for k = 1, #all, 2 do\n"
+    "  local q, e = string.match(all[k + 1], '^(%d+) (%d+)$')\n"
+    "  if not q or tonumber(e) < ms or tonumber(e) > ms + tonumber(ARGV[3]) then\n"
+    "    redis.call('HDEL', KEYS[2], all[k])\n"
+    "  else\n"
+    "    line[all[k]] = tonumber(q)\n"
+    "  end\n"
+    "end\n"
+    "for i = 4, #ARGV - 5, 6 do\n"
     "  local f, w, cap = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])\n"
-    "  local applied = tonumber(ARGV[i + 4])\n"
+    "  local applied, age = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])\n"
+    "  local since = 0\n"
+    "  if age > 0 then\n"
+    "    since = ms - age\n"
+    "    redis.call('HSET', KEYS[2], id .. ' ' .. ARGV[i], string.format('%d %d', since, exp))\n"
+    "  else\n"
+    "    redis.call('HDEL', KEYS[2], id .. ' ' .. ARGV[i])\n"
+    "  end\n"
     "  local l, want = per[ARGV[i]] or {}, f + w\n"
     "  local total, held, ahead, give, busy, owait = want, 0, 0, 0, 0, 0\n"
     "  for _, o in ipairs(l) do\n"
@@ -197,9 +221,13 @@ static const char SLOTS_LUA[] =
     "    for _, o in ipairs(l) do\n"
     "      local ro = (cap * (o[2] + o[3])) % total\n"
     "      left = left - math.floor(cap * (o[2] + o[3]) / total)\n"
-    "      if ro > r or (ro == r and (o[3] > w or (o[3] == w and o[1] < id))) then\n"
-    "        ahead = ahead + 1\n"
+    "      local os, first = line[o[1] .. ' ' .. ARGV[i]] or 0, false\n"
+    "      if os > 0 or since > 0 then\n"
+    "        first = os > 0 and (since == 0 or os < since or (os == since and o[1] < id))\n"
+    "      else\n"
+    "        first = ro > r or (ro == r and (o[3] > w or (o[3] == w and o[1] < id)))\n"
     "      end\n"
+    "      if first then ahead = ahead + 1 end\n"
     "    end\n"
     "    give = math.floor(cap * want / total)\n"
     "    if ahead < left then give = give + 1 end\n"
@@ -221,6 +249,7 @@ static const char SLOTS_LUA[] =
     "  redis.pcall('PUBLISH', KEYS[1] .. ' wake ' .. o, '1')\n"
     "end\n"
     "redis.call('PEXPIRE', KEYS[1], ARGV[3])\n"
+    "redis.call('PEXPIRE', KEYS[2], ARGV[3])\n"
     "return out\n";
 
 /* What the store last said of the key in a slot: its shared TAT, on our clock. */
@@ -255,9 +284,9 @@ struct shared_pool {
 /* A pool's backend slots (max_concurrency) as shared by the instances: the backends sent in the
  * last sync (<which>, <nsent> of them, each with the cap it was sent with), the arguments of
  * its script (three numbers a backend), and per backend the other instances' requests in
- * flight there, smoothed over the ticks' runs of the script (x 16; a run for a wake leaves it: a
- * smoothing by the number of wakes would follow the load, not the time), for while Redis is away.
- */
+ * flight there, as last answered and smoothed over time (x 16, every tick, whether the script
+ * ran or not: runs come with the load, at wakes, so a smoothing by runs would weigh the busy
+ * moments more), for while Redis is away. */
 struct shared_slots {
 	struct pool_rt *p;
 	char key[KEY_MAX];
@@ -267,7 +296,10 @@ struct shared_slots {
 	const char **argv;
 	char (*num)[24];
 	uint32_t *smooth16;
+	uint32_t *busy16;	  /* per backend: the others' in flight as Redis last said (x 16) */
 	char wake[KEY_MAX + 104]; /* the channel its script wakes this instance on */
+	char line[KEY_MAX];	  /* the hash of each instance's oldest waiter per backend */
+	uint32_t *age;		  /* per backend: how long its oldest waiter here has waited */
 	int fd;			  /* its queue's wake (pool_queue_watch), or -1 */
 };
 
@@ -310,7 +342,6 @@ struct cluster {
 	uint64_t last_sub_ms;
 	int stop_fd;	    /* cluster_stop() writes it: the thread's wait ends */
 	int shrank;	    /* a deal just gave this instance less: say so at once (the slots go) */
-	int woken;	    /* the slots script runs for a wake, not a tick: smoothing stays */
 	struct pollfd *pfd; /* the thread's wait: stop_fd, the queues' wakes, the subscription */
 	char charge_sha[48], members_sha[48], spend_sha[48], slots_sha[48];
 	uint64_t last_connect_ms;
@@ -661,7 +692,7 @@ static void append_slots(struct cluster *c)
 	c->shrank = 0;
 	for (size_t i = 0; i < c->nslots; i++) {
 		struct shared_slots *ss = &c->slots[i];
-		size_t argc = 7, ncapped = 0;
+		size_t argc = 8, ncapped = 0;
 		unsigned homed = 0, queued = pool_queue_len(&ss->p->queue);
 		ss->nsent = 0;
 		for (size_t j = 0; j < ss->p->nbackends; j++) {
@@ -672,12 +703,16 @@ static void append_slots(struct cluster *c)
 			ncapped += backend_cap(b) && backend_present(b);
 		}
 		unsigned loose = queued > homed ? queued - homed : 0;
+		if (queued)
+			admission_oldest(ss->p, clock_now_ms(), ss->age);
+		else
+			memset(ss->age, 0, ss->p->nbackends * sizeof(*ss->age));
 		for (size_t j = 0; j < ss->p->nbackends; j++) {
 			struct backend *b = &ss->p->backends[j];
 			unsigned cap = backend_cap(b);
 			if (!cap || !backend_present(b))
 				continue; /* (a spare slot of the admin API has no name yet) */
-			char(*num)[24] = &ss->num[4 * ss->nsent];
+			char(*num)[24] = &ss->num[5 * ss->nsent];
 			ss->last[j] =
 			    atomic_load_explicit(&b->share->inflight, memory_order_relaxed);
 			snprintf(num[0], sizeof(num[0]), "%u", ss->last[j]);
@@ -685,11 +720,13 @@ static void append_slots(struct cluster *c)
 			snprintf(num[2], sizeof(num[2]), "%u", cap);
 			unsigned away = atomic_load_explicit(&b->elsewhere, memory_order_relaxed);
 			snprintf(num[3], sizeof(num[3]), "%u", away < cap ? cap - away : 0);
+			snprintf(num[4], sizeof(num[4]), "%u", ss->age[j]);
 			ss->argv[argc++] = b->name;
 			ss->argv[argc++] = num[0];
 			ss->argv[argc++] = num[1];
 			ss->argv[argc++] = num[2];
 			ss->argv[argc++] = num[3];
+			ss->argv[argc++] = num[4];
 			ss->cap[ss->nsent] = cap;
 			ss->which[ss->nsent++] = j;
 		}
@@ -697,11 +734,12 @@ static void append_slots(struct cluster *c)
 			continue;
 		ss->argv[0] = "EVALSHA";
 		ss->argv[1] = c->slots_sha;
-		ss->argv[2] = "1";
+		ss->argv[2] = "2";
 		ss->argv[3] = ss->key;
-		ss->argv[4] = c->id;
-		ss->argv[5] = c->slots_ttl;
-		ss->argv[6] = c->slots_bound;
+		ss->argv[4] = ss->line;
+		ss->argv[5] = c->id;
+		ss->argv[6] = c->slots_ttl;
+		ss->argv[7] = c->slots_bound;
 		redisAppendCommandArgv(c->redis, (int)argc, ss->argv, NULL);
 		c->slots_sent[c->nslots_sent++] = ss;
 	}
@@ -754,9 +792,8 @@ static void take_slots(struct cluster *c, struct shared_slots *ss, const redisRe
 		uint32_t s16 = busy > 65535 ? 65535u * 16 : (uint32_t)busy * 16;
 		if (settle) /* (what it held away stands meanwhile) */
 			n = n < alone(ss->smooth16[j]) ? alone(ss->smooth16[j]) : n;
-		else if (!c->woken)
-			ss->smooth16[j] =
-			    ss->smooth16[j] + (uint32_t)(((int64_t)s16 - ss->smooth16[j]) / 8);
+		else
+			ss->busy16[j] = s16;
 		atomic_store_explicit(&b->others_waiting, owait > 65535 ? 65535u : (unsigned)owait,
 				      memory_order_relaxed);
 		int moved = set_elsewhere(b, n, 0);
@@ -1143,11 +1180,25 @@ static void wait_until(struct cluster *c, const struct timespec *next)
 		}
 		if (c->sub && sub_at < n && pf[sub_at].revents)
 			read_sub(c);
-		c->woken = 1;
-		slots_turn(c, 0);
+		/* (forced: what moved may have moved back since the last run, a slot taken and
+		 * let go, and the others still wait to hear it) */
+		slots_turn(c, 1);
 		if (c->shrank)
 			slots_turn(c, 1);
-		c->woken = 0;
+	}
+}
+
+/* A tick: each backend's smoothed count of the others' requests in flight moves an eighth of
+ * the way to what Redis last said (while Redis is there, and not while it settles back). */
+static void smooth_slots(struct cluster *c)
+{
+	if (c->state != 1 || (clock_now_ms() < c->settle_until_ms && c->instances < c->settle_n))
+		return;
+	for (size_t i = 0; i < c->nslots; i++) {
+		struct shared_slots *ss = &c->slots[i];
+		for (size_t j = 0; j < ss->p->nbackends; j++)
+			ss->smooth16[j] +=
+			    (uint32_t)(((int64_t)ss->busy16[j] - ss->smooth16[j]) / 8);
 	}
 }
 
@@ -1165,6 +1216,7 @@ static void *cluster_main(void *arg)
 			slots_turn(c, 0);
 		if (c->shrank)
 			slots_turn(c, 1);
+		smooth_slots(c);
 		uint64_t ns =
 		    (uint64_t)next.tv_nsec + (uint64_t)c->conf->sync_ms * 1000000u / SLOT_TICKS;
 		next.tv_sec += (time_t)(ns / 1000000000u);
@@ -1222,6 +1274,8 @@ static void cluster_free(struct cluster *c)
 		free(c->slots[i].argv);
 		free(c->slots[i].num);
 		free(c->slots[i].smooth16);
+		free(c->slots[i].age);
+		free(c->slots[i].busy16);
 	}
 	free(c->slots);
 	free(c->slots_sent);
@@ -1258,10 +1312,14 @@ static int share_slots(struct cluster *c, struct runtime *rt, const char *prefix
 		ss->which = calloc(p->nbackends + 1, sizeof(*ss->which));
 		ss->cap = calloc(p->nbackends + 1, sizeof(*ss->cap));
 		ss->last = calloc(p->nbackends + 1, sizeof(*ss->last));
-		ss->argv = calloc(7 + 5 * p->nbackends, sizeof(*ss->argv));
-		ss->num = calloc(4 * p->nbackends + 1, sizeof(*ss->num));
+		ss->argv = calloc(8 + 6 * p->nbackends, sizeof(*ss->argv));
+		ss->num = calloc(5 * p->nbackends + 1, sizeof(*ss->num));
+		ss->age = calloc(p->nbackends + 1, sizeof(*ss->age));
+		snprintf(ss->line, sizeof(ss->line), "%sslotline:%.100s", prefix, p->conf->name);
 		ss->smooth16 = calloc(p->nbackends + 1, sizeof(*ss->smooth16));
-		if (!ss->which || !ss->cap || !ss->last || !ss->argv || !ss->num || !ss->smooth16)
+		ss->busy16 = calloc(p->nbackends + 1, sizeof(*ss->busy16));
+		if (!ss->which || !ss->cap || !ss->last || !ss->argv || !ss->num || !ss->smooth16 ||
+		    !ss->age || !ss->busy16)
 			return -ENOMEM;
 	}
 	return 0;

@@ -332,6 +332,29 @@ void admission_grant(struct pool_rt *pool, uint64_t now_ms, uint64_t rnd)
 	pthread_mutex_unlock(&q->lock);
 }
 
+void admission_oldest(struct pool_rt *pool, uint64_t now_ms, uint32_t *ages)
+{
+	struct pool_queue *q = &pool->queue;
+	uint64_t loose = 0;
+	for (size_t j = 0; j < pool->nbackends; j++)
+		ages[j] = 0;
+	pthread_mutex_lock(&q->lock);
+	struct qd_item *it = q->qd.ops->peek(&q->qd);
+	for (; it; it = q->qd.ops->next ? q->qd.ops->next(&q->qd, it) : NULL) {
+		const struct waiter *wt = waiter_of(it);
+		uint64_t age = now_ms > wt->queued_ms ? now_ms - wt->queued_ms : 0;
+		age = age ? age : 1; /* (0 says none waits) */
+		age = age > UINT32_MAX ? UINT32_MAX : age;
+		if (!wt->home)
+			loose = age > loose ? age : loose;
+		else if (age > ages[wt->home - pool->backends])
+			ages[wt->home - pool->backends] = (uint32_t)age;
+	}
+	pthread_mutex_unlock(&q->lock);
+	for (size_t j = 0; j < pool->nbackends; j++)
+		ages[j] = loose > ages[j] ? (uint32_t)loose : ages[j];
+}
+
 static const unsigned withdraw_counter[] = {
     [WITHDRAW_GONE] = PM_POOL_QUEUE_WITHDRAWN,
     [WITHDRAW_TIMEOUT] = PM_POOL_QUEUE_TIMEOUTS,
