@@ -26,8 +26,14 @@
  * (admission_grant), since no local release will. A slot that moves between instances waits
  * for its holder's script to let it go and the taker's to take it, so between two syncs the
  * thread runs the slots script alone SLOT_TICKS - 1 times, when a deal may have changed
- * (requests wait here, or this instance took or let go a slot since it last said): a slot
- * reaches another instance's waiting requests in about half a sync_ms, not a whole one.
+ * (requests wait here, or this instance took or let go a slot since it last said), and it
+ * does not wait for a tick when it need not: a request that begins to wait here, or a slot let
+ * go here while others wait for the backend, wakes it through the pool queue's eventfd
+ * (pool_queue_wake); a deal that gave it less is said again at once (so its grant in Redis
+ * falls with it); and the script wakes the instances concerned through Redis (PUBLISH on a
+ * channel per pool and instance, which a second connection subscribes to): the waiters when
+ * this one let slots go, the holders when more requests wait here. A slot freed at one
+ * instance so reaches another's waiting request in a few round trips, not two ticks.
  * While Redis is away each backend's <elsewhere> is what the others held of late (their
  * requests in flight, smoothed), never all of its slots; once the thread stops (a reload: the
  * generation drains), 0.
@@ -63,11 +69,13 @@
 #include <errno.h>
 #include <hiredis/hiredis.h>
 #include <openssl/crypto.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -120,10 +128,14 @@ static const char MEMBERS_LUA[] =
 
 #define SESSIONS_PER_SYNC 4096 /* sessions one sync sends at most, all pools */
 
-/* KEYS[1]: a pool's slots; ARGV[1]: this instance; ARGV[2]: how long its figures stand, in ms;
- * ARGV[3]: MEMBER_TTL_MAX_MS; then, for each capped backend, its name, the requests this
- * instance has in flight to it, those waiting here for it, its max_concurrency and the slots
- * this instance may fill now (the deal it last applied: cap less what it counts elsewhere).
+/* KEYS[1]: a pool's slots; KEYS[2]: its line (when each instance's oldest waiter for each
+ * backend began to wait, on Redis's clock: "ID NAME" = "SINCE EXPIRY"); ARGV[1]: this instance;
+ * ARGV[2]: how long its figures stand, in ms; ARGV[3]: MEMBER_TTL_MAX_MS; then, for each capped
+ * backend, its name, the requests this instance has in flight to it, those waiting here for
+ * it, its max_concurrency, the slots this instance may fill now (the deal it last applied:
+ * cap less what it counts elsewhere) and how long its oldest waiter for it has waited (ms, 0:
+ * none). (The line is a hash of its own so that the fields of KEYS[1] stay as a version
+ * without it reads them.)
  * Each instance's figures are kept as the field "ID NAME" = "INFLIGHT WAITING GRANT EXPIRY",
  * GRANT the more of the new deal and the one it may still be filling by: a deal that gives an
  * instance less is applied there after this script has run, and until its next run says so
@@ -134,36 +146,67 @@ static const char MEMBERS_LUA[] =
  * slot as theirs: each instance wants its in flight plus its waiting; when all want no more
  * than the slots, each gets what it wants and the rest is split evenly (the remainder to the
  * first ids), else each gets its share in proportion to what it wants (the slots left by
- * rounding down to the largest remainders, then the most waiting, then the first ids). What
+ * rounding down to the instances in the order their oldest waiters began to wait, then,
+ * among those with none waiting, to the largest remainders, the most waiting and the first
+ * ids: a slot the instances contend for goes to the oldest waiter at any of them, so their
+ * queues are served as one line). What
  * the others hold (the more of their grant and their in flight) is never given: a slot moves
- * once its holder's next run of this script has let it go. Answered: for each backend sent, in
- * order, the slots this instance may fill and the others' requests in flight there. */
+ * once its holder's next run of this script has let it go. A run that lets go of slots
+ * another instance's requests wait for (what this instance holds, the more of its in flight
+ * and its grant, is less than its field said), or that says more requests wait here than its
+ * field did, publishes a wake on KEY " wake " ID to each instance waiting for the slots, or
+ * holding some, whose thread runs this script at once: the holders learn that others wait
+ * (and let a slot go the moment it frees), the waiters take what was let go. A wake is sent
+ * only for a change of the caller's own figures, so two instances never wake each other in
+ * turn for nothing. (pcall: a Redis whose ACL refuses PUBLISH still deals; the ticks carry.)
+ * Answered: for each backend sent, in order, the slots this instance may fill, the others' requests
+ * in flight there and those waiting for it at the others. */
 static const char SLOTS_LUA[] =
     "local t = redis.call('TIME')\n"
     "local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "local id, exp = ARGV[1], ms + tonumber(ARGV[2])\n"
-    "local per, out = {}, {}\n"
+    "local per, out, mine, wake = {}, {}, {}, {}\n"
     "local all = redis.call('HGETALL', KEYS[1])\n"
     "for k = 1, #all, 2 do\n"
     "  local sp = string.find(all[k], ' ', 1, true)\n"
     "  local f, w, g, e = string.match(all[k + 1], '^(%d+) (%d+) (%d+) (%d+)$')\n"
     "  if not sp or not f or tonumber(e) < ms or tonumber(e) > ms + tonumber(ARGV[3]) then\n"
     "    redis.call('HDEL', KEYS[1], all[k])\n"
-    "  elseif string.sub(all[k], 1, sp - 1) ~= id then\n"
+    "  elseif string.sub(all[k], 1, sp - 1) == id then\n"
+    "    mine[string.sub(all[k], sp + 1)] = {math.max(tonumber(f), tonumber(g)), tonumber(w)}\n"
+    "  else\n"
     "    local name = string.sub(all[k], sp + 1)\n"
     "    per[name] = per[name] or {}\n"
     "    table.insert(per[name], {string.sub(all[k], 1, sp - 1), tonumber(f), tonumber(w),\n"
     "                             tonumber(g)})\n"
     "  end\n"
     "end\n"
-    "for i = 4, #ARGV - 4, 5 do\n"
+    "local line = {}\n"
+    "all = redis.call('HGETALL', KEYS[2])\n"
+    "for k = 1, #all, 2 do\n"
+    "  local q, e = string.match(all[k + 1], '^(%d+) (%d+)$')\n"
+    "  if not q or tonumber(e) < ms or tonumber(e) > ms + tonumber(ARGV[3]) then\n"
+    "    redis.call('HDEL', KEYS[2], all[k])\n"
+    "  else\n"
+    "    line[all[k]] = tonumber(q)\n"
+    "  end\n"
+    "end\n"
+    "for i = 4, #ARGV - 5, 6 do\n"
     "  local f, w, cap = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])\n"
-    "  local applied = tonumber(ARGV[i + 4])\n"
+    "  local applied, age = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])\n"
+    "  local since = 0\n"
+    "  if age > 0 then\n"
+    "    since = ms - age\n"
+    "    redis.call('HSET', KEYS[2], id .. ' ' .. ARGV[i], string.format('%d %d', since, exp))\n"
+    "  else\n"
+    "    redis.call('HDEL', KEYS[2], id .. ' ' .. ARGV[i])\n"
+    "  end\n"
     "  local l, want = per[ARGV[i]] or {}, f + w\n"
-    "  local total, held, ahead, give, busy = want, 0, 0, 0, 0\n"
+    "  local total, held, ahead, give, busy, owait = want, 0, 0, 0, 0, 0\n"
     "  for _, o in ipairs(l) do\n"
     "    total = total + o[2] + o[3]\n"
     "    busy = busy + o[2]\n"
+    "    owait = owait + o[3]\n"
     "    held = held + math.max(o[2], o[4])\n"
     "  end\n"
     "  if total <= cap then\n"
@@ -178,9 +221,13 @@ static const char SLOTS_LUA[] =
     "    for _, o in ipairs(l) do\n"
     "      local ro = (cap * (o[2] + o[3])) % total\n"
     "      left = left - math.floor(cap * (o[2] + o[3]) / total)\n"
-    "      if ro > r or (ro == r and (o[3] > w or (o[3] == w and o[1] < id))) then\n"
-    "        ahead = ahead + 1\n"
+    "      local os, first = line[o[1] .. ' ' .. ARGV[i]] or 0, false\n"
+    "      if os > 0 or since > 0 then\n"
+    "        first = os > 0 and (since == 0 or os < since or (os == since and o[1] < id))\n"
+    "      else\n"
+    "        first = ro > r or (ro == r and (o[3] > w or (o[3] == w and o[1] < id)))\n"
     "      end\n"
+    "      if first then ahead = ahead + 1 end\n"
     "    end\n"
     "    give = math.floor(cap * want / total)\n"
     "    if ahead < left then give = give + 1 end\n"
@@ -189,10 +236,20 @@ static const char SLOTS_LUA[] =
     "  if give < 0 then give = 0 end\n"
     "  redis.call('HSET', KEYS[1], id .. ' ' .. ARGV[i],\n"
     "             string.format('%d %d %d %d', f, w, math.max(give, applied), exp))\n"
+    "  local was = mine[ARGV[i]] or {0, 0}\n"
+    "  for _, o in ipairs(l) do\n"
+    "    if (o[3] > 0 and math.max(f, give, applied) < was[1]) or\n"
+    "       (math.max(o[2], o[4]) > 0 and w > was[2]) then wake[o[1]] = true end\n"
+    "  end\n"
     "  out[#out + 1] = give\n"
     "  out[#out + 1] = busy\n"
+    "  out[#out + 1] = owait\n"
+    "end\n"
+    "for o in pairs(wake) do\n"
+    "  redis.pcall('PUBLISH', KEYS[1] .. ' wake ' .. o, '1')\n"
     "end\n"
     "redis.call('PEXPIRE', KEYS[1], ARGV[3])\n"
+    "redis.call('PEXPIRE', KEYS[2], ARGV[3])\n"
     "return out\n";
 
 /* What the store last said of the key in a slot: its shared TAT, on our clock. */
@@ -227,7 +284,9 @@ struct shared_pool {
 /* A pool's backend slots (max_concurrency) as shared by the instances: the backends sent in the
  * last sync (<which>, <nsent> of them, each with the cap it was sent with), the arguments of
  * its script (three numbers a backend), and per backend the other instances' requests in
- * flight there, smoothed over the script's runs (x 16), for while Redis is away. */
+ * flight there, as last answered and smoothed over time (x 16, every tick, whether the script
+ * ran or not: runs come with the load, at wakes, so a smoothing by runs would weigh the busy
+ * moments more), for while Redis is away. */
 struct shared_slots {
 	struct pool_rt *p;
 	char key[KEY_MAX];
@@ -237,6 +296,11 @@ struct shared_slots {
 	const char **argv;
 	char (*num)[24];
 	uint32_t *smooth16;
+	uint32_t *busy16;	  /* per backend: the others' in flight as Redis last said (x 16) */
+	char wake[KEY_MAX + 104]; /* the channel its script wakes this instance on */
+	char line[KEY_MAX];	  /* the hash of each instance's oldest waiter per backend */
+	uint32_t *age;		  /* per backend: how long its oldest waiter here has waited */
+	int fd;			  /* its queue's wake (pool_queue_watch), or -1 */
 };
 
 /* A pool with session: its table's feed, read up to <cursor>, and its stream, up to <last_id>. */
@@ -272,6 +336,13 @@ struct cluster {
 	char members[KEY_MAX]; /* the live set's key */
 	unsigned member_ttl_ms;
 	redisContext *redis;
+	/* subscribed to every pool's wake channel: another instance let go of a slot this one's
+	 * requests wait for; NULL while not connected (the ticks go on regardless) */
+	redisContext *sub;
+	uint64_t last_sub_ms;
+	int stop_fd;	    /* cluster_stop() writes it: the thread's wait ends */
+	int shrank;	    /* a deal just gave this instance less: say so at once (the slots go) */
+	struct pollfd *pfd; /* the thread's wait: stop_fd, the queues' wakes, the subscription */
 	char charge_sha[48], members_sha[48], spend_sha[48], slots_sha[48];
 	uint64_t last_connect_ms;
 	int state; /* -1: not known yet, 0: away, 1: there */
@@ -337,15 +408,22 @@ static void drop(struct cluster *c)
 	c->redis = NULL;
 }
 
-/* The reply of one command, or NULL with c->why set. */
-static redisReply *command(struct cluster *c, const char *fmt, ...)
+static void drop_sub(struct cluster *c)
+{
+	if (c->sub)
+		redisFree(c->sub);
+	c->sub = NULL;
+}
+
+/* The reply of one command on <ctx>, or NULL with c->why set. */
+static redisReply *command(struct cluster *c, redisContext *ctx, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	redisReply *r = redisvCommand(c->redis, fmt, ap);
+	redisReply *r = redisvCommand(ctx, fmt, ap);
 	va_end(ap);
 	if (!r) {
-		failed(c, "%s", c->redis->errstr[0] ? c->redis->errstr : "no reply");
+		failed(c, "%s", ctx->errstr[0] ? ctx->errstr : "no reply");
 		return NULL;
 	}
 	if (r->type == REDIS_REPLY_ERROR) {
@@ -359,7 +437,7 @@ static redisReply *command(struct cluster *c, const char *fmt, ...)
 /* SCRIPT LOAD <src> into sha[48]. */
 static int load_script(struct cluster *c, const char *src, char *sha)
 {
-	redisReply *r = command(c, "SCRIPT LOAD %s", src);
+	redisReply *r = command(c, c->redis, "SCRIPT LOAD %s", src);
 	if (!r)
 		return -EIO;
 	int ok = r->type == REDIS_REPLY_STRING && r->len < 48;
@@ -371,7 +449,7 @@ static int load_script(struct cluster *c, const char *src, char *sha)
 	return ok ? 0 : -EIO;
 }
 
-static int authenticate(struct cluster *c)
+static int authenticate(struct cluster *c, redisContext *ctx)
 {
 	uint8_t pw[PASSWORD_MAX];
 	size_t len = 0;
@@ -382,7 +460,7 @@ static int authenticate(struct cluster *c)
 		       why ? why : strerror(-rc));
 		return rc;
 	}
-	redisReply *r = command(c, "AUTH %b", pw, len);
+	redisReply *r = command(c, ctx, "AUTH %b", pw, len);
 	OPENSSL_cleanse(pw, sizeof(pw));
 	if (!r)
 		return -EACCES;
@@ -408,7 +486,7 @@ static int connect_redis(struct cluster *c)
 		failed(c, "cannot set the socket timeouts");
 		goto fail;
 	}
-	if (c->conf->password_file && authenticate(c) < 0)
+	if (c->conf->password_file && authenticate(c, c->redis) < 0)
 		goto fail;
 	if (load_script(c, CHARGE_LUA, c->charge_sha) < 0 ||
 	    load_script(c, MEMBERS_LUA, c->members_sha) < 0 ||
@@ -423,6 +501,56 @@ static int connect_redis(struct cluster *c)
 fail:
 	drop(c);
 	return -EIO;
+}
+
+/* The second connection, subscribed to every pool's wake channel (SLOTS_LUA publishes on it).
+ * On failure none: the ticks carry the slots alone, as before it; tried again RECONNECT_MS
+ * later. */
+static void connect_sub(struct cluster *c)
+{
+	struct timeval tv = {.tv_sec = c->conf->timeout_ms / 1000,
+			     .tv_usec = (c->conf->timeout_ms % 1000) * 1000};
+	c->last_sub_ms = clock_now_ms();
+	c->sub = redisConnectWithTimeout(c->conf->host, (int)c->conf->port, tv);
+	if (!c->sub)
+		return;
+	if (c->sub->err || redisSetTimeout(c->sub, tv) != REDIS_OK ||
+	    (c->conf->password_file && authenticate(c, c->sub) < 0))
+		goto fail;
+	for (size_t i = 0; i < c->nslots; i++)
+		redisAppendCommand(c->sub, "SUBSCRIBE %s", c->slots[i].wake);
+	for (size_t i = 0; i < c->nslots; i++) {
+		redisReply *r = NULL;
+		if (redisGetReply(c->sub, (void **)&r) != REDIS_OK || !r)
+			goto fail;
+		int ok = r->type == REDIS_REPLY_ARRAY;
+		freeReplyObject(r);
+		if (!ok)
+			goto fail;
+	}
+	return;
+fail:
+	drop_sub(c);
+}
+
+/* The wake channel has something to read: read it (what it says is only that a deal may have
+ * changed). On a lost connection none. */
+static void read_sub(struct cluster *c)
+{
+	if (redisBufferRead(c->sub) != REDIS_OK) {
+		drop_sub(c);
+		return;
+	}
+	for (;;) {
+		void *r = NULL;
+		if (redisGetReplyFromReader(c->sub, &r) != REDIS_OK) {
+			drop_sub(c);
+			return;
+		}
+		if (!r)
+			return;
+		freeReplyObject(r);
+	}
 }
 
 /* Append the keys of every shared limit to the pipeline: how many. */
@@ -561,9 +689,10 @@ static unsigned waiting_for(const struct backend *b, unsigned loose, size_t ncap
 static void append_slots(struct cluster *c)
 {
 	c->nslots_sent = 0;
+	c->shrank = 0;
 	for (size_t i = 0; i < c->nslots; i++) {
 		struct shared_slots *ss = &c->slots[i];
-		size_t argc = 7, ncapped = 0;
+		size_t argc = 8, ncapped = 0;
 		unsigned homed = 0, queued = pool_queue_len(&ss->p->queue);
 		ss->nsent = 0;
 		for (size_t j = 0; j < ss->p->nbackends; j++) {
@@ -574,12 +703,16 @@ static void append_slots(struct cluster *c)
 			ncapped += backend_cap(b) && backend_present(b);
 		}
 		unsigned loose = queued > homed ? queued - homed : 0;
+		if (queued)
+			admission_oldest(ss->p, clock_now_ms(), ss->age);
+		else
+			memset(ss->age, 0, ss->p->nbackends * sizeof(*ss->age));
 		for (size_t j = 0; j < ss->p->nbackends; j++) {
 			struct backend *b = &ss->p->backends[j];
 			unsigned cap = backend_cap(b);
 			if (!cap || !backend_present(b))
 				continue; /* (a spare slot of the admin API has no name yet) */
-			char(*num)[24] = &ss->num[4 * ss->nsent];
+			char(*num)[24] = &ss->num[5 * ss->nsent];
 			ss->last[j] =
 			    atomic_load_explicit(&b->share->inflight, memory_order_relaxed);
 			snprintf(num[0], sizeof(num[0]), "%u", ss->last[j]);
@@ -587,11 +720,13 @@ static void append_slots(struct cluster *c)
 			snprintf(num[2], sizeof(num[2]), "%u", cap);
 			unsigned away = atomic_load_explicit(&b->elsewhere, memory_order_relaxed);
 			snprintf(num[3], sizeof(num[3]), "%u", away < cap ? cap - away : 0);
+			snprintf(num[4], sizeof(num[4]), "%u", ss->age[j]);
 			ss->argv[argc++] = b->name;
 			ss->argv[argc++] = num[0];
 			ss->argv[argc++] = num[1];
 			ss->argv[argc++] = num[2];
 			ss->argv[argc++] = num[3];
+			ss->argv[argc++] = num[4];
 			ss->cap[ss->nsent] = cap;
 			ss->which[ss->nsent++] = j;
 		}
@@ -599,25 +734,26 @@ static void append_slots(struct cluster *c)
 			continue;
 		ss->argv[0] = "EVALSHA";
 		ss->argv[1] = c->slots_sha;
-		ss->argv[2] = "1";
+		ss->argv[2] = "2";
 		ss->argv[3] = ss->key;
-		ss->argv[4] = c->id;
-		ss->argv[5] = c->slots_ttl;
-		ss->argv[6] = c->slots_bound;
+		ss->argv[4] = ss->line;
+		ss->argv[5] = c->id;
+		ss->argv[6] = c->slots_ttl;
+		ss->argv[7] = c->slots_bound;
 		redisAppendCommandArgv(c->redis, (int)argc, ss->argv, NULL);
 		c->slots_sent[c->nslots_sent++] = ss;
 	}
 }
 
 /* Set <b>'s slots held elsewhere to <n>, at most <cap> less <keep> of them; 1 when that freed
- * some here. */
+ * some here, -1 when it took some away. */
 static int set_elsewhere(struct backend *b, uint64_t n, unsigned keep)
 {
 	unsigned cap = backend_cap(b);
 	unsigned most = cap > keep ? cap - keep : 0;
 	unsigned v = n < most ? (unsigned)n : most;
 	unsigned was = atomic_exchange_explicit(&b->elsewhere, v, memory_order_relaxed);
-	return v < was;
+	return v < was ? 1 : v > was ? -1 : 0;
 }
 
 /* A backend's slots held elsewhere while Redis is away: the others' requests in flight there
@@ -637,15 +773,19 @@ static uint64_t count_of(const redisReply *e)
 }
 
 /* Redis answered the slots this instance may fill of each backend of <ss> sent (the rest of
- * each one's cap, as sent, is held elsewhere) and the others' requests in flight there. */
+ * each one's cap, as sent, is held elsewhere), the others' requests in flight there and those
+ * waiting there for it. A deal that gives less sets c->shrank: the thread runs the script
+ * again at once, so the field's grant (the deal it may still be filling by) falls to the new
+ * one and the slots reach the others now, not a tick later. */
 static void take_slots(struct cluster *c, struct shared_slots *ss, const redisReply *r)
 {
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 * ss->nsent)
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 * ss->nsent)
 		return;
 	int freed = 0, settle = clock_now_ms() < c->settle_until_ms && c->instances < c->settle_n;
 	for (size_t k = 0; k < ss->nsent; k++) {
 		unsigned cap = ss->cap[k];
-		uint64_t mine = count_of(r->element[2 * k]), busy = count_of(r->element[2 * k + 1]);
+		uint64_t mine = count_of(r->element[3 * k]), busy = count_of(r->element[3 * k + 1]);
+		uint64_t owait = count_of(r->element[3 * k + 2]);
 		uint64_t n = mine < cap ? cap - mine : 0;
 		size_t j = ss->which[k];
 		struct backend *b = &ss->p->backends[j];
@@ -653,9 +793,12 @@ static void take_slots(struct cluster *c, struct shared_slots *ss, const redisRe
 		if (settle) /* (what it held away stands meanwhile) */
 			n = n < alone(ss->smooth16[j]) ? alone(ss->smooth16[j]) : n;
 		else
-			ss->smooth16[j] =
-			    ss->smooth16[j] + (uint32_t)(((int64_t)s16 - ss->smooth16[j]) / 8);
-		freed |= set_elsewhere(b, n, 0);
+			ss->busy16[j] = s16;
+		atomic_store_explicit(&b->others_waiting, owait > 65535 ? 65535u : (unsigned)owait,
+				      memory_order_relaxed);
+		int moved = set_elsewhere(b, n, 0);
+		freed |= moved > 0;
+		c->shrank |= moved < 0;
 	}
 	if (freed) { /* the queue's waiters may take what the others let go */
 		c->rnd = c->rnd * 6364136223846793005ull + 1442695040888963407ull;
@@ -671,8 +814,11 @@ static void slots_alone(struct cluster *c)
 	for (size_t i = 0; i < c->nslots; i++) {
 		struct shared_slots *ss = &c->slots[i];
 		int freed = 0;
-		for (size_t j = 0; j < ss->p->nbackends; j++)
-			freed |= set_elsewhere(&ss->p->backends[j], alone(ss->smooth16[j]), 1);
+		for (size_t j = 0; j < ss->p->nbackends; j++) {
+			struct backend *b = &ss->p->backends[j];
+			atomic_store_explicit(&b->others_waiting, 0, memory_order_relaxed);
+			freed |= set_elsewhere(b, alone(ss->smooth16[j]), 1) > 0;
+		}
 		if (freed) {
 			c->rnd = c->rnd * 6364136223846793005ull + 1442695040888963407ull;
 			admission_grant(ss->p, clock_now_ms(), c->rnd);
@@ -934,10 +1080,14 @@ static void turn(struct cluster *c)
 		if (sync_once(c) == 0) {
 			atomic_fetch_add(&c->stats.syncs, 1);
 			set_state(c, 1, NULL);
+			if (!c->sub && c->nslots_sent &&
+			    clock_now_ms() - c->last_sub_ms >= RECONNECT_MS)
+				connect_sub(c);
 			return;
 		}
 		atomic_fetch_add(&c->stats.failed, 1);
 		drop(c);
+		drop_sub(c);
 		set_state(c, 0, c->why);
 	}
 	for (size_t i = 0; i < c->nlim; i++)
@@ -964,11 +1114,12 @@ static int slots_moved(const struct cluster *c)
 	return 0;
 }
 
-/* Between two syncs: the slots script alone, when a deal may have changed (slots_moved), so
- * a slot one instance lets go reaches another's waiting requests in a fraction of a sync. */
-static void slots_turn(struct cluster *c)
+/* Between two syncs: the slots script alone, when a deal may have changed (slots_moved) or
+ * <force>d (the last deal gave less), so a slot one instance lets go reaches another's waiting
+ * requests in a fraction of a sync. */
+static void slots_turn(struct cluster *c, int force)
 {
-	if (!c->redis || c->state != 1 || !slots_moved(c))
+	if (!c->redis || c->state != 1 || (!force && !slots_moved(c)))
 		return;
 	append_slots(c);
 	for (size_t k = 0; k < c->nslots_sent; k++) {
@@ -976,12 +1127,78 @@ static void slots_turn(struct cluster *c)
 		if (next_reply(c, &r) < 0) {
 			atomic_fetch_add(&c->stats.failed, 1);
 			drop(c);
+			drop_sub(c);
 			set_state(c, 0, c->why);
 			slots_alone(c);
 			return;
 		}
 		take_slots(c, c->slots_sent[k], r);
 		freeReplyObject(r);
+	}
+}
+
+static int stopping(struct cluster *c)
+{
+	pthread_mutex_lock(&c->mu);
+	int v = c->stopping;
+	pthread_mutex_unlock(&c->mu);
+	return v;
+}
+
+/* Wait until <next> (CLOCK_MONOTONIC) or cluster_stop(); meanwhile, each time a pool's queue
+ * says a deal may have changed here (a slot freed that others wait for, a request began to
+ * wait) or another instance's script says it let go of a slot this one's requests wait for,
+ * the slots script at once (and once more when its deal gave less). */
+static void wait_until(struct cluster *c, const struct timespec *next)
+{
+	struct pollfd *pf = c->pfd;
+	for (;;) {
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		int64_t left = (int64_t)(next->tv_sec - now.tv_sec) * 1000000000 +
+			       (next->tv_nsec - now.tv_nsec);
+		if (left <= 0)
+			return;
+		size_t n = 0;
+		pf[n++] = (struct pollfd){.fd = c->stop_fd, .events = POLLIN};
+		for (size_t i = 0; i < c->nslots; i++)
+			if (c->slots[i].fd >= 0)
+				pf[n++] = (struct pollfd){.fd = c->slots[i].fd, .events = POLLIN};
+		size_t sub_at = n;
+		if (c->sub)
+			pf[n++] = (struct pollfd){.fd = c->sub->fd, .events = POLLIN};
+		struct timespec ts = {.tv_sec = left / 1000000000, .tv_nsec = left % 1000000000};
+		if (ppoll(pf, n, &ts, NULL) <= 0)
+			continue; /* the time is up (checked above), or a signal */
+		if (pf[0].revents)
+			return;
+		for (size_t k = 1; k < sub_at; k++) {
+			uint64_t v;
+			if (pf[k].revents && read(pf[k].fd, &v, sizeof(v)) < 0) {
+				/* EAGAIN: another read took it */
+			}
+		}
+		if (c->sub && sub_at < n && pf[sub_at].revents)
+			read_sub(c);
+		/* (forced: what moved may have moved back since the last run, a slot taken and
+		 * let go, and the others still wait to hear it) */
+		slots_turn(c, 1);
+		if (c->shrank)
+			slots_turn(c, 1);
+	}
+}
+
+/* A tick: each backend's smoothed count of the others' requests in flight moves an eighth of
+ * the way to what Redis last said (while Redis is there, and not while it settles back). */
+static void smooth_slots(struct cluster *c)
+{
+	if (c->state != 1 || (clock_now_ms() < c->settle_until_ms && c->instances < c->settle_n))
+		return;
+	for (size_t i = 0; i < c->nslots; i++) {
+		struct shared_slots *ss = &c->slots[i];
+		for (size_t j = 0; j < ss->p->nbackends; j++)
+			ss->smooth16[j] +=
+			    (uint32_t)(((int64_t)ss->busy16[j] - ss->smooth16[j]) / 8);
 	}
 }
 
@@ -992,13 +1209,14 @@ static void *cluster_main(void *arg)
 	struct timespec next;
 	clock_gettime(CLOCK_MONOTONIC, &next);
 	unsigned tick = 0;
-	pthread_mutex_lock(&c->mu);
-	while (!c->stopping) {
-		pthread_mutex_unlock(&c->mu);
+	while (!stopping(c)) {
 		if (tick++ % SLOT_TICKS == 0)
 			turn(c);
 		else
-			slots_turn(c);
+			slots_turn(c, 0);
+		if (c->shrank)
+			slots_turn(c, 1);
+		smooth_slots(c);
 		uint64_t ns =
 		    (uint64_t)next.tv_nsec + (uint64_t)c->conf->sync_ms * 1000000u / SLOT_TICKS;
 		next.tv_sec += (time_t)(ns / 1000000000u);
@@ -1009,17 +1227,15 @@ static void *cluster_main(void *arg)
 		    (now.tv_sec == next.tv_sec && now.tv_nsec > next.tv_nsec))
 			next =
 			    now; /* a slow sync: the next one at once, not a burst of catching up */
-		pthread_mutex_lock(&c->mu);
-		while (!c->stopping && pthread_cond_timedwait(&c->cv, &c->mu, &next) == 0)
-			;
+		wait_until(c, &next);
 	}
-	pthread_mutex_unlock(&c->mu);
 	if (c->redis) {
 		redisReply *r = redisCommand(c->redis, "ZREM %s %s", c->members, c->id);
 		if (r)
 			freeReplyObject(r);
 	}
 	drop(c);
+	drop_sub(c);
 	return NULL;
 }
 
@@ -1058,9 +1274,12 @@ static void cluster_free(struct cluster *c)
 		free(c->slots[i].argv);
 		free(c->slots[i].num);
 		free(c->slots[i].smooth16);
+		free(c->slots[i].age);
+		free(c->slots[i].busy16);
 	}
 	free(c->slots);
 	free(c->slots_sent);
+	free(c->pfd);
 	for (size_t i = 0; c->lim && i < c->nlim; i++)
 		free(c->lim[i].seen);
 	free(c->lim);
@@ -1069,6 +1288,8 @@ static void cluster_free(struct cluster *c)
 	free(c->bud);
 	free(c->bitems);
 	free(c->bitem_of);
+	if (c->stop_fd >= 0)
+		close(c->stop_fd);
 	free(c);
 }
 
@@ -1078,20 +1299,27 @@ static int share_slots(struct cluster *c, struct runtime *rt, const char *prefix
 {
 	c->slots = calloc(rt->npools ? rt->npools : 1, sizeof(*c->slots));
 	c->slots_sent = calloc(rt->npools ? rt->npools : 1, sizeof(*c->slots_sent));
-	if (!c->slots || !c->slots_sent)
+	c->pfd = calloc(rt->npools + 2, sizeof(*c->pfd));
+	if (!c->slots || !c->slots_sent || !c->pfd)
 		return -ENOMEM;
 	for (size_t i = 0; i < rt->npools; i++) {
 		struct pool_rt *p = &rt->pools[i];
 		struct shared_slots *ss = &c->slots[c->nslots++];
 		ss->p = p;
 		snprintf(ss->key, sizeof(ss->key), "%sslotshare:%.100s", prefix, p->conf->name);
+		int fd = pool_queue_watch(&p->queue);
+		ss->fd = fd < 0 ? -1 : fd;
 		ss->which = calloc(p->nbackends + 1, sizeof(*ss->which));
 		ss->cap = calloc(p->nbackends + 1, sizeof(*ss->cap));
 		ss->last = calloc(p->nbackends + 1, sizeof(*ss->last));
-		ss->argv = calloc(7 + 5 * p->nbackends, sizeof(*ss->argv));
-		ss->num = calloc(4 * p->nbackends + 1, sizeof(*ss->num));
+		ss->argv = calloc(8 + 6 * p->nbackends, sizeof(*ss->argv));
+		ss->num = calloc(5 * p->nbackends + 1, sizeof(*ss->num));
+		ss->age = calloc(p->nbackends + 1, sizeof(*ss->age));
+		snprintf(ss->line, sizeof(ss->line), "%sslotline:%.100s", prefix, p->conf->name);
 		ss->smooth16 = calloc(p->nbackends + 1, sizeof(*ss->smooth16));
-		if (!ss->which || !ss->cap || !ss->last || !ss->argv || !ss->num || !ss->smooth16)
+		ss->busy16 = calloc(p->nbackends + 1, sizeof(*ss->busy16));
+		if (!ss->which || !ss->cap || !ss->last || !ss->argv || !ss->num || !ss->smooth16 ||
+		    !ss->age || !ss->busy16)
 			return -ENOMEM;
 	}
 	return 0;
@@ -1150,6 +1378,8 @@ int cluster_start(const struct conf *conf, struct runtime *rt, struct route_limi
 	if (!conf->cluster.redis)
 		return 0;
 	struct cluster *c = calloc(1, sizeof(*c));
+	if (c)
+		c->stop_fd = -1;
 	if (!c || !(c->lim = calloc(conf->nroutes * LIMITS_PER_ROUTE + 1, sizeof(*c->lim))) ||
 	    !(c->items = calloc(SYNC_KEYS, sizeof(*c->items))) ||
 	    !(c->item_lim = calloc(SYNC_KEYS, sizeof(*c->item_lim))) ||
@@ -1163,6 +1393,13 @@ int cluster_start(const struct conf *conf, struct runtime *rt, struct route_limi
 	}
 	c->conf = &conf->cluster;
 	c->state = -1;
+	if ((c->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+		int e = errno;
+		log_error("cluster: cannot make its eventfd: %s", strerror(e));
+		c->stop_fd = -1;
+		cluster_free(c);
+		return -e;
+	}
 	int rc = 0;
 	for (size_t i = 0; i < conf->nroutes && !rc; i++) {
 		struct route_limits *l = &limits[i];
@@ -1207,6 +1444,9 @@ int cluster_start(const struct conf *conf, struct runtime *rt, struct route_limi
 	for (char *q = c->id; *q; q++)
 		if (*q == ' ')
 			*q = '_'; /* (the slots script splits a field at its first space) */
+	for (size_t i = 0; i < c->nslots; i++)
+		snprintf(c->slots[i].wake, sizeof(c->slots[i].wake), "%s wake %s", c->slots[i].key,
+			 c->id);
 	c->member_ttl_ms = 3 * conf->cluster.sync_ms + 2 * conf->cluster.timeout_ms + 1000;
 	snprintf(c->slots_ttl, sizeof(c->slots_ttl), "%u", c->member_ttl_ms);
 	snprintf(c->slots_bound, sizeof(c->slots_bound), "%u", (unsigned)MEMBER_TTL_MAX_MS);
@@ -1236,12 +1476,19 @@ void cluster_stop(struct cluster *c)
 	c->stopping = 1;
 	pthread_cond_signal(&c->cv);
 	pthread_mutex_unlock(&c->mu);
+	uint64_t one = 1;
+	if (write(c->stop_fd, &one, sizeof(one)) < 0) {
+		/* (an eventfd's write fails only when full: a wake is there already) */
+	}
 	pthread_join(c->thread, NULL);
 	/* a generation that drains after a reload counts its own slots only: nothing updates
 	 * the others' any more, and a figure frozen high would starve its queue */
 	for (size_t i = 0; i < c->nslots; i++) {
-		for (size_t j = 0; j < c->slots[i].p->nbackends; j++)
-			set_elsewhere(&c->slots[i].p->backends[j], 0, 0);
+		for (size_t j = 0; j < c->slots[i].p->nbackends; j++) {
+			struct backend *b = &c->slots[i].p->backends[j];
+			atomic_store_explicit(&b->others_waiting, 0, memory_order_relaxed);
+			set_elsewhere(b, 0, 0);
+		}
 		admission_grant(c->slots[i].p, clock_now_ms(), c->rnd + i);
 	}
 	pthread_cond_destroy(&c->cv);

@@ -297,14 +297,23 @@ enum admit_result admission_admit(struct pool_rt *pool, struct waiter *wt, uint6
 	 * slower backend worth it: grant in queue order, which may be this request */
 	*out = grant_locked(pool, now_ms, rand_next(&rnd), wt);
 	pthread_mutex_unlock(&q->lock);
-	return *out ? ADMIT_PICKED : ADMIT_QUEUED;
+	if (*out)
+		return ADMIT_PICKED;
+	pool_queue_wake(q); /* cluster: it asks for a slot now, not at the next tick */
+	return ADMIT_QUEUED;
 }
 
 void admission_release(struct pool_rt *pool, struct backend *be, uint64_t now_ms, uint64_t rnd)
 {
 	atomic_fetch_sub_explicit(&be->share->inflight, 1, memory_order_relaxed);
-	if (backend_cap(be)) /* an uncapped backend never made anyone wait here */
+	unsigned cap = backend_cap(be);
+	if (cap) { /* an uncapped backend never made anyone wait here */
 		admission_grant(pool, now_ms, rnd);
+		/* cluster: other instances wait for its slots: the sync thread says now, not at
+		 * its next tick, that this one let a slot go (control/cluster.c) */
+		if (atomic_load_explicit(&be->others_waiting, memory_order_relaxed))
+			pool_queue_wake(&pool->queue);
+	}
 	/* the other configurations holding it (a reload), whatever this one's cap: a request
 	 * may wait for this slot in any of their queues */
 	for (size_t i = 0; i < SHARE_POOLS; i++) {
@@ -321,6 +330,29 @@ void admission_grant(struct pool_rt *pool, uint64_t now_ms, uint64_t rnd)
 	pthread_mutex_lock(&q->lock);
 	grant_locked(pool, now_ms, rnd, NULL);
 	pthread_mutex_unlock(&q->lock);
+}
+
+void admission_oldest(struct pool_rt *pool, uint64_t now_ms, uint32_t *ages)
+{
+	struct pool_queue *q = &pool->queue;
+	uint64_t loose = 0;
+	for (size_t j = 0; j < pool->nbackends; j++)
+		ages[j] = 0;
+	pthread_mutex_lock(&q->lock);
+	struct qd_item *it = q->qd.ops->peek(&q->qd);
+	for (; it; it = q->qd.ops->next ? q->qd.ops->next(&q->qd, it) : NULL) {
+		const struct waiter *wt = waiter_of(it);
+		uint64_t age = now_ms > wt->queued_ms ? now_ms - wt->queued_ms : 0;
+		age = age ? age : 1; /* (0 says none waits) */
+		age = age > UINT32_MAX ? UINT32_MAX : age;
+		if (!wt->home)
+			loose = age > loose ? age : loose;
+		else if (age > ages[wt->home - pool->backends])
+			ages[wt->home - pool->backends] = (uint32_t)age;
+	}
+	pthread_mutex_unlock(&q->lock);
+	for (size_t j = 0; j < pool->nbackends; j++)
+		ages[j] = loose > ages[j] ? (uint32_t)loose : ages[j];
 }
 
 static const unsigned withdraw_counter[] = {

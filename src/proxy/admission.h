@@ -51,6 +51,12 @@ void admission_release(struct pool_rt *pool, struct backend *be, uint64_t now_ms
 /* Grant free slots to waiting requests, in order (e.g. when a backend comes back up). */
 void admission_grant(struct pool_rt *pool, uint64_t now_ms, uint64_t rnd);
 
+/* How long the request here that has waited longest for each backend of <pool> has waited, in
+ * ms, into ages[nbackends]: one counted waiting for that backend (balance: llm's home) or for
+ * none in particular; 0 where none waits. The cluster's deal gives a backend's slot that
+ * instances contend for to the instance holding its oldest waiter (control/cluster.c). */
+void admission_oldest(struct pool_rt *pool, uint64_t now_ms, uint32_t *ages);
+
 /* Why a waiter leaves: counted (queue.timeouts, .spilled, .withdrawn) if it was still queued. */
 enum withdraw_why { WITHDRAW_GONE, WITHDRAW_TIMEOUT, WITHDRAW_SPILL };
 

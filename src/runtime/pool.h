@@ -87,6 +87,7 @@ struct backend {
 	atomic_uint weight;	    /* conf's, the SRV record's, or the admin API's */
 	atomic_uint max_conc;	    /* its slots: conf's max_concurrency or the API's; 0: no cap */
 	atomic_uint elsewhere;	    /* cluster: of its slots, those other instances hold */
+	atomic_uint others_waiting; /* cluster: requests waiting for it at other instances */
 	atomic_int admin;	    /* enum backend_admin: the admin API's word */
 	enum backend_source source; /* fixed at start */
 	unsigned api_set;	    /* MANAGE_SET_* the API changed (manage.h): the main thread's */

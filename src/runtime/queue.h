@@ -62,6 +62,9 @@ struct pool_queue {
 	pthread_mutex_t lock;
 	struct qdisc qd;
 	atomic_uint len; /* qd.len as of its last change (admission.c), read without the lock */
+	/* cluster: an eventfd the sync thread watches (control/cluster.c), made by
+	 * pool_queue_watch() and closed with the queue; -1: none */
+	atomic_int wake_fd;
 };
 
 /* 0, or -ENOMEM. */
@@ -69,5 +72,12 @@ int pool_queue_init(struct pool_queue *q, const struct conf_pool *pc);
 void pool_queue_destroy(struct pool_queue *q);
 /* Requests queued now (the mirror of qd.len its owner keeps): no lock taken. */
 unsigned pool_queue_len(const struct pool_queue *q);
+/* The eventfd that pool_queue_wake() writes, made on the first call (the sync thread's, once
+ * at its start): the fd, or -errno. It lives as long as the queue, so a worker of a generation
+ * whose sync thread stopped still writes to it safely. */
+int pool_queue_watch(struct pool_queue *q);
+/* Tell whoever watches the queue (nobody: nothing done) that a deal of slots may have changed:
+ * a slot stands free here that other instances wait for, or a request began to wait here. */
+void pool_queue_wake(struct pool_queue *q);
 
 #endif
