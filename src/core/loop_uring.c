@@ -77,6 +77,7 @@
 #define RX_HOLD_MAX 65536 /* a connection holding more stops receiving until it is read */
 #define RX_GROUP 0
 #define TX_BUF 16384 /* what one queued send copies at most */
+#define TX_KEEP 64   /* free send buffers kept for reuse; past that one is freed as it ends */
 
 struct uring_slot {
 	struct loop_io *io;	/* NULL: no registration */
@@ -87,7 +88,7 @@ struct uring_slot {
 struct uring_tx {
 	struct loop_ring_io *r; /* NULL: its connection is gone; freed at its completion */
 	int fd;
-	uint32_t gen, len, off, next_free; /* next_free: id + 1 */
+	uint32_t gen, len, off;
 	char data[TX_BUF];
 };
 
@@ -110,7 +111,9 @@ struct uring_be {
 	uint32_t rx_next[RX_BUFS]; /* the next buffer held by the same connection, id + 1 */
 	uint32_t rx_len[RX_BUFS];
 	struct uring_tx **tx;
-	uint32_t ntx, tx_free;
+	uint32_t *tx_link; /* by id: the next free id + 1, while free */
+	uint32_t ntx, tx_free,
+	    tx_kept;	   /* tx_free: the first free id + 1; tx_kept: free with a buffer */
 	uint32_t inflight; /* receives and sends whose completion has not come */
 	int rx_refused;	   /* the buffer ring could not be set up: -errno */
 };
@@ -127,11 +130,48 @@ static void rx_recycle(struct uring_be *be, uint32_t bid)
 	io_uring_buf_ring_advance(be->br, 1);
 }
 
+/* Send buffer <id> free again: kept for the next send while TX_KEEP are, else given back (a
+ * burst of connections sending at once leaves no memory behind), its id on the free list
+ * with no buffer. */
 static void tx_free(struct uring_be *be, uint32_t id)
 {
-	be->tx[id]->r = NULL;
-	be->tx[id]->next_free = be->tx_free;
+	if (be->tx_kept < TX_KEEP) {
+		be->tx[id]->r = NULL;
+		be->tx_kept++;
+	} else {
+		free(be->tx[id]);
+		be->tx[id] = NULL;
+	}
+	be->tx_link[id] = be->tx_free;
 	be->tx_free = id + 1;
+}
+
+/* A send buffer's id, its buffer there (a kept one, or a new one): 0, or -ENOMEM. */
+static int tx_take(struct uring_be *be, uint32_t *out)
+{
+	uint32_t id;
+	if (be->tx_free) {
+		id = be->tx_free - 1;
+		if (be->tx[id])
+			be->tx_kept--;
+		else if (!(be->tx[id] = malloc(sizeof(*be->tx[id]))))
+			return -ENOMEM; /* the id stays free */
+		be->tx_free = be->tx_link[id];
+	} else { /* the ids grow to the connections sending at once */
+		struct uring_tx **tx = realloc(be->tx, (be->ntx + 1) * sizeof(*tx));
+		if (!tx)
+			return -ENOMEM;
+		be->tx = tx;
+		uint32_t *link = realloc(be->tx_link, (be->ntx + 1) * sizeof(*link));
+		if (!link)
+			return -ENOMEM;
+		be->tx_link = link;
+		if (!(tx[be->ntx] = malloc(sizeof(**tx))))
+			return -ENOMEM;
+		id = be->ntx++;
+	}
+	*out = id;
+	return 0;
 }
 
 /* Cancel what is in flight and wait for the completions, so that no buffer is written or
@@ -180,6 +220,7 @@ static void uring_destroy(void *arg)
 	for (uint32_t i = 0; i < be->ntx; i++)
 		free(be->tx[i]);
 	free(be->tx);
+	free(be->tx_link);
 	free(be->slots);
 	free(be);
 }
@@ -574,18 +615,9 @@ static ssize_t ring_send(void *arg, struct loop_ring_io *r, int fd, const struct
 	if (total > TX_BUF)
 		return -EMSGSIZE; /* bulk: the caller sends it itself, nothing being in flight */
 	uint32_t id;
-	if (be->tx_free) {
-		id = be->tx_free - 1;
-		be->tx_free = be->tx[id]->next_free;
-	} else { /* the pool grows to the connections sending at once; kept for reuse */
-		struct uring_tx **tx = realloc(be->tx, (be->ntx + 1) * sizeof(*tx));
-		if (!tx)
-			return -ENOMEM;
-		be->tx = tx;
-		if (!(tx[be->ntx] = malloc(sizeof(**tx))))
-			return -ENOMEM;
-		id = be->ntx++;
-	}
+	int rc = tx_take(be, &id);
+	if (rc)
+		return rc;
 	struct uring_tx *t = be->tx[id];
 	size_t len = 0;
 	for (int i = 0; i < n && len < TX_BUF; i++) {
