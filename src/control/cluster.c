@@ -33,7 +33,11 @@
  * falls with it); and the script wakes the instances concerned through Redis (PUBLISH on a
  * channel per pool and instance, which a second connection subscribes to): the waiters when
  * this one let slots go, the holders when more requests wait here. A slot freed at one
- * instance so reaches another's waiting request in a few round trips, not two ticks.
+ * instance so reaches another's waiting request in a few round trips, not two ticks. A wake
+ * runs the script for its pool only, and at most once each WAKE_GAP_NS (1 ms): under a
+ * standing queue every request and every release wakes the thread, and anyone may PUBLISH on
+ * a channel, but those that come within the gap are folded into one run, so the runs stay
+ * bounded (a thousand a second an instance), not one per Redis round trip.
  * While Redis is away each backend's <elsewhere> is what the others held of late (their
  * requests in flight, smoothed), never all of its slots; once the thread stops (a reload: the
  * generation drains), 0.
@@ -89,6 +93,7 @@
 #define STREAM_MAX 10000      /* a pool's stream keeps about this many (XADD MAXLEN ~) */
 #define STREAM_READ "512"     /* entries one sync reads of each stream, at most */
 #define SLOT_TICKS 4	      /* slots scripts a sync_ms: the sync's, and 3 alone between */
+#define WAKE_GAP_NS 1000000   /* the least time between two slots runs a wake asks for */
 
 /* KEYS[1]: the bucket; ARGV[1]: the cost in microseconds (signed). The rule of
  * rlsync_charge(); the TAT is kept while it lies ahead (and a second longer). */
@@ -301,6 +306,7 @@ struct shared_slots {
 	char line[KEY_MAX];	  /* the hash of each instance's oldest waiter per backend */
 	uint32_t *age;		  /* per backend: how long its oldest waiter here has waited */
 	int fd;			  /* its queue's wake (pool_queue_watch), or -1 */
+	int due;		  /* woken (its queue, its channel, a deal that gave less) */
 };
 
 /* A pool with session: its table's feed, read up to <cursor>, and its stream, up to <last_id>. */
@@ -340,9 +346,10 @@ struct cluster {
 	 * requests wait for; NULL while not connected (the ticks go on regardless) */
 	redisContext *sub;
 	uint64_t last_sub_ms;
-	int stop_fd;	    /* cluster_stop() writes it: the thread's wait ends */
-	int shrank;	    /* a deal just gave this instance less: say so at once (the slots go) */
-	struct pollfd *pfd; /* the thread's wait: stop_fd, the queues' wakes, the subscription */
+	int stop_fd; /* cluster_stop() writes it: the thread's wait ends */
+	int shrank;  /* a deal just gave this instance less: say so at once (the slots go) */
+	uint64_t last_run_ns; /* when the slots script last ran (CLOCK_MONOTONIC) */
+	struct pollfd *pfd;   /* the thread's wait: stop_fd, the queues' wakes, the subscription */
 	char charge_sha[48], members_sha[48], spend_sha[48], slots_sha[48];
 	uint64_t last_connect_ms;
 	int state; /* -1: not known yet, 0: away, 1: there */
@@ -533,8 +540,17 @@ fail:
 	drop_sub(c);
 }
 
-/* The wake channel has something to read: read it (what it says is only that a deal may have
- * changed). On a lost connection none. */
+/* A message on the wake channel <ch> (named by Redis, as subscribed): its pool is due. */
+static void wake_pool(struct cluster *c, const redisReply *ch)
+{
+	for (size_t i = 0; i < c->nslots; i++)
+		if (ch->len == strlen(c->slots[i].wake) &&
+		    !memcmp(ch->str, c->slots[i].wake, ch->len))
+			c->slots[i].due = 1;
+}
+
+/* The wake channels have something to read: read it (a message says only that its pool's deal
+ * may have changed; its payload is never read). On a lost connection none. */
 static void read_sub(struct cluster *c)
 {
 	if (redisBufferRead(c->sub) != REDIS_OK) {
@@ -542,13 +558,18 @@ static void read_sub(struct cluster *c)
 		return;
 	}
 	for (;;) {
-		void *r = NULL;
-		if (redisGetReplyFromReader(c->sub, &r) != REDIS_OK) {
+		redisReply *r = NULL;
+		if (redisGetReplyFromReader(c->sub, (void **)&r) != REDIS_OK) {
 			drop_sub(c);
 			return;
 		}
 		if (!r)
 			return;
+		if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+		    r->element[0]->type == REDIS_REPLY_STRING &&
+		    !strcmp(r->element[0]->str, "message") &&
+		    r->element[1]->type == REDIS_REPLY_STRING)
+			wake_pool(c, r->element[1]);
 		freeReplyObject(r);
 	}
 }
@@ -683,16 +704,20 @@ static unsigned waiting_for(const struct backend *b, unsigned loose, size_t ncap
 	return own + (unsigned)((loose + ncapped - 1) / (ncapped ? ncapped : 1));
 }
 
-/* Append, for each pool with a capped backend, the requests this instance has in flight to
- * each such backend and those waiting here for it, by name, and its cap; Redis answers the
- * slots of each that this instance may fill. */
-static void append_slots(struct cluster *c)
+/* Append, for each pool with a capped backend (<only_due>: each woken one), the requests this
+ * instance has in flight to each such backend and those waiting here for it, by name, and its
+ * cap; Redis answers the slots of each that this instance may fill. */
+static void append_slots(struct cluster *c, int only_due)
 {
 	c->nslots_sent = 0;
 	c->shrank = 0;
+	c->last_run_ns = clock_now_ns();
 	for (size_t i = 0; i < c->nslots; i++) {
 		struct shared_slots *ss = &c->slots[i];
 		size_t argc = 8, ncapped = 0;
+		if (only_due && !ss->due)
+			continue;
+		ss->due = 0;
 		unsigned homed = 0, queued = pool_queue_len(&ss->p->queue);
 		ss->nsent = 0;
 		for (size_t j = 0; j < ss->p->nbackends; j++) {
@@ -798,7 +823,8 @@ static void take_slots(struct cluster *c, struct shared_slots *ss, const redisRe
 				      memory_order_relaxed);
 		int moved = set_elsewhere(b, n, 0);
 		freed |= moved > 0;
-		c->shrank |= moved < 0;
+		if (moved < 0)
+			c->shrank = ss->due = 1;
 	}
 	if (freed) { /* the queue's waiters may take what the others let go */
 		c->rnd = c->rnd * 6364136223846793005ull + 1442695040888963407ull;
@@ -1026,7 +1052,7 @@ static int sync_once(struct cluster *c)
 	size_t prefixes_end = 1 + n + nb + sent + (c->npools ? 1 : 0);
 	size_t sessions = append_sessions(c);
 	size_t slots_from = prefixes_end + sessions + (c->nsess ? 1 : 0);
-	append_slots(c);
+	append_slots(c, 0);
 	size_t total = slots_from + c->nslots_sent;
 	redisReply *r = NULL;
 	for (size_t k = 0; k < total; k++) {
@@ -1100,8 +1126,12 @@ static void turn(struct cluster *c)
  * requests in flight to one of them are not what it last sent (it let one go, or took one). */
 static int slots_moved(const struct cluster *c)
 {
-	for (size_t i = 0; i < c->nslots_sent; i++) {
-		const struct shared_slots *ss = c->slots_sent[i];
+	for (size_t i = 0; i < c->nslots; i++) {
+		const struct shared_slots *ss = &c->slots[i];
+		if (ss->due)
+			return 1;
+		if (!ss->nsent)
+			continue;
 		if (pool_queue_len(&ss->p->queue))
 			return 1;
 		for (size_t k = 0; k < ss->nsent; k++) {
@@ -1114,14 +1144,15 @@ static int slots_moved(const struct cluster *c)
 	return 0;
 }
 
-/* Between two syncs: the slots script alone, when a deal may have changed (slots_moved) or
- * <force>d (the last deal gave less), so a slot one instance lets go reaches another's waiting
- * requests in a fraction of a sync. */
-static void slots_turn(struct cluster *c, int force)
+/* Between two syncs: the slots script alone, for every pool when a deal may have changed
+ * (slots_moved), or, <woken>, for the pools woken (their queue, their channel, a deal that
+ * gave less), so a slot one instance lets go reaches another's waiting requests in a fraction
+ * of a sync. */
+static void slots_turn(struct cluster *c, int woken)
 {
-	if (!c->redis || c->state != 1 || (!force && !slots_moved(c)))
+	if (!c->redis || c->state != 1 || (!woken && !slots_moved(c)))
 		return;
-	append_slots(c);
+	append_slots(c, woken);
 	for (size_t k = 0; k < c->nslots_sent; k++) {
 		redisReply *r = NULL;
 		if (next_reply(c, &r) < 0) {
@@ -1147,8 +1178,10 @@ static int stopping(struct cluster *c)
 
 /* Wait until <next> (CLOCK_MONOTONIC) or cluster_stop(); meanwhile, each time a pool's queue
  * says a deal may have changed here (a slot freed that others wait for, a request began to
- * wait) or another instance's script says it let go of a slot this one's requests wait for,
- * the slots script at once (and once more when its deal gave less). */
+ * wait) or another instance's script says on the pool's channel that it let go of a slot this
+ * one's requests wait for, the slots script for that pool (and once more when its deal gave
+ * less), at most one such run each WAKE_GAP_NS: the wakes that come meanwhile (a standing
+ * queue's every request and release, a flood on a channel) are folded into the next run. */
 static void wait_until(struct cluster *c, const struct timespec *next)
 {
 	struct pollfd *pf = c->pfd;
@@ -1158,7 +1191,28 @@ static void wait_until(struct cluster *c, const struct timespec *next)
 		int64_t left = (int64_t)(next->tv_sec - now.tv_sec) * 1000000000 +
 			       (next->tv_nsec - now.tv_nsec);
 		if (left <= 0)
-			return;
+			return; /* (the tick runs what is due) */
+		int due = 0;
+		for (size_t i = 0; i < c->nslots; i++)
+			due |= c->slots[i].due;
+		if (due) {
+			uint64_t t = clock_now_ns();
+			int64_t gap = (int64_t)(c->last_run_ns + WAKE_GAP_NS - t);
+			if (gap <= 0) {
+				/* (due: what moved may have moved back since the last run, a slot
+				 * taken and let go, and the others still wait to hear it) */
+				slots_turn(c, 1);
+				if (c->shrank)
+					slots_turn(c, 1);
+				if (c->redis && c->state == 1)
+					continue;
+				for (size_t i = 0; i < c->nslots; i++)
+					c->slots[i].due = 0; /* (no Redis: the ticks go on alone) */
+				continue;
+			}
+			if (gap < left)
+				left = gap;
+		}
 		size_t n = 0;
 		pf[n++] = (struct pollfd){.fd = c->stop_fd, .events = POLLIN};
 		for (size_t i = 0; i < c->nslots; i++)
@@ -1172,19 +1226,19 @@ static void wait_until(struct cluster *c, const struct timespec *next)
 			continue; /* the time is up (checked above), or a signal */
 		if (pf[0].revents)
 			return;
-		for (size_t k = 1; k < sub_at; k++) {
+		for (size_t i = 0, k = 1; i < c->nslots; i++) {
+			if (c->slots[i].fd < 0)
+				continue;
 			uint64_t v;
-			if (pf[k].revents && read(pf[k].fd, &v, sizeof(v)) < 0) {
-				/* EAGAIN: another read took it */
+			if (pf[k++].revents) {
+				c->slots[i].due = 1;
+				if (read(c->slots[i].fd, &v, sizeof(v)) < 0) {
+					/* EAGAIN: another read took it */
+				}
 			}
 		}
 		if (c->sub && sub_at < n && pf[sub_at].revents)
 			read_sub(c);
-		/* (forced: what moved may have moved back since the last run, a slot taken and
-		 * let go, and the others still wait to hear it) */
-		slots_turn(c, 1);
-		if (c->shrank)
-			slots_turn(c, 1);
 	}
 }
 
