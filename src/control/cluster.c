@@ -84,16 +84,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SYNC_KEYS 4096	      /* keys one sync carries at most; the rest go next time */
-#define RECONNECT_MS 1000     /* the least time between two connects */
-#define PASSWORD_MAX 512      /* bytes of cluster.password_file */
-#define KEY_MAX 192	      /* a Redis key of ours */
-#define LIMITS_PER_ROUTE 3    /* per_tenant, per_route, tokens_per_minute */
-#define PREFIXES_PER_SYNC 512 /* prompts' prefixes one sync sends at most, all pools */
-#define STREAM_MAX 10000      /* a pool's stream keeps about this many (XADD MAXLEN ~) */
-#define STREAM_READ "512"     /* entries one sync reads of each stream, at most */
-#define SLOT_TICKS 4	      /* slots scripts a sync_ms: the sync's, and 3 alone between */
-#define WAKE_GAP_NS 1000000   /* the least time between two slots runs a wake asks for */
+#define SYNC_KEYS 4096	       /* keys one sync carries at most; the rest go next time */
+#define RECONNECT_MS 1000      /* the least time between two connects */
+#define PASSWORD_MAX 512       /* bytes of cluster.password_file */
+#define KEY_MAX 192	       /* a Redis key of ours */
+#define LIMITS_PER_ROUTE 3     /* per_tenant, per_route, tokens_per_minute */
+#define PREFIXES_PER_SYNC 512  /* prompts' prefixes one sync sends at most, all pools */
+#define STREAM_MAX 10000       /* a pool's stream keeps about this many (XADD MAXLEN ~) */
+#define STREAM_READ "512"      /* entries one sync reads of each stream, at most */
+#define SLOT_TICKS 4	       /* slots scripts a sync_ms: the sync's, and 3 alone between */
+#define WAKE_GAP_NS 1000000    /* the least time between two slots runs a wake asks for */
+#define SUB_RETRY_MAX_MS 60000 /* the most time between two tries of the wakes' subscription */
+#define SUB_PING_MS 15000 /* a PING on a subscription silent this long; no answer as long: gone */
 
 /* KEYS[1]: the bucket; ARGV[1]: the cost in microseconds (signed). The rule of
  * rlsync_charge(); the TAT is kept while it lies ahead (and a second longer). */
@@ -346,8 +348,12 @@ struct cluster {
 	 * requests wait for; NULL while not connected (the ticks go on regardless) */
 	redisContext *sub;
 	uint64_t last_sub_ms;
-	int stop_fd; /* cluster_stop() writes it: the thread's wait ends */
-	int shrank;  /* a deal just gave this instance less: say so at once (the slots go) */
+	uint64_t sub_retry_ms; /* after a failed try, the wait before the next (doubled), else 0 */
+	uint64_t sub_heard_ms; /* when the subscription last said anything */
+	uint64_t sub_ping_ms;  /* when a PING went on it still unanswered, or 0 */
+	int sub_said;	       /* why there are no wakes is logged (once, till they are back) */
+	int stop_fd;	       /* cluster_stop() writes it: the thread's wait ends */
+	int shrank; /* a deal just gave this instance less: say so at once (the slots go) */
 	uint64_t last_run_ns; /* when the slots script last ran (CLOCK_MONOTONIC) */
 	struct pollfd *pfd;   /* the thread's wait: stop_fd, the queues' wakes, the subscription */
 	char charge_sha[48], members_sha[48], spend_sha[48], slots_sha[48];
@@ -510,34 +516,115 @@ fail:
 	return -EIO;
 }
 
+/* The subscription could not be made, for <why>: said once (till it is made), tried again
+ * later and later (RECONNECT_MS doubled up to SUB_RETRY_MAX_MS: each try is a connect, an
+ * AUTH and a refused SUBSCRIBE, an entry in Redis's ACL LOG, the thread's ticks waiting). */
+static void sub_failed(struct cluster *c, const char *why)
+{
+	if (!c->sub_said)
+		log_warn(
+		    "cluster: no wakes through Redis at %s:%u (%s): a slot let go at another "
+		    "instance reaches the requests waiting here at the ticks (every %u ms), not at "
+		    "once; tried again every %d s at most",
+		    c->conf->host, (unsigned)c->conf->port, why, c->conf->sync_ms / SLOT_TICKS,
+		    SUB_RETRY_MAX_MS / 1000);
+	c->sub_said = 1;
+	c->sub_retry_ms = c->sub_retry_ms ? 2 * c->sub_retry_ms : RECONNECT_MS;
+	if (c->sub_retry_ms > SUB_RETRY_MAX_MS)
+		c->sub_retry_ms = SUB_RETRY_MAX_MS;
+	drop_sub(c);
+}
+
 /* The second connection, subscribed to every pool's wake channel (SLOTS_LUA publishes on it).
- * On failure none: the ticks carry the slots alone, as before it; tried again RECONNECT_MS
- * later. */
+ * On failure none (sub_failed): the ticks carry the slots alone, as before it. It waits at
+ * most a tick (sync_ms / SLOT_TICKS, 10 ms at least, timeout_ms at most) for each answer, so
+ * that a Redis slow to answer it holds the ticks back little. */
 static void connect_sub(struct cluster *c)
 {
-	struct timeval tv = {.tv_sec = c->conf->timeout_ms / 1000,
-			     .tv_usec = (c->conf->timeout_ms % 1000) * 1000};
+	unsigned ms = c->conf->sync_ms / SLOT_TICKS;
+	ms = ms < 10 ? 10 : ms;
+	ms = ms > c->conf->timeout_ms ? c->conf->timeout_ms : ms;
+	struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+	char why[sizeof(c->why)], was[sizeof(c->why)];
 	c->last_sub_ms = clock_now_ms();
 	c->sub = redisConnectWithTimeout(c->conf->host, (int)c->conf->port, tv);
-	if (!c->sub)
-		return;
-	if (c->sub->err || redisSetTimeout(c->sub, tv) != REDIS_OK ||
-	    (c->conf->password_file && authenticate(c, c->sub) < 0))
+	if (!c->sub || c->sub->err) {
+		snprintf(why, sizeof(why), "%s", c->sub ? c->sub->errstr : "out of memory");
 		goto fail;
+	}
+	if (redisSetTimeout(c->sub, tv) != REDIS_OK) {
+		snprintf(why, sizeof(why), "cannot set the socket timeouts");
+		goto fail;
+	}
+	redisEnableKeepAlive(c->sub); /* (a peer or NAT that forgets it: noticed) */
+	if (c->conf->password_file) {
+		memcpy(was, c->why, sizeof(was)); /* (c->why is the main connection's) */
+		int rc = authenticate(c, c->sub);
+		snprintf(why, sizeof(why), "%s", c->why);
+		memcpy(c->why, was, sizeof(was));
+		if (rc < 0)
+			goto fail;
+	}
 	for (size_t i = 0; i < c->nslots; i++)
 		redisAppendCommand(c->sub, "SUBSCRIBE %s", c->slots[i].wake);
 	for (size_t i = 0; i < c->nslots; i++) {
 		redisReply *r = NULL;
-		if (redisGetReply(c->sub, (void **)&r) != REDIS_OK || !r)
+		if (redisGetReply(c->sub, (void **)&r) != REDIS_OK || !r) {
+			snprintf(why, sizeof(why), "SUBSCRIBE: %s",
+				 c->sub->errstr[0] ? c->sub->errstr : "no reply");
 			goto fail;
+		}
 		int ok = r->type == REDIS_REPLY_ARRAY;
+		if (r->type == REDIS_REPLY_ERROR) /* e.g. an ACL user with no channels */
+			snprintf(why, sizeof(why), "SUBSCRIBE refused: %.120s", r->str);
+		else if (!ok)
+			snprintf(why, sizeof(why), "SUBSCRIBE: an answer of type %d", r->type);
 		freeReplyObject(r);
 		if (!ok)
 			goto fail;
 	}
+	if (c->sub_said)
+		log_info("cluster: wakes through Redis are on again");
+	c->sub_said = 0;
+	c->sub_retry_ms = 0;
+	c->sub_heard_ms = clock_now_ms();
+	c->sub_ping_ms = 0;
 	return;
 fail:
-	drop_sub(c);
+	sub_failed(c, why);
+}
+
+/* A tick: a subscription that said nothing for SUB_PING_MS is asked a PING; one that has not
+ * answered it SUB_PING_MS later is gone (a connection dropped on the way and never closed:
+ * no wake would come): it is made again. */
+static void sub_check(struct cluster *c)
+{
+	if (!c->sub)
+		return;
+	uint64_t now = clock_now_ms();
+	if (c->sub_ping_ms) {
+		if (now - c->sub_ping_ms >= SUB_PING_MS) {
+			log_warn("cluster: the wakes' connection to Redis did not answer a PING in "
+				 "%d s: "
+				 "made again",
+				 SUB_PING_MS / 1000);
+			drop_sub(c);
+		}
+		return;
+	}
+	if (now - c->sub_heard_ms < SUB_PING_MS)
+		return;
+	int done = 0;
+	if (redisAppendCommand(c->sub, "PING") != REDIS_OK) {
+		drop_sub(c);
+		return;
+	}
+	while (!done) /* (a few bytes: the socket takes them, or its send timeout ends it) */
+		if (redisBufferWrite(c->sub, &done) != REDIS_OK) {
+			drop_sub(c);
+			return;
+		}
+	c->sub_ping_ms = now;
 }
 
 /* A message on the wake channel <ch> (named by Redis, as subscribed): its pool is due. */
@@ -565,6 +652,8 @@ static void read_sub(struct cluster *c)
 		}
 		if (!r)
 			return;
+		c->sub_heard_ms = clock_now_ms(); /* (a message, or the answer to a PING) */
+		c->sub_ping_ms = 0;
 		if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
 		    r->element[0]->type == REDIS_REPLY_STRING &&
 		    !strcmp(r->element[0]->str, "message") &&
@@ -1107,7 +1196,7 @@ static void turn(struct cluster *c)
 			atomic_fetch_add(&c->stats.syncs, 1);
 			set_state(c, 1, NULL);
 			if (!c->sub && c->nslots_sent &&
-			    clock_now_ms() - c->last_sub_ms >= RECONNECT_MS)
+			    clock_now_ms() - c->last_sub_ms >= c->sub_retry_ms)
 				connect_sub(c);
 			return;
 		}
@@ -1271,6 +1360,7 @@ static void *cluster_main(void *arg)
 		if (c->shrank)
 			slots_turn(c, 1);
 		smooth_slots(c);
+		sub_check(c);
 		uint64_t ns =
 		    (uint64_t)next.tv_nsec + (uint64_t)c->conf->sync_ms * 1000000u / SLOT_TICKS;
 		next.tv_sec += (time_t)(ns / 1000000000u);
