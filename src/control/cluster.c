@@ -33,7 +33,11 @@
  * falls with it); and the script wakes the instances concerned through Redis (PUBLISH on a
  * channel per pool and instance, which a second connection subscribes to): the waiters when
  * this one let slots go, the holders when more requests wait here. A slot freed at one
- * instance so reaches another's waiting request in a few round trips, not two ticks.
+ * instance so reaches another's waiting request in a few round trips, not two ticks. A wake
+ * runs the script for its pool only, and at most once each WAKE_GAP_NS (1 ms): under a
+ * standing queue every request and every release wakes the thread, and anyone may PUBLISH on
+ * a channel, but those that come within the gap are folded into one run, so the runs stay
+ * bounded (a thousand a second an instance), not one per Redis round trip.
  * While Redis is away each backend's <elsewhere> is what the others held of late (their
  * requests in flight, smoothed), never all of its slots; once the thread stops (a reload: the
  * generation drains), 0.
@@ -80,15 +84,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SYNC_KEYS 4096	      /* keys one sync carries at most; the rest go next time */
-#define RECONNECT_MS 1000     /* the least time between two connects */
-#define PASSWORD_MAX 512      /* bytes of cluster.password_file */
-#define KEY_MAX 192	      /* a Redis key of ours */
-#define LIMITS_PER_ROUTE 3    /* per_tenant, per_route, tokens_per_minute */
-#define PREFIXES_PER_SYNC 512 /* prompts' prefixes one sync sends at most, all pools */
-#define STREAM_MAX 10000      /* a pool's stream keeps about this many (XADD MAXLEN ~) */
-#define STREAM_READ "512"     /* entries one sync reads of each stream, at most */
-#define SLOT_TICKS 4	      /* slots scripts a sync_ms: the sync's, and 3 alone between */
+#define SYNC_KEYS 4096	       /* keys one sync carries at most; the rest go next time */
+#define RECONNECT_MS 1000      /* the least time between two connects */
+#define PASSWORD_MAX 512       /* bytes of cluster.password_file */
+#define KEY_MAX 192	       /* a Redis key of ours */
+#define LIMITS_PER_ROUTE 3     /* per_tenant, per_route, tokens_per_minute */
+#define PREFIXES_PER_SYNC 512  /* prompts' prefixes one sync sends at most, all pools */
+#define STREAM_MAX 10000       /* a pool's stream keeps about this many (XADD MAXLEN ~) */
+#define STREAM_READ "512"      /* entries one sync reads of each stream, at most */
+#define SLOT_TICKS 4	       /* slots scripts a sync_ms: the sync's, and 3 alone between */
+#define WAKE_GAP_NS 1000000    /* the least time between two slots runs a wake asks for */
+#define SUB_RETRY_MAX_MS 60000 /* the most time between two tries of the wakes' subscription */
+#define SUB_PING_MS 15000 /* a PING on a subscription silent this long; no answer as long: gone */
 
 /* KEYS[1]: the bucket; ARGV[1]: the cost in microseconds (signed). The rule of
  * rlsync_charge(); the TAT is kept while it lies ahead (and a second longer). */
@@ -301,6 +308,7 @@ struct shared_slots {
 	char line[KEY_MAX];	  /* the hash of each instance's oldest waiter per backend */
 	uint32_t *age;		  /* per backend: how long its oldest waiter here has waited */
 	int fd;			  /* its queue's wake (pool_queue_watch), or -1 */
+	int due;		  /* woken (its queue, its channel, a deal that gave less) */
 };
 
 /* A pool with session: its table's feed, read up to <cursor>, and its stream, up to <last_id>. */
@@ -340,9 +348,14 @@ struct cluster {
 	 * requests wait for; NULL while not connected (the ticks go on regardless) */
 	redisContext *sub;
 	uint64_t last_sub_ms;
-	int stop_fd;	    /* cluster_stop() writes it: the thread's wait ends */
-	int shrank;	    /* a deal just gave this instance less: say so at once (the slots go) */
-	struct pollfd *pfd; /* the thread's wait: stop_fd, the queues' wakes, the subscription */
+	uint64_t sub_retry_ms; /* after a failed try, the wait before the next (doubled), else 0 */
+	uint64_t sub_heard_ms; /* when the subscription last said anything */
+	uint64_t sub_ping_ms;  /* when a PING went on it still unanswered, or 0 */
+	int sub_said;	       /* why there are no wakes is logged (once, till they are back) */
+	int stop_fd;	       /* cluster_stop() writes it: the thread's wait ends */
+	int shrank; /* a deal just gave this instance less: say so at once (the slots go) */
+	uint64_t last_run_ns; /* when the slots script last ran (CLOCK_MONOTONIC) */
+	struct pollfd *pfd;   /* the thread's wait: stop_fd, the queues' wakes, the subscription */
 	char charge_sha[48], members_sha[48], spend_sha[48], slots_sha[48];
 	uint64_t last_connect_ms;
 	int state; /* -1: not known yet, 0: away, 1: there */
@@ -503,38 +516,128 @@ fail:
 	return -EIO;
 }
 
+/* The subscription could not be made, for <why>: said once (till it is made), tried again
+ * later and later (RECONNECT_MS doubled up to SUB_RETRY_MAX_MS: each try is a connect, an
+ * AUTH and a refused SUBSCRIBE, an entry in Redis's ACL LOG, the thread's ticks waiting). */
+static void sub_failed(struct cluster *c, const char *why)
+{
+	if (!c->sub_said)
+		log_warn(
+		    "cluster: no wakes through Redis at %s:%u (%s): a slot let go at another "
+		    "instance reaches the requests waiting here at the ticks (every %u ms), not at "
+		    "once; tried again every %d s at most",
+		    c->conf->host, (unsigned)c->conf->port, why, c->conf->sync_ms / SLOT_TICKS,
+		    SUB_RETRY_MAX_MS / 1000);
+	c->sub_said = 1;
+	c->sub_retry_ms = c->sub_retry_ms ? 2 * c->sub_retry_ms : RECONNECT_MS;
+	if (c->sub_retry_ms > SUB_RETRY_MAX_MS)
+		c->sub_retry_ms = SUB_RETRY_MAX_MS;
+	drop_sub(c);
+}
+
 /* The second connection, subscribed to every pool's wake channel (SLOTS_LUA publishes on it).
- * On failure none: the ticks carry the slots alone, as before it; tried again RECONNECT_MS
- * later. */
+ * On failure none (sub_failed): the ticks carry the slots alone, as before it. It waits at
+ * most a tick (sync_ms / SLOT_TICKS, 10 ms at least, timeout_ms at most) for each answer, so
+ * that a Redis slow to answer it holds the ticks back little. */
 static void connect_sub(struct cluster *c)
 {
-	struct timeval tv = {.tv_sec = c->conf->timeout_ms / 1000,
-			     .tv_usec = (c->conf->timeout_ms % 1000) * 1000};
+	unsigned ms = c->conf->sync_ms / SLOT_TICKS;
+	ms = ms < 10 ? 10 : ms;
+	ms = ms > c->conf->timeout_ms ? c->conf->timeout_ms : ms;
+	struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+	char why[sizeof(c->why)], was[sizeof(c->why)];
 	c->last_sub_ms = clock_now_ms();
 	c->sub = redisConnectWithTimeout(c->conf->host, (int)c->conf->port, tv);
-	if (!c->sub)
-		return;
-	if (c->sub->err || redisSetTimeout(c->sub, tv) != REDIS_OK ||
-	    (c->conf->password_file && authenticate(c, c->sub) < 0))
+	if (!c->sub || c->sub->err) {
+		snprintf(why, sizeof(why), "%s", c->sub ? c->sub->errstr : "out of memory");
 		goto fail;
+	}
+	if (redisSetTimeout(c->sub, tv) != REDIS_OK) {
+		snprintf(why, sizeof(why), "cannot set the socket timeouts");
+		goto fail;
+	}
+	redisEnableKeepAlive(c->sub); /* (a peer or NAT that forgets it: noticed) */
+	if (c->conf->password_file) {
+		memcpy(was, c->why, sizeof(was)); /* (c->why is the main connection's) */
+		int rc = authenticate(c, c->sub);
+		snprintf(why, sizeof(why), "%s", c->why);
+		memcpy(c->why, was, sizeof(was));
+		if (rc < 0)
+			goto fail;
+	}
 	for (size_t i = 0; i < c->nslots; i++)
 		redisAppendCommand(c->sub, "SUBSCRIBE %s", c->slots[i].wake);
 	for (size_t i = 0; i < c->nslots; i++) {
 		redisReply *r = NULL;
-		if (redisGetReply(c->sub, (void **)&r) != REDIS_OK || !r)
+		if (redisGetReply(c->sub, (void **)&r) != REDIS_OK || !r) {
+			snprintf(why, sizeof(why), "SUBSCRIBE: %s",
+				 c->sub->errstr[0] ? c->sub->errstr : "no reply");
 			goto fail;
+		}
 		int ok = r->type == REDIS_REPLY_ARRAY;
+		if (r->type == REDIS_REPLY_ERROR) /* e.g. an ACL user with no channels */
+			snprintf(why, sizeof(why), "SUBSCRIBE refused: %.120s", r->str);
+		else if (!ok)
+			snprintf(why, sizeof(why), "SUBSCRIBE: an answer of type %d", r->type);
 		freeReplyObject(r);
 		if (!ok)
 			goto fail;
 	}
+	if (c->sub_said)
+		log_info("cluster: wakes through Redis are on again");
+	c->sub_said = 0;
+	c->sub_retry_ms = 0;
+	c->sub_heard_ms = clock_now_ms();
+	c->sub_ping_ms = 0;
 	return;
 fail:
-	drop_sub(c);
+	sub_failed(c, why);
 }
 
-/* The wake channel has something to read: read it (what it says is only that a deal may have
- * changed). On a lost connection none. */
+/* A tick: a subscription that said nothing for SUB_PING_MS is asked a PING; one that has not
+ * answered it SUB_PING_MS later is gone (a connection dropped on the way and never closed:
+ * no wake would come): it is made again. */
+static void sub_check(struct cluster *c)
+{
+	if (!c->sub)
+		return;
+	uint64_t now = clock_now_ms();
+	if (c->sub_ping_ms) {
+		if (now - c->sub_ping_ms >= SUB_PING_MS) {
+			log_warn("cluster: the wakes' connection to Redis did not answer a PING in "
+				 "%d s: "
+				 "made again",
+				 SUB_PING_MS / 1000);
+			drop_sub(c);
+		}
+		return;
+	}
+	if (now - c->sub_heard_ms < SUB_PING_MS)
+		return;
+	int done = 0;
+	if (redisAppendCommand(c->sub, "PING") != REDIS_OK) {
+		drop_sub(c);
+		return;
+	}
+	while (!done) /* (a few bytes: the socket takes them, or its send timeout ends it) */
+		if (redisBufferWrite(c->sub, &done) != REDIS_OK) {
+			drop_sub(c);
+			return;
+		}
+	c->sub_ping_ms = now;
+}
+
+/* A message on the wake channel <ch> (named by Redis, as subscribed): its pool is due. */
+static void wake_pool(struct cluster *c, const redisReply *ch)
+{
+	for (size_t i = 0; i < c->nslots; i++)
+		if (ch->len == strlen(c->slots[i].wake) &&
+		    !memcmp(ch->str, c->slots[i].wake, ch->len))
+			c->slots[i].due = 1;
+}
+
+/* The wake channels have something to read: read it (a message says only that its pool's deal
+ * may have changed; its payload is never read). On a lost connection none. */
 static void read_sub(struct cluster *c)
 {
 	if (redisBufferRead(c->sub) != REDIS_OK) {
@@ -542,13 +645,20 @@ static void read_sub(struct cluster *c)
 		return;
 	}
 	for (;;) {
-		void *r = NULL;
-		if (redisGetReplyFromReader(c->sub, &r) != REDIS_OK) {
+		redisReply *r = NULL;
+		if (redisGetReplyFromReader(c->sub, (void **)&r) != REDIS_OK) {
 			drop_sub(c);
 			return;
 		}
 		if (!r)
 			return;
+		c->sub_heard_ms = clock_now_ms(); /* (a message, or the answer to a PING) */
+		c->sub_ping_ms = 0;
+		if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+		    r->element[0]->type == REDIS_REPLY_STRING &&
+		    !strcmp(r->element[0]->str, "message") &&
+		    r->element[1]->type == REDIS_REPLY_STRING)
+			wake_pool(c, r->element[1]);
 		freeReplyObject(r);
 	}
 }
@@ -683,16 +793,20 @@ static unsigned waiting_for(const struct backend *b, unsigned loose, size_t ncap
 	return own + (unsigned)((loose + ncapped - 1) / (ncapped ? ncapped : 1));
 }
 
-/* Append, for each pool with a capped backend, the requests this instance has in flight to
- * each such backend and those waiting here for it, by name, and its cap; Redis answers the
- * slots of each that this instance may fill. */
-static void append_slots(struct cluster *c)
+/* Append, for each pool with a capped backend (<only_due>: each woken one), the requests this
+ * instance has in flight to each such backend and those waiting here for it, by name, and its
+ * cap; Redis answers the slots of each that this instance may fill. */
+static void append_slots(struct cluster *c, int only_due)
 {
 	c->nslots_sent = 0;
 	c->shrank = 0;
+	c->last_run_ns = clock_now_ns();
 	for (size_t i = 0; i < c->nslots; i++) {
 		struct shared_slots *ss = &c->slots[i];
 		size_t argc = 8, ncapped = 0;
+		if (only_due && !ss->due)
+			continue;
+		ss->due = 0;
 		unsigned homed = 0, queued = pool_queue_len(&ss->p->queue);
 		ss->nsent = 0;
 		for (size_t j = 0; j < ss->p->nbackends; j++) {
@@ -798,7 +912,8 @@ static void take_slots(struct cluster *c, struct shared_slots *ss, const redisRe
 				      memory_order_relaxed);
 		int moved = set_elsewhere(b, n, 0);
 		freed |= moved > 0;
-		c->shrank |= moved < 0;
+		if (moved < 0)
+			c->shrank = ss->due = 1;
 	}
 	if (freed) { /* the queue's waiters may take what the others let go */
 		c->rnd = c->rnd * 6364136223846793005ull + 1442695040888963407ull;
@@ -1026,7 +1141,7 @@ static int sync_once(struct cluster *c)
 	size_t prefixes_end = 1 + n + nb + sent + (c->npools ? 1 : 0);
 	size_t sessions = append_sessions(c);
 	size_t slots_from = prefixes_end + sessions + (c->nsess ? 1 : 0);
-	append_slots(c);
+	append_slots(c, 0);
 	size_t total = slots_from + c->nslots_sent;
 	redisReply *r = NULL;
 	for (size_t k = 0; k < total; k++) {
@@ -1081,7 +1196,7 @@ static void turn(struct cluster *c)
 			atomic_fetch_add(&c->stats.syncs, 1);
 			set_state(c, 1, NULL);
 			if (!c->sub && c->nslots_sent &&
-			    clock_now_ms() - c->last_sub_ms >= RECONNECT_MS)
+			    clock_now_ms() - c->last_sub_ms >= c->sub_retry_ms)
 				connect_sub(c);
 			return;
 		}
@@ -1100,8 +1215,12 @@ static void turn(struct cluster *c)
  * requests in flight to one of them are not what it last sent (it let one go, or took one). */
 static int slots_moved(const struct cluster *c)
 {
-	for (size_t i = 0; i < c->nslots_sent; i++) {
-		const struct shared_slots *ss = c->slots_sent[i];
+	for (size_t i = 0; i < c->nslots; i++) {
+		const struct shared_slots *ss = &c->slots[i];
+		if (ss->due)
+			return 1;
+		if (!ss->nsent)
+			continue;
 		if (pool_queue_len(&ss->p->queue))
 			return 1;
 		for (size_t k = 0; k < ss->nsent; k++) {
@@ -1114,14 +1233,15 @@ static int slots_moved(const struct cluster *c)
 	return 0;
 }
 
-/* Between two syncs: the slots script alone, when a deal may have changed (slots_moved) or
- * <force>d (the last deal gave less), so a slot one instance lets go reaches another's waiting
- * requests in a fraction of a sync. */
-static void slots_turn(struct cluster *c, int force)
+/* Between two syncs: the slots script alone, for every pool when a deal may have changed
+ * (slots_moved), or, <woken>, for the pools woken (their queue, their channel, a deal that
+ * gave less), so a slot one instance lets go reaches another's waiting requests in a fraction
+ * of a sync. */
+static void slots_turn(struct cluster *c, int woken)
 {
-	if (!c->redis || c->state != 1 || (!force && !slots_moved(c)))
+	if (!c->redis || c->state != 1 || (!woken && !slots_moved(c)))
 		return;
-	append_slots(c);
+	append_slots(c, woken);
 	for (size_t k = 0; k < c->nslots_sent; k++) {
 		redisReply *r = NULL;
 		if (next_reply(c, &r) < 0) {
@@ -1147,8 +1267,10 @@ static int stopping(struct cluster *c)
 
 /* Wait until <next> (CLOCK_MONOTONIC) or cluster_stop(); meanwhile, each time a pool's queue
  * says a deal may have changed here (a slot freed that others wait for, a request began to
- * wait) or another instance's script says it let go of a slot this one's requests wait for,
- * the slots script at once (and once more when its deal gave less). */
+ * wait) or another instance's script says on the pool's channel that it let go of a slot this
+ * one's requests wait for, the slots script for that pool (and once more when its deal gave
+ * less), at most one such run each WAKE_GAP_NS: the wakes that come meanwhile (a standing
+ * queue's every request and release, a flood on a channel) are folded into the next run. */
 static void wait_until(struct cluster *c, const struct timespec *next)
 {
 	struct pollfd *pf = c->pfd;
@@ -1158,7 +1280,28 @@ static void wait_until(struct cluster *c, const struct timespec *next)
 		int64_t left = (int64_t)(next->tv_sec - now.tv_sec) * 1000000000 +
 			       (next->tv_nsec - now.tv_nsec);
 		if (left <= 0)
-			return;
+			return; /* (the tick runs what is due) */
+		int due = 0;
+		for (size_t i = 0; i < c->nslots; i++)
+			due |= c->slots[i].due;
+		if (due) {
+			uint64_t t = clock_now_ns();
+			int64_t gap = (int64_t)(c->last_run_ns + WAKE_GAP_NS - t);
+			if (gap <= 0) {
+				/* (due: what moved may have moved back since the last run, a slot
+				 * taken and let go, and the others still wait to hear it) */
+				slots_turn(c, 1);
+				if (c->shrank)
+					slots_turn(c, 1);
+				if (c->redis && c->state == 1)
+					continue;
+				for (size_t i = 0; i < c->nslots; i++)
+					c->slots[i].due = 0; /* (no Redis: the ticks go on alone) */
+				continue;
+			}
+			if (gap < left)
+				left = gap;
+		}
 		size_t n = 0;
 		pf[n++] = (struct pollfd){.fd = c->stop_fd, .events = POLLIN};
 		for (size_t i = 0; i < c->nslots; i++)
@@ -1172,19 +1315,19 @@ static void wait_until(struct cluster *c, const struct timespec *next)
 			continue; /* the time is up (checked above), or a signal */
 		if (pf[0].revents)
 			return;
-		for (size_t k = 1; k < sub_at; k++) {
+		for (size_t i = 0, k = 1; i < c->nslots; i++) {
+			if (c->slots[i].fd < 0)
+				continue;
 			uint64_t v;
-			if (pf[k].revents && read(pf[k].fd, &v, sizeof(v)) < 0) {
-				/* EAGAIN: another read took it */
+			if (pf[k++].revents) {
+				c->slots[i].due = 1;
+				if (read(c->slots[i].fd, &v, sizeof(v)) < 0) {
+					/* EAGAIN: another read took it */
+				}
 			}
 		}
 		if (c->sub && sub_at < n && pf[sub_at].revents)
 			read_sub(c);
-		/* (forced: what moved may have moved back since the last run, a slot taken and
-		 * let go, and the others still wait to hear it) */
-		slots_turn(c, 1);
-		if (c->shrank)
-			slots_turn(c, 1);
 	}
 }
 
@@ -1217,6 +1360,7 @@ static void *cluster_main(void *arg)
 		if (c->shrank)
 			slots_turn(c, 1);
 		smooth_slots(c);
+		sub_check(c);
 		uint64_t ns =
 		    (uint64_t)next.tv_nsec + (uint64_t)c->conf->sync_ms * 1000000u / SLOT_TICKS;
 		next.tv_sec += (time_t)(ns / 1000000000u);

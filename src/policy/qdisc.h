@@ -75,6 +75,9 @@ struct qdisc_ops {
 	/* The queue is full and <arriving> wants in: take out and return an item whose place
 	 * it should get instead, or NULL (it is turned away). NULL op: never. */
 	struct qd_item *(*push_out)(struct qdisc *q, const struct qd_item *arriving);
+	/* 1: peek() and next() give the items in the order they were pushed, oldest first (a
+	 * walk for the oldest may stop early). */
+	int by_age;
 };
 
 /* The discipline called <name>, or NULL. */

@@ -60,4 +60,5 @@ const struct qdisc_ops qdisc_fifo = {
     .pop = fifo_pop,
     .next = fifo_next,
     .remove = fifo_remove,
+    .by_age = 1,
 };

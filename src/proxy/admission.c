@@ -336,6 +336,8 @@ void admission_oldest(struct pool_rt *pool, uint64_t now_ms, uint32_t *ages)
 {
 	struct pool_queue *q = &pool->queue;
 	uint64_t loose = 0;
+	size_t left = pool->nbackends; /* backends with no waiter found yet */
+	int by_age = q->qd.ops->by_age;
 	for (size_t j = 0; j < pool->nbackends; j++)
 		ages[j] = 0;
 	pthread_mutex_lock(&q->lock);
@@ -345,10 +347,17 @@ void admission_oldest(struct pool_rt *pool, uint64_t now_ms, uint32_t *ages)
 		uint64_t age = now_ms > wt->queued_ms ? now_ms - wt->queued_ms : 0;
 		age = age ? age : 1; /* (0 says none waits) */
 		age = age > UINT32_MAX ? UINT32_MAX : age;
-		if (!wt->home)
+		if (!wt->home) {
 			loose = age > loose ? age : loose;
-		else if (age > ages[wt->home - pool->backends])
+			if (by_age) /* (those behind it are younger: it is every backend's oldest)
+				     */
+				break;
+		} else if (age > ages[wt->home - pool->backends]) {
+			left -= !ages[wt->home - pool->backends];
 			ages[wt->home - pool->backends] = (uint32_t)age;
+		}
+		if (by_age && !left)
+			break; /* (oldest first: each backend's first is its oldest) */
 	}
 	pthread_mutex_unlock(&q->lock);
 	for (size_t j = 0; j < pool->nbackends; j++)

@@ -6,8 +6,8 @@ kv_events and llm learning from routing (shared through a Redis stream) send one
 conversation to one backend through any instance, and llm a new prompt to one backend through
 instances that never talk; a backend's max_concurrency is dealt out
 between the instances (never one free slot to two, the slots where the requests wait); a
-password, a Redis that never answers and a reload; bad cluster: sections are refused with
-FILE:LINE:COL."""
+password, a Redis that never answers, a Redis that refuses the slots' wakes, and a reload; bad
+cluster: sections are refused with FILE:LINE:COL."""
 
 # Alone under run.py -j: these count requests passed in a window against a rate (within 5 %, or
 # a few requests), and the instances share it through Redis every sync_ms: on a machine full of
@@ -19,6 +19,7 @@ SERIAL = {"test_three_instances_enforce_one_rate", "test_redis_stopped_local_lim
 
 import http.client
 import json
+import math
 import os
 import shutil
 import signal
@@ -571,9 +572,10 @@ def test_a_backends_slots_are_counted_across_instances(env):
     assert got == [200] * 4, got
 
 
-def _capped(env, sim, cap, n, sync_ms):
-    """<n> instances sharing a Redis, one pool of <sim> with max_concurrency <cap>."""
-    redis = _redis(env)
+def _capped(env, sim, cap, n, sync_ms, redis=None):
+    """<n> instances sharing a Redis (<redis>, or a new one), one pool of <sim> with
+    max_concurrency <cap>."""
+    redis = redis or _redis(env)
     procs = _instances(env, redis.port, "pools:\n" + pool_yaml(
         "p", [sim.port], extra="    queue: {timeout_ms: 20000}").replace(
         f"127.0.0.1:{sim.port}", f"127.0.0.1:{sim.port}, max_concurrency: {cap}") +
@@ -725,6 +727,54 @@ def test_a_freed_slot_goes_to_the_oldest_waiter_at_any_instance(env):
         t.join()
     assert done == [("first", 200), ("older", 200), ("newer", 200)], done
     assert sim_stats(sim.port)["max_active"] == 1
+
+
+def _acl_log(redis):
+    """Redis's ACL LOG: its entries as dicts (redis-cli prints each key and value on a line)."""
+    cli = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+    out = subprocess.run([cli, "-p", str(redis.port), "ACL", "LOG"], check=True,
+                         capture_output=True, text=True).stdout.splitlines()
+    entries = []
+    for k, v in zip(out[0::2], out[1::2]):
+        if k == "count":
+            entries.append({})
+        if entries:
+            entries[-1][k] = v
+    return entries
+
+
+def test_wakes_an_acl_refuses_are_said_once_and_the_slots_still_move(env):
+    """A Redis user with no channels (Redis 7's default for a new user, resetchannels) cannot
+    SUBSCRIBE to the wakes: each instance says once why (Redis's own reason), tries again less
+    and less often (each try is a connect, an AUTH, a refused SUBSCRIBE and an entry in Redis's
+    ACL LOG; before, one a second, forever, and never a word), and the slots still move
+    between the instances at the ticks' pace: every request is served, the cap held. About
+    5 s."""
+    sim = env.sim("a", latency_ms=400, token_ms=0, slots=8)
+    redis = _redis(env)
+    cli = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+    subprocess.run([cli, "-p", str(redis.port), "ACL", "SETUSER", "default", "resetchannels"],
+                   check=True, capture_output=True)
+    begun = time.monotonic()
+    _, procs = _capped(env, sim, cap=1, n=2, sync_ms=1000, redis=redis)
+
+    def said(p):
+        return [l for l in env.log(p).splitlines() if "no wakes through Redis" in l]
+    for p in procs:
+        wait_until(lambda: said(p), "the instance to say why it has no wakes")
+    for _ in range(3):  # (two requests one after the other through the one slot: 0.8 s at least)
+        got = _post_all(procs)
+        assert got == [200, 200], got
+    elapsed = time.monotonic() - begun
+    st = sim_stats(sim.port)
+    assert st["completions"] == 6 and st["max_active"] == 1, st
+    for p in procs:
+        lines = said(p)
+        assert len(lines) == 1 and "SUBSCRIBE refused" in lines[0], lines
+    tries = sum(int(e.get("count", 0)) for e in _acl_log(redis)
+                if e.get("context") == "toplevel" and " wake " in e.get("object", ""))
+    # tries at 0, 1, 3, 7 s...: at most 2 + log2(1 + elapsed) an instance (one a second: more)
+    assert 2 <= tries <= 2 * (2 + math.log2(1 + elapsed)), (tries, elapsed)
 
 
 def test_forged_slot_fields_hold_no_slot(env):
