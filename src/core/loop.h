@@ -148,7 +148,8 @@ ssize_t loop_ring_send(struct loop_ring_io *r, int fd, const struct iovec *iov, 
 /* Shut the sending side of <fd> after the send in flight, if any. */
 void loop_ring_shutdown(struct loop_ring_io *r, int fd);
 /* Detach before <fd> is closed: the receive cancelled, the buffers held given back, a send in
- * flight left to finish (its buffer is the loop's, freed at its completion). */
+ * flight left to finish for a short grace, then cancelled (its buffer is the loop's, freed at
+ * its completion, when the ring lets the file go). */
 void loop_ring_detach(struct loop_ring_io *r, int fd);
 
 #endif

@@ -44,7 +44,10 @@
  * io_uring_enter. A connection detached (closed) with entries in flight: its receive is
  * cancelled and its reading side shut (a receive running at that moment escapes the
  * cancellation), the completions then find no connection and give their buffers back; its
- * send goes on (the ring holds the file) and frees its buffer at its completion. Destroying the
+ * send goes on (the ring holds the file) for a grace of TX_GRACE_MS, a last answer's chance,
+ * and is cancelled then (at once past TX_DETACHED_MAX such sends): a peer that reads nothing
+ * cannot keep the socket open, with its buffers, after its connection was closed; the file
+ * closes with the send's completion, which frees its buffer. Destroying the
  * loop cancels what is still in flight and waits for the completions before freeing the
  * buffers.
  */
@@ -69,6 +72,7 @@
 #define UD_POLL 0ull
 #define UD_RECV 1ull
 #define UD_SEND 2ull
+#define UD_GRACE 3ull /* a detached send's grace timer, or its cancellation: seq << 32 | id */
 #define UD_KIND(ud) ((ud) >> 62)
 #define GEN_MAX 0x3fffffffu
 
@@ -78,6 +82,9 @@
 #define RX_GROUP 0
 #define TX_BUF 16384 /* what one queued send copies at most */
 #define TX_KEEP 64   /* free send buffers kept for reuse; past that one is freed as it ends */
+#define TX_GRACE_MS 1000 /* a send left by its closed connection may go on this long */
+#define TX_RETRY_MS 100	 /* ... and is cancelled again this soon if it was running then */
+#define TX_DETACHED_MAX 64 /* sends left by closed connections past which one is cancelled at once */
 
 struct uring_slot {
 	struct loop_io *io;	/* NULL: no registration */
@@ -89,6 +96,8 @@ struct uring_tx {
 	struct loop_ring_io *r; /* NULL: its connection is gone; freed at its completion */
 	int fd;
 	uint32_t gen, len, off;
+	uint32_t seq;	   /* the loop's count of sends at its take: tells it from a later one */
+	uint8_t detached;  /* its connection closed; counted in ndetached until it ends */
 	char data[TX_BUF];
 };
 
@@ -115,6 +124,8 @@ struct uring_be {
 	uint32_t ntx, tx_free,
 	    tx_kept;	   /* tx_free: the first free id + 1; tx_kept: free with a buffer */
 	uint32_t inflight; /* receives and sends whose completion has not come */
+	uint32_t ndetached; /* sends in flight whose connection is closed */
+	uint32_t tx_seq;    /* the next send's seq */
 	int rx_refused;	   /* the buffer ring could not be set up: -errno */
 };
 
@@ -135,6 +146,10 @@ static void rx_recycle(struct uring_be *be, uint32_t bid)
  * with no buffer. */
 static void tx_free(struct uring_be *be, uint32_t id)
 {
+	if (be->tx[id]->detached) {
+		be->tx[id]->detached = 0;
+		be->ndetached--;
+	}
 	if (be->tx_kept < TX_KEEP) {
 		be->tx[id]->r = NULL;
 		be->tx_kept++;
@@ -156,6 +171,8 @@ static int tx_take(struct uring_be *be, uint32_t *out)
 			be->tx_kept--;
 		else if (!(be->tx[id] = malloc(sizeof(*be->tx[id]))))
 			return -ENOMEM; /* the id stays free */
+		else
+			be->tx[id]->detached = 0;
 		be->tx_free = be->tx_link[id];
 	} else { /* the ids grow to the connections sending at once */
 		struct uring_tx **tx = realloc(be->tx, (be->ntx + 1) * sizeof(*tx));
@@ -168,8 +185,10 @@ static int tx_take(struct uring_be *be, uint32_t *out)
 		be->tx_link = link;
 		if (!(tx[be->ntx] = malloc(sizeof(**tx))))
 			return -ENOMEM;
+		tx[be->ntx]->detached = 0;
 		id = be->ntx++;
 	}
+	be->tx[id]->seq = be->tx_seq++ & GEN_MAX;
 	*out = id;
 	return 0;
 }
@@ -459,6 +478,40 @@ static void send_done(struct uring_be *be, const struct uring_done *d)
 		io->fn(io, LOOP_WRITE);
 }
 
+static uint64_t grace_ud(const struct uring_be *be, uint32_t id)
+{
+	return UD_GRACE << 62 | (uint64_t)be->tx[id]->seq << 32 | id;
+}
+
+/* Detached send <id>: cancelled after <ms> (0: now). Submitted at once, with what was
+ * queued before it (the timeout's time is read at submission). */
+static void send_cancel_later(struct uring_be *be, uint32_t id, unsigned ms)
+{
+	struct io_uring_sqe *sqe = uring_sqe(be);
+	struct __kernel_timespec ts = {.tv_sec = ms / 1000,
+				       .tv_nsec = (long long)(ms % 1000) * 1000000};
+	if (ms) {
+		io_uring_prep_timeout(sqe, &ts, 0, 0);
+	} else {
+		io_uring_prep_cancel64(sqe, UD_SEND << 62 | id, 0);
+		sqe->flags |= IOSQE_CQE_SKIP_SUCCESS; /* a failure comes back: try again */
+	}
+	io_uring_sqe_set_data64(sqe, grace_ud(be, id));
+	io_uring_submit(&be->ring);
+}
+
+/* A detached send's grace ran out (-ETIME), or its cancellation failed (it was running at
+ * that moment: -EALREADY, or -ENOENT between its parts): cancel it (again, a little later).
+ * A send that ended meanwhile, or whose buffer holds a later send, is left alone. */
+static void grace_done(struct uring_be *be, const struct uring_done *d)
+{
+	uint32_t id = (uint32_t)d->ud, seq = (uint32_t)(d->ud >> 32) & GEN_MAX;
+	if (d->res == -ECANCELED || id >= be->ntx || !be->tx[id] || !be->tx[id]->detached ||
+	    be->tx[id]->seq != seq)
+		return;
+	send_cancel_later(be, id, d->res == -ETIME ? 0 : TX_RETRY_MS);
+}
+
 static void poll_done(struct uring_be *be, const struct uring_done *d)
 {
 	int fd = (int)(uint32_t)d->ud;
@@ -496,6 +549,9 @@ static void uring_dispatch(void *arg)
 			break;
 		case UD_SEND:
 			send_done(be, d);
+			break;
+		case UD_GRACE:
+			grace_done(be, d);
 			break;
 		default:
 			poll_done(be, d);
@@ -668,11 +724,17 @@ static void ring_detach(void *arg, struct loop_ring_io *r, int fd)
 		b = next;
 	}
 	if (r->tx) {
-		/* the send goes on, its buffer freed when it is done; submitted now if it was still
-		 * queued, since the descriptor is looked up at submission and is about to close
-		 * (the ring then holds the file until the send completes) */
-		be->tx[r->tx - 1]->r = NULL;
-		io_uring_submit(&be->ring);
+		/* the send goes on for a grace (a last answer to a peer still reading), its buffer
+		 * freed when it is done; submitted now if it was still queued, since the descriptor
+		 * is looked up at submission and is about to close (the ring then holds the file
+		 * until the send completes). A peer that reads nothing would keep it (and the
+		 * socket, its buffers, no FIN) for good: past the grace, or at once when too many
+		 * are left so, it is cancelled, and the file closes with its completion. */
+		uint32_t id = r->tx - 1;
+		be->tx[id]->r = NULL;
+		be->tx[id]->detached = 1;
+		be->ndetached++;
+		send_cancel_later(be, id, be->ndetached > TX_DETACHED_MAX ? 0 : TX_GRACE_MS);
 	}
 }
 

@@ -7,7 +7,8 @@
  * write waits for the first's completion (-EAGAIN, then a write event); the peer's end read
  * as 0; a connection closed with a send in flight, or with one queued in the same turn: the
  * bytes still reach the peer, then the end, and the loop frees its buffer (ASan sees no leak,
- * no use after free). Skipped where the
+ * no use after free); but a peer that reads nothing does not keep the closed connection's
+ * socket open: its send is cancelled after a grace and the peer sees the end. Skipped where the
  * kernel refuses io_uring.
  */
 #include <errno.h>
@@ -21,6 +22,7 @@
 #include <cmocka.h>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -307,6 +309,27 @@ static void closed_with_a_send_in_flight_still_delivers(void **state)
 	free(buf);
 }
 
+/* A peer that reads nothing: the send the closed connection left is cancelled after its
+ * grace, and the socket closes (the peer sees the end after what reached its buffer), rather
+ * than being held open by the ring for good. */
+static void closed_with_a_send_never_read_closes_after_a_grace(void **state)
+{
+	struct owner *o = *state;
+	if (!o)
+		skip();
+	turns(o, start_reading, 0, 1);
+	for (int i = 0; i < 200 && !o->c.ring.tx; i++)
+		turns(o, write_until_one_waits, 0, 5);
+	assert_true(o->c.ring.tx != 0); /* a send in flight, the peer's socket full */
+	loop_io_del(o->loop, &o->io);
+	net_conn_close(&o->c);
+	turns(o, NULL, 0, 1500); /* the peer still reads nothing, past the grace (1 s) */
+	/* the socket closed (read, the bytes would let the send end, and it close anyway) */
+	struct pollfd p = {.fd = o->peer, .events = POLLRDHUP};
+	assert_int_equal(poll(&p, 1, 0), 1);
+	assert_true(p.revents & (POLLRDHUP | POLLHUP));
+}
+
 static void write_and_close(struct owner *o)
 {
 	wrote = (int)net_conn_write(&o->c, "last words", 10);
@@ -338,6 +361,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(closed_with_a_send_in_flight_still_delivers, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(written_and_closed_in_one_turn_still_delivers, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(closed_with_a_send_never_read_closes_after_a_grace, setup,
 					    teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
