@@ -715,6 +715,11 @@ static void ring_detach(void *arg, struct loop_ring_io *r, int fd)
 		if (!r->cancelling)
 			recv_cancel(be, r);
 		shutdown(fd, SHUT_RD);
+		/* submitted now: a receive queued this turn (at attach, or re-armed) names the
+		 * descriptor by number, looked up at submission; after the close that number may
+		 * be a new connection's, whose first bytes it would take */
+		if (!r->tx)
+			io_uring_submit(&be->ring);
 	}
 	if (fd >= 0 && (uint32_t)fd < be->nslots && be->slots[fd].r == r)
 		be->slots[fd].r = NULL;

@@ -8,7 +8,9 @@
  * as 0; a connection closed with a send in flight, or with one queued in the same turn: the
  * bytes still reach the peer, then the end, and the loop frees its buffer (ASan sees no leak,
  * no use after free); but a peer that reads nothing does not keep the closed connection's
- * socket open: its send is cancelled after a grace and the peer sees the end. Skipped where the
+ * socket open: its send is cancelled after a grace and the peer sees the end; and a connection
+ * attached and closed in one turn leaves nothing in the ring that could read the next socket
+ * given its descriptor's number. Skipped where the
  * kernel refuses io_uring.
  */
 #include <errno.h>
@@ -330,6 +332,41 @@ static void closed_with_a_send_never_read_closes_after_a_grace(void **state)
 	assert_true(p.revents & (POLLRDHUP | POLLHUP));
 }
 
+static int reused[2];
+
+/* Attached (its first receive queued, not submitted yet) and closed in one turn; then a new
+ * socket takes the descriptor's number, its peer's bytes already there. */
+static void attach_close_and_reuse(struct owner *o)
+{
+	int fd = o->c.fd;
+	net_conn_read_start(&o->c, &reads, o);
+	assert_non_null(o->c.ring.loop);
+	loop_io_del(o->loop, &o->io);
+	net_conn_close(&o->c);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, reused), 0);
+	if (reused[0] != fd && reused[1] == fd) {
+		int t = reused[0];
+		reused[0] = reused[1];
+		reused[1] = t;
+	}
+	assert_int_equal(reused[0], fd); /* the number came back */
+	assert_int_equal(write(reused[1], "new", 3), 3);
+}
+
+static void a_closed_connection_receives_nothing_for_the_next_on_its_number(void **state)
+{
+	struct owner *o = *state;
+	char buf[8];
+	if (!o)
+		skip();
+	turns(o, attach_close_and_reuse, 0, 50);
+	/* the new connection's bytes are its own, not taken by the old one's receive */
+	assert_int_equal(recv(reused[0], buf, sizeof(buf), 0), 3);
+	assert_memory_equal(buf, "new", 3);
+	close(reused[0]);
+	close(reused[1]);
+}
+
 static void write_and_close(struct owner *o)
 {
 	wrote = (int)net_conn_write(&o->c, "last words", 10);
@@ -364,6 +401,8 @@ int main(void)
 					    teardown),
 	    cmocka_unit_test_setup_teardown(closed_with_a_send_never_read_closes_after_a_grace, setup,
 					    teardown),
+	    cmocka_unit_test_setup_teardown(
+		a_closed_connection_receives_nothing_for_the_next_on_its_number, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
