@@ -10,7 +10,8 @@
  * no use after free); but a peer that reads nothing does not keep the closed connection's
  * socket open: its send is cancelled after a grace and the peer sees the end; and a connection
  * attached and closed in one turn leaves nothing in the ring that could read the next socket
- * given its descriptor's number. Skipped where the
+ * given its descriptor's number; a reset after the bytes held is told after them, not lost
+ * (a clean end). Skipped where the
  * kernel refuses io_uring.
  */
 #include <errno.h>
@@ -157,7 +158,8 @@ static int teardown(void **state)
 		loop_io_del(o->loop, &o->io);
 		net_conn_close(&o->c);
 	}
-	close(o->peer);
+	if (o->peer >= 0)
+		close(o->peer);
 	loop_destroy(o->loop);
 	free(o->in);
 	free(o);
@@ -367,6 +369,33 @@ static void a_closed_connection_receives_nothing_for_the_next_on_its_number(void
 	close(reused[1]);
 }
 
+/* The ring stopped with bytes held (the owner had no room), the socket empty; then the peer
+ * closes with bytes of ours unread (a reset): the owner reads the held bytes, then the
+ * failure, not a clean end. */
+static void a_reset_after_the_bytes_held_is_told_after_them(void **state)
+{
+	struct owner *o = *state;
+	static char chunk[5 * 16384];
+	if (!o)
+		skip();
+	o->room = 0;
+	turns(o, start_reading, 0, 1);
+	assert_int_equal(write(o->peer, chunk, sizeof(chunk)), (ssize_t)sizeof(chunk));
+	for (int i = 0; i < 100 && o->c.ring.held < sizeof(chunk); i++)
+		turns(o, NULL, 0, 5);
+	/* all of it held (five receives, the last past the hold limit), the ring stopped */
+	assert_int_equal(o->c.ring.held, sizeof(chunk));
+	assert_false(o->c.ring.armed);
+	assert_int_equal(write(o->c.fd, "x", 1), 1); /* left unread by the peer: */
+	close(o->peer);				     /* its close is a reset */
+	o->peer = -1;
+	turns(o, NULL, 0, 20);
+	o->room = o->cap;
+	turns(o, start_reading, 0, 2000);
+	assert_int_equal(o->got, sizeof(chunk));
+	assert_int_equal(o->ended, -ECONNRESET);
+}
+
 static void write_and_close(struct owner *o)
 {
 	wrote = (int)net_conn_write(&o->c, "last words", 10);
@@ -403,6 +432,8 @@ int main(void)
 					    teardown),
 	    cmocka_unit_test_setup_teardown(
 		a_closed_connection_receives_nothing_for_the_next_on_its_number, setup, teardown),
+	    cmocka_unit_test_setup_teardown(a_reset_after_the_bytes_held_is_told_after_them, setup,
+					    teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
