@@ -409,20 +409,23 @@ static void recv_done(struct uring_be *be, const struct uring_done *d)
 	be->inflight--;
 	if (r && r->rx_ud != d->ud)
 		r = NULL;
-	if (d->res > 0 && (d->flags & IORING_CQE_F_BUFFER)) {
+	if (d->flags & IORING_CQE_F_BUFFER) {
 		uint32_t bid = d->flags >> IORING_CQE_BUFFER_SHIFT;
-		if (!r) {
+		/* a buffer with no bytes kept goes back: a completion with the end or a failure
+		 * can carry one (5.19-6.0 put the buffer picked whatever the outcome; later
+		 * kernels recycle it themselves) */
+		if (!r || d->res <= 0) {
 			rx_recycle(be, bid);
-			return;
+		} else {
+			be->rx_len[bid] = (uint32_t)d->res;
+			be->rx_next[bid] = 0;
+			if (r->tail)
+				be->rx_next[r->tail - 1] = bid + 1;
+			else
+				r->head = bid + 1;
+			r->tail = bid + 1;
+			r->held += (uint32_t)d->res;
 		}
-		be->rx_len[bid] = (uint32_t)d->res;
-		be->rx_next[bid] = 0;
-		if (r->tail)
-			be->rx_next[r->tail - 1] = bid + 1;
-		else
-			r->head = bid + 1;
-		r->tail = bid + 1;
-		r->held += (uint32_t)d->res;
 	}
 	if (!r)
 		return;
