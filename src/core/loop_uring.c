@@ -49,7 +49,8 @@
  * cannot keep the socket open, with its buffers, after its connection was closed; the file
  * closes with the send's completion, which frees its buffer. Destroying the
  * loop cancels what is still in flight and waits for the completions before freeing the
- * buffers.
+ * buffers; any still in flight after a second leave the buffers allocated (logged), since the
+ * kernel may yet use them.
  */
 #include "core/loop_backend.h"
 #include "core/check.h"
@@ -193,8 +194,9 @@ static int tx_take(struct uring_be *be, uint32_t *out)
 	return 0;
 }
 
-/* Cancel what is in flight and wait for the completions, so that no buffer is written or
- * read by the kernel after it is freed. */
+/* Cancel what is in flight and wait for the completions (a second at most), so that no
+ * buffer is written or read by the kernel after it is freed; what is still in flight then
+ * keeps its buffers (uring_destroy leaves them). */
 static void ring_drain(struct uring_be *be)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&be->ring);
@@ -233,11 +235,20 @@ static void uring_destroy(void *arg)
 	}
 	if (be->ring_ok)
 		io_uring_queue_exit(&be->ring);
-	if (be->br)
-		munmap(be->br, RX_BUFS * sizeof(struct io_uring_buf));
-	free(be->rx_mem);
-	for (uint32_t i = 0; i < be->ntx; i++)
-		free(be->tx[i]);
+	if (be->inflight) {
+		/* still in flight after the wait (its cancellation not done within a second):
+		 * the kernel may yet write or read the buffers, so they are left, not freed */
+		log_msg(LOG_WARN,
+			"event loop: io_uring: %u receives and sends still in flight at exit, "
+			"their buffers (%zu KiB) left allocated",
+			be->inflight, ((size_t)RX_BUFS * RX_BUF + (size_t)be->ntx * TX_BUF) / 1024);
+	} else {
+		if (be->br)
+			munmap(be->br, RX_BUFS * sizeof(struct io_uring_buf));
+		free(be->rx_mem);
+		for (uint32_t i = 0; i < be->ntx; i++)
+			free(be->tx[i]);
+	}
 	free(be->tx);
 	free(be->tx_link);
 	free(be->slots);
