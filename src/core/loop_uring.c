@@ -7,7 +7,9 @@
  * then), so the owners see what they saw with epoll. Adding and removing only queue
  * submission entries; the turn's wait submits them all and waits in one io_uring_enter
  * (io_uring_submit_and_wait_timeout with the timeout as an argument, no timeout entry): a
- * turn costs one system call however many descriptors came and went.
+ * turn costs one system call however many descriptors came and went. A full submission queue
+ * is submitted on the spot; where the kernel refuses that (completions it could not post yet),
+ * the ring's completions are set aside, in order, for the next waits to deliver first.
  *
  * A completion names its descriptor by user_data = generation << 32 | fd, never by a
  * pointer: the table of slots by fd holds the io and the generation of its registration, and
@@ -115,6 +117,8 @@ struct uring_be {
 	uint32_t nslots;
 	struct uring_done done[URING_BATCH];
 	unsigned ndone;
+	struct uring_done *over; /* completions set aside to let a submission through, in order */
+	uint32_t nover, capover;
 	/* receiving and sending through the ring (set up at the first attach) */
 	struct io_uring_buf_ring *br; /* NULL: not set up */
 	char *rx_mem;
@@ -230,6 +234,9 @@ static void uring_destroy(void *arg)
 		 * completed now, so that their files close with the process, not after it */
 		io_uring_submit(&be->ring);
 		io_uring_get_events(&be->ring);
+		for (uint32_t i = 0; i < be->nover; i++) /* completions set aside: done */
+			if (UD_KIND(be->over[i].ud) == UD_SEND || UD_KIND(be->over[i].ud) == UD_RECV)
+				be->inflight--;
 		if (be->inflight)
 			ring_drain(be);
 	}
@@ -252,6 +259,7 @@ static void uring_destroy(void *arg)
 	free(be->tx);
 	free(be->tx_link);
 	free(be->slots);
+	free(be->over);
 	free(be);
 }
 
@@ -292,12 +300,45 @@ fail:
 	return err;
 }
 
-/* A submission entry; when the queue is full, what it holds is submitted first. */
+/* The completions in the ring moved aside (delivered by the next waits, before the ring's):
+ * how many. With none there, one is waited for first (a millisecond at most). */
+static unsigned cq_set_aside(struct uring_be *be)
+{
+	struct io_uring_cqe *cqe;
+	unsigned head, n = 0;
+	if (!io_uring_cq_ready(&be->ring)) {
+		struct __kernel_timespec ts = {.tv_nsec = 1000000};
+		io_uring_wait_cqe_timeout(&be->ring, &cqe, &ts);
+	}
+	io_uring_for_each_cqe(&be->ring, head, cqe)
+	{
+		if (be->nover == be->capover) {
+			uint32_t cap = be->capover ? be->capover * 2 : URING_BATCH;
+			struct uring_done *o = realloc(be->over, cap * sizeof(*o));
+			if (!o)
+				break;
+			be->over = o;
+			be->capover = cap;
+		}
+		be->over[be->nover++] = (struct uring_done){cqe->user_data, cqe->res, cqe->flags};
+		n++;
+	}
+	io_uring_cq_advance(&be->ring, n);
+	return n;
+}
+
+/* A submission entry; when the queue is full, what it holds is submitted first. A kernel that
+ * refuses the submission (-EBUSY: completions it could not post wait for room in the ring;
+ * -EAGAIN: no memory for now) gets room: the ring's completions are set aside, or waited
+ * for, so the retry neither spins nor starves. */
 static struct io_uring_sqe *uring_sqe(struct uring_be *be)
 {
 	struct io_uring_sqe *sqe;
-	while (!(sqe = io_uring_get_sqe(&be->ring)))
-		io_uring_submit(&be->ring);
+	while (!(sqe = io_uring_get_sqe(&be->ring))) {
+		int rc = io_uring_submit(&be->ring);
+		if (rc < 0 && rc != -EINTR)
+			cq_set_aside(be);
+	}
 	return sqe;
 }
 
@@ -362,6 +403,15 @@ static void uring_wait(void *arg, int timeout_ms)
 	struct io_uring_cqe *cqe;
 	struct __kernel_timespec ts = {.tv_sec = timeout_ms / 1000,
 				       .tv_nsec = (long long)(timeout_ms % 1000) * 1000000};
+	if (be->nover) { /* those set aside first, older than the ring's: no waiting */
+		unsigned n = be->nover < URING_BATCH ? be->nover : URING_BATCH;
+		io_uring_submit(&be->ring);
+		memcpy(be->done, be->over, n * sizeof(*be->done));
+		memmove(be->over, be->over + n, (be->nover - n) * sizeof(*be->over));
+		be->nover -= n;
+		be->ndone = n;
+		return;
+	}
 	int rc =
 	    io_uring_submit_and_wait_timeout(&be->ring, &cqe, 1, timeout_ms < 0 ? NULL : &ts, NULL);
 	ASSERT(rc >= 0 || rc == -ETIME || rc == -EINTR || rc == -EAGAIN || rc == -EBUSY);
