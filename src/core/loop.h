@@ -123,6 +123,7 @@ struct loop_ring_io {
 	uint32_t head, tail; /* received buffers held, in order, as id + 1 (0: none) */
 	uint32_t off;	     /* bytes of head already taken */
 	uint32_t held;	     /* bytes held */
+	uint32_t bufs;	     /* buffers held */
 	int32_t end;	     /* 0: open; 1: the peer's end came; -errno: the receive failed */
 	int32_t tx_err;	     /* a send's failure, told by the next write */
 	uint32_t tx;	     /* the send in flight, as id + 1 (0: none) */

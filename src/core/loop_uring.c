@@ -31,8 +31,10 @@
  * buffer from a provided buffer ring of the loop's (RX_BUFS of RX_BUF bytes, registered at the
  * first attach): one receive in the ring at a time, queued again at its completion, with
  * POLL_FIRST (the peer answers what was just read, so nothing waits yet), while the
- * connection holds at most RX_HOLD_MAX; the buffers are held by the connection as a list, in
- * order, until the owner takes their bytes, and go back to the ring as they empty. (One
+ * connection holds at most RX_HOLD_MAX bytes in fewer than RX_HOLD_BUFS buffers (a buffer
+ * is taken whole however few bytes came: a peer sending a byte at a time while its owner
+ * reads nothing would otherwise take them all); the buffers are held by the connection as a list,
+ * in order, until the owner takes their bytes, and go back to the ring as they empty. (One
  * multishot receive was tried first: it cannot be held back, a cancellation does not find it
  * while data keeps coming, and one connection whose owner had no room took all the buffers.)
  * A receive that found the buffers all held (-ENOBUFS), or a connection holding too much,
@@ -81,13 +83,14 @@
 
 #define RX_BUFS 64   /* the loop's receive buffers (a power of two): 1 MiB, each touched in turn */
 #define RX_BUF 16384 /* bytes each */
-#define RX_HOLD_MAX 65536 /* a connection holding more stops receiving until it is read */
+#define RX_HOLD_MAX 65536	   /* a connection holding more stops receiving until it is read */
+#define RX_HOLD_BUFS (RX_BUFS / 8) /* ... or holding this many buffers (a byte each, maybe) */
 #define RX_GROUP 0
-#define TX_BUF 16384 /* what one queued send copies at most */
-#define TX_KEEP 64   /* free send buffers kept for reuse; past that one is freed as it ends */
-#define TX_GRACE_MS 1000 /* a send left by its closed connection may go on this long */
-#define TX_RETRY_MS 100	 /* ... and is cancelled again this soon if it was running then */
-#define TX_DETACHED_MAX 64 /* sends left by closed connections past which one is cancelled at once */
+#define TX_BUF 16384	   /* what one queued send copies at most */
+#define TX_KEEP 64	   /* free send buffers kept for reuse; past that one is freed as it ends */
+#define TX_GRACE_MS 1000   /* a send left by its closed connection may go on this long */
+#define TX_RETRY_MS 100	   /* ... and is cancelled again this soon if it was running then */
+#define TX_DETACHED_MAX 64 /* sends left by closed connections: past it, cancelled at once */
 
 struct uring_slot {
 	struct loop_io *io;	/* NULL: no registration */
@@ -99,8 +102,8 @@ struct uring_tx {
 	struct loop_ring_io *r; /* NULL: its connection is gone; freed at its completion */
 	int fd;
 	uint32_t gen, len, off;
-	uint32_t seq;	   /* the loop's count of sends at its take: tells it from a later one */
-	uint8_t detached;  /* its connection closed; counted in ndetached until it ends */
+	uint32_t seq;	  /* the loop's count of sends at its take: tells it from a later one */
+	uint8_t detached; /* its connection closed; counted in ndetached until it ends */
 	char data[TX_BUF];
 };
 
@@ -127,11 +130,11 @@ struct uring_be {
 	struct uring_tx **tx;
 	uint32_t *tx_link; /* by id: the next free id + 1, while free */
 	uint32_t ntx, tx_free,
-	    tx_kept;	   /* tx_free: the first free id + 1; tx_kept: free with a buffer */
-	uint32_t inflight; /* receives and sends whose completion has not come */
+	    tx_kept;	    /* tx_free: the first free id + 1; tx_kept: free with a buffer */
+	uint32_t inflight;  /* receives and sends whose completion has not come */
 	uint32_t ndetached; /* sends in flight whose connection is closed */
 	uint32_t tx_seq;    /* the next send's seq */
-	int rx_refused;	   /* the buffer ring could not be set up: -errno */
+	int rx_refused;	    /* the buffer ring could not be set up: -errno */
 };
 
 static uint64_t slot_ud(uint32_t gen, int fd)
@@ -235,7 +238,8 @@ static void uring_destroy(void *arg)
 		io_uring_submit(&be->ring);
 		io_uring_get_events(&be->ring);
 		for (uint32_t i = 0; i < be->nover; i++) /* completions set aside: done */
-			if (UD_KIND(be->over[i].ud) == UD_SEND || UD_KIND(be->over[i].ud) == UD_RECV)
+			if (UD_KIND(be->over[i].ud) == UD_SEND ||
+			    UD_KIND(be->over[i].ud) == UD_RECV)
 				be->inflight--;
 		if (be->inflight)
 			ring_drain(be);
@@ -486,6 +490,7 @@ static void recv_done(struct uring_be *be, const struct uring_done *d)
 				r->head = bid + 1;
 			r->tail = bid + 1;
 			r->held += (uint32_t)d->res;
+			r->bufs++;
 		}
 	}
 	if (!r)
@@ -497,7 +502,7 @@ static void recv_done(struct uring_be *be, const struct uring_done *d)
 		return;
 	} else if (d->res < 0 && d->res != -ENOBUFS && d->res != -EAGAIN && d->res != -EINTR) {
 		r->end = d->res;
-	} else if (d->res > 0 && r->held <= RX_HOLD_MAX) {
+	} else if (d->res > 0 && r->held <= RX_HOLD_MAX && r->bufs < RX_HOLD_BUFS) {
 		recv_arm(be, r, fd, 1); /* the next; more than that held: once it is read */
 	}
 	/* -ENOBUFS (the loop's buffers are all held) too: the connection reads the socket */
@@ -695,8 +700,10 @@ static size_t ring_take(void *arg, struct loop_ring_io *r, void *buf, size_t len
 			break;
 		b = be->rx_next[bid];
 		off = 0;
-		if (consume)
+		if (consume) {
 			rx_recycle(be, bid);
+			r->bufs--;
+		}
 	}
 	if (consume) {
 		r->head = b;

@@ -429,6 +429,31 @@ static void ends_give_their_buffers_back(void **state)
 	assert_int_equal(o->c.ring.held, 5);
 }
 
+/* A peer sending a byte at a time while its owner reads nothing: each receive takes a whole
+ * buffer of the loop's, so the connection stops receiving at a number of buffers, not only
+ * of bytes, and leaves the rest in its socket (the other connections keep theirs). */
+static void bytes_one_at_a_time_hold_few_buffers(void **state)
+{
+	struct owner *o = *state;
+	if (!o)
+		skip();
+	o->room = 0;
+	turns(o, start_reading, 0, 1);
+	for (int i = 0; i < 40; i++) {
+		char b = (char)('a' + i % 26);
+		assert_int_equal(write(o->peer, &b, 1), 1);
+		for (int k = 0; k < 20 && o->c.ring.armed && o->c.ring.held < (uint32_t)i + 1; k++)
+			turns(o, NULL, 0, 2);
+	}
+	assert_true(o->c.ring.held >= 1);
+	assert_true(o->c.ring.held <= 8); /* RX_BUFS / 8 buffers of a byte */
+	o->room = o->cap;
+	turns(o, start_reading, 40, 2000);
+	assert_int_equal(o->got, 40);
+	for (int i = 0; i < 40; i++)
+		assert_int_equal(o->in[i], 'a' + i % 26);
+}
+
 static void write_and_close(struct owner *o)
 {
 	wrote = (int)net_conn_write(&o->c, "last words", 10);
@@ -461,13 +486,14 @@ int main(void)
 					    teardown),
 	    cmocka_unit_test_setup_teardown(written_and_closed_in_one_turn_still_delivers, setup,
 					    teardown),
-	    cmocka_unit_test_setup_teardown(closed_with_a_send_never_read_closes_after_a_grace, setup,
-					    teardown),
+	    cmocka_unit_test_setup_teardown(closed_with_a_send_never_read_closes_after_a_grace,
+					    setup, teardown),
 	    cmocka_unit_test_setup_teardown(
 		a_closed_connection_receives_nothing_for_the_next_on_its_number, setup, teardown),
 	    cmocka_unit_test_setup_teardown(a_reset_after_the_bytes_held_is_told_after_them, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(ends_give_their_buffers_back, setup, teardown),
+	    cmocka_unit_test_setup_teardown(bytes_one_at_a_time_hold_few_buffers, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
