@@ -123,6 +123,7 @@ struct loop_ring_io {
 	uint32_t head, tail; /* received buffers held, in order, as id + 1 (0: none) */
 	uint32_t off;	     /* bytes of head already taken */
 	uint32_t held;	     /* bytes held */
+	uint32_t bufs;	     /* buffers held */
 	int32_t end;	     /* 0: open; 1: the peer's end came; -errno: the receive failed */
 	int32_t tx_err;	     /* a send's failure, told by the next write */
 	uint32_t tx;	     /* the send in flight, as id + 1 (0: none) */
@@ -148,7 +149,8 @@ ssize_t loop_ring_send(struct loop_ring_io *r, int fd, const struct iovec *iov, 
 /* Shut the sending side of <fd> after the send in flight, if any. */
 void loop_ring_shutdown(struct loop_ring_io *r, int fd);
 /* Detach before <fd> is closed: the receive cancelled, the buffers held given back, a send in
- * flight left to finish (its buffer is the loop's, freed at its completion). */
+ * flight left to finish for a short grace, then cancelled (its buffer is the loop's, freed at
+ * its completion, when the ring lets the file go). */
 void loop_ring_detach(struct loop_ring_io *r, int fd);
 
 #endif

@@ -7,7 +7,9 @@
  * then), so the owners see what they saw with epoll. Adding and removing only queue
  * submission entries; the turn's wait submits them all and waits in one io_uring_enter
  * (io_uring_submit_and_wait_timeout with the timeout as an argument, no timeout entry): a
- * turn costs one system call however many descriptors came and went.
+ * turn costs one system call however many descriptors came and went. A full submission queue
+ * is submitted on the spot; where the kernel refuses that (completions it could not post yet),
+ * the ring's completions are set aside, in order, for the next waits to deliver first.
  *
  * A completion names its descriptor by user_data = generation << 32 | fd, never by a
  * pointer: the table of slots by fd holds the io and the generation of its registration, and
@@ -29,8 +31,10 @@
  * buffer from a provided buffer ring of the loop's (RX_BUFS of RX_BUF bytes, registered at the
  * first attach): one receive in the ring at a time, queued again at its completion, with
  * POLL_FIRST (the peer answers what was just read, so nothing waits yet), while the
- * connection holds at most RX_HOLD_MAX; the buffers are held by the connection as a list, in
- * order, until the owner takes their bytes, and go back to the ring as they empty. (One
+ * connection holds at most RX_HOLD_MAX bytes in fewer than RX_HOLD_BUFS buffers (a buffer
+ * is taken whole however few bytes came: a peer sending a byte at a time while its owner
+ * reads nothing would otherwise take them all); the buffers are held by the connection as a list,
+ * in order, until the owner takes their bytes, and go back to the ring as they empty. (One
  * multishot receive was tried first: it cannot be held back, a cancellation does not find it
  * while data keeps coming, and one connection whose owner had no room took all the buffers.)
  * A receive that found the buffers all held (-ENOBUFS), or a connection holding too much,
@@ -44,9 +48,13 @@
  * io_uring_enter. A connection detached (closed) with entries in flight: its receive is
  * cancelled and its reading side shut (a receive running at that moment escapes the
  * cancellation), the completions then find no connection and give their buffers back; its
- * send goes on (the ring holds the file) and frees its buffer at its completion. Destroying the
+ * send goes on (the ring holds the file) for a grace of TX_GRACE_MS, a last answer's chance,
+ * and is cancelled then (at once past TX_DETACHED_MAX such sends): a peer that reads nothing
+ * cannot keep the socket open, with its buffers, after its connection was closed; the file
+ * closes with the send's completion, which frees its buffer. Destroying the
  * loop cancels what is still in flight and waits for the completions before freeing the
- * buffers.
+ * buffers; any still in flight after a second leave the buffers allocated (logged), since the
+ * kernel may yet use them.
  */
 #include "core/loop_backend.h"
 #include "core/check.h"
@@ -69,15 +77,20 @@
 #define UD_POLL 0ull
 #define UD_RECV 1ull
 #define UD_SEND 2ull
+#define UD_GRACE 3ull /* a detached send's grace timer, or its cancellation: seq << 32 | id */
 #define UD_KIND(ud) ((ud) >> 62)
 #define GEN_MAX 0x3fffffffu
 
 #define RX_BUFS 64   /* the loop's receive buffers (a power of two): 1 MiB, each touched in turn */
 #define RX_BUF 16384 /* bytes each */
-#define RX_HOLD_MAX 65536 /* a connection holding more stops receiving until it is read */
+#define RX_HOLD_MAX 65536	   /* a connection holding more stops receiving until it is read */
+#define RX_HOLD_BUFS (RX_BUFS / 8) /* ... or holding this many buffers (a byte each, maybe) */
 #define RX_GROUP 0
-#define TX_BUF 16384 /* what one queued send copies at most */
-#define TX_KEEP 64   /* free send buffers kept for reuse; past that one is freed as it ends */
+#define TX_BUF 16384	   /* what one queued send copies at most */
+#define TX_KEEP 64	   /* free send buffers kept for reuse; past that one is freed as it ends */
+#define TX_GRACE_MS 1000   /* a send left by its closed connection may go on this long */
+#define TX_RETRY_MS 100	   /* ... and is cancelled again this soon if it was running then */
+#define TX_DETACHED_MAX 64 /* sends left by closed connections: past it, cancelled at once */
 
 struct uring_slot {
 	struct loop_io *io;	/* NULL: no registration */
@@ -89,6 +102,8 @@ struct uring_tx {
 	struct loop_ring_io *r; /* NULL: its connection is gone; freed at its completion */
 	int fd;
 	uint32_t gen, len, off;
+	uint32_t seq;	  /* the loop's count of sends at its take: tells it from a later one */
+	uint8_t detached; /* its connection closed; counted in ndetached until it ends */
 	char data[TX_BUF];
 };
 
@@ -105,6 +120,8 @@ struct uring_be {
 	uint32_t nslots;
 	struct uring_done done[URING_BATCH];
 	unsigned ndone;
+	struct uring_done *over; /* completions set aside to let a submission through, in order */
+	uint32_t nover, capover;
 	/* receiving and sending through the ring (set up at the first attach) */
 	struct io_uring_buf_ring *br; /* NULL: not set up */
 	char *rx_mem;
@@ -113,9 +130,11 @@ struct uring_be {
 	struct uring_tx **tx;
 	uint32_t *tx_link; /* by id: the next free id + 1, while free */
 	uint32_t ntx, tx_free,
-	    tx_kept;	   /* tx_free: the first free id + 1; tx_kept: free with a buffer */
-	uint32_t inflight; /* receives and sends whose completion has not come */
-	int rx_refused;	   /* the buffer ring could not be set up: -errno */
+	    tx_kept;	    /* tx_free: the first free id + 1; tx_kept: free with a buffer */
+	uint32_t inflight;  /* receives and sends whose completion has not come */
+	uint32_t ndetached; /* sends in flight whose connection is closed */
+	uint32_t tx_seq;    /* the next send's seq */
+	int rx_refused;	    /* the buffer ring could not be set up: -errno */
 };
 
 static uint64_t slot_ud(uint32_t gen, int fd)
@@ -135,6 +154,10 @@ static void rx_recycle(struct uring_be *be, uint32_t bid)
  * with no buffer. */
 static void tx_free(struct uring_be *be, uint32_t id)
 {
+	if (be->tx[id]->detached) {
+		be->tx[id]->detached = 0;
+		be->ndetached--;
+	}
 	if (be->tx_kept < TX_KEEP) {
 		be->tx[id]->r = NULL;
 		be->tx_kept++;
@@ -156,6 +179,8 @@ static int tx_take(struct uring_be *be, uint32_t *out)
 			be->tx_kept--;
 		else if (!(be->tx[id] = malloc(sizeof(*be->tx[id]))))
 			return -ENOMEM; /* the id stays free */
+		else
+			be->tx[id]->detached = 0;
 		be->tx_free = be->tx_link[id];
 	} else { /* the ids grow to the connections sending at once */
 		struct uring_tx **tx = realloc(be->tx, (be->ntx + 1) * sizeof(*tx));
@@ -168,14 +193,17 @@ static int tx_take(struct uring_be *be, uint32_t *out)
 		be->tx_link = link;
 		if (!(tx[be->ntx] = malloc(sizeof(**tx))))
 			return -ENOMEM;
+		tx[be->ntx]->detached = 0;
 		id = be->ntx++;
 	}
+	be->tx[id]->seq = be->tx_seq++ & GEN_MAX;
 	*out = id;
 	return 0;
 }
 
-/* Cancel what is in flight and wait for the completions, so that no buffer is written or
- * read by the kernel after it is freed. */
+/* Cancel what is in flight and wait for the completions (a second at most), so that no
+ * buffer is written or read by the kernel after it is freed; what is still in flight then
+ * keeps its buffers (uring_destroy leaves them). */
 static void ring_drain(struct uring_be *be)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&be->ring);
@@ -209,19 +237,33 @@ static void uring_destroy(void *arg)
 		 * completed now, so that their files close with the process, not after it */
 		io_uring_submit(&be->ring);
 		io_uring_get_events(&be->ring);
+		for (uint32_t i = 0; i < be->nover; i++) /* completions set aside: done */
+			if (UD_KIND(be->over[i].ud) == UD_SEND ||
+			    UD_KIND(be->over[i].ud) == UD_RECV)
+				be->inflight--;
 		if (be->inflight)
 			ring_drain(be);
 	}
 	if (be->ring_ok)
 		io_uring_queue_exit(&be->ring);
-	if (be->br)
-		munmap(be->br, RX_BUFS * sizeof(struct io_uring_buf));
-	free(be->rx_mem);
-	for (uint32_t i = 0; i < be->ntx; i++)
-		free(be->tx[i]);
+	if (be->inflight) {
+		/* still in flight after the wait (its cancellation not done within a second):
+		 * the kernel may yet write or read the buffers, so they are left, not freed */
+		log_msg(LOG_WARN,
+			"event loop: io_uring: %u receives and sends still in flight at exit, "
+			"their buffers (%zu KiB) left allocated",
+			be->inflight, ((size_t)RX_BUFS * RX_BUF + (size_t)be->ntx * TX_BUF) / 1024);
+	} else {
+		if (be->br)
+			munmap(be->br, RX_BUFS * sizeof(struct io_uring_buf));
+		free(be->rx_mem);
+		for (uint32_t i = 0; i < be->ntx; i++)
+			free(be->tx[i]);
+	}
 	free(be->tx);
 	free(be->tx_link);
 	free(be->slots);
+	free(be->over);
 	free(be);
 }
 
@@ -262,12 +304,45 @@ fail:
 	return err;
 }
 
-/* A submission entry; when the queue is full, what it holds is submitted first. */
+/* The completions in the ring moved aside (delivered by the next waits, before the ring's):
+ * how many. With none there, one is waited for first (a millisecond at most). */
+static unsigned cq_set_aside(struct uring_be *be)
+{
+	struct io_uring_cqe *cqe;
+	unsigned head, n = 0;
+	if (!io_uring_cq_ready(&be->ring)) {
+		struct __kernel_timespec ts = {.tv_nsec = 1000000};
+		io_uring_wait_cqe_timeout(&be->ring, &cqe, &ts);
+	}
+	io_uring_for_each_cqe(&be->ring, head, cqe)
+	{
+		if (be->nover == be->capover) {
+			uint32_t cap = be->capover ? be->capover * 2 : URING_BATCH;
+			struct uring_done *o = realloc(be->over, cap * sizeof(*o));
+			if (!o)
+				break;
+			be->over = o;
+			be->capover = cap;
+		}
+		be->over[be->nover++] = (struct uring_done){cqe->user_data, cqe->res, cqe->flags};
+		n++;
+	}
+	io_uring_cq_advance(&be->ring, n);
+	return n;
+}
+
+/* A submission entry; when the queue is full, what it holds is submitted first. A kernel that
+ * refuses the submission (-EBUSY: completions it could not post wait for room in the ring;
+ * -EAGAIN: no memory for now) gets room: the ring's completions are set aside, or waited
+ * for, so the retry neither spins nor starves. */
 static struct io_uring_sqe *uring_sqe(struct uring_be *be)
 {
 	struct io_uring_sqe *sqe;
-	while (!(sqe = io_uring_get_sqe(&be->ring)))
-		io_uring_submit(&be->ring);
+	while (!(sqe = io_uring_get_sqe(&be->ring))) {
+		int rc = io_uring_submit(&be->ring);
+		if (rc < 0 && rc != -EINTR)
+			cq_set_aside(be);
+	}
 	return sqe;
 }
 
@@ -332,6 +407,15 @@ static void uring_wait(void *arg, int timeout_ms)
 	struct io_uring_cqe *cqe;
 	struct __kernel_timespec ts = {.tv_sec = timeout_ms / 1000,
 				       .tv_nsec = (long long)(timeout_ms % 1000) * 1000000};
+	if (be->nover) { /* those set aside first, older than the ring's: no waiting */
+		unsigned n = be->nover < URING_BATCH ? be->nover : URING_BATCH;
+		io_uring_submit(&be->ring);
+		memcpy(be->done, be->over, n * sizeof(*be->done));
+		memmove(be->over, be->over + n, (be->nover - n) * sizeof(*be->over));
+		be->nover -= n;
+		be->ndone = n;
+		return;
+	}
 	int rc =
 	    io_uring_submit_and_wait_timeout(&be->ring, &cqe, 1, timeout_ms < 0 ? NULL : &ts, NULL);
 	ASSERT(rc >= 0 || rc == -ETIME || rc == -EINTR || rc == -EAGAIN || rc == -EBUSY);
@@ -390,20 +474,24 @@ static void recv_done(struct uring_be *be, const struct uring_done *d)
 	be->inflight--;
 	if (r && r->rx_ud != d->ud)
 		r = NULL;
-	if (d->res > 0 && (d->flags & IORING_CQE_F_BUFFER)) {
+	if (d->flags & IORING_CQE_F_BUFFER) {
 		uint32_t bid = d->flags >> IORING_CQE_BUFFER_SHIFT;
-		if (!r) {
+		/* a buffer with no bytes kept goes back: a completion with the end or a failure
+		 * can carry one (5.19-6.0 put the buffer picked whatever the outcome; later
+		 * kernels recycle it themselves) */
+		if (!r || d->res <= 0) {
 			rx_recycle(be, bid);
-			return;
+		} else {
+			be->rx_len[bid] = (uint32_t)d->res;
+			be->rx_next[bid] = 0;
+			if (r->tail)
+				be->rx_next[r->tail - 1] = bid + 1;
+			else
+				r->head = bid + 1;
+			r->tail = bid + 1;
+			r->held += (uint32_t)d->res;
+			r->bufs++;
 		}
-		be->rx_len[bid] = (uint32_t)d->res;
-		be->rx_next[bid] = 0;
-		if (r->tail)
-			be->rx_next[r->tail - 1] = bid + 1;
-		else
-			r->head = bid + 1;
-		r->tail = bid + 1;
-		r->held += (uint32_t)d->res;
 	}
 	if (!r)
 		return;
@@ -414,7 +502,7 @@ static void recv_done(struct uring_be *be, const struct uring_done *d)
 		return;
 	} else if (d->res < 0 && d->res != -ENOBUFS && d->res != -EAGAIN && d->res != -EINTR) {
 		r->end = d->res;
-	} else if (d->res > 0 && r->held <= RX_HOLD_MAX) {
+	} else if (d->res > 0 && r->held <= RX_HOLD_MAX && r->bufs < RX_HOLD_BUFS) {
 		recv_arm(be, r, fd, 1); /* the next; more than that held: once it is read */
 	}
 	/* -ENOBUFS (the loop's buffers are all held) too: the connection reads the socket */
@@ -459,6 +547,40 @@ static void send_done(struct uring_be *be, const struct uring_done *d)
 		io->fn(io, LOOP_WRITE);
 }
 
+static uint64_t grace_ud(const struct uring_be *be, uint32_t id)
+{
+	return UD_GRACE << 62 | (uint64_t)be->tx[id]->seq << 32 | id;
+}
+
+/* Detached send <id>: cancelled after <ms> (0: now). Submitted at once, with what was
+ * queued before it (the timeout's time is read at submission). */
+static void send_cancel_later(struct uring_be *be, uint32_t id, unsigned ms)
+{
+	struct io_uring_sqe *sqe = uring_sqe(be);
+	struct __kernel_timespec ts = {.tv_sec = ms / 1000,
+				       .tv_nsec = (long long)(ms % 1000) * 1000000};
+	if (ms) {
+		io_uring_prep_timeout(sqe, &ts, 0, 0);
+	} else {
+		io_uring_prep_cancel64(sqe, UD_SEND << 62 | id, 0);
+		sqe->flags |= IOSQE_CQE_SKIP_SUCCESS; /* a failure comes back: try again */
+	}
+	io_uring_sqe_set_data64(sqe, grace_ud(be, id));
+	io_uring_submit(&be->ring);
+}
+
+/* A detached send's grace ran out (-ETIME), or its cancellation failed (it was running at
+ * that moment: -EALREADY, or -ENOENT between its parts): cancel it (again, a little later).
+ * A send that ended meanwhile, or whose buffer holds a later send, is left alone. */
+static void grace_done(struct uring_be *be, const struct uring_done *d)
+{
+	uint32_t id = (uint32_t)d->ud, seq = (uint32_t)(d->ud >> 32) & GEN_MAX;
+	if (d->res == -ECANCELED || id >= be->ntx || !be->tx[id] || !be->tx[id]->detached ||
+	    be->tx[id]->seq != seq)
+		return;
+	send_cancel_later(be, id, d->res == -ETIME ? 0 : TX_RETRY_MS);
+}
+
 static void poll_done(struct uring_be *be, const struct uring_done *d)
 {
 	int fd = (int)(uint32_t)d->ud;
@@ -496,6 +618,9 @@ static void uring_dispatch(void *arg)
 			break;
 		case UD_SEND:
 			send_done(be, d);
+			break;
+		case UD_GRACE:
+			grace_done(be, d);
 			break;
 		default:
 			poll_done(be, d);
@@ -575,8 +700,10 @@ static size_t ring_take(void *arg, struct loop_ring_io *r, void *buf, size_t len
 			break;
 		b = be->rx_next[bid];
 		off = 0;
-		if (consume)
+		if (consume) {
 			rx_recycle(be, bid);
+			r->bufs--;
+		}
 	}
 	if (consume) {
 		r->head = b;
@@ -659,6 +786,11 @@ static void ring_detach(void *arg, struct loop_ring_io *r, int fd)
 		if (!r->cancelling)
 			recv_cancel(be, r);
 		shutdown(fd, SHUT_RD);
+		/* submitted now: a receive queued this turn (at attach, or re-armed) names the
+		 * descriptor by number, looked up at submission; after the close that number may
+		 * be a new connection's, whose first bytes it would take */
+		if (!r->tx)
+			io_uring_submit(&be->ring);
 	}
 	if (fd >= 0 && (uint32_t)fd < be->nslots && be->slots[fd].r == r)
 		be->slots[fd].r = NULL;
@@ -668,11 +800,17 @@ static void ring_detach(void *arg, struct loop_ring_io *r, int fd)
 		b = next;
 	}
 	if (r->tx) {
-		/* the send goes on, its buffer freed when it is done; submitted now if it was still
-		 * queued, since the descriptor is looked up at submission and is about to close
-		 * (the ring then holds the file until the send completes) */
-		be->tx[r->tx - 1]->r = NULL;
-		io_uring_submit(&be->ring);
+		/* the send goes on for a grace (a last answer to a peer still reading), its buffer
+		 * freed when it is done; submitted now if it was still queued, since the descriptor
+		 * is looked up at submission and is about to close (the ring then holds the file
+		 * until the send completes). A peer that reads nothing would keep it (and the
+		 * socket, its buffers, no FIN) for good: past the grace, or at once when too many
+		 * are left so, it is cancelled, and the file closes with its completion. */
+		uint32_t id = r->tx - 1;
+		be->tx[id]->r = NULL;
+		be->tx[id]->detached = 1;
+		be->ndetached++;
+		send_cancel_later(be, id, be->ndetached > TX_DETACHED_MAX ? 0 : TX_GRACE_MS);
 	}
 }
 

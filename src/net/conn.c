@@ -124,6 +124,9 @@ static ssize_t ring_read(struct net_conn *c, void *buf, size_t len)
 		loop_ring_rearm(&c->ring, c->fd); /* drained: the ring tells of what comes next */
 	if (rc > 0)
 		return (ssize_t)n + rc;
+	if (n && rc < 0 && rc != -EAGAIN)
+		c->ring.end =
+		    (int32_t)rc;    /* the kernel tells a failure once: kept for the next read */
 	return n ? (ssize_t)n : rc; /* the end or a failure after the bytes: at the next read */
 }
 

@@ -21,7 +21,8 @@
  * path.
  *
  * Non-blocking writes: net_conn_writev() returns what one call moved (on the ring: what was
- * queued, which leaves even if the connection is closed next), -EAGAIN when the socket (or
+ * queued, which still leaves if the connection is closed next, for a short grace: a
+ * peer that reads nothing cannot hold it), -EAGAIN when the socket (or
  * TLS, or the ring's send in flight) must wait. net_conn_read() is the one read, for the
  * transport's own use and for those that still read for themselves (the control plane's probes,
  * xfer, the proxy's idle check, hedged copy and background refresh). TLS can need the other

@@ -2,15 +2,18 @@
 runs in the log and in accelnet_event_loop; `auto` falls back to epoll when io_uring is refused
 (no_uring.py: a seccomp filter failing io_uring_setup with EPERM, as a container's profile
 does), while `io_uring` asked for by name and refused stops the start with the reason; a
-value that names no back end is refused by `accelnet check` with its place. CI runs the whole
+value that names no back end is refused by `accelnet check` with its place; a client cut
+for reading nothing has its socket closed on either (io_uring: the send in flight cancelled). CI runs the whole
 suite on epoll, the default (scripts/test.sh says why io_uring's whole-suite pass is not in it)."""
 
+import http.server
 import os
+import socket
 import subprocess
 import sys
 
-from harness import (BIN, Skip, complete, free_port, metrics_text, pool_yaml, port_open,
-                     wait_until)
+from harness import (BIN, HttpBackend, Skip, complete, free_port, metrics_text, pool_yaml,
+                     port_open, wait_until)
 
 NO_URING = os.path.join(os.path.dirname(os.path.abspath(__file__)), "no_uring.py")
 
@@ -76,6 +79,54 @@ def test_io_uring_asked_for_and_refused_stops_the_start(env):
         raise Skip("seccomp filters cannot be installed here")
     assert "event loop: io_uring was asked for (tune.io) and cannot be set up: " \
         "Operation not permitted" in log, log
+
+
+class _Answer15k(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):  # in one write: no wait for a delayed ACK between head and body
+        self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 15000\r\n\r\n" + b"x" * 15000)
+
+    def log_message(self, *args):
+        pass
+
+
+def _tcp_state(local_port, remote_port):
+    """The state (hex, as /proc/net/tcp writes it: 01 established) of the IPv4 socket from
+    <local_port> to <remote_port>, or None when there is none."""
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if (int(fields[1].split(":")[1], 16) == local_port and
+                    int(fields[2].split(":")[1], 16) == remote_port):
+                return fields[3]
+    return None
+
+
+def test_a_client_that_never_reads_is_let_go_when_cut(env):
+    # a client pipelines requests for 4.5 MB of answers and reads none: the proxy cuts it
+    # (timeouts.send_ms) and its socket closes (FIN-WAIT, orphaned to the kernel's limits),
+    # on io_uring too, where the answer's send in flight in the ring held it open for good
+    backend = HttpBackend(_Answer15k)
+    env.on_cleanup.append(backend.close)
+    for io in ("epoll", "io_uring"):
+        port = free_port()
+        path = env.write("proxy.yaml", f"workers: 1\nlisten: [127.0.0.1:{port}]\n"
+                         f"tune: {{io: {io}}}\ntimeouts: {{send_ms: 500}}\n"
+                         "pools:\n" + pool_yaml("p", [backend.port]) +
+                         "routes:\n  - match: {path_prefix: /}\n    pool: p\n")
+        p = env.start([BIN, "proxy", "-c", path], "proxy-" + io, wait_port=port,
+                      environ={"ACCELNET_IO": ""})
+        c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        c.connect(("127.0.0.1", port))
+        c.sendall(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n" * 300)  # and never read
+        mine = c.getsockname()[1]
+        wait_until(lambda: _tcp_state(port, mine) != "01",
+                   f"the proxy's socket to the client to close ({io})")
+        c.close()
+        p.terminate()
+        p.wait()
 
 
 def test_check_refuses_an_unknown_back_end(env):

@@ -7,7 +7,11 @@
  * write waits for the first's completion (-EAGAIN, then a write event); the peer's end read
  * as 0; a connection closed with a send in flight, or with one queued in the same turn: the
  * bytes still reach the peer, then the end, and the loop frees its buffer (ASan sees no leak,
- * no use after free). Skipped where the
+ * no use after free); but a peer that reads nothing does not keep the closed connection's
+ * socket open: its send is cancelled after a grace and the peer sees the end; and a connection
+ * attached and closed in one turn leaves nothing in the ring that could read the next socket
+ * given its descriptor's number; a reset after the bytes held is told after them, not lost
+ * (a clean end). Skipped where the
  * kernel refuses io_uring.
  */
 #include <errno.h>
@@ -21,6 +25,7 @@
 #include <cmocka.h>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -153,7 +158,8 @@ static int teardown(void **state)
 		loop_io_del(o->loop, &o->io);
 		net_conn_close(&o->c);
 	}
-	close(o->peer);
+	if (o->peer >= 0)
+		close(o->peer);
 	loop_destroy(o->loop);
 	free(o->in);
 	free(o);
@@ -307,6 +313,147 @@ static void closed_with_a_send_in_flight_still_delivers(void **state)
 	free(buf);
 }
 
+/* A peer that reads nothing: the send the closed connection left is cancelled after its
+ * grace, and the socket closes (the peer sees the end after what reached its buffer), rather
+ * than being held open by the ring for good. */
+static void closed_with_a_send_never_read_closes_after_a_grace(void **state)
+{
+	struct owner *o = *state;
+	if (!o)
+		skip();
+	turns(o, start_reading, 0, 1);
+	for (int i = 0; i < 200 && !o->c.ring.tx; i++)
+		turns(o, write_until_one_waits, 0, 5);
+	assert_true(o->c.ring.tx != 0); /* a send in flight, the peer's socket full */
+	loop_io_del(o->loop, &o->io);
+	net_conn_close(&o->c);
+	turns(o, NULL, 0, 1500); /* the peer still reads nothing, past the grace (1 s) */
+	/* the socket closed (read, the bytes would let the send end, and it close anyway) */
+	struct pollfd p = {.fd = o->peer, .events = POLLRDHUP};
+	assert_int_equal(poll(&p, 1, 0), 1);
+	assert_true(p.revents & (POLLRDHUP | POLLHUP));
+}
+
+static int reused[2];
+
+/* Attached (its first receive queued, not submitted yet) and closed in one turn; then a new
+ * socket takes the descriptor's number, its peer's bytes already there. */
+static void attach_close_and_reuse(struct owner *o)
+{
+	int fd = o->c.fd;
+	net_conn_read_start(&o->c, &reads, o);
+	assert_non_null(o->c.ring.loop);
+	loop_io_del(o->loop, &o->io);
+	net_conn_close(&o->c);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, reused), 0);
+	if (reused[0] != fd && reused[1] == fd) {
+		int t = reused[0];
+		reused[0] = reused[1];
+		reused[1] = t;
+	}
+	assert_int_equal(reused[0], fd); /* the number came back */
+	assert_int_equal(write(reused[1], "new", 3), 3);
+}
+
+static void a_closed_connection_receives_nothing_for_the_next_on_its_number(void **state)
+{
+	struct owner *o = *state;
+	char buf[8];
+	if (!o)
+		skip();
+	turns(o, attach_close_and_reuse, 0, 50);
+	/* the new connection's bytes are its own, not taken by the old one's receive */
+	assert_int_equal(recv(reused[0], buf, sizeof(buf), 0), 3);
+	assert_memory_equal(buf, "new", 3);
+	close(reused[0]);
+	close(reused[1]);
+}
+
+/* The ring stopped with bytes held (the owner had no room), the socket empty; then the peer
+ * closes with bytes of ours unread (a reset): the owner reads the held bytes, then the
+ * failure, not a clean end. */
+static void a_reset_after_the_bytes_held_is_told_after_them(void **state)
+{
+	struct owner *o = *state;
+	static char chunk[5 * 16384];
+	if (!o)
+		skip();
+	o->room = 0;
+	turns(o, start_reading, 0, 1);
+	assert_int_equal(write(o->peer, chunk, sizeof(chunk)), (ssize_t)sizeof(chunk));
+	for (int i = 0; i < 100 && o->c.ring.held < sizeof(chunk); i++)
+		turns(o, NULL, 0, 5);
+	/* all of it held (five receives, the last past the hold limit), the ring stopped */
+	assert_int_equal(o->c.ring.held, sizeof(chunk));
+	assert_false(o->c.ring.armed);
+	assert_int_equal(write(o->c.fd, "x", 1), 1); /* left unread by the peer: */
+	close(o->peer);				     /* its close is a reset */
+	o->peer = -1;
+	turns(o, NULL, 0, 20);
+	o->room = o->cap;
+	turns(o, start_reading, 0, 2000);
+	assert_int_equal(o->got, sizeof(chunk));
+	assert_int_equal(o->ended, -ECONNRESET);
+}
+
+/* More connections than the loop has receive buffers, each ended by its peer (the end comes
+ * as a receive's completion); then a connection's bytes still come through the ring: the
+ * completions that carried a buffer and no bytes gave it back. */
+static void ends_give_their_buffers_back(void **state)
+{
+	struct owner *o = *state;
+	if (!o)
+		skip();
+	for (int i = 0; i < 80; i++) {
+		struct owner x = {.loop = o->loop, .in = o->in, .cap = o->cap, .room = o->cap};
+		int sv[2];
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+		net_conn_init(&x.c, sv[0]);
+		x.io = (struct loop_io){.fd = sv[0], .fn = on_io};
+		x.t.fn = on_step;
+		x.stop.fn = on_stop;
+		assert_int_equal(loop_io_add(o->loop, &x.io), 0);
+		assert_int_equal(write(sv[1], "a", 1), 1);
+		shutdown(sv[1], SHUT_WR);
+		turns(&x, start_reading, 0, 2000);
+		assert_int_equal(x.ended, 1);
+		loop_io_del(o->loop, &x.io);
+		net_conn_close(&x.c);
+		close(sv[1]);
+	}
+	o->room = 0; /* what comes is held by the connection, if the ring has a buffer for it */
+	turns(o, start_reading, 0, 1);
+	assert_int_equal(write(o->peer, "hello", 5), 5);
+	for (int i = 0; i < 100 && !o->c.ring.held; i++)
+		turns(o, NULL, 0, 5);
+	assert_int_equal(o->c.ring.held, 5);
+}
+
+/* A peer sending a byte at a time while its owner reads nothing: each receive takes a whole
+ * buffer of the loop's, so the connection stops receiving at a number of buffers, not only
+ * of bytes, and leaves the rest in its socket (the other connections keep theirs). */
+static void bytes_one_at_a_time_hold_few_buffers(void **state)
+{
+	struct owner *o = *state;
+	if (!o)
+		skip();
+	o->room = 0;
+	turns(o, start_reading, 0, 1);
+	for (int i = 0; i < 40; i++) {
+		char b = (char)('a' + i % 26);
+		assert_int_equal(write(o->peer, &b, 1), 1);
+		for (int k = 0; k < 20 && o->c.ring.armed && o->c.ring.held < (uint32_t)i + 1; k++)
+			turns(o, NULL, 0, 2);
+	}
+	assert_true(o->c.ring.held >= 1);
+	assert_true(o->c.ring.held <= 8); /* RX_BUFS / 8 buffers of a byte */
+	o->room = o->cap;
+	turns(o, start_reading, 40, 2000);
+	assert_int_equal(o->got, 40);
+	for (int i = 0; i < 40; i++)
+		assert_int_equal(o->in[i], 'a' + i % 26);
+}
+
 static void write_and_close(struct owner *o)
 {
 	wrote = (int)net_conn_write(&o->c, "last words", 10);
@@ -339,6 +486,14 @@ int main(void)
 					    teardown),
 	    cmocka_unit_test_setup_teardown(written_and_closed_in_one_turn_still_delivers, setup,
 					    teardown),
+	    cmocka_unit_test_setup_teardown(closed_with_a_send_never_read_closes_after_a_grace,
+					    setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+		a_closed_connection_receives_nothing_for_the_next_on_its_number, setup, teardown),
+	    cmocka_unit_test_setup_teardown(a_reset_after_the_bytes_held_is_told_after_them, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(ends_give_their_buffers_back, setup, teardown),
+	    cmocka_unit_test_setup_teardown(bytes_one_at_a_time_hold_few_buffers, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
