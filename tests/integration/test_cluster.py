@@ -517,6 +517,29 @@ def test_llm_a_new_prompt_goes_to_one_backend_through_instances_that_never_talk(
         assert a == b, (k, a, b)
 
 
+def _post_one(p):
+    """One completion request to instance <p>: its status."""
+    c = http.client.HTTPConnection("127.0.0.1", p.port, timeout=30)
+    c.request("POST", "/v1/completions", body=b'{"model": "m", "prompt": "hi"}',
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    r.read()
+    c.close()
+    return r.status
+
+
+def _eligible(p):
+    """How many backends instance <p> counts as eligible now (accelnet_backend_eligible)."""
+    m = prom_samples(metrics_text(p.admin))
+    return [v for k, v in m.items() if k[0] == "accelnet_backend_eligible"][0]
+
+
+def _queue(p, what):
+    """Instance <p>'s accelnet_pool_queue_<what>_total, summed over its pools."""
+    m = prom_samples(metrics_text(p.admin))
+    return sum(v for k, v in m.items() if k[0] == f"accelnet_pool_queue_{what}_total")
+
+
 def test_a_backends_slots_are_counted_across_instances(env):
     """max_concurrency is the backend's: with cluster: each instance counts the requests the
     others have in flight to a backend (sent every sync), so a backend of one slot busy with
@@ -532,35 +555,23 @@ def test_a_backends_slots_are_counted_across_instances(env):
     got = []
 
     def send(p):
-        c = http.client.HTTPConnection("127.0.0.1", p.port, timeout=30)
-        c.request("POST", "/v1/completions", body=b'{"model": "m", "prompt": "hi"}',
-                  headers={"Content-Type": "application/json"})
-        r = c.getresponse()
-        r.read()
-        c.close()
-        got.append(r.status)
+        got.append(_post_one(p))
 
-    def eligible(p):
-        m = prom_samples(metrics_text(p.admin))
-        return [v for k, v in m.items() if k[0] == "accelnet_backend_eligible"][0]
-    def queue(p, what):
-        m = prom_samples(metrics_text(p.admin))
-        return sum(v for k, v in m.items() if k[0] == f"accelnet_pool_queue_{what}_total")
     first = threading.Thread(target=send, args=(procs[0],))
     first.start()
     wait_until(lambda: sim_stats(sim.port)["active"] == 1, "the first request at the backend")
-    wait_until(lambda: eligible(procs[1]) == 0,
+    wait_until(lambda: _eligible(procs[1]) == 0,
                "the other instance to count the backend's one slot as taken")
     second = threading.Thread(target=send, args=(procs[1],))
     second.start()
-    wait_until(lambda: queue(procs[1], "enqueued") == 1,
+    wait_until(lambda: _queue(procs[1], "enqueued") == 1,
                "the other instance's request to wait in its queue")
     st = sim_stats(sim.port)
     assert st["active"] == 1 and st["waiting"] == 0 and st["completions"] == 0, st
     first.join()
     second.join()
     assert got == [200, 200], got
-    assert queue(procs[1], "granted") == 1
+    assert _queue(procs[1], "granted") == 1
     assert sim_stats(sim.port)["completions"] == 2
     # Redis gone: each instance keeps a slot of its own (what the others held of late is
     # smoothed, never all of them), so every request is still answered
@@ -656,32 +667,20 @@ def test_a_slot_let_go_reaches_another_instances_waiter_at_once(env):
     got = []
 
     def send(p):
-        c = http.client.HTTPConnection("127.0.0.1", p.port, timeout=30)
-        c.request("POST", "/v1/completions", body=b'{"model": "m", "prompt": "hi"}',
-                  headers={"Content-Type": "application/json"})
-        r = c.getresponse()
-        r.read()
-        c.close()
-        got.append(r.status)
+        got.append(_post_one(p))
 
-    def eligible(p):
-        m = prom_samples(metrics_text(p.admin))
-        return [v for k, v in m.items() if k[0] == "accelnet_backend_eligible"][0]
 
-    def queue(p, what):
-        m = prom_samples(metrics_text(p.admin))
-        return sum(v for k, v in m.items() if k[0] == f"accelnet_pool_queue_{what}_total")
     first = threading.Thread(target=send, args=(procs[0],))
     first.start()
     wait_until(lambda: sim_stats(sim.port)["active"] == 1, "the first request at the backend")
-    wait_until(lambda: eligible(procs[1]) == 0,
+    wait_until(lambda: _eligible(procs[1]) == 0,
                "the other instance to count the backend's one slot as taken")
     second = threading.Thread(target=send, args=(procs[1],))
     second.start()
     first.join()
     second.join()
     assert got == [200, 200], got
-    assert queue(procs[1], "enqueued") == 1 and queue(procs[1], "granted") == 1
+    assert _queue(procs[1], "enqueued") == 1 and _queue(procs[1], "granted") == 1
     st = sim_stats(sim.port)
     assert st["completions"] == 2 and st["max_active"] == 1, st
 
@@ -702,27 +701,18 @@ def test_a_freed_slot_goes_to_the_oldest_waiter_at_any_instance(env):
     done = []
 
     def send(p, name):
-        c = http.client.HTTPConnection("127.0.0.1", p.port, timeout=30)
-        c.request("POST", "/v1/completions", body=b'{"model": "m", "prompt": "hi"}',
-                  headers={"Content-Type": "application/json"})
-        r = c.getresponse()
-        r.read()
-        c.close()
-        done.append((name, r.status))
+        done.append((name, _post_one(p)))
 
-    def queue(p, what):
-        m = prom_samples(metrics_text(p.admin))
-        return sum(v for k, v in m.items() if k[0] == f"accelnet_pool_queue_{what}_total")
     a, b = procs
     ts = []
     for p, name in ((a, "first"), (b, "older"), (a, "newer")):
-        was = queue(p, "enqueued")
+        was = _queue(p, "enqueued")
         ts.append(threading.Thread(target=send, args=(p, name)))
         ts[-1].start()
         if name == "first":
             wait_until(lambda: sim_stats(sim.port)["active"] == 1, "the first at the backend")
         else:
-            wait_until(lambda: queue(p, "enqueued") == was + 1, f"the {name} one to wait")
+            wait_until(lambda: _queue(p, "enqueued") == was + 1, f"the {name} one to wait")
     for t in ts:
         t.join()
     assert done == [("first", 200), ("older", 200), ("newer", 200)], done
