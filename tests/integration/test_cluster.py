@@ -546,12 +546,7 @@ def test_a_backends_slots_are_counted_across_instances(env):
     one instance's request is full for the others, whose requests wait in their own queue
     for it (not inside the backend) and go once it is free again."""
     sim = env.sim("a", latency_ms=1500, token_ms=0, slots=1)
-    redis = _redis(env)
-    procs = _instances(env, redis.port, "pools:\n" + pool_yaml(
-        "p", [sim.port], extra="    queue: {timeout_ms: 20000}").replace(
-        f"127.0.0.1:{sim.port}", f"127.0.0.1:{sim.port}, max_concurrency: 1") +
-        "routes:\n  - pool: p\n", n=2, sync_ms=50)
-    _all_see(procs, 1, instances=2)
+    redis, procs = _capped(env, sim, cap=1, n=2, sync_ms=50)
     got = []
 
     def send(p):
@@ -583,12 +578,12 @@ def test_a_backends_slots_are_counted_across_instances(env):
     assert got == [200] * 4, got
 
 
-def _capped(env, sim, cap, n, sync_ms, redis=None):
+def _capped(env, sim, cap, n, sync_ms, redis=None, queue_ms=20000):
     """<n> instances sharing a Redis (<redis>, or a new one), one pool of <sim> with
-    max_concurrency <cap>."""
+    max_concurrency <cap> and a queue of <queue_ms>."""
     redis = redis or _redis(env)
     procs = _instances(env, redis.port, "pools:\n" + pool_yaml(
-        "p", [sim.port], extra="    queue: {timeout_ms: 20000}").replace(
+        "p", [sim.port], extra=f"    queue: {{timeout_ms: {queue_ms}}}").replace(
         f"127.0.0.1:{sim.port}", f"127.0.0.1:{sim.port}, max_concurrency: {cap}") +
         "routes:\n  - pool: p\n", n=n, sync_ms=sync_ms)
     _all_see(procs, 1, instances=n)
@@ -658,17 +653,11 @@ def test_a_slot_let_go_reaches_another_instances_waiter_at_once(env):
     waiting request's queue.timeout_ms of 1 s is ample; before, the slot reached it only at
     the holder's next tick and then the waiter's (0 to 5 s: 503 nine times in ten)."""
     sim = env.sim("a", latency_ms=300, token_ms=0, slots=8)
-    redis = _redis(env)
-    procs = _instances(env, redis.port, "pools:\n" + pool_yaml(
-        "p", [sim.port], extra="    queue: {timeout_ms: 1000}").replace(
-        f"127.0.0.1:{sim.port}", f"127.0.0.1:{sim.port}, max_concurrency: 1") +
-        "routes:\n  - pool: p\n", n=2, sync_ms=10000)
-    _all_see(procs, 1)
+    redis, procs = _capped(env, sim, cap=1, n=2, sync_ms=10000, queue_ms=1000)
     got = []
 
     def send(p):
         got.append(_post_one(p))
-
 
     first = threading.Thread(target=send, args=(procs[0],))
     first.start()
@@ -692,12 +681,7 @@ def test_a_freed_slot_goes_to_the_oldest_waiter_at_any_instance(env):
     request through A; a request waits for it at B, then another at A: B's, the older, is
     answered first (before, A's own queue took the slot back at once: A's first)."""
     sim = env.sim("a", latency_ms=400, token_ms=0, slots=8)
-    redis = _redis(env)
-    procs = _instances(env, redis.port, "pools:\n" + pool_yaml(
-        "p", [sim.port], extra="    queue: {timeout_ms: 20000}").replace(
-        f"127.0.0.1:{sim.port}", f"127.0.0.1:{sim.port}, max_concurrency: 1") +
-        "routes:\n  - pool: p\n", n=2, sync_ms=10000)
-    _all_see(procs, 1)
+    redis, procs = _capped(env, sim, cap=1, n=2, sync_ms=10000)
     done = []
 
     def send(p, name):
