@@ -632,6 +632,11 @@ static void uring_dispatch(void *arg)
 /* The receive buffers, registered with the ring at the first attach: 0 or -errno. */
 static int rx_setup(struct uring_be *be)
 {
+	const char *off = getenv("ACCELNET_IO_RING"); /* 0: readiness only, to compare the two */
+	if (off && strcmp(off, "0") == 0) {
+		be->rx_refused = -ENOTSUP;
+		return -ENOTSUP;
+	}
 	size_t size = RX_BUFS * sizeof(struct io_uring_buf);
 	void *br = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (br == MAP_FAILED)

@@ -27,8 +27,6 @@
 #include <errno.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
-#include <stdatomic.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -86,16 +84,7 @@ static ssize_t plain_recv(struct net_conn *c, void *buf, size_t len, int flags)
 
 void net_conn_ring_try(struct net_conn *c)
 {
-	/* ACCELNET_IO_RING=0: the io_uring loop reports readiness only (to compare the two);
-	 * read once, by whichever worker comes first */
-	static _Atomic int off = -1;
-	int o = atomic_load_explicit(&off, memory_order_relaxed);
-	if (o < 0) {
-		const char *e = getenv("ACCELNET_IO_RING");
-		o = e && strcmp(e, "0") == 0;
-		atomic_store_explicit(&off, o, memory_order_relaxed);
-	}
-	struct loop *loop = o ? NULL : loop_current();
+	struct loop *loop = loop_current();
 	if (!loop || c->fd < 0 || loop_ring_attach(loop, c->fd, &c->ring) < 0) {
 		c->ring = (struct loop_ring_io){0};
 		c->ring_no = 1;
@@ -106,13 +95,18 @@ void net_conn_ring_try(struct net_conn *c)
  * much was held), the socket's own bytes after those, until it is drained (a short read or
  * -EAGAIN), and then the ring again: so a short read says the socket is drained, as for a
  * plain one. */
+static ssize_t ring_end(const struct net_conn *c)
+{
+	return c->ring.end == 1 ? 0 : c->ring.end; /* 1: the peer's clean end; else -errno */
+}
+
 static ssize_t ring_read(struct net_conn *c, void *buf, size_t len)
 {
 	size_t n = loop_ring_take(&c->ring, buf, len);
 	if (n == len || (n && c->ring.armed))
 		return (ssize_t)n;
 	if (c->ring.end && !n)
-		return c->ring.end == 1 ? 0 : c->ring.end;
+		return ring_end(c);
 	if (c->ring.armed || c->ring.end) {
 		if (n)
 			return (ssize_t)n;
@@ -276,7 +270,7 @@ ssize_t net_conn_peek(struct net_conn *c, void *buf, size_t len)
 		if (n)
 			return (ssize_t)n;
 		if (c->ring.end)
-			return c->ring.end == 1 ? 0 : c->ring.end;
+			return ring_end(c);
 	}
 	return plain_recv(c, buf, len, MSG_PEEK);
 }
