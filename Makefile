@@ -100,24 +100,26 @@ FUZZ_LIB = $(filter-out src/sim/% src/proxy/% src/runtime/% src/control/% src/ob
 # The library the fuzz targets share is compiled once (instrumented for coverage, ASan and UBSan)
 # into build-fuzz/libfuzz.a; each target is then one compile and a link.
 FUZZ_DEBUG ?= -g
+FUZZ_CC ?= clang
+FUZZ_CXX ?= clang++
 FUZZ_CFLAGS = -std=c17 -D_GNU_SOURCE $(FUZZ_DEBUG) -O1 -Isrc -Iinclude -MMD -MP $(PKG_CFLAGS)
 FUZZ_OBJ = $(FUZZ_LIB:%.c=build-fuzz/obj/%.o) $(CXX_SRC:%.cc=build-fuzz/obj/%.o)
 fuzz: $(FUZZ_BIN)
 build-fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC  $< (fuzz)"
-	@clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -c -o $@ $<
+	@$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -c -o $@ $<
 build-fuzz/obj/%.o: %.cc
 	@mkdir -p $(dir $@)
 	@echo "  CXX $< (fuzz)"
-	@clang++ -std=c++17 -D_GNU_SOURCE $(FUZZ_DEBUG) -O1 -Isrc -Iinclude -MMD -MP \
+	@$(FUZZ_CXX) -std=c++17 -D_GNU_SOURCE $(FUZZ_DEBUG) -O1 -Isrc -Iinclude -MMD -MP \
 		-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize=vptr -c -o $@ $<
 build-fuzz/libfuzz.a: $(FUZZ_OBJ)
 	@rm -f $@
 	@ar rcs $@ $^
 build-fuzz/%: tests/fuzz/%.c build-fuzz/libfuzz.a
 	@echo "  FUZZ $@"
-	@clang $(filter-out -MMD -MP,$(FUZZ_CFLAGS)) -fsanitize=fuzzer,address,undefined \
+	@$(FUZZ_CC) $(filter-out -MMD -MP,$(FUZZ_CFLAGS)) -fsanitize=fuzzer,address,undefined \
 		-o $@ $< build-fuzz/libfuzz.a $(LDLIBS)
 
 bench: $(BUILD)/loadgen $(BUILD)/tlsload $(BUILD)/pickcost $(BUILD)/l4echo $(BUILD)/tokbench \

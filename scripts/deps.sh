@@ -23,6 +23,9 @@ python3-zmq python3-msgpack redis-server python3-cryptography python3-websockets
 chromium iproute2 strace util-linux testssl.sh dnsmasq-base systemd man-db binutils adduser
 podman python3-yaml nghttp2-client python3-h2 python3-grpcio python3-httpx
 sentencepiece"  # spm_train, spm_encode, spm_decode: test_tokenize's SentencePiece model
+# scripts/test.sh's compiles go through ccache (a second run on the same machine recompiles only
+# what changed)
+TEST_PKGS="$TEST_PKGS ccache"
 # the tokenizer's conformance test fetches its reference (Hugging Face's tokenizers) with npm;
 # a nodejs from NodeSource carries its own npm, Debian's does not
 TEST_PKGS="$TEST_PKGS nodejs"
