@@ -22,7 +22,7 @@ from test_cache import Origin, Reply, host, is_hit, parse_response, start
 from test_h2 import H2Client
 from test_h2_cache import _in_flight
 
-BIG = bytes(i % 251 for i in range(8 * 1024 * 1024))
+BIG = (bytes(range(251)) * (8 * 1024 * 1024 // 251 + 1))[:8 * 1024 * 1024]  # i % 251 at i
 SMALL = BIG[:400000]  # where the filler leaves: held by the origin, no size needed
 CACHE = "{memory: 128MiB, shards: 2, max_object: 32MiB}"
 # a client that does not read is never cut in these tests: what the others get is all that
