@@ -413,8 +413,8 @@ def main():
                     help="cluster.sync_ms (default 10, as docs/operations.md advises for LLM "
                     "pools near capacity; 0: the key left out, its default 100)")
     ap.add_argument("--cluster-extra", default="", metavar="KEYS",
-                    help="more keys of each instance's cluster: section, e.g. "
-                    "'sync_ms: 5'")
+                    help="more keys of each instance's cluster: section, as YAML flow "
+                    "pairs ('key: value, key: value'), a branch's new switch say")
     ap.add_argument("--accelnet", metavar="BIN",
                     help="run this accelnet binary (an older build, say) instead of build/'s")
     ap.add_argument("--proxy-cpu", default=bench.SERVER_CPU,
