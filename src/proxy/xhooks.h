@@ -41,8 +41,10 @@
  * at xhooks_ctx(x, its offset) only once in the mask: it writes through xhooks_join() and
  * reads, where it may not have joined (another feature's end reading what it did: the access
  * log asking the cache), through xhooks_peek(), which shows a feature out of the mask a zeroed
- * context, read-only. exchange.h never sees its type. A codec may keep its state for the
- * exchange there too (h1.h).
+ * context, read-only. Under AddressSanitizer and in a poison build (exchange.c) the contexts
+ * are filled with 0xa5 at the start instead, so that a read before joining shows up in the
+ * tests as nonsense, not as the zeroes a fresh block would hold. exchange.h never sees a
+ * context's type. A codec may keep its state for the exchange there too (h1.h).
  */
 #ifndef ACCELNET_PROXY_XHOOKS_H
 #define ACCELNET_PROXY_XHOOKS_H
