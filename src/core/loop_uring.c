@@ -39,11 +39,7 @@
  * while data keeps coming, and one connection whose owner had no room took all the buffers.)
  * A receive that found the buffers all held (-ENOBUFS), or a connection holding too much,
  * stops; the connection reads the socket itself until it is drained, then receives through
- * the ring again. A connection whose owner splices (loop_ring_pause) stops receiving the same
- * way, its receive cancelled and its poll told to wake for bytes again (POLL_ALL), until a read
- * that drains the socket re-arms it; a receive that completes meanwhile, with bytes or
- * cancelled, tells the io (LOOP_READ) and is not queued again.
- * A send is a copy into a TX_BUF buffer of the loop's (a pool as large as the
+ * the ring again. A send is a copy into a TX_BUF buffer of the loop's (a pool as large as the
  * connections sending at once, kept) queued as IORING_OP_SEND with MSG_WAITALL, one in flight
  * a connection; its completion frees the buffer and gives the io a write event. A write larger
  * than TX_BUF is refused (-EMSGSIZE) for the connection to make itself, nothing being in flight
@@ -59,6 +55,11 @@
  * loop cancels what is still in flight and waits for the completions before freeing the
  * buffers; any still in flight after a second leave the buffers allocated (logged), since the
  * kernel may yet use them.
+ *
+ * A connection whose owner splices (loop_ring_pause) stops receiving as one holding too much
+ * does: its receive cancelled, its poll told to wake for bytes again (POLL_ALL), until a read
+ * that drains the socket re-arms it; a receive that completes meanwhile, with bytes or
+ * cancelled, tells the io (LOOP_READ) and is not queued again.
  */
 #include "core/loop_backend.h"
 #include "core/check.h"
