@@ -354,6 +354,11 @@ int loop_ring_rearm(struct loop_ring_io *r, int fd)
 	return r->loop->ops->ring_rearm(r->loop->be, r, fd);
 }
 
+int loop_ring_pause(struct loop_ring_io *r, int fd)
+{
+	return r->loop->ops->ring_pause(r->loop->be, r, fd);
+}
+
 ssize_t loop_ring_send(struct loop_ring_io *r, int fd, const struct iovec *iov, int n)
 {
 	return r->loop->ops->ring_send(r->loop->be, r, fd, iov, n);

@@ -131,6 +131,7 @@ struct loop_ring_io {
 	uint8_t armed;	     /* a multishot receive is in the ring */
 	uint8_t cancelling;  /* ... and its cancellation is asked for */
 	uint8_t shut;	     /* shut the sending side once the send in flight is done */
+	uint8_t paused;	     /* receiving stopped for the owner to read the socket itself */
 };
 
 /* The loop running on this thread (inside loop_run), or NULL. */
@@ -141,8 +142,15 @@ int loop_ring_attach(struct loop *loop, int fd, struct loop_ring_io *r);
 size_t loop_ring_take(struct loop_ring_io *r, void *buf, size_t len);
 /* Copy up to <len> held bytes without consuming them: a count. */
 size_t loop_ring_peek(const struct loop_ring_io *r, void *buf, size_t len);
-/* Receive again after the receive ended (the loop's buffers ran out, too much held). */
+/* Receive again after the receive ended (the loop's buffers ran out, too much held), or was
+ * paused (loop_ring_pause; the poll then stops telling of bytes). */
 int loop_ring_rearm(struct loop_ring_io *r, int fd);
+/* Stop receiving while the owner reads the socket itself (splice(2)): the receive in the ring
+ * is cancelled (its completion, bytes or the cancellation, still calls the io's fn with
+ * LOOP_READ; the socket is not the owner's to read while r->armed), the bytes held stay held
+ * for it to take first, and the descriptor's poll tells of bytes again. loop_ring_rearm
+ * receives through the ring again. 0, or -errno. */
+int loop_ring_pause(struct loop_ring_io *r, int fd);
 /* Queue a send of <iov>: the count copied and queued, -EAGAIN while one is in flight,
  * -EMSGSIZE when it is too large for one (nothing in flight: the caller may send it itself). */
 ssize_t loop_ring_send(struct loop_ring_io *r, int fd, const struct iovec *iov, int n);

@@ -34,6 +34,7 @@ struct loop_backend_ops {
 	int (*ring_attach)(void *be, int fd, struct loop_ring_io *r);
 	size_t (*ring_take)(void *be, struct loop_ring_io *r, void *buf, size_t len, int consume);
 	int (*ring_rearm)(void *be, struct loop_ring_io *r, int fd);
+	int (*ring_pause)(void *be, struct loop_ring_io *r, int fd);
 	ssize_t (*ring_send)(void *be, struct loop_ring_io *r, int fd, const struct iovec *iov,
 			     int n);
 	void (*ring_shutdown)(void *be, struct loop_ring_io *r, int fd);

@@ -55,6 +55,11 @@
  * loop cancels what is still in flight and waits for the completions before freeing the
  * buffers; any still in flight after a second leave the buffers allocated (logged), since the
  * kernel may yet use them.
+ *
+ * A connection whose owner splices (loop_ring_pause) stops receiving as one holding too much
+ * does: its receive cancelled, its poll told to wake for bytes again (POLL_ALL), until a read
+ * that drains the socket re-arms it; a receive that completes meanwhile, with bytes or
+ * cancelled, tells the io (LOOP_READ) and is not queued again.
  */
 #include "core/loop_backend.h"
 #include "core/check.h"
@@ -80,6 +85,7 @@
 #define UD_GRACE 3ull /* a detached send's grace timer, or its cancellation: seq << 32 | id */
 #define UD_KIND(ud) ((ud) >> 62)
 #define GEN_MAX 0x3fffffffu
+#define UD_UPDATE (1ull << 31) /* in a poll's tag: its update (poll_update), if it failed */
 
 #define RX_BUFS 64   /* the loop's receive buffers (a power of two): 1 MiB, each touched in turn */
 #define RX_BUF 16384 /* bytes each */
@@ -350,10 +356,15 @@ static struct io_uring_sqe *uring_sqe(struct uring_be *be)
 #define POLL_ALL (POLLIN | POLLOUT | POLLRDHUP)
 #define POLL_RING (POLLOUT | POLLRDHUP)
 
+static unsigned slot_mask(const struct uring_slot *s)
+{
+	return s->r && !s->r->paused ? POLL_RING : POLL_ALL;
+}
+
 static void uring_arm(struct uring_be *be, int fd, uint64_t ud)
 {
 	struct io_uring_sqe *sqe = uring_sqe(be);
-	io_uring_prep_poll_multishot(sqe, fd, be->slots[fd].r ? POLL_RING : POLL_ALL);
+	io_uring_prep_poll_multishot(sqe, fd, slot_mask(&be->slots[fd]));
 	io_uring_sqe_set_data64(sqe, ud);
 }
 
@@ -499,10 +510,12 @@ static void recv_done(struct uring_be *be, const struct uring_done *d)
 	if (d->res == 0) {
 		r->end = 1;
 	} else if (d->res == -ECANCELED) {
-		return;
+		if (!r->paused)
+			return;
+		/* paused: the socket is the owner's to read from now on */
 	} else if (d->res < 0 && d->res != -ENOBUFS && d->res != -EAGAIN && d->res != -EINTR) {
 		r->end = d->res;
-	} else if (d->res > 0 && r->held <= RX_HOLD_MAX && r->bufs < RX_HOLD_BUFS) {
+	} else if (d->res > 0 && !r->paused && r->held <= RX_HOLD_MAX && r->bufs < RX_HOLD_BUFS) {
 		recv_arm(be, r, fd, 1); /* the next; more than that held: once it is read */
 	}
 	/* -ENOBUFS (the loop's buffers are all held) too: the connection reads the socket */
@@ -581,8 +594,24 @@ static void grace_done(struct uring_be *be, const struct uring_done *d)
 	send_cancel_later(be, id, d->res == -ETIME ? 0 : TX_RETRY_MS);
 }
 
+static void poll_update(struct uring_be *be, int fd);
+
+/* A poll's update failed: again, if the kernel was busy with the poll, and the registration
+ * is still the one updated. */
+static void update_failed(struct uring_be *be, const struct uring_done *d)
+{
+	int fd = (int)((uint32_t)d->ud & ~(uint32_t)UD_UPDATE);
+	uint32_t gen = (uint32_t)(d->ud >> 32);
+	if (d->res == -EALREADY && slot_io(be, fd, gen))
+		poll_update(be, fd);
+}
+
 static void poll_done(struct uring_be *be, const struct uring_done *d)
 {
+	if (d->ud & UD_UPDATE) {
+		update_failed(be, d);
+		return;
+	}
 	int fd = (int)(uint32_t)d->ud;
 	uint32_t gen = (uint32_t)(d->ud >> 32);
 	struct loop_io *io = d->ud ? slot_io(be, fd, gen) : NULL;
@@ -664,6 +693,20 @@ static int rx_setup(struct uring_be *be)
 	return 0;
 }
 
+/* The poll of <fd> watches what slot_mask() says now. The kernel refuses the update (-EALREADY)
+ * while a wake-up of the poll is being handled: update_failed() asks again (a paused
+ * connection whose poll kept the ring's mask would never hear of its bytes). A poll that
+ * ended (-ENOENT) is armed again, with the mask of then, by its last completion. */
+static void poll_update(struct uring_be *be, int fd)
+{
+	struct io_uring_sqe *sqe = uring_sqe(be);
+	uint64_t ud = slot_ud(be->slots[fd].gen, fd);
+	io_uring_prep_poll_update(sqe, ud, 0, slot_mask(&be->slots[fd]),
+				  IORING_POLL_UPDATE_EVENTS | IORING_POLL_ADD_MULTI);
+	io_uring_sqe_set_data64(sqe, ud | UD_UPDATE);
+	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+}
+
 static int ring_attach(void *arg, int fd, struct loop_ring_io *r)
 {
 	struct uring_be *be = arg;
@@ -680,13 +723,7 @@ static int ring_attach(void *arg, int fd, struct loop_ring_io *r)
 	s->r = r;
 	r->rx_ud = UD_RECV << 62 | slot_ud(s->gen, fd);
 	recv_arm(be, r, fd, 0);
-	/* the poll no longer wakes for bytes (each would be told twice); a failure (the poll
-	 * ended, to be armed again) posts a completion of no one's */
-	struct io_uring_sqe *sqe = uring_sqe(be);
-	io_uring_prep_poll_update(sqe, slot_ud(s->gen, fd), 0, POLL_RING,
-				  IORING_POLL_UPDATE_EVENTS | IORING_POLL_ADD_MULTI);
-	io_uring_sqe_set_data64(sqe, 0);
-	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+	poll_update(be, fd); /* the poll no longer wakes for bytes (each would be told twice) */
 	return 0;
 }
 
@@ -727,8 +764,26 @@ static int ring_rearm(void *arg, struct loop_ring_io *r, int fd)
 		return 0;
 	if ((uint32_t)fd >= be->nslots || be->slots[fd].r != r)
 		return -EINVAL;
+	if (r->paused) {
+		r->paused = 0;
+		poll_update(be, fd);
+	}
 	r->rx_ud = UD_RECV << 62 | slot_ud(be->slots[fd].gen, fd);
 	recv_arm(be, r, fd, 1); /* the socket was just drained */
+	return 0;
+}
+
+static int ring_pause(void *arg, struct loop_ring_io *r, int fd)
+{
+	struct uring_be *be = arg;
+	if ((uint32_t)fd >= be->nslots || be->slots[fd].r != r)
+		return -EINVAL;
+	if (r->paused)
+		return 0;
+	r->paused = 1;
+	poll_update(be, fd); /* before the cancellation: no byte comes between the two */
+	if (r->armed && !r->cancelling)
+		recv_cancel(be, r);
 	return 0;
 }
 
@@ -830,6 +885,7 @@ const struct loop_backend_ops loop_uring_ops = {
     .ring_attach = ring_attach,
     .ring_take = ring_take,
     .ring_rearm = ring_rearm,
+    .ring_pause = ring_pause,
     .ring_send = ring_send,
     .ring_shutdown = ring_shutdown,
     .ring_detach = ring_detach,

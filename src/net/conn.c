@@ -18,7 +18,9 @@
  * at net_conn_read_start (net_conn_ring_try): its reads take what the ring received (and,
  * where the ring stopped receiving, read the socket until it is drained and start the ring
  * again), its writes are queued sends, its shutdown waits for the send in flight, its peek and
- * pending look at the bytes held first, and closing detaches it. Elsewhere the reads and
+ * pending look at the bytes held first, and closing detaches it. An owner that splices pauses
+ * its receives (net_conn_ring_pause); a read that drains the socket then (ring_read) starts
+ * them again. Elsewhere the reads and
  * writes are system calls on the descriptor.
  */
 #include "net/conn.h"
@@ -89,6 +91,12 @@ void net_conn_ring_try(struct net_conn *c)
 		c->ring = (struct loop_ring_io){0};
 		c->ring_no = 1;
 	}
+}
+
+void net_conn_ring_pause(struct net_conn *c)
+{
+	if (loop_ring_pause(&c->ring, c->fd) == 0)
+		c->readable = 1;
 }
 
 /* A read of what the ring received; where it stopped receiving (its buffers ran out, or too

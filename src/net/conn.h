@@ -17,8 +17,10 @@
  * read for an owner receives and sends through the ring (the bytes received wait in the
  * loop's buffers, held by the connection, until the owner has room; a write is copied and
  * queued, and -EAGAIN until that one is sent, then a write event), with no change to the
- * owners. TLS connections, and owners that splice below the transport, keep the readiness
- * path.
+ * owners. TLS connections keep the readiness path; an owner that splices below the transport
+ * (no alloc) takes the connection off the ring's receives while it does (net_conn_ring_pause:
+ * it reads the socket on readiness, the bytes the ring held first, net/splice.h), and the next
+ * read for an owner that drains the socket puts it back.
  *
  * Non-blocking writes: net_conn_writev() returns what one call moved (on the ring: what was
  * queued, which still leaves if the connection is closed next, for a short grace: a
@@ -101,6 +103,9 @@ int net_conn_read_pass(struct net_conn *c);
 /* A plain connection read for an owner on a loop running on io_uring: its receives and sends
  * go through the ring from now on (silently not where the loop does not offer it). */
 void net_conn_ring_try(struct net_conn *c);
+/* ... and one on the ring whose owner now moves the bytes itself: receiving stops (readable
+ * set: the owner looks). */
+void net_conn_ring_pause(struct net_conn *c);
 int net_conn_ready_read(struct net_conn *c);
 
 /*
@@ -117,6 +122,8 @@ static inline int net_conn_read_start(struct net_conn *c, const struct net_conn_
 	c->reading = 1;
 	if (!c->ring.loop && !c->ring_no && !c->ssl && ops->alloc)
 		net_conn_ring_try(c);
+	else if (c->ring.loop && !ops->alloc)
+		net_conn_ring_pause(c);
 	return c->readable ? net_conn_read_pass(c) : 0;
 }
 

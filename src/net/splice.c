@@ -69,8 +69,30 @@ void net_pipe_spares_drain(struct net_pipe_spares *s)
 		net_pipe_close(&s->spare[--s->n]);
 }
 
+/* Bytes <from>'s ring holds, at most <max>, written into the pipe: a count, or -errno. */
+static ssize_t ring_held_in(struct net_pipe *p, struct net_conn *from, size_t max)
+{
+	char tmp[16384];
+	size_t n = loop_ring_peek(&from->ring, tmp, max < sizeof(tmp) ? max : sizeof(tmp));
+	ssize_t w = write(p->wr, tmp, n);
+	if (w < 0)
+		return errno == EINTR ? -EAGAIN : -errno;
+	loop_ring_take(&from->ring, tmp, (size_t)w);
+	p->held += (uint32_t)w;
+	return w;
+}
+
 ssize_t net_splice_in(struct net_pipe *p, struct net_conn *from, size_t max)
 {
+	if (from->ring.loop) {
+		if (from->ring.held)
+			return ring_held_in(p, from, max);
+		if (from->ring.armed)
+			return -EAGAIN; /* a receive still in the ring: its completion comes first
+					 */
+		if (from->ring.end)
+			return from->ring.end == 1 ? 0 : from->ring.end;
+	}
 	ssize_t n = splice(from->fd, NULL, p->wr, NULL, max, SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
 	if (n < 0)
 		return errno == EINTR ? -EAGAIN : -errno;
@@ -82,6 +104,10 @@ ssize_t net_splice_out(struct net_pipe *p, struct net_conn *to)
 {
 	if (!p->held)
 		return 0;
+	if (to->ring.loop && to->ring.tx_err)
+		return to->ring.tx_err;
+	if (to->ring.loop && to->ring.tx)
+		return -EAGAIN; /* the ring's send first: its completion is the write edge */
 	ssize_t n = splice(p->rd, NULL, to->fd, NULL, p->held, SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
 	if (n < 0)
 		return errno == EINTR ? -EAGAIN : -errno;

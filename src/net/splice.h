@@ -15,6 +15,13 @@
  * and a short move says nothing about the socket. The owner, whose readiness is
  * edge-triggered, takes only -EAGAIN (with an empty pipe, for a read) as "wait for an edge".
  *
+ * A connection on a loop's io_uring (net/conn.h) splices too: its owner reads with no alloc,
+ * which stops its receives (net_conn_ring_pause), and net_splice_in() hands on the bytes the
+ * ring already held first (written into the pipe: a copy, of what one receive held at most),
+ * reads nothing while a receive is still in the ring (-EAGAIN; its completion is the next
+ * read edge), then splices from the socket; net_splice_out() waits (-EAGAIN) while a send the
+ * ring queued is in flight (its completion is the write edge), so bytes leave in order.
+ *
  * Pipes cost two descriptors and a kernel ring each, so a worker keeps a few empty ones for
  * the next body (struct net_pipe_spares) and closes one that still holds bytes. Functions
  * return a count or 0, or -errno.
@@ -45,8 +52,7 @@ struct net_pipe_spares {
 /* May bytes go from <from> to <to> by splice? Both plain TCP (no TLS session). */
 static inline int net_splice_able(const struct net_conn *from, const struct net_conn *to)
 {
-	return !from->ssl && !to->ssl && from->fd >= 0 && to->fd >= 0 && !from->ring.loop &&
-	       !to->ring.loop; /* bytes through the ring go through buffers */
+	return !from->ssl && !to->ssl && from->fd >= 0 && to->fd >= 0;
 }
 
 /* A non-blocking pipe of about <size> bytes (F_SETPIPE_SZ where the system allows it; the

@@ -5,9 +5,11 @@ reads (the cache's fill, the token tally of an OpenAI route), or one with TLS on
 is copied as before. Each test checks what the client gets (sha256 of the body) and what
 the metric says moved by splice.
 
-Splice is the epoll loop's: on io_uring the bytes of plain connections come and go through the
-ring (tune.io), so the proxies here run on epoll whatever the pass asks for (ACCELNET_IO), and
-one case checks that on io_uring a body large enough to splice is copied, whole."""
+The proxies run on the event loop the pass asks for (ACCELNET_IO); on io_uring, where plain
+connections receive and send through the ring, a spliced body takes the backend's connection
+off the ring's receives while it is relayed, and the cases below on io_uring (whatever the
+pass) check that the body is spliced, whole, and that both connections carry the next
+requests."""
 
 import hashlib
 import http.client
@@ -22,12 +24,14 @@ from harness import (BIN, ScriptedBackend, Skip, free_port, prom_samples, metric
 
 MiB = 1 << 20
 _bodies = {}
-EPOLL = {"ACCELNET_IO": "epoll"}
+URING = {"ACCELNET_IO": "auto"}
 
 
-def _proxy(env, yaml_body, **kw):
-    """env.proxy on epoll (the module's docstring)."""
-    return env.proxy(yaml_body, environ=kw.pop("environ", EPOLL), **kw)
+def _on_io_uring(px):
+    """Skip unless <px> runs on io_uring (auto falls back to epoll where the kernel refuses)."""
+    samples = prom_samples(metrics_text(px.admin))
+    if samples.get(("accelnet_event_loop", (("backend", "io_uring"),))) != 1:
+        raise Skip("this kernel refuses io_uring")
 
 
 def _body(size):
@@ -99,7 +103,7 @@ COPIED_MAX = 33 * 1024 + 1024
 
 def test_splice_carries_large_bodies_intact(env):
     be = _sized_backend(env)
-    px = _proxy(env, "pools:\n" + pool_yaml("p", [be.port]), workers=1)
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1)
     _intact(_get(px.port, 1024), 1024)  # short: copied
     _intact(_get(px.port, 256 * 1024), 256 * 1024)  # below SPLICE_MIN_BYTES: copied
     assert _spliced(px) == 0
@@ -111,22 +115,50 @@ def test_splice_carries_large_bodies_intact(env):
     assert 100 * MiB - COPIED_MAX <= hundred <= 100 * MiB, hundred
 
 
-def test_splice_not_on_io_uring_the_body_copied_whole(env):
+def test_splice_on_io_uring(env):
+    """On io_uring a body large enough is spliced too, and both connections go back to the
+    ring for the small requests after it (one client connection, one backend connection)."""
     be = _sized_backend(env)
-    px = _proxy(env, "pools:\n" + pool_yaml("p", [be.port]), workers=1,
-                environ={"ACCELNET_IO": "auto"})
-    samples = prom_samples(metrics_text(px.admin))
-    if samples.get(("accelnet_event_loop", (("backend", "io_uring"),))) != 1:
-        raise Skip("this kernel refuses io_uring")
-    for size in (MiB, 8 * MiB):
-        _intact(_get(px.port, size), size)
-    assert _spliced(px) == 0
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1, environ=URING)
+    _on_io_uring(px)
+    c = http.client.HTTPConnection("127.0.0.1", px.port, timeout=60)
+    try:
+        for size in (100, MiB, 100, 2000, 8 * MiB, 100):
+            c.request("GET", f"/{size}")
+            r = c.getresponse()
+            assert r.status == 200
+            _intact(r.read(), size)
+    finally:
+        c.close()
+    assert _spliced(px) >= 9 * MiB - 2 * COPIED_MAX, _spliced(px)
+    assert be.count == 6 and be.connections == 1, (be.count, be.connections)
+
+
+def test_splice_on_io_uring_bytes_past_the_body_never_answer_the_next_request(env):
+    """As the case below on epoll, with the extra response sent with the body: on io_uring the
+    bytes the ring held when the splice began go into the pipe first, no further than the
+    body's end."""
+    def script(n, req):
+        size = int(req.split(b" ", 2)[1].decode().rsplit("/", 1)[1])
+        out = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (size, _body(size))
+        if n == 1:
+            out += b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nEVIL!"
+        return out, False
+    be = ScriptedBackend(script)
+    env.on_cleanup.append(be.close)
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1, environ=URING)
+    _on_io_uring(px)
+    _intact(_get(px.port, MiB), MiB)
+    for _ in range(3):
+        _intact(_get(px.port, 100), 100)
+    assert _spliced(px) > 0
+    assert be.connections == 2, be.connections  # the first one was closed, not reused
 
 
 def test_splice_access_log_counts_spliced_bytes(env):
     be = _sized_backend(env)
     log = os.path.join(env.dir, "access.log")
-    px = _proxy(env, "pools:\n" + pool_yaml("p", [be.port]), workers=1,
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1,
                    extra=f"access_log: {{path: {log}}}\n")
     _intact(_get(px.port, 3 * MiB), 3 * MiB)
     assert _spliced(px) > 2 * MiB
@@ -145,7 +177,7 @@ def test_splice_access_log_counts_spliced_bytes(env):
 
 def test_splice_keep_alive_reuse_after_a_spliced_body(env):
     be = _sized_backend(env)
-    px = _proxy(env, "pools:\n" + pool_yaml("p", [be.port]), workers=1)
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1)
     c = http.client.HTTPConnection("127.0.0.1", px.port, timeout=60)
     try:
         for size in (MiB, 2 * MiB, 100, MiB):
@@ -162,7 +194,7 @@ def test_splice_keep_alive_reuse_after_a_spliced_body(env):
 
 def test_splice_off_copies(env):
     be = _sized_backend(env)
-    px = _proxy(env, "pools:\n" + pool_yaml("p", [be.port]), workers=1,
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1,
                    extra="tune: {splice: false}\n")
     _intact(_get(px.port, MiB), MiB)
     assert _spliced(px) == 0
@@ -170,7 +202,7 @@ def test_splice_off_copies(env):
 
 def test_splice_not_when_the_cache_fills(env):
     be = _sized_backend(env, extra_head=b"Cache-Control: max-age=60\r\n")
-    px = _proxy(env, "cache: {max_object: 4MiB}\npools:\n" + pool_yaml("p", [be.port])
+    px = env.proxy("cache: {max_object: 4MiB}\npools:\n" + pool_yaml("p", [be.port])
                    + "routes:\n  - {match: {path_prefix: /}, pool: p, cache: true}\n",
                    workers=1)
     _intact(_get(px.port, MiB), MiB)  # filled: every byte went through the fill
@@ -183,7 +215,7 @@ def test_splice_not_when_the_cache_fills(env):
 
 def test_splice_not_on_a_tallied_openai_route(env):
     be = _sized_backend(env)
-    px = _proxy(env, "pools:\n" + pool_yaml("p", [be.port])
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port])
                    + "routes:\n  - {match: {path_prefix: /}, pool: p, api: openai}\n",
                    workers=1)
     _intact(_get(px.port, MiB), MiB)
@@ -204,7 +236,7 @@ def test_splice_not_on_a_tls_listener(env):
                      f"  - address: 127.0.0.1:{tport}\n    tls: {{cert: {pem}, key: {key}}}\n"
                      f"admin:\n  address: 127.0.0.1:{admin}\npools:\n"
                      + pool_yaml("p", [be.port]))
-    px = env.start([BIN, "proxy", "-c", path], "proxy", wait_port=port, environ=EPOLL)
+    px = env.start([BIN, "proxy", "-c", path], "proxy", wait_port=port)
     px.port, px.admin = port, admin
     wait_until(lambda: _port_up(tport) and _port_up(admin), "the TLS listener")
     ctx = ssl.create_default_context(cafile=pem)
@@ -235,7 +267,7 @@ def test_splice_not_with_tls_to_the_backend(env):
     ng = _nginx_tls(env, ca.issue("srv", "localhost", "DNS:localhost"))
     with open(os.path.join(ng.root, "big"), "wb") as f:
         f.write(_body(MiB))
-    px = _proxy(env, "pools:\n  - name: secure\n    backends:\n"
+    px = env.proxy("pools:\n  - name: secure\n    backends:\n"
                    f"      - {{address: localhost:{ng.port}}}\n    tls: {{ca: {ca.pem}}}\n",
                    workers=1)
     st, _, data = request(px.port, "GET", "/big", timeout=60)
@@ -247,7 +279,7 @@ def test_splice_not_with_tls_to_the_backend(env):
 def test_splice_backend_closing_mid_body_cuts_the_client(env):
     be = _sized_backend(env, cut_at=300 * 1024)
     ok = _sized_backend(env)
-    px = _proxy(env, "pools:\n" + pool_yaml("p", [be.port]) + pool_yaml("ok", [ok.port])
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]) + pool_yaml("ok", [ok.port])
                    + "routes:\n  - {match: {path_prefix: /ok/}, pool: ok}\n"
                    "  - {match: {path_prefix: /}, pool: p}\n", workers=1)
     with socket.create_connection(("127.0.0.1", px.port), timeout=30) as s:
@@ -264,7 +296,7 @@ def test_splice_backend_closing_mid_body_cuts_the_client(env):
 
 def test_splice_slow_reader_gets_it_all_and_memory_stays_bounded(env):
     be = _sized_backend(env)
-    px = _proxy(env, "pools:\n" + pool_yaml("p", [be.port]), workers=1)
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1)
     _intact(_get(px.port, MiB), MiB)  # warm: buffers and a pipe made
     rss0 = rss_kib(px.pid)
     size = 64 * MiB
@@ -288,7 +320,7 @@ def test_splice_between_bytes_timeout_still_applies(env):
                 + _body(MiB)[:200 * 1024], False)  # then silence, the connection open
     be = ScriptedBackend(script)
     env.on_cleanup.append(be.close)
-    px = _proxy(env, "pools:\n" + pool_yaml("p", [be.port]), workers=1,
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1,
                    extra="timeouts: {between_bytes_ms: 500}\n")
     t0 = time.monotonic()
     with socket.create_connection(("127.0.0.1", px.port), timeout=30) as s:
@@ -314,7 +346,7 @@ def test_splice_backend_bytes_past_the_body_never_answer_the_next_request(env):
         return out, False
     be = ScriptedBackend(script)
     env.on_cleanup.append(be.close)
-    px = _proxy(env, "pools:\n" + pool_yaml("p", [be.port]), workers=1)
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1)
     size = 4 * MiB
     # a client that reads late: the backend's bytes, the extra response too, wait in the
     # proxy's socket before it reads the body's last ones
@@ -335,7 +367,7 @@ def test_splice_head_request_has_no_body(env):
         return (head if req.startswith(b"HEAD ") else head + _body(MiB)), False
     be = ScriptedBackend(script)
     env.on_cleanup.append(be.close)
-    px = _proxy(env, "pools:\n" + pool_yaml("p", [be.port]), workers=1)
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1)
     c = http.client.HTTPConnection("127.0.0.1", px.port, timeout=30)
     try:
         for method in ("HEAD", "GET", "HEAD"):
@@ -352,7 +384,7 @@ def test_splice_client_leaving_mid_body_leaks_no_pipe(env):
     """Clients that read the head and go: each exchange is cut, its pipe (bytes still in it)
     closed, and the proxy's descriptors come back to what they were."""
     be = _sized_backend(env)
-    px = _proxy(env, "pools:\n" + pool_yaml("p", [be.port]), workers=1)
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1)
     _intact(_get(px.port, MiB), MiB)  # warm: one spare pipe kept
 
     def fds():
@@ -374,7 +406,7 @@ def test_splice_seventy_slow_clients_at_once(env):
     a body, so exchanges end and give their pipes back before the worker's 64
     (SPLICE_PIPES_MAX) are all lent: the cap itself is tests/unit/test_net_splice.c's.)"""
     be = _sized_backend(env)
-    px = _proxy(env, "pools:\n" + pool_yaml("p", [be.port]), workers=1)
+    px = env.proxy("pools:\n" + pool_yaml("p", [be.port]), workers=1)
     socks = []
     try:
         for _ in range(70):

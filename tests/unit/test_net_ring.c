@@ -3,7 +3,9 @@
  * over core/loop_uring.c), over socketpairs: an owner reading inside a loop on io_uring gets
  * the peer's bytes through the ring and its writes leave through it; an owner without room
  * leaves the bytes held by the connection, a bounded amount however much the peer sends
- * (the rest waits in the socket), and reads them all, in order, once it has room; a second
+ * (the rest waits in the socket), and reads them all, in order, once it has room; an owner
+ * that splices gets the bytes the ring held first, then the socket's by readiness, in order,
+ * and reading into its room again puts the connection back on the ring; a second
  * write waits for the first's completion (-EAGAIN, then a write event); the peer's end read
  * as 0; a connection closed with a send in flight, or with one queued in the same turn: the
  * bytes still reach the peer, then the end, and the loop frees its buffer (ASan sees no leak,
@@ -31,6 +33,7 @@
 
 #include "core/loop.h"
 #include "net/conn.h"
+#include "net/splice.h"
 
 #define BIG (1024 * 1024)
 
@@ -43,6 +46,7 @@ struct owner {
 	char *in; /* what the owner read */
 	size_t got, cap, room, want;
 	int ended;
+	struct net_pipe *pipe;	       /* splicing: the bytes go through it, not through the ring */
 	void (*step)(struct owner *o); /* run inside the loop, from a timer */
 };
 
@@ -88,7 +92,7 @@ static void on_io(struct loop_io *io, unsigned events)
 {
 	struct owner *o = container_of(io, struct owner, io);
 	(void)net_conn_ready(&o->c, events);
-	if (o->c.reading)
+	if (o->c.reading && !o->pipe)
 		read_on(o);
 	stop_when_done(o);
 }
@@ -277,6 +281,96 @@ static void owner_without_room_leaves_the_rest_in_the_socket(void **state)
 	for (size_t i = 0; i < sent; i++)
 		if ((unsigned char)o->in[i] != pattern(i))
 			fail_msg("byte %zu of %zu out of order", i, sent);
+}
+
+/* The splicing owner's pass: the connection into the pipe until it waits, the pipe into
+ * o->in. */
+static void splice_pass(void *arg)
+{
+	struct owner *o = arg;
+	for (;;) {
+		ssize_t n = net_splice_in(o->pipe, &o->c, o->pipe->size - o->pipe->held);
+		if (n == -EAGAIN && !o->pipe->held)
+			o->c.readable = 0;
+		if (n <= 0 && n != -EAGAIN)
+			o->ended = n ? (int)n : 1;
+		while (o->pipe->held) {
+			ssize_t k = read(o->pipe->rd, o->in + o->got, o->pipe->held);
+			assert_true(k > 0);
+			o->got += (size_t)k;
+			o->pipe->held -= (uint32_t)k;
+		}
+		if (n <= 0)
+			break;
+	}
+}
+
+static const struct net_conn_read_ops splice_reads = {.ready = splice_pass};
+
+static void start_splicing(struct owner *o)
+{
+	net_conn_read_start(&o->c, &splice_reads, o);
+	if (o->c.readable)
+		splice_pass(o);
+	stop_when_done(o);
+}
+
+/* <n> bytes of pattern() from byte <from> on, written by the peer (its socket takes them, the
+ * loop turning while it is full). */
+static void peer_send(struct owner *o, size_t from, size_t n)
+{
+	static unsigned char chunk[8192];
+	for (size_t sent = 0; sent < n;) {
+		size_t len = n - sent < sizeof(chunk) ? n - sent : sizeof(chunk);
+		for (size_t i = 0; i < len; i++)
+			chunk[i] = pattern(from + sent + i);
+		ssize_t k = write(o->peer, chunk, len);
+		if (k > 0)
+			sent += (size_t)k;
+		else
+			turns(o, NULL, 0, 5);
+	}
+}
+
+static void spliced_after_what_the_ring_held_in_order_then_back_on_the_ring(void **state)
+{
+	struct owner *o = *state;
+	struct net_pipe pipe;
+	if (!o)
+		skip();
+	assert_int_equal(net_pipe_open(&pipe, 65536), 0);
+	o->room = 0; /* the ring holds what comes: the bytes read with a head, say */
+	turns(o, start_reading, 0, 1);
+	peer_send(o, 0, 20000);
+	for (int i = 0; i < 200 && o->c.ring.held < 20000; i++)
+		turns(o, NULL, 0, 5);
+	assert_int_equal(o->c.ring.held, 20000);
+	/* an owner that splices: the ring's receives stop, what it held goes first */
+	o->pipe = &pipe;
+	turns(o, start_splicing, 20000, 2000);
+	assert_true(o->c.ring.paused);
+	assert_int_equal(o->got, 20000);
+	/* what comes now is told by readiness and spliced from the socket */
+	peer_send(o, 20000, 300000);
+	turns(o, NULL, 320000, 5000);
+	assert_int_equal(o->got, 320000);
+	assert_int_equal(o->c.ring.held, 0);
+	/* an owner reading into its room again: a read that drains the socket re-arms the ring */
+	o->pipe = NULL;
+	o->room = o->cap;
+	turns(o, start_reading, 0, 1);
+	peer_send(o, 320000, 5000);
+	turns(o, NULL, 325000, 5000);
+	assert_int_equal(o->got, 325000);
+	assert_false(o->c.ring.paused);
+	assert_true(o->c.ring.armed);
+	peer_send(o, 325000, 7000);
+	turns(o, NULL, 332000, 5000);
+	assert_int_equal(o->got, 332000);
+	for (size_t i = 0; i < o->got; i++)
+		if ((unsigned char)o->in[i] != pattern(i))
+			fail_msg("byte %zu of %zu out of order", i, o->got);
+	net_pipe_close(&pipe);
 }
 
 static void write_until_one_waits(struct owner *o)
@@ -482,6 +576,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(bytes_come_and_go_through_the_ring, setup, teardown),
 	    cmocka_unit_test_setup_teardown(owner_without_room_leaves_the_rest_in_the_socket, setup,
 					    teardown),
+	    cmocka_unit_test_setup_teardown(
+		spliced_after_what_the_ring_held_in_order_then_back_on_the_ring, setup, teardown),
 	    cmocka_unit_test_setup_teardown(closed_with_a_send_in_flight_still_delivers, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(written_and_closed_in_one_turn_still_delivers, setup,
