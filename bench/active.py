@@ -34,6 +34,7 @@ instance's cluster counters (prefixes sent and received through Redis, failed sy
 
 Usage: bench/run --only active [--quick] [--seconds S] [--load X] [--repeat N]
                  [--variants one,three,three-redis-stopped] [--sync-ms MS] [--accelnet BIN]
+                 [--cluster-extra KEYS]
                  [--samples DIR] [--json OUT]
 
 --samples DIR keeps every request's record (the load generator's, with what its response
@@ -85,6 +86,7 @@ CAP = 4  # max_concurrency of each backend (--cap)
 EXTRA = ""  # more of each instance's pool config (--pool-extra)
 PROXY_BIN = None  # the proxies' accelnet (--accelnet; None: build/accelnet, as the sims')
 SYNC_MS = 10  # cluster.sync_ms (--sync-ms; 0: its default, 100)
+CLUSTER_EXTRA = ""  # more keys of cluster: (--cluster-extra)
 PROXY_CPU = bench.SERVER_CPU  # where the instances and Redis run (--proxy-cpu)
 BURN = 0.27  # the share of a CPU one-busy's burner takes (--burn)
 SAMPLE_RUN = {v: 1 for v in VARIANTS}  # the next run's number, per variant
@@ -106,7 +108,8 @@ def start_instance(run, ports, redis_port):
                   "trusted_proxies: [127.0.0.1]\n")
     if redis_port:
         extra += (f"cluster: {{redis: 127.0.0.1:{redis_port}"
-                  + (f", sync_ms: {SYNC_MS}" if SYNC_MS else "") + "}\n")
+                  + (f", sync_ms: {SYNC_MS}" if SYNC_MS else "")
+                  + (f", {CLUSTER_EXTRA}" if CLUSTER_EXTRA else "") + "}\n")
     p, port = bench.start_accelnet(run, ports, "llm", cap=CAP, extra=extra, binary=PROXY_BIN,
                                    cpu=PROXY_CPU)
     p.admin, p.access_log = admin, log
@@ -409,6 +412,9 @@ def main():
     ap.add_argument("--sync-ms", type=int, default=10,
                     help="cluster.sync_ms (default 10, as docs/operations.md advises for LLM "
                     "pools near capacity; 0: the key left out, its default 100)")
+    ap.add_argument("--cluster-extra", default="", metavar="KEYS",
+                    help="more keys of each instance's cluster: section, as YAML flow "
+                    "pairs ('key: value, key: value'), a branch's new switch say")
     ap.add_argument("--accelnet", metavar="BIN",
                     help="run this accelnet binary (an older build, say) instead of build/'s")
     ap.add_argument("--proxy-cpu", default=bench.SERVER_CPU,
@@ -428,7 +434,8 @@ def main():
     a = ap.parse_args()
     global SAMPLES
     SAMPLES = os.path.abspath(a.samples) if a.samples else None
-    global CAP, EXTRA, SYNC_MS, PROXY_CPU, BURN
+    global CAP, EXTRA, SYNC_MS, PROXY_CPU, BURN, CLUSTER_EXTRA
+    CLUSTER_EXTRA = a.cluster_extra
     CAP, EXTRA, SYNC_MS, PROXY_CPU, BURN = a.cap, a.pool_extra, a.sync_ms, a.proxy_cpu, a.burn
     variants = [v for v in a.variants.split(",") if v]
     for v in variants:
@@ -447,6 +454,7 @@ def main():
            "quick": a.quick, "versions": bench.versions(), "load": a.load, "rate": rate,
            "capacity": cap, "seconds": seconds, "instances": INSTANCES, "fleet": bench.CHAT_FLEET,
            "slo_ms": bench.CHAT_SLO_MS, "variants": variants, "sync_ms": SYNC_MS,
+           "cluster_extra": CLUSTER_EXTRA,
            "accelnet": PROXY_BIN or bench.ACCELNET, "proxy_cpu": PROXY_CPU,
            "placement": f"load generator on CPU {bench.LOAD_CPU}, simulators on CPU "
                         f"{bench.SERVER_CPU}, instances and Redis on CPU {PROXY_CPU}",

@@ -2,11 +2,12 @@
  * access.c - the access log's hooks on the exchange (see access.h): one line per request in
  * obs/accesslog.h's rings.
  *
- * Its head hook runs while the request head is still in the client's buffer: the method, the
- * path and the User-Agent are copied (cut to fit) into its context, as the head is gone by
- * the end. Its end hook -- every exchange ends in exchange_free(), relayed, answered by the
- * proxy or cut -- fills the record in place in the worker's ring slot: no allocation, no
- * lock, no atomic another worker writes.
+ * Its head hook runs while the request head is still in the client's buffer: a request drawn
+ * into the log joins the exchange (xhooks.h) and the method, the path and the User-Agent are
+ * copied (cut to fit) into its context, as the head is gone by the end; one left out costs
+ * nothing more (no end hook). Its end hook -- every exchange ends in exchange_free(), relayed,
+ * answered by the proxy or cut -- fills the record in place in the worker's ring slot: no
+ * allocation, no lock, no atomic another worker writes.
  *
  * The figures: queue wait is from joining the pool's queue to the grant (0 when a slot was
  * free); connect from the first dispatch to the upstream connection being ready (TLS
@@ -49,11 +50,7 @@ struct access_x {
 };
 
 static size_t ctx_off;
-
-static struct access_x *ax(const struct exchange *x)
-{
-	return xhooks_ctx(x, ctx_off);
-}
+static uint32_t bit; /* joined by a request drawn into the log (access_note_head()) */
 
 static void copy_cut(char *dst, size_t cap, const char *p, size_t len, uint8_t *cut)
 {
@@ -90,7 +87,7 @@ static void access_note_head(struct exchange *x, const struct http_head *h)
 	/* sampled here, once: a request left out costs no copies (on stays 0) */
 	if (!access_sampled(x->w))
 		return;
-	struct access_x *a = ax(x);
+	struct access_x *a = xhooks_join(x, &access_hook);
 	a->on = 1;
 	a->path_cut = 0;
 	copy_cut(a->method, sizeof(a->method), h->method.p, h->method.len, NULL);
@@ -104,9 +101,7 @@ static void access_note_head(struct exchange *x, const struct http_head *h)
 
 int access_request_line(const struct exchange *x, const char **method, const char **path, int *cut)
 {
-	if (!ctx_off) /* not registered (a unit test's exchange): nothing copied */
-		return 0;
-	const struct access_x *a = ax(x);
+	const struct access_x *a = xhooks_peek(x, &access_hook);
 	if (!a->on)
 		return 0;
 	*method = a->method;
@@ -156,7 +151,7 @@ static void access_log_more(struct exchange *x, struct alog_rec *r, uint64_t now
 static void access_log_exchange(struct exchange *x, uint64_t now)
 {
 	struct worker *w = x->w;
-	const struct access_x *a = ax(x);
+	const struct access_x *a = xhooks_ctx(x, ctx_off); /* (its end: it joined) */
 	if (!w->alog_ring || !a->on || (x->route && !x->route->access_log))
 		return;
 	struct alog_rec *r = alog_ring_claim(w->alog_ring);
@@ -202,6 +197,7 @@ const struct xhook access_hook = {
     .name = "access_log",
     .ctx_size = sizeof(struct access_x),
     .ctx_off = &ctx_off,
+    .bit = &bit,
     .head = access_note_head,
     .end = access_log_exchange,
 };

@@ -56,6 +56,7 @@
 #define CACHE_KEY_MAX 4096
 
 size_t caching_ctx_off;
+static uint32_t caching_bit; /* joined by a route with a cache (caching_stage_lookup()) */
 
 static int64_t wall_now(void)
 {
@@ -139,7 +140,7 @@ static long vary_of_request(void *arg, const char *names, size_t nlen, char *out
 {
 	const struct vary_req *vr = arg;
 	const struct exchange *x = vr->x;
-	struct caching_x *cx = caching_ctx(x);
+	const struct caching_x *cx = caching_peek(x);
 	const char *p = names, *end = names + nlen;
 	size_t len = 0, k;
 	while (p < end) {
@@ -479,11 +480,11 @@ static int note_credentials(struct exchange *x, const struct http_head *h)
 
 enum run caching_stage_lookup(struct exchange *x)
 {
-	struct caching_x *cx = caching_ctx(x);
 	const struct conf_route_cache *rc = &x->route->cache;
 	const struct http_head *h = x->head;
 	if (!rc->on || !store_of(x))
 		return RUN_AGAIN;
+	struct caching_x *cx = caching_ctx(x); /* the cache joins the exchange */
 	if (h->meth != HTTP_GET && h->meth != HTTP_HEAD) {
 		if (h->meth == HTTP_POST && rc->inference) {
 			if (note_credentials(x, h) < 0 || overrides_request(h)) {
@@ -547,7 +548,7 @@ static void caching_note_body(struct exchange *x, const char *body, size_t len)
  * when the route says so (routes.cache.any_temperature). */
 static int deterministic(const struct exchange *x, struct http_str path)
 {
-	const struct caching_x *cx = caching_ctx(x);
+	const struct caching_x *cx = caching_peek(x);
 	static const char emb[] = "/embeddings";
 	size_t n = sizeof(emb) - 1, plen = path.len;
 	const char *q = memchr(path.p, '?', plen);
@@ -588,6 +589,8 @@ static void start_refresh(struct exchange *x)
 
 enum run caching_stage_serve(struct exchange *x)
 {
+	if (!xhooks_in(x, &caching_hook))
+		return RUN_AGAIN; /* (what a zeroed context says: no object, no body to key) */
 	struct caching_x *cx = caching_ctx(x);
 	if (x->reqbody.cache_body) {
 		x->reqbody.cache_body = 0;
@@ -735,6 +738,8 @@ static int serve_stale(struct exchange *x)
 
 int caching_response_head(struct exchange *x, const struct http_head *h)
 {
+	if (!xhooks_in(x, &caching_hook))
+		return 0; /* (what a zeroed context says: nothing to fill, revalidate or drop) */
 	struct caching_x *cx = caching_ctx(x);
 	if (!cx->cache_inval && !cx->cfill && !cx->cstale)
 		return 0;
@@ -796,7 +801,7 @@ static size_t keep_taken(struct exchange *x)
 
 static uint64_t keep_kept(const struct exchange *x, int *state)
 {
-	const struct caching_x *cx = caching_ctx(x);
+	const struct caching_x *cx = caching_peek(x);
 	/* the state first: a fill that has ended has all its bytes, but bytes read before its
 	 * end may be fewer than it ended with */
 	enum cache_fill_state st = cache_obj_state(cx->cfeed);
@@ -809,12 +814,12 @@ static uint64_t keep_kept(const struct exchange *x, int *state)
 static int keep_iov(const struct exchange *x, uint64_t from, uint64_t to, struct iovec *iov,
 		    int max)
 {
-	return cache_obj_iov(caching_ctx(x)->cfeed, from, to, iov, max);
+	return cache_obj_iov(caching_peek(x)->cfeed, from, to, iov, max);
 }
 
 static const struct http_chunked *keep_resume(const struct exchange *x)
 {
-	const struct caching_x *cx = caching_ctx(x);
+	const struct caching_x *cx = caching_peek(x);
 	return cx->cstopped ? &cx->cresume : &cx->cfx.ch;
 }
 
@@ -865,7 +870,7 @@ static void caching_response_done(struct exchange *x)
 
 int caching_stale_on_error(struct exchange *x, int status)
 {
-	struct caching_x *cx = caching_ctx(x);
+	const struct caching_x *cx = caching_peek(x);
 	if (!cx->cstale || status < 500 || x->head || x->resp_head)
 		return 0;
 	return serve_stale(x);
@@ -875,7 +880,7 @@ int caching_stale_on_error(struct exchange *x, int status)
 
 static int put_status(const struct exchange *x, char *out, size_t cap, int64_t ttl, int has_ttl)
 {
-	const struct caching_x *cx = caching_ctx(x);
+	const struct caching_x *cx = caching_peek(x);
 	static const char *const fwd[] = {
 	    [CS_COLLAPSED] = "miss", [CS_MISS] = "miss",     [CS_REVAL] = "stale",
 	    [CS_BYPASS] = "bypass",  [CS_METHOD] = "method", [CS_REQUEST] = "request",
@@ -925,7 +930,7 @@ static int put_status(const struct exchange *x, char *out, size_t cap, int64_t t
 
 int caching_status_lines(const struct exchange *x, char *out, size_t cap)
 {
-	const struct caching_x *cx = caching_ctx(x);
+	const struct caching_x *cx = caching_peek(x);
 	if (!x->w->conf->cache.status_header || cx->cstatus == CS_NONE)
 		return 0;
 	return put_status(x, out, cap, 0, 0);
@@ -933,7 +938,7 @@ int caching_status_lines(const struct exchange *x, char *out, size_t cap)
 
 int caching_hit_lines(const struct exchange *x, char *out, size_t cap)
 {
-	const struct caching_x *cx = caching_ctx(x);
+	const struct caching_x *cx = caching_peek(x);
 	const struct cache_obj *o = cx->cobj;
 	int64_t age = cache_current_age(&o->times, wall_now());
 	if (cap < 7 + DEC_U64_MAX)
@@ -1045,7 +1050,7 @@ void caching_give_up(struct exchange *x, const char *why)
 
 int caching_vary_ok(const struct exchange *x)
 {
-	const struct caching_x *cx = caching_ctx(x);
+	const struct caching_x *cx = caching_peek(x);
 	const struct cache_obj *o = cx->cobj;
 	struct http_head h;
 	char values[1024];
@@ -1061,18 +1066,18 @@ int caching_vary_ok(const struct exchange *x)
 
 const struct cache_obj *caching_answers(const struct exchange *x)
 {
-	return caching_ctx(x)->cobj;
+	return caching_peek(x)->cobj;
 }
 
 int caching_hit_complete(const struct exchange *x)
 {
-	const struct caching_x *cx = caching_ctx(x);
+	const struct caching_x *cx = caching_peek(x);
 	return cx->cobj && cache_obj_state(cx->cobj) == CACHE_COMPLETE && !cx->swr;
 }
 
 int caching_hit_waiting(const struct exchange *x, uint64_t *until)
 {
-	const struct caching_x *cx = caching_ctx(x);
+	const struct caching_x *cx = caching_peek(x);
 	if (until)
 		*until = cx->hit_wait_until;
 	return cx->cobj && !cx->hit_started;
@@ -1080,13 +1085,13 @@ int caching_hit_waiting(const struct exchange *x, uint64_t *until)
 
 unsigned caching_said(const struct exchange *x)
 {
-	return caching_ctx(x)->cstatus;
+	return caching_peek(x)->cstatus;
 }
 
 unsigned caching_forward_fields(const struct exchange *x, struct rewrite_field *f, char *etag,
 				char *lm, size_t cap)
 {
-	const struct caching_x *cx = caching_ctx(x);
+	const struct caching_x *cx = caching_peek(x);
 	const struct cache_obj *o = cx->cstale ? cx->cstale : cx->swr ? cx->cobj : NULL;
 	if (!cx->cfill && !cx->cstale && !cx->swr)
 		return 0;
@@ -1106,6 +1111,7 @@ const struct xhook caching_hook = {
     .name = "cache",
     .ctx_size = sizeof(struct caching_x),
     .ctx_off = &caching_ctx_off,
+    .bit = &caching_bit,
     .req_body = caching_note_body,
     .resp_body = caching_response_body,
     .resp_done = caching_response_done,

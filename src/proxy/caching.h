@@ -153,9 +153,16 @@ struct caching_x {
 
 extern size_t caching_ctx_off; /* where it lies in an exchange's block (xhooks_setup()) */
 
-static inline struct caching_x *caching_ctx(const struct exchange *x)
+/* Its context of <x>, joined (xhooks.h): a route with a cache, from its lookup on. */
+static inline struct caching_x *caching_ctx(struct exchange *x)
 {
-	return xhooks_ctx(x, caching_ctx_off);
+	return xhooks_join(x, &caching_hook);
+}
+
+/* ... to read, joined or not (zeroes: no object, nothing said). */
+static inline const struct caching_x *caching_peek(const struct exchange *x)
+{
+	return xhooks_peek(x, &caching_hook);
 }
 
 #endif

@@ -168,6 +168,7 @@ static void debugreq_end(struct exchange *x, uint64_t now_ns)
 
 const struct xhook debugreq_hook = {
     .name = "debug_requests",
+    .always = 1, /* every exchange may be the one asked for */
     .end = debugreq_end,
 };
 

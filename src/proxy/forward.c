@@ -25,16 +25,18 @@ struct forward_x {
 };
 
 static size_t ctx_off;
+static uint32_t bit; /* joined by a rewritten request */
 
 const struct xhook forward_hook = {
     .name = "forward",
     .ctx_size = sizeof(struct forward_x),
     .ctx_off = &ctx_off,
+    .bit = &bit,
 };
 
 const char *forward_target(const struct exchange *x, int *cut)
 {
-	if (!ctx_off)
+	if (!xhooks_in(x, &forward_hook))
 		return NULL;
 	const struct forward_x *f = xhooks_ctx(x, ctx_off);
 	*cut = f->cut;
@@ -386,8 +388,8 @@ int forward_request(struct exchange *x, struct rewrite_request_info *info,
 	}
 	memcpy(s->target + n, h->path.p + plen, qlen);
 	info->path = (struct http_str){s->target, (uint32_t)((size_t)n + qlen)};
-	struct forward_x *f = xhooks_ctx(x, ctx_off);
-	if (ctx_off) {
+	if (bit) { /* (registered: not in a unit test's exchange) */
+		struct forward_x *f = xhooks_join(x, &forward_hook);
 		size_t k = info->path.len > ALOG_PATH_MAX ? ALOG_PATH_MAX : info->path.len;
 		memcpy(f->target, s->target, k);
 		f->target[k] = 0;

@@ -41,11 +41,13 @@
 #include <unistd.h>
 
 static size_t h1_ctx_off; /* where the codec's state lies in an exchange's block */
+static uint32_t h1_bit;	  /* joined by an HTTP/1 exchange (an HTTP/2 one needs none) */
 
 const struct xhook h1_x_hook = {
     .name = "http1",
     .ctx_size = sizeof(struct h1_x),
     .ctx_off = &h1_ctx_off,
+    .bit = &h1_bit,
 };
 
 #define LINGER_MS 2000
@@ -407,7 +409,7 @@ static enum run exchange_start(struct client *cl, size_t head_len, size_t droppe
 		return RUN_GONE;
 	}
 	cl->x = x;
-	cl->h1 = xhooks_ctx(x, h1_ctx_off);
+	cl->h1 = xhooks_join(x, &h1_x_hook);
 	*cl->h1 = (struct h1_x){.minor = h->minor, .req_close = (h->flags & HTTP_F_CLOSE) != 0};
 	x->pace = &cl->h1->pace;
 	x->log.head_len += (uint32_t)dropped; /* the bytes the client sent */

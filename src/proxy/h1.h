@@ -21,8 +21,9 @@
 #include <sys/socket.h>
 
 /* The HTTP/1 codec's state for the exchange under way (client.h's struct h1_x) lives in
- * the exchange's block, as a feature's context does (xhooks.h: a hook with no points), so an
- * idle connection carries none of it: cl->h1 points at it while cl->x is set, else NULL. */
+ * the exchange's block, as a feature's context does (xhooks.h: a hook with no points, that
+ * joins an HTTP/1 exchange as it starts), so an idle connection carries none of it: cl->h1
+ * points at it while cl->x is set, else NULL. */
 extern const struct xhook h1_x_hook;
 
 /* A client connected to <w> through listener <l> on <fd> (owned from now on); a TLS

@@ -9,8 +9,9 @@
  * head, an event stream's first body bytes), the usage from the tallies' one scanner
  * (tally.h: tally_read_usage() has it scanned, without counting, when the tallies do not
  * count the response's tokens). So it reads no clock and no body byte of its own. Its hooks:
- * the request head (the waiter points at the record), the response head (registered after
- * the tallies: the backend that answered, and the usage asked for) and the end (the
+ * the request head (where a pool of the config explains its picks, it joins the exchange
+ * (xhooks.h) and the waiter points at the record; else it stays out), the response head (registered
+ * after the tallies: the backend that answered, and the usage asked for) and the end (the
  * prediction metrics). Nothing here allocates or writes memory another worker writes: the
  * metrics go to the worker's shard.
  */
@@ -27,10 +28,21 @@ struct llm_explain_x {
 };
 
 static size_t ctx_off;
+static uint32_t bit; /* joined at the head when a pool explains its picks */
 
-static struct llm_explain_x *ex(const struct exchange *x)
+/* Its context of <x>, to read: zeroes (no decision) unless it joined. */
+static const struct llm_explain_x *ex(const struct exchange *x)
 {
-	return xhooks_ctx(x, ctx_off);
+	return xhooks_peek(x, &llm_explain_hook);
+}
+
+/* Does a pool of <c> explain its picks (its balancer's lb_ops.explain)? */
+static int explains(const struct conf *c)
+{
+	for (size_t i = 0; i < c->npools; i++)
+		if (c->pools[i].balance && c->pools[i].balance->explain)
+			return 1;
+	return 0;
 }
 
 /* The pool of <x>'s decision, while it is still the pool <x> goes to, else NULL. */
@@ -57,13 +69,16 @@ static const struct backend *picked(const struct pool_rt *p, const struct lb_exp
 static void explain_head(struct exchange *x, const struct http_head *h)
 {
 	(void)h;
-	x->wt.explain = &ex(x)->rec;
+	if (explains(x->w->conf)) {
+		struct llm_explain_x *c = xhooks_join(x, &llm_explain_hook);
+		x->wt.explain = &c->rec;
+	}
 }
 
 static void explain_resp_head(struct exchange *x, const struct http_head *h)
 {
 	(void)h;
-	struct llm_explain_x *c = ex(x);
+	struct llm_explain_x *c = xhooks_join(x, &llm_explain_hook); /* (joined: its hook) */
 	if (!c->rec.where || !x->att || !x->att->be)
 		return; /* no decision recorded (no balance: llm, or a cache's answer) */
 	c->first = x->att->be;
@@ -102,7 +117,7 @@ static int reported(const struct exchange *x, const struct pool_rt *p, uint32_t 
 static void explain_end(struct exchange *x, uint64_t now_ns)
 {
 	(void)now_ns;
-	struct llm_explain_x *c = ex(x);
+	const struct llm_explain_x *c = ex(x);
 	const struct pool_rt *p = pool_of(x, c);
 	const struct backend *b = p ? picked(p, &c->rec) : NULL;
 	if (!b || !x->log.backend)
@@ -131,6 +146,7 @@ const struct xhook llm_explain_hook = {
     .name = "llm_explain",
     .ctx_size = sizeof(struct llm_explain_x),
     .ctx_off = &ctx_off,
+    .bit = &bit,
     .head = explain_head,
     .resp_head = explain_resp_head,
     .end = explain_end,

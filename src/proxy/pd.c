@@ -2,8 +2,9 @@
  * pd.c - prefill/decode disaggregation (see pd.h): the prefill attempt, the bodies rewritten
  * for each side, the handing on to the decode attempt.
  *
- * The bodies are built when the request body is in (the hook req_body), from the strict
- * view's reading of it: the top-level members are copied byte for byte but for those the
+ * It joins an exchange (xhooks.h) on a pool with P/D, at the stage classify
+ * (pd_wants_body()). The bodies are built when the request body is in (the hook req_body), from the
+ * strict view's reading of it: the top-level members are copied byte for byte but for those the
  * protocol sets, and the protocol's own written after them. The prefill request goes out with
  * the exchange's forwarded head (x->uphead: its Content-Length set to the prefill body's,
  * with the prefill backend's credential line); the decode attempt then gets the same head with
@@ -65,10 +66,17 @@ struct pd_x {
 };
 
 static size_t pd_off;
+static uint32_t pd_bit; /* joined on a pool with P/D (pd_wants_body(), pd_begin()) */
 
-static struct pd_x *pd_of(const struct exchange *x)
+static struct pd_x *pd_of(struct exchange *x)
 {
-	return xhooks_ctx(x, pd_off);
+	return xhooks_join(x, &pd_hook);
+}
+
+/* ... to read, joined or not (zeroes: PD_OFF, no bodies, no prefill). */
+static const struct pd_x *pd_peek(const struct exchange *x)
+{
+	return xhooks_peek(x, &pd_hook);
 }
 
 /* --- the body's top-level members (the strict view found it valid JSON) --- */
@@ -309,19 +317,22 @@ static int sglang_fields(struct exchange *x, struct pd_x *p, const struct backen
 	return put(p->dbody, tail, (size_t)n);
 }
 
-int pd_wants_body(const struct exchange *x)
+int pd_wants_body(struct exchange *x)
 {
-	return x->pool->conf->pd.enabled;
+	if (!x->pool->conf->pd.enabled)
+		return 0;
+	(void)pd_of(x); /* its req_body hook reads the body */
+	return 1;
 }
 
 int pd_waiting(const struct exchange *x)
 {
-	return pd_of(x)->state == PD_PREFILL;
+	return pd_peek(x)->state == PD_PREFILL;
 }
 
 struct buf *pd_decode_body(const struct exchange *x)
 {
-	const struct pd_x *p = pd_of(x);
+	const struct pd_x *p = pd_peek(x);
 	return p->state == PD_DONE || p->state == PD_BESIDE ? p->dbody : NULL;
 }
 
@@ -439,6 +450,8 @@ static enum run pre_failed(struct exchange *x, struct pd_x *p, enum pd_fail why,
 
 int pd_begin(struct exchange *x)
 {
+	if (!x->pool->conf->pd.enabled && !xhooks_in(x, &pd_hook))
+		return 0; /* (what a zeroed context says: PD_OFF) */
 	struct pd_x *p = pd_of(x);
 	if (p->state == PD_REFUSE) {
 		p->state = PD_OFF;
@@ -575,7 +588,7 @@ enum run pd_run(struct exchange *x)
 
 uint64_t pd_deadline(const struct exchange *x)
 {
-	const struct pd_x *p = pd_of(x);
+	const struct pd_x *p = pd_peek(x);
 	const struct conf_timeouts *t = &x->w->conf->timeouts;
 	if (!p->sent)
 		return p->since_ms + t->connect_ms;
@@ -628,7 +641,7 @@ static void pd_on_event(void *owner)
 
 const char *pd_prefill_backend(const struct exchange *x)
 {
-	const struct pd_x *p = pd_of(x);
+	const struct pd_x *p = pd_peek(x);
 	return p->last ? p->last->name : NULL;
 }
 
@@ -646,6 +659,7 @@ const struct xhook pd_hook = {
     .name = "pd",
     .ctx_size = sizeof(struct pd_x),
     .ctx_off = &pd_off,
+    .bit = &pd_bit,
     .req_body = pd_on_req_body,
     .end = pd_on_end,
 };

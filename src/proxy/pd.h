@@ -36,7 +36,7 @@
 extern const struct xhook pd_hook;
 
 /* The pool of <x> disaggregates: read its body strictly (the stage classify asks). */
-int pd_wants_body(const struct exchange *x);
+int pd_wants_body(struct exchange *x);
 /* The stage admit, before dispatch: a prefill begins (pd_waiting then); 0, or -EPERM for a
  * body that sets the proxy's fields (the caller answers 400, PD_REFUSAL), or -EBADMSG for a
  * body it could not read whole as a JSON object to check (chunked: 411; longer than a body

@@ -1,9 +1,11 @@
 /*
  * quota.c - routes.rate_limit on the request path (see quota.h).
  *
- * Its hooks: more response body was scanned (tally.h), charge what its tokens now exceed;
- * the response has come whole from the backend, settle its tokens and give back its count in
- * flight now, not when the last byte has gone; the end, settle what is still held.
+ * It joins an exchange (xhooks.h) on a route with a rate_limit at the guard, or where auth
+ * keeps the identity in its context: another costs it nothing. Its hooks: more response body was
+ * scanned (tally.h), charge what its tokens now exceed; the response has come whole from the
+ * backend, settle its tokens and give back its count in flight now, not when the last byte has
+ * gone; the end, settle what is still held.
  */
 #include "proxy/quota.h"
 #include "core/clock.h"
@@ -23,10 +25,18 @@ struct quota_x {
 };
 
 static size_t ctx_off;
+static uint32_t bit;
 
-static struct quota_x *qx(const struct exchange *x)
+/* Its context, joined: an exchange on a route with limits, or with an identity to keep. */
+static struct quota_x *qx(struct exchange *x)
 {
-	return xhooks_ctx(x, ctx_off);
+	return xhooks_join(x, &quota_hook);
+}
+
+/* ... to read, joined or not (zeroes: nothing held, no refusal). */
+static const struct quota_x *qx_peek(const struct exchange *x)
+{
+	return xhooks_peek(x, &quota_hook);
 }
 
 char *quota_identity_buf(struct exchange *x)
@@ -36,12 +46,12 @@ char *quota_identity_buf(struct exchange *x)
 
 const char *quota_refusal_type(const struct exchange *x)
 {
-	return spend_refused(x) ? "insufficient_quota" : qx(x)->limit_type;
+	return spend_refused(x) ? "insufficient_quota" : qx_peek(x)->limit_type;
 }
 
 const char *quota_refusal_headers(const struct exchange *x)
 {
-	return qx(x)->limit_headers;
+	return qx_peek(x)->limit_headers;
 }
 
 static struct route_limits *limits_of(const struct exchange *x)
@@ -142,7 +152,6 @@ static uint64_t answers_tokens(const struct json_view *v, uint64_t dflt)
 
 enum run quota_note_body(struct exchange *x, const char *body)
 {
-	struct limit_hold *hold = &qx(x)->hold;
 	int tokens = x->route->rate_limit && limits_of(x)->has_tokens;
 	if (!x->reqbody.want_view || (!tokens && !x->route->budget))
 		return RUN_AGAIN;
@@ -163,8 +172,10 @@ enum run quota_note_body(struct exchange *x, const char *body)
 	if (x->reqbody.view.choices == JSON_VIEW_TOKENS_BAD)
 		return exchange_reply(
 		    x, 400, "n and best_of must be whole numbers from 0 to 2147483647", 0);
-	if (tokens)
+	if (tokens) {
+		struct limit_hold *hold = &qx(x)->hold;
 		hold->max_tokens = answers_tokens(&x->reqbody.view, hold->max_tokens);
+	}
 	if (!x->route->budget)
 		return RUN_AGAIN;
 	return spend_note_body(
@@ -174,8 +185,10 @@ enum run quota_note_body(struct exchange *x, const char *body)
 /* The token limit's reservation. */
 static enum run reserve_tokens(struct exchange *x)
 {
+	if (!x->route->rate_limit)
+		return RUN_AGAIN;
 	struct limit_hold *hold = &qx(x)->hold;
-	if (!x->route->rate_limit || hold->reserved)
+	if (hold->reserved)
 		return RUN_AGAIN;
 	struct route_limits *l = limits_of(x);
 	if (!l->has_tokens)
@@ -228,6 +241,7 @@ const struct xhook quota_hook = {
     .name = "quota",
     .ctx_size = sizeof(struct quota_x),
     .ctx_off = &ctx_off,
+    .bit = &bit,
     .resp_body = quota_count,
     .resp_done = quota_response_done,
     .end = quota_end,

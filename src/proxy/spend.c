@@ -1,12 +1,14 @@
 /*
  * spend.c - routes.budget on the request path (see spend.h).
  *
- * Its hooks: the response head, an event stream's body wanted; its bytes, counted by the
- * tallies just before (tally.c runs first), charged as they go; the response has come whole
- * from the backend, settle at once (the figures and the log read the cost at the end); the
- * end, settle what is still held. Every count goes to the worker's own shard; the only word
- * shared between workers is the tenant's spend word (guard/budget.h), one compare-and-swap
- * to reserve, one per first reservation's worth a stream grows by, and one to settle.
+ * It joins an exchange (xhooks.h) on a route with a budget once the body names a priced model
+ * (spend_note_body()): another costs it nothing. Its hooks: the response head, an event stream's
+ * body wanted; its bytes, counted by the tallies just before (tally.c runs first), charged as they
+ * go; the response has come whole from the backend, settle at once (the figures and the log read
+ * the cost at the end); the end, settle what is still held. Every count goes to the worker's own
+ * shard; the only word shared between workers is the tenant's spend word (guard/budget.h), one
+ * compare-and-swap to reserve, one per first reservation's worth a stream grows by, and one to
+ * settle.
  */
 #include "proxy/spend.h"
 #include "guard/budget.h"
@@ -35,10 +37,18 @@ struct spend_x {
 };
 
 static size_t ctx_off;
+static uint32_t bit;
 
-static struct spend_x *sx(const struct exchange *x)
+/* Its context, joined: an exchange on a route with a budget, once its body is priced. */
+static struct spend_x *sx(struct exchange *x)
 {
-	return xhooks_ctx(x, ctx_off);
+	return xhooks_join(x, &spend_hook);
+}
+
+/* ... to read, joined or not (zeroes: nothing reserved, refused or settled). */
+static const struct spend_x *sx_peek(const struct exchange *x)
+{
+	return xhooks_peek(x, &spend_hook);
 }
 
 static struct route_budget *budget_of(const struct exchange *x)
@@ -61,10 +71,10 @@ enum run spend_guard(struct exchange *x)
 
 enum run spend_note_body(struct exchange *x, const char *body, uint64_t max_tokens)
 {
-	struct spend_x *s = sx(x);
 	const struct conf *c = x->w->conf;
 	if (!x->route->budget || !x->reqbody.want_view)
 		return RUN_AGAIN;
+	struct spend_x *s = sx(x);
 	char model[CONF_MODEL_MAX + 1];
 	size_t len = 0;
 	if (json_view_model(&x->reqbody.view, body, model, sizeof(model), &len) < 0)
@@ -96,8 +106,10 @@ static void amount_text(char *out, size_t len, uint64_t micros)
 
 enum run spend_reserve(struct exchange *x)
 {
+	if (!x->route->budget || !sx_peek(x)->priced)
+		return RUN_AGAIN;
 	struct spend_x *s = sx(x);
-	if (!x->route->budget || !s->priced || s->reserved || s->settled)
+	if (s->reserved || s->settled)
 		return RUN_AGAIN;
 	const struct conf_budget *b = x->route->budget;
 	uint64_t cost = spend_cost(s->price, s->prompt_est, 0, s->max_tokens);
@@ -192,12 +204,12 @@ static void settle(struct exchange *x, int answered)
 
 int spend_refused(const struct exchange *x)
 {
-	return sx(x)->refused;
+	return sx_peek(x)->refused;
 }
 
 int spend_cost_of(const struct exchange *x, uint64_t *micros)
 {
-	const struct spend_x *s = sx(x);
+	const struct spend_x *s = sx_peek(x);
 	*micros = s->cost;
 	return s->settled;
 }
@@ -252,6 +264,7 @@ const struct xhook spend_hook = {
     .name = "spend",
     .ctx_size = sizeof(struct spend_x),
     .ctx_off = &ctx_off,
+    .bit = &bit,
     .resp_head = spend_response_head,
     .resp_body = spend_body,
     .resp_done = spend_response_done,

@@ -14,20 +14,26 @@ struct splice_x {
 };
 
 static size_t ctx_off;
+static uint32_t bit; /* joined by a body it splices (splice_body_begin()) */
 
-static struct splice_x *ctx_of(const struct exchange *x)
+static struct splice_x *ctx_of(struct exchange *x)
 {
-	return xhooks_ctx(x, ctx_off);
+	return xhooks_join(x, &splice_hook);
+}
+
+static const struct splice_x *ctx_peek(const struct exchange *x)
+{
+	return xhooks_peek(x, &splice_hook);
 }
 
 int splice_body_on(const struct exchange *x)
 {
-	return ctx_off && ctx_of(x)->on;
+	return ctx_peek(x)->on;
 }
 
 size_t splice_body_held(const struct exchange *x)
 {
-	return splice_body_on(x) ? ctx_of(x)->pipe.held : 0;
+	return ctx_peek(x)->on ? ctx_peek(x)->pipe.held : 0;
 }
 
 /* The backend's read edges while splicing: the relay moves the bytes (splice_body_move). */
@@ -44,7 +50,7 @@ int splice_body_begin(struct client *cl, const struct http_head *h)
 	struct exchange *x = cl->x;
 	struct worker *w = cl->w;
 	struct upconn *up = x->att->up;
-	if (!ctx_off || !w->conf->tune.splice || h->framing != HTTP_BODY_LENGTH ||
+	if (!bit || !w->conf->tune.splice || h->framing != HTTP_BODY_LENGTH ||
 	    h->content_length < SPLICE_MIN_BYTES || !net_splice_able(&up->conn, &cl->conn) ||
 	    xhooks_body_wanted(x) || x->hedge || exchange_pace(x)->sse_hb)
 		return 0;
@@ -156,5 +162,6 @@ const struct xhook splice_hook = {
     .name = "splice",
     .ctx_size = sizeof(struct splice_x),
     .ctx_off = &ctx_off,
+    .bit = &bit,
     .end = splice_end,
 };

@@ -23,9 +23,11 @@ enum scan { SCAN_KEY, SCAN_COLON, SCAN_QUOTE, SCAN_ID, SCAN_DONE };
 
 static size_t sticky_off;
 
-static struct sticky_x *ctx_of(const struct exchange *x)
+static uint32_t sticky_bit; /* joined on a pool with sessions (sticky_classify()) */
+
+static struct sticky_x *ctx_of(struct exchange *x)
 {
-	return xhooks_ctx(x, sticky_off);
+	return xhooks_join(x, &sticky_hook);
 }
 
 /* The value of cookie <name> in Cookie field <v> ("a=b; c=d"), or an empty string. */
@@ -61,10 +63,10 @@ static int is_responses_path(struct http_str path)
 void sticky_classify(struct exchange *x, const struct http_head *h)
 {
 	const struct conf_session *s = &x->pool->conf->session;
-	struct sticky_x *c = ctx_of(x);
 	x->wt.has_session = 0;
 	if (!s->enabled)
 		return;
+	struct sticky_x *c = ctx_of(x);
 	struct http_str v = {NULL, 0};
 	if (s->header[0]) {
 		const struct http_header *f = http_find_only_header(h, s->header);
@@ -177,6 +179,7 @@ const struct xhook sticky_hook = {
     .name = "sticky",
     .ctx_size = sizeof(struct sticky_x),
     .ctx_off = &sticky_off,
+    .bit = &sticky_bit,
     .req_body = sticky_req_body,
     .resp_head = sticky_resp_head,
     .resp_body = sticky_resp_body,

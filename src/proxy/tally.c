@@ -201,6 +201,7 @@ const struct xhook tally_hook = {
     .name = "tally",
     .ctx_size = sizeof(struct tally_x),
     .ctx_off = &ctx_off,
+    .always = 1, /* every exchange is in its route's figures */
     .resp_head = tally_response_head,
     .resp_body = tally_body,
     .end = tally_exchange,

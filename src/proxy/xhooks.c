@@ -2,30 +2,44 @@
  * xhooks.c - the hook lists and the context layout of an exchange's block (see xhooks.h).
  *
  * One array of function pointers per point, filled once by xhooks_setup() before the workers
- * start and only read afterwards, so the walks need no lock. Behind the exchange comes this
- * room's own: a bit per feature (its index in the list) that wants the response body, and
- * the feature's offer to keep the body for the client (struct xkeep), then the contexts, each on a
- * 16-byte boundary (malloc's), in the order of the list.
+ * start and only read afterwards, so the walks need no lock: the head's in the order of the
+ * list, the later points' indexed by the feature's bit, with a mask per point of the features
+ * that have a hook there. A walk past the head takes the exchange's mask and the point's
+ * together and calls each bit's hook, lowest (first in the list) first. Behind the exchange
+ * comes this room's own: the mask, a bit per feature (its index in the list) that wants the
+ * response body, and the feature's offer to keep the body for the client (struct xkeep), then
+ * the contexts, each on a 16-byte boundary (malloc's): the always features' first, so that
+ * xhooks_start() zeroes one run of bytes, then the others, each in the order of the list.
  */
 #include "proxy/xhooks.h"
+#include "core/check.h"
 
 #include <errno.h>
+#include <string.h>
 
 #define ALIGN 16
+
+enum { P_REQ_BODY, P_RESP_HEAD, P_RESP_DONE, P_END, POINTS };
 
 static struct {
 	const struct xhook *const *list;
 	size_t n, block;
-	size_t body_off; /* struct room: which features want the response body, who keeps it */
+	size_t start_end; /* the room and the always features' contexts end here */
+	uint32_t always;  /* their bits */
 	void (*head[XHOOKS_MAX])(struct exchange *, const struct http_head *);
+	unsigned nhead;
+	uint32_t at[POINTS]; /* the features with a hook at each point past the head */
 	void (*req_body[XHOOKS_MAX])(struct exchange *, const char *, size_t);
 	void (*resp_head[XHOOKS_MAX])(struct exchange *, const struct http_head *);
 	void (*resp_done[XHOOKS_MAX])(struct exchange *);
 	void (*end[XHOOKS_MAX])(struct exchange *, uint64_t);
-	unsigned nhead, nreq_body, nresp_head, nresp_done, nend;
 } hooks;
 
+size_t xhooks_mask_at;
+const char xhooks_zeros[XHOOKS_CTX_MAX];
+
 struct room {
+	uint32_t in; /* the features in the exchange (first: xhooks_mask_at) */
 	uint32_t body_bits;
 	const struct xkeep *keep;
 };
@@ -35,42 +49,100 @@ static size_t align_up(size_t n)
 	return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1);
 }
 
+/* The contexts of the features that are always (<always> 1) or not in, from <off>. */
+static size_t lay_out(const struct xhook *const *list, size_t n, unsigned always, size_t off)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct xhook *f = list[i];
+		if (!f->always != !always || !f->ctx_size)
+			continue;
+		*f->ctx_off = off;
+		off += align_up(f->ctx_size);
+	}
+	return off;
+}
+
 int xhooks_setup(const struct xhook *const *list, size_t n, size_t exchange_size)
 {
 	if (n > XHOOKS_MAX)
 		return -E2BIG;
+	for (size_t i = 0; i < n; i++) {
+		if (list[i]->ctx_size > XHOOKS_CTX_MAX)
+			return -E2BIG;
+		if (!list[i]->always && (!list[i]->bit || !list[i]->ctx_off))
+			return -EINVAL;
+	}
 	if (hooks.list == list && hooks.n == n)
 		return 0;
 	if (hooks.list)
 		return -EBUSY;
-	hooks.body_off = align_up(exchange_size);
-	size_t off = align_up(hooks.body_off + sizeof(struct room));
+	size_t room = align_up(exchange_size);
+	hooks.start_end = lay_out(list, n, 1, align_up(room + sizeof(struct room)));
+	hooks.block = lay_out(list, n, 0, hooks.start_end);
+	xhooks_mask_at = room + offsetof(struct room, in);
 	hooks.list = list;
 	hooks.n = n;
 	for (size_t i = 0; i < n; i++) {
 		const struct xhook *f = list[i];
-		if (f->ctx_size) {
-			*f->ctx_off = off;
-			off += align_up(f->ctx_size);
-		}
+		uint32_t bit = 1u << i;
+		if (f->bit)
+			*f->bit = bit;
+		if (f->always)
+			hooks.always |= bit;
 		if (f->head)
 			hooks.head[hooks.nhead++] = f->head;
-		if (f->req_body)
-			hooks.req_body[hooks.nreq_body++] = f->req_body;
-		if (f->resp_head)
-			hooks.resp_head[hooks.nresp_head++] = f->resp_head;
-		if (f->resp_done)
-			hooks.resp_done[hooks.nresp_done++] = f->resp_done;
-		if (f->end)
-			hooks.end[hooks.nend++] = f->end;
+		if ((hooks.req_body[i] = f->req_body))
+			hooks.at[P_REQ_BODY] |= bit;
+		if ((hooks.resp_head[i] = f->resp_head))
+			hooks.at[P_RESP_HEAD] |= bit;
+		if ((hooks.resp_done[i] = f->resp_done))
+			hooks.at[P_RESP_DONE] |= bit;
+		if ((hooks.end[i] = f->end))
+			hooks.at[P_END] |= bit;
 	}
-	hooks.block = off;
 	return 0;
 }
 
 size_t xhooks_block_size(void)
 {
 	return hooks.block;
+}
+
+static struct room *room_of(const struct exchange *x)
+{
+	return xhooks_ctx(x, xhooks_mask_at - offsetof(struct room, in));
+}
+
+void xhooks_start(struct exchange *x)
+{
+	struct room *r = room_of(x);
+	memset(r, 0, hooks.start_end - (size_t)((char *)r - (char *)x));
+	r->in = hooks.always;
+#if defined(ACCELNET_EXCHANGE_POISON) || defined(__SANITIZE_ADDRESS__)
+	/* what a block reused from the free list would hold: bytes no feature may read before
+	 * it joins, which would show up in the tests as nonsense rather than as zeroes */
+	memset((char *)x + hooks.start_end, 0xa5, hooks.block - hooks.start_end);
+#endif
+}
+
+void *xhooks_join_new(struct exchange *x, const struct xhook *f)
+{
+	ASSERT(*f->bit);
+	void *c = xhooks_ctx(x, *f->ctx_off);
+	room_of(x)->in |= *f->bit;
+	memset(c, 0, f->ctx_size);
+	return c;
+}
+
+/* The features of <x> with a hook at point <p>. */
+static uint32_t due(const struct exchange *x, unsigned p)
+{
+	return room_of(x)->in & hooks.at[p];
+}
+
+static unsigned first(uint32_t m)
+{
+	return (unsigned)__builtin_ctz(m);
 }
 
 /* Several features at a point: the walk, kept out of line so that the one-feature case of
@@ -81,6 +153,13 @@ walk_heads(void (*const *fn)(struct exchange *, const struct http_head *), unsig
 {
 	for (unsigned i = 0; i < n; i++)
 		fn[i](x, h);
+}
+
+__attribute__((noinline)) static void walk_resp_heads(uint32_t m, struct exchange *x,
+						      const struct http_head *h)
+{
+	for (; m; m &= m - 1)
+		hooks.resp_head[first(m)](x, h);
 }
 
 /* One feature at a point (the head: the access log; the response head: the tally) is called
@@ -95,21 +174,17 @@ void xhooks_head(struct exchange *x, const struct http_head *h)
 
 void xhooks_req_body(struct exchange *x, const char *body, size_t len)
 {
-	for (unsigned i = 0; i < hooks.nreq_body; i++)
-		hooks.req_body[i](x, body, len);
+	for (uint32_t m = due(x, P_REQ_BODY); m; m &= m - 1)
+		hooks.req_body[first(m)](x, body, len);
 }
 
 void xhooks_resp_head(struct exchange *x, const struct http_head *h)
 {
-	if (hooks.nresp_head == 1)
-		hooks.resp_head[0](x, h);
+	uint32_t m = due(x, P_RESP_HEAD);
+	if (m && !(m & (m - 1)))
+		hooks.resp_head[first(m)](x, h);
 	else
-		walk_heads(hooks.resp_head, hooks.nresp_head, x, h);
-}
-
-static struct room *room_of(const struct exchange *x)
-{
-	return xhooks_ctx(x, hooks.body_off);
+		walk_resp_heads(m, x, h);
 }
 
 static uint32_t *body_bits(const struct exchange *x)
@@ -130,8 +205,11 @@ const struct xkeep *xhooks_keeper(const struct exchange *x)
 void xhooks_want_body(struct exchange *x, const struct xhook *f)
 {
 	for (size_t i = 0; i < hooks.n; i++)
-		if (hooks.list[i] == f && f->resp_body)
+		if (hooks.list[i] == f && f->resp_body) {
+			if (!f->always)
+				(void)xhooks_join(x, f);
 			*body_bits(x) |= 1u << i;
+		}
 }
 
 int xhooks_body_wanted(const struct exchange *x)
@@ -141,19 +219,18 @@ int xhooks_body_wanted(const struct exchange *x)
 
 void xhooks_resp_body(struct exchange *x, const char *p, size_t len)
 {
-	for (uint32_t m = *body_bits(x), i = 0; m; m >>= 1, i++)
-		if (m & 1)
-			hooks.list[i]->resp_body(x, p, len);
+	for (uint32_t m = *body_bits(x); m; m &= m - 1)
+		hooks.list[first(m)]->resp_body(x, p, len);
 }
 
 void xhooks_resp_done(struct exchange *x)
 {
-	for (unsigned i = 0; i < hooks.nresp_done; i++)
-		hooks.resp_done[i](x);
+	for (uint32_t m = due(x, P_RESP_DONE); m; m &= m - 1)
+		hooks.resp_done[first(m)](x);
 }
 
 void xhooks_end(struct exchange *x, uint64_t now_ns)
 {
-	for (unsigned i = 0; i < hooks.nend; i++)
-		hooks.end[i](x, now_ns);
+	for (uint32_t m = due(x, P_END); m; m &= m - 1)
+		hooks.end[first(m)](x, now_ns);
 }

@@ -18,16 +18,33 @@
  *
  * Registration happens once, at start-up, before any worker runs: xhooks_setup() takes the
  * features in order (proxy.c holds the list), gives each its context's offset in an
- * exchange's block (written to *ctx_off) and builds one short array per point; the hooks of
- * a point run in that order. From then on the lists are read-only: a walk is a loop over a
- * few function pointers, no allocation, no lock.
+ * exchange's block (written to *ctx_off) and its bit in an exchange's mask (*bit), and builds
+ * one short array per point; the hooks of a point run in that order. From then on the lists
+ * are read-only: a walk is a loop over a few function pointers, no allocation, no lock.
+ *
+ * Which features an exchange has: a feature marked always (the route's figures, the
+ * /debug/requests record: their end runs for every exchange) is in every exchange's mask from
+ * its start. Any other joins the exchanges it applies to, when its own code finds that it
+ * does -- its head hook (the access log: a sampled request), or its stage by the route's or
+ * pool's config (a cache, a budget, token limits, P/D, sticky sessions), or the first write
+ * to its context (xhooks_join()) -- and from then on it is in the mask, however late that is
+ * (a retry, a second attempt). Every feature's head hook runs (the head is where it may
+ * join); the later points run only the hooks of the features in the mask, so a feature a
+ * route does not use costs its requests nothing past the head.
  *
  * Contexts: an exchange and the contexts of every feature are one block, from the worker's
- * free list (whole pages, mapped only while the list is cold: exchange.c), zeroed when the
- * exchange starts: first this room's own (which features want the response body, and the
- * one that keeps it for the client, if any), then each feature's. A feature finds its context at
- * xhooks_ctx(x, its offset); exchange.h never sees its type. A codec may keep its state for the
- * exchange there too (h1.h).
+ * free list (whole pages, mapped only while the list is cold: exchange.c). When the exchange
+ * starts (xhooks_start()) this room's own (the mask, which features want the response body,
+ * and the one that keeps it for the client, if any) and the always features' contexts are
+ * zeroed; another feature's context is zeroed when it joins, so a block reused from the free
+ * list holds the last exchange's bytes where no feature joined. A feature finds its context
+ * at xhooks_ctx(x, its offset) only once in the mask: it writes through xhooks_join() and
+ * reads, where it may not have joined (another feature's end reading what it did: the access
+ * log asking the cache), through xhooks_peek(), which shows a feature out of the mask a zeroed
+ * context, read-only. Under AddressSanitizer and in a poison build (exchange.c) the contexts
+ * are filled with 0xa5 at the start instead, so that a read before joining shows up in the
+ * tests as nonsense, not as the zeroes a fresh block would hold. exchange.h never sees a
+ * context's type. A codec may keep its state for the exchange there too (h1.h).
  */
 #ifndef ACCELNET_PROXY_XHOOKS_H
 #define ACCELNET_PROXY_XHOOKS_H
@@ -42,6 +59,8 @@ struct xhook {
 	const char *name;
 	size_t ctx_size; /* bytes of context per exchange (0: none) */
 	size_t *ctx_off; /* where xhooks_setup() writes its offset in the block (with ctx_size) */
+	uint32_t *bit;	 /* where xhooks_setup() writes its bit in a mask (one that joins) */
+	unsigned always; /* in every exchange from its start (else: once it joins) */
 	void (*head)(struct exchange *x, const struct http_head *h);
 	void (*req_body)(struct exchange *x, const char *body, size_t len);
 	void (*resp_head)(struct exchange *x, const struct http_head *h);
@@ -50,15 +69,22 @@ struct xhook {
 	void (*end)(struct exchange *x, uint64_t now_ns); /* <now_ns>: clock_now_ns(), read once */
 };
 
-#define XHOOKS_MAX 16 /* features, at most (a bit each in a 32-bit word) */
+#define XHOOKS_MAX 16	    /* features, at most (a bit each in a 32-bit word) */
+#define XHOOKS_CTX_MAX 1024 /* bytes of one feature's context, at most */
 
 /* Register the <n> features of <list> (in the order their hooks run) and size the block of
  * an exchange of <exchange_size> bytes; again with the same list: no change. -E2BIG past
- * XHOOKS_MAX; -EBUSY with another list once exchanges were made (xhooks_block_size()). */
+ * XHOOKS_MAX features or a context past XHOOKS_CTX_MAX; -EINVAL for a feature neither always
+ * nor with a bit and a ctx_off to join by; -EBUSY with another list once exchanges were made
+ * (xhooks_block_size()). */
 int xhooks_setup(const struct xhook *const *list, size_t n, size_t exchange_size);
 
 /* The bytes of one exchange with every feature's context behind it. */
 size_t xhooks_block_size(void);
+
+/* Exchange <x> (its own bytes zeroed) starts: this room's own and the always features'
+ * contexts zeroed, those features in its mask. */
+void xhooks_start(struct exchange *x);
 
 /* The context at <off> of exchange <x>. */
 static inline void *xhooks_ctx(const struct exchange *x, size_t off)
@@ -71,8 +97,31 @@ static inline struct exchange *xhooks_exchange_of(void *ctx, size_t off)
 	return (struct exchange *)(void *)((char *)ctx - off);
 }
 
+extern size_t xhooks_mask_at;			/* where an exchange's mask lies in its block */
+extern const char xhooks_zeros[XHOOKS_CTX_MAX]; /* a context no feature joined, as read */
+
+/* Is feature <f> (one that joins) in the mask of <x>? 0 when <f> is not registered. */
+static inline int xhooks_in(const struct exchange *x, const struct xhook *f)
+{
+	return (*(const uint32_t *)(const void *)((const char *)x + xhooks_mask_at) & *f->bit) != 0;
+}
+
+/* <f>'s context in <x>, joined: the first time, zeroed and <f> put in the mask. <f> must be
+ * registered. */
+void *xhooks_join_new(struct exchange *x, const struct xhook *f);
+static inline void *xhooks_join(struct exchange *x, const struct xhook *f)
+{
+	return xhooks_in(x, f) ? xhooks_ctx(x, *f->ctx_off) : xhooks_join_new(x, f);
+}
+
+/* <f>'s context in <x> to read: its own once it joined, else zeroes (read-only memory). */
+static inline const void *xhooks_peek(const struct exchange *x, const struct xhook *f)
+{
+	return xhooks_in(x, f) ? xhooks_ctx(x, *f->ctx_off) : (const void *)xhooks_zeros;
+}
+
 /* Feature <f> (registered) wants the response body bytes of <x> from now on: its
- * resp_body hook runs for them. */
+ * resp_body hook runs for them (it joins, if it had not). */
 void xhooks_want_body(struct exchange *x, const struct xhook *f);
 /* Does any feature want the response body of <x> (a body nobody reads may bypass them)? */
 int xhooks_body_wanted(const struct exchange *x);
@@ -110,7 +159,7 @@ void xhooks_keep_body(struct exchange *x, const struct xkeep *k);
 /* The offer, or NULL. */
 const struct xkeep *xhooks_keeper(const struct exchange *x);
 
-/* The walks (the points above). */
+/* The walks (the points above): the head's every feature's, the others' the mask's. */
 void xhooks_head(struct exchange *x, const struct http_head *h);
 void xhooks_req_body(struct exchange *x, const char *body, size_t len);
 void xhooks_resp_head(struct exchange *x, const struct http_head *h);
