@@ -94,7 +94,6 @@
 #define STREAM_READ "512"      /* entries one sync reads of each stream, at most */
 #define SLOT_TICKS 4	       /* slots scripts a sync_ms: the sync's, and 3 alone between */
 #define WAKE_GAP_NS 1000000    /* the least time between two slots runs a wake asks for */
-#define TURN_SYNCS 10	       /* sync_ms a turn of the ties (SLOTS_LUA's ARGV[4]) */
 #define SUB_RETRY_MAX_MS 60000 /* the most time between two tries of the wakes' subscription */
 #define SUB_PING_MS 15000 /* a PING on a subscription silent this long; no answer as long: gone */
 
@@ -138,8 +137,7 @@ static const char MEMBERS_LUA[] =
 
 /* KEYS[1]: a pool's slots; KEYS[2]: its line (when each instance's oldest waiter for each
  * backend began to wait, on Redis's clock: "ID NAME" = "SINCE EXPIRY"); ARGV[1]: this instance;
- * ARGV[2]: how long its figures stand, in ms; ARGV[3]: MEMBER_TTL_MAX_MS; ARGV[4]: how long a
- * turn of the ties lasts, in ms (below); then, for each capped
+ * ARGV[2]: how long its figures stand, in ms; ARGV[3]: MEMBER_TTL_MAX_MS; then, for each capped
  * backend, its name, the requests this instance has in flight to it, those waiting here for
  * it, its max_concurrency, the slots this instance may fill now (the deal it last applied:
  * cap less what it counts elsewhere) and how long its oldest waiter for it has waited (ms, 0:
@@ -154,15 +152,11 @@ static const char MEMBERS_LUA[] =
  * The backend's slots are dealt out here, in one place, so two instances never count one free
  * slot as theirs: each instance wants its in flight plus its waiting; when all want no more
  * than the slots, each gets what it wants and the rest is split evenly (the remainder to the
- * first in turn), else each gets its share in proportion to what it wants (the slots left by
+ * first ids), else each gets its share in proportion to what it wants (the slots left by
  * rounding down to the instances in the order their oldest waiters began to wait, then,
  * among those with none waiting, to the largest remainders, the most waiting and the first
- * in turn: a slot the instances contend for goes to the oldest waiter at any of them, so
- * their queues are served as one line). "First in turn": the instances' ids in order,
- * rotated by one every ARGV[4] ms (TURN_SYNCS syncs), so that each is first as often as the
- * others. Before, the first ids were first always, and the instance started first, holding
- * the odd spare slot of every backend, sent at once what the last one started queued for a
- * hand-over (38-55 % of its requests queued against 78-86 %, bench/active.py). What
+ * ids: a slot the instances contend for goes to the oldest waiter at any of them, so their
+ * queues are served as one line). What
  * the others hold (the more of their grant and their in flight) is never given: a slot moves
  * once its holder's next run of this script has let it go. A run that lets go of slots
  * another instance's requests wait for (what this instance holds, the more of its in flight
@@ -204,8 +198,7 @@ static const char SLOTS_LUA[] =
     "    line[all[k]] = tonumber(q)\n"
     "  end\n"
     "end\n"
-    "local turn = math.floor(ms / tonumber(ARGV[4]))\n"
-    "for i = 5, #ARGV - 5, 6 do\n"
+    "for i = 4, #ARGV - 5, 6 do\n"
     "  local f, w, cap = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])\n"
     "  local applied, age = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])\n"
     "  local since = 0\n"
@@ -217,10 +210,6 @@ static const char SLOTS_LUA[] =
     "  end\n"
     "  local l, want = per[ARGV[i]] or {}, f + w\n"
     "  local total, held, ahead, give, busy, owait = want, 0, 0, 0, 0, 0\n"
-    "  local ids, rank = {id}, {}\n"
-    "  for _, o in ipairs(l) do ids[#ids + 1] = o[1] end\n"
-    "  table.sort(ids)\n"
-    "  for k, v in ipairs(ids) do rank[v] = (k - 1 + turn) % #ids end\n"
     "  for _, o in ipairs(l) do\n"
     "    total = total + o[2] + o[3]\n"
     "    busy = busy + o[2]\n"
@@ -230,7 +219,7 @@ static const char SLOTS_LUA[] =
     "  if total <= cap then\n"
     "    local spare = cap - total\n"
     "    for _, o in ipairs(l) do\n"
-    "      if rank[o[1]] < rank[id] then ahead = ahead + 1 end\n"
+    "      if o[1] < id then ahead = ahead + 1 end\n"
     "    end\n"
     "    give = want + math.floor(spare / (#l + 1))\n"
     "    if ahead < spare % (#l + 1) then give = give + 1 end\n"
@@ -241,10 +230,9 @@ static const char SLOTS_LUA[] =
     "      left = left - math.floor(cap * (o[2] + o[3]) / total)\n"
     "      local os, first = line[o[1] .. ' ' .. ARGV[i]] or 0, false\n"
     "      if os > 0 or since > 0 then\n"
-    "        first = os > 0 and (since == 0 or os < since or (os == since and rank[o[1]] < "
-    "rank[id]))\n"
+    "        first = os > 0 and (since == 0 or os < since or (os == since and o[1] < id))\n"
     "      else\n"
-    "        first = ro > r or (ro == r and (o[3] > w or (o[3] == w and rank[o[1]] < rank[id])))\n"
+    "        first = ro > r or (ro == r and (o[3] > w or (o[3] == w and o[1] < id)))\n"
     "      end\n"
     "      if first then ahead = ahead + 1 end\n"
     "    end\n"
@@ -342,10 +330,10 @@ struct cluster {
 	size_t nslots;
 	struct shared_slots **slots_sent; /* whose script each of the last sync's was */
 	size_t nslots_sent;
-	uint64_t rnd; /* for the grants the cluster thread makes */
-	char slots_ttl[24], slots_bound[24], slots_turn[24]; /* SLOTS_LUA's ARGV[2] to [4] */
-	uint64_t hash[PREFIX_FEED_BLOCKS];		     /* one entry, on its way out or in */
-	const char **argv;				     /* XREAD's: 4 + 2 per pool */
+	uint64_t rnd;			     /* for the grants the cluster thread makes */
+	char slots_ttl[24], slots_bound[24]; /* SLOTS_LUA's ARGV[2] and ARGV[3] */
+	uint64_t hash[PREFIX_FEED_BLOCKS];   /* one entry, on its way out or in */
+	const char **argv;		     /* XREAD's: 4 + 2 per pool */
 	struct shared_limit *lim;
 	size_t nlim;
 	struct shared_budget *bud;
@@ -815,7 +803,7 @@ static void append_slots(struct cluster *c, int only_due)
 	c->last_run_ns = clock_now_ns();
 	for (size_t i = 0; i < c->nslots; i++) {
 		struct shared_slots *ss = &c->slots[i];
-		size_t argc = 9, ncapped = 0;
+		size_t argc = 8, ncapped = 0;
 		if (only_due && !ss->due)
 			continue;
 		ss->due = 0;
@@ -866,7 +854,6 @@ static void append_slots(struct cluster *c, int only_due)
 		ss->argv[5] = c->id;
 		ss->argv[6] = c->slots_ttl;
 		ss->argv[7] = c->slots_bound;
-		ss->argv[8] = c->slots_turn;
 		redisAppendCommandArgv(c->redis, (int)argc, ss->argv, NULL);
 		c->slots_sent[c->nslots_sent++] = ss;
 	}
@@ -1469,7 +1456,7 @@ static int share_slots(struct cluster *c, struct runtime *rt, const char *prefix
 		ss->which = calloc(p->nbackends + 1, sizeof(*ss->which));
 		ss->cap = calloc(p->nbackends + 1, sizeof(*ss->cap));
 		ss->last = calloc(p->nbackends + 1, sizeof(*ss->last));
-		ss->argv = calloc(9 + 6 * p->nbackends, sizeof(*ss->argv));
+		ss->argv = calloc(8 + 6 * p->nbackends, sizeof(*ss->argv));
 		ss->num = calloc(5 * p->nbackends + 1, sizeof(*ss->num));
 		ss->age = calloc(p->nbackends + 1, sizeof(*ss->age));
 		snprintf(ss->line, sizeof(ss->line), "%sslotline:%.100s", prefix, p->conf->name);
@@ -1607,7 +1594,6 @@ int cluster_start(const struct conf *conf, struct runtime *rt, struct route_limi
 	c->member_ttl_ms = 3 * conf->cluster.sync_ms + 2 * conf->cluster.timeout_ms + 1000;
 	snprintf(c->slots_ttl, sizeof(c->slots_ttl), "%u", c->member_ttl_ms);
 	snprintf(c->slots_bound, sizeof(c->slots_bound), "%u", (unsigned)MEMBER_TTL_MAX_MS);
-	snprintf(c->slots_turn, sizeof(c->slots_turn), "%u", TURN_SYNCS * conf->cluster.sync_ms);
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);

@@ -646,36 +646,6 @@ def test_a_backends_slots_follow_the_waiting_requests(env):
     assert st["completions"] == 18 and st["max_active"] == 3, st
 
 
-def _grants(redis, key="accelnet:slotshare:p"):
-    """The slots each instance is dealt of the pool's backends, from Redis: {ID: GRANT}."""
-    cli = shutil.which("redis-cli") or "/usr/bin/redis-cli"
-    out = subprocess.run([cli, "-p", str(redis.port), "HGETALL", key], check=True,
-                         capture_output=True, text=True).stdout.splitlines()
-    return {k.split(" ")[0]: int(v.split(" ")[2]) for k, v in zip(out[0::2], out[1::2])}
-
-
-def test_each_instance_is_dealt_the_odd_spare_slot_in_turn(env):
-    """The slots nobody wants are split evenly and the odd ones go to each instance in turn,
-    not always to the same: three idle instances in front of a backend of 4 slots are dealt
-    2, 1 and 1, and each is the one dealt 2 within a few turns (10 syncs a turn). Before, the
-    first id held the odd slot for good, so the others' requests queued for a hand-over where
-    its own went at once (bench/active.py: 38-55 % of its requests queued against 60-86 %).
-    About 2 s."""
-    sim = env.sim("a", latency_ms=100, token_ms=0, slots=8)
-    redis, procs = _capped(env, sim, cap=4, n=3, sync_ms=20)
-    seen = {}
-
-    def each_had_two():
-        g = _grants(redis)
-        for k, v in g.items():
-            seen[k] = max(seen.get(k, 0), v)
-        return len(seen) == 3 and all(v == 2 for v in seen.values())
-    wait_until(each_had_two, "each instance to be dealt the odd spare slot in turn", timeout=10)
-    got = _post_all(procs, each=2)
-    assert got == [200] * 6, got
-    assert sim_stats(sim.port)["max_active"] <= 4
-
-
 def test_a_slot_let_go_reaches_another_instances_waiter_at_once(env):
     """A slot one instance lets go reaches a request waiting for it at another instance at
     once, not at the instances' next ticks: the one that lets it go tells Redis at once, and
