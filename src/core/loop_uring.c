@@ -21,10 +21,13 @@
  *
  * The poll holds a reference to the file: a descriptor closed before loop_io_del stays open
  * in the kernel until the removal is submitted (the end of the turn), which is why loop.h
- * asks owners to delete before they close. Destroying the loop submits the
- * last removals and runs their completions, so a listener closed on the way out is closed
- * when the process exits; a killed process's ring (and the files its polls hold) is torn
- * down by the kernel a little after the process is gone.
+ * asks owners to delete before they close. The removal is a cancellation of the poll
+ * (IORING_OP_ASYNC_CANCEL), not IORING_OP_POLL_REMOVE, which the kernel refuses (-EALREADY)
+ * while a wake-up of the poll is being handled: a socket receiving as it was closed kept its
+ * poll, and so its file, open for good (no FIN, no reset; a flooding client wrote on). Destroying
+ * the loop submits the last removals and runs their completions, so a listener closed on the way
+ * out is closed when the process exits; a killed process's ring (and the files its polls hold) is
+ * torn down by the kernel a little after the process is gone.
  *
  * The data path (loop.h: loop_ring_*, for net/conn.c): a connection read for an owner is
  * attached to its descriptor's slot, and its bytes come as IORING_OP_RECV entries that pick a
@@ -392,7 +395,11 @@ static void uring_del(void *arg, struct loop_io *io)
 		return;
 	struct uring_slot *s = &be->slots[fd];
 	struct io_uring_sqe *sqe = uring_sqe(be);
-	io_uring_prep_poll_remove(sqe, slot_ud(s->gen, fd));
+	/* a cancellation, not IORING_OP_POLL_REMOVE: a removal finding the poll being woken
+	 * at that moment (bytes arriving, in the same submission even) is refused (-EALREADY)
+	 * and the poll goes on for good, holding the file; a cancellation marks it, and the
+	 * wake-up under way ends it */
+	io_uring_prep_cancel64(sqe, slot_ud(s->gen, fd), 0);
 	io_uring_sqe_set_data64(sqe, 0);
 	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
 	s->io = NULL;
