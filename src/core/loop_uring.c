@@ -42,8 +42,9 @@
  * while data keeps coming, and one connection whose owner had no room took all the buffers.)
  * A receive that found the buffers all held (-ENOBUFS), or a connection holding too much,
  * stops; the connection reads the socket itself until it is drained, then receives through
- * the ring again. A send is a copy into a TX_BUF buffer of the loop's (a pool as large as the
- * connections sending at once, kept) queued as IORING_OP_SEND with MSG_WAITALL, one in flight
+ * the ring again. A send is a copy into a TX_BUF buffer of the loop's (whole pages from mmap, a
+ * pool as large as the connections sending at once, TX_KEEP of it kept, the rest unmapped as
+ * it ends) queued as IORING_OP_SEND with MSG_WAITALL, one in flight
  * a connection; its completion frees the buffer and gives the io a write event. A write larger
  * than TX_BUF is refused (-EMSGSIZE) for the connection to make itself, nothing being in flight
  * (a bulk body sent 16 KiB a turn cost five times epoll's CPU). All of it is
@@ -152,6 +153,22 @@ static void rx_recycle(struct uring_be *be, uint32_t bid)
 	io_uring_buf_ring_advance(be->br, 1);
 }
 
+/* A send buffer: whole pages from mmap, not malloc, so that those given back past TX_KEEP
+ * after a burst go back to the kernel (malloc would keep the pages touched in its arena: 2,000
+ * connections answered at once left 2.7 MiB behind). NULL without memory. */
+static struct uring_tx *tx_map(void)
+{
+	void *p = mmap(NULL, sizeof(struct uring_tx), PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	return p == MAP_FAILED ? NULL : p; /* zeroed: not detached */
+}
+
+static void tx_unmap(struct uring_tx *t)
+{
+	if (t)
+		munmap(t, sizeof(*t));
+}
+
 /* Send buffer <id> free again: kept for the next send while TX_KEEP are, else given back (a
  * burst of connections sending at once leaves no memory behind), its id on the free list
  * with no buffer. */
@@ -165,7 +182,7 @@ static void tx_free(struct uring_be *be, uint32_t id)
 		be->tx[id]->r = NULL;
 		be->tx_kept++;
 	} else {
-		free(be->tx[id]);
+		tx_unmap(be->tx[id]);
 		be->tx[id] = NULL;
 	}
 	be->tx_link[id] = be->tx_free;
@@ -180,10 +197,8 @@ static int tx_take(struct uring_be *be, uint32_t *out)
 		id = be->tx_free - 1;
 		if (be->tx[id])
 			be->tx_kept--;
-		else if (!(be->tx[id] = malloc(sizeof(*be->tx[id]))))
+		else if (!(be->tx[id] = tx_map()))
 			return -ENOMEM; /* the id stays free */
-		else
-			be->tx[id]->detached = 0;
 		be->tx_free = be->tx_link[id];
 	} else { /* the ids grow to the connections sending at once */
 		struct uring_tx **tx = realloc(be->tx, (be->ntx + 1) * sizeof(*tx));
@@ -194,9 +209,8 @@ static int tx_take(struct uring_be *be, uint32_t *out)
 		if (!link)
 			return -ENOMEM;
 		be->tx_link = link;
-		if (!(tx[be->ntx] = malloc(sizeof(**tx))))
+		if (!(tx[be->ntx] = tx_map()))
 			return -ENOMEM;
-		tx[be->ntx]->detached = 0;
 		id = be->ntx++;
 	}
 	be->tx[id]->seq = be->tx_seq++ & GEN_MAX;
@@ -261,7 +275,7 @@ static void uring_destroy(void *arg)
 			munmap(be->br, RX_BUFS * sizeof(struct io_uring_buf));
 		free(be->rx_mem);
 		for (uint32_t i = 0; i < be->ntx; i++)
-			free(be->tx[i]);
+			tx_unmap(be->tx[i]);
 	}
 	free(be->tx);
 	free(be->tx_link);
