@@ -21,10 +21,13 @@
  *
  * The poll holds a reference to the file: a descriptor closed before loop_io_del stays open
  * in the kernel until the removal is submitted (the end of the turn), which is why loop.h
- * asks owners to delete before they close. Destroying the loop submits the
- * last removals and runs their completions, so a listener closed on the way out is closed
- * when the process exits; a killed process's ring (and the files its polls hold) is torn
- * down by the kernel a little after the process is gone.
+ * asks owners to delete before they close. The removal is a cancellation of the poll
+ * (IORING_OP_ASYNC_CANCEL), not IORING_OP_POLL_REMOVE, which the kernel refuses (-EALREADY)
+ * while a wake-up of the poll is being handled: a socket receiving as it was closed kept its
+ * poll, and so its file, open for good (no FIN, no reset; a flooding client wrote on). Destroying
+ * the loop submits the last removals and runs their completions, so a listener closed on the way
+ * out is closed when the process exits; a killed process's ring (and the files its polls hold) is
+ * torn down by the kernel a little after the process is gone.
  *
  * The data path (loop.h: loop_ring_*, for net/conn.c): a connection read for an owner is
  * attached to its descriptor's slot, and its bytes come as IORING_OP_RECV entries that pick a
@@ -39,8 +42,9 @@
  * while data keeps coming, and one connection whose owner had no room took all the buffers.)
  * A receive that found the buffers all held (-ENOBUFS), or a connection holding too much,
  * stops; the connection reads the socket itself until it is drained, then receives through
- * the ring again. A send is a copy into a TX_BUF buffer of the loop's (a pool as large as the
- * connections sending at once, kept) queued as IORING_OP_SEND with MSG_WAITALL, one in flight
+ * the ring again. A send is a copy into a TX_BUF buffer of the loop's (whole pages from mmap, a
+ * pool as large as the connections sending at once, TX_KEEP of it kept, the rest unmapped as
+ * it ends) queued as IORING_OP_SEND with MSG_WAITALL, one in flight
  * a connection; its completion frees the buffer and gives the io a write event. A write larger
  * than TX_BUF is refused (-EMSGSIZE) for the connection to make itself, nothing being in flight
  * (a bulk body sent 16 KiB a turn cost five times epoll's CPU). All of it is
@@ -155,6 +159,22 @@ static void rx_recycle(struct uring_be *be, uint32_t bid)
 	io_uring_buf_ring_advance(be->br, 1);
 }
 
+/* A send buffer: whole pages from mmap, not malloc, so that those given back past TX_KEEP
+ * after a burst go back to the kernel (malloc would keep the pages touched in its arena: 2,000
+ * connections answered at once left 2.7 MiB behind). NULL without memory. */
+static struct uring_tx *tx_map(void)
+{
+	void *p = mmap(NULL, sizeof(struct uring_tx), PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	return p == MAP_FAILED ? NULL : p; /* zeroed: not detached */
+}
+
+static void tx_unmap(struct uring_tx *t)
+{
+	if (t)
+		munmap(t, sizeof(*t));
+}
+
 /* Send buffer <id> free again: kept for the next send while TX_KEEP are, else given back (a
  * burst of connections sending at once leaves no memory behind), its id on the free list
  * with no buffer. */
@@ -168,7 +188,7 @@ static void tx_free(struct uring_be *be, uint32_t id)
 		be->tx[id]->r = NULL;
 		be->tx_kept++;
 	} else {
-		free(be->tx[id]);
+		tx_unmap(be->tx[id]);
 		be->tx[id] = NULL;
 	}
 	be->tx_link[id] = be->tx_free;
@@ -183,10 +203,8 @@ static int tx_take(struct uring_be *be, uint32_t *out)
 		id = be->tx_free - 1;
 		if (be->tx[id])
 			be->tx_kept--;
-		else if (!(be->tx[id] = malloc(sizeof(*be->tx[id]))))
+		else if (!(be->tx[id] = tx_map()))
 			return -ENOMEM; /* the id stays free */
-		else
-			be->tx[id]->detached = 0;
 		be->tx_free = be->tx_link[id];
 	} else { /* the ids grow to the connections sending at once */
 		struct uring_tx **tx = realloc(be->tx, (be->ntx + 1) * sizeof(*tx));
@@ -197,9 +215,8 @@ static int tx_take(struct uring_be *be, uint32_t *out)
 		if (!link)
 			return -ENOMEM;
 		be->tx_link = link;
-		if (!(tx[be->ntx] = malloc(sizeof(**tx))))
+		if (!(tx[be->ntx] = tx_map()))
 			return -ENOMEM;
-		tx[be->ntx]->detached = 0;
 		id = be->ntx++;
 	}
 	be->tx[id]->seq = be->tx_seq++ & GEN_MAX;
@@ -264,7 +281,7 @@ static void uring_destroy(void *arg)
 			munmap(be->br, RX_BUFS * sizeof(struct io_uring_buf));
 		free(be->rx_mem);
 		for (uint32_t i = 0; i < be->ntx; i++)
-			free(be->tx[i]);
+			tx_unmap(be->tx[i]);
 	}
 	free(be->tx);
 	free(be->tx_link);
@@ -403,7 +420,11 @@ static void uring_del(void *arg, struct loop_io *io)
 		return;
 	struct uring_slot *s = &be->slots[fd];
 	struct io_uring_sqe *sqe = uring_sqe(be);
-	io_uring_prep_poll_remove(sqe, slot_ud(s->gen, fd));
+	/* a cancellation, not IORING_OP_POLL_REMOVE: a removal finding the poll being woken
+	 * at that moment (bytes arriving, in the same submission even) is refused (-EALREADY)
+	 * and the poll goes on for good, holding the file; a cancellation marks it, and the
+	 * wake-up under way ends it */
+	io_uring_prep_cancel64(sqe, slot_ud(s->gen, fd), 0);
 	io_uring_sqe_set_data64(sqe, 0);
 	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
 	s->io = NULL;

@@ -13,7 +13,8 @@
  * socket open: its send is cancelled after a grace and the peer sees the end; and a connection
  * attached and closed in one turn leaves nothing in the ring that could read the next socket
  * given its descriptor's number; a reset after the bytes held is told after them, not lost
- * (a clean end). Skipped where the
+ * (a clean end); a descriptor deleted and closed while bytes arriving wake its poll (the
+ * kernel refuses a poll removal then) still closes, its peer seeing the end. Skipped where the
  * kernel refuses io_uring.
  */
 #include <errno.h>
@@ -570,6 +571,55 @@ static void written_and_closed_in_one_turn_still_delivers(void **state)
 	assert_true(end);
 }
 
+/* The peer's side read through the ring too, so that a send of its can be queued in the
+ * same turn as the owner's removal. */
+static struct owner far;
+
+static void far_attach(struct owner *o)
+{
+	(void)o;
+	net_conn_read_start(&far.c, &reads, &far);
+}
+
+/* In one turn: the peer's send is queued (it makes the owner's socket readable the moment it
+ * runs, which wakes the owner's poll inside the same submission), then the owner is deleted
+ * and closed. */
+static void send_then_close(struct owner *o)
+{
+	wrote = (int)net_conn_write(&far.c, "late", 4);
+	loop_io_del(o->loop, &o->io);
+	net_conn_close(&o->c);
+}
+
+/* A descriptor deleted while its poll is being woken (bytes arriving as its removal is
+ * submitted; the kernel refuses a poll removal then, -EALREADY): the poll still ends, so the
+ * closed socket is closed and its peer sees the end. (Before: the poll stayed armed for good,
+ * holding the file; the peer never saw the end: a flooding HTTP/2 client was never reset.) */
+static void deleted_while_woken_still_closes(void **state)
+{
+	struct owner *o = *state;
+	if (!o)
+		skip();
+	far = (struct owner){.loop = o->loop, .in = o->in, .cap = o->cap, .room = o->cap};
+	net_conn_init(&far.c, o->peer);
+	far.io = (struct loop_io){.fd = o->peer, .fn = on_io};
+	far.t.fn = on_step;
+	far.stop.fn = on_stop;
+	o->peer = -1; /* far's now */
+	assert_int_equal(loop_io_add(o->loop, &far.io), 0);
+	turns(&far, far_attach, 0, 1);
+	assert_non_null(far.c.ring.loop);
+	turns(o, send_then_close, 0, 1);
+	assert_int_equal(wrote, 4);
+	turns(&far, NULL, 0, 200); /* until far reads the end (a reset: "late" went unread) */
+	struct pollfd p = {.fd = far.c.fd, .events = POLLRDHUP};
+	assert_int_equal(poll(&p, 1, 0), 1);
+	assert_true(p.revents & (POLLRDHUP | POLLHUP));
+	assert_true(far.ended != 0);
+	loop_io_del(o->loop, &far.io);
+	net_conn_close(&far.c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -590,6 +640,7 @@ int main(void)
 					    teardown),
 	    cmocka_unit_test_setup_teardown(ends_give_their_buffers_back, setup, teardown),
 	    cmocka_unit_test_setup_teardown(bytes_one_at_a_time_hold_few_buffers, setup, teardown),
+	    cmocka_unit_test_setup_teardown(deleted_while_woken_still_closes, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
