@@ -5,7 +5,8 @@ machine): 2 KiB and 1 MiB responses from nginx, and 200-token SSE streams from a
 over one keep-alive connection, after a warm-up. Needs nginx and valgrind
 (scripts/deps.sh nginx valgrind). ACCELNET_IR_KEEP=DIR keeps each scenario's callgrind file
 there (DIR/TAG.SCENARIO.out), for callgrind_annotate. ACCELNET_IR_ONLY=small,1m,sse runs only
-the scenarios named (the 2 KiB one alone takes a fifth of the time).
+the scenarios named (the 2 KiB one alone takes a fifth of the time). ACCELNET_IR_LLM=1 makes
+the sim's pool `balance: llm` (the 2 KiB and 1 MiB routes still go to nginx's plain pool).
 
 bench/instructions.py --access-log ACCELNET: one build without ("old") and with ("new") the
 access log (JSON lines to a file), all of its threads counted: the log writer's too."""
@@ -22,6 +23,7 @@ ALOG = len(sys.argv) == 3 and sys.argv[1] == "--access-log"
 if ALOG:
     sys.argv = [sys.argv[0], sys.argv[2], sys.argv[2]]
 D = tempfile.mkdtemp(prefix="accelnet-ir-")
+LLM = "    balance: llm\n" if os.environ.get("ACCELNET_IR_LLM") else ""
 def free_port():
     s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
 def wait_port(p, t=60):
@@ -53,7 +55,7 @@ pools:
     backends: [{{address: 127.0.0.1:{op}}}]
   - name: llm
     backends: [{{address: 127.0.0.1:{sp}}}]
-routes:
+{LLM}routes:
   - match: {{path_prefix: /v1/}}
     pool: llm
   - match: {{path_prefix: /}}

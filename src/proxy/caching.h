@@ -153,7 +153,10 @@ struct caching_x {
 
 extern size_t caching_ctx_off; /* where it lies in an exchange's block (xhooks_setup()) */
 
-/* Its context of <x>, joined (xhooks.h): a route with a cache, from its lookup on. */
+/* Its context of <x>, joined (xhooks.h): a route with a cache, from its lookup on. Any call
+ * joins, so a caller that only reads (and may come before the lookup, or on a route without a
+ * cache) takes caching_peek() instead: a needless join costs the exchange the cache's
+ * req_body, resp_done and end hooks. */
 static inline struct caching_x *caching_ctx(struct exchange *x)
 {
 	return xhooks_join(x, &caching_hook);

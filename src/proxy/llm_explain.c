@@ -8,12 +8,14 @@
  * sent_ns and first_ns, which up_h1.c stamps once for balance: llm's fit: a whole answer's
  * head, an event stream's first body bytes), the usage from the tallies' one scanner
  * (tally.h: tally_read_usage() has it scanned, without counting, when the tallies do not
- * count the response's tokens). So it reads no clock and no body byte of its own. Its hooks:
- * the request head (where a pool of the config explains its picks, it joins the exchange
- * (xhooks.h) and the waiter points at the record; else it stays out), the response head (registered
- * after the tallies: the backend that answered, and the usage asked for) and the end (the
- * prediction metrics). Nothing here allocates or writes memory another worker writes: the
- * metrics go to the worker's shard.
+ * count the response's tokens). So it reads no clock and no body byte of its own. It joins
+ * an exchange (xhooks.h) at the stage classify, before any pick, when the pool the route sends
+ * to or its spillover pool has a balancer that explains its picks (balance: llm, whatever its
+ * llm.explain says: the record also feeds /debug/requests and the metrics), and the waiter
+ * then points at the record; an exchange on any other route stays out and pays nothing here.
+ * Its hooks: the response head (registered after the tallies: the backend that answered, and
+ * the usage asked for) and the end (the prediction metrics). Nothing here allocates or writes
+ * memory another worker writes: the metrics go to the worker's shard.
  */
 #include "proxy/llm_explain.h"
 #include "proxy/tally.h"
@@ -28,7 +30,7 @@ struct llm_explain_x {
 };
 
 static size_t ctx_off;
-static uint32_t bit; /* joined at the head when a pool explains its picks */
+static uint32_t bit; /* joined at classify when the route's pool or spillover explains */
 
 /* Its context of <x>, to read: zeroes (no decision) unless it joined. */
 static const struct llm_explain_x *ex(const struct exchange *x)
@@ -36,13 +38,10 @@ static const struct llm_explain_x *ex(const struct exchange *x)
 	return xhooks_peek(x, &llm_explain_hook);
 }
 
-/* Does a pool of <c> explain its picks (its balancer's lb_ops.explain)? */
-static int explains(const struct conf *c)
+/* Does pool <p> explain its picks (its balancer's lb_ops.explain)? */
+static int explains(const struct conf_pool *p)
 {
-	for (size_t i = 0; i < c->npools; i++)
-		if (c->pools[i].balance && c->pools[i].balance->explain)
-			return 1;
-	return 0;
+	return p->balance && p->balance->explain;
 }
 
 /* The pool of <x>'s decision, while it is still the pool <x> goes to, else NULL. */
@@ -64,12 +63,11 @@ static const struct backend *picked(const struct pool_rt *p, const struct lb_exp
 		   : NULL;
 }
 
-/* Every pick for <x> reads its decision back into the record, when its policy explains its
- * picks (a pool of another balancer writes nothing there). */
-static void explain_head(struct exchange *x, const struct http_head *h)
+void llm_explain_classify(struct exchange *x)
 {
-	(void)h;
-	if (explains(x->w->conf)) {
+	const struct conf_route *r = x->route;
+	if (explains(x->pool->conf) ||
+	    (r->has_spill && explains(x->w->rt->pools[r->spill_pool].conf))) {
 		struct llm_explain_x *c = xhooks_join(x, &llm_explain_hook);
 		x->wt.explain = &c->rec;
 	}
@@ -147,7 +145,6 @@ const struct xhook llm_explain_hook = {
     .ctx_size = sizeof(struct llm_explain_x),
     .ctx_off = &ctx_off,
     .bit = &bit,
-    .head = explain_head,
     .resp_head = explain_resp_head,
     .end = explain_end,
 };

@@ -5,8 +5,9 @@
  * the response body's first byte, the engine's reported cached prompt tokens).
  *
  * It is a feature on the exchange's hooks (xhooks.h) with one fixed record per exchange in
- * its own context: the request head's hook points the waiter at that record, and every pick
- * made for the request -- its admission, a grant from the queue on any worker, a retry --
+ * its own context, joined at the stage classify when the route's pool or its spillover pool
+ * explains its picks (llm_explain_classify()): the waiter then points at that record, and every
+ * pick made for the request -- its admission, a grant from the queue on any worker, a retry --
  * reads its decision back into it when the pool's balancer explains its picks (runtime/pick.h,
  * policy/lb.h lb_ops.explain: balance: llm); the last one stands. A hedge's copy is not
  * recorded. The record is written by a granting worker only while the request is queued, and
@@ -65,6 +66,11 @@ struct llm_explain_view {
 };
 
 extern const struct xhook llm_explain_hook;
+
+/* The stage classify, <x>'s route and pool known, before any pick: when its pool or its
+ * route's spillover pool explains its picks (balance: llm), join <x> and point its waiter at
+ * the record; else nothing (no loop over the config's pools). */
+void llm_explain_classify(struct exchange *x);
 
 /* What <x>'s decision was and what happened so far, into <v> (v->has 0: none to show). */
 void llm_explain_view(const struct exchange *x, struct llm_explain_view *v);

@@ -35,7 +35,9 @@
 
 extern const struct xhook pd_hook;
 
-/* The pool of <x> disaggregates: read its body strictly (the stage classify asks). */
+/* The pool of <x> disaggregates: read its body strictly. Not a mere question: when it does,
+ * P/D joins <x> here (xhooks.h), so that its req_body hook reads the body (the stage
+ * classify calls it, once). */
 int pd_wants_body(struct exchange *x);
 /* The stage admit, before dispatch: a prefill begins (pd_waiting then); 0, or -EPERM for a
  * body that sets the proxy's fields (the caller answers 400, PD_REFUSAL), or -EBADMSG for a

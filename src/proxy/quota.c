@@ -1,8 +1,9 @@
 /*
  * quota.c - routes.rate_limit on the request path (see quota.h).
  *
- * It joins an exchange (xhooks.h) on a route with a rate_limit at the guard, or where auth
- * keeps the identity in its context: another costs it nothing. Its hooks: more response body was
+ * It joins an exchange (xhooks.h) on a route with a rate_limit at the guard (a per-IP refusal
+ * too: refuse()), or where auth keeps the identity in its context (quota_identity_buf(): every
+ * authenticated request): another costs it nothing. Its hooks: more response body was
  * scanned (tally.h), charge what its tokens now exceed; the response has come whole from the
  * backend, settle its tokens and give back its count in flight now, not when the last byte has
  * gone; the end, settle what is still held.

@@ -1,8 +1,9 @@
 /*
  * spend.c - routes.budget on the request path (see spend.h).
  *
- * It joins an exchange (xhooks.h) on a route with a budget once the body names a priced model
- * (spend_note_body()): another costs it nothing. Its hooks: the response head, an event stream's
+ * It joins an exchange (xhooks.h) on a route with a budget once the request's body view was
+ * read (spend_note_body(), before the model is looked up: an exchange refused for an unpriced
+ * model has joined too): another costs it nothing. Its hooks: the response head, an event stream's
  * body wanted; its bytes, counted by the tallies just before (tally.c runs first), charged as they
  * go; the response has come whole from the backend, settle at once (the figures and the log read
  * the cost at the end); the end, settle what is still held. Every count goes to the worker's own

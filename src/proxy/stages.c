@@ -10,6 +10,7 @@
 #include "proxy/classify.h"
 #include "proxy/dispatch.h"
 #include "proxy/forward.h"
+#include "proxy/llm_explain.h"
 #include "proxy/pace.h"
 #include "proxy/pd.h"
 #include "proxy/quota.h"
@@ -274,6 +275,7 @@ static enum run stage_classify(struct exchange *x)
 	    (pc->has_models || atomic_load_explicit(&x->pool->lora_seen, memory_order_relaxed)) &&
 	    !x->reqbody.model_read && h->framing == HTTP_BODY_LENGTH && h->content_length > 0;
 	sticky_classify(x, h);
+	llm_explain_classify(x); /* before any pick: the decision's record */
 	return RUN_AGAIN;
 }
 

@@ -5,7 +5,10 @@
  * start and only read afterwards, so the walks need no lock: the head's in the order of the
  * list, the later points' indexed by the feature's bit, with a mask per point of the features
  * that have a hook there. A walk past the head takes the exchange's mask and the point's
- * together and calls each bit's hook, lowest (first in the list) first. Behind the exchange
+ * together and calls the lowest (first in the list) bit's hook not yet called at this point,
+ * reading the mask anew after each hook: one that makes another feature join (or ask for the
+ * body) has that feature's hook called in the same walk, at the end too, so nothing it takes
+ * there is left without its end. Behind the exchange
  * comes this room's own: the mask, a bit per feature (its index in the list) that wants the
  * response body, and the feature's offer to keep the body for the client (struct xkeep), then
  * the contexts, each on a 16-byte boundary (malloc's): the always features' first, so that
@@ -145,8 +148,9 @@ static unsigned first(uint32_t m)
 	return (unsigned)__builtin_ctz(m);
 }
 
-/* Several features at a point: the walk, kept out of line so that the one-feature case of
- * xhooks_head() and xhooks_resp_head() saves no registers. */
+/* The head's walk, kept out of line so that the one-feature case of xhooks_head() saves no
+ * registers: every feature's head hook runs, in the mask or not (the head is where one may
+ * join), so nothing is read anew here. */
 __attribute__((noinline)) static void
 walk_heads(void (*const *fn)(struct exchange *, const struct http_head *), unsigned n,
 	   struct exchange *x, const struct http_head *h)
@@ -155,15 +159,17 @@ walk_heads(void (*const *fn)(struct exchange *, const struct http_head *), unsig
 		fn[i](x, h);
 }
 
-__attribute__((noinline)) static void walk_resp_heads(uint32_t m, struct exchange *x,
+/* The response head's hooks of the features of <x> not in <done> (the mask read anew after
+ * each). */
+__attribute__((noinline)) static void walk_resp_heads(uint32_t done, struct exchange *x,
 						      const struct http_head *h)
 {
-	for (; m; m &= m - 1)
+	for (uint32_t m; (m = due(x, P_RESP_HEAD) & ~done); done |= m & -m)
 		hooks.resp_head[first(m)](x, h);
 }
 
-/* One feature at a point (the head: the access log; the response head: the tally) is called
- * straight, a tail call: the loop's saved registers cost a request some 40 instructions. */
+/* One head hook (the access log's) is called straight, a tail call: the loop's saved
+ * registers cost a request some 40 instructions. */
 void xhooks_head(struct exchange *x, const struct http_head *h)
 {
 	if (hooks.nhead == 1)
@@ -174,17 +180,23 @@ void xhooks_head(struct exchange *x, const struct http_head *h)
 
 void xhooks_req_body(struct exchange *x, const char *body, size_t len)
 {
-	for (uint32_t m = due(x, P_REQ_BODY); m; m &= m - 1)
+	for (uint32_t m, done = 0; (m = due(x, P_REQ_BODY) & ~done); done |= m & -m)
 		hooks.req_body[first(m)](x, body, len);
 }
 
+/* One feature at the response head (the tallies', on a plain route) is called straight, the
+ * loop left out of line; the walk then runs only if that hook made another feature join. */
 void xhooks_resp_head(struct exchange *x, const struct http_head *h)
 {
 	uint32_t m = due(x, P_RESP_HEAD);
-	if (m && !(m & (m - 1)))
+	if (m && !(m & (m - 1))) {
 		hooks.resp_head[first(m)](x, h);
-	else
-		walk_resp_heads(m, x, h);
+		if (!(due(x, P_RESP_HEAD) & ~m))
+			return;
+	} else {
+		m = 0;
+	}
+	walk_resp_heads(m, x, h);
 }
 
 static uint32_t *body_bits(const struct exchange *x)
@@ -219,18 +231,18 @@ int xhooks_body_wanted(const struct exchange *x)
 
 void xhooks_resp_body(struct exchange *x, const char *p, size_t len)
 {
-	for (uint32_t m = *body_bits(x); m; m &= m - 1)
+	for (uint32_t m, done = 0; (m = *body_bits(x) & ~done); done |= m & -m)
 		hooks.list[first(m)]->resp_body(x, p, len);
 }
 
 void xhooks_resp_done(struct exchange *x)
 {
-	for (uint32_t m = due(x, P_RESP_DONE); m; m &= m - 1)
+	for (uint32_t m, done = 0; (m = due(x, P_RESP_DONE) & ~done); done |= m & -m)
 		hooks.resp_done[first(m)](x);
 }
 
 void xhooks_end(struct exchange *x, uint64_t now_ns)
 {
-	for (uint32_t m = due(x, P_END); m; m &= m - 1)
+	for (uint32_t m, done = 0; (m = due(x, P_END) & ~done); done |= m & -m)
 		hooks.end[first(m)](x, now_ns);
 }

@@ -28,9 +28,11 @@
  * does -- its head hook (the access log: a sampled request), or its stage by the route's or
  * pool's config (a cache, a budget, token limits, P/D, sticky sessions), or the first write
  * to its context (xhooks_join()) -- and from then on it is in the mask, however late that is
- * (a retry, a second attempt). Every feature's head hook runs (the head is where it may
- * join); the later points run only the hooks of the features in the mask, so a feature a
- * route does not use costs its requests nothing past the head.
+ * (a retry, a second attempt, or during a walk: a hook at some point that makes another
+ * feature join has that feature's hook at the point called in the same walk, after its own,
+ * the end's included). Every feature's head hook runs (the head is where it may join); the
+ * later points run only the hooks of the features in the mask, so a feature a route does not
+ * use costs its requests nothing past the head.
  *
  * Contexts: an exchange and the contexts of every feature are one block, from the worker's
  * free list (whole pages, mapped only while the list is cold: exchange.c). When the exchange
@@ -42,9 +44,10 @@
  * reads, where it may not have joined (another feature's end reading what it did: the access
  * log asking the cache), through xhooks_peek(), which shows a feature out of the mask a zeroed
  * context, read-only. Under AddressSanitizer and in a poison build (exchange.c) the contexts
- * are filled with 0xa5 at the start instead, so that a read before joining shows up in the
- * tests as nonsense, not as the zeroes a fresh block would hold. exchange.h never sees a
- * context's type. A codec may keep its state for the exchange there too (h1.h).
+ * of the features not always in are filled with 0xa5 at the start (the always ones' are
+ * zeroed, as ever), so that a read before joining shows up in the tests as nonsense, not as
+ * the zeroes a fresh block would hold. exchange.h never sees a context's type. A codec may
+ * keep its state for the exchange there too (h1.h).
  */
 #ifndef ACCELNET_PROXY_XHOOKS_H
 #define ACCELNET_PROXY_XHOOKS_H
@@ -100,10 +103,13 @@ static inline struct exchange *xhooks_exchange_of(void *ctx, size_t off)
 extern size_t xhooks_mask_at;			/* where an exchange's mask lies in its block */
 extern const char xhooks_zeros[XHOOKS_CTX_MAX]; /* a context no feature joined, as read */
 
-/* Is feature <f> (one that joins) in the mask of <x>? 0 when <f> is not registered. */
+/* Is feature <f> in the mask of <x>? 1 for an always feature without a bit (in from the
+ * start), 0 for one that joins and is not registered. */
 static inline int xhooks_in(const struct exchange *x, const struct xhook *f)
 {
-	return (*(const uint32_t *)(const void *)((const char *)x + xhooks_mask_at) & *f->bit) != 0;
+	const uint32_t *bit = f->bit;
+	return !bit ||
+	       (*(const uint32_t *)(const void *)((const char *)x + xhooks_mask_at) & *bit) != 0;
 }
 
 /* <f>'s context in <x>, joined: the first time, zeroed and <f> put in the mask. <f> must be
@@ -114,7 +120,8 @@ static inline void *xhooks_join(struct exchange *x, const struct xhook *f)
 	return xhooks_in(x, f) ? xhooks_ctx(x, *f->ctx_off) : xhooks_join_new(x, f);
 }
 
-/* <f>'s context in <x> to read: its own once it joined, else zeroes (read-only memory). */
+/* <f>'s context in <x> to read: its own once it joined (an always feature's: always), else
+ * zeroes (read-only memory). */
 static inline const void *xhooks_peek(const struct exchange *x, const struct xhook *f)
 {
 	return xhooks_in(x, f) ? xhooks_ctx(x, *f->ctx_off) : (const void *)xhooks_zeros;

@@ -2,15 +2,16 @@
 tokens as vLLM does (prompt_tokens_details.cached_tokens, in an answer and in a stream's usage
 chunk); /debug/requests shows each decision's candidates, the reason, and predicted against
 measured time to first token and hit blocks; the X-Accelnet-Llm header appears only where the
-operator set llm.explain (no client header turns it on, no backend's passes); the
+operator set llm.explain (no client header turns it on, no backend's passes), a request spilled
+there from a plain pool's route included; the
 accelnet_llm_predict_* metrics move."""
 
 import concurrent.futures
 import json
 import re
 
-from harness import (ScriptedBackend, metrics_text, prom_samples, request, served_by,
-                     wait_until)
+from harness import (ScriptedBackend, free_port, metrics_text, prom_samples, request,
+                     served_by, wait_until)
 
 BLOCK = 64  # the proxy's llm.block_bytes and the sims' --block-bytes: one notion of a block
 REASONS = {"none", "least", "tie-load", "tie-draw", "rendezvous", "wait", "max-wait", "no-prompt",
@@ -182,6 +183,21 @@ def test_explain_header_only_where_configured_and_never_from_a_client(env):
         # the pool without llm.explain: no header, whatever the client sends
         st, hdrs, _ = _post(px.port, _chat(_system(k), "q"), headers=sneaky)
         assert st == 200 and "x-accelnet-llm" not in hdrs, hdrs
+
+
+def test_a_spill_to_an_explaining_pool_is_explained(env):
+    """A route whose own pool is a plain one (its backend down) spills to a balance: llm pool
+    with llm.explain: the request there carries the header, its decision recorded from the
+    first pick on (the exchange took the record for its spillover pool too)."""
+    sims = _sims(env, 2)
+    px = env.proxy("pools:\n  - name: plain\n    backends: [{address: 127.0.0.1:%d}]\n"
+                   % free_port() + _pool("gpu", [s.port for s in sims], explain="true")
+                   + "routes:\n  - pool: plain\n    spillover: {pool: gpu}\n", workers=1)
+    name_of = {f"127.0.0.1:{s.port}": f"s{i}" for i, s in enumerate(sims)}
+    st, hdrs, _ = _post(px.port, _chat(_system(1), "q"))
+    assert st == 200, (st, hdrs)
+    m = re.match(r'pick="([^"]+)";reason=([a-z-]+)', hdrs["x-accelnet-llm"][0])
+    assert m and name_of[m[1]] == served_by(hdrs), (hdrs, served_by(hdrs))
 
 
 def test_a_sessions_placement_is_explained_as_session(env):

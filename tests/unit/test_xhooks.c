@@ -5,7 +5,9 @@
  * feature without one, the response body only those the exchange's features asked for; past
  * the head, only the features in the exchange's mask: one that has not joined is not called
  * and its context is not touched (a reused block's bytes stay), reads of it see zeroes, and
- * one that joins late starts from a zeroed context and is called from then on; the same list
+ * one that joins late starts from a zeroed context and is called from then on, in the walk
+ * under way too when a hook of that walk made it join (the end's, the response head's with
+ * one feature called straight); an always feature reads as in, its own context; the same list
  * again changes nothing, another one is refused, and so is a list past XHOOKS_MAX or a
  * feature that can neither be always in nor join.
  */
@@ -32,6 +34,9 @@ static void note(char c)
 	order[norder] = 0;
 }
 
+/* a hook that makes another feature join during its walk: which one, when set */
+static const struct xhook *a_end_joins, *d_resp_head_joins, *d_end_joins;
+
 static void a_head(struct exchange *x, const struct http_head *h)
 {
 	(void)x, (void)h;
@@ -39,8 +44,10 @@ static void a_head(struct exchange *x, const struct http_head *h)
 }
 static void a_end(struct exchange *x, uint64_t now_ns)
 {
-	(void)x, (void)now_ns;
+	(void)now_ns;
 	note('a');
+	if (a_end_joins)
+		(void)xhooks_join(x, a_end_joins);
 }
 static void b_end(struct exchange *x, uint64_t now_ns)
 {
@@ -61,6 +68,12 @@ static void c_end(struct exchange *x, uint64_t now_ns)
 {
 	(void)x;
 	note(now_ns == 42 ? 'c' : '?');
+}
+static unsigned c_resp_heads; /* counted, not noted: the walks' orders above stay as they are */
+static void c_resp_head(struct exchange *x, const struct http_head *h)
+{
+	(void)x, (void)h;
+	c_resp_heads++;
 }
 
 /* d: joins late (no head hook); each of its hooks counts its calls in its context */
@@ -85,6 +98,8 @@ static void d_resp_head(struct exchange *x, const struct http_head *h)
 	(void)h;
 	dx(x)->calls[1]++;
 	note('d');
+	if (d_resp_head_joins)
+		(void)xhooks_join(x, d_resp_head_joins);
 }
 static void d_resp_done(struct exchange *x)
 {
@@ -96,6 +111,8 @@ static void d_end(struct exchange *x, uint64_t now_ns)
 	(void)now_ns;
 	dx(x)->calls[3]++;
 	note('d');
+	if (d_end_joins)
+		(void)xhooks_join(x, d_end_joins);
 }
 
 static size_t a_off, b_off, c_off;
@@ -108,6 +125,7 @@ static const struct xhook fc = {.name = "c",
 				.ctx_off = &c_off,
 				.bit = &c_bit,
 				.head = c_head,
+				.resp_head = c_resp_head,
 				.resp_body = c_body,
 				.end = c_end};
 static const struct xhook fd = {.name = "d",
@@ -266,11 +284,58 @@ static void features_out_of_the_mask_cost_nothing(void **state)
 	free(x);
 }
 
+/* A hook that makes another feature join during a walk: that feature's hook at the point
+ * runs in the same walk -- after the end of an always feature (whatever the joiner takes
+ * there has its end), after a later feature's (a lower bit), and after the one response head
+ * hook called straight. An always feature reads as in, its context its own. */
+static void a_join_during_a_walk_is_walked(void **state)
+{
+	(void)state;
+	assert_int_equal(xhooks_setup(list, 4, sizeof(struct exchange)), 0);
+	struct exchange *x = block_new();
+	assert_true(xhooks_in(x, &fa)); /* always, no bit: in, never a NULL bit read */
+	assert_ptr_equal(xhooks_peek(x, &fa), xhooks_ctx(x, a_off));
+	assert_ptr_equal(xhooks_join(x, &fa), xhooks_ctx(x, a_off));
+
+	/* nobody joined; a's end makes d join: d's end runs in this walk, from a zeroed context */
+	a_end_joins = &fd;
+	norder = 0, order[0] = 0;
+	xhooks_end(x, 42);
+	a_end_joins = NULL;
+	assert_string_equal(order, "abd");
+	assert_int_equal(dx(x)->calls[3], 1);
+	assert_int_equal(dx(x)->calls[0], 0);
+
+	/* d alone at the response head (called straight) makes c join: c's hook runs too */
+	c_resp_heads = 0;
+	d_resp_head_joins = &fc;
+	norder = 0, order[0] = 0;
+	xhooks_resp_head(x, NULL);
+	d_resp_head_joins = NULL;
+	assert_string_equal(order, "d");
+	assert_int_equal(c_resp_heads, 1);
+	xhooks_resp_head(x, NULL); /* both in now: each once */
+	assert_int_equal(c_resp_heads, 2);
+	assert_int_equal(dx(x)->calls[1], 2);
+	free(x);
+
+	/* d in, c out; d's end makes c (a lower bit, walked before it) join: c's end still runs */
+	x = block_new();
+	(void)xhooks_join(x, &fd);
+	d_end_joins = &fc;
+	norder = 0, order[0] = 0;
+	xhooks_end(x, 42);
+	d_end_joins = NULL;
+	assert_string_equal(order, "abdc");
+	free(x);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(contexts_laid_out_and_hooks_walked_in_order),
 	    cmocka_unit_test(features_out_of_the_mask_cost_nothing),
+	    cmocka_unit_test(a_join_during_a_walk_is_walked),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
