@@ -118,9 +118,9 @@ built() { # NAME
 # strings a file). What is left of the module's CPU under the sanitizer is mostly loading the
 # seven tokenizer files (1-3 s each there; 58 CPU s for the two modules at 300, 70 at 1,000).
 # The suite runs on both event loops (tune.io): the normal pass on io_uring (ACCELNET_IO=auto:
-# io_uring here; epoll where it is refused, as in a container of the packaging test whose
-# seccomp profile forbids it), the sanitizer and ThreadSanitizer passes on epoll, the default. The io_uring back end's own tests run in every
-# pass whatever it runs on: test_loop and test_net_ring (unit: each back end, the ring's
+# io_uring where the kernel lets a process set up a ring, epoll where it refuses, as a
+# container's seccomp profile may), the sanitizer and ThreadSanitizer passes on epoll, the
+# default. The io_uring back end's own tests run in every pass whatever it runs on: test_loop and test_net_ring (unit: each back end, the ring's
 # receives and sends), test_event_loop (it serves, falls back, refuses, lets a client that never
 # reads go) and test_splice's io_uring cases. (A sanitizer pass on io_uring, 2026-12-07, failed
 # once on an HTTP/2 flood: a socket closed while bytes arrived stayed open in the kernel, its
