@@ -23,7 +23,7 @@ import struct
 
 import hpack
 
-from harness import lenient_backend, pool_yaml
+from harness import lenient_backend, pool_yaml, read_all
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST, SETTINGS, PUSH, PING, GOAWAY, WU, CONT = range(10)
@@ -810,13 +810,8 @@ def preface_case(port):
                             (b"INVALID CONNECTION PREFACE\r\n\r\n", b"400")):
         s = socket.create_connection(("127.0.0.1", port), timeout=WAIT_S)
         s.sendall(preface)
-        got = b""
         try:
-            while True:
-                d = s.recv(65536)
-                if not d:
-                    break
-                got += d
+            got = read_all(s)
         except socket.timeout:
             raise Bad(f"the connection stayed open after {preface[:20]!r}")
         finally:
