@@ -1046,16 +1046,15 @@ static int batch_put(struct xfer_server_conn *c, const struct xfer_batch_file *b
 	if (rc) {
 		*status = XFER_ACK_IO;
 	} else {
-		/* FINISH compares its whole hash, as for a file found in place, and removes the
-		 * part an end-game CHUNK copy of it may have created meanwhile (store.c, part_drop)
-		 */
+		/* FINISH compares its whole hash, as for a file found in place, and removes a
+		 * part that an end-game CHUNK copy of it created meanwhile (store.c, part_drop) */
 		first = xfer_store_mark(f, 0, bf->hash);
 		f->in_place = 1;
 	}
 	pthread_cond_broadcast(&rx->cv);
 	pthread_mutex_unlock(&rx->mu);
-	if (!rc) /* renamed unsynced, even when a chunk's copy was counted first: synced at FINISH
-		  */
+	/* renamed unsynced, even when a chunk's copy was counted first: synced before DONE */
+	if (!rc)
 		atomic_fetch_add(&rx->batched, 1);
 	if (first) {
 		atomic_fetch_add(&s->m_chunks, 1);
