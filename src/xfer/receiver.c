@@ -33,7 +33,10 @@
  *
  * Chunks: a verified chunk is never written again; writers of one chunk are counted, and a
  * chunk that had two at once is re-hashed at FINISH (store.h), after connections still
- * writing into verified chunks are ended.
+ * writing into verified chunks are ended. A small file may come both ways at once: its BATCH
+ * on one link and an end-game copy as a CHUNK on another (the sender sends copies as chunks).
+ * The copy's writer then creates a part and state, the batch puts the file in place whole,
+ * and FINISH, finding the file in place, removes that part before DONE (store.h).
  *
  * bcast: a manifest with further hops makes this receiver also a sender. Before answering a
  * part's NEED it forwards the part to the next hop (the first part starts an engine to it, with
@@ -1043,15 +1046,19 @@ static int batch_put(struct xfer_server_conn *c, const struct xfer_batch_file *b
 	if (rc) {
 		*status = XFER_ACK_IO;
 	} else {
+		/* FINISH compares its whole hash, as for a file found in place, and removes a
+		 * part that an end-game CHUNK copy of it created meanwhile (store.c, part_drop) */
 		first = xfer_store_mark(f, 0, bf->hash);
-		f->in_place = 1; /* FINISH compares its whole hash, as for a file found in place */
+		f->in_place = 1;
 	}
 	pthread_cond_broadcast(&rx->cv);
 	pthread_mutex_unlock(&rx->mu);
+	/* renamed unsynced, even when a chunk's copy was counted first: synced before DONE */
+	if (!rc)
+		atomic_fetch_add(&rx->batched, 1);
 	if (first) {
 		atomic_fetch_add(&s->m_chunks, 1);
 		atomic_fetch_add(&s->link_bytes[c->link % XFER_LINKS_MAX], bf->len);
-		atomic_fetch_add(&rx->batched, 1);
 		pthread_mutex_lock(&s->mu);
 		unreserve_locked(s, rx, bf->len);
 		pthread_mutex_unlock(&s->mu);

@@ -367,7 +367,7 @@ static void unlink_held(int dirfd, struct xfer_store_file *f)
 {
 	char name[80];
 	struct stat st;
-	if (f->state_fd < 0 || f->part_fd < 0 || f->in_place)
+	if (f->state_fd < 0 || f->part_fd < 0)
 		return;
 	snprintf(name, sizeof(name), XFER_STORE_DIR "/%s.part", f->id);
 	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
@@ -381,7 +381,7 @@ static void unlink_held(int dirfd, struct xfer_store_file *f)
 void xfer_store_discard(int dirfd, struct xfer_store_file *f)
 {
 	f->pinned = 0;
-	if (f->created && !f->ndone)
+	if (f->created && !f->ndone && !f->in_place) /* in place: part_fd is the final file */
 		unlink_held(dirfd, f);
 	xfer_store_release(f);
 }
@@ -531,6 +531,29 @@ static int dirs_parent(int dirfd, struct xfer_store_dirs *dirs, const char *path
 	return fd;
 }
 
+/*
+ * A file put in place whole by a batch while a CHUNK copy of it (the sender's end game sends
+ * copies as chunks) was being written: the copy's writer created a part and state, which the
+ * file, in place already, never goes through. They are this transfer's (created), so they are
+ * removed, by name under the lock as for a discard; FINISH calls this with no writer left,
+ * before it answers DONE, so a sender that sees DONE leaves nothing in the directory of partial
+ * files. A part another transfer holds now (it resumed it: -EBUSY) or replaced is left to it.
+ */
+static void part_drop(int dirfd, struct xfer_store_file *f)
+{
+	const char *why;
+	if (!f->created)
+		return;
+	if (f->part_fd < 0) { /* let go once complete (else its writer's lock is still held) */
+		f->state_fd = open_store_file(dirfd, f->id, "state", 0, &why);
+		if (f->state_fd >= 0 && flock(f->state_fd, LOCK_EX | LOCK_NB) == 0)
+			f->part_fd = open_store_file(dirfd, f->id, "part", 0, &why);
+	}
+	unlink_held(dirfd, f); /* only with both open, and the part's name still that file's */
+	xfer_store_release(f);
+	f->created = 0;
+}
+
 int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[16],
 		      struct xfer_store_dirs *dirs, uint32_t *bad_chunk, const char **why)
 {
@@ -543,6 +566,7 @@ int xfer_store_finish(int dirfd, struct xfer_store_file *f, const uint8_t whole[
 	}
 	xfer_whole_hash(f->hashes, f->nchunks, got);
 	if (f->in_place) {
+		part_drop(dirfd, f);
 		if (memcmp(got, whole, 16)) {
 			*why =
 			    "the file at the destination has the source's size and time but other "

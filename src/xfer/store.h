@@ -17,7 +17,9 @@
  * into a temporary file, renamed into place unsynced and then counted as in place; the
  * receiver syncs the file system once before DONE. A batch's files are either in place whole
  * or not at their final name at all, so a resumed transfer finds them in place or sends them
- * again.
+ * again. An end-game copy of such a file, sent as a CHUNK on another link while its batch is
+ * written, creates a part and state for it all the same; xfer_store_finish, finding the file
+ * in place, removes them when this transfer created them, so nothing is left after DONE.
  *
  * Descriptors are held only while a file is being received: opening a manifest's files
  * (xfer_store_open) reads what is there and creates nothing, so a refused manifest leaves
@@ -154,8 +156,9 @@ int xfer_store_mark(struct xfer_store_file *f, uint32_t k, uint64_t hash);
 void xfer_whole_hash(const uint64_t *hashes, uint32_t n, uint8_t out[16]);
 
 /*
- * Complete a file: every chunk there (chunks flagged multi, or whose state on disk is not
- * what this transfer verified, are re-hashed first: -EAGAIN with *bad_chunk set to the first
+ * Complete a file (one in place already: its whole hash compared, and a part this transfer
+ * created for it anyway removed): every chunk there (chunks flagged multi, or whose state on disk
+ * is not what this transfer verified, are re-hashed first: -EAGAIN with *bad_chunk set to the first
  * that was overwritten; each such is then marked missing), the whole hash equal
  * to <whole>, data fsync'd, renamed to its path under <dirfd> (parents created; no component
  * followed through a symlink), the state removed. Call with no writers. 0, or -errno with *why

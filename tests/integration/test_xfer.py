@@ -120,7 +120,8 @@ def test_loopback_files_and_tree(env):
     assert rep["files"] == 3 and rep["bytes"] == 9 * 1024 * 1024 + 77 + 1000
     for rel in ("big.bin", "tree/sub/small.txt", "tree/empty"):
         assert digest(os.path.join(src, rel)) == digest(os.path.join(dst, rel)), rel
-    assert os.listdir(os.path.join(dst, ".accelnet-xfer")) == []
+    left = os.listdir(os.path.join(dst, ".accelnet-xfer"))
+    assert left == [], f"left in the staging directory after DONE: {left}"
     assert all(link["bytes"] > 0 for link in rep["links"]), rep["links"]
     rep = send([os.path.join(src, "big.bin"), f"127.0.0.1:{port}"])
     assert rep["bytes_skipped"] == rep["bytes"] and rep["bytes_sent"] == 0, rep  # already there

@@ -1041,3 +1041,49 @@ def test_chunk_trickled_in_pieces_is_acknowledged(env):
     assert w.frame()[0] == DONE
     with open(os.path.join(dst, "t"), "rb") as f:
         assert f.read() == data
+
+
+# a small file's BATCH and an end-game CHUNK copy of it at once (the sender sends a copy as a
+# CHUNK, never as a BATCH): the chunk's writer creates a part and state for the file, the batch
+# puts it in place whole. Once DONE is answered nothing of the transfer stays in staging.
+
+def test_batch_beside_a_chunk_copy_leaves_no_staging(env):
+    """Connection B's CHUNK copy of a small file is being written (its part created) when
+    connection A's BATCH puts the same file in place; then the copy is cut (the sender, with
+    every answer, cuts a stream holding only copies), left to FINISH to end, or completed. In
+    each case FINISH answers DONE, the file is intact and the staging directory is empty."""
+    dst = os.path.join(env.dir, "dst")
+    state = os.path.join(dst, ".accelnet-xfer")
+    os.makedirs(dst)
+    _, port = start_serve(env, dst)
+    for n, ending in enumerate(("cut", "finish ends it", "completed")):
+        data = os.urandom(1000 + n)
+        name = f"small{n}.txt"
+        session = os.urandom(16)
+        a = Wire.dial(port)
+        assert a.hello(session)[0] == OK
+        a.send(MANIFEST, manifest([(name, len(data), 0o644, 123456789)]))
+        assert a.frame()[0] == NEED
+        b = Wire.dial(port)
+        assert b.hello(session)[0] == OK
+        b.send(CHUNK, struct.pack("<IIQ", 0, 0, xxh64(data)), data[:500], data_len=len(data))
+        wait_until(lambda: any(f.endswith(".part") for f in os.listdir(state)),
+                   "the copy's writer holding a part")
+        a.send(BATCH, struct.pack("<IIIQ", 1, 0, len(data), xxh64(data)), data)
+        t, meta, _ = a.frame()
+        assert t == BATCH_ACK and meta[8] == 0, (ending, t, meta)  # put in place
+        if ending == "cut":
+            b.close()
+        elif ending == "completed":
+            b.s.sendall(data[500:])
+            t, meta, _ = b.frame()
+            assert t == ACK and meta[8] == 1, (ending, t, meta)  # a duplicate
+        a.send(FINISH, whole_hash([xxh64(data)]))
+        t, meta, _ = a.frame()
+        assert t == DONE, (ending, t, meta)
+        with open(os.path.join(dst, name), "rb") as f:
+            assert f.read() == data, ending
+        left = os.listdir(state)
+        assert left == [], f"{ending}: left in the staging directory after DONE: {left}"
+        a.close()
+        b.close()
