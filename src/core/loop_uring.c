@@ -126,7 +126,8 @@ static const struct {
  * what was (so that the pages are touched only as they are needed), those given back are
  * linked through their first bytes. */
 struct tx_slab {
-	struct tx_slab *next, *prev; /* on its class's list while it has a free buffer */
+	struct tx_slab *next, *prev;	     /* on its class's list while it has a free buffer */
+	struct tx_slab *all_next, *all_prev; /* on the loop's list of them all */
 	char *mem;
 	void *free;
 	uint32_t nfree, carved;
@@ -172,6 +173,7 @@ struct uring_be {
 	uint32_t *tx_link;     /* by id: the next free id + 1, while free */
 	uint32_t ntx, tx_free; /* tx_free: the first free id + 1 */
 	struct tx_class tx_class[TX_CLASSES];
+	struct tx_slab *tx_all;
 	uint32_t tx_slabs;  /* mapped */
 	uint32_t inflight;  /* receives and sends whose completion has not come */
 	uint32_t ndetached; /* sends in flight whose connection is closed */
@@ -213,6 +215,12 @@ static void slab_push(struct tx_class *c, struct tx_slab *sl)
 
 static void slab_unmap(struct uring_be *be, struct tx_slab *sl)
 {
+	if (sl->all_prev)
+		sl->all_prev->all_next = sl->all_next;
+	else
+		be->tx_all = sl->all_next;
+	if (sl->all_next)
+		sl->all_next->all_prev = sl->all_prev;
 	munmap(sl->mem, TX_SLAB);
 	free(sl);
 	be->tx_slabs--;
@@ -241,6 +249,10 @@ static int tx_buf_take(struct uring_be *be, uint32_t cls, struct uring_tx *t)
 		sl->nfree = TX_SLAB / size;
 		c->nfree += sl->nfree;
 		be->tx_slabs++;
+		sl->all_next = be->tx_all;
+		if (be->tx_all)
+			be->tx_all->all_prev = sl;
+		be->tx_all = sl;
 		slab_push(c, sl);
 	}
 	if (sl->free) {
@@ -381,12 +393,13 @@ static void uring_destroy(void *arg)
 		if (be->br)
 			munmap(be->br, RX_BUFS * sizeof(struct io_uring_buf));
 		free(be->rx_mem);
-		for (uint32_t i = 0; i < TX_CLASSES; i++) /* all free: every send completed */
-			while (be->tx_class[i].avail) {
-				struct tx_slab *sl = be->tx_class[i].avail;
-				slab_unlink(&be->tx_class[i], sl);
-				slab_unmap(be, sl);
-			}
+	}
+	while (be->tx_all) { /* the send buffers' mappings: unmapped unless still in flight */
+		struct tx_slab *sl = be->tx_all;
+		be->tx_all = sl->all_next;
+		if (!be->inflight)
+			munmap(sl->mem, TX_SLAB);
+		free(sl);
 	}
 	free(be->tx);
 	free(be->tx_link);
