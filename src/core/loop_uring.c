@@ -42,10 +42,15 @@
  * while data keeps coming, and one connection whose owner had no room took all the buffers.)
  * A receive that found the buffers all held (-ENOBUFS), or a connection holding too much,
  * stops; the connection reads the socket itself until it is drained, then receives through
- * the ring again. A send is a copy into a TX_BUF buffer of the loop's (whole pages from mmap, a
- * pool as large as the connections sending at once, TX_KEEP of it kept, the rest unmapped as
- * it ends) queued as IORING_OP_SEND with MSG_WAITALL, one in flight
- * a connection; its completion frees the buffer and gives the io a write event. A write larger
+ * the ring again. A send is a copy into a buffer of the loop's, of the smallest size class it
+ * fits (512 B, 2 KiB, TX_BUF: most sends are a request head or a small answer), queued as
+ * IORING_OP_SEND with MSG_WAITALL, one in flight a connection; its completion gives the buffer
+ * back to its class and gives the io a write event. A class's buffers are mapped TX_SLAB bytes
+ * at a time and kept while free up to a bound (512 KiB a class), so hundreds of sends in flight
+ * at every turn map nothing, and a mapping whose buffers are all free goes back to the kernel
+ * past that bound, so a burst leaves little behind. (One 16 KiB mapping a send, 64 kept, the
+ * rest unmapped as they ended, cost h2c's 400 backend connections a mapping, a fault and a TLB
+ * shootdown a send.) A write larger
  * than TX_BUF is refused (-EMSGSIZE) for the connection to make itself, nothing being in flight
  * (a bulk body sent 16 KiB a turn cost five times epoll's CPU). All of it is
  * submitted with the turn's wait: a turn's receives and sends for all its connections cost one
@@ -96,8 +101,9 @@
 #define RX_HOLD_MAX 65536	   /* a connection holding more stops receiving until it is read */
 #define RX_HOLD_BUFS (RX_BUFS / 8) /* ... or holding this many buffers (a byte each, maybe) */
 #define RX_GROUP 0
-#define TX_BUF 16384	   /* what one queued send copies at most */
-#define TX_KEEP 64	   /* free send buffers kept for reuse; past that one is freed as it ends */
+#define TX_BUF 16384  /* what one queued send copies at most */
+#define TX_SLAB 65536 /* a size class's send buffers are mapped this many bytes at a time */
+#define TX_CLASSES 3
 #define TX_GRACE_MS 1000   /* a send left by its closed connection may go on this long */
 #define TX_RETRY_MS 100	   /* ... and is cancelled again this soon if it was running then */
 #define TX_DETACHED_MAX 64 /* sends left by closed connections: past it, cancelled at once */
@@ -108,13 +114,39 @@ struct uring_slot {
 	struct loop_ring_io *r; /* receiving through the ring */
 };
 
+/* The send copies' size classes: most sends are a few hundred bytes (a request head, a small
+ * answer, a batch of HTTP/2 frames), so a copy takes the smallest class it fits; each class
+ * keeps <keep> free buffers (512 KiB each) and gives a mapping whose buffers are all free back
+ * past that. */
+static const struct {
+	uint32_t size, keep;
+} tx_classes[TX_CLASSES] = {{512, 1024}, {2048, 256}, {TX_BUF, 32}};
+
+/* TX_SLAB bytes of one class's buffers: those never handed out are carved from the end of
+ * what was (so that the pages are touched only as they are needed), those given back are
+ * linked through their first bytes. */
+struct tx_slab {
+	struct tx_slab *next, *prev;	     /* on its class's list while it has a free buffer */
+	struct tx_slab *all_next, *all_prev; /* on the loop's list of them all */
+	char *mem;
+	void *free;
+	uint32_t nfree, carved;
+	uint32_t cls;
+};
+
+struct tx_class {
+	struct tx_slab *avail; /* slabs with a free buffer, the last given one back first */
+	uint32_t nfree;	       /* free buffers in all its slabs */
+};
+
 struct uring_tx {
 	struct loop_ring_io *r; /* NULL: its connection is gone; freed at its completion */
+	char *data;		/* NULL: the id is free */
+	struct tx_slab *slab;	/* where data lies */
 	int fd;
 	uint32_t gen, len, off;
 	uint32_t seq;	  /* the loop's count of sends at its take: tells it from a later one */
 	uint8_t detached; /* its connection closed; counted in ndetached until it ends */
-	char data[TX_BUF];
 };
 
 struct uring_done {
@@ -137,10 +169,12 @@ struct uring_be {
 	char *rx_mem;
 	uint32_t rx_next[RX_BUFS]; /* the next buffer held by the same connection, id + 1 */
 	uint32_t rx_len[RX_BUFS];
-	struct uring_tx **tx;
-	uint32_t *tx_link; /* by id: the next free id + 1, while free */
-	uint32_t ntx, tx_free,
-	    tx_kept;	    /* tx_free: the first free id + 1; tx_kept: free with a buffer */
+	struct uring_tx *tx;   /* by id, as many as were ever in flight at once */
+	uint32_t *tx_link;     /* by id: the next free id + 1, while free */
+	uint32_t ntx, tx_free; /* tx_free: the first free id + 1 */
+	struct tx_class tx_class[TX_CLASSES];
+	struct tx_slab *tx_all;
+	uint32_t tx_slabs;  /* mapped */
 	uint32_t inflight;  /* receives and sends whose completion has not come */
 	uint32_t ndetached; /* sends in flight whose connection is closed */
 	uint32_t tx_seq;    /* the next send's seq */
@@ -159,55 +193,127 @@ static void rx_recycle(struct uring_be *be, uint32_t bid)
 	io_uring_buf_ring_advance(be->br, 1);
 }
 
-/* A send buffer: whole pages from mmap, not malloc, so that those given back past TX_KEEP
- * after a burst go back to the kernel (malloc would keep the pages touched in its arena: 2,000
- * connections answered at once left 2.7 MiB behind). NULL without memory. */
-static struct uring_tx *tx_map(void)
+static void slab_unlink(struct tx_class *c, struct tx_slab *sl)
 {
-	void *p = mmap(NULL, sizeof(struct uring_tx), PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	return p == MAP_FAILED ? NULL : p; /* zeroed: not detached */
+	if (sl->prev)
+		sl->prev->next = sl->next;
+	else
+		c->avail = sl->next;
+	if (sl->next)
+		sl->next->prev = sl->prev;
+	sl->next = sl->prev = NULL;
 }
 
-static void tx_unmap(struct uring_tx *t)
+static void slab_push(struct tx_class *c, struct tx_slab *sl)
 {
-	if (t)
-		munmap(t, sizeof(*t));
+	sl->prev = NULL;
+	sl->next = c->avail;
+	if (c->avail)
+		c->avail->prev = sl;
+	c->avail = sl;
 }
 
-/* Send buffer <id> free again: kept for the next send while TX_KEEP are, else given back (a
- * burst of connections sending at once leaves no memory behind), its id on the free list
- * with no buffer. */
+static void slab_unmap(struct uring_be *be, struct tx_slab *sl)
+{
+	if (sl->all_prev)
+		sl->all_prev->all_next = sl->all_next;
+	else
+		be->tx_all = sl->all_next;
+	if (sl->all_next)
+		sl->all_next->all_prev = sl->all_prev;
+	munmap(sl->mem, TX_SLAB);
+	free(sl);
+	be->tx_slabs--;
+}
+
+/* A buffer of class <cls> (a free one, else a new mapping's): 0, or -ENOMEM. The mappings
+ * are whole pages from mmap, not malloc, so that those a burst took go back to the kernel
+ * once it is over (malloc would keep the pages touched in its arena: 2,000 connections
+ * answered at once left 2.7 MiB behind). */
+static int tx_buf_take(struct uring_be *be, uint32_t cls, struct uring_tx *t)
+{
+	struct tx_class *c = &be->tx_class[cls];
+	uint32_t size = tx_classes[cls].size;
+	struct tx_slab *sl = c->avail;
+	if (!sl) {
+		if (!(sl = calloc(1, sizeof(*sl))))
+			return -ENOMEM;
+		void *p =
+		    mmap(NULL, TX_SLAB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED) {
+			free(sl);
+			return -ENOMEM;
+		}
+		sl->mem = p;
+		sl->cls = cls;
+		sl->nfree = TX_SLAB / size;
+		c->nfree += sl->nfree;
+		be->tx_slabs++;
+		sl->all_next = be->tx_all;
+		if (be->tx_all)
+			be->tx_all->all_prev = sl;
+		be->tx_all = sl;
+		slab_push(c, sl);
+	}
+	if (sl->free) {
+		t->data = sl->free;
+		memcpy(&sl->free, t->data, sizeof(sl->free));
+	} else {
+		t->data = sl->mem + (size_t)sl->carved++ * size;
+	}
+	t->slab = sl;
+	c->nfree--;
+	if (!--sl->nfree)
+		slab_unlink(c, sl);
+	return 0;
+}
+
+/* <t>'s buffer back to its class; a mapping all free goes back to the kernel once the class
+ * keeps enough free buffers without it (a burst of connections sending at once leaves
+ * little memory behind, a steady load maps nothing). */
+static void tx_buf_give(struct uring_be *be, struct uring_tx *t)
+{
+	struct tx_slab *sl = t->slab;
+	struct tx_class *c = &be->tx_class[sl->cls];
+	uint32_t per = TX_SLAB / tx_classes[sl->cls].size;
+	memcpy(t->data, &sl->free, sizeof(sl->free));
+	sl->free = t->data;
+	t->data = NULL;
+	t->slab = NULL;
+	c->nfree++;
+	if (!sl->nfree++)
+		slab_push(c, sl);
+	if (sl->nfree == per && c->nfree - per >= tx_classes[sl->cls].keep) {
+		slab_unlink(c, sl);
+		c->nfree -= per;
+		slab_unmap(be, sl);
+	}
+}
+
+/* Send <id> done: its buffer back to its class, the id on the free list. */
 static void tx_free(struct uring_be *be, uint32_t id)
 {
-	if (be->tx[id]->detached) {
-		be->tx[id]->detached = 0;
+	struct uring_tx *t = &be->tx[id];
+	if (t->detached) {
+		t->detached = 0;
 		be->ndetached--;
 	}
-	if (be->tx_kept < TX_KEEP) {
-		be->tx[id]->r = NULL;
-		be->tx_kept++;
-	} else {
-		tx_unmap(be->tx[id]);
-		be->tx[id] = NULL;
-	}
+	t->r = NULL;
+	tx_buf_give(be, t);
 	be->tx_link[id] = be->tx_free;
 	be->tx_free = id + 1;
 }
 
-/* A send buffer's id, its buffer there (a kept one, or a new one): 0, or -ENOMEM. */
-static int tx_take(struct uring_be *be, uint32_t *out)
+/* A send's id, with a buffer of at least <len> bytes (len <= TX_BUF): 0, or -ENOMEM. */
+static int tx_take(struct uring_be *be, size_t len, uint32_t *out)
 {
-	uint32_t id;
+	uint32_t id, cls = 0;
+	while (tx_classes[cls].size < len)
+		cls++;
 	if (be->tx_free) {
 		id = be->tx_free - 1;
-		if (be->tx[id])
-			be->tx_kept--;
-		else if (!(be->tx[id] = tx_map()))
-			return -ENOMEM; /* the id stays free */
-		be->tx_free = be->tx_link[id];
-	} else { /* the ids grow to the connections sending at once */
-		struct uring_tx **tx = realloc(be->tx, (be->ntx + 1) * sizeof(*tx));
+	} else { /* the ids grow to the sends in flight at once */
+		struct uring_tx *tx = realloc(be->tx, (be->ntx + 1) * sizeof(*tx));
 		if (!tx)
 			return -ENOMEM;
 		be->tx = tx;
@@ -215,11 +321,17 @@ static int tx_take(struct uring_be *be, uint32_t *out)
 		if (!link)
 			return -ENOMEM;
 		be->tx_link = link;
-		if (!(tx[be->ntx] = tx_map()))
-			return -ENOMEM;
-		id = be->ntx++;
+		tx[be->ntx] = (struct uring_tx){0};
+		id = be->ntx;
 	}
-	be->tx[id]->seq = be->tx_seq++ & GEN_MAX;
+	int rc = tx_buf_take(be, cls, &be->tx[id]);
+	if (rc)
+		return rc; /* the id stays free (or is not counted yet) */
+	if (id == be->ntx)
+		be->ntx++;
+	else
+		be->tx_free = be->tx_link[id];
+	be->tx[id].seq = be->tx_seq++ & GEN_MAX;
 	*out = id;
 	return 0;
 }
@@ -275,13 +387,19 @@ static void uring_destroy(void *arg)
 		log_msg(LOG_WARN,
 			"event loop: io_uring: %u receives and sends still in flight at exit, "
 			"their buffers (%zu KiB) left allocated",
-			be->inflight, ((size_t)RX_BUFS * RX_BUF + (size_t)be->ntx * TX_BUF) / 1024);
+			be->inflight,
+			((size_t)RX_BUFS * RX_BUF + (size_t)be->tx_slabs * TX_SLAB) / 1024);
 	} else {
 		if (be->br)
 			munmap(be->br, RX_BUFS * sizeof(struct io_uring_buf));
 		free(be->rx_mem);
-		for (uint32_t i = 0; i < be->ntx; i++)
-			tx_unmap(be->tx[i]);
+	}
+	while (be->tx_all) { /* the send buffers' mappings: unmapped unless still in flight */
+		struct tx_slab *sl = be->tx_all;
+		be->tx_all = sl->all_next;
+		if (!be->inflight)
+			munmap(sl->mem, TX_SLAB);
+		free(sl);
 	}
 	free(be->tx);
 	free(be->tx_link);
@@ -545,7 +663,7 @@ static void recv_done(struct uring_be *be, const struct uring_done *d)
 
 static void send_queue(struct uring_be *be, uint32_t id)
 {
-	struct uring_tx *t = be->tx[id];
+	struct uring_tx *t = &be->tx[id];
 	struct io_uring_sqe *sqe = uring_sqe(be);
 	io_uring_prep_send(sqe, t->fd, t->data + t->off, t->len - t->off,
 			   MSG_NOSIGNAL | MSG_WAITALL);
@@ -556,7 +674,7 @@ static void send_queue(struct uring_be *be, uint32_t id)
 static void send_done(struct uring_be *be, const struct uring_done *d)
 {
 	uint32_t id = (uint32_t)d->ud;
-	struct uring_tx *t = be->tx[id];
+	struct uring_tx *t = &be->tx[id];
 	struct loop_ring_io *r = t->r;
 	int fd = t->fd;
 	uint32_t gen = t->gen;
@@ -583,7 +701,7 @@ static void send_done(struct uring_be *be, const struct uring_done *d)
 
 static uint64_t grace_ud(const struct uring_be *be, uint32_t id)
 {
-	return UD_GRACE << 62 | (uint64_t)be->tx[id]->seq << 32 | id;
+	return UD_GRACE << 62 | (uint64_t)be->tx[id].seq << 32 | id;
 }
 
 /* Detached send <id>: cancelled after <ms> (0: now). Submitted at once, with what was
@@ -609,8 +727,8 @@ static void send_cancel_later(struct uring_be *be, uint32_t id, unsigned ms)
 static void grace_done(struct uring_be *be, const struct uring_done *d)
 {
 	uint32_t id = (uint32_t)d->ud, seq = (uint32_t)(d->ud >> 32) & GEN_MAX;
-	if (d->res == -ECANCELED || id >= be->ntx || !be->tx[id] || !be->tx[id]->detached ||
-	    be->tx[id]->seq != seq)
+	if (d->res == -ECANCELED || id >= be->ntx || !be->tx[id].data || !be->tx[id].detached ||
+	    be->tx[id].seq != seq)
 		return;
 	send_cancel_later(be, id, d->res == -ETIME ? 0 : TX_RETRY_MS);
 }
@@ -823,10 +941,10 @@ static ssize_t ring_send(void *arg, struct loop_ring_io *r, int fd, const struct
 	if (total > TX_BUF)
 		return -EMSGSIZE; /* bulk: the caller sends it itself, nothing being in flight */
 	uint32_t id;
-	int rc = tx_take(be, &id);
+	int rc = tx_take(be, total, &id);
 	if (rc)
 		return rc;
-	struct uring_tx *t = be->tx[id];
+	struct uring_tx *t = &be->tx[id];
 	size_t len = 0;
 	for (int i = 0; i < n && len < TX_BUF; i++) {
 		size_t take = iov[i].iov_len < TX_BUF - len ? iov[i].iov_len : TX_BUF - len;
@@ -888,8 +1006,8 @@ static void ring_detach(void *arg, struct loop_ring_io *r, int fd)
 		 * socket, its buffers, no FIN) for good: past the grace, or at once when too many
 		 * are left so, it is cancelled, and the file closes with its completion. */
 		uint32_t id = r->tx - 1;
-		be->tx[id]->r = NULL;
-		be->tx[id]->detached = 1;
+		be->tx[id].r = NULL;
+		be->tx[id].detached = 1;
 		be->ndetached++;
 		send_cancel_later(be, id, be->ndetached > TX_DETACHED_MAX ? 0 : TX_GRACE_MS);
 	}
