@@ -172,6 +172,7 @@ struct uring_be {
 	struct uring_tx *tx;   /* by id, as many as were ever in flight at once */
 	uint32_t *tx_link;     /* by id: the next free id + 1, while free */
 	uint32_t ntx, tx_free; /* tx_free: the first free id + 1 */
+	uint32_t tx_cap;       /* ids the two arrays have room for (doubled as they fill) */
 	struct tx_class tx_class[TX_CLASSES];
 	struct tx_slab *tx_all;
 	uint32_t tx_slabs;  /* mapped */
@@ -313,15 +314,19 @@ static int tx_take(struct uring_be *be, size_t len, uint32_t *out)
 	if (be->tx_free) {
 		id = be->tx_free - 1;
 	} else { /* the ids grow to the sends in flight at once */
-		struct uring_tx *tx = realloc(be->tx, (be->ntx + 1) * sizeof(*tx));
-		if (!tx)
-			return -ENOMEM;
-		be->tx = tx;
-		uint32_t *link = realloc(be->tx_link, (be->ntx + 1) * sizeof(*link));
-		if (!link)
-			return -ENOMEM;
-		be->tx_link = link;
-		tx[be->ntx] = (struct uring_tx){0};
+		if (be->ntx == be->tx_cap) {
+			uint32_t cap = be->tx_cap ? be->tx_cap * 2 : 64;
+			struct uring_tx *tx = realloc(be->tx, cap * sizeof(*tx));
+			if (!tx)
+				return -ENOMEM;
+			be->tx = tx;
+			uint32_t *link = realloc(be->tx_link, cap * sizeof(*link));
+			if (!link)
+				return -ENOMEM;
+			be->tx_link = link;
+			be->tx_cap = cap;
+		}
+		be->tx[be->ntx] = (struct uring_tx){0};
 		id = be->ntx;
 	}
 	int rc = tx_buf_take(be, cls, &be->tx[id]);
@@ -946,8 +951,8 @@ static ssize_t ring_send(void *arg, struct loop_ring_io *r, int fd, const struct
 		return rc;
 	struct uring_tx *t = &be->tx[id];
 	size_t len = 0;
-	for (int i = 0; i < n && len < TX_BUF; i++) {
-		size_t take = iov[i].iov_len < TX_BUF - len ? iov[i].iov_len : TX_BUF - len;
+	for (int i = 0; i < n && len < total; i++) { /* total fits the buffer tx_take gave */
+		size_t take = iov[i].iov_len < total - len ? iov[i].iov_len : total - len;
 		memcpy(t->data + len, iov[i].iov_base, take);
 		len += take;
 	}

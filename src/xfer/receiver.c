@@ -1050,12 +1050,12 @@ static int batch_put(struct xfer_server_conn *c, const struct xfer_batch_file *b
 		 * part that an end-game CHUNK copy of it created meanwhile (store.c, part_drop) */
 		first = xfer_store_mark(f, 0, bf->hash);
 		f->in_place = 1;
+		/* renamed unsynced, even when a chunk's copy was counted first: synced before
+		 * DONE. Counted before the wake-up, under mu: a FINISH woken by it must see it */
+		atomic_fetch_add(&rx->batched, 1);
 	}
 	pthread_cond_broadcast(&rx->cv);
 	pthread_mutex_unlock(&rx->mu);
-	/* renamed unsynced, even when a chunk's copy was counted first: synced before DONE */
-	if (!rc)
-		atomic_fetch_add(&rx->batched, 1);
 	if (first) {
 		atomic_fetch_add(&s->m_chunks, 1);
 		atomic_fetch_add(&s->link_bytes[c->link % XFER_LINKS_MAX], bf->len);
