@@ -90,6 +90,7 @@ CLUSTER_EXTRA = ""  # more keys of cluster: (--cluster-extra)
 PROXY_CPU = bench.SERVER_CPU  # where the instances and Redis run (--proxy-cpu)
 BURN = 0.27  # the share of a CPU one-busy's burner takes (--burn)
 SAMPLE_RUN = {v: 1 for v in VARIANTS}  # the next run's number, per variant
+ROTATE = 0  # --rotate: request i goes to the instance started (i + ROTATE) mod 3
 SAMPLES = None  # --samples DIR: per-request records of every run kept here (None: none)
 
 
@@ -251,7 +252,9 @@ def one_variant(run, variant, rate, seconds, trace, timeout_s):
         g0 = [bench.proc_cpu_s(x.pid) for x in procs + sims]
         load_avg = os.getloadavg()[0]
         tsv = os.path.join(run.dir, "samples.tsv") if SAMPLES else None
-        g = loadgen_multi([port for _, port in insts], rate, seconds, trace, timeout_s, tsv)
+        targets = [port for _, port in insts]
+        targets = targets[ROTATE % n:] + targets[:ROTATE % n]  # request i: started (i + ROTATE) % n
+        g = loadgen_multi(targets, rate, seconds, trace, timeout_s, tsv)
         g1 = [_cpu_s_or(x.pid, a) for x, a in zip(procs + sims, g0)]
         # CPU seconds of the run: the instances, Redis (the first one, 0 when an outage
         # killed it: gone, it says nothing; the second is not counted) and the simulators;
@@ -430,9 +433,14 @@ def main():
                     "instance's access log, DIR/VARIANT-N/) and take the slowest requests "
                     "apart (bench/requests_tail.py); turns on llm.explain and trusts the "
                     "load generator's request ids")
+    ap.add_argument("--rotate", type=int, default=0, metavar="K",
+                    help="send request i of the trace to the instance started (i + K) mod 3 "
+                    "(default 0): the trace is the same every run, so this tells an instance's "
+                    "own figures from those of its slice of the trace")
     ap.add_argument("--json", help="write the results here too")
     a = ap.parse_args()
-    global SAMPLES
+    global SAMPLES, ROTATE
+    ROTATE = a.rotate
     SAMPLES = os.path.abspath(a.samples) if a.samples else None
     global CAP, EXTRA, SYNC_MS, PROXY_CPU, BURN, CLUSTER_EXTRA
     CLUSTER_EXTRA = a.cluster_extra
@@ -454,7 +462,7 @@ def main():
            "quick": a.quick, "versions": bench.versions(), "load": a.load, "rate": rate,
            "capacity": cap, "seconds": seconds, "instances": INSTANCES, "fleet": bench.CHAT_FLEET,
            "slo_ms": bench.CHAT_SLO_MS, "variants": variants, "sync_ms": SYNC_MS,
-           "cluster_extra": CLUSTER_EXTRA,
+           "cluster_extra": CLUSTER_EXTRA, "rotate": ROTATE,
            "accelnet": PROXY_BIN or bench.ACCELNET, "proxy_cpu": PROXY_CPU,
            "placement": f"load generator on CPU {bench.LOAD_CPU}, simulators on CPU "
                         f"{bench.SERVER_CPU}, instances and Redis on CPU {PROXY_CPU}",

@@ -62,6 +62,7 @@
  * cluster.max_instances. docs/security.md says what a Redis writer can and cannot do.
  */
 #include "control/cluster.h"
+#include "control/slotwant.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/secret.h"
@@ -309,6 +310,7 @@ struct shared_slots {
 	uint32_t *age;		  /* per backend: how long its oldest waiter here has waited */
 	int fd;			  /* its queue's wake (pool_queue_watch), or -1 */
 	int due;		  /* woken (its queue, its channel, a deal that gave less) */
+	size_t turn;		  /* the backend its loose waiters' remainder goes first to */
 };
 
 /* A pool with session: its table's feed, read up to <cursor>, and its stream, up to <last_id>. */
@@ -784,13 +786,15 @@ static size_t append_sessions(struct cluster *c)
 	return sent;
 }
 
-/* The requests of <p>'s queue waiting for <b>: balance: llm's count of those waiting for it,
- * plus its part of those waiting for no backend in particular (<loose>, shared between the
- * pool's <ncapped> capped backends, rounded up). */
-static unsigned waiting_for(const struct backend *b, unsigned loose, size_t ncapped)
+/* The requests of <ss>'s queue waiting for <b>, the <k>th of its <ncapped> capped backends:
+ * balance: llm's count of those waiting for it, plus its part of those waiting for no backend
+ * in particular (<loose>), each of which is counted on one backend only (control/slotwant.h),
+ * the remainder from the pool's turn on. */
+static unsigned waiting_for(const struct shared_slots *ss, const struct backend *b, unsigned loose,
+			    size_t k, size_t ncapped)
 {
 	unsigned own = b->llm ? atomic_load_explicit(&b->llm->waiting, memory_order_relaxed) : 0;
-	return own + (unsigned)((loose + ncapped - 1) / (ncapped ? ncapped : 1));
+	return slotwant_waiting(own, loose, k, ncapped, ss->turn);
 }
 
 /* Append, for each pool with a capped backend (<only_due>: each woken one), the requests this
@@ -830,7 +834,8 @@ static void append_slots(struct cluster *c, int only_due)
 			ss->last[j] =
 			    atomic_load_explicit(&b->share->inflight, memory_order_relaxed);
 			snprintf(num[0], sizeof(num[0]), "%u", ss->last[j]);
-			snprintf(num[1], sizeof(num[1]), "%u", waiting_for(b, loose, ncapped));
+			snprintf(num[1], sizeof(num[1]), "%u",
+				 waiting_for(ss, b, loose, ss->nsent, ncapped));
 			snprintf(num[2], sizeof(num[2]), "%u", cap);
 			unsigned away = atomic_load_explicit(&b->elsewhere, memory_order_relaxed);
 			snprintf(num[3], sizeof(num[3]), "%u", away < cap ? cap - away : 0);
@@ -846,6 +851,7 @@ static void append_slots(struct cluster *c, int only_due)
 		}
 		if (!ss->nsent)
 			continue;
+		ss->turn++; /* (the loose waiters' remainder goes on from the next backend) */
 		ss->argv[0] = "EVALSHA";
 		ss->argv[1] = c->slots_sha;
 		ss->argv[2] = "2";

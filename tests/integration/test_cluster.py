@@ -751,6 +751,51 @@ def test_wakes_an_acl_refuses_are_said_once_and_the_slots_still_move(env):
     assert 2 <= tries <= 2 * (2 + math.log2(1 + elapsed)), (tries, elapsed)
 
 
+def _said_waiting(redis_port, key="accelnet:slotshare:p"):
+    """The requests the instances told Redis wait for each backend of pool p, summed over
+    the backends (each field of the slots hash: in flight, waiting, grant, expiry)."""
+    cli = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+    out = subprocess.run([cli, "-p", str(redis_port), "HGETALL", key], check=True,
+                         capture_output=True, text=True).stdout.splitlines()
+    return sum(int(v.split()[1]) for v in out[1::2] if len(v.split()) == 4)
+
+
+def test_a_request_waiting_for_any_backend_is_said_once(env):
+    """A request that waits for no backend in particular (every slot of a round-robin pool
+    taken) is told to the other instances as one request waiting, on one backend, not on
+    each: counted on each of the pool's capped backends, one such request asked every
+    backend's deal for a slot, and the others counted three waiting where one did."""
+    sims = [env.sim(f"s{i}", latency_ms=2000, token_ms=0, slots=4) for i in range(3)]
+    redis = _redis(env)
+    pool = pool_yaml("p", [s.port for s in sims], extra="    queue: {timeout_ms: 20000}")
+    for s in sims:
+        pool = pool.replace(f"127.0.0.1:{s.port}", f"127.0.0.1:{s.port}, max_concurrency: 1")
+    procs = _instances(env, redis.port, "pools:\n" + pool + "routes:\n  - pool: p\n", n=1,
+                       sync_ms=20)
+    _all_see(procs, 1, instances=1)
+    got = []
+    ts = [threading.Thread(target=lambda: got.append(_post_one(procs[0]))) for _ in range(4)]
+    for t in ts:
+        t.start()
+    try:
+        wait_until(lambda: sum(sim_stats(s.port)["active"] for s in sims) == 3,
+                   "every backend's one slot taken")
+        wait_until(lambda: _queue(procs[0], "enqueued") == 1, "the fourth request to queue")
+        wait_until(lambda: _said_waiting(redis.port) > 0, "the waiting request said to Redis")
+        syncs = _cluster(procs[0])["accelnet_cluster_syncs_total"]
+        seen = set()
+
+        def three_more_syncs():  # (it is said again every sync while it waits)
+            seen.add(_said_waiting(redis.port))
+            return _cluster(procs[0])["accelnet_cluster_syncs_total"] >= syncs + 3
+        wait_until(three_more_syncs, "three more syncs")
+        assert seen == {1}, seen
+    finally:
+        for t in ts:
+            t.join()
+    assert got == [200] * 4, got
+
+
 def test_forged_slot_fields_hold_no_slot(env):
     """What a Redis writer puts in a pool's slots hash is read as the script writes it or not
     at all: a field naming a fake instance that holds every slot of the backend with an expiry
