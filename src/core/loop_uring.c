@@ -46,18 +46,18 @@
  * fits (512 B, 2 KiB, TX_BUF: most sends are a request head or a small answer), queued as
  * IORING_OP_SEND with MSG_WAITALL, one in flight a connection; its completion gives the buffer
  * back to its class and gives the io a write event. A class's buffers are mapped TX_SLAB bytes
- * at a time and kept while free up to a bound (512 KiB a class), so hundreds of sends in flight
- * at every turn map nothing, and a mapping whose buffers are all free goes back to the kernel
- * past that bound, so a burst leaves little behind. (One 16 KiB mapping a send, 64 kept, the
- * rest unmapped as they ended, cost h2c's 400 backend connections a mapping, a fault and a TLB
- * shootdown a send.) A write larger
- * than TX_BUF is refused (-EMSGSIZE) for the connection to make itself, nothing being in flight
- * (a bulk body sent 16 KiB a turn cost five times epoll's CPU). All of it is
- * submitted with the turn's wait: a turn's receives and sends for all its connections cost one
- * io_uring_enter. A connection detached (closed) with entries in flight: its receive is
- * cancelled and its reading side shut (a receive running at that moment escapes the
- * cancellation), the completions then find no connection and give their buffers back; its
- * send goes on (the ring holds the file) for a grace of TX_GRACE_MS, a last answer's chance,
+ * at a time and kept while free up to a bound (512 KiB of small ones, 2 MiB of 16 KiB ones) or
+ * as many as the class has in flight, whichever is more, so a steady load maps nothing at any
+ * size, and a mapping whose buffers are all free goes back to the kernel past that; a class's
+ * last send coming back trims it to the bound, so a burst leaves little behind. (One 16 KiB mapping
+ * a send, 64 kept, the rest unmapped as they ended, cost h2c's 400 backend connections a mapping, a
+ * fault and a TLB shootdown a send.) A write larger than TX_BUF is refused (-EMSGSIZE) for the
+ * connection to make itself, nothing being in flight (a bulk body sent 16 KiB a turn cost five
+ * times epoll's CPU). All of it is submitted with the turn's wait: a turn's receives and sends for
+ * all its connections cost one io_uring_enter. A connection detached (closed) with entries in
+ * flight: its receive is cancelled and its reading side shut (a receive running at that moment
+ * escapes the cancellation), the completions then find no connection and give their buffers back;
+ * its send goes on (the ring holds the file) for a grace of TX_GRACE_MS, a last answer's chance,
  * and is cancelled then (at once past TX_DETACHED_MAX such sends): a peer that reads nothing
  * cannot keep the socket open, with its buffers, after its connection was closed; the file
  * closes with the send's completion, which frees its buffer. Destroying the
@@ -116,11 +116,10 @@ struct uring_slot {
 
 /* The send copies' size classes: most sends are a few hundred bytes (a request head, a small
  * answer, a batch of HTTP/2 frames), so a copy takes the smallest class it fits; each class
- * keeps <keep> free buffers (512 KiB each) and gives a mapping whose buffers are all free back
- * past that. */
+ * keeps at least <keep> free buffers (tx_buf_give says when it gives a mapping back). */
 static const struct {
 	uint32_t size, keep;
-} tx_classes[TX_CLASSES] = {{512, 1024}, {2048, 256}, {TX_BUF, 32}};
+} tx_classes[TX_CLASSES] = {{512, 1024}, {2048, 256}, {TX_BUF, 128}};
 
 /* TX_SLAB bytes of one class's buffers: those never handed out are carved from the end of
  * what was (so that the pages are touched only as they are needed), those given back are
@@ -137,6 +136,7 @@ struct tx_slab {
 struct tx_class {
 	struct tx_slab *avail; /* slabs with a free buffer, the last given one back first */
 	uint32_t nfree;	       /* free buffers in all its slabs */
+	uint32_t out;	       /* its buffers holding a send in flight */
 };
 
 struct uring_tx {
@@ -264,30 +264,47 @@ static int tx_buf_take(struct uring_be *be, uint32_t cls, struct uring_tx *t)
 	}
 	t->slab = sl;
 	c->nfree--;
+	c->out++;
 	if (!--sl->nfree)
 		slab_unlink(c, sl);
 	return 0;
 }
 
-/* <t>'s buffer back to its class; a mapping all free goes back to the kernel once the class
- * keeps enough free buffers without it (a burst of connections sending at once leaves
- * little memory behind, a steady load maps nothing). */
+/* Give mapping <sl> (all its buffers free) of class <c> back to the kernel. */
+static void tx_slab_drop(struct uring_be *be, struct tx_class *c, struct tx_slab *sl)
+{
+	slab_unlink(c, sl);
+	c->nfree -= TX_SLAB / tx_classes[sl->cls].size;
+	slab_unmap(be, sl);
+}
+
+/* <t>'s buffer back to its class. A mapping all free goes back to the kernel once the class
+ * keeps, without it, its bound and as many free buffers as it has sends in flight (a steady
+ * load of any size, whose sends come back as fast as they go, maps nothing: a fixed bound
+ * alone cost a mapping, a fault and a TLB shootdown a send once more sends than it were in
+ * flight, 64 clients' 2 KiB answers against 32 kept). When the class's last send in flight
+ * comes back, every mapping all free past the bound goes: a burst leaves little behind. */
 static void tx_buf_give(struct uring_be *be, struct uring_tx *t)
 {
 	struct tx_slab *sl = t->slab;
 	struct tx_class *c = &be->tx_class[sl->cls];
-	uint32_t per = TX_SLAB / tx_classes[sl->cls].size;
+	uint32_t per = TX_SLAB / tx_classes[sl->cls].size, keep = tx_classes[sl->cls].keep;
 	memcpy(t->data, &sl->free, sizeof(sl->free));
 	sl->free = t->data;
 	t->data = NULL;
 	t->slab = NULL;
 	c->nfree++;
+	c->out--;
 	if (!sl->nfree++)
 		slab_push(c, sl);
-	if (sl->nfree == per && c->nfree - per >= tx_classes[sl->cls].keep) {
-		slab_unlink(c, sl);
-		c->nfree -= per;
-		slab_unmap(be, sl);
+	if (sl->nfree == per && c->nfree - per >= (keep > c->out ? keep : c->out))
+		tx_slab_drop(be, c, sl);
+	if (c->out || c->nfree < keep + per)
+		return;
+	for (struct tx_slab *s = c->avail, *next; s && c->nfree >= keep + per; s = next) {
+		next = s->next;
+		if (s->nfree == per)
+			tx_slab_drop(be, c, s);
 	}
 }
 
