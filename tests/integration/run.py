@@ -55,7 +55,7 @@ import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed(?:, (\d+) skipped)?$")
+SUMMARY = re.compile(r"(?<![0-9])(\d+) passed, (\d+) failed(?:, (\d+) skipped)?$")
 PASSED = re.compile(r"^ok +(\S+) \(([0-9.]+)s\)$")
 children = []
 SLOTS = 11  # harness.free_port: 10000 + slot x 2000 stays below the ephemeral range
@@ -282,7 +282,12 @@ def run_parallel(mods, filters, jobs, tally):
         text = out.read()
         out.close()
         lines = text.rstrip("\n").split("\n")
-        m = SUMMARY.match(lines[-1])
+        # a test's server thread dying as the module ends can leave its traceback's last line
+        # unfinished before the summary (both go to the same pipe): read the summary off the
+        # line's end, the rest stays a line of its own
+        m = SUMMARY.search(lines[-1])
+        if m and m.start():
+            lines[-1:] = [lines[-1][:m.start()], lines[-1][m.start():]]
         # the module's own lines; its summary and list of failures go into the run's
         for line in lines[:-1] if m else lines:
             if line and not line.startswith("failed: "):
