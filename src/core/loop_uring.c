@@ -72,6 +72,7 @@
  */
 #include "core/loop_backend.h"
 #include "core/check.h"
+#include "core/list.h"
 #include "core/log.h"
 #include "core/loop.h"
 
@@ -125,8 +126,8 @@ static const struct {
  * what was (so that the pages are touched only as they are needed), those given back are
  * linked through their first bytes. */
 struct tx_slab {
-	struct tx_slab *next, *prev;	     /* on its class's list while it has a free buffer */
-	struct tx_slab *all_next, *all_prev; /* on the loop's list of them all */
+	struct list_node avail; /* on its class's list while it has a free buffer */
+	struct list_node all;	/* on the loop's list of them all */
 	char *mem;
 	void *free;
 	uint32_t nfree, carved;
@@ -134,9 +135,9 @@ struct tx_slab {
 };
 
 struct tx_class {
-	struct tx_slab *avail; /* slabs with a free buffer, the last given one back first */
-	uint32_t nfree;	       /* free buffers in all its slabs */
-	uint32_t out;	       /* its buffers holding a send in flight */
+	struct list_head avail; /* slabs with a free buffer, the last given one back first */
+	uint32_t nfree;		/* free buffers in all its slabs */
+	uint32_t out;		/* its buffers holding a send in flight */
 };
 
 struct uring_tx {
@@ -174,12 +175,11 @@ struct uring_be {
 	uint32_t ntx, tx_free; /* tx_free: the first free id + 1 */
 	uint32_t tx_cap;       /* ids the two arrays have room for (doubled as they fill) */
 	struct tx_class tx_class[TX_CLASSES];
-	struct tx_slab *tx_all;
-	uint32_t tx_slabs;  /* mapped */
-	uint32_t inflight;  /* receives and sends whose completion has not come */
-	uint32_t ndetached; /* sends in flight whose connection is closed */
-	uint32_t tx_seq;    /* the next send's seq */
-	int rx_refused;	    /* the buffer ring could not be set up: -errno */
+	struct list_head tx_all; /* every send buffers' mapping */
+	uint32_t inflight;	 /* receives and sends whose completion has not come */
+	uint32_t ndetached;	 /* sends in flight whose connection is closed */
+	uint32_t tx_seq;	 /* the next send's seq */
+	int rx_refused;		 /* the buffer ring could not be set up: -errno */
 };
 
 static uint64_t slot_ud(uint32_t gen, int fd)
@@ -194,68 +194,38 @@ static void rx_recycle(struct uring_be *be, uint32_t bid)
 	io_uring_buf_ring_advance(be->br, 1);
 }
 
-static void slab_unlink(struct tx_class *c, struct tx_slab *sl)
-{
-	if (sl->prev)
-		sl->prev->next = sl->next;
-	else
-		c->avail = sl->next;
-	if (sl->next)
-		sl->next->prev = sl->prev;
-	sl->next = sl->prev = NULL;
-}
-
-static void slab_push(struct tx_class *c, struct tx_slab *sl)
-{
-	sl->prev = NULL;
-	sl->next = c->avail;
-	if (c->avail)
-		c->avail->prev = sl;
-	c->avail = sl;
-}
-
-static void slab_unmap(struct uring_be *be, struct tx_slab *sl)
-{
-	if (sl->all_prev)
-		sl->all_prev->all_next = sl->all_next;
-	else
-		be->tx_all = sl->all_next;
-	if (sl->all_next)
-		sl->all_next->all_prev = sl->all_prev;
-	munmap(sl->mem, TX_SLAB);
-	free(sl);
-	be->tx_slabs--;
-}
-
-/* A buffer of class <cls> (a free one, else a new mapping's): 0, or -ENOMEM. The mappings
- * are whole pages from mmap, not malloc, so that those a burst took go back to the kernel
- * once it is over (malloc would keep the pages touched in its arena: 2,000 connections
+/* A new mapping of class <cls>'s buffers, all free, on the class's and the loop's lists: NULL
+ * without memory. Whole pages from mmap, not malloc, so that those a burst took go back to the
+ * kernel once it is over (malloc would keep the pages touched in its arena: 2,000 connections
  * answered at once left 2.7 MiB behind). */
+static struct tx_slab *tx_slab_map(struct uring_be *be, uint32_t cls)
+{
+	struct tx_slab *sl = calloc(1, sizeof(*sl));
+	void *p = MAP_FAILED;
+	if (sl)
+		p = mmap(NULL, TX_SLAB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) {
+		free(sl);
+		return NULL;
+	}
+	sl->mem = p;
+	sl->cls = cls;
+	sl->nfree = TX_SLAB / tx_classes[cls].size;
+	be->tx_class[cls].nfree += sl->nfree;
+	list_push_front(&be->tx_all, &sl->all);
+	list_push_front(&be->tx_class[cls].avail, &sl->avail);
+	return sl;
+}
+
+/* A buffer of class <cls> (a free one, else a new mapping's): 0, or -ENOMEM. */
 static int tx_buf_take(struct uring_be *be, uint32_t cls, struct uring_tx *t)
 {
 	struct tx_class *c = &be->tx_class[cls];
 	uint32_t size = tx_classes[cls].size;
-	struct tx_slab *sl = c->avail;
-	if (!sl) {
-		if (!(sl = calloc(1, sizeof(*sl))))
-			return -ENOMEM;
-		void *p =
-		    mmap(NULL, TX_SLAB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (p == MAP_FAILED) {
-			free(sl);
-			return -ENOMEM;
-		}
-		sl->mem = p;
-		sl->cls = cls;
-		sl->nfree = TX_SLAB / size;
-		c->nfree += sl->nfree;
-		be->tx_slabs++;
-		sl->all_next = be->tx_all;
-		if (be->tx_all)
-			be->tx_all->all_prev = sl;
-		be->tx_all = sl;
-		slab_push(c, sl);
-	}
+	struct list_node *n = list_first(&c->avail);
+	struct tx_slab *sl = n ? container_of(n, struct tx_slab, avail) : tx_slab_map(be, cls);
+	if (!sl)
+		return -ENOMEM;
 	if (sl->free) {
 		t->data = sl->free;
 		memcpy(&sl->free, t->data, sizeof(sl->free));
@@ -266,16 +236,18 @@ static int tx_buf_take(struct uring_be *be, uint32_t cls, struct uring_tx *t)
 	c->nfree--;
 	c->out++;
 	if (!--sl->nfree)
-		slab_unlink(c, sl);
+		list_del(&c->avail, &sl->avail);
 	return 0;
 }
 
 /* Give mapping <sl> (all its buffers free) of class <c> back to the kernel. */
 static void tx_slab_drop(struct uring_be *be, struct tx_class *c, struct tx_slab *sl)
 {
-	slab_unlink(c, sl);
+	list_del(&c->avail, &sl->avail);
+	list_del(&be->tx_all, &sl->all);
 	c->nfree -= TX_SLAB / tx_classes[sl->cls].size;
-	slab_unmap(be, sl);
+	munmap(sl->mem, TX_SLAB);
+	free(sl);
 }
 
 /* <t>'s buffer back to its class. A mapping all free goes back to the kernel once the class
@@ -296,13 +268,15 @@ static void tx_buf_give(struct uring_be *be, struct uring_tx *t)
 	c->nfree++;
 	c->out--;
 	if (!sl->nfree++)
-		slab_push(c, sl);
+		list_push_front(&c->avail, &sl->avail);
 	if (sl->nfree == per && c->nfree - per >= (keep > c->out ? keep : c->out))
 		tx_slab_drop(be, c, sl);
 	if (c->out || c->nfree < keep + per)
 		return;
-	for (struct tx_slab *s = c->avail, *next; s && c->nfree >= keep + per; s = next) {
-		next = s->next;
+	for (struct list_node *n = list_first(&c->avail), *next; n && c->nfree >= keep + per;
+	     n = next) {
+		struct tx_slab *s = container_of(n, struct tx_slab, avail);
+		next = list_next(&c->avail, n);
 		if (s->nfree == per)
 			tx_slab_drop(be, c, s);
 	}
@@ -410,15 +384,15 @@ static void uring_destroy(void *arg)
 			"event loop: io_uring: %u receives and sends still in flight at exit, "
 			"their buffers (%zu KiB) left allocated",
 			be->inflight,
-			((size_t)RX_BUFS * RX_BUF + (size_t)be->tx_slabs * TX_SLAB) / 1024);
+			((size_t)RX_BUFS * RX_BUF + be->tx_all.count * TX_SLAB) / 1024);
 	} else {
 		if (be->br)
 			munmap(be->br, RX_BUFS * sizeof(struct io_uring_buf));
 		free(be->rx_mem);
 	}
-	while (be->tx_all) { /* the send buffers' mappings: unmapped unless still in flight */
-		struct tx_slab *sl = be->tx_all;
-		be->tx_all = sl->all_next;
+	struct list_node *n;
+	while ((n = list_pop_front(&be->tx_all))) { /* unmapped unless sends are in flight */
+		struct tx_slab *sl = container_of(n, struct tx_slab, all);
 		if (!be->inflight)
 			munmap(sl->mem, TX_SLAB);
 		free(sl);
@@ -447,6 +421,9 @@ static int uring_create(void **out)
 	int err;
 	if (!be)
 		return -ENOMEM;
+	list_init(&be->tx_all);
+	for (int i = 0; i < TX_CLASSES; i++)
+		list_init(&be->tx_class[i].avail);
 	err = io_uring_queue_init_params(URING_SQ, &be->ring, &p);
 	if (err == -EINVAL) { /* before 5.19 */
 		p = (struct io_uring_params){.flags = IORING_SETUP_CQSIZE, .cq_entries = URING_CQ};
