@@ -70,6 +70,13 @@ static void block_unmap(struct exchange *x)
 #endif
 }
 
+/* The worker's free buffers kept for <demand> requests begun lately. */
+static void spares_keep_bufs(struct worker *w, uint32_t demand)
+{
+	uint64_t bufs = (uint64_t)demand * SPARES_BUFS_PER;
+	buf_pool_keep(&w->bufs, bufs < UINT32_MAX ? (uint32_t)bufs : UINT32_MAX);
+}
+
 /* Exchanges and buffers to keep for the requests begun in the last two ticks. */
 static void spares_tick(struct loop_timer *t)
 {
@@ -83,8 +90,7 @@ static void spares_tick(struct loop_timer *t)
 	while (w->free_exchanges.count > bound)
 		block_unmap(
 		    container_of(list_pop_front(&w->free_exchanges), struct exchange, link));
-	uint64_t bufs = (uint64_t)demand * SPARES_BUFS_PER;
-	buf_pool_keep(&w->bufs, bufs < UINT32_MAX ? (uint32_t)bufs : UINT32_MAX);
+	spares_keep_bufs(w, demand);
 	if (demand)
 		loop_timer_set(w->loop, t, loop_now(w->loop) + SPARES_TICK_MS);
 }
@@ -96,10 +102,8 @@ static void spares_tick(struct loop_timer *t)
  * mapping them anew) before the first tick raised the bounds. */
 static void spares_grow(struct worker *w)
 {
-	struct worker_spares *sp = &w->spares;
-	sp->exchanges = sp->starts;
-	uint64_t bufs = (uint64_t)sp->starts * SPARES_BUFS_PER;
-	buf_pool_keep(&w->bufs, bufs < UINT32_MAX ? (uint32_t)bufs : UINT32_MAX);
+	w->spares.exchanges = w->spares.starts;
+	spares_keep_bufs(w, w->spares.starts);
 }
 
 struct exchange *exchange_new(struct worker *w, void *conn, const struct exchange_codec_ops *codec,
