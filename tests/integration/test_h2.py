@@ -16,8 +16,8 @@ import h2.connection
 import h2.events
 import h2.settings
 
-from harness import (BIN, free_port, lenient_backend, pool_yaml, request,
-                     wait_until)
+from harness import (BIN, free_port, lenient_backend, metrics_text, pool_yaml, prom_samples,
+                     request, wait_until)
 
 
 def _sim_proxy(env, extra="", **sim_opts):
@@ -384,3 +384,27 @@ def test_h2c_goaway_on_reload_finishes_streams(env):
     assert body.count(b"data: ") == 41 and toks == list(range(40)), \
         (body.count(b"data: "), [t for t in range(40) if toks.count(t) != 1], body[-300:])
     idle.close()
+
+
+def test_h2c_idle_connections_hold_no_buffer(env):
+    """An HTTP/2 connection whose streams are all answered, and that sends nothing more, holds
+    no buffer of the worker's: it kept the one its last read took (33 KiB of address space, the
+    pages its frames touched), as many as there were idle connections."""
+    sim, px = _sim_proxy(env)
+    clients = []
+    for _ in range(8):
+        c = H2Client(px.port)
+        sid = c.send("GET", "/v1/models")
+        c.wait(lambda: sid in c.ended)
+        assert c.status[sid] == 200
+        clients.append(c)
+
+    def lent():
+        return prom_samples(metrics_text(px.admin))[("accelnet_buffer_bytes", ())]
+
+    try:
+        wait_until(lambda: lent() == 0, "no buffer lent while the connections are idle")
+    finally:
+        print(f"{len(clients)} idle HTTP/2 connections: {lent():.0f} bytes of buffers lent")
+    for c in clients:
+        c.close()
