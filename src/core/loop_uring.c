@@ -108,6 +108,8 @@
 #define TX_GRACE_MS 1000   /* a send left by its closed connection may go on this long */
 #define TX_RETRY_MS 100	   /* ... and is cancelled again this soon if it was running then */
 #define TX_DETACHED_MAX 64 /* sends left by closed connections: past it, cancelled at once */
+#define SLOTS_STEP 4096	   /* the table of descriptors grows by this many once this large */
+#define TX_IDS_KEEP 1024   /* send records kept once none is in flight (more: freed then) */
 
 struct uring_slot {
 	struct loop_io *io;	/* NULL: no registration */
@@ -170,7 +172,8 @@ struct uring_be {
 	char *rx_mem;
 	uint32_t rx_next[RX_BUFS]; /* the next buffer held by the same connection, id + 1 */
 	uint32_t rx_len[RX_BUFS];
-	struct uring_tx *tx;   /* by id, as many as were ever in flight at once */
+	struct uring_tx *tx;   /* by id, as many as were in flight at once (since all were
+				* last back, past TX_IDS_KEEP) */
 	uint32_t *tx_link;     /* by id: the next free id + 1, while free */
 	uint32_t ntx, tx_free; /* tx_free: the first free id + 1 */
 	uint32_t tx_cap;       /* ids the two arrays have room for (doubled as they fill) */
@@ -294,6 +297,18 @@ static void tx_free(struct uring_be *be, uint32_t id)
 	tx_buf_give(be, t);
 	be->tx_link[id] = be->tx_free;
 	be->tx_free = id + 1;
+	if (be->tx_cap <= TX_IDS_KEEP)
+		return;
+	for (uint32_t i = 0; i < TX_CLASSES; i++)
+		if (be->tx_class[i].out)
+			return;
+	/* the last send of a burst back: its records go too (a grace's completion still to come
+	 * finds its id past ntx and is dropped) */
+	free(be->tx);
+	free(be->tx_link);
+	be->tx = NULL;
+	be->tx_link = NULL;
+	be->ntx = be->tx_free = be->tx_cap = 0;
 }
 
 /* A send's id, with a buffer of at least <len> bytes (len <= TX_BUF): 0, or -ENOMEM. */
@@ -510,8 +525,8 @@ static int uring_add(void *arg, struct loop_io *io)
 		return -EBADF;
 	if ((uint32_t)fd >= be->nslots) {
 		uint32_t n = be->nslots ? be->nslots : 64;
-		while (n <= (uint32_t)fd)
-			n *= 2;
+		while (n <= (uint32_t)fd) /* past SLOTS_STEP in steps: slots are kept for good */
+			n = n < SLOTS_STEP ? n * 2 : n + SLOTS_STEP;
 		struct uring_slot *s = realloc(be->slots, n * sizeof(*s));
 		if (!s)
 			return -ENOMEM;
