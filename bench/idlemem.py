@@ -5,7 +5,9 @@ nginx (issue 31's must-show; never a test: nothing here gates CI).
 Each proxy in front of one nginx origin (a 2 KiB file), one worker each. For each of two
 counts (default 5,000 and 10,000): a fresh proxy, one request to warm it, then `loadgen idle`
 opens that many keep-alive connections at once, makes one request on each and holds them; the
-proxy's VmRSS is read once every answer is in. Reported per proxy:
+proxy's VmRSS is read once every answer is in, and again once it has settled (unchanged for a
+second: what the burst of requests took given back). The figures are the settled ones; the
+first reading is kept in the JSON (rss_answered_kb, answered_per_conn). Reported per proxy:
 
 - growth per connection: (RSS at the larger count - RSS at the smaller) / the difference in
   connections: what one more idle connection costs, without the fixed costs (free lists,
@@ -30,6 +32,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -49,6 +52,23 @@ def warm(port, cert):
         raise RuntimeError(f"no answer over TLS: {out.stdout} {out.stderr}")
 
 
+def settled_rss(pid, step_s=0.25, still_s=1.0, most_s=20.0):
+    """VmRSS once it has stopped moving: the connections are idle, but a proxy may still be
+    giving back what the burst of their requests took (free lists trimmed on a timer, sends
+    and receives still in flight on io_uring). Read every <step_s> until unchanged for
+    <still_s>, at most <most_s>: (kB, seconds it took)."""
+    t0 = time.monotonic()
+    last, since = bench.proc_kb(pid, "VmRSS"), t0
+    while time.monotonic() - t0 < most_s:
+        time.sleep(step_s)
+        now = bench.proc_kb(pid, "VmRSS")
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= still_s:
+            break
+    return last, round(since - t0, 2)
+
+
 def one(run, start, origin, conns, cert=None):
     p, port = start(run, origin, cert) if cert else start(run, [origin])
     try:
@@ -61,12 +81,15 @@ def one(run, start, origin, conns, cert=None):
                              stdout=subprocess.PIPE, text=True, preexec_fn=bench.raise_nofile)
         run.procs.append(g)
         report = json.loads(g.stdout.readline())
-        held = bench.proc_kb(p.pid, "VmRSS")
+        answered = bench.proc_kb(p.pid, "VmRSS")
+        held, settle_s = settled_rss(p.pid)
         g.stdin.close()
         g.wait(30)
         return {"conns": conns, "ok": report["ok"], "errors": report["errors"],
-                "rss_base_kb": base, "rss_held_kb": held,
-                "held_per_conn": (held - base) * 1024 / max(report["ok"], 1)}
+                "rss_base_kb": base, "rss_answered_kb": answered, "rss_held_kb": held,
+                "settle_s": settle_s,
+                "held_per_conn": (held - base) * 1024 / max(report["ok"], 1),
+                "answered_per_conn": (answered - base) * 1024 / max(report["ok"], 1)}
     finally:
         run.stop(p)
 
