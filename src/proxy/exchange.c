@@ -30,7 +30,8 @@
  * top, and its free pages stay resident (on io_uring, whose accepts and connects interleave
  * differently, 2.2 MiB after 9,000 connections' requests at once). So once requests stop
  * beginning after more than FREE_MAX were under way together, the last of them to end hands
- * the arena's free pages back (malloc_trim): once a burst, never on a steady load's way.
+ * the arena's free pages back (malloc_trim): once a burst, never on a steady load's way, and
+ * at most once a SPARES_TRIM_MS (a trim takes every arena's lock in turn, other workers' too).
  *
  * So a pointer to an exchange that outlives exchange_free() may meet an unmapped page. To
  * find one, build with -DACCELNET_EXCHANGE_POISON (make CFLAGS="-O1 -g
@@ -55,9 +56,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define FREE_MAX 128	   /* exchange blocks a worker keeps for reuse */
-#define SPARES_TICK_MS 100 /* how often the bounds follow the requests begun */
-#define SPARES_BUFS_PER 4  /* buffers a request under way may hold (head, upstream, body) */
+#define FREE_MAX 128	    /* exchange blocks a worker keeps for reuse */
+#define SPARES_TICK_MS 100  /* how often the bounds follow the requests begun */
+#define SPARES_TRIM_MS 1000 /* a worker trims the heap at most this often (each arena locked) */
+#define SPARES_BUFS_PER 4   /* buffers a request under way may hold (head, upstream, body) */
 
 /* An exchange block's bytes: the hooks' block, in whole pages. */
 static size_t block_bytes(void)
@@ -91,8 +93,13 @@ static void spares_keep_bufs(struct worker *w, uint32_t demand)
 /* The heap's free pages back to the kernel once a burst is over (see the top of this file). */
 static void spares_trim_heap(struct worker *w)
 {
-	w->spares.trim_due = 0;
-	w->spares.peak = (uint32_t)w->live_exchanges.count;
+	struct worker_spares *sp = &w->spares;
+	uint64_t now = loop_now(w->loop);
+	if (sp->trimmed_ms && now < sp->trimmed_ms + SPARES_TRIM_MS)
+		return; /* bursts that end more often than that are a load: theirs are reused */
+	sp->trimmed_ms = now;
+	sp->trim_due = 0;
+	sp->peak = (uint32_t)w->live_exchanges.count;
 #ifdef __GLIBC__
 	malloc_trim(0);
 #endif

@@ -138,6 +138,7 @@ struct worker {
 		uint32_t exchanges;	 /* free exchanges kept beyond FREE_MAX: up to this */
 		uint32_t peak;		 /* the most exchanges in use at once since the last trim */
 		uint8_t trim_due;	 /* trim the heap when the last exchange in use ends */
+		uint64_t trimmed_ms;	 /* when it was last trimmed (0: never) */
 	} spares;
 	struct list_head live_exchanges; /* exchanges in use, oldest first */
 	/* listen[].mode: tcp connections, and ended ones kept for reuse (proxy/l4.h) */
