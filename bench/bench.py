@@ -75,6 +75,16 @@ def raise_nofile():
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+def _child_setup():
+    """In a started process before it runs: the stop signals Run.start held back taken again
+    (a signal mask survives exec), the descriptor limit raised."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    raise_nofile()
+
+
 class Run:
     """Processes and scratch files of the whole benchmark; everything dies with it."""
 
@@ -84,11 +94,18 @@ class Run:
 
     def start(self, argv, port=None, cpu=SERVER_CPU, name="proc"):
         log = open(os.path.join(self.dir, f"{name}-{len(self.procs)}.log"), "wb")
-        p = subprocess.Popen(["taskset", "-c", cpu, *argv], stdout=log, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, start_new_session=True,
-                             preexec_fn=raise_nofile)
-        p.log_path = log.name
-        self.procs.append(p)
+        # a stop (Ctrl-C, SIGTERM) that came while Popen forked raised out of it with the child
+        # started and not yet in self.procs, so nothing stopped it: an nginx left running
+        # (test_bench, under load). The stop waits until the child is counted.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            p = subprocess.Popen(["taskset", "-c", cpu, *argv], stdout=log,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 start_new_session=True, preexec_fn=_child_setup)
+            p.log_path = log.name
+            self.procs.append(p)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         if port:
             wait_port(port, p)
         return p
