@@ -78,8 +78,8 @@ struct net_conn_read_ops {
 };
 
 struct net_conn {
-	int fd;			 /* -1 once closed */
 	struct ssl_st *ssl;	 /* NULL: plain TCP */
+	int fd;			 /* -1 once closed */
 	unsigned want_read : 1;	 /* the last call waits for the socket to be readable */
 	unsigned want_write : 1; /* ... or writable (TLS may want either, whatever was asked) */
 	unsigned readable : 1;	 /* a read edge came, not drained yet: bytes may wait */

@@ -51,7 +51,7 @@ static void client_read_took(void *arg, ssize_t n)
 	struct client *cl = arg;
 	if (n > 0) {
 		cl->in->end += (uint32_t)n;
-		cl->read_got += (size_t)n;
+		cl->read_got += (uint32_t)n;
 	} else {
 		cl->read_end = n ? (int)n : 1;
 	}

@@ -62,34 +62,19 @@ struct h1_x {
 	struct xpace pace;
 };
 
+/* (Laid out with no holes: it is what an idle connection costs, with malloc's 8 bytes.) */
 struct client {
 	struct loop_io io;
 	struct loop_timer timer; /* armed at due_ms or before it (h1.c: h1_arm_timer) */
 	uint64_t due_ms;	 /* when the state's deadline is, while not in C_H2 */
 	struct net_conn conn;
 	struct worker *w;
-	struct list_node link; /* on w->clients */
-	enum client_state state;
-	int writable;	 /* edge seen, not yet full (reads: conn.readable, conn.hup) */
-	int hup_checked; /* conn.hup seen, and client_gone() has looked at it */
-	int hup_probed;	 /* ... and a 100 Continue asks whether it closed or half-closed */
-	int read_end;	 /* the transport read the client's end (1) or a failure (-errno) */
-	size_t read_got; /* bytes the transport read that client_read() has not told of */
-	unsigned keep_alive : 1;
-	unsigned trusted : 1;	      /* the client is in trusted_proxies */
-	unsigned tls : 1;	      /* it came through a TLS listener */
-	unsigned hello_checked : 1;   /* ... and its ClientHello's declared size was looked at */
-	unsigned plain_on_tls : 1;    /* ... but it spoke plain HTTP: answered 400 in plain text */
-	unsigned http2 : 1;	      /* its listener takes HTTP/2 (listen[].http2) */
+	struct list_node link;	      /* on w->clients */
 	struct buf *in;		      /* bytes from the client */
 	struct buf *out;	      /* heads and proxy-made responses for the client */
 	uint64_t phase_ms;	      /* when the current state or head began */
 	struct http_head_reader head; /* the request head being read */
-	size_t head_len; /* the request head still at the front of in, during the head stages */
-	unsigned served;
-	unsigned requests;	   /* request heads read (limits.max_requests_per_connection) */
-	_Atomic uint32_t *ip_slot; /* its address's connection count, or NULL */
-	char ip[INET6_ADDRSTRLEN];
+	_Atomic uint32_t *ip_slot;    /* its address's connection count, or NULL */
 	uint64_t key;	    /* the address as tenant and hash key: classify_client_key() */
 	struct exchange *x; /* the exchange under way, or NULL */
 	struct h1_x *h1;    /* ... and the codec's state for it, in its block (h1.h), or NULL */
@@ -98,6 +83,22 @@ struct client {
 	struct tunnel *tunnel; /* in C_TUNNEL (tunnel.h: freed by tunnel_free()), or NULL */
 	struct h2 *h2;	       /* in C_H2: the HTTP/2 connection (h2.h), or NULL */
 	void (*codec_free)(struct client *cl); /* frees what a codec other than h1 holds */
+	enum client_state state;
+	int writable;	   /* edge seen, not yet full (reads: conn.readable, conn.hup) */
+	int read_end;	   /* the transport read the client's end (1) or a failure (-errno) */
+	uint32_t read_got; /* bytes the transport read that client_read() has not told of */
+	uint32_t head_len; /* the request head still at the front of in, during the head stages */
+	unsigned served;
+	unsigned requests; /* request heads read (limits.max_requests_per_connection) */
+	unsigned keep_alive : 1;
+	unsigned trusted : 1;	    /* the client is in trusted_proxies */
+	unsigned tls : 1;	    /* it came through a TLS listener */
+	unsigned hello_checked : 1; /* ... and its ClientHello's declared size was looked at */
+	unsigned plain_on_tls : 1;  /* ... but it spoke plain HTTP: answered 400 in plain text */
+	unsigned http2 : 1;	    /* its listener takes HTTP/2 (listen[].http2) */
+	unsigned hup_checked : 1;   /* conn.hup seen, and client_gone() has looked at it */
+	unsigned hup_probed : 1; /* ... and a 100 Continue asks whether it closed or half-closed */
+	char ip[INET6_ADDRSTRLEN];
 };
 
 /* cl->out, taken if need be and compacted so its room is at the end; NULL without memory. */

@@ -413,7 +413,7 @@ static enum run exchange_start(struct client *cl, size_t head_len, size_t droppe
 	*cl->h1 = (struct h1_x){.minor = h->minor, .req_close = (h->flags & HTTP_F_CLOSE) != 0};
 	x->pace = &cl->h1->pace;
 	x->log.head_len += (uint32_t)dropped; /* the bytes the client sent */
-	cl->head_len = head_len;
+	cl->head_len = (uint32_t)head_len;
 	cl->requests++;
 	if (w->conf->limits.max_uri_bytes && h->path.len > w->conf->limits.max_uri_bytes)
 		return h1_reply(cl, 414, "request target longer than limits.max_uri_bytes", 0);
