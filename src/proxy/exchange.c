@@ -31,7 +31,8 @@
  * differently, 2.2 MiB after 9,000 connections' requests at once). So once requests stop
  * beginning after more than FREE_MAX were under way together, the last of them to end hands
  * the arena's free pages back (malloc_trim): once a burst, never on a steady load's way, and
- * at most once a SPARES_TRIM_MS (a trim takes every arena's lock in turn, other workers' too).
+ * at most once a SPARES_TRIM_MS (a trim takes every arena's lock in turn, other workers' too):
+ * a burst over sooner after the last trim is trimmed once that time is up.
  *
  * So a pointer to an exchange that outlives exchange_free() may meet an unmapped page. To
  * find one, build with -DACCELNET_EXCHANGE_POISON (make CFLAGS="-O1 -g
@@ -90,13 +91,25 @@ static void spares_keep_bufs(struct worker *w, uint32_t demand)
 	buf_pool_keep(&w->bufs, bufs < UINT32_MAX ? (uint32_t)bufs : UINT32_MAX);
 }
 
-/* The heap's free pages back to the kernel once a burst is over (see the top of this file). */
+static void spares_tick(struct loop_timer *t);
+
+/* The heap's free pages back to the kernel once a burst is over (see the top of this file);
+ * one asked for within SPARES_TRIM_MS of the last waits for the tick at its end. */
 static void spares_trim_heap(struct worker *w)
 {
 	struct worker_spares *sp = &w->spares;
 	uint64_t now = loop_now(w->loop);
-	if (sp->trimmed_ms && now < sp->trimmed_ms + SPARES_TRIM_MS)
-		return; /* bursts that end more often than that are a load: theirs are reused */
+	if (sp->trimmed_ms && now < sp->trimmed_ms + SPARES_TRIM_MS) {
+		/* bursts that end more often than that are a load: theirs are reused; but the
+		 * last of them is trimmed once the time is up (spares_tick), or it stays */
+		sp->trim_due = 1;
+		if (!loop_timer_armed(&sp->timer)) {
+			sp->timer.fn = spares_tick;
+			loop_timer_set(w->loop, &sp->timer, sp->trimmed_ms + SPARES_TRIM_MS);
+		}
+		return;
+	}
+	log_debug("worker %u: heap trimmed after %u exchanges at once", w->id, sp->peak);
 	sp->trimmed_ms = now;
 	sp->trim_due = 0;
 	sp->peak = (uint32_t)w->live_exchanges.count;
@@ -143,9 +156,13 @@ struct exchange *exchange_new(struct worker *w, void *conn, const struct exchang
 {
 	struct list_node *n = list_pop_front(&w->free_exchanges);
 	struct worker_spares *sp = &w->spares;
-	if (sp->starts++ == 0 && !loop_timer_armed(&sp->timer)) {
-		sp->timer.fn = spares_tick;
-		loop_timer_set(w->loop, &sp->timer, loop_now(w->loop) + SPARES_TICK_MS);
+	if (sp->starts++ == 0) {
+		/* (armed later than a tick from now: a trim waits; the load's tick comes first) */
+		uint64_t tick = loop_now(w->loop) + SPARES_TICK_MS;
+		if (!loop_timer_armed(&sp->timer) || sp->timer.deadline_ms > tick) {
+			sp->timer.fn = spares_tick;
+			loop_timer_set(w->loop, &sp->timer, tick);
+		}
 	}
 	if (free_max && sp->starts > sp->exchanges)
 		spares_grow(w);

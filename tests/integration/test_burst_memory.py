@@ -157,3 +157,49 @@ def test_answers_after_a_burst_touch_no_freed_block(env):
         assert out.startswith(b"HTTP/1.1 400"), out
     st, _, _ = request(px.port, "POST", "/v1/completions", body)
     assert st == 200
+
+
+def test_a_burst_over_soon_after_a_trim_is_trimmed_when_its_time_comes(env):
+    """A worker trims the heap at most once a second once a burst (more than 128 exchanges at
+    once) is over; a second burst over within that second was never trimmed at all (its timer
+    was not armed again, nothing else came): its freed pages stayed resident for good. Now it
+    is trimmed once the second is up. The trims are read from the debug log."""
+    import selectors
+    import socket
+    from harness import BIN, free_port, port_open
+    sim = env.sim("s", latency_ms=300, token_ms=0, jitter=0, slots=1000)
+    port = free_port()
+    path = env.write("proxy.yaml", f"workers: 1\nlisten:\n  - address: 127.0.0.1:{port}\n"
+                     "pools:\n" + pool_yaml("p", [sim.port]))
+    px = env.start([BIN, "proxy", "-c", path, "--log-level", "debug"], "proxy", wait_port=port)
+    req = (b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+           b"Content-Type: application/json\r\nContent-Length: 15\r\n\r\n{\"prompt\":\"hi\"}")
+
+    def one_burst(n=200):
+        socks = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(n)]
+        for s in socks:
+            s.sendall(req)
+        sel = selectors.DefaultSelector()
+        for s in socks:
+            s.setblocking(False)
+            sel.register(s, selectors.EVENT_READ)
+        left = n
+        while left:
+            ready = sel.select(10)
+            assert ready, "answers stopped coming"
+            for k, _ in ready:
+                if not k.fileobj.recv(65536):
+                    sel.unregister(k.fileobj)
+                    k.fileobj.close()
+                    left -= 1
+
+    def trims():
+        return env.log(px).count("heap trimmed")
+
+    one_burst()
+    wait_until(lambda: trims() == 1, "the first burst trimmed", timeout=5)
+    one_burst()  # over well within a second of that trim
+    assert sim_stats(sim.port)["max_active"] > 128
+    wait_until(lambda: trims() == 2, "the second burst trimmed once the second is up",
+               timeout=5)
+    assert port_open(port)
