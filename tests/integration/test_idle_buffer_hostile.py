@@ -9,11 +9,9 @@ import ssl
 import threading
 import time
 
-import h2.connection
-import h2.events
-
 from harness import (echo_backend, metrics_text, pool_yaml, prom_samples, read_until,
                      wait_until)
+from test_h2 import H2Client
 from test_tls import _tls_proxy
 
 CONNS = 12
@@ -133,51 +131,37 @@ def test_tls_pieces_pipelining_and_pauses_lose_nothing(env):
 def _h2_client(port, seed, errors):
     rnd = random.Random(seed)
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
-            c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-            c.initiate_connection()
-            ended, status, bodies = set(), {}, {}
+        c = H2Client(port)
+        try:
             for r in range(ROUNDS):
                 sids = []
                 for k in range(rnd.randint(1, 3)):
-                    sid = c.get_next_available_stream_id()
+                    sid = c.conn.get_next_available_stream_id()
                     body = b"x" * rnd.choice((0, 10, 5000))
-                    c.send_headers(sid, [(":method", "POST" if body else "GET"),
-                                         (":path", f"/c{seed}-r{r}-k{k}"),
-                                         (":authority", "t"), (":scheme", "http")],
-                                   end_stream=not body)
+                    c.conn.send_headers(sid, [(":method", "POST" if body else "GET"),
+                                              (":path", f"/c{seed}-r{r}-k{k}"),
+                                              (":authority", "t"), (":scheme", "http")],
+                                        end_stream=not body)
                     if body:
-                        c.send_data(sid, body, end_stream=True)
+                        c.conn.send_data(sid, body, end_stream=True)
                     sids.append(sid)
-                data = c.data_to_send()
+                data = c.conn.data_to_send()
                 # frames cut anywhere, even a byte at a time at the start of a round
                 if rnd.random() < 0.3:
                     for i in range(min(len(data), 24)):
-                        s.sendall(data[i:i + 1])
+                        c.sock.sendall(data[i:i + 1])
                         time.sleep(0.002)
                     data = data[24:]
                 if data:
-                    _send_in_pieces(s, data, rnd)
-                while not all(x in ended for x in sids):
-                    got = s.recv(65536)
-                    assert got, "the proxy closed the connection"
-                    for e in c.receive_data(got):
-                        if isinstance(e, h2.events.ResponseReceived):
-                            status[e.stream_id] = dict(e.headers)[b":status"]
-                        elif isinstance(e, h2.events.DataReceived):
-                            bodies.setdefault(e.stream_id, b"")
-                            bodies[e.stream_id] += e.data
-                            c.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
-                        elif isinstance(e, (h2.events.StreamEnded, h2.events.StreamReset)):
-                            ended.add(e.stream_id)
-                    out = c.data_to_send()
-                    if out:
-                        s.sendall(out)
+                    _send_in_pieces(c.sock, data, rnd)
+                c.wait(lambda: all(x in c.ended or x in c.reset for x in sids))
                 for sid in sids:
-                    assert status.get(sid) == b"200", (sid, status.get(sid))
-                    line = bodies.get(sid, b"").split(b"\r\n", 1)[0]
+                    assert c.status.get(sid) == 200, (sid, c.status.get(sid), c.reset.get(sid))
+                    line = c.body.get(sid, b"").split(b"\r\n", 1)[0]
                     assert f"/c{seed}-r{r}-k{sids.index(sid)} ".encode() in line, line
                 time.sleep(rnd.choice((0, 0.02, 0.15)))
+        finally:
+            c.close()
     except Exception as e:  # noqa: BLE001
         errors.append(f"h2 client {seed}: {e!r}")
 
