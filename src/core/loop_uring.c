@@ -112,10 +112,16 @@
 #define TX_IDS_KEEP 1024   /* send records kept once none is in flight (more: freed then) */
 
 struct uring_slot {
-	struct loop_io *io;	/* NULL: no registration */
-	uint32_t gen;		/* of the registration now, or of the next one */
-	struct loop_ring_io *r; /* receiving through the ring */
-};
+	struct loop_io *io; /* NULL: no registration */
+	uint32_t gen;	    /* of the registration now, or of the next one */
+	int32_t r_off;	    /* receiving through the ring: where its loop_ring_io lies from io */
+};			    /* (16 bytes, not 24: a descriptor's, kept for good) */
+
+/* The slot's connection receiving through the ring, or NULL. */
+static struct loop_ring_io *slot_r(const struct uring_slot *s)
+{
+	return s->r_off ? (struct loop_ring_io *)((uintptr_t)s->io + (intptr_t)s->r_off) : NULL;
+}
 
 /* The send copies' size classes: most sends are a few hundred bytes (a request head, a small
  * answer, a batch of HTTP/2 frames), so a copy takes the smallest class it fits; each class
@@ -507,7 +513,8 @@ static struct io_uring_sqe *uring_sqe(struct uring_be *be)
 
 static unsigned slot_mask(const struct uring_slot *s)
 {
-	return s->r && !s->r->paused ? POLL_RING : POLL_ALL;
+	const struct loop_ring_io *r = slot_r(s);
+	return r && !r->paused ? POLL_RING : POLL_ALL;
 }
 
 static void uring_arm(struct uring_be *be, int fd, uint64_t ud)
@@ -560,7 +567,7 @@ static void uring_del(void *arg, struct loop_io *io)
 	io_uring_sqe_set_data64(sqe, 0);
 	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
 	s->io = NULL;
-	s->r = NULL; /* its receive's completions, if any, are dropped from now on */
+	s->r_off = 0; /* its receive's completions, if any, are dropped from now on */
 	if (++s->gen > GEN_MAX)
 		s->gen = 1;
 }
@@ -634,7 +641,7 @@ static void recv_done(struct uring_be *be, const struct uring_done *d)
 	int fd = (int)(uint32_t)d->ud;
 	uint32_t gen = (uint32_t)(d->ud >> 32) & GEN_MAX;
 	struct loop_io *io = slot_io(be, fd, gen);
-	struct loop_ring_io *r = io ? be->slots[fd].r : NULL;
+	struct loop_ring_io *r = io ? slot_r(&be->slots[fd]) : NULL;
 	be->inflight--;
 	if (r && r->rx_ud != d->ud)
 		r = NULL;
@@ -863,8 +870,11 @@ static void poll_update(struct uring_be *be, int fd)
 static int ring_attach(void *arg, int fd, struct loop_ring_io *r)
 {
 	struct uring_be *be = arg;
-	if (fd < 0 || (uint32_t)fd >= be->nslots || !be->slots[fd].io || be->slots[fd].r)
+	if (fd < 0 || (uint32_t)fd >= be->nslots || !be->slots[fd].io || be->slots[fd].r_off)
 		return -EINVAL;
+	intptr_t off = (intptr_t)((uintptr_t)r - (uintptr_t)be->slots[fd].io);
+	if (!off || off < INT32_MIN || off > INT32_MAX)
+		return -ENOTSUP; /* (the owner's two are one object's: never so far apart) */
 	if (be->rx_refused)
 		return be->rx_refused;
 	if (!be->br) {
@@ -873,7 +883,7 @@ static int ring_attach(void *arg, int fd, struct loop_ring_io *r)
 			return rc;
 	}
 	struct uring_slot *s = &be->slots[fd];
-	s->r = r;
+	s->r_off = (int32_t)off;
 	r->rx_ud = UD_RECV << 62 | slot_ud(s->gen, fd);
 	recv_arm(be, r, fd, 0);
 	poll_update(be, fd); /* the poll no longer wakes for bytes (each would be told twice) */
@@ -915,7 +925,7 @@ static int ring_rearm(void *arg, struct loop_ring_io *r, int fd)
 	struct uring_be *be = arg;
 	if (r->armed || r->end)
 		return 0;
-	if ((uint32_t)fd >= be->nslots || be->slots[fd].r != r)
+	if ((uint32_t)fd >= be->nslots || slot_r(&be->slots[fd]) != r)
 		return -EINVAL;
 	if (r->paused) {
 		r->paused = 0;
@@ -929,7 +939,7 @@ static int ring_rearm(void *arg, struct loop_ring_io *r, int fd)
 static int ring_pause(void *arg, struct loop_ring_io *r, int fd)
 {
 	struct uring_be *be = arg;
-	if ((uint32_t)fd >= be->nslots || be->slots[fd].r != r)
+	if ((uint32_t)fd >= be->nslots || slot_r(&be->slots[fd]) != r)
 		return -EINVAL;
 	if (r->paused)
 		return 0;
@@ -947,7 +957,7 @@ static ssize_t ring_send(void *arg, struct loop_ring_io *r, int fd, const struct
 		return r->tx_err;
 	if (r->tx)
 		return -EAGAIN;
-	if ((uint32_t)fd >= be->nslots || be->slots[fd].r != r)
+	if ((uint32_t)fd >= be->nslots || slot_r(&be->slots[fd]) != r)
 		return -EBADF;
 	size_t total = 0;
 	for (int i = 0; i < n; i++)
@@ -1005,8 +1015,8 @@ static void ring_detach(void *arg, struct loop_ring_io *r, int fd)
 		if (!r->tx)
 			io_uring_submit(&be->ring);
 	}
-	if (fd >= 0 && (uint32_t)fd < be->nslots && be->slots[fd].r == r)
-		be->slots[fd].r = NULL;
+	if (fd >= 0 && (uint32_t)fd < be->nslots && slot_r(&be->slots[fd]) == r)
+		be->slots[fd].r_off = 0;
 	for (uint32_t b = r->head; b;) {
 		uint32_t next = be->rx_next[b - 1];
 		rx_recycle(be, b - 1);

@@ -124,7 +124,11 @@ struct upconn *upconn_open(struct worker *w, struct backend *be, int *err)
 		*err = fd;
 		return NULL;
 	}
-	struct upconn *up = calloc(1, sizeof(*up));
+	/* not malloc's: a burst's connections, closed as it ends, would leave holes between the
+	 * records of the clients that stay, on pages it cannot give back (core/slab.h) */
+	if (!w->upconns.per)
+		slab_init(&w->upconns, sizeof(struct upconn));
+	struct upconn *up = slab_alloc(&w->upconns);
 	if (!up) {
 		close(fd);
 		*err = -ENOMEM;
@@ -153,7 +157,7 @@ struct upconn *upconn_open(struct worker *w, struct backend *be, int *err)
 		rc = loop_io_add(w->loop, &up->io);
 	if (rc < 0) {
 		net_conn_close(&up->conn);
-		free(up);
+		slab_free(&w->upconns, up);
 		*err = rc;
 		return NULL;
 	}
@@ -218,7 +222,7 @@ void upconn_close(struct upconn *up)
 	net_conn_close(&up->conn);
 	buf_put(&w->bufs, up->in);
 	free(up->tls_error);
-	free(up);
+	slab_free(&w->upconns, up);
 }
 
 void upconn_close_idle(struct worker *w)

@@ -298,6 +298,8 @@ void worker_destroy(struct worker *w)
 	buf_pool_drain(&w->bufs);
 	buf_pool_drain(&w->body_bufs);
 	smallmem_drain(&w->h2mem); /* the sessions have ended (close_idle above) */
+	if (w->upconns.per)
+		slab_drain(&w->upconns);
 	net_pipe_spares_drain(&w->pipes);
 	if (w->tokp)
 		tokprompt_free(w->tokp);

@@ -17,6 +17,7 @@
 #include "core/buf.h"
 #include "core/list.h"
 #include "core/loop.h"
+#include "core/slab.h"
 #include "core/smallmem.h"
 #include "http/parse.h"
 #include "net/conn.h"
@@ -127,8 +128,10 @@ struct worker {
 	struct list_head *idle;	      /* idle upstream connections, one list per backend id */
 	struct list_head *h2_conns;   /* HTTP/2 connections to backends (up_h2.h), per backend id */
 	struct ssl_session_st **tls_sessions; /* per backend id: the last TLS session (pools.tls) */
-	struct list_head clients;	 /* client connections (the owner's, by their own link) */
-	struct smallmem h2mem;		 /* what nghttp2 allocates (http/h2mem.h: h2.c, up_h2.c) */
+	struct list_head clients; /* client connections (the owner's, by their own link) */
+	struct smallmem h2mem;	  /* what nghttp2 allocates (http/h2mem.h: h2.c, up_h2.c) */
+	struct slab
+	    upconns; /* the upstream connections' records (upstream.c; set up at the first) */
 	struct list_head free_exchanges; /* exchanges not in use, for reuse */
 	/* how many of them, and of bufs, to keep for a load under way (exchange.c) */
 	struct worker_spares {
