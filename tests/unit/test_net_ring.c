@@ -31,6 +31,7 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -776,6 +777,85 @@ static void a_burst_of_sends_leaves_no_records_behind(void **state)
 	many_conns = MANY;
 }
 
+/* The loop keeps a connection's ring as an offset from its descriptor's io (a slot of 16
+ * bytes): a ring too far from the io to be told so (past 2 GiB), or at the io's own address,
+ * is refused (-ENOTSUP) and the slot left as it was, so the connection's own attach after it
+ * still takes it onto the ring and reads. (Accepted, a ring 4 GiB away would be looked up as
+ * a wild pointer; one at the io's address, as none, its bytes dropped.) */
+static void a_ring_not_beside_its_io_is_refused_and_the_slot_kept(void **state)
+{
+	struct owner *o = *state;
+	if (!o)
+		skip();
+	uintptr_t want = ((uintptr_t)o + ((uintptr_t)8 << 30)) & ~(uintptr_t)4095;
+	void *m = mmap((void *)want, 4096, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	if (m == MAP_FAILED)
+		m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(m != MAP_FAILED);
+	intptr_t apart = (intptr_t)((uintptr_t)m - (uintptr_t)&o->io);
+	if (apart >= INT32_MIN && apart <= INT32_MAX) {
+		munmap(m, 4096);
+		skip(); /* no room 8 GiB away here */
+	}
+	struct loop_ring_io *far_r = m;
+	assert_int_equal(loop_ring_attach(o->loop, o->c.fd, far_r), -ENOTSUP);
+	assert_null(far_r->loop);
+	struct loop_io before = o->io;
+	assert_int_equal(loop_ring_attach(o->loop, o->c.fd, (struct loop_ring_io *)(void *)&o->io),
+			 -ENOTSUP);
+	assert_memory_equal(&o->io, &before, sizeof(before));
+	munmap(m, 4096);
+	assert_int_equal(write(o->peer, "hello", 5), 5);
+	turns(o, start_reading, 5, 2000);
+	assert_non_null(o->c.ring.loop); /* on the ring: the refusals left the slot free */
+	assert_int_equal(o->got, 5);
+	assert_memory_equal(o->in, "hello", 5);
+}
+
+/* An io deleted from the loop with its connection's ring still attached on the ring's side,
+ * and another io registered on the same descriptor: the old ring is not the slot's any more
+ * (its send and pause refused), the new owner's connection attaches its own, and the old
+ * ring's detach leaves the new one's in the slot. (The slot keeps the ring as an offset from
+ * its io: one left behind by the old io would name a ring beside the new one.) */
+static struct owner second;
+
+static void second_attaches(struct owner *o)
+{
+	(void)o;
+	net_conn_read_start(&second.c, &reads, &second);
+}
+
+static void a_new_io_on_the_descriptor_does_not_inherit_the_old_ring(void **state)
+{
+	struct owner *o = *state;
+	if (!o)
+		skip();
+	assert_int_equal(write(o->peer, "one", 3), 3);
+	turns(o, start_reading, 3, 2000);
+	assert_non_null(o->c.ring.loop);
+	loop_io_del(o->loop, &o->io); /* the ring still attached, on its side */
+	second = (struct owner){
+	    .loop = o->loop, .in = o->in + 16, .cap = o->cap - 16, .room = o->cap - 16, .peer = -1};
+	net_conn_init(&second.c, o->c.fd);
+	second.io = (struct loop_io){.fd = o->c.fd, .fn = on_io};
+	second.t.fn = on_step;
+	second.stop.fn = on_stop;
+	assert_int_equal(loop_io_add(o->loop, &second.io), 0);
+	struct iovec iov = {.iov_base = "x", .iov_len = 1};
+	assert_int_equal(loop_ring_send(&o->c.ring, o->c.fd, &iov, 1), -EBADF);
+	assert_int_equal(loop_ring_pause(&o->c.ring, o->c.fd), -EINVAL);
+	turns(&second, second_attaches, 0, 5);
+	assert_non_null(second.c.ring.loop); /* the slot was free for it */
+	assert_int_equal(loop_ring_send(&second.c.ring, second.c.fd, &iov, 1), 1);
+	loop_ring_detach(&o->c.ring, o->c.fd); /* the old one's: the new one's stays */
+	assert_int_equal(loop_ring_pause(&second.c.ring, second.c.fd), 0);
+	turns(&second, NULL, 0, 20);
+	loop_io_del(o->loop, &second.io);
+	net_conn_close(&second.c);
+	o->c = (struct net_conn){.fd = -1}; /* closed by second */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -797,6 +877,10 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(ends_give_their_buffers_back, setup, teardown),
 	    cmocka_unit_test_setup_teardown(bytes_one_at_a_time_hold_few_buffers, setup, teardown),
 	    cmocka_unit_test_setup_teardown(deleted_while_woken_still_closes, setup, teardown),
+	    cmocka_unit_test_setup_teardown(a_ring_not_beside_its_io_is_refused_and_the_slot_kept,
+					    setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+		a_new_io_on_the_descriptor_does_not_inherit_the_old_ring, setup, teardown),
 	    cmocka_unit_test_setup_teardown(many_small_sends_in_flight_map_nothing_each, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(many_answers_in_flight_map_nothing_each, setup,
