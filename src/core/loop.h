@@ -136,7 +136,10 @@ struct loop_ring_io {
 
 /* The loop running on this thread (inside loop_run), or NULL. */
 struct loop *loop_current(void);
-/* Attach <r> to registered descriptor <fd> and start receiving: 0, or -errno (-ENOTSUP). */
+/* Attach <r> to registered descriptor <fd> and start receiving: 0, or -errno (-ENOTSUP).
+ * io_uring keeps <r> as an offset from the io registered on <fd>: <r> lies in the same
+ * object as that io (within 2 GiB of it, not at its address: else -ENOTSUP), and neither
+ * moves while attached. */
 int loop_ring_attach(struct loop *loop, int fd, struct loop_ring_io *r);
 /* Up to <len> bytes held, consumed: a count, 0 when none is held. */
 size_t loop_ring_take(struct loop_ring_io *r, void *buf, size_t len);

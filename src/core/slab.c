@@ -9,6 +9,7 @@
  * aligned part unmapped.
  */
 #include "core/slab.h"
+#include "core/check.h"
 #include "core/container.h"
 
 #include <stdlib.h>
@@ -31,6 +32,7 @@ _Static_assert(sizeof(struct slab_chunk) % 16 == 0, "records start 16-byte align
 void slab_init(struct slab *s, size_t size)
 {
 	*s = (struct slab){.size = (uint32_t)((size + 15) & ~(size_t)15)};
+	ASSERT(size && size <= SLAB_CHUNK - sizeof(struct slab_chunk)); /* (none: carved past it) */
 	s->per = (uint32_t)((SLAB_CHUNK - sizeof(struct slab_chunk)) / s->size);
 	list_init(&s->avail);
 }

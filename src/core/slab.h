@@ -27,13 +27,14 @@ struct slab {
 	uint32_t chunks;	/* mappings in all */
 };
 
-/* Records of <size> bytes (at most a few KiB). */
+/* Records of <size> bytes (at most a few KiB; more than a mapping holds is a bug). */
 void slab_init(struct slab *s, size_t size);
 /* A zeroed record, or NULL without memory. */
 void *slab_alloc(struct slab *s);
 /* <p> (from slab_alloc of the same <s>, or NULL) back. */
 void slab_free(struct slab *s, void *p);
-/* Every mapping back to the kernel: the owner ends, its records all freed. */
+/* Every mapping back to the kernel: the owner ends, its records all freed (a mapping whose
+ * records are all still held is not on the slab's list: it would stay mapped). */
 void slab_drain(struct slab *s);
 
 #endif
