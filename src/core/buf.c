@@ -15,19 +15,13 @@
  * bytes.
  */
 #include "core/buf.h"
+#include "core/sanitize.h"
 
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define BUF_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define BUF_ASAN 1
-#endif
-#endif
-#ifdef BUF_ASAN
+#if ACCELNET_ASAN
 #include <sanitizer/asan_interface.h>
 #define BUF_POISON(b, n) ASAN_POISON_MEMORY_REGION((b)->data, (n))
 #define BUF_UNPOISON(b, n) ASAN_UNPOISON_MEMORY_REGION((b)->data, (n))

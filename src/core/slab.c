@@ -11,6 +11,7 @@
 #include "core/slab.h"
 #include "core/check.h"
 #include "core/container.h"
+#include "core/sanitize.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -22,12 +23,6 @@ struct slab_chunk {
 	uint32_t used, carved;
 };
 _Static_assert(sizeof(struct slab_chunk) % 16 == 0, "records start 16-byte aligned");
-
-#if defined(__SANITIZE_ADDRESS__)
-#define SLAB_BYPASS 1
-#else
-#define SLAB_BYPASS 0
-#endif
 
 void slab_init(struct slab *s, size_t size)
 {
@@ -56,7 +51,7 @@ static struct slab_chunk *chunk_map(struct slab *s)
 
 void *slab_alloc(struct slab *s)
 {
-	if (SLAB_BYPASS)
+	if (ACCELNET_ASAN)
 		return calloc(1, s->size);
 	struct list_node *n = list_first(&s->avail);
 	struct slab_chunk *c = n ? container_of(n, struct slab_chunk, link) : chunk_map(s);
@@ -79,7 +74,7 @@ void slab_free(struct slab *s, void *p)
 {
 	if (!p)
 		return;
-	if (SLAB_BYPASS) {
+	if (ACCELNET_ASAN) {
 		free(p);
 		return;
 	}

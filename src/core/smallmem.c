@@ -6,17 +6,10 @@
  * A free block's first bytes link it to the next of its class.
  */
 #include "core/smallmem.h"
+#include "core/sanitize.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-#if defined(__SANITIZE_ADDRESS__)
-#define SMALLMEM_BYPASS 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SMALLMEM_BYPASS 1
-#endif
-#endif
 
 #define HEADER 16
 #define LARGE UINT32_MAX
@@ -28,7 +21,7 @@ struct block {
 	uint64_t pad;
 };
 
-#ifndef SMALLMEM_BYPASS
+#if !ACCELNET_ASAN
 /* The class that holds <n> bytes, or LARGE. */
 static uint32_t class_of(size_t n)
 {
@@ -47,7 +40,7 @@ static size_t class_bytes(uint32_t k)
 
 void *smallmem_alloc(struct smallmem *m, size_t n)
 {
-#ifdef SMALLMEM_BYPASS
+#if ACCELNET_ASAN
 	(void)m;
 	return malloc(n);
 #else
@@ -82,7 +75,7 @@ void *smallmem_calloc(struct smallmem *m, size_t nmemb, size_t size)
 
 void smallmem_free(struct smallmem *m, void *p)
 {
-#ifdef SMALLMEM_BYPASS
+#if ACCELNET_ASAN
 	(void)m;
 	free(p);
 #else
@@ -102,7 +95,7 @@ void smallmem_free(struct smallmem *m, void *p)
 
 void *smallmem_realloc(struct smallmem *m, void *p, size_t n)
 {
-#ifdef SMALLMEM_BYPASS
+#if ACCELNET_ASAN
 	(void)m;
 	return realloc(p, n);
 #else

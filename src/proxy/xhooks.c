@@ -16,6 +16,7 @@
  */
 #include "proxy/xhooks.h"
 #include "core/check.h"
+#include "core/sanitize.h"
 
 #include <errno.h>
 #include <string.h>
@@ -121,7 +122,7 @@ void xhooks_start(struct exchange *x)
 	struct room *r = room_of(x);
 	memset(r, 0, hooks.start_end - (size_t)((char *)r - (char *)x));
 	r->in = hooks.always;
-#if defined(ACCELNET_EXCHANGE_POISON) || defined(__SANITIZE_ADDRESS__)
+#if defined(ACCELNET_EXCHANGE_POISON) || ACCELNET_ASAN
 	/* what a block reused from the free list would hold: bytes no feature may read before
 	 * it joins, which would show up in the tests as nonsense rather than as zeroes */
 	memset((char *)x + hooks.start_end, 0xa5, hooks.block - hooks.start_end);

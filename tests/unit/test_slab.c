@@ -10,13 +10,10 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "core/sanitize.h"
 #include "core/slab.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define BYPASS 1
-#else
-#define BYPASS 0
-#endif
+#define BYPASS ACCELNET_ASAN
 
 #define N 5000
 

@@ -13,12 +13,9 @@
 #include <cmocka.h>
 
 #include "core/smallmem.h"
+#include "core/sanitize.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define BYPASS 1
-#else
-#define BYPASS 0
-#endif
+#define BYPASS ACCELNET_ASAN
 
 static void reused_by_class(void **state)
 {
