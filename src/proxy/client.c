@@ -75,6 +75,14 @@ ssize_t client_read(struct client *cl)
 	return cl->conn.readable ? -ENOSPC : -EAGAIN;
 }
 
+ssize_t client_read_idle(struct client *cl)
+{
+	ssize_t n = cl->conn.readable || cl->read_end ? client_read(cl) : -EAGAIN;
+	if (n == -EAGAIN)
+		worker_buf_release(cl->w, &cl->in);
+	return n;
+}
+
 int client_flush(struct client *cl)
 {
 	while (client_out_pending(cl) && cl->writable) {

@@ -119,6 +119,11 @@ static inline size_t client_out_pending(const struct client *cl)
  * next readiness event, before the codec runs) until h1.c stops it (above).
  */
 ssize_t client_read(struct client *cl);
+/* client_read() for a connection between requests or frames: -EAGAIN at once when no edge
+ * waits, and with -EAGAIN an empty cl->in goes back to the worker (an idle connection holds
+ * no buffer; a read edge with nothing behind it, such as io_uring's poll telling of bytes
+ * its receive already took, left one taken for the read). */
+ssize_t client_read_idle(struct client *cl);
 
 /* Write what cl->out holds while the client takes it. 0, or -errno (the client is gone). */
 int client_flush(struct client *cl);

@@ -134,10 +134,11 @@ static void spares_tick(struct loop_timer *t)
 	spares_keep_bufs(w, demand);
 	if (demand)
 		loop_timer_set(w->loop, t, loop_now(w->loop) + SPARES_TICK_MS);
-	else if (sp->peak > FREE_MAX && !w->live_exchanges.count)
-		spares_trim_heap(w);
-	else if (sp->peak > FREE_MAX)
-		sp->trim_due = 1; /* when the last of them ends */
+	else if (sp->peak > FREE_MAX) {
+		sp->trim_due = 1; /* now, or when the last of them ends */
+		if (!w->live_exchanges.count)
+			spares_trim_heap(w);
+	}
 }
 
 /* The tick under way counts as its requests begin: a load that starts from idle (or grows)

@@ -532,15 +532,9 @@ static enum run run_head(struct client *cl)
 			if (r < 0)
 				return h1_reply(cl, -r, "malformed request", 0);
 		}
-		ssize_t n = cl->conn.readable || cl->read_end ? client_read(cl) : -EAGAIN;
-		if (n == -EAGAIN) {
-			/* an idle connection holds no buffer: a read edge with nothing behind
-			 * it (io_uring's poll telling of bytes its receive already took) left
-			 * one taken for the read */
-			if (!len)
-				worker_buf_release(w, &cl->in);
+		ssize_t n = client_read_idle(cl);
+		if (n == -EAGAIN)
 			return RUN_STAY;
-		}
 		if (n <= 0) {
 			client_close(cl);
 			return RUN_GONE;

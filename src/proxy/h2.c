@@ -2175,11 +2175,9 @@ static int h2_read(struct h2 *h)
 				buf_consume(cl->in, buf_len(cl->in));
 			return 0;
 		}
-		ssize_t n = cl->conn.readable || cl->read_end ? client_read(cl) : -EAGAIN;
-		if (n == -EAGAIN) {
-			worker_buf_release(cl->w, &cl->in); /* an idle connection holds no buffer */
+		ssize_t n = client_read_idle(cl);
+		if (n == -EAGAIN)
 			return 0;
-		}
 		if (n <= 0 && n != -ENOSPC)
 			return -1; /* the client closed: its streams are cut */
 	}
